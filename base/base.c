@@ -1,0 +1,144 @@
+/* base/base.c — status messages, logging, time, allocation, arena counters. */
+#define _GNU_SOURCE
+#include "base/base.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static _Thread_local char g_err[2048];
+
+int sl_fail(int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(g_err, sizeof g_err, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+int sl_fail_ctx(int code, const char *fmt, ...) {
+  char pre[1024], old[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(pre, sizeof pre, fmt, ap);
+  va_end(ap);
+  memcpy(old, g_err, sizeof old);
+  snprintf(g_err, sizeof g_err, "%s: %s", pre, old);
+  return code;
+}
+
+const char *sl_errmsg(void) { return g_err; }
+void sl_clear_error(void) { g_err[0] = 0; }
+
+static int g_level = -1, g_rank = 0, g_world = 1;
+
+static int level_now(void) {
+  if (g_level < 0) {
+    const char *e = getenv("SL_LOG");
+    g_level = SL_LOG_INFO;
+    if (e) {
+      if (!strcmp(e, "error")) g_level = SL_LOG_ERROR;
+      else if (!strcmp(e, "warn")) g_level = SL_LOG_WARN;
+      else if (!strcmp(e, "debug")) g_level = SL_LOG_DEBUG;
+    }
+  }
+  return g_level;
+}
+
+void sl_log_set_level(int level) { g_level = level; }
+void sl_log_set_rank(int rank, int world) { g_rank = rank; g_world = world; }
+
+static void vlog(int level, const char *fmt, va_list ap) {
+  static const char *tag[] = {"error", "warn", "info", "debug"};
+  char buf[4096];
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  FILE *f = level <= SL_LOG_WARN ? stderr : stdout;
+  if (g_world > 1)
+    fprintf(f, "[rank %d] %s%s%s\n", g_rank, level <= SL_LOG_WARN ? tag[level] : "",
+            level <= SL_LOG_WARN ? ": " : "", buf);
+  else
+    fprintf(f, "%s%s%s\n", level <= SL_LOG_WARN ? tag[level] : "",
+            level <= SL_LOG_WARN ? ": " : "", buf);
+  fflush(f);
+}
+
+void sl_log(int level, const char *fmt, ...) {
+  if (level > level_now()) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(level, fmt, ap);
+  va_end(ap);
+}
+
+void sl_log0(int level, const char *fmt, ...) {
+  if (g_rank != 0 || level > level_now()) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(level, fmt, ap);
+  va_end(ap);
+}
+
+uint64_t sl_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+double sl_now_s(void) { return (double)sl_now_ns() * 1e-9; }
+
+void *sl_alloc(size_t bytes, const char *what) {
+  void *p = NULL;
+  size_t n = (bytes + 63) & ~(size_t)63;
+  if (n == 0) n = 64;
+  if (posix_memalign(&p, 64, n) != 0) {
+    sl_fail(SL_ENOMEM, "out of memory allocating %zu bytes for %s", bytes, what ? what : "?");
+    return NULL;
+  }
+  memset(p, 0, n);
+  return p;
+}
+void sl_free(void *p) { free(p); }
+
+static pthread_mutex_t g_mem_mu = PTHREAD_MUTEX_INITIALIZER;
+static sl_mem_stats g_mem;
+
+const char *sl_arena_name(sl_arena a) {
+  static const char *n[] = {"params", "grads", "optim", "gather", "acts", "workspace", "host_optim"};
+  return (a >= 0 && a < SL_ARENA_COUNT) ? n[a] : "?";
+}
+
+static void mem_update_locked(void) {
+  int64_t t = 0;
+  for (int i = 0; i < SL_ARENA_COUNT; i++) {
+    if (g_mem.cur[i] > g_mem.peak[i]) g_mem.peak[i] = g_mem.cur[i];
+    t += g_mem.cur[i];
+  }
+  g_mem.total_cur = t;
+  if (t > g_mem.total_peak) g_mem.total_peak = t;
+}
+
+void sl_mem_add(sl_arena a, int64_t bytes) {
+  pthread_mutex_lock(&g_mem_mu);
+  g_mem.cur[a] += bytes;
+  mem_update_locked();
+  pthread_mutex_unlock(&g_mem_mu);
+}
+void sl_mem_sub(sl_arena a, int64_t bytes) { sl_mem_add(a, -bytes); }
+void sl_mem_set(sl_arena a, int64_t bytes) {
+  pthread_mutex_lock(&g_mem_mu);
+  g_mem.cur[a] = bytes;
+  mem_update_locked();
+  pthread_mutex_unlock(&g_mem_mu);
+}
+void sl_mem_get(sl_mem_stats *out) {
+  pthread_mutex_lock(&g_mem_mu);
+  *out = g_mem;
+  pthread_mutex_unlock(&g_mem_mu);
+}
+void sl_mem_reset_peaks(void) {
+  pthread_mutex_lock(&g_mem_mu);
+  for (int i = 0; i < SL_ARENA_COUNT; i++) g_mem.peak[i] = g_mem.cur[i];
+  g_mem.total_peak = g_mem.total_cur;
+  pthread_mutex_unlock(&g_mem_mu);
+}

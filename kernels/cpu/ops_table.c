@@ -1,0 +1,40 @@
+/* kernels/cpu/ops_table.c — assembles the CPU op table. */
+#include "kernels/cpu/cpu_ops.h"
+
+static const sl_ops g_cpu_ops = {
+    .name = "cpu",
+    .ctx_create = sl_cpu_ctx_create,
+    .ctx_destroy = sl_cpu_ctx_destroy,
+    .ctx_scratch_bytes = sl_cpu_ctx_scratch_bytes,
+    .embedding_fwd = sl_cpu_embedding_fwd,
+    .embedding_bwd = sl_cpu_embedding_bwd,
+    .rmsnorm_fwd = sl_cpu_rmsnorm_fwd,
+    .rmsnorm_bwd = sl_cpu_rmsnorm_bwd,
+    .linear_fwd = sl_cpu_linear_fwd,
+    .linear_bwd = sl_cpu_linear_bwd,
+    .rope_fwd = sl_cpu_rope_fwd,
+    .rope_bwd = sl_cpu_rope_bwd,
+    .attention_fwd = sl_cpu_attention_fwd,
+    .attention_bwd = sl_cpu_attention_bwd,
+    .swiglu_fwd = sl_cpu_swiglu_fwd,
+    .swiglu_bwd = sl_cpu_swiglu_bwd,
+    .add_inplace = sl_cpu_add_inplace,
+    .lmhead_ce_fwd = sl_cpu_lmhead_ce_fwd,
+    .lmhead_ce_bwd = sl_cpu_lmhead_ce_bwd,
+    .adamw = sl_cpu_adamw,
+    .sumsq = sl_cpu_sumsq,
+    .scale = sl_cpu_scale,
+    .f32_to_bf16 = sl_cpu_f32_to_bf16,
+    .bf16_to_f32 = sl_cpu_bf16_to_f32,
+    .round_bf16 = sl_cpu_round_bf16,
+    .conv1d_fwd = sl_cpu_conv1d_fwd,
+    .conv1d_bwd = sl_cpu_conv1d_bwd,
+    .silu_fwd = sl_cpu_silu_fwd,
+    .silu_bwd = sl_cpu_silu_bwd,
+    .gate_fwd = sl_cpu_gate_fwd,
+    .gate_bwd = sl_cpu_gate_bwd,
+    .scan_fwd = sl_cpu_scan_fwd,
+    .scan_bwd = sl_cpu_scan_bwd,
+};
+
+const sl_ops *sl_ops_cpu(void) { return &g_cpu_ops; }

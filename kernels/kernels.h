@@ -1,0 +1,201 @@
+/* kernels/kernels.h — the op table: pure compute, no ranks, no files.
+ *
+ * One table, two implementations with identical signatures: kernels/cpu
+ * (C, OpenMP, OpenBLAS; fp32; the oracle) and kernels/cuda (CUDA C, cuBLASLt;
+ * the context carries the stream). Every pointer is backend memory.
+ *
+ * Conventions
+ * - Sizes and counts are elements (int64_t), never bytes.
+ * - Row-major. N = number of token rows (B*T). C = model width.
+ * - Linear layers follow PyTorch: w is (OC, IC), out = inp @ w^T + b.
+ * - Every backward function ADDS into its gradient outputs (dinp, dw, db):
+ *   the caller zeroes them once. This lets residual branches and tied weights
+ *   accumulate without extra passes.
+ * - Attention works on a packed qkv tensor (B, T, (nh + 2*nkv) * hd): the nh
+ *   query heads, then nkv key heads, then nkv value heads, per token, which is
+ *   exactly the output of one GEMM with the q/k/v projection weights stacked.
+ */
+#ifndef SL_KERNELS_H
+#define SL_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sl_kctx sl_kctx; /* backend context: threads, scratch, stream */
+
+typedef struct sl_ops {
+  const char *name; /* "cpu" or "cuda" */
+
+  /* Context. threads <= 0 means the backend's default (OMP_NUM_THREADS). */
+  sl_kctx *(*ctx_create)(int threads);
+  void (*ctx_destroy)(sl_kctx *ctx);
+  size_t (*ctx_scratch_bytes)(const sl_kctx *ctx); /* high-water scratch */
+
+  /* out (N, C) = wte[tok[i]] ; tok values must be in [0, V) */
+  void (*embedding_fwd)(sl_kctx *, float *out, const int32_t *tok,
+                        const float *wte, int64_t N, int64_t C);
+  /* dwte (V, C) += scatter of dout (N, C) by tok */
+  void (*embedding_bwd)(sl_kctx *, float *dwte, const float *dout,
+                        const int32_t *tok, int64_t N, int64_t C);
+
+  /* out = inp * rsqrt(mean(inp^2) + eps) * w ; rstd (N) saved for backward */
+  void (*rmsnorm_fwd)(sl_kctx *, float *out, float *rstd, const float *inp,
+                      const float *w, int64_t N, int64_t C, float eps);
+  void (*rmsnorm_bwd)(sl_kctx *, float *dinp, float *dw, const float *dout,
+                      const float *inp, const float *w, const float *rstd,
+                      int64_t N, int64_t C);
+
+  /* out (N, OC) = inp (N, IC) @ w (OC, IC)^T (+ b (OC) if b != NULL) */
+  void (*linear_fwd)(sl_kctx *, float *out, const float *inp, const float *w,
+                     const float *b, int64_t N, int64_t IC, int64_t OC);
+  /* dinp += dout @ w ; dw += dout^T @ inp ; db += colsum(dout).
+   * Any of dinp, dw, db may be NULL (skipped). */
+  void (*linear_bwd)(sl_kctx *, float *dinp, float *dw, float *db,
+                     const float *dout, const float *inp, const float *w,
+                     int64_t N, int64_t IC, int64_t OC);
+
+  /* Rotary embedding, HF rotate-half layout, in place on the q and k heads of
+   * packed qkv (B, T, (nh+2nkv)*hd). Position of token t is t (restarts at 0
+   * in every sample). inv_freq[i] = theta^(-2i/hd), i < hd/2. */
+  void (*rope_fwd)(sl_kctx *, float *qkv, int64_t B, int64_t T, int64_t nh,
+                   int64_t nkv, int64_t hd, float theta);
+  /* The transpose (inverse) rotation, in place on dq and dk of dqkv. */
+  void (*rope_bwd)(sl_kctx *, float *dqkv, int64_t B, int64_t T, int64_t nh,
+                   int64_t nkv, int64_t hd, float theta);
+
+  /* Causal grouped-query attention. q head h uses kv head h / (nh/nkv).
+   * Query i sees key j iff j <= i and (window <= 0 or i - j < window).
+   * Scale 1/sqrt(hd). out (B, T, nh*hd); lse (B, nh, T) = log-sum-exp of the
+   * scaled scores of each query row, saved for backward. Never holds scores
+   * for more than one (batch, kv-head) block at a time. */
+  void (*attention_fwd)(sl_kctx *, float *out, float *lse, const float *qkv,
+                        int64_t B, int64_t T, int64_t nh, int64_t nkv,
+                        int64_t hd, int64_t window);
+  /* dqkv (packed like qkv) += gradient given dout, recomputing scores. */
+  void (*attention_bwd)(sl_kctx *, float *dqkv, const float *dout,
+                        const float *qkv, const float *out, const float *lse,
+                        int64_t B, int64_t T, int64_t nh, int64_t nkv,
+                        int64_t hd, int64_t window);
+
+  /* out (N, H) = silu(gu[:, :H]) * gu[:, H:] where gu is (N, 2H) */
+  void (*swiglu_fwd)(sl_kctx *, float *out, const float *gu, int64_t N,
+                     int64_t H);
+  void (*swiglu_bwd)(sl_kctx *, float *dgu, const float *dout, const float *gu,
+                     int64_t N, int64_t H);
+
+  /* y[i] += x[i] */
+  void (*add_inplace)(sl_kctx *, float *y, const float *x, int64_t n);
+
+  /* Fused LM head + softmax cross-entropy, chunked over rows so that at most
+   * a (chunk, V) block of logits exists at once.
+   * losses (N) = lse_i - logit_i[target_i]; lse (N) saved for backward.
+   * Rows whose target < 0 are ignored (loss 0, no gradient). */
+  void (*lmhead_ce_fwd)(sl_kctx *, float *losses, float *lse, const float *x,
+                        const float *w, const int32_t *targets, int64_t N,
+                        int64_t C, int64_t V);
+  /* Recomputes logits chunk by chunk; dlogits = (softmax - onehot) * scale;
+   * dx (N, C) += dlogits @ w ; dw (V, C) += dlogits^T @ x. */
+  void (*lmhead_ce_bwd)(sl_kctx *, float *dx, float *dw, const float *x,
+                        const float *w, const int32_t *targets,
+                        const float *lse, float scale, int64_t N, int64_t C,
+                        int64_t V);
+
+  /* AdamW, PyTorch semantics (torch.optim.AdamW, single-tensor path):
+   *   g = g * grad_scale                (clip coefficient, 1 if none)
+   *   p *= 1 - lr*wd
+   *   m = b1*m + (1-b1)*g ; v = b2*v + (1-b2)*g*g
+   *   p -= (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps)
+   * with bc1 = 1 - b1^step, bc2 = 1 - b2^step computed in double (step >= 1).
+   * Updates p, m, v in place over n elements. */
+  void (*adamw)(sl_kctx *, float *p, float *m, float *v, const float *g,
+                int64_t n, float lr, float b1, float b2, float eps, float wd,
+                int64_t step, float grad_scale);
+
+  /* sum of x[i]^2 accumulated in double */
+  double (*sumsq)(sl_kctx *, const float *x, int64_t n);
+
+  /* y = x * a */
+  void (*scale)(sl_kctx *, float *x, float a, int64_t n);
+
+  /* bf16 (uint16_t, round to nearest even) <-> fp32 */
+  void (*f32_to_bf16)(sl_kctx *, uint16_t *out, const float *in, int64_t n);
+  void (*bf16_to_f32)(sl_kctx *, float *out, const uint16_t *in, int64_t n);
+  /* x[i] = bf16_round(x[i]) — round fp32 values to bf16 precision in place */
+  void (*round_bf16)(sl_kctx *, float *x, int64_t n);
+
+  /* ---- Mamba (v1) ------------------------------------------------------
+   * D = d_inner channels, S = state size, K = conv kernel width.
+   * Inputs that are column slices of a wider row take a row stride (ld*),
+   * in elements; outputs are dense (row stride = their width). */
+  /* Depthwise causal conv over time, per sample:
+   * out[b,t,d] = bias[d] + sum_k w[d,k] * x[b, t-(K-1)+k, d] (zero before t=0);
+   * x rows have stride ldx; w (D, K); bias (D) or NULL. out (B, T, D). */
+  void (*conv1d_fwd)(sl_kctx *, float *out, const float *x, int64_t ldx,
+                     const float *w, const float *bias, int64_t B, int64_t T,
+                     int64_t D, int64_t K);
+  /* dx (rows of stride ldx) += ..., dw (D, K) += ..., dbias (D) += ... (NULL ok) */
+  void (*conv1d_bwd)(sl_kctx *, float *dx, int64_t ldx, float *dw,
+                     float *dbias, const float *dout, const float *x,
+                     int64_t ldx_in, const float *w, int64_t B, int64_t T,
+                     int64_t D, int64_t K);
+  /* out[i] = silu(x[i]) ; dx[i] += dout[i] * silu'(x[i]) */
+  void (*silu_fwd)(sl_kctx *, float *out, const float *x, int64_t n);
+  void (*silu_bwd)(sl_kctx *, float *dx, const float *dout, const float *x,
+                   int64_t n);
+  /* Gate: out (N, D) = y (N, D) * silu(z) where z rows have stride ldz. */
+  void (*gate_fwd)(sl_kctx *, float *out, const float *y, const float *z,
+                   int64_t ldz, int64_t N, int64_t D);
+  /* dy += dout*silu(z) ; dz (stride ldz) += dout*y*silu'(z) */
+  void (*gate_bwd)(sl_kctx *, float *dy, float *dz, int64_t ldz,
+                   const float *dout, const float *y, const float *z,
+                   int64_t N, int64_t D);
+  /* Selective scan with softplus on dt, per sample (state starts at 0):
+   *   delta[t,d] = softplus(dt[t,d])        (dt already includes dt_proj bias)
+   *   A[d,s]     = -exp(A_log[d,s])
+   *   h[d,s]     = exp(delta*A[d,s]) * h[d,s] + delta * Bm[t,s] * u[t,d]
+   *   y[t,d]     = sum_s Cm[t,s] * h[d,s] + Dp[d] * u[t,d]
+   * u, dt: (B, T, D) dense; Bm, Cm: (B, T, S) with row stride ldbc;
+   * A_log (D, S); Dp (D). y (B, T, D).
+   * ckpt (B, ceil(T/chunk), D, S) receives the state at the start of every
+   * chunk of `chunk` steps (chunk >= 1) so backward can recompute states
+   * chunk by chunk instead of storing all T of them. */
+  void (*scan_fwd)(sl_kctx *, float *y, float *ckpt, const float *u,
+                   const float *dt, const float *A_log, const float *Bm,
+                   const float *Cm, int64_t ldbc, const float *Dp, int64_t B,
+                   int64_t T, int64_t D, int64_t S, int64_t chunk);
+  /* Adds gradients into du, ddt (B,T,D), dA_log (D,S), dBm, dCm (stride
+   * ldbc), dDp (D), given dy; recomputes states from ckpt. */
+  void (*scan_bwd)(sl_kctx *, float *du, float *ddt, float *dA_log,
+                   float *dBm, float *dCm, float *dDp, const float *dy,
+                   const float *u, const float *dt, const float *A_log,
+                   const float *Bm, const float *Cm, int64_t ldbc,
+                   const float *Dp, const float *ckpt, int64_t B, int64_t T,
+                   int64_t D, int64_t S, int64_t chunk);
+} sl_ops;
+
+/* The CPU backend; always present. */
+const sl_ops *sl_ops_cpu(void);
+/* The CUDA backend, or NULL when built without CUDA. */
+const sl_ops *sl_ops_cuda(void);
+
+/* Scalar helpers shared by backends and tests. */
+static inline uint16_t sl_f32_to_bf16_scalar(float f) {
+  union { float f; uint32_t u; } x = {f};
+  if ((x.u & 0x7f800000u) == 0x7f800000u && (x.u & 0x007fffffu)) /* NaN */
+    return (uint16_t)((x.u >> 16) | 0x40u);
+  uint32_t r = x.u + 0x7fffu + ((x.u >> 16) & 1u);
+  return (uint16_t)(r >> 16);
+}
+static inline float sl_bf16_to_f32_scalar(uint16_t h) {
+  union { uint32_t u; float f; } x = {(uint32_t)h << 16};
+  return x.f;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SL_KERNELS_H */

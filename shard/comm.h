@@ -1,0 +1,121 @@
+/* shard/comm.h — the one communication interface of shardlm.
+ *
+ * Collectives over a group of ranks with typed element counts (never bytes),
+ * non-blocking with handles, a byte counter per collective kind, and a
+ * watchdog. Backends sit behind a vtable: MPI (host buffers, this file's
+ * default) and NCCL (device buffers, bootstrapped over MPI).
+ *
+ * Ordering: every non-blocking call is queued to the backend's progress
+ * engine (for MPI: one communication thread per communicator) in issue order;
+ * all ranks of a group must issue the same collectives in the same order.
+ * Progress never depends on the caller's thread calling back into the
+ * library: sl_comm_wait only blocks on the handle.
+ */
+#ifndef SL_COMM_H
+#define SL_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { SL_F32 = 0, SL_BF16 = 1, SL_I32 = 2, SL_I64 = 3, SL_U8 = 4, SL_F64 = 5 } sl_dtype;
+size_t sl_dtype_size(sl_dtype t);
+const char *sl_dtype_name(sl_dtype t);
+
+typedef enum {
+  SL_COLL_ALLGATHER = 0,
+  SL_COLL_REDUCE_SCATTER,
+  SL_COLL_ALLREDUCE,
+  SL_COLL_BROADCAST,
+  SL_COLL_SENDRECV,
+  SL_COLL_BARRIER,
+  SL_COLL_NKINDS
+} sl_coll_kind;
+const char *sl_coll_name(sl_coll_kind k);
+
+typedef struct sl_comm sl_comm;       /* opaque: a group of ranks */
+typedef struct sl_comm_req sl_comm_req; /* opaque: one in-flight operation */
+
+/* Per-communicator traffic statistics. bytes[k] counts, per rank, the bytes
+ * this rank sends on the wire under a ring algorithm — the standard "bus"
+ * figure: all-gather and reduce-scatter (n-1)/n of the full buffer,
+ * all-reduce 2(n-1)/n, broadcast the buffer (root) , send/recv the message.
+ * For n == 1 every collective moves 0 bytes. wait_ns is the time callers spent
+ * blocked in sl_comm_wait. */
+typedef struct {
+  uint64_t calls[SL_COLL_NKINDS];
+  uint64_t bytes[SL_COLL_NKINDS];
+  uint64_t wait_ns;
+} sl_comm_stats;
+
+/* Status codes: 0 ok, negative on error (message via sl_comm_last_error). */
+enum { SL_COMM_OK = 0, SL_COMM_ERR = -1, SL_COMM_TIMEOUT = -2 };
+
+/* ---- world setup (MPI backend) ---------------------------------------- */
+/* Initialises MPI (MPI_THREAD_MULTIPLE) if needed. A process started without
+ * mpirun is world size 1. timeout_s is the watchdog limit for every
+ * collective of every communicator created afterwards (<= 0: no watchdog). */
+int sl_comm_world_init(int *argc, char ***argv, double timeout_s, sl_comm **world);
+/* Finalises MPI after all communicators are destroyed. */
+void sl_comm_world_finalize(void);
+/* Aborts every rank of the job (MPI_Abort) with exit code `code`. Only for
+ * tools/ and the watchdog. */
+void sl_comm_abort(int code);
+
+/* Splits `parent` into groups: ranks with the same color form one comm,
+ * ordered by key. Collective over parent. */
+int sl_comm_split(sl_comm *parent, int color, int key, sl_comm **out);
+void sl_comm_destroy(sl_comm *c);
+
+int sl_comm_rank(const sl_comm *c);
+int sl_comm_size(const sl_comm *c);
+int sl_comm_world_rank(const sl_comm *c, int rank); /* rank in world of group rank */
+const char *sl_comm_backend(const sl_comm *c);      /* "mpi" or "nccl" */
+
+/* ---- non-blocking collectives ----------------------------------------- */
+/* All return a request in *req (never NULL on success); complete it with
+ * sl_comm_wait. Buffers must stay valid until then. `count` is elements of
+ * `dt`. For bf16 reductions the sum is formed in fp32 and rounded to bf16
+ * at every step, as NCCL does. Reductions are sums. */
+/* recv (n*count) gets every rank's send (count) in rank order.
+ * send may equal recv + rank*count (in place). */
+int sl_comm_allgather(sl_comm *c, const void *send, void *recv, int64_t count,
+                      sl_dtype dt, sl_comm_req **req);
+/* send (n*count) is summed across ranks; rank r receives block r (count).
+ * recv may equal send + rank*count (in place). */
+int sl_comm_reduce_scatter(sl_comm *c, const void *send, void *recv,
+                           int64_t count, sl_dtype dt, sl_comm_req **req);
+/* buf (count) summed in place across ranks. */
+int sl_comm_allreduce(sl_comm *c, void *buf, int64_t count, sl_dtype dt,
+                      sl_comm_req **req);
+int sl_comm_broadcast(sl_comm *c, void *buf, int64_t count, sl_dtype dt,
+                      int root, sl_comm_req **req);
+int sl_comm_send(sl_comm *c, const void *buf, int64_t count, sl_dtype dt,
+                 int peer, int tag, sl_comm_req **req);
+int sl_comm_recv(sl_comm *c, void *buf, int64_t count, sl_dtype dt, int peer,
+                 int tag, sl_comm_req **req);
+int sl_comm_barrier(sl_comm *c, sl_comm_req **req);
+
+/* Blocks until req completes, then frees it. */
+int sl_comm_wait(sl_comm_req *req);
+/* 1 if complete (req still valid until waited), 0 if not. */
+int sl_comm_test(sl_comm_req *req);
+
+/* Blocking convenience forms (issue + wait). */
+int sl_comm_allreduce_sync(sl_comm *c, void *buf, int64_t count, sl_dtype dt);
+int sl_comm_allgather_sync(sl_comm *c, const void *send, void *recv,
+                           int64_t count, sl_dtype dt);
+int sl_comm_broadcast_sync(sl_comm *c, void *buf, int64_t count, sl_dtype dt, int root);
+int sl_comm_barrier_sync(sl_comm *c);
+
+void sl_comm_get_stats(const sl_comm *c, sl_comm_stats *out);
+void sl_comm_reset_stats(sl_comm *c);
+const char *sl_comm_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SL_COMM_H */
