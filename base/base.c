@@ -25,7 +25,14 @@ int sl_fail_ctx(int code, const char *fmt, ...) {
   vsnprintf(pre, sizeof pre, fmt, ap);
   va_end(ap);
   memcpy(old, g_err, sizeof old);
-  snprintf(g_err, sizeof g_err, "%s: %s", pre, old);
+  size_t n = strlen(pre);
+  if (n > sizeof g_err - 3) n = sizeof g_err - 3;
+  memcpy(g_err, pre, n);
+  memcpy(g_err + n, ": ", 2);
+  size_t rest = sizeof g_err - n - 3;
+  size_t m = strnlen(old, rest);
+  memcpy(g_err + n + 2, old, m);
+  g_err[n + 2 + m] = 0;
   return code;
 }
 

@@ -111,6 +111,16 @@ int sl_comm_allgather_sync(sl_comm *c, const void *send, void *recv,
 int sl_comm_broadcast_sync(sl_comm *c, void *buf, int64_t count, sl_dtype dt, int root);
 int sl_comm_barrier_sync(sl_comm *c);
 
+/* The figure one operation adds to stats.bytes on one rank (n ranks, count
+ * as passed to the call): allgather and reduce_scatter (count = the per-rank
+ * block) (n-1)*count*size(dt); allreduce 2*(n-1)*ceil(count/n)*size(dt)
+ * (= 2(n-1)/n of the buffer when n divides count; otherwise of the buffer
+ * padded to a multiple of n, which is what moves); broadcast count*size(dt)
+ * on the root (is_source), 0 elsewhere; send count*size(dt) on the sender
+ * (is_source), 0 on the receiver; barrier 0. n == 1: always 0. */
+uint64_t sl_comm_bus_bytes(sl_coll_kind k, int n, int64_t count, sl_dtype dt,
+                           int is_source);
+
 void sl_comm_get_stats(const sl_comm *c, sl_comm_stats *out);
 void sl_comm_reset_stats(sl_comm *c);
 const char *sl_comm_last_error(void);

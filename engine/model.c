@@ -1,0 +1,215 @@
+/* engine/model.c — architecture-independent model plumbing: unit spec
+ * building, deterministic initialisation, loading from and saving to HF
+ * safetensors one unit at a time. */
+#include "engine/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include <errno.h>
+#include <sys/stat.h>
+
+void sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2,
+                 int decay, sl_init_kind init, float std) {
+  sl_tensor_spec *t = &u->t[u->ntensors++];
+  memset(t, 0, sizeof *t);
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->ndim = ndim;
+  t->shape[0] = d0;
+  t->shape[1] = ndim > 1 ? d1 : 1;
+  t->shape[2] = ndim > 2 ? d2 : 1;
+  t->numel = t->shape[0] * t->shape[1] * t->shape[2];
+  t->offset = u->numel;
+  t->decay = decay;
+  t->init = init;
+  t->std = std;
+  u->numel += t->numel;
+}
+
+int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B,
+                    int64_t T, sl_actckpt ac, sl_model **out) {
+  *out = NULL;
+  if (B < 1 || T < 1) return sl_fail(SL_EINPUT, "micro-batch (%lld) and seq-len (%lld) must be >= 1",
+                                     (long long)B, (long long)T);
+  sl_model *m = calloc(1, sizeof *m);
+  if (!m) return sl_fail(SL_ENOMEM, "out of memory creating the model");
+  m->cfg = *cfg;
+  m->ops = ops;
+  m->k = k;
+  m->B = B;
+  m->T = T;
+  m->ac = ac;
+  int rc;
+  switch (cfg->arch) {
+  case SL_ARCH_LLAMA:
+  case SL_ARCH_MISTRAL: rc = sl_llama_create(m); break;
+  case SL_ARCH_MAMBA: rc = sl_mamba_create(m); break;
+  default: rc = sl_fail(SL_EINPUT, "unsupported architecture '%s'", cfg->arch_name); break;
+  }
+  if (rc) {
+    sl_model_destroy(m);
+    return rc;
+  }
+  *out = m;
+  return SL_OK;
+}
+
+void sl_model_destroy(sl_model *m) {
+  if (!m) return;
+  if (m->vt && m->vt->destroy) m->vt->destroy(m);
+  free(m->units);
+  free(m->pinned);
+  free(m);
+}
+
+void sl_model_set_batch(sl_model *m, const int32_t *tokens, const int32_t *targets, float loss_scale) {
+  m->tokens = tokens;
+  m->targets = targets;
+  m->loss_scale = loss_scale;
+  m->loss_sum = 0.0;
+}
+
+int64_t sl_model_num_params(const sl_model *m) {
+  int64_t n = 0;
+  for (int u = 0; u < m->nunits; u++) n += m->units[u].numel;
+  return n;
+}
+
+int64_t sl_model_max_unit_numel(const sl_model *m) {
+  int64_t n = 0;
+  for (int u = 0; u < m->nunits; u++)
+    if (m->units[u].numel > n) n = m->units[u].numel;
+  return n;
+}
+
+/* ---- deterministic init: one stream per (seed, tensor name) ---------------- */
+static uint64_t splitmix(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static uint64_t name_hash(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+  return h;
+}
+
+static void init_normal(float *dst, int64_t n, float std, uint64_t seed) {
+  uint64_t st = seed;
+  for (int64_t i = 0; i < n; i += 2) {
+    double u1 = ((splitmix(&st) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
+    double u2 = (splitmix(&st) >> 11) * (1.0 / 9007199254740992.0);
+    double r = sqrt(-2.0 * log(u1));
+    dst[i] = (float)(r * cos(2.0 * M_PI * u2) * std);
+    if (i + 1 < n) dst[i + 1] = (float)(r * sin(2.0 * M_PI * u2) * std);
+  }
+}
+
+int sl_model_unit_load(const sl_model *m, int u, const sl_st_set *weights, uint64_t seed, float *flat) {
+  const sl_unit_spec *us = &m->units[u];
+  for (int i = 0; i < us->ntensors; i++) {
+    const sl_tensor_spec *t = &us->t[i];
+    float *dst = flat + t->offset;
+    if (weights) {
+      int rc = sl_st_read_f32(weights, t->name, t->ndim, t->shape, dst);
+      if (rc) return rc;
+      continue;
+    }
+    uint64_t s = seed ^ name_hash(t->name);
+    switch (t->init) {
+    case SL_INIT_NORMAL: init_normal(dst, t->numel, t->std, s); break;
+    case SL_INIT_ONES:
+      for (int64_t j = 0; j < t->numel; j++) dst[j] = 1.0f;
+      break;
+    case SL_INIT_ZEROS: memset(dst, 0, (size_t)t->numel * 4); break;
+    case SL_INIT_CUSTOM: {
+      int rc = m->vt->init_custom((sl_model *)m, u, i, dst, s);
+      if (rc) return rc;
+      break;
+    }
+    }
+  }
+  return SL_OK;
+}
+
+/* ---- save ------------------------------------------------------------------ */
+typedef struct {
+  const sl_model *m;
+  sl_unit_fill_fn fill;
+  void *ctx;
+  int *tensor_unit, *tensor_idx; /* per written tensor */
+  int cached_unit;
+  float *flat;
+} save_ctx;
+
+static int save_fill(void *vctx, int64_t index, const sl_st_wtensor *wt, float *dst) {
+  save_ctx *sc = vctx;
+  int u = sc->tensor_unit[index], ti = sc->tensor_idx[index];
+  if (sc->cached_unit != u) {
+    int rc = sc->fill(sc->ctx, u, sc->flat);
+    if (rc) return rc;
+    sc->cached_unit = u;
+  }
+  const sl_tensor_spec *t = &sc->m->units[u].t[ti];
+  memcpy(dst, sc->flat + t->offset, (size_t)t->numel * 4);
+  (void)wt;
+  return SL_OK;
+}
+
+static int mkdir_p(const char *dir) {
+  char buf[4096];
+  snprintf(buf, sizeof buf, "%s", dir);
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    mkdir(buf, 0755);
+    *p = '/';
+  }
+  if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+    return sl_fail(SL_EIO, "%s: cannot create directory: %s", dir, strerror(errno));
+  return SL_OK;
+}
+
+int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void *ctx,
+                  int64_t max_shard_bytes) {
+  int rc = mkdir_p(dir);
+  if (rc) return rc;
+  int nt = 0;
+  for (int u = 0; u < m->nunits; u++) nt += m->units[u].ntensors;
+  sl_st_wtensor *ws = calloc((size_t)nt, sizeof *ws);
+  save_ctx sc = {.m = m, .fill = fill, .ctx = ctx, .cached_unit = -1};
+  sc.tensor_unit = calloc((size_t)nt, sizeof(int));
+  sc.tensor_idx = calloc((size_t)nt, sizeof(int));
+  sc.flat = sl_alloc((size_t)sl_model_max_unit_numel(m) * 4, "save buffer");
+  if (!ws || !sc.tensor_unit || !sc.tensor_idx || !sc.flat) {
+    rc = sl_fail(SL_ENOMEM, "out of memory saving %s", dir);
+    goto done;
+  }
+  int n = 0;
+  for (int u = 0; u < m->nunits; u++)
+    for (int i = 0; i < m->units[u].ntensors; i++) {
+      const sl_tensor_spec *t = &m->units[u].t[i];
+      ws[n].name = t->name;
+      ws[n].ndim = t->ndim;
+      for (int d = 0; d < t->ndim; d++) ws[n].shape[d] = t->shape[d];
+      ws[n].dtype = SL_ST_F32;
+      sc.tensor_unit[n] = u;
+      sc.tensor_idx[n] = i;
+      n++;
+    }
+  char path[4096];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  rc = sl_hfconfig_save(path, &m->cfg);
+  if (!rc) rc = sl_st_write_dir(dir, ws, n, save_fill, &sc, max_shard_bytes);
+done:
+  free(ws);
+  free(sc.tensor_unit);
+  free(sc.tensor_idx);
+  sl_free(sc.flat);
+  return rc;
+}

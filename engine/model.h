@@ -1,0 +1,122 @@
+/* engine/model.h — a model is an ordered list of units over flat buffers.
+ *
+ * A unit kind declares its parameter tensors as spec rows {HF name, shape,
+ * offset in the unit's flat buffer, weight-decay flag, init} and supplies
+ * forward and backward functions that read parameters through views into
+ * that flat buffer. Nothing here knows about ranks or communication: the
+ * trainer hands each unit its (gathered) flat parameters and a gradient
+ * buffer, and the model hands back activations and gradients.
+ *
+ * Architectures: engine/llama.c (Llama, Mistral), engine/mamba.c (Mamba v1).
+ */
+#ifndef SL_MODEL_H
+#define SL_MODEL_H
+
+#include <stdint.h>
+
+#include "engine/hfconfig.h"
+#include "engine/safetensors.h"
+#include "kernels/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { SL_AC_NONE = 0, SL_AC_SELECTIVE = 1, SL_AC_FULL = 2 } sl_actckpt;
+typedef enum { SL_INIT_NORMAL = 0, SL_INIT_ONES, SL_INIT_ZEROS, SL_INIT_CUSTOM } sl_init_kind;
+
+#define SL_TENSOR_NAME_MAX 128
+#define SL_UNIT_MAX_TENSORS 16
+
+typedef struct {
+  char name[SL_TENSOR_NAME_MAX]; /* HF name, e.g. model.layers.3.mlp.up_proj.weight */
+  int ndim;                      /* 1..3 */
+  int64_t shape[3];              /* (ndim) */
+  int64_t offset;                /* first element in the unit's flat buffer */
+  int64_t numel;
+  int decay;                     /* weight decay applies to this tensor */
+  sl_init_kind init;
+  float std;                     /* SL_INIT_NORMAL */
+} sl_tensor_spec;
+
+typedef struct {
+  char kind[32];                 /* "embedding", "llama_block", "head", ... */
+  int layer;                     /* block index, -1 for others */
+  int ntensors;
+  sl_tensor_spec t[SL_UNIT_MAX_TENSORS];
+  int64_t numel;                 /* flat size: tensors packed back to back */
+} sl_unit_spec;
+
+typedef struct sl_model sl_model;
+
+/* How a unit reaches another unit's parameters and gradients (tied
+ * weights): provided by the trainer, which owns the FSDP runtime. */
+typedef struct {
+  void *user;
+  int (*params)(void *user, int u, const float **p);
+  int (*grads)(void *user, int u, float **g);
+} sl_unit_access;
+
+typedef struct {
+  int (*fwd)(sl_model *m, int u, const float *params);
+  int (*bwd)(sl_model *m, int u, const float *params, float *grads);
+  /* logits (B*T, V) of the current batch after a forward (tests/dump). */
+  int (*logits)(sl_model *m, float *out);
+  int (*init_custom)(sl_model *m, int u, int ti, float *dst, uint64_t seed);
+  void (*destroy)(sl_model *m);
+  int64_t (*flops_per_token)(const sl_model *m, int64_t T); /* training, model FLOPs */
+} sl_model_vt;
+
+struct sl_model {
+  const sl_model_vt *vt;
+  sl_model_config cfg;
+  const sl_ops *ops;
+  sl_kctx *k;
+  int nunits;
+  sl_unit_spec *units;       /* (nunits) */
+  int *pinned;               /* (nunits) 1: params read by another unit */
+  sl_unit_access access;
+  sl_actckpt ac;
+  int64_t B, T;              /* micro-batch shape the activations are sized for */
+  /* the current micro-batch */
+  const int32_t *tokens;     /* (B*T) */
+  const int32_t *targets;    /* (B*T), -1 = ignore */
+  float loss_scale;          /* gradient of each token's loss, 1/(G*T) */
+  double loss_sum;           /* sum of token losses of the micro-batch */
+  int64_t act_bytes;         /* activation bytes held (acts arena) */
+  void *priv;                /* architecture state */
+};
+
+/* Builds the model for cfg (dispatch on cfg->arch): unit specs, activations
+ * for micro-batch B x T, checkpoint policy. */
+int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B,
+                    int64_t T, sl_actckpt ac, sl_model **out);
+void sl_model_destroy(sl_model *m);
+
+/* Sets the micro-batch (pointers must stay valid through its backward). */
+void sl_model_set_batch(sl_model *m, const int32_t *tokens, const int32_t *targets, float loss_scale);
+
+/* Full fp32 flat parameters of unit u: from the weight set (NULL: init from
+ * seed, deterministic per tensor name). */
+int sl_model_unit_load(const sl_model *m, int u, const sl_st_set *weights, uint64_t seed, float *flat);
+/* Writes the model as an HF directory; fill(u, flat) provides unit u's full
+ * fp32 flat parameters. Streams one unit at a time. */
+typedef int (*sl_unit_fill_fn)(void *ctx, int u, float *flat);
+int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void *ctx,
+                  int64_t max_shard_bytes);
+
+int64_t sl_model_num_params(const sl_model *m); /* real parameters */
+int64_t sl_model_max_unit_numel(const sl_model *m);
+
+/* Spec-building helper for model files: appends a tensor to a unit. */
+void sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2,
+                 int decay, sl_init_kind init, float std);
+
+/* Architecture constructors (engine/llama.c, engine/mamba.c). */
+int sl_llama_create(sl_model *m);
+int sl_mamba_create(sl_model *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SL_MODEL_H */

@@ -1,0 +1,676 @@
+/* engine/trainer.c — the training loop.
+ *
+ * Per optimizer step (parity contract of the design brief):
+ *   G = micro_batch x grad_accum x dp samples of T+1 tokens; rank r, micro
+ *   k, row b of step s reads sample s*G + r*(A*B) + k*B + b.
+ *   forward units 0..U-1, backward U-1..0 through the FSDP runtime; loss is
+ *   the mean token cross-entropy over the G*T predicted tokens; gradients
+ *   clipped to the global L2 norm; AdamW on this rank's optimizer view;
+ *   LR: linear warmup, then cosine to min_lr at the last step.
+ */
+#define _GNU_SOURCE
+#include "engine/trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "engine/builtin.h"
+#include "engine/dataset.h"
+#include "engine/hfconfig.h"
+#include "engine/model.h"
+#include "engine/plot.h"
+#include "engine/safetensors.h"
+#include "shard/fsdp.h"
+
+typedef struct {
+  sl_train_cfg cfg;
+  sl_comm *world;
+  int rank, wsize;
+  const sl_ops *ops;
+  sl_kctx *k;
+  sl_model_config mcfg;
+  sl_model *m;
+  sl_fsdp *f;
+  sl_dataset *ds;
+  int64_t G;               /* samples per optimizer step (all ranks) */
+  float **master, **mom, **var; /* (nunits) x (view count) */
+  int32_t *tok, *tgt;      /* (B*T) */
+  int32_t *row;            /* (T+1) */
+  int64_t *perm;           /* shuffled order of sample windows (one epoch) */
+  int64_t perm_epoch, nwin;
+  double peak_flops;       /* per rank */
+  char metrics_path[SL_PATH_MAX + 64];
+  FILE *metrics;
+} trainer;
+
+/* ---- helpers -------------------------------------------------------------- */
+static int mkdirs(const char *dir) {
+  char buf[4096];
+  snprintf(buf, sizeof buf, "%s", dir);
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    mkdir(buf, 0755);
+    *p = '/';
+  }
+  if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+    return sl_fail(SL_EIO, "%s: cannot create directory: %s", dir, strerror(errno));
+  return SL_OK;
+}
+
+double sl_lr_at(const sl_train_cfg *c, int64_t s) {
+  if (c->warmup > 0 && s < c->warmup) return c->lr * (double)(s + 1) / (double)c->warmup;
+  int64_t span = c->steps - 1 - c->warmup;
+  double p = (double)(s - c->warmup) / (double)(span > 1 ? span : 1);
+  if (p < 0) p = 0;
+  if (p > 1) p = 1;
+  return c->min_lr + 0.5 * (c->lr - c->min_lr) * (1.0 + cos(M_PI * p));
+}
+
+static uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* Sample j's window start in the token stream. */
+static int64_t sample_start(trainer *t, int64_t j) {
+  int64_t T = t->cfg.seq_len;
+  if (strcmp(t->cfg.data_order, "shuffled") != 0) return j * T; /* wraps in the reader */
+  int64_t e = j / t->nwin, i = j % t->nwin;
+  if (e != t->perm_epoch) {
+    for (int64_t w = 0; w < t->nwin; w++) t->perm[w] = w;
+    uint64_t st = mix64((uint64_t)t->cfg.seed * 0x9e3779b97f4a7c15ull + (uint64_t)e + 1);
+    for (int64_t w = t->nwin - 1; w > 0; w--) {
+      st = mix64(st + 0x9e3779b97f4a7c15ull);
+      int64_t r = (int64_t)(st % (uint64_t)(w + 1));
+      int64_t x = t->perm[w];
+      t->perm[w] = t->perm[r];
+      t->perm[r] = x;
+    }
+    t->perm_epoch = e;
+  }
+  return t->perm[i] * T;
+}
+
+static int load_batch(trainer *t, int64_t first_sample) {
+  int64_t B = t->cfg.micro_batch, T = t->cfg.seq_len;
+  int64_t ntok = sl_dataset_num_tokens(t->ds);
+  for (int64_t b = 0; b < B; b++) {
+    int64_t start = sample_start(t, first_sample + b) % ntok;
+    int rc = sl_dataset_tokens(t->ds, start, T + 1, t->row);
+    if (rc) return rc;
+    for (int64_t i = 0; i < T; i++) {
+      t->tok[b * T + i] = t->row[i];
+      t->tgt[b * T + i] = t->row[i + 1];
+    }
+  }
+  return SL_OK;
+}
+
+/* tied-weight access for the model */
+static int acc_params(void *user, int u, const float **p) {
+  return sl_fsdp_pinned_params(((trainer *)user)->f, u, p);
+}
+static int acc_grads(void *user, int u, float **g) {
+  return sl_fsdp_grad_buffer(((trainer *)user)->f, u, g);
+}
+
+static int parse_dtype(const char *s, sl_dtype *out, const char *flag) {
+  if (!strcmp(s, "fp32") || !strcmp(s, "f32")) *out = SL_F32;
+  else if (!strcmp(s, "bf16")) *out = SL_BF16;
+  else return sl_fail(SL_EINPUT, "--%s must be fp32 or bf16, found '%s'", flag, s);
+  return SL_OK;
+}
+
+/* Ranks must agree on every setting that shapes the computation. */
+static int check_agreement(trainer *t) {
+  enum { CAP = 8192 };
+  char *mine = calloc(1, CAP), *all = calloc((size_t)t->wsize, CAP);
+  if (!mine || !all) { free(mine); free(all); return sl_fail(SL_ENOMEM, "out of memory"); }
+  int rc = sl_train_cfg_canonical(&t->cfg, mine, CAP - 512);
+  size_t n = strlen(mine);
+  snprintf(mine + n, CAP - n, "model.hidden=%lld\nmodel.layers=%lld\nmodel.vocab=%lld\nmodel.heads=%lld/%lld\n"
+           "model.intermediate=%lld\nmodel.arch=%s\ndata.tokens=%lld\n",
+           (long long)t->mcfg.hidden_size, (long long)t->mcfg.num_hidden_layers,
+           (long long)t->mcfg.vocab_size, (long long)t->mcfg.num_attention_heads,
+           (long long)t->mcfg.num_key_value_heads, (long long)t->mcfg.intermediate_size,
+           t->mcfg.arch_name, (long long)sl_dataset_num_tokens(t->ds));
+  if (!rc && sl_comm_allgather_sync(t->world, mine, all, CAP, SL_U8) != SL_COMM_OK)
+    rc = sl_fail(SL_ECOMM, "configuration check: %s", sl_comm_last_error());
+  for (int r = 1; !rc && r < t->wsize; r++) {
+    const char *a = all, *b = all + (size_t)r * CAP;
+    if (!strcmp(a, b)) continue;
+    /* name the first differing line */
+    while (*a && *b) {
+      const char *ea = strchr(a, '\n'), *eb = strchr(b, '\n');
+      size_t la = ea ? (size_t)(ea - a) : strlen(a), lb = eb ? (size_t)(eb - b) : strlen(b);
+      if (la != lb || memcmp(a, b, la)) {
+        rc = sl_fail(SL_EINPUT,
+                     "ranks disagree on the configuration: rank 0 has '%.*s' but rank %d has "
+                     "'%.*s'; every rank must be started with the same model, data and settings",
+                     (int)la, a, r, (int)lb, b);
+        break;
+      }
+      a += la + (ea ? 1 : 0);
+      b += lb + (eb ? 1 : 0);
+    }
+    if (!rc) rc = sl_fail(SL_EINPUT, "ranks disagree on the configuration (rank 0 vs rank %d)", r);
+  }
+  free(mine);
+  free(all);
+  return rc;
+}
+
+static double measure_peak(trainer *t) {
+  int64_t n = 512;
+  float *a = sl_alloc((size_t)(n * n) * 4, "peak"), *b = sl_alloc((size_t)(n * n) * 4, "peak"),
+        *c = sl_alloc((size_t)(n * n) * 4, "peak");
+  double best = 0;
+  if (a && b && c) {
+    for (int64_t i = 0; i < n * n; i++) a[i] = b[i] = (float)(i % 7) * 0.01f;
+    for (int rep = 0; rep < 4; rep++) {
+      double t0 = sl_now_s();
+      t->ops->linear_fwd(t->k, c, a, b, NULL, n, n, n);
+      double dt = sl_now_s() - t0;
+      double fl = 2.0 * n * n * n / dt;
+      if (fl > best && rep > 0) best = fl;
+    }
+  }
+  sl_free(a); sl_free(b); sl_free(c);
+  return best > 0 ? best : 1e9;
+}
+
+/* ---- setup / teardown ----------------------------------------------------- */
+static void trainer_free(trainer *t) {
+  if (t->m) {
+    for (int u = 0; u < t->m->nunits; u++) {
+      if (t->master && t->master[u]) {
+        sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
+        sl_mem_sub(SL_ARENA_OPTIM, 3 * v.count * 4);
+        sl_free(t->master[u]);
+        sl_free(t->mom[u]);
+        sl_free(t->var[u]);
+      }
+    }
+  }
+  free(t->master); free(t->mom); free(t->var);
+  sl_fsdp_destroy(t->f);
+  sl_model_destroy(t->m);
+  if (t->ds) sl_dataset_close(t->ds);
+  if (t->k) t->ops->ctx_destroy(t->k);
+  sl_free(t->tok); sl_free(t->tgt); sl_free(t->row);
+  free(t->perm);
+  if (t->metrics) fclose(t->metrics);
+}
+
+static int local_ranks(void) {
+  const char *e = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (!e) e = getenv("SLURM_NTASKS_PER_NODE");
+  int n = e ? atoi(e) : 1;
+  return n > 0 ? n : 1;
+}
+
+static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
+  memset(t, 0, sizeof *t);
+  t->cfg = *cfg;
+  t->world = world;
+  t->rank = sl_comm_rank(world);
+  t->wsize = sl_comm_size(world);
+  t->perm_epoch = -1;
+  sl_train_cfg *c = &t->cfg;
+  int rc;
+  if (c->steps < 0 || c->micro_batch < 1 || c->seq_len < 1 || c->grad_accum < 1)
+    return sl_fail(SL_EINPUT, "--steps >= 0, --micro-batch, --seq-len and --grad-accum >= 1 are required "
+                   "(found %lld, %lld, %lld, %lld)", (long long)c->steps, (long long)c->micro_batch,
+                   (long long)c->seq_len, (long long)c->grad_accum);
+  if (strcmp(c->data_order, "sequential") && strcmp(c->data_order, "shuffled"))
+    return sl_fail(SL_EINPUT, "--data-order must be sequential or shuffled, found '%s'", c->data_order);
+  sl_actckpt ac;
+  if (!strcmp(c->activation_checkpoint, "none")) ac = SL_AC_NONE;
+  else if (!strcmp(c->activation_checkpoint, "selective")) ac = SL_AC_SELECTIVE;
+  else if (!strcmp(c->activation_checkpoint, "full")) ac = SL_AC_FULL;
+  else return sl_fail(SL_EINPUT, "--activation-checkpoint must be none, selective or full, found '%s'",
+                      c->activation_checkpoint);
+  if (!strcmp(c->backend, "cuda"))
+    return sl_fail(SL_EINPUT, "--backend cuda: the CUDA kernels build, but the trainer does not drive "
+                   "them yet; use --backend cpu");
+  if (strcmp(c->backend, "cpu") && strcmp(c->backend, "auto"))
+    return sl_fail(SL_EINPUT, "--backend must be cpu, cuda or auto, found '%s'", c->backend);
+  t->ops = sl_ops_cpu();
+  int threads = (int)c->threads;
+  if (threads <= 0) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    threads = (int)(ncpu / local_ranks());
+    if (threads < 1) threads = 1;
+  }
+  t->k = t->ops->ctx_create(threads);
+  if (!t->k) return sl_fail(SL_ENOMEM, "cannot create the compute context");
+
+  /* model config */
+  if (c->model[0]) {
+    char p[SL_PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/config.json", c->model);
+    if ((rc = sl_hfconfig_load(p, &t->mcfg))) return rc;
+  } else if ((rc = sl_hfconfig_parse("built-in configs/tiny-llama/config.json", sl_builtin_model_config,
+                                     sl_builtin_model_config_len, &t->mcfg))) {
+    return rc;
+  }
+
+  /* data */
+  if (c->data[0]) {
+    if ((rc = sl_dataset_open(c->data, &t->ds))) return rc;
+  } else {
+    char dir[SL_PATH_MAX + 32], prefix[SL_PATH_MAX + 64];
+    snprintf(dir, sizeof dir, "%s/data", c->out_dir);
+    snprintf(prefix, sizeof prefix, "%s/corpus", dir);
+    if (t->rank == 0) {
+      rc = mkdirs(dir);
+      if (!rc) rc = sl_prepare_text_mem("built-in corpus", sl_builtin_corpus, sl_builtin_corpus_len, prefix, NULL);
+    }
+    int all = rc;
+    if (sl_comm_allreduce_sync(world, &all, 1, SL_I32) != SL_COMM_OK)
+      return sl_fail(SL_ECOMM, "%s", sl_comm_last_error());
+    if (rc) return rc;
+    if (all) return sl_fail(SL_EIO, "rank 0 could not prepare the built-in corpus");
+    if ((rc = sl_dataset_open(prefix, &t->ds))) return rc;
+  }
+  if ((rc = sl_dataset_check_vocab(t->ds, t->mcfg.vocab_size))) return rc;
+  if (sl_dataset_num_tokens(t->ds) < 2)
+    return sl_fail(SL_EINPUT, "%s: the dataset holds fewer than 2 tokens", c->data);
+  t->nwin = sl_dataset_num_tokens(t->ds) / c->seq_len;
+  if (t->nwin < 1) t->nwin = 1;
+  if (!strcmp(c->data_order, "shuffled") && !(t->perm = malloc(sizeof(int64_t) * (size_t)t->nwin)))
+    return sl_fail(SL_ENOMEM, "out of memory");
+  if ((rc = check_agreement(t))) return rc;
+
+  /* model + FSDP */
+  if ((rc = sl_model_create(&t->mcfg, t->ops, t->k, c->micro_batch, c->seq_len, ac, &t->m))) return rc;
+  t->m->access = (sl_unit_access){t, acc_params, acc_grads};
+  sl_fsdp_cfg fc = {
+      .zero = (int)c->zero, .prefetch = (int)c->prefetch, .prefetch_bytes = c->prefetch_mb << 20,
+      .reshard_after_forward = c->reshard_after_forward, .sync_accum = !c->no_sync_accum,
+      .shard_group = (int)c->shard_group, .align = 16};
+  if ((rc = parse_dtype(c->param_dtype, &fc.param_dtype, "param-dtype"))) return rc;
+  if ((rc = parse_dtype(c->reduce_dtype, &fc.reduce_dtype, "reduce-dtype"))) return rc;
+  int U = t->m->nunits;
+  int64_t *numel = calloc((size_t)U, sizeof(int64_t));
+  if (!numel) return sl_fail(SL_ENOMEM, "out of memory");
+  for (int u = 0; u < U; u++) numel[u] = t->m->units[u].numel;
+  rc = sl_fsdp_create(world, &fc, t->ops, t->k, U, numel, t->m->pinned, &t->f);
+  free(numel);
+  if (rc) return rc;
+
+  /* parameters and optimizer state, one unit at a time */
+  sl_st_set *weights = NULL;
+  if (c->model[0] && (rc = sl_st_open_dir(c->model, &weights))) return rc;
+  if (!weights) sl_log0(SL_LOG_INFO, "no weight files in %s: initialising from seed %lld",
+                        c->model[0] ? c->model : "the built-in config", (long long)c->seed);
+  t->master = calloc((size_t)U, sizeof(float *));
+  t->mom = calloc((size_t)U, sizeof(float *));
+  t->var = calloc((size_t)U, sizeof(float *));
+  float *flat = sl_alloc((size_t)sl_model_max_unit_numel(t->m) * 4, "unit load buffer");
+  if (!t->master || !t->mom || !t->var || !flat) rc = sl_fail(SL_ENOMEM, "out of memory");
+  for (int u = 0; u < U && !rc; u++) {
+    memset(flat, 0, (size_t)t->m->units[u].numel * 4);
+    if ((rc = sl_model_unit_load(t->m, u, weights, (uint64_t)c->seed, flat))) break;
+    if ((rc = sl_fsdp_init_params(t->f, u, flat))) break;
+    sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
+    t->master[u] = sl_alloc((size_t)v.count * 4, "master weights");
+    t->mom[u] = sl_alloc((size_t)v.count * 4, "adam m");
+    t->var[u] = sl_alloc((size_t)v.count * 4, "adam v");
+    if (!t->master[u] || !t->mom[u] || !t->var[u]) { rc = SL_ENOMEM; break; }
+    sl_mem_add(SL_ARENA_OPTIM, 3 * v.count * 4);
+    if (v.valid > 0) memcpy(t->master[u], flat + v.offset, (size_t)v.valid * 4);
+  }
+  sl_free(flat);
+  if (weights) sl_st_close_set(weights);
+  if (rc) return rc;
+
+  int64_t BT = c->micro_batch * c->seq_len;
+  t->tok = sl_alloc((size_t)BT * 4, "tokens");
+  t->tgt = sl_alloc((size_t)BT * 4, "targets");
+  t->row = sl_alloc((size_t)(c->seq_len + 1) * 4, "sample");
+  if (!t->tok || !t->tgt || !t->row) return sl_fail(SL_ENOMEM, "out of memory");
+  t->G = c->micro_batch * c->grad_accum * t->wsize;
+  return SL_OK;
+}
+
+/* ---- one step ------------------------------------------------------------- */
+static int run_micro(trainer *t, int64_t s, int k, int nk, int dump_logits, float *logits) {
+  sl_train_cfg *c = &t->cfg;
+  int64_t first = s * t->G + (int64_t)t->rank * (c->grad_accum * c->micro_batch) + (int64_t)k * c->micro_batch;
+  int rc = load_batch(t, first);
+  if (rc) return rc;
+  float scale = (float)(1.0 / ((double)t->G * (double)c->seq_len));
+  sl_model_set_batch(t->m, t->tok, t->tgt, scale);
+  int U = t->m->nunits;
+  if ((rc = sl_fsdp_begin_micro(t->f, k, nk))) return rc;
+  for (int u = 0; u < U; u++) {
+    const float *p;
+    if ((rc = sl_fsdp_fwd_acquire(t->f, u, &p))) return rc;
+    if ((rc = t->m->vt->fwd(t->m, u, p))) return rc;
+    if (dump_logits && u == U - 1) {
+      /* logits need the head's parameters, still gathered here */
+      const float *W = p;
+      if (t->mcfg.tie_word_embeddings) {
+        if ((rc = sl_fsdp_pinned_params(t->f, 0, &W))) return rc;
+      } else {
+        W = p + t->mcfg.hidden_size;
+      }
+      (void)W;
+      if ((rc = t->m->vt->logits(t->m, logits))) return rc;
+    }
+    if ((rc = sl_fsdp_fwd_release(t->f, u))) return rc;
+  }
+  for (int u = U - 1; u >= 0; u--) {
+    const float *p;
+    float *g;
+    if ((rc = sl_fsdp_bwd_acquire(t->f, u, &p, &g))) return rc;
+    if ((rc = t->m->vt->bwd(t->m, u, p, g))) return rc;
+    if ((rc = sl_fsdp_bwd_release(t->f, u))) return rc;
+  }
+  return sl_fsdp_end_micro(t->f);
+}
+
+static int sum_across(trainer *t, double mine, double *out) {
+  double *all = calloc((size_t)t->wsize, sizeof(double));
+  if (!all) return SL_ENOMEM;
+  if (sl_comm_allgather_sync(t->world, &mine, all, 1, SL_F64) != SL_COMM_OK) {
+    free(all);
+    return sl_fail(SL_ECOMM, "loss all-gather: %s", sl_comm_last_error());
+  }
+  double s = 0;
+  for (int r = 0; r < t->wsize; r++) s += all[r];
+  free(all);
+  *out = s;
+  return SL_OK;
+}
+
+static int optimizer_step(trainer *t, int64_t s, double lr, float coef) {
+  sl_train_cfg *c = &t->cfg;
+  for (int u = 0; u < t->m->nunits; u++) {
+    sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
+    const sl_unit_spec *us = &t->m->units[u];
+    for (int i = 0; i < us->ntensors; i++) {
+      const sl_tensor_spec *ts = &us->t[i];
+      int64_t lo = ts->offset > v.offset ? ts->offset : v.offset;
+      int64_t hi = ts->offset + ts->numel;
+      if (hi > v.offset + v.valid) hi = v.offset + v.valid;
+      if (hi <= lo) continue;
+      int64_t o = lo - v.offset;
+      t->ops->adamw(t->k, t->master[u] + o, t->mom[u] + o, t->var[u] + o, v.grads + o, hi - lo,
+                    (float)lr, (float)c->beta1, (float)c->beta2, (float)c->eps,
+                    ts->decay ? (float)c->weight_decay : 0.0f, s + 1, coef);
+    }
+    int rc = sl_fsdp_set_view(t->f, u, t->master[u]);
+    if (rc) return rc;
+  }
+  return sl_fsdp_finish_step(t->f);
+}
+
+typedef struct {
+  double loss, grad_norm, lr;
+} step_out;
+
+static int train_step(trainer *t, int64_t s, step_out *o) {
+  sl_train_cfg *c = &t->cfg;
+  double loss_local = 0;
+  int rc;
+  for (int k = 0; k < c->grad_accum; k++) {
+    if ((rc = run_micro(t, s, k, (int)c->grad_accum, 0, NULL))) return rc;
+    loss_local += t->m->loss_sum;
+  }
+  double loss_sum;
+  if ((rc = sum_across(t, loss_local, &loss_sum))) return rc;
+  o->loss = loss_sum / ((double)t->G * (double)c->seq_len);
+  double ss;
+  if ((rc = sl_fsdp_grad_sumsq(t->f, &ss))) return rc;
+  o->grad_norm = sqrt(ss);
+  float coef = 1.0f;
+  if (c->clip > 0) {
+    /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1 */
+    float cf = (float)c->clip / ((float)o->grad_norm + 1e-6f);
+    coef = cf < 1.0f ? cf : 1.0f;
+  }
+  o->lr = sl_lr_at(c, s);
+  return optimizer_step(t, s, o->lr, coef);
+}
+
+/* ---- saving ----------------------------------------------------------------- */
+static int fill_unit(void *ctx, int u, float *flat) {
+  trainer *t = ctx;
+  return sl_fsdp_gather_view(t->f, u, t->master[u], flat);
+}
+
+static int save_model(trainer *t, const char *dir) {
+  int rc = SL_OK;
+  if (t->rank == 0) {
+    rc = sl_model_save(t->m, dir, fill_unit, t, 0);
+  } else {
+    /* every rank takes part in the gathers, in the same unit order */
+    float *flat = sl_alloc((size_t)sl_model_max_unit_numel(t->m) * 4, "save buffer");
+    if (!flat) return SL_ENOMEM;
+    for (int u = 0; u < t->m->nunits && !rc; u++) rc = fill_unit(t, u, flat);
+    sl_free(flat);
+  }
+  int bad = rc != 0;
+  sl_comm_allreduce_sync(t->world, &bad, 1, SL_I32);
+  if (!rc && bad) rc = sl_fail(SL_EIO, "saving %s failed on rank 0", dir);
+  return rc;
+}
+
+/* ---- reporting -------------------------------------------------------------- */
+static void summary(trainer *t, double wall) {
+  enum { NV = SL_ARENA_COUNT + 2 * SL_COLL_NKINDS + 2 };
+  int64_t mine[NV], *all = calloc((size_t)t->wsize, sizeof mine);
+  if (!all) return;
+  sl_mem_stats ms;
+  sl_mem_get(&ms);
+  sl_comm_stats sh, rp;
+  sl_fsdp_comm_stats(t->f, &sh, &rp);
+  int i = 0;
+  for (int a = 0; a < SL_ARENA_COUNT; a++) mine[i++] = ms.peak[a];
+  for (int kk = 0; kk < SL_COLL_NKINDS; kk++) mine[i++] = (int64_t)sh.bytes[kk];
+  for (int kk = 0; kk < SL_COLL_NKINDS; kk++) mine[i++] = (int64_t)rp.bytes[kk];
+  mine[i++] = (int64_t)sl_fsdp_wait_ns(t->f);
+  mine[i++] = ms.total_peak;
+  if (sl_comm_allgather_sync(t->world, mine, all, NV, SL_I64) == SL_COMM_OK && t->rank == 0) {
+    printf("\nper-rank summary (%d rank%s, ZeRO-%lld, %.1f s):\n", t->wsize, t->wsize > 1 ? "s" : "",
+           (long long)t->cfg.zero, wall);
+    printf("  rank |   params    grads    optim   gather     acts workspace |    total | "
+           "all-gather reduce-scat  all-reduce | blocked on comm\n");
+    for (int r = 0; r < t->wsize; r++) {
+      int64_t *v = all + (size_t)r * NV;
+      double mb = 1.0 / (1 << 20);
+      int64_t ag = v[SL_ARENA_COUNT + SL_COLL_ALLGATHER] + v[SL_ARENA_COUNT + SL_COLL_NKINDS + SL_COLL_ALLGATHER];
+      int64_t rs = v[SL_ARENA_COUNT + SL_COLL_REDUCE_SCATTER] +
+                   v[SL_ARENA_COUNT + SL_COLL_NKINDS + SL_COLL_REDUCE_SCATTER];
+      int64_t ar = v[SL_ARENA_COUNT + SL_COLL_ALLREDUCE] + v[SL_ARENA_COUNT + SL_COLL_NKINDS + SL_COLL_ALLREDUCE];
+      printf("  %4d | %7.2fM %7.2fM %7.2fM %7.2fM %7.2fM %8.2fM | %7.2fM | %9.2fM %10.2fM %10.2fM | %.2f s (%.1f%%)\n",
+             r, v[SL_ARENA_PARAMS] * mb, v[SL_ARENA_GRADS] * mb, v[SL_ARENA_OPTIM] * mb,
+             v[SL_ARENA_GATHER] * mb, v[SL_ARENA_ACTS] * mb, v[SL_ARENA_WORKSPACE] * mb, v[NV - 1] * mb,
+             ag * mb, rs * mb, ar * mb, v[NV - 2] * 1e-9, 100.0 * v[NV - 2] * 1e-9 / (wall > 0 ? wall : 1));
+    }
+    printf("  (peak bytes per arena in MiB; bytes each rank sent per collective kind, in MiB)\n");
+  }
+  free(all);
+}
+
+static void write_metrics(trainer *t, int64_t s, const step_out *o, double dt, double flops_tok) {
+  if (t->rank != 0 || !t->metrics) return;
+  sl_mem_stats ms;
+  sl_mem_get(&ms);
+  sl_comm_stats sh, rp;
+  sl_fsdp_comm_stats(t->f, &sh, &rp);
+  double tps = (double)t->G * (double)t->cfg.seq_len / dt;
+  double mfu = flops_tok * tps / (t->peak_flops * t->wsize);
+  uint64_t bytes = 0;
+  for (int kk = 0; kk < SL_COLL_NKINDS; kk++) bytes += sh.bytes[kk] + rp.bytes[kk];
+  fprintf(t->metrics,
+          "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.2f, "
+          "\"mfu\": %.6f, \"peak_bytes\": %lld, \"step_time_s\": %.6f, \"comm_wait_s\": %.6f, "
+          "\"comm_bytes\": %llu, \"arena_peak\": {",
+          (long long)(s + 1), o->loss, o->lr, o->grad_norm, tps, mfu, (long long)ms.total_peak, dt,
+          sl_fsdp_wait_ns(t->f) * 1e-9, (unsigned long long)bytes);
+  for (int a = 0; a < SL_ARENA_COUNT; a++)
+    fprintf(t->metrics, "%s\"%s\": %lld", a ? ", " : "", sl_arena_name(a), (long long)ms.peak[a]);
+  fprintf(t->metrics, "}}\n");
+  fflush(t->metrics);
+}
+
+int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
+  trainer t;
+  int rc = trainer_setup(&t, cfg, world);
+  if (rc) goto done;
+  sl_train_cfg *c = &t.cfg;
+  if (t.rank == 0) {
+    if ((rc = mkdirs(c->out_dir))) goto bcast;
+    if (c->metrics[0]) snprintf(t.metrics_path, sizeof t.metrics_path, "%s", c->metrics);
+    else snprintf(t.metrics_path, sizeof t.metrics_path, "%s/metrics.jsonl", c->out_dir);
+    t.metrics = fopen(t.metrics_path, "w");
+    if (!t.metrics) rc = sl_fail(SL_EIO, "%s: cannot write metrics: %s", t.metrics_path, strerror(errno));
+  }
+bcast: {
+  int bad = rc != 0;
+  sl_comm_allreduce_sync(world, &bad, 1, SL_I32);
+  if (rc) goto done;
+  if (bad) { rc = sl_fail(SL_EIO, "rank 0 could not open its outputs"); goto done; }
+}
+  t.peak_flops = c->peak_tflops > 0 ? c->peak_tflops * 1e12 : measure_peak(&t);
+  double flops_tok = (double)t.m->vt->flops_per_token(t.m, c->seq_len);
+  sl_log0(SL_LOG_INFO,
+          "shardlm: %s %lld params (%d units) | %d rank%s, ZeRO-%lld | batch %lld x %lld x %lld tokens | "
+          "data %s (%lld tokens, %s) | peak %.1f GFLOP/s per rank",
+          t.mcfg.arch_name, (long long)sl_model_num_params(t.m), t.m->nunits, t.wsize, t.wsize > 1 ? "s" : "",
+          (long long)c->zero, (long long)t.G, (long long)c->seq_len, 1LL, c->data[0] ? c->data : "built-in corpus",
+          (long long)sl_dataset_num_tokens(t.ds), c->data_order, t.peak_flops * 1e-9);
+  int tty = t.rank == 0 && isatty(STDOUT_FILENO);
+  double t_start = sl_now_s(), first_loss = 0;
+  step_out o = {0};
+  sl_mem_reset_peaks();
+  for (int64_t s = 0; s < c->steps; s++) {
+    sl_fsdp_reset_comm_stats(t.f);
+    double t0 = sl_now_s();
+    if ((rc = train_step(&t, s, &o))) goto done;
+    double dt = sl_now_s() - t0;
+    if (s == 0) first_loss = o.loss;
+    write_metrics(&t, s, &o, dt, flops_tok);
+    double tps = (double)t.G * c->seq_len / dt;
+    if (tty) {
+      printf("\rstep %lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %.0f tok/s  MFU %.1f%%   ", (long long)(s + 1),
+             (long long)c->steps, o.loss, o.lr, o.grad_norm, tps,
+             100.0 * flops_tok * tps / (t.peak_flops * t.wsize));
+      fflush(stdout);
+    } else if ((c->log_every > 0 && (s + 1) % c->log_every == 0) || s == 0 || s + 1 == c->steps) {
+      sl_log0(SL_LOG_INFO, "step %lld/%lld loss %.4f lr %.3e grad_norm %.4f tokens/s %.0f", (long long)(s + 1),
+              (long long)c->steps, o.loss, o.lr, o.grad_norm, tps);
+    }
+  }
+  if (tty) printf("\n");
+  double wall = sl_now_s() - t_start;
+  if (t.metrics) { fclose(t.metrics); t.metrics = NULL; }
+  if (c->save[0] && (rc = save_model(&t, c->save))) goto done;
+  if (c->summary) summary(&t, wall);
+  if (t.rank == 0 && c->steps > 0) {
+    printf("trained %lld steps in %.1f s: loss %.4f -> %.4f\n", (long long)c->steps, wall, first_loss, o.loss);
+    printf("metrics: %s\n", t.metrics_path);
+    if (c->plot) {
+      char svg[SL_PATH_MAX + 64];
+      snprintf(svg, sizeof svg, "%s/metrics.svg", c->out_dir);
+      if (sl_plot_metrics(t.metrics_path, svg) == SL_OK) printf("plot:    %s\n", svg);
+      else sl_log(SL_LOG_WARN, "could not draw the plot: %s", sl_errmsg());
+    }
+    if (c->save[0]) printf("model:   %s (Hugging Face format)\n", c->save);
+  }
+done:
+  trainer_free(&t);
+  return rc;
+}
+
+/* ---- dump ------------------------------------------------------------------- */
+typedef struct {
+  const float *next; /* tensors back to back, in write order */
+} dump_src;
+
+static int dump_fill(void *ctx, int64_t index, const sl_st_wtensor *wt, float *dst) {
+  dump_src *s = ctx;
+  int64_t n = 1;
+  for (int d = 0; d < wt->ndim; d++) n *= wt->shape[d];
+  memcpy(dst, s->next, (size_t)n * 4);
+  s->next += n;
+  (void)index;
+  return SL_OK;
+}
+
+int sl_train_dump(const sl_train_cfg *cfg, sl_comm *world, const char *out_path) {
+  trainer t;
+  sl_train_cfg c2 = *cfg;
+  snprintf(c2.data_order, sizeof c2.data_order, "sequential");
+  c2.grad_accum = 1;
+  int rc = trainer_setup(&t, &c2, world);
+  float *logits = NULL, *big = NULL;
+  sl_st_wtensor *ws = NULL;
+  if (rc) goto done;
+  if (t.wsize != 1) { rc = sl_fail(SL_EINPUT, "dump runs on one rank"); goto done; }
+  int64_t N = c2.micro_batch * c2.seq_len, V = t.mcfg.vocab_size;
+  logits = sl_alloc((size_t)(N * V) * 4, "logits");
+  if (!logits) { rc = SL_ENOMEM; goto done; }
+  /* G = B for a single rank and grad_accum 1: the loss scale is 1/(B*T) */
+  if ((rc = run_micro(&t, 0, 0, 1, 1, logits))) goto done;
+  float loss = (float)(t.m->loss_sum / (double)N);
+  /* tensors: logits, loss, grad.<name> */
+  int U = t.m->nunits, nt = 2;
+  for (int u = 0; u < U; u++) nt += t.m->units[u].ntensors;
+  ws = calloc((size_t)nt, sizeof *ws);
+  char **names = calloc((size_t)nt, sizeof(char *));
+  int64_t total = sl_model_num_params(t.m);
+  big = sl_alloc((size_t)(total + 1) * 4, "gradients");
+  if (!ws || !names || !big) { rc = SL_ENOMEM; free(names); goto done; }
+  ws[0] = (sl_st_wtensor){.name = "logits", .ndim = 2, .shape = {N, V}, .dtype = SL_ST_F32};
+  ws[1] = (sl_st_wtensor){.name = "loss", .ndim = 1, .shape = {1}, .dtype = SL_ST_F32};
+  int n = 2;
+  int64_t off = 0;
+  for (int u = 0; u < U && !rc; u++) {
+    sl_fsdp_view_t v = sl_fsdp_view(t.f, u);
+    rc = sl_fsdp_gather_view(t.f, u, v.grads, big + off);
+    for (int i = 0; i < t.m->units[u].ntensors; i++) {
+      const sl_tensor_spec *ts = &t.m->units[u].t[i];
+      names[n] = malloc(SL_TENSOR_NAME_MAX + 8);
+      snprintf(names[n], SL_TENSOR_NAME_MAX + 8, "grad.%s", ts->name);
+      ws[n].name = names[n];
+      ws[n].ndim = ts->ndim;
+      for (int d = 0; d < ts->ndim; d++) ws[n].shape[d] = ts->shape[d];
+      ws[n].dtype = SL_ST_F32;
+      n++;
+    }
+    off += t.m->units[u].numel;
+  }
+  if (!rc) {
+    /* one contiguous source: logits | loss | grads in tensor order */
+    float *all = sl_alloc((size_t)(N * V + 1 + total) * 4, "dump");
+    if (!all) rc = SL_ENOMEM;
+    else {
+      memcpy(all, logits, (size_t)(N * V) * 4);
+      all[N * V] = loss;
+      memcpy(all + N * V + 1, big, (size_t)total * 4);
+      dump_src src = {all};
+      rc = sl_st_write_file(out_path, ws, n, dump_fill, &src);
+      sl_free(all);
+    }
+  }
+  for (int i = 2; i < n; i++) free(names[i]);
+  free(names);
+done:
+  free(ws);
+  sl_free(logits);
+  sl_free(big);
+  trainer_free(&t);
+  return rc;
+}

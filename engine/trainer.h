@@ -1,0 +1,28 @@
+/* engine/trainer.h — the training loop: model units driven through the FSDP
+ * runtime, AdamW on the local optimizer view, metrics, saving. */
+#ifndef SL_TRAINER_H
+#define SL_TRAINER_H
+
+#include "engine/traincfg.h"
+#include "shard/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Runs cfg->steps optimizer steps on every rank of world. */
+int sl_train_run(const sl_train_cfg *cfg, sl_comm *world);
+
+/* One forward + backward of the first micro-batch (samples 0..B-1 in
+ * sequential order) and writes an F32 safetensors file with "logits"
+ * (B*T, V), "loss" (1) and "grad.<name>" for every parameter (gradient of
+ * the mean token loss). For tests against PyTorch. */
+int sl_train_dump(const sl_train_cfg *cfg, sl_comm *world, const char *out_path);
+
+/* The learning rate of step s (0-based) of the parity contract. */
+double sl_lr_at(const sl_train_cfg *cfg, int64_t s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SL_TRAINER_H */

@@ -1,0 +1,66 @@
+/* kernels/cpu/cpu_internal.h — what the CPU backend's op files share: the
+ * context struct (threads, growable scratch), the scratch accessor, the
+ * element-count threshold below which loops stay single-threaded, and a
+ * branch-free, vectorizable expf. Internal to kernels/cpu. */
+#ifndef SL_CPU_INTERNAL_H
+#define SL_CPU_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+struct sl_kctx {
+  int threads;         /* OpenMP threads for elementwise/row loops (>= 1) */
+  void *scratch;       /* growable scratch block, 64-byte aligned */
+  size_t scratch_cap;  /* bytes allocated in scratch */
+  size_t scratch_hwm;  /* high-water mark of bytes requested */
+  float *rope_tab;     /* (rope_T, rope_hd/2, 2) cos,sin cache for rope */
+  int64_t rope_T, rope_hd; /* shape the cache was built for (0 = none) */
+  float rope_theta;    /* theta the cache was built for */
+};
+
+/* Hot row kernels get an AVX2+FMA clone picked at load time (ifunc); the
+ * default build targets baseline x86-64. Off under sanitizers. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_ADDRESS__) && !defined(SL_CPU_NO_CLONES)
+#define SL_CPU_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define SL_CPU_HOT
+#endif
+
+/* Loops over fewer elements than this run on the calling thread only. */
+#define SL_CPU_PAR_MIN 32768
+
+/* Returns scratch of at least nfloats floats (contents undefined), valid until
+ * the next call on this ctx. NULL on allocation failure: the message is set
+ * (naming op) and logged; the op then poisons its outputs with NaN. */
+float *sl_cpu_scratch(sl_kctx *ctx, size_t nfloats, const char *op);
+/* Fills x[0..n) with NaN (used when an op cannot run). */
+void sl_cpu_poison(float *x, int64_t n);
+
+/* expf with ~1-2 ulp error, no branches, vectorizable (Cephes polynomial,
+ * Cody-Waite reduction). Inputs are clamped to [-87.3, 88.7]: results
+ * below 2^-126 are returned as ~1.2e-38, never denormal or 0, never inf. */
+static inline float sl_cpu_expf(float x) {
+  x = x < -87.33654f ? -87.33654f : x;
+  x = x > 88.72283f ? 88.72283f : x;
+  /* n = rint(x / ln2) via the 1.5*2^23 trick (default rounding mode) */
+  float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  float y = p * (r * r) + r + 1.0f;
+  int32_t e = ((int32_t)n + 127) << 23;
+  float s;
+  memcpy(&s, &e, sizeof s);
+  return y * s;
+}
+
+#endif /* SL_CPU_INTERNAL_H */

@@ -1,0 +1,14 @@
+/* kernels/cuda/attention.cuh — host launchers of the fused causal GQA
+ * attention (FlashAttention-2 style); bf16 variants in cuda_backend.h. */
+#ifndef SL_CUDA_ATTENTION_CUH
+#define SL_CUDA_ATTENTION_CUH
+#include "kernels/kernels.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+void sl_cuda_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window);
+void sl_cuda_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window);
+#ifdef __cplusplus
+}
+#endif
+#endif

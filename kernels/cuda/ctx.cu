@@ -1,0 +1,225 @@
+/* kernels/cuda/ctx.cu — the CUDA context (stream, cuBLASLt handle, scratch
+ * arena), error recording, device memory helpers, and the op table itself. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/lmhead_ce.cuh"
+#include "kernels/cuda/mamba.cuh"
+#include "kernels/cuda/optim.cuh"
+#include "kernels/cuda/rmsnorm.cuh"
+#include "kernels/cuda/rope.cuh"
+
+int sl_cuda_fail(sl_kctx *ctx, int code, const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (ctx && ctx->status == SL_OK) {
+    ctx->status = code;
+    snprintf(ctx->msg, sizeof ctx->msg, "%s", buf);
+  }
+  return sl_fail(code, "cuda: %s", buf);
+}
+
+int sl_cuda_last_status(sl_kctx *ctx) { return ctx ? ctx->status : SL_EINPUT; }
+const char *sl_cuda_last_error(sl_kctx *ctx) { return ctx ? ctx->msg : "no context"; }
+void sl_cuda_clear_status(sl_kctx *ctx) {
+  if (!ctx) return;
+  ctx->status = SL_OK;
+  ctx->msg[0] = 0;
+  (void)cudaGetLastError(); /* drop a non-sticky launch error */
+}
+int sl_cuda_sync(sl_kctx *ctx) {
+  if (!ctx) return SL_EINPUT;
+  cudaError_t e = cudaStreamSynchronize(ctx->stream);
+  if (e != cudaSuccess)
+    sl_cuda_fail(ctx, SL_EINTERNAL, "sl_cuda_sync: stream failed: %s", cudaGetErrorString(e));
+  return ctx->status;
+}
+
+void *sl_cuda_scratch(sl_kctx *ctx, size_t bytes, const char *op) {
+  if (bytes <= ctx->ws_bytes) return ctx->ws;
+  size_t want = bytes + bytes / 4; /* headroom against many small regrowths */
+  want = (want + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
+  cudaError_t e = cudaStreamSynchronize(ctx->stream);
+  if (e == cudaSuccess && ctx->ws) e = cudaFree(ctx->ws);
+  ctx->ws = NULL;
+  ctx->ws_bytes = 0;
+  if (e == cudaSuccess) e = cudaMalloc(&ctx->ws, want);
+  if (e != cudaSuccess) {
+    ctx->ws = NULL;
+    sl_cuda_fail(ctx, e == cudaErrorMemoryAllocation ? SL_ENOMEM : SL_EINTERNAL,
+                 "%s: scratch of %zu bytes: %s", op, want, cudaGetErrorString(e));
+    return NULL;
+  }
+  ctx->ws_bytes = want;
+  sl_log(SL_LOG_DEBUG, "cuda: scratch grown to %zu bytes by %s", want, op);
+  return ctx->ws;
+}
+
+static void ctx_free(sl_kctx *c) {
+  if (c->stream) cudaStreamSynchronize(c->stream);
+  if (c->ws) cudaFree(c->ws);
+  if (c->lt_ws) cudaFree(c->lt_ws);
+  if (c->sumsq_dev) cudaFree(c->sumsq_dev);
+  if (c->sumsq_part) cudaFree(c->sumsq_part);
+  if (c->sumsq_host) cudaFreeHost(c->sumsq_host);
+  if (c->lt) cublasLtDestroy(c->lt);
+  if (c->stream) cudaStreamDestroy(c->stream);
+  free(c);
+}
+
+static sl_kctx *cuda_ctx_create(int threads) {
+  (void)threads;
+  sl_kctx *c = (sl_kctx *)calloc(1, sizeof *c);
+  if (!c) {
+    sl_fail(SL_ENOMEM, "cuda: ctx_create: out of host memory");
+    return NULL;
+  }
+  const char *tf = getenv("SL_CUDA_TF32");
+  c->tf32 = tf && atoi(tf) == 1;
+  const char *what = "cudaGetDevice";
+  cudaError_t e = cudaGetDevice(&c->device);
+  cublasStatus_t be = CUBLAS_STATUS_SUCCESS;
+  if (e == cudaSuccess) what = "cudaStreamCreate", e = cudaStreamCreate(&c->stream);
+  if (e == cudaSuccess) what = "cudaMalloc(cuBLASLt workspace)", e = cudaMalloc(&c->lt_ws, SL_CUDA_LT_WS_BYTES);
+  if (e == cudaSuccess) c->lt_ws_bytes = SL_CUDA_LT_WS_BYTES;
+  if (e == cudaSuccess) what = "cudaMalloc(sumsq)", e = cudaMalloc((void **)&c->sumsq_dev, sizeof(double));
+  if (e == cudaSuccess)
+    what = "cudaMalloc(sumsq partials)",
+    e = cudaMalloc((void **)&c->sumsq_part, SL_CUDA_SUMSQ_BLOCKS * sizeof(double));
+  if (e == cudaSuccess) what = "cudaMallocHost(sumsq)", e = cudaMallocHost((void **)&c->sumsq_host, sizeof(double));
+  if (e != cudaSuccess) {
+    sl_fail(SL_EINTERNAL, "cuda: ctx_create: %s failed: %s", what, cudaGetErrorString(e));
+    ctx_free(c);
+    return NULL;
+  }
+  be = cublasLtCreate(&c->lt);
+  if (be != CUBLAS_STATUS_SUCCESS) {
+    c->lt = NULL;
+    sl_fail(SL_EINTERNAL, "cuda: ctx_create: cublasLtCreate failed: %s", cublasLtGetStatusString(be));
+    ctx_free(c);
+    return NULL;
+  }
+  return c;
+}
+
+static void cuda_ctx_destroy(sl_kctx *ctx) {
+  if (ctx) ctx_free(ctx);
+}
+
+/* Device bytes the context holds beyond the caller's tensors: the op
+ * scratch high-water plus the fixed cuBLASLt workspace and sumsq buffers. */
+static size_t cuda_ctx_scratch_bytes(const sl_kctx *ctx) {
+  if (!ctx) return 0;
+  return ctx->ws_bytes + ctx->lt_ws_bytes + (SL_CUDA_SUMSQ_BLOCKS + 1) * sizeof(double);
+}
+
+void *sl_cuda_malloc(sl_kctx *ctx, size_t bytes) {
+  void *p = NULL;
+  cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+  if (e != cudaSuccess) {
+    sl_cuda_fail(ctx, SL_ENOMEM, "sl_cuda_malloc(%zu bytes): %s", bytes, cudaGetErrorString(e));
+    return NULL;
+  }
+  return p;
+}
+void sl_cuda_free(sl_kctx *ctx, void *p) {
+  if (!p) return;
+  if (ctx) cudaStreamSynchronize(ctx->stream);
+  cudaFree(p);
+}
+int sl_cuda_upload(sl_kctx *ctx, void *dst, const void *src, size_t bytes) {
+  SL_CUDA_BEGIN(ctx, ctx ? ctx->status : SL_EINPUT);
+  CUDA_CHECK(ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream), ctx->status);
+  return sl_cuda_sync(ctx);
+}
+int sl_cuda_download(sl_kctx *ctx, void *dst, const void *src, size_t bytes) {
+  SL_CUDA_BEGIN(ctx, ctx ? ctx->status : SL_EINPUT);
+  CUDA_CHECK(ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream), ctx->status);
+  return sl_cuda_sync(ctx);
+}
+int sl_cuda_memset0(sl_kctx *ctx, void *dst, size_t bytes) {
+  SL_CUDA_BEGIN(ctx, ctx ? ctx->status : SL_EINPUT);
+  CUDA_CHECK(ctx, cudaMemsetAsync(dst, 0, bytes, ctx->stream), ctx->status);
+  return ctx->status;
+}
+void *sl_cuda_stream(sl_kctx *ctx) { return ctx ? (void *)ctx->stream : NULL; }
+int sl_cuda_tf32_enabled(const sl_kctx *ctx) { return ctx ? ctx->tf32 : 0; }
+
+/* ---- deterministic second pass of column reductions ----------------------- */
+static __global__ void colsum_partials_kernel(float *dst, const float *part, int64_t P,
+                                              int64_t ncols) {
+  for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < ncols;
+       c += (int64_t)gridDim.x * blockDim.x) {
+    float s = 0.0f;
+    for (int64_t p = 0; p < P; p++) s += part[p * ncols + c];
+    dst[c] += s;
+  }
+}
+void sl_cuda_colsum_partials(sl_kctx *ctx, float *dst, const float *part, int64_t P,
+                             int64_t ncols) {
+  SL_CUDA_BEGIN(ctx);
+  if (ncols <= 0) return;
+  colsum_partials_kernel<<<sl_cuda_blocks(ncols, 256), 256, 0, ctx->stream>>>(dst, part, P, ncols);
+  CUDA_LAUNCH_CHECK(ctx);
+}
+
+/* ---- the table --------------------------------------------------------------- */
+static const sl_ops g_cuda_ops = {
+    /* name */ "cuda",
+    cuda_ctx_create,
+    cuda_ctx_destroy,
+    cuda_ctx_scratch_bytes,
+    sl_cuda_embedding_fwd,
+    sl_cuda_embedding_bwd,
+    sl_cuda_rmsnorm_fwd,
+    sl_cuda_rmsnorm_bwd,
+    sl_cuda_linear_fwd,
+    sl_cuda_linear_bwd,
+    sl_cuda_rope_fwd,
+    sl_cuda_rope_bwd,
+    sl_cuda_attention_fwd,
+    sl_cuda_attention_bwd,
+    sl_cuda_swiglu_fwd,
+    sl_cuda_swiglu_bwd,
+    sl_cuda_add_inplace,
+    sl_cuda_lmhead_ce_fwd,
+    sl_cuda_lmhead_ce_bwd,
+    sl_cuda_adamw,
+    sl_cuda_sumsq,
+    sl_cuda_scale,
+    sl_cuda_f32_to_bf16,
+    sl_cuda_bf16_to_f32,
+    sl_cuda_round_bf16,
+    sl_cuda_conv1d_fwd,
+    sl_cuda_conv1d_bwd,
+    sl_cuda_silu_fwd,
+    sl_cuda_silu_bwd,
+    sl_cuda_gate_fwd,
+    sl_cuda_gate_bwd,
+    sl_cuda_scan_fwd,
+    sl_cuda_scan_bwd,
+};
+
+/* NULL when no CUDA device is usable, so CPU-only machines never touch one.
+ * The probe runs once; a benign race at worst probes twice. */
+extern "C" const sl_ops *sl_ops_cuda(void) {
+  static int probed = 0, present = 0;
+  if (!probed) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    present = (e == cudaSuccess && n > 0);
+    probed = 1;
+  }
+  return present ? &g_cuda_ops : NULL;
+}

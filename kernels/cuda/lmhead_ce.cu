@@ -1,0 +1,96 @@
+/* kernels/cuda/lmhead_ce.cu — LM head + softmax cross-entropy, chunked over
+ * rows so that at most a (R, V) block of logits exists (in the scratch arena,
+ * R * V * 4 <= SL_CE_CHUNK_BYTES, R >= 1). Per chunk: logits = x_c @ w^T via
+ * cuBLASLt, then one 256-thread block per row does max / sum-exp (fixed-order
+ * block reductions) and the loss. Backward recomputes each chunk's logits,
+ * turns them in place into dlogits = (softmax - onehot) * scale (zero rows
+ * for ignored targets), and issues dx_c += dlogits @ w and
+ * dw += dlogits^T @ x_c (both beta = 1). */
+#include <math.h>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/lmhead_ce.cuh"
+
+#define SL_CE_CHUNK_BYTES ((int64_t)128 << 20)
+#define CE_NT 256
+
+static int64_t ce_chunk_rows(int64_t N, int64_t V) {
+  int64_t r = SL_CE_CHUNK_BYTES / (V * (int64_t)sizeof(float));
+  if (r < 1) r = 1;
+  if (r > N) r = N;
+  return r;
+}
+
+/* lse and loss of one row of logits; target outside [0, V) = ignored. */
+static __global__ void ce_fwd_kernel(float *losses, float *lse, const float *logits,
+                                     const int32_t *targets, int64_t V) {
+  __shared__ float sh[33];
+  int64_t r = blockIdx.x;
+  const float *z = logits + r * V;
+  float mx = -INFINITY;
+  for (int64_t c = threadIdx.x; c < V; c += blockDim.x) mx = fmaxf(mx, z[c]);
+  mx = sl_block_max(mx, sh);
+  float s = 0.0f;
+  for (int64_t c = threadIdx.x; c < V; c += blockDim.x) s += expf(z[c] - mx);
+  s = sl_block_sum(s, sh);
+  if (threadIdx.x == 0) {
+    float L = mx + logf(s);
+    int32_t t = targets[r];
+    lse[r] = L;
+    losses[r] = (t >= 0 && t < V) ? L - z[t] : 0.0f;
+  }
+}
+
+/* In place: logits row -> (softmax - onehot) * scale, or 0 when ignored. */
+static __global__ void ce_bwd_kernel(float *logits, const int32_t *targets, const float *lse,
+                                     float scale, int64_t V) {
+  int64_t r = blockIdx.x;
+  float *z = logits + r * V;
+  int32_t t = targets[r];
+  bool use = t >= 0 && t < V;
+  float L = lse[r];
+  for (int64_t c = threadIdx.x; c < V; c += blockDim.x) {
+    float g = 0.0f;
+    if (use) g = (expf(z[c] - L) - (c == t ? 1.0f : 0.0f)) * scale;
+    z[c] = g;
+  }
+}
+
+void sl_cuda_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const float *x,
+                           const float *w, const int32_t *targets, int64_t N, int64_t C,
+                           int64_t V) {
+  SL_CUDA_BEGIN(ctx);
+  SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && V > 0);
+  if (N == 0) return;
+  int64_t R = ce_chunk_rows(N, V);
+  float *logits = (float *)sl_cuda_scratch(ctx, (size_t)(R * V) * sizeof(float), "lmhead_ce_fwd");
+  if (!logits) return;
+  for (int64_t r0 = 0; r0 < N; r0 += R) {
+    int64_t rc = N - r0 < R ? N - r0 : R;
+    if (sl_cuda_rm_xwT(ctx, logits, x + r0 * C, w, rc, C, V, 0.0f, CUDA_R_32F)) return;
+    ce_fwd_kernel<<<(unsigned)rc, CE_NT, 0, ctx->stream>>>(losses + r0, lse + r0, logits,
+                                                            targets + r0, V);
+    CUDA_LAUNCH_CHECK(ctx);
+  }
+}
+
+void sl_cuda_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w,
+                           const int32_t *targets, const float *lse, float scale, int64_t N,
+                           int64_t C, int64_t V) {
+  SL_CUDA_BEGIN(ctx);
+  SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && V > 0);
+  if (N == 0 || (!dx && !dw)) return;
+  int64_t R = ce_chunk_rows(N, V);
+  float *logits = (float *)sl_cuda_scratch(ctx, (size_t)(R * V) * sizeof(float), "lmhead_ce_bwd");
+  if (!logits) return;
+  for (int64_t r0 = 0; r0 < N; r0 += R) {
+    int64_t rc = N - r0 < R ? N - r0 : R;
+    if (sl_cuda_rm_xwT(ctx, logits, x + r0 * C, w, rc, C, V, 0.0f, CUDA_R_32F)) return;
+    ce_bwd_kernel<<<(unsigned)rc, CE_NT, 0, ctx->stream>>>(logits, targets + r0, lse + r0, scale, V);
+    CUDA_LAUNCH_CHECK(ctx);
+    /* dlogits (rc, V) plays dout (N, OC = V) of a linear layer with IC = C */
+    if (dx && sl_cuda_rm_dx(ctx, dx + r0 * C, logits, w, rc, C, V, CUDA_R_32F)) return;
+    if (dw && sl_cuda_rm_dw(ctx, dw, logits, x + r0 * C, rc, C, V, CUDA_R_32F)) return;
+  }
+}

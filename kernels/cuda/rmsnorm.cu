@@ -1,0 +1,80 @@
+/* kernels/cuda/rmsnorm.cu — RMSNorm in fp32. Forward and the dinp part of
+ * backward use one 256-thread block per row (block reduction in fixed order).
+ * dw is a deterministic two-pass column reduction: pass 1 gives each of P row
+ * groups a partial (P, C) in scratch, pass 2 adds them in order. */
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/rmsnorm.cuh"
+
+#define RT 256
+#define ROWS_PER_PART 64 /* rows summed by one pass-1 partial of dw */
+
+static __global__ void rmsnorm_fwd_kernel(float *out, float *rstd, const float *inp,
+                                          const float *w, int64_t C, float eps) {
+  __shared__ float sh[33];
+  int64_t r = blockIdx.x;
+  const float *x = inp + r * C;
+  float ss = 0.0f;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) ss += x[c] * x[c];
+  ss = sl_block_sum(ss, sh);
+  float rs = 1.0f / sqrtf(ss / (float)C + eps);
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) out[r * C + c] = x[c] * rs * w[c];
+  if (threadIdx.x == 0 && rstd) rstd[r] = rs;
+}
+
+/* dinp = rs*w*g - x * rs^3/C * sum(g*w*x) */
+static __global__ void rmsnorm_bwd_dinp_kernel(float *dinp, const float *dout, const float *inp,
+                                               const float *w, const float *rstd, int64_t C) {
+  __shared__ float sh[33];
+  int64_t r = blockIdx.x;
+  const float *x = inp + r * C, *g = dout + r * C;
+  float dot = 0.0f;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dot += g[c] * w[c] * x[c];
+  dot = sl_block_sum(dot, sh);
+  float rs = rstd[r];
+  float k = dot * rs * rs * rs / (float)C;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+    dinp[r * C + c] += rs * w[c] * g[c] - x[c] * k;
+}
+
+/* part[p][c] = sum over rows of group p of g*x*rstd */
+static __global__ void rmsnorm_bwd_dw_pass1(float *part, const float *dout, const float *inp,
+                                            const float *rstd, int64_t N, int64_t C) {
+  int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  int64_t p = blockIdx.y;
+  if (c >= C) return;
+  int64_t r0 = p * ROWS_PER_PART, r1 = min(N, r0 + ROWS_PER_PART);
+  float s = 0.0f;
+  for (int64_t r = r0; r < r1; r++) s += dout[r * C + c] * inp[r * C + c] * rstd[r];
+  part[p * C + c] = s;
+}
+
+void sl_cuda_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w,
+                         int64_t N, int64_t C, float eps) {
+  SL_CUDA_BEGIN(ctx);
+  SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && N <= 0x7fffffffLL);
+  if (N == 0) return;
+  rmsnorm_fwd_kernel<<<(unsigned)N, RT, 0, ctx->stream>>>(out, rstd, inp, w, C, eps);
+  CUDA_LAUNCH_CHECK(ctx);
+}
+
+void sl_cuda_rmsnorm_bwd(sl_kctx *ctx, float *dinp, float *dw, const float *dout,
+                         const float *inp, const float *w, const float *rstd, int64_t N,
+                         int64_t C) {
+  SL_CUDA_BEGIN(ctx);
+  SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && N <= 0x7fffffffLL);
+  if (N == 0) return;
+  if (dinp) {
+    rmsnorm_bwd_dinp_kernel<<<(unsigned)N, RT, 0, ctx->stream>>>(dinp, dout, inp, w, rstd, C);
+    CUDA_LAUNCH_CHECK(ctx);
+  }
+  if (dw) {
+    int64_t P = (N + ROWS_PER_PART - 1) / ROWS_PER_PART;
+    SL_CUDA_REQUIRE(ctx, P <= 65535);
+    float *part = (float *)sl_cuda_scratch(ctx, (size_t)(P * C) * sizeof(float), "rmsnorm_bwd");
+    if (!part) return;
+    dim3 grid((unsigned)((C + 127) / 128), (unsigned)P);
+    rmsnorm_bwd_dw_pass1<<<grid, 128, 0, ctx->stream>>>(part, dout, inp, rstd, N, C);
+    CUDA_LAUNCH_CHECK(ctx);
+    sl_cuda_colsum_partials(ctx, dw, part, P, C);
+  }
+}

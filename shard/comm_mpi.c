@@ -1,0 +1,943 @@
+/* shard/comm_mpi.c — the MPI backend of shard/comm.h (host buffers).
+ *
+ * Owns: MPI initialisation (MPI_THREAD_MULTIPLE), one progress thread per
+ * communicator that runs queued operations in FIFO order (MPI_I* + MPI_Test
+ * with back-off), handles with a completion flag, per-kind byte counters,
+ * the bf16 sum MPI_Op, and the process-wide watchdog thread that aborts the
+ * job when a collective stalls. Protocols are described in docs/comm.md.
+ *
+ * The watchdog and the communicator registry are process-wide (one MPI world
+ * per process), kept in the single static `g` below.
+ */
+#define _GNU_SOURCE
+#include <limits.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "kernels/kernels.h"
+#include "shard/comm.h"
+#include "shard/comm_internal.h"
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static _Thread_local char t_err[1024];
+
+static int comm_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int comm_fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(t_err, sizeof t_err, fmt, ap);
+  va_end(ap);
+  sl_fail(SL_ECOMM, "%s", t_err);
+  return SL_COMM_ERR;
+}
+
+const char *sl_comm_last_error(void) { return t_err; }
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_us(long us) {
+  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+  nanosleep(&ts, NULL);
+}
+
+size_t sl_dtype_size(sl_dtype t) {
+  switch (t) {
+  case SL_F32: return 4;
+  case SL_BF16: return 2;
+  case SL_I32: return 4;
+  case SL_I64: return 8;
+  case SL_U8: return 1;
+  case SL_F64: return 8;
+  }
+  return 0;
+}
+
+const char *sl_dtype_name(sl_dtype t) {
+  switch (t) {
+  case SL_F32: return "f32";
+  case SL_BF16: return "bf16";
+  case SL_I32: return "i32";
+  case SL_I64: return "i64";
+  case SL_U8: return "u8";
+  case SL_F64: return "f64";
+  }
+  return "?";
+}
+
+const char *sl_coll_name(sl_coll_kind k) {
+  switch ((int)k) {
+  case SL_COLL_ALLGATHER: return "allgather";
+  case SL_COLL_REDUCE_SCATTER: return "reduce_scatter";
+  case SL_COLL_ALLREDUCE: return "allreduce";
+  case SL_COLL_BROADCAST: return "broadcast";
+  case SL_COLL_SENDRECV: return "send";
+  case SL_COLL_BARRIER: return "barrier";
+  case SL_OPK_RECV: return "recv";
+  case SL_OPK_SPLIT: return "split";
+  }
+  return "?";
+}
+
+static int is_coll(int kind) {
+  return kind != SL_COLL_SENDRECV && kind != SL_OPK_RECV && kind != SL_OPK_QUIT;
+}
+
+uint64_t sl_comm_bus_bytes(sl_coll_kind k, int n, int64_t count, sl_dtype dt,
+                           int is_source) {
+  uint64_t es = sl_dtype_size(dt);
+  if (n <= 1 || count <= 0) return 0;
+  switch (k) {
+  case SL_COLL_ALLGATHER:
+  case SL_COLL_REDUCE_SCATTER: return (uint64_t)(n - 1) * (uint64_t)count * es;
+  case SL_COLL_ALLREDUCE:
+    return 2ull * (uint64_t)(n - 1) * (uint64_t)((count + n - 1) / n) * es;
+  case SL_COLL_BROADCAST:
+  case SL_COLL_SENDRECV: return is_source ? (uint64_t)count * es : 0;
+  default: return 0;
+  }
+}
+
+uint64_t sl_comm_op_bytes(const sl_comm_op *op, int rank, int n) {
+  switch (op->kind) {
+  case SL_COLL_BROADCAST:
+    return sl_comm_bus_bytes(SL_COLL_BROADCAST, n, op->count, op->dt, rank == op->peer);
+  case SL_COLL_SENDRECV: return sl_comm_bus_bytes(SL_COLL_SENDRECV, n, op->count, op->dt, 1);
+  case SL_OPK_RECV: return 0;
+  case SL_OPK_SPLIT: return 0;
+  default: return sl_comm_bus_bytes((sl_coll_kind)op->kind, n, op->count, op->dt, 0);
+  }
+}
+
+/* ---- process-wide state: MPI, bf16 op, registry, watchdog --------------- */
+
+enum { WD_TAG_QUERY = 101, WD_TAG_REPLY = 102, WD_NSEND = 64 };
+
+static struct {
+  int inited, we_init_mpi;
+  int wrank, wsize;
+  double timeout_s;          /* <= 0: no watchdog */
+  MPI_Datatype bf16_type;    /* 2 contiguous bytes */
+  MPI_Op bf16_sum;
+  MPI_Comm wd_comm;          /* dup of world: watchdog queries only */
+  pthread_t wd_thread;
+  int wd_running, wd_stop;   /* wd_stop guarded by reg_mu */
+  pthread_mutex_t reg_mu;    /* guards the registry list */
+  sl_comm *reg[256];         /* live communicators (watchdog, queries) */
+  int nreg;
+} g = {.reg_mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void bf16_sum_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
+  const uint16_t *a = in;
+  uint16_t *b = inout;
+  for (int i = 0; i < *len; i++)
+    b[i] = sl_f32_to_bf16_scalar(sl_bf16_to_f32_scalar(a[i]) + sl_bf16_to_f32_scalar(b[i]));
+}
+
+static MPI_Datatype mpi_type(sl_dtype t) {
+  switch (t) {
+  case SL_F32: return MPI_FLOAT;
+  case SL_BF16: return g.bf16_type;
+  case SL_I32: return MPI_INT32_T;
+  case SL_I64: return MPI_INT64_T;
+  case SL_U8: return MPI_UINT8_T;
+  case SL_F64: return MPI_DOUBLE;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+static MPI_Op mpi_sum(sl_dtype t) { return t == SL_BF16 ? g.bf16_sum : MPI_SUM; }
+
+static void reg_add(sl_comm *c) {
+  pthread_mutex_lock(&g.reg_mu);
+  if (g.nreg < (int)(sizeof g.reg / sizeof g.reg[0])) g.reg[g.nreg++] = c;
+  pthread_mutex_unlock(&g.reg_mu);
+}
+
+static void reg_del(sl_comm *c) {
+  pthread_mutex_lock(&g.reg_mu);
+  for (int i = 0; i < g.nreg; i++)
+    if (g.reg[i] == c) { g.reg[i] = g.reg[--g.nreg]; break; }
+  pthread_mutex_unlock(&g.reg_mu);
+}
+
+/* ---- MPI backend state of one communicator ----------------------------- */
+
+typedef struct {
+  sl_comm_req *req;
+  MPI_Request mr;
+} p2p_slot;
+
+typedef struct {
+  MPI_Comm mc;        /* this communicator's own MPI communicator */
+  pthread_t thread;   /* progress thread */
+  p2p_slot *p2p;      /* (np2p) sends/recvs in flight */
+  int np2p, cap2p;
+} mpi_be;
+
+static void complete(sl_comm *c, sl_comm_req *r, int status, const char *msg) {
+  pthread_mutex_lock(&c->mu);
+  r->status = status;
+  if (status != SL_COMM_OK) {
+    size_t l = strlen(msg);
+    if (l >= sizeof r->err) l = sizeof r->err - 1;
+    memcpy(r->err, msg, l);
+    r->err[l] = 0;
+    c->broken = 1;
+  }
+  r->done = 1;
+  pthread_cond_broadcast(&c->cv_done);
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void mpi_errstr(int e, char *buf, size_t n) {
+  char s[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(e, s, &len) != MPI_SUCCESS) snprintf(s, sizeof s, "MPI error %d", e);
+  snprintf(buf, n, "%s", s);
+}
+
+/* Tests every send/recv in flight; completes the finished ones. */
+static void p2p_poll(sl_comm *c) {
+  mpi_be *b = c->be;
+  for (int i = 0; i < b->np2p;) {
+    int flag = 0;
+    int e = MPI_Test(&b->p2p[i].mr, &flag, MPI_STATUS_IGNORE);
+    if (e != MPI_SUCCESS || flag) {
+      sl_comm_req *r = b->p2p[i].req;
+      char msg[512] = "";
+      if (e != MPI_SUCCESS) {
+        char es[256];
+        mpi_errstr(e, es, sizeof es);
+        snprintf(msg, sizeof msg, "%s to/from rank %d (tag %d, %lld x %s) on comm %s failed: %s",
+                 sl_coll_name((sl_coll_kind)r->op.kind), r->op.peer, r->op.tag,
+                 (long long)r->op.count, sl_dtype_name(r->op.dt), c->name, es);
+      }
+      b->p2p[i] = b->p2p[--b->np2p];
+      complete(c, r, e == MPI_SUCCESS ? SL_COMM_OK : SL_COMM_ERR, msg);
+    } else {
+      i++;
+    }
+  }
+}
+
+/* Back-off for polling loops: spin briefly, then sleep up to 200 us. */
+static void backoff(int *spins) {
+  if (*spins < 50) { (*spins)++; return; }
+  long us = 2L << (*spins - 50 < 6 ? *spins - 50 : 6);
+  if (*spins - 50 < 6) (*spins)++;
+  sleep_us(us > 200 ? 200 : us);
+}
+
+/* Drives one MPI request to completion while keeping sends/recvs moving. */
+static int mpi_wait(sl_comm *c, MPI_Request *mr) {
+  int spins = 0;
+  for (;;) {
+    int flag = 0;
+    int e = MPI_Test(mr, &flag, MPI_STATUS_IGNORE);
+    if (e != MPI_SUCCESS) return e;
+    if (flag) return MPI_SUCCESS;
+    p2p_poll(c);
+    backoff(&spins);
+  }
+}
+
+static sl_comm *make_comm(MPI_Comm mc, const char *name, uint64_t uid, char *err, size_t nerr);
+
+/* Runs one collective (or split) on the progress thread. Returns an MPI
+ * error code or -1 (message in err). */
+static int run_coll(sl_comm *c, sl_comm_req *r, char *err, size_t nerr) {
+  mpi_be *b = c->be;
+  sl_comm_op *op = &r->op;
+  int n = c->size, rank = c->rank, e = MPI_SUCCESS;
+  size_t es = sl_dtype_size(op->dt);
+  MPI_Datatype ty = op->kind == SL_COLL_BARRIER || op->kind == SL_OPK_SPLIT ? MPI_BYTE : mpi_type(op->dt);
+  MPI_Request mr = MPI_REQUEST_NULL;
+  int cnt = (int)op->count;
+  switch (op->kind) {
+  case SL_COLL_ALLGATHER: {
+    char *recv = op->recv;
+    int inplace = op->send == recv + (size_t)rank * (size_t)op->count * es;
+    if (n == 1) {
+      if (!inplace) memmove(recv, op->send, (size_t)op->count * es);
+      return MPI_SUCCESS;
+    }
+    e = MPI_Iallgather(inplace ? MPI_IN_PLACE : op->send, cnt, ty, recv, cnt, ty, b->mc, &mr);
+    if (e == MPI_SUCCESS) e = mpi_wait(c, &mr);
+    return e;
+  }
+  case SL_COLL_REDUCE_SCATTER: {
+    const char *send = op->send;
+    size_t blk = (size_t)op->count * es;
+    int inplace = (const char *)op->recv == send + (size_t)rank * blk;
+    if (n == 1) {
+      if (!inplace) memmove(op->recv, send, blk);
+      return MPI_SUCCESS;
+    }
+    /* In place: same MPI call into a scratch block, then copy, so the
+     * reduction order is that of the out-of-place form. */
+    void *out = op->recv;
+    if (inplace && !(out = malloc(blk ? blk : 1))) {
+      snprintf(err, nerr, "out of memory (%zu bytes scratch)", blk);
+      return -1;
+    }
+    e = MPI_Ireduce_scatter_block(send, out, cnt, ty, mpi_sum(op->dt), b->mc, &mr);
+    if (e == MPI_SUCCESS) e = mpi_wait(c, &mr);
+    if (inplace) {
+      if (e == MPI_SUCCESS) memcpy(op->recv, out, blk);
+      free(out);
+    }
+    return e;
+  }
+  case SL_COLL_ALLREDUCE: {
+    /* reduce-scatter (blocks of ceil(count/n), zero padded) + all-gather:
+     * bit-identical to sl_comm_reduce_scatter + sl_comm_allgather of the
+     * (padded) buffer. */
+    if (n == 1 || op->count == 0) return MPI_SUCCESS;
+    int64_t bc = (op->count + n - 1) / n, padded = bc * n;
+    char *full = op->recv, *blk = NULL;
+    if (padded != op->count) {
+      if (!(full = calloc((size_t)padded, es))) {
+        snprintf(err, nerr, "out of memory (%lld elements padding)", (long long)padded);
+        return -1;
+      }
+      memcpy(full, op->recv, (size_t)op->count * es);
+    }
+    if (!(blk = malloc((size_t)bc * es))) {
+      if (full != op->recv) free(full);
+      snprintf(err, nerr, "out of memory (%lld elements scratch)", (long long)bc);
+      return -1;
+    }
+    e = MPI_Ireduce_scatter_block(full, blk, (int)bc, ty, mpi_sum(op->dt), b->mc, &mr);
+    if (e == MPI_SUCCESS) e = mpi_wait(c, &mr);
+    if (e == MPI_SUCCESS) e = MPI_Iallgather(blk, (int)bc, ty, full, (int)bc, ty, b->mc, &mr);
+    if (e == MPI_SUCCESS) e = mpi_wait(c, &mr);
+    if (full != op->recv) {
+      if (e == MPI_SUCCESS) memcpy(op->recv, full, (size_t)op->count * es);
+      free(full);
+    }
+    free(blk);
+    return e;
+  }
+  case SL_COLL_BROADCAST:
+    if (n == 1) return MPI_SUCCESS;
+    e = MPI_Ibcast(op->recv, cnt, ty, op->peer, b->mc, &mr);
+    if (e == MPI_SUCCESS) e = mpi_wait(c, &mr);
+    return e;
+  case SL_COLL_BARRIER:
+    if (n == 1) return MPI_SUCCESS;
+    e = MPI_Ibarrier(b->mc, &mr);
+    if (e == MPI_SUCCESS) e = mpi_wait(c, &mr);
+    return e;
+  case SL_OPK_SPLIT: {
+    MPI_Comm nc = MPI_COMM_NULL;
+    e = MPI_Comm_split(b->mc, op->color, op->key, &nc);
+    if (e != MPI_SUCCESS) return e;
+    /* uid: a mix of the parent's uid and its split counter, both equal on
+     * every member; unique within a process (one color per split). */
+    uint64_t z = c->uid * 0x9e3779b97f4a7c15ull + op->seq * 0xbf58476d1ce4e5b9ull + 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    char name[96];
+    snprintf(name, sizeof name, "%.60s/s%llu:c%d", c->name, (unsigned long long)op->seq, op->color);
+    sl_comm *child = make_comm(nc, name, z | 1, err, nerr);
+    if (!child) return -1;
+    *op->split_out = child;
+    return MPI_SUCCESS;
+  }
+  }
+  snprintf(err, nerr, "unknown operation kind %d", op->kind);
+  return -1;
+}
+
+/* Starts a send or recv; it completes later in p2p_poll. */
+static int start_p2p(sl_comm *c, sl_comm_req *r) {
+  mpi_be *b = c->be;
+  if (b->np2p == b->cap2p) {
+    int nc = b->cap2p ? 2 * b->cap2p : 16;
+    p2p_slot *p = realloc(b->p2p, (size_t)nc * sizeof *p);
+    if (!p) return -1;
+    b->p2p = p;
+    b->cap2p = nc;
+  }
+  p2p_slot *s = &b->p2p[b->np2p];
+  s->req = r;
+  int e;
+  if (r->op.kind == SL_COLL_SENDRECV)
+    e = MPI_Isend(r->op.send, (int)r->op.count, mpi_type(r->op.dt), r->op.peer, r->op.tag, b->mc, &s->mr);
+  else
+    e = MPI_Irecv(r->op.recv, (int)r->op.count, mpi_type(r->op.dt), r->op.peer, r->op.tag, b->mc, &s->mr);
+  if (e == MPI_SUCCESS) b->np2p++;
+  return e;
+}
+
+static void *progress_thread(void *arg) {
+  sl_comm *c = arg;
+  mpi_be *b = c->be;
+  int spins = 0;
+  for (;;) {
+    pthread_mutex_lock(&c->mu);
+    while (!c->head && b->np2p == 0) pthread_cond_wait(&c->cv_work, &c->mu);
+    sl_comm_req *r = c->head;
+    if (r) {
+      c->head = r->next;
+      if (!c->head) c->tail = NULL;
+      r->start_ns = now_ns();
+      if (is_coll(r->op.kind)) c->running = r;
+    }
+    int broken = c->broken;
+    pthread_mutex_unlock(&c->mu);
+    if (!r) { /* only sends/recvs in flight */
+      p2p_poll(c);
+      backoff(&spins);
+      continue;
+    }
+    spins = 0;
+    if (r->op.kind == SL_OPK_QUIT) {
+      while (b->np2p > 0) { p2p_poll(c); backoff(&spins); }
+      free(r);
+      return NULL;
+    }
+    char err[512] = "", msg[700];
+    if (broken) {
+      snprintf(msg, sizeof msg, "%s #%llu on comm %s not run: the communicator failed earlier",
+               sl_coll_name((sl_coll_kind)r->op.kind), (unsigned long long)r->op.seq, c->name);
+      complete(c, r, SL_COMM_ERR, msg);
+      continue;
+    }
+    if (!is_coll(r->op.kind)) {
+      int e = start_p2p(c, r);
+      if (e != MPI_SUCCESS) {
+        if (e > 0) mpi_errstr(e, err, sizeof err);
+        else snprintf(err, sizeof err, "out of memory");
+        snprintf(msg, sizeof msg, "%s with rank %d (tag %d) on comm %s failed to start: %s",
+                 sl_coll_name((sl_coll_kind)r->op.kind), r->op.peer, r->op.tag, c->name, err);
+        complete(c, r, SL_COMM_ERR, msg);
+      }
+      continue;
+    }
+    int e = run_coll(c, r, err, sizeof err);
+    pthread_mutex_lock(&c->mu);
+    c->running = NULL;
+    pthread_mutex_unlock(&c->mu);
+    if (e != MPI_SUCCESS) {
+      if (e > 0) mpi_errstr(e, err, sizeof err);
+      snprintf(msg, sizeof msg, "collective %s #%llu (%lld x %s) on comm %s (%d ranks) failed: %s",
+               sl_coll_name((sl_coll_kind)r->op.kind), (unsigned long long)r->op.seq,
+               (long long)r->op.count, sl_dtype_name(r->op.dt), c->name, c->size, err);
+      complete(c, r, SL_COMM_ERR, msg);
+    } else {
+      complete(c, r, SL_COMM_OK, "");
+    }
+  }
+}
+
+static void mpi_destroy(sl_comm *c);
+static const sl_comm_vt mpi_vt = {"mpi", mpi_destroy};
+
+/* Wraps an MPI communicator (taking ownership) into an sl_comm with its
+ * progress thread, and registers it with the watchdog. */
+static sl_comm *make_comm(MPI_Comm mc, const char *name, uint64_t uid, char *err, size_t nerr) {
+  sl_comm *c = calloc(1, sizeof *c);
+  mpi_be *b = calloc(1, sizeof *b);
+  MPI_Group gg = MPI_GROUP_NULL, wg = MPI_GROUP_NULL;
+  int *tmp = NULL;
+  if (!c || !b) goto nomem;
+  MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
+  b->mc = mc;
+  c->vt = &mpi_vt;
+  c->be = b;
+  c->uid = uid;
+  snprintf(c->name, sizeof c->name, "%s", name);
+  MPI_Comm_rank(mc, &c->rank);
+  MPI_Comm_size(mc, &c->size);
+  c->world_ranks = malloc((size_t)c->size * sizeof(int));
+  tmp = malloc((size_t)c->size * sizeof(int));
+  if (!c->world_ranks || !tmp) goto nomem;
+  for (int i = 0; i < c->size; i++) tmp[i] = i;
+  MPI_Comm_group(mc, &gg);
+  MPI_Comm_group(MPI_COMM_WORLD, &wg);
+  MPI_Group_translate_ranks(gg, c->size, tmp, wg, c->world_ranks);
+  MPI_Group_free(&gg);
+  MPI_Group_free(&wg);
+  free(tmp);
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv_work, NULL);
+  pthread_cond_init(&c->cv_done, NULL);
+  if (pthread_create(&b->thread, NULL, progress_thread, c) != 0) {
+    snprintf(err, nerr, "cannot start the progress thread of comm %s", name);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv_work);
+    pthread_cond_destroy(&c->cv_done);
+    free(c->world_ranks);
+    free(c);
+    free(b);
+    MPI_Comm_free(&mc);
+    return NULL;
+  }
+  reg_add(c);
+  return c;
+nomem:
+  snprintf(err, nerr, "out of memory creating comm %s", name);
+  if (c) free(c->world_ranks);
+  free(tmp);
+  free(c);
+  free(b);
+  MPI_Comm_free(&mc);
+  return NULL;
+}
+
+/* ---- watchdog ----------------------------------------------------------- */
+
+typedef struct {
+  MPI_Request qreq;        /* the posted query receive */
+  int64_t qbuf[2];         /* {uid, seq} */
+  MPI_Request sreq[WD_NSEND];
+  int64_t sbuf[WD_NSEND][2]; /* replies {uid, issued_seq or -1} */
+} wd_state;
+
+/* Answers every pending status query. */
+static void wd_serve(wd_state *w) {
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Test(&w->qreq, &flag, &st) != MPI_SUCCESS || !flag) return;
+    int64_t uid = w->qbuf[0], seq = -1;
+    pthread_mutex_lock(&g.reg_mu);
+    for (int i = 0; i < g.nreg; i++)
+      if (g.reg[i]->uid == (uint64_t)uid) {
+        pthread_mutex_lock(&g.reg[i]->mu);
+        seq = (int64_t)g.reg[i]->issued_seq;
+        pthread_mutex_unlock(&g.reg[i]->mu);
+      }
+    pthread_mutex_unlock(&g.reg_mu);
+    int slot = -1;
+    for (int i = 0; i < WD_NSEND && slot < 0; i++) {
+      int done = 1;
+      if (w->sreq[i] != MPI_REQUEST_NULL) MPI_Test(&w->sreq[i], &done, MPI_STATUS_IGNORE);
+      if (done) slot = i;
+    }
+    if (slot >= 0) {
+      w->sbuf[slot][0] = uid;
+      w->sbuf[slot][1] = seq;
+      MPI_Isend(w->sbuf[slot], 2, MPI_INT64_T, st.MPI_SOURCE, WD_TAG_REPLY, g.wd_comm, &w->sreq[slot]);
+    } else {
+      int64_t rep[2] = {uid, seq};
+      MPI_Send(rep, 2, MPI_INT64_T, st.MPI_SOURCE, WD_TAG_REPLY, g.wd_comm);
+    }
+    MPI_Irecv(w->qbuf, 2, MPI_INT64_T, MPI_ANY_SOURCE, WD_TAG_QUERY, g.wd_comm, &w->qreq);
+  }
+}
+
+/* A collective of comm c (snapshot values) is over time: ask every peer how
+ * far it got, name the ranks that never arrived, abort the job. */
+/* What the watchdog needs of a late communicator, copied under the registry
+ * lock (the comm may complete and be destroyed while we investigate). */
+typedef struct {
+  char name[96];
+  int rank, size, *world_ranks;
+  uint64_t uid;
+} wd_snap;
+
+static void wd_fire(wd_state *w, const wd_snap *c, int kind, uint64_t seq, double waited) {
+  int n = c->size;
+  int64_t (*rep)[2] = calloc((size_t)n, sizeof *rep);
+  int64_t q[2] = {(int64_t)c->uid, (int64_t)seq};
+  MPI_Request *rr = calloc((size_t)n, sizeof *rr), *sr = calloc((size_t)n, sizeof *sr);
+  int *got = calloc((size_t)n, sizeof *got);
+  char missing[2048] = "", silent[1024] = "";
+  if (rep && rr && sr && got) {
+    for (int i = 0; i < n; i++) {
+      rr[i] = sr[i] = MPI_REQUEST_NULL;
+      if (i == c->rank) continue;
+      MPI_Irecv(rep[i], 2, MPI_INT64_T, c->world_ranks[i], WD_TAG_REPLY, g.wd_comm, &rr[i]);
+      MPI_Isend(q, 2, MPI_INT64_T, c->world_ranks[i], WD_TAG_QUERY, g.wd_comm, &sr[i]);
+    }
+    uint64_t t0 = now_ns();
+    int pending = n - 1;
+    while (pending > 0 && now_ns() - t0 < 3000000000ull) {
+      wd_serve(w);
+      for (int i = 0; i < n; i++) {
+        if (i == c->rank || got[i]) continue;
+        int flag = 0;
+        if (MPI_Test(&rr[i], &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) {
+          got[i] = 1;
+          pending--;
+        }
+      }
+      sleep_us(2000);
+    }
+  }
+  size_t lm = 0, ls = 0;
+  for (int i = 0; i < n; i++) {
+    if (i == c->rank) continue;
+    int arrived = got && rep && got[i] && rep[i][1] >= (int64_t)seq;
+    if (arrived) continue;
+    char one[64];
+    if (c->world_ranks[i] == i)
+      snprintf(one, sizeof one, "%d", i);
+    else
+      snprintf(one, sizeof one, "%d (world rank %d)", i, c->world_ranks[i]);
+    lm += (size_t)snprintf(missing + lm, lm < sizeof missing ? sizeof missing - lm : 0, "%s%s",
+                           lm ? ", " : "", one);
+    if (lm >= sizeof missing) lm = sizeof missing - 1;
+    if (!(got && got[i])) {
+      ls += (size_t)snprintf(silent + ls, ls < sizeof silent ? sizeof silent - ls : 0, "%s%d",
+                             ls ? ", " : "", i);
+      if (ls >= sizeof silent) ls = sizeof silent - 1;
+    }
+  }
+  fprintf(stderr,
+          "shardlm: collective %s #%llu on comm %s (%d ranks) did not complete within %.1f s; "
+          "ranks that never arrived: %s%s%s%s (reported by rank %d, world rank %d)\n",
+          sl_coll_name((sl_coll_kind)kind), (unsigned long long)seq, c->name, n, waited,
+          lm ? missing : "none (all entered it: mismatched collectives or a transport fault)",
+          ls ? "; no watchdog answer from " : "", ls ? silent : "", ls ? " (dead or hung)" : "",
+          c->rank, g.wrank);
+  fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 3);
+  _exit(3); /* not reached */
+}
+
+static void *wd_main(void *arg) {
+  wd_state w;
+  memset(&w, 0, sizeof w);
+  for (int i = 0; i < WD_NSEND; i++) w.sreq[i] = MPI_REQUEST_NULL;
+  MPI_Irecv(w.qbuf, 2, MPI_INT64_T, MPI_ANY_SOURCE, WD_TAG_QUERY, g.wd_comm, &w.qreq);
+  uint64_t limit = (uint64_t)(g.timeout_s * 1e9);
+  for (;;) {
+    wd_serve(&w);
+    pthread_mutex_lock(&g.reg_mu);
+    if (g.wd_stop) { pthread_mutex_unlock(&g.reg_mu); break; }
+    wd_snap late = {.size = 0};
+    int kind = 0;
+    uint64_t seq = 0, t = now_ns(), waited = 0;
+    for (int i = 0; i < g.nreg && !late.size; i++) {
+      sl_comm *c = g.reg[i];
+      pthread_mutex_lock(&c->mu);
+      /* start_ns may be later than t (stamped after t was read) */
+      if (c->running && c->running->start_ns < t && t - c->running->start_ns > limit &&
+          (late.world_ranks = malloc((size_t)c->size * sizeof(int)))) {
+        kind = c->running->op.kind;
+        seq = c->running->op.seq;
+        waited = t - c->running->start_ns;
+        memcpy(late.name, c->name, sizeof late.name);
+        memcpy(late.world_ranks, c->world_ranks, (size_t)c->size * sizeof(int));
+        late.rank = c->rank;
+        late.uid = c->uid;
+        late.size = c->size;
+      }
+      pthread_mutex_unlock(&c->mu);
+    }
+    pthread_mutex_unlock(&g.reg_mu);
+    if (late.size) wd_fire(&w, &late, kind, seq, (double)waited * 1e-9);
+    sleep_us(20000);
+  }
+  MPI_Cancel(&w.qreq);
+  MPI_Wait(&w.qreq, MPI_STATUS_IGNORE);
+  for (int i = 0; i < WD_NSEND; i++)
+    if (w.sreq[i] != MPI_REQUEST_NULL) MPI_Wait(&w.sreq[i], MPI_STATUS_IGNORE);
+  return NULL;
+}
+
+/* ---- world ------------------------------------------------------------- */
+
+int sl_comm_world_init(int *argc, char ***argv, double timeout_s, sl_comm **world) {
+  char err[512] = "";
+  if (!world) return comm_fail("sl_comm_world_init: world is NULL");
+  *world = NULL;
+  if (g.inited) return comm_fail("sl_comm_world_init: already initialised (call it once per process)");
+  int flag = 0, prov = 0;
+  MPI_Initialized(&flag);
+  if (!flag) {
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &prov) != MPI_SUCCESS)
+      return comm_fail("MPI_Init_thread failed");
+    g.we_init_mpi = 1;
+  } else {
+    MPI_Query_thread(&prov);
+  }
+  if (prov < MPI_THREAD_MULTIPLE)
+    return comm_fail("MPI provides thread level %d, shardlm needs MPI_THREAD_MULTIPLE (%d): "
+                     "use an MPI built with thread support (OpenMPI >= 4 grants it)",
+                     prov, MPI_THREAD_MULTIPLE);
+  MPI_Comm_rank(MPI_COMM_WORLD, &g.wrank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g.wsize);
+  MPI_Type_contiguous(2, MPI_BYTE, &g.bf16_type);
+  MPI_Type_commit(&g.bf16_type);
+  MPI_Op_create(bf16_sum_fn, 1, &g.bf16_sum);
+  MPI_Comm wc;
+  if (MPI_Comm_dup(MPI_COMM_WORLD, &g.wd_comm) != MPI_SUCCESS ||
+      MPI_Comm_dup(MPI_COMM_WORLD, &wc) != MPI_SUCCESS)
+    return comm_fail("MPI_Comm_dup of MPI_COMM_WORLD failed");
+  MPI_Comm_set_errhandler(g.wd_comm, MPI_ERRORS_RETURN);
+  g.timeout_s = timeout_s;
+  g.inited = 1;
+  sl_comm *w = make_comm(wc, "world", 1, err, sizeof err);
+  if (!w) return comm_fail("sl_comm_world_init: %s", err);
+  if (timeout_s > 0) {
+    g.wd_stop = 0;
+    if (pthread_create(&g.wd_thread, NULL, wd_main, NULL) != 0) {
+      mpi_destroy(w);
+      return comm_fail("sl_comm_world_init: cannot start the watchdog thread");
+    }
+    g.wd_running = 1;
+  }
+  *world = w;
+  return SL_COMM_OK;
+}
+
+void sl_comm_world_finalize(void) {
+  if (!g.inited) return;
+  if (g.nreg > 0)
+    fprintf(stderr, "shardlm: warning: sl_comm_world_finalize with %d communicator(s) not destroyed\n",
+            g.nreg);
+  /* Final barrier, bounded by the timeout (+5 s, so that the watchdog of a
+   * rank still stuck in a collective reports first): a rank that never gets
+   * here must not leave the others inside MPI_Finalize forever. The watchdog
+   * keeps answering queries meanwhile. */
+  MPI_Request mr;
+  if (g.wsize > 1 && MPI_Ibarrier(g.wd_comm, &mr) == MPI_SUCCESS) {
+    uint64_t t0 = now_ns();
+    int flag = 0, spins = 0;
+    while (MPI_Test(&mr, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && !flag) {
+      if (g.timeout_s > 0 && now_ns() - t0 > (uint64_t)((g.timeout_s + 5.0) * 1e9)) {
+        fprintf(stderr, "shardlm: finalize barrier on world (%d ranks) did not complete within %.1f s "
+                        "(a rank never reached sl_comm_world_finalize)\n", g.wsize, g.timeout_s + 5.0);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 3);
+      }
+      backoff(&spins);
+    }
+  }
+  if (g.wd_running) {
+    pthread_mutex_lock(&g.reg_mu);
+    g.wd_stop = 1;
+    pthread_mutex_unlock(&g.reg_mu);
+    pthread_join(g.wd_thread, NULL);
+    g.wd_running = 0;
+  }
+  MPI_Comm_free(&g.wd_comm);
+  MPI_Op_free(&g.bf16_sum);
+  MPI_Type_free(&g.bf16_type);
+  if (g.we_init_mpi) MPI_Finalize();
+  g.inited = 0;
+  g.we_init_mpi = 0;
+}
+
+void sl_comm_abort(int code) {
+  int flag = 0;
+  fflush(stdout);
+  fflush(stderr);
+  MPI_Initialized(&flag);
+  if (flag) MPI_Abort(MPI_COMM_WORLD, code);
+  _exit(code);
+}
+
+/* ---- communicators ------------------------------------------------------ */
+
+int sl_comm_rank(const sl_comm *c) { return c ? c->rank : -1; }
+int sl_comm_size(const sl_comm *c) { return c ? c->size : 0; }
+int sl_comm_world_rank(const sl_comm *c, int rank) {
+  return c && rank >= 0 && rank < c->size ? c->world_ranks[rank] : -1;
+}
+const char *sl_comm_backend(const sl_comm *c) { return c ? c->vt->name : "none"; }
+
+static void mpi_destroy(sl_comm *c) {
+  mpi_be *b = c->be;
+  sl_comm_req *q = calloc(1, sizeof *q);
+  pthread_mutex_lock(&c->mu);
+  if (q) {
+    q->c = c;
+    q->op.kind = SL_OPK_QUIT;
+    if (c->tail) c->tail->next = q; else c->head = q;
+    c->tail = q;
+    pthread_cond_signal(&c->cv_work);
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (q) pthread_join(b->thread, NULL); /* else: leak the thread, cannot stop it */
+  reg_del(c);
+  MPI_Comm_free(&b->mc);
+  free(b->p2p);
+  free(b);
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv_work);
+  pthread_cond_destroy(&c->cv_done);
+  free(c->world_ranks);
+  free(c);
+}
+
+void sl_comm_destroy(sl_comm *c) {
+  if (c) c->vt->destroy(c);
+}
+
+/* ---- issuing ------------------------------------------------------------ */
+
+static int submit(sl_comm *c, const sl_comm_op *op, sl_comm_req **out) {
+  const char *what = sl_coll_name((sl_coll_kind)op->kind);
+  if (out) *out = NULL;
+  if (!c) return comm_fail("%s: communicator is NULL", what);
+  if (!out) return comm_fail("%s on comm %s: request pointer is NULL", what, c->name);
+  if (op->kind != SL_COLL_BARRIER && op->kind != SL_OPK_SPLIT) {
+    if ((unsigned)op->dt > SL_F64) return comm_fail("%s on comm %s: unknown dtype %d", what, c->name, (int)op->dt);
+    if (op->count < 0 || op->count > INT_MAX)
+      return comm_fail("%s on comm %s: count %lld out of range [0, %d] (elements of %s)", what, c->name,
+                       (long long)op->count, INT_MAX, sl_dtype_name(op->dt));
+    int need_send = op->kind == SL_COLL_ALLGATHER || op->kind == SL_COLL_REDUCE_SCATTER ||
+                    op->kind == SL_COLL_SENDRECV;
+    int need_recv = op->kind != SL_COLL_SENDRECV;
+    if (op->count > 0 && ((need_send && !op->send) || (need_recv && !op->recv)))
+      return comm_fail("%s on comm %s: NULL buffer for %lld x %s", what, c->name, (long long)op->count,
+                       sl_dtype_name(op->dt));
+  }
+  if ((op->kind == SL_COLL_BROADCAST || op->kind == SL_COLL_SENDRECV || op->kind == SL_OPK_RECV) &&
+      (op->peer < 0 || op->peer >= c->size))
+    return comm_fail("%s on comm %s: %s %d out of range [0, %d)", what, c->name,
+                     op->kind == SL_COLL_BROADCAST ? "root" : "peer", op->peer, c->size);
+  if ((op->kind == SL_COLL_SENDRECV || op->kind == SL_OPK_RECV) && (op->tag < 0 || op->tag > 32767))
+    return comm_fail("%s on comm %s: tag %d out of range [0, 32767]", what, c->name, op->tag);
+  sl_comm_req *r = calloc(1, sizeof *r);
+  if (!r) return comm_fail("%s on comm %s: out of memory for the request", what, c->name);
+  r->c = c;
+  r->op = *op;
+  pthread_mutex_lock(&c->mu);
+  if (is_coll(op->kind)) r->op.seq = ++c->issued_seq;
+  else r->op.seq = ++c->p2p_seq;
+  if (op->kind < SL_COLL_NKINDS) {
+    c->stats.calls[op->kind]++;
+    c->stats.bytes[op->kind] += sl_comm_op_bytes(op, c->rank, c->size);
+  } else if (op->kind == SL_OPK_RECV) {
+    c->stats.calls[SL_COLL_SENDRECV]++;
+  }
+  if (c->tail) c->tail->next = r; else c->head = r;
+  c->tail = r;
+  pthread_cond_signal(&c->cv_work);
+  pthread_mutex_unlock(&c->mu);
+  *out = r;
+  return SL_COMM_OK;
+}
+
+int sl_comm_allgather(sl_comm *c, const void *send, void *recv, int64_t count, sl_dtype dt,
+                      sl_comm_req **req) {
+  sl_comm_op op = {.kind = SL_COLL_ALLGATHER, .send = send, .recv = recv, .count = count, .dt = dt};
+  return submit(c, &op, req);
+}
+
+int sl_comm_reduce_scatter(sl_comm *c, const void *send, void *recv, int64_t count, sl_dtype dt,
+                           sl_comm_req **req) {
+  sl_comm_op op = {.kind = SL_COLL_REDUCE_SCATTER, .send = send, .recv = recv, .count = count, .dt = dt};
+  return submit(c, &op, req);
+}
+
+int sl_comm_allreduce(sl_comm *c, void *buf, int64_t count, sl_dtype dt, sl_comm_req **req) {
+  sl_comm_op op = {.kind = SL_COLL_ALLREDUCE, .recv = buf, .count = count, .dt = dt};
+  return submit(c, &op, req);
+}
+
+int sl_comm_broadcast(sl_comm *c, void *buf, int64_t count, sl_dtype dt, int root, sl_comm_req **req) {
+  sl_comm_op op = {.kind = SL_COLL_BROADCAST, .recv = buf, .count = count, .dt = dt, .peer = root};
+  return submit(c, &op, req);
+}
+
+int sl_comm_send(sl_comm *c, const void *buf, int64_t count, sl_dtype dt, int peer, int tag,
+                 sl_comm_req **req) {
+  sl_comm_op op = {.kind = SL_COLL_SENDRECV, .send = buf, .count = count, .dt = dt, .peer = peer, .tag = tag};
+  return submit(c, &op, req);
+}
+
+int sl_comm_recv(sl_comm *c, void *buf, int64_t count, sl_dtype dt, int peer, int tag,
+                 sl_comm_req **req) {
+  sl_comm_op op = {.kind = SL_OPK_RECV, .recv = buf, .count = count, .dt = dt, .peer = peer, .tag = tag};
+  return submit(c, &op, req);
+}
+
+int sl_comm_barrier(sl_comm *c, sl_comm_req **req) {
+  sl_comm_op op = {.kind = SL_COLL_BARRIER};
+  return submit(c, &op, req);
+}
+
+int sl_comm_split(sl_comm *parent, int color, int key, sl_comm **out) {
+  if (!out) return comm_fail("sl_comm_split: out is NULL");
+  *out = NULL;
+  if (color < 0) return comm_fail("sl_comm_split: color %d must be >= 0", color);
+  sl_comm_op op = {.kind = SL_OPK_SPLIT, .color = color, .key = key, .split_out = out};
+  sl_comm_req *r;
+  int rc = submit(parent, &op, &r);
+  if (rc == SL_COMM_OK) rc = sl_comm_wait(r);
+  return rc;
+}
+
+/* ---- completion ----------------------------------------------------------- */
+
+int sl_comm_wait(sl_comm_req *r) {
+  if (!r) return comm_fail("sl_comm_wait: request is NULL");
+  sl_comm *c = r->c;
+  uint64_t t0 = now_ns();
+  pthread_mutex_lock(&c->mu);
+  while (!r->done) pthread_cond_wait(&c->cv_done, &c->mu);
+  c->stats.wait_ns += now_ns() - t0;
+  pthread_mutex_unlock(&c->mu);
+  int st = r->status;
+  if (st != SL_COMM_OK) comm_fail("%s", r->err);
+  free(r);
+  return st;
+}
+
+int sl_comm_test(sl_comm_req *r) {
+  if (!r) return 0;
+  pthread_mutex_lock(&r->c->mu);
+  int d = r->done;
+  pthread_mutex_unlock(&r->c->mu);
+  return d;
+}
+
+int sl_comm_allreduce_sync(sl_comm *c, void *buf, int64_t count, sl_dtype dt) {
+  sl_comm_req *r;
+  int rc = sl_comm_allreduce(c, buf, count, dt, &r);
+  return rc ? rc : sl_comm_wait(r);
+}
+
+int sl_comm_allgather_sync(sl_comm *c, const void *send, void *recv, int64_t count, sl_dtype dt) {
+  sl_comm_req *r;
+  int rc = sl_comm_allgather(c, send, recv, count, dt, &r);
+  return rc ? rc : sl_comm_wait(r);
+}
+
+int sl_comm_broadcast_sync(sl_comm *c, void *buf, int64_t count, sl_dtype dt, int root) {
+  sl_comm_req *r;
+  int rc = sl_comm_broadcast(c, buf, count, dt, root, &r);
+  return rc ? rc : sl_comm_wait(r);
+}
+
+int sl_comm_barrier_sync(sl_comm *c) {
+  sl_comm_req *r;
+  int rc = sl_comm_barrier(c, &r);
+  return rc ? rc : sl_comm_wait(r);
+}
+
+/* ---- statistics ------------------------------------------------------------ */
+
+void sl_comm_get_stats(const sl_comm *c, sl_comm_stats *out) {
+  memset(out, 0, sizeof *out);
+  if (!c) return;
+  sl_comm *m = (sl_comm *)c; /* the mutex is not part of the logical state */
+  pthread_mutex_lock(&m->mu);
+  *out = c->stats;
+  pthread_mutex_unlock(&m->mu);
+}
+
+void sl_comm_reset_stats(sl_comm *c) {
+  if (!c) return;
+  pthread_mutex_lock(&c->mu);
+  memset(&c->stats, 0, sizeof c->stats);
+  pthread_mutex_unlock(&c->mu);
+}

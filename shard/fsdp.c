@@ -1,0 +1,607 @@
+/* shard/fsdp.c — the FSDP runtime: per-unit parameter gathering with
+ * prefetch, gradient reduce-scatter overlapped with backward, micro-batch
+ * accumulation, hybrid (shard x replica) groups, arena accounting.
+ * The protocol is written down in docs/overlap.md. */
+#include "shard/fsdp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+
+/* ---- buffer pool: recycled, exactly-sized buffers, accounted per arena ---- */
+typedef struct {
+  void *p;
+  size_t bytes;
+  int used;
+  sl_arena arena;
+} pbuf;
+
+typedef struct {
+  pbuf *b;
+  int n, cap;
+} pool_t;
+
+static void *pool_get(pool_t *pl, size_t bytes, sl_arena arena, int zero) {
+  for (int i = 0; i < pl->n; i++)
+    if (!pl->b[i].used && pl->b[i].bytes == bytes) {
+      pl->b[i].used = 1;
+      pl->b[i].arena = arena;
+      sl_mem_add(arena, (int64_t)bytes);
+      if (zero) memset(pl->b[i].p, 0, bytes);
+      return pl->b[i].p;
+    }
+  if (pl->n == pl->cap) {
+    int nc = pl->cap ? pl->cap * 2 : 16;
+    pbuf *nb = realloc(pl->b, sizeof(pbuf) * (size_t)nc);
+    if (!nb) return NULL;
+    pl->b = nb;
+    pl->cap = nc;
+  }
+  void *p = sl_alloc(bytes, "fsdp pool buffer"); /* zeroed */
+  if (!p) return NULL;
+  pl->b[pl->n++] = (pbuf){p, bytes, 1, arena};
+  sl_mem_add(arena, (int64_t)bytes);
+  return p;
+}
+
+static void pool_put(pool_t *pl, void *p) {
+  if (!p) return;
+  for (int i = 0; i < pl->n; i++)
+    if (pl->b[i].p == p) {
+      pl->b[i].used = 0;
+      sl_mem_sub(pl->b[i].arena, (int64_t)pl->b[i].bytes);
+      return;
+    }
+}
+
+static void pool_free_all(pool_t *pl) {
+  for (int i = 0; i < pl->n; i++) {
+    if (pl->b[i].used) sl_mem_sub(pl->b[i].arena, (int64_t)pl->b[i].bytes);
+    sl_free(pl->b[i].p);
+  }
+  free(pl->b);
+  memset(pl, 0, sizeof *pl);
+}
+
+/* ---- per-unit state ------------------------------------------------------ */
+enum { P_NONE = 0, P_INFLIGHT, P_READY };
+
+typedef struct {
+  sl_slice sl;             /* this rank's slice of the unit's flat buffer */
+  void *full_param;        /* ZeRO 0-2: (padded) in param dtype */
+  void *shard_param;       /* ZeRO 3: (shard) in param dtype */
+  float *full_grad;        /* ZeRO 0-1: (padded) fp32, persistent */
+  float *acc;              /* (shard) fp32 reduced gradient of the step */
+  float *acc_own;          /* acc when separately allocated */
+  int pinned;
+  /* parameter availability for the current phase */
+  int pstate;
+  void *gbuf;              /* gathered buffer (param dtype) from the pool */
+  float *expand;           /* fp32 expansion of bf16 params, from the pool */
+  const float *compute;    /* fp32 parameters to compute with */
+  sl_comm_req *ag_req;
+  /* gradient of the current micro-batch */
+  float *grad;             /* full fp32 gradient buffer */
+  int grad_from_pool;
+  int64_t grad_micro;      /* micro_seq the buffer was zeroed for (-1 none) */
+  sl_comm_req *view_req;   /* ZeRO 0: all-gather of the reduced grads */
+  sl_comm_req *param_req;  /* ZeRO 1-2: all-gather of updated params */
+  int nred;                /* reductions folded into acc this step */
+} unit_t;
+
+typedef struct {
+  int u;
+  sl_comm_req *req;
+  void *send;              /* pool buffer to return (bf16 copy) or NULL */
+  void *recv;              /* tmp shard (pool) or NULL when straight into acc */
+  int recv_is_bf16;
+  int first;               /* acc = result (1) or acc += result (0) */
+} pending_t;
+
+struct sl_fsdp {
+  sl_fsdp_cfg cfg;
+  const sl_ops *ops;
+  sl_kctx *kctx;
+  sl_comm *shard_comm, *rep_comm;
+  int srank, ssize, rrank, rsize;
+  int nunits;
+  unit_t *units;
+  pool_t pool;
+  size_t pes;              /* param dtype size */
+  int64_t gathered_bytes;  /* gathered param buffers currently held */
+  pending_t *pend;
+  int npend, cappend;
+  int micro, nmicro;
+  int64_t micro_seq;       /* micro-batches begun since creation */
+  uint64_t wait_ns;
+  int in_backward;
+};
+
+static int wait_req(sl_fsdp *f, sl_comm_req **r) {
+  if (!*r) return SL_OK;
+  uint64_t t0 = sl_now_ns();
+  int rc = sl_comm_wait(*r);
+  f->wait_ns += sl_now_ns() - t0;
+  *r = NULL;
+  if (rc != SL_COMM_OK) return sl_fail(SL_ECOMM, "fsdp: %s", sl_comm_last_error());
+  return SL_OK;
+}
+
+int sl_fsdp_create(sl_comm *world, const sl_fsdp_cfg *cfg, const sl_ops *ops,
+                   sl_kctx *kctx, int nunits, const int64_t *numel,
+                   const int *pinned, sl_fsdp **out) {
+  *out = NULL;
+  int wsize = sl_comm_size(world), wrank = sl_comm_rank(world);
+  int S = cfg->shard_group > 0 ? cfg->shard_group : wsize;
+  if (cfg->zero < 0 || cfg->zero > 3)
+    return sl_fail(SL_EINPUT, "--zero must be 0, 1, 2 or 3 (found %d)", cfg->zero);
+  if (S > wsize || wsize % S != 0)
+    return sl_fail(SL_EINPUT, "--shard-group %d must divide the world size %d", S, wsize);
+  if (cfg->param_dtype != SL_F32 && cfg->param_dtype != SL_BF16)
+    return sl_fail(SL_EINPUT, "--param-dtype must be fp32 or bf16");
+  if (cfg->reduce_dtype != SL_F32 && cfg->reduce_dtype != SL_BF16)
+    return sl_fail(SL_EINPUT, "--reduce-dtype must be fp32 or bf16");
+  sl_fsdp *f = calloc(1, sizeof *f);
+  if (!f) return sl_fail(SL_ENOMEM, "fsdp: out of memory");
+  f->cfg = *cfg;
+  if (f->cfg.align < 1) f->cfg.align = 1;
+  f->ops = ops;
+  f->kctx = kctx;
+  f->nunits = nunits;
+  f->pes = sl_dtype_size(cfg->param_dtype);
+  int rc = SL_OK;
+  /* shard groups: consecutive ranks; replica groups: same position across groups */
+  if (sl_comm_split(world, wrank / S, wrank % S, &f->shard_comm) != SL_COMM_OK ||
+      sl_comm_split(world, wrank % S, wrank / S, &f->rep_comm) != SL_COMM_OK) {
+    rc = sl_fail(SL_ECOMM, "fsdp: communicator split failed: %s", sl_comm_last_error());
+    goto fail;
+  }
+  f->srank = sl_comm_rank(f->shard_comm);
+  f->ssize = sl_comm_size(f->shard_comm);
+  f->rrank = sl_comm_rank(f->rep_comm);
+  f->rsize = sl_comm_size(f->rep_comm);
+  f->units = calloc((size_t)nunits, sizeof(unit_t));
+  if (!f->units) { rc = sl_fail(SL_ENOMEM, "fsdp: out of memory"); goto fail; }
+  for (int u = 0; u < nunits; u++) {
+    unit_t *U = &f->units[u];
+    sl_shard_slice(numel[u], f->ssize, f->cfg.align, f->srank, &U->sl);
+    U->pinned = pinned ? pinned[u] : 0;
+    U->grad_micro = -1;
+    size_t P = (size_t)U->sl.padded, s = (size_t)U->sl.shard;
+    if (cfg->zero <= 2) {
+      U->full_param = sl_alloc(P * f->pes, "parameters");
+      if (!U->full_param) { rc = SL_ENOMEM; goto fail; }
+      sl_mem_add(SL_ARENA_PARAMS, (int64_t)(P * f->pes));
+    } else {
+      U->shard_param = sl_alloc(s * f->pes, "parameter shard");
+      if (!U->shard_param) { rc = SL_ENOMEM; goto fail; }
+      sl_mem_add(SL_ARENA_PARAMS, (int64_t)(s * f->pes));
+    }
+    if (cfg->zero <= 1) {
+      U->full_grad = sl_alloc(P * 4, "gradients");
+      if (!U->full_grad) { rc = SL_ENOMEM; goto fail; }
+      sl_mem_add(SL_ARENA_GRADS, (int64_t)(P * 4));
+      U->acc = U->full_grad + U->sl.offset; /* until a step needs its own */
+    } else {
+      U->acc_own = sl_alloc(s * 4, "gradient shard");
+      if (!U->acc_own) { rc = SL_ENOMEM; goto fail; }
+      sl_mem_add(SL_ARENA_GRADS, (int64_t)(s * 4));
+      U->acc = U->acc_own;
+    }
+  }
+  *out = f;
+  return SL_OK;
+fail:
+  sl_fsdp_destroy(f);
+  return rc ? rc : SL_EINTERNAL;
+}
+
+void sl_fsdp_destroy(sl_fsdp *f) {
+  if (!f) return;
+  for (int u = 0; u < f->nunits && f->units; u++) {
+    unit_t *U = &f->units[u];
+    if (U->ag_req) sl_comm_wait(U->ag_req);
+    if (U->view_req) sl_comm_wait(U->view_req);
+    if (U->param_req) sl_comm_wait(U->param_req);
+    size_t P = (size_t)U->sl.padded, s = (size_t)U->sl.shard;
+    if (U->full_param) { sl_free(U->full_param); sl_mem_sub(SL_ARENA_PARAMS, (int64_t)(P * f->pes)); }
+    if (U->shard_param) { sl_free(U->shard_param); sl_mem_sub(SL_ARENA_PARAMS, (int64_t)(s * f->pes)); }
+    if (U->full_grad) { sl_free(U->full_grad); sl_mem_sub(SL_ARENA_GRADS, (int64_t)(P * 4)); }
+    if (U->acc_own) { sl_free(U->acc_own); sl_mem_sub(SL_ARENA_GRADS, (int64_t)(s * 4)); }
+  }
+  for (int i = 0; i < f->npend; i++)
+    if (f->pend[i].req) sl_comm_wait(f->pend[i].req);
+  free(f->pend);
+  pool_free_all(&f->pool);
+  free(f->units);
+  if (f->shard_comm) sl_comm_destroy(f->shard_comm);
+  if (f->rep_comm) sl_comm_destroy(f->rep_comm);
+  free(f);
+}
+
+int sl_fsdp_num_units(const sl_fsdp *f) { return f->nunits; }
+sl_slice sl_fsdp_slice(const sl_fsdp *f, int u) { return f->units[u].sl; }
+int sl_fsdp_shard_rank(const sl_fsdp *f) { return f->srank; }
+int sl_fsdp_shard_size(const sl_fsdp *f) { return f->ssize; }
+int sl_fsdp_replica_rank(const sl_fsdp *f) { return f->rrank; }
+int sl_fsdp_replica_size(const sl_fsdp *f) { return f->rsize; }
+uint64_t sl_fsdp_wait_ns(const sl_fsdp *f) { return f->wait_ns; }
+
+void sl_fsdp_comm_stats(const sl_fsdp *f, sl_comm_stats *shard, sl_comm_stats *replica) {
+  if (shard) sl_comm_get_stats(f->shard_comm, shard);
+  if (replica) sl_comm_get_stats(f->rep_comm, replica);
+}
+void sl_fsdp_reset_comm_stats(sl_fsdp *f) {
+  sl_comm_reset_stats(f->shard_comm);
+  sl_comm_reset_stats(f->rep_comm);
+  f->wait_ns = 0;
+}
+
+/* fp32 -> param dtype */
+static void store_params(sl_fsdp *f, void *dst, const float *src, int64_t n) {
+  if (f->cfg.param_dtype == SL_F32) memcpy(dst, src, (size_t)n * 4);
+  else f->ops->f32_to_bf16(f->kctx, (uint16_t *)dst, src, n);
+}
+
+int sl_fsdp_init_params(sl_fsdp *f, int u, const float *full) {
+  unit_t *U = &f->units[u];
+  if (U->full_param) {
+    store_params(f, U->full_param, full, U->sl.numel);
+    memset((char *)U->full_param + U->sl.numel * f->pes, 0,
+           (size_t)(U->sl.padded - U->sl.numel) * f->pes);
+  } else {
+    memset(U->shard_param, 0, (size_t)U->sl.shard * f->pes);
+    if (U->sl.valid > 0) store_params(f, U->shard_param, full + U->sl.offset, U->sl.valid);
+  }
+  return SL_OK;
+}
+
+/* ---- parameters ---------------------------------------------------------- */
+static int64_t gather_bytes(const sl_fsdp *f, const unit_t *U) {
+  int64_t b = 0;
+  if (f->cfg.zero == 3) b += U->sl.padded * (int64_t)f->pes;
+  if (f->cfg.param_dtype == SL_BF16) b += U->sl.padded * 4;
+  return b;
+}
+
+static int issue_params(sl_fsdp *f, int u) {
+  unit_t *U = &f->units[u];
+  if (U->pstate != P_NONE) return SL_OK;
+  if (f->cfg.zero == 3) {
+    U->gbuf = pool_get(&f->pool, (size_t)U->sl.padded * f->pes, SL_ARENA_GATHER, 0);
+    if (!U->gbuf) return SL_ENOMEM;
+    if (sl_comm_allgather(f->shard_comm, U->shard_param, U->gbuf, U->sl.shard,
+                          f->cfg.param_dtype, &U->ag_req) != SL_COMM_OK)
+      return sl_fail(SL_ECOMM, "fsdp: all-gather of unit %d: %s", u, sl_comm_last_error());
+  }
+  f->gathered_bytes += gather_bytes(f, U);
+  U->pstate = P_INFLIGHT;
+  return SL_OK;
+}
+
+static int ready_params(sl_fsdp *f, int u) {
+  unit_t *U = &f->units[u];
+  int rc = issue_params(f, u);
+  if (rc) return rc;
+  if (U->pstate == P_READY) return SL_OK;
+  if ((rc = wait_req(f, &U->ag_req))) return rc;
+  const void *src = f->cfg.zero == 3 ? U->gbuf : U->full_param;
+  if (f->cfg.param_dtype == SL_BF16) {
+    U->expand = pool_get(&f->pool, (size_t)U->sl.padded * 4, SL_ARENA_GATHER, 0);
+    if (!U->expand) return SL_ENOMEM;
+    f->ops->bf16_to_f32(f->kctx, U->expand, (const uint16_t *)src, U->sl.padded);
+    if (U->gbuf) { pool_put(&f->pool, U->gbuf); U->gbuf = NULL; }
+    U->compute = U->expand;
+  } else {
+    U->compute = (const float *)src;
+  }
+  U->pstate = P_READY;
+  return SL_OK;
+}
+
+static void drop_params(sl_fsdp *f, int u) {
+  unit_t *U = &f->units[u];
+  if (U->pstate == P_NONE) return;
+  if (U->gbuf) { pool_put(&f->pool, U->gbuf); U->gbuf = NULL; }
+  if (U->expand) { pool_put(&f->pool, U->expand); U->expand = NULL; }
+  U->compute = NULL;
+  f->gathered_bytes -= gather_bytes(f, U);
+  U->pstate = P_NONE;
+}
+
+/* Issues gathers for units next, next+dir, ... up to the prefetch depth and
+ * the byte budget. */
+static int prefetch(sl_fsdp *f, int next, int dir) {
+  for (int k = 0; k < f->cfg.prefetch; k++) {
+    int j = next + dir * k;
+    if (j < 0 || j >= f->nunits) break;
+    unit_t *U = &f->units[j];
+    if (U->pstate != P_NONE) continue;
+    if (f->cfg.prefetch_bytes > 0 && f->gathered_bytes + gather_bytes(f, U) > f->cfg.prefetch_bytes) break;
+    int rc = issue_params(f, j);
+    if (rc) return rc;
+  }
+  return SL_OK;
+}
+
+int sl_fsdp_begin_micro(sl_fsdp *f, int k, int n) {
+  f->micro = k;
+  f->micro_seq++;
+  f->nmicro = n;
+  f->in_backward = 0;
+  if (k == 0) {
+    int nred = f->cfg.sync_accum ? n : 1;
+    for (int u = 0; u < f->nunits; u++) {
+      unit_t *U = &f->units[u];
+      U->nred = 0;
+      if (f->cfg.zero <= 1) {
+        /* ZeRO 0/1 reduce in place into the full buffer's slice when the step
+         * has one reduction; with several, the sum needs its own shard. */
+        if (nred > 1 && !U->acc_own) {
+          U->acc_own = sl_alloc((size_t)U->sl.shard * 4, "gradient shard");
+          if (!U->acc_own) return SL_ENOMEM;
+          sl_mem_add(SL_ARENA_GRADS, U->sl.shard * 4);
+        }
+        U->acc = nred > 1 ? U->acc_own : U->full_grad + U->sl.offset;
+      }
+    }
+  }
+  return SL_OK;
+}
+
+int sl_fsdp_fwd_acquire(sl_fsdp *f, int u, const float **params) {
+  int rc = issue_params(f, u);
+  if (!rc) rc = prefetch(f, u + 1, +1);
+  if (!rc) rc = ready_params(f, u);
+  *params = rc ? NULL : f->units[u].compute;
+  return rc;
+}
+
+int sl_fsdp_pinned_params(sl_fsdp *f, int u, const float **params) {
+  int rc = ready_params(f, u);
+  *params = rc ? NULL : f->units[u].compute;
+  return rc;
+}
+
+int sl_fsdp_fwd_release(sl_fsdp *f, int u) {
+  unit_t *U = &f->units[u];
+  if (U->pinned) return SL_OK;
+  /* the last unit's backward follows at once; ZeRO-3 still re-gathers it
+   * when resharding after forward, as the closed forms count */
+  if (f->cfg.zero == 3 && !f->cfg.reshard_after_forward) return SL_OK;
+  drop_params(f, u);
+  return SL_OK;
+}
+
+/* ---- gradients ------------------------------------------------------------ */
+static int take_grad(sl_fsdp *f, int u) {
+  unit_t *U = &f->units[u];
+  /* without per-micro-batch sync the buffer accumulates across the step */
+  int keep = !f->cfg.sync_accum && f->micro > 0;
+  if (U->grad && (U->grad_micro == f->micro_seq || keep)) return SL_OK;
+  if (f->cfg.zero <= 1) {
+    U->grad = U->full_grad;
+    memset(U->grad, 0, (size_t)U->sl.padded * 4);
+  } else {
+    U->grad = pool_get(&f->pool, (size_t)U->sl.padded * 4, SL_ARENA_GRADS, 1);
+    if (!U->grad) return SL_ENOMEM;
+    U->grad_from_pool = 1;
+  }
+  U->grad_micro = f->micro_seq;
+  return SL_OK;
+}
+
+int sl_fsdp_grad_buffer(sl_fsdp *f, int u, float **grads) {
+  int rc = take_grad(f, u);
+  *grads = rc ? NULL : f->units[u].grad;
+  return rc;
+}
+
+int sl_fsdp_bwd_acquire(sl_fsdp *f, int u, const float **params, float **grads) {
+  f->in_backward = 1;
+  int rc = issue_params(f, u);
+  if (!rc) rc = prefetch(f, u - 1, -1);
+  if (!rc) rc = ready_params(f, u);
+  if (!rc) rc = take_grad(f, u);
+  *params = rc ? NULL : f->units[u].compute;
+  *grads = rc ? NULL : f->units[u].grad;
+  return rc;
+}
+
+/* Completes pending reduction i: folds its result into acc, frees buffers. */
+static int complete_pending(sl_fsdp *f, pending_t *p) {
+  unit_t *U = &f->units[p->u];
+  int rc = wait_req(f, &p->req);
+  if (rc) return rc;
+  int64_t s = U->sl.shard;
+  void *res = p->recv ? p->recv : (void *)U->acc;
+  sl_dtype dt = p->recv_is_bf16 ? SL_BF16 : SL_F32;
+  if (f->rsize > 1) { /* hybrid: sum the shard across replicas */
+    sl_comm_req *r = NULL;
+    if (sl_comm_allreduce(f->rep_comm, res, s, dt, &r) != SL_COMM_OK)
+      return sl_fail(SL_ECOMM, "fsdp: replica all-reduce: %s", sl_comm_last_error());
+    if ((rc = wait_req(f, &r))) return rc;
+  }
+  if (p->recv) {
+    if (p->recv_is_bf16) {
+      const uint16_t *h = p->recv;
+      if (p->first)
+        f->ops->bf16_to_f32(f->kctx, U->acc, h, s);
+      else
+        for (int64_t i = 0; i < s; i++) U->acc[i] += sl_bf16_to_f32_scalar(h[i]);
+    } else if (p->first) {
+      memcpy(U->acc, p->recv, (size_t)s * 4);
+    } else {
+      f->ops->add_inplace(f->kctx, U->acc, p->recv, s);
+    }
+    pool_put(&f->pool, p->recv);
+  }
+  if (p->send) pool_put(&f->pool, p->send);
+  /* the full gradient buffer of a ZeRO-2/3 unit is free once reduced */
+  if (U->grad_from_pool && U->grad) {
+    pool_put(&f->pool, U->grad);
+    U->grad = NULL;
+    U->grad_from_pool = 0;
+  }
+  return SL_OK;
+}
+
+static int drain(sl_fsdp *f, int keep) {
+  int done = f->npend - keep;
+  if (done <= 0) return SL_OK;
+  for (int i = 0; i < done; i++) {
+    int rc = complete_pending(f, &f->pend[i]);
+    if (rc) return rc;
+  }
+  memmove(f->pend, f->pend + done, sizeof(pending_t) * (size_t)keep);
+  f->npend = keep;
+  return SL_OK;
+}
+
+static int issue_reduce(sl_fsdp *f, int u) {
+  unit_t *U = &f->units[u];
+  int64_t s = U->sl.shard, P = U->sl.padded;
+  pending_t p = {.u = u, .first = U->nred == 0};
+  const void *send = U->grad;
+  sl_dtype dt = f->cfg.reduce_dtype;
+  if (dt == SL_BF16) {
+    p.send = pool_get(&f->pool, (size_t)P * 2, SL_ARENA_WORKSPACE, 0);
+    if (!p.send) return SL_ENOMEM;
+    f->ops->f32_to_bf16(f->kctx, p.send, U->grad, P);
+    send = p.send;
+    p.recv = pool_get(&f->pool, (size_t)s * 2, SL_ARENA_WORKSPACE, 0);
+    p.recv_is_bf16 = 1;
+    if (!p.recv) return SL_ENOMEM;
+  } else if (!p.first) { /* later micro-batches: reduce aside, then add */
+    p.recv = pool_get(&f->pool, (size_t)s * 4, SL_ARENA_WORKSPACE, 0);
+    if (!p.recv) return SL_ENOMEM;
+  }
+  void *recv = p.recv ? p.recv : (void *)U->acc;
+  if (sl_comm_reduce_scatter(f->shard_comm, send, recv, s, dt, &p.req) != SL_COMM_OK)
+    return sl_fail(SL_ECOMM, "fsdp: reduce-scatter of unit %d: %s", u, sl_comm_last_error());
+  U->nred++;
+  if (f->npend == f->cappend) {
+    int nc = f->cappend ? f->cappend * 2 : 16;
+    pending_t *np = realloc(f->pend, sizeof(pending_t) * (size_t)nc);
+    if (!np) return SL_ENOMEM;
+    f->pend = np;
+    f->cappend = nc;
+  }
+  f->pend[f->npend++] = p;
+  return SL_OK;
+}
+
+int sl_fsdp_bwd_release(sl_fsdp *f, int u) {
+  unit_t *U = &f->units[u];
+  drop_params(f, u);
+  int last = f->micro == f->nmicro - 1;
+  if (f->cfg.sync_accum || last) {
+    int rc = issue_reduce(f, u);
+    if (rc) return rc;
+    /* keep one reduction in flight: it overlaps the next unit's backward */
+    return drain(f, 1);
+  }
+  (void)U;
+  return SL_OK;
+}
+
+int sl_fsdp_end_micro(sl_fsdp *f) {
+  int rc = drain(f, 0);
+  if (rc) return rc;
+  for (int u = 0; u < f->nunits; u++) drop_params(f, u); /* pinned ones too */
+  if (f->micro == f->nmicro - 1 && f->cfg.zero == 0) {
+    /* ZeRO 0 updates full buffers: all-gather the reduced shards (together
+     * with the reduce-scatter this is the all-reduce of plain DP) */
+    for (int u = 0; u < f->nunits; u++) {
+      unit_t *U = &f->units[u];
+      float *mine = U->full_grad + U->sl.offset;
+      if (U->acc != mine) memcpy(mine, U->acc, (size_t)U->sl.shard * 4);
+      if (sl_comm_allgather(f->shard_comm, mine, U->full_grad, U->sl.shard, SL_F32,
+                            &U->view_req) != SL_COMM_OK)
+        return sl_fail(SL_ECOMM, "fsdp: all-gather of gradients: %s", sl_comm_last_error());
+    }
+  }
+  return SL_OK;
+}
+
+int sl_fsdp_grad_sumsq(sl_fsdp *f, double *out) {
+  double mine = 0.0;
+  for (int u = 0; u < f->nunits; u++)
+    mine += f->ops->sumsq(f->kctx, f->units[u].acc, f->units[u].sl.shard);
+  double *all = calloc((size_t)f->ssize, sizeof(double));
+  if (!all) return SL_ENOMEM;
+  if (sl_comm_allgather_sync(f->shard_comm, &mine, all, 1, SL_F64) != SL_COMM_OK) {
+    free(all);
+    return sl_fail(SL_ECOMM, "fsdp: gradient norm all-gather: %s", sl_comm_last_error());
+  }
+  double t = 0.0;
+  for (int r = 0; r < f->ssize; r++) t += all[r];
+  free(all);
+  *out = t;
+  return SL_OK;
+}
+
+sl_fsdp_view_t sl_fsdp_view(sl_fsdp *f, int u) {
+  unit_t *U = &f->units[u];
+  sl_fsdp_view_t v;
+  if (f->cfg.zero == 0) {
+    wait_req(f, &U->view_req);
+    v.offset = 0;
+    v.count = U->sl.padded;
+    v.valid = U->sl.numel;
+    v.grads = U->full_grad;
+  } else {
+    v.offset = U->sl.offset;
+    v.count = U->sl.shard;
+    v.valid = U->sl.valid;
+    v.grads = U->acc;
+  }
+  return v;
+}
+
+int sl_fsdp_set_view(sl_fsdp *f, int u, const float *values) {
+  unit_t *U = &f->units[u];
+  switch (f->cfg.zero) {
+  case 0:
+    store_params(f, U->full_param, values, U->sl.padded);
+    return SL_OK;
+  case 3:
+    store_params(f, U->shard_param, values, U->sl.shard);
+    return SL_OK;
+  default: {
+    char *mine = (char *)U->full_param + (size_t)U->sl.offset * f->pes;
+    store_params(f, mine, values, U->sl.shard);
+    if (sl_comm_allgather(f->shard_comm, mine, U->full_param, U->sl.shard,
+                          f->cfg.param_dtype, &U->param_req) != SL_COMM_OK)
+      return sl_fail(SL_ECOMM, "fsdp: all-gather of parameters: %s", sl_comm_last_error());
+    return SL_OK;
+  }
+  }
+}
+
+int sl_fsdp_finish_step(sl_fsdp *f) {
+  for (int u = 0; u < f->nunits; u++) {
+    int rc = wait_req(f, &f->units[u].param_req);
+    if (!rc) rc = wait_req(f, &f->units[u].view_req);
+    if (rc) return rc;
+  }
+  return SL_OK;
+}
+
+int sl_fsdp_gather_view(sl_fsdp *f, int u, const float *view_values, float *full) {
+  unit_t *U = &f->units[u];
+  if (f->cfg.zero == 0) {
+    memcpy(full, view_values, (size_t)U->sl.numel * 4);
+    return SL_OK;
+  }
+  float *tmp = sl_alloc((size_t)U->sl.padded * 4, "gather for save");
+  if (!tmp) return SL_ENOMEM;
+  int rc = SL_OK;
+  if (sl_comm_allgather_sync(f->shard_comm, view_values, tmp, U->sl.shard, SL_F32) != SL_COMM_OK)
+    rc = sl_fail(SL_ECOMM, "fsdp: gather of unit %d: %s", u, sl_comm_last_error());
+  else
+    memcpy(full, tmp, (size_t)U->sl.numel * 4);
+  sl_free(tmp);
+  return rc;
+}

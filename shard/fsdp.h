@@ -1,0 +1,113 @@
+/* shard/fsdp.h — the fully sharded data-parallel runtime.
+ *
+ * Sees only flat buffers: unit u has numel[u] fp32 parameters. Knows nothing
+ * about what a unit computes. Owns, per unit and per the ZeRO stage:
+ *   - the parameters in the gather dtype (full at ZeRO 0-2, a shard at 3),
+ *   - the gradients (full buffers while a unit's backward runs; the reduced,
+ *     micro-batch-accumulated gradient for the optimizer),
+ *   - the gather / reduce-scatter schedule with prefetch.
+ * The optimizer state (fp32 master, m, v) belongs to the caller, sized by the
+ * unit's "optimizer view" (the whole buffer at ZeRO 0, the rank's shard from
+ * ZeRO 1 on), so it can live in any offload tier.
+ *
+ * Step protocol (one optimizer step; see docs/overlap.md):
+ *   for each micro-batch k of n:
+ *     sl_fsdp_begin_micro(f, k, n)
+ *     for u = 0..U-1:   sl_fsdp_fwd_acquire(f, u, &p) ... compute ... sl_fsdp_fwd_release(f, u)
+ *     for u = U-1..0:   sl_fsdp_bwd_acquire(f, u, &p, &g) ... compute ... sl_fsdp_bwd_release(f, u)
+ *     sl_fsdp_end_micro(f)
+ *   sl_fsdp_grad_sumsq(f, &ss)                    (global, deterministic)
+ *   for each unit: sl_fsdp_view(f, u) -> grads; caller updates its master
+ *     then sl_fsdp_set_view(f, u, master)        (refreshes parameters)
+ *   sl_fsdp_finish_step(f)                        (completes param gathers)
+ */
+#ifndef SL_FSDP_H
+#define SL_FSDP_H
+
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+#include "shard/comm.h"
+#include "shard/shardmath.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sl_fsdp sl_fsdp;
+
+typedef struct {
+  int zero;                  /* 0, 1, 2 or 3 */
+  int prefetch;              /* units gathered ahead of the one computing */
+  int64_t prefetch_bytes;    /* budget for gathered buffers in flight (0 = none) */
+  int reshard_after_forward; /* ZeRO-3: free gathered params after forward */
+  int sync_accum;            /* 1: reduce every micro-batch; 0: once per step */
+  sl_dtype param_dtype;      /* SL_F32 or SL_BF16: gathered parameters */
+  sl_dtype reduce_dtype;     /* SL_F32 or SL_BF16: gradient reduction */
+  int shard_group;           /* S: shard inside groups of S ranks (0 = world) */
+  int64_t align;             /* elements; padded size is a multiple of S*align */
+} sl_fsdp_cfg;
+
+/* What the optimizer sees of unit u: `count` elements starting at element
+ * `offset` of the unit's flat buffer (padding included, so count is the
+ * same on every rank); grads points at the reduced gradient of that range. */
+typedef struct {
+  int64_t offset, count;
+  int64_t valid;             /* elements of the range inside numel */
+  float *grads;
+} sl_fsdp_view_t;
+
+/* pinned: units whose parameters stay gathered from their forward until
+ * their backward (tied weights read by another unit); may be NULL. */
+int sl_fsdp_create(sl_comm *world, const sl_fsdp_cfg *cfg, const sl_ops *ops,
+                   sl_kctx *kctx, int nunits, const int64_t *numel,
+                   const int *pinned, sl_fsdp **out);
+void sl_fsdp_destroy(sl_fsdp *f);
+
+int sl_fsdp_num_units(const sl_fsdp *f);
+sl_slice sl_fsdp_slice(const sl_fsdp *f, int u);     /* this rank's shard */
+sl_fsdp_view_t sl_fsdp_view(sl_fsdp *f, int u);       /* optimizer view */
+int sl_fsdp_shard_rank(const sl_fsdp *f);
+int sl_fsdp_shard_size(const sl_fsdp *f);
+int sl_fsdp_replica_rank(const sl_fsdp *f);
+int sl_fsdp_replica_size(const sl_fsdp *f);
+
+/* Sets unit u's parameters from the full fp32 values (identical on every
+ * rank); this rank keeps what its stage needs. */
+int sl_fsdp_init_params(sl_fsdp *f, int u, const float *full);
+
+int sl_fsdp_begin_micro(sl_fsdp *f, int k, int n);
+int sl_fsdp_fwd_acquire(sl_fsdp *f, int u, const float **params);
+int sl_fsdp_fwd_release(sl_fsdp *f, int u);
+/* grads: full fp32 gradient buffer of unit u, zeroed at the start of the
+ * micro-batch; backward adds into it. A pinned unit's buffer can be taken
+ * early with sl_fsdp_grad_buffer (tied weights). */
+int sl_fsdp_bwd_acquire(sl_fsdp *f, int u, const float **params, float **grads);
+int sl_fsdp_bwd_release(sl_fsdp *f, int u);
+int sl_fsdp_grad_buffer(sl_fsdp *f, int u, float **grads);
+/* Parameters of a pinned unit while another unit uses them. */
+int sl_fsdp_pinned_params(sl_fsdp *f, int u, const float **params);
+int sl_fsdp_end_micro(sl_fsdp *f);
+
+/* Global sum of squares of the reduced gradients (over the optimizer
+ * views of the shard group, padding is zero), summed in rank order in
+ * double: identical on every rank and for every stage. */
+int sl_fsdp_grad_sumsq(sl_fsdp *f, double *out);
+/* Hands back the updated fp32 values of unit u's optimizer view. */
+int sl_fsdp_set_view(sl_fsdp *f, int u, const float *values);
+int sl_fsdp_finish_step(sl_fsdp *f);
+
+/* Gathers a view-sized fp32 array of every unit-rank into the full buffer
+ * (numel elements) on every rank of the shard group. Collective. */
+int sl_fsdp_gather_view(sl_fsdp *f, int u, const float *view_values, float *full);
+
+/* Communication statistics of the shard and replica communicators. */
+void sl_fsdp_comm_stats(const sl_fsdp *f, sl_comm_stats *shard, sl_comm_stats *replica);
+void sl_fsdp_reset_comm_stats(sl_fsdp *f);
+/* Nanoseconds the compute thread spent blocked waiting on communication. */
+uint64_t sl_fsdp_wait_ns(const sl_fsdp *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SL_FSDP_H */

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# tests/test_mpi_comm.sh — runs tests/test_mpi_comm under mpirun for 1..4
+# ranks, then the two fault modes (a rank that stops issuing collectives, a
+# rank that SIGKILLs itself) with a short watchdog timeout: every run must end
+# non-zero within a wall-clock bound, naming rank 1.
+# Env: SL_BUILD (build dir; the program is $SL_BUILD/tests/test_mpi_comm).
+set -u
+BIN="${SL_BUILD:-}/tests/test_mpi_comm"
+[ -n "${SL_BUILD:-}" ] && [ -x "$BIN" ] || { echo "skip: $BIN not built"; exit 77; }
+command -v mpirun >/dev/null || { echo "skip: no mpirun"; exit 77; }
+
+export OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none # containers without CMA
+export OMP_NUM_THREADS=1
+MPIRUN=(mpirun --oversubscribe -np)
+[ "$(id -u)" = 0 ] && MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np)
+
+fail=0
+pass=0
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+for n in 1 2 3 4; do
+  if timeout 120 "${MPIRUN[@]}" "$n" "$BIN" >"$log" 2>&1 && grep -q "passed, 0 failed" "$log"; then
+    echo "ok   np=$n: $(grep 'passed' "$log")"
+    pass=$((pass + 1))
+  else
+    echo "FAIL np=$n"; tail -30 "$log"; fail=$((fail + 1))
+  fi
+done
+
+# fault runs: timeout T = 2 s; the job must be down within T + 15 s
+T=2
+BOUND=$((T + 15))
+fault() { # name, expected-regex, extra mpirun args...
+  local name=$1 re=$2; shift 2
+  local t0 t1 rc
+  t0=$(date +%s)
+  timeout $((BOUND + 30)) "${MPIRUN[@]}" 3 "$@" "$BIN" "$name" "$T" >"$log" 2>&1
+  rc=$?
+  t1=$(date +%s)
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ $((t1 - t0)) -le "$BOUND" ] && grep -Eq "$re" "$log"; then
+    echo "ok   $name $*: exit $rc after $((t1 - t0)) s"
+    pass=$((pass + 1))
+  else
+    echo "FAIL $name $*: exit $rc after $((t1 - t0)) s (bound $BOUND s), expected /$re/"; tail -30 "$log"
+    fail=$((fail + 1))
+  fi
+}
+WD='collective allreduce #4 on comm world \(3 ranks\) did not complete within 2\.0 s; ranks that never arrived: 1'
+fault hang "$WD"
+# mpirun itself takes the job down when a rank dies; accept its message or ours
+fault kill "process rank 1 .*(exited on signal 9|Killed)|$WD"
+# with mpirun told not to abort on a dead rank, the watchdog must do it
+fault kill "$WD" --mca orte_abort_on_non_zero_status 0
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,399 @@
+"""Plain-PyTorch Llama oracle for the shardlm parity contract.
+
+Owns: the HF Llama model in fp32 (RMSNorm, rotate-half RoPE, GQA, SwiGLU,
+optional tied lm_head), random init + HF-dir save/load, the sequential data
+order, the reference training loop (AdamW foreach=False, clip_grad_norm_,
+warmup + cosine LR) and the "dump" (logits, loss, gradients of batch 0).
+Written from the Hugging Face LlamaForCausalLM semantics, independent of the
+engine. Parameter names are exactly the HF checkpoint names.
+
+CLI (for manual use):
+  llama_ref.py init  --out DIR [--hidden 64 ... --tied --seed N]
+  llama_ref.py dump  --model DIR --data PREFIX --micro-batch B --seq-len T --out F
+  llama_ref.py train --model DIR --data PREFIX --steps S ... --metrics F --save DIR
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+
+# ------------------------------------------------------------------ config
+
+class LlamaConfig:
+    """The LlamaForCausalLM config.json fields the engine reads."""
+
+    def __init__(self, d):
+        self.hidden_size = int(d["hidden_size"])
+        self.intermediate_size = int(d["intermediate_size"])
+        self.num_attention_heads = int(d["num_attention_heads"])
+        self.num_key_value_heads = int(d.get("num_key_value_heads", d["num_attention_heads"]))
+        self.num_hidden_layers = int(d["num_hidden_layers"])
+        self.vocab_size = int(d["vocab_size"])
+        self.rms_norm_eps = float(d.get("rms_norm_eps", 1e-6))
+        self.rope_theta = float(d.get("rope_theta", 10000.0))
+        self.tie_word_embeddings = bool(d.get("tie_word_embeddings", False))
+        hd = d.get("head_dim")
+        self.head_dim = int(hd) if hd is not None else self.hidden_size // self.num_attention_heads
+        assert self.num_attention_heads % self.num_key_value_heads == 0
+
+    def to_dict(self):
+        return {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "num_hidden_layers": self.num_hidden_layers,
+            "vocab_size": self.vocab_size,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "head_dim": self.head_dim,
+            "hidden_act": "silu",
+            "torch_dtype": "float32",
+        }
+
+
+def make_config(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=160, vocab=97,
+                tied=False, eps=1e-5, theta=10000.0, head_dim=None):
+    d = dict(hidden_size=hidden, intermediate_size=intermediate, num_attention_heads=heads,
+             num_key_value_heads=kv_heads, num_hidden_layers=layers, vocab_size=vocab,
+             rms_norm_eps=eps, rope_theta=theta, tie_word_embeddings=tied)
+    if head_dim is not None:
+        d["head_dim"] = head_dim
+    return LlamaConfig(d)
+
+
+# ------------------------------------------------------------------- model
+
+class RMSNorm(nn.Module):
+    def __init__(self, n, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n))
+        self.eps = eps
+
+    def forward(self, x):
+        var = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(var + self.eps))
+
+
+def rope_cos_sin(T, hd, theta, dtype=torch.float32):
+    """cos/sin tables (T, hd) for positions 0..T-1, HF rotate-half layout.
+    Computed in float32 as HF does (float64 only for a float64 model, which
+    the self-tests use)."""
+    ct = torch.float64 if dtype == torch.float64 else torch.float32
+    inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).to(ct) / hd))
+    t = torch.arange(T, dtype=torch.int64).to(ct)
+    freqs = torch.outer(t, inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        h, hd = c.hidden_size, c.head_dim
+        self.q_proj = nn.Linear(h, c.num_attention_heads * hd, bias=False)
+        self.k_proj = nn.Linear(h, c.num_key_value_heads * hd, bias=False)
+        self.v_proj = nn.Linear(h, c.num_key_value_heads * hd, bias=False)
+        self.o_proj = nn.Linear(c.num_attention_heads * hd, h, bias=False)
+
+    def forward(self, x, cos, sin):
+        c = self.c
+        B, T, _ = x.shape
+        nh, nkv, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        q = self.q_proj(x).view(B, T, nh, hd).transpose(1, 2)   # (B, nh, T, hd)
+        k = self.k_proj(x).view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
+        v = self.v_proj(x).view(B, T, nkv, hd).transpose(1, 2)
+        cos, sin = cos[None, None], sin[None, None]
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        rep = nh // nkv
+        k = k.repeat_interleave(rep, dim=1)  # kv head j serves q heads j*rep..j*rep+rep-1
+        v = v.repeat_interleave(rep, dim=1)
+        s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)          # (B, nh, T, T)
+        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+        s = s.masked_fill(mask, float("-inf"))
+        p = torch.softmax(s, dim=-1)
+        y = (p @ v).transpose(1, 2).reshape(B, T, nh * hd)
+        return self.o_proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.self_attn = Attention(c)
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.mlp = MLP(c)
+
+    def forward(self, x, cos, sin):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.layers = nn.ModuleList([DecoderLayer(c) for _ in range(c.num_hidden_layers)])
+        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+
+
+class LlamaForCausalLM(nn.Module):
+    """named_parameters() yields exactly the HF checkpoint names."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.config = c
+        self.model = LlamaModel(c)
+        if not c.tie_word_embeddings:
+            self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
+
+    def head_weight(self):
+        if self.config.tie_word_embeddings:
+            return self.model.embed_tokens.weight
+        return self.lm_head.weight
+
+    def forward(self, idx):
+        """idx (B, T) int64 -> logits (B, T, V); positions restart at 0 per row."""
+        c = self.config
+        T = idx.shape[1]
+        cos, sin = rope_cos_sin(T, c.head_dim, c.rope_theta, self.model.norm.weight.dtype)
+        x = self.model.embed_tokens(idx)
+        for layer in self.model.layers:
+            x = layer(x, cos, sin)
+        x = self.model.norm(x)
+        return x @ self.head_weight().t()
+
+
+def loss_fn(logits, targets):
+    """Mean token cross-entropy over every position."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+# ------------------------------------------------------- init, load, save
+
+def init_model(c, seed=0, std=0.02, norm_jitter=0.0):
+    """Random init: N(0, std) for every matrix, norms 1 + N(0, norm_jitter)."""
+    g = torch.Generator().manual_seed(seed)
+    m = LlamaForCausalLM(c)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if p.dim() >= 2:
+                p.copy_(torch.randn(p.shape, generator=g) * std)
+            else:
+                p.copy_(1.0 + norm_jitter * torch.randn(p.shape, generator=g))
+    return m
+
+
+def state_numpy(m):
+    return {n: p.detach().cpu().float().numpy().copy() for n, p in m.named_parameters()}
+
+
+def save_hf(m, model_dir, dtype="F32"):
+    common.config_write(model_dir, m.config.to_dict())
+    common.st_write(os.path.join(model_dir, "model.safetensors"), state_numpy(m), dtype=dtype,
+                    metadata={"format": "pt"})
+
+
+def load_hf(model_dir, dtype=torch.float32):
+    """Load an HF Llama dir (single model.safetensors); every tensor must be
+    present with the right shape, and no unknown tensor may remain."""
+    c = LlamaConfig(common.config_read(model_dir))
+    path = os.path.join(model_dir, "model.safetensors")
+    tensors = common.st_read(path)
+    m = LlamaForCausalLM(c).to(dtype)
+    seen = set()
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if name not in tensors:
+                raise KeyError(f"{path}: missing tensor {name}")
+            a = tensors[name]
+            if tuple(a.shape) != tuple(p.shape):
+                raise ValueError(f"{path}: {name} shape {a.shape}, expected {tuple(p.shape)}")
+            p.copy_(torch.from_numpy(np.array(a, dtype=np.float32)).to(dtype))
+            seen.add(name)
+    extra = set(tensors) - seen
+    if c.tie_word_embeddings:
+        extra.discard("lm_head.weight")  # tolerated if a writer stores the tied copy
+    if extra:
+        raise KeyError(f"{path}: unexpected tensors {sorted(extra)}")
+    return m
+
+
+# --------------------------------------------------------------- data order
+
+def sample_tokens(stream, j, T):
+    """Sample j: stream[j*T .. j*T+T] (T+1 tokens), indices wrapping mod len."""
+    L = len(stream)
+    return stream[(j * T + np.arange(T + 1, dtype=np.int64)) % L]
+
+
+def batch(stream, first, count, T):
+    """Samples first..first+count-1 -> (inputs (count,T), targets (count,T))."""
+    rows = np.stack([sample_tokens(stream, first + i, T) for i in range(count)])
+    rows = torch.from_numpy(rows.astype(np.int64))
+    return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
+
+
+# -------------------------------------------------------------------- dump
+
+def dump(m, stream, B, T):
+    """Logits (B*T, V), loss and grads of the mean loss of samples 0..B-1."""
+    m.zero_grad(set_to_none=True)
+    x, y = batch(stream, 0, B, T)
+    logits = m(x)
+    loss = loss_fn(logits, y)
+    loss.backward()
+    out = {"logits": logits.detach().reshape(B * T, -1).numpy().copy(),
+           "loss": np.array([loss.item()], dtype=np.float32)}
+    for n, p in m.named_parameters():
+        out["grad." + n] = p.grad.detach().numpy().copy()
+    return out
+
+
+# ------------------------------------------------------------------- train
+
+def lr_at(s, lr, min_lr, warmup, steps):
+    """LR of 0-based step s: linear warmup, then cosine to min_lr at the last step."""
+    if s < warmup:
+        return lr * (s + 1) / warmup
+    p = (s - warmup) / max(1, steps - 1 - warmup)
+    p = min(1.0, max(0.0, p))
+    return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * p))
+
+
+def make_optimizer(m, lr, wd, b1, b2, eps):
+    decay = [p for _, p in m.named_parameters() if p.dim() >= 2]
+    no_decay = [p for _, p in m.named_parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=(b1, b2), eps=eps, foreach=False)
+
+
+def train(m, stream, steps, B, T, accum, lr, min_lr, warmup, wd, b1, b2, eps, clip,
+          whole_batch=True, log=None):
+    """Reference training loop. Returns a list of per-step metrics dicts
+    {"step", "loss", "lr", "grad_norm"}; m holds the final weights.
+
+    whole_batch: run the G = B*accum samples of a step as one batch (the
+    definition of the loss); otherwise accumulate per micro-batch with loss/accum.
+    """
+    opt = make_optimizer(m, lr, wd, b1, b2, eps)
+    G = B * accum
+    params = [p for _, p in m.named_parameters()]
+    rows = []
+    for s in range(steps):
+        cur = lr_at(s, lr, min_lr, warmup, steps)
+        for grp in opt.param_groups:
+            grp["lr"] = cur
+        opt.zero_grad(set_to_none=True)
+        if whole_batch:
+            x, y = batch(stream, s * G, G, T)
+            loss = loss_fn(m(x), y)
+            loss.backward()
+            loss_v = loss.item()
+        else:
+            loss_v = 0.0
+            for k in range(accum):
+                x, y = batch(stream, s * G + k * B, B, T)
+                loss = loss_fn(m(x), y) / accum
+                loss.backward()
+                loss_v += loss.item()
+        if clip > 0:
+            gn = float(torch.nn.utils.clip_grad_norm_(params, clip))
+        else:
+            gn = float(torch.norm(torch.stack([p.grad.norm(2) for p in params]), 2))
+        opt.step()
+        row = {"step": s + 1, "loss": loss_v, "lr": cur, "grad_norm": gn}
+        rows.append(row)
+        if log:
+            log(row)
+    return rows
+
+
+# --------------------------------------------------------------------- CLI
+
+def _main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("init")
+    a.add_argument("--out", required=True)
+    for k, v in (("hidden", 64), ("layers", 2), ("heads", 4), ("kv-heads", 2),
+                 ("intermediate", 160), ("vocab", 97), ("seed", 0)):
+        a.add_argument("--" + k, type=int, default=v)
+    a.add_argument("--tied", action="store_true")
+    a.add_argument("--std", type=float, default=0.02)
+    d = sub.add_parser("dump")
+    t = sub.add_parser("train")
+    for p in (d, t):
+        p.add_argument("--model", required=True)
+        p.add_argument("--data", required=True)
+        p.add_argument("--micro-batch", type=int, required=True)
+        p.add_argument("--seq-len", type=int, required=True)
+    d.add_argument("--out", required=True)
+    for k, v in (("steps", 10), ("grad-accum", 1), ("warmup", 0)):
+        t.add_argument("--" + k, type=int, default=v)
+    for k, v in (("lr", 1e-3), ("min-lr", 0.0), ("weight-decay", 0.0), ("beta1", 0.9),
+                 ("beta2", 0.95), ("eps", 1e-8), ("clip", 1.0)):
+        t.add_argument("--" + k, type=float, default=v)
+    t.add_argument("--metrics")
+    t.add_argument("--save")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "2"))))
+    if args.cmd == "init":
+        c = make_config(args.hidden, args.layers, args.heads, args.kv_heads, args.intermediate,
+                        args.vocab, tied=args.tied)
+        save_hf(init_model(c, args.seed, args.std), args.out)
+        return 0
+    m = load_hf(args.model)
+    stream = common.token_stream(args.data)
+    if args.cmd == "dump":
+        common.st_write(args.out, dump(m, stream, args.micro_batch, args.seq_len))
+        return 0
+    mf = open(args.metrics, "w") if args.metrics else None
+
+    def log(row):
+        print(json.dumps(row))
+        if mf:
+            mf.write(json.dumps(row) + "\n")
+    train(m, stream, args.steps, args.micro_batch, args.seq_len, args.grad_accum, args.lr,
+          args.min_lr, args.warmup, args.weight_decay, args.beta1, args.beta2, args.eps,
+          args.clip, log=log)
+    if mf:
+        mf.close()
+    if args.save:
+        save_hf(m, args.save)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

@@ -1,0 +1,188 @@
+/* tools/main.c — the shardlm command line: train | prepare | dump | plot |
+ * bench | plan | convert. The only place that turns status codes into exit
+ * statuses (bad input: 2; any other failure: 1). */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "engine/dataset.h"
+#include "engine/plot.h"
+#include "engine/trainer.h"
+#include "shard/comm.h"
+#include "tools/tools.h"
+
+static int exit_code(int rc) { return rc == SL_OK ? 0 : rc == SL_EINPUT ? 2 : 1; }
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: shardlm <command> [flags]\n"
+          "  train    train a model (no flags: the built-in demo, 2 ranks, ZeRO-3)\n"
+          "  prepare  --input FILE.txt --output PREFIX: byte-level Megatron dataset\n"
+          "  dump     one forward/backward to a safetensors file (tests)\n"
+          "  plot     METRICS.jsonl [OUT.svg]: loss and throughput curves\n"
+          "  bench    train|adam|nvme|gemm|comm: measured figures\n"
+          "  plan     predict memory, communication and speed of configurations\n"
+          "  convert  between training checkpoints and Hugging Face directories\n"
+          "run 'shardlm train --help' for the training flags.\n");
+}
+
+static int under_launcher(void) {
+  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_RANK") || getenv("PMIX_RANK") ||
+         getenv("SLURM_PROCID");
+}
+
+/* Re-executes this command under a local mpirun with n ranks. */
+static int relaunch(int n, int argc, char **argv) {
+  char **args = calloc((size_t)argc + 16, sizeof(char *));
+  char np[32];
+  snprintf(np, sizeof np, "%d", n);
+  int k = 0;
+  args[k++] = "mpirun";
+  if (getuid() == 0) args[k++] = "--allow-run-as-root";
+  args[k++] = "--oversubscribe";
+  args[k++] = "--bind-to";
+  args[k++] = "none";
+  args[k++] = "-np";
+  args[k++] = np;
+  char self[4096];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (len > 0) { self[len] = 0; args[k++] = self; }
+  else args[k++] = argv[0];
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--nproc")) { i++; continue; }
+    if (!strncmp(argv[i], "--nproc=", 8)) continue;
+    args[k++] = argv[i];
+  }
+  args[k] = NULL;
+  fflush(stdout);
+  execvp("mpirun", args);
+  fprintf(stderr, "shardlm: cannot start mpirun (is openmpi-bin installed?)\n");
+  return 1;
+}
+
+static int cmd_train(int argc, char **argv, int dump) {
+  sl_train_cfg cfg;
+  sl_train_cfg_defaults(&cfg);
+  const char *out = NULL;
+  int demo = argc == 2;
+  int nargs = 0;
+  char **args = calloc((size_t)argc + 1, sizeof(char *));
+  for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      printf("usage: shardlm %s [--config FILE.json] [--name value ...]\n", dump ? "dump --out FILE" : "train");
+      sl_train_cfg_usage(stdout);
+      free(args);
+      return 0;
+    }
+    if (dump && !strcmp(argv[i], "--out") && i + 1 < argc) { out = argv[++i]; continue; }
+    args[nargs++] = argv[i];
+  }
+  int rc = sl_train_cfg_parse_args(&cfg, nargs, args);
+  free(args);
+  if (rc) {
+    fprintf(stderr, "shardlm: %s\n", sl_errmsg());
+    return exit_code(rc);
+  }
+  if (demo) {
+    /* the README's main job: built-in model and corpus, 2 ranks, ZeRO-3 */
+    cfg.nproc = 2;
+    snprintf(cfg.save, sizeof cfg.save, "%s/model", cfg.out_dir);
+  }
+  if (dump && !out) {
+    fprintf(stderr, "shardlm dump: --out FILE.safetensors is required\n");
+    return 2;
+  }
+  if (cfg.nproc > 1 && !under_launcher()) {
+    if (demo) {
+      /* pass the demo's settings through explicitly */
+      char **a2 = calloc(8, sizeof(char *));
+      a2[0] = argv[0]; a2[1] = "train"; a2[2] = "--nproc"; a2[3] = "2"; a2[4] = "--save"; a2[5] = cfg.save;
+      return relaunch(2, 6, a2);
+    }
+    return relaunch((int)cfg.nproc, argc, argv);
+  }
+  sl_comm *world = NULL;
+  if (sl_comm_world_init(&argc, &argv, cfg.comm_timeout, &world) != SL_COMM_OK) {
+    fprintf(stderr, "shardlm: cannot start communication: %s\n", sl_comm_last_error());
+    return 1;
+  }
+  int rank = sl_comm_rank(world), size = sl_comm_size(world);
+  sl_log_set_rank(rank, size);
+  rc = dump ? sl_train_dump(&cfg, world, out) : sl_train_run(&cfg, world);
+  if (rc) {
+    fprintf(stderr, "%sshardlm: %s\n", size > 1 ? (rank == 0 ? "[rank 0] " : "[rank >0] ") : "", sl_errmsg());
+    fflush(stderr);
+    if (size > 1) sl_comm_abort(exit_code(rc)); /* others may wait in a collective */
+  }
+  sl_comm_destroy(world);
+  sl_comm_world_finalize();
+  return exit_code(rc);
+}
+
+static int cmd_prepare(int argc, char **argv) {
+  const char *in = NULL, *out = NULL;
+  for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i], "--input") && i + 1 < argc) in = argv[++i];
+    else if (!strcmp(argv[i], "--output") && i + 1 < argc) out = argv[++i];
+    else {
+      fprintf(stderr, "shardlm prepare: unexpected argument '%s'\nusage: shardlm prepare --input FILE.txt --output PREFIX\n", argv[i]);
+      return 2;
+    }
+  }
+  if (!in || !out) {
+    fprintf(stderr, "usage: shardlm prepare --input FILE.txt --output PREFIX\n");
+    return 2;
+  }
+  sl_prepare_stats st;
+  memset(&st, 0, sizeof st);
+  int rc = sl_prepare_text(in, out, &st);
+  if (rc) {
+    fprintf(stderr, "shardlm prepare: %s\n", sl_errmsg());
+    return exit_code(rc);
+  }
+  printf("wrote %s.bin and %s.idx (byte-level tokens, end-of-document token 256; models need vocab_size >= 257)\n", out, out);
+  return 0;
+}
+
+static int cmd_plot(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: shardlm plot METRICS.jsonl [OUT.svg]\n");
+    return 2;
+  }
+  char svg[4096];
+  if (argc > 3) snprintf(svg, sizeof svg, "%s", argv[3]);
+  else {
+    snprintf(svg, sizeof svg, "%s", argv[2]);
+    char *dot = strrchr(svg, '.');
+    if (dot && strchr(dot, '/') == NULL) *dot = 0;
+    strncat(svg, ".svg", sizeof svg - strlen(svg) - 1);
+  }
+  int rc = sl_plot_metrics(argv[2], svg);
+  if (rc) {
+    fprintf(stderr, "shardlm plot: %s\n", sl_errmsg());
+    return exit_code(rc);
+  }
+  printf("plot: %s\n", svg);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "train")) return cmd_train(argc, argv, 0);
+  if (!strcmp(cmd, "dump")) return cmd_train(argc, argv, 1);
+  if (!strcmp(cmd, "prepare")) return cmd_prepare(argc, argv);
+  if (!strcmp(cmd, "plot")) return cmd_plot(argc, argv);
+  if (!strcmp(cmd, "bench")) return sl_tool_bench(argc - 1, argv + 1);
+  if (!strcmp(cmd, "plan")) return sl_tool_plan(argc - 1, argv + 1);
+  if (!strcmp(cmd, "convert")) return sl_tool_convert(argc - 1, argv + 1);
+  fprintf(stderr, "shardlm: unknown command '%s'\n", cmd);
+  usage(stderr);
+  return 2;
+}

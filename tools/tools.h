@@ -1,0 +1,11 @@
+/* tools/tools.h — subcommands of the shardlm CLI that live in their own
+ * files. Each takes argv starting at the subcommand name and returns the
+ * process exit status. */
+#ifndef SL_TOOLS_H
+#define SL_TOOLS_H
+
+int sl_tool_bench(int argc, char **argv);   /* tools/bench.c */
+int sl_tool_plan(int argc, char **argv);    /* tools/plan.c */
+int sl_tool_convert(int argc, char **argv); /* tools/convert.c */
+
+#endif
