@@ -219,8 +219,8 @@ static int parse_mamba_hf(const char *p, json_t *o, sl_model_config *c) {
 
 /* state-spaces/mamba config.json: d_model, n_layer, vocab_size, ssm_cfg, ... */
 static int parse_mamba_ss(const char *p, json_t *o, sl_model_config *c) {
-  int rc, rms;
-  int64_t d_inter;
+  int rc, rms = 1;
+  int64_t d_inter = 0;
   c->ssm_original_format = 1;
   json_t *ssm = json_object_get(o, "ssm_cfg"), *empty = json_object();
   if (!empty) return sl_fail(SL_ENOMEM, "out of memory");

@@ -317,6 +317,7 @@ int sl_llama_create(sl_model *m) {
   if (!p->tied) sl_unit_add(h, "lm_head.weight", 2, p->V, C, 0, 1, SL_INIT_NORMAL, std);
   else m->pinned[0] = 1;
 
+  if (m->B == 0) return SL_OK; /* specs only */
   /* activations */
   int64_t N = p->N;
   p->stream = calloc((size_t)(p->L + 1), sizeof(float *));

@@ -29,10 +29,14 @@ void sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_
   u->numel += t->numel;
 }
 
+int sl_model_create_specs(const sl_model_config *cfg, sl_model **out) {
+  return sl_model_create(cfg, NULL, NULL, 0, 0, SL_AC_NONE, out);
+}
+
 int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B,
                     int64_t T, sl_actckpt ac, sl_model **out) {
   *out = NULL;
-  if (B < 1 || T < 1) return sl_fail(SL_EINPUT, "micro-batch (%lld) and seq-len (%lld) must be >= 1",
+  if (B < 0 || T < 0 || (B == 0) != (T == 0)) return sl_fail(SL_EINPUT, "micro-batch (%lld) and seq-len (%lld) must be >= 1",
                                      (long long)B, (long long)T);
   sl_model *m = calloc(1, sizeof *m);
   if (!m) return sl_fail(SL_ENOMEM, "out of memory creating the model");

@@ -91,6 +91,9 @@ struct sl_model {
  * for micro-batch B x T, checkpoint policy. */
 int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B,
                     int64_t T, sl_actckpt ac, sl_model **out);
+/* Unit specs only (B = T = 0: no activations, no compute): for the planner,
+ * checkpoint conversion and tools that only need names, shapes and sizes. */
+int sl_model_create_specs(const sl_model_config *cfg, sl_model **out);
 void sl_model_destroy(sl_model *m);
 
 /* Sets the micro-batch (pointers must stay valid through its backward). */

@@ -53,6 +53,11 @@ static const key_t_ KEYS[] = {
     I("shard-group", shard_group, "0", "shard inside groups of S ranks, replicate across (0: world)"),
     I("nproc", nproc, "0", "start N local ranks with mpirun (0: as launched)"),
     D("comm-timeout", comm_timeout, "300", "seconds before a stuck collective ends the job"),
+    S("ckpt-dir", ckpt_dir, "", "directory of sharded training checkpoints"),
+    I("ckpt-every", ckpt_every, "0", "write a checkpoint every N steps (0: only at the end when --ckpt-dir is set)"),
+    I("keep-last", keep_last, "2", "keep the newest K checkpoints (0: all)"),
+    B("resume", resume, "false", "continue from the newest complete checkpoint in --ckpt-dir"),
+    I("max-restarts", max_restarts, "0", "restart the job from the latest checkpoint when a rank dies (needs --ckpt-dir)"),
     S("metrics", metrics, "", "per-step metrics JSONL (default OUT_DIR/metrics.jsonl)"),
     S("save", save, "", "write the trained model here as an HF directory"),
     S("out-dir", out_dir, "runs/latest", "directory for default outputs (metrics, plot)"),
@@ -195,7 +200,8 @@ int sl_train_cfg_canonical(const sl_train_cfg *c, char *buf, int64_t cap) {
     /* outputs and launch details may differ per rank */
     if (!strcmp(k->name, "metrics") || !strcmp(k->name, "out-dir") || !strcmp(k->name, "save") ||
         !strcmp(k->name, "nproc") || !strcmp(k->name, "threads") || !strcmp(k->name, "log-every") ||
-        !strcmp(k->name, "summary") || !strcmp(k->name, "plot"))
+        !strcmp(k->name, "summary") || !strcmp(k->name, "plot") ||
+        !strcmp(k->name, "max-restarts"))
       continue;
     const char *p = (const char *)c + k->off;
     int w = 0;

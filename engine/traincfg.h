@@ -33,6 +33,10 @@ typedef struct {
   int reshard_after_forward, no_sync_accum;
   char param_dtype[8], reduce_dtype[8];
   double comm_timeout;
+  /* checkpoints */
+  char ckpt_dir[SL_PATH_MAX];  /* sharded training checkpoints (empty: none) */
+  int64_t ckpt_every, keep_last, max_restarts;
+  int resume;
   /* outputs */
   char metrics[SL_PATH_MAX];   /* JSONL; default runs/<...>/metrics.jsonl when empty */
   char save[SL_PATH_MAX];      /* HF directory written at the end */

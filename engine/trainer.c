@@ -21,6 +21,7 @@
 
 #include "base/base.h"
 #include "engine/builtin.h"
+#include "engine/checkpoint.h"
 #include "engine/dataset.h"
 #include "engine/hfconfig.h"
 #include "engine/model.h"
@@ -39,6 +40,8 @@ typedef struct {
   sl_fsdp *f;
   sl_dataset *ds;
   int64_t G;               /* samples per optimizer step (all ranks) */
+  int64_t next_sample;     /* global index of the first sample of the next step */
+  int64_t start_step;      /* first step to run (after a resume) */
   float **master, **mom, **var; /* (nunits) x (view count) */
   int32_t *tok, *tgt;      /* (B*T) */
   int32_t *row;            /* (T+1) */
@@ -47,6 +50,7 @@ typedef struct {
   double peak_flops;       /* per rank */
   char metrics_path[SL_PATH_MAX + 64];
   FILE *metrics;
+  uint64_t prev_bytes, prev_wait; /* comm counters at the last metrics line */
 } trainer;
 
 /* ---- helpers -------------------------------------------------------------- */
@@ -345,7 +349,8 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
 /* ---- one step ------------------------------------------------------------- */
 static int run_micro(trainer *t, int64_t s, int k, int nk, int dump_logits, float *logits) {
   sl_train_cfg *c = &t->cfg;
-  int64_t first = s * t->G + (int64_t)t->rank * (c->grad_accum * c->micro_batch) + (int64_t)k * c->micro_batch;
+  (void)s;
+  int64_t first = t->next_sample + (int64_t)t->rank * (c->grad_accum * c->micro_batch) + (int64_t)k * c->micro_batch;
   int rc = load_batch(t, first);
   if (rc) return rc;
   float scale = (float)(1.0 / ((double)t->G * (double)c->seq_len));
@@ -427,7 +432,7 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
     if ((rc = run_micro(t, s, k, (int)c->grad_accum, 0, NULL))) return rc;
     loss_local += t->m->loss_sum;
   }
-  double loss_sum;
+  double loss_sum = 0;
   if ((rc = sum_across(t, loss_local, &loss_sum))) return rc;
   o->loss = loss_sum / ((double)t->G * (double)c->seq_len);
   double ss;
@@ -440,7 +445,34 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
     coef = cf < 1.0f ? cf : 1.0f;
   }
   o->lr = sl_lr_at(c, s);
-  return optimizer_step(t, s, o->lr, coef);
+  rc = optimizer_step(t, s, o->lr, coef);
+  t->next_sample += t->G;
+  return rc;
+}
+
+/* ---- checkpoints ------------------------------------------------------------ */
+static sl_ckpt_state ckpt_state(trainer *t, int64_t step) {
+  sl_ckpt_state st = {.m = t->m, .f = t->f, .world = t->world, .cfg = &t->cfg, .master = t->master,
+                      .mom = t->mom, .var = t->var, .step = step, .next_sample = t->next_sample,
+                      .rng_seed = (uint64_t)t->cfg.seed};
+  return st;
+}
+
+static int resume(trainer *t) {
+  sl_ckpt_state st = ckpt_state(t, 0);
+  int found = 0;
+  int rc = sl_ckpt_load(t->cfg.ckpt_dir, &st, &found);
+  if (rc || !found) {
+    if (!rc) sl_log0(SL_LOG_INFO, "no checkpoint in %s: starting from step 0", t->cfg.ckpt_dir);
+    return rc;
+  }
+  t->start_step = st.step;
+  t->next_sample = st.next_sample;
+  for (int u = 0; u < t->m->nunits && !rc; u++) rc = sl_fsdp_set_view(t->f, u, t->master[u]);
+  if (!rc) rc = sl_fsdp_finish_step(t->f);
+  sl_log0(SL_LOG_INFO, "resumed from %s at step %lld (next sample %lld)", t->cfg.ckpt_dir,
+          (long long)st.step, (long long)st.next_sample);
+  return rc;
 }
 
 /* ---- saving ----------------------------------------------------------------- */
@@ -513,12 +545,15 @@ static void write_metrics(trainer *t, int64_t s, const step_out *o, double dt, d
   double mfu = flops_tok * tps / (t->peak_flops * t->wsize);
   uint64_t bytes = 0;
   for (int kk = 0; kk < SL_COLL_NKINDS; kk++) bytes += sh.bytes[kk] + rp.bytes[kk];
+  uint64_t wait = sl_fsdp_wait_ns(t->f), dbytes = bytes - t->prev_bytes, dwait = wait - t->prev_wait;
+  t->prev_bytes = bytes;
+  t->prev_wait = wait;
   fprintf(t->metrics,
           "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.2f, "
           "\"mfu\": %.6f, \"peak_bytes\": %lld, \"step_time_s\": %.6f, \"comm_wait_s\": %.6f, "
           "\"comm_bytes\": %llu, \"arena_peak\": {",
           (long long)(s + 1), o->loss, o->lr, o->grad_norm, tps, mfu, (long long)ms.total_peak, dt,
-          sl_fsdp_wait_ns(t->f) * 1e-9, (unsigned long long)bytes);
+          dwait * 1e-9, (unsigned long long)dbytes);
   for (int a = 0; a < SL_ARENA_COUNT; a++)
     fprintf(t->metrics, "%s\"%s\": %lld", a ? ", " : "", sl_arena_name(a), (long long)ms.peak[a]);
   fprintf(t->metrics, "}}\n");
@@ -551,16 +586,21 @@ bcast: {
           t.mcfg.arch_name, (long long)sl_model_num_params(t.m), t.m->nunits, t.wsize, t.wsize > 1 ? "s" : "",
           (long long)c->zero, (long long)t.G, (long long)c->seq_len, 1LL, c->data[0] ? c->data : "built-in corpus",
           (long long)sl_dataset_num_tokens(t.ds), c->data_order, t.peak_flops * 1e-9);
+  if (c->resume && c->ckpt_dir[0] && (rc = resume(&t))) goto done;
   int tty = t.rank == 0 && isatty(STDOUT_FILENO);
   double t_start = sl_now_s(), first_loss = 0;
   step_out o = {0};
   sl_mem_reset_peaks();
-  for (int64_t s = 0; s < c->steps; s++) {
-    sl_fsdp_reset_comm_stats(t.f);
+  sl_fsdp_reset_comm_stats(t.f);
+  for (int64_t s = t.start_step; s < c->steps; s++) {
     double t0 = sl_now_s();
     if ((rc = train_step(&t, s, &o))) goto done;
     double dt = sl_now_s() - t0;
-    if (s == 0) first_loss = o.loss;
+    if (s == t.start_step) first_loss = o.loss;
+    if (c->ckpt_dir[0] && ((c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0) || s + 1 == c->steps)) {
+      sl_ckpt_state st = ckpt_state(&t, s + 1);
+      if ((rc = sl_ckpt_save(c->ckpt_dir, &st, (int)c->keep_last))) goto done;
+    }
     write_metrics(&t, s, &o, dt, flops_tok);
     double tps = (double)t.G * c->seq_len / dt;
     if (tty) {

@@ -203,7 +203,7 @@ int sl_optstate_step(sl_optstate *s, const float *grads, const sl_adam_range *ra
 
 /* NVMe field access, section by section through bufs[0] (not during a step). */
 static int nvme_field_io(sl_optstate *s, sl_optfield f, int64_t offset, int64_t count,
-                         float *dst, const float *src) {
+                         int write, float *dst, const float *src) {
   const int64_t P = s->tile_bytes / 3;
   char *buf = s->bufs[0];
   int64_t at = offset;
@@ -221,7 +221,7 @@ static int nvme_field_io(sl_optstate *s, sl_optfield f, int64_t offset, int64_t 
     if (rc)
       return rc;
     float *sec = (float *)buf;
-    if (dst) {
+    if (!write) {
       memcpy(dst + (at - offset), sec + in, (size_t)len * sizeof(float));
     } else {
       memcpy(sec + in, src + (at - offset), (size_t)len * sizeof(float));
@@ -236,8 +236,8 @@ static int nvme_field_io(sl_optstate *s, sl_optfield f, int64_t offset, int64_t 
   return SL_OK;
 }
 
-static int field_io(sl_optstate *s, sl_optfield f, int64_t offset, int64_t count, float *dst,
-                    const float *src) {
+static int field_io(sl_optstate *s, sl_optfield f, int64_t offset, int64_t count, int write,
+                    float *dst, const float *src) {
   static const char *names[3] = {"master", "m", "v"};
   if ((int)f < 0 || (int)f > 2)
     return sl_fail(SL_EINPUT, "optimizer state %s: unknown field %d", s->name, (int)f);
@@ -247,30 +247,30 @@ static int field_io(sl_optstate *s, sl_optfield f, int64_t offset, int64_t count
   if (count == 0)
     return SL_OK;
   if (s->tier == SL_TIER_NVME) {
-    int rc = nvme_field_io(s, f, offset, count, dst, src);
-    return rc ? sl_fail_ctx(rc, "optimizer state %s: %s %s", s->name, dst ? "reading" : "writing",
+    int rc = nvme_field_io(s, f, offset, count, write, dst, src);
+    return rc ? sl_fail_ctx(rc, "optimizer state %s: %s %s", s->name, write ? "writing" : "reading",
                             names[f])
               : SL_OK;
   }
   float *a = f == SL_OPT_MASTER ? s->master : f == SL_OPT_M ? s->m : s->v;
-  if (dst)
-    memcpy(dst, a + offset, (size_t)count * sizeof(float));
-  else
+  if (write)
     memcpy(a + offset, src, (size_t)count * sizeof(float));
+  else
+    memcpy(dst, a + offset, (size_t)count * sizeof(float));
   return SL_OK;
 }
 
 int sl_optstate_read(sl_optstate *s, sl_optfield f, int64_t offset, int64_t count, float *dst) {
   if (count > 0 && !dst)
     return sl_fail(SL_EINPUT, "optimizer state %s: NULL destination", s->name);
-  return field_io(s, f, offset, count, dst, NULL);
+  return field_io(s, f, offset, count, 0, dst, NULL);
 }
 
 int sl_optstate_write(sl_optstate *s, sl_optfield f, int64_t offset, int64_t count,
                       const float *src) {
   if (count > 0 && !src)
     return sl_fail(SL_EINPUT, "optimizer state %s: NULL source", s->name);
-  return field_io(s, f, offset, count, NULL, src);
+  return field_io(s, f, offset, count, 1, NULL, src);
 }
 
 int sl_optstate_read_master(sl_optstate *s, int64_t offset, int64_t count, float *dst) {

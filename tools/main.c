@@ -89,7 +89,9 @@ static int cmd_train(int argc, char **argv, int dump) {
   if (demo) {
     /* the README's main job: built-in model and corpus, 2 ranks, ZeRO-3 */
     cfg.nproc = 2;
-    snprintf(cfg.save, sizeof cfg.save, "%s/model", cfg.out_dir);
+    if (strlen(cfg.out_dir) + 7 > sizeof cfg.save) return 2;
+    memcpy(cfg.save, cfg.out_dir, strlen(cfg.out_dir));
+    memcpy(cfg.save + strlen(cfg.out_dir), "/model", 7);
   }
   if (dump && !out) {
     fprintf(stderr, "shardlm dump: --out FILE.safetensors is required\n");
