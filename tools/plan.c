@@ -1,11 +1,320 @@
-/* tools/plan.c — shardlm plan (placeholder until the planner lands). */
+/* tools/plan.c — shardlm plan: predicts memory, communication and speed of
+ * training configurations and recommends one (model: engine/planner.h,
+ * docs/planner.md). --engine-check prints the engine-exact prediction of
+ * one CPU run (arena peaks, comm bytes per step) for tests. */
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "base/base.h"
+#include "engine/hfconfig.h"
+#include "engine/planner.h"
 #include "tools/tools.h"
 
+static void plan_usage(FILE *f) {
+  fprintf(f,
+          "usage: shardlm plan --model DIR|config.json --gpus N --gpus-per-node G --gpu-mem BYTES\n"
+          "                    --seq-len T --global-batch TOKENS [--host-mem BYTES] [--nvme]\n"
+          "                    [--intra-bw GB/s] [--inter-bw GB/s] [--tflops X] [--efficiency E]\n"
+          "                    [--measured FILE.json] [--dtype bf16|fp32] [--act-model engine|gpt]\n"
+          "                    [--margin F] [--no-tp-pp] [--top K] [--json]\n"
+          "       shardlm plan --engine-check --model DIR --world N --zero Z --micro-batch B --seq-len T\n"
+          "                    --grad-accum A [--activation-checkpoint none|selective|full] [--shard-group S]\n"
+          "                    [--param-dtype fp32|bf16] [--reduce-dtype fp32|bf16] [--prefetch K]\n"
+          "                    [--prefetch-mb M] [--no-sync-accum] [--no-reshard] [--json]\n"
+          "sizes take K/M/G/T (decimal) or KiB/MiB/GiB/TiB; --host-mem is per node.\n"
+          "defaults: intra 150 GB/s, inter 20 GB/s, 989 TFLOPS peak at 55%% efficiency, 90%% memory margin.\n");
+}
+
+static int load_model(const char *path, sl_model_config *mc) {
+  char p[4096];
+  size_t n = strlen(path);
+  if (n > 5 && !strcmp(path + n - 5, ".json")) snprintf(p, sizeof p, "%s", path);
+  else snprintf(p, sizeof p, "%s/config.json", path);
+  return sl_hfconfig_load(p, mc);
+}
+
+static int read_measured(const char *path, sl_plan_cluster *c, int *have_tflops) {
+  json_error_t err;
+  json_t *j = json_load_file(path, 0, &err);
+  if (!j || !json_is_object(j)) {
+    if (j) json_decref(j);
+    return sl_fail(SL_EINPUT, "%s: expected a JSON object {\"tflops\":..., \"intra_bw_gbs\":..., \"inter_bw_gbs\":...} (%s, line %d)",
+                   path, err.text, err.line);
+  }
+  const char *keys[] = {"tflops", "intra_bw_gbs", "inter_bw_gbs"};
+  double *dst[] = {&c->tflops, &c->intra_bw, &c->inter_bw};
+  for (int i = 0; i < 3; i++) {
+    json_t *v = json_object_get(j, keys[i]);
+    if (!v) continue;
+    if (!json_is_number(v) || json_number_value(v) <= 0) {
+      json_decref(j);
+      return sl_fail(SL_EINPUT, "%s: \"%s\" must be a positive number", path, keys[i]);
+    }
+    *dst[i] = json_number_value(v);
+    if (i == 0) *have_tflops = 1;
+  }
+  json_decref(j);
+  return SL_OK;
+}
+
+static const char *ac_str(sl_actckpt a) { return a == SL_AC_FULL ? "full" : a == SL_AC_SELECTIVE ? "sel" : "none"; }
+static const char *off_str(int o) { return o == 2 ? "nvme" : o == 1 ? "cpu" : "-"; }
+
+static json_t *cand_json(const sl_plan_cand *x) {
+  char d[512];
+  sl_plan_describe(x, d, sizeof d);
+  json_t *o = json_object();
+  json_object_set_new(o, "description", json_string(d));
+  json_object_set_new(o, "zero", json_integer(x->zero));
+  json_object_set_new(o, "shard_group", json_integer(x->shard_group));
+  json_object_set_new(o, "tp", json_integer(x->tp));
+  json_object_set_new(o, "pp", json_integer(x->pp));
+  json_object_set_new(o, "offload_optimizer", json_string(x->offload_optim == 2 ? "nvme" : x->offload_optim ? "cpu" : "none"));
+  json_object_set_new(o, "offload_params", json_boolean(x->offload_params));
+  json_object_set_new(o, "activation_checkpoint",
+                      json_string(x->ac == SL_AC_FULL ? "full" : x->ac == SL_AC_SELECTIVE ? "selective" : "none"));
+  json_object_set_new(o, "micro_batch", json_integer(x->micro_batch));
+  json_object_set_new(o, "grad_accum", json_integer(x->grad_accum));
+  json_object_set_new(o, "sync_accum", json_boolean(x->sync_accum));
+  json_object_set_new(o, "needs_mode", json_boolean(x->needs_mode));
+  if (x->needs_mode) json_object_set_new(o, "note", json_string("needs --tp/--pp mode (not in this engine yet)"));
+  json_t *mem = json_object();
+  for (int a = 0; a < SL_ARENA_COUNT; a++) json_object_set_new(mem, sl_arena_name((sl_arena)a), json_real(x->mem[a]));
+  json_object_set_new(o, "bytes_per_gpu", mem);
+  json_object_set_new(o, "gpu_total_bytes", json_real(x->gpu_total));
+  json_object_set_new(o, "host_bytes_per_gpu", json_real(x->host_per_gpu));
+  json_object_set_new(o, "nvme_bytes_per_gpu", json_real(x->nvme_per_gpu));
+  json_object_set_new(o, "fits", json_boolean(x->fits));
+  const char *kn[] = {"allgather", "reduce_scatter", "allreduce", "p2p"};
+  json_t *cb = json_object(), *cs = json_object();
+  for (int k = 0; k < SL_PLAN_NCOMM; k++) {
+    json_object_set_new(cb, kn[k], json_real(x->comm_bytes[k]));
+    json_object_set_new(cs, kn[k], json_real(x->comm_s[k]));
+  }
+  json_object_set_new(o, "comm_bytes_per_step", cb);
+  json_object_set_new(o, "comm_seconds_per_step", cs);
+  json_object_set_new(o, "shard_group_inter_node", json_boolean(x->shard_inter));
+  json_object_set_new(o, "compute_s", json_real(x->compute_s));
+  json_object_set_new(o, "recompute_s", json_real(x->recompute_s));
+  json_object_set_new(o, "bubble_s", json_real(x->bubble_s));
+  json_object_set_new(o, "exposed_comm_s", json_real(x->exposed_s));
+  json_object_set_new(o, "optimizer_s", json_real(x->optim_s));
+  json_object_set_new(o, "offload_s", json_real(x->offload_s));
+  json_object_set_new(o, "step_s", json_real(x->step_s));
+  json_object_set_new(o, "tokens_per_s", json_real(x->tokens_s));
+  json_object_set_new(o, "mfu", json_real(x->mfu));
+  json_object_set_new(o, "comm_compute_ratio", json_real(x->comm_compute_ratio));
+  return o;
+}
+
+static int engine_check(const sl_plan_model *m, const sl_plan_run *r, int as_json) {
+  sl_plan_mem pm;
+  int rc = sl_plan_simulate(m, r, &pm);
+  if (rc) return rc;
+  const char *kn[] = {"allgather", "reduce_scatter", "allreduce", "broadcast", "sendrecv", "barrier"};
+  if (as_json) {
+    json_t *o = json_object(), *ap = json_object(), *cm = json_object();
+    for (int a = 0; a < SL_ARENA_COUNT; a++) json_object_set_new(ap, sl_arena_name((sl_arena)a), json_integer(pm.peak[a]));
+    for (int k = 0; k < SL_COLL_NKINDS && k < 6; k++) json_object_set_new(cm, kn[k], json_integer((json_int_t)pm.comm[k]));
+    json_object_set_new(o, "arena_peak", ap);
+    json_object_set_new(o, "peak_bytes", json_integer(pm.total_peak));
+    json_object_set_new(o, "comm_bytes", json_integer((json_int_t)pm.comm_total));
+    json_object_set_new(o, "comm_by_kind", cm);
+    json_object_set_new(o, "shard_size", json_integer(pm.shard_size));
+    json_object_set_new(o, "replica_size", json_integer(pm.replica_size));
+    json_object_set_new(o, "params", json_integer(m->nparams));
+    char *s = json_dumps(o, JSON_SORT_KEYS);
+    printf("%s\n", s);
+    free(s);
+    json_decref(o);
+  } else {
+    printf("engine prediction (per rank): %lld parameters, shard group %d, replicas %d\n", (long long)m->nparams,
+           pm.shard_size, pm.replica_size);
+    for (int a = 0; a < SL_ARENA_COUNT; a++)
+      printf("  %-10s peak %14lld bytes\n", sl_arena_name((sl_arena)a), (long long)pm.peak[a]);
+    printf("  total      peak %14lld bytes\n", (long long)pm.total_peak);
+    printf("  comm bytes per step %llu (all-gather %llu, reduce-scatter %llu, all-reduce %llu)\n",
+           (unsigned long long)pm.comm_total, (unsigned long long)pm.comm[SL_COLL_ALLGATHER],
+           (unsigned long long)pm.comm[SL_COLL_REDUCE_SCATTER], (unsigned long long)pm.comm[SL_COLL_ALLREDUCE]);
+  }
+  return SL_OK;
+}
+
+static int need(int i, int argc, const char *flag) {
+  if (i + 1 >= argc) return sl_fail(SL_EINPUT, "plan: %s needs a value", flag);
+  return SL_OK;
+}
+
+static int run_plan(int argc, char **argv) {
+  const char *model = NULL, *measured = NULL;
+  sl_plan_cluster c;
+  sl_plan_cluster_defaults(&c);
+  int as_json = 0, check = 0, top = 15, have_tflops = 0, have_eff = 0;
+  sl_plan_run r;
+  sl_plan_run_engine(&r, NULL, NULL);
+  const char *pd = "fp32", *rd = "fp32";
+  c.gpus_per_node = 0;
+  int rc = SL_OK;
+  for (int i = 1; i < argc && !rc; i++) {
+    const char *a = argv[i];
+    double v = 0;
+#define VAL() (rc = need(i, argc, a)) ? NULL : argv[++i]
+#define NUM(dst) do { const char *s_ = VAL(); if (s_) { char *e_; double x_ = strtod(s_, &e_); if (*e_ || e_ == s_) rc = sl_fail(SL_EINPUT, "plan: %s expects a number, found '%s'", a, s_); else dst = x_; } } while (0)
+#define SIZE(dst) do { const char *s_ = VAL(); if (s_ && !(rc = sl_plan_parse_size(s_, &v))) dst = v; } while (0)
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) { plan_usage(stdout); return -1; }
+    else if (!strcmp(a, "--model")) model = VAL();
+    else if (!strcmp(a, "--json")) as_json = 1;
+    else if (!strcmp(a, "--engine-check")) check = 1;
+    else if (!strcmp(a, "--gpus")) NUM(c.gpus);
+    else if (!strcmp(a, "--gpus-per-node")) NUM(c.gpus_per_node);
+    else if (!strcmp(a, "--gpu-mem")) SIZE(c.gpu_mem);
+    else if (!strcmp(a, "--host-mem")) SIZE(c.host_mem);
+    else if (!strcmp(a, "--nvme")) c.nvme = 1;
+    else if (!strcmp(a, "--seq-len")) { NUM(c.seq_len); r.seq_len = c.seq_len; }
+    else if (!strcmp(a, "--global-batch")) SIZE(c.global_batch);
+    else if (!strcmp(a, "--intra-bw")) NUM(c.intra_bw);
+    else if (!strcmp(a, "--inter-bw")) NUM(c.inter_bw);
+    else if (!strcmp(a, "--tflops")) { NUM(c.tflops); have_tflops = 1; }
+    else if (!strcmp(a, "--efficiency")) { NUM(c.efficiency); have_eff = 1; }
+    else if (!strcmp(a, "--margin")) NUM(c.margin);
+    else if (!strcmp(a, "--pcie-bw")) NUM(c.pcie_bw);
+    else if (!strcmp(a, "--nvme-bw")) NUM(c.nvme_bw);
+    else if (!strcmp(a, "--top")) NUM(top);
+    else if (!strcmp(a, "--no-tp-pp")) c.allow_tp_pp = 0;
+    else if (!strcmp(a, "--measured")) measured = VAL();
+    else if (!strcmp(a, "--dtype")) {
+      const char *s = VAL();
+      if (s && !strcmp(s, "bf16")) c.dtype_bytes = 2;
+      else if (s && (!strcmp(s, "fp32") || !strcmp(s, "f32"))) c.dtype_bytes = 4;
+      else if (s) rc = sl_fail(SL_EINPUT, "plan: --dtype must be bf16 or fp32, found '%s'", s);
+    } else if (!strcmp(a, "--act-model")) {
+      const char *s = VAL();
+      if (s && !strcmp(s, "gpt")) c.gpt_acts = r.gpt_acts = 1;
+      else if (s && !strcmp(s, "engine")) c.gpt_acts = r.gpt_acts = 0;
+      else if (s) rc = sl_fail(SL_EINPUT, "plan: --act-model must be engine or gpt, found '%s'", s);
+    }
+    /* engine-check flags (the names of shardlm train) */
+    else if (!strcmp(a, "--world")) NUM(r.world);
+    else if (!strcmp(a, "--zero")) NUM(r.zero);
+    else if (!strcmp(a, "--micro-batch")) NUM(r.micro_batch);
+    else if (!strcmp(a, "--grad-accum")) NUM(r.grad_accum);
+    else if (!strcmp(a, "--shard-group")) NUM(r.shard_group);
+    else if (!strcmp(a, "--prefetch")) NUM(r.prefetch);
+    else if (!strcmp(a, "--prefetch-mb")) { double mb = 0; NUM(mb); r.prefetch_bytes = (int64_t)mb << 20; }
+    else if (!strcmp(a, "--no-sync-accum")) r.sync_accum = 0;
+    else if (!strcmp(a, "--no-reshard")) r.reshard_after_forward = 0;
+    else if (!strcmp(a, "--param-dtype")) pd = VAL();
+    else if (!strcmp(a, "--reduce-dtype")) rd = VAL();
+    else if (!strcmp(a, "--activation-checkpoint")) {
+      const char *s = VAL();
+      if (s && !strcmp(s, "none")) r.ac = SL_AC_NONE;
+      else if (s && !strcmp(s, "selective")) r.ac = SL_AC_SELECTIVE;
+      else if (s && !strcmp(s, "full")) r.ac = SL_AC_FULL;
+      else if (s) rc = sl_fail(SL_EINPUT, "plan: --activation-checkpoint must be none, selective or full, found '%s'", s);
+    } else rc = sl_fail(SL_EINPUT, "plan: unknown flag '%s' (see shardlm plan --help)", a);
+#undef VAL
+#undef NUM
+#undef SIZE
+  }
+  if (rc) return rc;
+  if (!model) return sl_fail(SL_EINPUT, "plan: --model DIR|config.json is required (see shardlm plan --help)");
+  if (measured && (rc = read_measured(measured, &c, &have_tflops))) return rc;
+  /* a measured GEMM rate is an achieved figure: only non-GEMM overhead remains */
+  if (measured && !have_eff) c.efficiency = 0.8;
+  (void)have_tflops;
+  sl_model_config mc;
+  if ((rc = load_model(model, &mc))) return rc;
+  sl_plan_model m;
+  if ((rc = sl_plan_model_init(&mc, &m))) return rc;
+  if (check) {
+    sl_plan_run base = r;
+    sl_plan_run_engine(&r, pd, rd);
+    r.world = base.world; r.zero = base.zero; r.micro_batch = base.micro_batch; r.seq_len = base.seq_len;
+    r.grad_accum = base.grad_accum; r.shard_group = base.shard_group; r.prefetch = base.prefetch;
+    r.prefetch_bytes = base.prefetch_bytes; r.sync_accum = base.sync_accum;
+    r.reshard_after_forward = base.reshard_after_forward; r.ac = base.ac; r.gpt_acts = base.gpt_acts;
+    if ((pd && strcmp(pd, "fp32") && strcmp(pd, "bf16")) || (rd && strcmp(rd, "fp32") && strcmp(rd, "bf16")))
+      rc = sl_fail(SL_EINPUT, "plan: --param-dtype / --reduce-dtype must be fp32 or bf16");
+    if (!rc) rc = engine_check(&m, &r, as_json);
+    sl_plan_model_free(&m);
+    return rc;
+  }
+  if (c.gpus_per_node <= 0) c.gpus_per_node = c.gpus < 8 ? c.gpus : 8;
+  if (c.efficiency <= 0 || c.efficiency > 1) rc = sl_fail(SL_EINPUT, "plan: --efficiency must be in (0, 1]");
+  if (!rc && (c.margin <= 0 || c.margin > 1)) rc = sl_fail(SL_EINPUT, "plan: --margin must be in (0, 1]");
+  if (!rc && c.gpus_per_node > c.gpus) c.gpus_per_node = c.gpus;
+  if (!rc && c.gpus % c.gpus_per_node) rc = sl_fail(SL_EINPUT, "plan: --gpus %d is not a multiple of --gpus-per-node %d", c.gpus, c.gpus_per_node);
+  sl_plan_cand *v = NULL;
+  int n = 0;
+  if (!rc) rc = sl_plan_search(&m, &c, &v, &n);
+  if (rc) { sl_plan_model_free(&m); return rc; }
+  char why[2048];
+  int pick = sl_plan_recommend(v, n, &c, why, sizeof why);
+  int shown = top > 0 && top < n ? top : n;
+  if (as_json) {
+    json_t *o = json_object(), *arr = json_array();
+    json_object_set_new(o, "model_params", json_integer(m.nparams));
+    json_object_set_new(o, "gpus", json_integer(c.gpus));
+    json_object_set_new(o, "gpus_per_node", json_integer(c.gpus_per_node));
+    json_object_set_new(o, "assumptions", json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:i,s:s}", "tflops_peak", c.tflops,
+                                                   "efficiency", c.efficiency, "intra_bw_gbs", c.intra_bw,
+                                                   "inter_bw_gbs", c.inter_bw, "memory_margin", c.margin,
+                                                   "reserve_bytes", 2.0e9, "dtype_bytes", c.dtype_bytes,
+                                                   "act_model", c.gpt_acts ? "gpt" : "engine"));
+    json_object_set_new(o, "recommendation", json_string(why));
+    if (pick >= 0) json_object_set_new(o, "recommended", cand_json(&v[pick]));
+    json_object_set_new(o, "candidates_total", json_integer(n));
+    for (int i = 0; i < shown; i++) json_array_append_new(arr, cand_json(&v[i]));
+    json_object_set_new(o, "candidates", arr);
+    char *s = json_dumps(o, JSON_INDENT(1));
+    printf("%s\n", s);
+    free(s);
+    json_decref(o);
+  } else {
+    printf("model: %lld parameters, %d units | %d GPUs (%d per node), %.1f GB each | seq %lld, %lld tokens per step\n",
+           (long long)m.nparams, m.nunits, c.gpus, c.gpus_per_node, c.gpu_mem / 1e9, (long long)c.seq_len,
+           (long long)c.global_batch);
+    printf("assumptions: %.0f TFLOPS peak x %.0f%% efficiency, %.0f GB/s intra / %.0f GB/s inter, %s, %.0f%% memory margin + 2 GB reserve, %s activations\n",
+           c.tflops, 100 * c.efficiency, c.intra_bw, c.inter_bw, c.dtype_bytes == 2 ? "bf16 params/grads + fp32 master/m/v" : "fp32",
+           100 * c.margin, c.gpt_acts ? "GPT-formula" : "engine op-by-op");
+    printf("%4s %-3s %-24s %7s %7s %8s %7s %7s %7s %7s %9s %5s\n", "rank", "fit", "config", "GPU GB", "host GB",
+           "comm GB", "comm s", "expo s", "comp s", "step s", "tokens/s", "MFU");
+    for (int i = 0; i < shown; i++) {
+      const sl_plan_cand *x = &v[i];
+      char cfg[64];
+      if (x->needs_mode)
+        snprintf(cfg, sizeof cfg, "TP%dPP%dDP%d Z1 %s %lldx%lld*", x->tp, x->pp, x->shard_group, ac_str(x->ac),
+                 (long long)x->micro_batch, (long long)x->grad_accum);
+      else
+        snprintf(cfg, sizeof cfg, "Z%d S%d o:%s%s %s %lldx%lld", x->zero, x->shard_group, off_str(x->offload_optim),
+                 x->offload_params ? "+p" : "", ac_str(x->ac), (long long)x->micro_batch, (long long)x->grad_accum);
+      double cb = 0, cs = 0;
+      for (int k = 0; k < SL_PLAN_NCOMM; k++) { cb += x->comm_bytes[k]; cs += x->comm_s[k]; }
+      printf("%4d %-3s %-24s %7.1f %7.1f %8.1f %7.2f %7.2f %7.2f %7.2f %9.0f %4.1f%%%s\n", i + 1, x->fits ? "yes" : "no",
+             cfg, x->gpu_total / 1e9, x->host_per_gpu / 1e9, cb / 1e9, cs, x->exposed_s, x->compute_s + x->recompute_s,
+             x->step_s, x->tokens_s, 100 * x->mfu, i == pick ? "  <= recommended" : "");
+    }
+    printf("(%d candidates; * = needs --tp/--pp mode (not in this engine yet); o: optimizer offload, +p: parameters too)\n", n);
+    if (pick >= shown) {
+      char d[512];
+      sl_plan_describe(&v[pick], d, sizeof d);
+      printf("recommended (rank %d): %s\n", pick + 1, d);
+    }
+    printf("%s\n", why);
+  }
+  free(v);
+  sl_plan_model_free(&m);
+  return SL_OK;
+}
+
 int sl_tool_plan(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  fprintf(stderr, "shardlm plan: not implemented in this build\n");
-  return 2;
+  int rc = run_plan(argc, argv);
+  if (rc < 0) return 0; /* --help */
+  if (rc) {
+    fprintf(stderr, "shardlm plan: %s\n", sl_errmsg());
+    return rc == SL_EINPUT ? 2 : 1;
+  }
+  return 0;
 }

@@ -17,6 +17,9 @@
  * sgemm single-threaded (OpenBLAS pool set to 1 for the duration and
  * restored after). Otherwise items run in order with OpenBLAS's own threads.
  */
+/* Lets gcc if-convert the clamps in sl_cpu_expf and vectorize exp loops
+ * (no FP-exception semantics are relied on anywhere in the backend). */
+#pragma GCC optimize("no-trapping-math")
 #include <math.h>
 #include <omp.h>
 

@@ -1,9 +1,18 @@
-/* kernels/cpu/lmhead_ce.c — fused LM head + softmax cross-entropy, chunked
- * over rows: a (chunk, V) block of logits (about SL_CE_BLOCK_FLOATS floats)
- * is the most that ever exists. Logits come from one cblas_sgemm per chunk,
- * the per-row log-sum-exp / softmax are OpenMP row loops, and backward
- * recomputes each chunk's logits and feeds dlogits to two more sgemms
- * (dx += dlogits w, dw += dlogits^T x). */
+/* kernels/cpu/lmhead_ce.c — fused LM head + softmax cross-entropy.
+ *
+ * Logits exist one (rows, vocab) tile at a time, never more than
+ * SL_CE_BLOCK_FLOATS floats (4 MiB): rows in chunks of up to SL_CE_ROWS, the
+ * vocabulary in chunks filling the rest of the block. Tiling both ways keeps
+ * every cblas_sgemm large in M, N and K (chunking rows alone makes OpenBLAS
+ * re-pack the whole (V, C) head weight for every small row chunk, which cost
+ * ~30% at V = 8192). Forward keeps an online log-sum-exp per row (running
+ * max, sum rescaled in double) across vocabulary chunks; backward recomputes
+ * each tile's logits, turns them into dlogits = (softmax - onehot) * scale in
+ * place and feeds two more sgemms (dx += dlogits w, dw += dlogits^T x).
+ * Row loops are OpenMP; GEMMs run on OpenBLAS's threads. */
+/* Lets gcc if-convert the clamps in sl_cpu_expf and vectorize exp loops
+ * (no FP-exception semantics are relied on anywhere in the backend). */
+#pragma GCC optimize("no-trapping-math")
 #include <math.h>
 #include <omp.h>
 
@@ -12,31 +21,50 @@
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/cpu_ops.h"
 
-#define SL_CE_BLOCK_FLOATS (1 << 20) /* 4 MiB of logits per chunk */
+#ifndef SL_CE_BLOCK_FLOATS
+#define SL_CE_BLOCK_FLOATS (1 << 20) /* 4 MiB of logits per tile */
+#endif
+#ifndef SL_CE_ROWS
+#define SL_CE_ROWS 512 /* rows per tile (fewer if N is smaller) */
+#endif
 
-/* Rows per chunk for vocabulary V: ~SL_CE_BLOCK_FLOATS / V, at least 8. */
-static int64_t ce_chunk(int64_t N, int64_t V) {
-  int64_t ch = SL_CE_BLOCK_FLOATS / (V > 0 ? V : 1);
-  if (ch < 8) ch = 8;
-  return ch < N ? ch : N;
+typedef struct {
+  int64_t rows; /* rows per tile */
+  int64_t vc;   /* vocabulary entries per tile */
+} ce_tiles;
+
+static ce_tiles ce_plan(int64_t N, int64_t V) {
+  ce_tiles t;
+  t.rows = N < SL_CE_ROWS ? N : SL_CE_ROWS;
+  if (t.rows < 1) t.rows = 1;
+  t.vc = SL_CE_BLOCK_FLOATS / t.rows;
+  if (t.vc < 64) t.vc = 64;
+  if (t.vc > V) t.vc = V;
+  return t;
 }
 
-SL_CPU_HOT static float lse_row(const float *l, int64_t V) {
-  float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-  for (int64_t j = 0; j < V; j++) m = l[j] > m ? l[j] : m;
-  double sum = 0.0; /* double: V terms, lse feeds every backward prob */
-#pragma omp simd reduction(+ : sum)
-  for (int64_t j = 0; j < V; j++) sum += (double)sl_cpu_expf(l[j] - m);
-  return m + (float)log(sum);
+/* Online log-sum-exp update of one row with a tile l[0, n):
+ * (*m, *sum) -> (max(*m, max l), sum * exp(m_old - m_new) + sum exp(l - m_new)) */
+SL_CPU_HOT static void lse_update(const float *l, int64_t n, float *m,
+                                  double *sum) {
+  float bm = -INFINITY;
+#pragma omp simd reduction(max : bm)
+  for (int64_t j = 0; j < n; j++) bm = l[j] > bm ? l[j] : bm;
+  if (bm > *m) {
+    *sum *= exp((double)*m - (double)bm); /* 0 when *m = -inf */
+    *m = bm;
+  }
+  float mm = *m;
+  double s = 0.0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t j = 0; j < n; j++) s += (double)sl_cpu_expf(l[j] - mm);
+  *sum += s;
 }
 
-/* l <- (softmax(l) - onehot(t)) * scale, given lse of the row */
-SL_CPU_HOT static void dlogits_row(float *l, int64_t V, int32_t t, float lse,
-                                   float scale) {
-  float et = sl_cpu_expf(l[t] - lse);
-  for (int64_t j = 0; j < V; j++) l[j] = sl_cpu_expf(l[j] - lse) * scale;
-  l[t] = (et - 1.0f) * scale;
+/* l[0, n) <- exp(l - lse) * scale */
+SL_CPU_HOT static void softmax_scaled(float *l, int64_t n, float lse,
+                                      float scale) {
+  for (int64_t j = 0; j < n; j++) l[j] = sl_cpu_expf(l[j] - lse) * scale;
 }
 
 void sl_cpu_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse,
@@ -44,24 +72,42 @@ void sl_cpu_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse,
                           const int32_t *targets, int64_t N, int64_t C,
                           int64_t V) {
   if (N <= 0) return;
-  int64_t ch = ce_chunk(N, V);
-  float *L = sl_cpu_scratch(ctx, (size_t)(ch * V), "lmhead_ce_fwd");
+  ce_tiles tp = ce_plan(N, V);
+  /* scratch: logits tile | running max (rows) | target logit (rows) | sums */
+  float *L = sl_cpu_scratch(ctx, (size_t)(tp.rows * tp.vc + 4 * tp.rows),
+                            "lmhead_ce_fwd");
   if (!L) {
     sl_cpu_poison(losses, N);
     sl_cpu_poison(lse, N);
     return;
   }
-  for (int64_t r0 = 0; r0 < N; r0 += ch) {
-    int64_t m = N - r0 < ch ? N - r0 : ch;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)V,
-                (int)C, 1.0f, x + r0 * C, (int)C, w, (int)C, 0.0f, L, (int)V);
-#pragma omp parallel for num_threads(m * V >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
+  float *rmax = L + tp.rows * tp.vc, *tl = rmax + tp.rows;
+  double *rsum = (double *)(tl + tp.rows);
+  for (int64_t r0 = 0; r0 < N; r0 += tp.rows) {
+    int64_t m = N - r0 < tp.rows ? N - r0 : tp.rows;
     for (int64_t r = 0; r < m; r++) {
-      const float *l = L + r * V;
-      float z = lse_row(l, V);
-      int32_t t = targets[r0 + r];
+      rmax[r] = -INFINITY;
+      rsum[r] = 0.0;
+      tl[r] = 0.0f;
+    }
+    for (int64_t v0 = 0; v0 < V; v0 += tp.vc) {
+      int64_t vn = V - v0 < tp.vc ? V - v0 : tp.vc;
+      /* L (m, vn) = x[r0:r0+m] (m, C) . w[v0:v0+vn] (vn, C)^T */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)vn,
+                  (int)C, 1.0f, x + r0 * C, (int)C, w + v0 * C, (int)C, 0.0f,
+                  L, (int)vn);
+#pragma omp parallel for num_threads(m * vn >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
+      for (int64_t r = 0; r < m; r++) {
+        const float *l = L + r * vn;
+        lse_update(l, vn, &rmax[r], &rsum[r]);
+        int32_t t = targets[r0 + r];
+        if (t >= v0 && t < v0 + vn) tl[r] = l[t - v0];
+      }
+    }
+    for (int64_t r = 0; r < m; r++) {
+      float z = rmax[r] + (float)log(rsum[r]);
       lse[r0 + r] = z;
-      losses[r0 + r] = t >= 0 ? z - l[t] : 0.0f;
+      losses[r0 + r] = targets[r0 + r] >= 0 ? z - tl[r] : 0.0f;
     }
   }
 }
@@ -71,35 +117,46 @@ void sl_cpu_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x,
                           const float *lse, float scale, int64_t N, int64_t C,
                           int64_t V) {
   if (N <= 0 || (!dx && !dw)) return;
-  int64_t ch = ce_chunk(N, V);
-  float *L = sl_cpu_scratch(ctx, (size_t)(ch * V), "lmhead_ce_bwd");
+  ce_tiles tp = ce_plan(N, V);
+  float *L = sl_cpu_scratch(ctx, (size_t)(tp.rows * tp.vc), "lmhead_ce_bwd");
   if (!L) {
     sl_cpu_poison(dx, N * C);
     sl_cpu_poison(dw, V * C);
     return;
   }
-  for (int64_t r0 = 0; r0 < N; r0 += ch) {
-    int64_t m = N - r0 < ch ? N - r0 : ch;
+  for (int64_t r0 = 0; r0 < N; r0 += tp.rows) {
+    int64_t m = N - r0 < tp.rows ? N - r0 : tp.rows;
     int any = 0;
     for (int64_t r = 0; r < m; r++) any |= targets[r0 + r] >= 0;
-    if (!any) continue;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)V,
-                (int)C, 1.0f, x + r0 * C, (int)C, w, (int)C, 0.0f, L, (int)V);
-#pragma omp parallel for num_threads(m * V >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
-    for (int64_t r = 0; r < m; r++) {
-      int32_t t = targets[r0 + r];
-      if (t >= 0)
-        dlogits_row(L + r * V, V, t, lse[r0 + r], scale);
-      else
-        memset(L + r * V, 0, (size_t)V * sizeof(float));
+    if (!any) continue; /* every row ignored: no gradient */
+    for (int64_t v0 = 0; v0 < V; v0 += tp.vc) {
+      int64_t vn = V - v0 < tp.vc ? V - v0 : tp.vc;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)vn,
+                  (int)C, 1.0f, x + r0 * C, (int)C, w + v0 * C, (int)C, 0.0f,
+                  L, (int)vn);
+#pragma omp parallel for num_threads(m * vn >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
+      for (int64_t r = 0; r < m; r++) {
+        float *l = L + r * vn;
+        int32_t t = targets[r0 + r];
+        if (t < 0) {
+          memset(l, 0, (size_t)vn * sizeof(float));
+          continue;
+        }
+        float z = lse[r0 + r];
+        float pt = t >= v0 && t < v0 + vn ? sl_cpu_expf(l[t - v0] - z) : 0.0f;
+        softmax_scaled(l, vn, z, scale);
+        if (t >= v0 && t < v0 + vn) l[t - v0] = (pt - 1.0f) * scale;
+      }
+      /* dx[r0:] (m, C) += L (m, vn) . w[v0:] (vn, C) */
+      if (dx)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)C,
+                    (int)vn, 1.0f, L, (int)vn, w + v0 * C, (int)C, 1.0f,
+                    dx + r0 * C, (int)C);
+      /* dw[v0:] (vn, C) += L^T (vn, m) . x[r0:] (m, C) */
+      if (dw)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)vn, (int)C,
+                    (int)m, 1.0f, L, (int)vn, x + r0 * C, (int)C, 1.0f,
+                    dw + v0 * C, (int)C);
     }
-    if (dx)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)C,
-                  (int)V, 1.0f, L, (int)V, w, (int)C, 1.0f, dx + r0 * C,
-                  (int)C);
-    if (dw)
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)V, (int)C,
-                  (int)m, 1.0f, L, (int)V, x + r0 * C, (int)C, 1.0f, dw,
-                  (int)C);
   }
 }

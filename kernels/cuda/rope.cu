@@ -1,13 +1,22 @@
 /* kernels/cuda/rope.cu — rotary embedding, HF rotate-half layout, in place on
  * the q and k heads of packed qkv. One thread per (token, head, i < hd/2)
- * pair. Angles are computed in double (inv_freq = theta^(-2i/hd), t * inv_freq,
- * sincos) and rounded once to fp32, so long positions do not lose accuracy. */
+ * pair. Angles follow torch (and the CPU backend) exactly: inv_freq =
+ * 1 / powf(theta, 2i/hd) computed on the host in fp32 and passed by value,
+ * angle = (float)t * inv_freq in fp32, then cos / sin in double rounded to
+ * fp32. */
+#include <math.h>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/rope.cuh"
 
 /* dir = +1: forward rotation; -1: its transpose (backward). */
+#define ROPE_MAX_HALF 512
+typedef struct {
+  float v[ROPE_MAX_HALF];
+} rope_freqs; /* inv_freq (hd/2), by value (2 KiB kernel parameter) */
+
 static __global__ void rope_kernel(float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                                   int64_t hd, double log_theta, int dir) {
+                                   int64_t hd, const rope_freqs fr, int dir) {
   int64_t half = hd / 2, nrot = nh + nkv, width = (nh + 2 * nkv) * hd;
   int64_t total = B * T * nrot * half;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
@@ -17,9 +26,9 @@ static __global__ void rope_kernel(float *qkv, int64_t B, int64_t T, int64_t nh,
     int64_t head = rest % nrot;
     int64_t bt = rest / nrot;
     int64_t t = bt % T;
-    double inv = exp(-(2.0 * (double)f / (double)hd) * log_theta);
+    float ang = (float)t * fr.v[f];
     double s, c;
-    sincos((double)t * inv, &s, &c);
+    sincos((double)ang, &s, &c);
     float cs = (float)c, sn = (float)s * (float)dir;
     float *x = qkv + bt * width + head * hd;
     float a = x[f], b = x[f + half];
@@ -32,11 +41,14 @@ static void rope_any(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh,
                      int64_t hd, float theta, int dir) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && nh >= 0 && nkv >= 0 && hd > 0 && hd % 2 == 0);
-  SL_CUDA_REQUIRE(ctx, theta > 0.0f);
+  SL_CUDA_REQUIRE(ctx, theta > 0.0f && hd / 2 <= ROPE_MAX_HALF);
   int64_t total = B * T * (nh + nkv) * (hd / 2);
   if (total == 0) return;
-  rope_kernel<<<sl_cuda_blocks(total, 256), 256, 0, ctx->stream>>>(qkv, B, T, nh, nkv, hd,
-                                                                   log((double)theta), dir);
+  rope_freqs fr;
+  for (int64_t i = 0; i < ROPE_MAX_HALF; i++)
+    fr.v[i] = i < hd / 2 ? 1.0f / powf(theta, (float)(2 * i) / (float)hd) : 0.0f;
+  rope_kernel<<<sl_cuda_blocks(total, 256), 256, 0, ctx->stream>>>(qkv, B, T, nh, nkv, hd, fr,
+                                                                   dir);
   CUDA_LAUNCH_CHECK(ctx);
 }
 

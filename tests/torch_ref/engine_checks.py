@@ -131,7 +131,8 @@ def train_args(model, data, metrics, save, ckpt):
 
 
 def dump_args(model, data, out, ckpt):
-    return ["dump", "--model", model, "--data", data, "--micro-batch", B, "--seq-len", T,
+    return ["dump", "--model", model, "--data", data, "--data-order", "sequential",
+            "--micro-batch", B, "--seq-len", T,
             "--out", out, "--activation-checkpoint", ckpt]
 
 
