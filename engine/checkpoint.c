@@ -22,7 +22,8 @@
 #include "engine/safetensors.h"
 
 /* ---- fault injection (tests): SL_CKPT_FAULT=stage [SL_CKPT_FAULT_RANK=r]
- * [SL_CKPT_FAULT_STEP=s] raises SIGKILL when the save reaches that stage. */
+ * [SL_CKPT_FAULT_STEP=s] [SL_CKPT_FAULT_ONCE=marker-file] raises SIGKILL when
+ * the save reaches that stage. */
 typedef struct {
   int rank;
   int64_t step;
@@ -35,6 +36,12 @@ static void fault_at(const char *stage, void *vctx) {
   const char *r = getenv("SL_CKPT_FAULT_RANK"), *s = getenv("SL_CKPT_FAULT_STEP");
   if (r && atoi(r) != fc->rank) return;
   if (s && atoll(s) != fc->step) return;
+  const char *once = getenv("SL_CKPT_FAULT_ONCE"); /* marker file: fire only the first time */
+  if (once && once[0]) {
+    FILE *mf = fopen(once, "r");
+    if (mf) { fclose(mf); return; }
+    if ((mf = fopen(once, "w"))) fclose(mf);
+  }
   fprintf(stderr, "[rank %d] SL_CKPT_FAULT: killing the process at save stage '%s' of step %lld\n", fc->rank,
           stage, (long long)fc->step);
   fflush(stderr);
@@ -244,8 +251,10 @@ int sl_ckpt_save(const char *ckpt_dir, const sl_ckpt_state *st, int keep_last) {
 fail:
   if (writer && wr.fd >= 0) sl_ckio_writer_abort(&wr);
   if (rank == 0 && tmp[0]) sl_ckio_rmtree(tmp);
-  return sl_fail_ctx(rc, "checkpoint step %lld was not written to %s (earlier checkpoints are untouched)",
-                     (long long)st->step, ckpt_dir);
+  rc = sl_fail_ctx(rc, "checkpoint step %lld was not written to %s (earlier checkpoints are untouched)",
+                   (long long)st->step, ckpt_dir);
+  sl_log(SL_LOG_ERROR, "%s", sl_errmsg()); /* on every rank, before the launcher tears the job down */
+  return rc;
 }
 
 /* ---- load ----------------------------------------------------------------------- */

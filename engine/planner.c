@@ -865,3 +865,15 @@ int sl_plan_recommend(const sl_plan_cand *c, int n, const sl_plan_cluster *cl, c
   }
   return pick;
 }
+
+double sl_plan_gpt_params(double l, double h, double V, double s) {
+  return 12.0 * l * h * h + 13.0 * l * h + (V + s) * h;
+}
+
+void sl_plan_model_states(double params, int zero, int d, int param_bytes, int grad_bytes, int optim_bytes,
+                          double *p_bytes, double *g_bytes, double *o_bytes) {
+  if (d < 1) d = 1;
+  *p_bytes = params * param_bytes / (zero >= 3 ? d : 1);
+  *g_bytes = params * grad_bytes / (zero >= 2 ? d : 1);
+  *o_bytes = params * optim_bytes / (zero >= 1 ? d : 1);
+}

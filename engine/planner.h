@@ -104,6 +104,15 @@ typedef struct {
  * first shard group; every rank holds the same shard sizes). */
 int sl_plan_simulate(const sl_plan_model *m, const sl_plan_run *r, sl_plan_mem *out);
 
+/* Field-guide closed forms for GPT-style models: parameters of l layers of
+ * width h, vocabulary V, s learned positions: 12 l h^2 + 13 l h + (V + s) h. */
+double sl_plan_gpt_params(double l, double h, double V, double s);
+/* Bytes per GPU of model states for `params` parameters per GPU (after any
+ * TP/PP split), ZeRO stage over d ranks: param_bytes / grad_bytes each,
+ * optim_bytes per parameter of optimizer state (12: fp32 master, m, v). */
+void sl_plan_model_states(double params, int zero, int d, int param_bytes, int grad_bytes, int optim_bytes,
+                          double *p_bytes, double *g_bytes, double *o_bytes);
+
 /* ---- search --------------------------------------------------------------- */
 typedef struct {
   int gpus, gpus_per_node;

@@ -587,7 +587,10 @@ bcast: {
           (long long)c->zero, (long long)t.G, (long long)c->seq_len, 1LL, c->data[0] ? c->data : "built-in corpus",
           (long long)sl_dataset_num_tokens(t.ds), c->data_order, t.peak_flops * 1e-9);
   if (c->resume && c->ckpt_dir[0] && (rc = resume(&t))) goto done;
-  int tty = t.rank == 0 && isatty(STDOUT_FILENO);
+  /* mpirun gives ranks a pty: trust SL_TTY (set by --nproc) over isatty there */
+  const char *tty_env = getenv("SL_TTY");
+  int tty = t.rank == 0 && isatty(STDOUT_FILENO) &&
+            (tty_env ? atoi(tty_env) != 0 : getenv("OMPI_COMM_WORLD_SIZE") == NULL);
   double t_start = sl_now_s(), first_loss = 0;
   step_out o = {0};
   sl_mem_reset_peaks();

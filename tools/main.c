@@ -57,6 +57,7 @@ static int relaunch(int n, int argc, char **argv) {
     args[k++] = argv[i];
   }
   args[k] = NULL;
+  setenv("SL_TTY", isatty(STDOUT_FILENO) ? "1" : "0", 1);
   fflush(stdout);
   execvp("mpirun", args);
   fprintf(stderr, "shardlm: cannot start mpirun (is openmpi-bin installed?)\n");

@@ -61,7 +61,9 @@ def run_engine(exe, args, log_path, timeout=300):
         log.write(" ".join(cmd) + "\n")
         log.flush()
         try:
-            r = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout)
+            # cwd: the engine writes run artefacts (runs/latest/...) relative to it
+            r = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout,
+                               cwd=os.path.dirname(os.path.abspath(log_path)))
         except subprocess.TimeoutExpired:
             return False, f"timed out after {timeout}s: {' '.join(cmd)}"
     if r.returncode != 0:

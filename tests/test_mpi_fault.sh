@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Faults: a rank killed mid-step (SIGKILL) makes every other rank exit
+# non-zero within the timeout with a message naming the dead rank; a rank
+# that stops (SIGSTOP) is named by the watchdog; ranks started with
+# different settings refuse to start with a message naming the setting.
+set -u
+B=${SL_BUILD:?}/shardlm
+[ -x "$B" ] || exit 77
+W=$(mktemp -d /tmp/sl-fault.XXXXXX)
+trap 'pkill -KILL -f "$W" 2>/dev/null; rm -rf "$W"' EXIT
+MPI="mpirun --allow-run-as-root --oversubscribe --bind-to none"
+mkdir -p "$W/model"
+cat > "$W/model/config.json" <<'J'
+{"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 160,
+ "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 4,
+ "vocab_size": 300, "rms_norm_eps": 1e-5, "tie_word_embeddings": false}
+J
+"$B" prepare --input "$SL_SRC/configs/corpus.txt" --output "$W/data" > /dev/null || exit 1
+ARGS="--model $W/model --data $W/data --steps 100000 --micro-batch 2 --seq-len 32 --threads 1 --zero 3 --plot false --summary false --out-dir $W/out"
+pass=0; fail=0
+ok() { echo "ok   $*"; pass=$((pass+1)); }
+bad() { echo "FAIL $*"; fail=$((fail+1)); }
+
+# the rank's pid: the shardlm process whose environment says rank 1
+pid_of_rank() {
+  for p in $(pgrep -f "shardlm train --model $W/model"); do
+    if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then echo $p; return; fi
+  done
+}
+wait_started() { for _ in $(seq 100); do [ -s "$W/out/metrics.jsonl" ] && return 0; sleep 0.2; done; return 1; }
+
+# 1. SIGKILL one rank of 3
+rm -rf "$W/out"; $MPI -np 3 "$B" train $ARGS --comm-timeout 10 > "$W/kill.log" 2>&1 &
+job=$!
+if wait_started; then
+  t0=$(date +%s); kill -KILL "$(pid_of_rank 1)"
+  timeout 30 tail --pid=$job -f /dev/null; wait $job; rc=$?; t1=$(date +%s)
+  if [ $rc -ne 0 ] && grep -qiE "rank 1" "$W/kill.log" && [ $((t1 - t0)) -le 25 ]; then
+    ok "SIGKILL of rank 1: job exited $rc after $((t1 - t0)) s naming rank 1: $(grep -iE 'rank 1' "$W/kill.log" | head -1)"
+  else bad "SIGKILL of rank 1: exit $rc after $((t1 - t0)) s"; tail -5 "$W/kill.log"; fi
+else bad "training did not start"; tail -5 "$W/kill.log"; kill -KILL $job; fi
+
+# 2. SIGSTOP one rank: the watchdog names it
+rm -rf "$W/out"; $MPI -np 3 "$B" train $ARGS --comm-timeout 3 > "$W/stop.log" 2>&1 &
+job=$!
+if wait_started; then
+  victim=$(pid_of_rank 2); t0=$(date +%s); kill -STOP "$victim"
+  timeout 40 tail --pid=$job -f /dev/null; wait $job; rc=$?; t1=$(date +%s)
+  kill -KILL "$victim" 2>/dev/null
+  if [ $rc -ne 0 ] && grep -q "ranks that never arrived: 2" "$W/stop.log"; then
+    ok "SIGSTOP of rank 2: exit $rc after $((t1 - t0)) s: $(grep 'never arrived' "$W/stop.log" | head -1)"
+  else bad "SIGSTOP of rank 2: exit $rc after $((t1 - t0)) s"; tail -5 "$W/stop.log"; fi
+else bad "training did not start"; tail -5 "$W/stop.log"; kill -KILL $job; fi
+
+# 3. ranks that disagree on the configuration refuse to start
+$MPI -np 1 "$B" train $ARGS --steps 5 : -np 1 "$B" train $ARGS --steps 6 > "$W/agree.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && grep -q "ranks disagree on the configuration.*steps=5.*steps=6" "$W/agree.log"; then
+  ok "disagreeing ranks refused: $(grep -o 'ranks disagree[^;]*' "$W/agree.log" | head -1)"
+else bad "disagreeing ranks: exit $rc"; tail -5 "$W/agree.log"; fi
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
