@@ -842,7 +842,7 @@ int sl_plan_recommend(const sl_plan_cand *c, int n, const sl_plan_cluster *cl, c
                         "Recommended: %s. It needs %.1f GB of %.1f GB per GPU and predicts %.2f s per step, %.0f tokens/s, MFU %.1f%%",
                         d, x->gpu_total / 1e9, cl->gpu_mem / 1e9, x->step_s, x->tokens_s, 100 * x->mfu);
   if (o < cap) {
-    if (x->zero == 3 && !x->offload_optim)
+    if (x->zero == 3 && !x->offload_optim && x->comm_compute_ratio <= 1.0)
       o += (size_t)snprintf(buf + o, cap - o, "; full sharding fits without offload and hides its gathers behind compute (%.2f s of %.2f s communication exposed).",
                             x->exposed_s, x->comm_s[0] + x->comm_s[1] + x->comm_s[2]);
     else if (x->offload_optim)
@@ -851,8 +851,14 @@ int sl_plan_recommend(const sl_plan_cand *c, int n, const sl_plan_cluster *cl, c
                             x->offload_params ? ", and the parameters (with the reduced gradient shards) must move to the host too: on the GPU they would not fit"
                                               : "; the parameters stay on the GPU");
     else
-      o += (size_t)snprintf(buf + o, cap - o, "; it is the fastest configuration that fits (%.2f s exposed communication).", x->exposed_s);
+      o += (size_t)snprintf(buf + o, cap - o, "; it is the fastest configuration the engine can run that fits (%.2f s of communication exposed).", x->exposed_s);
   }
+  if (o < cap && pick != best)
+    o += (size_t)snprintf(buf + o, cap - o, " It is within 3%% of the fastest fitting layout (%.0f tokens/s) and preferred for %s.",
+                          c[best].tokens_s,
+                          (c[best].offload_optim + c[best].offload_params) > (x->offload_optim + x->offload_params)
+                              ? "needing less offload"
+                              : c[best].ac > x->ac ? "recomputing less" : "its memory headroom");
   if (o < cap && x->comm_compute_ratio > 1.0)
     o += (size_t)snprintf(buf + o, cap - o, " Full sharding is communication-bound here: %.2f s of communication per step against %.2f s of compute (%s links).",
                           x->comm_s[0] + x->comm_s[1] + x->comm_s[2], x->compute_s + x->recompute_s,

@@ -1,14 +1,230 @@
-/* tools/bench.c — shardlm bench: measured figures, never asserted. */
+/* tools/bench.c — shardlm bench: figures are measured and printed, never
+ * asserted (tests check behaviour).
+ *   train  tokens/s and MFU of the CPU backend for a Llama (default ~20M
+ *          parameters) next to PyTorch eager on the same threads and batch,
+ *          both started from this process
+ *   zero   ZeRO-0 vs ZeRO-3 at world size 2: step time, time blocked on
+ *          communication, bytes moved, peak bytes per arena
+ *   adam | nvme   see tools/bench_offload.c
+ */
+#define _GNU_SOURCE
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "base/base.h"
+#include "engine/dataset.h"
 #include "tools/tools.h"
 
 int sl_bench_offload_main(int argc, char **argv) __attribute__((weak)); /* tools/bench_offload.c */
 
+typedef struct {
+  int hidden, layers, heads, kv_heads, inter, vocab, batch, seq, steps, threads, world;
+  char src[1024]; /* source tree (for tools/bench_torch.py) */
+} bench_cfg;
+
+static const char *self_exe(void) {
+  static char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "shardlm";
+  buf[n] = 0;
+  return buf;
+}
+
+static int write_model(const bench_cfg *b, const char *dir) {
+  char p[4200];
+  mkdir(dir, 0755);
+  snprintf(p, sizeof p, "%s/config.json", dir);
+  FILE *f = fopen(p, "w");
+  if (!f) return -1;
+  fprintf(f,
+          "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": %d, \"intermediate_size\": %d,\n"
+          " \"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"num_hidden_layers\": %d,\n"
+          " \"vocab_size\": %d, \"rms_norm_eps\": 1e-5, \"tie_word_embeddings\": false}\n",
+          b->hidden, b->inter, b->heads, b->kv_heads, b->layers, b->vocab);
+  fclose(f);
+  return 0;
+}
+
+static int write_data(const bench_cfg *b, const char *prefix) {
+  sl_dataset_builder *db;
+  if (sl_dataset_builder_create(prefix, b->vocab <= 65535 ? 8 : 4, &db)) return -1;
+  int32_t doc[4096];
+  uint64_t s = 12345;
+  for (int d = 0; d < 64; d++) {
+    for (int i = 0; i < 4096; i++) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      doc[i] = (int32_t)((s >> 33) % (uint64_t)b->vocab);
+    }
+    if (sl_dataset_builder_add_document(db, doc, 4096)) return -1;
+  }
+  return sl_dataset_builder_finish(db);
+}
+
+/* mean of key over metrics lines after the first `skip` */
+static double metric_mean(const char *path, const char *key, int skip, int *n_out) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  char line[8192];
+  double sum = 0;
+  int n = 0, i = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (i++ < skip) continue;
+    json_t *o = json_loads(line, 0, NULL);
+    if (!o) continue;
+    json_t *v = json_object_get(o, key);
+    if (v && json_is_number(v)) { sum += json_number_value(v); n++; }
+    json_decref(o);
+  }
+  fclose(f);
+  if (n_out) *n_out = n;
+  return n ? sum / n : 0;
+}
+
+static int64_t metric_last_arena(const char *path, const char *arena) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  char line[8192], last[8192] = "";
+  while (fgets(line, sizeof line, f)) snprintf(last, sizeof last, "%s", line);
+  fclose(f);
+  json_t *o = json_loads(last, 0, NULL);
+  int64_t v = 0;
+  if (o) {
+    json_t *a = json_object_get(o, "arena_peak");
+    if (a) v = (int64_t)json_number_value(json_object_get(a, arena));
+    if (!strcmp(arena, "total")) v = (int64_t)json_number_value(json_object_get(o, "peak_bytes"));
+    json_decref(o);
+  }
+  return v;
+}
+
+static int parse(bench_cfg *b, int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    int *dst = NULL;
+    const char *a = argv[i];
+    if (!strcmp(a, "--hidden")) dst = &b->hidden;
+    else if (!strcmp(a, "--layers")) dst = &b->layers;
+    else if (!strcmp(a, "--heads")) dst = &b->heads;
+    else if (!strcmp(a, "--kv-heads")) dst = &b->kv_heads;
+    else if (!strcmp(a, "--intermediate")) dst = &b->inter;
+    else if (!strcmp(a, "--vocab")) dst = &b->vocab;
+    else if (!strcmp(a, "--batch")) dst = &b->batch;
+    else if (!strcmp(a, "--seq")) dst = &b->seq;
+    else if (!strcmp(a, "--steps")) dst = &b->steps;
+    else if (!strcmp(a, "--threads")) dst = &b->threads;
+    else if (!strcmp(a, "--src") && i + 1 < argc) { snprintf(b->src, sizeof b->src, "%s", argv[++i]); continue; }
+    if (!dst || i + 1 >= argc) {
+      fprintf(stderr, "shardlm bench: unknown or incomplete flag '%s'\n", a);
+      return 2;
+    }
+    *dst = atoi(argv[++i]);
+  }
+  return 0;
+}
+
+static int bench_train(bench_cfg *b) {
+  char dir[] = "/tmp/shardlm-bench.XXXXXX";
+  if (!mkdtemp(dir)) return 1;
+  char model[4200], data[4200], metrics[4200], cmd[16384];
+  snprintf(model, sizeof model, "%s/model", dir);
+  snprintf(data, sizeof data, "%s/data", dir);
+  snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
+  if (write_model(b, model) || write_data(b, data)) {
+    fprintf(stderr, "shardlm bench: cannot write the benchmark inputs in %s: %s\n", dir, sl_errmsg());
+    return 1;
+  }
+  int steps = b->steps + 2;
+  printf("model: Llama hidden %d, %d layers, %d/%d heads, intermediate %d, vocab %d; batch %d x %d; %d threads\n",
+         b->hidden, b->layers, b->heads, b->kv_heads, b->inter, b->vocab, b->batch, b->seq, b->threads);
+  snprintf(cmd, sizeof cmd,
+           "OMP_NUM_THREADS=%d '%s' train --model %s --data %s --steps %d --micro-batch %d --seq-len %d "
+           "--threads %d --zero 0 --summary false --plot false --log-every 1000 --metrics %s --out-dir %s > %s/train.log 2>&1",
+           b->threads, self_exe(), model, data, steps, b->batch, b->seq, b->threads, metrics, dir, dir);
+  int rc = system(cmd);
+  if (rc != 0) {
+    fprintf(stderr, "shardlm bench: the shardlm run failed; see %s/train.log\n", dir);
+    return 1;
+  }
+  int n = 0;
+  double tps = metric_mean(metrics, "tokens_per_s", 2, &n), mfu = metric_mean(metrics, "mfu", 2, NULL);
+  printf("shardlm  (CPU backend): %8.0f tokens/s  MFU %5.1f%% of the measured GEMM peak  (mean of %d steps after 2 warmup)\n",
+         tps, 100 * mfu, n);
+  char torch_py[2048];
+  snprintf(torch_py, sizeof torch_py, "%s/tools/bench_torch.py", b->src);
+  if (access(torch_py, R_OK) != 0) {
+    printf("pytorch: %s not found (pass --src SOURCE_DIR); ratio not measured\n", torch_py);
+    return 0;
+  }
+  snprintf(cmd, sizeof cmd,
+           "OMP_NUM_THREADS=%d /usr/bin/python3 %s --hidden %d --layers %d --heads %d --kv-heads %d "
+           "--intermediate %d --vocab %d --batch %d --seq %d --steps %d --threads %d 2>%s/torch.log | tail -1",
+           b->threads, torch_py, b->hidden, b->layers, b->heads, b->kv_heads, b->inter, b->vocab, b->batch, b->seq,
+           b->steps, b->threads, dir);
+  FILE *p = popen(cmd, "r");
+  char line[4096] = "";
+  if (p) {
+    if (!fgets(line, sizeof line, p)) line[0] = 0;
+    pclose(p);
+  }
+  json_t *o = json_loads(line, 0, NULL);
+  if (!o) {
+    printf("pytorch: no result (see %s/torch.log)\n", dir);
+    return 0;
+  }
+  double ttps = json_number_value(json_object_get(o, "tokens_per_s"));
+  json_decref(o);
+  printf("pytorch  (eager, fp32): %8.0f tokens/s\n", ttps);
+  printf("ratio shardlm / pytorch: %.2fx\n", ttps > 0 ? tps / ttps : 0);
+  printf("{\"bench\": \"train\", \"shardlm_tokens_per_s\": %.1f, \"torch_tokens_per_s\": %.1f, \"ratio\": %.3f, \"mfu\": %.4f}\n",
+         tps, ttps, ttps > 0 ? tps / ttps : 0, mfu);
+  return 0;
+}
+
+static int bench_zero(bench_cfg *b) {
+  char dir[] = "/tmp/shardlm-bench.XXXXXX";
+  if (!mkdtemp(dir)) return 1;
+  char model[4200], data[4200];
+  snprintf(model, sizeof model, "%s/model", dir);
+  snprintf(data, sizeof data, "%s/data", dir);
+  if (write_model(b, model) || write_data(b, data)) return 1;
+  printf("model: Llama hidden %d, %d layers, vocab %d; world size 2, batch %d x %d per rank, %d thread(s) per rank\n",
+         b->hidden, b->layers, b->vocab, b->batch, b->seq, b->threads);
+  printf("%-7s %10s %12s %10s %12s | peak MiB: %8s %8s %8s %8s %8s\n", "stage", "step (s)", "blocked (s)",
+         "blocked %", "MiB moved", "params", "grads", "optim", "gather", "acts");
+  for (int z = 0; z <= 3; z += 3) {
+    char metrics[4200], cmd[16384];
+    snprintf(metrics, sizeof metrics, "%s/metrics-z%d.jsonl", dir, z);
+    snprintf(cmd, sizeof cmd,
+             "mpirun %s --oversubscribe --bind-to none -np 2 '%s' train --model %s --data %s --steps %d "
+             "--micro-batch %d --seq-len %d --threads %d --zero %d --prefetch 1 --summary false --plot false "
+             "--log-every 1000 --metrics %s --out-dir %s > %s/train-z%d.log 2>&1",
+             getuid() == 0 ? "--allow-run-as-root" : "", self_exe(), model, data, b->steps + 2, b->batch, b->seq,
+             b->threads, z, metrics, dir, dir, z);
+    if (system(cmd) != 0) {
+      fprintf(stderr, "shardlm bench: run failed, see %s/train-z%d.log\n", dir, z);
+      return 1;
+    }
+    double st = metric_mean(metrics, "step_time_s", 2, NULL), wt = metric_mean(metrics, "comm_wait_s", 2, NULL);
+    double by = metric_mean(metrics, "comm_bytes", 2, NULL);
+    double mb = 1.0 / (1 << 20);
+    printf("ZeRO-%d  %10.4f %12.4f %9.1f%% %12.2f | %17.2f %8.2f %8.2f %8.2f %8.2f\n", z, st, wt, 100 * wt / st,
+           by * mb, metric_last_arena(metrics, "params") * mb, metric_last_arena(metrics, "grads") * mb,
+           metric_last_arena(metrics, "optim") * mb, metric_last_arena(metrics, "gather") * mb,
+           metric_last_arena(metrics, "acts") * mb);
+    printf("{\"bench\": \"zero\", \"zero\": %d, \"step_s\": %.5f, \"blocked_s\": %.5f, \"blocked_frac\": %.4f, "
+           "\"bytes_per_step\": %.0f}\n", z, st, wt, wt / st, by);
+  }
+  return 0;
+}
+
 int sl_tool_bench(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: shardlm bench adam|nvme [flags]\n");
+    fprintf(stderr, "usage: shardlm bench train|zero|adam|nvme [flags]\n"
+                    "  train/zero flags: --hidden --layers --heads --kv-heads --intermediate --vocab --batch --seq\n"
+                    "                    --steps --threads --src SOURCE_DIR (for tools/bench_torch.py)\n");
     return 2;
   }
   if (!strcmp(argv[1], "adam") || !strcmp(argv[1], "nvme")) {
@@ -18,6 +234,12 @@ int sl_tool_bench(int argc, char **argv) {
     }
     return sl_bench_offload_main(argc - 1, argv + 1);
   }
+  /* the ~20M-parameter Llama of the issue: hidden 384, 6 layers, GQA 6/2, vocab 8192 */
+  bench_cfg b = {384, 6, 6, 2, 1024, 8192, 8, 256, 5, 2, 1, "."};
+  if (!strcmp(argv[1], "zero")) { b.threads = 1; b.steps = 8; }
+  if (parse(&b, argc - 1, argv + 1)) return 2;
+  if (!strcmp(argv[1], "train")) return bench_train(&b);
+  if (!strcmp(argv[1], "zero")) return bench_zero(&b);
   fprintf(stderr, "shardlm bench: unknown benchmark '%s'\n", argv[1]);
   return 2;
 }

@@ -5,7 +5,8 @@ Trains a randomly initialised Llama (tests/torch_ref/llama_ref.py, untied
 head) on random tokens with torch.optim.AdamW (foreach=False) and
 clip_grad_norm_(1.0), on --threads threads; the first 2 steps are warmup and
 not timed. Prints one JSON line:
-  {"tokens_per_s", "step_s", "params", "flops_per_token", "model_tflops", ...}
+  {"tokens_per_s", "step_s", "step_cpu_s", "params", "flops_per_token",
+   "model_tflops", ...}
 FLOP convention (field guide): flops_per_token = 6*N + 12*l*h*T, where N
 counts every parameter except the input embedding table (so the lm_head
 counts, as do norms), l = layers, h = hidden size, T = sequence length.
@@ -54,18 +55,19 @@ def main():
     plist = list(m.parameters())
     g = torch.Generator().manual_seed(a.seed + 1)
 
-    times = []
+    times, cpu = [], []
     for s in range(WARMUP + steps):
         tok = torch.randint(0, a.vocab, (a.batch, a.seq + 1), generator=g)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
         loss = L.loss_fn(m(tok[:, :-1]), tok[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(plist, 1.0)
         opt.step()
-        dt = time.perf_counter() - t0
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
         if s >= WARMUP:
             times.append(dt)
+            cpu.append(dc)
         print(f"step {s + 1}{' (warmup)' if s < WARMUP else ''}: loss {loss.item():.4f} "
               f"{dt:.3f}s", file=sys.stderr, flush=True)
 
@@ -74,6 +76,9 @@ def main():
     print(json.dumps({
         "tokens_per_s": round(tps, 2),
         "step_s": round(step_s, 4),
+        # CPU seconds of this process per step: on a shared machine,
+        # batch*seq*threads/step_cpu_s estimates the uncontended tokens/s
+        "step_cpu_s": round(sum(cpu) / len(cpu), 4),
         "params": params,
         "flops_per_token": flops_per_token,
         "flops_convention": "6*N + 12*l*h*T, N = all params except the input embedding (lm_head counted)",

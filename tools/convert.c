@@ -229,7 +229,7 @@ int sl_tool_convert(int argc, char **argv) {
   const char *kind = "master";
   int64_t max_shard = 0, align = 16;
   int W = 1, Z = 3, S = 0;
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1; i < argc; i += 2) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
     if (!v) { fprintf(stderr, "shardlm convert: %s needs a value\n", a); usage(stderr); return 2; }
@@ -254,7 +254,6 @@ int sl_tool_convert(int argc, char **argv) {
       usage(stderr);
       return 2;
     }
-    i++;
   }
   int rc;
   if (from_ckpt && model_cfg && to_hf_dir && !from_hf && !to_ckpt_dir) {

@@ -313,7 +313,9 @@ int sl_tool_plan(int argc, char **argv) {
   int rc = run_plan(argc, argv);
   if (rc < 0) return 0; /* --help */
   if (rc) {
-    fprintf(stderr, "shardlm plan: %s\n", sl_errmsg());
+    const char *msg = sl_errmsg();
+    if (!strncmp(msg, "plan: ", 6)) msg += 6;
+    fprintf(stderr, "shardlm plan: %s\n", msg);
     return rc == SL_EINPUT ? 2 : 1;
   }
   return 0;

@@ -11,11 +11,11 @@
  *   dP = dO V^T, dS = P * (dP - rowsum(dO * O)),
  *   dQ += scale dS K, dK += scale dS^T Q, dV += P^T dO.
  *
- * Threading: when there are at least as many independent items as threads,
- * OpenMP threads take whole items (forward: query tiles; backward: one
- * (batch, kv-head) group each, so dK/dV have one writer) and each calls
- * sgemm single-threaded (OpenBLAS pool set to 1 for the duration and
- * restored after). Otherwise items run in order with OpenBLAS's own threads.
+ * Threading: OpenMP threads take whole items (forward: query tiles;
+ * backward: one (batch, kv-head) group each, so dK/dV have one writer), each
+ * calling sgemm single-threaded (the backend keeps OpenBLAS at one thread,
+ * see ctx.c). With fewer items than threads, items run on the calling
+ * thread.
  */
 /* Lets gcc if-convert the clamps in sl_cpu_expf and vectorize exp loops
  * (no FP-exception semantics are relied on anywhere in the backend). */
@@ -41,8 +41,17 @@ typedef struct {
 
 static att_shape att_make(const float *qkv, int64_t B, int64_t T, int64_t nh,
                           int64_t nkv, int64_t hd, int64_t window) {
-  att_shape s = {qkv, B, T, nh, nkv, hd, window, (nh + 2 * nkv) * hd, nh * hd,
-                 (T + SL_ATT_TQ - 1) / SL_ATT_TQ, 1.0f / sqrtf((float)hd)};
+  att_shape s = {qkv,
+                 B,
+                 T,
+                 nh,
+                 nkv,
+                 hd,
+                 window,
+                 (nh + 2 * nkv) * hd,
+                 nh * hd,
+                 (T + SL_ATT_TQ - 1) / SL_ATT_TQ,
+                 1.0f / sqrtf((float)hd)};
   return s;
 }
 
@@ -57,7 +66,8 @@ SL_CPU_HOT static float softmax_row(float *s, int64_t n, int64_t lo,
                                     int64_t hi) {
   float m = -INFINITY;
 #pragma omp simd reduction(max : m)
-  for (int64_t j = lo; j < hi; j++) m = s[j] > m ? s[j] : m;
+  for (int64_t j = lo; j < hi; j++)
+    m = s[j] > m ? s[j] : m;
   double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
   for (int64_t j = lo; j < hi; j++) {
@@ -66,28 +76,34 @@ SL_CPU_HOT static float softmax_row(float *s, int64_t n, int64_t lo,
     sum += (double)e;
   }
   float inv = (float)(1.0 / sum);
-  for (int64_t j = lo; j < hi; j++) s[j] *= inv;
-  for (int64_t j = 0; j < lo; j++) s[j] = 0.0f;
-  for (int64_t j = hi; j < n; j++) s[j] = 0.0f;
+  for (int64_t j = lo; j < hi; j++)
+    s[j] *= inv;
+  for (int64_t j = 0; j < lo; j++)
+    s[j] = 0.0f;
+  for (int64_t j = hi; j < n; j++)
+    s[j] = 0.0f;
   return m + (float)log(sum);
 }
 
 /* p[j] = exp(s[j] - lse) on [lo, hi), 0 elsewhere; dp[j] = p[j]*(dp[j]-D). */
 SL_CPU_HOT static void dsoftmax_row(float *p, float *dp, int64_t n, int64_t lo,
                                     int64_t hi, float lse, float D) {
-  for (int64_t j = 0; j < lo; j++) p[j] = dp[j] = 0.0f;
+  for (int64_t j = 0; j < lo; j++)
+    p[j] = dp[j] = 0.0f;
   for (int64_t j = lo; j < hi; j++) {
     float e = sl_cpu_expf(p[j] - lse);
     p[j] = e;
     dp[j] = e * (dp[j] - D);
   }
-  for (int64_t j = hi; j < n; j++) p[j] = dp[j] = 0.0f;
+  for (int64_t j = hi; j < n; j++)
+    p[j] = dp[j] = 0.0f;
 }
 
 SL_CPU_HOT static float dot_row(const float *x, const float *y, int64_t n) {
   float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-  for (int64_t j = 0; j < n; j++) s += x[j] * y[j];
+  for (int64_t j = 0; j < n; j++)
+    s += x[j] * y[j];
   return s;
 }
 
@@ -100,9 +116,9 @@ static void fwd_tile(const att_shape *a, float *out, float *lse, int64_t b,
               *v = base + (a->nh + a->nkv + g) * hd;
   int64_t i0 = tile * SL_ATT_TQ, i1 = i0 + SL_ATT_TQ < T ? i0 + SL_ATT_TQ : T;
   int64_t m = i1 - i0, k0 = first_key(a, i0), kn = i1 - k0;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)kn,
-              (int)hd, a->scale, q + i0 * ld, (int)ld, k + k0 * ld, (int)ld,
-              0.0f, S, (int)kn);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)kn, (int)hd,
+              a->scale, q + i0 * ld, (int)ld, k + k0 * ld, (int)ld, 0.0f, S,
+              (int)kn);
   float *l = lse + (b * a->nh + h) * T;
   for (int64_t r = 0; r < m; r++) {
     int64_t i = i0 + r;
@@ -121,12 +137,14 @@ static void bwd_group(const att_shape *a, float *dqkv, const float *dout,
   int64_t rep = a->nh / a->nkv;
   const float *base = a->qkv + b * T * ld;
   float *dbase = dqkv + b * T * ld;
-  const float *k = base + (a->nh + g) * hd, *v = base + (a->nh + a->nkv + g) * hd;
+  const float *k = base + (a->nh + g) * hd,
+              *v = base + (a->nh + a->nkv + g) * hd;
   float *dk = dbase + (a->nh + g) * hd, *dv = dbase + (a->nh + a->nkv + g) * hd;
   for (int64_t h = g * rep; h < (g + 1) * rep; h++) {
     const float *q = base + h * hd;
     float *dq = dbase + h * hd;
-    const float *o = out + b * T * ldo + h * hd, *dO = dout + b * T * ldo + h * hd;
+    const float *o = out + b * T * ldo + h * hd,
+                *dO = dout + b * T * ldo + h * hd;
     const float *l = lse + (b * a->nh + h) * T;
     for (int64_t tile = 0; tile < a->ntile; tile++) {
       int64_t i0 = tile * SL_ATT_TQ,
@@ -134,8 +152,8 @@ static void bwd_group(const att_shape *a, float *dqkv, const float *dout,
       int64_t m = i1 - i0, k0 = first_key(a, i0), kn = i1 - k0;
       /* P <- S = scale Q K^T ; dP = dO V^T */
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)kn,
-                  (int)hd, a->scale, q + i0 * ld, (int)ld, k + k0 * ld,
-                  (int)ld, 0.0f, P, (int)kn);
+                  (int)hd, a->scale, q + i0 * ld, (int)ld, k + k0 * ld, (int)ld,
+                  0.0f, P, (int)kn);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)kn,
                   (int)hd, 1.0f, dO + i0 * ldo, (int)ldo, v + k0 * ld, (int)ld,
                   0.0f, dP, (int)kn);
@@ -170,7 +188,8 @@ static int64_t max_keys(const att_shape *a) {
 void sl_cpu_attention_fwd(sl_kctx *ctx, float *out, float *lse,
                           const float *qkv, int64_t B, int64_t T, int64_t nh,
                           int64_t nkv, int64_t hd, int64_t window) {
-  if (B <= 0 || T <= 0) return;
+  if (B <= 0 || T <= 0)
+    return;
   att_shape a = att_make(qkv, B, T, nh, nkv, hd, window);
   int64_t items = B * nh * a.ntile, per = SL_ATT_TQ * max_keys(&a);
   int nt = items >= ctx->threads ? ctx->threads : 1;
@@ -186,8 +205,6 @@ void sl_cpu_attention_fwd(sl_kctx *ctx, float *out, float *lse,
                it % a.ntile, S);
     return;
   }
-  int blas = openblas_get_num_threads();
-  openblas_set_num_threads(1);
 #pragma omp parallel num_threads(nt)
   {
     float *St = S + per * omp_get_thread_num();
@@ -198,14 +215,14 @@ void sl_cpu_attention_fwd(sl_kctx *ctx, float *out, float *lse,
       fwd_tile(&a, out, lse, bh / nh, bh % nh, tile, St);
     }
   }
-  openblas_set_num_threads(blas);
 }
 
 void sl_cpu_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout,
                           const float *qkv, const float *out, const float *lse,
                           int64_t B, int64_t T, int64_t nh, int64_t nkv,
                           int64_t hd, int64_t window) {
-  if (B <= 0 || T <= 0) return;
+  if (B <= 0 || T <= 0)
+    return;
   att_shape a = att_make(qkv, B, T, nh, nkv, hd, window);
   int64_t items = B * nkv, per = SL_ATT_TQ * max_keys(&a);
   int nt = items >= ctx->threads ? ctx->threads : 1;
@@ -219,8 +236,6 @@ void sl_cpu_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout,
       bwd_group(&a, dqkv, dout, out, lse, it / nkv, it % nkv, S, S + per);
     return;
   }
-  int blas = openblas_get_num_threads();
-  openblas_set_num_threads(1);
 #pragma omp parallel num_threads(nt)
   {
     float *Pt = S + 2 * per * omp_get_thread_num();
@@ -228,5 +243,4 @@ void sl_cpu_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout,
     for (int64_t it = 0; it < items; it++)
       bwd_group(&a, dqkv, dout, out, lse, it / nkv, it % nkv, Pt, Pt + per);
   }
-  openblas_set_num_threads(blas);
 }

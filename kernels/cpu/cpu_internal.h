@@ -12,18 +12,18 @@
 #include "kernels/kernels.h"
 
 struct sl_kctx {
-  int threads;         /* OpenMP threads for elementwise/row loops (>= 1) */
-  void *scratch;       /* growable scratch block, 64-byte aligned */
-  size_t scratch_cap;  /* bytes allocated in scratch */
-  size_t scratch_hwm;  /* high-water mark of bytes requested */
-  float *rope_tab;     /* (rope_T, rope_hd/2, 2) cos,sin cache for rope */
+  int threads;             /* OpenMP threads for elementwise/row loops (>= 1) */
+  void *scratch;           /* growable scratch block, 64-byte aligned */
+  size_t scratch_cap;      /* bytes allocated in scratch */
+  size_t scratch_hwm;      /* high-water mark of bytes requested */
+  float *rope_tab;         /* (rope_T, rope_hd/2, 2) cos,sin cache for rope */
   int64_t rope_T, rope_hd; /* shape the cache was built for (0 = none) */
-  float rope_theta;    /* theta the cache was built for */
+  float rope_theta;        /* theta the cache was built for */
 };
 
 /* Hot row kernels get an AVX2+FMA clone picked at load time (ifunc); the
  * default build targets baseline x86-64. Off under sanitizers. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&         \
     !defined(__SANITIZE_ADDRESS__) && !defined(SL_CPU_NO_CLONES)
 #define SL_CPU_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
@@ -37,6 +37,11 @@ struct sl_kctx {
  * the next call on this ctx. NULL on allocation failure: the message is set
  * (naming op) and logged; the op then poisons its outputs with NaN. */
 float *sl_cpu_scratch(sl_kctx *ctx, size_t nfloats, const char *op);
+/* Row-major sgemm C (M, N) = alpha op(A) op(B) + beta C, op = transpose
+ * when ta / tb. Threading policy lives here (see ctx.c). */
+void sl_cpu_sgemm(sl_kctx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                  float alpha, const float *A, int64_t lda, const float *B,
+                  int64_t ldb, float beta, float *C, int64_t ldc);
 /* Fills x[0..n) with NaN (used when an op cannot run). */
 void sl_cpu_poison(float *x, int64_t n);
 

@@ -16,8 +16,6 @@
 #include <math.h>
 #include <omp.h>
 
-#include <cblas.h>
-
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/cpu_ops.h"
 
@@ -36,20 +34,25 @@ typedef struct {
 static ce_tiles ce_plan(int64_t N, int64_t V) {
   ce_tiles t;
   t.rows = N < SL_CE_ROWS ? N : SL_CE_ROWS;
-  if (t.rows < 1) t.rows = 1;
+  if (t.rows < 1)
+    t.rows = 1;
   t.vc = SL_CE_BLOCK_FLOATS / t.rows;
-  if (t.vc < 64) t.vc = 64;
-  if (t.vc > V) t.vc = V;
+  if (t.vc < 64)
+    t.vc = 64;
+  if (t.vc > V)
+    t.vc = V;
   return t;
 }
 
 /* Online log-sum-exp update of one row with a tile l[0, n):
- * (*m, *sum) -> (max(*m, max l), sum * exp(m_old - m_new) + sum exp(l - m_new)) */
+ * (*m, *sum) -> (max(*m, max l), sum * exp(m_old - m_new) + sum exp(l - m_new))
+ */
 SL_CPU_HOT static void lse_update(const float *l, int64_t n, float *m,
                                   double *sum) {
   float bm = -INFINITY;
 #pragma omp simd reduction(max : bm)
-  for (int64_t j = 0; j < n; j++) bm = l[j] > bm ? l[j] : bm;
+  for (int64_t j = 0; j < n; j++)
+    bm = l[j] > bm ? l[j] : bm;
   if (bm > *m) {
     *sum *= exp((double)*m - (double)bm); /* 0 when *m = -inf */
     *m = bm;
@@ -57,21 +60,24 @@ SL_CPU_HOT static void lse_update(const float *l, int64_t n, float *m,
   float mm = *m;
   double s = 0.0;
 #pragma omp simd reduction(+ : s)
-  for (int64_t j = 0; j < n; j++) s += (double)sl_cpu_expf(l[j] - mm);
+  for (int64_t j = 0; j < n; j++)
+    s += (double)sl_cpu_expf(l[j] - mm);
   *sum += s;
 }
 
 /* l[0, n) <- exp(l - lse) * scale */
 SL_CPU_HOT static void softmax_scaled(float *l, int64_t n, float lse,
                                       float scale) {
-  for (int64_t j = 0; j < n; j++) l[j] = sl_cpu_expf(l[j] - lse) * scale;
+  for (int64_t j = 0; j < n; j++)
+    l[j] = sl_cpu_expf(l[j] - lse) * scale;
 }
 
 void sl_cpu_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse,
                           const float *x, const float *w,
                           const int32_t *targets, int64_t N, int64_t C,
                           int64_t V) {
-  if (N <= 0) return;
+  if (N <= 0)
+    return;
   ce_tiles tp = ce_plan(N, V);
   /* scratch: logits tile | running max (rows) | target logit (rows) | sums */
   float *L = sl_cpu_scratch(ctx, (size_t)(tp.rows * tp.vc + 4 * tp.rows),
@@ -93,15 +99,16 @@ void sl_cpu_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse,
     for (int64_t v0 = 0; v0 < V; v0 += tp.vc) {
       int64_t vn = V - v0 < tp.vc ? V - v0 : tp.vc;
       /* L (m, vn) = x[r0:r0+m] (m, C) . w[v0:v0+vn] (vn, C)^T */
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)vn,
-                  (int)C, 1.0f, x + r0 * C, (int)C, w + v0 * C, (int)C, 0.0f,
-                  L, (int)vn);
-#pragma omp parallel for num_threads(m * vn >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
+      sl_cpu_sgemm(ctx, 0, 1, m, vn, C, 1.0f, x + r0 * C, C, w + v0 * C, C,
+                   0.0f, L, vn);
+#pragma omp parallel for num_threads(                                          \
+    m *vn >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
       for (int64_t r = 0; r < m; r++) {
         const float *l = L + r * vn;
         lse_update(l, vn, &rmax[r], &rsum[r]);
         int32_t t = targets[r0 + r];
-        if (t >= v0 && t < v0 + vn) tl[r] = l[t - v0];
+        if (t >= v0 && t < v0 + vn)
+          tl[r] = l[t - v0];
       }
     }
     for (int64_t r = 0; r < m; r++) {
@@ -116,7 +123,8 @@ void sl_cpu_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x,
                           const float *w, const int32_t *targets,
                           const float *lse, float scale, int64_t N, int64_t C,
                           int64_t V) {
-  if (N <= 0 || (!dx && !dw)) return;
+  if (N <= 0 || (!dx && !dw))
+    return;
   ce_tiles tp = ce_plan(N, V);
   float *L = sl_cpu_scratch(ctx, (size_t)(tp.rows * tp.vc), "lmhead_ce_bwd");
   if (!L) {
@@ -127,14 +135,16 @@ void sl_cpu_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x,
   for (int64_t r0 = 0; r0 < N; r0 += tp.rows) {
     int64_t m = N - r0 < tp.rows ? N - r0 : tp.rows;
     int any = 0;
-    for (int64_t r = 0; r < m; r++) any |= targets[r0 + r] >= 0;
-    if (!any) continue; /* every row ignored: no gradient */
+    for (int64_t r = 0; r < m; r++)
+      any |= targets[r0 + r] >= 0;
+    if (!any)
+      continue; /* every row ignored: no gradient */
     for (int64_t v0 = 0; v0 < V; v0 += tp.vc) {
       int64_t vn = V - v0 < tp.vc ? V - v0 : tp.vc;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)vn,
-                  (int)C, 1.0f, x + r0 * C, (int)C, w + v0 * C, (int)C, 0.0f,
-                  L, (int)vn);
-#pragma omp parallel for num_threads(m * vn >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
+      sl_cpu_sgemm(ctx, 0, 1, m, vn, C, 1.0f, x + r0 * C, C, w + v0 * C, C,
+                   0.0f, L, vn);
+#pragma omp parallel for num_threads(                                          \
+    m *vn >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
       for (int64_t r = 0; r < m; r++) {
         float *l = L + r * vn;
         int32_t t = targets[r0 + r];
@@ -145,18 +155,17 @@ void sl_cpu_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x,
         float z = lse[r0 + r];
         float pt = t >= v0 && t < v0 + vn ? sl_cpu_expf(l[t - v0] - z) : 0.0f;
         softmax_scaled(l, vn, z, scale);
-        if (t >= v0 && t < v0 + vn) l[t - v0] = (pt - 1.0f) * scale;
+        if (t >= v0 && t < v0 + vn)
+          l[t - v0] = (pt - 1.0f) * scale;
       }
       /* dx[r0:] (m, C) += L (m, vn) . w[v0:] (vn, C) */
       if (dx)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)C,
-                    (int)vn, 1.0f, L, (int)vn, w + v0 * C, (int)C, 1.0f,
-                    dx + r0 * C, (int)C);
+        sl_cpu_sgemm(ctx, 0, 0, m, C, vn, 1.0f, L, vn, w + v0 * C, C, 1.0f,
+                     dx + r0 * C, C);
       /* dw[v0:] (vn, C) += L^T (vn, m) . x[r0:] (m, C) */
       if (dw)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)vn, (int)C,
-                    (int)m, 1.0f, L, (int)vn, x + r0 * C, (int)C, 1.0f,
-                    dw + v0 * C, (int)C);
+        sl_cpu_sgemm(ctx, 1, 0, vn, C, m, 1.0f, L, vn, x + r0 * C, C, 1.0f,
+                     dw + v0 * C, C);
     }
   }
 }

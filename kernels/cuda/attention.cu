@@ -185,8 +185,9 @@ static __global__ void __launch_bounds__(ATT_NT)
       Vs[j][d] = vv;
     }
     __syncthreads();
-    float ds[BC];
-#pragma unroll
+    /* per key: ds = P (dP - Dsum), folded into dq at once (no BC-wide array:
+     * keeps the kernel free of register spills) */
+#pragma unroll 4
     for (int j = 0; j < BC; j++) {
       float sacc = 0.0f, pacc = 0.0f;
 #pragma unroll
@@ -197,15 +198,9 @@ static __global__ void __launch_bounds__(ATT_NT)
       sacc = group_sum<TPR>(sacc);
       pacc = group_sum<TPR>(pacc);
       bool ok = valid && att_visible(i, k0 + j, window);
-      float p = ok ? expf(sacc - L) : 0.0f;
-      ds[j] = p * (pacc - Di);
-    }
+      float ds = ok ? expf(sacc - L) * (pacc - Di) : 0.0f;
 #pragma unroll
-    for (int dd = 0; dd < DPT; dd++) {
-      float acc = dq[dd];
-#pragma unroll
-      for (int j = 0; j < BC; j++) acc += ds[j] * Ks[j][dd * TPR + sub];
-      dq[dd] = acc;
+      for (int dd = 0; dd < DPT; dd++) dq[dd] += ds * Ks[j][dd * TPR + sub];
     }
   }
   if (valid) {

@@ -26,7 +26,7 @@ import llama_ref as L  # noqa: E402
 
 VOCAB, T, B = 97, 16, 3
 ACCUM, STEPS = 2, 10
-HP = dict(lr=3e-3, min_lr=3e-4, warmup=3, wd=0.1, b1=0.9, b2=0.95, eps=1e-8, clip=1.0)
+HP = dict(lr=3e-3, min_lr=3e-4, warmup=3, wd=0.1, b1=0.9, b2=0.95, eps=1e-6, clip=1.0)
 DUMP_TOL, LOSS_TOL, W_TOL, GN_TOL, LR_TOL = 1e-5, 1e-4, 1e-4, 1e-4, 1e-6
 CKPT = ("none", "selective", "full")
 
@@ -66,6 +66,8 @@ def run_engine(exe, args, log_path, timeout=300):
                                cwd=os.path.dirname(os.path.abspath(log_path)))
         except subprocess.TimeoutExpired:
             return False, f"timed out after {timeout}s: {' '.join(cmd)}"
+        except OSError as e:
+            return False, f"cannot run {cmd[0]}: {e}"
     if r.returncode != 0:
         with open(log_path) as f:
             tail = f.read()[-1500:]
@@ -191,7 +193,7 @@ def main():
         nf = selftest.run()
         ck("reference self-tests (gradcheck, naive attention, formats, data order)", nf == 0,
            f"{nf} failed" if nf else "")
-    exe, w = a.shardlm, a.work
+    exe, w = os.path.abspath(a.shardlm), os.path.abspath(a.work)
     os.makedirs(w, exist_ok=True)
     data = os.path.join(w, "data")
     stream = make_data(data)
