@@ -50,18 +50,23 @@ static int get_int(const char *path, json_t *o, const char *key, int required, i
     *out = def;
     return SL_OK;
   }
+  /* every size of a real model fits far inside 2^31; bounding here keeps
+   * the products formed from these fields (parameter counts) from overflowing */
+  const int64_t lim = (int64_t)1 << 31;
+  int64_t x;
   if (json_is_integer(v)) {
-    *out = (int64_t)json_integer_value(v);
-    return SL_OK;
+    x = (int64_t)json_integer_value(v);
+  } else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
+             fabs(json_real_value(v)) < 9e15) {
+    x = (int64_t)json_real_value(v);
+  } else {
+    return sl_fail(SL_EINPUT, "%s: field '%s' must be an integer, found %s", path, key, jtype(v));
   }
-  if (json_is_real(v)) {
-    double d = json_real_value(v);
-    if (d == floor(d) && fabs(d) < 9e15) {
-      *out = (int64_t)d;
-      return SL_OK;
-    }
-  }
-  return sl_fail(SL_EINPUT, "%s: field '%s' must be an integer, found %s", path, key, jtype(v));
+  if (x >= lim || x < -lim)
+    return sl_fail(SL_EINPUT, "%s: field '%s' is %lld, outside the supported range (|x| < 2^31)", path,
+                   key, (long long)x);
+  *out = x;
+  return SL_OK;
 }
 
 static int get_num(const char *path, json_t *o, const char *key, double def, double *out) {
@@ -288,6 +293,16 @@ static int pos(const char *p, const char *key, int64_t v) {
 int sl_hfconfig_validate(const char *p, const sl_model_config *c) {
   int rc;
   int ss = c->ssm_original_format;
+  { /* the largest tensor must be addressable: checked in double, before any int64 product */
+    double C = (double)c->hidden_size, I = (double)c->intermediate_size, V = (double)c->vocab_size;
+    double H = (double)c->num_attention_heads + 2.0 * (double)c->num_key_value_heads;
+    double hd = (double)c->head_dim, big = 1.0 * (double)((int64_t)1 << 40);
+    if (V * C > big || I * C * 3 > big || H * hd * C > big || (double)c->expand * C * C * 2 > big ||
+        (double)c->state_size * I > big)
+      return sl_fail(SL_EINPUT, "%s: the model's sizes give a tensor of more than 2^40 elements "
+                     "(hidden %lld, intermediate %lld, vocab %lld): not a config this engine can train",
+                     p, (long long)c->hidden_size, (long long)c->intermediate_size, (long long)c->vocab_size);
+  }
   if ((rc = pos(p, ss ? "d_model" : "hidden_size", c->hidden_size)) ||
       (rc = pos(p, ss ? "n_layer" : "num_hidden_layers", c->num_hidden_layers)) ||
       (rc = pos(p, "vocab_size", c->vocab_size)))

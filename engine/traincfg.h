@@ -33,6 +33,10 @@ typedef struct {
   int reshard_after_forward, no_sync_accum;
   char param_dtype[8], reduce_dtype[8];
   double comm_timeout;
+  /* offload */
+  char offload_optimizer[8], offload_params[8];
+  char nvme_path[SL_PATH_MAX];
+  int64_t offload_budget_mb;
   /* checkpoints */
   char ckpt_dir[SL_PATH_MAX];  /* sharded training checkpoints (empty: none) */
   int64_t ckpt_every, keep_last, max_restarts;

@@ -27,6 +27,7 @@
 #include "engine/model.h"
 #include "engine/plot.h"
 #include "engine/safetensors.h"
+#include "offload/offload.h"
 #include "shard/fsdp.h"
 
 typedef struct {
@@ -42,7 +43,11 @@ typedef struct {
   int64_t G;               /* samples per optimizer step (all ranks) */
   int64_t next_sample;     /* global index of the first sample of the next step */
   int64_t start_step;      /* first step to run (after a resume) */
-  float **master, **mom, **var; /* (nunits) x (view count) */
+  float **master, **mom, **var; /* (nunits) x (view count); NULL per unit on NVMe */
+  sl_tier tier;            /* where the optimizer state lives */
+  sl_optstate **nvme;      /* (nunits) NVMe-resident state */
+  float *upd;              /* (max view count) updated values from the NVMe tier */
+  int64_t host_optim_bytes;
   int32_t *tok, *tgt;      /* (B*T) */
   int32_t *row;            /* (T+1) */
   int64_t *perm;           /* shuffled order of sample windows (one epoch) */
@@ -191,20 +196,94 @@ static double measure_peak(trainer *t) {
   return best > 0 ? best : 1e9;
 }
 
+/* ---- optimizer state: tiers none | cpu | nvme ------------------------------- */
+static int parse_tier(const sl_train_cfg *c, sl_tier *out) {
+  if (!strcmp(c->offload_optimizer, "none")) *out = SL_TIER_NONE;
+  else if (!strcmp(c->offload_optimizer, "cpu")) *out = SL_TIER_CPU;
+  else if (!strcmp(c->offload_optimizer, "nvme")) *out = SL_TIER_NVME;
+  else return sl_fail(SL_EINPUT, "--offload-optimizer must be none, cpu or nvme, found '%s'", c->offload_optimizer);
+  if (*out == SL_TIER_NVME && !c->nvme_path[0])
+    return sl_fail(SL_EINPUT, "--offload-optimizer nvme needs --nvme-path DIR (a directory on a fast local disk)");
+  if (strcmp(c->offload_params, "none") && strcmp(c->offload_params, "cpu")) {
+    if (!strcmp(c->offload_params, "nvme"))
+      return sl_fail(SL_EINPUT, "--offload-params nvme is not supported yet (parameters: none or cpu)");
+    return sl_fail(SL_EINPUT, "--offload-params must be none, cpu or nvme, found '%s'", c->offload_params);
+  }
+  if (strcmp(c->offload_params, "none") && c->zero != 3)
+    return sl_fail(SL_EINPUT, "--offload-params needs --zero 3 (found --zero %lld)", (long long)c->zero);
+  return SL_OK;
+}
+
+/* Creates unit u's fp32 master (from flat) and zero Adam moments. */
+static int opt_create(trainer *t, int u, sl_fsdp_view_t v, const float *flat) {
+  size_t bytes = (size_t)v.count * 4;
+  if (t->tier == SL_TIER_NVME) {
+    char name[64];
+    snprintf(name, sizeof name, "optstate-r%d-u%d", t->rank, u);
+    sl_optstate_cfg oc = {.tier = SL_TIER_NVME, .n = v.count, .name = name, .nvme_dir = t->cfg.nvme_path,
+                          .budget_bytes = (t->cfg.offload_budget_mb << 20) / t->m->nunits};
+    int rc = sl_optstate_create(&oc, &t->nvme[u]);
+    if (rc) return rc;
+    float *init = sl_alloc(bytes, "master init");
+    if (!init) return SL_ENOMEM;
+    if (v.valid > 0) memcpy(init, flat + v.offset, (size_t)v.valid * 4);
+    rc = sl_optstate_init_master(t->nvme[u], init);
+    sl_free(init);
+    if (!rc && !t->upd) {
+      int64_t mx = 0;
+      for (int w = 0; w < t->m->nunits; w++) {
+        sl_fsdp_view_t vw = sl_fsdp_view(t->f, w);
+        if (vw.count > mx) mx = vw.count;
+      }
+      t->host_optim_bytes = mx * 4;
+      t->upd = sl_alloc((size_t)mx * 4, "updated parameters");
+      if (!t->upd) return SL_ENOMEM;
+      sl_mem_add(SL_ARENA_WORKSPACE, t->host_optim_bytes);
+    }
+    return rc;
+  }
+  if (t->tier == SL_TIER_CPU) {
+    t->master[u] = sl_host_alloc(bytes, "master weights");
+    t->mom[u] = sl_host_alloc(bytes, "adam m");
+    t->var[u] = sl_host_alloc(bytes, "adam v");
+  } else {
+    t->master[u] = sl_alloc(bytes, "master weights");
+    t->mom[u] = sl_alloc(bytes, "adam m");
+    t->var[u] = sl_alloc(bytes, "adam v");
+    if (t->master[u] && t->mom[u] && t->var[u]) sl_mem_add(SL_ARENA_OPTIM, 3 * (int64_t)bytes);
+  }
+  if (!t->master[u] || !t->mom[u] || !t->var[u]) return SL_ENOMEM;
+  if (v.valid > 0) memcpy(t->master[u], flat + v.offset, (size_t)v.valid * 4);
+  return SL_OK;
+}
+
+/* Unit u's fp32 master values: the array, or read from NVMe into tmp. */
+static const float *opt_master(trainer *t, int u, float *tmp, int *rc) {
+  *rc = SL_OK;
+  if (t->master[u]) return t->master[u];
+  sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
+  *rc = sl_optstate_read_master(t->nvme[u], 0, v.count, tmp);
+  return tmp;
+}
+
 /* ---- setup / teardown ----------------------------------------------------- */
 static void trainer_free(trainer *t) {
   if (t->m) {
     for (int u = 0; u < t->m->nunits; u++) {
       if (t->master && t->master[u]) {
         sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
-        sl_mem_sub(SL_ARENA_OPTIM, 3 * v.count * 4);
-        sl_free(t->master[u]);
-        sl_free(t->mom[u]);
-        sl_free(t->var[u]);
+        if (t->tier == SL_TIER_CPU) {
+          sl_host_free(t->master[u]); sl_host_free(t->mom[u]); sl_host_free(t->var[u]);
+        } else {
+          sl_mem_sub(SL_ARENA_OPTIM, 3 * v.count * 4);
+          sl_free(t->master[u]); sl_free(t->mom[u]); sl_free(t->var[u]);
+        }
       }
+      if (t->nvme && t->nvme[u]) sl_optstate_destroy(t->nvme[u]);
     }
   }
-  free(t->master); free(t->mom); free(t->var);
+  free(t->master); free(t->mom); free(t->var); free(t->nvme);
+  if (t->upd) { sl_mem_sub(SL_ARENA_WORKSPACE, t->host_optim_bytes); sl_free(t->upd); }
   sl_fsdp_destroy(t->f);
   sl_model_destroy(t->m);
   if (t->ds) sl_dataset_close(t->ds);
@@ -316,22 +395,19 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
   if (c->model[0] && (rc = sl_st_open_dir(c->model, &weights))) return rc;
   if (!weights) sl_log0(SL_LOG_INFO, "no weight files in %s: initialising from seed %lld",
                         c->model[0] ? c->model : "the built-in config", (long long)c->seed);
+  if ((rc = parse_tier(c, &t->tier))) return rc;
+  t->nvme = calloc((size_t)U, sizeof(sl_optstate *));
   t->master = calloc((size_t)U, sizeof(float *));
   t->mom = calloc((size_t)U, sizeof(float *));
   t->var = calloc((size_t)U, sizeof(float *));
   float *flat = sl_alloc((size_t)sl_model_max_unit_numel(t->m) * 4, "unit load buffer");
-  if (!t->master || !t->mom || !t->var || !flat) rc = sl_fail(SL_ENOMEM, "out of memory");
+  if (!t->master || !t->mom || !t->var || !t->nvme || !flat) rc = sl_fail(SL_ENOMEM, "out of memory");
   for (int u = 0; u < U && !rc; u++) {
     memset(flat, 0, (size_t)t->m->units[u].numel * 4);
     if ((rc = sl_model_unit_load(t->m, u, weights, (uint64_t)c->seed, flat))) break;
     if ((rc = sl_fsdp_init_params(t->f, u, flat))) break;
     sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
-    t->master[u] = sl_alloc((size_t)v.count * 4, "master weights");
-    t->mom[u] = sl_alloc((size_t)v.count * 4, "adam m");
-    t->var[u] = sl_alloc((size_t)v.count * 4, "adam v");
-    if (!t->master[u] || !t->mom[u] || !t->var[u]) { rc = SL_ENOMEM; break; }
-    sl_mem_add(SL_ARENA_OPTIM, 3 * v.count * 4);
-    if (v.valid > 0) memcpy(t->master[u], flat + v.offset, (size_t)v.valid * 4);
+    if ((rc = opt_create(t, u, v, flat))) break;
   }
   sl_free(flat);
   if (weights) sl_st_close_set(weights);
@@ -398,10 +474,37 @@ static int sum_across(trainer *t, double mine, double *out) {
   return SL_OK;
 }
 
+/* Weight-decay ranges of unit u's view, ascending and covering [0, count). */
+static int view_ranges(trainer *t, int u, sl_fsdp_view_t v, sl_adam_range *r, int cap) {
+  const sl_unit_spec *us = &t->m->units[u];
+  int n = 0;
+  int64_t at = 0;
+  for (int i = 0; i < us->ntensors && n < cap - 1; i++) {
+    const sl_tensor_spec *ts = &us->t[i];
+    int64_t lo = ts->offset > v.offset ? ts->offset : v.offset;
+    int64_t hi = ts->offset + ts->numel;
+    if (hi > v.offset + v.valid) hi = v.offset + v.valid;
+    if (hi <= lo) continue;
+    r[n++] = (sl_adam_range){lo - v.offset, hi - lo, ts->decay ? (float)t->cfg.weight_decay : 0.0f};
+    at = hi - v.offset;
+  }
+  if (at < v.count) r[n++] = (sl_adam_range){at, v.count - at, 0.0f}; /* padding */
+  return n;
+}
+
 static int optimizer_step(trainer *t, int64_t s, double lr, float coef) {
   sl_train_cfg *c = &t->cfg;
   for (int u = 0; u < t->m->nunits; u++) {
     sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
+    if (t->tier == SL_TIER_NVME) {
+      sl_adam_range r[SL_UNIT_MAX_TENSORS + 1];
+      int nr = view_ranges(t, u, v, r, SL_UNIT_MAX_TENSORS + 1);
+      sl_adam_hyper h = {(float)lr, (float)c->beta1, (float)c->beta2, (float)c->eps, 0.0f, s + 1, coef};
+      int rc = sl_optstate_step(t->nvme[u], v.grads, r, nr, &h, t->upd, NULL);
+      if (!rc) rc = sl_fsdp_set_view(t->f, u, t->upd);
+      if (rc) return rc;
+      continue;
+    }
     const sl_unit_spec *us = &t->m->units[u];
     for (int i = 0; i < us->ntensors; i++) {
       const sl_tensor_spec *ts = &us->t[i];
@@ -458,18 +561,61 @@ static sl_ckpt_state ckpt_state(trainer *t, int64_t step) {
   return st;
 }
 
+/* The NVMe tier keeps no arrays: checkpoints go through temporary ones. */
+static int nvme_arrays(trainer *t, int read) {
+  if (t->tier != SL_TIER_NVME) return SL_OK;
+  for (int u = 0; u < t->m->nunits; u++) {
+    sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
+    float **a[3] = {&t->master[u], &t->mom[u], &t->var[u]};
+    for (int f = 0; f < 3; f++) {
+      if (!(*a[f] = sl_alloc((size_t)v.count * 4, "checkpoint staging"))) return SL_ENOMEM;
+      int rc = read ? sl_optstate_read(t->nvme[u], (sl_optfield)f, 0, v.count, *a[f]) : SL_OK;
+      if (rc) return rc;
+    }
+  }
+  return SL_OK;
+}
+
+static int nvme_arrays_done(trainer *t, int write) {
+  if (t->tier != SL_TIER_NVME) return SL_OK;
+  int rc = SL_OK;
+  for (int u = 0; u < t->m->nunits; u++) {
+    sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
+    float **a[3] = {&t->master[u], &t->mom[u], &t->var[u]};
+    for (int f = 0; f < 3; f++) {
+      if (write && *a[f] && !rc) rc = sl_optstate_write(t->nvme[u], (sl_optfield)f, 0, v.count, *a[f]);
+      sl_free(*a[f]);
+      *a[f] = NULL;
+    }
+  }
+  return rc;
+}
+
+static int save_ckpt(trainer *t, int64_t step) {
+  int rc = nvme_arrays(t, 1);
+  sl_ckpt_state st = ckpt_state(t, step);
+  if (!rc) rc = sl_ckpt_save(t->cfg.ckpt_dir, &st, (int)t->cfg.keep_last);
+  int rc2 = nvme_arrays_done(t, 0);
+  return rc ? rc : rc2;
+}
+
 static int resume(trainer *t) {
+  int rc = nvme_arrays(t, 0);
   sl_ckpt_state st = ckpt_state(t, 0);
   int found = 0;
-  int rc = sl_ckpt_load(t->cfg.ckpt_dir, &st, &found);
+  if (!rc) rc = sl_ckpt_load(t->cfg.ckpt_dir, &st, &found);
   if (rc || !found) {
+    nvme_arrays_done(t, 0);
     if (!rc) sl_log0(SL_LOG_INFO, "no checkpoint in %s: starting from step 0", t->cfg.ckpt_dir);
     return rc;
   }
   t->start_step = st.step;
   t->next_sample = st.next_sample;
+  t->cfg.seed = (int64_t)st.rng_seed; /* the data order continues as written */
   for (int u = 0; u < t->m->nunits && !rc; u++) rc = sl_fsdp_set_view(t->f, u, t->master[u]);
   if (!rc) rc = sl_fsdp_finish_step(t->f);
+  int rc2 = nvme_arrays_done(t, 1);
+  if (!rc) rc = rc2;
   sl_log0(SL_LOG_INFO, "resumed from %s at step %lld (next sample %lld)", t->cfg.ckpt_dir,
           (long long)st.step, (long long)st.next_sample);
   return rc;
@@ -478,7 +624,9 @@ static int resume(trainer *t) {
 /* ---- saving ----------------------------------------------------------------- */
 static int fill_unit(void *ctx, int u, float *flat) {
   trainer *t = ctx;
-  return sl_fsdp_gather_view(t->f, u, t->master[u], flat);
+  int rc;
+  const float *mv = opt_master(t, u, t->upd, &rc);
+  return rc ? rc : sl_fsdp_gather_view(t->f, u, mv, flat);
 }
 
 static int save_model(trainer *t, const char *dir) {
@@ -569,7 +717,7 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
     if ((rc = mkdirs(c->out_dir))) goto bcast;
     if (c->metrics[0]) snprintf(t.metrics_path, sizeof t.metrics_path, "%s", c->metrics);
     else snprintf(t.metrics_path, sizeof t.metrics_path, "%s/metrics.jsonl", c->out_dir);
-    t.metrics = fopen(t.metrics_path, "w");
+    t.metrics = fopen(t.metrics_path, c->resume ? "a" : "w");
     if (!t.metrics) rc = sl_fail(SL_EIO, "%s: cannot write metrics: %s", t.metrics_path, strerror(errno));
   }
 bcast: {
@@ -601,8 +749,7 @@ bcast: {
     double dt = sl_now_s() - t0;
     if (s == t.start_step) first_loss = o.loss;
     if (c->ckpt_dir[0] && ((c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0) || s + 1 == c->steps)) {
-      sl_ckpt_state st = ckpt_state(&t, s + 1);
-      if ((rc = sl_ckpt_save(c->ckpt_dir, &st, (int)c->keep_last))) goto done;
+      if ((rc = save_ckpt(&t, s + 1))) goto done;
     }
     write_metrics(&t, s, &o, dt, flops_tok);
     double tps = (double)t.G * c->seq_len / dt;

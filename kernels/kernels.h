@@ -175,6 +175,41 @@ typedef struct sl_ops {
                    const float *Bm, const float *Cm, int64_t ldbc,
                    const float *Dp, const float *ckpt, int64_t B, int64_t T,
                    int64_t D, int64_t S, int64_t chunk);
+
+  /* ---- memory ------------------------------------------------------------
+   * Backend memory: plain host memory on the CPU, device memory on CUDA.
+   * Sizes here are BYTES (raw memory, no element type). On CUDA every call
+   * is queued on the context's stream in issue order; "host" pointers are
+   * ordinary (pageable or pinned) host memory. p == NULL with bytes == 0 is
+   * a no-op everywhere. Errors: alloc returns NULL with a message (sl_fail)
+   * and leaves the context usable; the others record the context's status
+   * (CUDA: sticky, see cuda_backend.h), which sync returns. */
+  /* Zeroed block of `bytes` (0 allowed: a valid, distinct pointer).
+   * CPU: 64-byte aligned. CUDA: cudaMalloc (256-byte aligned), zeroed in the
+   * stream's order. NULL on failure. */
+  void *(*alloc)(sl_kctx *, size_t bytes);
+  /* Frees a block from alloc (NULL ok). CUDA: waits for the context's stream
+   * first; other streams (comm) must be done with p (wait their requests). */
+  void (*free)(sl_kctx *, void *p);
+  /* p[0..bytes) = 0, asynchronous on the stream. */
+  void (*zero)(sl_kctx *, void *p, size_t bytes);
+  /* Backend memory to backend memory, asynchronous on the stream. The two
+   * ranges must not overlap. */
+  void (*copy)(sl_kctx *, void *dst, const void *src, size_t bytes);
+  /* Host -> backend and backend -> host. Synchronous with respect to the
+   * host data: on return host_src may be reused / host_dst holds the data
+   * (CUDA: waits for the stream, so earlier queued work is done too). */
+  void (*upload)(sl_kctx *, void *dst, const void *host_src, size_t bytes);
+  void (*download)(sl_kctx *, void *host_dst, const void *src, size_t bytes);
+  /* sum of x[i] accumulated in double; deterministic run to run (fixed
+   * order for a given n). CUDA: waits for the stream (result on the host). */
+  double (*sum)(sl_kctx *, const float *x, int64_t n);
+  /* Waits until all work queued on the context is done; returns SL_OK or the
+   * context's first error status (base/base.h codes). CPU: always SL_OK. */
+  int (*sync)(sl_kctx *);
+  /* 1 when pointers of this backend are device memory (host code must not
+   * dereference them), 0 on the CPU. */
+  int (*is_device)(void);
 } sl_ops;
 
 /* The CPU backend; always present. */

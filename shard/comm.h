@@ -65,6 +65,24 @@ void sl_comm_world_finalize(void);
  * tools/ and the watchdog. */
 void sl_comm_abort(int code);
 
+/* ---- NCCL backend (device buffers; shard/comm_nccl.c) ------------------- */
+/* Creates an NCCL communicator over the ranks of the MPI communicator
+ * `mpi_parent` (same ranks, same order; collective over it): rank 0's
+ * ncclUniqueId is broadcast over MPI, then ncclCommInitRank on the calling
+ * thread's current CUDA device. Every buffer passed to it afterwards is
+ * device memory of that device. cuda_stream (a cudaStream_t; NULL = the
+ * legacy default stream) is the compute stream: each operation first waits
+ * (on the device, through an event) for the work queued there before the
+ * call, then runs on the communicator's own stream; the request completes
+ * when its completion event does (sl_comm_wait / sl_comm_test query it).
+ * The parent must outlive the result. Splits of the result are NCCL comms
+ * too. Built without NCCL: SL_COMM_ERR, message "built without NCCL".
+ * NCCL differences from MPI: send/recv match by issue order per peer pair
+ * (tags are checked, not used), each runs alone on the comm stream (a pair
+ * exchanging both ways must order send and recv oppositely on the two
+ * sides), and send/recv to self is refused. */
+int sl_comm_nccl_create(sl_comm *mpi_parent, void *cuda_stream, sl_comm **out);
+
 /* Splits `parent` into groups: ranks with the same color form one comm,
  * ordered by key. Collective over parent. */
 int sl_comm_split(sl_comm *parent, int color, int key, sl_comm **out);

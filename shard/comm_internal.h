@@ -3,8 +3,15 @@
  * (completion flag + status, waited on through its communicator's condvar),
  * the backend vtable and the communicator header every backend embeds.
  *
- * The MPI backend (comm_mpi.c) is the only one today; a NCCL backend adds its
- * own sl_comm_vt and keeps the same request and statistics semantics.
+ * The MPI backend (comm_mpi.c) owns the public entry points, argument checks,
+ * sequence numbers, statistics and the watchdog. A backend that starts its
+ * operations itself (NCCL, comm_nccl.c: kernels on a CUDA stream instead of a
+ * progress thread) sets the optional vtable hooks below; submit() then hands
+ * it the checked request instead of queueing it, and sl_comm_wait / test
+ * defer to it. Such a backend uses head..tail as its FIFO of operations in
+ * flight (issued, not yet complete) and keeps `running` pointing at the
+ * oldest incomplete collective, stamped when it became the oldest, so the
+ * one watchdog serves every backend.
  */
 #ifndef SL_COMM_INTERNAL_H
 #define SL_COMM_INTERNAL_H
@@ -43,11 +50,19 @@ struct sl_comm_req {
   char err[512];     /* message when status != OK */
   uint64_t start_ns; /* when the progress engine started it (watchdog) */
   struct sl_comm_req *next; /* FIFO link while queued */
+  void *be;          /* backend per-request state (NCCL: completion cudaEvent_t) */
 };
 
 typedef struct sl_comm_vt {
   const char *name;                         /* "mpi" / "nccl" */
   void (*destroy)(sl_comm *c);              /* drain, stop progress, free be */
+  /* Optional (NULL for MPI). issue: start the checked request r now (r->op
+   * filled in, seq not yet assigned: call sl_comm_account in issue order);
+   * SL_COMM_OK, or SL_COMM_ERR with the message set (submit frees r). */
+  int (*issue)(sl_comm *c, sl_comm_req *r);
+  int (*wait)(sl_comm_req *r);  /* sl_comm_wait: complete, account, free r */
+  int (*test)(sl_comm_req *r);  /* sl_comm_test */
+  void (*abort)(sl_comm *c);    /* watchdog, before MPI_Abort: abort transport */
 } sl_comm_vt;
 
 /* The communicator: generic part. The FIFO (head..tail) is consumed by the
@@ -73,5 +88,19 @@ struct sl_comm {
 
 /* Bytes per rank for one operation; see sl_comm_bus_bytes in comm.h. */
 uint64_t sl_comm_op_bytes(const sl_comm_op *op, int rank, int n);
+
+/* ---- shared with backends that issue operations themselves (comm_mpi.c) -- */
+/* Sets sl_comm_last_error (and sl_fail's message); returns SL_COMM_ERR. */
+int sl_comm_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Assigns r->op.seq and counts r in c->stats, under c->mu: exactly what
+ * submit does for a queued request. */
+void sl_comm_account(sl_comm *c, sl_comm_req *r);
+/* 1 for collectives (watched, sequence-numbered), 0 for send/recv. */
+int sl_comm_is_coll(int kind);
+/* Watchdog registry: a registered comm is watched (c->running) and answers
+ * the peers' status queries by c->uid. */
+void sl_comm_register(sl_comm *c);
+void sl_comm_unregister(sl_comm *c);
+uint64_t sl_comm_now_ns(void); /* CLOCK_MONOTONIC */
 
 #endif /* SL_COMM_INTERNAL_H */

@@ -41,6 +41,15 @@ static int comm_fail(const char *fmt, ...) {
 
 const char *sl_comm_last_error(void) { return t_err; }
 
+int sl_comm_set_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(t_err, sizeof t_err, fmt, ap);
+  va_end(ap);
+  sl_fail(SL_ECOMM, "%s", t_err);
+  return SL_COMM_ERR;
+}
+
 static uint64_t now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -93,6 +102,8 @@ const char *sl_coll_name(sl_coll_kind k) {
 static int is_coll(int kind) {
   return kind != SL_COLL_SENDRECV && kind != SL_OPK_RECV && kind != SL_OPK_QUIT;
 }
+int sl_comm_is_coll(int kind) { return is_coll(kind); }
+uint64_t sl_comm_now_ns(void) { return now_ns(); }
 
 uint64_t sl_comm_bus_bytes(sl_coll_kind k, int n, int64_t count, sl_dtype dt,
                            int is_source) {
@@ -171,6 +182,8 @@ static void reg_del(sl_comm *c) {
     if (g.reg[i] == c) { g.reg[i] = g.reg[--g.nreg]; break; }
   pthread_mutex_unlock(&g.reg_mu);
 }
+void sl_comm_register(sl_comm *c) { reg_add(c); }
+void sl_comm_unregister(sl_comm *c) { reg_del(c); }
 
 /* ---- MPI backend state of one communicator ----------------------------- */
 
@@ -443,7 +456,7 @@ static void *progress_thread(void *arg) {
 }
 
 static void mpi_destroy(sl_comm *c);
-static const sl_comm_vt mpi_vt = {"mpi", mpi_destroy};
+static const sl_comm_vt mpi_vt = {.name = "mpi", .destroy = mpi_destroy};
 
 /* Wraps an MPI communicator (taking ownership) into an sl_comm with its
  * progress thread, and registers it with the watchdog. */
@@ -605,6 +618,11 @@ static void wd_fire(wd_state *w, const wd_snap *c, int kind, uint64_t seq, doubl
           ls ? "; no watchdog answer from " : "", ls ? silent : "", ls ? " (dead or hung)" : "",
           c->rank, g.wrank);
   fflush(stderr);
+  /* A backend with its own transport (NCCL) aborts it first. */
+  pthread_mutex_lock(&g.reg_mu);
+  for (int i = 0; i < g.nreg; i++)
+    if (g.reg[i]->uid == c->uid && g.reg[i]->vt->abort) g.reg[i]->vt->abort(g.reg[i]);
+  pthread_mutex_unlock(&g.reg_mu);
   MPI_Abort(MPI_COMM_WORLD, 3);
   _exit(3); /* not reached */
 }
@@ -782,6 +800,25 @@ void sl_comm_destroy(sl_comm *c) {
 
 /* ---- issuing ------------------------------------------------------------ */
 
+/* Sequence number and statistics of a request being issued (c->mu held). */
+static void account_locked(sl_comm *c, sl_comm_req *r) {
+  const sl_comm_op *op = &r->op;
+  if (is_coll(op->kind)) r->op.seq = ++c->issued_seq;
+  else r->op.seq = ++c->p2p_seq;
+  if (op->kind < SL_COLL_NKINDS) {
+    c->stats.calls[op->kind]++;
+    c->stats.bytes[op->kind] += sl_comm_op_bytes(op, c->rank, c->size);
+  } else if (op->kind == SL_OPK_RECV) {
+    c->stats.calls[SL_COLL_SENDRECV]++;
+  }
+}
+
+void sl_comm_account(sl_comm *c, sl_comm_req *r) {
+  pthread_mutex_lock(&c->mu);
+  account_locked(c, r);
+  pthread_mutex_unlock(&c->mu);
+}
+
 static int submit(sl_comm *c, const sl_comm_op *op, sl_comm_req **out) {
   const char *what = sl_coll_name((sl_coll_kind)op->kind);
   if (out) *out = NULL;
@@ -809,15 +846,17 @@ static int submit(sl_comm *c, const sl_comm_op *op, sl_comm_req **out) {
   if (!r) return comm_fail("%s on comm %s: out of memory for the request", what, c->name);
   r->c = c;
   r->op = *op;
-  pthread_mutex_lock(&c->mu);
-  if (is_coll(op->kind)) r->op.seq = ++c->issued_seq;
-  else r->op.seq = ++c->p2p_seq;
-  if (op->kind < SL_COLL_NKINDS) {
-    c->stats.calls[op->kind]++;
-    c->stats.bytes[op->kind] += sl_comm_op_bytes(op, c->rank, c->size);
-  } else if (op->kind == SL_OPK_RECV) {
-    c->stats.calls[SL_COLL_SENDRECV]++;
+  if (c->vt->issue) { /* the backend starts it itself (NCCL) */
+    int rc = c->vt->issue(c, r);
+    if (rc != SL_COMM_OK) {
+      free(r);
+      return rc;
+    }
+    *out = r;
+    return SL_COMM_OK;
   }
+  pthread_mutex_lock(&c->mu);
+  account_locked(c, r);
   if (c->tail) c->tail->next = r; else c->head = r;
   c->tail = r;
   pthread_cond_signal(&c->cv_work);
@@ -881,6 +920,7 @@ int sl_comm_split(sl_comm *parent, int color, int key, sl_comm **out) {
 int sl_comm_wait(sl_comm_req *r) {
   if (!r) return comm_fail("sl_comm_wait: request is NULL");
   sl_comm *c = r->c;
+  if (c->vt->wait) return c->vt->wait(r);
   uint64_t t0 = now_ns();
   pthread_mutex_lock(&c->mu);
   while (!r->done) pthread_cond_wait(&c->cv_done, &c->mu);
@@ -894,6 +934,7 @@ int sl_comm_wait(sl_comm_req *r) {
 
 int sl_comm_test(sl_comm_req *r) {
   if (!r) return 0;
+  if (r->c->vt->test) return r->c->vt->test(r);
   pthread_mutex_lock(&r->c->mu);
   int d = r->done;
   pthread_mutex_unlock(&r->c->mu);

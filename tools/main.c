@@ -98,6 +98,13 @@ static int cmd_train(int argc, char **argv, int dump) {
     fprintf(stderr, "shardlm dump: --out FILE.safetensors is required\n");
     return 2;
   }
+  if (!dump && cfg.max_restarts > 0 && !under_launcher()) {
+    if (!cfg.ckpt_dir[0]) {
+      fprintf(stderr, "shardlm: --max-restarts needs --ckpt-dir\n");
+      return 2;
+    }
+    return sl_supervise(argc, argv, (int)cfg.max_restarts);
+  }
   if (cfg.nproc > 1 && !under_launcher()) {
     if (demo) {
       /* pass the demo's settings through explicitly */

@@ -28,7 +28,7 @@ static void split(int64_t n, int t, int nt, int64_t *lo, int64_t *hi) {
 
 void sl_cpu_embedding_fwd(sl_kctx *ctx, float *out, const int32_t *tok,
                           const float *wte, int64_t N, int64_t C) {
-#pragma omp parallel for num_threads(nthr(ctx, N *C)) schedule(static)
+#pragma omp parallel for num_threads(nthr(ctx, N * C)) schedule(static)
   for (int64_t i = 0; i < N; i++)
     memcpy(out + i * C, wte + (int64_t)tok[i] * C, (size_t)C * sizeof(float));
 }
@@ -69,7 +69,7 @@ SL_CPU_HOT static float rms_fwd_row(float *o, const float *x, const float *w,
 
 void sl_cpu_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp,
                         const float *w, int64_t N, int64_t C, float eps) {
-#pragma omp parallel for num_threads(nthr(ctx, N *C)) schedule(static)
+#pragma omp parallel for num_threads(nthr(ctx, N * C)) schedule(static)
   for (int64_t i = 0; i < N; i++)
     rstd[i] = rms_fwd_row(out + i * C, inp + i * C, w, C, eps);
 }
@@ -172,7 +172,7 @@ static void rope_apply(sl_kctx *ctx, float *qkv, int64_t B, int64_t T,
     sl_cpu_poison(qkv, B * T * row);
     return;
   }
-#pragma omp parallel for num_threads(nthr(ctx, B *T *nrot *hd)) schedule(static)
+#pragma omp parallel for num_threads(nthr(ctx, B * T * nrot * hd)) schedule(static)
   for (int64_t bt = 0; bt < B * T; bt++) {
     const float *cs = tab + (bt % T) * h2 * 2;
     float *x = qkv + bt * row;
@@ -222,14 +222,14 @@ SL_CPU_HOT static void swiglu_bwd_row(float *dg, float *du, const float *dy,
 
 void sl_cpu_swiglu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N,
                        int64_t H) {
-#pragma omp parallel for num_threads(nthr(ctx, N *H)) schedule(static)
+#pragma omp parallel for num_threads(nthr(ctx, N * H)) schedule(static)
   for (int64_t i = 0; i < N; i++)
     swiglu_fwd_row(out + i * H, gu + i * 2 * H, gu + i * 2 * H + H, H);
 }
 
 void sl_cpu_swiglu_bwd(sl_kctx *ctx, float *dgu, const float *dout,
                        const float *gu, int64_t N, int64_t H) {
-#pragma omp parallel for num_threads(nthr(ctx, N *H)) schedule(static)
+#pragma omp parallel for num_threads(nthr(ctx, N * H)) schedule(static)
   for (int64_t i = 0; i < N; i++)
     swiglu_bwd_row(dgu + i * 2 * H, dgu + i * 2 * H + H, dout + i * H,
                    gu + i * 2 * H, gu + i * 2 * H + H, H);

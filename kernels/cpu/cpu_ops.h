@@ -38,4 +38,15 @@ void sl_cpu_gate_bwd(sl_kctx *ctx, float *dy, float *dz, int64_t ldz, const floa
 void sl_cpu_scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u, const float *dt, const float *A_log, const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk);
 void sl_cpu_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float *dBm, float *dCm, float *dDp, const float *dy, const float *u, const float *dt, const float *A_log, const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, const float *ckpt, int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk);
 
+/* memory section (kernels/cpu/memops.c) */
+void *sl_cpu_alloc(sl_kctx *ctx, size_t bytes);
+void sl_cpu_free(sl_kctx *ctx, void *p);
+void sl_cpu_zero(sl_kctx *ctx, void *p, size_t bytes);
+void sl_cpu_copy(sl_kctx *ctx, void *dst, const void *src, size_t bytes);
+void sl_cpu_upload(sl_kctx *ctx, void *dst, const void *host_src, size_t bytes);
+void sl_cpu_download(sl_kctx *ctx, void *host_dst, const void *src, size_t bytes);
+double sl_cpu_sum(sl_kctx *ctx, const float *x, int64_t n);
+int sl_cpu_sync(sl_kctx *ctx);
+int sl_cpu_is_device(void);
+
 #endif

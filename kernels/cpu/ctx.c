@@ -1,5 +1,7 @@
-/* kernels/cpu/ctx.c — the CPU backend context: thread count and the
- * growable scratch block (with its high-water mark) that ops borrow. */
+/* kernels/cpu/ctx.c — the CPU backend context: thread count, the growable
+ * scratch block (with its high-water mark) that ops borrow, and the GEMM
+ * threading policy (sl_cpu_sgemm): one OpenMP pool for everything, OpenBLAS
+ * kept single-threaded. A context is used by one caller thread at a time. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -59,10 +61,10 @@ float *sl_cpu_scratch(sl_kctx *ctx, size_t nfloats, const char *op) {
     ctx->scratch_hwm = bytes;
   if (bytes <= ctx->scratch_cap && ctx->scratch)
     return ctx->scratch;
-  size_t cap = ctx->scratch_cap ? ctx->scratch_cap : 4096;
-  while (cap < bytes)
-    cap = cap > SIZE_MAX / 2 ? bytes : cap * 2;
-  cap = (cap + 63) & ~(size_t)63;
+  /* Exact size (64-byte multiple): a training step repeats the same
+   * requests, so after the first step nothing grows and the bytes held equal
+   * the reported high-water mark. */
+  size_t cap = bytes ? (bytes + 63) & ~(size_t)63 : 64;
   void *p = aligned_alloc(64, cap);
   if (!p) {
     sl_fail(SL_ENOMEM,

@@ -1,6 +1,7 @@
 /* kernels/cpu/linear.c — the CPU linear layer: out = inp @ w^T + b and its
- * backward, each product one cblas_sgemm over the whole (N, .) block with
- * the transposes folded into the call (no copies). */
+ * backward. Each product is one sgemm over the whole (N, .) block with the
+ * transposes folded into the call (no copies), split across threads by
+ * sl_cpu_sgemm (ctx.c). */
 #include <omp.h>
 
 #include "kernels/cpu/cpu_internal.h"
@@ -13,7 +14,7 @@ void sl_cpu_linear_fwd(sl_kctx *ctx, float *out, const float *inp,
     return;
   float beta = 0.0f;
   if (b) {
-#pragma omp parallel for num_threads(N *OC >= SL_CPU_PAR_MIN ? ctx->threads : 1)
+#pragma omp parallel for num_threads(N * OC >= SL_CPU_PAR_MIN ? ctx->threads : 1)
     for (int64_t i = 0; i < N; i++)
       memcpy(out + i * OC, b, (size_t)OC * sizeof(float));
     beta = 1.0f;

@@ -23,7 +23,7 @@
 #define SL_CE_BLOCK_FLOATS (1 << 20) /* 4 MiB of logits per tile */
 #endif
 #ifndef SL_CE_ROWS
-#define SL_CE_ROWS 512 /* rows per tile (fewer if N is smaller) */
+#define SL_CE_ROWS 1024 /* rows per tile (fewer if N is smaller) */
 #endif
 
 typedef struct {
@@ -102,7 +102,7 @@ void sl_cpu_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse,
       sl_cpu_sgemm(ctx, 0, 1, m, vn, C, 1.0f, x + r0 * C, C, w + v0 * C, C,
                    0.0f, L, vn);
 #pragma omp parallel for num_threads(                                          \
-    m *vn >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
+    m * vn >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
       for (int64_t r = 0; r < m; r++) {
         const float *l = L + r * vn;
         lse_update(l, vn, &rmax[r], &rsum[r]);
@@ -144,7 +144,7 @@ void sl_cpu_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x,
       sl_cpu_sgemm(ctx, 0, 1, m, vn, C, 1.0f, x + r0 * C, C, w + v0 * C, C,
                    0.0f, L, vn);
 #pragma omp parallel for num_threads(                                          \
-    m *vn >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
+    m * vn >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
       for (int64_t r = 0; r < m; r++) {
         float *l = L + r * vn;
         int32_t t = targets[r0 + r];

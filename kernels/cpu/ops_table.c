@@ -35,6 +35,15 @@ static const sl_ops g_cpu_ops = {
     .gate_bwd = sl_cpu_gate_bwd,
     .scan_fwd = sl_cpu_scan_fwd,
     .scan_bwd = sl_cpu_scan_bwd,
+    .alloc = sl_cpu_alloc,
+    .free = sl_cpu_free,
+    .zero = sl_cpu_zero,
+    .copy = sl_cpu_copy,
+    .upload = sl_cpu_upload,
+    .download = sl_cpu_download,
+    .sum = sl_cpu_sum,
+    .sync = sl_cpu_sync,
+    .is_device = sl_cpu_is_device,
 };
 
 const sl_ops *sl_ops_cpu(void) { return &g_cpu_ops; }

@@ -12,6 +12,7 @@
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/lmhead_ce.cuh"
 #include "kernels/cuda/mamba.cuh"
+#include "kernels/cuda/memops.cuh"
 #include "kernels/cuda/optim.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 #include "kernels/cuda/rope.cuh"
@@ -208,6 +209,15 @@ static const sl_ops g_cuda_ops = {
     sl_cuda_gate_bwd,
     sl_cuda_scan_fwd,
     sl_cuda_scan_bwd,
+    sl_cuda_mem_alloc, /* memory section (memops.cu) */
+    sl_cuda_mem_free,
+    sl_cuda_mem_zero,
+    sl_cuda_mem_copy,
+    sl_cuda_mem_upload,
+    sl_cuda_mem_download,
+    sl_cuda_mem_sum,
+    sl_cuda_mem_sync,
+    sl_cuda_mem_is_device,
 };
 
 /* NULL when no CUDA device is usable, so CPU-only machines never touch one.

@@ -45,8 +45,23 @@ class LlamaConfig:
         hd = d.get("head_dim")
         self.head_dim = int(hd) if hd is not None else self.hidden_size // self.num_attention_heads
         assert self.num_attention_heads % self.num_key_value_heads == 0
+        # Mistral (MistralForCausalLM / model_type "mistral"): the same model
+        # with sliding-window attention, query i sees key j iff
+        # 0 <= i - j < sliding_window (null or absent: no window).
+        archs = d.get("architectures") or []
+        self.mistral = d.get("model_type") == "mistral" or "MistralForCausalLM" in archs
+        sw = d.get("sliding_window") if self.mistral else None
+        self.sliding_window = int(sw) if sw is not None else 0
 
     def to_dict(self):
+        if self.mistral:
+            d = self._to_dict_llama()
+            d.update(architectures=["MistralForCausalLM"], model_type="mistral",
+                     sliding_window=self.sliding_window if self.sliding_window > 0 else None)
+            return d
+        return self._to_dict_llama()
+
+    def _to_dict_llama(self):
         return {
             "architectures": ["LlamaForCausalLM"],
             "model_type": "llama",
@@ -66,12 +81,16 @@ class LlamaConfig:
 
 
 def make_config(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=160, vocab=97,
-                tied=False, eps=1e-5, theta=10000.0, head_dim=None):
+                tied=False, eps=1e-5, theta=10000.0, head_dim=None, mistral=False,
+                sliding_window=None):
+    """mistral=True gives a MistralForCausalLM config (sliding_window None: no window)."""
     d = dict(hidden_size=hidden, intermediate_size=intermediate, num_attention_heads=heads,
              num_key_value_heads=kv_heads, num_hidden_layers=layers, vocab_size=vocab,
              rms_norm_eps=eps, rope_theta=theta, tie_word_embeddings=tied)
     if head_dim is not None:
         d["head_dim"] = head_dim
+    if mistral:
+        d.update(model_type="mistral", sliding_window=sliding_window)
     return LlamaConfig(d)
 
 
@@ -130,6 +149,8 @@ class Attention(nn.Module):
         v = v.repeat_interleave(rep, dim=1)
         s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)          # (B, nh, T, T)
         mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+        if c.sliding_window > 0:  # Mistral: also hide keys with i - j >= window
+            mask = mask | torch.ones(T, T, dtype=torch.bool).tril(-c.sliding_window)
         s = s.masked_fill(mask, float("-inf"))
         p = torch.softmax(s, dim=-1)
         y = (p @ v).transpose(1, 2).reshape(B, T, nh * hd)
