@@ -178,7 +178,7 @@ static int check_agreement(trainer *t) {
 }
 
 static double measure_peak(trainer *t) {
-  int64_t n = 512;
+  int64_t n = 1024; /* large enough to reach the BLAS plateau (shardlm bench gemm) */
   float *a = sl_alloc((size_t)(n * n) * 4, "peak"), *b = sl_alloc((size_t)(n * n) * 4, "peak"),
         *c = sl_alloc((size_t)(n * n) * 4, "peak");
   double best = 0;

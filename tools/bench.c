@@ -17,6 +17,8 @@
 
 #include "base/base.h"
 #include "engine/dataset.h"
+#include "kernels/kernels.h"
+#include "shard/comm.h"
 #include "tools/tools.h"
 
 int sl_bench_offload_main(int argc, char **argv) __attribute__((weak)); /* tools/bench_offload.c */
@@ -220,9 +222,112 @@ static int bench_zero(bench_cfg *b) {
   return 0;
 }
 
+/* Merges {key: value} into the JSON object in path (created if absent). */
+static void merge_out(const char *path, const char *key, double value) {
+  if (!path) return;
+  json_t *o = json_load_file(path, 0, NULL);
+  if (!o || !json_is_object(o)) {
+    if (o) json_decref(o);
+    o = json_object();
+  }
+  json_object_set_new(o, key, json_real(value));
+  if (json_dump_file(o, path, JSON_INDENT(2)) != 0) fprintf(stderr, "shardlm bench: cannot write %s\n", path);
+  else printf("wrote \"%s\": %.4g to %s (shardlm plan --measured %s)\n", key, value, path, path);
+  json_decref(o);
+}
+
+static const char *flag_value(int argc, char **argv, const char *name) {
+  for (int i = 1; i + 1 < argc; i++)
+    if (!strcmp(argv[i], name)) return argv[i + 1];
+  return NULL;
+}
+
+/* GEMM rate of the CPU backend (what MFU and the planner divide by). */
+static int bench_gemm(int argc, char **argv) {
+  const sl_ops *ops = sl_ops_cpu();
+  const char *th = flag_value(argc, argv, "--threads");
+  sl_kctx *k = ops->ctx_create(th ? atoi(th) : 0);
+  double best = 0;
+  int sizes[] = {512, 1024, 2048};
+  for (int si = 0; si < 3; si++) {
+    int64_t n = sizes[si];
+    float *a = sl_alloc((size_t)(n * n) * 4, "a"), *b = sl_alloc((size_t)(n * n) * 4, "b"),
+          *c = sl_alloc((size_t)(n * n) * 4, "c");
+    if (!a || !b || !c) return 1;
+    for (int64_t i = 0; i < n * n; i++) a[i] = b[i] = (float)((i * 7) % 13) * 0.01f;
+    double rate = 0;
+    for (int rep = 0; rep < 4; rep++) {
+      double t0 = sl_now_s();
+      ops->linear_fwd(k, c, a, b, NULL, n, n, n);
+      double dt = sl_now_s() - t0, r = 2.0 * n * n * n / dt;
+      if (rep > 0 && r > rate) rate = r;
+    }
+    printf("sgemm %5lld^3: %7.1f GFLOP/s\n", (long long)n, rate * 1e-9);
+    if (rate > best) best = rate;
+    sl_free(a); sl_free(b); sl_free(c);
+  }
+  ops->ctx_destroy(k);
+  printf("{\"bench\": \"gemm\", \"tflops\": %.6f}\n", best * 1e-12);
+  merge_out(flag_value(argc, argv, "--out"), "tflops", best * 1e-12);
+  return 0;
+}
+
+/* Bus bandwidth of all-gather and reduce-scatter between local ranks. */
+static int bench_comm(int argc, char **argv) {
+  if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("SLURM_PROCID")) {
+    char **args = calloc((size_t)argc + 12, sizeof(char *));
+    int k = 0;
+    args[k++] = "mpirun";
+    if (getuid() == 0) args[k++] = "--allow-run-as-root";
+    args[k++] = "--oversubscribe";
+    args[k++] = "-np";
+    args[k++] = "2";
+    args[k++] = (char *)self_exe();
+    args[k++] = "bench";
+    for (int i = 0; i < argc; i++) args[k++] = argv[i];
+    fflush(stdout);
+    execvp("mpirun", args);
+    fprintf(stderr, "shardlm bench comm: cannot start mpirun\n");
+    return 1;
+  }
+  sl_comm *w;
+  if (sl_comm_world_init(&argc, &argv, 120, &w) != SL_COMM_OK) return 1;
+  int r = sl_comm_rank(w), n = sl_comm_size(w);
+  int64_t count = (int64_t)16 << 20; /* floats per rank block: 64 MiB */
+  float *full = sl_alloc((size_t)(count * n) * 4, "comm bench");
+  if (!full) return 1;
+  double best_ag = 0, best_rs = 0;
+  for (int rep = 0; rep < 4; rep++) {
+    sl_comm_barrier_sync(w);
+    double t0 = sl_now_s();
+    sl_comm_allgather_sync(w, full + r * count, full, count, SL_F32);
+    double ag = sl_now_s() - t0;
+    sl_comm_req *q;
+    sl_comm_barrier_sync(w);
+    t0 = sl_now_s();
+    sl_comm_reduce_scatter(w, full, full + r * count, count, SL_F32, &q);
+    sl_comm_wait(q);
+    double rs = sl_now_s() - t0;
+    double bytes = (double)(n - 1) * count * 4; /* bus bytes per rank */
+    if (rep > 0 && bytes / ag > best_ag) best_ag = bytes / ag;
+    if (rep > 0 && bytes / rs > best_rs) best_rs = bytes / rs;
+  }
+  if (r == 0) {
+    printf("%d ranks, %lld MiB per rank: all-gather %.2f GB/s, reduce-scatter %.2f GB/s (bus bandwidth)\n", n,
+           (long long)(count * 4 >> 20), best_ag * 1e-9, best_rs * 1e-9);
+    double bw = (best_ag < best_rs ? best_ag : best_rs) * 1e-9;
+    printf("{\"bench\": \"comm\", \"intra_bw_gbs\": %.4f}\n", bw);
+    merge_out(flag_value(argc, argv, "--out"), "intra_bw_gbs", bw);
+  }
+  sl_free(full);
+  sl_comm_destroy(w);
+  sl_comm_world_finalize();
+  return 0;
+}
+
 int sl_tool_bench(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: shardlm bench train|zero|adam|nvme [flags]\n"
+    fprintf(stderr, "usage: shardlm bench train|zero|gemm|comm|adam|nvme [flags]\n  gemm/comm: --out FILE.json merges the figure for shardlm plan --measured\n"
                     "  train/zero flags: --hidden --layers --heads --kv-heads --intermediate --vocab --batch --seq\n"
                     "                    --steps --threads --src SOURCE_DIR (for tools/bench_torch.py)\n");
     return 2;
@@ -234,6 +339,8 @@ int sl_tool_bench(int argc, char **argv) {
     }
     return sl_bench_offload_main(argc - 1, argv + 1);
   }
+  if (!strcmp(argv[1], "gemm")) return bench_gemm(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "comm")) return bench_comm(argc - 1, argv + 1);
   /* the ~20M-parameter Llama of the issue: hidden 384, 6 layers, GQA 6/2, vocab 8192 */
   bench_cfg b = {384, 6, 6, 2, 1024, 8192, 8, 256, 5, 2, 1, "."};
   if (!strcmp(argv[1], "zero")) { b.threads = 1; b.steps = 8; }
