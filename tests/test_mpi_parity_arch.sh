@@ -37,7 +37,7 @@ pass=0; fail=0
 run() { # arch name world micro accum [flags...]
   local arch=$1 name=$2 np=$3 mb=$4 ga=$5; shift 5
   $MPI -np "$np" "$B" train --model "$W/$arch" --data "$W/data" --data-order sequential \
-     --steps 12 --seq-len 16 --lr 2e-3 --warmup 3 --clip 0.5 --weight-decay 0.1 --threads 1 \
+     --steps 12 --seq-len 16 --lr 1e-3 --warmup 3 --clip 0.5 --weight-decay 0.1 --threads 1 \
      --summary false --plot false --log-every 100 --micro-batch "$mb" --grad-accum "$ga" \
      --out-dir "$W/$arch-$name" --save "$W/$arch-$name/model" "$@" > "$W/$arch-$name.log" 2>&1
   local rc=$?
