@@ -111,7 +111,7 @@ static pthread_mutex_t g_mem_mu = PTHREAD_MUTEX_INITIALIZER;
 static sl_mem_stats g_mem;
 
 const char *sl_arena_name(sl_arena a) {
-  static const char *n[] = {"params", "grads", "optim", "gather", "acts", "workspace", "host_optim"};
+  static const char *n[] = {"params", "grads", "optim", "gather", "acts", "workspace", "host_optim", "scratch"};
   return (a >= 0 && a < SL_ARENA_COUNT) ? n[a] : "?";
 }
 

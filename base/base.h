@@ -59,6 +59,7 @@ typedef enum {
   SL_ARENA_ACTS,        /* activations kept for backward */
   SL_ARENA_WORKSPACE,   /* scratch */
   SL_ARENA_HOST_OPTIM,  /* offloaded optimizer state in host memory */
+  SL_ARENA_SCRATCH,     /* the kernels' own scratch (high-water, reported by the backend) */
   SL_ARENA_COUNT
 } sl_arena;
 const char *sl_arena_name(sl_arena a);

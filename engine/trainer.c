@@ -747,6 +747,7 @@ bcast: {
     double t0 = sl_now_s();
     if ((rc = train_step(&t, s, &o))) goto done;
     double dt = sl_now_s() - t0;
+    sl_mem_set(SL_ARENA_SCRATCH, (int64_t)t.ops->ctx_scratch_bytes(t.k));
     if (s == t.start_step) first_loss = o.loss;
     if (c->ckpt_dir[0] && ((c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0) || s + 1 == c->steps)) {
       if ((rc = save_ckpt(&t, s + 1))) goto done;
