@@ -52,7 +52,7 @@ typedef struct {
   int64_t act_bytes, ws_bytes;
 } llama_priv;
 
-static float *lp_alloc(llama_priv *p, int64_t n, sl_arena arena) {
+static float *lp_alloc(sl_model *m, llama_priv *p, int64_t n, sl_arena arena) {
   if (p->nallocs == p->capallocs) {
     int nc = p->capallocs ? p->capallocs * 2 : 64;
     void **na = realloc(p->allocs, sizeof(void *) * (size_t)nc);
@@ -60,7 +60,7 @@ static float *lp_alloc(llama_priv *p, int64_t n, sl_arena arena) {
     p->allocs = na;
     p->capallocs = nc;
   }
-  float *x = sl_alloc((size_t)n * 4, "llama activations");
+  float *x = m->ops->alloc(m->k, (size_t)n * 4); /* backend memory */
   if (!x) return NULL;
   p->allocs[p->nallocs++] = x;
   sl_mem_add(arena, n * 4);
@@ -72,7 +72,7 @@ static float *lp_alloc(llama_priv *p, int64_t n, sl_arena arena) {
 static void llama_destroy(sl_model *m) {
   llama_priv *p = m->priv;
   if (!p) return;
-  for (int i = 0; i < p->nallocs; i++) sl_free(p->allocs[i]);
+  for (int i = 0; i < p->nallocs; i++) m->ops->free(m->k, p->allocs[i]);
   sl_mem_sub(SL_ARENA_ACTS, p->act_bytes);
   sl_mem_sub(SL_ARENA_WORKSPACE, p->ws_bytes);
   free(p->allocs);
@@ -153,9 +153,7 @@ static int llama_fwd(sl_model *m, int u, const float *flat) {
   if (rc) return rc;
   o->rmsnorm_fwd(k, p->lnf, p->rstdf, p->stream[p->L], flat, N, C, p->eps);
   o->lmhead_ce_fwd(k, p->losses, p->lse_ce, p->lnf, W, m->targets, N, C, p->V);
-  double s = 0.0;
-  for (int64_t i = 0; i < N; i++) s += p->losses[i];
-  m->loss_sum += s;
+  m->loss_sum += o->sum(k, p->losses, N);
   return SL_OK;
 }
 
@@ -174,8 +172,8 @@ static int llama_bwd(sl_model *m, int u, const float *flat, float *grads) {
     } else {
       dW = grads + C;
     }
-    memset(p->dres, 0, (size_t)(N * C) * 4);
-    memset(p->dln, 0, (size_t)(N * C) * 4);
+    m->ops->zero(m->k, p->dres, (size_t)(N * C) * 4);
+    m->ops->zero(m->k, p->dln, (size_t)(N * C) * 4);
     o->lmhead_ce_bwd(k, p->dln, dW, p->lnf, W, m->targets, p->lse_ce, m->loss_scale, N, C, p->V);
     o->rmsnorm_bwd(k, p->dres, grads, p->dln, p->stream[p->L], flat, p->rstdf, N, C);
     return SL_OK;
@@ -192,21 +190,21 @@ static int llama_bwd(sl_model *m, int u, const float *flat, float *grads) {
   if (m->ac == SL_AC_FULL) block_forward(m, p, flat, x, a, NULL);
   else if (m->ac == SL_AC_SELECTIVE) block_attn_core(m, p, a);
   /* MLP */
-  memset(p->dh, 0, (size_t)(N * p->I) * 4);
+  m->ops->zero(m->k, p->dh, (size_t)(N * p->I) * 4);
   o->linear_bwd(k, p->dh, (float *)g.wd, NULL, p->dres, a->h, w.wd, N, p->I, C);
-  memset(p->dgu, 0, (size_t)(N * 2 * p->I) * 4);
+  m->ops->zero(m->k, p->dgu, (size_t)(N * 2 * p->I) * 4);
   o->swiglu_bwd(k, p->dgu, p->dh, a->gu, N, p->I);
-  memset(p->dln, 0, (size_t)(N * C) * 4);
+  m->ops->zero(m->k, p->dln, (size_t)(N * C) * 4);
   o->linear_bwd(k, p->dln, (float *)g.wgu, NULL, p->dgu, a->ln2, w.wgu, N, C, 2 * p->I);
   o->rmsnorm_bwd(k, p->dres, (float *)g.ln2, p->dln, a->xmid, w.ln2, a->rstd2, N, C);
   /* attention */
-  memset(p->datt, 0, (size_t)(N * p->A) * 4);
+  m->ops->zero(m->k, p->datt, (size_t)(N * p->A) * 4);
   o->linear_bwd(k, p->datt, (float *)g.wo, NULL, p->dres, a->att, w.wo, N, p->A, C);
-  memset(p->dqkv, 0, (size_t)(N * p->Q) * 4);
+  m->ops->zero(m->k, p->dqkv, (size_t)(N * p->Q) * 4);
   o->attention_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd,
                    p->window);
   o->rope_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->theta);
-  memset(p->dln, 0, (size_t)(N * C) * 4);
+  m->ops->zero(m->k, p->dln, (size_t)(N * C) * 4);
   o->linear_bwd(k, p->dln, (float *)g.wqkv, NULL, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
   o->rmsnorm_bwd(k, p->dres, (float *)g.ln1, p->dln, x, w.ln1, a->rstd1, N, C);
   return SL_OK;
@@ -241,21 +239,21 @@ static const sl_model_vt llama_vt = {
     .flops_per_token = llama_flops,
 };
 
-static int alloc_layer(llama_priv *p, layer_acts *a, int attn, int rest) {
+static int alloc_layer(sl_model *m, llama_priv *p, layer_acts *a, int attn, int rest) {
   int64_t N = p->N;
   if (attn) {
-    if (!(a->att = lp_alloc(p, N * p->A, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->lse = lp_alloc(p, N * p->nh, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->att = lp_alloc(m, p, N * p->A, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->lse = lp_alloc(m, p, N * p->nh, SL_ARENA_ACTS))) return SL_ENOMEM;
   }
   if (rest) {
-    if (!(a->ln1 = lp_alloc(p, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->rstd1 = lp_alloc(p, N, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->qkv = lp_alloc(p, N * p->Q, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->xmid = lp_alloc(p, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->ln2 = lp_alloc(p, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->rstd2 = lp_alloc(p, N, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->gu = lp_alloc(p, N * 2 * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->h = lp_alloc(p, N * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->ln1 = lp_alloc(m, p, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->rstd1 = lp_alloc(m, p, N, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->qkv = lp_alloc(m, p, N * p->Q, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->xmid = lp_alloc(m, p, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->ln2 = lp_alloc(m, p, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->rstd2 = lp_alloc(m, p, N, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->gu = lp_alloc(m, p, N * 2 * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->h = lp_alloc(m, p, N * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
   }
   return SL_OK;
 }
@@ -324,30 +322,30 @@ int sl_llama_create(sl_model *m) {
   p->la = calloc((size_t)p->L, sizeof(layer_acts));
   if (!p->stream || !p->la) return sl_fail(SL_ENOMEM, "out of memory");
   for (int64_t l = 0; l <= p->L; l++)
-    if (!(p->stream[l] = lp_alloc(p, N * C, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(p->stream[l] = lp_alloc(m, p, N * C, SL_ARENA_ACTS))) return SL_ENOMEM;
   layer_acts shared = {0};
   if (m->ac == SL_AC_FULL) {
-    if (alloc_layer(p, &shared, 1, 1)) return SL_ENOMEM;
+    if (alloc_layer(m, p, &shared, 1, 1)) return SL_ENOMEM;
     for (int64_t l = 0; l < p->L; l++) p->la[l] = shared;
   } else {
-    if (m->ac == SL_AC_SELECTIVE && alloc_layer(p, &shared, 1, 0)) return SL_ENOMEM;
+    if (m->ac == SL_AC_SELECTIVE && alloc_layer(m, p, &shared, 1, 0)) return SL_ENOMEM;
     for (int64_t l = 0; l < p->L; l++) {
-      if (alloc_layer(p, &p->la[l], m->ac == SL_AC_NONE, 1)) return SL_ENOMEM;
+      if (alloc_layer(m, p, &p->la[l], m->ac == SL_AC_NONE, 1)) return SL_ENOMEM;
       if (m->ac == SL_AC_SELECTIVE) {
         p->la[l].att = shared.att;
         p->la[l].lse = shared.lse;
       }
     }
   }
-  if (!(p->lnf = lp_alloc(p, N * C, SL_ARENA_ACTS)) || !(p->rstdf = lp_alloc(p, N, SL_ARENA_ACTS)) ||
-      !(p->lse_ce = lp_alloc(p, N, SL_ARENA_ACTS)) || !(p->losses = lp_alloc(p, N, SL_ARENA_ACTS)))
+  if (!(p->lnf = lp_alloc(m, p, N * C, SL_ARENA_ACTS)) || !(p->rstdf = lp_alloc(m, p, N, SL_ARENA_ACTS)) ||
+      !(p->lse_ce = lp_alloc(m, p, N, SL_ARENA_ACTS)) || !(p->losses = lp_alloc(m, p, N, SL_ARENA_ACTS)))
     return SL_ENOMEM;
-  if (!(p->dres = lp_alloc(p, N * C, SL_ARENA_WORKSPACE)) ||
-      !(p->dln = lp_alloc(p, N * C, SL_ARENA_WORKSPACE)) ||
-      !(p->dh = lp_alloc(p, N * p->I, SL_ARENA_WORKSPACE)) ||
-      !(p->dgu = lp_alloc(p, N * 2 * p->I, SL_ARENA_WORKSPACE)) ||
-      !(p->datt = lp_alloc(p, N * p->A, SL_ARENA_WORKSPACE)) ||
-      !(p->dqkv = lp_alloc(p, N * p->Q, SL_ARENA_WORKSPACE)))
+  if (!(p->dres = lp_alloc(m, p, N * C, SL_ARENA_WORKSPACE)) ||
+      !(p->dln = lp_alloc(m, p, N * C, SL_ARENA_WORKSPACE)) ||
+      !(p->dh = lp_alloc(m, p, N * p->I, SL_ARENA_WORKSPACE)) ||
+      !(p->dgu = lp_alloc(m, p, N * 2 * p->I, SL_ARENA_WORKSPACE)) ||
+      !(p->datt = lp_alloc(m, p, N * p->A, SL_ARENA_WORKSPACE)) ||
+      !(p->dqkv = lp_alloc(m, p, N * p->Q, SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
   m->act_bytes = p->act_bytes;
   return SL_OK;

@@ -73,7 +73,7 @@ typedef struct {
   int64_t act_bytes, ws_bytes;
 } mamba_priv;
 
-static float *mp_alloc(mamba_priv *p, int64_t n, sl_arena arena) {
+static float *mp_alloc(sl_model *m, mamba_priv *p, int64_t n, sl_arena arena) {
   if (p->nallocs == p->capallocs) {
     int nc = p->capallocs ? p->capallocs * 2 : 64;
     void **na = realloc(p->allocs, sizeof(void *) * (size_t)nc);
@@ -81,7 +81,7 @@ static float *mp_alloc(mamba_priv *p, int64_t n, sl_arena arena) {
     p->allocs = na;
     p->capallocs = nc;
   }
-  float *x = sl_alloc((size_t)n * 4, "mamba activations");
+  float *x = m->ops->alloc(m->k, (size_t)n * 4); /* backend memory */
   if (!x) return NULL;
   p->allocs[p->nallocs++] = x;
   sl_mem_add(arena, n * 4);
@@ -93,7 +93,7 @@ static float *mp_alloc(mamba_priv *p, int64_t n, sl_arena arena) {
 static void mamba_destroy(sl_model *m) {
   mamba_priv *p = m->priv;
   if (!p) return;
-  for (int i = 0; i < p->nallocs; i++) sl_free(p->allocs[i]);
+  for (int i = 0; i < p->nallocs; i++) m->ops->free(m->k, p->allocs[i]);
   sl_mem_sub(SL_ARENA_ACTS, p->act_bytes);
   sl_mem_sub(SL_ARENA_WORKSPACE, p->ws_bytes);
   free(p->allocs);
@@ -181,13 +181,11 @@ static int mamba_fwd(sl_model *m, int u, const float *flat) {
   if (rc) return rc;
   o->rmsnorm_fwd(k, p->lnf, p->rstdf, p->stream[p->L], flat, N, H, p->eps);
   o->lmhead_ce_fwd(k, p->losses, p->lse_ce, p->lnf, W, m->targets, N, H, p->V);
-  double s = 0.0;
-  for (int64_t i = 0; i < N; i++) s += p->losses[i];
-  m->loss_sum += s;
+  m->loss_sum += o->sum(k, p->losses, N);
   return SL_OK;
 }
 
-static void zero(float *x, int64_t n) { memset(x, 0, (size_t)n * sizeof(float)); }
+static void zero(sl_model *m, float *x, int64_t n) { m->ops->zero(m->k, x, (size_t)n * sizeof(float)); }
 
 static int mamba_bwd(sl_model *m, int u, const float *flat, float *grads) {
   mamba_priv *p = m->priv;
@@ -204,8 +202,8 @@ static int mamba_bwd(sl_model *m, int u, const float *flat, float *grads) {
     } else {
       dW = grads + H;
     }
-    zero(p->dres, N * H);
-    zero(p->dln, N * H);
+    zero(m, p->dres, N * H);
+    zero(m, p->dln, N * H);
     o->lmhead_ce_bwd(k, p->dln, dW, p->lnf, W, m->targets, p->lse_ce, m->loss_scale, N, H, p->V);
     o->rmsnorm_bwd(k, p->dres, grads, p->dln, p->stream[p->L], flat, p->rstdf, N, H);
     return SL_OK;
@@ -224,33 +222,33 @@ static int mamba_bwd(sl_model *m, int u, const float *flat, float *grads) {
   /* out_proj: dres is the gradient of the block output (the residual passes
    * it through to x unchanged; rmsnorm_bwd adds the branch below) */
   float *dg = p->dgx;
-  zero(dg, N * D);
+  zero(m, dg, N * D);
   o->linear_bwd(k, dg, (float *)g.w_out, (float *)g.b_out, p->dres, a->g, w.w_out, N, D, H);
   /* gate: dy, and dz into the z half of dxz */
-  zero(p->dy, N * D);
-  zero(p->dxz, N * 2 * D);
+  zero(m, p->dy, N * D);
+  zero(m, p->dxz, N * 2 * D);
   o->gate_bwd(k, p->dy, p->dxz + D, 2 * D, dg, a->y, a->xz + D, N, D);
   /* scan */
-  zero(p->du, N * D);
-  zero(p->ddtv, N * D);
-  zero(p->dbc, N * 2 * S);
+  zero(m, p->du, N * D);
+  zero(m, p->ddtv, N * D);
+  zero(m, p->dbc, N * 2 * S);
   o->scan_bwd(k, p->du, p->ddtv, (float *)g.a_log, p->dbc, p->dbc + S, (float *)g.dp, p->dy, a->u,
               a->dtv, w.a_log, a->bc, a->bc + S, 2 * S, w.dp, a->ckpt, m->B, m->T, D, S, p->chunk);
   /* dt_proj */
-  zero(p->ddtr, N * R);
+  zero(m, p->ddtr, N * R);
   o->linear_bwd(k, p->ddtr, (float *)g.w_dt, (float *)g.b_dt, p->ddtv, a->dtr, w.w_dt, N, R, D);
   /* x_proj, both row blocks add into du */
   o->linear_bwd(k, p->du, (float *)g.w_x, NULL, p->ddtr, a->u, w.w_x, N, D, R);
   o->linear_bwd(k, p->du, (float *)g.w_x + R * D, NULL, p->dbc, a->u, w.w_x + R * D, N, D, 2 * S);
   /* SiLU after the conv; dg is dead after gate_bwd: reuse it as dxcp */
   float *dxcp = p->dgx;
-  zero(dxcp, N * D);
+  zero(m, dxcp, N * D);
   o->silu_bwd(k, dxcp, p->du, a->xcp, N * D);
   /* conv1d into the x half of dxz */
   o->conv1d_bwd(k, p->dxz, 2 * D, (float *)g.w_conv, (float *)g.b_conv, dxcp, a->xz, 2 * D,
                 w.w_conv, m->B, m->T, D, p->K);
   /* in_proj and the norm */
-  zero(p->dln, N * H);
+  zero(m, p->dln, N * H);
   o->linear_bwd(k, p->dln, (float *)g.w_in, (float *)g.b_in, p->dxz, a->ln, w.w_in, N, H, 2 * D);
   o->rmsnorm_bwd(k, p->dres, (float *)g.norm, p->dln, x, w.norm, a->rstd, N, H);
   return SL_OK;
@@ -339,21 +337,21 @@ static const sl_model_vt mamba_vt = {
 
 /* big: every tensor of a layer kept by selective checkpointing; cheap: the
  * ones selective recomputes (u, dtv, g) */
-static int alloc_layer(mamba_priv *p, mlayer_acts *a, int big, int cheap, int64_t B) {
+static int alloc_layer(sl_model *m, mamba_priv *p, mlayer_acts *a, int big, int cheap, int64_t B) {
   int64_t N = p->N, H = p->H, D = p->D;
   if (big) {
-    if (!(a->ln = mp_alloc(p, N * H, SL_ARENA_ACTS)) || !(a->rstd = mp_alloc(p, N, SL_ARENA_ACTS)) ||
-        !(a->xz = mp_alloc(p, N * 2 * D, SL_ARENA_ACTS)) ||
-        !(a->xcp = mp_alloc(p, N * D, SL_ARENA_ACTS)) ||
-        !(a->dtr = mp_alloc(p, N * p->R, SL_ARENA_ACTS)) ||
-        !(a->bc = mp_alloc(p, N * 2 * p->S, SL_ARENA_ACTS)) ||
-        !(a->y = mp_alloc(p, N * D, SL_ARENA_ACTS)) ||
-        !(a->ckpt = mp_alloc(p, B * p->nch * D * p->S, SL_ARENA_ACTS)))
+    if (!(a->ln = mp_alloc(m, p, N * H, SL_ARENA_ACTS)) || !(a->rstd = mp_alloc(m, p, N, SL_ARENA_ACTS)) ||
+        !(a->xz = mp_alloc(m, p, N * 2 * D, SL_ARENA_ACTS)) ||
+        !(a->xcp = mp_alloc(m, p, N * D, SL_ARENA_ACTS)) ||
+        !(a->dtr = mp_alloc(m, p, N * p->R, SL_ARENA_ACTS)) ||
+        !(a->bc = mp_alloc(m, p, N * 2 * p->S, SL_ARENA_ACTS)) ||
+        !(a->y = mp_alloc(m, p, N * D, SL_ARENA_ACTS)) ||
+        !(a->ckpt = mp_alloc(m, p, B * p->nch * D * p->S, SL_ARENA_ACTS)))
       return SL_ENOMEM;
   }
   if (cheap) {
-    if (!(a->u = mp_alloc(p, N * D, SL_ARENA_ACTS)) || !(a->dtv = mp_alloc(p, N * D, SL_ARENA_ACTS)) ||
-        !(a->g = mp_alloc(p, N * D, SL_ARENA_ACTS)))
+    if (!(a->u = mp_alloc(m, p, N * D, SL_ARENA_ACTS)) || !(a->dtv = mp_alloc(m, p, N * D, SL_ARENA_ACTS)) ||
+        !(a->g = mp_alloc(m, p, N * D, SL_ARENA_ACTS)))
       return SL_ENOMEM;
   }
   return SL_OK;
@@ -436,15 +434,15 @@ int sl_mamba_create(sl_model *m) {
   p->la = calloc((size_t)p->L, sizeof(mlayer_acts));
   if (!p->stream || !p->la) return sl_fail(SL_ENOMEM, "out of memory");
   for (int64_t l = 0; l <= p->L; l++)
-    if (!(p->stream[l] = mp_alloc(p, N * H, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(p->stream[l] = mp_alloc(m, p, N * H, SL_ARENA_ACTS))) return SL_ENOMEM;
   mlayer_acts shared = {0};
   if (m->ac == SL_AC_FULL) {
-    if (alloc_layer(p, &shared, 1, 1, m->B)) return SL_ENOMEM;
+    if (alloc_layer(m, p, &shared, 1, 1, m->B)) return SL_ENOMEM;
     for (int64_t l = 0; l < p->L; l++) p->la[l] = shared;
   } else {
-    if (m->ac == SL_AC_SELECTIVE && alloc_layer(p, &shared, 0, 1, m->B)) return SL_ENOMEM;
+    if (m->ac == SL_AC_SELECTIVE && alloc_layer(m, p, &shared, 0, 1, m->B)) return SL_ENOMEM;
     for (int64_t l = 0; l < p->L; l++) {
-      if (alloc_layer(p, &p->la[l], 1, m->ac == SL_AC_NONE, m->B)) return SL_ENOMEM;
+      if (alloc_layer(m, p, &p->la[l], 1, m->ac == SL_AC_NONE, m->B)) return SL_ENOMEM;
       if (m->ac == SL_AC_SELECTIVE) {
         p->la[l].u = shared.u;
         p->la[l].dtv = shared.dtv;
@@ -452,18 +450,18 @@ int sl_mamba_create(sl_model *m) {
       }
     }
   }
-  if (!(p->lnf = mp_alloc(p, N * H, SL_ARENA_ACTS)) || !(p->rstdf = mp_alloc(p, N, SL_ARENA_ACTS)) ||
-      !(p->lse_ce = mp_alloc(p, N, SL_ARENA_ACTS)) || !(p->losses = mp_alloc(p, N, SL_ARENA_ACTS)))
+  if (!(p->lnf = mp_alloc(m, p, N * H, SL_ARENA_ACTS)) || !(p->rstdf = mp_alloc(m, p, N, SL_ARENA_ACTS)) ||
+      !(p->lse_ce = mp_alloc(m, p, N, SL_ARENA_ACTS)) || !(p->losses = mp_alloc(m, p, N, SL_ARENA_ACTS)))
     return SL_ENOMEM;
-  if (!(p->dres = mp_alloc(p, N * H, SL_ARENA_WORKSPACE)) ||
-      !(p->dln = mp_alloc(p, N * H, SL_ARENA_WORKSPACE)) ||
-      !(p->dgx = mp_alloc(p, N * D, SL_ARENA_WORKSPACE)) ||
-      !(p->dy = mp_alloc(p, N * D, SL_ARENA_WORKSPACE)) ||
-      !(p->du = mp_alloc(p, N * D, SL_ARENA_WORKSPACE)) ||
-      !(p->ddtv = mp_alloc(p, N * D, SL_ARENA_WORKSPACE)) ||
-      !(p->dxz = mp_alloc(p, N * 2 * D, SL_ARENA_WORKSPACE)) ||
-      !(p->ddtr = mp_alloc(p, N * R, SL_ARENA_WORKSPACE)) ||
-      !(p->dbc = mp_alloc(p, N * 2 * S, SL_ARENA_WORKSPACE)))
+  if (!(p->dres = mp_alloc(m, p, N * H, SL_ARENA_WORKSPACE)) ||
+      !(p->dln = mp_alloc(m, p, N * H, SL_ARENA_WORKSPACE)) ||
+      !(p->dgx = mp_alloc(m, p, N * D, SL_ARENA_WORKSPACE)) ||
+      !(p->dy = mp_alloc(m, p, N * D, SL_ARENA_WORKSPACE)) ||
+      !(p->du = mp_alloc(m, p, N * D, SL_ARENA_WORKSPACE)) ||
+      !(p->ddtv = mp_alloc(m, p, N * D, SL_ARENA_WORKSPACE)) ||
+      !(p->dxz = mp_alloc(m, p, N * 2 * D, SL_ARENA_WORKSPACE)) ||
+      !(p->ddtr = mp_alloc(m, p, N * R, SL_ARENA_WORKSPACE)) ||
+      !(p->dbc = mp_alloc(m, p, N * 2 * S, SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
   m->act_bytes = p->act_bytes;
   return SL_OK;

@@ -198,7 +198,10 @@ int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void
   for (int u = 0; u < m->nunits; u++)
     for (int i = 0; i < m->units[u].ntensors; i++) {
       const sl_tensor_spec *t = &m->units[u].t[i];
-      ws[n].name = t->name;
+      /* a state-spaces checkpoint is written back in the HF form its config.json has */
+      ws[n].name = (m->cfg.ssm_original_format && !strcmp(t->name, "backbone.embedding.weight"))
+                       ? "backbone.embeddings.weight"
+                       : t->name;
       ws[n].ndim = t->ndim;
       for (int d = 0; d < t->ndim; d++) ws[n].shape[d] = t->shape[d];
       ws[n].dtype = SL_ST_F32;

@@ -170,6 +170,7 @@ typedef struct {
   int u;
   int64_t send, recv;
   int recv_bf16;
+  int first; /* the step's first reduction of the unit (acc = result) */
 } spend;
 
 typedef struct {
@@ -264,6 +265,10 @@ static void complete(sim *s, const spend *p) {
     int es = p->recv_bf16 ? 2 : s->r->reduce_bytes;
     s->rep[SL_COLL_ALLREDUCE] += sl_comm_bus_bytes(SL_COLL_ALLREDUCE, s->R, sh, es == 2 ? SL_BF16 : SL_F32, 0);
   }
+  if (p->recv_bf16 && !p->first) { /* bf16 result expanded to fp32 before it is added */
+    madd(s, SL_ARENA_WORKSPACE, sh * 4);
+    madd(s, SL_ARENA_WORKSPACE, -sh * 4);
+  }
   if (p->recv) madd(s, SL_ARENA_WORKSPACE, -p->recv);
   if (p->send) madd(s, SL_ARENA_WORKSPACE, -p->send);
   if (U->grad_pool && U->has_grad) {
@@ -286,6 +291,7 @@ static void issue_reduce(sim *s, int u) {
   int64_t sh = s->sl[u].shard, P = s->sl[u].padded;
   spend p = {.u = u};
   int first = U->nred == 0;
+  p.first = first;
   int rb = s->r->reduce_bytes;
   if (rb == 2 && s->r->reduce_copy) {
     p.send = P * 2;

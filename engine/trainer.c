@@ -46,8 +46,13 @@ typedef struct {
   float **master, **mom, **var; /* (nunits) x (view count); NULL per unit on NVMe */
   sl_tier tier;            /* where the optimizer state lives */
   sl_optstate **nvme;      /* (nunits) NVMe-resident state */
-  float *upd;              /* (max view count) updated values from the NVMe tier */
-  int64_t host_optim_bytes;
+  int dev;                 /* the backend's memory is device memory */
+  float *hview;            /* (max view) host staging: NVMe updates, downloaded grads */
+  float *dview;            /* (max view) backend staging of host-side optimizer results */
+  float *hgrad;            /* (max view) host copy of a device gradient view */
+  int64_t max_view, staging_bytes;
+  float **ck[3];           /* (nunits) host arrays a checkpoint reads / fills */
+  int32_t *dtok, *dtgt;    /* (B*T) the batch in backend memory (= tok/tgt on the CPU) */
   int32_t *tok, *tgt;      /* (B*T) */
   int32_t *row;            /* (T+1) */
   int64_t *perm;           /* shuffled order of sample windows (one epoch) */
@@ -179,20 +184,27 @@ static int check_agreement(trainer *t) {
 
 static double measure_peak(trainer *t) {
   int64_t n = 1024; /* large enough to reach the BLAS plateau (shardlm bench gemm) */
-  float *a = sl_alloc((size_t)(n * n) * 4, "peak"), *b = sl_alloc((size_t)(n * n) * 4, "peak"),
-        *c = sl_alloc((size_t)(n * n) * 4, "peak");
+  size_t bytes = (size_t)(n * n) * 4;
+  float *a = t->ops->alloc(t->k, bytes), *b = t->ops->alloc(t->k, bytes), *c = t->ops->alloc(t->k, bytes);
+  float *h = sl_alloc(bytes, "peak");
   double best = 0;
-  if (a && b && c) {
-    for (int64_t i = 0; i < n * n; i++) a[i] = b[i] = (float)(i % 7) * 0.01f;
+  if (a && b && c && h) {
+    for (int64_t i = 0; i < n * n; i++) h[i] = (float)(i % 7) * 0.01f;
+    t->ops->upload(t->k, a, h, bytes);
+    t->ops->upload(t->k, b, h, bytes);
     for (int rep = 0; rep < 4; rep++) {
       double t0 = sl_now_s();
       t->ops->linear_fwd(t->k, c, a, b, NULL, n, n, n);
+      t->ops->sync(t->k);
       double dt = sl_now_s() - t0;
       double fl = 2.0 * n * n * n / dt;
       if (fl > best && rep > 0) best = fl;
     }
   }
-  sl_free(a); sl_free(b); sl_free(c);
+  if (a) t->ops->free(t->k, a);
+  if (b) t->ops->free(t->k, b);
+  if (c) t->ops->free(t->k, c);
+  sl_free(h);
   return best > 0 ? best : 1e9;
 }
 
@@ -214,76 +226,103 @@ static int parse_tier(const sl_train_cfg *c, sl_tier *out) {
   return SL_OK;
 }
 
-/* Creates unit u's fp32 master (from flat) and zero Adam moments. */
+/* Staging buffers sized for the largest view (host and backend). */
+static int opt_staging(trainer *t) {
+  if (t->hview || (t->tier == SL_TIER_NONE)) return SL_OK;
+  for (int w = 0; w < t->m->nunits; w++) {
+    sl_fsdp_view_t vw = sl_fsdp_view(t->f, w);
+    if (vw.count > t->max_view) t->max_view = vw.count;
+  }
+  size_t bytes = (size_t)t->max_view * 4;
+  t->hview = sl_alloc(bytes, "optimizer staging");
+  if (!t->hview) return SL_ENOMEM;
+  t->staging_bytes = (int64_t)bytes;
+  if (t->dev) {
+    t->dview = t->ops->alloc(t->k, bytes);
+    t->hgrad = sl_alloc(bytes, "gradient staging");
+    if (!t->dview || !t->hgrad) return SL_ENOMEM;
+    t->staging_bytes += 2 * (int64_t)bytes;
+  }
+  sl_mem_add(SL_ARENA_WORKSPACE, t->staging_bytes);
+  return SL_OK;
+}
+
+/* Creates unit u's fp32 master (from the host values in flat) and zero Adam
+ * moments: in backend memory (tier none), pinned host memory (cpu) or a file
+ * (nvme). */
 static int opt_create(trainer *t, int u, sl_fsdp_view_t v, const float *flat) {
   size_t bytes = (size_t)v.count * 4;
+  int rc = opt_staging(t);
+  if (rc) return rc;
   if (t->tier == SL_TIER_NVME) {
     char name[64];
     snprintf(name, sizeof name, "optstate-r%d-u%d", t->rank, u);
     sl_optstate_cfg oc = {.tier = SL_TIER_NVME, .n = v.count, .name = name, .nvme_dir = t->cfg.nvme_path,
                           .budget_bytes = (t->cfg.offload_budget_mb << 20) / t->m->nunits};
-    int rc = sl_optstate_create(&oc, &t->nvme[u]);
-    if (rc) return rc;
-    float *init = sl_alloc(bytes, "master init");
-    if (!init) return SL_ENOMEM;
-    if (v.valid > 0) memcpy(init, flat + v.offset, (size_t)v.valid * 4);
-    rc = sl_optstate_init_master(t->nvme[u], init);
-    sl_free(init);
-    if (!rc && !t->upd) {
-      int64_t mx = 0;
-      for (int w = 0; w < t->m->nunits; w++) {
-        sl_fsdp_view_t vw = sl_fsdp_view(t->f, w);
-        if (vw.count > mx) mx = vw.count;
-      }
-      t->host_optim_bytes = mx * 4;
-      t->upd = sl_alloc((size_t)mx * 4, "updated parameters");
-      if (!t->upd) return SL_ENOMEM;
-      sl_mem_add(SL_ARENA_WORKSPACE, t->host_optim_bytes);
-    }
-    return rc;
+    if ((rc = sl_optstate_create(&oc, &t->nvme[u]))) return rc;
+    memset(t->hview, 0, bytes);
+    if (v.valid > 0) memcpy(t->hview, flat + v.offset, (size_t)v.valid * 4);
+    return sl_optstate_init_master(t->nvme[u], t->hview);
   }
   if (t->tier == SL_TIER_CPU) {
     t->master[u] = sl_host_alloc(bytes, "master weights");
     t->mom[u] = sl_host_alloc(bytes, "adam m");
     t->var[u] = sl_host_alloc(bytes, "adam v");
-  } else {
-    t->master[u] = sl_alloc(bytes, "master weights");
-    t->mom[u] = sl_alloc(bytes, "adam m");
-    t->var[u] = sl_alloc(bytes, "adam v");
-    if (t->master[u] && t->mom[u] && t->var[u]) sl_mem_add(SL_ARENA_OPTIM, 3 * (int64_t)bytes);
+    if (!t->master[u] || !t->mom[u] || !t->var[u]) return SL_ENOMEM;
+    if (v.valid > 0) memcpy(t->master[u], flat + v.offset, (size_t)v.valid * 4);
+    return SL_OK;
   }
+  t->master[u] = t->ops->alloc(t->k, bytes);
+  t->mom[u] = t->ops->alloc(t->k, bytes);
+  t->var[u] = t->ops->alloc(t->k, bytes);
   if (!t->master[u] || !t->mom[u] || !t->var[u]) return SL_ENOMEM;
-  if (v.valid > 0) memcpy(t->master[u], flat + v.offset, (size_t)v.valid * 4);
+  sl_mem_add(SL_ARENA_OPTIM, 3 * (int64_t)bytes);
+  if (v.valid > 0) t->ops->upload(t->k, t->master[u], flat + v.offset, (size_t)v.valid * 4);
   return SL_OK;
 }
 
-/* Unit u's fp32 master values: the array, or read from NVMe into tmp. */
-static const float *opt_master(trainer *t, int u, float *tmp, int *rc) {
+static void opt_free(trainer *t, int u) {
+  if (t->master && t->master[u]) {
+    if (t->tier == SL_TIER_CPU) {
+      sl_host_free(t->master[u]); sl_host_free(t->mom[u]); sl_host_free(t->var[u]);
+    } else {
+      sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
+      sl_mem_sub(SL_ARENA_OPTIM, 3 * v.count * 4);
+      t->ops->free(t->k, t->master[u]); t->ops->free(t->k, t->mom[u]); t->ops->free(t->k, t->var[u]);
+    }
+    t->master[u] = t->mom[u] = t->var[u] = NULL;
+  }
+  if (t->nvme && t->nvme[u]) sl_optstate_destroy(t->nvme[u]);
+}
+
+/* Host values -> backend memory for the runtime (staged on a device). */
+static const float *to_backend(trainer *t, const float *host, int64_t n) {
+  if (!t->dev) return host;
+  t->ops->upload(t->k, t->dview, host, (size_t)n * 4);
+  return t->dview;
+}
+
+/* Unit u's fp32 master values in backend memory. */
+static const float *opt_master(trainer *t, int u, int *rc) {
   *rc = SL_OK;
-  if (t->master[u]) return t->master[u];
   sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
-  *rc = sl_optstate_read_master(t->nvme[u], 0, v.count, tmp);
-  return tmp;
+  if (t->tier == SL_TIER_NONE) return t->master[u];
+  if (t->tier == SL_TIER_CPU) return to_backend(t, t->master[u], v.count);
+  *rc = sl_optstate_read_master(t->nvme[u], 0, v.count, t->hview);
+  return to_backend(t, t->hview, v.count);
 }
 
 /* ---- setup / teardown ----------------------------------------------------- */
 static void trainer_free(trainer *t) {
   if (t->m) {
-    for (int u = 0; u < t->m->nunits; u++) {
-      if (t->master && t->master[u]) {
-        sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
-        if (t->tier == SL_TIER_CPU) {
-          sl_host_free(t->master[u]); sl_host_free(t->mom[u]); sl_host_free(t->var[u]);
-        } else {
-          sl_mem_sub(SL_ARENA_OPTIM, 3 * v.count * 4);
-          sl_free(t->master[u]); sl_free(t->mom[u]); sl_free(t->var[u]);
-        }
-      }
-      if (t->nvme && t->nvme[u]) sl_optstate_destroy(t->nvme[u]);
-    }
+    for (int u = 0; u < t->m->nunits; u++) opt_free(t, u);
   }
   free(t->master); free(t->mom); free(t->var); free(t->nvme);
-  if (t->upd) { sl_mem_sub(SL_ARENA_WORKSPACE, t->host_optim_bytes); sl_free(t->upd); }
+  sl_mem_sub(SL_ARENA_WORKSPACE, t->staging_bytes);
+  sl_free(t->hview);
+  sl_free(t->hgrad);
+  if (t->dview) t->ops->free(t->k, t->dview);
+  if (t->dev && t->dtok) { t->ops->free(t->k, t->dtok); t->ops->free(t->k, t->dtgt); }
   sl_fsdp_destroy(t->f);
   sl_model_destroy(t->m);
   if (t->ds) sl_dataset_close(t->ds);
@@ -321,12 +360,13 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
   else if (!strcmp(c->activation_checkpoint, "full")) ac = SL_AC_FULL;
   else return sl_fail(SL_EINPUT, "--activation-checkpoint must be none, selective or full, found '%s'",
                       c->activation_checkpoint);
-  if (!strcmp(c->backend, "cuda"))
-    return sl_fail(SL_EINPUT, "--backend cuda: the CUDA kernels build, but the trainer does not drive "
-                   "them yet; use --backend cpu");
-  if (strcmp(c->backend, "cpu") && strcmp(c->backend, "auto"))
+  if (strcmp(c->backend, "cpu") && strcmp(c->backend, "auto") && strcmp(c->backend, "cuda"))
     return sl_fail(SL_EINPUT, "--backend must be cpu, cuda or auto, found '%s'", c->backend);
   t->ops = sl_ops_cpu();
+  if (strcmp(c->backend, "cpu") != 0 && sl_ops_cuda()) t->ops = sl_ops_cuda();
+  else if (!strcmp(c->backend, "cuda"))
+    return sl_fail(SL_EINPUT, "--backend cuda: this build has no CUDA backend, or no GPU is visible");
+  t->dev = t->ops->is_device();
   int threads = (int)c->threads;
   if (threads <= 0) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -418,6 +458,10 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
   t->tgt = sl_alloc((size_t)BT * 4, "targets");
   t->row = sl_alloc((size_t)(c->seq_len + 1) * 4, "sample");
   if (!t->tok || !t->tgt || !t->row) return sl_fail(SL_ENOMEM, "out of memory");
+  t->dtok = t->tok;
+  t->dtgt = t->tgt;
+  if (t->dev && (!(t->dtok = t->ops->alloc(t->k, (size_t)BT * 4)) || !(t->dtgt = t->ops->alloc(t->k, (size_t)BT * 4))))
+    return SL_ENOMEM;
   t->G = c->micro_batch * c->grad_accum * t->wsize;
   return SL_OK;
 }
@@ -430,24 +474,19 @@ static int run_micro(trainer *t, int64_t s, int k, int nk, int dump_logits, floa
   int rc = load_batch(t, first);
   if (rc) return rc;
   float scale = (float)(1.0 / ((double)t->G * (double)c->seq_len));
-  sl_model_set_batch(t->m, t->tok, t->tgt, scale);
+  if (t->dev) {
+    t->ops->upload(t->k, t->dtok, t->tok, (size_t)(c->micro_batch * c->seq_len) * 4);
+    t->ops->upload(t->k, t->dtgt, t->tgt, (size_t)(c->micro_batch * c->seq_len) * 4);
+  }
+  sl_model_set_batch(t->m, t->dtok, t->dtgt, scale);
   int U = t->m->nunits;
   if ((rc = sl_fsdp_begin_micro(t->f, k, nk))) return rc;
   for (int u = 0; u < U; u++) {
     const float *p;
     if ((rc = sl_fsdp_fwd_acquire(t->f, u, &p))) return rc;
     if ((rc = t->m->vt->fwd(t->m, u, p))) return rc;
-    if (dump_logits && u == U - 1) {
-      /* logits need the head's parameters, still gathered here */
-      const float *W = p;
-      if (t->mcfg.tie_word_embeddings) {
-        if ((rc = sl_fsdp_pinned_params(t->f, 0, &W))) return rc;
-      } else {
-        W = p + t->mcfg.hidden_size;
-      }
-      (void)W;
-      if ((rc = t->m->vt->logits(t->m, logits))) return rc;
-    }
+    /* logits need the head's parameters, still gathered here */
+    if (dump_logits && u == U - 1 && (rc = t->m->vt->logits(t->m, logits))) return rc;
     if ((rc = sl_fsdp_fwd_release(t->f, u))) return rc;
   }
   for (int u = U - 1; u >= 0; u--) {
@@ -494,30 +533,37 @@ static int view_ranges(trainer *t, int u, sl_fsdp_view_t v, sl_adam_range *r, in
 
 static int optimizer_step(trainer *t, int64_t s, double lr, float coef) {
   sl_train_cfg *c = &t->cfg;
+  const sl_ops *cpu = sl_ops_cpu();
   for (int u = 0; u < t->m->nunits; u++) {
     sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
-    if (t->tier == SL_TIER_NVME) {
-      sl_adam_range r[SL_UNIT_MAX_TENSORS + 1];
-      int nr = view_ranges(t, u, v, r, SL_UNIT_MAX_TENSORS + 1);
-      sl_adam_hyper h = {(float)lr, (float)c->beta1, (float)c->beta2, (float)c->eps, 0.0f, s + 1, coef};
-      int rc = sl_optstate_step(t->nvme[u], v.grads, r, nr, &h, t->upd, NULL);
-      if (!rc) rc = sl_fsdp_set_view(t->f, u, t->upd);
-      if (rc) return rc;
-      continue;
+    sl_adam_range r[SL_UNIT_MAX_TENSORS + 1];
+    int nr = view_ranges(t, u, v, r, SL_UNIT_MAX_TENSORS + 1), rc = SL_OK;
+    const float *updated;
+    if (t->tier == SL_TIER_NONE) { /* state beside the parameters: the backend's AdamW */
+      for (int i = 0; i < nr; i++)
+        t->ops->adamw(t->k, t->master[u] + r[i].offset, t->mom[u] + r[i].offset, t->var[u] + r[i].offset,
+                      v.grads + r[i].offset, r[i].count, (float)lr, (float)c->beta1, (float)c->beta2,
+                      (float)c->eps, r[i].wd, s + 1, coef);
+      updated = t->master[u];
+    } else { /* host-side state: the CPU AdamW, gradients brought to the host */
+      const float *g = v.grads;
+      if (t->dev) {
+        t->ops->download(t->k, t->hgrad, v.grads, (size_t)v.count * 4);
+        g = t->hgrad;
+      }
+      if (t->tier == SL_TIER_CPU) {
+        for (int i = 0; i < nr; i++)
+          cpu->adamw(NULL, t->master[u] + r[i].offset, t->mom[u] + r[i].offset, t->var[u] + r[i].offset,
+                     g + r[i].offset, r[i].count, (float)lr, (float)c->beta1, (float)c->beta2, (float)c->eps,
+                     r[i].wd, s + 1, coef);
+        updated = to_backend(t, t->master[u], v.count);
+      } else {
+        sl_adam_hyper h = {(float)lr, (float)c->beta1, (float)c->beta2, (float)c->eps, 0.0f, s + 1, coef};
+        rc = sl_optstate_step(t->nvme[u], g, r, nr, &h, t->hview, NULL);
+        updated = to_backend(t, t->hview, v.count);
+      }
     }
-    const sl_unit_spec *us = &t->m->units[u];
-    for (int i = 0; i < us->ntensors; i++) {
-      const sl_tensor_spec *ts = &us->t[i];
-      int64_t lo = ts->offset > v.offset ? ts->offset : v.offset;
-      int64_t hi = ts->offset + ts->numel;
-      if (hi > v.offset + v.valid) hi = v.offset + v.valid;
-      if (hi <= lo) continue;
-      int64_t o = lo - v.offset;
-      t->ops->adamw(t->k, t->master[u] + o, t->mom[u] + o, t->var[u] + o, v.grads + o, hi - lo,
-                    (float)lr, (float)c->beta1, (float)c->beta2, (float)c->eps,
-                    ts->decay ? (float)c->weight_decay : 0.0f, s + 1, coef);
-    }
-    int rc = sl_fsdp_set_view(t->f, u, t->master[u]);
+    if (!rc) rc = sl_fsdp_set_view(t->f, u, updated);
     if (rc) return rc;
   }
   return sl_fsdp_finish_step(t->f);
@@ -555,67 +601,91 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
 
 /* ---- checkpoints ------------------------------------------------------------ */
 static sl_ckpt_state ckpt_state(trainer *t, int64_t step) {
-  sl_ckpt_state st = {.m = t->m, .f = t->f, .world = t->world, .cfg = &t->cfg, .master = t->master,
-                      .mom = t->mom, .var = t->var, .step = step, .next_sample = t->next_sample,
+  sl_ckpt_state st = {.m = t->m, .f = t->f, .world = t->world, .cfg = &t->cfg, .master = t->ck[0],
+                      .mom = t->ck[1], .var = t->ck[2], .step = step, .next_sample = t->next_sample,
                       .rng_seed = (uint64_t)t->cfg.seed};
   return st;
 }
 
-/* The NVMe tier keeps no arrays: checkpoints go through temporary ones. */
-static int nvme_arrays(trainer *t, int read) {
-  if (t->tier != SL_TIER_NVME) return SL_OK;
+/* A checkpoint reads and fills host arrays. Tier cpu has them; tier none on
+ * the CPU backend too; NVMe state and device memory go through temporary
+ * host copies (download on save, upload after a load). */
+static int ck_direct(const trainer *t) {
+  return t->tier == SL_TIER_CPU || (t->tier == SL_TIER_NONE && !t->dev);
+}
+
+static int ck_stage(trainer *t, int read) {
+  float **src[3] = {t->master, t->mom, t->var};
+  for (int f = 0; f < 3; f++) {
+    t->ck[f] = ck_direct(t) ? src[f] : calloc((size_t)t->m->nunits, sizeof(float *));
+    if (!t->ck[f]) return SL_ENOMEM;
+  }
+  if (ck_direct(t)) return SL_OK;
   for (int u = 0; u < t->m->nunits; u++) {
     sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
-    float **a[3] = {&t->master[u], &t->mom[u], &t->var[u]};
     for (int f = 0; f < 3; f++) {
-      if (!(*a[f] = sl_alloc((size_t)v.count * 4, "checkpoint staging"))) return SL_ENOMEM;
-      int rc = read ? sl_optstate_read(t->nvme[u], (sl_optfield)f, 0, v.count, *a[f]) : SL_OK;
-      if (rc) return rc;
+      if (!(t->ck[f][u] = sl_alloc((size_t)v.count * 4, "checkpoint staging"))) return SL_ENOMEM;
+      if (!read) continue;
+      if (t->tier == SL_TIER_NVME) {
+        int rc = sl_optstate_read(t->nvme[u], (sl_optfield)f, 0, v.count, t->ck[f][u]);
+        if (rc) return rc;
+      } else {
+        t->ops->download(t->k, t->ck[f][u], src[f][u], (size_t)v.count * 4);
+      }
     }
   }
   return SL_OK;
 }
 
-static int nvme_arrays_done(trainer *t, int write) {
-  if (t->tier != SL_TIER_NVME) return SL_OK;
+static int ck_unstage(trainer *t, int write) {
+  if (ck_direct(t)) return SL_OK;
   int rc = SL_OK;
+  float **dst[3] = {t->master, t->mom, t->var};
   for (int u = 0; u < t->m->nunits; u++) {
     sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
-    float **a[3] = {&t->master[u], &t->mom[u], &t->var[u]};
     for (int f = 0; f < 3; f++) {
-      if (write && *a[f] && !rc) rc = sl_optstate_write(t->nvme[u], (sl_optfield)f, 0, v.count, *a[f]);
-      sl_free(*a[f]);
-      *a[f] = NULL;
+      if (!t->ck[f] || !t->ck[f][u]) continue;
+      if (write && !rc) {
+        if (t->tier == SL_TIER_NVME) rc = sl_optstate_write(t->nvme[u], (sl_optfield)f, 0, v.count, t->ck[f][u]);
+        else t->ops->upload(t->k, dst[f][u], t->ck[f][u], (size_t)v.count * 4);
+      }
+      sl_free(t->ck[f][u]);
     }
+  }
+  for (int f = 0; f < 3; f++) {
+    free(t->ck[f]);
+    t->ck[f] = NULL;
   }
   return rc;
 }
 
 static int save_ckpt(trainer *t, int64_t step) {
-  int rc = nvme_arrays(t, 1);
+  int rc = ck_stage(t, 1);
   sl_ckpt_state st = ckpt_state(t, step);
   if (!rc) rc = sl_ckpt_save(t->cfg.ckpt_dir, &st, (int)t->cfg.keep_last);
-  int rc2 = nvme_arrays_done(t, 0);
+  int rc2 = ck_unstage(t, 0);
   return rc ? rc : rc2;
 }
 
 static int resume(trainer *t) {
-  int rc = nvme_arrays(t, 0);
+  int rc = ck_stage(t, 0);
   sl_ckpt_state st = ckpt_state(t, 0);
   int found = 0;
   if (!rc) rc = sl_ckpt_load(t->cfg.ckpt_dir, &st, &found);
   if (rc || !found) {
-    nvme_arrays_done(t, 0);
+    ck_unstage(t, 0);
     if (!rc) sl_log0(SL_LOG_INFO, "no checkpoint in %s: starting from step 0", t->cfg.ckpt_dir);
     return rc;
   }
   t->start_step = st.step;
   t->next_sample = st.next_sample;
   t->cfg.seed = (int64_t)st.rng_seed; /* the data order continues as written */
-  for (int u = 0; u < t->m->nunits && !rc; u++) rc = sl_fsdp_set_view(t->f, u, t->master[u]);
+  rc = ck_unstage(t, 1); /* into backend memory / the NVMe files */
+  for (int u = 0; u < t->m->nunits && !rc; u++) {
+    const float *mv = opt_master(t, u, &rc);
+    if (!rc) rc = sl_fsdp_set_view(t->f, u, mv);
+  }
   if (!rc) rc = sl_fsdp_finish_step(t->f);
-  int rc2 = nvme_arrays_done(t, 1);
-  if (!rc) rc = rc2;
   sl_log0(SL_LOG_INFO, "resumed from %s at step %lld (next sample %lld)", t->cfg.ckpt_dir,
           (long long)st.step, (long long)st.next_sample);
   return rc;
@@ -625,7 +695,7 @@ static int resume(trainer *t) {
 static int fill_unit(void *ctx, int u, float *flat) {
   trainer *t = ctx;
   int rc;
-  const float *mv = opt_master(t, u, t->upd, &rc);
+  const float *mv = opt_master(t, u, &rc);
   return rc ? rc : sl_fsdp_gather_view(t->f, u, mv, flat);
 }
 
@@ -814,7 +884,16 @@ int sl_train_dump(const sl_train_cfg *cfg, sl_comm *world, const char *out_path)
   logits = sl_alloc((size_t)(N * V) * 4, "logits");
   if (!logits) { rc = SL_ENOMEM; goto done; }
   /* G = B for a single rank and grad_accum 1: the loss scale is 1/(B*T) */
-  if ((rc = run_micro(&t, 0, 0, 1, 1, logits))) goto done;
+  if (t.dev) { /* logits are computed in backend memory, then brought to the host */
+    float *dl = t.ops->alloc(t.k, (size_t)(N * V) * 4);
+    if (!dl) { rc = SL_ENOMEM; goto done; }
+    rc = run_micro(&t, 0, 0, 1, 1, dl);
+    t.ops->download(t.k, logits, dl, (size_t)(N * V) * 4);
+    t.ops->free(t.k, dl);
+    if (rc) goto done;
+  } else if ((rc = run_micro(&t, 0, 0, 1, 1, logits))) {
+    goto done;
+  }
   float loss = (float)(t.m->loss_sum / (double)N);
   /* tensors: logits, loss, grad.<name> */
   int U = t.m->nunits, nt = 2;

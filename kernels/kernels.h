@@ -210,6 +210,9 @@ typedef struct sl_ops {
   /* 1 when pointers of this backend are device memory (host code must not
    * dereference them), 0 on the CPU. */
   int (*is_device)(void);
+  /* The backend's compute stream (cudaStream_t on CUDA), NULL on the CPU:
+   * what an NCCL communicator orders its work against. */
+  void *(*stream)(sl_kctx *);
 } sl_ops;
 
 /* The CPU backend; always present. */

@@ -20,6 +20,8 @@ typedef struct {
 typedef struct {
   pbuf *b;
   int n, cap;
+  const sl_ops *ops; /* backend memory: host or device */
+  sl_kctx *k;
 } pool_t;
 
 static void *pool_get(pool_t *pl, size_t bytes, sl_arena arena, int zero) {
@@ -28,7 +30,7 @@ static void *pool_get(pool_t *pl, size_t bytes, sl_arena arena, int zero) {
       pl->b[i].used = 1;
       pl->b[i].arena = arena;
       sl_mem_add(arena, (int64_t)bytes);
-      if (zero) memset(pl->b[i].p, 0, bytes);
+      if (zero) pl->ops->zero(pl->k, pl->b[i].p, bytes);
       return pl->b[i].p;
     }
   if (pl->n == pl->cap) {
@@ -38,7 +40,7 @@ static void *pool_get(pool_t *pl, size_t bytes, sl_arena arena, int zero) {
     pl->b = nb;
     pl->cap = nc;
   }
-  void *p = sl_alloc(bytes, "fsdp pool buffer"); /* zeroed */
+  void *p = pl->ops->alloc(pl->k, bytes); /* zeroed */
   if (!p) return NULL;
   pl->b[pl->n++] = (pbuf){p, bytes, 1, arena};
   sl_mem_add(arena, (int64_t)bytes);
@@ -58,10 +60,11 @@ static void pool_put(pool_t *pl, void *p) {
 static void pool_free_all(pool_t *pl) {
   for (int i = 0; i < pl->n; i++) {
     if (pl->b[i].used) sl_mem_sub(pl->b[i].arena, (int64_t)pl->b[i].bytes);
-    sl_free(pl->b[i].p);
+    pl->ops->free(pl->k, pl->b[i].p);
   }
   free(pl->b);
-  memset(pl, 0, sizeof *pl);
+  pl->b = NULL;
+  pl->n = pl->cap = 0;
 }
 
 /* ---- per-unit state ------------------------------------------------------ */
@@ -103,7 +106,8 @@ struct sl_fsdp {
   sl_fsdp_cfg cfg;
   const sl_ops *ops;
   sl_kctx *kctx;
-  sl_comm *shard_comm, *rep_comm;
+  sl_comm *shard_comm, *rep_comm; /* MPI groups (host data) */
+  sl_comm *dshard, *drep;          /* the same groups for unit buffers (NCCL on GPUs) */
   int srank, ssize, rrank, rsize;
   int nunits;
   unit_t *units;
@@ -150,12 +154,26 @@ int sl_fsdp_create(sl_comm *world, const sl_fsdp_cfg *cfg, const sl_ops *ops,
   f->kctx = kctx;
   f->nunits = nunits;
   f->pes = sl_dtype_size(cfg->param_dtype);
+  f->pool.ops = ops;
+  f->pool.k = kctx;
   int rc = SL_OK;
   /* shard groups: consecutive ranks; replica groups: same position across groups */
   if (sl_comm_split(world, wrank / S, wrank % S, &f->shard_comm) != SL_COMM_OK ||
       sl_comm_split(world, wrank % S, wrank / S, &f->rep_comm) != SL_COMM_OK) {
     rc = sl_fail(SL_ECOMM, "fsdp: communicator split failed: %s", sl_comm_last_error());
     goto fail;
+  }
+  if (ops->is_device()) {
+    /* data moves between device buffers over NCCL; the MPI groups keep
+     * carrying the host scalars (gradient norm) */
+    if (sl_comm_nccl_create(f->shard_comm, ops->stream(kctx), &f->dshard) != SL_COMM_OK ||
+        sl_comm_nccl_create(f->rep_comm, ops->stream(kctx), &f->drep) != SL_COMM_OK) {
+      rc = sl_fail(SL_ECOMM, "fsdp: NCCL communicator: %s", sl_comm_last_error());
+      goto fail;
+    }
+  } else {
+    f->dshard = f->shard_comm;
+    f->drep = f->rep_comm;
   }
   f->srank = sl_comm_rank(f->shard_comm);
   f->ssize = sl_comm_size(f->shard_comm);
@@ -170,21 +188,21 @@ int sl_fsdp_create(sl_comm *world, const sl_fsdp_cfg *cfg, const sl_ops *ops,
     U->grad_micro = -1;
     size_t P = (size_t)U->sl.padded, s = (size_t)U->sl.shard;
     if (cfg->zero <= 2) {
-      U->full_param = sl_alloc(P * f->pes, "parameters");
+      U->full_param = ops->alloc(kctx, P * f->pes);
       if (!U->full_param) { rc = SL_ENOMEM; goto fail; }
       sl_mem_add(SL_ARENA_PARAMS, (int64_t)(P * f->pes));
     } else {
-      U->shard_param = sl_alloc(s * f->pes, "parameter shard");
+      U->shard_param = ops->alloc(kctx, s * f->pes);
       if (!U->shard_param) { rc = SL_ENOMEM; goto fail; }
       sl_mem_add(SL_ARENA_PARAMS, (int64_t)(s * f->pes));
     }
     if (cfg->zero <= 1) {
-      U->full_grad = sl_alloc(P * 4, "gradients");
+      U->full_grad = ops->alloc(kctx, P * 4);
       if (!U->full_grad) { rc = SL_ENOMEM; goto fail; }
       sl_mem_add(SL_ARENA_GRADS, (int64_t)(P * 4));
       U->acc = U->full_grad + U->sl.offset; /* until a step needs its own */
     } else {
-      U->acc_own = sl_alloc(s * 4, "gradient shard");
+      U->acc_own = ops->alloc(kctx, s * 4);
       if (!U->acc_own) { rc = SL_ENOMEM; goto fail; }
       sl_mem_add(SL_ARENA_GRADS, (int64_t)(s * 4));
       U->acc = U->acc_own;
@@ -205,16 +223,18 @@ void sl_fsdp_destroy(sl_fsdp *f) {
     if (U->view_req) sl_comm_wait(U->view_req);
     if (U->param_req) sl_comm_wait(U->param_req);
     size_t P = (size_t)U->sl.padded, s = (size_t)U->sl.shard;
-    if (U->full_param) { sl_free(U->full_param); sl_mem_sub(SL_ARENA_PARAMS, (int64_t)(P * f->pes)); }
-    if (U->shard_param) { sl_free(U->shard_param); sl_mem_sub(SL_ARENA_PARAMS, (int64_t)(s * f->pes)); }
-    if (U->full_grad) { sl_free(U->full_grad); sl_mem_sub(SL_ARENA_GRADS, (int64_t)(P * 4)); }
-    if (U->acc_own) { sl_free(U->acc_own); sl_mem_sub(SL_ARENA_GRADS, (int64_t)(s * 4)); }
+    if (U->full_param) { f->ops->free(f->kctx, U->full_param); sl_mem_sub(SL_ARENA_PARAMS, (int64_t)(P * f->pes)); }
+    if (U->shard_param) { f->ops->free(f->kctx, U->shard_param); sl_mem_sub(SL_ARENA_PARAMS, (int64_t)(s * f->pes)); }
+    if (U->full_grad) { f->ops->free(f->kctx, U->full_grad); sl_mem_sub(SL_ARENA_GRADS, (int64_t)(P * 4)); }
+    if (U->acc_own) { f->ops->free(f->kctx, U->acc_own); sl_mem_sub(SL_ARENA_GRADS, (int64_t)(s * 4)); }
   }
   for (int i = 0; i < f->npend; i++)
     if (f->pend[i].req) sl_comm_wait(f->pend[i].req);
   free(f->pend);
   pool_free_all(&f->pool);
   free(f->units);
+  if (f->dshard && f->dshard != f->shard_comm) sl_comm_destroy(f->dshard);
+  if (f->drep && f->drep != f->rep_comm) sl_comm_destroy(f->drep);
   if (f->shard_comm) sl_comm_destroy(f->shard_comm);
   if (f->rep_comm) sl_comm_destroy(f->rep_comm);
   free(f);
@@ -228,32 +248,53 @@ int sl_fsdp_replica_rank(const sl_fsdp *f) { return f->rrank; }
 int sl_fsdp_replica_size(const sl_fsdp *f) { return f->rsize; }
 uint64_t sl_fsdp_wait_ns(const sl_fsdp *f) { return f->wait_ns; }
 
+static void add_stats(sl_comm_stats *a, const sl_comm_stats *b) {
+  for (int k = 0; k < SL_COLL_NKINDS; k++) {
+    a->calls[k] += b->calls[k];
+    a->bytes[k] += b->bytes[k];
+  }
+  a->wait_ns += b->wait_ns;
+}
+
 void sl_fsdp_comm_stats(const sl_fsdp *f, sl_comm_stats *shard, sl_comm_stats *replica) {
-  if (shard) sl_comm_get_stats(f->shard_comm, shard);
-  if (replica) sl_comm_get_stats(f->rep_comm, replica);
+  sl_comm_stats x;
+  if (shard) {
+    sl_comm_get_stats(f->shard_comm, shard);
+    if (f->dshard != f->shard_comm) { sl_comm_get_stats(f->dshard, &x); add_stats(shard, &x); }
+  }
+  if (replica) {
+    sl_comm_get_stats(f->rep_comm, replica);
+    if (f->drep != f->rep_comm) { sl_comm_get_stats(f->drep, &x); add_stats(replica, &x); }
+  }
 }
 void sl_fsdp_reset_comm_stats(sl_fsdp *f) {
   sl_comm_reset_stats(f->shard_comm);
   sl_comm_reset_stats(f->rep_comm);
+  if (f->dshard != f->shard_comm) sl_comm_reset_stats(f->dshard);
+  if (f->drep != f->rep_comm) sl_comm_reset_stats(f->drep);
   f->wait_ns = 0;
 }
 
 /* fp32 -> param dtype */
 static void store_params(sl_fsdp *f, void *dst, const float *src, int64_t n) {
-  if (f->cfg.param_dtype == SL_F32) memcpy(dst, src, (size_t)n * 4);
+  if (f->cfg.param_dtype == SL_F32) f->ops->copy(f->kctx, dst, src, (size_t)n * 4);
   else f->ops->f32_to_bf16(f->kctx, (uint16_t *)dst, src, n);
 }
 
 int sl_fsdp_init_params(sl_fsdp *f, int u, const float *full) {
   unit_t *U = &f->units[u];
-  if (U->full_param) {
-    store_params(f, U->full_param, full, U->sl.numel);
-    memset((char *)U->full_param + U->sl.numel * f->pes, 0,
-           (size_t)(U->sl.padded - U->sl.numel) * f->pes);
-  } else {
-    memset(U->shard_param, 0, (size_t)U->sl.shard * f->pes);
-    if (U->sl.valid > 0) store_params(f, U->shard_param, full + U->sl.offset, U->sl.valid);
-  }
+  /* full is host memory: stage what this rank keeps in backend memory */
+  int64_t off = U->full_param ? 0 : U->sl.offset, n = U->full_param ? U->sl.numel : U->sl.valid;
+  void *dst = U->full_param ? U->full_param : U->shard_param;
+  int64_t cap = U->full_param ? U->sl.padded : U->sl.shard;
+  f->ops->zero(f->kctx, dst, (size_t)cap * f->pes);
+  if (n <= 0) return SL_OK;
+  float *stage = f->pool.ops->alloc(f->kctx, (size_t)n * 4);
+  if (!stage) return SL_ENOMEM;
+  f->ops->upload(f->kctx, stage, full + off, (size_t)n * 4);
+  store_params(f, dst, stage, n);
+  f->ops->sync(f->kctx);
+  f->ops->free(f->kctx, stage);
   return SL_OK;
 }
 
@@ -271,7 +312,7 @@ static int issue_params(sl_fsdp *f, int u) {
   if (f->cfg.zero == 3) {
     U->gbuf = pool_get(&f->pool, (size_t)U->sl.padded * f->pes, SL_ARENA_GATHER, 0);
     if (!U->gbuf) return SL_ENOMEM;
-    if (sl_comm_allgather(f->shard_comm, U->shard_param, U->gbuf, U->sl.shard,
+    if (sl_comm_allgather(f->dshard, U->shard_param, U->gbuf, U->sl.shard,
                           f->cfg.param_dtype, &U->ag_req) != SL_COMM_OK)
       return sl_fail(SL_ECOMM, "fsdp: all-gather of unit %d: %s", u, sl_comm_last_error());
   }
@@ -339,7 +380,7 @@ int sl_fsdp_begin_micro(sl_fsdp *f, int k, int n) {
         /* ZeRO 0/1 reduce in place into the full buffer's slice when the step
          * has one reduction; with several, the sum needs its own shard. */
         if (nred > 1 && !U->acc_own) {
-          U->acc_own = sl_alloc((size_t)U->sl.shard * 4, "gradient shard");
+          U->acc_own = f->ops->alloc(f->kctx, (size_t)U->sl.shard * 4);
           if (!U->acc_own) return SL_ENOMEM;
           sl_mem_add(SL_ARENA_GRADS, U->sl.shard * 4);
         }
@@ -382,7 +423,7 @@ static int take_grad(sl_fsdp *f, int u) {
   if (U->grad && (U->grad_micro == f->micro_seq || keep)) return SL_OK;
   if (f->cfg.zero <= 1) {
     U->grad = U->full_grad;
-    memset(U->grad, 0, (size_t)U->sl.padded * 4);
+    f->ops->zero(f->kctx, U->grad, (size_t)U->sl.padded * 4);
   } else {
     U->grad = pool_get(&f->pool, (size_t)U->sl.padded * 4, SL_ARENA_GRADS, 1);
     if (!U->grad) return SL_ENOMEM;
@@ -419,19 +460,24 @@ static int complete_pending(sl_fsdp *f, pending_t *p) {
   sl_dtype dt = p->recv_is_bf16 ? SL_BF16 : SL_F32;
   if (f->rsize > 1) { /* hybrid: sum the shard across replicas */
     sl_comm_req *r = NULL;
-    if (sl_comm_allreduce(f->rep_comm, res, s, dt, &r) != SL_COMM_OK)
+    if (sl_comm_allreduce(f->drep, res, s, dt, &r) != SL_COMM_OK)
       return sl_fail(SL_ECOMM, "fsdp: replica all-reduce: %s", sl_comm_last_error());
     if ((rc = wait_req(f, &r))) return rc;
   }
   if (p->recv) {
     if (p->recv_is_bf16) {
       const uint16_t *h = p->recv;
-      if (p->first)
+      if (p->first) {
         f->ops->bf16_to_f32(f->kctx, U->acc, h, s);
-      else
-        for (int64_t i = 0; i < s; i++) U->acc[i] += sl_bf16_to_f32_scalar(h[i]);
+      } else {
+        float *x = pool_get(&f->pool, (size_t)s * 4, SL_ARENA_WORKSPACE, 0);
+        if (!x) return SL_ENOMEM;
+        f->ops->bf16_to_f32(f->kctx, x, h, s);
+        f->ops->add_inplace(f->kctx, U->acc, x, s);
+        pool_put(&f->pool, x);
+      }
     } else if (p->first) {
-      memcpy(U->acc, p->recv, (size_t)s * 4);
+      f->ops->copy(f->kctx, U->acc, p->recv, (size_t)s * 4);
     } else {
       f->ops->add_inplace(f->kctx, U->acc, p->recv, s);
     }
@@ -478,7 +524,7 @@ static int issue_reduce(sl_fsdp *f, int u) {
     if (!p.recv) return SL_ENOMEM;
   }
   void *recv = p.recv ? p.recv : (void *)U->acc;
-  if (sl_comm_reduce_scatter(f->shard_comm, send, recv, s, dt, &p.req) != SL_COMM_OK)
+  if (sl_comm_reduce_scatter(f->dshard, send, recv, s, dt, &p.req) != SL_COMM_OK)
     return sl_fail(SL_ECOMM, "fsdp: reduce-scatter of unit %d: %s", u, sl_comm_last_error());
   U->nred++;
   if (f->npend == f->cappend) {
@@ -516,8 +562,8 @@ int sl_fsdp_end_micro(sl_fsdp *f) {
     for (int u = 0; u < f->nunits; u++) {
       unit_t *U = &f->units[u];
       float *mine = U->full_grad + U->sl.offset;
-      if (U->acc != mine) memcpy(mine, U->acc, (size_t)U->sl.shard * 4);
-      if (sl_comm_allgather(f->shard_comm, mine, U->full_grad, U->sl.shard, SL_F32,
+      if (U->acc != mine) f->ops->copy(f->kctx, mine, U->acc, (size_t)U->sl.shard * 4);
+      if (sl_comm_allgather(f->dshard, mine, U->full_grad, U->sl.shard, SL_F32,
                             &U->view_req) != SL_COMM_OK)
         return sl_fail(SL_ECOMM, "fsdp: all-gather of gradients: %s", sl_comm_last_error());
     }
@@ -572,7 +618,7 @@ int sl_fsdp_set_view(sl_fsdp *f, int u, const float *values) {
   default: {
     char *mine = (char *)U->full_param + (size_t)U->sl.offset * f->pes;
     store_params(f, mine, values, U->sl.shard);
-    if (sl_comm_allgather(f->shard_comm, mine, U->full_param, U->sl.shard,
+    if (sl_comm_allgather(f->dshard, mine, U->full_param, U->sl.shard,
                           f->cfg.param_dtype, &U->param_req) != SL_COMM_OK)
       return sl_fail(SL_ECOMM, "fsdp: all-gather of parameters: %s", sl_comm_last_error());
     return SL_OK;
@@ -592,16 +638,18 @@ int sl_fsdp_finish_step(sl_fsdp *f) {
 int sl_fsdp_gather_view(sl_fsdp *f, int u, const float *view_values, float *full) {
   unit_t *U = &f->units[u];
   if (f->cfg.zero == 0) {
-    memcpy(full, view_values, (size_t)U->sl.numel * 4);
+    f->ops->download(f->kctx, full, view_values, (size_t)U->sl.numel * 4);
     return SL_OK;
   }
-  float *tmp = sl_alloc((size_t)U->sl.padded * 4, "gather for save");
+  float *tmp = f->ops->alloc(f->kctx, (size_t)U->sl.padded * 4);
   if (!tmp) return SL_ENOMEM;
   int rc = SL_OK;
-  if (sl_comm_allgather_sync(f->shard_comm, view_values, tmp, U->sl.shard, SL_F32) != SL_COMM_OK)
+  sl_comm_req *r = NULL;
+  if (sl_comm_allgather(f->dshard, view_values, tmp, U->sl.shard, SL_F32, &r) != SL_COMM_OK ||
+      sl_comm_wait(r) != SL_COMM_OK)
     rc = sl_fail(SL_ECOMM, "fsdp: gather of unit %d: %s", u, sl_comm_last_error());
   else
-    memcpy(full, tmp, (size_t)U->sl.numel * 4);
-  sl_free(tmp);
+    f->ops->download(f->kctx, full, tmp, (size_t)U->sl.numel * 4);
+  f->ops->free(f->kctx, tmp);
   return rc;
 }

@@ -48,5 +48,6 @@ void sl_cpu_download(sl_kctx *ctx, void *host_dst, const void *src, size_t bytes
 double sl_cpu_sum(sl_kctx *ctx, const float *x, int64_t n);
 int sl_cpu_sync(sl_kctx *ctx);
 int sl_cpu_is_device(void);
+void *sl_cpu_stream(sl_kctx *ctx);
 
 #endif

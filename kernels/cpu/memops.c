@@ -51,3 +51,8 @@ int sl_cpu_sync(sl_kctx *ctx) {
 }
 
 int sl_cpu_is_device(void) { return 0; }
+
+void *sl_cpu_stream(sl_kctx *ctx) {
+  (void)ctx;
+  return 0;
+}

@@ -44,6 +44,7 @@ static const sl_ops g_cpu_ops = {
     .sum = sl_cpu_sum,
     .sync = sl_cpu_sync,
     .is_device = sl_cpu_is_device,
+    .stream = sl_cpu_stream,
 };
 
 const sl_ops *sl_ops_cpu(void) { return &g_cpu_ops; }
