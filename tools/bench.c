@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,6 +243,75 @@ static const char *flag_value(int argc, char **argv, const char *name) {
   return NULL;
 }
 
+/* A ~20M-parameter Mamba (hidden 512, 10 layers, state 16, vocab 8192, tied):
+ * training tokens/s of the CPU backend, and the selective scan's share of
+ * the step, from the scan kernels timed alone at the model's shapes. */
+static int bench_mamba(bench_cfg *b) {
+  char dir[] = "/tmp/shardlm-bench.XXXXXX";
+  if (!mkdtemp(dir)) return 1;
+  char model[4200], data[4200], metrics[4200], cmd[16384], p[4300];
+  snprintf(model, sizeof model, "%s/model", dir);
+  snprintf(data, sizeof data, "%s/data", dir);
+  snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
+  mkdir(model, 0755);
+  snprintf(p, sizeof p, "%s/config.json", model);
+  FILE *f = fopen(p, "w");
+  if (!f) return 1;
+  int H = 512, L = 10, S = 16, E = 2, K = 4, V = 8192, D = E * H;
+  fprintf(f, "{\"architectures\": [\"MambaForCausalLM\"], \"model_type\": \"mamba\", \"hidden_size\": %d,\n"
+             " \"num_hidden_layers\": %d, \"state_size\": %d, \"expand\": %d, \"conv_kernel\": %d,\n"
+             " \"vocab_size\": %d, \"tie_word_embeddings\": true}\n", H, L, S, E, K, V);
+  fclose(f);
+  b->vocab = V;
+  if (write_data(b, data)) return 1;
+  printf("model: Mamba hidden %d, %d layers, state %d, expand %d, vocab %d (tied); batch %d x %d; %d threads\n",
+         H, L, S, E, V, b->batch, b->seq, b->threads);
+  snprintf(cmd, sizeof cmd,
+           "OMP_NUM_THREADS=%d '%s' train --model %s --data %s --steps %d --micro-batch %d --seq-len %d "
+           "--threads %d --zero 0 --summary false --plot false --log-every 1000 --metrics %s --out-dir %s > %s/train.log 2>&1",
+           b->threads, self_exe(), model, data, b->steps + 2, b->batch, b->seq, b->threads, metrics, dir, dir);
+  if (system(cmd) != 0) {
+    fprintf(stderr, "shardlm bench: the shardlm run failed; see %s/train.log\n", dir);
+    return 1;
+  }
+  int n = 0;
+  double tps = metric_mean(metrics, "tokens_per_s", 2, &n), step = metric_mean(metrics, "step_time_s", 2, NULL);
+  /* the scan kernels alone, at the model's shapes, same threads */
+  const sl_ops *ops = sl_ops_cpu();
+  sl_kctx *k = ops->ctx_create(b->threads);
+  int64_t B = b->batch, T = b->seq, chunk = 64, nch = (T + chunk - 1) / chunk;
+  size_t nd = (size_t)(B * T * D), ns = (size_t)(B * T * 2 * S);
+  float *u = sl_alloc(nd * 4, "u"), *dt = sl_alloc(nd * 4, "dt"), *y = sl_alloc(nd * 4, "y"),
+        *dy = sl_alloc(nd * 4, "dy"), *du = sl_alloc(nd * 4, "du"), *ddt = sl_alloc(nd * 4, "ddt"),
+        *bc = sl_alloc(ns * 4, "bc"), *dbc = sl_alloc(ns * 4, "dbc"), *al = sl_alloc((size_t)(D * S) * 4, "A"),
+        *dal = sl_alloc((size_t)(D * S) * 4, "dA"), *dp = sl_alloc((size_t)D * 4, "D"), *ddp = sl_alloc((size_t)D * 4, "dD"),
+        *ck = sl_alloc((size_t)(B * nch * D * S) * 4, "ckpt");
+  if (!u || !dt || !y || !dy || !du || !ddt || !bc || !dbc || !al || !dal || !dp || !ddp || !ck) return 1;
+  for (size_t i = 0; i < nd; i++) { u[i] = (float)((i * 37) % 101) * 0.01f - 0.5f; dt[i] = -2.0f; dy[i] = 0.01f; }
+  for (size_t i = 0; i < ns; i++) bc[i] = (float)((i * 13) % 29) * 0.02f - 0.3f;
+  for (int64_t i = 0; i < D * S; i++) al[i] = logf((float)(i % S + 1));
+  double tf = 1e30, tb = 1e30;
+  for (int rep = 0; rep < 3; rep++) {
+    double t0 = sl_now_s();
+    ops->scan_fwd(k, y, ck, u, dt, al, bc, bc + S, 2 * S, dp, B, T, D, S, chunk);
+    double t1 = sl_now_s();
+    ops->scan_bwd(k, du, ddt, dal, dbc, dbc + S, ddp, dy, u, dt, al, bc, bc + S, 2 * S, dp, ck, B, T, D, S, chunk);
+    double t2 = sl_now_s();
+    if (t1 - t0 < tf) tf = t1 - t0;
+    if (t2 - t1 < tb) tb = t2 - t1;
+  }
+  double scan = L * (tf + tb); /* forward + backward per layer, no recomputation */
+  printf("shardlm  (CPU backend): %8.0f tokens/s, %.3f s per step (mean of %d steps after 2 warmup)\n", tps, step, n);
+  printf("selective scan alone:   fwd %.4f s + bwd %.4f s per layer, x %d layers = %.3f s = %.0f%% of the step\n",
+         tf, tb, L, scan, 100 * scan / step);
+  printf("{\"bench\": \"mamba\", \"tokens_per_s\": %.1f, \"step_s\": %.4f, \"scan_s\": %.4f, \"scan_share\": %.3f}\n",
+         tps, step, scan, scan / step);
+  float *bufs[] = {u, dt, y, dy, du, ddt, bc, dbc, al, dal, dp, ddp, ck};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sl_free(bufs[i]);
+  ops->ctx_destroy(k);
+  return 0;
+}
+
 /* GEMM rate of the CPU backend (what MFU and the planner divide by). */
 static int bench_gemm(int argc, char **argv) {
   const sl_ops *ops = sl_ops_cpu();
@@ -327,7 +397,7 @@ static int bench_comm(int argc, char **argv) {
 
 int sl_tool_bench(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: shardlm bench train|zero|gemm|comm|adam|nvme [flags]\n  gemm/comm: --out FILE.json merges the figure for shardlm plan --measured\n"
+    fprintf(stderr, "usage: shardlm bench train|zero|mamba|gemm|comm|adam|nvme [flags]\n  gemm/comm: --out FILE.json merges the figure for shardlm plan --measured\n"
                     "  train/zero flags: --hidden --layers --heads --kv-heads --intermediate --vocab --batch --seq\n"
                     "                    --steps --threads --src SOURCE_DIR (for tools/bench_torch.py)\n");
     return 2;
@@ -347,6 +417,7 @@ int sl_tool_bench(int argc, char **argv) {
   if (parse(&b, argc - 1, argv + 1)) return 2;
   if (!strcmp(argv[1], "train")) return bench_train(&b);
   if (!strcmp(argv[1], "zero")) return bench_zero(&b);
+  if (!strcmp(argv[1], "mamba")) return bench_mamba(&b);
   fprintf(stderr, "shardlm bench: unknown benchmark '%s'\n", argv[1]);
   return 2;
 }
