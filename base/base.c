@@ -7,6 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static _Thread_local char g_err[2048];
 
@@ -148,4 +152,46 @@ void sl_mem_reset_peaks(void) {
   for (int i = 0; i < SL_ARENA_COUNT; i++) g_mem.peak[i] = g_mem.cur[i];
   g_mem.total_peak = g_mem.total_cur;
   pthread_mutex_unlock(&g_mem_mu);
+}
+
+/* ---- files ------------------------------------------------------------------ */
+int sl_write_all(int fd, const void *p, size_t n, const char *path) {
+  const uint8_t *q = p;
+  while (n) {
+    ssize_t w = write(fd, q, n > (1u << 30) ? (1u << 30) : n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return sl_fail(SL_EIO, "%s: write failed: %s", path, strerror(w < 0 ? errno : EIO));
+    q += w;
+    n -= (size_t)w;
+  }
+  return SL_OK;
+}
+
+void sl_fsync_parent(const char *path) {
+  char *d = strdup(path);
+  if (!d) return;
+  char *sl = strrchr(d, '/');
+  if (sl == d) sl[1] = 0;
+  else if (sl) *sl = 0;
+  else strcpy(d, ".");
+  int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
+  free(d);
+}
+
+int sl_mkdirs(const char *dir) {
+  char buf[4096];
+  snprintf(buf, sizeof buf, "%s", dir);
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    mkdir(buf, 0755);
+    *p = '/';
+  }
+  if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+    return sl_fail(SL_EIO, "%s: cannot create directory: %s", dir, strerror(errno));
+  return SL_OK;
 }

@@ -76,6 +76,14 @@ void sl_mem_set(sl_arena a, int64_t bytes);
 void sl_mem_get(sl_mem_stats *out);
 void sl_mem_reset_peaks(void); /* peak := current */
 
+/* ---- files ----------------------------------------------------------------- */
+/* Writes all n bytes (retrying short writes); SL_EIO naming path on failure. */
+int sl_write_all(int fd, const void *p, size_t n, const char *path);
+/* fsyncs the directory holding path (after a rename into it). */
+void sl_fsync_parent(const char *path);
+/* mkdir -p; SL_EIO naming the directory on failure. */
+int sl_mkdirs(const char *dir);
+
 #ifdef __cplusplus
 }
 #endif

@@ -160,7 +160,7 @@ int sl_ckpt_save(const char *ckpt_dir, const sl_ckpt_state *st, int keep_last) {
   memset(&wr, 0, sizeof wr);
   wr.fd = -1;
   if (rank == 0) {
-    rc = sl_ckio_mkdirs(ckpt_dir);
+    rc = sl_mkdirs(ckpt_dir);
     snprintf(tmp, sizeof tmp, "%s/.tmp-step-%lld-%016" PRIx64, ckpt_dir, (long long)st->step, rnd64());
     if (!rc && mkdir(tmp, 0755) != 0) rc = sl_fail(SL_EIO, "%s: cannot create: %s", tmp, strerror(errno));
   }

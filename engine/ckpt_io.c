@@ -91,19 +91,6 @@ uint64_t sl_xxh64(const void *p, size_t n, uint64_t seed) {
 }
 
 /* ---- small file helpers ------------------------------------------------------- */
-static int write_all(int fd, const void *p, size_t n, const char *path) {
-  const char *c = p;
-  while (n > 0) {
-    ssize_t w = write(fd, c, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return sl_fail(SL_EIO, "%s: write failed: %s", path, strerror(errno));
-    }
-    c += w;
-    n -= (size_t)w;
-  }
-  return SL_OK;
-}
 
 static int pread_all(int fd, void *p, size_t n, int64_t off, const char *path) {
   char *c = p;
@@ -130,19 +117,6 @@ int sl_ckio_fsync_path(const char *path) {
   return SL_OK;
 }
 
-int sl_ckio_mkdirs(const char *dir) {
-  char buf[4096];
-  snprintf(buf, sizeof buf, "%s", dir);
-  for (char *p = buf + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = 0;
-    mkdir(buf, 0755);
-    *p = '/';
-  }
-  if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-    return sl_fail(SL_EIO, "%s: cannot create directory: %s", dir, strerror(errno));
-  return SL_OK;
-}
 
 /* ---- frames --------------------------------------------------------------------- */
 #ifdef SL_USE_ZSTD
@@ -272,7 +246,7 @@ int sl_ckio_writer_add(sl_ckio_writer *w, int u, int64_t lo, int64_t hi, const f
     fr->bytes = n;
     fr->raw = (hi - lo) * 4;
     fr->xxh = sl_xxh64(buf, (size_t)n, 0);
-    rc = write_all(w->fd, buf, (size_t)n, w->path);
+    rc = sl_write_all(w->fd, buf, (size_t)n, w->path);
     if (!rc) {
       sl_xxh64_update(&w->h, buf, (size_t)n);
       w->meta.bytes += n;
@@ -680,7 +654,7 @@ int sl_ckio_manifest_load(const char *dir, sl_ckio_manifest *out) {
 static int write_text_file(const char *path, const char *text, size_t n) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return sl_fail(SL_EIO, "%s: cannot create: %s", path, strerror(errno));
-  int rc = write_all(fd, text, n, path);
+  int rc = sl_write_all(fd, text, n, path);
   if (!rc && fsync(fd) != 0) rc = sl_fail(SL_EIO, "%s: fsync failed: %s", path, strerror(errno));
   if (close(fd) != 0 && !rc) rc = sl_fail(SL_EIO, "%s: close failed: %s", path, strerror(errno));
   return rc;

@@ -129,7 +129,6 @@ int sl_ckio_verify_file(const char *dir, const sl_ckio_manifest *m, int i);
 int sl_ckio_manifest_load(const char *dir, sl_ckio_manifest *out);
 
 /* ---- directory ------------------------------------------------------------- */
-int sl_ckio_mkdirs(const char *dir);
 int sl_ckio_fsync_path(const char *path); /* file or directory */
 /* Writes DIR/manifest.json + manifest.json.xxh64, fsynced. */
 int sl_ckio_write_manifest(const char *dir, const sl_ckio_manifest *m);

@@ -348,32 +348,7 @@ struct sl_dataset_builder {
 };
 #define WBUF (1u << 20)
 
-static int write_all(int fd, const void *p, size_t n, const char *path) {
-  const uint8_t *q = p;
-  while (n) {
-    ssize_t w = write(fd, q, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return sl_fail(SL_EIO, "%s: write failed: %s", path, strerror(w < 0 ? errno : EIO));
-    q += w;
-    n -= (size_t)w;
-  }
-  return SL_OK;
-}
 
-static void fsync_parent(const char *path) {
-  char *d = strdup(path);
-  if (!d) return;
-  char *sl = strrchr(d, '/');
-  if (sl == d) sl[1] = 0;
-  else if (sl) *sl = 0;
-  else strcpy(d, ".");
-  int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
-  free(d);
-}
 
 static void builder_free(sl_dataset_builder *b) {
   if (b->fd >= 0) close(b->fd);
@@ -425,7 +400,7 @@ int sl_dataset_builder_create(const char *prefix, int dtype, sl_dataset_builder 
 }
 
 static int flush(sl_dataset_builder *b) {
-  int rc = write_all(b->fd, b->wbuf, b->wn, b->bin_tmp);
+  int rc = sl_write_all(b->fd, b->wbuf, b->wn, b->bin_tmp);
   b->wn = 0;
   return rc;
 }
@@ -500,13 +475,13 @@ int sl_dataset_builder_finish(sl_dataset_builder *b) {
   memcpy(hdr + 18, &ns, 8);
   memcpy(hdr + 26, &nd, 8);
   b->wn = 0;
-  if ((rc = write_all(fd, hdr, IDX_HDR, b->idx_tmp))) goto fail;
+  if ((rc = sl_write_all(fd, hdr, IDX_HDR, b->idx_tmp))) goto fail;
   /* sizes, pointers, doc index, each streamed through wbuf */
   for (int pass = 0; pass < 3 && !rc; pass++) {
     int64_t cnt = pass == 2 ? b->nseq + 1 : b->nseq, acc = 0;
     for (int64_t i = 0; i < cnt && !rc; i++) {
       if (b->wn + 8 > WBUF) {
-        rc = write_all(fd, b->wbuf, b->wn, b->idx_tmp);
+        rc = sl_write_all(fd, b->wbuf, b->wn, b->idx_tmp);
         b->wn = 0;
       }
       if (pass == 0) {
@@ -520,7 +495,7 @@ int sl_dataset_builder_finish(sl_dataset_builder *b) {
       }
     }
   }
-  if (!rc) rc = write_all(fd, b->wbuf, b->wn, b->idx_tmp);
+  if (!rc) rc = sl_write_all(fd, b->wbuf, b->wn, b->idx_tmp);
   if (rc) goto fail;
   if (fsync(fd) != 0 || close(fd) != 0) {
     fd = -1;
@@ -533,7 +508,7 @@ int sl_dataset_builder_finish(sl_dataset_builder *b) {
                  strerror(errno));
     goto fail;
   }
-  fsync_parent(b->idx_path);
+  sl_fsync_parent(b->idx_path);
   builder_free(b);
   return SL_OK;
 fail:

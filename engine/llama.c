@@ -47,35 +47,12 @@ typedef struct {
   float *dgu;       /* (N, 2I) */
   float *datt;      /* (N, A) */
   float *dqkv;      /* (N, Q) */
-  void **allocs;
-  int nallocs, capallocs;
-  int64_t act_bytes, ws_bytes;
 } llama_priv;
 
-static float *lp_alloc(sl_model *m, llama_priv *p, int64_t n, sl_arena arena) {
-  if (p->nallocs == p->capallocs) {
-    int nc = p->capallocs ? p->capallocs * 2 : 64;
-    void **na = realloc(p->allocs, sizeof(void *) * (size_t)nc);
-    if (!na) return NULL;
-    p->allocs = na;
-    p->capallocs = nc;
-  }
-  float *x = m->ops->alloc(m->k, (size_t)n * 4); /* backend memory */
-  if (!x) return NULL;
-  p->allocs[p->nallocs++] = x;
-  sl_mem_add(arena, n * 4);
-  if (arena == SL_ARENA_ACTS) p->act_bytes += n * 4;
-  else p->ws_bytes += n * 4;
-  return x;
-}
 
 static void llama_destroy(sl_model *m) {
   llama_priv *p = m->priv;
   if (!p) return;
-  for (int i = 0; i < p->nallocs; i++) m->ops->free(m->k, p->allocs[i]);
-  sl_mem_sub(SL_ARENA_ACTS, p->act_bytes);
-  sl_mem_sub(SL_ARENA_WORKSPACE, p->ws_bytes);
-  free(p->allocs);
   free(p->stream);
   free(p->la);
   free(p);
@@ -242,18 +219,18 @@ static const sl_model_vt llama_vt = {
 static int alloc_layer(sl_model *m, llama_priv *p, layer_acts *a, int attn, int rest) {
   int64_t N = p->N;
   if (attn) {
-    if (!(a->att = lp_alloc(m, p, N * p->A, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->lse = lp_alloc(m, p, N * p->nh, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->att = sl_model_buf(m, N * p->A, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->lse = sl_model_buf(m, N * p->nh, SL_ARENA_ACTS))) return SL_ENOMEM;
   }
   if (rest) {
-    if (!(a->ln1 = lp_alloc(m, p, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->rstd1 = lp_alloc(m, p, N, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->qkv = lp_alloc(m, p, N * p->Q, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->xmid = lp_alloc(m, p, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->ln2 = lp_alloc(m, p, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->rstd2 = lp_alloc(m, p, N, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->gu = lp_alloc(m, p, N * 2 * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->h = lp_alloc(m, p, N * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->ln1 = sl_model_buf(m, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->rstd1 = sl_model_buf(m, N, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->qkv = sl_model_buf(m, N * p->Q, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->xmid = sl_model_buf(m, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->ln2 = sl_model_buf(m, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->rstd2 = sl_model_buf(m, N, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->gu = sl_model_buf(m, N * 2 * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->h = sl_model_buf(m, N * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
   }
   return SL_OK;
 }
@@ -322,7 +299,7 @@ int sl_llama_create(sl_model *m) {
   p->la = calloc((size_t)p->L, sizeof(layer_acts));
   if (!p->stream || !p->la) return sl_fail(SL_ENOMEM, "out of memory");
   for (int64_t l = 0; l <= p->L; l++)
-    if (!(p->stream[l] = lp_alloc(m, p, N * C, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(p->stream[l] = sl_model_buf(m, N * C, SL_ARENA_ACTS))) return SL_ENOMEM;
   layer_acts shared = {0};
   if (m->ac == SL_AC_FULL) {
     if (alloc_layer(m, p, &shared, 1, 1)) return SL_ENOMEM;
@@ -337,16 +314,15 @@ int sl_llama_create(sl_model *m) {
       }
     }
   }
-  if (!(p->lnf = lp_alloc(m, p, N * C, SL_ARENA_ACTS)) || !(p->rstdf = lp_alloc(m, p, N, SL_ARENA_ACTS)) ||
-      !(p->lse_ce = lp_alloc(m, p, N, SL_ARENA_ACTS)) || !(p->losses = lp_alloc(m, p, N, SL_ARENA_ACTS)))
+  if (!(p->lnf = sl_model_buf(m, N * C, SL_ARENA_ACTS)) || !(p->rstdf = sl_model_buf(m, N, SL_ARENA_ACTS)) ||
+      !(p->lse_ce = sl_model_buf(m, N, SL_ARENA_ACTS)) || !(p->losses = sl_model_buf(m, N, SL_ARENA_ACTS)))
     return SL_ENOMEM;
-  if (!(p->dres = lp_alloc(m, p, N * C, SL_ARENA_WORKSPACE)) ||
-      !(p->dln = lp_alloc(m, p, N * C, SL_ARENA_WORKSPACE)) ||
-      !(p->dh = lp_alloc(m, p, N * p->I, SL_ARENA_WORKSPACE)) ||
-      !(p->dgu = lp_alloc(m, p, N * 2 * p->I, SL_ARENA_WORKSPACE)) ||
-      !(p->datt = lp_alloc(m, p, N * p->A, SL_ARENA_WORKSPACE)) ||
-      !(p->dqkv = lp_alloc(m, p, N * p->Q, SL_ARENA_WORKSPACE)))
+  if (!(p->dres = sl_model_buf(m, N * C, SL_ARENA_WORKSPACE)) ||
+      !(p->dln = sl_model_buf(m, N * C, SL_ARENA_WORKSPACE)) ||
+      !(p->dh = sl_model_buf(m, N * p->I, SL_ARENA_WORKSPACE)) ||
+      !(p->dgu = sl_model_buf(m, N * 2 * p->I, SL_ARENA_WORKSPACE)) ||
+      !(p->datt = sl_model_buf(m, N * p->A, SL_ARENA_WORKSPACE)) ||
+      !(p->dqkv = sl_model_buf(m, N * p->Q, SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
-  m->act_bytes = p->act_bytes;
   return SL_OK;
 }

@@ -68,35 +68,12 @@ typedef struct {
   float *dxz;        /* (N, 2D) */
   float *ddtr;       /* (N, R) */
   float *dbc;        /* (N, 2S) */
-  void **allocs;
-  int nallocs, capallocs;
-  int64_t act_bytes, ws_bytes;
 } mamba_priv;
 
-static float *mp_alloc(sl_model *m, mamba_priv *p, int64_t n, sl_arena arena) {
-  if (p->nallocs == p->capallocs) {
-    int nc = p->capallocs ? p->capallocs * 2 : 64;
-    void **na = realloc(p->allocs, sizeof(void *) * (size_t)nc);
-    if (!na) return NULL;
-    p->allocs = na;
-    p->capallocs = nc;
-  }
-  float *x = m->ops->alloc(m->k, (size_t)n * 4); /* backend memory */
-  if (!x) return NULL;
-  p->allocs[p->nallocs++] = x;
-  sl_mem_add(arena, n * 4);
-  if (arena == SL_ARENA_ACTS) p->act_bytes += n * 4;
-  else p->ws_bytes += n * 4;
-  return x;
-}
 
 static void mamba_destroy(sl_model *m) {
   mamba_priv *p = m->priv;
   if (!p) return;
-  for (int i = 0; i < p->nallocs; i++) m->ops->free(m->k, p->allocs[i]);
-  sl_mem_sub(SL_ARENA_ACTS, p->act_bytes);
-  sl_mem_sub(SL_ARENA_WORKSPACE, p->ws_bytes);
-  free(p->allocs);
   free(p->stream);
   free(p->la);
   free(p);
@@ -340,18 +317,18 @@ static const sl_model_vt mamba_vt = {
 static int alloc_layer(sl_model *m, mamba_priv *p, mlayer_acts *a, int big, int cheap, int64_t B) {
   int64_t N = p->N, H = p->H, D = p->D;
   if (big) {
-    if (!(a->ln = mp_alloc(m, p, N * H, SL_ARENA_ACTS)) || !(a->rstd = mp_alloc(m, p, N, SL_ARENA_ACTS)) ||
-        !(a->xz = mp_alloc(m, p, N * 2 * D, SL_ARENA_ACTS)) ||
-        !(a->xcp = mp_alloc(m, p, N * D, SL_ARENA_ACTS)) ||
-        !(a->dtr = mp_alloc(m, p, N * p->R, SL_ARENA_ACTS)) ||
-        !(a->bc = mp_alloc(m, p, N * 2 * p->S, SL_ARENA_ACTS)) ||
-        !(a->y = mp_alloc(m, p, N * D, SL_ARENA_ACTS)) ||
-        !(a->ckpt = mp_alloc(m, p, B * p->nch * D * p->S, SL_ARENA_ACTS)))
+    if (!(a->ln = sl_model_buf(m, N * H, SL_ARENA_ACTS)) || !(a->rstd = sl_model_buf(m, N, SL_ARENA_ACTS)) ||
+        !(a->xz = sl_model_buf(m, N * 2 * D, SL_ARENA_ACTS)) ||
+        !(a->xcp = sl_model_buf(m, N * D, SL_ARENA_ACTS)) ||
+        !(a->dtr = sl_model_buf(m, N * p->R, SL_ARENA_ACTS)) ||
+        !(a->bc = sl_model_buf(m, N * 2 * p->S, SL_ARENA_ACTS)) ||
+        !(a->y = sl_model_buf(m, N * D, SL_ARENA_ACTS)) ||
+        !(a->ckpt = sl_model_buf(m, B * p->nch * D * p->S, SL_ARENA_ACTS)))
       return SL_ENOMEM;
   }
   if (cheap) {
-    if (!(a->u = mp_alloc(m, p, N * D, SL_ARENA_ACTS)) || !(a->dtv = mp_alloc(m, p, N * D, SL_ARENA_ACTS)) ||
-        !(a->g = mp_alloc(m, p, N * D, SL_ARENA_ACTS)))
+    if (!(a->u = sl_model_buf(m, N * D, SL_ARENA_ACTS)) || !(a->dtv = sl_model_buf(m, N * D, SL_ARENA_ACTS)) ||
+        !(a->g = sl_model_buf(m, N * D, SL_ARENA_ACTS)))
       return SL_ENOMEM;
   }
   return SL_OK;
@@ -434,7 +411,7 @@ int sl_mamba_create(sl_model *m) {
   p->la = calloc((size_t)p->L, sizeof(mlayer_acts));
   if (!p->stream || !p->la) return sl_fail(SL_ENOMEM, "out of memory");
   for (int64_t l = 0; l <= p->L; l++)
-    if (!(p->stream[l] = mp_alloc(m, p, N * H, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(p->stream[l] = sl_model_buf(m, N * H, SL_ARENA_ACTS))) return SL_ENOMEM;
   mlayer_acts shared = {0};
   if (m->ac == SL_AC_FULL) {
     if (alloc_layer(m, p, &shared, 1, 1, m->B)) return SL_ENOMEM;
@@ -450,19 +427,18 @@ int sl_mamba_create(sl_model *m) {
       }
     }
   }
-  if (!(p->lnf = mp_alloc(m, p, N * H, SL_ARENA_ACTS)) || !(p->rstdf = mp_alloc(m, p, N, SL_ARENA_ACTS)) ||
-      !(p->lse_ce = mp_alloc(m, p, N, SL_ARENA_ACTS)) || !(p->losses = mp_alloc(m, p, N, SL_ARENA_ACTS)))
+  if (!(p->lnf = sl_model_buf(m, N * H, SL_ARENA_ACTS)) || !(p->rstdf = sl_model_buf(m, N, SL_ARENA_ACTS)) ||
+      !(p->lse_ce = sl_model_buf(m, N, SL_ARENA_ACTS)) || !(p->losses = sl_model_buf(m, N, SL_ARENA_ACTS)))
     return SL_ENOMEM;
-  if (!(p->dres = mp_alloc(m, p, N * H, SL_ARENA_WORKSPACE)) ||
-      !(p->dln = mp_alloc(m, p, N * H, SL_ARENA_WORKSPACE)) ||
-      !(p->dgx = mp_alloc(m, p, N * D, SL_ARENA_WORKSPACE)) ||
-      !(p->dy = mp_alloc(m, p, N * D, SL_ARENA_WORKSPACE)) ||
-      !(p->du = mp_alloc(m, p, N * D, SL_ARENA_WORKSPACE)) ||
-      !(p->ddtv = mp_alloc(m, p, N * D, SL_ARENA_WORKSPACE)) ||
-      !(p->dxz = mp_alloc(m, p, N * 2 * D, SL_ARENA_WORKSPACE)) ||
-      !(p->ddtr = mp_alloc(m, p, N * R, SL_ARENA_WORKSPACE)) ||
-      !(p->dbc = mp_alloc(m, p, N * 2 * S, SL_ARENA_WORKSPACE)))
+  if (!(p->dres = sl_model_buf(m, N * H, SL_ARENA_WORKSPACE)) ||
+      !(p->dln = sl_model_buf(m, N * H, SL_ARENA_WORKSPACE)) ||
+      !(p->dgx = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
+      !(p->dy = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
+      !(p->du = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
+      !(p->ddtv = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
+      !(p->dxz = sl_model_buf(m, N * 2 * D, SL_ARENA_WORKSPACE)) ||
+      !(p->ddtr = sl_model_buf(m, N * R, SL_ARENA_WORKSPACE)) ||
+      !(p->dbc = sl_model_buf(m, N * 2 * S, SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
-  m->act_bytes = p->act_bytes;
   return SL_OK;
 }

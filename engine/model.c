@@ -61,9 +61,30 @@ int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, i
   return SL_OK;
 }
 
+float *sl_model_buf(sl_model *m, int64_t n, sl_arena arena) {
+  if (m->nbufs == m->capbufs) {
+    int nc = m->capbufs ? m->capbufs * 2 : 64;
+    void **nb = realloc(m->bufs, sizeof(void *) * (size_t)nc);
+    if (!nb) return NULL;
+    m->bufs = nb;
+    m->capbufs = nc;
+  }
+  float *x = m->ops->alloc(m->k, (size_t)n * 4);
+  if (!x) return NULL;
+  m->bufs[m->nbufs++] = x;
+  sl_mem_add(arena, n * 4);
+  m->buf_bytes[arena == SL_ARENA_ACTS ? 0 : 1] += n * 4;
+  if (arena == SL_ARENA_ACTS) m->act_bytes += n * 4;
+  return x;
+}
+
 void sl_model_destroy(sl_model *m) {
   if (!m) return;
   if (m->vt && m->vt->destroy) m->vt->destroy(m);
+  for (int i = 0; i < m->nbufs; i++) m->ops->free(m->k, m->bufs[i]);
+  sl_mem_sub(SL_ARENA_ACTS, m->buf_bytes[0]);
+  sl_mem_sub(SL_ARENA_WORKSPACE, m->buf_bytes[1]);
+  free(m->bufs);
   free(m->units);
   free(m->pinned);
   free(m);
@@ -165,23 +186,10 @@ static int save_fill(void *vctx, int64_t index, const sl_st_wtensor *wt, float *
   return SL_OK;
 }
 
-static int mkdir_p(const char *dir) {
-  char buf[4096];
-  snprintf(buf, sizeof buf, "%s", dir);
-  for (char *p = buf + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = 0;
-    mkdir(buf, 0755);
-    *p = '/';
-  }
-  if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-    return sl_fail(SL_EIO, "%s: cannot create directory: %s", dir, strerror(errno));
-  return SL_OK;
-}
 
 int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void *ctx,
                   int64_t max_shard_bytes) {
-  int rc = mkdir_p(dir);
+  int rc = sl_mkdirs(dir);
   if (rc) return rc;
   int nt = 0;
   for (int u = 0; u < m->nunits; u++) nt += m->units[u].ntensors;

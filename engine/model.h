@@ -16,6 +16,7 @@
 
 #include "engine/hfconfig.h"
 #include "engine/safetensors.h"
+#include "base/base.h"
 #include "kernels/kernels.h"
 
 #ifdef __cplusplus
@@ -85,6 +86,10 @@ struct sl_model {
   double loss_sum;           /* sum of token losses of the micro-batch */
   int64_t act_bytes;         /* activation bytes held (acts arena) */
   void *priv;                /* architecture state */
+  /* backend buffers of the architecture, freed by sl_model_destroy */
+  void **bufs;
+  int nbufs, capbufs;
+  int64_t buf_bytes[2];      /* acts, workspace */
 };
 
 /* Builds the model for cfg (dispatch on cfg->arch): unit specs, activations
@@ -110,6 +115,10 @@ int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void
 
 int64_t sl_model_num_params(const sl_model *m); /* real parameters */
 int64_t sl_model_max_unit_numel(const sl_model *m);
+
+/* For model files: n floats of zeroed backend memory counted in arena
+ * (SL_ARENA_ACTS or SL_ARENA_WORKSPACE), freed with the model. */
+float *sl_model_buf(sl_model *m, int64_t n, sl_arena arena);
 
 /* Spec-building helper for model files: appends a tensor to a unit. */
 void sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2,

@@ -632,32 +632,7 @@ static int sb_json_string(sbuf *b, const char *s) {
   return r | sb_str(b, "\"");
 }
 
-static int write_all(int fd, const void *p, size_t n, const char *path) {
-  const uint8_t *q = p;
-  while (n) {
-    ssize_t w = write(fd, q, n > (1u << 30) ? (1u << 30) : n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return sl_fail(SL_EIO, "%s: write failed: %s", path, strerror(w < 0 ? errno : EIO));
-    q += w;
-    n -= (size_t)w;
-  }
-  return SL_OK;
-}
 
-static void fsync_parent(const char *path) {
-  char *d = strdup(path);
-  if (!d) return;
-  char *sl = strrchr(d, '/');
-  if (sl == d) sl[1] = 0;
-  else if (sl) *sl = 0;
-  else strcpy(d, ".");
-  int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
-  free(d);
-}
 
 static int64_t wt_bytes(const sl_st_wtensor *t) {
   int64_t n = 1;
@@ -743,7 +718,7 @@ static int write_one(const char *path, const sl_st_wtensor *ts, int64_t n, int64
     goto done;
   }
   uint64_t hl = h.n;
-  if ((rc = write_all(fd, &hl, 8, tmp)) || (rc = write_all(fd, h.p, h.n, tmp))) goto done;
+  if ((rc = sl_write_all(fd, &hl, 8, tmp)) || (rc = sl_write_all(fd, h.p, h.n, tmp))) goto done;
   for (int64_t i = 0; i < n; i++) {
     int64_t numel = wt_bytes(&ts[i]) / (ts[i].dtype == SL_ST_BF16 ? 2 : 4);
     if (numel == 0) continue;
@@ -752,12 +727,12 @@ static int write_one(const char *path, const sl_st_wtensor *ts, int64_t n, int64
       goto done;
     }
     if (ts[i].dtype == SL_ST_F32) {
-      if ((rc = write_all(fd, buf, (size_t)numel * 4, tmp))) goto done;
+      if ((rc = sl_write_all(fd, buf, (size_t)numel * 4, tmp))) goto done;
     } else {
       for (int64_t j = 0; j < numel; j += (int64_t)cvt_cap) {
         int64_t m = numel - j < (int64_t)cvt_cap ? numel - j : (int64_t)cvt_cap;
         for (int64_t k = 0; k < m; k++) cvt[k] = sl_f32_to_bf16(buf[j + k]);
-        if ((rc = write_all(fd, cvt, (size_t)m * 2, tmp))) goto done;
+        if ((rc = sl_write_all(fd, cvt, (size_t)m * 2, tmp))) goto done;
       }
     }
   }
@@ -775,7 +750,7 @@ static int write_one(const char *path, const sl_st_wtensor *ts, int64_t n, int64
     rc = sl_fail(SL_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
     goto done;
   }
-  fsync_parent(path);
+  sl_fsync_parent(path);
 done:
   if (fd >= 0) close(fd);
   if (rc && tmp) unlink(tmp);
@@ -847,13 +822,13 @@ static int write_text_atomic(const char *path, const char *text) {
     free(tmp);
     return rc;
   }
-  if (!(rc = write_all(fd, text, strlen(text), tmp)) && fsync(fd) != 0)
+  if (!(rc = sl_write_all(fd, text, strlen(text), tmp)) && fsync(fd) != 0)
     rc = sl_fail(SL_EIO, "%s: fsync failed: %s", tmp, strerror(errno));
   if (close(fd) != 0 && !rc) rc = sl_fail(SL_EIO, "%s: close failed: %s", tmp, strerror(errno));
   if (!rc && rename(tmp, path) != 0)
     rc = sl_fail(SL_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
   if (rc) unlink(tmp);
-  else fsync_parent(path);
+  else sl_fsync_parent(path);
   free(tmp);
   return rc;
 }

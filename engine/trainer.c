@@ -64,19 +64,6 @@ typedef struct {
 } trainer;
 
 /* ---- helpers -------------------------------------------------------------- */
-static int mkdirs(const char *dir) {
-  char buf[4096];
-  snprintf(buf, sizeof buf, "%s", dir);
-  for (char *p = buf + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = 0;
-    mkdir(buf, 0755);
-    *p = '/';
-  }
-  if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-    return sl_fail(SL_EIO, "%s: cannot create directory: %s", dir, strerror(errno));
-  return SL_OK;
-}
 
 double sl_lr_at(const sl_train_cfg *c, int64_t s) {
   if (c->warmup > 0 && s < c->warmup) return c->lr * (double)(s + 1) / (double)c->warmup;
@@ -394,7 +381,7 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
     snprintf(dir, sizeof dir, "%s/data", c->out_dir);
     snprintf(prefix, sizeof prefix, "%s/corpus", dir);
     if (t->rank == 0) {
-      rc = mkdirs(dir);
+      rc = sl_mkdirs(dir);
       if (!rc) rc = sl_prepare_text_mem("built-in corpus", sl_builtin_corpus, sl_builtin_corpus_len, prefix, NULL);
     }
     int all = rc;
@@ -784,7 +771,7 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   if (rc) goto done;
   sl_train_cfg *c = &t.cfg;
   if (t.rank == 0) {
-    if ((rc = mkdirs(c->out_dir))) goto bcast;
+    if ((rc = sl_mkdirs(c->out_dir))) goto bcast;
     if (c->metrics[0]) snprintf(t.metrics_path, sizeof t.metrics_path, "%s", c->metrics);
     else snprintf(t.metrics_path, sizeof t.metrics_path, "%s/metrics.jsonl", c->out_dir);
     t.metrics = fopen(t.metrics_path, c->resume ? "a" : "w");

@@ -3,12 +3,12 @@
 # -fsanitize=fuzzer,address,undefined) for the safetensors header parser,
 # the Megatron .idx parser, config.json parsing and the checkpoint manifest
 # parser, seeds them with valid and invalid inputs from
-# tests/fuzz/gen_corpus.py, and runs each for SL_FUZZ_SECONDS (default 20)
+# tests/fuzz/gen_corpus.py, and runs each for SL_FUZZ_SECONDS (default 60, about a minute each as the issue asks)
 # seconds. Any crash, leak or sanitizer report fails. Skipped (77) without
 # clang + libFuzzer. SL_FUZZ_KEEP=DIR keeps corpora and artifacts there.
 set -u
 : "${SL_SRC:?}"
-SECS=${SL_FUZZ_SECONDS:-20}
+SECS=${SL_FUZZ_SECONDS:-60}
 CC=${SL_FUZZ_CC:-clang}
 command -v $CC >/dev/null || { echo "no clang: skipped"; exit 77; }
 W=${SL_FUZZ_KEEP:-$(mktemp -d /tmp/sl_fuzz.XXXXXX)}

@@ -53,6 +53,11 @@ run hsdp2 4 3 1 --zero 2 --shard-group 2 && check hsdp2 hsdp --exact
 run acsel 2 3 2 --zero 3 --activation-checkpoint selective && check acsel w2z3 --exact
 run acfull 2 3 2 --zero 3 --activation-checkpoint full && check acfull w2z3 --exact
 run nors 2 3 2 --zero 3 --reshard-after-forward false && check nors w2z3 --exact
+# bf16 gathers and reductions: every stage still gives the same bits, and
+# the losses stay near the fp32 run
+run bf0 2 3 2 --zero 0 --param-dtype bf16 --reduce-dtype bf16
+run bf3 2 3 2 --zero 3 --param-dtype bf16 --reduce-dtype bf16 && check bf3 bf0 --exact
+check bf3 w2z3 --rtol 2e-2 --loss-only
 # tied embeddings (the embedding unit is used by the head) under ZeRO-3
 sed -i 's/"tie_word_embeddings": false/"tie_word_embeddings": true/' "$W/model/config.json"
 run tbase 1 3 4 --zero 0

@@ -140,7 +140,7 @@ static int to_ckpt(const char *hf, const char *ck, int W, int Z, int S, int64_t 
   int rc = load_specs(hf, &m);
   if (!rc && (rc = sl_st_open_dir(hf, &set)) == SL_OK && !set)
     rc = sl_fail(SL_EINPUT, "%s: no model.safetensors or model.safetensors.index.json", hf);
-  if (!rc) rc = sl_ckio_mkdirs(ck);
+  if (!rc) rc = sl_mkdirs(ck);
   if (!rc) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

@@ -4,7 +4,7 @@ parameters (safetensors in an HF directory), with a relative tolerance or
 bit-exactly (--exact). Exit 0 when they agree, 1 otherwise; prints the
 worst difference either way.
 
-usage: compare.py RUN_A RUN_B [--rtol 1e-5] [--exact]
+usage: compare.py RUN_A RUN_B [--rtol 1e-5] [--exact] [--loss-only]
 RUN is a directory holding metrics.jsonl and model/ (model.safetensors)."""
 import json
 import struct
@@ -51,6 +51,10 @@ def main():
         ok &= la == lb
     else:
         ok &= worst_loss <= rtol
+    if "--loss-only" in args:
+        ok = worst_loss <= rtol
+        print(f"{'OK  ' if ok else 'FAIL'} {a} vs {b} (losses, rtol {rtol:g}): worst loss diff {worst_loss:.3g}")
+        return 0 if ok else 1
     pa = read_safetensors(a + "/model/model.safetensors")
     pb = read_safetensors(b + "/model/model.safetensors")
     if sorted(pa) != sorted(pb):
