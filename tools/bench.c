@@ -312,6 +312,36 @@ static int bench_mamba(bench_cfg *b) {
   return 0;
 }
 
+/* A Llama-2-7B-shaped stack (hidden 4096, 32 heads, intermediate 11008,
+ * vocab 32000, seq 4096) with --layers layers on the CUDA backend: tokens/s
+ * and MFU against 989 TFLOPS (H100/H200 dense bf16). */
+static int bench_gpu(bench_cfg *b) {
+  char dir[] = "/tmp/shardlm-bench.XXXXXX";
+  if (!mkdtemp(dir)) return 1;
+  char model[4200], data[4200], metrics[4200], cmd[16384];
+  snprintf(model, sizeof model, "%s/model", dir);
+  snprintf(data, sizeof data, "%s/data", dir);
+  snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
+  if (write_model(b, model) || write_data(b, data)) return 1;
+  printf("model: Llama hidden %d, %d layers, %d/%d heads, intermediate %d, vocab %d; batch %d x %d; CUDA backend\n",
+         b->hidden, b->layers, b->heads, b->kv_heads, b->inter, b->vocab, b->batch, b->seq);
+  snprintf(cmd, sizeof cmd,
+           "'%s' train --backend cuda --model %s --data %s --steps %d --micro-batch %d --seq-len %d --zero 3 "
+           "--activation-checkpoint selective --peak-tflops 989 --summary true --plot false --log-every 1000 "
+           "--metrics %s --out-dir %s > %s/train.log 2>&1",
+           self_exe(), model, data, b->steps + 2, b->batch, b->seq, metrics, dir, dir);
+  if (system(cmd) != 0) {
+    fprintf(stderr, "shardlm bench gpu: the run failed; see %s/train.log\n", dir);
+    return 1;
+  }
+  int n = 0;
+  double tps = metric_mean(metrics, "tokens_per_s", 2, &n), mfu = metric_mean(metrics, "mfu", 2, NULL);
+  printf("shardlm (CUDA backend): %.0f tokens/s, MFU %.1f%% of 989 TFLOPS (mean of %d steps after 2 warmup); "
+         "peak bytes %lld\n", tps, 100 * mfu, n, (long long)metric_last_arena(metrics, "total"));
+  printf("{\"bench\": \"gpu\", \"tokens_per_s\": %.1f, \"mfu\": %.4f}\n", tps, mfu);
+  return 0;
+}
+
 /* GEMM rate of the CPU backend (what MFU and the planner divide by). */
 static int bench_gemm(int argc, char **argv) {
   const sl_ops *ops = sl_ops_cpu();
@@ -396,11 +426,12 @@ static int bench_comm(int argc, char **argv) {
 }
 
 int sl_tool_bench(int argc, char **argv) {
-  if (argc < 2) {
-    fprintf(stderr, "usage: shardlm bench train|zero|mamba|gemm|comm|adam|nvme [flags]\n  gemm/comm: --out FILE.json merges the figure for shardlm plan --measured\n"
+  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    fprintf(stderr, "usage: shardlm bench train|zero|mamba|gpu|gemm|comm|adam|nvme [flags]\n  gemm/comm: --out FILE.json merges the figure for shardlm plan --measured\n"
                     "  train/zero flags: --hidden --layers --heads --kv-heads --intermediate --vocab --batch --seq\n"
-                    "                    --steps --threads --src SOURCE_DIR (for tools/bench_torch.py)\n");
-    return 2;
+                    "                    --steps --threads --src SOURCE_DIR (for tools/bench_torch.py)\n"
+                    "  gpu: a Llama-2-7B-shaped stack on --backend cuda (--layers, --batch, --seq, --steps)\n");
+    return argc < 2 ? 2 : 0;
   }
   if (!strcmp(argv[1], "adam") || !strcmp(argv[1], "nvme")) {
     if (!sl_bench_offload_main) {
@@ -418,6 +449,11 @@ int sl_tool_bench(int argc, char **argv) {
   if (!strcmp(argv[1], "train")) return bench_train(&b);
   if (!strcmp(argv[1], "zero")) return bench_zero(&b);
   if (!strcmp(argv[1], "mamba")) return bench_mamba(&b);
+  if (!strcmp(argv[1], "gpu")) {
+    bench_cfg g = {4096, 4, 32, 32, 11008, 32000, 1, 4096, 5, 0, 1, "."};
+    if (parse(&g, argc - 1, argv + 1)) return 2;
+    return bench_gpu(&g);
+  }
   fprintf(stderr, "shardlm bench: unknown benchmark '%s'\n", argv[1]);
   return 2;
 }
