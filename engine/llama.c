@@ -36,10 +36,7 @@ typedef struct {
   int tied;
   float **stream;   /* (L+1) x (N, C): input of block l; stream[L] feeds the head */
   layer_acts *la;   /* (L) */
-  float *lnf;       /* (N, C) */
-  float *rstdf;     /* (N) */
-  float *lse_ce;    /* (N) */
-  float *losses;    /* (N) */
+  sl_lm_head head;  /* final norm + LM head + cross-entropy */
   /* backward scratch (workspace) */
   float *dres;      /* (N, C) gradient of the residual stream */
   float *dln;       /* (N, C) */
@@ -103,13 +100,6 @@ static void block_forward(sl_model *m, llama_priv *p, const float *flat, const f
   }
 }
 
-static int head_weight(sl_model *m, llama_priv *p, const float *flat, const float **W) {
-  if (!p->tied) {
-    *W = flat + p->C;
-    return SL_OK;
-  }
-  return m->access.params(m->access.user, 0, W);
-}
 
 static int llama_fwd(sl_model *m, int u, const float *flat) {
   llama_priv *p = m->priv;
@@ -125,13 +115,7 @@ static int llama_fwd(sl_model *m, int u, const float *flat) {
     block_forward(m, p, flat, p->stream[l], &p->la[l], p->stream[l + 1]);
     return SL_OK;
   }
-  const float *W;
-  int rc = head_weight(m, p, flat, &W);
-  if (rc) return rc;
-  o->rmsnorm_fwd(k, p->lnf, p->rstdf, p->stream[p->L], flat, N, C, p->eps);
-  o->lmhead_ce_fwd(k, p->losses, p->lse_ce, p->lnf, W, m->targets, N, C, p->V);
-  m->loss_sum += o->sum(k, p->losses, N);
-  return SL_OK;
+  return sl_lm_head_fwd(m, &p->head, flat, p->stream[p->L]);
 }
 
 static int llama_bwd(sl_model *m, int u, const float *flat, float *grads) {
@@ -139,22 +123,8 @@ static int llama_bwd(sl_model *m, int u, const float *flat, float *grads) {
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
   int64_t N = p->N, C = p->C;
-  if (u == p->L + 1) { /* head: starts the backward pass */
-    const float *W;
-    float *dW;
-    int rc = head_weight(m, p, flat, &W);
-    if (rc) return rc;
-    if (p->tied) {
-      if ((rc = m->access.grads(m->access.user, 0, &dW))) return rc;
-    } else {
-      dW = grads + C;
-    }
-    m->ops->zero(m->k, p->dres, (size_t)(N * C) * 4);
-    m->ops->zero(m->k, p->dln, (size_t)(N * C) * 4);
-    o->lmhead_ce_bwd(k, p->dln, dW, p->lnf, W, m->targets, p->lse_ce, m->loss_scale, N, C, p->V);
-    o->rmsnorm_bwd(k, p->dres, grads, p->dln, p->stream[p->L], flat, p->rstdf, N, C);
-    return SL_OK;
-  }
+  if (u == p->L + 1) /* head: starts the backward pass */
+    return sl_lm_head_bwd(m, &p->head, flat, grads, p->stream[p->L], p->dres, p->dln);
   if (u == 0) {
     o->embedding_bwd(k, grads, p->dres, m->tokens, N, C);
     return SL_OK;
@@ -189,12 +159,7 @@ static int llama_bwd(sl_model *m, int u, const float *flat, float *grads) {
 
 static int llama_logits(sl_model *m, float *out) {
   llama_priv *p = m->priv;
-  const float *W;
-  int rc = m->access.params(m->access.user, p->tied ? 0 : (int)p->L + 1, &W);
-  if (rc) return rc;
-  if (!p->tied) W += p->C;
-  m->ops->linear_fwd(m->k, out, p->lnf, W, NULL, p->N, p->C, p->V);
-  return SL_OK;
+  return sl_lm_head_logits(m, &p->head, out);
 }
 
 static int64_t llama_flops(const sl_model *m, int64_t T) {
@@ -314,9 +279,7 @@ int sl_llama_create(sl_model *m) {
       }
     }
   }
-  if (!(p->lnf = sl_model_buf(m, N * C, SL_ARENA_ACTS)) || !(p->rstdf = sl_model_buf(m, N, SL_ARENA_ACTS)) ||
-      !(p->lse_ce = sl_model_buf(m, N, SL_ARENA_ACTS)) || !(p->losses = sl_model_buf(m, N, SL_ARENA_ACTS)))
-    return SL_ENOMEM;
+  if (sl_lm_head_init(m, &p->head, C, p->V, p->eps, p->tied, (int)p->L + 1)) return SL_ENOMEM;
   if (!(p->dres = sl_model_buf(m, N * C, SL_ARENA_WORKSPACE)) ||
       !(p->dln = sl_model_buf(m, N * C, SL_ARENA_WORKSPACE)) ||
       !(p->dh = sl_model_buf(m, N * p->I, SL_ARENA_WORKSPACE)) ||

@@ -54,10 +54,7 @@ typedef struct {
   block_offsets off;
   float **stream;    /* (L+1) x (N, H): input of block l; stream[L] feeds the head */
   mlayer_acts *la;   /* (L) */
-  float *lnf;        /* (N, H) */
-  float *rstdf;      /* (N) */
-  float *lse_ce;     /* (N) */
-  float *losses;     /* (N) */
+  sl_lm_head head;  /* final norm + LM head + cross-entropy */
   /* backward scratch (workspace), reused by every layer */
   float *dres;       /* (N, H) gradient of the residual stream */
   float *dln;        /* (N, H) */
@@ -131,13 +128,6 @@ static void block_recompute_cheap(sl_model *m, mamba_priv *p, const float *flat,
   o->gate_fwd(m->k, a->g, a->y, a->xz + D, 2 * D, N, D);
 }
 
-static int head_weight(sl_model *m, mamba_priv *p, const float *flat, const float **W) {
-  if (!p->tied) {
-    *W = flat + p->H;
-    return SL_OK;
-  }
-  return m->access.params(m->access.user, 0, W);
-}
 
 static int mamba_fwd(sl_model *m, int u, const float *flat) {
   mamba_priv *p = m->priv;
@@ -153,13 +143,7 @@ static int mamba_fwd(sl_model *m, int u, const float *flat) {
     block_forward(m, p, flat, p->stream[l], &p->la[l], p->stream[l + 1]);
     return SL_OK;
   }
-  const float *W;
-  int rc = head_weight(m, p, flat, &W);
-  if (rc) return rc;
-  o->rmsnorm_fwd(k, p->lnf, p->rstdf, p->stream[p->L], flat, N, H, p->eps);
-  o->lmhead_ce_fwd(k, p->losses, p->lse_ce, p->lnf, W, m->targets, N, H, p->V);
-  m->loss_sum += o->sum(k, p->losses, N);
-  return SL_OK;
+  return sl_lm_head_fwd(m, &p->head, flat, p->stream[p->L]);
 }
 
 static void zero(sl_model *m, float *x, int64_t n) { m->ops->zero(m->k, x, (size_t)n * sizeof(float)); }
@@ -169,22 +153,8 @@ static int mamba_bwd(sl_model *m, int u, const float *flat, float *grads) {
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
   int64_t N = p->N, H = p->H, D = p->D, S = p->S, R = p->R;
-  if (u == p->L + 1) { /* head: starts the backward pass */
-    const float *W;
-    float *dW;
-    int rc = head_weight(m, p, flat, &W);
-    if (rc) return rc;
-    if (p->tied) {
-      if ((rc = m->access.grads(m->access.user, 0, &dW))) return rc;
-    } else {
-      dW = grads + H;
-    }
-    zero(m, p->dres, N * H);
-    zero(m, p->dln, N * H);
-    o->lmhead_ce_bwd(k, p->dln, dW, p->lnf, W, m->targets, p->lse_ce, m->loss_scale, N, H, p->V);
-    o->rmsnorm_bwd(k, p->dres, grads, p->dln, p->stream[p->L], flat, p->rstdf, N, H);
-    return SL_OK;
-  }
+  if (u == p->L + 1) /* head: starts the backward pass */
+    return sl_lm_head_bwd(m, &p->head, flat, grads, p->stream[p->L], p->dres, p->dln);
   if (u == 0) {
     o->embedding_bwd(k, grads, p->dres, m->tokens, N, H);
     return SL_OK;
@@ -233,12 +203,7 @@ static int mamba_bwd(sl_model *m, int u, const float *flat, float *grads) {
 
 static int mamba_logits(sl_model *m, float *out) {
   mamba_priv *p = m->priv;
-  const float *W;
-  int rc = m->access.params(m->access.user, p->tied ? 0 : (int)p->L + 1, &W);
-  if (rc) return rc;
-  if (!p->tied) W += p->H;
-  m->ops->linear_fwd(m->k, out, p->lnf, W, NULL, p->N, p->H, p->V);
-  return SL_OK;
+  return sl_lm_head_logits(m, &p->head, out);
 }
 
 static int64_t mamba_flops(const sl_model *m, int64_t T) {
@@ -427,9 +392,7 @@ int sl_mamba_create(sl_model *m) {
       }
     }
   }
-  if (!(p->lnf = sl_model_buf(m, N * H, SL_ARENA_ACTS)) || !(p->rstdf = sl_model_buf(m, N, SL_ARENA_ACTS)) ||
-      !(p->lse_ce = sl_model_buf(m, N, SL_ARENA_ACTS)) || !(p->losses = sl_model_buf(m, N, SL_ARENA_ACTS)))
-    return SL_ENOMEM;
+  if (sl_lm_head_init(m, &p->head, H, p->V, p->eps, p->tied, (int)p->L + 1)) return SL_ENOMEM;
   if (!(p->dres = sl_model_buf(m, N * H, SL_ARENA_WORKSPACE)) ||
       !(p->dln = sl_model_buf(m, N * H, SL_ARENA_WORKSPACE)) ||
       !(p->dgx = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||

@@ -110,6 +110,62 @@ int64_t sl_model_max_unit_numel(const sl_model *m) {
   return n;
 }
 
+/* ---- the shared LM head unit ------------------------------------------------ */
+int sl_lm_head_init(sl_model *m, sl_lm_head *h, int64_t C, int64_t V, float eps, int tied, int unit) {
+  h->N = m->B * m->T;
+  h->C = C;
+  h->V = V;
+  h->eps = eps;
+  h->tied = tied;
+  h->unit = unit;
+  if (!(h->lnf = sl_model_buf(m, h->N * C, SL_ARENA_ACTS)) || !(h->rstdf = sl_model_buf(m, h->N, SL_ARENA_ACTS)) ||
+      !(h->lse = sl_model_buf(m, h->N, SL_ARENA_ACTS)) || !(h->losses = sl_model_buf(m, h->N, SL_ARENA_ACTS)))
+    return SL_ENOMEM;
+  return SL_OK;
+}
+
+static int head_weight(sl_model *m, const sl_lm_head *h, const float *flat, const float **W) {
+  if (!h->tied) {
+    *W = flat + h->C;
+    return SL_OK;
+  }
+  return m->access.params(m->access.user, 0, W);
+}
+
+int sl_lm_head_fwd(sl_model *m, sl_lm_head *h, const float *flat, const float *x) {
+  const float *W;
+  int rc = head_weight(m, h, flat, &W);
+  if (rc) return rc;
+  m->ops->rmsnorm_fwd(m->k, h->lnf, h->rstdf, x, flat, h->N, h->C, h->eps);
+  m->ops->lmhead_ce_fwd(m->k, h->losses, h->lse, h->lnf, W, m->targets, h->N, h->C, h->V);
+  m->loss_sum += m->ops->sum(m->k, h->losses, h->N);
+  return SL_OK;
+}
+
+int sl_lm_head_bwd(sl_model *m, sl_lm_head *h, const float *flat, float *grads, const float *x,
+                   float *dres, float *dln) {
+  const float *W;
+  float *dW = grads + h->C;
+  int rc = head_weight(m, h, flat, &W);
+  if (!rc && h->tied) rc = m->access.grads(m->access.user, 0, &dW);
+  if (rc) return rc;
+  size_t bytes = (size_t)(h->N * h->C) * 4;
+  m->ops->zero(m->k, dres, bytes);
+  m->ops->zero(m->k, dln, bytes);
+  m->ops->lmhead_ce_bwd(m->k, dln, dW, h->lnf, W, m->targets, h->lse, m->loss_scale, h->N, h->C, h->V);
+  m->ops->rmsnorm_bwd(m->k, dres, grads, dln, x, flat, h->rstdf, h->N, h->C);
+  return SL_OK;
+}
+
+int sl_lm_head_logits(sl_model *m, sl_lm_head *h, float *out) {
+  const float *W;
+  int rc = m->access.params(m->access.user, h->tied ? 0 : h->unit, &W);
+  if (rc) return rc;
+  if (!h->tied) W += h->C;
+  m->ops->linear_fwd(m->k, out, h->lnf, W, NULL, h->N, h->C, h->V);
+  return SL_OK;
+}
+
 /* ---- deterministic init: one stream per (seed, tensor name) ---------------- */
 static uint64_t splitmix(uint64_t *s) {
   uint64_t z = (*s += 0x9e3779b97f4a7c15ull);

@@ -120,6 +120,28 @@ int64_t sl_model_max_unit_numel(const sl_model *m);
  * (SL_ARENA_ACTS or SL_ARENA_WORKSPACE), freed with the model. */
 float *sl_model_buf(sl_model *m, int64_t n, sl_arena arena);
 
+/* The last unit every language model shares: final RMSNorm (C) then, when
+ * untied, lm_head (V, C) in its flat buffer; the fused chunked LM head +
+ * cross-entropy. Tied models read (and add the gradient into) unit 0 through
+ * m->access. */
+typedef struct {
+  int64_t N, C, V;
+  float eps;
+  int tied, unit;  /* unit: the head's own index */
+  float *lnf;      /* (N, C) normalised input of the head */
+  float *rstdf;    /* (N) */
+  float *lse;      /* (N) log-sum-exp of each row's logits */
+  float *losses;   /* (N) */
+} sl_lm_head;
+/* Allocates the head's activations (sl_model_buf). */
+int sl_lm_head_init(sl_model *m, sl_lm_head *h, int64_t C, int64_t V, float eps, int tied, int unit);
+/* x (N, C): the residual stream; adds the batch's token losses to m->loss_sum. */
+int sl_lm_head_fwd(sl_model *m, sl_lm_head *h, const float *flat, const float *x);
+/* dres (N, C) := gradient of x; grads: the head's flat gradient; dln (N, C) scratch. */
+int sl_lm_head_bwd(sl_model *m, sl_lm_head *h, const float *flat, float *grads, const float *x,
+                   float *dres, float *dln);
+int sl_lm_head_logits(sl_model *m, sl_lm_head *h, float *out);
+
 /* Spec-building helper for model files: appends a tensor to a unit. */
 void sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2,
                  int decay, sl_init_kind init, float std);
