@@ -7,10 +7,10 @@
 # exp_avg_sq of every tensor) is bit-identical to what A itself loads;
 # (2) master equals `convert --to-hf` of the checkpoint, tensor by tensor;
 # (3) the continued losses (steps 7..12) match the uninterrupted run to 1e-5.
-# Pairs (A zero -> B zero): 1(z0)->3(z3), 3(z3)->2(z1), 2(z1)->4(z2, shard
-# group 2, hybrid), 4(z3)->1(z0) — every size is a source and a target, odd
-# sizes that do not divide the units' padded lengths are included; all 12
-# pairs would need 12 more launches on a 2-core machine.
+# All 12 ordered pairs of world sizes 1-4, each loading with a different
+# ZeRO stage than the source wrote (and hybrid sharding, shard group 2, for
+# two of the pairs into world 4); odd sizes that do not divide the units'
+# padded lengths are included.
 set -u
 : "${SL_BUILD:?}" "${SL_SRC:?}"
 command -v mpirun >/dev/null || { echo "no mpirun: skipped"; exit 77; }
@@ -66,7 +66,8 @@ for A in 1 2 3 4; do # source runs, and what each source loads itself
   $SL_BUILD/shardlm convert --from-ckpt $W/ck$A --model-config $W/model --to-hf $W/hf$A > /dev/null || exit 1
   cmp_py master $W/dump$A.$A.safetensors $W/hf$A/model.safetensors || fail=1
 done
-for pair in "1 3 3" "3 2 1" "2 4 2 --shard-group 2" "4 1 0"; do
+for pair in "1 2 3" "1 3 3" "1 4 2 --shard-group 2" "2 1 3" "2 3 0" "2 4 2 --shard-group 2" \
+            "3 1 1" "3 2 1" "3 4 0" "4 1 0" "4 2 2" "4 3 1"; do
   set -- $pair; A=$1; B=$2; ZB=$3; shift 3
   echo "world $A (ZeRO-${ZOF[$A]}) -> world $B (ZeRO-$ZB $*):"
   rm -rf $W/ckr; cp -r $W/ck$A $W/ckr
