@@ -123,7 +123,8 @@ static int cmd_train(int argc, char **argv, int dump) {
   sl_log_set_rank(rank, size);
   rc = dump ? sl_train_dump(&cfg, world, out) : sl_train_run(&cfg, world);
   if (rc) {
-    fprintf(stderr, "%sshardlm: %s\n", size > 1 ? (rank == 0 ? "[rank 0] " : "[rank >0] ") : "", sl_errmsg());
+    if (size > 1) fprintf(stderr, "[rank %d] shardlm: %s\n", rank, sl_errmsg());
+    else fprintf(stderr, "shardlm: %s\n", sl_errmsg());
     fflush(stderr);
     if (size > 1) sl_comm_abort(exit_code(rc)); /* others may wait in a collective */
   }
