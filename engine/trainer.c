@@ -360,6 +360,11 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
     threads = (int)(ncpu / local_ranks());
     if (threads < 1) threads = 1;
   }
+  if (t->ops != sl_ops_cpu() && !getenv("SL_CUDA_DEVICE")) { /* one GPU per local rank */
+    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (!lr) lr = getenv("SLURM_LOCALID");
+    if (lr) setenv("SL_CUDA_DEVICE", lr, 0);
+  }
   t->k = t->ops->ctx_create(threads);
   if (!t->k) return sl_fail(SL_ENOMEM, "cannot create the compute context");
 

@@ -87,8 +87,16 @@ static sl_kctx *cuda_ctx_create(int threads) {
   }
   const char *tf = getenv("SL_CUDA_TF32");
   c->tf32 = tf && atoi(tf) == 1;
-  const char *what = "cudaGetDevice";
-  cudaError_t e = cudaGetDevice(&c->device);
+  /* SL_CUDA_DEVICE (set by the trainer from the rank's local index) picks
+   * the device; otherwise the current one */
+  const char *dev = getenv("SL_CUDA_DEVICE");
+  const char *what = "cudaSetDevice";
+  cudaError_t e = cudaSuccess;
+  if (dev && *dev) {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0) e = cudaSetDevice(atoi(dev) % ndev);
+  }
+  if (e == cudaSuccess) what = "cudaGetDevice", e = cudaGetDevice(&c->device);
   cublasStatus_t be = CUBLAS_STATUS_SUCCESS;
   if (e == cudaSuccess) what = "cudaStreamCreate", e = cudaStreamCreate(&c->stream);
   if (e == cudaSuccess) what = "cudaMalloc(cuBLASLt workspace)", e = cudaMalloc(&c->lt_ws, SL_CUDA_LT_WS_BYTES);
