@@ -250,21 +250,14 @@ int sl_llama_create(sl_model *m) {
     ADD("mlp.down_proj.weight", 2, C, p->I, 1, SL_INIT_NORMAL);
 #undef ADD
   }
-  sl_unit_spec *h = &m->units[m->nunits - 1];
-  snprintf(h->kind, sizeof h->kind, "head");
-  h->layer = -1;
-  sl_unit_add(h, "model.norm.weight", 1, C, 0, 0, 0, SL_INIT_ONES, std);
-  if (!p->tied) sl_unit_add(h, "lm_head.weight", 2, p->V, C, 0, 1, SL_INIT_NORMAL, std);
-  else m->pinned[0] = 1;
+  sl_lm_head_spec(m, "model.norm.weight", C, p->V, p->tied, SL_INIT_NORMAL, std);
 
   if (m->B == 0) return SL_OK; /* specs only */
   /* activations */
   int64_t N = p->N;
-  p->stream = calloc((size_t)(p->L + 1), sizeof(float *));
+  p->stream = sl_model_stream(m, p->L, C);
   p->la = calloc((size_t)p->L, sizeof(layer_acts));
   if (!p->stream || !p->la) return sl_fail(SL_ENOMEM, "out of memory");
-  for (int64_t l = 0; l <= p->L; l++)
-    if (!(p->stream[l] = sl_model_buf(m, N * C, SL_ARENA_ACTS))) return SL_ENOMEM;
   layer_acts shared = {0};
   if (m->ac == SL_AC_FULL) {
     if (alloc_layer(m, p, &shared, 1, 1)) return SL_ENOMEM;

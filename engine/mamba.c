@@ -362,21 +362,14 @@ int sl_mamba_create(sl_model *m) {
     if (p->use_bias) { ADD(b_out, "mixer.out_proj.bias", 1, H, 0, 0, 0, SL_INIT_ZEROS); }
 #undef ADD
   }
-  sl_unit_spec *h = &m->units[m->nunits - 1];
-  snprintf(h->kind, sizeof h->kind, "head");
-  h->layer = -1;
-  sl_unit_add(h, "backbone.norm_f.weight", 1, H, 0, 0, 0, SL_INIT_ONES, std);
-  if (!p->tied) sl_unit_add(h, "lm_head.weight", 2, p->V, H, 0, 1, SL_INIT_CUSTOM, std);
-  else m->pinned[0] = 1;
+  sl_lm_head_spec(m, "backbone.norm_f.weight", H, p->V, p->tied, SL_INIT_CUSTOM, std);
 
   if (m->B == 0) return SL_OK; /* specs only */
   /* activations */
   int64_t N = p->N;
-  p->stream = calloc((size_t)(p->L + 1), sizeof(float *));
+  p->stream = sl_model_stream(m, p->L, H);
   p->la = calloc((size_t)p->L, sizeof(mlayer_acts));
   if (!p->stream || !p->la) return sl_fail(SL_ENOMEM, "out of memory");
-  for (int64_t l = 0; l <= p->L; l++)
-    if (!(p->stream[l] = sl_model_buf(m, N * H, SL_ARENA_ACTS))) return SL_ENOMEM;
   mlayer_acts shared = {0};
   if (m->ac == SL_AC_FULL) {
     if (alloc_layer(m, p, &shared, 1, 1, m->B)) return SL_ENOMEM;

@@ -111,6 +111,27 @@ int64_t sl_model_max_unit_numel(const sl_model *m) {
 }
 
 /* ---- the shared LM head unit ------------------------------------------------ */
+void sl_lm_head_spec(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied,
+                     sl_init_kind head_init, float std) {
+  sl_unit_spec *h = &m->units[m->nunits - 1];
+  snprintf(h->kind, sizeof h->kind, "head");
+  h->layer = -1;
+  sl_unit_add(h, norm_name, 1, C, 0, 0, 0, SL_INIT_ONES, std);
+  if (!tied) sl_unit_add(h, "lm_head.weight", 2, V, C, 0, 1, head_init, std);
+  else m->pinned[0] = 1;
+}
+
+float **sl_model_stream(sl_model *m, int64_t L, int64_t C) {
+  float **s = calloc((size_t)(L + 1), sizeof(float *));
+  if (!s) return NULL;
+  for (int64_t l = 0; l <= L; l++)
+    if (!(s[l] = sl_model_buf(m, m->B * m->T * C, SL_ARENA_ACTS))) {
+      free(s);
+      return NULL;
+    }
+  return s;
+}
+
 int sl_lm_head_init(sl_model *m, sl_lm_head *h, int64_t C, int64_t V, float eps, int tied, int unit) {
   h->N = m->B * m->T;
   h->C = C;

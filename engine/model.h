@@ -133,6 +133,13 @@ typedef struct {
   float *lse;      /* (N) log-sum-exp of each row's logits */
   float *losses;   /* (N) */
 } sl_lm_head;
+/* Declares the head unit's tensors (norm_name (C), then lm_head.weight (V, C)
+ * when untied; tied: pins unit 0, whose weight the head reads). */
+void sl_lm_head_spec(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied,
+                     sl_init_kind head_init, float std);
+/* The residual stream: L+1 buffers of (B*T, C), input of each block and of
+ * the head (sl_model_buf); NULL when out of memory. */
+float **sl_model_stream(sl_model *m, int64_t L, int64_t C);
 /* Allocates the head's activations (sl_model_buf). */
 int sl_lm_head_init(sl_model *m, sl_lm_head *h, int64_t C, int64_t V, float eps, int tied, int unit);
 /* x (N, C): the residual stream; adds the batch's token losses to m->loss_sum. */
