@@ -1,0 +1,608 @@
+/* tests/cuda_emu/emu.cpp — the CUDA emulator's runtime: CUDA threads as
+ * fibers, the block scheduler with its barrier / warp-primitive checks, and
+ * the runtime API on host memory (include/cuda_runtime.h, include/sl_emu.h).
+ *
+ * A launch runs its blocks in order; a block's fibers run in a shuffled order
+ * (fixed seed: reproducible), each until it blocks at __syncthreads or a warp
+ * primitive or ends. When no fiber can run, the scheduler releases what is
+ * complete: a warp primitive once every lane of its mask waits at one with
+ * the same kind, mask and width (results exchanged here); a barrier once
+ * every thread of the block waits at the same __syncthreads. Otherwise the
+ * kernel is wrong and the launch fails with a message naming the launch
+ * site, the block, the thread and the source line: a barrier some threads
+ * skip or exited before, different barriers, a mask naming an exited,
+ * missing or elsewhere-waiting lane, a lane outside its own mask, a shuffle
+ * reading a lane outside the mask. The shuffled order makes a missing
+ * barrier read stale shared data. The failed launch's fibers are abandoned.
+ *
+ * Context switch: a few lines of x86-64 assembly (callee-saved registers and
+ * the stack pointer), ucontext elsewhere; ASan is told about every switch. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include <map>
+#include <vector>
+
+#include "cuda_runtime.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SL_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SL_EMU_ASAN 1
+#endif
+#endif
+#ifdef SL_EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+uint3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+
+/* ---- context switch: save callee-saved state on the current stack, store
+ * its stack pointer in *save, continue on the stack `to` ------------------- */
+#if defined(__x86_64__)
+extern "C" void sl_emu_switch(void **save, void *to);
+asm(".text\n.globl sl_emu_switch\n.hidden sl_emu_switch\n.type sl_emu_switch,@function\n"
+    "sl_emu_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n.size sl_emu_switch,.-sl_emu_switch\n");
+#else
+#include <ucontext.h>
+static void sl_emu_switch(void **save, void *to) {
+  ucontext_t self;
+  *save = &self;
+  swapcontext(&self, (ucontext_t *)to);
+}
+#endif
+
+namespace sl_emu {
+namespace {
+enum State { RUN, BAR, WARP, DONE };
+struct Fiber {
+  char *stk = nullptr; /* kStack bytes above a guard page */
+  void *sp = nullptr;  /* saved stack pointer (or ucontext) while suspended */
+  void *fake = nullptr; /* ASan fake stack */
+  State state = DONE;
+  uint3 tid{};
+  int lane = 0;
+  const char *file = ""; /* where it waits */
+  int line = 0;
+  int kind = 0, arg = 0, width = 32; /* warp primitive */
+  unsigned mask = 0;
+  uint64_t val = 0, res = 0;
+};
+constexpr size_t kStack = 256 << 10, kGuard = 4096;
+
+struct Emu {
+  std::vector<Fiber> f;
+  std::vector<int> order;
+  Fiber *cur = nullptr;
+  void *sched_sp = nullptr, *sched_fake = nullptr;
+  const void *main_bottom = nullptr;
+  size_t main_size = 0;
+  void (*run)(void *) = nullptr;
+  void *arg = nullptr;
+  launch_cfg cfg{};
+  char *dyn = nullptr;
+  bool failed = false, dirty = false;
+  uint64_t rng = 0x9e3779b97f4a7c15ull;
+} E;
+
+cudaError_t g_err = cudaSuccess, g_msg_err = cudaSuccess;
+char g_msg[1024];
+
+cudaError_t set_error(cudaError_t e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+cudaError_t set_error(cudaError_t e, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(g_msg, sizeof g_msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "cuda-emu: %s\n", g_msg);
+  g_err = g_msg_err = e;
+  return e;
+}
+
+/* A kernel error: names the launch, the block and (when given) the thread. */
+void fail(const Fiber *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void fail(const Fiber *f, const char *fmt, ...) {
+  char what[640], who[96] = "";
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  if (f) snprintf(who, sizeof who, ", thread (%u,%u,%u)", f->tid.x, f->tid.y, f->tid.z);
+  set_error(cudaErrorLaunchFailure, "kernel launched at %s:%d, block (%u,%u,%u)%s: %s", E.cfg.file,
+            E.cfg.line, blockIdx.x, blockIdx.y, blockIdx.z, who, what);
+  E.failed = true;
+}
+
+void to_sched(bool exiting) {
+  Fiber *f = E.cur;
+#ifdef SL_EMU_ASAN
+  __sanitizer_start_switch_fiber(exiting ? nullptr : &f->fake, E.main_bottom, E.main_size);
+#endif
+  sl_emu_switch(&f->sp, E.sched_sp);
+#ifdef SL_EMU_ASAN
+  __sanitizer_finish_switch_fiber(f->fake, nullptr, nullptr);
+#endif
+  (void)exiting;
+}
+
+void fiber_main() {
+#ifdef SL_EMU_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, &E.main_bottom, &E.main_size);
+#endif
+  E.run(E.arg);
+  E.cur->state = DONE;
+  to_sched(true);
+  abort(); /* never resumed */
+}
+
+void to_fiber(Fiber *f) {
+  E.cur = f;
+  threadIdx = f->tid;
+#ifdef SL_EMU_ASAN
+  __sanitizer_start_switch_fiber(&E.sched_fake, f->stk, kStack);
+#endif
+  sl_emu_switch(&E.sched_sp, f->sp);
+#ifdef SL_EMU_ASAN
+  __sanitizer_finish_switch_fiber(E.sched_fake, nullptr, nullptr);
+#endif
+  E.cur = nullptr;
+}
+
+void fiber_start(Fiber &f) {
+#if defined(__x86_64__)
+  void **sp = (void **)(f.stk + kStack);
+  *--sp = nullptr;              /* fiber_main's return address: never used */
+  *--sp = (void *)&fiber_main;  /* popped by sl_emu_switch's ret */
+  for (int i = 0; i < 6; i++) *--sp = nullptr; /* rbp rbx r12-r15 */
+  f.sp = sp;
+#else
+  ucontext_t *uc = (ucontext_t *)(f.stk + kStack - sizeof(ucontext_t)); /* top of its stack */
+  getcontext(uc);
+  uc->uc_stack.ss_sp = f.stk;
+  uc->uc_stack.ss_size = kStack - sizeof(ucontext_t) - 64;
+  uc->uc_link = nullptr;
+  makecontext(uc, fiber_main, 0);
+  f.sp = uc;
+#endif
+  f.fake = nullptr;
+  f.state = RUN;
+}
+
+const char *op_name(int kind) {
+  static const char *const n[] = {"__shfl_sync", "__shfl_xor_sync", "__shfl_up_sync",
+                                  "__shfl_down_sync", "__ballot_sync", "__any_sync",
+                                  "__all_sync", "__syncwarp"};
+  return n[kind];
+}
+
+/* Lane j's source lane for a shuffle of width w (CUDA's rules). */
+int shfl_src(const Fiber &o, int j) {
+  int w = o.width, base = j & ~(w - 1);
+  switch (o.kind) {
+  case W_IDX: return base + (o.arg & (w - 1));
+  case W_XOR: return (j ^ o.arg) < base + w ? (j ^ o.arg) : j;
+  case W_UP: return (j & (w - 1)) >= o.arg ? j - o.arg : j;
+  case W_DOWN: return (j & (w - 1)) + o.arg < w ? j + o.arg : j;
+  }
+  return j;
+}
+
+/* Completes every warp primitive whose mask has fully arrived. */
+bool release_warps(int n) {
+  bool any = false;
+  for (int w0 = 0; w0 < n; w0 += 32) {
+    int nl = n - w0 < 32 ? n - w0 : 32;
+    Fiber *w = &E.f[w0];
+    for (int l = 0; l < nl; l++) {
+      if (w[l].state != WARP) continue;
+      const Fiber &a = w[l];
+      bool ready = true;
+      for (int j = 0; j < 32; j++) {
+        if (!(a.mask >> j & 1)) continue;
+        if (j >= nl)
+          return fail(&a, "%s (%s:%d): mask 0x%08x names lane %d, which does not exist (%d threads)",
+                      op_name(a.kind), a.file, a.line, a.mask, j, n), false;
+        const Fiber &o = w[j];
+        if (o.state == DONE)
+          return fail(&a, "%s (%s:%d): mask 0x%08x names lane %d, which has exited",
+                      op_name(a.kind), a.file, a.line, a.mask, j), false;
+        if (o.state != WARP) ready = false;
+        else if (o.mask != a.mask || o.kind != a.kind || o.width != a.width)
+          return fail(&a, "lanes %d and %d meet at different warp primitives: %s mask 0x%08x width %d "
+                      "(%s:%d) and %s mask 0x%08x width %d (%s:%d)", l, j, op_name(a.kind), a.mask,
+                      a.width, a.file, a.line, op_name(o.kind), o.mask, o.width, o.file, o.line), false;
+      }
+      if (!ready) continue;
+      uint64_t ballot = 0;
+      for (int j = 0; j < 32; j++)
+        if (a.mask >> j & 1) ballot |= (uint64_t)(w[j].val != 0) << j;
+      for (int j = 0; j < 32; j++) {
+        if (!(a.mask >> j & 1)) continue;
+        Fiber &o = w[j];
+        if (a.kind <= W_DOWN) {
+          int s = shfl_src(o, j);
+          if (!(a.mask >> s & 1))
+            return fail(&o, "%s (%s:%d): lane %d reads lane %d, which is not in mask 0x%08x",
+                        op_name(a.kind), o.file, o.line, j, s, a.mask), false;
+          o.res = w[s].val;
+        } else {
+          o.res = a.kind == W_BALLOT ? ballot : a.kind == W_ANY ? ballot != 0 : ballot == a.mask;
+        }
+      }
+      for (int j = 0; j < 32; j++)
+        if (a.mask >> j & 1) w[j].state = RUN;
+      any = true;
+    }
+  }
+  return any;
+}
+
+/* Releases the block barrier when every thread waits at the same one. */
+bool release_barrier(int n) {
+  const Fiber *first = nullptr;
+  int waiting = 0, done = 0;
+  for (int i = 0; i < n; i++) {
+    const Fiber &f = E.f[i];
+    if (f.state == WARP) return false;
+    if (f.state == DONE) done++;
+    if (f.state != BAR) continue;
+    waiting++;
+    if (!first) first = &f;
+    else if (f.line != first->line || strcmp(f.file, first->file) != 0)
+      return fail(&f, "threads wait at different __syncthreads: this one at %s:%d, thread "
+                  "(%u,%u,%u) at %s:%d", f.file, f.line, first->tid.x, first->tid.y,
+                  first->tid.z, first->file, first->line), false;
+  }
+  if (!waiting) return false;
+  if (done)
+    return fail(first, "__syncthreads at %s:%d is reached by %d of %d threads; %d exited before "
+                "it (a barrier must be reached by every thread of the block)", first->file,
+                first->line, waiting, n, done), false;
+  for (int i = 0; i < n; i++) E.f[i].state = RUN;
+  return true;
+}
+
+/* Nothing can run and nothing completes: name a waiter and what it waits for. */
+void deadlock(int n) {
+  for (int i = 0; i < n; i++) {
+    const Fiber &a = E.f[i];
+    if (a.state != WARP) continue;
+    int w0 = i & ~31;
+    for (int j = 0; j < 32; j++) {
+      if (!(a.mask >> j & 1) || E.f[w0 + j].state == WARP) continue;
+      const Fiber &o = E.f[w0 + j];
+      return fail(&a, "deadlock: %s (%s:%d, mask 0x%08x) waits for lane %d, which waits at "
+                  "__syncthreads (%s:%d)", op_name(a.kind), a.file, a.line, a.mask, j, o.file,
+                  o.line);
+    }
+  }
+  fail(nullptr, "deadlock: no thread can continue");
+}
+
+uint64_t xorshift() {
+  E.rng ^= E.rng << 13;
+  E.rng ^= E.rng >> 7;
+  E.rng ^= E.rng << 17;
+  return E.rng;
+}
+
+void run_block(int n) {
+  const dim3 b = E.cfg.block;
+  for (int i = 0; i < n; i++) {
+    Fiber &f = E.f[i];
+    fiber_start(f);
+    f.tid = {i % b.x, (i / b.x) % b.y, i / (b.x * b.y)};
+    f.lane = i % 32;
+  }
+  for (;;) {
+    E.order.clear();
+    for (int i = 0; i < n; i++)
+      if (E.f[i].state == RUN) E.order.push_back(i);
+    for (size_t i = E.order.size(); i > 1; i--) std::swap(E.order[i - 1], E.order[xorshift() % i]);
+    for (int i : E.order) {
+      to_fiber(&E.f[i]);
+      if (E.failed) return;
+    }
+    bool alive = false;
+    for (int i = 0; i < n && !alive; i++) alive = E.f[i].state != DONE;
+    if (!alive) return;
+    if (release_warps(n) || E.failed) continue;
+    if (release_barrier(n) || E.failed) continue;
+    return deadlock(n);
+  }
+}
+
+Fiber *current(const char *what, const char *file, int line) {
+  if (!E.cur) {
+    fprintf(stderr, "cuda-emu: %s:%d: %s called outside a kernel\n", file, line, what);
+    abort();
+  }
+  return E.cur;
+}
+
+struct Alloc {
+  size_t bytes;
+  bool pinned;
+};
+std::map<uintptr_t, Alloc> g_mem; /* device (and pinned host) allocations by start */
+
+struct Timer {
+  int magic;
+  double t;
+};
+constexpr int kStreamMagic = 0x57e4, kEventMagic = 0xe7e4;
+struct StreamObj {
+  int magic;
+};
+} // namespace
+
+/* ---- device side --------------------------------------------------------- */
+void syncthreads(const char *file, int line) {
+  Fiber *f = current("__syncthreads", file, line);
+  f->state = BAR, f->file = file, f->line = line;
+  to_sched(false);
+}
+
+uint64_t warp_op(int kind, unsigned mask, uint64_t val, int arg, int width, const char *file,
+                 int line) {
+  Fiber *f = current(op_name(kind), file, line);
+  if (!(mask >> f->lane & 1))
+    fail(f, "%s (%s:%d): lane %d is not in its own mask 0x%08x", op_name(kind), file, line,
+         f->lane, mask);
+  else if (width < 1 || width > 32 || (width & (width - 1)))
+    fail(f, "%s (%s:%d): width %d is not a power of two <= 32", op_name(kind), file, line, width);
+  f->state = WARP, f->file = file, f->line = line;
+  f->kind = kind, f->mask = mask, f->val = val, f->arg = arg, f->width = width;
+  to_sched(false); /* after a failure: never resumed */
+  return f->res;
+}
+
+void *dyn_smem() { return E.dyn; }
+
+bool device_range(const void *p, size_t bytes) {
+  uintptr_t a = (uintptr_t)p;
+  auto it = g_mem.upper_bound(a);
+  if (it == g_mem.begin()) return false;
+  --it;
+  return a >= it->first && a + bytes <= it->first + it->second.bytes;
+}
+
+void launch(const launch_cfg &c, void (*run)(void *), void *arg) {
+  const dim3 g = c.grid, b = c.block;
+  unsigned long n = (unsigned long)b.x * b.y * b.z;
+  if (E.cur) {
+    fail(E.cur, "kernel launch at %s:%d from device code is not emulated", c.file, c.line);
+    return;
+  }
+  if (!n || n > 1024 || b.x > 1024 || b.y > 1024 || b.z > 64 || !g.x || !g.y || !g.z ||
+      g.x > 0x7fffffffu || g.y > 65535 || g.z > 65535 || c.smem > (48u << 10)) {
+    set_error(cudaErrorInvalidConfiguration, "launch at %s:%d: invalid configuration: grid "
+              "(%u,%u,%u) block (%u,%u,%u) dynamic shared memory %zu bytes (<= 48 KiB)", c.file,
+              c.line, g.x, g.y, g.z, b.x, b.y, b.z, c.smem);
+    return;
+  }
+  if (c.stream && ((StreamObj *)c.stream)->magic != kStreamMagic) {
+    set_error(cudaErrorInvalidResourceHandle, "launch at %s:%d: invalid stream", c.file, c.line);
+    return;
+  }
+  while (E.f.size() < n) {
+    Fiber f;
+    char *m = (char *)mmap(nullptr, kStack + kGuard, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) {
+      set_error(cudaErrorMemoryAllocation, "launch at %s:%d: no memory for fiber stacks", c.file,
+                c.line);
+      return;
+    }
+    mprotect(m, kGuard, PROT_NONE); /* a stack overflow faults */
+    f.stk = m + kGuard;
+    E.f.push_back(f);
+  }
+#ifdef SL_EMU_ASAN
+  if (E.dirty) /* frames of abandoned fibers are still poisoned */
+    for (Fiber &f : E.f) ASAN_UNPOISON_MEMORY_REGION(f.stk, kStack);
+#endif
+  E.dirty = false;
+  E.cfg = c, E.run = run, E.arg = arg, E.failed = false;
+  gridDim = g, blockDim = b;
+  for (unsigned z = 0; z < g.z && !E.failed; z++)
+    for (unsigned y = 0; y < g.y && !E.failed; y++)
+      for (unsigned x = 0; x < g.x && !E.failed; x++) {
+        blockIdx = {x, y, z};
+        E.dyn = (char *)malloc(c.smem ? c.smem : 1); /* exact size: ASan bounds it */
+        memset(E.dyn, 0xff, c.smem);                 /* uninitialised reads give NaN */
+        run_block((int)n);
+        free(E.dyn);
+        E.dyn = nullptr;
+      }
+  E.dirty = E.failed;
+}
+} // namespace sl_emu
+
+/* ---- runtime API ------------------------------------------------------------ */
+using sl_emu::set_error;
+using sl_emu::g_mem;
+
+cudaError_t cudaGetLastError() {
+  cudaError_t e = sl_emu::g_err;
+  sl_emu::g_err = cudaSuccess;
+  return e;
+}
+cudaError_t cudaPeekAtLastError() { return sl_emu::g_err; }
+const char *cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+  case cudaSuccess: return "cudaSuccess";
+  case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+  case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+  case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+  case cudaErrorNoDevice: return "cudaErrorNoDevice";
+  case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+  case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+  case cudaErrorNotReady: return "cudaErrorNotReady";
+  case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+  }
+  return "cudaErrorUnknown";
+}
+const char *cudaGetErrorString(cudaError_t e) {
+  static char buf[1200];
+  if (e == cudaSuccess) return "no error";
+  snprintf(buf, sizeof buf, "%s%s%s", cudaGetErrorName(e), e == sl_emu::g_msg_err ? ": " : "",
+           e == sl_emu::g_msg_err ? sl_emu::g_msg : "");
+  return buf;
+}
+
+cudaError_t cudaGetDeviceCount(int *n) { return n ? (*n = 1, cudaSuccess) : cudaErrorInvalidValue; }
+cudaError_t cudaSetDevice(int dev) {
+  return dev == 0 ? cudaSuccess : set_error(cudaErrorInvalidDevice, "cudaSetDevice(%d): one device", dev);
+}
+cudaError_t cudaGetDevice(int *dev) { return dev ? (*dev = 0, cudaSuccess) : cudaErrorInvalidValue; }
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev) {
+  if (!p || dev != 0) return set_error(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d)", dev);
+  *p = cudaDeviceProp{"cuda-emu (CPU fibers)", (size_t)16 << 30, 48 << 10, 32, 1024, 1, 9, 0};
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t *fr, size_t *total) {
+  if (fr) *fr = (size_t)16 << 30;
+  if (total) *total = (size_t)16 << 30;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaRuntimeGetVersion(int *v) { return v ? (*v = 13000, cudaSuccess) : cudaErrorInvalidValue; }
+cudaError_t cudaDriverGetVersion(int *v) { return v ? (*v = 13000, cudaSuccess) : cudaErrorInvalidValue; }
+
+static cudaError_t emu_alloc(void **p, size_t bytes, bool pinned, const char *fn) {
+  if (!p) return set_error(cudaErrorInvalidValue, "%s: NULL result pointer", fn);
+  *p = nullptr;
+  void *q = nullptr;
+  if (bytes > ((size_t)16 << 30) || posix_memalign(&q, 256, bytes ? bytes : 1))
+    return set_error(cudaErrorMemoryAllocation, "%s(%zu bytes): out of memory", fn, bytes);
+  memset(q, 0xff, bytes); /* NaN: reads of never-written memory show */
+  g_mem[(uintptr_t)q] = {bytes, pinned};
+  *p = q;
+  return cudaSuccess;
+}
+static cudaError_t emu_free(void *p, bool pinned, const char *fn) {
+  if (!p) return cudaSuccess;
+  auto it = g_mem.find((uintptr_t)p);
+  if (it == g_mem.end() || it->second.pinned != pinned)
+    return set_error(cudaErrorInvalidValue, "%s(%p): not a pointer from %s", fn, p,
+                     pinned ? "cudaMallocHost" : "cudaMalloc");
+  g_mem.erase(it);
+  free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaMalloc(void **p, size_t bytes) { return emu_alloc(p, bytes, false, "cudaMalloc"); }
+cudaError_t cudaFree(void *p) { return emu_free(p, false, "cudaFree"); }
+cudaError_t cudaMallocHost(void **p, size_t bytes) { return emu_alloc(p, bytes, true, "cudaMallocHost"); }
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned) { return emu_alloc(p, bytes, true, "cudaHostAlloc"); }
+cudaError_t cudaFreeHost(void *p) { return emu_free(p, true, "cudaFreeHost"); }
+
+static bool bad_stream(cudaStream_t s) {
+  return s && ((sl_emu::StreamObj *)s)->magic != sl_emu::kStreamMagic;
+}
+static cudaError_t check_dev(const void *p, size_t bytes, const char *fn, const char *what) {
+  if (sl_emu::device_range(p, bytes)) return cudaSuccess;
+  return set_error(cudaErrorInvalidValue, "%s: %s [%p, +%zu bytes) is not inside one device "
+                   "allocation", fn, what, p, bytes);
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind k,
+                            cudaStream_t s) {
+  if (bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: bad stream");
+  if (!bytes) return cudaSuccess;
+  cudaError_t e = cudaSuccess;
+  if (k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice)
+    e = check_dev(dst, bytes, "cudaMemcpy", "destination");
+  if (!e && (k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice))
+    e = check_dev(src, bytes, "cudaMemcpy", "source");
+  if (!e && (!dst || !src)) e = set_error(cudaErrorInvalidValue, "cudaMemcpy: NULL pointer");
+  if (!e) memcpy(dst, src, bytes); /* overlap is an error: ASan says so */
+  return e;
+}
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind k) {
+  return cudaMemcpyAsync(dst, src, bytes, k, 0);
+}
+cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s) {
+  if (bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaMemsetAsync: bad stream");
+  if (!bytes) return cudaSuccess;
+  cudaError_t e = check_dev(p, bytes, "cudaMemset", "destination");
+  if (!e) memset(p, v, bytes);
+  return e;
+}
+cudaError_t cudaMemset(void *p, int v, size_t bytes) { return cudaMemsetAsync(p, v, bytes, 0); }
+cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int v, size_t width, size_t height,
+                              cudaStream_t s) {
+  if (bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaMemset2DAsync: bad stream");
+  if (!width || !height) return cudaSuccess;
+  if (width > pitch)
+    return set_error(cudaErrorInvalidValue, "cudaMemset2DAsync: width %zu > pitch %zu", width, pitch);
+  cudaError_t e = check_dev(p, pitch * (height - 1) + width, "cudaMemset2DAsync", "destination");
+  for (size_t r = 0; !e && r < height; r++) memset((char *)p + r * pitch, v, width);
+  return e;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
+  if (!s) return set_error(cudaErrorInvalidValue, "cudaStreamCreate: NULL");
+  *s = (cudaStream_t) new sl_emu::StreamObj{sl_emu::kStreamMagic};
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  if (!s || bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: bad stream");
+  ((sl_emu::StreamObj *)s)->magic = 0;
+  delete (sl_emu::StreamObj *)s;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  return bad_stream(s) ? set_error(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: bad stream")
+                       : cudaSuccess;
+}
+cudaError_t cudaStreamQuery(cudaStream_t s) { return cudaStreamSynchronize(s); }
+
+static sl_emu::Timer *timer(cudaEvent_t e) {
+  sl_emu::Timer *t = (sl_emu::Timer *)e;
+  return t && t->magic == sl_emu::kEventMagic ? t : nullptr;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+  if (bad_stream(s) || !timer(e)) return set_error(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent");
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
+  if (!e) return set_error(cudaErrorInvalidValue, "cudaEventCreate: NULL");
+  *e = (cudaEvent_t) new sl_emu::Timer{sl_emu::kEventMagic, -1.0};
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  if (!timer(e)) return set_error(cudaErrorInvalidResourceHandle, "cudaEventDestroy: bad event");
+  timer(e)->magic = 0;
+  delete (sl_emu::Timer *)e;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  if (!timer(e) || bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaEventRecord");
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  timer(e)->t = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  return timer(e) ? cudaSuccess : set_error(cudaErrorInvalidResourceHandle, "cudaEventSynchronize");
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) { return cudaEventSynchronize(e); }
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+  if (!ms || !timer(a) || !timer(b) || timer(a)->t < 0 || timer(b)->t < 0)
+    return set_error(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: events not recorded");
+  *ms = (float)(timer(b)->t - timer(a)->t);
+  return cudaSuccess;
+}

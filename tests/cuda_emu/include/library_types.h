@@ -1,0 +1,14 @@
+/* tests/cuda_emu/include/library_types.h — stand-in: the data type enum of
+ * the CUDA libraries (values as in the real header). */
+#ifndef SL_EMU_LIBRARY_TYPES_H
+#define SL_EMU_LIBRARY_TYPES_H
+typedef enum cudaDataType_t {
+  CUDA_R_32F = 0,
+  CUDA_R_64F = 1,
+  CUDA_R_16F = 2,
+  CUDA_R_8I = 3,
+  CUDA_R_32I = 10,
+  CUDA_R_16BF = 14,
+} cudaDataType_t;
+typedef cudaDataType_t cudaDataType;
+#endif
