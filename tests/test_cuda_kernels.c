@@ -4,6 +4,8 @@
  * by rel = max|gpu - cpu| / max|cpu| with the per-op tolerance printed on each
  * line. Backward ops start from random (non-zero) gradients to check that
  * they ADD. Exits 77 (skip) when built without CUDA or no device exists.
+ * Also built as test_cuda_emu against the CPU emulation of the CUDA backend
+ * (tests/cuda_emu, docs/cuda.md "Emulated kernel tests").
  * Tolerances: element-wise fp32 1e-5; reductions, GEMMs, attention, scan 1e-4
  * (5e-3 for GEMM-based ops when SL_CUDA_TF32=1); bf16 casts exact; bf16
  * variants 1e-2 (attention output stored in bf16) or 1e-4 (fp32 outputs of
@@ -162,6 +164,18 @@ static void test_linear(void) {
   cpu->linear_bwd(cc, NULL, dw.h, NULL, dout.h, x.h, w.h, N, IC, OC);
   gpu->linear_bwd(gc, NULL, dw.d, NULL, dout.d, x.d, w.d, N, IC, OC);
   check("linear_bwd dw only", &dw, TOL_GEMM);
+  /* operands 4 bytes off a 256-byte boundary (rows of a flat buffer, LM-head
+   * chunks): cuBLASLt must be told the alignment they have */
+  buf xo = mk(N * IC + 1, -1, 1), oo = mk0(N * OC + 1), go = mk(N * OC + 1, -1, 1);
+  buf dxo = mk(N * IC + 1, -1, 1);
+  cpu->linear_fwd(cc, oo.h + 1, xo.h + 1, w.h, NULL, N, IC, OC);
+  gpu->linear_fwd(gc, oo.d + 1, xo.d + 1, w.d, NULL, N, IC, OC);
+  check("linear_fwd (unaligned)", &oo, TOL_GEMM);
+  cpu->linear_bwd(cc, dxo.h + 1, dw.h, NULL, go.h + 1, xo.h + 1, w.h, N, IC, OC);
+  gpu->linear_bwd(gc, dxo.d + 1, dw.d, NULL, go.d + 1, xo.d + 1, w.d, N, IC, OC);
+  check("linear_bwd (unaligned) dinp", &dxo, TOL_GEMM);
+  check("linear_bwd (unaligned) dw", &dw, TOL_GEMM);
+  freeb(&xo), freeb(&oo), freeb(&go), freeb(&dxo);
 
   /* bf16 storage: same products on bf16-rounded inputs, fp32 accumulation */
   uint16_t *xb = (uint16_t *)xmalloc((size_t)(N * IC) * 2), *wb = (uint16_t *)xmalloc((size_t)(OC * IC) * 2);
@@ -174,6 +188,12 @@ static void test_linear(void) {
   cpu->linear_fwd(cc, out.h, x.h, w.h, b.h, N, IC, OC);
   sl_cuda_linear_fwd_bf16(gc, out.d, xbd, wbd, b.d, N, IC, OC);
   check("linear_fwd_bf16", &out, 1e-4);
+  /* the bf16 backward adds to the CPU's gradients, not to device copies that
+   * carry the fp32 calls' TF32 error (SL_CUDA_TF32=1) */
+  if (sl_cuda_upload(gc, dx.d, dx.h, (size_t)dx.n * 4) ||
+      sl_cuda_upload(gc, dw.d, dw.h, (size_t)dw.n * 4) ||
+      sl_cuda_upload(gc, db.d, db.h, (size_t)db.n * 4))
+    nfail++;
   cpu->linear_bwd(cc, dx.h, dw.h, db.h, dout.h, x.h, w.h, N, IC, OC);
   sl_cuda_linear_bwd_bf16(gc, dx.d, dw.d, db.d, gbd, xbd, wbd, N, IC, OC);
   check("linear_bwd_bf16 dinp", &dx, 1e-4);

@@ -15,6 +15,13 @@
 
 #define DB_ROWS_PER_PART 64
 
+/* largest power of two (<= 256) dividing the address */
+static uint32_t ptr_align(const void *p) {
+  uint32_t a = 256;
+  while (a > 1 && (uintptr_t)p % a) a >>= 1;
+  return a;
+}
+
 int sl_cuda_gemm(sl_kctx *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *A,
                  int64_t lda, const void *B, int64_t ldb, float *D, int64_t ldd, float alpha,
                  float beta, cudaDataType_t ab) {
@@ -40,6 +47,7 @@ int sl_cuda_gemm(sl_kctx *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, 
   cublasComputeType_t ct =
       (ab == CUDA_R_32F && ctx->tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   size_t ws = ctx->lt_ws_bytes;
+  const uint32_t align[3] = {ptr_align(A), ptr_align(B), ptr_align(D)};
   const char *what = "";
   cublasStatus_t s;
 #define LT(call)                 \
@@ -58,6 +66,16 @@ int sl_cuda_gemm(sl_kctx *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, 
   LT(cublasLtMatmulPreferenceCreate(&pref));
   LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                           sizeof ws));
+  /* the heuristic assumes 256-byte aligned matrices unless told otherwise;
+   * row offsets into flat buffers and LM-head chunks can be less aligned */
+  LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                          &align[0], sizeof align[0]));
+  LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                          &align[1], sizeof align[1]));
+  LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                          &align[2], sizeof align[2]));
+  LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                          &align[2], sizeof align[2]));
   LT(cublasLtMatmulAlgoGetHeuristic(ctx->lt, op, la, lb, ld, ld, pref, 1, &heur, &nres));
   if (nres == 0) {
     what = "cublasLtMatmulAlgoGetHeuristic (no algorithm)";

@@ -317,9 +317,9 @@ void run_block(int n) {
     bool alive = false;
     for (int i = 0; i < n && !alive; i++) alive = E.f[i].state != DONE;
     if (!alive) return;
-    if (release_warps(n) || E.failed) continue;
-    if (release_barrier(n) || E.failed) continue;
-    return deadlock(n);
+    if (release_warps(n) || (!E.failed && release_barrier(n))) continue;
+    if (!E.failed) deadlock(n);
+    return;
   }
 }
 
