@@ -46,7 +46,7 @@ dim3 blockDim, gridDim;
 
 /* ---- context switch: save callee-saved state on the current stack, store
  * its stack pointer in *save, continue on the stack `to` ------------------- */
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(SL_EMU_UCONTEXT)
 extern "C" void sl_emu_switch(void **save, void *to);
 asm(".text\n.globl sl_emu_switch\n.hidden sl_emu_switch\n.type sl_emu_switch,@function\n"
     "sl_emu_switch:\n"
@@ -160,7 +160,7 @@ void to_fiber(Fiber *f) {
 }
 
 void fiber_start(Fiber &f) {
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(SL_EMU_UCONTEXT)
   void **sp = (void **)(f.stk + kStack);
   *--sp = nullptr;              /* fiber_main's return address: never used */
   *--sp = (void *)&fiber_main;  /* popped by sl_emu_switch's ret */
