@@ -48,16 +48,14 @@ cublasStatus_t bad(cublasStatus_t s, const char *fmt, ...) {
   fprintf(stderr, "cublasLt-emu: %s: %s\n", cublasLtGetStatusName(s), g_reason);
   return s;
 }
-template <class T>
-cublasStatus_t put(T *dst, int attr, const void *buf, size_t bytes) {
+template <class T> cublasStatus_t put(T *dst, int attr, const void *buf, size_t bytes) {
   if (!buf || bytes != sizeof(T))
     return bad(CUBLAS_STATUS_INVALID_VALUE, "attribute %d: %zu bytes given, %zu expected", attr,
                bytes, sizeof(T));
   memcpy(dst, buf, bytes);
   return CUBLAS_STATUS_SUCCESS;
 }
-template <class T>
-cublasStatus_t create(T **out) {
+template <class T> cublasStatus_t create(T **out) {
   if (!out) return bad(CUBLAS_STATUS_INVALID_VALUE, "create: NULL result pointer");
   *out = new T{};
   return CUBLAS_STATUS_SUCCESS;
@@ -74,16 +72,19 @@ cublasStatus_t check(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A, cublasLtM
   const cublasLtMatrixLayout_t L[4] = {A, B, C, D};
   for (int i = 0; i < 4; i++) {
     if (L[i]->order != CUBLASLT_ORDER_COL)
-      return bad(CUBLAS_STATUS_NOT_SUPPORTED, "matrix %c: only column-major order is emulated", "ABCD"[i]);
+      return bad(CUBLAS_STATUS_NOT_SUPPORTED, "matrix %c: only column-major order is emulated",
+                 "ABCD"[i]);
     if (L[i]->ld < (int64_t)(L[i]->rows ? L[i]->rows : 1))
       return bad(CUBLAS_STATUS_INVALID_VALUE, "matrix %c: ld %lld < rows %llu", "ABCD"[i],
-                 (long long)L[i]->ld, (unsigned long long)L[i]->rows);
+                 (long long)L[i] -> ld, (unsigned long long)L[i] -> rows);
     if (L[i]->batch != A->batch)
-      return bad(CUBLAS_STATUS_INVALID_VALUE, "batch counts differ (%d vs %d)", L[i]->batch, A->batch);
+      return bad(CUBLAS_STATUS_INVALID_VALUE, "batch counts differ (%d vs %d)", L[i]->batch,
+                 A->batch);
   }
   if (d->op[0] > 1 || d->op[1] > 1 || d->op[2] != CUBLAS_OP_N)
-    return bad(CUBLAS_STATUS_NOT_SUPPORTED, "transa %d transb %d transc %d (N/T for A and B, N for C)",
-               d->op[0], d->op[1], d->op[2]);
+    return bad(CUBLAS_STATUS_NOT_SUPPORTED,
+               "transa %d transb %d transc %d (N/T for A and B, N for C)", d->op[0], d->op[1],
+               d->op[2]);
   if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT || d->pmode != CUBLASLT_POINTER_MODE_HOST)
     return bad(CUBLAS_STATUS_NOT_SUPPORTED, "epilogue %u / pointer mode %d not emulated",
                d->epilogue, d->pmode);
@@ -91,9 +92,10 @@ cublasStatus_t check(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A, cublasLtM
   int64_t kb = d->op[1] ? B->cols : B->rows, n = d->op[1] ? B->rows : B->cols;
   if (kb != k || (int64_t)C->rows != m || (int64_t)C->cols != n || D->rows != C->rows ||
       D->cols != C->cols)
-    return bad(CUBLAS_STATUS_INVALID_VALUE, "op(A) %lldx%lld, op(B) %lldx%lld, C %llux%llu, D "
-               "%llux%llu (transa %d transb %d) do not chain", (long long)m, (long long)k,
-               (long long)kb, (long long)n, (unsigned long long)C->rows,
+    return bad(CUBLAS_STATUS_INVALID_VALUE,
+               "op(A) %lldx%lld, op(B) %lldx%lld, C %llux%llu, D "
+               "%llux%llu (transa %d transb %d) do not chain",
+               (long long)m, (long long)k, (long long)kb, (long long)n, (unsigned long long)C->rows,
                (unsigned long long)C->cols, (unsigned long long)D->rows,
                (unsigned long long)D->cols, d->op[0], d->op[1]);
   bool tf = d->ct == CUBLAS_COMPUTE_32F_FAST_TF32 || d->ct == CUBLAS_COMPUTE_32F_FAST_16BF ||
@@ -103,9 +105,11 @@ cublasStatus_t check(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A, cublasLtM
             ((d->ct == CUBLAS_COMPUTE_32F && (C->type == CUDA_R_32F || C->type == A->type)) ||
              (tf && A->type == CUDA_R_32F && C->type == CUDA_R_32F));
   if (!ok)
-    return bad(CUBLAS_STATUS_NOT_SUPPORTED, "compute type %d, scale type %d, A %u B %u C %u D %u: "
+    return bad(CUBLAS_STATUS_NOT_SUPPORTED,
+               "compute type %d, scale type %d, A %u B %u C %u D %u: "
                "not a supported combination (emulated: 32F or 16BF inputs with COMPUTE_32F, fp32 "
-               "with COMPUTE_32F_FAST_*)", d->ct, d->scale, A->type, B->type, C->type, D->type);
+               "with COMPUTE_32F_FAST_*)",
+               d->ct, d->scale, A->type, B->type, C->type, D->type);
   *p = {m, n, k};
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -135,8 +139,10 @@ void store(void *p, uint32_t t, int64_t i, double v) {
   }
   uint32_t u;
   memcpy(&u, &f, 4);
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) u |= 0x400000u;
-  else u += 0x7fffu + ((u >> 16) & 1u);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu))
+    u |= 0x400000u;
+  else
+    u += 0x7fffu + ((u >> 16) & 1u);
   ((uint16_t *)p)[i] = (uint16_t)(u >> 16);
 }
 /* bytes a matrix spans, batches included */
@@ -182,9 +188,12 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeTy
   if (!s) (*d)->ct = ct, (*d)->scale = scale, (*d)->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   return s;
 }
-cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { return delete d, CUBLAS_STATUS_SUCCESS; }
-cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
-                                              const void *buf, size_t bytes) {
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+  return delete d, CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
+                                              cublasLtMatmulDescAttributes_t a, const void *buf,
+                                              size_t bytes) {
   if (!d) return bad(CUBLAS_STATUS_INVALID_VALUE, "matmul desc: NULL");
   switch (a) {
   case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE: return put(&d->ct, a, buf, bytes);
@@ -204,9 +213,12 @@ cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataTyp
   if (!s) **l = {(uint32_t)type, CUBLASLT_ORDER_COL, 1, rows, cols, ld, 0};
   return s;
 }
-cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { return delete l, CUBLAS_STATUS_SUCCESS; }
-cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t a,
-                                                const void *buf, size_t bytes) {
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+  return delete l, CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l,
+                                                cublasLtMatrixLayoutAttribute_t a, const void *buf,
+                                                size_t bytes) {
   if (!l) return bad(CUBLAS_STATUS_INVALID_VALUE, "layout: NULL");
   switch (a) {
   case CUBLASLT_MATRIX_LAYOUT_TYPE: return put(&l->type, a, buf, bytes);
@@ -225,7 +237,9 @@ cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
   if (!s) **p = {0, 0, {256, 256, 256, 256}};
   return s;
 }
-cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { return delete p, CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+  return delete p, CUBLAS_STATUS_SUCCESS;
+}
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
                                                     cublasLtMatmulPreferenceAttributes_t a,
                                                     const void *buf, size_t bytes) {
@@ -249,7 +263,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
                                               cublasLtMatmulHeuristicResult_t *res, int *nres) {
   if (!h || h->magic != 1) return bad(CUBLAS_STATUS_NOT_INITIALIZED, "heuristic: bad handle");
   if (!pref || !res || !nres || requested < 1)
-    return bad(CUBLAS_STATUS_INVALID_VALUE, "heuristic: NULL preference/result or count %d", requested);
+    return bad(CUBLAS_STATUS_INVALID_VALUE, "heuristic: NULL preference/result or count %d",
+               requested);
   Problem p;
   cublasStatus_t s = check(d, A, B, C, D, &p);
   if (s) return s;
@@ -280,16 +295,19 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
   if (!alpha || !beta) return bad(CUBLAS_STATUS_INVALID_VALUE, "matmul: NULL alpha or beta");
   float al = *(const float *)alpha, be = *(const float *)beta;
   if (!algo || algo->data[0] != kAlgoMagic)
-    return bad(CUBLAS_STATUS_INVALID_VALUE, "matmul: no algorithm from cublasLtMatmulAlgoGetHeuristic");
+    return bad(CUBLAS_STATUS_INVALID_VALUE,
+               "matmul: no algorithm from cublasLtMatmulAlgoGetHeuristic");
   const uint64_t *a = algo->data;
   if (a[2] != (uint64_t)p.m || a[3] != (uint64_t)p.n || a[4] != (uint64_t)p.k ||
       a[5] != ((uint64_t)d->ct << 32 | (uint64_t)Al->type << 16 | Cl->type))
-    return bad(CUBLAS_STATUS_INVALID_VALUE, "matmul: the algorithm was chosen for m %llu n %llu k "
-               "%llu, not for m %lld n %lld k %lld (or other types)", (unsigned long long)a[2],
-               (unsigned long long)a[3], (unsigned long long)a[4], (long long)p.m, (long long)p.n,
-               (long long)p.k);
+    return bad(CUBLAS_STATUS_INVALID_VALUE,
+               "matmul: the algorithm was chosen for m %llu n %llu k "
+               "%llu, not for m %lld n %lld k %lld (or other types)",
+               (unsigned long long)a[2], (unsigned long long)a[3], (unsigned long long)a[4],
+               (long long)p.m, (long long)p.n, (long long)p.k);
   if (C == D && (Cl->ld != Dl->ld || Cl->type != Dl->type || Cl->stride != Dl->stride))
-    return bad(CUBLAS_STATUS_INVALID_VALUE, "matmul in place (C == D) with different C and D layouts");
+    return bad(CUBLAS_STATUS_INVALID_VALUE,
+               "matmul in place (C == D) with different C and D layouts");
   const void *ptr[4] = {A, B, be != 0.0f ? C : D, D};
   const cublasLtMatrixLayout_t L[4] = {Al, Bl, Cl, Dl};
   for (int i = 0; i < 4; i++) {
@@ -297,13 +315,18 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     unsigned need = (unsigned)(a[1] >> (16 * i) & 0xffff);
     if (!ptr[i]) return bad(CUBLAS_STATUS_INVALID_VALUE, "matmul: matrix %c is NULL", "ABCD"[i]);
     if (u % elem_bytes(L[i]->type) || (need && u % need))
-      return bad(CUBLAS_STATUS_NOT_SUPPORTED, "matmul: matrix %c at %p is not %u-byte aligned, the "
-                 "alignment the algorithm was chosen for (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_%c_BYTES"
-                 ", default 256)", "ABCD"[i], ptr[i], need, "ABCD"[i]);
+      return bad(
+          CUBLAS_STATUS_NOT_SUPPORTED,
+          "matmul: matrix %c at %p is not %u-byte aligned, the "
+          "alignment the algorithm was chosen for (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_%c_BYTES"
+          ", default 256)",
+          "ABCD"[i], ptr[i], need, "ABCD"[i]);
     if (!sl_emu::device_range(ptr[i], extent(L[i])))
-      return bad(CUBLAS_STATUS_INVALID_VALUE, "matmul: matrix %c [%p, +%zu bytes) (%llux%llu, ld "
-                 "%lld) is not inside one device allocation", "ABCD"[i], ptr[i], extent(L[i]),
-                 (unsigned long long)L[i]->rows, (unsigned long long)L[i]->cols, (long long)L[i]->ld);
+      return bad(CUBLAS_STATUS_INVALID_VALUE,
+                 "matmul: matrix %c [%p, +%zu bytes) (%llux%llu, ld "
+                 "%lld) is not inside one device allocation",
+                 "ABCD"[i], ptr[i], extent(L[i]), (unsigned long long)L[i] -> rows,
+                 (unsigned long long)L[i] -> cols, (long long)L[i] -> ld);
   }
   bool tf = d->ct != CUBLAS_COMPUTE_32F;
   for (int64_t b = 0; b < Al->batch; b++)
@@ -313,7 +336,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
         for (int64_t q = 0; q < p.k; q++) {
           int64_t ia = d->op[0] ? i * Al->ld + q : q * Al->ld + i;
           int64_t ib = d->op[1] ? q * Bl->ld + j : j * Bl->ld + q;
-          acc += load(A, Al->type, b * Al->stride + ia, tf) * load(B, Bl->type, b * Bl->stride + ib, tf);
+          acc += load(A, Al->type, b * Al->stride + ia, tf) *
+                 load(B, Bl->type, b * Bl->stride + ib, tf);
         }
         double v = (double)al * acc;
         if (be != 0.0f) v += (double)be * load(C, Cl->type, b * Cl->stride + j * Cl->ld + i, false);

@@ -67,8 +67,8 @@ namespace sl_emu {
 namespace {
 enum State { RUN, BAR, WARP, DONE };
 struct Fiber {
-  char *stk = nullptr; /* kStack bytes above a guard page */
-  void *sp = nullptr;  /* saved stack pointer (or ucontext) while suspended */
+  char *stk = nullptr;  /* kStack bytes above a guard page */
+  void *sp = nullptr;   /* saved stack pointer (or ucontext) while suspended */
   void *fake = nullptr; /* ASan fake stack */
   State state = DONE;
   uint3 tid{};
@@ -162,8 +162,8 @@ void to_fiber(Fiber *f) {
 void fiber_start(Fiber &f) {
 #if defined(__x86_64__) && !defined(SL_EMU_UCONTEXT)
   void **sp = (void **)(f.stk + kStack);
-  *--sp = nullptr;              /* fiber_main's return address: never used */
-  *--sp = (void *)&fiber_main;  /* popped by sl_emu_switch's ret */
+  *--sp = nullptr;                             /* fiber_main's return address: never used */
+  *--sp = (void *)&fiber_main;                 /* popped by sl_emu_switch's ret */
   for (int i = 0; i < 6; i++) *--sp = nullptr; /* rbp rbx r12-r15 */
   f.sp = sp;
 #else
@@ -180,9 +180,9 @@ void fiber_start(Fiber &f) {
 }
 
 const char *op_name(int kind) {
-  static const char *const n[] = {"__shfl_sync", "__shfl_xor_sync", "__shfl_up_sync",
-                                  "__shfl_down_sync", "__ballot_sync", "__any_sync",
-                                  "__all_sync", "__syncwarp"};
+  static const char *const n[] = {"__shfl_sync",      "__shfl_xor_sync", "__shfl_up_sync",
+                                  "__shfl_down_sync", "__ballot_sync",   "__any_sync",
+                                  "__all_sync",       "__syncwarp"};
   return n[kind];
 }
 
@@ -211,17 +211,24 @@ bool release_warps(int n) {
       for (int j = 0; j < 32; j++) {
         if (!(a.mask >> j & 1)) continue;
         if (j >= nl)
-          return fail(&a, "%s (%s:%d): mask 0x%08x names lane %d, which does not exist (%d threads)",
-                      op_name(a.kind), a.file, a.line, a.mask, j, n), false;
+          return fail(&a,
+                      "%s (%s:%d): mask 0x%08x names lane %d, which does not exist (%d threads)",
+                      op_name(a.kind), a.file, a.line, a.mask, j, n),
+                 false;
         const Fiber &o = w[j];
         if (o.state == DONE)
           return fail(&a, "%s (%s:%d): mask 0x%08x names lane %d, which has exited",
-                      op_name(a.kind), a.file, a.line, a.mask, j), false;
-        if (o.state != WARP) ready = false;
+                      op_name(a.kind), a.file, a.line, a.mask, j),
+                 false;
+        if (o.state != WARP)
+          ready = false;
         else if (o.mask != a.mask || o.kind != a.kind || o.width != a.width)
-          return fail(&a, "lanes %d and %d meet at different warp primitives: %s mask 0x%08x width %d "
-                      "(%s:%d) and %s mask 0x%08x width %d (%s:%d)", l, j, op_name(a.kind), a.mask,
-                      a.width, a.file, a.line, op_name(o.kind), o.mask, o.width, o.file, o.line), false;
+          return fail(&a,
+                      "lanes %d and %d meet at different warp primitives: %s mask 0x%08x width %d "
+                      "(%s:%d) and %s mask 0x%08x width %d (%s:%d)",
+                      l, j, op_name(a.kind), a.mask, a.width, a.file, a.line, op_name(o.kind),
+                      o.mask, o.width, o.file, o.line),
+                 false;
       }
       if (!ready) continue;
       uint64_t ballot = 0;
@@ -234,7 +241,8 @@ bool release_warps(int n) {
           int s = shfl_src(o, j);
           if (!(a.mask >> s & 1))
             return fail(&o, "%s (%s:%d): lane %d reads lane %d, which is not in mask 0x%08x",
-                        op_name(a.kind), o.file, o.line, j, s, a.mask), false;
+                        op_name(a.kind), o.file, o.line, j, s, a.mask),
+                   false;
           o.res = w[s].val;
         } else {
           o.res = a.kind == W_BALLOT ? ballot : a.kind == W_ANY ? ballot != 0 : ballot == a.mask;
@@ -258,17 +266,23 @@ bool release_barrier(int n) {
     if (f.state == DONE) done++;
     if (f.state != BAR) continue;
     waiting++;
-    if (!first) first = &f;
+    if (!first)
+      first = &f;
     else if (f.line != first->line || strcmp(f.file, first->file) != 0)
-      return fail(&f, "threads wait at different __syncthreads: this one at %s:%d, thread "
-                  "(%u,%u,%u) at %s:%d", f.file, f.line, first->tid.x, first->tid.y,
-                  first->tid.z, first->file, first->line), false;
+      return fail(&f,
+                  "threads wait at different __syncthreads: this one at %s:%d, thread "
+                  "(%u,%u,%u) at %s:%d",
+                  f.file, f.line, first->tid.x, first->tid.y, first->tid.z, first->file,
+                  first->line),
+             false;
   }
   if (!waiting) return false;
   if (done)
-    return fail(first, "__syncthreads at %s:%d is reached by %d of %d threads; %d exited before "
-                "it (a barrier must be reached by every thread of the block)", first->file,
-                first->line, waiting, n, done), false;
+    return fail(first,
+                "__syncthreads at %s:%d is reached by %d of %d threads; %d exited before "
+                "it (a barrier must be reached by every thread of the block)",
+                first->file, first->line, waiting, n, done),
+           false;
   for (int i = 0; i < n; i++) E.f[i].state = RUN;
   return true;
 }
@@ -282,9 +296,10 @@ void deadlock(int n) {
     for (int j = 0; j < 32; j++) {
       if (!(a.mask >> j & 1) || E.f[w0 + j].state == WARP) continue;
       const Fiber &o = E.f[w0 + j];
-      return fail(&a, "deadlock: %s (%s:%d, mask 0x%08x) waits for lane %d, which waits at "
-                  "__syncthreads (%s:%d)", op_name(a.kind), a.file, a.line, a.mask, j, o.file,
-                  o.line);
+      return fail(&a,
+                  "deadlock: %s (%s:%d, mask 0x%08x) waits for lane %d, which waits at "
+                  "__syncthreads (%s:%d)",
+                  op_name(a.kind), a.file, a.line, a.mask, j, o.file, o.line);
     }
   }
   fail(nullptr, "deadlock: no thread can continue");
@@ -358,8 +373,8 @@ uint64_t warp_op(int kind, unsigned mask, uint64_t val, int arg, int width, cons
                  int line) {
   Fiber *f = current(op_name(kind), file, line);
   if (!(mask >> f->lane & 1))
-    fail(f, "%s (%s:%d): lane %d is not in its own mask 0x%08x", op_name(kind), file, line,
-         f->lane, mask);
+    fail(f, "%s (%s:%d): lane %d is not in its own mask 0x%08x", op_name(kind), file, line, f->lane,
+         mask);
   else if (width < 1 || width > 32 || (width & (width - 1)))
     fail(f, "%s (%s:%d): width %d is not a power of two <= 32", op_name(kind), file, line, width);
   f->state = WARP, f->file = file, f->line = line;
@@ -387,9 +402,10 @@ void launch(const launch_cfg &c, void (*run)(void *), void *arg) {
   }
   if (!n || n > 1024 || b.x > 1024 || b.y > 1024 || b.z > 64 || !g.x || !g.y || !g.z ||
       g.x > 0x7fffffffu || g.y > 65535 || g.z > 65535 || c.smem > (48u << 10)) {
-    set_error(cudaErrorInvalidConfiguration, "launch at %s:%d: invalid configuration: grid "
-              "(%u,%u,%u) block (%u,%u,%u) dynamic shared memory %zu bytes (<= 48 KiB)", c.file,
-              c.line, g.x, g.y, g.z, b.x, b.y, b.z, c.smem);
+    set_error(cudaErrorInvalidConfiguration,
+              "launch at %s:%d: invalid configuration: grid "
+              "(%u,%u,%u) block (%u,%u,%u) dynamic shared memory %zu bytes (<= 48 KiB)",
+              c.file, c.line, g.x, g.y, g.z, b.x, b.y, b.z, c.smem);
     return;
   }
   if (c.stream && ((StreamObj *)c.stream)->magic != kStreamMagic) {
@@ -431,8 +447,8 @@ void launch(const launch_cfg &c, void (*run)(void *), void *arg) {
 } // namespace sl_emu
 
 /* ---- runtime API ------------------------------------------------------------ */
-using sl_emu::set_error;
 using sl_emu::g_mem;
+using sl_emu::set_error;
 
 cudaError_t cudaGetLastError() {
   cudaError_t e = sl_emu::g_err;
@@ -464,9 +480,12 @@ const char *cudaGetErrorString(cudaError_t e) {
 
 cudaError_t cudaGetDeviceCount(int *n) { return n ? (*n = 1, cudaSuccess) : cudaErrorInvalidValue; }
 cudaError_t cudaSetDevice(int dev) {
-  return dev == 0 ? cudaSuccess : set_error(cudaErrorInvalidDevice, "cudaSetDevice(%d): one device", dev);
+  return dev == 0 ? cudaSuccess
+                  : set_error(cudaErrorInvalidDevice, "cudaSetDevice(%d): one device", dev);
 }
-cudaError_t cudaGetDevice(int *dev) { return dev ? (*dev = 0, cudaSuccess) : cudaErrorInvalidValue; }
+cudaError_t cudaGetDevice(int *dev) {
+  return dev ? (*dev = 0, cudaSuccess) : cudaErrorInvalidValue;
+}
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev) {
   if (!p || dev != 0) return set_error(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d)", dev);
   *p = cudaDeviceProp{"cuda-emu (CPU fibers)", (size_t)16 << 30, 48 << 10, 32, 1024, 1, 9, 0};
@@ -478,8 +497,12 @@ cudaError_t cudaMemGetInfo(size_t *fr, size_t *total) {
   return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
-cudaError_t cudaRuntimeGetVersion(int *v) { return v ? (*v = 13000, cudaSuccess) : cudaErrorInvalidValue; }
-cudaError_t cudaDriverGetVersion(int *v) { return v ? (*v = 13000, cudaSuccess) : cudaErrorInvalidValue; }
+cudaError_t cudaRuntimeGetVersion(int *v) {
+  return v ? (*v = 13000, cudaSuccess) : cudaErrorInvalidValue;
+}
+cudaError_t cudaDriverGetVersion(int *v) {
+  return v ? (*v = 13000, cudaSuccess) : cudaErrorInvalidValue;
+}
 
 static cudaError_t emu_alloc(void **p, size_t bytes, bool pinned, const char *fn) {
   if (!p) return set_error(cudaErrorInvalidValue, "%s: NULL result pointer", fn);
@@ -504,8 +527,12 @@ static cudaError_t emu_free(void *p, bool pinned, const char *fn) {
 }
 cudaError_t cudaMalloc(void **p, size_t bytes) { return emu_alloc(p, bytes, false, "cudaMalloc"); }
 cudaError_t cudaFree(void *p) { return emu_free(p, false, "cudaFree"); }
-cudaError_t cudaMallocHost(void **p, size_t bytes) { return emu_alloc(p, bytes, true, "cudaMallocHost"); }
-cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned) { return emu_alloc(p, bytes, true, "cudaHostAlloc"); }
+cudaError_t cudaMallocHost(void **p, size_t bytes) {
+  return emu_alloc(p, bytes, true, "cudaMallocHost");
+}
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned) {
+  return emu_alloc(p, bytes, true, "cudaHostAlloc");
+}
 cudaError_t cudaFreeHost(void *p) { return emu_free(p, true, "cudaFreeHost"); }
 
 static bool bad_stream(cudaStream_t s) {
@@ -513,12 +540,15 @@ static bool bad_stream(cudaStream_t s) {
 }
 static cudaError_t check_dev(const void *p, size_t bytes, const char *fn, const char *what) {
   if (sl_emu::device_range(p, bytes)) return cudaSuccess;
-  return set_error(cudaErrorInvalidValue, "%s: %s [%p, +%zu bytes) is not inside one device "
-                   "allocation", fn, what, p, bytes);
+  return set_error(cudaErrorInvalidValue,
+                   "%s: %s [%p, +%zu bytes) is not inside one device "
+                   "allocation",
+                   fn, what, p, bytes);
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind k,
                             cudaStream_t s) {
-  if (bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: bad stream");
+  if (bad_stream(s))
+    return set_error(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: bad stream");
   if (!bytes) return cudaSuccess;
   cudaError_t e = cudaSuccess;
   if (k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice)
@@ -533,7 +563,8 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
   return cudaMemcpyAsync(dst, src, bytes, k, 0);
 }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s) {
-  if (bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaMemsetAsync: bad stream");
+  if (bad_stream(s))
+    return set_error(cudaErrorInvalidResourceHandle, "cudaMemsetAsync: bad stream");
   if (!bytes) return cudaSuccess;
   cudaError_t e = check_dev(p, bytes, "cudaMemset", "destination");
   if (!e) memset(p, v, bytes);
@@ -542,10 +573,12 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s) {
 cudaError_t cudaMemset(void *p, int v, size_t bytes) { return cudaMemsetAsync(p, v, bytes, 0); }
 cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int v, size_t width, size_t height,
                               cudaStream_t s) {
-  if (bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaMemset2DAsync: bad stream");
+  if (bad_stream(s))
+    return set_error(cudaErrorInvalidResourceHandle, "cudaMemset2DAsync: bad stream");
   if (!width || !height) return cudaSuccess;
   if (width > pitch)
-    return set_error(cudaErrorInvalidValue, "cudaMemset2DAsync: width %zu > pitch %zu", width, pitch);
+    return set_error(cudaErrorInvalidValue, "cudaMemset2DAsync: width %zu > pitch %zu", width,
+                     pitch);
   cudaError_t e = check_dev(p, pitch * (height - 1) + width, "cudaMemset2DAsync", "destination");
   for (size_t r = 0; !e && r < height; r++) memset((char *)p + r * pitch, v, width);
   return e;
@@ -558,14 +591,16 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  if (!s || bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: bad stream");
+  if (!s || bad_stream(s))
+    return set_error(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: bad stream");
   ((sl_emu::StreamObj *)s)->magic = 0;
   delete (sl_emu::StreamObj *)s;
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-  return bad_stream(s) ? set_error(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: bad stream")
-                       : cudaSuccess;
+  return bad_stream(s)
+             ? set_error(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: bad stream")
+             : cudaSuccess;
 }
 cudaError_t cudaStreamQuery(cudaStream_t s) { return cudaStreamSynchronize(s); }
 
@@ -574,7 +609,8 @@ static sl_emu::Timer *timer(cudaEvent_t e) {
   return t && t->magic == sl_emu::kEventMagic ? t : nullptr;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
-  if (bad_stream(s) || !timer(e)) return set_error(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent");
+  if (bad_stream(s) || !timer(e))
+    return set_error(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent");
   return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
@@ -590,7 +626,8 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
-  if (!timer(e) || bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaEventRecord");
+  if (!timer(e) || bad_stream(s))
+    return set_error(cudaErrorInvalidResourceHandle, "cudaEventRecord");
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   timer(e)->t = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;

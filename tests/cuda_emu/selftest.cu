@@ -66,9 +66,14 @@ static void test_shuffles() {
   int bad = cudaGetLastError() != cudaSuccess;
   for (int t = 0; t < 64; t++) {
     int wb = t & ~31, lane = t & 31;
-    int want[8] = {(wb + 5) * 10, wb + (lane ^ 3), (lane & 7) >= 2 ? t - 2 : t,
-                   (lane & 15) + 3 < 16 ? t + 3 : t, (int)0xaaaaaaaau, wb == 32,
-                   wb == 0, 32 * wb + 496};
+    int want[8] = {(wb + 5) * 10,
+                   wb + (lane ^ 3),
+                   (lane & 7) >= 2 ? t - 2 : t,
+                   (lane & 15) + 3 < 16 ? t + 3 : t,
+                   (int)0xaaaaaaaau,
+                   wb == 32,
+                   wb == 0,
+                   32 * wb + 496};
     bad += memcmp(want, h + t * 8, sizeof want) != 0;
   }
   report("shuffle / ballot / any / all results", bad == 0);
@@ -77,8 +82,7 @@ static void test_shuffles() {
 
 /* s[t + 1] is read in the same phase it is written: the shuffled order makes
  * some threads read it before it is written */
-template <bool SYNC>
-static __global__ void k_neighbour(int *out) {
+template <bool SYNC> static __global__ void k_neighbour(int *out) {
   __shared__ int s[128];
   s[threadIdx.x] = threadIdx.x + 1 + 1000 * blockIdx.x;
   if (SYNC) __syncthreads();
@@ -94,8 +98,10 @@ static void test_barriers() {
   int *d = dev_ints(4 * 128), h[4 * 128];
   int wrong[2] = {0, 0};
   for (int v = 0; v < 2; v++) {
-    if (v) k_neighbour<true><<<4, 128>>>(d);
-    else k_neighbour<false><<<4, 128>>>(d);
+    if (v)
+      k_neighbour<true><<<4, 128>>>(d);
+    else
+      k_neighbour<false><<<4, 128>>>(d);
     cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
     for (int i = 0; i < 4 * 128; i++)
       wrong[v] += h[i] != (i % 128 + 1) % 128 + 1 + 1000 * (i / 128);
@@ -138,8 +144,10 @@ static __global__ void k_shfl_masks_differ(int *out) {
   out[threadIdx.x] = __shfl_xor_sync(m, 1, 1);
 }
 static __global__ void k_deadlock(int *out) {
-  if (threadIdx.x < 16) out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1, 1);
-  else __syncthreads();
+  if (threadIdx.x < 16)
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1, 1);
+  else
+    __syncthreads();
 }
 static void test_kernel_bugs() {
   struct {
@@ -153,8 +161,10 @@ static void test_kernel_bugs() {
        "reached by 20 of 64"},
       {k_barrier_split, 64, "threads at different barriers", cudaErrorLaunchFailure,
        "different __syncthreads"},
-      {k_shfl_exited, 32, "shuffle mask names an exited lane", cudaErrorLaunchFailure, "has exited"},
-      {k_shfl_own_mask, 32, "lane outside its own mask", cudaErrorLaunchFailure, "not in its own mask"},
+      {k_shfl_exited, 32, "shuffle mask names an exited lane", cudaErrorLaunchFailure,
+       "has exited"},
+      {k_shfl_own_mask, 32, "lane outside its own mask", cudaErrorLaunchFailure,
+       "not in its own mask"},
       {k_shfl_source, 32, "shuffle source outside the mask", cudaErrorLaunchFailure, "not in mask"},
       {k_shfl_masks_differ, 32, "lanes with different masks", cudaErrorLaunchFailure,
        "different warp primitives"},
@@ -207,7 +217,8 @@ struct Gemm {
 static cublasStatus_t run_gemm(const Gemm &g, bool *ok) {
   cublasLtHandle_t h;
   cublasLtCreate(&h);
-  uint64_t ar = g.ta ? g.k : g.m, ac = g.ta ? g.m : g.k, br = g.tb ? g.n : g.k, bc = g.tb ? g.k : g.n;
+  uint64_t ar = g.ta ? g.k : g.m, ac = g.ta ? g.m : g.k, br = g.tb ? g.n : g.k,
+           bc = g.tb ? g.k : g.n;
   int64_t lda = g.lda ? g.lda : (int64_t)ar, ldb = g.ldb ? g.ldb : (int64_t)br;
   int64_t ldd = g.ldd ? g.ldd : (int64_t)g.m;
   float ha[64], hb[64], hd[64];
@@ -248,12 +259,14 @@ static cublasStatus_t run_gemm(const Gemm &g, bool *ok) {
       for (uint64_t j = 0; j < g.n; j++) {
         double acc = 0;
         for (uint64_t q = 0; q < g.k; q++)
-          acc += (double)ha[g.ta ? i * lda + q : q * lda + i] * hb[g.tb ? q * ldb + j : j * ldb + q];
+          acc +=
+              (double)ha[g.ta ? i * lda + q : q * lda + i] * hb[g.tb ? q * ldb + j : j * ldb + q];
         *ok = *ok && hd[j * ldd + i] == (float)acc;
       }
   }
   cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(lo), cublasLtMatrixLayoutDestroy(lbo), cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatrixLayoutDestroy(lo), cublasLtMatrixLayoutDestroy(lbo),
+      cublasLtMatrixLayoutDestroy(ld);
   cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(la);
   cublasLtMatmulDescDestroy(op);
   cublasLtDestroy(h);
@@ -283,11 +296,13 @@ static void test_cublaslt() {
   g.m = 8, g.k = 8; /* 64 floats of A fit, the allocation has 66 */
   g.lda = 9;
   s = run_gemm(g, &ok);
-  report("A past its allocation refused", s == CUBLAS_STATUS_INVALID_VALUE, cublasLtGetStatusString(s));
+  report("A past its allocation refused", s == CUBLAS_STATUS_INVALID_VALUE,
+         cublasLtGetStatusString(s));
   g = Gemm();
   g.reuse_for_other_shape = true;
   s = run_gemm(g, &ok);
-  report("algorithm of another shape refused", s == CUBLAS_STATUS_INVALID_VALUE, cublasLtGetStatusString(s));
+  report("algorithm of another shape refused", s == CUBLAS_STATUS_INVALID_VALUE,
+         cublasLtGetStatusString(s));
   g = Gemm();
   g.ct = CUBLAS_COMPUTE_32F_FAST_TF32;
   report("TF32 compute on integer inputs", run_gemm(g, &ok) == CUBLAS_STATUS_SUCCESS && ok);

@@ -91,8 +91,8 @@ cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataTyp
                                           uint64_t rows, uint64_t cols, int64_t ld);
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l);
 cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l,
-                                                cublasLtMatrixLayoutAttribute_t a,
-                                                const void *buf, size_t bytes);
+                                                cublasLtMatrixLayoutAttribute_t a, const void *buf,
+                                                size_t bytes);
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p);
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p);
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,

@@ -65,10 +65,12 @@ cudaError_t cudaFree(void *p);
 cudaError_t cudaMallocHost(void **p, size_t bytes);
 cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags);
 cudaError_t cudaFreeHost(void *p);
-template <class T>
-inline cudaError_t cudaMalloc(T **p, size_t bytes) { return cudaMalloc((void **)p, bytes); }
-template <class T>
-inline cudaError_t cudaMallocHost(T **p, size_t bytes) { return cudaMallocHost((void **)p, bytes); }
+template <class T> inline cudaError_t cudaMalloc(T **p, size_t bytes) {
+  return cudaMalloc((void **)p, bytes);
+}
+template <class T> inline cudaError_t cudaMallocHost(T **p, size_t bytes) {
+  return cudaMallocHost((void **)p, bytes);
+}
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,

@@ -68,27 +68,25 @@ struct launch_cfg {
 };
 void launch(const launch_cfg &c, void (*run)(void *), void *arg);
 
-template <class... A>
-struct pending { /* a launch configuration with its arguments */
+template <class... A> struct pending { /* a launch configuration with its arguments */
   launch_cfg c;
   std::tuple<A...> args;
 };
 struct cfg_maker {
   launch_cfg c;
-  template <class... A>
-  pending<std::decay_t<A>...> operator()(A &&...a) const {
+  template <class... A> pending<std::decay_t<A>...> operator()(A &&...a) const {
     return {c, std::tuple<std::decay_t<A>...>(std::forward<A>(a)...)};
   }
 };
 /* kernel * cfg(args): every thread of the grid calls kernel(args...) */
-template <class... P, class... A>
-void operator*(void (*k)(P...), pending<A...> &&p) {
+template <class... P, class... A> void operator*(void (*k)(P...), pending<A...> &&p) {
   static_assert(sizeof...(P) == sizeof...(A), "kernel launched with a wrong argument count");
   struct job {
     void (*k)(P...);
     std::tuple<A...> *args;
   } j{k, &p.args};
-  launch(p.c, [](void *v) { std::apply(((job *)v)->k, *((job *)v)->args); }, &j);
+  launch(
+      p.c, [](void *v) { std::apply(((job *)v)->k, *((job *)v)->args); }, &j);
 }
 template <class T>
 static inline T shfl(int kind, unsigned mask, T v, int arg, int width, const char *f, int l) {
@@ -113,8 +111,7 @@ inline void __syncthreads(SL_EMU_LOC) { sl_emu::syncthreads(file_, line_); }
 inline void __syncwarp(unsigned mask = 0xffffffffu, SL_EMU_LOC) {
   sl_emu::warp_op(sl_emu::W_SYNC, mask, 0, 0, 32, file_, line_);
 }
-template <class T>
-inline T __shfl_sync(unsigned mask, T v, int src, int width = 32, SL_EMU_LOC) {
+template <class T> inline T __shfl_sync(unsigned mask, T v, int src, int width = 32, SL_EMU_LOC) {
   return sl_emu::shfl(sl_emu::W_IDX, mask, v, src, width, file_, line_);
 }
 template <class T>
@@ -141,20 +138,26 @@ inline int __all_sync(unsigned mask, int pred, SL_EMU_LOC) {
 #undef SL_EMU_LOC
 
 /* ---- atomics: plain (fibers never switch inside them) */
-template <class T>
-inline T atomicAdd(T *p, T v) { T o = *p; *p = o + v; return o; }
-template <class T>
-inline T atomicExch(T *p, T v) { T o = *p; *p = v; return o; }
-template <class T>
-inline T atomicMax(T *p, T v) { T o = *p; *p = o > v ? o : v; return o; }
-template <class T>
-inline T atomicMin(T *p, T v) { T o = *p; *p = o < v ? o : v; return o; }
-template <class T>
-inline T atomicCAS(T *p, T cmp, T v) { T o = *p; if (o == cmp) *p = v; return o; }
+#define SL_EMU_ATOMIC(name, update)                                                                \
+  template <class T> inline T name(T *p, T v) {                                                    \
+    T o = *p;                                                                                      \
+    *p = (update);                                                                                 \
+    return o;                                                                                      \
+  }
+SL_EMU_ATOMIC(atomicAdd, o + v)
+SL_EMU_ATOMIC(atomicExch, v)
+SL_EMU_ATOMIC(atomicMax, o > v ? o : v)
+SL_EMU_ATOMIC(atomicMin, o < v ? o : v)
+#undef SL_EMU_ATOMIC
+template <class T> inline T atomicCAS(T *p, T cmp, T v) {
+  T o = *p;
+  if (o == cmp) *p = v;
+  return o;
+}
 
 /* ---- device math beyond libm */
-#define SL_EMU_MINMAX(T)                                      \
-  static inline T min(T a, T b) { return a < b ? a : b; } \
+#define SL_EMU_MINMAX(T)                                                                           \
+  static inline T min(T a, T b) { return a < b ? a : b; }                                          \
   static inline T max(T a, T b) { return a > b ? a : b; }
 SL_EMU_MINMAX(int)
 SL_EMU_MINMAX(unsigned)
@@ -165,8 +168,7 @@ SL_EMU_MINMAX(unsigned long long)
 SL_EMU_MINMAX(float)
 SL_EMU_MINMAX(double)
 #undef SL_EMU_MINMAX
-template <class To, class From>
-static inline To sl_emu_bits(From f) {
+template <class To, class From> static inline To sl_emu_bits(From f) {
   static_assert(sizeof(To) == sizeof(From), "size");
   To t;
   memcpy(&t, &f, sizeof t);
@@ -181,7 +183,6 @@ static inline double __longlong_as_double(long long i) { return sl_emu_bits<doub
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline float __fdividef(float a, float b) { return a / b; }
 static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
-template <class T>
-static inline T __ldg(const T *p) { return *p; }
+template <class T> static inline T __ldg(const T *p) { return *p; }
 
 #endif /* SL_EMU_H */
