@@ -20,7 +20,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: shardlm <command> [flags]\n"
           "  train    train a model (no flags: the built-in demo, 2 ranks, ZeRO-3)\n"
-          "  prepare  --input FILE.txt --output PREFIX: byte-level Megatron dataset\n"
+          "  prepare  --input FILE --output PREFIX [--tokenizer DIR]: Megatron dataset\n"
           "  dump     one forward/backward to a safetensors file (tests)\n"
           "  plot     METRICS.jsonl [OUT.svg]: loss and throughput curves\n"
           "  bench    train|adam|nvme|gemm|comm: measured figures\n"
@@ -133,31 +133,6 @@ static int cmd_train(int argc, char **argv, int dump) {
   return exit_code(rc);
 }
 
-static int cmd_prepare(int argc, char **argv) {
-  const char *in = NULL, *out = NULL;
-  for (int i = 2; i < argc; i++) {
-    if (!strcmp(argv[i], "--input") && i + 1 < argc) in = argv[++i];
-    else if (!strcmp(argv[i], "--output") && i + 1 < argc) out = argv[++i];
-    else {
-      fprintf(stderr, "shardlm prepare: unexpected argument '%s'\nusage: shardlm prepare --input FILE.txt --output PREFIX\n", argv[i]);
-      return 2;
-    }
-  }
-  if (!in || !out) {
-    fprintf(stderr, "usage: shardlm prepare --input FILE.txt --output PREFIX\n");
-    return 2;
-  }
-  sl_prepare_stats st;
-  memset(&st, 0, sizeof st);
-  int rc = sl_prepare_text(in, out, &st);
-  if (rc) {
-    fprintf(stderr, "shardlm prepare: %s\n", sl_errmsg());
-    return exit_code(rc);
-  }
-  printf("wrote %s.bin and %s.idx (byte-level tokens, end-of-document token 256; models need vocab_size >= 257)\n", out, out);
-  return 0;
-}
-
 static int cmd_plot(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: shardlm plot METRICS.jsonl [OUT.svg]\n");
@@ -188,7 +163,7 @@ int main(int argc, char **argv) {
   const char *cmd = argv[1];
   if (!strcmp(cmd, "train")) return cmd_train(argc, argv, 0);
   if (!strcmp(cmd, "dump")) return cmd_train(argc, argv, 1);
-  if (!strcmp(cmd, "prepare")) return cmd_prepare(argc, argv);
+  if (!strcmp(cmd, "prepare")) return sl_tool_prepare(argc, argv);
   if (!strcmp(cmd, "plot")) return cmd_plot(argc, argv);
   if (!strcmp(cmd, "bench")) return sl_tool_bench(argc - 1, argv + 1);
   if (!strcmp(cmd, "plan")) return sl_tool_plan(argc - 1, argv + 1);
