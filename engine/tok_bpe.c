@@ -10,7 +10,14 @@
 #include "engine/tok_internal.h"
 
 static uint64_t mkey(int32_t a, int32_t b) { return (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1; }
-static size_t mslot(uint64_t k, size_t cap) { return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 17) & (cap - 1); }
+static size_t mslot(uint64_t k, size_t cap) {
+  k ^= k >> 33; /* murmur3 finalizer: both ids reach every bit */
+  k *= 0xff51afd7ed558ccdull;
+  k ^= k >> 33;
+  k *= 0xc4ceb9fe1a85ec53ull;
+  k ^= k >> 33;
+  return (size_t)k & (cap - 1);
+}
 
 /* rank and merged id of the pair (a, b); 0 when it does not merge */
 static inline int merge_get(const tok_bpe *m, int32_t a, int32_t b, uint32_t *rank, int32_t *nid) {

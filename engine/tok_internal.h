@@ -144,6 +144,10 @@ struct sl_tokenizer {
   tok_bpe bpe;
   tok_added *added;
   int nadded;
+  /* added tokens by first byte, longest first: for the raw [0] and the
+   * normalized [1] pass, addidx[k][addstart[k][b] .. addstart[k][b+1]) */
+  int *addidx[2];
+  int addstart[2][257];
   int64_t vocab_size;
   int32_t eos, bos;
   /* id -> token string for decode */

@@ -87,7 +87,9 @@ uint64_t tok_hash(const char *s, size_t n) {
   uint64_t w = 0;
   memcpy(&w, s + i, n - i);
   h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
-  h ^= h >> 29;
+  h ^= h >> 33; /* finalizer: the table index takes the low bits */
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
   return h ? h : 1;
 }
 

@@ -8,6 +8,7 @@
 #include "engine/tokenizer.h"
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,8 @@ void sl_tokenizer_free(sl_tokenizer *t) {
     free(t->added[i].norm);
   }
   free(t->added);
+  free(t->addidx[0]);
+  free(t->addidx[1]);
   free(t->tokoff);
   free(t->toklen);
   tb_free(&t->tokstr);
@@ -109,6 +112,47 @@ static int load_added(sl_tokenizer *t, json_t *arr, const char *file) {
   return SL_OK;
 }
 
+static const sl_tokenizer *g_sort_t; /* qsort context (load is single-threaded per call) */
+static int g_sort_k;
+static int by_first_then_longest(const void *x, const void *y) {
+  const tok_added *a = &g_sort_t->added[*(const int *)x], *b = &g_sort_t->added[*(const int *)y];
+  const char *ca = g_sort_k && a->norm ? a->norm : a->content, *cb = g_sort_k && b->norm ? b->norm : b->content;
+  size_t la = g_sort_k && a->norm ? a->normlen : a->len, lb = g_sort_k && b->norm ? b->normlen : b->len;
+  if ((unsigned char)ca[0] != (unsigned char)cb[0]) return (unsigned char)ca[0] - (unsigned char)cb[0];
+  if (la != lb) return la > lb ? -1 : 1;
+  return *(const int *)x - *(const int *)y; /* equal: the first added wins */
+}
+
+static int index_added(sl_tokenizer *t) {
+  for (int k = 0; k < 2; k++) {
+    t->addidx[k] = malloc((size_t)(t->nadded + 1) * sizeof(int));
+    if (!t->addidx[k]) return sl_fail(SL_ENOMEM, "tokenizer: out of memory");
+    int n = 0;
+    for (int i = 0; i < t->nadded; i++) {
+      const tok_added *a = &t->added[i];
+      if (a->normalized == k && (k && a->norm ? a->normlen : a->len) > 0) t->addidx[k][n++] = i;
+    }
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&mu);
+    g_sort_t = t;
+    g_sort_k = k;
+    qsort(t->addidx[k], (size_t)n, sizeof(int), by_first_then_longest);
+    pthread_mutex_unlock(&mu);
+    int j = 0;
+    for (int b = 0; b <= 256; b++) {
+      while (j < n) {
+        const tok_added *a = &t->added[t->addidx[k][j]];
+        unsigned char c = (unsigned char)(k && a->norm ? a->norm : a->content)[0];
+        if (c >= b) break;
+        j++;
+      }
+      t->addstart[k][b] = j;
+    }
+    t->addstart[k][256] = n;
+  }
+  return SL_OK;
+}
+
 /* id -> token string, added tokens over the model's vocabulary */
 static int build_id_table(sl_tokenizer *t, const char *file) {
   int64_t V = t->bpe.maxid + 1;
@@ -134,7 +178,21 @@ static int build_id_table(sl_tokenizer *t, const char *file) {
 
 static int load_json(const char *file, size_t flags, json_t **out) {
   json_error_t err;
-  *out = json_load_file(file, flags, &err);
+  *out = NULL;
+  /* read whole, then parse: json_load_file reads a byte at a time */
+  FILE *f = fopen(file, "rb");
+  if (!f) return sl_fail(SL_EINPUT, "%s: cannot open", file);
+  tok_buf b = {0};
+  char chunk[1 << 16];
+  size_t r;
+  int rc = SL_OK;
+  while (!rc && (r = fread(chunk, 1, sizeof chunk, f)) > 0) rc = tb_put(&b, chunk, r);
+  int bad = ferror(f);
+  fclose(f);
+  if (!rc && bad) rc = sl_fail(SL_EIO, "%s: read error", file);
+  if (!rc) *out = json_loadb(b.p ? b.p : "", b.n, flags, &err);
+  tb_free(&b);
+  if (rc) return rc;
   if (!*out) return sl_fail(SL_EINPUT, "%s: line %d: %s", file, err.line, err.text);
   if (!json_is_object(*out)) {
     json_decref(*out);
@@ -183,6 +241,7 @@ int sl_tokenizer_load(const char *path, sl_tokenizer **out) {
   if (!rc) rc = tok_parse_step(json_object_get(j, "decoder"), TK_DEC, what, &t->dec);
   if (!rc) rc = tok_bpe_load(model, file, &t->bpe);
   if (!rc) rc = load_added(t, json_object_get(j, "added_tokens"), file);
+  if (!rc) rc = index_added(t);
   if (!rc) rc = build_id_table(t, file);
   if (!rc) special_ids(t, cfg);
   json_decref(j);
@@ -222,14 +281,15 @@ static int split_added(const sl_tokenizer *t, int normalized, tok_splits *sp, to
   while (i < n) {
     int best = -1;
     size_t blen = 0;
-    for (int k = 0; k < t->nadded; k++) {
-      const tok_added *a = &t->added[k];
-      if (a->normalized != normalized) continue;
+    unsigned char b0 = (unsigned char)s[i];
+    for (int j = t->addstart[normalized][b0]; j < t->addstart[normalized][b0 + 1]; j++) {
+      const tok_added *a = &t->added[t->addidx[normalized][j]];
       const char *c = normalized && a->norm ? a->norm : a->content;
       size_t cl = normalized && a->norm ? a->normlen : a->len;
-      if (cl > blen && cl && i + cl <= n && c[0] == s[i] && !memcmp(c, s + i, cl)) {
-        best = k;
+      if (i + cl <= n && !memcmp(c, s + i, cl)) {
+        best = t->addidx[normalized][j];
         blen = cl;
+        break;
       }
     }
     if (best < 0) {
@@ -271,9 +331,7 @@ static int split_added(const sl_tokenizer *t, int normalized, tok_splits *sp, to
 
 /* Runs split_added over every text split of sp. */
 static int added_pass(const sl_tokenizer *t, int normalized, tok_splits *sp) {
-  int any = 0;
-  for (int k = 0; k < t->nadded; k++) any |= t->added[k].normalized == normalized;
-  if (!any) return SL_OK;
+  if (!t->addstart[normalized][256]) return SL_OK;
   tok_split *v = NULL;
   size_t n = 0, cap = 0;
   int rc = SL_OK;
