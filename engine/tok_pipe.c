@@ -248,7 +248,9 @@ static int norm_one(const tok_step *st, const char *s, size_t n, tok_buf *out) {
     int32_t c = tok_u8dec(s + i, n - i, &l);
     char u[8];
     if (st->type == TN_STRIPACC) {
-      if (utf8proc_category(c) != UTF8PROC_CATEGORY_MN && tb_put(out, s + i, (size_t)l)) return SL_ENOMEM;
+      int k = utf8proc_category(c); /* HF is_combining_mark: General_Category M */
+      int mark = k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_MC || k == UTF8PROC_CATEGORY_ME;
+      if (!mark && tb_put(out, s + i, (size_t)l)) return SL_ENOMEM;
     } else if (c == 0x130) {
       if (tb_put(out, "i\xcc\x87", 3)) return SL_ENOMEM; /* Rust: U+0130 lowercases to i + U+0307 */
     } else {

@@ -79,22 +79,45 @@ static void special_ids(sl_tokenizer *t, json_t *cfg) {
   for (int i = 0; !b && t->bos < 0 && bos[i]; i++) t->bos = token_id(t, bos[i]);
 }
 
+/* The added tokens. Their ids are assigned as HF tokenizers does when it
+ * loads the file (AddedVocabulary::add_tokens): a content already in the
+ * model's vocabulary takes that id, a repeated content its first id, any
+ * other the next id from the model's vocabulary size up; the "id" of the
+ * file only draws a warning when it differs. */
 static int load_added(sl_tokenizer *t, json_t *arr, const char *file) {
   if (!arr || json_is_null(arr)) return SL_OK;
   if (!json_is_array(arr)) return sl_fail(SL_EINPUT, "%s: added_tokens: expected an array", file);
   t->added = calloc(json_array_size(arr) + 1, sizeof *t->added);
   if (!t->added) return sl_fail(SL_ENOMEM, "%s: out of memory", file);
+  int64_t next = (int64_t)t->bpe.vocab.n, maxadded = -1;
   for (size_t i = 0; i < json_array_size(arr); i++) {
     json_t *e = json_array_get(arr, i), *c = json_object_get(e, "content"), *id = json_object_get(e, "id");
-    if (!json_is_string(c) || !json_string_length(c) || !json_is_integer(id) || json_integer_value(id) < 0 ||
-        json_integer_value(id) > INT32_MAX - 1)
-      return sl_fail(SL_EINPUT, "%s: added_tokens[%zu]: expected a non-empty \"content\" and an \"id\" >= 0", file, i);
-    tok_added *a = &t->added[t->nadded++];
+    if (!json_is_string(c) || !json_is_integer(id))
+      return sl_fail(SL_EINPUT, "%s: added_tokens[%zu]: expected a string \"content\" and an integer \"id\"", file, i);
+    if (!json_string_length(c)) continue; /* HF ignores empty tokens */
+    tok_added *a = NULL;
+    for (int k = 0; k < t->nadded && !a; k++)
+      if (t->added[k].len == json_string_length(c) && !memcmp(t->added[k].content, json_string_value(c), t->added[k].len))
+        a = &t->added[k];
+    int32_t want;
+    if (a) want = a->id, free(a->content), free(a->norm), a->norm = NULL;
+    else {
+      a = &t->added[t->nadded++];
+      want = tok_smap_get(&t->bpe.vocab, json_string_value(c), json_string_length(c));
+      if (want < 0) {
+        if (maxadded >= 0) want = (int32_t)(maxadded >= next ? maxadded + 1 : next);
+        else want = (int32_t)next;
+      }
+    }
+    if (want > maxadded) maxadded = want;
+    if (json_integer_value(id) != want)
+      sl_log(SL_LOG_WARN, "%s: added token '%s' has id %lld in the file; Hugging Face tokenizers gives it %d, as does shardlm",
+             file, json_string_value(c), (long long)json_integer_value(id), want);
     a->len = json_string_length(c);
     a->content = malloc(a->len + 1);
     if (!a->content) return sl_fail(SL_ENOMEM, "%s: out of memory", file);
     memcpy(a->content, json_string_value(c), a->len + 1);
-    a->id = (int32_t)json_integer_value(id);
+    a->id = want;
     a->single_word = json_is_true(json_object_get(e, "single_word"));
     a->lstrip = json_is_true(json_object_get(e, "lstrip"));
     a->rstrip = json_is_true(json_object_get(e, "rstrip"));
