@@ -64,9 +64,13 @@ for tok in "$L3/tokenizer.json" "$L2/tokenizer.json" "$FIX/synth_a.json" "$FIX/s
   for corpus in "$FIX/corpus.jsonl" "$FIX/corpus_synth.jsonl"; do oracle "$tok" "$corpus"; done
 done
 
-# the model directory form (tokenizer.json + tokenizer_config.json): special ids
-out=$("$CLI" tokenize --tokenizer "$L3" --ids < /dev/null 2>&1); rc=$?
-[ $rc -eq 0 ] && ok "directory form loads (llama3)" || bad "directory form: exit $rc: $out"
+# the model directory form (tokenizer.json + tokenizer_config.json): vocabulary
+# size and the eos / bos ids of tokenizer_config.json, as HF gives them
+for d in "$L3" "$L2"; do
+  got=$("$CLI" tokenize --tokenizer "$d" --info 2>&1)
+  want=$(NODE_PATH=$M node "$SL_SRC/tests/tokenizer_oracle.js" info "$d" 2>&1)
+  [ "$got" = "$want" ] && ok "$(basename "$(dirname "$d")") directory: $got" || bad "$d --info: shardlm $got, HF $want"
+done
 
 # refusals: exit 2 with a message naming the file and the reason
 refuse() {

@@ -4,6 +4,9 @@
 //   node tokenizer_oracle.js compare TOKENIZER.json CORPUS.jsonl OURS_IDS.txt OURS_DEC.jsonl
 //     encode(add_special_tokens=false) and decode(skip_special_tokens=false) of every
 //     corpus line, compared with shardlm's; prints mismatches and "N passed, M failed".
+//   node tokenizer_oracle.js info MODEL_DIR
+//     {"vocab_size", "eos_id", "bos_id"} from HF: get_vocab_size(true) and the ids of
+//     tokenizer_config.json's eos_token / bos_token.
 //   node tokenizer_oracle.js bench TOKENIZER.json CORPUS.jsonl REPEAT
 //     one thread, one document at a time: tokens/s of encode.
 const { Tokenizer } = require('@anush008/tokenizers');
@@ -56,8 +59,16 @@ async function bench(tokPath, corpus, repeat) {
     seconds: +s.toFixed(3), tokens_per_s: Math.round(tokens / s), mb_per_s: +(bytes / s / 1e6).toFixed(2) }));
 }
 
+async function info(dir) {
+  const tok = await Tokenizer.fromFile(dir + '/tokenizer.json');
+  const cfg = JSON.parse(fs.readFileSync(dir + '/tokenizer_config.json', 'utf8'));
+  const id = (t) => { if (t && typeof t === 'object') t = t.content; const v = t ? tok.tokenToId(t) : null; return v == null ? -1 : v; };
+  console.log(JSON.stringify({ vocab_size: tok.getVocabSize(true), eos_id: id(cfg.eos_token), bos_id: id(cfg.bos_token) })
+    .replace(/,/g, ', ').replace(/:/g, ': '));
+}
+
 const [mode, ...args] = process.argv.slice(2);
-(mode === 'compare' ? compare(...args) : bench(args[0], args[1], +(args[2] || 1))).catch((e) => {
+(mode === 'compare' ? compare(...args) : mode === 'info' ? info(...args) : bench(args[0], args[1], +(args[2] || 1))).catch((e) => {
   console.error(`tokenizer_oracle: ${e}`);
   process.exit(3);
 });

@@ -36,7 +36,7 @@ static char *slurp(const char *path, size_t *n) {
 
 typedef struct {
   const char *tok, *input;
-  int ids, jsonl, lines;
+  int ids, jsonl, lines, info;
 } tk_args;
 
 static int parse(const char *cmd, int argc, char **argv, tk_args *a) {
@@ -47,6 +47,7 @@ static int parse(const char *cmd, int argc, char **argv, tk_args *a) {
     else if (!strcmp(argv[i], "--ids")) a->ids = 1;
     else if (!strcmp(argv[i], "--jsonl")) a->jsonl = 1;
     else if (!strcmp(argv[i], "--lines")) a->lines = 1;
+    else if (!strcmp(argv[i], "--info")) a->info = 1;
     else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
     else {
       fprintf(stderr, "shardlm %s: unexpected argument '%s' (see --help)\n", cmd, argv[i]);
@@ -134,14 +135,21 @@ int sl_tool_tokenize(int argc, char **argv) {
   int p = parse("tokenize", argc, argv, &a);
   if (p) {
     if (p == 1)
-      printf("usage: shardlm tokenize --tokenizer PATH|bytes [--input FILE] [--ids] [--lines|--jsonl]\n"
+      printf("usage: shardlm tokenize --tokenizer PATH|bytes [--input FILE] [--ids] [--lines|--jsonl] [--info]\n"
              "  prints the ids of the text (stdin or FILE; per line with --lines; per JSON string or\n"
-             "  {\"text\":...} line with --jsonl), one line per text; without --ids each id with its token\n");
+             "  {\"text\":...} line with --jsonl), one line per text; without --ids each id with its token.\n"
+             "  --info: vocabulary size, end-of-sequence and beginning-of-sequence ids as JSON\n");
     return p == 1 ? 0 : 2;
   }
   sl_tokenizer *t = NULL;
   int lrc = load("tokenize", a.tok, &t);
   if (lrc) return exit_of(lrc);
+  if (a.info) {
+    printf("{\"vocab_size\": %lld, \"eos_id\": %d, \"bos_id\": %d}\n", (long long)sl_tokenizer_vocab_size(t),
+           sl_tokenizer_eos_id(t), sl_tokenizer_bos_id(t));
+    sl_tokenizer_free(t);
+    return 0;
+  }
   size_t n = 0;
   char *buf = slurp(a.input, &n);
   if (!buf) {
