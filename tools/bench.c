@@ -427,7 +427,7 @@ static int bench_comm(int argc, char **argv) {
 
 int sl_tool_bench(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-    fprintf(stderr, "usage: shardlm bench train|zero|mamba|gpu|gemm|comm|adam|nvme [flags]\n  gemm/comm: --out FILE.json merges the figure for shardlm plan --measured\n"
+    fprintf(stderr, "usage: shardlm bench train|zero|mamba|gpu|gemm|comm|adam|nvme|tokenizer [flags]\n  gemm/comm: --out FILE.json merges the figure for shardlm plan --measured\n"
                     "  train/zero flags: --hidden --layers --heads --kv-heads --intermediate --vocab --batch --seq\n"
                     "                    --steps --threads --src SOURCE_DIR (for tools/bench_torch.py)\n"
                     "  gpu: a Llama-2-7B-shaped stack on --backend cuda (--layers, --batch, --seq, --steps)\n");
@@ -440,6 +440,7 @@ int sl_tool_bench(int argc, char **argv) {
     }
     return sl_bench_offload_main(argc - 1, argv + 1);
   }
+  if (!strcmp(argv[1], "tokenizer")) return sl_tool_tokenize_bench(argc - 1, argv + 1);
   if (!strcmp(argv[1], "gemm")) return bench_gemm(argc - 1, argv + 1);
   if (!strcmp(argv[1], "comm")) return bench_comm(argc - 1, argv + 1);
   /* the ~20M-parameter Llama of the issue: hidden 384, 6 layers, GQA 6/2, vocab 8192 */

@@ -26,6 +26,7 @@ static void usage(FILE *f) {
           "  bench    train|adam|nvme|gemm|comm: measured figures\n"
           "  plan     predict memory, communication and speed of configurations\n"
           "  convert  between training checkpoints and Hugging Face directories\n"
+          "  tokenize --tokenizer PATH: text -> token ids (tokenizer.json); detok: ids -> text\n"
           "run 'shardlm train --help' for the training flags.\n");
 }
 
@@ -168,6 +169,8 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "bench")) return sl_tool_bench(argc - 1, argv + 1);
   if (!strcmp(cmd, "plan")) return sl_tool_plan(argc - 1, argv + 1);
   if (!strcmp(cmd, "convert")) return sl_tool_convert(argc - 1, argv + 1);
+  if (!strcmp(cmd, "tokenize")) return sl_tool_tokenize(argc - 1, argv + 1);
+  if (!strcmp(cmd, "detok")) return sl_tool_detok(argc - 1, argv + 1);
   fprintf(stderr, "shardlm: unknown command '%s'\n", cmd);
   usage(stderr);
   return 2;

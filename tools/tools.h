@@ -8,6 +8,9 @@ int sl_tool_bench(int argc, char **argv);   /* tools/bench.c */
 int sl_tool_plan(int argc, char **argv);    /* tools/plan.c */
 int sl_tool_convert(int argc, char **argv); /* tools/convert.c */
 int sl_tool_prepare(int argc, char **argv); /* tools/prepare.c */
+int sl_tool_tokenize(int argc, char **argv);       /* tools/tokenize.c */
+int sl_tool_detok(int argc, char **argv);          /* tools/tokenize.c */
+int sl_tool_tokenize_bench(int argc, char **argv); /* tools/tokenize.c: bench tokenizer */
 int sl_supervise(int argc, char **argv, int max_restarts); /* tools/supervise.c */
 
 #endif
