@@ -336,7 +336,7 @@ static int encode_append(job *j, const sl_tokenizer *tk, batch *b, const char *s
 
 typedef struct {
   job *j;
-  sl_tokenizer *tk;
+  const sl_tokenizer *tk; /* shared: encode is thread-safe (its caches are per thread) */
   int hf;        /* a Hugging Face tokenizer: text must be UTF-8 */
   segment *seg;  /* (MAXSEG) */
 } worker;
@@ -541,15 +541,15 @@ int sl_prepare(const sl_prep_cfg *c, sl_prep_stats *stp) {
   int started = 0, reader_started = 0;
   pthread_t rd;
   if (!rc) rc = setup_template(&j);
+  sl_tokenizer *tk = NULL;
+  if (!rc) rc = load_tokenizer(c, &tk);
   for (int i = 0; i < nw && !rc; i++) {
-    ws[i].j = &j;
-    ws[i].hf = c->tokenizer != NULL;
-    if (!(ws[i].seg = malloc(MAXSEG * sizeof(segment)))) rc = sl_fail(SL_ENOMEM, "out of memory");
-    if (!rc) rc = load_tokenizer(c, &ws[i].tk);
+    ws[i] = (worker){.j = &j, .tk = tk, .hf = c->tokenizer != NULL, .seg = malloc(MAXSEG * sizeof(segment))};
+    if (!ws[i].seg) rc = sl_fail(SL_ENOMEM, "out of memory");
   }
   if (rc) goto out;
-  st.vocab = sl_tokenizer_vocab_size(ws[0].tk);
-  int32_t eos = sl_tokenizer_eos_id(ws[0].tk), bos = sl_tokenizer_bos_id(ws[0].tk);
+  st.vocab = sl_tokenizer_vocab_size(tk);
+  int32_t eos = sl_tokenizer_eos_id(tk), bos = sl_tokenizer_bos_id(tk);
   int append = c->append_eod < 0 ? c->tokenizer == NULL : c->append_eod;
   if (append && eos < 0) {
     rc = sl_fail(SL_EINPUT, "%s: --append-eod: the tokenizer has no end-of-sequence token "
@@ -651,7 +651,8 @@ int sl_prepare(const sl_prep_cfg *c, sl_prep_stats *stp) {
 out:
   if (bld) sl_dataset_builder_abort(bld);
   mask_close(&mw, st.has_mask);
-  for (int i = 0; i < nw && ws; i++) { sl_tokenizer_free(ws[i].tk); free(ws[i].seg); }
+  for (int i = 0; i < nw && ws; i++) free(ws[i].seg);
+  sl_tokenizer_free(tk);
   if (j.slot) {
     for (int i = 0; i < j.nslot; i++) batch_free(&j.slot[i]);
     pthread_mutex_destroy(&j.mu);
