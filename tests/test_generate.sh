@@ -1,18 +1,5 @@
 #!/usr/bin/env bash
 # `shardlm generate`: greedy continuations (KV cache, sliding window, Mamba
-# state) vs PyTorch full recompute, sampling reproducibility, bad input
-# (tests/torch_ref/generate_checks.py). Skips (77) without the binary or
-# Debian's python3 with torch. SL_KEEP=1 keeps the work directory.
-set -u
-SL_SRC=${SL_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
-SL_BUILD=${SL_BUILD:-$SL_SRC/build}
-PY=/usr/bin/python3
-EXE="$SL_BUILD/shardlm"
-[ -x "$EXE" ] || { echo "SKIP: $EXE not built"; exit 77; }
-if [ ! -x "$PY" ] || ! "$PY" -c "import torch, numpy" 2>/dev/null; then
-  echo "SKIP: $PY with torch and numpy not available"; exit 77
-fi
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/sl_generate.XXXXXX")
-if [ "${SL_KEEP:-0}" = "1" ]; then echo "work dir kept: $WORK"; else trap 'rm -rf "$WORK"' EXIT; fi
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-"$PY" "$SL_SRC/tests/torch_ref/generate_checks.py" --shardlm "$EXE" --work "$WORK"
+# state) vs PyTorch full recompute, sampling, bad input
+# (tests/torch_ref/generate_checks.py, run by tests/test_eval.sh).
+exec bash "$(dirname "$0")/test_eval.sh" generate

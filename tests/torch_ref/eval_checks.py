@@ -51,8 +51,8 @@ class Checker:
 
 def run(cmd, cwd):
     r = subprocess.run([str(c) for c in cmd], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       text=True, timeout=300)
-    return r.returncode, r.stdout, r.stderr
+                       timeout=300)
+    return r.returncode, r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
 
 
 def ref_loss(model, stream, K):

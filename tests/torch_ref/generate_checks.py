@@ -17,7 +17,6 @@ Checks (one line each, then "N passed, M failed"):
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -27,26 +26,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import llama_ref as L  # noqa: E402
 import mamba_ref as M  # noqa: E402
+from eval_checks import Checker, run  # noqa: E402
 
 VOCAB, NEW = 97, 32
 PROMPT = [5, 17, 3, 88, 42, 9, 60, 23]
-
-
-class Checker:
-    def __init__(self):
-        self.passed = self.failed = 0
-
-    def __call__(self, name, ok, detail=""):
-        self.passed += bool(ok)
-        self.failed += not ok
-        print(f"{'PASS' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
-        return ok
-
-
-def run(cmd, cwd):
-    r = subprocess.run([str(c) for c in cmd], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       timeout=120)
-    return r.returncode, r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
 
 
 def greedy_ref(model, prompt, n):
