@@ -17,7 +17,10 @@ Checks (one line each, then "N passed, M failed"):
      first batch of the training documents, and the logged eval_loss equals
      `shardlm eval` of the saved model on a dataset holding only the held-out
      documents (boundaries by Megatron's formula, computed here);
-  4. N = 0 / missing --max-samples: exit 2 with a message.
+  4. N = 0 / missing --max-samples: exit 2 with a message;
+  5. `shardlm plot` of the run's metrics: valid SVG with the held-out loss
+     (one marker per evaluation), learning rate, gradient norm and per-arena
+     peak memory panels (checked inside 2).
 """
 import argparse
 import json
@@ -146,6 +149,20 @@ def main():
         ck("evaluation leaves training unchanged", same,
            f"losses {[round(r['loss'], 6) for r in rows]} vs {[round(r['loss'], 6) for r in plain]}")
         last = rows[-1]
+        svg = os.path.join(W, "m_eval.svg")
+        rc, out, err = run([exe, "plot", os.path.join(W, "m_eval.jsonl"), svg], W)
+        try:
+            import xml.etree.ElementTree as ET
+            root = ET.parse(svg).getroot()
+            texts = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text")]
+            marks = [c for c in root.iter("{http://www.w3.org/2000/svg}circle") if c.get("fill") == "#27ae60"]
+            want = ["loss", "held-out loss", "tokens/s", "learning rate", "gradient norm",
+                    "peak memory per arena (MiB)", "params", "gather"]
+            missing = [w for w in want if w not in texts]
+            ck("plot: valid SVG with held-out loss, lr, grad norm and arena panels", rc == 0 and not missing
+               and len(marks) == 2, f"missing {missing}, {len(marks)} held-out points")
+        except Exception as e:  # noqa: BLE001
+            ck("plot: valid SVG", False, f"exit {rc}: {e} {err.strip()[-200:]}")
         rc, out, err = run([exe, "eval", "--model", saved, "--data", held, "--seq-len", T, "--max-samples", 7,
                             "--micro-batch", B, "--json"] + layout, W)
         if rc != 0:
