@@ -12,7 +12,7 @@ Checks (one line each, then "N passed, M failed"):
      equal to `shardlm eval` of the model it saves (same layout: 1e-7
      relative), and its training losses equal those of the same run without
      evaluation (bit for bit: evaluation moves no data position, touches no
-     optimizer state);
+     optimizer state); also at ZeRO-2 with --grad-accum 2 --no-sync-accum;
   3. --split 6,2,0: the first training loss equals PyTorch's loss of the
      first batch of the training documents, and the logged eval_loss equals
      `shardlm eval` of the saved model on a dataset holding only the held-out
@@ -177,6 +177,20 @@ def main():
             ref = ref_loss(sm, common.token_stream(held), 7)
             e = abs(j["loss"] - ref) / ref
             ck("shardlm eval of the saved model vs PyTorch", e <= TOL, f"rel {e:.2e}")
+
+    if a.mpirun:  # ZeRO-2 with local accumulation: no stray gradient from the evaluation
+        acc = ["--nproc", 2, "--zero", 2, "--grad-accum", 2, "--no-sync-accum", "true"]
+        rc, _, err = run([exe] + train + acc + ["--eval-data", held, "--eval-every", 1, "--eval-samples", 5,
+                                                "--metrics", os.path.join(W, "m_z2e.jsonl")], W)
+        rc2, _, err2 = run([exe] + train + acc + ["--metrics", os.path.join(W, "m_z2.jsonl")], W)
+        if rc != 0 or rc2 != 0:
+            ck("ZeRO-2 accumulation with evaluation", False, f"exit {rc}/{rc2}: {(err + err2).strip()[-600:]}")
+        else:
+            e = common.read_metrics(os.path.join(W, "m_z2e.jsonl"))
+            p = common.read_metrics(os.path.join(W, "m_z2.jsonl"))
+            same = [(r["loss"], r["grad_norm"]) for r in e] == [(r["loss"], r["grad_norm"]) for r in p]
+            ck("ZeRO-2 + grad-accum 2 + no-sync-accum: evaluation every step leaves training unchanged",
+               same and all("eval_loss" in r for r in e), f"{len(e)} steps, eval at {sum('eval_loss' in r for r in e)}")
 
     # 3. --split over documents (Megatron's boundaries)
     docs = make_docs(9, [30, 41, 12, 77, 25, 60, 18, 33, 50, 29])
