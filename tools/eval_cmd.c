@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "engine/safetensors.h"
 #include "engine/trainer.h"
 #include "shard/comm.h"
 #include "tools/tools.h"
@@ -56,6 +57,13 @@ int sl_tool_eval(int argc, char **argv) {
     fprintf(stderr, "shardlm eval: --max-samples must be an integer >= 1 (windows to evaluate)\n");
     return 2;
   }
+  sl_st_set *w = NULL; /* a model without weights would be evaluated at its random init */
+  if ((rc = sl_st_open_dir(cfg.model, &w)) || !w) {
+    if (!rc) sl_fail(SL_EINPUT, "%s: no *.safetensors weights to evaluate", cfg.model);
+    fprintf(stderr, "shardlm eval: %s\n", sl_errmsg());
+    return 2;
+  }
+  sl_st_close_set(w);
   if (cfg.nproc > 1 && !sl_under_launcher()) return sl_relaunch((int)cfg.nproc, argc, argv);
   sl_comm *world = NULL;
   if (sl_comm_world_init(&argc, &argv, cfg.comm_timeout, &world) != SL_COMM_OK) {

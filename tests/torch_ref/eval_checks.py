@@ -231,6 +231,11 @@ def main():
                               ("no --max-samples", [], "--max-samples")):
         rc, out, err = run([exe, "eval", "--model", mdirs["llama"], "--data", data, "--seq-len", T] + args, W)
         ck(f"eval {label}: exit 2", rc == 2 and want in err, f"exit {rc}: {err.strip()[:200]}")
+    nodir = os.path.join(W, "noweights")
+    os.makedirs(nodir)
+    common.config_write(nodir, L.make_config(vocab=VOCAB).to_dict())
+    rc, out, err = run([exe, "eval", "--model", nodir, "--data", data, "--seq-len", T, "--max-samples", 2], W)
+    ck("eval of a model without weights: exit 2", rc == 2 and "weights" in err, f"exit {rc}: {err.strip()[:200]}")
     rc, out, err = run([exe, "train", "--model", mdirs["llama"], "--data", data, "--steps", 1, "--seq-len", T,
                         "--micro-batch", 1, "--eval-every", 1], W)
     ck("--eval-every without a held-out set: exit 2", rc == 2 and "--eval-data" in err,
