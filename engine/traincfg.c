@@ -69,6 +69,10 @@ static const key_t_ KEYS[] = {
     I("log-every", log_every, "10", "log a line every N steps when not on a terminal"),
     B("summary", summary, "true", "print the per-rank summary at the end"),
     B("plot", plot, "true", "draw OUT_DIR/metrics.svg at the end"),
+    S("eval-data", eval_data, "", "held-out dataset prefix for --eval-every (instead of --split)"),
+    S("split", split, "", "train,valid,test weights over --data's documents (Megatron), e.g. 98,2,0: train on the first range, evaluate on the second"),
+    I("eval-every", eval_every, "0", "held-out loss every N steps and at the last step (0: off)"),
+    I("eval-samples", eval_samples, "0", "held-out windows per evaluation, in sequential order (0: every whole window of the held-out stream)"),
 };
 #define NKEYS (int)(sizeof KEYS / sizeof KEYS[0])
 

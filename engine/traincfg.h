@@ -49,6 +49,10 @@ typedef struct {
   int64_t log_every;
   int summary;                 /* print the per-rank summary at the end */
   int plot;                    /* draw the metrics SVG at the end */
+  /* held-out evaluation (engine/eval.c) */
+  char eval_data[SL_PATH_MAX]; /* held-out dataset prefix (empty: --split or none) */
+  char split[64];              /* "98,2,0": document weights over data (empty: none) */
+  int64_t eval_every, eval_samples;
 } sl_train_cfg;
 
 void sl_train_cfg_defaults(sl_train_cfg *c);

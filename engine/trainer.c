@@ -23,6 +23,7 @@
 #include "engine/builtin.h"
 #include "engine/checkpoint.h"
 #include "engine/dataset.h"
+#include "engine/eval.h"
 #include "engine/hfconfig.h"
 #include "engine/model.h"
 #include "engine/plot.h"
@@ -57,6 +58,9 @@ typedef struct {
   int32_t *row;            /* (T+1) */
   int64_t *perm;           /* shuffled order of sample windows (one epoch) */
   int64_t perm_epoch, nwin;
+  int64_t *starts;         /* (B) window starts of the micro-batch being loaded */
+  sl_eval_data *ev;        /* held-out stream (NULL: none) */
+  int optim;               /* 0: no optimizer state (shardlm eval) */
   double peak_flops;       /* per rank */
   char metrics_path[SL_PATH_MAX + 64];
   FILE *metrics;
@@ -100,19 +104,42 @@ static int64_t sample_start(trainer *t, int64_t j) {
   return t->perm[i] * T;
 }
 
-static int load_batch(trainer *t, int64_t first_sample) {
+/* The micro-batch from window starts (stream positions of ds; -1: a padding
+ * row, all targets ignored) into backend memory as the model's batch (also
+ * the evaluation's loader). *counted: targets that count in the loss. */
+static int load_rows(trainer *t, const sl_dataset *ds, const int64_t *starts, float scale, int64_t *counted) {
   int64_t B = t->cfg.micro_batch, T = t->cfg.seq_len;
-  int64_t ntok = sl_dataset_num_tokens(t->ds);
+  *counted = 0;
   for (int64_t b = 0; b < B; b++) {
-    int64_t start = sample_start(t, first_sample + b) % ntok;
-    int rc = sl_dataset_tokens(t->ds, start, T + 1, t->row);
+    int rc = starts[b] < 0 ? SL_OK : sl_dataset_tokens(ds, starts[b], T + 1, t->row);
     if (rc) return rc;
     for (int64_t i = 0; i < T; i++) {
-      t->tok[b * T + i] = t->row[i];
-      t->tgt[b * T + i] = t->row[i + 1];
+      t->tok[b * T + i] = starts[b] < 0 ? 0 : t->row[i];
+      t->tgt[b * T + i] = starts[b] < 0 ? -1 : t->row[i + 1];
+      *counted += t->tgt[b * T + i] >= 0;
     }
   }
+  if (t->dev) {
+    t->ops->upload(t->k, t->dtok, t->tok, (size_t)(B * T) * 4);
+    t->ops->upload(t->k, t->dtgt, t->tgt, (size_t)(B * T) * 4);
+  }
+  sl_model_set_batch(t->m, t->dtok, t->dtgt, scale);
   return SL_OK;
+}
+
+static int load_batch(trainer *t, int64_t first_sample, float scale) {
+  int64_t ntok = sl_dataset_num_tokens(t->ds), counted;
+  for (int64_t b = 0; b < t->cfg.micro_batch; b++) t->starts[b] = sample_start(t, first_sample + b) % ntok;
+  return load_rows(t, t->ds, t->starts, scale, &counted);
+}
+
+static int eval_load(void *user, const sl_dataset *ds, const int64_t *starts, int64_t *counted) {
+  return load_rows(user, ds, starts, 0.0f, counted);
+}
+
+static int run_eval(trainer *t, const sl_dataset *ds, int64_t K, sl_eval_result *res) {
+  sl_eval_env e = {t->m, t->f, t->world, t->cfg.micro_batch, t->cfg.seq_len, t, eval_load};
+  return sl_eval_loss(&e, ds, K, res);
 }
 
 /* tied-weight access for the model */
@@ -316,6 +343,8 @@ static void trainer_free(trainer *t) {
   if (t->k) t->ops->ctx_destroy(t->k);
   sl_free(t->tok); sl_free(t->tgt); sl_free(t->row);
   free(t->perm);
+  free(t->starts);
+  sl_eval_data_close(t->ev);
   if (t->metrics) fclose(t->metrics);
 }
 
@@ -326,8 +355,9 @@ static int local_ranks(void) {
   return n > 0 ? n : 1;
 }
 
-static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
+static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim) {
   memset(t, 0, sizeof *t);
+  t->optim = optim;
   t->cfg = *cfg;
   t->world = world;
   t->rank = sl_comm_rank(world);
@@ -397,6 +427,7 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
     if ((rc = sl_dataset_open(prefix, &t->ds))) return rc;
   }
   if ((rc = sl_dataset_check_vocab(t->ds, t->mcfg.vocab_size))) return rc;
+  if ((rc = sl_eval_data_open(c, t->ds, t->mcfg.vocab_size, &t->ev))) return rc;
   if (sl_dataset_num_tokens(t->ds) < 2)
     return sl_fail(SL_EINPUT, "%s: the dataset holds fewer than 2 tokens", c->data);
   t->nwin = sl_dataset_num_tokens(t->ds) / c->seq_len;
@@ -444,7 +475,7 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
     if ((rc = sl_model_unit_load(t->m, u, weights, (uint64_t)c->seed, flat))) break;
     if ((rc = sl_fsdp_init_params(t->f, u, flat))) break;
     sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
-    if ((rc = opt_create(t, u, v, flat))) break;
+    if (t->optim && (rc = opt_create(t, u, v, flat))) break;
   }
   sl_free(flat);
   if (weights) sl_st_close_set(weights);
@@ -454,7 +485,8 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
   t->tok = sl_alloc((size_t)BT * 4, "tokens");
   t->tgt = sl_alloc((size_t)BT * 4, "targets");
   t->row = sl_alloc((size_t)(c->seq_len + 1) * 4, "sample");
-  if (!t->tok || !t->tgt || !t->row) return sl_fail(SL_ENOMEM, "out of memory");
+  t->starts = malloc(sizeof(int64_t) * (size_t)c->micro_batch);
+  if (!t->tok || !t->tgt || !t->row || !t->starts) return sl_fail(SL_ENOMEM, "out of memory");
   t->dtok = t->tok;
   t->dtgt = t->tgt;
   if (t->dev && (!(t->dtok = t->ops->alloc(t->k, (size_t)BT * 4)) || !(t->dtgt = t->ops->alloc(t->k, (size_t)BT * 4))))
@@ -468,14 +500,9 @@ static int run_micro(trainer *t, int64_t s, int k, int nk, int dump_logits, floa
   sl_train_cfg *c = &t->cfg;
   (void)s;
   int64_t first = t->next_sample + (int64_t)t->rank * (c->grad_accum * c->micro_batch) + (int64_t)k * c->micro_batch;
-  int rc = load_batch(t, first);
-  if (rc) return rc;
   float scale = (float)(1.0 / ((double)t->G * (double)c->seq_len));
-  if (t->dev) {
-    t->ops->upload(t->k, t->dtok, t->tok, (size_t)(c->micro_batch * c->seq_len) * 4);
-    t->ops->upload(t->k, t->dtgt, t->tgt, (size_t)(c->micro_batch * c->seq_len) * 4);
-  }
-  sl_model_set_batch(t->m, t->dtok, t->dtgt, scale);
+  int rc = load_batch(t, first, scale);
+  if (rc) return rc;
   int U = t->m->nunits;
   if ((rc = sl_fsdp_begin_micro(t->f, k, nk))) return rc;
   for (int u = 0; u < U; u++) {
@@ -568,6 +595,7 @@ static int optimizer_step(trainer *t, int64_t s, double lr, float coef) {
 
 typedef struct {
   double loss, grad_norm, lr;
+  sl_eval_result ev;       /* held-out loss of this step (ev.samples 0: none) */
 } step_out;
 
 static int train_step(trainer *t, int64_t s, step_out *o) {
@@ -771,13 +799,15 @@ static void write_metrics(trainer *t, int64_t s, const step_out *o, double dt, d
           dwait * 1e-9, (unsigned long long)dbytes);
   for (int a = 0; a < SL_ARENA_COUNT; a++)
     fprintf(t->metrics, "%s\"%s\": %lld", a ? ", " : "", sl_arena_name(a), (long long)ms.peak[a]);
-  fprintf(t->metrics, "}}\n");
+  fprintf(t->metrics, "}");
+  if (o->ev.samples) fprintf(t->metrics, ", \"eval_loss\": %.9g, \"eval_ppl\": %.9g", o->ev.loss, o->ev.ppl);
+  fprintf(t->metrics, "}\n");
   fflush(t->metrics);
 }
 
 int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   trainer t;
-  int rc = trainer_setup(&t, cfg, world);
+  int rc = trainer_setup(&t, cfg, world, 1);
   if (rc) goto done;
   sl_train_cfg *c = &t.cfg;
   if (t.rank == 0) {
@@ -816,6 +846,10 @@ bcast: {
     double dt = sl_now_s() - t0;
     sl_mem_set(SL_ARENA_SCRATCH, (int64_t)t.ops->ctx_scratch_bytes(t.k));
     if (s == t.start_step) first_loss = o.loss;
+    o.ev.samples = 0;
+    if (t.ev && sl_eval_due(c, s) &&
+        (rc = run_eval(&t, sl_eval_data_ds(t.ev), sl_eval_data_samples(t.ev), &o.ev)))
+      goto done;
     if (c->ckpt_dir[0] && ((c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0) || s + 1 == c->steps)) {
       if ((rc = save_ckpt(&t, s + 1))) goto done;
     }
@@ -825,7 +859,12 @@ bcast: {
       printf("\rstep %lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %.0f tok/s  MFU %.1f%%   ", (long long)(s + 1),
              (long long)c->steps, o.loss, o.lr, o.grad_norm, tps,
              100.0 * flops_tok * tps / (t.peak_flops * t.wsize));
+      if (o.ev.samples) printf("\n  eval loss %.4f  ppl %.2f\n", o.ev.loss, o.ev.ppl);
       fflush(stdout);
+    } else if (o.ev.samples) {
+      sl_log0(SL_LOG_INFO, "step %lld/%lld loss %.4f lr %.3e grad_norm %.4f tokens/s %.0f eval_loss %.4f "
+              "eval_ppl %.3f", (long long)(s + 1), (long long)c->steps, o.loss, o.lr, o.grad_norm, tps,
+              o.ev.loss, o.ev.ppl);
     } else if ((c->log_every > 0 && (s + 1) % c->log_every == 0) || s == 0 || s + 1 == c->steps) {
       sl_log0(SL_LOG_INFO, "step %lld/%lld loss %.4f lr %.3e grad_norm %.4f tokens/s %.0f", (long long)(s + 1),
               (long long)c->steps, o.loss, o.lr, o.grad_norm, tps);
@@ -852,6 +891,15 @@ done:
   return rc;
 }
 
+/* ---- shardlm eval ------------------------------------------------------------ */
+int sl_train_eval(const sl_train_cfg *cfg, sl_comm *world, int64_t K, sl_eval_result *res) {
+  trainer t;
+  int rc = trainer_setup(&t, cfg, world, 0); /* no optimizer state */
+  if (!rc) rc = run_eval(&t, t.ds, K, res);
+  trainer_free(&t);
+  return rc;
+}
+
 /* ---- dump ------------------------------------------------------------------- */
 typedef struct {
   const float *next; /* tensors back to back, in write order */
@@ -872,7 +920,7 @@ int sl_train_dump(const sl_train_cfg *cfg, sl_comm *world, const char *out_path)
   sl_train_cfg c2 = *cfg;
   snprintf(c2.data_order, sizeof c2.data_order, "sequential");
   c2.grad_accum = 1;
-  int rc = trainer_setup(&t, &c2, world);
+  int rc = trainer_setup(&t, &c2, world, 1);
   float *logits = NULL, *big = NULL;
   sl_st_wtensor *ws = NULL;
   if (rc) goto done;

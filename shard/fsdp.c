@@ -415,6 +415,20 @@ int sl_fsdp_fwd_release(sl_fsdp *f, int u) {
   return SL_OK;
 }
 
+int sl_fsdp_end_forward(sl_fsdp *f) {
+  /* no backward follows: nothing to reduce; drop every gathered buffer
+   * (pinned units and ZeRO-3 units kept for a backward included) */
+  for (int u = 0; u < f->nunits; u++) {
+    unit_t *U = &f->units[u];
+    if (U->pstate == P_INFLIGHT) {
+      int rc = wait_req(f, &U->ag_req);
+      if (rc) return rc;
+    }
+    drop_params(f, u);
+  }
+  return SL_OK;
+}
+
 /* ---- gradients ------------------------------------------------------------ */
 static int take_grad(sl_fsdp *f, int u) {
   unit_t *U = &f->units[u];

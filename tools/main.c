@@ -27,16 +27,18 @@ static void usage(FILE *f) {
           "  plan     predict memory, communication and speed of configurations\n"
           "  convert  between training checkpoints and Hugging Face directories\n"
           "  tokenize --tokenizer PATH: text -> token ids (tokenizer.json); detok: ids -> text\n"
+          "  eval     --model DIR --data PREFIX --seq-len T --max-samples N: held-out loss\n"
+          "  generate --model DIR --prompt TEXT: sample a continuation (KV cache, CPU)\n"
           "run 'shardlm train --help' for the training flags.\n");
 }
 
-static int under_launcher(void) {
+int sl_under_launcher(void) {
   return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_RANK") || getenv("PMIX_RANK") ||
          getenv("SLURM_PROCID");
 }
 
 /* Re-executes this command under a local mpirun with n ranks. */
-static int relaunch(int n, int argc, char **argv) {
+int sl_relaunch(int n, int argc, char **argv) {
   char **args = calloc((size_t)argc + 16, sizeof(char *));
   char np[32];
   snprintf(np, sizeof np, "%d", n);
@@ -99,21 +101,21 @@ static int cmd_train(int argc, char **argv, int dump) {
     fprintf(stderr, "shardlm dump: --out FILE.safetensors is required\n");
     return 2;
   }
-  if (!dump && cfg.max_restarts > 0 && !under_launcher()) {
+  if (!dump && cfg.max_restarts > 0 && !sl_under_launcher()) {
     if (!cfg.ckpt_dir[0]) {
       fprintf(stderr, "shardlm: --max-restarts needs --ckpt-dir\n");
       return 2;
     }
     return sl_supervise(argc, argv, (int)cfg.max_restarts);
   }
-  if (cfg.nproc > 1 && !under_launcher()) {
+  if (cfg.nproc > 1 && !sl_under_launcher()) {
     if (demo) {
       /* pass the demo's settings through explicitly */
       char **a2 = calloc(8, sizeof(char *));
       a2[0] = argv[0]; a2[1] = "train"; a2[2] = "--nproc"; a2[3] = "2"; a2[4] = "--save"; a2[5] = cfg.save;
-      return relaunch(2, 6, a2);
+      return sl_relaunch(2, 6, a2);
     }
-    return relaunch((int)cfg.nproc, argc, argv);
+    return sl_relaunch((int)cfg.nproc, argc, argv);
   }
   sl_comm *world = NULL;
   if (sl_comm_world_init(&argc, &argv, cfg.comm_timeout, &world) != SL_COMM_OK) {
@@ -171,6 +173,8 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "convert")) return sl_tool_convert(argc - 1, argv + 1);
   if (!strcmp(cmd, "tokenize")) return sl_tool_tokenize(argc - 1, argv + 1);
   if (!strcmp(cmd, "detok")) return sl_tool_detok(argc - 1, argv + 1);
+  if (!strcmp(cmd, "eval")) return sl_tool_eval(argc, argv);
+  if (!strcmp(cmd, "generate")) return sl_tool_generate(argc - 1, argv + 1);
   fprintf(stderr, "shardlm: unknown command '%s'\n", cmd);
   usage(stderr);
   return 2;
