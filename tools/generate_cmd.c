@@ -11,6 +11,7 @@
 #include "base/base.h"
 #include "engine/dataset.h"
 #include "engine/generate.h"
+#include "engine/tokenizer.h"
 #include "tools/tools.h"
 
 static const char *USAGE =
@@ -18,22 +19,49 @@ static const char *USAGE =
     "       [--max-new-tokens N (64)] [--temperature X (1.0; 0: greedy)] [--top-p P (1.0)] [--seed S (1234)]\n"
     "       [--print-ids]\n";
 
-/* ---- the tokenizer seam: with engine/tokenizer.h these two become
- * sl_tokenizer_encode / sl_tokenizer_decode of the loaded tokenizer ------------ */
-static int text_to_ids(const char *tokenizer, const char *text, int32_t **ids, int64_t *n) {
-  if (tokenizer) return sl_fail(SL_EINPUT, "--tokenizer: not available in this build");
-  size_t len = strlen(text); /* byte-level: one id per byte */
-  *ids = malloc((len ? len : 1) * sizeof(int32_t));
-  if (!*ids) return sl_fail(SL_ENOMEM, "out of memory");
-  for (size_t i = 0; i < len; i++) (*ids)[i] = (unsigned char)text[i];
-  *n = (int64_t)len;
-  return SL_OK;
+/* ---- text <-> ids through the tokenizer (engine/tokenizer.h) ---------------- */
+typedef struct {
+  const sl_tokenizer *tk;
+  int bytes;       /* the byte-level tokenizer: ids are bytes, printed as they come */
+  int32_t *gen;    /* (cap) ids generated so far */
+  int64_t n, cap;
+  size_t printed;  /* bytes of decode(gen) already written */
+} emitter;
+
+static int text_to_ids(const sl_tokenizer *tk, const char *text, int32_t **ids, int64_t *n) {
+  return sl_tokenizer_encode(tk, text, strlen(text), ids, n);
 }
 
+/* Streams the decoded text: decode(all ids so far) and print what is new,
+ * holding back an incomplete UTF-8 sequence (a byte-level BPE token can end
+ * inside a character). */
 static void emit_text(void *user, int32_t id) {
-  (void)user;
-  if (id >= 0 && id < 256) putchar(id);
-  else if (id != SL_BYTE_EOD) printf("<|%d|>", id);
+  emitter *e = user;
+  if (e->bytes) {
+    if (id >= 0 && id < 256) putchar(id);
+    else if (id != SL_BYTE_EOD) printf("<|%d|>", id);
+    fflush(stdout);
+    return;
+  }
+  if (e->n == e->cap) {
+    int64_t c = e->cap ? 2 * e->cap : 256;
+    int32_t *g = realloc(e->gen, (size_t)c * sizeof *g);
+    if (!g) return;
+    e->gen = g;
+    e->cap = c;
+  }
+  e->gen[e->n++] = id;
+  char *txt = NULL;
+  size_t len = 0;
+  if (sl_tokenizer_decode(e->tk, e->gen, e->n, &txt, &len) == SL_OK && len > e->printed) {
+    size_t end = len;
+    if (len >= 3 && !memcmp(txt + len - 3, "\xef\xbf\xbd", 3)) end = len - 3; /* U+FFFD: wait for more */
+    if (end > e->printed) {
+      fwrite(txt + e->printed, 1, end - e->printed, stdout);
+      e->printed = end;
+    }
+  }
+  free(txt);
   fflush(stdout);
 }
 /* ------------------------------------------------------------------------------ */
@@ -94,7 +122,6 @@ int sl_tool_generate(int argc, char **argv) {
   }
   if (!rc && (!model || !prompt == !prompt_ids))
     rc = sl_fail(SL_EINPUT, "--model and one of --prompt TEXT / --prompt-ids IDS are required");
-  if (!rc && tokenizer) rc = sl_fail(SL_EINPUT, "--tokenizer: not available in this build");
   if (rc) {
     fprintf(stderr, "shardlm generate: %s\n%s", sl_errmsg(), USAGE);
     return 2;
@@ -102,20 +129,29 @@ int sl_tool_generate(int argc, char **argv) {
   int32_t *ids = NULL, *out = NULL;
   int64_t n = 0, nout = 0;
   sl_gen *g = NULL;
-  rc = prompt_ids ? parse_ids(prompt_ids, &ids, &n) : text_to_ids(tokenizer, prompt, &ids, &n);
+  sl_tokenizer *tk = NULL;
+  emitter em = {0};
+  rc = tokenizer ? sl_tokenizer_load(tokenizer, &tk) : sl_tokenizer_bytes(&tk);
+  if (!rc) rc = prompt_ids ? parse_ids(prompt_ids, &ids, &n) : text_to_ids(tk, prompt, &ids, &n);
   if (!rc) rc = sl_gen_load(model, &g);
+  if (!rc && tokenizer && sl_tokenizer_vocab_size(tk) > sl_gen_vocab(g))
+    rc = sl_fail(SL_EINPUT, "%s: the tokenizer has %lld ids but %s has vocab_size %lld: they do not belong together",
+                 tokenizer, (long long)sl_tokenizer_vocab_size(tk), model, (long long)sl_gen_vocab(g));
+  if (!rc && prompt && n == 0) rc = sl_fail(SL_EINPUT, "--prompt: the prompt encodes to no tokens");
   if (!rc && prompt && !tokenizer && sl_gen_vocab(g) < SL_BYTE_VOCAB)
     rc = sl_fail(SL_EINPUT, "--prompt without --tokenizer needs a byte-level model (vocab_size >= %d); %s has "
                  "vocab_size %lld (use --prompt-ids)", SL_BYTE_VOCAB, model, (long long)sl_gen_vocab(g));
   if (!rc && !(out = malloc(sizeof(int32_t) * (size_t)(max_new > 0 ? max_new : 1))))
     rc = sl_fail(SL_ENOMEM, "out of memory");
   if (!rc) {
-    int32_t stop[2];
+    int32_t stop[3];
     int nstop = 0;
     if (sl_gen_eos(g) >= 0) stop[nstop++] = sl_gen_eos(g);
+    if (tokenizer && sl_tokenizer_eos_id(tk) >= 0) stop[nstop++] = sl_tokenizer_eos_id(tk);
     if (prompt && !tokenizer) stop[nstop++] = SL_BYTE_EOD;
+    em = (emitter){.tk = tk, .bytes = !tokenizer};
     sl_gen_opts o = {.temperature = temp, .top_p = top_p, .seed = (uint64_t)seed, .max_new = (int64_t)max_new,
-                     .stop = stop, .nstop = nstop, .emit = print_ids ? NULL : emit_text};
+                     .stop = stop, .nstop = nstop, .emit = print_ids ? NULL : emit_text, .user = &em};
     if (!print_ids && prompt) fputs(prompt, stdout);
     rc = sl_generate(g, ids, n, &o, out, &nout);
     if (!rc && print_ids) {
@@ -129,6 +165,8 @@ int sl_tool_generate(int argc, char **argv) {
   if (rc) fprintf(stderr, "shardlm generate: %s\n", sl_errmsg());
   free(ids);
   free(out);
+  free(em.gen);
   sl_gen_free(g);
+  sl_tokenizer_free(tk);
   return rc == SL_OK ? 0 : rc == SL_EINPUT ? 2 : 1;
 }

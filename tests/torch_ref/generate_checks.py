@@ -17,6 +17,7 @@ Checks (one line each, then "N passed, M failed"):
 import argparse
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -110,13 +111,38 @@ def main():
                         "--max-new-tokens", 8], W)
     ck("byte-level text prompt", rc == 0 and out.startswith("hello"), f"exit {rc}, output {out[:40]!r}")
 
+    # 3b. a tokenizer.json: the prompt is encoded and the continuation decoded
+    # by shardlm's tokenizer; the ids equal a run on the encoded ids, the
+    # text is the prompt followed by detok of the new ids
+    tok = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "tokenizer",
+                       "synth_c.json")
+    tdir = os.path.join(W, "tokmodel")
+    os.makedirs(tdir)
+    L.save_hf(L.init_model(L.make_config(vocab=277, hidden=32, heads=2, kv_heads=1, intermediate=64), seed=6,
+                           std=0.3), tdir)
+    enc = subprocess.run([exe, "tokenize", "--tokenizer", tok, "--ids"], input="hello world 123", text=True,
+                         capture_output=True).stdout.split()
+    g = ["generate", "--model", tdir, "--temperature", 0, "--max-new-tokens", 12]
+    r_ids = run([exe] + g + ["--prompt-ids", ",".join(enc), "--print-ids"], W)
+    r_tok = run([exe] + g + ["--tokenizer", tok, "--prompt", "hello world 123", "--print-ids"], W)
+    r_txt = run([exe] + g + ["--tokenizer", tok, "--prompt", "hello world 123"], W)
+    new_ids = r_ids[1].strip().split(",") if r_ids[0] == 0 else []
+    dec = subprocess.run([exe, "detok", "--tokenizer", tok], input=" ".join(new_ids), text=True,
+                         capture_output=True).stdout
+    ck("--tokenizer: same ids as --prompt-ids of the encoded prompt, text = prompt + detok(new ids)",
+       len(enc) > 0 and r_ids[0] == 0 and r_tok[0] == 0 and r_tok[1] == r_ids[1] and r_txt[0] == 0
+       and r_txt[1].rstrip("\n") == "hello world 123" + dec.rstrip("\n"),
+       f"ids {r_ids[1].strip()} / {r_tok[1].strip()}; text {r_txt[1]!r} vs detok {dec!r}; {r_tok[2][-200:]}")
+
     # 4. bad input and the context limit
     set_config(dirs["llama"], max_position_embeddings=16)
     long_ids = ",".join(str(i % VOCAB) for i in range(17))
     cases = [("prompt longer than max_position_embeddings", ["--model", dirs["llama"], "--prompt-ids", long_ids],
               "max_position_embeddings"),
-             ("--tokenizer", ["--model", dirs["llama"], "--prompt", "hi", "--tokenizer", W],
-              "--tokenizer: not available in this build"),
+             ("a tokenizer with more ids than the model", ["--model", dirs["llama"], "--prompt", "hi", "--tokenizer",
+              tok], "do not belong together"),
+             ("a directory without tokenizer.json", ["--model", dirs["llama"], "--prompt", "hi", "--tokenizer", W],
+              "tokenizer.json"),
              ("prompt id outside the vocabulary", ["--model", dirs["llama"], "--prompt-ids", "1,97"],
               "vocabulary"),
              ("--max-new-tokens -1", ["--model", dirs["llama"], "--prompt-ids", "1", "--max-new-tokens", -1],
