@@ -69,6 +69,8 @@ static const key_t_ KEYS[] = {
     I("log-every", log_every, "10", "log a line every N steps when not on a terminal"),
     B("summary", summary, "true", "print the per-rank summary at the end"),
     B("plot", plot, "true", "draw OUT_DIR/metrics.svg at the end"),
+    S("on-nonfinite", on_nonfinite, "stop", "a NaN/inf loss or gradient norm: stop (exit 4) | skip (drop the step's update)"),
+    I("max-skips", max_skips, "3", "--on-nonfinite skip: consecutive skipped steps that stop the run (exit 4)"),
 };
 #define NKEYS (int)(sizeof KEYS / sizeof KEYS[0])
 

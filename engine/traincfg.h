@@ -49,6 +49,9 @@ typedef struct {
   int64_t log_every;
   int summary;                 /* print the per-rank summary at the end */
   int plot;                    /* draw the metrics SVG at the end */
+  /* non-finite policy (engine/guard.h) */
+  char on_nonfinite[8];        /* stop | skip */
+  int64_t max_skips;           /* consecutive skips that stop the run */
 } sl_train_cfg;
 
 void sl_train_cfg_defaults(sl_train_cfg *c);
