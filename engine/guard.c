@@ -30,19 +30,17 @@ static int count_bad(sl_comm *world, int bad, int *nbad) {
   return SL_OK;
 }
 
-/* Tests: SL_FAULT_NONFINITE=S1[,S2...] makes the loss of those (1-based)
- * steps NaN, on rank SL_FAULT_NONFINITE_RANK only when that is set. */
-static int fault_here(sl_comm *world, int64_t step) {
+double sl_guard_fault(sl_comm *world, int64_t step, double local_loss) {
   const char *e = getenv("SL_FAULT_NONFINITE"), *r = getenv("SL_FAULT_NONFINITE_RANK");
-  if (!e || (r && atoi(r) != sl_comm_rank(world))) return 0;
+  if (!e || (r && atoi(r) != sl_comm_rank(world))) return local_loss;
   for (const char *p = e; *p;) {
     char *end;
     long long v = strtoll(p, &end, 10);
-    if (end == p) return 0;
-    if (v == step + 1) return 1;
+    if (end == p) break;
+    if (v == step + 1) return NAN;
     p = *end == ',' ? end + 1 : end;
   }
-  return 0;
+  return local_loss;
 }
 
 static void fmt_value(char *buf, double x) {
@@ -51,7 +49,6 @@ static void fmt_value(char *buf, double x) {
 }
 
 int sl_guard_step(sl_guard *g, sl_comm *world, int64_t step, double loss, double grad_norm, int *apply) {
-  if (fault_here(world, step)) loss = NAN;
   int nbad = 0, rc = count_bad(world, !isfinite(loss) || !isfinite(grad_norm), &nbad);
   *apply = 1;
   if (rc) return rc;

@@ -38,6 +38,9 @@ int sl_guard_verdict(const sl_guard *g);
  * every rank when any rank found one, naming `what` and the step. */
 int sl_guard_check_state(sl_comm *world, float **const *fields, int nfields, int nunits, const int64_t *count,
                          int64_t step, const char *what);
+/* Tests: SL_FAULT_NONFINITE=S1[,S2...] turns this rank's loss sum of those
+ * (1-based) steps into NaN; SL_FAULT_NONFINITE_RANK=r limits it to rank r. */
+double sl_guard_fault(sl_comm *world, int64_t step, double local_loss);
 /* A JSON value for x: "%.9g", or null when x is not finite. buf: >= 32 bytes. */
 const char *sl_guard_json(char *buf, double x);
 

@@ -587,6 +587,7 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
     loss_local += t->m->loss_sum;
   }
   double loss_sum = 0;
+  loss_local = sl_guard_fault(t->world, s, loss_local); /* tests only (SL_FAULT_NONFINITE) */
   if ((rc = sum_across(t, loss_local, &loss_sum))) return rc;
   o->loss = loss_sum / ((double)t->G * (double)c->seq_len);
   double ss;
