@@ -870,7 +870,7 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   }
   if (tty) printf("\n");
   double wall = sl_now_s() - t_start;
-  if ((rc = sl_metrics_close(&t.metrics, t.metrics_path))) goto done;
+  if ((rc = rank0_agree(&t, sl_metrics_close(&t.metrics, t.metrics_path)))) goto done;
   if (c->save[0] && (rc = save_model(&t, c->save, c->steps > t.start_step ? c->steps : t.start_step))) goto done;
   if (c->summary) summary(&t, wall);
   if (t.rank == 0 && c->steps > 0) {

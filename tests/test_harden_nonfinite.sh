@@ -38,6 +38,23 @@ for f in "--lr nan" "--beta2 1" "--eps 0"; do
   check "$f: no --save output, strict JSON metrics" test ! -e $d/model -a "$(jsonl_strict $d/metrics.jsonl && echo y)" = y
 done
 
+# 2b. the last step's update makes the state NaN (its loss was finite): the
+# state check refuses the final checkpoint and --save (1 and 2 ranks)
+$TRAIN --steps 1 --beta2 1 --out-dir $W/l --ckpt-dir $W/l/ck --save $W/l/model > $W/l.log 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -q -- "--beta2" $W/l.log; then ok "--beta2 1 refused up front (exit 2)"
+else
+  rc_is "a NaN state after the last step is not checkpointed" $rc 4 $W/l.log "after step 1 the optimizer state holds non-finite values"
+  check "no checkpoint, no --save output" test -z "$(ls $W/l/ck | grep step-)" -a ! -e $W/l/model
+  $TRAIN --steps 1 --beta2 1 --out-dir $W/l2 --save $W/l2/model > $W/l2.log 2>&1
+  rc_is "... nor saved with --save" $? 4 $W/l2.log "the --save directory was not written"
+  check "no --save output" test ! -e $W/l2/model
+  if [ -n "$MPI2" ]; then
+    $MPI2 --steps 1 --beta2 1 --out-dir $W/l3 --ckpt-dir $W/l3/ck > $W/l3.log 2>&1
+    rc_is "2 ranks: both refuse the checkpoint" $? 4 $W/l3.log "holds non-finite values on 2 ranks"
+  fi
+fi
+
 # 3. a NaN in an input weight file: stopped at step 1, no checkpoint
 $TRAIN --steps 1 --out-dir $W/w --save $W/nanmodel > $W/w.log 2>&1 || bad "saving a model to poison"
 "$PY" - $W/nanmodel/model.safetensors <<'P'
@@ -85,6 +102,13 @@ SL_FAULT_NONFINITE=3,5 $TRAIN --steps 6 --on-nonfinite skip --max-skips 2 --out-
 rc_is "--max-skips 2: NaN at steps 3 and 5 (not consecutive) completes" $? 0 $W/y.log
 check "two skips counted, model saved" test "$(jfield $W/y/metrics.jsonl 6 skipped_steps)" = 2 -a -f $W/y/model/model.safetensors
 check "default --max-skips is 3" eval '$CLI train --help | grep -q "max-skips.*default: 3"'
+
+# 6b. the --max-restarts supervisor does not retry a non-finite stop
+if [ -n "$MPI2" ]; then
+  SL_FAULT_NONFINITE=2 $TRAIN --steps 4 --nproc 2 --max-restarts 2 --out-dir $W/r --ckpt-dir $W/r/ck > $W/r.log 2>&1
+  rc_is "--max-restarts: a non-finite stop ends the job" $? 4 $W/r.log "step 2: the loss is nan"
+  check "... without a restart" eval '! grep -q "restarting from the latest checkpoint" $W/r.log'
+fi
 
 # 7. bad policy flags
 $TRAIN --steps 1 --on-nonfinite ignore --out-dir $W/b > $W/b.log 2>&1
