@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -33,6 +34,25 @@ static int split(const char *dir, char *clean, char *parent, char *name) {
   return SL_OK;
 }
 
+/* Removes PARENT/.NAME.tmp-<pid>-* left by saves whose process is gone. */
+static void clean_stale(const char *parent, const char *name) {
+  DIR *d = opendir(parent);
+  if (!d) return;
+  char prefix[PATH_CAP + 16], p[2 * PATH_CAP + 300];
+  snprintf(prefix, sizeof prefix, ".%s.tmp-", name);
+  size_t n = strlen(prefix);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, prefix, n)) continue;
+    long pid = strtol(e->d_name + n, NULL, 10);
+    if (pid <= 0 || (kill((pid_t)pid, 0) != 0 && errno == ESRCH)) {
+      snprintf(p, sizeof p, "%s/%s", parent, e->d_name);
+      if (sl_ckio_rmtree(p) == 0) sl_log(SL_LOG_INFO, "removed %s, left by an interrupted save", p);
+    }
+  }
+  closedir(d);
+}
+
 int sl_savedir_begin(const char *dir, char *tmp, size_t cap) {
   static int counter;
   char clean[PATH_CAP], parent[PATH_CAP], name[PATH_CAP];
@@ -43,6 +63,7 @@ int sl_savedir_begin(const char *dir, char *tmp, size_t cap) {
   if (stat(clean, &sb) == 0 && !S_ISDIR(sb.st_mode))
     return sl_fail(SL_EINPUT, "%s exists and is not a directory: cannot save a model there", clean);
   if ((rc = sl_mkdirs(parent))) return rc;
+  clean_stale(parent, name);
   if ((size_t)snprintf(tmp, cap, "%s/.%s.tmp-%d-%d", parent, name, (int)getpid(), counter++) >= cap)
     return sl_fail(SL_EINPUT, "%s: path too long", dir);
   if (mkdir(tmp, 0755) != 0) {

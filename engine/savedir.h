@@ -12,7 +12,8 @@ extern "C" {
 #endif
 
 /* Creates the temporary sibling PARENT/.NAME.tmp-<pid>-<n> of dir (PARENT is
- * created when missing) and writes its path to tmp. SL_EINPUT when dir exists
+ * created when missing; such siblings of processes that are gone are
+ * removed first) and writes its path to tmp. SL_EINPUT when dir exists
  * and is not a directory. */
 int sl_savedir_begin(const char *dir, char *tmp, size_t cap);
 /* Files of an existing dir that the new content does not hold (a tokenizer,

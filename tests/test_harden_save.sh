@@ -5,7 +5,7 @@
 # exit 1, and the old directory is bit-identical with no temporary left
 # beside it; a good save replaces the weights and config, keeps the other
 # files (tokenizer.json), and leaves nothing behind. A --save path that is a
-# file is refused (exit 2).
+# file is refused (exit 2). A temporary left by a killed save goes at the next.
 source "$SL_SRC/tests/lib/harden.sh"
 sums() { (cd "$1" && md5sum $(ls | sort)); }
 # limited CMD...: runs CMD where writing the model cannot fit. Without root
@@ -46,12 +46,13 @@ check "convert: no temporary directory left" test "$(ls -A $DEST)" = m
 mkdir -p $W/ok; $TRAIN --steps 2 --out-dir $W/o --save $W/ok/m > /dev/null 2>&1 && echo '{"tokenizer": "kept"}' > $W/ok/m/tokenizer.json
 old=$(md5sum < $W/ok/m/model.safetensors)
 echo '{"stale": 1}' > $W/ok/m/config.json
+mkdir $W/ok/.m.tmp-999999999-0 && touch $W/ok/.m.tmp-999999999-0/model.safetensors # a save killed mid-way
 $TRAIN --steps 4 --out-dir $W/o --save $W/ok/m > $W/5.log 2>&1
 rc_is "a save that fits" $? 0 $W/5.log
 check "new weights in place" test "$(md5sum < $W/ok/m/model.safetensors)" != "$old"
 check "config.json rewritten" grep -q LlamaForCausalLM $W/ok/m/config.json
 check "tokenizer.json kept" grep -q kept $W/ok/m/tokenizer.json
-check "nothing left beside it" test "$(ls -A $W/ok)" = m
+check "nothing left beside it (a dead save's temporary removed)" test "$(ls -A $W/ok)" = m
 $CLI convert --from-ckpt $W/ck --model-config $W/model --to-hf $W/ok/m > $W/6.log 2>&1
 rc_is "convert --to-hf over an existing directory" $? 0 $W/6.log
 check "convert: tokenizer.json kept, nothing left beside it" test "$(ls -A $W/ok)" = m -a -f $W/ok/m/tokenizer.json
