@@ -73,6 +73,8 @@ static const key_t_ KEYS[] = {
     S("split", split, "", "train,valid,test weights over --data's documents (Megatron), e.g. 98,2,0: train on the first range, evaluate on the second"),
     I("eval-every", eval_every, "0", "held-out loss every N steps and at the last step (0: off)"),
     I("eval-samples", eval_samples, "0", "held-out windows per evaluation, in sequential order (0: every whole window of the held-out stream)"),
+    S("on-nonfinite", on_nonfinite, "stop", "a NaN/inf loss or gradient norm: stop (exit 4) | skip (drop the step's update)"),
+    I("max-skips", max_skips, "3", "--on-nonfinite skip: consecutive skipped steps that stop the run (exit 4)"),
 };
 #define NKEYS (int)(sizeof KEYS / sizeof KEYS[0])
 

@@ -53,6 +53,9 @@ typedef struct {
   char eval_data[SL_PATH_MAX]; /* held-out dataset prefix (empty: --split or none) */
   char split[64];              /* "98,2,0": document weights over data (empty: none) */
   int64_t eval_every, eval_samples;
+  /* non-finite policy (engine/guard.h) */
+  char on_nonfinite[8];        /* stop | skip */
+  int64_t max_skips;           /* consecutive skips that stop the run */
 } sl_train_cfg;
 
 void sl_train_cfg_defaults(sl_train_cfg *c);

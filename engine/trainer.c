@@ -24,9 +24,12 @@
 #include "engine/checkpoint.h"
 #include "engine/dataset.h"
 #include "engine/eval.h"
+#include "engine/guard.h"
 #include "engine/hfconfig.h"
+#include "engine/metrics.h"
 #include "engine/model.h"
 #include "engine/plot.h"
+#include "engine/rundir.h"
 #include "engine/safetensors.h"
 #include "offload/offload.h"
 #include "shard/fsdp.h"
@@ -65,6 +68,8 @@ typedef struct {
   char metrics_path[SL_PATH_MAX + 64];
   FILE *metrics;
   uint64_t prev_bytes, prev_wait; /* comm counters at the last metrics line */
+  sl_guard guard;          /* non-finite policy (engine/guard.h) */
+  int lock_fd;             /* rank 0: flock on CKPT_DIR/.lock for the run's life (-1: none) */
 } trainer;
 
 /* ---- helpers -------------------------------------------------------------- */
@@ -345,7 +350,8 @@ static void trainer_free(trainer *t) {
   free(t->perm);
   free(t->starts);
   sl_eval_data_close(t->ev);
-  if (t->metrics) fclose(t->metrics);
+  if (t->metrics) fclose(t->metrics); /* an error path: the run already failed */
+  sl_rundir_release(&t->lock_fd);
 }
 
 static int local_ranks(void) {
@@ -363,8 +369,10 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, in
   t->rank = sl_comm_rank(world);
   t->wsize = sl_comm_size(world);
   t->perm_epoch = -1;
+  t->lock_fd = -1;
   sl_train_cfg *c = &t->cfg;
   int rc;
+  if ((rc = sl_guard_init(&t->guard, c->on_nonfinite, c->max_skips))) return rc;
   if (c->steps < 0 || c->micro_batch < 1 || c->seq_len < 1 || c->grad_accum < 1)
     return sl_fail(SL_EINPUT, "--steps >= 0, --micro-batch, --seq-len and --grad-accum >= 1 are required "
                    "(found %lld, %lld, %lld, %lld)", (long long)c->steps, (long long)c->micro_batch,
@@ -607,6 +615,7 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
     loss_local += t->m->loss_sum;
   }
   double loss_sum = 0;
+  loss_local = sl_guard_fault(t->world, s, loss_local); /* tests only (SL_FAULT_NONFINITE) */
   if ((rc = sum_across(t, loss_local, &loss_sum))) return rc;
   o->loss = loss_sum / ((double)t->G * (double)c->seq_len);
   double ss;
@@ -619,7 +628,9 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
     coef = cf < 1.0f ? cf : 1.0f;
   }
   o->lr = sl_lr_at(c, s);
-  rc = optimizer_step(t, s, o->lr, coef);
+  int apply = 1; /* a non-finite step's update is dropped (engine/guard.h) */
+  if ((rc = sl_guard_step(&t->guard, t->world, s, o->loss, o->grad_norm, &apply))) return rc;
+  rc = apply ? optimizer_step(t, s, o->lr, coef) : sl_fsdp_finish_step(t->f);
   t->next_sample += t->G;
   return rc;
 }
@@ -684,9 +695,21 @@ static int ck_unstage(trainer *t, int write) {
   return rc;
 }
 
+/* Collective: SL_ENONFINITE when the (staged) optimizer state holds NaN/inf. */
+static int check_state(trainer *t, int64_t step, const char *what) {
+  int64_t *count = calloc((size_t)t->m->nunits, sizeof(int64_t));
+  if (!count) return sl_fail(SL_ENOMEM, "out of memory");
+  for (int u = 0; u < t->m->nunits; u++) count[u] = sl_fsdp_view(t->f, u).count;
+  float **const fields[3] = {t->ck[0], t->ck[1], t->ck[2]};
+  int rc = sl_guard_check_state(t->world, fields, 3, t->m->nunits, count, step, what);
+  free(count);
+  return rc;
+}
+
 static int save_ckpt(trainer *t, int64_t step) {
   int rc = ck_stage(t, 1);
   sl_ckpt_state st = ckpt_state(t, step);
+  if (!rc) rc = check_state(t, step, "the checkpoint");
   if (!rc) rc = sl_ckpt_save(t->cfg.ckpt_dir, &st, (int)t->cfg.keep_last);
   int rc2 = ck_unstage(t, 0);
   return rc ? rc : rc2;
@@ -724,8 +747,11 @@ static int fill_unit(void *ctx, int u, float *flat) {
   return rc ? rc : sl_fsdp_gather_view(t->f, u, mv, flat);
 }
 
-static int save_model(trainer *t, const char *dir) {
-  int rc = SL_OK;
+static int save_model(trainer *t, const char *dir, int64_t step) {
+  int rc = ck_stage(t, 1); /* never save non-finite weights */
+  if (!rc) rc = check_state(t, step, "the --save directory");
+  int rc2 = ck_unstage(t, 0);
+  if (rc || (rc = rc2)) return rc;
   if (t->rank == 0) {
     rc = sl_model_save(t->m, dir, fill_unit, t, 0);
   } else {
@@ -778,8 +804,8 @@ static void summary(trainer *t, double wall) {
   free(all);
 }
 
-static void write_metrics(trainer *t, int64_t s, const step_out *o, double dt, double flops_tok) {
-  if (t->rank != 0 || !t->metrics) return;
+static int write_metrics(trainer *t, int64_t s, const step_out *o, double dt, double flops_tok) {
+  if (t->rank != 0 || !t->metrics) return SL_OK;
   sl_mem_stats ms;
   sl_mem_get(&ms);
   sl_comm_stats sh, rp;
@@ -791,18 +817,31 @@ static void write_metrics(trainer *t, int64_t s, const step_out *o, double dt, d
   uint64_t wait = sl_fsdp_wait_ns(t->f), dbytes = bytes - t->prev_bytes, dwait = wait - t->prev_wait;
   t->prev_bytes = bytes;
   t->prev_wait = wait;
+  char jl[32], jr[32], jg[32]; /* non-finite values are written as null */
   fprintf(t->metrics,
-          "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.2f, "
+          "{\"step\": %lld, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, \"tokens_per_s\": %.2f, "
           "\"mfu\": %.6f, \"peak_bytes\": %lld, \"step_time_s\": %.6f, \"comm_wait_s\": %.6f, "
-          "\"comm_bytes\": %llu, \"arena_peak\": {",
-          (long long)(s + 1), o->loss, o->lr, o->grad_norm, tps, mfu, (long long)ms.total_peak, dt,
-          dwait * 1e-9, (unsigned long long)dbytes);
+          "\"comm_bytes\": %llu, \"skipped_steps\": %lld, \"arena_peak\": {",
+          (long long)(s + 1), sl_guard_json(jl, o->loss), sl_guard_json(jr, o->lr), sl_guard_json(jg, o->grad_norm),
+          tps, mfu, (long long)ms.total_peak, dt, dwait * 1e-9, (unsigned long long)dbytes,
+          (long long)t->guard.total);
   for (int a = 0; a < SL_ARENA_COUNT; a++)
     fprintf(t->metrics, "%s\"%s\": %lld", a ? ", " : "", sl_arena_name(a), (long long)ms.peak[a]);
   fprintf(t->metrics, "}");
-  if (o->ev.samples) fprintf(t->metrics, ", \"eval_loss\": %.9g, \"eval_ppl\": %.9g", o->ev.loss, o->ev.ppl);
+  if (o->ev.samples)
+    fprintf(t->metrics, ", \"eval_loss\": %s, \"eval_ppl\": %s", sl_guard_json(jl, o->ev.loss),
+            sl_guard_json(jr, o->ev.ppl));
   fprintf(t->metrics, "}\n");
-  fflush(t->metrics);
+  return sl_metrics_flush(t->metrics, t->metrics_path);
+}
+
+/* Rank 0's status, shared: every rank returns its code (rank 0's message). */
+static int rank0_agree(trainer *t, int rc) {
+  int32_t code = t->rank == 0 ? rc : 0;
+  if (sl_comm_allreduce_sync(t->world, &code, 1, SL_I32) != SL_COMM_OK)
+    return sl_fail(SL_ECOMM, "%s", sl_comm_last_error());
+  if (t->rank == 0 || !code) return rc;
+  return sl_fail(code, "rank 0 could not set up the run's outputs (see its message)");
 }
 
 int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
@@ -810,19 +849,13 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   int rc = trainer_setup(&t, cfg, world, 1);
   if (rc) goto done;
   sl_train_cfg *c = &t.cfg;
+  if (c->metrics[0]) snprintf(t.metrics_path, sizeof t.metrics_path, "%s", c->metrics);
+  else snprintf(t.metrics_path, sizeof t.metrics_path, "%s/metrics.jsonl", c->out_dir);
   if (t.rank == 0) {
-    if ((rc = sl_mkdirs(c->out_dir))) goto bcast;
-    if (c->metrics[0]) snprintf(t.metrics_path, sizeof t.metrics_path, "%s", c->metrics);
-    else snprintf(t.metrics_path, sizeof t.metrics_path, "%s/metrics.jsonl", c->out_dir);
-    t.metrics = fopen(t.metrics_path, c->resume ? "a" : "w");
-    if (!t.metrics) rc = sl_fail(SL_EIO, "%s: cannot write metrics: %s", t.metrics_path, strerror(errno));
+    rc = sl_mkdirs(c->out_dir);
+    if (!rc && c->ckpt_dir[0]) rc = sl_rundir_claim(c->ckpt_dir, c->resume, &t.lock_fd); /* lock, no foreign run */
   }
-bcast: {
-  int bad = rc != 0;
-  sl_comm_allreduce_sync(world, &bad, 1, SL_I32);
-  if (rc) goto done;
-  if (bad) { rc = sl_fail(SL_EIO, "rank 0 could not open its outputs"); goto done; }
-}
+  if ((rc = rank0_agree(&t, rc))) goto done;
   t.peak_flops = c->peak_tflops > 0 ? c->peak_tflops * 1e12 : measure_peak(&t);
   double flops_tok = (double)t.m->vt->flops_per_token(t.m, c->seq_len);
   sl_log0(SL_LOG_INFO,
@@ -832,6 +865,9 @@ bcast: {
           (long long)c->zero, (long long)t.G, (long long)c->seq_len, 1LL, c->data[0] ? c->data : "built-in corpus",
           (long long)sl_dataset_num_tokens(t.ds), c->data_order, t.peak_flops * 1e-9);
   if (c->resume && c->ckpt_dir[0] && (rc = resume(&t))) goto done;
+  /* resumed: the metrics keep the steps the checkpoint holds, nothing past it */
+  if (t.rank == 0) rc = sl_metrics_open(t.metrics_path, c->resume ? t.start_step : -1, &t.metrics);
+  if ((rc = rank0_agree(&t, rc))) goto done;
   /* mpirun gives ranks a pty: trust SL_TTY (set by --nproc) over isatty there */
   const char *tty_env = getenv("SL_TTY");
   int tty = t.rank == 0 && isatty(STDOUT_FILENO) &&
@@ -846,14 +882,17 @@ bcast: {
     double dt = sl_now_s() - t0;
     sl_mem_set(SL_ARENA_SCRATCH, (int64_t)t.ops->ctx_scratch_bytes(t.k));
     if (s == t.start_step) first_loss = o.loss;
-    o.ev.samples = 0;
-    if (t.ev && sl_eval_due(c, s) &&
+    o.ev.samples = 0; /* held-out loss, unless the step was non-finite and the run stops */
+    if (!t.guard.stop && t.ev && sl_eval_due(c, s) &&
         (rc = run_eval(&t, sl_eval_data_ds(t.ev), sl_eval_data_samples(t.ev), &o.ev)))
       goto done;
+    /* the step's line is on disk before a checkpoint commits the step */
+    if ((rc = write_metrics(&t, s, &o, dt, flops_tok))) goto done;
+    if ((rc = sl_guard_verdict(&t.guard))) goto done; /* non-finite: stop before saving anything */
     if (c->ckpt_dir[0] && ((c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0) || s + 1 == c->steps)) {
+      if (t.metrics && (rc = sl_metrics_sync(t.metrics, t.metrics_path))) goto done;
       if ((rc = save_ckpt(&t, s + 1))) goto done;
     }
-    write_metrics(&t, s, &o, dt, flops_tok);
     double tps = (double)t.G * c->seq_len / dt;
     if (tty) {
       printf("\rstep %lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %.0f tok/s  MFU %.1f%%   ", (long long)(s + 1),
@@ -872,8 +911,8 @@ bcast: {
   }
   if (tty) printf("\n");
   double wall = sl_now_s() - t_start;
-  if (t.metrics) { fclose(t.metrics); t.metrics = NULL; }
-  if (c->save[0] && (rc = save_model(&t, c->save))) goto done;
+  if ((rc = rank0_agree(&t, sl_metrics_close(&t.metrics, t.metrics_path)))) goto done;
+  if (c->save[0] && (rc = save_model(&t, c->save, c->steps > t.start_step ? c->steps : t.start_step))) goto done;
   if (c->summary) summary(&t, wall);
   if (t.rank == 0 && c->steps > 0) {
     printf("trained %lld steps in %.1f s: loss %.4f -> %.4f\n", (long long)c->steps, wall, first_loss, o.loss);

@@ -1,6 +1,6 @@
 /* tools/main.c — the shardlm command line: train | prepare | dump | plot |
  * bench | plan | convert. The only place that turns status codes into exit
- * statuses (bad input: 2; any other failure: 1). */
+ * statuses (bad input: 2; non-finite loss / gradient: 4; any other failure: 1). */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +14,7 @@
 #include "shard/comm.h"
 #include "tools/tools.h"
 
-static int exit_code(int rc) { return rc == SL_OK ? 0 : rc == SL_EINPUT ? 2 : 1; }
+static int exit_code(int rc) { return rc == SL_OK ? 0 : rc == SL_EINPUT ? 2 : rc == SL_ENONFINITE ? 4 : 1; }
 
 static void usage(FILE *f) {
   fprintf(f,
