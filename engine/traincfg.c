@@ -25,7 +25,7 @@ typedef struct {
 #define B(n, f, d, h) {n, K_BOOL, offsetof(sl_train_cfg, f), 0, d, h}
 static const key_t_ KEYS[] = {
     S("model", model, "", "Hugging Face model directory (config.json [+ *.safetensors]); empty: configs/tiny-llama built in"),
-    S("data", data, "", "Megatron dataset prefix (PREFIX.bin + PREFIX.idx); empty: the built-in corpus"),
+    S("data", data, "", "Megatron dataset prefix (PREFIX.bin + PREFIX.idx [+ .lmask]) or a blend \"W1 PREFIX1 W2 PREFIX2 ...\"; empty: the built-in corpus"),
     S("data-order", data_order, "shuffled", "sequential | shuffled (seeded permutation of sample windows)"),
     I("steps", steps, "200", "optimizer steps"),
     I("micro-batch", micro_batch, "8", "samples per micro-batch per rank"),
@@ -69,6 +69,8 @@ static const key_t_ KEYS[] = {
     I("log-every", log_every, "10", "log a line every N steps when not on a terminal"),
     B("summary", summary, "true", "print the per-rank summary at the end"),
     B("plot", plot, "true", "draw OUT_DIR/metrics.svg at the end"),
+    B("doc-attention-mask", doc_attention_mask, "false", "packed samples: no attention across documents, positions restart per document (Llama)"),
+    I("eod-id", eod_id, "-1", "token that ends a document for --doc-attention-mask (-1: 256, the byte tokenizer's, for vocab <= 512)"),
 };
 #define NKEYS (int)(sizeof KEYS / sizeof KEYS[0])
 

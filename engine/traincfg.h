@@ -49,6 +49,8 @@ typedef struct {
   int64_t log_every;
   int summary;                 /* print the per-rank summary at the end */
   int plot;                    /* draw the metrics SVG at the end */
+  int doc_attention_mask;      /* attend within documents only, positions per document */
+  int64_t eod_id;              /* end-of-document token (-1: byte-level 256) */
 } sl_train_cfg;
 
 void sl_train_cfg_defaults(sl_train_cfg *c);

@@ -27,6 +27,7 @@
 #include "engine/model.h"
 #include "engine/plot.h"
 #include "engine/safetensors.h"
+#include "engine/sampler.h"
 #include "offload/offload.h"
 #include "shard/fsdp.h"
 
@@ -39,7 +40,7 @@ typedef struct {
   sl_model_config mcfg;
   sl_model *m;
   sl_fsdp *f;
-  sl_dataset *ds;
+  sl_sampler *smp;         /* the datasets of --data, their loss masks, the data order */
   int64_t G;               /* samples per optimizer step (all ranks) */
   int64_t next_sample;     /* global index of the first sample of the next step */
   int64_t start_step;      /* first step to run (after a resume) */
@@ -54,9 +55,8 @@ typedef struct {
   float **ck[3];           /* (nunits) host arrays a checkpoint reads / fills */
   int32_t *dtok, *dtgt;    /* (B*T) the batch in backend memory (= tok/tgt on the CPU) */
   int32_t *tok, *tgt;      /* (B*T) */
-  int32_t *row;            /* (T+1) */
-  int64_t *perm;           /* shuffled order of sample windows (one epoch) */
-  int64_t perm_epoch, nwin;
+  int32_t *seg, *dseg;     /* (B*T) document start per token (--doc-attention-mask); dseg: backend */
+  int64_t count;           /* targets that count in this step's loss, all ranks */
   double peak_flops;       /* per rank */
   char metrics_path[SL_PATH_MAX + 64];
   FILE *metrics;
@@ -72,47 +72,6 @@ double sl_lr_at(const sl_train_cfg *c, int64_t s) {
   if (p < 0) p = 0;
   if (p > 1) p = 1;
   return c->min_lr + 0.5 * (c->lr - c->min_lr) * (1.0 + cos(M_PI * p));
-}
-
-static uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-/* Sample j's window start in the token stream. */
-static int64_t sample_start(trainer *t, int64_t j) {
-  int64_t T = t->cfg.seq_len;
-  if (strcmp(t->cfg.data_order, "shuffled") != 0) return j * T; /* wraps in the reader */
-  int64_t e = j / t->nwin, i = j % t->nwin;
-  if (e != t->perm_epoch) {
-    for (int64_t w = 0; w < t->nwin; w++) t->perm[w] = w;
-    uint64_t st = mix64((uint64_t)t->cfg.seed * 0x9e3779b97f4a7c15ull + (uint64_t)e + 1);
-    for (int64_t w = t->nwin - 1; w > 0; w--) {
-      st = mix64(st + 0x9e3779b97f4a7c15ull);
-      int64_t r = (int64_t)(st % (uint64_t)(w + 1));
-      int64_t x = t->perm[w];
-      t->perm[w] = t->perm[r];
-      t->perm[r] = x;
-    }
-    t->perm_epoch = e;
-  }
-  return t->perm[i] * T;
-}
-
-static int load_batch(trainer *t, int64_t first_sample) {
-  int64_t B = t->cfg.micro_batch, T = t->cfg.seq_len;
-  int64_t ntok = sl_dataset_num_tokens(t->ds);
-  for (int64_t b = 0; b < B; b++) {
-    int64_t start = sample_start(t, first_sample + b) % ntok;
-    int rc = sl_dataset_tokens(t->ds, start, T + 1, t->row);
-    if (rc) return rc;
-    for (int64_t i = 0; i < T; i++) {
-      t->tok[b * T + i] = t->row[i];
-      t->tgt[b * T + i] = t->row[i + 1];
-    }
-  }
-  return SL_OK;
 }
 
 /* tied-weight access for the model */
@@ -142,7 +101,7 @@ static int check_agreement(trainer *t) {
            (long long)t->mcfg.hidden_size, (long long)t->mcfg.num_hidden_layers,
            (long long)t->mcfg.vocab_size, (long long)t->mcfg.num_attention_heads,
            (long long)t->mcfg.num_key_value_heads, (long long)t->mcfg.intermediate_size,
-           t->mcfg.arch_name, (long long)sl_dataset_num_tokens(t->ds));
+           t->mcfg.arch_name, (long long)sl_sampler_num_tokens(t->smp));
   if (!rc && sl_comm_allgather_sync(t->world, mine, all, CAP, SL_U8) != SL_COMM_OK)
     rc = sl_fail(SL_ECOMM, "configuration check: %s", sl_comm_last_error());
   for (int r = 1; !rc && r < t->wsize; r++) {
@@ -310,13 +269,31 @@ static void trainer_free(trainer *t) {
   sl_free(t->hgrad);
   if (t->dview) t->ops->free(t->k, t->dview);
   if (t->dev && t->dtok) { t->ops->free(t->k, t->dtok); t->ops->free(t->k, t->dtgt); }
+  if (t->dev && t->dseg) t->ops->free(t->k, t->dseg);
   sl_fsdp_destroy(t->f);
   sl_model_destroy(t->m);
-  if (t->ds) sl_dataset_close(t->ds);
+  sl_sampler_close(t->smp);
   if (t->k) t->ops->ctx_destroy(t->k);
-  sl_free(t->tok); sl_free(t->tgt); sl_free(t->row);
-  free(t->perm);
+  sl_free(t->tok); sl_free(t->tgt); sl_free(t->seg);
   if (t->metrics) fclose(t->metrics);
+}
+
+/* --doc-attention-mask: Llama-family attention only; resolves --eod-id. */
+static int doc_mask_check(trainer *t) {
+  sl_train_cfg *c = &t->cfg;
+  if (!c->doc_attention_mask) return SL_OK;
+  if (t->mcfg.arch == SL_ARCH_MAMBA)
+    return sl_fail(SL_EINPUT, "--doc-attention-mask: not supported for Mamba (%s has no attention; its "
+                   "recurrent state would carry across documents); train without it", t->mcfg.arch_name);
+  if (c->eod_id < 0 && t->mcfg.vocab_size > 512)
+    return sl_fail(SL_EINPUT, "--doc-attention-mask needs --eod-id (the tokenizer's end-of-document id): the "
+                   "default 256 is the byte tokenizer's and the model's vocabulary has %lld tokens",
+                   (long long)t->mcfg.vocab_size);
+  if (c->eod_id < 0) c->eod_id = SL_BYTE_EOD;
+  if (c->eod_id >= t->mcfg.vocab_size)
+    return sl_fail(SL_EINPUT, "--eod-id %lld is outside the vocabulary [0, %lld)", (long long)c->eod_id,
+                   (long long)t->mcfg.vocab_size);
+  return SL_OK;
 }
 
 static int local_ranks(void) {
@@ -332,7 +309,6 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
   t->world = world;
   t->rank = sl_comm_rank(world);
   t->wsize = sl_comm_size(world);
-  t->perm_epoch = -1;
   sl_train_cfg *c = &t->cfg;
   int rc;
   if (c->steps < 0 || c->micro_batch < 1 || c->seq_len < 1 || c->grad_accum < 1)
@@ -379,10 +355,10 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
   }
 
   /* data */
-  if (c->data[0]) {
-    if ((rc = sl_dataset_open(c->data, &t->ds))) return rc;
-  } else {
-    char dir[SL_PATH_MAX + 32], prefix[SL_PATH_MAX + 64];
+  char prefix[SL_PATH_MAX + 64];
+  snprintf(prefix, sizeof prefix, "%s", c->data);
+  if (!c->data[0]) {
+    char dir[SL_PATH_MAX + 32];
     snprintf(dir, sizeof dir, "%s/data", c->out_dir);
     snprintf(prefix, sizeof prefix, "%s/corpus", dir);
     if (t->rank == 0) {
@@ -394,15 +370,10 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
       return sl_fail(SL_ECOMM, "%s", sl_comm_last_error());
     if (rc) return rc;
     if (all) return sl_fail(SL_EIO, "rank 0 could not prepare the built-in corpus");
-    if ((rc = sl_dataset_open(prefix, &t->ds))) return rc;
   }
-  if ((rc = sl_dataset_check_vocab(t->ds, t->mcfg.vocab_size))) return rc;
-  if (sl_dataset_num_tokens(t->ds) < 2)
-    return sl_fail(SL_EINPUT, "%s: the dataset holds fewer than 2 tokens", c->data);
-  t->nwin = sl_dataset_num_tokens(t->ds) / c->seq_len;
-  if (t->nwin < 1) t->nwin = 1;
-  if (!strcmp(c->data_order, "shuffled") && !(t->perm = malloc(sizeof(int64_t) * (size_t)t->nwin)))
-    return sl_fail(SL_ENOMEM, "out of memory");
+  if ((rc = sl_sampler_open(prefix, c->seq_len, c->data_order, (uint64_t)c->seed, t->mcfg.vocab_size, &t->smp)))
+    return rc;
+  if ((rc = doc_mask_check(t))) return rc;
   if ((rc = check_agreement(t))) return rc;
 
   /* model + FSDP */
@@ -453,12 +424,14 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
   int64_t BT = c->micro_batch * c->seq_len;
   t->tok = sl_alloc((size_t)BT * 4, "tokens");
   t->tgt = sl_alloc((size_t)BT * 4, "targets");
-  t->row = sl_alloc((size_t)(c->seq_len + 1) * 4, "sample");
-  if (!t->tok || !t->tgt || !t->row) return sl_fail(SL_ENOMEM, "out of memory");
+  if (c->doc_attention_mask && !(t->seg = sl_alloc((size_t)BT * 4, "document starts"))) return SL_ENOMEM;
+  if (!t->tok || !t->tgt) return sl_fail(SL_ENOMEM, "out of memory");
   t->dtok = t->tok;
   t->dtgt = t->tgt;
   if (t->dev && (!(t->dtok = t->ops->alloc(t->k, (size_t)BT * 4)) || !(t->dtgt = t->ops->alloc(t->k, (size_t)BT * 4))))
     return SL_ENOMEM;
+  t->dseg = t->seg;
+  if (t->dev && t->seg && !(t->dseg = t->ops->alloc(t->k, (size_t)BT * 4))) return SL_ENOMEM;
   t->G = c->micro_batch * c->grad_accum * t->wsize;
   return SL_OK;
 }
@@ -468,14 +441,19 @@ static int run_micro(trainer *t, int64_t s, int k, int nk, int dump_logits, floa
   sl_train_cfg *c = &t->cfg;
   (void)s;
   int64_t first = t->next_sample + (int64_t)t->rank * (c->grad_accum * c->micro_batch) + (int64_t)k * c->micro_batch;
-  int rc = load_batch(t, first);
+  /* the loss is a mean over the step's counted targets: every rank counts them from the data */
+  int rc = k == 0 ? sl_sampler_count(t->smp, t->next_sample, t->G, &t->count) : SL_OK;
+  if (!rc) rc = sl_sampler_batch(t->smp, first, c->micro_batch, (int32_t)c->eod_id, t->tok, t->tgt, t->seg);
   if (rc) return rc;
-  float scale = (float)(1.0 / ((double)t->G * (double)c->seq_len));
+  float scale = t->count > 0 ? (float)(1.0 / (double)t->count) : 0.0f; /* no target: zero gradient */
+  size_t bt = (size_t)(c->micro_batch * c->seq_len) * 4;
   if (t->dev) {
-    t->ops->upload(t->k, t->dtok, t->tok, (size_t)(c->micro_batch * c->seq_len) * 4);
-    t->ops->upload(t->k, t->dtgt, t->tgt, (size_t)(c->micro_batch * c->seq_len) * 4);
+    t->ops->upload(t->k, t->dtok, t->tok, bt);
+    t->ops->upload(t->k, t->dtgt, t->tgt, bt);
+    if (t->seg) t->ops->upload(t->k, t->dseg, t->seg, bt);
   }
   sl_model_set_batch(t->m, t->dtok, t->dtgt, scale);
+  t->m->seg = t->dseg;
   int U = t->m->nunits;
   if ((rc = sl_fsdp_begin_micro(t->f, k, nk))) return rc;
   for (int u = 0; u < U; u++) {
@@ -568,6 +546,7 @@ static int optimizer_step(trainer *t, int64_t s, double lr, float coef) {
 
 typedef struct {
   double loss, grad_norm, lr;
+  int64_t tokens; /* targets that counted in the loss */
 } step_out;
 
 static int train_step(trainer *t, int64_t s, step_out *o) {
@@ -580,7 +559,8 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
   }
   double loss_sum = 0;
   if ((rc = sum_across(t, loss_local, &loss_sum))) return rc;
-  o->loss = loss_sum / ((double)t->G * (double)c->seq_len);
+  o->loss = t->count > 0 ? loss_sum / (double)t->count : 0.0;
+  o->tokens = t->count;
   double ss;
   if ((rc = sl_fsdp_grad_sumsq(t->f, &ss))) return rc;
   o->grad_norm = sqrt(ss);
@@ -677,6 +657,7 @@ static int resume(trainer *t) {
   t->start_step = st.step;
   t->next_sample = st.next_sample;
   t->cfg.seed = (int64_t)st.rng_seed; /* the data order continues as written */
+  sl_sampler_set_seed(t->smp, st.rng_seed);
   rc = ck_unstage(t, 1); /* into backend memory / the NVMe files */
   for (int u = 0; u < t->m->nunits && !rc; u++) {
     const float *mv = opt_master(t, u, &rc);
@@ -766,9 +747,9 @@ static void write_metrics(trainer *t, int64_t s, const step_out *o, double dt, d
   fprintf(t->metrics,
           "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.2f, "
           "\"mfu\": %.6f, \"peak_bytes\": %lld, \"step_time_s\": %.6f, \"comm_wait_s\": %.6f, "
-          "\"comm_bytes\": %llu, \"arena_peak\": {",
+          "\"comm_bytes\": %llu, \"loss_tokens\": %lld, \"arena_peak\": {",
           (long long)(s + 1), o->loss, o->lr, o->grad_norm, tps, mfu, (long long)ms.total_peak, dt,
-          dwait * 1e-9, (unsigned long long)dbytes);
+          dwait * 1e-9, (unsigned long long)dbytes, (long long)o->tokens);
   for (int a = 0; a < SL_ARENA_COUNT; a++)
     fprintf(t->metrics, "%s\"%s\": %lld", a ? ", " : "", sl_arena_name(a), (long long)ms.peak[a]);
   fprintf(t->metrics, "}}\n");
@@ -800,7 +781,7 @@ bcast: {
           "data %s (%lld tokens, %s) | peak %.1f GFLOP/s per rank",
           t.mcfg.arch_name, (long long)sl_model_num_params(t.m), t.m->nunits, t.wsize, t.wsize > 1 ? "s" : "",
           (long long)c->zero, (long long)t.G, (long long)c->seq_len, 1LL, c->data[0] ? c->data : "built-in corpus",
-          (long long)sl_dataset_num_tokens(t.ds), c->data_order, t.peak_flops * 1e-9);
+          (long long)sl_sampler_num_tokens(t.smp), c->data_order, t.peak_flops * 1e-9);
   if (c->resume && c->ckpt_dir[0] && (rc = resume(&t))) goto done;
   /* mpirun gives ranks a pty: trust SL_TTY (set by --nproc) over isatty there */
   const char *tty_env = getenv("SL_TTY");
@@ -880,7 +861,7 @@ int sl_train_dump(const sl_train_cfg *cfg, sl_comm *world, const char *out_path)
   int64_t N = c2.micro_batch * c2.seq_len, V = t.mcfg.vocab_size;
   logits = sl_alloc((size_t)(N * V) * 4, "logits");
   if (!logits) { rc = SL_ENOMEM; goto done; }
-  /* G = B for a single rank and grad_accum 1: the loss scale is 1/(B*T) */
+  /* G = B for a single rank and grad_accum 1: the loss scale is 1/(counted targets of the B samples) */
   if (t.dev) { /* logits are computed in backend memory, then brought to the host */
     float *dl = t.ops->alloc(t.k, (size_t)(N * V) * 4);
     if (!dl) { rc = SL_ENOMEM; goto done; }
@@ -891,7 +872,7 @@ int sl_train_dump(const sl_train_cfg *cfg, sl_comm *world, const char *out_path)
   } else if ((rc = run_micro(&t, 0, 0, 1, 1, logits))) {
     goto done;
   }
-  float loss = (float)(t.m->loss_sum / (double)N);
+  float loss = t.count > 0 ? (float)(t.m->loss_sum / (double)t.count) : 0.0f;
   /* tensors: logits, loss, grad.<name> */
   int U = t.m->nunits, nt = 2;
   for (int u = 0; u < U; u++) nt += t.m->units[u].ntensors;
