@@ -9,8 +9,8 @@ positions restarting per document (Megatron's reset_attention_mask /
 reset_position_ids with the EOD token), loss = mean over the unmasked
 targets of the whole global batch.
 Checks (one line each, then "N passed, M failed"):
-  1. dump (masks + documents, and masks only) vs PyTorch: logits, loss,
-     every gradient to 1e-5 relative;
+  1. dump (masks + documents, and masks only; Mamba with masks) vs PyTorch:
+     logits, loss, every gradient to 1e-5 relative;
   2. 10 AdamW steps (grad_accum 2), masks + documents: per-step loss 1e-4,
      grad_norm 1e-4 rel, final weights 1e-4 (the existing reference tolerances),
      and the metrics' loss_tokens equal the reference's unmasked count;
@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import common  # noqa: E402
 import engine_checks as E  # noqa: E402
 import llama_ref as L  # noqa: E402
+import mamba_ref as M  # noqa: E402
 from lmask import write_lmask  # noqa: E402
 
 VOCAB, EOD, T, B, ACCUM, STEPS = E.VOCAB, 96, E.T, E.B, E.ACCUM, E.STEPS
@@ -79,7 +80,7 @@ def batch(stream, mask, first, count, docs):
 def ref_dump(m, stream, mask, docs):
     m.zero_grad(set_to_none=True)
     x, y, seg = batch(stream, mask, 0, B, docs)
-    logits = m(x, seg)
+    logits = m(x, seg) if docs else m(x)
     loss = L.loss_fn(logits, y)
     loss.backward()
     out = {"logits": logits.detach().reshape(B * T, -1).numpy().copy(),
@@ -135,6 +136,18 @@ def main():
             ck(f"dump ({tag})", False, msg)
             continue
         E.compare_dump(ck, f"dump vs PyTorch ({tag}): logits, loss, all grads (1e-5 rel)", out, ref, names)
+
+    # Mamba shares the LM head and its masked loss
+    mm = os.path.join(w, "mamba")
+    M.save_hf(M.init_model(M.make_config(vocab=VOCAB, tied=False), seed=3, std=0.1, jitter=0.1), mm)
+    ref = ref_dump(M.load_hf(mm), stream, mask, False)
+    out = os.path.join(w, "dump_mamba.safetensors")
+    ok, msg = E.run_engine(exe, E.dump_args(mm, data, out, "none"), out + ".log")
+    if ok:
+        E.compare_dump(ck, "Mamba dump vs PyTorch (masks): logits, loss, all grads (1e-5 rel)", out, ref,
+                       [n for n, _ in M.load_hf(mm).named_parameters()])
+    else:
+        ck("Mamba dump (masks)", False, msg)
 
     # ---- 2. training, one rank
     ref_m = L.load_hf(mdir)
