@@ -30,30 +30,30 @@ static int forward(const sl_eval_env *e) {
   return rc ? rc : rc2;
 }
 
-int sl_eval_loss(const sl_eval_env *e, const sl_dataset *ds, int64_t K, sl_eval_result *out) {
+int sl_eval_loss(const sl_eval_env *e, sl_sampler *smp, int64_t K, sl_eval_result *out) {
   memset(out, 0, sizeof *out);
   if (K < 1) return sl_fail(SL_EINPUT, "evaluation needs at least one window (found %lld)", (long long)K);
   int W = sl_comm_size(e->world), r = sl_comm_rank(e->world);
-  int64_t B = e->B, T = e->T, ntok = sl_dataset_num_tokens(ds);
+  int64_t B = e->B;
   int64_t per_round = (int64_t)W * B, rounds = (K + per_round - 1) / per_round;
-  int64_t *starts = malloc(sizeof(int64_t) * (size_t)B);
-  if (!starts) return sl_fail(SL_ENOMEM, "out of memory");
+  int64_t *samples = malloc(sizeof(int64_t) * (size_t)B);
+  if (!samples) return sl_fail(SL_ENOMEM, "out of memory");
   double mine[2] = {0, 0}; /* loss sum, counted targets */
   int rc = SL_OK;
   for (int64_t i = 0; i < rounds && !rc; i++) {
     for (int64_t b = 0; b < B; b++) {
       int64_t j = i * per_round + (int64_t)r * B + b;
-      starts[b] = j < K ? (j * T) % ntok : -1;
+      samples[b] = j < K ? j : -1;
     }
     int64_t counted = 0;
-    rc = e->load(e->user, ds, starts, &counted);
+    rc = e->load(e->user, smp, samples, &counted);
     if (!rc) rc = forward(e);
     if (!rc) {
       mine[0] += e->m->loss_sum;
       mine[1] += (double)counted;
     }
   }
-  free(starts);
+  free(samples);
   /* every rank reaches the gather: a local failure is reported, not hung on */
   double *all = calloc((size_t)W * 3, sizeof(double));
   if (!all) return sl_fail(SL_ENOMEM, "out of memory");
@@ -84,7 +84,7 @@ int sl_eval_loss(const sl_eval_env *e, const sl_dataset *ds, int64_t K, sl_eval_
 
 /* ---- the held-out stream of a training run ----------------------------------- */
 struct sl_eval_data {
-  sl_dataset *ds;
+  sl_sampler *smp;
   int64_t samples;
 };
 
@@ -112,7 +112,8 @@ static int split_bounds(const char *spec, int64_t ndocs, int64_t b[4]) {
   return SL_OK;
 }
 
-int sl_eval_data_open(const sl_train_cfg *c, sl_dataset *train, int64_t vocab, sl_eval_data **out) {
+int sl_eval_data_open(const sl_train_cfg *c, const char *train_spec, sl_sampler *train, int64_t vocab,
+                      sl_eval_data **out) {
   *out = NULL;
   if (c->eval_every < 0 || c->eval_samples < 0)
     return sl_fail(SL_EINPUT, "--eval-every and --eval-samples must be >= 0 (found %lld, %lld)",
@@ -124,31 +125,33 @@ int sl_eval_data_open(const sl_train_cfg *c, sl_dataset *train, int64_t vocab, s
       return sl_fail(SL_EINPUT, "--eval-every needs a held-out set: --eval-data PREFIX or --split 98,2,0");
     return SL_OK;
   }
-  if (c->split[0] && !c->data[0])
-    return sl_fail(SL_EINPUT, "--split divides --data's documents: give --data PREFIX");
   sl_eval_data *d = calloc(1, sizeof *d);
   if (!d) return sl_fail(SL_ENOMEM, "out of memory");
-  int rc = sl_dataset_open(c->eval_data[0] ? c->eval_data : c->data, &d->ds);
+  int rc = sl_sampler_open(c->eval_data[0] ? c->eval_data : train_spec, c->seq_len, "sequential",
+                           (uint64_t)c->seed, vocab, &d->smp);
+  if (!rc && c->split[0] && sl_sampler_ndatasets(train) != 1)
+    rc = sl_fail(SL_EINPUT, "--split divides one dataset's documents, but --data is a blend of %d datasets: give "
+                 "--eval-data PREFIX instead", sl_sampler_ndatasets(train));
   if (!rc && c->split[0]) {
-    int64_t nd = sl_dataset_num_docs(train), b[4] = {0, 0, 0, 0};
+    const sl_dataset *tds = sl_sampler_dataset(train, 0);
+    int64_t nd = sl_dataset_num_docs(tds), b[4] = {0, 0, 0, 0};
     rc = split_bounds(c->split, nd, b);
-    int64_t t0 = sl_dataset_doc_offset(train, b[0]), t1 = sl_dataset_doc_offset(train, b[1]),
-            t2 = sl_dataset_doc_offset(train, b[2]);
+    int64_t t0 = sl_dataset_doc_offset(tds, b[0]), t1 = sl_dataset_doc_offset(tds, b[1]),
+            t2 = sl_dataset_doc_offset(tds, b[2]);
     if (!rc && (t1 <= t0 || t2 <= t1))
       rc = sl_fail(SL_EINPUT, "--split %s over the %lld documents of %s leaves the %s range empty (documents "
-                   "[%lld, %lld) train, [%lld, %lld) held out)", c->split, (long long)nd, c->data,
+                   "[%lld, %lld) train, [%lld, %lld) held out)", c->split, (long long)nd, train_spec,
                    t1 <= t0 ? "training" : "held-out", (long long)b[0], (long long)b[1], (long long)b[1],
                    (long long)b[2]);
-    if (!rc) rc = sl_dataset_set_range(train, t0, t1);
-    if (!rc) rc = sl_dataset_set_range(d->ds, t1, t2);
+    if (!rc) rc = sl_sampler_restrict(train, t0, t1);
+    if (!rc) rc = sl_sampler_restrict(d->smp, t1, t2);
   }
-  if (!rc) rc = sl_dataset_check_vocab(d->ds, vocab);
   if (!rc) {
-    int64_t whole = (sl_dataset_num_tokens(d->ds) - 1) / c->seq_len;
+    int64_t whole = (sl_sampler_num_tokens(d->smp) - 1) / c->seq_len;
     d->samples = c->eval_samples > 0 ? c->eval_samples : whole;
     if (d->samples < 1)
       rc = sl_fail(SL_EINPUT, "the held-out set holds %lld tokens, fewer than one window of --seq-len %lld + 1",
-                   (long long)sl_dataset_num_tokens(d->ds), (long long)c->seq_len);
+                   (long long)sl_sampler_num_tokens(d->smp), (long long)c->seq_len);
   }
   if (rc) {
     sl_eval_data_close(d);
@@ -160,11 +163,11 @@ int sl_eval_data_open(const sl_train_cfg *c, sl_dataset *train, int64_t vocab, s
 
 void sl_eval_data_close(sl_eval_data *d) {
   if (!d) return;
-  if (d->ds) sl_dataset_close(d->ds);
+  sl_sampler_close(d->smp);
   free(d);
 }
 
-const sl_dataset *sl_eval_data_ds(const sl_eval_data *d) { return d->ds; }
+sl_sampler *sl_eval_data_sampler(const sl_eval_data *d) { return d->smp; }
 int64_t sl_eval_data_samples(const sl_eval_data *d) { return d->samples; }
 
 int sl_eval_due(const sl_train_cfg *c, int64_t s) {

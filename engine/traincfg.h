@@ -56,6 +56,8 @@ typedef struct {
   /* non-finite policy (engine/guard.h) */
   char on_nonfinite[8];        /* stop | skip */
   int64_t max_skips;           /* consecutive skips that stop the run */
+  int doc_attention_mask;      /* attend within documents only, positions per document */
+  int64_t eod_id;              /* end-of-document token (-1: byte-level 256) */
 } sl_train_cfg;
 
 void sl_train_cfg_defaults(sl_train_cfg *c);

@@ -31,6 +31,7 @@
 #include "engine/plot.h"
 #include "engine/rundir.h"
 #include "engine/safetensors.h"
+#include "engine/sampler.h"
 #include "offload/offload.h"
 #include "shard/fsdp.h"
 
@@ -43,7 +44,7 @@ typedef struct {
   sl_model_config mcfg;
   sl_model *m;
   sl_fsdp *f;
-  sl_dataset *ds;
+  sl_sampler *smp;         /* the datasets of --data, their loss masks, the data order */
   int64_t G;               /* samples per optimizer step (all ranks) */
   int64_t next_sample;     /* global index of the first sample of the next step */
   int64_t start_step;      /* first step to run (after a resume) */
@@ -58,10 +59,8 @@ typedef struct {
   float **ck[3];           /* (nunits) host arrays a checkpoint reads / fills */
   int32_t *dtok, *dtgt;    /* (B*T) the batch in backend memory (= tok/tgt on the CPU) */
   int32_t *tok, *tgt;      /* (B*T) */
-  int32_t *row;            /* (T+1) */
-  int64_t *perm;           /* shuffled order of sample windows (one epoch) */
-  int64_t perm_epoch, nwin;
-  int64_t *starts;         /* (B) window starts of the micro-batch being loaded */
+  int32_t *seg, *dseg;     /* (B*T) document start per token (--doc-attention-mask); dseg: backend */
+  int64_t count;           /* targets that count in this step's loss, all ranks */
   sl_eval_data *ev;        /* held-out stream (NULL: none) */
   int optim;               /* 0: no optimizer state (shardlm eval) */
   double peak_flops;       /* per rank */
@@ -83,68 +82,45 @@ double sl_lr_at(const sl_train_cfg *c, int64_t s) {
   return c->min_lr + 0.5 * (c->lr - c->min_lr) * (1.0 + cos(M_PI * p));
 }
 
-static uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-/* Sample j's window start in the token stream. */
-static int64_t sample_start(trainer *t, int64_t j) {
-  int64_t T = t->cfg.seq_len;
-  if (strcmp(t->cfg.data_order, "shuffled") != 0) return j * T; /* wraps in the reader */
-  int64_t e = j / t->nwin, i = j % t->nwin;
-  if (e != t->perm_epoch) {
-    for (int64_t w = 0; w < t->nwin; w++) t->perm[w] = w;
-    uint64_t st = mix64((uint64_t)t->cfg.seed * 0x9e3779b97f4a7c15ull + (uint64_t)e + 1);
-    for (int64_t w = t->nwin - 1; w > 0; w--) {
-      st = mix64(st + 0x9e3779b97f4a7c15ull);
-      int64_t r = (int64_t)(st % (uint64_t)(w + 1));
-      int64_t x = t->perm[w];
-      t->perm[w] = t->perm[r];
-      t->perm[r] = x;
-    }
-    t->perm_epoch = e;
+/* The model's batch from tok/tgt/seg (moved to backend memory first). */
+static void set_batch(trainer *t, float scale) {
+  size_t bt = (size_t)(t->cfg.micro_batch * t->cfg.seq_len) * 4;
+  if (t->dev) {
+    t->ops->upload(t->k, t->dtok, t->tok, bt);
+    t->ops->upload(t->k, t->dtgt, t->tgt, bt);
+    if (t->seg) t->ops->upload(t->k, t->dseg, t->seg, bt);
   }
-  return t->perm[i] * T;
+  sl_model_set_batch(t->m, t->dtok, t->dtgt, scale);
+  t->m->seg = t->dseg;
 }
 
-/* The micro-batch from window starts (stream positions of ds; -1: a padding
- * row, all targets ignored) into backend memory as the model's batch (also
- * the evaluation's loader). *counted: targets that count in the loss. */
-static int load_rows(trainer *t, const sl_dataset *ds, const int64_t *starts, float scale, int64_t *counted) {
+/* The evaluation's loader: row b is sample samples[b] of smp (-1: a padding
+ * row, every target ignored); masks and document starts as in training. */
+static int eval_load(void *user, sl_sampler *smp, const int64_t *samples, int64_t *counted) {
+  trainer *t = user;
   int64_t B = t->cfg.micro_batch, T = t->cfg.seq_len;
   *counted = 0;
   for (int64_t b = 0; b < B; b++) {
-    int rc = starts[b] < 0 ? SL_OK : sl_dataset_tokens(ds, starts[b], T + 1, t->row);
-    if (rc) return rc;
-    for (int64_t i = 0; i < T; i++) {
-      t->tok[b * T + i] = starts[b] < 0 ? 0 : t->row[i];
-      t->tgt[b * T + i] = starts[b] < 0 ? -1 : t->row[i + 1];
-      *counted += t->tgt[b * T + i] >= 0;
+    int32_t *seg = t->seg ? t->seg + b * T : NULL;
+    if (samples[b] >= 0) {
+      int rc = sl_sampler_batch(smp, samples[b], 1, (int32_t)t->cfg.eod_id, t->tok + b * T, t->tgt + b * T, seg);
+      if (rc) return rc;
+    } else {
+      for (int64_t i = 0; i < T; i++) {
+        t->tok[b * T + i] = 0;
+        t->tgt[b * T + i] = -1;
+        if (seg) seg[i] = 0;
+      }
     }
+    for (int64_t i = 0; i < T; i++) *counted += t->tgt[b * T + i] >= 0;
   }
-  if (t->dev) {
-    t->ops->upload(t->k, t->dtok, t->tok, (size_t)(B * T) * 4);
-    t->ops->upload(t->k, t->dtgt, t->tgt, (size_t)(B * T) * 4);
-  }
-  sl_model_set_batch(t->m, t->dtok, t->dtgt, scale);
+  set_batch(t, 0.0f);
   return SL_OK;
 }
 
-static int load_batch(trainer *t, int64_t first_sample, float scale) {
-  int64_t ntok = sl_dataset_num_tokens(t->ds), counted;
-  for (int64_t b = 0; b < t->cfg.micro_batch; b++) t->starts[b] = sample_start(t, first_sample + b) % ntok;
-  return load_rows(t, t->ds, t->starts, scale, &counted);
-}
-
-static int eval_load(void *user, const sl_dataset *ds, const int64_t *starts, int64_t *counted) {
-  return load_rows(user, ds, starts, 0.0f, counted);
-}
-
-static int run_eval(trainer *t, const sl_dataset *ds, int64_t K, sl_eval_result *res) {
+static int run_eval(trainer *t, sl_sampler *smp, int64_t K, sl_eval_result *res) {
   sl_eval_env e = {t->m, t->f, t->world, t->cfg.micro_batch, t->cfg.seq_len, t, eval_load};
-  return sl_eval_loss(&e, ds, K, res);
+  return sl_eval_loss(&e, smp, K, res);
 }
 
 /* tied-weight access for the model */
@@ -174,7 +150,7 @@ static int check_agreement(trainer *t) {
            (long long)t->mcfg.hidden_size, (long long)t->mcfg.num_hidden_layers,
            (long long)t->mcfg.vocab_size, (long long)t->mcfg.num_attention_heads,
            (long long)t->mcfg.num_key_value_heads, (long long)t->mcfg.intermediate_size,
-           t->mcfg.arch_name, (long long)sl_dataset_num_tokens(t->ds));
+           t->mcfg.arch_name, (long long)sl_sampler_num_tokens(t->smp));
   if (!rc && sl_comm_allgather_sync(t->world, mine, all, CAP, SL_U8) != SL_COMM_OK)
     rc = sl_fail(SL_ECOMM, "configuration check: %s", sl_comm_last_error());
   for (int r = 1; !rc && r < t->wsize; r++) {
@@ -342,16 +318,33 @@ static void trainer_free(trainer *t) {
   sl_free(t->hgrad);
   if (t->dview) t->ops->free(t->k, t->dview);
   if (t->dev && t->dtok) { t->ops->free(t->k, t->dtok); t->ops->free(t->k, t->dtgt); }
+  if (t->dev && t->dseg) t->ops->free(t->k, t->dseg);
   sl_fsdp_destroy(t->f);
   sl_model_destroy(t->m);
-  if (t->ds) sl_dataset_close(t->ds);
+  sl_sampler_close(t->smp);
   if (t->k) t->ops->ctx_destroy(t->k);
-  sl_free(t->tok); sl_free(t->tgt); sl_free(t->row);
-  free(t->perm);
-  free(t->starts);
+  sl_free(t->tok); sl_free(t->tgt); sl_free(t->seg);
   sl_eval_data_close(t->ev);
   if (t->metrics) fclose(t->metrics); /* an error path: the run already failed */
   sl_rundir_release(&t->lock_fd);
+}
+
+/* --doc-attention-mask: Llama-family attention only; resolves --eod-id. */
+static int doc_mask_check(trainer *t) {
+  sl_train_cfg *c = &t->cfg;
+  if (!c->doc_attention_mask) return SL_OK;
+  if (t->mcfg.arch == SL_ARCH_MAMBA)
+    return sl_fail(SL_EINPUT, "--doc-attention-mask: not supported for Mamba (%s has no attention; its "
+                   "recurrent state would carry across documents); train without it", t->mcfg.arch_name);
+  if (c->eod_id < 0 && t->mcfg.vocab_size > 512)
+    return sl_fail(SL_EINPUT, "--doc-attention-mask needs --eod-id (the tokenizer's end-of-document id): the "
+                   "default 256 is the byte tokenizer's and the model's vocabulary has %lld tokens",
+                   (long long)t->mcfg.vocab_size);
+  if (c->eod_id < 0) c->eod_id = SL_BYTE_EOD;
+  if (c->eod_id >= t->mcfg.vocab_size)
+    return sl_fail(SL_EINPUT, "--eod-id %lld is outside the vocabulary [0, %lld)", (long long)c->eod_id,
+                   (long long)t->mcfg.vocab_size);
+  return SL_OK;
 }
 
 static int local_ranks(void) {
@@ -368,7 +361,6 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, in
   t->world = world;
   t->rank = sl_comm_rank(world);
   t->wsize = sl_comm_size(world);
-  t->perm_epoch = -1;
   t->lock_fd = -1;
   sl_train_cfg *c = &t->cfg;
   int rc;
@@ -417,10 +409,10 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, in
   }
 
   /* data */
-  if (c->data[0]) {
-    if ((rc = sl_dataset_open(c->data, &t->ds))) return rc;
-  } else {
-    char dir[SL_PATH_MAX + 32], prefix[SL_PATH_MAX + 64];
+  char prefix[SL_PATH_MAX + 64];
+  snprintf(prefix, sizeof prefix, "%s", c->data);
+  if (!c->data[0]) {
+    char dir[SL_PATH_MAX + 32];
     snprintf(dir, sizeof dir, "%s/data", c->out_dir);
     snprintf(prefix, sizeof prefix, "%s/corpus", dir);
     if (t->rank == 0) {
@@ -432,16 +424,11 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, in
       return sl_fail(SL_ECOMM, "%s", sl_comm_last_error());
     if (rc) return rc;
     if (all) return sl_fail(SL_EIO, "rank 0 could not prepare the built-in corpus");
-    if ((rc = sl_dataset_open(prefix, &t->ds))) return rc;
   }
-  if ((rc = sl_dataset_check_vocab(t->ds, t->mcfg.vocab_size))) return rc;
-  if ((rc = sl_eval_data_open(c, t->ds, t->mcfg.vocab_size, &t->ev))) return rc;
-  if (sl_dataset_num_tokens(t->ds) < 2)
-    return sl_fail(SL_EINPUT, "%s: the dataset holds fewer than 2 tokens", c->data);
-  t->nwin = sl_dataset_num_tokens(t->ds) / c->seq_len;
-  if (t->nwin < 1) t->nwin = 1;
-  if (!strcmp(c->data_order, "shuffled") && !(t->perm = malloc(sizeof(int64_t) * (size_t)t->nwin)))
-    return sl_fail(SL_ENOMEM, "out of memory");
+  if ((rc = sl_sampler_open(prefix, c->seq_len, c->data_order, (uint64_t)c->seed, t->mcfg.vocab_size, &t->smp)))
+    return rc;
+  if ((rc = sl_eval_data_open(c, prefix, t->smp, t->mcfg.vocab_size, &t->ev))) return rc;
+  if ((rc = doc_mask_check(t))) return rc;
   if ((rc = check_agreement(t))) return rc;
 
   /* model + FSDP */
@@ -492,13 +479,14 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, in
   int64_t BT = c->micro_batch * c->seq_len;
   t->tok = sl_alloc((size_t)BT * 4, "tokens");
   t->tgt = sl_alloc((size_t)BT * 4, "targets");
-  t->row = sl_alloc((size_t)(c->seq_len + 1) * 4, "sample");
-  t->starts = malloc(sizeof(int64_t) * (size_t)c->micro_batch);
-  if (!t->tok || !t->tgt || !t->row || !t->starts) return sl_fail(SL_ENOMEM, "out of memory");
+  if (c->doc_attention_mask && !(t->seg = sl_alloc((size_t)BT * 4, "document starts"))) return SL_ENOMEM;
+  if (!t->tok || !t->tgt) return sl_fail(SL_ENOMEM, "out of memory");
   t->dtok = t->tok;
   t->dtgt = t->tgt;
   if (t->dev && (!(t->dtok = t->ops->alloc(t->k, (size_t)BT * 4)) || !(t->dtgt = t->ops->alloc(t->k, (size_t)BT * 4))))
     return SL_ENOMEM;
+  t->dseg = t->seg;
+  if (t->dev && t->seg && !(t->dseg = t->ops->alloc(t->k, (size_t)BT * 4))) return SL_ENOMEM;
   t->G = c->micro_batch * c->grad_accum * t->wsize;
   return SL_OK;
 }
@@ -508,9 +496,11 @@ static int run_micro(trainer *t, int64_t s, int k, int nk, int dump_logits, floa
   sl_train_cfg *c = &t->cfg;
   (void)s;
   int64_t first = t->next_sample + (int64_t)t->rank * (c->grad_accum * c->micro_batch) + (int64_t)k * c->micro_batch;
-  float scale = (float)(1.0 / ((double)t->G * (double)c->seq_len));
-  int rc = load_batch(t, first, scale);
+  /* the loss is a mean over the step's counted targets: every rank counts them from the data */
+  int rc = k == 0 ? sl_sampler_count(t->smp, t->next_sample, t->G, &t->count) : SL_OK;
+  if (!rc) rc = sl_sampler_batch(t->smp, first, c->micro_batch, (int32_t)c->eod_id, t->tok, t->tgt, t->seg);
   if (rc) return rc;
+  set_batch(t, t->count > 0 ? (float)(1.0 / (double)t->count) : 0.0f); /* no target: zero gradient */
   int U = t->m->nunits;
   if ((rc = sl_fsdp_begin_micro(t->f, k, nk))) return rc;
   for (int u = 0; u < U; u++) {
@@ -604,6 +594,7 @@ static int optimizer_step(trainer *t, int64_t s, double lr, float coef) {
 typedef struct {
   double loss, grad_norm, lr;
   sl_eval_result ev;       /* held-out loss of this step (ev.samples 0: none) */
+  int64_t tokens;          /* targets that counted in the loss */
 } step_out;
 
 static int train_step(trainer *t, int64_t s, step_out *o) {
@@ -617,7 +608,8 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
   double loss_sum = 0;
   loss_local = sl_guard_fault(t->world, s, loss_local); /* tests only (SL_FAULT_NONFINITE) */
   if ((rc = sum_across(t, loss_local, &loss_sum))) return rc;
-  o->loss = loss_sum / ((double)t->G * (double)c->seq_len);
+  o->loss = t->count > 0 ? loss_sum / (double)t->count : 0.0;
+  o->tokens = t->count;
   double ss;
   if ((rc = sl_fsdp_grad_sumsq(t->f, &ss))) return rc;
   o->grad_norm = sqrt(ss);
@@ -728,6 +720,7 @@ static int resume(trainer *t) {
   t->start_step = st.step;
   t->next_sample = st.next_sample;
   t->cfg.seed = (int64_t)st.rng_seed; /* the data order continues as written */
+  sl_sampler_set_seed(t->smp, st.rng_seed);
   rc = ck_unstage(t, 1); /* into backend memory / the NVMe files */
   for (int u = 0; u < t->m->nunits && !rc; u++) {
     const float *mv = opt_master(t, u, &rc);
@@ -821,10 +814,10 @@ static int write_metrics(trainer *t, int64_t s, const step_out *o, double dt, do
   fprintf(t->metrics,
           "{\"step\": %lld, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, \"tokens_per_s\": %.2f, "
           "\"mfu\": %.6f, \"peak_bytes\": %lld, \"step_time_s\": %.6f, \"comm_wait_s\": %.6f, "
-          "\"comm_bytes\": %llu, \"skipped_steps\": %lld, \"arena_peak\": {",
+          "\"comm_bytes\": %llu, \"skipped_steps\": %lld, \"loss_tokens\": %lld, \"arena_peak\": {",
           (long long)(s + 1), sl_guard_json(jl, o->loss), sl_guard_json(jr, o->lr), sl_guard_json(jg, o->grad_norm),
           tps, mfu, (long long)ms.total_peak, dt, dwait * 1e-9, (unsigned long long)dbytes,
-          (long long)t->guard.total);
+          (long long)t->guard.total, (long long)o->tokens);
   for (int a = 0; a < SL_ARENA_COUNT; a++)
     fprintf(t->metrics, "%s\"%s\": %lld", a ? ", " : "", sl_arena_name(a), (long long)ms.peak[a]);
   fprintf(t->metrics, "}");
@@ -863,7 +856,7 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
           "data %s (%lld tokens, %s) | peak %.1f GFLOP/s per rank",
           t.mcfg.arch_name, (long long)sl_model_num_params(t.m), t.m->nunits, t.wsize, t.wsize > 1 ? "s" : "",
           (long long)c->zero, (long long)t.G, (long long)c->seq_len, 1LL, c->data[0] ? c->data : "built-in corpus",
-          (long long)sl_dataset_num_tokens(t.ds), c->data_order, t.peak_flops * 1e-9);
+          (long long)sl_sampler_num_tokens(t.smp), c->data_order, t.peak_flops * 1e-9);
   if (c->resume && c->ckpt_dir[0] && (rc = resume(&t))) goto done;
   /* resumed: the metrics keep the steps the checkpoint holds, nothing past it */
   if (t.rank == 0) rc = sl_metrics_open(t.metrics_path, c->resume ? t.start_step : -1, &t.metrics);
@@ -884,7 +877,7 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
     if (s == t.start_step) first_loss = o.loss;
     o.ev.samples = 0; /* held-out loss, unless the step was non-finite and the run stops */
     if (!t.guard.stop && t.ev && sl_eval_due(c, s) &&
-        (rc = run_eval(&t, sl_eval_data_ds(t.ev), sl_eval_data_samples(t.ev), &o.ev)))
+        (rc = run_eval(&t, sl_eval_data_sampler(t.ev), sl_eval_data_samples(t.ev), &o.ev)))
       goto done;
     /* the step's line is on disk before a checkpoint commits the step */
     if ((rc = write_metrics(&t, s, &o, dt, flops_tok))) goto done;
@@ -933,8 +926,10 @@ done:
 /* ---- shardlm eval ------------------------------------------------------------ */
 int sl_train_eval(const sl_train_cfg *cfg, sl_comm *world, int64_t K, sl_eval_result *res) {
   trainer t;
-  int rc = trainer_setup(&t, cfg, world, 0); /* no optimizer state */
-  if (!rc) rc = run_eval(&t, t.ds, K, res);
+  sl_train_cfg c2 = *cfg;
+  snprintf(c2.data_order, sizeof c2.data_order, "sequential"); /* window j is sample j */
+  int rc = trainer_setup(&t, &c2, world, 0); /* no optimizer state */
+  if (!rc) rc = run_eval(&t, t.smp, K, res);
   trainer_free(&t);
   return rc;
 }
@@ -967,7 +962,7 @@ int sl_train_dump(const sl_train_cfg *cfg, sl_comm *world, const char *out_path)
   int64_t N = c2.micro_batch * c2.seq_len, V = t.mcfg.vocab_size;
   logits = sl_alloc((size_t)(N * V) * 4, "logits");
   if (!logits) { rc = SL_ENOMEM; goto done; }
-  /* G = B for a single rank and grad_accum 1: the loss scale is 1/(B*T) */
+  /* G = B for a single rank and grad_accum 1: the loss scale is 1/(counted targets of the B samples) */
   if (t.dev) { /* logits are computed in backend memory, then brought to the host */
     float *dl = t.ops->alloc(t.k, (size_t)(N * V) * 4);
     if (!dl) { rc = SL_ENOMEM; goto done; }
@@ -978,7 +973,7 @@ int sl_train_dump(const sl_train_cfg *cfg, sl_comm *world, const char *out_path)
   } else if ((rc = run_micro(&t, 0, 0, 1, 1, logits))) {
     goto done;
   }
-  float loss = (float)(t.m->loss_sum / (double)N);
+  float loss = t.count > 0 ? (float)(t.m->loss_sum / (double)t.count) : 0.0f;
   /* tensors: logits, loss, grad.<name> */
   int U = t.m->nunits, nt = 2;
   for (int u = 0; u < U; u++) nt += t.m->units[u].ntensors;

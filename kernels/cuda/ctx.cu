@@ -227,6 +227,10 @@ static const sl_ops g_cuda_ops = {
     sl_cuda_mem_sync,
     sl_cuda_mem_is_device,
     sl_cuda_stream,
+    sl_cuda_rope_doc_fwd, /* document masking */
+    sl_cuda_rope_doc_bwd,
+    sl_cuda_attention_doc_fwd,
+    sl_cuda_attention_doc_bwd,
 };
 
 /* NULL when no CUDA device is usable, so CPU-only machines never touch one.
