@@ -313,8 +313,9 @@ static int dec_one(const tok_step *st, tok_splits *sp, tok_split *old, size_t no
       size_t k = 0;
       if (st->re) {
         tok_buf tmp = {0};
+        int moved = 0;
         rc = tok_normalize(&(tok_step){.type = TN_REPLACE, .re = st->re, .content = (char *)rep, .contentlen = rl}, s,
-                           n, &tmp);
+                           n, &tmp, &moved);
         if (!rc) rc = tb_put(t, tmp.p ? tmp.p : "", tmp.n);
         tb_free(&tmp);
         break;

@@ -27,7 +27,7 @@ int tok_u8enc(int32_t cp, char *out); /* bytes written (1..4) */
 /* Offset of the first invalid byte, or (size_t)-1 when s is valid UTF-8. */
 size_t tok_u8invalid(const char *s, size_t n);
 int tok_is_ws(int32_t cp);    /* Unicode White_Space (Rust char::is_whitespace) */
-int tok_is_alnum(int32_t cp); /* Rust char::is_alphanumeric (approximately) */
+int tok_is_word(int32_t cp);  /* Rust regex \w (HF single_word's word characters) */
 int tok_is_numeric(int32_t cp); /* Rust char::is_numeric: Nd, Nl, No */
 
 /* ---- string -> int32 map (open addressing, keys copied) ---- */
@@ -93,8 +93,10 @@ typedef struct tok_step {
 int tok_parse_step(json_t *j, int kind, const char *what, tok_step **out);
 enum { TK_NORM, TK_PRE, TK_DEC };
 void tok_step_free(tok_step *s);
-/* Normalizes s[0..n) into out (cleared first). */
-int tok_normalize(const tok_step *st, const char *s, size_t n, tok_buf *out);
+/* Normalizes s[0..n) into out (cleared first). *moved is set when leading
+ * characters were removed, so that the result no longer starts at the
+ * original offset of s (HF's offsets_original, which Metaspace "first" reads). */
+int tok_normalize(const tok_step *st, const char *s, size_t n, tok_buf *out, int *moved);
 /* Pre-tokenizes every text split (id < 0) of sp in place. */
 int tok_pretokenize(const tok_step *st, tok_splits *sp);
 /* Runs a decoder over the token strings of sp (each split one token). */

@@ -203,7 +203,7 @@ static int u8map(const char *s, size_t n, int opts, tok_buf *out) {
   return rc;
 }
 
-static int norm_one(const tok_step *st, const char *s, size_t n, tok_buf *out) {
+static int norm_one(const tok_step *st, const char *s, size_t n, tok_buf *out, int *moved) {
   out->n = 0;
   if (tb_reserve(out, n + 8)) return SL_ENOMEM;
   out->p[0] = 0;
@@ -223,6 +223,7 @@ static int norm_one(const tok_step *st, const char *s, size_t n, tok_buf *out) {
     int l;
     if (st->a)
       while (a < b && tok_is_ws(tok_u8dec(s + a, b - a, &l))) a += (size_t)l;
+    if (a) *moved = 1;
     if (st->b)
       while (b > a) {
         size_t k = b - 1;
@@ -237,6 +238,7 @@ static int norm_one(const tok_step *st, const char *s, size_t n, tok_buf *out) {
     int rc = st->re ? regex_segs(st->re, s, n, &g) : literal_segs(st->pat, st->patlen, s, n, &g);
     for (size_t i = 0; !rc && i < g.n; i++)
       rc = g.v[i].m ? tb_put(out, st->content, st->contentlen) : tb_put(out, s + g.v[i].s, g.v[i].e - g.v[i].s);
+    if (g.n && g.v[0].m && g.v[0].e > 0 && !st->contentlen) *moved = 1;
     free(g.v);
     return rc;
   }
@@ -251,6 +253,7 @@ static int norm_one(const tok_step *st, const char *s, size_t n, tok_buf *out) {
       int k = utf8proc_category(c); /* HF is_combining_mark: General_Category M */
       int mark = k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_MC || k == UTF8PROC_CATEGORY_ME;
       if (!mark && tb_put(out, s + i, (size_t)l)) return SL_ENOMEM;
+      if (mark && !out->n) *moved = 1;
     } else if (c == 0x130) {
       if (tb_put(out, "i\xcc\x87", 3)) return SL_ENOMEM; /* Rust: U+0130 lowercases to i + U+0307 */
     } else {
@@ -262,13 +265,13 @@ static int norm_one(const tok_step *st, const char *s, size_t n, tok_buf *out) {
   return SL_OK;
 }
 
-int tok_normalize(const tok_step *st, const char *s, size_t n, tok_buf *out) {
-  if (st->type != TN_SEQ) return norm_one(st, s, n, out);
+int tok_normalize(const tok_step *st, const char *s, size_t n, tok_buf *out, int *moved) {
+  if (st->type != TN_SEQ) return norm_one(st, s, n, out, moved);
   tok_buf tmp = {0};
   out->n = 0;
   int rc = tb_put(out, s, n);
   for (int i = 0; !rc && i < st->nkids; i++) {
-    rc = tok_normalize(st->kids[i], out->p, out->n, &tmp);
+    rc = tok_normalize(st->kids[i], out->p, out->n, &tmp, moved);
     if (!rc) { tok_buf x = *out; *out = tmp; tmp = x; }
   }
   tb_free(&tmp);

@@ -67,11 +67,18 @@ int tok_is_numeric(int32_t c) {
   return k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
 }
 
-int tok_is_alnum(int32_t c) {
-  if (c < 0x80) return (c >= '0' && c <= '9') || ((c | 32) >= 'a' && (c | 32) <= 'z');
+/* Rust regex's Unicode \w: Alphabetic, marks, connector punctuation, decimal
+ * digits, Join_Control (Alphabetic approximated by L*, Nl and the letter-like
+ * symbols of Other_Alphabetic that are not marks). */
+int tok_is_word(int32_t c) {
+  if (c < 0x80) return (c >= '0' && c <= '9') || ((c | 32) >= 'a' && (c | 32) <= 'z') || c == '_';
+  if (c == 0x200C || c == 0x200D) return 1;
+  if ((c >= 0x24B6 && c <= 0x24E9) || (c >= 0x1F130 && c <= 0x1F149) || (c >= 0x1F150 && c <= 0x1F169) ||
+      (c >= 0x1F170 && c <= 0x1F189))
+    return 1;
   int k = utf8proc_category(c);
-  return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) || k == UTF8PROC_CATEGORY_MC ||
-         k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
+  return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) || (k >= UTF8PROC_CATEGORY_MN && k <= UTF8PROC_CATEGORY_ME) ||
+         k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_PC;
 }
 
 /* ---- the map ---- */

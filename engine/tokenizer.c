@@ -126,7 +126,8 @@ static int load_added(sl_tokenizer *t, json_t *arr, const char *file) {
     a->normalized = json_is_boolean(nz) ? json_is_true(nz) : !a->special;
     if (a->normalized && t->norm) {
       tok_buf b = {0};
-      int rc = tok_normalize(t->norm, a->content, a->len, &b);
+      int moved = 0;
+      int rc = tok_normalize(t->norm, a->content, a->len, &b, &moved);
       if (rc) { tb_free(&b); return rc; }
       a->norm = b.p ? b.p : strdup("");
       a->normlen = b.n;
@@ -276,16 +277,17 @@ int sl_tokenizer_load(const char *path, sl_tokenizer **out) {
 
 /* ---- encode ---- */
 
-static int is_alnum_before(const char *s, size_t at) {
+static int is_word_before(const char *s, size_t at) {
   if (!at) return 0;
   size_t k = at - 1;
   while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80) k--;
   int l;
-  return tok_is_alnum(tok_u8dec(s + k, at - k, &l));
+  return tok_is_word(tok_u8dec(s + k, at - k, &l));
 }
 
 /* HF AddedVocabulary::find_matches over the split x (leftmost-longest, then
- * single_word / lstrip / rstrip); pushes the pieces to out. */
+ * single_word: no \w character on either side; lstrip / rstrip: the
+ * whitespace run before / after joins the token); pushes the pieces to out. */
 static int split_added(const sl_tokenizer *t, int normalized, tok_splits *sp, tok_split x, tok_split **out, size_t *nout,
                        size_t *capout) {
 #define EMIT(O, L, ID, OR)                                                                                              \
@@ -324,7 +326,7 @@ static int split_added(const sl_tokenizer *t, int normalized, tok_splits *sp, to
     i = stop;
     if (a->single_word) {
       int l;
-      int before = is_alnum_before(s, start), after = stop < n && tok_is_alnum(tok_u8dec(s + stop, n - stop, &l));
+      int before = is_word_before(s, start), after = stop < n && tok_is_word(tok_u8dec(s + stop, n - stop, &l));
       if (before || after) continue;
     }
     if (a->lstrip) {
@@ -403,10 +405,12 @@ int sl_tokenizer_encode(const sl_tokenizer *t, const char *text, size_t len, int
   if (!rc && t->norm) {
     for (size_t i = 0; !rc && i < sp.n; i++) {
       if (sp.v[i].id >= 0) continue;
-      rc = tok_normalize(t->norm, sp.arena.p + sp.v[i].off, sp.v[i].len, &nb);
+      int moved = 0;
+      rc = tok_normalize(t->norm, sp.arena.p + sp.v[i].off, sp.v[i].len, &nb, &moved);
       if (!rc) rc = tok_arena_put(&sp, nb.p ? nb.p : "", nb.n, &off);
       sp.v[i].off = off;
       sp.v[i].len = (uint32_t)nb.n;
+      if (moved) sp.v[i].origin = 0;
     }
   }
   if (!rc) rc = added_pass(t, 1, &sp);

