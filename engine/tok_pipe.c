@@ -71,12 +71,20 @@ static int seg_push(segs *g, size_t s, size_t e, int m) {
 }
 
 static _Thread_local OnigRegion *tl_region;
+static pthread_key_t g_region_key; /* frees tl_region at thread exit */
+static pthread_once_t g_region_once = PTHREAD_ONCE_INIT;
+static void region_free(void *p) { onig_region_free((OnigRegion *)p, 1); }
+static void region_key(void) { pthread_key_create(&g_region_key, region_free); }
 
 /* HF SysRegex::find_matches (onig find_iter: no empty match right after a match). */
 static int regex_segs(void *re, const char *s, size_t n, segs *g) {
   g->n = 0;
   if (!n) return seg_push(g, 0, 0, 0);
-  if (!tl_region && !(tl_region = onig_region_new())) return sl_fail(SL_ENOMEM, "tokenizer: out of memory");
+  if (!tl_region) {
+    if (!(tl_region = onig_region_new())) return sl_fail(SL_ENOMEM, "tokenizer: out of memory");
+    pthread_once(&g_region_once, region_key);
+    pthread_setspecific(g_region_key, tl_region);
+  }
   const OnigUChar *u = (const OnigUChar *)s;
   size_t pos = 0, prev = 0;
   long last_end = -1;
