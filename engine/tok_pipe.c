@@ -302,10 +302,27 @@ void tok_bytelevel_init(void) {
 
 int tok_cp2byte(int32_t cp) { return cp >= 0 && cp < 324 ? g_cp2byte[cp] : -1; }
 
-static void *g_ws_re;
-static pthread_once_t g_ws_once = PTHREAD_ONCE_INIT;
-static void ws_once(void) {
-  if (tok_regex("\\w+|[^\\w\\s]+", 13, "Whitespace", &g_ws_re)) g_ws_re = NULL;
+/* HF's Whitespace pre-tokenizer: Rust regex \w+|[^\w\s]+ (Unicode \w and
+ * \s as in the Rust regex crate, which differ from Oniguruma's): the maximal
+ * runs of word characters and of other non-space characters are matches. */
+static int whitespace_segs(const char *s, size_t n, segs *g) {
+  g->n = 0;
+  if (!n) return seg_push(g, 0, 0, 0);
+  size_t i = 0;
+  while (i < n) {
+    int l;
+    int32_t c = tok_u8dec(s + i, n - i, &l);
+    int cls = tok_is_word(c) ? 1 : tok_is_ws(c) ? 0 : 2;
+    size_t j = i + (size_t)l;
+    while (j < n) {
+      int32_t d = tok_u8dec(s + j, n - j, &l);
+      if ((tok_is_word(d) ? 1 : tok_is_ws(d) ? 0 : 2) != cls) break;
+      j += (size_t)l;
+    }
+    if (seg_push(g, i, j, cls != 0)) return SL_ENOMEM;
+    i = j;
+  }
+  return SL_OK;
 }
 
 /* Pushes the kept segments of g as splits of x (whose text starts at base). */
@@ -346,9 +363,7 @@ static int pre_split(const tok_step *st, tok_splits *sp, tok_split x, segs *g, t
     if (!rc) behave(g, st->a, 0);
     break;
   case TP_WHITESPACE:
-    pthread_once(&g_ws_once, ws_once);
-    if (!g_ws_re) return sl_fail(SL_EINTERNAL, "tokenizer: Whitespace regex");
-    rc = regex_segs(g_ws_re, s, n, g);
+    rc = whitespace_segs(s, n, g);
     if (!rc) behave(g, TB_REMOVED, 1);
     break;
   case TP_METASPACE: {

