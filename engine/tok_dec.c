@@ -249,7 +249,8 @@ static int dec_one(const tok_step *st, tok_splits *sp, tok_split *old, size_t no
     if (rc) return rc;
     if (st->type == TD_FUSE) return put_split(sp, t->p, t->n);
     t2->n = 0;
-    return lossy((const unsigned char *)t->p, t->n, t2) || put_split(sp, t2->p ? t2->p : "", t2->n);
+    rc = lossy((const unsigned char *)t->p, t->n, t2);
+    return rc ? rc : put_split(sp, t2->p ? t2->p : "", t2->n);
   case TD_BYTEFALLBACK: {
     for (size_t i = 0; !rc && i <= nold; i++) {
       const char *s = i < nold ? sp->arena.p + old[i].off : "";

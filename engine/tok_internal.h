@@ -85,7 +85,11 @@ typedef struct tok_step {
   size_t contentlen;
   void *re;      /* OnigRegex when the pattern is a regex */
   int32_t ch;    /* a single code point (Metaspace replacement, Strip content) */
-  int a, b, c;   /* flags: see tok_pipe.c per type */
+  /* Strip: a left, b right; ByteLevel: a add_prefix_space, b use_regex;
+   * Split: a behaviour (TB_*), b invert; Metaspace: a prepend scheme (TM_*),
+   * b split; Digits: a individual_digits; Punctuation: a behaviour;
+   * Strip decoder: a start, b stop (characters) */
+  int a, b;
 } tok_step;
 
 /* Parses one normalizer / pre_tokenizer / decoder object (NULL/null -> *out NULL).

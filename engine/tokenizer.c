@@ -190,10 +190,9 @@ static int build_id_table(sl_tokenizer *t, const char *file) {
   const tok_smap *m = &t->bpe.vocab;
   for (size_t j = 0; j < m->cap; j++)
     if (m->h[j]) { t->tokoff[m->val[j]] = m->off[j]; t->toklen[m->val[j]] = m->len[j]; }
-  size_t base = m->keys.n;
   if (tb_put(&t->tokstr, m->keys.p, m->keys.n)) return SL_ENOMEM;
   for (int i = 0; i < t->nadded; i++) {
-    t->tokoff[t->added[i].id] = (uint32_t)(base + (t->tokstr.n - base));
+    t->tokoff[t->added[i].id] = (uint32_t)t->tokstr.n;
     t->toklen[t->added[i].id] = (uint32_t)t->added[i].len;
     if (tb_put(&t->tokstr, t->added[i].content, t->added[i].len)) return SL_ENOMEM;
   }
