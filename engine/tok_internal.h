@@ -32,10 +32,13 @@ int tok_is_numeric(int32_t cp); /* Rust char::is_numeric: Nd, Nl, No */
 
 /* ---- string -> int32 map (open addressing, keys copied) ---- */
 typedef struct {
-  uint64_t *h;   /* [cap] hash, 0 = empty */
-  uint32_t *off; /* [cap] key offset in keys */
-  uint32_t *len; /* [cap] key bytes */
-  int32_t *val;  /* [cap] */
+  uint64_t h;   /* hash, 0 = empty slot */
+  uint32_t off; /* key offset in keys */
+  uint32_t len; /* key bytes */
+  int32_t val;
+} tok_slot;
+typedef struct {
+  tok_slot *s; /* [cap], one cache line holds four */
   size_t cap, n;
   tok_buf keys;
 } tok_smap;

@@ -102,32 +102,26 @@ uint64_t tok_hash(const char *s, size_t n) {
 
 static int smap_grow(tok_smap *m) {
   size_t cap = m->cap ? m->cap * 2 : 1024;
-  tok_smap g = {0};
-  g.cap = cap;
-  g.h = calloc(cap, sizeof *g.h);
-  g.off = malloc(cap * sizeof *g.off);
-  g.len = malloc(cap * sizeof *g.len);
-  g.val = malloc(cap * sizeof *g.val);
-  if (!g.h || !g.off || !g.len || !g.val) {
-    free(g.h); free(g.off); free(g.len); free(g.val);
-    return sl_fail(SL_ENOMEM, "tokenizer: out of memory for a map of %zu entries", cap);
-  }
+  tok_slot *ns = calloc(cap, sizeof *ns);
+  if (!ns) return sl_fail(SL_ENOMEM, "tokenizer: out of memory for a map of %zu entries", cap);
   for (size_t i = 0; i < m->cap; i++) {
-    if (!m->h[i]) continue;
-    size_t j = m->h[i] & (cap - 1);
-    while (g.h[j]) j = (j + 1) & (cap - 1);
-    g.h[j] = m->h[i]; g.off[j] = m->off[i]; g.len[j] = m->len[i]; g.val[j] = m->val[i];
+    if (!m->s[i].h) continue;
+    size_t j = m->s[i].h & (cap - 1);
+    while (ns[j].h) j = (j + 1) & (cap - 1);
+    ns[j] = m->s[i];
   }
-  free(m->h); free(m->off); free(m->len); free(m->val);
-  m->h = g.h; m->off = g.off; m->len = g.len; m->val = g.val; m->cap = cap;
+  free(m->s);
+  m->s = ns;
+  m->cap = cap;
   return SL_OK;
 }
 
 int32_t tok_smap_geth(const tok_smap *m, const char *k, size_t n, uint64_t h) {
   if (!m->cap) return -1;
   size_t j = h & (m->cap - 1);
-  while (m->h[j]) {
-    if (m->h[j] == h && m->len[j] == n && !memcmp(m->keys.p + m->off[j], k, n)) return m->val[j];
+  while (m->s[j].h) {
+    const tok_slot *e = &m->s[j];
+    if (e->h == h && e->len == n && !memcmp(m->keys.p + e->off, k, n)) return e->val;
     j = (j + 1) & (m->cap - 1);
   }
   return -1;
@@ -139,9 +133,10 @@ int tok_smap_put(tok_smap *m, const char *k, size_t n, int32_t v) {
   if ((m->n + 1) * 2 > m->cap && smap_grow(m)) return SL_ENOMEM;
   uint64_t h = tok_hash(k, n);
   size_t j = h & (m->cap - 1);
-  while (m->h[j]) {
-    if (m->h[j] == h && m->len[j] == n && !memcmp(m->keys.p + m->off[j], k, n)) {
-      m->val[j] = v;
+  while (m->s[j].h) {
+    tok_slot *e = &m->s[j];
+    if (e->h == h && e->len == n && !memcmp(m->keys.p + e->off, k, n)) {
+      e->val = v;
       return SL_OK;
     }
     j = (j + 1) & (m->cap - 1);
@@ -149,13 +144,13 @@ int tok_smap_put(tok_smap *m, const char *k, size_t n, int32_t v) {
   if (m->keys.n + n > UINT32_MAX) return sl_fail(SL_EINPUT, "tokenizer: vocabulary strings exceed 4 GiB");
   uint32_t off = (uint32_t)m->keys.n;
   if (tb_put(&m->keys, k, n)) return SL_ENOMEM;
-  m->h[j] = h; m->off[j] = off; m->len[j] = (uint32_t)n; m->val[j] = v;
+  m->s[j] = (tok_slot){h, off, (uint32_t)n, v};
   m->n++;
   return SL_OK;
 }
 
 void tok_smap_free(tok_smap *m) {
-  free(m->h); free(m->off); free(m->len); free(m->val);
+  free(m->s);
   tb_free(&m->keys);
   memset(m, 0, sizeof *m);
 }

@@ -84,32 +84,43 @@ static void special_ids(sl_tokenizer *t, json_t *cfg) {
  * model's vocabulary takes that id, a repeated content its first id, any
  * other the next id from the model's vocabulary size up; the "id" of the
  * file only draws a warning when it differs. */
+static int added_one(sl_tokenizer *t, json_t *e, size_t i, const char *file, tok_smap *seen, int64_t next,
+                     int64_t *maxadded);
 static int load_added(sl_tokenizer *t, json_t *arr, const char *file) {
   if (!arr || json_is_null(arr)) return SL_OK;
   if (!json_is_array(arr)) return sl_fail(SL_EINPUT, "%s: added_tokens: expected an array", file);
   t->added = calloc(json_array_size(arr) + 1, sizeof *t->added);
   if (!t->added) return sl_fail(SL_ENOMEM, "%s: out of memory", file);
   int64_t next = (int64_t)t->bpe.vocab.n, maxadded = -1;
-  for (size_t i = 0; i < json_array_size(arr); i++) {
-    json_t *e = json_array_get(arr, i), *c = json_object_get(e, "content"), *id = json_object_get(e, "id");
+  tok_smap seen = {0}; /* content -> index in t->added */
+  int rc = SL_OK;
+  for (size_t i = 0; !rc && i < json_array_size(arr); i++) rc = added_one(t, json_array_get(arr, i), i, file, &seen, next, &maxadded);
+  tok_smap_free(&seen);
+  return rc;
+}
+
+/* One entry of added_tokens (see load_added). */
+static int added_one(sl_tokenizer *t, json_t *e, size_t i, const char *file, tok_smap *seen, int64_t next,
+                     int64_t *maxadded) {
+  {
+    json_t *c = json_object_get(e, "content"), *id = json_object_get(e, "id");
     if (!json_is_string(c) || !json_is_integer(id))
       return sl_fail(SL_EINPUT, "%s: added_tokens[%zu]: expected a string \"content\" and an integer \"id\"", file, i);
-    if (!json_string_length(c)) continue; /* HF ignores empty tokens */
-    tok_added *a = NULL;
-    for (int k = 0; k < t->nadded && !a; k++)
-      if (t->added[k].len == json_string_length(c) && !memcmp(t->added[k].content, json_string_value(c), t->added[k].len))
-        a = &t->added[k];
+    if (!json_string_length(c)) return SL_OK; /* HF ignores empty tokens */
+    int32_t k = tok_smap_get(seen, json_string_value(c), json_string_length(c));
+    tok_added *a = k >= 0 ? &t->added[k] : NULL;
     int32_t want;
     if (a) want = a->id, free(a->content), free(a->norm), a->norm = NULL;
     else {
+      if (tok_smap_put(seen, json_string_value(c), json_string_length(c), t->nadded)) return SL_ENOMEM;
       a = &t->added[t->nadded++];
       want = tok_smap_get(&t->bpe.vocab, json_string_value(c), json_string_length(c));
       if (want < 0) {
-        if (maxadded >= 0) want = (int32_t)(maxadded >= next ? maxadded + 1 : next);
+        if (*maxadded >= 0) want = (int32_t)(*maxadded >= next ? *maxadded + 1 : next);
         else want = (int32_t)next;
       }
     }
-    if (want > maxadded) maxadded = want;
+    if (want > *maxadded) *maxadded = want;
     if (json_integer_value(id) != want)
       sl_log(SL_LOG_WARN, "%s: added token '%s' has id %lld in the file; Hugging Face tokenizers gives it %d, as does shardlm",
              file, json_string_value(c), (long long)json_integer_value(id), want);
@@ -189,7 +200,7 @@ static int build_id_table(sl_tokenizer *t, const char *file) {
   for (int64_t i = 0; i < V; i++) t->toklen[i] = UINT32_MAX;
   const tok_smap *m = &t->bpe.vocab;
   for (size_t j = 0; j < m->cap; j++)
-    if (m->h[j]) { t->tokoff[m->val[j]] = m->off[j]; t->toklen[m->val[j]] = m->len[j]; }
+    if (m->s[j].h) { t->tokoff[m->s[j].val] = m->s[j].off; t->toklen[m->s[j].val] = m->s[j].len; }
   if (tb_put(&t->tokstr, m->keys.p, m->keys.n)) return SL_ENOMEM;
   for (int i = 0; i < t->nadded; i++) {
     t->tokoff[t->added[i].id] = (uint32_t)t->tokstr.n;
