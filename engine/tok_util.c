@@ -48,6 +48,10 @@ int tok_u8enc(int32_t cp, char *out) {
 size_t tok_u8invalid(const char *s, size_t n) {
   size_t i = 0;
   while (i < n) {
+    uint64_t w; /* ASCII fast path: 8 bytes at a time */
+    while (i + 8 <= n && (memcpy(&w, s + i, 8), !(w & 0x8080808080808080ull))) i += 8;
+    if (i >= n) break;
+    if (!((unsigned char)s[i] & 0x80)) { i++; continue; }
     utf8proc_int32_t cp;
     utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
     if (k <= 0) return i;
