@@ -244,7 +244,13 @@ int sl_tokenizer_load(const char *path, sl_tokenizer **out) {
   if (S_ISDIR(st.st_mode)) {
     snprintf(file, sizeof file, "%s/tokenizer.json", path);
     snprintf(cfgfile, sizeof cfgfile, "%s/tokenizer_config.json", path);
-    if (stat(file, &st)) return sl_fail(SL_EINPUT, "tokenizer %s: the directory has no tokenizer.json", path);
+    if (stat(file, &st)) {
+      char spm[4096];
+      snprintf(spm, sizeof spm, "%s/tokenizer.model", path);
+      return sl_fail(SL_EINPUT, "tokenizer %s: the directory has no tokenizer.json%s", path,
+                     stat(spm, &st) ? "" : " (only a SentencePiece tokenizer.model, which shardlm does not read: save the "
+                                           "tokenizer with Hugging Face transformers to get tokenizer.json)");
+    }
   } else {
     snprintf(file, sizeof file, "%s", path);
     const char *sl = strrchr(path, '/');
