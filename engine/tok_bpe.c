@@ -3,6 +3,7 @@
  * tokenizers does it (initial symbols with byte fallback / unknown token,
  * then merges by rank through a min-heap over a linked list of symbols),
  * with a per-thread cache of pre-token -> ids. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -164,9 +165,24 @@ typedef struct {
 } tok_tls;
 static _Thread_local tok_tls tl;
 
+/* Frees a thread's scratch and cache when the thread exits. */
+static pthread_key_t g_tls_key;
+static pthread_once_t g_tls_once = PTHREAD_ONCE_INIT;
+static void tls_free(void *p) {
+  tok_tls *x = p;
+  tok_smap_free(&x->map);
+  free(x->pool); free(x->id); free(x->prev); free(x->next); free(x->len); free(x->heap); free(x->word);
+  memset(x, 0, sizeof *x);
+}
+static void tls_key(void) { pthread_key_create(&g_tls_key, tls_free); }
+
 enum { CACHE_MAX_ENTRIES = 1 << 18, CACHE_MAX_IDS = 1 << 23, CACHE_MAX_WORD = 256 };
 
 static void cache_reset(uint64_t serial) {
+  if (!tl.serial) { /* first use in this thread */
+    pthread_once(&g_tls_once, tls_key);
+    pthread_setspecific(g_tls_key, &tl);
+  }
   tok_smap_free(&tl.map);
   tl.npool = 0;
   tl.serial = serial;
@@ -183,11 +199,11 @@ static int grow_syms(size_t n) {
   if (c) tl.next = c;
   int32_t *d = c ? realloc(tl.len, cap * 4) : NULL;
   if (d) tl.len = d;
-  hent *h = d ? realloc(tl.heap, 4 * cap * sizeof *h) : NULL;
+  hent *h = d ? realloc(tl.heap, cap * sizeof *h) : NULL;
   if (h) tl.heap = h;
   if (!h) return sl_fail(SL_ENOMEM, "tokenizer: out of memory for a word of %zu characters", n);
   tl.cap = cap;
-  tl.hcap = 4 * cap;
+  tl.hcap = cap;
   return SL_OK;
 }
 
@@ -270,7 +286,7 @@ int tok_bpe_word(const tok_bpe *m, uint64_t serial, const char *s, size_t n, int
       return SL_OK;
     }
   }
-  if (grow_syms(4 * n + 4)) return SL_ENOMEM;
+  if (grow_syms(n + 1)) return SL_ENOMEM; /* every symbol covers >= 1 byte */
   /* initial symbols */
   int32_t ns = 0, unk = -1, unklen = 0;
 #define ADD(ID, L)                                                                                                     \

@@ -249,7 +249,8 @@ static int dec_one(const tok_step *st, tok_splits *sp, tok_split *old, size_t no
     if (rc) return rc;
     if (st->type == TD_FUSE) return put_split(sp, t->p, t->n);
     t2->n = 0;
-    return lossy((const unsigned char *)t->p, t->n, t2) || put_split(sp, t2->p ? t2->p : "", t2->n);
+    rc = lossy((const unsigned char *)t->p, t->n, t2);
+    return rc ? rc : put_split(sp, t2->p ? t2->p : "", t2->n);
   case TD_BYTEFALLBACK: {
     for (size_t i = 0; !rc && i <= nold; i++) {
       const char *s = i < nold ? sp->arena.p + old[i].off : "";
@@ -313,8 +314,9 @@ static int dec_one(const tok_step *st, tok_splits *sp, tok_split *old, size_t no
       size_t k = 0;
       if (st->re) {
         tok_buf tmp = {0};
+        int moved = 0;
         rc = tok_normalize(&(tok_step){.type = TN_REPLACE, .re = st->re, .content = (char *)rep, .contentlen = rl}, s,
-                           n, &tmp);
+                           n, &tmp, &moved);
         if (!rc) rc = tb_put(t, tmp.p ? tmp.p : "", tmp.n);
         tb_free(&tmp);
         break;

@@ -27,15 +27,18 @@ int tok_u8enc(int32_t cp, char *out); /* bytes written (1..4) */
 /* Offset of the first invalid byte, or (size_t)-1 when s is valid UTF-8. */
 size_t tok_u8invalid(const char *s, size_t n);
 int tok_is_ws(int32_t cp);    /* Unicode White_Space (Rust char::is_whitespace) */
-int tok_is_alnum(int32_t cp); /* Rust char::is_alphanumeric (approximately) */
+int tok_is_word(int32_t cp);  /* Rust regex \w (HF single_word's word characters) */
 int tok_is_numeric(int32_t cp); /* Rust char::is_numeric: Nd, Nl, No */
 
 /* ---- string -> int32 map (open addressing, keys copied) ---- */
 typedef struct {
-  uint64_t *h;   /* [cap] hash, 0 = empty */
-  uint32_t *off; /* [cap] key offset in keys */
-  uint32_t *len; /* [cap] key bytes */
-  int32_t *val;  /* [cap] */
+  uint64_t h;   /* hash, 0 = empty slot */
+  uint32_t off; /* key offset in keys */
+  uint32_t len; /* key bytes */
+  int32_t val;
+} tok_slot;
+typedef struct {
+  tok_slot *s; /* [cap], one cache line holds four */
   size_t cap, n;
   tok_buf keys;
 } tok_smap;
@@ -85,7 +88,11 @@ typedef struct tok_step {
   size_t contentlen;
   void *re;      /* OnigRegex when the pattern is a regex */
   int32_t ch;    /* a single code point (Metaspace replacement, Strip content) */
-  int a, b, c;   /* flags: see tok_pipe.c per type */
+  /* Strip: a left, b right; ByteLevel: a add_prefix_space, b use_regex;
+   * Split: a behaviour (TB_*), b invert; Metaspace: a prepend scheme (TM_*),
+   * b split; Digits: a individual_digits; Punctuation: a behaviour;
+   * Strip decoder: a start, b stop (characters) */
+  int a, b;
 } tok_step;
 
 /* Parses one normalizer / pre_tokenizer / decoder object (NULL/null -> *out NULL).
@@ -93,8 +100,10 @@ typedef struct tok_step {
 int tok_parse_step(json_t *j, int kind, const char *what, tok_step **out);
 enum { TK_NORM, TK_PRE, TK_DEC };
 void tok_step_free(tok_step *s);
-/* Normalizes s[0..n) into out (cleared first). */
-int tok_normalize(const tok_step *st, const char *s, size_t n, tok_buf *out);
+/* Normalizes s[0..n) into out (cleared first). *moved is set when leading
+ * characters were removed, so that the result no longer starts at the
+ * original offset of s (HF's offsets_original, which Metaspace "first" reads). */
+int tok_normalize(const tok_step *st, const char *s, size_t n, tok_buf *out, int *moved);
 /* Pre-tokenizes every text split (id < 0) of sp in place. */
 int tok_pretokenize(const tok_step *st, tok_splits *sp);
 /* Runs a decoder over the token strings of sp (each split one token). */

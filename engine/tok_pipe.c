@@ -71,12 +71,20 @@ static int seg_push(segs *g, size_t s, size_t e, int m) {
 }
 
 static _Thread_local OnigRegion *tl_region;
+static pthread_key_t g_region_key; /* frees tl_region at thread exit */
+static pthread_once_t g_region_once = PTHREAD_ONCE_INIT;
+static void region_free(void *p) { onig_region_free((OnigRegion *)p, 1); }
+static void region_key(void) { pthread_key_create(&g_region_key, region_free); }
 
 /* HF SysRegex::find_matches (onig find_iter: no empty match right after a match). */
 static int regex_segs(void *re, const char *s, size_t n, segs *g) {
   g->n = 0;
   if (!n) return seg_push(g, 0, 0, 0);
-  if (!tl_region && !(tl_region = onig_region_new())) return sl_fail(SL_ENOMEM, "tokenizer: out of memory");
+  if (!tl_region) {
+    if (!(tl_region = onig_region_new())) return sl_fail(SL_ENOMEM, "tokenizer: out of memory");
+    pthread_once(&g_region_once, region_key);
+    pthread_setspecific(g_region_key, tl_region);
+  }
   const OnigUChar *u = (const OnigUChar *)s;
   size_t pos = 0, prev = 0;
   long last_end = -1;
@@ -203,7 +211,7 @@ static int u8map(const char *s, size_t n, int opts, tok_buf *out) {
   return rc;
 }
 
-static int norm_one(const tok_step *st, const char *s, size_t n, tok_buf *out) {
+static int norm_one(const tok_step *st, const char *s, size_t n, tok_buf *out, int *moved) {
   out->n = 0;
   if (tb_reserve(out, n + 8)) return SL_ENOMEM;
   out->p[0] = 0;
@@ -223,6 +231,7 @@ static int norm_one(const tok_step *st, const char *s, size_t n, tok_buf *out) {
     int l;
     if (st->a)
       while (a < b && tok_is_ws(tok_u8dec(s + a, b - a, &l))) a += (size_t)l;
+    if (a) *moved = 1;
     if (st->b)
       while (b > a) {
         size_t k = b - 1;
@@ -237,6 +246,7 @@ static int norm_one(const tok_step *st, const char *s, size_t n, tok_buf *out) {
     int rc = st->re ? regex_segs(st->re, s, n, &g) : literal_segs(st->pat, st->patlen, s, n, &g);
     for (size_t i = 0; !rc && i < g.n; i++)
       rc = g.v[i].m ? tb_put(out, st->content, st->contentlen) : tb_put(out, s + g.v[i].s, g.v[i].e - g.v[i].s);
+    if (g.n && g.v[0].m && g.v[0].e > 0 && !st->contentlen) *moved = 1;
     free(g.v);
     return rc;
   }
@@ -251,6 +261,7 @@ static int norm_one(const tok_step *st, const char *s, size_t n, tok_buf *out) {
       int k = utf8proc_category(c); /* HF is_combining_mark: General_Category M */
       int mark = k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_MC || k == UTF8PROC_CATEGORY_ME;
       if (!mark && tb_put(out, s + i, (size_t)l)) return SL_ENOMEM;
+      if (mark && !out->n) *moved = 1;
     } else if (c == 0x130) {
       if (tb_put(out, "i\xcc\x87", 3)) return SL_ENOMEM; /* Rust: U+0130 lowercases to i + U+0307 */
     } else {
@@ -262,13 +273,13 @@ static int norm_one(const tok_step *st, const char *s, size_t n, tok_buf *out) {
   return SL_OK;
 }
 
-int tok_normalize(const tok_step *st, const char *s, size_t n, tok_buf *out) {
-  if (st->type != TN_SEQ) return norm_one(st, s, n, out);
+int tok_normalize(const tok_step *st, const char *s, size_t n, tok_buf *out, int *moved) {
+  if (st->type != TN_SEQ) return norm_one(st, s, n, out, moved);
   tok_buf tmp = {0};
   out->n = 0;
   int rc = tb_put(out, s, n);
   for (int i = 0; !rc && i < st->nkids; i++) {
-    rc = tok_normalize(st->kids[i], out->p, out->n, &tmp);
+    rc = tok_normalize(st->kids[i], out->p, out->n, &tmp, moved);
     if (!rc) { tok_buf x = *out; *out = tmp; tmp = x; }
   }
   tb_free(&tmp);
@@ -291,10 +302,27 @@ void tok_bytelevel_init(void) {
 
 int tok_cp2byte(int32_t cp) { return cp >= 0 && cp < 324 ? g_cp2byte[cp] : -1; }
 
-static void *g_ws_re;
-static pthread_once_t g_ws_once = PTHREAD_ONCE_INIT;
-static void ws_once(void) {
-  if (tok_regex("\\w+|[^\\w\\s]+", 13, "Whitespace", &g_ws_re)) g_ws_re = NULL;
+/* HF's Whitespace pre-tokenizer: Rust regex \w+|[^\w\s]+ (Unicode \w and
+ * \s as in the Rust regex crate, which differ from Oniguruma's): the maximal
+ * runs of word characters and of other non-space characters are matches. */
+static int whitespace_segs(const char *s, size_t n, segs *g) {
+  g->n = 0;
+  if (!n) return seg_push(g, 0, 0, 0);
+  size_t i = 0;
+  while (i < n) {
+    int l;
+    int32_t c = tok_u8dec(s + i, n - i, &l);
+    int cls = tok_is_word(c) ? 1 : tok_is_ws(c) ? 0 : 2;
+    size_t j = i + (size_t)l;
+    while (j < n) {
+      int32_t d = tok_u8dec(s + j, n - j, &l);
+      if ((tok_is_word(d) ? 1 : tok_is_ws(d) ? 0 : 2) != cls) break;
+      j += (size_t)l;
+    }
+    if (seg_push(g, i, j, cls != 0)) return SL_ENOMEM;
+    i = j;
+  }
+  return SL_OK;
 }
 
 /* Pushes the kept segments of g as splits of x (whose text starts at base). */
@@ -335,9 +363,7 @@ static int pre_split(const tok_step *st, tok_splits *sp, tok_split x, segs *g, t
     if (!rc) behave(g, st->a, 0);
     break;
   case TP_WHITESPACE:
-    pthread_once(&g_ws_once, ws_once);
-    if (!g_ws_re) return sl_fail(SL_EINTERNAL, "tokenizer: Whitespace regex");
-    rc = regex_segs(g_ws_re, s, n, g);
+    rc = whitespace_segs(s, n, g);
     if (!rc) behave(g, TB_REMOVED, 1);
     break;
   case TP_METASPACE: {

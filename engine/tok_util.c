@@ -48,6 +48,10 @@ int tok_u8enc(int32_t cp, char *out) {
 size_t tok_u8invalid(const char *s, size_t n) {
   size_t i = 0;
   while (i < n) {
+    uint64_t w; /* ASCII fast path: 8 bytes at a time */
+    while (i + 8 <= n && (memcpy(&w, s + i, 8), !(w & 0x8080808080808080ull))) i += 8;
+    if (i >= n) break;
+    if (!((unsigned char)s[i] & 0x80)) { i++; continue; }
     utf8proc_int32_t cp;
     utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
     if (k <= 0) return i;
@@ -67,11 +71,18 @@ int tok_is_numeric(int32_t c) {
   return k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
 }
 
-int tok_is_alnum(int32_t c) {
-  if (c < 0x80) return (c >= '0' && c <= '9') || ((c | 32) >= 'a' && (c | 32) <= 'z');
+/* Rust regex's Unicode \w: Alphabetic, marks, connector punctuation, decimal
+ * digits, Join_Control (Alphabetic approximated by L*, Nl and the letter-like
+ * symbols of Other_Alphabetic that are not marks). */
+int tok_is_word(int32_t c) {
+  if (c < 0x80) return (c >= '0' && c <= '9') || ((c | 32) >= 'a' && (c | 32) <= 'z') || c == '_';
+  if (c == 0x200C || c == 0x200D) return 1;
+  if ((c >= 0x24B6 && c <= 0x24E9) || (c >= 0x1F130 && c <= 0x1F149) || (c >= 0x1F150 && c <= 0x1F169) ||
+      (c >= 0x1F170 && c <= 0x1F189))
+    return 1;
   int k = utf8proc_category(c);
-  return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) || k == UTF8PROC_CATEGORY_MC ||
-         k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
+  return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) || (k >= UTF8PROC_CATEGORY_MN && k <= UTF8PROC_CATEGORY_ME) ||
+         k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_PC;
 }
 
 /* ---- the map ---- */
@@ -95,32 +106,26 @@ uint64_t tok_hash(const char *s, size_t n) {
 
 static int smap_grow(tok_smap *m) {
   size_t cap = m->cap ? m->cap * 2 : 1024;
-  tok_smap g = {0};
-  g.cap = cap;
-  g.h = calloc(cap, sizeof *g.h);
-  g.off = malloc(cap * sizeof *g.off);
-  g.len = malloc(cap * sizeof *g.len);
-  g.val = malloc(cap * sizeof *g.val);
-  if (!g.h || !g.off || !g.len || !g.val) {
-    free(g.h); free(g.off); free(g.len); free(g.val);
-    return sl_fail(SL_ENOMEM, "tokenizer: out of memory for a map of %zu entries", cap);
-  }
+  tok_slot *ns = calloc(cap, sizeof *ns);
+  if (!ns) return sl_fail(SL_ENOMEM, "tokenizer: out of memory for a map of %zu entries", cap);
   for (size_t i = 0; i < m->cap; i++) {
-    if (!m->h[i]) continue;
-    size_t j = m->h[i] & (cap - 1);
-    while (g.h[j]) j = (j + 1) & (cap - 1);
-    g.h[j] = m->h[i]; g.off[j] = m->off[i]; g.len[j] = m->len[i]; g.val[j] = m->val[i];
+    if (!m->s[i].h) continue;
+    size_t j = m->s[i].h & (cap - 1);
+    while (ns[j].h) j = (j + 1) & (cap - 1);
+    ns[j] = m->s[i];
   }
-  free(m->h); free(m->off); free(m->len); free(m->val);
-  m->h = g.h; m->off = g.off; m->len = g.len; m->val = g.val; m->cap = cap;
+  free(m->s);
+  m->s = ns;
+  m->cap = cap;
   return SL_OK;
 }
 
 int32_t tok_smap_geth(const tok_smap *m, const char *k, size_t n, uint64_t h) {
   if (!m->cap) return -1;
   size_t j = h & (m->cap - 1);
-  while (m->h[j]) {
-    if (m->h[j] == h && m->len[j] == n && !memcmp(m->keys.p + m->off[j], k, n)) return m->val[j];
+  while (m->s[j].h) {
+    const tok_slot *e = &m->s[j];
+    if (e->h == h && e->len == n && !memcmp(m->keys.p + e->off, k, n)) return e->val;
     j = (j + 1) & (m->cap - 1);
   }
   return -1;
@@ -132,9 +137,10 @@ int tok_smap_put(tok_smap *m, const char *k, size_t n, int32_t v) {
   if ((m->n + 1) * 2 > m->cap && smap_grow(m)) return SL_ENOMEM;
   uint64_t h = tok_hash(k, n);
   size_t j = h & (m->cap - 1);
-  while (m->h[j]) {
-    if (m->h[j] == h && m->len[j] == n && !memcmp(m->keys.p + m->off[j], k, n)) {
-      m->val[j] = v;
+  while (m->s[j].h) {
+    tok_slot *e = &m->s[j];
+    if (e->h == h && e->len == n && !memcmp(m->keys.p + e->off, k, n)) {
+      e->val = v;
       return SL_OK;
     }
     j = (j + 1) & (m->cap - 1);
@@ -142,13 +148,13 @@ int tok_smap_put(tok_smap *m, const char *k, size_t n, int32_t v) {
   if (m->keys.n + n > UINT32_MAX) return sl_fail(SL_EINPUT, "tokenizer: vocabulary strings exceed 4 GiB");
   uint32_t off = (uint32_t)m->keys.n;
   if (tb_put(&m->keys, k, n)) return SL_ENOMEM;
-  m->h[j] = h; m->off[j] = off; m->len[j] = (uint32_t)n; m->val[j] = v;
+  m->s[j] = (tok_slot){h, off, (uint32_t)n, v};
   m->n++;
   return SL_OK;
 }
 
 void tok_smap_free(tok_smap *m) {
-  free(m->h); free(m->off); free(m->len); free(m->val);
+  free(m->s);
   tb_free(&m->keys);
   memset(m, 0, sizeof *m);
 }

@@ -84,32 +84,43 @@ static void special_ids(sl_tokenizer *t, json_t *cfg) {
  * model's vocabulary takes that id, a repeated content its first id, any
  * other the next id from the model's vocabulary size up; the "id" of the
  * file only draws a warning when it differs. */
+static int added_one(sl_tokenizer *t, json_t *e, size_t i, const char *file, tok_smap *seen, int64_t next,
+                     int64_t *maxadded);
 static int load_added(sl_tokenizer *t, json_t *arr, const char *file) {
   if (!arr || json_is_null(arr)) return SL_OK;
   if (!json_is_array(arr)) return sl_fail(SL_EINPUT, "%s: added_tokens: expected an array", file);
   t->added = calloc(json_array_size(arr) + 1, sizeof *t->added);
   if (!t->added) return sl_fail(SL_ENOMEM, "%s: out of memory", file);
   int64_t next = (int64_t)t->bpe.vocab.n, maxadded = -1;
-  for (size_t i = 0; i < json_array_size(arr); i++) {
-    json_t *e = json_array_get(arr, i), *c = json_object_get(e, "content"), *id = json_object_get(e, "id");
+  tok_smap seen = {0}; /* content -> index in t->added */
+  int rc = SL_OK;
+  for (size_t i = 0; !rc && i < json_array_size(arr); i++) rc = added_one(t, json_array_get(arr, i), i, file, &seen, next, &maxadded);
+  tok_smap_free(&seen);
+  return rc;
+}
+
+/* One entry of added_tokens (see load_added). */
+static int added_one(sl_tokenizer *t, json_t *e, size_t i, const char *file, tok_smap *seen, int64_t next,
+                     int64_t *maxadded) {
+  {
+    json_t *c = json_object_get(e, "content"), *id = json_object_get(e, "id");
     if (!json_is_string(c) || !json_is_integer(id))
       return sl_fail(SL_EINPUT, "%s: added_tokens[%zu]: expected a string \"content\" and an integer \"id\"", file, i);
-    if (!json_string_length(c)) continue; /* HF ignores empty tokens */
-    tok_added *a = NULL;
-    for (int k = 0; k < t->nadded && !a; k++)
-      if (t->added[k].len == json_string_length(c) && !memcmp(t->added[k].content, json_string_value(c), t->added[k].len))
-        a = &t->added[k];
+    if (!json_string_length(c)) return SL_OK; /* HF ignores empty tokens */
+    int32_t k = tok_smap_get(seen, json_string_value(c), json_string_length(c));
+    tok_added *a = k >= 0 ? &t->added[k] : NULL;
     int32_t want;
     if (a) want = a->id, free(a->content), free(a->norm), a->norm = NULL;
     else {
+      if (tok_smap_put(seen, json_string_value(c), json_string_length(c), t->nadded)) return SL_ENOMEM;
       a = &t->added[t->nadded++];
       want = tok_smap_get(&t->bpe.vocab, json_string_value(c), json_string_length(c));
       if (want < 0) {
-        if (maxadded >= 0) want = (int32_t)(maxadded >= next ? maxadded + 1 : next);
+        if (*maxadded >= 0) want = (int32_t)(*maxadded >= next ? *maxadded + 1 : next);
         else want = (int32_t)next;
       }
     }
-    if (want > maxadded) maxadded = want;
+    if (want > *maxadded) *maxadded = want;
     if (json_integer_value(id) != want)
       sl_log(SL_LOG_WARN, "%s: added token '%s' has id %lld in the file; Hugging Face tokenizers gives it %d, as does shardlm",
              file, json_string_value(c), (long long)json_integer_value(id), want);
@@ -126,7 +137,8 @@ static int load_added(sl_tokenizer *t, json_t *arr, const char *file) {
     a->normalized = json_is_boolean(nz) ? json_is_true(nz) : !a->special;
     if (a->normalized && t->norm) {
       tok_buf b = {0};
-      int rc = tok_normalize(t->norm, a->content, a->len, &b);
+      int moved = 0;
+      int rc = tok_normalize(t->norm, a->content, a->len, &b, &moved);
       if (rc) { tb_free(&b); return rc; }
       a->norm = b.p ? b.p : strdup("");
       a->normlen = b.n;
@@ -188,11 +200,10 @@ static int build_id_table(sl_tokenizer *t, const char *file) {
   for (int64_t i = 0; i < V; i++) t->toklen[i] = UINT32_MAX;
   const tok_smap *m = &t->bpe.vocab;
   for (size_t j = 0; j < m->cap; j++)
-    if (m->h[j]) { t->tokoff[m->val[j]] = m->off[j]; t->toklen[m->val[j]] = m->len[j]; }
-  size_t base = m->keys.n;
+    if (m->s[j].h) { t->tokoff[m->s[j].val] = m->s[j].off; t->toklen[m->s[j].val] = m->s[j].len; }
   if (tb_put(&t->tokstr, m->keys.p, m->keys.n)) return SL_ENOMEM;
   for (int i = 0; i < t->nadded; i++) {
-    t->tokoff[t->added[i].id] = (uint32_t)(base + (t->tokstr.n - base));
+    t->tokoff[t->added[i].id] = (uint32_t)t->tokstr.n;
     t->toklen[t->added[i].id] = (uint32_t)t->added[i].len;
     if (tb_put(&t->tokstr, t->added[i].content, t->added[i].len)) return SL_ENOMEM;
   }
@@ -233,7 +244,13 @@ int sl_tokenizer_load(const char *path, sl_tokenizer **out) {
   if (S_ISDIR(st.st_mode)) {
     snprintf(file, sizeof file, "%s/tokenizer.json", path);
     snprintf(cfgfile, sizeof cfgfile, "%s/tokenizer_config.json", path);
-    if (stat(file, &st)) return sl_fail(SL_EINPUT, "tokenizer %s: the directory has no tokenizer.json", path);
+    if (stat(file, &st)) {
+      char spm[4096];
+      snprintf(spm, sizeof spm, "%s/tokenizer.model", path);
+      return sl_fail(SL_EINPUT, "tokenizer %s: the directory has no tokenizer.json%s", path,
+                     stat(spm, &st) ? "" : " (only a SentencePiece tokenizer.model, which shardlm does not read: save the "
+                                           "tokenizer with Hugging Face transformers to get tokenizer.json)");
+    }
   } else {
     snprintf(file, sizeof file, "%s", path);
     const char *sl = strrchr(path, '/');
@@ -276,16 +293,17 @@ int sl_tokenizer_load(const char *path, sl_tokenizer **out) {
 
 /* ---- encode ---- */
 
-static int is_alnum_before(const char *s, size_t at) {
+static int is_word_before(const char *s, size_t at) {
   if (!at) return 0;
   size_t k = at - 1;
   while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80) k--;
   int l;
-  return tok_is_alnum(tok_u8dec(s + k, at - k, &l));
+  return tok_is_word(tok_u8dec(s + k, at - k, &l));
 }
 
 /* HF AddedVocabulary::find_matches over the split x (leftmost-longest, then
- * single_word / lstrip / rstrip); pushes the pieces to out. */
+ * single_word: no \w character on either side; lstrip / rstrip: the
+ * whitespace run before / after joins the token); pushes the pieces to out. */
 static int split_added(const sl_tokenizer *t, int normalized, tok_splits *sp, tok_split x, tok_split **out, size_t *nout,
                        size_t *capout) {
 #define EMIT(O, L, ID, OR)                                                                                              \
@@ -324,7 +342,7 @@ static int split_added(const sl_tokenizer *t, int normalized, tok_splits *sp, to
     i = stop;
     if (a->single_word) {
       int l;
-      int before = is_alnum_before(s, start), after = stop < n && tok_is_alnum(tok_u8dec(s + stop, n - stop, &l));
+      int before = is_word_before(s, start), after = stop < n && tok_is_word(tok_u8dec(s + stop, n - stop, &l));
       if (before || after) continue;
     }
     if (a->lstrip) {
@@ -403,10 +421,12 @@ int sl_tokenizer_encode(const sl_tokenizer *t, const char *text, size_t len, int
   if (!rc && t->norm) {
     for (size_t i = 0; !rc && i < sp.n; i++) {
       if (sp.v[i].id >= 0) continue;
-      rc = tok_normalize(t->norm, sp.arena.p + sp.v[i].off, sp.v[i].len, &nb);
+      int moved = 0;
+      rc = tok_normalize(t->norm, sp.arena.p + sp.v[i].off, sp.v[i].len, &nb, &moved);
       if (!rc) rc = tok_arena_put(&sp, nb.p ? nb.p : "", nb.n, &off);
       sp.v[i].off = off;
       sp.v[i].len = (uint32_t)nb.n;
+      if (moved) sp.v[i].origin = 0;
     }
   }
   if (!rc) rc = added_pass(t, 1, &sp);

