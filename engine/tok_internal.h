@@ -112,6 +112,9 @@ int tok_decode_chain(const tok_step *st, tok_splits *sp);
 extern int32_t tok_byte2cp[256];
 int tok_cp2byte(int32_t cp); /* -1 when cp is no byte's image */
 void tok_bytelevel_init(void);
+/* Oniguruma and the ByteLevel byte <-> code point tables, once per process
+ * (at every load: a tokenizer without any regex still needs the tables). */
+void tok_tables_init(void);
 /* Compiles an Oniguruma regex (UTF-8); SL_EINPUT naming what on error. */
 int tok_regex(const char *pat, size_t n, const char *what, void **out);
 void tok_regex_free(void *re);

@@ -21,6 +21,8 @@ static void onig_init_once(void) {
   tok_bytelevel_init();
 }
 
+void tok_tables_init(void) { pthread_once(&g_onig_once, onig_init_once); }
+
 int tok_regex(const char *pat, size_t n, const char *what, void **out) {
   pthread_once(&g_onig_once, onig_init_once);
   OnigRegex re = NULL;

@@ -238,6 +238,7 @@ static int load_json(const char *file, size_t flags, json_t **out) {
 
 int sl_tokenizer_load(const char *path, sl_tokenizer **out) {
   *out = NULL;
+  tok_tables_init();
   struct stat st;
   if (stat(path, &st)) return sl_fail(SL_EINPUT, "tokenizer %s: no such file or directory", path);
   char file[4096], cfgfile[4096];

@@ -134,6 +134,66 @@ cp "$W/pc.lmask" "$W/jsonl.lmask"
 expect jsonl2 a --input "$W/a.jsonl" --input "$W/b.jsonl.gz"
 "$B" prepare --quiet --input "$W/a.jsonl" --input "$W/b.jsonl.gz" --output "$W/jsonl" && [ ! -e "$W/jsonl.lmask" ] && ok || bad "stale .lmask kept"
 
+# a Hugging Face tokenizer.json (written here: byte-level BPE without merges
+# over 70,256 ids, so each UTF-8 byte is one id, plus special tokens): int32
+# output (Megatron's rule for >= 65,500 ids), the EOS of tokenizer_config.json
+# appended, special tokens of a chat template matched as single ids
+mkdir -p "$W/tok"
+$PY - "$W" <<'PY'
+import json, sys
+W = sys.argv[1]
+bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1)) + list(range(ord("\xae"), ord("\xff") + 1))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs: bs.append(b); cs.append(256 + n); n += 1
+vocab = {chr(c): b for b, c in zip(bs, cs)}
+for i in range(70000): vocab["<dummy%d>" % i] = 256 + i
+added = [{"id": 70256 + k, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+          "normalized": False, "special": True} for k, t in enumerate(["<eos>", "<bos>", "<|start|>", "<|end|>"])]
+tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+       "post_processor": None, "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+       "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                 "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "vocab": vocab, "merges": []}}
+json.dump(tok, open(W + "/tok/tokenizer.json", "w"))
+json.dump({"eos_token": "<eos>", "bos_token": "<bos>"}, open(W + "/tok/tokenizer_config.json", "w"))
+with open(W + "/chat.jsonl", "w") as f:
+    for i in range(5):
+        f.write(json.dumps({"messages": [{"role": "user", "content": "q%d é" % i}, {"role": "assistant", "content": "a%d 🙂" % i}]}) + "\n")
+PY
+cat > "$W/check_hf.py" <<'PY'
+import json, sys, numpy as np
+W, prefix, kind = sys.argv[1:4]
+EOS, BOS, START, END = 70256, 70257, 70258, 70259
+def enc(s): return list(s.encode("utf-8"))
+docs, masks = [], []
+if kind == "text":
+    for l in open(W + "/a.jsonl"):
+        if l.strip(): docs.append(enc(json.loads(l)["text"]) + [EOS])
+else:
+    for l in open(W + "/chat.jsonl"):
+        d, m = [BOS], [0]
+        for x in json.loads(l)["messages"]:
+            a = x["role"] == "assistant"
+            h, c, t = [START] + enc(x["role"] + "\n"), enc(x["content"]), [END]
+            d += h + c + t; m += [0] * len(h) + [int(a)] * (len(c) + len(t))
+        docs.append(d + [EOS]); masks.append(m + [1])
+flat = [t for d in docs for t in d]
+idx = open(prefix + ".idx", "rb").read()
+got = np.fromfile(prefix + ".bin", dtype=np.int32)
+err = []
+if idx[17] != 4: err.append("dtype code %d, expected 4 (int32)" % idx[17])
+if len(got) != len(flat) or not (got == np.array(flat)).all(): err.append("tokens differ: %s vs %s" % (list(got[:12]), flat[:12]))
+if masks and list(open(prefix + ".lmask", "rb").read()[16:]) != [t for m in masks for t in m]: err.append("mask differs")
+print("; ".join(err) or "ok"); sys.exit(1 if err else 0)
+PY
+"$B" prepare --quiet --tokenizer "$W/tok" --append-eod --input "$W/a.jsonl" --output "$W/hf" > "$W/hf.log" 2>&1 &&
+  $PY "$W/check_hf.py" "$W" "$W/hf" text >> "$W/hf.log" 2>&1 && ok || bad "tokenizer.json, int32: $(tail -2 "$W/hf.log")"
+"$B" prepare --quiet --tokenizer "$W/tok/tokenizer.json" --append-eod --prepend-bos --format messages \
+  --chat-template '<|start|>{role}\n{content}<|end|>' --input "$W/chat.jsonl" --output "$W/hfc" > "$W/hfc.log" 2>&1 &&
+  $PY "$W/check_hf.py" "$W" "$W/hfc" chat >> "$W/hfc.log" 2>&1 && ok || bad "chat template with special tokens: $(tail -2 "$W/hfc.log")"
+printf 'ok\n\xff\xfe bad\n' > "$W/badutf8.txt"
+
 # bad input: exit 2, file:line named, nothing left at the prefix, a good old file kept
 refuse() { # name pattern args...
   local name=$1 pat=$2; shift 2
@@ -160,6 +220,8 @@ refuse r_tmpl "needs --chat-template" --input "$W/msg.jsonl" --format messages
 refuse r_fmt "needs JSON rows" --input "$W/p.txt" --format prompt-completion
 refuse r_missing "missing.jsonl: cannot open" --input "$W/missing.jsonl"
 refuse r_empty "no documents" --input "$W/bad.jsonl" --json-key nothing --skip-bad
+refuse r_txtutf8 "badutf8.txt:2: invalid UTF-8" --input "$W/badutf8.txt" --split-lines --tokenizer "$W/tok"
+refuse r_noeos "no end-of-sequence token" --input "$W/a.jsonl" --tokenizer "$SL_SRC/tests/fixtures/tokenizer/synth_a.json" --append-eod
 refuse r_flag "unexpected argument" --input "$W/a.jsonl" --bogus
 refuse r_workers "--workers must be" --input "$W/a.jsonl" --workers 0
 printf 'not gzip at all' > "$W/fake.jsonl.gz"
