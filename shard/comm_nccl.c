@@ -542,8 +542,9 @@ int sl_comm_nccl_create(sl_comm *mpi_parent, void *cuda_stream, sl_comm **out) {
   char err[512] = "";
   if (!out) return sl_comm_set_error("sl_comm_nccl_create: out is NULL");
   *out = NULL;
-  if (!mpi_parent || strcmp(sl_comm_backend(mpi_parent), "mpi") != 0)
-    return sl_comm_set_error("sl_comm_nccl_create: the parent must be an MPI communicator (got %s)",
+  if (!mpi_parent || (strcmp(sl_comm_backend(mpi_parent), "mpi") != 0 &&
+                      strcmp(sl_comm_backend(mpi_parent), "self") != 0))
+    return sl_comm_set_error("sl_comm_nccl_create: the parent must be an MPI or self communicator (got %s)",
                              mpi_parent ? sl_comm_backend(mpi_parent) : "NULL");
   int dev = -1;
   cudaError_t ce = cudaGetDevice(&dev);
