@@ -102,6 +102,15 @@ int sl_comm_local_create(const char *name, sl_comm_copy_fn copy, void *ctx, sl_c
  * exchanging both ways must order send and recv oppositely on the two
  * sides), and send/recv to self is refused. */
 int sl_comm_nccl_create(sl_comm *mpi_parent, void *cuda_stream, sl_comm **out);
+/* The same without any host communicator, for single-node multi-GPU runs
+ * on a machine without MPI: ranks and world from `boot`
+ * (shard/bootstrap.h, sl_boot_from_env), rank 0's ncclUniqueId handed over
+ * its fs or tcp rendezvous (waiting at most timeout_s), then
+ * ncclCommInitRank. Collective over boot->size processes. Such a comm
+ * cannot be split (no host twin): sl_comm_split on it fails with a message. */
+struct sl_boot_env;
+int sl_comm_nccl_create_boot(const struct sl_boot_env *boot, void *cuda_stream, double timeout_s,
+                             sl_comm **out);
 
 /* Splits `parent` into groups: ranks with the same color form one comm,
  * ordered by key. Collective over parent. */
