@@ -381,8 +381,11 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, in
     return sl_fail(SL_EINPUT, "--backend must be cpu, cuda or auto, found '%s'", c->backend);
   t->ops = sl_ops_cpu();
   if (strcmp(c->backend, "cpu") != 0 && sl_ops_cuda()) t->ops = sl_ops_cuda();
-  else if (!strcmp(c->backend, "cuda"))
-    return sl_fail(SL_EINPUT, "--backend cuda: this build has no CUDA backend, or no GPU is visible");
+  else if (!strcmp(c->backend, "cuda")) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", sl_errmsg()); /* what sl_ops_cuda() found */
+    return sl_fail(SL_EINPUT, "--backend cuda: %s", why);
+  }
   t->dev = t->ops->is_device();
   int threads = (int)c->threads;
   if (threads <= 0) {

@@ -237,7 +237,8 @@ typedef struct sl_ops {
 
 /* The CPU backend; always present. */
 const sl_ops *sl_ops_cpu(void);
-/* The CUDA backend, or NULL when built without CUDA. */
+/* The CUDA backend, or NULL (and sl_errmsg() says why: built without CUDA,
+ * or the CUDA error of the device probe) when it cannot be used. */
 const sl_ops *sl_ops_cuda(void);
 
 /* Scalar helpers shared by backends and tests. */
