@@ -24,6 +24,7 @@ enum {
   SL_EIO = 3,       /* a read / write / fsync failed (ENOSPC, EIO, ...) */
   SL_ENOMEM = 4,    /* allocation failed */
   SL_ECOMM = 5,     /* a collective failed or timed out */
+  SL_ENONFINITE = 6, /* a non-finite loss / gradient / state stopped the run (exit 4) */
 };
 
 /* Records the message (thread-local, printf format) and returns code. */

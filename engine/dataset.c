@@ -139,6 +139,7 @@ struct sl_dataset {
   sl_idx_info info;
   int64_t nblk;
   int64_t *cumblk; /* (nblk + 1) tokens before sequence k*BLK; cumblk[nblk] = total */
+  int64_t rlo, rlen; /* the stream is tokens [rlo, rlo + rlen) (rlen 0: all) */
 };
 
 static int map_file(const char *path, const char *what, void **map, size_t *len) {
@@ -218,7 +219,7 @@ fail:
 
 int64_t sl_dataset_num_seqs(const sl_dataset *ds) { return ds->info.num_seqs; }
 int64_t sl_dataset_num_docs(const sl_dataset *ds) { return ds->info.num_doc_idx - 1; }
-int64_t sl_dataset_num_tokens(const sl_dataset *ds) { return ds->info.total_tokens; }
+int64_t sl_dataset_num_tokens(const sl_dataset *ds) { return ds->rlen ? ds->rlen : ds->info.total_tokens; }
 int sl_dataset_dtype(const sl_dataset *ds) { return ds->info.dtype; }
 
 /* Converts n tokens of sequence i starting at token off into dst. */
@@ -286,7 +287,7 @@ static void locate(const sl_dataset *ds, int64_t pos, int64_t *seq, int64_t *off
   *off = pos - acc;
 }
 
-int sl_dataset_tokens(const sl_dataset *ds, int64_t start, int64_t n, int32_t *dst) {
+static int tokens_abs(const sl_dataset *ds, int64_t start, int64_t n, int32_t *dst) {
   int64_t total = ds->info.total_tokens;
   if (start < 0 || n < 0)
     return sl_fail(SL_EINTERNAL, "%s: invalid token range start %lld, count %lld", ds->bin_path,
@@ -311,6 +312,37 @@ int sl_dataset_tokens(const sl_dataset *ds, int64_t start, int64_t n, int32_t *d
       pos = 0;
     }
   }
+  return SL_OK;
+}
+
+int sl_dataset_tokens(const sl_dataset *ds, int64_t start, int64_t n, int32_t *dst) {
+  if (!ds->rlen || start < 0 || n <= 0) return tokens_abs(ds, start, n, dst);
+  while (n > 0) { /* wrap inside the range */
+    int64_t p = start % ds->rlen, m = ds->rlen - p < n ? ds->rlen - p : n;
+    int rc = tokens_abs(ds, ds->rlo + p, m, dst);
+    if (rc) return rc;
+    dst += m;
+    n -= m;
+    start += m;
+  }
+  return SL_OK;
+}
+
+int64_t sl_dataset_doc_offset(const sl_dataset *ds, int64_t d) {
+  int64_t nd = ds->info.num_doc_idx - 1;
+  if (d <= 0 || nd <= 0) return 0;
+  if (d >= nd) return ds->info.total_tokens;
+  int64_t s = rd_i64(ds->info.doc_idx, d), acc = ds->cumblk[s / BLK];
+  for (int64_t i = (s / BLK) * BLK; i < s; i++) acc += rd_i32(ds->info.sizes, i);
+  return acc;
+}
+
+int sl_dataset_set_range(sl_dataset *ds, int64_t lo, int64_t hi) {
+  if (lo < 0 || hi > ds->info.total_tokens || hi <= lo)
+    return sl_fail(SL_EINPUT, "%s: token range [%lld, %lld) is empty or outside the %lld tokens of the dataset",
+                   ds->idx_path, (long long)lo, (long long)hi, (long long)ds->info.total_tokens);
+  ds->rlo = lo;
+  ds->rlen = hi - lo;
   return SL_OK;
 }
 
@@ -514,74 +546,5 @@ int sl_dataset_builder_finish(sl_dataset_builder *b) {
 fail:
   if (fd >= 0) close(fd);
   sl_dataset_builder_abort(b);
-  return rc;
-}
-
-/* ---- prepare ---------------------------------------------------------------------- */
-static int add_bytes(sl_dataset_builder *b, const unsigned char *p, size_t n) {
-  int32_t t[4096];
-  while (n) {
-    size_t m = n < 4096 ? n : 4096;
-    for (size_t k = 0; k < m; k++) t[k] = p[k];
-    int rc = sl_dataset_builder_add_tokens(b, t, (int64_t)m);
-    if (rc) return rc;
-    p += m;
-    n -= m;
-  }
-  return SL_OK;
-}
-
-static int end_doc(sl_dataset_builder *b, sl_prepare_stats *st) {
-  int32_t eod = SL_BYTE_EOD;
-  int rc = sl_dataset_builder_add_document(b, &eod, 1);
-  st->documents++;
-  return rc;
-}
-
-int sl_prepare_text_mem(const char *name, const char *text, size_t len, const char *out_prefix,
-                        sl_prepare_stats *stp) {
-  sl_prepare_stats st = {0, 0};
-  sl_dataset_builder *b;
-  int rc = sl_dataset_builder_create(out_prefix, SL_IDX_UINT16, &b);
-  if (rc) return rc;
-  const unsigned char *s = (const unsigned char *)text;
-  size_t pos = 0;
-  int in_doc = 0;
-  while (pos < len && !rc) {
-    const unsigned char *nl = memchr(s + pos, '\n', len - pos);
-    size_t end = nl ? (size_t)(nl - s) : len;
-    int blank = end == pos || (end == pos + 1 && s[pos] == '\r');
-    if (blank) {
-      if (in_doc) rc = end_doc(b, &st);
-      in_doc = 0;
-    } else {
-      if (in_doc) rc = add_bytes(b, (const unsigned char *)"\n", 1);
-      if (!rc) rc = add_bytes(b, s + pos, end - pos);
-      in_doc = 1;
-    }
-    pos = nl ? end + 1 : len;
-  }
-  if (!rc && in_doc) rc = end_doc(b, &st);
-  if (!rc && st.documents == 0)
-    rc = sl_fail(SL_EINPUT, "%s: no documents (the input is empty or only blank lines)",
-                 name ? name : "<text>");
-  if (rc) {
-    sl_dataset_builder_abort(b);
-    return rc;
-  }
-  /* tokens = everything written, in elements */
-  for (int64_t i = 0; i < b->nseq; i++) st.tokens += b->sizes[i];
-  if ((rc = sl_dataset_builder_finish(b))) return rc;
-  if (stp) *stp = st;
-  return SL_OK;
-}
-
-int sl_prepare_text(const char *input_path, const char *out_prefix, sl_prepare_stats *st) {
-  void *map;
-  size_t len;
-  int rc = map_file(input_path, "the input text", &map, &len);
-  if (rc) return rc;
-  rc = sl_prepare_text_mem(input_path, map ? (const char *)map : "", len, out_prefix, st);
-  if (map) munmap(map, len);
   return rc;
 }

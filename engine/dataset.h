@@ -67,6 +67,13 @@ int sl_dataset_sequence(const sl_dataset *ds, int64_t i, int32_t *dst, int64_t *
  * sl_dataset_tokens(ds, j*T, T+1, dst). */
 int sl_dataset_tokens(const sl_dataset *ds, int64_t start, int64_t n, int32_t *dst);
 
+/* Tokens of the stream before document d (0..num_docs; num_docs: all). */
+int64_t sl_dataset_doc_offset(const sl_dataset *ds, int64_t d);
+/* Restricts the stream to tokens [lo, hi) of the whole stream (a --split
+ * range): sl_dataset_num_tokens and sl_dataset_tokens (position 0 = lo,
+ * wrapping inside the range) see only that part. */
+int sl_dataset_set_range(sl_dataset *ds, int64_t lo, int64_t hi);
+
 /* Checks every token is in [0, vocab); the message names the .bin file, the
  * stream position, the sequence and the value. */
 int sl_dataset_check_vocab(const sl_dataset *ds, int64_t vocab);

@@ -74,7 +74,7 @@ static blockw block_views(const llama_priv *p, const float *flat) {
 }
 
 static void block_attn_core(sl_model *m, llama_priv *p, layer_acts *a) {
-  m->ops->attention_fwd(m->k, a->att, a->lse, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, p->window);
+  m->ops->attention_doc_fwd(m->k, a->att, a->lse, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, p->window, m->seg);
 }
 
 /* Forward of block l from x into a; writes the block output to out unless
@@ -87,7 +87,7 @@ static void block_forward(sl_model *m, llama_priv *p, const float *flat, const f
   int64_t N = p->N, C = p->C;
   o->rmsnorm_fwd(k, a->ln1, a->rstd1, x, w.ln1, N, C, p->eps);
   o->linear_fwd(k, a->qkv, a->ln1, w.wqkv, NULL, N, C, p->Q);
-  o->rope_fwd(k, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, p->theta);
+  o->rope_doc_fwd(k, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, p->theta, m->seg);
   block_attn_core(m, p, a);
   o->linear_fwd(k, a->xmid, a->att, w.wo, NULL, N, p->A, C);
   o->add_inplace(k, a->xmid, x, N * C);
@@ -148,9 +148,9 @@ static int llama_bwd(sl_model *m, int u, const float *flat, float *grads) {
   m->ops->zero(m->k, p->datt, (size_t)(N * p->A) * 4);
   o->linear_bwd(k, p->datt, (float *)g.wo, NULL, p->dres, a->att, w.wo, N, p->A, C);
   m->ops->zero(m->k, p->dqkv, (size_t)(N * p->Q) * 4);
-  o->attention_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd,
-                   p->window);
-  o->rope_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->theta);
+  o->attention_doc_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd,
+                       p->window, m->seg);
+  o->rope_doc_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->theta, m->seg);
   m->ops->zero(m->k, p->dln, (size_t)(N * C) * 4);
   o->linear_bwd(k, p->dln, (float *)g.wqkv, NULL, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
   o->rmsnorm_bwd(k, p->dres, (float *)g.ln1, p->dln, x, w.ln1, a->rstd1, N, C);

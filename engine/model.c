@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "engine/savedir.h"
 #include <errno.h>
 #include <sys/stat.h>
 
@@ -266,7 +267,8 @@ static int save_fill(void *vctx, int64_t index, const sl_st_wtensor *wt, float *
 
 int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void *ctx,
                   int64_t max_shard_bytes) {
-  int rc = sl_mkdirs(dir);
+  char tmp[4600]; /* the new directory is written beside dir, then swapped in (engine/savedir.h) */
+  int rc = sl_savedir_begin(dir, tmp, sizeof tmp);
   if (rc) return rc;
   int nt = 0;
   for (int u = 0; u < m->nunits; u++) nt += m->units[u].ntensors;
@@ -294,11 +296,16 @@ int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void
       sc.tensor_idx[n] = i;
       n++;
     }
-  char path[4096];
-  snprintf(path, sizeof path, "%s/config.json", dir);
+  char path[4700];
+  snprintf(path, sizeof path, "%s/config.json", tmp);
   rc = sl_hfconfig_save(path, &m->cfg);
-  if (!rc) rc = sl_st_write_dir(dir, ws, n, save_fill, &sc, max_shard_bytes);
+  if (!rc) rc = sl_st_write_dir(tmp, ws, n, save_fill, &sc, max_shard_bytes);
+  if (!rc) rc = sl_savedir_commit(dir, tmp);
 done:
+  if (rc) {
+    sl_savedir_abort(tmp);
+    rc = sl_fail_ctx(rc, "%s was not written (an existing directory there is untouched)", dir);
+  }
   free(ws);
   free(sc.tensor_unit);
   free(sc.tensor_idx);

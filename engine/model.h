@@ -90,6 +90,10 @@ struct sl_model {
   void **bufs;
   int nbufs, capbufs;
   int64_t buf_bytes[2];      /* acts, workspace */
+  /* (B*T) backend memory or NULL: position in its sample where each token's
+   * document starts (--doc-attention-mask: attention stays inside documents,
+   * RoPE positions restart at each document); set by the trainer per batch */
+  const int32_t *seg;
 };
 
 /* Builds the model for cfg (dispatch on cfg->arch): unit specs, activations

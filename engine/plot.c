@@ -1,5 +1,7 @@
-/* engine/plot.c — metrics JSONL -> self-contained SVG (loss and tokens/s vs
- * step), written atomically.
+/* engine/plot.c — metrics JSONL -> self-contained SVG, written atomically:
+ * panels against step for the training loss (with the held-out loss when the
+ * file has eval_loss), tokens/s, and, when present, the learning rate, the
+ * gradient norm and the peak bytes of each memory arena.
  */
 #define _GNU_SOURCE
 #include "engine/plot.h"
@@ -19,27 +21,47 @@
 #define PLOT_X1 870
 #define MAX_POINTS 4000 /* polyline points per panel (uniform stride beyond) */
 
+/* columns of the metrics: step, then the plotted values (NaN when a line
+ * lacks one) */
+enum { C_STEP, C_LOSS, C_TPS, C_LR, C_GN, C_EVAL, C_ARENA, NCOL = C_ARENA + SL_ARENA_COUNT };
+static const char *const KEY[C_ARENA] = {"step", "loss", "tokens_per_s", "lr", "grad_norm", "eval_loss"};
+
 typedef struct {
-  double *step, *loss, *tps;
+  double *v[NCOL]; /* (n) per column */
   int64_t n, cap;
 } series;
 
-static int push(series *s, double a, double b, double c) {
+static int push(series *s, const double *row) {
   if (s->n == s->cap) {
     int64_t nc = s->cap ? s->cap * 2 : 256;
-    double *x = realloc(s->step, (size_t)nc * sizeof *x);
-    if (x) s->step = x;
-    double *y = realloc(s->loss, (size_t)nc * sizeof *y);
-    if (y) s->loss = y;
-    double *z = realloc(s->tps, (size_t)nc * sizeof *z);
-    if (z) s->tps = z;
-    if (!x || !y || !z) return -1;
+    for (int c = 0; c < NCOL; c++) {
+      double *x = realloc(s->v[c], (size_t)nc * sizeof *x);
+      if (!x) return -1;
+      s->v[c] = x;
+    }
     s->cap = nc;
   }
-  s->step[s->n] = a;
-  s->loss[s->n] = b;
-  s->tps[s->n] = c;
+  for (int c = 0; c < NCOL; c++) s->v[c][s->n] = row[c];
   s->n++;
+  return 0;
+}
+
+static double num_or_nan(json_t *o, const char *key) {
+  json_t *x = o ? json_object_get(o, key) : NULL;
+  return json_is_number(x) ? json_number_value(x) : NAN;
+}
+
+/* One metrics line; 0 when it lacks a numeric step, loss or tokens_per_s. */
+static int parse_row(json_t *o, double *row) {
+  for (int c = 0; c < C_ARENA; c++) row[c] = num_or_nan(o, KEY[c]);
+  json_t *ap = o ? json_object_get(o, "arena_peak") : NULL;
+  for (int a = 0; a < SL_ARENA_COUNT; a++) row[C_ARENA + a] = num_or_nan(ap, sl_arena_name((sl_arena)a)) / (1 << 20);
+  return isfinite(row[C_STEP]) && !isnan(row[C_LOSS]) && !isnan(row[C_TPS]);
+}
+
+static int any_finite(const series *s, int c) {
+  for (int64_t i = 0; i < s->n; i++)
+    if (isfinite(s->v[c][i])) return 1;
   return 0;
 }
 
@@ -81,10 +103,22 @@ static void xml_escape(FILE *f, const char *s) {
   }
 }
 
-static void panel(FILE *f, const series *s, const double *y, double y0, double y1,
-                  const char *label, const char *color, double xlo, double xhi) {
-  double lo, hi;
-  range_of(y, s->n, &lo, &hi);
+static const char *const COLORS[] = {"#c0392b", "#27ae60", "#2471a3", "#8e44ad", "#d35400", "#16a085",
+                                     "#7f8c8d", "#2c3e50"};
+
+/* One panel of lines cols[0..nc) against step; names: legend (NULL: none);
+ * columns with few points (held-out loss) also get markers. */
+static void panel(FILE *f, const series *s, const int *cols, int nc, const char *const *names, double y0,
+                  double y1, const char *label, double xlo, double xhi) {
+  double lo = INFINITY, hi = -INFINITY;
+  for (int c = 0; c < nc; c++) {
+    double l, h;
+    if (!any_finite(s, cols[c])) continue;
+    range_of(s->v[cols[c]], s->n, &l, &h);
+    if (l < lo) lo = l;
+    if (h > hi) hi = h;
+  }
+  if (!isfinite(lo)) range_of(s->v[cols[0]], s->n, &lo, &hi);
   double st = nice_step(hi - lo, 5);
   lo = floor(lo / st) * st;
   hi = ceil(hi / st) * st;
@@ -111,15 +145,29 @@ static void panel(FILE *f, const series *s, const double *y, double y0, double y
              "text-anchor=\"middle\">%s</text>\n", 22, (y0 + y1) / 2, 22, (y0 + y1) / 2, label);
   fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\">step</text>\n",
           (PLOT_X0 + PLOT_X1) / 2, y1 + 34);
-  fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", color);
-  int64_t stride = s->n > MAX_POINTS ? (s->n + MAX_POINTS - 1) / MAX_POINTS : 1;
-  for (int64_t i = 0; i < s->n; i += stride)
-    if (isfinite(y[i]) && isfinite(s->step[i]))
-      fprintf(f, "%.1f,%.1f ", PX(s->step[i]), PY(y[i]));
-  fputs("\"/>\n", f);
-  if (s->n == 1 && isfinite(y[0]))
-    fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX(s->step[0]),
-            PY(y[0]), color);
+  int shown = 0;
+  for (int c = 0; c < nc; c++) {
+    const double *y = s->v[cols[c]];
+    const char *color = COLORS[c % (int)(sizeof COLORS / sizeof COLORS[0])];
+    int64_t pts = 0;
+    for (int64_t i = 0; i < s->n; i++) pts += isfinite(y[i]) != 0;
+    if (!pts) continue;
+    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", color);
+    int64_t stride = s->n > MAX_POINTS ? (s->n + MAX_POINTS - 1) / MAX_POINTS : 1;
+    for (int64_t i = 0; i < s->n; i += stride)
+      if (isfinite(y[i]) && isfinite(s->v[C_STEP][i]))
+        fprintf(f, "%.1f,%.1f ", PX(s->v[C_STEP][i]), PY(y[i]));
+    fputs("\"/>\n", f);
+    if (pts == 1 || (pts < s->n && pts <= 200)) /* sparse: the held-out loss */
+      for (int64_t i = 0; i < s->n; i++)
+        if (isfinite(y[i]))
+          fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX(s->v[C_STEP][i]), PY(y[i]), color);
+    if (names) {
+      fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\" fill=\"%s\">%s</text>\n",
+              PLOT_X1 - 8, y0 + 14 + 13 * shown, color, names[c]);
+      shown++;
+    }
+  }
 #undef PX
 #undef PY
 }
@@ -136,11 +184,8 @@ int sl_plot_metrics(const char *jsonl_path, const char *svg_path) {
   ssize_t r;
   while ((r = getline(&line, &cap, in)) >= 0) {
     json_t *o = json_loadb(line, (size_t)r, 0, NULL);
-    json_t *a = o ? json_object_get(o, "step") : NULL, *b = o ? json_object_get(o, "loss") : NULL,
-           *c = o ? json_object_get(o, "tokens_per_s") : NULL;
-    if (json_is_number(a) && json_is_number(b) && json_is_number(c) &&
-        isfinite(json_number_value(a)) &&
-        push(&s, json_number_value(a), json_number_value(b), json_number_value(c))) {
+    double row[NCOL];
+    if (parse_row(o, row) && push(&s, row)) {
       json_decref(o);
       rc = sl_fail(SL_ENOMEM, "out of memory reading %s", jsonl_path);
       goto done;
@@ -157,7 +202,7 @@ int sl_plot_metrics(const char *jsonl_path, const char *svg_path) {
     goto done;
   }
   double xlo, xhi;
-  range_of(s.step, s.n, &xlo, &xhi);
+  range_of(s.v[C_STEP], s.n, &xlo, &xhi);
   if (asprintf(&tmp, "%s.tmp.%d", svg_path, (int)getpid()) < 0) {
     tmp = NULL;
     rc = sl_fail(SL_ENOMEM, "out of memory");
@@ -169,7 +214,17 @@ int sl_plot_metrics(const char *jsonl_path, const char *svg_path) {
                  tmp, strerror(errno));
     goto done;
   }
-  const int H = 660;
+  /* panels: loss (+ held-out), tokens/s, then those the file has data for */
+  int loss_cols[2] = {C_LOSS, C_EVAL}, tps_col = C_TPS, lr_col = C_LR, gn_col = C_GN, mem_cols[SL_ARENA_COUNT];
+  const char *loss_names[2] = {"training loss", "held-out loss"}, *mem_names[SL_ARENA_COUNT];
+  int nmem = 0, has_eval = any_finite(&s, C_EVAL);
+  for (int a = 0; a < SL_ARENA_COUNT; a++)
+    if (any_finite(&s, C_ARENA + a)) {
+      mem_cols[nmem] = C_ARENA + a;
+      mem_names[nmem++] = sl_arena_name((sl_arena)a);
+    }
+  int np = 2 + any_finite(&s, C_LR) + any_finite(&s, C_GN) + (nmem > 0);
+  const int PH = 250, GAP = 70, H = 50 + np * (PH + GAP);
   fprintf(out, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
                "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"
@@ -180,8 +235,18 @@ int sl_plot_metrics(const char *jsonl_path, const char *svg_path) {
                "font-weight=\"bold\">shardlm training metrics: ", W / 2);
   xml_escape(out, base);
   fprintf(out, " (%lld steps)</text>\n", (long long)s.n);
-  panel(out, &s, s.loss, 50, 300, "loss", "#c0392b", xlo, xhi);
-  panel(out, &s, s.tps, 370, 610, "tokens/s", "#2471a3", xlo, xhi);
+  double y = 50;
+#define NEXT(cols, nc, names, label)                                    \
+  do {                                                                   \
+    panel(out, &s, cols, nc, names, y, y + PH, label, xlo, xhi);        \
+    y += PH + GAP;                                                       \
+  } while (0)
+  NEXT(loss_cols, has_eval ? 2 : 1, has_eval ? loss_names : NULL, "loss");
+  NEXT(&tps_col, 1, NULL, "tokens/s");
+  if (any_finite(&s, C_LR)) NEXT(&lr_col, 1, NULL, "learning rate");
+  if (any_finite(&s, C_GN)) NEXT(&gn_col, 1, NULL, "gradient norm");
+  if (nmem) NEXT(mem_cols, nmem, mem_names, "peak memory per arena (MiB)");
+#undef NEXT
   fputs("</svg>\n", out);
   if (fflush(out) != 0 || ferror(out) || fsync(fileno(out)) != 0) {
     rc = sl_fail(SL_EIO, "%s: write failed: %s", tmp, strerror(errno));
@@ -201,8 +266,6 @@ done:
   free(tmp);
   free(line);
   fclose(in);
-  free(s.step);
-  free(s.loss);
-  free(s.tps);
+  for (int c = 0; c < NCOL; c++) free(s.v[c]);
   return rc;
 }

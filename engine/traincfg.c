@@ -25,7 +25,7 @@ typedef struct {
 #define B(n, f, d, h) {n, K_BOOL, offsetof(sl_train_cfg, f), 0, d, h}
 static const key_t_ KEYS[] = {
     S("model", model, "", "Hugging Face model directory (config.json [+ *.safetensors]); empty: configs/tiny-llama built in"),
-    S("data", data, "", "Megatron dataset prefix (PREFIX.bin + PREFIX.idx); empty: the built-in corpus"),
+    S("data", data, "", "Megatron dataset prefix (PREFIX.bin + PREFIX.idx [+ .lmask]) or a blend \"W1 PREFIX1 W2 PREFIX2 ...\"; empty: the built-in corpus"),
     S("data-order", data_order, "shuffled", "sequential | shuffled (seeded permutation of sample windows)"),
     I("steps", steps, "200", "optimizer steps"),
     I("micro-batch", micro_batch, "8", "samples per micro-batch per rank"),
@@ -69,6 +69,14 @@ static const key_t_ KEYS[] = {
     I("log-every", log_every, "10", "log a line every N steps when not on a terminal"),
     B("summary", summary, "true", "print the per-rank summary at the end"),
     B("plot", plot, "true", "draw OUT_DIR/metrics.svg at the end"),
+    S("eval-data", eval_data, "", "held-out dataset prefix for --eval-every (instead of --split)"),
+    S("split", split, "", "train,valid,test weights over --data's documents (Megatron), e.g. 98,2,0: train on the first range, evaluate on the second"),
+    I("eval-every", eval_every, "0", "held-out loss every N steps and at the last step (0: off)"),
+    I("eval-samples", eval_samples, "0", "held-out windows per evaluation, in sequential order (0: every whole window of the held-out stream)"),
+    S("on-nonfinite", on_nonfinite, "stop", "a NaN/inf loss or gradient norm: stop (exit 4) | skip (drop the step's update)"),
+    I("max-skips", max_skips, "3", "--on-nonfinite skip: consecutive skipped steps that stop the run (exit 4)"),
+    B("doc-attention-mask", doc_attention_mask, "false", "packed samples: no attention across documents, positions restart per document (Llama)"),
+    I("eod-id", eod_id, "-1", "token that ends a document for --doc-attention-mask (-1: 256, the byte tokenizer's, for vocab <= 512)"),
 };
 #define NKEYS (int)(sizeof KEYS / sizeof KEYS[0])
 

@@ -49,6 +49,15 @@ typedef struct {
   int64_t log_every;
   int summary;                 /* print the per-rank summary at the end */
   int plot;                    /* draw the metrics SVG at the end */
+  /* held-out evaluation (engine/eval.c) */
+  char eval_data[SL_PATH_MAX]; /* held-out dataset prefix (empty: --split or none) */
+  char split[64];              /* "98,2,0": document weights over data (empty: none) */
+  int64_t eval_every, eval_samples;
+  /* non-finite policy (engine/guard.h) */
+  char on_nonfinite[8];        /* stop | skip */
+  int64_t max_skips;           /* consecutive skips that stop the run */
+  int doc_attention_mask;      /* attend within documents only, positions per document */
+  int64_t eod_id;              /* end-of-document token (-1: byte-level 256) */
 } sl_train_cfg;
 
 void sl_train_cfg_defaults(sl_train_cfg *c);

@@ -23,10 +23,15 @@
 #include "engine/builtin.h"
 #include "engine/checkpoint.h"
 #include "engine/dataset.h"
+#include "engine/eval.h"
+#include "engine/guard.h"
 #include "engine/hfconfig.h"
+#include "engine/metrics.h"
 #include "engine/model.h"
 #include "engine/plot.h"
+#include "engine/rundir.h"
 #include "engine/safetensors.h"
+#include "engine/sampler.h"
 #include "offload/offload.h"
 #include "shard/fsdp.h"
 
@@ -39,7 +44,7 @@ typedef struct {
   sl_model_config mcfg;
   sl_model *m;
   sl_fsdp *f;
-  sl_dataset *ds;
+  sl_sampler *smp;         /* the datasets of --data, their loss masks, the data order */
   int64_t G;               /* samples per optimizer step (all ranks) */
   int64_t next_sample;     /* global index of the first sample of the next step */
   int64_t start_step;      /* first step to run (after a resume) */
@@ -54,13 +59,16 @@ typedef struct {
   float **ck[3];           /* (nunits) host arrays a checkpoint reads / fills */
   int32_t *dtok, *dtgt;    /* (B*T) the batch in backend memory (= tok/tgt on the CPU) */
   int32_t *tok, *tgt;      /* (B*T) */
-  int32_t *row;            /* (T+1) */
-  int64_t *perm;           /* shuffled order of sample windows (one epoch) */
-  int64_t perm_epoch, nwin;
+  int32_t *seg, *dseg;     /* (B*T) document start per token (--doc-attention-mask); dseg: backend */
+  int64_t count;           /* targets that count in this step's loss, all ranks */
+  sl_eval_data *ev;        /* held-out stream (NULL: none) */
+  int optim;               /* 0: no optimizer state (shardlm eval) */
   double peak_flops;       /* per rank */
   char metrics_path[SL_PATH_MAX + 64];
   FILE *metrics;
   uint64_t prev_bytes, prev_wait; /* comm counters at the last metrics line */
+  sl_guard guard;          /* non-finite policy (engine/guard.h) */
+  int lock_fd;             /* rank 0: flock on CKPT_DIR/.lock for the run's life (-1: none) */
 } trainer;
 
 /* ---- helpers -------------------------------------------------------------- */
@@ -74,45 +82,45 @@ double sl_lr_at(const sl_train_cfg *c, int64_t s) {
   return c->min_lr + 0.5 * (c->lr - c->min_lr) * (1.0 + cos(M_PI * p));
 }
 
-static uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-/* Sample j's window start in the token stream. */
-static int64_t sample_start(trainer *t, int64_t j) {
-  int64_t T = t->cfg.seq_len;
-  if (strcmp(t->cfg.data_order, "shuffled") != 0) return j * T; /* wraps in the reader */
-  int64_t e = j / t->nwin, i = j % t->nwin;
-  if (e != t->perm_epoch) {
-    for (int64_t w = 0; w < t->nwin; w++) t->perm[w] = w;
-    uint64_t st = mix64((uint64_t)t->cfg.seed * 0x9e3779b97f4a7c15ull + (uint64_t)e + 1);
-    for (int64_t w = t->nwin - 1; w > 0; w--) {
-      st = mix64(st + 0x9e3779b97f4a7c15ull);
-      int64_t r = (int64_t)(st % (uint64_t)(w + 1));
-      int64_t x = t->perm[w];
-      t->perm[w] = t->perm[r];
-      t->perm[r] = x;
-    }
-    t->perm_epoch = e;
+/* The model's batch from tok/tgt/seg (moved to backend memory first). */
+static void set_batch(trainer *t, float scale) {
+  size_t bt = (size_t)(t->cfg.micro_batch * t->cfg.seq_len) * 4;
+  if (t->dev) {
+    t->ops->upload(t->k, t->dtok, t->tok, bt);
+    t->ops->upload(t->k, t->dtgt, t->tgt, bt);
+    if (t->seg) t->ops->upload(t->k, t->dseg, t->seg, bt);
   }
-  return t->perm[i] * T;
+  sl_model_set_batch(t->m, t->dtok, t->dtgt, scale);
+  t->m->seg = t->dseg;
 }
 
-static int load_batch(trainer *t, int64_t first_sample) {
+/* The evaluation's loader: row b is sample samples[b] of smp (-1: a padding
+ * row, every target ignored); masks and document starts as in training. */
+static int eval_load(void *user, sl_sampler *smp, const int64_t *samples, int64_t *counted) {
+  trainer *t = user;
   int64_t B = t->cfg.micro_batch, T = t->cfg.seq_len;
-  int64_t ntok = sl_dataset_num_tokens(t->ds);
+  *counted = 0;
   for (int64_t b = 0; b < B; b++) {
-    int64_t start = sample_start(t, first_sample + b) % ntok;
-    int rc = sl_dataset_tokens(t->ds, start, T + 1, t->row);
-    if (rc) return rc;
-    for (int64_t i = 0; i < T; i++) {
-      t->tok[b * T + i] = t->row[i];
-      t->tgt[b * T + i] = t->row[i + 1];
+    int32_t *seg = t->seg ? t->seg + b * T : NULL;
+    if (samples[b] >= 0) {
+      int rc = sl_sampler_batch(smp, samples[b], 1, (int32_t)t->cfg.eod_id, t->tok + b * T, t->tgt + b * T, seg);
+      if (rc) return rc;
+    } else {
+      for (int64_t i = 0; i < T; i++) {
+        t->tok[b * T + i] = 0;
+        t->tgt[b * T + i] = -1;
+        if (seg) seg[i] = 0;
+      }
     }
+    for (int64_t i = 0; i < T; i++) *counted += t->tgt[b * T + i] >= 0;
   }
+  set_batch(t, 0.0f);
   return SL_OK;
+}
+
+static int run_eval(trainer *t, sl_sampler *smp, int64_t K, sl_eval_result *res) {
+  sl_eval_env e = {t->m, t->f, t->world, t->cfg.micro_batch, t->cfg.seq_len, t, eval_load};
+  return sl_eval_loss(&e, smp, K, res);
 }
 
 /* tied-weight access for the model */
@@ -142,7 +150,7 @@ static int check_agreement(trainer *t) {
            (long long)t->mcfg.hidden_size, (long long)t->mcfg.num_hidden_layers,
            (long long)t->mcfg.vocab_size, (long long)t->mcfg.num_attention_heads,
            (long long)t->mcfg.num_key_value_heads, (long long)t->mcfg.intermediate_size,
-           t->mcfg.arch_name, (long long)sl_dataset_num_tokens(t->ds));
+           t->mcfg.arch_name, (long long)sl_sampler_num_tokens(t->smp));
   if (!rc && sl_comm_allgather_sync(t->world, mine, all, CAP, SL_U8) != SL_COMM_OK)
     rc = sl_fail(SL_ECOMM, "configuration check: %s", sl_comm_last_error());
   for (int r = 1; !rc && r < t->wsize; r++) {
@@ -310,13 +318,33 @@ static void trainer_free(trainer *t) {
   sl_free(t->hgrad);
   if (t->dview) t->ops->free(t->k, t->dview);
   if (t->dev && t->dtok) { t->ops->free(t->k, t->dtok); t->ops->free(t->k, t->dtgt); }
+  if (t->dev && t->dseg) t->ops->free(t->k, t->dseg);
   sl_fsdp_destroy(t->f);
   sl_model_destroy(t->m);
-  if (t->ds) sl_dataset_close(t->ds);
+  sl_sampler_close(t->smp);
   if (t->k) t->ops->ctx_destroy(t->k);
-  sl_free(t->tok); sl_free(t->tgt); sl_free(t->row);
-  free(t->perm);
-  if (t->metrics) fclose(t->metrics);
+  sl_free(t->tok); sl_free(t->tgt); sl_free(t->seg);
+  sl_eval_data_close(t->ev);
+  if (t->metrics) fclose(t->metrics); /* an error path: the run already failed */
+  sl_rundir_release(&t->lock_fd);
+}
+
+/* --doc-attention-mask: Llama-family attention only; resolves --eod-id. */
+static int doc_mask_check(trainer *t) {
+  sl_train_cfg *c = &t->cfg;
+  if (!c->doc_attention_mask) return SL_OK;
+  if (t->mcfg.arch == SL_ARCH_MAMBA)
+    return sl_fail(SL_EINPUT, "--doc-attention-mask: not supported for Mamba (%s has no attention; its "
+                   "recurrent state would carry across documents); train without it", t->mcfg.arch_name);
+  if (c->eod_id < 0 && t->mcfg.vocab_size > 512)
+    return sl_fail(SL_EINPUT, "--doc-attention-mask needs --eod-id (the tokenizer's end-of-document id): the "
+                   "default 256 is the byte tokenizer's and the model's vocabulary has %lld tokens",
+                   (long long)t->mcfg.vocab_size);
+  if (c->eod_id < 0) c->eod_id = SL_BYTE_EOD;
+  if (c->eod_id >= t->mcfg.vocab_size)
+    return sl_fail(SL_EINPUT, "--eod-id %lld is outside the vocabulary [0, %lld)", (long long)c->eod_id,
+                   (long long)t->mcfg.vocab_size);
+  return SL_OK;
 }
 
 static int local_ranks(void) {
@@ -326,15 +354,17 @@ static int local_ranks(void) {
   return n > 0 ? n : 1;
 }
 
-static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
+static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim) {
   memset(t, 0, sizeof *t);
+  t->optim = optim;
   t->cfg = *cfg;
   t->world = world;
   t->rank = sl_comm_rank(world);
   t->wsize = sl_comm_size(world);
-  t->perm_epoch = -1;
+  t->lock_fd = -1;
   sl_train_cfg *c = &t->cfg;
   int rc;
+  if ((rc = sl_guard_init(&t->guard, c->on_nonfinite, c->max_skips))) return rc;
   if (c->steps < 0 || c->micro_batch < 1 || c->seq_len < 1 || c->grad_accum < 1)
     return sl_fail(SL_EINPUT, "--steps >= 0, --micro-batch, --seq-len and --grad-accum >= 1 are required "
                    "(found %lld, %lld, %lld, %lld)", (long long)c->steps, (long long)c->micro_batch,
@@ -351,8 +381,11 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
     return sl_fail(SL_EINPUT, "--backend must be cpu, cuda or auto, found '%s'", c->backend);
   t->ops = sl_ops_cpu();
   if (strcmp(c->backend, "cpu") != 0 && sl_ops_cuda()) t->ops = sl_ops_cuda();
-  else if (!strcmp(c->backend, "cuda"))
-    return sl_fail(SL_EINPUT, "--backend cuda: this build has no CUDA backend, or no GPU is visible");
+  else if (!strcmp(c->backend, "cuda")) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", sl_errmsg()); /* what sl_ops_cuda() found */
+    return sl_fail(SL_EINPUT, "--backend cuda: %s", why);
+  }
   t->dev = t->ops->is_device();
   int threads = (int)c->threads;
   if (threads <= 0) {
@@ -379,10 +412,10 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
   }
 
   /* data */
-  if (c->data[0]) {
-    if ((rc = sl_dataset_open(c->data, &t->ds))) return rc;
-  } else {
-    char dir[SL_PATH_MAX + 32], prefix[SL_PATH_MAX + 64];
+  char prefix[SL_PATH_MAX + 64];
+  snprintf(prefix, sizeof prefix, "%s", c->data);
+  if (!c->data[0]) {
+    char dir[SL_PATH_MAX + 32];
     snprintf(dir, sizeof dir, "%s/data", c->out_dir);
     snprintf(prefix, sizeof prefix, "%s/corpus", dir);
     if (t->rank == 0) {
@@ -394,15 +427,11 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
       return sl_fail(SL_ECOMM, "%s", sl_comm_last_error());
     if (rc) return rc;
     if (all) return sl_fail(SL_EIO, "rank 0 could not prepare the built-in corpus");
-    if ((rc = sl_dataset_open(prefix, &t->ds))) return rc;
   }
-  if ((rc = sl_dataset_check_vocab(t->ds, t->mcfg.vocab_size))) return rc;
-  if (sl_dataset_num_tokens(t->ds) < 2)
-    return sl_fail(SL_EINPUT, "%s: the dataset holds fewer than 2 tokens", c->data);
-  t->nwin = sl_dataset_num_tokens(t->ds) / c->seq_len;
-  if (t->nwin < 1) t->nwin = 1;
-  if (!strcmp(c->data_order, "shuffled") && !(t->perm = malloc(sizeof(int64_t) * (size_t)t->nwin)))
-    return sl_fail(SL_ENOMEM, "out of memory");
+  if ((rc = sl_sampler_open(prefix, c->seq_len, c->data_order, (uint64_t)c->seed, t->mcfg.vocab_size, &t->smp)))
+    return rc;
+  if ((rc = sl_eval_data_open(c, prefix, t->smp, t->mcfg.vocab_size, &t->ev))) return rc;
+  if ((rc = doc_mask_check(t))) return rc;
   if ((rc = check_agreement(t))) return rc;
 
   /* model + FSDP */
@@ -444,7 +473,7 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
     if ((rc = sl_model_unit_load(t->m, u, weights, (uint64_t)c->seed, flat))) break;
     if ((rc = sl_fsdp_init_params(t->f, u, flat))) break;
     sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
-    if ((rc = opt_create(t, u, v, flat))) break;
+    if (t->optim && (rc = opt_create(t, u, v, flat))) break;
   }
   sl_free(flat);
   if (weights) sl_st_close_set(weights);
@@ -453,12 +482,14 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
   int64_t BT = c->micro_batch * c->seq_len;
   t->tok = sl_alloc((size_t)BT * 4, "tokens");
   t->tgt = sl_alloc((size_t)BT * 4, "targets");
-  t->row = sl_alloc((size_t)(c->seq_len + 1) * 4, "sample");
-  if (!t->tok || !t->tgt || !t->row) return sl_fail(SL_ENOMEM, "out of memory");
+  if (c->doc_attention_mask && !(t->seg = sl_alloc((size_t)BT * 4, "document starts"))) return SL_ENOMEM;
+  if (!t->tok || !t->tgt) return sl_fail(SL_ENOMEM, "out of memory");
   t->dtok = t->tok;
   t->dtgt = t->tgt;
   if (t->dev && (!(t->dtok = t->ops->alloc(t->k, (size_t)BT * 4)) || !(t->dtgt = t->ops->alloc(t->k, (size_t)BT * 4))))
     return SL_ENOMEM;
+  t->dseg = t->seg;
+  if (t->dev && t->seg && !(t->dseg = t->ops->alloc(t->k, (size_t)BT * 4))) return SL_ENOMEM;
   t->G = c->micro_batch * c->grad_accum * t->wsize;
   return SL_OK;
 }
@@ -468,14 +499,11 @@ static int run_micro(trainer *t, int64_t s, int k, int nk, int dump_logits, floa
   sl_train_cfg *c = &t->cfg;
   (void)s;
   int64_t first = t->next_sample + (int64_t)t->rank * (c->grad_accum * c->micro_batch) + (int64_t)k * c->micro_batch;
-  int rc = load_batch(t, first);
+  /* the loss is a mean over the step's counted targets: every rank counts them from the data */
+  int rc = k == 0 ? sl_sampler_count(t->smp, t->next_sample, t->G, &t->count) : SL_OK;
+  if (!rc) rc = sl_sampler_batch(t->smp, first, c->micro_batch, (int32_t)c->eod_id, t->tok, t->tgt, t->seg);
   if (rc) return rc;
-  float scale = (float)(1.0 / ((double)t->G * (double)c->seq_len));
-  if (t->dev) {
-    t->ops->upload(t->k, t->dtok, t->tok, (size_t)(c->micro_batch * c->seq_len) * 4);
-    t->ops->upload(t->k, t->dtgt, t->tgt, (size_t)(c->micro_batch * c->seq_len) * 4);
-  }
-  sl_model_set_batch(t->m, t->dtok, t->dtgt, scale);
+  set_batch(t, t->count > 0 ? (float)(1.0 / (double)t->count) : 0.0f); /* no target: zero gradient */
   int U = t->m->nunits;
   if ((rc = sl_fsdp_begin_micro(t->f, k, nk))) return rc;
   for (int u = 0; u < U; u++) {
@@ -568,6 +596,8 @@ static int optimizer_step(trainer *t, int64_t s, double lr, float coef) {
 
 typedef struct {
   double loss, grad_norm, lr;
+  sl_eval_result ev;       /* held-out loss of this step (ev.samples 0: none) */
+  int64_t tokens;          /* targets that counted in the loss */
 } step_out;
 
 static int train_step(trainer *t, int64_t s, step_out *o) {
@@ -579,8 +609,10 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
     loss_local += t->m->loss_sum;
   }
   double loss_sum = 0;
+  loss_local = sl_guard_fault(t->world, s, loss_local); /* tests only (SL_FAULT_NONFINITE) */
   if ((rc = sum_across(t, loss_local, &loss_sum))) return rc;
-  o->loss = loss_sum / ((double)t->G * (double)c->seq_len);
+  o->loss = t->count > 0 ? loss_sum / (double)t->count : 0.0;
+  o->tokens = t->count;
   double ss;
   if ((rc = sl_fsdp_grad_sumsq(t->f, &ss))) return rc;
   o->grad_norm = sqrt(ss);
@@ -591,7 +623,9 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
     coef = cf < 1.0f ? cf : 1.0f;
   }
   o->lr = sl_lr_at(c, s);
-  rc = optimizer_step(t, s, o->lr, coef);
+  int apply = 1; /* a non-finite step's update is dropped (engine/guard.h) */
+  if ((rc = sl_guard_step(&t->guard, t->world, s, o->loss, o->grad_norm, &apply))) return rc;
+  rc = apply ? optimizer_step(t, s, o->lr, coef) : sl_fsdp_finish_step(t->f);
   t->next_sample += t->G;
   return rc;
 }
@@ -656,9 +690,21 @@ static int ck_unstage(trainer *t, int write) {
   return rc;
 }
 
+/* Collective: SL_ENONFINITE when the (staged) optimizer state holds NaN/inf. */
+static int check_state(trainer *t, int64_t step, const char *what) {
+  int64_t *count = calloc((size_t)t->m->nunits, sizeof(int64_t));
+  if (!count) return sl_fail(SL_ENOMEM, "out of memory");
+  for (int u = 0; u < t->m->nunits; u++) count[u] = sl_fsdp_view(t->f, u).count;
+  float **const fields[3] = {t->ck[0], t->ck[1], t->ck[2]};
+  int rc = sl_guard_check_state(t->world, fields, 3, t->m->nunits, count, step, what);
+  free(count);
+  return rc;
+}
+
 static int save_ckpt(trainer *t, int64_t step) {
   int rc = ck_stage(t, 1);
   sl_ckpt_state st = ckpt_state(t, step);
+  if (!rc) rc = check_state(t, step, "the checkpoint");
   if (!rc) rc = sl_ckpt_save(t->cfg.ckpt_dir, &st, (int)t->cfg.keep_last);
   int rc2 = ck_unstage(t, 0);
   return rc ? rc : rc2;
@@ -677,6 +723,7 @@ static int resume(trainer *t) {
   t->start_step = st.step;
   t->next_sample = st.next_sample;
   t->cfg.seed = (int64_t)st.rng_seed; /* the data order continues as written */
+  sl_sampler_set_seed(t->smp, st.rng_seed);
   rc = ck_unstage(t, 1); /* into backend memory / the NVMe files */
   for (int u = 0; u < t->m->nunits && !rc; u++) {
     const float *mv = opt_master(t, u, &rc);
@@ -696,8 +743,11 @@ static int fill_unit(void *ctx, int u, float *flat) {
   return rc ? rc : sl_fsdp_gather_view(t->f, u, mv, flat);
 }
 
-static int save_model(trainer *t, const char *dir) {
-  int rc = SL_OK;
+static int save_model(trainer *t, const char *dir, int64_t step) {
+  int rc = ck_stage(t, 1); /* never save non-finite weights */
+  if (!rc) rc = check_state(t, step, "the --save directory");
+  int rc2 = ck_unstage(t, 0);
+  if (rc || (rc = rc2)) return rc;
   if (t->rank == 0) {
     rc = sl_model_save(t->m, dir, fill_unit, t, 0);
   } else {
@@ -750,8 +800,8 @@ static void summary(trainer *t, double wall) {
   free(all);
 }
 
-static void write_metrics(trainer *t, int64_t s, const step_out *o, double dt, double flops_tok) {
-  if (t->rank != 0 || !t->metrics) return;
+static int write_metrics(trainer *t, int64_t s, const step_out *o, double dt, double flops_tok) {
+  if (t->rank != 0 || !t->metrics) return SL_OK;
   sl_mem_stats ms;
   sl_mem_get(&ms);
   sl_comm_stats sh, rp;
@@ -763,36 +813,45 @@ static void write_metrics(trainer *t, int64_t s, const step_out *o, double dt, d
   uint64_t wait = sl_fsdp_wait_ns(t->f), dbytes = bytes - t->prev_bytes, dwait = wait - t->prev_wait;
   t->prev_bytes = bytes;
   t->prev_wait = wait;
+  char jl[32], jr[32], jg[32]; /* non-finite values are written as null */
   fprintf(t->metrics,
-          "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.2f, "
+          "{\"step\": %lld, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, \"tokens_per_s\": %.2f, "
           "\"mfu\": %.6f, \"peak_bytes\": %lld, \"step_time_s\": %.6f, \"comm_wait_s\": %.6f, "
-          "\"comm_bytes\": %llu, \"arena_peak\": {",
-          (long long)(s + 1), o->loss, o->lr, o->grad_norm, tps, mfu, (long long)ms.total_peak, dt,
-          dwait * 1e-9, (unsigned long long)dbytes);
+          "\"comm_bytes\": %llu, \"skipped_steps\": %lld, \"loss_tokens\": %lld, \"arena_peak\": {",
+          (long long)(s + 1), sl_guard_json(jl, o->loss), sl_guard_json(jr, o->lr), sl_guard_json(jg, o->grad_norm),
+          tps, mfu, (long long)ms.total_peak, dt, dwait * 1e-9, (unsigned long long)dbytes,
+          (long long)t->guard.total, (long long)o->tokens);
   for (int a = 0; a < SL_ARENA_COUNT; a++)
     fprintf(t->metrics, "%s\"%s\": %lld", a ? ", " : "", sl_arena_name(a), (long long)ms.peak[a]);
-  fprintf(t->metrics, "}}\n");
-  fflush(t->metrics);
+  fprintf(t->metrics, "}");
+  if (o->ev.samples)
+    fprintf(t->metrics, ", \"eval_loss\": %s, \"eval_ppl\": %s", sl_guard_json(jl, o->ev.loss),
+            sl_guard_json(jr, o->ev.ppl));
+  fprintf(t->metrics, "}\n");
+  return sl_metrics_flush(t->metrics, t->metrics_path);
+}
+
+/* Rank 0's status, shared: every rank returns its code (rank 0's message). */
+static int rank0_agree(trainer *t, int rc) {
+  int32_t code = t->rank == 0 ? rc : 0;
+  if (sl_comm_allreduce_sync(t->world, &code, 1, SL_I32) != SL_COMM_OK)
+    return sl_fail(SL_ECOMM, "%s", sl_comm_last_error());
+  if (t->rank == 0 || !code) return rc;
+  return sl_fail(code, "rank 0 could not set up the run's outputs (see its message)");
 }
 
 int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   trainer t;
-  int rc = trainer_setup(&t, cfg, world);
+  int rc = trainer_setup(&t, cfg, world, 1);
   if (rc) goto done;
   sl_train_cfg *c = &t.cfg;
+  if (c->metrics[0]) snprintf(t.metrics_path, sizeof t.metrics_path, "%s", c->metrics);
+  else snprintf(t.metrics_path, sizeof t.metrics_path, "%s/metrics.jsonl", c->out_dir);
   if (t.rank == 0) {
-    if ((rc = sl_mkdirs(c->out_dir))) goto bcast;
-    if (c->metrics[0]) snprintf(t.metrics_path, sizeof t.metrics_path, "%s", c->metrics);
-    else snprintf(t.metrics_path, sizeof t.metrics_path, "%s/metrics.jsonl", c->out_dir);
-    t.metrics = fopen(t.metrics_path, c->resume ? "a" : "w");
-    if (!t.metrics) rc = sl_fail(SL_EIO, "%s: cannot write metrics: %s", t.metrics_path, strerror(errno));
+    rc = sl_mkdirs(c->out_dir);
+    if (!rc && c->ckpt_dir[0]) rc = sl_rundir_claim(c->ckpt_dir, c->resume, &t.lock_fd); /* lock, no foreign run */
   }
-bcast: {
-  int bad = rc != 0;
-  sl_comm_allreduce_sync(world, &bad, 1, SL_I32);
-  if (rc) goto done;
-  if (bad) { rc = sl_fail(SL_EIO, "rank 0 could not open its outputs"); goto done; }
-}
+  if ((rc = rank0_agree(&t, rc))) goto done;
   t.peak_flops = c->peak_tflops > 0 ? c->peak_tflops * 1e12 : measure_peak(&t);
   double flops_tok = (double)t.m->vt->flops_per_token(t.m, c->seq_len);
   sl_log0(SL_LOG_INFO,
@@ -800,8 +859,11 @@ bcast: {
           "data %s (%lld tokens, %s) | peak %.1f GFLOP/s per rank",
           t.mcfg.arch_name, (long long)sl_model_num_params(t.m), t.m->nunits, t.wsize, t.wsize > 1 ? "s" : "",
           (long long)c->zero, (long long)t.G, (long long)c->seq_len, 1LL, c->data[0] ? c->data : "built-in corpus",
-          (long long)sl_dataset_num_tokens(t.ds), c->data_order, t.peak_flops * 1e-9);
+          (long long)sl_sampler_num_tokens(t.smp), c->data_order, t.peak_flops * 1e-9);
   if (c->resume && c->ckpt_dir[0] && (rc = resume(&t))) goto done;
+  /* resumed: the metrics keep the steps the checkpoint holds, nothing past it */
+  if (t.rank == 0) rc = sl_metrics_open(t.metrics_path, c->resume ? t.start_step : -1, &t.metrics);
+  if ((rc = rank0_agree(&t, rc))) goto done;
   /* mpirun gives ranks a pty: trust SL_TTY (set by --nproc) over isatty there */
   const char *tty_env = getenv("SL_TTY");
   int tty = t.rank == 0 && isatty(STDOUT_FILENO) &&
@@ -816,16 +878,28 @@ bcast: {
     double dt = sl_now_s() - t0;
     sl_mem_set(SL_ARENA_SCRATCH, (int64_t)t.ops->ctx_scratch_bytes(t.k));
     if (s == t.start_step) first_loss = o.loss;
+    o.ev.samples = 0; /* held-out loss, unless the step was non-finite and the run stops */
+    if (!t.guard.stop && t.ev && sl_eval_due(c, s) &&
+        (rc = run_eval(&t, sl_eval_data_sampler(t.ev), sl_eval_data_samples(t.ev), &o.ev)))
+      goto done;
+    /* the step's line is on disk before a checkpoint commits the step */
+    if ((rc = write_metrics(&t, s, &o, dt, flops_tok))) goto done;
+    if ((rc = sl_guard_verdict(&t.guard))) goto done; /* non-finite: stop before saving anything */
     if (c->ckpt_dir[0] && ((c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0) || s + 1 == c->steps)) {
+      if (t.metrics && (rc = sl_metrics_sync(t.metrics, t.metrics_path))) goto done;
       if ((rc = save_ckpt(&t, s + 1))) goto done;
     }
-    write_metrics(&t, s, &o, dt, flops_tok);
     double tps = (double)t.G * c->seq_len / dt;
     if (tty) {
       printf("\rstep %lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %.0f tok/s  MFU %.1f%%   ", (long long)(s + 1),
              (long long)c->steps, o.loss, o.lr, o.grad_norm, tps,
              100.0 * flops_tok * tps / (t.peak_flops * t.wsize));
+      if (o.ev.samples) printf("\n  eval loss %.4f  ppl %.2f\n", o.ev.loss, o.ev.ppl);
       fflush(stdout);
+    } else if (o.ev.samples) {
+      sl_log0(SL_LOG_INFO, "step %lld/%lld loss %.4f lr %.3e grad_norm %.4f tokens/s %.0f eval_loss %.4f "
+              "eval_ppl %.3f", (long long)(s + 1), (long long)c->steps, o.loss, o.lr, o.grad_norm, tps,
+              o.ev.loss, o.ev.ppl);
     } else if ((c->log_every > 0 && (s + 1) % c->log_every == 0) || s == 0 || s + 1 == c->steps) {
       sl_log0(SL_LOG_INFO, "step %lld/%lld loss %.4f lr %.3e grad_norm %.4f tokens/s %.0f", (long long)(s + 1),
               (long long)c->steps, o.loss, o.lr, o.grad_norm, tps);
@@ -833,8 +907,8 @@ bcast: {
   }
   if (tty) printf("\n");
   double wall = sl_now_s() - t_start;
-  if (t.metrics) { fclose(t.metrics); t.metrics = NULL; }
-  if (c->save[0] && (rc = save_model(&t, c->save))) goto done;
+  if ((rc = rank0_agree(&t, sl_metrics_close(&t.metrics, t.metrics_path)))) goto done;
+  if (c->save[0] && (rc = save_model(&t, c->save, c->steps > t.start_step ? c->steps : t.start_step))) goto done;
   if (c->summary) summary(&t, wall);
   if (t.rank == 0 && c->steps > 0) {
     printf("trained %lld steps in %.1f s: loss %.4f -> %.4f\n", (long long)c->steps, wall, first_loss, o.loss);
@@ -848,6 +922,17 @@ bcast: {
     if (c->save[0]) printf("model:   %s (Hugging Face format)\n", c->save);
   }
 done:
+  trainer_free(&t);
+  return rc;
+}
+
+/* ---- shardlm eval ------------------------------------------------------------ */
+int sl_train_eval(const sl_train_cfg *cfg, sl_comm *world, int64_t K, sl_eval_result *res) {
+  trainer t;
+  sl_train_cfg c2 = *cfg;
+  snprintf(c2.data_order, sizeof c2.data_order, "sequential"); /* window j is sample j */
+  int rc = trainer_setup(&t, &c2, world, 0); /* no optimizer state */
+  if (!rc) rc = run_eval(&t, t.smp, K, res);
   trainer_free(&t);
   return rc;
 }
@@ -872,7 +957,7 @@ int sl_train_dump(const sl_train_cfg *cfg, sl_comm *world, const char *out_path)
   sl_train_cfg c2 = *cfg;
   snprintf(c2.data_order, sizeof c2.data_order, "sequential");
   c2.grad_accum = 1;
-  int rc = trainer_setup(&t, &c2, world);
+  int rc = trainer_setup(&t, &c2, world, 1);
   float *logits = NULL, *big = NULL;
   sl_st_wtensor *ws = NULL;
   if (rc) goto done;
@@ -880,7 +965,7 @@ int sl_train_dump(const sl_train_cfg *cfg, sl_comm *world, const char *out_path)
   int64_t N = c2.micro_batch * c2.seq_len, V = t.mcfg.vocab_size;
   logits = sl_alloc((size_t)(N * V) * 4, "logits");
   if (!logits) { rc = SL_ENOMEM; goto done; }
-  /* G = B for a single rank and grad_accum 1: the loss scale is 1/(B*T) */
+  /* G = B for a single rank and grad_accum 1: the loss scale is 1/(counted targets of the B samples) */
   if (t.dev) { /* logits are computed in backend memory, then brought to the host */
     float *dl = t.ops->alloc(t.k, (size_t)(N * V) * 4);
     if (!dl) { rc = SL_ENOMEM; goto done; }
@@ -891,7 +976,7 @@ int sl_train_dump(const sl_train_cfg *cfg, sl_comm *world, const char *out_path)
   } else if ((rc = run_micro(&t, 0, 0, 1, 1, logits))) {
     goto done;
   }
-  float loss = (float)(t.m->loss_sum / (double)N);
+  float loss = t.count > 0 ? (float)(t.m->loss_sum / (double)t.count) : 0.0f;
   /* tensors: logits, loss, grad.<name> */
   int U = t.m->nunits, nt = 2;
   for (int u = 0; u < U; u++) nt += t.m->units[u].ntensors;

@@ -3,6 +3,7 @@
 #ifndef SL_TRAINER_H
 #define SL_TRAINER_H
 
+#include "engine/eval.h"
 #include "engine/traincfg.h"
 #include "shard/comm.h"
 
@@ -18,6 +19,11 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world);
  * (B*T, V), "loss" (1) and "grad.<name>" for every parameter (gradient of
  * the mean token loss). For tests against PyTorch. */
 int sl_train_dump(const sl_train_cfg *cfg, sl_comm *world, const char *out_path);
+
+/* Held-out loss of cfg->model over windows 0..K-1 of cfg->data in
+ * sequential order (`shardlm eval`), through the training layout (ZeRO
+ * stage, offload) without optimizer state. Collective. */
+int sl_train_eval(const sl_train_cfg *cfg, sl_comm *world, int64_t K, sl_eval_result *res);
 
 /* The learning rate of step s (0-based) of the parity contract. */
 double sl_lr_at(const sl_train_cfg *cfg, int64_t s);

@@ -213,11 +213,32 @@ typedef struct sl_ops {
   /* The backend's compute stream (cudaStream_t on CUDA), NULL on the CPU:
    * what an NCCL communicator orders its work against. */
   void *(*stream)(sl_kctx *);
+
+  /* ---- document masking (packed samples) ------------------------------
+   * seg (B*T) int32 backend memory, or NULL (= the plain ops above): for
+   * token t of sample b, the position in the sample where its document
+   * starts; 0 <= seg[t] <= t, and seg is constant within a document (it
+   * steps up at each document start). */
+  /* Rotary embedding at position t - seg[t] (restarting per document). */
+  void (*rope_doc_fwd)(sl_kctx *, float *qkv, int64_t B, int64_t T, int64_t nh,
+                       int64_t nkv, int64_t hd, float theta, const int32_t *seg);
+  void (*rope_doc_bwd)(sl_kctx *, float *dqkv, int64_t B, int64_t T, int64_t nh,
+                       int64_t nkv, int64_t hd, float theta, const int32_t *seg);
+  /* Attention where query i also needs key j >= seg[i] (block-diagonal
+   * causal mask: no attention across documents). */
+  void (*attention_doc_fwd)(sl_kctx *, float *out, float *lse, const float *qkv,
+                            int64_t B, int64_t T, int64_t nh, int64_t nkv,
+                            int64_t hd, int64_t window, const int32_t *seg);
+  void (*attention_doc_bwd)(sl_kctx *, float *dqkv, const float *dout,
+                            const float *qkv, const float *out, const float *lse,
+                            int64_t B, int64_t T, int64_t nh, int64_t nkv,
+                            int64_t hd, int64_t window, const int32_t *seg);
 } sl_ops;
 
 /* The CPU backend; always present. */
 const sl_ops *sl_ops_cpu(void);
-/* The CUDA backend, or NULL when built without CUDA. */
+/* The CUDA backend, or NULL (and sl_errmsg() says why: built without CUDA,
+ * or the CUDA error of the device probe) when it cannot be used. */
 const sl_ops *sl_ops_cuda(void);
 
 /* Scalar helpers shared by backends and tests. */

@@ -3,7 +3,9 @@
  * Collectives over a group of ranks with typed element counts (never bytes),
  * non-blocking with handles, a byte counter per collective kind, and a
  * watchdog. Backends sit behind a vtable: MPI (host buffers, this file's
- * default) and NCCL (device buffers, bootstrapped over MPI).
+ * default, loaded as a module under a launcher), self (one process, no MPI
+ * library) and NCCL (device buffers, bootstrapped over the world comm or a
+ * file / TCP rendezvous).
  *
  * Ordering: every non-blocking call is queued to the backend's progress
  * engine (for MPI: one communication thread per communicator) in issue order;
@@ -54,20 +56,38 @@ typedef struct {
 /* Status codes: 0 ok, negative on error (message via sl_comm_last_error). */
 enum { SL_COMM_OK = 0, SL_COMM_ERR = -1, SL_COMM_TIMEOUT = -2 };
 
-/* ---- world setup (MPI backend) ---------------------------------------- */
-/* Initialises MPI (MPI_THREAD_MULTIPLE) if needed. A process started without
- * mpirun is world size 1. timeout_s is the watchdog limit for every
- * collective of every communicator created afterwards (<= 0: no watchdog). */
+/* ---- world setup --------------------------------------------------------- */
+/* Creates the world communicator. Under a launcher (mpirun / srun: the
+ * OMPI_COMM_WORLD_*, PMI_*, PMIX_* variables, or SLURM_STEP_NUM_TASKS > 1)
+ * or with SL_COMM=mpi it loads the MPI module libsl_comm_mpi.so (dlopen) and
+ * initialises MPI (MPI_THREAD_MULTIPLE); otherwise (or SL_COMM=self) the
+ * world is this one process and no MPI library is ever loaded ("self").
+ * timeout_s is the watchdog limit for every collective of every
+ * communicator created afterwards (<= 0: no watchdog; MPI only). */
 int sl_comm_world_init(int *argc, char ***argv, double timeout_s, sl_comm **world);
-/* Finalises MPI after all communicators are destroyed. */
+/* Finalises the world (MPI_Finalize) after all communicators are destroyed. */
 void sl_comm_world_finalize(void);
-/* Aborts every rank of the job (MPI_Abort) with exit code `code`. Only for
- * tools/ and the watchdog. */
+/* Aborts every rank of the job (MPI_Abort; self: _exit) with exit code
+ * `code`. Only for tools/ and the watchdog. */
 void sl_comm_abort(int code);
+/* "mpi", "self", or "none" before sl_comm_world_init. */
+const char *sl_comm_world_backend(void);
+/* 1 when a launcher started this process (the variables above). */
+int sl_comm_under_mpi_launcher(void);
+
+/* A one-rank communicator over buffers that only `copy` may move (device
+ * memory): every collective is the identity, and the non-in-place ones
+ * (all-gather, reduce-scatter) call copy(ctx, dst, src, bytes), which must
+ * be ordered before any later use of dst by the caller (a copy queued on
+ * the compute stream is). Send/recv are refused. Splits are one-rank comms
+ * with the same copy. What fsdp uses at world size 1 on a device backend,
+ * so that such a run needs no NCCL. */
+typedef int (*sl_comm_copy_fn)(void *ctx, void *dst, const void *src, size_t bytes);
+int sl_comm_local_create(const char *name, sl_comm_copy_fn copy, void *ctx, sl_comm **out);
 
 /* ---- NCCL backend (device buffers; shard/comm_nccl.c) ------------------- */
-/* Creates an NCCL communicator over the ranks of the MPI communicator
- * `mpi_parent` (same ranks, same order; collective over it): rank 0's
+/* Creates an NCCL communicator over the ranks of the host communicator
+ * `mpi_parent` (MPI or self; same ranks, same order; collective over it): rank 0's
  * ncclUniqueId is broadcast over MPI, then ncclCommInitRank on the calling
  * thread's current CUDA device. Every buffer passed to it afterwards is
  * device memory of that device. cuda_stream (a cudaStream_t; NULL = the
@@ -82,6 +102,15 @@ void sl_comm_abort(int code);
  * exchanging both ways must order send and recv oppositely on the two
  * sides), and send/recv to self is refused. */
 int sl_comm_nccl_create(sl_comm *mpi_parent, void *cuda_stream, sl_comm **out);
+/* The same without any host communicator, for single-node multi-GPU runs
+ * on a machine without MPI: ranks and world from `boot`
+ * (shard/bootstrap.h, sl_boot_from_env), rank 0's ncclUniqueId handed over
+ * its fs or tcp rendezvous (waiting at most timeout_s), then
+ * ncclCommInitRank. Collective over boot->size processes. Such a comm
+ * cannot be split (no host twin): sl_comm_split on it fails with a message. */
+struct sl_boot_env;
+int sl_comm_nccl_create_boot(const struct sl_boot_env *boot, void *cuda_stream, double timeout_s,
+                             sl_comm **out);
 
 /* Splits `parent` into groups: ranks with the same color form one comm,
  * ordered by key. Collective over parent. */

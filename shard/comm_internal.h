@@ -3,8 +3,9 @@
  * (completion flag + status, waited on through its communicator's condvar),
  * the backend vtable and the communicator header every backend embeds.
  *
- * The MPI backend (comm_mpi.c) owns the public entry points, argument checks,
- * sequence numbers, statistics and the watchdog. A backend that starts its
+ * comm.c owns the public entry points, argument checks, sequence numbers,
+ * statistics and the registry; the world backend (self in comm_self.c, or
+ * MPI in comm_mpi.c, a dlopen'ed module) owns the world and the watchdog. A backend that starts its
  * operations itself (NCCL, comm_nccl.c: kernels on a CUDA stream instead of a
  * progress thread) sets the optional vtable hooks below; submit() then hands
  * it the checked request instead of queueing it, and sl_comm_wait / test
@@ -102,5 +103,29 @@ int sl_comm_is_coll(int kind);
 void sl_comm_register(sl_comm *c);
 void sl_comm_unregister(sl_comm *c);
 uint64_t sl_comm_now_ns(void); /* CLOCK_MONOTONIC */
+/* Registry walk (the MPI watchdog): under the lock, entries 0..size-1. */
+void sl_comm_registry_lock(void);
+void sl_comm_registry_unlock(void);
+int sl_comm_registry_size(void);
+sl_comm *sl_comm_registry_at(int i);
+
+/* ---- world backends ---------------------------------------------------- */
+/* What comm.c needs of a world backend. The MPI module (libsl_comm_mpi.so)
+ * exports `const sl_comm_world_be *sl_comm_mpi_entry(void)`; its abi must
+ * equal SL_COMM_WORLD_ABI (a module from another build is refused). The
+ * module calls back into the executable's comm.c / base.c symbols, which
+ * every executable exports (-rdynamic, shard/CMakeLists.txt). */
+#define SL_COMM_WORLD_ABI (0x534c0000 + (int)sizeof(struct sl_comm) + 0x100 * (int)sizeof(struct sl_comm_req))
+typedef struct {
+  int abi;
+  const char *name; /* "mpi" / "self" */
+  int (*world_init)(int *argc, char ***argv, double timeout_s, sl_comm **world);
+  void (*world_finalize)(void);
+  void (*abort)(int code); /* ends every rank; does not return */
+} sl_comm_world_be;
+
+/* The single-process world (comm_self.c). */
+extern const sl_comm_world_be sl_comm_self_world;
+int sl_comm_self_world_init(sl_comm **world);
 
 #endif /* SL_COMM_INTERNAL_H */

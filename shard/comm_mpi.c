@@ -1,13 +1,18 @@
-/* shard/comm_mpi.c — the MPI backend of shard/comm.h (host buffers).
+/* shard/comm_mpi.c — the MPI backend of shard/comm.h (host buffers), built as
+ * the module libsl_comm_mpi.so that comm.c loads with dlopen only when a
+ * launcher started the process (or SL_COMM=mpi): a world-size-1 run never
+ * loads libmpi. The module's one export is sl_comm_mpi_entry(); it calls back
+ * into comm.c and base.c, which the executable exports (-rdynamic).
  *
  * Owns: MPI initialisation (MPI_THREAD_MULTIPLE), one progress thread per
  * communicator that runs queued operations in FIFO order (MPI_I* + MPI_Test
- * with back-off), handles with a completion flag, per-kind byte counters,
- * the bf16 sum MPI_Op, and the process-wide watchdog thread that aborts the
- * job when a collective stalls. Protocols are described in docs/comm.md.
+ * with back-off), the bf16 sum MPI_Op, and the process-wide watchdog thread
+ * that aborts the job when a collective stalls. Protocols are described in
+ * docs/comm.md.
  *
- * The watchdog and the communicator registry are process-wide (one MPI world
- * per process), kept in the single static `g` below.
+ * The MPI world state and the watchdog are process-wide (one MPI world per
+ * process), kept in the single static `g` below; the communicator registry
+ * the watchdog walks lives in comm.c.
  */
 #define _GNU_SOURCE
 #include <limits.h>
@@ -27,111 +32,16 @@
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static _Thread_local char t_err[1024];
-
-static int comm_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int comm_fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(t_err, sizeof t_err, fmt, ap);
-  va_end(ap);
-  sl_fail(SL_ECOMM, "%s", t_err);
-  return SL_COMM_ERR;
-}
-
-const char *sl_comm_last_error(void) { return t_err; }
-
-int sl_comm_set_error(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(t_err, sizeof t_err, fmt, ap);
-  va_end(ap);
-  sl_fail(SL_ECOMM, "%s", t_err);
-  return SL_COMM_ERR;
-}
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+#define comm_fail sl_comm_set_error
+#define now_ns sl_comm_now_ns
+#define is_coll sl_comm_is_coll
 
 static void sleep_us(long us) {
   struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
   nanosleep(&ts, NULL);
 }
 
-size_t sl_dtype_size(sl_dtype t) {
-  switch (t) {
-  case SL_F32: return 4;
-  case SL_BF16: return 2;
-  case SL_I32: return 4;
-  case SL_I64: return 8;
-  case SL_U8: return 1;
-  case SL_F64: return 8;
-  }
-  return 0;
-}
-
-const char *sl_dtype_name(sl_dtype t) {
-  switch (t) {
-  case SL_F32: return "f32";
-  case SL_BF16: return "bf16";
-  case SL_I32: return "i32";
-  case SL_I64: return "i64";
-  case SL_U8: return "u8";
-  case SL_F64: return "f64";
-  }
-  return "?";
-}
-
-const char *sl_coll_name(sl_coll_kind k) {
-  switch ((int)k) {
-  case SL_COLL_ALLGATHER: return "allgather";
-  case SL_COLL_REDUCE_SCATTER: return "reduce_scatter";
-  case SL_COLL_ALLREDUCE: return "allreduce";
-  case SL_COLL_BROADCAST: return "broadcast";
-  case SL_COLL_SENDRECV: return "send";
-  case SL_COLL_BARRIER: return "barrier";
-  case SL_OPK_RECV: return "recv";
-  case SL_OPK_SPLIT: return "split";
-  }
-  return "?";
-}
-
-static int is_coll(int kind) {
-  return kind != SL_COLL_SENDRECV && kind != SL_OPK_RECV && kind != SL_OPK_QUIT;
-}
-int sl_comm_is_coll(int kind) { return is_coll(kind); }
-uint64_t sl_comm_now_ns(void) { return now_ns(); }
-
-uint64_t sl_comm_bus_bytes(sl_coll_kind k, int n, int64_t count, sl_dtype dt,
-                           int is_source) {
-  uint64_t es = sl_dtype_size(dt);
-  if (n <= 1 || count <= 0) return 0;
-  switch (k) {
-  case SL_COLL_ALLGATHER:
-  case SL_COLL_REDUCE_SCATTER: return (uint64_t)(n - 1) * (uint64_t)count * es;
-  case SL_COLL_ALLREDUCE:
-    return 2ull * (uint64_t)(n - 1) * (uint64_t)((count + n - 1) / n) * es;
-  case SL_COLL_BROADCAST:
-  case SL_COLL_SENDRECV: return is_source ? (uint64_t)count * es : 0;
-  default: return 0;
-  }
-}
-
-uint64_t sl_comm_op_bytes(const sl_comm_op *op, int rank, int n) {
-  switch (op->kind) {
-  case SL_COLL_BROADCAST:
-    return sl_comm_bus_bytes(SL_COLL_BROADCAST, n, op->count, op->dt, rank == op->peer);
-  case SL_COLL_SENDRECV: return sl_comm_bus_bytes(SL_COLL_SENDRECV, n, op->count, op->dt, 1);
-  case SL_OPK_RECV: return 0;
-  case SL_OPK_SPLIT: return 0;
-  default: return sl_comm_bus_bytes((sl_coll_kind)op->kind, n, op->count, op->dt, 0);
-  }
-}
-
-/* ---- process-wide state: MPI, bf16 op, registry, watchdog --------------- */
+/* ---- process-wide state: MPI, bf16 op, watchdog ------------------------- */
 
 enum { WD_TAG_QUERY = 101, WD_TAG_REPLY = 102, WD_NSEND = 64 };
 
@@ -143,11 +53,9 @@ static struct {
   MPI_Op bf16_sum;
   MPI_Comm wd_comm;          /* dup of world: watchdog queries only */
   pthread_t wd_thread;
-  int wd_running, wd_stop;   /* wd_stop guarded by reg_mu */
-  pthread_mutex_t reg_mu;    /* guards the registry list */
-  sl_comm *reg[256];         /* live communicators (watchdog, queries) */
-  int nreg;
-} g = {.reg_mu = PTHREAD_MUTEX_INITIALIZER};
+  int wd_running, wd_stop;   /* wd_stop guarded by the registry lock */
+} g;
+
 
 static void bf16_sum_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
   const uint16_t *a = in;
@@ -170,20 +78,8 @@ static MPI_Datatype mpi_type(sl_dtype t) {
 
 static MPI_Op mpi_sum(sl_dtype t) { return t == SL_BF16 ? g.bf16_sum : MPI_SUM; }
 
-static void reg_add(sl_comm *c) {
-  pthread_mutex_lock(&g.reg_mu);
-  if (g.nreg < (int)(sizeof g.reg / sizeof g.reg[0])) g.reg[g.nreg++] = c;
-  pthread_mutex_unlock(&g.reg_mu);
-}
-
-static void reg_del(sl_comm *c) {
-  pthread_mutex_lock(&g.reg_mu);
-  for (int i = 0; i < g.nreg; i++)
-    if (g.reg[i] == c) { g.reg[i] = g.reg[--g.nreg]; break; }
-  pthread_mutex_unlock(&g.reg_mu);
-}
-void sl_comm_register(sl_comm *c) { reg_add(c); }
-void sl_comm_unregister(sl_comm *c) { reg_del(c); }
+#define reg_add sl_comm_register
+#define reg_del sl_comm_unregister
 
 /* ---- MPI backend state of one communicator ----------------------------- */
 
@@ -526,14 +422,14 @@ static void wd_serve(wd_state *w) {
     MPI_Status st;
     if (MPI_Test(&w->qreq, &flag, &st) != MPI_SUCCESS || !flag) return;
     int64_t uid = w->qbuf[0], seq = -1;
-    pthread_mutex_lock(&g.reg_mu);
-    for (int i = 0; i < g.nreg; i++)
-      if (g.reg[i]->uid == (uint64_t)uid) {
-        pthread_mutex_lock(&g.reg[i]->mu);
-        seq = (int64_t)g.reg[i]->issued_seq;
-        pthread_mutex_unlock(&g.reg[i]->mu);
+    sl_comm_registry_lock();
+    for (int i = 0; i < sl_comm_registry_size(); i++)
+      if (sl_comm_registry_at(i)->uid == (uint64_t)uid) {
+        pthread_mutex_lock(&sl_comm_registry_at(i)->mu);
+        seq = (int64_t)sl_comm_registry_at(i)->issued_seq;
+        pthread_mutex_unlock(&sl_comm_registry_at(i)->mu);
       }
-    pthread_mutex_unlock(&g.reg_mu);
+    sl_comm_registry_unlock();
     int slot = -1;
     for (int i = 0; i < WD_NSEND && slot < 0; i++) {
       int done = 1;
@@ -619,10 +515,12 @@ static void wd_fire(wd_state *w, const wd_snap *c, int kind, uint64_t seq, doubl
           c->rank, g.wrank);
   fflush(stderr);
   /* A backend with its own transport (NCCL) aborts it first. */
-  pthread_mutex_lock(&g.reg_mu);
-  for (int i = 0; i < g.nreg; i++)
-    if (g.reg[i]->uid == c->uid && g.reg[i]->vt->abort) g.reg[i]->vt->abort(g.reg[i]);
-  pthread_mutex_unlock(&g.reg_mu);
+  sl_comm_registry_lock();
+  for (int i = 0; i < sl_comm_registry_size(); i++) {
+    sl_comm *o = sl_comm_registry_at(i);
+    if (o->uid == c->uid && o->vt->abort) o->vt->abort(o);
+  }
+  sl_comm_registry_unlock();
   MPI_Abort(MPI_COMM_WORLD, 3);
   _exit(3); /* not reached */
 }
@@ -635,13 +533,13 @@ static void *wd_main(void *arg) {
   uint64_t limit = (uint64_t)(g.timeout_s * 1e9);
   for (;;) {
     wd_serve(&w);
-    pthread_mutex_lock(&g.reg_mu);
-    if (g.wd_stop) { pthread_mutex_unlock(&g.reg_mu); break; }
+    sl_comm_registry_lock();
+    if (g.wd_stop) { sl_comm_registry_unlock(); break; }
     wd_snap late = {.size = 0};
     int kind = 0;
     uint64_t seq = 0, t = now_ns(), waited = 0;
-    for (int i = 0; i < g.nreg && !late.size; i++) {
-      sl_comm *c = g.reg[i];
+    for (int i = 0; i < sl_comm_registry_size() && !late.size; i++) {
+      sl_comm *c = sl_comm_registry_at(i);
       pthread_mutex_lock(&c->mu);
       /* start_ns may be later than t (stamped after t was read) */
       if (c->running && c->running->start_ns < t && t - c->running->start_ns > limit &&
@@ -657,7 +555,7 @@ static void *wd_main(void *arg) {
       }
       pthread_mutex_unlock(&c->mu);
     }
-    pthread_mutex_unlock(&g.reg_mu);
+    sl_comm_registry_unlock();
     if (late.size) wd_fire(&w, &late, kind, seq, (double)waited * 1e-9);
     sleep_us(20000);
   }
@@ -670,7 +568,7 @@ static void *wd_main(void *arg) {
 
 /* ---- world ------------------------------------------------------------- */
 
-int sl_comm_world_init(int *argc, char ***argv, double timeout_s, sl_comm **world) {
+static int mpi_world_init(int *argc, char ***argv, double timeout_s, sl_comm **world) {
   char err[512] = "";
   if (!world) return comm_fail("sl_comm_world_init: world is NULL");
   *world = NULL;
@@ -714,11 +612,11 @@ int sl_comm_world_init(int *argc, char ***argv, double timeout_s, sl_comm **worl
   return SL_COMM_OK;
 }
 
-void sl_comm_world_finalize(void) {
+static void mpi_world_finalize(void) {
   if (!g.inited) return;
-  if (g.nreg > 0)
+  if (sl_comm_registry_size() > 0)
     fprintf(stderr, "shardlm: warning: sl_comm_world_finalize with %d communicator(s) not destroyed\n",
-            g.nreg);
+            sl_comm_registry_size());
   /* Final barrier, bounded by the timeout (+5 s, so that the watchdog of a
    * rank still stuck in a collective reports first): a rank that never gets
    * here must not leave the others inside MPI_Finalize forever. The watchdog
@@ -738,9 +636,9 @@ void sl_comm_world_finalize(void) {
     }
   }
   if (g.wd_running) {
-    pthread_mutex_lock(&g.reg_mu);
+    sl_comm_registry_lock();
     g.wd_stop = 1;
-    pthread_mutex_unlock(&g.reg_mu);
+    sl_comm_registry_unlock();
     pthread_join(g.wd_thread, NULL);
     g.wd_running = 0;
   }
@@ -752,7 +650,7 @@ void sl_comm_world_finalize(void) {
   g.we_init_mpi = 0;
 }
 
-void sl_comm_abort(int code) {
+static void mpi_abort_all(int code) {
   int flag = 0;
   fflush(stdout);
   fflush(stderr);
@@ -760,15 +658,6 @@ void sl_comm_abort(int code) {
   if (flag) MPI_Abort(MPI_COMM_WORLD, code);
   _exit(code);
 }
-
-/* ---- communicators ------------------------------------------------------ */
-
-int sl_comm_rank(const sl_comm *c) { return c ? c->rank : -1; }
-int sl_comm_size(const sl_comm *c) { return c ? c->size : 0; }
-int sl_comm_world_rank(const sl_comm *c, int rank) {
-  return c && rank >= 0 && rank < c->size ? c->world_ranks[rank] : -1;
-}
-const char *sl_comm_backend(const sl_comm *c) { return c ? c->vt->name : "none"; }
 
 static void mpi_destroy(sl_comm *c) {
   mpi_be *b = c->be;
@@ -794,191 +683,11 @@ static void mpi_destroy(sl_comm *c) {
   free(c);
 }
 
-void sl_comm_destroy(sl_comm *c) {
-  if (c) c->vt->destroy(c);
-}
+static const sl_comm_world_be mpi_world = {.abi = SL_COMM_WORLD_ABI,
+                                           .name = "mpi",
+                                           .world_init = mpi_world_init,
+                                           .world_finalize = mpi_world_finalize,
+                                           .abort = mpi_abort_all};
 
-/* ---- issuing ------------------------------------------------------------ */
-
-/* Sequence number and statistics of a request being issued (c->mu held). */
-static void account_locked(sl_comm *c, sl_comm_req *r) {
-  const sl_comm_op *op = &r->op;
-  if (is_coll(op->kind)) r->op.seq = ++c->issued_seq;
-  else r->op.seq = ++c->p2p_seq;
-  if (op->kind < SL_COLL_NKINDS) {
-    c->stats.calls[op->kind]++;
-    c->stats.bytes[op->kind] += sl_comm_op_bytes(op, c->rank, c->size);
-  } else if (op->kind == SL_OPK_RECV) {
-    c->stats.calls[SL_COLL_SENDRECV]++;
-  }
-}
-
-void sl_comm_account(sl_comm *c, sl_comm_req *r) {
-  pthread_mutex_lock(&c->mu);
-  account_locked(c, r);
-  pthread_mutex_unlock(&c->mu);
-}
-
-static int submit(sl_comm *c, const sl_comm_op *op, sl_comm_req **out) {
-  const char *what = sl_coll_name((sl_coll_kind)op->kind);
-  if (out) *out = NULL;
-  if (!c) return comm_fail("%s: communicator is NULL", what);
-  if (!out) return comm_fail("%s on comm %s: request pointer is NULL", what, c->name);
-  if (op->kind != SL_COLL_BARRIER && op->kind != SL_OPK_SPLIT) {
-    if ((unsigned)op->dt > SL_F64) return comm_fail("%s on comm %s: unknown dtype %d", what, c->name, (int)op->dt);
-    if (op->count < 0 || op->count > INT_MAX)
-      return comm_fail("%s on comm %s: count %lld out of range [0, %d] (elements of %s)", what, c->name,
-                       (long long)op->count, INT_MAX, sl_dtype_name(op->dt));
-    int need_send = op->kind == SL_COLL_ALLGATHER || op->kind == SL_COLL_REDUCE_SCATTER ||
-                    op->kind == SL_COLL_SENDRECV;
-    int need_recv = op->kind != SL_COLL_SENDRECV;
-    if (op->count > 0 && ((need_send && !op->send) || (need_recv && !op->recv)))
-      return comm_fail("%s on comm %s: NULL buffer for %lld x %s", what, c->name, (long long)op->count,
-                       sl_dtype_name(op->dt));
-  }
-  if ((op->kind == SL_COLL_BROADCAST || op->kind == SL_COLL_SENDRECV || op->kind == SL_OPK_RECV) &&
-      (op->peer < 0 || op->peer >= c->size))
-    return comm_fail("%s on comm %s: %s %d out of range [0, %d)", what, c->name,
-                     op->kind == SL_COLL_BROADCAST ? "root" : "peer", op->peer, c->size);
-  if ((op->kind == SL_COLL_SENDRECV || op->kind == SL_OPK_RECV) && (op->tag < 0 || op->tag > 32767))
-    return comm_fail("%s on comm %s: tag %d out of range [0, 32767]", what, c->name, op->tag);
-  sl_comm_req *r = calloc(1, sizeof *r);
-  if (!r) return comm_fail("%s on comm %s: out of memory for the request", what, c->name);
-  r->c = c;
-  r->op = *op;
-  if (c->vt->issue) { /* the backend starts it itself (NCCL) */
-    int rc = c->vt->issue(c, r);
-    if (rc != SL_COMM_OK) {
-      free(r);
-      return rc;
-    }
-    *out = r;
-    return SL_COMM_OK;
-  }
-  pthread_mutex_lock(&c->mu);
-  account_locked(c, r);
-  if (c->tail) c->tail->next = r; else c->head = r;
-  c->tail = r;
-  pthread_cond_signal(&c->cv_work);
-  pthread_mutex_unlock(&c->mu);
-  *out = r;
-  return SL_COMM_OK;
-}
-
-int sl_comm_allgather(sl_comm *c, const void *send, void *recv, int64_t count, sl_dtype dt,
-                      sl_comm_req **req) {
-  sl_comm_op op = {.kind = SL_COLL_ALLGATHER, .send = send, .recv = recv, .count = count, .dt = dt};
-  return submit(c, &op, req);
-}
-
-int sl_comm_reduce_scatter(sl_comm *c, const void *send, void *recv, int64_t count, sl_dtype dt,
-                           sl_comm_req **req) {
-  sl_comm_op op = {.kind = SL_COLL_REDUCE_SCATTER, .send = send, .recv = recv, .count = count, .dt = dt};
-  return submit(c, &op, req);
-}
-
-int sl_comm_allreduce(sl_comm *c, void *buf, int64_t count, sl_dtype dt, sl_comm_req **req) {
-  sl_comm_op op = {.kind = SL_COLL_ALLREDUCE, .recv = buf, .count = count, .dt = dt};
-  return submit(c, &op, req);
-}
-
-int sl_comm_broadcast(sl_comm *c, void *buf, int64_t count, sl_dtype dt, int root, sl_comm_req **req) {
-  sl_comm_op op = {.kind = SL_COLL_BROADCAST, .recv = buf, .count = count, .dt = dt, .peer = root};
-  return submit(c, &op, req);
-}
-
-int sl_comm_send(sl_comm *c, const void *buf, int64_t count, sl_dtype dt, int peer, int tag,
-                 sl_comm_req **req) {
-  sl_comm_op op = {.kind = SL_COLL_SENDRECV, .send = buf, .count = count, .dt = dt, .peer = peer, .tag = tag};
-  return submit(c, &op, req);
-}
-
-int sl_comm_recv(sl_comm *c, void *buf, int64_t count, sl_dtype dt, int peer, int tag,
-                 sl_comm_req **req) {
-  sl_comm_op op = {.kind = SL_OPK_RECV, .recv = buf, .count = count, .dt = dt, .peer = peer, .tag = tag};
-  return submit(c, &op, req);
-}
-
-int sl_comm_barrier(sl_comm *c, sl_comm_req **req) {
-  sl_comm_op op = {.kind = SL_COLL_BARRIER};
-  return submit(c, &op, req);
-}
-
-int sl_comm_split(sl_comm *parent, int color, int key, sl_comm **out) {
-  if (!out) return comm_fail("sl_comm_split: out is NULL");
-  *out = NULL;
-  if (color < 0) return comm_fail("sl_comm_split: color %d must be >= 0", color);
-  sl_comm_op op = {.kind = SL_OPK_SPLIT, .color = color, .key = key, .split_out = out};
-  sl_comm_req *r;
-  int rc = submit(parent, &op, &r);
-  if (rc == SL_COMM_OK) rc = sl_comm_wait(r);
-  return rc;
-}
-
-/* ---- completion ----------------------------------------------------------- */
-
-int sl_comm_wait(sl_comm_req *r) {
-  if (!r) return comm_fail("sl_comm_wait: request is NULL");
-  sl_comm *c = r->c;
-  if (c->vt->wait) return c->vt->wait(r);
-  uint64_t t0 = now_ns();
-  pthread_mutex_lock(&c->mu);
-  while (!r->done) pthread_cond_wait(&c->cv_done, &c->mu);
-  c->stats.wait_ns += now_ns() - t0;
-  pthread_mutex_unlock(&c->mu);
-  int st = r->status;
-  if (st != SL_COMM_OK) comm_fail("%s", r->err);
-  free(r);
-  return st;
-}
-
-int sl_comm_test(sl_comm_req *r) {
-  if (!r) return 0;
-  if (r->c->vt->test) return r->c->vt->test(r);
-  pthread_mutex_lock(&r->c->mu);
-  int d = r->done;
-  pthread_mutex_unlock(&r->c->mu);
-  return d;
-}
-
-int sl_comm_allreduce_sync(sl_comm *c, void *buf, int64_t count, sl_dtype dt) {
-  sl_comm_req *r;
-  int rc = sl_comm_allreduce(c, buf, count, dt, &r);
-  return rc ? rc : sl_comm_wait(r);
-}
-
-int sl_comm_allgather_sync(sl_comm *c, const void *send, void *recv, int64_t count, sl_dtype dt) {
-  sl_comm_req *r;
-  int rc = sl_comm_allgather(c, send, recv, count, dt, &r);
-  return rc ? rc : sl_comm_wait(r);
-}
-
-int sl_comm_broadcast_sync(sl_comm *c, void *buf, int64_t count, sl_dtype dt, int root) {
-  sl_comm_req *r;
-  int rc = sl_comm_broadcast(c, buf, count, dt, root, &r);
-  return rc ? rc : sl_comm_wait(r);
-}
-
-int sl_comm_barrier_sync(sl_comm *c) {
-  sl_comm_req *r;
-  int rc = sl_comm_barrier(c, &r);
-  return rc ? rc : sl_comm_wait(r);
-}
-
-/* ---- statistics ------------------------------------------------------------ */
-
-void sl_comm_get_stats(const sl_comm *c, sl_comm_stats *out) {
-  memset(out, 0, sizeof *out);
-  if (!c) return;
-  sl_comm *m = (sl_comm *)c; /* the mutex is not part of the logical state */
-  pthread_mutex_lock(&m->mu);
-  *out = c->stats;
-  pthread_mutex_unlock(&m->mu);
-}
-
-void sl_comm_reset_stats(sl_comm *c) {
-  if (!c) return;
-  pthread_mutex_lock(&c->mu);
-  memset(&c->stats, 0, sizeof c->stats);
-  pthread_mutex_unlock(&c->mu);
-}
+/* The module's entry point (dlsym'ed by comm.c). */
+__attribute__((visibility("default"))) const sl_comm_world_be *sl_comm_mpi_entry(void) { return &mpi_world; }

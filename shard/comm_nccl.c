@@ -26,8 +26,12 @@
  *  - all-reduce = reduce-scatter + all-gather of the buffer zero-padded to a
  *    multiple of n (as the MPI backend): bit-identical to those two calls.
  *
- * Built without NCCL (SL_USE_NCCL undefined) only sl_comm_nccl_create
- * exists, and it fails with "built without NCCL".
+ * sl_comm_nccl_create_boot makes the same comm without any host
+ * communicator (no MPI): rank 0's id goes through the fs / tcp rendezvous of
+ * shard/bootstrap.c; such a comm has no twin and cannot be split.
+ *
+ * Built without NCCL (SL_USE_NCCL undefined) only the two create functions
+ * exist, and they fail with "built without NCCL".
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -39,6 +43,7 @@
 #include <time.h>
 
 #include "base/base.h"
+#include "shard/bootstrap.h"
 #include "shard/comm.h"
 #include "shard/comm_internal.h"
 
@@ -49,6 +54,16 @@ int sl_comm_nccl_create(sl_comm *mpi_parent, void *cuda_stream, sl_comm **out) {
   (void)cuda_stream;
   if (out) *out = NULL;
   return sl_comm_set_error("sl_comm_nccl_create: shardlm was built without NCCL (configure with "
+                           "CUDA and NCCL installed, -DSL_WITH_NCCL=ON to require it)");
+}
+
+int sl_comm_nccl_create_boot(const struct sl_boot_env *boot, void *cuda_stream, double timeout_s,
+                             sl_comm **out) {
+  (void)boot;
+  (void)cuda_stream;
+  (void)timeout_s;
+  if (out) *out = NULL;
+  return sl_comm_set_error("sl_comm_nccl_create_boot: shardlm was built without NCCL (configure with "
                            "CUDA and NCCL installed, -DSL_WITH_NCCL=ON to require it)");
 }
 
@@ -313,6 +328,11 @@ static int nccl_split(sl_comm *c, sl_comm_req *r) {
     snprintf(err, nerr, "the communicator failed earlier");
     goto fail;
   }
+  if (!b->mpi) {
+    snprintf(err, nerr, "it was bootstrapped without a host communicator (sl_comm_nccl_create_boot), "
+                        "which a split needs");
+    goto fail;
+  }
   if (sl_comm_split(b->mpi, r->op.color, r->op.key, &mchild) != SL_COMM_OK) {
     snprintf(err, nerr, "split of the MPI twin %s: %s", b->mpi->name, sl_comm_last_error());
     goto fail;
@@ -466,19 +486,22 @@ static sl_comm *wrap(ncclComm_t nc, sl_comm *mpi, int own_mpi, cudaStream_t comp
   c->be = b;
   c->uid = uid;
   snprintf(c->name, sizeof c->name, "%s", name);
-  c->rank = sl_comm_rank(mpi);
-  c->size = sl_comm_size(mpi);
-  if (ncclCommUserRank(nc, &nrank) != ncclSuccess || ncclCommCount(nc, &ncount) != ncclSuccess ||
-      nrank != c->rank || ncount != c->size) {
+  if (ncclCommUserRank(nc, &nrank) != ncclSuccess || ncclCommCount(nc, &ncount) != ncclSuccess) {
+    snprintf(err, nerr, "ncclCommUserRank / ncclCommCount failed");
+    goto fail;
+  }
+  c->rank = mpi ? sl_comm_rank(mpi) : nrank;
+  c->size = mpi ? sl_comm_size(mpi) : ncount;
+  if (nrank != c->rank || ncount != c->size) {
     snprintf(err, nerr, "NCCL comm has rank %d of %d, its MPI twin %s rank %d of %d", nrank, ncount,
-             mpi->name, c->rank, c->size);
+             mpi ? mpi->name : "-", c->rank, c->size);
     goto fail;
   }
   if (!(c->world_ranks = malloc((size_t)c->size * sizeof(int)))) {
     snprintf(err, nerr, "out of memory creating comm %s", name);
     goto fail;
   }
-  for (int i = 0; i < c->size; i++) c->world_ranks[i] = sl_comm_world_rank(mpi, i);
+  for (int i = 0; i < c->size; i++) c->world_ranks[i] = mpi ? sl_comm_world_rank(mpi, i) : i;
   CU(cudaDeviceGetStreamPriorityRange(&prio_lo, &prio_hi));
   CU(cudaStreamCreateWithPriority(&b->stream, cudaStreamNonBlocking, prio_hi));
   CU(cudaEventCreateWithFlags(&b->ev_compute, cudaEventDisableTiming));
@@ -542,8 +565,9 @@ int sl_comm_nccl_create(sl_comm *mpi_parent, void *cuda_stream, sl_comm **out) {
   char err[512] = "";
   if (!out) return sl_comm_set_error("sl_comm_nccl_create: out is NULL");
   *out = NULL;
-  if (!mpi_parent || strcmp(sl_comm_backend(mpi_parent), "mpi") != 0)
-    return sl_comm_set_error("sl_comm_nccl_create: the parent must be an MPI communicator (got %s)",
+  if (!mpi_parent || (strcmp(sl_comm_backend(mpi_parent), "mpi") != 0 &&
+                      strcmp(sl_comm_backend(mpi_parent), "self") != 0))
+    return sl_comm_set_error("sl_comm_nccl_create: the parent must be an MPI or self communicator (got %s)",
                              mpi_parent ? sl_comm_backend(mpi_parent) : "NULL");
   int dev = -1;
   cudaError_t ce = cudaGetDevice(&dev);
@@ -589,6 +613,53 @@ int sl_comm_nccl_create(sl_comm *mpi_parent, void *cuda_stream, sl_comm **out) {
   sl_comm *c = wrap(nc, mpi_parent, 0, (cudaStream_t)cuda_stream, dev, name, (z & ~1ull) | 2, err,
                     sizeof err);
   if (!c) return sl_comm_set_error("sl_comm_nccl_create on %s: %s", mpi_parent->name, err);
+  *out = c;
+  return SL_COMM_OK;
+}
+
+int sl_comm_nccl_create_boot(const struct sl_boot_env *boot, void *cuda_stream, double timeout_s,
+                             sl_comm **out) {
+  char err[512] = "";
+  if (!out) return sl_comm_set_error("sl_comm_nccl_create_boot: out is NULL");
+  *out = NULL;
+  if (!boot || boot->size < 1 || boot->rank < 0 || boot->rank >= boot->size)
+    return sl_comm_set_error("sl_comm_nccl_create_boot: no valid rank/world (sl_boot_from_env)");
+  int dev = -1;
+  cudaError_t ce = cudaGetDevice(&dev);
+  /* {ok flag, ncclUniqueId} from rank 0, as in sl_comm_nccl_create */
+  unsigned char msg[1 + sizeof(ncclUniqueId)];
+  memset(msg, 0, sizeof msg);
+  if (boot->rank == 0) {
+    ncclUniqueId id;
+    if (ce == cudaSuccess && ncclGetUniqueId(&id) == ncclSuccess) {
+      msg[0] = 1;
+      memcpy(msg + 1, &id, sizeof id);
+    }
+  }
+  if (sl_boot_share(boot, msg, sizeof msg, timeout_s) != SL_OK)
+    return sl_comm_set_error("sl_comm_nccl_create_boot (rank %d of %d, %s): %s", boot->rank, boot->size,
+                             boot->source, sl_errmsg());
+  if (ce != cudaSuccess) {
+    (void)cudaGetLastError();
+    return sl_comm_set_error("sl_comm_nccl_create_boot: no usable CUDA device on rank %d: %s", boot->rank,
+                             cudaGetErrorString(ce));
+  }
+  if (!msg[0])
+    return sl_comm_set_error("sl_comm_nccl_create_boot: rank 0 could not create the NCCL unique id "
+                             "(no CUDA device there, or ncclGetUniqueId failed)");
+  ncclUniqueId id;
+  memcpy(&id, msg + 1, sizeof id);
+  ncclComm_t nc = NULL;
+  ncclResult_t ne = ncclCommInitRank(&nc, boot->size, id, boot->rank);
+  if (ne != ncclSuccess)
+    return sl_comm_set_error("sl_comm_nccl_create_boot: ncclCommInitRank (rank %d of %d, device %d) failed: "
+                             "%s (%s)", boot->rank, boot->size, dev, ncclGetErrorString(ne),
+                             ncclGetLastError(NULL));
+  uint64_t z = 0x6a09e667f3bcc909ull; /* uid: a hash of the id bytes, equal on every rank */
+  for (size_t i = 0; i < sizeof msg; i++) z = (z ^ msg[i]) * 0x100000001b3ull;
+  sl_comm *c = wrap(nc, NULL, 0, (cudaStream_t)cuda_stream, dev, "boot/nccl", (z & ~1ull) | 2, err,
+                    sizeof err);
+  if (!c) return sl_comm_set_error("sl_comm_nccl_create_boot: %s", err);
   *out = c;
   return SL_COMM_OK;
 }

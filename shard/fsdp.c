@@ -132,6 +132,18 @@ static int wait_req(sl_fsdp *f, sl_comm_req **r) {
   return SL_OK;
 }
 
+static int dev_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+  const sl_fsdp *f = ctx;
+  f->ops->copy(f->kctx, dst, src, bytes);
+  return 0;
+}
+
+/* The device twin of host group g: NCCL, or a local comm for one rank. */
+static int device_comm(sl_fsdp *f, sl_comm *g, sl_comm **out) {
+  if (sl_comm_size(g) == 1) return sl_comm_local_create("local", dev_copy, f, out) == SL_COMM_OK ? SL_OK : SL_ECOMM;
+  return sl_comm_nccl_create(g, f->ops->stream(f->kctx), out) == SL_COMM_OK ? SL_OK : SL_ECOMM;
+}
+
 int sl_fsdp_create(sl_comm *world, const sl_fsdp_cfg *cfg, const sl_ops *ops,
                    sl_kctx *kctx, int nunits, const int64_t *numel,
                    const int *pinned, sl_fsdp **out) {
@@ -164,11 +176,11 @@ int sl_fsdp_create(sl_comm *world, const sl_fsdp_cfg *cfg, const sl_ops *ops,
     goto fail;
   }
   if (ops->is_device()) {
-    /* data moves between device buffers over NCCL; the MPI groups keep
-     * carrying the host scalars (gradient norm) */
-    if (sl_comm_nccl_create(f->shard_comm, ops->stream(kctx), &f->dshard) != SL_COMM_OK ||
-        sl_comm_nccl_create(f->rep_comm, ops->stream(kctx), &f->drep) != SL_COMM_OK) {
-      rc = sl_fail(SL_ECOMM, "fsdp: NCCL communicator: %s", sl_comm_last_error());
+    /* data moves between device buffers over NCCL; the host groups keep
+     * carrying the host scalars (gradient norm). A one-rank group needs no
+     * NCCL: its collectives are device copies on the compute stream. */
+    if (device_comm(f, f->shard_comm, &f->dshard) != SL_OK || device_comm(f, f->rep_comm, &f->drep) != SL_OK) {
+      rc = sl_fail(SL_ECOMM, "fsdp: device communicator: %s", sl_comm_last_error());
       goto fail;
     }
   } else {
@@ -412,6 +424,20 @@ int sl_fsdp_fwd_release(sl_fsdp *f, int u) {
    * when resharding after forward, as the closed forms count */
   if (f->cfg.zero == 3 && !f->cfg.reshard_after_forward) return SL_OK;
   drop_params(f, u);
+  return SL_OK;
+}
+
+int sl_fsdp_end_forward(sl_fsdp *f) {
+  /* no backward follows: nothing to reduce; drop every gathered buffer
+   * (pinned units and ZeRO-3 units kept for a backward included) */
+  for (int u = 0; u < f->nunits; u++) {
+    unit_t *U = &f->units[u];
+    if (U->pstate == P_INFLIGHT) {
+      int rc = wait_req(f, &U->ag_req);
+      if (rc) return rc;
+    }
+    drop_params(f, u);
+  }
   return SL_OK;
 }
 

@@ -88,6 +88,10 @@ int sl_fsdp_grad_buffer(sl_fsdp *f, int u, float **grads);
 /* Parameters of a pinned unit while another unit uses them. */
 int sl_fsdp_pinned_params(sl_fsdp *f, int u, const float **params);
 int sl_fsdp_end_micro(sl_fsdp *f);
+/* Forward-only pass (evaluation): fwd_acquire / fwd_release for u = 0..U-1
+ * without begin_micro, then sl_fsdp_end_forward drops every gathered
+ * buffer. No gradient buffer is touched, no reduction issued. */
+int sl_fsdp_end_forward(sl_fsdp *f);
 
 /* Global sum of squares of the reduced gradients (over the optimizer
  * views of the shard group, padding is zero), summed in rank order in

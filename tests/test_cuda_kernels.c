@@ -265,6 +265,43 @@ static void test_attention(int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_
   freeb(&qkv), freeb(&out), freeb(&lse), freeb(&dout), freeb(&dqkv);
 }
 
+/* Document masking: rope_doc and attention_doc with per-token document
+ * starts (documents crossing the kernels' tiles, a 1-token document). */
+static void test_doc(int64_t hd, int64_t window) {
+  char name[96];
+  int64_t B = 2, T = 75, nh = 4, nkv = 2, W = (nh + 2 * nkv) * hd;
+  int32_t seg[2 * 75];
+  for (int64_t t = 0; t < T; t++) {
+    seg[t] = t < 3 ? 0 : t < 4 ? 3 : t < 41 ? 4 : 41;
+    seg[T + t] = t < 33 ? 0 : 33;
+  }
+  int32_t *dseg = (int32_t *)dev_copy(seg, sizeof seg);
+  buf q = mk(B * T * W, -1, 1), g = mk(B * T * W, -1, 1);
+  cpu->rope_doc_fwd(cc, q.h, B, T, nh, nkv, hd, 10000.0f, seg);
+  gpu->rope_doc_fwd(gc, q.d, B, T, nh, nkv, hd, 10000.0f, dseg);
+  check("rope_doc_fwd", &q, 1e-5);
+  cpu->rope_doc_bwd(cc, g.h, B, T, nh, nkv, hd, 10000.0f, seg);
+  gpu->rope_doc_bwd(gc, g.d, B, T, nh, nkv, hd, 10000.0f, dseg);
+  check("rope_doc_bwd", &g, 1e-5);
+  buf out = mk0(B * T * nh * hd), lse = mk0(B * nh * T), dout = mk(B * T * nh * hd, -1, 1);
+  buf dqkv = mk(B * T * W, -1, 1);
+  cpu->attention_doc_fwd(cc, out.h, lse.h, q.h, B, T, nh, nkv, hd, window, seg);
+  gpu->attention_doc_fwd(gc, out.d, lse.d, q.d, B, T, nh, nkv, hd, window, dseg);
+  snprintf(name, sizeof name, "attn_doc_fwd hd%lld w%lld out", (long long)hd, (long long)window);
+  check(name, &out, 1e-4);
+  snprintf(name, sizeof name, "attn_doc_fwd hd%lld w%lld lse", (long long)hd, (long long)window);
+  check(name, &lse, 1e-5);
+  if (sl_cuda_upload(gc, out.d, out.h, (size_t)out.n * 4) ||
+      sl_cuda_upload(gc, lse.d, lse.h, (size_t)lse.n * 4))
+    nfail++;
+  cpu->attention_doc_bwd(cc, dqkv.h, dout.h, q.h, out.h, lse.h, B, T, nh, nkv, hd, window, seg);
+  gpu->attention_doc_bwd(gc, dqkv.d, dout.d, q.d, out.d, lse.d, B, T, nh, nkv, hd, window, dseg);
+  snprintf(name, sizeof name, "attn_doc_bwd hd%lld w%lld dqkv", (long long)hd, (long long)window);
+  check(name, &dqkv, 1e-4);
+  sl_cuda_free(gc, dseg);
+  freeb(&q), freeb(&g), freeb(&out), freeb(&lse), freeb(&dout), freeb(&dqkv);
+}
+
 static void test_pointwise(void) {
   int64_t N = 33, H = 70, n = 1000;
   buf gu = mk(N * 2 * H, -4, 4), out = mk0(N * H), dout = mk(N * H, -1, 1), dgu = mk(N * 2 * H, -1, 1);
@@ -450,6 +487,9 @@ int main(void) {
   test_attention(1, 45, 4, 4, 128, 9);
   test_attention(2, 40, 3, 1, 40, 0); /* generic fallback (padded to 64) */
   test_attention(1, 33, 2, 2, 200, 12); /* generic fallback (padded to 256) */
+  test_doc(64, 0);
+  test_doc(64, 20);
+  test_doc(32, 0);
   test_pointwise();
   test_lmhead();
   test_optim();

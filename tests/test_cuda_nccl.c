@@ -7,7 +7,9 @@
  * compute stream (an unsynchronised copy queued there just before a
  * collective), byte counters, test/wait, barrier, send/recv (n >= 2),
  * split. Skips (77) without a CUDA device or without NCCL. Run alone
- * (world size 1) or under mpirun with one GPU per rank. */
+ * (world size 1), under mpirun with one GPU per rank, or as N processes
+ * started with SL_RANK / SL_WORLD_SIZE / SL_INIT_METHOD (no MPI: the NCCL
+ * id goes through shard/bootstrap.c; split is not run there). */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdint.h>
@@ -17,6 +19,7 @@
 
 #include "base/base.h"
 #include "kernels/kernels.h"
+#include "shard/bootstrap.h"
 #include "shard/comm.h"
 #ifdef SL_USE_NCCL
 #include <cuda_runtime.h>
@@ -282,17 +285,30 @@ int main(int argc, char **argv) {
     printf("skip: no CUDA device\n");
     return 77;
   }
+  /* Without a launcher, SL_RANK/SL_WORLD_SIZE (or RANK/WORLD_SIZE, SLURM_*)
+   * + SL_INIT_METHOD start N processes that bootstrap NCCL without MPI. */
+  sl_boot_env boot;
+  int use_boot = 0;
+  if (!sl_comm_under_mpi_launcher() && sl_boot_from_env(&boot, &use_boot) != SL_OK) {
+    fprintf(stderr, "test_cuda_nccl: %s\n", sl_errmsg());
+    return 2;
+  }
   /* one GPU per rank on a node: local rank modulo the device count */
   const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
   if (!lr) lr = getenv("SLURM_LOCALID");
+  char lrb[16];
+  if (use_boot) {
+    snprintf(lrb, sizeof lrb, "%d", boot.local_rank);
+    lr = lrb;
+  }
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0 && lr) cudaSetDevice(atoi(lr) % ndev);
   if (sl_comm_world_init(&argc, &argv, 120.0, &w) != SL_COMM_OK) {
     fprintf(stderr, "sl_comm_world_init: %s\n", sl_comm_last_error());
     return 1;
   }
-  R = sl_comm_rank(w);
-  N = sl_comm_size(w);
+  R = use_boot ? boot.rank : sl_comm_rank(w);
+  N = use_boot ? boot.size : sl_comm_size(w);
   ctx = T->ctx_create(0);
   if (!ctx) {
     fprintf(stderr, "cuda ctx_create: %s\n", sl_errmsg());
@@ -300,14 +316,15 @@ int main(int argc, char **argv) {
   }
   void *stream = sl_cuda_stream(ctx); /* the context's stream is the compute stream */
   test_memops_device();
-  OK(sl_comm_nccl_create(w, stream, &nc));
+  if (use_boot) OK(sl_comm_nccl_create_boot(&boot, stream, 60.0, &nc));
+  else OK(sl_comm_nccl_create(w, stream, &nc));
   if (nc) {
     CHECK(strcmp(sl_comm_backend(nc), "nccl") == 0 && sl_comm_size(nc) == N && sl_comm_rank(nc) == R,
           "nccl comm: backend %s rank %d/%d", sl_comm_backend(nc), sl_comm_rank(nc), sl_comm_size(nc));
     test_collectives(nc, SL_F32);
     test_collectives(nc, SL_BF16);
     test_ordering(nc);
-    OK(sl_comm_split(nc, R % 2, -R, &half));
+    if (!use_boot) OK(sl_comm_split(nc, R % 2, -R, &half)); /* a boot comm has no host twin */
     if (half) {
       int hn = (N - R % 2 + 1) / 2; /* ranks with my parity */
       CHECK(strcmp(sl_comm_backend(half), "nccl") == 0 && sl_comm_size(half) == hn &&
@@ -321,8 +338,9 @@ int main(int argc, char **argv) {
   }
   T->ctx_destroy(ctx);
   int tot[2] = {npass, nfail};
-  if (sl_comm_allreduce_sync(w, tot, 2, SL_I32) != SL_COMM_OK) tot[1]++;
-  if (R == 0) printf("%d passed, %d failed (%d ranks)\n", tot[0], tot[1], N);
+  if (use_boot) printf("rank %d: ", R); /* no host comm: every rank reports its own */
+  else if (sl_comm_allreduce_sync(w, tot, 2, SL_I32) != SL_COMM_OK) tot[1]++;
+  if (R == 0 || use_boot) printf("%d passed, %d failed (%d ranks%s)\n", tot[0], tot[1], N, use_boot ? ", bootstrapped without MPI" : "");
   sl_comm_destroy(w);
   sl_comm_world_finalize();
   return tot[1] ? 1 : 0;

@@ -2,12 +2,15 @@
 # GPU training against the CPU backend (runs only where a GPU exists; exit
 # 77 elsewhere): the same tiny Llama for 10 steps on --backend cuda and
 # --backend cpu, fp32: per-step losses within 1e-4; ZeRO-3 at world size 1
-# exercises the NCCL gather / reduce-scatter path, and must equal ZeRO-0
-# bit for bit.
+# exercises the gather / reduce-scatter path (one-rank device comms: device
+# copies, no NCCL), and must equal ZeRO-0 bit for bit. The oracle script runs
+# under ${PYTHON:-python3} (it needs numpy: on the GPU machine that is the
+# venv's python3, not /usr/bin/python3).
 set -u
 B=${SL_BUILD:?}/shardlm
 [ -x "$B" ] || exit 77
 command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L > /dev/null 2>&1 || { echo "no GPU: skipped"; exit 77; }
+"${PYTHON:-python3}" -c "import numpy" 2> /dev/null || { echo "${PYTHON:-python3} has no numpy: skipped"; exit 77; }
 W=$(mktemp -d /tmp/sl-cuda-train.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 mkdir -p "$W/model"
@@ -24,7 +27,7 @@ run cpu --backend cpu --zero 0
 run gpu0 --backend cuda --zero 0
 run gpu3 --backend cuda --zero 3
 check() {
-  if /usr/bin/python3 "$SL_SRC/tests/lib/compare.py" "$W/$1" "$W/$2" "${@:3}"; then pass=$((pass+1)); else fail=$((fail+1)); fi
+  if "${PYTHON:-python3}" "$SL_SRC/tests/lib/compare.py" "$W/$1" "$W/$2" "${@:3}"; then pass=$((pass+1)); else fail=$((fail+1)); fi
 }
 check gpu0 cpu --rtol 1e-4 --loss-only
 check gpu3 gpu0 --exact

@@ -668,8 +668,9 @@ static void test_plot(void) {
     for (const char *c = q; c && c < e; c++) pts += *c == ',';
   }
   check(rc == 0 && s && !strncmp(s, "<?xml", 5) && strstr(s, "<svg") && strstr(s, "</svg>") &&
-            strstr(s, "m.jsonl") && strstr(s, "loss") && strstr(s, "tokens/s") && polys == 2 && pts == 6,
-        "plot: SVG with two panels of 3 points each (bad lines skipped)");
+            strstr(s, "m.jsonl") && strstr(s, "loss") && strstr(s, "tokens/s") && strstr(s, "learning rate") &&
+            !strstr(s, "gradient norm") && polys == 3 && pts == 7,
+        "plot: loss and tokens/s panels of 3 points, lr panel of 1 (bad lines skipped, no grad_norm panel)");
   free(s);
   write_bytes(path("e.jsonl"), "", 0);
   expect_input(sl_plot_metrics(path("e.jsonl"), path("e.svg")), "e.jsonl", "no metrics", "plot: empty file");

@@ -6,7 +6,9 @@
  * pre-fill + gradient ("backward ADDS into its outputs").
  * Covers GQA, sliding windows, hd 8/16, T not a multiple of the attention
  * tile, the chunked LM head with ignored targets, one- and two-thread
- * contexts. Prints one line per check; ends with "N passed, M failed". */
+ * contexts, and document masking (RoPE positions restarting per document,
+ * block-diagonal causal attention: the _doc ops with per-token document
+ * starts). Prints one line per check; ends with "N passed, M failed". */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -269,11 +271,13 @@ static void test_linear_big(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t 
 }
 
 /* ---- RoPE ----------------------------------------------------------------- */
-typedef struct { double *x, *R, *o; int64_t B, T, nh, nkv, hd; float theta; } rope_st;
+typedef struct { double *x, *R, *o; int64_t B, T, nh, nkv, hd; float theta; const int32_t *seg; } rope_st;
 /* HF: inv_freq = 1/(base ** (arange(0,dim,2).float()/dim)) in fp32,
  * freqs = t * inv_freq (fp32), emb = cat(freqs, freqs),
  * out = x*cos(emb) + rotate_half(x)*sin(emb), rotate_half = cat(-x2, x1). */
-static void rope_ref(double *o, const double *x, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta) {
+/* seg (B*T) or NULL: token t's position is t - seg[t] (document masking). */
+static void rope_ref(double *o, const double *x, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta,
+                     const int32_t *seg) {
   int64_t row = (nh + 2 * nkv) * hd, h2 = hd / 2;
   memcpy(o, x, (size_t)(B * T * row) * sizeof(double));
   double *rot = dvec(hd);
@@ -285,7 +289,7 @@ static void rope_ref(double *o, const double *x, int64_t B, int64_t T, int64_t n
         for (int64_t j = 0; j < hd; j++) rot[j] = j < h2 ? -xi[j + h2] : xi[j - h2];
         for (int64_t j = 0; j < hd; j++) {
           float inv = 1.0f / powf(theta, (float)(2 * (j % h2)) / (float)hd);
-          float ang = (float)t * inv;
+          float ang = (float)(t - (seg ? seg[b * T + t] : 0)) * inv;
           oi[j] = xi[j] * cos((double)ang) + rot[j] * sin((double)ang);
         }
       }
@@ -293,29 +297,34 @@ static void rope_ref(double *o, const double *x, int64_t B, int64_t T, int64_t n
 }
 static double rope_L(void *p) {
   rope_st *s = p;
-  rope_ref(s->o, s->x, s->B, s->T, s->nh, s->nkv, s->hd, s->theta);
+  rope_ref(s->o, s->x, s->B, s->T, s->nh, s->nkv, s->hd, s->theta, s->seg);
   return dot_r(s->o, s->R, s->B * s->T * (s->nh + 2 * s->nkv) * s->hd);
 }
-static void test_rope(const sl_ops *ops, sl_kctx *ctx, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta) {
+static void test_rope(const sl_ops *ops, sl_kctx *ctx, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta,
+                      const int32_t *seg) {
   int64_t n = B * T * (nh + 2 * nkv) * hd;
   float *x = fvec(n, 1.0f), *R = fvec(n, 1.0f), *y = fcopy(x, n);
-  ops->rope_fwd(ctx, y, B, T, nh, nkv, hd, theta);
-  rope_st s = {to_d(x, n), to_d(R, n), dvec(n), B, T, nh, nkv, hd, theta};
-  rope_ref(s.o, s.x, B, T, nh, nkv, hd, theta);
+  if (seg) ops->rope_doc_fwd(ctx, y, B, T, nh, nkv, hd, theta, seg);
+  else ops->rope_fwd(ctx, y, B, T, nh, nkv, hd, theta);
+  rope_st s = {to_d(x, n), to_d(R, n), dvec(n), B, T, nh, nkv, hd, theta, seg};
+  rope_ref(s.o, s.x, B, T, nh, nkv, hd, theta, seg);
   char nm[128];
-  snprintf(nm, sizeof nm, "rope_fwd B=%lld T=%lld nh=%lld nkv=%lld hd=%lld vs HF formula", (long long)B, (long long)T, (long long)nh, (long long)nkv, (long long)hd);
+  snprintf(nm, sizeof nm, "rope%s_fwd B=%lld T=%lld nh=%lld nkv=%lld hd=%lld vs HF formula", seg ? "_doc" : "", (long long)B, (long long)T, (long long)nh, (long long)nkv, (long long)hd);
   report(nm, rel_err(y, s.o, n, 1.0), 2e-6);
   float *g = fcopy(R, n); /* rope_bwd is in place: dqkv := J^T dqkv */
-  ops->rope_bwd(ctx, g, B, T, nh, nkv, hd, theta);
-  snprintf(nm, sizeof nm, "rope_bwd hd=%lld", (long long)hd);
+  if (seg) ops->rope_doc_bwd(ctx, g, B, T, nh, nkv, hd, theta, seg);
+  else ops->rope_bwd(ctx, g, B, T, nh, nkv, hd, theta);
+  snprintf(nm, sizeof nm, "rope%s_bwd hd=%lld", seg ? "_doc" : "", (long long)hd);
   fd_check(nm, s.x, g, n, rope_L, &s, 150, 1e-6);
   free(x); free(R); free(y); free(g); free(s.x); free(s.R); free(s.o);
 }
 
 /* ---- attention ------------------------------------------------------------ */
-typedef struct { double *qkv, *R, *o, *lse; int64_t B, T, nh, nkv, hd, win; } att_st;
-/* Explicit full (T, T) score matrix per (b, h), masked, softmaxed. */
-static void att_ref(double *o, double *lse, const double *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t win) {
+typedef struct { double *qkv, *R, *o, *lse; int64_t B, T, nh, nkv, hd, win; const int32_t *seg; } att_st;
+/* Explicit full (T, T) score matrix per (b, h), masked, softmaxed. seg (B*T)
+ * or NULL: query i also hides keys before its document start seg[i]. */
+static void att_ref(double *o, double *lse, const double *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t win,
+                    const int32_t *seg) {
   int64_t row = (nh + 2 * nkv) * hd;
   double *S = dvec(T * T);
   for (int64_t b = 0; b < B; b++)
@@ -323,7 +332,7 @@ static void att_ref(double *o, double *lse, const double *qkv, int64_t B, int64_
       int64_t g = h / (nh / nkv);
       for (int64_t i = 0; i < T; i++)
         for (int64_t j = 0; j < T; j++) {
-          int vis = j <= i && (win <= 0 || i - j < win);
+          int vis = j <= i && (win <= 0 || i - j < win) && (!seg || j >= seg[b * T + i]);
           double s = 0;
           for (int64_t d = 0; d < hd; d++)
             s += qkv[(b * T + i) * row + h * hd + d] * qkv[(b * T + j) * row + (nh + g) * hd + d];
@@ -347,24 +356,26 @@ static void att_ref(double *o, double *lse, const double *qkv, int64_t B, int64_
 }
 static double att_L(void *p) {
   att_st *s = p;
-  att_ref(s->o, NULL, s->qkv, s->B, s->T, s->nh, s->nkv, s->hd, s->win);
+  att_ref(s->o, NULL, s->qkv, s->B, s->T, s->nh, s->nkv, s->hd, s->win, s->seg);
   return dot_r(s->o, s->R, s->B * s->T * s->nh * s->hd);
 }
-static void test_attention(const sl_ops *ops, sl_kctx *ctx, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t win, int samples) {
+static void test_attention(const sl_ops *ops, sl_kctx *ctx, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t win, int samples,
+                           const int32_t *seg) {
   int64_t n = B * T * (nh + 2 * nkv) * hd, no = B * T * nh * hd;
   float *qkv = fvec(n, 1.5f), *R = fvec(no, 1.0f), *out = fvec(no, 9.0f), *lse = fvec(B * nh * T, 9.0f);
-  ops->attention_fwd(ctx, out, lse, qkv, B, T, nh, nkv, hd, win);
-  att_st s = {to_d(qkv, n), to_d(R, no), dvec(no), dvec(B * nh * T), B, T, nh, nkv, hd, win};
-  att_ref(s.o, s.lse, s.qkv, B, T, nh, nkv, hd, win);
+  /* the _doc ops with seg NULL are the plain ones (the plain ops call them) */
+  ops->attention_doc_fwd(ctx, out, lse, qkv, B, T, nh, nkv, hd, win, seg);
+  att_st s = {to_d(qkv, n), to_d(R, no), dvec(no), dvec(B * nh * T), B, T, nh, nkv, hd, win, seg};
+  att_ref(s.o, s.lse, s.qkv, B, T, nh, nkv, hd, win, seg);
   char nm[128], tag[96];
-  snprintf(tag, sizeof tag, "B=%lld T=%lld nh=%lld nkv=%lld hd=%lld win=%lld", (long long)B, (long long)T, (long long)nh, (long long)nkv, (long long)hd, (long long)win);
+  snprintf(tag, sizeof tag, "%sB=%lld T=%lld nh=%lld nkv=%lld hd=%lld win=%lld", seg ? "docs " : "", (long long)B, (long long)T, (long long)nh, (long long)nkv, (long long)hd, (long long)win);
   snprintf(nm, sizeof nm, "attention_fwd out %s", tag);
   report(nm, rel_err(out, s.o, no, 1e-3), 1e-5);
   snprintf(nm, sizeof nm, "attention_fwd lse %s", tag);
   report(nm, rel_err(lse, s.lse, B * nh * T, 1e-3), 1e-6);
   float *sv, *pg = prefill(n, &sv), *g = zeros(n);
-  ops->attention_bwd(ctx, g, R, qkv, out, lse, B, T, nh, nkv, hd, win);
-  ops->attention_bwd(ctx, pg, R, qkv, out, lse, B, T, nh, nkv, hd, win);
+  ops->attention_doc_bwd(ctx, g, R, qkv, out, lse, B, T, nh, nkv, hd, win, seg);
+  ops->attention_doc_bwd(ctx, pg, R, qkv, out, lse, B, T, nh, nkv, hd, win, seg);
   snprintf(nm, sizeof nm, "attention_bwd %s", tag);
   adds_check(nm, pg, sv, g, n);
   free(pg);
@@ -547,14 +558,27 @@ int main(void) {
   test_linear(ops, c1, 9, 8, 5, 0);
   test_linear_big(ops, c2, 40, 301, 700);  /* wide: split along N */
   test_linear_big(ops, c2, 700, 301, 40);  /* tall: split along M */
-  test_rope(ops, c2, 2, 19, 4, 2, 8, 10000.0f);
-  test_rope(ops, c1, 1, 300, 2, 1, 16, 500000.0f);
+  test_rope(ops, c2, 2, 19, 4, 2, 8, 10000.0f, NULL);
+  test_rope(ops, c1, 1, 300, 2, 1, 16, 500000.0f, NULL);
   /* GQA, T not a multiple of the tile, windows, hd 8/16, both thread paths */
-  test_attention(ops, c2, 2, 70, 4, 2, 8, 0, 120);
-  test_attention(ops, c2, 1, 150, 2, 1, 16, 0, 60);    /* 1 kv item: serial bwd */
-  test_attention(ops, c2, 2, 100, 4, 2, 16, 37, 80);   /* sliding window */
-  test_attention(ops, c1, 1, 90, 3, 3, 8, 64, 60);     /* MHA, window = tile */
-  test_attention(ops, c0, 1, 20, 4, 1, 8, 500, 60);    /* window > T */
+  test_attention(ops, c2, 2, 70, 4, 2, 8, 0, 120, NULL);
+  test_attention(ops, c2, 1, 150, 2, 1, 16, 0, 60, NULL);    /* 1 kv item: serial bwd */
+  test_attention(ops, c2, 2, 100, 4, 2, 16, 37, 80, NULL);   /* sliding window */
+  test_attention(ops, c1, 1, 90, 3, 3, 8, 64, 60, NULL);     /* MHA, window = tile */
+  test_attention(ops, c0, 1, 20, 4, 1, 8, 500, 60, NULL);    /* window > T */
+  /* document masking: documents crossing tile edges, a 1-token document,
+   * one whole-sample document (b = 1 of the first), with and without window */
+  {
+    enum { DT = 150 };
+    int32_t seg[2 * DT];
+    for (int t = 0; t < DT; t++) {
+      seg[t] = t < 5 ? 0 : t < 6 ? 5 : t < 70 ? 6 : t < 131 ? 70 : 131;
+      seg[DT + t] = 0;
+    }
+    test_rope(ops, c2, 2, DT, 2, 1, 8, 10000.0f, seg);
+    test_attention(ops, c2, 2, DT, 4, 2, 8, 0, 120, seg);
+    test_attention(ops, c1, 2, DT, 2, 2, 8, 40, 80, seg);   /* window inside documents */
+  }
   test_swiglu(ops, c2, 41, 96);
   test_ce(ops, c2, 37, 16, 300, 150, 150);
   test_ce(ops, c2, 1100, 4, 2100, 24, 16); /* 2 row x 3 vocab tiles */

@@ -322,7 +322,7 @@ static void t_split(sl_comm *w) {
   for (int i = 0; i < sl_comm_size(shard); i++) ok &= sl_comm_world_rank(shard, i) == (r / S) * S + i;
   for (int i = 0; i < sl_comm_size(rep); i++) ok &= sl_comm_world_rank(rep, i) == i * S + r % S;
   CHECK(ok, "world ranks of split groups");
-  CHECK(!strcmp(sl_comm_backend(shard), "mpi"), "backend name");
+  CHECK(!strcmp(sl_comm_backend(shard), sl_comm_world_backend()), "backend name");
   /* interleave ops on both sub-comms and the world */
   int32_t a[5], b[5], c[5];
   for (int i = 0; i < 5; i++) a[i] = b[i] = c[i] = r * 10 + i;
@@ -394,7 +394,11 @@ int main(int argc, char **argv) {
   CHECK(sl_dtype_size(SL_BF16) == 2 && sl_dtype_size(SL_F64) == 8 && !strcmp(sl_dtype_name(SL_BF16), "bf16"),
         "dtype helpers");
   CHECK(!strcmp(sl_coll_name(SL_COLL_REDUCE_SCATTER), "reduce_scatter"), "coll names");
-  CHECK(sl_comm_world_rank(w, R) == R && !strcmp(sl_comm_backend(w), "mpi"), "world rank map");
+  CHECK(sl_comm_world_rank(w, R) == R && !strcmp(sl_comm_backend(w), sl_comm_world_backend()), "world rank map");
+  /* under mpirun the world is MPI; alone it is self unless SL_COMM=mpi */
+  const char *want = sl_comm_under_mpi_launcher() || (getenv("SL_COMM") && !strcmp(getenv("SL_COMM"), "mpi"))
+                         ? "mpi" : "self";
+  CHECK(!strcmp(sl_comm_world_backend(), want), "world backend %s (want %s)", sl_comm_world_backend(), want);
   const int64_t counts[] = {0, 1, 7, 13};
   for (size_t d = 0; d < 4; d++) {
     for (size_t k = 0; k < 4; k++) {

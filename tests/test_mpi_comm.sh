@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# tests/test_mpi_comm.sh — runs tests/test_mpi_comm under mpirun for 1..4
+# tests/test_mpi_comm.sh — runs tests/test_mpi_comm alone (the self backend,
+# no MPI library) and alone with SL_COMM=mpi, under mpirun for 1..4
 # ranks, then the two fault modes (a rank that stops issuing collectives, a
 # rank that SIGKILLs itself) with a short watchdog timeout: every run must end
 # non-zero within a wall-clock bound, naming rank 1.
@@ -21,6 +22,14 @@ pass=0
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
+for how in self mpi; do
+  if env -u OMPI_COMM_WORLD_SIZE SL_COMM=$how timeout 60 "$BIN" >"$log" 2>&1 && grep -q "passed, 0 failed" "$log"; then
+    echo "ok   alone, SL_COMM=$how: $(grep 'passed' "$log")"
+    pass=$((pass + 1))
+  else
+    echo "FAIL alone, SL_COMM=$how"; tail -30 "$log"; fail=$((fail + 1))
+  fi
+done
 for n in 1 2 3 4; do
   if timeout 120 "${MPIRUN[@]}" "$n" "$BIN" >"$log" 2>&1 && grep -q "passed, 0 failed" "$log"; then
     echo "ok   np=$n: $(grep 'passed' "$log")"

@@ -27,6 +27,7 @@ int sl_bench_offload_main(int argc, char **argv) __attribute__((weak)); /* tools
 typedef struct {
   int hidden, layers, heads, kv_heads, inter, vocab, batch, seq, steps, threads, world;
   char src[1024]; /* source tree (for tools/bench_torch.py) */
+  char out_dir[1024]; /* bench gpu: where its run directory goes ("" = runs/bench-gpu) */
 } bench_cfg;
 
 static const char *self_exe(void) {
@@ -119,6 +120,7 @@ static int parse(bench_cfg *b, int argc, char **argv) {
     else if (!strcmp(a, "--steps")) dst = &b->steps;
     else if (!strcmp(a, "--threads")) dst = &b->threads;
     else if (!strcmp(a, "--src") && i + 1 < argc) { snprintf(b->src, sizeof b->src, "%s", argv[++i]); continue; }
+    else if (!strcmp(a, "--out-dir") && i + 1 < argc) { snprintf(b->out_dir, sizeof b->out_dir, "%s", argv[++i]); continue; }
     if (!dst || i + 1 >= argc) {
       fprintf(stderr, "shardlm bench: unknown or incomplete flag '%s'\n", a);
       return 2;
@@ -314,31 +316,51 @@ static int bench_mamba(bench_cfg *b) {
 
 /* A Llama-2-7B-shaped stack (hidden 4096, 32 heads, intermediate 11008,
  * vocab 32000, seq 4096) with --layers layers on the CUDA backend: tokens/s
- * and MFU against 989 TFLOPS (H100/H200 dense bf16). */
+ * and MFU. Until bf16 compute lands the GEMMs run in fp32 (CUBLAS_COMPUTE_32F)
+ * or TF32 (SL_CUDA_TF32=1) and attention on CUDA cores, so MFU is taken
+ * against the peak of the precision that runs (H100/H200 SXM datasheet,
+ * dense): fp32 67 TFLOPS, TF32 494 TFLOPS; the bf16 figure (989) is printed
+ * beside it for comparison. The run directory (model, data, metrics,
+ * train.log) is kept under --out-dir (default runs/bench-gpu), and a failed
+ * run's log tail is printed. */
 static int bench_gpu(bench_cfg *b) {
-  char dir[] = "/tmp/shardlm-bench.XXXXXX";
-  if (!mkdtemp(dir)) return 1;
-  char model[4200], data[4200], metrics[4200], cmd[16384];
+  char dir[1100], model[4200], data[4200], metrics[4200], cmd[16384];
+  snprintf(dir, sizeof dir, "%s", b->out_dir[0] ? b->out_dir : "runs/bench-gpu");
+  if (sl_mkdirs(dir) != SL_OK) {
+    fprintf(stderr, "shardlm bench gpu: %s\n", sl_errmsg());
+    return 2;
+  }
+  const char *tf32 = getenv("SL_CUDA_TF32");
+  int is_tf32 = tf32 && atoi(tf32) != 0;
+  double peak = is_tf32 ? 494.0 : 67.0;
+  const char *prec = is_tf32 ? "TF32 tensor-core" : "fp32 CUDA-core";
   snprintf(model, sizeof model, "%s/model", dir);
   snprintf(data, sizeof data, "%s/data", dir);
   snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
   if (write_model(b, model) || write_data(b, data)) return 1;
-  printf("model: Llama hidden %d, %d layers, %d/%d heads, intermediate %d, vocab %d; batch %d x %d; CUDA backend\n",
-         b->hidden, b->layers, b->heads, b->kv_heads, b->inter, b->vocab, b->batch, b->seq);
+  remove(metrics);
+  printf("model: Llama hidden %d, %d layers, %d/%d heads, intermediate %d, vocab %d; batch %d x %d; CUDA backend, "
+         "%s GEMMs\n", b->hidden, b->layers, b->heads, b->kv_heads, b->inter, b->vocab, b->batch, b->seq,
+         is_tf32 ? "TF32" : "fp32");
   snprintf(cmd, sizeof cmd,
            "'%s' train --backend cuda --model %s --data %s --steps %d --micro-batch %d --seq-len %d --zero 3 "
-           "--activation-checkpoint selective --peak-tflops 989 --summary true --plot false --log-every 1000 "
+           "--activation-checkpoint selective --peak-tflops %g --summary true --plot false --log-every 1000 "
            "--metrics %s --out-dir %s > %s/train.log 2>&1",
-           self_exe(), model, data, b->steps + 2, b->batch, b->seq, metrics, dir, dir);
+           self_exe(), model, data, b->steps + 2, b->batch, b->seq, peak, metrics, dir, dir);
   if (system(cmd) != 0) {
-    fprintf(stderr, "shardlm bench gpu: the run failed; see %s/train.log\n", dir);
+    fprintf(stderr, "shardlm bench gpu: the run failed; its log is %s/train.log, which ends:\n", dir);
+    snprintf(cmd, sizeof cmd, "tail -n 20 '%s/train.log' >&2", dir);
+    if (system(cmd) != 0) fprintf(stderr, "(cannot read it)\n");
     return 1;
   }
   int n = 0;
   double tps = metric_mean(metrics, "tokens_per_s", 2, &n), mfu = metric_mean(metrics, "mfu", 2, NULL);
-  printf("shardlm (CUDA backend): %.0f tokens/s, MFU %.1f%% of 989 TFLOPS (mean of %d steps after 2 warmup); "
-         "peak bytes %lld\n", tps, 100 * mfu, n, (long long)metric_last_arena(metrics, "total"));
-  printf("{\"bench\": \"gpu\", \"tokens_per_s\": %.1f, \"mfu\": %.4f}\n", tps, mfu);
+  printf("shardlm (CUDA backend): %.0f tokens/s, MFU %.1f%% of %.0f TFLOPS (%s peak; %.1f%% of the 989 TFLOPS "
+         "bf16 peak) (mean of %d steps after 2 warmup); peak bytes %lld; run in %s\n",
+         tps, 100 * mfu, peak, prec, 100 * mfu * peak / 989.0, n, (long long)metric_last_arena(metrics, "total"),
+         dir);
+  printf("{\"bench\": \"gpu\", \"tokens_per_s\": %.1f, \"mfu\": %.4f, \"peak_tflops\": %.0f, \"precision\": \"%s\", "
+         "\"mfu_vs_bf16_989\": %.4f}\n", tps, mfu, peak, is_tf32 ? "tf32" : "fp32", mfu * peak / 989.0);
   return 0;
 }
 
@@ -427,10 +449,12 @@ static int bench_comm(int argc, char **argv) {
 
 int sl_tool_bench(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-    fprintf(stderr, "usage: shardlm bench train|zero|mamba|gpu|gemm|comm|adam|nvme [flags]\n  gemm/comm: --out FILE.json merges the figure for shardlm plan --measured\n"
+    fprintf(stderr, "usage: shardlm bench train|zero|mamba|gpu|gemm|comm|adam|nvme|tokenizer [flags]\n  gemm/comm: --out FILE.json merges the figure for shardlm plan --measured\n"
                     "  train/zero flags: --hidden --layers --heads --kv-heads --intermediate --vocab --batch --seq\n"
                     "                    --steps --threads --src SOURCE_DIR (for tools/bench_torch.py)\n"
-                    "  gpu: a Llama-2-7B-shaped stack on --backend cuda (--layers, --batch, --seq, --steps)\n");
+                    "  gpu: a Llama-2-7B-shaped stack on --backend cuda (--layers, --batch, --seq, --steps,\n"
+                    "       --out-dir DIR: run directory, default runs/bench-gpu); MFU against the fp32\n"
+                    "       (67 TFLOPS) or, with SL_CUDA_TF32=1, TF32 (494) peak until bf16 compute lands\n");
     return argc < 2 ? 2 : 0;
   }
   if (!strcmp(argv[1], "adam") || !strcmp(argv[1], "nvme")) {
@@ -440,17 +464,18 @@ int sl_tool_bench(int argc, char **argv) {
     }
     return sl_bench_offload_main(argc - 1, argv + 1);
   }
+  if (!strcmp(argv[1], "tokenizer")) return sl_tool_tokenize_bench(argc - 1, argv + 1);
   if (!strcmp(argv[1], "gemm")) return bench_gemm(argc - 1, argv + 1);
   if (!strcmp(argv[1], "comm")) return bench_comm(argc - 1, argv + 1);
   /* the ~20M-parameter Llama of the issue: hidden 384, 6 layers, GQA 6/2, vocab 8192 */
-  bench_cfg b = {384, 6, 6, 2, 1024, 8192, 8, 256, 5, 2, 1, "."};
+  bench_cfg b = {384, 6, 6, 2, 1024, 8192, 8, 256, 5, 2, 1, ".", ""};
   if (!strcmp(argv[1], "zero")) { b.threads = 1; b.steps = 8; }
   if (parse(&b, argc - 1, argv + 1)) return 2;
   if (!strcmp(argv[1], "train")) return bench_train(&b);
   if (!strcmp(argv[1], "zero")) return bench_zero(&b);
   if (!strcmp(argv[1], "mamba")) return bench_mamba(&b);
   if (!strcmp(argv[1], "gpu")) {
-    bench_cfg g = {4096, 4, 32, 32, 11008, 32000, 1, 4096, 5, 0, 1, "."};
+    bench_cfg g = {4096, 4, 32, 32, 11008, 32000, 1, 4096, 5, 0, 1, ".", ""};
     if (parse(&g, argc - 1, argv + 1)) return 2;
     return bench_gpu(&g);
   }

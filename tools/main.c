@@ -1,6 +1,6 @@
 /* tools/main.c — the shardlm command line: train | prepare | dump | plot |
  * bench | plan | convert. The only place that turns status codes into exit
- * statuses (bad input: 2; any other failure: 1). */
+ * statuses (bad input: 2; non-finite loss / gradient: 4; any other failure: 1). */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,28 +14,31 @@
 #include "shard/comm.h"
 #include "tools/tools.h"
 
-static int exit_code(int rc) { return rc == SL_OK ? 0 : rc == SL_EINPUT ? 2 : 1; }
+static int exit_code(int rc) { return rc == SL_OK ? 0 : rc == SL_EINPUT ? 2 : rc == SL_ENONFINITE ? 4 : 1; }
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: shardlm <command> [flags]\n"
           "  train    train a model (no flags: the built-in demo, 2 ranks, ZeRO-3)\n"
-          "  prepare  --input FILE.txt --output PREFIX: byte-level Megatron dataset\n"
+          "  prepare  --input FILE --output PREFIX [--tokenizer DIR]: Megatron dataset\n"
           "  dump     one forward/backward to a safetensors file (tests)\n"
           "  plot     METRICS.jsonl [OUT.svg]: loss and throughput curves\n"
           "  bench    train|adam|nvme|gemm|comm: measured figures\n"
           "  plan     predict memory, communication and speed of configurations\n"
           "  convert  between training checkpoints and Hugging Face directories\n"
+          "  tokenize --tokenizer PATH: text -> token ids (tokenizer.json); detok: ids -> text\n"
+          "  eval     --model DIR --data PREFIX --seq-len T --max-samples N: held-out loss\n"
+          "  generate --model DIR --prompt TEXT: sample a continuation (KV cache, CPU)\n"
           "run 'shardlm train --help' for the training flags.\n");
 }
 
-static int under_launcher(void) {
+int sl_under_launcher(void) {
   return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_RANK") || getenv("PMIX_RANK") ||
          getenv("SLURM_PROCID");
 }
 
 /* Re-executes this command under a local mpirun with n ranks. */
-static int relaunch(int n, int argc, char **argv) {
+int sl_relaunch(int n, int argc, char **argv) {
   char **args = calloc((size_t)argc + 16, sizeof(char *));
   char np[32];
   snprintf(np, sizeof np, "%d", n);
@@ -98,21 +101,21 @@ static int cmd_train(int argc, char **argv, int dump) {
     fprintf(stderr, "shardlm dump: --out FILE.safetensors is required\n");
     return 2;
   }
-  if (!dump && cfg.max_restarts > 0 && !under_launcher()) {
+  if (!dump && cfg.max_restarts > 0 && !sl_under_launcher()) {
     if (!cfg.ckpt_dir[0]) {
       fprintf(stderr, "shardlm: --max-restarts needs --ckpt-dir\n");
       return 2;
     }
     return sl_supervise(argc, argv, (int)cfg.max_restarts);
   }
-  if (cfg.nproc > 1 && !under_launcher()) {
+  if (cfg.nproc > 1 && !sl_under_launcher()) {
     if (demo) {
       /* pass the demo's settings through explicitly */
       char **a2 = calloc(8, sizeof(char *));
       a2[0] = argv[0]; a2[1] = "train"; a2[2] = "--nproc"; a2[3] = "2"; a2[4] = "--save"; a2[5] = cfg.save;
-      return relaunch(2, 6, a2);
+      return sl_relaunch(2, 6, a2);
     }
-    return relaunch((int)cfg.nproc, argc, argv);
+    return sl_relaunch((int)cfg.nproc, argc, argv);
   }
   sl_comm *world = NULL;
   if (sl_comm_world_init(&argc, &argv, cfg.comm_timeout, &world) != SL_COMM_OK) {
@@ -131,31 +134,6 @@ static int cmd_train(int argc, char **argv, int dump) {
   sl_comm_destroy(world);
   sl_comm_world_finalize();
   return exit_code(rc);
-}
-
-static int cmd_prepare(int argc, char **argv) {
-  const char *in = NULL, *out = NULL;
-  for (int i = 2; i < argc; i++) {
-    if (!strcmp(argv[i], "--input") && i + 1 < argc) in = argv[++i];
-    else if (!strcmp(argv[i], "--output") && i + 1 < argc) out = argv[++i];
-    else {
-      fprintf(stderr, "shardlm prepare: unexpected argument '%s'\nusage: shardlm prepare --input FILE.txt --output PREFIX\n", argv[i]);
-      return 2;
-    }
-  }
-  if (!in || !out) {
-    fprintf(stderr, "usage: shardlm prepare --input FILE.txt --output PREFIX\n");
-    return 2;
-  }
-  sl_prepare_stats st;
-  memset(&st, 0, sizeof st);
-  int rc = sl_prepare_text(in, out, &st);
-  if (rc) {
-    fprintf(stderr, "shardlm prepare: %s\n", sl_errmsg());
-    return exit_code(rc);
-  }
-  printf("wrote %s.bin and %s.idx (byte-level tokens, end-of-document token 256; models need vocab_size >= 257)\n", out, out);
-  return 0;
 }
 
 static int cmd_plot(int argc, char **argv) {
@@ -188,11 +166,15 @@ int main(int argc, char **argv) {
   const char *cmd = argv[1];
   if (!strcmp(cmd, "train")) return cmd_train(argc, argv, 0);
   if (!strcmp(cmd, "dump")) return cmd_train(argc, argv, 1);
-  if (!strcmp(cmd, "prepare")) return cmd_prepare(argc, argv);
+  if (!strcmp(cmd, "prepare")) return sl_tool_prepare(argc, argv);
   if (!strcmp(cmd, "plot")) return cmd_plot(argc, argv);
   if (!strcmp(cmd, "bench")) return sl_tool_bench(argc - 1, argv + 1);
   if (!strcmp(cmd, "plan")) return sl_tool_plan(argc - 1, argv + 1);
   if (!strcmp(cmd, "convert")) return sl_tool_convert(argc - 1, argv + 1);
+  if (!strcmp(cmd, "tokenize")) return sl_tool_tokenize(argc - 1, argv + 1);
+  if (!strcmp(cmd, "detok")) return sl_tool_detok(argc - 1, argv + 1);
+  if (!strcmp(cmd, "eval")) return sl_tool_eval(argc, argv);
+  if (!strcmp(cmd, "generate")) return sl_tool_generate(argc - 1, argv + 1);
   fprintf(stderr, "shardlm: unknown command '%s'\n", cmd);
   usage(stderr);
   return 2;

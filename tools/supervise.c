@@ -1,8 +1,8 @@
 /* tools/supervise.c — `shardlm train --max-restarts N`: runs the job under a
  * local mpirun and, when it ends abnormally (a rank died or failed), starts
  * it again with --resume so it continues from the newest complete
- * checkpoint in --ckpt-dir, at most N times. Bad input (exit status 2) is
- * not retried. The supervisor itself is a plain process outside MPI. */
+ * checkpoint in --ckpt-dir, at most N times. Bad input (exit status 2) and
+ * a non-finite loss (4) are not retried. The supervisor itself is a plain process outside MPI. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,7 +66,7 @@ int sl_supervise(int argc, char **argv, int max_restarts) {
   int rc = 0;
   for (int attempt = 0;; attempt++) {
     rc = run_once(args);
-    if (rc == 0 || rc == 2) break; /* done, or bad input that a restart cannot fix */
+    if (rc == 0 || rc == 2 || rc == 4) break; /* done, bad input or a non-finite run: a restart cannot fix them */
     if (attempt >= max_restarts) {
       fprintf(stderr, "shardlm: the job failed (status %d) and all %d restart%s are used up\n", rc, max_restarts,
               max_restarts == 1 ? "" : "s");

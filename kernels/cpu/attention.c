@@ -16,6 +16,11 @@
  * calling sgemm single-threaded (the backend keeps OpenBLAS at one thread,
  * see ctx.c). With fewer items than threads, items run on the calling
  * thread.
+ *
+ * Document masking (the _doc variants): seg[b*T + i] is where query i's
+ * document starts; key j is visible iff seg[i] <= j <= i (and the window).
+ * seg is non-decreasing along a sample, so a tile's first query has its
+ * smallest visible key and the tile structure is unchanged.
  */
 /* Lets gcc if-convert the clamps in sl_cpu_expf and vectorize exp loops
  * (no FP-exception semantics are relied on anywhere in the backend). */
@@ -32,6 +37,7 @@
 
 typedef struct {
   const float *qkv; /* (B, T, (nh+2nkv)*hd) */
+  const int32_t *seg; /* (B*T) document start of each query, or NULL */
   int64_t B, T, nh, nkv, hd, window;
   int64_t ld;    /* row stride of qkv: (nh + 2*nkv) * hd */
   int64_t ldo;   /* row stride of out / dout: nh * hd */
@@ -40,8 +46,10 @@ typedef struct {
 } att_shape;
 
 static att_shape att_make(const float *qkv, int64_t B, int64_t T, int64_t nh,
-                          int64_t nkv, int64_t hd, int64_t window) {
+                          int64_t nkv, int64_t hd, int64_t window,
+                          const int32_t *seg) {
   att_shape s = {qkv,
+                 seg,
                  B,
                  T,
                  nh,
@@ -55,9 +63,11 @@ static att_shape att_make(const float *qkv, int64_t B, int64_t T, int64_t nh,
   return s;
 }
 
-/* First key visible to query i. */
-static int64_t first_key(const att_shape *a, int64_t i) {
-  return (a->window > 0 && i - a->window + 1 > 0) ? i - a->window + 1 : 0;
+/* First key visible to query i of sample b. */
+static int64_t first_key(const att_shape *a, int64_t b, int64_t i) {
+  int64_t k = (a->window > 0 && i - a->window + 1 > 0) ? i - a->window + 1 : 0;
+  int64_t d = a->seg ? a->seg[b * a->T + i] : 0;
+  return d > k ? d : k;
 }
 
 /* Softmax of s[lo, hi) in place; s[0, lo) and s[hi, n) set to 0. Returns
@@ -115,14 +125,14 @@ static void fwd_tile(const att_shape *a, float *out, float *lse, int64_t b,
   const float *q = base + h * hd, *k = base + (a->nh + g) * hd,
               *v = base + (a->nh + a->nkv + g) * hd;
   int64_t i0 = tile * SL_ATT_TQ, i1 = i0 + SL_ATT_TQ < T ? i0 + SL_ATT_TQ : T;
-  int64_t m = i1 - i0, k0 = first_key(a, i0), kn = i1 - k0;
+  int64_t m = i1 - i0, k0 = first_key(a, b, i0), kn = i1 - k0;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)kn, (int)hd,
               a->scale, q + i0 * ld, (int)ld, k + k0 * ld, (int)ld, 0.0f, S,
               (int)kn);
   float *l = lse + (b * a->nh + h) * T;
   for (int64_t r = 0; r < m; r++) {
     int64_t i = i0 + r;
-    l[i] = softmax_row(S + r * kn, kn, first_key(a, i) - k0, i + 1 - k0);
+    l[i] = softmax_row(S + r * kn, kn, first_key(a, b, i) - k0, i + 1 - k0);
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)hd,
               (int)kn, 1.0f, S, (int)kn, v + k0 * ld, (int)ld, 0.0f,
@@ -149,7 +159,7 @@ static void bwd_group(const att_shape *a, float *dqkv, const float *dout,
     for (int64_t tile = 0; tile < a->ntile; tile++) {
       int64_t i0 = tile * SL_ATT_TQ,
               i1 = i0 + SL_ATT_TQ < T ? i0 + SL_ATT_TQ : T;
-      int64_t m = i1 - i0, k0 = first_key(a, i0), kn = i1 - k0;
+      int64_t m = i1 - i0, k0 = first_key(a, b, i0), kn = i1 - k0;
       /* P <- S = scale Q K^T ; dP = dO V^T */
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)kn,
                   (int)hd, a->scale, q + i0 * ld, (int)ld, k + k0 * ld, (int)ld,
@@ -160,7 +170,7 @@ static void bwd_group(const att_shape *a, float *dqkv, const float *dout,
       for (int64_t r = 0; r < m; r++) {
         int64_t i = i0 + r;
         float D = dot_row(dO + i * ldo, o + i * ldo, hd);
-        dsoftmax_row(P + r * kn, dP + r * kn, kn, first_key(a, i) - k0,
+        dsoftmax_row(P + r * kn, dP + r * kn, kn, first_key(a, b, i) - k0,
                      i + 1 - k0, l[i], D);
       }
       /* dQ += scale dS K ; dK += scale dS^T Q ; dV += P^T dO */
@@ -185,12 +195,13 @@ static int64_t max_keys(const att_shape *a) {
   return kn;
 }
 
-void sl_cpu_attention_fwd(sl_kctx *ctx, float *out, float *lse,
-                          const float *qkv, int64_t B, int64_t T, int64_t nh,
-                          int64_t nkv, int64_t hd, int64_t window) {
+void sl_cpu_attention_doc_fwd(sl_kctx *ctx, float *out, float *lse,
+                              const float *qkv, int64_t B, int64_t T,
+                              int64_t nh, int64_t nkv, int64_t hd,
+                              int64_t window, const int32_t *seg) {
   if (B <= 0 || T <= 0)
     return;
-  att_shape a = att_make(qkv, B, T, nh, nkv, hd, window);
+  att_shape a = att_make(qkv, B, T, nh, nkv, hd, window, seg);
   int64_t items = B * nh * a.ntile, per = SL_ATT_TQ * max_keys(&a);
   int nt = items >= ctx->threads ? ctx->threads : 1;
   float *S = sl_cpu_scratch(ctx, (size_t)(per * nt), "attention_fwd");
@@ -217,13 +228,14 @@ void sl_cpu_attention_fwd(sl_kctx *ctx, float *out, float *lse,
   }
 }
 
-void sl_cpu_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout,
-                          const float *qkv, const float *out, const float *lse,
-                          int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                          int64_t hd, int64_t window) {
+void sl_cpu_attention_doc_bwd(sl_kctx *ctx, float *dqkv, const float *dout,
+                              const float *qkv, const float *out,
+                              const float *lse, int64_t B, int64_t T,
+                              int64_t nh, int64_t nkv, int64_t hd,
+                              int64_t window, const int32_t *seg) {
   if (B <= 0 || T <= 0)
     return;
-  att_shape a = att_make(qkv, B, T, nh, nkv, hd, window);
+  att_shape a = att_make(qkv, B, T, nh, nkv, hd, window, seg);
   int64_t items = B * nkv, per = SL_ATT_TQ * max_keys(&a);
   int nt = items >= ctx->threads ? ctx->threads : 1;
   float *S = sl_cpu_scratch(ctx, (size_t)(2 * per * nt), "attention_bwd");
@@ -243,4 +255,18 @@ void sl_cpu_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout,
     for (int64_t it = 0; it < items; it++)
       bwd_group(&a, dqkv, dout, out, lse, it / nkv, it % nkv, Pt, Pt + per);
   }
+}
+
+void sl_cpu_attention_fwd(sl_kctx *ctx, float *out, float *lse,
+                          const float *qkv, int64_t B, int64_t T, int64_t nh,
+                          int64_t nkv, int64_t hd, int64_t window) {
+  sl_cpu_attention_doc_fwd(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, NULL);
+}
+
+void sl_cpu_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout,
+                          const float *qkv, const float *out, const float *lse,
+                          int64_t B, int64_t T, int64_t nh, int64_t nkv,
+                          int64_t hd, int64_t window) {
+  sl_cpu_attention_doc_bwd(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd,
+                           window, NULL);
 }

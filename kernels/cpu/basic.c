@@ -165,7 +165,7 @@ static const float *rope_table(sl_kctx *ctx, int64_t T, int64_t hd,
 /* dir = +1: out = x*cos + rotate_half(x)*sin ; dir = -1: the transpose. */
 static void rope_apply(sl_kctx *ctx, float *qkv, int64_t B, int64_t T,
                        int64_t nh, int64_t nkv, int64_t hd, float theta,
-                       float dir) {
+                       float dir, const int32_t *seg) {
   const float *tab = rope_table(ctx, T, hd, theta);
   int64_t row = (nh + 2 * nkv) * hd, nrot = nh + nkv, h2 = hd / 2;
   if (!tab) {
@@ -174,7 +174,8 @@ static void rope_apply(sl_kctx *ctx, float *qkv, int64_t B, int64_t T,
   }
 #pragma omp parallel for num_threads(nthr(ctx, B * T * nrot * hd)) schedule(static)
   for (int64_t bt = 0; bt < B * T; bt++) {
-    const float *cs = tab + (bt % T) * h2 * 2;
+    /* position: t, or t minus its document's start (seg) */
+    const float *cs = tab + (bt % T - (seg ? seg[bt] : 0)) * h2 * 2;
     float *x = qkv + bt * row;
     for (int64_t h = 0; h < nrot; h++, x += hd) {
       for (int64_t i = 0; i < h2; i++) {
@@ -189,12 +190,24 @@ static void rope_apply(sl_kctx *ctx, float *qkv, int64_t B, int64_t T,
 
 void sl_cpu_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh,
                      int64_t nkv, int64_t hd, float theta) {
-  rope_apply(ctx, qkv, B, T, nh, nkv, hd, theta, 1.0f);
+  rope_apply(ctx, qkv, B, T, nh, nkv, hd, theta, 1.0f, NULL);
 }
 
 void sl_cpu_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T,
                      int64_t nh, int64_t nkv, int64_t hd, float theta) {
-  rope_apply(ctx, dqkv, B, T, nh, nkv, hd, theta, -1.0f);
+  rope_apply(ctx, dqkv, B, T, nh, nkv, hd, theta, -1.0f, NULL);
+}
+
+void sl_cpu_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T,
+                         int64_t nh, int64_t nkv, int64_t hd, float theta,
+                         const int32_t *seg) {
+  rope_apply(ctx, qkv, B, T, nh, nkv, hd, theta, 1.0f, seg);
+}
+
+void sl_cpu_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T,
+                         int64_t nh, int64_t nkv, int64_t hd, float theta,
+                         const int32_t *seg) {
+  rope_apply(ctx, dqkv, B, T, nh, nkv, hd, theta, -1.0f, seg);
 }
 
 /* ---- SwiGLU -------------------------------------------------------------- */

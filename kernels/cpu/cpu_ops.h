@@ -18,6 +18,10 @@ void sl_cpu_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh,
 void sl_cpu_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta);
 void sl_cpu_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window);
 void sl_cpu_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window);
+void sl_cpu_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta, const int32_t *seg);
+void sl_cpu_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta, const int32_t *seg);
+void sl_cpu_attention_doc_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window, const int32_t *seg);
+void sl_cpu_attention_doc_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window, const int32_t *seg);
 void sl_cpu_swiglu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N, int64_t H);
 void sl_cpu_swiglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H);
 void sl_cpu_add_inplace(sl_kctx *ctx, float *y, const float *x, int64_t n);

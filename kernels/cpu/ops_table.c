@@ -45,6 +45,10 @@ static const sl_ops g_cpu_ops = {
     .sync = sl_cpu_sync,
     .is_device = sl_cpu_is_device,
     .stream = sl_cpu_stream,
+    .rope_doc_fwd = sl_cpu_rope_doc_fwd,
+    .rope_doc_bwd = sl_cpu_rope_doc_bwd,
+    .attention_doc_fwd = sl_cpu_attention_doc_fwd,
+    .attention_doc_bwd = sl_cpu_attention_doc_bwd,
 };
 
 const sl_ops *sl_ops_cpu(void) { return &g_cpu_ops; }

@@ -20,7 +20,11 @@
  * (recomputes P from lse); (3) dK/dV kernel per key tile looping over the
  * query heads of its kv group and the query tiles that can see it. Every
  * gradient element is written by one thread: deterministic, no atomics.
- * Storage type E = float or uint16_t (bf16 bits); all math in fp32. */
+ * Storage type E = float or uint16_t (bf16 bits); all math in fp32.
+ * Document masking: seg (B*T, or NULL) gives where each query's document
+ * starts; key j is visible to query i only when j >= seg[i] (seg is
+ * non-decreasing along a sample, so a query block starts its key loop at the
+ * document start of its first query). */
 #include <math.h>
 
 #include "kernels/cuda/attention.cuh"
@@ -42,8 +46,8 @@ __device__ __forceinline__ bool att_visible(int i, int j, int window) {
 /* ---- forward ----------------------------------------------------------------- */
 template <typename E, int HDP, int TPR, int BC>
 static __global__ void __launch_bounds__(ATT_NT)
-    att_fwd_kernel(E *out, float *lse, const E *qkv, int T, int nh, int nkv, int hd, int window,
-                   float scale) {
+    att_fwd_kernel(E *out, float *lse, const E *qkv, const int32_t *seg, int T, int nh, int nkv,
+                   int hd, int window, float scale) {
   constexpr int DPT = HDP / TPR, RPB = ATT_NT / TPR;
   __shared__ float Ks[BC][HDP];
   __shared__ float Vs[BC][HDP];
@@ -65,7 +69,9 @@ static __global__ void __launch_bounds__(ATT_NT)
   }
   float m = -INFINITY, l = 0.0f;
   const int qlast = min(q0 + RPB, T) - 1;
+  const int dstart = (seg && valid) ? seg[(int64_t)b * T + i] : 0;
   int kstart = window > 0 ? max(0, q0 - window + 1) : 0;
+  if (seg) kstart = max(kstart, (int)seg[(int64_t)b * T + q0]);
   kstart = (kstart / BC) * BC;
   for (int k0 = kstart; k0 <= qlast; k0 += BC) {
     __syncthreads(); /* the previous tile is consumed */
@@ -88,7 +94,7 @@ static __global__ void __launch_bounds__(ATT_NT)
 #pragma unroll
       for (int dd = 0; dd < DPT; dd++) acc += q[dd] * Ks[j][dd * TPR + sub];
       acc = group_sum<TPR>(acc);
-      bool ok = valid && att_visible(i, k0 + j, window);
+      bool ok = valid && att_visible(i, k0 + j, window) && k0 + j >= dstart;
       s[j] = ok ? acc : -INFINITY;
       mt = fmaxf(mt, s[j]);
     }
@@ -144,7 +150,7 @@ static __global__ void att_dsum_kernel(float *dsum, const E *dout, const E *out,
 template <typename E, int HDP, int TPR, int BC>
 static __global__ void __launch_bounds__(ATT_NT)
     att_dq_kernel(float *dqkv, const E *dout, const E *qkv, const float *lse, const float *dsum,
-                  int T, int nh, int nkv, int hd, int window, float scale) {
+                  const int32_t *seg, int T, int nh, int nkv, int hd, int window, float scale) {
   constexpr int DPT = HDP / TPR, RPB = ATT_NT / TPR;
   __shared__ float Ks[BC][HDP];
   __shared__ float Vs[BC][HDP];
@@ -170,7 +176,9 @@ static __global__ void __launch_bounds__(ATT_NT)
   const int64_t li = ((int64_t)b * nh + h) * T + (valid ? i : 0);
   const float L = valid ? lse[li] : 0.0f, Di = valid ? dsum[li] : 0.0f;
   const int qlast = min(q0 + RPB, T) - 1;
+  const int dstart = (seg && valid) ? seg[(int64_t)b * T + i] : 0;
   int kstart = window > 0 ? max(0, q0 - window + 1) : 0;
+  if (seg) kstart = max(kstart, (int)seg[(int64_t)b * T + q0]);
   kstart = (kstart / BC) * BC;
   for (int k0 = kstart; k0 <= qlast; k0 += BC) {
     __syncthreads();
@@ -197,7 +205,7 @@ static __global__ void __launch_bounds__(ATT_NT)
       }
       sacc = group_sum<TPR>(sacc);
       pacc = group_sum<TPR>(pacc);
-      bool ok = valid && att_visible(i, k0 + j, window);
+      bool ok = valid && att_visible(i, k0 + j, window) && k0 + j >= dstart;
       float ds = ok ? expf(sacc - L) * (pacc - Di) : 0.0f;
 #pragma unroll
       for (int dd = 0; dd < DPT; dd++) dq[dd] += ds * Ks[j][dd * TPR + sub];
@@ -217,11 +225,12 @@ static __global__ void __launch_bounds__(ATT_NT)
 template <typename E, int HDP, int TPR, int BC>
 static __global__ void __launch_bounds__(ATT_NT)
     att_dkv_kernel(float *dqkv, const E *dout, const E *qkv, const float *lse, const float *dsum,
-                   int T, int nh, int nkv, int hd, int window, float scale) {
+                   const int32_t *seg, int T, int nh, int nkv, int hd, int window, float scale) {
   constexpr int DPT = HDP / TPR, RPB = ATT_NT / TPR;
   __shared__ float Qs[BC][HDP];
   __shared__ float Gs[BC][HDP];
   __shared__ float Ls[BC], Ds[BC];
+  __shared__ int Ss[BC]; /* document start of each staged query */
   const int b = blockIdx.z, kvh = blockIdx.y, k0 = blockIdx.x * RPB;
   const int row = threadIdx.x / TPR, sub = threadIdx.x % TPR;
   const int j = k0 + row;
@@ -262,6 +271,7 @@ static __global__ void __launch_bounds__(ATT_NT)
         int qi = i0 + r;
         Ls[r] = qi < T ? lse[lrow + qi] : 0.0f;
         Ds[r] = qi < T ? dsum[lrow + qi] : 0.0f;
+        Ss[r] = (seg && qi < T) ? seg[(int64_t)b * T + qi] : 0;
       }
       __syncthreads();
 #pragma unroll 4
@@ -275,7 +285,7 @@ static __global__ void __launch_bounds__(ATT_NT)
         sacc = group_sum<TPR>(sacc);
         pacc = group_sum<TPR>(pacc);
         int qi = i0 + r;
-        bool ok = valid && qi < T && att_visible(qi, j, window);
+        bool ok = valid && qi < T && att_visible(qi, j, window) && j >= Ss[r];
         float p = ok ? expf(sacc - Ls[r]) : 0.0f;
         float ds = p * (pacc - Ds[r]);
 #pragma unroll
@@ -320,7 +330,7 @@ static int att_check(sl_kctx *ctx, int64_t B, int64_t T, int64_t nh, int64_t nkv
 
 template <typename E>
 static void att_fwd_any(sl_kctx *ctx, E *out, float *lse, const E *qkv, int64_t B, int64_t T,
-                        int64_t nh, int64_t nkv, int64_t hd, int64_t window) {
+                        int64_t nh, int64_t nkv, int64_t hd, int64_t window, const int32_t *seg) {
   SL_CUDA_BEGIN(ctx);
   if (att_check(ctx, B, T, nh, nkv, hd)) return;
   if (B == 0 || T == 0) return;
@@ -329,7 +339,7 @@ static void att_fwd_any(sl_kctx *ctx, E *out, float *lse, const E *qkv, int64_t 
 #define FWD(HDP, TPR, BC)                                                                    \
   att_fwd_kernel<E, HDP, TPR, BC>                                                            \
       <<<dim3((unsigned)((T + ATT_NT / TPR - 1) / (ATT_NT / TPR)), (unsigned)nh, (unsigned)B), \
-         ATT_NT, 0, ctx->stream>>>(out, lse, qkv, (int)T, (int)nh, (int)nkv, (int)hd, win, scale)
+         ATT_NT, 0, ctx->stream>>>(out, lse, qkv, seg, (int)T, (int)nh, (int)nkv, (int)hd, win, scale)
   ATT_DISPATCH(hd, FWD);
 #undef FWD
   CUDA_LAUNCH_CHECK(ctx);
@@ -338,7 +348,7 @@ static void att_fwd_any(sl_kctx *ctx, E *out, float *lse, const E *qkv, int64_t 
 template <typename E>
 static void att_bwd_any(sl_kctx *ctx, float *dqkv, const E *dout, const E *qkv, const E *out,
                         const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                        int64_t hd, int64_t window) {
+                        int64_t hd, int64_t window, const int32_t *seg) {
   SL_CUDA_BEGIN(ctx);
   if (att_check(ctx, B, T, nh, nkv, hd)) return;
   if (B == 0 || T == 0) return;
@@ -353,7 +363,7 @@ static void att_bwd_any(sl_kctx *ctx, float *dqkv, const E *dout, const E *qkv, 
 #define DQ(HDP, TPR, BC)                                                                     \
   att_dq_kernel<E, HDP, TPR, BC>                                                             \
       <<<dim3((unsigned)((T + ATT_NT / TPR - 1) / (ATT_NT / TPR)), (unsigned)nh, (unsigned)B), \
-         ATT_NT, 0, ctx->stream>>>(dqkv, dout, qkv, lse, dsum, (int)T, (int)nh, (int)nkv,     \
+         ATT_NT, 0, ctx->stream>>>(dqkv, dout, qkv, lse, dsum, seg, (int)T, (int)nh, (int)nkv, \
                                    (int)hd, win, scale)
   ATT_DISPATCH(hd, DQ);
 #undef DQ
@@ -361,7 +371,7 @@ static void att_bwd_any(sl_kctx *ctx, float *dqkv, const E *dout, const E *qkv, 
 #define DKV(HDP, TPR, BC)                                                                     \
   att_dkv_kernel<E, HDP, TPR, BC>                                                             \
       <<<dim3((unsigned)((T + ATT_NT / TPR - 1) / (ATT_NT / TPR)), (unsigned)nkv, (unsigned)B), \
-         ATT_NT, 0, ctx->stream>>>(dqkv, dout, qkv, lse, dsum, (int)T, (int)nh, (int)nkv,      \
+         ATT_NT, 0, ctx->stream>>>(dqkv, dout, qkv, lse, dsum, seg, (int)T, (int)nh, (int)nkv,  \
                                    (int)hd, win, scale)
   ATT_DISPATCH(hd, DKV);
 #undef DKV
@@ -370,21 +380,31 @@ static void att_bwd_any(sl_kctx *ctx, float *dqkv, const E *dout, const E *qkv, 
 
 void sl_cuda_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B,
                            int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window) {
-  att_fwd_any<float>(ctx, out, lse, qkv, B, T, nh, nkv, hd, window);
+  att_fwd_any<float>(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, NULL);
 }
 void sl_cuda_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv,
                            const float *out, const float *lse, int64_t B, int64_t T, int64_t nh,
                            int64_t nkv, int64_t hd, int64_t window) {
-  att_bwd_any<float>(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window);
+  att_bwd_any<float>(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, NULL);
 }
 void sl_cuda_attention_fwd_bf16(sl_kctx *ctx, uint16_t *out, float *lse, const uint16_t *qkv,
                                 int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
                                 int64_t window) {
-  att_fwd_any<uint16_t>(ctx, out, lse, qkv, B, T, nh, nkv, hd, window);
+  att_fwd_any<uint16_t>(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, NULL);
 }
 void sl_cuda_attention_bwd_bf16(sl_kctx *ctx, float *dqkv, const uint16_t *dout,
                                 const uint16_t *qkv, const uint16_t *out, const float *lse,
                                 int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
                                 int64_t window) {
-  att_bwd_any<uint16_t>(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window);
+  att_bwd_any<uint16_t>(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, NULL);
+}
+void sl_cuda_attention_doc_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B,
+                               int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window,
+                               const int32_t *seg) {
+  att_fwd_any<float>(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, seg);
+}
+void sl_cuda_attention_doc_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv,
+                               const float *out, const float *lse, int64_t B, int64_t T, int64_t nh,
+                               int64_t nkv, int64_t hd, int64_t window, const int32_t *seg) {
+  att_bwd_any<float>(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, seg);
 }

@@ -28,6 +28,8 @@ struct sl_kctx {
   int tf32;                 /* SL_CUDA_TF32=1: GEMMs with TF32 tensor cores */
   int status;               /* SL_OK or the first error (sticky) */
   char msg[512];            /* message of the first error */
+  struct sl_gemm_plan *plans; /* (nplans) cuBLASLt descriptors + algorithm per shape (gemm.cu) */
+  int nplans, next_evict;
 };
 
 #define SL_CUDA_SUMSQ_BLOCKS 256

@@ -73,6 +73,7 @@ static void ctx_free(sl_kctx *c) {
   if (c->sumsq_dev) cudaFree(c->sumsq_dev);
   if (c->sumsq_part) cudaFree(c->sumsq_part);
   if (c->sumsq_host) cudaFreeHost(c->sumsq_host);
+  sl_cuda_gemm_plans_free(c);
   if (c->lt) cublasLtDestroy(c->lt);
   if (c->stream) cudaStreamDestroy(c->stream);
   free(c);
@@ -227,18 +228,31 @@ static const sl_ops g_cuda_ops = {
     sl_cuda_mem_sync,
     sl_cuda_mem_is_device,
     sl_cuda_stream,
+    sl_cuda_rope_doc_fwd, /* document masking */
+    sl_cuda_rope_doc_bwd,
+    sl_cuda_attention_doc_fwd,
+    sl_cuda_attention_doc_bwd,
 };
 
-/* NULL when no CUDA device is usable, so CPU-only machines never touch one.
- * The probe runs once; a benign race at worst probes twice. */
+/* NULL when no CUDA device is usable, so CPU-only machines never touch one;
+ * then sl_errmsg() says why (the CUDA error of cudaGetDeviceCount, or no
+ * device). The probe runs once; a benign race at worst probes twice. */
 extern "C" const sl_ops *sl_ops_cuda(void) {
   static int probed = 0, present = 0;
+  static char why[300];
   if (!probed) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) (void)cudaGetLastError();
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      snprintf(why, sizeof why, "no usable CUDA device: cudaGetDeviceCount failed: %s (%s)", cudaGetErrorName(e),
+               cudaGetErrorString(e));
+    } else if (n <= 0) {
+      snprintf(why, sizeof why, "no CUDA device: cudaGetDeviceCount found 0");
+    }
     present = (e == cudaSuccess && n > 0);
     probed = 1;
   }
+  if (!present) sl_fail(SL_EINPUT, "%s", why);
   return present ? &g_cuda_ops : NULL;
 }

@@ -8,18 +8,56 @@
  * Accumulation uses beta = 1 with C = D (in place, same layout).
  * Bias and db are separate small kernels (db: deterministic two-pass colsum).
  * Compute type CUBLAS_COMPUTE_32F (the oracle path) or _FAST_TF32 when
- * SL_CUDA_TF32=1; bf16 inputs always accumulate in fp32. */
+ * SL_CUDA_TF32=1; bf16 inputs always accumulate in fp32.
+ * Plans (descriptors + the heuristic's algorithm) are cached per shape and
+ * pointer alignment in the context (at most 256, replaced round-robin), so
+ * after warm-up a GEMM is one cublasLtMatmul call. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/gemm.cuh"
 
 #define DB_ROWS_PER_PART 64
 
-/* largest power of two (<= 256) dividing the address */
+/* One cached plan: the descriptors of a shape and the algorithm the
+ * heuristic chose for it. The key includes the alignment (bytes, a power of
+ * two <= 256) of A, B and D as passed: the heuristic is told those
+ * alignments (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*), so an algorithm that
+ * needs more (LM-head chunk offsets, unpadded tensor offsets) is never
+ * chosen, and a differently aligned call gets its own plan. */
+struct sl_gemm_plan {
+  int ta, tb, ab, ct;
+  int64_t m, n, k, lda, ldb, ldd;
+  uint32_t al_a, al_b, al_d;
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t la, lb, ld;
+  cublasLtMatmulAlgo_t algo;
+};
+#define SL_GEMM_MAX_PLANS 256
+
 static uint32_t ptr_align(const void *p) {
-  uint32_t a = 256;
-  while (a > 1 && (uintptr_t)p % a) a >>= 1;
-  return a;
+  uintptr_t a = (uintptr_t)p;
+  uint32_t al = 256;
+  while (al > 1 && (a & (al - 1))) al >>= 1;
+  return al;
+}
+
+static void plan_release(sl_gemm_plan *p) {
+  if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
+  if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+  if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+  if (p->op) cublasLtMatmulDescDestroy(p->op);
+  memset(p, 0, sizeof *p);
+}
+
+void sl_cuda_gemm_plans_free(sl_kctx *ctx) {
+  if (!ctx || !ctx->plans) return;
+  for (int i = 0; i < ctx->nplans; i++) plan_release(&ctx->plans[i]);
+  free(ctx->plans);
+  ctx->plans = NULL;
+  ctx->nplans = 0;
 }
 
 int sl_cuda_gemm(sl_kctx *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *A,
@@ -38,67 +76,90 @@ int sl_cuda_gemm(sl_kctx *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, 
     }
     return sl_cuda_fail(ctx, SL_EINPUT, "gemm: k = 0 with beta %g unsupported", beta);
   }
-  cublasLtMatmulDesc_t op = NULL;
-  cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
-  cublasLtMatmulPreference_t pref = NULL;
-  cublasLtMatmulHeuristicResult_t heur;
-  int nres = 0;
-  cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasComputeType_t ct =
       (ab == CUDA_R_32F && ctx->tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  uint32_t al_a = ptr_align(A), al_b = ptr_align(B), al_d = ptr_align(D);
+  sl_gemm_plan *pl = NULL;
+  for (int i = 0; i < ctx->nplans && !pl; i++) {
+    sl_gemm_plan *q = &ctx->plans[i];
+    if (q->ta == ta && q->tb == tb && q->ab == (int)ab && q->ct == (int)ct && q->m == m && q->n == n &&
+        q->k == k && q->lda == lda && q->ldb == ldb && q->ldd == ldd && q->al_a == al_a &&
+        q->al_b == al_b && q->al_d == al_d)
+      pl = q;
+  }
   size_t ws = ctx->lt_ws_bytes;
-  const uint32_t align[3] = {ptr_align(A), ptr_align(B), ptr_align(D)};
   const char *what = "";
-  cublasStatus_t s;
+  cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+  cublasLtMatmulPreference_t pref = NULL;
+  sl_gemm_plan fresh;
+  memset(&fresh, 0, sizeof fresh);
 #define LT(call)                 \
   do {                           \
     what = #call;                \
     s = (call);                  \
     if (s != CUBLAS_STATUS_SUCCESS) goto fail; \
   } while (0)
-  LT(cublasLtMatmulDescCreate(&op, ct, CUDA_R_32F));
-  LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
-  LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-  /* stored shapes: A is (m x k) or (k x m) when transposed; B likewise */
-  LT(cublasLtMatrixLayoutCreate(&la, ab, ta ? k : m, ta ? m : k, lda));
-  LT(cublasLtMatrixLayoutCreate(&lb, ab, tb ? n : k, tb ? k : n, ldb));
-  LT(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd));
-  LT(cublasLtMatmulPreferenceCreate(&pref));
-  LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                          sizeof ws));
-  /* the heuristic assumes 256-byte aligned matrices unless told otherwise;
-   * row offsets into flat buffers and LM-head chunks can be less aligned */
-  LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                          &align[0], sizeof align[0]));
-  LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                          &align[1], sizeof align[1]));
-  LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                          &align[2], sizeof align[2]));
-  LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                          &align[2], sizeof align[2]));
-  LT(cublasLtMatmulAlgoGetHeuristic(ctx->lt, op, la, lb, ld, ld, pref, 1, &heur, &nres));
-  if (nres == 0) {
-    what = "cublasLtMatmulAlgoGetHeuristic (no algorithm)";
-    s = CUBLAS_STATUS_NOT_SUPPORTED;
-    goto fail;
+  if (!pl) {
+    if (!ctx->plans && !(ctx->plans = (sl_gemm_plan *)calloc(SL_GEMM_MAX_PLANS, sizeof(sl_gemm_plan))))
+      return sl_cuda_fail(ctx, SL_ENOMEM, "gemm: out of host memory for the plan cache");
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtMatmulHeuristicResult_t heur;
+    int nres = 0;
+    fresh.ta = ta;
+    fresh.tb = tb;
+    fresh.ab = (int)ab;
+    fresh.ct = (int)ct;
+    fresh.m = m;
+    fresh.n = n;
+    fresh.k = k;
+    fresh.lda = lda;
+    fresh.ldb = ldb;
+    fresh.ldd = ldd;
+    fresh.al_a = al_a;
+    fresh.al_b = al_b;
+    fresh.al_d = al_d;
+    LT(cublasLtMatmulDescCreate(&fresh.op, ct, CUDA_R_32F));
+    LT(cublasLtMatmulDescSetAttribute(fresh.op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    LT(cublasLtMatmulDescSetAttribute(fresh.op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    /* stored shapes: A is (m x k) or (k x m) when transposed; B likewise */
+    LT(cublasLtMatrixLayoutCreate(&fresh.la, ab, ta ? k : m, ta ? m : k, lda));
+    LT(cublasLtMatrixLayoutCreate(&fresh.lb, ab, tb ? n : k, tb ? k : n, ldb));
+    LT(cublasLtMatrixLayoutCreate(&fresh.ld, CUDA_R_32F, m, n, ldd));
+    LT(cublasLtMatmulPreferenceCreate(&pref));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
+    LT(cublasLtMatmulAlgoGetHeuristic(ctx->lt, fresh.op, fresh.la, fresh.lb, fresh.ld, fresh.ld, pref, 1, &heur,
+                                      &nres));
+    if (nres == 0) {
+      what = "cublasLtMatmulAlgoGetHeuristic (no algorithm)";
+      s = CUBLAS_STATUS_NOT_SUPPORTED;
+      goto fail;
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    pref = NULL;
+    fresh.algo = heur.algo;
+    if (ctx->nplans < SL_GEMM_MAX_PLANS) {
+      pl = &ctx->plans[ctx->nplans++];
+    } else { /* full: replace round-robin */
+      pl = &ctx->plans[ctx->next_evict];
+      ctx->next_evict = (ctx->next_evict + 1) % SL_GEMM_MAX_PLANS;
+      plan_release(pl);
+    }
+    *pl = fresh;
   }
-  LT(cublasLtMatmul(ctx->lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &heur.algo, ctx->lt_ws,
-                    ws, ctx->stream));
+  LT(cublasLtMatmul(ctx->lt, pl->op, &alpha, A, pl->la, B, pl->lb, &beta, D, pl->ld, D, pl->ld, &pl->algo,
+                    ctx->lt_ws, ws, ctx->stream));
 #undef LT
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(ld);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatmulDescDestroy(op);
   return SL_OK;
 fail:
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
-  if (ld) cublasLtMatrixLayoutDestroy(ld);
-  if (lb) cublasLtMatrixLayoutDestroy(lb);
-  if (la) cublasLtMatrixLayoutDestroy(la);
-  if (op) cublasLtMatmulDescDestroy(op);
-  return sl_cuda_fail(ctx, SL_EINTERNAL, "gemm (m %lld n %lld k %lld ta %d tb %d): %s: %s",
-                      (long long)m, (long long)n, (long long)k, ta, tb, what,
+  plan_release(&fresh);
+  return sl_cuda_fail(ctx, SL_EINTERNAL,
+                      "gemm (m %lld n %lld k %lld ta %d tb %d, alignment A %u B %u D %u bytes): %s: %s",
+                      (long long)m, (long long)n, (long long)k, ta, tb, al_a, al_b, al_d, what,
                       cublasLtGetStatusString(s));
 }
 

@@ -22,6 +22,8 @@ void sl_cuda_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, const f
 int sl_cuda_gemm(sl_kctx *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k,
                  const void *A, int64_t lda, const void *B, int64_t ldb, float *D,
                  int64_t ldd, float alpha, float beta, cudaDataType_t ab);
+/* Frees the per-shape plan cache (ctx destroy). */
+void sl_cuda_gemm_plans_free(sl_kctx *ctx);
 /* Row-major helpers shared by linear and lmhead_ce (dtype of x, w, dout = ab):
  *   out (N, OC) (+)= x (N, IC) @ w (OC, IC)^T      (beta 0 or 1)
  *   dx (N, IC) += dout (N, OC) @ w (OC, IC)

@@ -134,14 +134,16 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(h, c.num_key_value_heads * hd, bias=False)
         self.o_proj = nn.Linear(c.num_attention_heads * hd, h, bias=False)
 
-    def forward(self, x, cos, sin):
+    def forward(self, x, cos, sin, hide=None):
+        """cos/sin (T, hd), or (B, T, hd) for per-token positions; hide (B, T, T)
+        bool: extra keys each query must not see (document masking)."""
         c = self.c
         B, T, _ = x.shape
         nh, nkv, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
         q = self.q_proj(x).view(B, T, nh, hd).transpose(1, 2)   # (B, nh, T, hd)
         k = self.k_proj(x).view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
         v = self.v_proj(x).view(B, T, nkv, hd).transpose(1, 2)
-        cos, sin = cos[None, None], sin[None, None]
+        cos, sin = (cos[None, None], sin[None, None]) if cos.dim() == 2 else (cos[:, None], sin[:, None])
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         rep = nh // nkv
@@ -151,6 +153,8 @@ class Attention(nn.Module):
         mask = torch.ones(T, T, dtype=torch.bool).triu(1)
         if c.sliding_window > 0:  # Mistral: also hide keys with i - j >= window
             mask = mask | torch.ones(T, T, dtype=torch.bool).tril(-c.sliding_window)
+        if hide is not None:
+            mask = mask[None, None] | hide[:, None]
         s = s.masked_fill(mask, float("-inf"))
         p = torch.softmax(s, dim=-1)
         y = (p @ v).transpose(1, 2).reshape(B, T, nh * hd)
@@ -176,8 +180,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.mlp = MLP(c)
 
-    def forward(self, x, cos, sin):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+    def forward(self, x, cos, sin, hide=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, hide)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -204,21 +208,30 @@ class LlamaForCausalLM(nn.Module):
             return self.model.embed_tokens.weight
         return self.lm_head.weight
 
-    def forward(self, idx):
-        """idx (B, T) int64 -> logits (B, T, V); positions restart at 0 per row."""
+    def forward(self, idx, seg=None):
+        """idx (B, T) int64 -> logits (B, T, V); positions restart at 0 per row.
+        seg (B, T) int64 or None: where each token's document starts in its
+        row (packed documents, Llama 3 style): position t - seg[t], and query
+        i sees key j only when seg[i] <= j <= i (block-diagonal causal)."""
         c = self.config
         T = idx.shape[1]
         cos, sin = rope_cos_sin(T, c.head_dim, c.rope_theta, self.model.norm.weight.dtype)
+        hide = None
+        if seg is not None:
+            pos = torch.arange(T)[None, :] - seg          # (B, T)
+            cos, sin = cos[pos], sin[pos]                 # (B, T, hd)
+            hide = torch.arange(T)[None, None, :] < seg[:, :, None]  # (B, T, T): j < seg[i]
         x = self.model.embed_tokens(idx)
         for layer in self.model.layers:
-            x = layer(x, cos, sin)
+            x = layer(x, cos, sin, hide)
         x = self.model.norm(x)
         return x @ self.head_weight().t()
 
 
 def loss_fn(logits, targets):
-    """Mean token cross-entropy over every position."""
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    """Mean token cross-entropy over every position whose target is not -100
+    (PyTorch's ignore_index, HF's label masking)."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
 
 
 # ------------------------------------------------------- init, load, save
