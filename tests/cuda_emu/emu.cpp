@@ -3,7 +3,7 @@
  * the runtime API on host memory (include/cuda_runtime.h, include/sl_emu.h).
  *
  * A launch runs its blocks in order; a block's fibers run in a shuffled order
- * (fixed seed: reproducible), each until it blocks at __syncthreads or a warp
+ * (fixed seed, or SL_EMU_SEED: reproducible), each until it blocks at __syncthreads or a warp
  * primitive or ends. When no fiber can run, the scheduler releases what is
  * complete: a warp primitive once every lane of its mask waits at one with
  * the same kind, mask and width (results exchanged here); a barrier once
@@ -93,7 +93,7 @@ struct Emu {
   launch_cfg cfg{};
   char *dyn = nullptr;
   bool failed = false, dirty = false;
-  uint64_t rng = 0x9e3779b97f4a7c15ull;
+  uint64_t rng = 0; /* shuffle state; 0: not seeded yet */
 } E;
 
 cudaError_t g_err = cudaSuccess, g_msg_err = cudaSuccess;
@@ -306,6 +306,11 @@ void deadlock(int n) {
 }
 
 uint64_t xorshift() {
+  if (!E.rng) { /* SL_EMU_SEED picks another (reproducible) schedule */
+    const char *seed = getenv("SL_EMU_SEED");
+    E.rng = seed && *seed ? strtoull(seed, nullptr, 0) * 0x9e3779b97f4a7c15ull + 1
+                          : 0x2545f4914f6cdd1dull;
+  }
   E.rng ^= E.rng << 13;
   E.rng ^= E.rng >> 7;
   E.rng ^= E.rng << 17;
