@@ -2,8 +2,9 @@
  * fibers, the block scheduler with its barrier / warp-primitive checks, and
  * the runtime API on host memory (include/cuda_runtime.h, include/sl_emu.h).
  *
- * A launch runs its blocks in order; a block's fibers run in a shuffled order
- * (fixed seed, or SL_EMU_SEED: reproducible), each until it blocks at __syncthreads or a warp
+ * A launch runs its blocks one after the other in a shuffled order, and a
+ * block's fibers in a shuffled order (fixed seed, or SL_EMU_SEED:
+ * reproducible), each until it blocks at __syncthreads or a warp
  * primitive or ends. When no fiber can run, the scheduler releases what is
  * complete: a warp primitive once every lane of its mask waits at one with
  * the same kind, mask and width (results exchanged here); a barrier once
@@ -437,16 +438,19 @@ void launch(const launch_cfg &c, void (*run)(void *), void *arg) {
   E.dirty = false;
   E.cfg = c, E.run = run, E.arg = arg, E.failed = false;
   gridDim = g, blockDim = b;
-  for (unsigned z = 0; z < g.z && !E.failed; z++)
-    for (unsigned y = 0; y < g.y && !E.failed; y++)
-      for (unsigned x = 0; x < g.x && !E.failed; x++) {
-        blockIdx = {x, y, z};
-        E.dyn = (char *)malloc(c.smem ? c.smem : 1); /* exact size: ASan bounds it */
-        memset(E.dyn, 0xff, c.smem);                 /* uninitialised reads give NaN */
-        run_block((int)n);
-        free(E.dyn);
-        E.dyn = nullptr;
-      }
+  /* blocks in a shuffled order too: no kernel may rely on block order */
+  std::vector<uint64_t> blocks((size_t)g.x * g.y * g.z);
+  for (size_t i = 0; i < blocks.size(); i++) blocks[i] = i;
+  for (size_t i = blocks.size(); i > 1; i--) std::swap(blocks[i - 1], blocks[xorshift() % i]);
+  for (size_t i = 0; i < blocks.size() && !E.failed; i++) {
+    uint64_t id = blocks[i];
+    blockIdx = {(unsigned)(id % g.x), (unsigned)(id / g.x % g.y), (unsigned)(id / g.x / g.y)};
+    E.dyn = (char *)malloc(c.smem ? c.smem : 1); /* exact size: ASan bounds it */
+    memset(E.dyn, 0xff, c.smem);                 /* uninitialised reads give NaN */
+    run_block((int)n);
+    free(E.dyn);
+    E.dyn = nullptr;
+  }
   E.dirty = E.failed;
 }
 } // namespace sl_emu
