@@ -27,6 +27,7 @@
 #include "engine/model.h"
 #include "engine/plot.h"
 #include "engine/safetensors.h"
+#include "engine/signals.h"
 #include "offload/offload.h"
 #include "shard/fsdp.h"
 
@@ -810,15 +811,22 @@ bcast: {
   step_out o = {0};
   sl_mem_reset_peaks();
   sl_fsdp_reset_comm_stats(t.f);
-  for (int64_t s = t.start_step; s < c->steps; s++) {
+  sl_signals_install();
+  int stop_sig = 0;
+  for (int64_t s = t.start_step; s < c->steps && !stop_sig; s++) {
     double t0 = sl_now_s();
     if ((rc = train_step(&t, s, &o))) goto done;
     double dt = sl_now_s() - t0;
     sl_mem_set(SL_ARENA_SCRATCH, (int64_t)t.ops->ctx_scratch_bytes(t.k));
     if (s == t.start_step) first_loss = o.loss;
-    if (c->ckpt_dir[0] && ((c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0) || s + 1 == c->steps)) {
+    if ((rc = sl_signals_agree(world, &stop_sig))) goto done; /* every rank stops after the same step */
+    if (c->ckpt_dir[0] && (stop_sig || (c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0) || s + 1 == c->steps)) {
       if ((rc = save_ckpt(&t, s + 1))) goto done;
     }
+    if (stop_sig)
+      sl_log0(SL_LOG_WARN, "%s: stopping after step %lld of %lld%s%s%s", sl_signal_name(stop_sig), (long long)(s + 1),
+              (long long)c->steps, c->ckpt_dir[0] ? "; checkpoint in " : " (no --ckpt-dir: nothing saved)",
+              c->ckpt_dir, c->ckpt_dir[0] ? "; continue with --resume" : "");
     write_metrics(&t, s, &o, dt, flops_tok);
     double tps = (double)t.G * c->seq_len / dt;
     if (tty) {
@@ -834,6 +842,7 @@ bcast: {
   if (tty) printf("\n");
   double wall = sl_now_s() - t_start;
   if (t.metrics) { fclose(t.metrics); t.metrics = NULL; }
+  if (stop_sig) goto done; /* the run is not finished: no --save, no summary */
   if (c->save[0] && (rc = save_model(&t, c->save))) goto done;
   if (c->summary) summary(&t, wall);
   if (t.rank == 0 && c->steps > 0) {

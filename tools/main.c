@@ -10,6 +10,7 @@
 #include "base/base.h"
 #include "engine/dataset.h"
 #include "engine/plot.h"
+#include "engine/signals.h"
 #include "engine/trainer.h"
 #include "shard/comm.h"
 #include "tools/tools.h"
@@ -130,6 +131,7 @@ static int cmd_train(int argc, char **argv, int dump) {
   }
   sl_comm_destroy(world);
   sl_comm_world_finalize();
+  if (!rc && sl_signals_stopped()) return 128 + sl_signals_stopped(); /* 143 SIGTERM, 130 SIGINT */
   return exit_code(rc);
 }
 
