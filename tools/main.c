@@ -35,6 +35,17 @@ static int under_launcher(void) {
          getenv("SLURM_PROCID");
 }
 
+/* srun started several tasks but gave them no PMIx bootstrap: each would be a
+ * world of one (or OpenMPI aborts). Returns 1 after saying what to do. */
+static int srun_without_pmix(void) {
+  const char *n = getenv("SLURM_NTASKS"), *step = getenv("SLURM_STEP_ID");
+  if (!n || !step || atoi(n) < 2 || getenv("PMIX_RANK") || getenv("OMPI_COMM_WORLD_SIZE")) return 0;
+  if (getenv("SLURM_PROCID") && atoi(getenv("SLURM_PROCID")) == 0)
+    fprintf(stderr, "shardlm: srun started %s tasks without a PMIx bootstrap; run `srun --mpi=pmix ...` "
+            "(list the plugins with `srun --mpi=list`) or set MpiDefault=pmix in slurm.conf\n", n);
+  return 1;
+}
+
 /* Re-executes this command under a local mpirun with n ranks. */
 static int relaunch(int n, int argc, char **argv) {
   char **args = calloc((size_t)argc + 16, sizeof(char *));
@@ -115,6 +126,7 @@ static int cmd_train(int argc, char **argv, int dump) {
     }
     return relaunch((int)cfg.nproc, argc, argv);
   }
+  if (srun_without_pmix()) return 2;
   sl_comm *world = NULL;
   if (sl_comm_world_init(&argc, &argv, cfg.comm_timeout, &world) != SL_COMM_OK) {
     fprintf(stderr, "shardlm: cannot start communication: %s\n", sl_comm_last_error());
