@@ -18,11 +18,7 @@ cleanup() { for p in "${JOBS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$W
 trap cleanup EXIT
 MPI="mpirun --allow-run-as-root --oversubscribe --bind-to none"
 mkdir -p "$W/model"
-cat > "$W/model/config.json" <<'J'
-{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 32, "intermediate_size": 64,
- "num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 1, "vocab_size": 300,
- "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false, "max_position_embeddings": 64}
-J
+cp "${SL_SRC:?}/tests/fixtures/tiny-1layer/config.json" "$W/model/" || exit 1
 "$B" prepare --input "${SL_SRC:?}/configs/corpus.txt" --output "$W/data" > /dev/null || exit 1
 STEPS=1000
 COMMON="--model $W/model --data $W/data --data-order shuffled --seq-len 16 --micro-batch 2 --threads 1

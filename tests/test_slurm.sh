@@ -94,11 +94,7 @@ pass=0; fail=0
 ok() { echo "ok   $1"; pass=$((pass+1)); }
 bad() { echo "FAIL $1"; fail=$((fail+1)); }
 mkdir -p "$W/model"
-cat > "$W/model/config.json" <<'J'
-{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 32, "intermediate_size": 64,
- "num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 1, "vocab_size": 300,
- "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false, "max_position_embeddings": 64}
-J
+cp "$SRC/tests/fixtures/tiny-1layer/config.json" "$W/model/" || exit 1
 "$B" prepare --input "$SRC/configs/corpus.txt" --output "$W/data" > /dev/null || exit 1
 MPI="mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2"
 same_losses() { # a.jsonl b.jsonl steps
