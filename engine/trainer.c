@@ -24,6 +24,7 @@
 #include "engine/checkpoint.h"
 #include "engine/dataset.h"
 #include "engine/hfconfig.h"
+#include "engine/mesh.h"
 #include "engine/model.h"
 #include "engine/plot.h"
 #include "engine/safetensors.h"
@@ -320,13 +321,6 @@ static void trainer_free(trainer *t) {
   if (t->metrics) fclose(t->metrics);
 }
 
-static int local_ranks(void) {
-  const char *e = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  if (!e) e = getenv("SLURM_NTASKS_PER_NODE");
-  int n = e ? atoi(e) : 1;
-  return n > 0 ? n : 1;
-}
-
 static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
   memset(t, 0, sizeof *t);
   t->cfg = *cfg;
@@ -355,17 +349,17 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
   else if (!strcmp(c->backend, "cuda"))
     return sl_fail(SL_EINPUT, "--backend cuda: this build has no CUDA backend, or no GPU is visible");
   t->dev = t->ops->is_device();
-  int threads = (int)c->threads;
-  if (threads <= 0) {
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    threads = (int)(ncpu / local_ranks());
-    if (threads < 1) threads = 1;
-  }
   if (t->ops != sl_ops_cpu() && !getenv("SL_CUDA_DEVICE")) { /* one GPU per local rank */
     const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     if (!lr) lr = getenv("SLURM_LOCALID");
     if (lr) setenv("SL_CUDA_DEVICE", lr, 0);
+    setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 0); /* the order engine/mesh.c binds by */
   }
+  sl_mesh mesh; /* binds this rank's threads before the compute pool starts */
+  if ((rc = sl_mesh_setup(world, t->ops != sl_ops_cpu(), c->shard_group, &mesh))) return rc;
+  int threads = (int)c->threads;
+  if (threads <= 0) threads = mesh.bind.bound ? mesh.bind.ncpus : (int)sysconf(_SC_NPROCESSORS_ONLN) / mesh.local_size;
+  if (threads < 1) threads = 1;
   t->k = t->ops->ctx_create(threads);
   if (!t->k) return sl_fail(SL_ENOMEM, "cannot create the compute context");
 

@@ -158,5 +158,6 @@ grep -q "resumed from .* at step $K " "$W/job.out" && ok "second run resumed at 
 same_losses "$W/ref/metrics.jsonl" "$M" $STEPS && ok "losses of all $STEPS steps = uninterrupted run, bit for bit" \
   || bad "losses after requeue differ"
 [ $fail -eq 0 ] || { echo "--- job output"; cat "$W/job.out"; }
+[ -n "${SL_SLURM_KEEP:-}" ] && cp "$W/job.out" "$W/s.log" "$W/job.sbatch" "$SL_SLURM_KEEP/"  # for the docs
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

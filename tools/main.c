@@ -31,8 +31,9 @@ static void usage(FILE *f) {
 }
 
 static int under_launcher(void) {
+  /* SLURM_PROCID alone is also set in an sbatch shell, which is not a launcher */
   return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_RANK") || getenv("PMIX_RANK") ||
-         getenv("SLURM_PROCID");
+         (getenv("SLURM_PROCID") && getenv("SLURM_STEP_ID"));
 }
 
 /* srun started several tasks but gave them no PMIx bootstrap: each would be a
