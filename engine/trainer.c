@@ -772,6 +772,7 @@ static void write_metrics(trainer *t, int64_t s, const step_out *o, double dt, d
 
 int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   trainer t;
+  sl_signals_install(); /* a signal during setup stops the run after its first step */
   int rc = trainer_setup(&t, cfg, world);
   if (rc) goto done;
   sl_train_cfg *c = &t.cfg;
@@ -805,7 +806,6 @@ bcast: {
   step_out o = {0};
   sl_mem_reset_peaks();
   sl_fsdp_reset_comm_stats(t.f);
-  sl_signals_install();
   int stop_sig = 0;
   for (int64_t s = t.start_step; s < c->steps && !stop_sig; s++) {
     double t0 = sl_now_s();

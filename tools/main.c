@@ -128,6 +128,7 @@ static int cmd_train(int argc, char **argv, int dump) {
     return relaunch((int)cfg.nproc, argc, argv);
   }
   if (srun_without_pmix()) return 2;
+  if (!dump) sl_signals_install(); /* from here on SIGTERM/SIGINT mean: checkpoint and stop */
   sl_comm *world = NULL;
   if (sl_comm_world_init(&argc, &argv, cfg.comm_timeout, &world) != SL_COMM_OK) {
     fprintf(stderr, "shardlm: cannot start communication: %s\n", sl_comm_last_error());

@@ -122,10 +122,12 @@ static int run_once(char **args) {
     if (w == pid) break;
     if (w < 0 && errno != EINTR) { st = 1 << 8; break; } /* exit status 1 */
     if (nsig > seen) { /* forward each signal to the ranks (a second one: they stop at once) */
-      seen = nsig;
       int n = signal_descendants(pid, got_sig);
-      fprintf(stderr, "shardlm: %s: passed on to %d process%s of the job; waiting for the checkpoint\n",
-              got_sig == SIGINT ? "SIGINT" : "SIGTERM", n, n == 1 ? "" : "es");
+      if (n > 0) { /* none yet: mpirun is still starting them; try again next round */
+        seen = nsig;
+        fprintf(stderr, "shardlm: %s: passed on to %d process%s of the job; waiting for the checkpoint\n",
+                got_sig == SIGINT ? "SIGINT" : "SIGTERM", n, n == 1 ? "" : "es");
+      }
       if (!deadline) deadline = now_s() + stop_grace();
     }
     if (deadline && now_s() > deadline && killed < 2) {
@@ -189,6 +191,7 @@ int sl_supervise(int argc, char **argv, int max_restarts) {
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);
   for (int attempt = 0;; attempt++) {
+    if (attempt > 0 && nsig) break; /* a stop was asked for between two runs */
     rc = run_once(args);
     if (rc == 0 || rc == 2) break; /* done, or bad input that a restart cannot fix */
     if (nsig) { /* stopped on request: pass the job's status on (143 / 130 after a checkpoint) */
