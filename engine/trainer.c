@@ -423,7 +423,7 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
   if (!weights) sl_log0(SL_LOG_INFO, "no weight files in %s: initialising from seed %lld",
                         c->model[0] ? c->model : "the built-in config", (long long)c->seed);
   if ((rc = parse_tier(c, &t->tier))) return rc;
-  if (t->tier != SL_TIER_NONE) { /* the CPU AdamW's threads and pages on this rank's NUMA node */
+  if (t->tier != SL_TIER_NONE && !mesh.bind.bound) { /* the CPU AdamW's threads and pages on this rank's NUMA node */
     int node = -1;
     if (sl_numa_bind_pool(&node) == SL_OK && node >= 0)
       sl_log(SL_LOG_DEBUG, "offload: compute threads bound to NUMA node %d", node);
