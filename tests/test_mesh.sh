@@ -36,5 +36,18 @@ SL_BIND=0 $MPI --bind-to none -x SL_BIND "$B" train $ARGS --out-dir "$W/c" > "$W
 grep -q "built without hwloc\|not bound (SL_BIND=0)" "$W/c.log" && ok "SL_BIND=0 binds nothing" || { bad "SL_BIND=0 ignored"; grep mesh "$W/c.log"; }
 cmp -s <(cut -d, -f1-2 "$W/a/metrics.jsonl") <(cut -d, -f1-2 "$W/c/metrics.jsonl") \
   && ok "bound and unbound runs: same losses, bit for bit" || bad "binding changed the losses"
+# a pretended 2-node layout (SL_MESH_HOSTS): the report and the shard-group check
+mesh4() { # hosts shard-group log
+  SL_MESH_HOSTS=$1 $MPI4 -x SL_MESH_HOSTS "$B" train $ARGS --shard-group "$2" --out-dir "$W/$3" > "$W/$3.log" 2>&1 \
+    || { bad "run $3 failed"; tail "$W/$3.log"; }
+}
+MPI4="mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4"
+mesh4 a,a,b,b 2 d
+grep -q "mesh: 4 ranks on 2 nodes" "$W/d.log" && grep -q "mesh: node a: ranks 0-1 " "$W/d.log" && grep -q "mesh: node b: ranks 2-3 " "$W/d.log" \
+  && ok "2 pretended nodes: ranks 0-1 on a, 2-3 on b" || { bad "2-node report"; grep mesh "$W/d.log"; }
+grep -q "spans nodes" "$W/d.log" && bad "shard groups inside nodes warned about" || ok "shard groups of 2 inside nodes: no warning"
+mesh4 a,b,a,b 2 e
+grep -q "warn: mesh: shard group 0 (ranks 0-1) spans nodes" "$W/e.log" && ok "shard group across nodes: warned" \
+  || { bad "no warning for a shard group across nodes"; grep mesh "$W/e.log"; }
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
