@@ -344,19 +344,19 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
                       c->activation_checkpoint);
   if (strcmp(c->backend, "cpu") && strcmp(c->backend, "auto") && strcmp(c->backend, "cuda"))
     return sl_fail(SL_EINPUT, "--backend must be cpu, cuda or auto, found '%s'", c->backend);
+  setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 0); /* before CUDA starts: the GPU order engine/mesh.c binds by */
   t->ops = sl_ops_cpu();
   if (strcmp(c->backend, "cpu") != 0 && sl_ops_cuda()) t->ops = sl_ops_cuda();
   else if (!strcmp(c->backend, "cuda"))
     return sl_fail(SL_EINPUT, "--backend cuda: this build has no CUDA backend, or no GPU is visible");
   t->dev = t->ops->is_device();
-  if (t->ops != sl_ops_cpu() && !getenv("SL_CUDA_DEVICE")) { /* one GPU per local rank */
-    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    if (!lr) lr = getenv("SLURM_LOCALID");
-    if (lr) setenv("SL_CUDA_DEVICE", lr, 0);
-    setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 0); /* the order engine/mesh.c binds by */
-  }
-  sl_mesh mesh; /* binds this rank's threads before the compute pool starts */
+  sl_mesh mesh; /* local rank from hostnames; binds this rank's threads before the compute pool starts */
   if ((rc = sl_mesh_setup(world, t->ops != sl_ops_cpu(), c->shard_group, &mesh))) return rc;
+  if (t->ops != sl_ops_cpu() && !getenv("SL_CUDA_DEVICE")) { /* one GPU per local rank */
+    char d[16];
+    snprintf(d, sizeof d, "%d", mesh.local_rank);
+    setenv("SL_CUDA_DEVICE", d, 0);
+  }
   int threads = (int)c->threads;
   if (threads <= 0) threads = mesh.bind.bound ? mesh.bind.ncpus : (int)sysconf(_SC_NPROCESSORS_ONLN) / mesh.local_size;
   if (threads < 1) threads = 1;

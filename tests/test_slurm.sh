@@ -23,7 +23,13 @@ W=$(mktemp -d /tmp/sl-slurm.XXXXXX)
 chmod 755 "$W"
 DAEMONS=()
 cleanup() {
-  [ -n "${SLURM_CONF:-}" ] && scancel --quiet --full $(squeue -h -o %i 2>/dev/null) 2>/dev/null
+  if [ -n "${SLURM_CONF:-}" ] && [ -n "$(squeue -h -o %i 2>/dev/null)" ]; then
+    scancel --quiet $(squeue -h -o %i 2>/dev/null) 2>/dev/null
+    for _ in $(seq 50); do [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.1; done
+  fi
+  for p in $(pgrep -f -- "$W/" 2>/dev/null); do  # job leftovers (not the daemons, stopped below)
+    case " $$ ${DAEMONS[*]} " in *" $p "*) ;; *) kill -9 "$p" 2>/dev/null;; esac
+  done
   for p in "${DAEMONS[@]}"; do kill -TERM "$p" 2>/dev/null; done
   for p in "${DAEMONS[@]}"; do for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done; kill -9 "$p" 2>/dev/null; done
   rm -rf "$W"
@@ -33,7 +39,6 @@ skip() { echo "skipped: $1"; for f in "$W"/log/*; do echo "--- $f"; tail -5 "$f"
 
 # ---- the one-node cluster ----
 H=$(hostname -s)
-P=$((20000 + RANDOM % 20000))
 mkdir -p "$W/munge" "$W/state" "$W/spool" "$W/log" "$W/run"
 chmod 700 "$W/munge"
 head -c 1024 /dev/urandom > "$W/munge/munge.key"; chmod 600 "$W/munge/munge.key"
@@ -42,6 +47,10 @@ munged -F --force --socket="$W/munge/sock" --key-file="$W/munge/munge.key" --pid
 DAEMONS+=($!)
 for _ in $(seq 50); do [ -S "$W/munge/sock" ] && break; sleep 0.1; done
 [ -S "$W/munge/sock" ] || skip "munged did not start (no socket $W/munge/sock)"
+export SLURM_CONF=$W/slurm.conf
+up=0
+for attempt in 1 2 3; do  # a port in use: try another one
+P=$((20000 + RANDOM % 20000))
 cat > "$W/slurm.conf" <<EOF
 ClusterName=sltest
 SlurmctldHost=$H(127.0.0.1)
@@ -76,17 +85,20 @@ MinJobAge=600
 NodeName=$H NodeAddr=127.0.0.1 CPUs=4 State=UNKNOWN
 PartitionName=test Nodes=$H Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
-export SLURM_CONF=$W/slurm.conf
 slurmctld -D -f "$SLURM_CONF" > "$W/log/slurmctld.out" 2>&1 &
-DAEMONS+=($!)
+CTLD=$!
 slurmd -D -f "$SLURM_CONF" > "$W/log/slurmd.out" 2>&1 &
-DAEMONS+=($!)
-up=0
+SLURMD=$!
+DAEMONS+=($CTLD $SLURMD)
 for _ in $(seq 100); do
   [ "$(sinfo -h -o %t 2>/dev/null)" = idle ] && { up=1; break; }
+  kill -0 $CTLD 2>/dev/null && kill -0 $SLURMD 2>/dev/null || break
   sleep 0.2
 done
-[ $up -eq 1 ] || skip "slurmctld/slurmd did not bring node $H up within 20 s (sinfo: $(sinfo -h -o %t 2>&1))"
+[ $up -eq 1 ] && break
+kill $CTLD $SLURMD 2>/dev/null; wait $CTLD $SLURMD 2>/dev/null
+done
+[ $up -eq 1 ] || skip "slurmctld/slurmd did not bring node $H up in 3 tries (sinfo: $(sinfo -h -o %t 2>&1 | head -1))"
 srun --mpi=list 2>&1 | grep -qw pmix || skip "srun has no pmix plugin (srun --mpi=list; slurm-wlm-basic-plugins)"
 echo "cluster up: node $H, slurmctld port $P, $(srun --version)"
 
