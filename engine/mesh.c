@@ -37,6 +37,11 @@ static void rank_list(const char *pick, int n, char *buf, size_t cap) {
 }
 
 static void report(const rank_info *all, int n, const sl_mesh *m, int64_t S) {
+  if (n == 1) {
+    sl_log0(SL_LOG_INFO, "mesh: 1 rank on %s: cpus %s (%d), NUMA %d (%s)", all[0].host, all[0].cpus, all[0].ncpus,
+            all[0].numa, m->bind.why);
+    return;
+  }
   char *pick = calloc((size_t)n, 1), list[256];
   if (!pick) return;
   sl_log0(SL_LOG_INFO, "mesh: %d rank%s on %d node%s; data parallel only (no tensor-parallel axis)", n,
