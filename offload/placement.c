@@ -22,6 +22,9 @@
 static hwloc_obj_t gpu_pcidev(hwloc_topology_t topo, int gpu) {
   const char *vis = getenv("CUDA_VISIBLE_DEVICES");
   if (vis && *vis) { /* ordinal -> physical index; UUIDs cannot be mapped without CUDA */
+    int k = 1;
+    for (const char *q = vis; (q = strchr(q, ',')); q++) k++;
+    gpu %= k; /* as the CUDA context does (srun --gpus-per-task=1: one visible GPU per rank) */
     const char *p = vis;
     for (int i = 0; i < gpu && p; i++) {
       p = strchr(p, ',');
@@ -44,7 +47,7 @@ static hwloc_obj_t gpu_pcidev(hwloc_topology_t topo, int gpu) {
       if (ka <= kb) break;
       hwloc_obj_t t = devs[j]; devs[j] = devs[j - 1]; devs[j - 1] = t;
     }
-  return gpu < n ? devs[gpu] : NULL;
+  return n > 0 ? devs[gpu % n] : NULL;
 }
 
 static void describe(hwloc_topology_t topo, hwloc_const_cpuset_t set, sl_bind_info *out) {
