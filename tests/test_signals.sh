@@ -8,6 +8,7 @@
 #  3. SIGTERM without --ckpt-dir: exit 143, says nothing was saved.
 #  4. SIGTERM to the --max-restarts supervisor: it forwards to the ranks,
 #     exits 143 without restarting, and leaves no process of the job behind.
+#  5. SIGINT (Ctrl-C) to `shardlm train --nproc 2`: the same, exit 130.
 set -u
 B=${SL_BUILD:?}/shardlm
 [ -x "$B" ] || exit 77
@@ -100,6 +101,17 @@ sleep 0.5
 LEFT=$(pids_of "$W/d/ck" | wc -l)
 [ "$N0" -ge 3 ] && [ "$LEFT" -eq 0 ] && ok "supervisor: $N0 job processes before, none left after" \
   || { bad "supervisor: $N0 job processes before, $LEFT left after"; pids_of "$W/d/ck" | xargs -r ps -o pid,args -p; }
+
+# ---- 5. SIGINT (Ctrl-C) to `--nproc 2`: the local mpirun's ranks checkpoint ----
+"$B" train $COMMON --nproc 2 --out-dir "$W/e" --ckpt-dir "$W/e/ck" --metrics "$W/e.jsonl" > "$W/e.log" 2>&1 &
+JOBS+=($!); P=$!
+wait_lines "$W/e.jsonl" 20 || { echo "run e did not start"; tail "$W/e.log"; exit 1; }
+kill -INT "$P"; wait "$P"; rc=$?
+K=$(steps_in "$W/e.jsonl")
+[ $rc -eq 130 ] && [ -d "$(printf "%s/e/ck/step-%06d" "$W" "$K")" ] && ok "--nproc 2, SIGINT: exit 130, checkpoint of step $K" \
+  || { bad "--nproc 2, SIGINT: exit $rc"; tail -3 "$W/e.log"; }
+sleep 0.5
+[ "$(pids_of "$W/e/ck" | wc -l)" -eq 0 ] && ok "--nproc 2, SIGINT: no process left" || bad "--nproc 2: processes left"
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

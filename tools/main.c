@@ -47,36 +47,6 @@ static int srun_without_pmix(void) {
   return 1;
 }
 
-/* Re-executes this command under a local mpirun with n ranks. */
-static int relaunch(int n, int argc, char **argv) {
-  char **args = calloc((size_t)argc + 16, sizeof(char *));
-  char np[32];
-  snprintf(np, sizeof np, "%d", n);
-  int k = 0;
-  args[k++] = "mpirun";
-  if (getuid() == 0) args[k++] = "--allow-run-as-root";
-  args[k++] = "--oversubscribe";
-  args[k++] = "--bind-to";
-  args[k++] = "none";
-  args[k++] = "-np";
-  args[k++] = np;
-  char self[4096];
-  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (len > 0) { self[len] = 0; args[k++] = self; }
-  else args[k++] = argv[0];
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--nproc")) { i++; continue; }
-    if (!strncmp(argv[i], "--nproc=", 8)) continue;
-    args[k++] = argv[i];
-  }
-  args[k] = NULL;
-  setenv("SL_TTY", isatty(STDOUT_FILENO) ? "1" : "0", 1);
-  fflush(stdout);
-  execvp("mpirun", args);
-  fprintf(stderr, "shardlm: cannot start mpirun (is openmpi-bin installed?)\n");
-  return 1;
-}
-
 static int cmd_train(int argc, char **argv, int dump) {
   sl_train_cfg cfg;
   sl_train_cfg_defaults(&cfg);
@@ -123,9 +93,9 @@ static int cmd_train(int argc, char **argv, int dump) {
       /* pass the demo's settings through explicitly */
       char **a2 = calloc(8, sizeof(char *));
       a2[0] = argv[0]; a2[1] = "train"; a2[2] = "--nproc"; a2[3] = "2"; a2[4] = "--save"; a2[5] = cfg.save;
-      return relaunch(2, 6, a2);
+      return sl_supervise(6, a2, 0);
     }
-    return relaunch((int)cfg.nproc, argc, argv);
+    return sl_supervise(argc, argv, 0); /* a local mpirun; signals reach the ranks (tools/supervise.c) */
   }
   if (srun_without_pmix()) return 2;
   if (!dump) sl_signals_install(); /* from here on SIGTERM/SIGINT mean: checkpoint and stop */

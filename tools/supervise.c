@@ -1,7 +1,7 @@
-/* tools/supervise.c — `shardlm train --max-restarts N`: runs the job under a
- * local mpirun and, when it ends abnormally (a rank died or failed), starts
- * it again with --resume so it continues from the newest complete
- * checkpoint in --ckpt-dir, at most N times. Bad input (exit status 2) is
+/* tools/supervise.c — `shardlm train --nproc N` and `--max-restarts N`: runs
+ * the job under a local mpirun and, when it ends abnormally (a rank died or
+ * failed), starts it again with --resume so it continues from the newest
+ * complete checkpoint in --ckpt-dir, at most N times (0 for plain --nproc). Bad input (exit status 2) is
  * not retried. The supervisor itself is a plain process outside MPI.
  * Signals: SIGTERM / SIGINT to the supervisor go to every rank of the job
  * (mpirun puts each rank in a process group of its own, so the supervisor
@@ -183,6 +183,7 @@ int sl_supervise(int argc, char **argv, int max_restarts) {
   int resume_at = k; /* "--resume" goes here from the first restart on */
   args[k] = NULL;
   int rc = 0;
+  setenv("SL_TTY", isatty(STDOUT_FILENO) ? "1" : "0", 1); /* rank 0's progress line: mpirun gives ranks a pipe */
   prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -195,13 +196,14 @@ int sl_supervise(int argc, char **argv, int max_restarts) {
     rc = run_once(args);
     if (rc == 0 || rc == 2) break; /* done, or bad input that a restart cannot fix */
     if (nsig) { /* stopped on request: pass the job's status on (143 / 130 after a checkpoint) */
-      fprintf(stderr, "shardlm: the job stopped on %s (status %d); not restarting\n",
-              got_sig == SIGINT ? "SIGINT" : "SIGTERM", rc);
+      fprintf(stderr, "shardlm: the job stopped on %s (status %d)%s\n", got_sig == SIGINT ? "SIGINT" : "SIGTERM", rc,
+              max_restarts > 0 ? "; not restarting" : "");
       break;
     }
     if (attempt >= max_restarts) {
-      fprintf(stderr, "shardlm: the job failed (status %d) and all %d restart%s are used up\n", rc, max_restarts,
-              max_restarts == 1 ? "" : "s");
+      if (max_restarts > 0)
+        fprintf(stderr, "shardlm: the job failed (status %d) and all %d restart%s are used up\n", rc, max_restarts,
+                max_restarts == 1 ? "" : "s");
       break;
     }
     fprintf(stderr, "shardlm: the job failed (status %d); restarting from the latest checkpoint (restart %d of %d)\n",
