@@ -524,6 +524,13 @@ int sl_prepare(const sl_prep_cfg *c, sl_prep_stats *stp) {
   double t0 = sl_now_s();
   if (!c->output || !*c->output) return sl_fail(SL_EINPUT, "prepare: --output PREFIX is required");
   if (!c->mem_text && c->ninputs < 1) return sl_fail(SL_EINPUT, "prepare: at least one --input is required");
+  const char *slash = strrchr(c->output, '/');
+  if (slash && slash != c->output) { /* the output's directory is made as needed */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - c->output), c->output);
+    int rc = sl_mkdirs(dir);
+    if (rc) return rc;
+  }
   int nw = c->workers > 0 ? c->workers : (int)sysconf(_SC_NPROCESSORS_ONLN);
   if (nw < 1) nw = 1;
   if (nw > 256) nw = 256;

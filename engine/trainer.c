@@ -27,11 +27,13 @@
 #include "engine/guard.h"
 #include "engine/hfconfig.h"
 #include "engine/metrics.h"
+#include "engine/mesh.h"
 #include "engine/model.h"
 #include "engine/plot.h"
 #include "engine/rundir.h"
 #include "engine/safetensors.h"
 #include "engine/sampler.h"
+#include "engine/signals.h"
 #include "offload/offload.h"
 #include "shard/fsdp.h"
 
@@ -347,13 +349,6 @@ static int doc_mask_check(trainer *t) {
   return SL_OK;
 }
 
-static int local_ranks(void) {
-  const char *e = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  if (!e) e = getenv("SLURM_NTASKS_PER_NODE");
-  int n = e ? atoi(e) : 1;
-  return n > 0 ? n : 1;
-}
-
 static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim) {
   memset(t, 0, sizeof *t);
   t->optim = optim;
@@ -379,6 +374,7 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, in
                       c->activation_checkpoint);
   if (strcmp(c->backend, "cpu") && strcmp(c->backend, "auto") && strcmp(c->backend, "cuda"))
     return sl_fail(SL_EINPUT, "--backend must be cpu, cuda or auto, found '%s'", c->backend);
+  setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 0); /* before CUDA starts: the GPU order engine/mesh.c binds by */
   t->ops = sl_ops_cpu();
   if (strcmp(c->backend, "cpu") != 0 && sl_ops_cuda()) t->ops = sl_ops_cuda();
   else if (!strcmp(c->backend, "cuda")) {
@@ -387,17 +383,16 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, in
     return sl_fail(SL_EINPUT, "--backend cuda: %s", why);
   }
   t->dev = t->ops->is_device();
-  int threads = (int)c->threads;
-  if (threads <= 0) {
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    threads = (int)(ncpu / local_ranks());
-    if (threads < 1) threads = 1;
-  }
+  sl_mesh mesh; /* local rank from hostnames; binds this rank's threads before the compute pool starts */
+  if ((rc = sl_mesh_setup(world, t->ops != sl_ops_cpu(), c->shard_group, &mesh))) return rc;
   if (t->ops != sl_ops_cpu() && !getenv("SL_CUDA_DEVICE")) { /* one GPU per local rank */
-    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    if (!lr) lr = getenv("SLURM_LOCALID");
-    if (lr) setenv("SL_CUDA_DEVICE", lr, 0);
+    char d[16];
+    snprintf(d, sizeof d, "%d", mesh.local_rank);
+    setenv("SL_CUDA_DEVICE", d, 0);
   }
+  int threads = (int)c->threads;
+  if (threads <= 0) threads = mesh.bind.bound ? mesh.bind.ncpus : (int)sysconf(_SC_NPROCESSORS_ONLN) / mesh.local_size;
+  if (threads < 1) threads = 1;
   t->k = t->ops->ctx_create(threads);
   if (!t->k) return sl_fail(SL_ENOMEM, "cannot create the compute context");
 
@@ -457,7 +452,7 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, in
   if (!weights) sl_log0(SL_LOG_INFO, "no weight files in %s: initialising from seed %lld",
                         c->model[0] ? c->model : "the built-in config", (long long)c->seed);
   if ((rc = parse_tier(c, &t->tier))) return rc;
-  if (t->tier != SL_TIER_NONE) { /* the CPU AdamW's threads and pages on this rank's NUMA node */
+  if (t->tier != SL_TIER_NONE && !mesh.bind.bound) { /* the CPU AdamW's threads and pages on this rank's NUMA node */
     int node = -1;
     if (sl_numa_bind_pool(&node) == SL_OK && node >= 0)
       sl_log(SL_LOG_DEBUG, "offload: compute threads bound to NUMA node %d", node);
@@ -842,6 +837,7 @@ static int rank0_agree(trainer *t, int rc) {
 
 int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   trainer t;
+  sl_signals_install(); /* a signal during setup stops the run after its first step */
   int rc = trainer_setup(&t, cfg, world, 1);
   if (rc) goto done;
   sl_train_cfg *c = &t.cfg;
@@ -872,7 +868,8 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   step_out o = {0};
   sl_mem_reset_peaks();
   sl_fsdp_reset_comm_stats(t.f);
-  for (int64_t s = t.start_step; s < c->steps; s++) {
+  int stop_sig = 0;
+  for (int64_t s = t.start_step; s < c->steps && !stop_sig; s++) {
     double t0 = sl_now_s();
     if ((rc = train_step(&t, s, &o))) goto done;
     double dt = sl_now_s() - t0;
@@ -882,13 +879,18 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
     if (!t.guard.stop && t.ev && sl_eval_due(c, s) &&
         (rc = run_eval(&t, sl_eval_data_sampler(t.ev), sl_eval_data_samples(t.ev), &o.ev)))
       goto done;
+    if ((rc = sl_signals_agree(world, &stop_sig))) goto done; /* every rank stops after the same step */
     /* the step's line is on disk before a checkpoint commits the step */
     if ((rc = write_metrics(&t, s, &o, dt, flops_tok))) goto done;
     if ((rc = sl_guard_verdict(&t.guard))) goto done; /* non-finite: stop before saving anything */
-    if (c->ckpt_dir[0] && ((c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0) || s + 1 == c->steps)) {
+    if (c->ckpt_dir[0] && (stop_sig || (c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0) || s + 1 == c->steps)) {
       if (t.metrics && (rc = sl_metrics_sync(t.metrics, t.metrics_path))) goto done;
       if ((rc = save_ckpt(&t, s + 1))) goto done;
     }
+    if (stop_sig)
+      sl_log0(SL_LOG_WARN, "%s: stopping after step %lld of %lld%s%s%s", sl_signal_name(stop_sig), (long long)(s + 1),
+              (long long)c->steps, c->ckpt_dir[0] ? "; checkpoint in " : " (no --ckpt-dir: nothing saved)",
+              c->ckpt_dir, c->ckpt_dir[0] ? "; continue with --resume" : "");
     double tps = (double)t.G * c->seq_len / dt;
     if (tty) {
       printf("\rstep %lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %.0f tok/s  MFU %.1f%%   ", (long long)(s + 1),
@@ -908,6 +910,7 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   if (tty) printf("\n");
   double wall = sl_now_s() - t_start;
   if ((rc = rank0_agree(&t, sl_metrics_close(&t.metrics, t.metrics_path)))) goto done;
+  if (stop_sig) goto done; /* the run is not finished: no --save, no summary */
   if (c->save[0] && (rc = save_model(&t, c->save, c->steps > t.start_step ? c->steps : t.start_step))) goto done;
   if (c->summary) summary(&t, wall);
   if (t.rank == 0 && c->steps > 0) {

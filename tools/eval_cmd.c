@@ -64,7 +64,7 @@ int sl_tool_eval(int argc, char **argv) {
     return 2;
   }
   sl_st_close_set(w);
-  if (cfg.nproc > 1 && !sl_under_launcher()) return sl_relaunch((int)cfg.nproc, argc, argv);
+  if (cfg.nproc > 1 && !sl_under_launcher()) return sl_supervise(argc, argv, 0); /* a local mpirun */
   sl_comm *world = NULL;
   if (sl_comm_world_init(&argc, &argv, cfg.comm_timeout, &world) != SL_COMM_OK) {
     fprintf(stderr, "shardlm eval: cannot start communication: %s\n", sl_comm_last_error());

@@ -10,6 +10,7 @@
 #include "base/base.h"
 #include "engine/dataset.h"
 #include "engine/plot.h"
+#include "engine/signals.h"
 #include "engine/trainer.h"
 #include "shard/comm.h"
 #include "tools/tools.h"
@@ -33,37 +34,19 @@ static void usage(FILE *f) {
 }
 
 int sl_under_launcher(void) {
+  /* SLURM_PROCID alone is also set in an sbatch shell, which is not a launcher */
   return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_RANK") || getenv("PMIX_RANK") ||
-         getenv("SLURM_PROCID");
+         (getenv("SLURM_PROCID") && getenv("SLURM_STEP_ID"));
 }
 
-/* Re-executes this command under a local mpirun with n ranks. */
-int sl_relaunch(int n, int argc, char **argv) {
-  char **args = calloc((size_t)argc + 16, sizeof(char *));
-  char np[32];
-  snprintf(np, sizeof np, "%d", n);
-  int k = 0;
-  args[k++] = "mpirun";
-  if (getuid() == 0) args[k++] = "--allow-run-as-root";
-  args[k++] = "--oversubscribe";
-  args[k++] = "--bind-to";
-  args[k++] = "none";
-  args[k++] = "-np";
-  args[k++] = np;
-  char self[4096];
-  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (len > 0) { self[len] = 0; args[k++] = self; }
-  else args[k++] = argv[0];
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--nproc")) { i++; continue; }
-    if (!strncmp(argv[i], "--nproc=", 8)) continue;
-    args[k++] = argv[i];
-  }
-  args[k] = NULL;
-  setenv("SL_TTY", isatty(STDOUT_FILENO) ? "1" : "0", 1);
-  fflush(stdout);
-  execvp("mpirun", args);
-  fprintf(stderr, "shardlm: cannot start mpirun (is openmpi-bin installed?)\n");
+/* srun started several tasks but gave them no PMIx bootstrap: each would be a
+ * world of one (or OpenMPI aborts). Returns 1 after saying what to do. */
+static int srun_without_pmix(void) {
+  const char *n = getenv("SLURM_NTASKS"), *step = getenv("SLURM_STEP_ID");
+  if (!n || !step || atoi(n) < 2 || getenv("PMIX_RANK") || getenv("OMPI_COMM_WORLD_SIZE")) return 0;
+  if (getenv("SLURM_PROCID") && atoi(getenv("SLURM_PROCID")) == 0)
+    fprintf(stderr, "shardlm: srun started %s tasks without a PMIx bootstrap; run `srun --mpi=pmix ...` "
+            "(list the plugins with `srun --mpi=list`) or set MpiDefault=pmix in slurm.conf\n", n);
   return 1;
 }
 
@@ -113,10 +96,12 @@ static int cmd_train(int argc, char **argv, int dump) {
       /* pass the demo's settings through explicitly */
       char **a2 = calloc(8, sizeof(char *));
       a2[0] = argv[0]; a2[1] = "train"; a2[2] = "--nproc"; a2[3] = "2"; a2[4] = "--save"; a2[5] = cfg.save;
-      return sl_relaunch(2, 6, a2);
+      return sl_supervise(6, a2, 0);
     }
-    return sl_relaunch((int)cfg.nproc, argc, argv);
+    return sl_supervise(argc, argv, 0); /* a local mpirun; signals reach the ranks (tools/supervise.c) */
   }
+  if (srun_without_pmix()) return 2;
+  if (!dump) sl_signals_install(); /* from here on SIGTERM/SIGINT mean: checkpoint and stop */
   sl_comm *world = NULL;
   if (sl_comm_world_init(&argc, &argv, cfg.comm_timeout, &world) != SL_COMM_OK) {
     fprintf(stderr, "shardlm: cannot start communication: %s\n", sl_comm_last_error());
@@ -133,6 +118,7 @@ static int cmd_train(int argc, char **argv, int dump) {
   }
   sl_comm_destroy(world);
   sl_comm_world_finalize();
+  if (!rc && sl_signals_stopped()) return 128 + sl_signals_stopped(); /* 143 SIGTERM, 130 SIGINT */
   return exit_code(rc);
 }
 

@@ -14,7 +14,6 @@ int sl_tool_tokenize_bench(int argc, char **argv); /* tools/tokenize.c: bench to
 int sl_tool_eval(int argc, char **argv);     /* tools/eval_cmd.c (argv[1] = "eval") */
 int sl_tool_generate(int argc, char **argv); /* tools/generate_cmd.c */
 int sl_under_launcher(void);                  /* tools/main.c: started by mpirun / Slurm */
-int sl_relaunch(int n, int argc, char **argv); /* tools/main.c: this command under mpirun -np n */
 int sl_supervise(int argc, char **argv, int max_restarts); /* tools/supervise.c */
 
 #endif

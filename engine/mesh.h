@@ -1,0 +1,23 @@
+/* engine/mesh.h — the rank mesh: which ranks share a node and a NUMA node
+ * (hostnames gathered from every rank), the binding of each rank's threads
+ * (offload/placement.c), and the start-up report of it. */
+#ifndef SL_ENGINE_MESH_H
+#define SL_ENGINE_MESH_H
+
+#include <stdint.h>
+
+#include "offload/placement.h"
+#include "shard/comm.h"
+
+typedef struct {
+  int local_rank, local_size; /* among the ranks on this host */
+  int node, nnodes;           /* this host's index (order of its first rank), hosts in the job */
+  sl_bind_info bind;
+} sl_mesh;
+
+/* Collective. gpu_run: bind near the GPU of SL_CUDA_DEVICE (else of the local
+ * rank); shard_group: --shard-group (0: world), checked against nodes. Rank 0
+ * logs the mesh; a shard group that spans nodes is warned about. */
+int sl_mesh_setup(sl_comm *world, int gpu_run, int64_t shard_group, sl_mesh *m);
+
+#endif
