@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "engine/agree.h"
 #include "engine/builtin.h"
 #include "engine/checkpoint.h"
 #include "engine/dataset.h"
@@ -128,45 +129,6 @@ static int parse_dtype(const char *s, sl_dtype *out, const char *flag) {
   else if (!strcmp(s, "bf16")) *out = SL_BF16;
   else return sl_fail(SL_EINPUT, "--%s must be fp32 or bf16, found '%s'", flag, s);
   return SL_OK;
-}
-
-/* Ranks must agree on every setting that shapes the computation. */
-static int check_agreement(trainer *t) {
-  enum { CAP = 8192 };
-  char *mine = calloc(1, CAP), *all = calloc((size_t)t->wsize, CAP);
-  if (!mine || !all) { free(mine); free(all); return sl_fail(SL_ENOMEM, "out of memory"); }
-  int rc = sl_train_cfg_canonical(&t->cfg, mine, CAP - 512);
-  size_t n = strlen(mine);
-  snprintf(mine + n, CAP - n, "model.hidden=%lld\nmodel.layers=%lld\nmodel.vocab=%lld\nmodel.heads=%lld/%lld\n"
-           "model.intermediate=%lld\nmodel.arch=%s\ndata.tokens=%lld\n",
-           (long long)t->mcfg.hidden_size, (long long)t->mcfg.num_hidden_layers,
-           (long long)t->mcfg.vocab_size, (long long)t->mcfg.num_attention_heads,
-           (long long)t->mcfg.num_key_value_heads, (long long)t->mcfg.intermediate_size,
-           t->mcfg.arch_name, (long long)sl_dataset_num_tokens(t->ds));
-  if (!rc && sl_comm_allgather_sync(t->world, mine, all, CAP, SL_U8) != SL_COMM_OK)
-    rc = sl_fail(SL_ECOMM, "configuration check: %s", sl_comm_last_error());
-  for (int r = 1; !rc && r < t->wsize; r++) {
-    const char *a = all, *b = all + (size_t)r * CAP;
-    if (!strcmp(a, b)) continue;
-    /* name the first differing line */
-    while (*a && *b) {
-      const char *ea = strchr(a, '\n'), *eb = strchr(b, '\n');
-      size_t la = ea ? (size_t)(ea - a) : strlen(a), lb = eb ? (size_t)(eb - b) : strlen(b);
-      if (la != lb || memcmp(a, b, la)) {
-        rc = sl_fail(SL_EINPUT,
-                     "ranks disagree on the configuration: rank 0 has '%.*s' but rank %d has "
-                     "'%.*s'; every rank must be started with the same model, data and settings",
-                     (int)la, a, r, (int)lb, b);
-        break;
-      }
-      a += la + (ea ? 1 : 0);
-      b += lb + (eb ? 1 : 0);
-    }
-    if (!rc) rc = sl_fail(SL_EINPUT, "ranks disagree on the configuration (rank 0 vs rank %d)", r);
-  }
-  free(mine);
-  free(all);
-  return rc;
 }
 
 static double measure_peak(trainer *t) {
@@ -403,7 +365,7 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
   if (t->nwin < 1) t->nwin = 1;
   if (!strcmp(c->data_order, "shuffled") && !(t->perm = malloc(sizeof(int64_t) * (size_t)t->nwin)))
     return sl_fail(SL_ENOMEM, "out of memory");
-  if ((rc = check_agreement(t))) return rc;
+  if ((rc = sl_check_agreement(world, c, &t->mcfg, sl_dataset_num_tokens(t->ds)))) return rc;
 
   /* model + FSDP */
   if ((rc = sl_model_create(&t->mcfg, t->ops, t->k, c->micro_batch, c->seq_len, ac, &t->m))) return rc;
