@@ -70,6 +70,8 @@ static const key_t_ KEYS[] = {
     I("log-every", log_every, "10", "log a line every N steps when not on a terminal"),
     B("summary", summary, "true", "print the per-rank summary at the end"),
     B("plot", plot, "true", "draw OUT_DIR/metrics.svg at the end"),
+    B("skip-memory-check", skip_memory_check, "false", "start even when the predicted peak memory exceeds what is available"),
+    B("allow-long-context", allow_long_context, "false", "allow --seq-len above the model's max_position_embeddings"),
 };
 #define NKEYS (int)(sizeof KEYS / sizeof KEYS[0])
 

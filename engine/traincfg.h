@@ -49,6 +49,8 @@ typedef struct {
   int64_t log_every;
   int summary;                 /* print the per-rank summary at the end */
   int plot;                    /* draw the metrics SVG at the end */
+  int skip_memory_check;       /* start even when the predicted peak does not fit */
+  int allow_long_context;      /* --seq-len may exceed max_position_embeddings */
 } sl_train_cfg;
 
 void sl_train_cfg_defaults(sl_train_cfg *c);

@@ -26,6 +26,7 @@
 #include "engine/dataset.h"
 #include "engine/hfconfig.h"
 #include "engine/model.h"
+#include "engine/precheck.h"
 #include "engine/plot.h"
 #include "engine/safetensors.h"
 #include "offload/offload.h"
@@ -366,6 +367,7 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
   if (!strcmp(c->data_order, "shuffled") && !(t->perm = malloc(sizeof(int64_t) * (size_t)t->nwin)))
     return sl_fail(SL_ENOMEM, "out of memory");
   if ((rc = sl_check_agreement(world, c, &t->mcfg, sl_dataset_num_tokens(t->ds)))) return rc;
+  if ((rc = sl_precheck(c, &t->mcfg, world, t->dev, sl_dataset_num_tokens(t->ds)))) return rc;
 
   /* model + FSDP */
   if ((rc = sl_model_create(&t->mcfg, t->ops, t->k, c->micro_batch, c->seq_len, ac, &t->m))) return rc;
@@ -387,6 +389,7 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
   /* parameters and optimizer state, one unit at a time */
   sl_st_set *weights = NULL;
   if (c->model[0] && (rc = sl_st_open_dir(c->model, &weights))) return rc;
+  if (weights && (rc = sl_precheck_tensors(t->m, weights, &t->mcfg))) { sl_st_close_set(weights); return rc; }
   if (!weights) sl_log0(SL_LOG_INFO, "no weight files in %s: initialising from seed %lld",
                         c->model[0] ? c->model : "the built-in config", (long long)c->seed);
   if ((rc = parse_tier(c, &t->tier))) return rc;

@@ -1,0 +1,36 @@
+/* engine/precheck.h — start-up checks before the big allocations: the
+ * predicted peak memory per rank against the available memory, --seq-len
+ * against max_position_embeddings, a dataset shorter than one sample. */
+#ifndef SL_PRECHECK_H
+#define SL_PRECHECK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/hfconfig.h"
+#include "engine/model.h"
+#include "engine/safetensors.h"
+#include "engine/traincfg.h"
+#include "shard/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Host memory this process may still use: MemAvailable, or the cgroup
+ * limit less its usage when that is smaller; -1 when unknown. why: which. */
+int64_t sl_host_mem_available(char *why, size_t cap);
+
+/* Runs the checks on every rank; all ranks return the same verdict
+ * (SL_EINPUT with the figure, the limit and a `shardlm plan` command). dev:
+ * the backend's memory is device memory (only host-side state is checked). */
+int sl_precheck(const sl_train_cfg *c, const sl_model_config *mc, sl_comm *world, int dev, int64_t data_tokens);
+
+/* Tensors in the weight files the model does not use: a warning naming
+ * them; one of a layer past num_hidden_layers is an error (wrong config). */
+int sl_precheck_tensors(const sl_model *m, const sl_st_set *w, const sl_model_config *mc);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SL_PRECHECK_H */
