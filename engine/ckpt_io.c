@@ -19,6 +19,7 @@
 #endif
 
 #include "base/base.h"
+#include "engine/agree.h"
 
 const char *const sl_ckio_kind_names[SL_CKIO_NKINDS] = {"master", "exp_avg", "exp_avg_sq"};
 
@@ -334,6 +335,11 @@ int sl_ckio_manifest_dump(const sl_ckio_manifest *m, char **text) {
   json_object_set_new(o, "compression", json_string(m->compression));
   json_object_set_new(o, "checksum", json_string("xxh64"));
   json_object_set_new(o, "config", json_string(m->config ? m->config : ""));
+  if (m->model_config) {
+    json_object_set_new(o, "model_config", json_string(m->model_config));
+    snprintf(hex, sizeof hex, "%016" PRIx64, sl_canon_hash(m->model_config));
+    json_object_set_new(o, "model_hash", json_string(hex));
+  }
   json_t *us = json_array();
   for (int u = 0; u < m->nunits; u++) {
     const sl_ckio_unit *U = &m->units[u];
@@ -377,6 +383,7 @@ void sl_ckio_manifest_free(sl_ckio_manifest *m) {
   free(m->units);
   free(m->files);
   free(m->config);
+  free(m->model_config);
   memset(m, 0, sizeof *m);
 }
 
@@ -511,6 +518,15 @@ int sl_ckio_manifest_parse(const char *path, const char *text, size_t len, sl_ck
   snprintf(m->compression, sizeof m->compression, "%s", comp);
   const char *cfg = json_string_value(json_object_get(o, "config"));
   m->config = strdup(cfg ? cfg : "");
+  json_t *mcj = json_object_get(o, "model_config");
+  if (mcj && !json_is_string(mcj)) {
+    rc = sl_fail(SL_EINPUT, "%s: \"model_config\" must be a string", path);
+    goto done;
+  }
+  if (mcj && !(m->model_config = strdup(json_string_value(mcj)))) {
+    rc = sl_fail(SL_ENOMEM, "out of memory");
+    goto done;
+  }
   json_t *us = json_object_get(o, "units"), *fs = json_object_get(o, "files");
   if (!json_is_array(us) || json_array_size(us) < 1 || json_array_size(us) > 100000 || !json_is_array(fs) ||
       json_array_size(fs) < 1 || json_array_size(fs) > 100000) {
@@ -873,4 +889,19 @@ int sl_ckio_resolve(const char *path, char *out, size_t cap) {
   sl_ckio_step_dir(path, steps[0], out, cap);
   free(steps);
   return SL_OK;
+}
+
+int sl_ckio_check_model_config(const char *dir, const sl_ckio_manifest *man, const sl_model_config *mc) {
+  if (!man->model_config) {
+    sl_log0(SL_LOG_WARN, "%s/manifest.json records no model config (an older checkpoint): only the tensor shapes "
+            "are checked against the model", dir);
+    return SL_OK;
+  }
+  char now[4096], key[256], was[512], is[512];
+  if (sl_model_canonical(mc, 0, now, sizeof now)) return sl_fail(SL_EINTERNAL, "model config text too long");
+  if (!sl_canon_diff(man->model_config, now, key, sizeof key, was, is, sizeof was)) return SL_OK;
+  return sl_fail(SL_EINPUT,
+                 "%s/manifest.json: the checkpoint was written for a different model: %s is %s there but %s in "
+                 "this model's config.json (refusing: same tensor shapes do not mean the same computation)",
+                 dir, key, was[0] ? was : "(absent)", is[0] ? is : "(absent)");
 }
