@@ -5,11 +5,17 @@
 #define _GNU_SOURCE
 #include "engine/precheck.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/base.h"
+#include "engine/agree.h"
 #include "engine/planner.h"
 
 /* First integer of a file (-1: absent or "max"). */
@@ -119,6 +125,74 @@ static int memory_check(const sl_train_cfg *c, const sl_model_config *mc, int wo
                  (long long)(c->micro_batch * c->grad_accum * world * c->seq_len));
 }
 
+/* An output path: the directory (or a file's directory, parent = 1) exists
+ * and is writable, or can be created: its nearest existing ancestor is a
+ * writable directory. must_exist: the directory itself must exist. */
+static int check_out(const char *flag, const char *path, int parent, int must_exist) {
+  if (!path[0]) return SL_OK;
+  char p[SL_PATH_MAX + 8], tmp[SL_PATH_MAX + 8];
+  snprintf(tmp, sizeof tmp, "%s", path);
+  snprintf(p, sizeof p, "%s", parent ? dirname(tmp) : path);
+  struct stat st;
+  while (stat(p, &st) != 0) {
+    if (errno != ENOENT || must_exist)
+      return sl_fail(SL_EINPUT, "--%s %s: %s: %s", flag, path, p, strerror(errno));
+    char up[SL_PATH_MAX + 8];
+    snprintf(tmp, sizeof tmp, "%s", p);
+    snprintf(up, sizeof up, "%s", dirname(tmp)); /* dirname may change its argument */
+    if (!strcmp(up, p)) return sl_fail(SL_EINPUT, "--%s %s: no existing directory above it", flag, path);
+    snprintf(p, sizeof p, "%s", up);
+  }
+  if (!S_ISDIR(st.st_mode))
+    return sl_fail(SL_EINPUT, "--%s %s: %s is not a directory", flag, path, p);
+  if (access(p, W_OK | X_OK) != 0)
+    return sl_fail(SL_EINPUT, "--%s %s: %s is not writable: %s", flag, path, p, strerror(errno));
+  return SL_OK;
+}
+
+int sl_precheck_paths(const sl_train_cfg *c) {
+  int rc = check_out("out-dir", c->out_dir, 0, 0);
+  if (!rc) rc = check_out("metrics", c->metrics, 1, 0);
+  if (!rc) rc = check_out("ckpt-dir", c->ckpt_dir, 0, 0);
+  if (!rc) rc = check_out("save", c->save, 0, 0);
+  if (!rc && !strcmp(c->offload_optimizer, "nvme")) rc = check_out("nvme-path", c->nvme_path, 0, 1);
+  if (!rc && c->metrics[0]) { /* its directory is created like --out-dir */
+    char d[SL_PATH_MAX];
+    snprintf(d, sizeof d, "%s", c->metrics);
+    rc = sl_mkdirs(dirname(d)) ? sl_fail(SL_EINPUT, "--metrics %s: %s", c->metrics, sl_errmsg()) : SL_OK;
+  }
+  return rc;
+}
+
+void sl_nvme_run_prefix(const sl_train_cfg *c, char *buf, size_t cap) {
+  char cwd[SL_PATH_MAX], key[3 * SL_PATH_MAX + 8];
+  if (!getcwd(cwd, sizeof cwd)) cwd[0] = 0;
+  snprintf(key, sizeof key, "%s|%s|%s", c->out_dir[0] == '/' ? "" : cwd, c->out_dir, c->ckpt_dir);
+  snprintf(buf, cap, "optstate-%08x-", (unsigned)(sl_canon_hash(key) & 0xffffffffu));
+}
+
+/* Optimizer-state files a crashed start of this run left in --nvme-path
+ * (one process per node removes them; the caller's collective follows). */
+static void clean_nvme(const sl_train_cfg *c) {
+  const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  if (!lr) lr = getenv("SLURM_LOCALID");
+  if (lr && atoi(lr) != 0) return;
+  char pre[64];
+  sl_nvme_run_prefix(c, pre, sizeof pre);
+  DIR *d = opendir(c->nvme_path);
+  if (!d) return;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (strncmp(e->d_name, pre, strlen(pre))) continue;
+    char p[SL_PATH_MAX + 300];
+    snprintf(p, sizeof p, "%s/%s", c->nvme_path, e->d_name);
+    n += unlink(p) == 0;
+  }
+  closedir(d);
+  if (n) sl_log(SL_LOG_INFO, "%s: removed %d optimizer-state file%s left by an earlier start of this run", c->nvme_path,
+                n, n > 1 ? "s" : "");
+}
+
 int sl_precheck(const sl_train_cfg *c, const sl_model_config *mc, sl_comm *world, int dev, int64_t data_tokens) {
   int rc = SL_OK;
   if (mc->max_position_embeddings > 0 && c->seq_len > mc->max_position_embeddings && !c->allow_long_context)
@@ -131,6 +205,7 @@ int sl_precheck(const sl_train_cfg *c, const sl_model_config *mc, sl_comm *world
             "the dataset holds %lld tokens, fewer than one sample (--seq-len %lld + 1): every sample wraps "
             "around to the dataset's start and repeats tokens",
             (long long)data_tokens, (long long)c->seq_len);
+  if (!rc && !strcmp(c->offload_optimizer, "nvme") && c->nvme_path[0]) clean_nvme(c);
   if (!rc && !c->skip_memory_check) rc = memory_check(c, mc, sl_comm_size(world), dev);
   /* the same verdict on every rank (the available memory may differ per node) */
   int bad = rc != 0;

@@ -26,6 +26,16 @@ int64_t sl_host_mem_available(char *why, size_t cap);
  * the backend's memory is device memory (only host-side state is checked). */
 int sl_precheck(const sl_train_cfg *c, const sl_model_config *mc, sl_comm *world, int dev, int64_t data_tokens);
 
+/* The output paths (--out-dir, --metrics, --ckpt-dir, --save, --nvme-path)
+ * can be written: SL_EINPUT naming the flag otherwise. Creates the
+ * directory of --metrics. Local: call before any collective. */
+int sl_precheck_paths(const sl_train_cfg *c);
+
+/* "optstate-XXXXXXXX-": the prefix of this run's optimizer-state files in
+ * --nvme-path (a hash of the working directory, --out-dir and --ckpt-dir).
+ * sl_precheck removes files with it that a crash left behind. */
+void sl_nvme_run_prefix(const sl_train_cfg *c, char *buf, size_t cap);
+
 /* Tensors in the weight files the model does not use: a warning naming
  * them; one of a layer past num_hidden_layers is an error (wrong config). */
 int sl_precheck_tensors(const sl_model *m, const sl_st_set *w, const sl_model_config *mc);

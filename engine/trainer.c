@@ -205,8 +205,9 @@ static int opt_create(trainer *t, int u, sl_fsdp_view_t v, const float *flat) {
   int rc = opt_staging(t);
   if (rc) return rc;
   if (t->tier == SL_TIER_NVME) {
-    char name[64];
-    snprintf(name, sizeof name, "optstate-r%d-u%d", t->rank, u);
+    char name[96], pre[64];
+    sl_nvme_run_prefix(&t->cfg, pre, sizeof pre);
+    snprintf(name, sizeof name, "%sr%d-u%d", pre, t->rank, u);
     sl_optstate_cfg oc = {.tier = SL_TIER_NVME, .n = v.count, .name = name, .nvme_dir = t->cfg.nvme_path,
                           .budget_bytes = (t->cfg.offload_budget_mb << 20) / t->m->nunits};
     if ((rc = sl_optstate_create(&oc, &t->nvme[u]))) return rc;
@@ -304,6 +305,7 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
                    (long long)c->seq_len, (long long)c->grad_accum);
   if (strcmp(c->data_order, "sequential") && strcmp(c->data_order, "shuffled"))
     return sl_fail(SL_EINPUT, "--data-order must be sequential or shuffled, found '%s'", c->data_order);
+  if ((rc = sl_precheck_paths(c))) return rc;
   sl_actckpt ac;
   if (!strcmp(c->activation_checkpoint, "none")) ac = SL_AC_NONE;
   else if (!strcmp(c->activation_checkpoint, "selective")) ac = SL_AC_SELECTIVE;
@@ -767,6 +769,9 @@ bcast: {
           (long long)c->zero, (long long)t.G, (long long)c->seq_len, 1LL, c->data[0] ? c->data : "built-in corpus",
           (long long)sl_dataset_num_tokens(t.ds), c->data_order, t.peak_flops * 1e-9);
   if (c->resume && c->ckpt_dir[0] && (rc = resume(&t))) goto done;
+  if (t.start_step >= c->steps && t.start_step > 0)
+    sl_log0(SL_LOG_INFO, "nothing to train: the checkpoint in %s is at step %lld and --steps is %lld (raise --steps "
+            "to train further)", c->ckpt_dir, (long long)t.start_step, (long long)c->steps);
   /* mpirun gives ranks a pty: trust SL_TTY (set by --nproc) over isatty there */
   const char *tty_env = getenv("SL_TTY");
   int tty = t.rank == 0 && isatty(STDOUT_FILENO) &&
@@ -801,8 +806,9 @@ bcast: {
   if (t.metrics) { fclose(t.metrics); t.metrics = NULL; }
   if (c->save[0] && (rc = save_model(&t, c->save))) goto done;
   if (c->summary) summary(&t, wall);
-  if (t.rank == 0 && c->steps > 0) {
-    printf("trained %lld steps in %.1f s: loss %.4f -> %.4f\n", (long long)c->steps, wall, first_loss, o.loss);
+  if (t.rank == 0 && c->steps > t.start_step) {
+    printf("trained %lld steps (%lld..%lld) in %.1f s: loss %.4f -> %.4f\n", (long long)(c->steps - t.start_step),
+           (long long)t.start_step + 1, (long long)c->steps, wall, first_loss, o.loss);
     printf("metrics: %s\n", t.metrics_path);
     if (c->plot) {
       char svg[SL_PATH_MAX + 64];
