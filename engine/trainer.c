@@ -145,7 +145,7 @@ static double measure_peak(trainer *t) {
     for (int rep = 0; rep < 4; rep++) {
       double t0 = sl_now_s();
       t->ops->linear_fwd(t->k, c, a, b, NULL, n, n, n);
-      t->ops->sync(t->k);
+      if (t->ops->sync(t->k)) break; /* a failed kernel: no figure (the default below) */
       double dt = sl_now_s() - t0;
       double fl = 2.0 * n * n * n / dt;
       if (fl > best && rep > 0) best = fl;
@@ -637,7 +637,7 @@ static int resume(trainer *t) {
   int found = 0;
   if (!rc) rc = sl_ckpt_load(t->cfg.ckpt_dir, &st, &found);
   if (rc || !found) {
-    ck_unstage(t, 0);
+    (void)ck_unstage(t, 0); /* frees only: no status to lose */
     if (!rc) sl_log0(SL_LOG_INFO, "no checkpoint in %s: starting from step 0", t->cfg.ckpt_dir);
     return rc;
   }
@@ -675,7 +675,8 @@ static int save_model(trainer *t, const char *dir) {
     sl_free(flat);
   }
   int bad = rc != 0;
-  sl_comm_allreduce_sync(t->world, &bad, 1, SL_I32);
+  if (sl_comm_allreduce_sync(t->world, &bad, 1, SL_I32) != SL_COMM_OK && !rc)
+    rc = sl_fail(SL_ECOMM, "saving %s: %s", dir, sl_comm_last_error());
   if (!rc && bad) rc = sl_fail(SL_EIO, "saving %s failed on rank 0", dir);
   return rc;
 }
@@ -756,7 +757,8 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   }
 bcast: {
   int bad = rc != 0;
-  sl_comm_allreduce_sync(world, &bad, 1, SL_I32);
+  if (sl_comm_allreduce_sync(world, &bad, 1, SL_I32) != SL_COMM_OK && !rc)
+    rc = sl_fail(SL_ECOMM, "opening the outputs: %s", sl_comm_last_error());
   if (rc) goto done;
   if (bad) { rc = sl_fail(SL_EIO, "rank 0 could not open its outputs"); goto done; }
 }
