@@ -14,7 +14,7 @@ command -v mpirun > /dev/null || { echo "skip: no mpirun"; exit 77; }
 W=$(mktemp -d "${TMPDIR:-/tmp}/sl_agree.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 MPI="mpirun --allow-run-as-root --oversubscribe --bind-to none"
-pass=0; fail=0
+. "$SL_SRC/tests/lib/harden.sh"
 cfg() { # DIR rope_theta tie head_dim
   mkdir -p "$1"
   cat > "$1/config.json" <<J
@@ -37,8 +37,8 @@ expect() {
   local rc=$? why=""
   if [ $rc -ne "$want" ]; then why="exit $rc, expected $want"
   elif [ -n "$needle" ] && ! grep -qF -- "$needle" "$W/$name.log"; then why="message does not name '$needle'"; fi
-  if [ -z "$why" ]; then pass=$((pass + 1)); echo "ok   $name"; grep -m1 "disagree" "$W/$name.log" | sed 's/^/     /'
-  else fail=$((fail + 1)); echo "FAIL $name: $why"; tail -n 5 "$W/$name.log" | sed 's/^/     /'; fi
+  if [ -z "$why" ]; then ok "$name"; grep -m1 "disagree" "$W/$name.log" | sed 's/^/     /'
+  else no "$name: $why" "$W/$name.log"; fi
 }
 setup() { rm -rf "$W/case"; mkdir -p "$W/case/r0" "$W/case/r1"; }
 
@@ -53,7 +53,7 @@ expect head_dim 2 "model.head_dim"
 # weight files on rank 0 only: write them with a one-rank run, copy to r0
 setup; cfg "$W/case/r0/model" 10000.0 false 8; cfg "$W/case/r1/model" 10000.0 false 8
 (cd "$W/case/r0" && timeout 60 "$B" train --model model $COMMON --steps 1 --save "$W/saved" > "$W/save.log" 2>&1) ||
-  { echo "FAIL could not write weights"; fail=$((fail + 1)); }
+  no "could not write weights" "$W/save.log"
 cp "$W"/saved/*.safetensors "$W/case/r0/model/" 2>/dev/null
 expect weights_rank0_only 2 "weights."
 cp "$W"/saved/*.safetensors "$W/case/r1/model/" 2>/dev/null
@@ -63,7 +63,5 @@ setup; cfg "$W/case/r0/model" 10000.0 false 8; cfg "$W/case/r1/model" 10000.0 fa
 timeout 120 $MPI -np 1 "$W/wrap.sh" "$B" train --model model $COMMON --lr 1e-3 : \
   -np 1 "$W/wrap.sh" "$B" train --model model $COMMON --lr 2e-3 > "$W/mpmd.log" 2>&1
 rc=$?
-if [ $rc -eq 2 ] && grep -qF "train.lr" "$W/mpmd.log"; then pass=$((pass + 1)); echo "ok   mpmd_lr"
-else fail=$((fail + 1)); echo "FAIL mpmd_lr: exit $rc"; tail -n 5 "$W/mpmd.log"; fi
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+if [ $rc -eq 2 ] && grep -qF "train.lr" "$W/mpmd.log"; then ok "mpmd_lr"; else no "mpmd_lr: exit $rc" "$W/mpmd.log"; fi
+finish

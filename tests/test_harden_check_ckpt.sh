@@ -12,7 +12,7 @@ PY=/usr/bin/python3
 [ -x "$B" ] || { echo "skip: $B is not built"; exit 77; }
 W=$(mktemp -d "${TMPDIR:-/tmp}/sl_ckcfg.XXXXXX")
 trap 'rm -rf "$W"' EXIT
-pass=0; fail=0; k=0
+. "$SL_SRC/tests/lib/harden.sh"
 cfg() { # DIR heads kv head_dim rope_theta
   mkdir -p "$1"
   cat > "$1/config.json" <<J
@@ -26,25 +26,15 @@ cfg "$W/h8" 8 4 4 10000.0       # the same tensor shapes: q (32, 32), k/v (16, 3
 cfg "$W/rope" 4 2 8 500000.0
 "$B" prepare --input "$SL_SRC/configs/corpus.txt" --output "$W/data" > /dev/null || exit 1
 RUN="$B train --data $W/data --micro-batch 1 --seq-len 8 --threads 1 --summary false --plot false --out-dir $W/out"
-check() { # NAME WANT NEEDLE CMD...
-  local name=$1 want=$2 needle=$3; shift 3
-  k=$((k + 1))
-  timeout 120 "$@" > "$W/o$k" 2>&1
-  local rc=$? why=""
-  if [ $rc -ne "$want" ]; then why="exit $rc, expected $want"
-  elif [ -n "$needle" ] && ! grep -qF -- "$needle" "$W/o$k"; then why="output does not name '$needle'"; fi
-  if [ -z "$why" ]; then pass=$((pass + 1)); echo "ok   $name"; [ -n "$needle" ] && grep -m1 -F -- "$needle" "$W/o$k" | cut -c1-220 | sed 's/^/     /'
-  else fail=$((fail + 1)); echo "FAIL $name: $why"; tail -n 4 "$W/o$k" | sed 's/^/     /'; fi
-}
+check() { expect "$@"; }
 check "write a heads-4 checkpoint" 0 "" $RUN --model "$W/h4" --steps 2 --ckpt-dir "$W/ck"
 if grep -q '"model_hash"' "$W"/ck/step-*/manifest.json && grep -q 'model.num_attention_heads=4' "$W"/ck/step-*/manifest.json
-then pass=$((pass + 1)); echo "ok   manifest records model_config and model_hash"
-else fail=$((fail + 1)); echo "FAIL manifest lacks model_config / model_hash"; fi
+then ok "manifest records model_config and model_hash"; else no "manifest lacks model_config / model_hash"; fi
 check "resume with heads 8 (same shapes)" 2 "model.num_attention_heads" $RUN --model "$W/h8" --steps 3 --ckpt-dir "$W/ck" --resume
 check "resume with another rope_theta" 2 "model.rope_theta" $RUN --model "$W/rope" --steps 3 --ckpt-dir "$W/ck" --resume
 check "resume with the same model" 0 "resumed from" $RUN --model "$W/h4" --steps 3 --ckpt-dir "$W/ck" --resume
 check "convert --from-ckpt with heads 8" 2 "model.num_attention_heads" "$B" convert --from-ckpt "$W/ck" --model-config "$W/h8" --to-hf "$W/hf8"
-[ -e "$W/hf8" ] && { fail=$((fail + 1)); echo "FAIL the refused convert left $W/hf8"; }
+[ -e "$W/hf8" ] && no "the refused convert left $W/hf8"
 check "convert --from-ckpt with the same model" 0 "wrote" "$B" convert --from-ckpt "$W/ck" --model-config "$W/h4" --to-hf "$W/hf4"
 # convert --from-hf --to-ckpt records the config too: resuming it with heads 8 is refused
 check "convert --from-hf --to-ckpt" 0 "" "$B" convert --from-hf "$W/hf4" --to-ckpt "$W/ck2"
@@ -56,5 +46,4 @@ for m in "$W"/old/step-*/manifest.json; do
   "${SL_BUILD:-$SL_SRC/build}/tests/test_ckpt_io" --xxh64 "$m" > "$m.xxh64" || { echo "FAIL no test_ckpt_io --xxh64 helper"; exit 1; }
 done
 check "older manifest: accepted with a warning" 0 "records no model config" $RUN --model "$W/h4" --steps 4 --ckpt-dir "$W/old" --resume
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -10,25 +10,11 @@ B=${SL_BUILD:-$SL_SRC/build}/shardlm
 [ -x "$B" ] || { echo "skip: $B is not built"; exit 77; }
 W=$(mktemp -d "${TMPDIR:-/tmp}/sl_flags.XXXXXX")
 trap 'rm -rf "$W"' EXIT
-pass=0; fail=0; k=0
-mkdir -p "$W/model"
-cat > "$W/model/config.json" <<'J'
-{"architectures": ["LlamaForCausalLM"], "hidden_size": 32, "intermediate_size": 64,
- "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 1,
- "vocab_size": 300, "rms_norm_eps": 1e-5, "rope_theta": 10000.0}
-J
+. "$SL_SRC/tests/lib/harden.sh"
+tiny_config "$W/model" '"rope_theta": 10000.0'
 "$B" prepare --input "$SL_SRC/configs/corpus.txt" --output "$W/data" > /dev/null || exit 1
 COMMON="--model $W/model --data $W/data --steps 1 --micro-batch 1 --seq-len 8 --threads 1 --summary false --plot false --out-dir $W/out"
-check() { # WANT NEEDLE CMD...
-  local want=$1 needle=$2; shift 2
-  k=$((k + 1))
-  timeout 120 "$@" > "$W/o$k" 2>&1
-  local rc=$? why=""
-  if [ $rc -ne "$want" ]; then why="exit $rc, expected $want"
-  elif [ -n "$needle" ] && ! grep -qF -- "$needle" "$W/o$k"; then why="message does not name '$needle'"; fi
-  if [ -z "$why" ]; then pass=$((pass + 1)); echo "ok   ${*: -2}"
-  else fail=$((fail + 1)); echo "FAIL ${*: -2}: $why"; tail -n 3 "$W/o$k" | sed 's/^/     /'; fi
-}
+check() { expect "${*: -2}" "$@"; } # WANT NEEDLE CMD...: named by its last two words
 bad() { check 2 "--$1" "$B" train $COMMON "--$1" "$2"; }
 bad lr -1; bad lr 0; bad lr nan; bad lr inf; bad min-lr -1e-3
 bad beta1 1.5; bad beta1 1; bad beta2 -0.1; bad beta2 nan
@@ -54,5 +40,4 @@ if command -v mpirun > /dev/null; then
   check 2 "--nproc 3" mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$B" train $COMMON --nproc 3
   check 0 "" mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$B" train $COMMON --nproc 2
 fi
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -12,24 +12,13 @@ PY=/usr/bin/python3
 [ -x "$B" ] || { echo "skip: $B is not built"; exit 77; }
 W=$(mktemp -d "${TMPDIR:-/tmp}/sl_inputs.XXXXXX")
 trap 'rm -rf "$W"' EXIT
-pass=0; fail=0; k=0
-check() { # WANT NEEDLE ARGS...
+. "$SL_SRC/tests/lib/harden.sh"
+check() { # WANT NEEDLE TRAIN-ARGS...: a one-step training run, named by $CASE
   local want=$1 needle=$2; shift 2
-  k=$((k + 1))
-  timeout 120 "$B" train --data "$W/data" --steps 1 --micro-batch 1 --threads 1 --summary false --plot false \
-    --out-dir "$W/out" "$@" > "$W/o$k" 2>&1
-  local rc=$? why=""
-  if [ $rc -ne "$want" ]; then why="exit $rc, expected $want"
-  elif [ -n "$needle" ] && ! grep -qF -- "$needle" "$W/o$k"; then why="message does not name '$needle'"; fi
-  if [ -z "$why" ]; then pass=$((pass + 1)); echo "ok   $CASE"; grep -m1 -F -- "${needle:-@@}" "$W/o$k" | cut -c1-200 | sed 's/^/     /'
-  else fail=$((fail + 1)); echo "FAIL $CASE: $why"; tail -n 4 "$W/o$k" | sed 's/^/     /'; fi
+  expect "$CASE" "$want" "$needle" "$B" train --data "$W/data" --steps 1 --micro-batch 1 --threads 1 \
+    --summary false --plot false --out-dir "$W/out" "$@"
 }
-mkdir -p "$W/m"
-cat > "$W/m/config.json" <<'J'
-{"architectures": ["LlamaForCausalLM"], "hidden_size": 32, "intermediate_size": 64,
- "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 1,
- "vocab_size": 300, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": 32}
-J
+tiny_config "$W/m" '"rope_theta": 10000.0, "max_position_embeddings": 32'
 "$B" prepare --input "$SL_SRC/configs/corpus.txt" --output "$W/data" > /dev/null || exit 1
 timeout 60 "$B" train --model "$W/m" --data "$W/data" --steps 1 --micro-batch 1 --seq-len 8 --threads 1 \
   --summary false --plot false --out-dir "$W/out" --save "$W/saved" > "$W/save.log" 2>&1 || { echo "FAIL save"; exit 1; }
@@ -67,7 +56,6 @@ k=$((k + 1))
 timeout 60 "$B" train --model "$W/m" --data "$W/short" --steps 1 --micro-batch 1 --seq-len 16 --threads 1 \
   --summary false --plot false --out-dir "$W/out" > "$W/o$k" 2>&1
 rc=$?
-if [ $rc -eq 0 ] && grep -q "fewer than one sample.*wraps" "$W/o$k"; then pass=$((pass + 1)); echo "ok   short dataset: wrap warning"
-else fail=$((fail + 1)); echo "FAIL short dataset: exit $rc"; tail -n 4 "$W/o$k"; fi
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+if [ $rc -eq 0 ] && grep -q "fewer than one sample.*wraps" "$W/o$k"; then ok "short dataset: wrap warning"
+else no "short dataset: exit $rc" "$W/o$k"; fi
+finish

@@ -11,15 +11,10 @@ B=${SL_BUILD:-$SL_SRC/build}/shardlm
 [ -x "$B" ] || { echo "skip: $B is not built"; exit 77; }
 W=$(mktemp -d "${TMPDIR:-/tmp}/sl_mem.XXXXXX")
 trap 'rm -rf "$W"' EXIT
-pass=0; fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -f "${2:-}" ] && tail -n 4 "$2" | sed 's/^/     /'; }
-mkdir -p "$W/tiny" "$W/big"
-cat > "$W/tiny/config.json" <<'J'
-{"architectures": ["LlamaForCausalLM"], "hidden_size": 32, "intermediate_size": 64,
- "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 1,
- "vocab_size": 300, "rms_norm_eps": 1e-5, "rope_theta": 10000.0}
-J
+. "$SL_SRC/tests/lib/harden.sh"
+bad() { no "$@"; }
+tiny_config "$W/tiny" '"rope_theta": 10000.0'
+mkdir -p "$W/big"
 cat > "$W/big/config.json" <<'J'
 {"architectures": ["LlamaForCausalLM"], "hidden_size": 8192, "intermediate_size": 28672,
  "num_attention_heads": 64, "num_key_value_heads": 8, "num_hidden_layers": 80,
@@ -63,5 +58,4 @@ else bad "fitting run failed" "$W/fit.log"; fi
 # --skip-memory-check is accepted (small run)
 if timeout 120 "$B" train $COMMON --model "$W/tiny" --micro-batch 2 --skip-memory-check > "$W/skip.log" 2>&1; then
   ok "--skip-memory-check accepted"; else bad "--skip-memory-check run failed" "$W/skip.log"; fi
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

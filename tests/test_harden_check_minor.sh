@@ -11,24 +11,9 @@ B=${SL_BUILD:-$SL_SRC/build}/shardlm
 [ -x "$B" ] || { echo "skip: $B is not built"; exit 77; }
 W=$(mktemp -d "${TMPDIR:-/tmp}/sl_minor.XXXXXX")
 trap 'rm -rf "$W"' EXIT
-pass=0; fail=0; k=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-no() { fail=$((fail + 1)); echo "FAIL $1"; [ -f "${2:-}" ] && tail -n 4 "$2" | sed 's/^/     /'; }
-check() { # NAME WANT NEEDLE CMD...
-  local name=$1 want=$2 needle=$3; shift 3
-  k=$((k + 1))
-  timeout 120 "$@" > "$W/log$k" 2>&1
-  local rc=$?
-  if [ $rc -ne "$want" ]; then no "$name: exit $rc, expected $want" "$W/log$k"
-  elif [ -n "$needle" ] && ! grep -qF -- "$needle" "$W/log$k"; then no "$name: output does not name '$needle'" "$W/log$k"
-  else ok "$name"; fi
-}
-mkdir -p "$W/m"
-cat > "$W/m/config.json" <<'J'
-{"architectures": ["LlamaForCausalLM"], "hidden_size": 32, "intermediate_size": 64,
- "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 1,
- "vocab_size": 300, "rms_norm_eps": 1e-5, "rope_theta": 10000.0}
-J
+. "$SL_SRC/tests/lib/harden.sh"
+check() { expect "$@"; }
+tiny_config "$W/m" '"rope_theta": 10000.0'
 "$B" prepare --input "$SL_SRC/configs/corpus.txt" --output "$W/data" > /dev/null || exit 1
 RUN="$B train --model $W/m --data $W/data --micro-batch 1 --seq-len 8 --threads 1 --summary false --plot false"
 # resuming past --steps
@@ -71,5 +56,4 @@ check "plan --gpus 99999999999" 2 "--gpus" "$B" plan --model "$W/m" --gpus 99999
 check "plan --efficiency nan" 2 "--efficiency" "$B" plan --model "$W/m" --gpus 8 --gpu-mem 80G --seq-len 8 --global-batch 1M --efficiency nan
 check "plan --gpu-mem nan" 2 "nan" "$B" plan --model "$W/m" --gpus 8 --gpu-mem nan --seq-len 8 --global-batch 1M
 check "plan with sane flags" 0 "ecommended" "$B" plan --model "$W/m" --gpus 8 --gpu-mem 80G --seq-len 8 --global-batch 1M
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish
