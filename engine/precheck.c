@@ -66,7 +66,9 @@ static int local_ranks(void) {
   return n > 0 ? n : 1;
 }
 
-static int memory_check(const sl_train_cfg *c, const sl_model_config *mc, int world, int dev) {
+static int memory_check(const sl_train_cfg *c, const sl_model_config *mc, int world, const sl_ops *ops,
+                        sl_kctx *k) {
+  int dev = ops->is_device();
   sl_plan_model pm;
   int rc = sl_plan_model_init(mc, &pm);
   if (rc) return rc;
@@ -98,6 +100,28 @@ static int memory_check(const sl_train_cfg *c, const sl_model_config *mc, int wo
   int64_t need = dev ? (cpu ? m.peak[SL_ARENA_OPTIM] : 0) : m.total_peak - (nvme ? m.peak[SL_ARENA_OPTIM] : 0);
   need += max_unit * 4;
   char why[160];
+  double gib = 1.0 / 1073741824.0;
+  size_t dfree = 0, dtotal = 0;
+  if (dev && ops->mem_info && ops->mem_info(k, &dfree, &dtotal) == SL_OK) {
+    /* the device holds every arena but host-side optimizer state; one device per rank */
+    int64_t dneed = m.total_peak - ((cpu || nvme) ? m.peak[SL_ARENA_OPTIM] : 0);
+    if (dneed > (int64_t)dfree)
+      return sl_fail(SL_EINPUT,
+                     "memory check: this run needs %.2f GiB of %s memory per rank at its peak (params %.2f, grads "
+                     "%.2f, optimizer %.2f, gathered %.2f, activations %.2f, workspace %.2f GiB), but the device has "
+                     "%.2f GiB free of %.2f GiB. Find a configuration that fits with: shardlm plan --model %s --gpus "
+                     "%d --gpu-mem %.0fM --seq-len %lld --global-batch %lld (or lower --micro-batch, "
+                     "--activation-checkpoint full, --offload-optimizer cpu, more ranks); --skip-memory-check "
+                     "starts anyway",
+                     dneed * gib, ops->name, m.peak[SL_ARENA_PARAMS] * gib, m.peak[SL_ARENA_GRADS] * gib,
+                     ((cpu || nvme) ? 0 : m.peak[SL_ARENA_OPTIM]) * gib, m.peak[SL_ARENA_GATHER] * gib,
+                     m.peak[SL_ARENA_ACTS] * gib, m.peak[SL_ARENA_WORKSPACE] * gib, dfree * gib, dtotal * gib,
+                     c->model[0] ? c->model : "configs/tiny-llama", world, dtotal / 1e6, (long long)c->seq_len,
+                     (long long)(c->micro_batch * c->grad_accum * world * c->seq_len));
+  } else if (dev) {
+    sl_log0(SL_LOG_WARN, "memory check: the %s backend does not report its free memory; device memory not checked",
+            ops->name);
+  }
   int64_t avail = sl_host_mem_available(why, sizeof why);
   int nl = local_ranks();
   if (avail < 0) {
@@ -108,7 +132,6 @@ static int memory_check(const sl_train_cfg *c, const sl_model_config *mc, int wo
   sl_log0(SL_LOG_DEBUG, "memory check: %.3f GiB host memory per rank needed, %.3f GiB available", need / 1073741824.0,
           per / 1073741824.0);
   if (need <= per) return SL_OK;
-  double gib = 1.0 / 1073741824.0;
   char model[SL_PATH_MAX + 8];
   snprintf(model, sizeof model, "%s", c->model[0] ? c->model : "configs/tiny-llama");
   return sl_fail(SL_EINPUT,
@@ -193,7 +216,8 @@ static void clean_nvme(const sl_train_cfg *c) {
                 n, n > 1 ? "s" : "");
 }
 
-int sl_precheck(const sl_train_cfg *c, const sl_model_config *mc, sl_comm *world, int dev, int64_t data_tokens) {
+int sl_precheck(const sl_train_cfg *c, const sl_model_config *mc, sl_comm *world, const sl_ops *ops, sl_kctx *k,
+                int64_t data_tokens) {
   int rc = SL_OK;
   if (mc->max_position_embeddings > 0 && c->seq_len > mc->max_position_embeddings && !c->allow_long_context)
     rc = sl_fail(SL_EINPUT,
@@ -206,7 +230,7 @@ int sl_precheck(const sl_train_cfg *c, const sl_model_config *mc, sl_comm *world
             "around to the dataset's start and repeats tokens",
             (long long)data_tokens, (long long)c->seq_len);
   if (!rc && !strcmp(c->offload_optimizer, "nvme") && c->nvme_path[0]) clean_nvme(c);
-  if (!rc && !c->skip_memory_check) rc = memory_check(c, mc, sl_comm_size(world), dev);
+  if (!rc && !c->skip_memory_check) rc = memory_check(c, mc, sl_comm_size(world), ops, k);
   /* the same verdict on every rank (the available memory may differ per node) */
   int bad = rc != 0;
   if (sl_comm_allreduce_sync(world, &bad, 1, SL_I32) != SL_COMM_OK)

@@ -11,6 +11,7 @@
 #include "engine/model.h"
 #include "engine/safetensors.h"
 #include "engine/traincfg.h"
+#include "kernels/kernels.h"
 #include "shard/comm.h"
 
 #ifdef __cplusplus
@@ -22,9 +23,11 @@ extern "C" {
 int64_t sl_host_mem_available(char *why, size_t cap);
 
 /* Runs the checks on every rank; all ranks return the same verdict
- * (SL_EINPUT with the figure, the limit and a `shardlm plan` command). dev:
- * the backend's memory is device memory (only host-side state is checked). */
-int sl_precheck(const sl_train_cfg *c, const sl_model_config *mc, sl_comm *world, int dev, int64_t data_tokens);
+ * (SL_EINPUT with the figure, the limit and a `shardlm plan` command). A
+ * device backend (ops->is_device) is checked against ops->mem_info's free
+ * bytes, the host against the host-side optimizer state. */
+int sl_precheck(const sl_train_cfg *c, const sl_model_config *mc, sl_comm *world, const sl_ops *ops, sl_kctx *k,
+                int64_t data_tokens);
 
 /* The output paths (--out-dir, --metrics, --ckpt-dir, --save, --nvme-path)
  * can be written: SL_EINPUT naming the flag otherwise. Creates the

@@ -369,7 +369,7 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
   if (!strcmp(c->data_order, "shuffled") && !(t->perm = malloc(sizeof(int64_t) * (size_t)t->nwin)))
     return sl_fail(SL_ENOMEM, "out of memory");
   if ((rc = sl_check_agreement(world, c, &t->mcfg, sl_dataset_num_tokens(t->ds)))) return rc;
-  if ((rc = sl_precheck(c, &t->mcfg, world, t->dev, sl_dataset_num_tokens(t->ds)))) return rc;
+  if ((rc = sl_precheck(c, &t->mcfg, world, t->ops, t->k, sl_dataset_num_tokens(t->ds)))) return rc;
 
   /* model + FSDP */
   if ((rc = sl_model_create(&t->mcfg, t->ops, t->k, c->micro_batch, c->seq_len, ac, &t->m))) return rc;

@@ -213,6 +213,9 @@ typedef struct sl_ops {
   /* The backend's compute stream (cudaStream_t on CUDA), NULL on the CPU:
    * what an NCCL communicator orders its work against. */
   void *(*stream)(sl_kctx *);
+  /* Free and total bytes of the backend's memory (CUDA: cudaMemGetInfo of
+   * the context's device); NULL where the backend's memory is host memory. */
+  int (*mem_info)(sl_kctx *, size_t *free_bytes, size_t *total_bytes);
 } sl_ops;
 
 /* The CPU backend; always present. */

@@ -227,6 +227,7 @@ static const sl_ops g_cuda_ops = {
     sl_cuda_mem_sync,
     sl_cuda_mem_is_device,
     sl_cuda_stream,
+    sl_cuda_mem_info,
 };
 
 /* NULL when no CUDA device is usable, so CPU-only machines never touch one.
