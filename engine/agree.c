@@ -102,6 +102,21 @@ int sl_canon_diff(const char *a, const char *b, char *key, size_t kcap, char *va
   return 0;
 }
 
+int sl_check_ckpt_model(const char *dir, const char *recorded, const sl_model_config *mc) {
+  if (!recorded) {
+    sl_log0(SL_LOG_WARN, "%s/manifest.json records no model config (an older checkpoint): only the tensor shapes "
+            "are checked against the model", dir);
+    return SL_OK;
+  }
+  char now[4096], key[256], was[512], is[512];
+  if (sl_model_canonical(mc, 0, now, sizeof now)) return sl_fail(SL_EINTERNAL, "model config text too long");
+  if (!sl_canon_diff(recorded, now, key, sizeof key, was, is, sizeof was)) return SL_OK;
+  return sl_fail(SL_EINPUT,
+                 "%s/manifest.json: the checkpoint was written for a different model: %s is %s there but %s in "
+                 "this model's config.json (refusing: same tensor shapes do not mean the same computation)",
+                 dir, key, was[0] ? was : "(absent)", is[0] ? is : "(absent)");
+}
+
 static int weight_file(const struct dirent *e) {
   size_t n = strlen(e->d_name);
   return (n > 12 && !strcmp(e->d_name + n - 12, ".safetensors")) || !strcmp(e->d_name, "config.json") ||

@@ -31,6 +31,13 @@ uint64_t sl_canon_hash(const char *text);
  * and each side's value (empty when the line is missing). 0: equal. */
 int sl_canon_diff(const char *a, const char *b, char *key, size_t kcap, char *va, char *vb, size_t vcap);
 
+/* A checkpoint's recorded model config (recorded: sl_model_canonical text
+ * with_init 0; NULL for manifests older than the field) against mc, field by
+ * field: SL_EINPUT naming the first field that changes the computation. NULL
+ * passes with a warning (only tensor shapes can be checked then). dir names
+ * the checkpoint in messages. */
+int sl_check_ckpt_model(const char *dir, const char *recorded, const sl_model_config *mc);
+
 /* Start-up agreement: hashes the model config, the vocabulary size, the
  * training settings, the weight files of cfg->model with their sizes and
  * the dataset files with their sizes, and compares across world. Any

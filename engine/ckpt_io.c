@@ -19,7 +19,6 @@
 #endif
 
 #include "base/base.h"
-#include "engine/agree.h"
 
 const char *const sl_ckio_kind_names[SL_CKIO_NKINDS] = {"master", "exp_avg", "exp_avg_sq"};
 
@@ -337,8 +336,7 @@ int sl_ckio_manifest_dump(const sl_ckio_manifest *m, char **text) {
   json_object_set_new(o, "config", json_string(m->config ? m->config : ""));
   if (m->model_config) {
     json_object_set_new(o, "model_config", json_string(m->model_config));
-    snprintf(hex, sizeof hex, "%016" PRIx64, sl_canon_hash(m->model_config));
-    json_object_set_new(o, "model_hash", json_string(hex));
+    json_object_set_new(o, "model_hash", json_string(m->model_hash));
   }
   json_t *us = json_array();
   for (int u = 0; u < m->nunits; u++) {
@@ -527,6 +525,8 @@ int sl_ckio_manifest_parse(const char *path, const char *text, size_t len, sl_ck
     rc = sl_fail(SL_ENOMEM, "out of memory");
     goto done;
   }
+  const char *mh = json_string_value(json_object_get(o, "model_hash"));
+  snprintf(m->model_hash, sizeof m->model_hash, "%s", mh ? mh : "");
   json_t *us = json_object_get(o, "units"), *fs = json_object_get(o, "files");
   if (!json_is_array(us) || json_array_size(us) < 1 || json_array_size(us) > 100000 || !json_is_array(fs) ||
       json_array_size(fs) < 1 || json_array_size(fs) > 100000) {
@@ -889,19 +889,4 @@ int sl_ckio_resolve(const char *path, char *out, size_t cap) {
   sl_ckio_step_dir(path, steps[0], out, cap);
   free(steps);
   return SL_OK;
-}
-
-int sl_ckio_check_model_config(const char *dir, const sl_ckio_manifest *man, const sl_model_config *mc) {
-  if (!man->model_config) {
-    sl_log0(SL_LOG_WARN, "%s/manifest.json records no model config (an older checkpoint): only the tensor shapes "
-            "are checked against the model", dir);
-    return SL_OK;
-  }
-  char now[4096], key[256], was[512], is[512];
-  if (sl_model_canonical(mc, 0, now, sizeof now)) return sl_fail(SL_EINTERNAL, "model config text too long");
-  if (!sl_canon_diff(man->model_config, now, key, sizeof key, was, is, sizeof was)) return SL_OK;
-  return sl_fail(SL_EINPUT,
-                 "%s/manifest.json: the checkpoint was written for a different model: %s is %s there but %s in "
-                 "this model's config.json (refusing: same tensor shapes do not mean the same computation)",
-                 dir, key, was[0] ? was : "(absent)", is[0] ? is : "(absent)");
 }

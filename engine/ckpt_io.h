@@ -12,8 +12,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/hfconfig.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -81,6 +79,7 @@ typedef struct {
   char compression[8];     /* "zstd" or "none" */
   char *config;            /* sl_train_cfg_canonical text (may be "") */
   char *model_config;      /* sl_model_canonical text (NULL: a manifest older than this field) */
+  char model_hash[24];     /* its sl_canon_hash, 16 hex digits (written with model_config) */
   int nunits;
   sl_ckio_unit *units;
   int nfiles;
@@ -96,11 +95,6 @@ int sl_ckio_manifest_parse(const char *path_for_msgs, const char *text, size_t l
 /* Serializes (malloc'd, 0-terminated) text. */
 int sl_ckio_manifest_dump(const sl_ckio_manifest *m, char **text);
 void sl_ckio_manifest_free(sl_ckio_manifest *m);
-/* Compares the manifest's recorded model config with mc, field by field:
- * SL_EINPUT naming the first field that changes the computation. A manifest
- * without one (older versions) passes with a warning: only the tensor
- * shapes can be checked then. */
-int sl_ckio_check_model_config(const char *dir, const sl_ckio_manifest *man, const sl_model_config *mc);
 /* Serializes / parses a single file entry (how writers hand theirs to rank 0). */
 int sl_ckio_file_dump(const sl_ckio_file *f, char **text);
 int sl_ckio_file_parse(const char *text, size_t len, sl_ckio_file *out);

@@ -106,7 +106,6 @@ static int find_range(const char *name) {
 
 static void fmt_bound(char *b, size_t cap, double v) {
   if (isinf(v)) snprintf(b, cap, "%sinf", v < 0 ? "-" : "");
-  else if (v >= I64MAX) snprintf(b, cap, "2^63");
   else snprintf(b, cap, "%g", v);
 }
 

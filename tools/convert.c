@@ -114,7 +114,7 @@ static int to_hf(const char *from, const char *cfg, const char *out, int64_t max
   int rc = load_specs(cfg, &m);
   if (!rc) rc = open_ckpt(from, dir, sizeof dir, &man);
   if (!rc) rc = check_units(dir, &man, m);
-  if (!rc) rc = sl_ckio_check_model_config(dir, &man, &m->cfg);
+  if (!rc) rc = sl_check_ckpt_model(dir, man.model_config, &m->cfg);
   if (!rc) {
     fill_ctx fc = {dir, &man, m, kind};
     rc = sl_model_save(m, out, fill_from_ckpt, &fc, max_shard);
@@ -185,6 +185,8 @@ static int to_ckpt(const char *hf, const char *ck, int W, int Z, int S, int64_t 
     man.config = strdup(cfgtext);
     if ((man.model_config = calloc(1, 4096)) && sl_model_canonical(&m->cfg, 0, man.model_config, 4096))
       rc = SL_EINTERNAL;
+    if (man.model_config)
+      snprintf(man.model_hash, sizeof man.model_hash, "%016llx", (unsigned long long)sl_canon_hash(man.model_config));
     man.nunits = m->nunits;
     man.units = calloc((size_t)m->nunits, sizeof *man.units);
     man.nfiles = S;
