@@ -151,7 +151,7 @@ static int memory_check(const sl_train_cfg *c, const sl_model_config *mc, int wo
 /* An output path: the directory (or a file's directory, parent = 1) exists
  * and is writable, or can be created: its nearest existing ancestor is a
  * writable directory. must_exist: the directory itself must exist. */
-static int check_out(const char *flag, const char *path, int parent, int must_exist) {
+int sl_precheck_out(const char *flag, const char *path, int parent, int must_exist) {
   if (!path[0]) return SL_OK;
   char p[SL_PATH_MAX + 8], tmp[SL_PATH_MAX + 8];
   snprintf(tmp, sizeof tmp, "%s", path);
@@ -174,11 +174,11 @@ static int check_out(const char *flag, const char *path, int parent, int must_ex
 }
 
 int sl_precheck_paths(const sl_train_cfg *c) {
-  int rc = check_out("out-dir", c->out_dir, 0, 0);
-  if (!rc) rc = check_out("metrics", c->metrics, 1, 0);
-  if (!rc) rc = check_out("ckpt-dir", c->ckpt_dir, 0, 0);
-  if (!rc) rc = check_out("save", c->save, 0, 0);
-  if (!rc && !strcmp(c->offload_optimizer, "nvme")) rc = check_out("nvme-path", c->nvme_path, 0, 1);
+  int rc = sl_precheck_out("out-dir", c->out_dir, 0, 0);
+  if (!rc) rc = sl_precheck_out("metrics", c->metrics, 1, 0);
+  if (!rc) rc = sl_precheck_out("ckpt-dir", c->ckpt_dir, 0, 0);
+  if (!rc) rc = sl_precheck_out("save", c->save, 0, 0);
+  if (!rc && !strcmp(c->offload_optimizer, "nvme")) rc = sl_precheck_out("nvme-path", c->nvme_path, 0, 1);
   if (!rc && c->metrics[0]) { /* its directory is created like --out-dir */
     char d[SL_PATH_MAX];
     snprintf(d, sizeof d, "%s", c->metrics);

@@ -29,6 +29,11 @@ int64_t sl_host_mem_available(char *why, size_t cap);
 int sl_precheck(const sl_train_cfg *c, const sl_model_config *mc, sl_comm *world, const sl_ops *ops, sl_kctx *k,
                 int64_t data_tokens);
 
+/* One output path for flag (named in the message): the directory (parent:
+ * the file's directory) exists and is writable, or (!must_exist) can be
+ * created below its nearest existing, writable ancestor. SL_EINPUT if not. */
+int sl_precheck_out(const char *flag, const char *path, int parent, int must_exist);
+
 /* The output paths (--out-dir, --metrics, --ckpt-dir, --save, --nvme-path)
  * can be written: SL_EINPUT naming the flag otherwise. Creates the
  * directory of --metrics. Local: call before any collective. */

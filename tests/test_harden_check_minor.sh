@@ -32,6 +32,9 @@ check "--metrics under a file" 2 "--metrics" $RUN --steps 1 --out-dir "$W/o2" --
 check "--ckpt-dir under a file" 2 "--ckpt-dir" $RUN --steps 1 --out-dir "$W/o2" --ckpt-dir "$W/afile/ck"
 check "--save under a file" 2 "--save" $RUN --steps 1 --out-dir "$W/o2" --save "$W/afile/model"
 check "--nvme-path missing" 2 "--nvme-path" $RUN --steps 1 --out-dir "$W/o2" --offload-optimizer nvme --nvme-path "$W/none"
+check "convert --to-hf under a file" 2 "--to-hf" "$B" convert --from-ckpt "$W/ck" --model-config "$W/m" --to-hf "$W/afile/hf"
+check "convert --to-ckpt under a file" 2 "--to-ckpt" "$B" convert --from-hf "$W/hf" --to-ckpt "$W/afile/ck"
+check "plot into a path under a file" 2 "afile" "$B" plot "$W/o1/metrics.jsonl" "$W/afile/m.svg"
 check "--metrics in a new directory" 0 "" $RUN --steps 1 --out-dir "$W/o2" --metrics "$W/newdir/m.jsonl"
 # NVMe leftovers: a 2-rank run killed mid-training, restarted on 1 rank
 if command -v mpirun > /dev/null; then

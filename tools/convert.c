@@ -14,6 +14,7 @@
 #include "base/base.h"
 #include "engine/agree.h"
 #include "engine/ckpt_io.h"
+#include "engine/precheck.h"
 #include "engine/hfconfig.h"
 #include "engine/model.h"
 #include "engine/safetensors.h"
@@ -111,7 +112,8 @@ static int to_hf(const char *from, const char *cfg, const char *out, int64_t max
   sl_ckio_manifest man;
   memset(&man, 0, sizeof man);
   char dir[4200];
-  int rc = load_specs(cfg, &m);
+  int rc = sl_precheck_out("to-hf", out, 0, 0);
+  if (!rc) rc = load_specs(cfg, &m);
   if (!rc) rc = open_ckpt(from, dir, sizeof dir, &man);
   if (!rc) rc = check_units(dir, &man, m);
   if (!rc) rc = sl_check_ckpt_model(dir, man.model_config, &m->cfg);
@@ -139,7 +141,8 @@ static int to_ckpt(const char *hf, const char *ck, int W, int Z, int S, int64_t 
   if (W < 1 || S < 1 || W % S || Z < 0 || Z > 3 || align < 1)
     return sl_fail(SL_EINPUT, "--world-size (%d) >= 1, --shard-group (%d) dividing it, --zero (%d) in 0..3 and "
                    "--align (%lld) >= 1 are required", W, S, Z, (long long)align);
-  int rc = load_specs(hf, &m);
+  int rc = sl_precheck_out("to-ckpt", ck, 0, 0);
+  if (!rc) rc = load_specs(hf, &m);
   if (!rc && (rc = sl_st_open_dir(hf, &set)) == SL_OK && !set)
     rc = sl_fail(SL_EINPUT, "%s: no model.safetensors or model.safetensors.index.json", hf);
   int64_t *have = NULL;
