@@ -120,6 +120,7 @@ int sl_check_ckpt_model(const char *dir, const char *recorded, const sl_model_co
 static int weight_file(const struct dirent *e) {
   size_t n = strlen(e->d_name);
   return (n > 12 && !strcmp(e->d_name + n - 12, ".safetensors")) || !strcmp(e->d_name, "config.json") ||
+         !strncmp(e->d_name, "tokenizer", 9) || /* tokenizer.json, tokenizer_config.json, tokenizer.model */
          (n > 5 && strstr(e->d_name, ".index.json") && !strcmp(e->d_name + n - 5, ".json"));
 }
 

@@ -39,7 +39,8 @@ int sl_canon_diff(const char *a, const char *b, char *key, size_t kcap, char *va
 int sl_check_ckpt_model(const char *dir, const char *recorded, const sl_model_config *mc);
 
 /* Start-up agreement: hashes the model config, the vocabulary size, the
- * training settings, the weight files of cfg->model with their sizes and
+ * training settings, the files of cfg->model (config.json, *.safetensors,
+ * *.index.json, tokenizer*) with their sizes and
  * the dataset files with their sizes, and compares across world. Any
  * difference: SL_EINPUT on every rank, naming the field and the ranks. */
 int sl_check_agreement(sl_comm *world, const sl_train_cfg *cfg, const sl_model_config *mcfg,

@@ -58,6 +58,19 @@ cp "$W"/saved/*.safetensors "$W/case/r0/model/" 2>/dev/null
 expect weights_rank0_only 2 "weights."
 cp "$W"/saved/*.safetensors "$W/case/r1/model/" 2>/dev/null
 expect weights_both 0 ""
+# a different tokenizer file per rank
+setup; cfg "$W/case/r0/model" 10000.0 false 8; cfg "$W/case/r1/model" 10000.0 false 8
+echo '{"model": {}}' > "$W/case/r0/model/tokenizer.json"; echo '{"model": {"x": 1}}' > "$W/case/r1/model/tokenizer.json"
+expect tokenizer 2 "weights.tokenizer.json"
+# the same relative --data path, a different dataset per rank
+rm -f "$W"/case/r*/model/tokenizer.json
+head -c 3000 "$SL_SRC/configs/corpus.txt" > "$W/short.txt"
+"$B" prepare --input "$SL_SRC/configs/corpus.txt" --output "$W/case/r0/data" > /dev/null
+"$B" prepare --input "$W/short.txt" --output "$W/case/r1/data" > /dev/null
+timeout 120 $MPI -np 2 "$W/wrap.sh" "$B" train --model model --data data --steps 1 --micro-batch 2 --seq-len 16 \
+  --threads 1 --summary false --plot false > "$W/data.log" 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -qF "disagree on data." "$W/data.log"; then ok "dataset per rank"; else no "dataset per rank: exit $rc" "$W/data.log"; fi
 # same files, different flags per rank (MPMD)
 setup; cfg "$W/case/r0/model" 10000.0 false 8; cfg "$W/case/r1/model" 10000.0 false 8
 timeout 120 $MPI -np 1 "$W/wrap.sh" "$B" train --model model $COMMON --lr 1e-3 : \
