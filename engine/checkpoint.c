@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "engine/agree.h"
 #include "engine/ckpt_io.h"
 #include "engine/safetensors.h"
 
@@ -120,6 +121,9 @@ static int build_manifest(const sl_ckpt_state *st, sl_ckio_manifest *man) {
   man->config = calloc(1, CAP);
   if (!man->config) return sl_fail(SL_ENOMEM, "out of memory");
   if (st->cfg) sl_train_cfg_canonical(st->cfg, man->config, CAP);
+  if (!(man->model_config = calloc(1, 4096)) || sl_model_canonical(&m->cfg, 0, man->model_config, 4096))
+    return sl_fail(SL_ENOMEM, "checkpoint: model config text");
+  snprintf(man->model_hash, sizeof man->model_hash, "%016" PRIx64, sl_canon_hash(man->model_config));
   man->nunits = m->nunits;
   man->units = calloc((size_t)m->nunits, sizeof *man->units);
   if (!man->units) return sl_fail(SL_ENOMEM, "out of memory");
@@ -367,6 +371,7 @@ static int try_load(const char *dir, sl_ckpt_state *st) {
   if (rc) return rc;
   int W = sl_comm_size(st->world), rank = sl_comm_rank(st->world);
   rc = check_model(dir, &man, st->m);
+  if (!rc) rc = sl_check_ckpt_model(dir, man.model_config, &st->m->cfg);
   /* every file is checksummed in full by one rank; each rank also checks
    * every frame it reads */
   for (int i = rank; !rc && i < man.nfiles; i += W) rc = sl_ckio_verify_file(dir, &man, i);

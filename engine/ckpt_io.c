@@ -334,6 +334,10 @@ int sl_ckio_manifest_dump(const sl_ckio_manifest *m, char **text) {
   json_object_set_new(o, "compression", json_string(m->compression));
   json_object_set_new(o, "checksum", json_string("xxh64"));
   json_object_set_new(o, "config", json_string(m->config ? m->config : ""));
+  if (m->model_config) {
+    json_object_set_new(o, "model_config", json_string(m->model_config));
+    json_object_set_new(o, "model_hash", json_string(m->model_hash));
+  }
   json_t *us = json_array();
   for (int u = 0; u < m->nunits; u++) {
     const sl_ckio_unit *U = &m->units[u];
@@ -377,6 +381,7 @@ void sl_ckio_manifest_free(sl_ckio_manifest *m) {
   free(m->units);
   free(m->files);
   free(m->config);
+  free(m->model_config);
   memset(m, 0, sizeof *m);
 }
 
@@ -511,6 +516,17 @@ int sl_ckio_manifest_parse(const char *path, const char *text, size_t len, sl_ck
   snprintf(m->compression, sizeof m->compression, "%s", comp);
   const char *cfg = json_string_value(json_object_get(o, "config"));
   m->config = strdup(cfg ? cfg : "");
+  json_t *mcj = json_object_get(o, "model_config");
+  if (mcj && !json_is_string(mcj)) {
+    rc = sl_fail(SL_EINPUT, "%s: \"model_config\" must be a string", path);
+    goto done;
+  }
+  if (mcj && !(m->model_config = strdup(json_string_value(mcj)))) {
+    rc = sl_fail(SL_ENOMEM, "out of memory");
+    goto done;
+  }
+  const char *mh = json_string_value(json_object_get(o, "model_hash"));
+  snprintf(m->model_hash, sizeof m->model_hash, "%s", mh ? mh : "");
   json_t *us = json_object_get(o, "units"), *fs = json_object_get(o, "files");
   if (!json_is_array(us) || json_array_size(us) < 1 || json_array_size(us) > 100000 || !json_is_array(fs) ||
       json_array_size(fs) < 1 || json_array_size(fs) > 100000) {

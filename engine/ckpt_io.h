@@ -78,6 +78,8 @@ typedef struct {
   int64_t align;
   char compression[8];     /* "zstd" or "none" */
   char *config;            /* sl_train_cfg_canonical text (may be "") */
+  char *model_config;      /* sl_model_canonical text (NULL: a manifest older than this field) */
+  char model_hash[24];     /* its sl_canon_hash, 16 hex digits (written with model_config) */
   int nunits;
   sl_ckio_unit *units;
   int nfiles;

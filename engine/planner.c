@@ -454,7 +454,8 @@ int sl_plan_simulate(const sl_plan_model *m, const sl_plan_run *r, sl_plan_mem *
 int sl_plan_parse_size(const char *s, double *out) {
   char *end = NULL;
   double v = strtod(s, &end);
-  if (end == s || v < 0) return sl_fail(SL_EINPUT, "size '%s': expected a number like 80G, 24GiB or 1.5e9", s);
+  if (end == s || !(v >= 0) || !isfinite(v))
+    return sl_fail(SL_EINPUT, "size '%s': expected a finite number like 80G, 24GiB or 1.5e9", s);
   char u[8] = {0};
   int i = 0;
   for (; *end && i < 7; end++) u[i++] = (char)tolower((unsigned char)*end);

@@ -210,8 +210,8 @@ int sl_plot_metrics(const char *jsonl_path, const char *svg_path) {
   }
   out = fopen(tmp, "w");
   if (!out) {
-    rc = sl_fail(errno == ENOENT || errno == EACCES ? SL_EINPUT : SL_EIO, "%s: cannot create: %s",
-                 tmp, strerror(errno));
+    int bad_path = errno == ENOENT || errno == EACCES || errno == ENOTDIR || errno == EROFS;
+    rc = sl_fail(bad_path ? SL_EINPUT : SL_EIO, "%s: cannot create: %s", tmp, strerror(errno));
     goto done;
   }
   /* panels: loss (+ held-out), tokens/s, then those the file has data for */

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,8 +78,69 @@ static const key_t_ KEYS[] = {
     I("max-skips", max_skips, "3", "--on-nonfinite skip: consecutive skipped steps that stop the run (exit 4)"),
     B("doc-attention-mask", doc_attention_mask, "false", "packed samples: no attention across documents, positions restart per document (Llama)"),
     I("eod-id", eod_id, "-1", "token that ends a document for --doc-attention-mask (-1: 256, the byte tokenizer's, for vocab <= 512)"),
+    B("skip-memory-check", skip_memory_check, "false", "start even when the predicted peak memory exceeds what is available"),
+    B("allow-long-context", allow_long_context, "false", "allow --seq-len above the model's max_position_embeddings"),
 };
 #define NKEYS (int)(sizeof KEYS / sizeof KEYS[0])
+
+/* Valid range of each numeric key, by name (kept apart from KEYS so rows can
+ * be appended there independently). lo_open / hi_open: the bound itself is
+ * excluded. A numeric key without a row only has to be finite. NaN and inf
+ * are refused for every K_DBL key. */
+#define INF HUGE_VAL
+#define I64MAX 9.2e18
+static const struct {
+  const char *name;
+  double lo, hi;
+  int lo_open, hi_open;
+} RANGES[] = {
+    {"steps", 0, I64MAX, 0, 0},         {"micro-batch", 1, 1e9, 0, 0},    {"seq-len", 1, 1e9, 0, 0},
+    {"grad-accum", 1, 1e9, 0, 0},       {"lr", 0, INF, 1, 1},             {"min-lr", 0, INF, 0, 1},
+    {"warmup", 0, I64MAX, 0, 0},        {"weight-decay", 0, INF, 0, 1},   {"beta1", 0, 1, 0, 1},
+    {"beta2", 0, 1, 0, 1},              {"eps", 0, INF, 1, 1},            {"clip", 0, INF, 0, 1},
+    {"seed", 0, I64MAX, 0, 0},          {"threads", 0, 4096, 0, 0},       {"zero", 0, 3, 0, 0},
+    {"prefetch", 0, 1e6, 0, 0},         {"prefetch-mb", 0, 1e9, 0, 0},    {"shard-group", 0, 1e9, 0, 0},
+    {"nproc", 0, 1e6, 0, 0},            {"comm-timeout", 0, INF, 1, 1},   {"offload-budget-mb", 1, 1e9, 0, 0},
+    {"ckpt-every", 0, I64MAX, 0, 0},    {"keep-last", 0, 1e9, 0, 0},      {"max-restarts", 0, 1e6, 0, 0},
+    {"peak-tflops", 0, INF, 0, 1},      {"log-every", 0, I64MAX, 0, 0},
+};
+#define NRANGES (int)(sizeof RANGES / sizeof RANGES[0])
+
+static int find_range(const char *name) {
+  for (int i = 0; i < NRANGES; i++)
+    if (!strcmp(RANGES[i].name, name)) return i;
+  return -1;
+}
+
+static void fmt_bound(char *b, size_t cap, double v) {
+  if (isinf(v)) snprintf(b, cap, "%sinf", v < 0 ? "-" : "");
+  else snprintf(b, cap, "%g", v);
+}
+
+/* "[0, 1)"-style text of key name's range ("" when it has none). */
+static void range_text(const char *name, char *buf, size_t cap) {
+  int r = find_range(name);
+  buf[0] = 0;
+  if (r < 0) return;
+  char lo[32], hi[32];
+  fmt_bound(lo, sizeof lo, RANGES[r].lo);
+  fmt_bound(hi, sizeof hi, RANGES[r].hi);
+  snprintf(buf, cap, "%c%s, %s%c", RANGES[r].lo_open ? '(' : '[', lo, hi, RANGES[r].hi_open ? ')' : ']');
+}
+
+static int check_range(const key_t_ *k, double x, const char *v, const char *where) {
+  if (k->type == K_DBL && !isfinite(x))
+    return sl_fail(SL_EINPUT, "%s: --%s must be a finite number, found '%s'", where, k->name, v);
+  int r = find_range(k->name);
+  if (r < 0) return SL_OK;
+  double lo = RANGES[r].lo, hi = RANGES[r].hi;
+  int bad = RANGES[r].lo_open ? !(x > lo) : !(x >= lo);
+  bad |= RANGES[r].hi_open ? !(x < hi) : !(x <= hi);
+  if (!bad) return SL_OK;
+  char rt[96];
+  range_text(k->name, rt, sizeof rt);
+  return sl_fail(SL_EINPUT, "%s: --%s must be in %s, found '%s'", where, k->name, rt, v);
+}
 
 static const key_t_ *find_key(const char *name) {
   char n[128];
@@ -106,6 +168,8 @@ static int set_key(sl_train_cfg *c, const key_t_ *k, const char *v, const char *
     long long x = strtoll(v, &end, 10);
     if (!*v || *end || errno)
       return sl_fail(SL_EINPUT, "%s: --%s expects an integer, found '%s'", where, k->name, v);
+    int rc = check_range(k, (double)x, v, where);
+    if (rc) return rc;
     *(int64_t *)p = x;
     return SL_OK;
   }
@@ -113,6 +177,8 @@ static int set_key(sl_train_cfg *c, const key_t_ *k, const char *v, const char *
     double x = strtod(v, &end);
     if (!*v || *end || errno)
       return sl_fail(SL_EINPUT, "%s: --%s expects a number, found '%s'", where, k->name, v);
+    int rc = check_range(k, x, v, where);
+    if (rc) return rc;
     *(double *)p = x;
     return SL_OK;
   }
@@ -137,7 +203,7 @@ void sl_train_cfg_defaults(sl_train_cfg *c) {
 
 int sl_train_cfg_load_json(sl_train_cfg *c, const char *path) {
   json_error_t err;
-  json_t *root = json_load_file(path, 0, &err);
+  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
   if (!root)
     return sl_fail(SL_EINPUT, "%s: not valid JSON (line %d: %s)", path, err.line, err.text);
   int rc = SL_OK;
@@ -194,14 +260,19 @@ int sl_train_cfg_parse_args(sl_train_cfg *c, int argc, char **argv) {
     int rc = set_key(c, k, v, "command line");
     if (rc) return rc;
   }
+  if (c->resume && !c->ckpt_dir[0])
+    return sl_fail(SL_EINPUT, "--resume needs --ckpt-dir DIR (the directory whose newest checkpoint to continue)");
   return SL_OK;
 }
 
 void sl_train_cfg_usage(FILE *f) {
   fprintf(f, "settings (flags --name value, or keys of --config FILE.json):\n");
-  for (int i = 0; i < NKEYS; i++)
-    fprintf(f, "  --%-24s %s (default: %s)\n", KEYS[i].name, KEYS[i].help,
-            KEYS[i].def[0] ? KEYS[i].def : "\"\"");
+  for (int i = 0; i < NKEYS; i++) {
+    char rt[96];
+    range_text(KEYS[i].name, rt, sizeof rt);
+    fprintf(f, "  --%-24s %s (default: %s%s%s)\n", KEYS[i].name, KEYS[i].help,
+            KEYS[i].def[0] ? KEYS[i].def : "\"\"", rt[0] ? "; range " : "", rt);
+  }
 }
 
 int sl_train_cfg_canonical(const sl_train_cfg *c, char *buf, int64_t cap) {

@@ -58,6 +58,8 @@ typedef struct {
   int64_t max_skips;           /* consecutive skips that stop the run */
   int doc_attention_mask;      /* attend within documents only, positions per document */
   int64_t eod_id;              /* end-of-document token (-1: byte-level 256) */
+  int skip_memory_check;       /* start even when the predicted peak does not fit */
+  int allow_long_context;      /* --seq-len may exceed max_position_embeddings */
 } sl_train_cfg;
 
 void sl_train_cfg_defaults(sl_train_cfg *c);

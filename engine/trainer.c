@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "engine/agree.h"
 #include "engine/builtin.h"
 #include "engine/checkpoint.h"
 #include "engine/dataset.h"
@@ -29,6 +30,7 @@
 #include "engine/metrics.h"
 #include "engine/mesh.h"
 #include "engine/model.h"
+#include "engine/precheck.h"
 #include "engine/plot.h"
 #include "engine/rundir.h"
 #include "engine/safetensors.h"
@@ -140,45 +142,6 @@ static int parse_dtype(const char *s, sl_dtype *out, const char *flag) {
   return SL_OK;
 }
 
-/* Ranks must agree on every setting that shapes the computation. */
-static int check_agreement(trainer *t) {
-  enum { CAP = 8192 };
-  char *mine = calloc(1, CAP), *all = calloc((size_t)t->wsize, CAP);
-  if (!mine || !all) { free(mine); free(all); return sl_fail(SL_ENOMEM, "out of memory"); }
-  int rc = sl_train_cfg_canonical(&t->cfg, mine, CAP - 512);
-  size_t n = strlen(mine);
-  snprintf(mine + n, CAP - n, "model.hidden=%lld\nmodel.layers=%lld\nmodel.vocab=%lld\nmodel.heads=%lld/%lld\n"
-           "model.intermediate=%lld\nmodel.arch=%s\ndata.tokens=%lld\n",
-           (long long)t->mcfg.hidden_size, (long long)t->mcfg.num_hidden_layers,
-           (long long)t->mcfg.vocab_size, (long long)t->mcfg.num_attention_heads,
-           (long long)t->mcfg.num_key_value_heads, (long long)t->mcfg.intermediate_size,
-           t->mcfg.arch_name, (long long)sl_sampler_num_tokens(t->smp));
-  if (!rc && sl_comm_allgather_sync(t->world, mine, all, CAP, SL_U8) != SL_COMM_OK)
-    rc = sl_fail(SL_ECOMM, "configuration check: %s", sl_comm_last_error());
-  for (int r = 1; !rc && r < t->wsize; r++) {
-    const char *a = all, *b = all + (size_t)r * CAP;
-    if (!strcmp(a, b)) continue;
-    /* name the first differing line */
-    while (*a && *b) {
-      const char *ea = strchr(a, '\n'), *eb = strchr(b, '\n');
-      size_t la = ea ? (size_t)(ea - a) : strlen(a), lb = eb ? (size_t)(eb - b) : strlen(b);
-      if (la != lb || memcmp(a, b, la)) {
-        rc = sl_fail(SL_EINPUT,
-                     "ranks disagree on the configuration: rank 0 has '%.*s' but rank %d has "
-                     "'%.*s'; every rank must be started with the same model, data and settings",
-                     (int)la, a, r, (int)lb, b);
-        break;
-      }
-      a += la + (ea ? 1 : 0);
-      b += lb + (eb ? 1 : 0);
-    }
-    if (!rc) rc = sl_fail(SL_EINPUT, "ranks disagree on the configuration (rank 0 vs rank %d)", r);
-  }
-  free(mine);
-  free(all);
-  return rc;
-}
-
 static double measure_peak(trainer *t) {
   int64_t n = 1024; /* large enough to reach the BLAS plateau (shardlm bench gemm) */
   size_t bytes = (size_t)(n * n) * 4;
@@ -192,7 +155,7 @@ static double measure_peak(trainer *t) {
     for (int rep = 0; rep < 4; rep++) {
       double t0 = sl_now_s();
       t->ops->linear_fwd(t->k, c, a, b, NULL, n, n, n);
-      t->ops->sync(t->k);
+      if (t->ops->sync(t->k)) break; /* a failed kernel: no figure (the default below) */
       double dt = sl_now_s() - t0;
       double fl = 2.0 * n * n * n / dt;
       if (fl > best && rep > 0) best = fl;
@@ -252,8 +215,9 @@ static int opt_create(trainer *t, int u, sl_fsdp_view_t v, const float *flat) {
   int rc = opt_staging(t);
   if (rc) return rc;
   if (t->tier == SL_TIER_NVME) {
-    char name[64];
-    snprintf(name, sizeof name, "optstate-r%d-u%d", t->rank, u);
+    char name[96], pre[64];
+    sl_nvme_run_prefix(&t->cfg, pre, sizeof pre);
+    snprintf(name, sizeof name, "%sr%d-u%d", pre, t->rank, u);
     sl_optstate_cfg oc = {.tier = SL_TIER_NVME, .n = v.count, .name = name, .nvme_dir = t->cfg.nvme_path,
                           .budget_bytes = (t->cfg.offload_budget_mb << 20) / t->m->nunits};
     if ((rc = sl_optstate_create(&oc, &t->nvme[u]))) return rc;
@@ -366,6 +330,7 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, in
                    (long long)c->seq_len, (long long)c->grad_accum);
   if (strcmp(c->data_order, "sequential") && strcmp(c->data_order, "shuffled"))
     return sl_fail(SL_EINPUT, "--data-order must be sequential or shuffled, found '%s'", c->data_order);
+  if ((rc = sl_precheck_paths(c))) return rc;
   sl_actckpt ac;
   if (!strcmp(c->activation_checkpoint, "none")) ac = SL_AC_NONE;
   else if (!strcmp(c->activation_checkpoint, "selective")) ac = SL_AC_SELECTIVE;
@@ -427,7 +392,8 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, in
     return rc;
   if ((rc = sl_eval_data_open(c, prefix, t->smp, t->mcfg.vocab_size, &t->ev))) return rc;
   if ((rc = doc_mask_check(t))) return rc;
-  if ((rc = check_agreement(t))) return rc;
+  if ((rc = sl_check_agreement(world, c, &t->mcfg, sl_sampler_num_tokens(t->smp)))) return rc;
+  if ((rc = sl_precheck(c, &t->mcfg, world, t->ops, t->k, sl_sampler_num_tokens(t->smp)))) return rc;
 
   /* model + FSDP */
   if ((rc = sl_model_create(&t->mcfg, t->ops, t->k, c->micro_batch, c->seq_len, ac, &t->m))) return rc;
@@ -449,6 +415,7 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, in
   /* parameters and optimizer state, one unit at a time */
   sl_st_set *weights = NULL;
   if (c->model[0] && (rc = sl_st_open_dir(c->model, &weights))) return rc;
+  if (weights && (rc = sl_precheck_tensors(t->m, weights, &t->mcfg))) { sl_st_close_set(weights); return rc; }
   if (!weights) sl_log0(SL_LOG_INFO, "no weight files in %s: initialising from seed %lld",
                         c->model[0] ? c->model : "the built-in config", (long long)c->seed);
   if ((rc = parse_tier(c, &t->tier))) return rc;
@@ -711,7 +678,7 @@ static int resume(trainer *t) {
   int found = 0;
   if (!rc) rc = sl_ckpt_load(t->cfg.ckpt_dir, &st, &found);
   if (rc || !found) {
-    ck_unstage(t, 0);
+    (void)ck_unstage(t, 0); /* frees only: no status to lose */
     if (!rc) sl_log0(SL_LOG_INFO, "no checkpoint in %s: starting from step 0", t->cfg.ckpt_dir);
     return rc;
   }
@@ -753,7 +720,8 @@ static int save_model(trainer *t, const char *dir, int64_t step) {
     sl_free(flat);
   }
   int bad = rc != 0;
-  sl_comm_allreduce_sync(t->world, &bad, 1, SL_I32);
+  if (sl_comm_allreduce_sync(t->world, &bad, 1, SL_I32) != SL_COMM_OK && !rc)
+    rc = sl_fail(SL_ECOMM, "saving %s: %s", dir, sl_comm_last_error());
   if (!rc && bad) rc = sl_fail(SL_EIO, "saving %s failed on rank 0", dir);
   return rc;
 }
@@ -860,6 +828,9 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   /* resumed: the metrics keep the steps the checkpoint holds, nothing past it */
   if (t.rank == 0) rc = sl_metrics_open(t.metrics_path, c->resume ? t.start_step : -1, &t.metrics);
   if ((rc = rank0_agree(&t, rc))) goto done;
+  if (t.start_step >= c->steps && t.start_step > 0)
+    sl_log0(SL_LOG_INFO, "nothing to train: the checkpoint in %s is at step %lld and --steps is %lld (raise --steps "
+            "to train further)", c->ckpt_dir, (long long)t.start_step, (long long)c->steps);
   /* mpirun gives ranks a pty: trust SL_TTY (set by --nproc) over isatty there */
   const char *tty_env = getenv("SL_TTY");
   int tty = t.rank == 0 && isatty(STDOUT_FILENO) &&
@@ -913,8 +884,9 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   if (stop_sig) goto done; /* the run is not finished: no --save, no summary */
   if (c->save[0] && (rc = save_model(&t, c->save, c->steps > t.start_step ? c->steps : t.start_step))) goto done;
   if (c->summary) summary(&t, wall);
-  if (t.rank == 0 && c->steps > 0) {
-    printf("trained %lld steps in %.1f s: loss %.4f -> %.4f\n", (long long)c->steps, wall, first_loss, o.loss);
+  if (t.rank == 0 && c->steps > t.start_step) {
+    printf("trained %lld steps (%lld..%lld) in %.1f s: loss %.4f -> %.4f\n", (long long)(c->steps - t.start_step),
+           (long long)t.start_step + 1, (long long)c->steps, wall, first_loss, o.loss);
     printf("metrics: %s\n", t.metrics_path);
     if (c->plot) {
       char svg[SL_PATH_MAX + 64];

@@ -233,6 +233,9 @@ typedef struct sl_ops {
                             const float *qkv, const float *out, const float *lse,
                             int64_t B, int64_t T, int64_t nh, int64_t nkv,
                             int64_t hd, int64_t window, const int32_t *seg);
+  /* Free and total bytes of the backend's memory (CUDA: cudaMemGetInfo of
+   * the context's device); NULL where the backend's memory is host memory. */
+  int (*mem_info)(sl_kctx *, size_t *free_bytes, size_t *total_bytes);
 } sl_ops;
 
 /* The CPU backend; always present. */

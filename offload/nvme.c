@@ -354,10 +354,14 @@ int sl_nvme_open(const char *dir, const char *name, int64_t bytes, int64_t block
       s->nth++;
     }
     if (s->nth == 0) {
+      int rc = sl_fail(SL_EINTERNAL, "nvme store %s: cannot start I/O threads", s->path);
       close(s->fd);
       unlink(s->path);
+      pthread_mutex_destroy(&s->mu);
+      pthread_cond_destroy(&s->done);
+      pthread_cond_destroy(&s->work);
       free(s);
-      return sl_fail(SL_EINTERNAL, "nvme store %s: cannot start I/O threads", s->path);
+      return rc;
     }
   }
   *out = s;

@@ -120,6 +120,7 @@ struct sl_fsdp {
   int64_t micro_seq;       /* micro-batches begun since creation */
   uint64_t wait_ns;
   int in_backward;
+  int view_rc;             /* a failed wait in sl_fsdp_view (it returns no status), reported by the next call */
 };
 
 static int wait_req(sl_fsdp *f, sl_comm_req **r) {
@@ -302,12 +303,12 @@ int sl_fsdp_init_params(sl_fsdp *f, int u, const float *full) {
   f->ops->zero(f->kctx, dst, (size_t)cap * f->pes);
   if (n <= 0) return SL_OK;
   float *stage = f->pool.ops->alloc(f->kctx, (size_t)n * 4);
-  if (!stage) return SL_ENOMEM;
+  if (!stage) return sl_fail(SL_ENOMEM, "fsdp: no memory to stage unit %d's parameters", u);
   f->ops->upload(f->kctx, stage, full + off, (size_t)n * 4);
   store_params(f, dst, stage, n);
-  f->ops->sync(f->kctx);
+  int rc = f->ops->sync(f->kctx); /* the context's first error, if any */
   f->ops->free(f->kctx, stage);
-  return SL_OK;
+  return rc;
 }
 
 /* ---- parameters ---------------------------------------------------------- */
@@ -618,7 +619,8 @@ sl_fsdp_view_t sl_fsdp_view(sl_fsdp *f, int u) {
   unit_t *U = &f->units[u];
   sl_fsdp_view_t v;
   if (f->cfg.zero == 0) {
-    wait_req(f, &U->view_req);
+    int rc = wait_req(f, &U->view_req);
+    if (rc && !f->view_rc) f->view_rc = rc;
     v.offset = 0;
     v.count = U->sl.padded;
     v.valid = U->sl.numel;
@@ -634,6 +636,7 @@ sl_fsdp_view_t sl_fsdp_view(sl_fsdp *f, int u) {
 
 int sl_fsdp_set_view(sl_fsdp *f, int u, const float *values) {
   unit_t *U = &f->units[u];
+  if (f->view_rc) return f->view_rc; /* the gradients the values came from are incomplete */
   switch (f->cfg.zero) {
   case 0:
     store_params(f, U->full_param, values, U->sl.padded);
@@ -653,6 +656,7 @@ int sl_fsdp_set_view(sl_fsdp *f, int u, const float *values) {
 }
 
 int sl_fsdp_finish_step(sl_fsdp *f) {
+  if (f->view_rc) return f->view_rc;
   for (int u = 0; u < f->nunits; u++) {
     int rc = wait_req(f, &f->units[u].param_req);
     if (!rc) rc = wait_req(f, &f->units[u].view_req);

@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "engine/agree.h"
 #include "engine/ckpt_io.h"
+#include "engine/precheck.h"
 #include "engine/hfconfig.h"
 #include "engine/model.h"
 #include "engine/safetensors.h"
@@ -110,9 +112,11 @@ static int to_hf(const char *from, const char *cfg, const char *out, int64_t max
   sl_ckio_manifest man;
   memset(&man, 0, sizeof man);
   char dir[4200];
-  int rc = load_specs(cfg, &m);
+  int rc = sl_precheck_out("to-hf", out, 0, 0);
+  if (!rc) rc = load_specs(cfg, &m);
   if (!rc) rc = open_ckpt(from, dir, sizeof dir, &man);
   if (!rc) rc = check_units(dir, &man, m);
+  if (!rc) rc = sl_check_ckpt_model(dir, man.model_config, &m->cfg);
   if (!rc) {
     fill_ctx fc = {dir, &man, m, kind};
     rc = sl_model_save(m, out, fill_from_ckpt, &fc, max_shard);
@@ -137,9 +141,17 @@ static int to_ckpt(const char *hf, const char *ck, int W, int Z, int S, int64_t 
   if (W < 1 || S < 1 || W % S || Z < 0 || Z > 3 || align < 1)
     return sl_fail(SL_EINPUT, "--world-size (%d) >= 1, --shard-group (%d) dividing it, --zero (%d) in 0..3 and "
                    "--align (%lld) >= 1 are required", W, S, Z, (long long)align);
-  int rc = load_specs(hf, &m);
+  int rc = sl_precheck_out("to-ckpt", ck, 0, 0);
+  if (!rc) rc = load_specs(hf, &m);
   if (!rc && (rc = sl_st_open_dir(hf, &set)) == SL_OK && !set)
     rc = sl_fail(SL_EINPUT, "%s: no model.safetensors or model.safetensors.index.json", hf);
+  int64_t *have = NULL;
+  int nhave = 0;
+  struct stat csb;
+  if (!rc && stat(ck, &csb) == 0 && (rc = sl_ckio_list(ck, &have, &nhave)) == SL_OK && nhave > 0)
+    rc = sl_fail(SL_EINPUT, "%s already holds %d checkpoint%s (newest: step %lld); writing step 0 there would move "
+                 "`latest` back: convert into a new directory", ck, nhave, nhave > 1 ? "s" : "", (long long)have[0]);
+  free(have);
   if (!rc) rc = sl_mkdirs(ck);
   if (!rc) {
     struct timespec ts;
@@ -174,11 +186,15 @@ static int to_ckpt(const char *hf, const char *ck, int W, int Z, int S, int64_t 
     char cfgtext[4400];
     snprintf(cfgtext, sizeof cfgtext, "converted-from=%s\n", hf);
     man.config = strdup(cfgtext);
+    if ((man.model_config = calloc(1, 4096)) && sl_model_canonical(&m->cfg, 0, man.model_config, 4096))
+      rc = SL_EINTERNAL;
+    if (man.model_config)
+      snprintf(man.model_hash, sizeof man.model_hash, "%016llx", (unsigned long long)sl_canon_hash(man.model_config));
     man.nunits = m->nunits;
     man.units = calloc((size_t)m->nunits, sizeof *man.units);
     man.nfiles = S;
     man.files = calloc((size_t)S, sizeof *man.files);
-    if (!man.units || !man.files || !man.config) rc = sl_fail(SL_ENOMEM, "out of memory");
+    if (!man.units || !man.files || !man.config || !man.model_config) rc = sl_fail(SL_ENOMEM, "out of memory");
     for (int u = 0; u < m->nunits && !rc; u++) {
       sl_ckio_unit *U = &man.units[u];
       sl_slice s;

@@ -109,7 +109,10 @@ static int cmd_train(int argc, char **argv, int dump) {
   }
   int rank = sl_comm_rank(world), size = sl_comm_size(world);
   sl_log_set_rank(rank, size);
-  rc = dump ? sl_train_dump(&cfg, world, out) : sl_train_run(&cfg, world);
+  if (cfg.nproc > 0 && cfg.nproc != size)
+    rc = sl_fail(SL_EINPUT, "--nproc %lld, but this job was launched with %d rank%s (drop --nproc under mpirun/srun, "
+                 "or make them agree)", (long long)cfg.nproc, size, size > 1 ? "s" : "");
+  else rc = dump ? sl_train_dump(&cfg, world, out) : sl_train_run(&cfg, world);
   if (rc) {
     if (size > 1) fprintf(stderr, "[rank %d] shardlm: %s\n", rank, sl_errmsg());
     else fprintf(stderr, "shardlm: %s\n", sl_errmsg());

@@ -161,26 +161,31 @@ static int run_plan(int argc, char **argv) {
     const char *a = argv[i];
     double v = 0;
 #define VAL() (rc = need(i, argc, a)) ? NULL : argv[++i]
-#define NUM(dst) do { const char *s_ = VAL(); if (s_) { char *e_; double x_ = strtod(s_, &e_); if (*e_ || e_ == s_) rc = sl_fail(SL_EINPUT, "plan: %s expects a number, found '%s'", a, s_); else dst = x_; } } while (0)
+#define NUMR(dst, lo, hi) do { const char *s_ = VAL(); if (s_) { char *e_; double x_ = strtod(s_, &e_); \
+    if (*e_ || e_ == s_) rc = sl_fail(SL_EINPUT, "plan: %s expects a number, found '%s'", a, s_); \
+    else if (!(x_ >= (lo) && x_ <= (hi))) rc = sl_fail(SL_EINPUT, "plan: %s must be in [%g, %g], found '%s'", a, (double)(lo), (double)(hi), s_); \
+    else dst = x_; } } while (0)
+#define NUM(dst) NUMR(dst, 0, 1e6) /* counts and sizes: integers below a million */
+#define POS(dst) NUMR(dst, 1e-9, 1e12) /* rates: positive and finite */
 #define SIZE(dst) do { const char *s_ = VAL(); if (s_ && !(rc = sl_plan_parse_size(s_, &v))) dst = v; } while (0)
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) { plan_usage(stdout); return -1; }
     else if (!strcmp(a, "--model")) model = VAL();
     else if (!strcmp(a, "--json")) as_json = 1;
     else if (!strcmp(a, "--engine-check")) check = 1;
-    else if (!strcmp(a, "--gpus")) NUM(c.gpus);
+    else if (!strcmp(a, "--gpus")) NUMR(c.gpus, 1, 1e6);
     else if (!strcmp(a, "--gpus-per-node")) NUM(c.gpus_per_node);
     else if (!strcmp(a, "--gpu-mem")) SIZE(c.gpu_mem);
     else if (!strcmp(a, "--host-mem")) SIZE(c.host_mem);
     else if (!strcmp(a, "--nvme")) c.nvme = 1;
-    else if (!strcmp(a, "--seq-len")) { NUM(c.seq_len); r.seq_len = c.seq_len; }
+    else if (!strcmp(a, "--seq-len")) { NUMR(c.seq_len, 1, 1e9); r.seq_len = c.seq_len; }
     else if (!strcmp(a, "--global-batch")) SIZE(c.global_batch);
-    else if (!strcmp(a, "--intra-bw")) NUM(c.intra_bw);
-    else if (!strcmp(a, "--inter-bw")) NUM(c.inter_bw);
-    else if (!strcmp(a, "--tflops")) { NUM(c.tflops); have_tflops = 1; }
-    else if (!strcmp(a, "--efficiency")) { NUM(c.efficiency); have_eff = 1; }
-    else if (!strcmp(a, "--margin")) NUM(c.margin);
-    else if (!strcmp(a, "--pcie-bw")) NUM(c.pcie_bw);
-    else if (!strcmp(a, "--nvme-bw")) NUM(c.nvme_bw);
+    else if (!strcmp(a, "--intra-bw")) POS(c.intra_bw);
+    else if (!strcmp(a, "--inter-bw")) POS(c.inter_bw);
+    else if (!strcmp(a, "--tflops")) { POS(c.tflops); have_tflops = 1; }
+    else if (!strcmp(a, "--efficiency")) { NUMR(c.efficiency, 1e-9, 1); have_eff = 1; }
+    else if (!strcmp(a, "--margin")) NUMR(c.margin, 1e-9, 1);
+    else if (!strcmp(a, "--pcie-bw")) POS(c.pcie_bw);
+    else if (!strcmp(a, "--nvme-bw")) POS(c.nvme_bw);
     else if (!strcmp(a, "--top")) NUM(top);
     else if (!strcmp(a, "--no-tp-pp")) c.allow_tp_pp = 0;
     else if (!strcmp(a, "--measured")) measured = VAL();
@@ -196,10 +201,10 @@ static int run_plan(int argc, char **argv) {
       else if (s) rc = sl_fail(SL_EINPUT, "plan: --act-model must be engine or gpt, found '%s'", s);
     }
     /* engine-check flags (the names of shardlm train) */
-    else if (!strcmp(a, "--world")) NUM(r.world);
-    else if (!strcmp(a, "--zero")) NUM(r.zero);
-    else if (!strcmp(a, "--micro-batch")) NUM(r.micro_batch);
-    else if (!strcmp(a, "--grad-accum")) NUM(r.grad_accum);
+    else if (!strcmp(a, "--world")) NUMR(r.world, 1, 1e6);
+    else if (!strcmp(a, "--zero")) NUMR(r.zero, 0, 3);
+    else if (!strcmp(a, "--micro-batch")) NUMR(r.micro_batch, 1, 1e9);
+    else if (!strcmp(a, "--grad-accum")) NUMR(r.grad_accum, 1, 1e9);
     else if (!strcmp(a, "--shard-group")) NUM(r.shard_group);
     else if (!strcmp(a, "--prefetch")) NUM(r.prefetch);
     else if (!strcmp(a, "--prefetch-mb")) { double mb = 0; NUM(mb); r.prefetch_bytes = (int64_t)mb << 20; }
@@ -216,6 +221,8 @@ static int run_plan(int argc, char **argv) {
     } else rc = sl_fail(SL_EINPUT, "plan: unknown flag '%s' (see shardlm plan --help)", a);
 #undef VAL
 #undef NUM
+#undef NUMR
+#undef POS
 #undef SIZE
   }
   if (rc) return rc;

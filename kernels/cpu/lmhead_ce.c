@@ -79,16 +79,17 @@ void sl_cpu_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse,
   if (N <= 0)
     return;
   ce_tiles tp = ce_plan(N, V);
-  /* scratch: logits tile | running max (rows) | target logit (rows) | sums */
-  float *L = sl_cpu_scratch(ctx, (size_t)(tp.rows * tp.vc + 4 * tp.rows),
+  /* scratch: sums (rows doubles, first: 8-byte aligned for any row count) |
+   * logits tile | running max (rows) | target logit (rows) */
+  float *S = sl_cpu_scratch(ctx, (size_t)(tp.rows * tp.vc + 4 * tp.rows),
                             "lmhead_ce_fwd");
-  if (!L) {
+  if (!S) {
     sl_cpu_poison(losses, N);
     sl_cpu_poison(lse, N);
     return;
   }
-  float *rmax = L + tp.rows * tp.vc, *tl = rmax + tp.rows;
-  double *rsum = (double *)(tl + tp.rows);
+  double *rsum = (double *)S;
+  float *L = S + 2 * tp.rows, *rmax = L + tp.rows * tp.vc, *tl = rmax + tp.rows;
   for (int64_t r0 = 0; r0 < N; r0 += tp.rows) {
     int64_t m = N - r0 < tp.rows ? N - r0 : tp.rows;
     for (int64_t r = 0; r < m; r++) {

@@ -232,6 +232,7 @@ static const sl_ops g_cuda_ops = {
     sl_cuda_rope_doc_bwd,
     sl_cuda_attention_doc_fwd,
     sl_cuda_attention_doc_bwd,
+    sl_cuda_mem_info,
 };
 
 /* NULL when no CUDA device is usable, so CPU-only machines never touch one;

@@ -109,3 +109,8 @@ double sl_cuda_mem_sum(sl_kctx *ctx, const float *x, int64_t n) {
 int sl_cuda_mem_sync(sl_kctx *ctx) { return sl_cuda_sync(ctx); }
 
 int sl_cuda_mem_is_device(void) { return 1; }
+
+int sl_cuda_mem_info(sl_kctx *ctx, size_t *free_bytes, size_t *total_bytes) {
+  CUDA_CHECK(ctx, cudaMemGetInfo(free_bytes, total_bytes), SL_EINTERNAL);
+  return SL_OK;
+}

@@ -16,6 +16,7 @@ void sl_cuda_mem_download(sl_kctx *ctx, void *host_dst, const void *src, size_t 
 double sl_cuda_mem_sum(sl_kctx *ctx, const float *x, int64_t n);
 int sl_cuda_mem_sync(sl_kctx *ctx);
 int sl_cuda_mem_is_device(void);
+int sl_cuda_mem_info(sl_kctx *ctx, size_t *free_bytes, size_t *total_bytes);
 #ifdef __cplusplus
 }
 #endif

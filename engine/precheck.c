@@ -1,0 +1,276 @@
+/* engine/precheck.c — checks a run passes before anything big is allocated:
+ * the predicted peak memory per rank (the planner's exact replay of the
+ * engine, sl_plan_simulate) against the memory available to this rank, and
+ * the sequence length against the model's max_position_embeddings. */
+#define _GNU_SOURCE
+#include "engine/precheck.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "engine/agree.h"
+#include "engine/planner.h"
+
+/* First integer of a file (-1: absent or "max"). */
+static int64_t read_num(const char *path, const char *key) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  char line[256];
+  int64_t v = -1;
+  while (fgets(line, sizeof line, f)) {
+    if (key) {
+      if (strncmp(line, key, strlen(key))) continue;
+      v = strtoll(line + strlen(key), NULL, 10) * 1024; /* /proc/meminfo: kB */
+      break;
+    }
+    char *end;
+    long long x = strtoll(line, &end, 10);
+    if (end != line) v = x;
+    break;
+  }
+  fclose(f);
+  return v;
+}
+
+int64_t sl_host_mem_available(char *why, size_t cap) {
+  int64_t avail = read_num("/proc/meminfo", "MemAvailable:");
+  snprintf(why, cap, "MemAvailable %.2f GiB", avail / 1073741824.0);
+  /* cgroup v2, then v1: the limit less what the group already uses */
+  int64_t lim = read_num("/sys/fs/cgroup/memory.max", NULL), used = read_num("/sys/fs/cgroup/memory.current", NULL);
+  if (lim < 0) {
+    lim = read_num("/sys/fs/cgroup/memory/memory.limit_in_bytes", NULL);
+    used = read_num("/sys/fs/cgroup/memory/memory.usage_in_bytes", NULL);
+  }
+  if (lim > 0 && lim < ((int64_t)1 << 60)) {
+    int64_t left = lim - (used > 0 ? used : 0);
+    if (avail < 0 || left < avail) {
+      avail = left;
+      snprintf(why, cap, "cgroup limit %.2f GiB less %.2f GiB in use", lim / 1073741824.0,
+               (used > 0 ? used : 0) / 1073741824.0);
+    }
+  }
+  return avail;
+}
+
+static int local_ranks(void) {
+  const char *e = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (!e) e = getenv("SLURM_NTASKS_PER_NODE");
+  int n = e ? atoi(e) : 1;
+  return n > 0 ? n : 1;
+}
+
+static int memory_check(const sl_train_cfg *c, const sl_model_config *mc, int world, const sl_ops *ops,
+                        sl_kctx *k) {
+  int dev = ops->is_device();
+  sl_plan_model pm;
+  int rc = sl_plan_model_init(mc, &pm);
+  if (rc) return rc;
+  sl_plan_run r;
+  sl_plan_run_engine(&r, c->param_dtype, c->reduce_dtype);
+  r.world = world;
+  r.zero = (int)c->zero;
+  r.micro_batch = c->micro_batch;
+  r.seq_len = c->seq_len;
+  r.grad_accum = c->grad_accum;
+  r.shard_group = (int)c->shard_group;
+  r.prefetch = (int)c->prefetch;
+  r.prefetch_bytes = c->prefetch_mb << 20;
+  r.sync_accum = !c->no_sync_accum;
+  r.reshard_after_forward = c->reshard_after_forward;
+  r.ac = !strcmp(c->activation_checkpoint, "full") ? SL_AC_FULL
+         : !strcmp(c->activation_checkpoint, "selective") ? SL_AC_SELECTIVE : SL_AC_NONE;
+  sl_plan_mem m;
+  rc = sl_plan_simulate(&pm, &r, &m);
+  int64_t max_unit = 0;
+  for (int u = 0; u < pm.nunits; u++)
+    if (pm.numel[u] > max_unit) max_unit = pm.numel[u];
+  sl_plan_model_free(&pm);
+  if (rc) return rc;
+  /* host bytes of this rank: every arena on the CPU backend (optimizer state
+   * on NVMe excepted), the offloaded optimizer state with a device backend;
+   * plus the unit load buffer used while the weights are read */
+  int nvme = !strcmp(c->offload_optimizer, "nvme"), cpu = !strcmp(c->offload_optimizer, "cpu");
+  int64_t need = dev ? (cpu ? m.peak[SL_ARENA_OPTIM] : 0) : m.total_peak - (nvme ? m.peak[SL_ARENA_OPTIM] : 0);
+  need += max_unit * 4;
+  char why[160];
+  double gib = 1.0 / 1073741824.0;
+  size_t dfree = 0, dtotal = 0;
+  if (dev && ops->mem_info && ops->mem_info(k, &dfree, &dtotal) == SL_OK) {
+    /* the device holds every arena but host-side optimizer state; one device per rank */
+    int64_t dneed = m.total_peak - ((cpu || nvme) ? m.peak[SL_ARENA_OPTIM] : 0);
+    if (dneed > (int64_t)dfree)
+      return sl_fail(SL_EINPUT,
+                     "memory check: this run needs %.2f GiB of %s memory per rank at its peak (params %.2f, grads "
+                     "%.2f, optimizer %.2f, gathered %.2f, activations %.2f, workspace %.2f GiB), but the device has "
+                     "%.2f GiB free of %.2f GiB. Find a configuration that fits with: shardlm plan --model %s --gpus "
+                     "%d --gpu-mem %.0fM --seq-len %lld --global-batch %lld (or lower --micro-batch, "
+                     "--activation-checkpoint full, --offload-optimizer cpu, more ranks); --skip-memory-check "
+                     "starts anyway",
+                     dneed * gib, ops->name, m.peak[SL_ARENA_PARAMS] * gib, m.peak[SL_ARENA_GRADS] * gib,
+                     ((cpu || nvme) ? 0 : m.peak[SL_ARENA_OPTIM]) * gib, m.peak[SL_ARENA_GATHER] * gib,
+                     m.peak[SL_ARENA_ACTS] * gib, m.peak[SL_ARENA_WORKSPACE] * gib, dfree * gib, dtotal * gib,
+                     c->model[0] ? c->model : "configs/tiny-llama", world, dtotal / 1e6, (long long)c->seq_len,
+                     (long long)(c->micro_batch * c->grad_accum * world * c->seq_len));
+  } else if (dev) {
+    sl_log0(SL_LOG_WARN, "memory check: the %s backend does not report its free memory; device memory not checked",
+            ops->name);
+  }
+  int64_t avail = sl_host_mem_available(why, sizeof why);
+  int nl = local_ranks();
+  if (avail < 0) {
+    sl_log0(SL_LOG_WARN, "memory check: cannot read the available host memory; not checked");
+    return SL_OK;
+  }
+  int64_t per = avail / nl;
+  sl_log0(SL_LOG_DEBUG, "memory check: %.3f GiB host memory per rank needed, %.3f GiB available", need / 1073741824.0,
+          per / 1073741824.0);
+  if (need <= per) return SL_OK;
+  char model[SL_PATH_MAX + 8];
+  snprintf(model, sizeof model, "%s", c->model[0] ? c->model : "configs/tiny-llama");
+  return sl_fail(SL_EINPUT,
+                 "memory check: this run needs %.2f GiB of host memory per rank at its peak (params %.2f, grads "
+                 "%.2f, optimizer %.2f, gathered %.2f, activations %.2f, workspace %.2f GiB), but only %.2f GiB "
+                 "is available per rank (%s, %d rank%s on this node). Find a configuration that fits with: "
+                 "shardlm plan --model %s --gpus %d --gpu-mem %.0fM --seq-len %lld --global-batch %lld "
+                 "(or lower --micro-batch, --activation-checkpoint full, --offload-optimizer nvme, more ranks); "
+                 "--skip-memory-check starts anyway",
+                 need * gib, m.peak[SL_ARENA_PARAMS] * gib, m.peak[SL_ARENA_GRADS] * gib,
+                 m.peak[SL_ARENA_OPTIM] * gib, m.peak[SL_ARENA_GATHER] * gib, m.peak[SL_ARENA_ACTS] * gib,
+                 m.peak[SL_ARENA_WORKSPACE] * gib, per * gib, why, nl, nl > 1 ? "s" : "", model, world,
+                 per / 1e6 > 1 ? per / 1e6 : 1, (long long)c->seq_len,
+                 (long long)(c->micro_batch * c->grad_accum * world * c->seq_len));
+}
+
+/* An output path: the directory (or a file's directory, parent = 1) exists
+ * and is writable, or can be created: its nearest existing ancestor is a
+ * writable directory. must_exist: the directory itself must exist. */
+int sl_precheck_out(const char *flag, const char *path, int parent, int must_exist) {
+  if (!path[0]) return SL_OK;
+  char p[SL_PATH_MAX + 8], tmp[SL_PATH_MAX + 8];
+  snprintf(tmp, sizeof tmp, "%s", path);
+  snprintf(p, sizeof p, "%s", parent ? dirname(tmp) : path);
+  struct stat st;
+  while (stat(p, &st) != 0) {
+    if (errno != ENOENT || must_exist)
+      return sl_fail(SL_EINPUT, "--%s %s: %s: %s", flag, path, p, strerror(errno));
+    char up[SL_PATH_MAX + 8];
+    snprintf(tmp, sizeof tmp, "%s", p);
+    snprintf(up, sizeof up, "%s", dirname(tmp)); /* dirname may change its argument */
+    if (!strcmp(up, p)) return sl_fail(SL_EINPUT, "--%s %s: no existing directory above it", flag, path);
+    snprintf(p, sizeof p, "%s", up);
+  }
+  if (!S_ISDIR(st.st_mode))
+    return sl_fail(SL_EINPUT, "--%s %s: %s is not a directory", flag, path, p);
+  if (access(p, W_OK | X_OK) != 0)
+    return sl_fail(SL_EINPUT, "--%s %s: %s is not writable: %s", flag, path, p, strerror(errno));
+  return SL_OK;
+}
+
+int sl_precheck_paths(const sl_train_cfg *c) {
+  int rc = sl_precheck_out("out-dir", c->out_dir, 0, 0);
+  if (!rc) rc = sl_precheck_out("metrics", c->metrics, 1, 0);
+  if (!rc) rc = sl_precheck_out("ckpt-dir", c->ckpt_dir, 0, 0);
+  if (!rc) rc = sl_precheck_out("save", c->save, 0, 0);
+  if (!rc && !strcmp(c->offload_optimizer, "nvme")) rc = sl_precheck_out("nvme-path", c->nvme_path, 0, 1);
+  if (!rc && c->metrics[0]) { /* its directory is created like --out-dir */
+    char d[SL_PATH_MAX];
+    snprintf(d, sizeof d, "%s", c->metrics);
+    rc = sl_mkdirs(dirname(d)) ? sl_fail(SL_EINPUT, "--metrics %s: %s", c->metrics, sl_errmsg()) : SL_OK;
+  }
+  return rc;
+}
+
+void sl_nvme_run_prefix(const sl_train_cfg *c, char *buf, size_t cap) {
+  char cwd[SL_PATH_MAX], key[3 * SL_PATH_MAX + 8];
+  if (!getcwd(cwd, sizeof cwd)) cwd[0] = 0;
+  snprintf(key, sizeof key, "%s|%s|%s", c->out_dir[0] == '/' ? "" : cwd, c->out_dir, c->ckpt_dir);
+  snprintf(buf, cap, "optstate-%08x-", (unsigned)(sl_canon_hash(key) & 0xffffffffu));
+}
+
+/* Optimizer-state files a crashed start of this run left in --nvme-path
+ * (one process per node removes them; the caller's collective follows). */
+static void clean_nvme(const sl_train_cfg *c) {
+  const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  if (!lr) lr = getenv("SLURM_LOCALID");
+  if (lr && atoi(lr) != 0) return;
+  char pre[64];
+  sl_nvme_run_prefix(c, pre, sizeof pre);
+  DIR *d = opendir(c->nvme_path);
+  if (!d) return;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (strncmp(e->d_name, pre, strlen(pre))) continue;
+    char p[SL_PATH_MAX + 300];
+    snprintf(p, sizeof p, "%s/%s", c->nvme_path, e->d_name);
+    n += unlink(p) == 0;
+  }
+  closedir(d);
+  if (n) sl_log(SL_LOG_INFO, "%s: removed %d optimizer-state file%s left by an earlier start of this run", c->nvme_path,
+                n, n > 1 ? "s" : "");
+}
+
+int sl_precheck(const sl_train_cfg *c, const sl_model_config *mc, sl_comm *world, const sl_ops *ops, sl_kctx *k,
+                int64_t data_tokens) {
+  int rc = SL_OK;
+  if (mc->max_position_embeddings > 0 && c->seq_len > mc->max_position_embeddings && !c->allow_long_context)
+    rc = sl_fail(SL_EINPUT,
+                 "--seq-len %lld is above the model's max_position_embeddings %lld (config.json); use a shorter "
+                 "--seq-len, or --allow-long-context to train beyond it",
+                 (long long)c->seq_len, (long long)mc->max_position_embeddings);
+  if (!rc && data_tokens < c->seq_len + 1)
+    sl_log0(SL_LOG_WARN,
+            "the dataset holds %lld tokens, fewer than one sample (--seq-len %lld + 1): every sample wraps "
+            "around to the dataset's start and repeats tokens",
+            (long long)data_tokens, (long long)c->seq_len);
+  if (!rc && !strcmp(c->offload_optimizer, "nvme") && c->nvme_path[0]) clean_nvme(c);
+  if (!rc && !c->skip_memory_check) rc = memory_check(c, mc, sl_comm_size(world), ops, k);
+  /* the same verdict on every rank (the available memory may differ per node) */
+  int bad = rc != 0;
+  if (sl_comm_allreduce_sync(world, &bad, 1, SL_I32) != SL_COMM_OK)
+    return rc ? rc : sl_fail(SL_ECOMM, "start-up check: %s", sl_comm_last_error());
+  if (!rc && bad) rc = sl_fail(SL_EINPUT, "another rank failed its start-up check (memory or --seq-len)");
+  return rc;
+}
+
+/* Layer index of "....layers.N...." names (-1: none). */
+static long layer_of(const char *name) {
+  const char *p = strstr(name, "layers.");
+  if (!p) return -1;
+  char *end;
+  long n = strtol(p + 7, &end, 10);
+  return end != p + 7 && *end == '.' ? n : -1;
+}
+
+int sl_precheck_tensors(const sl_model *m, const sl_st_set *w, const sl_model_config *mc) {
+  int64_t n = sl_st_set_count(w), extra = 0;
+  char list[512] = "";
+  size_t ln = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const char *name = sl_st_set_tensor(w, i)->name;
+    int used = 0;
+    for (int u = 0; u < m->nunits && !used; u++)
+      for (int k = 0; k < m->units[u].ntensors && !used; k++) used = !strcmp(m->units[u].t[k].name, name);
+    if (used || strstr(name, "rotary_emb.inv_freq")) continue; /* RoPE buffers of older exports */
+    if (mc->tie_word_embeddings && !strcmp(name, "lm_head.weight")) continue; /* the tied copy */
+    long l = layer_of(name);
+    if (l >= mc->num_hidden_layers)
+      return sl_fail(SL_EINPUT,
+                     "%s: tensor '%s' belongs to layer %ld, but config.json has num_hidden_layers %lld: the weight "
+                     "files hold more layers than the config (a wrong config.json?)",
+                     sl_st_set_dir(w), name, l, (long long)mc->num_hidden_layers);
+    if (extra++ < 4 && ln + 8 < sizeof list)
+      ln += (size_t)snprintf(list + ln, sizeof list - ln, "%s'%s'", ln ? ", " : "", name);
+  }
+  if (extra)
+    sl_log0(SL_LOG_WARN, "%s: %lld tensor%s in the weight files %s not used by the %s model and ignored: %s%s",
+            sl_st_set_dir(w), (long long)extra, extra > 1 ? "s" : "", extra > 1 ? "are" : "is",
+            sl_arch_name(mc->arch), list, extra > 4 ? ", ..." : "");
+  return SL_OK;
+}

@@ -1,0 +1,61 @@
+#!/bin/bash
+# tests/test_harden_check_mem.sh — issue 11 case 9: the memory check before
+# allocating. A 70B-class config.json and --micro-batch 2000000 on a tiny
+# model must be refused with exit 2 within seconds, without a big allocation
+# (max RSS stays small), naming the figure, the limit and a `shardlm plan`
+# command; that plan command must run; the 70B refusal's figure must match
+# the planner's engine check; a normal run must still pass.
+set -u
+SL_SRC=${SL_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
+B=${SL_BUILD:-$SL_SRC/build}/shardlm
+[ -x "$B" ] || { echo "skip: $B is not built"; exit 77; }
+W=$(mktemp -d "${TMPDIR:-/tmp}/sl_mem.XXXXXX")
+trap 'rm -rf "$W"' EXIT
+. "$SL_SRC/tests/lib/harden_check.sh"
+bad() { no "$@"; }
+tiny_config "$W/tiny" '"rope_theta": 10000.0'
+mkdir -p "$W/big"
+cat > "$W/big/config.json" <<'J'
+{"architectures": ["LlamaForCausalLM"], "hidden_size": 8192, "intermediate_size": 28672,
+ "num_attention_heads": 64, "num_key_value_heads": 8, "num_hidden_layers": 80,
+ "vocab_size": 128256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "max_position_embeddings": 8192}
+J
+"$B" prepare --input "$SL_SRC/configs/corpus.txt" --output "$W/data" > /dev/null || exit 1
+COMMON="--data $W/data --steps 1 --seq-len 16 --threads 1 --summary false --plot false --out-dir $W/out"
+TIME=""
+[ -x /usr/bin/time ] && TIME="/usr/bin/time -f maxrss_kb=%M"
+refused() { # NAME ARGS...: exit 2, fast, small RSS, message with the figure, limit, plan command
+  local name=$1; shift
+  local t0=$SECONDS
+  timeout 60 $TIME "$B" train $COMMON "$@" > "$W/$name.log" 2>&1
+  local rc=$? dt=$((SECONDS - t0))
+  local rss=$(sed -n 's/^maxrss_kb=//p' "$W/$name.log" | tail -n 1)
+  if [ $rc -ne 2 ]; then bad "$name: exit $rc, expected 2" "$W/$name.log"; return; fi
+  if ! grep -q "memory check: this run needs .* GiB .* but only .* GiB is available" "$W/$name.log" ||
+     ! grep -qF "shardlm plan --model" "$W/$name.log" || ! grep -qF -- "--skip-memory-check" "$W/$name.log"; then
+    bad "$name: message lacks the figure, limit or plan command" "$W/$name.log"; return; fi
+  if [ $dt -gt 20 ]; then bad "$name: took $dt s"; return; fi
+  if [ -n "$rss" ] && [ "$rss" -gt 300000 ]; then bad "$name: max RSS $rss kB before refusing"; return; fi
+  ok "$name refused in ${dt}s, max RSS ${rss:-?} kB"
+  grep -m1 "memory check" "$W/$name.log" | cut -c1-220 | sed 's/^/     /'
+}
+refused big70b --model "$W/big" --micro-batch 1
+refused microbatch --model "$W/tiny" --micro-batch 2000000
+# the suggested plan command runs (exit 0)
+cmd=$(grep -o "shardlm plan --model [^(]*" "$W/big70b.log" | head -n 1)
+if [ -n "$cmd" ] && timeout 120 "$B" ${cmd#shardlm } > "$W/plan.log" 2>&1; then ok "suggested plan command runs"
+else bad "suggested plan command '$cmd' failed" "$W/plan.log"; fi
+# the figure is the planner's engine-check total (+ the unit load buffer, < 10%)
+need=$(grep -o "needs [0-9.]* GiB" "$W/big70b.log" | head -n 1 | awk '{print $2}')
+peak=$("$B" plan --engine-check --model "$W/big" --world 1 --zero 3 --micro-batch 1 --seq-len 16 --grad-accum 1 --json |
+       python3 -c 'import json,sys; print(json.load(sys.stdin)["peak_bytes"] / 2**30)')
+if python3 -c "import sys; n,p=float('$need'),float('$peak'); sys.exit(0 if p <= n <= 1.1*p else 1)" 2>/dev/null; then
+  ok "figure $need GiB matches the engine check $peak GiB"
+else bad "figure '$need' GiB vs engine check '$peak' GiB"; fi
+# a run that fits trains
+if timeout 120 "$B" train $COMMON --model "$W/tiny" --micro-batch 2 > "$W/fit.log" 2>&1; then ok "fitting run trains"
+else bad "fitting run failed" "$W/fit.log"; fi
+# --skip-memory-check is accepted (small run)
+if timeout 120 "$B" train $COMMON --model "$W/tiny" --micro-batch 2 --skip-memory-check > "$W/skip.log" 2>&1; then
+  ok "--skip-memory-check accepted"; else bad "--skip-memory-check run failed" "$W/skip.log"; fi
+finish
