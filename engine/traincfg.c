@@ -102,7 +102,8 @@ static const struct {
     {"prefetch", 0, 1e6, 0, 0},         {"prefetch-mb", 0, 1e9, 0, 0},    {"shard-group", 0, 1e9, 0, 0},
     {"nproc", 0, 1e6, 0, 0},            {"comm-timeout", 0, INF, 1, 1},   {"offload-budget-mb", 1, 1e9, 0, 0},
     {"ckpt-every", 0, I64MAX, 0, 0},    {"keep-last", 0, 1e9, 0, 0},      {"max-restarts", 0, 1e6, 0, 0},
-    {"peak-tflops", 0, INF, 0, 1},      {"log-every", 0, I64MAX, 0, 0},
+    {"peak-tflops", 0, INF, 0, 1},      {"log-every", 0, I64MAX, 0, 0},   {"eval-every", 0, I64MAX, 0, 0},
+    {"eval-samples", 0, 1e12, 0, 0},    {"max-skips", 1, 1e9, 0, 0},      {"eod-id", -1, 2147483647, 0, 0},
 };
 #define NRANGES (int)(sizeof RANGES / sizeof RANGES[0])
 
