@@ -114,5 +114,5 @@ fi
 $TRAIN --steps 1 --on-nonfinite ignore --out-dir $W/b > $W/b.log 2>&1
 rc_is "--on-nonfinite ignore refused" $? 2 $W/b.log "--on-nonfinite must be stop or skip"
 $TRAIN --steps 1 --max-skips 0 --out-dir $W/b > $W/b.log 2>&1
-rc_is "--max-skips 0 refused" $? 2 $W/b.log "--max-skips must be at least 1"
+rc_is "--max-skips 0 refused" $? 2 $W/b.log "--max-skips must be"
 finish

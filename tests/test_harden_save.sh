@@ -36,7 +36,8 @@ if [ $TRAIN_FULL = 1 ]; then
 else echo "(not root: the train --save full-disk case is skipped)"; fi
 
 # 2. convert --to-hf takes the same path
-$TRAIN --steps 3 --out-dir $W/o --ckpt-dir $W/ck > $W/3.log 2>&1 || bad "training a checkpoint"
+# (the checkpoint is of model2: convert refuses a config of another model)
+$TRAIN --steps 3 --model $W/model2 --out-dir $W/o --ckpt-dir $W/ck > $W/3.log 2>&1 || bad "training a checkpoint"
 limited $CLI convert --from-ckpt $W/ck --model-config $W/model2 --to-hf $DEST/m > $W/4.log 2>&1
 rc_is "convert --to-hf on a full disk fails" $? 1 $W/4.log "was not written"
 check "convert: the old directory is bit-identical" test "$(sums $DEST/m)" = "$before"
@@ -53,7 +54,7 @@ check "new weights in place" test "$(md5sum < $W/ok/m/model.safetensors)" != "$o
 check "config.json rewritten" grep -q LlamaForCausalLM $W/ok/m/config.json
 check "tokenizer.json kept" grep -q kept $W/ok/m/tokenizer.json
 check "nothing left beside it (a dead save's temporary removed)" test "$(ls -A $W/ok)" = m
-$CLI convert --from-ckpt $W/ck --model-config $W/model --to-hf $W/ok/m > $W/6.log 2>&1
+$CLI convert --from-ckpt $W/ck --model-config $W/model2 --to-hf $W/ok/m > $W/6.log 2>&1
 rc_is "convert --to-hf over an existing directory" $? 0 $W/6.log
 check "convert: tokenizer.json kept, nothing left beside it" test "$(ls -A $W/ok)" = m -a -f $W/ok/m/tokenizer.json
 
