@@ -772,7 +772,8 @@ static int write_metrics(trainer *t, int64_t s, const step_out *o, double dt, do
   double tps = (double)t->G * (double)t->cfg.seq_len / dt;
   double mfu = flops_tok * tps / (t->peak_flops * t->wsize);
   uint64_t bytes = 0;
-  for (int kk = 0; kk < SL_COLL_NKINDS; kk++) bytes += sh.bytes[kk] + rp.bytes[kk];
+  for (int kk = 0; kk < SL_COLL_NKINDS; kk++) /* sent bytes: recv is the inbound figure */
+    if (kk != SL_COLL_RECV) bytes += sh.bytes[kk] + rp.bytes[kk];
   uint64_t wait = sl_fsdp_wait_ns(t->f), dbytes = bytes - t->prev_bytes, dwait = wait - t->prev_wait;
   t->prev_bytes = bytes;
   t->prev_wait = wait;

@@ -24,8 +24,7 @@
 
 /* Internal operation kinds beyond sl_coll_kind (never counted in stats). */
 enum {
-  SL_OPK_RECV = SL_COLL_NKINDS, /* receive half of send/recv */
-  SL_OPK_SPLIT,                 /* sl_comm_split, ordered like a collective */
+  SL_OPK_SPLIT = SL_COLL_NKINDS, /* sl_comm_split, ordered like a collective */
   SL_OPK_QUIT,                  /* stops the progress thread (destroy) */
 };
 
@@ -83,6 +82,8 @@ struct sl_comm {
   int broken;          /* an operation failed: later ones fail at once */
   int quitting;
   sl_comm_req *running; /* collective the engine is executing (watchdog) */
+  sl_comm_req *p2p_oldest; /* oldest send/recv in flight, stamped start_ns (watchdog;
+                            * backends that run p2p beside collectives: MPI) */
   sl_comm_stats stats;
   void *be;            /* backend state */
 };

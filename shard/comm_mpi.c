@@ -117,6 +117,19 @@ static void mpi_errstr(int e, char *buf, size_t n) {
   snprintf(buf, n, "%s", s);
 }
 
+/* c->p2p_oldest := the send/recv in flight that started first (watchdog).
+ * Called before a request leaves the table, so the watchdog never sees one
+ * that completed (and may be freed by its waiter). */
+static void p2p_track(sl_comm *c) {
+  mpi_be *b = c->be;
+  sl_comm_req *old = NULL;
+  for (int i = 0; i < b->np2p; i++)
+    if (!old || b->p2p[i].req->start_ns < old->start_ns) old = b->p2p[i].req;
+  pthread_mutex_lock(&c->mu);
+  c->p2p_oldest = old;
+  pthread_mutex_unlock(&c->mu);
+}
+
 /* Tests every send/recv in flight; completes the finished ones. */
 static void p2p_poll(sl_comm *c) {
   mpi_be *b = c->be;
@@ -134,6 +147,7 @@ static void p2p_poll(sl_comm *c) {
                  (long long)r->op.count, sl_dtype_name(r->op.dt), c->name, es);
       }
       b->p2p[i] = b->p2p[--b->np2p];
+      p2p_track(c);
       complete(c, r, e == MPI_SUCCESS ? SL_COMM_OK : SL_COMM_ERR, msg);
     } else {
       i++;
@@ -282,11 +296,14 @@ static int start_p2p(sl_comm *c, sl_comm_req *r) {
   p2p_slot *s = &b->p2p[b->np2p];
   s->req = r;
   int e;
-  if (r->op.kind == SL_COLL_SENDRECV)
+  if (r->op.kind == SL_COLL_SEND)
     e = MPI_Isend(r->op.send, (int)r->op.count, mpi_type(r->op.dt), r->op.peer, r->op.tag, b->mc, &s->mr);
   else
     e = MPI_Irecv(r->op.recv, (int)r->op.count, mpi_type(r->op.dt), r->op.peer, r->op.tag, b->mc, &s->mr);
-  if (e == MPI_SUCCESS) b->np2p++;
+  if (e == MPI_SUCCESS) {
+    b->np2p++;
+    p2p_track(c);
+  }
   return e;
 }
 
@@ -525,6 +542,28 @@ static void wd_fire(wd_state *w, const wd_snap *c, int kind, uint64_t seq, doubl
   _exit(3); /* not reached */
 }
 
+/* A send/recv of comm `name` is over time: its peer never posted the
+ * matching half (or died). Nothing to ask the peers: name it and abort. */
+static void wd_fire_p2p(const char *name, uint64_t uid, int rank, int wrank_peer, const sl_comm_op *op,
+                        double waited) {
+  fprintf(stderr,
+          "shardlm: %s #%llu (%lld x %s, tag %d) %s rank %d (world rank %d) on comm %s did not complete within "
+          "%.1f s: the peer never posted the matching %s, or is dead or hung (reported by rank %d, world "
+          "rank %d)\n",
+          sl_coll_name((sl_coll_kind)op->kind), (unsigned long long)op->seq, (long long)op->count,
+          sl_dtype_name(op->dt), op->tag, op->kind == SL_COLL_SEND ? "to" : "from", op->peer, wrank_peer,
+          name, waited, op->kind == SL_COLL_SEND ? "recv" : "send", rank, g.wrank);
+  fflush(stderr);
+  sl_comm_registry_lock();
+  for (int i = 0; i < sl_comm_registry_size(); i++) {
+    sl_comm *o = sl_comm_registry_at(i);
+    if (o->uid == uid && o->vt->abort) o->vt->abort(o);
+  }
+  sl_comm_registry_unlock();
+  MPI_Abort(MPI_COMM_WORLD, 3);
+  _exit(3); /* not reached */
+}
+
 static void *wd_main(void *arg) {
   wd_state w;
   memset(&w, 0, sizeof w);
@@ -536,11 +575,23 @@ static void *wd_main(void *arg) {
     sl_comm_registry_lock();
     if (g.wd_stop) { sl_comm_registry_unlock(); break; }
     wd_snap late = {.size = 0};
-    int kind = 0;
-    uint64_t seq = 0, t = now_ns(), waited = 0;
-    for (int i = 0; i < sl_comm_registry_size() && !late.size; i++) {
+    int kind = 0, p2p_late = 0, p2p_rank = 0, p2p_wpeer = 0;
+    sl_comm_op p2p_op;
+    char p2p_name[96];
+    uint64_t seq = 0, t = now_ns(), waited = 0, p2p_uid = 0;
+    for (int i = 0; i < sl_comm_registry_size() && !late.size && !p2p_late; i++) {
       sl_comm *c = sl_comm_registry_at(i);
       pthread_mutex_lock(&c->mu);
+      sl_comm_req *p = c->p2p_oldest;
+      if (p && p->start_ns < t && t - p->start_ns > limit) {
+        p2p_late = 1;
+        p2p_op = p->op;
+        p2p_uid = c->uid;
+        p2p_rank = c->rank;
+        p2p_wpeer = c->world_ranks[p->op.peer];
+        waited = t - p->start_ns;
+        memcpy(p2p_name, c->name, sizeof p2p_name);
+      }
       /* start_ns may be later than t (stamped after t was read) */
       if (c->running && c->running->start_ns < t && t - c->running->start_ns > limit &&
           (late.world_ranks = malloc((size_t)c->size * sizeof(int)))) {
@@ -556,6 +607,7 @@ static void *wd_main(void *arg) {
       pthread_mutex_unlock(&c->mu);
     }
     sl_comm_registry_unlock();
+    if (p2p_late) wd_fire_p2p(p2p_name, p2p_uid, p2p_rank, p2p_wpeer, &p2p_op, (double)waited * 1e-9);
     if (late.size) wd_fire(&w, &late, kind, seq, (double)waited * 1e-9);
     sleep_us(20000);
   }
