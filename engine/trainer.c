@@ -347,6 +347,7 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, in
     snprintf(why, sizeof why, "%s", sl_errmsg()); /* what sl_ops_cuda() found */
     return sl_fail(SL_EINPUT, "--backend cuda: %s", why);
   }
+  if ((rc = sl_ops_check(t->ops))) return rc;
   t->dev = t->ops->is_device();
   sl_mesh mesh; /* local rank from hostnames; binds this rank's threads before the compute pool starts */
   if ((rc = sl_mesh_setup(world, t->ops != sl_ops_cpu(), c->shard_group, &mesh))) return rc;
