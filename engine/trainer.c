@@ -331,11 +331,8 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, in
   if (strcmp(c->data_order, "sequential") && strcmp(c->data_order, "shuffled"))
     return sl_fail(SL_EINPUT, "--data-order must be sequential or shuffled, found '%s'", c->data_order);
   if ((rc = sl_precheck_paths(c))) return rc;
-  sl_actckpt ac;
-  if (!strcmp(c->activation_checkpoint, "none")) ac = SL_AC_NONE;
-  else if (!strcmp(c->activation_checkpoint, "selective")) ac = SL_AC_SELECTIVE;
-  else if (!strcmp(c->activation_checkpoint, "full")) ac = SL_AC_FULL;
-  else return sl_fail(SL_EINPUT, "--activation-checkpoint must be none, selective or full, found '%s'",
+  int ac = sl_actckpt_from_name(c->activation_checkpoint);
+  if (ac < 0) return sl_fail(SL_EINPUT, "--activation-checkpoint must be none, selective or full, found '%s'",
                       c->activation_checkpoint);
   if (strcmp(c->backend, "cpu") && strcmp(c->backend, "auto") && strcmp(c->backend, "cuda"))
     return sl_fail(SL_EINPUT, "--backend must be cpu, cuda or auto, found '%s'", c->backend);
@@ -397,7 +394,7 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, in
   if ((rc = sl_precheck(c, &t->mcfg, world, t->ops, t->k, sl_sampler_num_tokens(t->smp)))) return rc;
 
   /* model + FSDP */
-  if ((rc = sl_model_create(&t->mcfg, t->ops, t->k, c->micro_batch, c->seq_len, ac, &t->m))) return rc;
+  if ((rc = sl_model_create(&t->mcfg, t->ops, t->k, c->micro_batch, c->seq_len, (sl_actckpt)ac, &t->m))) return rc;
   t->m->access = (sl_unit_access){t, acc_params, acc_grads};
   sl_fsdp_cfg fc = {
       .zero = (int)c->zero, .prefetch = (int)c->prefetch, .prefetch_bytes = c->prefetch_mb << 20,

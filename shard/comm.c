@@ -28,25 +28,23 @@
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static _Thread_local char t_err[1024];
-
 #define comm_fail sl_comm_set_error
+#define now_ns sl_now_ns
 
-const char *sl_comm_last_error(void) { return t_err; }
+/* The message is base's (sl_errmsg): one error slot per thread. */
+const char *sl_comm_last_error(void) { return sl_errmsg(); }
 
 int sl_comm_set_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(t_err, sizeof t_err, fmt, ap);
+  sl_vfail(SL_ECOMM, fmt, ap);
   va_end(ap);
-  sl_fail(SL_ECOMM, "%s", t_err);
   return SL_COMM_ERR;
 }
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+uint64_t sl_comm_child_uid(uint64_t parent_uid, uint64_t seq) {
+  uint64_t z = parent_uid * 0x9e3779b97f4a7c15ull + seq * 0xbf58476d1ce4e5b9ull + 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
 }
 
 size_t sl_dtype_size(sl_dtype t) {

@@ -104,6 +104,10 @@ int sl_comm_is_coll(int kind);
 void sl_comm_register(sl_comm *c);
 void sl_comm_unregister(sl_comm *c);
 uint64_t sl_comm_now_ns(void); /* CLOCK_MONOTONIC */
+/* uid of the child a split (sequence number seq) makes of a comm with uid
+ * parent_uid: equal on every member, distinct per split within a process.
+ * Backends set their own low bits on it (MPI, self: |1; NCCL: &~1 |2). */
+uint64_t sl_comm_child_uid(uint64_t parent_uid, uint64_t seq);
 /* Registry walk (the MPI watchdog): under the lock, entries 0..size-1. */
 void sl_comm_registry_lock(void);
 void sl_comm_registry_unlock(void);

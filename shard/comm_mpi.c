@@ -36,10 +36,7 @@
 #define now_ns sl_comm_now_ns
 #define is_coll sl_comm_is_coll
 
-static void sleep_us(long us) {
-  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-  nanosleep(&ts, NULL);
-}
+#define sleep_us sl_sleep_us
 
 /* ---- process-wide state: MPI, bf16 op, watchdog ------------------------- */
 
@@ -156,12 +153,8 @@ static void p2p_poll(sl_comm *c) {
 }
 
 /* Back-off for polling loops: spin briefly, then sleep up to 200 us. */
-static void backoff(int *spins) {
-  if (*spins < 50) { (*spins)++; return; }
-  long us = 2L << (*spins - 50 < 6 ? *spins - 50 : 6);
-  if (*spins - 50 < 6) (*spins)++;
-  sleep_us(us > 200 ? 200 : us);
-}
+static const sl_backoff_policy mpi_backoff = {.spin = 50, .yield = 0, .first_us = 2, .doublings = 6, .max_us = 200};
+static void backoff(int *spins) { sl_backoff(spins, &mpi_backoff); }
 
 /* Drives one MPI request to completion while keeping sends/recvs moving. */
 static int mpi_wait(sl_comm *c, MPI_Request *mr) {
@@ -269,8 +262,7 @@ static int run_coll(sl_comm *c, sl_comm_req *r, char *err, size_t nerr) {
     if (e != MPI_SUCCESS) return e;
     /* uid: a mix of the parent's uid and its split counter, both equal on
      * every member; unique within a process (one color per split). */
-    uint64_t z = c->uid * 0x9e3779b97f4a7c15ull + op->seq * 0xbf58476d1ce4e5b9ull + 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    uint64_t z = sl_comm_child_uid(c->uid, op->seq);
     char name[96];
     snprintf(name, sizeof name, "%.60s/s%llu:c%d", c->name, (unsigned long long)op->seq, op->color);
     sl_comm *child = make_comm(nc, name, z | 1, err, nerr);

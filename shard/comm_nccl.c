@@ -111,19 +111,10 @@ static ncclDataType_t nccl_type(sl_dtype t) {
   return ncclUint8;
 }
 
-static void sleep_us(long us) {
-  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-  nanosleep(&ts, NULL);
-}
-
 /* Back-off for the polling loops: spin (yielding) briefly, then sleep
  * 5..100 us. */
-static void backoff(int *spins) {
-  if (*spins < 64) { (*spins)++; sched_yield(); return; }
-  long us = 5L << (*spins - 64 < 5 ? *spins - 64 : 5);
-  if (*spins - 64 < 5) (*spins)++;
-  sleep_us(us > 100 ? 100 : us);
-}
+static const sl_backoff_policy nccl_backoff = {.spin = 64, .yield = 1, .first_us = 5, .doublings = 5, .max_us = 100};
+static void backoff(int *spins) { sl_backoff(spins, &nccl_backoff); }
 
 /* c->running := oldest incomplete collective, c->p2p_oldest := oldest
  * incomplete send/recv, each stamped when it becomes so (watchdog). */
@@ -353,8 +344,7 @@ static int nccl_split(sl_comm *c, sl_comm_req *r) {
   locked = 0;
   char name[96];
   snprintf(name, sizeof name, "%.60s/s%llu:c%d", c->name, (unsigned long long)r->op.seq, r->op.color);
-  uint64_t z = c->uid * 0x9e3779b97f4a7c15ull + r->op.seq * 0xbf58476d1ce4e5b9ull + 0x94d049bb133111ebull;
-  z ^= z >> 31;
+  uint64_t z = sl_comm_child_uid(c->uid, r->op.seq);
   child = wrap(nnc, mchild, 1, b->compute, b->dev, name, (z & ~1ull) | 2, err, nerr);
   mchild = NULL; /* owned (or destroyed) by wrap */
   nnc = NULL;

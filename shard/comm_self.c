@@ -129,8 +129,7 @@ static int self_issue(sl_comm *c, sl_comm_req *r) {
   case SL_OPK_SPLIT: {
     char name[96];
     snprintf(name, sizeof name, "%.60s/s%llu:c%d", c->name, (unsigned long long)op->seq, op->color);
-    uint64_t z = c->uid * 0x9e3779b97f4a7c15ull + op->seq * 0xbf58476d1ce4e5b9ull + 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    uint64_t z = sl_comm_child_uid(c->uid, op->seq);
     sl_comm *child = make_self(name, z | 1, b->copy, b->ctx);
     if (!child) return sl_comm_set_error("split of comm %s (self): out of memory", c->name);
     *op->split_out = child;
