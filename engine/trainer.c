@@ -38,6 +38,7 @@
 #include "engine/signals.h"
 #include "offload/offload.h"
 #include "shard/fsdp.h"
+#include "shard/mesh.h"
 
 typedef struct {
   sl_train_cfg cfg;
@@ -48,6 +49,7 @@ typedef struct {
   sl_model_config mcfg;
   sl_model *m;
   sl_fsdp *f;
+  sl_par_mesh *pmesh; /* world = DP x TP x PP (TP = PP = 1 today); fsdp runs on its DP comm */
   sl_sampler *smp;         /* the datasets of --data, their loss masks, the data order */
   int64_t G;               /* samples per optimizer step (all ranks) */
   int64_t next_sample;     /* global index of the first sample of the next step */
@@ -286,6 +288,7 @@ static void trainer_free(trainer *t) {
   if (t->dev && t->dtok) { t->ops->free(t->k, t->dtok); t->ops->free(t->k, t->dtgt); }
   if (t->dev && t->dseg) t->ops->free(t->k, t->dseg);
   sl_fsdp_destroy(t->f);
+  sl_par_mesh_destroy(t->pmesh);
   sl_model_destroy(t->m);
   sl_sampler_close(t->smp);
   if (t->k) t->ops->ctx_destroy(t->k);
@@ -406,7 +409,8 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, in
   int64_t *numel = calloc((size_t)U, sizeof(int64_t));
   if (!numel) return sl_fail(SL_ENOMEM, "out of memory");
   for (int u = 0; u < U; u++) numel[u] = t->m->units[u].numel;
-  rc = sl_fsdp_create(world, &fc, t->ops, t->k, U, numel, t->m->pinned, &t->f);
+  rc = sl_par_mesh_create(world, 1, 1, &t->pmesh);
+  if (!rc) rc = sl_fsdp_create(t->pmesh->comm[SL_AXIS_DP], &fc, t->ops, t->k, U, numel, t->m->pinned, &t->f);
   free(numel);
   if (rc) return rc;
 

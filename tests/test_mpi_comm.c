@@ -17,8 +17,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "kernels/kernels.h"
 #include "shard/comm.h"
+#include "shard/mesh.h"
 
 static int R, N; /* world rank, size */
 static int npass, nfail;
@@ -414,6 +416,48 @@ static void t_split(sl_comm *w) {
   sl_comm_destroy(rep);
 }
 
+/* The parallel mesh (shard/mesh.h): every (TP, PP) that divides the world;
+ * coordinates, group membership and an all-reduce per axis against the
+ * layout rank = tp + TP * (dp + DP * pp). */
+static void t_mesh(sl_comm *w) {
+  const int shapes[][2] = {{1, 1}, {2, 1}, {1, 2}, {2, 2}, {3, 1}, {1, 4}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    int tp = shapes[s][0], pp = shapes[s][1];
+    if (N % (tp * pp)) continue;
+    int dp = N / (tp * pp);
+    sl_par_mesh *m = NULL;
+    OK(sl_par_mesh_create(w, tp, pp, &m));
+    if (!m) continue;
+    int ct = R % tp, cd = (R / tp) % dp, cp = R / (tp * dp);
+    CHECK(m->size[SL_AXIS_TP] == tp && m->size[SL_AXIS_DP] == dp && m->size[SL_AXIS_PP] == pp &&
+              m->coord[SL_AXIS_TP] == ct && m->coord[SL_AXIS_DP] == cd && m->coord[SL_AXIS_PP] == cp,
+          "mesh tp %d pp %d: sizes/coords", tp, pp);
+    CHECK(sl_par_mesh_world_rank(m, ct, cd, cp) == R && sl_par_mesh_world_rank(m, tp, 0, 0) == -1,
+          "mesh tp %d pp %d: world rank of coords", tp, pp);
+    for (int a = 0; a < SL_AXIS_COUNT; a++) {
+      sl_comm *g = m->comm[a];
+      int ok = sl_comm_size(g) == m->size[a] && sl_comm_rank(g) == m->coord[a];
+      int64_t sum = 0, want = 0;
+      for (int i = 0; i < m->size[a]; i++) {
+        int co[3] = {ct, cd, cp};
+        co[a] = i;
+        int wr = sl_par_mesh_world_rank(m, co[0], co[1], co[2]);
+        ok &= sl_comm_world_rank(g, i) == wr;
+        want += wr + 1;
+      }
+      sum = R + 1;
+      OK(sl_comm_allreduce_sync(g, &sum, 1, SL_I64));
+      CHECK(ok && sum == want, "mesh tp %d pp %d axis %s: members/order (ok %d), sum %lld want %lld", tp, pp,
+            sl_axis_name((sl_axis)a), ok, (long long)sum, (long long)want);
+    }
+    sl_par_mesh_destroy(m);
+  }
+  sl_par_mesh *bad = (sl_par_mesh *)1;
+  int rc = sl_par_mesh_create(w, N + 1, 1, &bad);
+  CHECK(rc == SL_EINPUT && !bad && strstr(sl_errmsg(), "must divide the world size"), "mesh: bad TP refused: %s",
+        sl_errmsg());
+}
+
 /* ---- fault modes ----------------------------------------------------------- */
 
 static int fault_mode(sl_comm *w, const char *mode) {
@@ -498,6 +542,7 @@ int main(int argc, char **argv) {
   t_bf16_rne(w);
   t_stats(w);
   t_split(w);
+  t_mesh(w);
 
   /* argument errors are reported, not crashed on */
   sl_comm_req *q = NULL;
