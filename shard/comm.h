@@ -182,6 +182,8 @@ uint64_t sl_comm_bus_bytes(sl_coll_kind k, int n, int64_t count, sl_dtype dt,
 
 void sl_comm_get_stats(const sl_comm *c, sl_comm_stats *out);
 void sl_comm_reset_stats(sl_comm *c);
+/* The calling thread's last error message: the same slot as sl_errmsg()
+ * (base/base.h), so a later sl_fail on this thread replaces it. */
 const char *sl_comm_last_error(void);
 
 #ifdef __cplusplus
