@@ -1,8 +1,10 @@
-/* base/base.c — status messages, logging, time, allocation, arena counters. */
+/* base/base.c — status messages, logging, time and back-off, SplitMix64,
+ * allocation, arena counters. */
 #define _GNU_SOURCE
 #include "base/base.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,10 +16,17 @@
 
 static _Thread_local char g_err[2048];
 
+int sl_vfail(int code, const char *fmt, va_list ap) {
+  char tmp[sizeof g_err]; /* the arguments may be g_err itself */
+  vsnprintf(tmp, sizeof tmp, fmt, ap);
+  memcpy(g_err, tmp, sizeof g_err);
+  return code;
+}
+
 int sl_fail(int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(g_err, sizeof g_err, fmt, ap);
+  sl_vfail(code, fmt, ap);
   va_end(ap);
   return code;
 }
@@ -97,6 +106,31 @@ uint64_t sl_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 double sl_now_s(void) { return (double)sl_now_ns() * 1e-9; }
+
+void sl_sleep_us(long us) {
+  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+  nanosleep(&ts, NULL);
+}
+
+void sl_backoff(int *spins, const sl_backoff_policy *p) {
+  if (*spins < p->spin) {
+    (*spins)++;
+    if (p->yield) sched_yield();
+    return;
+  }
+  int k = *spins - p->spin;
+  long us = p->first_us << (k < p->doublings ? k : p->doublings);
+  if (k < p->doublings) (*spins)++;
+  sl_sleep_us(us > p->max_us ? p->max_us : us);
+}
+
+uint64_t sl_mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t sl_splitmix64(uint64_t *s) { return sl_mix64(*s += 0x9e3779b97f4a7c15ull); }
 
 void *sl_alloc(size_t bytes, const char *what) {
   void *p = NULL;

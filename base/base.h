@@ -1,5 +1,6 @@
 /* base/base.h — what every layer shares: status codes with a message,
- * leveled logging (with a rank-0 form), monotonic time, checked allocation
+ * leveled logging (with a rank-0 form), monotonic time, polling back-off,
+ * SplitMix64, checked allocation
  * and the named-arena byte accounting. No dependency on anything above.
  */
 #ifndef SL_BASE_H
@@ -29,6 +30,9 @@ enum {
 
 /* Records the message (thread-local, printf format) and returns code. */
 int sl_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same with a va_list. The arguments may point into the current message
+ * (sl_errmsg()): it is formatted aside first. */
+int sl_vfail(int code, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 /* Prefixes the current message with more context ("while loading X: ..."). */
 int sl_fail_ctx(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 const char *sl_errmsg(void);
@@ -45,6 +49,24 @@ void sl_log0(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3
 /* ---- time ----------------------------------------------------------------- */
 uint64_t sl_now_ns(void); /* CLOCK_MONOTONIC */
 double sl_now_s(void);
+void sl_sleep_us(long us);
+/* Back-off for polling loops: the first `spin` calls return at once
+ * (sched_yield when `yield`), then each sleeps first_us, doubling
+ * `doublings` times, never more than max_us. *spins starts at 0; reset it to
+ * 0 when the loop makes progress. */
+typedef struct {
+  int spin, yield;
+  long first_us;
+  int doublings;
+  long max_us;
+} sl_backoff_policy;
+void sl_backoff(int *spins, const sl_backoff_policy *p);
+
+/* ---- SplitMix64 ------------------------------------------------------------ */
+/* The SplitMix64 finaliser of z (a bijective 64-bit mix). */
+uint64_t sl_mix64(uint64_t z);
+/* Next value of the SplitMix64 stream with state *s (Steele et al. 2014). */
+uint64_t sl_splitmix64(uint64_t *s);
 
 /* ---- memory --------------------------------------------------------------- */
 /* 64-byte aligned, zeroed. NULL on failure (message set). */

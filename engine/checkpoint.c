@@ -81,9 +81,7 @@ static uint64_t rnd64(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   uint64_t z = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ ((uint64_t)getpid() << 17);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+  return sl_mix64(z);
 }
 
 /* ---- save ----------------------------------------------------------------------- */

@@ -298,13 +298,6 @@ static void step(sl_gen *g, int32_t tok) {
   g->pos++;
 }
 
-static uint64_t rng_next(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 static const float *cmp_base;
 static int by_prob_desc(const void *a, const void *b) {
   float x = cmp_base[*(const int64_t *)a], y = cmp_base[*(const int64_t *)b];
@@ -338,7 +331,7 @@ static int32_t sample(sl_gen *g, const sl_gen_opts *o, uint64_t *rng) {
   }
   double mass = 0;
   for (int64_t i = 0; i < keep; i++) mass += p[g->order[i]];
-  double r = (double)(rng_next(rng) >> 11) * 0x1.0p-53 * mass, acc = 0;
+  double r = (double)(sl_splitmix64(rng) >> 11) * 0x1.0p-53 * mass, acc = 0;
   for (int64_t i = 0; i < keep; i++) {
     acc += p[g->order[i]];
     if (r < acc) return (int32_t)g->order[i];

@@ -220,13 +220,7 @@ static int64_t mamba_flops(const sl_model *m, int64_t T) {
 }
 
 /* ---- init from seed (HF MambaPreTrainedModel._init_weights) ---------------- */
-static uint64_t mix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static double unif01(uint64_t *s) { return (double)(mix64(s) >> 11) * (1.0 / 9007199254740992.0); }
+static double unif01(uint64_t *s) { return (double)(sl_splitmix64(s) >> 11) * (1.0 / 9007199254740992.0); }
 
 static int ends_with(const char *s, const char *suffix) {
   size_t a = strlen(s), b = strlen(suffix);

@@ -188,14 +188,15 @@ int sl_lm_head_logits(sl_model *m, sl_lm_head *h, float *out) {
   return SL_OK;
 }
 
-/* ---- deterministic init: one stream per (seed, tensor name) ---------------- */
-static uint64_t splitmix(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+int sl_actckpt_from_name(const char *name) {
+  if (!name) return -1;
+  if (!strcmp(name, "none")) return SL_AC_NONE;
+  if (!strcmp(name, "selective")) return SL_AC_SELECTIVE;
+  if (!strcmp(name, "full")) return SL_AC_FULL;
+  return -1;
 }
 
+/* ---- deterministic init: one stream per (seed, tensor name) ---------------- */
 static uint64_t name_hash(const char *s) {
   uint64_t h = 1469598103934665603ull;
   for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
@@ -205,8 +206,8 @@ static uint64_t name_hash(const char *s) {
 static void init_normal(float *dst, int64_t n, float std, uint64_t seed) {
   uint64_t st = seed;
   for (int64_t i = 0; i < n; i += 2) {
-    double u1 = ((splitmix(&st) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
-    double u2 = (splitmix(&st) >> 11) * (1.0 / 9007199254740992.0);
+    double u1 = ((sl_splitmix64(&st) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
+    double u2 = (sl_splitmix64(&st) >> 11) * (1.0 / 9007199254740992.0);
     double r = sqrt(-2.0 * log(u1));
     dst[i] = (float)(r * cos(2.0 * M_PI * u2) * std);
     if (i + 1 < n) dst[i + 1] = (float)(r * sin(2.0 * M_PI * u2) * std);

@@ -24,6 +24,9 @@ extern "C" {
 #endif
 
 typedef enum { SL_AC_NONE = 0, SL_AC_SELECTIVE = 1, SL_AC_FULL = 2 } sl_actckpt;
+/* "none" / "selective" / "full" (--activation-checkpoint) -> sl_actckpt; -1
+ * for anything else (no message: the caller words it). */
+int sl_actckpt_from_name(const char *name);
 typedef enum { SL_INIT_NORMAL = 0, SL_INIT_ONES, SL_INIT_ZEROS, SL_INIT_CUSTOM } sl_init_kind;
 
 #define SL_TENSOR_NAME_MAX 128

@@ -84,8 +84,8 @@ static int memory_check(const sl_train_cfg *c, const sl_model_config *mc, int wo
   r.prefetch_bytes = c->prefetch_mb << 20;
   r.sync_accum = !c->no_sync_accum;
   r.reshard_after_forward = c->reshard_after_forward;
-  r.ac = !strcmp(c->activation_checkpoint, "full") ? SL_AC_FULL
-         : !strcmp(c->activation_checkpoint, "selective") ? SL_AC_SELECTIVE : SL_AC_NONE;
+  int ac = sl_actckpt_from_name(c->activation_checkpoint);
+  r.ac = ac < 0 ? SL_AC_NONE : (sl_actckpt)ac;
   sl_plan_mem m;
   rc = sl_plan_simulate(&pm, &r, &m);
   int64_t max_unit = 0;

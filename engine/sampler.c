@@ -168,12 +168,6 @@ int sl_sampler_has_masks(const sl_sampler *s) {
   return 0;
 }
 
-static uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 /* Dataset d's window c: its first stream position. */
 static int64_t window_start(sl_sampler *s, int d, int64_t c) {
   source *x = &s->src[d];
@@ -182,9 +176,9 @@ static int64_t window_start(sl_sampler *s, int d, int64_t c) {
   if (e != x->perm_epoch) {
     for (int64_t w = 0; w < x->nwin; w++) x->perm[w] = w;
     uint64_t seed = s->seed ^ ((uint64_t)d * 0x9e3779b97f4a7c15ull);
-    uint64_t st = mix64(seed * 0x9e3779b97f4a7c15ull + (uint64_t)e + 1);
+    uint64_t st = sl_mix64(seed * 0x9e3779b97f4a7c15ull + (uint64_t)e + 1);
     for (int64_t w = x->nwin - 1; w > 0; w--) {
-      st = mix64(st + 0x9e3779b97f4a7c15ull);
+      st = sl_mix64(st + 0x9e3779b97f4a7c15ull);
       int64_t r = (int64_t)(st % (uint64_t)(w + 1));
       int64_t t = x->perm[w];
       x->perm[w] = x->perm[r];

@@ -38,6 +38,7 @@
 #include "engine/signals.h"
 #include "offload/offload.h"
 #include "shard/fsdp.h"
+#include "shard/mesh.h"
 
 typedef struct {
   sl_train_cfg cfg;
@@ -48,6 +49,7 @@ typedef struct {
   sl_model_config mcfg;
   sl_model *m;
   sl_fsdp *f;
+  sl_par_mesh *pmesh; /* world = DP x TP x PP (TP = PP = 1 today); fsdp runs on its DP comm */
   sl_sampler *smp;         /* the datasets of --data, their loss masks, the data order */
   int64_t G;               /* samples per optimizer step (all ranks) */
   int64_t next_sample;     /* global index of the first sample of the next step */
@@ -286,6 +288,7 @@ static void trainer_free(trainer *t) {
   if (t->dev && t->dtok) { t->ops->free(t->k, t->dtok); t->ops->free(t->k, t->dtgt); }
   if (t->dev && t->dseg) t->ops->free(t->k, t->dseg);
   sl_fsdp_destroy(t->f);
+  sl_par_mesh_destroy(t->pmesh);
   sl_model_destroy(t->m);
   sl_sampler_close(t->smp);
   if (t->k) t->ops->ctx_destroy(t->k);
@@ -331,11 +334,8 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, in
   if (strcmp(c->data_order, "sequential") && strcmp(c->data_order, "shuffled"))
     return sl_fail(SL_EINPUT, "--data-order must be sequential or shuffled, found '%s'", c->data_order);
   if ((rc = sl_precheck_paths(c))) return rc;
-  sl_actckpt ac;
-  if (!strcmp(c->activation_checkpoint, "none")) ac = SL_AC_NONE;
-  else if (!strcmp(c->activation_checkpoint, "selective")) ac = SL_AC_SELECTIVE;
-  else if (!strcmp(c->activation_checkpoint, "full")) ac = SL_AC_FULL;
-  else return sl_fail(SL_EINPUT, "--activation-checkpoint must be none, selective or full, found '%s'",
+  int ac = sl_actckpt_from_name(c->activation_checkpoint);
+  if (ac < 0) return sl_fail(SL_EINPUT, "--activation-checkpoint must be none, selective or full, found '%s'",
                       c->activation_checkpoint);
   if (strcmp(c->backend, "cpu") && strcmp(c->backend, "auto") && strcmp(c->backend, "cuda"))
     return sl_fail(SL_EINPUT, "--backend must be cpu, cuda or auto, found '%s'", c->backend);
@@ -347,6 +347,7 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, in
     snprintf(why, sizeof why, "%s", sl_errmsg()); /* what sl_ops_cuda() found */
     return sl_fail(SL_EINPUT, "--backend cuda: %s", why);
   }
+  if ((rc = sl_ops_check(t->ops))) return rc;
   t->dev = t->ops->is_device();
   sl_mesh mesh; /* local rank from hostnames; binds this rank's threads before the compute pool starts */
   if ((rc = sl_mesh_setup(world, t->ops != sl_ops_cpu(), c->shard_group, &mesh))) return rc;
@@ -396,7 +397,7 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, in
   if ((rc = sl_precheck(c, &t->mcfg, world, t->ops, t->k, sl_sampler_num_tokens(t->smp)))) return rc;
 
   /* model + FSDP */
-  if ((rc = sl_model_create(&t->mcfg, t->ops, t->k, c->micro_batch, c->seq_len, ac, &t->m))) return rc;
+  if ((rc = sl_model_create(&t->mcfg, t->ops, t->k, c->micro_batch, c->seq_len, (sl_actckpt)ac, &t->m))) return rc;
   t->m->access = (sl_unit_access){t, acc_params, acc_grads};
   sl_fsdp_cfg fc = {
       .zero = (int)c->zero, .prefetch = (int)c->prefetch, .prefetch_bytes = c->prefetch_mb << 20,
@@ -408,7 +409,8 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, in
   int64_t *numel = calloc((size_t)U, sizeof(int64_t));
   if (!numel) return sl_fail(SL_ENOMEM, "out of memory");
   for (int u = 0; u < U; u++) numel[u] = t->m->units[u].numel;
-  rc = sl_fsdp_create(world, &fc, t->ops, t->k, U, numel, t->m->pinned, &t->f);
+  rc = sl_par_mesh_create(world, 1, 1, &t->pmesh);
+  if (!rc) rc = sl_fsdp_create(t->pmesh->comm[SL_AXIS_DP], &fc, t->ops, t->k, U, numel, t->m->pinned, &t->f);
   free(numel);
   if (rc) return rc;
 
@@ -772,7 +774,8 @@ static int write_metrics(trainer *t, int64_t s, const step_out *o, double dt, do
   double tps = (double)t->G * (double)t->cfg.seq_len / dt;
   double mfu = flops_tok * tps / (t->peak_flops * t->wsize);
   uint64_t bytes = 0;
-  for (int kk = 0; kk < SL_COLL_NKINDS; kk++) bytes += sh.bytes[kk] + rp.bytes[kk];
+  for (int kk = 0; kk < SL_COLL_NKINDS; kk++) /* sent bytes: recv is the inbound figure */
+    if (kk != SL_COLL_RECV) bytes += sh.bytes[kk] + rp.bytes[kk];
   uint64_t wait = sl_fsdp_wait_ns(t->f), dbytes = bytes - t->prev_bytes, dwait = wait - t->prev_wait;
   t->prev_bytes = bytes;
   t->prev_wait = wait;

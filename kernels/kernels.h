@@ -238,6 +238,28 @@ typedef struct sl_ops {
   int (*mem_info)(sl_kctx *, size_t *free_bytes, size_t *total_bytes);
 } sl_ops;
 
+/* Every op field of sl_ops, in struct order (what sl_ops_check and the
+ * size check below walk). A new op is added to the struct AND here. */
+#define SL_OPS_LIST(X) \
+  X(ctx_create) X(ctx_destroy) X(ctx_scratch_bytes) X(embedding_fwd) X(embedding_bwd) X(rmsnorm_fwd) \
+  X(rmsnorm_bwd) X(linear_fwd) X(linear_bwd) X(rope_fwd) X(rope_bwd) X(attention_fwd) X(attention_bwd) \
+  X(swiglu_fwd) X(swiglu_bwd) X(add_inplace) X(lmhead_ce_fwd) X(lmhead_ce_bwd) X(adamw) X(sumsq) \
+  X(scale) X(f32_to_bf16) X(bf16_to_f32) X(round_bf16) X(conv1d_fwd) X(conv1d_bwd) X(silu_fwd) \
+  X(silu_bwd) X(gate_fwd) X(gate_bwd) X(scan_fwd) X(scan_bwd) X(alloc) X(free) X(zero) X(copy) \
+  X(upload) X(download) X(sum) X(sync) X(is_device) X(stream) X(rope_doc_fwd) X(rope_doc_bwd) \
+  X(attention_doc_fwd) X(attention_doc_bwd) X(mem_info)
+#define SL_OPS_COUNT_ONE_(f) +1
+enum { SL_OPS_COUNT = 0 SL_OPS_LIST(SL_OPS_COUNT_ONE_) }; /* op fields of sl_ops */
+
+/* Which ops a backend supports: a NULL field is an op the backend does not
+ * have. Returns SL_OK when every op is present except the optional ones
+ * (mem_info: NULL for host-memory backends), else an SL_EINPUT failure
+ * naming the backend and every missing op. Run once when a backend is
+ * picked (sl_ops_cuda's probe, the trainer). */
+int sl_ops_check(const sl_ops *ops);
+/* 1 when `op` (a field name of sl_ops) may be NULL. */
+int sl_ops_optional(const char *op);
+
 /* The CPU backend; always present. */
 const sl_ops *sl_ops_cpu(void);
 /* The CUDA backend, or NULL (and sl_errmsg() says why: built without CUDA,

@@ -28,25 +28,23 @@
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static _Thread_local char t_err[1024];
-
 #define comm_fail sl_comm_set_error
+#define now_ns sl_now_ns
 
-const char *sl_comm_last_error(void) { return t_err; }
+/* The message is base's (sl_errmsg): one error slot per thread. */
+const char *sl_comm_last_error(void) { return sl_errmsg(); }
 
 int sl_comm_set_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(t_err, sizeof t_err, fmt, ap);
+  sl_vfail(SL_ECOMM, fmt, ap);
   va_end(ap);
-  sl_fail(SL_ECOMM, "%s", t_err);
   return SL_COMM_ERR;
 }
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+uint64_t sl_comm_child_uid(uint64_t parent_uid, uint64_t seq) {
+  uint64_t z = parent_uid * 0x9e3779b97f4a7c15ull + seq * 0xbf58476d1ce4e5b9ull + 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
 }
 
 size_t sl_dtype_size(sl_dtype t) {
@@ -79,16 +77,16 @@ const char *sl_coll_name(sl_coll_kind k) {
   case SL_COLL_REDUCE_SCATTER: return "reduce_scatter";
   case SL_COLL_ALLREDUCE: return "allreduce";
   case SL_COLL_BROADCAST: return "broadcast";
-  case SL_COLL_SENDRECV: return "send";
+  case SL_COLL_SEND: return "send";
   case SL_COLL_BARRIER: return "barrier";
-  case SL_OPK_RECV: return "recv";
+  case SL_COLL_RECV: return "recv";
   case SL_OPK_SPLIT: return "split";
   }
   return "?";
 }
 
 static int is_coll(int kind) {
-  return kind != SL_COLL_SENDRECV && kind != SL_OPK_RECV && kind != SL_OPK_QUIT;
+  return kind != SL_COLL_SEND && kind != SL_COLL_RECV && kind != SL_OPK_QUIT;
 }
 int sl_comm_is_coll(int kind) { return is_coll(kind); }
 uint64_t sl_comm_now_ns(void) { return now_ns(); }
@@ -102,8 +100,9 @@ uint64_t sl_comm_bus_bytes(sl_coll_kind k, int n, int64_t count, sl_dtype dt,
   case SL_COLL_REDUCE_SCATTER: return (uint64_t)(n - 1) * (uint64_t)count * es;
   case SL_COLL_ALLREDUCE:
     return 2ull * (uint64_t)(n - 1) * (uint64_t)((count + n - 1) / n) * es;
-  case SL_COLL_BROADCAST:
-  case SL_COLL_SENDRECV: return is_source ? (uint64_t)count * es : 0;
+  case SL_COLL_BROADCAST: return is_source ? (uint64_t)count * es : 0;
+  case SL_COLL_SEND:
+  case SL_COLL_RECV: return (uint64_t)count * es;
   default: return 0;
   }
 }
@@ -112,8 +111,6 @@ uint64_t sl_comm_op_bytes(const sl_comm_op *op, int rank, int n) {
   switch (op->kind) {
   case SL_COLL_BROADCAST:
     return sl_comm_bus_bytes(SL_COLL_BROADCAST, n, op->count, op->dt, rank == op->peer);
-  case SL_COLL_SENDRECV: return sl_comm_bus_bytes(SL_COLL_SENDRECV, n, op->count, op->dt, 1);
-  case SL_OPK_RECV: return 0;
   case SL_OPK_SPLIT: return 0;
   default: return sl_comm_bus_bytes((sl_coll_kind)op->kind, n, op->count, op->dt, 0);
   }
@@ -270,8 +267,6 @@ static void account_locked(sl_comm *c, sl_comm_req *r) {
   if (op->kind < SL_COLL_NKINDS) {
     c->stats.calls[op->kind]++;
     c->stats.bytes[op->kind] += sl_comm_op_bytes(op, c->rank, c->size);
-  } else if (op->kind == SL_OPK_RECV) {
-    c->stats.calls[SL_COLL_SENDRECV]++;
   }
 }
 
@@ -292,17 +287,17 @@ static int submit(sl_comm *c, const sl_comm_op *op, sl_comm_req **out) {
       return comm_fail("%s on comm %s: count %lld out of range [0, %d] (elements of %s)", what, c->name,
                        (long long)op->count, INT_MAX, sl_dtype_name(op->dt));
     int need_send = op->kind == SL_COLL_ALLGATHER || op->kind == SL_COLL_REDUCE_SCATTER ||
-                    op->kind == SL_COLL_SENDRECV;
-    int need_recv = op->kind != SL_COLL_SENDRECV;
+                    op->kind == SL_COLL_SEND;
+    int need_recv = op->kind != SL_COLL_SEND;
     if (op->count > 0 && ((need_send && !op->send) || (need_recv && !op->recv)))
       return comm_fail("%s on comm %s: NULL buffer for %lld x %s", what, c->name, (long long)op->count,
                        sl_dtype_name(op->dt));
   }
-  if ((op->kind == SL_COLL_BROADCAST || op->kind == SL_COLL_SENDRECV || op->kind == SL_OPK_RECV) &&
+  if ((op->kind == SL_COLL_BROADCAST || op->kind == SL_COLL_SEND || op->kind == SL_COLL_RECV) &&
       (op->peer < 0 || op->peer >= c->size))
     return comm_fail("%s on comm %s: %s %d out of range [0, %d)", what, c->name,
                      op->kind == SL_COLL_BROADCAST ? "root" : "peer", op->peer, c->size);
-  if ((op->kind == SL_COLL_SENDRECV || op->kind == SL_OPK_RECV) && (op->tag < 0 || op->tag > 32767))
+  if ((op->kind == SL_COLL_SEND || op->kind == SL_COLL_RECV) && (op->tag < 0 || op->tag > 32767))
     return comm_fail("%s on comm %s: tag %d out of range [0, 32767]", what, c->name, op->tag);
   sl_comm_req *r = calloc(1, sizeof *r);
   if (!r) return comm_fail("%s on comm %s: out of memory for the request", what, c->name);
@@ -351,13 +346,13 @@ int sl_comm_broadcast(sl_comm *c, void *buf, int64_t count, sl_dtype dt, int roo
 
 int sl_comm_send(sl_comm *c, const void *buf, int64_t count, sl_dtype dt, int peer, int tag,
                  sl_comm_req **req) {
-  sl_comm_op op = {.kind = SL_COLL_SENDRECV, .send = buf, .count = count, .dt = dt, .peer = peer, .tag = tag};
+  sl_comm_op op = {.kind = SL_COLL_SEND, .send = buf, .count = count, .dt = dt, .peer = peer, .tag = tag};
   return submit(c, &op, req);
 }
 
 int sl_comm_recv(sl_comm *c, void *buf, int64_t count, sl_dtype dt, int peer, int tag,
                  sl_comm_req **req) {
-  sl_comm_op op = {.kind = SL_OPK_RECV, .recv = buf, .count = count, .dt = dt, .peer = peer, .tag = tag};
+  sl_comm_op op = {.kind = SL_COLL_RECV, .recv = buf, .count = count, .dt = dt, .peer = peer, .tag = tag};
   return submit(c, &op, req);
 }
 

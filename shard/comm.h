@@ -32,8 +32,9 @@ typedef enum {
   SL_COLL_REDUCE_SCATTER,
   SL_COLL_ALLREDUCE,
   SL_COLL_BROADCAST,
-  SL_COLL_SENDRECV,
+  SL_COLL_SEND,   /* point-to-point send (sl_comm_send) */
   SL_COLL_BARRIER,
+  SL_COLL_RECV,   /* point-to-point receive (sl_comm_recv) */
   SL_COLL_NKINDS
 } sl_coll_kind;
 const char *sl_coll_name(sl_coll_kind k);
@@ -44,8 +45,10 @@ typedef struct sl_comm_req sl_comm_req; /* opaque: one in-flight operation */
 /* Per-communicator traffic statistics. bytes[k] counts, per rank, the bytes
  * this rank sends on the wire under a ring algorithm — the standard "bus"
  * figure: all-gather and reduce-scatter (n-1)/n of the full buffer,
- * all-reduce 2(n-1)/n, broadcast the buffer (root) , send/recv the message.
- * For n == 1 every collective moves 0 bytes. wait_ns is the time callers spent
+ * all-reduce 2(n-1)/n, broadcast the buffer (root), send the message.
+ * bytes[SL_COLL_RECV] is the one inbound figure: the messages this rank
+ * received (so the sent total is the sum over every other kind).
+ * For n == 1 every operation moves 0 bytes (a send to self included). wait_ns is the time callers spent
  * blocked in sl_comm_wait. */
 typedef struct {
   uint64_t calls[SL_COLL_NKINDS];
@@ -140,6 +143,15 @@ int sl_comm_allreduce(sl_comm *c, void *buf, int64_t count, sl_dtype dt,
                       sl_comm_req **req);
 int sl_comm_broadcast(sl_comm *c, void *buf, int64_t count, sl_dtype dt,
                       int root, sl_comm_req **req);
+/* Paired point-to-point transfer (pipeline stages): send `count` elements of
+ * dt to group rank `peer`; the matching sl_comm_recv on peer names this rank,
+ * the same tag (0..32767) and the same dtype with at least `count` elements.
+ * Messages between one pair with one tag arrive in issue order. Neither
+ * blocks the caller nor the collectives queued behind it; each completes
+ * through its request like a collective, and the watchdog (timeout_s of
+ * sl_comm_world_init) aborts the job when one is not complete in time (the
+ * peer never posted its half). A send to self (peer == rank) is matched with
+ * a recv to self of the same tag (MPI, self; NCCL refuses it). */
 int sl_comm_send(sl_comm *c, const void *buf, int64_t count, sl_dtype dt,
                  int peer, int tag, sl_comm_req **req);
 int sl_comm_recv(sl_comm *c, void *buf, int64_t count, sl_dtype dt, int peer,
@@ -163,13 +175,15 @@ int sl_comm_barrier_sync(sl_comm *c);
  * block) (n-1)*count*size(dt); allreduce 2*(n-1)*ceil(count/n)*size(dt)
  * (= 2(n-1)/n of the buffer when n divides count; otherwise of the buffer
  * padded to a multiple of n, which is what moves); broadcast count*size(dt)
- * on the root (is_source), 0 elsewhere; send count*size(dt) on the sender
- * (is_source), 0 on the receiver; barrier 0. n == 1: always 0. */
+ * on the root (is_source), 0 elsewhere; send count*size(dt); recv
+ * count*size(dt) (inbound; is_source ignored); barrier 0. n == 1: always 0. */
 uint64_t sl_comm_bus_bytes(sl_coll_kind k, int n, int64_t count, sl_dtype dt,
                            int is_source);
 
 void sl_comm_get_stats(const sl_comm *c, sl_comm_stats *out);
 void sl_comm_reset_stats(sl_comm *c);
+/* The calling thread's last error message: the same slot as sl_errmsg()
+ * (base/base.h), so a later sl_fail on this thread replaces it. */
 const char *sl_comm_last_error(void);
 
 #ifdef __cplusplus

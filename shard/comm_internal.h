@@ -24,8 +24,7 @@
 
 /* Internal operation kinds beyond sl_coll_kind (never counted in stats). */
 enum {
-  SL_OPK_RECV = SL_COLL_NKINDS, /* receive half of send/recv */
-  SL_OPK_SPLIT,                 /* sl_comm_split, ordered like a collective */
+  SL_OPK_SPLIT = SL_COLL_NKINDS, /* sl_comm_split, ordered like a collective */
   SL_OPK_QUIT,                  /* stops the progress thread (destroy) */
 };
 
@@ -83,6 +82,8 @@ struct sl_comm {
   int broken;          /* an operation failed: later ones fail at once */
   int quitting;
   sl_comm_req *running; /* collective the engine is executing (watchdog) */
+  sl_comm_req *p2p_oldest; /* oldest send/recv in flight, stamped start_ns (watchdog;
+                            * backends that run p2p beside collectives: MPI) */
   sl_comm_stats stats;
   void *be;            /* backend state */
 };
@@ -103,6 +104,10 @@ int sl_comm_is_coll(int kind);
 void sl_comm_register(sl_comm *c);
 void sl_comm_unregister(sl_comm *c);
 uint64_t sl_comm_now_ns(void); /* CLOCK_MONOTONIC */
+/* uid of the child a split (sequence number seq) makes of a comm with uid
+ * parent_uid: equal on every member, distinct per split within a process.
+ * Backends set their own low bits on it (MPI, self: |1; NCCL: &~1 |2). */
+uint64_t sl_comm_child_uid(uint64_t parent_uid, uint64_t seq);
 /* Registry walk (the MPI watchdog): under the lock, entries 0..size-1. */
 void sl_comm_registry_lock(void);
 void sl_comm_registry_unlock(void);

@@ -36,10 +36,7 @@
 #define now_ns sl_comm_now_ns
 #define is_coll sl_comm_is_coll
 
-static void sleep_us(long us) {
-  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-  nanosleep(&ts, NULL);
-}
+#define sleep_us sl_sleep_us
 
 /* ---- process-wide state: MPI, bf16 op, watchdog ------------------------- */
 
@@ -117,6 +114,19 @@ static void mpi_errstr(int e, char *buf, size_t n) {
   snprintf(buf, n, "%s", s);
 }
 
+/* c->p2p_oldest := the send/recv in flight that started first (watchdog).
+ * Called before a request leaves the table, so the watchdog never sees one
+ * that completed (and may be freed by its waiter). */
+static void p2p_track(sl_comm *c) {
+  mpi_be *b = c->be;
+  sl_comm_req *old = NULL;
+  for (int i = 0; i < b->np2p; i++)
+    if (!old || b->p2p[i].req->start_ns < old->start_ns) old = b->p2p[i].req;
+  pthread_mutex_lock(&c->mu);
+  c->p2p_oldest = old;
+  pthread_mutex_unlock(&c->mu);
+}
+
 /* Tests every send/recv in flight; completes the finished ones. */
 static void p2p_poll(sl_comm *c) {
   mpi_be *b = c->be;
@@ -134,6 +144,7 @@ static void p2p_poll(sl_comm *c) {
                  (long long)r->op.count, sl_dtype_name(r->op.dt), c->name, es);
       }
       b->p2p[i] = b->p2p[--b->np2p];
+      p2p_track(c);
       complete(c, r, e == MPI_SUCCESS ? SL_COMM_OK : SL_COMM_ERR, msg);
     } else {
       i++;
@@ -142,12 +153,8 @@ static void p2p_poll(sl_comm *c) {
 }
 
 /* Back-off for polling loops: spin briefly, then sleep up to 200 us. */
-static void backoff(int *spins) {
-  if (*spins < 50) { (*spins)++; return; }
-  long us = 2L << (*spins - 50 < 6 ? *spins - 50 : 6);
-  if (*spins - 50 < 6) (*spins)++;
-  sleep_us(us > 200 ? 200 : us);
-}
+static const sl_backoff_policy mpi_backoff = {.spin = 50, .yield = 0, .first_us = 2, .doublings = 6, .max_us = 200};
+static void backoff(int *spins) { sl_backoff(spins, &mpi_backoff); }
 
 /* Drives one MPI request to completion while keeping sends/recvs moving. */
 static int mpi_wait(sl_comm *c, MPI_Request *mr) {
@@ -255,8 +262,7 @@ static int run_coll(sl_comm *c, sl_comm_req *r, char *err, size_t nerr) {
     if (e != MPI_SUCCESS) return e;
     /* uid: a mix of the parent's uid and its split counter, both equal on
      * every member; unique within a process (one color per split). */
-    uint64_t z = c->uid * 0x9e3779b97f4a7c15ull + op->seq * 0xbf58476d1ce4e5b9ull + 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    uint64_t z = sl_comm_child_uid(c->uid, op->seq);
     char name[96];
     snprintf(name, sizeof name, "%.60s/s%llu:c%d", c->name, (unsigned long long)op->seq, op->color);
     sl_comm *child = make_comm(nc, name, z | 1, err, nerr);
@@ -282,11 +288,14 @@ static int start_p2p(sl_comm *c, sl_comm_req *r) {
   p2p_slot *s = &b->p2p[b->np2p];
   s->req = r;
   int e;
-  if (r->op.kind == SL_COLL_SENDRECV)
+  if (r->op.kind == SL_COLL_SEND)
     e = MPI_Isend(r->op.send, (int)r->op.count, mpi_type(r->op.dt), r->op.peer, r->op.tag, b->mc, &s->mr);
   else
     e = MPI_Irecv(r->op.recv, (int)r->op.count, mpi_type(r->op.dt), r->op.peer, r->op.tag, b->mc, &s->mr);
-  if (e == MPI_SUCCESS) b->np2p++;
+  if (e == MPI_SUCCESS) {
+    b->np2p++;
+    p2p_track(c);
+  }
   return e;
 }
 
@@ -525,6 +534,28 @@ static void wd_fire(wd_state *w, const wd_snap *c, int kind, uint64_t seq, doubl
   _exit(3); /* not reached */
 }
 
+/* A send/recv of comm `name` is over time: its peer never posted the
+ * matching half (or died). Nothing to ask the peers: name it and abort. */
+static void wd_fire_p2p(const char *name, uint64_t uid, int rank, int wrank_peer, const sl_comm_op *op,
+                        double waited) {
+  fprintf(stderr,
+          "shardlm: %s #%llu (%lld x %s, tag %d) %s rank %d (world rank %d) on comm %s did not complete within "
+          "%.1f s: the peer never posted the matching %s, or is dead or hung (reported by rank %d, world "
+          "rank %d)\n",
+          sl_coll_name((sl_coll_kind)op->kind), (unsigned long long)op->seq, (long long)op->count,
+          sl_dtype_name(op->dt), op->tag, op->kind == SL_COLL_SEND ? "to" : "from", op->peer, wrank_peer,
+          name, waited, op->kind == SL_COLL_SEND ? "recv" : "send", rank, g.wrank);
+  fflush(stderr);
+  sl_comm_registry_lock();
+  for (int i = 0; i < sl_comm_registry_size(); i++) {
+    sl_comm *o = sl_comm_registry_at(i);
+    if (o->uid == uid && o->vt->abort) o->vt->abort(o);
+  }
+  sl_comm_registry_unlock();
+  MPI_Abort(MPI_COMM_WORLD, 3);
+  _exit(3); /* not reached */
+}
+
 static void *wd_main(void *arg) {
   wd_state w;
   memset(&w, 0, sizeof w);
@@ -536,11 +567,23 @@ static void *wd_main(void *arg) {
     sl_comm_registry_lock();
     if (g.wd_stop) { sl_comm_registry_unlock(); break; }
     wd_snap late = {.size = 0};
-    int kind = 0;
-    uint64_t seq = 0, t = now_ns(), waited = 0;
-    for (int i = 0; i < sl_comm_registry_size() && !late.size; i++) {
+    int kind = 0, p2p_late = 0, p2p_rank = 0, p2p_wpeer = 0;
+    sl_comm_op p2p_op;
+    char p2p_name[96];
+    uint64_t seq = 0, t = now_ns(), waited = 0, p2p_uid = 0;
+    for (int i = 0; i < sl_comm_registry_size() && !late.size && !p2p_late; i++) {
       sl_comm *c = sl_comm_registry_at(i);
       pthread_mutex_lock(&c->mu);
+      sl_comm_req *p = c->p2p_oldest;
+      if (p && p->start_ns < t && t - p->start_ns > limit) {
+        p2p_late = 1;
+        p2p_op = p->op;
+        p2p_uid = c->uid;
+        p2p_rank = c->rank;
+        p2p_wpeer = c->world_ranks[p->op.peer];
+        waited = t - p->start_ns;
+        memcpy(p2p_name, c->name, sizeof p2p_name);
+      }
       /* start_ns may be later than t (stamped after t was read) */
       if (c->running && c->running->start_ns < t && t - c->running->start_ns > limit &&
           (late.world_ranks = malloc((size_t)c->size * sizeof(int)))) {
@@ -556,6 +599,7 @@ static void *wd_main(void *arg) {
       pthread_mutex_unlock(&c->mu);
     }
     sl_comm_registry_unlock();
+    if (p2p_late) wd_fire_p2p(p2p_name, p2p_uid, p2p_rank, p2p_wpeer, &p2p_op, (double)waited * 1e-9);
     if (late.size) wd_fire(&w, &late, kind, seq, (double)waited * 1e-9);
     sleep_us(20000);
   }

@@ -111,27 +111,25 @@ static ncclDataType_t nccl_type(sl_dtype t) {
   return ncclUint8;
 }
 
-static void sleep_us(long us) {
-  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-  nanosleep(&ts, NULL);
-}
-
 /* Back-off for the polling loops: spin (yielding) briefly, then sleep
  * 5..100 us. */
-static void backoff(int *spins) {
-  if (*spins < 64) { (*spins)++; sched_yield(); return; }
-  long us = 5L << (*spins - 64 < 5 ? *spins - 64 : 5);
-  if (*spins - 64 < 5) (*spins)++;
-  sleep_us(us > 100 ? 100 : us);
-}
+static const sl_backoff_policy nccl_backoff = {.spin = 64, .yield = 1, .first_us = 5, .doublings = 5, .max_us = 100};
+static void backoff(int *spins) { sl_backoff(spins, &nccl_backoff); }
 
-/* c->running := oldest incomplete collective, stamped when it becomes so. */
+/* c->running := oldest incomplete collective, c->p2p_oldest := oldest
+ * incomplete send/recv, each stamped when it becomes so (watchdog). */
 static void update_running_locked(sl_comm *c) {
   sl_comm_req *h = c->head;
   while (h && !sl_comm_is_coll(h->op.kind)) h = h->next;
   if (h != c->running) {
     c->running = h;
     if (h) h->start_ns = sl_comm_now_ns();
+  }
+  sl_comm_req *p = c->head;
+  while (p && sl_comm_is_coll(p->op.kind)) p = p->next;
+  if (p != c->p2p_oldest) {
+    c->p2p_oldest = p;
+    if (p) p->start_ns = sl_comm_now_ns();
   }
 }
 
@@ -286,11 +284,11 @@ static int enqueue(sl_comm *c, sl_comm_req *r, char *err, size_t nerr) {
     CU(cudaMemsetAsync(b->one_dev, 0, sizeof *b->one_dev, st));
     NC(ncclAllReduce(b->one_dev, b->one_dev, 1, ncclInt32, ncclSum, b->nc, st));
     return 0;
-  case SL_COLL_SENDRECV:
-  case SL_OPK_RECV:
+  case SL_COLL_SEND:
+  case SL_COLL_RECV:
     if (!cnt) return 0;
     NC(ncclGroupStart());
-    if (op->kind == SL_COLL_SENDRECV) {
+    if (op->kind == SL_COLL_SEND) {
       ncclResult_t e = ncclSend(op->send, cnt, ty, op->peer, b->nc, st);
       ncclResult_t e2 = ncclGroupEnd();
       NC(e);
@@ -346,8 +344,7 @@ static int nccl_split(sl_comm *c, sl_comm_req *r) {
   locked = 0;
   char name[96];
   snprintf(name, sizeof name, "%.60s/s%llu:c%d", c->name, (unsigned long long)r->op.seq, r->op.color);
-  uint64_t z = c->uid * 0x9e3779b97f4a7c15ull + r->op.seq * 0xbf58476d1ce4e5b9ull + 0x94d049bb133111ebull;
-  z ^= z >> 31;
+  uint64_t z = sl_comm_child_uid(c->uid, r->op.seq);
   child = wrap(nnc, mchild, 1, b->compute, b->dev, name, (z & ~1ull) | 2, err, nerr);
   mchild = NULL; /* owned (or destroyed) by wrap */
   nnc = NULL;
@@ -374,7 +371,7 @@ static int nccl_issue(sl_comm *c, sl_comm_req *r) {
   cudaEvent_t ev = NULL;
   int prev = -1, accounted = 0;
   if (op->kind == SL_OPK_SPLIT) return nccl_split(c, r);
-  if ((op->kind == SL_COLL_SENDRECV || op->kind == SL_OPK_RECV) && op->peer == c->rank)
+  if ((op->kind == SL_COLL_SEND || op->kind == SL_COLL_RECV) && op->peer == c->rank)
     return sl_comm_set_error("%s on comm %s (nccl): peer %d is this rank; NCCL send/recv to self is "
                              "not supported (copy instead)",
                              sl_coll_name((sl_coll_kind)op->kind), c->name, op->peer);

@@ -78,7 +78,7 @@ static void finish(sl_comm_req *r, int status, const char *msg) {
 /* Matches a send/recv against the unmatched list (c->mu held). */
 static void match_p2p_locked(sl_comm *c, sl_comm_req *r) {
   self_be *b = c->be;
-  int want = r->op.kind == SL_COLL_SENDRECV ? SL_OPK_RECV : SL_COLL_SENDRECV;
+  int want = r->op.kind == SL_COLL_SEND ? SL_COLL_RECV : SL_COLL_SEND;
   sl_comm_req **pp = &b->pend;
   while (*pp && !((*pp)->op.kind == want && (*pp)->op.tag == r->op.tag)) pp = &(*pp)->next;
   if (!*pp) { /* append: matched by a later call */
@@ -91,7 +91,7 @@ static void match_p2p_locked(sl_comm *c, sl_comm_req *r) {
   sl_comm_req *m = *pp;
   *pp = m->next;
   m->next = NULL;
-  sl_comm_req *snd = r->op.kind == SL_COLL_SENDRECV ? r : m, *rcv = r == snd ? m : r;
+  sl_comm_req *snd = r->op.kind == SL_COLL_SEND ? r : m, *rcv = r == snd ? m : r;
   size_t es = sl_dtype_size(snd->op.dt);
   if (snd->op.dt != rcv->op.dt || snd->op.count > rcv->op.count) {
     char msg[300];
@@ -129,15 +129,14 @@ static int self_issue(sl_comm *c, sl_comm_req *r) {
   case SL_OPK_SPLIT: {
     char name[96];
     snprintf(name, sizeof name, "%.60s/s%llu:c%d", c->name, (unsigned long long)op->seq, op->color);
-    uint64_t z = c->uid * 0x9e3779b97f4a7c15ull + op->seq * 0xbf58476d1ce4e5b9ull + 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    uint64_t z = sl_comm_child_uid(c->uid, op->seq);
     sl_comm *child = make_self(name, z | 1, b->copy, b->ctx);
     if (!child) return sl_comm_set_error("split of comm %s (self): out of memory", c->name);
     *op->split_out = child;
     break;
   }
-  case SL_COLL_SENDRECV:
-  case SL_OPK_RECV:
+  case SL_COLL_SEND:
+  case SL_COLL_RECV:
     if (b->copy)
       return sl_comm_set_error("%s on comm %s (one-rank device comm): send/recv is not supported",
                                sl_coll_name((sl_coll_kind)op->kind), c->name);
@@ -164,7 +163,7 @@ static int self_wait(sl_comm_req *r) {
     snprintf(msg, sizeof msg, "%s to/from self (tag %d) on comm %s (self) waited on before its matching %s "
              "was issued: it can never complete",
              sl_coll_name((sl_coll_kind)r->op.kind), r->op.tag, c->name,
-             r->op.kind == SL_COLL_SENDRECV ? "recv" : "send");
+             r->op.kind == SL_COLL_SEND ? "recv" : "send");
     finish(r, SL_COMM_ERR, msg);
   }
   pthread_mutex_unlock(&c->mu);

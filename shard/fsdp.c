@@ -145,11 +145,11 @@ static int device_comm(sl_fsdp *f, sl_comm *g, sl_comm **out) {
   return sl_comm_nccl_create(g, f->ops->stream(f->kctx), out) == SL_COMM_OK ? SL_OK : SL_ECOMM;
 }
 
-int sl_fsdp_create(sl_comm *world, const sl_fsdp_cfg *cfg, const sl_ops *ops,
+int sl_fsdp_create(sl_comm *dp, const sl_fsdp_cfg *cfg, const sl_ops *ops,
                    sl_kctx *kctx, int nunits, const int64_t *numel,
                    const int *pinned, sl_fsdp **out) {
   *out = NULL;
-  int wsize = sl_comm_size(world), wrank = sl_comm_rank(world);
+  int wsize = sl_comm_size(dp), wrank = sl_comm_rank(dp); /* the DP group (= world while TP = PP = 1) */
   int S = cfg->shard_group > 0 ? cfg->shard_group : wsize;
   if (cfg->zero < 0 || cfg->zero > 3)
     return sl_fail(SL_EINPUT, "--zero must be 0, 1, 2 or 3 (found %d)", cfg->zero);
@@ -171,8 +171,8 @@ int sl_fsdp_create(sl_comm *world, const sl_fsdp_cfg *cfg, const sl_ops *ops,
   f->pool.k = kctx;
   int rc = SL_OK;
   /* shard groups: consecutive ranks; replica groups: same position across groups */
-  if (sl_comm_split(world, wrank / S, wrank % S, &f->shard_comm) != SL_COMM_OK ||
-      sl_comm_split(world, wrank % S, wrank / S, &f->rep_comm) != SL_COMM_OK) {
+  if (sl_comm_split(dp, wrank / S, wrank % S, &f->shard_comm) != SL_COMM_OK ||
+      sl_comm_split(dp, wrank % S, wrank / S, &f->rep_comm) != SL_COMM_OK) {
     rc = sl_fail(SL_ECOMM, "fsdp: communicator split failed: %s", sl_comm_last_error());
     goto fail;
   }

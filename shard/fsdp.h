@@ -57,9 +57,12 @@ typedef struct {
   float *grads;
 } sl_fsdp_view_t;
 
-/* pinned: units whose parameters stay gathered from their forward until
+/* dp: the data-parallel communicator (the mesh's DP axis, shard/mesh.h; the
+ * world while TP = PP = 1); fsdp splits it into shard groups of
+ * cfg->shard_group consecutive DP ranks and the replica groups across them.
+ * pinned: units whose parameters stay gathered from their forward until
  * their backward (tied weights read by another unit); may be NULL. */
-int sl_fsdp_create(sl_comm *world, const sl_fsdp_cfg *cfg, const sl_ops *ops,
+int sl_fsdp_create(sl_comm *dp, const sl_fsdp_cfg *cfg, const sl_ops *ops,
                    sl_kctx *kctx, int nunits, const int64_t *numel,
                    const int *pinned, sl_fsdp **out);
 void sl_fsdp_destroy(sl_fsdp *f);

@@ -184,17 +184,17 @@ static void test_collectives(sl_comm *c, sl_dtype dt) {
   uint64_t want_rs = sl_comm_bus_bytes(SL_COLL_REDUCE_SCATTER, n, cnt, dt, 0);
   uint64_t want_ar = sl_comm_bus_bytes(SL_COLL_ALLREDUCE, n, cnt, dt, 0);
   uint64_t want_bc = sl_comm_bus_bytes(SL_COLL_BROADCAST, n, cnt, dt, r == n - 1);
-  uint64_t want_sr = n >= 2 ? sl_comm_bus_bytes(SL_COLL_SENDRECV, n, cnt, dt, 1) : 0;
+  uint64_t want_sr = n >= 2 ? sl_comm_bus_bytes(SL_COLL_SEND, n, cnt, dt, 1) : 0;
   CHECK(st1.bytes[SL_COLL_ALLGATHER] == want_ag && st1.bytes[SL_COLL_REDUCE_SCATTER] == want_rs &&
             st1.bytes[SL_COLL_ALLREDUCE] == want_ar && st1.bytes[SL_COLL_BROADCAST] == want_bc &&
-            st1.bytes[SL_COLL_SENDRECV] == want_sr && st1.calls[SL_COLL_ALLGATHER] == 2 &&
+            st1.bytes[SL_COLL_SEND] == want_sr && st1.calls[SL_COLL_ALLGATHER] == 2 &&
             st1.calls[SL_COLL_BARRIER] == 1,
         "stats %s: ag %llu/%llu rs %llu/%llu ar %llu/%llu bc %llu/%llu sr %llu/%llu", tn,
         (unsigned long long)st1.bytes[SL_COLL_ALLGATHER], (unsigned long long)want_ag,
         (unsigned long long)st1.bytes[SL_COLL_REDUCE_SCATTER], (unsigned long long)want_rs,
         (unsigned long long)st1.bytes[SL_COLL_ALLREDUCE], (unsigned long long)want_ar,
         (unsigned long long)st1.bytes[SL_COLL_BROADCAST], (unsigned long long)want_bc,
-        (unsigned long long)st1.bytes[SL_COLL_SENDRECV], (unsigned long long)want_sr);
+        (unsigned long long)st1.bytes[SL_COLL_SEND], (unsigned long long)want_sr);
   (void)st0;
 
   /* bit identity: allreduce == reduce_scatter + allgather of the buffer

@@ -14,18 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "kernels/kernels.h"
 
 static int g_pass, g_fail;
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 
-static uint64_t rnd_u64(void) {
-  uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static double rnd_unif(void) { return (double)(rnd_u64() >> 11) / 9007199254740992.0; }
+static double rnd_unif(void) { return (double)(sl_splitmix64(&g_rng) >> 11) / 9007199254740992.0; }
 static float rnd_sym(float a) { return (float)((2.0 * rnd_unif() - 1.0) * a); }
 
 static float *fvec(int64_t n, float a) {
@@ -77,7 +72,7 @@ static void fd_check(const char *name, double *p, const float *g, int64_t n,
   int all = n <= samples;
   int cnt = all ? (int)n : samples;
   for (int s = 0; s < cnt; s++) {
-    int64_t k = all ? s : (s == 0 ? 0 : s == 1 ? n - 1 : (int64_t)(rnd_u64() % (uint64_t)n));
+    int64_t k = all ? s : (s == 0 ? 0 : s == 1 ? n - 1 : (int64_t)(sl_splitmix64(&g_rng) % (uint64_t)n));
     double save = p[k];
     p[k] = save + h;
     double lp = f(st);
@@ -127,7 +122,7 @@ static double dot_r(const double *o, const double *R, int64_t n) {
 static void test_embedding(const sl_ops *ops, sl_kctx *ctx) {
   int64_t N = 300, C = 24, V = 17; /* repeated tokens */
   int32_t tok[300];
-  for (int64_t i = 0; i < N; i++) tok[i] = (int32_t)(rnd_u64() % V);
+  for (int64_t i = 0; i < N; i++) tok[i] = (int32_t)(sl_splitmix64(&g_rng) % V);
   float *wte = fvec(V * C, 1.0f), *out = fvec(N * C, 1.0f);
   ops->embedding_fwd(ctx, out, tok, wte, N, C);
   double *ref = dvec(N * C);
@@ -441,7 +436,7 @@ static double ce_L(void *p) { return ce_ref(p); }
 static void test_ce(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C, int64_t V, int sx_n, int sw_n) {
   float *x = fvec(N * C, 1.0f), *w = fvec(V * C, 1.0f);
   int32_t *t = malloc(N * sizeof(int32_t));
-  for (int64_t i = 0; i < N; i++) t[i] = (i % 7 == 3) ? -1 : (int32_t)(rnd_u64() % V);
+  for (int64_t i = 0; i < N; i++) t[i] = (i % 7 == 3) ? -1 : (int32_t)(sl_splitmix64(&g_rng) % V);
   t[N - 1] = (int32_t)(V - 1);
   float *loss = fvec(N, 9.0f), *lse = fvec(N, 9.0f);
   ops->lmhead_ce_fwd(ctx, loss, lse, x, w, t, N, C, V);
@@ -512,7 +507,7 @@ static void test_elementwise(const sl_ops *ops, sl_kctx *ctx) {
   /* bf16: random values over many binades plus ties and specials */
   int64_t m = 70000;
   float *v = malloc(m * 4);
-  for (int64_t i = 0; i < m; i++) v[i] = (float)ldexp(rnd_sym(1.0f), (int)(rnd_u64() % 200) - 100);
+  for (int64_t i = 0; i < m; i++) v[i] = (float)ldexp(rnd_sym(1.0f), (int)(sl_splitmix64(&g_rng) % 200) - 100);
   v[0] = 1.0f + ldexpf(1.0f, -8);      /* tie -> 1.0 (even) */
   v[1] = 1.0f + 3 * ldexpf(1.0f, -8);  /* tie -> 1 + 2^-6 (even) */
   v[2] = -(1.0f + ldexpf(1.0f, -8));

@@ -130,7 +130,23 @@ out:
   T->ctx_destroy(ctx);
 }
 
+/* sl_ops_check: the CPU table is complete; a NULL op is named, an optional
+ * one is not. */
+static void check_support(void) {
+  CHECK(sl_ops_check(sl_ops_cpu()) == SL_OK, "cpu table complete: %s", sl_errmsg());
+  sl_ops t = *sl_ops_cpu();
+  t.linear_bwd = NULL;
+  t.scan_fwd = NULL;
+  t.mem_info = NULL;
+  int rc = sl_ops_check(&t);
+  CHECK(rc == SL_EINPUT && strstr(sl_errmsg(), "'cpu' does not support 2 op(s)") &&
+            strstr(sl_errmsg(), "linear_bwd, scan_fwd") && !strstr(sl_errmsg(), "mem_info"),
+        "missing ops named: rc %d '%s'", rc, sl_errmsg());
+  CHECK(sl_ops_optional("mem_info") && !sl_ops_optional("adamw") && SL_OPS_COUNT == 47, "optional ops, count");
+}
+
 int main(void) {
+  check_support();
   check_table(sl_ops_cpu(), 0);
   const sl_ops *cu = sl_ops_cuda();
   if (cu) check_table(cu, 1);

@@ -7,6 +7,7 @@
  *   test_mpi_comm hang T     rank 1 stops issuing collectives; the others must
  *                            be ended by the watchdog (timeout T s) naming it
  *   test_mpi_comm kill T     rank 1 SIGKILLs itself mid-sequence
+ *   test_mpi_comm p2p T      rank 0 waits on a recv rank 2 never sends
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -16,8 +17,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "kernels/kernels.h"
 #include "shard/comm.h"
+#include "shard/mesh.h"
 
 static int R, N; /* world rank, size */
 static int npass, nfail;
@@ -58,6 +61,8 @@ static void put(sl_dtype dt, void *b, int64_t i, double v) {
   case SL_BF16: ((uint16_t *)b)[i] = sl_f32_to_bf16_scalar((float)v); break;
   case SL_I32: ((int32_t *)b)[i] = (int32_t)v; break;
   case SL_F64: ((double *)b)[i] = v; break;
+  case SL_I64: ((int64_t *)b)[i] = (int64_t)v; break;
+  case SL_U8: ((uint8_t *)b)[i] = (uint8_t)(int8_t)v; break; /* two's complement byte */
   default: break;
   }
 }
@@ -68,6 +73,8 @@ static double get(sl_dtype dt, const void *b, int64_t i) {
   case SL_BF16: return sl_bf16_to_f32_scalar(((const uint16_t *)b)[i]);
   case SL_I32: return ((const int32_t *)b)[i];
   case SL_F64: return ((const double *)b)[i];
+  case SL_I64: return (double)((const int64_t *)b)[i];
+  case SL_U8: return (double)(int8_t)((const uint8_t *)b)[i];
   default: return NAN;
   }
 }
@@ -149,6 +156,61 @@ static void t_sendrecv(sl_comm *c, sl_dtype dt, int64_t cnt) {
   CHECK(!bad, "send/recv ring %s count %lld: %d wrong", sl_dtype_name(dt), (long long)cnt, bad);
   free(s);
   free(d);
+}
+
+/* Pipeline-style paired send/recv: each rank sends two tagged messages to
+ * both ring neighbours and to itself, receives them posted in a different
+ * order than sent (tags do the matching), and the counters count each kind. */
+static void t_p2p(sl_comm *c) {
+  int n = sl_comm_size(c), r = sl_comm_rank(c), to = (r + 1) % n, from = (r + n - 1) % n;
+  for (size_t d = 0; d < 6; d++) {
+    sl_dtype dt = (sl_dtype)d;
+    const int64_t cnt = 5 + (int64_t)d;
+    void *s[3], *q[3];
+    sl_comm_req *qs[3], *qr[3];
+    const int peer_to[3] = {to, from, r}, peer_from[3] = {from, to, r}, tag[3] = {11, 12, 13};
+    sl_comm_reset_stats(c);
+    for (int k = 0; k < 3; k++) {
+      s[k] = buf(dt, cnt);
+      q[k] = buf(dt, cnt);
+      for (int64_t i = 0; i < cnt; i++) put(dt, s[k], i, f(r, i, 20 + k));
+    }
+    /* recvs first for k = 2, 1; sends; then the recv for k = 0 */
+    OK(sl_comm_recv(c, q[2], cnt, dt, peer_from[2], tag[2], &qr[2]));
+    OK(sl_comm_recv(c, q[1], cnt, dt, peer_from[1], tag[1], &qr[1]));
+    for (int k = 0; k < 3; k++) OK(sl_comm_send(c, s[k], cnt, dt, peer_to[k], tag[k], &qs[k]));
+    OK(sl_comm_recv(c, q[0], cnt, dt, peer_from[0], tag[0], &qr[0]));
+    for (int k = 2; k >= 0; k--) OK(sl_comm_wait(qr[k]));
+    for (int k = 0; k < 3; k++) OK(sl_comm_wait(qs[k]));
+    int bad = 0;
+    for (int k = 0; k < 3; k++)
+      for (int64_t i = 0; i < cnt; i++) bad += get(dt, q[k], i) != f(peer_from[k], i, 20 + k);
+    CHECK(!bad, "p2p ring/self %s: %d wrong", sl_dtype_name(dt), bad);
+    sl_comm_stats st;
+    sl_comm_get_stats(c, &st);
+    uint64_t want = n > 1 ? 3ull * (uint64_t)cnt * sl_dtype_size(dt) : 0;
+    CHECK(st.calls[SL_COLL_SEND] == 3 && st.calls[SL_COLL_RECV] == 3 && st.bytes[SL_COLL_SEND] == want &&
+              st.bytes[SL_COLL_RECV] == want && st.calls[SL_COLL_ALLREDUCE] == 0,
+          "p2p counters %s: send %llu calls %llu bytes, recv %llu calls %llu bytes (want 3 calls, %llu bytes)",
+          sl_dtype_name(dt), (unsigned long long)st.calls[SL_COLL_SEND], (unsigned long long)st.bytes[SL_COLL_SEND],
+          (unsigned long long)st.calls[SL_COLL_RECV], (unsigned long long)st.bytes[SL_COLL_RECV],
+          (unsigned long long)want);
+    for (int k = 0; k < 3; k++) {
+      free(s[k]);
+      free(q[k]);
+    }
+  }
+  CHECK(sl_comm_bus_bytes(SL_COLL_RECV, 2, 3, SL_F32, 0) == 12 && sl_comm_bus_bytes(SL_COLL_SEND, 1, 3, SL_F32, 1) == 0,
+        "bus bytes of send/recv");
+  CHECK(!strcmp(sl_coll_name(SL_COLL_SEND), "send") && !strcmp(sl_coll_name(SL_COLL_RECV), "recv"), "p2p names");
+  /* argument errors */
+  sl_comm_req *q = NULL;
+  float z[2] = {0};
+  CHECK(sl_comm_send(c, z, 2, SL_F32, n, 1, &q) == SL_COMM_ERR && !q && strstr(sl_comm_last_error(), "peer"),
+        "bad peer rejected: %s", sl_comm_last_error());
+  CHECK(sl_comm_recv(c, z, 2, SL_F32, 0, 40000, &q) == SL_COMM_ERR && !q && strstr(sl_comm_last_error(), "tag"),
+        "bad tag rejected: %s", sl_comm_last_error());
+  sl_comm_reset_stats(c);
 }
 
 /* Many operations in flight at once, waited in reverse order. */
@@ -354,6 +416,48 @@ static void t_split(sl_comm *w) {
   sl_comm_destroy(rep);
 }
 
+/* The parallel mesh (shard/mesh.h): every (TP, PP) that divides the world;
+ * coordinates, group membership and an all-reduce per axis against the
+ * layout rank = tp + TP * (dp + DP * pp). */
+static void t_mesh(sl_comm *w) {
+  const int shapes[][2] = {{1, 1}, {2, 1}, {1, 2}, {2, 2}, {3, 1}, {1, 4}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    int tp = shapes[s][0], pp = shapes[s][1];
+    if (N % (tp * pp)) continue;
+    int dp = N / (tp * pp);
+    sl_par_mesh *m = NULL;
+    OK(sl_par_mesh_create(w, tp, pp, &m));
+    if (!m) continue;
+    int ct = R % tp, cd = (R / tp) % dp, cp = R / (tp * dp);
+    CHECK(m->size[SL_AXIS_TP] == tp && m->size[SL_AXIS_DP] == dp && m->size[SL_AXIS_PP] == pp &&
+              m->coord[SL_AXIS_TP] == ct && m->coord[SL_AXIS_DP] == cd && m->coord[SL_AXIS_PP] == cp,
+          "mesh tp %d pp %d: sizes/coords", tp, pp);
+    CHECK(sl_par_mesh_world_rank(m, ct, cd, cp) == R && sl_par_mesh_world_rank(m, tp, 0, 0) == -1,
+          "mesh tp %d pp %d: world rank of coords", tp, pp);
+    for (int a = 0; a < SL_AXIS_COUNT; a++) {
+      sl_comm *g = m->comm[a];
+      int ok = sl_comm_size(g) == m->size[a] && sl_comm_rank(g) == m->coord[a];
+      int64_t sum = 0, want = 0;
+      for (int i = 0; i < m->size[a]; i++) {
+        int co[3] = {ct, cd, cp};
+        co[a] = i;
+        int wr = sl_par_mesh_world_rank(m, co[0], co[1], co[2]);
+        ok &= sl_comm_world_rank(g, i) == wr;
+        want += wr + 1;
+      }
+      sum = R + 1;
+      OK(sl_comm_allreduce_sync(g, &sum, 1, SL_I64));
+      CHECK(ok && sum == want, "mesh tp %d pp %d axis %s: members/order (ok %d), sum %lld want %lld", tp, pp,
+            sl_axis_name((sl_axis)a), ok, (long long)sum, (long long)want);
+    }
+    sl_par_mesh_destroy(m);
+  }
+  sl_par_mesh *bad = (sl_par_mesh *)1;
+  int rc = sl_par_mesh_create(w, N + 1, 1, &bad);
+  CHECK(rc == SL_EINPUT && !bad && strstr(sl_errmsg(), "must divide the world size"), "mesh: bad TP refused: %s",
+        sl_errmsg());
+}
+
 /* ---- fault modes ----------------------------------------------------------- */
 
 static int fault_mode(sl_comm *w, const char *mode) {
@@ -361,6 +465,16 @@ static int fault_mode(sl_comm *w, const char *mode) {
   for (int step = 1; step <= 3; step++) {
     for (int i = 0; i < 16; i++) x[i] = (float)R;
     OK(sl_comm_allreduce_sync(w, x, 16, SL_F32));
+  }
+  if (!strcmp(mode, "p2p")) { /* rank 0 waits for a send rank 2 never posts */
+    if (R == 0) {
+      sl_comm_req *q;
+      OK(sl_comm_recv(w, x, 16, SL_F32, 2, 9, &q));
+      OK(sl_comm_wait(q));
+      fprintf(stderr, "[rank 0] FAIL: recv completed without a send\n");
+      return 1;
+    }
+    for (;;) sleep(1000);
   }
   if (R == 1) {
     if (!strcmp(mode, "kill")) raise(SIGKILL);
@@ -383,7 +497,7 @@ int main(int argc, char **argv) {
   }
   R = sl_comm_rank(w);
   N = sl_comm_size(w);
-  if (!strcmp(mode, "hang") || !strcmp(mode, "kill")) {
+  if (!strcmp(mode, "hang") || !strcmp(mode, "kill") || !strcmp(mode, "p2p")) {
     if (N < 2) {
       fprintf(stderr, "fault mode %s needs at least 2 ranks\n", mode);
       return 2;
@@ -416,6 +530,7 @@ int main(int argc, char **argv) {
   }
   OK(sl_comm_barrier_sync(w));
   t_interleaved(w);
+  t_p2p(w);
   /* divisible, padded, and large enough that MPI_Allreduce's own algorithm
    * (OpenMPI tuned, 3 ranks) would sum in a different order */
   const int64_t bcounts[] = {16 * N, 16 * N + 3, 3000 * N + 3};
@@ -427,6 +542,7 @@ int main(int argc, char **argv) {
   t_bf16_rne(w);
   t_stats(w);
   t_split(w);
+  t_mesh(w);
 
   /* argument errors are reported, not crashed on */
   sl_comm_req *q = NULL;

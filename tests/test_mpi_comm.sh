@@ -63,6 +63,8 @@ fault hang "$WD"
 fault kill "process rank 1 .*(exited on signal 9|Killed)|$WD"
 # with mpirun told not to abort on a dead rank, the watchdog must do it
 fault kill "$WD" --mca orte_abort_on_non_zero_status 0
+# a recv whose send is never posted: the watchdog names it
+fault p2p 'recv #1 \(16 x f32, tag 9\) from rank 2 \(world rank 2\) on comm world did not complete within 2\.0 s'
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -184,56 +184,63 @@ void sl_cuda_colsum_partials(sl_kctx *ctx, float *dst, const float *part, int64_
 }
 
 /* ---- the table --------------------------------------------------------------- */
-static const sl_ops g_cuda_ops = {
-    /* name */ "cuda",
-    cuda_ctx_create,
-    cuda_ctx_destroy,
-    cuda_ctx_scratch_bytes,
-    sl_cuda_embedding_fwd,
-    sl_cuda_embedding_bwd,
-    sl_cuda_rmsnorm_fwd,
-    sl_cuda_rmsnorm_bwd,
-    sl_cuda_linear_fwd,
-    sl_cuda_linear_bwd,
-    sl_cuda_rope_fwd,
-    sl_cuda_rope_bwd,
-    sl_cuda_attention_fwd,
-    sl_cuda_attention_bwd,
-    sl_cuda_swiglu_fwd,
-    sl_cuda_swiglu_bwd,
-    sl_cuda_add_inplace,
-    sl_cuda_lmhead_ce_fwd,
-    sl_cuda_lmhead_ce_bwd,
-    sl_cuda_adamw,
-    sl_cuda_sumsq,
-    sl_cuda_scale,
-    sl_cuda_f32_to_bf16,
-    sl_cuda_bf16_to_f32,
-    sl_cuda_round_bf16,
-    sl_cuda_conv1d_fwd,
-    sl_cuda_conv1d_bwd,
-    sl_cuda_silu_fwd,
-    sl_cuda_silu_bwd,
-    sl_cuda_gate_fwd,
-    sl_cuda_gate_bwd,
-    sl_cuda_scan_fwd,
-    sl_cuda_scan_bwd,
-    sl_cuda_mem_alloc, /* memory section (memops.cu) */
-    sl_cuda_mem_free,
-    sl_cuda_mem_zero,
-    sl_cuda_mem_copy,
-    sl_cuda_mem_upload,
-    sl_cuda_mem_download,
-    sl_cuda_mem_sum,
-    sl_cuda_mem_sync,
-    sl_cuda_mem_is_device,
-    sl_cuda_stream,
-    sl_cuda_rope_doc_fwd, /* document masking */
-    sl_cuda_rope_doc_bwd,
-    sl_cuda_attention_doc_fwd,
-    sl_cuda_attention_doc_bwd,
-    sl_cuda_mem_info,
-};
+/* Filled by field name (nvcc's C++17 has no designated initialisers out of
+ * C order): a function with the same signature cannot land in another op's
+ * slot. A field left NULL is an op this backend does not support;
+ * sl_ops_check (run by the probe below) names it. */
+static sl_ops make_cuda_ops() {
+  sl_ops o{};
+  o.name = "cuda";
+  o.ctx_create = cuda_ctx_create;
+  o.ctx_destroy = cuda_ctx_destroy;
+  o.ctx_scratch_bytes = cuda_ctx_scratch_bytes;
+  o.embedding_fwd = sl_cuda_embedding_fwd;
+  o.embedding_bwd = sl_cuda_embedding_bwd;
+  o.rmsnorm_fwd = sl_cuda_rmsnorm_fwd;
+  o.rmsnorm_bwd = sl_cuda_rmsnorm_bwd;
+  o.linear_fwd = sl_cuda_linear_fwd;
+  o.linear_bwd = sl_cuda_linear_bwd;
+  o.rope_fwd = sl_cuda_rope_fwd;
+  o.rope_bwd = sl_cuda_rope_bwd;
+  o.attention_fwd = sl_cuda_attention_fwd;
+  o.attention_bwd = sl_cuda_attention_bwd;
+  o.swiglu_fwd = sl_cuda_swiglu_fwd;
+  o.swiglu_bwd = sl_cuda_swiglu_bwd;
+  o.add_inplace = sl_cuda_add_inplace;
+  o.lmhead_ce_fwd = sl_cuda_lmhead_ce_fwd;
+  o.lmhead_ce_bwd = sl_cuda_lmhead_ce_bwd;
+  o.adamw = sl_cuda_adamw;
+  o.sumsq = sl_cuda_sumsq;
+  o.scale = sl_cuda_scale;
+  o.f32_to_bf16 = sl_cuda_f32_to_bf16;
+  o.bf16_to_f32 = sl_cuda_bf16_to_f32;
+  o.round_bf16 = sl_cuda_round_bf16;
+  o.conv1d_fwd = sl_cuda_conv1d_fwd;
+  o.conv1d_bwd = sl_cuda_conv1d_bwd;
+  o.silu_fwd = sl_cuda_silu_fwd;
+  o.silu_bwd = sl_cuda_silu_bwd;
+  o.gate_fwd = sl_cuda_gate_fwd;
+  o.gate_bwd = sl_cuda_gate_bwd;
+  o.scan_fwd = sl_cuda_scan_fwd;
+  o.scan_bwd = sl_cuda_scan_bwd;
+  o.alloc = sl_cuda_mem_alloc;
+  o.free = sl_cuda_mem_free;
+  o.zero = sl_cuda_mem_zero;
+  o.copy = sl_cuda_mem_copy;
+  o.upload = sl_cuda_mem_upload;
+  o.download = sl_cuda_mem_download;
+  o.sum = sl_cuda_mem_sum;
+  o.sync = sl_cuda_mem_sync;
+  o.is_device = sl_cuda_mem_is_device;
+  o.stream = sl_cuda_stream;
+  o.rope_doc_fwd = sl_cuda_rope_doc_fwd;
+  o.rope_doc_bwd = sl_cuda_rope_doc_bwd;
+  o.attention_doc_fwd = sl_cuda_attention_doc_fwd;
+  o.attention_doc_bwd = sl_cuda_attention_doc_bwd;
+  o.mem_info = sl_cuda_mem_info;
+  return o;
+}
+static const sl_ops g_cuda_ops = make_cuda_ops();
 
 /* NULL when no CUDA device is usable, so CPU-only machines never touch one;
  * then sl_errmsg() says why (the CUDA error of cudaGetDeviceCount, or no
@@ -252,6 +259,10 @@ extern "C" const sl_ops *sl_ops_cuda(void) {
       snprintf(why, sizeof why, "no CUDA device: cudaGetDeviceCount found 0");
     }
     present = (e == cudaSuccess && n > 0);
+    if (present && sl_ops_check(&g_cuda_ops) != SL_OK) {
+      snprintf(why, sizeof why, "%s", sl_errmsg());
+      present = 0;
+    }
     probed = 1;
   }
   if (!present) sl_fail(SL_EINPUT, "%s", why);
