@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include "engine/trainer.h"
+#include "engine/trainer_internal.h"
 
 #include <errno.h>
 #include <math.h>
@@ -40,42 +41,6 @@
 #include "shard/fsdp.h"
 #include "shard/mesh.h"
 
-typedef struct {
-  sl_train_cfg cfg;
-  sl_comm *world;
-  int rank, wsize;
-  const sl_ops *ops;
-  sl_kctx *k;
-  sl_model_config mcfg;
-  sl_model *m;
-  sl_fsdp *f;
-  sl_par_mesh *pmesh; /* world = DP x TP x PP (TP = PP = 1 today); fsdp runs on its DP comm */
-  sl_sampler *smp;         /* the datasets of --data, their loss masks, the data order */
-  int64_t G;               /* samples per optimizer step (all ranks) */
-  int64_t next_sample;     /* global index of the first sample of the next step */
-  int64_t start_step;      /* first step to run (after a resume) */
-  float **master, **mom, **var; /* (nunits) x (view count); NULL per unit on NVMe */
-  sl_tier tier;            /* where the optimizer state lives */
-  sl_optstate **nvme;      /* (nunits) NVMe-resident state */
-  int dev;                 /* the backend's memory is device memory */
-  float *hview;            /* (max view) host staging: NVMe updates, downloaded grads */
-  float *dview;            /* (max view) backend staging of host-side optimizer results */
-  float *hgrad;            /* (max view) host copy of a device gradient view */
-  int64_t max_view, staging_bytes;
-  float **ck[3];           /* (nunits) host arrays a checkpoint reads / fills */
-  int32_t *dtok, *dtgt;    /* (B*T) the batch in backend memory (= tok/tgt on the CPU) */
-  int32_t *tok, *tgt;      /* (B*T) */
-  int32_t *seg, *dseg;     /* (B*T) document start per token (--doc-attention-mask); dseg: backend */
-  int64_t count;           /* targets that count in this step's loss, all ranks */
-  sl_eval_data *ev;        /* held-out stream (NULL: none) */
-  int optim;               /* 0: no optimizer state (shardlm eval) */
-  double peak_flops;       /* per rank */
-  char metrics_path[SL_PATH_MAX + 64];
-  FILE *metrics;
-  uint64_t prev_bytes, prev_wait; /* comm counters at the last metrics line */
-  sl_guard guard;          /* non-finite policy (engine/guard.h) */
-  int lock_fd;             /* rank 0: flock on CKPT_DIR/.lock for the run's life (-1: none) */
-} trainer;
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -276,7 +241,7 @@ static const float *opt_master(trainer *t, int u, int *rc) {
 }
 
 /* ---- setup / teardown ----------------------------------------------------- */
-static void trainer_free(trainer *t) {
+void sl_trainer_free(trainer *t) {
   if (t->m) {
     for (int u = 0; u < t->m->nunits; u++) opt_free(t, u);
   }
@@ -316,7 +281,7 @@ static int doc_mask_check(trainer *t) {
   return SL_OK;
 }
 
-static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim) {
+int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim) {
   memset(t, 0, sizeof *t);
   t->optim = optim;
   t->cfg = *cfg;
@@ -459,7 +424,7 @@ static int trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, in
 }
 
 /* ---- one step ------------------------------------------------------------- */
-static int run_micro(trainer *t, int64_t s, int k, int nk, int dump_logits, float *logits) {
+int sl_trainer_run_micro(trainer *t, int64_t s, int k, int nk, int dump_logits, float *logits) {
   sl_train_cfg *c = &t->cfg;
   (void)s;
   int64_t first = t->next_sample + (int64_t)t->rank * (c->grad_accum * c->micro_batch) + (int64_t)k * c->micro_batch;
@@ -558,18 +523,13 @@ static int optimizer_step(trainer *t, int64_t s, double lr, float coef) {
   return sl_fsdp_finish_step(t->f);
 }
 
-typedef struct {
-  double loss, grad_norm, lr;
-  sl_eval_result ev;       /* held-out loss of this step (ev.samples 0: none) */
-  int64_t tokens;          /* targets that counted in the loss */
-} step_out;
 
 static int train_step(trainer *t, int64_t s, step_out *o) {
   sl_train_cfg *c = &t->cfg;
   double loss_local = 0;
   int rc;
   for (int k = 0; k < c->grad_accum; k++) {
-    if ((rc = run_micro(t, s, k, (int)c->grad_accum, 0, NULL))) return rc;
+    if ((rc = sl_trainer_run_micro(t, s, k, (int)c->grad_accum, 0, NULL))) return rc;
     loss_local += t->m->loss_sum;
   }
   double loss_sum = 0;
@@ -728,75 +688,6 @@ static int save_model(trainer *t, const char *dir, int64_t step) {
   return rc;
 }
 
-/* ---- reporting -------------------------------------------------------------- */
-static void summary(trainer *t, double wall) {
-  enum { NV = SL_ARENA_COUNT + 2 * SL_COLL_NKINDS + 2 };
-  int64_t mine[NV], *all = calloc((size_t)t->wsize, sizeof mine);
-  if (!all) return;
-  sl_mem_stats ms;
-  sl_mem_get(&ms);
-  sl_comm_stats sh, rp;
-  sl_fsdp_comm_stats(t->f, &sh, &rp);
-  int i = 0;
-  for (int a = 0; a < SL_ARENA_COUNT; a++) mine[i++] = ms.peak[a];
-  for (int kk = 0; kk < SL_COLL_NKINDS; kk++) mine[i++] = (int64_t)sh.bytes[kk];
-  for (int kk = 0; kk < SL_COLL_NKINDS; kk++) mine[i++] = (int64_t)rp.bytes[kk];
-  mine[i++] = (int64_t)sl_fsdp_wait_ns(t->f);
-  mine[i++] = ms.total_peak;
-  if (sl_comm_allgather_sync(t->world, mine, all, NV, SL_I64) == SL_COMM_OK && t->rank == 0) {
-    printf("\nper-rank summary (%d rank%s, ZeRO-%lld, %.1f s):\n", t->wsize, t->wsize > 1 ? "s" : "",
-           (long long)t->cfg.zero, wall);
-    printf("  rank |   params    grads    optim   gather     acts workspace |    total | "
-           "all-gather reduce-scat  all-reduce | blocked on comm\n");
-    for (int r = 0; r < t->wsize; r++) {
-      int64_t *v = all + (size_t)r * NV;
-      double mb = 1.0 / (1 << 20);
-      int64_t ag = v[SL_ARENA_COUNT + SL_COLL_ALLGATHER] + v[SL_ARENA_COUNT + SL_COLL_NKINDS + SL_COLL_ALLGATHER];
-      int64_t rs = v[SL_ARENA_COUNT + SL_COLL_REDUCE_SCATTER] +
-                   v[SL_ARENA_COUNT + SL_COLL_NKINDS + SL_COLL_REDUCE_SCATTER];
-      int64_t ar = v[SL_ARENA_COUNT + SL_COLL_ALLREDUCE] + v[SL_ARENA_COUNT + SL_COLL_NKINDS + SL_COLL_ALLREDUCE];
-      printf("  %4d | %7.2fM %7.2fM %7.2fM %7.2fM %7.2fM %8.2fM | %7.2fM | %9.2fM %10.2fM %10.2fM | %.2f s (%.1f%%)\n",
-             r, v[SL_ARENA_PARAMS] * mb, v[SL_ARENA_GRADS] * mb, v[SL_ARENA_OPTIM] * mb,
-             v[SL_ARENA_GATHER] * mb, v[SL_ARENA_ACTS] * mb, v[SL_ARENA_WORKSPACE] * mb, v[NV - 1] * mb,
-             ag * mb, rs * mb, ar * mb, v[NV - 2] * 1e-9, 100.0 * v[NV - 2] * 1e-9 / (wall > 0 ? wall : 1));
-    }
-    printf("  (peak bytes per arena in MiB; bytes each rank sent per collective kind, in MiB)\n");
-  }
-  free(all);
-}
-
-static int write_metrics(trainer *t, int64_t s, const step_out *o, double dt, double flops_tok) {
-  if (t->rank != 0 || !t->metrics) return SL_OK;
-  sl_mem_stats ms;
-  sl_mem_get(&ms);
-  sl_comm_stats sh, rp;
-  sl_fsdp_comm_stats(t->f, &sh, &rp);
-  double tps = (double)t->G * (double)t->cfg.seq_len / dt;
-  double mfu = flops_tok * tps / (t->peak_flops * t->wsize);
-  uint64_t bytes = 0;
-  for (int kk = 0; kk < SL_COLL_NKINDS; kk++) /* sent bytes: recv is the inbound figure */
-    if (kk != SL_COLL_RECV) bytes += sh.bytes[kk] + rp.bytes[kk];
-  uint64_t wait = sl_fsdp_wait_ns(t->f), dbytes = bytes - t->prev_bytes, dwait = wait - t->prev_wait;
-  t->prev_bytes = bytes;
-  t->prev_wait = wait;
-  char jl[32], jr[32], jg[32]; /* non-finite values are written as null */
-  fprintf(t->metrics,
-          "{\"step\": %lld, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, \"tokens_per_s\": %.2f, "
-          "\"mfu\": %.6f, \"peak_bytes\": %lld, \"step_time_s\": %.6f, \"comm_wait_s\": %.6f, "
-          "\"comm_bytes\": %llu, \"skipped_steps\": %lld, \"loss_tokens\": %lld, \"arena_peak\": {",
-          (long long)(s + 1), sl_guard_json(jl, o->loss), sl_guard_json(jr, o->lr), sl_guard_json(jg, o->grad_norm),
-          tps, mfu, (long long)ms.total_peak, dt, dwait * 1e-9, (unsigned long long)dbytes,
-          (long long)t->guard.total, (long long)o->tokens);
-  for (int a = 0; a < SL_ARENA_COUNT; a++)
-    fprintf(t->metrics, "%s\"%s\": %lld", a ? ", " : "", sl_arena_name(a), (long long)ms.peak[a]);
-  fprintf(t->metrics, "}");
-  if (o->ev.samples)
-    fprintf(t->metrics, ", \"eval_loss\": %s, \"eval_ppl\": %s", sl_guard_json(jl, o->ev.loss),
-            sl_guard_json(jr, o->ev.ppl));
-  fprintf(t->metrics, "}\n");
-  return sl_metrics_flush(t->metrics, t->metrics_path);
-}
-
 /* Rank 0's status, shared: every rank returns its code (rank 0's message). */
 static int rank0_agree(trainer *t, int rc) {
   int32_t code = t->rank == 0 ? rc : 0;
@@ -809,7 +700,7 @@ static int rank0_agree(trainer *t, int rc) {
 int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   trainer t;
   sl_signals_install(); /* a signal during setup stops the run after its first step */
-  int rc = trainer_setup(&t, cfg, world, 1);
+  int rc = sl_trainer_setup(&t, cfg, world, 1);
   if (rc) goto done;
   sl_train_cfg *c = &t.cfg;
   if (c->metrics[0]) snprintf(t.metrics_path, sizeof t.metrics_path, "%s", c->metrics);
@@ -855,7 +746,7 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
       goto done;
     if ((rc = sl_signals_agree(world, &stop_sig))) goto done; /* every rank stops after the same step */
     /* the step's line is on disk before a checkpoint commits the step */
-    if ((rc = write_metrics(&t, s, &o, dt, flops_tok))) goto done;
+    if ((rc = sl_trainer_write_metrics(&t, s, &o, dt, flops_tok))) goto done;
     if ((rc = sl_guard_verdict(&t.guard))) goto done; /* non-finite: stop before saving anything */
     if (c->ckpt_dir[0] && (stop_sig || (c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0) || s + 1 == c->steps)) {
       if (t.metrics && (rc = sl_metrics_sync(t.metrics, t.metrics_path))) goto done;
@@ -886,7 +777,7 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   if ((rc = rank0_agree(&t, sl_metrics_close(&t.metrics, t.metrics_path)))) goto done;
   if (stop_sig) goto done; /* the run is not finished: no --save, no summary */
   if (c->save[0] && (rc = save_model(&t, c->save, c->steps > t.start_step ? c->steps : t.start_step))) goto done;
-  if (c->summary) summary(&t, wall);
+  if (c->summary) sl_trainer_summary(&t, wall);
   if (t.rank == 0 && c->steps > t.start_step) {
     printf("trained %lld steps (%lld..%lld) in %.1f s: loss %.4f -> %.4f\n", (long long)(c->steps - t.start_step),
            (long long)t.start_step + 1, (long long)c->steps, wall, first_loss, o.loss);
@@ -900,7 +791,7 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
     if (c->save[0]) printf("model:   %s (Hugging Face format)\n", c->save);
   }
 done:
-  trainer_free(&t);
+  sl_trainer_free(&t);
   return rc;
 }
 
@@ -909,98 +800,8 @@ int sl_train_eval(const sl_train_cfg *cfg, sl_comm *world, int64_t K, sl_eval_re
   trainer t;
   sl_train_cfg c2 = *cfg;
   snprintf(c2.data_order, sizeof c2.data_order, "sequential"); /* window j is sample j */
-  int rc = trainer_setup(&t, &c2, world, 0); /* no optimizer state */
+  int rc = sl_trainer_setup(&t, &c2, world, 0); /* no optimizer state */
   if (!rc) rc = run_eval(&t, t.smp, K, res);
-  trainer_free(&t);
-  return rc;
-}
-
-/* ---- dump ------------------------------------------------------------------- */
-typedef struct {
-  const float *next; /* tensors back to back, in write order */
-} dump_src;
-
-static int dump_fill(void *ctx, int64_t index, const sl_st_wtensor *wt, float *dst) {
-  dump_src *s = ctx;
-  int64_t n = 1;
-  for (int d = 0; d < wt->ndim; d++) n *= wt->shape[d];
-  memcpy(dst, s->next, (size_t)n * 4);
-  s->next += n;
-  (void)index;
-  return SL_OK;
-}
-
-int sl_train_dump(const sl_train_cfg *cfg, sl_comm *world, const char *out_path) {
-  trainer t;
-  sl_train_cfg c2 = *cfg;
-  snprintf(c2.data_order, sizeof c2.data_order, "sequential");
-  c2.grad_accum = 1;
-  int rc = trainer_setup(&t, &c2, world, 1);
-  float *logits = NULL, *big = NULL;
-  sl_st_wtensor *ws = NULL;
-  if (rc) goto done;
-  if (t.wsize != 1) { rc = sl_fail(SL_EINPUT, "dump runs on one rank"); goto done; }
-  int64_t N = c2.micro_batch * c2.seq_len, V = t.mcfg.vocab_size;
-  logits = sl_alloc((size_t)(N * V) * 4, "logits");
-  if (!logits) { rc = SL_ENOMEM; goto done; }
-  /* G = B for a single rank and grad_accum 1: the loss scale is 1/(counted targets of the B samples) */
-  if (t.dev) { /* logits are computed in backend memory, then brought to the host */
-    float *dl = t.ops->alloc(t.k, (size_t)(N * V) * 4);
-    if (!dl) { rc = SL_ENOMEM; goto done; }
-    rc = run_micro(&t, 0, 0, 1, 1, dl);
-    t.ops->download(t.k, logits, dl, (size_t)(N * V) * 4);
-    t.ops->free(t.k, dl);
-    if (rc) goto done;
-  } else if ((rc = run_micro(&t, 0, 0, 1, 1, logits))) {
-    goto done;
-  }
-  float loss = t.count > 0 ? (float)(t.m->loss_sum / (double)t.count) : 0.0f;
-  /* tensors: logits, loss, grad.<name> */
-  int U = t.m->nunits, nt = 2;
-  for (int u = 0; u < U; u++) nt += t.m->units[u].ntensors;
-  ws = calloc((size_t)nt, sizeof *ws);
-  char **names = calloc((size_t)nt, sizeof(char *));
-  int64_t total = sl_model_num_params(t.m);
-  big = sl_alloc((size_t)(total + 1) * 4, "gradients");
-  if (!ws || !names || !big) { rc = SL_ENOMEM; free(names); goto done; }
-  ws[0] = (sl_st_wtensor){.name = "logits", .ndim = 2, .shape = {N, V}, .dtype = SL_ST_F32};
-  ws[1] = (sl_st_wtensor){.name = "loss", .ndim = 1, .shape = {1}, .dtype = SL_ST_F32};
-  int n = 2;
-  int64_t off = 0;
-  for (int u = 0; u < U && !rc; u++) {
-    sl_fsdp_view_t v = sl_fsdp_view(t.f, u);
-    rc = sl_fsdp_gather_view(t.f, u, v.grads, big + off);
-    for (int i = 0; i < t.m->units[u].ntensors; i++) {
-      const sl_tensor_spec *ts = &t.m->units[u].t[i];
-      names[n] = malloc(SL_TENSOR_NAME_MAX + 8);
-      snprintf(names[n], SL_TENSOR_NAME_MAX + 8, "grad.%s", ts->name);
-      ws[n].name = names[n];
-      ws[n].ndim = ts->ndim;
-      for (int d = 0; d < ts->ndim; d++) ws[n].shape[d] = ts->shape[d];
-      ws[n].dtype = SL_ST_F32;
-      n++;
-    }
-    off += t.m->units[u].numel;
-  }
-  if (!rc) {
-    /* one contiguous source: logits | loss | grads in tensor order */
-    float *all = sl_alloc((size_t)(N * V + 1 + total) * 4, "dump");
-    if (!all) rc = SL_ENOMEM;
-    else {
-      memcpy(all, logits, (size_t)(N * V) * 4);
-      all[N * V] = loss;
-      memcpy(all + N * V + 1, big, (size_t)total * 4);
-      dump_src src = {all};
-      rc = sl_st_write_file(out_path, ws, n, dump_fill, &src);
-      sl_free(all);
-    }
-  }
-  for (int i = 2; i < n; i++) free(names[i]);
-  free(names);
-done:
-  free(ws);
-  sl_free(logits);
-  sl_free(big);
-  trainer_free(&t);
+  sl_trainer_free(&t);
   return rc;
 }

@@ -1,0 +1,101 @@
+/* engine/dump.c — `shardlm dump`: one forward + backward of the first
+ * micro-batch written as a safetensors file (logits, loss, every gradient),
+ * the engine side of the PyTorch reference tests. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "engine/safetensors.h"
+#include "engine/trainer.h"
+#include "engine/trainer_internal.h"
+
+typedef struct {
+  const float *next; /* tensors back to back, in write order */
+} dump_src;
+
+static int dump_fill(void *ctx, int64_t index, const sl_st_wtensor *wt, float *dst) {
+  dump_src *s = ctx;
+  int64_t n = 1;
+  for (int d = 0; d < wt->ndim; d++) n *= wt->shape[d];
+  memcpy(dst, s->next, (size_t)n * 4);
+  s->next += n;
+  (void)index;
+  return SL_OK;
+}
+
+int sl_train_dump(const sl_train_cfg *cfg, sl_comm *world, const char *out_path) {
+  trainer t;
+  sl_train_cfg c2 = *cfg;
+  snprintf(c2.data_order, sizeof c2.data_order, "sequential");
+  c2.grad_accum = 1;
+  int rc = sl_trainer_setup(&t, &c2, world, 1);
+  float *logits = NULL, *big = NULL;
+  sl_st_wtensor *ws = NULL;
+  if (rc) goto done;
+  if (t.wsize != 1) { rc = sl_fail(SL_EINPUT, "dump runs on one rank"); goto done; }
+  int64_t N = c2.micro_batch * c2.seq_len, V = t.mcfg.vocab_size;
+  logits = sl_alloc((size_t)(N * V) * 4, "logits");
+  if (!logits) { rc = SL_ENOMEM; goto done; }
+  /* G = B for a single rank and grad_accum 1: the loss scale is 1/(counted targets of the B samples) */
+  if (t.dev) { /* logits are computed in backend memory, then brought to the host */
+    float *dl = t.ops->alloc(t.k, (size_t)(N * V) * 4);
+    if (!dl) { rc = SL_ENOMEM; goto done; }
+    rc = sl_trainer_run_micro(&t, 0, 0, 1, 1, dl);
+    t.ops->download(t.k, logits, dl, (size_t)(N * V) * 4);
+    t.ops->free(t.k, dl);
+    if (rc) goto done;
+  } else if ((rc = sl_trainer_run_micro(&t, 0, 0, 1, 1, logits))) {
+    goto done;
+  }
+  float loss = t.count > 0 ? (float)(t.m->loss_sum / (double)t.count) : 0.0f;
+  /* tensors: logits, loss, grad.<name> */
+  int U = t.m->nunits, nt = 2;
+  for (int u = 0; u < U; u++) nt += t.m->units[u].ntensors;
+  ws = calloc((size_t)nt, sizeof *ws);
+  char **names = calloc((size_t)nt, sizeof(char *));
+  int64_t total = sl_model_num_params(t.m);
+  big = sl_alloc((size_t)(total + 1) * 4, "gradients");
+  if (!ws || !names || !big) { rc = SL_ENOMEM; free(names); goto done; }
+  ws[0] = (sl_st_wtensor){.name = "logits", .ndim = 2, .shape = {N, V}, .dtype = SL_ST_F32};
+  ws[1] = (sl_st_wtensor){.name = "loss", .ndim = 1, .shape = {1}, .dtype = SL_ST_F32};
+  int n = 2;
+  int64_t off = 0;
+  for (int u = 0; u < U && !rc; u++) {
+    sl_fsdp_view_t v = sl_fsdp_view(t.f, u);
+    rc = sl_fsdp_gather_view(t.f, u, v.grads, big + off);
+    for (int i = 0; i < t.m->units[u].ntensors; i++) {
+      const sl_tensor_spec *ts = &t.m->units[u].t[i];
+      names[n] = malloc(SL_TENSOR_NAME_MAX + 8);
+      snprintf(names[n], SL_TENSOR_NAME_MAX + 8, "grad.%s", ts->name);
+      ws[n].name = names[n];
+      ws[n].ndim = ts->ndim;
+      for (int d = 0; d < ts->ndim; d++) ws[n].shape[d] = ts->shape[d];
+      ws[n].dtype = SL_ST_F32;
+      n++;
+    }
+    off += t.m->units[u].numel;
+  }
+  if (!rc) {
+    /* one contiguous source: logits | loss | grads in tensor order */
+    float *all = sl_alloc((size_t)(N * V + 1 + total) * 4, "dump");
+    if (!all) rc = SL_ENOMEM;
+    else {
+      memcpy(all, logits, (size_t)(N * V) * 4);
+      all[N * V] = loss;
+      memcpy(all + N * V + 1, big, (size_t)total * 4);
+      dump_src src = {all};
+      rc = sl_st_write_file(out_path, ws, n, dump_fill, &src);
+      sl_free(all);
+    }
+  }
+  for (int i = 2; i < n; i++) free(names[i]);
+  free(names);
+done:
+  free(ws);
+  sl_free(logits);
+  sl_free(big);
+  sl_trainer_free(&t);
+  return rc;
+}

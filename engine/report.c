@@ -1,0 +1,79 @@
+/* engine/report.c — what a training run tells its user: the per-step
+ * metrics line (JSONL, strict JSON: non-finite values as null) and the
+ * per-rank summary at the end (peak bytes per arena, bytes per collective
+ * kind, time blocked on communication). */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/base.h"
+#include "engine/metrics.h"
+#include "engine/trainer_internal.h"
+
+void sl_trainer_summary(trainer *t, double wall) {
+  enum { NV = SL_ARENA_COUNT + 2 * SL_COLL_NKINDS + 2 };
+  int64_t mine[NV], *all = calloc((size_t)t->wsize, sizeof mine);
+  if (!all) return;
+  sl_mem_stats ms;
+  sl_mem_get(&ms);
+  sl_comm_stats sh, rp;
+  sl_fsdp_comm_stats(t->f, &sh, &rp);
+  int i = 0;
+  for (int a = 0; a < SL_ARENA_COUNT; a++) mine[i++] = ms.peak[a];
+  for (int kk = 0; kk < SL_COLL_NKINDS; kk++) mine[i++] = (int64_t)sh.bytes[kk];
+  for (int kk = 0; kk < SL_COLL_NKINDS; kk++) mine[i++] = (int64_t)rp.bytes[kk];
+  mine[i++] = (int64_t)sl_fsdp_wait_ns(t->f);
+  mine[i++] = ms.total_peak;
+  if (sl_comm_allgather_sync(t->world, mine, all, NV, SL_I64) == SL_COMM_OK && t->rank == 0) {
+    printf("\nper-rank summary (%d rank%s, ZeRO-%lld, %.1f s):\n", t->wsize, t->wsize > 1 ? "s" : "",
+           (long long)t->cfg.zero, wall);
+    printf("  rank |   params    grads    optim   gather     acts workspace |    total | "
+           "all-gather reduce-scat  all-reduce | blocked on comm\n");
+    for (int r = 0; r < t->wsize; r++) {
+      int64_t *v = all + (size_t)r * NV;
+      double mb = 1.0 / (1 << 20);
+      int64_t ag = v[SL_ARENA_COUNT + SL_COLL_ALLGATHER] + v[SL_ARENA_COUNT + SL_COLL_NKINDS + SL_COLL_ALLGATHER];
+      int64_t rs = v[SL_ARENA_COUNT + SL_COLL_REDUCE_SCATTER] +
+                   v[SL_ARENA_COUNT + SL_COLL_NKINDS + SL_COLL_REDUCE_SCATTER];
+      int64_t ar = v[SL_ARENA_COUNT + SL_COLL_ALLREDUCE] + v[SL_ARENA_COUNT + SL_COLL_NKINDS + SL_COLL_ALLREDUCE];
+      printf("  %4d | %7.2fM %7.2fM %7.2fM %7.2fM %7.2fM %8.2fM | %7.2fM | %9.2fM %10.2fM %10.2fM | %.2f s (%.1f%%)\n",
+             r, v[SL_ARENA_PARAMS] * mb, v[SL_ARENA_GRADS] * mb, v[SL_ARENA_OPTIM] * mb,
+             v[SL_ARENA_GATHER] * mb, v[SL_ARENA_ACTS] * mb, v[SL_ARENA_WORKSPACE] * mb, v[NV - 1] * mb,
+             ag * mb, rs * mb, ar * mb, v[NV - 2] * 1e-9, 100.0 * v[NV - 2] * 1e-9 / (wall > 0 ? wall : 1));
+    }
+    printf("  (peak bytes per arena in MiB; bytes each rank sent per collective kind, in MiB)\n");
+  }
+  free(all);
+}
+
+int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt, double flops_tok) {
+  if (t->rank != 0 || !t->metrics) return SL_OK;
+  sl_mem_stats ms;
+  sl_mem_get(&ms);
+  sl_comm_stats sh, rp;
+  sl_fsdp_comm_stats(t->f, &sh, &rp);
+  double tps = (double)t->G * (double)t->cfg.seq_len / dt;
+  double mfu = flops_tok * tps / (t->peak_flops * t->wsize);
+  uint64_t bytes = 0;
+  for (int kk = 0; kk < SL_COLL_NKINDS; kk++) /* sent bytes: recv is the inbound figure */
+    if (kk != SL_COLL_RECV) bytes += sh.bytes[kk] + rp.bytes[kk];
+  uint64_t wait = sl_fsdp_wait_ns(t->f), dbytes = bytes - t->prev_bytes, dwait = wait - t->prev_wait;
+  t->prev_bytes = bytes;
+  t->prev_wait = wait;
+  char jl[32], jr[32], jg[32]; /* non-finite values are written as null */
+  fprintf(t->metrics,
+          "{\"step\": %lld, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, \"tokens_per_s\": %.2f, "
+          "\"mfu\": %.6f, \"peak_bytes\": %lld, \"step_time_s\": %.6f, \"comm_wait_s\": %.6f, "
+          "\"comm_bytes\": %llu, \"skipped_steps\": %lld, \"loss_tokens\": %lld, \"arena_peak\": {",
+          (long long)(s + 1), sl_guard_json(jl, o->loss), sl_guard_json(jr, o->lr), sl_guard_json(jg, o->grad_norm),
+          tps, mfu, (long long)ms.total_peak, dt, dwait * 1e-9, (unsigned long long)dbytes,
+          (long long)t->guard.total, (long long)o->tokens);
+  for (int a = 0; a < SL_ARENA_COUNT; a++)
+    fprintf(t->metrics, "%s\"%s\": %lld", a ? ", " : "", sl_arena_name(a), (long long)ms.peak[a]);
+  fprintf(t->metrics, "}");
+  if (o->ev.samples)
+    fprintf(t->metrics, ", \"eval_loss\": %s, \"eval_ppl\": %s", sl_guard_json(jl, o->ev.loss),
+            sl_guard_json(jr, o->ev.ppl));
+  fprintf(t->metrics, "}\n");
+  return sl_metrics_flush(t->metrics, t->metrics_path);
+}

@@ -1,0 +1,75 @@
+/* engine/trainer_internal.h — the trainer's state, shared by the files of
+ * the training loop (trainer.c: setup, step, loop; report.c: metrics and
+ * summary; dump.c: the reference-test dump). Not a public interface. */
+#ifndef SL_TRAINER_INTERNAL_H
+#define SL_TRAINER_INTERNAL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "engine/eval.h"
+#include "engine/guard.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "engine/traincfg.h"
+#include "offload/offload.h"
+#include "shard/comm.h"
+#include "shard/fsdp.h"
+#include "shard/mesh.h"
+
+typedef struct {
+  sl_train_cfg cfg;
+  sl_comm *world;
+  int rank, wsize;
+  const sl_ops *ops;
+  sl_kctx *k;
+  sl_model_config mcfg;
+  sl_model *m;
+  sl_fsdp *f;
+  sl_par_mesh *pmesh; /* world = DP x TP x PP (TP = PP = 1 today); fsdp runs on its DP comm */
+  sl_sampler *smp;         /* the datasets of --data, their loss masks, the data order */
+  int64_t G;               /* samples per optimizer step (all ranks) */
+  int64_t next_sample;     /* global index of the first sample of the next step */
+  int64_t start_step;      /* first step to run (after a resume) */
+  float **master, **mom, **var; /* (nunits) x (view count); NULL per unit on NVMe */
+  sl_tier tier;            /* where the optimizer state lives */
+  sl_optstate **nvme;      /* (nunits) NVMe-resident state */
+  int dev;                 /* the backend's memory is device memory */
+  float *hview;            /* (max view) host staging: NVMe updates, downloaded grads */
+  float *dview;            /* (max view) backend staging of host-side optimizer results */
+  float *hgrad;            /* (max view) host copy of a device gradient view */
+  int64_t max_view, staging_bytes;
+  float **ck[3];           /* (nunits) host arrays a checkpoint reads / fills */
+  int32_t *dtok, *dtgt;    /* (B*T) the batch in backend memory (= tok/tgt on the CPU) */
+  int32_t *tok, *tgt;      /* (B*T) */
+  int32_t *seg, *dseg;     /* (B*T) document start per token (--doc-attention-mask); dseg: backend */
+  int64_t count;           /* targets that count in this step's loss, all ranks */
+  sl_eval_data *ev;        /* held-out stream (NULL: none) */
+  int optim;               /* 0: no optimizer state (shardlm eval) */
+  double peak_flops;       /* per rank */
+  char metrics_path[SL_PATH_MAX + 64];
+  FILE *metrics;
+  uint64_t prev_bytes, prev_wait; /* comm counters at the last metrics line */
+  sl_guard guard;          /* non-finite policy (engine/guard.h) */
+  int lock_fd;             /* rank 0: flock on CKPT_DIR/.lock for the run's life (-1: none) */
+} trainer;
+
+/* What one optimizer step reports. */
+typedef struct {
+  double loss, grad_norm, lr;
+  sl_eval_result ev;       /* held-out loss of this step (ev.samples 0: none) */
+  int64_t tokens;          /* targets that counted in the loss */
+} step_out;
+
+/* optim 0: no optimizer state (shardlm eval). */
+int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim);
+void sl_trainer_free(trainer *t);
+/* Forward + backward of micro-batch k of nk of step s; dump_logits: write
+ * the logits (backend memory) to logits. */
+int sl_trainer_run_micro(trainer *t, int64_t s, int k, int nk, int dump_logits, float *logits);
+/* Rank 0: the metrics line of step s (0-based). */
+int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt, double flops_tok);
+/* Collective: the per-rank summary, printed by rank 0. */
+void sl_trainer_summary(trainer *t, double wall);
+
+#endif /* SL_TRAINER_INTERNAL_H */
