@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Prints the figures a restructuring must keep bit for bit: per-step loss,
+# grad norm, bytes moved and per-arena peaks of a set of runs, the sha256 of
+# each saved model, and the planner's engine-check output. Run it before and
+# after a change and diff the two outputs:
+#   SL_BUILD=build bash tests/lib/figures.sh > before.txt
+set -u
+B=$(cd "${SL_BUILD:-build}" && pwd)/shardlm
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+W=$(mktemp -d /tmp/sl-figures.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+MPI="mpirun --allow-run-as-root --oversubscribe --bind-to none"
+mkdir -p "$W/llama" "$W/mistral" "$W/mamba"
+cat > "$W/llama/config.json" <<'J'
+{"architectures": ["LlamaForCausalLM"], "hidden_size": 48, "intermediate_size": 80,
+ "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+ "vocab_size": 300, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false}
+J
+cat > "$W/mistral/config.json" <<'J'
+{"architectures": ["MistralForCausalLM"], "hidden_size": 48, "intermediate_size": 80,
+ "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+ "vocab_size": 300, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "sliding_window": 6,
+ "tie_word_embeddings": true}
+J
+cat > "$W/mamba/config.json" <<'J'
+{"architectures": ["MambaForCausalLM"], "hidden_size": 32, "num_hidden_layers": 2,
+ "state_size": 8, "expand": 2, "conv_kernel": 4, "time_step_rank": 4, "vocab_size": 300,
+ "layer_norm_epsilon": 1e-5, "tie_word_embeddings": true}
+J
+"$B" prepare --input "$SRC/configs/corpus.txt" --output "$W/data" > /dev/null || exit 1
+COMMON="--data $W/data --data-order shuffled --steps 6 --seq-len 16 --micro-batch 2 --lr 1e-3 \
+  --warmup 2 --clip 0.5 --threads 1 --summary false --plot false --log-every 100"
+fig() { # name np [flags...]
+  local name=$1 np=$2; shift 2
+  $MPI -np "$np" "$B" train $COMMON --out-dir "$W/$name" --save "$W/$name/model" "$@" > "$W/$name.log" 2>&1 \
+    || { echo "$name: FAILED"; tail -3 "$W/$name.log"; return; }
+  /usr/bin/python3 - "$W/$name/metrics.jsonl" "$name" <<'P'
+import json, sys
+for l in open(sys.argv[1]):
+    j = json.loads(l)
+    a = j.get("arena_peak", {})
+    print(sys.argv[2], j["step"], repr(j["loss"]), repr(j["grad_norm"]), j["comm_bytes"], j["peak_bytes"],
+          " ".join(f"{k}={v}" for k, v in sorted(a.items())))
+P
+  echo "$name model $(cat "$W/$name/model/"*.safetensors | sha256sum | cut -c1-16)"
+}
+fig l1z0 1 --model "$W/llama" --zero 0
+fig l2z3 2 --model "$W/llama" --zero 3
+fig l2z1ga 2 --model "$W/llama" --zero 1 --grad-accum 2
+fig l4hs 4 --model "$W/llama" --zero 2 --shard-group 2
+fig l2off 2 --model "$W/llama" --zero 3 --offload-optimizer cpu
+fig l2ac 2 --model "$W/llama" --zero 3 --activation-checkpoint full --prefetch 2
+fig l2bf 2 --model "$W/llama" --zero 3 --param-dtype bf16 --reduce-dtype bf16
+fig m2z3 2 --model "$W/mistral" --zero 3
+fig mb2z2 2 --model "$W/mamba" --zero 2
+fig def2 2 --zero 3
+# checkpoint bytes: a run that writes one
+$MPI -np 2 "$B" train $COMMON --model "$W/llama" --zero 3 --out-dir "$W/ck" --ckpt-dir "$W/ck/ckpt" > /dev/null 2>&1
+echo "ckpt $(find "$W/ck/ckpt" -type f -name 'rank-*.bin' | sort | xargs cat | sha256sum | cut -c1-16)"
+for z in 0 1 2 3; do
+  echo "plan z$z: $("$B" plan --engine-check --model "$W/llama" --world 2 --zero $z --micro-batch 2 --seq-len 16 --json 2>&1 | sha256sum | cut -c1-16)"
+done
