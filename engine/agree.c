@@ -2,7 +2,7 @@
  * (engine/agree.h). */
 #define _GNU_SOURCE
 #include "engine/agree.h"
-#include "engine/sampler.h"
+#include "data/sampler.h"
 
 #include <dirent.h>
 #include <stdarg.h>

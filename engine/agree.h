@@ -9,8 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/hfconfig.h"
-#include "engine/traincfg.h"
+#include "formats/hfconfig.h"
+#include "formats/traincfg.h"
 #include "shard/comm.h"
 
 #ifdef __cplusplus

@@ -2,7 +2,7 @@
  * checkpoints: which rank writes which slice, the commit protocol with
  * agreement on success, fault injection for tests, loading with
  * resharding, verification and fallback to older checkpoints.
- * File formats and directory helpers: engine/ckpt_io.c. docs/checkpoint.md.
+ * File formats and directory helpers: formats/ckpt_io.c. docs/checkpoint.md.
  */
 #define _GNU_SOURCE
 #include "engine/checkpoint.h"
@@ -19,8 +19,8 @@
 
 #include "base/base.h"
 #include "engine/agree.h"
-#include "engine/ckpt_io.h"
-#include "engine/safetensors.h"
+#include "formats/ckpt_io.h"
+#include "formats/safetensors.h"
 
 /* ---- fault injection (tests): SL_CKPT_FAULT=stage [SL_CKPT_FAULT_RANK=r]
  * [SL_CKPT_FAULT_STEP=s] [SL_CKPT_FAULT_ONCE=marker-file] raises SIGKILL when

@@ -16,8 +16,8 @@
 
 #include <stdint.h>
 
-#include "engine/model.h"
-#include "engine/traincfg.h"
+#include "models/model.h"
+#include "formats/traincfg.h"
 #include "shard/comm.h"
 #include "shard/fsdp.h"
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "engine/safetensors.h"
+#include "formats/safetensors.h"
 #include "engine/trainer.h"
 #include "engine/trainer_internal.h"
 

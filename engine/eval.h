@@ -8,10 +8,10 @@
 
 #include <stdint.h>
 
-#include "engine/dataset.h"
-#include "engine/model.h"
-#include "engine/sampler.h"
-#include "engine/traincfg.h"
+#include "formats/dataset.h"
+#include "models/model.h"
+#include "data/sampler.h"
+#include "formats/traincfg.h"
 #include "shard/comm.h"
 #include "shard/fsdp.h"
 

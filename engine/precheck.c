@@ -16,7 +16,7 @@
 
 #include "base/base.h"
 #include "engine/agree.h"
-#include "engine/planner.h"
+#include "plan/planner.h"
 
 /* First integer of a file (-1: absent or "max"). */
 static int64_t read_num(const char *path, const char *key) {

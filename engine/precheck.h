@@ -7,10 +7,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/hfconfig.h"
-#include "engine/model.h"
-#include "engine/safetensors.h"
-#include "engine/traincfg.h"
+#include "formats/hfconfig.h"
+#include "models/model.h"
+#include "formats/safetensors.h"
+#include "formats/traincfg.h"
 #include "kernels/kernels.h"
 #include "shard/comm.h"
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "base/base.h"
-#include "engine/metrics.h"
+#include "formats/metrics.h"
 #include "engine/trainer_internal.h"
 
 void sl_trainer_summary(trainer *t, double wall) {

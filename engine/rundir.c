@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "engine/ckpt_io.h"
+#include "formats/ckpt_io.h"
 
 int sl_rundir_claim(const char *ckpt_dir, int resume, int *lock_fd) {
   *lock_fd = -1;

@@ -24,22 +24,23 @@
 #include "engine/agree.h"
 #include "engine/builtin.h"
 #include "engine/checkpoint.h"
-#include "engine/dataset.h"
+#include "formats/dataset.h"
 #include "engine/eval.h"
 #include "engine/guard.h"
-#include "engine/hfconfig.h"
-#include "engine/metrics.h"
+#include "formats/hfconfig.h"
+#include "formats/metrics.h"
 #include "engine/mesh.h"
-#include "engine/model.h"
+#include "models/model.h"
 #include "engine/precheck.h"
-#include "engine/plot.h"
 #include "engine/rundir.h"
-#include "engine/safetensors.h"
-#include "engine/sampler.h"
+#include "formats/safetensors.h"
+#include "data/sampler.h"
 #include "engine/signals.h"
 #include "offload/offload.h"
 #include "shard/fsdp.h"
 #include "shard/mesh.h"
+
+static sl_plotter g_plotter; /* sl_train_set_plotter */
 
 
 /* ---- helpers -------------------------------------------------------------- */
@@ -782,10 +783,10 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
     printf("trained %lld steps (%lld..%lld) in %.1f s: loss %.4f -> %.4f\n", (long long)(c->steps - t.start_step),
            (long long)t.start_step + 1, (long long)c->steps, wall, first_loss, o.loss);
     printf("metrics: %s\n", t.metrics_path);
-    if (c->plot) {
+    if (c->plot && g_plotter) {
       char svg[SL_PATH_MAX + 64];
       snprintf(svg, sizeof svg, "%s/metrics.svg", c->out_dir);
-      if (sl_plot_metrics(t.metrics_path, svg) == SL_OK) printf("plot:    %s\n", svg);
+      if (g_plotter(t.metrics_path, svg) == SL_OK) printf("plot:    %s\n", svg);
       else sl_log(SL_LOG_WARN, "could not draw the plot: %s", sl_errmsg());
     }
     if (c->save[0]) printf("model:   %s (Hugging Face format)\n", c->save);
@@ -794,6 +795,9 @@ done:
   sl_trainer_free(&t);
   return rc;
 }
+
+/* ---- the plot hook (tools/plot.c is above the engine) ---- */
+void sl_train_set_plotter(sl_plotter fn) { g_plotter = fn; }
 
 /* ---- shardlm eval ------------------------------------------------------------ */
 int sl_train_eval(const sl_train_cfg *cfg, sl_comm *world, int64_t K, sl_eval_result *res) {

@@ -4,7 +4,7 @@
 #define SL_TRAINER_H
 
 #include "engine/eval.h"
-#include "engine/traincfg.h"
+#include "formats/traincfg.h"
 #include "shard/comm.h"
 
 #ifdef __cplusplus
@@ -24,6 +24,11 @@ int sl_train_dump(const sl_train_cfg *cfg, sl_comm *world, const char *out_path)
  * sequential order (`shardlm eval`), through the training layout (ZeRO
  * stage, offload) without optimizer state. Collective. */
 int sl_train_eval(const sl_train_cfg *cfg, sl_comm *world, int64_t K, sl_eval_result *res);
+
+/* Draws metrics JSONL -> SVG at the end of a run with --plot (rank 0). The
+ * drawing lives in tools/ (above the engine); the command line sets it. */
+typedef int (*sl_plotter)(const char *metrics_jsonl, const char *svg_path);
+void sl_train_set_plotter(sl_plotter fn);
 
 /* The learning rate of step s (0-based) of the parity contract. */
 double sl_lr_at(const sl_train_cfg *cfg, int64_t s);

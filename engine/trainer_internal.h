@@ -9,9 +9,9 @@
 
 #include "engine/eval.h"
 #include "engine/guard.h"
-#include "engine/model.h"
-#include "engine/sampler.h"
-#include "engine/traincfg.h"
+#include "models/model.h"
+#include "data/sampler.h"
+#include "formats/traincfg.h"
 #include "offload/offload.h"
 #include "shard/comm.h"
 #include "shard/fsdp.h"

@@ -1,4 +1,4 @@
-/* tests/test_ckpt_io.c — unit tests of engine/ckpt_io.c: XXH64 against
+/* tests/test_ckpt_io.c — unit tests of formats/ckpt_io.c: XXH64 against
  * published vectors and against zstd's frame checksum (an independent
  * implementation), streaming == one-shot, shard writer + range reader
  * round trip over uneven slices, manifest dump/parse round trip, and the
@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "engine/ckpt_io.h"
+#include "formats/ckpt_io.h"
 #include "shard/shardmath.h"
 
 static int fails = 0;

@@ -24,10 +24,10 @@ build() { # name sources...
   local n=$1; shift
   $CC $CFLAGS "$@" $LIBS $ZSTD $JANSSON -lm -lpthread -o $W/$n 2> $W/$n.build.log || { echo "building $n failed"; cat $W/$n.build.log; exit 1; }
 }
-build fuzz_safetensors $SL_SRC/tests/fuzz/fuzz_safetensors.c $SL_SRC/engine/safetensors.c
-build fuzz_idx $SL_SRC/tests/fuzz/fuzz_idx.c $SL_SRC/engine/dataset.c
-build fuzz_hfconfig $SL_SRC/tests/fuzz/fuzz_hfconfig.c $SL_SRC/engine/hfconfig.c
-build fuzz_manifest $SL_SRC/tests/fuzz/fuzz_manifest.c $SL_SRC/engine/ckpt_io.c
+build fuzz_safetensors $SL_SRC/tests/fuzz/fuzz_safetensors.c $SL_SRC/formats/safetensors.c
+build fuzz_idx $SL_SRC/tests/fuzz/fuzz_idx.c $SL_SRC/formats/dataset.c
+build fuzz_hfconfig $SL_SRC/tests/fuzz/fuzz_hfconfig.c $SL_SRC/formats/hfconfig.c
+build fuzz_manifest $SL_SRC/tests/fuzz/fuzz_manifest.c $SL_SRC/formats/ckpt_io.c
 /usr/bin/python3 $SL_SRC/tests/fuzz/gen_corpus.py $W/seeds || exit 1
 fail=0
 for t in safetensors idx hfconfig manifest; do

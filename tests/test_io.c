@@ -15,10 +15,10 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "engine/dataset.h"
-#include "engine/hfconfig.h"
-#include "engine/plot.h"
-#include "engine/safetensors.h"
+#include "formats/dataset.h"
+#include "formats/hfconfig.h"
+#include "tools/plot.h"
+#include "formats/safetensors.h"
 
 static int g_pass, g_fail;
 static char g_dir[256];

@@ -9,8 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/hfconfig.h"
-#include "engine/planner.h"
+#include "formats/hfconfig.h"
+#include "plan/planner.h"
 
 static int npass, nfail;
 

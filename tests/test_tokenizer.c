@@ -1,4 +1,4 @@
-/* tests/test_tokenizer.c — the tokenizer API (engine/tokenizer.h) without
+/* tests/test_tokenizer.c — the tokenizer API (data/tokenizer.h) without
  * the HF oracle: the built-in byte-level tokenizer (ids are the input bytes,
  * EOD 256 decodes to nothing), encoding from 4 threads at once giving the
  * ids of one thread (the per-thread caches and shared regexes), and bad
@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "engine/tokenizer.h"
+#include "data/tokenizer.h"
 
 static int g_pass, g_fail;
 

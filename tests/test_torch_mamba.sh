@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# PyTorch reference test of the whole Mamba (v1) model (engine/mamba.c):
+# PyTorch reference test of the whole Mamba (v1) model (models/mamba.c):
 # `shardlm dump` / `shardlm train` vs the plain-PyTorch oracle
 # tests/torch_ref/mamba_ref.py, driven by the Llama test's helpers
 # (tests/torch_ref/engine_checks.py: same data, batch, 10 AdamW steps).

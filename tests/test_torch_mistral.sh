@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# PyTorch reference test of Mistral (engine/llama.c with the sliding window):
+# PyTorch reference test of Mistral (models/llama.c with the sliding window):
 # `shardlm dump` / `shardlm train` vs the plain-PyTorch oracle
 # tests/torch_ref/llama_ref.py (MistralForCausalLM config: attention of query
 # i limited to keys j with 0 <= i - j < sliding_window), driven by the Llama

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "engine/dataset.h"
+#include "formats/dataset.h"
 #include "kernels/kernels.h"
 #include "shard/comm.h"
 #include "tools/tools.h"

@@ -13,11 +13,11 @@
 
 #include "base/base.h"
 #include "engine/agree.h"
-#include "engine/ckpt_io.h"
+#include "formats/ckpt_io.h"
 #include "engine/precheck.h"
-#include "engine/hfconfig.h"
-#include "engine/model.h"
-#include "engine/safetensors.h"
+#include "formats/hfconfig.h"
+#include "models/model.h"
+#include "formats/safetensors.h"
 #include "shard/shardmath.h"
 #include "tools/tools.h"
 

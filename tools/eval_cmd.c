@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "engine/safetensors.h"
+#include "formats/safetensors.h"
 #include "engine/trainer.h"
 #include "shard/comm.h"
 #include "tools/tools.h"

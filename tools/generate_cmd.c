@@ -1,5 +1,5 @@
 /* tools/generate_cmd.c — `shardlm generate`: sample a continuation of a
- * prompt from an HF model directory (engine/generate.c: KV cache / recurrent
+ * prompt from an HF model directory (models/generate.c: KV cache / recurrent
  * state, CPU, one process). Without a tokenizer the model is byte-level:
  * prompt bytes in, bytes out (end-of-document 256 stops). --prompt-ids and
  * --print-ids work on token ids directly (tests). */
@@ -9,9 +9,9 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "engine/dataset.h"
-#include "engine/generate.h"
-#include "engine/tokenizer.h"
+#include "formats/dataset.h"
+#include "models/generate.h"
+#include "data/tokenizer.h"
 #include "tools/tools.h"
 
 static const char *USAGE =
@@ -19,7 +19,7 @@ static const char *USAGE =
     "       [--max-new-tokens N (64)] [--temperature X (1.0; 0: greedy)] [--top-p P (1.0)] [--seed S (1234)]\n"
     "       [--print-ids]\n";
 
-/* ---- text <-> ids through the tokenizer (engine/tokenizer.h) ---------------- */
+/* ---- text <-> ids through the tokenizer (data/tokenizer.h) ---------------- */
 typedef struct {
   const sl_tokenizer *tk;
   int bytes;       /* the byte-level tokenizer: ids are bytes, printed as they come */

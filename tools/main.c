@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "engine/dataset.h"
-#include "engine/plot.h"
+#include "formats/dataset.h"
+#include "tools/plot.h"
 #include "engine/signals.h"
 #include "engine/trainer.h"
 #include "shard/comm.h"
@@ -112,7 +112,10 @@ static int cmd_train(int argc, char **argv, int dump) {
   if (cfg.nproc > 0 && cfg.nproc != size)
     rc = sl_fail(SL_EINPUT, "--nproc %lld, but this job was launched with %d rank%s (drop --nproc under mpirun/srun, "
                  "or make them agree)", (long long)cfg.nproc, size, size > 1 ? "s" : "");
-  else rc = dump ? sl_train_dump(&cfg, world, out) : sl_train_run(&cfg, world);
+  else {
+    sl_train_set_plotter(sl_plot_metrics);
+    rc = dump ? sl_train_dump(&cfg, world, out) : sl_train_run(&cfg, world);
+  }
   if (rc) {
     if (size > 1) fprintf(stderr, "[rank %d] shardlm: %s\n", rank, sl_errmsg());
     else fprintf(stderr, "shardlm: %s\n", sl_errmsg());

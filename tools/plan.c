@@ -1,5 +1,5 @@
 /* tools/plan.c — shardlm plan: predicts memory, communication and speed of
- * training configurations and recommends one (model: engine/planner.h,
+ * training configurations and recommends one (model: plan/planner.h,
  * docs/planner.md). --engine-check prints the engine-exact prediction of
  * one CPU run (arena peaks, comm bytes per step) for tests. */
 #include <jansson.h>
@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "engine/hfconfig.h"
-#include "engine/planner.h"
+#include "formats/hfconfig.h"
+#include "plan/planner.h"
 #include "tools/tools.h"
 
 static void plan_usage(FILE *f) {

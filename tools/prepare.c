@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "engine/dataset.h"
-#include "engine/prepare.h"
+#include "formats/dataset.h"
+#include "data/prepare.h"
 #include "tools/tools.h"
 
 static void usage(FILE *f) {

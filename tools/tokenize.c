@@ -1,6 +1,6 @@
 /* tools/tokenize.c — `shardlm tokenize` (text -> ids), `shardlm detok`
  * (ids -> text) and `shardlm bench tokenizer` (tokens/s on a corpus), all
- * through engine/tokenizer.h. For tests, debugging and measurements. */
+ * through data/tokenizer.h. For tests, debugging and measurements. */
 #define _GNU_SOURCE
 #include <jansson.h>
 #include <stdio.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "engine/tokenizer.h"
+#include "data/tokenizer.h"
 #include "tools/tools.h"
 
 static int exit_of(int rc) { return rc == SL_OK ? 0 : rc == SL_EINPUT ? 2 : 1; }

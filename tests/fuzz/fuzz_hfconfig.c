@@ -1,7 +1,7 @@
 /* tests/fuzz/fuzz_hfconfig.c — libFuzzer target: sl_hfconfig_parse. */
 #include <stdint.h>
 
-#include "engine/hfconfig.h"
+#include "formats/hfconfig.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   sl_model_config c;

@@ -3,7 +3,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "engine/dataset.h"
+#include "formats/dataset.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 8) return 0;

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/ckpt_io.h"
+#include "formats/ckpt_io.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   sl_ckio_manifest m, m2;

@@ -1,0 +1,72 @@
+/* data/prepare.h — `shardlm prepare`: corpora (.jsonl, .jsonl.gz,
+ * .jsonl.zst, .txt, any of them compressed) through a tokenizer (Hugging
+ * Face tokenizer.json, or the built-in byte-level one) into a Megatron
+ * indexed dataset PREFIX.bin/.idx, plus a loss mask PREFIX.lmask for
+ * fine-tuning formats. Streaming with bounded memory: one reader thread,
+ * N tokenizing workers, output written in input order. Layout of the files:
+ * docs/formats.md.
+ */
+#ifndef SL_PREPARE_H
+#define SL_PREPARE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  SL_PREP_TEXT = 0,          /* one document per JSON row (--json-key) or per .txt document */
+  SL_PREP_PROMPT_COMPLETION, /* {"prompt": P, "completion": C}: only C (and EOD) count in the loss */
+  SL_PREP_MESSAGES,          /* {"messages": [{"role", "content"}...]}: assistant turns count */
+} sl_prep_format;
+
+typedef enum {
+  SL_SPLIT_BLANK = 0, /* .txt: documents separated by blank lines (a file without any is one) */
+  SL_SPLIT_LINES,     /* .txt: every non-empty line is a document */
+  SL_SPLIT_FILE,      /* .txt: the whole file is one document */
+} sl_prep_split;
+
+typedef struct {
+  const char *const *inputs; /* (ninputs) paths; kind by suffix: .jsonl[.gz|.zst] / .json[.gz|.zst] rows, else text */
+  int ninputs;
+  const char *mem_text;      /* instead of inputs: one in-memory .txt (the built-in corpus) */
+  int64_t mem_len;
+  const char *mem_name;
+  const char *output;        /* PREFIX */
+  const char *tokenizer;     /* tokenizer.json or its directory; NULL: byte-level */
+  const char *json_key;      /* NULL: "text" */
+  sl_prep_format format;
+  sl_prep_split split;
+  int append_eod;            /* <0: default (byte-level: on, tokenizer: off) */
+  int prepend_bos;           /* add the tokenizer's BOS at the start of every document */
+  int skip_bad;              /* count and skip bad rows instead of stopping */
+  int workers;               /* tokenizing threads (<= 0: online CPUs) */
+  const char *chat_template; /* SL_PREP_MESSAGES: per-message "...{role}...{content}..." */
+  int progress;              /* redraw a progress line on stderr */
+} sl_prep_cfg;
+
+typedef struct {
+  int64_t documents;
+  int64_t tokens;      /* written, EOD / BOS included */
+  int64_t loss_tokens; /* tokens whose mask byte is 1 (= tokens without a mask file) */
+  int64_t skipped;     /* bad rows skipped (--skip-bad) */
+  int64_t bytes_in;    /* input bytes read (compressed size for compressed inputs) */
+  int64_t vocab;       /* the tokenizer's vocabulary size */
+  int dtype;           /* SL_IDX_UINT16 or SL_IDX_INT32 (Megatron's rule) */
+  int has_mask;        /* PREFIX.lmask was written */
+  double seconds;
+} sl_prep_stats;
+
+/* Runs the whole job; on failure no output file is left at PREFIX.*. */
+int sl_prepare(const sl_prep_cfg *cfg, sl_prep_stats *st);
+
+/* Checks s[0..n) is UTF-8; on failure *bad is the byte offset of the first
+ * invalid sequence. */
+int sl_utf8_valid(const char *s, size_t n, size_t *bad);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SL_PREPARE_H */

@@ -1,0 +1,302 @@
+/* formats/traincfg.c — the key table behind flags and --config JSON. */
+#include "formats/traincfg.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+
+typedef enum { K_INT, K_DBL, K_STR, K_BOOL } ktype;
+typedef struct {
+  const char *name; /* flag name without "--" */
+  ktype type;
+  size_t off;
+  size_t cap;       /* K_STR buffer size */
+  const char *def;
+  const char *help;
+} key_t_;
+
+#define I(n, f, d, h) {n, K_INT, offsetof(sl_train_cfg, f), 0, d, h}
+#define D(n, f, d, h) {n, K_DBL, offsetof(sl_train_cfg, f), 0, d, h}
+#define S(n, f, d, h) {n, K_STR, offsetof(sl_train_cfg, f), sizeof(((sl_train_cfg *)0)->f), d, h}
+#define B(n, f, d, h) {n, K_BOOL, offsetof(sl_train_cfg, f), 0, d, h}
+static const key_t_ KEYS[] = {
+    S("model", model, "", "Hugging Face model directory (config.json [+ *.safetensors]); empty: configs/tiny-llama built in"),
+    S("data", data, "", "Megatron dataset prefix (PREFIX.bin + PREFIX.idx [+ .lmask]) or a blend \"W1 PREFIX1 W2 PREFIX2 ...\"; empty: the built-in corpus"),
+    S("data-order", data_order, "shuffled", "sequential | shuffled (seeded permutation of sample windows)"),
+    I("steps", steps, "200", "optimizer steps"),
+    I("micro-batch", micro_batch, "8", "samples per micro-batch per rank"),
+    I("seq-len", seq_len, "128", "tokens per sample (T; a sample holds T+1 tokens)"),
+    I("grad-accum", grad_accum, "1", "micro-batches per optimizer step"),
+    D("lr", lr, "3e-3", "peak learning rate"),
+    D("min-lr", min_lr, "3e-4", "learning rate at the last step (cosine)"),
+    I("warmup", warmup, "10", "linear warmup steps"),
+    D("weight-decay", weight_decay, "0.1", "AdamW decoupled weight decay (tensors with >= 2 dims)"),
+    D("beta1", beta1, "0.9", "AdamW beta1"),
+    D("beta2", beta2, "0.95", "AdamW beta2"),
+    D("eps", eps, "1e-8", "AdamW epsilon"),
+    D("clip", clip, "1.0", "global gradient L2 norm clip (0: off)"),
+    I("seed", seed, "1234", "initialisation and data-order seed"),
+    S("activation-checkpoint", activation_checkpoint, "none", "none | selective | full"),
+    I("threads", threads, "0", "compute threads per rank (0: cores / ranks on the node)"),
+    S("backend", backend, "auto", "cpu | cuda | auto"),
+    I("zero", zero, "3", "ZeRO stage 0 | 1 | 2 | 3"),
+    I("prefetch", prefetch, "1", "units gathered ahead of the computing one"),
+    I("prefetch-mb", prefetch_mb, "0", "byte budget (MiB) for gathered units in flight (0: no limit)"),
+    B("reshard-after-forward", reshard_after_forward, "true", "ZeRO-3: free gathered params after forward"),
+    B("no-sync-accum", no_sync_accum, "false", "accumulate grads locally, reduce once per step"),
+    S("param-dtype", param_dtype, "fp32", "dtype of gathered parameters: fp32 | bf16"),
+    S("reduce-dtype", reduce_dtype, "fp32", "dtype of gradient reduction: fp32 | bf16"),
+    I("shard-group", shard_group, "0", "shard inside groups of S ranks, replicate across (0: world)"),
+    I("nproc", nproc, "0", "start N local ranks with mpirun (0: as launched)"),
+    D("comm-timeout", comm_timeout, "300", "seconds before a stuck collective ends the job"),
+    S("offload-optimizer", offload_optimizer, "none", "where fp32 master + Adam state live: none | cpu | nvme"),
+    S("offload-params", offload_params, "none", "ZeRO-3 parameter shards: none | cpu (nvme: not yet)"),
+    S("nvme-path", nvme_path, "", "directory for --offload-optimizer nvme (a fast local disk)"),
+    I("offload-budget-mb", offload_budget_mb, "256", "host MiB for NVMe tile buffers (3 tiles, shared by all units)"),
+    S("ckpt-dir", ckpt_dir, "", "directory of sharded training checkpoints"),
+    I("ckpt-every", ckpt_every, "0", "write a checkpoint every N steps (0: only at the end when --ckpt-dir is set)"),
+    I("keep-last", keep_last, "2", "keep the newest K checkpoints (0: all)"),
+    B("resume", resume, "false", "continue from the newest complete checkpoint in --ckpt-dir"),
+    I("max-restarts", max_restarts, "0", "restart the job from the latest checkpoint when a rank dies (needs --ckpt-dir)"),
+    S("metrics", metrics, "", "per-step metrics JSONL (default OUT_DIR/metrics.jsonl)"),
+    S("save", save, "", "write the trained model here as an HF directory"),
+    S("out-dir", out_dir, "runs/latest", "directory for default outputs (metrics, plot)"),
+    D("peak-tflops", peak_tflops, "0", "peak for MFU (0: measured GEMM peak of the backend)"),
+    I("log-every", log_every, "10", "log a line every N steps when not on a terminal"),
+    B("summary", summary, "true", "print the per-rank summary at the end"),
+    B("plot", plot, "true", "draw OUT_DIR/metrics.svg at the end"),
+    S("eval-data", eval_data, "", "held-out dataset prefix for --eval-every (instead of --split)"),
+    S("split", split, "", "train,valid,test weights over --data's documents (Megatron), e.g. 98,2,0: train on the first range, evaluate on the second"),
+    I("eval-every", eval_every, "0", "held-out loss every N steps and at the last step (0: off)"),
+    I("eval-samples", eval_samples, "0", "held-out windows per evaluation, in sequential order (0: every whole window of the held-out stream)"),
+    S("on-nonfinite", on_nonfinite, "stop", "a NaN/inf loss or gradient norm: stop (exit 4) | skip (drop the step's update)"),
+    I("max-skips", max_skips, "3", "--on-nonfinite skip: consecutive skipped steps that stop the run (exit 4)"),
+    B("doc-attention-mask", doc_attention_mask, "false", "packed samples: no attention across documents, positions restart per document (Llama)"),
+    I("eod-id", eod_id, "-1", "token that ends a document for --doc-attention-mask (-1: 256, the byte tokenizer's, for vocab <= 512)"),
+    B("skip-memory-check", skip_memory_check, "false", "start even when the predicted peak memory exceeds what is available"),
+    B("allow-long-context", allow_long_context, "false", "allow --seq-len above the model's max_position_embeddings"),
+};
+#define NKEYS (int)(sizeof KEYS / sizeof KEYS[0])
+
+/* Valid range of each numeric key, by name (kept apart from KEYS so rows can
+ * be appended there independently). lo_open / hi_open: the bound itself is
+ * excluded. A numeric key without a row only has to be finite. NaN and inf
+ * are refused for every K_DBL key. */
+#define INF HUGE_VAL
+#define I64MAX 9.2e18
+static const struct {
+  const char *name;
+  double lo, hi;
+  int lo_open, hi_open;
+} RANGES[] = {
+    {"steps", 0, I64MAX, 0, 0},         {"micro-batch", 1, 1e9, 0, 0},    {"seq-len", 1, 1e9, 0, 0},
+    {"grad-accum", 1, 1e9, 0, 0},       {"lr", 0, INF, 1, 1},             {"min-lr", 0, INF, 0, 1},
+    {"warmup", 0, I64MAX, 0, 0},        {"weight-decay", 0, INF, 0, 1},   {"beta1", 0, 1, 0, 1},
+    {"beta2", 0, 1, 0, 1},              {"eps", 0, INF, 1, 1},            {"clip", 0, INF, 0, 1},
+    {"seed", 0, I64MAX, 0, 0},          {"threads", 0, 4096, 0, 0},       {"zero", 0, 3, 0, 0},
+    {"prefetch", 0, 1e6, 0, 0},         {"prefetch-mb", 0, 1e9, 0, 0},    {"shard-group", 0, 1e9, 0, 0},
+    {"nproc", 0, 1e6, 0, 0},            {"comm-timeout", 0, INF, 1, 1},   {"offload-budget-mb", 1, 1e9, 0, 0},
+    {"ckpt-every", 0, I64MAX, 0, 0},    {"keep-last", 0, 1e9, 0, 0},      {"max-restarts", 0, 1e6, 0, 0},
+    {"peak-tflops", 0, INF, 0, 1},      {"log-every", 0, I64MAX, 0, 0},   {"eval-every", 0, I64MAX, 0, 0},
+    {"eval-samples", 0, 1e12, 0, 0},    {"max-skips", 1, 1e9, 0, 0},      {"eod-id", -1, 2147483647, 0, 0},
+};
+#define NRANGES (int)(sizeof RANGES / sizeof RANGES[0])
+
+static int find_range(const char *name) {
+  for (int i = 0; i < NRANGES; i++)
+    if (!strcmp(RANGES[i].name, name)) return i;
+  return -1;
+}
+
+static void fmt_bound(char *b, size_t cap, double v) {
+  if (isinf(v)) snprintf(b, cap, "%sinf", v < 0 ? "-" : "");
+  else snprintf(b, cap, "%g", v);
+}
+
+/* "[0, 1)"-style text of key name's range ("" when it has none). */
+static void range_text(const char *name, char *buf, size_t cap) {
+  int r = find_range(name);
+  buf[0] = 0;
+  if (r < 0) return;
+  char lo[32], hi[32];
+  fmt_bound(lo, sizeof lo, RANGES[r].lo);
+  fmt_bound(hi, sizeof hi, RANGES[r].hi);
+  snprintf(buf, cap, "%c%s, %s%c", RANGES[r].lo_open ? '(' : '[', lo, hi, RANGES[r].hi_open ? ')' : ']');
+}
+
+static int check_range(const key_t_ *k, double x, const char *v, const char *where) {
+  if (k->type == K_DBL && !isfinite(x))
+    return sl_fail(SL_EINPUT, "%s: --%s must be a finite number, found '%s'", where, k->name, v);
+  int r = find_range(k->name);
+  if (r < 0) return SL_OK;
+  double lo = RANGES[r].lo, hi = RANGES[r].hi;
+  int bad = RANGES[r].lo_open ? !(x > lo) : !(x >= lo);
+  bad |= RANGES[r].hi_open ? !(x < hi) : !(x <= hi);
+  if (!bad) return SL_OK;
+  char rt[96];
+  range_text(k->name, rt, sizeof rt);
+  return sl_fail(SL_EINPUT, "%s: --%s must be in %s, found '%s'", where, k->name, rt, v);
+}
+
+static const key_t_ *find_key(const char *name) {
+  char n[128];
+  snprintf(n, sizeof n, "%s", name);
+  for (char *p = n; *p; p++)
+    if (*p == '_') *p = '-';
+  for (int i = 0; i < NKEYS; i++)
+    if (!strcmp(KEYS[i].name, n)) return &KEYS[i];
+  return NULL;
+}
+
+static int parse_bool(const char *v, int *out) {
+  if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes")) *out = 1;
+  else if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no")) *out = 0;
+  else return -1;
+  return 0;
+}
+
+static int set_key(sl_train_cfg *c, const key_t_ *k, const char *v, const char *where) {
+  char *p = (char *)c + k->off;
+  char *end = NULL;
+  errno = 0;
+  switch (k->type) {
+  case K_INT: {
+    long long x = strtoll(v, &end, 10);
+    if (!*v || *end || errno)
+      return sl_fail(SL_EINPUT, "%s: --%s expects an integer, found '%s'", where, k->name, v);
+    int rc = check_range(k, (double)x, v, where);
+    if (rc) return rc;
+    *(int64_t *)p = x;
+    return SL_OK;
+  }
+  case K_DBL: {
+    double x = strtod(v, &end);
+    if (!*v || *end || errno)
+      return sl_fail(SL_EINPUT, "%s: --%s expects a number, found '%s'", where, k->name, v);
+    int rc = check_range(k, x, v, where);
+    if (rc) return rc;
+    *(double *)p = x;
+    return SL_OK;
+  }
+  case K_BOOL:
+    if (parse_bool(v, (int *)p))
+      return sl_fail(SL_EINPUT, "%s: --%s expects true or false, found '%s'", where, k->name, v);
+    return SL_OK;
+  case K_STR:
+    if (strlen(v) >= k->cap)
+      return sl_fail(SL_EINPUT, "%s: --%s value is too long (%zu characters, at most %zu)", where,
+                     k->name, strlen(v), k->cap - 1);
+    snprintf(p, k->cap, "%s", v);
+    return SL_OK;
+  }
+  return SL_EINTERNAL;
+}
+
+void sl_train_cfg_defaults(sl_train_cfg *c) {
+  memset(c, 0, sizeof *c);
+  for (int i = 0; i < NKEYS; i++) set_key(c, &KEYS[i], KEYS[i].def, "default");
+}
+
+int sl_train_cfg_load_json(sl_train_cfg *c, const char *path) {
+  json_error_t err;
+  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+  if (!root)
+    return sl_fail(SL_EINPUT, "%s: not valid JSON (line %d: %s)", path, err.line, err.text);
+  int rc = SL_OK;
+  if (!json_is_object(root)) {
+    rc = sl_fail(SL_EINPUT, "%s: expected a JSON object of training settings", path);
+    goto done;
+  }
+  const char *key;
+  json_t *val;
+  json_object_foreach(root, key, val) {
+    const key_t_ *k = find_key(key);
+    if (!k) {
+      rc = sl_fail(SL_EINPUT, "%s: unknown setting '%s' (see shardlm train --help)", path, key);
+      goto done;
+    }
+    char buf[SL_PATH_MAX];
+    if (json_is_string(val)) snprintf(buf, sizeof buf, "%s", json_string_value(val));
+    else if (json_is_integer(val)) snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(val));
+    else if (json_is_real(val)) snprintf(buf, sizeof buf, "%.17g", json_real_value(val));
+    else if (json_is_boolean(val)) snprintf(buf, sizeof buf, "%s", json_is_true(val) ? "true" : "false");
+    else {
+      rc = sl_fail(SL_EINPUT, "%s: setting '%s' must be a string, number or boolean", path, key);
+      goto done;
+    }
+    if ((rc = set_key(c, k, buf, path))) goto done;
+  }
+done:
+  json_decref(root);
+  return rc;
+}
+
+int sl_train_cfg_parse_args(sl_train_cfg *c, int argc, char **argv) {
+  for (int i = 0; i < argc; i++)
+    if (!strcmp(argv[i], "--config")) {
+      if (i + 1 >= argc) return sl_fail(SL_EINPUT, "--config needs a file");
+      int rc = sl_train_cfg_load_json(c, argv[i + 1]);
+      if (rc) return rc;
+    }
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--config")) { i++; continue; }
+    if (strncmp(a, "--", 2) != 0)
+      return sl_fail(SL_EINPUT, "unexpected argument '%s' (flags look like --name value)", a);
+    char name[128];
+    const char *eq = strchr(a + 2, '=');
+    snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - a - 2) : (int)strlen(a + 2), a + 2);
+    const key_t_ *k = find_key(name);
+    if (!k) return sl_fail(SL_EINPUT, "unknown flag --%s (see shardlm train --help)", name);
+    const char *v;
+    if (eq) v = eq + 1;
+    else if (k->type == K_BOOL && (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)) v = "true";
+    else if (i + 1 < argc) v = argv[++i];
+    else return sl_fail(SL_EINPUT, "flag --%s needs a value", name);
+    int rc = set_key(c, k, v, "command line");
+    if (rc) return rc;
+  }
+  if (c->resume && !c->ckpt_dir[0])
+    return sl_fail(SL_EINPUT, "--resume needs --ckpt-dir DIR (the directory whose newest checkpoint to continue)");
+  return SL_OK;
+}
+
+void sl_train_cfg_usage(FILE *f) {
+  fprintf(f, "settings (flags --name value, or keys of --config FILE.json):\n");
+  for (int i = 0; i < NKEYS; i++) {
+    char rt[96];
+    range_text(KEYS[i].name, rt, sizeof rt);
+    fprintf(f, "  --%-24s %s (default: %s%s%s)\n", KEYS[i].name, KEYS[i].help,
+            KEYS[i].def[0] ? KEYS[i].def : "\"\"", rt[0] ? "; range " : "", rt);
+  }
+}
+
+int sl_train_cfg_canonical(const sl_train_cfg *c, char *buf, int64_t cap) {
+  int64_t n = 0;
+  buf[0] = 0;
+  for (int i = 0; i < NKEYS; i++) {
+    const key_t_ *k = &KEYS[i];
+    /* outputs and launch details may differ per rank */
+    if (!strcmp(k->name, "metrics") || !strcmp(k->name, "out-dir") || !strcmp(k->name, "save") ||
+        !strcmp(k->name, "nproc") || !strcmp(k->name, "threads") || !strcmp(k->name, "log-every") ||
+        !strcmp(k->name, "summary") || !strcmp(k->name, "plot") ||
+        !strcmp(k->name, "max-restarts"))
+      continue;
+    const char *p = (const char *)c + k->off;
+    int w = 0;
+    switch (k->type) {
+    case K_INT: w = snprintf(buf + n, (size_t)(cap - n), "%s=%lld\n", k->name, (long long)*(const int64_t *)p); break;
+    case K_DBL: w = snprintf(buf + n, (size_t)(cap - n), "%s=%.17g\n", k->name, *(const double *)p); break;
+    case K_BOOL: w = snprintf(buf + n, (size_t)(cap - n), "%s=%d\n", k->name, *(const int *)p); break;
+    case K_STR: w = snprintf(buf + n, (size_t)(cap - n), "%s=%s\n", k->name, p); break;
+    }
+    if (w < 0 || n + w >= cap) return SL_EINTERNAL;
+    n += w;
+  }
+  return SL_OK;
+}

@@ -1,0 +1,79 @@
+/* formats/traincfg.h — the training configuration: one table of keys shared
+ * by command-line flags (--key value) and --config FILE.json, each with its
+ * type, default and help text. Flags override the file. */
+#ifndef SL_TRAINCFG_H
+#define SL_TRAINCFG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SL_PATH_MAX 1024
+
+typedef struct {
+  /* model and data */
+  char model[SL_PATH_MAX];     /* HF directory (config.json [+ safetensors]) */
+  char data[SL_PATH_MAX];      /* Megatron dataset prefix; empty: built-in corpus */
+  char data_order[16];         /* "sequential" | "shuffled" */
+  /* batch */
+  int64_t steps, micro_batch, seq_len, grad_accum;
+  /* optimizer and schedule */
+  double lr, min_lr, weight_decay, beta1, beta2, eps, clip;
+  int64_t warmup;
+  int64_t seed;
+  /* memory / compute */
+  char activation_checkpoint[16]; /* none | selective | full */
+  int64_t threads;             /* compute threads per rank (0: cores / local ranks) */
+  char backend[16];            /* cpu | cuda | auto */
+  /* sharding */
+  int64_t zero, prefetch, prefetch_mb, shard_group, nproc;
+  int reshard_after_forward, no_sync_accum;
+  char param_dtype[8], reduce_dtype[8];
+  double comm_timeout;
+  /* offload */
+  char offload_optimizer[8], offload_params[8];
+  char nvme_path[SL_PATH_MAX];
+  int64_t offload_budget_mb;
+  /* checkpoints */
+  char ckpt_dir[SL_PATH_MAX];  /* sharded training checkpoints (empty: none) */
+  int64_t ckpt_every, keep_last, max_restarts;
+  int resume;
+  /* outputs */
+  char metrics[SL_PATH_MAX];   /* JSONL; default runs/<...>/metrics.jsonl when empty */
+  char save[SL_PATH_MAX];      /* HF directory written at the end */
+  char out_dir[SL_PATH_MAX];   /* where default outputs go */
+  double peak_tflops;          /* 0: measured GEMM peak of the backend */
+  int64_t log_every;
+  int summary;                 /* print the per-rank summary at the end */
+  int plot;                    /* draw the metrics SVG at the end */
+  /* held-out evaluation (engine/eval.c) */
+  char eval_data[SL_PATH_MAX]; /* held-out dataset prefix (empty: --split or none) */
+  char split[64];              /* "98,2,0": document weights over data (empty: none) */
+  int64_t eval_every, eval_samples;
+  /* non-finite policy (engine/guard.h) */
+  char on_nonfinite[8];        /* stop | skip */
+  int64_t max_skips;           /* consecutive skips that stop the run */
+  int doc_attention_mask;      /* attend within documents only, positions per document */
+  int64_t eod_id;              /* end-of-document token (-1: byte-level 256) */
+  int skip_memory_check;       /* start even when the predicted peak does not fit */
+  int allow_long_context;      /* --seq-len may exceed max_position_embeddings */
+} sl_train_cfg;
+
+void sl_train_cfg_defaults(sl_train_cfg *c);
+/* Applies a JSON object's keys (same names as the flags, '-' or '_'). */
+int sl_train_cfg_load_json(sl_train_cfg *c, const char *path);
+/* Parses argv[i..] flags. Unknown flags are an error. --config is applied
+ * first wherever it appears. */
+int sl_train_cfg_parse_args(sl_train_cfg *c, int argc, char **argv);
+/* Prints every key with its default and help. */
+void sl_train_cfg_usage(FILE *f);
+/* A canonical text of the settings that must agree across ranks. */
+int sl_train_cfg_canonical(const sl_train_cfg *c, char *buf, int64_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SL_TRAINCFG_H */

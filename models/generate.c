@@ -1,0 +1,373 @@
+/* models/generate.c — single-process CPU decoding (see models/generate.h).
+ *
+ * Owns the per-token forward of each architecture written against the
+ * model's unit specs (tensor names, shapes and offsets in each unit's flat
+ * buffer, as the trainer and converter see them), the caches (Llama/Mistral:
+ * K and V of every past position per layer; Mamba: the last conv_kernel
+ * inputs of the causal conv and the (D, S) SSM state per layer) and the
+ * sampler. Plain loops, accumulations in double: inference of small models
+ * and a test oracle's twin, not a serving engine.
+ */
+#define _GNU_SOURCE
+#include "models/generate.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "formats/hfconfig.h"
+#include "models/model.h"
+#include "formats/safetensors.h"
+
+struct sl_gen {
+  sl_model_config c;
+  sl_model *m;             /* specs only */
+  float **flat;            /* (nunits) full fp32 parameters of each unit */
+  int64_t L, C, V;
+  /* Llama / Mistral */
+  int64_t nh, nkv, hd, cap; /* cap: positions the K/V cache holds */
+  float **kc, **vc;        /* (L) x (cap, nkv*hd) */
+  float *inv_freq;         /* (hd/2) */
+  /* Mamba */
+  int64_t D, S, R, K;
+  float **conv, **ssm;     /* (L) x (D, K) last K conv inputs; (D, S) state */
+  /* scratch */
+  float *x, *h, *a, *b, *c2, *q, *att, *logits, *probs;
+  int64_t *order;
+  int64_t pos;             /* tokens fed so far */
+};
+
+static const float *tens(const sl_gen *g, int u, const char *suffix) {
+  const sl_unit_spec *us = &g->m->units[u];
+  size_t ls = strlen(suffix);
+  for (int i = 0; i < us->ntensors; i++) {
+    size_t ln = strlen(us->t[i].name);
+    if (ln >= ls && !strcmp(us->t[i].name + ln - ls, suffix)) return g->flat[u] + us->t[i].offset;
+  }
+  return NULL;
+}
+
+/* y (out) = W (out, in) . x (in) [+ bias] */
+static void matvec(float *y, const float *W, const float *x, int64_t out, int64_t in, const float *bias) {
+  for (int64_t o = 0; o < out; o++) {
+    const float *w = W + o * in;
+    double s = 0;
+    for (int64_t i = 0; i < in; i++) s += (double)w[i] * (double)x[i];
+    y[o] = (float)s + (bias ? bias[o] : 0.0f);
+  }
+}
+
+static void rmsnorm(float *y, const float *x, const float *w, int64_t n, double eps) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+  float r = (float)(1.0 / sqrt(ss / (double)n + eps));
+  for (int64_t i = 0; i < n; i++) y[i] = w[i] * (x[i] * r);
+}
+
+static float silu(float v) { return v / (1.0f + expf(-v)); }
+
+static const float *head_weight(const sl_gen *g) {
+  if (g->c.tie_word_embeddings) return g->flat[0];
+  return tens(g, (int)g->L + 1, "lm_head.weight");
+}
+
+static void head(sl_gen *g) {
+  const sl_unit_spec *hu = &g->m->units[g->L + 1];
+  rmsnorm(g->h, g->x, g->flat[g->L + 1] + hu->t[0].offset, g->C,
+          g->c.arch == SL_ARCH_MAMBA ? g->c.layer_norm_epsilon : g->c.rms_norm_eps);
+  matvec(g->logits, head_weight(g), g->h, g->V, g->C, NULL);
+}
+
+/* ---- Llama / Mistral: one position through the K/V cache ---------------------- */
+static void rope(const sl_gen *g, float *v, int64_t nheads, int64_t pos) {
+  int64_t h2 = g->hd / 2;
+  for (int64_t i = 0; i < h2; i++) {
+    float f = (float)pos * g->inv_freq[i], c = cosf(f), s = sinf(f);
+    for (int64_t h = 0; h < nheads; h++) {
+      float *x = v + h * g->hd, x1 = x[i], x2 = x[i + h2];
+      x[i] = x1 * c - x2 * s;
+      x[i + h2] = x2 * c + x1 * s;
+    }
+  }
+}
+
+static void llama_step(sl_gen *g, int32_t tok) {
+  int64_t C = g->C, hd = g->hd, nh = g->nh, nkv = g->nkv, KV = nkv * hd, p = g->pos;
+  int64_t I = g->c.intermediate_size, rep = nh / nkv, win = g->c.arch == SL_ARCH_MISTRAL ? g->c.sliding_window : 0;
+  int64_t lo = win > 0 && p - win + 1 > 0 ? p - win + 1 : 0; /* query p sees keys lo..p */
+  double eps = g->c.rms_norm_eps;
+  memcpy(g->x, g->flat[0] + (int64_t)tok * C, (size_t)C * 4);
+  for (int64_t l = 0; l < g->L; l++) {
+    int u = (int)l + 1;
+    float *kr = g->kc[l] + p * KV, *vr = g->vc[l] + p * KV;
+    rmsnorm(g->h, g->x, tens(g, u, "input_layernorm.weight"), C, eps);
+    matvec(g->q, tens(g, u, "q_proj.weight"), g->h, nh * hd, C, NULL);
+    matvec(kr, tens(g, u, "k_proj.weight"), g->h, KV, C, NULL);
+    matvec(vr, tens(g, u, "v_proj.weight"), g->h, KV, C, NULL);
+    rope(g, g->q, nh, p);
+    rope(g, kr, nkv, p);
+    for (int64_t h = 0; h < nh; h++) {
+      const float *q = g->q + h * hd;
+      int64_t kvh = h / rep;
+      double mx = -INFINITY, sum = 0;
+      for (int64_t j = lo; j <= p; j++) {
+        const float *k = g->kc[l] + j * KV + kvh * hd;
+        double s = 0;
+        for (int64_t i = 0; i < hd; i++) s += (double)q[i] * k[i];
+        g->probs[j] = (float)(s / sqrt((double)hd));
+        if (g->probs[j] > mx) mx = g->probs[j];
+      }
+      for (int64_t j = lo; j <= p; j++) sum += exp(g->probs[j] - mx);
+      float *y = g->att + h * hd;
+      for (int64_t i = 0; i < hd; i++) {
+        double acc = 0;
+        for (int64_t j = lo; j <= p; j++) acc += exp(g->probs[j] - mx) / sum * g->vc[l][j * KV + kvh * hd + i];
+        y[i] = (float)acc;
+      }
+    }
+    matvec(g->h, tens(g, u, "o_proj.weight"), g->att, C, nh * hd, NULL);
+    for (int64_t i = 0; i < C; i++) g->x[i] += g->h[i];
+    rmsnorm(g->h, g->x, tens(g, u, "post_attention_layernorm.weight"), C, eps);
+    matvec(g->a, tens(g, u, "gate_proj.weight"), g->h, I, C, NULL);
+    matvec(g->b, tens(g, u, "up_proj.weight"), g->h, I, C, NULL);
+    for (int64_t i = 0; i < I; i++) g->a[i] = silu(g->a[i]) * g->b[i];
+    matvec(g->h, tens(g, u, "down_proj.weight"), g->a, C, I, NULL);
+    for (int64_t i = 0; i < C; i++) g->x[i] += g->h[i];
+  }
+  head(g);
+}
+
+/* ---- Mamba: one step of the recurrence ---------------------------------------- */
+static void mamba_step(sl_gen *g, int32_t tok) {
+  int64_t C = g->C, D = g->D, S = g->S, R = g->R, K = g->K;
+  memcpy(g->x, g->flat[0] + (int64_t)tok * C, (size_t)C * 4);
+  for (int64_t l = 0; l < g->L; l++) {
+    int u = (int)l + 1;
+    rmsnorm(g->h, g->x, tens(g, u, ".norm.weight"), C, g->c.layer_norm_epsilon);
+    matvec(g->a, tens(g, u, "in_proj.weight"), g->h, 2 * D, C, tens(g, u, "in_proj.bias"));
+    const float *wc = tens(g, u, "conv1d.weight"), *bc = tens(g, u, "conv1d.bias");
+    const float *alog = tens(g, u, "A_log"), *dp = tens(g, u, "mixer.D");
+    float *cs = g->conv[l], *hs = g->ssm[l], *xu = g->b, *dbc = g->c2, *dt = g->q;
+    for (int64_t d = 0; d < D; d++) { /* causal conv over the last K inputs */
+      memmove(cs + d * K, cs + d * K + 1, (size_t)(K - 1) * 4);
+      cs[d * K + K - 1] = g->a[d];
+      double s = bc ? bc[d] : 0.0;
+      for (int64_t k = 0; k < K; k++) s += (double)wc[d * K + k] * cs[d * K + k];
+      xu[d] = silu((float)s);
+    }
+    matvec(dbc, tens(g, u, "x_proj.weight"), xu, R + 2 * S, D, NULL);
+    matvec(dt, tens(g, u, "dt_proj.weight"), dbc, D, R, tens(g, u, "dt_proj.bias"));
+    const float *Bm = dbc + R, *Cm = dbc + R + S;
+    for (int64_t d = 0; d < D; d++) {
+      float delta = dt[d] > 20.0f ? dt[d] : log1pf(expf(dt[d])); /* softplus, threshold 20 */
+      double y = 0;
+      for (int64_t s = 0; s < S; s++) {
+        float A = -expf(alog[d * S + s]);
+        float *h = hs + d * S + s;
+        *h = expf(delta * A) * *h + delta * Bm[s] * xu[d];
+        y += (double)*h * Cm[s];
+      }
+      g->att[d] = ((float)y + xu[d] * dp[d]) * silu(g->a[D + d]);
+    }
+    matvec(g->h, tens(g, u, "out_proj.weight"), g->att, C, D, tens(g, u, "out_proj.bias"));
+    for (int64_t i = 0; i < C; i++) g->x[i] += g->h[i];
+  }
+  head(g);
+}
+
+/* ---- load / free ------------------------------------------------------------------ */
+void sl_gen_free(sl_gen *g) {
+  if (!g) return;
+  for (int64_t l = 0; l < g->L; l++) {
+    if (g->kc) { sl_free(g->kc[l]); sl_free(g->vc[l]); }
+    if (g->conv) { free(g->conv[l]); free(g->ssm[l]); }
+  }
+  free(g->kc); free(g->vc); free(g->conv); free(g->ssm);
+  if (g->flat && g->m)
+    for (int u = 0; u < g->m->nunits; u++) sl_free(g->flat[u]);
+  free(g->flat);
+  free(g->inv_freq);
+  free(g->x); free(g->h); free(g->a); free(g->b); free(g->c2); free(g->q); free(g->att);
+  free(g->logits); free(g->probs); free(g->order);
+  sl_model_destroy(g->m);
+  free(g);
+}
+
+int sl_gen_load(const char *dir, sl_gen **out) {
+  *out = NULL;
+  sl_gen *g = calloc(1, sizeof *g);
+  if (!g) return sl_fail(SL_ENOMEM, "out of memory");
+  char p[4096];
+  snprintf(p, sizeof p, "%s/config.json", dir);
+  sl_st_set *w = NULL;
+  int rc = sl_hfconfig_load(p, &g->c);
+  if (!rc) rc = sl_model_create_specs(&g->c, &g->m);
+  if (!rc) rc = sl_st_open_dir(dir, &w);
+  if (!rc && !w) rc = sl_fail(SL_EINPUT, "%s: no *.safetensors weights to generate from", dir);
+  if (!rc && !(g->flat = calloc((size_t)g->m->nunits, sizeof(float *)))) rc = sl_fail(SL_ENOMEM, "out of memory");
+  for (int u = 0; !rc && u < g->m->nunits; u++) {
+    if (!(g->flat[u] = sl_alloc((size_t)g->m->units[u].numel * 4, "generate weights"))) rc = SL_ENOMEM;
+    else rc = sl_model_unit_load(g->m, u, w, 0, g->flat[u]);
+  }
+  if (w) sl_st_close_set(w);
+  if (rc) {
+    sl_gen_free(g);
+    return rc;
+  }
+  sl_model_config *c = &g->c;
+  g->L = c->num_hidden_layers;
+  g->C = c->hidden_size;
+  g->V = c->vocab_size;
+  int64_t wide = g->C;
+  if (c->arch == SL_ARCH_MAMBA) {
+    g->D = c->intermediate_size;
+    g->S = c->state_size;
+    g->R = c->time_step_rank;
+    g->K = c->conv_kernel;
+    wide = 2 * g->D + g->R + 2 * g->S;
+    g->conv = calloc((size_t)g->L, sizeof(float *));
+    g->ssm = calloc((size_t)g->L, sizeof(float *));
+    rc = g->conv && g->ssm ? SL_OK : SL_ENOMEM;
+    for (int64_t l = 0; !rc && l < g->L; l++)
+      if (!(g->conv[l] = calloc((size_t)(g->D * g->K), 4)) || !(g->ssm[l] = calloc((size_t)(g->D * g->S), 4)))
+        rc = SL_ENOMEM;
+  } else {
+    g->nh = c->num_attention_heads;
+    g->nkv = c->num_key_value_heads;
+    g->hd = c->head_dim;
+    wide = c->intermediate_size + g->nh * g->hd + g->C;
+    g->inv_freq = malloc(sizeof(float) * (size_t)(g->hd / 2));
+    g->kc = calloc((size_t)g->L, sizeof(float *));
+    g->vc = calloc((size_t)g->L, sizeof(float *));
+    rc = g->inv_freq && g->kc && g->vc ? SL_OK : SL_ENOMEM;
+    /* HF: inv_freq = 1 / theta^(arange(0, hd, 2) / hd) in float32 */
+    for (int64_t i = 0; !rc && i < g->hd / 2; i++)
+      g->inv_freq[i] = (float)(1.0 / pow(c->rope_theta, (double)(2 * i) / (double)g->hd));
+  }
+  if (!rc) {
+    size_t n = (size_t)(wide > g->V ? wide : g->V) + 16;
+    g->x = calloc(n, 4); g->h = calloc(n, 4); g->a = calloc(n, 4); g->b = calloc(n, 4);
+    g->c2 = calloc(n, 4); g->q = calloc(n, 4); g->att = calloc(n, 4); g->logits = calloc(n, 4);
+    g->order = calloc((size_t)g->V, sizeof(int64_t));
+    if (!g->x || !g->h || !g->a || !g->b || !g->c2 || !g->q || !g->att || !g->logits || !g->order) rc = SL_ENOMEM;
+  }
+  if (rc) {
+    sl_gen_free(g);
+    return rc == SL_ENOMEM ? sl_fail(SL_ENOMEM, "out of memory") : rc;
+  }
+  *out = g;
+  return SL_OK;
+}
+
+int64_t sl_gen_vocab(const sl_gen *g) { return g->V; }
+int64_t sl_gen_context(const sl_gen *g) {
+  return g->c.arch == SL_ARCH_MAMBA ? 0 : g->c.max_position_embeddings;
+}
+int32_t sl_gen_eos(const sl_gen *g) { return (int32_t)g->c.eos_token_id; }
+
+/* Resets the caches for a sequence of up to n positions. */
+static int reset(sl_gen *g, int64_t n) {
+  g->pos = 0;
+  if (g->c.arch == SL_ARCH_MAMBA) {
+    for (int64_t l = 0; l < g->L; l++) {
+      memset(g->conv[l], 0, (size_t)(g->D * g->K) * 4);
+      memset(g->ssm[l], 0, (size_t)(g->D * g->S) * 4);
+    }
+    return SL_OK;
+  }
+  int64_t KV = g->nkv * g->hd;
+  if (n > g->cap) {
+    for (int64_t l = 0; l < g->L; l++) {
+      sl_free(g->kc[l]); sl_free(g->vc[l]);
+      g->kc[l] = sl_alloc((size_t)(n * KV) * 4, "K cache");
+      g->vc[l] = sl_alloc((size_t)(n * KV) * 4, "V cache");
+      if (!g->kc[l] || !g->vc[l]) return SL_ENOMEM;
+    }
+    free(g->probs);
+    if (!(g->probs = calloc((size_t)n, 4))) return SL_ENOMEM;
+    g->cap = n;
+  }
+  return SL_OK;
+}
+
+static void step(sl_gen *g, int32_t tok) {
+  if (g->c.arch == SL_ARCH_MAMBA) mamba_step(g, tok);
+  else llama_step(g, tok);
+  g->pos++;
+}
+
+static const float *cmp_base;
+static int by_prob_desc(const void *a, const void *b) {
+  float x = cmp_base[*(const int64_t *)a], y = cmp_base[*(const int64_t *)b];
+  if (x != y) return x > y ? -1 : 1;
+  return *(const int64_t *)a < *(const int64_t *)b ? -1 : 1;
+}
+
+static int32_t sample(sl_gen *g, const sl_gen_opts *o, uint64_t *rng) {
+  const float *l = g->logits;
+  int64_t V = g->V, best = 0;
+  for (int64_t v = 1; v < V; v++)
+    if (l[v] > l[best]) best = v;
+  if (o->temperature <= 0) return (int32_t)best;
+  float *p = g->b; /* softmax(l / T); b holds >= V floats */
+  double sum = 0;
+  for (int64_t v = 0; v < V; v++) {
+    p[v] = (float)exp(((double)l[v] - l[best]) / o->temperature);
+    sum += p[v];
+  }
+  for (int64_t v = 0; v < V; v++) {
+    p[v] = (float)(p[v] / sum);
+    g->order[v] = v;
+  }
+  cmp_base = p;
+  qsort(g->order, (size_t)V, sizeof(int64_t), by_prob_desc);
+  int64_t keep = V;
+  double top = o->top_p > 0 && o->top_p < 1 ? o->top_p : 1.0, cum = 0;
+  for (int64_t i = 0; i < V; i++) {
+    cum += p[g->order[i]];
+    if (cum >= top) { keep = i + 1; break; }
+  }
+  double mass = 0;
+  for (int64_t i = 0; i < keep; i++) mass += p[g->order[i]];
+  double r = (double)(sl_splitmix64(rng) >> 11) * 0x1.0p-53 * mass, acc = 0;
+  for (int64_t i = 0; i < keep; i++) {
+    acc += p[g->order[i]];
+    if (r < acc) return (int32_t)g->order[i];
+  }
+  return (int32_t)g->order[keep - 1];
+}
+
+int sl_generate(sl_gen *g, const int32_t *prompt, int64_t n, const sl_gen_opts *o, int32_t *out, int64_t *nout) {
+  *nout = 0;
+  int64_t ctx = sl_gen_context(g);
+  if (n < 1) return sl_fail(SL_EINPUT, "the prompt is empty (at least one token is needed)");
+  if (ctx > 0 && n > ctx)
+    return sl_fail(SL_EINPUT, "the prompt has %lld tokens, longer than the model's context of %lld "
+                   "(max_position_embeddings)", (long long)n, (long long)ctx);
+  for (int64_t i = 0; i < n; i++)
+    if (prompt[i] < 0 || prompt[i] >= g->V)
+      return sl_fail(SL_EINPUT, "prompt token %lld is %d, outside the model's vocabulary [0, %lld)",
+                     (long long)i, prompt[i], (long long)g->V);
+  /* the sequence (prompt + new tokens) stays within the context, as HF's max_length */
+  int64_t total = n + (o->max_new > 0 ? o->max_new : 0);
+  if (ctx > 0 && total > ctx) total = ctx;
+  int rc = reset(g, total);
+  if (rc) return sl_fail(SL_ENOMEM, "out of memory for the cache of %lld positions", (long long)total);
+  for (int64_t i = 0; i < n; i++) step(g, prompt[i]);
+  uint64_t rng = o->seed;
+  for (int64_t k = 0; k < total - n; k++) {
+    for (int64_t v = 0; v < g->V; v++)
+      if (!isfinite(g->logits[v]))
+        return sl_fail(SL_EINTERNAL, "non-finite logit at position %lld", (long long)g->pos);
+    int32_t t = sample(g, o, &rng);
+    out[(*nout)++] = t;
+    if (o->emit) o->emit(o->user, t);
+    int stop = 0;
+    for (int i = 0; i < o->nstop; i++) stop |= t == o->stop[i];
+    if (stop) break;
+    if (k + 1 < total - n) step(g, t);
+  }
+  return SL_OK;
+}

@@ -1,0 +1,394 @@
+/* models/mamba.c — Mamba (v1, HF MambaForCausalLM) as units over flat buffers.
+ *
+ * Units: 0 = embedding (backbone.embeddings.weight; backbone.embedding.weight
+ * for a state-spaces checkpoint); 1..L = Mamba blocks; L+1 = norm_f (+
+ * lm_head.weight when untied; tied by default: the head then reads unit 0's
+ * parameters and adds into unit 0's gradient through m->access).
+ * A block's flat buffer, in this order (names backbone.layers.{l}.*):
+ *   norm.weight (H) | mixer.in_proj.weight (2D, H) [| mixer.in_proj.bias (2D)] |
+ *   mixer.conv1d.weight (D, 1, K) [| mixer.conv1d.bias (D)] |
+ *   mixer.x_proj.weight (R + 2S, D) | mixer.dt_proj.weight (D, R) |
+ *   mixer.dt_proj.bias (D) | mixer.A_log (D, S) | mixer.D (D) |
+ *   mixer.out_proj.weight (H, D) [| mixer.out_proj.bias (H)]
+ * Block math and kernels: docs/mamba.md; memory per checkpoint mode:
+ * docs/models.md. Activation checkpointing: none keeps every block's
+ * activations; selective keeps the expensive ones (the scan output y and its
+ * chunk checkpoints, the GEMM outputs xz, dtr, bc) and recomputes u = SiLU(xcp),
+ * dtv = dt_proj(dtr) and g = y * SiLU(z) in backward; full keeps only each
+ * block's input and recomputes the block. The recomputation calls the same
+ * kernels on the same inputs, so all three modes are bit-identical.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "models/model.h"
+
+#define MAMBA_SCAN_CHUNK 64 /* scan state checkpoint interval (docs/mamba.md) */
+
+typedef struct {
+  float *ln;   /* (N, H) RMSNorm output */
+  float *rstd; /* (N) */
+  float *xz;   /* (N, 2D) in_proj output: x | z */
+  float *xcp;  /* (N, D) conv1d output before SiLU */
+  float *u;    /* (N, D) SiLU(xcp): scan input */
+  float *dtr;  /* (N, R) x_proj rows 0..R-1 */
+  float *bc;   /* (N, 2S) x_proj rows R..R+2S-1: Bm | Cm */
+  float *dtv;  /* (N, D) dt_proj output (softplus is inside the scan) */
+  float *y;    /* (N, D) scan output */
+  float *g;    /* (N, D) y * SiLU(z) */
+  float *ckpt; /* (B, ceil(T/chunk), D, S) scan states at chunk starts */
+} mlayer_acts;
+
+/* offsets of a block's tensors in its flat buffer (-1: absent) */
+typedef struct {
+  int64_t norm, w_in, b_in, w_conv, b_conv, w_x, w_dt, b_dt, a_log, dp, w_out, b_out;
+} block_offsets;
+
+typedef struct {
+  int64_t N, H, D, S, R, K, V, L, chunk, nch;
+  float eps;
+  int tied, use_bias, conv_bias;
+  block_offsets off;
+  float **stream;    /* (L+1) x (N, H): input of block l; stream[L] feeds the head */
+  mlayer_acts *la;   /* (L) */
+  sl_lm_head head;  /* final norm + LM head + cross-entropy */
+  /* backward scratch (workspace), reused by every layer */
+  float *dres;       /* (N, H) gradient of the residual stream */
+  float *dln;        /* (N, H) */
+  float *dgx;        /* (N, D) dg, then (after gate_bwd) dxcp */
+  float *dy;         /* (N, D) */
+  float *du;         /* (N, D) */
+  float *ddtv;       /* (N, D) */
+  float *dxz;        /* (N, 2D) */
+  float *ddtr;       /* (N, R) */
+  float *dbc;        /* (N, 2S) */
+} mamba_priv;
+
+
+static void mamba_destroy(sl_model *m) {
+  mamba_priv *p = m->priv;
+  if (!p) return;
+  free(p->stream);
+  free(p->la);
+  free(p);
+  m->priv = NULL;
+}
+
+/* parameter views of a block's flat buffer (NULL for absent biases) */
+typedef struct {
+  const float *norm, *w_in, *b_in, *w_conv, *b_conv, *w_x, *w_dt, *b_dt, *a_log, *dp, *w_out,
+      *b_out;
+} mblockw;
+
+static mblockw block_views(const mamba_priv *p, const float *flat) {
+  const block_offsets *o = &p->off;
+  mblockw w;
+#define V_(f) w.f = o->f >= 0 ? flat + o->f : NULL
+  V_(norm); V_(w_in); V_(b_in); V_(w_conv); V_(b_conv); V_(w_x);
+  V_(w_dt); V_(b_dt); V_(a_log); V_(dp); V_(w_out); V_(b_out);
+#undef V_
+  return w;
+}
+
+/* Forward of a block from x into a; writes the block output to out unless
+ * out is NULL (recomputation for full checkpointing). */
+static void block_forward(sl_model *m, mamba_priv *p, const float *flat, const float *x,
+                          mlayer_acts *a, float *out) {
+  const sl_ops *o = m->ops;
+  sl_kctx *k = m->k;
+  mblockw w = block_views(p, flat);
+  int64_t N = p->N, H = p->H, D = p->D, S = p->S, R = p->R;
+  o->rmsnorm_fwd(k, a->ln, a->rstd, x, w.norm, N, H, p->eps);
+  o->linear_fwd(k, a->xz, a->ln, w.w_in, w.b_in, N, H, 2 * D);
+  o->conv1d_fwd(k, a->xcp, a->xz, 2 * D, w.w_conv, w.b_conv, m->B, m->T, D, p->K);
+  o->silu_fwd(k, a->u, a->xcp, N * D);
+  o->linear_fwd(k, a->dtr, a->u, w.w_x, NULL, N, D, R);
+  o->linear_fwd(k, a->bc, a->u, w.w_x + R * D, NULL, N, D, 2 * S);
+  o->linear_fwd(k, a->dtv, a->dtr, w.w_dt, w.b_dt, N, R, D);
+  o->scan_fwd(k, a->y, a->ckpt, a->u, a->dtv, w.a_log, a->bc, a->bc + S, 2 * S, w.dp, m->B, m->T,
+              D, S, p->chunk);
+  o->gate_fwd(k, a->g, a->y, a->xz + D, 2 * D, N, D);
+  if (out) {
+    o->linear_fwd(k, out, a->g, w.w_out, w.b_out, N, D, H);
+    o->add_inplace(k, out, x, N * H);
+  }
+}
+
+/* Selective checkpointing: the cheap recomputations before a block's backward
+ * (same kernels, same inputs as the forward: bit-identical). */
+static void block_recompute_cheap(sl_model *m, mamba_priv *p, const float *flat, mlayer_acts *a) {
+  const sl_ops *o = m->ops;
+  mblockw w = block_views(p, flat);
+  int64_t N = p->N, D = p->D;
+  o->silu_fwd(m->k, a->u, a->xcp, N * D);
+  o->linear_fwd(m->k, a->dtv, a->dtr, w.w_dt, w.b_dt, N, p->R, D);
+  o->gate_fwd(m->k, a->g, a->y, a->xz + D, 2 * D, N, D);
+}
+
+
+static int mamba_fwd(sl_model *m, int u, const float *flat) {
+  mamba_priv *p = m->priv;
+  const sl_ops *o = m->ops;
+  sl_kctx *k = m->k;
+  int64_t N = p->N, H = p->H;
+  if (u == 0) {
+    o->embedding_fwd(k, p->stream[0], m->tokens, flat, N, H);
+    return SL_OK;
+  }
+  if (u <= p->L) {
+    int l = u - 1;
+    block_forward(m, p, flat, p->stream[l], &p->la[l], p->stream[l + 1]);
+    return SL_OK;
+  }
+  return sl_lm_head_fwd(m, &p->head, flat, p->stream[p->L]);
+}
+
+static void zero(sl_model *m, float *x, int64_t n) { m->ops->zero(m->k, x, (size_t)n * sizeof(float)); }
+
+static int mamba_bwd(sl_model *m, int u, const float *flat, float *grads) {
+  mamba_priv *p = m->priv;
+  const sl_ops *o = m->ops;
+  sl_kctx *k = m->k;
+  int64_t N = p->N, H = p->H, D = p->D, S = p->S, R = p->R;
+  if (u == p->L + 1) /* head: starts the backward pass */
+    return sl_lm_head_bwd(m, &p->head, flat, grads, p->stream[p->L], p->dres, p->dln);
+  if (u == 0) {
+    o->embedding_bwd(k, grads, p->dres, m->tokens, N, H);
+    return SL_OK;
+  }
+  int l = u - 1;
+  mlayer_acts *a = &p->la[l];
+  const float *x = p->stream[l];
+  mblockw w = block_views(p, flat);
+  mblockw g = block_views(p, grads);
+  if (m->ac == SL_AC_FULL) block_forward(m, p, flat, x, a, NULL);
+  else if (m->ac == SL_AC_SELECTIVE) block_recompute_cheap(m, p, flat, a);
+  /* out_proj: dres is the gradient of the block output (the residual passes
+   * it through to x unchanged; rmsnorm_bwd adds the branch below) */
+  float *dg = p->dgx;
+  zero(m, dg, N * D);
+  o->linear_bwd(k, dg, (float *)g.w_out, (float *)g.b_out, p->dres, a->g, w.w_out, N, D, H);
+  /* gate: dy, and dz into the z half of dxz */
+  zero(m, p->dy, N * D);
+  zero(m, p->dxz, N * 2 * D);
+  o->gate_bwd(k, p->dy, p->dxz + D, 2 * D, dg, a->y, a->xz + D, N, D);
+  /* scan */
+  zero(m, p->du, N * D);
+  zero(m, p->ddtv, N * D);
+  zero(m, p->dbc, N * 2 * S);
+  o->scan_bwd(k, p->du, p->ddtv, (float *)g.a_log, p->dbc, p->dbc + S, (float *)g.dp, p->dy, a->u,
+              a->dtv, w.a_log, a->bc, a->bc + S, 2 * S, w.dp, a->ckpt, m->B, m->T, D, S, p->chunk);
+  /* dt_proj */
+  zero(m, p->ddtr, N * R);
+  o->linear_bwd(k, p->ddtr, (float *)g.w_dt, (float *)g.b_dt, p->ddtv, a->dtr, w.w_dt, N, R, D);
+  /* x_proj, both row blocks add into du */
+  o->linear_bwd(k, p->du, (float *)g.w_x, NULL, p->ddtr, a->u, w.w_x, N, D, R);
+  o->linear_bwd(k, p->du, (float *)g.w_x + R * D, NULL, p->dbc, a->u, w.w_x + R * D, N, D, 2 * S);
+  /* SiLU after the conv; dg is dead after gate_bwd: reuse it as dxcp */
+  float *dxcp = p->dgx;
+  zero(m, dxcp, N * D);
+  o->silu_bwd(k, dxcp, p->du, a->xcp, N * D);
+  /* conv1d into the x half of dxz */
+  o->conv1d_bwd(k, p->dxz, 2 * D, (float *)g.w_conv, (float *)g.b_conv, dxcp, a->xz, 2 * D,
+                w.w_conv, m->B, m->T, D, p->K);
+  /* in_proj and the norm */
+  zero(m, p->dln, N * H);
+  o->linear_bwd(k, p->dln, (float *)g.w_in, (float *)g.b_in, p->dxz, a->ln, w.w_in, N, H, 2 * D);
+  o->rmsnorm_bwd(k, p->dres, (float *)g.norm, p->dln, x, w.norm, a->rstd, N, H);
+  return SL_OK;
+}
+
+static int mamba_logits(sl_model *m, float *out) {
+  mamba_priv *p = m->priv;
+  return sl_lm_head_logits(m, &p->head, out);
+}
+
+static int64_t mamba_flops(const sl_model *m, int64_t T) {
+  const mamba_priv *p = m->priv;
+  (void)T; /* linear in T: no attention term */
+  /* 6 x (parameters of the matmuls: in/x/dt/out projections + LM head, the
+   * embedding lookup excluded) + the depthwise conv (2K per channel, x3 for
+   * training) + the scan (9 D S forward per token as in the Mamba paper's
+   * count: discretisation, state update, C contraction; x3 for training).
+   * Recomputation not counted. */
+  int64_t per_layer = 2 * p->D * p->H + (p->R + 2 * p->S) * p->D + p->R * p->D + p->D * p->H;
+  int64_t Nmm = p->L * per_layer + p->V * p->H;
+  return 6 * Nmm + p->L * (6 * p->K * p->D + 27 * p->D * p->S);
+}
+
+/* ---- init from seed (HF MambaPreTrainedModel._init_weights) ---------------- */
+static double unif01(uint64_t *s) { return (double)(sl_splitmix64(s) >> 11) * (1.0 / 9007199254740992.0); }
+
+static int ends_with(const char *s, const char *suffix) {
+  size_t a = strlen(s), b = strlen(suffix);
+  return a >= b && !strcmp(s + a - b, suffix);
+}
+
+/* Tensors with SL_INIT_CUSTOM: A_log = log(1..S) per channel; dt_proj.bias =
+ * softplus^-1(dt), dt log-uniform in [time_step_min, time_step_max] floored
+ * at time_step_floor; dt_proj.weight uniform +-R^-0.5 * time_step_scale;
+ * the other projections (in/x/out_proj, lm_head) and the conv keep PyTorch's
+ * default nn.Linear / nn.Conv1d init, uniform +-1/sqrt(fan_in), which HF
+ * does not override (fan_in: H, D, D, H; K for the depthwise conv and its
+ * bias). Deterministic from the seed (already mixed with the tensor name). */
+static int mamba_init_custom(sl_model *m, int u, int ti, float *dst, uint64_t seed) {
+  const sl_model_config *c = &m->cfg;
+  const sl_tensor_spec *t = &m->units[u].t[ti];
+  uint64_t s = seed;
+  if (ends_with(t->name, "mixer.A_log")) {
+    for (int64_t d = 0; d < t->shape[0]; d++)
+      for (int64_t j = 0; j < t->shape[1]; j++) dst[d * t->shape[1] + j] = logf((float)(j + 1));
+    return SL_OK;
+  }
+  if (ends_with(t->name, "dt_proj.bias")) {
+    double lo = log(c->time_step_min), hi = log(c->time_step_max);
+    for (int64_t i = 0; i < t->numel; i++) {
+      double dt = exp(unif01(&s) * (hi - lo) + lo);
+      if (dt < c->time_step_floor) dt = c->time_step_floor;
+      dst[i] = (float)(dt + log(-expm1(-dt))); /* inverse softplus */
+    }
+    return SL_OK;
+  }
+  double bound;
+  if (ends_with(t->name, "dt_proj.weight")) bound = pow((double)c->time_step_rank, -0.5) * c->time_step_scale;
+  else if (ends_with(t->name, "conv1d.weight") || ends_with(t->name, "conv1d.bias"))
+    bound = 1.0 / sqrt((double)c->conv_kernel);
+  else if (t->ndim == 2) bound = 1.0 / sqrt((double)t->shape[1]); /* nn.Linear: fan_in */
+  else return sl_fail(SL_EINPUT, "mamba: no custom init for tensor %s", t->name);
+  for (int64_t i = 0; i < t->numel; i++) dst[i] = (float)((2.0 * unif01(&s) - 1.0) * bound);
+  return SL_OK;
+}
+
+static const sl_model_vt mamba_vt = {
+    .fwd = mamba_fwd,
+    .bwd = mamba_bwd,
+    .logits = mamba_logits,
+    .init_custom = mamba_init_custom,
+    .destroy = mamba_destroy,
+    .flops_per_token = mamba_flops,
+};
+
+/* big: every tensor of a layer kept by selective checkpointing; cheap: the
+ * ones selective recomputes (u, dtv, g) */
+static int alloc_layer(sl_model *m, mamba_priv *p, mlayer_acts *a, int big, int cheap, int64_t B) {
+  int64_t N = p->N, H = p->H, D = p->D;
+  if (big) {
+    if (!(a->ln = sl_model_buf(m, N * H, SL_ARENA_ACTS)) || !(a->rstd = sl_model_buf(m, N, SL_ARENA_ACTS)) ||
+        !(a->xz = sl_model_buf(m, N * 2 * D, SL_ARENA_ACTS)) ||
+        !(a->xcp = sl_model_buf(m, N * D, SL_ARENA_ACTS)) ||
+        !(a->dtr = sl_model_buf(m, N * p->R, SL_ARENA_ACTS)) ||
+        !(a->bc = sl_model_buf(m, N * 2 * p->S, SL_ARENA_ACTS)) ||
+        !(a->y = sl_model_buf(m, N * D, SL_ARENA_ACTS)) ||
+        !(a->ckpt = sl_model_buf(m, B * p->nch * D * p->S, SL_ARENA_ACTS)))
+      return SL_ENOMEM;
+  }
+  if (cheap) {
+    if (!(a->u = sl_model_buf(m, N * D, SL_ARENA_ACTS)) || !(a->dtv = sl_model_buf(m, N * D, SL_ARENA_ACTS)) ||
+        !(a->g = sl_model_buf(m, N * D, SL_ARENA_ACTS)))
+      return SL_ENOMEM;
+  }
+  return SL_OK;
+}
+
+int sl_mamba_create(sl_model *m) {
+  const sl_model_config *c = &m->cfg;
+  mamba_priv *p = calloc(1, sizeof *p);
+  if (!p) return sl_fail(SL_ENOMEM, "out of memory");
+  m->priv = p;
+  m->vt = &mamba_vt;
+  p->N = m->B * m->T;
+  p->H = c->hidden_size;
+  p->D = c->intermediate_size;
+  p->S = c->state_size;
+  p->R = c->time_step_rank;
+  p->K = c->conv_kernel;
+  p->V = c->vocab_size;
+  p->L = c->num_hidden_layers;
+  p->eps = (float)c->layer_norm_epsilon;
+  p->tied = c->tie_word_embeddings;
+  p->use_bias = c->use_bias;
+  p->conv_bias = c->use_conv_bias;
+  p->chunk = MAMBA_SCAN_CHUNK;
+  p->nch = m->T > 0 ? (m->T + p->chunk - 1) / p->chunk : 0;
+  if (p->H <= 0 || p->D <= 0 || p->S <= 0 || p->R <= 0 || p->K <= 0 || p->V <= 0 || p->L <= 0)
+    return sl_fail(SL_EINPUT, "mamba config: hidden_size %lld, intermediate_size %lld, state_size "
+                   "%lld, time_step_rank %lld, conv_kernel %lld, vocab_size %lld, "
+                   "num_hidden_layers %lld must all be positive",
+                   (long long)p->H, (long long)p->D, (long long)p->S, (long long)p->R,
+                   (long long)p->K, (long long)p->V, (long long)p->L);
+  float std = c->initializer_range > 0 ? (float)c->initializer_range : 0.1f;
+
+  m->nunits = (int)p->L + 2;
+  m->units = calloc((size_t)m->nunits, sizeof(sl_unit_spec));
+  m->pinned = calloc((size_t)m->nunits, sizeof(int));
+  if (!m->units || !m->pinned) return sl_fail(SL_ENOMEM, "out of memory");
+  int64_t H = p->H, D = p->D, S = p->S, R = p->R, K = p->K;
+  sl_unit_spec *e = &m->units[0];
+  snprintf(e->kind, sizeof e->kind, "embedding");
+  e->layer = -1;
+  sl_unit_add(e, c->ssm_original_format ? "backbone.embedding.weight" : "backbone.embeddings.weight",
+              2, p->V, H, 0, 1, SL_INIT_NORMAL, std);
+  for (int64_t l = 0; l < p->L; l++) {
+    sl_unit_spec *b = &m->units[1 + l];
+    snprintf(b->kind, sizeof b->kind, "mamba_block");
+    b->layer = (int)l;
+    char nm[SL_TENSOR_NAME_MAX];
+    block_offsets *o = &p->off;
+#define ADD(field, suffix, nd, d0, d1, d2, decay, init)                    \
+  snprintf(nm, sizeof nm, "backbone.layers.%lld.%s", (long long)l, suffix); \
+  o->field = b->numel;                                                   \
+  sl_unit_add(b, nm, nd, d0, d1, d2, decay, init, std)
+    o->b_in = o->b_conv = o->b_out = -1;
+    ADD(norm, "norm.weight", 1, H, 0, 0, 0, SL_INIT_ONES);
+    ADD(w_in, "mixer.in_proj.weight", 2, 2 * D, H, 0, 1, SL_INIT_CUSTOM);
+    if (p->use_bias) { ADD(b_in, "mixer.in_proj.bias", 1, 2 * D, 0, 0, 0, SL_INIT_ZEROS); }
+    ADD(w_conv, "mixer.conv1d.weight", 3, D, 1, K, 1, SL_INIT_CUSTOM);
+    if (p->conv_bias) { ADD(b_conv, "mixer.conv1d.bias", 1, D, 0, 0, 0, SL_INIT_CUSTOM); }
+    ADD(w_x, "mixer.x_proj.weight", 2, R + 2 * S, D, 0, 1, SL_INIT_CUSTOM);
+    ADD(w_dt, "mixer.dt_proj.weight", 2, D, R, 0, 1, SL_INIT_CUSTOM);
+    ADD(b_dt, "mixer.dt_proj.bias", 1, D, 0, 0, 0, SL_INIT_CUSTOM);
+    ADD(a_log, "mixer.A_log", 2, D, S, 0, 0, SL_INIT_CUSTOM); /* 2-dim, no decay */
+    ADD(dp, "mixer.D", 1, D, 0, 0, 0, SL_INIT_ONES);
+    ADD(w_out, "mixer.out_proj.weight", 2, H, D, 0, 1, SL_INIT_CUSTOM);
+    if (p->use_bias) { ADD(b_out, "mixer.out_proj.bias", 1, H, 0, 0, 0, SL_INIT_ZEROS); }
+#undef ADD
+  }
+  sl_lm_head_spec(m, "backbone.norm_f.weight", H, p->V, p->tied, SL_INIT_CUSTOM, std);
+
+  if (m->B == 0) return SL_OK; /* specs only */
+  /* activations */
+  int64_t N = p->N;
+  p->stream = sl_model_stream(m, p->L, H);
+  p->la = calloc((size_t)p->L, sizeof(mlayer_acts));
+  if (!p->stream || !p->la) return sl_fail(SL_ENOMEM, "out of memory");
+  mlayer_acts shared = {0};
+  if (m->ac == SL_AC_FULL) {
+    if (alloc_layer(m, p, &shared, 1, 1, m->B)) return SL_ENOMEM;
+    for (int64_t l = 0; l < p->L; l++) p->la[l] = shared;
+  } else {
+    if (m->ac == SL_AC_SELECTIVE && alloc_layer(m, p, &shared, 0, 1, m->B)) return SL_ENOMEM;
+    for (int64_t l = 0; l < p->L; l++) {
+      if (alloc_layer(m, p, &p->la[l], 1, m->ac == SL_AC_NONE, m->B)) return SL_ENOMEM;
+      if (m->ac == SL_AC_SELECTIVE) {
+        p->la[l].u = shared.u;
+        p->la[l].dtv = shared.dtv;
+        p->la[l].g = shared.g;
+      }
+    }
+  }
+  if (sl_lm_head_init(m, &p->head, H, p->V, p->eps, p->tied, (int)p->L + 1)) return SL_ENOMEM;
+  if (!(p->dres = sl_model_buf(m, N * H, SL_ARENA_WORKSPACE)) ||
+      !(p->dln = sl_model_buf(m, N * H, SL_ARENA_WORKSPACE)) ||
+      !(p->dgx = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
+      !(p->dy = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
+      !(p->du = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
+      !(p->ddtv = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
+      !(p->dxz = sl_model_buf(m, N * 2 * D, SL_ARENA_WORKSPACE)) ||
+      !(p->ddtr = sl_model_buf(m, N * R, SL_ARENA_WORKSPACE)) ||
+      !(p->dbc = sl_model_buf(m, N * 2 * S, SL_ARENA_WORKSPACE)))
+    return SL_ENOMEM;
+  return SL_OK;
+}

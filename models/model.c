@@ -1,0 +1,315 @@
+/* models/model.c — architecture-independent model plumbing: unit spec
+ * building, deterministic initialisation, loading from and saving to HF
+ * safetensors one unit at a time. */
+#include "models/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "formats/savedir.h"
+#include <errno.h>
+#include <sys/stat.h>
+
+void sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2,
+                 int decay, sl_init_kind init, float std) {
+  sl_tensor_spec *t = &u->t[u->ntensors++];
+  memset(t, 0, sizeof *t);
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->ndim = ndim;
+  t->shape[0] = d0;
+  t->shape[1] = ndim > 1 ? d1 : 1;
+  t->shape[2] = ndim > 2 ? d2 : 1;
+  t->numel = t->shape[0] * t->shape[1] * t->shape[2];
+  t->offset = u->numel;
+  t->decay = decay;
+  t->init = init;
+  t->std = std;
+  u->numel += t->numel;
+}
+
+int sl_model_create_specs(const sl_model_config *cfg, sl_model **out) {
+  return sl_model_create(cfg, NULL, NULL, 0, 0, SL_AC_NONE, out);
+}
+
+int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B,
+                    int64_t T, sl_actckpt ac, sl_model **out) {
+  *out = NULL;
+  if (B < 0 || T < 0 || (B == 0) != (T == 0)) return sl_fail(SL_EINPUT, "micro-batch (%lld) and seq-len (%lld) must be >= 1",
+                                     (long long)B, (long long)T);
+  sl_model *m = calloc(1, sizeof *m);
+  if (!m) return sl_fail(SL_ENOMEM, "out of memory creating the model");
+  m->cfg = *cfg;
+  m->ops = ops;
+  m->k = k;
+  m->B = B;
+  m->T = T;
+  m->ac = ac;
+  int rc;
+  switch (cfg->arch) {
+  case SL_ARCH_LLAMA:
+  case SL_ARCH_MISTRAL: rc = sl_llama_create(m); break;
+  case SL_ARCH_MAMBA: rc = sl_mamba_create(m); break;
+  default: rc = sl_fail(SL_EINPUT, "unsupported architecture '%s'", cfg->arch_name); break;
+  }
+  if (rc) {
+    sl_model_destroy(m);
+    return rc;
+  }
+  *out = m;
+  return SL_OK;
+}
+
+float *sl_model_buf(sl_model *m, int64_t n, sl_arena arena) {
+  if (m->nbufs == m->capbufs) {
+    int nc = m->capbufs ? m->capbufs * 2 : 64;
+    void **nb = realloc(m->bufs, sizeof(void *) * (size_t)nc);
+    if (!nb) return NULL;
+    m->bufs = nb;
+    m->capbufs = nc;
+  }
+  float *x = m->ops->alloc(m->k, (size_t)n * 4);
+  if (!x) return NULL;
+  m->bufs[m->nbufs++] = x;
+  sl_mem_add(arena, n * 4);
+  m->buf_bytes[arena == SL_ARENA_ACTS ? 0 : 1] += n * 4;
+  if (arena == SL_ARENA_ACTS) m->act_bytes += n * 4;
+  return x;
+}
+
+void sl_model_destroy(sl_model *m) {
+  if (!m) return;
+  if (m->vt && m->vt->destroy) m->vt->destroy(m);
+  for (int i = 0; i < m->nbufs; i++) m->ops->free(m->k, m->bufs[i]);
+  sl_mem_sub(SL_ARENA_ACTS, m->buf_bytes[0]);
+  sl_mem_sub(SL_ARENA_WORKSPACE, m->buf_bytes[1]);
+  free(m->bufs);
+  free(m->units);
+  free(m->pinned);
+  free(m);
+}
+
+void sl_model_set_batch(sl_model *m, const int32_t *tokens, const int32_t *targets, float loss_scale) {
+  m->tokens = tokens;
+  m->targets = targets;
+  m->loss_scale = loss_scale;
+  m->loss_sum = 0.0;
+}
+
+int64_t sl_model_num_params(const sl_model *m) {
+  int64_t n = 0;
+  for (int u = 0; u < m->nunits; u++) n += m->units[u].numel;
+  return n;
+}
+
+int64_t sl_model_max_unit_numel(const sl_model *m) {
+  int64_t n = 0;
+  for (int u = 0; u < m->nunits; u++)
+    if (m->units[u].numel > n) n = m->units[u].numel;
+  return n;
+}
+
+/* ---- the shared LM head unit ------------------------------------------------ */
+void sl_lm_head_spec(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied,
+                     sl_init_kind head_init, float std) {
+  sl_unit_spec *h = &m->units[m->nunits - 1];
+  snprintf(h->kind, sizeof h->kind, "head");
+  h->layer = -1;
+  sl_unit_add(h, norm_name, 1, C, 0, 0, 0, SL_INIT_ONES, std);
+  if (!tied) sl_unit_add(h, "lm_head.weight", 2, V, C, 0, 1, head_init, std);
+  else m->pinned[0] = 1;
+}
+
+float **sl_model_stream(sl_model *m, int64_t L, int64_t C) {
+  float **s = calloc((size_t)(L + 1), sizeof(float *));
+  if (!s) return NULL;
+  for (int64_t l = 0; l <= L; l++)
+    if (!(s[l] = sl_model_buf(m, m->B * m->T * C, SL_ARENA_ACTS))) {
+      free(s);
+      return NULL;
+    }
+  return s;
+}
+
+int sl_lm_head_init(sl_model *m, sl_lm_head *h, int64_t C, int64_t V, float eps, int tied, int unit) {
+  h->N = m->B * m->T;
+  h->C = C;
+  h->V = V;
+  h->eps = eps;
+  h->tied = tied;
+  h->unit = unit;
+  if (!(h->lnf = sl_model_buf(m, h->N * C, SL_ARENA_ACTS)) || !(h->rstdf = sl_model_buf(m, h->N, SL_ARENA_ACTS)) ||
+      !(h->lse = sl_model_buf(m, h->N, SL_ARENA_ACTS)) || !(h->losses = sl_model_buf(m, h->N, SL_ARENA_ACTS)))
+    return SL_ENOMEM;
+  return SL_OK;
+}
+
+static int head_weight(sl_model *m, const sl_lm_head *h, const float *flat, const float **W) {
+  if (!h->tied) {
+    *W = flat + h->C;
+    return SL_OK;
+  }
+  return m->access.params(m->access.user, 0, W);
+}
+
+int sl_lm_head_fwd(sl_model *m, sl_lm_head *h, const float *flat, const float *x) {
+  const float *W;
+  int rc = head_weight(m, h, flat, &W);
+  if (rc) return rc;
+  m->ops->rmsnorm_fwd(m->k, h->lnf, h->rstdf, x, flat, h->N, h->C, h->eps);
+  m->ops->lmhead_ce_fwd(m->k, h->losses, h->lse, h->lnf, W, m->targets, h->N, h->C, h->V);
+  m->loss_sum += m->ops->sum(m->k, h->losses, h->N);
+  return SL_OK;
+}
+
+int sl_lm_head_bwd(sl_model *m, sl_lm_head *h, const float *flat, float *grads, const float *x,
+                   float *dres, float *dln) {
+  const float *W;
+  float *dW = grads + h->C;
+  int rc = head_weight(m, h, flat, &W);
+  if (!rc && h->tied) rc = m->access.grads(m->access.user, 0, &dW);
+  if (rc) return rc;
+  size_t bytes = (size_t)(h->N * h->C) * 4;
+  m->ops->zero(m->k, dres, bytes);
+  m->ops->zero(m->k, dln, bytes);
+  m->ops->lmhead_ce_bwd(m->k, dln, dW, h->lnf, W, m->targets, h->lse, m->loss_scale, h->N, h->C, h->V);
+  m->ops->rmsnorm_bwd(m->k, dres, grads, dln, x, flat, h->rstdf, h->N, h->C);
+  return SL_OK;
+}
+
+int sl_lm_head_logits(sl_model *m, sl_lm_head *h, float *out) {
+  const float *W;
+  int rc = m->access.params(m->access.user, h->tied ? 0 : h->unit, &W);
+  if (rc) return rc;
+  if (!h->tied) W += h->C;
+  m->ops->linear_fwd(m->k, out, h->lnf, W, NULL, h->N, h->C, h->V);
+  return SL_OK;
+}
+
+int sl_actckpt_from_name(const char *name) {
+  if (!name) return -1;
+  if (!strcmp(name, "none")) return SL_AC_NONE;
+  if (!strcmp(name, "selective")) return SL_AC_SELECTIVE;
+  if (!strcmp(name, "full")) return SL_AC_FULL;
+  return -1;
+}
+
+/* ---- deterministic init: one stream per (seed, tensor name) ---------------- */
+static uint64_t name_hash(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+  return h;
+}
+
+static void init_normal(float *dst, int64_t n, float std, uint64_t seed) {
+  uint64_t st = seed;
+  for (int64_t i = 0; i < n; i += 2) {
+    double u1 = ((sl_splitmix64(&st) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
+    double u2 = (sl_splitmix64(&st) >> 11) * (1.0 / 9007199254740992.0);
+    double r = sqrt(-2.0 * log(u1));
+    dst[i] = (float)(r * cos(2.0 * M_PI * u2) * std);
+    if (i + 1 < n) dst[i + 1] = (float)(r * sin(2.0 * M_PI * u2) * std);
+  }
+}
+
+int sl_model_unit_load(const sl_model *m, int u, const sl_st_set *weights, uint64_t seed, float *flat) {
+  const sl_unit_spec *us = &m->units[u];
+  for (int i = 0; i < us->ntensors; i++) {
+    const sl_tensor_spec *t = &us->t[i];
+    float *dst = flat + t->offset;
+    if (weights) {
+      int rc = sl_st_read_f32(weights, t->name, t->ndim, t->shape, dst);
+      if (rc) return rc;
+      continue;
+    }
+    uint64_t s = seed ^ name_hash(t->name);
+    switch (t->init) {
+    case SL_INIT_NORMAL: init_normal(dst, t->numel, t->std, s); break;
+    case SL_INIT_ONES:
+      for (int64_t j = 0; j < t->numel; j++) dst[j] = 1.0f;
+      break;
+    case SL_INIT_ZEROS: memset(dst, 0, (size_t)t->numel * 4); break;
+    case SL_INIT_CUSTOM: {
+      int rc = m->vt->init_custom((sl_model *)m, u, i, dst, s);
+      if (rc) return rc;
+      break;
+    }
+    }
+  }
+  return SL_OK;
+}
+
+/* ---- save ------------------------------------------------------------------ */
+typedef struct {
+  const sl_model *m;
+  sl_unit_fill_fn fill;
+  void *ctx;
+  int *tensor_unit, *tensor_idx; /* per written tensor */
+  int cached_unit;
+  float *flat;
+} save_ctx;
+
+static int save_fill(void *vctx, int64_t index, const sl_st_wtensor *wt, float *dst) {
+  save_ctx *sc = vctx;
+  int u = sc->tensor_unit[index], ti = sc->tensor_idx[index];
+  if (sc->cached_unit != u) {
+    int rc = sc->fill(sc->ctx, u, sc->flat);
+    if (rc) return rc;
+    sc->cached_unit = u;
+  }
+  const sl_tensor_spec *t = &sc->m->units[u].t[ti];
+  memcpy(dst, sc->flat + t->offset, (size_t)t->numel * 4);
+  (void)wt;
+  return SL_OK;
+}
+
+
+int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void *ctx,
+                  int64_t max_shard_bytes) {
+  char tmp[4600]; /* the new directory is written beside dir, then swapped in (formats/savedir.h) */
+  int rc = sl_savedir_begin(dir, tmp, sizeof tmp);
+  if (rc) return rc;
+  int nt = 0;
+  for (int u = 0; u < m->nunits; u++) nt += m->units[u].ntensors;
+  sl_st_wtensor *ws = calloc((size_t)nt, sizeof *ws);
+  save_ctx sc = {.m = m, .fill = fill, .ctx = ctx, .cached_unit = -1};
+  sc.tensor_unit = calloc((size_t)nt, sizeof(int));
+  sc.tensor_idx = calloc((size_t)nt, sizeof(int));
+  sc.flat = sl_alloc((size_t)sl_model_max_unit_numel(m) * 4, "save buffer");
+  if (!ws || !sc.tensor_unit || !sc.tensor_idx || !sc.flat) {
+    rc = sl_fail(SL_ENOMEM, "out of memory saving %s", dir);
+    goto done;
+  }
+  int n = 0;
+  for (int u = 0; u < m->nunits; u++)
+    for (int i = 0; i < m->units[u].ntensors; i++) {
+      const sl_tensor_spec *t = &m->units[u].t[i];
+      /* a state-spaces checkpoint is written back in the HF form its config.json has */
+      ws[n].name = (m->cfg.ssm_original_format && !strcmp(t->name, "backbone.embedding.weight"))
+                       ? "backbone.embeddings.weight"
+                       : t->name;
+      ws[n].ndim = t->ndim;
+      for (int d = 0; d < t->ndim; d++) ws[n].shape[d] = t->shape[d];
+      ws[n].dtype = SL_ST_F32;
+      sc.tensor_unit[n] = u;
+      sc.tensor_idx[n] = i;
+      n++;
+    }
+  char path[4700];
+  snprintf(path, sizeof path, "%s/config.json", tmp);
+  rc = sl_hfconfig_save(path, &m->cfg);
+  if (!rc) rc = sl_st_write_dir(tmp, ws, n, save_fill, &sc, max_shard_bytes);
+  if (!rc) rc = sl_savedir_commit(dir, tmp);
+done:
+  if (rc) {
+    sl_savedir_abort(tmp);
+    rc = sl_fail_ctx(rc, "%s was not written (an existing directory there is untouched)", dir);
+  }
+  free(ws);
+  free(sc.tensor_unit);
+  free(sc.tensor_idx);
+  sl_free(sc.flat);
+  return rc;
+}

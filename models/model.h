@@ -1,0 +1,170 @@
+/* models/model.h — a model is an ordered list of units over flat buffers.
+ *
+ * A unit kind declares its parameter tensors as spec rows {HF name, shape,
+ * offset in the unit's flat buffer, weight-decay flag, init} and supplies
+ * forward and backward functions that read parameters through views into
+ * that flat buffer. Nothing here knows about ranks or communication: the
+ * trainer hands each unit its (gathered) flat parameters and a gradient
+ * buffer, and the model hands back activations and gradients.
+ *
+ * Architectures: models/llama.c (Llama, Mistral), models/mamba.c (Mamba v1).
+ */
+#ifndef SL_MODEL_H
+#define SL_MODEL_H
+
+#include <stdint.h>
+
+#include "formats/hfconfig.h"
+#include "formats/safetensors.h"
+#include "base/base.h"
+#include "kernels/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { SL_AC_NONE = 0, SL_AC_SELECTIVE = 1, SL_AC_FULL = 2 } sl_actckpt;
+/* "none" / "selective" / "full" (--activation-checkpoint) -> sl_actckpt; -1
+ * for anything else (no message: the caller words it). */
+int sl_actckpt_from_name(const char *name);
+typedef enum { SL_INIT_NORMAL = 0, SL_INIT_ONES, SL_INIT_ZEROS, SL_INIT_CUSTOM } sl_init_kind;
+
+#define SL_TENSOR_NAME_MAX 128
+#define SL_UNIT_MAX_TENSORS 16
+
+typedef struct {
+  char name[SL_TENSOR_NAME_MAX]; /* HF name, e.g. model.layers.3.mlp.up_proj.weight */
+  int ndim;                      /* 1..3 */
+  int64_t shape[3];              /* (ndim) */
+  int64_t offset;                /* first element in the unit's flat buffer */
+  int64_t numel;
+  int decay;                     /* weight decay applies to this tensor */
+  sl_init_kind init;
+  float std;                     /* SL_INIT_NORMAL */
+} sl_tensor_spec;
+
+typedef struct {
+  char kind[32];                 /* "embedding", "llama_block", "head", ... */
+  int layer;                     /* block index, -1 for others */
+  int ntensors;
+  sl_tensor_spec t[SL_UNIT_MAX_TENSORS];
+  int64_t numel;                 /* flat size: tensors packed back to back */
+} sl_unit_spec;
+
+typedef struct sl_model sl_model;
+
+/* How a unit reaches another unit's parameters and gradients (tied
+ * weights): provided by the trainer, which owns the FSDP runtime. */
+typedef struct {
+  void *user;
+  int (*params)(void *user, int u, const float **p);
+  int (*grads)(void *user, int u, float **g);
+} sl_unit_access;
+
+typedef struct {
+  int (*fwd)(sl_model *m, int u, const float *params);
+  int (*bwd)(sl_model *m, int u, const float *params, float *grads);
+  /* logits (B*T, V) of the current batch after a forward (tests/dump). */
+  int (*logits)(sl_model *m, float *out);
+  int (*init_custom)(sl_model *m, int u, int ti, float *dst, uint64_t seed);
+  void (*destroy)(sl_model *m);
+  int64_t (*flops_per_token)(const sl_model *m, int64_t T); /* training, model FLOPs */
+} sl_model_vt;
+
+struct sl_model {
+  const sl_model_vt *vt;
+  sl_model_config cfg;
+  const sl_ops *ops;
+  sl_kctx *k;
+  int nunits;
+  sl_unit_spec *units;       /* (nunits) */
+  int *pinned;               /* (nunits) 1: params read by another unit */
+  sl_unit_access access;
+  sl_actckpt ac;
+  int64_t B, T;              /* micro-batch shape the activations are sized for */
+  /* the current micro-batch */
+  const int32_t *tokens;     /* (B*T) */
+  const int32_t *targets;    /* (B*T), -1 = ignore */
+  float loss_scale;          /* gradient of each token's loss, 1/(G*T) */
+  double loss_sum;           /* sum of token losses of the micro-batch */
+  int64_t act_bytes;         /* activation bytes held (acts arena) */
+  void *priv;                /* architecture state */
+  /* backend buffers of the architecture, freed by sl_model_destroy */
+  void **bufs;
+  int nbufs, capbufs;
+  int64_t buf_bytes[2];      /* acts, workspace */
+  /* (B*T) backend memory or NULL: position in its sample where each token's
+   * document starts (--doc-attention-mask: attention stays inside documents,
+   * RoPE positions restart at each document); set by the trainer per batch */
+  const int32_t *seg;
+};
+
+/* Builds the model for cfg (dispatch on cfg->arch): unit specs, activations
+ * for micro-batch B x T, checkpoint policy. */
+int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B,
+                    int64_t T, sl_actckpt ac, sl_model **out);
+/* Unit specs only (B = T = 0: no activations, no compute): for the planner,
+ * checkpoint conversion and tools that only need names, shapes and sizes. */
+int sl_model_create_specs(const sl_model_config *cfg, sl_model **out);
+void sl_model_destroy(sl_model *m);
+
+/* Sets the micro-batch (pointers must stay valid through its backward). */
+void sl_model_set_batch(sl_model *m, const int32_t *tokens, const int32_t *targets, float loss_scale);
+
+/* Full fp32 flat parameters of unit u: from the weight set (NULL: init from
+ * seed, deterministic per tensor name). */
+int sl_model_unit_load(const sl_model *m, int u, const sl_st_set *weights, uint64_t seed, float *flat);
+/* Writes the model as an HF directory; fill(u, flat) provides unit u's full
+ * fp32 flat parameters. Streams one unit at a time. */
+typedef int (*sl_unit_fill_fn)(void *ctx, int u, float *flat);
+int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void *ctx,
+                  int64_t max_shard_bytes);
+
+int64_t sl_model_num_params(const sl_model *m); /* real parameters */
+int64_t sl_model_max_unit_numel(const sl_model *m);
+
+/* For model files: n floats of zeroed backend memory counted in arena
+ * (SL_ARENA_ACTS or SL_ARENA_WORKSPACE), freed with the model. */
+float *sl_model_buf(sl_model *m, int64_t n, sl_arena arena);
+
+/* The last unit every language model shares: final RMSNorm (C) then, when
+ * untied, lm_head (V, C) in its flat buffer; the fused chunked LM head +
+ * cross-entropy. Tied models read (and add the gradient into) unit 0 through
+ * m->access. */
+typedef struct {
+  int64_t N, C, V;
+  float eps;
+  int tied, unit;  /* unit: the head's own index */
+  float *lnf;      /* (N, C) normalised input of the head */
+  float *rstdf;    /* (N) */
+  float *lse;      /* (N) log-sum-exp of each row's logits */
+  float *losses;   /* (N) */
+} sl_lm_head;
+/* Declares the head unit's tensors (norm_name (C), then lm_head.weight (V, C)
+ * when untied; tied: pins unit 0, whose weight the head reads). */
+void sl_lm_head_spec(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied,
+                     sl_init_kind head_init, float std);
+/* The residual stream: L+1 buffers of (B*T, C), input of each block and of
+ * the head (sl_model_buf); NULL when out of memory. */
+float **sl_model_stream(sl_model *m, int64_t L, int64_t C);
+/* Allocates the head's activations (sl_model_buf). */
+int sl_lm_head_init(sl_model *m, sl_lm_head *h, int64_t C, int64_t V, float eps, int tied, int unit);
+/* x (N, C): the residual stream; adds the batch's token losses to m->loss_sum. */
+int sl_lm_head_fwd(sl_model *m, sl_lm_head *h, const float *flat, const float *x);
+/* dres (N, C) := gradient of x; grads: the head's flat gradient; dln (N, C) scratch. */
+int sl_lm_head_bwd(sl_model *m, sl_lm_head *h, const float *flat, float *grads, const float *x,
+                   float *dres, float *dln);
+int sl_lm_head_logits(sl_model *m, sl_lm_head *h, float *out);
+
+/* Spec-building helper for model files: appends a tensor to a unit. */
+void sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2,
+                 int decay, sl_init_kind init, float std);
+
+/* Architecture constructors (models/llama.c, models/mamba.c). */
+int sl_llama_create(sl_model *m);
+int sl_mamba_create(sl_model *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SL_MODEL_H */

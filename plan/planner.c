@@ -1,0 +1,892 @@
+/* plan/planner.c — memory / communication / time model of training
+ * configurations and the search over them. The engine replay
+ * (sl_plan_simulate) mirrors shard/fsdp.c, models/llama.c and
+ * engine/trainer.c allocation by allocation; docs/planner.md has the
+ * formulas and assumptions. */
+#include "plan/planner.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shard/shardmath.h"
+
+/* ---- the model -------------------------------------------------------------- */
+static int mamba_estimate(const sl_model_config *c, sl_plan_model *m) {
+  int64_t H = c->hidden_size, D = c->intermediate_size > 0 ? c->intermediate_size : c->expand * H;
+  int64_t S = c->state_size, K = c->conv_kernel, R = c->time_step_rank;
+  m->D = D; m->S = S; m->K = K; m->R = R;
+  m->L = c->num_hidden_layers; m->C = H; m->V = c->vocab_size;
+  m->nunits = (int)m->L + 2;
+  m->numel = calloc((size_t)m->nunits, sizeof(int64_t));
+  m->pinned = calloc((size_t)m->nunits, sizeof(int));
+  if (!m->numel || !m->pinned) return sl_fail(SL_ENOMEM, "planner: out of memory");
+  int64_t blk = H + 2 * D * H + (c->use_bias ? 2 * D : 0) + D * K + (c->use_conv_bias ? D : 0) +
+                (R + 2 * S) * D + R * D + D + D * S + D + H * D + (c->use_bias ? H : 0);
+  m->numel[0] = m->V * H;
+  for (int64_t l = 0; l < m->L; l++) m->numel[1 + l] = blk;
+  m->numel[m->nunits - 1] = H + (c->tie_word_embeddings ? 0 : m->V * H);
+  m->pinned[0] = c->tie_word_embeddings;
+  m->mm_params = m->L * (2 * D * H + (R + 2 * S) * D + R * D + H * D) + m->V * H;
+  return SL_OK;
+}
+
+int sl_plan_model_init(const sl_model_config *cfg, sl_plan_model *out) {
+  memset(out, 0, sizeof *out);
+  out->arch = cfg->arch;
+  if (cfg->arch == SL_ARCH_MAMBA) {
+    sl_model *sm = NULL;
+    int rc = mamba_estimate(cfg, out);
+    if (rc) return rc;
+    if (sl_model_create_specs(cfg, &sm) == SL_OK && sm->nunits == out->nunits) {
+      for (int u = 0; u < sm->nunits; u++) {
+        out->numel[u] = sm->units[u].numel;
+        out->pinned[u] = sm->pinned[u];
+      }
+      out->specs_from_engine = 1;
+    }
+    sl_model_destroy(sm);
+  } else {
+    sl_model *sm = NULL;
+    int rc = sl_model_create_specs(cfg, &sm);
+    if (rc) return rc;
+    out->nunits = sm->nunits;
+    out->numel = calloc((size_t)sm->nunits, sizeof(int64_t));
+    out->pinned = calloc((size_t)sm->nunits, sizeof(int));
+    if (!out->numel || !out->pinned) { sl_model_destroy(sm); return sl_fail(SL_ENOMEM, "planner: out of memory"); }
+    for (int u = 0; u < sm->nunits; u++) {
+      out->numel[u] = sm->units[u].numel;
+      out->pinned[u] = sm->pinned[u];
+    }
+    sl_model_destroy(sm);
+    out->specs_from_engine = 1;
+    out->L = cfg->num_hidden_layers; out->C = cfg->hidden_size;
+    out->nh = cfg->num_attention_heads; out->nkv = cfg->num_key_value_heads;
+    out->hd = cfg->head_dim; out->I = cfg->intermediate_size; out->V = cfg->vocab_size;
+    out->Q = (out->nh + 2 * out->nkv) * out->hd;
+    out->A = out->nh * out->hd;
+    /* models/llama.c llama_flops: blocks' matmuls + LM head */
+    out->mm_params = out->L * (out->C * out->Q + out->A * out->C + 3 * out->C * out->I) + out->V * out->C;
+  }
+  for (int u = 0; u < out->nunits; u++) out->nparams += out->numel[u];
+  return SL_OK;
+}
+
+void sl_plan_model_free(sl_plan_model *m) {
+  if (!m) return;
+  free(m->numel);
+  free(m->pinned);
+  memset(m, 0, sizeof *m);
+}
+
+double sl_plan_flops_per_token(const sl_plan_model *m, int64_t T) {
+  double f = 6.0 * (double)m->mm_params;
+  if (m->arch != SL_ARCH_MAMBA) f += 12.0 * (double)m->L * (double)(m->nh * m->hd) * (double)T;
+  return f;
+}
+
+double sl_plan_recompute_flops_per_token(const sl_plan_model *m, int64_t T, sl_actckpt ac) {
+  double blk_mm = (double)(m->mm_params - m->V * m->C); /* blocks only: the head is not recomputed */
+  double attn = m->arch == SL_ARCH_MAMBA ? 0.0 : 4.0 * (double)m->L * (double)(m->nh * m->hd) * (double)T;
+  if (ac == SL_AC_FULL) return 2.0 * blk_mm + attn; /* one more forward of every block */
+  if (ac == SL_AC_SELECTIVE) return attn;           /* the attention core (QK^T, PV) */
+  return 0.0;
+}
+
+/* ---- activations -------------------------------------------------------------- */
+void sl_plan_engine_acts(const sl_plan_model *m, int64_t B, int64_t T, sl_actckpt ac,
+                         int64_t *acts_elems, int64_t *ws_elems) {
+  int64_t N = B * T, L = m->L, C = m->C;
+  if (m->arch == SL_ARCH_MAMBA) {
+    /* estimate (docs/planner.md): per block norm out (C), in_proj x|z (2D),
+     * conv out (D), x_proj out (R+2S), dt (D), scan y (D), gated y (D) and
+     * the scan's chunk checkpoints (D*S per 64 steps) */
+    int64_t D = m->D, S = m->S, R = m->R;
+    int64_t per = N * (C + 6 * D + R + 2 * S) + B * ((T + 63) / 64) * D * S;
+    int64_t kept = ac == SL_AC_NONE ? L * per : ac == SL_AC_SELECTIVE ? L * (per - N * D) + N * D : per;
+    *acts_elems = (L + 1) * N * C + kept + N * C + 3 * N;
+    *ws_elems = N * (2 * C + 4 * D + R + 2 * S);
+    return;
+  }
+  /* models/llama.c sl_llama_create, allocation by allocation */
+  int64_t rest = N * C /* ln1 */ + N /* rstd1 */ + N * m->Q /* qkv */ + N * C /* xmid */ +
+                 N * C /* ln2 */ + N /* rstd2 */ + N * 2 * m->I /* gu */ + N * m->I /* h */;
+  int64_t attn = N * m->A /* att */ + N * m->nh /* lse */;
+  int64_t a = (L + 1) * N * C; /* residual stream: every block's input + the head's */
+  if (ac == SL_AC_FULL) a += rest + attn;           /* one shared layer */
+  else if (ac == SL_AC_SELECTIVE) a += L * rest + attn;
+  else a += L * (rest + attn);
+  a += N * C + 3 * N; /* lnf, rstdf, lse_ce, losses */
+  *acts_elems = a;
+  *ws_elems = N * C /* dres */ + N * C /* dln */ + N * m->I /* dh */ + N * 2 * m->I /* dgu */ +
+              N * m->A /* datt */ + N * m->Q /* dqkv */;
+}
+
+double sl_plan_gpt_act_bytes(double s, double b, double h, double a, int t, int sp, sl_actckpt ac) {
+  if (t < 1) t = 1;
+  if (ac == SL_AC_FULL) return 2.0 * s * b * h / (sp ? t : 1);
+  double attn = 5.0 * a * s / h;
+  if (ac == SL_AC_SELECTIVE) attn = 0.0;
+  if (t == 1) return s * b * h * (34.0 + attn);
+  if (sp) return s * b * h * (34.0 + attn) / t;
+  return s * b * h * (10.0 + 24.0 / t + attn / t);
+}
+
+/* ---- the engine replay ----------------------------------------------------- */
+void sl_plan_run_engine(sl_plan_run *r, const char *param_dtype, const char *reduce_dtype) {
+  memset(r, 0, sizeof *r);
+  r->world = 1;
+  r->zero = 3;
+  r->micro_batch = 1;
+  r->seq_len = 1;
+  r->grad_accum = 1;
+  r->ac = SL_AC_NONE;
+  r->prefetch = 1;
+  r->reshard_after_forward = 1;
+  r->sync_accum = 1;
+  r->param_bytes = param_dtype && !strcmp(param_dtype, "bf16") ? 2 : 4;
+  r->reduce_bytes = reduce_dtype && !strcmp(reduce_dtype, "bf16") ? 2 : 4;
+  r->grad_bytes = 4;
+  r->act_bytes = 4;
+  r->expand_fp32 = 1;
+  r->reduce_copy = 1;
+  r->align = 16;
+  r->tp = 1;
+}
+
+enum { P_NONE = 0, P_INFLIGHT, P_READY };
+
+typedef struct {
+  int pstate;
+  int64_t gbuf, expand;   /* gather-arena bytes held */
+  int has_grad, grad_pool;
+  int64_t grad_micro;
+  int nred, acc_own;
+} sunit;
+
+typedef struct {
+  int u;
+  int64_t send, recv;
+  int recv_bf16;
+  int first; /* the step's first reduction of the unit (acc = result) */
+} spend;
+
+typedef struct {
+  const sl_plan_run *r;
+  const sl_plan_model *m;
+  int U, zero, S, R;
+  sl_slice *sl;
+  sunit *un;
+  spend *pend;
+  int npend;
+  int64_t cur[SL_ARENA_COUNT], peak[SL_ARENA_COUNT], tot, totpeak;
+  int64_t gathered;
+  int micro, nmicro;
+  int64_t micro_seq;
+  uint64_t shard[SL_COLL_NKINDS], rep[SL_COLL_NKINDS];
+} sim;
+
+static void madd(sim *s, int a, int64_t b) {
+  s->cur[a] += b;
+  s->tot += b;
+  if (s->cur[a] > s->peak[a]) s->peak[a] = s->cur[a];
+  if (s->tot > s->totpeak) s->totpeak = s->tot;
+}
+
+static int64_t gbytes(const sim *s, int u) {
+  int64_t b = 0, P = s->sl[u].padded;
+  if (s->zero == 3) b += P * s->r->param_bytes;
+  if (s->r->param_bytes == 2 && s->r->expand_fp32) b += P * 4;
+  return b;
+}
+
+static void issue(sim *s, int u) {
+  sunit *U = &s->un[u];
+  if (U->pstate != P_NONE) return;
+  if (s->zero == 3) {
+    U->gbuf = s->sl[u].padded * s->r->param_bytes;
+    madd(s, SL_ARENA_GATHER, U->gbuf);
+    s->shard[SL_COLL_ALLGATHER] += sl_comm_bus_bytes(SL_COLL_ALLGATHER, s->S, s->sl[u].shard,
+                                                     s->r->param_bytes == 2 ? SL_BF16 : SL_F32, 0);
+  }
+  s->gathered += gbytes(s, u);
+  U->pstate = P_INFLIGHT;
+}
+
+static void ready(sim *s, int u) {
+  sunit *U = &s->un[u];
+  issue(s, u);
+  if (U->pstate == P_READY) return;
+  if (s->r->param_bytes == 2 && s->r->expand_fp32) {
+    U->expand = s->sl[u].padded * 4;
+    madd(s, SL_ARENA_GATHER, U->expand);
+    if (U->gbuf) { madd(s, SL_ARENA_GATHER, -U->gbuf); U->gbuf = 0; }
+  }
+  U->pstate = P_READY;
+}
+
+static void drop(sim *s, int u) {
+  sunit *U = &s->un[u];
+  if (U->pstate == P_NONE) return;
+  if (U->gbuf) { madd(s, SL_ARENA_GATHER, -U->gbuf); U->gbuf = 0; }
+  if (U->expand) { madd(s, SL_ARENA_GATHER, -U->expand); U->expand = 0; }
+  s->gathered -= gbytes(s, u);
+  U->pstate = P_NONE;
+}
+
+static void prefetch(sim *s, int next, int dir) {
+  for (int k = 0; k < s->r->prefetch; k++) {
+    int j = next + dir * k;
+    if (j < 0 || j >= s->U) break;
+    if (s->un[j].pstate != P_NONE) continue;
+    if (s->r->prefetch_bytes > 0 && s->gathered + gbytes(s, j) > s->r->prefetch_bytes) break;
+    issue(s, j);
+  }
+}
+
+static void take_grad(sim *s, int u) {
+  sunit *U = &s->un[u];
+  int keep = !s->r->sync_accum && s->micro > 0;
+  if (U->has_grad && (U->grad_micro == s->micro_seq || keep)) return;
+  if (s->zero >= 2) {
+    madd(s, SL_ARENA_GRADS, s->sl[u].padded * s->r->grad_bytes);
+    U->grad_pool = 1;
+  }
+  U->has_grad = 1;
+  U->grad_micro = s->micro_seq;
+}
+
+static void complete(sim *s, const spend *p) {
+  sunit *U = &s->un[p->u];
+  int64_t sh = s->sl[p->u].shard;
+  if (s->R > 1) {
+    int es = p->recv_bf16 ? 2 : s->r->reduce_bytes;
+    s->rep[SL_COLL_ALLREDUCE] += sl_comm_bus_bytes(SL_COLL_ALLREDUCE, s->R, sh, es == 2 ? SL_BF16 : SL_F32, 0);
+  }
+  if (p->recv_bf16 && !p->first) { /* bf16 result expanded to fp32 before it is added */
+    madd(s, SL_ARENA_WORKSPACE, sh * 4);
+    madd(s, SL_ARENA_WORKSPACE, -sh * 4);
+  }
+  if (p->recv) madd(s, SL_ARENA_WORKSPACE, -p->recv);
+  if (p->send) madd(s, SL_ARENA_WORKSPACE, -p->send);
+  if (U->grad_pool && U->has_grad) {
+    madd(s, SL_ARENA_GRADS, -s->sl[p->u].padded * s->r->grad_bytes);
+    U->has_grad = 0;
+    U->grad_pool = 0;
+  }
+}
+
+static void drain(sim *s, int keep) {
+  int done = s->npend - keep;
+  if (done <= 0) return;
+  for (int i = 0; i < done; i++) complete(s, &s->pend[i]);
+  memmove(s->pend, s->pend + done, sizeof(spend) * (size_t)keep);
+  s->npend = keep;
+}
+
+static void issue_reduce(sim *s, int u) {
+  sunit *U = &s->un[u];
+  int64_t sh = s->sl[u].shard, P = s->sl[u].padded;
+  spend p = {.u = u};
+  int first = U->nred == 0;
+  p.first = first;
+  int rb = s->r->reduce_bytes;
+  if (rb == 2 && s->r->reduce_copy) {
+    p.send = P * 2;
+    p.recv = sh * 2;
+    p.recv_bf16 = 1;
+    madd(s, SL_ARENA_WORKSPACE, p.send);
+    madd(s, SL_ARENA_WORKSPACE, p.recv);
+  } else if (!first) {
+    p.recv = sh * rb;
+    madd(s, SL_ARENA_WORKSPACE, p.recv);
+  }
+  s->shard[SL_COLL_REDUCE_SCATTER] += sl_comm_bus_bytes(SL_COLL_REDUCE_SCATTER, s->S, sh, rb == 2 ? SL_BF16 : SL_F32, 0);
+  U->nred++;
+  s->pend[s->npend++] = p;
+}
+
+static void sim_micro(sim *s, int k, int n) {
+  const sl_plan_run *r = s->r;
+  s->micro = k;
+  s->micro_seq++;
+  s->nmicro = n;
+  if (k == 0) {
+    int nred = r->sync_accum ? n : 1;
+    for (int u = 0; u < s->U; u++) {
+      s->un[u].nred = 0;
+      if (s->zero <= 1 && nred > 1 && !s->un[u].acc_own) {
+        s->un[u].acc_own = 1;
+        madd(s, SL_ARENA_GRADS, s->sl[u].shard * r->grad_bytes);
+      }
+    }
+  }
+  for (int u = 0; u < s->U; u++) { /* forward */
+    issue(s, u);
+    prefetch(s, u + 1, +1);
+    ready(s, u);
+    if (!s->m->pinned[u] && !(s->zero == 3 && !r->reshard_after_forward)) drop(s, u);
+  }
+  for (int u = s->U - 1; u >= 0; u--) { /* backward */
+    issue(s, u);
+    prefetch(s, u - 1, -1);
+    ready(s, u);
+    take_grad(s, u);
+    if (u == s->U - 1 && s->m->pinned[0]) take_grad(s, 0); /* tied LM head adds into unit 0 */
+    drop(s, u);
+    if (r->sync_accum || k == n - 1) {
+      issue_reduce(s, u);
+      drain(s, 1);
+    }
+  }
+  drain(s, 0);
+  for (int u = 0; u < s->U; u++) drop(s, u);
+  if (k == n - 1 && s->zero == 0)
+    for (int u = 0; u < s->U; u++)
+      s->shard[SL_COLL_ALLGATHER] += sl_comm_bus_bytes(SL_COLL_ALLGATHER, s->S, s->sl[u].shard,
+                                                       r->grad_bytes == 2 ? SL_BF16 : SL_F32, 0);
+}
+
+int sl_plan_simulate(const sl_plan_model *m, const sl_plan_run *r, sl_plan_mem *out) {
+  memset(out, 0, sizeof *out);
+  int W = r->world, S = r->shard_group > 0 ? r->shard_group : r->world;
+  if (W < 1 || S < 1 || S > W || W % S)
+    return sl_fail(SL_EINPUT, "planner: shard group %d must divide the world size %d", S, W);
+  if (r->zero < 0 || r->zero > 3) return sl_fail(SL_EINPUT, "planner: ZeRO stage must be 0..3 (found %d)", r->zero);
+  if (r->micro_batch < 1 || r->seq_len < 1 || r->grad_accum < 1)
+    return sl_fail(SL_EINPUT, "planner: micro-batch, seq-len and grad-accum must be >= 1");
+  sim s;
+  memset(&s, 0, sizeof s);
+  s.r = r;
+  s.m = m;
+  s.U = m->nunits;
+  s.zero = r->zero;
+  s.S = S;
+  s.R = W / S;
+  s.sl = calloc((size_t)s.U, sizeof(sl_slice));
+  s.un = calloc((size_t)s.U, sizeof(sunit));
+  s.pend = calloc((size_t)s.U + 2, sizeof(spend));
+  if (!s.sl || !s.un || !s.pend) {
+    free(s.sl); free(s.un); free(s.pend);
+    return sl_fail(SL_ENOMEM, "planner: out of memory");
+  }
+  int64_t pb = r->param_bytes, gb = r->grad_bytes;
+  /* setup: sl_fsdp_create, trainer optimizer views, model activations */
+  for (int u = 0; u < s.U; u++) {
+    sl_shard_slice(m->numel[u], S, r->align, 0, &s.sl[u]);
+    s.un[u].grad_micro = -1;
+    int64_t P = s.sl[u].padded, sh = s.sl[u].shard;
+    if (r->zero <= 2) madd(&s, SL_ARENA_PARAMS, P * pb);
+    else { madd(&s, SL_ARENA_PARAMS, sh * pb); out->shard_param_bytes += sh * pb; }
+    if (r->zero <= 1) madd(&s, SL_ARENA_GRADS, P * gb);
+    else { madd(&s, SL_ARENA_GRADS, sh * gb); out->acc_bytes += sh * gb; }
+    madd(&s, SL_ARENA_OPTIM, 3 * (r->zero == 0 ? P : sh) * 4);
+  }
+  int64_t ae, we;
+  sl_plan_engine_acts(m, r->micro_batch, r->seq_len, r->ac, &ae, &we);
+  double acts = (double)ae * r->act_bytes;
+  if (r->gpt_acts && m->arch != SL_ARCH_MAMBA) {
+    /* GPT constants for the blocks; the stream and head as the engine keeps them */
+    double per = sl_plan_gpt_act_bytes((double)r->seq_len, (double)r->micro_batch, (double)m->C, (double)m->nh,
+                                       r->tp, r->tp > 1, r->ac);
+    acts = per * (double)m->L + (double)(r->micro_batch * r->seq_len) * (double)m->C * 2.0 * r->act_bytes;
+  } else if (r->tp > 1) {
+    acts /= r->tp;
+  }
+  madd(&s, SL_ARENA_ACTS, (int64_t)acts);
+  madd(&s, SL_ARENA_WORKSPACE, we * r->act_bytes / (r->tp > 1 ? r->tp : 1));
+  for (int a = 0; a < SL_ARENA_COUNT; a++) out->start[a] = s.cur[a];
+  /* sl_mem_reset_peaks */
+  for (int a = 0; a < SL_ARENA_COUNT; a++) s.peak[a] = s.cur[a];
+  s.totpeak = s.tot;
+  int n = (int)r->grad_accum;
+  for (int step = 0; step < 2; step++) {
+    memset(s.shard, 0, sizeof s.shard);
+    memset(s.rep, 0, sizeof s.rep);
+    uint64_t mid[SL_COLL_NKINDS] = {0}, midrep = 0;
+    for (int k = 0; k < n; k++) {
+      if (n >= 4 && k == 2) k = n - 1; /* micro-batches 1..n-2 are identical */
+      uint64_t b0[SL_COLL_NKINDS], r0 = s.rep[SL_COLL_ALLREDUCE];
+      memcpy(b0, s.shard, sizeof b0);
+      sim_micro(&s, k, n);
+      if (k == (n >= 2 ? (n > 2 ? 1 : 0) : 0)) {
+        for (int c = 0; c < SL_COLL_NKINDS; c++) mid[c] = s.shard[c] - b0[c];
+        midrep = s.rep[SL_COLL_ALLREDUCE] - r0;
+      }
+    }
+    if (n >= 4) {
+      for (int c = 0; c < SL_COLL_NKINDS; c++) s.shard[c] += (uint64_t)(n - 3) * mid[c];
+      s.rep[SL_COLL_ALLREDUCE] += (uint64_t)(n - 3) * midrep;
+    }
+    uint64_t before = s.shard[SL_COLL_ALLGATHER];
+    /* sl_fsdp_grad_sumsq: one double per rank */
+    s.shard[SL_COLL_ALLGATHER] += sl_comm_bus_bytes(SL_COLL_ALLGATHER, S, 1, SL_F64, 0);
+    /* optimizer: ZeRO-1/2 all-gather the updated shards */
+    if (r->zero == 1 || r->zero == 2)
+      for (int u = 0; u < s.U; u++)
+        s.shard[SL_COLL_ALLGATHER] += sl_comm_bus_bytes(SL_COLL_ALLGATHER, S, s.sl[u].shard,
+                                                        pb == 2 ? SL_BF16 : SL_F32, 0);
+    memcpy(out->comm_shard_micro, mid, sizeof mid);
+    out->comm_rep_micro = midrep;
+    out->comm_step_only = s.shard[SL_COLL_ALLGATHER] - before;
+    if (r->zero == 0) /* the end-of-step gradient gather */
+      for (int u = 0; u < s.U; u++)
+        out->comm_step_only += sl_comm_bus_bytes(SL_COLL_ALLGATHER, S, s.sl[u].shard, gb == 2 ? SL_BF16 : SL_F32, 0);
+  }
+  out->comm_total = 0;
+  for (int c = 0; c < SL_COLL_NKINDS; c++) {
+    out->comm[c] = s.shard[c] + s.rep[c];
+    out->comm_total += out->comm[c];
+  }
+  memcpy(out->peak, s.peak, sizeof out->peak);
+  out->total_peak = s.totpeak;
+  out->shard_size = S;
+  out->replica_size = s.R;
+  free(s.sl);
+  free(s.un);
+  free(s.pend);
+  return SL_OK;
+}
+
+/* ---- sizes --------------------------------------------------------------------- */
+int sl_plan_parse_size(const char *s, double *out) {
+  char *end = NULL;
+  double v = strtod(s, &end);
+  if (end == s || !(v >= 0) || !isfinite(v))
+    return sl_fail(SL_EINPUT, "size '%s': expected a finite number like 80G, 24GiB or 1.5e9", s);
+  char u[8] = {0};
+  int i = 0;
+  for (; *end && i < 7; end++) u[i++] = (char)tolower((unsigned char)*end);
+  if (*end) return sl_fail(SL_EINPUT, "size '%s': unknown unit", s);
+  double mul = 1;
+  if (!u[0] || !strcmp(u, "b")) mul = 1;
+  else if (!strcmp(u, "k") || !strcmp(u, "kb")) mul = 1e3;
+  else if (!strcmp(u, "m") || !strcmp(u, "mb")) mul = 1e6;
+  else if (!strcmp(u, "g") || !strcmp(u, "gb")) mul = 1e9;
+  else if (!strcmp(u, "t") || !strcmp(u, "tb")) mul = 1e12;
+  else if (!strcmp(u, "kib")) mul = 1024.0;
+  else if (!strcmp(u, "mib")) mul = 1048576.0;
+  else if (!strcmp(u, "gib")) mul = 1073741824.0;
+  else if (!strcmp(u, "tib")) mul = 1099511627776.0;
+  else return sl_fail(SL_EINPUT, "size '%s': unknown unit '%s' (use K, M, G, T, KiB, MiB, GiB, TiB)", s, u);
+  *out = v * mul;
+  return SL_OK;
+}
+
+/* ---- the search ------------------------------------------------------------------ */
+#define SL_PLAN_RESERVE 2.0e9 /* CUDA context, cuBLAS / NCCL workspaces, kernel scratch */
+
+void sl_plan_cluster_defaults(sl_plan_cluster *c) {
+  memset(c, 0, sizeof *c);
+  c->gpus = 1;
+  c->gpus_per_node = 8;
+  c->gpu_mem = 80e9;
+  c->intra_bw = 150.0;
+  c->inter_bw = 20.0;
+  c->tflops = 989.0;
+  c->efficiency = 0.55;
+  c->pcie_bw = 20.0;
+  c->nvme_bw = 3.0;
+  c->cpu_adam = 1.4e9;
+  c->hbm_bw = 2000.0;
+  c->margin = 0.9;
+  c->seq_len = 4096;
+  c->global_batch = 4 << 20;
+  c->dtype_bytes = 2;
+  c->allow_tp_pp = 1;
+}
+
+/* forward FLOPs per token of unit u */
+static double unit_fwd_flops(const sl_plan_model *m, int u, int64_t T) {
+  if (u == 0) return 0.0; /* lookup */
+  if (u == m->nunits - 1) return 2.0 * (double)(m->V * m->C);
+  double blk = (double)(m->mm_params - m->V * m->C) / (double)m->L;
+  double attn = m->arch == SL_ARCH_MAMBA ? 0.0 : 4.0 * (double)(m->nh * m->hd) * (double)T;
+  return 2.0 * blk + attn;
+}
+
+static double unit_recompute_flops(const sl_plan_model *m, int u, int64_t T, sl_actckpt ac) {
+  if (u == 0 || u == m->nunits - 1 || ac == SL_AC_NONE) return 0.0;
+  double attn = m->arch == SL_ARCH_MAMBA ? 0.0 : 4.0 * (double)(m->nh * m->hd) * (double)T;
+  if (ac == SL_AC_SELECTIVE) return attn;
+  return unit_fwd_flops(m, u, T);
+}
+
+static int same_node(int first, int last, int G) { return first / G == last / G; }
+
+static int eval_engine(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x) {
+  int N = c->gpus, G = c->gpus_per_node > 0 ? c->gpus_per_node : N;
+  int S = x->shard_group, R = N / S, e = c->dtype_bytes;
+  int64_t T = c->seq_len, b = x->micro_batch, A = x->grad_accum;
+  sl_plan_run r;
+  memset(&r, 0, sizeof r);
+  r.world = N; r.shard_group = S; r.zero = x->zero;
+  r.micro_batch = b; r.seq_len = T; r.grad_accum = A; r.ac = x->ac;
+  r.prefetch = 1; r.reshard_after_forward = 1; r.sync_accum = x->sync_accum;
+  r.param_bytes = r.reduce_bytes = r.grad_bytes = r.act_bytes = e;
+  r.align = 16; r.gpt_acts = c->gpt_acts; r.tp = 1;
+  sl_plan_mem pm;
+  int rc = sl_plan_simulate(m, &r, &pm);
+  if (rc) return rc;
+  for (int a = 0; a < SL_ARENA_COUNT; a++) x->mem[a] = (double)pm.peak[a];
+  double gpu = (double)pm.total_peak, host = 0, nvme = 0;
+  double view = 0, maxview = 0, sumshard = 0;
+  for (int u = 0; u < m->nunits; u++) {
+    sl_slice sl;
+    sl_shard_slice(m->numel[u], S, 16, 0, &sl);
+    double v = (double)(x->zero == 0 ? sl.padded : sl.shard);
+    view += v;
+    if (v > maxview) maxview = v;
+    sumshard += (double)sl.shard;
+  }
+  if (x->offload_optim) {
+    gpu -= x->mem[SL_ARENA_OPTIM];
+    if (x->offload_optim == SL_PLAN_OFF_CPU) host += x->mem[SL_ARENA_OPTIM];
+    else { nvme += x->mem[SL_ARENA_OPTIM]; host += 2.0 * maxview * 12.0; }
+    x->mem[SL_ARENA_HOST_OPTIM] = x->mem[SL_ARENA_OPTIM];
+    x->mem[SL_ARENA_OPTIM] = 0;
+  }
+  if (x->offload_params) {
+    double moved = (double)(pm.shard_param_bytes + pm.acc_bytes);
+    gpu -= moved;
+    host += moved;
+    x->mem[SL_ARENA_PARAMS] -= (double)pm.shard_param_bytes;
+    x->mem[SL_ARENA_GRADS] -= (double)pm.acc_bytes;
+  }
+  x->gpu_total = gpu + SL_PLAN_RESERVE;
+  x->host_per_gpu = host;
+  x->nvme_per_gpu = nvme;
+  int per_node = N < G ? N : G;
+  x->fits = x->gpu_total <= c->margin * c->gpu_mem &&
+            (host == 0 || host * per_node <= c->margin * c->host_mem);
+  /* communication */
+  x->shard_inter = !(S <= G && G % S == 0);
+  x->replica_inter = R > 1 && !same_node(0, (R - 1) * S, G);
+  double bws = (x->shard_inter ? c->inter_bw : c->intra_bw) * 1e9;
+  double bwr = (x->replica_inter ? c->inter_bw : c->intra_bw) * 1e9;
+  memset(x->comm_bytes, 0, sizeof x->comm_bytes);
+  x->comm_bytes[SL_PLAN_AG] = (double)pm.comm[SL_COLL_ALLGATHER];
+  x->comm_bytes[SL_PLAN_RS] = (double)pm.comm[SL_COLL_REDUCE_SCATTER];
+  x->comm_bytes[SL_PLAN_AR] = (double)pm.comm[SL_COLL_ALLREDUCE];
+  x->comm_s[SL_PLAN_AG] = x->comm_bytes[SL_PLAN_AG] / bws;
+  x->comm_s[SL_PLAN_RS] = x->comm_bytes[SL_PLAN_RS] / bws;
+  x->comm_s[SL_PLAN_AR] = x->comm_bytes[SL_PLAN_AR] / bwr;
+  x->comm_s[SL_PLAN_P2P] = 0;
+  /* per-unit times of one micro-batch */
+  double rate = c->tflops * 1e12 * c->efficiency, tok = (double)(b * T);
+  int U = m->nunits;
+  double expo_sync = 0, expo_nosync = 0, comp = 0, recomp = 0;
+  double *ag = calloc((size_t)U, sizeof(double)), *rs = calloc((size_t)U, sizeof(double));
+  double *ar = calloc((size_t)U, sizeof(double)), *tf = calloc((size_t)U, sizeof(double));
+  double *tb = calloc((size_t)U, sizeof(double));
+  if (!ag || !rs || !ar || !tf || !tb) {
+    free(ag); free(rs); free(ar); free(tf); free(tb);
+    return sl_fail(SL_ENOMEM, "planner: out of memory");
+  }
+  for (int u = 0; u < U; u++) {
+    sl_slice sl;
+    sl_shard_slice(m->numel[u], S, 16, 0, &sl);
+    double sh = (double)sl.shard;
+    ag[u] = x->zero == 3 ? (S - 1) * sh * e / bws : 0;
+    rs[u] = (S - 1) * sh * e / bws;
+    ar[u] = R > 1 ? 2.0 * (R - 1) * ceil(sh / R) * e / bwr : 0;
+    tf[u] = tok * unit_fwd_flops(m, u, T) / rate;
+    double rc_ = tok * unit_recompute_flops(m, u, T, x->ac) / rate;
+    tb[u] = 2.0 * tf[u] + rc_;
+    comp += 3.0 * tf[u];
+    recomp += rc_;
+  }
+  /* forward: the gather of u+1 hides behind u's compute */
+  double fwd = 0;
+  if (x->zero == 3) {
+    fwd += ag[0];
+    for (int u = 0; u + 1 < U; u++) fwd += fmax(0, ag[u + 1] - tf[u]);
+  }
+  /* backward: the gather of u-1 and the reduction of u+1 share the link
+   * while u computes; the replica all-reduce is synchronous in the engine */
+  double bs = x->zero == 3 ? ag[U - 1] : 0, bn = bs;
+  for (int u = U - 1; u >= 0; u--) {
+    double link = (u > 0 && x->zero == 3 ? ag[u - 1] : 0);
+    bs += fmax(0, link + (u + 1 < U ? rs[u + 1] : 0) - tb[u]) + (u + 1 < U ? ar[u + 1] : 0);
+    bn += fmax(0, link - tb[u]);
+  }
+  bs += rs[0] + ar[0];
+  expo_sync = fwd + bs;
+  expo_nosync = fwd + bn;
+  int64_t nsync = x->sync_accum ? A : 1;
+  double exposed = (double)nsync * expo_sync + (double)(A - nsync) * expo_nosync;
+  /* once per step: ZeRO-0 gradient gather, ZeRO-1/2 parameter gather (exposed) */
+  if (x->zero == 0) exposed += (S - 1) * view / S * e / bws;
+  if (x->zero == 1 || x->zero == 2) exposed += (S - 1) * sumshard * e / bws;
+  /* optimizer */
+  double opt;
+  if (!x->offload_optim) opt = view * (24.0 + 2.0 * e) / (c->hbm_bw * 1e9);
+  else {
+    opt = view / (c->cpu_adam / per_node);
+    if (!x->offload_params) opt += view * 2.0 * e / (c->pcie_bw * 1e9);
+    if (x->offload_optim == SL_PLAN_OFF_NVME) opt += view * 24.0 / (c->nvme_bw * 1e9);
+  }
+  double off = 0;
+  if (x->offload_params) { /* shards cross PCIe twice (fwd, bwd gathers), grads come back */
+    double pcie = sumshard * 3.0 * e / (c->pcie_bw * 1e9);
+    double mc = 0;
+    for (int u = 0; u < U; u++) mc += tf[u] + tb[u];
+    off = (double)A * fmax(0, pcie - mc);
+  }
+  x->compute_s = (double)A * comp;
+  x->recompute_s = (double)A * recomp;
+  x->bubble_s = 0;
+  x->exposed_s = exposed;
+  x->optim_s = opt;
+  x->offload_s = off;
+  free(ag); free(rs); free(ar); free(tf); free(tb);
+  return SL_OK;
+}
+
+static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x) {
+  int N = c->gpus, G = c->gpus_per_node > 0 ? c->gpus_per_node : N, t = x->tp, p = x->pp;
+  int d = N / (t * p), e = c->dtype_bytes;
+  int64_t T = c->seq_len, b = x->micro_batch, A = x->grad_accum, L = m->L, U = m->nunits;
+  double Lp = ceil((double)L / p), blk = (double)m->numel[1];
+  double first = Lp * blk / t + (double)m->numel[0] / t + (p == 1 ? (double)m->numel[U - 1] / t : 0);
+  double last = Lp * blk / t + (double)m->numel[U - 1] / t;
+  double Pg = fmax(first, last);
+  memset(x->mem, 0, sizeof x->mem);
+  x->mem[SL_ARENA_PARAMS] = Pg * e;
+  x->mem[SL_ARENA_GRADS] = Pg * e;
+  x->mem[SL_ARENA_OPTIM] = 12.0 * ceil(Pg / d);
+  /* activations: 1F1B keeps min(p, m) micro-batches on the first stage;
+   * sequence parallel splits everything by t */
+  int64_t ae, we, ae0, we0;
+  sl_plan_engine_acts(m, b, T, x->ac, &ae, &we);
+  sl_plan_engine_acts(m, b, T, SL_AC_FULL, &ae0, &we0);
+  int64_t N_ = b * T;
+  double nonlayer = (double)((L + 1) * N_ * m->C + N_ * m->C + 3 * N_);
+  double layers = (double)ae - nonlayer; /* what the L blocks keep besides the stream */
+  double per_layer, working = 0;
+  if (x->ac == SL_AC_FULL) { per_layer = (double)(N_ * m->C); working = layers; }
+  else per_layer = (double)(N_ * m->C) + layers / (double)L;
+  double inflight = (double)(A < p ? A : p);
+  double acts;
+  if (c->gpt_acts)
+    acts = sl_plan_gpt_act_bytes((double)T, (double)b, (double)m->C, (double)m->nh, t, 1, x->ac) * Lp * inflight;
+  else
+    acts = (per_layer * Lp * inflight + working + (double)(N_ * m->C + 3 * N_)) * e / t;
+  x->mem[SL_ARENA_ACTS] = acts;
+  x->mem[SL_ARENA_WORKSPACE] = (double)we * e / t;
+  double gpu = 0;
+  for (int a = 0; a < SL_ARENA_COUNT; a++) gpu += x->mem[a];
+  x->gpu_total = gpu + SL_PLAN_RESERVE;
+  x->host_per_gpu = x->nvme_per_gpu = 0;
+  x->fits = x->gpu_total <= c->margin * c->gpu_mem;
+  /* time */
+  double rate = c->tflops * 1e12 * c->efficiency;
+  double tokens_gpu = (double)c->global_batch / N;
+  x->compute_s = sl_plan_flops_per_token(m, T) * tokens_gpu / rate;
+  x->recompute_s = sl_plan_recompute_flops_per_token(m, T, x->ac) * tokens_gpu / rate;
+  x->bubble_s = (double)(p - 1) / (double)A * (x->compute_s + x->recompute_s);
+  double act_msg = (double)(b * T * m->C) * e;
+  int dp_inter = !(t * d <= G), pp_inter = p > 1 && !(N <= G);
+  x->shard_inter = dp_inter;
+  x->replica_inter = pp_inter;
+  double bi = c->intra_bw * 1e9, bx = c->inter_bw * 1e9;
+  memset(x->comm_bytes, 0, sizeof x->comm_bytes);
+  memset(x->comm_s, 0, sizeof x->comm_s);
+  double tp_bytes = t > 1 ? Lp * (double)A * 4.0 * 2.0 * (t - 1) / t * act_msg : 0;
+  double pp_bytes = p > 1 ? 2.0 * (double)A * act_msg : 0;
+  double dp_shard = ceil(Pg / d);
+  double rs_b = d > 1 ? (d - 1) * dp_shard * e : 0, ag_b = rs_b;
+  x->comm_bytes[SL_PLAN_AR] = tp_bytes;
+  x->comm_bytes[SL_PLAN_P2P] = pp_bytes;
+  x->comm_bytes[SL_PLAN_RS] = rs_b;
+  x->comm_bytes[SL_PLAN_AG] = ag_b;
+  x->comm_s[SL_PLAN_AR] = tp_bytes / bi;
+  x->comm_s[SL_PLAN_P2P] = pp_bytes / (pp_inter ? bx : bi);
+  x->comm_s[SL_PLAN_RS] = rs_b / (dp_inter ? bx : bi);
+  x->comm_s[SL_PLAN_AG] = ag_b / (dp_inter ? bx : bi);
+  double last_bwd = (x->compute_s + x->recompute_s) / (double)A * 2.0 / 3.0;
+  x->exposed_s = x->comm_s[SL_PLAN_AR] + x->comm_s[SL_PLAN_P2P] + fmax(0, x->comm_s[SL_PLAN_RS] - last_bwd) +
+                 x->comm_s[SL_PLAN_AG];
+  x->optim_s = dp_shard * (24.0 + 2.0 * e) / (c->hbm_bw * 1e9);
+  x->offload_s = 0;
+  return SL_OK;
+}
+
+int sl_plan_eval(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x) {
+  int rc = (x->tp > 1 || x->pp > 1) ? eval_tppp(m, c, x) : eval_engine(m, c, x);
+  if (rc) return rc;
+  x->needs_mode = x->tp > 1 || x->pp > 1;
+  x->step_s = x->compute_s + x->recompute_s + x->bubble_s + x->exposed_s + x->optim_s + x->offload_s;
+  double tokens = (double)x->micro_batch * (double)x->grad_accum * (double)c->seq_len *
+                  (double)(c->gpus / (x->tp * x->pp));
+  x->tokens_s = x->step_s > 0 ? tokens / x->step_s : 0;
+  x->mfu = sl_plan_flops_per_token(m, c->seq_len) * x->tokens_s / (c->gpus * c->tflops * 1e12);
+  double comm = 0;
+  for (int k = 0; k < SL_PLAN_NCOMM; k++) comm += x->comm_s[k];
+  x->comm_compute_ratio = comm / (x->compute_s + x->recompute_s);
+  return SL_OK;
+}
+
+static int cand_cmp(const void *a, const void *b) {
+  const sl_plan_cand *x = a, *y = b;
+  if (x->fits != y->fits) return y->fits - x->fits;
+  if (x->tokens_s != y->tokens_s) return x->tokens_s < y->tokens_s ? 1 : -1;
+  return x->gpu_total < y->gpu_total ? -1 : x->gpu_total > y->gpu_total;
+}
+
+int sl_plan_search(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand **out, int *n) {
+  *out = NULL;
+  *n = 0;
+  int N = c->gpus, G = c->gpus_per_node > 0 ? c->gpus_per_node : N;
+  if (N < 1 || c->seq_len < 1 || c->global_batch < c->seq_len)
+    return sl_fail(SL_EINPUT, "plan: need --gpus >= 1 and --global-batch >= --seq-len (found %d GPUs, %lld and %lld tokens)",
+                   N, (long long)c->global_batch, (long long)c->seq_len);
+  int64_t samples = c->global_batch / c->seq_len;
+  int cap = 1024, cnt = 0;
+  sl_plan_cand *v = malloc(sizeof *v * (size_t)cap);
+  if (!v) return sl_fail(SL_ENOMEM, "planner: out of memory");
+  int tps[] = {1, 2, 4, 8, 16};
+  for (int ti = 0; ti < 5; ti++) {
+    int t = tps[ti];
+    if (t > G || N % t) continue;
+    if (t > 1 && (!c->allow_tp_pp || m->arch == SL_ARCH_MAMBA || m->C / t < 1024 || m->nh % t)) continue;
+    for (int p = 1; p <= N / t; p++) {
+      if ((N / t) % p || m->L % p) continue;
+      if (p > 1 && (!c->allow_tp_pp || m->arch == SL_ARCH_MAMBA)) continue;
+      int d = N / (t * p), engine = t == 1 && p == 1;
+      int64_t per = samples / d; /* samples per data-parallel replica per step */
+      if (per < 1) continue;
+      for (int zero = 0; zero <= 3; zero++) {
+        if (!engine && zero != 1) continue; /* TP/PP: the distributed optimizer */
+        for (int S = 1; S <= d; S++) {
+          if (d % S) continue;
+          if (!engine && S != d) continue;
+          if (engine && zero == 0 && S != N) continue;
+          if (engine && zero > 0 && S == 1 && N > 1) continue;
+          for (int oo = 0; oo <= 2; oo++) {
+            if (oo && (!engine || c->host_mem <= 0)) continue;
+            if (oo == SL_PLAN_OFF_NVME && !c->nvme) continue;
+            for (int op = 0; op <= 1; op++) {
+              if (op && (zero != 3 || c->host_mem <= 0)) continue;
+              for (int ac = 0; ac <= 2; ac++) {
+                for (int64_t b = 1; b <= per; b *= 2) {
+                  if (per % b) continue;
+                  if (cnt == cap) {
+                    cap *= 2;
+                    sl_plan_cand *nv = realloc(v, sizeof *v * (size_t)cap);
+                    if (!nv) { free(v); return sl_fail(SL_ENOMEM, "planner: out of memory"); }
+                    v = nv;
+                  }
+                  sl_plan_cand *x = &v[cnt];
+                  memset(x, 0, sizeof *x);
+                  x->zero = zero; x->shard_group = S; x->tp = t; x->pp = p;
+                  x->offload_optim = oo; x->offload_params = op; x->ac = (sl_actckpt)ac;
+                  x->micro_batch = b; x->grad_accum = per / b;
+                  /* ZeRO-0/1 hold full gradients anyway: reduce once per step */
+                  x->sync_accum = !(zero <= 1 && x->grad_accum > 1);
+                  int rc = sl_plan_eval(m, c, x);
+                  if (rc) { free(v); return rc; }
+                  cnt++;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  qsort(v, (size_t)cnt, sizeof *v, cand_cmp);
+  *out = v;
+  *n = cnt;
+  return SL_OK;
+}
+
+static const char *ac_name(sl_actckpt a) {
+  return a == SL_AC_FULL ? "full" : a == SL_AC_SELECTIVE ? "selective" : "none";
+}
+static const char *off_name(int o) { return o == SL_PLAN_OFF_NVME ? "nvme" : o == SL_PLAN_OFF_CPU ? "cpu" : "none"; }
+
+void sl_plan_describe(const sl_plan_cand *x, char *buf, size_t cap) {
+  if (x->needs_mode)
+    snprintf(buf, cap, "TP %d x PP %d x DP %d (ZeRO-1), ckpt %s, micro-batch %lld x %lld [needs --tp/--pp mode (not in this engine yet)]",
+             x->tp, x->pp, x->shard_group, ac_name(x->ac), (long long)x->micro_batch, (long long)x->grad_accum);
+  else
+    snprintf(buf, cap, "ZeRO-%d, shard group %d, offload optimizer %s%s, ckpt %s, micro-batch %lld x %lld%s", x->zero,
+             x->shard_group, off_name(x->offload_optim), x->offload_params ? " + parameters cpu" : "", ac_name(x->ac),
+             (long long)x->micro_batch, (long long)x->grad_accum, x->sync_accum ? "" : " (--no-sync-accum)");
+}
+
+/* rank among near-equals: no offload first, then less recompute, then headroom */
+static int prefer(const sl_plan_cand *a, const sl_plan_cand *b) {
+  int oa = a->offload_optim + a->offload_params, ob = b->offload_optim + b->offload_params;
+  if (oa != ob) return oa < ob;
+  if (a->ac != b->ac) return a->ac < b->ac;
+  return a->gpu_total < b->gpu_total;
+}
+
+int sl_plan_recommend(const sl_plan_cand *c, int n, const sl_plan_cluster *cl, char *buf, size_t cap) {
+  int best = -1, tpbest = -1;
+  for (int i = 0; i < n; i++) {
+    if (!c[i].fits) continue;
+    if (c[i].needs_mode) { if (tpbest < 0 || c[i].tokens_s > c[tpbest].tokens_s) tpbest = i; continue; }
+    if (best < 0 || c[i].tokens_s > c[best].tokens_s) best = i;
+  }
+  if (best < 0) {
+    snprintf(buf, cap, "No configuration the engine can run fits in %.1f GB per GPU%s.", cl->gpu_mem / 1e9,
+             tpbest >= 0 ? "; only tensor/pipeline layouts fit (needs --tp/--pp mode, not in this engine yet)" : "");
+    return tpbest;
+  }
+  int pick = best;
+  for (int i = 0; i < n; i++)
+    if (c[i].fits && !c[i].needs_mode && c[i].tokens_s >= 0.97 * c[best].tokens_s && prefer(&c[i], &c[pick])) pick = i;
+  const sl_plan_cand *x = &c[pick];
+  char d[512];
+  sl_plan_describe(x, d, sizeof d);
+  size_t o = 0;
+  o += (size_t)snprintf(buf + o, cap - o,
+                        "Recommended: %s. It needs %.1f GB of %.1f GB per GPU and predicts %.2f s per step, %.0f tokens/s, MFU %.1f%%",
+                        d, x->gpu_total / 1e9, cl->gpu_mem / 1e9, x->step_s, x->tokens_s, 100 * x->mfu);
+  if (o < cap) {
+    if (x->zero == 3 && !x->offload_optim && x->comm_compute_ratio <= 1.0)
+      o += (size_t)snprintf(buf + o, cap - o, "; full sharding fits without offload and hides its gathers behind compute (%.2f s of %.2f s communication exposed).",
+                            x->exposed_s, x->comm_s[0] + x->comm_s[1] + x->comm_s[2]);
+    else if (x->offload_optim)
+      o += (size_t)snprintf(buf + o, cap - o, "; the %.1f GB optimizer state goes to %s%s.", x->mem[SL_ARENA_HOST_OPTIM] / 1e9,
+                            off_name(x->offload_optim),
+                            x->offload_params ? ", and the parameters (with the reduced gradient shards) must move to the host too: on the GPU they would not fit"
+                                              : "; the parameters stay on the GPU");
+    else
+      o += (size_t)snprintf(buf + o, cap - o, "; it is the fastest configuration the engine can run that fits (%.2f s of communication exposed).", x->exposed_s);
+  }
+  if (o < cap && pick != best)
+    o += (size_t)snprintf(buf + o, cap - o, " It is within 3%% of the fastest fitting layout (%.0f tokens/s) and preferred for %s.",
+                          c[best].tokens_s,
+                          (c[best].offload_optim + c[best].offload_params) > (x->offload_optim + x->offload_params)
+                              ? "needing less offload"
+                              : c[best].ac > x->ac ? "recomputing less" : "its memory headroom");
+  if (o < cap && x->comm_compute_ratio > 1.0)
+    o += (size_t)snprintf(buf + o, cap - o, " Full sharding is communication-bound here: %.2f s of communication per step against %.2f s of compute (%s links).",
+                          x->comm_s[0] + x->comm_s[1] + x->comm_s[2], x->compute_s + x->recompute_s,
+                          x->shard_inter ? "inter-node" : "intra-node");
+  if (o < cap && tpbest >= 0 && c[tpbest].tokens_s > 1.1 * x->tokens_s) {
+    char d2[512];
+    sl_plan_describe(&c[tpbest], d2, sizeof d2);
+    o += (size_t)snprintf(buf + o, cap - o, " The tensor/pipeline mode would be preferred once it exists: %s predicts %.0f tokens/s (%.1fx).",
+                          d2, c[tpbest].tokens_s, c[tpbest].tokens_s / x->tokens_s);
+  }
+  return pick;
+}
+
+double sl_plan_gpt_params(double l, double h, double V, double s) {
+  return 12.0 * l * h * h + 13.0 * l * h + (V + s) * h;
+}
+
+void sl_plan_model_states(double params, int zero, int d, int param_bytes, int grad_bytes, int optim_bytes,
+                          double *p_bytes, double *g_bytes, double *o_bytes) {
+  if (d < 1) d = 1;
+  *p_bytes = params * param_bytes / (zero >= 3 ? d : 1);
+  *g_bytes = params * grad_bytes / (zero >= 2 ? d : 1);
+  *o_bytes = params * optim_bytes / (zero >= 1 ? d : 1);
+}

@@ -1,0 +1,271 @@
+/* tools/plot.c — metrics JSONL -> self-contained SVG, written atomically:
+ * panels against step for the training loss (with the held-out loss when the
+ * file has eval_loss), tokens/s, and, when present, the learning rate, the
+ * gradient norm and the peak bytes of each memory arena.
+ */
+#define _GNU_SOURCE
+#include "tools/plot.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/base.h"
+
+#define W 900
+#define PLOT_X0 90
+#define PLOT_X1 870
+#define MAX_POINTS 4000 /* polyline points per panel (uniform stride beyond) */
+
+/* columns of the metrics: step, then the plotted values (NaN when a line
+ * lacks one) */
+enum { C_STEP, C_LOSS, C_TPS, C_LR, C_GN, C_EVAL, C_ARENA, NCOL = C_ARENA + SL_ARENA_COUNT };
+static const char *const KEY[C_ARENA] = {"step", "loss", "tokens_per_s", "lr", "grad_norm", "eval_loss"};
+
+typedef struct {
+  double *v[NCOL]; /* (n) per column */
+  int64_t n, cap;
+} series;
+
+static int push(series *s, const double *row) {
+  if (s->n == s->cap) {
+    int64_t nc = s->cap ? s->cap * 2 : 256;
+    for (int c = 0; c < NCOL; c++) {
+      double *x = realloc(s->v[c], (size_t)nc * sizeof *x);
+      if (!x) return -1;
+      s->v[c] = x;
+    }
+    s->cap = nc;
+  }
+  for (int c = 0; c < NCOL; c++) s->v[c][s->n] = row[c];
+  s->n++;
+  return 0;
+}
+
+static double num_or_nan(json_t *o, const char *key) {
+  json_t *x = o ? json_object_get(o, key) : NULL;
+  return json_is_number(x) ? json_number_value(x) : NAN;
+}
+
+/* One metrics line; 0 when it lacks a numeric step, loss or tokens_per_s. */
+static int parse_row(json_t *o, double *row) {
+  for (int c = 0; c < C_ARENA; c++) row[c] = num_or_nan(o, KEY[c]);
+  json_t *ap = o ? json_object_get(o, "arena_peak") : NULL;
+  for (int a = 0; a < SL_ARENA_COUNT; a++) row[C_ARENA + a] = num_or_nan(ap, sl_arena_name((sl_arena)a)) / (1 << 20);
+  return isfinite(row[C_STEP]) && !isnan(row[C_LOSS]) && !isnan(row[C_TPS]);
+}
+
+static int any_finite(const series *s, int c) {
+  for (int64_t i = 0; i < s->n; i++)
+    if (isfinite(s->v[c][i])) return 1;
+  return 0;
+}
+
+/* 1-2-5 ticks covering [*lo, *hi] (widened to tick multiples). */
+static double nice_step(double range, int target) {
+  double raw = range / target, mag = pow(10.0, floor(log10(raw))), f = raw / mag;
+  return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * mag;
+}
+
+static void range_of(const double *v, int64_t n, double *lo, double *hi) {
+  *lo = INFINITY;
+  *hi = -INFINITY;
+  for (int64_t i = 0; i < n; i++)
+    if (isfinite(v[i])) {
+      if (v[i] < *lo) *lo = v[i];
+      if (v[i] > *hi) *hi = v[i];
+    }
+  if (!isfinite(*lo)) {
+    *lo = 0;
+    *hi = 1;
+  }
+  if (*hi - *lo < 1e-12 * (fabs(*hi) + 1)) {
+    double d = fabs(*hi) > 0 ? fabs(*hi) * 0.05 : 0.5;
+    *lo -= d;
+    *hi += d;
+  }
+}
+
+static void xml_escape(FILE *f, const char *s) {
+  for (; *s; s++) {
+    switch (*s) {
+    case '<': fputs("&lt;", f); break;
+    case '>': fputs("&gt;", f); break;
+    case '&': fputs("&amp;", f); break;
+    case '"': fputs("&quot;", f); break;
+    default:
+      if ((unsigned char)*s >= 0x20) fputc(*s, f);
+    }
+  }
+}
+
+static const char *const COLORS[] = {"#c0392b", "#27ae60", "#2471a3", "#8e44ad", "#d35400", "#16a085",
+                                     "#7f8c8d", "#2c3e50"};
+
+/* One panel of lines cols[0..nc) against step; names: legend (NULL: none);
+ * columns with few points (held-out loss) also get markers. */
+static void panel(FILE *f, const series *s, const int *cols, int nc, const char *const *names, double y0,
+                  double y1, const char *label, double xlo, double xhi) {
+  double lo = INFINITY, hi = -INFINITY;
+  for (int c = 0; c < nc; c++) {
+    double l, h;
+    if (!any_finite(s, cols[c])) continue;
+    range_of(s->v[cols[c]], s->n, &l, &h);
+    if (l < lo) lo = l;
+    if (h > hi) hi = h;
+  }
+  if (!isfinite(lo)) range_of(s->v[cols[0]], s->n, &lo, &hi);
+  double st = nice_step(hi - lo, 5);
+  lo = floor(lo / st) * st;
+  hi = ceil(hi / st) * st;
+  double xs = nice_step(xhi - xlo, 8);
+#define PX(x) (PLOT_X0 + ((x) - xlo) / (xhi - xlo) * (PLOT_X1 - PLOT_X0))
+#define PY(v) (y1 - ((v) - lo) / (hi - lo) * (y1 - y0))
+  fprintf(f, "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"none\" "
+             "stroke=\"#444\"/>\n", PLOT_X0, y0, PLOT_X1 - PLOT_X0, y1 - y0);
+  for (int k = 0; k < 40 && lo + k * st <= hi + st * 1e-6; k++) {
+    double t = lo + k * st, py = PY(t);
+    fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", PLOT_X0,
+            py, PLOT_X1, py);
+    fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%.6g</text>\n",
+            PLOT_X0 - 6, py + 4, fabs(t) < st * 1e-6 ? 0.0 : t);
+  }
+  for (int k = 0; k < 40 && ceil(xlo / xs) * xs + k * xs <= xhi + xs * 1e-6; k++) {
+    double t = ceil(xlo / xs) * xs + k * xs, px = PX(t);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>\n", px,
+            y1, px, y1 + 5);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"11\">%.6g</text>\n",
+            px, y1 + 18, t);
+  }
+  fprintf(f, "<text x=\"%d\" y=\"%.1f\" font-size=\"13\" transform=\"rotate(-90 %d %.1f)\" "
+             "text-anchor=\"middle\">%s</text>\n", 22, (y0 + y1) / 2, 22, (y0 + y1) / 2, label);
+  fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\">step</text>\n",
+          (PLOT_X0 + PLOT_X1) / 2, y1 + 34);
+  int shown = 0;
+  for (int c = 0; c < nc; c++) {
+    const double *y = s->v[cols[c]];
+    const char *color = COLORS[c % (int)(sizeof COLORS / sizeof COLORS[0])];
+    int64_t pts = 0;
+    for (int64_t i = 0; i < s->n; i++) pts += isfinite(y[i]) != 0;
+    if (!pts) continue;
+    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", color);
+    int64_t stride = s->n > MAX_POINTS ? (s->n + MAX_POINTS - 1) / MAX_POINTS : 1;
+    for (int64_t i = 0; i < s->n; i += stride)
+      if (isfinite(y[i]) && isfinite(s->v[C_STEP][i]))
+        fprintf(f, "%.1f,%.1f ", PX(s->v[C_STEP][i]), PY(y[i]));
+    fputs("\"/>\n", f);
+    if (pts == 1 || (pts < s->n && pts <= 200)) /* sparse: the held-out loss */
+      for (int64_t i = 0; i < s->n; i++)
+        if (isfinite(y[i]))
+          fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX(s->v[C_STEP][i]), PY(y[i]), color);
+    if (names) {
+      fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\" fill=\"%s\">%s</text>\n",
+              PLOT_X1 - 8, y0 + 14 + 13 * shown, color, names[c]);
+      shown++;
+    }
+  }
+#undef PX
+#undef PY
+}
+
+int sl_plot_metrics(const char *jsonl_path, const char *svg_path) {
+  int rc = SL_OK;
+  series s = {0};
+  char *line = NULL, *tmp = NULL;
+  size_t cap = 0;
+  FILE *out = NULL;
+  FILE *in = fopen(jsonl_path, "r");
+  if (!in)
+    return sl_fail(SL_EINPUT, "%s: cannot open metrics file: %s", jsonl_path, strerror(errno));
+  ssize_t r;
+  while ((r = getline(&line, &cap, in)) >= 0) {
+    json_t *o = json_loadb(line, (size_t)r, 0, NULL);
+    double row[NCOL];
+    if (parse_row(o, row) && push(&s, row)) {
+      json_decref(o);
+      rc = sl_fail(SL_ENOMEM, "out of memory reading %s", jsonl_path);
+      goto done;
+    }
+    json_decref(o);
+  }
+  if (ferror(in)) {
+    rc = sl_fail(SL_EIO, "%s: read failed", jsonl_path);
+    goto done;
+  }
+  if (s.n == 0) {
+    rc = sl_fail(SL_EINPUT, "%s: no metrics lines: expected JSON objects with numeric \"step\", "
+                 "\"loss\" and \"tokens_per_s\" (file empty or malformed)", jsonl_path);
+    goto done;
+  }
+  double xlo, xhi;
+  range_of(s.v[C_STEP], s.n, &xlo, &xhi);
+  if (asprintf(&tmp, "%s.tmp.%d", svg_path, (int)getpid()) < 0) {
+    tmp = NULL;
+    rc = sl_fail(SL_ENOMEM, "out of memory");
+    goto done;
+  }
+  out = fopen(tmp, "w");
+  if (!out) {
+    int bad_path = errno == ENOENT || errno == EACCES || errno == ENOTDIR || errno == EROFS;
+    rc = sl_fail(bad_path ? SL_EINPUT : SL_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+    goto done;
+  }
+  /* panels: loss (+ held-out), tokens/s, then those the file has data for */
+  int loss_cols[2] = {C_LOSS, C_EVAL}, tps_col = C_TPS, lr_col = C_LR, gn_col = C_GN, mem_cols[SL_ARENA_COUNT];
+  const char *loss_names[2] = {"training loss", "held-out loss"}, *mem_names[SL_ARENA_COUNT];
+  int nmem = 0, has_eval = any_finite(&s, C_EVAL);
+  for (int a = 0; a < SL_ARENA_COUNT; a++)
+    if (any_finite(&s, C_ARENA + a)) {
+      mem_cols[nmem] = C_ARENA + a;
+      mem_names[nmem++] = sl_arena_name((sl_arena)a);
+    }
+  int np = 2 + any_finite(&s, C_LR) + any_finite(&s, C_GN) + (nmem > 0);
+  const int PH = 250, GAP = 70, H = 50 + np * (PH + GAP);
+  fprintf(out, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+               "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"
+               "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", W, H, W, H);
+  const char *base = strrchr(jsonl_path, '/');
+  base = base ? base + 1 : jsonl_path;
+  fprintf(out, "<text x=\"%d\" y=\"28\" text-anchor=\"middle\" font-size=\"16\" "
+               "font-weight=\"bold\">shardlm training metrics: ", W / 2);
+  xml_escape(out, base);
+  fprintf(out, " (%lld steps)</text>\n", (long long)s.n);
+  double y = 50;
+#define NEXT(cols, nc, names, label)                                    \
+  do {                                                                   \
+    panel(out, &s, cols, nc, names, y, y + PH, label, xlo, xhi);        \
+    y += PH + GAP;                                                       \
+  } while (0)
+  NEXT(loss_cols, has_eval ? 2 : 1, has_eval ? loss_names : NULL, "loss");
+  NEXT(&tps_col, 1, NULL, "tokens/s");
+  if (any_finite(&s, C_LR)) NEXT(&lr_col, 1, NULL, "learning rate");
+  if (any_finite(&s, C_GN)) NEXT(&gn_col, 1, NULL, "gradient norm");
+  if (nmem) NEXT(mem_cols, nmem, mem_names, "peak memory per arena (MiB)");
+#undef NEXT
+  fputs("</svg>\n", out);
+  if (fflush(out) != 0 || ferror(out) || fsync(fileno(out)) != 0) {
+    rc = sl_fail(SL_EIO, "%s: write failed: %s", tmp, strerror(errno));
+    goto done;
+  }
+  int cr = fclose(out);
+  out = NULL;
+  if (cr != 0) {
+    rc = sl_fail(SL_EIO, "%s: close failed: %s", tmp, strerror(errno));
+    goto done;
+  }
+  if (rename(tmp, svg_path) != 0)
+    rc = sl_fail(SL_EIO, "cannot rename %s to %s: %s", tmp, svg_path, strerror(errno));
+done:
+  if (out) fclose(out);
+  if (rc && tmp) unlink(tmp);
+  free(tmp);
+  free(line);
+  fclose(in);
+  for (int c = 0; c < NCOL; c++) free(s.v[c]);
+  return rc;
+}
