@@ -364,7 +364,7 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
 
   /* model + FSDP */
   if ((rc = sl_model_create(&t->mcfg, t->ops, t->k, c->micro_batch, c->seq_len, (sl_actckpt)ac, &t->m))) return rc;
-  t->m->access = (sl_unit_access){t, acc_params, acc_grads};
+  t->m->access = (sl_unit_access){t, acc_params, acc_grads, sl_tp_single()};
   sl_fsdp_cfg fc = {
       .zero = (int)c->zero, .prefetch = (int)c->prefetch, .prefetch_bytes = c->prefetch_mb << 20,
       .reshard_after_forward = c->reshard_after_forward, .sync_accum = !c->no_sync_accum,

@@ -47,6 +47,7 @@ int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, i
   m->B = B;
   m->T = T;
   m->ac = ac;
+  m->access.tp = sl_tp_single();
   int rc;
   switch (cfg->arch) {
   case SL_ARCH_LLAMA:

@@ -18,6 +18,7 @@
 #include "formats/safetensors.h"
 #include "base/base.h"
 #include "kernels/kernels.h"
+#include "models/tp.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -54,11 +55,13 @@ typedef struct {
 typedef struct sl_model sl_model;
 
 /* How a unit reaches another unit's parameters and gradients (tied
- * weights): provided by the trainer, which owns the FSDP runtime. */
+ * weights), and the collectives of its tensor-parallel group (models/tp.h):
+ * provided by the trainer, which owns the FSDP runtime and the mesh. */
 typedef struct {
   void *user;
   int (*params)(void *user, int u, const float **p);
   int (*grads)(void *user, int u, float **g);
+  sl_tp_group tp; /* sl_tp_single() unless --tp > 1 */
 } sl_unit_access;
 
 typedef struct {
