@@ -50,8 +50,9 @@ static int check_spec(sl_pp_spec *s) {
                    s->V, k);
   if ((s->kind == SL_PP_1F1B || s->kind == SL_PP_ZB1P) && s->m < s->P)
     return sl_fail(SL_EINPUT, "--pp-schedule %s needs at least as many micro-batches as stages: %d micro-batches < "
-                   "--pp %d leaves the pipeline never full (every rank idles most of the step); use --micro-batches "
-                   ">= %d (--grad-accum), fewer stages, or --pp-schedule gpipe", k, s->m, s->P, s->P);
+                   "--pp %d (the first stage warms up with P - 1 forwards before its first backward; with fewer "
+                   "micro-batches the pipeline never reaches its steady state); use --micro-batches >= %d "
+                   "(--grad-accum), fewer stages, or --pp-schedule gpipe", k, s->m, s->P, s->P);
   int zb = s->kind == SL_PP_ZB1P;
   if (!s->cost_f) s->cost_f = 1;
   if (!s->cost_b) s->cost_b = zb ? 1 : 2;

@@ -22,15 +22,15 @@ int sl_pp_layout_parse(const char *text, int P, int L, int *layers) {
       return sl_fail(SL_EINPUT, "--pp-layout '%s': expected %d comma-separated decoder-layer counts (>= 0), one per "
                      "stage, summing to %d, e.g. '%d%s'", text ? text : "", P, L, L / P, P > 1 ? ",..." : "");
     if (n == P)
-      return sl_fail(SL_EINPUT, "--pp-layout '%s' names more than --pp %d stages", text, P);
+      return sl_fail(SL_EINPUT, "--pp-layout '%s' names more than the %d stages (--pp x --pp-virtual)", text, P);
     layers[n++] = (int)v;
     sum += v;
     if (!*e) break;
     p = e + 1;
   }
   if (n != P)
-    return sl_fail(SL_EINPUT, "--pp-layout '%s' names %d stage%s, but --pp is %d: give one count per stage", text, n,
-                   n == 1 ? "" : "s", P);
+    return sl_fail(SL_EINPUT, "--pp-layout '%s' names %d stage%s, but there are %d (--pp x --pp-virtual): give one count "
+                   "per stage", text, n, n == 1 ? "" : "s", P);
   if (sum != L)
     return sl_fail(SL_EINPUT, "--pp-layout '%s' places %ld decoder layers, but the model has %d: the counts must sum "
                    "to %d (no layer is dropped or invented)", text, sum, L, L);
@@ -67,10 +67,8 @@ int sl_pp_layout_balance(const sl_pp_costs *c, int P, int *layers) {
   if (P < 1) return sl_fail(SL_EINPUT, "--pp must be >= 1, found %d", P);
   if (L < 0 || L > 100000) return sl_fail(SL_EINPUT, "pipeline layout: %d decoder layers", L);
   if (P > L + 2)
-    return sl_fail(SL_EINPUT, "--pp %d is more stages than the model has units (%d decoder layers + the embedding + the "
-                   "LM head = %d): use --pp <= %d", P, L, L + 2, L + 2);
-  if (P > 2 && L < P - 2)
-    return sl_fail(SL_EINPUT, "--pp %d needs >= %d decoder layers (one per middle stage), the model has %d", P, P - 2, L);
+    return sl_fail(SL_EINPUT, "%d pipeline stages (--pp x --pp-virtual) are more stages than the model has units (%d "
+                   "decoder layers + the embedding + the LM head = %d): use at most %d stages", P, L, L + 2, L + 2);
   double tf = c->embed_flops + c->head_flops, tb = c->embed_bytes + c->head_bytes;
   double *pf = calloc((size_t)L + 1, sizeof(double)), *pb = calloc((size_t)L + 1, sizeof(double));
   double *best = malloc(sizeof(double) * (size_t)(P + 1) * (size_t)(L + 1));

@@ -259,7 +259,7 @@ static void test_layout(void) {
   CHECK(sl_pp_layout_parse("5,4,4,5", 4, 18, lay) == SL_OK && lay[0] == 5 && lay[3] == 5, "parse 5,4,4,5");
   CHECK(sl_pp_layout_parse("0,6,6,6", 4, 18, lay) == SL_OK, "embedding-only first stage refused: %s", sl_errmsg());
   CHECK(sl_pp_layout_parse("5,4,4,4", 4, 18, lay) == SL_EINPUT && strstr(sl_errmsg(), "sum to 18"), "sum: %s", sl_errmsg());
-  CHECK(sl_pp_layout_parse("5,4,4", 4, 13, lay) == SL_EINPUT && strstr(sl_errmsg(), "3 stages"), "count: %s", sl_errmsg());
+  CHECK(sl_pp_layout_parse("5,4,4", 4, 13, lay) == SL_EINPUT && strstr(sl_errmsg(), "3 stages, but there are 4"), "count: %s", sl_errmsg());
   CHECK(sl_pp_layout_parse("9,0,4,5", 4, 18, lay) == SL_EINPUT && strstr(sl_errmsg(), "stage 1 empty"), "empty: %s", sl_errmsg());
   CHECK(sl_pp_layout_parse("5,x,4,5", 4, 18, lay) == SL_EINPUT, "garbage accepted");
   CHECK(sl_pp_layout_parse("5,-1,4,10", 4, 18, lay) == SL_EINPUT, "negative accepted");
