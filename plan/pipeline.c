@@ -119,10 +119,12 @@ static int order_fixed(const sl_pp_spec *s, int r, oplist *l) {
 }
 
 /* zb1p (zero bubble H1): list scheduling on the unit-cost clock. A free rank
- * runs, by priority, the next B whose gradient is there, else the next F
- * whose activation is there while fewer than P - r micro-batches wait for
- * their B (1F1B's warmup) and fewer than P wait for their W (1F1B's first
- * stage memory), else the next W. Each kind runs in micro-batch order. */
+ * runs, by priority, the next F whose activation is there while fewer than
+ * P - r micro-batches wait for their B (1F1B's warmup and activation count)
+ * and fewer than P wait for their W (1F1B's first-stage memory), else the
+ * next B whose gradient is there, else the next W: W fills the bubbles.
+ * Each kind runs in micro-batch order. At F = B = W this reaches the paper's
+ * (P-1)(F+B-W) bubble exactly (tests/test_pp_schedule.c). */
 static int order_zb1p(const sl_pp_spec *s, oplist *l) {
   int P = s->P, m = s->m, rc = SL_OK;
   int64_t *endF = malloc(sizeof(int64_t) * (size_t)P * m), *endB = malloc(sizeof(int64_t) * (size_t)P * m);
@@ -140,14 +142,14 @@ static int order_zb1p(const sl_pp_spec *s, oplist *l) {
       if (fr[r] > t) continue;
       int64_t *eF = endF + (int64_t)r * m, *eB = endB + (int64_t)r * m;
       int b = nb[r], f = nf[r], w = nw[r];
-      if (b < f && DONE(eF[b], t) && (r == P - 1 || DONE(endB[(int64_t)(r + 1) * m + b], t))) {
-        rc = push(&l[r], SL_PP_B, b, 0);
-        eB[b] = fr[r] = t + s->cost_b;
-        nb[r]++;
-      } else if (f < m && (r == 0 || DONE(endF[(int64_t)(r - 1) * m + f], t)) && f - b < P - r && f - w < P) {
+      if (f < m && (r == 0 || DONE(endF[(int64_t)(r - 1) * m + f], t)) && f - b < P - r && f - w < P) {
         rc = push(&l[r], SL_PP_F, f, 0);
         eF[f] = fr[r] = t + s->cost_f;
         nf[r]++;
+      } else if (b < f && DONE(eF[b], t) && (r == P - 1 || DONE(endB[(int64_t)(r + 1) * m + b], t))) {
+        rc = push(&l[r], SL_PP_B, b, 0);
+        eB[b] = fr[r] = t + s->cost_b;
+        nb[r]++;
       } else if (w < b && DONE(eB[w], t)) {
         rc = push(&l[r], SL_PP_W, w, 0);
         fr[r] = t + s->cost_w;

@@ -252,9 +252,9 @@ static void print_report(const sl_pp_sched *s, const args *a) {
   printf("step: %lld time units, bubble %lld per rank = %.4f of the ideal %g (%.4f of the step)\n", (long long)s->makespan,
          (long long)s->idle[0], (double)s->idle[0] / ideal, ideal, (double)s->idle[0] / (double)s->makespan);
   if (p->kind == SL_PP_ZB1P)
-    printf("closed forms: ZB-H1 (P-1)(F+B-W) = %lld (the floor, %.4f of ideal), 1F1B with B+W as one backward "
-           "(P-1)(F+B+W) = %lld; this list schedule: %lld\n", (long long)((P - 1) * (F + B - W)),
-           (double)((P - 1) * (F + B - W)) / ideal, (long long)((P - 1) * (F + B + W)), (long long)s->idle[0]);
+    printf("closed form: ZB-H1 (P-1)(F+B-W) = %lld per rank, %.4f of ideal (1F1B with B+W as one backward: "
+           "(P-1)(F+B+W) = %lld): %s\n", (long long)((P - 1) * (F + B - W)), (double)((P - 1) * (F + B - W)) / ideal,
+           (long long)((P - 1) * (F + B + W)), s->idle[0] == (P - 1) * (F + B - W) ? "equal" : "DIFFERENT");
   else
     printf("closed form: (P-1)(F+B) = %lld per rank, (P-1)/(%sm) = %.4f of ideal: %s\n", (long long)((P - 1) * (F + B)),
            V > 1 ? "V " : "", (double)(P - 1) / ((double)V * m), s->idle[0] == (P - 1) * (F + B) ? "equal" : "DIFFERENT");
