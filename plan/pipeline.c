@@ -236,58 +236,59 @@ static int event_cmp(const void *a, const void *b) {
   return x->id < y->id ? -1 : x->id > y->id;
 }
 
+/* 1 when compute op o of rank r hands its output to another rank: the
+ * direction and the receiving stage in *dir, *to. */
+static int transfer_of(const sl_pp_op *o, int r, int P, int S, int *dir, int *to) {
+  int vs = o->chunk * P + r;
+  if (o->kind == SL_PP_F && vs < S - 1) *dir = SL_PP_ACT, *to = vs + 1;
+  else if (o->kind == SL_PP_B && vs > 0) *dir = SL_PP_GRAD, *to = vs - 1;
+  else return 0;
+  return *to % P != r; /* both stages on this rank (P = 1 with chunks): no transfer */
+}
+
 static int merge_transfers(const sl_pp_spec *s, oplist *comp, sl_pp_sched *out) {
-  int P = s->P, m = s->m, S = P * s->V, rc = SL_OK;
-  int *cnt = calloc((size_t)P, sizeof(int)), *fill = calloc((size_t)P, sizeof(int));
+  int P = s->P, m = s->m, S = P * s->V, rc = SL_OK, dir, to;
+  int *fill = calloc((size_t)P, sizeof(int));
   event **ev = calloc((size_t)P, sizeof(event *));
-  if (!cnt || !fill || !ev) {
+  if (!fill || !ev) {
     rc = sl_fail(SL_ENOMEM, "pipeline schedule: out of memory");
     goto done;
   }
-  for (int r = 0; r < P; r++) cnt[r] = comp[r].n;
-  for (int pass = 0; pass < 2 && !rc; pass++) {
-    for (int r = 0; r < P; r++) {
-      if (pass == 1) {
-        ev[r] = malloc((size_t)(cnt[r] ? cnt[r] : 1) * sizeof(event));
-        if (!ev[r]) {
-          rc = sl_fail(SL_ENOMEM, "pipeline schedule: out of memory");
-          goto done;
-        }
-        for (int i = 0; i < comp[r].n; i++)
-          ev[r][fill[r]++] = (event){.key = comp[r].v[i].start, .id = i, .type = 1, .op = comp[r].v[i]};
-      }
+  for (int r = 0; r < P; r++) /* fill: events per rank, counted first */
+    for (int i = 0; i < comp[r].n; i++) {
+      fill[r]++;
+      if (transfer_of(&comp[r].v[i], r, P, S, &dir, &to)) fill[r]++, fill[to % P]++;
     }
-    for (int r = 0; r < P; r++)
-      for (int i = 0; i < comp[r].n; i++) {
-        const sl_pp_op *o = &comp[r].v[i];
-        int vs = o->chunk * P + r, dir, to;
-        if (o->kind == SL_PP_F && vs < S - 1) dir = SL_PP_ACT, to = vs + 1;
-        else if (o->kind == SL_PP_B && vs > 0) dir = SL_PP_GRAD, to = vs - 1;
-        else continue;
-        int d = to % P;
-        if (d == r) continue; /* both stages on this rank (P = 1): no transfer */
-        if (pass == 0) {
-          cnt[r]++;
-          cnt[d]++;
-          continue;
-        }
-        int64_t id = (((int64_t)r * 2 + dir) * S + vs) * m + o->mb;
-        sl_pp_op snd = {.kind = SL_PP_SEND, .dir = (int8_t)dir, .mb = o->mb, .chunk = o->chunk, .peer = d,
-                        .bytes = s->bytes, .start = o->end, .end = o->end};
-        sl_pp_op rcv = snd;
-        rcv.kind = SL_PP_RECV;
-        rcv.chunk = to / P;
-        rcv.peer = r;
-        ev[r][fill[r]++] = (event){.key = o->end, .id = id, .type = 0, .op = snd};
-        ev[d][fill[d]++] = (event){.key = o->end, .id = id, .type = 0, .op = rcv};
-      }
+  for (int r = 0; r < P; r++) {
+    ev[r] = malloc((size_t)(fill[r] ? fill[r] : 1) * sizeof(event));
+    if (!ev[r]) {
+      rc = sl_fail(SL_ENOMEM, "pipeline schedule: out of memory");
+      goto done;
+    }
+    fill[r] = 0;
   }
-  for (int r = 0; r < P && !rc; r++) {
+  for (int r = 0; r < P; r++)
+    for (int i = 0; i < comp[r].n; i++) {
+      const sl_pp_op *o = &comp[r].v[i];
+      ev[r][fill[r]++] = (event){.key = o->start, .id = i, .type = 1, .op = *o};
+      if (!transfer_of(o, r, P, S, &dir, &to)) continue;
+      int d = to % P;
+      int64_t id = (((int64_t)r * 2 + dir) * S + (o->chunk * P + r)) * m + o->mb;
+      sl_pp_op snd = {.kind = SL_PP_SEND, .dir = (int8_t)dir, .mb = o->mb, .chunk = o->chunk, .peer = d,
+                      .bytes = s->bytes, .start = o->end, .end = o->end};
+      sl_pp_op rcv = snd;
+      rcv.kind = SL_PP_RECV;
+      rcv.chunk = to / P;
+      rcv.peer = r;
+      ev[r][fill[r]++] = (event){.key = o->end, .id = id, .type = 0, .op = snd};
+      ev[d][fill[d]++] = (event){.key = o->end, .id = id, .type = 0, .op = rcv};
+    }
+  for (int r = 0; r < P; r++) {
     qsort(ev[r], (size_t)fill[r], sizeof(event), event_cmp);
     out->ops[r] = malloc((size_t)(fill[r] ? fill[r] : 1) * sizeof(sl_pp_op));
     if (!out->ops[r]) {
       rc = sl_fail(SL_ENOMEM, "pipeline schedule: out of memory");
-      break;
+      goto done;
     }
     out->nops[r] = fill[r];
     for (int i = 0; i < fill[r]; i++) out->ops[r][i] = ev[r][i].op;
@@ -296,7 +297,6 @@ done:
   if (ev)
     for (int r = 0; r < P; r++) free(ev[r]);
   free(ev);
-  free(cnt);
   free(fill);
   return rc;
 }

@@ -59,7 +59,7 @@ for sched in gpipe 1f1b; do
     --hidden 64 --seq-len 16 --svg "$T/$sched.svg"
   check_timeline "$sched" 4 8 1 0
   x=$((2 * 8 * (4 - 1)))
-  grep -qF "transfers: $x sends + $x receives, $((x * B)) bytes sent ($B per transfer" "$T/out" \
+  grep -qF "transfers: $x sends + $x receives (2 m (P V - 1)), $((x * B)) bytes sent, $B each" "$T/out" \
     && ok "$sched: $x transfers of $B bytes" || bad "$sched: transfer figures: $(grep transfers: "$T/out")"
   grep -q "rank 0 .*idle     9 .*in flight *$([ $sched = gpipe ] && echo 8 || echo 4) " "$T/out" \
     && ok "$sched: rank 0 bubble 9, in-flight peak" || bad "$sched: rank 0 line: $(grep '  rank 0  ' "$T/out")"
@@ -68,7 +68,7 @@ expect "interleaved P=4 m=8 V=2" 0 "(P-1)/(V m) = 0.1875 of ideal: equal" -- --p
   --pp-schedule interleaved --pp-virtual 2 --bytes 1000 --svg "$T/interleaved.svg"
 check_timeline "interleaved" 4 8 2 0
 x=$((2 * 8 * (4 * 2 - 1)))
-grep -qF "transfers: $x sends + $x receives, $((x * 1000)) bytes sent" "$T/out" && ok "interleaved: $x transfers" \
+grep -qF "transfers: $x sends + $x receives (2 m (P V - 1)), $((x * 1000)) bytes sent" "$T/out" && ok "interleaved: $x transfers" \
   || bad "interleaved: $(grep transfers: "$T/out")"
 grep -q "rank 0 .*in flight  11 " "$T/out" && ok "interleaved: rank 0 holds P V + P - 1 = 11 chunks" \
   || bad "interleaved: $(grep '  rank 0  ' "$T/out")"
@@ -77,7 +77,7 @@ expect "zb1p P=4 m=8" 0 "closed form: ZB-H1 (P-1)(F+B-W) = 3 per rank, 0.1250 of
 check_timeline "zb1p" 4 8 1 1
 grep -q "^step: 27 time units, bubble 3 per rank" "$T/out" && ok "zb1p: bubble 3 = (P-1)(F+B-W), step 3 m + P - 1" \
   || bad "zb1p: $(grep '^step:' "$T/out")"
-expect "sequence parallel: b s h / T" 0 "transfers: 48 sends + 48 receives, $((48 * B / 2)) bytes" -- --pp 4 \
+expect "sequence parallel: b s h / T" 0 "transfers: 48 sends + 48 receives (2 m (P V - 1)), $((48 * B / 2)) bytes" -- --pp 4 \
   --micro-batches 8 --hidden 64 --seq-len 16 --tp 2 --sequence-parallel
 expect "op lists" 0 "rank 1: recv act mb 0 chunk 0 <- rank 0, F0" -- --pp 2 --micro-batches 2 --ops
 

@@ -258,8 +258,12 @@ static void print_report(const sl_pp_sched *s, const args *a) {
   else
     printf("closed form: (P-1)(F+B) = %lld per rank, (P-1)/(%sm) = %.4f of ideal: %s\n", (long long)((P - 1) * (F + B)),
            V > 1 ? "V " : "", (double)(P - 1) / ((double)V * m), s->idle[0] == (P - 1) * (F + B) ? "equal" : "DIFFERENT");
-  printf("transfers: %lld sends + %lld receives, %lld bytes sent (%lld per transfer = 2 m (P V - 1) transfers)\n",
-         (long long)tot, (long long)tot, (long long)totb, (long long)p->bytes);
+  printf("transfers: %lld sends + %lld receives (2 m (P V - 1)), %lld bytes sent, %lld each", (long long)tot,
+         (long long)tot, (long long)totb, (long long)p->bytes);
+  if (a->bytes < 0 && a->hidden)
+    printf(" (b %lld x s %lld x h %lld x %lld B%s)", (long long)a->b, (long long)a->seq, (long long)a->hidden,
+           (long long)a->elem, a->sp ? " / T, sequence parallel" : "");
+  printf("\n");
   if (a->ops) {
     printf("op lists (issue order; transfers block until the peer posts its half):\n");
     for (int r = 0; r < P; r++) {
@@ -337,9 +341,6 @@ static int run(int argc, char **argv) {
   if ((rc = sl_pp_build(&a.spec, &s))) goto done;
   if (a.have_layers && (rc = layout(&a, &c, s.S, s.spec.P, &lay, &lay_text))) goto done;
   print_report(&s, &a);
-  if (a.bytes < 0 && a.hidden)
-    printf("  (bytes per transfer: b %lld x s %lld x h %lld x %lld B%s)\n", (long long)a.b, (long long)a.seq,
-           (long long)a.hidden, (long long)a.elem, a.sp ? " / T (sequence parallel)" : "");
   if (lay_text) fputs(lay_text, stdout);
   if (a.svg) {
     if ((rc = write_svg(&s, a.svg))) goto done;
