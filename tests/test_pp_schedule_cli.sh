@@ -79,6 +79,16 @@ grep -q "^step: 27 time units, bubble 3 per rank" "$T/out" && ok "zb1p: bubble 3
   || bad "zb1p: $(grep '^step:' "$T/out")"
 expect "sequence parallel: b s h / T" 0 "transfers: 48 sends + 48 receives (2 m (P V - 1)), $((48 * B / 2)) bytes" -- --pp 4 \
   --micro-batches 8 --hidden 64 --seq-len 16 --tp 2 --sequence-parallel
+"$CLI" pp-schedule --pp 3 --micro-batches 6 --pp-schedule zb1p --bytes 10 --layers 7 --json > "$T/j.json" 2>&1
+"$PY" - "$T/j.json" <<'EOF' && ok "--json: valid, figures per rank" || bad "--json: $(head -c 300 "$T/j.json")"
+import json, sys
+o = json.load(open(sys.argv[1]))
+P, m = 3, 6
+assert o["schedule"] == "zb1p" and len(o["ranks"]) == P and sum(o["layout"]) == 7
+for r, x in enumerate(o["ranks"]):
+    assert x["busy"] == 3 * m and x["idle"] == P - 1, x
+    assert x["sends"] == m * ((r < P - 1) + (r > 0)) and x["send_bytes"] == 10 * x["sends"], x
+EOF
 expect "op lists" 0 "rank 1: recv act mb 0 chunk 0 <- rank 0, F0" -- --pp 2 --micro-batches 2 --ops
 
 # SVG: valid XML, one box per compute op (F, B, W colours)

@@ -5,6 +5,7 @@
  * layout of the stages; `--svg FILE` draws the timeline (docs/pipeline.md). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,15 +23,16 @@ static void usage(FILE *f) {
           "                           [--pp-virtual V] [--layers L | --model DIR|config.json] [--pp-layout 5,4,4,5]\n"
           "                           [--bytes N | --micro-batch B --seq-len T [--hidden H] [--act-bytes E]\n"
           "                            [--tp T --sequence-parallel]] [--cost-f N --cost-b N --cost-w N]\n"
-          "                           [--svg FILE] [--ops] [--compact]\n"
+          "                           [--svg FILE] [--ops] [--compact] [--json]\n"
           "prints every rank's timeline (one column per time unit: F forward, B backward (input gradient\n"
           "under zb1p), W weight gradient, . idle), its bubble, the transfers and the in-flight peaks.\n"
-          "--micro-batches is the training's --grad-accum; interleaved defaults to --pp-virtual 2.\n");
+          "--micro-batches is the training's --grad-accum; interleaved defaults to --pp-virtual 2.\n"
+          "--json: one object with the figures per rank and the layout instead of the text.\n");
 }
 
 typedef struct {
   sl_pp_spec spec;
-  int L, have_layers, have_p, have_m, vset, compact, ops, sp, tp;
+  int L, have_layers, have_p, have_m, vset, compact, ops, sp, tp, json;
   const char *model, *layout, *svg;
   int64_t bytes, b, seq, hidden, elem;
 } args;
@@ -76,6 +78,7 @@ static int parse(int argc, char **argv, args *a) {
     else if (!strcmp(f, "--cost-w")) INT(1, 1000000, a->spec.cost_w);
     else if (!strcmp(f, "--ops")) a->ops = 1;
     else if (!strcmp(f, "--compact")) a->compact = 1;
+    else if (!strcmp(f, "--json")) a->json = 1;
     else rc = sl_fail(SL_EINPUT, "unknown flag '%s' (shardlm pp-schedule --help lists them)", f);
 #undef INT
   }
@@ -235,9 +238,10 @@ static void print_report(const sl_pp_sched *s, const args *a) {
   const sl_pp_spec *p = &s->spec;
   int P = p->P, m = p->m, V = p->V;
   int64_t F = p->cost_f, B = p->cost_b, W = p->cost_w;
-  printf("pipeline schedule %s: P=%d stages, m=%d micro-batches, V=%d chunk%s per rank (%d virtual stages); checked: "
+  printf("pipeline schedule %s: P=%d stage%s, m=%d micro-batch%s, V=%d chunk%s per rank (%d virtual stage%s); checked: "
          "no deadlock under blocking send/recv, every input on its rank before use, each F/B%s once per stage\n",
-         sl_pp_kind_name(p->kind), P, m, V, V > 1 ? "s" : "", s->S, p->kind == SL_PP_ZB1P ? "/W" : "");
+         sl_pp_kind_name(p->kind), P, P > 1 ? "s" : "", m, m > 1 ? "es" : "", V, V > 1 ? "s" : "", s->S,
+         s->S > 1 ? "s" : "", p->kind == SL_PP_ZB1P ? "/W" : "");
   if (!a->compact && s->makespan > 160) printf("(timeline of %lld units: compact glyphs)\n", (long long)s->makespan);
   print_timeline(s, a->compact || s->makespan > 160);
   double ideal = (double)m * V * (double)(F + B + W);
@@ -258,8 +262,8 @@ static void print_report(const sl_pp_sched *s, const args *a) {
   else
     printf("closed form: (P-1)(F+B) = %lld per rank, (P-1)/(%sm) = %.4f of ideal: %s\n", (long long)((P - 1) * (F + B)),
            V > 1 ? "V " : "", (double)(P - 1) / ((double)V * m), s->idle[0] == (P - 1) * (F + B) ? "equal" : "DIFFERENT");
-  printf("transfers: %lld sends + %lld receives (2 m (P V - 1)), %lld bytes sent, %lld each", (long long)tot,
-         (long long)tot, (long long)totb, (long long)p->bytes);
+  printf("transfers: %lld sends + %lld receives (%s), %lld bytes sent, %lld each", (long long)tot, (long long)tot,
+         P > 1 ? "2 m (P V - 1)" : "one rank: none", (long long)totb, (long long)p->bytes);
   if (a->bytes < 0 && a->hidden)
     printf(" (b %lld x s %lld x h %lld x %lld B%s)", (long long)a->b, (long long)a->seq, (long long)a->hidden,
            (long long)a->elem, a->sp ? " / T, sequence parallel" : "");
@@ -278,6 +282,35 @@ static void print_report(const sl_pp_sched *s, const args *a) {
   }
 }
 
+/* --json: the figures as one object (sorted keys) on stdout. */
+static void print_json(const sl_pp_sched *s, const int *lay) {
+  const sl_pp_spec *p = &s->spec;
+  json_t *o = json_object(), *ranks = json_array();
+  json_object_set_new(o, "schedule", json_string(sl_pp_kind_name(p->kind)));
+  json_object_set_new(o, "pp", json_integer(p->P));
+  json_object_set_new(o, "micro_batches", json_integer(p->m));
+  json_object_set_new(o, "virtual", json_integer(p->V));
+  json_object_set_new(o, "bytes_per_transfer", json_integer(p->bytes));
+  json_object_set_new(o, "cost", json_pack("{s:I,s:I,s:I}", "F", (json_int_t)p->cost_f, "B", (json_int_t)p->cost_b, "W",
+                                           (json_int_t)p->cost_w));
+  json_object_set_new(o, "step_time", json_integer(s->makespan));
+  for (int r = 0; r < p->P; r++)
+    json_array_append_new(ranks, json_pack("{s:I,s:I,s:i,s:I,s:I,s:I,s:I}", "busy", (json_int_t)s->busy[r], "idle",
+                                           (json_int_t)s->idle[r], "peak_inflight", s->peak_inflight[r], "sends",
+                                           (json_int_t)s->sends[r], "recvs", (json_int_t)s->recvs[r], "send_bytes",
+                                           (json_int_t)s->send_bytes[r], "recv_bytes", (json_int_t)s->recv_bytes[r]));
+  json_object_set_new(o, "ranks", ranks);
+  if (lay) {
+    json_t *l = json_array();
+    for (int v = 0; v < s->S; v++) json_array_append_new(l, json_integer(lay[v]));
+    json_object_set_new(o, "layout", l);
+  }
+  char *txt = json_dumps(o, JSON_SORT_KEYS);
+  if (txt) printf("%s\n", txt);
+  free(txt);
+  json_decref(o);
+}
+
 /* The layout of S virtual stages: parsed or balanced, printed with weights. */
 static int layout(const args *a, const sl_pp_costs *c, int S, int P, int **lay_out, char **text) {
   int *lay = calloc((size_t)S, sizeof(int));
@@ -291,9 +324,9 @@ static int layout(const args *a, const sl_pp_costs *c, int S, int P, int **lay_o
     sl_pp_layout_weights(c, S, lay, wf, wb);
     double tf = 0, tb = 0;
     for (int v = 0; v < S; v++) tf += wf[v], tb += wb[v];
-    fprintf(m, "layout (%s, %d decoder layers over %d %sstages; the embedding on the first, the final norm + LM head "
+    fprintf(m, "layout (%s, %d decoder layers over %d %sstage%s; the embedding on the first, the final norm + LM head "
                "on the last)%s:\n", a->layout ? "--pp-layout" : "balanced over FLOPs and memory", a->L, S,
-            S > P ? "virtual " : "", a->model ? "" : " (uniform layers; --model DIR weighs them)");
+            S > P ? "virtual " : "", S > 1 ? "s" : "", a->model ? "" : " (uniform layers; --model DIR weighs them)");
     for (int v = 0; v < S; v++)
       fprintf(m, "  stage %-3d rank %-3d layers %4d  FLOPs %5.1f%%  memory %5.1f%%%s%s\n", v, v % P, lay[v],
               tf > 0 ? 100 * wf[v] / tf : 0.0, tb > 0 ? 100 * wb[v] / tb : 0.0, v == 0 ? "  +embedding" : "",
@@ -340,11 +373,14 @@ static int run(int argc, char **argv) {
   a.spec.bytes = a.bytes >= 0 ? a.bytes : a.hidden ? a.b * a.seq * a.hidden * a.elem / (a.sp ? a.tp : 1) : 0;
   if ((rc = sl_pp_build(&a.spec, &s))) goto done;
   if (a.have_layers && (rc = layout(&a, &c, s.S, s.spec.P, &lay, &lay_text))) goto done;
-  print_report(&s, &a);
-  if (lay_text) fputs(lay_text, stdout);
+  if (a.json) print_json(&s, lay);
+  else {
+    print_report(&s, &a);
+    if (lay_text) fputs(lay_text, stdout);
+  }
   if (a.svg) {
     if ((rc = write_svg(&s, a.svg))) goto done;
-    printf("svg: %s\n", a.svg);
+    if (!a.json) printf("svg: %s\n", a.svg);
   }
 done:
   sl_pp_sched_free(&s);
