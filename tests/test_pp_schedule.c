@@ -174,6 +174,33 @@ static void test_costs(void) {
   printf("\n");
 }
 
+/* gpipe, 1f1b, interleaved at other F, B costs: still (P-1)(F+B) per rank,
+ * and the checker (run by every build) still passes with the transfers
+ * reordered by the other timeline. */
+static void test_costs_fixed(void) {
+  const int64_t cost[][2] = {{1, 1}, {2, 3}, {3, 1}, {2, 5}};
+  for (int k = 0; k < SL_PP_ZB1P; k++)
+    for (unsigned c = 0; c < sizeof cost / sizeof cost[0]; c++)
+      for (int P = 1; P <= 6; P++)
+        for (int m = P; m <= 2 * P; m += P) {
+          sl_pp_spec sp;
+          sl_pp_spec_defaults(&sp);
+          sp.kind = (sl_pp_kind)k, sp.P = P, sp.m = m, sp.V = k == SL_PP_INTERLEAVED ? 2 : 1;
+          sp.cost_f = cost[c][0], sp.cost_b = cost[c][1];
+          sl_pp_sched s;
+          int rc = sl_pp_build(&sp, &s);
+          CHECK(rc == SL_OK, "%s F%lld B%lld P=%d m=%d: %s", sl_pp_kind_name(k), (long long)sp.cost_f, (long long)sp.cost_b,
+                P, m, sl_errmsg());
+          if (rc) continue;
+          char why[160] = "";
+          CHECK(timeline_ok(&s, why, sizeof why), "%s costs: %s", sl_pp_kind_name(k), why);
+          for (int r = 0; r < P; r++)
+            CHECK(s.idle[r] == (P - 1) * (sp.cost_f + sp.cost_b), "%s F%lld B%lld P=%d m=%d rank %d idle %lld",
+                  sl_pp_kind_name(k), (long long)sp.cost_f, (long long)sp.cost_b, P, m, r, (long long)s.idle[r]);
+          sl_pp_sched_free(&s);
+        }
+}
+
 static int find(const sl_pp_sched *s, int r, int kind, int dir, int mb) {
   for (int i = 0; i < s->nops[r]; i++)
     if (s->ops[r][i].kind == kind && (dir < 0 || s->ops[r][i].dir == dir) && s->ops[r][i].mb == mb) return i;
@@ -308,6 +335,7 @@ static void test_layout(void) {
 int main(void) {
   test_schedules();
   test_costs();
+  test_costs_fixed();
   test_checker_catches();
   test_refusals();
   test_layout();
