@@ -189,8 +189,8 @@ static int write_svg(const sl_pp_sched *s, const char *path) {
               o->chunk % 2 ? "0.55" : "1");
       char lab[16];
       sl_pp_op_str(s, o, lab, sizeof lab);
-      if (wd >= 7.0 * (double)(strlen(lab) - 1))
-        fprintf(m, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"10\" fill=\"white\">%s</text>\n",
+      if (wd >= 5.5 * (double)(strlen(lab) - 1))
+        fprintf(m, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"9\" fill=\"white\">%s</text>\n",
                 x + wd / 2, y + 17, lab + 1);
     }
     fprintf(m, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">idle %lld, peak %d in flight</text>\n",
