@@ -43,8 +43,9 @@ static int check_spec(sl_pp_spec *s) {
                      "with one chunk use --pp-schedule 1f1b", s->V);
     if (s->m % s->P)
       return sl_fail(SL_EINPUT, "--pp-schedule interleaved needs the micro-batches (%d) to be a multiple of --pp (%d), "
-                     "as Megatron's interleaving does: use --micro-batches %d or %d", s->m, s->P,
-                     s->m / s->P * s->P > 0 ? s->m / s->P * s->P : s->P, (s->m / s->P + 1) * s->P);
+                     "as Megatron's interleaving does: use --micro-batches %d%s%.0d", s->m, s->P,
+                     s->m > s->P ? s->m / s->P * s->P : s->P, s->m > s->P ? " or " : "",
+                     s->m > s->P ? (s->m / s->P + 1) * s->P : 0);
   } else if (s->V != 1)
     return sl_fail(SL_EINPUT, "--pp-virtual %d: only --pp-schedule interleaved has virtual chunks (%s has one per rank)",
                    s->V, k);
@@ -61,7 +62,7 @@ static int check_spec(sl_pp_spec *s) {
       s->cost_b > 1000000 || s->cost_w > 1000000)
     return sl_fail(SL_EINPUT, "pipeline op costs must be integers in [1, 1e6] (W only under zb1p), found F %lld B %lld W %lld",
                    (long long)s->cost_f, (long long)s->cost_b, (long long)s->cost_w);
-  if ((int64_t)s->P * s->V * s->m > (1 << 24))
+  if ((int64_t)s->P * s->V * s->m > (1 << 21))
     return sl_fail(SL_EINPUT, "pipeline schedule too large: %d stages x %d chunks x %d micro-batches", s->P, s->V, s->m);
   return SL_OK;
 }
