@@ -26,6 +26,7 @@ static void usage(FILE *f) {
           "  plot     METRICS.jsonl [OUT.svg]: loss and throughput curves\n"
           "  bench    train|adam|nvme|gemm|comm: measured figures\n"
           "  plan     predict memory, communication and speed of configurations\n"
+          "  pp-schedule --pp P --micro-batches M: the pipeline schedule per rank, its bubble\n"
           "  convert  between training checkpoints and Hugging Face directories\n"
           "  tokenize --tokenizer PATH: text -> token ids (tokenizer.json); detok: ids -> text\n"
           "  eval     --model DIR --data PREFIX --seq-len T --max-samples N: held-out loss\n"
@@ -162,6 +163,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "plot")) return cmd_plot(argc, argv);
   if (!strcmp(cmd, "bench")) return sl_tool_bench(argc - 1, argv + 1);
   if (!strcmp(cmd, "plan")) return sl_tool_plan(argc - 1, argv + 1);
+  if (!strcmp(cmd, "pp-schedule")) return sl_tool_pp_schedule(argc - 1, argv + 1);
   if (!strcmp(cmd, "convert")) return sl_tool_convert(argc - 1, argv + 1);
   if (!strcmp(cmd, "tokenize")) return sl_tool_tokenize(argc - 1, argv + 1);
   if (!strcmp(cmd, "detok")) return sl_tool_detok(argc - 1, argv + 1);

@@ -6,6 +6,7 @@
 
 int sl_tool_bench(int argc, char **argv);   /* tools/bench.c */
 int sl_tool_plan(int argc, char **argv);    /* tools/plan.c */
+int sl_tool_pp_schedule(int argc, char **argv); /* tools/pp_schedule.c */
 int sl_tool_convert(int argc, char **argv); /* tools/convert.c */
 int sl_tool_prepare(int argc, char **argv); /* tools/prepare.c */
 int sl_tool_tokenize(int argc, char **argv);       /* tools/tokenize.c */
