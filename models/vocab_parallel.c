@@ -34,30 +34,52 @@ static int tp_allreduce(sl_model *m, float *buf, int64_t n, sl_tp_op op) {
   return g->allreduce(g->user, buf, n, op);
 }
 
+/* Sequence parallelism splits the N token rows into T blocks of N/T. */
+static int sp_rows(const sl_vocab_split *vs, int64_t N, const char *what) {
+  if (N % vs->T)
+    return sl_fail(SL_EINPUT, "%s: sequence parallelism needs the micro-batch's %lld token rows divisible by the TP degree %lld",
+                   what, (long long)N, (long long)vs->T);
+  return SL_OK;
+}
+
 int sl_vp_embedding_fwd(sl_model *m, const sl_vocab_split *vs, float *out, const float *wte, int64_t N,
-                        int64_t C) {
-  int rc = group_matches(m, vs, "vocabulary-parallel embedding");
+                        int64_t C, float *sp_partial) {
+  const char *what = "vocabulary-parallel embedding";
+  int rc = group_matches(m, vs, what);
+  if (!rc && sp_partial) rc = sp_rows(vs, N, what);
   if (rc) return rc;
-  m->ops->vocab_embedding_fwd(m->k, out, m->tokens, wte, N, C, vs->v0, vs->Vl);
-  return tp_allreduce(m, out, N * C, SL_TP_SUM);
+  m->ops->vocab_embedding_fwd(m->k, sp_partial ? sp_partial : out, m->tokens, wte, N, C, vs->v0, vs->Vl);
+  if (!sp_partial) return tp_allreduce(m, out, N * C, SL_TP_SUM);
+  const sl_tp_group *g = &m->access.tp;
+  return g->reducescatter(g->user, sp_partial, out, N / vs->T * C);
 }
 
 int sl_vp_embedding_bwd(sl_model *m, const sl_vocab_split *vs, float *dwte, const float *dout, int64_t N,
-                        int64_t C) {
-  int rc = group_matches(m, vs, "vocabulary-parallel embedding");
+                        int64_t C, float *sp_gathered) {
+  const char *what = "vocabulary-parallel embedding";
+  int rc = group_matches(m, vs, what);
+  if (!rc && sp_gathered) rc = sp_rows(vs, N, what);
   if (rc) return rc;
+  if (sp_gathered) {
+    const sl_tp_group *g = &m->access.tp;
+    if ((rc = g->allgather(g->user, dout, sp_gathered, N / vs->T * C))) return rc;
+    dout = sp_gathered;
+  }
   m->ops->vocab_embedding_bwd(m->k, dwte, dout, m->tokens, N, C, vs->v0, vs->Vl);
   return SL_OK;
 }
 
 int sl_lm_head_vp_init(sl_model *m, sl_lm_head_vp *hv, const sl_vocab_split *vs, int64_t C, float eps,
-                       int tied, int unit) {
+                       int tied, int unit, int sp) {
   hv->vs = *vs;
+  hv->sp = sp;
   int rc = sl_lm_head_init(m, &hv->h, C, vs->V, eps, tied, unit);
+  if (!rc && sp) rc = sp_rows(vs, hv->h.N, "loss-parallel LM head");
   if (rc) return rc;
   int64_t N = hv->h.N;
   if (!(hv->lmax = sl_model_buf(m, N, SL_ARENA_WORKSPACE)) || !(hv->gmax = sl_model_buf(m, N, SL_ARENA_WORKSPACE)) ||
-      !(hv->st = sl_model_buf(m, 2 * N, SL_ARENA_WORKSPACE)))
+      !(hv->st = sl_model_buf(m, 2 * N, SL_ARENA_WORKSPACE)) ||
+      (sp && !(hv->xl = sl_model_buf(m, N / vs->T * C, SL_ARENA_WORKSPACE))))
     return SL_ENOMEM;
   return SL_OK;
 }
@@ -79,8 +101,9 @@ int sl_lm_head_vp_fwd(sl_model *m, sl_lm_head_vp *hv, const float *flat, const f
   int rc = group_matches(m, vs, "loss-parallel LM head");
   if (!rc) rc = slice_weight(m, h, flat, &W);
   if (rc) return rc;
-  int64_t N = h->N;
-  o->rmsnorm_fwd(m->k, h->lnf, h->rstdf, x, flat, N, h->C, h->eps);
+  int64_t N = h->N, n = hv->sp ? N / vs->T : N;
+  o->rmsnorm_fwd(m->k, hv->sp ? hv->xl : h->lnf, h->rstdf, x, flat, n, h->C, h->eps);
+  if (hv->sp && (rc = m->access.tp.allgather(m->access.tp.user, hv->xl, h->lnf, n * h->C))) return rc;
   o->lmhead_vp_fwd(m->k, hv->lmax, hv->st, h->lnf, W, m->targets, N, h->C, vs->v0, vs->Vl, vs->valid);
   o->copy(m->k, hv->gmax, hv->lmax, (size_t)N * sizeof(float));
   if ((rc = tp_allreduce(m, hv->gmax, N, SL_TP_MAX))) return rc;
@@ -101,13 +124,15 @@ int sl_lm_head_vp_bwd(sl_model *m, sl_lm_head_vp *hv, const float *flat, float *
   if (!rc) rc = slice_weight(m, h, flat, &W);
   if (!rc && h->tied) rc = m->access.grads(m->access.user, 0, &dW);
   if (rc) return rc;
-  size_t bytes = (size_t)(h->N * h->C) * sizeof(float);
-  m->ops->zero(m->k, dres, bytes);
-  m->ops->zero(m->k, dln, bytes);
+  int64_t n = hv->sp ? h->N / vs->T : h->N;
+  m->ops->zero(m->k, dres, (size_t)(n * h->C) * sizeof(float));
+  m->ops->zero(m->k, dln, (size_t)(h->N * h->C) * sizeof(float));
   m->ops->lmhead_vp_bwd(m->k, dln, dW, h->lnf, W, m->targets, h->lse, m->loss_scale, h->N, h->C, vs->v0, vs->Vl,
                         vs->valid);
-  if ((rc = tp_allreduce(m, dln, h->N * h->C, SL_TP_SUM))) return rc;
-  m->ops->rmsnorm_bwd(m->k, dres, grads, dln, x, flat, h->rstdf, h->N, h->C);
+  if (hv->sp) rc = m->access.tp.reducescatter(m->access.tp.user, dln, hv->xl, n * h->C);
+  else rc = tp_allreduce(m, dln, h->N * h->C, SL_TP_SUM);
+  if (rc) return rc;
+  m->ops->rmsnorm_bwd(m->k, dres, grads, hv->sp ? hv->xl : dln, x, flat, h->rstdf, n, h->C);
   return SL_OK;
 }
 

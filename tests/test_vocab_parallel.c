@@ -56,7 +56,7 @@ typedef struct {
   int64_t n[MAXT];
   float *res;          /* reduction result, (capacity) floats */
   int64_t cap, err;
-  int64_t moved[2];    /* floats all-reduced (per rank), all-gathered */
+  int64_t moved[3];    /* elements of the full buffers: all-reduced, all-gathered, reduce-scattered */
 } world;
 typedef struct {
   world *w;
@@ -93,13 +93,23 @@ static int fake_allgather(void *user, const float *in, float *out, int64_t n) {
   w->n[rc->rank] = n;
   pthread_barrier_wait(&w->bar);
   for (int r = 0; r < w->T; r++) memcpy(out + r * n, w->in[r], (size_t)n * sizeof(float));
-  if (rc->rank == 0) w->moved[1] += n;
+  if (rc->rank == 0) w->moved[1] += w->T * n;
   pthread_barrier_wait(&w->bar);
   return SL_OK;
 }
-static int no_reducescatter(void *user, const float *in, float *out, int64_t n) {
-  (void)user, (void)in, (void)out, (void)n;
-  return sl_fail(SL_EINTERNAL, "reducescatter is not used without sequence parallelism");
+static int fake_reducescatter(void *user, const float *in, float *out, int64_t n) {
+  rank_ctx *rc = user;
+  world *w = rc->w;
+  w->in[rc->rank] = in;
+  pthread_barrier_wait(&w->bar);
+  for (int64_t i = 0; i < n; i++) {
+    float a = w->in[0][rc->rank * n + i];
+    for (int r = 1; r < w->T; r++) a += w->in[r][rc->rank * n + i];
+    out[i] = a;
+  }
+  if (rc->rank == 0) w->moved[2] += w->T * n;
+  pthread_barrier_wait(&w->bar);
+  return SL_OK;
 }
 static int acc_params(void *user, int u, const float **p) {
   rank_ctx *rc = user;
@@ -117,7 +127,7 @@ static int acc_grads(void *user, int u, float **g) {
 typedef struct {
   const sl_ops *ops;
   int64_t V, T;
-  int tied;
+  int tied, sp;
   /* shared inputs */
   const int32_t *tok, *tgt;
   const float *x, *dout, *norm, *wfull; /* wfull (V, C): head weight = embedding when tied */
@@ -145,11 +155,13 @@ static void *rank_main(void *p) {
   int r = rc->rank, st;
   sl_model *m = c->m[r];
   sl_vocab_split *vs = &c->hv[r].vs;
-  if ((st = sl_vp_embedding_fwd(m, vs, c->emb[r], c->wte[r], N, C)) ||
-      (st = sl_lm_head_vp_fwd(m, &c->hv[r], c->flat[r], c->x)) ||
+  int64_t off = c->sp ? r * (N / c->T) * C : 0; /* this rank's rows under SP */
+  float *spb = c->sp ? c->dln[r] : NULL;       /* (N, C) scratch under SP */
+  if ((st = sl_vp_embedding_fwd(m, vs, c->emb[r], c->wte[r], N, C, spb)) ||
+      (st = sl_lm_head_vp_fwd(m, &c->hv[r], c->flat[r], c->x + off)) ||
       (st = sl_lm_head_vp_logits(m, &c->hv[r], c->logits[r])) ||
-      (st = sl_lm_head_vp_bwd(m, &c->hv[r], c->flat[r], c->grads[r], c->x, c->dres[r], c->dln[r])) ||
-      (st = sl_vp_embedding_bwd(m, vs, c->dwte[r], c->dout, N, C)))
+      (st = sl_lm_head_vp_bwd(m, &c->hv[r], c->flat[r], c->grads[r], c->x + off, c->dres[r], c->dln[r])) ||
+      (st = sl_vp_embedding_bwd(m, vs, c->dwte[r], c->dout + off, N, C, spb)))
     fprintf(stderr, "rank %d: %s\n", r, sl_errmsg());
   c->status[r] = st;
   return NULL;
@@ -161,9 +173,9 @@ static float *nanpad_slice(const float *w, int64_t V, const sl_vocab_split *s) {
   return p;
 }
 
-static void run_case(const sl_ops *ops, int64_t V, int T, int tied) {
+static void run_case(const sl_ops *ops, int64_t V, int T, int tied, int sp) {
   char tag[64], nm[160];
-  snprintf(tag, sizeof tag, "V=%lld T=%d %s", (long long)V, T, tied ? "tied" : "untied");
+  snprintf(tag, sizeof tag, "V=%lld T=%d %s%s", (long long)V, T, tied ? "tied" : "untied", sp ? " SP" : "");
   int32_t tok[N], tgt[N];
   for (int i = 0; i < N; i++) {
     tok[i] = (int32_t)(sl_splitmix64(&g_rng) % (uint64_t)V);
@@ -208,6 +220,7 @@ static void run_case(const sl_ops *ops, int64_t V, int T, int tied) {
   c->V = V;
   c->T = T;
   c->tied = tied;
+  c->sp = sp;
   c->tok = tok;
   c->tgt = tgt;
   c->x = x;
@@ -218,12 +231,12 @@ static void run_case(const sl_ops *ops, int64_t V, int T, int tied) {
     rc->rank = r;
     rc->owner = c;
     sl_tp_group tp = {.rank = r, .size = T, .user = rc, .allreduce = fake_allreduce, .allgather = fake_allgather,
-                      .reducescatter = no_reducescatter};
+                      .reducescatter = fake_reducescatter};
     if (T == 1) tp = sl_tp_single();
     c->m[r] = hand_model(ops, rc, tp);
     sl_model_set_batch(c->m[r], tok, tgt, scale);
     sl_vocab_split vs;
-    if (sl_vocab_split_make(V, T, r, &vs) || sl_lm_head_vp_init(c->m[r], &c->hv[r], &vs, C, EPS, tied, 1)) exit(1);
+    if (sl_vocab_split_make(V, T, r, &vs) || sl_lm_head_vp_init(c->m[r], &c->hv[r], &vs, C, EPS, tied, 1, sp)) exit(1);
     int64_t Vl = vs.Vl;
     c->wte[r] = nanpad_slice(wfull, V, &vs);
     c->dwte[r] = calloc((size_t)(Vl * C), sizeof(float));
@@ -245,18 +258,24 @@ static void run_case(const sl_ops *ops, int64_t V, int T, int tied) {
 
   double e_loss = 0, e_lse = 0, e_sum = 0, e_dres = 0, e_norm = 0, e_emb = 0, e_log = 0, same = 0, pad = 0, e_dw = 0;
   int st = 0;
+  int64_t n = sp ? N / T : N; /* rows of x / dres / the embedding output per rank */
+  float gnorm[C] = {0};       /* the final norm's gradient summed over TP under SP */
   for (int r = 0; r < T; r++) {
     sl_lm_head_vp *hv = &c->hv[r];
     const sl_vocab_split *vs = &hv->vs;
+    int64_t off = sp ? r * n * C : 0;
     st |= c->status[r];
     e_loss = fmax(e_loss, rel(hv->h.losses, h0.losses, N, 1.0));
     e_lse = fmax(e_lse, rel(hv->h.lse, h0.lse, N, 1.0));
     e_sum = fmax(e_sum, fabs(c->m[r]->loss_sum - m0->loss_sum) / fmax(fabs(m0->loss_sum), 1.0));
-    e_dres = fmax(e_dres, rel(c->dres[r], dres0, N * C, 1e-3));
-    e_norm = fmax(e_norm, rel(c->grads[r], g0, C, 1e-3));
-    e_emb = fmax(e_emb, rel(c->emb[r], emb0, N * C, 1.0));
+    e_dres = fmax(e_dres, rel(c->dres[r], dres0 + off, n * C, 1e-3));
+    if (sp)
+      for (int i = 0; i < C; i++) gnorm[i] += c->grads[r][i];
+    else
+      e_norm = fmax(e_norm, rel(c->grads[r], g0, C, 1e-3));
+    e_emb = fmax(e_emb, rel(c->emb[r], emb0 + off, n * C, 1.0));
     e_log = fmax(e_log, rel(c->logits[r], log0, N * V, 1.0));
-    same = fmax(same, rel(c->dres[r], c->dres[0], N * C, 1e-3) + rel(hv->h.losses, c->hv[0].h.losses, N, 1.0));
+    same = fmax(same, (sp ? 0 : rel(c->dres[r], c->dres[0], N * C, 1e-3)) + rel(hv->h.losses, c->hv[0].h.losses, N, 1.0));
     /* the slice's gradient: tied = embedding + head in unit 0's gradient */
     const float *dW = tied ? c->dwte[r] : c->grads[r] + C;
     if (vs->valid) e_dw = fmax(e_dw, rel(dW, dW0 + vs->v0 * C, vs->valid * C, 1e-3));
@@ -264,6 +283,7 @@ static void run_case(const sl_ops *ops, int64_t V, int T, int tied) {
     if (!tied)
       for (int64_t i = vs->valid * C; i < vs->Vl * C; i++) pad = fmax(pad, fabs(c->dwte[r][i]));
   }
+  if (sp) e_norm = rel(gnorm, g0, C, 1e-3);
   snprintf(nm, sizeof nm, "%s: every rank returned SL_OK", tag);
   report(nm, st ? 1.0 : 0.0, 0.0);
   snprintf(nm, sizeof nm, "%s: losses = sl_lm_head", tag);
@@ -274,22 +294,27 @@ static void run_case(const sl_ops *ops, int64_t V, int T, int tied) {
   report(nm, e_sum, 1e-5);
   snprintf(nm, sizeof nm, "%s: dres = sl_lm_head_bwd", tag);
   report(nm, e_dres, 1e-5);
-  snprintf(nm, sizeof nm, "%s: final-norm gradient = sl_lm_head_bwd", tag);
+  snprintf(nm, sizeof nm, "%s: final-norm gradient%s = sl_lm_head_bwd", tag, sp ? " (summed over TP)" : "");
   report(nm, e_norm, 1e-5);
   snprintf(nm, sizeof nm, "%s: %s gradient slices = single rank", tag, tied ? "tied (embedding + head)" : "lm_head");
   report(nm, e_dw, 1e-5);
   snprintf(nm, sizeof nm, "%s: padding rows get exactly zero gradient", tag);
   report(nm, pad, 0.0);
-  snprintf(nm, sizeof nm, "%s: every rank holds the same dres and losses", tag);
+  snprintf(nm, sizeof nm, "%s: every rank holds the same losses%s", tag, sp ? "" : " and dres");
   report(nm, same, 0.0);
   snprintf(nm, sizeof nm, "%s: embedding rows = embedding_fwd (exact)", tag);
   report(nm, e_emb, 0.0);
   snprintf(nm, sizeof nm, "%s: gathered logits = sl_lm_head_logits", tag);
   report(nm, e_log, 1e-5);
-  if (T > 1) { /* embedding N*C, head 3N + N*C (MAX N, SUM 2N, dln N*C); logits gather N*Vl */
-    int64_t want = 2 * N * C + 3 * N;
-    snprintf(nm, sizeof nm, "%s: all-reduced floats = 2NC + 3N = %lld", tag, (long long)want);
-    report(nm, (double)llabs(w.moved[0] - want), 0.0);
+  if (T > 1) {
+    /* no SP: embedding N*C, head 3N + N*C all-reduced; SP: head 3N all-reduced,
+     * lnf N*C and the embedding's dout N*C all-gathered, the embedding's rows
+     * N*C and dln N*C reduce-scattered; both: the logits' N*Vp all-gathered */
+    int64_t Vp = c->hv[0].vs.Vp;
+    int64_t want[3] = {sp ? 3 * N : 2 * N * C + 3 * N, (sp ? 2 * N * C : 0) + N * Vp, sp ? 2 * N * C : 0};
+    snprintf(nm, sizeof nm, "%s: elements all-reduced %lld, all-gathered %lld, reduce-scattered %lld", tag,
+             (long long)want[0], (long long)want[1], (long long)want[2]);
+    report(nm, (double)(llabs(w.moved[0] - want[0]) + llabs(w.moved[1] - want[1]) + llabs(w.moved[2] - want[2])), 0.0);
   }
 
   for (int r = 0; r < T; r++) {
@@ -322,7 +347,7 @@ static void refusals(const sl_ops *ops) {
   int32_t tok[N] = {0};
   float out[N * C];
   sl_model_set_batch(m, tok, tok, 1.0f);
-  int st = sl_vp_embedding_fwd(m, &vs, out, out, N, C);
+  int st = sl_vp_embedding_fwd(m, &vs, out, out, N, C, NULL);
   int ok = st == SL_EINTERNAL && strstr(sl_errmsg(), "rank 3 of 4") && strstr(sl_errmsg(), "rank 0 of 1");
   printf("     (message: %s)\n", sl_errmsg());
   report("a split for another TP group is refused, naming both", ok ? 0 : 1, 0);
@@ -336,9 +361,10 @@ int main(void) {
   static const int64_t Vs[] = {211, 300, 5};
   static const int Ts[] = {2, 4};
   for (int tied = 0; tied <= 1; tied++) {
-    run_case(ops, 211, 1, tied); /* T = 1 through the same functions */
-    for (int vi = 0; vi < 3; vi++)
-      for (int ti = 0; ti < 2; ti++) run_case(ops, Vs[vi], Ts[ti], tied);
+    run_case(ops, 211, 1, tied, 0); /* T = 1 through the same functions */
+    for (int sp = 0; sp <= 1; sp++)
+      for (int vi = 0; vi < 3; vi++)
+        for (int ti = 0; ti < 2; ti++) run_case(ops, Vs[vi], Ts[ti], tied, sp);
   }
   refusals(ops);
   printf("%d passed, %d failed\n", g_pass, g_fail);
