@@ -45,6 +45,7 @@ static int sp_rows(const sl_vocab_split *vs, int64_t N, const char *what) {
 int sl_vp_embedding_fwd(sl_model *m, const sl_vocab_split *vs, float *out, const float *wte, int64_t N,
                         int64_t C, float *sp_partial) {
   const char *what = "vocabulary-parallel embedding";
+  if (vs->T == 1) sp_partial = NULL; /* one rank: its rows are all rows */
   int rc = group_matches(m, vs, what);
   if (!rc && sp_partial) rc = sp_rows(vs, N, what);
   if (rc) return rc;
@@ -57,6 +58,7 @@ int sl_vp_embedding_fwd(sl_model *m, const sl_vocab_split *vs, float *out, const
 int sl_vp_embedding_bwd(sl_model *m, const sl_vocab_split *vs, float *dwte, const float *dout, int64_t N,
                         int64_t C, float *sp_gathered) {
   const char *what = "vocabulary-parallel embedding";
+  if (vs->T == 1) sp_gathered = NULL;
   int rc = group_matches(m, vs, what);
   if (!rc && sp_gathered) rc = sp_rows(vs, N, what);
   if (rc) return rc;
@@ -72,7 +74,7 @@ int sl_vp_embedding_bwd(sl_model *m, const sl_vocab_split *vs, float *dwte, cons
 int sl_lm_head_vp_init(sl_model *m, sl_lm_head_vp *hv, const sl_vocab_split *vs, int64_t C, float eps,
                        int tied, int unit, int sp) {
   hv->vs = *vs;
-  hv->sp = sp;
+  hv->sp = sp && vs->T > 1; /* one rank: its rows are all rows */
   int rc = sl_lm_head_init(m, &hv->h, C, vs->V, eps, tied, unit);
   if (!rc && sp) rc = sp_rows(vs, hv->h.N, "loss-parallel LM head");
   if (rc) return rc;

@@ -125,7 +125,8 @@ typedef struct {
 } sl_lm_head_vp;
 
 /* Allocates the head's activations and statistics (sl_model_buf). sp: under
- * sequence parallelism (SL_EINPUT when T does not divide N = B*T rows). */
+ * sequence parallelism (SL_EINPUT when T does not divide N = B*T rows; at
+ * T = 1 it changes nothing, like the embedding's scratch arguments). */
 int sl_lm_head_vp_init(sl_model *m, sl_lm_head_vp *hv, const sl_vocab_split *vs, int64_t C, float eps,
                        int tied, int unit, int sp);
 /* x: the residual stream, (N, C) replicated over TP, or under sp this rank's

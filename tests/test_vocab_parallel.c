@@ -5,12 +5,14 @@
  * the functions exactly as a rank would; the TP group's hooks meet at a
  * barrier and reduce the T buffers in rank order. Oracle: the single-rank
  * sl_lm_head and embedding ops on the whole vocabulary. Checks, for V in
- * {211, 300, 5} x T in {2, 4} (and T = 1), tied and untied: losses, lse and
+ * {211, 300, 5} x T in {2, 4} (and T = 1), tied and untied, with and without
+ * sequence parallelism (x, dres, the embedding rows on N/T rows per rank;
+ * the norm gradient summed over the ranks): losses, lse and
  * the loss sum within 1e-5 relative; dres, the norm's gradient and the
  * (tied: embedding + head) weight gradient within 1e-5; padding rows get
  * exactly zero gradient; every rank holds the same dres and losses; the
- * embedding rows exactly; the gathered logits; the traffic of each hook
- * (head: 3N + N*C all-reduced floats, embedding N*C); and the refusals.
+ * embedding rows exactly; the gathered logits; the elements each kind of
+ * collective moves; and the refusals.
  * Ends with "N passed, M failed". */
 #include <math.h>
 #include <pthread.h>
@@ -362,6 +364,7 @@ int main(void) {
   static const int Ts[] = {2, 4};
   for (int tied = 0; tied <= 1; tied++) {
     run_case(ops, 211, 1, tied, 0); /* T = 1 through the same functions */
+    run_case(ops, 211, 1, tied, 1); /* T = 1: sequence parallelism is a no-op */
     for (int sp = 0; sp <= 1; sp++)
       for (int vi = 0; vi < 3; vi++)
         for (int ti = 0; ti < 2; ti++) run_case(ops, Vs[vi], Ts[ti], tied, sp);
