@@ -236,6 +236,54 @@ typedef struct sl_ops {
   /* Free and total bytes of the backend's memory (CUDA: cudaMemGetInfo of
    * the context's device); NULL where the backend's memory is host memory. */
   int (*mem_info)(sl_kctx *, size_t *free_bytes, size_t *total_bytes);
+
+  /* ---- vocabulary parallelism (tensor parallel over the vocabulary) -----
+   * A rank holds rows [v0, v0 + Vl) of the (padded) vocabulary: wte / w are
+   * its (Vl, C) slice. Token ids and targets stay global ids. The head ops
+   * read only the first Vvalid rows (0 <= Vvalid <= Vl; the rest are padding
+   * of a vocabulary padded to a multiple of T, never read, never counted in
+   * a max or sum, and never given a gradient). models/vocab_parallel.h
+   * combines the ranks' results through the TP group. */
+  /* out (N, C) = wte[tok[i] - v0] when v0 <= tok[i] < v0 + Vl, else 0 */
+  void (*vocab_embedding_fwd)(sl_kctx *, float *out, const int32_t *tok,
+                              const float *wte, int64_t N, int64_t C,
+                              int64_t v0, int64_t Vl);
+  /* dwte (Vl, C) += scatter of the rows of dout (N, C) whose token is in
+   * [v0, v0 + Vl); other rows are skipped. */
+  void (*vocab_embedding_bwd)(sl_kctx *, float *dwte, const float *dout,
+                              const int32_t *tok, int64_t N, int64_t C,
+                              int64_t v0, int64_t Vl);
+  /* Loss-parallel LM head, forward statistics of this rank's slice, chunked
+   * like lmhead_ce_fwd (at most one (chunk, Vvalid) block of logits).
+   * For row i over the logits l_ij = x_i . w_j, j < Vvalid:
+   *   lmax (N)     = max_j l_ij                       (-inf when Vvalid = 0)
+   *   st (N, 2)    = { sum_j exp(l_ij - lmax_i),       (0 when Vvalid = 0)
+   *                    l_i,targets[i]-v0 when v0 <= targets[i] < v0 + Vvalid,
+   *                    else 0 }
+   * (a target must be a real id: < V, never a padding row). */
+  void (*lmhead_vp_fwd)(sl_kctx *, float *lmax, float *st, const float *x,
+                        const float *w, const int32_t *targets, int64_t N,
+                        int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid);
+  /* After gmax = max over the ranks of lmax: st[2i] *= exp(lmax[i] -
+   * gmax[i]) (0 when lmax[i] = -inf), so the ranks' st sum to the global
+   * { sum exp(l - gmax), target logit }. */
+  void (*lmhead_vp_rescale)(sl_kctx *, float *st, const float *lmax,
+                            const float *gmax, int64_t N);
+  /* After st is summed over the ranks: lse (N) = gmax + log(st[2i]);
+   * losses (N) = lse - st[2i+1] when targets[i] >= 0, else 0. */
+  void (*lmhead_vp_loss)(sl_kctx *, float *losses, float *lse,
+                         const float *st, const float *gmax,
+                         const int32_t *targets, int64_t N);
+  /* Recomputes this slice's logits chunk by chunk; with the global lse (N):
+   * dlogits_ij = (exp(l_ij - lse_i) - [targets[i] == v0 + j]) * scale for
+   * j < Vvalid (rows with targets[i] < 0: 0);
+   * dx (N, C) += dlogits @ w ; dw (Vl, C) += dlogits^T @ x (rows >= Vvalid
+   * untouched). dx is this slice's part: the caller sums it over the ranks.
+   * dx or dw may be NULL (skipped). */
+  void (*lmhead_vp_bwd)(sl_kctx *, float *dx, float *dw, const float *x,
+                        const float *w, const int32_t *targets,
+                        const float *lse, float scale, int64_t N, int64_t C,
+                        int64_t v0, int64_t Vl, int64_t Vvalid);
 } sl_ops;
 
 /* Every op field of sl_ops, in struct order (what sl_ops_check and the
@@ -247,7 +295,8 @@ typedef struct sl_ops {
   X(scale) X(f32_to_bf16) X(bf16_to_f32) X(round_bf16) X(conv1d_fwd) X(conv1d_bwd) X(silu_fwd) \
   X(silu_bwd) X(gate_fwd) X(gate_bwd) X(scan_fwd) X(scan_bwd) X(alloc) X(free) X(zero) X(copy) \
   X(upload) X(download) X(sum) X(sync) X(is_device) X(stream) X(rope_doc_fwd) X(rope_doc_bwd) \
-  X(attention_doc_fwd) X(attention_doc_bwd) X(mem_info)
+  X(attention_doc_fwd) X(attention_doc_bwd) X(mem_info) X(vocab_embedding_fwd) X(vocab_embedding_bwd) \
+  X(lmhead_vp_fwd) X(lmhead_vp_rescale) X(lmhead_vp_loss) X(lmhead_vp_bwd)
 #define SL_OPS_COUNT_ONE_(f) +1
 enum { SL_OPS_COUNT = 0 SL_OPS_LIST(SL_OPS_COUNT_ONE_) }; /* op fields of sl_ops */
 

@@ -447,6 +447,76 @@ static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk)
   freeb(&du), freeb(&ddt), freeb(&dAl), freeb(&dbc), freeb(&dDp);
 }
 
+/* The vocabulary-parallel ops on every slice of a vocabulary padded to a
+ * multiple of T (padding rows NaN: a read of one shows), each op against its
+ * CPU twin on the same inputs. */
+static void test_vocab_parallel(int64_t N, int64_t C, int64_t V, int64_t T) {
+  int64_t Vl = (V + T - 1) / T;
+  int32_t *td, *tg = mk_tok(N, (int32_t)V, 1, &td);
+  buf x = mk(N * C, -1, 1), wp = mk(T * Vl * C, -0.5f, 0.5f), dout = mk(N * C, -1, 1);
+  for (int64_t i = V * C; i < T * Vl * C; i++) wp.h[i] = NAN;
+  if (sl_cuda_upload(gc, wp.d, wp.h, (size_t)(T * Vl * C) * 4)) nfail++;
+  for (int64_t r = 0; r < T; r++) {
+    int64_t v0 = r * Vl, valid = V - v0 < 0 ? 0 : V - v0 > Vl ? Vl : V - v0;
+    float *w_h = wp.h + v0 * C, *w_d = wp.d + v0 * C;
+    char nm[64];
+    buf out = mk(N * C, -1, 1), dwte = mk(Vl * C, -1, 1);
+    cpu->vocab_embedding_fwd(cc, out.h, tg, w_h, N, C, v0, Vl);
+    gpu->vocab_embedding_fwd(gc, out.d, td, w_d, N, C, v0, Vl);
+    snprintf(nm, sizeof nm, "vocab_embedding_fwd r%lld/%lld", (long long)r, (long long)T);
+    check(nm, &out, 0);
+    cpu->vocab_embedding_bwd(cc, dwte.h, dout.h, tg, N, C, v0, Vl);
+    gpu->vocab_embedding_bwd(gc, dwte.d, dout.d, td, N, C, v0, Vl);
+    snprintf(nm, sizeof nm, "vocab_embedding_bwd r%lld/%lld", (long long)r, (long long)T);
+    check(nm, &dwte, 1e-5);
+    buf lmax = mk0(N), st = mk0(2 * N), gmax = mk0(N), loss = mk0(N), lse = mk0(N);
+    cpu->lmhead_vp_fwd(cc, lmax.h, st.h, x.h, w_h, tg, N, C, v0, Vl, valid);
+    gpu->lmhead_vp_fwd(gc, lmax.d, st.d, x.d, w_d, td, N, C, v0, Vl, valid);
+    snprintf(nm, sizeof nm, "lmhead_vp_fwd st r%lld/%lld", (long long)r, (long long)T);
+    check(nm, &st, TOL_GEMM);
+    if (valid) {
+      snprintf(nm, sizeof nm, "lmhead_vp_fwd lmax r%lld/%lld", (long long)r, (long long)T);
+      check(nm, &lmax, TOL_GEMM);
+    } else { /* -inf - -inf is NaN for check(): compare exactly */
+      float *g = (float *)xmalloc((size_t)N * 4);
+      int ok = sl_cuda_download(gc, g, lmax.d, (size_t)N * 4) == SL_OK;
+      for (int64_t i = 0; i < N; i++) ok &= g[i] == -INFINITY && lmax.h[i] == -INFINITY;
+      report("lmhead_vp_fwd lmax = -inf (padding slice)", N, 0, 0, 0, ok);
+      free(g);
+    }
+    /* a global max at or above this slice's, the same on both sides */
+    for (int64_t i = 0; i < N; i++)
+      gmax.h[i] = (valid ? lmax.h[i] : 0.0f) + 0.5f * (frand() + 1.0f);
+    if (sl_cuda_upload(gc, gmax.d, gmax.h, (size_t)N * 4) || sl_cuda_upload(gc, st.d, st.h, (size_t)N * 8) ||
+        sl_cuda_upload(gc, lmax.d, lmax.h, (size_t)N * 4))
+      nfail++;
+    cpu->lmhead_vp_rescale(cc, st.h, lmax.h, gmax.h, N);
+    gpu->lmhead_vp_rescale(gc, st.d, lmax.d, gmax.d, N);
+    snprintf(nm, sizeof nm, "lmhead_vp_rescale r%lld/%lld", (long long)r, (long long)T);
+    check(nm, &st, 1e-5);
+    for (int64_t i = 0; i < N; i++) st.h[2 * i] += 0.25f; /* as if summed with other ranks' */
+    if (sl_cuda_upload(gc, st.d, st.h, (size_t)N * 8)) nfail++;
+    cpu->lmhead_vp_loss(cc, loss.h, lse.h, st.h, gmax.h, tg, N);
+    gpu->lmhead_vp_loss(gc, loss.d, lse.d, st.d, gmax.d, td, N);
+    snprintf(nm, sizeof nm, "lmhead_vp_loss losses r%lld/%lld", (long long)r, (long long)T);
+    check(nm, &loss, 1e-5);
+    snprintf(nm, sizeof nm, "lmhead_vp_loss lse r%lld/%lld", (long long)r, (long long)T);
+    check(nm, &lse, 1e-5);
+    if (sl_cuda_upload(gc, lse.d, lse.h, (size_t)N * 4)) nfail++;
+    buf dx = mk(N * C, -1, 1), dw = mk(Vl * C, -1, 1);
+    cpu->lmhead_vp_bwd(cc, dx.h, dw.h, x.h, w_h, tg, lse.h, 1.0f / (float)N, N, C, v0, Vl, valid);
+    gpu->lmhead_vp_bwd(gc, dx.d, dw.d, x.d, w_d, td, lse.d, 1.0f / (float)N, N, C, v0, Vl, valid);
+    snprintf(nm, sizeof nm, "lmhead_vp_bwd dx r%lld/%lld", (long long)r, (long long)T);
+    check(nm, &dx, TOL_GEMM);
+    snprintf(nm, sizeof nm, "lmhead_vp_bwd dw r%lld/%lld", (long long)r, (long long)T);
+    check(nm, &dw, TOL_GEMM);
+    freeb(&out), freeb(&dwte), freeb(&lmax), freeb(&st), freeb(&gmax), freeb(&loss), freeb(&lse);
+    freeb(&dx), freeb(&dw);
+  }
+  free(tg), sl_cuda_free(gc, td);
+  freeb(&x), freeb(&wp), freeb(&dout);
+}
+
 /* Bad arguments leave a status and a message instead of aborting; scratch
  * stops growing after warm-up. */
 static void test_errors_and_scratch(void) {
@@ -492,6 +562,8 @@ int main(void) {
   test_doc(32, 0);
   test_pointwise();
   test_lmhead();
+  test_vocab_parallel(29, 48, 301, 4); /* 301 = 4 x 76 - 3: padding in the last slice */
+  test_vocab_parallel(11, 16, 5, 4);   /* the last slice is padding only */
   test_optim();
   test_conv1d();
   test_scan(2, 37, 150, 16, 8);

@@ -8,7 +8,10 @@
  * tile, the chunked LM head with ignored targets, one- and two-thread
  * contexts, and document masking (RoPE positions restarting per document,
  * block-diagonal causal attention: the _doc ops with per-token document
- * starts). Prints one line per check; ends with "N passed, M failed". */
+ * starts), and the vocabulary-parallel ops (slices of a padded vocabulary,
+ * combined here like the TP group would, against the whole-vocabulary ops
+ * and by finite differences). Prints one line per check; ends with
+ * "N passed, M failed". */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -470,6 +473,153 @@ static void test_ce(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C, int64
   free(s.x); free(s.w);
 }
 
+/* ---- vocabulary parallelism ------------------------------------------------ */
+/* V padded to a multiple of T: rank r holds rows [r Vl, r Vl + Vl), the first
+ * *valid of them real. The T slices run one after the other on one context
+ * and are combined here; padding rows hold NaN, so any read of one shows. */
+static void vsplit(int64_t V, int64_t T, int64_t r, int64_t *v0, int64_t *Vl, int64_t *valid) {
+  *Vl = (V + T - 1) / T;
+  *v0 = r * *Vl;
+  *valid = V - *v0 < 0 ? 0 : V - *v0 > *Vl ? *Vl : V - *v0;
+}
+/* (T Vl, C): the real rows of w (V, C), NaN padding */
+static float *pad_rows(const float *w, int64_t V, int64_t C, int64_t T) {
+  int64_t Vl = (V + T - 1) / T;
+  float *p = malloc((size_t)(T * Vl * C) * sizeof(float));
+  for (int64_t i = 0; i < T * Vl * C; i++) p[i] = i < V * C ? w[i] : NAN;
+  return p;
+}
+static int32_t *rand_tokens(int64_t N, int64_t V, int ignored) {
+  int32_t *t = malloc((size_t)N * sizeof(int32_t));
+  for (int64_t i = 0; i < N; i++)
+    t[i] = (ignored && i % 7 == 3) ? -1 : (int32_t)(sl_splitmix64(&g_rng) % (uint64_t)V);
+  t[0] = 0;
+  t[N - 1] = (int32_t)(V - 1);
+  return t;
+}
+
+typedef struct { double *w; const int32_t *tok; const float *R; int64_t N, C; } vemb_st;
+static double vemb_L(void *p) { /* sum(embedding(w) * R) */
+  vemb_st *s = p;
+  double L = 0;
+  for (int64_t i = 0; i < s->N; i++)
+    for (int64_t c = 0; c < s->C; c++) L += s->w[s->tok[i] * s->C + c] * s->R[i * s->C + c];
+  return L;
+}
+static void test_vocab_embedding(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C, int64_t V, int64_t T) {
+  int64_t v0, Vl, valid;
+  vsplit(V, T, 0, &v0, &Vl, &valid);
+  float *w = fvec(V * C, 1.0f), *wp = pad_rows(w, V, C, T), *R = fvec(N * C, 1.0f);
+  int32_t *tok = rand_tokens(N, V, 0);
+  float *ref = zeros(N * C), *sum = zeros(N * C), *out = fvec(N * C, 9.0f);
+  ops->embedding_fwd(ctx, ref, tok, w, N, C);
+  for (int64_t r = 0; r < T; r++) {
+    vsplit(V, T, r, &v0, &Vl, &valid);
+    ops->vocab_embedding_fwd(ctx, out, tok, wp + v0 * C, N, C, v0, Vl); /* overwrites out */
+    for (int64_t i = 0; i < N * C; i++) sum[i] += out[i];
+  }
+  char nm[128], tag[64];
+  snprintf(tag, sizeof tag, "N=%lld C=%lld V=%lld T=%lld", (long long)N, (long long)C, (long long)V, (long long)T);
+  double *dref = to_d(ref, N * C);
+  snprintf(nm, sizeof nm, "vocab_embedding_fwd sum of slices = embedding_fwd %s", tag);
+  report(nm, rel_err(sum, dref, N * C, 1.0), 0.0);
+  /* backward: slices of a prefilled padded gradient; padding rows untouched */
+  float *sv, *dp = prefill(T * Vl * C, &sv), *dz = zeros(T * Vl * C), *dfull = zeros(V * C);
+  for (int64_t r = 0; r < T; r++) {
+    vsplit(V, T, r, &v0, &Vl, &valid);
+    ops->vocab_embedding_bwd(ctx, dp + v0 * C, R, tok, N, C, v0, Vl);
+    ops->vocab_embedding_bwd(ctx, dz + v0 * C, R, tok, N, C, v0, Vl);
+  }
+  adds_check("vocab_embedding_bwd", dp, sv, dz, T * Vl * C);
+  double pad = 0;
+  for (int64_t i = V * C; i < T * Vl * C; i++) pad = fmax(pad, fabs(dz[i]));
+  snprintf(nm, sizeof nm, "vocab_embedding_bwd padding rows get no gradient %s", tag);
+  report(nm, pad, 0.0);
+  ops->embedding_bwd(ctx, dfull, R, tok, N, C);
+  double *dd = to_d(dfull, V * C);
+  snprintf(nm, sizeof nm, "vocab_embedding_bwd slices = embedding_bwd %s", tag);
+  report(nm, rel_err(dz, dd, V * C, 1.0), 0.0);
+  vemb_st s = {to_d(w, V * C), tok, R, N, C};
+  snprintf(nm, sizeof nm, "vocab_embedding_bwd %s", tag);
+  fd_check(nm, s.w, dz, V * C, vemb_L, &s, 200, 1e-6);
+  free(w); free(wp); free(R); free(tok); free(ref); free(sum); free(out); free(dref);
+  free(sv); free(dp); free(dz); free(dfull); free(dd); free(s.w);
+}
+
+/* Loss-parallel head over T slices vs lmhead_ce (same op table) and the
+ * double reference; the backward by finite differences of the reference. */
+static void test_lmhead_vp(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C, int64_t V, int64_t T,
+                           int sx_n, int sw_n) {
+  int64_t v0, Vl, valid;
+  vsplit(V, T, 0, &v0, &Vl, &valid);
+  float *x = fvec(N * C, 1.0f), *w = fvec(V * C, 1.0f), *wp = pad_rows(w, V, C, T);
+  int32_t *t = rand_tokens(N, V, 1);
+  float *loss0 = zeros(N), *lse0 = zeros(N);
+  ops->lmhead_ce_fwd(ctx, loss0, lse0, x, w, t, N, C, V);
+  float *lmax = zeros(T * N), *st = zeros(T * 2 * N), *gmax = zeros(N), *S = zeros(2 * N);
+  for (int64_t r = 0; r < T; r++) {
+    vsplit(V, T, r, &v0, &Vl, &valid);
+    ops->lmhead_vp_fwd(ctx, lmax + r * N, st + r * 2 * N, x, wp + v0 * C, t, N, C, v0, Vl, valid);
+  }
+  for (int64_t i = 0; i < N; i++) { /* the TP group's allreduce MAX */
+    gmax[i] = -INFINITY;
+    for (int64_t r = 0; r < T; r++) gmax[i] = fmaxf(gmax[i], lmax[r * N + i]);
+  }
+  for (int64_t r = 0; r < T; r++) ops->lmhead_vp_rescale(ctx, st + r * 2 * N, lmax + r * N, gmax, N);
+  for (int64_t r = 0; r < T; r++) /* allreduce SUM */
+    for (int64_t i = 0; i < 2 * N; i++) S[i] += st[r * 2 * N + i];
+  float *loss = fvec(N, 9.0f), *lse = fvec(N, 9.0f);
+  ops->lmhead_vp_loss(ctx, loss, lse, S, gmax, t, N);
+  ce_st s = {to_d(x, N * C), to_d(w, V * C), t, N, C, V, 1.0 / (double)N, dvec(N), dvec(N)};
+  ce_ref(&s);
+  char nm[128], tag[64];
+  snprintf(tag, sizeof tag, "N=%lld C=%lld V=%lld T=%lld", (long long)N, (long long)C, (long long)V, (long long)T);
+  double *d0 = to_d(loss0, N), *z0 = to_d(lse0, N);
+  snprintf(nm, sizeof nm, "lmhead_vp losses = lmhead_ce_fwd %s", tag);
+  report(nm, rel_err(loss, d0, N, 1.0), 1e-5);
+  snprintf(nm, sizeof nm, "lmhead_vp lse = lmhead_ce_fwd %s", tag);
+  report(nm, rel_err(lse, z0, N, 1.0), 1e-5);
+  snprintf(nm, sizeof nm, "lmhead_vp losses vs double reference %s", tag);
+  report(nm, rel_err(loss, s.loss, N, 1.0), 2e-6);
+  free(s.lse); free(s.loss);
+  s.lse = s.loss = NULL;
+  /* backward: dx summed over the slices, dw slices into a padded gradient */
+  float *dx0 = zeros(N * C), *dw0 = zeros(V * C), *dx = zeros(N * C), *dxr = zeros(N * C);
+  float *dwp = zeros(T * Vl * C), *sx, *sw, *px = prefill(N * C, &sx), *pw = prefill(Vl * C, &sw);
+  ops->lmhead_ce_bwd(ctx, dx0, dw0, x, w, t, lse0, (float)s.scale, N, C, V);
+  for (int64_t r = 0; r < T; r++) {
+    vsplit(V, T, r, &v0, &Vl, &valid);
+    memset(dxr, 0, (size_t)(N * C) * sizeof(float));
+    ops->lmhead_vp_bwd(ctx, dxr, dwp + v0 * C, x, wp + v0 * C, t, lse, (float)s.scale, N, C, v0, Vl, valid);
+    for (int64_t i = 0; i < N * C; i++) dx[i] += dxr[i];
+    if (r == T - 1) { /* the last slice, padding included, adds into prefilled buffers */
+      ops->lmhead_vp_bwd(ctx, px, pw, x, wp + v0 * C, t, lse, (float)s.scale, N, C, v0, Vl, valid);
+      adds_check("lmhead_vp_bwd dx", px, sx, dxr, N * C);
+      adds_check("lmhead_vp_bwd dw", pw, sw, dwp + v0 * C, Vl * C);
+    }
+  }
+  double pad = 0, ign = 0;
+  for (int64_t i = V * C; i < T * Vl * C; i++) pad = fmax(pad, fabs(dwp[i]));
+  for (int64_t i = 0; i < N; i++)
+    if (t[i] < 0)
+      for (int64_t c = 0; c < C; c++) ign = fmax(ign, fabs(dx[i * C + c]));
+  snprintf(nm, sizeof nm, "lmhead_vp_bwd padding rows get no gradient %s", tag);
+  report(nm, pad, 0.0);
+  report("lmhead_vp_bwd: ignored rows get zero dx", ign, 0.0);
+  double *dd = to_d(dx0, N * C), *dwd = to_d(dw0, V * C);
+  snprintf(nm, sizeof nm, "lmhead_vp_bwd dx (sum of slices) = lmhead_ce_bwd %s", tag);
+  report(nm, rel_err(dx, dd, N * C, 1e-3), 1e-5);
+  snprintf(nm, sizeof nm, "lmhead_vp_bwd dw (slices) = lmhead_ce_bwd %s", tag);
+  report(nm, rel_err(dwp, dwd, V * C, 1e-3), 1e-5);
+  snprintf(nm, sizeof nm, "lmhead_vp_bwd dx %s", tag);
+  fd_check(nm, s.x, dx, N * C, ce_L, &s, sx_n, 1e-5);
+  snprintf(nm, sizeof nm, "lmhead_vp_bwd dw %s", tag);
+  fd_check(nm, s.w, dwp, V * C, ce_L, &s, sw_n, 1e-5);
+  free(x); free(w); free(wp); free(t); free(loss0); free(lse0); free(lmax); free(st); free(gmax); free(S);
+  free(loss); free(lse); free(s.x); free(s.w); free(d0); free(z0); free(dx0); free(dw0); free(dx); free(dxr);
+  free(dwp); free(sx); free(sw); free(px); free(pw); free(dd); free(dwd);
+}
+
 /* ---- elementwise, reductions, bf16 ---------------------------------------- */
 /* Independent bf16 oracle: the nearest of the two bracketing bf16 values
  * (computed in double), ties to the even mantissa. Finite inputs only. */
@@ -577,6 +727,12 @@ int main(void) {
   test_swiglu(ops, c2, 41, 96);
   test_ce(ops, c2, 37, 16, 300, 150, 150);
   test_ce(ops, c2, 1100, 4, 2100, 24, 16); /* 2 row x 3 vocab tiles */
+  test_vocab_embedding(ops, c2, 300, 24, 211, 4); /* V % T != 0 */
+  test_vocab_embedding(ops, c1, 40, 8, 5, 4);      /* a slice of padding only */
+  test_lmhead_vp(ops, c2, 37, 16, 300, 4, 150, 150);
+  test_lmhead_vp(ops, c2, 37, 16, 211, 2, 100, 100);
+  test_lmhead_vp(ops, c1, 23, 8, 5, 4, 60, 40);       /* rank 3 holds padding only */
+  test_lmhead_vp(ops, c2, 1100, 4, 2100, 2, 24, 16); /* 2 row x 2 vocab tiles per slice */
   test_elementwise(ops, c2);
   size_t sb = ops->ctx_scratch_bytes(c2);
   report("ctx_scratch_bytes > 0 after use (reported as err = !ok)", sb > 0 ? 0.0 : 1.0, 0);

@@ -45,6 +45,22 @@ void sl_cpu_sgemm(sl_kctx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K,
 /* Fills x[0..n) with NaN (used when an op cannot run). */
 void sl_cpu_poison(float *x, int64_t n);
 
+/* The tiled LM head + cross-entropy loops (lmhead_ce.c) over w (V, C) whose
+ * row 0 is vocabulary id voff (0 for the whole head; a rank's first id for
+ * the loss-parallel head, vocab_parallel.c). Forward writes lse and losses
+ * when st is NULL (lmhead_ce_fwd), else the slice statistics lmax (N) and
+ * st (N, 2) of lmhead_vp_fwd. Backward is lmhead_ce_bwd with targets taken
+ * relative to voff (a target outside the slice only has no one-hot term).
+ * op names the caller in a scratch-failure message. */
+void sl_cpu_ce_fwd_core(sl_kctx *ctx, const float *x, const float *w,
+                        const int32_t *targets, int64_t N, int64_t C,
+                        int64_t V, int64_t voff, float *losses, float *lse,
+                        float *lmax, float *st, const char *op);
+void sl_cpu_ce_bwd_core(sl_kctx *ctx, float *dx, float *dw, const float *x,
+                        const float *w, const int32_t *targets,
+                        const float *lse, float scale, int64_t N, int64_t C,
+                        int64_t V, int64_t voff, const char *op);
+
 /* expf with ~1-2 ulp error, no branches, vectorizable (Cephes polynomial,
  * Cody-Waite reduction). Inputs are clamped to [-87.3, 88.7]: results
  * below 2^-126 are returned as ~1.2e-38, never denormal or 0, never inf. */

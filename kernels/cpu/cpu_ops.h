@@ -42,6 +42,14 @@ void sl_cpu_gate_bwd(sl_kctx *ctx, float *dy, float *dz, int64_t ldz, const floa
 void sl_cpu_scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u, const float *dt, const float *A_log, const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk);
 void sl_cpu_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float *dBm, float *dCm, float *dDp, const float *dy, const float *u, const float *dt, const float *A_log, const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, const float *ckpt, int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk);
 
+/* vocabulary parallelism (kernels/cpu/vocab_parallel.c) */
+void sl_cpu_vocab_embedding_fwd(sl_kctx *ctx, float *out, const int32_t *tok, const float *wte, int64_t N, int64_t C, int64_t v0, int64_t Vl);
+void sl_cpu_vocab_embedding_bwd(sl_kctx *ctx, float *dwte, const float *dout, const int32_t *tok, int64_t N, int64_t C, int64_t v0, int64_t Vl);
+void sl_cpu_lmhead_vp_fwd(sl_kctx *ctx, float *lmax, float *st, const float *x, const float *w, const int32_t *targets, int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid);
+void sl_cpu_lmhead_vp_rescale(sl_kctx *ctx, float *st, const float *lmax, const float *gmax, int64_t N);
+void sl_cpu_lmhead_vp_loss(sl_kctx *ctx, float *losses, float *lse, const float *st, const float *gmax, const int32_t *targets, int64_t N);
+void sl_cpu_lmhead_vp_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid);
+
 /* memory section (kernels/cpu/memops.c) */
 void *sl_cpu_alloc(sl_kctx *ctx, size_t bytes);
 void sl_cpu_free(sl_kctx *ctx, void *p);

@@ -9,7 +9,9 @@
  * max, sum rescaled in double) across vocabulary chunks; backward recomputes
  * each tile's logits, turns them into dlogits = (softmax - onehot) * scale in
  * place and feeds two more sgemms (dx += dlogits w, dw += dlogits^T x).
- * Row loops are OpenMP; GEMMs run on OpenBLAS's threads. */
+ * Row loops are OpenMP; GEMMs run on OpenBLAS's threads. The two loops
+ * (sl_cpu_ce_{fwd,bwd}_core) also serve the loss-parallel head of
+ * vocab_parallel.c: w is then a slice whose row 0 is vocabulary id voff. */
 /* Lets gcc if-convert the clamps in sl_cpu_expf and vectorize exp loops
  * (no FP-exception semantics are relied on anywhere in the backend). */
 #pragma GCC optimize("no-trapping-math")
@@ -72,20 +74,19 @@ SL_CPU_HOT static void softmax_scaled(float *l, int64_t n, float lse,
     l[j] = sl_cpu_expf(l[j] - lse) * scale;
 }
 
-void sl_cpu_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse,
-                          const float *x, const float *w,
-                          const int32_t *targets, int64_t N, int64_t C,
-                          int64_t V) {
+void sl_cpu_ce_fwd_core(sl_kctx *ctx, const float *x, const float *w,
+                        const int32_t *targets, int64_t N, int64_t C,
+                        int64_t V, int64_t voff, float *losses, float *lse,
+                        float *lmax, float *st, const char *op) {
   if (N <= 0)
     return;
   ce_tiles tp = ce_plan(N, V);
   /* scratch: sums (rows doubles, first: 8-byte aligned for any row count) |
    * logits tile | running max (rows) | target logit (rows) */
-  float *S = sl_cpu_scratch(ctx, (size_t)(tp.rows * tp.vc + 4 * tp.rows),
-                            "lmhead_ce_fwd");
+  float *S = sl_cpu_scratch(ctx, (size_t)(tp.rows * tp.vc + 4 * tp.rows), op);
   if (!S) {
-    sl_cpu_poison(losses, N);
-    sl_cpu_poison(lse, N);
+    sl_cpu_poison(st ? lmax : losses, N);
+    sl_cpu_poison(st ? st : lse, st ? 2 * N : N);
     return;
   }
   double *rsum = (double *)S;
@@ -107,12 +108,17 @@ void sl_cpu_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse,
       for (int64_t r = 0; r < m; r++) {
         const float *l = L + r * vn;
         lse_update(l, vn, &rmax[r], &rsum[r]);
-        int32_t t = targets[r0 + r];
+        int64_t t = (int64_t)targets[r0 + r] - voff;
         if (t >= v0 && t < v0 + vn)
           tl[r] = l[t - v0];
       }
     }
-    for (int64_t r = 0; r < m; r++) {
+    for (int64_t r = 0; st && r < m; r++) {
+      lmax[r0 + r] = rmax[r];
+      st[2 * (r0 + r)] = (float)rsum[r];
+      st[2 * (r0 + r) + 1] = tl[r];
+    }
+    for (int64_t r = 0; !st && r < m; r++) {
       float z = rmax[r] + (float)log(rsum[r]);
       lse[r0 + r] = z;
       losses[r0 + r] = targets[r0 + r] >= 0 ? z - tl[r] : 0.0f;
@@ -120,14 +126,22 @@ void sl_cpu_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse,
   }
 }
 
-void sl_cpu_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x,
-                          const float *w, const int32_t *targets,
-                          const float *lse, float scale, int64_t N, int64_t C,
+void sl_cpu_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse,
+                          const float *x, const float *w,
+                          const int32_t *targets, int64_t N, int64_t C,
                           int64_t V) {
+  sl_cpu_ce_fwd_core(ctx, x, w, targets, N, C, V, 0, losses, lse, NULL, NULL,
+                     "lmhead_ce_fwd");
+}
+
+void sl_cpu_ce_bwd_core(sl_kctx *ctx, float *dx, float *dw, const float *x,
+                        const float *w, const int32_t *targets,
+                        const float *lse, float scale, int64_t N, int64_t C,
+                        int64_t V, int64_t voff, const char *op) {
   if (N <= 0 || (!dx && !dw))
     return;
   ce_tiles tp = ce_plan(N, V);
-  float *L = sl_cpu_scratch(ctx, (size_t)(tp.rows * tp.vc), "lmhead_ce_bwd");
+  float *L = sl_cpu_scratch(ctx, (size_t)(tp.rows * tp.vc), op);
   if (!L) {
     sl_cpu_poison(dx, N * C);
     sl_cpu_poison(dw, V * C);
@@ -148,11 +162,11 @@ void sl_cpu_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x,
     m * vn >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
       for (int64_t r = 0; r < m; r++) {
         float *l = L + r * vn;
-        int32_t t = targets[r0 + r];
-        if (t < 0) {
+        if (targets[r0 + r] < 0) {
           memset(l, 0, (size_t)vn * sizeof(float));
           continue;
         }
+        int64_t t = (int64_t)targets[r0 + r] - voff;
         float z = lse[r0 + r];
         float pt = t >= v0 && t < v0 + vn ? sl_cpu_expf(l[t - v0] - z) : 0.0f;
         softmax_scaled(l, vn, z, scale);
@@ -169,4 +183,12 @@ void sl_cpu_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x,
                      dw + v0 * C, C);
     }
   }
+}
+
+void sl_cpu_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x,
+                          const float *w, const int32_t *targets,
+                          const float *lse, float scale, int64_t N, int64_t C,
+                          int64_t V) {
+  sl_cpu_ce_bwd_core(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, 0,
+                     "lmhead_ce_bwd");
 }

@@ -49,6 +49,12 @@ static const sl_ops g_cpu_ops = {
     .rope_doc_bwd = sl_cpu_rope_doc_bwd,
     .attention_doc_fwd = sl_cpu_attention_doc_fwd,
     .attention_doc_bwd = sl_cpu_attention_doc_bwd,
+    .vocab_embedding_fwd = sl_cpu_vocab_embedding_fwd,
+    .vocab_embedding_bwd = sl_cpu_vocab_embedding_bwd,
+    .lmhead_vp_fwd = sl_cpu_lmhead_vp_fwd,
+    .lmhead_vp_rescale = sl_cpu_lmhead_vp_rescale,
+    .lmhead_vp_loss = sl_cpu_lmhead_vp_loss,
+    .lmhead_vp_bwd = sl_cpu_lmhead_vp_bwd,
 };
 
 const sl_ops *sl_ops_cpu(void) { return &g_cpu_ops; }

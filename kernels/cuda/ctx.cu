@@ -16,6 +16,7 @@
 #include "kernels/cuda/optim.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 #include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/vocab_parallel.cuh"
 
 int sl_cuda_fail(sl_kctx *ctx, int code, const char *fmt, ...) {
   char buf[512];
@@ -238,6 +239,12 @@ static sl_ops make_cuda_ops() {
   o.attention_doc_fwd = sl_cuda_attention_doc_fwd;
   o.attention_doc_bwd = sl_cuda_attention_doc_bwd;
   o.mem_info = sl_cuda_mem_info;
+  o.vocab_embedding_fwd = sl_cuda_vocab_embedding_fwd;
+  o.vocab_embedding_bwd = sl_cuda_vocab_embedding_bwd;
+  o.lmhead_vp_fwd = sl_cuda_lmhead_vp_fwd;
+  o.lmhead_vp_rescale = sl_cuda_lmhead_vp_rescale;
+  o.lmhead_vp_loss = sl_cuda_lmhead_vp_loss;
+  o.lmhead_vp_bwd = sl_cuda_lmhead_vp_bwd;
   return o;
 }
 static const sl_ops g_cuda_ops = make_cuda_ops();

@@ -5,7 +5,9 @@
  * block reductions) and the loss. Backward recomputes each chunk's logits,
  * turns them in place into dlogits = (softmax - onehot) * scale (zero rows
  * for ignored targets), and issues dx_c += dlogits @ w and
- * dw += dlogits^T @ x_c (both beta = 1). */
+ * dw += dlogits^T @ x_c (both beta = 1). The chunk loops and row kernels
+ * (sl_cuda_ce_{fwd,bwd}_core) also run the loss-parallel head of
+ * vocab_parallel.cu: w is then a vocabulary slice whose row 0 is id v0. */
 #include <math.h>
 
 #include "kernels/cuda/common.cuh"
@@ -22,9 +24,12 @@ static int64_t ce_chunk_rows(int64_t N, int64_t V) {
   return r;
 }
 
-/* lse and loss of one row of logits; target outside [0, V) = ignored. */
-static __global__ void ce_fwd_kernel(float *losses, float *lse, const float *logits,
-                                     const int32_t *targets, int64_t V) {
+/* One row of logits (V entries, ids v0 + c). Whole head (st == NULL): lse and
+ * loss, a target outside [0, V) ignored. Slice (loss-parallel): the slice's
+ * max, sum-exp relative to it and the target's logit (0 outside the slice). */
+static __global__ void ce_fwd_kernel(float *losses, float *lse, float *lmax, float *st,
+                                     const float *logits, const int32_t *targets, int64_t V,
+                                     int64_t v0) {
   __shared__ float sh[33];
   int64_t r = blockIdx.x;
   const float *z = logits + r * V;
@@ -35,25 +40,67 @@ static __global__ void ce_fwd_kernel(float *losses, float *lse, const float *log
   for (int64_t c = threadIdx.x; c < V; c += blockDim.x) s += expf(z[c] - mx);
   s = sl_block_sum(s, sh);
   if (threadIdx.x == 0) {
+    int64_t t = (int64_t)targets[r] - v0;
+    bool in = t >= 0 && t < V;
+    if (st) {
+      lmax[r] = mx;
+      st[2 * r] = s;
+      st[2 * r + 1] = in ? z[t] : 0.0f;
+      return;
+    }
     float L = mx + logf(s);
-    int32_t t = targets[r];
     lse[r] = L;
-    losses[r] = (t >= 0 && t < V) ? L - z[t] : 0.0f;
+    losses[r] = in ? L - z[t] : 0.0f;
   }
 }
 
-/* In place: logits row -> (softmax - onehot) * scale, or 0 when ignored. */
+/* In place: logits row -> (softmax - onehot) * scale, or 0 when ignored
+ * (target < 0; for the whole head also a target outside [0, V)). */
 static __global__ void ce_bwd_kernel(float *logits, const int32_t *targets, const float *lse,
-                                     float scale, int64_t V) {
+                                     float scale, int64_t V, int64_t v0, bool slice) {
   int64_t r = blockIdx.x;
   float *z = logits + r * V;
-  int32_t t = targets[r];
-  bool use = t >= 0 && t < V;
+  int64_t t = (int64_t)targets[r] - v0;
+  bool use = targets[r] >= 0 && (slice || t < V);
   float L = lse[r];
   for (int64_t c = threadIdx.x; c < V; c += blockDim.x) {
     float g = 0.0f;
     if (use) g = (expf(z[c] - L) - (c == t ? 1.0f : 0.0f)) * scale;
     z[c] = g;
+  }
+}
+
+void sl_cuda_ce_fwd_core(sl_kctx *ctx, const float *x, const float *w, const int32_t *targets,
+                         int64_t N, int64_t C, int64_t V, int64_t v0, float *losses, float *lse,
+                         float *lmax, float *st, const char *op) {
+  int64_t R = ce_chunk_rows(N, V);
+  float *logits = (float *)sl_cuda_scratch(ctx, (size_t)(R * V) * sizeof(float), op);
+  if (!logits) return;
+  for (int64_t r0 = 0; r0 < N; r0 += R) {
+    int64_t rc = N - r0 < R ? N - r0 : R;
+    if (sl_cuda_rm_xwT(ctx, logits, x + r0 * C, w, rc, C, V, 0.0f, CUDA_R_32F)) return;
+    ce_fwd_kernel<<<(unsigned)rc, CE_NT, 0, ctx->stream>>>(
+        st ? NULL : losses + r0, st ? NULL : lse + r0, st ? lmax + r0 : NULL, st ? st + 2 * r0 : NULL,
+        logits, targets + r0, V, v0);
+    CUDA_LAUNCH_CHECK(ctx);
+  }
+}
+
+void sl_cuda_ce_bwd_core(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w,
+                         const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C,
+                         int64_t V, int64_t v0, int slice, const char *op) {
+  int64_t R = ce_chunk_rows(N, V);
+  float *logits = (float *)sl_cuda_scratch(ctx, (size_t)(R * V) * sizeof(float), op);
+  if (!logits) return;
+  for (int64_t r0 = 0; r0 < N; r0 += R) {
+    int64_t rc = N - r0 < R ? N - r0 : R;
+    if (sl_cuda_rm_xwT(ctx, logits, x + r0 * C, w, rc, C, V, 0.0f, CUDA_R_32F)) return;
+    ce_bwd_kernel<<<(unsigned)rc, CE_NT, 0, ctx->stream>>>(logits, targets + r0, lse + r0, scale, V, v0,
+                                                            slice != 0);
+    CUDA_LAUNCH_CHECK(ctx);
+    /* dlogits (rc, V) plays dout (N, OC = V) of a linear layer with IC = C */
+    if (dx && sl_cuda_rm_dx(ctx, dx + r0 * C, logits, w, rc, C, V, CUDA_R_32F)) return;
+    if (dw && sl_cuda_rm_dw(ctx, dw, logits, x + r0 * C, rc, C, V, CUDA_R_32F)) return;
   }
 }
 
@@ -63,16 +110,7 @@ void sl_cuda_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const float 
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && V > 0);
   if (N == 0) return;
-  int64_t R = ce_chunk_rows(N, V);
-  float *logits = (float *)sl_cuda_scratch(ctx, (size_t)(R * V) * sizeof(float), "lmhead_ce_fwd");
-  if (!logits) return;
-  for (int64_t r0 = 0; r0 < N; r0 += R) {
-    int64_t rc = N - r0 < R ? N - r0 : R;
-    if (sl_cuda_rm_xwT(ctx, logits, x + r0 * C, w, rc, C, V, 0.0f, CUDA_R_32F)) return;
-    ce_fwd_kernel<<<(unsigned)rc, CE_NT, 0, ctx->stream>>>(losses + r0, lse + r0, logits,
-                                                            targets + r0, V);
-    CUDA_LAUNCH_CHECK(ctx);
-  }
+  sl_cuda_ce_fwd_core(ctx, x, w, targets, N, C, V, 0, losses, lse, NULL, NULL, "lmhead_ce_fwd");
 }
 
 void sl_cuda_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w,
@@ -81,16 +119,5 @@ void sl_cuda_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, c
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && V > 0);
   if (N == 0 || (!dx && !dw)) return;
-  int64_t R = ce_chunk_rows(N, V);
-  float *logits = (float *)sl_cuda_scratch(ctx, (size_t)(R * V) * sizeof(float), "lmhead_ce_bwd");
-  if (!logits) return;
-  for (int64_t r0 = 0; r0 < N; r0 += R) {
-    int64_t rc = N - r0 < R ? N - r0 : R;
-    if (sl_cuda_rm_xwT(ctx, logits, x + r0 * C, w, rc, C, V, 0.0f, CUDA_R_32F)) return;
-    ce_bwd_kernel<<<(unsigned)rc, CE_NT, 0, ctx->stream>>>(logits, targets + r0, lse + r0, scale, V);
-    CUDA_LAUNCH_CHECK(ctx);
-    /* dlogits (rc, V) plays dout (N, OC = V) of a linear layer with IC = C */
-    if (dx && sl_cuda_rm_dx(ctx, dx + r0 * C, logits, w, rc, C, V, CUDA_R_32F)) return;
-    if (dw && sl_cuda_rm_dw(ctx, dw, logits, x + r0 * C, rc, C, V, CUDA_R_32F)) return;
-  }
+  sl_cuda_ce_bwd_core(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, 0, 0, "lmhead_ce_bwd");
 }

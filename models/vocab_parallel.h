@@ -1,0 +1,152 @@
+/* models/vocab_parallel.h — the vocabulary-parallel embedding and the
+ * loss-parallel LM head + cross-entropy for tensor parallelism (T > 1): each
+ * TP rank holds a slice of Vl rows of the vocabulary, padded to a multiple
+ * of T, and the full logits never exist on one rank (at most a (chunk, Vl)
+ * tile, kernels/kernels.h lmhead_vp_*). The ranks combine through the
+ * collectives of m->access.tp (models/tp.h); nothing here knows about MPI.
+ *
+ * Vocabulary split (sl_vocab_split): Vl = ceil(V / T), Vp = T Vl; rank r
+ * holds ids [r Vl, r Vl + Vl); its first `valid` rows are real, the rest
+ * (only on the last ranks, only when T does not divide V: 211, 32001, 49153)
+ * are padding. Padding rows are never read by the kernels, never enter a max
+ * or a sum, get zero gradient, and so never change the loss; the engine
+ * should still hold them at 0 (load pads with zeros, export drops them).
+ *
+ * Forward of the head, per micro-batch (N = B*T rows, x replicated on every
+ * TP rank):
+ *   lnf = rmsnorm(x)                                 (every rank, same rows)
+ *   lmax, st = lmhead_vp_fwd(lnf, w_slice)           local max, sum-exp, target logit
+ *   gmax = allreduce MAX (lmax)                      N floats
+ *   st  *= exp(lmax - gmax) (sum-exp column)         lmhead_vp_rescale
+ *   st   = allreduce SUM (st)                        2N floats, one call
+ *   lse = gmax + log st[:,0] ; loss = lse - st[:,1]   lmhead_vp_loss
+ * Backward: dlogits = (softmax - onehot) * loss_scale on the slice;
+ *   dln = allreduce SUM (dlogits @ w_slice)          N*C floats
+ *   dw_slice += dlogits^T @ lnf ; dres = rmsnorm_bwd(dln), norm grad local.
+ * Embedding forward: out = allreduce SUM (rows of tokens in the slice, 0
+ * elsewhere) (N*C floats, exact: one rank contributes each row); backward:
+ * dwte_slice += the rows of dout whose token is in the slice (no
+ * communication: dout is the same on every TP rank).
+ * TP traffic per micro-batch (elements of the full buffers): head 3N + N*C
+ * all-reduced, embedding N*C all-reduced; under sequence parallelism the
+ * head all-gathers N*C, all-reduces 3N and reduce-scatters N*C, and the
+ * embedding reduce-scatters N*C (forward) and all-gathers N*C (backward).
+ * An all-reduce of n elements moves 2 n (T-1)/T per rank counted as
+ * reduce-scatter + all-gather; each of those n (T-1)/T.
+ *
+ * Every TP rank ends with the same losses and m->loss_sum (count the loss
+ * once per TP group). Without sequence parallelism every rank also holds the
+ * same dres and the same final-norm gradient (the norm is replicated: do NOT
+ * sum its gradient over TP); with it, each rank holds its rows of dres and a
+ * partial norm gradient that the engine sums over TP. Tied embeddings: the tied weight is the vocabulary slice of
+ * unit 0; the head reads it and adds its gradient there through m->access,
+ * as sl_lm_head does.
+ *
+ * How models/llama.c wires it (the lead does this; at T = 1 keep the existing
+ * sl_lm_head / embedding_fwd path, which these functions match only to fp32
+ * rounding, not bit for bit):
+ *   create:  sl_vocab_split_make(V, tp.size, tp.rank, &p->vs) (T and rank must
+ *            be known when the specs are built, like every split shape);
+ *            embedding unit: model.embed_tokens.weight (p->vs.Vl, C);
+ *            sl_lm_head_spec(m, "model.norm.weight", C, p->vs.Vl, tied, ...)
+ *            (lm_head.weight becomes (Vl, C)); both tensors split
+ *            SL_SPLIT_VOCAB (checkpoints hold whole (V, C) tensors: slice
+ *            rows [v0, v0 + valid), zero the padding rows);
+ *            sl_lm_head_vp_init(m, &p->headvp, &p->vs, C, eps, tied, L + 1, sp)
+ *            instead of sl_lm_head_init.
+ *   fwd u=0: sl_vp_embedding_fwd(m, &p->vs, p->stream[0], flat, N, C, NULL)
+ *   fwd head: sl_lm_head_vp_fwd(m, &p->headvp, flat, p->stream[L])
+ *   bwd head: sl_lm_head_vp_bwd(m, &p->headvp, flat, grads, p->stream[L],
+ *             p->dres, p->dln)
+ *   bwd u=0: sl_vp_embedding_bwd(m, &p->vs, grads, p->dres, N, C, NULL)
+ *   logits:  sl_lm_head_vp_logits(m, &p->headvp, out)   (tests and dumps)
+ *   flops:   the head's 6 N C V is split: count 6 N C Vl per rank.
+ * Sequence parallelism (sp = 1; the residual stream on N/T rows per rank):
+ * the head normalises its N/T rows and all-gathers them (N*C floats) before
+ * lmhead_vp_fwd, and reduce-scatters dln (N*C) instead of all-reducing it;
+ * the final norm's gradient is then a partial sum the engine sums over TP.
+ * The embedding reduce-scatters its partial rows (N*C) and all-gathers dout
+ * (N*C) for its backward: pass p->dln as the (N, C) scratch of both
+ * (sl_vp_embedding_fwd(m, &p->vs, p->stream[0], flat, N, C, p->dln) etc.).
+ */
+#ifndef SL_MODELS_VOCAB_PARALLEL_H
+#define SL_MODELS_VOCAB_PARALLEL_H
+
+#include <stdint.h>
+
+#include "models/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+  int64_t V;     /* real vocabulary size */
+  int64_t T;     /* TP degree */
+  int64_t rank;  /* this rank's index in the TP group */
+  int64_t Vl;    /* rows per rank: ceil(V / T), dim 0 of the slice */
+  int64_t Vp;    /* padded vocabulary: T * Vl */
+  int64_t v0;    /* first vocabulary id of the slice: rank * Vl */
+  int64_t valid; /* real rows of the slice: min(Vl, max(0, V - v0)) */
+} sl_vocab_split;
+
+/* The split of a V-row vocabulary over T ranks, seen from `rank`.
+ * SL_EINPUT naming the value when V < 1, T < 1 or rank not in [0, T). */
+int sl_vocab_split_make(int64_t V, int T, int rank, sl_vocab_split *out);
+
+/* The embedding rows of m->tokens (N of them); wte (Vl, C): this rank's
+ * slice. sp_partial NULL: out (N, C) := the slice's rows all-reduced over
+ * the TP group (the full rows on every rank). Sequence parallelism:
+ * sp_partial is an (N, C) scratch and out (N/T, C) := this rank's block of
+ * rows, reduce-scattered (SL_EINPUT when T does not divide N). */
+int sl_vp_embedding_fwd(sl_model *m, const sl_vocab_split *vs, float *out, const float *wte, int64_t N,
+                        int64_t C, float *sp_partial);
+/* dwte (Vl, C) += this slice's rows of the scatter by m->tokens of dout:
+ * (N, C) without sequence parallelism (sp_gathered NULL; no communication),
+ * else this rank's (N/T, C) block, all-gathered into the (N, C) scratch
+ * sp_gathered first. */
+int sl_vp_embedding_bwd(sl_model *m, const sl_vocab_split *vs, float *dwte, const float *dout, int64_t N,
+                        int64_t C, float *sp_gathered);
+
+/* The loss-parallel head unit: sl_lm_head's fields (h.V is the real
+ * vocabulary; the weight it reads is the (Vl, C) slice: the head's flat
+ * buffer after the norm when untied, unit 0's when tied) plus the slice and
+ * the per-row statistics the ranks combine. */
+typedef struct {
+  sl_lm_head h;      /* N, C, V, eps, tied, unit, lnf, rstdf, lse, losses */
+  sl_vocab_split vs; /* this rank's slice */
+  float *lmax;       /* (N) this slice's max logit per row */
+  float *gmax;       /* (N) max over the TP group */
+  float *st;         /* (N, 2) sum-exp, target logit (summed over the group) */
+  int sp;            /* sequence parallelism: x and dres are this rank's N/T rows */
+  float *xl;         /* (N/T, C) under sp: the local normalised rows (forward,
+                        then all-gathered into h.lnf), the reduce-scattered
+                        gradient of lnf (backward); NULL otherwise */
+} sl_lm_head_vp;
+
+/* Allocates the head's activations and statistics (sl_model_buf). sp: under
+ * sequence parallelism (SL_EINPUT when T does not divide N = B*T rows; at
+ * T = 1 it changes nothing, like the embedding's scratch arguments). */
+int sl_lm_head_vp_init(sl_model *m, sl_lm_head_vp *hv, const sl_vocab_split *vs, int64_t C, float eps,
+                       int tied, int unit, int sp);
+/* x: the residual stream, (N, C) replicated over TP, or under sp this rank's
+ * (N/T, C) rows (rank r: rows [r N/T, (r+1) N/T)); adds the batch's N token
+ * losses to m->loss_sum (the same on every TP rank). SL_EINTERNAL when
+ * m->access.tp is not the group the split was made for; a collective's
+ * failure is returned as it is. */
+int sl_lm_head_vp_fwd(sl_model *m, sl_lm_head_vp *hv, const float *flat, const float *x);
+/* dres := gradient of x ((N, C), the same on every TP rank; under sp this
+ * rank's (N/T, C) rows); the norm's gradient goes to grads[0, C) (under sp
+ * a partial sum over this rank's rows: the engine sums it over TP), the
+ * slice's to grads + C (untied) or unit 0's gradient (tied); dln (N, C)
+ * scratch. */
+int sl_lm_head_vp_bwd(sl_model *m, sl_lm_head_vp *hv, const float *flat, float *grads, const float *x,
+                      float *dres, float *dln);
+/* out (N, V): the full logits of the last forward, gathered over the group
+ * (tests and dumps only: this is the one place full logits exist). */
+int sl_lm_head_vp_logits(sl_model *m, sl_lm_head_vp *hv, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SL_MODELS_VOCAB_PARALLEL_H */
