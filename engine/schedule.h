@@ -69,8 +69,10 @@ typedef struct {
   void *user;
   /* Sets micro-batch k (0..nmicro-1) as the batch of the model's selected
    * activation set (sl_model_set_batch and m->seg, in backend memory, valid
-   * until k's backward). Called once per micro-batch, before its first
-   * forward, on the ranks that run its first unit. */
+   * until k's backward). Called once per micro-batch, in order k = 0, 1,
+   * ..., before k's first forward, on every rank that runs a unit of k (a
+   * pipeline's first stage reads the tokens, the last the targets and the
+   * loss scale; the trainer's loader counts the step's targets at k = 0). */
   int (*load)(void *user, int k);
   sl_fwd_hook after_fwd; /* optional */
   void *hook_user;
