@@ -25,6 +25,13 @@ static int dump_fill(void *ctx, int64_t index, const sl_st_wtensor *wt, float *d
   return SL_OK;
 }
 
+/* The schedule's hook: the logits (backend memory) after the head's forward,
+ * its parameters still gathered. */
+static int head_logits(void *out, sl_model *m, int k, int u) {
+  (void)k;
+  return u == m->nunits - 1 ? m->vt->logits(m, out) : SL_OK;
+}
+
 int sl_train_dump(const sl_train_cfg *cfg, sl_comm *world, const char *out_path) {
   trainer t;
   sl_train_cfg c2 = *cfg;
@@ -39,17 +46,18 @@ int sl_train_dump(const sl_train_cfg *cfg, sl_comm *world, const char *out_path)
   logits = sl_alloc((size_t)(N * V) * 4, "logits");
   if (!logits) { rc = SL_ENOMEM; goto done; }
   /* G = B for a single rank and grad_accum 1: the loss scale is 1/(counted targets of the B samples) */
+  double loss_sum = 0;
   if (t.dev) { /* logits are computed in backend memory, then brought to the host */
     float *dl = t.ops->alloc(t.k, (size_t)(N * V) * 4);
     if (!dl) { rc = SL_ENOMEM; goto done; }
-    rc = sl_trainer_run_micro(&t, 0, 0, 1, 1, dl);
+    rc = sl_trainer_fwd_bwd(&t, 1, head_logits, dl, &loss_sum);
     t.ops->download(t.k, logits, dl, (size_t)(N * V) * 4);
     t.ops->free(t.k, dl);
     if (rc) goto done;
-  } else if ((rc = sl_trainer_run_micro(&t, 0, 0, 1, 1, logits))) {
+  } else if ((rc = sl_trainer_fwd_bwd(&t, 1, head_logits, logits, &loss_sum))) {
     goto done;
   }
-  float loss = t.count > 0 ? (float)(t.m->loss_sum / (double)t.count) : 0.0f;
+  float loss = t.count > 0 ? (float)(loss_sum / (double)t.count) : 0.0f;
   /* tensors: logits, loss, grad.<name> */
   int U = t.m->nunits, nt = 2;
   for (int u = 0; u < U; u++) nt += t.m->units[u].ntensors;

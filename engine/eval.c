@@ -1,7 +1,8 @@
 /* engine/eval.c — held-out evaluation (see engine/eval.h).
  *
- * Owns the forward-only pass through the FSDP runtime (gathers as in
- * training, sl_fsdp_end_forward instead of a backward), the division of the
+ * Owns the evaluation rounds, each one forward-only micro-batch through the
+ * step schedule's forward (gathers as in training, sl_fsdp_end_forward
+ * instead of a backward; engine/schedule.h), the division of the
  * K windows among ranks, the global mean over the counted targets, and the
  * held-out stream of a training run: --eval-data PREFIX or Megatron's
  * --split weights (contiguous document ranges of --data: train on the first,
@@ -17,17 +18,18 @@
 
 #include "base/base.h"
 
-/* One forward of the model's current batch; adds nothing to any gradient. */
-static int forward(const sl_eval_env *e) {
-  int rc = SL_OK;
-  for (int u = 0; u < e->m->nunits && !rc; u++) {
-    const float *p;
-    rc = sl_fsdp_fwd_acquire(e->f, u, &p);
-    if (!rc) rc = e->m->vt->fwd(e->m, u, p);
-    if (!rc) rc = sl_fsdp_fwd_release(e->f, u);
-  }
-  int rc2 = sl_fsdp_end_forward(e->f);
-  return rc ? rc : rc2;
+/* One round: its B samples loaded as the batch of the schedule's one micro-batch. */
+typedef struct {
+  const sl_eval_env *e;
+  sl_sampler *smp;
+  const int64_t *samples;
+  int64_t counted;
+} eval_round;
+
+static int round_load(void *user, int k) {
+  eval_round *r = user;
+  (void)k;
+  return r->e->load(r->e->user, r->smp, r->samples, &r->counted);
 }
 
 int sl_eval_loss(const sl_eval_env *e, sl_sampler *smp, int64_t K, sl_eval_result *out) {
@@ -45,12 +47,13 @@ int sl_eval_loss(const sl_eval_env *e, sl_sampler *smp, int64_t K, sl_eval_resul
       int64_t j = i * per_round + (int64_t)r * B + b;
       samples[b] = j < K ? j : -1;
     }
-    int64_t counted = 0;
-    rc = e->load(e->user, smp, samples, &counted);
-    if (!rc) rc = forward(e);
+    eval_round er = {e, smp, samples, 0};
+    sl_step_ctx sc = {.m = e->m, .f = e->f, .nmicro = 1, .user = &er, .load = round_load};
+    sl_step_result res = {0};
+    rc = sl_schedule_forward(e->sched, &sc, &res);
     if (!rc) {
-      mine[0] += e->m->loss_sum;
-      mine[1] += (double)counted;
+      mine[0] += res.loss_sum;
+      mine[1] += (double)er.counted;
     }
   }
   free(samples);

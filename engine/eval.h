@@ -1,6 +1,6 @@
 /* engine/eval.h — held-out evaluation: the mean token cross-entropy of a
  * model over K windows of a dataset in sequential order, forward-only through
- * the trainer's FSDP runtime and batch loader (every ZeRO stage and offload
+ * the step schedule's forward, the trainer's FSDP runtime and batch loader (every ZeRO stage and offload
  * tier), plus the --split / --eval-data plumbing of the training loop.
  */
 #ifndef SL_EVAL_H
@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "engine/schedule.h"
 #include "formats/dataset.h"
 #include "models/model.h"
 #include "data/sampler.h"
@@ -31,6 +32,7 @@ typedef struct {
    * moves it to backend memory and sets it as the model's batch. *counted:
    * the number of targets that count in the loss (loss masks applied). */
   int (*load)(void *user, sl_sampler *smp, const int64_t *samples, int64_t *counted);
+  sl_schedule *sched;    /* runs each round's forward (engine/schedule.h) */
 } sl_eval_env;
 
 typedef struct {

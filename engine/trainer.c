@@ -3,7 +3,8 @@
  * Per optimizer step (parity contract of the design brief):
  *   G = micro_batch x grad_accum x dp samples of T+1 tokens; rank r, micro
  *   k, row b of step s reads sample s*G + r*(A*B) + k*B + b.
- *   forward units 0..U-1, backward U-1..0 through the FSDP runtime; loss is
+ *   forward units 0..U-1, backward U-1..0 through the FSDP runtime, in the
+ *   order of the step's schedule (engine/schedule.h); loss is
  *   the mean token cross-entropy over the G*T predicted tokens; gradients
  *   clipped to the global L2 norm; AdamW on this rank's optimizer view;
  *   LR: linear warmup, then cosine to min_lr at the last step.
@@ -33,6 +34,7 @@
 #include "models/model.h"
 #include "engine/precheck.h"
 #include "engine/rundir.h"
+#include "engine/schedule.h"
 #include "formats/safetensors.h"
 #include "data/sampler.h"
 #include "engine/signals.h"
@@ -91,7 +93,7 @@ static int eval_load(void *user, sl_sampler *smp, const int64_t *samples, int64_
 }
 
 static int run_eval(trainer *t, sl_sampler *smp, int64_t K, sl_eval_result *res) {
-  sl_eval_env e = {t->m, t->f, t->world, t->cfg.micro_batch, t->cfg.seq_len, t, eval_load};
+  sl_eval_env e = {t->m, t->f, t->world, t->cfg.micro_batch, t->cfg.seq_len, t, eval_load, t->sched};
   return sl_eval_loss(&e, smp, K, res);
 }
 
@@ -175,53 +177,22 @@ static int opt_staging(trainer *t) {
   return SL_OK;
 }
 
-/* Creates unit u's fp32 master (from the host values in flat) and zero Adam
- * moments: in backend memory (tier none), pinned host memory (cpu) or a file
+/* Unit u's optimizer state (offload/optstate.c): fp32 master from the host
+ * values in flat, zero Adam moments; in backend memory (tier none: device
+ * memory on CUDA, beside the parameters), pinned host memory (cpu) or a file
  * (nvme). */
 static int opt_create(trainer *t, int u, sl_fsdp_view_t v, const float *flat) {
-  size_t bytes = (size_t)v.count * 4;
   int rc = opt_staging(t);
   if (rc) return rc;
-  if (t->tier == SL_TIER_NVME) {
-    char name[96], pre[64];
-    sl_nvme_run_prefix(&t->cfg, pre, sizeof pre);
-    snprintf(name, sizeof name, "%sr%d-u%d", pre, t->rank, u);
-    sl_optstate_cfg oc = {.tier = SL_TIER_NVME, .n = v.count, .name = name, .nvme_dir = t->cfg.nvme_path,
-                          .budget_bytes = (t->cfg.offload_budget_mb << 20) / t->m->nunits};
-    if ((rc = sl_optstate_create(&oc, &t->nvme[u]))) return rc;
-    memset(t->hview, 0, bytes);
-    if (v.valid > 0) memcpy(t->hview, flat + v.offset, (size_t)v.valid * 4);
-    return sl_optstate_init_master(t->nvme[u], t->hview);
-  }
-  if (t->tier == SL_TIER_CPU) {
-    t->master[u] = sl_host_alloc(bytes, "master weights");
-    t->mom[u] = sl_host_alloc(bytes, "adam m");
-    t->var[u] = sl_host_alloc(bytes, "adam v");
-    if (!t->master[u] || !t->mom[u] || !t->var[u]) return SL_ENOMEM;
-    if (v.valid > 0) memcpy(t->master[u], flat + v.offset, (size_t)v.valid * 4);
-    return SL_OK;
-  }
-  t->master[u] = t->ops->alloc(t->k, bytes);
-  t->mom[u] = t->ops->alloc(t->k, bytes);
-  t->var[u] = t->ops->alloc(t->k, bytes);
-  if (!t->master[u] || !t->mom[u] || !t->var[u]) return SL_ENOMEM;
-  sl_mem_add(SL_ARENA_OPTIM, 3 * (int64_t)bytes);
-  if (v.valid > 0) t->ops->upload(t->k, t->master[u], flat + v.offset, (size_t)v.valid * 4);
-  return SL_OK;
-}
-
-static void opt_free(trainer *t, int u) {
-  if (t->master && t->master[u]) {
-    if (t->tier == SL_TIER_CPU) {
-      sl_host_free(t->master[u]); sl_host_free(t->mom[u]); sl_host_free(t->var[u]);
-    } else {
-      sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
-      sl_mem_sub(SL_ARENA_OPTIM, 3 * v.count * 4);
-      t->ops->free(t->k, t->master[u]); t->ops->free(t->k, t->mom[u]); t->ops->free(t->k, t->var[u]);
-    }
-    t->master[u] = t->mom[u] = t->var[u] = NULL;
-  }
-  if (t->nvme && t->nvme[u]) sl_optstate_destroy(t->nvme[u]);
+  char name[96], pre[64] = "";
+  if (t->tier == SL_TIER_NVME) sl_nvme_run_prefix(&t->cfg, pre, sizeof pre);
+  snprintf(name, sizeof name, "%sr%d-u%d", pre, t->rank, u);
+  sl_optstate_cfg oc = {.tier = t->tier, .n = v.count, .name = name, .nvme_dir = t->cfg.nvme_path,
+                        .budget_bytes = (t->cfg.offload_budget_mb << 20) / t->m->nunits,
+                        .ops = t->tier == SL_TIER_NONE ? t->ops : NULL, .k = t->k};
+  if ((rc = sl_optstate_create(&oc, &t->opt[u]))) return rc;
+  int64_t valid = v.valid > 0 ? v.valid : 0;
+  return sl_optstate_init(t->opt[u], valid ? flat + v.offset : NULL, valid);
 }
 
 /* Host values -> backend memory for the runtime (staged on a device). */
@@ -234,25 +205,30 @@ static const float *to_backend(trainer *t, const float *host, int64_t n) {
 /* Unit u's fp32 master values in backend memory. */
 static const float *opt_master(trainer *t, int u, int *rc) {
   *rc = SL_OK;
-  sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
-  if (t->tier == SL_TIER_NONE) return t->master[u];
-  if (t->tier == SL_TIER_CPU) return to_backend(t, t->master[u], v.count);
-  *rc = sl_optstate_read_master(t->nvme[u], 0, v.count, t->hview);
-  return to_backend(t, t->hview, v.count);
+  sl_optstate *st = t->opt[u];
+  const float *r = sl_optstate_resident(st, SL_OPT_MASTER);
+  if (r && sl_optstate_on_backend(st)) return r;
+  int64_t n = sl_optstate_n(st);
+  if (!r) { /* nvme: through the host staging */
+    *rc = sl_optstate_read_master(st, 0, n, t->hview);
+    r = t->hview;
+  }
+  return to_backend(t, r, n);
 }
 
 /* ---- setup / teardown ----------------------------------------------------- */
 void sl_trainer_free(trainer *t) {
-  if (t->m) {
-    for (int u = 0; u < t->m->nunits; u++) opt_free(t, u);
+  if (t->m && t->opt) {
+    for (int u = 0; u < t->m->nunits; u++) sl_optstate_destroy(t->opt[u]);
   }
-  free(t->master); free(t->mom); free(t->var); free(t->nvme);
+  free(t->opt);
   sl_mem_sub(SL_ARENA_WORKSPACE, t->staging_bytes);
   sl_free(t->hview);
   sl_free(t->hgrad);
   if (t->dview) t->ops->free(t->k, t->dview);
   if (t->dev && t->dtok) { t->ops->free(t->k, t->dtok); t->ops->free(t->k, t->dtgt); }
   if (t->dev && t->dseg) t->ops->free(t->k, t->dseg);
+  sl_schedule_destroy(t->sched);
   sl_fsdp_destroy(t->f);
   sl_par_mesh_destroy(t->pmesh);
   sl_model_destroy(t->m);
@@ -392,12 +368,9 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
     if (sl_numa_bind_pool(&node) == SL_OK && node >= 0)
       sl_log(SL_LOG_DEBUG, "offload: compute threads bound to NUMA node %d", node);
   }
-  t->nvme = calloc((size_t)U, sizeof(sl_optstate *));
-  t->master = calloc((size_t)U, sizeof(float *));
-  t->mom = calloc((size_t)U, sizeof(float *));
-  t->var = calloc((size_t)U, sizeof(float *));
+  t->opt = calloc((size_t)U, sizeof(sl_optstate *));
   float *flat = sl_alloc((size_t)sl_model_max_unit_numel(t->m) * 4, "unit load buffer");
-  if (!t->master || !t->mom || !t->var || !t->nvme || !flat) rc = sl_fail(SL_ENOMEM, "out of memory");
+  if (!t->opt || !flat) rc = sl_fail(SL_ENOMEM, "out of memory");
   for (int u = 0; u < U && !rc; u++) {
     memset(flat, 0, (size_t)t->m->units[u].numel * 4);
     if ((rc = sl_model_unit_load(t->m, u, weights, (uint64_t)c->seed, flat))) break;
@@ -421,37 +394,39 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   t->dseg = t->seg;
   if (t->dev && t->seg && !(t->dseg = t->ops->alloc(t->k, (size_t)BT * 4))) return SL_ENOMEM;
   t->G = c->micro_batch * c->grad_accum * t->wsize;
-  return SL_OK;
+  /* the step's compute order; the model holds an activation set per micro-batch it keeps in flight */
+  sl_schedule_cfg scfg = {.name = "single"};
+  if ((rc = sl_schedule_create(&scfg, &t->sched))) return rc;
+  return sl_model_set_nacts(t->m, sl_schedule_nacts(t->sched, (int)c->grad_accum));
 }
 
 /* ---- one step ------------------------------------------------------------- */
-int sl_trainer_run_micro(trainer *t, int64_t s, int k, int nk, int dump_logits, float *logits) {
+/* The schedule's loader: micro-batch k of the step that starts at
+ * t->next_sample (rank r, row b reads sample next_sample + r*A*B + k*B + b). */
+static int step_load(void *user, int k) {
+  trainer *t = user;
   sl_train_cfg *c = &t->cfg;
-  (void)s;
   int64_t first = t->next_sample + (int64_t)t->rank * (c->grad_accum * c->micro_batch) + (int64_t)k * c->micro_batch;
   /* the loss is a mean over the step's counted targets: every rank counts them from the data */
   int rc = k == 0 ? sl_sampler_count(t->smp, t->next_sample, t->G, &t->count) : SL_OK;
   if (!rc) rc = sl_sampler_batch(t->smp, first, c->micro_batch, (int32_t)c->eod_id, t->tok, t->tgt, t->seg);
   if (rc) return rc;
   set_batch(t, t->count > 0 ? (float)(1.0 / (double)t->count) : 0.0f); /* no target: zero gradient */
-  int U = t->m->nunits;
-  if ((rc = sl_fsdp_begin_micro(t->f, k, nk))) return rc;
-  for (int u = 0; u < U; u++) {
-    const float *p;
-    if ((rc = sl_fsdp_fwd_acquire(t->f, u, &p))) return rc;
-    if ((rc = t->m->vt->fwd(t->m, u, p))) return rc;
-    /* logits need the head's parameters, still gathered here */
-    if (dump_logits && u == U - 1 && (rc = t->m->vt->logits(t->m, logits))) return rc;
-    if ((rc = sl_fsdp_fwd_release(t->f, u))) return rc;
-  }
-  for (int u = U - 1; u >= 0; u--) {
-    const float *p;
-    float *g;
-    if ((rc = sl_fsdp_bwd_acquire(t->f, u, &p, &g))) return rc;
-    if ((rc = t->m->vt->bwd(t->m, u, p, g))) return rc;
-    if ((rc = sl_fsdp_bwd_release(t->f, u))) return rc;
-  }
-  return sl_fsdp_end_micro(t->f);
+  return SL_OK;
+}
+
+static sl_step_ctx step_ctx(trainer *t, int nk) {
+  return (sl_step_ctx){.m = t->m, .f = t->f, .nmicro = nk, .user = t, .load = step_load};
+}
+
+int sl_trainer_fwd_bwd(trainer *t, int nk, sl_fwd_hook hook, void *hook_user, double *loss_sum) {
+  sl_step_ctx sc = step_ctx(t, nk);
+  sc.after_fwd = hook;
+  sc.hook_user = hook_user;
+  sl_step_result r = {0};
+  int rc = sl_schedule_run_step(t->sched, &sc, &r);
+  *loss_sum = r.loss_sum;
+  return rc;
 }
 
 static int sum_across(trainer *t, double mine, double *out) {
@@ -488,36 +463,24 @@ static int view_ranges(trainer *t, int u, sl_fsdp_view_t v, sl_adam_range *r, in
 
 static int optimizer_step(trainer *t, int64_t s, double lr, float coef) {
   sl_train_cfg *c = &t->cfg;
-  const sl_ops *cpu = sl_ops_cpu();
+  sl_adam_hyper h = {(float)lr, (float)c->beta1, (float)c->beta2, (float)c->eps, 0.0f, s + 1, coef};
   for (int u = 0; u < t->m->nunits; u++) {
     sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
     sl_adam_range r[SL_UNIT_MAX_TENSORS + 1];
-    int nr = view_ranges(t, u, v, r, SL_UNIT_MAX_TENSORS + 1), rc = SL_OK;
-    const float *updated;
-    if (t->tier == SL_TIER_NONE) { /* state beside the parameters: the backend's AdamW */
-      for (int i = 0; i < nr; i++)
-        t->ops->adamw(t->k, t->master[u] + r[i].offset, t->mom[u] + r[i].offset, t->var[u] + r[i].offset,
-                      v.grads + r[i].offset, r[i].count, (float)lr, (float)c->beta1, (float)c->beta2,
-                      (float)c->eps, r[i].wd, s + 1, coef);
-      updated = t->master[u];
-    } else { /* host-side state: the CPU AdamW, gradients brought to the host */
-      const float *g = v.grads;
-      if (t->dev) {
-        t->ops->download(t->k, t->hgrad, v.grads, (size_t)v.count * 4);
-        g = t->hgrad;
-      }
-      if (t->tier == SL_TIER_CPU) {
-        for (int i = 0; i < nr; i++)
-          cpu->adamw(NULL, t->master[u] + r[i].offset, t->mom[u] + r[i].offset, t->var[u] + r[i].offset,
-                     g + r[i].offset, r[i].count, (float)lr, (float)c->beta1, (float)c->beta2, (float)c->eps,
-                     r[i].wd, s + 1, coef);
-        updated = to_backend(t, t->master[u], v.count);
-      } else {
-        sl_adam_hyper h = {(float)lr, (float)c->beta1, (float)c->beta2, (float)c->eps, 0.0f, s + 1, coef};
-        rc = sl_optstate_step(t->nvme[u], g, r, nr, &h, t->hview, NULL);
-        updated = to_backend(t, t->hview, v.count);
-      }
+    int nr = view_ranges(t, u, v, r, SL_UNIT_MAX_TENSORS + 1);
+    sl_optstate *st = t->opt[u];
+    /* tier none: the backend's AdamW beside the parameters; otherwise the CPU
+     * AdamW, gradients brought to the host */
+    int host = !sl_optstate_on_backend(st);
+    const float *g = v.grads;
+    if (host && t->dev) {
+      t->ops->download(t->k, t->hgrad, v.grads, (size_t)v.count * 4);
+      g = t->hgrad;
     }
+    const float *updated = sl_optstate_resident(st, SL_OPT_MASTER); /* NULL: nvme, results in hview */
+    int rc = sl_optstate_step(st, g, r, nr, &h, updated ? NULL : t->hview, NULL);
+    if (!updated) updated = t->hview;
+    if (host) updated = to_backend(t, updated, v.count);
     if (!rc) rc = sl_fsdp_set_view(t->f, u, updated);
     if (rc) return rc;
   }
@@ -529,17 +492,15 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
   sl_train_cfg *c = &t->cfg;
   double loss_local = 0;
   int rc;
-  for (int k = 0; k < c->grad_accum; k++) {
-    if ((rc = sl_trainer_run_micro(t, s, k, (int)c->grad_accum, 0, NULL))) return rc;
-    loss_local += t->m->loss_sum;
-  }
+  if ((rc = sl_trainer_fwd_bwd(t, (int)c->grad_accum, NULL, NULL, &loss_local))) return rc;
   double loss_sum = 0;
   loss_local = sl_guard_fault(t->world, s, loss_local); /* tests only (SL_FAULT_NONFINITE) */
   if ((rc = sum_across(t, loss_local, &loss_sum))) return rc;
   o->loss = t->count > 0 ? loss_sum / (double)t->count : 0.0;
   o->tokens = t->count;
   double ss;
-  if ((rc = sl_fsdp_grad_sumsq(t->f, &ss))) return rc;
+  sl_step_ctx sc = step_ctx(t, (int)c->grad_accum);
+  if ((rc = sl_schedule_grad_sumsq(t->sched, &sc, &ss))) return rc;
   o->grad_norm = sqrt(ss);
   float coef = 1.0f;
   if (c->clip > 0) {
@@ -563,48 +524,32 @@ static sl_ckpt_state ckpt_state(trainer *t, int64_t step) {
   return st;
 }
 
-/* A checkpoint reads and fills host arrays. Tier cpu has them; tier none on
- * the CPU backend too; NVMe state and device memory go through temporary
- * host copies (download on save, upload after a load). */
-static int ck_direct(const trainer *t) {
-  return t->tier == SL_TIER_CPU || (t->tier == SL_TIER_NONE && !t->dev);
-}
-
+/* A checkpoint reads and fills host arrays: the state's own where the host
+ * can address them (tiers cpu and none on the CPU backend), temporary host
+ * copies otherwise (NVMe files, device memory: read on save, written back
+ * after a load). */
 static int ck_stage(trainer *t, int read) {
-  float **src[3] = {t->master, t->mom, t->var};
-  for (int f = 0; f < 3; f++) {
-    t->ck[f] = ck_direct(t) ? src[f] : calloc((size_t)t->m->nunits, sizeof(float *));
-    if (!t->ck[f]) return SL_ENOMEM;
-  }
-  if (ck_direct(t)) return SL_OK;
+  for (int f = 0; f < 3; f++)
+    if (!(t->ck[f] = calloc((size_t)t->m->nunits, sizeof(float *)))) return SL_ENOMEM;
   for (int u = 0; u < t->m->nunits; u++) {
     sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
     for (int f = 0; f < 3; f++) {
+      if ((t->ck[f][u] = sl_optstate_host_field(t->opt[u], (sl_optfield)f))) continue;
       if (!(t->ck[f][u] = sl_alloc((size_t)v.count * 4, "checkpoint staging"))) return SL_ENOMEM;
-      if (!read) continue;
-      if (t->tier == SL_TIER_NVME) {
-        int rc = sl_optstate_read(t->nvme[u], (sl_optfield)f, 0, v.count, t->ck[f][u]);
-        if (rc) return rc;
-      } else {
-        t->ops->download(t->k, t->ck[f][u], src[f][u], (size_t)v.count * 4);
-      }
+      int rc = read ? sl_optstate_read(t->opt[u], (sl_optfield)f, 0, v.count, t->ck[f][u]) : SL_OK;
+      if (rc) return rc;
     }
   }
   return SL_OK;
 }
 
 static int ck_unstage(trainer *t, int write) {
-  if (ck_direct(t)) return SL_OK;
   int rc = SL_OK;
-  float **dst[3] = {t->master, t->mom, t->var};
   for (int u = 0; u < t->m->nunits; u++) {
     sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
     for (int f = 0; f < 3; f++) {
-      if (!t->ck[f] || !t->ck[f][u]) continue;
-      if (write && !rc) {
-        if (t->tier == SL_TIER_NVME) rc = sl_optstate_write(t->nvme[u], (sl_optfield)f, 0, v.count, t->ck[f][u]);
-        else t->ops->upload(t->k, dst[f][u], t->ck[f][u], (size_t)v.count * 4);
-      }
+      if (!t->ck[f] || !t->ck[f][u] || t->ck[f][u] == sl_optstate_host_field(t->opt[u], (sl_optfield)f)) continue;
+      if (write && !rc) rc = sl_optstate_write(t->opt[u], (sl_optfield)f, 0, v.count, t->ck[f][u]);
       sl_free(t->ck[f][u]);
     }
   }

@@ -9,6 +9,7 @@
 
 #include "engine/eval.h"
 #include "engine/guard.h"
+#include "engine/schedule.h"
 #include "models/model.h"
 #include "data/sampler.h"
 #include "formats/traincfg.h"
@@ -31,9 +32,8 @@ typedef struct {
   int64_t G;               /* samples per optimizer step (all ranks) */
   int64_t next_sample;     /* global index of the first sample of the next step */
   int64_t start_step;      /* first step to run (after a resume) */
-  float **master, **mom, **var; /* (nunits) x (view count); NULL per unit on NVMe */
+  sl_optstate **opt;       /* (nunits) each unit view's optimizer state (offload/optstate; NULL: none) */
   sl_tier tier;            /* where the optimizer state lives */
-  sl_optstate **nvme;      /* (nunits) NVMe-resident state */
   int dev;                 /* the backend's memory is device memory */
   float *hview;            /* (max view) host staging: NVMe updates, downloaded grads */
   float *dview;            /* (max view) backend staging of host-side optimizer results */
@@ -51,6 +51,7 @@ typedef struct {
   FILE *metrics;
   uint64_t prev_bytes, prev_wait; /* comm counters at the last metrics line */
   sl_guard guard;          /* non-finite policy (engine/guard.h) */
+  sl_schedule *sched;      /* the order of a step's forwards and backwards (engine/schedule.h) */
   int lock_fd;             /* rank 0: flock on CKPT_DIR/.lock for the run's life (-1: none) */
 } trainer;
 
@@ -64,9 +65,11 @@ typedef struct {
 /* optim 0: no optimizer state (shardlm eval). */
 int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim);
 void sl_trainer_free(trainer *t);
-/* Forward + backward of micro-batch k of nk of step s; dump_logits: write
- * the logits (backend memory) to logits. */
-int sl_trainer_run_micro(trainer *t, int64_t s, int k, int nk, int dump_logits, float *logits);
+/* Forward + backward of the nk micro-batches of the step starting at
+ * t->next_sample, through the schedule; hook (may be NULL): after each
+ * unit's forward (the dump's logits). *loss_sum: this rank's summed token
+ * losses. */
+int sl_trainer_fwd_bwd(trainer *t, int nk, sl_fwd_hook hook, void *hook_user, double *loss_sum);
 /* Rank 0: the metrics line of step s (0-based). */
 int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt, double flops_tok);
 /* Collective: the per-rank summary, printed by rank 0. */

@@ -34,9 +34,13 @@ typedef struct {
   int64_t N, C, nh, nkv, hd, Q, A, I, V, L, window;
   float eps, theta;
   int tied;
+  /* the selected activation set's views (sets[m->act]) */
   float **stream;   /* (L+1) x (N, C): input of block l; stream[L] feeds the head */
   layer_acts *la;   /* (L) */
   sl_lm_head head;  /* final norm + LM head + cross-entropy */
+  sl_act_set *sets;  /* (nsets) one per micro-batch in flight (models/model.h) */
+  int nsets;
+  layer_acts shared; /* recomputed in backward, shared by every layer and set (selective: att, lse; full: all) */
   /* backward scratch (workspace) */
   float *dres;      /* (N, C) gradient of the residual stream */
   float *dln;       /* (N, C) */
@@ -50,8 +54,7 @@ typedef struct {
 static void llama_destroy(sl_model *m) {
   llama_priv *p = m->priv;
   if (!p) return;
-  free(p->stream);
-  free(p->la);
+  sl_act_sets_free(p->sets, p->nsets);
   free(p);
   m->priv = NULL;
 }
@@ -172,15 +175,6 @@ static int64_t llama_flops(const sl_model *m, int64_t T) {
   return 6 * Nmm + 12 * p->L * p->nh * p->hd * T;
 }
 
-static const sl_model_vt llama_vt = {
-    .fwd = llama_fwd,
-    .bwd = llama_bwd,
-    .logits = llama_logits,
-    .init_custom = NULL,
-    .destroy = llama_destroy,
-    .flops_per_token = llama_flops,
-};
-
 static int alloc_layer(sl_model *m, llama_priv *p, layer_acts *a, int attn, int rest) {
   int64_t N = p->N;
   if (attn) {
@@ -199,6 +193,47 @@ static int alloc_layer(sl_model *m, llama_priv *p, layer_acts *a, int attn, int 
   }
   return SL_OK;
 }
+
+/* Activation set `set`: the residual stream, each block's kept tensors (the
+ * recomputed ones are p->shared, allocated with set 0) and the head's. */
+static int llama_alloc_acts(sl_model *m, int set) {
+  llama_priv *p = m->priv;
+  sl_act_set *a = sl_act_set_new(m, &p->sets, &p->nsets, set, p->L, p->C, sizeof(layer_acts));
+  if (!a) return sl_fail(SL_ENOMEM, "out of memory");
+  layer_acts *la = a->layers;
+  if (set == 0 && m->ac != SL_AC_NONE && alloc_layer(m, p, &p->shared, 1, m->ac == SL_AC_FULL)) return SL_ENOMEM;
+  if (m->ac == SL_AC_FULL) {
+    for (int64_t l = 0; l < p->L; l++) la[l] = p->shared;
+  } else {
+    for (int64_t l = 0; l < p->L; l++) {
+      if (alloc_layer(m, p, &la[l], m->ac == SL_AC_NONE, 1)) return SL_ENOMEM;
+      if (m->ac == SL_AC_SELECTIVE) {
+        la[l].att = p->shared.att;
+        la[l].lse = p->shared.lse;
+      }
+    }
+  }
+  if (sl_lm_head_init(m, &a->head, p->C, p->V, p->eps, p->tied, (int)p->L + 1)) return SL_ENOMEM;
+  return SL_OK;
+}
+
+static void llama_use_acts(sl_model *m, int set) {
+  llama_priv *p = m->priv;
+  p->stream = p->sets[set].stream;
+  p->la = p->sets[set].layers;
+  p->head = p->sets[set].head;
+}
+
+static const sl_model_vt llama_vt = {
+    .fwd = llama_fwd,
+    .bwd = llama_bwd,
+    .logits = llama_logits,
+    .init_custom = NULL,
+    .destroy = llama_destroy,
+    .flops_per_token = llama_flops,
+    .alloc_acts = llama_alloc_acts,
+    .use_acts = llama_use_acts,
+};
 
 int sl_llama_create(sl_model *m) {
   const sl_model_config *c = &m->cfg;
@@ -253,26 +288,11 @@ int sl_llama_create(sl_model *m) {
   sl_lm_head_spec(m, "model.norm.weight", C, p->V, p->tied, SL_INIT_NORMAL, std);
 
   if (m->B == 0) return SL_OK; /* specs only */
-  /* activations */
+  /* activations: set 0, then the backward scratch every set shares */
   int64_t N = p->N;
-  p->stream = sl_model_stream(m, p->L, C);
-  p->la = calloc((size_t)p->L, sizeof(layer_acts));
-  if (!p->stream || !p->la) return sl_fail(SL_ENOMEM, "out of memory");
-  layer_acts shared = {0};
-  if (m->ac == SL_AC_FULL) {
-    if (alloc_layer(m, p, &shared, 1, 1)) return SL_ENOMEM;
-    for (int64_t l = 0; l < p->L; l++) p->la[l] = shared;
-  } else {
-    if (m->ac == SL_AC_SELECTIVE && alloc_layer(m, p, &shared, 1, 0)) return SL_ENOMEM;
-    for (int64_t l = 0; l < p->L; l++) {
-      if (alloc_layer(m, p, &p->la[l], m->ac == SL_AC_NONE, 1)) return SL_ENOMEM;
-      if (m->ac == SL_AC_SELECTIVE) {
-        p->la[l].att = shared.att;
-        p->la[l].lse = shared.lse;
-      }
-    }
-  }
-  if (sl_lm_head_init(m, &p->head, C, p->V, p->eps, p->tied, (int)p->L + 1)) return SL_ENOMEM;
+  int rc = llama_alloc_acts(m, 0);
+  if (rc) return rc;
+  llama_use_acts(m, 0);
   if (!(p->dres = sl_model_buf(m, N * C, SL_ARENA_WORKSPACE)) ||
       !(p->dln = sl_model_buf(m, N * C, SL_ARENA_WORKSPACE)) ||
       !(p->dh = sl_model_buf(m, N * p->I, SL_ARENA_WORKSPACE)) ||

@@ -52,9 +52,13 @@ typedef struct {
   float eps;
   int tied, use_bias, conv_bias;
   block_offsets off;
+  /* the selected activation set's views (sets[m->act]) */
   float **stream;    /* (L+1) x (N, H): input of block l; stream[L] feeds the head */
   mlayer_acts *la;   /* (L) */
   sl_lm_head head;  /* final norm + LM head + cross-entropy */
+  sl_act_set *sets;  /* (nsets) one per micro-batch in flight (models/model.h) */
+  int nsets;
+  mlayer_acts shared; /* recomputed in backward, shared by every layer and set (selective: u, dtv, g; full: all) */
   /* backward scratch (workspace), reused by every layer */
   float *dres;       /* (N, H) gradient of the residual stream */
   float *dln;        /* (N, H) */
@@ -71,8 +75,7 @@ typedef struct {
 static void mamba_destroy(sl_model *m) {
   mamba_priv *p = m->priv;
   if (!p) return;
-  free(p->stream);
-  free(p->la);
+  sl_act_sets_free(p->sets, p->nsets);
   free(p);
   m->priv = NULL;
 }
@@ -262,15 +265,6 @@ static int mamba_init_custom(sl_model *m, int u, int ti, float *dst, uint64_t se
   return SL_OK;
 }
 
-static const sl_model_vt mamba_vt = {
-    .fwd = mamba_fwd,
-    .bwd = mamba_bwd,
-    .logits = mamba_logits,
-    .init_custom = mamba_init_custom,
-    .destroy = mamba_destroy,
-    .flops_per_token = mamba_flops,
-};
-
 /* big: every tensor of a layer kept by selective checkpointing; cheap: the
  * ones selective recomputes (u, dtv, g) */
 static int alloc_layer(sl_model *m, mamba_priv *p, mlayer_acts *a, int big, int cheap, int64_t B) {
@@ -292,6 +286,49 @@ static int alloc_layer(sl_model *m, mamba_priv *p, mlayer_acts *a, int big, int 
   }
   return SL_OK;
 }
+
+/* Activation set `set`: the residual stream, each block's kept tensors (the
+ * recomputed ones are p->shared, allocated with set 0) and the head's. */
+static int mamba_alloc_acts(sl_model *m, int set) {
+  mamba_priv *p = m->priv;
+  sl_act_set *a = sl_act_set_new(m, &p->sets, &p->nsets, set, p->L, p->H, sizeof(mlayer_acts));
+  if (!a) return sl_fail(SL_ENOMEM, "out of memory");
+  mlayer_acts *la = a->layers;
+  if (set == 0 && m->ac != SL_AC_NONE && alloc_layer(m, p, &p->shared, m->ac == SL_AC_FULL, 1, m->B))
+    return SL_ENOMEM;
+  if (m->ac == SL_AC_FULL) {
+    for (int64_t l = 0; l < p->L; l++) la[l] = p->shared;
+  } else {
+    for (int64_t l = 0; l < p->L; l++) {
+      if (alloc_layer(m, p, &la[l], 1, m->ac == SL_AC_NONE, m->B)) return SL_ENOMEM;
+      if (m->ac == SL_AC_SELECTIVE) {
+        la[l].u = p->shared.u;
+        la[l].dtv = p->shared.dtv;
+        la[l].g = p->shared.g;
+      }
+    }
+  }
+  if (sl_lm_head_init(m, &a->head, p->H, p->V, p->eps, p->tied, (int)p->L + 1)) return SL_ENOMEM;
+  return SL_OK;
+}
+
+static void mamba_use_acts(sl_model *m, int set) {
+  mamba_priv *p = m->priv;
+  p->stream = p->sets[set].stream;
+  p->la = p->sets[set].layers;
+  p->head = p->sets[set].head;
+}
+
+static const sl_model_vt mamba_vt = {
+    .fwd = mamba_fwd,
+    .bwd = mamba_bwd,
+    .logits = mamba_logits,
+    .init_custom = mamba_init_custom,
+    .destroy = mamba_destroy,
+    .flops_per_token = mamba_flops,
+    .alloc_acts = mamba_alloc_acts,
+    .use_acts = mamba_use_acts,
+};
 
 int sl_mamba_create(sl_model *m) {
   const sl_model_config *c = &m->cfg;
@@ -359,27 +396,11 @@ int sl_mamba_create(sl_model *m) {
   sl_lm_head_spec(m, "backbone.norm_f.weight", H, p->V, p->tied, SL_INIT_CUSTOM, std);
 
   if (m->B == 0) return SL_OK; /* specs only */
-  /* activations */
+  /* activations: set 0, then the backward scratch every set shares */
   int64_t N = p->N;
-  p->stream = sl_model_stream(m, p->L, H);
-  p->la = calloc((size_t)p->L, sizeof(mlayer_acts));
-  if (!p->stream || !p->la) return sl_fail(SL_ENOMEM, "out of memory");
-  mlayer_acts shared = {0};
-  if (m->ac == SL_AC_FULL) {
-    if (alloc_layer(m, p, &shared, 1, 1, m->B)) return SL_ENOMEM;
-    for (int64_t l = 0; l < p->L; l++) p->la[l] = shared;
-  } else {
-    if (m->ac == SL_AC_SELECTIVE && alloc_layer(m, p, &shared, 0, 1, m->B)) return SL_ENOMEM;
-    for (int64_t l = 0; l < p->L; l++) {
-      if (alloc_layer(m, p, &p->la[l], 1, m->ac == SL_AC_NONE, m->B)) return SL_ENOMEM;
-      if (m->ac == SL_AC_SELECTIVE) {
-        p->la[l].u = shared.u;
-        p->la[l].dtv = shared.dtv;
-        p->la[l].g = shared.g;
-      }
-    }
-  }
-  if (sl_lm_head_init(m, &p->head, H, p->V, p->eps, p->tied, (int)p->L + 1)) return SL_ENOMEM;
+  int rc = mamba_alloc_acts(m, 0);
+  if (rc) return rc;
+  mamba_use_acts(m, 0);
   if (!(p->dres = sl_model_buf(m, N * H, SL_ARENA_WORKSPACE)) ||
       !(p->dln = sl_model_buf(m, N * H, SL_ARENA_WORKSPACE)) ||
       !(p->dgx = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||

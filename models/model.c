@@ -55,11 +55,46 @@ int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, i
   case SL_ARCH_MAMBA: rc = sl_mamba_create(m); break;
   default: rc = sl_fail(SL_EINPUT, "unsupported architecture '%s'", cfg->arch_name); break;
   }
+  if (!rc && B > 0) { /* set 0, allocated by the constructor */
+    if (!(m->batches = calloc(1, sizeof *m->batches))) rc = sl_fail(SL_ENOMEM, "out of memory creating the model");
+    m->nacts = 1;
+  }
   if (rc) {
     sl_model_destroy(m);
     return rc;
   }
   *out = m;
+  return SL_OK;
+}
+
+int sl_model_set_nacts(sl_model *m, int n) {
+  if (m->nacts < 1) return sl_fail(SL_EINPUT, "activation sets: the model was built without activations (specs only)");
+  if (n < 1) return sl_fail(SL_EINPUT, "activation sets: %d requested; expected >= 1", n);
+  if (n <= m->nacts) return SL_OK;
+  sl_act_batch *nb = realloc(m->batches, sizeof *nb * (size_t)n);
+  if (!nb) return sl_fail(SL_ENOMEM, "out of memory for %d activation sets", n);
+  m->batches = nb;
+  for (; m->nacts < n; m->nacts++) {
+    memset(&m->batches[m->nacts], 0, sizeof *nb);
+    int rc = m->vt->alloc_acts(m, m->nacts);
+    if (rc) return sl_fail_ctx(rc, "allocating activation set %d of %d", m->nacts, n);
+  }
+  return SL_OK;
+}
+
+int sl_model_use_acts(sl_model *m, int set) {
+  if (set < 0 || set >= m->nacts)
+    return sl_fail(SL_EINTERNAL, "activation set %d selected; the model holds %d", set, m->nacts);
+  if (set == m->act) return SL_OK;
+  m->batches[m->act] = (sl_act_batch){m->tokens, m->targets, m->seg, m->loss_scale, m->loss_sum};
+  const sl_act_batch *b = &m->batches[set];
+  m->tokens = b->tokens;
+  m->targets = b->targets;
+  m->seg = b->seg;
+  m->loss_scale = b->loss_scale;
+  m->loss_sum = b->loss_sum;
+  m->act = set;
+  m->vt->use_acts(m, set);
   return SL_OK;
 }
 
@@ -89,6 +124,7 @@ void sl_model_destroy(sl_model *m) {
   free(m->bufs);
   free(m->units);
   free(m->pinned);
+  free(m->batches);
   free(m);
 }
 
@@ -132,6 +168,27 @@ float **sl_model_stream(sl_model *m, int64_t L, int64_t C) {
       return NULL;
     }
   return s;
+}
+
+sl_act_set *sl_act_set_new(sl_model *m, sl_act_set **sets, int *nsets, int set, int64_t L, int64_t C,
+                           size_t layer_size) {
+  sl_act_set *ns = realloc(*sets, sizeof *ns * (size_t)(set + 1));
+  if (!ns) return NULL;
+  *sets = ns;
+  *nsets = set + 1;
+  sl_act_set *a = &ns[set];
+  memset(a, 0, sizeof *a);
+  a->stream = sl_model_stream(m, L, C);
+  a->layers = calloc((size_t)L, layer_size);
+  return a->stream && a->layers ? a : NULL;
+}
+
+void sl_act_sets_free(sl_act_set *sets, int nsets) {
+  for (int i = 0; i < nsets; i++) {
+    free(sets[i].stream);
+    free(sets[i].layers);
+  }
+  free(sets);
 }
 
 int sl_lm_head_init(sl_model *m, sl_lm_head *h, int64_t C, int64_t V, float eps, int tied, int unit) {

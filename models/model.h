@@ -72,7 +72,21 @@ typedef struct {
   int (*init_custom)(sl_model *m, int u, int ti, float *dst, uint64_t seed);
   void (*destroy)(sl_model *m);
   int64_t (*flops_per_token)(const sl_model *m, int64_t T); /* training, model FLOPs */
+  /* Activation sets (sl_model_set_nacts / sl_model_use_acts): allocates set
+   * `set` (sl_model_buf, SL_ARENA_ACTS), called for set 0 by the
+   * architecture's constructor and for sets >= 1 by sl_model_set_nacts;
+   * use_acts points fwd/bwd/logits at an allocated set. */
+  int (*alloc_acts)(sl_model *m, int set);
+  void (*use_acts)(sl_model *m, int set);
 } sl_model_vt;
+
+/* The batch of an activation set that is not selected (sl_model_use_acts
+ * keeps it here and restores it into the sl_model fields below). */
+typedef struct {
+  const int32_t *tokens, *targets, *seg;
+  float loss_scale;
+  double loss_sum;
+} sl_act_batch;
 
 struct sl_model {
   const sl_model_vt *vt;
@@ -100,6 +114,12 @@ struct sl_model {
    * document starts (--doc-attention-mask: attention stays inside documents,
    * RoPE positions restart at each document); set by the trainer per batch */
   const int32_t *seg;
+  /* Activation sets: one per micro-batch in flight between its forward and
+   * its backward. tokens, targets, seg, loss_scale, loss_sum above and the
+   * architecture's activation views are the selected set's. */
+  int nacts;                 /* sets allocated: 1 after sl_model_create (0: specs only) */
+  int act;                   /* the selected set, 0..nacts-1 */
+  sl_act_batch *batches;     /* (nacts) the batch of each set while another is selected */
 };
 
 /* Builds the model for cfg (dispatch on cfg->arch): unit specs, activations
@@ -111,7 +131,25 @@ int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, i
 int sl_model_create_specs(const sl_model_config *cfg, sl_model **out);
 void sl_model_destroy(sl_model *m);
 
-/* Sets the micro-batch (pointers must stay valid through its backward). */
+/* Activation sets. A model holds one set of activations per micro-batch in
+ * flight (between its forward and its backward): the residual stream, each
+ * block's saved tensors and the head's, plus the batch (tokens, targets,
+ * seg, loss scale, loss sum). sl_model_create allocates one set, which is all
+ * a schedule running each micro-batch's backward right after its forward
+ * needs (engine/schedule.h, "single"). A pipeline schedule keeping n
+ * micro-batches in flight asks for n sets once, before training
+ * (sl_model_set_nacts allocates sets nacts..n-1 in SL_ARENA_ACTS; n below the
+ * current count keeps them), then selects a micro-batch's set before each of
+ * its forward and backward units. The backward scratch (workspace) and the
+ * tensors activation checkpointing recomputes in backward are shared by all
+ * sets: they live only inside one unit's backward. */
+int sl_model_set_nacts(sl_model *m, int n);
+/* Selects set `set` (0..nacts-1): fwd/bwd/logits and the batch fields then
+ * read and write that set. */
+int sl_model_use_acts(sl_model *m, int set);
+
+/* Sets the micro-batch of the selected activation set (pointers must stay
+ * valid through its backward). */
 void sl_model_set_batch(sl_model *m, const int32_t *tokens, const int32_t *targets, float loss_scale);
 
 /* Full fp32 flat parameters of unit u: from the weight set (NULL: init from
@@ -150,6 +188,19 @@ void sl_lm_head_spec(sl_model *m, const char *norm_name, int64_t C, int64_t V, i
 /* The residual stream: L+1 buffers of (B*T, C), input of each block and of
  * the head (sl_model_buf); NULL when out of memory. */
 float **sl_model_stream(sl_model *m, int64_t L, int64_t C);
+/* One activation set of an architecture with a residual stream: what one
+ * micro-batch keeps from its forward to its backward. */
+typedef struct {
+  float **stream;   /* (L+1) x (B*T, C): input of block l; stream[L] feeds the head */
+  void *layers;     /* (L) the architecture's per-layer struct of kept tensors */
+  sl_lm_head head;
+} sl_act_set;
+/* Grows *sets to set+1 entries (*nsets = set+1) and gives set `set` its
+ * stream (sl_model_stream) and L zeroed per-layer structs of layer_size
+ * bytes; the caller fills those and the head. NULL when out of memory. */
+sl_act_set *sl_act_set_new(sl_model *m, sl_act_set **sets, int *nsets, int set, int64_t L, int64_t C,
+                           size_t layer_size);
+void sl_act_sets_free(sl_act_set *sets, int nsets); /* host arrays only (buffers go with the model) */
 /* Allocates the head's activations (sl_model_buf). */
 int sl_lm_head_init(sl_model *m, sl_lm_head *h, int64_t C, int64_t V, float eps, int tied, int unit);
 /* x (N, C): the residual stream; adds the batch's token losses to m->loss_sum. */

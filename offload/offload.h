@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/kernels.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -120,13 +122,17 @@ int sl_offload_adam_nvme_step(sl_nvme *store, int64_t n, int64_t tile_elems,
 
 /* ---- optimizer state behind one API (offload/optstate.c) -----------------
  * Tiers:
- *   SL_TIER_NONE  fp32 master, m, v in ordinary host memory (SL_ARENA_OPTIM);
- *                 the CPU backend's no-offload case.
+ *   SL_TIER_NONE  fp32 master, m, v in ordinary host memory (SL_ARENA_OPTIM),
+ *                 or, when cfg.ops is set, in that backend's memory
+ *                 (ops->alloc, SL_ARENA_OPTIM; device memory on CUDA),
+ *                 stepped by ops->adamw on gradients in that memory: the
+ *                 no-offload case of the trainer, state beside the params.
  *   SL_TIER_CPU   the same in pinned / NUMA first-touched host memory
  *                 (SL_ARENA_HOST_OPTIM): GPU training with CPU AdamW.
  *   SL_TIER_NVME  in a file under nvme_dir; host memory = 3 tile buffers
  *                 within budget_bytes (SL_ARENA_HOST_OPTIM).
- * All tiers compute exactly sl_ops_cpu()->adamw. */
+ * All tiers compute exactly sl_ops_cpu()->adamw (a backend NONE state: its
+ * ops->adamw, one call per weight-decay range). */
 typedef enum { SL_TIER_NONE = 0, SL_TIER_CPU = 1, SL_TIER_NVME = 2 } sl_tier;
 typedef enum { SL_OPT_MASTER = 0, SL_OPT_M = 1, SL_OPT_V = 2 } sl_optfield;
 
@@ -141,6 +147,8 @@ typedef struct {
                             (multiple of 1024) */
   int64_t block_bytes;   /* SL_TIER_NVME: I/O chunk (0 -> 1 MiB) */
   int qd;                /* SL_TIER_NVME: queue depth (0 -> 32) */
+  const sl_ops *ops;     /* SL_TIER_NONE: the backend holding the state (NULL: host memory) */
+  sl_kctx *k;            /* its context */
 } sl_optstate_cfg;
 
 typedef struct sl_optstate sl_optstate;
@@ -150,7 +158,12 @@ sl_tier sl_optstate_tier(const sl_optstate *s);
 int64_t sl_optstate_n(const sl_optstate *s);
 /* master := params (n), m := v := 0 */
 int sl_optstate_init_master(sl_optstate *s, const float *params);
-/* One AdamW step of all n elements with grads (n, in host memory). */
+/* master[0, nvalid) := params (host memory), master[nvalid, n) := 0 (the
+ * padding of a shard), m := v := 0. 0 <= nvalid <= n. */
+int sl_optstate_init(sl_optstate *s, const float *params, int64_t nvalid);
+/* One AdamW step of all n elements with grads (n, in host memory; in the
+ * backend's memory for a backend NONE state, which also takes params_out
+ * there and no params_bf16_out). */
 int sl_optstate_step(sl_optstate *s, const float *grads,
                      const sl_adam_range *ranges, int nranges,
                      const sl_adam_hyper *hyper, float *params_out,
@@ -165,6 +178,14 @@ int sl_optstate_read_m(sl_optstate *s, int64_t offset, int64_t count, float *dst
 int sl_optstate_read_v(sl_optstate *s, int64_t offset, int64_t count, float *dst);
 /* Host bytes this state holds (fields or tile buffers). */
 int64_t sl_optstate_host_bytes(const sl_optstate *s);
+/* The array holding field f (n): backend memory for a backend NONE state,
+ * host memory for the none and cpu tiers; NULL for nvme (no resident array). */
+float *sl_optstate_resident(const sl_optstate *s, sl_optfield f);
+/* 1 when the resident arrays are in the backend's memory (cfg.ops set). */
+int sl_optstate_on_backend(const sl_optstate *s);
+/* The resident array of f when the host can address it (none and cpu tiers;
+ * a backend NONE state on a backend whose memory is host memory), else NULL. */
+float *sl_optstate_host_field(const sl_optstate *s, sl_optfield f);
 
 #ifdef __cplusplus
 }

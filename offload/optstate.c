@@ -1,7 +1,8 @@
 /* offload/optstate.c — the optimizer-state handle: fp32 master, Adam m and v
- * of one rank's shard, in one of three tiers (none: ordinary host memory,
- * cpu: pinned / first-touched host memory, nvme: a store file + 3 tile
- * buffers), all stepped by the same CPU AdamW kernel.
+ * of one rank's shard, in one of three tiers (none: ordinary host memory or
+ * the backend's memory, cpu: pinned / first-touched host memory, nvme: a
+ * store file + 3 tile buffers), all stepped by the same AdamW kernel (the
+ * CPU one; a backend none state: the backend's, on its own memory).
  */
 #include "offload/offload.h"
 
@@ -20,6 +21,9 @@ struct sl_optstate {
   char name[256];
   /* none / cpu tiers */
   float *master, *m, *v; /* (n) each */
+  const sl_ops *ops;     /* none tier in backend memory (NULL: host memory) */
+  sl_kctx *k;
+  int64_t optim_bytes;   /* counted in SL_ARENA_OPTIM */
   /* nvme tier */
   sl_nvme *store;
   int64_t tile_elems;  /* elements per tile */
@@ -36,9 +40,13 @@ int64_t sl_optstate_host_bytes(const sl_optstate *s) { return s ? s->host_bytes 
 void sl_optstate_destroy(sl_optstate *s) {
   if (!s)
     return;
-  if (s->tier == SL_TIER_NONE) {
-    if (s->master)
-      sl_mem_sub(SL_ARENA_OPTIM, s->host_bytes);
+  if (s->tier == SL_TIER_NONE && s->ops) {
+    sl_mem_sub(SL_ARENA_OPTIM, s->optim_bytes);
+    s->ops->free(s->k, s->master);
+    s->ops->free(s->k, s->m);
+    s->ops->free(s->k, s->v);
+  } else if (s->tier == SL_TIER_NONE) {
+    sl_mem_sub(SL_ARENA_OPTIM, s->optim_bytes);
     sl_free(s->master);
   } else if (s->tier == SL_TIER_CPU) {
     sl_host_free(s->master);
@@ -111,6 +119,20 @@ int sl_optstate_create(const sl_optstate_cfg *c, sl_optstate **out) {
   size_t fb = (size_t)c->n * sizeof(float);
   switch (c->tier) {
   case SL_TIER_NONE:
+    if (c->ops) { /* beside the parameters: the backend's memory (zeroed) */
+      s->ops = c->ops;
+      s->k = c->k;
+      s->master = c->ops->alloc(c->k, fb);
+      s->m = c->ops->alloc(c->k, fb);
+      s->v = c->ops->alloc(c->k, fb);
+      if (!s->master || !s->m || !s->v) {
+        rc = SL_ENOMEM;
+        break;
+      }
+      s->optim_bytes = (int64_t)(3 * fb);
+      sl_mem_add(SL_ARENA_OPTIM, s->optim_bytes);
+      break;
+    }
     s->master = sl_alloc(3 * fb, s->name);
     if (!s->master) {
       rc = SL_ENOMEM;
@@ -118,8 +140,8 @@ int sl_optstate_create(const sl_optstate_cfg *c, sl_optstate **out) {
     }
     s->m = s->master + c->n;
     s->v = s->m + c->n;
-    s->host_bytes = (int64_t)(3 * fb);
-    sl_mem_add(SL_ARENA_OPTIM, s->host_bytes);
+    s->host_bytes = s->optim_bytes = (int64_t)(3 * fb);
+    sl_mem_add(SL_ARENA_OPTIM, s->optim_bytes);
     break;
   case SL_TIER_CPU:
     s->master = sl_host_alloc(fb, "optimizer master");
@@ -145,11 +167,26 @@ int sl_optstate_create(const sl_optstate_cfg *c, sl_optstate **out) {
 }
 
 int sl_optstate_init_master(sl_optstate *s, const float *params) {
-  if (s->n > 0 && !params)
+  return sl_optstate_init(s, params, s->n);
+}
+
+int sl_optstate_init(sl_optstate *s, const float *params, int64_t nvalid) {
+  if (nvalid < 0 || nvalid > s->n)
+    return sl_fail(SL_EINPUT, "optimizer state %s: %lld initial values for %lld elements", s->name,
+                   (long long)nvalid, (long long)s->n);
+  if (nvalid > 0 && !params)
     return sl_fail(SL_EINPUT, "optimizer state %s: NULL params", s->name);
-  size_t fb = (size_t)s->n * sizeof(float);
+  size_t fb = (size_t)s->n * sizeof(float), vb = (size_t)nvalid * sizeof(float);
+  if (s->ops) {
+    if (vb) s->ops->upload(s->k, s->master, params, vb);
+    s->ops->zero(s->k, s->master + nvalid, fb - vb);
+    s->ops->zero(s->k, s->m, fb);
+    s->ops->zero(s->k, s->v, fb);
+    return SL_OK;
+  }
   if (s->tier != SL_TIER_NVME) {
-    memcpy(s->master, params, fb);
+    if (vb) memcpy(s->master, params, vb);
+    memset(s->master + nvalid, 0, fb - vb);
     memset(s->m, 0, fb);
     memset(s->v, 0, fb);
     return SL_OK;
@@ -167,10 +204,11 @@ int sl_optstate_init_master(sl_optstate *s, const float *params) {
         break;
     }
     int64_t base = t * s->tile_elems;
-    int64_t cnt = s->n - base < s->tile_elems ? s->n - base : s->tile_elems;
+    int64_t cnt = nvalid - base < s->tile_elems ? nvalid - base : s->tile_elems;
     char *buf = s->bufs[b];
     memset(buf, 0, (size_t)s->tile_bytes);
-    memcpy(buf, params + base, (size_t)cnt * sizeof(float));
+    if (cnt > 0)
+      memcpy(buf, params + base, (size_t)cnt * sizeof(float));
     rc = sl_nvme_write_async(s->store, t * s->tile_bytes, buf, 3 * P, &wr[b]);
   }
   for (int b = 0; b < 3; b++)
@@ -180,6 +218,29 @@ int sl_optstate_init_master(sl_optstate *s, const float *params) {
         rc = e;
     }
   return rc ? sl_fail_ctx(rc, "optimizer state %s: init", s->name) : SL_OK;
+}
+
+/* A backend NONE state: the backend's AdamW per weight-decay range, on
+ * gradients in its memory. */
+static int backend_step(sl_optstate *s, const float *g, const sl_adam_range *ranges, int nranges,
+                        const sl_adam_hyper *h, float *params_out, uint16_t *params_bf16_out) {
+  if (params_bf16_out)
+    return sl_fail(SL_EINPUT, "optimizer state %s: no bf16 copy from a state in backend memory", s->name);
+  sl_adam_range all = {0, s->n, h->weight_decay};
+  if (!ranges) {
+    ranges = &all;
+    nranges = 1;
+  }
+  for (int i = 0; i < nranges; i++) {
+    const sl_adam_range *r = &ranges[i];
+    if (r->count == 0)
+      continue;
+    s->ops->adamw(s->k, s->master + r->offset, s->m + r->offset, s->v + r->offset, g + r->offset,
+                  r->count, h->lr, h->beta1, h->beta2, h->eps, r->wd, h->step, h->grad_scale);
+  }
+  if (params_out && params_out != s->master)
+    s->ops->copy(s->k, params_out, s->master, (size_t)s->n * sizeof(float));
+  return SL_OK;
 }
 
 int sl_optstate_step(sl_optstate *s, const float *grads, const sl_adam_range *ranges,
@@ -193,6 +254,8 @@ int sl_optstate_step(sl_optstate *s, const float *grads, const sl_adam_range *ra
   int rc = sl_adam_ranges_check(ranges, nranges, s->n);
   if (rc)
     return sl_fail_ctx(rc, "optimizer state %s", s->name);
+  if (s->ops)
+    return backend_step(s, grads, ranges, nranges, h, params_out, params_bf16_out);
   if (s->tier == SL_TIER_NVME)
     return sl_offload_adam_nvme_step(s->store, s->n, s->tile_elems, s->bufs, grads, ranges,
                                      nranges, h, params_out, params_bf16_out);
@@ -252,12 +315,29 @@ static int field_io(sl_optstate *s, sl_optfield f, int64_t offset, int64_t count
                             names[f])
               : SL_OK;
   }
-  float *a = f == SL_OPT_MASTER ? s->master : f == SL_OPT_M ? s->m : s->v;
-  if (write)
-    memcpy(a + offset, src, (size_t)count * sizeof(float));
+  float *a = sl_optstate_resident(s, f);
+  size_t bytes = (size_t)count * sizeof(float);
+  if (s->ops && write)
+    s->ops->upload(s->k, a + offset, src, bytes);
+  else if (s->ops)
+    s->ops->download(s->k, dst, a + offset, bytes);
+  else if (write)
+    memcpy(a + offset, src, bytes);
   else
-    memcpy(dst, a + offset, (size_t)count * sizeof(float));
+    memcpy(dst, a + offset, bytes);
   return SL_OK;
+}
+
+float *sl_optstate_resident(const sl_optstate *s, sl_optfield f) {
+  if (s->tier == SL_TIER_NVME)
+    return NULL;
+  return f == SL_OPT_MASTER ? s->master : f == SL_OPT_M ? s->m : s->v;
+}
+
+int sl_optstate_on_backend(const sl_optstate *s) { return s->ops != NULL; }
+
+float *sl_optstate_host_field(const sl_optstate *s, sl_optfield f) {
+  return s->ops && s->ops->is_device() ? NULL : sl_optstate_resident(s, f);
 }
 
 int sl_optstate_read(sl_optstate *s, sl_optfield f, int64_t offset, int64_t count, float *dst) {

@@ -22,19 +22,7 @@
 #include "base/base.h"
 #include "kernels/kernels.h"
 #include "offload/offload.h"
-
-static int g_pass, g_fail;
-#define CHECK(cond, ...)                                                                   \
-  do {                                                                                     \
-    if (cond) {                                                                            \
-      g_pass++;                                                                            \
-    } else {                                                                               \
-      g_fail++;                                                                            \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                          \
-      printf(__VA_ARGS__);                                                                 \
-      printf("  [last error: %s]\n", sl_errmsg());                                         \
-    }                                                                                      \
-  } while (0)
+#include "tests/lib/check.h"
 
 static uint64_t g_rng = 0x243F6A8885A308D3ull;
 static uint64_t rnd(void) {
@@ -323,6 +311,5 @@ int main(void) {
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
   if (system(cmd) != 0)
     printf("note: could not remove %s\n", g_dir);
-  printf("%d passed, %d failed\n", g_pass, g_fail);
-  return g_fail ? 1 : 0;
+  return CHECK_SUMMARY();
 }
