@@ -4,7 +4,9 @@
  *
  * Memory: alloc maps address space with MAP_NORESERVE and never touches it
  * (one header page per block holds its size), so the pages stay
- * uncommitted: RSS does not grow with the model. zero / copy / upload /
+ * uncommitted: RSS does not grow with the model (past the 128 TiB of
+ * address space a process has, distinct addresses nothing can map: see
+ * virtual_block). zero / copy / upload /
  * download move nothing; sum and sumsq return 0. The arena accounting is
  * the callers' (shard/fsdp.c, models/model.c, the trainer), exactly as with
  * the real backends, which is what makes the engine check exact. */
@@ -18,9 +20,24 @@
 
 #include "base/base.h"
 
+typedef struct {
+  uintptr_t p;
+  size_t bytes;
+} vblock;
+
 struct sl_kctx {
   sl_count_stats st;
+  vblock *v;  /* blocks past the address space: (v, nv) */
+  int nv, capv;
 };
+
+/* When the address space itself runs out (a search candidate with a
+ * thousand-sample micro-batch of a 70B model asks for more than the 128 TiB
+ * a process can map), alloc hands out addresses in a range no process can
+ * map (non-canonical on x86-64 and AArch64): distinct, aligned, and never
+ * dereferenced, since nothing in counting mode touches backend memory. */
+#define VBASE ((uintptr_t)0xa000000000000000ull)
+static uintptr_t g_vnext = VBASE;
 
 #define HDR 4096 /* header page: the mapping's length */
 
@@ -38,7 +55,11 @@ static sl_kctx *c_ctx_create(int threads) {
   if (!k) sl_fail(SL_ENOMEM, "kernels/count: out of memory for the context");
   return k;
 }
-static void c_ctx_destroy(sl_kctx *k) { free(k); }
+static void c_ctx_destroy(sl_kctx *k) {
+  if (!k) return;
+  free(k->v);
+  free(k);
+}
 static size_t c_scratch(const sl_kctx *k) { (void)k; return 0; }
 
 static void c_embedding_fwd(sl_kctx *k, float *out, const int32_t *tok, const float *wte, int64_t N, int64_t C) {
@@ -196,30 +217,56 @@ static void c_scan_bwd(sl_kctx *k, float *du, float *ddt, float *dA_log, float *
 }
 
 /* ---- memory: address space only ------------------------------------------- */
+static void count_bytes(sl_kctx *k, int64_t bytes) {
+  if (!k) return;
+  k->st.calls++;
+  k->st.live_bytes += bytes;
+  if (k->st.live_bytes > k->st.peak_bytes) k->st.peak_bytes = k->st.live_bytes;
+}
+
+static void *virtual_block(sl_kctx *k, size_t bytes) {
+  if (!k) return NULL;
+  if (k->nv == k->capv) {
+    int nc = k->capv ? 2 * k->capv : 64;
+    vblock *nb = realloc(k->v, sizeof *nb * (size_t)nc);
+    if (!nb) return NULL;
+    k->v = nb;
+    k->capv = nc;
+  }
+  uintptr_t p = __atomic_fetch_add(&g_vnext, (uintptr_t)(HDR + ((bytes + HDR - 1) / HDR) * HDR), __ATOMIC_RELAXED);
+  k->v[k->nv++] = (vblock){p, bytes};
+  count_bytes(k, (int64_t)bytes);
+  return (void *)p;
+}
+
 static void *c_alloc(sl_kctx *k, size_t bytes) {
   size_t len = HDR + ((bytes + HDR - 1) / HDR) * HDR;
   char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
-    sl_fail(SL_ENOMEM, "kernels/count: cannot reserve %zu bytes of address space", bytes);
-    return NULL;
+    void *v = virtual_block(k, bytes);
+    if (!v) sl_fail(SL_ENOMEM, "kernels/count: cannot reserve %zu bytes of address space", bytes);
+    return v;
   }
   ((size_t *)p)[0] = len; /* the header page: the only page touched */
   ((size_t *)p)[1] = bytes;
-  if (k) {
-    k->st.calls++;
-    k->st.live_bytes += (int64_t)bytes;
-    if (k->st.live_bytes > k->st.peak_bytes) k->st.peak_bytes = k->st.live_bytes;
-  }
+  count_bytes(k, (int64_t)bytes);
   return p + HDR;
 }
+
 static void c_free(sl_kctx *k, void *ptr) {
   if (!ptr) return;
+  if ((uintptr_t)ptr >= VBASE) {
+    for (int i = 0; k && i < k->nv; i++)
+      if (k->v[i].p == (uintptr_t)ptr) {
+        count_bytes(k, -(int64_t)k->v[i].bytes);
+        k->v[i] = k->v[--k->nv];
+        return;
+      }
+    return;
+  }
   char *p = (char *)ptr - HDR;
   size_t len = ((size_t *)p)[0];
-  if (k) {
-    k->st.calls++;
-    k->st.live_bytes -= (int64_t)((size_t *)p)[1];
-  }
+  count_bytes(k, -(int64_t)((size_t *)p)[1]);
   munmap(p, len);
 }
 static void c_zero(sl_kctx *k, void *p, size_t bytes) { (void)p; (void)bytes; add(k, 0, 0); }
