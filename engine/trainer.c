@@ -309,8 +309,8 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   if (!(t->ops = sl_backend_pick(c->backend, 1, "--backend"))) return SL_EINPUT; /* the message is set */
   t->dev = t->ops->is_device();
   sl_mesh mesh; /* local rank from hostnames; binds this rank's threads before the compute pool starts */
-  if ((rc = sl_mesh_setup(world, t->ops != sl_ops_cpu(), c->shard_group, &mesh))) return rc;
-  if (t->ops != sl_ops_cpu() && !getenv("SL_CUDA_DEVICE")) { /* one GPU per local rank */
+  if ((rc = sl_mesh_setup(world, t->dev, c->shard_group, &mesh))) return rc;
+  if (t->dev && !getenv("SL_CUDA_DEVICE")) { /* one GPU per local rank */
     char d[16];
     snprintf(d, sizeof d, "%d", mesh.local_rank);
     setenv("SL_CUDA_DEVICE", d, 0);
