@@ -14,8 +14,9 @@
  *     CPU engine does not run (bf16 compute, no fp32 expansion), plus a time
  *     model, over every candidate configuration. Unit sizes and FLOPs per
  *     token come from the model itself (sl_model_create_specs,
- *     vt->flops_per_token). tests/test_plan.c holds the replay to the same
- *     closed forms as the engine check (tests/test_count_backend.c).
+ *     vt->flops_per_token); activation sizes from the model's own
+ *     allocations. tests/test_count_backend.c holds the replay equal to the
+ *     engine check for the engine's own dtypes.
  * Formulas and assumptions: docs/planner.md.
  */
 #ifndef SL_PLANNER_H
