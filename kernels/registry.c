@@ -22,7 +22,15 @@ static const backend_row g_backends[] = {
 };
 enum { NBACKENDS = sizeof g_backends / sizeof g_backends[0] };
 
-const char *sl_backend_names(void) { return "cpu, cuda, count"; }
+const char *sl_backend_names(void) {
+  static char names[128]; /* the same text on every call: built once, from the table */
+  if (!names[0]) {
+    size_t n = 0;
+    for (int i = 0; i < NBACKENDS && n < sizeof names; i++)
+      n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", i ? ", " : "", g_backends[i].name);
+  }
+  return names;
+}
 
 static const backend_row *find(const char *name) {
   for (int i = 0; name && i < NBACKENDS; i++)
@@ -53,7 +61,7 @@ const sl_ops *sl_backend_pick(const char *want, int compute_only, const char *fl
   }
   const backend_row *b = find(want);
   if (!b || (compute_only && !b->computes)) {
-    if (compute_only)
+    if (compute_only) /* the training flag's long-standing wording */
       sl_fail(SL_EINPUT, "%s must be cpu, cuda or auto, found '%s'", flag, want ? want : "(null)");
     else
       sl_fail(SL_EINPUT, "%s must be one of %s or auto, found '%s'", flag, sl_backend_names(), want ? want : "(null)");

@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-/* "cpu", "cuda" or "count": the backend's op table, checked with
+/* "cuda", "cpu" or "count": the backend's op table, checked with
  * sl_ops_check; NULL with a message (sl_errmsg) when the name is unknown
  * (the message lists the known backends) or the backend cannot be used
  * here (its own reason, e.g. "built without CUDA"). */
