@@ -181,6 +181,11 @@ void sl_mem_get(sl_mem_stats *out) {
   *out = g_mem;
   pthread_mutex_unlock(&g_mem_mu);
 }
+void sl_mem_restore(const sl_mem_stats *s) {
+  pthread_mutex_lock(&g_mem_mu);
+  g_mem = *s;
+  pthread_mutex_unlock(&g_mem_mu);
+}
 void sl_mem_reset_peaks(void) {
   pthread_mutex_lock(&g_mem_mu);
   for (int i = 0; i < SL_ARENA_COUNT; i++) g_mem.peak[i] = g_mem.cur[i];

@@ -98,6 +98,9 @@ void sl_mem_sub(sl_arena a, int64_t bytes);
 void sl_mem_set(sl_arena a, int64_t bytes);
 void sl_mem_get(sl_mem_stats *out);
 void sl_mem_reset_peaks(void); /* peak := current */
+/* Puts back stats taken with sl_mem_get (a planner run inside a process
+ * that counts its own arenas leaves them as it found them). */
+void sl_mem_restore(const sl_mem_stats *s);
 
 /* ---- files ----------------------------------------------------------------- */
 /* Writes all n bytes (retrying short writes); SL_EIO naming path on failure. */

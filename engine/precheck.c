@@ -1,6 +1,7 @@
 /* engine/precheck.c — checks a run passes before anything big is allocated:
- * the predicted peak memory per rank (the planner's exact replay of the
- * engine, sl_plan_simulate) against the memory available to this rank, and
+ * the predicted peak memory per rank (the planner's engine check,
+ * sl_plan_engine_run: one step of the engine's own code on the counting
+ * backends) against the memory available to this rank, and
  * the sequence length against the model's max_position_embeddings. */
 #define _GNU_SOURCE
 #include "engine/precheck.h"
@@ -16,6 +17,7 @@
 
 #include "base/base.h"
 #include "engine/agree.h"
+#include "plan/engine_run.h"
 #include "plan/planner.h"
 
 /* First integer of a file (-1: absent or "max"). */
@@ -69,9 +71,6 @@ static int local_ranks(void) {
 static int memory_check(const sl_train_cfg *c, const sl_model_config *mc, int world, const sl_ops *ops,
                         sl_kctx *k) {
   int dev = ops->is_device();
-  sl_plan_model pm;
-  int rc = sl_plan_model_init(mc, &pm);
-  if (rc) return rc;
   sl_plan_run r;
   sl_plan_run_engine(&r, c->param_dtype, c->reduce_dtype);
   r.world = world;
@@ -87,12 +86,10 @@ static int memory_check(const sl_train_cfg *c, const sl_model_config *mc, int wo
   int ac = sl_actckpt_from_name(c->activation_checkpoint);
   r.ac = ac < 0 ? SL_AC_NONE : (sl_actckpt)ac;
   sl_plan_mem m;
-  rc = sl_plan_simulate(&pm, &r, &m);
-  int64_t max_unit = 0;
-  for (int u = 0; u < pm.nunits; u++)
-    if (pm.numel[u] > max_unit) max_unit = pm.numel[u];
-  sl_plan_model_free(&pm);
+  sl_plan_engine_info info;
+  int rc = sl_plan_engine_run(mc, &r, 0, &m, &info); /* one step of this engine's code, counted */
   if (rc) return rc;
+  int64_t max_unit = info.max_unit;
   /* host bytes of this rank: every arena on the CPU backend (optimizer state
    * on NVMe excepted), the offloaded optimizer state with a device backend;
    * plus the unit load buffer used while the weights are read */

@@ -36,6 +36,7 @@
 #include "engine/rundir.h"
 #include "engine/schedule.h"
 #include "formats/safetensors.h"
+#include "kernels/registry.h"
 #include "data/sampler.h"
 #include "engine/signals.h"
 #include "offload/offload.h"
@@ -279,21 +280,13 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   int ac = sl_actckpt_from_name(c->activation_checkpoint);
   if (ac < 0) return sl_fail(SL_EINPUT, "--activation-checkpoint must be none, selective or full, found '%s'",
                       c->activation_checkpoint);
-  if (strcmp(c->backend, "cpu") && strcmp(c->backend, "auto") && strcmp(c->backend, "cuda"))
-    return sl_fail(SL_EINPUT, "--backend must be cpu, cuda or auto, found '%s'", c->backend);
   setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 0); /* before CUDA starts: the GPU order engine/mesh.c binds by */
-  t->ops = sl_ops_cpu();
-  if (strcmp(c->backend, "cpu") != 0 && sl_ops_cuda()) t->ops = sl_ops_cuda();
-  else if (!strcmp(c->backend, "cuda")) {
-    char why[512];
-    snprintf(why, sizeof why, "%s", sl_errmsg()); /* what sl_ops_cuda() found */
-    return sl_fail(SL_EINPUT, "--backend cuda: %s", why);
-  }
-  if ((rc = sl_ops_check(t->ops))) return rc;
+  /* kernels/registry.c: "auto" = cuda when usable, else cpu; checked with sl_ops_check */
+  if (!(t->ops = sl_backend_pick(c->backend, 1, "--backend"))) return SL_EINPUT; /* the message is set */
   t->dev = t->ops->is_device();
   sl_mesh mesh; /* local rank from hostnames; binds this rank's threads before the compute pool starts */
-  if ((rc = sl_mesh_setup(world, t->ops != sl_ops_cpu(), c->shard_group, &mesh))) return rc;
-  if (t->ops != sl_ops_cpu() && !getenv("SL_CUDA_DEVICE")) { /* one GPU per local rank */
+  if ((rc = sl_mesh_setup(world, t->dev, c->shard_group, &mesh))) return rc;
+  if (t->dev && !getenv("SL_CUDA_DEVICE")) { /* one GPU per local rank */
     char d[16];
     snprintf(d, sizeof d, "%d", mesh.local_rank);
     setenv("SL_CUDA_DEVICE", d, 0);

@@ -1,8 +1,10 @@
 /* kernels/kernels.h — the op table: pure compute, no ranks, no files.
  *
- * One table, two implementations with identical signatures: kernels/cpu
- * (C, OpenMP, OpenBLAS; fp32; the oracle) and kernels/cuda (CUDA C, cuBLASLt;
- * the context carries the stream). Every pointer is backend memory.
+ * One table, implementations with identical signatures: kernels/cpu
+ * (C, OpenMP, OpenBLAS; fp32; the oracle), kernels/cuda (CUDA C, cuBLASLt;
+ * the context carries the stream) and kernels/count (computes nothing,
+ * counts FLOPs: the planner's engine check). Every pointer is backend
+ * memory. Pick one by name through kernels/registry.h.
  *
  * Conventions
  * - Sizes and counts are elements (int64_t), never bytes.

@@ -1,8 +1,9 @@
 /* plan/planner.c — memory / communication / time model of training
- * configurations and the search over them. The engine replay
- * (sl_plan_simulate) mirrors shard/fsdp.c, models/llama.c and
- * engine/trainer.c allocation by allocation; docs/planner.md has the
- * formulas and assumptions. */
+ * configurations and the search over them. The unit sizes and FLOPs per
+ * token are the model's own; the schedule replay (sl_plan_simulate) is the
+ * search's closed form for GPU mixed precision (the engine check runs the
+ * engine itself: plan/engine_run.c); docs/planner.md has the formulas and
+ * assumptions. */
 #include "plan/planner.h"
 
 #include <ctype.h>
@@ -11,66 +12,40 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/count/ops_count.h"
 #include "shard/shardmath.h"
 
-/* ---- the model -------------------------------------------------------------- */
-static int mamba_estimate(const sl_model_config *c, sl_plan_model *m) {
-  int64_t H = c->hidden_size, D = c->intermediate_size > 0 ? c->intermediate_size : c->expand * H;
-  int64_t S = c->state_size, K = c->conv_kernel, R = c->time_step_rank;
-  m->D = D; m->S = S; m->K = K; m->R = R;
-  m->L = c->num_hidden_layers; m->C = H; m->V = c->vocab_size;
-  m->nunits = (int)m->L + 2;
-  m->numel = calloc((size_t)m->nunits, sizeof(int64_t));
-  m->pinned = calloc((size_t)m->nunits, sizeof(int));
-  if (!m->numel || !m->pinned) return sl_fail(SL_ENOMEM, "planner: out of memory");
-  int64_t blk = H + 2 * D * H + (c->use_bias ? 2 * D : 0) + D * K + (c->use_conv_bias ? D : 0) +
-                (R + 2 * S) * D + R * D + D + D * S + D + H * D + (c->use_bias ? H : 0);
-  m->numel[0] = m->V * H;
-  for (int64_t l = 0; l < m->L; l++) m->numel[1 + l] = blk;
-  m->numel[m->nunits - 1] = H + (c->tie_word_embeddings ? 0 : m->V * H);
-  m->pinned[0] = c->tie_word_embeddings;
-  m->mm_params = m->L * (2 * D * H + (R + 2 * S) * D + R * D + H * D) + m->V * H;
-  return SL_OK;
-}
-
+/* ---- the model: the engine's own unit specs and FLOP count ------------------ */
 int sl_plan_model_init(const sl_model_config *cfg, sl_plan_model *out) {
   memset(out, 0, sizeof *out);
   out->arch = cfg->arch;
+  int rc = sl_model_create_specs(cfg, &out->spec);
+  if (rc) return rc;
+  out->memo = calloc(1, sizeof *out->memo);
+  sl_model *sm = out->spec;
+  out->nunits = sm->nunits;
+  out->numel = calloc((size_t)sm->nunits, sizeof(int64_t));
+  out->pinned = calloc((size_t)sm->nunits, sizeof(int));
+  if (!out->numel || !out->pinned || !out->memo) {
+    sl_plan_model_free(out);
+    return sl_fail(SL_ENOMEM, "planner: out of memory");
+  }
+  for (int u = 0; u < sm->nunits; u++) {
+    out->numel[u] = sm->units[u].numel;
+    out->pinned[u] = sm->pinned[u];
+    out->nparams += sm->units[u].numel;
+  }
+  /* shapes for the search's closed forms (activations, TP/PP splits) */
+  out->L = cfg->num_hidden_layers; out->C = cfg->hidden_size; out->V = cfg->vocab_size;
   if (cfg->arch == SL_ARCH_MAMBA) {
-    sl_model *sm = NULL;
-    int rc = mamba_estimate(cfg, out);
-    if (rc) return rc;
-    if (sl_model_create_specs(cfg, &sm) == SL_OK && sm->nunits == out->nunits) {
-      for (int u = 0; u < sm->nunits; u++) {
-        out->numel[u] = sm->units[u].numel;
-        out->pinned[u] = sm->pinned[u];
-      }
-      out->specs_from_engine = 1;
-    }
-    sl_model_destroy(sm);
+    out->D = cfg->intermediate_size > 0 ? cfg->intermediate_size : cfg->expand * cfg->hidden_size;
+    out->S = cfg->state_size; out->K = cfg->conv_kernel; out->R = cfg->time_step_rank;
   } else {
-    sl_model *sm = NULL;
-    int rc = sl_model_create_specs(cfg, &sm);
-    if (rc) return rc;
-    out->nunits = sm->nunits;
-    out->numel = calloc((size_t)sm->nunits, sizeof(int64_t));
-    out->pinned = calloc((size_t)sm->nunits, sizeof(int));
-    if (!out->numel || !out->pinned) { sl_model_destroy(sm); return sl_fail(SL_ENOMEM, "planner: out of memory"); }
-    for (int u = 0; u < sm->nunits; u++) {
-      out->numel[u] = sm->units[u].numel;
-      out->pinned[u] = sm->pinned[u];
-    }
-    sl_model_destroy(sm);
-    out->specs_from_engine = 1;
-    out->L = cfg->num_hidden_layers; out->C = cfg->hidden_size;
     out->nh = cfg->num_attention_heads; out->nkv = cfg->num_key_value_heads;
-    out->hd = cfg->head_dim; out->I = cfg->intermediate_size; out->V = cfg->vocab_size;
+    out->hd = cfg->head_dim; out->I = cfg->intermediate_size;
     out->Q = (out->nh + 2 * out->nkv) * out->hd;
     out->A = out->nh * out->hd;
-    /* models/llama.c llama_flops: blocks' matmuls + LM head */
-    out->mm_params = out->L * (out->C * out->Q + out->A * out->C + 3 * out->C * out->I) + out->V * out->C;
   }
-  for (int u = 0; u < out->nunits; u++) out->nparams += out->numel[u];
   return SL_OK;
 }
 
@@ -78,50 +53,65 @@ void sl_plan_model_free(sl_plan_model *m) {
   if (!m) return;
   free(m->numel);
   free(m->pinned);
+  sl_model_destroy(m->spec);
+  free(m->memo);
   memset(m, 0, sizeof *m);
 }
 
 double sl_plan_flops_per_token(const sl_plan_model *m, int64_t T) {
-  double f = 6.0 * (double)m->mm_params;
-  if (m->arch != SL_ARCH_MAMBA) f += 12.0 * (double)m->L * (double)(m->nh * m->hd) * (double)T;
-  return f;
+  return (double)m->spec->vt->flops_per_token(m->spec, T); /* the model's own count */
+}
+
+/* Forward FLOPs per token of the attention core (QK^T, PV) of all blocks:
+ * the part selective checkpointing recomputes (closed form, no causal
+ * halving as in flops_per_token). */
+static double attn_core_flops(const sl_plan_model *m, int64_t T) {
+  return m->arch == SL_ARCH_MAMBA ? 0.0 : 4.0 * (double)m->L * (double)(m->nh * m->hd) * (double)T;
+}
+
+/* Forward FLOPs per token of every block together: a third of the model's
+ * training FLOPs less the LM head GEMM (2 V C). */
+static double blocks_fwd_flops(const sl_plan_model *m, int64_t T) {
+  return sl_plan_flops_per_token(m, T) / 3.0 - 2.0 * (double)(m->V * m->C);
 }
 
 double sl_plan_recompute_flops_per_token(const sl_plan_model *m, int64_t T, sl_actckpt ac) {
-  double blk_mm = (double)(m->mm_params - m->V * m->C); /* blocks only: the head is not recomputed */
-  double attn = m->arch == SL_ARCH_MAMBA ? 0.0 : 4.0 * (double)m->L * (double)(m->nh * m->hd) * (double)T;
-  if (ac == SL_AC_FULL) return 2.0 * blk_mm + attn; /* one more forward of every block */
-  if (ac == SL_AC_SELECTIVE) return attn;           /* the attention core (QK^T, PV) */
+  if (ac == SL_AC_FULL) return blocks_fwd_flops(m, T); /* one more forward of every block */
+  if (ac == SL_AC_SELECTIVE) return attn_core_flops(m, T);
   return 0.0;
 }
 
-/* ---- activations -------------------------------------------------------------- */
-void sl_plan_engine_acts(const sl_plan_model *m, int64_t B, int64_t T, sl_actckpt ac,
-                         int64_t *acts_elems, int64_t *ws_elems) {
-  int64_t N = B * T, L = m->L, C = m->C;
-  if (m->arch == SL_ARCH_MAMBA) {
-    /* estimate (docs/planner.md): per block norm out (C), in_proj x|z (2D),
-     * conv out (D), x_proj out (R+2S), dt (D), scan y (D), gated y (D) and
-     * the scan's chunk checkpoints (D*S per 64 steps) */
-    int64_t D = m->D, S = m->S, R = m->R;
-    int64_t per = N * (C + 6 * D + R + 2 * S) + B * ((T + 63) / 64) * D * S;
-    int64_t kept = ac == SL_AC_NONE ? L * per : ac == SL_AC_SELECTIVE ? L * (per - N * D) + N * D : per;
-    *acts_elems = (L + 1) * N * C + kept + N * C + 3 * N;
-    *ws_elems = N * (2 * C + 4 * D + R + 2 * S);
-    return;
+/* ---- activations: the model's own allocations ------------------------------ */
+/* The model allocates its activations (acts arena) and backward scratch
+ * (workspace arena) in sl_model_create; on the counting op table that costs
+ * address space only. Remembered per (B, T, mode): the search asks often. */
+int sl_plan_engine_acts(const sl_plan_model *m, int64_t B, int64_t T, sl_actckpt ac,
+                        int64_t *acts_elems, int64_t *ws_elems) {
+  sl_plan_acts_memo *c = m->memo;
+  for (int i = 0; c && i < c->n; i++)
+    if (c->e[i].B == B && c->e[i].T == T && c->e[i].ac == (int)ac) {
+      *acts_elems = c->e[i].acts;
+      *ws_elems = c->e[i].ws;
+      return SL_OK;
+    }
+  const sl_ops *ops = sl_ops_count();
+  sl_kctx *k = ops->ctx_create(1);
+  if (!k) return SL_ENOMEM;
+  sl_mem_stats s0;
+  sl_mem_get(&s0);
+  sl_model *mm = NULL;
+  int rc = sl_model_create(&m->spec->cfg, ops, k, B, T, ac, &mm);
+  if (!rc) {
+    *acts_elems = mm->buf_bytes[0] / 4;
+    *ws_elems = mm->buf_bytes[1] / 4;
   }
-  /* models/llama.c sl_llama_create, allocation by allocation */
-  int64_t rest = N * C /* ln1 */ + N /* rstd1 */ + N * m->Q /* qkv */ + N * C /* xmid */ +
-                 N * C /* ln2 */ + N /* rstd2 */ + N * 2 * m->I /* gu */ + N * m->I /* h */;
-  int64_t attn = N * m->A /* att */ + N * m->nh /* lse */;
-  int64_t a = (L + 1) * N * C; /* residual stream: every block's input + the head's */
-  if (ac == SL_AC_FULL) a += rest + attn;           /* one shared layer */
-  else if (ac == SL_AC_SELECTIVE) a += L * rest + attn;
-  else a += L * (rest + attn);
-  a += N * C + 3 * N; /* lnf, rstdf, lse_ce, losses */
-  *acts_elems = a;
-  *ws_elems = N * C /* dres */ + N * C /* dln */ + N * m->I /* dh */ + N * 2 * m->I /* dgu */ +
-              N * m->A /* datt */ + N * m->Q /* dqkv */;
+  sl_model_destroy(mm);
+  ops->ctx_destroy(k);
+  sl_mem_restore(&s0); /* the caller's arena counters, as they were */
+  if (rc) return rc;
+  if (c && c->n < (int)(sizeof c->e / sizeof c->e[0]))
+    c->e[c->n++] = (sl_plan_acts_entry){B, T, (int)ac, *acts_elems, *ws_elems};
+  return SL_OK;
 }
 
 double sl_plan_gpt_act_bytes(double s, double b, double h, double a, int t, int sp, sl_actckpt ac) {
@@ -384,8 +374,12 @@ int sl_plan_simulate(const sl_plan_model *m, const sl_plan_run *r, sl_plan_mem *
     else { madd(&s, SL_ARENA_GRADS, sh * gb); out->acc_bytes += sh * gb; }
     madd(&s, SL_ARENA_OPTIM, 3 * (r->zero == 0 ? P : sh) * 4);
   }
-  int64_t ae, we;
-  sl_plan_engine_acts(m, r->micro_batch, r->seq_len, r->ac, &ae, &we);
+  int64_t ae = 0, we = 0;
+  int rc = sl_plan_engine_acts(m, r->micro_batch, r->seq_len, r->ac, &ae, &we);
+  if (rc) {
+    free(s.sl); free(s.un); free(s.pend);
+    return rc;
+  }
   double acts = (double)ae * r->act_bytes;
   if (r->gpt_acts && m->arch != SL_ARCH_MAMBA) {
     /* GPT constants for the blocks; the stream and head as the engine keeps them */
@@ -498,20 +492,17 @@ void sl_plan_cluster_defaults(sl_plan_cluster *c) {
   c->allow_tp_pp = 1;
 }
 
-/* forward FLOPs per token of unit u */
+/* forward FLOPs per token of unit u: the embedding is a lookup, the head
+ * one GEMM, the blocks share the rest of the model's count equally */
 static double unit_fwd_flops(const sl_plan_model *m, int u, int64_t T) {
-  if (u == 0) return 0.0; /* lookup */
+  if (u == 0) return 0.0;
   if (u == m->nunits - 1) return 2.0 * (double)(m->V * m->C);
-  double blk = (double)(m->mm_params - m->V * m->C) / (double)m->L;
-  double attn = m->arch == SL_ARCH_MAMBA ? 0.0 : 4.0 * (double)(m->nh * m->hd) * (double)T;
-  return 2.0 * blk + attn;
+  return blocks_fwd_flops(m, T) / (double)m->L;
 }
 
 static double unit_recompute_flops(const sl_plan_model *m, int u, int64_t T, sl_actckpt ac) {
-  if (u == 0 || u == m->nunits - 1 || ac == SL_AC_NONE) return 0.0;
-  double attn = m->arch == SL_ARCH_MAMBA ? 0.0 : 4.0 * (double)(m->nh * m->hd) * (double)T;
-  if (ac == SL_AC_SELECTIVE) return attn;
-  return unit_fwd_flops(m, u, T);
+  if (u == 0 || u == m->nunits - 1) return 0.0;
+  return sl_plan_recompute_flops_per_token(m, T, ac) / (double)m->L;
 }
 
 static int same_node(int first, int last, int G) { return first / G == last / G; }
@@ -659,9 +650,9 @@ static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_c
   x->mem[SL_ARENA_OPTIM] = 12.0 * ceil(Pg / d);
   /* activations: 1F1B keeps min(p, m) micro-batches on the first stage;
    * sequence parallel splits everything by t */
-  int64_t ae, we, ae0, we0;
-  sl_plan_engine_acts(m, b, T, x->ac, &ae, &we);
-  sl_plan_engine_acts(m, b, T, SL_AC_FULL, &ae0, &we0);
+  int64_t ae = 0, we = 0;
+  int rc = sl_plan_engine_acts(m, b, T, x->ac, &ae, &we);
+  if (rc) return rc;
   int64_t N_ = b * T;
   double nonlayer = (double)((L + 1) * N_ * m->C + N_ * m->C + 3 * N_);
   double layers = (double)ae - nonlayer; /* what the L blocks keep besides the stream */

@@ -5,15 +5,19 @@
  * micro-batch, and analytic tensor / pipeline parallelism).
  *
  * Two layers:
- *   - sl_plan_simulate: an exact replay of the engine's own allocations and
- *     collectives (shard/fsdp.c schedule with prefetch and the "one
- *     reduction in flight" drain, models/llama.c activation buffers,
- *     engine/trainer.c optimizer views), using sl_shard_slice. It predicts
- *     the "arena_peak" and "comm_bytes" of the metrics JSONL.
- *   - sl_plan_search: the same simulation re-parameterised for GPU mixed
- *     precision, plus a time model, over every candidate configuration.
- * Pure functions: no MPI, no allocation visible to the arenas. Formulas
- * and assumptions: docs/planner.md.
+ *   - the engine check (plan/engine_run.h, sl_plan_engine_run): one step of
+ *     the engine's own model and FSDP code on the counting backends; exact
+ *     by construction. `shardlm plan --engine-check` and the trainer's
+ *     start-up memory check use it.
+ *   - the search (sl_plan_search): a closed-form replay (sl_plan_simulate)
+ *     of the FSDP schedule, re-parameterised for GPU mixed precision the
+ *     CPU engine does not run (bf16 compute, no fp32 expansion), plus a time
+ *     model, over every candidate configuration. Unit sizes and FLOPs per
+ *     token come from the model itself (sl_model_create_specs,
+ *     vt->flops_per_token); activation sizes from the model's own
+ *     allocations. tests/test_count_backend.c holds the replay equal to the
+ *     engine check for the engine's own dtypes.
+ * Formulas and assumptions: docs/planner.md.
  */
 #ifndef SL_PLANNER_H
 #define SL_PLANNER_H
@@ -30,6 +34,16 @@
 extern "C" {
 #endif
 
+typedef struct {
+  int64_t B, T;
+  int ac;
+  int64_t acts, ws;
+} sl_plan_acts_entry;
+typedef struct {
+  int n;
+  sl_plan_acts_entry e[64];
+} sl_plan_acts_memo; /* sl_plan_engine_acts' answers, remembered */
+
 /* The model as the planner sees it: units over flat buffers. */
 typedef struct {
   sl_arch arch;
@@ -39,22 +53,23 @@ typedef struct {
   int64_t nparams;         /* sum of numel */
   int64_t L, C, nh, nkv, hd, I, V, Q, A; /* Llama/Mistral shapes (Q = (nh+2nkv)hd, A = nh hd) */
   int64_t D, S, K, R;      /* Mamba: d_inner, d_state, d_conv, dt_rank */
-  int64_t mm_params;       /* parameters in matmuls (the N of 6N; embedding lookup excluded) */
-  int specs_from_engine;   /* 1: unit sizes from sl_model_create_specs; 0: planner estimate */
+  sl_model *spec;          /* the engine's model, specs only (sl_model_create_specs): unit sizes, FLOPs */
+  sl_plan_acts_memo *memo; /* activation sizes asked so far */
 } sl_plan_model;
 
 int sl_plan_model_init(const sl_model_config *cfg, sl_plan_model *out);
 void sl_plan_model_free(sl_plan_model *m);
-/* Model FLOPs per token of training, 6 N + 12 l h s (engine convention). */
+/* Model FLOPs per token of training: the model's own vt->flops_per_token
+ * (Llama: 6 N + 12 l h s; Mamba adds its conv and scan). */
 double sl_plan_flops_per_token(const sl_plan_model *m, int64_t T);
 /* Extra FLOPs per token recomputed in backward for a checkpoint mode. */
 double sl_plan_recompute_flops_per_token(const sl_plan_model *m, int64_t T, sl_actckpt ac);
 
 /* Activation (kept for backward) and workspace (backward scratch) element
- * counts of the engine's model for a B x T micro-batch, op by op from
- * models/llama.c (Mamba: the documented estimate of docs/planner.md). */
-void sl_plan_engine_acts(const sl_plan_model *m, int64_t B, int64_t T, sl_actckpt ac,
-                         int64_t *acts_elems, int64_t *ws_elems);
+ * counts of the engine's model for a B x T micro-batch: what sl_model_create
+ * allocates (run on the counting op table: address space only). */
+int sl_plan_engine_acts(const sl_plan_model *m, int64_t B, int64_t T, sl_actckpt ac,
+                        int64_t *acts_elems, int64_t *ws_elems);
 
 /* GPT-style activation bytes per layer (field guide, 16-bit): s b h
  * (34 + 5 a s / h) with tensor parallel size t, sequence parallel sp and
@@ -100,8 +115,10 @@ typedef struct {
   int shard_size, replica_size;
 } sl_plan_mem;
 
-/* Replays two optimizer steps of the engine's schedule (rank 0 of the
- * first shard group; every rank holds the same shard sizes). */
+/* The search's closed-form replay of two optimizer steps of the FSDP
+ * schedule (rank 0 of the first shard group; every rank holds the same
+ * shard sizes), for dtypes and activation models the engine does not run.
+ * What the engine itself does: sl_plan_engine_run (plan/engine_run.h). */
 int sl_plan_simulate(const sl_plan_model *m, const sl_plan_run *r, sl_plan_mem *out);
 
 /* Field-guide closed forms for GPT-style models: parameters of l layers of

@@ -253,6 +253,29 @@ int sl_comm_world_rank(const sl_comm *c, int rank) {
 }
 const char *sl_comm_backend(const sl_comm *c) { return c ? c->vt->name : "none"; }
 
+void sl_comm_init_header(sl_comm *c, const sl_comm_vt *vt, void *be, const char *name, int rank, int size,
+                         int *world_ranks, uint64_t uid) {
+  c->vt = vt;
+  c->be = be;
+  c->rank = rank;
+  c->size = size;
+  c->world_ranks = world_ranks;
+  c->uid = uid;
+  snprintf(c->name, sizeof c->name, "%s", name);
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv_work, NULL);
+  pthread_cond_init(&c->cv_done, NULL);
+}
+
+void sl_comm_fini(sl_comm *c) {
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv_work);
+  pthread_cond_destroy(&c->cv_done);
+  free(c->be);
+  free(c->world_ranks);
+  free(c);
+}
+
 void sl_comm_destroy(sl_comm *c) {
   if (c) c->vt->destroy(c);
 }

@@ -88,6 +88,16 @@ int sl_comm_under_mpi_launcher(void);
 typedef int (*sl_comm_copy_fn)(void *ctx, void *dst, const void *src, size_t bytes);
 int sl_comm_local_create(const char *name, sl_comm_copy_fn copy, void *ctx, sl_comm **out);
 
+/* ---- counting backend (shard/comm_count.c) ------------------------------- */
+/* A communicator of `size` ranks in which this process plays `rank`: every
+ * operation is accounted in the stats exactly as on MPI / NCCL, completes
+ * at once and moves nothing (the planner's engine check). split answers,
+ * for the n-th split (from 0) of a communicator made from this one, what
+ * color and key group rank `rank` passes (0 ok, else sl_fail set); NULL
+ * refuses splits. Children are counting communicators with the same rule. */
+typedef int (*sl_comm_count_split_fn)(void *ctx, int n, int rank, int *color, int *key);
+int sl_comm_count_create(int size, int rank, sl_comm_count_split_fn split, void *ctx, sl_comm **out);
+
 /* ---- NCCL backend (device buffers; shard/comm_nccl.c) ------------------- */
 /* Creates an NCCL communicator over the ranks of the host communicator
  * `mpi_parent` (MPI or self; same ranks, same order; collective over it): rank 0's

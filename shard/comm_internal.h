@@ -88,6 +88,15 @@ struct sl_comm {
   void *be;            /* backend state */
 };
 
+/* Fills the generic header of a new communicator c (zeroed by the caller):
+ * vt, backend state, name, rank / size, world_ranks (taken over, freed by
+ * sl_comm_fini), uid, and the lock and condition variables. sl_comm_fini
+ * destroys them and frees world_ranks, be and c (backends without their own
+ * teardown: self, count). */
+void sl_comm_init_header(sl_comm *c, const sl_comm_vt *vt, void *be, const char *name, int rank, int size,
+                         int *world_ranks, uint64_t uid);
+void sl_comm_fini(sl_comm *c);
+
 /* Bytes per rank for one operation; see sl_comm_bus_bytes in comm.h. */
 uint64_t sl_comm_op_bytes(const sl_comm_op *op, int rank, int n);
 

@@ -47,27 +47,11 @@ static sl_comm *make_self(const char *name, uint64_t uid, sl_comm_copy_fn copy, 
   b->copy = copy;
   b->ctx = ctx;
   wr[0] = 0;
-  c->vt = &self_vt;
-  c->be = b;
-  c->rank = 0;
-  c->size = 1;
-  c->world_ranks = wr;
-  c->uid = uid;
-  snprintf(c->name, sizeof c->name, "%s", name);
-  pthread_mutex_init(&c->mu, NULL);
-  pthread_cond_init(&c->cv_work, NULL);
-  pthread_cond_init(&c->cv_done, NULL);
+  sl_comm_init_header(c, &self_vt, b, name, 0, 1, wr, uid);
   return c;
 }
 
-static void self_destroy(sl_comm *c) {
-  pthread_mutex_destroy(&c->mu);
-  pthread_cond_destroy(&c->cv_work);
-  pthread_cond_destroy(&c->cv_done);
-  free(c->be);
-  free(c->world_ranks);
-  free(c);
-}
+static void self_destroy(sl_comm *c) { sl_comm_fini(c); }
 
 static void finish(sl_comm_req *r, int status, const char *msg) {
   r->status = status;

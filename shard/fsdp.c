@@ -145,6 +145,12 @@ static int device_comm(sl_fsdp *f, sl_comm *g, sl_comm **out) {
   return sl_comm_nccl_create(g, f->ops->stream(f->kctx), out) == SL_COMM_OK ? SL_OK : SL_ECOMM;
 }
 
+void sl_fsdp_split_rule(int which, int rank, int S, int *color, int *key) {
+  /* shard groups: consecutive ranks; replica groups: same position across groups */
+  *color = which == 0 ? rank / S : rank % S;
+  *key = which == 0 ? rank % S : rank / S;
+}
+
 int sl_fsdp_create(sl_comm *dp, const sl_fsdp_cfg *cfg, const sl_ops *ops,
                    sl_kctx *kctx, int nunits, const int64_t *numel,
                    const int *pinned, sl_fsdp **out) {
@@ -170,9 +176,11 @@ int sl_fsdp_create(sl_comm *dp, const sl_fsdp_cfg *cfg, const sl_ops *ops,
   f->pool.ops = ops;
   f->pool.k = kctx;
   int rc = SL_OK;
-  /* shard groups: consecutive ranks; replica groups: same position across groups */
-  if (sl_comm_split(dp, wrank / S, wrank % S, &f->shard_comm) != SL_COMM_OK ||
-      sl_comm_split(dp, wrank % S, wrank / S, &f->rep_comm) != SL_COMM_OK) {
+  int sc, sk, rcol, rk;
+  sl_fsdp_split_rule(0, wrank, S, &sc, &sk);
+  sl_fsdp_split_rule(1, wrank, S, &rcol, &rk);
+  if (sl_comm_split(dp, sc, sk, &f->shard_comm) != SL_COMM_OK ||
+      sl_comm_split(dp, rcol, rk, &f->rep_comm) != SL_COMM_OK) {
     rc = sl_fail(SL_ECOMM, "fsdp: communicator split failed: %s", sl_comm_last_error());
     goto fail;
   }

@@ -66,6 +66,13 @@ int sl_fsdp_create(sl_comm *dp, const sl_fsdp_cfg *cfg, const sl_ops *ops,
                    sl_kctx *kctx, int nunits, const int64_t *numel,
                    const int *pinned, sl_fsdp **out);
 void sl_fsdp_destroy(sl_fsdp *f);
+/* The groups sl_fsdp_create splits dp into, in this order: which 0 = the
+ * shard group (S consecutive DP ranks), 1 = the replica group (the same
+ * position across shard groups). Sets the color and key DP rank `rank`
+ * passes to sl_comm_split (what a counting communicator needs to know of
+ * the other ranks, shard/comm_count.c). */
+void sl_fsdp_split_rule(int which, int rank, int S, int *color, int *key);
+
 
 int sl_fsdp_num_units(const sl_fsdp *f);
 sl_slice sl_fsdp_slice(const sl_fsdp *f, int u);     /* this rank's shard */

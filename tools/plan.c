@@ -9,6 +9,7 @@
 
 #include "base/base.h"
 #include "formats/hfconfig.h"
+#include "plan/engine_run.h"
 #include "plan/planner.h"
 #include "tools/tools.h"
 
@@ -109,9 +110,10 @@ static json_t *cand_json(const sl_plan_cand *x) {
   return o;
 }
 
-static int engine_check(const sl_plan_model *m, const sl_plan_run *r, int as_json) {
+static int engine_check(const sl_model_config *mc, const sl_plan_run *r, int as_json) {
   sl_plan_mem pm;
-  int rc = sl_plan_simulate(m, r, &pm);
+  sl_plan_engine_info info;
+  int rc = sl_plan_engine_run(mc, r, 0, &pm, &info);
   if (rc) return rc;
   const char *kn[] = {"allgather", "reduce_scatter", "allreduce", "broadcast", "sendrecv", "barrier"};
   if (as_json) {
@@ -124,13 +126,13 @@ static int engine_check(const sl_plan_model *m, const sl_plan_run *r, int as_jso
     json_object_set_new(o, "comm_by_kind", cm);
     json_object_set_new(o, "shard_size", json_integer(pm.shard_size));
     json_object_set_new(o, "replica_size", json_integer(pm.replica_size));
-    json_object_set_new(o, "params", json_integer(m->nparams));
+    json_object_set_new(o, "params", json_integer(info.nparams));
     char *s = json_dumps(o, JSON_SORT_KEYS);
     printf("%s\n", s);
     free(s);
     json_decref(o);
   } else {
-    printf("engine prediction (per rank): %lld parameters, shard group %d, replicas %d\n", (long long)m->nparams,
+    printf("engine prediction (per rank): %lld parameters, shard group %d, replicas %d\n", (long long)info.nparams,
            pm.shard_size, pm.replica_size);
     for (int a = 0; a < SL_ARENA_COUNT; a++)
       printf("  %-10s peak %14lld bytes\n", sl_arena_name((sl_arena)a), (long long)pm.peak[a]);
@@ -138,6 +140,10 @@ static int engine_check(const sl_plan_model *m, const sl_plan_run *r, int as_jso
     printf("  comm bytes per step %llu (all-gather %llu, reduce-scatter %llu, all-reduce %llu)\n",
            (unsigned long long)pm.comm_total, (unsigned long long)pm.comm[SL_COLL_ALLGATHER],
            (unsigned long long)pm.comm[SL_COLL_REDUCE_SCATTER], (unsigned long long)pm.comm[SL_COLL_ALLREDUCE]);
+    printf("  FLOPs per step (the op table's count: forward, backward with recomputation, AdamW) %.4g, of which "
+           "matmul / attention / LM head %.4g\n", info.step.flops, info.step.matmul_flops);
+    printf("  model FLOPs per token (the model's flops_per_token) %.4g; x %lld tokens = %.4g per step\n",
+           info.model_flops_token, (long long)info.tokens, info.model_flops_token * (double)info.tokens);
   }
   return SL_OK;
 }
@@ -244,7 +250,9 @@ static int run_plan(int argc, char **argv) {
     r.reshard_after_forward = base.reshard_after_forward; r.ac = base.ac; r.gpt_acts = base.gpt_acts;
     if ((pd && strcmp(pd, "fp32") && strcmp(pd, "bf16")) || (rd && strcmp(rd, "fp32") && strcmp(rd, "bf16")))
       rc = sl_fail(SL_EINPUT, "plan: --param-dtype / --reduce-dtype must be fp32 or bf16");
-    if (!rc) rc = engine_check(&m, &r, as_json);
+    if (!rc && r.gpt_acts) rc = sl_fail(SL_EINPUT, "plan: --engine-check runs the engine's own activations; "
+                                        "--act-model gpt applies to the search only");
+    if (!rc) rc = engine_check(&mc, &r, as_json);
     sl_plan_model_free(&m);
     return rc;
   }

@@ -1,0 +1,351 @@
+/* kernels/count/ops_count.c — the counting backend: every op of sl_ops with
+ * its exact signature, doing no arithmetic and touching no data, only
+ * adding up the FLOPs it would do (docs/planner.md, "Engine check").
+ *
+ * Memory: alloc maps address space with MAP_NORESERVE and never touches it
+ * (one header page per block holds its size), so the pages stay
+ * uncommitted: RSS does not grow with the model (past the 128 TiB of
+ * address space a process has, distinct addresses nothing can map: see
+ * virtual_block). zero / copy / upload /
+ * download move nothing; sum and sumsq return 0. The arena accounting is
+ * the callers' (shard/fsdp.c, models/model.c, the trainer), exactly as with
+ * the real backends, which is what makes the engine check exact. */
+#define _GNU_SOURCE
+#include "kernels/count/ops_count.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "base/base.h"
+
+typedef struct {
+  uintptr_t p;
+  size_t bytes;
+} vblock;
+
+struct sl_kctx {
+  sl_count_stats st;
+  vblock *v;  /* blocks past the address space: (v, nv) */
+  int nv, capv;
+};
+
+/* When the address space itself runs out (a search candidate with a
+ * thousand-sample micro-batch of a 70B model asks for more than the 128 TiB
+ * a process can map), alloc hands out addresses in a range no process can
+ * map (non-canonical on x86-64 and AArch64): distinct, aligned, and never
+ * dereferenced, since nothing in counting mode touches backend memory. */
+#define VBASE ((uintptr_t)0xa000000000000000ull)
+static uintptr_t g_vnext = VBASE;
+
+#define HDR 4096 /* header page: the mapping's length */
+
+static void add(sl_kctx *k, double flops, double mm) {
+  if (!k) return;
+  k->st.calls++;
+  k->st.flops += flops + mm;
+  k->st.matmul_flops += mm;
+}
+#define D(x) ((double)(x))
+
+static sl_kctx *c_ctx_create(int threads) {
+  (void)threads;
+  sl_kctx *k = calloc(1, sizeof *k);
+  if (!k) sl_fail(SL_ENOMEM, "kernels/count: out of memory for the context");
+  return k;
+}
+static void c_ctx_destroy(sl_kctx *k) {
+  if (!k) return;
+  free(k->v);
+  free(k);
+}
+static size_t c_scratch(const sl_kctx *k) { (void)k; return 0; }
+
+static void c_embedding_fwd(sl_kctx *k, float *out, const int32_t *tok, const float *wte, int64_t N, int64_t C) {
+  (void)out; (void)tok; (void)wte;
+  add(k, D(N) * D(C) * 0, 0); /* a lookup: no arithmetic */
+}
+static void c_embedding_bwd(sl_kctx *k, float *dwte, const float *dout, const int32_t *tok, int64_t N, int64_t C) {
+  (void)dwte; (void)dout; (void)tok;
+  add(k, D(N) * D(C), 0);
+}
+static void c_rmsnorm_fwd(sl_kctx *k, float *out, float *rstd, const float *inp, const float *w, int64_t N, int64_t C,
+                          float eps) {
+  (void)out; (void)rstd; (void)inp; (void)w; (void)eps;
+  add(k, 4 * D(N) * D(C), 0);
+}
+static void c_rmsnorm_bwd(sl_kctx *k, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                          const float *rstd, int64_t N, int64_t C) {
+  (void)dinp; (void)dw; (void)dout; (void)inp; (void)w; (void)rstd;
+  add(k, 8 * D(N) * D(C), 0);
+}
+static void c_linear_fwd(sl_kctx *k, float *out, const float *inp, const float *w, const float *b, int64_t N,
+                         int64_t IC, int64_t OC) {
+  (void)out; (void)inp; (void)w;
+  add(k, b ? D(N) * D(OC) : 0, 2 * D(N) * D(IC) * D(OC));
+}
+static void c_linear_bwd(sl_kctx *k, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                         const float *w, int64_t N, int64_t IC, int64_t OC) {
+  (void)dout; (void)inp; (void)w;
+  add(k, db ? D(N) * D(OC) : 0, ((dinp ? 2 : 0) + (dw ? 2 : 0)) * D(N) * D(IC) * D(OC));
+}
+static void c_rope_fwd(sl_kctx *k, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                       float theta) {
+  (void)qkv; (void)theta;
+  add(k, 3 * D(B) * D(T) * D(nh + nkv) * D(hd), 0);
+}
+static void c_rope_doc_fwd(sl_kctx *k, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                           float theta, const int32_t *seg) {
+  (void)seg;
+  c_rope_fwd(k, qkv, B, T, nh, nkv, hd, theta);
+}
+/* scores and values without the causal halving: the 12 l h s convention */
+static void c_attention_fwd(sl_kctx *k, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
+                            int64_t nkv, int64_t hd, int64_t window) {
+  (void)out; (void)lse; (void)qkv; (void)nkv; (void)window;
+  add(k, 5 * D(B) * D(nh) * D(T) * D(T), 4 * D(B) * D(T) * D(T) * D(nh) * D(hd));
+}
+static void c_attention_bwd(sl_kctx *k, float *dqkv, const float *dout, const float *qkv, const float *out,
+                            const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                            int64_t window) {
+  (void)dqkv; (void)dout; (void)qkv; (void)out; (void)lse; (void)nkv; (void)window;
+  /* recomputed scores (2) + dV, dP, dQ, dK (8) */
+  add(k, 5 * D(B) * D(nh) * D(T) * D(T), 10 * D(B) * D(T) * D(T) * D(nh) * D(hd));
+}
+static void c_attention_doc_fwd(sl_kctx *k, float *out, float *lse, const float *qkv, int64_t B, int64_t T,
+                                int64_t nh, int64_t nkv, int64_t hd, int64_t window, const int32_t *seg) {
+  (void)seg;
+  c_attention_fwd(k, out, lse, qkv, B, T, nh, nkv, hd, window);
+}
+static void c_attention_doc_bwd(sl_kctx *k, float *dqkv, const float *dout, const float *qkv, const float *out,
+                                const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                                int64_t window, const int32_t *seg) {
+  (void)seg;
+  c_attention_bwd(k, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window);
+}
+static void c_swiglu_fwd(sl_kctx *k, float *out, const float *gu, int64_t N, int64_t H) {
+  (void)out; (void)gu;
+  add(k, 5 * D(N) * D(H), 0);
+}
+static void c_swiglu_bwd(sl_kctx *k, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H) {
+  (void)dgu; (void)dout; (void)gu;
+  add(k, 10 * D(N) * D(H), 0);
+}
+static void c_add_inplace(sl_kctx *k, float *y, const float *x, int64_t n) {
+  (void)y; (void)x;
+  add(k, D(n), 0);
+}
+static void c_lmhead_ce_fwd(sl_kctx *k, float *losses, float *lse, const float *x, const float *w,
+                            const int32_t *targets, int64_t N, int64_t C, int64_t V) {
+  (void)losses; (void)lse; (void)x; (void)w; (void)targets;
+  add(k, 4 * D(N) * D(V), 2 * D(N) * D(C) * D(V));
+}
+static void c_lmhead_ce_bwd(sl_kctx *k, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
+                            const float *lse, float scale, int64_t N, int64_t C, int64_t V) {
+  (void)dx; (void)dw; (void)x; (void)w; (void)targets; (void)lse; (void)scale;
+  add(k, 4 * D(N) * D(V), 6 * D(N) * D(C) * D(V)); /* logits recomputed, then dx and dw */
+}
+static void c_adamw(sl_kctx *k, float *p, float *m, float *v, const float *g, int64_t n, float lr, float b1, float b2,
+                    float eps, float wd, int64_t step, float grad_scale) {
+  (void)p; (void)m; (void)v; (void)g; (void)lr; (void)b1; (void)b2; (void)eps; (void)wd; (void)step;
+  (void)grad_scale;
+  add(k, 14 * D(n), 0);
+}
+static double c_sumsq(sl_kctx *k, const float *x, int64_t n) {
+  (void)x;
+  add(k, 2 * D(n), 0);
+  return 0.0;
+}
+static void c_scale(sl_kctx *k, float *x, float a, int64_t n) {
+  (void)x; (void)a;
+  add(k, D(n), 0);
+}
+static void c_f32_to_bf16(sl_kctx *k, uint16_t *out, const float *in, int64_t n) {
+  (void)out; (void)in;
+  add(k, D(n), 0);
+}
+static void c_bf16_to_f32(sl_kctx *k, float *out, const uint16_t *in, int64_t n) {
+  (void)out; (void)in;
+  add(k, D(n), 0);
+}
+static void c_round_bf16(sl_kctx *k, float *x, int64_t n) {
+  (void)x;
+  add(k, D(n), 0);
+}
+static void c_conv1d_fwd(sl_kctx *k, float *out, const float *x, int64_t ldx, const float *w, const float *bias,
+                         int64_t B, int64_t T, int64_t D_, int64_t K) {
+  (void)out; (void)x; (void)ldx; (void)w; (void)bias;
+  add(k, 2 * D(B) * D(T) * D(D_) * D(K), 0);
+}
+static void c_conv1d_bwd(sl_kctx *k, float *dx, int64_t ldx, float *dw, float *dbias, const float *dout,
+                         const float *x, int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D_,
+                         int64_t K) {
+  (void)dx; (void)ldx; (void)dw; (void)dbias; (void)dout; (void)x; (void)ldx_in; (void)w;
+  add(k, 4 * D(B) * D(T) * D(D_) * D(K), 0);
+}
+static void c_silu_fwd(sl_kctx *k, float *out, const float *x, int64_t n) {
+  (void)out; (void)x;
+  add(k, 4 * D(n), 0);
+}
+static void c_silu_bwd(sl_kctx *k, float *dx, const float *dout, const float *x, int64_t n) {
+  (void)dx; (void)dout; (void)x;
+  add(k, 6 * D(n), 0);
+}
+static void c_gate_fwd(sl_kctx *k, float *out, const float *y, const float *z, int64_t ldz, int64_t N, int64_t D_) {
+  (void)out; (void)y; (void)z; (void)ldz;
+  add(k, 5 * D(N) * D(D_), 0);
+}
+static void c_gate_bwd(sl_kctx *k, float *dy, float *dz, int64_t ldz, const float *dout, const float *y,
+                       const float *z, int64_t N, int64_t D_) {
+  (void)dy; (void)dz; (void)ldz; (void)dout; (void)y; (void)z;
+  add(k, 10 * D(N) * D(D_), 0);
+}
+static void c_scan_fwd(sl_kctx *k, float *y, float *ckpt, const float *u, const float *dt, const float *A_log,
+                       const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, int64_t B, int64_t T,
+                       int64_t D_, int64_t S, int64_t chunk) {
+  (void)y; (void)ckpt; (void)u; (void)dt; (void)A_log; (void)Bm; (void)Cm; (void)ldbc; (void)Dp; (void)chunk;
+  add(k, 9 * D(B) * D(T) * D(D_) * D(S), 0);
+}
+static void c_scan_bwd(sl_kctx *k, float *du, float *ddt, float *dA_log, float *dBm, float *dCm, float *dDp,
+                       const float *dy, const float *u, const float *dt, const float *A_log, const float *Bm,
+                       const float *Cm, int64_t ldbc, const float *Dp, const float *ckpt, int64_t B, int64_t T,
+                       int64_t D_, int64_t S, int64_t chunk) {
+  (void)du; (void)ddt; (void)dA_log; (void)dBm; (void)dCm; (void)dDp; (void)dy; (void)u; (void)dt; (void)A_log;
+  (void)Bm; (void)Cm; (void)ldbc; (void)Dp; (void)ckpt; (void)chunk;
+  add(k, 27 * D(B) * D(T) * D(D_) * D(S), 0); /* states recomputed from the checkpoints, then the gradients */
+}
+
+/* ---- memory: address space only ------------------------------------------- */
+static void count_bytes(sl_kctx *k, int64_t bytes) {
+  if (!k) return;
+  k->st.calls++;
+  k->st.live_bytes += bytes;
+  if (k->st.live_bytes > k->st.peak_bytes) k->st.peak_bytes = k->st.live_bytes;
+}
+
+static void *virtual_block(sl_kctx *k, size_t bytes) {
+  if (!k) return NULL;
+  if (k->nv == k->capv) {
+    int nc = k->capv ? 2 * k->capv : 64;
+    vblock *nb = realloc(k->v, sizeof *nb * (size_t)nc);
+    if (!nb) return NULL;
+    k->v = nb;
+    k->capv = nc;
+  }
+  uintptr_t p = __atomic_fetch_add(&g_vnext, (uintptr_t)(HDR + ((bytes + HDR - 1) / HDR) * HDR), __ATOMIC_RELAXED);
+  k->v[k->nv++] = (vblock){p, bytes};
+  count_bytes(k, (int64_t)bytes);
+  return (void *)p;
+}
+
+static void *c_alloc(sl_kctx *k, size_t bytes) {
+  size_t len = HDR + ((bytes + HDR - 1) / HDR) * HDR;
+  char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    void *v = virtual_block(k, bytes);
+    if (!v) sl_fail(SL_ENOMEM, "kernels/count: cannot reserve %zu bytes of address space", bytes);
+    return v;
+  }
+  ((size_t *)p)[0] = len; /* the header page: the only page touched */
+  ((size_t *)p)[1] = bytes;
+  count_bytes(k, (int64_t)bytes);
+  return p + HDR;
+}
+
+static void c_free(sl_kctx *k, void *ptr) {
+  if (!ptr) return;
+  if ((uintptr_t)ptr >= VBASE) {
+    for (int i = 0; k && i < k->nv; i++)
+      if (k->v[i].p == (uintptr_t)ptr) {
+        count_bytes(k, -(int64_t)k->v[i].bytes);
+        k->v[i] = k->v[--k->nv];
+        return;
+      }
+    return;
+  }
+  char *p = (char *)ptr - HDR;
+  size_t len = ((size_t *)p)[0];
+  count_bytes(k, -(int64_t)((size_t *)p)[1]);
+  munmap(p, len);
+}
+static void c_zero(sl_kctx *k, void *p, size_t bytes) { (void)p; (void)bytes; add(k, 0, 0); }
+static void c_copy(sl_kctx *k, void *dst, const void *src, size_t bytes) {
+  (void)dst; (void)src; (void)bytes;
+  add(k, 0, 0);
+}
+static void c_upload(sl_kctx *k, void *dst, const void *src, size_t bytes) { c_copy(k, dst, src, bytes); }
+static void c_download(sl_kctx *k, void *dst, const void *src, size_t bytes) { c_copy(k, dst, src, bytes); }
+static double c_sum(sl_kctx *k, const float *x, int64_t n) {
+  (void)x;
+  add(k, D(n), 0);
+  return 0.0;
+}
+static int c_sync(sl_kctx *k) { (void)k; return SL_OK; }
+static int c_is_device(void) { return 0; } /* host-side comms: the counting communicator */
+static void *c_stream(sl_kctx *k) { (void)k; return NULL; }
+
+static const sl_ops g_count_ops = {
+    .name = "count",
+    .ctx_create = c_ctx_create,
+    .ctx_destroy = c_ctx_destroy,
+    .ctx_scratch_bytes = c_scratch,
+    .embedding_fwd = c_embedding_fwd,
+    .embedding_bwd = c_embedding_bwd,
+    .rmsnorm_fwd = c_rmsnorm_fwd,
+    .rmsnorm_bwd = c_rmsnorm_bwd,
+    .linear_fwd = c_linear_fwd,
+    .linear_bwd = c_linear_bwd,
+    .rope_fwd = c_rope_fwd,
+    .rope_bwd = c_rope_fwd, /* the same work transposed */
+    .attention_fwd = c_attention_fwd,
+    .attention_bwd = c_attention_bwd,
+    .swiglu_fwd = c_swiglu_fwd,
+    .swiglu_bwd = c_swiglu_bwd,
+    .add_inplace = c_add_inplace,
+    .lmhead_ce_fwd = c_lmhead_ce_fwd,
+    .lmhead_ce_bwd = c_lmhead_ce_bwd,
+    .adamw = c_adamw,
+    .sumsq = c_sumsq,
+    .scale = c_scale,
+    .f32_to_bf16 = c_f32_to_bf16,
+    .bf16_to_f32 = c_bf16_to_f32,
+    .round_bf16 = c_round_bf16,
+    .conv1d_fwd = c_conv1d_fwd,
+    .conv1d_bwd = c_conv1d_bwd,
+    .silu_fwd = c_silu_fwd,
+    .silu_bwd = c_silu_bwd,
+    .gate_fwd = c_gate_fwd,
+    .gate_bwd = c_gate_bwd,
+    .scan_fwd = c_scan_fwd,
+    .scan_bwd = c_scan_bwd,
+    .alloc = c_alloc,
+    .free = c_free,
+    .zero = c_zero,
+    .copy = c_copy,
+    .upload = c_upload,
+    .download = c_download,
+    .sum = c_sum,
+    .sync = c_sync,
+    .is_device = c_is_device,
+    .stream = c_stream,
+    .rope_doc_fwd = c_rope_doc_fwd,
+    .rope_doc_bwd = c_rope_doc_fwd,
+    .attention_doc_fwd = c_attention_doc_fwd,
+    .attention_doc_bwd = c_attention_doc_bwd,
+    .mem_info = NULL, /* address space, not a device: nothing to report */
+};
+
+const sl_ops *sl_ops_count(void) { return &g_count_ops; }
+
+void sl_count_get(const sl_kctx *k, sl_count_stats *out) {
+  if (k) *out = k->st;
+  else memset(out, 0, sizeof *out);
+}
+
+void sl_count_reset(sl_kctx *k) {
+  if (!k) return;
+  int64_t live = k->st.live_bytes;
+  memset(&k->st, 0, sizeof k->st);
+  k->st.live_bytes = k->st.peak_bytes = live;
+}

@@ -1,0 +1,78 @@
+/* kernels/registry.c — the table of kernel backends (kernels/registry.h).
+ * A new backend: its op table (kernels/NAME/), one row here. */
+#include "kernels/registry.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "kernels/count/ops_count.h"
+
+typedef struct {
+  const char *name;
+  const sl_ops *(*get)(void); /* NULL + sl_errmsg when unusable here */
+  int computes;               /* 0: counts only (the planner's engine check) */
+} backend_row;
+
+/* order of preference for "auto": the first usable one that computes */
+static const backend_row g_backends[] = {
+    {"cuda", sl_ops_cuda, 1},
+    {"cpu", sl_ops_cpu, 1},
+    {"count", sl_ops_count, 0},
+};
+enum { NBACKENDS = sizeof g_backends / sizeof g_backends[0] };
+
+const char *sl_backend_names(void) {
+  static char names[128]; /* the same text on every call: built once, from the table */
+  if (!names[0]) {
+    size_t n = 0;
+    for (int i = 0; i < NBACKENDS && n < sizeof names; i++)
+      n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", i ? ", " : "", g_backends[i].name);
+  }
+  return names;
+}
+
+static const backend_row *find(const char *name) {
+  for (int i = 0; name && i < NBACKENDS; i++)
+    if (!strcmp(g_backends[i].name, name)) return &g_backends[i];
+  return NULL;
+}
+
+const sl_ops *sl_backend_get(const char *name) {
+  const backend_row *b = find(name);
+  if (!b) {
+    sl_fail(SL_EINPUT, "unknown kernel backend '%s' (known: %s)", name ? name : "(null)", sl_backend_names());
+    return NULL;
+  }
+  const sl_ops *ops = b->get();
+  if (!ops || sl_ops_check(ops) != SL_OK) return NULL;
+  return ops;
+}
+
+const sl_ops *sl_backend_pick(const char *want, int compute_only, const char *flag) {
+  if (want && !strcmp(want, "auto")) {
+    for (int i = 0; i < NBACKENDS; i++) {
+      if (!g_backends[i].computes) continue;
+      const sl_ops *ops = g_backends[i].get();
+      if (ops) return sl_ops_check(ops) == SL_OK ? ops : NULL;
+    }
+    sl_fail(SL_EINPUT, "%s auto: no kernel backend can be used here", flag);
+    return NULL;
+  }
+  const backend_row *b = find(want);
+  if (!b || (compute_only && !b->computes)) {
+    if (compute_only) /* the training flag's long-standing wording */
+      sl_fail(SL_EINPUT, "%s must be cpu, cuda or auto, found '%s'", flag, want ? want : "(null)");
+    else
+      sl_fail(SL_EINPUT, "%s must be one of %s or auto, found '%s'", flag, sl_backend_names(), want ? want : "(null)");
+    return NULL;
+  }
+  const sl_ops *ops = b->get();
+  if (!ops) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", sl_errmsg()); /* the backend's reason */
+    sl_fail(SL_EINPUT, "%s %s: %s", flag, b->name, why);
+    return NULL;
+  }
+  return sl_ops_check(ops) == SL_OK ? ops : NULL;
+}
