@@ -30,7 +30,7 @@ typedef enum { CM_CLOCK = 0, CM_LOOP, CM_SLEEP, CM_AUTO } compute_mode;
 static const char *const CM_NAME[] = {"clock", "loop", "sleep", "auto"};
 
 typedef struct {
-  int P, m, V, steps, all, overlap, vset;
+  int P, m, V, steps, all, overlap, vset, inject; /* inject: --inject swap-recvs (tests) */
   sl_pp_kind kind;
   double f_ms, timeout_s;
   int64_t bytes;
@@ -51,13 +51,15 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: mpirun -np P shardlm bench pipeline --micro-batches M [--pp-schedule gpipe|1f1b|interleaved|zb1p|all]\n"
           "                 [--pp-virtual V] [--f-ms 20] [--bytes 262144] [--steps 5] [--compute auto|clock|loop|sleep]\n"
-          "                 [--sleep] [--overlap-sends] [--timeout S]\n"
+          "                 [--sleep] [--overlap-sends] [--timeout S] [--inject swap-recvs]\n"
           "       shardlm bench pipeline --pp P ...   (not under a launcher: starts mpirun -np P itself)\n"
           "Every rank walks its op list from the schedule builder: F/B/W take cost x f-ms / V (clock: busy-wait\n"
           "on the clock; loop: a calibrated arithmetic loop; sleep: sleep to the deadline; auto: clock when every\n"
           "rank has a core, sleep when ranks outnumber cores), SEND/RECV move --bytes through sl_comm_send/recv.\n"
           "Prints per rank the predicted (unit-cost) and measured idle fraction, their ratio, the transfers\n"
-          "against the comm counters, and one JSON line per schedule. Median of --steps after one warm-up.\n");
+          "against the comm counters, and one JSON line per schedule. Median of --steps after one warm-up.\n"
+          "--inject swap-recvs (tests): the last rank's first two receives trade places, a mismatched pairing\n"
+          "that the payload check must report (exit 1).\n");
 }
 
 static int parse_num(const char *flag, const char *v, double lo, double hi, double *out) {
@@ -89,6 +91,11 @@ static int parse(int argc, char **argv, bp_args *a) {
     else if (!strcmp(f, "--timeout")) NUM(1, 86400, a->timeout_s);
     else if (!strcmp(f, "--sleep")) a->mode = CM_SLEEP;
     else if (!strcmp(f, "--overlap-sends")) a->overlap = 1;
+    else if (!strcmp(f, "--inject")) {
+      if (!v || strcmp(v, "swap-recvs")) rc = sl_fail(SL_EINPUT, "--inject expects swap-recvs, found '%s'", v ? v : "");
+      a->inject = 1;
+      i++;
+    }
     else if (!strcmp(f, "--compute")) {
       int k = 0;
       while (k < 4 && (!v || strcmp(v, CM_NAME[k]))) k++;
@@ -262,6 +269,16 @@ static int run_one(const bp_args *a, sl_pp_kind kind, sl_comm *c, double loop_pe
     return 2;
   }
   int V = s.spec.V, n = s.nops[r], nx = 0;
+  if (a->inject && r == P - 1) { /* the test's mismatched pairing: the last rank's first two receives trade places */
+    int i0 = -1;
+    for (int i = 0; i < n; i++)
+      if (s.ops[r][i].kind == SL_PP_RECV && i0 < 0) i0 = i;
+      else if (s.ops[r][i].kind == SL_PP_RECV) {
+        sl_pp_op t = s.ops[r][i0];
+        s.ops[r][i0] = s.ops[r][i], s.ops[r][i] = t;
+        break;
+      }
+  }
   walker w = {.s = &s, .r = r, .unit_ns = a->f_ms * 1e6 / V, .loop_per_ns = loop_per_ns, .mode = mode};
   w.buf = calloc((size_t)(n ? n : 1), sizeof *w.buf);
   sl_comm_req **pend = calloc((size_t)(n ? n : 1), sizeof *pend);
