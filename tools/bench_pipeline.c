@@ -34,6 +34,7 @@ typedef struct {
   sl_pp_kind kind;
   double f_ms, timeout_s;
   int64_t bytes;
+  int64_t cost_f, cost_b, cost_w; /* 0: the builder's defaults */
   compute_mode mode;
 } bp_args;
 
@@ -51,13 +52,15 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: mpirun -np P shardlm bench pipeline --micro-batches M [--pp-schedule gpipe|1f1b|interleaved|zb1p|all]\n"
           "                 [--pp-virtual V] [--f-ms 20] [--bytes 262144] [--steps 5] [--compute auto|clock|loop|sleep]\n"
-          "                 [--sleep] [--overlap-sends] [--timeout S] [--inject swap-recvs]\n"
+          "                 [--sleep] [--overlap-sends] [--cost-f N --cost-b N --cost-w N] [--timeout S]\n"
+          "                 [--inject swap-recvs]\n"
           "       shardlm bench pipeline --pp P ...   (not under a launcher: starts mpirun -np P itself)\n"
           "Every rank walks its op list from the schedule builder: F/B/W take cost x f-ms / V (clock: busy-wait\n"
           "on the clock; loop: a calibrated arithmetic loop; sleep: sleep to the deadline; auto: clock when every\n"
           "rank has a core, sleep when ranks outnumber cores), SEND/RECV move --bytes through sl_comm_send/recv.\n"
           "Prints per rank the predicted (unit-cost) and measured idle fraction, their ratio, the transfers\n"
           "against the comm counters, and one JSON line per schedule. Median of --steps after one warm-up.\n"
+          "Op costs in units of f-ms as in shardlm pp-schedule (default F 1, B 2; zb1p F 1, B 1, W 1; W zb1p only).\n"
           "--inject swap-recvs (tests): the last rank's first two receives trade places, a mismatched pairing\n"
           "that the payload check must report (exit 1).\n");
 }
@@ -88,6 +91,9 @@ static int parse(int argc, char **argv, bp_args *a) {
     else if (!strcmp(f, "--f-ms")) NUM(0, 60000, a->f_ms);
     else if (!strcmp(f, "--bytes")) NUM(0, 1 << 30, a->bytes);
     else if (!strcmp(f, "--steps")) NUM(1, 1000, a->steps);
+    else if (!strcmp(f, "--cost-f")) NUM(1, 1000, a->cost_f);
+    else if (!strcmp(f, "--cost-b")) NUM(1, 1000, a->cost_b);
+    else if (!strcmp(f, "--cost-w")) NUM(1, 1000, a->cost_w);
     else if (!strcmp(f, "--timeout")) NUM(1, 86400, a->timeout_s);
     else if (!strcmp(f, "--sleep")) a->mode = CM_SLEEP;
     else if (!strcmp(f, "--overlap-sends")) a->overlap = 1;
@@ -224,6 +230,63 @@ static int walk(const walker *w, sl_comm *c, int overlap, sl_comm_req **pend, st
   return 0;
 }
 
+/* The op lists replayed on a clock with real durations: compute ops take
+ * cost x unit_ms, every transfer xfer_ms. Blocking sends: a transfer starts
+ * when both ranks have it at their heads (the later of the two) and holds
+ * both until it ends. Overlapped sends: the sender posts and goes on; the
+ * receive ends at max(its start, the post) + xfer_ms; the sender's step
+ * ends when its last send has. Fills busy[P] and returns the makespan (ms),
+ * or -1 when the lists cannot complete (never, sl_pp_check having proved
+ * the blocking case). */
+static double simulate(const sl_pp_sched *s, double unit_ms, double xfer_ms, int overlap, double *busy) {
+  int P = s->spec.P, moved = 1;
+  int *pos = calloc((size_t)P, sizeof(int)), *head = calloc((size_t)P * P, sizeof(int)),
+      *tail = calloc((size_t)P * P, sizeof(int));
+  double *t = calloc((size_t)P, sizeof(double)), *sent = calloc((size_t)P, sizeof(double)), mk = -1;
+  int64_t nx = 1;
+  for (int r = 0; r < P; r++) nx = s->sends[r] > nx ? s->sends[r] : nx;
+  double *post = calloc((size_t)nx * (size_t)P * P, sizeof(double)); /* FIFO of post times per (src, dst) */
+  if (!pos || !head || !tail || !t || !sent || !post) goto done;
+  for (int r = 0; r < P; r++) busy[r] = 0;
+  while (moved) {
+    moved = 0;
+    for (int r = 0; r < P; r++)
+      while (pos[r] < s->nops[r]) {
+        const sl_pp_op *o = &s->ops[r][pos[r]];
+        int p = o->peer;
+        if (o->kind <= SL_PP_W) {
+          double d = (double)(o->kind == SL_PP_F ? s->spec.cost_f : o->kind == SL_PP_B ? s->spec.cost_b : s->spec.cost_w) *
+                     unit_ms;
+          t[r] += d, busy[r] += d;
+        } else if (overlap && o->kind == SL_PP_SEND) {
+          post[((size_t)r * P + p) * (size_t)nx + (size_t)tail[r * P + p]++] = t[r];
+        } else if (overlap) { /* a receive: its send must be posted */
+          if (head[p * P + r] == tail[p * P + r]) break;
+          double at = post[((size_t)p * P + r) * (size_t)nx + (size_t)head[p * P + r]++];
+          t[r] = (t[r] > at ? t[r] : at) + xfer_ms;
+          if (t[r] > sent[p]) sent[p] = t[r];
+        } else { /* blocking: the peer's head must be the other half */
+          if (pos[p] >= s->nops[p] || s->ops[p][pos[p]].peer != r ||
+              s->ops[p][pos[p]].kind + o->kind != SL_PP_SEND + SL_PP_RECV)
+            break;
+          t[r] = t[p] = (t[r] > t[p] ? t[r] : t[p]) + xfer_ms;
+          pos[p]++;
+        }
+        pos[r]++;
+        moved = 1;
+      }
+  }
+  mk = 0;
+  for (int r = 0; r < P; r++) {
+    if (pos[r] < s->nops[r]) { mk = -1; break; }
+    if (sent[r] > t[r]) t[r] = sent[r];
+    if (t[r] > mk) mk = t[r];
+  }
+done:
+  free(pos), free(head), free(tail), free(t), free(sent), free(post);
+  return mk;
+}
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -253,11 +316,12 @@ static void jarr_i(const char *key, const int64_t *v, int n) {
 /* Runs schedule `kind` on every rank of c; rank 0 prints the table and the
  * JSON line. Returns 0 ok, 1 failure (counters / payload / comm), 2 the
  * builder refused the spec (printed). */
-static int run_one(const bp_args *a, sl_pp_kind kind, sl_comm *c, double loop_per_ns, compute_mode mode) {
+static int run_one(const bp_args *a, sl_pp_kind kind, sl_comm *c, double loop_per_ns, compute_mode mode, double xfer_ms) {
   int r = sl_comm_rank(c), P = sl_comm_size(c), k = a->steps, rc = 0;
   sl_pp_spec spec;
   sl_pp_spec_defaults(&spec);
   spec.kind = kind, spec.P = P, spec.m = a->m, spec.V = kind == SL_PP_INTERLEAVED ? a->V : 1, spec.bytes = a->bytes;
+  spec.cost_f = a->cost_f, spec.cost_b = a->cost_b, spec.cost_w = kind == SL_PP_ZB1P ? a->cost_w : 0;
   sl_pp_sched s;
   if (sl_pp_build(&spec, &s) != SL_OK) {
     if (r == 0) {
@@ -339,16 +403,18 @@ static int run_one(const bp_args *a, sl_pp_kind kind, sl_comm *c, double loop_pe
           all_cnt[6 * q + 2] == runs * s.send_bytes[q] && all_cnt[6 * q + 3] == runs * s.recv_bytes[q];
   }
   if (r == 0) {
-    double *pred = calloc((size_t)P * 6, sizeof(double)), *busy = pred + P, *wait = pred + 2 * P, *idle = pred + 3 * P,
-           *frac = pred + 4 * P, *ratio = pred + 5 * P, step_ms;
+    double *pred = calloc((size_t)P * 8, sizeof(double)), *busy = pred + P, *wait = pred + 2 * P, *idle = pred + 3 * P,
+           *frac = pred + 4 * P, *ratio = pred + 5 * P, *px = pred + 6 * P, *sbusy = pred + 7 * P, step_ms;
     double *mk = calloc((size_t)k, sizeof(double)), *tmp = calloc((size_t)k, sizeof(double));
     int64_t *cs = calloc((size_t)P * 4, sizeof(int64_t));
     if (!pred || !mk || !tmp || !cs) sl_comm_abort(1);
+    double smk = pred ? simulate(&s, a->f_ms / V, xfer_ms, a->overlap, sbusy) : 0;
     for (int t = 0; t < k; t++) /* the step: the slowest rank's walk */
       for (int q = 0; q < P; q++)
         if (fig[(size_t)3 * (P * t + q) + 2] > mk[t]) mk[t] = fig[(size_t)3 * (P * t + q) + 2];
     for (int q = 0; q < P; q++) {
       pred[q] = s.makespan ? (double)s.idle[q] / (double)s.makespan : 0;
+      px[q] = smk > 0 ? (smk - sbusy[q]) / smk : 0;
       for (int j = 0; j < 3; j++) {
         for (int t = 0; t < k; t++) {
           const double *x = fig + (size_t)3 * (P * t + q);
@@ -362,35 +428,38 @@ static int run_one(const bp_args *a, sl_pp_kind kind, sl_comm *c, double loop_pe
       for (int j = 0; j < 4; j++) cs[4 * q + j] = all_cnt[6 * q + j];
     }
     step_ms = median(mk, k) * 1e-6;
-    double mp = 0, mf = 0;
-    for (int q = 0; q < P; q++) mp += pred[q] / P, mf += frac[q] / P;
+    double mp = 0, mf = 0, mx = 0;
+    for (int q = 0; q < P; q++) mp += pred[q] / P, mf += frac[q] / P, mx += px[q] / P;
     printf("\nschedule %s: P=%d m=%d V=%d; op costs F %lld B %lld W %lld units of %.3g ms (a stage's forward "
            "%.3g ms); %lld bytes per transfer; compute %s; sends %s; median of %d steps after 1 warm-up\n",
            sl_pp_kind_name(kind), P, a->m, V, (long long)s.spec.cost_f, (long long)s.spec.cost_b,
            (long long)s.spec.cost_w, a->f_ms / V, a->f_ms, (long long)a->bytes, CM_NAME[mode],
            a->overlap ? "overlap (completed at the end of the step)" : "wait for the receiver", k);
-    printf("  rank |  busy ms  blocked ms   idle ms | idle fraction: predicted  measured   ratio | sends recvs "
-           "bytes sent (counters = builder)\n");
+    printf("  rank |  busy ms  blocked ms   idle ms | idle fraction: predicted +transfers  measured   ratio | sends "
+           "recvs bytes sent (counters = builder)\n");
     for (int q = 0; q < P; q++)
-      printf("  %4d | %8.1f %10.1f %9.1f |               %9.4f %9.4f %7.3f | %5lld %5lld %10lld %s\n", q,
-             busy[q] * 1e-6, wait[q] * 1e-6, idle[q] * 1e-6, pred[q], frac[q], ratio[q], (long long)s.sends[q],
+      printf("  %4d | %8.1f %10.1f %9.1f |               %9.4f %10.4f %9.4f %7.3f | %5lld %5lld %10lld %s\n", q,
+             busy[q] * 1e-6, wait[q] * 1e-6, idle[q] * 1e-6, pred[q], px[q], frac[q], ratio[q], (long long)s.sends[q],
              (long long)s.recvs[q], (long long)s.send_bytes[q],
              cs[4 * q] == runs * s.sends[q] && cs[4 * q + 1] == runs * s.recvs[q] &&
                      cs[4 * q + 2] == runs * s.send_bytes[q] && cs[4 * q + 3] == runs * s.recv_bytes[q]
                  ? "equal"
                  : "DIFFERENT");
-    printf("  mean |                                 |               %9.4f %9.4f %7.3f |\n", mp, mf,
+    printf("  mean |                                 |               %9.4f %10.4f %9.4f %7.3f |\n", mp, mx, mf,
            mp > 0 ? mf / mp : 0);
-    printf("  step: predicted %.1f ms (%lld units), measured %.1f ms; payloads %s; comm counters over %lld steps "
-           "%s the builder's transfers\n", (double)s.makespan * a->f_ms / V, (long long)s.makespan, step_ms,
+    printf("  step: predicted %.1f ms (%lld units), %.1f ms with each transfer taking %.3f ms, measured %.1f ms; "
+           "payloads %s; comm counters over %lld steps %s the builder's transfers\n",
+           (double)s.makespan * a->f_ms / V, (long long)s.makespan, smk, xfer_ms, step_ms,
            all_bad ? "MISMATCHED" : "verified", (long long)runs, eq ? "equal" : "DIFFER FROM");
     printf("{\"bench\": \"pipeline\", \"schedule\": \"%s\", \"pp\": %d, \"micro_batches\": %d, \"virtual\": %d, "
            "\"f_ms\": %g, \"bytes\": %lld, \"compute\": \"%s\", \"overlap_sends\": %s, \"steps\": %d, "
-           "\"steps_run\": %lld, \"step_ms_predicted\": %.3f, \"step_ms\": %.3f, \"makespan_units\": %lld",
+           "\"steps_run\": %lld, \"transfer_ms\": %.4f, \"step_ms_predicted\": %.3f, \"step_ms_predicted_xfer\": %.3f, \"step_ms\": %.3f, "
+           "\"makespan_units\": %lld",
            sl_pp_kind_name(kind), P, a->m, V, a->f_ms, (long long)a->bytes, CM_NAME[mode],
-           a->overlap ? "true" : "false", k, (long long)runs, (double)s.makespan * a->f_ms / V, step_ms,
+           a->overlap ? "true" : "false", k, (long long)runs, xfer_ms, (double)s.makespan * a->f_ms / V, smk, step_ms,
            (long long)s.makespan);
     jarr_d("predicted_idle_frac", pred, P, "%.6f");
+    jarr_d("predicted_idle_frac_xfer", px, P, "%.6f");
     jarr_d("idle_frac", frac, P, "%.6f");
     jarr_d("ratio", ratio, P, "%.4f");
     for (int q = 0; q < P; q++) busy[q] *= 1e-6, wait[q] *= 1e-6, idle[q] *= 1e-6;
@@ -407,8 +476,8 @@ static int run_one(const bp_args *a, sl_pp_kind kind, sl_comm *c, double loop_pe
       for (int q = 0; q < P; q++) cv[q] = cs[4 * q + j];
       jarr_i(ck[j], cv, P);
     }
-    printf(", \"mean_predicted_idle_frac\": %.6f, \"mean_idle_frac\": %.6f, \"mean_ratio\": %.4f, "
-           "\"counters_equal\": %s, \"payload_errors\": %lld}\n", mp, mf, mp > 0 ? mf / mp : 0,
+    printf(", \"mean_predicted_idle_frac\": %.6f, \"mean_predicted_idle_frac_xfer\": %.6f, \"mean_idle_frac\": %.6f, "
+           "\"mean_ratio\": %.4f, \"counters_equal\": %s, \"payload_errors\": %lld}\n", mp, mx, mf, mp > 0 ? mf / mp : 0,
            eq ? "true" : "false", (long long)all_bad);
     fflush(stdout);
     free(cv);
@@ -424,6 +493,31 @@ static int run_one(const bp_args *a, sl_pp_kind kind, sl_comm *c, double loop_pe
   free(all_cnt);
   sl_pp_sched_free(&s);
   return eq && !all_bad ? 0 : 1;
+}
+
+/* One transfer of `bytes` between ranks 0 and 1: the median of 9 ping-pong
+ * round trips (after one warm-up), halved, in ms; the others wait. */
+static double transfer_ms(sl_comm *c, int64_t bytes) {
+  int r = sl_comm_rank(c);
+  double t[9], ms = 0;
+  uint8_t *buf = calloc((size_t)(bytes ? bytes : 1), 1);
+  int rc = buf ? SL_COMM_OK : SL_COMM_ERR;
+  for (int i = -1; i < 9 && r < 2 && !rc; i++) {
+    sl_comm_req *q;
+    uint64_t t0 = sl_now_ns();
+    for (int dir = 0; dir < 2 && !rc; dir++) {
+      rc = r == dir ? sl_comm_send(c, buf, bytes, SL_U8, 1 - r, 2, &q) : sl_comm_recv(c, buf, bytes, SL_U8, 1 - r, 2, &q);
+      if (!rc) rc = sl_comm_wait(q);
+    }
+    if (i >= 0) t[i] = (double)(sl_now_ns() - t0) * 0.5e-6;
+  }
+  if (!rc && r < 2) ms = median(t, 9);
+  free(buf);
+  if (rc || sl_comm_broadcast_sync(c, &ms, 1, SL_F64, 0) != SL_COMM_OK) {
+    fprintf(stderr, "shardlm bench pipeline: rank %d: the ping-pong failed: %s\n", r, sl_comm_last_error());
+    sl_comm_abort(1);
+  }
+  return ms;
 }
 
 /* Not under a launcher: run this command again under mpirun -np P. */
@@ -485,8 +579,11 @@ int sl_bench_pipeline_main(int argc, char **argv) {
       goto out;
     }
   }
+  double xfer = transfer_ms(c, a.bytes);
   if (r == 0) {
-    printf("shardlm bench pipeline: %d ranks on %ld cores; compute by %s%s", P, cores, CM_NAME[mode],
+    printf("shardlm bench pipeline: %d ranks on %ld cores; one transfer of %lld bytes takes %.3f ms (ping-pong, "
+           "rank 0 <-> 1; the unit-cost model counts it 0); compute by %s%s", P, cores, (long long)a.bytes, xfer,
+           CM_NAME[mode],
            a.mode == CM_AUTO ? (mode == CM_CLOCK ? " (auto: every rank has a core, so ranks busy-wait on the clock)"
                                                  : " (auto: ranks outnumber cores; busy-waiting ranks would take the "
                                                    "cores of the ranks that compute, so compute ops sleep to their "
@@ -502,7 +599,7 @@ int sl_bench_pipeline_main(int argc, char **argv) {
   int ran = 0;
   for (int kd = 0; kd < SL_PP_NKINDS; kd++) {
     if (!a.all && kd != (int)a.kind) continue;
-    int x = run_one(&a, (sl_pp_kind)kd, c, lpn, mode);
+    int x = run_one(&a, (sl_pp_kind)kd, c, lpn, mode, xfer);
     if (x == 1) rc = 1;
     if (x != 2) ran++;
   }
