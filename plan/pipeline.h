@@ -106,6 +106,19 @@ void sl_pp_sched_free(sl_pp_sched *s);
  * wrong rank, or a transfer is missing, extra or sends data not yet made. */
 int sl_pp_check(const sl_pp_sched *s);
 
+/* Replays the lists on a clock: a compute op takes its cost x unit, a
+ * transfer `xfer`. overlap = 0: sends block until the receive is posted (a
+ * transfer starts when both ranks have it at their heads, at the later of
+ * the two, and holds both until it ends). overlap = 1: the sender posts and
+ * goes on; the receive ends at max(its start, the post) + xfer, and the
+ * sender's step ends when its last send has. Fills busy[P] (compute time per
+ * rank; may be NULL) and returns the step (the last rank's end), or -1 when
+ * the lists cannot complete or memory runs out. With xfer = 0 and overlap
+ * the step is the unit-cost makespan; blocking sends can be slower where no
+ * time before the consumer starts finds both ranks between ops
+ * (docs/pipeline.md). */
+double sl_pp_replay(const sl_pp_sched *s, double unit, double xfer, int overlap, double *busy);
+
 /* Writes "F3", "B0:1" (mb:chunk when V > 1), "send act mb 2 -> rank 1" ... */
 void sl_pp_op_str(const sl_pp_sched *s, const sl_pp_op *op, char *buf, size_t cap);
 

@@ -230,63 +230,6 @@ static int walk(const walker *w, sl_comm *c, int overlap, sl_comm_req **pend, st
   return 0;
 }
 
-/* The op lists replayed on a clock with real durations: compute ops take
- * cost x unit_ms, every transfer xfer_ms. Blocking sends: a transfer starts
- * when both ranks have it at their heads (the later of the two) and holds
- * both until it ends. Overlapped sends: the sender posts and goes on; the
- * receive ends at max(its start, the post) + xfer_ms; the sender's step
- * ends when its last send has. Fills busy[P] and returns the makespan (ms),
- * or -1 when the lists cannot complete (never, sl_pp_check having proved
- * the blocking case). */
-static double simulate(const sl_pp_sched *s, double unit_ms, double xfer_ms, int overlap, double *busy) {
-  int P = s->spec.P, moved = 1;
-  int *pos = calloc((size_t)P, sizeof(int)), *head = calloc((size_t)P * P, sizeof(int)),
-      *tail = calloc((size_t)P * P, sizeof(int));
-  double *t = calloc((size_t)P, sizeof(double)), *sent = calloc((size_t)P, sizeof(double)), mk = -1;
-  int64_t nx = 1;
-  for (int r = 0; r < P; r++) nx = s->sends[r] > nx ? s->sends[r] : nx;
-  double *post = calloc((size_t)nx * (size_t)P * P, sizeof(double)); /* FIFO of post times per (src, dst) */
-  if (!pos || !head || !tail || !t || !sent || !post) goto done;
-  for (int r = 0; r < P; r++) busy[r] = 0;
-  while (moved) {
-    moved = 0;
-    for (int r = 0; r < P; r++)
-      while (pos[r] < s->nops[r]) {
-        const sl_pp_op *o = &s->ops[r][pos[r]];
-        int p = o->peer;
-        if (o->kind <= SL_PP_W) {
-          double d = (double)(o->kind == SL_PP_F ? s->spec.cost_f : o->kind == SL_PP_B ? s->spec.cost_b : s->spec.cost_w) *
-                     unit_ms;
-          t[r] += d, busy[r] += d;
-        } else if (overlap && o->kind == SL_PP_SEND) {
-          post[((size_t)r * P + p) * (size_t)nx + (size_t)tail[r * P + p]++] = t[r];
-        } else if (overlap) { /* a receive: its send must be posted */
-          if (head[p * P + r] == tail[p * P + r]) break;
-          double at = post[((size_t)p * P + r) * (size_t)nx + (size_t)head[p * P + r]++];
-          t[r] = (t[r] > at ? t[r] : at) + xfer_ms;
-          if (t[r] > sent[p]) sent[p] = t[r];
-        } else { /* blocking: the peer's head must be the other half */
-          if (pos[p] >= s->nops[p] || s->ops[p][pos[p]].peer != r ||
-              s->ops[p][pos[p]].kind + o->kind != SL_PP_SEND + SL_PP_RECV)
-            break;
-          t[r] = t[p] = (t[r] > t[p] ? t[r] : t[p]) + xfer_ms;
-          pos[p]++;
-        }
-        pos[r]++;
-        moved = 1;
-      }
-  }
-  mk = 0;
-  for (int r = 0; r < P; r++) {
-    if (pos[r] < s->nops[r]) { mk = -1; break; }
-    if (sent[r] > t[r]) t[r] = sent[r];
-    if (t[r] > mk) mk = t[r];
-  }
-done:
-  free(pos), free(head), free(tail), free(t), free(sent), free(post);
-  return mk;
-}
-
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -408,7 +351,7 @@ static int run_one(const bp_args *a, sl_pp_kind kind, sl_comm *c, double loop_pe
     double *mk = calloc((size_t)k, sizeof(double)), *tmp = calloc((size_t)k, sizeof(double));
     int64_t *cs = calloc((size_t)P * 4, sizeof(int64_t));
     if (!pred || !mk || !tmp || !cs) sl_comm_abort(1);
-    double smk = pred ? simulate(&s, a->f_ms / V, xfer_ms, a->overlap, sbusy) : 0;
+    double smk = pred ? sl_pp_replay(&s, a->f_ms / V, xfer_ms, a->overlap, sbusy) : 0;
     for (int t = 0; t < k; t++) /* the step: the slowest rank's walk */
       for (int q = 0; q < P; q++)
         if (fig[(size_t)3 * (P * t + q) + 2] > mk[t]) mk[t] = fig[(size_t)3 * (P * t + q) + 2];
