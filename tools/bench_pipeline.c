@@ -56,8 +56,9 @@ static void usage(FILE *f) {
           "                 [--inject swap-recvs]\n"
           "       shardlm bench pipeline --pp P ...   (not under a launcher: starts mpirun -np P itself)\n"
           "Every rank walks its op list from the schedule builder: F/B/W take cost x f-ms / V (clock: busy-wait\n"
-          "on the clock; loop: a calibrated arithmetic loop; sleep: sleep to the deadline; auto: clock when every\n"
-          "rank has a core, sleep when ranks outnumber cores), SEND/RECV move --bytes through sl_comm_send/recv.\n"
+          "on the clock; loop: a calibrated arithmetic loop; sleep: sleep to the deadline; auto: clock when the\n"
+          "ranks leave a core free for the comm progress threads, else sleep), SEND/RECV move --bytes through\n"
+          "sl_comm_send/recv.\n"
           "Prints per rank the predicted (unit-cost) and measured idle fraction, their ratio, the transfers\n"
           "against the comm counters, and one JSON line per schedule. Median of --steps after one warm-up.\n"
           "Op costs in units of f-ms as in shardlm pp-schedule (default F 1, B 2; zb1p F 1, B 1, W 1; W zb1p only).\n"
@@ -513,7 +514,7 @@ int sl_bench_pipeline_main(int argc, char **argv) {
   }
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   compute_mode mode = a.mode;
-  if (mode == CM_AUTO) mode = P <= cores ? CM_CLOCK : CM_SLEEP;
+  if (mode == CM_AUTO) mode = P < cores ? CM_CLOCK : CM_SLEEP; /* a core left for the progress threads */
   double lpn = 0;
   if (mode == CM_LOOP) { /* rank 0 calibrates while the others wait */
     if (r == 0) lpn = calibrate_loop();
@@ -527,15 +528,16 @@ int sl_bench_pipeline_main(int argc, char **argv) {
     printf("shardlm bench pipeline: %d ranks on %ld cores; one transfer of %lld bytes takes %.3f ms (ping-pong, "
            "rank 0 <-> 1; the unit-cost model counts it 0); compute by %s%s", P, cores, (long long)a.bytes, xfer,
            CM_NAME[mode],
-           a.mode == CM_AUTO ? (mode == CM_CLOCK ? " (auto: every rank has a core, so ranks busy-wait on the clock)"
-                                                 : " (auto: ranks outnumber cores; busy-waiting ranks would take the "
-                                                   "cores of the ranks that compute, so compute ops sleep to their "
-                                                   "deadline)")
+           a.mode == CM_AUTO ? (mode == CM_CLOCK ? " (auto: every rank has a core and one is left for the comm "
+                                                   "progress threads, so ranks busy-wait on the clock)"
+                                                 : " (auto: ranks >= cores; busy-waiting ranks would take the cores "
+                                                   "that the ranks due to compute and the comm progress threads "
+                                                   "need, so compute ops sleep to their deadline)")
                              : "");
     if (mode == CM_LOOP) printf("; loop calibrated on rank 0 at %.3f iterations/ns", lpn);
-    if (mode != CM_SLEEP && P > cores)
-      printf("\nnote: %d ranks share %ld cores: spinning ranks slow each other, so the measured idle is the "
-             "scheduler's as much as the schedule's", P, cores);
+    if (mode != CM_SLEEP && P >= cores)
+      printf("\nnote: %d ranks spin on %ld cores: they slow each other and the comm progress threads, so the "
+             "measured idle is the OS scheduler's as much as the schedule's", P, cores);
     printf("\n");
     fflush(stdout);
   }
