@@ -257,6 +257,99 @@ static void jarr_i(const char *key, const int64_t *v, int n) {
   printf("]");
 }
 
+/* Rank 0: the table and the JSON line of one schedule, from every rank's
+ * step figures fig (k steps x P ranks x {busy, blocked, walk} ns) and
+ * counters cnt (P ranks x {sends, recvs, send bytes, recv bytes, payload
+ * errors, 0} over the warm-up and the k steps). */
+static void report(const bp_args *a, const sl_pp_sched *s, compute_mode mode, double xfer_ms, const double *fig,
+                   const int64_t *all_cnt, int eq, int64_t all_bad) {
+  int P = s->spec.P, V = s->spec.V, k = a->steps;
+  sl_pp_kind kind = s->spec.kind;
+  int64_t runs = k + 1;
+  double *pred = calloc((size_t)P * 8, sizeof(double)), *busy = pred + P, *wait = pred + 2 * P, *idle = pred + 3 * P,
+         *frac = pred + 4 * P, *ratio = pred + 5 * P, *px = pred + 6 * P, *sbusy = pred + 7 * P, step_ms;
+  double *mk = calloc((size_t)k, sizeof(double)), *tmp = calloc((size_t)k, sizeof(double));
+  int64_t *cs = calloc((size_t)P * 4, sizeof(int64_t));
+  if (!pred || !mk || !tmp || !cs) sl_comm_abort(1);
+  double smk = sl_pp_replay(s, a->f_ms / V, xfer_ms, a->overlap, sbusy);
+  for (int t = 0; t < k; t++) /* the step: the slowest rank's walk */
+    for (int q = 0; q < P; q++)
+      if (fig[(size_t)3 * (P * t + q) + 2] > mk[t]) mk[t] = fig[(size_t)3 * (P * t + q) + 2];
+  for (int q = 0; q < P; q++) {
+    pred[q] = s->makespan ? (double)s->idle[q] / (double)s->makespan : 0;
+    px[q] = smk > 0 ? (smk - sbusy[q]) / smk : 0;
+    for (int j = 0; j < 3; j++) {
+      for (int t = 0; t < k; t++) {
+        const double *x = fig + (size_t)3 * (P * t + q);
+        tmp[t] = j == 0 ? x[0] : j == 1 ? x[1] : (mk[t] - x[0]) / mk[t];
+      }
+      (j == 0 ? busy : j == 1 ? wait : frac)[q] = median(tmp, k);
+    }
+    for (int t = 0; t < k; t++) tmp[t] = mk[t] - fig[(size_t)3 * (P * t + q)];
+    idle[q] = median(tmp, k);
+    ratio[q] = pred[q] > 0 ? frac[q] / pred[q] : 0;
+    for (int j = 0; j < 4; j++) cs[4 * q + j] = all_cnt[6 * q + j];
+  }
+  step_ms = median(mk, k) * 1e-6;
+  double mp = 0, mf = 0, mx = 0;
+  for (int q = 0; q < P; q++) mp += pred[q] / P, mf += frac[q] / P, mx += px[q] / P;
+  printf("\nschedule %s: P=%d m=%d V=%d; op costs F %lld B %lld W %lld units of %.3g ms (a stage's forward "
+         "%.3g ms); %lld bytes per transfer; compute %s; sends %s; median of %d steps after 1 warm-up\n",
+         sl_pp_kind_name(kind), P, a->m, V, (long long)s->spec.cost_f, (long long)s->spec.cost_b,
+         (long long)s->spec.cost_w, a->f_ms / V, a->f_ms, (long long)a->bytes, CM_NAME[mode],
+         a->overlap ? "overlap (completed at the end of the step)" : "wait for the receiver", k);
+  printf("  rank |  busy ms  blocked ms   idle ms | idle fraction: predicted +transfers  measured   ratio | sends "
+         "recvs bytes sent (counters = builder)\n");
+  for (int q = 0; q < P; q++)
+    printf("  %4d | %8.1f %10.1f %9.1f |               %9.4f %10.4f %9.4f %7.3f | %5lld %5lld %10lld %s\n", q,
+           busy[q] * 1e-6, wait[q] * 1e-6, idle[q] * 1e-6, pred[q], px[q], frac[q], ratio[q], (long long)s->sends[q],
+           (long long)s->recvs[q], (long long)s->send_bytes[q],
+           cs[4 * q] == runs * s->sends[q] && cs[4 * q + 1] == runs * s->recvs[q] &&
+                   cs[4 * q + 2] == runs * s->send_bytes[q] && cs[4 * q + 3] == runs * s->recv_bytes[q]
+               ? "equal"
+               : "DIFFERENT");
+  printf("  mean |                                 |               %9.4f %10.4f %9.4f %7.3f |\n", mp, mx, mf,
+         mp > 0 ? mf / mp : 0);
+  printf("  step: predicted %.1f ms (%lld units), %.1f ms with each transfer taking %.3f ms, measured %.1f ms; "
+         "payloads %s; comm counters over %lld steps %s the builder's transfers\n",
+         (double)s->makespan * a->f_ms / V, (long long)s->makespan, smk, xfer_ms, step_ms,
+         all_bad ? "MISMATCHED" : "verified", (long long)runs, eq ? "equal" : "DIFFER FROM");
+  printf("{\"bench\": \"pipeline\", \"schedule\": \"%s\", \"pp\": %d, \"micro_batches\": %d, \"virtual\": %d, "
+         "\"f_ms\": %g, \"bytes\": %lld, \"compute\": \"%s\", \"overlap_sends\": %s, \"steps\": %d, "
+         "\"steps_run\": %lld, \"transfer_ms\": %.4f, \"step_ms_predicted\": %.3f, \"step_ms_predicted_xfer\": %.3f, \"step_ms\": %.3f, "
+         "\"makespan_units\": %lld",
+         sl_pp_kind_name(kind), P, a->m, V, a->f_ms, (long long)a->bytes, CM_NAME[mode],
+         a->overlap ? "true" : "false", k, (long long)runs, xfer_ms, (double)s->makespan * a->f_ms / V, smk, step_ms,
+         (long long)s->makespan);
+  jarr_d("predicted_idle_frac", pred, P, "%.6f");
+  jarr_d("predicted_idle_frac_xfer", px, P, "%.6f");
+  jarr_d("idle_frac", frac, P, "%.6f");
+  jarr_d("ratio", ratio, P, "%.4f");
+  for (int q = 0; q < P; q++) busy[q] *= 1e-6, wait[q] *= 1e-6, idle[q] *= 1e-6;
+  jarr_d("busy_ms", busy, P, "%.3f");
+  jarr_d("blocked_ms", wait, P, "%.3f");
+  jarr_d("idle_ms", idle, P, "%.3f");
+  jarr_i("builder_sends", s->sends, P);
+  jarr_i("builder_recvs", s->recvs, P);
+  jarr_i("builder_send_bytes", s->send_bytes, P);
+  jarr_i("builder_recv_bytes", s->recv_bytes, P);
+  int64_t *cv = calloc((size_t)P, sizeof(int64_t));
+  const char *ck[4] = {"counter_sends", "counter_recvs", "counter_send_bytes", "counter_recv_bytes"};
+  for (int j = 0; j < 4 && cv; j++) {
+    for (int q = 0; q < P; q++) cv[q] = cs[4 * q + j];
+    jarr_i(ck[j], cv, P);
+  }
+  printf(", \"mean_predicted_idle_frac\": %.6f, \"mean_predicted_idle_frac_xfer\": %.6f, \"mean_idle_frac\": %.6f, "
+         "\"mean_ratio\": %.4f, \"counters_equal\": %s, \"payload_errors\": %lld}\n", mp, mx, mf, mp > 0 ? mf / mp : 0,
+         eq ? "true" : "false", (long long)all_bad);
+  fflush(stdout);
+  free(cv);
+  free(pred);
+  free(mk);
+  free(tmp);
+  free(cs);
+}
+
 /* Runs schedule `kind` on every rank of c; rank 0 prints the table and the
  * JSON line. Returns 0 ok, 1 failure (counters / payload / comm), 2 the
  * builder refused the spec (printed). */
@@ -346,90 +439,7 @@ static int run_one(const bp_args *a, sl_pp_kind kind, sl_comm *c, double loop_pe
     eq &= all_cnt[6 * q] == runs * s.sends[q] && all_cnt[6 * q + 1] == runs * s.recvs[q] &&
           all_cnt[6 * q + 2] == runs * s.send_bytes[q] && all_cnt[6 * q + 3] == runs * s.recv_bytes[q];
   }
-  if (r == 0) {
-    double *pred = calloc((size_t)P * 8, sizeof(double)), *busy = pred + P, *wait = pred + 2 * P, *idle = pred + 3 * P,
-           *frac = pred + 4 * P, *ratio = pred + 5 * P, *px = pred + 6 * P, *sbusy = pred + 7 * P, step_ms;
-    double *mk = calloc((size_t)k, sizeof(double)), *tmp = calloc((size_t)k, sizeof(double));
-    int64_t *cs = calloc((size_t)P * 4, sizeof(int64_t));
-    if (!pred || !mk || !tmp || !cs) sl_comm_abort(1);
-    double smk = pred ? sl_pp_replay(&s, a->f_ms / V, xfer_ms, a->overlap, sbusy) : 0;
-    for (int t = 0; t < k; t++) /* the step: the slowest rank's walk */
-      for (int q = 0; q < P; q++)
-        if (fig[(size_t)3 * (P * t + q) + 2] > mk[t]) mk[t] = fig[(size_t)3 * (P * t + q) + 2];
-    for (int q = 0; q < P; q++) {
-      pred[q] = s.makespan ? (double)s.idle[q] / (double)s.makespan : 0;
-      px[q] = smk > 0 ? (smk - sbusy[q]) / smk : 0;
-      for (int j = 0; j < 3; j++) {
-        for (int t = 0; t < k; t++) {
-          const double *x = fig + (size_t)3 * (P * t + q);
-          tmp[t] = j == 0 ? x[0] : j == 1 ? x[1] : (mk[t] - x[0]) / mk[t];
-        }
-        (j == 0 ? busy : j == 1 ? wait : frac)[q] = median(tmp, k);
-      }
-      for (int t = 0; t < k; t++) tmp[t] = mk[t] - fig[(size_t)3 * (P * t + q)];
-      idle[q] = median(tmp, k);
-      ratio[q] = pred[q] > 0 ? frac[q] / pred[q] : 0;
-      for (int j = 0; j < 4; j++) cs[4 * q + j] = all_cnt[6 * q + j];
-    }
-    step_ms = median(mk, k) * 1e-6;
-    double mp = 0, mf = 0, mx = 0;
-    for (int q = 0; q < P; q++) mp += pred[q] / P, mf += frac[q] / P, mx += px[q] / P;
-    printf("\nschedule %s: P=%d m=%d V=%d; op costs F %lld B %lld W %lld units of %.3g ms (a stage's forward "
-           "%.3g ms); %lld bytes per transfer; compute %s; sends %s; median of %d steps after 1 warm-up\n",
-           sl_pp_kind_name(kind), P, a->m, V, (long long)s.spec.cost_f, (long long)s.spec.cost_b,
-           (long long)s.spec.cost_w, a->f_ms / V, a->f_ms, (long long)a->bytes, CM_NAME[mode],
-           a->overlap ? "overlap (completed at the end of the step)" : "wait for the receiver", k);
-    printf("  rank |  busy ms  blocked ms   idle ms | idle fraction: predicted +transfers  measured   ratio | sends "
-           "recvs bytes sent (counters = builder)\n");
-    for (int q = 0; q < P; q++)
-      printf("  %4d | %8.1f %10.1f %9.1f |               %9.4f %10.4f %9.4f %7.3f | %5lld %5lld %10lld %s\n", q,
-             busy[q] * 1e-6, wait[q] * 1e-6, idle[q] * 1e-6, pred[q], px[q], frac[q], ratio[q], (long long)s.sends[q],
-             (long long)s.recvs[q], (long long)s.send_bytes[q],
-             cs[4 * q] == runs * s.sends[q] && cs[4 * q + 1] == runs * s.recvs[q] &&
-                     cs[4 * q + 2] == runs * s.send_bytes[q] && cs[4 * q + 3] == runs * s.recv_bytes[q]
-                 ? "equal"
-                 : "DIFFERENT");
-    printf("  mean |                                 |               %9.4f %10.4f %9.4f %7.3f |\n", mp, mx, mf,
-           mp > 0 ? mf / mp : 0);
-    printf("  step: predicted %.1f ms (%lld units), %.1f ms with each transfer taking %.3f ms, measured %.1f ms; "
-           "payloads %s; comm counters over %lld steps %s the builder's transfers\n",
-           (double)s.makespan * a->f_ms / V, (long long)s.makespan, smk, xfer_ms, step_ms,
-           all_bad ? "MISMATCHED" : "verified", (long long)runs, eq ? "equal" : "DIFFER FROM");
-    printf("{\"bench\": \"pipeline\", \"schedule\": \"%s\", \"pp\": %d, \"micro_batches\": %d, \"virtual\": %d, "
-           "\"f_ms\": %g, \"bytes\": %lld, \"compute\": \"%s\", \"overlap_sends\": %s, \"steps\": %d, "
-           "\"steps_run\": %lld, \"transfer_ms\": %.4f, \"step_ms_predicted\": %.3f, \"step_ms_predicted_xfer\": %.3f, \"step_ms\": %.3f, "
-           "\"makespan_units\": %lld",
-           sl_pp_kind_name(kind), P, a->m, V, a->f_ms, (long long)a->bytes, CM_NAME[mode],
-           a->overlap ? "true" : "false", k, (long long)runs, xfer_ms, (double)s.makespan * a->f_ms / V, smk, step_ms,
-           (long long)s.makespan);
-    jarr_d("predicted_idle_frac", pred, P, "%.6f");
-    jarr_d("predicted_idle_frac_xfer", px, P, "%.6f");
-    jarr_d("idle_frac", frac, P, "%.6f");
-    jarr_d("ratio", ratio, P, "%.4f");
-    for (int q = 0; q < P; q++) busy[q] *= 1e-6, wait[q] *= 1e-6, idle[q] *= 1e-6;
-    jarr_d("busy_ms", busy, P, "%.3f");
-    jarr_d("blocked_ms", wait, P, "%.3f");
-    jarr_d("idle_ms", idle, P, "%.3f");
-    jarr_i("builder_sends", s.sends, P);
-    jarr_i("builder_recvs", s.recvs, P);
-    jarr_i("builder_send_bytes", s.send_bytes, P);
-    jarr_i("builder_recv_bytes", s.recv_bytes, P);
-    int64_t *cv = calloc((size_t)P, sizeof(int64_t));
-    const char *ck[4] = {"counter_sends", "counter_recvs", "counter_send_bytes", "counter_recv_bytes"};
-    for (int j = 0; j < 4 && cv; j++) {
-      for (int q = 0; q < P; q++) cv[q] = cs[4 * q + j];
-      jarr_i(ck[j], cv, P);
-    }
-    printf(", \"mean_predicted_idle_frac\": %.6f, \"mean_predicted_idle_frac_xfer\": %.6f, \"mean_idle_frac\": %.6f, "
-           "\"mean_ratio\": %.4f, \"counters_equal\": %s, \"payload_errors\": %lld}\n", mp, mx, mf, mp > 0 ? mf / mp : 0,
-           eq ? "true" : "false", (long long)all_bad);
-    fflush(stdout);
-    free(cv);
-    free(pred);
-    free(mk);
-    free(tmp);
-    free(cs);
-  }
+  if (r == 0) report(a, &s, mode, xfer_ms, fig, all_cnt, (int)eq, all_bad);
   for (int i = 0; i < n; i++) free(w.buf[i]);
   free(w.buf);
   free(pend);
