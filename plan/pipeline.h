@@ -14,9 +14,12 @@
  * interleaving; V = 1 for gpipe, 1f1b, zb1p). The activation of micro-batch
  * mb leaves stage vs for vs + 1, its gradient goes from vs + 1 back to vs.
  *
- * Pairing discipline: every transfer has one global position, the end time
- * of the op that produced its data in the unit-cost timeline (ties broken by
- * (sender, direction, micro-batch, stage)); each rank issues its transfers in
+ * Pairing discipline: every transfer has one global position in the
+ * unit-cost timeline: the first time at or after the end of the op that
+ * produced its data at which neither of its ranks is inside an op (so a
+ * blocking send holds neither), if that is no later than the start of the
+ * op that consumes it, else that end (ties broken by (sender, direction,
+ * micro-batch, stage)); each rank issues its transfers in
  * that one global order, a transfer before any compute op that starts at or
  * after its position. Every rank's list is then a subsequence of one total
  * order of all events, so the lowest unfinished event is always at the head
