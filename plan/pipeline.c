@@ -247,14 +247,46 @@ static int transfer_of(const sl_pp_op *o, int r, int P, int S, int *dir, int *to
   return *to % P != r; /* both stages on this rank (P = 1 with chunks): no transfer */
 }
 
+/* The end of the op of list l running strictly across time p (start < p <
+ * end), or -1 when l is between ops at p. l is in start order. */
+static int64_t busy_until(const oplist *l, int64_t p) {
+  int lo = 0, hi = l->n; /* first op starting at or after p */
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (l->v[mid].start < p) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo > 0 && l->v[lo - 1].end > p ? l->v[lo - 1].end : -1;
+}
+
+/* The position of a transfer whose data is ready at t on the rank of list a
+ * and consumed at c on the rank of list b: the first time >= t at which
+ * neither rank is inside an op, so that a send that blocks until the
+ * receive is posted stalls neither rank (issuing it at t would hold the
+ * sender until the receiver ends the op it is in); t when that time is
+ * after c (no position keeps both ranks on the timeline). */
+static int64_t meet(const oplist *a, const oplist *b, int64_t t, int64_t c) {
+  int64_t p = t, e;
+  while ((e = busy_until(a, p)) >= 0 || (e = busy_until(b, p)) >= 0) p = e;
+  return p <= c ? p : t;
+}
+
 static int merge_transfers(const sl_pp_spec *s, oplist *comp, sl_pp_sched *out) {
   int P = s->P, m = s->m, S = P * s->V, rc = SL_OK, dir, to;
   int *fill = calloc((size_t)P, sizeof(int));
   event **ev = calloc((size_t)P, sizeof(event *));
-  if (!fill || !ev) {
+  int64_t *sF = malloc((size_t)S * m * sizeof(int64_t)), *sB = malloc((size_t)S * m * sizeof(int64_t));
+  if (!fill || !ev || !sF || !sB) {
     rc = sl_fail(SL_ENOMEM, "pipeline schedule: out of memory");
     goto done;
   }
+  for (int r = 0; r < P; r++) /* start of each (stage, micro-batch)'s F and B: the consumers of transfers */
+    for (int i = 0; i < comp[r].n; i++) {
+      const sl_pp_op *o = &comp[r].v[i];
+      size_t at = (size_t)(o->chunk * P + r) * m + o->mb;
+      if (o->kind == SL_PP_F) sF[at] = o->start;
+      else if (o->kind == SL_PP_B) sB[at] = o->start;
+    }
   for (int r = 0; r < P; r++) /* fill: events per rank, counted first */
     for (int i = 0; i < comp[r].n; i++) {
       fill[r]++;
@@ -275,14 +307,15 @@ static int merge_transfers(const sl_pp_spec *s, oplist *comp, sl_pp_sched *out) 
       if (!transfer_of(o, r, P, S, &dir, &to)) continue;
       int d = to % P;
       int64_t id = (((int64_t)r * 2 + dir) * S + (o->chunk * P + r)) * m + o->mb;
+      int64_t pos = meet(&comp[r], &comp[d], o->end, (dir == SL_PP_ACT ? sF : sB)[(size_t)to * m + o->mb]);
       sl_pp_op snd = {.kind = SL_PP_SEND, .dir = (int8_t)dir, .mb = o->mb, .chunk = o->chunk, .peer = d,
-                      .bytes = s->bytes, .start = o->end, .end = o->end};
+                      .bytes = s->bytes, .start = pos, .end = pos};
       sl_pp_op rcv = snd;
       rcv.kind = SL_PP_RECV;
       rcv.chunk = to / P;
       rcv.peer = r;
-      ev[r][fill[r]++] = (event){.key = o->end, .id = id, .type = 0, .op = snd};
-      ev[d][fill[d]++] = (event){.key = o->end, .id = id, .type = 0, .op = rcv};
+      ev[r][fill[r]++] = (event){.key = pos, .id = id, .type = 0, .op = snd};
+      ev[d][fill[d]++] = (event){.key = pos, .id = id, .type = 0, .op = rcv};
     }
   for (int r = 0; r < P; r++) {
     qsort(ev[r], (size_t)fill[r], sizeof(event), event_cmp);
@@ -299,6 +332,8 @@ done:
     for (int r = 0; r < P; r++) free(ev[r]);
   free(ev);
   free(fill);
+  free(sF);
+  free(sB);
   return rc;
 }
 

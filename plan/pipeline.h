@@ -14,9 +14,12 @@
  * interleaving; V = 1 for gpipe, 1f1b, zb1p). The activation of micro-batch
  * mb leaves stage vs for vs + 1, its gradient goes from vs + 1 back to vs.
  *
- * Pairing discipline: every transfer has one global position, the end time
- * of the op that produced its data in the unit-cost timeline (ties broken by
- * (sender, direction, micro-batch, stage)); each rank issues its transfers in
+ * Pairing discipline: every transfer has one global position in the
+ * unit-cost timeline: the first time at or after the end of the op that
+ * produced its data at which neither of its ranks is inside an op (so a
+ * blocking send holds neither), if that is no later than the start of the
+ * op that consumes it, else that end (ties broken by (sender, direction,
+ * micro-batch, stage)); each rank issues its transfers in
  * that one global order, a transfer before any compute op that starts at or
  * after its position. Every rank's list is then a subsequence of one total
  * order of all events, so the lowest unfinished event is always at the head
@@ -105,6 +108,19 @@ void sl_pp_sched_free(sl_pp_sched *s);
  * all are done; also when an F / B (/ W) is missing, duplicated or on the
  * wrong rank, or a transfer is missing, extra or sends data not yet made. */
 int sl_pp_check(const sl_pp_sched *s);
+
+/* Replays the lists on a clock: a compute op takes its cost x unit, a
+ * transfer `xfer`. overlap = 0: sends block until the receive is posted (a
+ * transfer starts when both ranks have it at their heads, at the later of
+ * the two, and holds both until it ends). overlap = 1: the sender posts and
+ * goes on; the receive ends at max(its start, the post) + xfer, and the
+ * sender's step ends when its last send has. Fills busy[P] (compute time per
+ * rank; may be NULL) and returns the step (the last rank's end), or -1 when
+ * the lists cannot complete or memory runs out. With xfer = 0 and overlap
+ * the step is the unit-cost makespan; blocking sends can be slower where no
+ * time before the consumer starts finds both ranks between ops
+ * (docs/pipeline.md). */
+double sl_pp_replay(const sl_pp_sched *s, double unit, double xfer, int overlap, double *busy);
 
 /* Writes "F3", "B0:1" (mb:chunk when V > 1), "send act mb 2 -> rank 1" ... */
 void sl_pp_op_str(const sl_pp_sched *s, const sl_pp_op *op, char *buf, size_t cap);

@@ -5,7 +5,8 @@
  * that all ranks finish, that every op's inputs are on its rank when it
  * runs, and that every micro-batch's F and B (and W under zb1p) run exactly
  * once per stage, on the stage's rank. Independent of the builder: it reads
- * only the lists. */
+ * only the lists. Also sl_pp_replay: the lists on a clock with real op and
+ * transfer durations, sends blocking or overlapped. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,4 +150,62 @@ done:
   free(c.rcv[0]);
   free(c.rcv[1]);
   return rc;
+}
+
+/* sl_pp_replay (plan/pipeline.h): the lists on a clock with durations. */
+double sl_pp_replay(const sl_pp_sched *s, double unit, double xfer, int overlap, double *busy) {
+  int P = s->spec.P, moved = 1;
+  int *pos = calloc((size_t)P, sizeof(int)), *head = calloc((size_t)P * 2, sizeof(int)),
+      *tail = calloc((size_t)P * 2, sizeof(int));
+  double *t = calloc((size_t)P, sizeof(double)), *sent = calloc((size_t)P, sizeof(double)), mk = -1;
+  int64_t nx = 1;
+  for (int r = 0; r < P; r++) nx = s->sends[r] > nx ? s->sends[r] : nx;
+  /* FIFO of post times per (sender, side): side 0 to rank + 1, 1 to rank - 1
+   * (mod P; the only peers a checked list has; at P = 2 one FIFO, in the
+   * one order both ranks issue) */
+  double *post = calloc((size_t)nx * (size_t)P * 2, sizeof(double));
+  if (!pos || !head || !tail || !t || !sent || !post) goto done;
+#define FIFO(src, dst) (2 * (src) + ((dst) == ((src) + 1) % P ? 0 : 1))
+  for (int r = 0; r < P && busy; r++) busy[r] = 0;
+  while (moved) {
+    moved = 0;
+    for (int r = 0; r < P; r++)
+      while (pos[r] < s->nops[r]) {
+        const sl_pp_op *o = &s->ops[r][pos[r]];
+        int p = o->peer;
+        if (o->kind <= SL_PP_W) {
+          double d = (double)(o->kind == SL_PP_F ? s->spec.cost_f : o->kind == SL_PP_B ? s->spec.cost_b : s->spec.cost_w) *
+                     unit;
+          t[r] += d;
+          if (busy) busy[r] += d;
+        } else if (overlap && o->kind == SL_PP_SEND) {
+          int q = FIFO(r, p);
+          post[(size_t)q * (size_t)nx + (size_t)tail[q]++] = t[r];
+        } else if (overlap) { /* a receive: its send must be posted */
+          int q = FIFO(p, r);
+          if (head[q] == tail[q]) break;
+          double at = post[(size_t)q * (size_t)nx + (size_t)head[q]++];
+          t[r] = (t[r] > at ? t[r] : at) + xfer;
+          if (t[r] > sent[p]) sent[p] = t[r];
+        } else { /* blocking: the peer's head must be the other half */
+          if (pos[p] >= s->nops[p] || s->ops[p][pos[p]].peer != r ||
+              s->ops[p][pos[p]].kind + o->kind != SL_PP_SEND + SL_PP_RECV)
+            break;
+          t[r] = t[p] = (t[r] > t[p] ? t[r] : t[p]) + xfer;
+          pos[p]++;
+        }
+        pos[r]++;
+        moved = 1;
+      }
+  }
+#undef FIFO
+  mk = 0;
+  for (int r = 0; r < P; r++) {
+    if (pos[r] < s->nops[r]) { mk = -1; break; }
+    if (sent[r] > t[r]) t[r] = sent[r];
+    if (t[r] > mk) mk = t[r];
+  }
+done:
+  free(pos), free(head), free(tail), free(t), free(sent), free(post);
+  return mk;
 }

@@ -332,11 +332,56 @@ static void test_layout(void) {
   printf("16 layers, head 3 layers heavy, 4 stages: %d,%d,%d,%d\n", lay[0], lay[1], lay[2], lay[3]);
 }
 
+/* sl_pp_replay: a hand-computed step (gpipe P = 2, m = 1, transfers of 0.5:
+ * F [0, 1), activation to 1.5, F [1.5, 2.5), B [2.5, 4.5), gradient to 5,
+ * B [5, 7)); sends overlapped reproduce the unit-cost makespan of every
+ * schedule (the timeline's premise: a send does not hold its sender); with
+ * sends that block until the receive is posted, gpipe, 1f1b, zb1p at its
+ * default costs and at F 2 B 3 W 1, and interleaved at P = 4 still do (each
+ * transfer placed at a time when both ranks are between ops; placed at the
+ * end of the producing op, zb1p F 2 B 3 W 1 stalls), and nothing is ever
+ * faster. */
+static void test_replay(void) {
+  sl_pp_sched s;
+  double busy[8];
+  if (build(SL_PP_GPIPE, 2, 1, 1, 8, &s) == SL_OK) {
+    for (int ov = 0; ov < 2; ov++) {
+      double t = sl_pp_replay(&s, 1.0, 0.5, ov, busy);
+      CHECK(t == 7.0 && busy[0] == 3.0 && busy[1] == 3.0, "gpipe P=2 m=1 overlap %d: step %g busy %g %g, want 7, 3, 3",
+            ov, t, busy[0], busy[1]);
+    }
+    sl_pp_sched_free(&s);
+  }
+  int64_t costs[3][3] = {{0, 0, 0}, {2, 3, 1}, {3, 1, 2}};
+  for (int k = 0; k < SL_PP_NKINDS; k++)
+    for (int P = 1; P <= 6; P++)
+      for (int m = 1; m <= 12; m++)
+        for (int V = 1; V <= 3; V++)
+          for (int c = 0; c < 3; c++) {
+            sl_pp_spec sp;
+            sl_pp_spec_defaults(&sp);
+            sp.kind = (sl_pp_kind)k, sp.P = P, sp.m = m, sp.V = V, sp.bytes = 8;
+            sp.cost_f = costs[c][0], sp.cost_b = costs[c][1], sp.cost_w = k == SL_PP_ZB1P ? costs[c][2] : 0;
+            if ((k == SL_PP_INTERLEAVED) != (V > 1) || sl_pp_build(&sp, &s) != SL_OK) continue;
+            double ov = sl_pp_replay(&s, 1.0, 0, 1, NULL), bl = sl_pp_replay(&s, 1.0, 0, 0, NULL),
+                   slow = sl_pp_replay(&s, 1.0, 0.25, 0, NULL), mk = (double)s.makespan;
+            int exact = k == SL_PP_GPIPE || k == SL_PP_1F1B || (k == SL_PP_ZB1P && c <= 1) ||
+                        (k == SL_PP_INTERLEAVED && c == 0 && P == 4);
+            if (ov != mk || bl < mk || (exact && bl != mk) || slow < bl)
+              CHECK(0, "replay %s P=%d m=%d V=%d costs %d: overlapped %g, blocking %g, blocking with transfers %g; "
+                    "makespan %g", sl_pp_kind_name((sl_pp_kind)k), P, m, V, c, ov, bl, slow, mk);
+            else
+              npass++;
+            sl_pp_sched_free(&s);
+          }
+}
+
 int main(void) {
   test_schedules();
   test_costs();
   test_costs_fixed();
   test_checker_catches();
+  test_replay();
   test_refusals();
   test_layout();
   printf("%d passed, %d failed\n", npass, nfail);

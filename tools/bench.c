@@ -23,6 +23,7 @@
 #include "tools/tools.h"
 
 int sl_bench_offload_main(int argc, char **argv) __attribute__((weak)); /* tools/bench_offload.c */
+int sl_bench_pipeline_main(int argc, char **argv);                        /* tools/bench_pipeline.c */
 
 typedef struct {
   int hidden, layers, heads, kv_heads, inter, vocab, batch, seq, steps, threads, world;
@@ -449,7 +450,8 @@ static int bench_comm(int argc, char **argv) {
 
 int sl_tool_bench(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-    fprintf(stderr, "usage: shardlm bench train|zero|mamba|gpu|gemm|comm|adam|nvme|tokenizer [flags]\n  gemm/comm: --out FILE.json merges the figure for shardlm plan --measured\n"
+    fprintf(stderr, "usage: shardlm bench train|zero|mamba|gpu|gemm|comm|pipeline|adam|nvme|tokenizer [flags]\n"
+                    "  pipeline: the pipeline schedules over real send/recv (shardlm bench pipeline --help)\n  gemm/comm: --out FILE.json merges the figure for shardlm plan --measured\n"
                     "  train/zero flags: --hidden --layers --heads --kv-heads --intermediate --vocab --batch --seq\n"
                     "                    --steps --threads --src SOURCE_DIR (for tools/bench_torch.py)\n"
                     "  gpu: a Llama-2-7B-shaped stack on --backend cuda (--layers, --batch, --seq, --steps,\n"
@@ -467,6 +469,7 @@ int sl_tool_bench(int argc, char **argv) {
   if (!strcmp(argv[1], "tokenizer")) return sl_tool_tokenize_bench(argc - 1, argv + 1);
   if (!strcmp(argv[1], "gemm")) return bench_gemm(argc - 1, argv + 1);
   if (!strcmp(argv[1], "comm")) return bench_comm(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "pipeline")) return sl_bench_pipeline_main(argc - 1, argv + 1); /* tools/bench_pipeline.c */
   /* the ~20M-parameter Llama of the issue: hidden 384, 6 layers, GQA 6/2, vocab 8192 */
   bench_cfg b = {384, 6, 6, 2, 1024, 8192, 8, 256, 5, 2, 1, ".", ""};
   if (!strcmp(argv[1], "zero")) { b.threads = 1; b.steps = 8; }
