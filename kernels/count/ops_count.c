@@ -146,6 +146,38 @@ static void c_lmhead_ce_bwd(sl_kctx *k, float *dx, float *dw, const float *x, co
   (void)dx; (void)dw; (void)x; (void)w; (void)targets; (void)lse; (void)scale;
   add(k, 4 * D(N) * D(V), 6 * D(N) * D(C) * D(V)); /* logits recomputed, then dx and dw */
 }
+/* vocabulary-parallel ops: the same counts as their whole-vocabulary twins
+ * over this rank's slice (Vvalid rows) */
+static void c_vocab_embedding_fwd(sl_kctx *k, float *out, const int32_t *tok, const float *wte, int64_t N, int64_t C,
+                                  int64_t v0, int64_t Vl) {
+  (void)out; (void)tok; (void)wte; (void)v0; (void)Vl;
+  add(k, 0, 0); /* a lookup: no arithmetic */
+}
+static void c_vocab_embedding_bwd(sl_kctx *k, float *dwte, const float *dout, const int32_t *tok, int64_t N, int64_t C,
+                                  int64_t v0, int64_t Vl) {
+  (void)dwte; (void)dout; (void)tok; (void)v0; (void)Vl;
+  add(k, D(N) * D(C), 0);
+}
+static void c_lmhead_vp_fwd(sl_kctx *k, float *lmax, float *st, const float *x, const float *w, const int32_t *targets,
+                            int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid) {
+  (void)lmax; (void)st; (void)x; (void)w; (void)targets; (void)v0; (void)Vl;
+  add(k, 4 * D(N) * D(Vvalid), 2 * D(N) * D(C) * D(Vvalid));
+}
+static void c_lmhead_vp_rescale(sl_kctx *k, float *st, const float *lmax, const float *gmax, int64_t N) {
+  (void)st; (void)lmax; (void)gmax;
+  add(k, 2 * D(N), 0);
+}
+static void c_lmhead_vp_loss(sl_kctx *k, float *losses, float *lse, const float *st, const float *gmax,
+                             const int32_t *targets, int64_t N) {
+  (void)losses; (void)lse; (void)st; (void)gmax; (void)targets;
+  add(k, 3 * D(N), 0);
+}
+static void c_lmhead_vp_bwd(sl_kctx *k, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
+                            const float *lse, float scale, int64_t N, int64_t C, int64_t v0, int64_t Vl,
+                            int64_t Vvalid) {
+  (void)dx; (void)dw; (void)x; (void)w; (void)targets; (void)lse; (void)scale; (void)v0; (void)Vl;
+  add(k, 4 * D(N) * D(Vvalid), 6 * D(N) * D(C) * D(Vvalid));
+}
 static void c_adamw(sl_kctx *k, float *p, float *m, float *v, const float *g, int64_t n, float lr, float b1, float b2,
                     float eps, float wd, int64_t step, float grad_scale) {
   (void)p; (void)m; (void)v; (void)g; (void)lr; (void)b1; (void)b2; (void)eps; (void)wd; (void)step;
@@ -305,6 +337,12 @@ static const sl_ops g_count_ops = {
     .add_inplace = c_add_inplace,
     .lmhead_ce_fwd = c_lmhead_ce_fwd,
     .lmhead_ce_bwd = c_lmhead_ce_bwd,
+    .vocab_embedding_fwd = c_vocab_embedding_fwd,
+    .vocab_embedding_bwd = c_vocab_embedding_bwd,
+    .lmhead_vp_fwd = c_lmhead_vp_fwd,
+    .lmhead_vp_rescale = c_lmhead_vp_rescale,
+    .lmhead_vp_loss = c_lmhead_vp_loss,
+    .lmhead_vp_bwd = c_lmhead_vp_bwd,
     .adamw = c_adamw,
     .sumsq = c_sumsq,
     .scale = c_scale,
