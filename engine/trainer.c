@@ -327,6 +327,7 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   if (threads < 1) threads = 1;
   t->k = t->ops->ctx_create(threads);
   if (!t->k) return sl_fail(SL_ENOMEM, "cannot create the compute context");
+  if ((rc = t->ops->ctx_set_compute(t->k, sl_train_cfg_compute_bf16(c, t->dev) ? SL_COMPUTE_BF16 : SL_COMPUTE_FP32))) return rc;
 
   /* model config */
   if (c->model[0]) {

@@ -236,7 +236,22 @@ typedef struct sl_ops {
   /* Free and total bytes of the backend's memory (CUDA: cudaMemGetInfo of
    * the context's device); NULL where the backend's memory is host memory. */
   int (*mem_info)(sl_kctx *, size_t *free_bytes, size_t *total_bytes);
+
+  /* ---- compute dtype (docs/bf16.md) -------------------------------------
+   * SL_COMPUTE_FP32 (every context starts so): the ops as documented above.
+   * SL_COMPUTE_BF16: the ops round what a bf16 engine stores in bf16 to
+   * bf16-valued fp32 (round to nearest even): GEMM operands (linear, LM
+   * head), and the activations and activation gradients the ops write
+   * (rmsnorm/linear/rope/attention/swiglu/conv1d/silu/gate/scan outputs,
+   * logits, dlogits, and dinp/dqkv/dgu/... of the backwards); GEMMs and
+   * attention accumulate in fp32. Stays fp32: rstd, lse, losses, the scan's
+   * state checkpoints, weight gradients, the residual stream and its
+   * gradient (embedding_fwd, add_inplace, rmsnorm_bwd's dinp), and every
+   * optimizer / memory op. SL_OK, or SL_EINPUT for another value. */
+  int (*ctx_set_compute)(sl_kctx *, int compute);
 } sl_ops;
+
+enum { SL_COMPUTE_FP32 = 0, SL_COMPUTE_BF16 = 1 }; /* ctx_set_compute values */
 
 /* Every op field of sl_ops, in struct order (what sl_ops_check and the
  * size check below walk). A new op is added to the struct AND here. */
@@ -247,7 +262,8 @@ typedef struct sl_ops {
   X(scale) X(f32_to_bf16) X(bf16_to_f32) X(round_bf16) X(conv1d_fwd) X(conv1d_bwd) X(silu_fwd) \
   X(silu_bwd) X(gate_fwd) X(gate_bwd) X(scan_fwd) X(scan_bwd) X(alloc) X(free) X(zero) X(copy) \
   X(upload) X(download) X(sum) X(sync) X(is_device) X(stream) X(rope_doc_fwd) X(rope_doc_bwd) \
-  X(attention_doc_fwd) X(attention_doc_bwd) X(mem_info)
+  X(attention_doc_fwd) X(attention_doc_bwd) X(mem_info) \
+  X(ctx_set_compute)
 #define SL_OPS_COUNT_ONE_(f) +1
 enum { SL_OPS_COUNT = 0 SL_OPS_LIST(SL_OPS_COUNT_ONE_) }; /* op fields of sl_ops */
 

@@ -9,7 +9,8 @@
  * Tolerances: element-wise fp32 1e-5; reductions, GEMMs, attention, scan 1e-4
  * (5e-3 for GEMM-based ops when SL_CUDA_TF32=1); bf16 casts exact; bf16
  * variants 1e-2 (attention output stored in bf16) or 1e-4 (fp32 outputs of
- * bf16-exact products). */
+ * bf16-exact products); bf16 compute (ctx_set_compute) one bf16 ulp of the
+ * largest value, plus a check that every bf16-stored output is bf16-valued. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -463,6 +464,124 @@ static void test_errors_and_scratch(void) {
   report("scratch stable after warm-up", (int64_t)s1, (double)s1 - (double)s0, 0, 0, s1 == s0);
 }
 
+/* ---- bf16 compute (ctx_set_compute, docs/bf16.md) ----------------------------
+ * Both contexts switched to SL_COMPUTE_BF16; the ops through the tables.
+ * Outputs stored in bf16 must be bf16-valued on both sides (the rounding
+ * points happen) and agree within one bf16 ulp of the largest value
+ * (TOL_B16 = 2^-7: an fp32 difference in accumulation order may flip one
+ * rounding); fp32 outputs computed from identical bf16 operands (weight
+ * gradients, rstd) keep the fp32 tolerances. */
+#define TOL_B16 7.9e-3
+static void check_b16(const char *name, const buf *b) {
+  float *g = (float *)xmalloc((size_t)b->n * 4);
+  int st = sl_cuda_download(gc, g, b->d, (size_t)b->n * 4);
+  int64_t odd = 0;
+  for (int64_t i = 0; i < b->n; i++) {
+    uint32_t u, v;
+    memcpy(&u, &g[i], 4);
+    memcpy(&v, &b->h[i], 4);
+    odd += (u & 0xffffu) != 0 || (v & 0xffffu) != 0;
+  }
+  free(g);
+  char nm[96];
+  snprintf(nm, sizeof nm, "%s (bf16-valued)", name);
+  report(nm, b->n, (double)odd, 0, 0, st == SL_OK && odd == 0);
+  check(name, b, TOL_B16);
+}
+
+static void test_bf16_compute(void) {
+  if (cpu->ctx_set_compute(cc, SL_COMPUTE_BF16) || gpu->ctx_set_compute(gc, SL_COMPUTE_BF16)) {
+    report("ctx_set_compute bf16", 0, 0, 0, 0, 0);
+    return;
+  }
+  report("ctx_set_compute(7) refused", 0, 0, 0, 0,
+         cpu->ctx_set_compute(cc, 7) == SL_EINPUT && gpu->ctx_set_compute(gc, 7) == SL_EINPUT);
+  /* linear with bias: fp32 operands rounded by the op; dw, db fp32 */
+  int64_t N = 37, IC = 65, OC = 47;
+  buf x = mk(N * IC, -1, 1), w = mk(OC * IC, -0.5f, 0.5f), b = mk(OC, -1, 1), out = mk0(N * OC);
+  buf dout = mk(N * OC, -1, 1), dx = mk0(N * IC), dw = mk(OC * IC, -1, 1), db = mk(OC, -1, 1);
+  cpu->linear_fwd(cc, out.h, x.h, w.h, b.h, N, IC, OC);
+  gpu->linear_fwd(gc, out.d, x.d, w.d, b.d, N, IC, OC);
+  check_b16("bf16c linear_fwd", &out);
+  cpu->linear_bwd(cc, dx.h, dw.h, db.h, dout.h, x.h, w.h, N, IC, OC);
+  gpu->linear_bwd(gc, dx.d, dw.d, db.d, dout.d, x.d, w.d, N, IC, OC);
+  check_b16("bf16c linear_bwd dinp", &dx);
+  check("bf16c linear_bwd dw (fp32)", &dw, TOL_GEMM);
+  check("bf16c linear_bwd db (fp32)", &db, 1e-5);
+  freeb(&x), freeb(&w), freeb(&b), freeb(&out), freeb(&dout), freeb(&dx), freeb(&dw), freeb(&db);
+  /* rmsnorm -> out rounded, rstd fp32 */
+  int64_t C = 96;
+  buf xn = mk(N * C, -2, 2), wn = mk(C, 0.5f, 1.5f), on = mk0(N * C), rs = mk0(N);
+  cpu->rmsnorm_fwd(cc, on.h, rs.h, xn.h, wn.h, N, C, 1e-5f);
+  gpu->rmsnorm_fwd(gc, on.d, rs.d, xn.d, wn.d, N, C, 1e-5f);
+  check_b16("bf16c rmsnorm_fwd out", &on);
+  check("bf16c rmsnorm_fwd rstd (fp32)", &rs, 1e-5);
+  freeb(&xn), freeb(&wn), freeb(&on), freeb(&rs);
+  /* swiglu */
+  int64_t H = 50;
+  buf gu = mk(N * 2 * H, -3, 3), h = mk0(N * H), dh = mk(N * H, -1, 1), dgu = mk0(N * 2 * H);
+  cpu->round_bf16(cc, dh.h, N * H), gpu->round_bf16(gc, dh.d, N * H);
+  cpu->swiglu_fwd(cc, h.h, gu.h, N, H);
+  gpu->swiglu_fwd(gc, h.d, gu.d, N, H);
+  check_b16("bf16c swiglu_fwd", &h);
+  cpu->swiglu_bwd(cc, dgu.h, dh.h, gu.h, N, H);
+  gpu->swiglu_bwd(gc, dgu.d, dh.d, gu.d, N, H);
+  check_b16("bf16c swiglu_bwd", &dgu);
+  freeb(&gu), freeb(&h), freeb(&dh), freeb(&dgu);
+  /* rope + attention (GQA) */
+  int64_t B = 2, T = 33, nh = 4, nkv = 2, hd = 64, nq = B * T * (nh + 2 * nkv) * hd, no = B * T * nh * hd;
+  buf qkv = mk(nq, -1, 1), att = mk0(no), lse = mk0(B * nh * T), datt = mk(no, -1, 1), dqkv = mk0(nq);
+  cpu->rope_fwd(cc, qkv.h, B, T, nh, nkv, hd, 10000.0f);
+  gpu->rope_fwd(gc, qkv.d, B, T, nh, nkv, hd, 10000.0f);
+  check_b16("bf16c rope_fwd", &qkv);
+  if (sl_cuda_upload(gc, qkv.d, qkv.h, (size_t)nq * 4)) nfail++;
+  cpu->attention_fwd(cc, att.h, lse.h, qkv.h, B, T, nh, nkv, hd, 0);
+  gpu->attention_fwd(gc, att.d, lse.d, qkv.d, B, T, nh, nkv, hd, 0);
+  check_b16("bf16c attention_fwd out", &att);
+  check("bf16c attention_fwd lse (fp32)", &lse, 1e-4);
+  if (sl_cuda_upload(gc, att.d, att.h, (size_t)no * 4) || sl_cuda_upload(gc, lse.d, lse.h, (size_t)(B * nh * T) * 4))
+    nfail++;
+  cpu->round_bf16(cc, datt.h, no), gpu->round_bf16(gc, datt.d, no);
+  cpu->attention_bwd(cc, dqkv.h, datt.h, qkv.h, att.h, lse.h, B, T, nh, nkv, hd, 0);
+  gpu->attention_bwd(gc, dqkv.d, datt.d, qkv.d, att.d, lse.d, B, T, nh, nkv, hd, 0);
+  check_b16("bf16c attention_bwd dqkv", &dqkv);
+  if (sl_cuda_upload(gc, dqkv.d, dqkv.h, (size_t)nq * 4)) nfail++;
+  cpu->rope_bwd(cc, dqkv.h, B, T, nh, nkv, hd, 10000.0f);
+  gpu->rope_bwd(gc, dqkv.d, B, T, nh, nkv, hd, 10000.0f);
+  check_b16("bf16c rope_bwd", &dqkv);
+  freeb(&qkv), freeb(&att), freeb(&lse), freeb(&datt), freeb(&dqkv);
+  /* LM head: logits, dlogits, dx rounded; losses, lse, dw fp32 */
+  int64_t V = 301;
+  int32_t *td, *tg = mk_tok(N, (int32_t)V, 1, &td);
+  buf hx = mk(N * C, -1, 1), hw = mk(V * C, -0.5f, 0.5f), loss = mk0(N), hl = mk0(N);
+  buf hdx = mk0(N * C), hdw = mk(V * C, -1, 1);
+  cpu->lmhead_ce_fwd(cc, loss.h, hl.h, hx.h, hw.h, tg, N, C, V);
+  gpu->lmhead_ce_fwd(gc, loss.d, hl.d, hx.d, hw.d, td, N, C, V);
+  check("bf16c lmhead_ce_fwd losses", &loss, TOL_B16);
+  check("bf16c lmhead_ce_fwd lse", &hl, TOL_B16);
+  if (sl_cuda_upload(gc, hl.d, hl.h, (size_t)N * 4)) nfail++;
+  cpu->lmhead_ce_bwd(cc, hdx.h, hdw.h, hx.h, hw.h, tg, hl.h, 1.0f / (float)N, N, C, V);
+  gpu->lmhead_ce_bwd(gc, hdx.d, hdw.d, hx.d, hw.d, td, hl.d, 1.0f / (float)N, N, C, V);
+  check_b16("bf16c lmhead_ce_bwd dx", &hdx);
+  check("bf16c lmhead_ce_bwd dw (fp32)", &hdw, TOL_B16);
+  free(tg), sl_cuda_free(gc, td);
+  freeb(&hx), freeb(&hw), freeb(&loss), freeb(&hl), freeb(&hdx), freeb(&hdw);
+  /* Mamba element-wise: silu, gate (z strided), conv1d */
+  int64_t D = 24, K = 4, ldz = 2 * D;
+  buf u = mk(N * D, -3, 3), su = mk0(N * D), z = mk(N * ldz, -3, 3), gy = mk0(N * D);
+  cpu->silu_fwd(cc, su.h, u.h, N * D), gpu->silu_fwd(gc, su.d, u.d, N * D);
+  check_b16("bf16c silu_fwd", &su);
+  cpu->gate_fwd(cc, gy.h, u.h, z.h + D, ldz, N, D), gpu->gate_fwd(gc, gy.d, u.d, z.d + D, ldz, N, D);
+  check_b16("bf16c gate_fwd", &gy);
+  buf cw = mk(D * K, -1, 1), co = mk0(N * D);
+  cpu->conv1d_fwd(cc, co.h, z.h, ldz, cw.h, NULL, 1, N, D, K);
+  gpu->conv1d_fwd(gc, co.d, z.d, ldz, cw.d, NULL, 1, N, D, K);
+  check_b16("bf16c conv1d_fwd", &co);
+  freeb(&u), freeb(&su), freeb(&z), freeb(&gy), freeb(&cw), freeb(&co);
+  cpu->ctx_set_compute(cc, SL_COMPUTE_FP32);
+  gpu->ctx_set_compute(gc, SL_COMPUTE_FP32);
+}
+
 int main(void) {
   cpu = sl_ops_cpu();
   gpu = sl_ops_cuda();
@@ -497,6 +616,7 @@ int main(void) {
   test_scan(2, 37, 150, 16, 8);
   test_scan(1, 29, 40, 5, 64); /* chunk > T, S < 16 */
   test_scan(2, 20, 33, 24, 3);
+  test_bf16_compute();
   test_errors_and_scratch();
   printf("cuda scratch high-water: %zu bytes\n", gpu->ctx_scratch_bytes(gc));
   gpu->ctx_destroy(gc);
