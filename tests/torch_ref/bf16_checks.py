@@ -14,7 +14,8 @@ untied and tied, and a tiny Mamba (tied):
      gradients, and the engine's own bf16-vs-fp32 difference of the logits
      is within 0.5x..2x of the reference's;
   4. the engine's bf16 logits are bf16-valued (low 16 bits zero), its fp32
-     logits are not;
+     logits are not; bf16 dumps with activation checkpointing selective and
+     full are bit-identical to none;
   5. `shardlm train --compute-dtype bf16` (6 steps): losses finite, within
      2e-2 of the fp32 run's and not identical; --compute-dtype fp16 exits 2.
 """
@@ -88,6 +89,14 @@ def main():
             eng[dt] = {k: t[k].reshape(ref_bf[k].shape) for k in ref_bf if k in t}
         if "bf16" not in eng or "fp32" not in eng:
             continue
+        # recomputation (activation checkpointing) goes through the same rounding ops
+        for mode in ("selective", "full"):
+            out = os.path.join(w, f"dump_{tag}_bf16_{mode}.safetensors")
+            ok, msg = E.run_engine(exe, dump_args(mdir, data, out, "bf16") + ["--activation-checkpoint", mode],
+                                   out + ".log")
+            if ok:
+                ok, msg = E.tensors_bit_equal(os.path.join(w, f"dump_{tag}_bf16.safetensors"), out)
+            ck(f"[{tag}] bf16 dump --activation-checkpoint {mode} bit-identical to none", ok, msg)
         eb, ef = eng["bf16"], eng["fp32"]
         missing = sorted(set(ref_bf) - set(eb))
         if missing:
