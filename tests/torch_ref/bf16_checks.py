@@ -17,7 +17,8 @@ untied and tied, and a tiny Mamba (tied):
      logits are not; bf16 dumps with activation checkpointing selective and
      full are bit-identical to none;
   5. `shardlm train --compute-dtype bf16` (6 steps): losses finite, within
-     2e-2 of the fp32 run's and not identical; --compute-dtype fp16 exits 2.
+     2e-2 of the fp32 run's and not identical; --compute-dtype fp16 exits 2;
+     bf16 implies --param-dtype bf16 unless that flag is given.
 """
 import argparse
 import json
@@ -146,6 +147,13 @@ def main():
         ck("bf16 training losses finite, within 2e-2 of fp32's and not identical",
            lb.shape == lf.shape and np.isfinite(lb).all() and 0 < d <= 2e-2,
            f"bf16 {np.round(lb, 4).tolist()} fp32 {np.round(lf, 4).tolist()} max|diff| {d:.2e}")
+    # --compute-dtype bf16 implies --param-dtype bf16 unless given (the start-up line says which)
+    implied = open(os.path.join(w, "dump_untied_bf16.safetensors.log")).read()
+    out = os.path.join(w, "dump_pfp32.safetensors")
+    ok, msg = E.run_engine(exe, dump_args(mdir, data, out, "bf16") + ["--param-dtype", "fp32"], out + ".log")
+    given = open(out + ".log").read()
+    ck("--compute-dtype bf16 implies --param-dtype bf16; an explicit --param-dtype fp32 stays",
+       ok and "params bf16" in implied and "params fp32" in given, msg)
     log = os.path.join(w, "bad.log")
     ok, msg = E.run_engine(exe, dump_args(mdir, data, os.path.join(w, "bad.st"), "fp16"), log)
     text = open(log).read()
