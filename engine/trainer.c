@@ -296,6 +296,10 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   if (threads < 1) threads = 1;
   t->k = t->ops->ctx_create(threads);
   if (!t->k) return sl_fail(SL_ENOMEM, "cannot create the compute context");
+  if ((rc = t->ops->ctx_set_compute(t->k, sl_train_cfg_compute_bf16(c, t->dev) ? SL_COMPUTE_BF16 : SL_COMPUTE_FP32))) return rc;
+  if (sl_train_cfg_compute_bf16(c, t->dev))
+    sl_log0(SL_LOG_INFO, "compute bf16: GEMM operands, activations and their gradients rounded to bf16, fp32 "
+            "accumulation; params %s, reduce %s (docs/bf16.md)", c->param_dtype, c->reduce_dtype);
 
   /* model config */
   if (c->model[0]) {

@@ -80,6 +80,7 @@ static const key_t_ KEYS[] = {
     I("eod-id", eod_id, "-1", "token that ends a document for --doc-attention-mask (-1: 256, the byte tokenizer's, for vocab <= 512)"),
     B("skip-memory-check", skip_memory_check, "false", "start even when the predicted peak memory exceeds what is available"),
     B("allow-long-context", allow_long_context, "false", "allow --seq-len above the model's max_position_embeddings"),
+    S("compute-dtype", compute_dtype, "auto", "fp32 | bf16 (GEMM operands, activations and their gradients rounded to bf16, fp32 accumulation; implies --param-dtype bf16 unless given) | auto (fp32 for now; docs/bf16.md)"),
 };
 #define NKEYS (int)(sizeof KEYS / sizeof KEYS[0])
 
@@ -188,6 +189,7 @@ static int set_key(sl_train_cfg *c, const key_t_ *k, const char *v, const char *
       return sl_fail(SL_EINPUT, "%s: --%s expects true or false, found '%s'", where, k->name, v);
     return SL_OK;
   case K_STR:
+    if (k->off == offsetof(sl_train_cfg, param_dtype) && strcmp(where, "default")) c->param_dtype_given = 1;
     if (strlen(v) >= k->cap)
       return sl_fail(SL_EINPUT, "%s: --%s value is too long (%zu characters, at most %zu)", where,
                      k->name, strlen(v), k->cap - 1);
@@ -263,7 +265,16 @@ int sl_train_cfg_parse_args(sl_train_cfg *c, int argc, char **argv) {
   }
   if (c->resume && !c->ckpt_dir[0])
     return sl_fail(SL_EINPUT, "--resume needs --ckpt-dir DIR (the directory whose newest checkpoint to continue)");
+  if (strcmp(c->compute_dtype, "auto") && strcmp(c->compute_dtype, "fp32") && strcmp(c->compute_dtype, "bf16"))
+    return sl_fail(SL_EINPUT, "--compute-dtype must be fp32, bf16 or auto, found '%s'", c->compute_dtype);
+  if (!strcmp(c->compute_dtype, "bf16") && !c->param_dtype_given) /* a bf16 engine gathers bf16 weights */
+    snprintf(c->param_dtype, sizeof c->param_dtype, "bf16");
   return SL_OK;
+}
+
+int sl_train_cfg_compute_bf16(const sl_train_cfg *c, int device) {
+  (void)device; /* auto: fp32 on every backend until bf16 has run on a GPU (docs/bf16.md) */
+  return !strcmp(c->compute_dtype, "bf16");
 }
 
 void sl_train_cfg_usage(FILE *f) {

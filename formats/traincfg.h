@@ -60,6 +60,8 @@ typedef struct {
   int64_t eod_id;              /* end-of-document token (-1: byte-level 256) */
   int skip_memory_check;       /* start even when the predicted peak does not fit */
   int allow_long_context;      /* --seq-len may exceed max_position_embeddings */
+  char compute_dtype[8];       /* fp32 | bf16 | auto (docs/bf16.md) */
+  int param_dtype_given;       /* --param-dtype set by a flag or --config (not a key) */
 } sl_train_cfg;
 
 void sl_train_cfg_defaults(sl_train_cfg *c);
@@ -68,6 +70,9 @@ int sl_train_cfg_load_json(sl_train_cfg *c, const char *path);
 /* Parses argv[i..] flags. Unknown flags are an error. --config is applied
  * first wherever it appears. */
 int sl_train_cfg_parse_args(sl_train_cfg *c, int argc, char **argv);
+/* 1 when the run computes in bf16 (--compute-dtype, `auto` resolved for a
+ * device backend or the CPU); the trainer sets its kernel context so. */
+int sl_train_cfg_compute_bf16(const sl_train_cfg *c, int device);
 /* Prints every key with its default and help. */
 void sl_train_cfg_usage(FILE *f);
 /* A canonical text of the settings that must agree across ranks. */

@@ -286,7 +286,21 @@ typedef struct sl_ops {
                         const float *w, const int32_t *targets,
                         const float *lse, float scale, int64_t N, int64_t C,
                         int64_t v0, int64_t Vl, int64_t Vvalid);
+  /* ---- compute dtype (docs/bf16.md) -------------------------------------
+   * SL_COMPUTE_FP32 (every context starts so): the ops as documented above.
+   * SL_COMPUTE_BF16: the ops round what a bf16 engine stores in bf16 to
+   * bf16-valued fp32 (round to nearest even): GEMM operands (linear, LM
+   * head), and the activations and activation gradients the ops write
+   * (rmsnorm/linear/rope/attention/swiglu/conv1d/silu/gate/scan outputs,
+   * logits, dlogits, and dinp/dqkv/dgu/... of the backwards); GEMMs and
+   * attention accumulate in fp32. Stays fp32: rstd, lse, losses, the scan's
+   * state checkpoints, weight gradients, the residual stream and its
+   * gradient (embedding_fwd, add_inplace, rmsnorm_bwd's dinp), and every
+   * optimizer / memory op. SL_OK, or SL_EINPUT for another value. */
+  int (*ctx_set_compute)(sl_kctx *, int compute);
 } sl_ops;
+
+enum { SL_COMPUTE_FP32 = 0, SL_COMPUTE_BF16 = 1 }; /* ctx_set_compute values */
 
 /* Every op field of sl_ops, in struct order (what sl_ops_check and the
  * size check below walk). A new op is added to the struct AND here. */
@@ -298,7 +312,7 @@ typedef struct sl_ops {
   X(silu_bwd) X(gate_fwd) X(gate_bwd) X(scan_fwd) X(scan_bwd) X(alloc) X(free) X(zero) X(copy) \
   X(upload) X(download) X(sum) X(sync) X(is_device) X(stream) X(rope_doc_fwd) X(rope_doc_bwd) \
   X(attention_doc_fwd) X(attention_doc_bwd) X(mem_info) X(vocab_embedding_fwd) X(vocab_embedding_bwd) \
-  X(lmhead_vp_fwd) X(lmhead_vp_rescale) X(lmhead_vp_loss) X(lmhead_vp_bwd)
+  X(lmhead_vp_fwd) X(lmhead_vp_rescale) X(lmhead_vp_loss) X(lmhead_vp_bwd) X(ctx_set_compute)
 #define SL_OPS_COUNT_ONE_(f) +1
 enum { SL_OPS_COUNT = 0 SL_OPS_LIST(SL_OPS_COUNT_ONE_) }; /* op fields of sl_ops */
 

@@ -9,7 +9,8 @@
  * Tolerances: element-wise fp32 1e-5; reductions, GEMMs, attention, scan 1e-4
  * (5e-3 for GEMM-based ops when SL_CUDA_TF32=1); bf16 casts exact; bf16
  * variants 1e-2 (attention output stored in bf16) or 1e-4 (fp32 outputs of
- * bf16-exact products). */
+ * bf16-exact products); bf16 compute (ctx_set_compute) one bf16 ulp of the
+ * largest value, plus a check that every bf16-stored output is bf16-valued. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@ int main(void) {
 static const sl_ops *cpu, *gpu;
 static sl_kctx *cc, *gc;
 static int npass, nfail;
+static int g_b16; /* the shared tests rerun with both contexts in bf16 compute */
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static float TOL_GEMM = 1e-4f;
 
@@ -90,8 +92,8 @@ static int32_t *mk_tok(int64_t n, int32_t V, int with_ignored, int32_t **dev) {
 }
 
 static void report(const char *name, int64_t n, double maxabs, double rel, double tol, int ok) {
-  printf("%-30s n=%-8lld max_abs=%.3e rel=%.3e tol=%.0e  %s\n", name, (long long)n, maxabs, rel,
-         tol, ok ? "PASS" : "FAIL");
+  printf("%s%-30s n=%-8lld max_abs=%.3e rel=%.3e tol=%.0e  %s\n", g_b16 ? "bf16c " : "", name, (long long)n,
+         maxabs, rel, tol, ok ? "PASS" : "FAIL");
   if (ok)
     npass++;
   else
@@ -115,6 +117,16 @@ static void check(const char *name, const buf *b, double tol) {
   report(name, b->n, maxabs, rel, tol, ok);
   free(g);
 }
+
+/* An output a bf16 engine stores in bf16: under g_b16 it must be
+ * bf16-valued and within one bf16 ulp (check_b16, below), else tol. */
+static void check_b16(const char *name, const buf *b);
+static void check_r(const char *name, const buf *b, double tol) {
+  if (g_b16) check_b16(name, b);
+  else check(name, b, tol);
+}
+#define TOL_B16 7.9e-3
+#define TOL_R(t) (g_b16 ? TOL_B16 : (t)) /* rounded outputs in strided rows */
 
 static void test_embedding(void) {
   int64_t N = 37, C = 40;
@@ -307,10 +319,10 @@ static void test_pointwise(void) {
   buf gu = mk(N * 2 * H, -4, 4), out = mk0(N * H), dout = mk(N * H, -1, 1), dgu = mk(N * 2 * H, -1, 1);
   cpu->swiglu_fwd(cc, out.h, gu.h, N, H);
   gpu->swiglu_fwd(gc, out.d, gu.d, N, H);
-  check("swiglu_fwd", &out, 1e-5);
+  check_r("swiglu_fwd", &out, 1e-5);
   cpu->swiglu_bwd(cc, dgu.h, dout.h, gu.h, N, H);
   gpu->swiglu_bwd(gc, dgu.d, dout.d, gu.d, N, H);
-  check("swiglu_bwd", &dgu, 1e-5);
+  check_r("swiglu_bwd", &dgu, 1e-5);
   buf y = mk(n, -1, 1), x = mk(n, -1, 1);
   cpu->add_inplace(cc, y.h, x.h, n);
   gpu->add_inplace(gc, y.d, x.d, n);
@@ -321,21 +333,21 @@ static void test_pointwise(void) {
   buf s = mk0(n), dx = mk(n, -1, 1), xs = mk(n, -6, 6);
   cpu->silu_fwd(cc, s.h, xs.h, n);
   gpu->silu_fwd(gc, s.d, xs.d, n);
-  check("silu_fwd", &s, 1e-5);
+  check_r("silu_fwd", &s, 1e-5);
   cpu->silu_bwd(cc, dx.h, x.h, xs.h, n);
   gpu->silu_bwd(gc, dx.d, x.d, xs.d, n);
-  check("silu_bwd", &dx, 1e-5);
+  check_r("silu_bwd", &dx, 1e-5);
   /* gate: z is a column slice of a wider row (ldz = 2D) */
   int64_t D = 50, ldz = 2 * D;
   buf yy = mk(N * D, -1, 1), z = mk(N * ldz, -4, 4), go = mk0(N * D), gg = mk(N * D, -1, 1);
   buf dy = mk(N * D, -1, 1), dz = mk(N * ldz, -1, 1);
   cpu->gate_fwd(cc, go.h, yy.h, z.h + D, ldz, N, D);
   gpu->gate_fwd(gc, go.d, yy.d, z.d + D, ldz, N, D);
-  check("gate_fwd", &go, 1e-5);
+  check_r("gate_fwd", &go, 1e-5);
   cpu->gate_bwd(cc, dy.h, dz.h + D, ldz, gg.h, yy.h, z.h + D, N, D);
   gpu->gate_bwd(gc, dy.d, dz.d + D, ldz, gg.d, yy.d, z.d + D, N, D);
-  check("gate_bwd dy", &dy, 1e-5);
-  check("gate_bwd dz", &dz, 1e-5);
+  check_r("gate_bwd dy", &dy, 1e-5);
+  check("gate_bwd dz", &dz, TOL_R(1e-5));
   freeb(&gu), freeb(&out), freeb(&dout), freeb(&dgu), freeb(&y), freeb(&x), freeb(&s), freeb(&dx);
   freeb(&xs), freeb(&yy), freeb(&z), freeb(&go), freeb(&gg), freeb(&dy), freeb(&dz);
 }
@@ -406,10 +418,10 @@ static void test_conv1d(void) {
   buf dout = mk(B * T * D, -1, 1), dx = mk(B * T * ldx, -1, 1), dw = mk(D * K, -1, 1), db = mk(D, -1, 1);
   cpu->conv1d_fwd(cc, out.h, x.h + 3, ldx, w.h, bias.h, B, T, D, K);
   gpu->conv1d_fwd(gc, out.d, x.d + 3, ldx, w.d, bias.d, B, T, D, K);
-  check("conv1d_fwd", &out, 1e-5);
+  check_r("conv1d_fwd", &out, 1e-5);
   cpu->conv1d_bwd(cc, dx.h + 3, ldx, dw.h, db.h, dout.h, x.h + 3, ldx, w.h, B, T, D, K);
   gpu->conv1d_bwd(gc, dx.d + 3, ldx, dw.d, db.d, dout.d, x.d + 3, ldx, w.d, B, T, D, K);
-  check("conv1d_bwd dx", &dx, 1e-5);
+  check("conv1d_bwd dx", &dx, TOL_R(1e-5));
   check("conv1d_bwd dw", &dw, 1e-5);
   check("conv1d_bwd dbias", &db, 1e-5);
   freeb(&x), freeb(&w), freeb(&bias), freeb(&out), freeb(&dout), freeb(&dx), freeb(&dw), freeb(&db);
@@ -425,7 +437,7 @@ static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk)
   cpu->scan_fwd(cc, y.h, ck.h, u.h, dt.h, Al.h, bc.h, bc.h + S, ldbc, Dp.h, B, T, D, S, chunk);
   gpu->scan_fwd(gc, y.d, ck.d, u.d, dt.d, Al.d, bc.d, bc.d + S, ldbc, Dp.d, B, T, D, S, chunk);
   snprintf(name, sizeof name, "scan_fwd S%lld ck%lld y", (long long)S, (long long)chunk);
-  check(name, &y, 1e-4);
+  check_r(name, &y, 1e-4);
   snprintf(name, sizeof name, "scan_fwd S%lld ck%lld ckpt", (long long)S, (long long)chunk);
   check(name, &ck, 1e-4);
   if (sl_cuda_upload(gc, ck.d, ck.h, (size_t)ck.n * 4)) nfail++;
@@ -434,13 +446,13 @@ static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk)
   gpu->scan_bwd(gc, du.d, ddt.d, dAl.d, dbc.d, dbc.d + S, dDp.d, dy.d, u.d, dt.d, Al.d, bc.d,
                 bc.d + S, ldbc, Dp.d, ck.d, B, T, D, S, chunk);
   snprintf(name, sizeof name, "scan_bwd S%lld du", (long long)S);
-  check(name, &du, 1e-4);
+  check_r(name, &du, 1e-4);
   snprintf(name, sizeof name, "scan_bwd S%lld ddt", (long long)S);
-  check(name, &ddt, 1e-4);
+  check_r(name, &ddt, 1e-4);
   snprintf(name, sizeof name, "scan_bwd S%lld dA_log", (long long)S);
   check(name, &dAl, 1e-4);
   snprintf(name, sizeof name, "scan_bwd S%lld dBm+dCm", (long long)S);
-  check(name, &dbc, 1e-4);
+  check(name, &dbc, TOL_R(1e-4));
   snprintf(name, sizeof name, "scan_bwd S%lld dDp", (long long)S);
   check(name, &dDp, 1e-4);
   freeb(&u), freeb(&dt), freeb(&Al), freeb(&bc), freeb(&Dp), freeb(&y), freeb(&ck), freeb(&dy);
@@ -533,6 +545,106 @@ static void test_errors_and_scratch(void) {
   report("scratch stable after warm-up", (int64_t)s1, (double)s1 - (double)s0, 0, 0, s1 == s0);
 }
 
+/* ---- bf16 compute (ctx_set_compute, docs/bf16.md) ----------------------------
+ * Both contexts switched to SL_COMPUTE_BF16; the ops through the tables.
+ * Outputs stored in bf16 must be bf16-valued on both sides (the rounding
+ * points happen) and agree within one bf16 ulp of the largest value
+ * (TOL_B16 = 2^-7: an fp32 difference in accumulation order may flip one
+ * rounding); fp32 outputs computed from identical bf16 operands (weight
+ * gradients, rstd) keep the fp32 tolerances. */
+static void check_b16(const char *name, const buf *b) {
+  float *g = (float *)xmalloc((size_t)b->n * 4);
+  int st = sl_cuda_download(gc, g, b->d, (size_t)b->n * 4);
+  int64_t odd = 0;
+  for (int64_t i = 0; i < b->n; i++) {
+    uint32_t u, v;
+    memcpy(&u, &g[i], 4);
+    memcpy(&v, &b->h[i], 4);
+    odd += (u & 0xffffu) != 0 || (v & 0xffffu) != 0;
+  }
+  free(g);
+  char nm[96];
+  snprintf(nm, sizeof nm, "%s (bf16-valued)", name);
+  report(nm, b->n, (double)odd, 0, 0, st == SL_OK && odd == 0);
+  check(name, b, TOL_B16);
+}
+
+static void test_bf16_compute(void) {
+  if (cpu->ctx_set_compute(cc, SL_COMPUTE_BF16) || gpu->ctx_set_compute(gc, SL_COMPUTE_BF16)) {
+    report("ctx_set_compute bf16", 0, 0, 0, 0, 0);
+    return;
+  }
+  report("ctx_set_compute(7) refused", 0, 0, 0, 0,
+         cpu->ctx_set_compute(cc, 7) == SL_EINPUT && gpu->ctx_set_compute(gc, 7) == SL_EINPUT);
+  /* linear with bias: fp32 operands rounded by the op; dw, db fp32 */
+  int64_t N = 37, IC = 65, OC = 47;
+  buf x = mk(N * IC, -1, 1), w = mk(OC * IC, -0.5f, 0.5f), b = mk(OC, -1, 1), out = mk0(N * OC);
+  buf dout = mk(N * OC, -1, 1), dx = mk0(N * IC), dw = mk(OC * IC, -1, 1), db = mk(OC, -1, 1);
+  cpu->linear_fwd(cc, out.h, x.h, w.h, b.h, N, IC, OC);
+  gpu->linear_fwd(gc, out.d, x.d, w.d, b.d, N, IC, OC);
+  check_b16("bf16c linear_fwd", &out);
+  cpu->linear_bwd(cc, dx.h, dw.h, db.h, dout.h, x.h, w.h, N, IC, OC);
+  gpu->linear_bwd(gc, dx.d, dw.d, db.d, dout.d, x.d, w.d, N, IC, OC);
+  check_b16("bf16c linear_bwd dinp", &dx);
+  check("bf16c linear_bwd dw (fp32)", &dw, TOL_GEMM);
+  check("bf16c linear_bwd db (fp32)", &db, 1e-5);
+  freeb(&x), freeb(&w), freeb(&b), freeb(&out), freeb(&dout), freeb(&dx), freeb(&dw), freeb(&db);
+  /* rmsnorm -> out rounded, rstd fp32 */
+  int64_t C = 96;
+  buf xn = mk(N * C, -2, 2), wn = mk(C, 0.5f, 1.5f), on = mk0(N * C), rs = mk0(N);
+  cpu->rmsnorm_fwd(cc, on.h, rs.h, xn.h, wn.h, N, C, 1e-5f);
+  gpu->rmsnorm_fwd(gc, on.d, rs.d, xn.d, wn.d, N, C, 1e-5f);
+  check_b16("bf16c rmsnorm_fwd out", &on);
+  check("bf16c rmsnorm_fwd rstd (fp32)", &rs, 1e-5);
+  freeb(&xn), freeb(&wn), freeb(&on), freeb(&rs);
+  /* rope + attention (GQA) */
+  int64_t B = 2, T = 33, nh = 4, nkv = 2, hd = 64, nq = B * T * (nh + 2 * nkv) * hd, no = B * T * nh * hd;
+  buf qkv = mk(nq, -1, 1), att = mk0(no), lse = mk0(B * nh * T), datt = mk(no, -1, 1), dqkv = mk0(nq);
+  cpu->rope_fwd(cc, qkv.h, B, T, nh, nkv, hd, 10000.0f);
+  gpu->rope_fwd(gc, qkv.d, B, T, nh, nkv, hd, 10000.0f);
+  check_b16("bf16c rope_fwd", &qkv);
+  if (sl_cuda_upload(gc, qkv.d, qkv.h, (size_t)nq * 4)) nfail++;
+  cpu->attention_fwd(cc, att.h, lse.h, qkv.h, B, T, nh, nkv, hd, 0);
+  gpu->attention_fwd(gc, att.d, lse.d, qkv.d, B, T, nh, nkv, hd, 0);
+  check_b16("bf16c attention_fwd out", &att);
+  check("bf16c attention_fwd lse (fp32)", &lse, 1e-4);
+  if (sl_cuda_upload(gc, att.d, att.h, (size_t)no * 4) || sl_cuda_upload(gc, lse.d, lse.h, (size_t)(B * nh * T) * 4))
+    nfail++;
+  cpu->round_bf16(cc, datt.h, no), gpu->round_bf16(gc, datt.d, no);
+  cpu->attention_bwd(cc, dqkv.h, datt.h, qkv.h, att.h, lse.h, B, T, nh, nkv, hd, 0);
+  gpu->attention_bwd(gc, dqkv.d, datt.d, qkv.d, att.d, lse.d, B, T, nh, nkv, hd, 0);
+  check_b16("bf16c attention_bwd dqkv", &dqkv);
+  if (sl_cuda_upload(gc, dqkv.d, dqkv.h, (size_t)nq * 4)) nfail++;
+  cpu->rope_bwd(cc, dqkv.h, B, T, nh, nkv, hd, 10000.0f);
+  gpu->rope_bwd(gc, dqkv.d, B, T, nh, nkv, hd, 10000.0f);
+  check_b16("bf16c rope_bwd", &dqkv);
+  freeb(&qkv), freeb(&att), freeb(&lse), freeb(&datt), freeb(&dqkv);
+  /* LM head: logits, dlogits, dx rounded; losses, lse, dw fp32 */
+  int64_t V = 301;
+  int32_t *td, *tg = mk_tok(N, (int32_t)V, 1, &td);
+  buf hx = mk(N * C, -1, 1), hw = mk(V * C, -0.5f, 0.5f), loss = mk0(N), hl = mk0(N);
+  buf hdx = mk0(N * C), hdw = mk(V * C, -1, 1);
+  cpu->lmhead_ce_fwd(cc, loss.h, hl.h, hx.h, hw.h, tg, N, C, V);
+  gpu->lmhead_ce_fwd(gc, loss.d, hl.d, hx.d, hw.d, td, N, C, V);
+  check("bf16c lmhead_ce_fwd losses", &loss, TOL_B16);
+  check("bf16c lmhead_ce_fwd lse", &hl, TOL_B16);
+  if (sl_cuda_upload(gc, hl.d, hl.h, (size_t)N * 4)) nfail++;
+  cpu->lmhead_ce_bwd(cc, hdx.h, hdw.h, hx.h, hw.h, tg, hl.h, 1.0f / (float)N, N, C, V);
+  gpu->lmhead_ce_bwd(gc, hdx.d, hdw.d, hx.d, hw.d, td, hl.d, 1.0f / (float)N, N, C, V);
+  check_b16("bf16c lmhead_ce_bwd dx", &hdx);
+  check("bf16c lmhead_ce_bwd dw (fp32)", &hdw, TOL_B16);
+  free(tg), sl_cuda_free(gc, td);
+  freeb(&hx), freeb(&hw), freeb(&loss), freeb(&hl), freeb(&hdx), freeb(&hdw);
+  /* the element-wise, conv1d and scan tests again, in bf16 compute */
+  g_b16 = 1;
+  test_pointwise();
+  test_conv1d();
+  test_scan(2, 37, 150, 16, 8);
+  g_b16 = 0;
+  cpu->ctx_set_compute(cc, SL_COMPUTE_FP32);
+  gpu->ctx_set_compute(gc, SL_COMPUTE_FP32);
+}
+
 int main(void) {
   cpu = sl_ops_cpu();
   gpu = sl_ops_cuda();
@@ -569,6 +681,7 @@ int main(void) {
   test_scan(2, 37, 150, 16, 8);
   test_scan(1, 29, 40, 5, 64); /* chunk > T, S < 16 */
   test_scan(2, 20, 33, 24, 3);
+  test_bf16_compute();
   test_errors_and_scratch();
   printf("cuda scratch high-water: %zu bytes\n", gpu->ctx_scratch_bytes(gc));
   gpu->ctx_destroy(gc);

@@ -317,13 +317,14 @@ static int bench_mamba(bench_cfg *b) {
 
 /* A Llama-2-7B-shaped stack (hidden 4096, 32 heads, intermediate 11008,
  * vocab 32000, seq 4096) with --layers layers on the CUDA backend: tokens/s
- * and MFU. Until bf16 compute lands the GEMMs run in fp32 (CUBLAS_COMPUTE_32F)
- * or TF32 (SL_CUDA_TF32=1) and attention on CUDA cores, so MFU is taken
- * against the peak of the precision that runs (H100/H200 SXM datasheet,
- * dense): fp32 67 TFLOPS, TF32 494 TFLOPS; the bf16 figure (989) is printed
- * beside it for comparison. The run directory (model, data, metrics,
- * train.log) is kept under --out-dir (default runs/bench-gpu), and a failed
- * run's log tail is printed. */
+ * and MFU. Precision: bf16 compute by default (--compute-dtype bf16: cuBLASLt
+ * bf16 GEMMs with fp32 accumulation; attention still fp32 CUDA-core kernels
+ * on bf16-valued inputs, docs/bf16.md), MFU against the 989 TFLOPS dense bf16
+ * peak; SL_CUDA_TF32=1 runs fp32 compute with TF32 GEMMs (494 TFLOPS) and
+ * SL_BENCH_COMPUTE=fp32 strict fp32 (67 TFLOPS) (H100/H200 SXM datasheet,
+ * dense). The run directory (model, data, metrics, train.log) is kept under
+ * --out-dir (default runs/bench-gpu), and a failed run's log tail is
+ * printed. */
 static int bench_gpu(bench_cfg *b) {
   char dir[1100], model[4200], data[4200], metrics[4200], cmd[16384];
   snprintf(dir, sizeof dir, "%s", b->out_dir[0] ? b->out_dir : "runs/bench-gpu");
@@ -331,23 +332,24 @@ static int bench_gpu(bench_cfg *b) {
     fprintf(stderr, "shardlm bench gpu: %s\n", sl_errmsg());
     return 2;
   }
-  const char *tf32 = getenv("SL_CUDA_TF32");
-  int is_tf32 = tf32 && atoi(tf32) != 0;
-  double peak = is_tf32 ? 494.0 : 67.0;
-  const char *prec = is_tf32 ? "TF32 tensor-core" : "fp32 CUDA-core";
+  const char *tf32 = getenv("SL_CUDA_TF32"), *bc = getenv("SL_BENCH_COMPUTE");
+  int is_tf32 = tf32 && atoi(tf32) != 0, is_bf16 = !is_tf32 && !(bc && !strcmp(bc, "fp32"));
+  double peak = is_bf16 ? 989.0 : is_tf32 ? 494.0 : 67.0;
+  const char *prec = is_bf16 ? "bf16 tensor-core" : is_tf32 ? "TF32 tensor-core" : "fp32 CUDA-core";
+  const char *pname = is_bf16 ? "bf16" : is_tf32 ? "tf32" : "fp32";
   snprintf(model, sizeof model, "%s/model", dir);
   snprintf(data, sizeof data, "%s/data", dir);
   snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
   if (write_model(b, model) || write_data(b, data)) return 1;
   remove(metrics);
   printf("model: Llama hidden %d, %d layers, %d/%d heads, intermediate %d, vocab %d; batch %d x %d; CUDA backend, "
-         "%s GEMMs\n", b->hidden, b->layers, b->heads, b->kv_heads, b->inter, b->vocab, b->batch, b->seq,
-         is_tf32 ? "TF32" : "fp32");
+         "%s GEMMs\n", b->hidden, b->layers, b->heads, b->kv_heads, b->inter, b->vocab, b->batch, b->seq, pname);
   snprintf(cmd, sizeof cmd,
            "'%s' train --backend cuda --model %s --data %s --steps %d --micro-batch %d --seq-len %d --zero 3 "
            "--activation-checkpoint selective --peak-tflops %g --summary true --plot false --log-every 1000 "
-           "--metrics %s --out-dir %s > %s/train.log 2>&1",
-           self_exe(), model, data, b->steps + 2, b->batch, b->seq, peak, metrics, dir, dir);
+           "--compute-dtype %s --metrics %s --out-dir %s > %s/train.log 2>&1",
+           self_exe(), model, data, b->steps + 2, b->batch, b->seq, peak, is_bf16 ? "bf16" : "fp32", metrics, dir,
+           dir);
   if (system(cmd) != 0) {
     fprintf(stderr, "shardlm bench gpu: the run failed; its log is %s/train.log, which ends:\n", dir);
     snprintf(cmd, sizeof cmd, "tail -n 20 '%s/train.log' >&2", dir);
@@ -361,7 +363,7 @@ static int bench_gpu(bench_cfg *b) {
          tps, 100 * mfu, peak, prec, 100 * mfu * peak / 989.0, n, (long long)metric_last_arena(metrics, "total"),
          dir);
   printf("{\"bench\": \"gpu\", \"tokens_per_s\": %.1f, \"mfu\": %.4f, \"peak_tflops\": %.0f, \"precision\": \"%s\", "
-         "\"mfu_vs_bf16_989\": %.4f}\n", tps, mfu, peak, is_tf32 ? "tf32" : "fp32", mfu * peak / 989.0);
+         "\"mfu_vs_bf16_989\": %.4f}\n", tps, mfu, peak, pname, mfu * peak / 989.0);
   return 0;
 }
 
@@ -455,8 +457,8 @@ int sl_tool_bench(int argc, char **argv) {
                     "  train/zero flags: --hidden --layers --heads --kv-heads --intermediate --vocab --batch --seq\n"
                     "                    --steps --threads --src SOURCE_DIR (for tools/bench_torch.py)\n"
                     "  gpu: a Llama-2-7B-shaped stack on --backend cuda (--layers, --batch, --seq, --steps,\n"
-                    "       --out-dir DIR: run directory, default runs/bench-gpu); MFU against the fp32\n"
-                    "       (67 TFLOPS) or, with SL_CUDA_TF32=1, TF32 (494) peak until bf16 compute lands\n");
+                    "       --out-dir DIR: run directory, default runs/bench-gpu); bf16 compute, MFU against\n"
+                    "       989 TFLOPS; SL_CUDA_TF32=1: TF32 (494), SL_BENCH_COMPUTE=fp32: fp32 (67)\n");
     return argc < 2 ? 2 : 0;
   }
   if (!strcmp(argv[1], "adam") || !strcmp(argv[1], "nvme")) {

@@ -178,6 +178,12 @@ static void c_lmhead_vp_bwd(sl_kctx *k, float *dx, float *dw, const float *x, co
   (void)dx; (void)dw; (void)x; (void)w; (void)targets; (void)lse; (void)scale; (void)v0; (void)Vl;
   add(k, 4 * D(N) * D(Vvalid), 6 * D(N) * D(C) * D(Vvalid));
 }
+/* bf16 compute changes no count: FLOPs and bytes are the same ops' */
+static int c_ctx_set_compute(sl_kctx *k, int compute) {
+  (void)k;
+  return compute == SL_COMPUTE_FP32 || compute == SL_COMPUTE_BF16 ? SL_OK
+                                                                  : sl_fail(SL_EINPUT, "unknown compute dtype %d", compute);
+}
 static void c_adamw(sl_kctx *k, float *p, float *m, float *v, const float *g, int64_t n, float lr, float b1, float b2,
                     float eps, float wd, int64_t step, float grad_scale) {
   (void)p; (void)m; (void)v; (void)g; (void)lr; (void)b1; (void)b2; (void)eps; (void)wd; (void)step;
@@ -343,6 +349,7 @@ static const sl_ops g_count_ops = {
     .lmhead_vp_rescale = c_lmhead_vp_rescale,
     .lmhead_vp_loss = c_lmhead_vp_loss,
     .lmhead_vp_bwd = c_lmhead_vp_bwd,
+    .ctx_set_compute = c_ctx_set_compute,
     .adamw = c_adamw,
     .sumsq = c_sumsq,
     .scale = c_scale,

@@ -19,6 +19,9 @@ struct sl_kctx {
   float *rope_tab;         /* (rope_T, rope_hd/2, 2) cos,sin cache for rope */
   int64_t rope_T, rope_hd; /* shape the cache was built for (0 = none) */
   float rope_theta;        /* theta the cache was built for */
+  int bf16;                /* compute dtype is SL_COMPUTE_BF16 (bf16.c) */
+  float *stage[3];         /* bf16-rounded copies of GEMM operands (bf16.c) */
+  size_t stage_cap[3];     /* floats allocated in stage[i] */
 };
 
 /* Hot row kernels get an AVX2+FMA clone picked at load time (ifunc); the
@@ -42,6 +45,9 @@ float *sl_cpu_scratch(sl_kctx *ctx, size_t nfloats, const char *op);
 void sl_cpu_sgemm(sl_kctx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K,
                   float alpha, const float *A, int64_t lda, const float *B,
                   int64_t ldb, float beta, float *C, int64_t ldc);
+/* bf16 compute (bf16.c): x[0..n) rounded to bf16 in place; the rows x
+ * (rows, cols) of row stride ld likewise. */
+void sl_cpu_round_rows(sl_kctx *ctx, float *x, int64_t rows, int64_t cols, int64_t ld);
 /* Fills x[0..n) with NaN (used when an op cannot run). */
 void sl_cpu_poison(float *x, int64_t n);
 

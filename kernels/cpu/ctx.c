@@ -38,6 +38,8 @@ void sl_cpu_ctx_destroy(sl_kctx *ctx) {
     return;
   free(ctx->scratch);
   free(ctx->rope_tab);
+  for (int i = 0; i < 3; i++)
+    free(ctx->stage[i]);
   free(ctx);
 }
 
@@ -46,7 +48,10 @@ size_t sl_cpu_ctx_scratch_bytes(const sl_kctx *ctx) {
     return 0;
   size_t rope =
       ctx->rope_tab ? (size_t)(ctx->rope_T * ctx->rope_hd) * sizeof(float) : 0;
-  return ctx->scratch_hwm + rope;
+  size_t stage = 0;
+  for (int i = 0; i < 3; i++)
+    stage += ctx->stage_cap[i] * sizeof(float);
+  return ctx->scratch_hwm + rope + stage;
 }
 
 float *sl_cpu_scratch(sl_kctx *ctx, size_t nfloats, const char *op) {

@@ -30,6 +30,9 @@ struct sl_kctx {
   char msg[512];            /* message of the first error */
   struct sl_gemm_plan *plans; /* (nplans) cuBLASLt descriptors + algorithm per shape (gemm.cu) */
   int nplans, next_evict;
+  int bf16;                 /* compute dtype SL_COMPUTE_BF16 (bf16.cu) */
+  void *stage;              /* bf16 copies of GEMM operands (stage_bytes), per op (bf16.cu) */
+  size_t stage_bytes;
 };
 
 #define SL_CUDA_SUMSQ_BLOCKS 256

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/gemm.cuh"
@@ -70,6 +71,7 @@ void *sl_cuda_scratch(sl_kctx *ctx, size_t bytes, const char *op) {
 static void ctx_free(sl_kctx *c) {
   if (c->stream) cudaStreamSynchronize(c->stream);
   if (c->ws) cudaFree(c->ws);
+  if (c->stage) cudaFree(c->stage);
   if (c->lt_ws) cudaFree(c->lt_ws);
   if (c->sumsq_dev) cudaFree(c->sumsq_dev);
   if (c->sumsq_part) cudaFree(c->sumsq_part);
@@ -128,10 +130,10 @@ static void cuda_ctx_destroy(sl_kctx *ctx) {
 }
 
 /* Device bytes the context holds beyond the caller's tensors: the op
- * scratch high-water plus the fixed cuBLASLt workspace and sumsq buffers. */
+ * scratch high-water (+ the bf16 operand stage) plus the fixed cuBLASLt workspace and sumsq buffers. */
 static size_t cuda_ctx_scratch_bytes(const sl_kctx *ctx) {
   if (!ctx) return 0;
-  return ctx->ws_bytes + ctx->lt_ws_bytes + (SL_CUDA_SUMSQ_BLOCKS + 1) * sizeof(double);
+  return ctx->ws_bytes + ctx->stage_bytes + ctx->lt_ws_bytes + (SL_CUDA_SUMSQ_BLOCKS + 1) * sizeof(double);
 }
 
 void *sl_cuda_malloc(sl_kctx *ctx, size_t bytes) {
@@ -197,33 +199,33 @@ static sl_ops make_cuda_ops() {
   o.ctx_scratch_bytes = cuda_ctx_scratch_bytes;
   o.embedding_fwd = sl_cuda_embedding_fwd;
   o.embedding_bwd = sl_cuda_embedding_bwd;
-  o.rmsnorm_fwd = sl_cuda_rmsnorm_fwd;
+  o.rmsnorm_fwd = sl_cuda_bf_rmsnorm_fwd;
   o.rmsnorm_bwd = sl_cuda_rmsnorm_bwd;
-  o.linear_fwd = sl_cuda_linear_fwd;
-  o.linear_bwd = sl_cuda_linear_bwd;
-  o.rope_fwd = sl_cuda_rope_fwd;
-  o.rope_bwd = sl_cuda_rope_bwd;
-  o.attention_fwd = sl_cuda_attention_fwd;
-  o.attention_bwd = sl_cuda_attention_bwd;
-  o.swiglu_fwd = sl_cuda_swiglu_fwd;
-  o.swiglu_bwd = sl_cuda_swiglu_bwd;
+  o.linear_fwd = sl_cuda_bf_linear_fwd;
+  o.linear_bwd = sl_cuda_bf_linear_bwd;
+  o.rope_fwd = sl_cuda_bf_rope_fwd;
+  o.rope_bwd = sl_cuda_bf_rope_bwd;
+  o.attention_fwd = sl_cuda_bf_attention_fwd;
+  o.attention_bwd = sl_cuda_bf_attention_bwd;
+  o.swiglu_fwd = sl_cuda_bf_swiglu_fwd;
+  o.swiglu_bwd = sl_cuda_bf_swiglu_bwd;
   o.add_inplace = sl_cuda_add_inplace;
-  o.lmhead_ce_fwd = sl_cuda_lmhead_ce_fwd;
-  o.lmhead_ce_bwd = sl_cuda_lmhead_ce_bwd;
+  o.lmhead_ce_fwd = sl_cuda_bf_lmhead_ce_fwd;
+  o.lmhead_ce_bwd = sl_cuda_bf_lmhead_ce_bwd;
   o.adamw = sl_cuda_adamw;
   o.sumsq = sl_cuda_sumsq;
   o.scale = sl_cuda_scale;
   o.f32_to_bf16 = sl_cuda_f32_to_bf16;
   o.bf16_to_f32 = sl_cuda_bf16_to_f32;
   o.round_bf16 = sl_cuda_round_bf16;
-  o.conv1d_fwd = sl_cuda_conv1d_fwd;
-  o.conv1d_bwd = sl_cuda_conv1d_bwd;
-  o.silu_fwd = sl_cuda_silu_fwd;
-  o.silu_bwd = sl_cuda_silu_bwd;
-  o.gate_fwd = sl_cuda_gate_fwd;
-  o.gate_bwd = sl_cuda_gate_bwd;
-  o.scan_fwd = sl_cuda_scan_fwd;
-  o.scan_bwd = sl_cuda_scan_bwd;
+  o.conv1d_fwd = sl_cuda_bf_conv1d_fwd;
+  o.conv1d_bwd = sl_cuda_bf_conv1d_bwd;
+  o.silu_fwd = sl_cuda_bf_silu_fwd;
+  o.silu_bwd = sl_cuda_bf_silu_bwd;
+  o.gate_fwd = sl_cuda_bf_gate_fwd;
+  o.gate_bwd = sl_cuda_bf_gate_bwd;
+  o.scan_fwd = sl_cuda_bf_scan_fwd;
+  o.scan_bwd = sl_cuda_bf_scan_bwd;
   o.alloc = sl_cuda_mem_alloc;
   o.free = sl_cuda_mem_free;
   o.zero = sl_cuda_mem_zero;
@@ -234,10 +236,10 @@ static sl_ops make_cuda_ops() {
   o.sync = sl_cuda_mem_sync;
   o.is_device = sl_cuda_mem_is_device;
   o.stream = sl_cuda_stream;
-  o.rope_doc_fwd = sl_cuda_rope_doc_fwd;
-  o.rope_doc_bwd = sl_cuda_rope_doc_bwd;
-  o.attention_doc_fwd = sl_cuda_attention_doc_fwd;
-  o.attention_doc_bwd = sl_cuda_attention_doc_bwd;
+  o.rope_doc_fwd = sl_cuda_bf_rope_doc_fwd;
+  o.rope_doc_bwd = sl_cuda_bf_rope_doc_bwd;
+  o.attention_doc_fwd = sl_cuda_bf_attention_doc_fwd;
+  o.attention_doc_bwd = sl_cuda_bf_attention_doc_bwd;
   o.mem_info = sl_cuda_mem_info;
   o.vocab_embedding_fwd = sl_cuda_vocab_embedding_fwd;
   o.vocab_embedding_bwd = sl_cuda_vocab_embedding_bwd;
@@ -245,6 +247,7 @@ static sl_ops make_cuda_ops() {
   o.lmhead_vp_rescale = sl_cuda_lmhead_vp_rescale;
   o.lmhead_vp_loss = sl_cuda_lmhead_vp_loss;
   o.lmhead_vp_bwd = sl_cuda_lmhead_vp_bwd;
+  o.ctx_set_compute = sl_cuda_ctx_set_compute;
   return o;
 }
 static const sl_ops g_cuda_ops = make_cuda_ops();

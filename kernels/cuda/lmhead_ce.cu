@@ -7,10 +7,14 @@
  * for ignored targets), and issues dx_c += dlogits @ w and
  * dw += dlogits^T @ x_c (both beta = 1). The chunk loops and row kernels
  * (sl_cuda_ce_{fwd,bwd}_core) also run the loss-parallel head of
- * vocab_parallel.cu: w is then a vocabulary slice whose row 0 is id v0. */
+ * vocab_parallel.cu: w is then a vocabulary slice whose row 0 is id v0.
+ * With bf16 operands (ab = CUDA_R_16BF: the _b16 variants of bf16 compute,
+ * bf16.cu) the logits are rounded to bf16 after the GEMM and backward feeds
+ * bf16 dlogits to its two GEMMs. */
 #include <math.h>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/lmhead_ce.cuh"
 
@@ -70,15 +74,19 @@ static __global__ void ce_bwd_kernel(float *logits, const int32_t *targets, cons
   }
 }
 
-void sl_cuda_ce_fwd_core(sl_kctx *ctx, const float *x, const float *w, const int32_t *targets,
-                         int64_t N, int64_t C, int64_t V, int64_t v0, float *losses, float *lse,
-                         float *lmax, float *st, const char *op) {
+/* x, w of type ab (fp32, or bf16 for bf16 compute; then the scratch holds
+ * R x V fp32 logits + R x V bf16 dlogits in backward). */
+static void ce_fwd_core_any(sl_kctx *ctx, const void *x, const void *w, const int32_t *targets, int64_t N,
+                            int64_t C, int64_t V, int64_t v0, float *losses, float *lse, float *lmax, float *st,
+                            cudaDataType_t ab, const char *op) {
+  size_t es = ab == CUDA_R_16BF ? 2 : 4;
   int64_t R = ce_chunk_rows(N, V);
   float *logits = (float *)sl_cuda_scratch(ctx, (size_t)(R * V) * sizeof(float), op);
   if (!logits) return;
   for (int64_t r0 = 0; r0 < N; r0 += R) {
     int64_t rc = N - r0 < R ? N - r0 : R;
-    if (sl_cuda_rm_xwT(ctx, logits, x + r0 * C, w, rc, C, V, 0.0f, CUDA_R_32F)) return;
+    if (sl_cuda_rm_xwT(ctx, logits, (const char *)x + (size_t)(r0 * C) * es, w, rc, C, V, 0.0f, ab)) return;
+    if (ab == CUDA_R_16BF) sl_cuda_round_bf16(ctx, logits, rc * V);
     ce_fwd_kernel<<<(unsigned)rc, CE_NT, 0, ctx->stream>>>(
         st ? NULL : losses + r0, st ? NULL : lse + r0, st ? lmax + r0 : NULL, st ? st + 2 * r0 : NULL,
         logits, targets + r0, V, v0);
@@ -86,38 +94,80 @@ void sl_cuda_ce_fwd_core(sl_kctx *ctx, const float *x, const float *w, const int
   }
 }
 
-void sl_cuda_ce_bwd_core(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w,
-                         const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C,
-                         int64_t V, int64_t v0, int slice, const char *op) {
+static void ce_bwd_core_any(sl_kctx *ctx, float *dx, float *dw, const void *x, const void *w,
+                            const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C,
+                            int64_t V, int64_t v0, int slice, cudaDataType_t ab, const char *op) {
+  int b16 = ab == CUDA_R_16BF;
+  size_t es = b16 ? 2 : 4;
   int64_t R = ce_chunk_rows(N, V);
-  float *logits = (float *)sl_cuda_scratch(ctx, (size_t)(R * V) * sizeof(float), op);
-  if (!logits) return;
+  size_t lbytes = sl_cuda_align((size_t)(R * V) * sizeof(float));
+  size_t need = b16 ? lbytes + (size_t)(R * V) * 2 : (size_t)(R * V) * sizeof(float);
+  char *ws = (char *)sl_cuda_scratch(ctx, need, op);
+  if (!ws) return;
+  float *logits = (float *)ws;
+  uint16_t *dl16 = (uint16_t *)(ws + lbytes);
+  const void *dl = b16 ? (const void *)dl16 : (const void *)logits;
   for (int64_t r0 = 0; r0 < N; r0 += R) {
     int64_t rc = N - r0 < R ? N - r0 : R;
-    if (sl_cuda_rm_xwT(ctx, logits, x + r0 * C, w, rc, C, V, 0.0f, CUDA_R_32F)) return;
+    const void *xc = (const char *)x + (size_t)(r0 * C) * es;
+    if (sl_cuda_rm_xwT(ctx, logits, xc, w, rc, C, V, 0.0f, ab)) return;
+    if (b16) sl_cuda_round_bf16(ctx, logits, rc * V);
     ce_bwd_kernel<<<(unsigned)rc, CE_NT, 0, ctx->stream>>>(logits, targets + r0, lse + r0, scale, V, v0,
                                                             slice != 0);
     CUDA_LAUNCH_CHECK(ctx);
+    if (b16) sl_cuda_f32_to_bf16(ctx, dl16, logits, rc * V); /* dlogits stored in bf16 */
     /* dlogits (rc, V) plays dout (N, OC = V) of a linear layer with IC = C */
-    if (dx && sl_cuda_rm_dx(ctx, dx + r0 * C, logits, w, rc, C, V, CUDA_R_32F)) return;
-    if (dw && sl_cuda_rm_dw(ctx, dw, logits, x + r0 * C, rc, C, V, CUDA_R_32F)) return;
+    if (dx && sl_cuda_rm_dx(ctx, dx + r0 * C, dl, w, rc, C, V, ab)) return;
+    if (dw && sl_cuda_rm_dw(ctx, dw, dl, xc, rc, C, V, ab)) return;
   }
+}
+
+void sl_cuda_ce_fwd_core(sl_kctx *ctx, const float *x, const float *w, const int32_t *targets,
+                         int64_t N, int64_t C, int64_t V, int64_t v0, float *losses, float *lse,
+                         float *lmax, float *st, const char *op) {
+  ce_fwd_core_any(ctx, x, w, targets, N, C, V, v0, losses, lse, lmax, st, CUDA_R_32F, op);
+}
+
+void sl_cuda_ce_bwd_core(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w,
+                         const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C,
+                         int64_t V, int64_t v0, int slice, const char *op) {
+  ce_bwd_core_any(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, v0, slice, CUDA_R_32F, op);
+}
+
+static void ce_fwd_any(sl_kctx *ctx, float *losses, float *lse, const void *x, const void *w,
+                       const int32_t *targets, int64_t N, int64_t C, int64_t V, cudaDataType_t ab) {
+  SL_CUDA_BEGIN(ctx);
+  SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && V > 0);
+  if (N == 0) return;
+  ce_fwd_core_any(ctx, x, w, targets, N, C, V, 0, losses, lse, NULL, NULL, ab, "lmhead_ce_fwd");
+}
+
+static void ce_bwd_any(sl_kctx *ctx, float *dx, float *dw, const void *x, const void *w,
+                       const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C,
+                       int64_t V, cudaDataType_t ab) {
+  SL_CUDA_BEGIN(ctx);
+  SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && V > 0);
+  if (N == 0 || (!dx && !dw)) return;
+  ce_bwd_core_any(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, 0, 0, ab, "lmhead_ce_bwd");
 }
 
 void sl_cuda_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const float *x,
                            const float *w, const int32_t *targets, int64_t N, int64_t C,
                            int64_t V) {
-  SL_CUDA_BEGIN(ctx);
-  SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && V > 0);
-  if (N == 0) return;
-  sl_cuda_ce_fwd_core(ctx, x, w, targets, N, C, V, 0, losses, lse, NULL, NULL, "lmhead_ce_fwd");
+  ce_fwd_any(ctx, losses, lse, x, w, targets, N, C, V, CUDA_R_32F);
 }
-
 void sl_cuda_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w,
                            const int32_t *targets, const float *lse, float scale, int64_t N,
                            int64_t C, int64_t V) {
-  SL_CUDA_BEGIN(ctx);
-  SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && V > 0);
-  if (N == 0 || (!dx && !dw)) return;
-  sl_cuda_ce_bwd_core(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, 0, 0, "lmhead_ce_bwd");
+  ce_bwd_any(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, CUDA_R_32F);
+}
+void sl_cuda_lmhead_ce_fwd_b16(sl_kctx *ctx, float *losses, float *lse, const uint16_t *x,
+                               const uint16_t *w, const int32_t *targets, int64_t N, int64_t C,
+                               int64_t V) {
+  ce_fwd_any(ctx, losses, lse, x, w, targets, N, C, V, CUDA_R_16BF);
+}
+void sl_cuda_lmhead_ce_bwd_b16(sl_kctx *ctx, float *dx, float *dw, const uint16_t *x,
+                               const uint16_t *w, const int32_t *targets, const float *lse,
+                               float scale, int64_t N, int64_t C, int64_t V) {
+  ce_bwd_any(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, CUDA_R_16BF);
 }

@@ -16,6 +16,9 @@ void sl_cuda_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, c
  * softmax term (lmhead_vp_bwd). Arguments already checked; N, V >= 1. */
 void sl_cuda_ce_fwd_core(sl_kctx *ctx, const float *x, const float *w, const int32_t *targets, int64_t N, int64_t C, int64_t V, int64_t v0, float *losses, float *lse, float *lmax, float *st, const char *op);
 void sl_cuda_ce_bwd_core(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C, int64_t V, int64_t v0, int slice, const char *op);
+/* bf16 compute (bf16.cu): x, w bf16; logits and dlogits rounded to bf16 */
+void sl_cuda_lmhead_ce_fwd_b16(sl_kctx *ctx, float *losses, float *lse, const uint16_t *x, const uint16_t *w, const int32_t *targets, int64_t N, int64_t C, int64_t V);
+void sl_cuda_lmhead_ce_bwd_b16(sl_kctx *ctx, float *dx, float *dw, const uint16_t *x, const uint16_t *w, const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C, int64_t V);
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,167 @@
+"""`shardlm dump --compute-dtype bf16` (CPU mirror) vs the PyTorch bf16 reference.
+
+Usage: bf16_checks.py --shardlm PATH --work DIR
+Checks (one line each, then "N passed, M failed"), for a tiny GQA Llama,
+untied and tied, and a tiny Mamba (tied):
+  1. the reference's fp32 path (bf16_ref, rounding off) equals llama_ref's /
+     mamba_ref's model (1e-6): the bf16 reference is the same network;
+  2. engine bf16 dump vs reference bf16: logits, loss, every parameter
+     gradient. Error per tensor e = ||a - b|| / ||b|| (L2) must be <= 2e-3
+     and the max-norm error max|a-b| / max|b| <= 2e-2 (why: docs/bf16.md,
+     "Testing");
+  3. the check can fail: the reference's bf16-vs-fp32 difference is at
+     least 5x the engine-vs-reference error for the logits and the largest
+     gradients, and the engine's own bf16-vs-fp32 difference of the logits
+     is within 0.5x..2x of the reference's;
+  4. the engine's bf16 logits are bf16-valued (low 16 bits zero), its fp32
+     logits are not; bf16 dumps with activation checkpointing selective and
+     full are bit-identical to none;
+  5. `shardlm train --compute-dtype bf16` (6 steps): losses finite, within
+     2e-2 of the fp32 run's and not identical; --compute-dtype fp16 exits 2;
+     bf16 implies --param-dtype bf16 unless that flag is given.
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bf16_ref as BR  # noqa: E402
+import common  # noqa: E402
+import engine_checks as E  # noqa: E402
+import llama_ref as L  # noqa: E402
+import mamba_ref as M  # noqa: E402
+
+B, T, VOCAB = 3, 16, 97
+L2_TOL, MAX_TOL, GAP = 2e-3, 2e-2, 5.0
+
+
+def l2_err(a, b):
+    a = np.asarray(a, dtype=np.float64).reshape(-1)
+    b = np.asarray(b, dtype=np.float64).reshape(-1)
+    if a.shape != b.shape:
+        return float("inf")
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def dump_args(model, data, out, dtype):
+    return ["dump", "--model", model, "--data", data, "--data-order", "sequential",
+            "--micro-batch", B, "--seq-len", T, "--out", out, "--compute-dtype", dtype]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shardlm", required=True)
+    ap.add_argument("--work", required=True)
+    a = ap.parse_args()
+    torch.set_num_threads(2)
+    ck = E.Checker()
+    exe, w = os.path.abspath(a.shardlm), os.path.abspath(a.work)
+    os.makedirs(w, exist_ok=True)
+    data = os.path.join(w, "data")
+    E.VOCAB = VOCAB
+    stream = E.make_data(data)
+    models = [("untied", L, L.init_model(L.make_config(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=160,
+                                                       vocab=VOCAB), seed=11, std=0.08, norm_jitter=0.1)),
+              ("tied", L, L.init_model(L.make_config(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=160,
+                                                     vocab=VOCAB, tied=True), seed=12, std=0.08, norm_jitter=0.1)),
+              ("mamba", M, M.init_model(M.make_config(hidden=32, layers=2, state=8, vocab=VOCAB), seed=5, std=0.1,
+                                        jitter=0.1))]
+    for tag, mod, m0 in models:
+        mdir = os.path.join(w, "model_" + tag)
+        mod.save_hf(m0, mdir)
+        m = mod.load_hf(mdir)
+        ref_bf = BR.dump(m, stream, B, T, bf16=True)
+        ref_fp = BR.dump(m, stream, B, T, bf16=False)
+        plain = mod.dump(m, stream, B, T)
+        e = max(E.rel_err(ref_fp[k], plain[k]) for k in plain)
+        ck(f"[{tag}] reference fp32 path = {mod.__name__} model (1e-6)", e <= 1e-6, f"worst rel {e:.2e}")
+
+        eng = {}
+        for dt in ("bf16", "fp32"):
+            out = os.path.join(w, f"dump_{tag}_{dt}.safetensors")
+            ok, msg = E.run_engine(exe, dump_args(mdir, data, out, dt), out + ".log")
+            if not ck(f"[{tag}] shardlm dump --compute-dtype {dt}", ok, msg):
+                continue
+            t = common.st_read(out)
+            eng[dt] = {k: t[k].reshape(ref_bf[k].shape) for k in ref_bf if k in t}
+        if "bf16" not in eng or "fp32" not in eng:
+            continue
+        # recomputation (activation checkpointing) goes through the same rounding ops
+        for mode in ("selective", "full"):
+            out = os.path.join(w, f"dump_{tag}_bf16_{mode}.safetensors")
+            ok, msg = E.run_engine(exe, dump_args(mdir, data, out, "bf16") + ["--activation-checkpoint", mode],
+                                   out + ".log")
+            if ok:
+                ok, msg = E.tensors_bit_equal(os.path.join(w, f"dump_{tag}_bf16.safetensors"), out)
+            ck(f"[{tag}] bf16 dump --activation-checkpoint {mode} bit-identical to none", ok, msg)
+        eb, ef = eng["bf16"], eng["fp32"]
+        missing = sorted(set(ref_bf) - set(eb))
+        if missing:
+            ck(f"[{tag}] dump tensors", False, f"missing {missing}")
+            continue
+        l2 = {k: l2_err(eb[k], ref_bf[k]) for k in ref_bf}
+        mx = {k: E.rel_err(eb[k], ref_bf[k]) for k in ref_bf}
+        gap = {k: l2_err(ref_fp[k], ref_bf[k]) for k in ref_bf}
+        if os.environ.get("SL_VERBOSE"):
+            for k in ref_bf:
+                print(f"  {k}: L2 {l2[k]:.2e} max {mx[k]:.2e} bf16-vs-fp32 {gap[k]:.2e}")
+        wl, wm = max(l2, key=l2.get), max(mx, key=mx.get)
+        bad = [k for k in ref_bf if not (l2[k] <= L2_TOL and mx[k] <= MAX_TOL)]
+        ck(f"[{tag}] engine bf16 vs PyTorch bf16: {len(l2)} tensors, L2 rel <= {L2_TOL:g}, max rel <= {MAX_TOL:g}",
+           not bad, f"worst L2 {wl} {l2[wl]:.2e}, worst max {wm} {mx[wm]:.2e}, loss "
+           f"{eb['loss'][0]:.7f} vs {ref_bf['loss'][0]:.7f}"
+           + (f"; over: {', '.join(f'{k} L2 {l2[k]:.1e} max {mx[k]:.1e}' for k in bad)}" if bad else ""))
+        # the checks above could fail: bf16 differs from fp32 by far more
+        big = sorted((k for k in ref_bf if k.startswith("grad.")), key=lambda k: -np.abs(ref_bf[k]).max())[:4]
+        sep = {k: gap[k] / max(l2[k], 1e-12) for k in ["logits"] + big}
+        ws = min(sep, key=sep.get)
+        ck(f"[{tag}] bf16-vs-fp32 difference >= {GAP:g}x engine-vs-reference error (logits, 4 largest grads)",
+           all(v >= GAP for v in sep.values()),
+           f"logits: bf16 vs fp32 {gap['logits']:.2e}, engine vs ref {l2['logits']:.2e}; "
+           f"smallest ratio {ws} {sep[ws]:.0f}x")
+        eg = l2_err(eb["logits"], ef["logits"])
+        ck(f"[{tag}] engine bf16-vs-fp32 logits difference within 0.5x..2x of PyTorch's",
+           0.5 * gap["logits"] <= eg <= 2.0 * gap["logits"],
+           f"engine {eg:.2e}, PyTorch {gap['logits']:.2e}; loss fp32 {ef['loss'][0]:.7f} bf16 {eb['loss'][0]:.7f}")
+        low = lambda x: int((np.ascontiguousarray(x, dtype=np.float32).view(np.uint32) & 0xFFFF).astype(bool).sum())
+        ck(f"[{tag}] bf16 logits are bf16-valued, fp32 logits are not", low(eb["logits"]) == 0 and low(ef["logits"]) > 0,
+           f"non-bf16 values: bf16 run {low(eb['logits'])}, fp32 run {low(ef['logits'])} of {eb['logits'].size}")
+    # training in bf16: 6 steps, losses finite, near fp32's and not equal to them
+    mdir = os.path.join(w, "model_untied")
+    runs = {}
+    for dt in ("bf16", "fp32"):
+        met = os.path.join(w, f"train_{dt}.jsonl")
+        ok, msg = E.run_engine(exe, ["train", "--model", mdir, "--data", data, "--data-order", "sequential",
+                                     "--steps", 6, "--micro-batch", B, "--seq-len", T, "--lr", "3e-3",
+                                     "--warmup", 2, "--metrics", met, "--compute-dtype", dt], met + ".log")
+        if ck(f"shardlm train --compute-dtype {dt} (6 steps)", ok, msg):
+            with open(met) as f:
+                runs[dt] = [json.loads(x)["loss"] for x in f if '"loss"' in x]
+    if len(runs) == 2:
+        lb, lf = np.array(runs["bf16"]), np.array(runs["fp32"])
+        d = float(np.abs(lb - lf).max()) if lb.shape == lf.shape else float("inf")
+        ck("bf16 training losses finite, within 2e-2 of fp32's and not identical",
+           lb.shape == lf.shape and np.isfinite(lb).all() and 0 < d <= 2e-2,
+           f"bf16 {np.round(lb, 4).tolist()} fp32 {np.round(lf, 4).tolist()} max|diff| {d:.2e}")
+    # --compute-dtype bf16 implies --param-dtype bf16 unless given (the start-up line says which)
+    implied = open(os.path.join(w, "dump_untied_bf16.safetensors.log")).read()
+    out = os.path.join(w, "dump_pfp32.safetensors")
+    ok, msg = E.run_engine(exe, dump_args(mdir, data, out, "bf16") + ["--param-dtype", "fp32"], out + ".log")
+    given = open(out + ".log").read()
+    ck("--compute-dtype bf16 implies --param-dtype bf16; an explicit --param-dtype fp32 stays",
+       ok and "params bf16" in implied and "params fp32" in given, msg)
+    log = os.path.join(w, "bad.log")
+    ok, msg = E.run_engine(exe, dump_args(mdir, data, os.path.join(w, "bad.st"), "fp16"), log)
+    text = open(log).read()
+    ck("--compute-dtype fp16 refused (exit 2, names the flag)", "exit 2" in msg and "--compute-dtype" in text,
+       msg.splitlines()[0])
+    print(f"{ck.passed} passed, {ck.failed} failed")
+    return 1 if ck.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

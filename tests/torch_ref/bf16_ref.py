@@ -1,0 +1,191 @@
+"""PyTorch reference of bf16 compute (docs/bf16.md) for Llama and Mamba.
+
+Owns: the forwards of llama_ref.LlamaForCausalLM's and
+mamba_ref.MambaForCausalLM's parameters with the bf16 rounding points
+written out as explicit casts, and their dump (logits, loss, parameter
+gradients of the mean loss of samples 0..B-1).
+
+Written from the rounding-point table of docs/bf16.md, not from the engine:
+  - r(x) = x.bfloat16().float(): an activation stored in bf16. Its autograd
+    backward also rounds the gradient flowing through it to bf16 (the grad of
+    .float() is cast to bf16), which is exactly "an activation gradient is
+    stored in bf16 where the activation is";
+  - rw(p): a parameter gathered in bf16 (--param-dtype bf16) or a GEMM
+    operand cast to bf16; the rounding is straight-through in backward, so
+    parameter gradients stay fp32 (fp32 master weights, fp32 grad buffers);
+  - GEMMs, attention, norms and the cross-entropy compute in fp32 on those
+    values; the residual stream x and its gradient stay fp32;
+  - attention's backward uses the stored (bf16) output O in
+    D = rowsum(dO * O), as a FlashAttention-style kernel does (custom
+    autograd function below); plain autograd would use the unrounded O;
+  - a gradient buffer that several ops add into is rounded after each
+    addition, in the engine's order (Mamba's du: scan, then the dt rows of
+    x_proj, then its B/C rows; _Fan3 below); autograd would sum the three
+    in fp32 and round once.
+"""
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import llama_ref as L  # noqa: E402
+import mamba_ref as M  # noqa: E402
+
+
+def r(x):
+    """Round to bf16 (nearest even) and back; the backward rounds the gradient."""
+    return x.bfloat16().float()
+
+
+class _RoundSTE(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.bfloat16().float()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def rw(p):
+    """A bf16-gathered parameter / bf16 GEMM operand: fp32 gradient."""
+    return _RoundSTE.apply(p)
+
+
+class _Attention(torch.autograd.Function):
+    """Causal softmax attention on (B, H, T, hd) q, k, v in fp32. Backward
+    uses the stored output in D = rowsum(dO * R(O)) (R: the rounding of the
+    output, identity in the fp32 model)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, R):
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        s = (q @ k.transpose(-1, -2)) * scale
+        p = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1)
+        o = p @ v
+        ctx.save_for_backward(q, k, v, p, R(o))
+        ctx.scale = scale
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, p, o_r = ctx.saved_tensors
+        dv = p.transpose(-1, -2) @ do
+        dp = do @ v.transpose(-1, -2)
+        d = (do * o_r).sum(-1, keepdim=True)
+        ds = p * (dp - d)
+        dq = (ds @ k) * ctx.scale
+        dk = (ds.transpose(-1, -2) @ q) * ctx.scale
+        return dq, dk, dv, None, None
+
+
+def _ident(x):
+    return x
+
+
+def forward(m, idx, bf16=True):
+    """Logits (B, T, V) of llama_ref model m with the bf16 rounding points
+    (bf16=False: the same code with every rounding off, the fp32 model)."""
+    R, RW = (r, rw) if bf16 else (_ident, _ident)
+
+    def rmsnorm(x, w, eps):
+        return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)) * RW(w)
+
+    def linear(x, w):  # bf16 operands, fp32 accumulation, output stored in bf16
+        return R(RW(x) @ RW(w).t())
+
+    c = m.config
+    B, T = idx.shape
+    nh, nkv, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+    cos, sin = L.rope_cos_sin(T, hd, c.rope_theta)
+    cos, sin = cos[None, None], sin[None, None]
+    mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+    x = F.embedding(idx, RW(m.model.embed_tokens.weight))  # fp32 residual stream
+    for layer in m.model.layers:
+        a = layer.self_attn
+        h = R(rmsnorm(x, layer.input_layernorm.weight, c.rms_norm_eps))
+        q = linear(h, a.q_proj.weight).view(B, T, nh, hd).transpose(1, 2)
+        k = linear(h, a.k_proj.weight).view(B, T, nkv, hd).transpose(1, 2)
+        v = linear(h, a.v_proj.weight).view(B, T, nkv, hd).transpose(1, 2)
+        q = R(q * cos + L.rotate_half(q) * sin)
+        k = R(k * cos + L.rotate_half(k) * sin)
+        rep = nh // nkv
+        att = _Attention.apply(q, k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1), mask, R)
+        att = R(att.transpose(1, 2).reshape(B, T, nh * hd))
+        x = x + linear(att, a.o_proj.weight)
+        h = R(rmsnorm(x, layer.post_attention_layernorm.weight, c.rms_norm_eps))
+        mlp = layer.mlp
+        g = linear(h, mlp.gate_proj.weight)
+        u = linear(h, mlp.up_proj.weight)
+        x = x + linear(R(F.silu(g) * u), mlp.down_proj.weight)
+    x = R(rmsnorm(x, m.model.norm.weight, c.rms_norm_eps))
+    return linear(x, m.head_weight())
+
+
+class _Fan3(torch.autograd.Function):
+    """u -> (u, u, u); backward R(R(R(g1) + g2) + g3) (R: rounding or identity)."""
+
+    @staticmethod
+    def forward(ctx, u, R):
+        ctx.R = R
+        return u.clone(), u.clone(), u.clone()
+
+    @staticmethod
+    def backward(ctx, g1, g2, g3):
+        R = ctx.R
+        return R(R(R(g1) + g2) + g3), None
+
+
+def mamba_forward(m, idx, bf16=True):
+    """Logits (B, T, V) of mamba_ref model m with the bf16 rounding points."""
+    R, RW = (r, rw) if bf16 else (_ident, _ident)
+    c = m.config
+    T = idx.shape[1]
+    D, S, Rk, K = c.intermediate_size, c.state_size, c.time_step_rank, c.conv_kernel
+
+    def rmsnorm(x, w):
+        return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + c.layer_norm_epsilon)) * RW(w)
+
+    def linear(x, w, b=None):
+        y = RW(x) @ RW(w).t()
+        return R(y + RW(b) if b is not None else y)
+
+    x = F.embedding(idx, RW(m.backbone.embeddings.weight))  # fp32 residual stream
+    for layer in m.backbone.layers:
+        mx = layer.mixer
+        ln = R(rmsnorm(x, layer.norm.weight))
+        xz = linear(ln, mx.in_proj.weight, mx.in_proj.bias)
+        xc, z = xz[..., :D], xz[..., D:]
+        cb = RW(mx.conv1d.bias) if mx.conv1d.bias is not None else None
+        xcp = R(F.conv1d(xc.transpose(1, 2), RW(mx.conv1d.weight), cb, padding=K - 1, groups=D)[..., :T]
+                .transpose(1, 2))
+        u = R(F.silu(xcp))
+        u_scan, u_dt, u_bc = _Fan3.apply(u, R)
+        wx = mx.x_proj.weight
+        dtr = linear(u_dt, wx[:Rk])
+        bc = linear(u_bc, wx[Rk:])
+        dtv = linear(dtr, mx.dt_proj.weight, mx.dt_proj.bias)
+        y = R(M.scan_sequential(u_scan, F.softplus(dtv), -torch.exp(RW(mx.A_log)), bc[..., :S], bc[..., S:],
+                                RW(mx.D)))
+        g = R(y * F.silu(z))
+        x = x + linear(g, mx.out_proj.weight, mx.out_proj.bias)
+    x = R(rmsnorm(x, m.backbone.norm_f.weight))
+    return linear(x, m.head_weight())
+
+
+def dump(m, stream, B, T, bf16=True):
+    """Like llama_ref.dump, through forward() / mamba_forward() above."""
+    m.zero_grad(set_to_none=True)
+    x, y = L.batch(stream, 0, B, T)
+    logits = (mamba_forward if isinstance(m, M.MambaForCausalLM) else forward)(m, x, bf16)
+    loss = L.loss_fn(logits, y)
+    loss.backward()
+    out = {"logits": logits.detach().reshape(B * T, -1).numpy().copy(),
+           "loss": np.array([loss.item()], dtype=np.float32)}
+    for n, p in m.named_parameters():
+        out["grad." + n] = p.grad.detach().numpy().copy()
+    return out
