@@ -80,6 +80,7 @@ static const key_t_ KEYS[] = {
     I("eod-id", eod_id, "-1", "token that ends a document for --doc-attention-mask (-1: 256, the byte tokenizer's, for vocab <= 512)"),
     B("skip-memory-check", skip_memory_check, "false", "start even when the predicted peak memory exceeds what is available"),
     B("allow-long-context", allow_long_context, "false", "allow --seq-len above the model's max_position_embeddings"),
+    I("tp", tp, "1", "tensor-parallel degree T (Megatron; Llama/Mistral): T consecutive ranks split each layer; data parallel over world / T"),
 };
 #define NKEYS (int)(sizeof KEYS / sizeof KEYS[0])
 
@@ -104,6 +105,7 @@ static const struct {
     {"ckpt-every", 0, I64MAX, 0, 0},    {"keep-last", 0, 1e9, 0, 0},      {"max-restarts", 0, 1e6, 0, 0},
     {"peak-tflops", 0, INF, 0, 1},      {"log-every", 0, I64MAX, 0, 0},   {"eval-every", 0, I64MAX, 0, 0},
     {"eval-samples", 0, 1e12, 0, 0},    {"max-skips", 1, 1e9, 0, 0},      {"eod-id", -1, 2147483647, 0, 0},
+    {"tp", 1, 4096, 0, 0},
 };
 #define NRANGES (int)(sizeof RANGES / sizeof RANGES[0])
 

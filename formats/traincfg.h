@@ -60,6 +60,7 @@ typedef struct {
   int64_t eod_id;              /* end-of-document token (-1: byte-level 256) */
   int skip_memory_check;       /* start even when the predicted peak does not fit */
   int allow_long_context;      /* --seq-len may exceed max_position_embeddings */
+  int64_t tp;                  /* tensor-parallel degree T (1: none) */
 } sl_train_cfg;
 
 void sl_train_cfg_defaults(sl_train_cfg *c);

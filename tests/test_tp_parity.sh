@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Tensor parallelism (--tp T, Megatron-style, issue 13) against one process:
+# TP 2 and 4, with DP 1 and 2, ZeRO 0/1/3, grad accumulation, full
+# activation checkpointing (the recomputation repeats the TP all-reduces),
+# GQA with fewer KV heads than T (a KV group replicated over T/nkv ranks),
+# Mistral's window, tied and untied embeddings: per-step losses and the
+# exported weights (--save gathers the slices into whole HF tensors) within
+# 1e-5 relative over 10 steps, and so the gradient norms (each parameter
+# counted once: a replicated tensor on the first TP rank holding it).
+# Every --save at T > 1 also checks that the TP ranks' copies of every
+# replicated tensor (norms, embedding, head, shared KV slices) are the same
+# bits (models/model.c refuses the save otherwise), so those runs prove
+# replicated weights stay bit-equal.
+# Then the start-up refusals (exit 2, a message naming the size and the
+# valid --tp values).
+#
+# --eps 1e-6: a handful of weights get gradients of ~1e-9, where Adam's
+# m / (sqrt(v) + eps) with the default eps 1e-8 turns round-off of the
+# gradient into a full lr-sized step (DP 2 alone moves such a weight by
+# 5e-6 relative, TP by 2e-5); eps 1e-6 damps those steps, so the test sees
+# the forward / backward / reduction and not Adam's gain on noise.
+set -u
+B=${SL_BUILD:?}/shardlm
+[ -x "$B" ] || exit 77
+/usr/bin/python3 -c "import numpy" 2>/dev/null || exit 77
+W=$(mktemp -d /tmp/sl-tp.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+CMP="/usr/bin/python3 ${SL_SRC:?}/tests/lib/compare.py"
+MPI="mpirun --allow-run-as-root --oversubscribe --bind-to none"
+mkdir -p "$W/llama" "$W/mistral" "$W/mamba" "$W/nh2"
+cat > "$W/llama/config.json" <<'J'
+{"architectures": ["LlamaForCausalLM"], "hidden_size": 48, "intermediate_size": 80,
+ "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+ "vocab_size": 300, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false}
+J
+cat > "$W/mistral/config.json" <<'J'
+{"architectures": ["MistralForCausalLM"], "hidden_size": 48, "intermediate_size": 64,
+ "num_attention_heads": 4, "num_key_value_heads": 1, "num_hidden_layers": 2,
+ "vocab_size": 300, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "sliding_window": 6,
+ "tie_word_embeddings": true}
+J
+cat > "$W/mamba/config.json" <<'J'
+{"architectures": ["MambaForCausalLM"], "hidden_size": 32, "num_hidden_layers": 1,
+ "state_size": 8, "expand": 2, "conv_kernel": 4, "time_step_rank": 4, "vocab_size": 300}
+J
+cat > "$W/nh2/config.json" <<'J'
+{"architectures": ["LlamaForCausalLM"], "hidden_size": 32, "intermediate_size": 64,
+ "num_attention_heads": 2, "num_hidden_layers": 1, "vocab_size": 300}
+J
+"$B" prepare --input "$SL_SRC/configs/corpus.txt" --output "$W/data" > /dev/null || exit 1
+COMMON="--data $W/data --data-order sequential --steps 10 --seq-len 16 --lr 1e-3 --eps 1e-6 \
+  --warmup 3 --clip 0.5 --threads 1 --summary false --plot false --log-every 100"
+pass=0; fail=0
+run() { # name model world micro accum [flags...]  (G = micro x accum x world / tp = 4)
+  local name=$1 model=$2 np=$3 mb=$4 ga=$5; shift 5
+  $MPI -np "$np" "$B" train $COMMON --model "$W/$model" --micro-batch "$mb" --grad-accum "$ga" \
+    --out-dir "$W/$name" --save "$W/$name/model" "$@" > "$W/$name.log" 2>&1
+  local rc=$?
+  if [ $rc -ne 0 ]; then echo "FAIL run $name (exit $rc)"; tail -5 "$W/$name.log"; fail=$((fail+1)); return 1; fi
+}
+check() { # a b: losses and weights (compare.py), and the gradient norms (each parameter counted once)
+  if $CMP "$W/$1" "$W/$2" --rtol 1e-5 && /usr/bin/python3 - "$W/$1/metrics.jsonl" "$W/$2/metrics.jsonl" <<'P'
+import json, sys
+a, b = ([json.loads(l)["grad_norm"] for l in open(p)] for p in sys.argv[1:3])
+worst = max(abs(x - y) / y for x, y in zip(a, b))
+print(f"     grad norms: worst relative diff {worst:.3g}")
+sys.exit(0 if len(a) == len(b) and worst <= 1e-5 else 1)
+P
+  then pass=$((pass+1)); else fail=$((fail+1)); fi
+}
+# Llama, untied, 4 heads, 2 KV heads
+run lbase llama 1 4 1 --zero 0
+run l_tp2 llama 2 4 1 --tp 2 --zero 0 && check l_tp2 lbase
+run l_tp4 llama 4 4 1 --tp 4 --zero 1 && check l_tp4 lbase              # KV heads 2 < T 4
+run l_tp2dp2z3 llama 4 2 1 --tp 2 --zero 3 && check l_tp2dp2z3 lbase
+run l_tp2dp2z1ga llama 4 1 2 --tp 2 --zero 1 && check l_tp2dp2z1ga lbase
+run l_tp2ac llama 2 2 2 --tp 2 --zero 3 --activation-checkpoint full && check l_tp2ac lbase
+# Mistral, tied embeddings, sliding window 6, one KV head (replicated over every TP rank)
+run mbase mistral 1 4 1 --zero 0
+run m_tp4 mistral 4 4 1 --tp 4 --zero 3 && check m_tp4 mbase
+run m_tp2dp2z0 mistral 4 2 1 --tp 2 --zero 0 && check m_tp2dp2z0 mbase
+
+# the TP axis in the summary and the metrics (absent at T = 1)
+if grep -q '"tp_bytes"' "$W/l_tp2/metrics.jsonl" && ! grep -q '"tp_bytes"' "$W/lbase/metrics.jsonl"; then
+  pass=$((pass+1))
+else
+  echo "FAIL metrics: tp_bytes missing at --tp 2 or present at --tp 1"; fail=$((fail+1))
+fi
+
+refuse() { # name np needle [flags...]
+  local name=$1 np=$2 needle=$3; shift 3
+  $MPI -np "$np" "$B" train $COMMON --micro-batch 1 --out-dir "$W/$name" "$@" > "$W/$name.log" 2>&1
+  local rc=$?
+  if [ $rc -eq 2 ] && grep -qF -- "$needle" "$W/$name.log"; then
+    pass=$((pass+1)); echo "ok   refusal $name: $(grep -F -- "$needle" "$W/$name.log" | head -1 | sed 's/^\[rank [0-9]*\] //')"
+  else
+    echo "FAIL refusal $name (exit $rc, wanted 2 and '$needle')"; tail -3 "$W/$name.log"; fail=$((fail+1))
+  fi
+}
+refuse heads 3 "num_attention_heads 4 is not divisible by --tp 3; valid --tp values for this model: 1, 2, 4" \
+  --model "$W/llama" --tp 3
+refuse more 4 "--tp 4 is more than num_attention_heads 2; valid --tp values for this model: 1, 2" \
+  --model "$W/nh2" --tp 4
+refuse world 3 "--tp 2 does not divide the number of ranks 3 (valid --tp values: 1, 3)" --model "$W/llama" --tp 2
+refuse mamba 2 "tensor parallelism is not implemented for Mamba yet" --model "$W/mamba" --tp 2
+refuse ckpt 2 "checkpoints (--ckpt-dir, --resume) do not hold tensor-parallel slices yet" \
+  --model "$W/llama" --tp 2 --ckpt-dir "$W/ck"
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
