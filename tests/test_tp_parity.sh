@@ -61,10 +61,13 @@ run() { # name model world micro accum [flags...]  (G = micro x accum x world / 
 check() { # a b: losses and weights (compare.py), and the gradient norms (each parameter counted once)
   if $CMP "$W/$1" "$W/$2" --rtol 1e-5 && /usr/bin/python3 - "$W/$1/metrics.jsonl" "$W/$2/metrics.jsonl" <<'P'
 import json, sys
-a, b = ([json.loads(l)["grad_norm"] for l in open(p)] for p in sys.argv[1:3])
-worst = max(abs(x - y) / y for x, y in zip(a, b))
-print(f"     grad norms: worst relative diff {worst:.3g}")
-sys.exit(0 if len(a) == len(b) and worst <= 1e-5 else 1)
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+worst = {}
+for k in ("grad_norm", "eval_loss"):  # eval_loss: the held-out loss, where the runs evaluate
+    d = [abs(x[k] - y[k]) / y[k] for x, y in zip(a, b) if k in x or k in y]
+    if d: worst[k] = max(d)
+print("     " + ", ".join(f"{k}: worst relative diff {v:.3g}" for k, v in worst.items()))
+sys.exit(0 if len(a) == len(b) and max(worst.values()) <= 1e-5 else 1)
 P
   then pass=$((pass+1)); else fail=$((fail+1)); fi
 }
@@ -75,17 +78,39 @@ run l_tp4 llama 4 4 1 --tp 4 --zero 1 && check l_tp4 lbase              # KV hea
 run l_tp2dp2z3 llama 4 2 1 --tp 2 --zero 3 && check l_tp2dp2z3 lbase
 run l_tp2dp2z1ga llama 4 1 2 --tp 2 --zero 1 && check l_tp2dp2z1ga lbase
 run l_tp2ac llama 2 2 2 --tp 2 --zero 3 --activation-checkpoint full && check l_tp2ac lbase
-# Mistral, tied embeddings, sliding window 6, one KV head (replicated over every TP rank)
-run mbase mistral 1 4 1 --zero 0
-run m_tp4 mistral 4 4 1 --tp 4 --zero 3 && check m_tp4 mbase
-run m_tp2dp2z0 mistral 4 2 1 --tp 2 --zero 0 && check m_tp2dp2z0 mbase
+# from HF weights: each rank reads its slices (rows of q/k/v, gate/up; columns of o/down) from the file
+run ld1 lbase/model 1 4 1 --zero 0
+run ld_tp4 lbase/model 4 4 1 --tp 4 --zero 2 && check ld_tp4 ld1
+# Mistral, tied embeddings, sliding window 6, one KV head (replicated over every TP rank);
+# a held-out loss every 5 steps (the TP ranks of a group evaluate the same windows)
+EV="--split 90,10,0 --eval-every 5 --eval-samples 8"
+run mbase mistral 1 4 1 --zero 0 $EV
+run m_tp4 mistral 4 4 1 --tp 4 --zero 3 $EV && check m_tp4 mbase
+run m_tp2dp2z0 mistral 4 2 1 --tp 2 --zero 0 $EV && check m_tp2dp2z0 mbase
 
-# the TP axis in the summary and the metrics (absent at T = 1)
-if grep -q '"tp_bytes"' "$W/l_tp2/metrics.jsonl" && ! grep -q '"tp_bytes"' "$W/lbase/metrics.jsonl"; then
-  pass=$((pass+1))
-else
-  echo "FAIL metrics: tp_bytes missing at --tp 2 or present at --tp 1"; fail=$((fail+1))
-fi
+# The TP axis's bytes per step (metrics "tp_bytes", absent at T = 1) against the closed form from
+# config.json: per layer per micro-batch 4 all-reduces of the (b*s, h) stream (2 forward after
+# o_proj / down_proj, 2 backward before the norms: 8*b*s*h*(T-1)/T elements), plus, when
+# nkv < T, the all-reduce of every KV group's gradient slot (2*hd*h per group); an all-reduce of
+# n moves 2*(T-1)*ceil(n/T) elements; the gradient norm all-gathers one double.
+closed() { # run T micro accum
+  /usr/bin/python3 - "$W/$1/metrics.jsonl" "$W/llama/config.json" "$2" "$3" "$4" "$W/lbase/metrics.jsonl" <<'P'
+import json, math, sys
+m, c, T, b, ga, base = sys.argv[1], json.load(open(sys.argv[2])), *map(int, sys.argv[3:6]), sys.argv[6]
+h, L, nh, nkv, s = c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"], c["num_key_value_heads"], 16
+hd = h // nh
+ar = lambda n: 2 * (T - 1) * math.ceil(n / T) * 4
+per_step = ga * L * (4 * ar(b * s * h) + (ar(nkv * 2 * hd * h) if nkv < T else 0))
+want = {"allgather": 8 * (T - 1), "reduce_scatter": 0, "allreduce": per_step}
+got = [json.loads(l)["tp_bytes"] for l in open(m)]
+ok = all(g == want for g in got) and not any("tp_bytes" in json.loads(l) for l in open(base))
+print(f"{'OK  ' if ok else 'FAIL'} {sys.argv[1]}: tp_bytes per step {got[0]}, closed form {want}")
+sys.exit(0 if ok else 1)
+P
+}
+for r in "l_tp2 2 4 1" "l_tp4 4 4 1" "l_tp2dp2z1ga 2 1 2"; do
+  if closed $r; then pass=$((pass+1)); else fail=$((fail+1)); fi
+done
 
 refuse() { # name np needle [flags...]
   local name=$1 np=$2 needle=$3; shift 3
