@@ -25,9 +25,6 @@ int sl_trainer_tp_check(const trainer *t) {
   if (t->dev)
     return sl_fail(SL_EINPUT, "--tp %d: tensor parallelism runs on the CPU backend only for now (its collectives "
                    "use host buffers); use --backend cpu or --tp 1", T);
-  if (c->ckpt_dir[0] || c->resume)
-    return sl_fail(SL_EINPUT, "--tp %d: checkpoints (--ckpt-dir, --resume) do not hold tensor-parallel slices yet; "
-                   "train with --save (whole HF tensors, gathered over the TP group) or use --tp 1", T);
   return SL_OK;
 }
 

@@ -571,7 +571,7 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
 static sl_ckpt_state ckpt_state(trainer *t, int64_t step) {
   sl_ckpt_state st = {.m = t->m, .f = t->f, .world = t->world, .cfg = &t->cfg, .master = t->ck[0],
                       .mom = t->ck[1], .var = t->ck[2], .step = step, .next_sample = t->next_sample,
-                      .rng_seed = (uint64_t)t->cfg.seed};
+                      .rng_seed = (uint64_t)t->cfg.seed, .tp = t->pmesh->comm[SL_AXIS_TP]};
   return st;
 }
 

@@ -340,6 +340,36 @@ static int assemble(const sl_model *m, const sl_tensor_spec *t, const float *fla
   return SL_OK;
 }
 
+int64_t sl_model_unit_whole_numel(const sl_model *m, int u) {
+  int64_t n = 0;
+  for (int i = 0; i < m->units[u].ntensors; i++) {
+    const int64_t *f = m->units[u].t[i].full;
+    n += f[0] * f[1] * f[2];
+  }
+  return n;
+}
+
+int sl_model_unit_to_whole(const sl_model *m, int u, const float *flats, float *whole) {
+  const sl_unit_spec *us = &m->units[u];
+  int rc = SL_OK;
+  for (int i = 0; i < us->ntensors && !rc; i++) {
+    const sl_tensor_spec *t = &us->t[i];
+    rc = assemble(m, t, flats, us->numel, whole);
+    whole += t->full[0] * t->full[1] * t->full[2];
+  }
+  return rc;
+}
+
+void sl_model_unit_from_whole(const sl_model *m, int u, const float *whole, float *flat) {
+  const sl_unit_spec *us = &m->units[u];
+  for (int i = 0; i < us->ntensors; i++) {
+    const sl_tensor_spec *t = &us->t[i];
+    if (t->split == SL_SPLIT_NONE) memcpy(flat + t->offset, whole, (size_t)t->numel * 4);
+    else slice_copy(t, t->tp_off, (float *)whole, flat + t->offset, 0);
+    whole += t->full[0] * t->full[1] * t->full[2];
+  }
+}
+
 static int save_fill(void *vctx, int64_t index, const sl_st_wtensor *wt, float *dst) {
   save_ctx *sc = vctx;
   int u = sc->tensor_unit[index], ti = sc->tensor_idx[index];

@@ -142,6 +142,16 @@ typedef int (*sl_unit_fill_fn)(void *ctx, int u, float *flat);
 int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void *ctx,
                   int64_t max_shard_bytes);
 
+/* Unit u between this rank's TP layout and the whole (T = 1) layout, where
+ * tensors are whole and packed back to back in spec order (what a T = 1
+ * model holds; checkpoints store it): whole (sl_model_unit_whole_numel)
+ * from the T ranks' flats (T x numel, rank after rank; replicated copies
+ * must agree bit for bit, SL_EINTERNAL otherwise), or this rank's flat
+ * (numel) from whole. At T = 1 both are copies. */
+int64_t sl_model_unit_whole_numel(const sl_model *m, int u);
+int sl_model_unit_to_whole(const sl_model *m, int u, const float *flats, float *whole);
+void sl_model_unit_from_whole(const sl_model *m, int u, const float *whole, float *flat);
+
 int64_t sl_model_num_params(const sl_model *m); /* real parameters */
 int64_t sl_model_max_unit_numel(const sl_model *m);
 
