@@ -43,7 +43,7 @@ void sl_unit_add_split(const sl_model *m, sl_unit_spec *u, const char *name, int
   int dim = split == SL_SPLIT_ROW ? ndim - 1 : 0;
   int64_t full[2] = {d0, d1}, local[2] = {d0, d1};
   int replicas = m->tp_size / (int)parts;
-  local[dim] = full[dim] / parts;
+  local[dim] = (full[dim] + parts - 1) / parts; /* VOCAB pads to a multiple of parts; the others divide */
   sl_unit_add(u, name, ndim, local[0], local[1], 0, decay, init, std);
   sl_tensor_spec *t = &u->t[u->ntensors - 1];
   t->split = split;
@@ -257,15 +257,22 @@ static void init_normal(float *dst, int64_t n, float std, uint64_t seed) {
 /* Copies this rank's slice [off, off + len) along t->split_dim between the
  * whole tensor (shape t->full) and the slice (shape t->shape), both
  * row-major: to_whole 0 whole -> slice, 1 slice -> whole. */
+/* Indices of the slice at off along the split dim that lie inside the whole
+ * tensor (fewer than the slice's extent where a padded vocabulary ends). */
+static int64_t slice_valid(const sl_tensor_spec *t, int64_t off) {
+  int64_t n = t->full[t->split_dim] - off;
+  return n < 0 ? 0 : n < t->shape[t->split_dim] ? n : t->shape[t->split_dim];
+}
+
 static void slice_copy(const sl_tensor_spec *t, int64_t off, float *whole, float *slice, int to_whole) {
   int dim = t->split_dim;
-  int64_t outer = 1, inner = 1, len = t->shape[dim];
+  int64_t outer = 1, inner = 1, len = t->shape[dim], valid = slice_valid(t, off);
   for (int d = 0; d < dim; d++) outer *= t->full[d];
   for (int d = dim + 1; d < t->ndim; d++) inner *= t->full[d];
-  for (int64_t o = 0; o < outer; o++) {
+  for (int64_t o = 0; o < outer && valid > 0; o++) {
     float *w = whole + (o * t->full[dim] + off) * inner, *p = slice + o * len * inner;
-    if (to_whole) memcpy(w, p, (size_t)(len * inner) * 4);
-    else memcpy(p, w, (size_t)(len * inner) * 4);
+    if (to_whole) memcpy(w, p, (size_t)(valid * inner) * 4);
+    else memcpy(p, w, (size_t)(valid * inner) * 4);
   }
 }
 
@@ -293,8 +300,8 @@ int sl_model_unit_load(const sl_model *m, int u, const sl_st_set *weights, uint6
       rc = weights ? sl_st_read_f32(weights, t->name, t->ndim, t->shape, dst)
                    : init_tensor(m, u, i, t, t->numel, dst, seed);
     } else if (weights) {
-      rc = sl_st_read_f32_box(weights, t->name, t->ndim, t->full, t->split_dim, t->tp_off, t->shape[t->split_dim],
-                              dst);
+      rc = sl_st_read_f32_box(weights, t->name, t->ndim, t->full, t->split_dim, t->tp_off, slice_valid(t, t->tp_off),
+                              dst); /* padding rows of a vocabulary slice stay as the caller zeroed them */
     } else { /* the slice of the whole tensor's init */
       int64_t n = t->full[0] * t->full[1] * t->full[2];
       float *whole = sl_alloc((size_t)n * 4, "tensor init");
@@ -362,6 +369,7 @@ int sl_model_unit_to_whole(const sl_model *m, int u, const float *flats, float *
 
 void sl_model_unit_from_whole(const sl_model *m, int u, const float *whole, float *flat) {
   const sl_unit_spec *us = &m->units[u];
+  memset(flat, 0, (size_t)us->numel * 4); /* padding rows of a vocabulary slice */
   for (int i = 0; i < us->ntensors; i++) {
     const sl_tensor_spec *t = &us->t[i];
     if (t->split == SL_SPLIT_NONE) memcpy(flat + t->offset, whole, (size_t)t->numel * 4);

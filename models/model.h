@@ -192,9 +192,12 @@ int sl_lm_head_logits(sl_model *m, sl_lm_head *h, float *out);
 void sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2,
                  int decay, sl_init_kind init, float std);
 /* The same for a tensor of whole HF shape (d0, d1) split `split` over the TP
- * group into `parts` equal slices (parts divides m->tp_size and the split
- * dim; the caller checked): this rank holds slice tp_rank / (T / parts),
- * which T / parts ranks share. parts = T: a plain column / row split. */
+ * group into `parts` equal slices (parts divides m->tp_size, and the split
+ * dim except for SL_SPLIT_VOCAB; the caller checked): this rank holds slice
+ * tp_rank / (T / parts), which T / parts ranks share. parts = T: a plain
+ * column / row split. SL_SPLIT_VOCAB pads the rows to a multiple of parts:
+ * each slice has ceil(d0 / parts) rows, and rows past d0 (at the end of the
+ * last slices) are padding no file holds: zero when loaded, never saved. */
 void sl_unit_add_split(const sl_model *m, sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1,
                        int decay, sl_init_kind init, float std, sl_split split, int64_t parts);
 
