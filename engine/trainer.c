@@ -317,7 +317,7 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   if ((rc = sl_ops_check(t->ops))) return rc;
   t->dev = t->ops->is_device();
   sl_mesh mesh; /* local rank from hostnames; binds this rank's threads before the compute pool starts */
-  if ((rc = sl_mesh_setup(world, t->ops != sl_ops_cpu(), c->shard_group, &mesh))) return rc;
+  if ((rc = sl_mesh_setup(world, t->ops != sl_ops_cpu(), c->shard_group, (int)c->tp, &mesh))) return rc;
   if (t->ops != sl_ops_cpu() && !getenv("SL_CUDA_DEVICE")) { /* one GPU per local rank */
     char d[16];
     snprintf(d, sizeof d, "%d", mesh.local_rank);
@@ -371,9 +371,6 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   if ((rc = sl_par_mesh_create(world, (int)c->tp, 1, &t->pmesh))) return rc;
   t->dp_rank = t->pmesh->coord[SL_AXIS_DP];
   t->dp_size = t->pmesh->size[SL_AXIS_DP];
-  if (c->tp > 1)
-    sl_log0(SL_LOG_INFO, "mesh: tensor parallel %lld (groups of consecutive ranks) x data parallel %d",
-            (long long)c->tp, t->dp_size);
   t->m->access = (sl_unit_access){t, acc_params, acc_grads,
                                   c->tp > 1 ? sl_tp_group_over(t->pmesh->comm[SL_AXIS_TP]) : sl_tp_single()};
   sl_fsdp_cfg fc = {

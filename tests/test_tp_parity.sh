@@ -150,6 +150,16 @@ for lay in "tp1dp4 4 1 1 --zero 1" "tp4dp1 4 4 4 --zero 0"; do
   fi
 done
 
+# the mesh report names the layout and warns when a TP group spans nodes (SL_MESH_HOSTS fakes two nodes)
+SL_MESH_HOSTS=a,a,b,b $MPI -x SL_MESH_HOSTS -np 4 "$B" train $COMMON --model "$W/llama" --micro-batch 4 --steps 1 \
+  --tp 4 --out-dir "$W/mesh" > "$W/mesh.log" 2>&1
+if grep -q "mesh: 4 ranks on 2 nodes; tensor parallel 4 x data parallel 1" "$W/mesh.log" &&
+   grep -q "tensor-parallel group 0 (ranks 0-3) spans nodes" "$W/mesh.log"; then
+  pass=$((pass+1))
+else
+  echo "FAIL mesh report at --tp 4 over two nodes"; grep mesh "$W/mesh.log"; fail=$((fail+1))
+fi
+
 refuse() { # name np needle [flags...]
   local name=$1 np=$2 needle=$3; shift 3
   $MPI -np "$np" "$B" train $COMMON --micro-batch 1 --out-dir "$W/$name" "$@" > "$W/$name.log" 2>&1
@@ -165,6 +175,7 @@ refuse heads 3 "num_attention_heads 4 is not divisible by --tp 3; valid --tp val
 refuse more 4 "--tp 4 is more than num_attention_heads 2; valid --tp values for this model: 1, 2" \
   --model "$W/nh2" --tp 4
 refuse world 3 "--tp 2 does not divide the number of ranks 3 (valid --tp values: 1, 3)" --model "$W/llama" --tp 2
+refuse range 1 "--tp must be in [1, 4096]" --model "$W/llama" --tp 0
 refuse mamba 2 "tensor parallelism is not implemented for Mamba yet" --model "$W/mamba" --tp 2
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
