@@ -94,7 +94,13 @@ run m_tp2dp2z0 mistral 4 2 1 --tp 2 --zero 0 $EV && check m_tp2dp2z0 mbase
 # config.json: per layer per micro-batch 4 all-reduces of the (b*s, h) stream (2 forward after
 # o_proj / down_proj, 2 backward before the norms: 8*b*s*h*(T-1)/T elements), plus, when
 # nkv < T, the all-reduce of every KV group's gradient slot (2*hd*h per group); an all-reduce of
-# n moves 2*(T-1)*ceil(n/T) elements; the gradient norm all-gathers one double.
+# n moves 2*(T-1)*ceil(n/T) elements; the gradient norm all-gathers one double. And the activation
+# arena's peak against the engine's op-by-op form (fp32, no dropout, attention keeps its
+# log-sum-exp, not the s x s scores): per layer 4 (b*s, h) buffers whole on every rank (block
+# input, ln1, the residual after attention, ln2) plus 2 b*s norm statistics, and split by T the
+# q|k|v rows, the attention output, the lse (heads / T), gate|up and silu(gate)*up; plus the
+# head's input and its normalised copy (b*s, h each) and 3 b*s vectors. (Korthikanti et al.'s sbh(10 + 24/T + 5as/(hT)) counts
+# 2-byte activations, dropout masks and the a*s*s attention scores the engine never stores.)
 closed() { # run T micro accum
   /usr/bin/python3 - "$W/$1/metrics.jsonl" "$W/llama/config.json" "$2" "$3" "$4" "$W/lbase/metrics.jsonl" <<'P'
 import json, math, sys
@@ -106,7 +112,14 @@ per_step = ga * L * (4 * ar(b * s * h) + (ar(nkv * 2 * hd * h) if nkv < T else 0
 want = {"allgather": 8 * (T - 1), "reduce_scatter": 0, "allreduce": per_step}
 got = [json.loads(l)["tp_bytes"] for l in open(m)]
 ok = all(g == want for g in got) and not any("tp_bytes" in json.loads(l) for l in open(base))
-print(f"{'OK  ' if ok else 'FAIL'} {sys.argv[1]}: tp_bytes per step {got[0]}, closed form {want}")
+N, I = b * s, c["intermediate_size"] // T
+nh_l, nkv_l = nh // T, (nkv // T if nkv >= T else 1)
+layer = 4 * N * h + 2 * N + N * ((nh_l + 2 * nkv_l) * hd + nh_l * hd + nh_l + 3 * I)
+acts = 4 * (L * layer + 2 * N * h + 3 * N)
+got_acts = json.loads(open(m).readlines()[-1])["arena_peak"]["acts"]
+ok &= got_acts == acts
+print(f"{'OK  ' if ok else 'FAIL'} {sys.argv[1]}: tp_bytes per step {got[0]}, closed form {want}; "
+      f"activation peak {got_acts} B, closed form {acts} B")
 sys.exit(0 if ok else 1)
 P
 }
