@@ -79,6 +79,9 @@ run l_tp2 llama 2 4 1 --tp 2 --zero 0 && check l_tp2 lbase
 run l_tp4 llama 4 4 1 --tp 4 --zero 1 && check l_tp4 lbase              # KV heads 2 < T 4
 run l_tp2dp2z3 llama 4 2 1 --tp 2 --zero 3 && check l_tp2dp2z3 lbase
 run l_tp2dp2z1ga llama 4 1 2 --tp 2 --zero 1 && check l_tp2dp2z1ga lbase
+# the optimizer on the host: the same bits as on the backend (each TP rank updates its own slices)
+run l_tp2dp2off llama 4 2 1 --tp 2 --zero 3 --offload-optimizer cpu &&
+  { $CMP "$W/l_tp2dp2off" "$W/l_tp2dp2z3" --exact && pass=$((pass+1)) || fail=$((fail+1)); }
 run l_tp2ac llama 2 2 2 --tp 2 --zero 3 --activation-checkpoint full && check l_tp2ac lbase
 # from HF weights: each rank reads its slices (rows of q/k/v, gate/up; columns of o/down) from the file
 run ld1 lbase/model 1 4 1 --zero 0
