@@ -95,10 +95,11 @@ static int build_manifest(const sl_ckpt_state *st, sl_ckio_manifest *man) {
   man->has_seed = 1;
   man->world_size = sl_comm_size(st->world);
   man->zero = st->cfg ? (int)st->cfg->zero : 0;
-  man->shard_group = sl_fsdp_shard_size(st->f);
-  man->replica_size = sl_fsdp_replica_size(st->f);
+  int tp = sl_ckpt_is_tp(st); /* one file of whole units (engine/ckpt_tp.c) */
+  man->shard_group = tp ? 1 : sl_fsdp_shard_size(st->f);
+  man->replica_size = tp ? 1 : sl_fsdp_replica_size(st->f);
   man->align = 1;
-  if (m->nunits > 0) { /* recover the alignment the runtime padded with */
+  if (m->nunits > 0 && !tp) { /* recover the alignment the runtime padded with */
     sl_slice s = sl_fsdp_slice(st->f, 0);
     for (int64_t a = s.padded / man->shard_group; a >= 1; a--) {
       sl_slice t;
@@ -130,19 +131,21 @@ static int build_manifest(const sl_ckpt_state *st, sl_ckio_manifest *man) {
     sl_ckio_unit *U = &man->units[u];
     sl_slice s = sl_fsdp_slice(st->f, u);
     snprintf(U->kind, sizeof U->kind, "%s", us->kind);
-    U->numel = us->numel;
-    U->padded = s.padded;
-    U->shard = s.shard;
+    U->numel = sl_model_unit_whole_numel(m, u); /* the whole tensors (= numel at T = 1) */
+    U->padded = tp ? U->numel : s.padded;
+    U->shard = tp ? U->numel : s.shard;
     U->ntensors = us->ntensors;
     U->t = calloc((size_t)us->ntensors + 1, sizeof *U->t);
     if (!U->t) return sl_fail(SL_ENOMEM, "out of memory");
+    int64_t at = 0; /* offset in the whole layout (= the spec's at T = 1) */
     for (int i = 0; i < us->ntensors; i++) {
       sl_ckio_tensor *t = &U->t[i];
       snprintf(t->name, sizeof t->name, "%s", us->t[i].name);
       t->ndim = us->t[i].ndim;
-      for (int d = 0; d < 3; d++) t->shape[d] = us->t[i].shape[d];
-      t->offset = us->t[i].offset;
-      t->numel = us->t[i].numel;
+      for (int d = 0; d < 3; d++) t->shape[d] = us->t[i].full[d];
+      t->offset = at;
+      t->numel = us->t[i].full[0] * us->t[i].full[1] * us->t[i].full[2];
+      at += t->numel;
     }
   }
   return SL_OK;
@@ -151,8 +154,9 @@ static int build_manifest(const sl_ckpt_state *st, sl_ckio_manifest *man) {
 int sl_ckpt_save(const char *ckpt_dir, const sl_ckpt_state *st, int keep_last) {
   sl_comm *w = st->world;
   int W = sl_comm_size(w), rank = sl_comm_rank(w);
-  int S = sl_fsdp_shard_size(st->f);
-  int writer = sl_fsdp_replica_rank(st->f) == 0; /* world ranks 0..S-1 */
+  int tp = sl_ckpt_is_tp(st);
+  int S = tp ? 1 : sl_fsdp_shard_size(st->f);
+  int writer = tp ? rank == 0 : sl_fsdp_replica_rank(st->f) == 0; /* world ranks 0..S-1 */
   fault_ctx fc = {rank, st->step};
   double t0 = sl_now_s();
   char tmp[4200] = {0};
@@ -170,8 +174,10 @@ int sl_ckpt_save(const char *ckpt_dir, const sl_ckpt_state *st, int keep_last) {
     return sl_fail(SL_ECOMM, "checkpoint: broadcast failed: %s", sl_comm_last_error());
   if ((rc = agree(w, rc))) goto fail;
 
-  /* every writer: its slice of every unit, one file */
-  if (writer) {
+  /* every writer: its slice of every unit, one file (TP: rank 0 the whole units) */
+  if (tp) {
+    rc = sl_ckpt_tp_write(st, &wr, tmp);
+  } else if (writer) {
     rc = sl_ckio_writer_open(&wr, tmp, rank);
     for (int u = 0; u < st->m->nunits && !rc; u++) {
       sl_slice s = sl_fsdp_slice(st->f, u);
@@ -267,19 +273,21 @@ static int check_model(const char *dir, const sl_ckio_manifest *man, const sl_mo
   for (int u = 0; u < m->nunits; u++) {
     const sl_ckio_unit *U = &man->units[u];
     const sl_unit_spec *us = &m->units[u];
-    if (U->numel != us->numel || U->ntensors != us->ntensors)
+    int64_t numel = sl_model_unit_whole_numel(m, u), at = 0; /* the whole layout (= the spec at T = 1) */
+    if (U->numel != numel || U->ntensors != us->ntensors)
       return sl_fail(SL_EINPUT, "%s/manifest.json: unit %d (%s) has %lld elements in %d tensors, the model's %s has "
                      "%lld in %d: a different model", dir, u, U->kind, (long long)U->numel, U->ntensors, us->kind,
-                     (long long)us->numel, us->ntensors);
+                     (long long)numel, us->ntensors);
     for (int i = 0; i < us->ntensors; i++) {
       const sl_ckio_tensor *a = &U->t[i];
       const sl_tensor_spec *b = &us->t[i];
-      int same = !strcmp(a->name, b->name) && a->ndim == b->ndim && a->offset == b->offset;
-      for (int d = 0; same && d < b->ndim; d++) same = a->shape[d] == b->shape[d];
+      int same = !strcmp(a->name, b->name) && a->ndim == b->ndim && a->offset == at;
+      at += b->full[0] * b->full[1] * b->full[2];
+      for (int d = 0; same && d < b->ndim; d++) same = a->shape[d] == b->full[d];
       if (!same)
         return sl_fail(SL_EINPUT, "%s/manifest.json: unit %d tensor %d is %s at offset %lld, the model expects %s at "
                        "%lld with its shape: a different model", dir, u, i, a->name, (long long)a->offset, b->name,
-                       (long long)b->offset);
+                       (long long)(at - b->full[0] * b->full[1] * b->full[2]));
     }
   }
   return SL_OK;
@@ -377,6 +385,10 @@ static int try_load(const char *dir, sl_ckpt_state *st) {
   for (int u = 0; u < st->m->nunits && !rc; u++) {
     sl_fsdp_view_t v = sl_fsdp_view(st->f, u);
     for (int k = 0; k < 3 && !rc; k++) {
+      if (sl_ckpt_is_tp(st)) { /* this rank's slices of the whole units */
+        rc = sl_ckpt_tp_read(dir, &man, st, u, k, dst[k][u]);
+        continue;
+      }
       memset(dst[k][u], 0, (size_t)v.count * 4);
       if (v.valid > 0) rc = sl_ckio_read_range(dir, &man, u, k, v.offset, v.offset + v.valid, dst[k][u]);
     }

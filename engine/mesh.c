@@ -1,10 +1,10 @@
 /* engine/mesh.c — the rank mesh (see mesh.h): one all-gather of hostnames
  * gives every rank its local rank (launcher-independent: mpirun, srun or
  * anything else), the threads are bound, and one all-gather of the bindings
- * lets rank 0 print which ranks share a node and a NUMA node. There is no
- * tensor parallelism yet: the only axis placed is data parallelism, and the
- * check a TP axis would get (it must not cross nodes) is made on the
- * --shard-group axis, whose all-gathers are the latency-bound ones. */
+ * lets rank 0 print which ranks share a node and a NUMA node. A tensor-
+ * parallel group (--tp: T consecutive ranks) and a --shard-group (S
+ * consecutive data-parallel ranks, T apart) should not cross nodes: their
+ * collectives are the latency-bound ones; rank 0 warns when they do. */
 #define _GNU_SOURCE
 #include "engine/mesh.h"
 
@@ -36,7 +36,14 @@ static void rank_list(const char *pick, int n, char *buf, size_t cap) {
   }
 }
 
-static void report(const rank_info *all, int n, const sl_mesh *m, int64_t S) {
+/* 1 when the ranks first, first + stride, ... (count of them) are not all on one host. */
+static int spans(const rank_info *all, int first, int stride, int count) {
+  int cross = 0;
+  for (int q = 1; q < count; q++) cross |= strcmp(all[first + q * stride].host, all[first].host) != 0;
+  return cross;
+}
+
+static void report(const rank_info *all, int n, const sl_mesh *m, int64_t S, int T) {
   if (n == 1) {
     sl_log0(SL_LOG_INFO, "mesh: 1 rank on %s: cpus %s (%d), NUMA %d (%s)", all[0].host, all[0].cpus, all[0].ncpus,
             all[0].numa, m->bind.why);
@@ -44,8 +51,12 @@ static void report(const rank_info *all, int n, const sl_mesh *m, int64_t S) {
   }
   char *pick = calloc((size_t)n, 1), list[256];
   if (!pick) return;
-  sl_log0(SL_LOG_INFO, "mesh: %d rank%s on %d node%s; data parallel only (no tensor-parallel axis)", n,
-          n == 1 ? "" : "s", m->nnodes, m->nnodes == 1 ? "" : "s");
+  if (T > 1)
+    sl_log0(SL_LOG_INFO, "mesh: %d ranks on %d node%s; tensor parallel %d x data parallel %d", n, m->nnodes,
+            m->nnodes == 1 ? "" : "s", T, n / T);
+  else
+    sl_log0(SL_LOG_INFO, "mesh: %d rank%s on %d node%s; data parallel only (no tensor-parallel axis)", n,
+            n == 1 ? "" : "s", m->nnodes, m->nnodes == 1 ? "" : "s");
   for (int r = 0; r < n; r++) {
     int first = 1;
     for (int q = 0; q < r; q++) first &= strcmp(all[q].host, all[r].host) != 0;
@@ -71,18 +82,21 @@ static void report(const rank_info *all, int n, const sl_mesh *m, int64_t S) {
     sl_log0(n <= 16 ? SL_LOG_INFO : SL_LOG_DEBUG, "mesh: rank %d on %s: cpus %s (%d), NUMA %d%s", r, all[r].host,
             all[r].cpus, all[r].ncpus, all[r].numa, all[r].bound ? ", bound" : "");
   sl_log0(SL_LOG_INFO, "mesh: threads of rank 0: %s", m->bind.why);
-  if (S > 0 && S < n) /* hybrid sharding: a shard group should sit inside one node */
-    for (int g = 0; g * S < n; g++) {
-      int a = (int)(g * S), b = (int)((g + 1) * S - 1), cross = 0;
-      for (int q = a + 1; q <= b; q++) cross |= strcmp(all[q].host, all[a].host) != 0;
-      if (cross)
+  for (int g = 0; T > 1 && g * T < n; g++) /* a TP group: 4 blocking all-reduces per layer */
+    if (spans(all, g * T, 1, T))
+      sl_log0(SL_LOG_WARN, "mesh: tensor-parallel group %d (ranks %d-%d) spans nodes: its all-reduces cross the "
+              "network (use --tp of at most the %d ranks per node)", g, g * T, g * T + T - 1, m->local_size);
+  int D = n / T; /* hybrid sharding: a shard group (of the DP ranks at TP index 0) should sit inside one node */
+  if (S > 0 && S < D)
+    for (int g = 0; g * S < D; g++)
+      if (spans(all, (int)(g * S) * T, T, (int)S))
         sl_log0(SL_LOG_WARN, "mesh: shard group %d (ranks %d-%d) spans nodes: its all-gathers cross the network "
-                "(use --shard-group %d, the ranks per node)", g, a, b, m->local_size);
-    }
+                "(use --shard-group %d, the ranks per node)", g, (int)(g * S) * T, (int)((g + 1) * S - 1) * T + T - 1,
+                m->local_size / T);
   free(pick);
 }
 
-int sl_mesh_setup(sl_comm *world, int gpu_run, int64_t shard_group, sl_mesh *m) {
+int sl_mesh_setup(sl_comm *world, int gpu_run, int64_t shard_group, int tp, sl_mesh *m) {
   int n = sl_comm_size(world), me = sl_comm_rank(world), rc = SL_OK;
   memset(m, 0, sizeof *m);
   rank_info mine, *all = calloc((size_t)n, sizeof *all);
@@ -121,7 +135,7 @@ int sl_mesh_setup(sl_comm *world, int gpu_run, int64_t shard_group, sl_mesh *m) 
     rc = sl_fail(SL_ECOMM, "mesh: gathering the placement: %s", sl_comm_last_error());
     goto done;
   }
-  if (me == 0) report(all, n, m, shard_group);
+  if (me == 0) report(all, n, m, shard_group, tp >= 1 && n % tp == 0 ? tp : 1); /* a bad --tp is refused later */
 done:
   free(all);
   return rc;

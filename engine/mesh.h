@@ -16,8 +16,9 @@ typedef struct {
 } sl_mesh;
 
 /* Collective. gpu_run: bind near the GPU of SL_CUDA_DEVICE (else of the local
- * rank); shard_group: --shard-group (0: world), checked against nodes. Rank 0
- * logs the mesh; a shard group that spans nodes is warned about. */
-int sl_mesh_setup(sl_comm *world, int gpu_run, int64_t shard_group, sl_mesh *m);
+ * rank); shard_group: --shard-group (0: all DP ranks) and tp: --tp, checked
+ * against nodes. Rank 0 logs the mesh; a TP group or a shard group that
+ * spans nodes is warned about. */
+int sl_mesh_setup(sl_comm *world, int gpu_run, int64_t shard_group, int tp, sl_mesh *m);
 
 #endif

@@ -10,9 +10,13 @@
 #include "formats/metrics.h"
 #include "engine/trainer_internal.h"
 
+/* The collective kinds tensor parallelism uses, in the order printed. */
+static const sl_coll_kind TP_KINDS[3] = {SL_COLL_ALLGATHER, SL_COLL_REDUCE_SCATTER, SL_COLL_ALLREDUCE};
+
 void sl_trainer_summary(trainer *t, double wall) {
-  enum { NV = SL_ARENA_COUNT + 2 * SL_COLL_NKINDS + 2 };
-  int64_t mine[NV], *all = calloc((size_t)t->wsize, sizeof mine);
+  enum { NV0 = SL_ARENA_COUNT + 2 * SL_COLL_NKINDS + 2, CAP = NV0 + 3 };
+  int tp = t->cfg.tp > 1, NV = NV0 + (tp ? 3 : 0); /* the TP axis's bytes per kind at T > 1 */
+  int64_t mine[CAP], *all = calloc((size_t)t->wsize, sizeof mine);
   if (!all) return;
   sl_mem_stats ms;
   sl_mem_get(&ms);
@@ -24,13 +28,16 @@ void sl_trainer_summary(trainer *t, double wall) {
   for (int kk = 0; kk < SL_COLL_NKINDS; kk++) mine[i++] = (int64_t)rp.bytes[kk];
   mine[i++] = (int64_t)sl_fsdp_wait_ns(t->f);
   mine[i++] = ms.total_peak;
+  sl_comm_stats ts;
+  if (tp) sl_comm_get_stats(t->pmesh->comm[SL_AXIS_TP], &ts);
+  for (int kk = 0; tp && kk < 3; kk++) mine[i++] = (int64_t)ts.bytes[TP_KINDS[kk]];
   if (sl_comm_allgather_sync(t->world, mine, all, NV, SL_I64) == SL_COMM_OK && t->rank == 0) {
     printf("\nper-rank summary (%d rank%s, ZeRO-%lld, %.1f s):\n", t->wsize, t->wsize > 1 ? "s" : "",
            (long long)t->cfg.zero, wall);
     printf("  rank |   params    grads    optim   gather     acts workspace |    total | "
            "all-gather reduce-scat  all-reduce | blocked on comm\n");
     for (int r = 0; r < t->wsize; r++) {
-      int64_t *v = all + (size_t)r * NV;
+      int64_t *v = all + (size_t)r * NV, *w = v + NV0 - 2; /* wait_ns, then the total */
       double mb = 1.0 / (1 << 20);
       int64_t ag = v[SL_ARENA_COUNT + SL_COLL_ALLGATHER] + v[SL_ARENA_COUNT + SL_COLL_NKINDS + SL_COLL_ALLGATHER];
       int64_t rs = v[SL_ARENA_COUNT + SL_COLL_REDUCE_SCATTER] +
@@ -38,8 +45,11 @@ void sl_trainer_summary(trainer *t, double wall) {
       int64_t ar = v[SL_ARENA_COUNT + SL_COLL_ALLREDUCE] + v[SL_ARENA_COUNT + SL_COLL_NKINDS + SL_COLL_ALLREDUCE];
       printf("  %4d | %7.2fM %7.2fM %7.2fM %7.2fM %7.2fM %8.2fM | %7.2fM | %9.2fM %10.2fM %10.2fM | %.2f s (%.1f%%)\n",
              r, v[SL_ARENA_PARAMS] * mb, v[SL_ARENA_GRADS] * mb, v[SL_ARENA_OPTIM] * mb,
-             v[SL_ARENA_GATHER] * mb, v[SL_ARENA_ACTS] * mb, v[SL_ARENA_WORKSPACE] * mb, v[NV - 1] * mb,
-             ag * mb, rs * mb, ar * mb, v[NV - 2] * 1e-9, 100.0 * v[NV - 2] * 1e-9 / (wall > 0 ? wall : 1));
+             v[SL_ARENA_GATHER] * mb, v[SL_ARENA_ACTS] * mb, v[SL_ARENA_WORKSPACE] * mb, w[1] * mb,
+             ag * mb, rs * mb, ar * mb, w[0] * 1e-9, 100.0 * w[0] * 1e-9 / (wall > 0 ? wall : 1));
+      if (tp)
+        printf("       tp axis (T = %lld): all-gather %.2fM reduce-scatter %.2fM all-reduce %.2fM\n",
+               (long long)t->cfg.tp, v[NV0] * mb, v[NV0 + 1] * mb, v[NV0 + 2] * mb);
     }
     printf("  (peak bytes per arena in MiB; bytes each rank sent per collective kind, in MiB)\n");
   }
@@ -71,6 +81,18 @@ int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt
   for (int a = 0; a < SL_ARENA_COUNT; a++)
     fprintf(t->metrics, "%s\"%s\": %lld", a ? ", " : "", sl_arena_name(a), (long long)ms.peak[a]);
   fprintf(t->metrics, "}");
+  if (t->cfg.tp > 1) { /* bytes this rank sent on the TP axis during the step, per kind */
+    sl_comm_stats ts;
+    sl_comm_get_stats(t->pmesh->comm[SL_AXIS_TP], &ts);
+    fprintf(t->metrics, ", \"tp_bytes\": {");
+    for (int kk = 0; kk < 3; kk++) {
+      sl_coll_kind c = TP_KINDS[kk];
+      fprintf(t->metrics, "%s\"%s\": %llu", kk ? ", " : "", sl_coll_name(c),
+              (unsigned long long)(ts.bytes[c] - t->prev_tp[c]));
+      t->prev_tp[c] = ts.bytes[c];
+    }
+    fprintf(t->metrics, "}");
+  }
   if (o->ev.samples)
     fprintf(t->metrics, ", \"eval_loss\": %s, \"eval_ppl\": %s", sl_guard_json(jl, o->ev.loss),
             sl_guard_json(jr, o->ev.ppl));

@@ -42,6 +42,7 @@
 #include "offload/offload.h"
 #include "shard/fsdp.h"
 #include "shard/mesh.h"
+#include "shard/tp.h"
 
 static sl_plotter g_plotter; /* sl_train_set_plotter */
 
@@ -94,7 +95,7 @@ static int eval_load(void *user, sl_sampler *smp, const int64_t *samples, int64_
 }
 
 static int run_eval(trainer *t, sl_sampler *smp, int64_t K, sl_eval_result *res) {
-  sl_eval_env e = {t->m, t->f, t->world, t->cfg.micro_batch, t->cfg.seq_len, t, eval_load, t->sched};
+  sl_eval_env e = {t->m, t->f, sl_trainer_loss_comm(t), t->cfg.micro_batch, t->cfg.seq_len, t, eval_load, t->sched};
   return sl_eval_loss(&e, smp, K, res);
 }
 
@@ -285,7 +286,7 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   if (!(t->ops = sl_backend_pick(c->backend, 1, "--backend"))) return SL_EINPUT; /* the message is set */
   t->dev = t->ops->is_device();
   sl_mesh mesh; /* local rank from hostnames; binds this rank's threads before the compute pool starts */
-  if ((rc = sl_mesh_setup(world, t->dev, c->shard_group, &mesh))) return rc;
+  if ((rc = sl_mesh_setup(world, t->dev, c->shard_group, (int)c->tp, &mesh))) return rc;
   if (t->dev && !getenv("SL_CUDA_DEVICE")) { /* one GPU per local rank */
     char d[16];
     snprintf(d, sizeof d, "%d", mesh.local_rank);
@@ -335,9 +336,16 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   if ((rc = sl_check_agreement(world, c, &t->mcfg, sl_sampler_num_tokens(t->smp)))) return rc;
   if ((rc = sl_precheck(c, &t->mcfg, world, t->ops, t->k, sl_sampler_num_tokens(t->smp)))) return rc;
 
-  /* model + FSDP */
-  if ((rc = sl_model_create(&t->mcfg, t->ops, t->k, c->micro_batch, c->seq_len, (sl_actckpt)ac, &t->m))) return rc;
-  t->m->access = (sl_unit_access){t, acc_params, acc_grads, sl_tp_single()};
+  /* model + FSDP: world = DP x TP (TP fastest); fsdp on the DP axis */
+  if ((rc = sl_trainer_tp_check(t))) return rc;
+  if ((rc = sl_model_create_tp(&t->mcfg, t->ops, t->k, c->micro_batch, c->seq_len, (sl_actckpt)ac,
+                               (int)(t->rank % c->tp), (int)c->tp, &t->m)))
+    return rc;
+  if ((rc = sl_par_mesh_create(world, (int)c->tp, 1, &t->pmesh))) return rc;
+  t->dp_rank = t->pmesh->coord[SL_AXIS_DP];
+  t->dp_size = t->pmesh->size[SL_AXIS_DP];
+  t->m->access = (sl_unit_access){t, acc_params, acc_grads,
+                                  c->tp > 1 ? sl_tp_group_over(t->pmesh->comm[SL_AXIS_TP]) : sl_tp_single()};
   sl_fsdp_cfg fc = {
       .zero = (int)c->zero, .prefetch = (int)c->prefetch, .prefetch_bytes = c->prefetch_mb << 20,
       .reshard_after_forward = c->reshard_after_forward, .sync_accum = !c->no_sync_accum,
@@ -348,8 +356,7 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   int64_t *numel = calloc((size_t)U, sizeof(int64_t));
   if (!numel) return sl_fail(SL_ENOMEM, "out of memory");
   for (int u = 0; u < U; u++) numel[u] = t->m->units[u].numel;
-  rc = sl_par_mesh_create(world, 1, 1, &t->pmesh);
-  if (!rc) rc = sl_fsdp_create(t->pmesh->comm[SL_AXIS_DP], &fc, t->ops, t->k, U, numel, t->m->pinned, &t->f);
+  rc = sl_fsdp_create(t->pmesh->comm[SL_AXIS_DP], &fc, t->ops, t->k, U, numel, t->m->pinned, &t->f);
   free(numel);
   if (rc) return rc;
 
@@ -390,7 +397,7 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
     return SL_ENOMEM;
   t->dseg = t->seg;
   if (t->dev && t->seg && !(t->dseg = t->ops->alloc(t->k, (size_t)BT * 4))) return SL_ENOMEM;
-  t->G = c->micro_batch * c->grad_accum * t->wsize;
+  t->G = c->micro_batch * c->grad_accum * t->dp_size;
   /* the step's compute order; the model holds an activation set per micro-batch it keeps in flight */
   sl_schedule_cfg scfg = {.name = "single"};
   if ((rc = sl_schedule_create(&scfg, &t->sched))) return rc;
@@ -403,7 +410,7 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
 static int step_load(void *user, int k) {
   trainer *t = user;
   sl_train_cfg *c = &t->cfg;
-  int64_t first = t->next_sample + (int64_t)t->rank * (c->grad_accum * c->micro_batch) + (int64_t)k * c->micro_batch;
+  int64_t first = t->next_sample + (int64_t)t->dp_rank * (c->grad_accum * c->micro_batch) + (int64_t)k * c->micro_batch;
   /* the loss is a mean over the step's counted targets: every rank counts them from the data */
   int rc = k == 0 ? sl_sampler_count(t->smp, t->next_sample, t->G, &t->count) : SL_OK;
   if (!rc) rc = sl_sampler_batch(t->smp, first, c->micro_batch, (int32_t)c->eod_id, t->tok, t->tgt, t->seg);
@@ -427,14 +434,16 @@ int sl_trainer_fwd_bwd(trainer *t, int nk, sl_fwd_hook hook, void *hook_user, do
 }
 
 static int sum_across(trainer *t, double mine, double *out) {
-  double *all = calloc((size_t)t->wsize, sizeof(double));
+  sl_comm *over = sl_trainer_loss_comm(t); /* a TP group's ranks hold the same loss */
+  int n = sl_comm_size(over);
+  double *all = calloc((size_t)n, sizeof(double));
   if (!all) return SL_ENOMEM;
-  if (sl_comm_allgather_sync(t->world, &mine, all, 1, SL_F64) != SL_COMM_OK) {
+  if (sl_comm_allgather_sync(over, &mine, all, 1, SL_F64) != SL_COMM_OK) {
     free(all);
     return sl_fail(SL_ECOMM, "loss all-gather: %s", sl_comm_last_error());
   }
   double s = 0;
-  for (int r = 0; r < t->wsize; r++) s += all[r];
+  for (int r = 0; r < n; r++) s += all[r];
   free(all);
   *out = s;
   return SL_OK;
@@ -497,7 +506,8 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
   o->tokens = t->count;
   double ss;
   sl_step_ctx sc = step_ctx(t, (int)c->grad_accum);
-  if ((rc = sl_schedule_grad_sumsq(t->sched, &sc, &ss))) return rc;
+  /* tensor parallel: each replicated tensor counted once over the TP group (engine/tp_run.c) */
+  if ((rc = c->tp > 1 ? sl_trainer_grad_sumsq(t, &ss) : sl_schedule_grad_sumsq(t->sched, &sc, &ss))) return rc;
   o->grad_norm = sqrt(ss);
   float coef = 1.0f;
   if (c->clip > 0) {
@@ -517,7 +527,7 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
 static sl_ckpt_state ckpt_state(trainer *t, int64_t step) {
   sl_ckpt_state st = {.m = t->m, .f = t->f, .world = t->world, .cfg = &t->cfg, .master = t->ck[0],
                       .mom = t->ck[1], .var = t->ck[2], .step = step, .next_sample = t->next_sample,
-                      .rng_seed = (uint64_t)t->cfg.seed};
+                      .rng_seed = (uint64_t)t->cfg.seed, .tp = t->pmesh->comm[SL_AXIS_TP]};
   return st;
 }
 
@@ -603,11 +613,14 @@ static int resume(trainer *t) {
 }
 
 /* ---- saving ----------------------------------------------------------------- */
+/* Unit u's flat (at T > 1: every TP rank's, rank after rank). */
 static int fill_unit(void *ctx, int u, float *flat) {
   trainer *t = ctx;
   int rc;
   const float *mv = opt_master(t, u, &rc);
-  return rc ? rc : sl_fsdp_gather_view(t->f, u, mv, flat);
+  if (!rc) rc = sl_fsdp_gather_view(t->f, u, mv, flat + t->m->tp_rank * t->m->units[u].numel);
+  if (!rc && t->cfg.tp > 1) rc = sl_trainer_tp_gather(t, u, flat);
+  return rc;
 }
 
 static int save_model(trainer *t, const char *dir, int64_t step) {
@@ -619,7 +632,7 @@ static int save_model(trainer *t, const char *dir, int64_t step) {
     rc = sl_model_save(t->m, dir, fill_unit, t, 0);
   } else {
     /* every rank takes part in the gathers, in the same unit order */
-    float *flat = sl_alloc((size_t)sl_model_max_unit_numel(t->m) * 4, "save buffer");
+    float *flat = sl_alloc((size_t)(sl_model_max_unit_numel(t->m) * t->cfg.tp) * 4, "save buffer");
     if (!flat) return SL_ENOMEM;
     for (int u = 0; u < t->m->nunits && !rc; u++) rc = fill_unit(t, u, flat);
     sl_free(flat);

@@ -53,6 +53,8 @@ typedef struct {
   sl_guard guard;          /* non-finite policy (engine/guard.h) */
   sl_schedule *sched;      /* the order of a step's forwards and backwards (engine/schedule.h) */
   int lock_fd;             /* rank 0: flock on CKPT_DIR/.lock for the run's life (-1: none) */
+  int dp_rank, dp_size;    /* this rank's data-parallel index and the DP size (world / --tp) */
+  uint64_t prev_tp[SL_COLL_NKINDS]; /* TP comm bytes per kind at the last metrics line */
 } trainer;
 
 /* What one optimizer step reports. */
@@ -72,6 +74,15 @@ void sl_trainer_free(trainer *t);
 int sl_trainer_fwd_bwd(trainer *t, int nk, sl_fwd_hook hook, void *hook_user, double *loss_sum);
 /* Rank 0: the metrics line of step s (0-based). */
 int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt, double flops_tok);
+/* Tensor parallelism (engine/tp_run.c). Start-up refusals of --tp (before
+ * the model is built); the comm the step's loss is summed over (DP at
+ * T > 1, else the world); the gradient norm's sum of squares over DP and
+ * TP, each parameter once; unit u's flats of every TP rank, rank after rank,
+ * into flat (T x numel) from this rank's at flat + tp_rank * numel. */
+int sl_trainer_tp_check(const trainer *t);
+sl_comm *sl_trainer_loss_comm(const trainer *t);
+int sl_trainer_grad_sumsq(trainer *t, double *out);
+int sl_trainer_tp_gather(trainer *t, int u, float *flat);
 /* Collective: the per-rank summary, printed by rank 0. */
 void sl_trainer_summary(trainer *t, double wall);
 

@@ -584,6 +584,23 @@ int sl_st_read_f32_slice(const sl_st_set *s, const char *name, int ndim, const i
   return sl_st_tensor_to_f32(t, off, n, dst);
 }
 
+int sl_st_read_f32_box(const sl_st_set *s, const char *name, int ndim, const int64_t *shape, int dim,
+                       int64_t off, int64_t len, float *dst) {
+  int rc = sl_st_read_f32_slice(s, name, ndim, shape, 0, 0, dst); /* presence and shape */
+  if (rc) return rc;
+  if (len == 0) return SL_OK; /* an all-padding slice (a vocabulary padded for tensor parallelism) */
+  if (dim < 0 || dim >= ndim || off < 0 || len < 0 || off + len > shape[dim])
+    return sl_fail(SL_EINTERNAL, "%s: tensor '%s': slice [%lld, %lld) of dim %d is outside it", s->dir, name,
+                   (long long)off, (long long)(off + len), dim);
+  const sl_st_tensor *t = sl_st_find(s, name);
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < dim; d++) outer *= shape[d];
+  for (int d = dim + 1; d < ndim; d++) inner *= shape[d];
+  for (int64_t o = 0; o < outer && !rc; o++)
+    rc = sl_st_tensor_to_f32(t, (o * shape[dim] + off) * inner, len * inner, dst + o * len * inner);
+  return rc;
+}
+
 int sl_st_read_f32(const sl_st_set *s, const char *name, int ndim, const int64_t *shape,
                    float *dst) {
   int64_t numel = 1;

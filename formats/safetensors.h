@@ -101,6 +101,11 @@ int sl_st_read_f32(const sl_st_set *s, const char *name, int ndim, const int64_t
  * row-major tensor (for loading one rank's shard). */
 int sl_st_read_f32_slice(const sl_st_set *s, const char *name, int ndim, const int64_t *shape,
                          int64_t elem_off, int64_t n, float *dst);
+/* Same checks, but reads the slice [off, off + len) along dimension dim of
+ * the row-major tensor, one contiguous run per index of the dims before it
+ * (a tensor-parallel rank's slice; dst holds the slice row-major). */
+int sl_st_read_f32_box(const sl_st_set *s, const char *name, int ndim, const int64_t *shape, int dim,
+                       int64_t off, int64_t len, float *dst);
 
 /* ---- writer ---------------------------------------------------------------- */
 typedef struct {

@@ -81,6 +81,7 @@ static const key_t_ KEYS[] = {
     B("skip-memory-check", skip_memory_check, "false", "start even when the predicted peak memory exceeds what is available"),
     B("allow-long-context", allow_long_context, "false", "allow --seq-len above the model's max_position_embeddings"),
     S("compute-dtype", compute_dtype, "auto", "fp32 | bf16 (GEMM operands, activations and their gradients rounded to bf16, fp32 accumulation; implies --param-dtype bf16 unless given) | auto (fp32 for now; docs/bf16.md)"),
+    I("tp", tp, "1", "tensor-parallel degree T (Megatron; Llama/Mistral): T consecutive ranks split each layer; data parallel over world / T"),
 };
 #define NKEYS (int)(sizeof KEYS / sizeof KEYS[0])
 
@@ -105,6 +106,7 @@ static const struct {
     {"ckpt-every", 0, I64MAX, 0, 0},    {"keep-last", 0, 1e9, 0, 0},      {"max-restarts", 0, 1e6, 0, 0},
     {"peak-tflops", 0, INF, 0, 1},      {"log-every", 0, I64MAX, 0, 0},   {"eval-every", 0, I64MAX, 0, 0},
     {"eval-samples", 0, 1e12, 0, 0},    {"max-skips", 1, 1e9, 0, 0},      {"eod-id", -1, 2147483647, 0, 0},
+    {"tp", 1, 4096, 0, 0},
 };
 #define NRANGES (int)(sizeof RANGES / sizeof RANGES[0])
 

@@ -62,6 +62,7 @@ typedef struct {
   int allow_long_context;      /* --seq-len may exceed max_position_embeddings */
   char compute_dtype[8];       /* fp32 | bf16 | auto (docs/bf16.md) */
   int param_dtype_given;       /* --param-dtype set by a flag or --config (not a key) */
+  int64_t tp;                  /* tensor-parallel degree T (1: none) */
 } sl_train_cfg;
 
 void sl_train_cfg_defaults(sl_train_cfg *c);

@@ -5,6 +5,16 @@
  * contiguous matrix and run as one GEMM:
  *   ln1 (C) | Wq (nh*hd, C) Wk (nkv*hd, C) Wv (nkv*hd, C) | Wo (C, nh*hd) |
  *   ln2 (C) | Wgate (I, C) Wup (I, C) | Wdown (C, I)
+ * Tensor parallelism over T ranks (Megatron, m->access.tp): heads split by T,
+ * so a rank's block holds its nh/T query heads' rows of Wq, its k/v heads'
+ * rows of Wk/Wv (one shared KV group when nkv < T: replicated over the T/nkv
+ * ranks whose query heads use it), I/T rows of Wgate/Wup (column-parallel)
+ * and the matching columns of Wo and Wdown (row-parallel), packed as above.
+ * Forward: the outputs of Wo and Wdown are all-reduced (partial sums);
+ * backward: the input gradient of the qkv and gate/up GEMMs is all-reduced
+ * (Megatron's f / g operators), and a replicated k/v slice's gradient is
+ * summed over the ranks sharing it. Norms, embedding and LM head are whole
+ * on every rank; their inputs and gradients are then identical everywhere.
  * Activation checkpointing: none keeps every block's activations; selective
  * recomputes the attention core (out, lse) in backward; full keeps only each
  * block's input and recomputes the block.
@@ -31,7 +41,9 @@ typedef struct {
 } layer_acts;
 
 typedef struct {
-  int64_t N, C, nh, nkv, hd, Q, A, I, V, L, window;
+  int64_t N, C, nh, nkv, hd, Q, A, I, V, L, window; /* nh, nkv, Q, A, I: this TP rank's */
+  int64_t kvrep, kvslot, kvgroups; /* k/v slice shared by kvrep TP ranks; its index of kvgroups */
+  float *kvsum;     /* (kvgroups, 2*nkv*hd*C) replicated k/v gradient exchange (kvrep > 1) */
   float eps, theta;
   int tied;
   /* the selected activation set's views (sets[m->act]) */
@@ -80,10 +92,17 @@ static void block_attn_core(sl_model *m, llama_priv *p, layer_acts *a) {
   m->ops->attention_doc_fwd(m->k, a->att, a->lse, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, p->window, m->seg);
 }
 
+/* buf (n) summed over the TP group (the row-parallel outputs, the input
+ * gradients of the column-parallel GEMMs); nothing at T = 1. */
+static int tp_sum(sl_model *m, float *buf, int64_t n) {
+  if (m->tp_size == 1) return SL_OK;
+  return m->access.tp.allreduce(m->access.tp.user, buf, n, SL_TP_SUM);
+}
+
 /* Forward of block l from x into a; writes the block output to out unless
  * out is NULL (recomputation only needs the activations). */
-static void block_forward(sl_model *m, llama_priv *p, const float *flat, const float *x,
-                          layer_acts *a, float *out) {
+static int block_forward(sl_model *m, llama_priv *p, const float *flat, const float *x,
+                         layer_acts *a, float *out) {
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
   blockw w = block_views(p, flat);
@@ -93,14 +112,34 @@ static void block_forward(sl_model *m, llama_priv *p, const float *flat, const f
   o->rope_doc_fwd(k, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, p->theta, m->seg);
   block_attn_core(m, p, a);
   o->linear_fwd(k, a->xmid, a->att, w.wo, NULL, N, p->A, C);
+  int rc = tp_sum(m, a->xmid, N * C);
+  if (rc) return rc;
   o->add_inplace(k, a->xmid, x, N * C);
   o->rmsnorm_fwd(k, a->ln2, a->rstd2, a->xmid, w.ln2, N, C, p->eps);
   o->linear_fwd(k, a->gu, a->ln2, w.wgu, NULL, N, C, 2 * p->I);
   o->swiglu_fwd(k, a->h, a->gu, N, p->I);
   if (out) {
     o->linear_fwd(k, out, a->h, w.wd, NULL, N, p->I, C);
+    if ((rc = tp_sum(m, out, N * C))) return rc;
     o->add_inplace(k, out, a->xmid, N * C);
   }
+  return SL_OK;
+}
+
+/* A k/v slice several TP ranks hold (nkv < T): each computed its gradient
+ * from its own query heads; the slice's gradient is the sum over the kvrep
+ * ranks sharing it. gkv (2*nkv*hd*C, k then v rows) holds only this
+ * micro-batch's part (the runtime zeroes a unit's gradient per micro-batch
+ * and only this block writes it): placed in its group's slot of a zeroed
+ * buffer of every group, summed over the TP group, read back. */
+static int kv_grad_sum(sl_model *m, llama_priv *p, float *gkv) {
+  int64_t n = 2 * p->nkv * p->hd * p->C;
+  float *slot = p->kvsum + p->kvslot * n;
+  m->ops->zero(m->k, p->kvsum, (size_t)(p->kvgroups * n) * 4);
+  m->ops->copy(m->k, slot, gkv, (size_t)n * 4);
+  int rc = tp_sum(m, p->kvsum, p->kvgroups * n);
+  if (!rc) m->ops->copy(m->k, gkv, slot, (size_t)n * 4);
+  return rc;
 }
 
 
@@ -115,8 +154,7 @@ static int llama_fwd(sl_model *m, int u, const float *flat) {
   }
   if (u <= p->L) {
     int l = u - 1;
-    block_forward(m, p, flat, p->stream[l], &p->la[l], p->stream[l + 1]);
-    return SL_OK;
+    return block_forward(m, p, flat, p->stream[l], &p->la[l], p->stream[l + 1]);
   }
   return sl_lm_head_fwd(m, &p->head, flat, p->stream[p->L]);
 }
@@ -137,8 +175,10 @@ static int llama_bwd(sl_model *m, int u, const float *flat, float *grads) {
   const float *x = p->stream[l];
   blockw w = block_views(p, flat);
   blockw g = block_views(p, grads);
-  if (m->ac == SL_AC_FULL) block_forward(m, p, flat, x, a, NULL);
+  int rc = SL_OK;
+  if (m->ac == SL_AC_FULL) rc = block_forward(m, p, flat, x, a, NULL);
   else if (m->ac == SL_AC_SELECTIVE) block_attn_core(m, p, a);
+  if (rc) return rc;
   /* MLP */
   m->ops->zero(m->k, p->dh, (size_t)(N * p->I) * 4);
   o->linear_bwd(k, p->dh, (float *)g.wd, NULL, p->dres, a->h, w.wd, N, p->I, C);
@@ -146,6 +186,7 @@ static int llama_bwd(sl_model *m, int u, const float *flat, float *grads) {
   o->swiglu_bwd(k, p->dgu, p->dh, a->gu, N, p->I);
   m->ops->zero(m->k, p->dln, (size_t)(N * C) * 4);
   o->linear_bwd(k, p->dln, (float *)g.wgu, NULL, p->dgu, a->ln2, w.wgu, N, C, 2 * p->I);
+  if ((rc = tp_sum(m, p->dln, N * C))) return rc;
   o->rmsnorm_bwd(k, p->dres, (float *)g.ln2, p->dln, a->xmid, w.ln2, a->rstd2, N, C);
   /* attention */
   m->ops->zero(m->k, p->datt, (size_t)(N * p->A) * 4);
@@ -156,6 +197,8 @@ static int llama_bwd(sl_model *m, int u, const float *flat, float *grads) {
   o->rope_doc_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->theta, m->seg);
   m->ops->zero(m->k, p->dln, (size_t)(N * C) * 4);
   o->linear_bwd(k, p->dln, (float *)g.wqkv, NULL, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
+  if ((rc = tp_sum(m, p->dln, N * C))) return rc;
+  if (p->kvrep > 1 && (rc = kv_grad_sum(m, p, (float *)g.wqkv + p->nh * p->hd * C))) return rc;
   o->rmsnorm_bwd(k, p->dres, (float *)g.ln1, p->dln, x, w.ln1, a->rstd1, N, C);
   return SL_OK;
 }
@@ -167,12 +210,41 @@ static int llama_logits(sl_model *m, float *out) {
 
 static int64_t llama_flops(const sl_model *m, int64_t T) {
   const llama_priv *p = m->priv;
+  const sl_model_config *c = &m->cfg;
   /* 6 N + 12 l h s (field guide convention): N = parameters of the matmuls
    * (blocks + LM head, the embedding lookup excluded), attention counted
-   * without the causal halving. Recomputation not counted. */
-  int64_t per_layer = p->C * p->Q + p->A * p->C + 3 * p->C * p->I;
+   * without the causal halving. Recomputation not counted. The whole
+   * model's (every TP rank's slices together). */
+  int64_t nh = c->num_attention_heads, Q = (nh + 2 * c->num_key_value_heads) * p->hd, A = nh * p->hd;
+  int64_t per_layer = p->C * Q + A * p->C + 3 * p->C * c->intermediate_size;
   int64_t Nmm = p->L * per_layer + p->V * p->C;
-  return 6 * Nmm + 12 * p->L * p->nh * p->hd * T;
+  return 6 * Nmm + 12 * p->L * nh * p->hd * T;
+}
+
+/* NULL when T splits the model's heads, KV heads and MLP width, else why not. */
+static const char *tp_misfit(const sl_model_config *c, int64_t T, char *why, size_t cap) {
+  int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, I = c->intermediate_size;
+  if (T > nh) snprintf(why, cap, "--tp %lld is more than num_attention_heads %lld", (long long)T, (long long)nh);
+  else if (nh % T) snprintf(why, cap, "num_attention_heads %lld is not divisible by --tp %lld", (long long)nh, (long long)T);
+  else if (nkv >= T && nkv % T)
+    snprintf(why, cap, "num_key_value_heads %lld is not divisible by --tp %lld", (long long)nkv, (long long)T);
+  else if (nkv < T && T % nkv)
+    snprintf(why, cap, "--tp %lld is not a multiple of num_key_value_heads %lld (each rank must hold one whole KV "
+             "group)", (long long)T, (long long)nkv);
+  else if (I % T)
+    snprintf(why, cap, "intermediate_size %lld is not divisible by --tp %lld", (long long)I, (long long)T);
+  else return NULL;
+  return why;
+}
+
+static int tp_check(const sl_model *m) {
+  char why[256], ok[256], tmp[256];
+  if (!tp_misfit(&m->cfg, m->tp_size, why, sizeof why)) return SL_OK;
+  size_t n = 0;
+  ok[0] = 0;
+  for (int64_t t = 1; t <= m->cfg.num_attention_heads && n + 24 < sizeof ok; t++)
+    if (!tp_misfit(&m->cfg, t, tmp, sizeof tmp)) n += (size_t)snprintf(ok + n, sizeof ok - n, "%s%lld", n ? ", " : "", (long long)t);
+  return sl_fail(SL_EINPUT, "%s: %s; valid --tp values for this model: %s", m->cfg.arch_name, why, ok);
 }
 
 static int alloc_layer(sl_model *m, llama_priv *p, layer_acts *a, int attn, int rest) {
@@ -241,14 +313,20 @@ int sl_llama_create(sl_model *m) {
   if (!p) return sl_fail(SL_ENOMEM, "out of memory");
   m->priv = p;
   m->vt = &llama_vt;
+  int rc = tp_check(m);
+  if (rc) return rc;
+  int64_t T = m->tp_size, nkv_parts = c->num_key_value_heads < T ? c->num_key_value_heads : T;
   p->N = m->B * m->T;
   p->C = c->hidden_size;
-  p->nh = c->num_attention_heads;
-  p->nkv = c->num_key_value_heads;
+  p->nh = c->num_attention_heads / T;
+  p->nkv = c->num_key_value_heads / nkv_parts;
+  p->kvrep = T / nkv_parts;
+  p->kvgroups = nkv_parts;
+  p->kvslot = m->tp_rank / p->kvrep;
   p->hd = c->head_dim;
   p->Q = (p->nh + 2 * p->nkv) * p->hd;
   p->A = p->nh * p->hd;
-  p->I = c->intermediate_size;
+  p->I = c->intermediate_size / T;
   p->V = c->vocab_size;
   p->L = c->num_hidden_layers;
   p->window = c->arch == SL_ARCH_MISTRAL ? c->sliding_window : 0;
@@ -271,18 +349,19 @@ int sl_llama_create(sl_model *m) {
     snprintf(b->kind, sizeof b->kind, "llama_block");
     b->layer = (int)l;
     char nm[SL_TENSOR_NAME_MAX];
-#define ADD(suffix, nd, d0, d1, decay, init)                                      \
-  snprintf(nm, sizeof nm, "model.layers.%lld.%s", (long long)l, suffix);          \
-  sl_unit_add(b, nm, nd, d0, d1, 0, decay, init, std)
-    ADD("input_layernorm.weight", 1, C, 0, 0, SL_INIT_ONES);
-    ADD("self_attn.q_proj.weight", 2, p->nh * p->hd, C, 1, SL_INIT_NORMAL);
-    ADD("self_attn.k_proj.weight", 2, p->nkv * p->hd, C, 1, SL_INIT_NORMAL);
-    ADD("self_attn.v_proj.weight", 2, p->nkv * p->hd, C, 1, SL_INIT_NORMAL);
-    ADD("self_attn.o_proj.weight", 2, C, p->A, 1, SL_INIT_NORMAL);
-    ADD("post_attention_layernorm.weight", 1, C, 0, 0, SL_INIT_ONES);
-    ADD("mlp.gate_proj.weight", 2, p->I, C, 1, SL_INIT_NORMAL);
-    ADD("mlp.up_proj.weight", 2, p->I, C, 1, SL_INIT_NORMAL);
-    ADD("mlp.down_proj.weight", 2, C, p->I, 1, SL_INIT_NORMAL);
+    int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, I = c->intermediate_size;
+#define ADD(suffix, nd, d0, d1, decay, init, split, parts)                      \
+  snprintf(nm, sizeof nm, "model.layers.%lld.%s", (long long)l, suffix);       \
+  sl_unit_add_split(m, b, nm, nd, d0, d1, decay, init, std, split, parts)
+    ADD("input_layernorm.weight", 1, C, 0, 0, SL_INIT_ONES, SL_SPLIT_NONE, 1);
+    ADD("self_attn.q_proj.weight", 2, nh * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
+    ADD("self_attn.k_proj.weight", 2, nkv * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, nkv_parts);
+    ADD("self_attn.v_proj.weight", 2, nkv * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, nkv_parts);
+    ADD("self_attn.o_proj.weight", 2, C, nh * p->hd, 1, SL_INIT_NORMAL, SL_SPLIT_ROW, T);
+    ADD("post_attention_layernorm.weight", 1, C, 0, 0, SL_INIT_ONES, SL_SPLIT_NONE, 1);
+    ADD("mlp.gate_proj.weight", 2, I, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
+    ADD("mlp.up_proj.weight", 2, I, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
+    ADD("mlp.down_proj.weight", 2, C, I, 1, SL_INIT_NORMAL, SL_SPLIT_ROW, T);
 #undef ADD
   }
   sl_lm_head_spec(m, "model.norm.weight", C, p->V, p->tied, SL_INIT_NORMAL, std);
@@ -299,6 +378,8 @@ int sl_llama_create(sl_model *m) {
       !(p->dgu = sl_model_buf(m, N * 2 * p->I, SL_ARENA_WORKSPACE)) ||
       !(p->datt = sl_model_buf(m, N * p->A, SL_ARENA_WORKSPACE)) ||
       !(p->dqkv = sl_model_buf(m, N * p->Q, SL_ARENA_WORKSPACE)))
+    return SL_ENOMEM;
+  if (p->kvrep > 1 && !(p->kvsum = sl_model_buf(m, p->kvgroups * 2 * p->nkv * p->hd * C, SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
   return SL_OK;
 }

@@ -27,7 +27,31 @@ void sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_
   t->decay = decay;
   t->init = init;
   t->std = std;
+  t->split = SL_SPLIT_NONE;
+  t->split_dim = -1;
+  for (int d = 0; d < 3; d++) t->full[d] = t->shape[d];
+  t->tp_replicas = 1; /* T for a whole tensor at T > 1: set by sl_model_create_tp */
   u->numel += t->numel;
+}
+
+void sl_unit_add_split(const sl_model *m, sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1,
+                       int decay, sl_init_kind init, float std, sl_split split, int64_t parts) {
+  if (split == SL_SPLIT_NONE || m->tp_size == 1) { /* the whole tensor */
+    sl_unit_add(u, name, ndim, d0, d1, 0, decay, init, std);
+    return;
+  }
+  int dim = split == SL_SPLIT_ROW ? ndim - 1 : 0;
+  int64_t full[2] = {d0, d1}, local[2] = {d0, d1};
+  int replicas = m->tp_size / (int)parts;
+  local[dim] = (full[dim] + parts - 1) / parts; /* VOCAB pads to a multiple of parts; the others divide */
+  sl_unit_add(u, name, ndim, local[0], local[1], 0, decay, init, std);
+  sl_tensor_spec *t = &u->t[u->ntensors - 1];
+  t->split = split;
+  t->split_dim = dim;
+  t->full[0] = d0;
+  t->full[1] = ndim > 1 ? d1 : 1;
+  t->tp_off = (int64_t)(m->tp_rank / replicas) * local[dim];
+  t->tp_replicas = replicas;
 }
 
 int sl_model_create_specs(const sl_model_config *cfg, sl_model **out) {
@@ -36,7 +60,17 @@ int sl_model_create_specs(const sl_model_config *cfg, sl_model **out) {
 
 int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B,
                     int64_t T, sl_actckpt ac, sl_model **out) {
+  return sl_model_create_tp(cfg, ops, k, B, T, ac, 0, 1, out);
+}
+
+int sl_model_create_tp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
+                       sl_actckpt ac, int tp_rank, int tp_size, sl_model **out) {
   *out = NULL;
+  if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size)
+    return sl_fail(SL_EINPUT, "tensor-parallel rank %d of %d is out of range", tp_rank, tp_size);
+  if (tp_size > 1 && cfg->arch == SL_ARCH_MAMBA)
+    return sl_fail(SL_EINPUT, "--tp %d: tensor parallelism is not implemented for Mamba yet (%s); use --tp 1",
+                   tp_size, cfg->arch_name);
   if (B < 0 || T < 0 || (B == 0) != (T == 0)) return sl_fail(SL_EINPUT, "micro-batch (%lld) and seq-len (%lld) must be >= 1",
                                      (long long)B, (long long)T);
   sl_model *m = calloc(1, sizeof *m);
@@ -47,6 +81,8 @@ int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, i
   m->B = B;
   m->T = T;
   m->ac = ac;
+  m->tp_rank = tp_rank;
+  m->tp_size = tp_size;
   m->access.tp = sl_tp_single();
   int rc;
   switch (cfg->arch) {
@@ -63,6 +99,9 @@ int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, i
     sl_model_destroy(m);
     return rc;
   }
+  for (int u = 0; u < m->nunits; u++) /* a whole tensor is held by every TP rank */
+    for (int i = 0; i < m->units[u].ntensors; i++)
+      if (m->units[u].t[i].split == SL_SPLIT_NONE) m->units[u].t[i].tp_replicas = tp_size;
   *out = m;
   return SL_OK;
 }
@@ -272,29 +311,62 @@ static void init_normal(float *dst, int64_t n, float std, uint64_t seed) {
   }
 }
 
+/* Copies this rank's slice [off, off + len) along t->split_dim between the
+ * whole tensor (shape t->full) and the slice (shape t->shape), both
+ * row-major: to_whole 0 whole -> slice, 1 slice -> whole. */
+/* Indices of the slice at off along the split dim that lie inside the whole
+ * tensor (fewer than the slice's extent where a padded vocabulary ends). */
+static int64_t slice_valid(const sl_tensor_spec *t, int64_t off) {
+  int64_t n = t->full[t->split_dim] - off;
+  return n < 0 ? 0 : n < t->shape[t->split_dim] ? n : t->shape[t->split_dim];
+}
+
+static void slice_copy(const sl_tensor_spec *t, int64_t off, float *whole, float *slice, int to_whole) {
+  int dim = t->split_dim;
+  int64_t outer = 1, inner = 1, len = t->shape[dim], valid = slice_valid(t, off);
+  for (int d = 0; d < dim; d++) outer *= t->full[d];
+  for (int d = dim + 1; d < t->ndim; d++) inner *= t->full[d];
+  for (int64_t o = 0; o < outer && valid > 0; o++) {
+    float *w = whole + (o * t->full[dim] + off) * inner, *p = slice + o * len * inner;
+    if (to_whole) memcpy(w, p, (size_t)(valid * inner) * 4);
+    else memcpy(p, w, (size_t)(valid * inner) * 4);
+  }
+}
+
+static int init_tensor(const sl_model *m, int u, int i, const sl_tensor_spec *t, int64_t numel, float *dst,
+                       uint64_t seed) {
+  uint64_t s = seed ^ name_hash(t->name);
+  switch (t->init) {
+  case SL_INIT_NORMAL: init_normal(dst, numel, t->std, s); break;
+  case SL_INIT_ONES:
+    for (int64_t j = 0; j < numel; j++) dst[j] = 1.0f;
+    break;
+  case SL_INIT_ZEROS: memset(dst, 0, (size_t)numel * 4); break;
+  case SL_INIT_CUSTOM: return m->vt->init_custom((sl_model *)m, u, i, dst, s);
+  }
+  return SL_OK;
+}
+
 int sl_model_unit_load(const sl_model *m, int u, const sl_st_set *weights, uint64_t seed, float *flat) {
   const sl_unit_spec *us = &m->units[u];
   for (int i = 0; i < us->ntensors; i++) {
     const sl_tensor_spec *t = &us->t[i];
     float *dst = flat + t->offset;
-    if (weights) {
-      int rc = sl_st_read_f32(weights, t->name, t->ndim, t->shape, dst);
-      if (rc) return rc;
-      continue;
+    int rc;
+    if (t->split == SL_SPLIT_NONE) {
+      rc = weights ? sl_st_read_f32(weights, t->name, t->ndim, t->shape, dst)
+                   : init_tensor(m, u, i, t, t->numel, dst, seed);
+    } else if (weights) {
+      rc = sl_st_read_f32_box(weights, t->name, t->ndim, t->full, t->split_dim, t->tp_off, slice_valid(t, t->tp_off),
+                              dst); /* padding rows of a vocabulary slice stay as the caller zeroed them */
+    } else { /* the slice of the whole tensor's init */
+      int64_t n = t->full[0] * t->full[1] * t->full[2];
+      float *whole = sl_alloc((size_t)n * 4, "tensor init");
+      rc = whole ? init_tensor(m, u, i, t, n, whole, seed) : SL_ENOMEM;
+      if (!rc) slice_copy(t, t->tp_off, whole, dst, 0);
+      sl_free(whole);
     }
-    uint64_t s = seed ^ name_hash(t->name);
-    switch (t->init) {
-    case SL_INIT_NORMAL: init_normal(dst, t->numel, t->std, s); break;
-    case SL_INIT_ONES:
-      for (int64_t j = 0; j < t->numel; j++) dst[j] = 1.0f;
-      break;
-    case SL_INIT_ZEROS: memset(dst, 0, (size_t)t->numel * 4); break;
-    case SL_INIT_CUSTOM: {
-      int rc = m->vt->init_custom((sl_model *)m, u, i, dst, s);
-      if (rc) return rc;
-      break;
-    }
-    }
+    if (rc) return rc;
   }
   return SL_OK;
 }
@@ -309,6 +381,60 @@ typedef struct {
   float *flat;
 } save_ctx;
 
+/* The whole tensor t from the T ranks' flats of its unit (unit_numel each):
+ * each slice from the first rank holding it; the other holders' copies
+ * must be the same bits (replicated weights never drift apart). */
+static int assemble(const sl_model *m, const sl_tensor_spec *t, const float *flats, int64_t unit_numel,
+                    float *dst) {
+  int T = m->tp_size;
+  for (int r = 0; r < T; r++) {
+    const float *mine = flats + (int64_t)r * unit_numel + t->offset;
+    int first = r % t->tp_replicas == 0;
+    if (first && t->split != SL_SPLIT_NONE) {
+      int64_t off = (int64_t)(r / t->tp_replicas) * t->shape[t->split_dim];
+      slice_copy(t, off, dst, (float *)mine, 1);
+    } else if (first) {
+      memcpy(dst, mine, (size_t)t->numel * 4);
+    } else if (memcmp(mine, flats + (int64_t)(r - r % t->tp_replicas) * unit_numel + t->offset,
+                      (size_t)t->numel * 4)) {
+      return sl_fail(SL_EINTERNAL, "tensor '%s': the copies TP ranks %d and %d hold differ (replicated "
+                     "weights drifted apart)", t->name, r - r % t->tp_replicas, r);
+    }
+  }
+  return SL_OK;
+}
+
+int64_t sl_model_unit_whole_numel(const sl_model *m, int u) {
+  int64_t n = 0;
+  for (int i = 0; i < m->units[u].ntensors; i++) {
+    const int64_t *f = m->units[u].t[i].full;
+    n += f[0] * f[1] * f[2];
+  }
+  return n;
+}
+
+int sl_model_unit_to_whole(const sl_model *m, int u, const float *flats, float *whole) {
+  const sl_unit_spec *us = &m->units[u];
+  int rc = SL_OK;
+  for (int i = 0; i < us->ntensors && !rc; i++) {
+    const sl_tensor_spec *t = &us->t[i];
+    rc = assemble(m, t, flats, us->numel, whole);
+    whole += t->full[0] * t->full[1] * t->full[2];
+  }
+  return rc;
+}
+
+void sl_model_unit_from_whole(const sl_model *m, int u, const float *whole, float *flat) {
+  const sl_unit_spec *us = &m->units[u];
+  memset(flat, 0, (size_t)us->numel * 4); /* padding rows of a vocabulary slice */
+  for (int i = 0; i < us->ntensors; i++) {
+    const sl_tensor_spec *t = &us->t[i];
+    if (t->split == SL_SPLIT_NONE) memcpy(flat + t->offset, whole, (size_t)t->numel * 4);
+    else slice_copy(t, t->tp_off, (float *)whole, flat + t->offset, 0);
+    whole += t->full[0] * t->full[1] * t->full[2];
+  }
+}
+
 static int save_fill(void *vctx, int64_t index, const sl_st_wtensor *wt, float *dst) {
   save_ctx *sc = vctx;
   int u = sc->tensor_unit[index], ti = sc->tensor_idx[index];
@@ -318,8 +444,9 @@ static int save_fill(void *vctx, int64_t index, const sl_st_wtensor *wt, float *
     sc->cached_unit = u;
   }
   const sl_tensor_spec *t = &sc->m->units[u].t[ti];
-  memcpy(dst, sc->flat + t->offset, (size_t)t->numel * 4);
   (void)wt;
+  if (sc->m->tp_size > 1) return assemble(sc->m, t, sc->flat, sc->m->units[u].numel, dst);
+  memcpy(dst, sc->flat + t->offset, (size_t)t->numel * 4);
   return SL_OK;
 }
 
@@ -335,7 +462,7 @@ int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void
   save_ctx sc = {.m = m, .fill = fill, .ctx = ctx, .cached_unit = -1};
   sc.tensor_unit = calloc((size_t)nt, sizeof(int));
   sc.tensor_idx = calloc((size_t)nt, sizeof(int));
-  sc.flat = sl_alloc((size_t)sl_model_max_unit_numel(m) * 4, "save buffer");
+  sc.flat = sl_alloc((size_t)(sl_model_max_unit_numel(m) * m->tp_size) * 4, "save buffer");
   if (!ws || !sc.tensor_unit || !sc.tensor_idx || !sc.flat) {
     rc = sl_fail(SL_ENOMEM, "out of memory saving %s", dir);
     goto done;
@@ -349,7 +476,7 @@ int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void
                        ? "backbone.embeddings.weight"
                        : t->name;
       ws[n].ndim = t->ndim;
-      for (int d = 0; d < t->ndim; d++) ws[n].shape[d] = t->shape[d];
+      for (int d = 0; d < t->ndim; d++) ws[n].shape[d] = t->full[d];
       ws[n].dtype = SL_ST_F32;
       sc.tensor_unit[n] = u;
       sc.tensor_idx[n] = i;

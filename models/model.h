@@ -42,6 +42,12 @@ typedef struct {
   int decay;                     /* weight decay applies to this tensor */
   sl_init_kind init;
   float std;                     /* SL_INIT_NORMAL */
+  /* tensor parallelism (models/tp.h): shape above is this TP rank's slice */
+  sl_split split;                /* SL_SPLIT_NONE: the whole tensor (replicated at T > 1) */
+  int split_dim;                 /* dim sliced: 0 (col, vocab) or ndim-1 (row); -1 for none */
+  int64_t full[3];               /* (ndim) the whole HF tensor's shape (= shape at T = 1) */
+  int64_t tp_off;                /* first index of this rank's slice along split_dim */
+  int tp_replicas;               /* TP ranks holding this same slice: 1 unique, T whole, T/nkv for GQA k/v */
 } sl_tensor_spec;
 
 typedef struct {
@@ -91,6 +97,7 @@ typedef struct {
 struct sl_model {
   const sl_model_vt *vt;
   sl_model_config cfg;
+  int tp_rank, tp_size;      /* the TP slice the shapes are for (0, 1 unless --tp) */
   const sl_ops *ops;
   sl_kctx *k;
   int nunits;
@@ -126,6 +133,13 @@ struct sl_model {
  * for micro-batch B x T, checkpoint policy. */
 int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B,
                     int64_t T, sl_actckpt ac, sl_model **out);
+/* The same for TP rank tp_rank of tp_size: the unit specs hold this rank's
+ * slices (local shapes, sl_tensor_spec's split fields); SL_EINPUT naming
+ * the size when tp_size does not split the model. The model's collectives
+ * come from m->access.tp, which the caller sets to a group of the same
+ * rank and size before the first forward. */
+int sl_model_create_tp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
+                       sl_actckpt ac, int tp_rank, int tp_size, sl_model **out);
 /* Unit specs only (B = T = 0: no activations, no compute): for the planner,
  * checkpoint conversion and tools that only need names, shapes and sizes. */
 int sl_model_create_specs(const sl_model_config *cfg, sl_model **out);
@@ -152,14 +166,29 @@ int sl_model_use_acts(sl_model *m, int set);
  * valid through its backward). */
 void sl_model_set_batch(sl_model *m, const int32_t *tokens, const int32_t *targets, float loss_scale);
 
-/* Full fp32 flat parameters of unit u: from the weight set (NULL: init from
- * seed, deterministic per tensor name). */
+/* Full fp32 flat parameters of unit u (this TP rank's slices): from the
+ * weight set, reading only the slice of each tensor (NULL: init from seed,
+ * deterministic per tensor name; a slice is the slice of the whole tensor's
+ * init, so every TP degree starts from the same model). */
 int sl_model_unit_load(const sl_model *m, int u, const sl_st_set *weights, uint64_t seed, float *flat);
 /* Writes the model as an HF directory; fill(u, flat) provides unit u's full
- * fp32 flat parameters. Streams one unit at a time. */
+ * fp32 flat parameters: at T > 1 those of every TP rank, rank after rank
+ * (tp_size x the unit's numel), which are assembled into whole HF tensors
+ * (replicated copies must agree bit for bit: SL_EINTERNAL naming the tensor
+ * otherwise). Streams one unit at a time. */
 typedef int (*sl_unit_fill_fn)(void *ctx, int u, float *flat);
 int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void *ctx,
                   int64_t max_shard_bytes);
+
+/* Unit u between this rank's TP layout and the whole (T = 1) layout, where
+ * tensors are whole and packed back to back in spec order (what a T = 1
+ * model holds; checkpoints store it): whole (sl_model_unit_whole_numel)
+ * from the T ranks' flats (T x numel, rank after rank; replicated copies
+ * must agree bit for bit, SL_EINTERNAL otherwise), or this rank's flat
+ * (numel) from whole. At T = 1 both are copies. */
+int64_t sl_model_unit_whole_numel(const sl_model *m, int u);
+int sl_model_unit_to_whole(const sl_model *m, int u, const float *flats, float *whole);
+void sl_model_unit_from_whole(const sl_model *m, int u, const float *whole, float *flat);
 
 int64_t sl_model_num_params(const sl_model *m); /* real parameters */
 int64_t sl_model_max_unit_numel(const sl_model *m);
@@ -213,6 +242,15 @@ int sl_lm_head_logits(sl_model *m, sl_lm_head *h, float *out);
 /* Spec-building helper for model files: appends a tensor to a unit. */
 void sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2,
                  int decay, sl_init_kind init, float std);
+/* The same for a tensor of whole HF shape (d0, d1) split `split` over the TP
+ * group into `parts` equal slices (parts divides m->tp_size, and the split
+ * dim except for SL_SPLIT_VOCAB; the caller checked): this rank holds slice
+ * tp_rank / (T / parts), which T / parts ranks share. parts = T: a plain
+ * column / row split. SL_SPLIT_VOCAB pads the rows to a multiple of parts:
+ * each slice has ceil(d0 / parts) rows, and rows past d0 (at the end of the
+ * last slices) are padding no file holds: zero when loaded, never saved. */
+void sl_unit_add_split(const sl_model *m, sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1,
+                       int decay, sl_init_kind init, float std, sl_split split, int64_t parts);
 
 /* Architecture constructors (models/llama.c, models/mamba.c). */
 int sl_llama_create(sl_model *m);

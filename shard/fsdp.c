@@ -606,10 +606,8 @@ int sl_fsdp_end_micro(sl_fsdp *f) {
   return SL_OK;
 }
 
-int sl_fsdp_grad_sumsq(sl_fsdp *f, double *out) {
-  double mine = 0.0;
-  for (int u = 0; u < f->nunits; u++)
-    mine += f->ops->sumsq(f->kctx, f->units[u].acc, f->units[u].sl.shard);
+/* mine summed over the shard group in rank order (identical everywhere). */
+static int sum_over_shards(sl_fsdp *f, double mine, double *out) {
   double *all = calloc((size_t)f->ssize, sizeof(double));
   if (!all) return SL_ENOMEM;
   if (sl_comm_allgather_sync(f->shard_comm, &mine, all, 1, SL_F64) != SL_COMM_OK) {
@@ -621,6 +619,13 @@ int sl_fsdp_grad_sumsq(sl_fsdp *f, double *out) {
   free(all);
   *out = t;
   return SL_OK;
+}
+
+int sl_fsdp_grad_sumsq(sl_fsdp *f, double *out) {
+  double mine = 0.0;
+  for (int u = 0; u < f->nunits; u++)
+    mine += f->ops->sumsq(f->kctx, f->units[u].acc, f->units[u].sl.shard);
+  return sum_over_shards(f, mine, out);
 }
 
 sl_fsdp_view_t sl_fsdp_view(sl_fsdp *f, int u) {
@@ -690,4 +695,18 @@ int sl_fsdp_gather_view(sl_fsdp *f, int u, const float *view_values, float *full
     f->ops->download(f->kctx, full, tmp, (size_t)U->sl.numel * 4);
   f->ops->free(f->kctx, tmp);
   return rc;
+}
+
+int sl_fsdp_grad_sumsq_part(sl_fsdp *f, sl_fsdp_counted_fn counted, void *ctx, double *out) {
+  double mine = 0.0;
+  for (int u = 0; u < f->nunits; u++) {
+    const unit_t *U = &f->units[u];
+    int64_t lo, hi, s0 = U->sl.offset, s1 = U->sl.offset + U->sl.shard;
+    for (int i = 0; counted(ctx, u, i, &lo, &hi); i++) {
+      if (lo < s0) lo = s0;
+      if (hi > s1) hi = s1;
+      if (hi > lo) mine += f->ops->sumsq(f->kctx, U->acc + (lo - s0), hi - lo);
+    }
+  }
+  return sum_over_shards(f, mine, out);
 }

@@ -107,6 +107,12 @@ int sl_fsdp_end_forward(sl_fsdp *f);
  * views of the shard group, padding is zero), summed in rank order in
  * double: identical on every rank and for every stage. */
 int sl_fsdp_grad_sumsq(sl_fsdp *f, double *out);
+/* The same over part of each unit: the elements [lo, hi) of unit u's flat
+ * buffer for every i = 0, 1, ... for which counted(ctx, u, i, &lo, &hi)
+ * returns 1 (disjoint ranges; it returns 0 after the last). Tensor
+ * parallelism counts a tensor several TP ranks hold on one of them. */
+typedef int (*sl_fsdp_counted_fn)(void *ctx, int u, int i, int64_t *lo, int64_t *hi);
+int sl_fsdp_grad_sumsq_part(sl_fsdp *f, sl_fsdp_counted_fn counted, void *ctx, double *out);
 /* Hands back the updated fp32 values of unit u's optimizer view. */
 int sl_fsdp_set_view(sl_fsdp *f, int u, const float *values);
 int sl_fsdp_finish_step(sl_fsdp *f);

@@ -4,8 +4,8 @@
  * Rank order (Megatron's and torchtitan's): TP fastest, then DP, then PP,
  *   world rank = tp + TP * (dp + DP * pp),
  * so that a TP group is consecutive ranks (one node under mpirun's default
- * by-slot placement) and a PP group strides over everything. Today TP = PP =
- * 1 (no flags yet), so DP = world; fsdp takes the DP communicator and splits
+ * by-slot placement) and a PP group strides over everything. TP = --tp, PP
+ * = 1 today, so DP = world / TP; fsdp takes the DP communicator and splits
  * it further for --shard-group (shard x replica, shard/fsdp.c). Which ranks
  * share a node is engine/mesh.c's (hostnames, binding, its report).
  */

@@ -39,17 +39,7 @@ static int npass, nfail;
 static const sl_ops *T;
 static sl_kctx *ctx;
 
-#define CHECK(cond, ...)                                                 \
-  do {                                                                   \
-    if (cond) {                                                          \
-      npass++;                                                           \
-    } else {                                                             \
-      nfail++;                                                           \
-      fprintf(stderr, "[rank %d] FAIL %s:%d: ", R, __FILE__, __LINE__);  \
-      fprintf(stderr, __VA_ARGS__);                                      \
-      fputc('\n', stderr);                                               \
-    }                                                                    \
-  } while (0)
+#include "tests/lib/rank_check.h"
 #define OK(call)                                                                     \
   do {                                                                               \
     int rc_ = (call);                                                                \

@@ -25,17 +25,7 @@
 static int R, N; /* world rank, size */
 static int npass, nfail;
 
-#define CHECK(cond, ...)                                                  \
-  do {                                                                    \
-    if (cond) {                                                           \
-      npass++;                                                            \
-    } else {                                                              \
-      nfail++;                                                            \
-      fprintf(stderr, "[rank %d] FAIL %s:%d: ", R, __FILE__, __LINE__);   \
-      fprintf(stderr, __VA_ARGS__);                                       \
-      fputc('\n', stderr);                                                \
-    }                                                                     \
-  } while (0)
+#include "tests/lib/rank_check.h"
 
 #define OK(call)                                                                      \
   do {                                                                                \

@@ -1,0 +1,23 @@
+/* shard/tp.h — the tensor-parallel group's collectives (models/tp.h's
+ * sl_tp_group hooks) over the mesh's TP communicator (shard/mesh.h). The
+ * model calls them through sl_unit_access.tp; shard/ includes models/tp.h
+ * for the hook types only (no model code is linked). Every byte moved is
+ * counted in the TP communicator's statistics (sl_comm_get_stats). */
+#ifndef SL_SHARD_TP_H
+#define SL_SHARD_TP_H
+
+#include "models/tp.h"
+#include "shard/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The group of the ranks of tp (fp32 host buffers: the MPI and self
+ * backends); tp must outlive the group's use. */
+sl_tp_group sl_tp_group_over(sl_comm *tp);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SL_SHARD_TP_H */
