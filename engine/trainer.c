@@ -338,8 +338,8 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
 
   /* model + FSDP: world = DP x TP (TP fastest); fsdp on the DP axis */
   if ((rc = sl_trainer_tp_check(t))) return rc;
-  if ((rc = sl_model_create_tp(&t->mcfg, t->ops, t->k, c->micro_batch, c->seq_len, (sl_actckpt)ac,
-                               (int)(t->rank % c->tp), (int)c->tp, &t->m)))
+  if ((rc = sl_model_create_sp(&t->mcfg, t->ops, t->k, c->micro_batch, c->seq_len, (sl_actckpt)ac,
+                               (int)(t->rank % c->tp), (int)c->tp, c->sequence_parallel, &t->m)))
     return rc;
   if ((rc = sl_par_mesh_create(world, (int)c->tp, 1, &t->pmesh))) return rc;
   t->dp_rank = t->pmesh->coord[SL_AXIS_DP];

@@ -82,6 +82,7 @@ static const key_t_ KEYS[] = {
     B("allow-long-context", allow_long_context, "false", "allow --seq-len above the model's max_position_embeddings"),
     S("compute-dtype", compute_dtype, "auto", "fp32 | bf16 (GEMM operands, activations and their gradients rounded to bf16, fp32 accumulation; implies --param-dtype bf16 unless given) | auto (fp32 for now; docs/bf16.md)"),
     I("tp", tp, "1", "tensor-parallel degree T (Megatron; Llama/Mistral): T consecutive ranks split each layer; data parallel over world / T"),
+    B("sequence-parallel", sequence_parallel, "false", "with --tp T > 1: norms and the residual stream on (micro-batch x seq-len) / T tokens per rank, reduce-scatter / all-gather instead of all-reduce (Megatron; docs/models.md)"),
 };
 #define NKEYS (int)(sizeof KEYS / sizeof KEYS[0])
 

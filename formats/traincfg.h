@@ -63,6 +63,7 @@ typedef struct {
   char compute_dtype[8];       /* fp32 | bf16 | auto (docs/bf16.md) */
   int param_dtype_given;       /* --param-dtype set by a flag or --config (not a key) */
   int64_t tp;                  /* tensor-parallel degree T (1: none) */
+  int sequence_parallel;       /* --sequence-parallel: with tp > 1, norms and residual on N/T tokens per rank */
 } sl_train_cfg;
 
 void sl_train_cfg_defaults(sl_train_cfg *c);

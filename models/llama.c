@@ -13,19 +13,30 @@
  * Forward: the outputs of Wo and Wdown are all-reduced (partial sums);
  * backward: the input gradient of the qkv and gate/up GEMMs is all-reduced
  * (Megatron's f / g operators), and a replicated k/v slice's gradient is
- * summed over the ranks sharing it. Norms, embedding and LM head are whole
- * on every rank; their inputs and gradients are then identical everywhere.
+ * summed over the ranks sharing it. Norms are whole on every rank; the
+ * embedding and the LM head split the vocabulary (models/vocab_parallel.h,
+ * padded to a multiple of T; the loss-parallel head never holds full
+ * logits). Sequence parallelism (m->sp): the residual stream, xmid and the
+ * norm statistics hold this rank's n = N/T token rows; the Wo / Wdown
+ * partial sums are reduce-scattered (not all-reduced), the norms' outputs
+ * all-gathered before qkv / gate|up (kept gathered for backward), and in
+ * backward the block-output gradient is all-gathered before the Wdown / Wo
+ * GEMMs and the qkv / gate|up input gradients reduce-scattered; the norms'
+ * weight gradients (partial over rows) are summed over TP. At T = 1 the
+ * original whole-vocabulary path runs, bit for bit.
  * Activation checkpointing: none keeps every block's activations; selective
  * recomputes the attention core (out, lse) in backward; full keeps only each
  * block's input and recomputes the block.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
 #include "models/model.h"
+#include "models/vocab_parallel.h"
 
 typedef struct {
   float *ln1;   /* (N, C) */
@@ -50,6 +61,14 @@ typedef struct {
   float **stream;   /* (L+1) x (N, C): input of block l; stream[L] feeds the head */
   layer_acts *la;   /* (L) */
   sl_lm_head head;  /* final norm + LM head + cross-entropy */
+  /* T > 1: vocabulary-parallel embedding and loss-parallel head (models/vocab_parallel.h) */
+  int vp, sp;       /* vp: T > 1; sp: sequence parallelism (rows n = N/T of the stream per rank) */
+  int64_t n;        /* token rows of the residual stream on this rank: N, or N/T under sp */
+  sl_vocab_split vs;
+  sl_lm_head_vp *hvp; /* (nsets) the loss-parallel head of each activation set (vp) */
+  sl_lm_head_vp *hv;  /* the selected set's */
+  float *xl;        /* (n, C) under sp: a norm's local output before its all-gather, a
+                       reduce-scattered input gradient in backward */
   sl_act_set *sets;  /* (nsets) one per micro-batch in flight (models/model.h) */
   int nsets;
   layer_acts shared; /* recomputed in backward, shared by every layer and set (selective: att, lse; full: all) */
@@ -67,6 +86,7 @@ static void llama_destroy(sl_model *m) {
   llama_priv *p = m->priv;
   if (!p) return;
   sl_act_sets_free(p->sets, p->nsets);
+  free(p->hvp);
   free(p);
   m->priv = NULL;
 }
@@ -99,29 +119,54 @@ static int tp_sum(sl_model *m, float *buf, int64_t n) {
   return m->access.tp.allreduce(m->access.tp.user, buf, n, SL_TP_SUM);
 }
 
+/* Sequence parallelism's g: the (n, C) rows of every rank into (N, C). */
+static int sp_gather(sl_model *m, llama_priv *p, const float *rows, float *all) {
+  return m->access.tp.allgather(m->access.tp.user, rows, all, p->n * p->C);
+}
+
+/* The partial sums (N, C) of a row-parallel GEMM into this rank's (n, C)
+ * rows of their sum over the TP group: a reduce-scatter under sequence
+ * parallelism (from the scratch part into rows), else an all-reduce in
+ * place (part == rows). */
+static int row_parallel_sum(sl_model *m, llama_priv *p, float *part, float *rows) {
+  if (!p->sp) return tp_sum(m, rows, p->N * p->C);
+  return m->access.tp.reducescatter(m->access.tp.user, part, rows, p->n * p->C);
+}
+
+/* RMSNorm of the stream's n rows into the (N, C) input of a column-parallel
+ * GEMM: in place at T = 1 or without sp; under sp the local rows go to
+ * p->xl and are all-gathered into out. */
+static int norm_gathered(sl_model *m, llama_priv *p, float *out, float *rstd, const float *x, const float *w) {
+  m->ops->rmsnorm_fwd(m->k, p->sp ? p->xl : out, rstd, x, w, p->n, p->C, p->eps);
+  return p->sp ? sp_gather(m, p, p->xl, out) : SL_OK;
+}
+
 /* Forward of block l from x into a; writes the block output to out unless
- * out is NULL (recomputation only needs the activations). */
+ * out is NULL (recomputation only needs the activations). Under sequence
+ * parallelism x, xmid and out hold this rank's n = N/T rows; ln1 and ln2
+ * are kept all-gathered (N rows), the row-parallel partial sums go through
+ * p->dln (free in forward) into their reduce-scatter. */
 static int block_forward(sl_model *m, llama_priv *p, const float *flat, const float *x,
                          layer_acts *a, float *out) {
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
   blockw w = block_views(p, flat);
-  int64_t N = p->N, C = p->C;
-  o->rmsnorm_fwd(k, a->ln1, a->rstd1, x, w.ln1, N, C, p->eps);
+  int64_t N = p->N, C = p->C, n = p->n;
+  int rc = norm_gathered(m, p, a->ln1, a->rstd1, x, w.ln1);
+  if (rc) return rc;
   o->linear_fwd(k, a->qkv, a->ln1, w.wqkv, NULL, N, C, p->Q);
   o->rope_doc_fwd(k, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, p->theta, m->seg);
   block_attn_core(m, p, a);
-  o->linear_fwd(k, a->xmid, a->att, w.wo, NULL, N, p->A, C);
-  int rc = tp_sum(m, a->xmid, N * C);
-  if (rc) return rc;
-  o->add_inplace(k, a->xmid, x, N * C);
-  o->rmsnorm_fwd(k, a->ln2, a->rstd2, a->xmid, w.ln2, N, C, p->eps);
+  o->linear_fwd(k, p->sp ? p->dln : a->xmid, a->att, w.wo, NULL, N, p->A, C);
+  if ((rc = row_parallel_sum(m, p, p->dln, a->xmid))) return rc;
+  o->add_inplace(k, a->xmid, x, n * C);
+  if ((rc = norm_gathered(m, p, a->ln2, a->rstd2, a->xmid, w.ln2))) return rc;
   o->linear_fwd(k, a->gu, a->ln2, w.wgu, NULL, N, C, 2 * p->I);
   o->swiglu_fwd(k, a->h, a->gu, N, p->I);
   if (out) {
-    o->linear_fwd(k, out, a->h, w.wd, NULL, N, p->I, C);
-    if ((rc = tp_sum(m, out, N * C))) return rc;
-    o->add_inplace(k, out, a->xmid, N * C);
+    o->linear_fwd(k, p->sp ? p->dln : out, a->h, w.wd, NULL, N, p->I, C);
+    if ((rc = row_parallel_sum(m, p, p->dln, out))) return rc;
+    o->add_inplace(k, out, a->xmid, n * C);
   }
   return SL_OK;
 }
@@ -149,6 +194,7 @@ static int llama_fwd(sl_model *m, int u, const float *flat) {
   sl_kctx *k = m->k;
   int64_t N = p->N, C = p->C;
   if (u == 0) {
+    if (p->vp) return sl_vp_embedding_fwd(m, &p->vs, p->stream[0], flat, N, C, p->sp ? p->dln : NULL);
     o->embedding_fwd(k, p->stream[0], m->tokens, flat, N, C);
     return SL_OK;
   }
@@ -156,7 +202,15 @@ static int llama_fwd(sl_model *m, int u, const float *flat) {
     int l = u - 1;
     return block_forward(m, p, flat, p->stream[l], &p->la[l], p->stream[l + 1]);
   }
+  if (p->vp) return sl_lm_head_vp_fwd(m, p->hv, flat, p->stream[p->L]);
   return sl_lm_head_fwd(m, &p->head, flat, p->stream[p->L]);
+}
+
+/* Under sequence parallelism a norm's weight gradient g (C) is this rank's
+ * rows' part: summed over the TP group (the runtime zeroes a unit's
+ * gradient per micro-batch, so g holds only this micro-batch's). */
+static int sp_norm_grad_sum(sl_model *m, llama_priv *p, float *g) {
+  return p->sp ? tp_sum(m, g, p->C) : SL_OK;
 }
 
 static int llama_bwd(sl_model *m, int u, const float *flat, float *grads) {
@@ -164,9 +218,15 @@ static int llama_bwd(sl_model *m, int u, const float *flat, float *grads) {
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
   int64_t N = p->N, C = p->C;
-  if (u == p->L + 1) /* head: starts the backward pass */
+  int rc = SL_OK;
+  if (u == p->L + 1 && !p->vp) /* head: starts the backward pass */
     return sl_lm_head_bwd(m, &p->head, flat, grads, p->stream[p->L], p->dres, p->dln);
+  if (u == p->L + 1) {
+    rc = sl_lm_head_vp_bwd(m, p->hv, flat, grads, p->stream[p->L], p->dres, p->dln);
+    return rc ? rc : sp_norm_grad_sum(m, p, grads);
+  }
   if (u == 0) {
+    if (p->vp) return sl_vp_embedding_bwd(m, &p->vs, grads, p->dres, N, C, p->sp ? p->dln : NULL);
     o->embedding_bwd(k, grads, p->dres, m->tokens, N, C);
     return SL_OK;
   }
@@ -175,36 +235,41 @@ static int llama_bwd(sl_model *m, int u, const float *flat, float *grads) {
   const float *x = p->stream[l];
   blockw w = block_views(p, flat);
   blockw g = block_views(p, grads);
-  int rc = SL_OK;
+  int64_t n = p->n;
+  const float *dout = p->dres; /* the gradient of the block output, all-gathered under sp */
   if (m->ac == SL_AC_FULL) rc = block_forward(m, p, flat, x, a, NULL);
   else if (m->ac == SL_AC_SELECTIVE) block_attn_core(m, p, a);
   if (rc) return rc;
-  /* MLP */
+  /* MLP (under sp p->dln holds the gathered gradient until the GEMM that overwrites it) */
+  if (p->sp && (rc = sp_gather(m, p, p->dres, (float *)(dout = p->dln)))) return rc;
   m->ops->zero(m->k, p->dh, (size_t)(N * p->I) * 4);
-  o->linear_bwd(k, p->dh, (float *)g.wd, NULL, p->dres, a->h, w.wd, N, p->I, C);
+  o->linear_bwd(k, p->dh, (float *)g.wd, NULL, dout, a->h, w.wd, N, p->I, C);
   m->ops->zero(m->k, p->dgu, (size_t)(N * 2 * p->I) * 4);
   o->swiglu_bwd(k, p->dgu, p->dh, a->gu, N, p->I);
   m->ops->zero(m->k, p->dln, (size_t)(N * C) * 4);
   o->linear_bwd(k, p->dln, (float *)g.wgu, NULL, p->dgu, a->ln2, w.wgu, N, C, 2 * p->I);
-  if ((rc = tp_sum(m, p->dln, N * C))) return rc;
-  o->rmsnorm_bwd(k, p->dres, (float *)g.ln2, p->dln, a->xmid, w.ln2, a->rstd2, N, C);
+  if ((rc = row_parallel_sum(m, p, p->dln, p->sp ? p->xl : p->dln))) return rc;
+  o->rmsnorm_bwd(k, p->dres, (float *)g.ln2, p->sp ? p->xl : p->dln, a->xmid, w.ln2, a->rstd2, n, C);
   /* attention */
+  if (p->sp && (rc = sp_gather(m, p, p->dres, (float *)(dout = p->dln)))) return rc;
   m->ops->zero(m->k, p->datt, (size_t)(N * p->A) * 4);
-  o->linear_bwd(k, p->datt, (float *)g.wo, NULL, p->dres, a->att, w.wo, N, p->A, C);
+  o->linear_bwd(k, p->datt, (float *)g.wo, NULL, dout, a->att, w.wo, N, p->A, C);
   m->ops->zero(m->k, p->dqkv, (size_t)(N * p->Q) * 4);
   o->attention_doc_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd,
                        p->window, m->seg);
   o->rope_doc_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->theta, m->seg);
   m->ops->zero(m->k, p->dln, (size_t)(N * C) * 4);
   o->linear_bwd(k, p->dln, (float *)g.wqkv, NULL, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
-  if ((rc = tp_sum(m, p->dln, N * C))) return rc;
+  if ((rc = row_parallel_sum(m, p, p->dln, p->sp ? p->xl : p->dln))) return rc;
   if (p->kvrep > 1 && (rc = kv_grad_sum(m, p, (float *)g.wqkv + p->nh * p->hd * C))) return rc;
-  o->rmsnorm_bwd(k, p->dres, (float *)g.ln1, p->dln, x, w.ln1, a->rstd1, N, C);
-  return SL_OK;
+  o->rmsnorm_bwd(k, p->dres, (float *)g.ln1, p->sp ? p->xl : p->dln, x, w.ln1, a->rstd1, n, C);
+  if ((rc = sp_norm_grad_sum(m, p, (float *)g.ln1))) return rc;
+  return sp_norm_grad_sum(m, p, (float *)g.ln2);
 }
 
 static int llama_logits(sl_model *m, float *out) {
   llama_priv *p = m->priv;
+  if (p->vp) return sl_lm_head_vp_logits(m, p->hv, out);
   return sl_lm_head_logits(m, &p->head, out);
 }
 
@@ -248,18 +313,18 @@ static int tp_check(const sl_model *m) {
 }
 
 static int alloc_layer(sl_model *m, llama_priv *p, layer_acts *a, int attn, int rest) {
-  int64_t N = p->N;
+  int64_t N = p->N, n = p->n; /* n: the stream's rows on this rank (N/T under sp) */
   if (attn) {
     if (!(a->att = sl_model_buf(m, N * p->A, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->lse = sl_model_buf(m, N * p->nh, SL_ARENA_ACTS))) return SL_ENOMEM;
   }
   if (rest) {
     if (!(a->ln1 = sl_model_buf(m, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->rstd1 = sl_model_buf(m, N, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->rstd1 = sl_model_buf(m, n, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->qkv = sl_model_buf(m, N * p->Q, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->xmid = sl_model_buf(m, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->xmid = sl_model_buf(m, n * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->ln2 = sl_model_buf(m, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->rstd2 = sl_model_buf(m, N, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->rstd2 = sl_model_buf(m, n, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->gu = sl_model_buf(m, N * 2 * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->h = sl_model_buf(m, N * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
   }
@@ -285,8 +350,16 @@ static int llama_alloc_acts(sl_model *m, int set) {
       }
     }
   }
-  if (sl_lm_head_init(m, &a->head, p->C, p->V, p->eps, p->tied, (int)p->L + 1)) return SL_ENOMEM;
-  return SL_OK;
+  if (!p->vp) return sl_lm_head_init(m, &a->head, p->C, p->V, p->eps, p->tied, (int)p->L + 1) ? SL_ENOMEM : SL_OK;
+  ptrdiff_t cur = p->hv ? p->hv - p->hvp : 0;
+  sl_lm_head_vp *hvp = realloc(p->hvp, sizeof *hvp * (size_t)p->nsets);
+  if (!hvp) return sl_fail(SL_ENOMEM, "out of memory");
+  p->hvp = hvp;
+  if (p->hv) p->hv = hvp + cur; /* the selected set's, moved with the array */
+  memset(&hvp[set], 0, sizeof *hvp);
+  int rc = sl_lm_head_vp_init(m, &hvp[set], &p->vs, p->C, p->eps, p->tied, (int)p->L + 1, p->sp);
+  if (!rc) a->head = hvp[set].h;
+  return rc;
 }
 
 static void llama_use_acts(sl_model *m, int set) {
@@ -294,6 +367,7 @@ static void llama_use_acts(sl_model *m, int set) {
   p->stream = p->sets[set].stream;
   p->la = p->sets[set].layers;
   p->head = p->sets[set].head;
+  if (p->vp) p->hv = &p->hvp[set];
 }
 
 static const sl_model_vt llama_vt = {
@@ -333,6 +407,10 @@ int sl_llama_create(sl_model *m) {
   p->eps = (float)c->rms_norm_eps;
   p->theta = (float)c->rope_theta;
   p->tied = c->tie_word_embeddings;
+  p->vp = T > 1;
+  p->sp = m->sp;
+  p->n = p->sp ? p->N / T : p->N;
+  if (p->vp && (rc = sl_vocab_split_make(p->V, (int)T, m->tp_rank, &p->vs))) return rc;
   float std = c->initializer_range > 0 ? (float)c->initializer_range : 0.02f;
 
   m->nunits = (int)p->L + 2;
@@ -343,7 +421,7 @@ int sl_llama_create(sl_model *m) {
   sl_unit_spec *e = &m->units[0];
   snprintf(e->kind, sizeof e->kind, "embedding");
   e->layer = -1;
-  sl_unit_add(e, "model.embed_tokens.weight", 2, p->V, C, 0, 1, SL_INIT_NORMAL, std);
+  sl_unit_add_split(m, e, "model.embed_tokens.weight", 2, p->V, C, 1, SL_INIT_NORMAL, std, SL_SPLIT_VOCAB, T);
   for (int64_t l = 0; l < p->L; l++) {
     sl_unit_spec *b = &m->units[1 + l];
     snprintf(b->kind, sizeof b->kind, "llama_block");
@@ -364,13 +442,13 @@ int sl_llama_create(sl_model *m) {
     ADD("mlp.down_proj.weight", 2, C, I, 1, SL_INIT_NORMAL, SL_SPLIT_ROW, T);
 #undef ADD
   }
-  sl_lm_head_spec(m, "model.norm.weight", C, p->V, p->tied, SL_INIT_NORMAL, std);
+  sl_lm_head_spec_split(m, "model.norm.weight", C, p->V, p->tied, SL_INIT_NORMAL, std,
+                        p->vp ? SL_SPLIT_VOCAB : SL_SPLIT_NONE);
 
   if (m->B == 0) return SL_OK; /* specs only */
   /* activations: set 0, then the backward scratch every set shares */
   int64_t N = p->N;
-  int rc = llama_alloc_acts(m, 0);
-  if (rc) return rc;
+  if ((rc = llama_alloc_acts(m, 0))) return rc;
   llama_use_acts(m, 0);
   if (!(p->dres = sl_model_buf(m, N * C, SL_ARENA_WORKSPACE)) ||
       !(p->dln = sl_model_buf(m, N * C, SL_ARENA_WORKSPACE)) ||
@@ -379,6 +457,7 @@ int sl_llama_create(sl_model *m) {
       !(p->datt = sl_model_buf(m, N * p->A, SL_ARENA_WORKSPACE)) ||
       !(p->dqkv = sl_model_buf(m, N * p->Q, SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
+  if (p->sp && !(p->xl = sl_model_buf(m, p->n * C, SL_ARENA_WORKSPACE))) return SL_ENOMEM;
   if (p->kvrep > 1 && !(p->kvsum = sl_model_buf(m, p->kvgroups * 2 * p->nkv * p->hd * C, SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
   return SL_OK;

@@ -65,12 +65,25 @@ int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, i
 
 int sl_model_create_tp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
                        sl_actckpt ac, int tp_rank, int tp_size, sl_model **out) {
+  return sl_model_create_sp(cfg, ops, k, B, T, ac, tp_rank, tp_size, 0, out);
+}
+
+int sl_model_create_sp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
+                       sl_actckpt ac, int tp_rank, int tp_size, int sp, sl_model **out) {
   *out = NULL;
+  sp = sp && tp_size > 1;
   if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size)
     return sl_fail(SL_EINPUT, "tensor-parallel rank %d of %d is out of range", tp_rank, tp_size);
   if (tp_size > 1 && cfg->arch == SL_ARCH_MAMBA)
     return sl_fail(SL_EINPUT, "--tp %d: tensor parallelism is not implemented for Mamba yet (%s); use --tp 1",
                    tp_size, cfg->arch_name);
+  if (sp && cfg->arch == SL_ARCH_MAMBA)
+    return sl_fail(SL_EINPUT, "--sequence-parallel is implemented for Llama and Mistral only (%s); leave it off",
+                   cfg->arch_name);
+  if (sp && B > 0 && (B * T) % tp_size)
+    return sl_fail(SL_EINPUT, "--sequence-parallel splits the micro-batch's tokens over the TP ranks: --micro-batch "
+                   "%lld x --seq-len %lld = %lld tokens is not divisible by --tp %d", (long long)B, (long long)T,
+                   (long long)(B * T), tp_size);
   if (B < 0 || T < 0 || (B == 0) != (T == 0)) return sl_fail(SL_EINPUT, "micro-batch (%lld) and seq-len (%lld) must be >= 1",
                                      (long long)B, (long long)T);
   sl_model *m = calloc(1, sizeof *m);
@@ -83,6 +96,7 @@ int sl_model_create_tp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k
   m->ac = ac;
   m->tp_rank = tp_rank;
   m->tp_size = tp_size;
+  m->sp = sp;
   m->access.tp = sl_tp_single();
   int rc;
   switch (cfg->arch) {
@@ -190,11 +204,16 @@ int64_t sl_model_max_unit_numel(const sl_model *m) {
 /* ---- the shared LM head unit ------------------------------------------------ */
 void sl_lm_head_spec(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied,
                      sl_init_kind head_init, float std) {
+  sl_lm_head_spec_split(m, norm_name, C, V, tied, head_init, std, SL_SPLIT_NONE);
+}
+
+void sl_lm_head_spec_split(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied,
+                           sl_init_kind head_init, float std, sl_split split) {
   sl_unit_spec *h = &m->units[m->nunits - 1];
   snprintf(h->kind, sizeof h->kind, "head");
   h->layer = -1;
   sl_unit_add(h, norm_name, 1, C, 0, 0, 0, SL_INIT_ONES, std);
-  if (!tied) sl_unit_add(h, "lm_head.weight", 2, V, C, 0, 1, head_init, std);
+  if (!tied) sl_unit_add_split(m, h, "lm_head.weight", 2, V, C, 1, head_init, std, split, m->tp_size);
   else m->pinned[0] = 1;
 }
 
@@ -202,7 +221,7 @@ float **sl_model_stream(sl_model *m, int64_t L, int64_t C) {
   float **s = calloc((size_t)(L + 1), sizeof(float *));
   if (!s) return NULL;
   for (int64_t l = 0; l <= L; l++)
-    if (!(s[l] = sl_model_buf(m, m->B * m->T * C, SL_ARENA_ACTS))) {
+    if (!(s[l] = sl_model_buf(m, m->B * m->T / (m->sp ? m->tp_size : 1) * C, SL_ARENA_ACTS))) {
       free(s);
       return NULL;
     }

@@ -127,6 +127,8 @@ struct sl_model {
   int nacts;                 /* sets allocated: 1 after sl_model_create (0: specs only) */
   int act;                   /* the selected set, 0..nacts-1 */
   sl_act_batch *batches;     /* (nacts) the batch of each set while another is selected */
+  int sp;                    /* sequence parallelism (tp_size > 1): the residual stream holds this rank's
+                                (B*T)/tp_size token rows (sl_model_stream) */
 };
 
 /* Builds the model for cfg (dispatch on cfg->arch): unit specs, activations
@@ -140,6 +142,12 @@ int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, i
  * rank and size before the first forward. */
 int sl_model_create_tp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
                        sl_actckpt ac, int tp_rank, int tp_size, sl_model **out);
+/* The same with sequence parallelism (sp = 1, Llama/Mistral at tp_size > 1:
+ * the residual stream and the norms on (B*T)/tp_size token rows per rank;
+ * SL_EINPUT naming the sizes when tp_size does not divide B*T). sp is
+ * ignored at tp_size = 1. */
+int sl_model_create_sp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
+                       sl_actckpt ac, int tp_rank, int tp_size, int sp, sl_model **out);
 /* Unit specs only (B = T = 0: no activations, no compute): for the planner,
  * checkpoint conversion and tools that only need names, shapes and sizes. */
 int sl_model_create_specs(const sl_model_config *cfg, sl_model **out);
@@ -214,6 +222,10 @@ typedef struct {
  * when untied; tied: pins unit 0, whose weight the head reads). */
 void sl_lm_head_spec(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied,
                      sl_init_kind head_init, float std);
+/* The same with lm_head.weight split `split` over the TP group
+ * (SL_SPLIT_VOCAB: T slices of ceil(V / T) rows, models/vocab_parallel.h). */
+void sl_lm_head_spec_split(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied,
+                           sl_init_kind head_init, float std, sl_split split);
 /* The residual stream: L+1 buffers of (B*T, C), input of each block and of
  * the head (sl_model_buf); NULL when out of memory. */
 float **sl_model_stream(sl_model *m, int64_t L, int64_t C);

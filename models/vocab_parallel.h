@@ -42,13 +42,13 @@
  * unit 0; the head reads it and adds its gradient there through m->access,
  * as sl_lm_head does.
  *
- * How models/llama.c wires it (the lead does this; at T = 1 keep the existing
+ * How models/llama.c wires it (done; at T = 1 it keeps the existing
  * sl_lm_head / embedding_fwd path, which these functions match only to fp32
  * rounding, not bit for bit):
  *   create:  sl_vocab_split_make(V, tp.size, tp.rank, &p->vs) (T and rank must
  *            be known when the specs are built, like every split shape);
  *            embedding unit: model.embed_tokens.weight (p->vs.Vl, C);
- *            sl_lm_head_spec(m, "model.norm.weight", C, p->vs.Vl, tied, ...)
+ *            sl_lm_head_spec_split(m, "model.norm.weight", C, V, tied, ..., SL_SPLIT_VOCAB)
  *            (lm_head.weight becomes (Vl, C)); both tensors split
  *            SL_SPLIT_VOCAB (checkpoints hold whole (V, C) tensors: slice
  *            rows [v0, v0 + valid), zero the padding rows);

@@ -3,7 +3,9 @@
 # TP 2 and 4, with DP 1 and 2, ZeRO 0/1/3, grad accumulation, full
 # activation checkpointing (the recomputation repeats the TP all-reduces),
 # GQA with fewer KV heads than T (a KV group replicated over T/nkv ranks),
-# Mistral's window, tied and untied embeddings: per-step losses and the
+# Mistral's window, tied and untied embeddings, the vocabulary-parallel
+# embedding and loss-parallel head with an odd vocabulary (211: padded at
+# T = 2 and 4), sequence parallelism (--sequence-parallel): per-step losses and the
 # exported weights (--save gathers the slices into whole HF tensors) within
 # 1e-5 relative over 10 steps, and so the gradient norms (each parameter
 # counted once: a replicated tensor on the first TP rank holding it).
@@ -29,7 +31,7 @@ W=$(mktemp -d /tmp/sl-tp.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 CMP="/usr/bin/python3 ${SL_SRC:?}/tests/lib/compare.py"
 MPI="mpirun --allow-run-as-root --oversubscribe --bind-to none"
-mkdir -p "$W/llama" "$W/mistral" "$W/mamba" "$W/nh2"
+mkdir -p "$W/llama" "$W/mistral" "$W/mamba" "$W/nh2" "$W/v211u" "$W/v211t"
 cat > "$W/llama/config.json" <<'J'
 {"architectures": ["LlamaForCausalLM"], "hidden_size": 48, "intermediate_size": 80,
  "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
@@ -49,7 +51,16 @@ cat > "$W/nh2/config.json" <<'J'
 {"architectures": ["LlamaForCausalLM"], "hidden_size": 32, "intermediate_size": 64,
  "num_attention_heads": 2, "num_hidden_layers": 1, "vocab_size": 300}
 J
+# odd vocabularies: 211 = 4 x 53 - 1 (T = 2 and 4 pad one slice), untied with GQA, tied
+cat > "$W/v211u/config.json" <<'J'
+{"architectures": ["LlamaForCausalLM"], "hidden_size": 48, "intermediate_size": 80,
+ "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+ "vocab_size": 211, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false}
+J
+sed 's/"tie_word_embeddings": false/"tie_word_embeddings": true/' "$W/v211u/config.json" > "$W/v211t/config.json"
 "$B" prepare --input "$SL_SRC/configs/corpus.txt" --output "$W/data" > /dev/null || exit 1
+# the same ASCII text without the byte tokenizer's end-of-document 256: every id < 211
+"$B" prepare --input "$SL_SRC/configs/corpus.txt" --output "$W/data211" --no-append-eod > /dev/null || exit 1
 COMMON="--data $W/data --data-order sequential --steps 10 --seq-len 16 --lr 1e-3 --eps 1e-6 \
   --warmup 3 --clip 0.5 --threads 1 --summary false --plot false --log-every 100"
 pass=0; fail=0
@@ -93,40 +104,93 @@ run mbase mistral 1 4 1 --zero 0 $EV
 run m_tp4 mistral 4 4 1 --tp 4 --zero 3 $EV && check m_tp4 mbase
 run m_tp2dp2z0 mistral 4 2 1 --tp 2 --zero 0 $EV && check m_tp2dp2z0 mbase
 
-# The TP axis's bytes per step (metrics "tp_bytes", absent at T = 1) against the closed form from
-# config.json: per layer per micro-batch 4 all-reduces of the (b*s, h) stream (2 forward after
-# o_proj / down_proj, 2 backward before the norms: 8*b*s*h*(T-1)/T elements), plus, when
-# nkv < T, the all-reduce of every KV group's gradient slot (2*hd*h per group); an all-reduce of
-# n moves 2*(T-1)*ceil(n/T) elements; the gradient norm all-gathers one double. And the activation
-# arena's peak against the engine's op-by-op form (fp32, no dropout, attention keeps its
-# log-sum-exp, not the s x s scores): per layer 4 (b*s, h) buffers whole on every rank (block
-# input, ln1, the residual after attention, ln2) plus 2 b*s norm statistics, and split by T the
-# q|k|v rows, the attention output, the lse (heads / T), gate|up and silu(gate)*up; plus the
-# head's input and its normalised copy (b*s, h each) and 3 b*s vectors. (Korthikanti et al.'s sbh(10 + 24/T + 5as/(hT)) counts
-# 2-byte activations, dropout masks and the a*s*s attention scores the engine never stores.)
-closed() { # run T micro accum
-  /usr/bin/python3 - "$W/$1/metrics.jsonl" "$W/llama/config.json" "$2" "$3" "$4" "$W/lbase/metrics.jsonl" <<'P'
+# Sequence parallelism: the stream and the norms on (b*s)/T rows per rank, reduce-scatter after
+# o_proj / down_proj, all-gather before qkv / gate|up / the head; the norms' gradients summed over TP
+SP=--sequence-parallel
+run s_tp2 llama 2 4 1 --tp 2 --zero 0 $SP && check s_tp2 lbase
+run s_tp4 llama 4 4 1 --tp 4 --zero 3 $SP && check s_tp4 lbase               # KV heads 2 < T 4
+run s_tp2dp2z3 llama 4 2 1 --tp 2 --zero 3 $SP && check s_tp2dp2z3 lbase
+run s_tp2dp2z0ga llama 4 1 2 --tp 2 --zero 0 $SP && check s_tp2dp2z0ga lbase
+run s_tp2ac llama 2 2 2 --tp 2 --zero 1 --activation-checkpoint full $SP && check s_tp2ac lbase
+run s_tp2sel llama 2 4 1 --tp 2 --zero 0 --activation-checkpoint selective $SP && check s_tp2sel lbase
+run sm_tp4 mistral 4 4 1 --tp 4 --zero 3 $EV $SP && check sm_tp4 mbase       # window 6, one KV head
+run sm_tp2dp2z0 mistral 4 2 1 --tp 2 --zero 0 $EV $SP && check sm_tp2dp2z0 mbase
+
+# Odd vocabulary (211, padded to 212 at T = 2 and 4; the padding never changes the loss), untied
+# and tied (the tied weight is the embedding's vocabulary slice, read by the head), with and
+# without sequence parallelism
+for v in v211u v211t; do
+  run ${v}base $v 1 4 1 --zero 0 --data "$W/data211"
+  run ${v}_tp2 $v 2 4 1 --tp 2 --zero 0 --data "$W/data211" && check ${v}_tp2 ${v}base
+  run ${v}_tp4 $v 4 4 1 --tp 4 --zero 3 --data "$W/data211" && check ${v}_tp4 ${v}base
+  run ${v}_tp2dp2sp $v 4 2 1 --tp 2 --zero 3 --data "$W/data211" $SP && check ${v}_tp2dp2sp ${v}base
+  run ${v}_tp4sp $v 4 4 1 --tp 4 --zero 1 --data "$W/data211" $SP && check ${v}_tp4sp ${v}base
+done
+
+# The TP axis's bytes per step (metrics "tp_bytes", absent at T = 1) against closed forms from
+# config.json, exactly. Convention (shard/comm.c): an all-reduce of n elements is counted under
+# "allreduce" as 2*(T-1)*ceil(n/T), i.e. a reduce-scatter + an all-gather of n; an all-gather or a
+# reduce-scatter whose per-rank block is k elements as (T-1)*k. Per layer per micro-batch
+# (N = b*s tokens) the blocks move 8*N*h*(T-1)/T elements either way: without sequence
+# parallelism 4 all-reduces of the (N, h) stream (2 forward after o_proj / down_proj, 2 backward
+# before the norms), with it 4 all-gathers + 4 reduce-scatters of (N/T, h) blocks (forward: AG
+# before qkv and gate|up, RS after o_proj and down_proj; backward the reverse). Plus, when
+# nkv < T, the all-reduce of every KV group's gradient slot (2*hd*h per group); under sequence
+# parallelism the all-reduce of the two norms' gradients (h each). Embedding and head
+# (models/vocab_parallel.h): without SP the embedding all-reduces (N, h), the head all-gathers
+# the N row maxima (the max all-reduce, shard/tp.c), all-reduces (N, 2) sum-exp | target logit
+# and, in backward, (N, h); with SP the embedding reduce-scatters (N, h) and all-gathers it back
+# in backward, the head all-gathers (N, h), the N maxima, all-reduces (N, 2), reduce-scatters
+# (N, h) and all-reduces the final norm's gradient (h). The gradient norm all-gathers one double.
+# And the activation arena's peak against the engine's op-by-op form (fp32, no dropout,
+# attention keeps its log-sum-exp, not the s x s scores), printed beside Korthikanti et al.'s
+# per-layer bytes (field guide): per layer the block input and xmid (N/T rows under SP), ln1 and
+# ln2 (N rows: the all-gathered inputs of the column-parallel GEMMs, kept for their weight
+# gradients), 2 norm statistics per row of the stream, and split by T the q|k|v rows, the
+# attention output, the lse (heads / T), gate|up and silu(gate)*up; plus the head's input
+# (N/T rows under SP), its normalised copy (N, h) and 3 N vectors.
+closed() { # run model T micro accum sp
+  /usr/bin/python3 - "$W/$1/metrics.jsonl" "$W/$2/config.json" "$3" "$4" "$5" "$6" "$W/lbase/metrics.jsonl" <<'P'
 import json, math, sys
-m, c, T, b, ga, base = sys.argv[1], json.load(open(sys.argv[2])), *map(int, sys.argv[3:6]), sys.argv[6]
+m, c, T, b, ga, sp, base = sys.argv[1], json.load(open(sys.argv[2])), *map(int, sys.argv[3:7]), sys.argv[7]
 h, L, nh, nkv, s = c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"], c["num_key_value_heads"], 16
-hd = h // nh
-ar = lambda n: 2 * (T - 1) * math.ceil(n / T) * 4
-per_step = ga * L * (4 * ar(b * s * h) + (ar(nkv * 2 * hd * h) if nkv < T else 0))
-want = {"allgather": 8 * (T - 1), "reduce_scatter": 0, "allreduce": per_step}
+hd, E, N = h // nh, 4, b * s
+ar = lambda n: 2 * (T - 1) * math.ceil(n / T) * E   # all-reduce = reduce-scatter + all-gather of n
+blk = lambda n: (T - 1) * (n // T) * E               # one all-gather / reduce-scatter of n, blocks n/T
+assert (N * h) % T == 0
+layer = 8 * N * h * (T - 1) // T * E                  # the issue's closed form, per layer per micro-batch
+kv = ar(nkv * 2 * hd * h) if nkv < T else 0
+if sp:
+    assert 4 * blk(N * h) * 2 == layer
+    want = {"allgather": ga * (L * 4 * blk(N * h) + 2 * blk(N * h) + (T - 1) * N * E) + 8 * (T - 1),
+            "reduce_scatter": ga * (L * 4 * blk(N * h) + 2 * blk(N * h)),
+            "allreduce": ga * (L * (2 * ar(h) + kv) + ar(2 * N) + ar(h))}
+else:
+    assert 4 * ar(N * h) == layer
+    want = {"allgather": ga * (T - 1) * N * E + 8 * (T - 1), "reduce_scatter": 0,
+            "allreduce": ga * (L * (4 * ar(N * h) + kv) + 2 * ar(N * h) + ar(2 * N))}
 got = [json.loads(l)["tp_bytes"] for l in open(m)]
 ok = all(g == want for g in got) and not any("tp_bytes" in json.loads(l) for l in open(base))
-N, I = b * s, c["intermediate_size"] // T
+n, I = N // T if sp else N, c["intermediate_size"] // T
 nh_l, nkv_l = nh // T, (nkv // T if nkv >= T else 1)
-layer = 4 * N * h + 2 * N + N * ((nh_l + 2 * nkv_l) * hd + nh_l * hd + nh_l + 3 * I)
-acts = 4 * (L * layer + 2 * N * h + 3 * N)
+split = N * ((nh_l + 2 * nkv_l) * hd + nh_l * hd + nh_l + 3 * I)
+lay = 2 * n * h + 2 * N * h + 2 * n + split
+acts = E * (L * lay + n * h + N * h + 3 * N)
 got_acts = json.loads(open(m).readlines()[-1])["arena_peak"]["acts"]
 ok &= got_acts == acts
-print(f"{'OK  ' if ok else 'FAIL'} {sys.argv[1]}: tp_bytes per step {got[0]}, closed form {want}; "
-      f"activation peak {got_acts} B, closed form {acts} B")
+sbh = s * b * h
+kor = {"TP": sbh * (10 + 24 / T + 5 * nh * s / (h * T)), "TP+SP": sbh * (34 + 5 * nh * s / h) / T,
+       "TP+SP+selective": 34 * sbh / T}
+print(f"{'OK  ' if ok else 'FAIL'} {sys.argv[1]}: tp_bytes per step {got[0]}, closed form {want} "
+      f"(blocks {L} x {layer} B = 8*b*s*h*(T-1)/T x 4 B per layer per micro-batch); activation peak {got_acts} B, "
+      f"closed form {acts} B")
+print(f"     per layer: engine {E * lay} B (fp32){' with SP' if sp else ''}; Korthikanti (2-byte) "
+      + ", ".join(f"{k} {v:.0f} B" for k, v in kor.items()))
 sys.exit(0 if ok else 1)
 P
 }
-for r in "l_tp2 2 4 1" "l_tp4 4 4 1" "l_tp2dp2z1ga 2 1 2"; do
+for r in "l_tp2 llama 2 4 1 0" "l_tp4 llama 4 4 1 0" "l_tp2dp2z1ga llama 2 1 2 0" "s_tp2 llama 2 4 1 1" \
+         "s_tp4 llama 4 4 1 1" "s_tp2dp2z0ga llama 2 1 2 1" "v211t_tp4sp v211t 4 4 1 1" "v211u_tp2 v211u 2 4 1 0"; do
   if closed $r; then pass=$((pass+1)); else fail=$((fail+1)); fi
 done
 
@@ -193,5 +257,7 @@ refuse more 4 "--tp 4 is more than num_attention_heads 2; valid --tp values for 
 refuse world 3 "--tp 2 does not divide the number of ranks 3 (valid --tp values: 1, 3)" --model "$W/llama" --tp 2
 refuse range 1 "--tp must be in [1, 4096]" --model "$W/llama" --tp 0
 refuse mamba 2 "tensor parallelism is not implemented for Mamba yet" --model "$W/mamba" --tp 2
+refuse sprows 2 "--sequence-parallel splits the micro-batch's tokens over the TP ranks: --micro-batch 1 x --seq-len 15 = 15 tokens is not divisible by --tp 2" \
+  --model "$W/llama" --tp 2 --seq-len 15 --sequence-parallel
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
