@@ -230,6 +230,26 @@ for lay in "tp1dp4 4 1 1 --zero 1" "tp4dp1 4 4 4 --zero 0"; do
   fi
 done
 
+# The same with a padded vocabulary slice (211 over TP 2: 106 + 105 real rows; over TP 4: 53 x 3 + 52):
+# checkpoints hold the unpadded (211, h) tensors; saved at TP 2 x DP 2 with sequence parallelism,
+# resumed at TP 4 x DP 1 and at TP 1 x DP 4 (no SP), against the uninterrupted run
+run ckv_full v211u 4 2 1 --tp 2 --zero 3 --data "$W/data211" $SP --ckpt-dir "$W/ckv" --ckpt-every 5 --keep-last 0 &&
+  check ckv_full v211ubase
+"$B" convert --from-ckpt "$W/ckv" --model-config "$W/v211u" --to-hf "$W/ckv_hf" > /dev/null 2>&1 &&
+  cmp -s "$W/ckv_hf/model.safetensors" "$W/ckv_full/model/model.safetensors" && pass=$((pass+1)) ||
+  { echo "FAIL convert --to-hf of the padded-vocabulary TP checkpoint differs from the run's --save"; fail=$((fail+1)); }
+rm -rf "$W/ckv/step-000010" "$W/ckv/latest"
+for lay in "vtp4dp1 4 4 4 --zero 1 $SP" "vtp1dp4 4 1 1 --zero 0"; do
+  set -- $lay; name=ck_$1; np=$2; mb=$3; tp=$4; shift 4
+  rm -rf "$W/ck_$name"; cp -r "$W/ckv" "$W/ck_$name"
+  if run $name v211u $np $mb 1 --tp $tp "$@" --data "$W/data211" --ckpt-dir "$W/ck_$name" --resume &&
+     grep -q "resumed from .* at step 5" "$W/$name.log" && cont ckv_full $name; then
+    pass=$((pass+1))
+  else
+    echo "FAIL resume $name"; fail=$((fail+1))
+  fi
+done
+
 # the mesh report names the layout and warns when a TP group spans nodes (SL_MESH_HOSTS fakes two nodes)
 SL_MESH_HOSTS=a,a,b,b $MPI -x SL_MESH_HOSTS -np 4 "$B" train $COMMON --model "$W/llama" --micro-batch 4 --steps 1 \
   --tp 4 --out-dir "$W/mesh" > "$W/mesh.log" 2>&1
