@@ -17,6 +17,9 @@
  * dtv = dt_proj(dtr) and g = y * SiLU(z) in backward; full keeps only each
  * block's input and recomputes the block. The recomputation calls the same
  * kernels on the same inputs, so all three modes are bit-identical.
+ * Tensor parallelism over T ranks (m->access.tp): the d_inner channels are
+ * split, D below is this rank's D/T; the derivation is in "Tensor
+ * parallelism" further down and in docs/models.md.
  */
 #include <math.h>
 #include <stdio.h>
@@ -35,7 +38,7 @@ typedef struct {
   float *xcp;  /* (N, D) conv1d output before SiLU */
   float *u;    /* (N, D) SiLU(xcp): scan input */
   float *dtr;  /* (N, R) x_proj rows 0..R-1 */
-  float *bc;   /* (N, 2S) x_proj rows R..R+2S-1: Bm | Cm */
+  float *bc;   /* (N, 2S) x_proj rows R..R+2S-1: Bm | Cm; = dtr + N*R (one buffer: one TP all-reduce) */
   float *dtv;  /* (N, D) dt_proj output (softplus is inside the scan) */
   float *y;    /* (N, D) scan output */
   float *g;    /* (N, D) y * SiLU(z) */
@@ -48,7 +51,8 @@ typedef struct {
 } block_offsets;
 
 typedef struct {
-  int64_t N, H, D, S, R, K, V, L, chunk, nch;
+  int64_t N, H, D, S, R, K, V, L, chunk, nch; /* D: this TP rank's d_inner channels */
+  int64_t Dw;                                 /* d_inner of the whole model (= D at T = 1) */
   float eps;
   int tied, use_bias, conv_bias;
   block_offsets off;
@@ -68,7 +72,7 @@ typedef struct {
   float *ddtv;       /* (N, D) */
   float *dxz;        /* (N, 2D) */
   float *ddtr;       /* (N, R) */
-  float *dbc;        /* (N, 2S) */
+  float *dbc;        /* (N, 2S); = ddtr + N*R (one buffer: one TP all-reduce) */
 } mamba_priv;
 
 
@@ -96,9 +100,70 @@ static mblockw block_views(const mamba_priv *p, const float *flat) {
   return w;
 }
 
+/* ---- Tensor parallelism -------------------------------------------------------
+ * T ranks split the d_inner channels (D = Dw/T per rank, rank r holding
+ * channels [r·D, r·D + D)): in_proj is column-parallel over the rows of both
+ * of its stacked halves (x rows r·D.., z rows Dw + r·D..; sl_unit_add_stacked),
+ * conv1d, dt_proj (weight rows, bias), A_log and D are split over their d_inner
+ * dim 0, x_proj (R+2S, Dw) and out_proj (H, Dw) are row-parallel (split over
+ * their input columns). Norm, embedding and head are whole on every rank.
+ * Every channel's conv, SiLU, scan and gate depend only on that channel and on
+ * the per-token dt_low (R), Bm (S), Cm (S) shared by all channels, so:
+ * Forward, per layer (elements per micro-batch, N = b·s tokens):
+ *   xz_r = ln·W_in,r^T            local (ln whole on every rank)
+ *   u_r  = SiLU(conv(x_r))        local
+ *   dbl  = sum_r u_r·W_x,r^T      all-reduce #1: N·(R + 2S)  (dtr | Bm | Cm)
+ *   dt_r = dtr·W_dt,r^T + b_dt,r  local (dtr whole)
+ *   y_r  = scan_r(u_r, dt_r, A_r, Bm, Cm, D_r); g_r = y_r·SiLU(z_r)   local
+ *   out  = sum_r g_r·W_out,r^T (+ b_out, added by rank 0 only)
+ *                                 all-reduce #2: N·H
+ * Backward, given dout (whole, the same on every rank):
+ *   dg_r = dout·W_out,r, dW_out,r = dout^T·g_r, db_out = sum dout (every rank:
+ *     b_out is replicated and its gradient the same bits everywhere)
+ *   gate and scan backward are per channel: dy_r, dz_r, du_r, ddt_r, dA_r,
+ *     dD_r are exact; but the scan's dBm, dCm sum over channels, so rank r
+ *     holds only its channels' part dBm_r, dCm_r; likewise dt_proj's input
+ *     gradient ddtr_r = ddt_r·W_dt,r (dW_dt,r = ddt_r^T·dtr is exact).
+ *   ddbl = sum_r (ddtr_r | dBm_r | dCm_r)   all-reduce #3: N·(R + 2S)
+ *     (x_proj's output gradient; it must be whole before x_proj's backward:
+ *     dW_x,r = ddbl^T·u_r and du_r += ddbl·W_x,r both need every channel's part)
+ *   conv, SiLU backward local -> dxz_r; dW_in,r = dxz_r^T·ln exact
+ *   dln  = sum_r dxz_r·W_in,r     all-reduce #4: N·H (Megatron's f operator)
+ *   then the norm's backward on the whole dln (its gradient the same bits on
+ *   every rank).
+ * So a layer all-reduces N·(R+2S) and N·H forward and the same backward:
+ * against an attention sublayer (one N·H each way), one more small
+ * all-reduce each way, of (R + 2S) per token. Full checkpointing repeats #1
+ * when it recomputes the block (the forward's out_proj is not recomputed). */
+
+/* buf (n) summed over the TP group; nothing at T = 1. */
+static int tp_sum(sl_model *m, float *buf, int64_t n) {
+  if (m->tp_size == 1) return SL_OK;
+  return m->access.tp.allreduce(m->access.tp.user, buf, n, SL_TP_SUM);
+}
+
+/* NULL when T splits d_inner, else why not. */
+static const char *tp_misfit(const sl_model_config *c, int64_t T, char *why, size_t cap) {
+  if (c->intermediate_size % T == 0) return NULL;
+  snprintf(why, cap, "intermediate_size (d_inner = expand x hidden_size) %lld is not divisible by --tp %lld",
+           (long long)c->intermediate_size, (long long)T);
+  return why;
+}
+
+static int tp_check(const sl_model *m) {
+  char why[256], ok[256], tmp[256];
+  if (m->cfg.intermediate_size <= 0 || !tp_misfit(&m->cfg, m->tp_size, why, sizeof why)) return SL_OK;
+  size_t n = 0;
+  ok[0] = 0;
+  for (int64_t t = 1; t <= m->cfg.intermediate_size && t <= 4096 && n + 24 < sizeof ok; t++)
+    if (!tp_misfit(&m->cfg, t, tmp, sizeof tmp))
+      n += (size_t)snprintf(ok + n, sizeof ok - n, "%s%lld", n ? ", " : "", (long long)t);
+  return sl_fail(SL_EINPUT, "%s: %s; valid --tp values for this model: %s", m->cfg.arch_name, why, ok);
+}
+
 /* Forward of a block from x into a; writes the block output to out unless
  * out is NULL (recomputation for full checkpointing). */
-static void block_forward(sl_model *m, mamba_priv *p, const float *flat, const float *x,
+static int block_forward(sl_model *m, mamba_priv *p, const float *flat, const float *x,
                           mlayer_acts *a, float *out) {
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
@@ -110,14 +175,18 @@ static void block_forward(sl_model *m, mamba_priv *p, const float *flat, const f
   o->silu_fwd(k, a->u, a->xcp, N * D);
   o->linear_fwd(k, a->dtr, a->u, w.w_x, NULL, N, D, R);
   o->linear_fwd(k, a->bc, a->u, w.w_x + R * D, NULL, N, D, 2 * S);
+  int rc = tp_sum(m, a->dtr, N * (R + 2 * S)); /* #1: dtr | bc, one buffer */
+  if (rc) return rc;
   o->linear_fwd(k, a->dtv, a->dtr, w.w_dt, w.b_dt, N, R, D);
   o->scan_fwd(k, a->y, a->ckpt, a->u, a->dtv, w.a_log, a->bc, a->bc + S, 2 * S, w.dp, m->B, m->T,
               D, S, p->chunk);
   o->gate_fwd(k, a->g, a->y, a->xz + D, 2 * D, N, D);
   if (out) {
-    o->linear_fwd(k, out, a->g, w.w_out, w.b_out, N, D, H);
+    o->linear_fwd(k, out, a->g, w.w_out, m->tp_rank == 0 ? w.b_out : NULL, N, D, H);
+    if ((rc = tp_sum(m, out, N * H))) return rc; /* #2 */
     o->add_inplace(k, out, x, N * H);
   }
+  return SL_OK;
 }
 
 /* Selective checkpointing: the cheap recomputations before a block's backward
@@ -143,8 +212,7 @@ static int mamba_fwd(sl_model *m, int u, const float *flat) {
   }
   if (u <= p->L) {
     int l = u - 1;
-    block_forward(m, p, flat, p->stream[l], &p->la[l], p->stream[l + 1]);
-    return SL_OK;
+    return block_forward(m, p, flat, p->stream[l], &p->la[l], p->stream[l + 1]);
   }
   return sl_lm_head_fwd(m, &p->head, flat, p->stream[p->L]);
 }
@@ -167,8 +235,10 @@ static int mamba_bwd(sl_model *m, int u, const float *flat, float *grads) {
   const float *x = p->stream[l];
   mblockw w = block_views(p, flat);
   mblockw g = block_views(p, grads);
-  if (m->ac == SL_AC_FULL) block_forward(m, p, flat, x, a, NULL);
+  int rc = SL_OK;
+  if (m->ac == SL_AC_FULL) rc = block_forward(m, p, flat, x, a, NULL);
   else if (m->ac == SL_AC_SELECTIVE) block_recompute_cheap(m, p, flat, a);
+  if (rc) return rc;
   /* out_proj: dres is the gradient of the block output (the residual passes
    * it through to x unchanged; rmsnorm_bwd adds the branch below) */
   float *dg = p->dgx;
@@ -187,6 +257,7 @@ static int mamba_bwd(sl_model *m, int u, const float *flat, float *grads) {
   /* dt_proj */
   zero(m, p->ddtr, N * R);
   o->linear_bwd(k, p->ddtr, (float *)g.w_dt, (float *)g.b_dt, p->ddtv, a->dtr, w.w_dt, N, R, D);
+  if ((rc = tp_sum(m, p->ddtr, N * (R + 2 * S)))) return rc; /* #3: ddtr | dbc, one buffer */
   /* x_proj, both row blocks add into du */
   o->linear_bwd(k, p->du, (float *)g.w_x, NULL, p->ddtr, a->u, w.w_x, N, D, R);
   o->linear_bwd(k, p->du, (float *)g.w_x + R * D, NULL, p->dbc, a->u, w.w_x + R * D, N, D, 2 * S);
@@ -200,6 +271,7 @@ static int mamba_bwd(sl_model *m, int u, const float *flat, float *grads) {
   /* in_proj and the norm */
   zero(m, p->dln, N * H);
   o->linear_bwd(k, p->dln, (float *)g.w_in, (float *)g.b_in, p->dxz, a->ln, w.w_in, N, H, 2 * D);
+  if ((rc = tp_sum(m, p->dln, N * H))) return rc; /* #4 */
   o->rmsnorm_bwd(k, p->dres, (float *)g.norm, p->dln, x, w.norm, a->rstd, N, H);
   return SL_OK;
 }
@@ -216,10 +288,12 @@ static int64_t mamba_flops(const sl_model *m, int64_t T) {
    * embedding lookup excluded) + the depthwise conv (2K per channel, x3 for
    * training) + the scan (9 D S forward per token as in the Mamba paper's
    * count: discretisation, state update, C contraction; x3 for training).
-   * Recomputation not counted. */
-  int64_t per_layer = 2 * p->D * p->H + (p->R + 2 * p->S) * p->D + p->R * p->D + p->D * p->H;
+   * Recomputation not counted. The whole model's (every TP rank's slices
+   * together). */
+  int64_t D = p->Dw;
+  int64_t per_layer = 2 * D * p->H + (p->R + 2 * p->S) * D + p->R * D + D * p->H;
   int64_t Nmm = p->L * per_layer + p->V * p->H;
-  return 6 * Nmm + p->L * (6 * p->K * p->D + 27 * p->D * p->S);
+  return 6 * Nmm + p->L * (6 * p->K * D + 27 * D * p->S);
 }
 
 /* ---- init from seed (HF MambaPreTrainedModel._init_weights) ---------------- */
@@ -236,19 +310,21 @@ static int ends_with(const char *s, const char *suffix) {
  * the other projections (in/x/out_proj, lm_head) and the conv keep PyTorch's
  * default nn.Linear / nn.Conv1d init, uniform +-1/sqrt(fan_in), which HF
  * does not override (fan_in: H, D, D, H; K for the depthwise conv and its
- * bias). Deterministic from the seed (already mixed with the tensor name). */
+ * bias). Deterministic from the seed (already mixed with the tensor name).
+ * dst is the whole tensor (t->full; the loader cuts a TP rank's slice). */
 static int mamba_init_custom(sl_model *m, int u, int ti, float *dst, uint64_t seed) {
   const sl_model_config *c = &m->cfg;
   const sl_tensor_spec *t = &m->units[u].t[ti];
   uint64_t s = seed;
+  int64_t numel = t->full[0] * t->full[1] * t->full[2];
   if (ends_with(t->name, "mixer.A_log")) {
-    for (int64_t d = 0; d < t->shape[0]; d++)
-      for (int64_t j = 0; j < t->shape[1]; j++) dst[d * t->shape[1] + j] = logf((float)(j + 1));
+    for (int64_t d = 0; d < t->full[0]; d++)
+      for (int64_t j = 0; j < t->full[1]; j++) dst[d * t->full[1] + j] = logf((float)(j + 1));
     return SL_OK;
   }
   if (ends_with(t->name, "dt_proj.bias")) {
     double lo = log(c->time_step_min), hi = log(c->time_step_max);
-    for (int64_t i = 0; i < t->numel; i++) {
+    for (int64_t i = 0; i < numel; i++) {
       double dt = exp(unif01(&s) * (hi - lo) + lo);
       if (dt < c->time_step_floor) dt = c->time_step_floor;
       dst[i] = (float)(dt + log(-expm1(-dt))); /* inverse softplus */
@@ -259,9 +335,9 @@ static int mamba_init_custom(sl_model *m, int u, int ti, float *dst, uint64_t se
   if (ends_with(t->name, "dt_proj.weight")) bound = pow((double)c->time_step_rank, -0.5) * c->time_step_scale;
   else if (ends_with(t->name, "conv1d.weight") || ends_with(t->name, "conv1d.bias"))
     bound = 1.0 / sqrt((double)c->conv_kernel);
-  else if (t->ndim == 2) bound = 1.0 / sqrt((double)t->shape[1]); /* nn.Linear: fan_in */
+  else if (t->ndim == 2) bound = 1.0 / sqrt((double)t->full[1]); /* nn.Linear: fan_in */
   else return sl_fail(SL_EINPUT, "mamba: no custom init for tensor %s", t->name);
-  for (int64_t i = 0; i < t->numel; i++) dst[i] = (float)((2.0 * unif01(&s) - 1.0) * bound);
+  for (int64_t i = 0; i < numel; i++) dst[i] = (float)((2.0 * unif01(&s) - 1.0) * bound);
   return SL_OK;
 }
 
@@ -273,11 +349,11 @@ static int alloc_layer(sl_model *m, mamba_priv *p, mlayer_acts *a, int big, int 
     if (!(a->ln = sl_model_buf(m, N * H, SL_ARENA_ACTS)) || !(a->rstd = sl_model_buf(m, N, SL_ARENA_ACTS)) ||
         !(a->xz = sl_model_buf(m, N * 2 * D, SL_ARENA_ACTS)) ||
         !(a->xcp = sl_model_buf(m, N * D, SL_ARENA_ACTS)) ||
-        !(a->dtr = sl_model_buf(m, N * p->R, SL_ARENA_ACTS)) ||
-        !(a->bc = sl_model_buf(m, N * 2 * p->S, SL_ARENA_ACTS)) ||
+        !(a->dtr = sl_model_buf(m, N * (p->R + 2 * p->S), SL_ARENA_ACTS)) ||
         !(a->y = sl_model_buf(m, N * D, SL_ARENA_ACTS)) ||
         !(a->ckpt = sl_model_buf(m, B * p->nch * D * p->S, SL_ARENA_ACTS)))
       return SL_ENOMEM;
+    a->bc = a->dtr + N * p->R;
   }
   if (cheap) {
     if (!(a->u = sl_model_buf(m, N * D, SL_ARENA_ACTS)) || !(a->dtv = sl_model_buf(m, N * D, SL_ARENA_ACTS)) ||
@@ -336,9 +412,13 @@ int sl_mamba_create(sl_model *m) {
   if (!p) return sl_fail(SL_ENOMEM, "out of memory");
   m->priv = p;
   m->vt = &mamba_vt;
+  int rc = tp_check(m);
+  if (rc) return rc;
+  int64_t T = m->tp_size;
   p->N = m->B * m->T;
   p->H = c->hidden_size;
-  p->D = c->intermediate_size;
+  p->Dw = c->intermediate_size;
+  p->D = c->intermediate_size / T;
   p->S = c->state_size;
   p->R = c->time_step_rank;
   p->K = c->conv_kernel;
@@ -350,11 +430,11 @@ int sl_mamba_create(sl_model *m) {
   p->conv_bias = c->use_conv_bias;
   p->chunk = MAMBA_SCAN_CHUNK;
   p->nch = m->T > 0 ? (m->T + p->chunk - 1) / p->chunk : 0;
-  if (p->H <= 0 || p->D <= 0 || p->S <= 0 || p->R <= 0 || p->K <= 0 || p->V <= 0 || p->L <= 0)
+  if (p->H <= 0 || p->Dw <= 0 || p->S <= 0 || p->R <= 0 || p->K <= 0 || p->V <= 0 || p->L <= 0)
     return sl_fail(SL_EINPUT, "mamba config: hidden_size %lld, intermediate_size %lld, state_size "
                    "%lld, time_step_rank %lld, conv_kernel %lld, vocab_size %lld, "
                    "num_hidden_layers %lld must all be positive",
-                   (long long)p->H, (long long)p->D, (long long)p->S, (long long)p->R,
+                   (long long)p->H, (long long)p->Dw, (long long)p->S, (long long)p->R,
                    (long long)p->K, (long long)p->V, (long long)p->L);
   float std = c->initializer_range > 0 ? (float)c->initializer_range : 0.1f;
 
@@ -362,7 +442,7 @@ int sl_mamba_create(sl_model *m) {
   m->units = calloc((size_t)m->nunits, sizeof(sl_unit_spec));
   m->pinned = calloc((size_t)m->nunits, sizeof(int));
   if (!m->units || !m->pinned) return sl_fail(SL_ENOMEM, "out of memory");
-  int64_t H = p->H, D = p->D, S = p->S, R = p->R, K = p->K;
+  int64_t H = p->H, Dw = p->Dw, S = p->S, R = p->R, K = p->K;
   sl_unit_spec *e = &m->units[0];
   snprintf(e->kind, sizeof e->kind, "embedding");
   e->layer = -1;
@@ -374,32 +454,34 @@ int sl_mamba_create(sl_model *m) {
     b->layer = (int)l;
     char nm[SL_TENSOR_NAME_MAX];
     block_offsets *o = &p->off;
-#define ADD(field, suffix, nd, d0, d1, d2, decay, init)                    \
-  snprintf(nm, sizeof nm, "backbone.layers.%lld.%s", (long long)l, suffix); \
-  o->field = b->numel;                                                   \
-  sl_unit_add(b, nm, nd, d0, d1, d2, decay, init, std)
+    /* split: 0 whole, 1 / 2 column over d_inner (dim 0, in 1 / 2 stacked parts), -1 row (x_proj, out_proj) */
+#define ADD(field, suffix, nd, d0, d1, d2, decay, init, split)                                           \
+  snprintf(nm, sizeof nm, "backbone.layers.%lld.%s", (long long)l, suffix);                           \
+  o->field = b->numel;                                                                                \
+  if ((split) > 0) sl_unit_add_stacked(m, b, nm, nd, d0, d1, d2, decay, init, std, (split));          \
+  else if ((split) < 0) sl_unit_add_split(m, b, nm, nd, d0, d1, decay, init, std, SL_SPLIT_ROW, T);   \
+  else sl_unit_add(b, nm, nd, d0, d1, d2, decay, init, std)
     o->b_in = o->b_conv = o->b_out = -1;
-    ADD(norm, "norm.weight", 1, H, 0, 0, 0, SL_INIT_ONES);
-    ADD(w_in, "mixer.in_proj.weight", 2, 2 * D, H, 0, 1, SL_INIT_CUSTOM);
-    if (p->use_bias) { ADD(b_in, "mixer.in_proj.bias", 1, 2 * D, 0, 0, 0, SL_INIT_ZEROS); }
-    ADD(w_conv, "mixer.conv1d.weight", 3, D, 1, K, 1, SL_INIT_CUSTOM);
-    if (p->conv_bias) { ADD(b_conv, "mixer.conv1d.bias", 1, D, 0, 0, 0, SL_INIT_CUSTOM); }
-    ADD(w_x, "mixer.x_proj.weight", 2, R + 2 * S, D, 0, 1, SL_INIT_CUSTOM);
-    ADD(w_dt, "mixer.dt_proj.weight", 2, D, R, 0, 1, SL_INIT_CUSTOM);
-    ADD(b_dt, "mixer.dt_proj.bias", 1, D, 0, 0, 0, SL_INIT_CUSTOM);
-    ADD(a_log, "mixer.A_log", 2, D, S, 0, 0, SL_INIT_CUSTOM); /* 2-dim, no decay */
-    ADD(dp, "mixer.D", 1, D, 0, 0, 0, SL_INIT_ONES);
-    ADD(w_out, "mixer.out_proj.weight", 2, H, D, 0, 1, SL_INIT_CUSTOM);
-    if (p->use_bias) { ADD(b_out, "mixer.out_proj.bias", 1, H, 0, 0, 0, SL_INIT_ZEROS); }
+    ADD(norm, "norm.weight", 1, H, 0, 0, 0, SL_INIT_ONES, 0);
+    ADD(w_in, "mixer.in_proj.weight", 2, 2 * Dw, H, 0, 1, SL_INIT_CUSTOM, 2);
+    if (p->use_bias) { ADD(b_in, "mixer.in_proj.bias", 1, 2 * Dw, 0, 0, 0, SL_INIT_ZEROS, 2); }
+    ADD(w_conv, "mixer.conv1d.weight", 3, Dw, 1, K, 1, SL_INIT_CUSTOM, 1);
+    if (p->conv_bias) { ADD(b_conv, "mixer.conv1d.bias", 1, Dw, 0, 0, 0, SL_INIT_CUSTOM, 1); }
+    ADD(w_x, "mixer.x_proj.weight", 2, R + 2 * S, Dw, 0, 1, SL_INIT_CUSTOM, -1);
+    ADD(w_dt, "mixer.dt_proj.weight", 2, Dw, R, 0, 1, SL_INIT_CUSTOM, 1);
+    ADD(b_dt, "mixer.dt_proj.bias", 1, Dw, 0, 0, 0, SL_INIT_CUSTOM, 1);
+    ADD(a_log, "mixer.A_log", 2, Dw, S, 0, 0, SL_INIT_CUSTOM, 1); /* 2-dim, no decay */
+    ADD(dp, "mixer.D", 1, Dw, 0, 0, 0, SL_INIT_ONES, 1);
+    ADD(w_out, "mixer.out_proj.weight", 2, H, Dw, 0, 1, SL_INIT_CUSTOM, -1);
+    if (p->use_bias) { ADD(b_out, "mixer.out_proj.bias", 1, H, 0, 0, 0, SL_INIT_ZEROS, 0); }
 #undef ADD
   }
   sl_lm_head_spec(m, "backbone.norm_f.weight", H, p->V, p->tied, SL_INIT_CUSTOM, std);
 
   if (m->B == 0) return SL_OK; /* specs only */
   /* activations: set 0, then the backward scratch every set shares */
-  int64_t N = p->N;
-  int rc = mamba_alloc_acts(m, 0);
-  if (rc) return rc;
+  int64_t N = p->N, D = p->D;
+  if ((rc = mamba_alloc_acts(m, 0))) return rc;
   mamba_use_acts(m, 0);
   if (!(p->dres = sl_model_buf(m, N * H, SL_ARENA_WORKSPACE)) ||
       !(p->dln = sl_model_buf(m, N * H, SL_ARENA_WORKSPACE)) ||
@@ -408,8 +490,8 @@ int sl_mamba_create(sl_model *m) {
       !(p->du = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
       !(p->ddtv = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
       !(p->dxz = sl_model_buf(m, N * 2 * D, SL_ARENA_WORKSPACE)) ||
-      !(p->ddtr = sl_model_buf(m, N * R, SL_ARENA_WORKSPACE)) ||
-      !(p->dbc = sl_model_buf(m, N * 2 * S, SL_ARENA_WORKSPACE)))
+      !(p->ddtr = sl_model_buf(m, N * (R + 2 * S), SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
+  p->dbc = p->ddtr + N * R;
   return SL_OK;
 }

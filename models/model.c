@@ -31,6 +31,7 @@ void sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_
   t->split_dim = -1;
   for (int d = 0; d < 3; d++) t->full[d] = t->shape[d];
   t->tp_replicas = 1; /* T for a whole tensor at T > 1: set by sl_model_create_tp */
+  t->tp_stack = 1;
   u->numel += t->numel;
 }
 
@@ -54,6 +55,19 @@ void sl_unit_add_split(const sl_model *m, sl_unit_spec *u, const char *name, int
   t->tp_replicas = replicas;
 }
 
+void sl_unit_add_stacked(const sl_model *m, sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1,
+                         int64_t d2, int decay, sl_init_kind init, float std, int64_t stacks) {
+  int64_t T = m->tp_size;
+  sl_unit_add(u, name, ndim, T > 1 ? d0 / T : d0, d1, d2, decay, init, std);
+  if (T == 1) return;
+  sl_tensor_spec *t = &u->t[u->ntensors - 1];
+  t->split = SL_SPLIT_COL;
+  t->split_dim = 0;
+  t->full[0] = d0;
+  t->tp_off = m->tp_rank * (d0 / (stacks * T));
+  t->tp_stack = (int)stacks;
+}
+
 int sl_model_create_specs(const sl_model_config *cfg, sl_model **out) {
   return sl_model_create(cfg, NULL, NULL, 0, 0, SL_AC_NONE, out);
 }
@@ -74,9 +88,6 @@ int sl_model_create_sp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k
   sp = sp && tp_size > 1;
   if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size)
     return sl_fail(SL_EINPUT, "tensor-parallel rank %d of %d is out of range", tp_rank, tp_size);
-  if (tp_size > 1 && cfg->arch == SL_ARCH_MAMBA)
-    return sl_fail(SL_EINPUT, "--tp %d: tensor parallelism is not implemented for Mamba yet (%s); use --tp 1",
-                   tp_size, cfg->arch_name);
   if (sp && cfg->arch == SL_ARCH_MAMBA)
     return sl_fail(SL_EINPUT, "--sequence-parallel is implemented for Llama and Mistral only (%s); leave it off",
                    cfg->arch_name);
@@ -332,21 +343,23 @@ static void init_normal(float *dst, int64_t n, float std, uint64_t seed) {
 
 /* Copies this rank's slice [off, off + len) along t->split_dim between the
  * whole tensor (shape t->full) and the slice (shape t->shape), both
- * row-major: to_whole 0 whole -> slice, 1 slice -> whole. */
+ * row-major: to_whole 0 whole -> slice, 1 slice -> whole. A stacked dim
+ * (tp_stack parts) copies [off, off + len / tp_stack) of every part. */
 /* Indices of the slice at off along the split dim that lie inside the whole
  * tensor (fewer than the slice's extent where a padded vocabulary ends). */
 static int64_t slice_valid(const sl_tensor_spec *t, int64_t off) {
-  int64_t n = t->full[t->split_dim] - off;
-  return n < 0 ? 0 : n < t->shape[t->split_dim] ? n : t->shape[t->split_dim];
+  int64_t n = t->full[t->split_dim] / t->tp_stack - off, len = t->shape[t->split_dim] / t->tp_stack;
+  return n < 0 ? 0 : n < len ? n : len;
 }
 
 static void slice_copy(const sl_tensor_spec *t, int64_t off, float *whole, float *slice, int to_whole) {
   int dim = t->split_dim;
-  int64_t outer = 1, inner = 1, len = t->shape[dim], valid = slice_valid(t, off);
+  int64_t outer = t->tp_stack, inner = 1, len = t->shape[dim] / t->tp_stack, fdim = t->full[dim] / t->tp_stack,
+          valid = slice_valid(t, off); /* a stacked dim: tp_stack parts of fdim (whole) / len (slice) indices */
   for (int d = 0; d < dim; d++) outer *= t->full[d];
   for (int d = dim + 1; d < t->ndim; d++) inner *= t->full[d];
   for (int64_t o = 0; o < outer && valid > 0; o++) {
-    float *w = whole + (o * t->full[dim] + off) * inner, *p = slice + o * len * inner;
+    float *w = whole + (o * fdim + off) * inner, *p = slice + o * len * inner;
     if (to_whole) memcpy(w, p, (size_t)(valid * inner) * 4);
     else memcpy(p, w, (size_t)(valid * inner) * 4);
   }
@@ -376,8 +389,13 @@ int sl_model_unit_load(const sl_model *m, int u, const sl_st_set *weights, uint6
       rc = weights ? sl_st_read_f32(weights, t->name, t->ndim, t->shape, dst)
                    : init_tensor(m, u, i, t, t->numel, dst, seed);
     } else if (weights) {
-      rc = sl_st_read_f32_box(weights, t->name, t->ndim, t->full, t->split_dim, t->tp_off, slice_valid(t, t->tp_off),
-                              dst); /* padding rows of a vocabulary slice stay as the caller zeroed them */
+      /* padding rows of a vocabulary slice stay as the caller zeroed them; a stacked dim (0) is
+       * read part by part */
+      int64_t part = t->full[0] / t->tp_stack, len = t->numel / t->tp_stack;
+      rc = SL_OK;
+      for (int s = 0; s < t->tp_stack && !rc; s++)
+        rc = sl_st_read_f32_box(weights, t->name, t->ndim, t->full, t->split_dim, s * part + t->tp_off,
+                                slice_valid(t, t->tp_off), dst + s * len);
     } else { /* the slice of the whole tensor's init */
       int64_t n = t->full[0] * t->full[1] * t->full[2];
       float *whole = sl_alloc((size_t)n * 4, "tensor init");
@@ -410,7 +428,7 @@ static int assemble(const sl_model *m, const sl_tensor_spec *t, const float *fla
     const float *mine = flats + (int64_t)r * unit_numel + t->offset;
     int first = r % t->tp_replicas == 0;
     if (first && t->split != SL_SPLIT_NONE) {
-      int64_t off = (int64_t)(r / t->tp_replicas) * t->shape[t->split_dim];
+      int64_t off = (int64_t)(r / t->tp_replicas) * (t->shape[t->split_dim] / t->tp_stack);
       slice_copy(t, off, dst, (float *)mine, 1);
     } else if (first) {
       memcpy(dst, mine, (size_t)t->numel * 4);

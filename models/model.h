@@ -46,8 +46,10 @@ typedef struct {
   sl_split split;                /* SL_SPLIT_NONE: the whole tensor (replicated at T > 1) */
   int split_dim;                 /* dim sliced: 0 (col, vocab) or ndim-1 (row); -1 for none */
   int64_t full[3];               /* (ndim) the whole HF tensor's shape (= shape at T = 1) */
-  int64_t tp_off;                /* first index of this rank's slice along split_dim */
+  int64_t tp_off;                /* first index of this rank's slice along split_dim (in each part: tp_stack) */
   int tp_replicas;               /* TP ranks holding this same slice: 1 unique, T whole, T/nkv for GQA k/v */
+  int tp_stack;                  /* split_dim (0) stacks tp_stack equal parts, each sliced at tp_off within its
+                                    part and packed part after part (Mamba's in_proj: x | z); 1: a plain slice */
 } sl_tensor_spec;
 
 typedef struct {
@@ -263,6 +265,15 @@ void sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_
  * last slices) are padding no file holds: zero when loaded, never saved. */
 void sl_unit_add_split(const sl_model *m, sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1,
                        int decay, sl_init_kind init, float std, sl_split split, int64_t parts);
+
+/* A tensor of whole HF shape (d0, d1, d2) (ndim 1..3) column-split over the
+ * TP group along dim 0, which stacks `stacks` equal parts (Mamba's in_proj:
+ * its x rows then its z rows; 1: a plain column split): this rank holds rows
+ * [r·P/T, (r+1)·P/T) of every part (P = d0 / stacks), packed part after
+ * part (shape (d0/T, d1, d2)); stacks·T divides d0 (the caller checked). At
+ * T = 1 the same as sl_unit_add. */
+void sl_unit_add_stacked(const sl_model *m, sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1,
+                         int64_t d2, int decay, sl_init_kind init, float std, int64_t stacks);
 
 /* Architecture constructors (models/llama.c, models/mamba.c). */
 int sl_llama_create(sl_model *m);

@@ -276,7 +276,7 @@ refuse more 4 "--tp 4 is more than num_attention_heads 2; valid --tp values for 
   --model "$W/nh2" --tp 4
 refuse world 3 "--tp 2 does not divide the number of ranks 3 (valid --tp values: 1, 3)" --model "$W/llama" --tp 2
 refuse range 1 "--tp must be in [1, 4096]" --model "$W/llama" --tp 0
-refuse mamba 2 "tensor parallelism is not implemented for Mamba yet" --model "$W/mamba" --tp 2
+refuse mamba 3 "intermediate_size (d_inner = expand x hidden_size) 64 is not divisible by --tp 3" --model "$W/mamba" --tp 3
 refuse sprows 2 "--sequence-parallel splits the micro-batch's tokens over the TP ranks: --micro-batch 1 x --seq-len 15 = 15 tokens is not divisible by --tp 2" \
   --model "$W/llama" --tp 2 --seq-len 15 --sequence-parallel
 echo "$pass passed, $fail failed"

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Mamba v1 under tensor parallelism (--tp T, issue 13; models/mamba.c
+# "Tensor parallelism", docs/models.md) against one process: TP 2 and 4, with
+# DP 1 and 2, ZeRO 0/1/3, grad accumulation, selective and full activation
+# checkpointing (full repeats the x_proj all-reduce when it recomputes a
+# block), tied (no biases) and untied with use_bias (in_proj's stacked x | z
+# bias slices, the replicated out_proj bias added once) and no conv bias:
+# per-step losses, gradient norms and the exported weights (--save assembles
+# in_proj's two stacked halves and the row slices of x_proj / out_proj into
+# whole HF tensors) within 1e-5 relative over 10 steps. Every --save at T > 1
+# also checks that the TP ranks' copies of the replicated tensors (norms,
+# embedding, head, out_proj bias) are the same bits.
+# Also: loading HF weights by slices (each rank reads its rows of both halves
+# of in_proj), a checkpoint saved at TP 2 x DP 2 resumed at TP 4 x DP 1, the
+# TP bytes per step against their closed form from config.json, and the
+# refusal of a T that does not divide d_inner.
+# --eps 1e-6: as tests/test_tp_parity.sh (Adam's gain on round-off of
+# gradients of ~1e-9 would otherwise dominate the comparison).
+set -u
+B=${SL_BUILD:?}/shardlm
+[ -x "$B" ] || exit 77
+/usr/bin/python3 -c "import numpy" 2>/dev/null || exit 77
+command -v mpirun > /dev/null || exit 77
+W=$(mktemp -d /tmp/sl-tp-mamba.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+CMP="/usr/bin/python3 ${SL_SRC:?}/tests/lib/compare.py"
+MPI="mpirun --allow-run-as-root --oversubscribe --bind-to none"
+mkdir -p "$W/mt" "$W/mu"
+cat > "$W/mt/config.json" <<'J'
+{"architectures": ["MambaForCausalLM"], "hidden_size": 32, "num_hidden_layers": 2,
+ "state_size": 8, "expand": 2, "conv_kernel": 4, "time_step_rank": 4, "vocab_size": 300,
+ "layer_norm_epsilon": 1e-5, "tie_word_embeddings": true}
+J
+cat > "$W/mu/config.json" <<'J'
+{"architectures": ["MambaForCausalLM"], "hidden_size": 32, "num_hidden_layers": 2,
+ "state_size": 6, "expand": 2, "conv_kernel": 3, "time_step_rank": 3, "vocab_size": 300,
+ "use_bias": true, "use_conv_bias": false, "tie_word_embeddings": false}
+J
+"$B" prepare --input "$SL_SRC/configs/corpus.txt" --output "$W/data" > /dev/null || exit 1
+COMMON="--data $W/data --data-order sequential --steps 10 --seq-len 16 --lr 1e-3 --eps 1e-6 \
+  --warmup 3 --clip 0.5 --weight-decay 0.1 --threads 1 --summary false --plot false --log-every 100"
+pass=0; fail=0
+# train NAME MODEL WORLD MICRO ACCUM BASE [flags...]: one run (G = micro x accum x world / tp = 4, 10 steps)
+# with --save; then, unless BASE is -, its losses and weights (compare.py) and gradient norms (each
+# parameter counted once) against run BASE's, 1e-5 relative. Counts a pass or a failure either way.
+train() {
+  local name=$1 model=$2 np=$3 mb=$4 ga=$5 base=$6; shift 6
+  if ! $MPI -np "$np" "$B" train $COMMON --model "$W/$model" --micro-batch "$mb" --grad-accum "$ga" \
+      --out-dir "$W/$name" --save "$W/$name/model" "$@" > "$W/$name.log" 2>&1; then
+    echo "FAIL run $name"; tail -5 "$W/$name.log"; fail=$((fail+1)); return 1
+  fi
+  [ "$base" = - ] && return 0
+  if $CMP "$W/$name" "$W/$base" --rtol 1e-5 && /usr/bin/python3 - "$W/$name/metrics.jsonl" "$W/$base/metrics.jsonl" <<'P'
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+d = max(abs(x["grad_norm"] - y["grad_norm"]) / y["grad_norm"] for x, y in zip(a, b))
+print(f"     grad_norm: worst relative diff {d:.3g}")
+sys.exit(0 if len(a) == len(b) == 10 and d <= 1e-5 else 1)
+P
+  then pass=$((pass+1)); else fail=$((fail+1)); return 1; fi
+}
+# tied, no in/out_proj biases, conv bias: d_inner 64
+train tbase mt 1 4 1 - --zero 0
+train t_tp2 mt 2 4 1 tbase --tp 2 --zero 0
+train t_tp4 mt 4 4 1 tbase --tp 4 --zero 3
+train t_tp2dp2z0ga mt 4 1 2 tbase --tp 2 --zero 0
+train t_tp2sel mt 2 2 2 tbase --tp 2 --zero 3 --activation-checkpoint selective
+train t_tp2full mt 2 2 2 tbase --tp 2 --zero 3 --activation-checkpoint full
+# untied, use_bias, no conv bias, R 3, S 6
+train ubase mu 1 4 1 - --zero 0
+train u_tp4 mu 4 4 1 ubase --tp 4 --zero 1
+train u_tp2dp2z0 mu 4 2 1 ubase --tp 2 --zero 0
+# from HF weights: each rank reads its rows of in_proj's x and z halves, of conv1d, dt_proj, A_log, D,
+# and its columns of x_proj and out_proj
+train ud1 ubase/model 1 4 1 - --zero 0
+train ud_tp4 ubase/model 4 4 1 ud1 --tp 4 --zero 3
+
+# The TP axis's bytes per step (metrics "tp_bytes") against the closed form from config.json: per
+# layer per micro-batch 4 all-reduces, forward x_proj's output (b*s, R + 2S) and out_proj's (b*s, h),
+# backward x_proj's output gradient (b*s, R + 2S) and in_proj's input gradient (b*s, h); an all-reduce
+# of n elements moves 2*(T-1)*ceil(n/T) of them; the gradient norm all-gathers one double. And the
+# activation arena's peak (no checkpointing) against docs/models.md's table at D/T channels: per layer
+# N*(H + 7D/T + R + 2S + 1) + b*ceil(s/64)*(D/T)*S (ln, rstd, dtr | bc and the stream whole on every
+# rank; xz, xcp, u, dtv, y, g and the scan checkpoints split), plus the stream (L+1)*N*H and the
+# head's lnf (N, H) and 3 N-vectors.
+closed() { # run model T micro accum [full]
+  /usr/bin/python3 - "$W/$1/metrics.jsonl" "$W/$2/config.json" "$3" "$4" "$5" "${6:-0}" <<'P'
+import json, math, sys
+m, c, T, b, ga, full = sys.argv[1], json.load(open(sys.argv[2])), *map(int, sys.argv[3:7])
+h, L, S, R, s = c["hidden_size"], c["num_hidden_layers"], c["state_size"], c["time_step_rank"], 16
+ar = lambda n: 2 * (T - 1) * math.ceil(n / T) * 4
+per_mb = L * (2 * ar(b * s * (R + 2 * S)) + 2 * ar(b * s * h) + (ar(b * s * (R + 2 * S)) if full else 0))
+want = {"allgather": 8 * (T - 1), "reduce_scatter": 0, "allreduce": ga * per_mb}
+got = [json.loads(l)["tp_bytes"] for l in open(m)]
+ok = len(got) == 10 and all(g == want for g in got)
+N, D = b * s, c["expand"] * h // T
+acts = 4 * (L * (N * (h + 7 * D + R + 2 * S + 1) + b * math.ceil(s / 64) * D * S) + (L + 1) * N * h + N * h + 3 * N)
+got_acts = json.loads(open(m).readlines()[-1])["arena_peak"]["acts"]
+ok &= full or got_acts == acts
+print(f"{'OK  ' if ok else 'FAIL'} {sys.argv[1]}: tp_bytes per step {got[0]}, closed form {want}"
+      + ("" if full else f"; activation peak {got_acts} B, closed form {acts} B"))
+sys.exit(0 if ok else 1)
+P
+}
+for r in "t_tp2 mt 2 4 1" "t_tp4 mt 4 4 1" "t_tp2dp2z0ga mt 2 1 2" "u_tp2dp2z0 mu 2 2 1" "t_tp2full mt 2 2 2 1"; do
+  if closed $r; then pass=$((pass+1)); else fail=$((fail+1)); fi
+done
+
+# Checkpoints hold whole tensors (in_proj's halves assembled): saved at TP 2 x DP 2 (ZeRO-3; also that
+# layout's parity case), resumed from step 5 at TP 4 x DP 1; the continued losses and the final weights
+# match the uninterrupted run to 1e-5.
+train ck_full mt 4 2 1 tbase --tp 2 --zero 3 --ckpt-dir "$W/ck" --ckpt-every 5 --keep-last 0
+rm -rf "$W/ck/step-000010" "$W/ck/latest"
+# the uninterrupted run's steps 6..10 beside its weights, for compare.py
+mkdir -p "$W/ck_tail" && ln -s "$W/ck_full/model" "$W/ck_tail/model"
+/usr/bin/python3 -c 'import json, sys; [print(l, end="") for l in open(sys.argv[1]) if json.loads(l)["step"] > 5]' \
+  "$W/ck_full/metrics.jsonl" > "$W/ck_tail/metrics.jsonl"
+if train ck_tp4 mt 4 4 1 - --tp 4 --zero 0 --ckpt-dir "$W/ck" --resume && grep -q "resumed from .* at step 5" "$W/ck_tp4.log" &&
+  [ "$(grep -c '"step": ' "$W/ck_tp4/metrics.jsonl")" = 5 ] && $CMP "$W/ck_tp4" "$W/ck_tail" --rtol 1e-5; then
+  pass=$((pass+1))
+else
+  echo "FAIL resume at TP 4"; fail=$((fail+1))
+fi
+
+# refusal: T not dividing d_inner (exit 2, naming the size and the valid --tp values)
+$MPI -np 3 "$B" train $COMMON --model "$W/mt" --micro-batch 1 --tp 3 --out-dir "$W/refuse" > "$W/refuse.log" 2>&1
+rc=$?
+needle="intermediate_size (d_inner = expand x hidden_size) 64 is not divisible by --tp 3; valid --tp values for this model: 1, 2, 4, 8, 16, 32, 64"
+if [ $rc -eq 2 ] && grep -qF -- "$needle" "$W/refuse.log"; then
+  pass=$((pass+1)); echo "ok   refusal: $(grep -F -- "$needle" "$W/refuse.log" | head -1 | sed 's/^\[rank [0-9]*\] //')"
+else
+  echo "FAIL refusal (exit $rc, wanted 2 and '$needle')"; tail -3 "$W/refuse.log"; fail=$((fail+1))
+fi
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
