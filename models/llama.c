@@ -369,7 +369,7 @@ int sl_llama_create(sl_model *m) {
   if (m->B == 0) return SL_OK; /* specs only */
   /* activations: set 0, then the backward scratch every set shares */
   int64_t N = p->N;
-  int rc = llama_alloc_acts(m, 0);
+  rc = llama_alloc_acts(m, 0);
   if (rc) return rc;
   llama_use_acts(m, 0);
   if (!(p->dres = sl_model_buf(m, N * C, SL_ARENA_WORKSPACE)) ||

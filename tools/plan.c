@@ -20,7 +20,7 @@ static void plan_usage(FILE *f) {
           "                    [--intra-bw GB/s] [--inter-bw GB/s] [--tflops X] [--efficiency E]\n"
           "                    [--measured FILE.json] [--dtype bf16|fp32] [--act-model engine|gpt]\n"
           "                    [--margin F] [--no-tp-pp] [--top K] [--json]\n"
-          "       shardlm plan --engine-check --model DIR --world N --zero Z --micro-batch B --seq-len T\n"
+          "       shardlm plan --engine-check --model DIR --world N [--tp T] --zero Z --micro-batch B --seq-len T\n"
           "                    --grad-accum A [--activation-checkpoint none|selective|full] [--shard-group S]\n"
           "                    [--param-dtype fp32|bf16] [--reduce-dtype fp32|bf16] [--prefetch K]\n"
           "                    [--prefetch-mb M] [--no-sync-accum] [--no-reshard] [--json]\n"
@@ -110,6 +110,9 @@ static json_t *cand_json(const sl_plan_cand *x) {
   return o;
 }
 
+/* The collective kinds tensor parallelism uses (engine/report.c's order). */
+static const sl_coll_kind TP_KINDS[3] = {SL_COLL_ALLGATHER, SL_COLL_REDUCE_SCATTER, SL_COLL_ALLREDUCE};
+
 static int engine_check(const sl_model_config *mc, const sl_plan_run *r, int as_json) {
   sl_plan_mem pm;
   sl_plan_engine_info info;
@@ -127,6 +130,17 @@ static int engine_check(const sl_model_config *mc, const sl_plan_run *r, int as_
     json_object_set_new(o, "shard_size", json_integer(pm.shard_size));
     json_object_set_new(o, "replica_size", json_integer(pm.replica_size));
     json_object_set_new(o, "params", json_integer(info.nparams));
+    if (info.tp > 1) { /* the TP axis, as the metrics' "tp_bytes" (absent at T = 1, as there) */
+      json_t *tb = json_object();
+      for (int k = 0; k < 3; k++)
+        json_object_set_new(tb, sl_coll_name(TP_KINDS[k]), json_integer((json_int_t)info.tp_comm[TP_KINDS[k]]));
+      json_object_set_new(o, "tp", json_integer(info.tp));
+      json_object_set_new(o, "dp", json_integer(info.dp));
+      json_object_set_new(o, "tp_bytes", tb);
+      int64_t held = 0; /* bytes held when the step starts (and again when it ends) */
+      for (int a = 0; a < SL_ARENA_COUNT; a++) held += pm.start[a];
+      json_object_set_new(o, "start_bytes", json_integer(held));
+    }
     char *s = json_dumps(o, JSON_SORT_KEYS);
     printf("%s\n", s);
     free(s);
@@ -134,12 +148,17 @@ static int engine_check(const sl_model_config *mc, const sl_plan_run *r, int as_
   } else {
     printf("engine prediction (per rank): %lld parameters, shard group %d, replicas %d\n", (long long)info.nparams,
            pm.shard_size, pm.replica_size);
+    if (info.tp > 1) printf("  mesh: TP %d x DP %d (this rank: TP rank 0, DP rank 0)\n", info.tp, info.dp);
     for (int a = 0; a < SL_ARENA_COUNT; a++)
       printf("  %-10s peak %14lld bytes\n", sl_arena_name((sl_arena)a), (long long)pm.peak[a]);
     printf("  total      peak %14lld bytes\n", (long long)pm.total_peak);
     printf("  comm bytes per step %llu (all-gather %llu, reduce-scatter %llu, all-reduce %llu)\n",
            (unsigned long long)pm.comm_total, (unsigned long long)pm.comm[SL_COLL_ALLGATHER],
            (unsigned long long)pm.comm[SL_COLL_REDUCE_SCATTER], (unsigned long long)pm.comm[SL_COLL_ALLREDUCE]);
+    if (info.tp > 1)
+      printf("  TP axis bytes per step: all-gather %llu, reduce-scatter %llu, all-reduce %llu\n",
+             (unsigned long long)info.tp_comm[SL_COLL_ALLGATHER], (unsigned long long)info.tp_comm[SL_COLL_REDUCE_SCATTER],
+             (unsigned long long)info.tp_comm[SL_COLL_ALLREDUCE]);
     printf("  FLOPs per step (the op table's count: forward, backward with recomputation, AdamW) %.4g, of which "
            "matmul / attention / LM head %.4g\n", info.step.flops, info.step.matmul_flops);
     printf("  model FLOPs per token (the model's flops_per_token) %.4g; x %lld tokens = %.4g per step\n",
@@ -208,6 +227,7 @@ static int run_plan(int argc, char **argv) {
     }
     /* engine-check flags (the names of shardlm train) */
     else if (!strcmp(a, "--world")) NUMR(r.world, 1, 1e6);
+    else if (!strcmp(a, "--tp")) NUMR(r.tp, 1, 1e6);
     else if (!strcmp(a, "--zero")) NUMR(r.zero, 0, 3);
     else if (!strcmp(a, "--micro-batch")) NUMR(r.micro_batch, 1, 1e9);
     else if (!strcmp(a, "--grad-accum")) NUMR(r.grad_accum, 1, 1e9);
@@ -248,6 +268,7 @@ static int run_plan(int argc, char **argv) {
     r.grad_accum = base.grad_accum; r.shard_group = base.shard_group; r.prefetch = base.prefetch;
     r.prefetch_bytes = base.prefetch_bytes; r.sync_accum = base.sync_accum;
     r.reshard_after_forward = base.reshard_after_forward; r.ac = base.ac; r.gpt_acts = base.gpt_acts;
+    r.tp = base.tp;
     if ((pd && strcmp(pd, "fp32") && strcmp(pd, "bf16")) || (rd && strcmp(rd, "fp32") && strcmp(rd, "bf16")))
       rc = sl_fail(SL_EINPUT, "plan: --param-dtype / --reduce-dtype must be fp32 or bf16");
     if (!rc && r.gpt_acts) rc = sl_fail(SL_EINPUT, "plan: --engine-check runs the engine's own activations; "
