@@ -63,7 +63,26 @@ static int read_measured(const char *path, sl_plan_cluster *c, int *have_tflops)
 static const char *ac_str(sl_actckpt a) { return a == SL_AC_FULL ? "full" : a == SL_AC_SELECTIVE ? "sel" : "none"; }
 static const char *off_str(int o) { return o == 2 ? "nvme" : o == 1 ? "cpu" : "-"; }
 
-static json_t *cand_json(const sl_plan_cand *x) {
+/* The shardlm train command line of a runnable candidate (every rank of the
+ * cluster under mpirun; --micro-batch and --grad-accum are per rank).
+ * TODO(issue 14): PP layouts print --pp once formats/traincfg.c has it. */
+static void train_command(const sl_plan_cand *x, const char *model, const sl_plan_cluster *c, char *buf, size_t cap) {
+  size_t o = (size_t)snprintf(buf, cap, "mpirun -np %d shardlm train --model %s --seq-len %lld", c->gpus, model,
+                              (long long)c->seq_len);
+#define ADD(...) do { if (o < cap) o += (size_t)snprintf(buf + o, cap - o, __VA_ARGS__); } while (0)
+  if (x->tp > 1) ADD(" --tp %d", x->tp);
+  ADD(" --zero %d", x->zero);
+  if (x->tp == 1 && x->shard_group != c->gpus) ADD(" --shard-group %d", x->shard_group);
+  ADD(" --micro-batch %lld --grad-accum %lld", (long long)x->micro_batch, (long long)x->grad_accum);
+  if (x->ac != SL_AC_NONE) ADD(" --activation-checkpoint %s", x->ac == SL_AC_FULL ? "full" : "selective");
+  if (!x->sync_accum) ADD(" --no-sync-accum true");
+  if (x->offload_optim) ADD(" --offload-optimizer %s", x->offload_optim == 2 ? "nvme" : "cpu");
+  if (x->offload_params) ADD(" --offload-params cpu");
+  if (c->dtype_bytes == 2) ADD(" --param-dtype bf16 --reduce-dtype bf16");
+#undef ADD
+}
+
+static json_t *cand_json(const sl_plan_cand *x, const char *model, const sl_plan_cluster *c) {
   char d[512];
   sl_plan_describe(x, d, sizeof d);
   json_t *o = json_object();
@@ -80,7 +99,13 @@ static json_t *cand_json(const sl_plan_cand *x) {
   json_object_set_new(o, "grad_accum", json_integer(x->grad_accum));
   json_object_set_new(o, "sync_accum", json_boolean(x->sync_accum));
   json_object_set_new(o, "needs_mode", json_boolean(x->needs_mode));
-  if (x->needs_mode) json_object_set_new(o, "note", json_string("needs --tp/--pp mode (not in this engine yet)"));
+  json_object_set_new(o, "runnable", json_boolean(!x->needs_mode));
+  if (x->needs_mode) json_object_set_new(o, "note", json_string("not runnable yet: pipeline parallelism (issue 14)"));
+  else {
+    char cmd[1024];
+    train_command(x, model, c, cmd, sizeof cmd);
+    json_object_set_new(o, "command", json_string(cmd));
+  }
   json_t *mem = json_object();
   for (int a = 0; a < SL_ARENA_COUNT; a++) json_object_set_new(mem, sl_arena_name((sl_arena)a), json_real(x->mem[a]));
   json_object_set_new(o, "bytes_per_gpu", mem);
@@ -300,9 +325,9 @@ static int run_plan(int argc, char **argv) {
                                                    "reserve_bytes", 2.0e9, "dtype_bytes", c.dtype_bytes,
                                                    "act_model", c.gpt_acts ? "gpt" : "engine"));
     json_object_set_new(o, "recommendation", json_string(why));
-    if (pick >= 0) json_object_set_new(o, "recommended", cand_json(&v[pick]));
+    if (pick >= 0) json_object_set_new(o, "recommended", cand_json(&v[pick], model, &c));
     json_object_set_new(o, "candidates_total", json_integer(n));
-    for (int i = 0; i < shown; i++) json_array_append_new(arr, cand_json(&v[i]));
+    for (int i = 0; i < shown; i++) json_array_append_new(arr, cand_json(&v[i], model, &c));
     json_object_set_new(o, "candidates", arr);
     char *s = json_dumps(o, JSON_INDENT(1));
     printf("%s\n", s);
@@ -323,6 +348,9 @@ static int run_plan(int argc, char **argv) {
       if (x->needs_mode)
         snprintf(cfg, sizeof cfg, "TP%dPP%dDP%d Z1 %s %lldx%lld*", x->tp, x->pp, x->shard_group, ac_str(x->ac),
                  (long long)x->micro_batch, (long long)x->grad_accum);
+      else if (x->tp > 1)
+        snprintf(cfg, sizeof cfg, "TP%dDP%d Z%d %s %lldx%lld", x->tp, x->shard_group, x->zero, ac_str(x->ac),
+                 (long long)x->micro_batch, (long long)x->grad_accum);
       else
         snprintf(cfg, sizeof cfg, "Z%d S%d o:%s%s %s %lldx%lld", x->zero, x->shard_group, off_str(x->offload_optim),
                  x->offload_params ? "+p" : "", ac_str(x->ac), (long long)x->micro_batch, (long long)x->grad_accum);
@@ -332,13 +360,20 @@ static int run_plan(int argc, char **argv) {
              cfg, x->gpu_total / 1e9, x->host_per_gpu / 1e9, cb / 1e9, cs, x->exposed_s, x->compute_s + x->recompute_s,
              x->step_s, x->tokens_s, 100 * x->mfu, i == pick ? "  <= recommended" : "");
     }
-    printf("(%d candidates; * = needs --tp/--pp mode (not in this engine yet); o: optimizer offload, +p: parameters too)\n", n);
+    printf("(%d candidates; * = not runnable yet: pipeline parallelism (issue 14); o: optimizer offload, +p: parameters too)\n", n);
     if (pick >= shown) {
       char d[512];
       sl_plan_describe(&v[pick], d, sizeof d);
       printf("recommended (rank %d): %s\n", pick + 1, d);
     }
     printf("%s\n", why);
+    if (pick >= 0 && !v[pick].needs_mode) {
+      char cmd[1024];
+      train_command(&v[pick], model, &c, cmd, sizeof cmd);
+      printf("run it:\n  %s\n", cmd);
+      if (v[pick].tp > 1)
+        printf("  (--tp runs on the CPU backend only for now: its collectives use host buffers, engine/tp_run.c)\n");
+    }
   }
   free(v);
   sl_plan_model_free(&m);
