@@ -13,7 +13,8 @@
 # the predicted step peak plus the scratch the previous step left, and the
 # predicted bytes held at the step's end ("start_bytes") plus the scratch
 # recorded then. Plus a negative control (a TP 4
-# prediction must not match a TP 2 run) and the plan's mesh fields.
+# prediction must not match a TP 2 run), the plan's mesh fields, and the
+# search's recommended command line, run as printed.
 # Env: SL_BUILD (CLI at $SL_BUILD/shardlm), SL_SRC (source root).
 set -u
 BIN=${SL_BUILD:?}/shardlm
@@ -128,6 +129,21 @@ if [ "$rc" = 2 ] && echo "$msg" | grep -q -- "--tp 4" && echo "$msg" | grep -q 6
 else
   echo "FAIL refusal: exit $rc, '$msg'"; fail=$((fail + 1))
 fi
+
+# the search's recommendation is a command line that trains (one step here)
+cmd=$("$BIN" plan --model "$work/llama" --gpus 2 --gpu-mem 80G --seq-len 16 --global-batch 128 --dtype fp32 --json |
+  "$PY" -c "import json,sys; print(json.load(sys.stdin)['recommended']['command'])")
+case "$cmd" in
+  "mpirun -np 2 shardlm train "*)
+    # shellcheck disable=SC2086 # the command's words, as a user pastes them
+    if timeout 120 "${MPIRUN[@]}" 2 "$BIN" ${cmd#mpirun -np 2 shardlm } --steps 1 --threads 1 --out-dir "$work/cmd" \
+        --plot false --summary false >"$work/cmd.log" 2>&1; then
+      echo "ok   the recommended command runs: $cmd"; pass=$((pass + 1))
+    else
+      echo "FAIL the recommended command: $cmd"; tail -5 "$work/cmd.log"; fail=$((fail + 1))
+    fi ;;
+  *) echo "FAIL no recommended command: '$cmd'"; fail=$((fail + 1)) ;;
+esac
 
 echo "plan vs engine under TP: $pass passed, $fail failed"
 [ "$fail" = 0 ]

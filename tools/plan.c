@@ -302,6 +302,10 @@ static int run_plan(int argc, char **argv) {
     sl_plan_model_free(&m);
     return rc;
   }
+  if (r.tp != 1) {
+    sl_plan_model_free(&m);
+    return sl_fail(SL_EINPUT, "plan: --tp applies to --engine-check; the search tries TP 1, 2, 4, 8, 16 itself");
+  }
   if (c.gpus_per_node <= 0) c.gpus_per_node = c.gpus < 8 ? c.gpus : 8;
   if (c.efficiency <= 0 || c.efficiency > 1) rc = sl_fail(SL_EINPUT, "plan: --efficiency must be in (0, 1]");
   if (!rc && (c.margin <= 0 || c.margin > 1)) rc = sl_fail(SL_EINPUT, "plan: --margin must be in (0, 1]");
