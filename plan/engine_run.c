@@ -135,6 +135,10 @@ int sl_plan_engine_run(const sl_model_config *cfg, const sl_plan_run *r, int ran
               (T > 1 && sl_comm_count_create(T, rank % T, NULL, NULL, &t.tp) != SL_COMM_OK)))
     rc = sl_fail(SL_ECOMM, "engine check: %s", sl_comm_last_error());
   /* the model with its activations, as the trainer creates it */
+  /* MERGE(h13-spvocab): sl_model_create_tp gains the sequence-parallel
+   * argument there; pass r->sequence_parallel and drop this refusal */
+  if (!rc && r->sequence_parallel && T > 1)
+    rc = sl_fail(SL_EINPUT, "engine check: --sequence-parallel: this build's model has no sequence parallelism");
   if (!rc && T == 1) rc = sl_model_create(cfg, t.ops, t.k, r->micro_batch, r->seq_len, r->ac, &t.m);
   else if (!rc) rc = sl_model_create_tp(cfg, t.ops, t.k, r->micro_batch, r->seq_len, r->ac, rank % T, T, &t.m);
   sl_comm_stats tp0 = {0}, tp1 = {0};

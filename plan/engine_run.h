@@ -40,7 +40,7 @@ typedef struct {
  * groups, as the metrics JSONL counts them), shard_size, replica_size;
  * info may be NULL. The process's arena counters are left as found.
  * Uses of r: world, shard_group, zero, micro_batch, seq_len, grad_accum,
- * tp, ac, prefetch, prefetch_bytes, reshard_after_forward, sync_accum,
+ * tp, sequence_parallel, ac, prefetch, prefetch_bytes, reshard_after_forward, sync_accum,
  * param_bytes and reduce_bytes (4 fp32 | 2 bf16), align. */
 int sl_plan_engine_run(const sl_model_config *cfg, const sl_plan_run *r, int rank, sl_plan_mem *out,
                        sl_plan_engine_info *info);

@@ -4,7 +4,8 @@
 # measures (shardlm train --tp T under mpirun, --metrics): TP 2 and 4, DP 1
 # and 2, ZeRO 0 and 3, GQA with fewer KV heads than T (a replicated KV
 # group), Mistral with tied embeddings, gradient accumulation and full
-# checkpointing (the recomputation repeats the TP all-reduces). Per step:
+# checkpointing (the recomputation repeats the TP all-reduces), and, where
+# train has --sequence-parallel, sequence parallelism. Per step:
 # every arena the engine's code allocates (params grads optim gather acts
 # workspace), the DP bytes ("comm_bytes") and the TP bytes per kind
 # ("tp_bytes") must be EQUAL. "peak_bytes" is exact too once the CPU
@@ -57,7 +58,12 @@ run_case() {
       --metrics "$m" --out-dir "$work/out_$name" --plot false --summary false "$@" >"$log" 2>&1; then
     echo "FAIL $name: train failed"; tail -15 "$log"; fail=$((fail + 1)); return
   fi
-  if ! "$BIN" plan --engine-check --model "$work/$model" --world "$world" --tp "$tp" "$@" --json >"$p" 2>"$log.plan"; then
+  local pflags=() a # plan takes the same flags; --sequence-parallel without a value
+  while [ $# -gt 0 ]; do
+    a=$1; shift
+    if [ "$a" = --sequence-parallel ]; then [ "$1" = true ] && pflags+=("$a"); shift; else pflags+=("$a"); fi
+  done
+  if ! "$BIN" plan --engine-check --model "$work/$model" --world "$world" --tp "$tp" "${pflags[@]}" --json >"$p" 2>"$log.plan"; then
     echo "FAIL $name: plan failed"; cat "$log.plan"; fail=$((fail + 1)); return
   fi
   local out
@@ -109,6 +115,15 @@ run_case tp2_dp2_z3_full llama 4 2 --zero 3 --micro-batch 1 --seq-len 16 --grad-
 run_case tp4_dp1_z3_gqa llama 4 4 --zero 3 --micro-batch 2 --seq-len 16 --grad-accum 1
 run_case tp4_dp1_z0_mistral mistral 4 4 --zero 0 --micro-batch 1 --seq-len 16 --grad-accum 2
 run_case tp4_dp2_z3_mistral mistral 8 4 --zero 3 --micro-batch 1 --seq-len 16 --grad-accum 1
+
+# sequence parallelism (where the engine has it): reduce-scatter / all-gather instead of all-reduce
+if "$BIN" train --help 2>&1 | grep -q -- --sequence-parallel; then
+  run_case tp2_dp2_z3_sp llama 4 2 --zero 3 --micro-batch 1 --seq-len 16 --grad-accum 2 --sequence-parallel true
+  run_case tp4_dp1_z0_sp_mistral mistral 4 4 --zero 0 --micro-batch 1 --seq-len 16 --grad-accum 1 \
+    --activation-checkpoint full --sequence-parallel true
+else
+  echo "skip sequence-parallel cases: this build's train has no --sequence-parallel"
+fi
 
 # negative control: a TP 4 prediction must not match the TP 2 run's TP bytes
 if [ -f "$work/tp2_dp2_z0.jsonl" ] && "$BIN" plan --engine-check --model "$work/llama" --world 4 --tp 4 --zero 0 \

@@ -20,7 +20,8 @@ static void plan_usage(FILE *f) {
           "                    [--intra-bw GB/s] [--inter-bw GB/s] [--tflops X] [--efficiency E]\n"
           "                    [--measured FILE.json] [--dtype bf16|fp32] [--act-model engine|gpt]\n"
           "                    [--margin F] [--no-tp-pp] [--top K] [--json]\n"
-          "       shardlm plan --engine-check --model DIR --world N [--tp T] --zero Z --micro-batch B --seq-len T\n"
+          "       shardlm plan --engine-check --model DIR --world N [--tp T [--sequence-parallel]] --zero Z\n"
+          "                    --micro-batch B --seq-len T\n"
           "                    --grad-accum A [--activation-checkpoint none|selective|full] [--shard-group S]\n"
           "                    [--param-dtype fp32|bf16] [--reduce-dtype fp32|bf16] [--prefetch K]\n"
           "                    [--prefetch-mb M] [--no-sync-accum] [--no-reshard] [--json]\n"
@@ -253,6 +254,7 @@ static int run_plan(int argc, char **argv) {
     /* engine-check flags (the names of shardlm train) */
     else if (!strcmp(a, "--world")) NUMR(r.world, 1, 1e6);
     else if (!strcmp(a, "--tp")) NUMR(r.tp, 1, 1e6);
+    else if (!strcmp(a, "--sequence-parallel")) r.sequence_parallel = 1;
     else if (!strcmp(a, "--zero")) NUMR(r.zero, 0, 3);
     else if (!strcmp(a, "--micro-batch")) NUMR(r.micro_batch, 1, 1e9);
     else if (!strcmp(a, "--grad-accum")) NUMR(r.grad_accum, 1, 1e9);
@@ -293,7 +295,7 @@ static int run_plan(int argc, char **argv) {
     r.grad_accum = base.grad_accum; r.shard_group = base.shard_group; r.prefetch = base.prefetch;
     r.prefetch_bytes = base.prefetch_bytes; r.sync_accum = base.sync_accum;
     r.reshard_after_forward = base.reshard_after_forward; r.ac = base.ac; r.gpt_acts = base.gpt_acts;
-    r.tp = base.tp;
+    r.tp = base.tp; r.sequence_parallel = base.sequence_parallel;
     if ((pd && strcmp(pd, "fp32") && strcmp(pd, "bf16")) || (rd && strcmp(rd, "fp32") && strcmp(rd, "bf16")))
       rc = sl_fail(SL_EINPUT, "plan: --param-dtype / --reduce-dtype must be fp32 or bf16");
     if (!rc && r.gpt_acts) rc = sl_fail(SL_EINPUT, "plan: --engine-check runs the engine's own activations; "
