@@ -135,8 +135,9 @@ int sl_plan_engine_run(const sl_model_config *cfg, const sl_plan_run *r, int ran
               (T > 1 && sl_comm_count_create(T, rank % T, NULL, NULL, &t.tp) != SL_COMM_OK)))
     rc = sl_fail(SL_ECOMM, "engine check: %s", sl_comm_last_error());
   /* the model with its activations, as the trainer creates it */
-  /* MERGE(h13-spvocab): sl_model_create_tp gains the sequence-parallel
-   * argument there; pass r->sequence_parallel and drop this refusal */
+  /* MERGE(h13-spvocab): that branch adds sl_model_create_sp (tp + sp); call
+   * it below with r->sequence_parallel and drop this refusal (and set
+   * r.sequence_parallel from --sequence-parallel in engine/precheck.c) */
   if (!rc && r->sequence_parallel && T > 1)
     rc = sl_fail(SL_EINPUT, "engine check: --sequence-parallel: this build's model has no sequence parallelism");
   if (!rc && T == 1) rc = sl_model_create(cfg, t.ops, t.k, r->micro_batch, r->seq_len, r->ac, &t.m);
