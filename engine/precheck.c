@@ -83,6 +83,8 @@ static int memory_check(const sl_train_cfg *c, const sl_model_config *mc, int wo
   r.prefetch_bytes = c->prefetch_mb << 20;
   r.sync_accum = !c->no_sync_accum;
   r.reshard_after_forward = c->reshard_after_forward;
+  if (c->tp > 1 && world % c->tp == 0) r.tp = (int)c->tp; /* a --tp that does not divide: refused later, by name */
+  r.sequence_parallel = (int)c->sequence_parallel;
   int ac = sl_actckpt_from_name(c->activation_checkpoint);
   r.ac = ac < 0 ? SL_AC_NONE : (sl_actckpt)ac;
   sl_plan_mem m;
@@ -129,12 +131,6 @@ static int memory_check(const sl_train_cfg *c, const sl_model_config *mc, int wo
   sl_log0(SL_LOG_DEBUG, "memory check: %.3f GiB host memory per rank needed, %.3f GiB available", need / 1073741824.0,
           per / 1073741824.0);
   if (need <= per) return SL_OK;
-  if (c->tp > 1 && need / c->tp <= per) { /* the planner's figure keeps tensors whole: an upper bound under TP */
-    sl_log0(SL_LOG_WARN, "memory check: %.2f GiB of host memory per rank is needed with whole tensors (the planner "
-            "does not model --tp yet), about %.2f GiB with --tp %lld; %.2f GiB is available per rank: starting",
-            need * gib, need * gib / (double)c->tp, (long long)c->tp, per * gib);
-    return SL_OK;
-  }
   char model[SL_PATH_MAX + 8];
   snprintf(model, sizeof model, "%s", c->model[0] ? c->model : "configs/tiny-llama");
   return sl_fail(SL_EINPUT,

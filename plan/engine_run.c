@@ -1,8 +1,13 @@
 /* plan/engine_run.c — the engine check (plan/engine_run.h): builds the
- * model with sl_model_create and the FSDP runtime with sl_fsdp_create on the
- * counting op table and a counting communicator, creates the optimizer
+ * model with sl_model_create_tp and the FSDP runtime with sl_fsdp_create on
+ * the counting op table and counting communicators, creates the optimizer
  * state the trainer creates, and drives one step with the trainer's
- * protocol. Every byte and collective comes from the engine's own code. */
+ * protocol. Every byte and collective comes from the engine's own code.
+ * Tensor parallelism (r->tp = T > 1, engine/trainer.c's mesh: TP fastest):
+ * the model is TP rank rank % T's, its sl_unit_access.tp hooks are
+ * shard/tp.c's over a counting communicator of T ranks (the same code that
+ * counts the mesh's TP bytes in a run), fsdp runs on a counting DP
+ * communicator of world / T ranks. */
 #include "plan/engine_run.h"
 
 #include <stdlib.h>
@@ -12,6 +17,7 @@
 #include "models/model.h"
 #include "shard/comm.h"
 #include "shard/fsdp.h"
+#include "shard/tp.h"
 
 typedef struct {
   int S; /* shard group size fsdp will use */
@@ -31,11 +37,42 @@ typedef struct {
   const sl_ops *ops;
   sl_kctx *k;
   float **opt; /* (U) master | m | v of each unit's optimizer view, 3 x count floats */
+  sl_comm *tp; /* the counting TP communicator (T ranks); NULL at T = 1 */
 } run_t;
 
 /* tied-weight access for the model, as the trainer wires it */
 static int acc_params(void *user, int u, const float **p) { return sl_fsdp_pinned_params(((run_t *)user)->f, u, p); }
 static int acc_grads(void *user, int u, float **g) { return sl_fsdp_grad_buffer(((run_t *)user)->f, u, g); }
+
+/* The i-th tensor of unit u TP rank m->tp_rank counts in the gradient norm
+ * (engine/tp_run.c's rule: a slice several TP ranks hold counts on the
+ * first of them). */
+static int tp_counted(void *ctx, int u, int i, int64_t *lo, int64_t *hi) {
+  const sl_model *m = ctx;
+  for (int k = 0, seen = 0; k < m->units[u].ntensors; k++) {
+    const sl_tensor_spec *ts = &m->units[u].t[k];
+    if (m->tp_rank % ts->tp_replicas == 0 && seen++ == i) {
+      *lo = ts->offset;
+      *hi = ts->offset + ts->numel;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* The gradient norm under TP (engine/tp_run.c sl_trainer_grad_sumsq): this
+ * rank's counted part summed over the shard group, then one double
+ * all-gathered over the TP group. */
+static int tp_grad_sumsq(run_t *t, double *out) {
+  double mine = 0.0, *all = calloc((size_t)sl_comm_size(t->tp), sizeof(double));
+  if (!all) return sl_fail(SL_ENOMEM, "engine check: out of memory");
+  int rc = sl_fsdp_grad_sumsq_part(t->f, tp_counted, t->m, &mine);
+  if (!rc && sl_comm_allgather_sync(t->tp, &mine, all, 1, SL_F64) != SL_COMM_OK)
+    rc = sl_fail(SL_ECOMM, "engine check: %s", sl_comm_last_error());
+  *out = mine;
+  free(all);
+  return rc;
+}
 
 /* One optimizer step with the trainer's protocol (engine/trainer.c
  * sl_trainer_run_micro + train_step + optimizer_step, tier none). This must
@@ -62,7 +99,7 @@ static int drive_step(run_t *t, int64_t A) {
     if (!rc) rc = sl_fsdp_end_micro(t->f);
   }
   double ss;
-  if (!rc) rc = sl_fsdp_grad_sumsq(t->f, &ss);
+  if (!rc) rc = t->tp ? tp_grad_sumsq(t, &ss) : sl_fsdp_grad_sumsq(t->f, &ss);
   for (int u = 0; u < U && !rc; u++) {
     sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
     float *master = t->opt[u], *mom = master + v.count, *var = mom + v.count;
@@ -77,8 +114,10 @@ int sl_plan_engine_run(const sl_model_config *cfg, const sl_plan_run *r, int ran
                        sl_plan_engine_info *info) {
   memset(out, 0, sizeof *out);
   if (info) memset(info, 0, sizeof *info);
-  int W = r->world, S = r->shard_group > 0 ? r->shard_group : r->world;
+  int W = r->world, T = r->tp > 1 ? r->tp : 1;
   if (W < 1 || rank < 0 || rank >= W) return sl_fail(SL_EINPUT, "engine check: rank %d of world %d", rank, W);
+  if (W % T) return sl_fail(SL_EINPUT, "--tp %d does not divide the number of ranks %d", T, W);
+  int D = W / T, S = r->shard_group > 0 ? r->shard_group : D; /* fsdp runs on the DP axis */
   if (r->micro_batch < 1 || r->seq_len < 1 || r->grad_accum < 1)
     return sl_fail(SL_EINPUT, "planner: micro-batch, seq-len and grad-accum must be >= 1");
   if ((r->param_bytes != 4 && r->param_bytes != 2) || (r->reduce_bytes != 4 && r->reduce_bytes != 2))
@@ -92,14 +131,19 @@ int sl_plan_engine_run(const sl_model_config *cfg, const sl_plan_run *r, int ran
   t.ops = sl_ops_count();
   t.k = t.ops->ctx_create(1);
   int rc = t.k ? SL_OK : SL_ENOMEM;
-  if (!rc && sl_comm_count_create(W, rank, fsdp_split, &sc, &dp) != SL_COMM_OK)
+  if (!rc && (sl_comm_count_create(D, rank / T, fsdp_split, &sc, &dp) != SL_COMM_OK ||
+              (T > 1 && sl_comm_count_create(T, rank % T, NULL, NULL, &t.tp) != SL_COMM_OK)))
     rc = sl_fail(SL_ECOMM, "engine check: %s", sl_comm_last_error());
   /* the model with its activations, as the trainer creates it */
-  if (!rc) rc = sl_model_create(cfg, t.ops, t.k, r->micro_batch, r->seq_len, r->ac, &t.m);
+  if (!rc && T == 1) rc = sl_model_create(cfg, t.ops, t.k, r->micro_batch, r->seq_len, r->ac, &t.m);
+  else if (!rc)
+    rc = sl_model_create_sp(cfg, t.ops, t.k, r->micro_batch, r->seq_len, r->ac, rank % T, T, r->sequence_parallel,
+                            &t.m);
+  sl_comm_stats tp0 = {0}, tp1 = {0};
   int64_t *numel = NULL;
   int32_t *tok = NULL;
   if (!rc) {
-    t.m->access = (sl_unit_access){&t, acc_params, acc_grads, sl_tp_single()};
+    t.m->access = (sl_unit_access){&t, acc_params, acc_grads, t.tp ? sl_tp_group_over(t.tp) : sl_tp_single()};
     numel = calloc((size_t)t.m->nunits, sizeof(int64_t));
     t.opt = calloc((size_t)t.m->nunits, sizeof(float *));
     if (!numel || !t.opt) rc = sl_fail(SL_ENOMEM, "engine check: out of memory");
@@ -130,7 +174,9 @@ int sl_plan_engine_run(const sl_model_config *cfg, const sl_plan_run *r, int ran
     sl_mem_reset_peaks(); /* as the trainer does before its step loop */
     sl_fsdp_reset_comm_stats(t.f);
     sl_count_reset(t.k);
+    if (t.tp) sl_comm_get_stats(t.tp, &tp0);
     rc = drive_step(&t, r->grad_accum);
+    if (t.tp) sl_comm_get_stats(t.tp, &tp1);
   }
   if (!rc) {
     sl_mem_get(&s1);
@@ -151,6 +197,9 @@ int sl_plan_engine_run(const sl_model_config *cfg, const sl_plan_run *r, int ran
       info->nparams = 0;
       for (int u = 0; u < t.m->nunits; u++) info->nparams += t.m->units[u].numel;
       info->max_unit = sl_model_max_unit_numel(t.m);
+      info->tp = T;
+      info->dp = D;
+      for (int k = 0; k < SL_COLL_NKINDS; k++) info->tp_comm[k] = tp1.bytes[k] - tp0.bytes[k];
     }
   }
   if (t.opt) {
@@ -166,6 +215,7 @@ int sl_plan_engine_run(const sl_model_config *cfg, const sl_plan_run *r, int ran
   sl_fsdp_destroy(t.f);
   sl_model_destroy(t.m);
   sl_comm_destroy(dp);
+  sl_comm_destroy(t.tp);
   if (t.k) t.ops->ctx_destroy(t.k);
   sl_mem_restore(&s0); /* the caller's counters, as they were */
   return rc;

@@ -23,16 +23,24 @@ typedef struct {
   int64_t tokens;            /* tokens of the step on this rank (micro_batch x seq_len x grad_accum) */
   int64_t nparams;           /* sum of the units' numel */
   int64_t max_unit;          /* largest unit's numel (the trainer's load buffer) */
+  int tp, dp;                /* the mesh: T and world / T */
+  uint64_t tp_comm[SL_COLL_NKINDS]; /* bytes sent on the TP axis during the step, per kind (0 at T = 1) */
 } sl_plan_engine_info;
 
 /* Runs one optimizer step of configuration r as rank `rank` of r->world
  * (every rank of a shard group holds the same sizes; rank 0 is the usual
- * choice). Fills out->peak, total_peak, start (bytes held when the step
+ * choice). r->tp = T > 1: tensor parallelism as the trainer's mesh lays it
+ * out (TP fastest: TP rank rank % T, DP rank rank / T, fsdp over the
+ * world / T DP ranks, --shard-group within them); every TP rank holds
+ * slices of the same sizes (the model refuses T that does not divide its
+ * heads and sizes; a shared GQA KV group and a padded vocabulary slice are
+ * the same size on every rank), and rank 0 is the rank whose figures the
+ * metrics JSONL reports. Fills out->peak, total_peak, start (bytes held when the step
  * starts), comm / comm_total (the step's bytes per kind, shard + replica
  * groups, as the metrics JSONL counts them), shard_size, replica_size;
  * info may be NULL. The process's arena counters are left as found.
  * Uses of r: world, shard_group, zero, micro_batch, seq_len, grad_accum,
- * ac, prefetch, prefetch_bytes, reshard_after_forward, sync_accum,
+ * tp, sequence_parallel, ac, prefetch, prefetch_bytes, reshard_after_forward, sync_accum,
  * param_bytes and reduce_bytes (4 fp32 | 2 bf16), align. */
 int sl_plan_engine_run(const sl_model_config *cfg, const sl_plan_run *r, int rank, sl_plan_mem *out,
                        sl_plan_engine_info *info);

@@ -643,11 +643,17 @@ static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_c
   double Lp = ceil((double)L / p), blk = (double)m->numel[1];
   double first = Lp * blk / t + (double)m->numel[0] / t + (p == 1 ? (double)m->numel[U - 1] / t : 0);
   double last = Lp * blk / t + (double)m->numel[U - 1] / t;
-  double Pg = fmax(first, last);
+  double Pg = fmax(first, last), dp_shard = ceil(Pg / d);
+  /* ZeRO-3 on the DP axis (PP = 1, the engine's --tp T --zero 3): the DP
+   * shards of the TP slices, plus one slice gathered in use and one in
+   * flight, and the gradient of the unit in backward */
+  int z3 = x->zero == 3;
+  double unit = fmax(blk, fmax((double)m->numel[0], (double)m->numel[U - 1])) / t;
   memset(x->mem, 0, sizeof x->mem);
-  x->mem[SL_ARENA_PARAMS] = Pg * e;
-  x->mem[SL_ARENA_GRADS] = Pg * e;
-  x->mem[SL_ARENA_OPTIM] = 12.0 * ceil(Pg / d);
+  x->mem[SL_ARENA_PARAMS] = (z3 ? dp_shard : Pg) * e;
+  x->mem[SL_ARENA_GRADS] = (z3 ? dp_shard + unit : Pg) * e;
+  x->mem[SL_ARENA_GATHER] = z3 ? 2.0 * unit * e : 0;
+  x->mem[SL_ARENA_OPTIM] = 12.0 * dp_shard;
   /* activations: 1F1B keeps min(p, m) micro-batches on the first stage;
    * sequence parallel splits everything by t */
   int64_t ae = 0, we = 0;
@@ -687,8 +693,9 @@ static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_c
   memset(x->comm_s, 0, sizeof x->comm_s);
   double tp_bytes = t > 1 ? Lp * (double)A * 4.0 * 2.0 * (t - 1) / t * act_msg : 0;
   double pp_bytes = p > 1 ? 2.0 * (double)A * act_msg : 0;
-  double dp_shard = ceil(Pg / d);
-  double rs_b = d > 1 ? (d - 1) * dp_shard * e : 0, ag_b = rs_b;
+  /* ZeRO-1: one reduce-scatter and one parameter all-gather per step;
+   * ZeRO-3: two gathers (forward, backward) and a reduce-scatter per micro-batch */
+  double rs_b = d > 1 ? (d - 1) * dp_shard * e * (z3 ? (double)A : 1.0) : 0, ag_b = rs_b * (z3 ? 2.0 : 1.0);
   x->comm_bytes[SL_PLAN_AR] = tp_bytes;
   x->comm_bytes[SL_PLAN_P2P] = pp_bytes;
   x->comm_bytes[SL_PLAN_RS] = rs_b;
@@ -698,8 +705,12 @@ static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_c
   x->comm_s[SL_PLAN_RS] = rs_b / (dp_inter ? bx : bi);
   x->comm_s[SL_PLAN_AG] = ag_b / (dp_inter ? bx : bi);
   double last_bwd = (x->compute_s + x->recompute_s) / (double)A * 2.0 / 3.0;
-  x->exposed_s = x->comm_s[SL_PLAN_AR] + x->comm_s[SL_PLAN_P2P] + fmax(0, x->comm_s[SL_PLAN_RS] - last_bwd) +
-                 x->comm_s[SL_PLAN_AG];
+  double dp_s = x->comm_s[SL_PLAN_RS] + x->comm_s[SL_PLAN_AG];
+  if (z3) /* the DP gathers and reductions run behind the compute, on their own links when t*d > G */
+    x->exposed_s = x->comm_s[SL_PLAN_AR] + fmax(0, dp_s - (x->compute_s + x->recompute_s));
+  else
+    x->exposed_s = x->comm_s[SL_PLAN_AR] + x->comm_s[SL_PLAN_P2P] + fmax(0, x->comm_s[SL_PLAN_RS] - last_bwd) +
+                   x->comm_s[SL_PLAN_AG];
   x->optim_s = dp_shard * (24.0 + 2.0 * e) / (c->hbm_bw * 1e9);
   x->offload_s = 0;
   return SL_OK;
@@ -708,7 +719,10 @@ static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_c
 int sl_plan_eval(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x) {
   int rc = (x->tp > 1 || x->pp > 1) ? eval_tppp(m, c, x) : eval_engine(m, c, x);
   if (rc) return rc;
-  x->needs_mode = x->tp > 1 || x->pp > 1;
+  /* TP layouts run (--tp); pipeline parallelism does not yet. TODO(issue 14):
+   * once formats/traincfg.c has --pp (branch h14-pp), PP layouts run too:
+   * drop this, and print --pp in tools/plan.c train_command */
+  x->needs_mode = x->pp > 1;
   x->step_s = x->compute_s + x->recompute_s + x->bubble_s + x->exposed_s + x->optim_s + x->offload_s;
   double tokens = (double)x->micro_batch * (double)x->grad_accum * (double)c->seq_len *
                   (double)(c->gpus / (x->tp * x->pp));
@@ -750,7 +764,8 @@ int sl_plan_search(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_can
       int64_t per = samples / d; /* samples per data-parallel replica per step */
       if (per < 1) continue;
       for (int zero = 0; zero <= 3; zero++) {
-        if (!engine && zero != 1) continue; /* TP/PP: the distributed optimizer */
+        /* TP/PP: the distributed optimizer; TP alone also ZeRO-3 over DP (--tp T --zero 3) */
+        if (!engine && zero != 1 && !(p == 1 && zero == 3)) continue;
         for (int S = 1; S <= d; S++) {
           if (d % S) continue;
           if (!engine && S != d) continue;
@@ -801,8 +816,11 @@ static const char *off_name(int o) { return o == SL_PLAN_OFF_NVME ? "nvme" : o =
 
 void sl_plan_describe(const sl_plan_cand *x, char *buf, size_t cap) {
   if (x->needs_mode)
-    snprintf(buf, cap, "TP %d x PP %d x DP %d (ZeRO-1), ckpt %s, micro-batch %lld x %lld [needs --tp/--pp mode (not in this engine yet)]",
+    snprintf(buf, cap, "TP %d x PP %d x DP %d (ZeRO-1), ckpt %s, micro-batch %lld x %lld [not runnable yet: pipeline parallelism (issue 14)]",
              x->tp, x->pp, x->shard_group, ac_name(x->ac), (long long)x->micro_batch, (long long)x->grad_accum);
+  else if (x->tp > 1)
+    snprintf(buf, cap, "TP %d x DP %d (ZeRO-%d over DP), ckpt %s, micro-batch %lld x %lld", x->tp, x->shard_group,
+             x->zero, ac_name(x->ac), (long long)x->micro_batch, (long long)x->grad_accum);
   else
     snprintf(buf, cap, "ZeRO-%d, shard group %d, offload optimizer %s%s, ckpt %s, micro-batch %lld x %lld%s", x->zero,
              x->shard_group, off_name(x->offload_optim), x->offload_params ? " + parameters cpu" : "", ac_name(x->ac),
@@ -817,17 +835,31 @@ static int prefer(const sl_plan_cand *a, const sl_plan_cand *b) {
   return a->gpu_total < b->gpu_total;
 }
 
-int sl_plan_recommend(const sl_plan_cand *c, int n, const sl_plan_cluster *cl, char *buf, size_t cap) {
-  int best = -1, tpbest = -1;
+/* The fastest fitting candidate of a kind: runnable (no pipeline), plain
+ * FSDP (TP = PP = 1) or pipeline (not runnable yet); -1 when none fits. */
+enum { K_RUNNABLE, K_FSDP, K_PIPELINE };
+static int fastest(const sl_plan_cand *c, int n, int kind) {
+  int best = -1;
   for (int i = 0; i < n; i++) {
-    if (!c[i].fits) continue;
-    if (c[i].needs_mode) { if (tpbest < 0 || c[i].tokens_s > c[tpbest].tokens_s) tpbest = i; continue; }
-    if (best < 0 || c[i].tokens_s > c[best].tokens_s) best = i;
+    int ok = kind == K_RUNNABLE ? !c[i].needs_mode : kind == K_FSDP ? c[i].tp == 1 && c[i].pp == 1 : c[i].needs_mode;
+    if (c[i].fits && ok && (best < 0 || c[i].tokens_s > c[best].tokens_s)) best = i;
   }
+  return best;
+}
+
+/* " ... communication-bound here: X s of communication per step against Y s of compute (links)." */
+static size_t comm_bound(char *buf, size_t cap, const sl_plan_cand *x, const char *who) {
+  return (size_t)snprintf(buf, cap, " %s is communication-bound here: %.2f s of communication per step against %.2f s of compute (%s links).",
+                          who, x->comm_s[0] + x->comm_s[1] + x->comm_s[2], x->compute_s + x->recompute_s,
+                          x->shard_inter ? "inter-node" : "intra-node");
+}
+
+int sl_plan_recommend(const sl_plan_cand *c, int n, const sl_plan_cluster *cl, char *buf, size_t cap) {
+  int best = fastest(c, n, K_RUNNABLE), ppbest = fastest(c, n, K_PIPELINE), fsdp = fastest(c, n, K_FSDP);
   if (best < 0) {
     snprintf(buf, cap, "No configuration the engine can run fits in %.1f GB per GPU%s.", cl->gpu_mem / 1e9,
-             tpbest >= 0 ? "; only tensor/pipeline layouts fit (needs --tp/--pp mode, not in this engine yet)" : "");
-    return tpbest;
+             ppbest >= 0 ? "; only pipeline layouts fit (not runnable yet: pipeline parallelism, issue 14)" : "");
+    return ppbest;
   }
   int pick = best;
   for (int i = 0; i < n; i++)
@@ -840,7 +872,10 @@ int sl_plan_recommend(const sl_plan_cand *c, int n, const sl_plan_cluster *cl, c
                         "Recommended: %s. It needs %.1f GB of %.1f GB per GPU and predicts %.2f s per step, %.0f tokens/s, MFU %.1f%%",
                         d, x->gpu_total / 1e9, cl->gpu_mem / 1e9, x->step_s, x->tokens_s, 100 * x->mfu);
   if (o < cap) {
-    if (x->zero == 3 && !x->offload_optim && x->comm_compute_ratio <= 1.0)
+    if (x->tp > 1)
+      o += (size_t)snprintf(buf + o, cap - o, "; tensor parallelism over %d GPUs of a node divides the data-parallel traffic by %d (%.2f s of communication exposed).",
+                            x->tp, x->tp, x->exposed_s);
+    else if (x->zero == 3 && !x->offload_optim && x->comm_compute_ratio <= 1.0)
       o += (size_t)snprintf(buf + o, cap - o, "; full sharding fits without offload and hides its gathers behind compute (%.2f s of %.2f s communication exposed).",
                             x->exposed_s, x->comm_s[0] + x->comm_s[1] + x->comm_s[2]);
     else if (x->offload_optim)
@@ -857,15 +892,19 @@ int sl_plan_recommend(const sl_plan_cand *c, int n, const sl_plan_cluster *cl, c
                           (c[best].offload_optim + c[best].offload_params) > (x->offload_optim + x->offload_params)
                               ? "needing less offload"
                               : c[best].ac > x->ac ? "recomputing less" : "its memory headroom");
-  if (o < cap && x->comm_compute_ratio > 1.0)
-    o += (size_t)snprintf(buf + o, cap - o, " Full sharding is communication-bound here: %.2f s of communication per step against %.2f s of compute (%s links).",
-                          x->comm_s[0] + x->comm_s[1] + x->comm_s[2], x->compute_s + x->recompute_s,
-                          x->shard_inter ? "inter-node" : "intra-node");
-  if (o < cap && tpbest >= 0 && c[tpbest].tokens_s > 1.1 * x->tokens_s) {
+  if (o < cap && x->tp == 1 && x->comm_compute_ratio > 1.0) o += comm_bound(buf + o, cap - o, x, "Full sharding");
+  if (o < cap && x->tp > 1 && fsdp >= 0) {
+    const sl_plan_cand *f = &c[fsdp];
+    sl_plan_describe(f, d, sizeof d);
+    o += (size_t)snprintf(buf + o, cap - o, " Full sharding alone (%s) predicts %.0f tokens/s, MFU %.1f%%%s", d, f->tokens_s,
+                          100 * f->mfu, f->comm_compute_ratio > 1.0 ? ":" : ".");
+    if (o < cap && f->comm_compute_ratio > 1.0) o += comm_bound(buf + o, cap - o, f, "it");
+  }
+  if (o < cap && ppbest >= 0 && c[ppbest].tokens_s > 1.1 * x->tokens_s) {
     char d2[512];
-    sl_plan_describe(&c[tpbest], d2, sizeof d2);
-    o += (size_t)snprintf(buf + o, cap - o, " The tensor/pipeline mode would be preferred once it exists: %s predicts %.0f tokens/s (%.1fx).",
-                          d2, c[tpbest].tokens_s, c[tpbest].tokens_s / x->tokens_s);
+    sl_plan_describe(&c[ppbest], d2, sizeof d2);
+    o += (size_t)snprintf(buf + o, cap - o, " With pipeline parallelism, %s predicts %.0f tokens/s (%.1fx).",
+                          d2, c[ppbest].tokens_s, c[ppbest].tokens_s / x->tokens_s);
   }
   return pick;
 }

@@ -95,6 +95,7 @@ typedef struct {
   int64_t align;                      /* elements (trainer: 16) */
   int gpt_acts;                       /* activations from the GPT formula instead of the engine's */
   int tp;                             /* activation split (sequence parallel) for analytic TP */
+  int sequence_parallel;              /* engine check at tp > 1: --sequence-parallel */
 } sl_plan_run;
 
 /* Engine CPU defaults: fp32 everything, prefetch 1, reshard, sync, align 16.

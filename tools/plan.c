@@ -20,7 +20,8 @@ static void plan_usage(FILE *f) {
           "                    [--intra-bw GB/s] [--inter-bw GB/s] [--tflops X] [--efficiency E]\n"
           "                    [--measured FILE.json] [--dtype bf16|fp32] [--act-model engine|gpt]\n"
           "                    [--margin F] [--no-tp-pp] [--top K] [--json]\n"
-          "       shardlm plan --engine-check --model DIR --world N --zero Z --micro-batch B --seq-len T\n"
+          "       shardlm plan --engine-check --model DIR --world N [--tp T [--sequence-parallel]] --zero Z\n"
+          "                    --micro-batch B --seq-len T\n"
           "                    --grad-accum A [--activation-checkpoint none|selective|full] [--shard-group S]\n"
           "                    [--param-dtype fp32|bf16] [--reduce-dtype fp32|bf16] [--prefetch K]\n"
           "                    [--prefetch-mb M] [--no-sync-accum] [--no-reshard] [--json]\n"
@@ -63,7 +64,26 @@ static int read_measured(const char *path, sl_plan_cluster *c, int *have_tflops)
 static const char *ac_str(sl_actckpt a) { return a == SL_AC_FULL ? "full" : a == SL_AC_SELECTIVE ? "sel" : "none"; }
 static const char *off_str(int o) { return o == 2 ? "nvme" : o == 1 ? "cpu" : "-"; }
 
-static json_t *cand_json(const sl_plan_cand *x) {
+/* The shardlm train command line of a runnable candidate (every rank of the
+ * cluster under mpirun; --micro-batch and --grad-accum are per rank).
+ * TODO(issue 14): PP layouts print --pp once formats/traincfg.c has it. */
+static void train_command(const sl_plan_cand *x, const char *model, const sl_plan_cluster *c, char *buf, size_t cap) {
+  size_t o = (size_t)snprintf(buf, cap, "mpirun -np %d shardlm train --model %s --seq-len %lld", c->gpus, model,
+                              (long long)c->seq_len);
+#define ADD(...) do { if (o < cap) o += (size_t)snprintf(buf + o, cap - o, __VA_ARGS__); } while (0)
+  if (x->tp > 1) ADD(" --tp %d", x->tp);
+  ADD(" --zero %d", x->zero);
+  if (x->tp == 1 && x->shard_group != c->gpus) ADD(" --shard-group %d", x->shard_group);
+  ADD(" --micro-batch %lld --grad-accum %lld", (long long)x->micro_batch, (long long)x->grad_accum);
+  if (x->ac != SL_AC_NONE) ADD(" --activation-checkpoint %s", x->ac == SL_AC_FULL ? "full" : "selective");
+  if (!x->sync_accum) ADD(" --no-sync-accum true");
+  if (x->offload_optim) ADD(" --offload-optimizer %s", x->offload_optim == 2 ? "nvme" : "cpu");
+  if (x->offload_params) ADD(" --offload-params cpu");
+  if (c->dtype_bytes == 2) ADD(" --param-dtype bf16 --reduce-dtype bf16");
+#undef ADD
+}
+
+static json_t *cand_json(const sl_plan_cand *x, const char *model, const sl_plan_cluster *c) {
   char d[512];
   sl_plan_describe(x, d, sizeof d);
   json_t *o = json_object();
@@ -80,7 +100,13 @@ static json_t *cand_json(const sl_plan_cand *x) {
   json_object_set_new(o, "grad_accum", json_integer(x->grad_accum));
   json_object_set_new(o, "sync_accum", json_boolean(x->sync_accum));
   json_object_set_new(o, "needs_mode", json_boolean(x->needs_mode));
-  if (x->needs_mode) json_object_set_new(o, "note", json_string("needs --tp/--pp mode (not in this engine yet)"));
+  json_object_set_new(o, "runnable", json_boolean(!x->needs_mode));
+  if (x->needs_mode) json_object_set_new(o, "note", json_string("not runnable yet: pipeline parallelism (issue 14)"));
+  else {
+    char cmd[1024];
+    train_command(x, model, c, cmd, sizeof cmd);
+    json_object_set_new(o, "command", json_string(cmd));
+  }
   json_t *mem = json_object();
   for (int a = 0; a < SL_ARENA_COUNT; a++) json_object_set_new(mem, sl_arena_name((sl_arena)a), json_real(x->mem[a]));
   json_object_set_new(o, "bytes_per_gpu", mem);
@@ -110,6 +136,9 @@ static json_t *cand_json(const sl_plan_cand *x) {
   return o;
 }
 
+/* The collective kinds tensor parallelism uses (engine/report.c's order). */
+static const sl_coll_kind TP_KINDS[3] = {SL_COLL_ALLGATHER, SL_COLL_REDUCE_SCATTER, SL_COLL_ALLREDUCE};
+
 static int engine_check(const sl_model_config *mc, const sl_plan_run *r, int as_json) {
   sl_plan_mem pm;
   sl_plan_engine_info info;
@@ -127,6 +156,17 @@ static int engine_check(const sl_model_config *mc, const sl_plan_run *r, int as_
     json_object_set_new(o, "shard_size", json_integer(pm.shard_size));
     json_object_set_new(o, "replica_size", json_integer(pm.replica_size));
     json_object_set_new(o, "params", json_integer(info.nparams));
+    if (info.tp > 1) { /* the TP axis, as the metrics' "tp_bytes" (absent at T = 1, as there) */
+      json_t *tb = json_object();
+      for (int k = 0; k < 3; k++)
+        json_object_set_new(tb, sl_coll_name(TP_KINDS[k]), json_integer((json_int_t)info.tp_comm[TP_KINDS[k]]));
+      json_object_set_new(o, "tp", json_integer(info.tp));
+      json_object_set_new(o, "dp", json_integer(info.dp));
+      json_object_set_new(o, "tp_bytes", tb);
+      int64_t held = 0; /* bytes held when the step starts (and again when it ends) */
+      for (int a = 0; a < SL_ARENA_COUNT; a++) held += pm.start[a];
+      json_object_set_new(o, "start_bytes", json_integer(held));
+    }
     char *s = json_dumps(o, JSON_SORT_KEYS);
     printf("%s\n", s);
     free(s);
@@ -134,12 +174,17 @@ static int engine_check(const sl_model_config *mc, const sl_plan_run *r, int as_
   } else {
     printf("engine prediction (per rank): %lld parameters, shard group %d, replicas %d\n", (long long)info.nparams,
            pm.shard_size, pm.replica_size);
+    if (info.tp > 1) printf("  mesh: TP %d x DP %d (this rank: TP rank 0, DP rank 0)\n", info.tp, info.dp);
     for (int a = 0; a < SL_ARENA_COUNT; a++)
       printf("  %-10s peak %14lld bytes\n", sl_arena_name((sl_arena)a), (long long)pm.peak[a]);
     printf("  total      peak %14lld bytes\n", (long long)pm.total_peak);
     printf("  comm bytes per step %llu (all-gather %llu, reduce-scatter %llu, all-reduce %llu)\n",
            (unsigned long long)pm.comm_total, (unsigned long long)pm.comm[SL_COLL_ALLGATHER],
            (unsigned long long)pm.comm[SL_COLL_REDUCE_SCATTER], (unsigned long long)pm.comm[SL_COLL_ALLREDUCE]);
+    if (info.tp > 1)
+      printf("  TP axis bytes per step: all-gather %llu, reduce-scatter %llu, all-reduce %llu\n",
+             (unsigned long long)info.tp_comm[SL_COLL_ALLGATHER], (unsigned long long)info.tp_comm[SL_COLL_REDUCE_SCATTER],
+             (unsigned long long)info.tp_comm[SL_COLL_ALLREDUCE]);
     printf("  FLOPs per step (the op table's count: forward, backward with recomputation, AdamW) %.4g, of which "
            "matmul / attention / LM head %.4g\n", info.step.flops, info.step.matmul_flops);
     printf("  model FLOPs per token (the model's flops_per_token) %.4g; x %lld tokens = %.4g per step\n",
@@ -208,6 +253,8 @@ static int run_plan(int argc, char **argv) {
     }
     /* engine-check flags (the names of shardlm train) */
     else if (!strcmp(a, "--world")) NUMR(r.world, 1, 1e6);
+    else if (!strcmp(a, "--tp")) NUMR(r.tp, 1, 1e6);
+    else if (!strcmp(a, "--sequence-parallel")) r.sequence_parallel = 1;
     else if (!strcmp(a, "--zero")) NUMR(r.zero, 0, 3);
     else if (!strcmp(a, "--micro-batch")) NUMR(r.micro_batch, 1, 1e9);
     else if (!strcmp(a, "--grad-accum")) NUMR(r.grad_accum, 1, 1e9);
@@ -248,6 +295,7 @@ static int run_plan(int argc, char **argv) {
     r.grad_accum = base.grad_accum; r.shard_group = base.shard_group; r.prefetch = base.prefetch;
     r.prefetch_bytes = base.prefetch_bytes; r.sync_accum = base.sync_accum;
     r.reshard_after_forward = base.reshard_after_forward; r.ac = base.ac; r.gpt_acts = base.gpt_acts;
+    r.tp = base.tp; r.sequence_parallel = base.sequence_parallel;
     if ((pd && strcmp(pd, "fp32") && strcmp(pd, "bf16")) || (rd && strcmp(rd, "fp32") && strcmp(rd, "bf16")))
       rc = sl_fail(SL_EINPUT, "plan: --param-dtype / --reduce-dtype must be fp32 or bf16");
     if (!rc && r.gpt_acts) rc = sl_fail(SL_EINPUT, "plan: --engine-check runs the engine's own activations; "
@@ -255,6 +303,10 @@ static int run_plan(int argc, char **argv) {
     if (!rc) rc = engine_check(&mc, &r, as_json);
     sl_plan_model_free(&m);
     return rc;
+  }
+  if (r.tp != 1) {
+    sl_plan_model_free(&m);
+    return sl_fail(SL_EINPUT, "plan: --tp applies to --engine-check; the search tries TP 1, 2, 4, 8, 16 itself");
   }
   if (c.gpus_per_node <= 0) c.gpus_per_node = c.gpus < 8 ? c.gpus : 8;
   if (c.efficiency <= 0 || c.efficiency > 1) rc = sl_fail(SL_EINPUT, "plan: --efficiency must be in (0, 1]");
@@ -279,9 +331,9 @@ static int run_plan(int argc, char **argv) {
                                                    "reserve_bytes", 2.0e9, "dtype_bytes", c.dtype_bytes,
                                                    "act_model", c.gpt_acts ? "gpt" : "engine"));
     json_object_set_new(o, "recommendation", json_string(why));
-    if (pick >= 0) json_object_set_new(o, "recommended", cand_json(&v[pick]));
+    if (pick >= 0) json_object_set_new(o, "recommended", cand_json(&v[pick], model, &c));
     json_object_set_new(o, "candidates_total", json_integer(n));
-    for (int i = 0; i < shown; i++) json_array_append_new(arr, cand_json(&v[i]));
+    for (int i = 0; i < shown; i++) json_array_append_new(arr, cand_json(&v[i], model, &c));
     json_object_set_new(o, "candidates", arr);
     char *s = json_dumps(o, JSON_INDENT(1));
     printf("%s\n", s);
@@ -302,6 +354,9 @@ static int run_plan(int argc, char **argv) {
       if (x->needs_mode)
         snprintf(cfg, sizeof cfg, "TP%dPP%dDP%d Z1 %s %lldx%lld*", x->tp, x->pp, x->shard_group, ac_str(x->ac),
                  (long long)x->micro_batch, (long long)x->grad_accum);
+      else if (x->tp > 1)
+        snprintf(cfg, sizeof cfg, "TP%dDP%d Z%d %s %lldx%lld", x->tp, x->shard_group, x->zero, ac_str(x->ac),
+                 (long long)x->micro_batch, (long long)x->grad_accum);
       else
         snprintf(cfg, sizeof cfg, "Z%d S%d o:%s%s %s %lldx%lld", x->zero, x->shard_group, off_str(x->offload_optim),
                  x->offload_params ? "+p" : "", ac_str(x->ac), (long long)x->micro_batch, (long long)x->grad_accum);
@@ -311,13 +366,20 @@ static int run_plan(int argc, char **argv) {
              cfg, x->gpu_total / 1e9, x->host_per_gpu / 1e9, cb / 1e9, cs, x->exposed_s, x->compute_s + x->recompute_s,
              x->step_s, x->tokens_s, 100 * x->mfu, i == pick ? "  <= recommended" : "");
     }
-    printf("(%d candidates; * = needs --tp/--pp mode (not in this engine yet); o: optimizer offload, +p: parameters too)\n", n);
+    printf("(%d candidates; * = not runnable yet: pipeline parallelism (issue 14); o: optimizer offload, +p: parameters too)\n", n);
     if (pick >= shown) {
       char d[512];
       sl_plan_describe(&v[pick], d, sizeof d);
       printf("recommended (rank %d): %s\n", pick + 1, d);
     }
     printf("%s\n", why);
+    if (pick >= 0 && !v[pick].needs_mode) {
+      char cmd[1024];
+      train_command(&v[pick], model, &c, cmd, sizeof cmd);
+      printf("run it:\n  %s\n", cmd);
+      if (v[pick].tp > 1)
+        printf("  (--tp runs on the CPU backend only for now: its collectives use host buffers, engine/tp_run.c)\n");
+    }
   }
   free(v);
   sl_plan_model_free(&m);
