@@ -80,6 +80,10 @@ static const key_t_ KEYS[] = {
     I("eod-id", eod_id, "-1", "token that ends a document for --doc-attention-mask (-1: 256, the byte tokenizer's, for vocab <= 512)"),
     B("skip-memory-check", skip_memory_check, "false", "start even when the predicted peak memory exceeds what is available"),
     B("allow-long-context", allow_long_context, "false", "allow --seq-len above the model's max_position_embeddings"),
+    I("pp", pp, "1", "pipeline-parallel stages (world = DP x PP; docs/pipeline.md)"),
+    S("pp-schedule", pp_schedule, "1f1b", "pipeline schedule: gpipe | 1f1b | interleaved | zb1p (zb1p: not yet)"),
+    I("pp-virtual", pp_virtual, "1", "interleaved: chunks per pipeline rank"),
+    S("pp-layout", pp_layout, "", "decoder layers per (virtual) stage, e.g. 5,4,4,5 (empty: balanced)"),
 };
 #define NKEYS (int)(sizeof KEYS / sizeof KEYS[0])
 
@@ -104,6 +108,7 @@ static const struct {
     {"ckpt-every", 0, I64MAX, 0, 0},    {"keep-last", 0, 1e9, 0, 0},      {"max-restarts", 0, 1e6, 0, 0},
     {"peak-tflops", 0, INF, 0, 1},      {"log-every", 0, I64MAX, 0, 0},   {"eval-every", 0, I64MAX, 0, 0},
     {"eval-samples", 0, 1e12, 0, 0},    {"max-skips", 1, 1e9, 0, 0},      {"eod-id", -1, 2147483647, 0, 0},
+    {"pp", 1, 1024, 0, 0},              {"pp-virtual", 1, 64, 0, 0},
 };
 #define NRANGES (int)(sizeof RANGES / sizeof RANGES[0])
 

@@ -60,6 +60,11 @@ typedef struct {
   int64_t eod_id;              /* end-of-document token (-1: byte-level 256) */
   int skip_memory_check;       /* start even when the predicted peak does not fit */
   int allow_long_context;      /* --seq-len may exceed max_position_embeddings */
+  /* pipeline parallelism (engine/schedule_pp.c, docs/pipeline.md) */
+  int64_t pp;                  /* pipeline stages P (1: none) */
+  char pp_schedule[16];        /* gpipe | 1f1b | interleaved | zb1p */
+  int64_t pp_virtual;          /* interleaved: chunks per rank V */
+  char pp_layout[256];         /* decoder layers per virtual stage "5,4,4,5" (empty: balanced) */
 } sl_train_cfg;
 
 void sl_train_cfg_defaults(sl_train_cfg *c);

@@ -36,7 +36,21 @@ int sl_model_create_specs(const sl_model_config *cfg, sl_model **out) {
 
 int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B,
                     int64_t T, sl_actckpt ac, sl_model **out) {
+  return sl_model_create_stage(cfg, ops, k, B, T, ac, NULL, 0, out);
+}
+
+int sl_model_boundary(sl_model *m, int u, float **act, float **grad, int64_t *n) {
+  if (u < 1 || u >= m->nunits || !m->vt->boundary || m->nacts < 1)
+    return sl_fail(SL_EINPUT, "model boundary: unit %d has no residual-stream input (units 1..%d)", u, m->nunits - 1);
+  return m->vt->boundary(m, u, act, grad, n);
+}
+
+int sl_model_create_stage(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
+                          sl_actckpt ac, const unsigned char *local, int nlocal, sl_model **out) {
   *out = NULL;
+  if (local && nlocal != cfg->num_hidden_layers + 2)
+    return sl_fail(SL_EINPUT, "model stage: %d unit flags for a model of %lld units", nlocal,
+                   (long long)cfg->num_hidden_layers + 2);
   if (B < 0 || T < 0 || (B == 0) != (T == 0)) return sl_fail(SL_EINPUT, "micro-batch (%lld) and seq-len (%lld) must be >= 1",
                                      (long long)B, (long long)T);
   sl_model *m = calloc(1, sizeof *m);
@@ -48,6 +62,13 @@ int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, i
   m->T = T;
   m->ac = ac;
   m->access.tp = sl_tp_single();
+  if (local) {
+    if (!(m->local = malloc((size_t)nlocal))) {
+      free(m);
+      return sl_fail(SL_ENOMEM, "out of memory creating the model");
+    }
+    memcpy(m->local, local, (size_t)nlocal);
+  }
   int rc;
   switch (cfg->arch) {
   case SL_ARCH_LLAMA:
@@ -125,6 +146,7 @@ void sl_model_destroy(sl_model *m) {
   free(m->units);
   free(m->pinned);
   free(m->batches);
+  free(m->local);
   free(m);
 }
 

@@ -78,6 +78,12 @@ typedef struct {
    * use_acts points fwd/bwd/logits at an allocated set. */
   int (*alloc_acts)(sl_model *m, int set);
   void (*use_acts)(sl_model *m, int set);
+  /* The residual stream at the input of unit u (1..nunits-1) in the selected
+   * set, and the backward's gradient buffer of the residual stream (shared
+   * by every set: after unit u's backward it holds the gradient of u's
+   * input; before the backward of the last unit of a pipeline chunk it must
+   * hold the gradient of that unit's output); n elements each. */
+  int (*boundary)(sl_model *m, int u, float **act, float **grad, int64_t *n);
 } sl_model_vt;
 
 /* The batch of an activation set that is not selected (sl_model_use_acts
@@ -120,12 +126,23 @@ struct sl_model {
   int nacts;                 /* sets allocated: 1 after sl_model_create (0: specs only) */
   int act;                   /* the selected set, 0..nacts-1 */
   sl_act_batch *batches;     /* (nacts) the batch of each set while another is selected */
+  /* (nunits) or NULL (all): 1 for the units this rank computes (a pipeline
+   * stage); activations are allocated only for those */
+  unsigned char *local;
 };
 
 /* Builds the model for cfg (dispatch on cfg->arch): unit specs, activations
  * for micro-batch B x T, checkpoint policy. */
 int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B,
                     int64_t T, sl_actckpt ac, sl_model **out);
+/* sl_model_create for a pipeline stage: local (nlocal = the model's unit
+ * count, num_hidden_layers + 2) marks the units this rank computes; the
+ * others get no activations. local NULL: every unit. */
+int sl_model_create_stage(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
+                          sl_actckpt ac, const unsigned char *local, int nlocal, sl_model **out);
+static inline int sl_model_is_local(const sl_model *m, int u) { return !m->local || m->local[u]; }
+/* vt->boundary (SL_EINPUT for u outside 1..nunits-1 or a model without it). */
+int sl_model_boundary(sl_model *m, int u, float **act, float **grad, int64_t *n);
 /* Unit specs only (B = T = 0: no activations, no compute): for the planner,
  * checkpoint conversion and tools that only need names, shapes and sizes. */
 int sl_model_create_specs(const sl_model_config *cfg, sl_model **out);

@@ -200,6 +200,7 @@ int sl_fsdp_create(sl_comm *dp, const sl_fsdp_cfg *cfg, const sl_ops *ops,
     U->pinned = pinned ? pinned[u] : 0;
     U->grad_micro = -1;
     size_t P = (size_t)U->sl.padded, s = (size_t)U->sl.shard;
+    if (numel[u] == 0) continue; /* not held here (another pipeline stage's unit): no buffers */
     if (cfg->zero <= 2) {
       U->full_param = ops->alloc(kctx, P * f->pes);
       if (!U->full_param) { rc = SL_ENOMEM; goto fail; }
@@ -296,6 +297,7 @@ static void store_params(sl_fsdp *f, void *dst, const float *src, int64_t n) {
 
 int sl_fsdp_init_params(sl_fsdp *f, int u, const float *full) {
   unit_t *U = &f->units[u];
+  if (U->sl.numel == 0) return SL_OK; /* not held */
   /* full is host memory: stage what this rank keeps in backend memory */
   int64_t off = U->full_param ? 0 : U->sl.offset, n = U->full_param ? U->sl.numel : U->sl.valid;
   void *dst = U->full_param ? U->full_param : U->shard_param;
@@ -371,6 +373,7 @@ static int prefetch(sl_fsdp *f, int next, int dir) {
     int j = next + dir * k;
     if (j < 0 || j >= f->nunits) break;
     unit_t *U = &f->units[j];
+    if (U->sl.numel == 0) break; /* not held: another pipeline stage's */
     if (U->pstate != P_NONE) continue;
     if (f->cfg.prefetch_bytes > 0 && f->gathered_bytes + gather_bytes(f, U) > f->cfg.prefetch_bytes) break;
     int rc = issue_params(f, j);
@@ -389,7 +392,7 @@ int sl_fsdp_begin_micro(sl_fsdp *f, int k, int n) {
     for (int u = 0; u < f->nunits; u++) {
       unit_t *U = &f->units[u];
       U->nred = 0;
-      if (f->cfg.zero <= 1) {
+      if (f->cfg.zero <= 1 && U->sl.numel > 0) {
         /* ZeRO 0/1 reduce in place into the full buffer's slice when the step
          * has one reduction; with several, the sum needs its own shard. */
         if (nred > 1 && !U->acc_own) {
@@ -588,6 +591,7 @@ int sl_fsdp_end_micro(sl_fsdp *f) {
      * with the reduce-scatter this is the all-reduce of plain DP) */
     for (int u = 0; u < f->nunits; u++) {
       unit_t *U = &f->units[u];
+      if (U->sl.numel == 0) continue;
       float *mine = U->full_grad + U->sl.offset;
       if (U->acc != mine) f->ops->copy(f->kctx, mine, U->acc, (size_t)U->sl.shard * 4);
       if (sl_comm_allgather(f->dshard, mine, U->full_grad, U->sl.shard, SL_F32,
@@ -598,10 +602,22 @@ int sl_fsdp_end_micro(sl_fsdp *f) {
   return SL_OK;
 }
 
-int sl_fsdp_grad_sumsq(sl_fsdp *f, double *out) {
-  double mine = 0.0;
+void sl_fsdp_unit_sumsq(sl_fsdp *f, double *per_unit) {
   for (int u = 0; u < f->nunits; u++)
-    mine += f->ops->sumsq(f->kctx, f->units[u].acc, f->units[u].sl.shard);
+    per_unit[u] = f->units[u].sl.numel ? f->ops->sumsq(f->kctx, f->units[u].acc, f->units[u].sl.shard) : 0.0;
+}
+
+int sl_fsdp_grad_sumsq(sl_fsdp *f, double *out) {
+  double *uss = calloc((size_t)f->nunits, sizeof(double));
+  if (!uss) return SL_ENOMEM;
+  sl_fsdp_unit_sumsq(f, uss);
+  double mine = 0.0;
+  for (int u = 0; u < f->nunits; u++) mine += uss[u];
+  free(uss);
+  return sl_fsdp_shard_sum(f, mine, out);
+}
+
+int sl_fsdp_shard_sum(sl_fsdp *f, double mine, double *out) {
   double *all = calloc((size_t)f->ssize, sizeof(double));
   if (!all) return SL_ENOMEM;
   if (sl_comm_allgather_sync(f->shard_comm, &mine, all, 1, SL_F64) != SL_COMM_OK) {
@@ -637,6 +653,7 @@ sl_fsdp_view_t sl_fsdp_view(sl_fsdp *f, int u) {
 int sl_fsdp_set_view(sl_fsdp *f, int u, const float *values) {
   unit_t *U = &f->units[u];
   if (f->view_rc) return f->view_rc; /* the gradients the values came from are incomplete */
+  if (U->sl.numel == 0) return SL_OK; /* not held */
   switch (f->cfg.zero) {
   case 0:
     store_params(f, U->full_param, values, U->sl.padded);

@@ -62,6 +62,9 @@ typedef struct {
  * cfg->shard_group consecutive DP ranks and the replica groups across them.
  * pinned: units whose parameters stay gathered from their forward until
  * their backward (tied weights read by another unit); may be NULL. */
+/* A unit of numel 0 is not held on this rank (a pipeline stage holds its
+ * own units): no buffers, never acquired, skipped by prefetch, the norm and
+ * the step. */
 int sl_fsdp_create(sl_comm *dp, const sl_fsdp_cfg *cfg, const sl_ops *ops,
                    sl_kctx *kctx, int nunits, const int64_t *numel,
                    const int *pinned, sl_fsdp **out);
@@ -100,6 +103,11 @@ int sl_fsdp_end_forward(sl_fsdp *f);
  * views of the shard group, padding is zero), summed in rank order in
  * double: identical on every rank and for every stage. */
 int sl_fsdp_grad_sumsq(sl_fsdp *f, double *out);
+/* Its two halves: this rank's sum of squares per unit (no comm; 0 for a
+ * unit created with numel 0), and the sum of one double per rank of the
+ * shard group in rank order (collective). */
+void sl_fsdp_unit_sumsq(sl_fsdp *f, double *per_unit);
+int sl_fsdp_shard_sum(sl_fsdp *f, double mine, double *out);
 /* Hands back the updated fp32 values of unit u's optimizer view. */
 int sl_fsdp_set_view(sl_fsdp *f, int u, const float *values);
 int sl_fsdp_finish_step(sl_fsdp *f);
