@@ -343,6 +343,7 @@ static int pp_run_step(sl_schedule *s, const sl_step_ctx *c, sl_step_result *out
   int V = pl->V, m = c->nmicro, nb = m * V, kb = 0, next_load = 0;
   sl_comm_stats before, after;
   sl_comm_get_stats(st->pp, &before);
+  if (!rc) rc = sl_fsdp_hold_params(c->f, 1); /* ZeRO-3: one gather per unit per step (not per micro-batch) */
   if (tied_pp(st) && first_rank(st))
     for (int k = 0; k < m && !rc; k++)
       if (sl_comm_recv(st->pp, st->tied[k], st->tied_n, SL_F32, pl->P - 1, TAG_TIED, &st->tied_req[k]) != SL_COMM_OK)
@@ -392,6 +393,8 @@ static int pp_run_step(sl_schedule *s, const sl_step_ctx *c, sl_step_result *out
     }
   }
   int rc2 = tied_wait_all(st, m);
+  int rc3 = sl_fsdp_hold_params(c->f, 0); /* the step's gathered parameters go */
+  if (!rc2) rc2 = rc3;
   sl_comm_get_stats(st->pp, &after);
   const int kinds[2] = {SL_COLL_SEND, SL_COLL_RECV};
   for (int d = 0; d < 2; d++) {

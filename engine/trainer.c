@@ -94,7 +94,8 @@ static int eval_load(void *user, sl_sampler *smp, const int64_t *samples, int64_
 }
 
 static int run_eval(trainer *t, sl_sampler *smp, int64_t K, sl_eval_result *res) {
-  sl_eval_env e = {t->m, t->f, t->world, t->cfg.micro_batch, t->cfg.seq_len, t, eval_load, t->sched};
+  sl_eval_env e = {t->m, t->f, t->world, t->cfg.micro_batch, t->cfg.seq_len, t, eval_load, t->sched,
+                   t->dprank, t->dpsize, t->pplan && t->pplan->rank != t->pplan->P - 1};
   return sl_eval_loss(&e, smp, K, res);
 }
 

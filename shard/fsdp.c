@@ -120,6 +120,7 @@ struct sl_fsdp {
   int64_t micro_seq;       /* micro-batches begun since creation */
   uint64_t wait_ns;
   int in_backward;
+  int hold;                /* sl_fsdp_hold_params: gathered parameters stay until released */
   int view_rc;             /* a failed wait in sl_fsdp_view (it returns no status), reported by the next call */
 };
 
@@ -358,7 +359,7 @@ static int ready_params(sl_fsdp *f, int u) {
 
 static void drop_params(sl_fsdp *f, int u) {
   unit_t *U = &f->units[u];
-  if (U->pstate == P_NONE) return;
+  if (U->pstate == P_NONE || f->hold) return;
   if (U->gbuf) { pool_put(&f->pool, U->gbuf); U->gbuf = NULL; }
   if (U->expand) { pool_put(&f->pool, U->expand); U->expand = NULL; }
   U->compute = NULL;
@@ -428,6 +429,20 @@ int sl_fsdp_fwd_release(sl_fsdp *f, int u) {
    * when resharding after forward, as the closed forms count */
   if (f->cfg.zero == 3 && !f->cfg.reshard_after_forward) return SL_OK;
   drop_params(f, u);
+  return SL_OK;
+}
+
+int sl_fsdp_hold_params(sl_fsdp *f, int on) {
+  f->hold = on;
+  if (on) return SL_OK;
+  for (int u = 0; u < f->nunits; u++) { /* prefetched ones included */
+    unit_t *U = &f->units[u];
+    if (U->pstate == P_INFLIGHT) {
+      int rc = wait_req(f, &U->ag_req);
+      if (rc) return rc;
+    }
+    drop_params(f, u);
+  }
   return SL_OK;
 }
 

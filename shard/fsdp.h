@@ -98,6 +98,11 @@ int sl_fsdp_end_micro(sl_fsdp *f);
  * without begin_micro, then sl_fsdp_end_forward drops every gathered
  * buffer. No gradient buffer is touched, no reduction issued. */
 int sl_fsdp_end_forward(sl_fsdp *f);
+/* on = 1: every parameter buffer gathered from now on stays gathered
+ * (releases, end_micro and end_forward keep it) until sl_fsdp_hold_params(f,
+ * 0) drops them all: ZeRO-3 under a pipeline gathers each unit once per step
+ * instead of once per micro-batch. */
+int sl_fsdp_hold_params(sl_fsdp *f, int on);
 
 /* Global sum of squares of the reduced gradients (over the optimizer
  * views of the shard group, padding is zero), summed in rank order in
