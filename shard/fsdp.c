@@ -434,21 +434,13 @@ int sl_fsdp_fwd_release(sl_fsdp *f, int u) {
 
 int sl_fsdp_hold_params(sl_fsdp *f, int on) {
   f->hold = on;
-  if (on) return SL_OK;
-  for (int u = 0; u < f->nunits; u++) { /* prefetched ones included */
-    unit_t *U = &f->units[u];
-    if (U->pstate == P_INFLIGHT) {
-      int rc = wait_req(f, &U->ag_req);
-      if (rc) return rc;
-    }
-    drop_params(f, u);
-  }
-  return SL_OK;
+  return on ? SL_OK : sl_fsdp_end_forward(f);
 }
 
 int sl_fsdp_end_forward(sl_fsdp *f) {
   /* no backward follows: nothing to reduce; drop every gathered buffer
-   * (pinned units and ZeRO-3 units kept for a backward included) */
+   * (pinned units, ZeRO-3 units kept for a backward and prefetched ones
+   * included); under sl_fsdp_hold_params they stay */
   for (int u = 0; u < f->nunits; u++) {
     unit_t *U = &f->units[u];
     if (U->pstate == P_INFLIGHT) {
