@@ -184,11 +184,15 @@ void sl_lm_head_spec(sl_model *m, const char *norm_name, int64_t C, int64_t V, i
 float **sl_model_stream(sl_model *m, int64_t L, int64_t C) {
   float **s = calloc((size_t)(L + 1), sizeof(float *));
   if (!s) return NULL;
-  for (int64_t l = 0; l <= L; l++)
+  for (int64_t l = 0; l <= L; l++) {
+    /* stream[l] is unit l's output and unit l+1's input: not kept when
+     * neither is computed here (another pipeline stage's) */
+    if (m->local && !m->local[l] && !m->local[l + 1]) continue;
     if (!(s[l] = sl_model_buf(m, m->B * m->T * C, SL_ARENA_ACTS))) {
       free(s);
       return NULL;
     }
+  }
   return s;
 }
 

@@ -203,7 +203,8 @@ typedef struct {
 void sl_lm_head_spec(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied,
                      sl_init_kind head_init, float std);
 /* The residual stream: L+1 buffers of (B*T, C), input of each block and of
- * the head (sl_model_buf); NULL when out of memory. */
+ * the head (sl_model_buf); NULL when out of memory. On a pipeline stage
+ * (m->local) stream[l] is NULL unless unit l or l+1 is computed here. */
 float **sl_model_stream(sl_model *m, int64_t L, int64_t C);
 /* One activation set of an architecture with a residual stream: what one
  * micro-batch keeps from its forward to its backward. */

@@ -110,14 +110,20 @@ metric() { /usr/bin/python3 -c "import json,sys; print(json.loads(open(sys.argv[
 if [ "$(metric d2p2 '["comm_bytes"]')" = "$(metric d2p2z2 '["comm_bytes"]')" ]; then
   ok "ZeRO-3 x PP moves ZeRO-2's bytes per step ($(metric d2p2 '["comm_bytes"]'))"
 else bad "ZeRO-3 x PP comm bytes $(metric d2p2 '["comm_bytes"]') != ZeRO-2's $(metric d2p2z2 '["comm_bytes"]')"; fi
-# activation arena of stage 0 = shared + (micro-batches in flight) x one
-# micro-batch's activations: gpipe m=4 holds 4, 1f1b m=4 holds 2 (the
+# activation arena of stage 0 = (micro-batches in flight) x one micro-batch's
+# activations of its units: gpipe m=4 holds 4, 1f1b m=4 holds 2 (the
 # builder's peak_inflight of rank 0), gpipe m=1 holds 1
 run llama g2m1 2 1 --pp 2 --pp-schedule gpipe
 a4=$(metric g2 '["arena_peak"]["acts"]'); a2=$(metric f2 '["arena_peak"]["acts"]'); a1=$(metric g2m1 '["arena_peak"]["acts"]')
-if [ $((a4 - a2)) -eq $((2 * (a2 - a1))) ] && [ $((a2 - a1)) -gt 0 ]; then
-  ok "stage 0 acts arena: 4/2/1 micro-batches in flight -> $a4/$a2/$a1 bytes (one micro-batch $((a2 - a1)))"
-else bad "stage 0 acts arena not linear in the micro-batches in flight: $a4 $a2 $a1"; fi
+# one micro-batch on stage 0 (its k layers from the planner's layout): per
+# layer (N = 2x16 tokens, C 32, q|k|v 64, attention 32, 4 heads, I 64) ln1,
+# xmid, ln2 (N C each), qkv (N 64), att (N 32), lse (N 4), rstd x2 (N),
+# gate|up (N 128), h (N 64) floats; plus the k+1 residual-stream buffers
+k=$("$B" pp-schedule --pp 2 --micro-batches 4 --model "$W/llama" --bytes 1 --json | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['layout'][0])")
+one=$(( 4 * (k * 32 * (3 * 32 + 64 + 32 + 4 + 2 + 128 + 64) + (k + 1) * 32 * 32) ))
+if [ "$a4" -eq $((4 * one)) ] && [ "$a2" -eq $((2 * one)) ] && [ "$a1" -eq "$one" ]; then
+  ok "stage 0 acts arena = micro-batches in flight (4/2/1) x $one bytes ($k layers): $a4/$a2/$a1"
+else bad "stage 0 acts arena $a4/$a2/$a1, expected 4/2/1 x $one"; fi
 # refusals: exit 2 with the reason
 refuse() { # name needle flags...
   local name=$1 needle=$2; shift 2
