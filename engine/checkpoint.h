@@ -40,6 +40,10 @@ typedef struct {
   int64_t step;             /* optimizer steps completed */
   int64_t next_sample;      /* global index of the next sample to consume */
   uint64_t rng_seed;        /* data-order / init seed */
+  /* (nunits) or NULL (all): the units this rank's stage owns under pipeline
+   * parallelism; it writes only those, and loads only units whose arrays are
+   * not NULL */
+  const unsigned char *owns;
 } sl_ckpt_state;
 
 /* Collective over world. Writes CKPT_DIR/step-<step>, commits it, points

@@ -532,9 +532,6 @@ int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int ran
   if (device)
     return sl_fail(SL_EINPUT, "--pp %lld: pipeline parallelism runs on the CPU backend only for now (use --backend cpu)",
                    (long long)c->pp);
-  if (c->ckpt_dir[0])
-    return sl_fail(SL_EINPUT, "--pp %lld with --ckpt-dir: checkpoints under pipeline parallelism are not supported yet "
-                   "(train without --ckpt-dir; --save writes the whole model)", (long long)c->pp);
   if (c->no_sync_accum)
     return sl_fail(SL_EINPUT, "--pp %lld with --no-sync-accum: not supported yet (the pipeline reduces each "
                    "micro-batch's gradients as its backward ends)", (long long)c->pp);

@@ -536,7 +536,7 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
 static sl_ckpt_state ckpt_state(trainer *t, int64_t step) {
   sl_ckpt_state st = {.m = t->m, .f = t->f, .world = t->world, .cfg = &t->cfg, .master = t->ck[0],
                       .mom = t->ck[1], .var = t->ck[2], .step = step, .next_sample = t->next_sample,
-                      .rng_seed = (uint64_t)t->cfg.seed};
+                      .rng_seed = (uint64_t)t->cfg.seed, .owns = t->pplan ? t->pplan->local : NULL};
   return st;
 }
 
@@ -614,6 +614,7 @@ static int resume(trainer *t) {
   sl_sampler_set_seed(t->smp, st.rng_seed);
   rc = ck_unstage(t, 1); /* into backend memory / the NVMe files */
   for (int u = 0; u < t->m->nunits && !rc; u++) {
+    if (!t->opt[u]) continue; /* another pipeline stage's unit */
     const float *mv = opt_master(t, u, &rc);
     if (!rc) rc = sl_fsdp_set_view(t->f, u, mv);
   }
