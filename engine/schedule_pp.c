@@ -267,11 +267,11 @@ static int bwd_chunk(pp_state *st, const sl_step_ctx *c, int mb, int chunk, int 
   int rc = sl_fsdp_begin_micro(c->f, kb, nb);
   if (!rc && vs < pl->S - 1) { /* the gradient of the chunk's output */
     float **g = &st->gin[mb * pl->V + chunk];
-    if (!*g) return sl_fail(SL_EINTERNAL, "pipeline: backward of micro-batch %d before its gradient", mb);
-    rc = sl_model_boundary(m, hi, &act, &dres, &n);
+    if (!*g) rc = sl_fail(SL_EINTERNAL, "pipeline: backward of micro-batch %d before its gradient", mb);
+    if (!rc) rc = sl_model_boundary(m, hi, &act, &dres, &n);
     if (!rc) m->ops->copy(m->k, dres, *g, (size_t)n * 4);
     if (!rc) rc = pool_put(st, *g);
-    *g = NULL;
+    if (!rc) *g = NULL;
   }
   for (int u = hi - 1; u >= lo && !rc; u--) {
     const float *p;
@@ -284,10 +284,10 @@ static int bwd_chunk(pp_state *st, const sl_step_ctx *c, int mb, int chunk, int 
   }
   if (!rc && vs > 0) { /* stage the input gradient for its SEND */
     float *b = pool_get(st, c);
-    if (!b) return sl_fail(SL_ENOMEM, "out of memory for a pipeline transfer buffer");
-    rc = sl_model_boundary(m, lo, &act, &dres, &n);
+    if (!b) rc = sl_fail(SL_ENOMEM, "out of memory for a pipeline transfer buffer");
+    else st->gout[mb * pl->V + chunk] = b;
+    if (!rc) rc = sl_model_boundary(m, lo, &act, &dres, &n);
     if (!rc) m->ops->copy(m->k, b, dres, (size_t)n * 4);
-    st->gout[mb * pl->V + chunk] = b;
   }
   if (!rc) rc = sl_fsdp_end_micro(c->f);
   if (!rc && chunk == 0) { /* mb's last op needing its activations here */
@@ -370,9 +370,9 @@ static int pp_run_step(sl_schedule *s, const sl_step_ctx *c, sl_step_result *out
         if (!rc) rc = xfer(st, 0, act, n, o->peer, TAG_ACT, o->mb);
       } else {
         float *b = pool_get(st, c);
-        if (!b) return sl_fail(SL_ENOMEM, "out of memory for a pipeline transfer buffer");
-        st->gin[o->mb * V + o->chunk] = b;
-        rc = xfer(st, 0, b, pl->bnd, o->peer, TAG_GRAD, o->mb);
+        if (!b) rc = sl_fail(SL_ENOMEM, "out of memory for a pipeline transfer buffer");
+        else st->gin[o->mb * V + o->chunk] = b;
+        if (!rc) rc = xfer(st, 0, b, pl->bnd, o->peer, TAG_GRAD, o->mb);
       }
       break;
     case SL_PP_SEND:
@@ -382,10 +382,10 @@ static int pp_run_step(sl_schedule *s, const sl_step_ctx *c, sl_step_result *out
         if (!rc) rc = xfer(st, 1, act, n, o->peer, TAG_ACT, o->mb);
       } else {
         float **b = &st->gout[o->mb * V + o->chunk];
-        if (!*b) return sl_fail(SL_EINTERNAL, "pipeline: gradient of micro-batch %d sent before its backward", o->mb);
-        rc = xfer(st, 1, *b, pl->bnd, o->peer, TAG_GRAD, o->mb);
+        if (!*b) rc = sl_fail(SL_EINTERNAL, "pipeline: gradient of micro-batch %d sent before its backward", o->mb);
+        if (!rc) rc = xfer(st, 1, *b, pl->bnd, o->peer, TAG_GRAD, o->mb);
         if (!rc) rc = pool_put(st, *b);
-        *b = NULL;
+        if (!rc) *b = NULL;
       }
       break;
     default:
@@ -471,6 +471,10 @@ static void pp_destroy(sl_schedule *s) {
            tied_pp(st) && (first_rank(st) || last_rank(st)) ? " + the tied embedding's gradient per micro-batch" : "");
   /* the staging buffers were allocated through the model's ops: the trainer
    * frees the model after the schedule, so they go here */
+  for (int i = 0; st->gin && st->gout && i < st->pl->sched.spec.m * st->pl->V; i++) { /* a failed step's */
+    if (st->gin[i]) (void)pool_put(st, st->gin[i]);
+    if (st->gout[i]) (void)pool_put(st, st->gout[i]);
+  }
   for (int i = 0; i < st->npool; i++) {
     st->ops->free(st->k, st->pool[i]);
     sl_mem_sub(SL_ARENA_WORKSPACE, st->pl->bnd * 4);
