@@ -536,9 +536,13 @@ int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int ran
   if (device)
     return sl_fail(SL_EINPUT, "--pp %lld: pipeline parallelism runs on the CPU backend only for now (use --backend cpu)",
                    (long long)c->pp);
-  if (c->no_sync_accum)
-    return sl_fail(SL_EINPUT, "--pp %lld with --no-sync-accum: not supported yet (the pipeline reduces each "
-                   "micro-batch's gradients as its backward ends)", (long long)c->pp);
+  /* one reduction at the step's last backward: it must cover every unit of
+   * the rank (one chunk), and the tied weight's head part is sent per
+   * micro-batch from a buffer zeroed for it */
+  if (c->no_sync_accum && (c->pp_virtual > 1 || mc->tie_word_embeddings))
+    return sl_fail(SL_EINPUT, "--pp %lld with --no-sync-accum: supported for one chunk per rank and untied "
+                   "embeddings only (found --pp-virtual %lld, tie_word_embeddings %s); drop --no-sync-accum",
+                   (long long)c->pp, (long long)c->pp_virtual, mc->tie_word_embeddings ? "true" : "false");
   if (strcmp(c->offload_params, "none"))
     return sl_fail(SL_EINPUT, "--pp %lld with --offload-params %s: not supported yet", (long long)c->pp, c->offload_params);
   sl_model *sm = NULL;

@@ -92,6 +92,8 @@ run llama lay 3 4 --pp 3 --pp-layout 0,3,1 --zero 3 && check lay base --exact
 # tied embeddings: the head's gradient part reaches rank 0 per micro-batch
 run tied tf2 2 4 --pp 2 && check tf2 tbase --exact
 run tied ti2 2 4 --pp 2 --pp-schedule interleaved --pp-virtual 2 --zero 2 && check ti2 tbase --exact
+# --no-sync-accum (one reduction per step; one chunk per rank, untied)
+run llama nsbase 1 4 --no-sync-accum && run llama ns3 3 4 --pp 3 --no-sync-accum && check ns3 nsbase --exact
 # held-out evaluation: each window through the stages, the loss from the last
 E="--split 90,10,0 --eval-every 2 --eval-samples 6"
 run llama ebase 1 4 $E && run llama e3 3 4 --pp 3 $E && check e3 ebase --exact
@@ -142,7 +144,7 @@ ckpt llama base ck1 1
 ckpt llama base ck3 3 --pp 3 --zero 3
 ckpt tied tbase tck1 1
 # refusals: exit 2 with the reason
-refuse() { # name needle flags...
+refuse() { # name needle flags... (a later --model wins)
   local name=$1 needle=$2; shift 2
   timeout 60 $MPI -np 2 "$B" train --model "$W/llama" --data "$W/data" --steps 1 --seq-len 16 --micro-batch 1 \
     --threads 1 --out-dir "$W/$name" "$@" > "$W/$name.log" 2>&1
@@ -152,6 +154,7 @@ refuse() { # name needle flags...
 }
 refuse mlessp "at least as many micro-batches as stages" --pp 2 --grad-accum 1
 refuse playout "must sum to" --pp 2 --grad-accum 2 --pp-layout 1,2
+refuse nosynctied "untied embeddings only" --model "$W/tied" --pp 2 --grad-accum 2 --no-sync-accum
 refuse zb1p "not yet" --pp 2 --grad-accum 2 --pp-schedule zb1p
 timeout 60 $MPI -np 8 --oversubscribe "$B" train --model "$W/llama" --data "$W/data" --steps 1 --seq-len 16 \
   --micro-batch 1 --grad-accum 8 --threads 1 --out-dir "$W/big" --pp 8 > "$W/big.log" 2>&1
