@@ -95,7 +95,7 @@ static int eval_load(void *user, sl_sampler *smp, const int64_t *samples, int64_
 
 static int run_eval(trainer *t, sl_sampler *smp, int64_t K, sl_eval_result *res) {
   sl_eval_env e = {t->m, t->f, t->world, t->cfg.micro_batch, t->cfg.seq_len, t, eval_load, t->sched,
-                   t->dprank, t->dpsize, t->pplan && t->pplan->rank != t->pplan->P - 1};
+                   t->dp_rank, t->dp_size, t->pplan && t->pplan->rank != t->pplan->P - 1};
   return sl_eval_loss(&e, smp, K, res);
 }
 
@@ -344,8 +344,8 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
 
   /* mesh (DP x PP), this rank's pipeline stage, model + FSDP */
   if ((rc = sl_par_mesh_create(world, 1, (int)c->pp, &t->pmesh))) return rc;
-  t->dprank = t->pmesh->coord[SL_AXIS_DP];
-  t->dpsize = t->pmesh->size[SL_AXIS_DP];
+  t->dp_rank = t->pmesh->coord[SL_AXIS_DP];
+  t->dp_size = t->pmesh->size[SL_AXIS_DP];
   if ((rc = sl_pp_plan_for_run(c, &t->mcfg, t->pmesh->coord[SL_AXIS_PP], t->dev, &t->pplan))) return rc;
   if ((rc = sl_model_create_stage(&t->mcfg, t->ops, t->k, c->micro_batch, c->seq_len, (sl_actckpt)ac,
                                   t->pplan ? t->pplan->local : NULL, t->pplan ? t->pplan->nunits : 0, &t->m)))
@@ -411,7 +411,7 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
     return SL_ENOMEM;
   t->dseg = t->seg;
   if (own && t->seg && !(t->dseg = t->ops->alloc(t->k, sets_bytes))) return SL_ENOMEM;
-  t->G = c->micro_batch * c->grad_accum * t->dpsize;
+  t->G = c->micro_batch * c->grad_accum * t->dp_size;
   return SL_OK;
 }
 
@@ -421,7 +421,7 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
 static int step_load(void *user, int k) {
   trainer *t = user;
   sl_train_cfg *c = &t->cfg;
-  int64_t first = t->next_sample + (int64_t)t->dprank * (c->grad_accum * c->micro_batch) + (int64_t)k * c->micro_batch;
+  int64_t first = t->next_sample + (int64_t)t->dp_rank * (c->grad_accum * c->micro_batch) + (int64_t)k * c->micro_batch;
   /* the loss is a mean over the step's counted targets: every rank counts them from the data */
   int rc = k == 0 ? sl_sampler_count(t->smp, t->next_sample, t->G, &t->count) : SL_OK;
   if (!rc) rc = sl_sampler_batch(t->smp, first, c->micro_batch, (int32_t)c->eod_id, t->tok, t->tgt, t->seg);

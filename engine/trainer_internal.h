@@ -55,7 +55,7 @@ typedef struct {
   sl_schedule *sched;      /* the order of a step's forwards and backwards (engine/schedule.h) */
   int lock_fd;             /* rank 0: flock on CKPT_DIR/.lock for the run's life (-1: none) */
   sl_pp_plan *pplan;       /* --pp > 1: this rank's stage (engine/schedule_pp.h); NULL otherwise */
-  int dprank, dpsize;      /* this rank's data-parallel coordinate and the DP size (world / PP) */
+  int dp_rank, dp_size;      /* this rank's data-parallel coordinate and the DP size (world / PP) */
   int64_t nsets;           /* activation sets: tok/tgt/seg hold one batch per set */
 } trainer;
 
