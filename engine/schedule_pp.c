@@ -559,6 +559,18 @@ int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int ran
   if (!rc && sm->nunits != pc.L + 2)
     rc = sl_fail(SL_EINTERNAL, "pipeline: %s has %d units, expected layers + 2", mc->arch_name, sm->nunits);
   if (!rc) rc = sl_pp_plan_create(&pc, out);
+  if (!rc) { /* what the run does, once */
+    const sl_pp_plan *p = *out;
+    char lay[512] = "";
+    for (int v = 0; v < p->S; v++)
+      snprintf(lay + strlen(lay), sizeof lay - strlen(lay), "%s%d", v ? "," : "", p->layers[v]);
+    int64_t idle = 0;
+    for (int r = 0; r < p->P; r++) idle = p->sched.idle[r] > idle ? p->sched.idle[r] : idle;
+    sl_log0(SL_LOG_INFO, "pipeline: %d ranks x %d chunk%s = %d stages, schedule %s, %d micro-batches per step, "
+            "decoder layers per stage %s (embedding on the first, head on the last); idle %lld of %lld time units "
+            "per rank (shardlm pp-schedule shows the timeline)", p->P, p->V, p->V > 1 ? "s" : "", p->S,
+            c->pp_schedule, (int)c->grad_accum, lay, (long long)idle, (long long)p->sched.makespan);
+  }
   free(numel);
   sl_model_destroy(sm);
   return rc;
