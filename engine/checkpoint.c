@@ -105,6 +105,7 @@ static int build_manifest(const sl_ckpt_state *st, sl_ckio_manifest *man) {
       sl_slice t;
       int ok = 1;
       for (int u = 0; u < m->nunits && ok; u++) {
+        if (sl_fsdp_slice(st->f, u).numel != m->units[u].numel) continue; /* another pipeline stage's unit */
         sl_shard_slice(m->units[u].numel, man->shard_group, a, 0, &t);
         ok = t.padded == sl_fsdp_slice(st->f, u).padded;
       }
@@ -130,6 +131,8 @@ static int build_manifest(const sl_ckpt_state *st, sl_ckio_manifest *man) {
     const sl_unit_spec *us = &m->units[u];
     sl_ckio_unit *U = &man->units[u];
     sl_slice s = sl_fsdp_slice(st->f, u);
+    if (s.numel != us->numel) /* another pipeline stage's unit: its owner's slicing (same group size and alignment) */
+      sl_shard_slice(us->numel, man->shard_group, man->align, 0, &s);
     snprintf(U->kind, sizeof U->kind, "%s", us->kind);
     U->numel = sl_model_unit_whole_numel(m, u); /* the whole tensors (= numel at T = 1) */
     U->padded = tp ? U->numel : s.padded;
@@ -155,8 +158,8 @@ int sl_ckpt_save(const char *ckpt_dir, const sl_ckpt_state *st, int keep_last) {
   sl_comm *w = st->world;
   int W = sl_comm_size(w), rank = sl_comm_rank(w);
   int tp = sl_ckpt_is_tp(st);
-  int S = tp ? 1 : sl_fsdp_shard_size(st->f);
-  int writer = tp ? rank == 0 : sl_fsdp_replica_rank(st->f) == 0; /* world ranks 0..S-1 */
+  /* world ranks 0..S-1 (S: the shard group) without a pipeline; tensor parallel: world rank 0 */
+  int writer = tp ? rank == 0 : sl_fsdp_replica_rank(st->f) == 0;
   fault_ctx fc = {rank, st->step};
   double t0 = sl_now_s();
   char tmp[4200] = {0};
@@ -172,6 +175,17 @@ int sl_ckpt_save(const char *ckpt_dir, const sl_ckpt_state *st, int keep_last) {
   }
   if (W > 1 && sl_comm_broadcast_sync(w, tmp, sizeof tmp, SL_U8, 0) != SL_COMM_OK)
     return sl_fail(SL_ECOMM, "checkpoint: broadcast failed: %s", sl_comm_last_error());
+  /* the writers in world rank order (0..S-1; under pipeline parallelism the
+   * first shard group of every stage) */
+  int32_t *writers = calloc((size_t)W, sizeof(int32_t)), me = writer;
+  if (!writers) return sl_fail(SL_ENOMEM, "out of memory");
+  if (sl_comm_allgather_sync(w, &me, writers, 1, SL_I32) != SL_COMM_OK) {
+    free(writers);
+    return sl_fail(SL_ECOMM, "checkpoint: writer list: %s", sl_comm_last_error());
+  }
+  int nw = 0;
+  for (int r = 0; r < W; r++)
+    if (writers[r]) writers[nw++] = r;
   if ((rc = agree(w, rc))) goto fail;
 
   /* every writer: its slice of every unit, one file (TP: rank 0 the whole units) */
@@ -180,6 +194,7 @@ int sl_ckpt_save(const char *ckpt_dir, const sl_ckpt_state *st, int keep_last) {
   } else if (writer) {
     rc = sl_ckio_writer_open(&wr, tmp, rank);
     for (int u = 0; u < st->m->nunits && !rc; u++) {
+      if (st->owns && !st->owns[u]) continue; /* the owner stage writes it */
       sl_slice s = sl_fsdp_slice(st->f, u);
       sl_fsdp_view_t v = sl_fsdp_view(st->f, u);
       int64_t lo = s.offset, hi = s.offset + s.valid, i = lo - v.offset;
@@ -207,12 +222,13 @@ int sl_ckpt_save(const char *ckpt_dir, const sl_ckpt_state *st, int keep_last) {
     sl_ckio_manifest man;
     int brc = build_manifest(st, &man);
     if (!brc) {
-      man.nfiles = S;
-      man.files = calloc((size_t)S, sizeof *man.files);
+      man.nfiles = nw;
+      man.files = calloc((size_t)nw, sizeof *man.files);
       if (!man.files) brc = sl_fail(SL_ENOMEM, "out of memory");
     }
     if (!brc) { man.files[0] = wr.meta; memset(&wr.meta, 0, sizeof wr.meta); }
-    for (int r = 1; r < S; r++) {
+    for (int i = 1; i < nw; i++) {
+      int r = writers[i];
       int64_t len = 0;
       sl_comm_req *q = NULL;
       char *buf = NULL;
@@ -225,7 +241,7 @@ int sl_ckpt_save(const char *ckpt_dir, const sl_ckpt_state *st, int keep_last) {
         else if (sl_comm_recv(w, buf, len, SL_U8, r, 7102, &q) != SL_COMM_OK || sl_comm_wait(q) != SL_COMM_OK)
           crc = sl_fail(SL_ECOMM, "checkpoint: receiving a file entry: %s", sl_comm_last_error());
       }
-      if (!crc && !brc) crc = len > 0 ? sl_ckio_file_parse(buf, (size_t)len - 1, &man.files[r])
+      if (!crc && !brc) crc = len > 0 ? sl_ckio_file_parse(buf, (size_t)len - 1, &man.files[i])
                                       : sl_fail(SL_EINTERNAL, "rank %d sent no file entry", r);
       free(buf);
       if (crc && !brc) brc = crc;
@@ -255,8 +271,10 @@ int sl_ckpt_save(const char *ckpt_dir, const sl_ckpt_state *st, int keep_last) {
   }
   sl_ckio_file_free(&wr.meta);
   if ((rc = agree(w, rc))) goto fail;
+  free(writers);
   return SL_OK;
 fail:
+  free(writers);
   if (writer && wr.fd >= 0) sl_ckio_writer_abort(&wr);
   if (rank == 0 && tmp[0]) sl_ckio_rmtree(tmp);
   rc = sl_fail_ctx(rc, "checkpoint step %lld was not written to %s (earlier checkpoints are untouched)",
@@ -389,6 +407,7 @@ static int try_load(const char *dir, sl_ckpt_state *st) {
         rc = sl_ckpt_tp_read(dir, &man, st, u, k, dst[k][u]);
         continue;
       }
+      if (!dst[k][u]) continue; /* another pipeline stage's unit */
       memset(dst[k][u], 0, (size_t)v.count * 4);
       if (v.valid > 0) rc = sl_ckio_read_range(dir, &man, u, k, v.offset, v.offset + v.valid, dst[k][u]);
     }

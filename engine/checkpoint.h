@@ -43,6 +43,10 @@ typedef struct {
   uint64_t rng_seed;        /* data-order / init seed */
   sl_comm *tp;              /* the tensor-parallel group (NULL or one rank: none); at T > 1 the
                                units are gathered into whole tensors (engine/ckpt_tp.c) */
+  /* (nunits) or NULL (all): the units this rank's stage owns under pipeline
+   * parallelism; it writes only those, and loads only units whose arrays are
+   * not NULL */
+  const unsigned char *owns;
 } sl_ckpt_state;
 
 /* Collective over world. Writes CKPT_DIR/step-<step>, commits it, points

@@ -35,7 +35,8 @@ static int round_load(void *user, int k) {
 int sl_eval_loss(const sl_eval_env *e, sl_sampler *smp, int64_t K, sl_eval_result *out) {
   memset(out, 0, sizeof *out);
   if (K < 1) return sl_fail(SL_EINPUT, "evaluation needs at least one window (found %lld)", (long long)K);
-  int W = sl_comm_size(e->world), r = sl_comm_rank(e->world);
+  int W = e->dp_size ? e->dp_size : sl_comm_size(e->world), r = e->dp_size ? e->dp_rank : sl_comm_rank(e->world);
+  int Wall = sl_comm_size(e->world);
   int64_t B = e->B;
   int64_t per_round = (int64_t)W * B, rounds = (K + per_round - 1) / per_round;
   int64_t *samples = malloc(sizeof(int64_t) * (size_t)B);
@@ -53,12 +54,12 @@ int sl_eval_loss(const sl_eval_env *e, sl_sampler *smp, int64_t K, sl_eval_resul
     rc = sl_schedule_forward(e->sched, &sc, &res);
     if (!rc) {
       mine[0] += res.loss_sum;
-      mine[1] += (double)er.counted;
+      mine[1] += e->no_head ? 0.0 : (double)er.counted;
     }
   }
   free(samples);
   /* every rank reaches the gather: a local failure is reported, not hung on */
-  double *all = calloc((size_t)W * 3, sizeof(double));
+  double *all = calloc((size_t)Wall * 3, sizeof(double));
   if (!all) return sl_fail(SL_ENOMEM, "out of memory");
   double send[3] = {mine[0], mine[1], rc ? 1.0 : 0.0};
   if (sl_comm_allgather_sync(e->world, send, all, 3, SL_F64) != SL_COMM_OK) {
@@ -66,7 +67,7 @@ int sl_eval_loss(const sl_eval_env *e, sl_sampler *smp, int64_t K, sl_eval_resul
     return rc ? rc : sl_fail(SL_ECOMM, "evaluation loss all-gather: %s", sl_comm_last_error());
   }
   double sum = 0, cnt = 0, bad = 0;
-  for (int k = 0; k < W; k++) { /* rank order: the same double sum everywhere */
+  for (int k = 0; k < Wall; k++) { /* rank order: the same double sum everywhere */
     sum += all[3 * k];
     cnt += all[3 * k + 1];
     bad += all[3 * k + 2];

@@ -33,6 +33,10 @@ typedef struct {
    * the number of targets that count in the loss (loss masks applied). */
   int (*load)(void *user, sl_sampler *smp, const int64_t *samples, int64_t *counted);
   sl_schedule *sched;    /* runs each round's forward (engine/schedule.h) */
+  /* pipeline parallelism: windows are divided over the DP ranks (dp_size 0:
+   * over the world), and a rank whose stage holds no head (no_head) adds no
+   * counted targets (its loss sum is 0 already) */
+  int dp_rank, dp_size, no_head;
 } sl_eval_env;
 
 typedef struct {

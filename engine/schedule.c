@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "engine/schedule_pp.h"
 
 /* ---- single ------------------------------------------------------------------ */
 static int single_nacts(const sl_schedule *s, int nmicro) {
@@ -90,12 +91,17 @@ static int single_create(const sl_schedule_cfg *cfg, sl_schedule *s) {
   return SL_OK;
 }
 
+static int pp_create(const sl_schedule_cfg *cfg, sl_schedule *s) {
+  return sl_schedule_pp_create(cfg->pp_plan, cfg->pp, s);
+}
+
 /* ---- registry ----------------------------------------------------------------- */
 static const struct {
   const char *name;
   int (*create)(const sl_schedule_cfg *cfg, sl_schedule *s);
 } k_schedules[] = {
     {"single", single_create},
+    {"pp", pp_create}, /* engine/schedule_pp.c */
 };
 #define NSCHED ((int)(sizeof k_schedules / sizeof k_schedules[0]))
 

@@ -108,7 +108,11 @@ struct sl_schedule {
 };
 
 typedef struct {
-  const char *name; /* "single" */
+  const char *name; /* "single" | "pp" */
+  /* "pp" (engine/schedule_pp.h): this rank's stage plan (borrowed: must
+   * outlive the schedule) and the PP communicator of shard/mesh.h */
+  const void *pp_plan;
+  sl_comm *pp;
 } sl_schedule_cfg;
 
 /* SL_EINPUT naming the known schedules for an unknown name. */

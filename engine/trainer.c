@@ -60,14 +60,15 @@ double sl_lr_at(const sl_train_cfg *c, int64_t s) {
 
 /* The model's batch from tok/tgt/seg (moved to backend memory first). */
 static void set_batch(trainer *t, float scale) {
-  size_t bt = (size_t)(t->cfg.micro_batch * t->cfg.seq_len) * 4;
-  if (t->dev) {
-    t->ops->upload(t->k, t->dtok, t->tok, bt);
-    t->ops->upload(t->k, t->dtgt, t->tgt, bt);
-    if (t->seg) t->ops->upload(t->k, t->dseg, t->seg, bt);
+  int64_t BT = t->cfg.micro_batch * t->cfg.seq_len, at = t->nsets > 1 ? t->m->act * BT : 0;
+  size_t bt = (size_t)BT * 4;
+  if (t->dev || t->nsets > 1) { /* into the selected activation set's own buffers */
+    t->ops->upload(t->k, t->dtok + at, t->tok, bt);
+    t->ops->upload(t->k, t->dtgt + at, t->tgt, bt);
+    if (t->seg) t->ops->upload(t->k, t->dseg + at, t->seg, bt);
   }
-  sl_model_set_batch(t->m, t->dtok, t->dtgt, scale);
-  t->m->seg = t->dseg;
+  sl_model_set_batch(t->m, t->dtok + at, t->dtgt + at, scale);
+  t->m->seg = t->dseg ? t->dseg + at : NULL;
 }
 
 /* The evaluation's loader: row b is sample samples[b] of smp (-1: a padding
@@ -95,7 +96,8 @@ static int eval_load(void *user, sl_sampler *smp, const int64_t *samples, int64_
 }
 
 static int run_eval(trainer *t, sl_sampler *smp, int64_t K, sl_eval_result *res) {
-  sl_eval_env e = {t->m, t->f, sl_trainer_loss_comm(t), t->cfg.micro_batch, t->cfg.seq_len, t, eval_load, t->sched};
+  sl_eval_env e = {t->m, t->f, sl_trainer_loss_comm(t), t->cfg.micro_batch, t->cfg.seq_len, t, eval_load, t->sched,
+                   t->pplan ? t->dp_rank : 0, t->pplan ? t->dp_size : 0, t->pplan && t->pplan->rank != t->pplan->P - 1};
   return sl_eval_loss(&e, smp, K, res);
 }
 
@@ -228,9 +230,11 @@ void sl_trainer_free(trainer *t) {
   sl_free(t->hview);
   sl_free(t->hgrad);
   if (t->dview) t->ops->free(t->k, t->dview);
-  if (t->dev && t->dtok) { t->ops->free(t->k, t->dtok); t->ops->free(t->k, t->dtgt); }
-  if (t->dev && t->dseg) t->ops->free(t->k, t->dseg);
+  if ((t->dev || t->nsets > 1) && t->dtok) t->ops->free(t->k, t->dtok);
+  if ((t->dev || t->nsets > 1) && t->dtgt) t->ops->free(t->k, t->dtgt);
+  if ((t->dev || t->nsets > 1) && t->dseg) t->ops->free(t->k, t->dseg);
   sl_schedule_destroy(t->sched);
+  sl_pp_plan_free(t->pplan);
   sl_fsdp_destroy(t->f);
   sl_par_mesh_destroy(t->pmesh);
   sl_model_destroy(t->m);
@@ -336,14 +340,19 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   if ((rc = sl_check_agreement(world, c, &t->mcfg, sl_sampler_num_tokens(t->smp)))) return rc;
   if ((rc = sl_precheck(c, &t->mcfg, world, t->ops, t->k, sl_sampler_num_tokens(t->smp)))) return rc;
 
-  /* model + FSDP: world = DP x TP (TP fastest); fsdp on the DP axis */
+  /* mesh: world = DP x TP x PP (TP fastest); this rank's pipeline stage; model + FSDP on the DP axis */
+  if (c->tp > 1 && c->pp > 1)
+    return sl_fail(SL_EINPUT, "--tp %lld with --pp %lld: tensor and pipeline parallelism together are not supported "
+                   "yet; use one of them", (long long)c->tp, (long long)c->pp);
   if ((rc = sl_trainer_tp_check(t))) return rc;
-  if ((rc = sl_model_create_sp(&t->mcfg, t->ops, t->k, c->micro_batch, c->seq_len, (sl_actckpt)ac,
-                               (int)(t->rank % c->tp), (int)c->tp, c->sequence_parallel, &t->m)))
-    return rc;
-  if ((rc = sl_par_mesh_create(world, (int)c->tp, 1, &t->pmesh))) return rc;
+  if ((rc = sl_par_mesh_create(world, (int)c->tp, (int)c->pp, &t->pmesh))) return rc;
   t->dp_rank = t->pmesh->coord[SL_AXIS_DP];
   t->dp_size = t->pmesh->size[SL_AXIS_DP];
+  if ((rc = sl_pp_plan_for_run(c, &t->mcfg, t->pmesh->coord[SL_AXIS_PP], t->dev, &t->pplan))) return rc;
+  if ((rc = sl_model_create_full(&t->mcfg, t->ops, t->k, c->micro_batch, c->seq_len, (sl_actckpt)ac,
+                                 t->pmesh->coord[SL_AXIS_TP], (int)c->tp, c->sequence_parallel,
+                                 t->pplan ? t->pplan->local : NULL, t->pplan ? t->pplan->nunits : 0, &t->m)))
+    return rc;
   t->m->access = (sl_unit_access){t, acc_params, acc_grads,
                                   c->tp > 1 ? sl_tp_group_over(t->pmesh->comm[SL_AXIS_TP]) : sl_tp_single()};
   sl_fsdp_cfg fc = {
@@ -355,7 +364,7 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   int U = t->m->nunits;
   int64_t *numel = calloc((size_t)U, sizeof(int64_t));
   if (!numel) return sl_fail(SL_ENOMEM, "out of memory");
-  for (int u = 0; u < U; u++) numel[u] = t->m->units[u].numel;
+  for (int u = 0; u < U; u++) numel[u] = !t->pplan || t->pplan->held[u] ? t->m->units[u].numel : 0; /* 0: another stage's */
   rc = sl_fsdp_create(t->pmesh->comm[SL_AXIS_DP], &fc, t->ops, t->k, U, numel, t->m->pinned, &t->f);
   free(numel);
   if (rc) return rc;
@@ -376,6 +385,7 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   float *flat = sl_alloc((size_t)sl_model_max_unit_numel(t->m) * 4, "unit load buffer");
   if (!t->opt || !flat) rc = sl_fail(SL_ENOMEM, "out of memory");
   for (int u = 0; u < U && !rc; u++) {
+    if (t->pplan && !t->pplan->held[u]) continue; /* another pipeline stage's unit */
     memset(flat, 0, (size_t)t->m->units[u].numel * 4);
     if ((rc = sl_model_unit_load(t->m, u, weights, (uint64_t)c->seed, flat))) break;
     if ((rc = sl_fsdp_init_params(t->f, u, flat))) break;
@@ -386,22 +396,27 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   if (weights) sl_st_close_set(weights);
   if (rc) return rc;
 
+  /* the step's compute order; the model holds an activation set per micro-batch it keeps in flight */
+  sl_schedule_cfg scfg = {.name = t->pplan ? "pp" : "single", .pp_plan = t->pplan, .pp = t->pmesh->comm[SL_AXIS_PP]};
+  if ((rc = sl_schedule_create(&scfg, &t->sched))) return rc;
+  t->nsets = sl_schedule_nacts(t->sched, (int)c->grad_accum);
+  if ((rc = sl_model_set_nacts(t->m, (int)t->nsets))) return rc;
+  /* the loader's host batch; the model reads each set's own copy (backend memory, or one set on the CPU: the same) */
   int64_t BT = c->micro_batch * c->seq_len;
+  size_t sets_bytes = (size_t)(BT * t->nsets) * 4;
   t->tok = sl_alloc((size_t)BT * 4, "tokens");
   t->tgt = sl_alloc((size_t)BT * 4, "targets");
   if (c->doc_attention_mask && !(t->seg = sl_alloc((size_t)BT * 4, "document starts"))) return SL_ENOMEM;
   if (!t->tok || !t->tgt) return sl_fail(SL_ENOMEM, "out of memory");
   t->dtok = t->tok;
   t->dtgt = t->tgt;
-  if (t->dev && (!(t->dtok = t->ops->alloc(t->k, (size_t)BT * 4)) || !(t->dtgt = t->ops->alloc(t->k, (size_t)BT * 4))))
+  int own = t->dev || t->nsets > 1;
+  if (own && (!(t->dtok = t->ops->alloc(t->k, sets_bytes)) || !(t->dtgt = t->ops->alloc(t->k, sets_bytes))))
     return SL_ENOMEM;
   t->dseg = t->seg;
-  if (t->dev && t->seg && !(t->dseg = t->ops->alloc(t->k, (size_t)BT * 4))) return SL_ENOMEM;
+  if (own && t->seg && !(t->dseg = t->ops->alloc(t->k, sets_bytes))) return SL_ENOMEM;
   t->G = c->micro_batch * c->grad_accum * t->dp_size;
-  /* the step's compute order; the model holds an activation set per micro-batch it keeps in flight */
-  sl_schedule_cfg scfg = {.name = "single"};
-  if ((rc = sl_schedule_create(&scfg, &t->sched))) return rc;
-  return sl_model_set_nacts(t->m, sl_schedule_nacts(t->sched, (int)c->grad_accum));
+  return SL_OK;
 }
 
 /* ---- one step ------------------------------------------------------------- */
@@ -471,6 +486,7 @@ static int optimizer_step(trainer *t, int64_t s, double lr, float coef) {
   sl_train_cfg *c = &t->cfg;
   sl_adam_hyper h = {(float)lr, (float)c->beta1, (float)c->beta2, (float)c->eps, 0.0f, s + 1, coef};
   for (int u = 0; u < t->m->nunits; u++) {
+    if (!t->opt[u]) continue; /* another pipeline stage's unit */
     sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
     sl_adam_range r[SL_UNIT_MAX_TENSORS + 1];
     int nr = view_ranges(t, u, v, r, SL_UNIT_MAX_TENSORS + 1);
@@ -527,7 +543,8 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
 static sl_ckpt_state ckpt_state(trainer *t, int64_t step) {
   sl_ckpt_state st = {.m = t->m, .f = t->f, .world = t->world, .cfg = &t->cfg, .master = t->ck[0],
                       .mom = t->ck[1], .var = t->ck[2], .step = step, .next_sample = t->next_sample,
-                      .rng_seed = (uint64_t)t->cfg.seed, .tp = t->pmesh->comm[SL_AXIS_TP]};
+                      .rng_seed = (uint64_t)t->cfg.seed, .tp = t->pmesh->comm[SL_AXIS_TP],
+                      .owns = t->pplan ? t->pplan->local : NULL};
   return st;
 }
 
@@ -539,6 +556,7 @@ static int ck_stage(trainer *t, int read) {
   for (int f = 0; f < 3; f++)
     if (!(t->ck[f] = calloc((size_t)t->m->nunits, sizeof(float *)))) return SL_ENOMEM;
   for (int u = 0; u < t->m->nunits; u++) {
+    if (!t->opt[u]) continue; /* another pipeline stage's unit */
     sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
     for (int f = 0; f < 3; f++) {
       if ((t->ck[f][u] = sl_optstate_host_field(t->opt[u], (sl_optfield)f))) continue;
@@ -553,6 +571,7 @@ static int ck_stage(trainer *t, int read) {
 static int ck_unstage(trainer *t, int write) {
   int rc = SL_OK;
   for (int u = 0; u < t->m->nunits; u++) {
+    if (!t->opt[u]) continue;
     sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
     for (int f = 0; f < 3; f++) {
       if (!t->ck[f] || !t->ck[f][u] || t->ck[f][u] == sl_optstate_host_field(t->opt[u], (sl_optfield)f)) continue;
@@ -571,7 +590,7 @@ static int ck_unstage(trainer *t, int write) {
 static int check_state(trainer *t, int64_t step, const char *what) {
   int64_t *count = calloc((size_t)t->m->nunits, sizeof(int64_t));
   if (!count) return sl_fail(SL_ENOMEM, "out of memory");
-  for (int u = 0; u < t->m->nunits; u++) count[u] = sl_fsdp_view(t->f, u).count;
+  for (int u = 0; u < t->m->nunits; u++) count[u] = t->opt[u] ? sl_fsdp_view(t->f, u).count : 0;
   float **const fields[3] = {t->ck[0], t->ck[1], t->ck[2]};
   int rc = sl_guard_check_state(t->world, fields, 3, t->m->nunits, count, step, what);
   free(count);
@@ -603,6 +622,7 @@ static int resume(trainer *t) {
   sl_sampler_set_seed(t->smp, st.rng_seed);
   rc = ck_unstage(t, 1); /* into backend memory / the NVMe files */
   for (int u = 0; u < t->m->nunits && !rc; u++) {
+    if (!t->opt[u]) continue; /* another pipeline stage's unit */
     const float *mv = opt_master(t, u, &rc);
     if (!rc) rc = sl_fsdp_set_view(t->f, u, mv);
   }
@@ -616,11 +636,14 @@ static int resume(trainer *t) {
 /* Unit u's flat (at T > 1: every TP rank's, rank after rank). */
 static int fill_unit(void *ctx, int u, float *flat) {
   trainer *t = ctx;
-  int rc;
-  const float *mv = opt_master(t, u, &rc);
-  if (!rc) rc = sl_fsdp_gather_view(t->f, u, mv, flat + t->m->tp_rank * t->m->units[u].numel);
+  int rc = SL_OK;
+  if (t->opt[u]) { /* held here */
+    const float *mv = opt_master(t, u, &rc);
+    if (!rc) rc = sl_fsdp_gather_view(t->f, u, mv, flat + t->m->tp_rank * t->m->units[u].numel);
+  }
   if (!rc && t->cfg.tp > 1) rc = sl_trainer_tp_gather(t, u, flat);
-  return rc;
+  /* another stage's unit: its owner's first DP rank sends it to rank 0 */
+  return t->pplan ? sl_pp_route_unit(t->pplan, t->pmesh, u, flat, t->m->units[u].numel, rc) : rc;
 }
 
 static int save_model(trainer *t, const char *dir, int64_t step) {

@@ -10,6 +10,7 @@
 #include "engine/eval.h"
 #include "engine/guard.h"
 #include "engine/schedule.h"
+#include "engine/schedule_pp.h"
 #include "models/model.h"
 #include "data/sampler.h"
 #include "formats/traincfg.h"
@@ -53,8 +54,10 @@ typedef struct {
   sl_guard guard;          /* non-finite policy (engine/guard.h) */
   sl_schedule *sched;      /* the order of a step's forwards and backwards (engine/schedule.h) */
   int lock_fd;             /* rank 0: flock on CKPT_DIR/.lock for the run's life (-1: none) */
-  int dp_rank, dp_size;    /* this rank's data-parallel index and the DP size (world / --tp) */
+  int dp_rank, dp_size;    /* this rank's data-parallel index and the DP size (world / (TP x PP)) */
   uint64_t prev_tp[SL_COLL_NKINDS]; /* TP comm bytes per kind at the last metrics line */
+  sl_pp_plan *pplan;       /* --pp > 1: this rank's stage (engine/schedule_pp.h); NULL otherwise */
+  int64_t nsets;           /* activation sets: tok/tgt/seg hold one batch per set */
 } trainer;
 
 /* What one optimizer step reports. */

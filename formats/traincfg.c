@@ -83,6 +83,10 @@ static const key_t_ KEYS[] = {
     S("compute-dtype", compute_dtype, "auto", "fp32 | bf16 (GEMM operands, activations and their gradients rounded to bf16, fp32 accumulation; implies --param-dtype bf16 unless given) | auto (fp32 for now; docs/bf16.md)"),
     I("tp", tp, "1", "tensor-parallel degree T (Megatron; Llama/Mistral): T consecutive ranks split each layer; data parallel over world / T"),
     B("sequence-parallel", sequence_parallel, "false", "with --tp T > 1: norms and the residual stream on (micro-batch x seq-len) / T tokens per rank, reduce-scatter / all-gather instead of all-reduce (Megatron; docs/models.md)"),
+    I("pp", pp, "1", "pipeline-parallel stages (world = DP x PP; docs/pipeline.md)"),
+    S("pp-schedule", pp_schedule, "1f1b", "pipeline schedule: gpipe | 1f1b | interleaved | zb1p (zb1p: not yet)"),
+    I("pp-virtual", pp_virtual, "1", "interleaved: chunks per pipeline rank"),
+    S("pp-layout", pp_layout, "", "decoder layers per (virtual) stage, e.g. 5,4,4,5 (empty: balanced)"),
 };
 #define NKEYS (int)(sizeof KEYS / sizeof KEYS[0])
 
@@ -107,7 +111,8 @@ static const struct {
     {"ckpt-every", 0, I64MAX, 0, 0},    {"keep-last", 0, 1e9, 0, 0},      {"max-restarts", 0, 1e6, 0, 0},
     {"peak-tflops", 0, INF, 0, 1},      {"log-every", 0, I64MAX, 0, 0},   {"eval-every", 0, I64MAX, 0, 0},
     {"eval-samples", 0, 1e12, 0, 0},    {"max-skips", 1, 1e9, 0, 0},      {"eod-id", -1, 2147483647, 0, 0},
-    {"tp", 1, 4096, 0, 0},
+    {"tp", 1, 4096, 0, 0},             
+    {"pp", 1, 1024, 0, 0},              {"pp-virtual", 1, 64, 0, 0},
 };
 #define NRANGES (int)(sizeof RANGES / sizeof RANGES[0])
 

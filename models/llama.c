@@ -343,6 +343,7 @@ static int llama_alloc_acts(sl_model *m, int set) {
     for (int64_t l = 0; l < p->L; l++) la[l] = p->shared;
   } else {
     for (int64_t l = 0; l < p->L; l++) {
+      if (!sl_model_is_local(m, (int)l + 1)) continue; /* another pipeline stage's */
       if (alloc_layer(m, p, &la[l], m->ac == SL_AC_NONE, 1)) return SL_ENOMEM;
       if (m->ac == SL_AC_SELECTIVE) {
         la[l].att = p->shared.att;
@@ -350,6 +351,7 @@ static int llama_alloc_acts(sl_model *m, int set) {
       }
     }
   }
+  if (!sl_model_is_local(m, (int)p->L + 1)) return SL_OK; /* the head is another pipeline stage's */
   if (!p->vp) return sl_lm_head_init(m, &a->head, p->C, p->V, p->eps, p->tied, (int)p->L + 1) ? SL_ENOMEM : SL_OK;
   ptrdiff_t cur = p->hv ? p->hv - p->hvp : 0;
   sl_lm_head_vp *hvp = realloc(p->hvp, sizeof *hvp * (size_t)p->nsets);
@@ -367,7 +369,15 @@ static void llama_use_acts(sl_model *m, int set) {
   p->stream = p->sets[set].stream;
   p->la = p->sets[set].layers;
   p->head = p->sets[set].head;
-  if (p->vp) p->hv = &p->hvp[set];
+  if (p->vp && p->hvp) p->hv = &p->hvp[set];
+}
+
+static int llama_boundary(sl_model *m, int u, float **act, float **grad, int64_t *n) {
+  llama_priv *p = m->priv;
+  *act = p->stream[u - 1];
+  *grad = p->dres;
+  *n = p->N * p->C;
+  return SL_OK;
 }
 
 static const sl_model_vt llama_vt = {
@@ -379,6 +389,7 @@ static const sl_model_vt llama_vt = {
     .flops_per_token = llama_flops,
     .alloc_acts = llama_alloc_acts,
     .use_acts = llama_use_acts,
+    .boundary = llama_boundary,
 };
 
 int sl_llama_create(sl_model *m) {

@@ -376,6 +376,7 @@ static int mamba_alloc_acts(sl_model *m, int set) {
     for (int64_t l = 0; l < p->L; l++) la[l] = p->shared;
   } else {
     for (int64_t l = 0; l < p->L; l++) {
+      if (!sl_model_is_local(m, (int)l + 1)) continue; /* another pipeline stage's */
       if (alloc_layer(m, p, &la[l], 1, m->ac == SL_AC_NONE, m->B)) return SL_ENOMEM;
       if (m->ac == SL_AC_SELECTIVE) {
         la[l].u = p->shared.u;
@@ -384,7 +385,9 @@ static int mamba_alloc_acts(sl_model *m, int set) {
       }
     }
   }
-  if (sl_lm_head_init(m, &a->head, p->H, p->V, p->eps, p->tied, (int)p->L + 1)) return SL_ENOMEM;
+  if (sl_model_is_local(m, (int)p->L + 1) &&
+      sl_lm_head_init(m, &a->head, p->H, p->V, p->eps, p->tied, (int)p->L + 1))
+    return SL_ENOMEM;
   return SL_OK;
 }
 
@@ -393,6 +396,14 @@ static void mamba_use_acts(sl_model *m, int set) {
   p->stream = p->sets[set].stream;
   p->la = p->sets[set].layers;
   p->head = p->sets[set].head;
+}
+
+static int mamba_boundary(sl_model *m, int u, float **act, float **grad, int64_t *n) {
+  mamba_priv *p = m->priv;
+  *act = p->stream[u - 1];
+  *grad = p->dres;
+  *n = p->N * p->H;
+  return SL_OK;
 }
 
 static const sl_model_vt mamba_vt = {
@@ -404,6 +415,7 @@ static const sl_model_vt mamba_vt = {
     .flops_per_token = mamba_flops,
     .alloc_acts = mamba_alloc_acts,
     .use_acts = mamba_use_acts,
+    .boundary = mamba_boundary,
 };
 
 int sl_mamba_create(sl_model *m) {

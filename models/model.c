@@ -74,16 +74,33 @@ int sl_model_create_specs(const sl_model_config *cfg, sl_model **out) {
 
 int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B,
                     int64_t T, sl_actckpt ac, sl_model **out) {
-  return sl_model_create_tp(cfg, ops, k, B, T, ac, 0, 1, out);
+  return sl_model_create_full(cfg, ops, k, B, T, ac, 0, 1, 0, NULL, 0, out);
 }
 
 int sl_model_create_tp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
                        sl_actckpt ac, int tp_rank, int tp_size, sl_model **out) {
-  return sl_model_create_sp(cfg, ops, k, B, T, ac, tp_rank, tp_size, 0, out);
+  return sl_model_create_full(cfg, ops, k, B, T, ac, tp_rank, tp_size, 0, NULL, 0, out);
 }
 
 int sl_model_create_sp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
                        sl_actckpt ac, int tp_rank, int tp_size, int sp, sl_model **out) {
+  return sl_model_create_full(cfg, ops, k, B, T, ac, tp_rank, tp_size, sp, NULL, 0, out);
+}
+
+int sl_model_create_stage(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
+                          sl_actckpt ac, const unsigned char *local, int nlocal, sl_model **out) {
+  return sl_model_create_full(cfg, ops, k, B, T, ac, 0, 1, 0, local, nlocal, out);
+}
+
+int sl_model_boundary(sl_model *m, int u, float **act, float **grad, int64_t *n) {
+  if (u < 1 || u >= m->nunits || !m->vt->boundary || m->nacts < 1)
+    return sl_fail(SL_EINPUT, "model boundary: unit %d has no residual-stream input (units 1..%d)", u, m->nunits - 1);
+  return m->vt->boundary(m, u, act, grad, n);
+}
+
+int sl_model_create_full(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
+                         sl_actckpt ac, int tp_rank, int tp_size, int sp, const unsigned char *local, int nlocal,
+                         sl_model **out) {
   *out = NULL;
   sp = sp && tp_size > 1;
   if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size)
@@ -95,6 +112,9 @@ int sl_model_create_sp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k
     return sl_fail(SL_EINPUT, "--sequence-parallel splits the micro-batch's tokens over the TP ranks: --micro-batch "
                    "%lld x --seq-len %lld = %lld tokens is not divisible by --tp %d", (long long)B, (long long)T,
                    (long long)(B * T), tp_size);
+  if (local && nlocal != cfg->num_hidden_layers + 2)
+    return sl_fail(SL_EINPUT, "model stage: %d unit flags for a model of %lld units", nlocal,
+                   (long long)cfg->num_hidden_layers + 2);
   if (B < 0 || T < 0 || (B == 0) != (T == 0)) return sl_fail(SL_EINPUT, "micro-batch (%lld) and seq-len (%lld) must be >= 1",
                                      (long long)B, (long long)T);
   sl_model *m = calloc(1, sizeof *m);
@@ -109,6 +129,13 @@ int sl_model_create_sp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k
   m->tp_size = tp_size;
   m->sp = sp;
   m->access.tp = sl_tp_single();
+  if (local) {
+    if (!(m->local = malloc((size_t)nlocal))) {
+      free(m);
+      return sl_fail(SL_ENOMEM, "out of memory creating the model");
+    }
+    memcpy(m->local, local, (size_t)nlocal);
+  }
   int rc;
   switch (cfg->arch) {
   case SL_ARCH_LLAMA:
@@ -189,6 +216,7 @@ void sl_model_destroy(sl_model *m) {
   free(m->units);
   free(m->pinned);
   free(m->batches);
+  free(m->local);
   free(m);
 }
 
@@ -231,11 +259,15 @@ void sl_lm_head_spec_split(sl_model *m, const char *norm_name, int64_t C, int64_
 float **sl_model_stream(sl_model *m, int64_t L, int64_t C) {
   float **s = calloc((size_t)(L + 1), sizeof(float *));
   if (!s) return NULL;
-  for (int64_t l = 0; l <= L; l++)
+  for (int64_t l = 0; l <= L; l++) {
+    /* stream[l] is unit l's output and unit l+1's input: not kept when
+     * neither is computed here (another pipeline stage's) */
+    if (m->local && !m->local[l] && !m->local[l + 1]) continue;
     if (!(s[l] = sl_model_buf(m, m->B * m->T / (m->sp ? m->tp_size : 1) * C, SL_ARENA_ACTS))) {
       free(s);
       return NULL;
     }
+  }
   return s;
 }
 

@@ -86,6 +86,12 @@ typedef struct {
    * use_acts points fwd/bwd/logits at an allocated set. */
   int (*alloc_acts)(sl_model *m, int set);
   void (*use_acts)(sl_model *m, int set);
+  /* The residual stream at the input of unit u (1..nunits-1) in the selected
+   * set, and the backward's gradient buffer of the residual stream (shared
+   * by every set: after unit u's backward it holds the gradient of u's
+   * input; before the backward of the last unit of a pipeline chunk it must
+   * hold the gradient of that unit's output); n elements each. */
+  int (*boundary)(sl_model *m, int u, float **act, float **grad, int64_t *n);
 } sl_model_vt;
 
 /* The batch of an activation set that is not selected (sl_model_use_acts
@@ -131,6 +137,9 @@ struct sl_model {
   sl_act_batch *batches;     /* (nacts) the batch of each set while another is selected */
   int sp;                    /* sequence parallelism (tp_size > 1): the residual stream holds this rank's
                                 (B*T)/tp_size token rows (sl_model_stream) */
+  /* (nunits) or NULL (all): 1 for the units this rank computes (a pipeline
+   * stage); activations are allocated only for those */
+  unsigned char *local;
 };
 
 /* Builds the model for cfg (dispatch on cfg->arch): unit specs, activations
@@ -150,6 +159,19 @@ int sl_model_create_tp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k
  * ignored at tp_size = 1. */
 int sl_model_create_sp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
                        sl_actckpt ac, int tp_rank, int tp_size, int sp, sl_model **out);
+/* sl_model_create for a pipeline stage: local (nlocal = the model's unit
+ * count, num_hidden_layers + 2) marks the units this rank computes; the
+ * others get no activations. local NULL: every unit. */
+int sl_model_create_stage(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
+                          sl_actckpt ac, const unsigned char *local, int nlocal, sl_model **out);
+static inline int sl_model_is_local(const sl_model *m, int u) { return !m->local || m->local[u]; }
+/* vt->boundary (SL_EINPUT for u outside 1..nunits-1 or a model without it). */
+int sl_model_boundary(sl_model *m, int u, float **act, float **grad, int64_t *n);
+/* The one constructor the others call: TP rank/size, sequence parallelism
+ * and the pipeline stage's units together. */
+int sl_model_create_full(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
+                         sl_actckpt ac, int tp_rank, int tp_size, int sp, const unsigned char *local, int nlocal,
+                         sl_model **out);
 /* Unit specs only (B = T = 0: no activations, no compute): for the planner,
  * checkpoint conversion and tools that only need names, shapes and sizes. */
 int sl_model_create_specs(const sl_model_config *cfg, sl_model **out);
@@ -229,7 +251,8 @@ void sl_lm_head_spec(sl_model *m, const char *norm_name, int64_t C, int64_t V, i
 void sl_lm_head_spec_split(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied,
                            sl_init_kind head_init, float std, sl_split split);
 /* The residual stream: L+1 buffers of (B*T, C), input of each block and of
- * the head (sl_model_buf); NULL when out of memory. */
+ * the head (sl_model_buf); NULL when out of memory. On a pipeline stage
+ * (m->local) stream[l] is NULL unless unit l or l+1 is computed here. */
 float **sl_model_stream(sl_model *m, int64_t L, int64_t C);
 /* One activation set of an architecture with a residual stream: what one
  * micro-batch keeps from its forward to its backward. */

@@ -120,6 +120,7 @@ struct sl_fsdp {
   int64_t micro_seq;       /* micro-batches begun since creation */
   uint64_t wait_ns;
   int in_backward;
+  int hold;                /* sl_fsdp_hold_params: gathered parameters stay until released */
   int view_rc;             /* a failed wait in sl_fsdp_view (it returns no status), reported by the next call */
 };
 
@@ -208,6 +209,7 @@ int sl_fsdp_create(sl_comm *dp, const sl_fsdp_cfg *cfg, const sl_ops *ops,
     U->pinned = pinned ? pinned[u] : 0;
     U->grad_micro = -1;
     size_t P = (size_t)U->sl.padded, s = (size_t)U->sl.shard;
+    if (numel[u] == 0) continue; /* not held here (another pipeline stage's unit): no buffers */
     if (cfg->zero <= 2) {
       U->full_param = ops->alloc(kctx, P * f->pes);
       if (!U->full_param) { rc = SL_ENOMEM; goto fail; }
@@ -304,6 +306,7 @@ static void store_params(sl_fsdp *f, void *dst, const float *src, int64_t n) {
 
 int sl_fsdp_init_params(sl_fsdp *f, int u, const float *full) {
   unit_t *U = &f->units[u];
+  if (U->sl.numel == 0) return SL_OK; /* not held */
   /* full is host memory: stage what this rank keeps in backend memory */
   int64_t off = U->full_param ? 0 : U->sl.offset, n = U->full_param ? U->sl.numel : U->sl.valid;
   void *dst = U->full_param ? U->full_param : U->shard_param;
@@ -364,7 +367,7 @@ static int ready_params(sl_fsdp *f, int u) {
 
 static void drop_params(sl_fsdp *f, int u) {
   unit_t *U = &f->units[u];
-  if (U->pstate == P_NONE) return;
+  if (U->pstate == P_NONE || f->hold) return;
   if (U->gbuf) { pool_put(&f->pool, U->gbuf); U->gbuf = NULL; }
   if (U->expand) { pool_put(&f->pool, U->expand); U->expand = NULL; }
   U->compute = NULL;
@@ -379,6 +382,7 @@ static int prefetch(sl_fsdp *f, int next, int dir) {
     int j = next + dir * k;
     if (j < 0 || j >= f->nunits) break;
     unit_t *U = &f->units[j];
+    if (U->sl.numel == 0) break; /* not held: another pipeline stage's */
     if (U->pstate != P_NONE) continue;
     if (f->cfg.prefetch_bytes > 0 && f->gathered_bytes + gather_bytes(f, U) > f->cfg.prefetch_bytes) break;
     int rc = issue_params(f, j);
@@ -397,7 +401,7 @@ int sl_fsdp_begin_micro(sl_fsdp *f, int k, int n) {
     for (int u = 0; u < f->nunits; u++) {
       unit_t *U = &f->units[u];
       U->nred = 0;
-      if (f->cfg.zero <= 1) {
+      if (f->cfg.zero <= 1 && U->sl.numel > 0) {
         /* ZeRO 0/1 reduce in place into the full buffer's slice when the step
          * has one reduction; with several, the sum needs its own shard. */
         if (nred > 1 && !U->acc_own) {
@@ -436,9 +440,15 @@ int sl_fsdp_fwd_release(sl_fsdp *f, int u) {
   return SL_OK;
 }
 
+int sl_fsdp_hold_params(sl_fsdp *f, int on) {
+  f->hold = on;
+  return on ? SL_OK : sl_fsdp_end_forward(f);
+}
+
 int sl_fsdp_end_forward(sl_fsdp *f) {
   /* no backward follows: nothing to reduce; drop every gathered buffer
-   * (pinned units and ZeRO-3 units kept for a backward included) */
+   * (pinned units, ZeRO-3 units kept for a backward and prefetched ones
+   * included); under sl_fsdp_hold_params they stay */
   for (int u = 0; u < f->nunits; u++) {
     unit_t *U = &f->units[u];
     if (U->pstate == P_INFLIGHT) {
@@ -596,6 +606,7 @@ int sl_fsdp_end_micro(sl_fsdp *f) {
      * with the reduce-scatter this is the all-reduce of plain DP) */
     for (int u = 0; u < f->nunits; u++) {
       unit_t *U = &f->units[u];
+      if (U->sl.numel == 0) continue;
       float *mine = U->full_grad + U->sl.offset;
       if (U->acc != mine) f->ops->copy(f->kctx, mine, U->acc, (size_t)U->sl.shard * 4);
       if (sl_comm_allgather(f->dshard, mine, U->full_grad, U->sl.shard, SL_F32,
@@ -606,8 +617,22 @@ int sl_fsdp_end_micro(sl_fsdp *f) {
   return SL_OK;
 }
 
-/* mine summed over the shard group in rank order (identical everywhere). */
-static int sum_over_shards(sl_fsdp *f, double mine, double *out) {
+void sl_fsdp_unit_sumsq(sl_fsdp *f, double *per_unit) {
+  for (int u = 0; u < f->nunits; u++)
+    per_unit[u] = f->units[u].sl.numel ? f->ops->sumsq(f->kctx, f->units[u].acc, f->units[u].sl.shard) : 0.0;
+}
+
+int sl_fsdp_grad_sumsq(sl_fsdp *f, double *out) {
+  double *uss = calloc((size_t)f->nunits, sizeof(double));
+  if (!uss) return SL_ENOMEM;
+  sl_fsdp_unit_sumsq(f, uss);
+  double mine = 0.0;
+  for (int u = 0; u < f->nunits; u++) mine += uss[u];
+  free(uss);
+  return sl_fsdp_shard_sum(f, mine, out);
+}
+
+int sl_fsdp_shard_sum(sl_fsdp *f, double mine, double *out) {
   double *all = calloc((size_t)f->ssize, sizeof(double));
   if (!all) return SL_ENOMEM;
   if (sl_comm_allgather_sync(f->shard_comm, &mine, all, 1, SL_F64) != SL_COMM_OK) {
@@ -619,13 +644,6 @@ static int sum_over_shards(sl_fsdp *f, double mine, double *out) {
   free(all);
   *out = t;
   return SL_OK;
-}
-
-int sl_fsdp_grad_sumsq(sl_fsdp *f, double *out) {
-  double mine = 0.0;
-  for (int u = 0; u < f->nunits; u++)
-    mine += f->ops->sumsq(f->kctx, f->units[u].acc, f->units[u].sl.shard);
-  return sum_over_shards(f, mine, out);
 }
 
 sl_fsdp_view_t sl_fsdp_view(sl_fsdp *f, int u) {
@@ -650,6 +668,7 @@ sl_fsdp_view_t sl_fsdp_view(sl_fsdp *f, int u) {
 int sl_fsdp_set_view(sl_fsdp *f, int u, const float *values) {
   unit_t *U = &f->units[u];
   if (f->view_rc) return f->view_rc; /* the gradients the values came from are incomplete */
+  if (U->sl.numel == 0) return SL_OK; /* not held */
   switch (f->cfg.zero) {
   case 0:
     store_params(f, U->full_param, values, U->sl.padded);
@@ -708,5 +727,5 @@ int sl_fsdp_grad_sumsq_part(sl_fsdp *f, sl_fsdp_counted_fn counted, void *ctx, d
       if (hi > lo) mine += f->ops->sumsq(f->kctx, U->acc + (lo - s0), hi - lo);
     }
   }
-  return sum_over_shards(f, mine, out);
+  return sl_fsdp_shard_sum(f, mine, out);
 }

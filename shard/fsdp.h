@@ -62,6 +62,9 @@ typedef struct {
  * cfg->shard_group consecutive DP ranks and the replica groups across them.
  * pinned: units whose parameters stay gathered from their forward until
  * their backward (tied weights read by another unit); may be NULL. */
+/* A unit of numel 0 is not held on this rank (a pipeline stage holds its
+ * own units): no buffers, never acquired, skipped by prefetch, the norm and
+ * the step. */
 int sl_fsdp_create(sl_comm *dp, const sl_fsdp_cfg *cfg, const sl_ops *ops,
                    sl_kctx *kctx, int nunits, const int64_t *numel,
                    const int *pinned, sl_fsdp **out);
@@ -102,6 +105,11 @@ int sl_fsdp_end_micro(sl_fsdp *f);
  * without begin_micro, then sl_fsdp_end_forward drops every gathered
  * buffer. No gradient buffer is touched, no reduction issued. */
 int sl_fsdp_end_forward(sl_fsdp *f);
+/* on = 1: every parameter buffer gathered from now on stays gathered
+ * (releases, end_micro and end_forward keep it) until sl_fsdp_hold_params(f,
+ * 0) drops them all: ZeRO-3 under a pipeline gathers each unit once per step
+ * instead of once per micro-batch. */
+int sl_fsdp_hold_params(sl_fsdp *f, int on);
 
 /* Global sum of squares of the reduced gradients (over the optimizer
  * views of the shard group, padding is zero), summed in rank order in
@@ -113,6 +121,11 @@ int sl_fsdp_grad_sumsq(sl_fsdp *f, double *out);
  * parallelism counts a tensor several TP ranks hold on one of them. */
 typedef int (*sl_fsdp_counted_fn)(void *ctx, int u, int i, int64_t *lo, int64_t *hi);
 int sl_fsdp_grad_sumsq_part(sl_fsdp *f, sl_fsdp_counted_fn counted, void *ctx, double *out);
+/* Its two halves: this rank's sum of squares per unit (no comm; 0 for a
+ * unit created with numel 0), and the sum of one double per rank of the
+ * shard group in rank order (collective). */
+void sl_fsdp_unit_sumsq(sl_fsdp *f, double *per_unit);
+int sl_fsdp_shard_sum(sl_fsdp *f, double mine, double *out);
 /* Hands back the updated fp32 values of unit u's optimizer view. */
 int sl_fsdp_set_view(sl_fsdp *f, int u, const float *values);
 int sl_fsdp_finish_step(sl_fsdp *f);

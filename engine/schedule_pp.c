@@ -1,0 +1,590 @@
+/* engine/schedule_pp.c — the pipeline-parallel executor: the stage plan of
+ * this rank (layout, units computed and held) and the "pp" schedule, which
+ * walks this rank's op list of the static schedule (plan/pipeline.h).
+ *
+ *   F(mb, c)     select mb's activation set (load(mb) at mb's first op on
+ *                this rank, in order), forward the chunk's units; on the
+ *                last virtual stage the head adds the micro-batch's loss;
+ *   RECV act     into the residual stream at the chunk's first unit
+ *                (sl_model_boundary) of mb's set;
+ *   SEND act     the residual stream at the next stage's first unit;
+ *   RECV grad    into a staging buffer, copied into the backward's residual
+ *                gradient when B starts (the gradient buffer is shared);
+ *   B(mb, c)     sl_fsdp_begin_micro / backward of the chunk's units /
+ *                end_micro, the input gradient staged for its SEND;
+ *   SEND grad    the staged input gradient.
+ * Sends and receives block until done (the builder proved the lists cannot
+ * deadlock under that rule). Each B is one "micro-batch" of the FSDP
+ * runtime (the step's k-th B of n = m*V): with per-micro-batch reduction
+ * (the default) every unit's gradient accumulates in the order of its
+ * micro-batches, as in one process, so losses and weights are bit-identical
+ * to --pp 1.
+ *
+ * Tied embeddings: the last rank holds unit 0 too (the head reads it). After
+ * the head's backward of micro-batch k it sends the head's part of unit 0's
+ * gradient (in a buffer zeroed for k, as in one process) to rank 0, which
+ * puts it into unit 0's gradient buffer before the embedding's backward adds
+ * its part: the same sum in the same order. Before the norm, rank 0 sends
+ * the reduced gradient of unit 0 to the last rank, so both copies take the
+ * same optimizer step and stay identical.
+ *
+ * The gradient norm: every rank's per-unit sums of squares (the owner's
+ * only), gathered over the PP communicator, added in unit order, then over
+ * the shard group in rank order: the bits of one process.
+ */
+#include "engine/schedule_pp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "engine/schedule.h"
+
+enum { TAG_ACT = 0, TAG_GRAD = 1, TAG_TIED = 2, TAG_TIED_SUM = 3, TAG_UNIT = 4 };
+
+/* ---- the plan ---------------------------------------------------------------- */
+void sl_pp_plan_free(sl_pp_plan *p) {
+  if (!p) return;
+  sl_pp_sched_free(&p->sched);
+  free(p->first);
+  free(p->layers);
+  free(p->local);
+  free(p->held);
+  free(p->owner);
+  free(p);
+}
+
+int sl_pp_plan_create(const sl_pp_plan_cfg *c, sl_pp_plan **out) {
+  *out = NULL;
+  sl_pp_spec sp;
+  sl_pp_spec_defaults(&sp);
+  int rc = sl_pp_kind_parse(c->kind, &sp.kind);
+  if (rc) return rc;
+  if (sp.kind == SL_PP_ZB1P)
+    return sl_fail(SL_EINPUT, "--pp-schedule zb1p: not yet (the executor does not split the backward into its "
+                   "input- and weight-gradient halves); use gpipe, 1f1b or interleaved");
+  if (c->V > 1 && sp.kind != SL_PP_INTERLEAVED)
+    return sl_fail(SL_EINPUT, "--pp-virtual %d needs --pp-schedule interleaved (found %s)", c->V, c->kind);
+  sp.P = c->P;
+  sp.m = c->m;
+  sp.V = sp.kind == SL_PP_INTERLEAVED ? c->V : 1;
+  if (sp.kind == SL_PP_INTERLEAVED && sp.V < 2)
+    return sl_fail(SL_EINPUT, "--pp-schedule interleaved needs --pp-virtual V >= 2 (found %d)", c->V);
+  sp.bytes = c->B * c->T * c->hidden * 4;
+  sl_pp_plan *p = calloc(1, sizeof *p);
+  if (!p) return sl_fail(SL_ENOMEM, "out of memory");
+  p->P = c->P;
+  p->V = sp.V;
+  p->S = p->P * p->V;
+  p->rank = c->rank;
+  p->nunits = c->L + 2;
+  p->tied = c->tied;
+  p->bnd = c->B * c->T * c->hidden;
+  int S = p->S, U = p->nunits;
+  double *lf = calloc((size_t)c->L + 1, sizeof(double)), *lb = calloc((size_t)c->L + 1, sizeof(double));
+  p->first = calloc((size_t)S + 1, sizeof(int));
+  p->layers = calloc((size_t)S, sizeof(int));
+  p->local = calloc((size_t)U, 1);
+  p->held = calloc((size_t)U, 1);
+  p->owner = calloc((size_t)U, sizeof(int));
+  if (!lf || !lb || !p->first || !p->layers || !p->local || !p->held || !p->owner) {
+    rc = sl_fail(SL_ENOMEM, "out of memory");
+    goto done;
+  }
+  if (c->layout && c->layout[0]) {
+    rc = sl_pp_layout_parse(c->layout, S, c->L, p->layers);
+  } else {
+    /* per token: 6 x parameters (+ attention's 12 h T), 16 bytes per parameter
+     * (value, gradient, Adam m and v), as shardlm pp-schedule weighs them */
+    double attn = c->mamba ? 0 : 12.0 * (double)c->heads_x_dim * (double)c->T;
+    for (int l = 0; l < c->L; l++) {
+      lf[l] = 6.0 * (double)c->numel[l + 1] + attn;
+      lb[l] = 16.0 * (double)c->numel[l + 1];
+    }
+    sl_pp_costs pc = {.L = c->L, .layer_flops = lf, .layer_bytes = lb, .embed_bytes = 16.0 * (double)c->numel[0],
+                      .head_flops = 6.0 * (double)c->numel[0], .head_bytes = 16.0 * (double)c->numel[U - 1]};
+    rc = sl_pp_layout_balance(&pc, S, p->layers);
+  }
+  if (rc) goto done;
+  /* stage v >= 1 starts after the embedding and the layers of stages < v */
+  for (int v = 0, at = 1; v < S; v++) {
+    p->first[v] = v == 0 ? 0 : at;
+    at += p->layers[v];
+  }
+  p->first[S] = U;
+  for (int v = 0; v < S; v++)
+    for (int u = p->first[v]; u < p->first[v + 1]; u++) {
+      p->owner[u] = v % p->P;
+      if (v % p->P == p->rank) p->local[u] = p->held[u] = 1;
+    }
+  if (p->tied && p->rank == p->P - 1) p->held[0] = 1;
+  rc = sl_pp_build(&sp, &p->sched);
+done:
+  free(lf);
+  free(lb);
+  if (rc) sl_pp_plan_free(p);
+  else *out = p;
+  return rc;
+}
+
+/* ---- the executor ------------------------------------------------------------- */
+typedef struct {
+  const sl_pp_plan *pl;  /* borrowed (the trainer's) */
+  sl_comm *pp;           /* borrowed */
+  int nsets;             /* activation sets: the most micro-batches in flight on this rank */
+  int *set_of;           /* (m) set of each micro-batch in flight, -1 */
+  int *free_set;         /* (nsets) stack of free sets */
+  int nfree;
+  float **gin, **gout;   /* (m*V) received gradient waiting for B; B's input gradient waiting for its SEND */
+  float **pool;          /* free staging buffers of bnd floats */
+  int npool, cappool;
+  float **tied;          /* (m) the head's part of unit 0's gradient per micro-batch (tied, P > 1) */
+  int64_t tied_n;
+  sl_comm_req **tied_req;/* (m) */
+  int64_t steps;         /* run_step calls */
+  uint64_t xfer[2][2];   /* [send, recv][calls, bytes] on the PP comm inside run_step, all steps */
+  const sl_ops *ops;     /* of the staging buffers (pool, tied) */
+  sl_kctx *k;
+} pp_state;
+
+static int first_rank(const pp_state *st) { return st->pl->rank == 0; }
+static int last_rank(const pp_state *st) { return st->pl->rank == st->pl->P - 1; }
+static int tied_pp(const pp_state *st) { return st->pl->tied && st->pl->P > 1; }
+
+/* Micro-batches whose activations this rank holds at once (first op of mb
+ * to its B of chunk 0). */
+static int count_sets(const sl_pp_plan *pl) {
+  const sl_pp_op *ops = pl->sched.ops[pl->rank];
+  int n = pl->sched.nops[pl->rank], m = pl->sched.spec.m, live = 0, peak = 0;
+  char *seen = calloc((size_t)m, 1);
+  if (!seen) return -1;
+  for (int i = 0; i < n; i++) {
+    const sl_pp_op *o = &ops[i];
+    if (o->kind == SL_PP_W) continue;
+    if (!seen[o->mb]) {
+      seen[o->mb] = 1;
+      if (++live > peak) peak = live;
+    }
+    if (o->kind == SL_PP_B && o->chunk == 0) live--;
+  }
+  free(seen);
+  return peak > 0 ? peak : 1;
+}
+
+static float *pool_get(pp_state *st, const sl_step_ctx *c) {
+  if (st->npool) return st->pool[--st->npool];
+  float *b = c->m->ops->alloc(c->m->k, (size_t)st->pl->bnd * 4);
+  if (b) sl_mem_add(SL_ARENA_WORKSPACE, st->pl->bnd * 4);
+  return b;
+}
+
+static int pool_put(pp_state *st, float *b) {
+  if (st->npool == st->cappool) {
+    int nc = st->cappool ? 2 * st->cappool : 8;
+    float **np = realloc(st->pool, sizeof *np * (size_t)nc);
+    if (!np) return SL_ENOMEM;
+    st->pool = np;
+    st->cappool = nc;
+  }
+  st->pool[st->npool++] = b;
+  return SL_OK;
+}
+
+static int comm_rc(const char *what, int mb) {
+  return sl_fail(SL_ECOMM, "pipeline %s of micro-batch %d: %s", what, mb, sl_comm_last_error());
+}
+
+static int xfer(pp_state *st, int send, void *buf, int64_t n, int peer, int tag, int mb) {
+  sl_comm_req *r = NULL;
+  int e = send ? sl_comm_send(st->pp, buf, n, SL_F32, peer, tag, &r) : sl_comm_recv(st->pp, buf, n, SL_F32, peer, tag, &r);
+  if (e != SL_COMM_OK || sl_comm_wait(r) != SL_COMM_OK) return comm_rc(send ? "send" : "receive", mb);
+  return SL_OK;
+}
+
+/* Selects mb's activation set; at mb's first op here, takes a free set and
+ * loads the micro-batch (in order 0, 1, ...). */
+static int use_mb(pp_state *st, const sl_step_ctx *c, int mb, int *next_load) {
+  if (st->set_of[mb] >= 0) return sl_model_use_acts(c->m, st->set_of[mb]);
+  if (mb != *next_load || !st->nfree)
+    return sl_fail(SL_EINTERNAL, "pipeline: micro-batch %d starts out of order (next %d, %d free sets)", mb,
+                   *next_load, st->nfree);
+  st->set_of[mb] = st->free_set[--st->nfree];
+  (*next_load)++;
+  int rc = sl_model_use_acts(c->m, st->set_of[mb]);
+  return rc ? rc : c->load(c->user, mb);
+}
+
+static int fwd_chunk(pp_state *st, const sl_step_ctx *c, int mb, int vs, sl_step_result *out) {
+  sl_model *m = c->m;
+  int rc = SL_OK;
+  for (int u = st->pl->first[vs]; u < st->pl->first[vs + 1] && !rc; u++) {
+    const float *p;
+    rc = sl_fsdp_fwd_acquire(c->f, u, &p);
+    if (!rc) rc = m->vt->fwd(m, u, p);
+    if (!rc && c->after_fwd) rc = c->after_fwd(c->hook_user, m, mb, u);
+    if (!rc) rc = sl_fsdp_fwd_release(c->f, u);
+  }
+  if (!rc && vs == st->pl->S - 1) out->loss_sum += m->loss_sum;
+  return rc;
+}
+
+/* The head's part of unit 0's gradient (last rank): staged and sent to rank
+ * 0; then unit 0's buffer goes through the runtime's backward release like
+ * any gradient buffer (its reduction is replaced by rank 0's sum before the
+ * norm). */
+static int tied_send(pp_state *st, const sl_step_ctx *c, int mb) {
+  float *g;
+  const float *p;
+  int rc = sl_fsdp_grad_buffer(c->f, 0, &g);
+  if (rc) return rc;
+  c->m->ops->copy(c->m->k, st->tied[mb], g, (size_t)st->tied_n * 4);
+  if (sl_comm_send(st->pp, st->tied[mb], st->tied_n, SL_F32, 0, TAG_TIED, &st->tied_req[mb]) != SL_COMM_OK)
+    return comm_rc("tied-gradient send", mb);
+  rc = sl_fsdp_bwd_acquire(c->f, 0, &p, &g);
+  return rc ? rc : sl_fsdp_bwd_release(c->f, 0);
+}
+
+/* Rank 0, before the embedding's backward of mb: the head's part first. */
+static int tied_recv(pp_state *st, const sl_step_ctx *c, int mb) {
+  if (sl_comm_wait(st->tied_req[mb]) != SL_COMM_OK) {
+    st->tied_req[mb] = NULL;
+    return comm_rc("tied-gradient receive", mb);
+  }
+  st->tied_req[mb] = NULL;
+  float *g;
+  int rc = sl_fsdp_grad_buffer(c->f, 0, &g);
+  if (!rc) c->m->ops->copy(c->m->k, g, st->tied[mb], (size_t)st->tied_n * 4);
+  return rc;
+}
+
+static int bwd_chunk(pp_state *st, const sl_step_ctx *c, int mb, int chunk, int kb, int nb) {
+  sl_model *m = c->m;
+  const sl_pp_plan *pl = st->pl;
+  int vs = chunk * pl->P + pl->rank, lo = pl->first[vs], hi = pl->first[vs + 1];
+  float *act, *dres;
+  int64_t n;
+  int rc = sl_fsdp_begin_micro(c->f, kb, nb);
+  if (!rc && vs < pl->S - 1) { /* the gradient of the chunk's output */
+    float **g = &st->gin[mb * pl->V + chunk];
+    if (!*g) rc = sl_fail(SL_EINTERNAL, "pipeline: backward of micro-batch %d before its gradient", mb);
+    if (!rc) rc = sl_model_boundary(m, hi, &act, &dres, &n);
+    if (!rc) m->ops->copy(m->k, dres, *g, (size_t)n * 4);
+    if (!rc) rc = pool_put(st, *g);
+    if (!rc) *g = NULL;
+  }
+  for (int u = hi - 1; u >= lo && !rc; u--) {
+    const float *p;
+    float *g;
+    if (u == 0 && tied_pp(st) && (rc = tied_recv(st, c, mb))) break;
+    rc = sl_fsdp_bwd_acquire(c->f, u, &p, &g);
+    if (!rc) rc = m->vt->bwd(m, u, p, g);
+    if (!rc) rc = sl_fsdp_bwd_release(c->f, u);
+    if (!rc && u == pl->nunits - 1 && tied_pp(st)) rc = tied_send(st, c, mb);
+  }
+  if (!rc && vs > 0) { /* stage the input gradient for its SEND */
+    float *b = pool_get(st, c);
+    if (!b) rc = sl_fail(SL_ENOMEM, "out of memory for a pipeline transfer buffer");
+    else st->gout[mb * pl->V + chunk] = b;
+    if (!rc) rc = sl_model_boundary(m, lo, &act, &dres, &n);
+    if (!rc) m->ops->copy(m->k, b, dres, (size_t)n * 4);
+  }
+  if (!rc) rc = sl_fsdp_end_micro(c->f);
+  if (!rc && chunk == 0) { /* mb's last op needing its activations here */
+    st->free_set[st->nfree++] = st->set_of[mb];
+    st->set_of[mb] = -1;
+  }
+  return rc;
+}
+
+static int pp_nacts(const sl_schedule *s, int nmicro) {
+  (void)nmicro;
+  return ((pp_state *)s->priv)->nsets;
+}
+
+static int step_begin(pp_state *st, const sl_step_ctx *c) {
+  const sl_pp_plan *pl = st->pl;
+  if (c->nmicro != pl->sched.spec.m)
+    return sl_fail(SL_EINTERNAL, "pipeline: a step of %d micro-batches; the schedule has %d", c->nmicro,
+                   pl->sched.spec.m);
+  st->ops = c->m->ops;
+  st->k = c->m->k;
+  if (tied_pp(st) && (first_rank(st) || last_rank(st)) && !st->tied[0]) {
+    st->tied_n = c->m->units[0].numel;
+    for (int k = 0; k < c->nmicro; k++) {
+      if (!(st->tied[k] = st->ops->alloc(st->k, (size_t)st->tied_n * 4)))
+        return sl_fail(SL_ENOMEM, "out of memory for the tied weight's gradient transfers");
+      sl_mem_add(SL_ARENA_WORKSPACE, st->tied_n * 4);
+    }
+  }
+  for (int k = 0; k < c->nmicro; k++) st->set_of[k] = -1;
+  st->nfree = st->nsets;
+  for (int i = 0; i < st->nsets; i++) st->free_set[i] = st->nsets - 1 - i;
+  return SL_OK;
+}
+
+/* Waits every tied-gradient transfer still in flight (also after a failure). */
+static int tied_wait_all(pp_state *st, int m) {
+  int rc = SL_OK;
+  for (int k = 0; st->tied_req && k < m; k++)
+    if (st->tied_req[k]) {
+      if (sl_comm_wait(st->tied_req[k]) != SL_COMM_OK && !rc) rc = comm_rc("tied-gradient transfer", k);
+      st->tied_req[k] = NULL;
+    }
+  return rc;
+}
+
+static int pp_run_step(sl_schedule *s, const sl_step_ctx *c, sl_step_result *out) {
+  pp_state *st = s->priv;
+  const sl_pp_plan *pl = st->pl;
+  out->loss_sum = 0;
+  int rc = step_begin(st, c);
+  if (rc) return rc;
+  int V = pl->V, m = c->nmicro, nb = m * V, kb = 0, next_load = 0;
+  sl_comm_stats before, after;
+  sl_comm_get_stats(st->pp, &before);
+  if (!rc) rc = sl_fsdp_hold_params(c->f, 1); /* ZeRO-3: one gather per unit per step (not per micro-batch) */
+  if (tied_pp(st) && first_rank(st))
+    for (int k = 0; k < m && !rc; k++)
+      if (sl_comm_recv(st->pp, st->tied[k], st->tied_n, SL_F32, pl->P - 1, TAG_TIED, &st->tied_req[k]) != SL_COMM_OK)
+        rc = comm_rc("tied-gradient receive", k);
+  const sl_pp_op *ops = pl->sched.ops[pl->rank];
+  for (int i = 0; i < pl->sched.nops[pl->rank] && !rc; i++) {
+    const sl_pp_op *o = &ops[i];
+    int vs = o->chunk * pl->P + pl->rank;
+    float *act, *dres;
+    int64_t n;
+    switch (o->kind) {
+    case SL_PP_F:
+      rc = use_mb(st, c, o->mb, &next_load);
+      if (!rc) rc = fwd_chunk(st, c, o->mb, vs, out);
+      break;
+    case SL_PP_B:
+      rc = use_mb(st, c, o->mb, &next_load);
+      if (!rc) rc = bwd_chunk(st, c, o->mb, o->chunk, kb++, nb);
+      break;
+    case SL_PP_RECV:
+      if (o->dir == SL_PP_ACT) { /* into the residual stream at the chunk's first unit */
+        rc = use_mb(st, c, o->mb, &next_load);
+        if (!rc) rc = sl_model_boundary(c->m, pl->first[vs], &act, &dres, &n);
+        if (!rc) rc = xfer(st, 0, act, n, o->peer, TAG_ACT, o->mb);
+      } else {
+        float *b = pool_get(st, c);
+        if (!b) rc = sl_fail(SL_ENOMEM, "out of memory for a pipeline transfer buffer");
+        else st->gin[o->mb * V + o->chunk] = b;
+        if (!rc) rc = xfer(st, 0, b, pl->bnd, o->peer, TAG_GRAD, o->mb);
+      }
+      break;
+    case SL_PP_SEND:
+      if (o->dir == SL_PP_ACT) { /* the residual stream at the next stage's first unit */
+        rc = use_mb(st, c, o->mb, &next_load);
+        if (!rc) rc = sl_model_boundary(c->m, pl->first[vs + 1], &act, &dres, &n);
+        if (!rc) rc = xfer(st, 1, act, n, o->peer, TAG_ACT, o->mb);
+      } else {
+        float **b = &st->gout[o->mb * V + o->chunk];
+        if (!*b) rc = sl_fail(SL_EINTERNAL, "pipeline: gradient of micro-batch %d sent before its backward", o->mb);
+        if (!rc) rc = xfer(st, 1, *b, pl->bnd, o->peer, TAG_GRAD, o->mb);
+        if (!rc) rc = pool_put(st, *b);
+        if (!rc) *b = NULL;
+      }
+      break;
+    default:
+      rc = sl_fail(SL_EINTERNAL, "pipeline: op kind %d not executed (zb1p is not supported yet)", o->kind);
+    }
+  }
+  int rc2 = tied_wait_all(st, m);
+  int rc3 = sl_fsdp_hold_params(c->f, 0); /* the step's gathered parameters go */
+  if (!rc2) rc2 = rc3;
+  sl_comm_get_stats(st->pp, &after);
+  const int kinds[2] = {SL_COLL_SEND, SL_COLL_RECV};
+  for (int d = 0; d < 2; d++) {
+    st->xfer[d][0] += after.calls[kinds[d]] - before.calls[kinds[d]];
+    st->xfer[d][1] += after.bytes[kinds[d]] - before.bytes[kinds[d]];
+  }
+  st->steps++;
+  return rc ? rc : rc2;
+}
+
+/* Forward only (evaluation): each micro-batch through the virtual stages in
+ * order, the activation passed on from rank to rank. */
+static int pp_forward(sl_schedule *s, const sl_step_ctx *c, sl_step_result *out) {
+  pp_state *st = s->priv;
+  const sl_pp_plan *pl = st->pl;
+  out->loss_sum = 0;
+  int rc = SL_OK;
+  for (int k = 0; k < c->nmicro && !rc; k++) {
+    rc = sl_model_use_acts(c->m, 0);
+    if (!rc) rc = c->load(c->user, k);
+    for (int vs = pl->rank; vs < pl->S && !rc; vs += pl->P) {
+      float *act, *dres;
+      int64_t n;
+      if (vs > 0 && !(rc = sl_model_boundary(c->m, pl->first[vs], &act, &dres, &n)))
+        rc = xfer(st, 0, act, n, (vs - 1) % pl->P, TAG_ACT, k);
+      if (!rc) rc = fwd_chunk(st, c, k, vs, out);
+      if (!rc && vs < pl->S - 1 && !(rc = sl_model_boundary(c->m, pl->first[vs + 1], &act, &dres, &n)))
+        rc = xfer(st, 1, act, n, (vs + 1) % pl->P, TAG_ACT, k);
+    }
+    int rc2 = sl_fsdp_end_forward(c->f);
+    if (!rc) rc = rc2;
+  }
+  return rc;
+}
+
+static int pp_grad_sumsq(sl_schedule *s, const sl_step_ctx *c, double *ss) {
+  pp_state *st = s->priv;
+  const sl_pp_plan *pl = st->pl;
+  int U = pl->nunits, P = pl->P, rc = SL_OK;
+  if (tied_pp(st) && (first_rank(st) || last_rank(st))) { /* the last rank's copy takes rank 0's sum */
+    sl_fsdp_view_t v = sl_fsdp_view(c->f, 0);
+    rc = xfer(st, first_rank(st), v.grads, v.count, first_rank(st) ? P - 1 : 0, TAG_TIED_SUM, -1);
+    if (rc) return rc;
+  }
+  double *mine = calloc((size_t)U, sizeof(double)), *all = calloc((size_t)U * (size_t)P, sizeof(double));
+  if (!mine || !all) rc = sl_fail(SL_ENOMEM, "out of memory");
+  if (!rc) {
+    sl_fsdp_unit_sumsq(c->f, mine);
+    if (sl_comm_allgather_sync(st->pp, mine, all, U, SL_F64) != SL_COMM_OK)
+      rc = sl_fail(SL_ECOMM, "pipeline gradient norm all-gather: %s", sl_comm_last_error());
+  }
+  if (!rc) {
+    double t = 0.0; /* in unit order, each unit from its owner: one process's sum */
+    for (int u = 0; u < U; u++) t += all[(size_t)pl->owner[u] * (size_t)U + (size_t)u];
+    rc = sl_fsdp_shard_sum(c->f, t, ss);
+  }
+  free(mine);
+  free(all);
+  return rc;
+}
+
+static void pp_destroy(sl_schedule *s) {
+  pp_state *st = s->priv;
+  if (!st) return;
+  (void)tied_wait_all(st, st->pl->sched.spec.m);
+  const sl_pp_sched *ps = &st->pl->sched;
+  int r = st->pl->rank;
+  if (st->steps)
+    sl_log(SL_LOG_INFO, "pipeline rank %d: %llu sends (%llu bytes), %llu receives (%llu bytes) in %lld steps; "
+           "the schedule per step: %lld sends (%lld bytes), %lld receives (%lld bytes)%s", r,
+           (unsigned long long)st->xfer[0][0], (unsigned long long)st->xfer[0][1], (unsigned long long)st->xfer[1][0],
+           (unsigned long long)st->xfer[1][1], (long long)st->steps, (long long)ps->sends[r],
+           (long long)ps->send_bytes[r], (long long)ps->recvs[r], (long long)ps->recv_bytes[r],
+           tied_pp(st) && (first_rank(st) || last_rank(st)) ? " + the tied embedding's gradient per micro-batch" : "");
+  /* the staging buffers were allocated through the model's ops: the trainer
+   * frees the model after the schedule, so they go here */
+  for (int i = 0; st->gin && st->gout && i < st->pl->sched.spec.m * st->pl->V; i++) { /* a failed step's */
+    if (st->gin[i]) (void)pool_put(st, st->gin[i]);
+    if (st->gout[i]) (void)pool_put(st, st->gout[i]);
+  }
+  for (int i = 0; i < st->npool; i++) {
+    st->ops->free(st->k, st->pool[i]);
+    sl_mem_sub(SL_ARENA_WORKSPACE, st->pl->bnd * 4);
+  }
+  for (int k = 0; k < st->pl->sched.spec.m && st->tied; k++)
+    if (st->tied[k]) {
+      st->ops->free(st->k, st->tied[k]);
+      sl_mem_sub(SL_ARENA_WORKSPACE, st->tied_n * 4);
+    }
+  free(st->set_of);
+  free(st->free_set);
+  free(st->gin);
+  free(st->gout);
+  free(st->pool);
+  free(st->tied_req);
+  free(st->tied);
+  free(st);
+  s->priv = NULL;
+}
+
+static const sl_schedule_vt pp_vt = {
+    .name = "pp",
+    .nacts = pp_nacts,
+    .run_step = pp_run_step,
+    .forward = pp_forward,
+    .grad_sumsq = pp_grad_sumsq,
+    .destroy = pp_destroy,
+};
+
+int sl_schedule_pp_create(const sl_pp_plan *plan, sl_comm *pp, sl_schedule *s) {
+  if (!plan || !pp) return sl_fail(SL_EINTERNAL, "pipeline schedule without a plan or a PP communicator");
+  pp_state *st = calloc(1, sizeof *st);
+  if (!st) return sl_fail(SL_ENOMEM, "out of memory");
+  s->vt = &pp_vt;
+  s->priv = st;
+  st->pl = plan;
+  st->pp = pp;
+  int m = plan->sched.spec.m, mv = m * plan->V;
+  st->nsets = count_sets(plan);
+  st->set_of = calloc((size_t)m, sizeof(int));
+  st->free_set = calloc((size_t)(st->nsets > 0 ? st->nsets : 1), sizeof(int));
+  st->gin = calloc((size_t)mv, sizeof(float *));
+  st->gout = calloc((size_t)mv, sizeof(float *));
+  st->tied = calloc((size_t)m, sizeof(float *));
+  st->tied_req = calloc((size_t)m, sizeof(sl_comm_req *));
+  if (st->nsets < 0 || !st->set_of || !st->free_set || !st->gin || !st->gout || !st->tied || !st->tied_req)
+    return sl_fail(SL_ENOMEM, "out of memory");
+  return SL_OK;
+}
+
+/* ---- the plan of a training run ------------------------------------------------ */
+int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int rank, int device, sl_pp_plan **out) {
+  *out = NULL;
+  if (c->pp <= 1) {
+    if (c->pp_virtual > 1 || c->pp_layout[0])
+      return sl_fail(SL_EINPUT, "--pp-virtual and --pp-layout need --pp P >= 2 (found --pp %lld)", (long long)c->pp);
+    return SL_OK;
+  }
+  if (device)
+    return sl_fail(SL_EINPUT, "--pp %lld: pipeline parallelism runs on the CPU backend only for now (use --backend cpu)",
+                   (long long)c->pp);
+  /* one reduction at the step's last backward: it must cover every unit of
+   * the rank (one chunk), and the tied weight's head part is sent per
+   * micro-batch from a buffer zeroed for it */
+  if (c->no_sync_accum && (c->pp_virtual > 1 || mc->tie_word_embeddings))
+    return sl_fail(SL_EINPUT, "--pp %lld with --no-sync-accum: supported for one chunk per rank and untied "
+                   "embeddings only (found --pp-virtual %lld, tie_word_embeddings %s); drop --no-sync-accum",
+                   (long long)c->pp, (long long)c->pp_virtual, mc->tie_word_embeddings ? "true" : "false");
+  if (strcmp(c->offload_params, "none"))
+    return sl_fail(SL_EINPUT, "--pp %lld with --offload-params %s: not supported yet", (long long)c->pp, c->offload_params);
+  sl_model *sm = NULL;
+  int rc = sl_model_create_specs(mc, &sm);
+  if (rc) return rc;
+  int64_t *numel = calloc((size_t)sm->nunits, sizeof(int64_t));
+  if (!numel) rc = sl_fail(SL_ENOMEM, "out of memory");
+  for (int u = 0; !rc && u < sm->nunits; u++) numel[u] = sm->units[u].numel;
+  sl_pp_plan_cfg pc = {.kind = c->pp_schedule, .P = (int)c->pp, .V = (int)c->pp_virtual, .rank = rank,
+                       .m = (int)c->grad_accum, .layout = c->pp_layout, .L = (int)mc->num_hidden_layers,
+                       .tied = mc->tie_word_embeddings, .mamba = mc->arch == SL_ARCH_MAMBA, .numel = numel,
+                       .hidden = mc->hidden_size, .heads_x_dim = mc->num_attention_heads * mc->head_dim,
+                       .B = c->micro_batch, .T = c->seq_len};
+  if (!rc && sm->nunits != pc.L + 2)
+    rc = sl_fail(SL_EINTERNAL, "pipeline: %s has %d units, expected layers + 2", mc->arch_name, sm->nunits);
+  if (!rc) rc = sl_pp_plan_create(&pc, out);
+  if (!rc) { /* what the run does, once */
+    const sl_pp_plan *p = *out;
+    char lay[512] = "";
+    for (int v = 0; v < p->S; v++)
+      snprintf(lay + strlen(lay), sizeof lay - strlen(lay), "%s%d", v ? "," : "", p->layers[v]);
+    int64_t idle = 0;
+    for (int r = 0; r < p->P; r++) idle = p->sched.idle[r] > idle ? p->sched.idle[r] : idle;
+    sl_log0(SL_LOG_INFO, "pipeline: %d ranks x %d chunk%s = %d stages, schedule %s, %d micro-batches per step, "
+            "decoder layers per stage %s (embedding on the first, head on the last); idle %lld of %lld time units "
+            "per rank (shardlm pp-schedule shows the timeline)", p->P, p->V, p->V > 1 ? "s" : "", p->S,
+            c->pp_schedule, (int)c->grad_accum, lay, (long long)idle, (long long)p->sched.makespan);
+  }
+  free(numel);
+  sl_model_destroy(sm);
+  return rc;
+}
+
+int sl_pp_route_unit(const sl_pp_plan *pl, const sl_par_mesh *mesh, int u, float *flat, int64_t n, int rc) {
+  int own = pl->owner[u];
+  if (own == 0 || mesh->coord[SL_AXIS_DP] != 0 || mesh->coord[SL_AXIS_TP] != 0) return rc;
+  if (pl->rank != 0 && pl->rank != own) return rc;
+  /* a failed gather still sends (its buffer), so the receiver is not left waiting; the failure is the sender's */
+  sl_comm_req *r = NULL;
+  int e = pl->rank == own ? sl_comm_send(mesh->comm[SL_AXIS_PP], flat, n, SL_F32, 0, TAG_UNIT, &r)
+                          : sl_comm_recv(mesh->comm[SL_AXIS_PP], flat, n, SL_F32, own, TAG_UNIT, &r);
+  if ((e != SL_COMM_OK || sl_comm_wait(r) != SL_COMM_OK) && !rc)
+    rc = sl_fail(SL_ECOMM, "pipeline: unit %d to rank 0: %s", u, sl_comm_last_error());
+  return rc;
+}
