@@ -719,9 +719,10 @@ static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_c
 int sl_plan_eval(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x) {
   int rc = (x->tp > 1 || x->pp > 1) ? eval_tppp(m, c, x) : eval_engine(m, c, x);
   if (rc) return rc;
-  /* TP layouts run (--tp); pipeline parallelism does not yet. TODO(issue 14):
-   * once formats/traincfg.c has --pp (branch h14-pp), PP layouts run too:
-   * drop this, and print --pp in tools/plan.c train_command */
+  /* TP layouts are recommended as runnable (--tp). PP layouts are not yet,
+   * although --pp trains: the search's pipeline time model (1F1B bubble,
+   * p2p) is not checked against the engine's executor, and TP x PP does not
+   * run (issue 14). */
   x->needs_mode = x->pp > 1;
   x->step_s = x->compute_s + x->recompute_s + x->bubble_s + x->exposed_s + x->optim_s + x->offload_s;
   double tokens = (double)x->micro_batch * (double)x->grad_accum * (double)c->seq_len *

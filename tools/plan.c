@@ -66,7 +66,7 @@ static const char *off_str(int o) { return o == 2 ? "nvme" : o == 1 ? "cpu" : "-
 
 /* The shardlm train command line of a runnable candidate (every rank of the
  * cluster under mpirun; --micro-batch and --grad-accum are per rank).
- * TODO(issue 14): PP layouts print --pp once formats/traincfg.c has it. */
+ * PP layouts are not recommended as runnable yet (plan/planner.c, needs_mode). */
 static void train_command(const sl_plan_cand *x, const char *model, const sl_plan_cluster *c, char *buf, size_t cap) {
   size_t o = (size_t)snprintf(buf, cap, "mpirun -np %d shardlm train --model %s --seq-len %lld", c->gpus, model,
                               (long long)c->seq_len);
