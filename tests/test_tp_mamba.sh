@@ -14,8 +14,9 @@
 # embedding, head, out_proj bias) are the same bits.
 # Also: loading HF weights by slices (each rank reads its rows of both halves
 # of in_proj), a checkpoint saved at TP 2 x DP 2 resumed at TP 4 x DP 1, the
-# TP bytes per step against their closed form from config.json, and the
-# refusal of a T that does not divide d_inner.
+# TP bytes per step against their closed form from config.json, the planner's
+# engine check against the SP runs, and the refusal of a T that does not
+# divide d_inner.
 # --eps 1e-6: as tests/test_tp_parity.sh (Adam's gain on round-off of
 # gradients of ~1e-9 would otherwise dominate the comparison).
 set -u
@@ -131,6 +132,25 @@ for r in "t_tp2 mt 2 4 1 0" "t_tp4 mt 4 4 1 0" "u_tp4 mu 4 4 1 0" "u_tp2dp2z0 mu
          "s_tp2dp2 mt 2 1 2 1" "s_tp4u mu 4 4 1 1" "s_tp2full mt 2 2 2 1 1"; do
   if closed $r; then pass=$((pass+1)); else fail=$((fail+1)); fi
 done
+
+# The planner's engine check (shardlm plan --engine-check: the model's code on a counting TP
+# communicator, one process) predicts the SP runs' TP bytes per kind and arena peaks exactly (scratch
+# aside: the kernels' own scratch is outside the plan's arenas).
+engine_check() { # run model world micro accum [train flags...]
+  local name=$1 model=$2 np=$3 mb=$4 ga=$5; shift 5
+  "$B" plan --engine-check --model "$W/$model" --world "$np" --micro-batch "$mb" --grad-accum "$ga" --seq-len 16 \
+    "$@" --json > "$W/$name.plan" 2> "$W/$name.plan.err" && /usr/bin/python3 - "$W/$name.plan" "$W/$name/metrics.jsonl" <<'P'
+import json, sys
+p, m = json.load(open(sys.argv[1])), [json.loads(l) for l in open(sys.argv[2])]
+strip = lambda d: {k: v for k, v in d.items() if k != "scratch"}
+ok = all(x["tp_bytes"] == p["tp_bytes"] for x in m) and strip(m[-1]["arena_peak"]) == strip(p["arena_peak"])
+print(f"{'OK  ' if ok else 'FAIL'} plan --engine-check vs {sys.argv[2]}: tp_bytes {p['tp_bytes']}, arena peaks {strip(p['arena_peak'])}")
+sys.exit(0 if ok else 1)
+P
+}
+if engine_check s_tp2dp2 mt 4 1 2 --tp 2 --sequence-parallel --zero 3 &&
+   engine_check s_tp4u mu 4 4 1 --tp 4 --sequence-parallel --zero 1; then
+  pass=$((pass+1)); else echo "FAIL plan --engine-check under SP"; fail=$((fail+1)); fi
 
 # Checkpoints hold whole tensors (in_proj's halves assembled): saved at TP 2 x DP 2 (ZeRO-3; also that
 # layout's parity case), resumed from step 5 at TP 4 x DP 1; the continued losses and the final weights
