@@ -353,15 +353,8 @@ static int llama_alloc_acts(sl_model *m, int set) {
   }
   if (!sl_model_is_local(m, (int)p->L + 1)) return SL_OK; /* the head is another pipeline stage's */
   if (!p->vp) return sl_lm_head_init(m, &a->head, p->C, p->V, p->eps, p->tied, (int)p->L + 1) ? SL_ENOMEM : SL_OK;
-  ptrdiff_t cur = p->hv ? p->hv - p->hvp : 0;
-  sl_lm_head_vp *hvp = realloc(p->hvp, sizeof *hvp * (size_t)p->nsets);
-  if (!hvp) return sl_fail(SL_ENOMEM, "out of memory");
-  p->hvp = hvp;
-  if (p->hv) p->hv = hvp + cur; /* the selected set's, moved with the array */
-  memset(&hvp[set], 0, sizeof *hvp);
-  int rc = sl_lm_head_vp_init(m, &hvp[set], &p->vs, p->C, p->eps, p->tied, (int)p->L + 1, p->sp);
-  if (!rc) a->head = hvp[set].h;
-  return rc;
+  return sl_lm_head_vp_set_init(m, &p->hvp, &p->hv, p->nsets, set, &a->head, &p->vs, p->C, p->eps, p->tied,
+                                (int)p->L + 1, p->sp);
 }
 
 static void llama_use_acts(sl_model *m, int set) {

@@ -28,6 +28,7 @@
 
 #include "base/base.h"
 #include "models/model.h"
+#include "models/vocab_parallel.h"
 
 #define MAMBA_SCAN_CHUNK 64 /* scan state checkpoint interval (docs/mamba.md) */
 
@@ -60,12 +61,21 @@ typedef struct {
   float **stream;    /* (L+1) x (N, H): input of block l; stream[L] feeds the head */
   mlayer_acts *la;   /* (L) */
   sl_lm_head head;  /* final norm + LM head + cross-entropy */
+  /* T > 1: vocabulary-parallel embedding and loss-parallel head (models/vocab_parallel.h) */
+  int vp, sp;         /* vp: T > 1; sp: sequence parallelism (rows n = N/T of the stream per rank) */
+  int64_t n;          /* token rows of the residual stream and the norm on this rank: N, or N/T under sp */
+  sl_vocab_split vs;
+  sl_lm_head_vp *hvp; /* (nsets) the loss-parallel head of each activation set (vp) */
+  sl_lm_head_vp *hv;  /* the selected set's */
+  float *xl;          /* (n, H) under sp: the norm's local output before its all-gather, the
+                         reduce-scattered in_proj input gradient in backward */
   sl_act_set *sets;  /* (nsets) one per micro-batch in flight (models/model.h) */
   int nsets;
   mlayer_acts shared; /* recomputed in backward, shared by every layer and set (selective: u, dtv, g; full: all) */
   /* backward scratch (workspace), reused by every layer */
-  float *dres;       /* (N, H) gradient of the residual stream */
-  float *dln;        /* (N, H) */
+  float *dres;       /* (n, H) gradient of the residual stream (N rows allocated) */
+  float *dln;        /* (N, H); under sp also the out_proj partial sums (forward) and the
+                        all-gathered block-output gradient (backward) */
   float *dgx;        /* (N, D) dg, then (after gate_bwd) dxcp */
   float *dy;         /* (N, D) */
   float *du;         /* (N, D) */
@@ -80,6 +90,7 @@ static void mamba_destroy(sl_model *m) {
   mamba_priv *p = m->priv;
   if (!p) return;
   sl_act_sets_free(p->sets, p->nsets);
+  free(p->hvp);
   free(p);
   m->priv = NULL;
 }
@@ -106,7 +117,8 @@ static mblockw block_views(const mamba_priv *p, const float *flat) {
  * of its stacked halves (x rows r·D.., z rows Dw + r·D..; sl_unit_add_stacked),
  * conv1d, dt_proj (weight rows, bias), A_log and D are split over their d_inner
  * dim 0, x_proj (R+2S, Dw) and out_proj (H, Dw) are row-parallel (split over
- * their input columns). Norm, embedding and head are whole on every rank.
+ * their input columns). The norms are whole on every rank; the embedding
+ * and the head split the vocabulary (below).
  * Every channel's conv, SiLU, scan and gate depend only on that channel and on
  * the per-token dt_low (R), Bm (S), Cm (S) shared by all channels, so:
  * Forward, per layer (elements per micro-batch, N = b·s tokens):
@@ -134,12 +146,42 @@ static mblockw block_views(const mamba_priv *p, const float *flat) {
  * So a layer all-reduces N·(R+2S) and N·H forward and the same backward:
  * against an attention sublayer (one N·H each way), one more small
  * all-reduce each way, of (R + 2S) per token. Full checkpointing repeats #1
- * when it recomputes the block (the forward's out_proj is not recomputed). */
+ * when it recomputes the block (the forward's out_proj is not recomputed).
+ * At T > 1 the embedding and the LM head split the vocabulary
+ * (models/vocab_parallel.h, padded to a multiple of T, tied or not).
+ * Sequence parallelism (m->sp): the residual stream, the norm and its
+ * statistics hold this rank's n = N/T token rows; the norm's output is
+ * all-gathered (N, H) before in_proj (the causal conv and the scan then see
+ * whole sequences) and kept gathered for in_proj's weight gradient;
+ * out_proj's partial sums are reduce-scattered instead of all-reduced (#2);
+ * in backward the block-output gradient is all-gathered before out_proj's
+ * backward and in_proj's input gradient reduce-scattered (#4); the x_proj
+ * all-reduces (#1, #3) stay; the norm's weight gradient (partial over rows)
+ * is summed over TP. */
 
 /* buf (n) summed over the TP group; nothing at T = 1. */
 static int tp_sum(sl_model *m, float *buf, int64_t n) {
   if (m->tp_size == 1) return SL_OK;
   return m->access.tp.allreduce(m->access.tp.user, buf, n, SL_TP_SUM);
+}
+
+/* Sequence parallelism's all-gather of the (n, H) rows of every rank into (N, H). */
+static int sp_gather(sl_model *m, mamba_priv *p, const float *rows, float *all) {
+  return m->access.tp.allgather(m->access.tp.user, rows, all, p->n * p->H);
+}
+
+/* The partial sums (N, H) of a row-parallel GEMM into this rank's (n, H)
+ * rows of their sum: a reduce-scatter under sp (from part into rows), else
+ * an all-reduce in place (part == rows; nothing at T = 1). */
+static int row_parallel_sum(sl_model *m, mamba_priv *p, float *part, float *rows) {
+  if (!p->sp) return tp_sum(m, rows, p->N * p->H);
+  return m->access.tp.reducescatter(m->access.tp.user, part, rows, p->n * p->H);
+}
+
+/* Under sp a norm's weight gradient g (H) is this rank's rows' part: summed
+ * over TP (the runtime zeroes a unit's gradient per micro-batch). */
+static int sp_norm_grad_sum(sl_model *m, mamba_priv *p, float *g) {
+  return p->sp ? tp_sum(m, g, p->H) : SL_OK;
 }
 
 /* NULL when T splits d_inner, else why not. */
@@ -162,29 +204,32 @@ static int tp_check(const sl_model *m) {
 }
 
 /* Forward of a block from x into a; writes the block output to out unless
- * out is NULL (recomputation for full checkpointing). */
+ * out is NULL (recomputation for full checkpointing). Under sp x and out
+ * hold this rank's n rows, a->ln all N (gathered through p->xl), and
+ * out_proj's partial sums go through p->dln (free in forward). */
 static int block_forward(sl_model *m, mamba_priv *p, const float *flat, const float *x,
                           mlayer_acts *a, float *out) {
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
   mblockw w = block_views(p, flat);
   int64_t N = p->N, H = p->H, D = p->D, S = p->S, R = p->R;
-  o->rmsnorm_fwd(k, a->ln, a->rstd, x, w.norm, N, H, p->eps);
+  o->rmsnorm_fwd(k, p->sp ? p->xl : a->ln, a->rstd, x, w.norm, p->n, H, p->eps);
+  int rc = p->sp ? sp_gather(m, p, p->xl, a->ln) : SL_OK;
+  if (rc) return rc;
   o->linear_fwd(k, a->xz, a->ln, w.w_in, w.b_in, N, H, 2 * D);
   o->conv1d_fwd(k, a->xcp, a->xz, 2 * D, w.w_conv, w.b_conv, m->B, m->T, D, p->K);
   o->silu_fwd(k, a->u, a->xcp, N * D);
   o->linear_fwd(k, a->dtr, a->u, w.w_x, NULL, N, D, R);
   o->linear_fwd(k, a->bc, a->u, w.w_x + R * D, NULL, N, D, 2 * S);
-  int rc = tp_sum(m, a->dtr, N * (R + 2 * S)); /* #1: dtr | bc, one buffer */
-  if (rc) return rc;
+  if ((rc = tp_sum(m, a->dtr, N * (R + 2 * S)))) return rc; /* #1: dtr | bc, one buffer */
   o->linear_fwd(k, a->dtv, a->dtr, w.w_dt, w.b_dt, N, R, D);
   o->scan_fwd(k, a->y, a->ckpt, a->u, a->dtv, w.a_log, a->bc, a->bc + S, 2 * S, w.dp, m->B, m->T,
               D, S, p->chunk);
   o->gate_fwd(k, a->g, a->y, a->xz + D, 2 * D, N, D);
   if (out) {
-    o->linear_fwd(k, out, a->g, w.w_out, m->tp_rank == 0 ? w.b_out : NULL, N, D, H);
-    if ((rc = tp_sum(m, out, N * H))) return rc; /* #2 */
-    o->add_inplace(k, out, x, N * H);
+    o->linear_fwd(k, p->sp ? p->dln : out, a->g, w.w_out, m->tp_rank == 0 ? w.b_out : NULL, N, D, H);
+    if ((rc = row_parallel_sum(m, p, p->dln, out))) return rc; /* #2 */
+    o->add_inplace(k, out, x, p->n * H);
   }
   return SL_OK;
 }
@@ -207,6 +252,7 @@ static int mamba_fwd(sl_model *m, int u, const float *flat) {
   sl_kctx *k = m->k;
   int64_t N = p->N, H = p->H;
   if (u == 0) {
+    if (p->vp) return sl_vp_embedding_fwd(m, &p->vs, p->stream[0], flat, N, H, p->sp ? p->dln : NULL);
     o->embedding_fwd(k, p->stream[0], m->tokens, flat, N, H);
     return SL_OK;
   }
@@ -214,6 +260,7 @@ static int mamba_fwd(sl_model *m, int u, const float *flat) {
     int l = u - 1;
     return block_forward(m, p, flat, p->stream[l], &p->la[l], p->stream[l + 1]);
   }
+  if (p->vp) return sl_lm_head_vp_fwd(m, p->hv, flat, p->stream[p->L]);
   return sl_lm_head_fwd(m, &p->head, flat, p->stream[p->L]);
 }
 
@@ -224,9 +271,15 @@ static int mamba_bwd(sl_model *m, int u, const float *flat, float *grads) {
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
   int64_t N = p->N, H = p->H, D = p->D, S = p->S, R = p->R;
-  if (u == p->L + 1) /* head: starts the backward pass */
+  int rc = SL_OK;
+  if (u == p->L + 1 && !p->vp) /* head: starts the backward pass */
     return sl_lm_head_bwd(m, &p->head, flat, grads, p->stream[p->L], p->dres, p->dln);
+  if (u == p->L + 1) {
+    rc = sl_lm_head_vp_bwd(m, p->hv, flat, grads, p->stream[p->L], p->dres, p->dln);
+    return rc ? rc : sp_norm_grad_sum(m, p, grads);
+  }
   if (u == 0) {
+    if (p->vp) return sl_vp_embedding_bwd(m, &p->vs, grads, p->dres, N, H, p->sp ? p->dln : NULL);
     o->embedding_bwd(k, grads, p->dres, m->tokens, N, H);
     return SL_OK;
   }
@@ -235,15 +288,17 @@ static int mamba_bwd(sl_model *m, int u, const float *flat, float *grads) {
   const float *x = p->stream[l];
   mblockw w = block_views(p, flat);
   mblockw g = block_views(p, grads);
-  int rc = SL_OK;
+  const float *dout = p->dres; /* the gradient of the block output, all-gathered under sp */
   if (m->ac == SL_AC_FULL) rc = block_forward(m, p, flat, x, a, NULL);
   else if (m->ac == SL_AC_SELECTIVE) block_recompute_cheap(m, p, flat, a);
   if (rc) return rc;
   /* out_proj: dres is the gradient of the block output (the residual passes
-   * it through to x unchanged; rmsnorm_bwd adds the branch below) */
+   * it through to x unchanged; rmsnorm_bwd adds the branch below); under sp
+   * p->dln holds it all-gathered until in_proj's backward overwrites it */
+  if (p->sp && (rc = sp_gather(m, p, p->dres, (float *)(dout = p->dln)))) return rc;
   float *dg = p->dgx;
   zero(m, dg, N * D);
-  o->linear_bwd(k, dg, (float *)g.w_out, (float *)g.b_out, p->dres, a->g, w.w_out, N, D, H);
+  o->linear_bwd(k, dg, (float *)g.w_out, (float *)g.b_out, dout, a->g, w.w_out, N, D, H);
   /* gate: dy, and dz into the z half of dxz */
   zero(m, p->dy, N * D);
   zero(m, p->dxz, N * 2 * D);
@@ -271,13 +326,15 @@ static int mamba_bwd(sl_model *m, int u, const float *flat, float *grads) {
   /* in_proj and the norm */
   zero(m, p->dln, N * H);
   o->linear_bwd(k, p->dln, (float *)g.w_in, (float *)g.b_in, p->dxz, a->ln, w.w_in, N, H, 2 * D);
-  if ((rc = tp_sum(m, p->dln, N * H))) return rc; /* #4 */
-  o->rmsnorm_bwd(k, p->dres, (float *)g.norm, p->dln, x, w.norm, a->rstd, N, H);
-  return SL_OK;
+  float *dnorm = p->sp ? p->xl : p->dln;
+  if ((rc = row_parallel_sum(m, p, p->dln, dnorm))) return rc; /* #4 */
+  o->rmsnorm_bwd(k, p->dres, (float *)g.norm, dnorm, x, w.norm, a->rstd, p->n, H);
+  return sp_norm_grad_sum(m, p, (float *)g.norm);
 }
 
 static int mamba_logits(sl_model *m, float *out) {
   mamba_priv *p = m->priv;
+  if (p->vp) return sl_lm_head_vp_logits(m, p->hv, out);
   return sl_lm_head_logits(m, &p->head, out);
 }
 
@@ -346,7 +403,7 @@ static int mamba_init_custom(sl_model *m, int u, int ti, float *dst, uint64_t se
 static int alloc_layer(sl_model *m, mamba_priv *p, mlayer_acts *a, int big, int cheap, int64_t B) {
   int64_t N = p->N, H = p->H, D = p->D;
   if (big) {
-    if (!(a->ln = sl_model_buf(m, N * H, SL_ARENA_ACTS)) || !(a->rstd = sl_model_buf(m, N, SL_ARENA_ACTS)) ||
+    if (!(a->ln = sl_model_buf(m, N * H, SL_ARENA_ACTS)) || !(a->rstd = sl_model_buf(m, p->n, SL_ARENA_ACTS)) ||
         !(a->xz = sl_model_buf(m, N * 2 * D, SL_ARENA_ACTS)) ||
         !(a->xcp = sl_model_buf(m, N * D, SL_ARENA_ACTS)) ||
         !(a->dtr = sl_model_buf(m, N * (p->R + 2 * p->S), SL_ARENA_ACTS)) ||
@@ -385,10 +442,10 @@ static int mamba_alloc_acts(sl_model *m, int set) {
       }
     }
   }
-  if (sl_model_is_local(m, (int)p->L + 1) &&
-      sl_lm_head_init(m, &a->head, p->H, p->V, p->eps, p->tied, (int)p->L + 1))
-    return SL_ENOMEM;
-  return SL_OK;
+  if (!sl_model_is_local(m, (int)p->L + 1)) return SL_OK; /* the head is another pipeline stage's */
+  if (!p->vp) return sl_lm_head_init(m, &a->head, p->H, p->V, p->eps, p->tied, (int)p->L + 1) ? SL_ENOMEM : SL_OK;
+  return sl_lm_head_vp_set_init(m, &p->hvp, &p->hv, p->nsets, set, &a->head, &p->vs, p->H, p->eps, p->tied,
+                                (int)p->L + 1, p->sp);
 }
 
 static void mamba_use_acts(sl_model *m, int set) {
@@ -396,6 +453,7 @@ static void mamba_use_acts(sl_model *m, int set) {
   p->stream = p->sets[set].stream;
   p->la = p->sets[set].layers;
   p->head = p->sets[set].head;
+  if (p->vp && p->hvp) p->hv = &p->hvp[set];
 }
 
 static int mamba_boundary(sl_model *m, int u, float **act, float **grad, int64_t *n) {
@@ -442,12 +500,16 @@ int sl_mamba_create(sl_model *m) {
   p->conv_bias = c->use_conv_bias;
   p->chunk = MAMBA_SCAN_CHUNK;
   p->nch = m->T > 0 ? (m->T + p->chunk - 1) / p->chunk : 0;
+  p->vp = T > 1;
+  p->sp = m->sp;
+  p->n = p->sp ? p->N / T : p->N;
   if (p->H <= 0 || p->Dw <= 0 || p->S <= 0 || p->R <= 0 || p->K <= 0 || p->V <= 0 || p->L <= 0)
     return sl_fail(SL_EINPUT, "mamba config: hidden_size %lld, intermediate_size %lld, state_size "
                    "%lld, time_step_rank %lld, conv_kernel %lld, vocab_size %lld, "
                    "num_hidden_layers %lld must all be positive",
                    (long long)p->H, (long long)p->Dw, (long long)p->S, (long long)p->R,
                    (long long)p->K, (long long)p->V, (long long)p->L);
+  if (p->vp && (rc = sl_vocab_split_make(p->V, (int)T, m->tp_rank, &p->vs))) return rc;
   float std = c->initializer_range > 0 ? (float)c->initializer_range : 0.1f;
 
   m->nunits = (int)p->L + 2;
@@ -458,8 +520,8 @@ int sl_mamba_create(sl_model *m) {
   sl_unit_spec *e = &m->units[0];
   snprintf(e->kind, sizeof e->kind, "embedding");
   e->layer = -1;
-  sl_unit_add(e, c->ssm_original_format ? "backbone.embedding.weight" : "backbone.embeddings.weight",
-              2, p->V, H, 0, 1, SL_INIT_NORMAL, std);
+  sl_unit_add_split(m, e, c->ssm_original_format ? "backbone.embedding.weight" : "backbone.embeddings.weight",
+                    2, p->V, H, 1, SL_INIT_NORMAL, std, p->vp ? SL_SPLIT_VOCAB : SL_SPLIT_NONE, T);
   for (int64_t l = 0; l < p->L; l++) {
     sl_unit_spec *b = &m->units[1 + l];
     snprintf(b->kind, sizeof b->kind, "mamba_block");
@@ -488,7 +550,8 @@ int sl_mamba_create(sl_model *m) {
     if (p->use_bias) { ADD(b_out, "mixer.out_proj.bias", 1, H, 0, 0, 0, SL_INIT_ZEROS, 0); }
 #undef ADD
   }
-  sl_lm_head_spec(m, "backbone.norm_f.weight", H, p->V, p->tied, SL_INIT_CUSTOM, std);
+  sl_lm_head_spec_split(m, "backbone.norm_f.weight", H, p->V, p->tied, SL_INIT_CUSTOM, std,
+                        p->vp ? SL_SPLIT_VOCAB : SL_SPLIT_NONE);
 
   if (m->B == 0) return SL_OK; /* specs only */
   /* activations: set 0, then the backward scratch every set shares */
@@ -505,5 +568,6 @@ int sl_mamba_create(sl_model *m) {
       !(p->ddtr = sl_model_buf(m, N * (R + 2 * S), SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
   p->dbc = p->ddtr + N * R;
+  if (p->sp && !(p->xl = sl_model_buf(m, p->n * H, SL_ARENA_WORKSPACE))) return SL_ENOMEM;
   return SL_OK;
 }

@@ -105,9 +105,6 @@ int sl_model_create_full(const sl_model_config *cfg, const sl_ops *ops, sl_kctx 
   sp = sp && tp_size > 1;
   if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size)
     return sl_fail(SL_EINPUT, "tensor-parallel rank %d of %d is out of range", tp_rank, tp_size);
-  if (sp && cfg->arch == SL_ARCH_MAMBA)
-    return sl_fail(SL_EINPUT, "--sequence-parallel is implemented for Llama and Mistral only (%s); leave it off",
-                   cfg->arch_name);
   if (sp && B > 0 && (B * T) % tp_size)
     return sl_fail(SL_EINPUT, "--sequence-parallel splits the micro-batch's tokens over the TP ranks: --micro-batch "
                    "%lld x --seq-len %lld = %lld tokens is not divisible by --tp %d", (long long)B, (long long)T,

@@ -2,6 +2,10 @@
  * loss-parallel LM head + cross-entropy (models/vocab_parallel.h): the
  * kernels' slice ops (kernels/kernels.h vocab_embedding_*, lmhead_vp_*)
  * combined through the TP group's all-reduces of m->access.tp. */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "models/vocab_parallel.h"
 
 #include "base/base.h"
@@ -84,6 +88,20 @@ int sl_lm_head_vp_init(sl_model *m, sl_lm_head_vp *hv, const sl_vocab_split *vs,
       (sp && !(hv->xl = sl_model_buf(m, N / vs->T * C, SL_ARENA_WORKSPACE))))
     return SL_ENOMEM;
   return SL_OK;
+}
+
+int sl_lm_head_vp_set_init(sl_model *m, sl_lm_head_vp **hvp, sl_lm_head_vp **hv, int nsets, int set,
+                           sl_lm_head *head, const sl_vocab_split *vs, int64_t C, float eps, int tied,
+                           int unit, int sp) {
+  ptrdiff_t cur = *hv ? *hv - *hvp : 0;
+  sl_lm_head_vp *a = realloc(*hvp, sizeof *a * (size_t)nsets);
+  if (!a) return sl_fail(SL_ENOMEM, "out of memory");
+  *hvp = a;
+  if (*hv) *hv = a + cur; /* the selected set's, moved with the array */
+  memset(&a[set], 0, sizeof *a);
+  int rc = sl_lm_head_vp_init(m, &a[set], vs, C, eps, tied, unit, sp);
+  if (!rc) *head = a[set].h;
+  return rc;
 }
 
 /* The slice the head reads: after the norm in its own flat buffer, or unit 0's. */

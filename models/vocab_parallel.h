@@ -129,6 +129,13 @@ typedef struct {
  * T = 1 it changes nothing, like the embedding's scratch arguments). */
 int sl_lm_head_vp_init(sl_model *m, sl_lm_head_vp *hv, const sl_vocab_split *vs, int64_t C, float eps,
                        int tied, int unit, int sp);
+/* The head of activation set `set` of a model keeping one head per set in
+ * the array *hvp (nsets long after this call; grown by realloc, the
+ * selected-set pointer *hv moved with it): initialised by
+ * sl_lm_head_vp_init, its sl_lm_head copied to *head (the set's). */
+int sl_lm_head_vp_set_init(sl_model *m, sl_lm_head_vp **hvp, sl_lm_head_vp **hv, int nsets, int set,
+                           sl_lm_head *head, const sl_vocab_split *vs, int64_t C, float eps, int tied,
+                           int unit, int sp);
 /* x: the residual stream, (N, C) replicated over TP, or under sp this rank's
  * (N/T, C) rows (rank r: rows [r N/T, (r+1) N/T)); adds the batch's N token
  * losses to m->loss_sum (the same on every TP rank). SL_EINTERNAL when

@@ -667,7 +667,7 @@ static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_c
   else per_layer = (double)(N_ * m->C) + layers / (double)L;
   double inflight = (double)(A < p ? A : p);
   double acts;
-  if (c->gpt_acts)
+  if (c->gpt_acts && m->arch != SL_ARCH_MAMBA)
     acts = sl_plan_gpt_act_bytes((double)T, (double)b, (double)m->C, (double)m->nh, t, 1, x->ac) * Lp * inflight;
   else
     acts = (per_layer * Lp * inflight + working + (double)(N_ * m->C + 3 * N_)) * e / t;
@@ -692,6 +692,12 @@ static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_c
   memset(x->comm_bytes, 0, sizeof x->comm_bytes);
   memset(x->comm_s, 0, sizeof x->comm_s);
   double tp_bytes = t > 1 ? Lp * (double)A * 4.0 * 2.0 * (t - 1) / t * act_msg : 0;
+  if (t > 1 && m->arch == SL_ARCH_MAMBA) { /* per layer 2 ar(b s (R+2S)) + 2 ar(b s H) (models/mamba.c), ar(n) =
+                                             2 (t-1) ceil(n/t) elements; the same bytes under sequence parallelism */
+    double ar_x = 2.0 * (t - 1) * ceil((double)(b * T * (m->R + 2 * m->S)) / t);
+    double ar_h = 2.0 * (t - 1) * ceil((double)(b * T * m->C) / t);
+    tp_bytes = Lp * (double)A * 2.0 * (ar_x + ar_h) * e;
+  }
   double pp_bytes = p > 1 ? 2.0 * (double)A * act_msg : 0;
   /* ZeRO-1: one reduce-scatter and one parameter all-gather per step;
    * ZeRO-3: two gathers (forward, backward) and a reduce-scatter per micro-batch */
@@ -757,7 +763,7 @@ int sl_plan_search(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_can
   for (int ti = 0; ti < 5; ti++) {
     int t = tps[ti];
     if (t > G || N % t) continue;
-    if (t > 1 && (!c->allow_tp_pp || m->arch == SL_ARCH_MAMBA || m->C / t < 1024 || m->nh % t)) continue;
+    if (t > 1 && (!c->allow_tp_pp || m->C / t < 1024 || (m->arch == SL_ARCH_MAMBA ? m->D % t : m->nh % t))) continue;
     for (int p = 1; p <= N / t; p++) {
       if ((N / t) % p || m->L % p) continue;
       if (p > 1 && (!c->allow_tp_pp || m->arch == SL_ARCH_MAMBA)) continue;

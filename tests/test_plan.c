@@ -2,7 +2,8 @@
  * (GPT-3 175B model states and activations), against closed forms of the
  * FSDP schedule, and its recommendations for three reference clusters
  * (Llama-2-7B on 8 x 80 GB, on 1 x 24 GB + 128 GB host, Llama-2-70B on
- * 64 x 40 GB). Prints the numbers it checks. */
+ * 64 x 40 GB), and Mamba's TP layouts in the search. Prints the numbers it
+ * checks. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,6 +238,42 @@ static void test_closed_forms(const char *dir) {
   sl_plan_model_free(&m);
 }
 
+/* Mamba in the search: TP layouts where T divides d_inner (and hidden / T >=
+ * 1024), never PP; their TP bytes per step are L A (2 ar(b s (R+2S)) +
+ * 2 ar(b s H)) e, ar(n) = 2 (T-1) ceil(n/T) (models/mamba.c, docs/models.md). */
+static void test_mamba_tp(const char *dir) {
+  sl_plan_model m;
+  const char *cfg =
+      "{\"architectures\": [\"MambaForCausalLM\"], \"hidden_size\": 2048, \"num_hidden_layers\": 8,"
+      " \"state_size\": 16, \"expand\": 2, \"conv_kernel\": 4, \"time_step_rank\": 128, \"vocab_size\": 1000}";
+  if (load(dir, "mamba", cfg, &m)) { CHECK(0, "mamba config: %s", sl_errmsg()); return; }
+  sl_plan_cluster c;
+  sl_plan_cluster_defaults(&c);
+  c.gpus = 8; c.gpus_per_node = 8; c.gpu_mem = 80e9; c.seq_len = 1024; c.global_batch = 64 * 1024;
+  sl_plan_cand *v = NULL;
+  int n = 0, ntp = 0, bad = 0;
+  CHECK(sl_plan_search(&m, &c, &v, &n) == SL_OK, "mamba search failed: %s", sl_errmsg());
+  for (int i = 0; i < n; i++) {
+    const sl_plan_cand *x = &v[i];
+    if (x->pp > 1 || x->tp > 2) bad++;
+    if (x->tp != 2) continue;
+    ntp++;
+    long long T = 2, N = x->micro_batch * 1024, e = c.dtype_bytes;
+    long long ar_x = 2 * (T - 1) * ((N * (128 + 2 * 16) + T - 1) / T), ar_h = 2 * (T - 1) * ((N * 2048 + T - 1) / T);
+    double want = (double)(8 * x->grad_accum * (2 * ar_x + 2 * ar_h) * e);
+    if (fabs(x->comm_bytes[SL_PLAN_AR] - want) > 0.5) {
+      bad++;
+      printf("FAIL mamba TP 2, b %lld A %lld: TP bytes %.0f, closed form %.0f\n", (long long)x->micro_batch,
+             (long long)x->grad_accum, x->comm_bytes[SL_PLAN_AR], want);
+    }
+  }
+  printf("mamba on 8 GPUs: %d candidates, %d with TP 2\n", n, ntp);
+  CHECK(ntp > 0, "mamba: no TP 2 layout searched");
+  CHECK(bad == 0, "mamba: %d candidates with PP, TP 4 (hidden / 4 < 1024) or TP bytes off the closed form", bad);
+  free(v);
+  sl_plan_model_free(&m);
+}
+
 int main(void) {
   char dir[] = "/tmp/test_plan_XXXXXX";
   if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
@@ -244,6 +281,7 @@ int main(void) {
   test_gpt3();
   test_closed_forms(dir);
   test_recommendations(dir);
+  test_mamba_tp(dir);
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd)) {}
