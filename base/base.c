@@ -3,15 +3,15 @@
 #define _GNU_SOURCE
 #include "base/base.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static _Thread_local char g_err[2048];
@@ -68,7 +68,10 @@ static int level_now(void) {
 }
 
 void sl_log_set_level(int level) { g_level = level; }
-void sl_log_set_rank(int rank, int world) { g_rank = rank; g_world = world; }
+void sl_log_set_rank(int rank, int world) {
+  g_rank = rank;
+  g_world = world;
+}
 
 static void vlog(int level, const char *fmt, va_list ap) {
   static const char *tag[] = {"error", "warn", "info", "debug"};
@@ -76,11 +79,9 @@ static void vlog(int level, const char *fmt, va_list ap) {
   vsnprintf(buf, sizeof buf, fmt, ap);
   FILE *f = level <= SL_LOG_WARN ? stderr : stdout;
   if (g_world > 1)
-    fprintf(f, "[rank %d] %s%s%s\n", g_rank, level <= SL_LOG_WARN ? tag[level] : "",
-            level <= SL_LOG_WARN ? ": " : "", buf);
-  else
-    fprintf(f, "%s%s%s\n", level <= SL_LOG_WARN ? tag[level] : "",
-            level <= SL_LOG_WARN ? ": " : "", buf);
+    fprintf(f, "[rank %d] %s%s%s\n", g_rank, level <= SL_LOG_WARN ? tag[level] : "", level <= SL_LOG_WARN ? ": " : "",
+            buf);
+  else fprintf(f, "%s%s%s\n", level <= SL_LOG_WARN ? tag[level] : "", level <= SL_LOG_WARN ? ": " : "", buf);
   fflush(f);
 }
 

@@ -20,11 +20,11 @@ extern "C" {
  * expected and what was found. tools/ turn SL_EINPUT into exit status 2. */
 enum {
   SL_OK = 0,
-  SL_EINTERNAL = 1, /* a bug or an unexpected system failure */
-  SL_EINPUT = 2,    /* bad user input: file, config, flag */
-  SL_EIO = 3,       /* a read / write / fsync failed (ENOSPC, EIO, ...) */
-  SL_ENOMEM = 4,    /* allocation failed */
-  SL_ECOMM = 5,     /* a collective failed or timed out */
+  SL_EINTERNAL = 1,  /* a bug or an unexpected system failure */
+  SL_EINPUT = 2,     /* bad user input: file, config, flag */
+  SL_EIO = 3,        /* a read / write / fsync failed (ENOSPC, EIO, ...) */
+  SL_ENOMEM = 4,     /* allocation failed */
+  SL_ECOMM = 5,      /* a collective failed or timed out */
   SL_ENONFINITE = 6, /* a non-finite loss / gradient / state stopped the run (exit 4) */
 };
 
@@ -40,7 +40,7 @@ void sl_clear_error(void);
 
 /* ---- logging ------------------------------------------------------------ */
 enum { SL_LOG_ERROR = 0, SL_LOG_WARN = 1, SL_LOG_INFO = 2, SL_LOG_DEBUG = 3 };
-void sl_log_set_level(int level);       /* default: SL_LOG env or INFO */
+void sl_log_set_level(int level);          /* default: SL_LOG env or INFO */
 void sl_log_set_rank(int rank, int world); /* prefix "[rank r]" when world>1 */
 void sl_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Logs only on rank 0. */
@@ -75,14 +75,14 @@ void sl_free(void *p);
 
 /* ---- arenas: every byte belongs to a named arena -------------------------- */
 typedef enum {
-  SL_ARENA_PARAMS = 0,  /* parameter shards (or full params at ZeRO 0-2) */
-  SL_ARENA_GRADS,       /* gradient shards / full grads */
-  SL_ARENA_OPTIM,       /* fp32 master, Adam m, v */
-  SL_ARENA_GATHER,      /* all-gather buffers of units in flight */
-  SL_ARENA_ACTS,        /* activations kept for backward */
-  SL_ARENA_WORKSPACE,   /* scratch */
-  SL_ARENA_HOST_OPTIM,  /* offloaded optimizer state in host memory */
-  SL_ARENA_SCRATCH,     /* the kernels' own scratch (high-water, reported by the backend) */
+  SL_ARENA_PARAMS = 0, /* parameter shards (or full params at ZeRO 0-2) */
+  SL_ARENA_GRADS,      /* gradient shards / full grads */
+  SL_ARENA_OPTIM,      /* fp32 master, Adam m, v */
+  SL_ARENA_GATHER,     /* all-gather buffers of units in flight */
+  SL_ARENA_ACTS,       /* activations kept for backward */
+  SL_ARENA_WORKSPACE,  /* scratch */
+  SL_ARENA_HOST_OPTIM, /* offloaded optimizer state in host memory */
+  SL_ARENA_SCRATCH,    /* the kernels' own scratch (high-water, reported by the backend) */
   SL_ARENA_COUNT
 } sl_arena;
 const char *sl_arena_name(sl_arena a);

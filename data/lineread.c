@@ -33,9 +33,9 @@ struct sl_lineread {
 #endif
   const char *mem;
   size_t mem_len;
-  char *buf;          /* (cap) decoded bytes; [beg, end) not yet returned */
+  char *buf; /* (cap) decoded bytes; [beg, end) not yet returned */
   size_t cap, beg, end, scan;
-  int eof;            /* the source has no more bytes */
+  int eof; /* the source has no more bytes */
   int64_t lineno, bytes_in;
 };
 
@@ -81,19 +81,29 @@ int sl_lineread_open(const char *path, sl_lineread **out) {
                    "%s: cannot open the input: %s", path, strerror(errno));
   sl_lineread *r = NULL;
   int rc = lr_alloc(path, kind, &r);
-  if (rc) { close(fd); return rc; }
+  if (rc) {
+    close(fd);
+    return rc;
+  }
   r->fd = fd;
   if (kind == SRC_GZ) {
     r->gz = gzdopen(fd, "rb");
     r->fd = -1; /* owned by gz */
-    if (!r->gz) { close(fd); sl_lineread_close(r); return sl_fail(SL_ENOMEM, "%s: cannot start gzip", path); }
+    if (!r->gz) {
+      close(fd);
+      sl_lineread_close(r);
+      return sl_fail(SL_ENOMEM, "%s: cannot start gzip", path);
+    }
     gzbuffer(r->gz, CHUNK);
   }
 #ifdef SL_USE_ZSTD
   if (kind == SRC_ZST) {
     r->zd = ZSTD_createDCtx();
     r->zin = malloc(CHUNK);
-    if (!r->zd || !r->zin) { sl_lineread_close(r); return sl_fail(SL_ENOMEM, "out of memory"); }
+    if (!r->zd || !r->zin) {
+      sl_lineread_close(r);
+      return sl_fail(SL_ENOMEM, "out of memory");
+    }
     r->zib = (ZSTD_inBuffer){r->zin, 0, 0};
   }
 #endif
@@ -130,11 +140,13 @@ static int fill(sl_lineread *r, size_t want) {
         if (n < 0) return sl_fail(SL_EIO, "%s: read failed: %s", r->name, strerror(errno));
         r->bytes_in += n;
         r->zib = (ZSTD_inBuffer){r->zin, (size_t)n, 0};
-        if (n == 0) { r->zeof = 1; break; }
+        if (n == 0) {
+          r->zeof = 1;
+          break;
+        }
       }
       size_t z = ZSTD_decompressStream(r->zd, &ob, &r->zib);
-      if (ZSTD_isError(z))
-        return sl_fail(SL_EINPUT, "%s: not a valid zstd stream: %s", r->name, ZSTD_getErrorName(z));
+      if (ZSTD_isError(z)) return sl_fail(SL_EINPUT, "%s: not a valid zstd stream: %s", r->name, ZSTD_getErrorName(z));
     }
     got = (ssize_t)ob.pos;
   }
@@ -147,7 +159,10 @@ static int fill(sl_lineread *r, size_t want) {
 int sl_lineread_next(sl_lineread *r, const char **line, size_t *len, int *eof) {
   *eof = 0;
   if (r->kind == SRC_MEM) {
-    if (r->beg >= r->mem_len) { *eof = 1; return SL_OK; }
+    if (r->beg >= r->mem_len) {
+      *eof = 1;
+      return SL_OK;
+    }
     const char *s = r->mem + r->beg, *nl = memchr(s, '\n', r->mem_len - r->beg);
     size_t n = nl ? (size_t)(nl - s) : r->mem_len - r->beg;
     *line = s;
@@ -167,7 +182,10 @@ int sl_lineread_next(sl_lineread *r, const char **line, size_t *len, int *eof) {
       r->lineno++;
       return SL_OK;
     }
-    if (r->eof) { *eof = 1; return SL_OK; }
+    if (r->eof) {
+      *eof = 1;
+      return SL_OK;
+    }
     r->scan = r->end;
     if (r->beg > 0) { /* compact */
       memmove(r->buf, r->buf + r->beg, r->end - r->beg);
@@ -177,8 +195,8 @@ int sl_lineread_next(sl_lineread *r, const char **line, size_t *len, int *eof) {
     }
     if (r->end == r->cap) { /* one line fills the buffer: grow */
       char *nb = realloc(r->buf, r->cap * 2);
-      if (!nb) return sl_fail(SL_ENOMEM, "%s: line %lld is too long to hold in memory", r->name,
-                              (long long)r->lineno + 1);
+      if (!nb)
+        return sl_fail(SL_ENOMEM, "%s: line %lld is too long to hold in memory", r->name, (long long)r->lineno + 1);
       r->buf = nb;
       r->cap *= 2;
     }
@@ -190,9 +208,7 @@ int sl_lineread_next(sl_lineread *r, const char **line, size_t *len, int *eof) {
 }
 
 int64_t sl_lineread_lineno(const sl_lineread *r) { return r->lineno; }
-int64_t sl_lineread_bytes_in(const sl_lineread *r) {
-  return r->kind == SRC_MEM ? (int64_t)r->beg : r->bytes_in;
-}
+int64_t sl_lineread_bytes_in(const sl_lineread *r) { return r->kind == SRC_MEM ? (int64_t)r->beg : r->bytes_in; }
 const char *sl_lineread_name(const sl_lineread *r) { return r->name; }
 
 void sl_lineread_close(sl_lineread *r) {

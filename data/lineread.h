@@ -23,8 +23,8 @@ int sl_lineread_open_mem(const char *name, const char *text, size_t len, sl_line
  * into the reader's buffer until the next call; *eof = 1 when no line is
  * left. A last line without '\n' is returned as a line. */
 int sl_lineread_next(sl_lineread *r, const char **line, size_t *len, int *eof);
-int64_t sl_lineread_lineno(const sl_lineread *r);    /* 1-based number of the last line returned */
-int64_t sl_lineread_bytes_in(const sl_lineread *r);  /* compressed bytes consumed so far */
+int64_t sl_lineread_lineno(const sl_lineread *r);   /* 1-based number of the last line returned */
+int64_t sl_lineread_bytes_in(const sl_lineread *r); /* compressed bytes consumed so far */
 const char *sl_lineread_name(const sl_lineread *r);
 void sl_lineread_close(sl_lineread *r);
 

@@ -21,9 +21,9 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "formats/dataset.h"
 #include "data/lineread.h"
 #include "data/tokenizer.h"
+#include "formats/dataset.h"
 
 #define BATCH_BYTES (1u << 20) /* raw record bytes per batch */
 #define BATCH_RECS 2048
@@ -36,17 +36,17 @@ typedef struct {
   int state;
   int64_t id;
   /* records */
-  char *text;      /* (tcap) record bytes back to back */
+  char *text; /* (tcap) record bytes back to back */
   size_t tlen, tcap;
-  int64_t *roff;   /* (rcap + 1) record offsets into text */
-  int64_t *rline;  /* (rcap) first line of each record */
-  int *rfile;      /* (rcap) input index */
+  int64_t *roff;  /* (rcap + 1) record offsets into text */
+  int64_t *rline; /* (rcap) first line of each record */
+  int *rfile;     /* (rcap) input index */
   int nrec, rcap;
   /* results */
-  int32_t *tok;    /* (kcap) tokens of all documents */
-  uint8_t *mask;   /* (kcap) loss mask bytes */
+  int32_t *tok;  /* (kcap) tokens of all documents */
+  uint8_t *mask; /* (kcap) loss mask bytes */
   int64_t ntok, kcap;
-  int64_t *dlen;   /* (dcap) tokens per document */
+  int64_t *dlen; /* (dcap) tokens per document */
   int ndoc, dcap;
   int64_t skipped;
   int rc;
@@ -59,20 +59,25 @@ typedef struct {
   batch *slot;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  int64_t next_id;       /* reader: id of the next batch */
-  int reader_done;       /* no more batches will be queued */
-  int stop;              /* abandon everything */
+  int64_t next_id; /* reader: id of the next batch */
+  int reader_done; /* no more batches will be queued */
+  int stop;        /* abandon everything */
   int reader_rc;
   char reader_err[ERRCAP];
   int64_t bytes_in;
   int use_mask;
-  int eod, bos;          /* ids to add, -1: none */
+  int eod, bos;                /* ids to add, -1: none */
   char *tmpl_head, *tmpl_tail; /* chat template split at {content} */
 } job;
 
 static void batch_free(batch *b) {
-  free(b->text); free(b->roff); free(b->rline); free(b->rfile);
-  free(b->tok); free(b->mask); free(b->dlen);
+  free(b->text);
+  free(b->roff);
+  free(b->rline);
+  free(b->rfile);
+  free(b->tok);
+  free(b->mask);
+  free(b->dlen);
 }
 
 static int grow(void **p, int64_t *cap, int64_t need, size_t elem) {
@@ -122,8 +127,8 @@ static int has_suffix(const char *s, const char *suf) {
 }
 
 static int is_json_rows(const char *path) {
-  static const char *sfx[] = {".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".json.zst",
-                              ".ndjson", ".ndjson.gz", ".ndjson.zst"};
+  static const char *sfx[] = {".jsonl",    ".jsonl.gz", ".jsonl.zst", ".json",      ".json.gz",
+                              ".json.zst", ".ndjson",   ".ndjson.gz", ".ndjson.zst"};
   for (size_t i = 0; i < sizeof sfx / sizeof *sfx; i++)
     if (has_suffix(path, sfx[i])) return 1;
   return 0;
@@ -139,7 +144,15 @@ static batch *take_free(job *j) {
     if (!b) pthread_cond_wait(&j->cv, &j->mu);
   }
   pthread_mutex_unlock(&j->mu);
-  if (b) { b->tlen = 0; b->nrec = 0; b->ntok = 0; b->ndoc = 0; b->skipped = 0; b->rc = 0; b->err[0] = 0; }
+  if (b) {
+    b->tlen = 0;
+    b->nrec = 0;
+    b->ntok = 0;
+    b->ndoc = 0;
+    b->skipped = 0;
+    b->rc = 0;
+    b->err[0] = 0;
+  }
   return b;
 }
 
@@ -166,7 +179,10 @@ static int read_input(job *j, sl_lineread *lr, int file, int rows, batch **bp, i
     if (rows || c->split == SL_SPLIT_LINES) {
       if (blank) continue;
     } else if (c->split == SL_SPLIT_BLANK) {
-      if (blank) { in_par = 0; continue; }
+      if (blank) {
+        in_par = 0;
+        continue;
+      }
       join = in_par;
       in_par = 1;
     } else { /* whole file */
@@ -222,7 +238,7 @@ static void *reader_main(void *arg) {
 
 /* ---- workers ---------------------------------------------------------------------- */
 typedef struct {
-  const char *s;    /* text, or the template head when role is set */
+  const char *s; /* text, or the template head when role is set */
   size_t n;
   int mask;         /* loss-mask byte of its tokens */
   const char *role; /* a chat-template head to render with this role */
@@ -242,14 +258,19 @@ static int out_tokens(batch *b, const int32_t *t, int64_t n, int mask) {
 
 static const char *row_string(json_t *o, const char *key, const char **err) {
   json_t *v = json_object_get(o, key);
-  if (!v) { *err = "is missing"; return NULL; }
-  if (!json_is_string(v)) { *err = "is not a string"; return NULL; }
+  if (!v) {
+    *err = "is missing";
+    return NULL;
+  }
+  if (!json_is_string(v)) {
+    *err = "is not a string";
+    return NULL;
+  }
   return json_string_value(v);
 }
 
 /* Turns record r into segments; a message in err on bad input. */
-static int record_segments(job *j, batch *b, int r, json_t **root, segment *seg, int cap, int *nseg,
-                           char *err) {
+static int record_segments(job *j, batch *b, int r, json_t **root, segment *seg, int cap, int *nseg, char *err) {
   const sl_prep_cfg *c = j->cfg;
   const char *s = b->text + b->roff[r];
   size_t n = (size_t)(b->roff[r + 1] - b->roff[r]);
@@ -266,21 +287,36 @@ static int record_segments(job *j, batch *b, int r, json_t **root, segment *seg,
   }
   json_error_t je;
   *root = json_loadb(s, n, 0, &je);
-  if (!*root) { snprintf(err, ERRCAP, "invalid JSON (column %d): %s", je.column, je.text); return SL_EINPUT; }
-  if (!json_is_object(*root)) { snprintf(err, ERRCAP, "a row must be a JSON object"); return SL_EINPUT; }
+  if (!*root) {
+    snprintf(err, ERRCAP, "invalid JSON (column %d): %s", je.column, je.text);
+    return SL_EINPUT;
+  }
+  if (!json_is_object(*root)) {
+    snprintf(err, ERRCAP, "a row must be a JSON object");
+    return SL_EINPUT;
+  }
   const char *e = NULL;
   if (c->format == SL_PREP_TEXT) {
     const char *key = c->json_key ? c->json_key : "text";
     const char *v = row_string(*root, key, &e);
-    if (!v) { snprintf(err, ERRCAP, "key \"%s\" %s", key, e); return SL_EINPUT; }
+    if (!v) {
+      snprintf(err, ERRCAP, "key \"%s\" %s", key, e);
+      return SL_EINPUT;
+    }
     seg[(*nseg)++] = (segment){v, json_string_length(json_object_get(*root, key)), 1, NULL};
     return SL_OK;
   }
   if (c->format == SL_PREP_PROMPT_COMPLETION) {
     const char *p = row_string(*root, "prompt", &e);
-    if (!p) { snprintf(err, ERRCAP, "key \"prompt\" %s", e); return SL_EINPUT; }
+    if (!p) {
+      snprintf(err, ERRCAP, "key \"prompt\" %s", e);
+      return SL_EINPUT;
+    }
     const char *q = row_string(*root, "completion", &e);
-    if (!q) { snprintf(err, ERRCAP, "key \"completion\" %s", e); return SL_EINPUT; }
+    if (!q) {
+      snprintf(err, ERRCAP, "key \"completion\" %s", e);
+      return SL_EINPUT;
+    }
     seg[(*nseg)++] = (segment){p, json_string_length(json_object_get(*root, "prompt")), 0, NULL};
     seg[(*nseg)++] = (segment){q, json_string_length(json_object_get(*root, "completion")), 1, NULL};
     return SL_OK;
@@ -297,11 +333,15 @@ static int record_segments(job *j, batch *b, int r, json_t **root, segment *seg,
     const char *content = role ? row_string(m, "content", &e) : NULL;
     if (!content) {
       snprintf(err, ERRCAP, "messages[%zu]: %s", i,
-               !json_is_object(m) ? "is not an object" : !role ? "\"role\" is missing or not a string"
-                                                              : "\"content\" is missing or not a string");
+               !json_is_object(m) ? "is not an object"
+               : !role            ? "\"role\" is missing or not a string"
+                                  : "\"content\" is missing or not a string");
       return SL_EINPUT;
     }
-    if (*nseg + 3 > cap) { snprintf(err, ERRCAP, "more than %d messages in one row", cap / 3); return SL_EINPUT; }
+    if (*nseg + 3 > cap) {
+      snprintf(err, ERRCAP, "more than %d messages in one row", cap / 3);
+      return SL_EINPUT;
+    }
     int asst = !strcmp(role, "assistant");
     seg[(*nseg)++] = (segment){j->tmpl_head, 0, 0, role}; /* the head never counts */
     seg[(*nseg)++] = (segment){content, json_string_length(json_object_get(m, "content")), asst, NULL};
@@ -317,8 +357,11 @@ static char *render_head(const char *head, const char *role) {
   char *o = malloc(cap), *w = o;
   if (!o) return NULL;
   for (const char *p = head; *p;) {
-    if (!strncmp(p, "{role}", 6)) { memcpy(w, role, rl); w += rl; p += 6; }
-    else *w++ = *p++;
+    if (!strncmp(p, "{role}", 6)) {
+      memcpy(w, role, rl);
+      w += rl;
+      p += 6;
+    } else *w++ = *p++;
   }
   *w = 0;
   return o;
@@ -337,8 +380,8 @@ static int encode_append(job *j, const sl_tokenizer *tk, batch *b, const char *s
 typedef struct {
   job *j;
   const sl_tokenizer *tk; /* shared: encode is thread-safe (its caches are per thread) */
-  int hf;        /* a Hugging Face tokenizer: text must be UTF-8 */
-  segment *seg;  /* (MAXSEG) */
+  int hf;                 /* a Hugging Face tokenizer: text must be UTF-8 */
+  segment *seg;           /* (MAXSEG) */
 } worker;
 #define MAXSEG (3 * 4096)
 
@@ -370,7 +413,10 @@ static int process_record(worker *w, batch *b, int r, char *err) {
   if (!rc && b->ntok > start) { /* an empty text without EOD/BOS adds no document */
     int64_t cap = b->dcap;
     if (grow((void **)&b->dlen, &cap, b->ndoc + 1, sizeof(int64_t))) rc = SL_ENOMEM;
-    else { b->dcap = (int)cap; b->dlen[b->ndoc++] = b->ntok - start; }
+    else {
+      b->dcap = (int)cap;
+      b->dlen[b->ndoc++] = b->ntok - start;
+    }
   }
   if (rc) b->ntok = start; /* drop what this record wrote */
   if (rc == SL_ENOMEM) snprintf(err, ERRCAP, "out of memory");
@@ -385,7 +431,10 @@ static void work_batch(worker *w, batch *b) {
     err[0] = 0;
     int rc = process_record(w, b, r, err);
     if (!rc) continue;
-    if (rc == SL_EINPUT && c->skip_bad) { b->skipped++; continue; }
+    if (rc == SL_EINPUT && c->skip_bad) {
+      b->skipped++;
+      continue;
+    }
     const char *file = c->mem_text ? c->mem_name : c->inputs[b->rfile[r]];
     b->rc = rc;
     snprintf(b->err, ERRCAP, "%s:%lld: %s%s", file, (long long)b->rline[r], err,
@@ -469,16 +518,18 @@ static int mask_finish(mask_writer *m) {
 static void mask_close(mask_writer *m, int keep) {
   if (m->fd >= 0) close(m->fd);
   if (!keep && m->tmp) unlink(m->tmp);
-  free(m->path); free(m->tmp); free(m->buf);
+  free(m->path);
+  free(m->tmp);
+  free(m->buf);
   memset(m, 0, sizeof *m);
   m->fd = -1;
 }
 
 static void progress_line(const sl_prep_stats *st, int64_t bytes_in, double t0, int final) {
   double dt = sl_now_s() - t0;
-  fprintf(stderr, "\rprepare: %lld documents  %.1f MB read  %lld tokens  %.0f tokens/s%s%s",
-          (long long)st->documents, bytes_in / 1e6, (long long)st->tokens, dt > 0 ? st->tokens / dt : 0.0,
-          st->skipped ? "  (skipped " : "", st->skipped ? "bad rows)" : "   ");
+  fprintf(stderr, "\rprepare: %lld documents  %.1f MB read  %lld tokens  %.0f tokens/s%s%s", (long long)st->documents,
+          bytes_in / 1e6, (long long)st->tokens, dt > 0 ? st->tokens / dt : 0.0, st->skipped ? "  (skipped " : "",
+          st->skipped ? "bad rows)" : "   ");
   if (final) fputc('\n', stderr);
   fflush(stderr);
 }
@@ -492,7 +543,8 @@ static int setup_template(job *j) {
   const char *t = j->cfg->chat_template;
   if (j->cfg->format != SL_PREP_MESSAGES) return SL_OK;
   if (!t || !*t)
-    return sl_fail(SL_EINPUT, "--format messages needs --chat-template with {role} and {content}, e.g. "
+    return sl_fail(SL_EINPUT,
+                   "--format messages needs --chat-template with {role} and {content}, e.g. "
                    "'<|start_header_id|>{role}<|end_header_id|>\\n\\n{content}<|eot_id|>' (Llama 3) or "
                    "'<|im_start|>{role}\\n{content}<|im_end|>\\n' (ChatML); Jinja templates are not supported");
   const char *c = strstr(t, "{content}");
@@ -559,13 +611,17 @@ int sl_prepare(const sl_prep_cfg *c, sl_prep_stats *stp) {
   int32_t eos = sl_tokenizer_eos_id(tk), bos = sl_tokenizer_bos_id(tk);
   int append = c->append_eod < 0 ? c->tokenizer == NULL : c->append_eod;
   if (append && eos < 0) {
-    rc = sl_fail(SL_EINPUT, "%s: --append-eod: the tokenizer has no end-of-sequence token "
-                 "(tokenizer_config.json eos_token)", c->tokenizer ? c->tokenizer : "byte-level");
+    rc = sl_fail(SL_EINPUT,
+                 "%s: --append-eod: the tokenizer has no end-of-sequence token "
+                 "(tokenizer_config.json eos_token)",
+                 c->tokenizer ? c->tokenizer : "byte-level");
     goto out;
   }
   if (c->prepend_bos && bos < 0) {
-    rc = sl_fail(SL_EINPUT, "%s: --prepend-bos: the tokenizer has no beginning-of-sequence token "
-                 "(tokenizer_config.json bos_token)", c->tokenizer ? c->tokenizer : "byte-level");
+    rc = sl_fail(SL_EINPUT,
+                 "%s: --prepend-bos: the tokenizer has no beginning-of-sequence token "
+                 "(tokenizer_config.json bos_token)",
+                 c->tokenizer ? c->tokenizer : "byte-level");
     goto out;
   }
   j.eod = append ? eos : -1;
@@ -598,7 +654,10 @@ int sl_prepare(const sl_prep_cfg *c, sl_prep_stats *stp) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 250000000;
-        if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
+        if (ts.tv_nsec >= 1000000000) {
+          ts.tv_sec++;
+          ts.tv_nsec -= 1000000000;
+        }
         pthread_cond_timedwait(&j.cv, &j.mu, &ts);
         break;
       }
@@ -608,7 +667,10 @@ int sl_prepare(const sl_prep_cfg *c, sl_prep_stats *stp) {
     int finished = !b && (j.stop || (j.reader_done && next == j.next_id));
     if (j.stop && j.reader_rc) rc = sl_fail(j.reader_rc, "%s", j.reader_err);
     pthread_mutex_unlock(&j.mu);
-    if (c->progress && sl_now_s() - last > 0.25) { progress_line(&st, in, t0, 0); last = sl_now_s(); }
+    if (c->progress && sl_now_s() - last > 0.25) {
+      progress_line(&st, in, t0, 0);
+      last = sl_now_s();
+    }
     if (finished || rc) break;
     if (!b) continue;
     if (b->rc) rc = sl_fail(b->rc, "%s", b->err);
@@ -649,10 +711,16 @@ int sl_prepare(const sl_prep_cfg *c, sl_prep_stats *stp) {
   }
   if (!rc && j.use_mask) {
     if (rename(mw.tmp, mw.path) != 0) rc = sl_fail(SL_EIO, "cannot rename %s into place: %s", mw.tmp, strerror(errno));
-    else { sl_fsync_parent(mw.path); st.has_mask = 1; }
+    else {
+      sl_fsync_parent(mw.path);
+      st.has_mask = 1;
+    }
   } else if (!rc) { /* a mask left from an earlier fine-tuning dataset at this prefix would be wrong now */
     char *p = NULL;
-    if (asprintf(&p, "%s.lmask", c->output) >= 0) { unlink(p); free(p); }
+    if (asprintf(&p, "%s.lmask", c->output) >= 0) {
+      unlink(p);
+      free(p);
+    }
   }
   if (c->progress && !rc) progress_line(&st, st.bytes_in, t0, 1);
 out:
@@ -665,7 +733,11 @@ out:
     pthread_mutex_destroy(&j.mu);
     pthread_cond_destroy(&j.cv);
   }
-  free(j.slot); free(ws); free(th); free(j.tmpl_head); free(j.tmpl_tail);
+  free(j.slot);
+  free(ws);
+  free(th);
+  free(j.tmpl_head);
+  free(j.tmpl_tail);
   st.seconds = sl_now_s() - t0;
   if (stp) *stp = st;
   return rc;
@@ -677,13 +749,25 @@ int sl_utf8_valid(const char *s, size_t n, size_t *bad) {
   size_t i = 0;
   while (i < n) {
     unsigned c = p[i];
-    if (c < 0x80) { i++; continue; }
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
     int len;
     unsigned cp, min;
-    if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; min = 0x80; }
-    else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; min = 0x800; }
-    else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; min = 0x10000; }
-    else goto fail;
+    if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      cp = c & 0x1F;
+      min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      cp = c & 0x0F;
+      min = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      cp = c & 0x07;
+      min = 0x10000;
+    } else goto fail;
     if (i + (size_t)len > n) goto fail;
     for (int k = 1; k < len; k++) {
       if ((p[i + k] & 0xC0) != 0x80) goto fail;
@@ -699,19 +783,24 @@ fail:
 }
 
 /* ---- the byte-level entry points of formats/dataset.h ------------------------------- */
-static int prepare_bytes(const char *in, const char *mem_name, const char *text, size_t len,
-                         const char *out_prefix, sl_prepare_stats *st) {
-  sl_prep_cfg c = {.inputs = in ? &in : NULL, .ninputs = in ? 1 : 0, .mem_text = in ? NULL : text,
-                   .mem_len = (int64_t)len, .mem_name = mem_name, .output = out_prefix,
-                   .append_eod = 1, .split = SL_SPLIT_BLANK, .workers = 1};
+static int prepare_bytes(const char *in, const char *mem_name, const char *text, size_t len, const char *out_prefix,
+                         sl_prepare_stats *st) {
+  sl_prep_cfg c = {.inputs = in ? &in : NULL,
+                   .ninputs = in ? 1 : 0,
+                   .mem_text = in ? NULL : text,
+                   .mem_len = (int64_t)len,
+                   .mem_name = mem_name,
+                   .output = out_prefix,
+                   .append_eod = 1,
+                   .split = SL_SPLIT_BLANK,
+                   .workers = 1};
   sl_prep_stats ps;
   int rc = sl_prepare(&c, &ps);
   if (!rc && st) *st = (sl_prepare_stats){ps.documents, ps.tokens};
   return rc;
 }
 
-int sl_prepare_text_mem(const char *name, const char *text, size_t len, const char *out_prefix,
-                        sl_prepare_stats *st) {
+int sl_prepare_text_mem(const char *name, const char *text, size_t len, const char *out_prefix, sl_prepare_stats *st) {
   return prepare_bytes(NULL, name ? name : "<text>", text ? text : "", len, out_prefix, st);
 }
 

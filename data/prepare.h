@@ -31,12 +31,12 @@ typedef enum {
 typedef struct {
   const char *const *inputs; /* (ninputs) paths; kind by suffix: .jsonl[.gz|.zst] / .json[.gz|.zst] rows, else text */
   int ninputs;
-  const char *mem_text;      /* instead of inputs: one in-memory .txt (the built-in corpus) */
+  const char *mem_text; /* instead of inputs: one in-memory .txt (the built-in corpus) */
   int64_t mem_len;
   const char *mem_name;
-  const char *output;        /* PREFIX */
-  const char *tokenizer;     /* tokenizer.json or its directory; NULL: byte-level */
-  const char *json_key;      /* NULL: "text" */
+  const char *output;    /* PREFIX */
+  const char *tokenizer; /* tokenizer.json or its directory; NULL: byte-level */
+  const char *json_key;  /* NULL: "text" */
   sl_prep_format format;
   sl_prep_split split;
   int append_eod;            /* <0: default (byte-level: on, tokenizer: off) */

@@ -17,11 +17,11 @@
 
 typedef struct {
   sl_dataset *ds;
-  sl_lmask *mask;  /* NULL: every target counts */
-  double w;        /* normalised weight */
-  int64_t lo;      /* first token of the stream in the dataset (--split), for the mask */
+  sl_lmask *mask; /* NULL: every target counts */
+  double w;       /* normalised weight */
+  int64_t lo;     /* first token of the stream in the dataset (--split), for the mask */
   int64_t ntok, nwin;
-  int64_t *perm;   /* (nwin) shuffled order of one epoch */
+  int64_t *perm; /* (nwin) shuffled order of one epoch */
   int64_t perm_epoch;
 } source;
 
@@ -34,17 +34,18 @@ struct sl_sampler {
   /* blend state: assignment of samples 0..pos-1 made; counts of each dataset */
   int64_t pos;
   int64_t count[SL_BLEND_MAX];
-  int32_t *row;     /* (T+1) one sample */
-  uint8_t *keep;    /* (T) its loss mask */
-  uint8_t *ring_d;  /* (RING) dataset of sample q at q % RING */
-  int64_t *ring_c;  /* (RING) its local index */
+  int32_t *row;    /* (T+1) one sample */
+  uint8_t *keep;   /* (T) its loss mask */
+  uint8_t *ring_d; /* (RING) dataset of sample q at q % RING */
+  int64_t *ring_c; /* (RING) its local index */
 };
 
 int sl_blend_parse(char *buf, int cap, double *weights, char **prefixes, int *n) {
   char *tok[2 * SL_BLEND_MAX + 1], *save = NULL;
   int nt = 0;
   for (char *p = strtok_r(buf, " \t\r\n", &save); p; p = strtok_r(NULL, " \t\r\n", &save)) {
-    if (nt == 2 * cap || nt == 2 * SL_BLEND_MAX) return sl_fail(SL_EINPUT, "--data: more than %d datasets in the blend", cap);
+    if (nt == 2 * cap || nt == 2 * SL_BLEND_MAX)
+      return sl_fail(SL_EINPUT, "--data: more than %d datasets in the blend", cap);
     tok[nt++] = p;
   }
   *n = 0;
@@ -87,8 +88,7 @@ void sl_sampler_close(sl_sampler *s) {
   free(s);
 }
 
-int sl_sampler_open(const char *spec, int64_t T, const char *order, uint64_t seed, int64_t vocab,
-                    sl_sampler **out) {
+int sl_sampler_open(const char *spec, int64_t T, const char *order, uint64_t seed, int64_t vocab, sl_sampler **out) {
   *out = NULL;
   sl_sampler *s = calloc(1, sizeof *s);
   char *buf = strdup(spec);
@@ -132,7 +132,8 @@ done:
 }
 
 int sl_sampler_restrict(sl_sampler *s, int64_t lo, int64_t hi) {
-  if (s->n != 1) return sl_fail(SL_EINPUT, "--split divides one dataset: --data is a blend of %d (use --eval-data)", s->n);
+  if (s->n != 1)
+    return sl_fail(SL_EINPUT, "--split divides one dataset: --data is a blend of %d (use --eval-data)", s->n);
   source *x = &s->src[0];
   int rc = sl_dataset_set_range(x->ds, lo, hi);
   if (rc) return rc;
@@ -227,7 +228,8 @@ int sl_sampler_read(sl_sampler *s, int64_t j, int32_t *row, uint8_t *keep, int *
   if (rc) return rc;
   if (keep) {
     const source *x = &s->src[d];
-    for (int64_t t = 0; t < s->T; t++) keep[t] = x->mask ? (uint8_t)sl_lmask_get(x->mask, x->lo + (start + t + 1) % x->ntok) : 1;
+    for (int64_t t = 0; t < s->T; t++)
+      keep[t] = x->mask ? (uint8_t)sl_lmask_get(x->mask, x->lo + (start + t + 1) % x->ntok) : 1;
   }
   if (dataset) *dataset = d;
   return SL_OK;
@@ -253,8 +255,7 @@ int sl_sampler_count(sl_sampler *s, int64_t first, int64_t n, int64_t *count) {
   return SL_OK;
 }
 
-int sl_sampler_batch(sl_sampler *s, int64_t first, int64_t B, int32_t eod, int32_t *tok, int32_t *tgt,
-                     int32_t *seg) {
+int sl_sampler_batch(sl_sampler *s, int64_t first, int64_t B, int32_t eod, int32_t *tok, int32_t *tgt, int32_t *seg) {
   int64_t T = s->T;
   for (int64_t b = 0; b < B; b++) {
     int rc = sl_sampler_read(s, first + b, s->row, s->keep, NULL);

@@ -34,13 +34,12 @@ typedef struct sl_sampler sl_sampler;
 /* spec: --data (a prefix or a blend). T: tokens per sample (reads T+1).
  * order: "sequential" | "shuffled". vocab: every token must be below it.
  * Opens each PREFIX.bin/.idx and PREFIX.lmask when present. */
-int sl_sampler_open(const char *spec, int64_t T, const char *order, uint64_t seed, int64_t vocab,
-                    sl_sampler **out);
+int sl_sampler_open(const char *spec, int64_t T, const char *order, uint64_t seed, int64_t vocab, sl_sampler **out);
 void sl_sampler_close(sl_sampler *s);
 void sl_sampler_set_seed(sl_sampler *s, uint64_t seed); /* a resumed run's data seed */
 int sl_sampler_ndatasets(const sl_sampler *s);
-int64_t sl_sampler_num_tokens(const sl_sampler *s);      /* sum over the datasets */
-int sl_sampler_has_masks(const sl_sampler *s);           /* some dataset has a .lmask */
+int64_t sl_sampler_num_tokens(const sl_sampler *s); /* sum over the datasets */
+int sl_sampler_has_masks(const sl_sampler *s);      /* some dataset has a .lmask */
 /* Sample j: row (T+1) tokens; keep (T) or NULL: keep[t] = 1 when target t
  * (token row[t+1]) counts in the loss. *dataset (or NULL): which dataset. */
 int sl_sampler_read(sl_sampler *s, int64_t j, int32_t *row, uint8_t *keep, int *dataset);
@@ -52,8 +51,7 @@ int sl_sampler_count(sl_sampler *s, int64_t first, int64_t n, int64_t *count);
  * NULL: for each token, the position in its sample where its document
  * starts (a document ends after token eod; positions restart there).
  */
-int sl_sampler_batch(sl_sampler *s, int64_t first, int64_t B, int32_t eod, int32_t *tok, int32_t *tgt,
-                     int32_t *seg);
+int sl_sampler_batch(sl_sampler *s, int64_t first, int64_t B, int32_t eod, int32_t *tok, int32_t *tgt, int32_t *seg);
 
 /* Restricts a one-dataset sampler to tokens [lo, hi) of its dataset's
  * stream (--split): windows, wrapping and the loss mask follow the range. */

@@ -74,9 +74,11 @@ int tok_bpe_load(json_t *model, const char *file, tok_bpe *m) {
   json_t *unk = json_object_get(model, "unk_token");
   if (json_is_string(unk)) {
     m->unk = tok_smap_get(&m->vocab, json_string_value(unk), json_string_length(unk));
-    if (m->unk < 0) return sl_fail(SL_EINPUT, "%s: model.unk_token '%s' is not in the vocabulary", file, json_string_value(unk));
+    if (m->unk < 0)
+      return sl_fail(SL_EINPUT, "%s: model.unk_token '%s' is not in the vocabulary", file, json_string_value(unk));
   }
-  json_t *pre = json_object_get(model, "continuing_subword_prefix"), *suf = json_object_get(model, "end_of_word_suffix");
+  json_t *pre = json_object_get(model, "continuing_subword_prefix"),
+         *suf = json_object_get(model, "end_of_word_suffix");
   if (json_is_string(pre) && json_string_length(pre)) m->prefix = strdup(json_string_value(pre));
   if (json_is_string(suf) && json_string_length(suf)) m->suffix = strdup(json_string_value(suf));
   for (int b = 0; b < 256; b++) {
@@ -119,15 +121,23 @@ int tok_bpe_load(json_t *model, const char *file, tok_bpe *m) {
     int32_t ia = tok_smap_get(&m->vocab, a, al), ib = tok_smap_get(&m->vocab, b, bl);
     free(tmp);
     tmp = malloc(al + bl + 1);
-    if (!tmp) { rc = sl_fail(SL_ENOMEM, "out of memory"); break; }
+    if (!tmp) {
+      rc = sl_fail(SL_ENOMEM, "out of memory");
+      break;
+    }
     size_t cut = plen < bl ? plen : bl;
     memcpy(tmp, a, al);
     memcpy(tmp + al, b + cut, bl - cut);
     int32_t in = tok_smap_get(&m->vocab, tmp, al + bl - cut);
     if (ia < 0 || ib < 0 || in < 0) {
       rc = sl_fail(SL_EINPUT, "%s: model.merges[%zu] ('%.*s', '%.*s'): token '%.*s' is not in the vocabulary", file, r,
-                   (int)al, a, (int)bl, b, ia < 0 ? (int)al : ib < 0 ? (int)bl : (int)(al + bl - cut),
-                   ia < 0 ? a : ib < 0 ? b : tmp);
+                   (int)al, a, (int)bl, b,
+                   ia < 0   ? (int)al
+                   : ib < 0 ? (int)bl
+                            : (int)(al + bl - cut),
+                   ia < 0   ? a
+                   : ib < 0 ? b
+                            : tmp);
       break;
     }
     merge_put(m, ia, ib, (uint32_t)r, in);
@@ -153,12 +163,12 @@ typedef struct {
 } hent;
 typedef struct {
   uint64_t serial;
-  tok_smap map;   /* pre-token -> offset in pool */
-  int32_t *pool;  /* [count, ids...] per entry */
+  tok_smap map;  /* pre-token -> offset in pool */
+  int32_t *pool; /* [count, ids...] per entry */
   size_t npool, cappool;
   int32_t *id, *prev, *next, *len; /* symbols */
   size_t cap;
-  hent *heap;     /* min-heap of candidate merges */
+  hent *heap; /* min-heap of candidate merges */
   size_t hn, hcap;
   char *word;
   size_t wcap;
@@ -171,7 +181,13 @@ static pthread_once_t g_tls_once = PTHREAD_ONCE_INIT;
 static void tls_free(void *p) {
   tok_tls *x = p;
   tok_smap_free(&x->map);
-  free(x->pool); free(x->id); free(x->prev); free(x->next); free(x->len); free(x->heap); free(x->word);
+  free(x->pool);
+  free(x->id);
+  free(x->prev);
+  free(x->next);
+  free(x->len);
+  free(x->heap);
+  free(x->word);
   memset(x, 0, sizeof *x);
 }
 static void tls_key(void) { pthread_key_create(&g_tls_key, tls_free); }
@@ -291,14 +307,21 @@ int tok_bpe_word(const tok_bpe *m, uint64_t serial, const char *s, size_t n, int
   int32_t ns = 0, unk = -1, unklen = 0;
 #define ADD(ID, L)                                                                                                     \
   do {                                                                                                                 \
-    tl.id[ns] = (ID); tl.len[ns] = (L); tl.prev[ns] = ns - 1; tl.next[ns] = ns + 1; ns++;                              \
+    tl.id[ns] = (ID);                                                                                                  \
+    tl.len[ns] = (L);                                                                                                  \
+    tl.prev[ns] = ns - 1;                                                                                              \
+    tl.next[ns] = ns + 1;                                                                                              \
+    ns++;                                                                                                              \
   } while (0)
   for (size_t i = 0; i < n;) {
     int l;
     tok_u8dec(s + i, n - i, &l);
     int32_t id = sym_lookup(m, s + i, (size_t)l, i == 0, i + (size_t)l == n);
     if (id >= 0) {
-      if (unk >= 0) { ADD(unk, unklen); unk = -1; }
+      if (unk >= 0) {
+        ADD(unk, unklen);
+        unk = -1;
+      }
       ADD(id, l);
     } else {
       int done = 0;
@@ -329,8 +352,7 @@ int tok_bpe_word(const tok_bpe *m, uint64_t serial, const char *s, size_t n, int
   uint32_t rank;
   int32_t nid;
   for (int32_t i = 0; i + 1 < ns; i++)
-    if (merge_get(m, tl.id[i], tl.id[i + 1], &rank, &nid) && heap_push(rank, i, nid))
-      return SL_ENOMEM;
+    if (merge_get(m, tl.id[i], tl.id[i + 1], &rank, &nid) && heap_push(rank, i, nid)) return SL_ENOMEM;
   while (tl.hn) {
     hent top = heap_pop();
     int32_t pos = (int32_t)(uint32_t)top.key, nx = tl.next[pos];
@@ -343,10 +365,8 @@ int tok_bpe_word(const tok_bpe *m, uint64_t serial, const char *s, size_t n, int
     tl.next[pos] = tl.next[nx];
     if (tl.next[nx] >= 0) tl.prev[tl.next[nx]] = pos;
     int32_t pv = tl.prev[pos];
-    if (pv >= 0 && merge_get(m, tl.id[pv], tl.id[pos], &rank, &nid) && heap_push(rank, pv, nid))
-      return SL_ENOMEM;
-    if (tl.next[pos] >= 0 && merge_get(m, tl.id[pos], tl.id[tl.next[pos]], &rank, &nid) &&
-        heap_push(rank, pos, nid))
+    if (pv >= 0 && merge_get(m, tl.id[pv], tl.id[pos], &rank, &nid) && heap_push(rank, pv, nid)) return SL_ENOMEM;
+    if (tl.next[pos] >= 0 && merge_get(m, tl.id[pos], tl.id[tl.next[pos]], &rank, &nid) && heap_push(rank, pos, nid))
       return SL_ENOMEM;
   }
   int64_t first = *nids;

@@ -60,9 +60,14 @@ static int behavior(json_t *o, const char *what, int dflt, int *out) {
   const char *b = json_string_value(v);
   static const char *names[] = {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"};
   for (int i = 0; b && i < 5; i++)
-    if (!strcmp(b, names[i])) { *out = i; return SL_OK; }
-  return sl_fail(SL_EINPUT, "%s.behavior: expected Removed, Isolated, MergedWithPrevious, MergedWithNext or Contiguous, found '%s'",
-                 what, b ? b : "(not a string)");
+    if (!strcmp(b, names[i])) {
+      *out = i;
+      return SL_OK;
+    }
+  return sl_fail(
+      SL_EINPUT,
+      "%s.behavior: expected Removed, Isolated, MergedWithPrevious, MergedWithNext or Contiguous, found '%s'", what,
+      b ? b : "(not a string)");
 }
 
 static int prepend_scheme(json_t *o, const char *what, int *out) {
@@ -100,7 +105,10 @@ int tok_parse_step(json_t *j, int kind, const char *what, tok_step **out) {
       goto done;
     }
     s->kids = calloc(json_array_size(a) + 1, sizeof *s->kids);
-    if (!s->kids) { rc = sl_fail(SL_ENOMEM, "tokenizer: out of memory"); goto done; }
+    if (!s->kids) {
+      rc = sl_fail(SL_ENOMEM, "tokenizer: out of memory");
+      goto done;
+    }
     for (size_t i = 0; !rc && i < json_array_size(a); i++) {
       char w[300];
       snprintf(w, sizeof w, "%s.%s[%zu]", what, member[kind], i);
@@ -205,9 +213,15 @@ static int lossy(const unsigned char *s, size_t n, tok_buf *out) {
     unsigned lo = 0x80, hi = 0xBF;
     if (c < 0x80) need = 0;
     else if (c >= 0xC2 && c <= 0xDF) need = 1;
-    else if (c >= 0xE0 && c <= 0xEF) { need = 2; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
-    else if (c >= 0xF0 && c <= 0xF4) { need = 3; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
-    else need = 99;
+    else if (c >= 0xE0 && c <= 0xEF) {
+      need = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      need = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else need = 99;
     size_t k = 1;
     if (need != 99)
       for (; k <= need && i + k < n; k++) {
@@ -237,10 +251,17 @@ static int dec_one(const tok_step *st, tok_splits *sp, tok_split *old, size_t no
     for (size_t i = 0; !rc && i < nold; i++) {
       const char *s = sp->arena.p + old[i].off;
       size_t n = old[i].len, at = t->n;
-      if (st->type == TD_FUSE) { rc = tb_put(t, s, n); continue; }
+      if (st->type == TD_FUSE) {
+        rc = tb_put(t, s, n);
+        continue;
+      }
       for (size_t k = 0; !rc && k < n;) {
         int l, b = tok_cp2byte(tok_u8dec(s + k, n - k, &l));
-        if (b < 0) { t->n = at; rc = tb_put(t, s, n); break; }
+        if (b < 0) {
+          t->n = at;
+          rc = tb_put(t, s, n);
+          break;
+        }
         char c = (char)b;
         rc = tb_put(t, &c, 1);
         k += (size_t)l;

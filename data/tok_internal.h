@@ -26,8 +26,8 @@ int32_t tok_u8dec(const char *s, size_t n, int *len);
 int tok_u8enc(int32_t cp, char *out); /* bytes written (1..4) */
 /* Offset of the first invalid byte, or (size_t)-1 when s is valid UTF-8. */
 size_t tok_u8invalid(const char *s, size_t n);
-int tok_is_ws(int32_t cp);    /* Unicode White_Space (Rust char::is_whitespace) */
-int tok_is_word(int32_t cp);  /* Rust regex \w (HF single_word's word characters) */
+int tok_is_ws(int32_t cp);      /* Unicode White_Space (Rust char::is_whitespace) */
+int tok_is_word(int32_t cp);    /* Rust regex \w (HF single_word's word characters) */
 int tok_is_numeric(int32_t cp); /* Rust char::is_numeric: Nd, Nl, No */
 
 /* ---- string -> int32 map (open addressing, keys copied) ---- */
@@ -68,11 +68,35 @@ void tok_splits_free(tok_splits *s);
 /* ---- pipeline steps ---- */
 enum {
   /* normalizers */
-  TN_SEQ = 1, TN_NFC, TN_NFD, TN_NFKC, TN_NFKD, TN_LOWER, TN_STRIP, TN_REPLACE, TN_PREPEND, TN_STRIPACC,
+  TN_SEQ = 1,
+  TN_NFC,
+  TN_NFD,
+  TN_NFKC,
+  TN_NFKD,
+  TN_LOWER,
+  TN_STRIP,
+  TN_REPLACE,
+  TN_PREPEND,
+  TN_STRIPACC,
   /* pre-tokenizers */
-  TP_SEQ, TP_BYTELEVEL, TP_SPLIT, TP_METASPACE, TP_DIGITS, TP_WSSPLIT, TP_WHITESPACE, TP_PUNCT, TP_CHARDELIM,
+  TP_SEQ,
+  TP_BYTELEVEL,
+  TP_SPLIT,
+  TP_METASPACE,
+  TP_DIGITS,
+  TP_WSSPLIT,
+  TP_WHITESPACE,
+  TP_PUNCT,
+  TP_CHARDELIM,
   /* decoders */
-  TD_SEQ, TD_BYTELEVEL, TD_METASPACE, TD_BYTEFALLBACK, TD_FUSE, TD_STRIP, TD_REPLACE, TD_BPE,
+  TD_SEQ,
+  TD_BYTELEVEL,
+  TD_METASPACE,
+  TD_BYTEFALLBACK,
+  TD_FUSE,
+  TD_STRIP,
+  TD_REPLACE,
+  TD_BPE,
 };
 /* split behaviours (HF SplitDelimiterBehavior) */
 enum { TB_REMOVED, TB_ISOLATED, TB_MERGED_PREV, TB_MERGED_NEXT, TB_CONTIGUOUS };
@@ -82,12 +106,12 @@ typedef struct tok_step {
   int type;
   struct tok_step **kids; /* Sequence members */
   int nkids;
-  char *pat;     /* literal pattern / prepend text / replacement (UTF-8) */
+  char *pat; /* literal pattern / prepend text / replacement (UTF-8) */
   size_t patlen;
   char *content; /* Replace content */
   size_t contentlen;
-  void *re;      /* OnigRegex when the pattern is a regex */
-  int32_t ch;    /* a single code point (Metaspace replacement, Strip content) */
+  void *re;   /* OnigRegex when the pattern is a regex */
+  int32_t ch; /* a single code point (Metaspace replacement, Strip content) */
   /* Strip: a left, b right; ByteLevel: a add_prefix_space, b use_regex;
    * Split: a behaviour (TB_*), b invert; Metaspace: a prepend scheme (TM_*),
    * b split; Digits: a individual_digits; Punctuation: a behaviour;
@@ -122,12 +146,12 @@ void tok_regex_free(void *re);
 
 /* ---- BPE model ---- */
 typedef struct {
-  tok_smap vocab;        /* token string -> id */
-  uint64_t *mkey;        /* [mcap] (a << 32 | b) + 1, 0 = empty */
-  uint32_t *mrank;       /* [mcap] */
-  int32_t *mnew;         /* [mcap] merged id */
+  tok_smap vocab;  /* token string -> id */
+  uint64_t *mkey;  /* [mcap] (a << 32 | b) + 1, 0 = empty */
+  uint32_t *mrank; /* [mcap] */
+  int32_t *mnew;   /* [mcap] merged id */
   size_t mcap, nmerges;
-  int32_t unk;           /* -1 none */
+  int32_t unk; /* -1 none */
   int byte_fallback, fuse_unk, ignore_merges;
   char *prefix, *suffix; /* continuing_subword_prefix, end_of_word_suffix (NULL none) */
   int32_t bytetok[256];  /* <0xNN> ids (byte_fallback), -1 missing */
@@ -150,7 +174,7 @@ typedef struct {
 } tok_added;
 
 struct sl_tokenizer {
-  int kind;       /* TOK_BYTES | TOK_HF */
+  int kind;        /* TOK_BYTES | TOK_HF */
   uint64_t serial; /* distinct per load: tags thread caches */
   tok_step *norm, *pre, *dec;
   tok_bpe bpe;

@@ -223,8 +223,7 @@ static int norm_one(const tok_step *st, const char *s, size_t n, tok_buf *out, i
   case TN_NFKC: return n ? u8map(s, n, UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT, out) : SL_OK;
   case TN_NFKD: return n ? u8map(s, n, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT, out) : SL_OK;
   case TN_LOWER:
-  case TN_STRIPACC:
-    break;
+  case TN_STRIPACC: break;
   case TN_PREPEND:
     if (n && tb_put(out, st->pat, st->patlen)) return SL_ENOMEM;
     return tb_put(out, s, n);
@@ -282,7 +281,11 @@ int tok_normalize(const tok_step *st, const char *s, size_t n, tok_buf *out, int
   int rc = tb_put(out, s, n);
   for (int i = 0; !rc && i < st->nkids; i++) {
     rc = tok_normalize(st->kids[i], out->p, out->n, &tmp, moved);
-    if (!rc) { tok_buf x = *out; *out = tmp; tmp = x; }
+    if (!rc) {
+      tok_buf x = *out;
+      *out = tmp;
+      tmp = x;
+    }
   }
   tb_free(&tmp);
   return rc;

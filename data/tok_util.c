@@ -34,16 +34,23 @@ void tb_free(tok_buf *b) {
 
 int32_t tok_u8dec(const char *s, size_t n, int *len) {
   const unsigned char *u = (const unsigned char *)s;
-  if (u[0] < 0x80 || n < 2) { *len = 1; return u[0]; }
-  if (u[0] < 0xE0) { *len = 2; return ((u[0] & 0x1F) << 6) | (u[1] & 0x3F); }
-  if (u[0] < 0xF0 || n < 4) { *len = 3; return ((u[0] & 0x0F) << 12) | ((u[1] & 0x3F) << 6) | (u[2] & 0x3F); }
+  if (u[0] < 0x80 || n < 2) {
+    *len = 1;
+    return u[0];
+  }
+  if (u[0] < 0xE0) {
+    *len = 2;
+    return ((u[0] & 0x1F) << 6) | (u[1] & 0x3F);
+  }
+  if (u[0] < 0xF0 || n < 4) {
+    *len = 3;
+    return ((u[0] & 0x0F) << 12) | ((u[1] & 0x3F) << 6) | (u[2] & 0x3F);
+  }
   *len = 4;
   return ((u[0] & 0x07) << 18) | ((u[1] & 0x3F) << 12) | ((u[2] & 0x3F) << 6) | (u[3] & 0x3F);
 }
 
-int tok_u8enc(int32_t cp, char *out) {
-  return (int)utf8proc_encode_char(cp, (utf8proc_uint8_t *)out);
-}
+int tok_u8enc(int32_t cp, char *out) { return (int)utf8proc_encode_char(cp, (utf8proc_uint8_t *)out); }
 
 size_t tok_u8invalid(const char *s, size_t n) {
   size_t i = 0;
@@ -51,7 +58,10 @@ size_t tok_u8invalid(const char *s, size_t n) {
     uint64_t w; /* ASCII fast path: 8 bytes at a time */
     while (i + 8 <= n && (memcpy(&w, s + i, 8), !(w & 0x8080808080808080ull))) i += 8;
     if (i >= n) break;
-    if (!((unsigned char)s[i] & 0x80)) { i++; continue; }
+    if (!((unsigned char)s[i] & 0x80)) {
+      i++;
+      continue;
+    }
     utf8proc_int32_t cp;
     utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
     if (k <= 0) return i;
@@ -81,8 +91,9 @@ int tok_is_word(int32_t c) {
       (c >= 0x1F170 && c <= 0x1F189))
     return 1;
   int k = utf8proc_category(c);
-  return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) || (k >= UTF8PROC_CATEGORY_MN && k <= UTF8PROC_CATEGORY_ME) ||
-         k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_PC;
+  return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) ||
+         (k >= UTF8PROC_CATEGORY_MN && k <= UTF8PROC_CATEGORY_ME) || k == UTF8PROC_CATEGORY_ND ||
+         k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_PC;
 }
 
 /* ---- the map ---- */

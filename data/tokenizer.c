@@ -94,7 +94,8 @@ static int load_added(sl_tokenizer *t, json_t *arr, const char *file) {
   int64_t next = (int64_t)t->bpe.vocab.n, maxadded = -1;
   tok_smap seen = {0}; /* content -> index in t->added */
   int rc = SL_OK;
-  for (size_t i = 0; !rc && i < json_array_size(arr); i++) rc = added_one(t, json_array_get(arr, i), i, file, &seen, next, &maxadded);
+  for (size_t i = 0; !rc && i < json_array_size(arr); i++)
+    rc = added_one(t, json_array_get(arr, i), i, file, &seen, next, &maxadded);
   tok_smap_free(&seen);
   return rc;
 }
@@ -122,8 +123,9 @@ static int added_one(sl_tokenizer *t, json_t *e, size_t i, const char *file, tok
     }
     if (want > *maxadded) *maxadded = want;
     if (json_integer_value(id) != want)
-      sl_log(SL_LOG_WARN, "%s: added token '%s' has id %lld in the file; Hugging Face tokenizers gives it %d, as does shardlm",
-             file, json_string_value(c), (long long)json_integer_value(id), want);
+      sl_log(SL_LOG_WARN,
+             "%s: added token '%s' has id %lld in the file; Hugging Face tokenizers gives it %d, as does shardlm", file,
+             json_string_value(c), (long long)json_integer_value(id), want);
     a->len = json_string_length(c);
     a->content = malloc(a->len + 1);
     if (!a->content) return sl_fail(SL_ENOMEM, "%s: out of memory", file);
@@ -139,7 +141,10 @@ static int added_one(sl_tokenizer *t, json_t *e, size_t i, const char *file, tok
       tok_buf b = {0};
       int moved = 0;
       int rc = tok_normalize(t->norm, a->content, a->len, &b, &moved);
-      if (rc) { tb_free(&b); return rc; }
+      if (rc) {
+        tb_free(&b);
+        return rc;
+      }
       a->norm = b.p ? b.p : strdup("");
       a->normlen = b.n;
     }
@@ -200,7 +205,10 @@ static int build_id_table(sl_tokenizer *t, const char *file) {
   for (int64_t i = 0; i < V; i++) t->toklen[i] = UINT32_MAX;
   const tok_smap *m = &t->bpe.vocab;
   for (size_t j = 0; j < m->cap; j++)
-    if (m->s[j].h) { t->tokoff[m->s[j].val] = m->s[j].off; t->toklen[m->s[j].val] = m->s[j].len; }
+    if (m->s[j].h) {
+      t->tokoff[m->s[j].val] = m->s[j].off;
+      t->toklen[m->s[j].val] = m->s[j].len;
+    }
   if (tb_put(&t->tokstr, m->keys.p, m->keys.n)) return SL_ENOMEM;
   for (int i = 0; i < t->nadded; i++) {
     t->tokoff[t->added[i].id] = (uint32_t)t->tokstr.n;
@@ -249,8 +257,9 @@ int sl_tokenizer_load(const char *path, sl_tokenizer **out) {
       char spm[4096];
       snprintf(spm, sizeof spm, "%s/tokenizer.model", path);
       return sl_fail(SL_EINPUT, "tokenizer %s: the directory has no tokenizer.json%s", path,
-                     stat(spm, &st) ? "" : " (only a SentencePiece tokenizer.model, which shardlm does not read: save the "
-                                           "tokenizer with Hugging Face transformers to get tokenizer.json)");
+                     stat(spm, &st) ? ""
+                                    : " (only a SentencePiece tokenizer.model, which shardlm does not read: save the "
+                                      "tokenizer with Hugging Face transformers to get tokenizer.json)");
     }
   } else {
     snprintf(file, sizeof file, "%s", path);
@@ -270,8 +279,10 @@ int sl_tokenizer_load(const char *path, sl_tokenizer **out) {
   if (!rc) {
     const char *type = json_string_value(json_object_get(model, "type"));
     if (type ? strcmp(type, "BPE") : !json_object_get(model, "merges"))
-      rc = sl_fail(SL_EINPUT, "%s: model type '%s' is not supported: shardlm implements BPE tokenizers only "
-                   "(Unigram, WordPiece and WordLevel are refused; see docs/formats.md)", file, type ? type : "?");
+      rc = sl_fail(SL_EINPUT,
+                   "%s: model type '%s' is not supported: shardlm implements BPE tokenizers only "
+                   "(Unigram, WordPiece and WordLevel are refused; see docs/formats.md)",
+                   file, type ? type : "?");
   }
   char what[4200];
   snprintf(what, sizeof what, "%s: normalizer", file);
@@ -305,9 +316,9 @@ static int is_word_before(const char *s, size_t at) {
 /* HF AddedVocabulary::find_matches over the split x (leftmost-longest, then
  * single_word: no \w character on either side; lstrip / rstrip: the
  * whitespace run before / after joins the token); pushes the pieces to out. */
-static int split_added(const sl_tokenizer *t, int normalized, tok_splits *sp, tok_split x, tok_split **out, size_t *nout,
-                       size_t *capout) {
-#define EMIT(O, L, ID, OR)                                                                                              \
+static int split_added(const sl_tokenizer *t, int normalized, tok_splits *sp, tok_split x, tok_split **out,
+                       size_t *nout, size_t *capout) {
+#define EMIT(O, L, ID, OR)                                                                                             \
   do {                                                                                                                 \
     if (*nout == *capout) {                                                                                            \
       size_t c_ = *capout ? *capout * 2 : 64;                                                                          \
@@ -383,7 +394,10 @@ static int added_pass(const sl_tokenizer *t, int normalized, tok_splits *sp) {
       if (n == cap) {
         size_t c = cap ? cap * 2 : 64;
         tok_split *nv = realloc(v, c * sizeof *nv);
-        if (!nv) { rc = sl_fail(SL_ENOMEM, "tokenizer: out of memory"); break; }
+        if (!nv) {
+          rc = sl_fail(SL_ENOMEM, "tokenizer: out of memory");
+          break;
+        }
         v = nv;
         cap = c;
       }
@@ -444,13 +458,15 @@ int sl_tokenizer_encode(const sl_tokenizer *t, const char *text, size_t len, int
       if (cnt == cap) {
         int64_t c = cap ? cap * 2 : 256;
         int32_t *p = realloc(out, (size_t)c * sizeof *p);
-        if (!p) { rc = sl_fail(SL_ENOMEM, "tokenizer: out of memory"); break; }
+        if (!p) {
+          rc = sl_fail(SL_ENOMEM, "tokenizer: out of memory");
+          break;
+        }
         out = p;
         cap = c;
       }
       out[cnt++] = sp.v[i].id;
-    } else
-      rc = tok_bpe_word(&t->bpe, t->serial, sp.arena.p + sp.v[i].off, sp.v[i].len, &out, &cnt, &cap);
+    } else rc = tok_bpe_word(&t->bpe, t->serial, sp.arena.p + sp.v[i].off, sp.v[i].len, &out, &cnt, &cap);
   }
   tok_splits_free(&sp);
   tb_free(&nb);
@@ -474,8 +490,8 @@ static int decode_bytes(const int32_t *ids, int64_t n, char **text, size_t *len)
   for (int64_t i = 0; i < n; i++) {
     if (ids[i] < 0 || ids[i] > 256) {
       free(o);
-      return sl_fail(SL_EINPUT, "tokenizer: id %d at position %lld is outside the byte-level vocabulary 0..256",
-                     ids[i], (long long)i);
+      return sl_fail(SL_EINPUT, "tokenizer: id %d at position %lld is outside the byte-level vocabulary 0..256", ids[i],
+                     (long long)i);
     }
     if (ids[i] < 256) o[k++] = (char)ids[i]; /* EOD 256 decodes to nothing */
   }

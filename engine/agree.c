@@ -27,38 +27,47 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
     va_start(ap, fmt);
     int w = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
     va_end(ap);
-    if (w < 0) { b->err = 1; return; }
-    if (b->p && b->n + (size_t)w < b->cap) { b->n += (size_t)w; return; }
+    if (w < 0) {
+      b->err = 1;
+      return;
+    }
+    if (b->p && b->n + (size_t)w < b->cap) {
+      b->n += (size_t)w;
+      return;
+    }
     size_t nc = (b->cap ? b->cap * 2 : 4096) + (size_t)w;
     char *q = realloc(b->p, nc);
-    if (!q) { b->err = 1; return; }
+    if (!q) {
+      b->err = 1;
+      return;
+    }
     b->p = q;
     b->cap = nc;
   }
 }
 
 int sl_model_canonical(const sl_model_config *c, int with_init, char *buf, size_t cap) {
-  int n = snprintf(
-      buf, cap,
-      "model.arch=%s\nmodel.hidden_size=%lld\nmodel.intermediate_size=%lld\nmodel.num_hidden_layers=%lld\n"
-      "model.vocab_size=%lld\nmodel.tie_word_embeddings=%d\nmodel.num_attention_heads=%lld\n"
-      "model.num_key_value_heads=%lld\nmodel.head_dim=%lld\nmodel.rms_norm_eps=%.17g\nmodel.rope_theta=%.17g\n"
-      "model.sliding_window=%lld\nmodel.state_size=%lld\nmodel.expand=%lld\nmodel.conv_kernel=%lld\n"
-      "model.time_step_rank=%lld\nmodel.layer_norm_epsilon=%.17g\nmodel.use_bias=%d\nmodel.use_conv_bias=%d\n"
-      "model.residual_in_fp32=%d\nmodel.pad_vocab_size_multiple=%lld\n",
-      sl_arch_name(c->arch), (long long)c->hidden_size, (long long)c->intermediate_size,
-      (long long)c->num_hidden_layers, (long long)c->vocab_size, c->tie_word_embeddings,
-      (long long)c->num_attention_heads, (long long)c->num_key_value_heads, (long long)c->head_dim, c->rms_norm_eps,
-      c->rope_theta, (long long)c->sliding_window, (long long)c->state_size, (long long)c->expand,
-      (long long)c->conv_kernel, (long long)c->time_step_rank, c->layer_norm_epsilon, c->use_bias,
-      c->use_conv_bias, c->residual_in_fp32, (long long)c->pad_vocab_size_multiple);
+  int n =
+      snprintf(buf, cap,
+               "model.arch=%s\nmodel.hidden_size=%lld\nmodel.intermediate_size=%lld\nmodel.num_hidden_layers=%lld\n"
+               "model.vocab_size=%lld\nmodel.tie_word_embeddings=%d\nmodel.num_attention_heads=%lld\n"
+               "model.num_key_value_heads=%lld\nmodel.head_dim=%lld\nmodel.rms_norm_eps=%.17g\nmodel.rope_theta=%.17g\n"
+               "model.sliding_window=%lld\nmodel.state_size=%lld\nmodel.expand=%lld\nmodel.conv_kernel=%lld\n"
+               "model.time_step_rank=%lld\nmodel.layer_norm_epsilon=%.17g\nmodel.use_bias=%d\nmodel.use_conv_bias=%d\n"
+               "model.residual_in_fp32=%d\nmodel.pad_vocab_size_multiple=%lld\n",
+               sl_arch_name(c->arch), (long long)c->hidden_size, (long long)c->intermediate_size,
+               (long long)c->num_hidden_layers, (long long)c->vocab_size, c->tie_word_embeddings,
+               (long long)c->num_attention_heads, (long long)c->num_key_value_heads, (long long)c->head_dim,
+               c->rms_norm_eps, c->rope_theta, (long long)c->sliding_window, (long long)c->state_size,
+               (long long)c->expand, (long long)c->conv_kernel, (long long)c->time_step_rank, c->layer_norm_epsilon,
+               c->use_bias, c->use_conv_bias, c->residual_in_fp32, (long long)c->pad_vocab_size_multiple);
   if (n < 0 || (size_t)n >= cap) return SL_EINTERNAL;
   if (with_init) {
     int m = snprintf(buf + n, cap - (size_t)n,
                      "model.initializer_range=%.17g\nmodel.time_step_min=%.17g\nmodel.time_step_max=%.17g\n"
                      "model.time_step_floor=%.17g\nmodel.time_step_scale=%.17g\nmodel.ssm_original_format=%d\n",
-                     c->initializer_range, c->time_step_min, c->time_step_max, c->time_step_floor,
-                     c->time_step_scale, c->ssm_original_format);
+                     c->initializer_range, c->time_step_min, c->time_step_max, c->time_step_floor, c->time_step_scale,
+                     c->ssm_original_format);
     if (m < 0 || (size_t)(n + m) >= cap) return SL_EINTERNAL;
   }
   return SL_OK;
@@ -105,8 +114,10 @@ int sl_canon_diff(const char *a, const char *b, char *key, size_t kcap, char *va
 
 int sl_check_ckpt_model(const char *dir, const char *recorded, const sl_model_config *mc) {
   if (!recorded) {
-    sl_log0(SL_LOG_WARN, "%s/manifest.json records no model config (an older checkpoint): only the tensor shapes "
-            "are checked against the model", dir);
+    sl_log0(SL_LOG_WARN,
+            "%s/manifest.json records no model config (an older checkpoint): only the tensor shapes "
+            "are checked against the model",
+            dir);
     return SL_OK;
   }
   char now[4096], key[256], was[512], is[512];
@@ -178,13 +189,22 @@ int sl_check_agreement(sl_comm *world, const sl_train_cfg *cfg, const sl_model_c
   }
   if (cfg->model[0]) list_files(&b, cfg->model);
   if (cfg->data[0]) data_files(&b, cfg->data);
-  if (b.err) { free(b.p); return sl_fail(SL_ENOMEM, "configuration check: out of memory"); }
-  if (W == 1) { free(b.p); return SL_OK; }
+  if (b.err) {
+    free(b.p);
+    return sl_fail(SL_ENOMEM, "configuration check: out of memory");
+  }
+  if (W == 1) {
+    free(b.p);
+    return SL_OK;
+  }
   /* cheap path: every rank's hash and length */
   int64_t mine[2] = {(int64_t)sl_canon_hash(b.p), (int64_t)b.n}, *all = calloc((size_t)W * 2, sizeof(int64_t));
   int *diff = calloc((size_t)W, sizeof(int));
   char *ref = NULL;
-  if (!all || !diff) { rc = sl_fail(SL_ENOMEM, "configuration check: out of memory"); goto done; }
+  if (!all || !diff) {
+    rc = sl_fail(SL_ENOMEM, "configuration check: out of memory");
+    goto done;
+  }
   if (sl_comm_allgather_sync(world, mine, all, 2, SL_I64) != SL_COMM_OK) {
     rc = sl_fail(SL_ECOMM, "configuration check: %s", sl_comm_last_error());
     goto done;
@@ -194,7 +214,10 @@ int sl_check_agreement(sl_comm *world, const sl_train_cfg *cfg, const sl_model_c
   if (same) goto done;
   /* a difference: every rank compares its text with rank 0's */
   size_t rlen = (size_t)all[1];
-  if (!(ref = calloc(1, rlen + 1))) { rc = sl_fail(SL_ENOMEM, "configuration check: out of memory"); goto done; }
+  if (!(ref = calloc(1, rlen + 1))) {
+    rc = sl_fail(SL_ENOMEM, "configuration check: out of memory");
+    goto done;
+  }
   if (rank == 0) memcpy(ref, b.p, rlen);
   if (sl_comm_broadcast_sync(world, ref, (int64_t)rlen, SL_U8, 0) != SL_COMM_OK) {
     rc = sl_fail(SL_ECOMM, "configuration check: %s", sl_comm_last_error());
@@ -216,7 +239,11 @@ int sl_check_agreement(sl_comm *world, const sl_train_cfg *cfg, const sl_model_c
     }
   /* the first differing rank tells everyone the field and both values */
   char msg[3][512];
-  if (rank == first) { snprintf(msg[0], sizeof msg[0], "%s", key); memcpy(msg[1], v0, 512); memcpy(msg[2], vr, 512); }
+  if (rank == first) {
+    snprintf(msg[0], sizeof msg[0], "%s", key);
+    memcpy(msg[1], v0, 512);
+    memcpy(msg[2], vr, 512);
+  }
   if (first < 0 || sl_comm_broadcast_sync(world, msg, (int64_t)sizeof msg, SL_U8, first) != SL_COMM_OK) {
     rc = sl_fail(SL_EINPUT, "ranks disagree on the model, data or settings (rank 0 vs the others)");
     goto done;

@@ -43,8 +43,7 @@ int sl_check_ckpt_model(const char *dir, const char *recorded, const sl_model_co
  * *.index.json, tokenizer*) with their sizes and
  * the dataset files with their sizes, and compares across world. Any
  * difference: SL_EINPUT on every rank, naming the field and the ranks. */
-int sl_check_agreement(sl_comm *world, const sl_train_cfg *cfg, const sl_model_config *mcfg,
-                       int64_t data_tokens);
+int sl_check_agreement(sl_comm *world, const sl_train_cfg *cfg, const sl_model_config *mcfg, int64_t data_tokens);
 
 #ifdef __cplusplus
 }

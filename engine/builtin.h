@@ -6,9 +6,9 @@
 
 #include <stddef.h>
 
-extern const char sl_builtin_model_config[];  /* configs/tiny-llama/config.json */
+extern const char sl_builtin_model_config[]; /* configs/tiny-llama/config.json */
 extern const size_t sl_builtin_model_config_len;
-extern const char sl_builtin_corpus[];        /* configs/corpus.txt */
+extern const char sl_builtin_corpus[]; /* configs/corpus.txt */
 extern const size_t sl_builtin_corpus_len;
 
 #endif

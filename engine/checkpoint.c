@@ -40,11 +40,14 @@ static void fault_at(const char *stage, void *vctx) {
   const char *once = getenv("SL_CKPT_FAULT_ONCE"); /* marker file: fire only the first time */
   if (once && once[0]) {
     FILE *mf = fopen(once, "r");
-    if (mf) { fclose(mf); return; }
+    if (mf) {
+      fclose(mf);
+      return;
+    }
     if ((mf = fopen(once, "w"))) fclose(mf);
   }
-  fprintf(stderr, "[rank %d] SL_CKPT_FAULT: killing the process at save stage '%s' of step %lld\n", fc->rank,
-          stage, (long long)fc->step);
+  fprintf(stderr, "[rank %d] SL_CKPT_FAULT: killing the process at save stage '%s' of step %lld\n", fc->rank, stage,
+          (long long)fc->step);
   fflush(stderr);
   raise(SIGKILL);
 }
@@ -55,12 +58,17 @@ enum { VOTE_BYTES = 1024 };
 static int agree(sl_comm *w, int rc) {
   int W = sl_comm_size(w), me = sl_comm_rank(w);
   char *mine = calloc(1, VOTE_BYTES), *all = calloc((size_t)W, VOTE_BYTES);
-  if (!mine || !all) { free(mine); free(all); return sl_fail(SL_ENOMEM, "out of memory"); }
+  if (!mine || !all) {
+    free(mine);
+    free(all);
+    return sl_fail(SL_ENOMEM, "out of memory");
+  }
   int32_t c = rc;
   memcpy(mine, &c, 4);
   if (rc) snprintf(mine + 4, VOTE_BYTES - 4, "%s", sl_errmsg());
   if (sl_comm_allgather_sync(w, mine, all, VOTE_BYTES, SL_U8) != SL_COMM_OK) {
-    free(mine); free(all);
+    free(mine);
+    free(all);
     return sl_fail(SL_ECOMM, "checkpoint: status all-gather failed: %s", sl_comm_last_error());
   }
   int out = SL_OK;
@@ -109,7 +117,10 @@ static int build_manifest(const sl_ckpt_state *st, sl_ckio_manifest *man) {
         sl_shard_slice(m->units[u].numel, man->shard_group, a, 0, &t);
         ok = t.padded == sl_fsdp_slice(st->f, u).padded;
       }
-      if (ok) { man->align = a; break; }
+      if (ok) {
+        man->align = a;
+        break;
+      }
     }
   }
 #ifdef SL_USE_ZSTD
@@ -226,7 +237,10 @@ int sl_ckpt_save(const char *ckpt_dir, const sl_ckpt_state *st, int keep_last) {
       man.files = calloc((size_t)nw, sizeof *man.files);
       if (!man.files) brc = sl_fail(SL_ENOMEM, "out of memory");
     }
-    if (!brc) { man.files[0] = wr.meta; memset(&wr.meta, 0, sizeof wr.meta); }
+    if (!brc) {
+      man.files[0] = wr.meta;
+      memset(&wr.meta, 0, sizeof wr.meta);
+    }
     for (int i = 1; i < nw; i++) {
       int r = writers[i];
       int64_t len = 0;
@@ -241,8 +255,9 @@ int sl_ckpt_save(const char *ckpt_dir, const sl_ckpt_state *st, int keep_last) {
         else if (sl_comm_recv(w, buf, len, SL_U8, r, 7102, &q) != SL_COMM_OK || sl_comm_wait(q) != SL_COMM_OK)
           crc = sl_fail(SL_ECOMM, "checkpoint: receiving a file entry: %s", sl_comm_last_error());
       }
-      if (!crc && !brc) crc = len > 0 ? sl_ckio_file_parse(buf, (size_t)len - 1, &man.files[i])
-                                      : sl_fail(SL_EINTERNAL, "rank %d sent no file entry", r);
+      if (!crc && !brc)
+        crc = len > 0 ? sl_ckio_file_parse(buf, (size_t)len - 1, &man.files[i])
+                      : sl_fail(SL_EINTERNAL, "rank %d sent no file entry", r);
       free(buf);
       if (crc && !brc) brc = crc;
     }
@@ -261,9 +276,9 @@ int sl_ckpt_save(const char *ckpt_dir, const sl_ckpt_state *st, int keep_last) {
             raw += man.files[i].pieces[p].fr[k].raw;
             stored += man.files[i].pieces[p].fr[k].bytes;
           }
-      sl_log(SL_LOG_INFO, "checkpoint step %lld: %d file%s, %.2f MiB -> %.2f MiB (%s, ratio %.3f) in %.2f s", (long long)st->step,
-             man.nfiles, man.nfiles > 1 ? "s" : "", raw / 1048576.0, stored / 1048576.0, man.compression,
-             stored > 0 ? (double)raw / (double)stored : 0.0, sl_now_s() - t0);
+      sl_log(SL_LOG_INFO, "checkpoint step %lld: %d file%s, %.2f MiB -> %.2f MiB (%s, ratio %.3f) in %.2f s",
+             (long long)st->step, man.nfiles, man.nfiles > 1 ? "s" : "", raw / 1048576.0, stored / 1048576.0,
+             man.compression, stored > 0 ? (double)raw / (double)stored : 0.0, sl_now_s() - t0);
       rc = sl_ckio_retain(ckpt_dir, keep_last);
       if (!rc) fault_at("retained", &fc);
     }
@@ -286,16 +301,19 @@ fail:
 /* ---- load ----------------------------------------------------------------------- */
 static int check_model(const char *dir, const sl_ckio_manifest *man, const sl_model *m) {
   if (man->nunits != m->nunits)
-    return sl_fail(SL_EINPUT, "%s/manifest.json: %d units, but the model has %d: the checkpoint was written for a "
-                   "different model", dir, man->nunits, m->nunits);
+    return sl_fail(SL_EINPUT,
+                   "%s/manifest.json: %d units, but the model has %d: the checkpoint was written for a "
+                   "different model",
+                   dir, man->nunits, m->nunits);
   for (int u = 0; u < m->nunits; u++) {
     const sl_ckio_unit *U = &man->units[u];
     const sl_unit_spec *us = &m->units[u];
     int64_t numel = sl_model_unit_whole_numel(m, u), at = 0; /* the whole layout (= the spec at T = 1) */
     if (U->numel != numel || U->ntensors != us->ntensors)
-      return sl_fail(SL_EINPUT, "%s/manifest.json: unit %d (%s) has %lld elements in %d tensors, the model's %s has "
-                     "%lld in %d: a different model", dir, u, U->kind, (long long)U->numel, U->ntensors, us->kind,
-                     (long long)numel, us->ntensors);
+      return sl_fail(SL_EINPUT,
+                     "%s/manifest.json: unit %d (%s) has %lld elements in %d tensors, the model's %s has "
+                     "%lld in %d: a different model",
+                     dir, u, U->kind, (long long)U->numel, U->ntensors, us->kind, (long long)numel, us->ntensors);
     for (int i = 0; i < us->ntensors; i++) {
       const sl_ckio_tensor *a = &U->t[i];
       const sl_tensor_spec *b = &us->t[i];
@@ -303,8 +321,10 @@ static int check_model(const char *dir, const sl_ckio_manifest *man, const sl_mo
       at += b->full[0] * b->full[1] * b->full[2];
       for (int d = 0; same && d < b->ndim; d++) same = a->shape[d] == b->full[d];
       if (!same)
-        return sl_fail(SL_EINPUT, "%s/manifest.json: unit %d tensor %d is %s at offset %lld, the model expects %s at "
-                       "%lld with its shape: a different model", dir, u, i, a->name, (long long)a->offset, b->name,
+        return sl_fail(SL_EINPUT,
+                       "%s/manifest.json: unit %d tensor %d is %s at offset %lld, the model expects %s at "
+                       "%lld with its shape: a different model",
+                       dir, u, i, a->name, (long long)a->offset, b->name,
                        (long long)(at - b->full[0] * b->full[1] * b->full[2]));
     }
   }
@@ -433,19 +453,26 @@ int sl_ckpt_load(const char *ckpt_dir, sl_ckpt_state *st, int *found) {
   int n = 0;
   if (rank == 0) {
     int cleaned = sl_ckio_clean_tmp(ckpt_dir);
-    if (cleaned) sl_log(SL_LOG_INFO, "%s: removed %d unfinished checkpoint director%s (.tmp-*)", ckpt_dir, cleaned,
-                        cleaned > 1 ? "ies" : "y");
+    if (cleaned)
+      sl_log(SL_LOG_INFO, "%s: removed %d unfinished checkpoint director%s (.tmp-*)", ckpt_dir, cleaned,
+             cleaned > 1 ? "ies" : "y");
     hdr[0] = sl_ckio_list(ckpt_dir, &steps, &n);
     hdr[1] = n;
   }
   if (W > 1 && sl_comm_broadcast_sync(w, hdr, 2, SL_I64, 0) != SL_COMM_OK)
     return sl_fail(SL_ECOMM, "checkpoint: broadcast failed: %s", sl_comm_last_error());
   int rc = agree(w, (int)hdr[0]);
-  if (rc) { free(steps); return rc; }
+  if (rc) {
+    free(steps);
+    return rc;
+  }
   n = (int)hdr[1];
   if (n == 0) return SL_OK;
   if (rank != 0 && !(steps = calloc((size_t)n, sizeof(int64_t)))) rc = SL_ENOMEM;
-  if ((rc = agree(w, rc))) { free(steps); return rc; }
+  if ((rc = agree(w, rc))) {
+    free(steps);
+    return rc;
+  }
   if (W > 1 && sl_comm_broadcast_sync(w, steps, n, SL_I64, 0) != SL_COMM_OK) {
     free(steps);
     return sl_fail(SL_ECOMM, "checkpoint: broadcast failed: %s", sl_comm_last_error());

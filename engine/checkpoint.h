@@ -33,15 +33,15 @@ extern "C" {
  * that range is element view.offset + i of the unit's flat buffer, whose
  * tensors are laid out by m->units[u].t[] (offset, numel, HF name, shape). */
 typedef struct {
-  const sl_model *m;        /* unit specs (names, shapes, offsets) */
-  sl_fsdp *f;               /* views, shard group, slices */
+  const sl_model *m; /* unit specs (names, shapes, offsets) */
+  sl_fsdp *f;        /* views, shard group, slices */
   sl_comm *world;
-  const sl_train_cfg *cfg;  /* recorded in the manifest */
+  const sl_train_cfg *cfg;      /* recorded in the manifest */
   float **master, **mom, **var; /* (nunits) x (view count) fp32 */
-  int64_t step;             /* optimizer steps completed */
-  int64_t next_sample;      /* global index of the next sample to consume */
-  uint64_t rng_seed;        /* data-order / init seed */
-  sl_comm *tp;              /* the tensor-parallel group (NULL or one rank: none); at T > 1 the
+  int64_t step;                 /* optimizer steps completed */
+  int64_t next_sample;          /* global index of the next sample to consume */
+  uint64_t rng_seed;            /* data-order / init seed */
+  sl_comm *tp;                  /* the tensor-parallel group (NULL or one rank: none); at T > 1 the
                                units are gathered into whole tensors (engine/ckpt_tp.c) */
   /* (nunits) or NULL (all): the units this rank's stage owns under pipeline
    * parallelism; it writes only those, and loads only units whose arrays are
@@ -69,8 +69,7 @@ int sl_ckpt_load(const char *ckpt_dir, sl_ckpt_state *st, int *found);
  * sl_ckpt_tp_read fills this rank's view of unit u, kind k. */
 int sl_ckpt_is_tp(const sl_ckpt_state *st);
 int sl_ckpt_tp_write(const sl_ckpt_state *st, sl_ckio_writer *wr, const char *tmp);
-int sl_ckpt_tp_read(const char *dir, const sl_ckio_manifest *man, const sl_ckpt_state *st, int u, int k,
-                    float *dst);
+int sl_ckpt_tp_read(const char *dir, const sl_ckio_manifest *man, const sl_ckpt_state *st, int u, int k, float *dst);
 
 #ifdef __cplusplus
 }

@@ -52,8 +52,7 @@ done:
   return rc;
 }
 
-int sl_ckpt_tp_read(const char *dir, const sl_ckio_manifest *man, const sl_ckpt_state *st, int u, int k,
-                    float *dst) {
+int sl_ckpt_tp_read(const char *dir, const sl_ckio_manifest *man, const sl_ckpt_state *st, int u, int k, float *dst) {
   const sl_model *m = st->m;
   sl_fsdp_view_t v = sl_fsdp_view(st->f, u);
   int64_t nw = sl_model_unit_whole_numel(m, u);

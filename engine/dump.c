@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "formats/safetensors.h"
 #include "engine/trainer.h"
 #include "engine/trainer_internal.h"
+#include "formats/safetensors.h"
 
 typedef struct {
   const float *next; /* tensors back to back, in write order */
@@ -41,15 +41,24 @@ int sl_train_dump(const sl_train_cfg *cfg, sl_comm *world, const char *out_path)
   float *logits = NULL, *big = NULL;
   sl_st_wtensor *ws = NULL;
   if (rc) goto done;
-  if (t.wsize != 1) { rc = sl_fail(SL_EINPUT, "dump runs on one rank"); goto done; }
+  if (t.wsize != 1) {
+    rc = sl_fail(SL_EINPUT, "dump runs on one rank");
+    goto done;
+  }
   int64_t N = c2.micro_batch * c2.seq_len, V = t.mcfg.vocab_size;
   logits = sl_alloc((size_t)(N * V) * 4, "logits");
-  if (!logits) { rc = SL_ENOMEM; goto done; }
+  if (!logits) {
+    rc = SL_ENOMEM;
+    goto done;
+  }
   /* G = B for a single rank and grad_accum 1: the loss scale is 1/(counted targets of the B samples) */
   double loss_sum = 0;
   if (t.dev) { /* logits are computed in backend memory, then brought to the host */
     float *dl = t.ops->alloc(t.k, (size_t)(N * V) * 4);
-    if (!dl) { rc = SL_ENOMEM; goto done; }
+    if (!dl) {
+      rc = SL_ENOMEM;
+      goto done;
+    }
     rc = sl_trainer_fwd_bwd(&t, 1, head_logits, dl, &loss_sum);
     t.ops->download(t.k, logits, dl, (size_t)(N * V) * 4);
     t.ops->free(t.k, dl);
@@ -65,7 +74,11 @@ int sl_train_dump(const sl_train_cfg *cfg, sl_comm *world, const char *out_path)
   char **names = calloc((size_t)nt, sizeof(char *));
   int64_t total = sl_model_num_params(t.m);
   big = sl_alloc((size_t)(total + 1) * 4, "gradients");
-  if (!ws || !names || !big) { rc = SL_ENOMEM; free(names); goto done; }
+  if (!ws || !names || !big) {
+    rc = SL_ENOMEM;
+    free(names);
+    goto done;
+  }
   ws[0] = (sl_st_wtensor){.name = "logits", .ndim = 2, .shape = {N, V}, .dtype = SL_ST_F32};
   ws[1] = (sl_st_wtensor){.name = "loss", .ndim = 1, .shape = {1}, .dtype = SL_ST_F32};
   int n = 2;

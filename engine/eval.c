@@ -75,14 +75,16 @@ int sl_eval_loss(const sl_eval_env *e, sl_sampler *smp, int64_t K, sl_eval_resul
   free(all);
   if (rc) return rc;
   if (bad > 0) return sl_fail(SL_EINTERNAL, "evaluation failed on another rank");
-  if (cnt <= 0) return sl_fail(SL_EINPUT, "evaluation: the %lld windows hold no target token that counts in "
-                               "the loss (all masked)", (long long)K);
+  if (cnt <= 0)
+    return sl_fail(SL_EINPUT,
+                   "evaluation: the %lld windows hold no target token that counts in "
+                   "the loss (all masked)",
+                   (long long)K);
   out->loss = sum / cnt;
   out->ppl = exp(out->loss);
   out->tokens = (int64_t)cnt;
   out->samples = K;
-  if (!isfinite(out->loss))
-    return sl_fail(SL_EINTERNAL, "evaluation: the held-out loss is not finite (%g)", out->loss);
+  if (!isfinite(out->loss)) return sl_fail(SL_EINTERNAL, "evaluation: the held-out loss is not finite (%g)", out->loss);
   return SL_OK;
 }
 
@@ -131,11 +133,13 @@ int sl_eval_data_open(const sl_train_cfg *c, const char *train_spec, sl_sampler 
   }
   sl_eval_data *d = calloc(1, sizeof *d);
   if (!d) return sl_fail(SL_ENOMEM, "out of memory");
-  int rc = sl_sampler_open(c->eval_data[0] ? c->eval_data : train_spec, c->seq_len, "sequential",
-                           (uint64_t)c->seed, vocab, &d->smp);
+  int rc = sl_sampler_open(c->eval_data[0] ? c->eval_data : train_spec, c->seq_len, "sequential", (uint64_t)c->seed,
+                           vocab, &d->smp);
   if (!rc && c->split[0] && sl_sampler_ndatasets(train) != 1)
-    rc = sl_fail(SL_EINPUT, "--split divides one dataset's documents, but --data is a blend of %d datasets: give "
-                 "--eval-data PREFIX instead", sl_sampler_ndatasets(train));
+    rc = sl_fail(SL_EINPUT,
+                 "--split divides one dataset's documents, but --data is a blend of %d datasets: give "
+                 "--eval-data PREFIX instead",
+                 sl_sampler_ndatasets(train));
   if (!rc && c->split[0]) {
     const sl_dataset *tds = sl_sampler_dataset(train, 0);
     int64_t nd = sl_dataset_num_docs(tds), b[4] = {0, 0, 0, 0};
@@ -143,10 +147,11 @@ int sl_eval_data_open(const sl_train_cfg *c, const char *train_spec, sl_sampler 
     int64_t t0 = sl_dataset_doc_offset(tds, b[0]), t1 = sl_dataset_doc_offset(tds, b[1]),
             t2 = sl_dataset_doc_offset(tds, b[2]);
     if (!rc && (t1 <= t0 || t2 <= t1))
-      rc = sl_fail(SL_EINPUT, "--split %s over the %lld documents of %s leaves the %s range empty (documents "
-                   "[%lld, %lld) train, [%lld, %lld) held out)", c->split, (long long)nd, train_spec,
-                   t1 <= t0 ? "training" : "held-out", (long long)b[0], (long long)b[1], (long long)b[1],
-                   (long long)b[2]);
+      rc = sl_fail(SL_EINPUT,
+                   "--split %s over the %lld documents of %s leaves the %s range empty (documents "
+                   "[%lld, %lld) train, [%lld, %lld) held out)",
+                   c->split, (long long)nd, train_spec, t1 <= t0 ? "training" : "held-out", (long long)b[0],
+                   (long long)b[1], (long long)b[1], (long long)b[2]);
     if (!rc) rc = sl_sampler_restrict(train, t0, t1);
     if (!rc) rc = sl_sampler_restrict(d->smp, t1, t2);
   }

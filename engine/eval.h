@@ -8,11 +8,11 @@
 
 #include <stdint.h>
 
+#include "data/sampler.h"
 #include "engine/schedule.h"
 #include "formats/dataset.h"
-#include "models/model.h"
-#include "data/sampler.h"
 #include "formats/traincfg.h"
+#include "models/model.h"
 #include "shard/comm.h"
 #include "shard/fsdp.h"
 
@@ -22,7 +22,7 @@ extern "C" {
 
 /* What the evaluation borrows from the trainer. */
 typedef struct {
-  sl_model *m;           /* sized for micro-batch B x T */
+  sl_model *m; /* sized for micro-batch B x T */
   sl_fsdp *f;
   sl_comm *world;
   int64_t B, T;
@@ -32,7 +32,7 @@ typedef struct {
    * moves it to backend memory and sets it as the model's batch. *counted:
    * the number of targets that count in the loss (loss masks applied). */
   int (*load)(void *user, sl_sampler *smp, const int64_t *samples, int64_t *counted);
-  sl_schedule *sched;    /* runs each round's forward (engine/schedule.h) */
+  sl_schedule *sched; /* runs each round's forward (engine/schedule.h) */
   /* pipeline parallelism: windows are divided over the DP ranks (dp_size 0:
    * over the world), and a rank whose stage holds no head (no_head) adds no
    * counted targets (its loss sum is 0 already) */
@@ -40,9 +40,9 @@ typedef struct {
 } sl_eval_env;
 
 typedef struct {
-  double loss, ppl;      /* mean token CE over the counted targets; exp(loss) */
-  int64_t tokens;        /* counted targets over all ranks */
-  int64_t samples;       /* windows evaluated */
+  double loss, ppl; /* mean token CE over the counted targets; exp(loss) */
+  int64_t tokens;   /* counted targets over all ranks */
+  int64_t samples;  /* windows evaluated */
 } sl_eval_result;
 
 /* Windows 0..K-1 of smp, a sampler in sequential order (window j: stream

@@ -15,8 +15,10 @@ int sl_guard_init(sl_guard *g, const char *policy, int64_t max_skips) {
   else if (!strcmp(policy, "skip")) g->skip = 1;
   else return sl_fail(SL_EINPUT, "--on-nonfinite must be stop or skip, found '%s'", policy);
   if (max_skips < 1)
-    return sl_fail(SL_EINPUT, "--max-skips must be at least 1 (consecutive skipped steps that end the run), "
-                   "found %lld", (long long)max_skips);
+    return sl_fail(SL_EINPUT,
+                   "--max-skips must be at least 1 (consecutive skipped steps that end the run), "
+                   "found %lld",
+                   (long long)max_skips);
   g->max_skips = max_skips;
   return SL_OK;
 }
@@ -67,23 +69,24 @@ int sl_guard_step(sl_guard *g, sl_comm *world, int64_t step, double loss, double
     snprintf(g->why, sizeof g->why,
              "step %lld: the loss is %s and the gradient norm %s (not finite); stopping (--on-nonfinite stop): "
              "nothing of this state was saved; continue from the newest checkpoint with a lower --lr, or pass "
-             "--on-nonfinite skip", (long long)(step + 1), l, n);
+             "--on-nonfinite skip",
+             (long long)(step + 1), l, n);
   } else if (g->consecutive >= g->max_skips) {
     g->stop = 1;
     snprintf(g->why, sizeof g->why,
              "step %lld: the loss is %s and the gradient norm %s; %lld consecutive non-finite steps skipped "
-             "(--max-skips %lld): stopping; nothing of this state was saved", (long long)(step + 1), l, n,
-             (long long)g->consecutive, (long long)g->max_skips);
+             "(--max-skips %lld): stopping; nothing of this state was saved",
+             (long long)(step + 1), l, n, (long long)g->consecutive, (long long)g->max_skips);
   } else {
-    sl_log0(SL_LOG_WARN, "step %lld: the loss is %s and the gradient norm %s: update skipped (%lld in a row, "
-            "at most %lld)", (long long)(step + 1), l, n, (long long)g->consecutive, (long long)g->max_skips);
+    sl_log0(SL_LOG_WARN,
+            "step %lld: the loss is %s and the gradient norm %s: update skipped (%lld in a row, "
+            "at most %lld)",
+            (long long)(step + 1), l, n, (long long)g->consecutive, (long long)g->max_skips);
   }
   return SL_OK;
 }
 
-int sl_guard_verdict(const sl_guard *g) {
-  return g->stop ? sl_fail(SL_ENONFINITE, "%s", g->why) : SL_OK;
-}
+int sl_guard_verdict(const sl_guard *g) { return g->stop ? sl_fail(SL_ENONFINITE, "%s", g->why) : SL_OK; }
 
 int sl_guard_check_state(sl_comm *world, float **const *fields, int nfields, int nunits, const int64_t *count,
                          int64_t step, const char *what) {
@@ -93,18 +96,21 @@ int sl_guard_check_state(sl_comm *world, float **const *fields, int nfields, int
       const float *x = fields[f][u];
       if (!x) continue;
       for (int64_t i = 0; i < count[u]; i++)
-        if (!isfinite(x[i])) { bad_u = u; bad_f = f; break; }
+        if (!isfinite(x[i])) {
+          bad_u = u;
+          bad_f = f;
+          break;
+        }
     }
   int nbad = 0, rc = count_bad(world, bad_u >= 0, &nbad);
   if (rc || !nbad) return rc;
   static const char *names[] = {"parameters", "Adam first moments", "Adam second moments"};
   char where[128] = "";
-  if (bad_u >= 0)
-    snprintf(where, sizeof where, " (here: unit %d, %s)", bad_u, bad_f < 3 ? names[bad_f] : "state");
+  if (bad_u >= 0) snprintf(where, sizeof where, " (here: unit %d, %s)", bad_u, bad_f < 3 ? names[bad_f] : "state");
   return sl_fail(SL_ENONFINITE,
                  "after step %lld the optimizer state holds non-finite values on %d rank%s%s: %s was not "
-                 "written; lower --lr or check --beta2 / --eps and the input weights", (long long)step, nbad,
-                 nbad > 1 ? "s" : "", where, what);
+                 "written; lower --lr or check --beta2 / --eps and the input weights",
+                 (long long)step, nbad, nbad > 1 ? "s" : "", where, what);
 }
 
 const char *sl_guard_json(char *buf, double x) {

@@ -17,12 +17,12 @@ extern "C" {
 #endif
 
 typedef struct {
-  int skip;              /* 0: stop at the first non-finite step; 1: skip its update */
-  int64_t max_skips;     /* consecutive skips that end the run (skip policy) */
-  int64_t consecutive;   /* skips in a row so far */
-  int64_t total;         /* skipped steps over the run (metrics "skipped_steps") */
-  int stop;              /* the run must stop after this step's metrics line */
-  char why[512];         /* the reason, for the final message */
+  int skip;            /* 0: stop at the first non-finite step; 1: skip its update */
+  int64_t max_skips;   /* consecutive skips that end the run (skip policy) */
+  int64_t consecutive; /* skips in a row so far */
+  int64_t total;       /* skipped steps over the run (metrics "skipped_steps") */
+  int stop;            /* the run must stop after this step's metrics line */
+  char why[512];       /* the reason, for the final message */
 } sl_guard;
 
 /* policy: "stop" | "skip"; max_skips >= 1. SL_EINPUT naming the flag. */

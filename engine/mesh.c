@@ -73,7 +73,8 @@ static void report(const rank_info *all, int n, const sl_mesh *m, int64_t S, int
       if (seen || len + 64 > sizeof line) continue;
       for (int p = 0; p < n; p++) pick[p] = !strcmp(all[p].host, all[q].host) && all[p].numa == all[q].numa;
       rank_list(pick, n, list, sizeof list);
-      if (all[q].numa >= 0) len += (size_t)snprintf(line + len, sizeof line - len, " | NUMA %d: ranks %s", all[q].numa, list);
+      if (all[q].numa >= 0)
+        len += (size_t)snprintf(line + len, sizeof line - len, " | NUMA %d: ranks %s", all[q].numa, list);
       else len += (size_t)snprintf(line + len, sizeof line - len, " | NUMA ?: ranks %s", list);
     }
     sl_log0(SL_LOG_INFO, "mesh: %s", line);
@@ -84,15 +85,18 @@ static void report(const rank_info *all, int n, const sl_mesh *m, int64_t S, int
   sl_log0(SL_LOG_INFO, "mesh: threads of rank 0: %s", m->bind.why);
   for (int g = 0; T > 1 && g * T < n; g++) /* a TP group: 4 blocking all-reduces per layer */
     if (spans(all, g * T, 1, T))
-      sl_log0(SL_LOG_WARN, "mesh: tensor-parallel group %d (ranks %d-%d) spans nodes: its all-reduces cross the "
-              "network (use --tp of at most the %d ranks per node)", g, g * T, g * T + T - 1, m->local_size);
+      sl_log0(SL_LOG_WARN,
+              "mesh: tensor-parallel group %d (ranks %d-%d) spans nodes: its all-reduces cross the "
+              "network (use --tp of at most the %d ranks per node)",
+              g, g * T, g * T + T - 1, m->local_size);
   int D = n / T; /* hybrid sharding: a shard group (of the DP ranks at TP index 0) should sit inside one node */
   if (S > 0 && S < D)
     for (int g = 0; g * S < D; g++)
       if (spans(all, (int)(g * S) * T, T, (int)S))
-        sl_log0(SL_LOG_WARN, "mesh: shard group %d (ranks %d-%d) spans nodes: its all-gathers cross the network "
-                "(use --shard-group %d, the ranks per node)", g, (int)(g * S) * T, (int)((g + 1) * S - 1) * T + T - 1,
-                m->local_size / T);
+        sl_log0(SL_LOG_WARN,
+                "mesh: shard group %d (ranks %d-%d) spans nodes: its all-gathers cross the network "
+                "(use --shard-group %d, the ranks per node)",
+                g, (int)(g * S) * T, (int)((g + 1) * S - 1) * T + T - 1, m->local_size / T);
   free(pick);
 }
 

@@ -68,8 +68,7 @@ static int local_ranks(void) {
   return n > 0 ? n : 1;
 }
 
-static int memory_check(const sl_train_cfg *c, const sl_model_config *mc, int world, const sl_ops *ops,
-                        sl_kctx *k) {
+static int memory_check(const sl_train_cfg *c, const sl_model_config *mc, int world, const sl_ops *ops, sl_kctx *k) {
   int dev = ops->is_device();
   sl_plan_run r;
   sl_plan_run_engine(&r, c->param_dtype, c->reduce_dtype);
@@ -140,11 +139,10 @@ static int memory_check(const sl_train_cfg *c, const sl_model_config *mc, int wo
                  "shardlm plan --model %s --gpus %d --gpu-mem %.0fM --seq-len %lld --global-batch %lld "
                  "(or lower --micro-batch, --activation-checkpoint full, --offload-optimizer nvme, more ranks); "
                  "--skip-memory-check starts anyway",
-                 need * gib, m.peak[SL_ARENA_PARAMS] * gib, m.peak[SL_ARENA_GRADS] * gib,
-                 m.peak[SL_ARENA_OPTIM] * gib, m.peak[SL_ARENA_GATHER] * gib, m.peak[SL_ARENA_ACTS] * gib,
-                 m.peak[SL_ARENA_WORKSPACE] * gib, per * gib, why, nl, nl > 1 ? "s" : "", model, world,
-                 per / 1e6 > 1 ? per / 1e6 : 1, (long long)c->seq_len,
-                 (long long)(c->micro_batch * c->grad_accum * world * c->seq_len));
+                 need * gib, m.peak[SL_ARENA_PARAMS] * gib, m.peak[SL_ARENA_GRADS] * gib, m.peak[SL_ARENA_OPTIM] * gib,
+                 m.peak[SL_ARENA_GATHER] * gib, m.peak[SL_ARENA_ACTS] * gib, m.peak[SL_ARENA_WORKSPACE] * gib,
+                 per * gib, why, nl, nl > 1 ? "s" : "", model, world, per / 1e6 > 1 ? per / 1e6 : 1,
+                 (long long)c->seq_len, (long long)(c->micro_batch * c->grad_accum * world * c->seq_len));
 }
 
 /* An output path: the directory (or a file's directory, parent = 1) exists
@@ -157,16 +155,14 @@ int sl_precheck_out(const char *flag, const char *path, int parent, int must_exi
   snprintf(p, sizeof p, "%s", parent ? dirname(tmp) : path);
   struct stat st;
   while (stat(p, &st) != 0) {
-    if (errno != ENOENT || must_exist)
-      return sl_fail(SL_EINPUT, "--%s %s: %s: %s", flag, path, p, strerror(errno));
+    if (errno != ENOENT || must_exist) return sl_fail(SL_EINPUT, "--%s %s: %s: %s", flag, path, p, strerror(errno));
     char up[SL_PATH_MAX + 8];
     snprintf(tmp, sizeof tmp, "%s", p);
     snprintf(up, sizeof up, "%s", dirname(tmp)); /* dirname may change its argument */
     if (!strcmp(up, p)) return sl_fail(SL_EINPUT, "--%s %s: no existing directory above it", flag, path);
     snprintf(p, sizeof p, "%s", up);
   }
-  if (!S_ISDIR(st.st_mode))
-    return sl_fail(SL_EINPUT, "--%s %s: %s is not a directory", flag, path, p);
+  if (!S_ISDIR(st.st_mode)) return sl_fail(SL_EINPUT, "--%s %s: %s is not a directory", flag, path, p);
   if (access(p, W_OK | X_OK) != 0)
     return sl_fail(SL_EINPUT, "--%s %s: %s is not writable: %s", flag, path, p, strerror(errno));
   return SL_OK;
@@ -211,8 +207,9 @@ static void clean_nvme(const sl_train_cfg *c) {
     n += unlink(p) == 0;
   }
   closedir(d);
-  if (n) sl_log(SL_LOG_INFO, "%s: removed %d optimizer-state file%s left by an earlier start of this run", c->nvme_path,
-                n, n > 1 ? "s" : "");
+  if (n)
+    sl_log(SL_LOG_INFO, "%s: removed %d optimizer-state file%s left by an earlier start of this run", c->nvme_path, n,
+           n > 1 ? "s" : "");
 }
 
 int sl_precheck(const sl_train_cfg *c, const sl_model_config *mc, sl_comm *world, const sl_ops *ops, sl_kctx *k,
@@ -256,7 +253,7 @@ int sl_precheck_tensors(const sl_model *m, const sl_st_set *w, const sl_model_co
     int used = 0;
     for (int u = 0; u < m->nunits && !used; u++)
       for (int k = 0; k < m->units[u].ntensors && !used; k++) used = !strcmp(m->units[u].t[k].name, name);
-    if (used || strstr(name, "rotary_emb.inv_freq")) continue; /* RoPE buffers of older exports */
+    if (used || strstr(name, "rotary_emb.inv_freq")) continue;                /* RoPE buffers of older exports */
     if (mc->tie_word_embeddings && !strcmp(name, "lm_head.weight")) continue; /* the tied copy */
     long l = layer_of(name);
     if (l >= mc->num_hidden_layers)
@@ -269,7 +266,7 @@ int sl_precheck_tensors(const sl_model *m, const sl_st_set *w, const sl_model_co
   }
   if (extra)
     sl_log0(SL_LOG_WARN, "%s: %lld tensor%s in the weight files %s not used by the %s model and ignored: %s%s",
-            sl_st_set_dir(w), (long long)extra, extra > 1 ? "s" : "", extra > 1 ? "are" : "is",
-            sl_arch_name(mc->arch), list, extra > 4 ? ", ..." : "");
+            sl_st_set_dir(w), (long long)extra, extra > 1 ? "s" : "", extra > 1 ? "are" : "is", sl_arch_name(mc->arch),
+            list, extra > 4 ? ", ..." : "");
   return SL_OK;
 }

@@ -8,10 +8,10 @@
 #include <stdint.h>
 
 #include "formats/hfconfig.h"
-#include "models/model.h"
 #include "formats/safetensors.h"
 #include "formats/traincfg.h"
 #include "kernels/kernels.h"
+#include "models/model.h"
 #include "shard/comm.h"
 
 #ifdef __cplusplus

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 
 #include "base/base.h"
-#include "formats/metrics.h"
 #include "engine/trainer_internal.h"
+#include "formats/metrics.h"
 
 /* The collective kinds tensor parallelism uses, in the order printed. */
 static const sl_coll_kind TP_KINDS[3] = {SL_COLL_ALLGATHER, SL_COLL_REDUCE_SCATTER, SL_COLL_ALLREDUCE};
@@ -40,13 +40,13 @@ void sl_trainer_summary(trainer *t, double wall) {
       int64_t *v = all + (size_t)r * NV, *w = v + NV0 - 2; /* wait_ns, then the total */
       double mb = 1.0 / (1 << 20);
       int64_t ag = v[SL_ARENA_COUNT + SL_COLL_ALLGATHER] + v[SL_ARENA_COUNT + SL_COLL_NKINDS + SL_COLL_ALLGATHER];
-      int64_t rs = v[SL_ARENA_COUNT + SL_COLL_REDUCE_SCATTER] +
-                   v[SL_ARENA_COUNT + SL_COLL_NKINDS + SL_COLL_REDUCE_SCATTER];
+      int64_t rs =
+          v[SL_ARENA_COUNT + SL_COLL_REDUCE_SCATTER] + v[SL_ARENA_COUNT + SL_COLL_NKINDS + SL_COLL_REDUCE_SCATTER];
       int64_t ar = v[SL_ARENA_COUNT + SL_COLL_ALLREDUCE] + v[SL_ARENA_COUNT + SL_COLL_NKINDS + SL_COLL_ALLREDUCE];
       printf("  %4d | %7.2fM %7.2fM %7.2fM %7.2fM %7.2fM %8.2fM | %7.2fM | %9.2fM %10.2fM %10.2fM | %.2f s (%.1f%%)\n",
-             r, v[SL_ARENA_PARAMS] * mb, v[SL_ARENA_GRADS] * mb, v[SL_ARENA_OPTIM] * mb,
-             v[SL_ARENA_GATHER] * mb, v[SL_ARENA_ACTS] * mb, v[SL_ARENA_WORKSPACE] * mb, w[1] * mb,
-             ag * mb, rs * mb, ar * mb, w[0] * 1e-9, 100.0 * w[0] * 1e-9 / (wall > 0 ? wall : 1));
+             r, v[SL_ARENA_PARAMS] * mb, v[SL_ARENA_GRADS] * mb, v[SL_ARENA_OPTIM] * mb, v[SL_ARENA_GATHER] * mb,
+             v[SL_ARENA_ACTS] * mb, v[SL_ARENA_WORKSPACE] * mb, w[1] * mb, ag * mb, rs * mb, ar * mb, w[0] * 1e-9,
+             100.0 * w[0] * 1e-9 / (wall > 0 ? wall : 1));
       if (tp)
         printf("       tp axis (T = %lld): all-gather %.2fM reduce-scatter %.2fM all-reduce %.2fM\n",
                (long long)t->cfg.tp, v[NV0] * mb, v[NV0 + 1] * mb, v[NV0 + 2] * mb);
@@ -76,8 +76,8 @@ int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt
           "\"mfu\": %.6f, \"peak_bytes\": %lld, \"step_time_s\": %.6f, \"comm_wait_s\": %.6f, "
           "\"comm_bytes\": %llu, \"skipped_steps\": %lld, \"loss_tokens\": %lld, \"arena_peak\": {",
           (long long)(s + 1), sl_guard_json(jl, o->loss), sl_guard_json(jr, o->lr), sl_guard_json(jg, o->grad_norm),
-          tps, mfu, (long long)ms.total_peak, dt, dwait * 1e-9, (unsigned long long)dbytes,
-          (long long)t->guard.total, (long long)o->tokens);
+          tps, mfu, (long long)ms.total_peak, dt, dwait * 1e-9, (unsigned long long)dbytes, (long long)t->guard.total,
+          (long long)o->tokens);
   for (int a = 0; a < SL_ARENA_COUNT; a++)
     fprintf(t->metrics, "%s\"%s\": %lld", a ? ", " : "", sl_arena_name(a), (long long)ms.peak[a]);
   fprintf(t->metrics, "}");

@@ -26,8 +26,10 @@ int sl_rundir_claim(const char *ckpt_dir, int resume, int *lock_fd) {
     int e = errno;
     close(fd);
     if (e == EWOULDBLOCK)
-      return sl_fail(SL_EINPUT, "--ckpt-dir %s is in use by another run (it holds the lock %s); wait for it to "
-                     "end or choose another --ckpt-dir", ckpt_dir, path);
+      return sl_fail(SL_EINPUT,
+                     "--ckpt-dir %s is in use by another run (it holds the lock %s); wait for it to "
+                     "end or choose another --ckpt-dir",
+                     ckpt_dir, path);
     return sl_fail(SL_EIO, "%s: cannot lock: %s", path, strerror(e));
   }
   if (!resume) {
@@ -35,9 +37,11 @@ int sl_rundir_claim(const char *ckpt_dir, int resume, int *lock_fd) {
     int n = 0;
     rc = sl_ckio_list(ckpt_dir, &steps, &n);
     if (!rc && n > 0)
-      rc = sl_fail(SL_EINPUT, "--ckpt-dir %s already holds %d checkpoint%s (newest: step %lld) of an earlier run; "
+      rc = sl_fail(SL_EINPUT,
+                   "--ckpt-dir %s already holds %d checkpoint%s (newest: step %lld) of an earlier run; "
                    "pass --resume to continue from it, or choose a new --ckpt-dir (a fresh run would overwrite "
-                   "them)", ckpt_dir, n, n > 1 ? "s" : "", (long long)steps[0]);
+                   "them)",
+                   ckpt_dir, n, n > 1 ? "s" : "", (long long)steps[0]);
     free(steps);
   }
   if (rc) close(fd);

@@ -100,8 +100,7 @@ static const struct {
   const char *name;
   int (*create)(const sl_schedule_cfg *cfg, sl_schedule *s);
 } k_schedules[] = {
-    {"single", single_create},
-    {"pp", pp_create}, /* engine/schedule_pp.c */
+    {"single", single_create}, {"pp", pp_create}, /* engine/schedule_pp.c */
 };
 #define NSCHED ((int)(sizeof k_schedules / sizeof k_schedules[0]))
 

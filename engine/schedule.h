@@ -63,9 +63,9 @@ typedef int (*sl_fwd_hook)(void *hook_user, sl_model *m, int k, int u);
 
 /* What one step gives the schedule. */
 typedef struct {
-  sl_model *m;    /* holds sl_schedule_nacts(s, nmicro) activation sets */
+  sl_model *m; /* holds sl_schedule_nacts(s, nmicro) activation sets */
   sl_fsdp *f;
-  int nmicro;     /* micro-batches of the step (--grad-accum) */
+  int nmicro; /* micro-batches of the step (--grad-accum) */
   void *user;
   /* Sets micro-batch k (0..nmicro-1) as the batch of the model's selected
    * activation set (sl_model_set_batch and m->seg, in backend memory, valid

@@ -63,7 +63,7 @@ int sl_pp_plan_create(const sl_pp_plan_cfg *c, sl_pp_plan **out) {
   if (rc) return rc;
   if (sp.kind == SL_PP_ZB1P)
     return sl_fail(SL_EINPUT, "--pp-schedule zb1p: not yet (the executor does not split the backward into its "
-                   "input- and weight-gradient halves); use gpipe, 1f1b or interleaved");
+                              "input- and weight-gradient halves); use gpipe, 1f1b or interleaved");
   if (c->V > 1 && sp.kind != SL_PP_INTERLEAVED)
     return sl_fail(SL_EINPUT, "--pp-virtual %d needs --pp-schedule interleaved (found %s)", c->V, c->kind);
   sp.P = c->P;
@@ -102,8 +102,12 @@ int sl_pp_plan_create(const sl_pp_plan_cfg *c, sl_pp_plan **out) {
       lf[l] = 6.0 * (double)c->numel[l + 1] + attn;
       lb[l] = 16.0 * (double)c->numel[l + 1];
     }
-    sl_pp_costs pc = {.L = c->L, .layer_flops = lf, .layer_bytes = lb, .embed_bytes = 16.0 * (double)c->numel[0],
-                      .head_flops = 6.0 * (double)c->numel[0], .head_bytes = 16.0 * (double)c->numel[U - 1]};
+    sl_pp_costs pc = {.L = c->L,
+                      .layer_flops = lf,
+                      .layer_bytes = lb,
+                      .embed_bytes = 16.0 * (double)c->numel[0],
+                      .head_flops = 6.0 * (double)c->numel[0],
+                      .head_bytes = 16.0 * (double)c->numel[U - 1]};
     rc = sl_pp_layout_balance(&pc, S, p->layers);
   }
   if (rc) goto done;
@@ -130,21 +134,21 @@ done:
 
 /* ---- the executor ------------------------------------------------------------- */
 typedef struct {
-  const sl_pp_plan *pl;  /* borrowed (the trainer's) */
-  sl_comm *pp;           /* borrowed */
-  int nsets;             /* activation sets: the most micro-batches in flight on this rank */
-  int *set_of;           /* (m) set of each micro-batch in flight, -1 */
-  int *free_set;         /* (nsets) stack of free sets */
+  const sl_pp_plan *pl; /* borrowed (the trainer's) */
+  sl_comm *pp;          /* borrowed */
+  int nsets;            /* activation sets: the most micro-batches in flight on this rank */
+  int *set_of;          /* (m) set of each micro-batch in flight, -1 */
+  int *free_set;        /* (nsets) stack of free sets */
   int nfree;
-  float **gin, **gout;   /* (m*V) received gradient waiting for B; B's input gradient waiting for its SEND */
-  float **pool;          /* free staging buffers of bnd floats */
+  float **gin, **gout; /* (m*V) received gradient waiting for B; B's input gradient waiting for its SEND */
+  float **pool;        /* free staging buffers of bnd floats */
   int npool, cappool;
-  float **tied;          /* (m) the head's part of unit 0's gradient per micro-batch (tied, P > 1) */
+  float **tied; /* (m) the head's part of unit 0's gradient per micro-batch (tied, P > 1) */
   int64_t tied_n;
-  sl_comm_req **tied_req;/* (m) */
-  int64_t steps;         /* run_step calls */
-  uint64_t xfer[2][2];   /* [send, recv][calls, bytes] on the PP comm inside run_step, all steps */
-  const sl_ops *ops;     /* of the staging buffers (pool, tied) */
+  sl_comm_req **tied_req; /* (m) */
+  int64_t steps;          /* run_step calls */
+  uint64_t xfer[2][2];    /* [send, recv][calls, bytes] on the PP comm inside run_step, all steps */
+  const sl_ops *ops;      /* of the staging buffers (pool, tied) */
   sl_kctx *k;
 } pp_state;
 
@@ -197,7 +201,8 @@ static int comm_rc(const char *what, int mb) {
 
 static int xfer(pp_state *st, int send, void *buf, int64_t n, int peer, int tag, int mb) {
   sl_comm_req *r = NULL;
-  int e = send ? sl_comm_send(st->pp, buf, n, SL_F32, peer, tag, &r) : sl_comm_recv(st->pp, buf, n, SL_F32, peer, tag, &r);
+  int e =
+      send ? sl_comm_send(st->pp, buf, n, SL_F32, peer, tag, &r) : sl_comm_recv(st->pp, buf, n, SL_F32, peer, tag, &r);
   if (e != SL_COMM_OK || sl_comm_wait(r) != SL_COMM_OK) return comm_rc(send ? "send" : "receive", mb);
   return SL_OK;
 }
@@ -207,8 +212,8 @@ static int xfer(pp_state *st, int send, void *buf, int64_t n, int peer, int tag,
 static int use_mb(pp_state *st, const sl_step_ctx *c, int mb, int *next_load) {
   if (st->set_of[mb] >= 0) return sl_model_use_acts(c->m, st->set_of[mb]);
   if (mb != *next_load || !st->nfree)
-    return sl_fail(SL_EINTERNAL, "pipeline: micro-batch %d starts out of order (next %d, %d free sets)", mb,
-                   *next_load, st->nfree);
+    return sl_fail(SL_EINTERNAL, "pipeline: micro-batch %d starts out of order (next %d, %d free sets)", mb, *next_load,
+                   st->nfree);
   st->set_of[mb] = st->free_set[--st->nfree];
   (*next_load)++;
   int rc = sl_model_use_acts(c->m, st->set_of[mb]);
@@ -388,8 +393,7 @@ static int pp_run_step(sl_schedule *s, const sl_step_ctx *c, sl_step_result *out
         if (!rc) *b = NULL;
       }
       break;
-    default:
-      rc = sl_fail(SL_EINTERNAL, "pipeline: op kind %d not executed (zb1p is not supported yet)", o->kind);
+    default: rc = sl_fail(SL_EINTERNAL, "pipeline: op kind %d not executed (zb1p is not supported yet)", o->kind);
     }
   }
   int rc2 = tied_wait_all(st, m);
@@ -463,11 +467,12 @@ static void pp_destroy(sl_schedule *s) {
   const sl_pp_sched *ps = &st->pl->sched;
   int r = st->pl->rank;
   if (st->steps)
-    sl_log(SL_LOG_INFO, "pipeline rank %d: %llu sends (%llu bytes), %llu receives (%llu bytes) in %lld steps; "
-           "the schedule per step: %lld sends (%lld bytes), %lld receives (%lld bytes)%s", r,
-           (unsigned long long)st->xfer[0][0], (unsigned long long)st->xfer[0][1], (unsigned long long)st->xfer[1][0],
-           (unsigned long long)st->xfer[1][1], (long long)st->steps, (long long)ps->sends[r],
-           (long long)ps->send_bytes[r], (long long)ps->recvs[r], (long long)ps->recv_bytes[r],
+    sl_log(SL_LOG_INFO,
+           "pipeline rank %d: %llu sends (%llu bytes), %llu receives (%llu bytes) in %lld steps; "
+           "the schedule per step: %lld sends (%lld bytes), %lld receives (%lld bytes)%s",
+           r, (unsigned long long)st->xfer[0][0], (unsigned long long)st->xfer[0][1],
+           (unsigned long long)st->xfer[1][0], (unsigned long long)st->xfer[1][1], (long long)st->steps,
+           (long long)ps->sends[r], (long long)ps->send_bytes[r], (long long)ps->recvs[r], (long long)ps->recv_bytes[r],
            tied_pp(st) && (first_rank(st) || last_rank(st)) ? " + the tied embedding's gradient per micro-batch" : "");
   /* the staging buffers were allocated through the model's ops: the trainer
    * frees the model after the schedule, so they go here */
@@ -534,28 +539,40 @@ int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int ran
     return SL_OK;
   }
   if (device)
-    return sl_fail(SL_EINPUT, "--pp %lld: pipeline parallelism runs on the CPU backend only for now (use --backend cpu)",
+    return sl_fail(SL_EINPUT,
+                   "--pp %lld: pipeline parallelism runs on the CPU backend only for now (use --backend cpu)",
                    (long long)c->pp);
   /* one reduction at the step's last backward: it must cover every unit of
    * the rank (one chunk), and the tied weight's head part is sent per
    * micro-batch from a buffer zeroed for it */
   if (c->no_sync_accum && (c->pp_virtual > 1 || mc->tie_word_embeddings))
-    return sl_fail(SL_EINPUT, "--pp %lld with --no-sync-accum: supported for one chunk per rank and untied "
+    return sl_fail(SL_EINPUT,
+                   "--pp %lld with --no-sync-accum: supported for one chunk per rank and untied "
                    "embeddings only (found --pp-virtual %lld, tie_word_embeddings %s); drop --no-sync-accum",
                    (long long)c->pp, (long long)c->pp_virtual, mc->tie_word_embeddings ? "true" : "false");
   if (strcmp(c->offload_params, "none"))
-    return sl_fail(SL_EINPUT, "--pp %lld with --offload-params %s: not supported yet", (long long)c->pp, c->offload_params);
+    return sl_fail(SL_EINPUT, "--pp %lld with --offload-params %s: not supported yet", (long long)c->pp,
+                   c->offload_params);
   sl_model *sm = NULL;
   int rc = sl_model_create_specs(mc, &sm);
   if (rc) return rc;
   int64_t *numel = calloc((size_t)sm->nunits, sizeof(int64_t));
   if (!numel) rc = sl_fail(SL_ENOMEM, "out of memory");
   for (int u = 0; !rc && u < sm->nunits; u++) numel[u] = sm->units[u].numel;
-  sl_pp_plan_cfg pc = {.kind = c->pp_schedule, .P = (int)c->pp, .V = (int)c->pp_virtual, .rank = rank,
-                       .m = (int)c->grad_accum, .layout = c->pp_layout, .L = (int)mc->num_hidden_layers,
-                       .tied = mc->tie_word_embeddings, .mamba = mc->arch == SL_ARCH_MAMBA, .numel = numel,
-                       .hidden = mc->hidden_size, .heads_x_dim = mc->num_attention_heads * mc->head_dim,
-                       .B = c->micro_batch, .T = c->seq_len};
+  sl_pp_plan_cfg pc = {.kind = c->pp_schedule,
+                       .P = (int)c->pp,
+                       .V = (int)c->pp_virtual,
+                       .rank = rank,
+                       .m = (int)c->grad_accum,
+                       .layout = c->pp_layout,
+                       .L = (int)mc->num_hidden_layers,
+                       .tied = mc->tie_word_embeddings,
+                       .mamba = mc->arch == SL_ARCH_MAMBA,
+                       .numel = numel,
+                       .hidden = mc->hidden_size,
+                       .heads_x_dim = mc->num_attention_heads * mc->head_dim,
+                       .B = c->micro_batch,
+                       .T = c->seq_len};
   if (!rc && sm->nunits != pc.L + 2)
     rc = sl_fail(SL_EINTERNAL, "pipeline: %s has %d units, expected layers + 2", mc->arch_name, sm->nunits);
   if (!rc) rc = sl_pp_plan_create(&pc, out);
@@ -566,10 +583,12 @@ int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int ran
       snprintf(lay + strlen(lay), sizeof lay - strlen(lay), "%s%d", v ? "," : "", p->layers[v]);
     int64_t idle = 0;
     for (int r = 0; r < p->P; r++) idle = p->sched.idle[r] > idle ? p->sched.idle[r] : idle;
-    sl_log0(SL_LOG_INFO, "pipeline: %d ranks x %d chunk%s = %d stages, schedule %s, %d micro-batches per step, "
+    sl_log0(SL_LOG_INFO,
+            "pipeline: %d ranks x %d chunk%s = %d stages, schedule %s, %d micro-batches per step, "
             "decoder layers per stage %s (embedding on the first, head on the last); idle %lld of %lld time units "
-            "per rank (shardlm pp-schedule shows the timeline)", p->P, p->V, p->V > 1 ? "s" : "", p->S,
-            c->pp_schedule, (int)c->grad_accum, lay, (long long)idle, (long long)p->sched.makespan);
+            "per rank (shardlm pp-schedule shows the timeline)",
+            p->P, p->V, p->V > 1 ? "s" : "", p->S, c->pp_schedule, (int)c->grad_accum, lay, (long long)idle,
+            (long long)p->sched.makespan);
   }
   free(numel);
   sl_model_destroy(sm);

@@ -27,24 +27,24 @@ extern "C" {
 #endif
 
 typedef struct {
-  int P, V, S, rank;        /* PP ranks, chunks per rank, virtual stages P*V, this rank's PP coordinate */
+  int P, V, S, rank; /* PP ranks, chunks per rank, virtual stages P*V, this rank's PP coordinate */
   int nunits, tied;
-  int *first;               /* (S+1) first unit of each virtual stage; first[S] = nunits */
-  int *layers;              /* (S) decoder layers of each virtual stage (the layout) */
-  unsigned char *local;     /* (nunits) 1: this rank computes the unit */
-  unsigned char *held;      /* (nunits) 1: this rank holds its parameters (local, + unit 0 on the last rank when tied) */
-  int *owner;               /* (nunits) PP rank that owns the unit's parameters (unit 0: rank 0) */
-  int64_t bnd;              /* elements of one boundary transfer (B*T*C) */
-  sl_pp_sched sched;        /* the static schedule of every rank (plan/pipeline.h) */
+  int *first;           /* (S+1) first unit of each virtual stage; first[S] = nunits */
+  int *layers;          /* (S) decoder layers of each virtual stage (the layout) */
+  unsigned char *local; /* (nunits) 1: this rank computes the unit */
+  unsigned char *held;  /* (nunits) 1: this rank holds its parameters (local, + unit 0 on the last rank when tied) */
+  int *owner;           /* (nunits) PP rank that owns the unit's parameters (unit 0: rank 0) */
+  int64_t bnd;          /* elements of one boundary transfer (B*T*C) */
+  sl_pp_sched sched;    /* the static schedule of every rank (plan/pipeline.h) */
 } sl_pp_plan;
 
 /* What the plan is built from. */
 typedef struct {
-  const char *kind;         /* --pp-schedule */
-  int P, V, rank, m;        /* --pp, --pp-virtual, PP coordinate, --grad-accum */
-  const char *layout;       /* --pp-layout ("" or NULL: balanced) */
-  int L, tied, mamba;       /* decoder layers, tie_word_embeddings, no attention */
-  const int64_t *numel;     /* (L+2) parameters per unit */
+  const char *kind;                  /* --pp-schedule */
+  int P, V, rank, m;                 /* --pp, --pp-virtual, PP coordinate, --grad-accum */
+  const char *layout;                /* --pp-layout ("" or NULL: balanced) */
+  int L, tied, mamba;                /* decoder layers, tie_word_embeddings, no attention */
+  const int64_t *numel;              /* (L+2) parameters per unit */
   int64_t hidden, heads_x_dim, B, T; /* C, nh*hd, micro-batch shape */
 } sl_pp_plan_cfg;
 

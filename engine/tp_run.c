@@ -23,14 +23,14 @@ int sl_trainer_tp_check(const trainer *t) {
                    ok);
   }
   if (t->dev)
-    return sl_fail(SL_EINPUT, "--tp %d: tensor parallelism runs on the CPU backend only for now (its collectives "
-                   "use host buffers); use --backend cpu or --tp 1", T);
+    return sl_fail(SL_EINPUT,
+                   "--tp %d: tensor parallelism runs on the CPU backend only for now (its collectives "
+                   "use host buffers); use --backend cpu or --tp 1",
+                   T);
   return SL_OK;
 }
 
-sl_comm *sl_trainer_loss_comm(const trainer *t) {
-  return t->cfg.tp > 1 ? t->pmesh->comm[SL_AXIS_DP] : t->world;
-}
+sl_comm *sl_trainer_loss_comm(const trainer *t) { return t->cfg.tp > 1 ? t->pmesh->comm[SL_AXIS_DP] : t->world; }
 
 /* The i-th tensor of unit u this rank counts in the norm: a slice several
  * TP ranks hold counts on the first of them. */

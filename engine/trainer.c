@@ -22,30 +22,29 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "data/sampler.h"
 #include "engine/agree.h"
 #include "engine/builtin.h"
 #include "engine/checkpoint.h"
-#include "formats/dataset.h"
 #include "engine/eval.h"
 #include "engine/guard.h"
-#include "formats/hfconfig.h"
-#include "formats/metrics.h"
 #include "engine/mesh.h"
-#include "models/model.h"
 #include "engine/precheck.h"
 #include "engine/rundir.h"
 #include "engine/schedule.h"
+#include "engine/signals.h"
+#include "formats/dataset.h"
+#include "formats/hfconfig.h"
+#include "formats/metrics.h"
 #include "formats/safetensors.h"
 #include "kernels/registry.h"
-#include "data/sampler.h"
-#include "engine/signals.h"
+#include "models/model.h"
 #include "offload/offload.h"
 #include "shard/fsdp.h"
 #include "shard/mesh.h"
 #include "shard/tp.h"
 
 static sl_plotter g_plotter; /* sl_train_set_plotter */
-
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -96,18 +95,23 @@ static int eval_load(void *user, sl_sampler *smp, const int64_t *samples, int64_
 }
 
 static int run_eval(trainer *t, sl_sampler *smp, int64_t K, sl_eval_result *res) {
-  sl_eval_env e = {t->m, t->f, sl_trainer_loss_comm(t), t->cfg.micro_batch, t->cfg.seq_len, t, eval_load, t->sched,
-                   t->pplan ? t->dp_rank : 0, t->pplan ? t->dp_size : 0, t->pplan && t->pplan->rank != t->pplan->P - 1};
+  sl_eval_env e = {t->m,
+                   t->f,
+                   sl_trainer_loss_comm(t),
+                   t->cfg.micro_batch,
+                   t->cfg.seq_len,
+                   t,
+                   eval_load,
+                   t->sched,
+                   t->pplan ? t->dp_rank : 0,
+                   t->pplan ? t->dp_size : 0,
+                   t->pplan && t->pplan->rank != t->pplan->P - 1};
   return sl_eval_loss(&e, smp, K, res);
 }
 
 /* tied-weight access for the model */
-static int acc_params(void *user, int u, const float **p) {
-  return sl_fsdp_pinned_params(((trainer *)user)->f, u, p);
-}
-static int acc_grads(void *user, int u, float **g) {
-  return sl_fsdp_grad_buffer(((trainer *)user)->f, u, g);
-}
+static int acc_params(void *user, int u, const float **p) { return sl_fsdp_pinned_params(((trainer *)user)->f, u, p); }
+static int acc_grads(void *user, int u, float **g) { return sl_fsdp_grad_buffer(((trainer *)user)->f, u, g); }
 
 static int parse_dtype(const char *s, sl_dtype *out, const char *flag) {
   if (!strcmp(s, "fp32") || !strcmp(s, "f32")) *out = SL_F32;
@@ -191,9 +195,13 @@ static int opt_create(trainer *t, int u, sl_fsdp_view_t v, const float *flat) {
   char name[96], pre[64] = "";
   if (t->tier == SL_TIER_NVME) sl_nvme_run_prefix(&t->cfg, pre, sizeof pre);
   snprintf(name, sizeof name, "%sr%d-u%d", pre, t->rank, u);
-  sl_optstate_cfg oc = {.tier = t->tier, .n = v.count, .name = name, .nvme_dir = t->cfg.nvme_path,
+  sl_optstate_cfg oc = {.tier = t->tier,
+                        .n = v.count,
+                        .name = name,
+                        .nvme_dir = t->cfg.nvme_path,
                         .budget_bytes = (t->cfg.offload_budget_mb << 20) / t->m->nunits,
-                        .ops = t->tier == SL_TIER_NONE ? t->ops : NULL, .k = t->k};
+                        .ops = t->tier == SL_TIER_NONE ? t->ops : NULL,
+                        .k = t->k};
   if ((rc = sl_optstate_create(&oc, &t->opt[u]))) return rc;
   int64_t valid = v.valid > 0 ? v.valid : 0;
   return sl_optstate_init(t->opt[u], valid ? flat + v.offset : NULL, valid);
@@ -240,7 +248,9 @@ void sl_trainer_free(trainer *t) {
   sl_model_destroy(t->m);
   sl_sampler_close(t->smp);
   if (t->k) t->ops->ctx_destroy(t->k);
-  sl_free(t->tok); sl_free(t->tgt); sl_free(t->seg);
+  sl_free(t->tok);
+  sl_free(t->tgt);
+  sl_free(t->seg);
   sl_eval_data_close(t->ev);
   if (t->metrics) fclose(t->metrics); /* an error path: the run already failed */
   sl_rundir_release(&t->lock_fd);
@@ -251,10 +261,13 @@ static int doc_mask_check(trainer *t) {
   sl_train_cfg *c = &t->cfg;
   if (!c->doc_attention_mask) return SL_OK;
   if (t->mcfg.arch == SL_ARCH_MAMBA)
-    return sl_fail(SL_EINPUT, "--doc-attention-mask: not supported for Mamba (%s has no attention; its "
-                   "recurrent state would carry across documents); train without it", t->mcfg.arch_name);
+    return sl_fail(SL_EINPUT,
+                   "--doc-attention-mask: not supported for Mamba (%s has no attention; its "
+                   "recurrent state would carry across documents); train without it",
+                   t->mcfg.arch_name);
   if (c->eod_id < 0 && t->mcfg.vocab_size > 512)
-    return sl_fail(SL_EINPUT, "--doc-attention-mask needs --eod-id (the tokenizer's end-of-document id): the "
+    return sl_fail(SL_EINPUT,
+                   "--doc-attention-mask needs --eod-id (the tokenizer's end-of-document id): the "
                    "default 256 is the byte tokenizer's and the model's vocabulary has %lld tokens",
                    (long long)t->mcfg.vocab_size);
   if (c->eod_id < 0) c->eod_id = SL_BYTE_EOD;
@@ -276,15 +289,17 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   int rc;
   if ((rc = sl_guard_init(&t->guard, c->on_nonfinite, c->max_skips))) return rc;
   if (c->steps < 0 || c->micro_batch < 1 || c->seq_len < 1 || c->grad_accum < 1)
-    return sl_fail(SL_EINPUT, "--steps >= 0, --micro-batch, --seq-len and --grad-accum >= 1 are required "
-                   "(found %lld, %lld, %lld, %lld)", (long long)c->steps, (long long)c->micro_batch,
-                   (long long)c->seq_len, (long long)c->grad_accum);
+    return sl_fail(SL_EINPUT,
+                   "--steps >= 0, --micro-batch, --seq-len and --grad-accum >= 1 are required "
+                   "(found %lld, %lld, %lld, %lld)",
+                   (long long)c->steps, (long long)c->micro_batch, (long long)c->seq_len, (long long)c->grad_accum);
   if (strcmp(c->data_order, "sequential") && strcmp(c->data_order, "shuffled"))
     return sl_fail(SL_EINPUT, "--data-order must be sequential or shuffled, found '%s'", c->data_order);
   if ((rc = sl_precheck_paths(c))) return rc;
   int ac = sl_actckpt_from_name(c->activation_checkpoint);
-  if (ac < 0) return sl_fail(SL_EINPUT, "--activation-checkpoint must be none, selective or full, found '%s'",
-                      c->activation_checkpoint);
+  if (ac < 0)
+    return sl_fail(SL_EINPUT, "--activation-checkpoint must be none, selective or full, found '%s'",
+                   c->activation_checkpoint);
   setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 0); /* before CUDA starts: the GPU order engine/mesh.c binds by */
   /* kernels/registry.c: "auto" = cuda when usable, else cpu; checked with sl_ops_check */
   if (!(t->ops = sl_backend_pick(c->backend, 1, "--backend"))) return SL_EINPUT; /* the message is set */
@@ -301,10 +316,13 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   if (threads < 1) threads = 1;
   t->k = t->ops->ctx_create(threads);
   if (!t->k) return sl_fail(SL_ENOMEM, "cannot create the compute context");
-  if ((rc = t->ops->ctx_set_compute(t->k, sl_train_cfg_compute_bf16(c, t->dev) ? SL_COMPUTE_BF16 : SL_COMPUTE_FP32))) return rc;
+  if ((rc = t->ops->ctx_set_compute(t->k, sl_train_cfg_compute_bf16(c, t->dev) ? SL_COMPUTE_BF16 : SL_COMPUTE_FP32)))
+    return rc;
   if (sl_train_cfg_compute_bf16(c, t->dev))
-    sl_log0(SL_LOG_INFO, "compute bf16: GEMM operands, activations and their gradients rounded to bf16, fp32 "
-            "accumulation; params %s, reduce %s (docs/bf16.md)", c->param_dtype, c->reduce_dtype);
+    sl_log0(SL_LOG_INFO,
+            "compute bf16: GEMM operands, activations and their gradients rounded to bf16, fp32 "
+            "accumulation; params %s, reduce %s (docs/bf16.md)",
+            c->param_dtype, c->reduce_dtype);
 
   /* model config */
   if (c->model[0]) {
@@ -342,8 +360,10 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
 
   /* mesh: world = DP x TP x PP (TP fastest); this rank's pipeline stage; model + FSDP on the DP axis */
   if (c->tp > 1 && c->pp > 1)
-    return sl_fail(SL_EINPUT, "--tp %lld with --pp %lld: tensor and pipeline parallelism together are not supported "
-                   "yet; use one of them", (long long)c->tp, (long long)c->pp);
+    return sl_fail(SL_EINPUT,
+                   "--tp %lld with --pp %lld: tensor and pipeline parallelism together are not supported "
+                   "yet; use one of them",
+                   (long long)c->tp, (long long)c->pp);
   if ((rc = sl_trainer_tp_check(t))) return rc;
   if ((rc = sl_par_mesh_create(world, (int)c->tp, (int)c->pp, &t->pmesh))) return rc;
   t->dp_rank = t->pmesh->coord[SL_AXIS_DP];
@@ -355,16 +375,20 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
     return rc;
   t->m->access = (sl_unit_access){t, acc_params, acc_grads,
                                   c->tp > 1 ? sl_tp_group_over(t->pmesh->comm[SL_AXIS_TP]) : sl_tp_single()};
-  sl_fsdp_cfg fc = {
-      .zero = (int)c->zero, .prefetch = (int)c->prefetch, .prefetch_bytes = c->prefetch_mb << 20,
-      .reshard_after_forward = c->reshard_after_forward, .sync_accum = !c->no_sync_accum,
-      .shard_group = (int)c->shard_group, .align = 16};
+  sl_fsdp_cfg fc = {.zero = (int)c->zero,
+                    .prefetch = (int)c->prefetch,
+                    .prefetch_bytes = c->prefetch_mb << 20,
+                    .reshard_after_forward = c->reshard_after_forward,
+                    .sync_accum = !c->no_sync_accum,
+                    .shard_group = (int)c->shard_group,
+                    .align = 16};
   if ((rc = parse_dtype(c->param_dtype, &fc.param_dtype, "param-dtype"))) return rc;
   if ((rc = parse_dtype(c->reduce_dtype, &fc.reduce_dtype, "reduce-dtype"))) return rc;
   int U = t->m->nunits;
   int64_t *numel = calloc((size_t)U, sizeof(int64_t));
   if (!numel) return sl_fail(SL_ENOMEM, "out of memory");
-  for (int u = 0; u < U; u++) numel[u] = !t->pplan || t->pplan->held[u] ? t->m->units[u].numel : 0; /* 0: another stage's */
+  for (int u = 0; u < U; u++)
+    numel[u] = !t->pplan || t->pplan->held[u] ? t->m->units[u].numel : 0; /* 0: another stage's */
   rc = sl_fsdp_create(t->pmesh->comm[SL_AXIS_DP], &fc, t->ops, t->k, U, numel, t->m->pinned, &t->f);
   free(numel);
   if (rc) return rc;
@@ -372,9 +396,13 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   /* parameters and optimizer state, one unit at a time */
   sl_st_set *weights = NULL;
   if (c->model[0] && (rc = sl_st_open_dir(c->model, &weights))) return rc;
-  if (weights && (rc = sl_precheck_tensors(t->m, weights, &t->mcfg))) { sl_st_close_set(weights); return rc; }
-  if (!weights) sl_log0(SL_LOG_INFO, "no weight files in %s: initialising from seed %lld",
-                        c->model[0] ? c->model : "the built-in config", (long long)c->seed);
+  if (weights && (rc = sl_precheck_tensors(t->m, weights, &t->mcfg))) {
+    sl_st_close_set(weights);
+    return rc;
+  }
+  if (!weights)
+    sl_log0(SL_LOG_INFO, "no weight files in %s: initialising from seed %lld",
+            c->model[0] ? c->model : "the built-in config", (long long)c->seed);
   if ((rc = parse_tier(c, &t->tier))) return rc;
   if (t->tier != SL_TIER_NONE && !mesh.bind.bound) { /* the CPU AdamW's threads and pages on this rank's NUMA node */
     int node = -1;
@@ -509,7 +537,6 @@ static int optimizer_step(trainer *t, int64_t s, double lr, float coef) {
   return sl_fsdp_finish_step(t->f);
 }
 
-
 static int train_step(trainer *t, int64_t s, step_out *o) {
   sl_train_cfg *c = &t->cfg;
   double loss_local = 0;
@@ -541,9 +568,17 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
 
 /* ---- checkpoints ------------------------------------------------------------ */
 static sl_ckpt_state ckpt_state(trainer *t, int64_t step) {
-  sl_ckpt_state st = {.m = t->m, .f = t->f, .world = t->world, .cfg = &t->cfg, .master = t->ck[0],
-                      .mom = t->ck[1], .var = t->ck[2], .step = step, .next_sample = t->next_sample,
-                      .rng_seed = (uint64_t)t->cfg.seed, .tp = t->pmesh->comm[SL_AXIS_TP],
+  sl_ckpt_state st = {.m = t->m,
+                      .f = t->f,
+                      .world = t->world,
+                      .cfg = &t->cfg,
+                      .master = t->ck[0],
+                      .mom = t->ck[1],
+                      .var = t->ck[2],
+                      .step = step,
+                      .next_sample = t->next_sample,
+                      .rng_seed = (uint64_t)t->cfg.seed,
+                      .tp = t->pmesh->comm[SL_AXIS_TP],
                       .owns = t->pplan ? t->pplan->local : NULL};
   return st;
 }
@@ -627,8 +662,8 @@ static int resume(trainer *t) {
     if (!rc) rc = sl_fsdp_set_view(t->f, u, mv);
   }
   if (!rc) rc = sl_fsdp_finish_step(t->f);
-  sl_log0(SL_LOG_INFO, "resumed from %s at step %lld (next sample %lld)", t->cfg.ckpt_dir,
-          (long long)st.step, (long long)st.next_sample);
+  sl_log0(SL_LOG_INFO, "resumed from %s at step %lld (next sample %lld)", t->cfg.ckpt_dir, (long long)st.step,
+          (long long)st.next_sample);
   return rc;
 }
 
@@ -702,12 +737,14 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   if (t.rank == 0) rc = sl_metrics_open(t.metrics_path, c->resume ? t.start_step : -1, &t.metrics);
   if ((rc = rank0_agree(&t, rc))) goto done;
   if (t.start_step >= c->steps && t.start_step > 0)
-    sl_log0(SL_LOG_INFO, "nothing to train: the checkpoint in %s is at step %lld and --steps is %lld (raise --steps "
-            "to train further)", c->ckpt_dir, (long long)t.start_step, (long long)c->steps);
+    sl_log0(SL_LOG_INFO,
+            "nothing to train: the checkpoint in %s is at step %lld and --steps is %lld (raise --steps "
+            "to train further)",
+            c->ckpt_dir, (long long)t.start_step, (long long)c->steps);
   /* mpirun gives ranks a pty: trust SL_TTY (set by --nproc) over isatty there */
   const char *tty_env = getenv("SL_TTY");
-  int tty = t.rank == 0 && isatty(STDOUT_FILENO) &&
-            (tty_env ? atoi(tty_env) != 0 : getenv("OMPI_COMM_WORLD_SIZE") == NULL);
+  int tty =
+      t.rank == 0 && isatty(STDOUT_FILENO) && (tty_env ? atoi(tty_env) != 0 : getenv("OMPI_COMM_WORLD_SIZE") == NULL);
   double t_start = sl_now_s(), first_loss = 0;
   step_out o = {0};
   sl_mem_reset_peaks();
@@ -733,19 +770,19 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
     }
     if (stop_sig)
       sl_log0(SL_LOG_WARN, "%s: stopping after step %lld of %lld%s%s%s", sl_signal_name(stop_sig), (long long)(s + 1),
-              (long long)c->steps, c->ckpt_dir[0] ? "; checkpoint in " : " (no --ckpt-dir: nothing saved)",
-              c->ckpt_dir, c->ckpt_dir[0] ? "; continue with --resume" : "");
+              (long long)c->steps, c->ckpt_dir[0] ? "; checkpoint in " : " (no --ckpt-dir: nothing saved)", c->ckpt_dir,
+              c->ckpt_dir[0] ? "; continue with --resume" : "");
     double tps = (double)t.G * c->seq_len / dt;
     if (tty) {
       printf("\rstep %lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %.0f tok/s  MFU %.1f%%   ", (long long)(s + 1),
-             (long long)c->steps, o.loss, o.lr, o.grad_norm, tps,
-             100.0 * flops_tok * tps / (t.peak_flops * t.wsize));
+             (long long)c->steps, o.loss, o.lr, o.grad_norm, tps, 100.0 * flops_tok * tps / (t.peak_flops * t.wsize));
       if (o.ev.samples) printf("\n  eval loss %.4f  ppl %.2f\n", o.ev.loss, o.ev.ppl);
       fflush(stdout);
     } else if (o.ev.samples) {
-      sl_log0(SL_LOG_INFO, "step %lld/%lld loss %.4f lr %.3e grad_norm %.4f tokens/s %.0f eval_loss %.4f "
-              "eval_ppl %.3f", (long long)(s + 1), (long long)c->steps, o.loss, o.lr, o.grad_norm, tps,
-              o.ev.loss, o.ev.ppl);
+      sl_log0(SL_LOG_INFO,
+              "step %lld/%lld loss %.4f lr %.3e grad_norm %.4f tokens/s %.0f eval_loss %.4f "
+              "eval_ppl %.3f",
+              (long long)(s + 1), (long long)c->steps, o.loss, o.lr, o.grad_norm, tps, o.ev.loss, o.ev.ppl);
     } else if ((c->log_every > 0 && (s + 1) % c->log_every == 0) || s == 0 || s + 1 == c->steps) {
       sl_log0(SL_LOG_INFO, "step %lld/%lld loss %.4f lr %.3e grad_norm %.4f tokens/s %.0f", (long long)(s + 1),
               (long long)c->steps, o.loss, o.lr, o.grad_norm, tps);
@@ -782,7 +819,7 @@ int sl_train_eval(const sl_train_cfg *cfg, sl_comm *world, int64_t K, sl_eval_re
   trainer t;
   sl_train_cfg c2 = *cfg;
   snprintf(c2.data_order, sizeof c2.data_order, "sequential"); /* window j is sample j */
-  int rc = sl_trainer_setup(&t, &c2, world, 0); /* no optimizer state */
+  int rc = sl_trainer_setup(&t, &c2, world, 0);                /* no optimizer state */
   if (!rc) rc = run_eval(&t, t.smp, K, res);
   sl_trainer_free(&t);
   return rc;

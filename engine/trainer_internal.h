@@ -7,13 +7,13 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "data/sampler.h"
 #include "engine/eval.h"
 #include "engine/guard.h"
 #include "engine/schedule.h"
 #include "engine/schedule_pp.h"
-#include "models/model.h"
-#include "data/sampler.h"
 #include "formats/traincfg.h"
+#include "models/model.h"
 #include "offload/offload.h"
 #include "shard/comm.h"
 #include "shard/fsdp.h"
@@ -28,43 +28,43 @@ typedef struct {
   sl_model_config mcfg;
   sl_model *m;
   sl_fsdp *f;
-  sl_par_mesh *pmesh; /* world = DP x TP x PP (TP = PP = 1 today); fsdp runs on its DP comm */
-  sl_sampler *smp;         /* the datasets of --data, their loss masks, the data order */
-  int64_t G;               /* samples per optimizer step (all ranks) */
-  int64_t next_sample;     /* global index of the first sample of the next step */
-  int64_t start_step;      /* first step to run (after a resume) */
-  sl_optstate **opt;       /* (nunits) each unit view's optimizer state (offload/optstate; NULL: none) */
-  sl_tier tier;            /* where the optimizer state lives */
-  int dev;                 /* the backend's memory is device memory */
-  float *hview;            /* (max view) host staging: NVMe updates, downloaded grads */
-  float *dview;            /* (max view) backend staging of host-side optimizer results */
-  float *hgrad;            /* (max view) host copy of a device gradient view */
+  sl_par_mesh *pmesh;  /* world = DP x TP x PP (TP = PP = 1 today); fsdp runs on its DP comm */
+  sl_sampler *smp;     /* the datasets of --data, their loss masks, the data order */
+  int64_t G;           /* samples per optimizer step (all ranks) */
+  int64_t next_sample; /* global index of the first sample of the next step */
+  int64_t start_step;  /* first step to run (after a resume) */
+  sl_optstate **opt;   /* (nunits) each unit view's optimizer state (offload/optstate; NULL: none) */
+  sl_tier tier;        /* where the optimizer state lives */
+  int dev;             /* the backend's memory is device memory */
+  float *hview;        /* (max view) host staging: NVMe updates, downloaded grads */
+  float *dview;        /* (max view) backend staging of host-side optimizer results */
+  float *hgrad;        /* (max view) host copy of a device gradient view */
   int64_t max_view, staging_bytes;
-  float **ck[3];           /* (nunits) host arrays a checkpoint reads / fills */
-  int32_t *dtok, *dtgt;    /* (B*T) the batch in backend memory (= tok/tgt on the CPU) */
-  int32_t *tok, *tgt;      /* (B*T) */
-  int32_t *seg, *dseg;     /* (B*T) document start per token (--doc-attention-mask); dseg: backend */
-  int64_t count;           /* targets that count in this step's loss, all ranks */
-  sl_eval_data *ev;        /* held-out stream (NULL: none) */
-  int optim;               /* 0: no optimizer state (shardlm eval) */
-  double peak_flops;       /* per rank */
+  float **ck[3];        /* (nunits) host arrays a checkpoint reads / fills */
+  int32_t *dtok, *dtgt; /* (B*T) the batch in backend memory (= tok/tgt on the CPU) */
+  int32_t *tok, *tgt;   /* (B*T) */
+  int32_t *seg, *dseg;  /* (B*T) document start per token (--doc-attention-mask); dseg: backend */
+  int64_t count;        /* targets that count in this step's loss, all ranks */
+  sl_eval_data *ev;     /* held-out stream (NULL: none) */
+  int optim;            /* 0: no optimizer state (shardlm eval) */
+  double peak_flops;    /* per rank */
   char metrics_path[SL_PATH_MAX + 64];
   FILE *metrics;
-  uint64_t prev_bytes, prev_wait; /* comm counters at the last metrics line */
-  sl_guard guard;          /* non-finite policy (engine/guard.h) */
-  sl_schedule *sched;      /* the order of a step's forwards and backwards (engine/schedule.h) */
-  int lock_fd;             /* rank 0: flock on CKPT_DIR/.lock for the run's life (-1: none) */
-  int dp_rank, dp_size;    /* this rank's data-parallel index and the DP size (world / (TP x PP)) */
+  uint64_t prev_bytes, prev_wait;   /* comm counters at the last metrics line */
+  sl_guard guard;                   /* non-finite policy (engine/guard.h) */
+  sl_schedule *sched;               /* the order of a step's forwards and backwards (engine/schedule.h) */
+  int lock_fd;                      /* rank 0: flock on CKPT_DIR/.lock for the run's life (-1: none) */
+  int dp_rank, dp_size;             /* this rank's data-parallel index and the DP size (world / (TP x PP)) */
   uint64_t prev_tp[SL_COLL_NKINDS]; /* TP comm bytes per kind at the last metrics line */
-  sl_pp_plan *pplan;       /* --pp > 1: this rank's stage (engine/schedule_pp.h); NULL otherwise */
-  int64_t nsets;           /* activation sets: tok/tgt/seg hold one batch per set */
+  sl_pp_plan *pplan;                /* --pp > 1: this rank's stage (engine/schedule_pp.h); NULL otherwise */
+  int64_t nsets;                    /* activation sets: tok/tgt/seg hold one batch per set */
 } trainer;
 
 /* What one optimizer step reports. */
 typedef struct {
   double loss, grad_norm, lr;
-  sl_eval_result ev;       /* held-out loss of this step (ev.samples 0: none) */
-  int64_t tokens;          /* targets that counted in the loss */
+  sl_eval_result ev; /* held-out loss of this step (ev.samples 0: none) */
+  int64_t tokens;    /* targets that counted in the loss */
 } step_out;
 
 /* optim 0: no optimizer state (shardlm eval). */

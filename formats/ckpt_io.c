@@ -29,8 +29,16 @@ const char *const sl_ckio_kind_names[SL_CKIO_NKINDS] = {"master", "exp_avg", "ex
 #define P4 0x85EBCA77C2B2AE63ull
 #define P5 0x27D4EB2F165667C5ull
 static uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-static uint64_t rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
-static uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint64_t rd64(const uint8_t *p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return v;
+}
+static uint32_t rd32(const uint8_t *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
 static uint64_t xround(uint64_t acc, uint64_t in) { return rotl(acc + in * P2, 31) * P1; }
 static uint64_t xmerge(uint64_t acc, uint64_t v) { return (acc ^ xround(0, v)) * P1 + P4; }
 
@@ -77,9 +85,17 @@ uint64_t sl_xxh64_digest(const sl_xxh64_state *s) {
   const uint8_t *p = s->buf;
   int n = s->nbuf;
   for (; n >= 8; p += 8, n -= 8) h = rotl(h ^ xround(0, rd64(p)), 27) * P1 + P4;
-  if (n >= 4) { h = rotl(h ^ ((uint64_t)rd32(p) * P1), 23) * P2 + P3; p += 4; n -= 4; }
+  if (n >= 4) {
+    h = rotl(h ^ ((uint64_t)rd32(p) * P1), 23) * P2 + P3;
+    p += 4;
+    n -= 4;
+  }
   for (; n > 0; p++, n--) h = rotl(h ^ (*p * P5), 11) * P1;
-  h ^= h >> 33; h *= P2; h ^= h >> 29; h *= P3; h ^= h >> 32;
+  h ^= h >> 33;
+  h *= P2;
+  h ^= h >> 29;
+  h *= P3;
+  h ^= h >> 32;
   return h;
 }
 
@@ -98,8 +114,9 @@ static int pread_all(int fd, void *p, size_t n, int64_t off, const char *path) {
     ssize_t r = pread(fd, c, n, (off_t)off);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return sl_fail(SL_EIO, "%s: read failed: %s", path, strerror(errno));
-    if (r == 0) return sl_fail(SL_EINPUT, "%s: truncated (ends before byte %lld the manifest records)", path,
-                               (long long)(off + (int64_t)n));
+    if (r == 0)
+      return sl_fail(SL_EINPUT, "%s: truncated (ends before byte %lld the manifest records)", path,
+                     (long long)(off + (int64_t)n));
     c += r;
     n -= (size_t)r;
     off += r;
@@ -117,7 +134,6 @@ int sl_ckio_fsync_path(const char *path) {
   return SL_OK;
 }
 
-
 /* ---- frames --------------------------------------------------------------------- */
 #ifdef SL_USE_ZSTD
 static void shuffle4(uint8_t *dst, const uint8_t *src, int64_t n) {
@@ -131,8 +147,8 @@ static void unshuffle4(uint8_t *dst, const uint8_t *src, int64_t n) {
 }
 
 /* Encodes n floats; *out (malloc'd) holds the stored bytes. */
-static int encode(const float *x, int64_t n, int try_shuffle, int level, uint8_t **out, int64_t *outn,
-                  int *shuffled, int *zstd) {
+static int encode(const float *x, int64_t n, int try_shuffle, int level, uint8_t **out, int64_t *outn, int *shuffled,
+                  int *zstd) {
   size_t raw = (size_t)n * 4;
   *shuffled = 0;
   *zstd = 0;
@@ -141,11 +157,19 @@ static int encode(const float *x, int64_t n, int try_shuffle, int level, uint8_t
   uint8_t *a = malloc(cap ? cap : 1), *b = NULL, *sh = NULL;
   if (!a) return sl_fail(SL_ENOMEM, "checkpoint: out of memory compressing %zu bytes", raw);
   size_t na = ZSTD_compress(a, cap, x, raw, level);
-  if (ZSTD_isError(na)) { free(a); return sl_fail(SL_EINTERNAL, "zstd: %s", ZSTD_getErrorName(na)); }
+  if (ZSTD_isError(na)) {
+    free(a);
+    return sl_fail(SL_EINTERNAL, "zstd: %s", ZSTD_getErrorName(na));
+  }
   if (try_shuffle && n > 0) {
     sh = malloc(raw);
     b = malloc(cap);
-    if (!sh || !b) { free(a); free(b); free(sh); return sl_fail(SL_ENOMEM, "checkpoint: out of memory"); }
+    if (!sh || !b) {
+      free(a);
+      free(b);
+      free(sh);
+      return sl_fail(SL_ENOMEM, "checkpoint: out of memory");
+    }
     shuffle4(sh, (const uint8_t *)x, n);
     size_t nb = ZSTD_compress(b, cap, sh, raw, level);
     free(sh);
@@ -182,9 +206,8 @@ static int decode(const uint8_t *src, const sl_ckio_frame *fr, float *dst, const
 #ifdef SL_USE_ZSTD
     size_t got = ZSTD_decompress(target, raw, src, (size_t)fr->bytes);
     if (ZSTD_isError(got) || got != raw)
-      rc = sl_fail(SL_EINPUT, "%s: frame at byte %lld does not decompress to %lld bytes (%s)", path,
-                   (long long)fr->off, (long long)fr->raw,
-                   ZSTD_isError(got) ? ZSTD_getErrorName(got) : "wrong size");
+      rc = sl_fail(SL_EINPUT, "%s: frame at byte %lld does not decompress to %lld bytes (%s)", path, (long long)fr->off,
+                   (long long)fr->raw, ZSTD_isError(got) ? ZSTD_getErrorName(got) : "wrong size");
 #else
     rc = sl_fail(SL_EINPUT, "%s: zstd-compressed, but this build has no zstd", path);
 #endif
@@ -216,8 +239,8 @@ int sl_ckio_writer_open(sl_ckio_writer *w, const char *dir, int rank) {
   return SL_OK;
 }
 
-int sl_ckio_writer_add(sl_ckio_writer *w, int u, int64_t lo, int64_t hi, const float *master,
-                       const float *m, const float *v) {
+int sl_ckio_writer_add(sl_ckio_writer *w, int u, int64_t lo, int64_t hi, const float *master, const float *m,
+                       const float *v) {
   if (w->meta.npieces == w->meta.cap) {
     int nc = w->meta.cap ? 2 * w->meta.cap : 16;
     sl_ckio_piece *np = realloc(w->meta.pieces, sizeof *np * (size_t)nc);
@@ -390,8 +413,7 @@ void sl_ckio_manifest_free(sl_ckio_manifest *m) {
 static int get_int(const char *path, json_t *o, const char *key, const char *where, int64_t lo, int64_t hi,
                    int64_t *out) {
   json_t *v = json_object_get(o, key);
-  if (!json_is_integer(v))
-    return sl_fail(SL_EINPUT, "%s: %s: \"%s\" must be an integer", path, where, key);
+  if (!json_is_integer(v)) return sl_fail(SL_EINPUT, "%s: %s: \"%s\" must be an integer", path, where, key);
   int64_t x = json_integer_value(v);
   if (x < lo || x > hi)
     return sl_fail(SL_EINPUT, "%s: %s: \"%s\" = %lld is outside [%lld, %lld]", path, where, key, (long long)x,
@@ -460,8 +482,8 @@ static int parse_file_obj(const char *path, json_t *fo, int idx, sl_ckio_file *f
         return sl_fail(SL_EINPUT, "%s: %s: \"raw\" = %lld, but the range [%lld, %lld) holds %lld bytes", path, w2,
                        (long long)F->raw, (long long)p->lo, (long long)p->hi, (long long)((p->hi - p->lo) * 4));
       if (!F->zstd && F->bytes != F->raw)
-        return sl_fail(SL_EINPUT, "%s: %s: a stored frame must be %lld bytes, not %lld", path, w2,
-                       (long long)F->raw, (long long)F->bytes);
+        return sl_fail(SL_EINPUT, "%s: %s: a stored frame must be %lld bytes, not %lld", path, w2, (long long)F->raw,
+                       (long long)F->bytes);
     }
   }
   return SL_OK;
@@ -494,7 +516,11 @@ int sl_ckio_manifest_parse(const char *path, const char *text, size_t len, sl_ck
     rc = sl_fail(SL_EINPUT, "%s: not a shardlm checkpoint manifest (\"format\" must be \"shardlm-checkpoint\")", path);
     goto done;
   }
-#define GI(key, lo, hi, dst) do { if ((rc = get_int(path, o, key, "manifest", lo, hi, &x))) goto done; dst = x; } while (0)
+#define GI(key, lo, hi, dst)                                                                                           \
+  do {                                                                                                                 \
+    if ((rc = get_int(path, o, key, "manifest", lo, hi, &x))) goto done;                                               \
+    dst = x;                                                                                                           \
+  } while (0)
   GI("version", 1, 1, m->version);
   GI("step", 0, LIM, m->step);
   GI("next_sample", 0, INT64_MAX, m->next_sample);
@@ -537,13 +563,19 @@ int sl_ckio_manifest_parse(const char *path, const char *text, size_t len, sl_ck
   m->units = calloc((size_t)m->nunits, sizeof *m->units);
   m->nfiles = (int)json_array_size(fs);
   m->files = calloc((size_t)m->nfiles, sizeof *m->files);
-  if (!m->units || !m->files || !m->config) { rc = sl_fail(SL_ENOMEM, "out of memory"); goto done; }
+  if (!m->units || !m->files || !m->config) {
+    rc = sl_fail(SL_ENOMEM, "out of memory");
+    goto done;
+  }
   for (int u = 0; u < m->nunits; u++) {
     json_t *uo = json_array_get(us, (size_t)u);
     sl_ckio_unit *U = &m->units[u];
     char where[64];
     snprintf(where, sizeof where, "units[%d]", u);
-    if (!json_is_object(uo)) { rc = sl_fail(SL_EINPUT, "%s: %s must be an object", path, where); goto done; }
+    if (!json_is_object(uo)) {
+      rc = sl_fail(SL_EINPUT, "%s: %s must be an object", path, where);
+      goto done;
+    }
     const char *kind = json_string_value(json_object_get(uo, "kind"));
     snprintf(U->kind, sizeof U->kind, "%s", kind ? kind : "");
     if ((rc = get_int(path, uo, "numel", where, 1, LIM, &U->numel))) goto done;
@@ -556,7 +588,10 @@ int sl_ckio_manifest_parse(const char *path, const char *text, size_t len, sl_ck
     }
     U->ntensors = (int)json_array_size(ts);
     U->t = calloc((size_t)U->ntensors + 1, sizeof *U->t);
-    if (!U->t) { rc = sl_fail(SL_ENOMEM, "out of memory"); goto done; }
+    if (!U->t) {
+      rc = sl_fail(SL_ENOMEM, "out of memory");
+      goto done;
+    }
     for (int i = 0; i < U->ntensors; i++) {
       json_t *to = json_array_get(ts, (size_t)i), *sh = json_object_get(to, "shape");
       sl_ckio_tensor *t = &U->t[i];
@@ -581,8 +616,8 @@ int sl_ckio_manifest_parse(const char *path, const char *text, size_t len, sl_ck
       }
       if ((rc = get_int(path, to, "offset", t->name, 0, U->numel, &t->offset))) goto done;
       if (t->offset + t->numel > U->numel) {
-        rc = sl_fail(SL_EINPUT, "%s: %s tensor %s: [%lld, %lld) exceeds the unit's %lld elements", path, where,
-                     t->name, (long long)t->offset, (long long)(t->offset + t->numel), (long long)U->numel);
+        rc = sl_fail(SL_EINPUT, "%s: %s tensor %s: [%lld, %lld) exceeds the unit's %lld elements", path, where, t->name,
+                     (long long)t->offset, (long long)(t->offset + t->numel), (long long)U->numel);
         goto done;
       }
     }
@@ -607,7 +642,10 @@ int sl_ckio_manifest_parse(const char *path, const char *text, size_t len, sl_ck
   }
   /* the pieces of every unit must tile [0, numel) */
   ranges = malloc(sizeof(int64_t) * 2 * (size_t)(total + 1));
-  if (!ranges) { rc = sl_fail(SL_ENOMEM, "out of memory"); goto done; }
+  if (!ranges) {
+    rc = sl_fail(SL_ENOMEM, "out of memory");
+    goto done;
+  }
   for (int u = 0; u < m->nunits; u++) {
     int64_t n = 0;
     for (int i = 0; i < m->nfiles; i++)
@@ -621,8 +659,10 @@ int sl_ckio_manifest_parse(const char *path, const char *text, size_t len, sl_ck
     int64_t at = 0;
     for (int64_t r = 0; r < n && ranges[2 * r] == at; r++) at = ranges[2 * r + 1];
     if (at != m->units[u].numel) {
-      rc = sl_fail(SL_EINPUT, "%s: unit %d: the files' pieces do not cover elements [0, %lld) exactly once "
-                   "(first gap or overlap at element %lld)", path, u, (long long)m->units[u].numel, (long long)at);
+      rc = sl_fail(SL_EINPUT,
+                   "%s: unit %d: the files' pieces do not cover elements [0, %lld) exactly once "
+                   "(first gap or overlap at element %lld)",
+                   path, u, (long long)m->units[u].numel, (long long)at);
       goto done;
     }
   }
@@ -635,12 +675,22 @@ done:
 
 static char *read_small(const char *path, size_t *len, size_t cap) {
   FILE *f = fopen(path, "rb");
-  if (!f) { sl_fail(SL_EINPUT, "%s: cannot open: %s", path, strerror(errno)); return NULL; }
+  if (!f) {
+    sl_fail(SL_EINPUT, "%s: cannot open: %s", path, strerror(errno));
+    return NULL;
+  }
   char *buf = malloc(cap + 1);
   size_t n = buf ? fread(buf, 1, cap + 1, f) : 0;
   fclose(f);
-  if (!buf) { sl_fail(SL_ENOMEM, "out of memory"); return NULL; }
-  if (n > cap) { free(buf); sl_fail(SL_EINPUT, "%s: larger than %zu bytes", path, cap); return NULL; }
+  if (!buf) {
+    sl_fail(SL_ENOMEM, "out of memory");
+    return NULL;
+  }
+  if (n > cap) {
+    free(buf);
+    sl_fail(SL_EINPUT, "%s: larger than %zu bytes", path, cap);
+    return NULL;
+  }
   buf[n] = 0;
   *len = n;
   return buf;
@@ -654,13 +704,17 @@ int sl_ckio_manifest_load(const char *dir, sl_ckio_manifest *out) {
   char *text = read_small(path, &n, (size_t)1 << 30);
   if (!text) return SL_EINPUT;
   char *ck = read_small(cpath, &cn, 64);
-  if (!ck) { free(text); return SL_EINPUT; }
+  if (!ck) {
+    free(text);
+    return SL_EINPUT;
+  }
   uint64_t want = strtoull(ck, NULL, 16), got = sl_xxh64(text, n, 0);
   free(ck);
   if (want != got) {
     free(text);
-    return sl_fail(SL_EINPUT, "%s: checksum mismatch (xxh64 %016" PRIx64 ", %s records %016" PRIx64
-                   "): the manifest is corrupt", path, got, cpath, want);
+    return sl_fail(SL_EINPUT,
+                   "%s: checksum mismatch (xxh64 %016" PRIx64 ", %s records %016" PRIx64 "): the manifest is corrupt",
+                   path, got, cpath, want);
   }
   int rc = sl_ckio_manifest_parse(path, text, n, out);
   free(text);
@@ -719,13 +773,17 @@ int sl_ckio_read_range(const char *dir, const sl_ckio_manifest *m, int u, int ki
       int rc = !buf || !full ? sl_fail(SL_ENOMEM, "out of memory") : SL_OK;
       if (!rc) rc = pread_all(fd, buf, (size_t)fr->bytes, fr->off, path);
       if (!rc && sl_xxh64(buf, (size_t)fr->bytes, 0) != fr->xxh)
-        rc = sl_fail(SL_EINPUT, "%s: checksum mismatch in the %s frame of unit %d (bytes %lld..%lld): the file is corrupt",
-                     path, sl_ckio_kind_names[kind], u, (long long)fr->off, (long long)(fr->off + fr->bytes));
+        rc = sl_fail(SL_EINPUT,
+                     "%s: checksum mismatch in the %s frame of unit %d (bytes %lld..%lld): the file is corrupt", path,
+                     sl_ckio_kind_names[kind], u, (long long)fr->off, (long long)(fr->off + fr->bytes));
       if (!rc) rc = decode(buf, fr, full, path);
       if (!rc && full != dst + (a - lo)) memcpy(dst + (a - lo), full + (a - pc->lo), (size_t)(b - a) * 4);
       free(buf);
       if (full && full != dst + (a - lo)) free(full);
-      if (rc) { close(fd); return rc; }
+      if (rc) {
+        close(fd);
+        return rc;
+      }
     }
     if (fd >= 0) close(fd);
   }
@@ -757,8 +815,10 @@ int sl_ckio_verify_file(const char *dir, const sl_ckio_manifest *m, int i) {
   free(buf);
   close(fd);
   if (!rc && sl_xxh64_digest(&h) != f->xxh)
-    rc = sl_fail(SL_EINPUT, "%s: checksum mismatch (xxh64 %016" PRIx64 ", the manifest records %016" PRIx64
-                 "): the file is corrupt", path, sl_xxh64_digest(&h), f->xxh);
+    rc = sl_fail(SL_EINPUT,
+                 "%s: checksum mismatch (xxh64 %016" PRIx64 ", the manifest records %016" PRIx64
+                 "): the file is corrupt",
+                 path, sl_xxh64_digest(&h), f->xxh);
   return rc;
 }
 
@@ -812,15 +872,17 @@ int sl_ckio_list(const char *ckpt_dir, int64_t **steps, int *n) {
   char p[4400];
   while ((e = readdir(d))) {
     const char *s = e->d_name;
-    if (strncmp(s, "step-", 5) || !s[5] || strspn(s + 5, "0123456789") != strlen(s + 5) || strlen(s + 5) > 15)
-      continue;
+    if (strncmp(s, "step-", 5) || !s[5] || strspn(s + 5, "0123456789") != strlen(s + 5) || strlen(s + 5) > 15) continue;
     snprintf(p, sizeof p, "%s/%s/manifest.json", ckpt_dir, s);
     struct stat sb;
     if (stat(p, &sb) != 0) continue;
     if (*n == cap) {
       cap = cap ? 2 * cap : 16;
       int64_t *ns = realloc(*steps, sizeof(int64_t) * (size_t)cap);
-      if (!ns) { closedir(d); return sl_fail(SL_ENOMEM, "out of memory"); }
+      if (!ns) {
+        closedir(d);
+        return sl_fail(SL_ENOMEM, "out of memory");
+      }
       *steps = ns;
     }
     (*steps)[(*n)++] = strtoll(s + 5, NULL, 10);
@@ -830,8 +892,8 @@ int sl_ckio_list(const char *ckpt_dir, int64_t **steps, int *n) {
   return SL_OK;
 }
 
-int sl_ckio_commit(const char *ckpt_dir, const char *tmp, int64_t step,
-                   void (*fault)(const char *stage, void *ctx), void *fctx) {
+int sl_ckio_commit(const char *ckpt_dir, const char *tmp, int64_t step, void (*fault)(const char *stage, void *ctx),
+                   void *fctx) {
   char final[4200], old[4300], lt[4300], lp[4300];
   sl_ckio_step_dir(ckpt_dir, step, final, sizeof final);
   struct stat sb;
@@ -879,13 +941,19 @@ int sl_ckio_resolve(const char *path, char *out, size_t cap) {
   char p[4200];
   struct stat sb;
   snprintf(p, sizeof p, "%s/manifest.json", path);
-  if (stat(p, &sb) == 0) { snprintf(out, cap, "%s", path); return SL_OK; }
+  if (stat(p, &sb) == 0) {
+    snprintf(out, cap, "%s", path);
+    return SL_OK;
+  }
   int64_t *steps;
   int n;
   int rc = sl_ckio_list(path, &steps, &n);
   if (rc) return rc;
-  if (!n) return sl_fail(SL_EINPUT, "%s: neither a checkpoint step directory (no manifest.json) nor a checkpoint "
-                         "directory holding step-N/manifest.json", path);
+  if (!n)
+    return sl_fail(SL_EINPUT,
+                   "%s: neither a checkpoint step directory (no manifest.json) nor a checkpoint "
+                   "directory holding step-N/manifest.json",
+                   path);
   sl_ckio_step_dir(path, steps[0], out, cap);
   free(steps);
   return SL_OK;

@@ -42,15 +42,15 @@ typedef struct {
 
 typedef struct {
   int unit;
-  int64_t lo, hi;          /* element range of the unit's flat buffer */
+  int64_t lo, hi; /* element range of the unit's flat buffer */
   sl_ckio_frame fr[SL_CKIO_NKINDS];
 } sl_ckio_piece;
 
 typedef struct {
-  char name[64];           /* rank-00003.bin */
-  int rank;                /* world rank that wrote it */
+  char name[64]; /* rank-00003.bin */
+  int rank;      /* world rank that wrote it */
   int64_t bytes;
-  uint64_t xxh;            /* XXH64 of the whole file */
+  uint64_t xxh; /* XXH64 of the whole file */
   int npieces, cap;
   sl_ckio_piece *pieces;
 } sl_ckio_file;
@@ -73,13 +73,13 @@ typedef struct {
   int version;
   int64_t step, next_sample;
   uint64_t seed;
-  int has_seed;            /* 0: converted checkpoint, keep the run's seed */
+  int has_seed; /* 0: converted checkpoint, keep the run's seed */
   int world_size, zero, shard_group, replica_size;
   int64_t align;
-  char compression[8];     /* "zstd" or "none" */
-  char *config;            /* sl_train_cfg_canonical text (may be "") */
-  char *model_config;      /* sl_model_canonical text (NULL: a manifest older than this field) */
-  char model_hash[24];     /* its sl_canon_hash, 16 hex digits (written with model_config) */
+  char compression[8]; /* "zstd" or "none" */
+  char *config;        /* sl_train_cfg_canonical text (may be "") */
+  char *model_config;  /* sl_model_canonical text (NULL: a manifest older than this field) */
+  char model_hash[24]; /* its sl_canon_hash, 16 hex digits (written with model_config) */
   int nunits;
   sl_ckio_unit *units;
   int nfiles;
@@ -90,8 +90,7 @@ typedef struct {
  * 0-terminated): types, ranges, frame bounds, and that the pieces of every
  * unit tile [0, numel) exactly. path_for_msgs names the file in messages.
  * Fuzzing entry point. */
-int sl_ckio_manifest_parse(const char *path_for_msgs, const char *text, size_t len,
-                           sl_ckio_manifest *out);
+int sl_ckio_manifest_parse(const char *path_for_msgs, const char *text, size_t len, sl_ckio_manifest *out);
 /* Serializes (malloc'd, 0-terminated) text. */
 int sl_ckio_manifest_dump(const sl_ckio_manifest *m, char **text);
 void sl_ckio_manifest_free(sl_ckio_manifest *m);
@@ -106,16 +105,16 @@ typedef struct {
   char path[4200];
   sl_ckio_file meta;
   sl_xxh64_state h;
-  int shuffle;             /* try the byte-plane shuffle (per frame, kept when smaller) */
-  int level;               /* zstd level */
+  int shuffle; /* try the byte-plane shuffle (per frame, kept when smaller) */
+  int level;   /* zstd level */
   int64_t raw_total, stored_total;
 } sl_ckio_writer;
 
 int sl_ckio_writer_open(sl_ckio_writer *w, const char *dir, int rank);
 /* Appends unit u's elements [lo, hi) of master / m / v (each (hi-lo) floats;
  * m or v NULL: zeros). */
-int sl_ckio_writer_add(sl_ckio_writer *w, int u, int64_t lo, int64_t hi, const float *master,
-                       const float *m, const float *v);
+int sl_ckio_writer_add(sl_ckio_writer *w, int u, int64_t lo, int64_t hi, const float *master, const float *m,
+                       const float *v);
 /* fsyncs and closes; meta then holds size and checksum. */
 int sl_ckio_writer_close(sl_ckio_writer *w);
 void sl_ckio_writer_abort(sl_ckio_writer *w);
@@ -123,8 +122,7 @@ void sl_ckio_writer_abort(sl_ckio_writer *w);
 /* ---- reader ---------------------------------------------------------------- */
 /* Fills dst (hi - lo floats) with elements [lo, hi) of unit u, kind k, from
  * the files of the checkpoint in dir (verifying each frame it reads). */
-int sl_ckio_read_range(const char *dir, const sl_ckio_manifest *m, int u, int kind, int64_t lo,
-                       int64_t hi, float *dst);
+int sl_ckio_read_range(const char *dir, const sl_ckio_manifest *m, int u, int kind, int64_t lo, int64_t hi, float *dst);
 /* Checks size and whole-file checksum of file i. */
 int sl_ckio_verify_file(const char *dir, const sl_ckio_manifest *m, int i);
 /* Reads DIR/manifest.json (and its checksum file) and parses it. */
@@ -144,8 +142,8 @@ int sl_ckio_list(const char *ckpt_dir, int64_t **steps, int *n);
 /* Renames tmp -> CKPT_DIR/step-N (an existing step-N is replaced), fsyncs
  * CKPT_DIR, replaces CKPT_DIR/latest atomically. `fault` is called with the
  * stage name before each step (fault injection; may be NULL). */
-int sl_ckio_commit(const char *ckpt_dir, const char *tmp, int64_t step,
-                   void (*fault)(const char *stage, void *ctx), void *fault_ctx);
+int sl_ckio_commit(const char *ckpt_dir, const char *tmp, int64_t step, void (*fault)(const char *stage, void *ctx),
+                   void *fault_ctx);
 /* Deletes all but the newest keep complete checkpoints (keep <= 0: none). */
 int sl_ckio_retain(const char *ckpt_dir, int keep);
 void sl_ckio_step_dir(const char *ckpt_dir, int64_t step, char *out, size_t cap);

@@ -36,8 +36,7 @@ static int elem_size_of(int code) {
 }
 
 static const char *dtype_name(int code) {
-  static const char *n[] = {"?", "uint8", "int8", "int16", "int32", "int64", "float64", "float32",
-                            "uint16"};
+  static const char *n[] = {"?", "uint8", "int8", "int16", "int32", "int64", "float64", "float32", "uint16"};
   return code >= 1 && code <= 8 ? n[code] : "unknown";
 }
 
@@ -52,44 +51,49 @@ static int64_t rd_i64(const uint8_t *p, int64_t i) {
   return v;
 }
 
-int sl_idx_parse(const char *path, const uint8_t *buf, size_t len, int64_t bin_bytes,
-                 sl_idx_info *o) {
+int sl_idx_parse(const char *path, const uint8_t *buf, size_t len, int64_t bin_bytes, sl_idx_info *o) {
   memset(o, 0, sizeof *o);
   if (!path) path = "<memory>";
   if (len < IDX_HDR)
-    return sl_fail(SL_EINPUT, "%s: file is %zu bytes, too short for the %d-byte header of a "
-                   "Megatron index (truncated)", path, len, IDX_HDR);
+    return sl_fail(SL_EINPUT,
+                   "%s: file is %zu bytes, too short for the %d-byte header of a "
+                   "Megatron index (truncated)",
+                   path, len, IDX_HDR);
   if (memcmp(buf, k_magic, 9) != 0) {
     char got[64];
     size_t g = 0;
     for (int i = 0; i < 9; i++)
-      g += (size_t)snprintf(got + g, sizeof got - g, (buf[i] >= 32 && buf[i] < 127 && buf[i] != '\\')
-                                                         ? "%c" : "\\x%02x", buf[i]);
-    return sl_fail(SL_EINPUT, "%s: bad magic: expected \"MMIDIDX\\x00\\x00\", found \"%s\" (not a "
-                   "Megatron .idx file)", path, got);
+      g += (size_t)snprintf(got + g, sizeof got - g,
+                            (buf[i] >= 32 && buf[i] < 127 && buf[i] != '\\') ? "%c" : "\\x%02x", buf[i]);
+    return sl_fail(SL_EINPUT,
+                   "%s: bad magic: expected \"MMIDIDX\\x00\\x00\", found \"%s\" (not a "
+                   "Megatron .idx file)",
+                   path, got);
   }
   uint64_t version, ns, nd;
   memcpy(&version, buf + 9, 8);
-  if (version != 1)
-    return sl_fail(SL_EINPUT, "%s: index version %llu, expected 1", path,
-                   (unsigned long long)version);
+  if (version != 1) return sl_fail(SL_EINPUT, "%s: index version %llu, expected 1", path, (unsigned long long)version);
   int code = buf[17];
   if (code == SL_IDX_FLOAT64 || code == SL_IDX_FLOAT32)
-    return sl_fail(SL_EINPUT, "%s: dtype code %d (%s) is not a token type; expected an integer "
-                   "dtype code (1,2,3,4,5,8)", path, code, dtype_name(code));
+    return sl_fail(SL_EINPUT,
+                   "%s: dtype code %d (%s) is not a token type; expected an integer "
+                   "dtype code (1,2,3,4,5,8)",
+                   path, code, dtype_name(code));
   if (!elem_size_of(code))
-    return sl_fail(SL_EINPUT, "%s: unknown dtype code %d; expected an integer dtype code "
-                   "(1,2,3,4,5,8)", path, code);
+    return sl_fail(SL_EINPUT,
+                   "%s: unknown dtype code %d; expected an integer dtype code "
+                   "(1,2,3,4,5,8)",
+                   path, code);
   memcpy(&ns, buf + 18, 8);
   memcpy(&nd, buf + 26, 8);
   uint64_t body = len - IDX_HDR;
   if (ns > body / 12 || nd > body / 8 || 12 * ns + 8 * nd != body) {
-    unsigned __int128 need = (unsigned __int128)IDX_HDR + (unsigned __int128)ns * 12 +
-                             (unsigned __int128)nd * 8;
+    unsigned __int128 need = (unsigned __int128)IDX_HDR + (unsigned __int128)ns * 12 + (unsigned __int128)nd * 8;
     char nb[48];
     if (need >> 64) snprintf(nb, sizeof nb, "more than 2^64");
     else snprintf(nb, sizeof nb, "%llu", (unsigned long long)need);
-    return sl_fail(SL_EINPUT, "%s: counts do not match the file size: %llu sequences and %llu "
+    return sl_fail(SL_EINPUT,
+                   "%s: counts do not match the file size: %llu sequences and %llu "
                    "document-index entries need %s bytes, the file has %zu",
                    path, (unsigned long long)ns, (unsigned long long)nd, nb, len);
   }
@@ -104,30 +108,31 @@ int sl_idx_parse(const char *path, const uint8_t *buf, size_t len, int64_t bin_b
   for (int64_t i = 0; i < o->num_seqs; i++) {
     int32_t sz = rd_i32(o->sizes, i);
     int64_t ptr = rd_i64(o->pointers, i);
-    if (sz < 0)
-      return sl_fail(SL_EINPUT, "%s: sequence %lld has negative size %d", path, (long long)i, sz);
+    if (sz < 0) return sl_fail(SL_EINPUT, "%s: sequence %lld has negative size %d", path, (long long)i, sz);
     if (ptr < 0 || ptr > bin_bytes || (int64_t)sz * o->elem_size > bin_bytes - ptr)
-      return sl_fail(SL_EINPUT, "%s: sequence %lld: pointer %lld + %d tokens x %d bytes exceeds "
+      return sl_fail(SL_EINPUT,
+                     "%s: sequence %lld: pointer %lld + %d tokens x %d bytes exceeds "
                      "the .bin file of %lld bytes (pointer out of bounds)",
                      path, (long long)i, (long long)ptr, sz, o->elem_size, (long long)bin_bytes);
     total += sz; /* <= bin_bytes per sequence, S <= len/12: cannot overflow */
   }
   o->total_tokens = total;
-  if (nd < 1)
-    return sl_fail(SL_EINPUT, "%s: document index is empty; expected at least the leading 0",
-                   path);
+  if (nd < 1) return sl_fail(SL_EINPUT, "%s: document index is empty; expected at least the leading 0", path);
   if (rd_i64(o->doc_idx, 0) != 0)
     return sl_fail(SL_EINPUT, "%s: document index starts with %lld, expected 0", path,
                    (long long)rd_i64(o->doc_idx, 0));
   for (int64_t k = 1; k < o->num_doc_idx; k++)
     if (rd_i64(o->doc_idx, k) < rd_i64(o->doc_idx, k - 1))
-      return sl_fail(SL_EINPUT, "%s: document index is not monotonic: entry %lld = %lld < entry "
-                     "%lld = %lld", path, (long long)k, (long long)rd_i64(o->doc_idx, k),
-                     (long long)(k - 1), (long long)rd_i64(o->doc_idx, k - 1));
+      return sl_fail(SL_EINPUT,
+                     "%s: document index is not monotonic: entry %lld = %lld < entry "
+                     "%lld = %lld",
+                     path, (long long)k, (long long)rd_i64(o->doc_idx, k), (long long)(k - 1),
+                     (long long)rd_i64(o->doc_idx, k - 1));
   if (rd_i64(o->doc_idx, o->num_doc_idx - 1) != o->num_seqs)
-    return sl_fail(SL_EINPUT, "%s: document index ends with %lld, expected the sequence count "
-                   "%lld", path, (long long)rd_i64(o->doc_idx, o->num_doc_idx - 1),
-                   (long long)o->num_seqs);
+    return sl_fail(SL_EINPUT,
+                   "%s: document index ends with %lld, expected the sequence count "
+                   "%lld",
+                   path, (long long)rd_i64(o->doc_idx, o->num_doc_idx - 1), (long long)o->num_seqs);
   return SL_OK;
 }
 
@@ -138,7 +143,7 @@ struct sl_dataset {
   size_t idx_len, bin_len;
   sl_idx_info info;
   int64_t nblk;
-  int64_t *cumblk; /* (nblk + 1) tokens before sequence k*BLK; cumblk[nblk] = total */
+  int64_t *cumblk;   /* (nblk + 1) tokens before sequence k*BLK; cumblk[nblk] = total */
   int64_t rlo, rlen; /* the stream is tokens [rlo, rlo + rlen) (rlen 0: all) */
 };
 
@@ -147,8 +152,8 @@ static int map_file(const char *path, const char *what, void **map, size_t *len)
   *len = 0;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return sl_fail(errno == ENOENT || errno == EACCES ? SL_EINPUT : SL_EIO,
-                   "%s: cannot open %s: %s", path, what, strerror(errno));
+    return sl_fail(errno == ENOENT || errno == EACCES ? SL_EINPUT : SL_EIO, "%s: cannot open %s: %s", path, what,
+                   strerror(errno));
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     close(fd);
@@ -223,10 +228,8 @@ int64_t sl_dataset_num_tokens(const sl_dataset *ds) { return ds->rlen ? ds->rlen
 int sl_dataset_dtype(const sl_dataset *ds) { return ds->info.dtype; }
 
 /* Converts n tokens of sequence i starting at token off into dst. */
-static int seq_copy(const sl_dataset *ds, int64_t i, int64_t off, int64_t n, int32_t *dst,
-                    int64_t stream_pos) {
-  const uint8_t *p = (const uint8_t *)ds->bin_map + rd_i64(ds->info.pointers, i) +
-                     off * ds->info.elem_size;
+static int seq_copy(const sl_dataset *ds, int64_t i, int64_t off, int64_t n, int32_t *dst, int64_t stream_pos) {
+  const uint8_t *p = (const uint8_t *)ds->bin_map + rd_i64(ds->info.pointers, i) + off * ds->info.elem_size;
   switch (ds->info.dtype) {
   case SL_IDX_UINT8:
     for (int64_t k = 0; k < n; k++) dst[k] = p[k];
@@ -248,17 +251,16 @@ static int seq_copy(const sl_dataset *ds, int64_t i, int64_t off, int64_t n, int
       dst[k] = v;
     }
     break;
-  case SL_IDX_INT32:
-    memcpy(dst, p, (size_t)n * 4);
-    break;
+  case SL_IDX_INT32: memcpy(dst, p, (size_t)n * 4); break;
   default: /* int64 */
     for (int64_t k = 0; k < n; k++) {
       int64_t v;
       memcpy(&v, p + 8 * k, 8);
       if (v < INT32_MIN || v > INT32_MAX)
-        return sl_fail(SL_EINPUT, "%s: token at stream position %lld (sequence %lld) has value "
-                       "%lld, outside the int32 range", ds->bin_path,
-                       (long long)(stream_pos + k), (long long)i, (long long)v);
+        return sl_fail(SL_EINPUT,
+                       "%s: token at stream position %lld (sequence %lld) has value "
+                       "%lld, outside the int32 range",
+                       ds->bin_path, (long long)(stream_pos + k), (long long)i, (long long)v);
       dst[k] = (int32_t)v;
     }
   }
@@ -267,8 +269,8 @@ static int seq_copy(const sl_dataset *ds, int64_t i, int64_t off, int64_t n, int
 
 int sl_dataset_sequence(const sl_dataset *ds, int64_t i, int32_t *dst, int64_t *n) {
   if (i < 0 || i >= ds->info.num_seqs)
-    return sl_fail(SL_EINTERNAL, "%s: sequence %lld out of range [0, %lld)", ds->idx_path,
-                   (long long)i, (long long)ds->info.num_seqs);
+    return sl_fail(SL_EINTERNAL, "%s: sequence %lld out of range [0, %lld)", ds->idx_path, (long long)i,
+                   (long long)ds->info.num_seqs);
   *n = rd_i32(ds->info.sizes, i);
   return dst ? seq_copy(ds, i, 0, *n, dst, -1) : SL_OK;
 }
@@ -290,11 +292,10 @@ static void locate(const sl_dataset *ds, int64_t pos, int64_t *seq, int64_t *off
 static int tokens_abs(const sl_dataset *ds, int64_t start, int64_t n, int32_t *dst) {
   int64_t total = ds->info.total_tokens;
   if (start < 0 || n < 0)
-    return sl_fail(SL_EINTERNAL, "%s: invalid token range start %lld, count %lld", ds->bin_path,
-                   (long long)start, (long long)n);
+    return sl_fail(SL_EINTERNAL, "%s: invalid token range start %lld, count %lld", ds->bin_path, (long long)start,
+                   (long long)n);
   if (n == 0) return SL_OK;
-  if (total == 0)
-    return sl_fail(SL_EINPUT, "%s: the dataset has no tokens", ds->idx_path);
+  if (total == 0) return sl_fail(SL_EINPUT, "%s: the dataset has no tokens", ds->idx_path);
   int64_t pos = start % total, seq, off;
   locate(ds, pos, &seq, &off);
   while (n > 0) {
@@ -357,10 +358,11 @@ int sl_dataset_check_vocab(const sl_dataset *ds, int64_t vocab) {
       if (rc) return rc;
       for (int64_t k = 0; k < m; k++)
         if (buf[k] < 0 || buf[k] >= vocab)
-          return sl_fail(SL_EINPUT, "%s: token at stream position %lld (sequence %lld, token "
+          return sl_fail(SL_EINPUT,
+                         "%s: token at stream position %lld (sequence %lld, token "
                          "%lld) has value %d, outside the model's vocabulary [0, %lld)",
-                         ds->bin_path, (long long)(pos + o + k), (long long)i,
-                         (long long)(o + k), buf[k], (long long)vocab);
+                         ds->bin_path, (long long)(pos + o + k), (long long)i, (long long)(o + k), buf[k],
+                         (long long)vocab);
     }
     pos += sz;
   }
@@ -374,13 +376,11 @@ struct sl_dataset_builder {
   int dtype, elem;
   int32_t *sizes; /* (nseq) */
   int64_t nseq, cap;
-  int64_t cur;    /* tokens in the open document */
-  uint8_t *wbuf;  /* write buffer */
+  int64_t cur;   /* tokens in the open document */
+  uint8_t *wbuf; /* write buffer */
   size_t wn;
 };
 #define WBUF (1u << 20)
-
-
 
 static void builder_free(sl_dataset_builder *b) {
   if (b->fd >= 0) close(b->fd);
@@ -403,8 +403,8 @@ void sl_dataset_builder_abort(sl_dataset_builder *b) {
 int sl_dataset_builder_create(const char *prefix, int dtype, sl_dataset_builder **out) {
   *out = NULL;
   if (!elem_size_of(dtype))
-    return sl_fail(SL_EINPUT, "%s: cannot write dtype code %d (%s); expected 1,2,3,4,5 or 8",
-                   prefix, dtype, dtype_name(dtype));
+    return sl_fail(SL_EINPUT, "%s: cannot write dtype code %d (%s); expected 1,2,3,4,5 or 8", prefix, dtype,
+                   dtype_name(dtype));
   sl_dataset_builder *b = calloc(1, sizeof *b);
   if (!b) return sl_fail(SL_ENOMEM, "out of memory");
   b->fd = -1;
@@ -424,8 +424,8 @@ int sl_dataset_builder_create(const char *prefix, int dtype, sl_dataset_builder 
   if (b->fd < 0) {
     int e = errno;
     builder_free(b);
-    return sl_fail(e == ENOENT || e == EACCES || e == ENOTDIR ? SL_EINPUT : SL_EIO,
-                   "%s.bin: cannot create: %s", prefix, strerror(e));
+    return sl_fail(e == ENOENT || e == EACCES || e == ENOTDIR ? SL_EINPUT : SL_EIO, "%s.bin: cannot create: %s", prefix,
+                   strerror(e));
   }
   *out = b;
   return SL_OK;
@@ -441,14 +441,14 @@ int sl_dataset_builder_add_tokens(sl_dataset_builder *b, const int32_t *t, int64
   static const int64_t lo[] = {0, 0, -128, -32768, INT32_MIN, INT32_MIN, 0, 0, 0};
   static const int64_t hi[] = {0, 255, 127, 32767, INT32_MAX, INT32_MAX, 0, 0, 65535};
   if (n > INT32_MAX - b->cur)
-    return sl_fail(SL_EINPUT, "%s: document %lld exceeds %d tokens", b->bin_path,
-                   (long long)b->nseq, INT32_MAX);
+    return sl_fail(SL_EINPUT, "%s: document %lld exceeds %d tokens", b->bin_path, (long long)b->nseq, INT32_MAX);
   for (int64_t k = 0; k < n; k++) {
     int64_t v = t[k];
     if (v < lo[b->dtype] || v > hi[b->dtype])
-      return sl_fail(SL_EINPUT, "%s: token value %lld (document %lld, token %lld) does not fit "
-                     "dtype %s", b->bin_path, (long long)v, (long long)b->nseq,
-                     (long long)(b->cur + k), dtype_name(b->dtype));
+      return sl_fail(SL_EINPUT,
+                     "%s: token value %lld (document %lld, token %lld) does not fit "
+                     "dtype %s",
+                     b->bin_path, (long long)v, (long long)b->nseq, (long long)(b->cur + k), dtype_name(b->dtype));
     if (b->wn + 8 > WBUF) {
       int rc = flush(b);
       if (rc) return rc;
@@ -456,8 +456,14 @@ int sl_dataset_builder_add_tokens(sl_dataset_builder *b, const int32_t *t, int64
     uint8_t *p = b->wbuf + b->wn;
     switch (b->elem) {
     case 1: *p = (uint8_t)v; break;
-    case 2: { uint16_t x = (uint16_t)v; memcpy(p, &x, 2); } break;
-    case 4: { int32_t x = (int32_t)v; memcpy(p, &x, 4); } break;
+    case 2: {
+      uint16_t x = (uint16_t)v;
+      memcpy(p, &x, 2);
+    } break;
+    case 4: {
+      int32_t x = (int32_t)v;
+      memcpy(p, &x, 4);
+    } break;
     default: memcpy(p, &v, 8);
     }
     b->wn += (size_t)b->elem;
@@ -536,8 +542,7 @@ int sl_dataset_builder_finish(sl_dataset_builder *b) {
   }
   fd = -1;
   if (rename(b->bin_tmp, b->bin_path) != 0 || rename(b->idx_tmp, b->idx_path) != 0) {
-    rc = sl_fail(SL_EIO, "cannot rename %s / %s into place: %s", b->bin_tmp, b->idx_tmp,
-                 strerror(errno));
+    rc = sl_fail(SL_EIO, "cannot rename %s / %s into place: %s", b->bin_tmp, b->idx_tmp, strerror(errno));
     goto fail;
   }
   sl_fsync_parent(b->idx_path);

@@ -33,20 +33,19 @@ enum {
 /* A parsed .idx image; the three arrays point into the caller's buffer
  * (unaligned: read them with memcpy). */
 typedef struct {
-  int dtype;              /* SL_IDX_* */
-  int elem_size;          /* bytes per token in .bin */
-  int64_t num_seqs;       /* S */
-  int64_t num_doc_idx;    /* D = documents + 1 */
-  const uint8_t *sizes;   /* int32[S] tokens per sequence */
-  const uint8_t *pointers;/* int64[S] byte offset of each sequence in .bin */
-  const uint8_t *doc_idx; /* int64[D] 0 = doc_idx[0] <= ... <= doc_idx[D-1] = S */
-  int64_t total_tokens;   /* sum of sizes */
+  int dtype;               /* SL_IDX_* */
+  int elem_size;           /* bytes per token in .bin */
+  int64_t num_seqs;        /* S */
+  int64_t num_doc_idx;     /* D = documents + 1 */
+  const uint8_t *sizes;    /* int32[S] tokens per sequence */
+  const uint8_t *pointers; /* int64[S] byte offset of each sequence in .bin */
+  const uint8_t *doc_idx;  /* int64[D] 0 = doc_idx[0] <= ... <= doc_idx[D-1] = S */
+  int64_t total_tokens;    /* sum of sizes */
 } sl_idx_info;
 
 /* Parses and validates a whole .idx image (len bytes) against a .bin of
  * bin_bytes bytes. path_for_msgs is used in messages. Fuzzing entry point. */
-int sl_idx_parse(const char *path_for_msgs, const uint8_t *buf, size_t len, int64_t bin_bytes,
-                 sl_idx_info *out);
+int sl_idx_parse(const char *path_for_msgs, const uint8_t *buf, size_t len, int64_t bin_bytes, sl_idx_info *out);
 
 /* ---- reader ------------------------------------------------------------------ */
 typedef struct sl_dataset sl_dataset;
@@ -105,8 +104,8 @@ typedef struct {
  * last line's "\n"; each is followed by token 256. Writes uint16 (code 8). */
 int sl_prepare_text(const char *input_path, const char *out_prefix, sl_prepare_stats *st);
 /* The same on text[0..len); name_for_msgs names the source in messages. */
-int sl_prepare_text_mem(const char *name_for_msgs, const char *text, size_t len,
-                        const char *out_prefix, sl_prepare_stats *st);
+int sl_prepare_text_mem(const char *name_for_msgs, const char *text, size_t len, const char *out_prefix,
+                        sl_prepare_stats *st);
 
 #ifdef __cplusplus
 }

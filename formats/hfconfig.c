@@ -41,12 +41,10 @@ static const char *jtype(const json_t *v) {
 }
 
 /* Field readers: absent or null -> default (or "missing" when required). */
-static int get_int(const char *path, json_t *o, const char *key, int required, int64_t def,
-                   int64_t *out) {
+static int get_int(const char *path, json_t *o, const char *key, int required, int64_t def, int64_t *out) {
   json_t *v = json_object_get(o, key);
   if (!v || json_is_null(v)) {
-    if (required)
-      return sl_fail(SL_EINPUT, "%s: missing required field '%s' (an integer)", path, key);
+    if (required) return sl_fail(SL_EINPUT, "%s: missing required field '%s' (an integer)", path, key);
     *out = def;
     return SL_OK;
   }
@@ -56,15 +54,14 @@ static int get_int(const char *path, json_t *o, const char *key, int required, i
   int64_t x;
   if (json_is_integer(v)) {
     x = (int64_t)json_integer_value(v);
-  } else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
-             fabs(json_real_value(v)) < 9e15) {
+  } else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) && fabs(json_real_value(v)) < 9e15) {
     x = (int64_t)json_real_value(v);
   } else {
     return sl_fail(SL_EINPUT, "%s: field '%s' must be an integer, found %s", path, key, jtype(v));
   }
   if (x >= lim || x < -lim)
-    return sl_fail(SL_EINPUT, "%s: field '%s' is %lld, outside the supported range (|x| < 2^31)", path,
-                   key, (long long)x);
+    return sl_fail(SL_EINPUT, "%s: field '%s' is %lld, outside the supported range (|x| < 2^31)", path, key,
+                   (long long)x);
   *out = x;
   return SL_OK;
 }
@@ -75,11 +72,9 @@ static int get_num(const char *path, json_t *o, const char *key, double def, dou
     *out = def;
     return SL_OK;
   }
-  if (!json_is_number(v))
-    return sl_fail(SL_EINPUT, "%s: field '%s' must be a number, found %s", path, key, jtype(v));
+  if (!json_is_number(v)) return sl_fail(SL_EINPUT, "%s: field '%s' must be a number, found %s", path, key, jtype(v));
   *out = json_number_value(v);
-  if (!isfinite(*out))
-    return sl_fail(SL_EINPUT, "%s: field '%s' must be finite", path, key);
+  if (!isfinite(*out)) return sl_fail(SL_EINPUT, "%s: field '%s' must be finite", path, key);
   return SL_OK;
 }
 
@@ -90,8 +85,7 @@ static int get_bool(const char *path, json_t *o, const char *key, int def, int *
     return SL_OK;
   }
   if (!json_is_boolean(v))
-    return sl_fail(SL_EINPUT, "%s: field '%s' must be true or false, found %s", path, key,
-                   jtype(v));
+    return sl_fail(SL_EINPUT, "%s: field '%s' must be true or false, found %s", path, key, jtype(v));
   *out = json_is_true(v);
   return SL_OK;
 }
@@ -107,18 +101,15 @@ static int want_false(const char *path, json_t *o, const char *key, const char *
 static int want_act(const char *path, json_t *o, const char *key) {
   json_t *v = json_object_get(o, key);
   if (!v || json_is_null(v)) return SL_OK;
-  if (!json_is_string(v))
-    return sl_fail(SL_EINPUT, "%s: field '%s' must be a string, found %s", path, key, jtype(v));
+  if (!json_is_string(v)) return sl_fail(SL_EINPUT, "%s: field '%s' must be a string, found %s", path, key, jtype(v));
   const char *s = json_string_value(v);
   if (strcmp(s, "silu") && strcmp(s, "swish"))
-    return sl_fail(SL_EINPUT, "%s: field '%s' = '%s' is not supported (expected \"silu\")", path,
-                   key, s);
+    return sl_fail(SL_EINPUT, "%s: field '%s' = '%s' is not supported (expected \"silu\")", path, key, s);
   return SL_OK;
 }
 
 /* "auto" or an integer. */
-static int get_dt_rank(const char *path, json_t *o, const char *key, int64_t hidden,
-                       int64_t *out) {
+static int get_dt_rank(const char *path, json_t *o, const char *key, int64_t hidden, int64_t *out) {
   json_t *v = json_object_get(o, key);
   if (!v || json_is_null(v) || (json_is_string(v) && !strcmp(json_string_value(v), "auto"))) {
     *out = (hidden + 15) / 16;
@@ -157,25 +148,24 @@ static int parse_attn(const char *p, json_t *o, sl_model_config *c) {
       (rc = get_int(p, o, "num_hidden_layers", 1, 0, &c->num_hidden_layers)) ||
       (rc = get_int(p, o, "num_attention_heads", 1, 0, &c->num_attention_heads)) ||
       (rc = get_int(p, o, "vocab_size", 1, 0, &c->vocab_size)) ||
-      (rc = get_int(p, o, "num_key_value_heads", 0, c->num_attention_heads,
-                    &c->num_key_value_heads)) ||
-      (rc = get_int(p, o, "max_position_embeddings", 0, mistral ? 131072 : 2048,
-                    &c->max_position_embeddings)) ||
+      (rc = get_int(p, o, "num_key_value_heads", 0, c->num_attention_heads, &c->num_key_value_heads)) ||
+      (rc = get_int(p, o, "max_position_embeddings", 0, mistral ? 131072 : 2048, &c->max_position_embeddings)) ||
       (rc = get_num(p, o, "rms_norm_eps", 1e-6, &c->rms_norm_eps)) ||
       (rc = get_num(p, o, "rope_theta", 10000.0, &c->rope_theta)) ||
       (rc = get_num(p, o, "initializer_range", 0.02, &c->initializer_range)) ||
       (rc = get_bool(p, o, "tie_word_embeddings", 0, &c->tie_word_embeddings)) ||
       (rc = get_int(p, o, "bos_token_id", 0, -1, &c->bos_token_id)) ||
-      (rc = get_int(p, o, "eos_token_id", 0, -1, &c->eos_token_id)) ||
-      (rc = want_act(p, o, "hidden_act")) ||
+      (rc = get_int(p, o, "eos_token_id", 0, -1, &c->eos_token_id)) || (rc = want_act(p, o, "hidden_act")) ||
       (rc = want_false(p, o, "attention_bias", "q/k/v/o projections have no bias here")) ||
       (rc = want_false(p, o, "mlp_bias", "MLP projections have no bias here")))
     return rc;
   if (mistral && (rc = get_int(p, o, "sliding_window", 0, 0, &c->sliding_window))) return rc;
   json_t *rs = json_object_get(o, "rope_scaling");
   if (rs && !json_is_null(rs))
-    return sl_fail(SL_EINPUT, "%s: field 'rope_scaling' is set; only plain RoPE is supported "
-                   "(expected null)", p);
+    return sl_fail(SL_EINPUT,
+                   "%s: field 'rope_scaling' is set; only plain RoPE is supported "
+                   "(expected null)",
+                   p);
   if (c->num_attention_heads <= 0)
     return sl_fail(SL_EINPUT, "%s: field 'num_attention_heads' must be positive, found %lld", p,
                    (long long)c->num_attention_heads);
@@ -198,11 +188,9 @@ static int parse_mamba_hf(const char *p, json_t *o, sl_model_config *c) {
   if ((rc = get_int(p, o, "hidden_size", 1, 0, &c->hidden_size)) ||
       (rc = get_int(p, o, "num_hidden_layers", 1, 0, &c->num_hidden_layers)) ||
       (rc = get_int(p, o, "vocab_size", 1, 0, &c->vocab_size)) ||
-      (rc = get_int(p, o, "state_size", 0, 16, &c->state_size)) ||
-      (rc = get_int(p, o, "expand", 0, 2, &c->expand)) ||
+      (rc = get_int(p, o, "state_size", 0, 16, &c->state_size)) || (rc = get_int(p, o, "expand", 0, 2, &c->expand)) ||
       (rc = get_int(p, o, "conv_kernel", 0, 4, &c->conv_kernel)) ||
-      (rc = get_int(p, o, "intermediate_size", 0, c->expand * c->hidden_size,
-                    &c->intermediate_size)) ||
+      (rc = get_int(p, o, "intermediate_size", 0, c->expand * c->hidden_size, &c->intermediate_size)) ||
       (rc = get_dt_rank(p, o, "time_step_rank", c->hidden_size, &c->time_step_rank)) ||
       (rc = get_num(p, o, "layer_norm_epsilon", 1e-5, &c->layer_norm_epsilon)) ||
       (rc = get_bool(p, o, "use_bias", 0, &c->use_bias)) ||
@@ -216,8 +204,7 @@ static int parse_mamba_hf(const char *p, json_t *o, sl_model_config *c) {
       (rc = get_num(p, o, "time_step_scale", 1.0, &c->time_step_scale)) ||
       (rc = get_int(p, o, "max_position_embeddings", 0, 0, &c->max_position_embeddings)) ||
       (rc = get_int(p, o, "bos_token_id", 0, -1, &c->bos_token_id)) ||
-      (rc = get_int(p, o, "eos_token_id", 0, -1, &c->eos_token_id)) ||
-      (rc = want_act(p, o, "hidden_act")))
+      (rc = get_int(p, o, "eos_token_id", 0, -1, &c->eos_token_id)) || (rc = want_act(p, o, "hidden_act")))
     return rc;
   return SL_OK;
 }
@@ -254,27 +241,29 @@ static int parse_mamba_ss(const char *p, json_t *o, sl_model_config *c) {
   if (!rc) rc = get_num(p, ssm, "dt_max", 0.1, &c->time_step_max);
   if (!rc) rc = get_num(p, ssm, "dt_init_floor", 1e-4, &c->time_step_floor);
   if (!rc) rc = get_num(p, ssm, "dt_scale", 1.0, &c->time_step_scale);
-  if (!rc && !rms)
-    rc = sl_fail(SL_EINPUT, "%s: field 'rms_norm' = false (LayerNorm) is not supported", p);
+  if (!rc && !rms) rc = sl_fail(SL_EINPUT, "%s: field 'rms_norm' = false (LayerNorm) is not supported", p);
   if (!rc && d_inter != 0)
-    rc = sl_fail(SL_EINPUT, "%s: field 'd_intermediate' = %lld (MLP blocks) is not supported, "
-                 "expected 0", p, (long long)d_inter);
+    rc = sl_fail(SL_EINPUT,
+                 "%s: field 'd_intermediate' = %lld (MLP blocks) is not supported, "
+                 "expected 0",
+                 p, (long long)d_inter);
   if (!rc && attn && !(json_is_array(attn) && json_array_size(attn) == 0) && !json_is_null(attn))
     rc = sl_fail(SL_EINPUT, "%s: field 'attn_layer_idx' (hybrid attention) is not supported", p);
   if (!rc && layer && !(json_is_string(layer) && !strcmp(json_string_value(layer), "Mamba1")))
-    rc = sl_fail(SL_EINPUT, "%s: field 'ssm_cfg.layer' must be \"Mamba1\" (Mamba2 is not "
-                 "supported)", p);
+    rc = sl_fail(SL_EINPUT,
+                 "%s: field 'ssm_cfg.layer' must be \"Mamba1\" (Mamba2 is not "
+                 "supported)",
+                 p);
   json_decref(empty);
   if (rc) return rc;
   if (c->pad_vocab_size_multiple <= 0 || c->pad_vocab_size_multiple > CFG_MAX_DIM)
-    return sl_fail(SL_EINPUT, "%s: field 'pad_vocab_size_multiple' must be positive, found %lld",
-                   p, (long long)c->pad_vocab_size_multiple);
+    return sl_fail(SL_EINPUT, "%s: field 'pad_vocab_size_multiple' must be positive, found %lld", p,
+                   (long long)c->pad_vocab_size_multiple);
   if (c->vocab_size > 0 && c->vocab_size <= CFG_MAX_DIM) {
     int64_t m = c->pad_vocab_size_multiple;
     c->vocab_size = (c->vocab_size + m - 1) / m * m;
   }
-  if (c->expand > 0 && c->expand <= CFG_MAX_DIM && c->hidden_size > 0 &&
-      c->hidden_size <= CFG_MAX_DIM)
+  if (c->expand > 0 && c->expand <= CFG_MAX_DIM && c->hidden_size > 0 && c->hidden_size <= CFG_MAX_DIM)
     c->intermediate_size = c->expand * c->hidden_size;
   c->layer_norm_epsilon = 1e-5;
   c->initializer_range = 0.02;
@@ -282,11 +271,10 @@ static int parse_mamba_ss(const char *p, json_t *o, sl_model_config *c) {
 }
 
 static int pos(const char *p, const char *key, int64_t v) {
-  if (v <= 0)
-    return sl_fail(SL_EINPUT, "%s: field '%s' must be positive, found %lld", p, key, (long long)v);
+  if (v <= 0) return sl_fail(SL_EINPUT, "%s: field '%s' must be positive, found %lld", p, key, (long long)v);
   if (v > CFG_MAX_DIM)
-    return sl_fail(SL_EINPUT, "%s: field '%s' = %lld is implausibly large (limit %lld)", p, key,
-                   (long long)v, (long long)CFG_MAX_DIM);
+    return sl_fail(SL_EINPUT, "%s: field '%s' = %lld is implausibly large (limit %lld)", p, key, (long long)v,
+                   (long long)CFG_MAX_DIM);
   return SL_OK;
 }
 
@@ -299,7 +287,8 @@ int sl_hfconfig_validate(const char *p, const sl_model_config *c) {
     double hd = (double)c->head_dim, big = 1.0 * (double)((int64_t)1 << 40);
     if (V * C > big || I * C * 3 > big || H * hd * C > big || (double)c->expand * C * C * 2 > big ||
         (double)c->state_size * I > big)
-      return sl_fail(SL_EINPUT, "%s: the model's sizes give a tensor of more than 2^40 elements "
+      return sl_fail(SL_EINPUT,
+                     "%s: the model's sizes give a tensor of more than 2^40 elements "
                      "(hidden %lld, intermediate %lld, vocab %lld): not a config this engine can train",
                      p, (long long)c->hidden_size, (long long)c->intermediate_size, (long long)c->vocab_size);
   }
@@ -310,38 +299,34 @@ int sl_hfconfig_validate(const char *p, const sl_model_config *c) {
   if (c->arch == SL_ARCH_LLAMA || c->arch == SL_ARCH_MISTRAL) {
     if ((rc = pos(p, "intermediate_size", c->intermediate_size)) ||
         (rc = pos(p, "num_attention_heads", c->num_attention_heads)) ||
-        (rc = pos(p, "num_key_value_heads", c->num_key_value_heads)) ||
-        (rc = pos(p, "head_dim", c->head_dim)))
+        (rc = pos(p, "num_key_value_heads", c->num_key_value_heads)) || (rc = pos(p, "head_dim", c->head_dim)))
       return rc;
     if (c->num_attention_heads % c->num_key_value_heads != 0)
-      return sl_fail(SL_EINPUT,
-                     "%s: num_key_value_heads = %lld does not divide num_attention_heads = %lld",
-                     p, (long long)c->num_key_value_heads, (long long)c->num_attention_heads);
+      return sl_fail(SL_EINPUT, "%s: num_key_value_heads = %lld does not divide num_attention_heads = %lld", p,
+                     (long long)c->num_key_value_heads, (long long)c->num_attention_heads);
     if (c->head_dim % 2 != 0)
-      return sl_fail(SL_EINPUT, "%s: head_dim = %lld is odd; RoPE rotates pairs and needs it even",
-                     p, (long long)c->head_dim);
+      return sl_fail(SL_EINPUT, "%s: head_dim = %lld is odd; RoPE rotates pairs and needs it even", p,
+                     (long long)c->head_dim);
     if (!(c->rms_norm_eps > 0))
-      return sl_fail(SL_EINPUT, "%s: field 'rms_norm_eps' must be positive, found %g", p,
-                     c->rms_norm_eps);
+      return sl_fail(SL_EINPUT, "%s: field 'rms_norm_eps' must be positive, found %g", p, c->rms_norm_eps);
     if (!(c->rope_theta > 0))
-      return sl_fail(SL_EINPUT, "%s: field 'rope_theta' must be positive, found %g", p,
-                     c->rope_theta);
+      return sl_fail(SL_EINPUT, "%s: field 'rope_theta' must be positive, found %g", p, c->rope_theta);
     if (c->sliding_window < 0)
       return sl_fail(SL_EINPUT, "%s: field 'sliding_window' must be >= 0 or null, found %lld", p,
                      (long long)c->sliding_window);
   } else if (c->arch == SL_ARCH_MAMBA) {
-    if ((rc = pos(p, ss ? "ssm_cfg.d_state" : "state_size", c->state_size)) ||
-        (rc = pos(p, "expand", c->expand)) ||
+    if ((rc = pos(p, ss ? "ssm_cfg.d_state" : "state_size", c->state_size)) || (rc = pos(p, "expand", c->expand)) ||
         (rc = pos(p, ss ? "ssm_cfg.d_conv" : "conv_kernel", c->conv_kernel)) ||
         (rc = pos(p, ss ? "ssm_cfg.dt_rank" : "time_step_rank", c->time_step_rank)) ||
         (rc = pos(p, "intermediate_size", c->intermediate_size)))
       return rc;
     if (!(c->layer_norm_epsilon > 0))
-      return sl_fail(SL_EINPUT, "%s: field 'layer_norm_epsilon' must be positive, found %g", p,
-                     c->layer_norm_epsilon);
+      return sl_fail(SL_EINPUT, "%s: field 'layer_norm_epsilon' must be positive, found %g", p, c->layer_norm_epsilon);
     if (!(c->time_step_min > 0) || !(c->time_step_max >= c->time_step_min))
-      return sl_fail(SL_EINPUT, "%s: time_step_min = %g and time_step_max = %g: expected 0 < min "
-                     "<= max", p, c->time_step_min, c->time_step_max);
+      return sl_fail(SL_EINPUT,
+                     "%s: time_step_min = %g and time_step_max = %g: expected 0 < min "
+                     "<= max",
+                     p, c->time_step_min, c->time_step_max);
   } else {
     return sl_fail(SL_EINPUT, "%s: unknown architecture", p);
   }
@@ -363,27 +348,25 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
   set_defaults(c);
   json_error_t je;
   json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-  if (!o)
-    return sl_fail(SL_EINPUT, "%s: malformed JSON (line %d, column %d): %s", p, je.line,
-                   je.column, je.text);
+  if (!o) return sl_fail(SL_EINPUT, "%s: malformed JSON (line %d, column %d): %s", p, je.line, je.column, je.text);
   if (!json_is_object(o)) {
     rc = sl_fail(SL_EINPUT, "%s: expected a JSON object, found %s", p, jtype(o));
     goto done;
   }
   json_t *archs = json_object_get(o, "architectures"), *mt = json_object_get(o, "model_type");
   if (archs && !json_is_null(archs)) {
-    if (!json_is_array(archs) || json_array_size(archs) == 0 ||
-        !json_is_string(json_array_get(archs, 0))) {
-      rc = sl_fail(SL_EINPUT, "%s: field 'architectures' must be a non-empty array of strings",
-                   p);
+    if (!json_is_array(archs) || json_array_size(archs) == 0 || !json_is_string(json_array_get(archs, 0))) {
+      rc = sl_fail(SL_EINPUT, "%s: field 'architectures' must be a non-empty array of strings", p);
       goto done;
     }
     const char *a = json_string_value(json_array_get(archs, 0));
     for (size_t i = 0; i < sizeof k_arch / sizeof k_arch[0]; i++)
       if (!strcmp(a, k_arch[i].cls)) c->arch = k_arch[i].arch;
     if (!c->arch) {
-      rc = sl_fail(SL_EINPUT, "%s: unknown architecture '%s' in 'architectures' (supported: "
-                   "LlamaForCausalLM, MistralForCausalLM, MambaForCausalLM)", p, a);
+      rc = sl_fail(SL_EINPUT,
+                   "%s: unknown architecture '%s' in 'architectures' (supported: "
+                   "LlamaForCausalLM, MistralForCausalLM, MambaForCausalLM)",
+                   p, a);
       goto done;
     }
   } else if (mt && !json_is_null(mt)) {
@@ -395,24 +378,26 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
     for (size_t i = 0; i < sizeof k_arch / sizeof k_arch[0]; i++)
       if (!strcmp(a, k_arch[i].type)) c->arch = k_arch[i].arch;
     if (!c->arch) {
-      rc = sl_fail(SL_EINPUT, "%s: unknown architecture: model_type '%s' (supported: llama, "
-                   "mistral, mamba)", p, a);
+      rc = sl_fail(SL_EINPUT,
+                   "%s: unknown architecture: model_type '%s' (supported: llama, "
+                   "mistral, mamba)",
+                   p, a);
       goto done;
     }
   } else if (json_object_get(o, "d_model") && json_object_get(o, "n_layer")) {
     c->arch = SL_ARCH_MAMBA;
     c->ssm_original_format = 1;
   } else {
-    rc = sl_fail(SL_EINPUT, "%s: unknown architecture: no 'architectures' or 'model_type' field "
-                 "(and not a state-spaces Mamba config with d_model and n_layer)", p);
+    rc = sl_fail(SL_EINPUT,
+                 "%s: unknown architecture: no 'architectures' or 'model_type' field "
+                 "(and not a state-spaces Mamba config with d_model and n_layer)",
+                 p);
     goto done;
   }
   for (size_t i = 0; i < sizeof k_arch / sizeof k_arch[0]; i++)
     if (k_arch[i].arch == c->arch) snprintf(c->arch_name, sizeof c->arch_name, "%s", k_arch[i].cls);
-  if (c->arch == SL_ARCH_MAMBA)
-    rc = c->ssm_original_format ? parse_mamba_ss(p, o, c) : parse_mamba_hf(p, o, c);
-  else
-    rc = parse_attn(p, o, c);
+  if (c->arch == SL_ARCH_MAMBA) rc = c->ssm_original_format ? parse_mamba_ss(p, o, c) : parse_mamba_hf(p, o, c);
+  else rc = parse_attn(p, o, c);
   if (!rc) rc = sl_hfconfig_validate(p, c);
 done:
   json_decref(o);
@@ -421,9 +406,7 @@ done:
 
 int sl_hfconfig_load(const char *path, sl_model_config *out) {
   FILE *f = fopen(path, "rb");
-  if (!f)
-    return sl_fail(errno == ENOENT ? SL_EINPUT : SL_EIO, "%s: cannot open: %s", path,
-                   strerror(errno));
+  if (!f) return sl_fail(errno == ENOENT ? SL_EINPUT : SL_EIO, "%s: cannot open: %s", path, strerror(errno));
   char *buf = NULL;
   size_t n = 0, cap = 0;
   int rc = SL_OK;
@@ -474,8 +457,7 @@ static int write_text_atomic(const char *path, const char *text) {
   }
   if (!rc && fsync(fd) != 0) rc = sl_fail(SL_EIO, "%s: fsync failed: %s", tmp, strerror(errno));
   if (close(fd) != 0 && !rc) rc = sl_fail(SL_EIO, "%s: close failed: %s", tmp, strerror(errno));
-  if (!rc && rename(tmp, path) != 0)
-    rc = sl_fail(SL_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+  if (!rc && rename(tmp, path) != 0) rc = sl_fail(SL_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
   if (rc) unlink(tmp);
   free(tmp);
   return rc;
@@ -509,8 +491,7 @@ int sl_hfconfig_save(const char *path, const sl_model_config *c) {
     SETR("rms_norm_eps", c->rms_norm_eps);
     SETR("rope_theta", c->rope_theta);
     json_object_set_new(o, "rope_scaling", json_null());
-    SETI("max_position_embeddings", c->max_position_embeddings > 0 ? c->max_position_embeddings
-                                                                   : 2048);
+    SETI("max_position_embeddings", c->max_position_embeddings > 0 ? c->max_position_embeddings : 2048);
     if (c->arch == SL_ARCH_MISTRAL) {
       if (c->sliding_window > 0) SETI("sliding_window", c->sliding_window);
       else json_object_set_new(o, "sliding_window", json_null());

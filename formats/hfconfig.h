@@ -17,32 +17,32 @@ typedef enum { SL_ARCH_UNKNOWN = 0, SL_ARCH_LLAMA, SL_ARCH_MISTRAL, SL_ARCH_MAMB
 
 typedef struct {
   sl_arch arch;
-  char arch_name[64];              /* "LlamaForCausalLM", "MistralForCausalLM", "MambaForCausalLM" */
+  char arch_name[64]; /* "LlamaForCausalLM", "MistralForCausalLM", "MambaForCausalLM" */
   /* common */
-  int64_t hidden_size;             /* H */
-  int64_t intermediate_size;       /* MLP width (Llama/Mistral); expand*H (Mamba) */
-  int64_t num_hidden_layers;       /* L */
-  int64_t vocab_size;              /* V (state-spaces: rounded up to pad_vocab_size_multiple) */
-  int64_t max_position_embeddings; /* informational (RoPE has no table) */
-  int tie_word_embeddings;         /* lm_head shares the embedding */
-  double initializer_range;        /* std of normal init (default 0.02) */
+  int64_t hidden_size;                /* H */
+  int64_t intermediate_size;          /* MLP width (Llama/Mistral); expand*H (Mamba) */
+  int64_t num_hidden_layers;          /* L */
+  int64_t vocab_size;                 /* V (state-spaces: rounded up to pad_vocab_size_multiple) */
+  int64_t max_position_embeddings;    /* informational (RoPE has no table) */
+  int tie_word_embeddings;            /* lm_head shares the embedding */
+  double initializer_range;           /* std of normal init (default 0.02) */
   int64_t bos_token_id, eos_token_id; /* -1 = unset */
   /* Llama / Mistral */
-  int64_t num_attention_heads;     /* nh */
-  int64_t num_key_value_heads;     /* nkv (default nh); nh % nkv == 0 */
-  int64_t head_dim;                /* hd (default H / nh), even */
-  double rms_norm_eps;             /* default 1e-6 */
-  double rope_theta;               /* default 10000 */
-  int64_t sliding_window;          /* Mistral; 0 = none (also for null) */
+  int64_t num_attention_heads; /* nh */
+  int64_t num_key_value_heads; /* nkv (default nh); nh % nkv == 0 */
+  int64_t head_dim;            /* hd (default H / nh), even */
+  double rms_norm_eps;         /* default 1e-6 */
+  double rope_theta;           /* default 10000 */
+  int64_t sliding_window;      /* Mistral; 0 = none (also for null) */
   /* Mamba */
-  int64_t state_size;              /* N (d_state), default 16 */
-  int64_t expand;                  /* default 2 */
-  int64_t conv_kernel;             /* d_conv, default 4 */
-  int64_t time_step_rank;          /* R (dt_rank); "auto" = ceil(H / 16) */
-  double layer_norm_epsilon;       /* RMSNorm eps, default 1e-5 */
-  int use_bias;                    /* in_proj/out_proj bias, default false */
-  int use_conv_bias;               /* default true */
-  int residual_in_fp32;            /* default true */
+  int64_t state_size;                                                    /* N (d_state), default 16 */
+  int64_t expand;                                                        /* default 2 */
+  int64_t conv_kernel;                                                   /* d_conv, default 4 */
+  int64_t time_step_rank;                                                /* R (dt_rank); "auto" = ceil(H / 16) */
+  double layer_norm_epsilon;                                             /* RMSNorm eps, default 1e-5 */
+  int use_bias;                                                          /* in_proj/out_proj bias, default false */
+  int use_conv_bias;                                                     /* default true */
+  int residual_in_fp32;                                                  /* default true */
   double time_step_min, time_step_max, time_step_floor, time_step_scale; /* dt init */
   int ssm_original_format;         /* 1: state-spaces config.json (d_model, n_layer, ...);
                                       tensors named backbone.embedding.weight */
@@ -53,8 +53,7 @@ const char *sl_arch_name(sl_arch a); /* "llama", "mistral", "mamba" */
 
 /* Parses and validates config.json text (len bytes, need not be 0-terminated).
  * path_for_msgs is only used in messages. This is the fuzzing entry point. */
-int sl_hfconfig_parse(const char *path_for_msgs, const char *json_text, size_t len,
-                      sl_model_config *out);
+int sl_hfconfig_parse(const char *path_for_msgs, const char *json_text, size_t len, sl_model_config *out);
 /* Reads path (a config.json) and parses it. */
 int sl_hfconfig_load(const char *path, sl_model_config *out);
 /* Checks the derived invariants of a filled config (parse calls it too). */

@@ -15,10 +15,10 @@
 #include "base/base.h"
 
 struct sl_lmask {
-  uint8_t *map;   /* the whole file */
+  uint8_t *map; /* the whole file */
   size_t len;
-  int64_t n;      /* tokens */
-  int64_t ones;   /* bytes equal to 1 */
+  int64_t n;    /* tokens */
+  int64_t ones; /* bytes equal to 1 */
 };
 
 void sl_lmask_close(sl_lmask *m) {
@@ -49,8 +49,10 @@ int sl_lmask_open(const char *prefix, int64_t ntokens, sl_lmask **out) {
   }
   m->len = (size_t)st.st_size;
   if (m->len < SL_LMASK_HDR) {
-    rc = sl_fail(SL_EINPUT, "%s: %zu bytes, too short for the 16-byte loss-mask header "
-                 "(\"SLLMASK1\" + uint64 token count)", path, m->len);
+    rc = sl_fail(SL_EINPUT,
+                 "%s: %zu bytes, too short for the 16-byte loss-mask header "
+                 "(\"SLLMASK1\" + uint64 token count)",
+                 path, m->len);
     goto done;
   }
   void *p = mmap(NULL, m->len, PROT_READ, MAP_SHARED, fd, 0);
@@ -60,20 +62,20 @@ int sl_lmask_open(const char *prefix, int64_t ntokens, sl_lmask **out) {
   }
   m->map = p;
   if (memcmp(m->map, SL_LMASK_MAGIC, 8) != 0) {
-    rc = sl_fail(SL_EINPUT, "%s: bad magic: expected \"SLLMASK1\", found %02x %02x %02x %02x %02x %02x %02x %02x",
-                 path, m->map[0], m->map[1], m->map[2], m->map[3], m->map[4], m->map[5], m->map[6], m->map[7]);
+    rc = sl_fail(SL_EINPUT, "%s: bad magic: expected \"SLLMASK1\", found %02x %02x %02x %02x %02x %02x %02x %02x", path,
+                 m->map[0], m->map[1], m->map[2], m->map[3], m->map[4], m->map[5], m->map[6], m->map[7]);
     goto done;
   }
   uint64_t n;
   memcpy(&n, m->map + 8, 8); /* little-endian host (dataset.c checks) */
   if (n != (uint64_t)ntokens) {
-    rc = sl_fail(SL_EINPUT, "%s: the header holds %llu tokens but the dataset %s.bin has %lld",
-                 path, (unsigned long long)n, prefix, (long long)ntokens);
+    rc = sl_fail(SL_EINPUT, "%s: the header holds %llu tokens but the dataset %s.bin has %lld", path,
+                 (unsigned long long)n, prefix, (long long)ntokens);
     goto done;
   }
   if ((uint64_t)(m->len - SL_LMASK_HDR) != n) {
-    rc = sl_fail(SL_EINPUT, "%s: expected %llu mask bytes after the header (file of %llu bytes), found %zu",
-                 path, (unsigned long long)n, (unsigned long long)n + SL_LMASK_HDR, m->len - SL_LMASK_HDR);
+    rc = sl_fail(SL_EINPUT, "%s: expected %llu mask bytes after the header (file of %llu bytes), found %zu", path,
+                 (unsigned long long)n, (unsigned long long)n + SL_LMASK_HDR, m->len - SL_LMASK_HDR);
     goto done;
   }
   m->n = ntokens;

@@ -28,9 +28,15 @@ static int kept_lines(const char *path, int64_t keep_upto, char **out, size_t *o
     json_t *st = json_is_object(j) ? json_object_get(j, "step") : NULL;
     int keep = json_is_object(j) && (!json_is_integer(st) || json_integer_value(st) <= keep_upto);
     json_decref(j);
-    if (!keep) { (*dropped)++; continue; }
+    if (!keep) {
+      (*dropped)++;
+      continue;
+    }
     char *nb = realloc(buf, *outn + (size_t)n + 1);
-    if (!nb) { rc = sl_fail(SL_ENOMEM, "out of memory reading %s", path); break; }
+    if (!nb) {
+      rc = sl_fail(SL_ENOMEM, "out of memory reading %s", path);
+      break;
+    }
     buf = nb;
     memcpy(buf + *outn, line, (size_t)n);
     *outn += (size_t)n;
@@ -50,7 +56,10 @@ static int truncate_to(const char *path, int64_t keep_upto) {
   char *text = NULL;
   size_t n = 0;
   int dropped = 0, rc = kept_lines(path, keep_upto, &text, &n, &dropped);
-  if (rc || !dropped) { free(text); return rc; }
+  if (rc || !dropped) {
+    free(text);
+    return rc;
+  }
   char tmp[4200];
   snprintf(tmp, sizeof tmp, "%s.tmp-%d", path, (int)getpid());
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

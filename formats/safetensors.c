@@ -29,21 +29,16 @@ static const struct {
   const char *name;
   int bits;
 } k_dtypes[SL_ST_DTYPE_COUNT] = {
-    [SL_ST_F32] = {"F32", 32},         [SL_ST_F16] = {"F16", 16},
-    [SL_ST_BF16] = {"BF16", 16},       [SL_ST_F64] = {"F64", 64},
-    [SL_ST_I64] = {"I64", 64},         [SL_ST_U64] = {"U64", 64},
-    [SL_ST_I32] = {"I32", 32},         [SL_ST_U32] = {"U32", 32},
-    [SL_ST_I16] = {"I16", 16},         [SL_ST_U16] = {"U16", 16},
-    [SL_ST_I8] = {"I8", 8},            [SL_ST_U8] = {"U8", 8},
-    [SL_ST_BOOL] = {"BOOL", 8},        [SL_ST_F8_E4M3] = {"F8_E4M3", 8},
-    [SL_ST_F8_E5M2] = {"F8_E5M2", 8},  [SL_ST_F8_E8M0] = {"F8_E8M0", 8},
-    [SL_ST_C64] = {"C64", 64},         [SL_ST_F6_E2M3] = {"F6_E2M3", 6},
-    [SL_ST_F6_E3M2] = {"F6_E3M2", 6},  [SL_ST_F4] = {"F4", 4},
+    [SL_ST_F32] = {"F32", 32},        [SL_ST_F16] = {"F16", 16},        [SL_ST_BF16] = {"BF16", 16},
+    [SL_ST_F64] = {"F64", 64},        [SL_ST_I64] = {"I64", 64},        [SL_ST_U64] = {"U64", 64},
+    [SL_ST_I32] = {"I32", 32},        [SL_ST_U32] = {"U32", 32},        [SL_ST_I16] = {"I16", 16},
+    [SL_ST_U16] = {"U16", 16},        [SL_ST_I8] = {"I8", 8},           [SL_ST_U8] = {"U8", 8},
+    [SL_ST_BOOL] = {"BOOL", 8},       [SL_ST_F8_E4M3] = {"F8_E4M3", 8}, [SL_ST_F8_E5M2] = {"F8_E5M2", 8},
+    [SL_ST_F8_E8M0] = {"F8_E8M0", 8}, [SL_ST_C64] = {"C64", 64},        [SL_ST_F6_E2M3] = {"F6_E2M3", 6},
+    [SL_ST_F6_E3M2] = {"F6_E3M2", 6}, [SL_ST_F4] = {"F4", 4},
 };
 
-const char *sl_st_dtype_name(sl_st_dtype d) {
-  return (d >= 0 && d < SL_ST_DTYPE_COUNT) ? k_dtypes[d].name : "?";
-}
+const char *sl_st_dtype_name(sl_st_dtype d) { return (d >= 0 && d < SL_ST_DTYPE_COUNT) ? k_dtypes[d].name : "?"; }
 
 static int dtype_from_name(const char *s) {
   for (int i = 0; i < SL_ST_DTYPE_COUNT; i++)
@@ -124,15 +119,13 @@ static void fmt_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
 }
 
 /* Validates one header entry into *t. */
-static int parse_entry(const char *path, const char *key, json_t *val, uint64_t data_len,
-                       sl_st_tensor *t) {
-  if (!json_is_object(val))
-    return sl_fail(SL_EINPUT, "%s: tensor '%s': header entry is not a JSON object", path, key);
+static int parse_entry(const char *path, const char *key, json_t *val, uint64_t data_len, sl_st_tensor *t) {
+  if (!json_is_object(val)) return sl_fail(SL_EINPUT, "%s: tensor '%s': header entry is not a JSON object", path, key);
   json_t *jd = json_object_get(val, "dtype"), *js = json_object_get(val, "shape"),
          *jo = json_object_get(val, "data_offsets");
   if (!json_is_string(jd))
-    return sl_fail(SL_EINPUT, "%s: tensor '%s': expected a string field 'dtype', found %s", path,
-                   key, jd ? "another JSON type" : "none");
+    return sl_fail(SL_EINPUT, "%s: tensor '%s': expected a string field 'dtype', found %s", path, key,
+                   jd ? "another JSON type" : "none");
   int dt = dtype_from_name(json_string_value(jd));
   if (dt < 0)
     return sl_fail(SL_EINPUT,
@@ -141,42 +134,37 @@ static int parse_entry(const char *path, const char *key, json_t *val, uint64_t 
                    path, key, json_string_value(jd));
   t->dtype = (sl_st_dtype)dt;
   if (!json_is_array(js))
-    return sl_fail(SL_EINPUT, "%s: tensor '%s': expected an array field 'shape', found %s", path,
-                   key, js ? "another JSON type" : "none");
+    return sl_fail(SL_EINPUT, "%s: tensor '%s': expected an array field 'shape', found %s", path, key,
+                   js ? "another JSON type" : "none");
   size_t nd = json_array_size(js);
   if (nd > SL_ST_MAX_DIMS)
-    return sl_fail(SL_EINPUT, "%s: tensor '%s': shape has %zu dimensions, at most %d supported",
-                   path, key, nd, SL_ST_MAX_DIMS);
+    return sl_fail(SL_EINPUT, "%s: tensor '%s': shape has %zu dimensions, at most %d supported", path, key, nd,
+                   SL_ST_MAX_DIMS);
   t->ndim = (int)nd;
   int64_t numel = 1;
   for (size_t i = 0; i < nd; i++) {
     json_t *d = json_array_get(js, i);
     if (!json_is_integer(d) || json_integer_value(d) < 0)
-      return sl_fail(SL_EINPUT,
-                     "%s: tensor '%s': shape[%zu] must be a non-negative integer", path, key, i);
+      return sl_fail(SL_EINPUT, "%s: tensor '%s': shape[%zu] must be a non-negative integer", path, key, i);
     t->shape[i] = (int64_t)json_integer_value(d);
     if (__builtin_mul_overflow(numel, t->shape[i], &numel))
       return sl_fail(SL_EINPUT, "%s: tensor '%s': shape element count overflows", path, key);
   }
   t->numel = numel;
-  if (!json_is_array(jo) || json_array_size(jo) != 2 ||
-      !json_is_integer(json_array_get(jo, 0)) || !json_is_integer(json_array_get(jo, 1)))
-    return sl_fail(SL_EINPUT,
-                   "%s: tensor '%s': expected 'data_offsets' as an array of two integers", path,
-                   key);
-  json_int_t b = json_integer_value(json_array_get(jo, 0)),
-             e = json_integer_value(json_array_get(jo, 1));
+  if (!json_is_array(jo) || json_array_size(jo) != 2 || !json_is_integer(json_array_get(jo, 0)) ||
+      !json_is_integer(json_array_get(jo, 1)))
+    return sl_fail(SL_EINPUT, "%s: tensor '%s': expected 'data_offsets' as an array of two integers", path, key);
+  json_int_t b = json_integer_value(json_array_get(jo, 0)), e = json_integer_value(json_array_get(jo, 1));
   if (b < 0 || e < b)
-    return sl_fail(SL_EINPUT, "%s: tensor '%s': data offsets [%lld, %lld) are not a valid range",
-                   path, key, (long long)b, (long long)e);
+    return sl_fail(SL_EINPUT, "%s: tensor '%s': data offsets [%lld, %lld) are not a valid range", path, key,
+                   (long long)b, (long long)e);
   t->begin = (uint64_t)b;
   t->end = (uint64_t)e;
   if (t->end > data_len)
     return sl_fail(SL_EINPUT,
                    "%s: tensor '%s' data offsets [%llu, %llu) exceed the data section of %llu "
                    "bytes",
-                   path, key, (unsigned long long)t->begin, (unsigned long long)t->end,
-                   (unsigned long long)data_len);
+                   path, key, (unsigned long long)t->begin, (unsigned long long)t->end, (unsigned long long)data_len);
   int64_t bits;
   if (__builtin_mul_overflow(numel, (int64_t)k_dtypes[dt].bits, &bits))
     return sl_fail(SL_EINPUT, "%s: tensor '%s': byte size overflows", path, key);
@@ -187,8 +175,7 @@ static int parse_entry(const char *path, const char *key, json_t *val, uint64_t 
                    "%s: tensor '%s': shape %s of dtype %s needs %lld bits = %lld bytes but its "
                    "data offsets [%llu, %llu) span %llu bytes (size mismatch)",
                    path, key, sh, k_dtypes[dt].name, (long long)bits, (long long)(bits / 8),
-                   (unsigned long long)t->begin, (unsigned long long)t->end,
-                   (unsigned long long)(t->end - t->begin));
+                   (unsigned long long)t->begin, (unsigned long long)t->end, (unsigned long long)(t->end - t->begin));
   }
   return SL_OK;
 }
@@ -211,8 +198,8 @@ int sl_st_parse(const char *path, const uint8_t *buf, size_t len, sl_st_file **o
                    "length (truncated or not a safetensors file)",
                    path, (unsigned long long)hlen, len - 8);
   if (hlen > ST_MAX_HEADER)
-    return sl_fail(SL_EINPUT, "%s: header length %llu exceeds the limit of %u bytes", path,
-                   (unsigned long long)hlen, ST_MAX_HEADER);
+    return sl_fail(SL_EINPUT, "%s: header length %llu exceeds the limit of %u bytes", path, (unsigned long long)hlen,
+                   ST_MAX_HEADER);
   if (hlen < 2 || buf[8] != '{')
     return sl_fail(SL_EINPUT,
                    "%s: malformed JSON header: expected a JSON object starting with '{' in the "
@@ -223,8 +210,7 @@ int sl_st_parse(const char *path, const uint8_t *buf, size_t len, sl_st_file **o
   json_error_t je;
   root = json_loadb((const char *)buf + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
   if (!root)
-    return sl_fail(SL_EINPUT, "%s: malformed JSON header (line %d, column %d): %s%s", path,
-                   je.line, je.column, je.text,
+    return sl_fail(SL_EINPUT, "%s: malformed JSON header (line %d, column %d): %s%s", path, je.line, je.column, je.text,
                    strstr(je.text, "duplicate") ? " (duplicate tensor name)" : "");
   if (!json_is_object(root)) {
     rc = sl_fail(SL_EINPUT, "%s: malformed JSON header: expected a JSON object", path);
@@ -277,9 +263,8 @@ int sl_st_parse(const char *path, const uint8_t *buf, size_t len, sl_st_file **o
       rc = sl_fail(SL_EINPUT,
                    "%s: tensors '%s' [%llu, %llu) and '%s' [%llu, %llu) have overlapping data "
                    "offsets",
-                   path, f->t[last].name, (unsigned long long)f->t[last].begin,
-                   (unsigned long long)f->t[last].end, t->name, (unsigned long long)t->begin,
-                   (unsigned long long)t->end);
+                   path, f->t[last].name, (unsigned long long)f->t[last].begin, (unsigned long long)f->t[last].end,
+                   t->name, (unsigned long long)t->begin, (unsigned long long)t->end);
       goto fail;
     }
     if (last < 0 || t->end > f->t[last].end) last = f->by_name[k];
@@ -298,9 +283,7 @@ fail:
 int sl_st_open_file(const char *path, sl_st_file **out) {
   *out = NULL;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return sl_fail(errno == ENOENT ? SL_EINPUT : SL_EIO, "%s: cannot open: %s", path,
-                   strerror(errno));
+  if (fd < 0) return sl_fail(errno == ENOENT ? SL_EINPUT : SL_EIO, "%s: cannot open: %s", path, strerror(errno));
   struct stat st;
   if (fstat(fd, &st) != 0) {
     int e = errno;
@@ -333,9 +316,7 @@ int sl_st_open_file(const char *path, sl_st_file **out) {
 }
 
 int64_t sl_st_file_count(const sl_st_file *f) { return f->n; }
-const sl_st_tensor *sl_st_file_tensor(const sl_st_file *f, int64_t i) {
-  return (i >= 0 && i < f->n) ? &f->t[i] : NULL;
-}
+const sl_st_tensor *sl_st_file_tensor(const sl_st_file *f, int64_t i) { return (i >= 0 && i < f->n) ? &f->t[i] : NULL; }
 
 const sl_st_tensor *sl_st_file_find(const sl_st_file *f, const char *name) {
   int64_t lo = 0, hi = f->n;
@@ -351,13 +332,12 @@ const sl_st_tensor *sl_st_file_find(const sl_st_file *f, const char *name) {
 
 int sl_st_tensor_to_f32(const sl_st_tensor *t, int64_t off, int64_t n, float *dst) {
   if (off < 0 || n < 0 || off > t->numel || n > t->numel - off)
-    return sl_fail(SL_EINTERNAL, "%s: tensor '%s': element range [%lld, %lld) outside its %lld "
-                   "elements", t->file, t->name, (long long)off, (long long)(off + n),
-                   (long long)t->numel);
+    return sl_fail(SL_EINTERNAL,
+                   "%s: tensor '%s': element range [%lld, %lld) outside its %lld "
+                   "elements",
+                   t->file, t->name, (long long)off, (long long)(off + n), (long long)t->numel);
   switch (t->dtype) {
-  case SL_ST_F32:
-    memcpy(dst, t->data + 4 * off, (size_t)n * 4);
-    return SL_OK;
+  case SL_ST_F32: memcpy(dst, t->data + 4 * off, (size_t)n * 4); return SL_OK;
   case SL_ST_F16:
   case SL_ST_BF16: {
     const uint8_t *p = t->data + 2 * off;
@@ -381,8 +361,8 @@ int sl_st_tensor_to_f32(const sl_st_tensor *t, int64_t off, int64_t n, float *ds
 struct sl_st_set {
   char *dir;
   int nfiles;
-  sl_st_file **files;         /* (nfiles) */
-  char **fnames;              /* (nfiles) shard file names as in the index */
+  sl_st_file **files; /* (nfiles) */
+  char **fnames;      /* (nfiles) shard file names as in the index */
   int64_t n;
   const sl_st_tensor **byname; /* (n) sorted by name */
 };
@@ -438,12 +418,10 @@ static int open_index(sl_st_set *s, const char *ipath) {
   json_t *root = json_load_file(ipath, JSON_REJECT_DUPLICATES, &je);
   char *spath = NULL;
   if (!root)
-    return sl_fail(SL_EINPUT, "%s: malformed JSON (line %d, column %d): %s", ipath, je.line,
-                   je.column, je.text);
+    return sl_fail(SL_EINPUT, "%s: malformed JSON (line %d, column %d): %s", ipath, je.line, je.column, je.text);
   json_t *wm = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
   if (!json_is_object(wm)) {
-    rc = sl_fail(SL_EINPUT, "%s: expected an object field 'weight_map' (tensor name -> shard file)",
-                 ipath);
+    rc = sl_fail(SL_EINPUT, "%s: expected an object field 'weight_map' (tensor name -> shard file)", ipath);
     goto done;
   }
   size_t cap = json_object_size(wm);
@@ -456,8 +434,7 @@ static int open_index(sl_st_set *s, const char *ipath) {
   json_t *val;
   json_object_foreach(wm, key, val) {
     if (!json_is_string(val)) {
-      rc = sl_fail(SL_EINPUT, "%s: weight_map entry for tensor '%s' is not a file name string",
-                   ipath, key);
+      rc = sl_fail(SL_EINPUT, "%s: weight_map entry for tensor '%s' is not a file name string", ipath, key);
       goto done;
     }
     const char *fn = json_string_value(val);
@@ -479,9 +456,8 @@ static int open_index(sl_st_set *s, const char *ipath) {
         goto done;
       }
       if (!file_exists(spath)) {
-        rc = sl_fail(SL_EINPUT,
-                     "%s: weight_map maps tensor '%s' to shard '%s', but %s does not exist",
-                     ipath, key, fn, spath);
+        rc = sl_fail(SL_EINPUT, "%s: weight_map maps tensor '%s' to shard '%s', but %s does not exist", ipath, key, fn,
+                     spath);
         goto done;
       }
       sl_st_file *f;
@@ -566,26 +542,27 @@ const sl_st_tensor *sl_st_find(const sl_st_set *s, const char *name) {
   return NULL;
 }
 
-int sl_st_read_f32_slice(const sl_st_set *s, const char *name, int ndim, const int64_t *shape,
-                         int64_t off, int64_t n, float *dst) {
+int sl_st_read_f32_slice(const sl_st_set *s, const char *name, int ndim, const int64_t *shape, int64_t off, int64_t n,
+                         float *dst) {
   const sl_st_tensor *t = sl_st_find(s, name);
   if (!t)
-    return sl_fail(SL_EINPUT, "%s: missing tensor '%s': no weight file of the model directory "
-                   "holds it", s->dir, name);
+    return sl_fail(SL_EINPUT,
+                   "%s: missing tensor '%s': no weight file of the model directory "
+                   "holds it",
+                   s->dir, name);
   int same = t->ndim == ndim;
   for (int i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
   if (!same) {
     char a[256], b[256];
     fmt_shape(a, sizeof a, ndim, shape);
     fmt_shape(b, sizeof b, t->ndim, t->shape);
-    return sl_fail(SL_EINPUT, "%s: tensor '%s' has the wrong shape: expected %s, found %s",
-                   t->file, name, a, b);
+    return sl_fail(SL_EINPUT, "%s: tensor '%s' has the wrong shape: expected %s, found %s", t->file, name, a, b);
   }
   return sl_st_tensor_to_f32(t, off, n, dst);
 }
 
-int sl_st_read_f32_box(const sl_st_set *s, const char *name, int ndim, const int64_t *shape, int dim,
-                       int64_t off, int64_t len, float *dst) {
+int sl_st_read_f32_box(const sl_st_set *s, const char *name, int ndim, const int64_t *shape, int dim, int64_t off,
+                       int64_t len, float *dst) {
   int rc = sl_st_read_f32_slice(s, name, ndim, shape, 0, 0, dst); /* presence and shape */
   if (rc) return rc;
   if (len == 0) return SL_OK; /* an all-padding slice (a vocabulary padded for tensor parallelism) */
@@ -601,8 +578,7 @@ int sl_st_read_f32_box(const sl_st_set *s, const char *name, int ndim, const int
   return rc;
 }
 
-int sl_st_read_f32(const sl_st_set *s, const char *name, int ndim, const int64_t *shape,
-                   float *dst) {
+int sl_st_read_f32(const sl_st_set *s, const char *name, int ndim, const int64_t *shape, float *dst) {
   int64_t numel = 1;
   for (int i = 0; i < ndim; i++) numel *= shape[i];
   const sl_st_tensor *t = sl_st_find(s, name);
@@ -649,8 +625,6 @@ static int sb_json_string(sbuf *b, const char *s) {
   return r | sb_str(b, "\"");
 }
 
-
-
 static int64_t wt_bytes(const sl_st_wtensor *t) {
   int64_t n = 1;
   for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
@@ -667,14 +641,13 @@ static int check_wtensors(const char *path, const sl_st_wtensor *ts, int64_t n, 
   for (int64_t i = 0; i < n; i++) {
     const sl_st_wtensor *t = &ts[i];
     if (!t->name || !t->name[0] || !strcmp(t->name, "__metadata__"))
-      return sl_fail(SL_EINPUT, "%s: tensor #%lld has an empty or reserved name", path,
-                     (long long)i);
+      return sl_fail(SL_EINPUT, "%s: tensor #%lld has an empty or reserved name", path, (long long)i);
     if (t->dtype != SL_ST_F32 && t->dtype != SL_ST_BF16)
-      return sl_fail(SL_EINPUT, "%s: tensor '%s': can only write F32 or BF16, got %s", path,
-                     t->name, sl_st_dtype_name(t->dtype));
+      return sl_fail(SL_EINPUT, "%s: tensor '%s': can only write F32 or BF16, got %s", path, t->name,
+                     sl_st_dtype_name(t->dtype));
     if (t->ndim < 0 || t->ndim > SL_ST_MAX_DIMS)
-      return sl_fail(SL_EINPUT, "%s: tensor '%s': %d dimensions (0..%d allowed)", path, t->name,
-                     t->ndim, SL_ST_MAX_DIMS);
+      return sl_fail(SL_EINPUT, "%s: tensor '%s': %d dimensions (0..%d allowed)", path, t->name, t->ndim,
+                     SL_ST_MAX_DIMS);
     int64_t m = 1;
     for (int d = 0; d < t->ndim; d++)
       if (t->shape[d] < 0 || __builtin_mul_overflow(m, t->shape[d], &m) || m > (INT64_MAX >> 3))
@@ -696,8 +669,8 @@ static int check_wtensors(const char *path, const sl_st_wtensor *ts, int64_t n, 
 }
 
 /* Writes ts[0..n) to path atomically; buf holds max numel floats. */
-static int write_one(const char *path, const sl_st_wtensor *ts, int64_t n, int64_t index_base,
-                     sl_st_fill_fn fill, void *ctx, float *buf, uint16_t *cvt, size_t cvt_cap) {
+static int write_one(const char *path, const sl_st_wtensor *ts, int64_t n, int64_t index_base, sl_st_fill_fn fill,
+                     void *ctx, float *buf, uint16_t *cvt, size_t cvt_cap) {
   int rc = SL_OK, fd = -1;
   sbuf h = {0};
   char *tmp = NULL;
@@ -712,8 +685,7 @@ static int write_one(const char *path, const sl_st_wtensor *ts, int64_t n, int64
       snprintf(num, sizeof num, "%s%lld", d ? "," : "", (long long)ts[i].shape[d]);
       bad |= sb_str(&h, num);
     }
-    snprintf(num, sizeof num, "],\"data_offsets\":[%lld,%lld]}", (long long)off,
-             (long long)(off + sz));
+    snprintf(num, sizeof num, "],\"data_offsets\":[%lld,%lld]}", (long long)off, (long long)(off + sz));
     bad |= sb_str(&h, num);
     off += sz;
   }
@@ -730,8 +702,8 @@ static int write_one(const char *path, const sl_st_wtensor *ts, int64_t n, int64
   }
   fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    rc = sl_fail(errno == ENOENT || errno == EACCES ? SL_EINPUT : SL_EIO,
-                 "%s: cannot create: %s", tmp, strerror(errno));
+    rc =
+        sl_fail(errno == ENOENT || errno == EACCES ? SL_EINPUT : SL_EIO, "%s: cannot create: %s", tmp, strerror(errno));
     goto done;
   }
   uint64_t hl = h.n;
@@ -787,19 +759,16 @@ static int wbufs_init(wbufs *w, int64_t max_numel, const char *path) {
   w->buf = malloc((size_t)(max_numel ? max_numel : 1) * sizeof(float));
   w->cvt = malloc(w->cvt_cap * sizeof(uint16_t));
   if (!w->buf || !w->cvt)
-    return sl_fail(SL_ENOMEM, "out of memory: %lld floats for writing %s", (long long)max_numel,
-                   path);
+    return sl_fail(SL_ENOMEM, "out of memory: %lld floats for writing %s", (long long)max_numel, path);
   return SL_OK;
 }
 
-int sl_st_write_file(const char *path, const sl_st_wtensor *ts, int64_t n, sl_st_fill_fn fill,
-                     void *ctx) {
+int sl_st_write_file(const char *path, const sl_st_wtensor *ts, int64_t n, sl_st_fill_fn fill, void *ctx) {
   int64_t mx;
   int rc = check_wtensors(path, ts, n, &mx);
   if (rc) return rc;
   wbufs w = {0};
-  if (!(rc = wbufs_init(&w, mx, path)))
-    rc = write_one(path, ts, n, 0, fill, ctx, w.buf, w.cvt, w.cvt_cap);
+  if (!(rc = wbufs_init(&w, mx, path))) rc = write_one(path, ts, n, 0, fill, ctx, w.buf, w.cvt, w.cvt_cap);
   free(w.buf);
   free(w.cvt);
   return rc;
@@ -808,8 +777,8 @@ int sl_st_write_file(const char *path, const sl_st_wtensor *ts, int64_t n, sl_st
 /* Is name "model-DDDDD-of-DDDDD.safetensors"? */
 static int is_shard_name(const char *s) {
   int a, b, len = 0;
-  return sscanf(s, "model-%5d-of-%5d.safetensors%n", &a, &b, &len) == 2 && len > 0 &&
-         s[len] == 0 && strlen(s) == strlen("model-00001-of-00001.safetensors");
+  return sscanf(s, "model-%5d-of-%5d.safetensors%n", &a, &b, &len) == 2 && len > 0 && s[len] == 0 &&
+         strlen(s) == strlen("model-00001-of-00001.safetensors");
 }
 
 /* Removes shard files of DIR not in keep[0..nkeep). */
@@ -842,16 +811,15 @@ static int write_text_atomic(const char *path, const char *text) {
   if (!(rc = sl_write_all(fd, text, strlen(text), tmp)) && fsync(fd) != 0)
     rc = sl_fail(SL_EIO, "%s: fsync failed: %s", tmp, strerror(errno));
   if (close(fd) != 0 && !rc) rc = sl_fail(SL_EIO, "%s: close failed: %s", tmp, strerror(errno));
-  if (!rc && rename(tmp, path) != 0)
-    rc = sl_fail(SL_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+  if (!rc && rename(tmp, path) != 0) rc = sl_fail(SL_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
   if (rc) unlink(tmp);
   else sl_fsync_parent(path);
   free(tmp);
   return rc;
 }
 
-int sl_st_write_dir(const char *dir, const sl_st_wtensor *ts, int64_t n, sl_st_fill_fn fill,
-                    void *ctx, int64_t max_shard_bytes) {
+int sl_st_write_dir(const char *dir, const sl_st_wtensor *ts, int64_t n, sl_st_fill_fn fill, void *ctx,
+                    int64_t max_shard_bytes) {
   int64_t mx, total = 0;
   int rc = check_wtensors(dir, ts, n, &mx), nsh = 0;
   if (rc) return rc;
@@ -916,12 +884,10 @@ int sl_st_write_dir(const char *dir, const sl_st_wtensor *ts, int64_t n, sl_st_f
       rc = sl_fail(SL_ENOMEM, "out of memory");
       goto done;
     }
-    rc = write_one(p, ts + start[k], start[k + 1] - start[k], start[k], fill, ctx, w.buf, w.cvt,
-                   w.cvt_cap);
+    rc = write_one(p, ts + start[k], start[k + 1] - start[k], start[k], fill, ctx, w.buf, w.cvt, w.cvt_cap);
     free(p);
     if (rc) goto done;
-    for (int64_t i = start[k]; i < start[k + 1]; i++)
-      json_object_set_new(wm, ts[i].name, json_string(names[k]));
+    for (int64_t i = start[k]; i < start[k + 1]; i++) json_object_set_new(wm, ts[i].name, json_string(names[k]));
   }
   text = json_dumps(root, JSON_INDENT(2));
   if (!text) {

@@ -50,12 +50,12 @@ const char *sl_st_dtype_name(sl_st_dtype d); /* "F32", ... */
 typedef struct {
   const char *name;
   sl_st_dtype dtype;
-  int ndim;                        /* 0..SL_ST_MAX_DIMS (0 = scalar) */
-  int64_t shape[SL_ST_MAX_DIMS];   /* (ndim) */
-  int64_t numel;                   /* product of shape */
-  uint64_t begin, end;             /* byte offsets in the data section */
-  const uint8_t *data;             /* (end - begin) bytes; unaligned */
-  const char *file;                /* path of the file holding it */
+  int ndim;                      /* 0..SL_ST_MAX_DIMS (0 = scalar) */
+  int64_t shape[SL_ST_MAX_DIMS]; /* (ndim) */
+  int64_t numel;                 /* product of shape */
+  uint64_t begin, end;           /* byte offsets in the data section */
+  const uint8_t *data;           /* (end - begin) bytes; unaligned */
+  const char *file;              /* path of the file holding it */
 } sl_st_tensor;
 
 /* ---- one file ------------------------------------------------------------ */
@@ -99,13 +99,13 @@ const char *sl_st_set_dir(const sl_st_set *s);
 int sl_st_read_f32(const sl_st_set *s, const char *name, int ndim, const int64_t *shape, float *dst);
 /* Same checks, but reads only elements [elem_off, elem_off + n) of the
  * row-major tensor (for loading one rank's shard). */
-int sl_st_read_f32_slice(const sl_st_set *s, const char *name, int ndim, const int64_t *shape,
-                         int64_t elem_off, int64_t n, float *dst);
+int sl_st_read_f32_slice(const sl_st_set *s, const char *name, int ndim, const int64_t *shape, int64_t elem_off,
+                         int64_t n, float *dst);
 /* Same checks, but reads the slice [off, off + len) along dimension dim of
  * the row-major tensor, one contiguous run per index of the dims before it
  * (a tensor-parallel rank's slice; dst holds the slice row-major). */
-int sl_st_read_f32_box(const sl_st_set *s, const char *name, int ndim, const int64_t *shape, int dim,
-                       int64_t off, int64_t len, float *dst);
+int sl_st_read_f32_box(const sl_st_set *s, const char *name, int ndim, const int64_t *shape, int dim, int64_t off,
+                       int64_t len, float *dst);
 
 /* ---- writer ---------------------------------------------------------------- */
 typedef struct {
@@ -122,14 +122,13 @@ typedef int (*sl_st_fill_fn)(void *ctx, int64_t index, const sl_st_wtensor *t, f
 /* Writes one safetensors file with tensors ts[0..n) in that order; data is
  * requested one tensor at a time. Written to a temporary name, fsynced, then
  * renamed over path. */
-int sl_st_write_file(const char *path, const sl_st_wtensor *ts, int64_t n, sl_st_fill_fn fill,
-                     void *ctx);
+int sl_st_write_file(const char *path, const sl_st_wtensor *ts, int64_t n, sl_st_fill_fn fill, void *ctx);
 /* Writes DIR/model.safetensors, or when the total data exceeds
  * max_shard_bytes (<= 0: never shard), DIR/model-0000i-of-0000N.safetensors
  * plus DIR/model.safetensors.index.json. Removes weight files of the other
  * layout left in DIR by an earlier write, after the new ones are in place. */
-int sl_st_write_dir(const char *dir, const sl_st_wtensor *ts, int64_t n, sl_st_fill_fn fill,
-                    void *ctx, int64_t max_shard_bytes);
+int sl_st_write_dir(const char *dir, const sl_st_wtensor *ts, int64_t n, sl_st_fill_fn fill, void *ctx,
+                    int64_t max_shard_bytes);
 
 /* fp16 / bf16 <-> fp32 (bf16 rounds to nearest even; NaN stays NaN). */
 float sl_f16_to_f32(uint16_t h);

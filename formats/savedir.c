@@ -6,10 +6,10 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,9 +26,16 @@ static int split(const char *dir, char *clean, char *parent, char *name) {
   memcpy(clean, dir, n);
   clean[n] = 0;
   const char *sl = strrchr(clean, '/');
-  if (!sl) { strcpy(parent, "."); snprintf(name, PATH_CAP, "%s", clean); }
-  else if (sl == clean) { strcpy(parent, "/"); snprintf(name, PATH_CAP, "%s", sl + 1); }
-  else { snprintf(parent, PATH_CAP, "%.*s", (int)(sl - clean), clean); snprintf(name, PATH_CAP, "%s", sl + 1); }
+  if (!sl) {
+    strcpy(parent, ".");
+    snprintf(name, PATH_CAP, "%s", clean);
+  } else if (sl == clean) {
+    strcpy(parent, "/");
+    snprintf(name, PATH_CAP, "%s", sl + 1);
+  } else {
+    snprintf(parent, PATH_CAP, "%.*s", (int)(sl - clean), clean);
+    snprintf(name, PATH_CAP, "%s", sl + 1);
+  }
   if (!name[0] || !strcmp(name, ".") || !strcmp(name, ".."))
     return sl_fail(SL_EINPUT, "'%s': name the output directory itself (not . or ..)", dir);
   return SL_OK;
@@ -109,7 +116,10 @@ static int carry_over(const char *old, const char *tmp, int *subdirs) {
     snprintf(src, sizeof src, "%s/%s", old, e->d_name);
     snprintf(dst, sizeof dst, "%s/%s", tmp, e->d_name);
     if (lstat(dst, &sb) == 0 || lstat(src, &sb) != 0) continue; /* the new content has it */
-    if (S_ISDIR(sb.st_mode)) { *subdirs = 1; continue; }
+    if (S_ISDIR(sb.st_mode)) {
+      *subdirs = 1;
+      continue;
+    }
     if (!S_ISREG(sb.st_mode)) continue;
     if (link(src, dst) != 0) rc = copy_file(src, dst);
   }
@@ -158,7 +168,10 @@ int sl_savedir_commit(const char *dir, const char *tmp) {
   if (!rc) rc = fsync_tree(tmp);
   if (rc) goto fail;
   if (!exists) {
-    if (rename(tmp, clean) != 0) { rc = sl_fail(SL_EIO, "rename %s -> %s failed: %s", tmp, clean, strerror(errno)); goto fail; }
+    if (rename(tmp, clean) != 0) {
+      rc = sl_fail(SL_EIO, "rename %s -> %s failed: %s", tmp, clean, strerror(errno));
+      goto fail;
+    }
     sl_fsync_parent(clean);
     return SL_OK;
   }
@@ -172,7 +185,10 @@ int sl_savedir_commit(const char *dir, const char *tmp) {
     }
     /* no RENAME_EXCHANGE on this file system: dir -> old name, tmp -> dir */
     snprintf(old, sizeof old, "%s.old", tmp);
-    if (rename(clean, old) != 0) { rc = sl_fail(SL_EIO, "rename %s -> %s failed: %s", clean, old, strerror(errno)); goto fail; }
+    if (rename(clean, old) != 0) {
+      rc = sl_fail(SL_EIO, "rename %s -> %s failed: %s", clean, old, strerror(errno));
+      goto fail;
+    }
     if (rename(tmp, clean) != 0) {
       rc = sl_fail(SL_EIO, "rename %s -> %s failed: %s", tmp, clean, strerror(errno));
       if (rename(old, clean) != 0)
@@ -182,7 +198,8 @@ int sl_savedir_commit(const char *dir, const char *tmp) {
   }
   sl_fsync_parent(clean);
   if (subdirs) move_subdirs(old, clean);
-  if (sl_ckio_rmtree(old) != 0) sl_log(SL_LOG_WARN, "%s: could not remove the previous content: %s", old, strerror(errno));
+  if (sl_ckio_rmtree(old) != 0)
+    sl_log(SL_LOG_WARN, "%s: could not remove the previous content: %s", old, strerror(errno));
   return SL_OK;
 fail:
   sl_savedir_abort(tmp);

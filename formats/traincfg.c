@@ -15,18 +15,25 @@ typedef struct {
   const char *name; /* flag name without "--" */
   ktype type;
   size_t off;
-  size_t cap;       /* K_STR buffer size */
+  size_t cap; /* K_STR buffer size */
   const char *def;
   const char *help;
 } key_t_;
 
-#define I(n, f, d, h) {n, K_INT, offsetof(sl_train_cfg, f), 0, d, h}
-#define D(n, f, d, h) {n, K_DBL, offsetof(sl_train_cfg, f), 0, d, h}
-#define S(n, f, d, h) {n, K_STR, offsetof(sl_train_cfg, f), sizeof(((sl_train_cfg *)0)->f), d, h}
-#define B(n, f, d, h) {n, K_BOOL, offsetof(sl_train_cfg, f), 0, d, h}
+#define I(n, f, d, h)                                                                                                  \
+  { n, K_INT, offsetof(sl_train_cfg, f), 0, d, h }
+#define D(n, f, d, h)                                                                                                  \
+  { n, K_DBL, offsetof(sl_train_cfg, f), 0, d, h }
+#define S(n, f, d, h)                                                                                                  \
+  { n, K_STR, offsetof(sl_train_cfg, f), sizeof(((sl_train_cfg *)0)->f), d, h }
+#define B(n, f, d, h)                                                                                                  \
+  { n, K_BOOL, offsetof(sl_train_cfg, f), 0, d, h }
 static const key_t_ KEYS[] = {
-    S("model", model, "", "Hugging Face model directory (config.json [+ *.safetensors]); empty: configs/tiny-llama built in"),
-    S("data", data, "", "Megatron dataset prefix (PREFIX.bin + PREFIX.idx [+ .lmask]) or a blend \"W1 PREFIX1 W2 PREFIX2 ...\"; empty: the built-in corpus"),
+    S("model", model, "",
+      "Hugging Face model directory (config.json [+ *.safetensors]); empty: configs/tiny-llama built in"),
+    S("data", data, "",
+      "Megatron dataset prefix (PREFIX.bin + PREFIX.idx [+ .lmask]) or a blend \"W1 PREFIX1 W2 PREFIX2 ...\"; empty: "
+      "the built-in corpus"),
     S("data-order", data_order, "shuffled", "sequential | shuffled (seeded permutation of sample windows)"),
     I("steps", steps, "200", "optimizer steps"),
     I("micro-batch", micro_batch, "8", "samples per micro-batch per rank"),
@@ -62,7 +69,8 @@ static const key_t_ KEYS[] = {
     I("ckpt-every", ckpt_every, "0", "write a checkpoint every N steps (0: only at the end when --ckpt-dir is set)"),
     I("keep-last", keep_last, "2", "keep the newest K checkpoints (0: all)"),
     B("resume", resume, "false", "continue from the newest complete checkpoint in --ckpt-dir"),
-    I("max-restarts", max_restarts, "0", "restart the job from the latest checkpoint when a rank dies (needs --ckpt-dir)"),
+    I("max-restarts", max_restarts, "0",
+      "restart the job from the latest checkpoint when a rank dies (needs --ckpt-dir)"),
     S("metrics", metrics, "", "per-step metrics JSONL (default OUT_DIR/metrics.jsonl)"),
     S("save", save, "", "write the trained model here as an HF directory"),
     S("out-dir", out_dir, "runs/latest", "directory for default outputs (metrics, plot)"),
@@ -71,18 +79,31 @@ static const key_t_ KEYS[] = {
     B("summary", summary, "true", "print the per-rank summary at the end"),
     B("plot", plot, "true", "draw OUT_DIR/metrics.svg at the end"),
     S("eval-data", eval_data, "", "held-out dataset prefix for --eval-every (instead of --split)"),
-    S("split", split, "", "train,valid,test weights over --data's documents (Megatron), e.g. 98,2,0: train on the first range, evaluate on the second"),
+    S("split", split, "",
+      "train,valid,test weights over --data's documents (Megatron), e.g. 98,2,0: train on the first range, evaluate on "
+      "the second"),
     I("eval-every", eval_every, "0", "held-out loss every N steps and at the last step (0: off)"),
-    I("eval-samples", eval_samples, "0", "held-out windows per evaluation, in sequential order (0: every whole window of the held-out stream)"),
-    S("on-nonfinite", on_nonfinite, "stop", "a NaN/inf loss or gradient norm: stop (exit 4) | skip (drop the step's update)"),
+    I("eval-samples", eval_samples, "0",
+      "held-out windows per evaluation, in sequential order (0: every whole window of the held-out stream)"),
+    S("on-nonfinite", on_nonfinite, "stop",
+      "a NaN/inf loss or gradient norm: stop (exit 4) | skip (drop the step's update)"),
     I("max-skips", max_skips, "3", "--on-nonfinite skip: consecutive skipped steps that stop the run (exit 4)"),
-    B("doc-attention-mask", doc_attention_mask, "false", "packed samples: no attention across documents, positions restart per document (Llama)"),
-    I("eod-id", eod_id, "-1", "token that ends a document for --doc-attention-mask (-1: 256, the byte tokenizer's, for vocab <= 512)"),
-    B("skip-memory-check", skip_memory_check, "false", "start even when the predicted peak memory exceeds what is available"),
+    B("doc-attention-mask", doc_attention_mask, "false",
+      "packed samples: no attention across documents, positions restart per document (Llama)"),
+    I("eod-id", eod_id, "-1",
+      "token that ends a document for --doc-attention-mask (-1: 256, the byte tokenizer's, for vocab <= 512)"),
+    B("skip-memory-check", skip_memory_check, "false",
+      "start even when the predicted peak memory exceeds what is available"),
     B("allow-long-context", allow_long_context, "false", "allow --seq-len above the model's max_position_embeddings"),
-    S("compute-dtype", compute_dtype, "auto", "fp32 | bf16 (GEMM operands, activations and their gradients rounded to bf16, fp32 accumulation; implies --param-dtype bf16 unless given) | auto (fp32 for now; docs/bf16.md)"),
-    I("tp", tp, "1", "tensor-parallel degree T (Megatron; Llama/Mistral): T consecutive ranks split each layer; data parallel over world / T"),
-    B("sequence-parallel", sequence_parallel, "false", "with --tp T > 1: norms and the residual stream on (micro-batch x seq-len) / T tokens per rank, reduce-scatter / all-gather instead of all-reduce (Megatron; docs/models.md)"),
+    S("compute-dtype", compute_dtype, "auto",
+      "fp32 | bf16 (GEMM operands, activations and their gradients rounded to bf16, fp32 accumulation; implies "
+      "--param-dtype bf16 unless given) | auto (fp32 for now; docs/bf16.md)"),
+    I("tp", tp, "1",
+      "tensor-parallel degree T (Megatron; Llama/Mistral): T consecutive ranks split each layer; data parallel over "
+      "world / T"),
+    B("sequence-parallel", sequence_parallel, "false",
+      "with --tp T > 1: norms and the residual stream on (micro-batch x seq-len) / T tokens per rank, reduce-scatter / "
+      "all-gather instead of all-reduce (Megatron; docs/models.md)"),
     I("pp", pp, "1", "pipeline-parallel stages (world = DP x PP; docs/pipeline.md)"),
     S("pp-schedule", pp_schedule, "1f1b", "pipeline schedule: gpipe | 1f1b | interleaved | zb1p (zb1p: not yet)"),
     I("pp-virtual", pp_virtual, "1", "interleaved: chunks per pipeline rank"),
@@ -101,18 +122,17 @@ static const struct {
   double lo, hi;
   int lo_open, hi_open;
 } RANGES[] = {
-    {"steps", 0, I64MAX, 0, 0},         {"micro-batch", 1, 1e9, 0, 0},    {"seq-len", 1, 1e9, 0, 0},
-    {"grad-accum", 1, 1e9, 0, 0},       {"lr", 0, INF, 1, 1},             {"min-lr", 0, INF, 0, 1},
-    {"warmup", 0, I64MAX, 0, 0},        {"weight-decay", 0, INF, 0, 1},   {"beta1", 0, 1, 0, 1},
-    {"beta2", 0, 1, 0, 1},              {"eps", 0, INF, 1, 1},            {"clip", 0, INF, 0, 1},
-    {"seed", 0, I64MAX, 0, 0},          {"threads", 0, 4096, 0, 0},       {"zero", 0, 3, 0, 0},
-    {"prefetch", 0, 1e6, 0, 0},         {"prefetch-mb", 0, 1e9, 0, 0},    {"shard-group", 0, 1e9, 0, 0},
-    {"nproc", 0, 1e6, 0, 0},            {"comm-timeout", 0, INF, 1, 1},   {"offload-budget-mb", 1, 1e9, 0, 0},
-    {"ckpt-every", 0, I64MAX, 0, 0},    {"keep-last", 0, 1e9, 0, 0},      {"max-restarts", 0, 1e6, 0, 0},
-    {"peak-tflops", 0, INF, 0, 1},      {"log-every", 0, I64MAX, 0, 0},   {"eval-every", 0, I64MAX, 0, 0},
-    {"eval-samples", 0, 1e12, 0, 0},    {"max-skips", 1, 1e9, 0, 0},      {"eod-id", -1, 2147483647, 0, 0},
-    {"tp", 1, 4096, 0, 0},             
-    {"pp", 1, 1024, 0, 0},              {"pp-virtual", 1, 64, 0, 0},
+    {"steps", 0, I64MAX, 0, 0},      {"micro-batch", 1, 1e9, 0, 0},  {"seq-len", 1, 1e9, 0, 0},
+    {"grad-accum", 1, 1e9, 0, 0},    {"lr", 0, INF, 1, 1},           {"min-lr", 0, INF, 0, 1},
+    {"warmup", 0, I64MAX, 0, 0},     {"weight-decay", 0, INF, 0, 1}, {"beta1", 0, 1, 0, 1},
+    {"beta2", 0, 1, 0, 1},           {"eps", 0, INF, 1, 1},          {"clip", 0, INF, 0, 1},
+    {"seed", 0, I64MAX, 0, 0},       {"threads", 0, 4096, 0, 0},     {"zero", 0, 3, 0, 0},
+    {"prefetch", 0, 1e6, 0, 0},      {"prefetch-mb", 0, 1e9, 0, 0},  {"shard-group", 0, 1e9, 0, 0},
+    {"nproc", 0, 1e6, 0, 0},         {"comm-timeout", 0, INF, 1, 1}, {"offload-budget-mb", 1, 1e9, 0, 0},
+    {"ckpt-every", 0, I64MAX, 0, 0}, {"keep-last", 0, 1e9, 0, 0},    {"max-restarts", 0, 1e6, 0, 0},
+    {"peak-tflops", 0, INF, 0, 1},   {"log-every", 0, I64MAX, 0, 0}, {"eval-every", 0, I64MAX, 0, 0},
+    {"eval-samples", 0, 1e12, 0, 0}, {"max-skips", 1, 1e9, 0, 0},    {"eod-id", -1, 2147483647, 0, 0},
+    {"tp", 1, 4096, 0, 0},           {"pp", 1, 1024, 0, 0},          {"pp-virtual", 1, 64, 0, 0},
 };
 #define NRANGES (int)(sizeof RANGES / sizeof RANGES[0])
 
@@ -176,8 +196,7 @@ static int set_key(sl_train_cfg *c, const key_t_ *k, const char *v, const char *
   switch (k->type) {
   case K_INT: {
     long long x = strtoll(v, &end, 10);
-    if (!*v || *end || errno)
-      return sl_fail(SL_EINPUT, "%s: --%s expects an integer, found '%s'", where, k->name, v);
+    if (!*v || *end || errno) return sl_fail(SL_EINPUT, "%s: --%s expects an integer, found '%s'", where, k->name, v);
     int rc = check_range(k, (double)x, v, where);
     if (rc) return rc;
     *(int64_t *)p = x;
@@ -185,8 +204,7 @@ static int set_key(sl_train_cfg *c, const key_t_ *k, const char *v, const char *
   }
   case K_DBL: {
     double x = strtod(v, &end);
-    if (!*v || *end || errno)
-      return sl_fail(SL_EINPUT, "%s: --%s expects a number, found '%s'", where, k->name, v);
+    if (!*v || *end || errno) return sl_fail(SL_EINPUT, "%s: --%s expects a number, found '%s'", where, k->name, v);
     int rc = check_range(k, x, v, where);
     if (rc) return rc;
     *(double *)p = x;
@@ -199,8 +217,8 @@ static int set_key(sl_train_cfg *c, const key_t_ *k, const char *v, const char *
   case K_STR:
     if (k->off == offsetof(sl_train_cfg, param_dtype) && strcmp(where, "default")) c->param_dtype_given = 1;
     if (strlen(v) >= k->cap)
-      return sl_fail(SL_EINPUT, "%s: --%s value is too long (%zu characters, at most %zu)", where,
-                     k->name, strlen(v), k->cap - 1);
+      return sl_fail(SL_EINPUT, "%s: --%s value is too long (%zu characters, at most %zu)", where, k->name, strlen(v),
+                     k->cap - 1);
     snprintf(p, k->cap, "%s", v);
     return SL_OK;
   }
@@ -215,8 +233,7 @@ void sl_train_cfg_defaults(sl_train_cfg *c) {
 int sl_train_cfg_load_json(sl_train_cfg *c, const char *path) {
   json_error_t err;
   json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
-  if (!root)
-    return sl_fail(SL_EINPUT, "%s: not valid JSON (line %d: %s)", path, err.line, err.text);
+  if (!root) return sl_fail(SL_EINPUT, "%s: not valid JSON (line %d: %s)", path, err.line, err.text);
   int rc = SL_OK;
   if (!json_is_object(root)) {
     rc = sl_fail(SL_EINPUT, "%s: expected a JSON object of training settings", path);
@@ -255,7 +272,10 @@ int sl_train_cfg_parse_args(sl_train_cfg *c, int argc, char **argv) {
     }
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
-    if (!strcmp(a, "--config")) { i++; continue; }
+    if (!strcmp(a, "--config")) {
+      i++;
+      continue;
+    }
     if (strncmp(a, "--", 2) != 0)
       return sl_fail(SL_EINPUT, "unexpected argument '%s' (flags look like --name value)", a);
     char name[128];
@@ -290,8 +310,8 @@ void sl_train_cfg_usage(FILE *f) {
   for (int i = 0; i < NKEYS; i++) {
     char rt[96];
     range_text(KEYS[i].name, rt, sizeof rt);
-    fprintf(f, "  --%-24s %s (default: %s%s%s)\n", KEYS[i].name, KEYS[i].help,
-            KEYS[i].def[0] ? KEYS[i].def : "\"\"", rt[0] ? "; range " : "", rt);
+    fprintf(f, "  --%-24s %s (default: %s%s%s)\n", KEYS[i].name, KEYS[i].help, KEYS[i].def[0] ? KEYS[i].def : "\"\"",
+            rt[0] ? "; range " : "", rt);
   }
 }
 
@@ -303,8 +323,7 @@ int sl_train_cfg_canonical(const sl_train_cfg *c, char *buf, int64_t cap) {
     /* outputs and launch details may differ per rank */
     if (!strcmp(k->name, "metrics") || !strcmp(k->name, "out-dir") || !strcmp(k->name, "save") ||
         !strcmp(k->name, "nproc") || !strcmp(k->name, "threads") || !strcmp(k->name, "log-every") ||
-        !strcmp(k->name, "summary") || !strcmp(k->name, "plot") ||
-        !strcmp(k->name, "max-restarts"))
+        !strcmp(k->name, "summary") || !strcmp(k->name, "plot") || !strcmp(k->name, "max-restarts"))
       continue;
     const char *p = (const char *)c + k->off;
     int w = 0;

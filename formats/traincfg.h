@@ -15,9 +15,9 @@ extern "C" {
 
 typedef struct {
   /* model and data */
-  char model[SL_PATH_MAX];     /* HF directory (config.json [+ safetensors]) */
-  char data[SL_PATH_MAX];      /* Megatron dataset prefix; empty: built-in corpus */
-  char data_order[16];         /* "sequential" | "shuffled" */
+  char model[SL_PATH_MAX]; /* HF directory (config.json [+ safetensors]) */
+  char data[SL_PATH_MAX];  /* Megatron dataset prefix; empty: built-in corpus */
+  char data_order[16];     /* "sequential" | "shuffled" */
   /* batch */
   int64_t steps, micro_batch, seq_len, grad_accum;
   /* optimizer and schedule */
@@ -26,8 +26,8 @@ typedef struct {
   int64_t seed;
   /* memory / compute */
   char activation_checkpoint[16]; /* none | selective | full */
-  int64_t threads;             /* compute threads per rank (0: cores / local ranks) */
-  char backend[16];            /* cpu | cuda | auto */
+  int64_t threads;                /* compute threads per rank (0: cores / local ranks) */
+  char backend[16];               /* cpu | cuda | auto */
   /* sharding */
   int64_t zero, prefetch, prefetch_mb, shard_group, nproc;
   int reshard_after_forward, no_sync_accum;
@@ -38,37 +38,37 @@ typedef struct {
   char nvme_path[SL_PATH_MAX];
   int64_t offload_budget_mb;
   /* checkpoints */
-  char ckpt_dir[SL_PATH_MAX];  /* sharded training checkpoints (empty: none) */
+  char ckpt_dir[SL_PATH_MAX]; /* sharded training checkpoints (empty: none) */
   int64_t ckpt_every, keep_last, max_restarts;
   int resume;
   /* outputs */
-  char metrics[SL_PATH_MAX];   /* JSONL; default runs/<...>/metrics.jsonl when empty */
-  char save[SL_PATH_MAX];      /* HF directory written at the end */
-  char out_dir[SL_PATH_MAX];   /* where default outputs go */
-  double peak_tflops;          /* 0: measured GEMM peak of the backend */
+  char metrics[SL_PATH_MAX]; /* JSONL; default runs/<...>/metrics.jsonl when empty */
+  char save[SL_PATH_MAX];    /* HF directory written at the end */
+  char out_dir[SL_PATH_MAX]; /* where default outputs go */
+  double peak_tflops;        /* 0: measured GEMM peak of the backend */
   int64_t log_every;
-  int summary;                 /* print the per-rank summary at the end */
-  int plot;                    /* draw the metrics SVG at the end */
+  int summary; /* print the per-rank summary at the end */
+  int plot;    /* draw the metrics SVG at the end */
   /* held-out evaluation (engine/eval.c) */
   char eval_data[SL_PATH_MAX]; /* held-out dataset prefix (empty: --split or none) */
   char split[64];              /* "98,2,0": document weights over data (empty: none) */
   int64_t eval_every, eval_samples;
   /* non-finite policy (engine/guard.h) */
-  char on_nonfinite[8];        /* stop | skip */
-  int64_t max_skips;           /* consecutive skips that stop the run */
-  int doc_attention_mask;      /* attend within documents only, positions per document */
-  int64_t eod_id;              /* end-of-document token (-1: byte-level 256) */
-  int skip_memory_check;       /* start even when the predicted peak does not fit */
-  int allow_long_context;      /* --seq-len may exceed max_position_embeddings */
-  char compute_dtype[8];       /* fp32 | bf16 | auto (docs/bf16.md) */
-  int param_dtype_given;       /* --param-dtype set by a flag or --config (not a key) */
-  int64_t tp;                  /* tensor-parallel degree T (1: none) */
-  int sequence_parallel;       /* --sequence-parallel: with tp > 1, norms and residual on N/T tokens per rank */
+  char on_nonfinite[8];   /* stop | skip */
+  int64_t max_skips;      /* consecutive skips that stop the run */
+  int doc_attention_mask; /* attend within documents only, positions per document */
+  int64_t eod_id;         /* end-of-document token (-1: byte-level 256) */
+  int skip_memory_check;  /* start even when the predicted peak does not fit */
+  int allow_long_context; /* --seq-len may exceed max_position_embeddings */
+  char compute_dtype[8];  /* fp32 | bf16 | auto (docs/bf16.md) */
+  int param_dtype_given;  /* --param-dtype set by a flag or --config (not a key) */
+  int64_t tp;             /* tensor-parallel degree T (1: none) */
+  int sequence_parallel;  /* --sequence-parallel: with tp > 1, norms and residual on N/T tokens per rank */
   /* pipeline parallelism (engine/schedule_pp.c, docs/pipeline.md) */
-  int64_t pp;                  /* pipeline stages P (1: none) */
-  char pp_schedule[16];        /* gpipe | 1f1b | interleaved | zb1p */
-  int64_t pp_virtual;          /* interleaved: chunks per rank V */
-  char pp_layout[256];         /* decoder layers per virtual stage "5,4,4,5" (empty: balanced) */
+  int64_t pp;           /* pipeline stages P (1: none) */
+  char pp_schedule[16]; /* gpipe | 1f1b | interleaved | zb1p */
+  int64_t pp_virtual;   /* interleaved: chunks per rank V */
+  char pp_layout[256];  /* decoder layers per virtual stage "5,4,4,5" (empty: balanced) */
 } sl_train_cfg;
 
 void sl_train_cfg_defaults(sl_train_cfg *c);

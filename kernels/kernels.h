@@ -38,56 +38,45 @@ typedef struct sl_ops {
   size_t (*ctx_scratch_bytes)(const sl_kctx *ctx); /* high-water scratch */
 
   /* out (N, C) = wte[tok[i]] ; tok values must be in [0, V) */
-  void (*embedding_fwd)(sl_kctx *, float *out, const int32_t *tok,
-                        const float *wte, int64_t N, int64_t C);
+  void (*embedding_fwd)(sl_kctx *, float *out, const int32_t *tok, const float *wte, int64_t N, int64_t C);
   /* dwte (V, C) += scatter of dout (N, C) by tok */
-  void (*embedding_bwd)(sl_kctx *, float *dwte, const float *dout,
-                        const int32_t *tok, int64_t N, int64_t C);
+  void (*embedding_bwd)(sl_kctx *, float *dwte, const float *dout, const int32_t *tok, int64_t N, int64_t C);
 
   /* out = inp * rsqrt(mean(inp^2) + eps) * w ; rstd (N) saved for backward */
-  void (*rmsnorm_fwd)(sl_kctx *, float *out, float *rstd, const float *inp,
-                      const float *w, int64_t N, int64_t C, float eps);
-  void (*rmsnorm_bwd)(sl_kctx *, float *dinp, float *dw, const float *dout,
-                      const float *inp, const float *w, const float *rstd,
-                      int64_t N, int64_t C);
+  void (*rmsnorm_fwd)(sl_kctx *, float *out, float *rstd, const float *inp, const float *w, int64_t N, int64_t C,
+                      float eps);
+  void (*rmsnorm_bwd)(sl_kctx *, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                      const float *rstd, int64_t N, int64_t C);
 
   /* out (N, OC) = inp (N, IC) @ w (OC, IC)^T (+ b (OC) if b != NULL) */
-  void (*linear_fwd)(sl_kctx *, float *out, const float *inp, const float *w,
-                     const float *b, int64_t N, int64_t IC, int64_t OC);
+  void (*linear_fwd)(sl_kctx *, float *out, const float *inp, const float *w, const float *b, int64_t N, int64_t IC,
+                     int64_t OC);
   /* dinp += dout @ w ; dw += dout^T @ inp ; db += colsum(dout).
    * Any of dinp, dw, db may be NULL (skipped). */
-  void (*linear_bwd)(sl_kctx *, float *dinp, float *dw, float *db,
-                     const float *dout, const float *inp, const float *w,
+  void (*linear_bwd)(sl_kctx *, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                      int64_t N, int64_t IC, int64_t OC);
 
   /* Rotary embedding, HF rotate-half layout, in place on the q and k heads of
    * packed qkv (B, T, (nh+2nkv)*hd). Position of token t is t (restarts at 0
    * in every sample). inv_freq[i] = theta^(-2i/hd), i < hd/2. */
-  void (*rope_fwd)(sl_kctx *, float *qkv, int64_t B, int64_t T, int64_t nh,
-                   int64_t nkv, int64_t hd, float theta);
+  void (*rope_fwd)(sl_kctx *, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta);
   /* The transpose (inverse) rotation, in place on dq and dk of dqkv. */
-  void (*rope_bwd)(sl_kctx *, float *dqkv, int64_t B, int64_t T, int64_t nh,
-                   int64_t nkv, int64_t hd, float theta);
+  void (*rope_bwd)(sl_kctx *, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta);
 
   /* Causal grouped-query attention. q head h uses kv head h / (nh/nkv).
    * Query i sees key j iff j <= i and (window <= 0 or i - j < window).
    * Scale 1/sqrt(hd). out (B, T, nh*hd); lse (B, nh, T) = log-sum-exp of the
    * scaled scores of each query row, saved for backward. Never holds scores
    * for more than one (batch, kv-head) block at a time. */
-  void (*attention_fwd)(sl_kctx *, float *out, float *lse, const float *qkv,
-                        int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                        int64_t hd, int64_t window);
+  void (*attention_fwd)(sl_kctx *, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
+                        int64_t nkv, int64_t hd, int64_t window);
   /* dqkv (packed like qkv) += gradient given dout, recomputing scores. */
-  void (*attention_bwd)(sl_kctx *, float *dqkv, const float *dout,
-                        const float *qkv, const float *out, const float *lse,
-                        int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                        int64_t hd, int64_t window);
+  void (*attention_bwd)(sl_kctx *, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+                        int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window);
 
   /* out (N, H) = silu(gu[:, :H]) * gu[:, H:] where gu is (N, 2H) */
-  void (*swiglu_fwd)(sl_kctx *, float *out, const float *gu, int64_t N,
-                     int64_t H);
-  void (*swiglu_bwd)(sl_kctx *, float *dgu, const float *dout, const float *gu,
-                     int64_t N, int64_t H);
+  void (*swiglu_fwd)(sl_kctx *, float *out, const float *gu, int64_t N, int64_t H);
+  void (*swiglu_bwd)(sl_kctx *, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H);
 
   /* y[i] += x[i] */
   void (*add_inplace)(sl_kctx *, float *y, const float *x, int64_t n);
@@ -96,15 +85,12 @@ typedef struct sl_ops {
    * a (chunk, V) block of logits exists at once.
    * losses (N) = lse_i - logit_i[target_i]; lse (N) saved for backward.
    * Rows whose target < 0 are ignored (loss 0, no gradient). */
-  void (*lmhead_ce_fwd)(sl_kctx *, float *losses, float *lse, const float *x,
-                        const float *w, const int32_t *targets, int64_t N,
-                        int64_t C, int64_t V);
+  void (*lmhead_ce_fwd)(sl_kctx *, float *losses, float *lse, const float *x, const float *w, const int32_t *targets,
+                        int64_t N, int64_t C, int64_t V);
   /* Recomputes logits chunk by chunk; dlogits = (softmax - onehot) * scale;
    * dx (N, C) += dlogits @ w ; dw (V, C) += dlogits^T @ x. */
-  void (*lmhead_ce_bwd)(sl_kctx *, float *dx, float *dw, const float *x,
-                        const float *w, const int32_t *targets,
-                        const float *lse, float scale, int64_t N, int64_t C,
-                        int64_t V);
+  void (*lmhead_ce_bwd)(sl_kctx *, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
+                        const float *lse, float scale, int64_t N, int64_t C, int64_t V);
 
   /* AdamW, PyTorch semantics (torch.optim.AdamW, single-tensor path):
    *   g = g * grad_scale                (clip coefficient, 1 if none)
@@ -113,9 +99,8 @@ typedef struct sl_ops {
    *   p -= (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps)
    * with bc1 = 1 - b1^step, bc2 = 1 - b2^step computed in double (step >= 1).
    * Updates p, m, v in place over n elements. */
-  void (*adamw)(sl_kctx *, float *p, float *m, float *v, const float *g,
-                int64_t n, float lr, float b1, float b2, float eps, float wd,
-                int64_t step, float grad_scale);
+  void (*adamw)(sl_kctx *, float *p, float *m, float *v, const float *g, int64_t n, float lr, float b1, float b2,
+                float eps, float wd, int64_t step, float grad_scale);
 
   /* sum of x[i]^2 accumulated in double */
   double (*sumsq)(sl_kctx *, const float *x, int64_t n);
@@ -136,24 +121,18 @@ typedef struct sl_ops {
   /* Depthwise causal conv over time, per sample:
    * out[b,t,d] = bias[d] + sum_k w[d,k] * x[b, t-(K-1)+k, d] (zero before t=0);
    * x rows have stride ldx; w (D, K); bias (D) or NULL. out (B, T, D). */
-  void (*conv1d_fwd)(sl_kctx *, float *out, const float *x, int64_t ldx,
-                     const float *w, const float *bias, int64_t B, int64_t T,
-                     int64_t D, int64_t K);
+  void (*conv1d_fwd)(sl_kctx *, float *out, const float *x, int64_t ldx, const float *w, const float *bias, int64_t B,
+                     int64_t T, int64_t D, int64_t K);
   /* dx (rows of stride ldx) += ..., dw (D, K) += ..., dbias (D) += ... (NULL ok) */
-  void (*conv1d_bwd)(sl_kctx *, float *dx, int64_t ldx, float *dw,
-                     float *dbias, const float *dout, const float *x,
-                     int64_t ldx_in, const float *w, int64_t B, int64_t T,
-                     int64_t D, int64_t K);
+  void (*conv1d_bwd)(sl_kctx *, float *dx, int64_t ldx, float *dw, float *dbias, const float *dout, const float *x,
+                     int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D, int64_t K);
   /* out[i] = silu(x[i]) ; dx[i] += dout[i] * silu'(x[i]) */
   void (*silu_fwd)(sl_kctx *, float *out, const float *x, int64_t n);
-  void (*silu_bwd)(sl_kctx *, float *dx, const float *dout, const float *x,
-                   int64_t n);
+  void (*silu_bwd)(sl_kctx *, float *dx, const float *dout, const float *x, int64_t n);
   /* Gate: out (N, D) = y (N, D) * silu(z) where z rows have stride ldz. */
-  void (*gate_fwd)(sl_kctx *, float *out, const float *y, const float *z,
-                   int64_t ldz, int64_t N, int64_t D);
+  void (*gate_fwd)(sl_kctx *, float *out, const float *y, const float *z, int64_t ldz, int64_t N, int64_t D);
   /* dy += dout*silu(z) ; dz (stride ldz) += dout*y*silu'(z) */
-  void (*gate_bwd)(sl_kctx *, float *dy, float *dz, int64_t ldz,
-                   const float *dout, const float *y, const float *z,
+  void (*gate_bwd)(sl_kctx *, float *dy, float *dz, int64_t ldz, const float *dout, const float *y, const float *z,
                    int64_t N, int64_t D);
   /* Selective scan with softplus on dt, per sample (state starts at 0):
    *   delta[t,d] = softplus(dt[t,d])        (dt already includes dt_proj bias)
@@ -165,18 +144,14 @@ typedef struct sl_ops {
    * ckpt (B, ceil(T/chunk), D, S) receives the state at the start of every
    * chunk of `chunk` steps (chunk >= 1) so backward can recompute states
    * chunk by chunk instead of storing all T of them. */
-  void (*scan_fwd)(sl_kctx *, float *y, float *ckpt, const float *u,
-                   const float *dt, const float *A_log, const float *Bm,
-                   const float *Cm, int64_t ldbc, const float *Dp, int64_t B,
-                   int64_t T, int64_t D, int64_t S, int64_t chunk);
+  void (*scan_fwd)(sl_kctx *, float *y, float *ckpt, const float *u, const float *dt, const float *A_log,
+                   const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, int64_t B, int64_t T, int64_t D,
+                   int64_t S, int64_t chunk);
   /* Adds gradients into du, ddt (B,T,D), dA_log (D,S), dBm, dCm (stride
    * ldbc), dDp (D), given dy; recomputes states from ckpt. */
-  void (*scan_bwd)(sl_kctx *, float *du, float *ddt, float *dA_log,
-                   float *dBm, float *dCm, float *dDp, const float *dy,
-                   const float *u, const float *dt, const float *A_log,
-                   const float *Bm, const float *Cm, int64_t ldbc,
-                   const float *Dp, const float *ckpt, int64_t B, int64_t T,
-                   int64_t D, int64_t S, int64_t chunk);
+  void (*scan_bwd)(sl_kctx *, float *du, float *ddt, float *dA_log, float *dBm, float *dCm, float *dDp, const float *dy,
+                   const float *u, const float *dt, const float *A_log, const float *Bm, const float *Cm, int64_t ldbc,
+                   const float *Dp, const float *ckpt, int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk);
 
   /* ---- memory ------------------------------------------------------------
    * Backend memory: plain host memory on the CPU, device memory on CUDA.
@@ -222,19 +197,17 @@ typedef struct sl_ops {
    * starts; 0 <= seg[t] <= t, and seg is constant within a document (it
    * steps up at each document start). */
   /* Rotary embedding at position t - seg[t] (restarting per document). */
-  void (*rope_doc_fwd)(sl_kctx *, float *qkv, int64_t B, int64_t T, int64_t nh,
-                       int64_t nkv, int64_t hd, float theta, const int32_t *seg);
-  void (*rope_doc_bwd)(sl_kctx *, float *dqkv, int64_t B, int64_t T, int64_t nh,
-                       int64_t nkv, int64_t hd, float theta, const int32_t *seg);
+  void (*rope_doc_fwd)(sl_kctx *, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta,
+                       const int32_t *seg);
+  void (*rope_doc_bwd)(sl_kctx *, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta,
+                       const int32_t *seg);
   /* Attention where query i also needs key j >= seg[i] (block-diagonal
    * causal mask: no attention across documents). */
-  void (*attention_doc_fwd)(sl_kctx *, float *out, float *lse, const float *qkv,
-                            int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                            int64_t hd, int64_t window, const int32_t *seg);
-  void (*attention_doc_bwd)(sl_kctx *, float *dqkv, const float *dout,
-                            const float *qkv, const float *out, const float *lse,
-                            int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                            int64_t hd, int64_t window, const int32_t *seg);
+  void (*attention_doc_fwd)(sl_kctx *, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
+                            int64_t nkv, int64_t hd, int64_t window, const int32_t *seg);
+  void (*attention_doc_bwd)(sl_kctx *, float *dqkv, const float *dout, const float *qkv, const float *out,
+                            const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window,
+                            const int32_t *seg);
   /* Free and total bytes of the backend's memory (CUDA: cudaMemGetInfo of
    * the context's device); NULL where the backend's memory is host memory. */
   int (*mem_info)(sl_kctx *, size_t *free_bytes, size_t *total_bytes);
@@ -247,13 +220,11 @@ typedef struct sl_ops {
    * a max or sum, and never given a gradient). models/vocab_parallel.h
    * combines the ranks' results through the TP group. */
   /* out (N, C) = wte[tok[i] - v0] when v0 <= tok[i] < v0 + Vl, else 0 */
-  void (*vocab_embedding_fwd)(sl_kctx *, float *out, const int32_t *tok,
-                              const float *wte, int64_t N, int64_t C,
+  void (*vocab_embedding_fwd)(sl_kctx *, float *out, const int32_t *tok, const float *wte, int64_t N, int64_t C,
                               int64_t v0, int64_t Vl);
   /* dwte (Vl, C) += scatter of the rows of dout (N, C) whose token is in
    * [v0, v0 + Vl); other rows are skipped. */
-  void (*vocab_embedding_bwd)(sl_kctx *, float *dwte, const float *dout,
-                              const int32_t *tok, int64_t N, int64_t C,
+  void (*vocab_embedding_bwd)(sl_kctx *, float *dwte, const float *dout, const int32_t *tok, int64_t N, int64_t C,
                               int64_t v0, int64_t Vl);
   /* Loss-parallel LM head, forward statistics of this rank's slice, chunked
    * like lmhead_ce_fwd (at most one (chunk, Vvalid) block of logits).
@@ -263,18 +234,15 @@ typedef struct sl_ops {
    *                    l_i,targets[i]-v0 when v0 <= targets[i] < v0 + Vvalid,
    *                    else 0 }
    * (a target must be a real id: < V, never a padding row). */
-  void (*lmhead_vp_fwd)(sl_kctx *, float *lmax, float *st, const float *x,
-                        const float *w, const int32_t *targets, int64_t N,
-                        int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid);
+  void (*lmhead_vp_fwd)(sl_kctx *, float *lmax, float *st, const float *x, const float *w, const int32_t *targets,
+                        int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid);
   /* After gmax = max over the ranks of lmax: st[2i] *= exp(lmax[i] -
    * gmax[i]) (0 when lmax[i] = -inf), so the ranks' st sum to the global
    * { sum exp(l - gmax), target logit }. */
-  void (*lmhead_vp_rescale)(sl_kctx *, float *st, const float *lmax,
-                            const float *gmax, int64_t N);
+  void (*lmhead_vp_rescale)(sl_kctx *, float *st, const float *lmax, const float *gmax, int64_t N);
   /* After st is summed over the ranks: lse (N) = gmax + log(st[2i]);
    * losses (N) = lse - st[2i+1] when targets[i] >= 0, else 0. */
-  void (*lmhead_vp_loss)(sl_kctx *, float *losses, float *lse,
-                         const float *st, const float *gmax,
+  void (*lmhead_vp_loss)(sl_kctx *, float *losses, float *lse, const float *st, const float *gmax,
                          const int32_t *targets, int64_t N);
   /* Recomputes this slice's logits chunk by chunk; with the global lse (N):
    * dlogits_ij = (exp(l_ij - lse_i) - [targets[i] == v0 + j]) * scale for
@@ -282,10 +250,8 @@ typedef struct sl_ops {
    * dx (N, C) += dlogits @ w ; dw (Vl, C) += dlogits^T @ x (rows >= Vvalid
    * untouched). dx is this slice's part: the caller sums it over the ranks.
    * dx or dw may be NULL (skipped). */
-  void (*lmhead_vp_bwd)(sl_kctx *, float *dx, float *dw, const float *x,
-                        const float *w, const int32_t *targets,
-                        const float *lse, float scale, int64_t N, int64_t C,
-                        int64_t v0, int64_t Vl, int64_t Vvalid);
+  void (*lmhead_vp_bwd)(sl_kctx *, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
+                        const float *lse, float scale, int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid);
   /* ---- compute dtype (docs/bf16.md) -------------------------------------
    * SL_COMPUTE_FP32 (every context starts so): the ops as documented above.
    * SL_COMPUTE_BF16: the ops round what a bf16 engine stores in bf16 to
@@ -304,15 +270,16 @@ enum { SL_COMPUTE_FP32 = 0, SL_COMPUTE_BF16 = 1 }; /* ctx_set_compute values */
 
 /* Every op field of sl_ops, in struct order (what sl_ops_check and the
  * size check below walk). A new op is added to the struct AND here. */
-#define SL_OPS_LIST(X) \
-  X(ctx_create) X(ctx_destroy) X(ctx_scratch_bytes) X(embedding_fwd) X(embedding_bwd) X(rmsnorm_fwd) \
-  X(rmsnorm_bwd) X(linear_fwd) X(linear_bwd) X(rope_fwd) X(rope_bwd) X(attention_fwd) X(attention_bwd) \
-  X(swiglu_fwd) X(swiglu_bwd) X(add_inplace) X(lmhead_ce_fwd) X(lmhead_ce_bwd) X(adamw) X(sumsq) \
-  X(scale) X(f32_to_bf16) X(bf16_to_f32) X(round_bf16) X(conv1d_fwd) X(conv1d_bwd) X(silu_fwd) \
-  X(silu_bwd) X(gate_fwd) X(gate_bwd) X(scan_fwd) X(scan_bwd) X(alloc) X(free) X(zero) X(copy) \
-  X(upload) X(download) X(sum) X(sync) X(is_device) X(stream) X(rope_doc_fwd) X(rope_doc_bwd) \
-  X(attention_doc_fwd) X(attention_doc_bwd) X(mem_info) X(vocab_embedding_fwd) X(vocab_embedding_bwd) \
-  X(lmhead_vp_fwd) X(lmhead_vp_rescale) X(lmhead_vp_loss) X(lmhead_vp_bwd) X(ctx_set_compute)
+#define SL_OPS_LIST(X)                                                                                                 \
+  X(ctx_create)                                                                                                        \
+  X(ctx_destroy) X(ctx_scratch_bytes) X(embedding_fwd) X(embedding_bwd) X(rmsnorm_fwd) X(rmsnorm_bwd) X(linear_fwd)    \
+      X(linear_bwd) X(rope_fwd) X(rope_bwd) X(attention_fwd) X(attention_bwd) X(swiglu_fwd) X(swiglu_bwd)              \
+          X(add_inplace) X(lmhead_ce_fwd) X(lmhead_ce_bwd) X(adamw) X(sumsq) X(scale) X(f32_to_bf16) X(bf16_to_f32)    \
+              X(round_bf16) X(conv1d_fwd) X(conv1d_bwd) X(silu_fwd) X(silu_bwd) X(gate_fwd) X(gate_bwd) X(scan_fwd)    \
+                  X(scan_bwd) X(alloc) X(free) X(zero) X(copy) X(upload) X(download) X(sum) X(sync) X(is_device)       \
+                      X(stream) X(rope_doc_fwd) X(rope_doc_bwd) X(attention_doc_fwd) X(attention_doc_bwd) X(mem_info)  \
+                          X(vocab_embedding_fwd) X(vocab_embedding_bwd) X(lmhead_vp_fwd) X(lmhead_vp_rescale)          \
+                              X(lmhead_vp_loss) X(lmhead_vp_bwd) X(ctx_set_compute)
 #define SL_OPS_COUNT_ONE_(f) +1
 enum { SL_OPS_COUNT = 0 SL_OPS_LIST(SL_OPS_COUNT_ONE_) }; /* op fields of sl_ops */
 
@@ -333,14 +300,20 @@ const sl_ops *sl_ops_cuda(void);
 
 /* Scalar helpers shared by backends and tests. */
 static inline uint16_t sl_f32_to_bf16_scalar(float f) {
-  union { float f; uint32_t u; } x = {f};
+  union {
+    float f;
+    uint32_t u;
+  } x = {f};
   if ((x.u & 0x7f800000u) == 0x7f800000u && (x.u & 0x007fffffu)) /* NaN */
     return (uint16_t)((x.u >> 16) | 0x40u);
   uint32_t r = x.u + 0x7fffu + ((x.u >> 16) & 1u);
   return (uint16_t)(r >> 16);
 }
 static inline float sl_bf16_to_f32_scalar(uint16_t h) {
-  union { uint32_t u; float f; } x = {(uint32_t)h << 16};
+  union {
+    uint32_t u;
+    float f;
+  } x = {(uint32_t)h << 16};
   return x.f;
 }
 

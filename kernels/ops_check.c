@@ -18,10 +18,10 @@ int sl_ops_check(const sl_ops *ops) {
   char missing[1024] = "";
   size_t lm = 0;
   int n = 0;
-#define SL_OPS_CHECK_ONE_(f)                                                                             \
-  if (!ops->f && !sl_ops_optional(#f)) {                                                                 \
-    n++;                                                                                                 \
-    if (lm < sizeof missing) lm += (size_t)snprintf(missing + lm, sizeof missing - lm, "%s%s", lm ? ", " : "", #f); \
+#define SL_OPS_CHECK_ONE_(f)                                                                                           \
+  if (!ops->f && !sl_ops_optional(#f)) {                                                                               \
+    n++;                                                                                                               \
+    if (lm < sizeof missing) lm += (size_t)snprintf(missing + lm, sizeof missing - lm, "%s%s", lm ? ", " : "", #f);    \
   }
   SL_OPS_LIST(SL_OPS_CHECK_ONE_)
 #undef SL_OPS_CHECK_ONE_

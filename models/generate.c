@@ -18,25 +18,25 @@
 
 #include "base/base.h"
 #include "formats/hfconfig.h"
-#include "models/model.h"
 #include "formats/safetensors.h"
+#include "models/model.h"
 
 struct sl_gen {
   sl_model_config c;
-  sl_model *m;             /* specs only */
-  float **flat;            /* (nunits) full fp32 parameters of each unit */
+  sl_model *m;  /* specs only */
+  float **flat; /* (nunits) full fp32 parameters of each unit */
   int64_t L, C, V;
   /* Llama / Mistral */
   int64_t nh, nkv, hd, cap; /* cap: positions the K/V cache holds */
-  float **kc, **vc;        /* (L) x (cap, nkv*hd) */
-  float *inv_freq;         /* (hd/2) */
+  float **kc, **vc;         /* (L) x (cap, nkv*hd) */
+  float *inv_freq;          /* (hd/2) */
   /* Mamba */
   int64_t D, S, R, K;
-  float **conv, **ssm;     /* (L) x (D, K) last K conv inputs; (D, S) state */
+  float **conv, **ssm; /* (L) x (D, K) last K conv inputs; (D, S) state */
   /* scratch */
   float *x, *h, *a, *b, *c2, *q, *att, *logits, *probs;
   int64_t *order;
-  int64_t pos;             /* tokens fed so far */
+  int64_t pos; /* tokens fed so far */
 };
 
 static const float *tens(const sl_gen *g, int u, const char *suffix) {
@@ -181,16 +181,33 @@ static void mamba_step(sl_gen *g, int32_t tok) {
 void sl_gen_free(sl_gen *g) {
   if (!g) return;
   for (int64_t l = 0; l < g->L; l++) {
-    if (g->kc) { sl_free(g->kc[l]); sl_free(g->vc[l]); }
-    if (g->conv) { free(g->conv[l]); free(g->ssm[l]); }
+    if (g->kc) {
+      sl_free(g->kc[l]);
+      sl_free(g->vc[l]);
+    }
+    if (g->conv) {
+      free(g->conv[l]);
+      free(g->ssm[l]);
+    }
   }
-  free(g->kc); free(g->vc); free(g->conv); free(g->ssm);
+  free(g->kc);
+  free(g->vc);
+  free(g->conv);
+  free(g->ssm);
   if (g->flat && g->m)
     for (int u = 0; u < g->m->nunits; u++) sl_free(g->flat[u]);
   free(g->flat);
   free(g->inv_freq);
-  free(g->x); free(g->h); free(g->a); free(g->b); free(g->c2); free(g->q); free(g->att);
-  free(g->logits); free(g->probs); free(g->order);
+  free(g->x);
+  free(g->h);
+  free(g->a);
+  free(g->b);
+  free(g->c2);
+  free(g->q);
+  free(g->att);
+  free(g->logits);
+  free(g->probs);
+  free(g->order);
   sl_model_destroy(g->m);
   free(g);
 }
@@ -248,8 +265,14 @@ int sl_gen_load(const char *dir, sl_gen **out) {
   }
   if (!rc) {
     size_t n = (size_t)(wide > g->V ? wide : g->V) + 16;
-    g->x = calloc(n, 4); g->h = calloc(n, 4); g->a = calloc(n, 4); g->b = calloc(n, 4);
-    g->c2 = calloc(n, 4); g->q = calloc(n, 4); g->att = calloc(n, 4); g->logits = calloc(n, 4);
+    g->x = calloc(n, 4);
+    g->h = calloc(n, 4);
+    g->a = calloc(n, 4);
+    g->b = calloc(n, 4);
+    g->c2 = calloc(n, 4);
+    g->q = calloc(n, 4);
+    g->att = calloc(n, 4);
+    g->logits = calloc(n, 4);
     g->order = calloc((size_t)g->V, sizeof(int64_t));
     if (!g->x || !g->h || !g->a || !g->b || !g->c2 || !g->q || !g->att || !g->logits || !g->order) rc = SL_ENOMEM;
   }
@@ -262,9 +285,7 @@ int sl_gen_load(const char *dir, sl_gen **out) {
 }
 
 int64_t sl_gen_vocab(const sl_gen *g) { return g->V; }
-int64_t sl_gen_context(const sl_gen *g) {
-  return g->c.arch == SL_ARCH_MAMBA ? 0 : g->c.max_position_embeddings;
-}
+int64_t sl_gen_context(const sl_gen *g) { return g->c.arch == SL_ARCH_MAMBA ? 0 : g->c.max_position_embeddings; }
 int32_t sl_gen_eos(const sl_gen *g) { return (int32_t)g->c.eos_token_id; }
 
 /* Resets the caches for a sequence of up to n positions. */
@@ -280,7 +301,8 @@ static int reset(sl_gen *g, int64_t n) {
   int64_t KV = g->nkv * g->hd;
   if (n > g->cap) {
     for (int64_t l = 0; l < g->L; l++) {
-      sl_free(g->kc[l]); sl_free(g->vc[l]);
+      sl_free(g->kc[l]);
+      sl_free(g->vc[l]);
       g->kc[l] = sl_alloc((size_t)(n * KV) * 4, "K cache");
       g->vc[l] = sl_alloc((size_t)(n * KV) * 4, "V cache");
       if (!g->kc[l] || !g->vc[l]) return SL_ENOMEM;
@@ -327,7 +349,10 @@ static int32_t sample(sl_gen *g, const sl_gen_opts *o, uint64_t *rng) {
   double top = o->top_p > 0 && o->top_p < 1 ? o->top_p : 1.0, cum = 0;
   for (int64_t i = 0; i < V; i++) {
     cum += p[g->order[i]];
-    if (cum >= top) { keep = i + 1; break; }
+    if (cum >= top) {
+      keep = i + 1;
+      break;
+    }
   }
   double mass = 0;
   for (int64_t i = 0; i < keep; i++) mass += p[g->order[i]];
@@ -344,12 +369,14 @@ int sl_generate(sl_gen *g, const int32_t *prompt, int64_t n, const sl_gen_opts *
   int64_t ctx = sl_gen_context(g);
   if (n < 1) return sl_fail(SL_EINPUT, "the prompt is empty (at least one token is needed)");
   if (ctx > 0 && n > ctx)
-    return sl_fail(SL_EINPUT, "the prompt has %lld tokens, longer than the model's context of %lld "
-                   "(max_position_embeddings)", (long long)n, (long long)ctx);
+    return sl_fail(SL_EINPUT,
+                   "the prompt has %lld tokens, longer than the model's context of %lld "
+                   "(max_position_embeddings)",
+                   (long long)n, (long long)ctx);
   for (int64_t i = 0; i < n; i++)
     if (prompt[i] < 0 || prompt[i] >= g->V)
-      return sl_fail(SL_EINPUT, "prompt token %lld is %d, outside the model's vocabulary [0, %lld)",
-                     (long long)i, prompt[i], (long long)g->V);
+      return sl_fail(SL_EINPUT, "prompt token %lld is %d, outside the model's vocabulary [0, %lld)", (long long)i,
+                     prompt[i], (long long)g->V);
   /* the sequence (prompt + new tokens) stays within the context, as HF's max_length */
   int64_t total = n + (o->max_new > 0 ? o->max_new : 0);
   if (ctx > 0 && total > ctx) total = ctx;
@@ -359,8 +386,7 @@ int sl_generate(sl_gen *g, const int32_t *prompt, int64_t n, const sl_gen_opts *
   uint64_t rng = o->seed;
   for (int64_t k = 0; k < total - n; k++) {
     for (int64_t v = 0; v < g->V; v++)
-      if (!isfinite(g->logits[v]))
-        return sl_fail(SL_EINTERNAL, "non-finite logit at position %lld", (long long)g->pos);
+      if (!isfinite(g->logits[v])) return sl_fail(SL_EINTERNAL, "non-finite logit at position %lld", (long long)g->pos);
     int32_t t = sample(g, o, &rng);
     out[(*nout)++] = t;
     if (o->emit) o->emit(o->user, t);

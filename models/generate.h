@@ -24,8 +24,8 @@ int64_t sl_gen_context(const sl_gen *g); /* max positions (0: no limit, Mamba) *
 int32_t sl_gen_eos(const sl_gen *g);     /* config eos_token_id, -1 when unset */
 
 typedef struct {
-  double temperature;  /* 0: greedy (argmax, lowest id on ties) */
-  double top_p;        /* nucleus mass in (0, 1]; 1: off */
+  double temperature; /* 0: greedy (argmax, lowest id on ties) */
+  double top_p;       /* nucleus mass in (0, 1]; 1: off */
   uint64_t seed;
   int64_t max_new;     /* tokens to generate at most */
   const int32_t *stop; /* ids that end generation (kept in the output) */
@@ -38,8 +38,7 @@ typedef struct {
 /* Feeds the prompt (n >= 1 ids, each < vocab; n <= context) and generates up
  * to o->max_new tokens (fewer at a stop id or at the context limit) into out
  * (capacity max_new); *nout: tokens written. Resets the caches first. */
-int sl_generate(sl_gen *g, const int32_t *prompt, int64_t n, const sl_gen_opts *o, int32_t *out,
-                int64_t *nout);
+int sl_generate(sl_gen *g, const int32_t *prompt, int64_t n, const sl_gen_opts *o, int32_t *out, int64_t *nout);
 
 #ifdef __cplusplus
 }

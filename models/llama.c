@@ -53,34 +53,33 @@ typedef struct {
 
 typedef struct {
   int64_t N, C, nh, nkv, hd, Q, A, I, V, L, window; /* nh, nkv, Q, A, I: this TP rank's */
-  int64_t kvrep, kvslot, kvgroups; /* k/v slice shared by kvrep TP ranks; its index of kvgroups */
-  float *kvsum;     /* (kvgroups, 2*nkv*hd*C) replicated k/v gradient exchange (kvrep > 1) */
+  int64_t kvrep, kvslot, kvgroups;                  /* k/v slice shared by kvrep TP ranks; its index of kvgroups */
+  float *kvsum; /* (kvgroups, 2*nkv*hd*C) replicated k/v gradient exchange (kvrep > 1) */
   float eps, theta;
   int tied;
   /* the selected activation set's views (sets[m->act]) */
-  float **stream;   /* (L+1) x (N, C): input of block l; stream[L] feeds the head */
-  layer_acts *la;   /* (L) */
-  sl_lm_head head;  /* final norm + LM head + cross-entropy */
+  float **stream;  /* (L+1) x (N, C): input of block l; stream[L] feeds the head */
+  layer_acts *la;  /* (L) */
+  sl_lm_head head; /* final norm + LM head + cross-entropy */
   /* T > 1: vocabulary-parallel embedding and loss-parallel head (models/vocab_parallel.h) */
-  int vp, sp;       /* vp: T > 1; sp: sequence parallelism (rows n = N/T of the stream per rank) */
-  int64_t n;        /* token rows of the residual stream on this rank: N, or N/T under sp */
+  int vp, sp; /* vp: T > 1; sp: sequence parallelism (rows n = N/T of the stream per rank) */
+  int64_t n;  /* token rows of the residual stream on this rank: N, or N/T under sp */
   sl_vocab_split vs;
   sl_lm_head_vp *hvp; /* (nsets) the loss-parallel head of each activation set (vp) */
   sl_lm_head_vp *hv;  /* the selected set's */
-  float *xl;        /* (n, C) under sp: a norm's local output before its all-gather, a
+  float *xl;          /* (n, C) under sp: a norm's local output before its all-gather, a
                        reduce-scattered input gradient in backward */
-  sl_act_set *sets;  /* (nsets) one per micro-batch in flight (models/model.h) */
+  sl_act_set *sets;   /* (nsets) one per micro-batch in flight (models/model.h) */
   int nsets;
   layer_acts shared; /* recomputed in backward, shared by every layer and set (selective: att, lse; full: all) */
   /* backward scratch (workspace) */
-  float *dres;      /* (N, C) gradient of the residual stream */
-  float *dln;       /* (N, C) */
-  float *dh;        /* (N, I) */
-  float *dgu;       /* (N, 2I) */
-  float *datt;      /* (N, A) */
-  float *dqkv;      /* (N, Q) */
+  float *dres; /* (N, C) gradient of the residual stream */
+  float *dln;  /* (N, C) */
+  float *dh;   /* (N, I) */
+  float *dgu;  /* (N, 2I) */
+  float *datt; /* (N, A) */
+  float *dqkv; /* (N, Q) */
 } llama_priv;
-
 
 static void llama_destroy(sl_model *m) {
   llama_priv *p = m->priv;
@@ -146,8 +145,7 @@ static int norm_gathered(sl_model *m, llama_priv *p, float *out, float *rstd, co
  * parallelism x, xmid and out hold this rank's n = N/T rows; ln1 and ln2
  * are kept all-gathered (N rows), the row-parallel partial sums go through
  * p->dln (free in forward) into their reduce-scatter. */
-static int block_forward(sl_model *m, llama_priv *p, const float *flat, const float *x,
-                         layer_acts *a, float *out) {
+static int block_forward(sl_model *m, llama_priv *p, const float *flat, const float *x, layer_acts *a, float *out) {
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
   blockw w = block_views(p, flat);
@@ -187,7 +185,6 @@ static int kv_grad_sum(sl_model *m, llama_priv *p, float *gkv) {
   return rc;
 }
 
-
 static int llama_fwd(sl_model *m, int u, const float *flat) {
   llama_priv *p = m->priv;
   const sl_ops *o = m->ops;
@@ -209,9 +206,7 @@ static int llama_fwd(sl_model *m, int u, const float *flat) {
 /* Under sequence parallelism a norm's weight gradient g (C) is this rank's
  * rows' part: summed over the TP group (the runtime zeroes a unit's
  * gradient per micro-batch, so g holds only this micro-batch's). */
-static int sp_norm_grad_sum(sl_model *m, llama_priv *p, float *g) {
-  return p->sp ? tp_sum(m, g, p->C) : SL_OK;
-}
+static int sp_norm_grad_sum(sl_model *m, llama_priv *p, float *g) { return p->sp ? tp_sum(m, g, p->C) : SL_OK; }
 
 static int llama_bwd(sl_model *m, int u, const float *flat, float *grads) {
   llama_priv *p = m->priv;
@@ -255,8 +250,8 @@ static int llama_bwd(sl_model *m, int u, const float *flat, float *grads) {
   m->ops->zero(m->k, p->datt, (size_t)(N * p->A) * 4);
   o->linear_bwd(k, p->datt, (float *)g.wo, NULL, dout, a->att, w.wo, N, p->A, C);
   m->ops->zero(m->k, p->dqkv, (size_t)(N * p->Q) * 4);
-  o->attention_doc_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd,
-                       p->window, m->seg);
+  o->attention_doc_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd, p->window,
+                       m->seg);
   o->rope_doc_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->theta, m->seg);
   m->ops->zero(m->k, p->dln, (size_t)(N * C) * 4);
   o->linear_bwd(k, p->dln, (float *)g.wqkv, NULL, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
@@ -290,12 +285,15 @@ static int64_t llama_flops(const sl_model *m, int64_t T) {
 static const char *tp_misfit(const sl_model_config *c, int64_t T, char *why, size_t cap) {
   int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, I = c->intermediate_size;
   if (T > nh) snprintf(why, cap, "--tp %lld is more than num_attention_heads %lld", (long long)T, (long long)nh);
-  else if (nh % T) snprintf(why, cap, "num_attention_heads %lld is not divisible by --tp %lld", (long long)nh, (long long)T);
+  else if (nh % T)
+    snprintf(why, cap, "num_attention_heads %lld is not divisible by --tp %lld", (long long)nh, (long long)T);
   else if (nkv >= T && nkv % T)
     snprintf(why, cap, "num_key_value_heads %lld is not divisible by --tp %lld", (long long)nkv, (long long)T);
   else if (nkv < T && T % nkv)
-    snprintf(why, cap, "--tp %lld is not a multiple of num_key_value_heads %lld (each rank must hold one whole KV "
-             "group)", (long long)T, (long long)nkv);
+    snprintf(why, cap,
+             "--tp %lld is not a multiple of num_key_value_heads %lld (each rank must hold one whole KV "
+             "group)",
+             (long long)T, (long long)nkv);
   else if (I % T)
     snprintf(why, cap, "intermediate_size %lld is not divisible by --tp %lld", (long long)I, (long long)T);
   else return NULL;
@@ -308,7 +306,8 @@ static int tp_check(const sl_model *m) {
   size_t n = 0;
   ok[0] = 0;
   for (int64_t t = 1; t <= m->cfg.num_attention_heads && n + 24 < sizeof ok; t++)
-    if (!tp_misfit(&m->cfg, t, tmp, sizeof tmp)) n += (size_t)snprintf(ok + n, sizeof ok - n, "%s%lld", n ? ", " : "", (long long)t);
+    if (!tp_misfit(&m->cfg, t, tmp, sizeof tmp))
+      n += (size_t)snprintf(ok + n, sizeof ok - n, "%s%lld", n ? ", " : "", (long long)t);
   return sl_fail(SL_EINPUT, "%s: %s; valid --tp values for this model: %s", m->cfg.arch_name, why, ok);
 }
 
@@ -432,8 +431,8 @@ int sl_llama_create(sl_model *m) {
     b->layer = (int)l;
     char nm[SL_TENSOR_NAME_MAX];
     int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, I = c->intermediate_size;
-#define ADD(suffix, nd, d0, d1, decay, init, split, parts)                      \
-  snprintf(nm, sizeof nm, "model.layers.%lld.%s", (long long)l, suffix);       \
+#define ADD(suffix, nd, d0, d1, decay, init, split, parts)                                                             \
+  snprintf(nm, sizeof nm, "model.layers.%lld.%s", (long long)l, suffix);                                               \
   sl_unit_add_split(m, b, nm, nd, d0, d1, decay, init, std, split, parts)
     ADD("input_layernorm.weight", 1, C, 0, 0, SL_INIT_ONES, SL_SPLIT_NONE, 1);
     ADD("self_attn.q_proj.weight", 2, nh * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);

@@ -58,33 +58,32 @@ typedef struct {
   int tied, use_bias, conv_bias;
   block_offsets off;
   /* the selected activation set's views (sets[m->act]) */
-  float **stream;    /* (L+1) x (N, H): input of block l; stream[L] feeds the head */
-  mlayer_acts *la;   /* (L) */
-  sl_lm_head head;  /* final norm + LM head + cross-entropy */
+  float **stream;  /* (L+1) x (N, H): input of block l; stream[L] feeds the head */
+  mlayer_acts *la; /* (L) */
+  sl_lm_head head; /* final norm + LM head + cross-entropy */
   /* T > 1: vocabulary-parallel embedding and loss-parallel head (models/vocab_parallel.h) */
-  int vp, sp;         /* vp: T > 1; sp: sequence parallelism (rows n = N/T of the stream per rank) */
-  int64_t n;          /* token rows of the residual stream and the norm on this rank: N, or N/T under sp */
+  int vp, sp; /* vp: T > 1; sp: sequence parallelism (rows n = N/T of the stream per rank) */
+  int64_t n;  /* token rows of the residual stream and the norm on this rank: N, or N/T under sp */
   sl_vocab_split vs;
   sl_lm_head_vp *hvp; /* (nsets) the loss-parallel head of each activation set (vp) */
   sl_lm_head_vp *hv;  /* the selected set's */
   float *xl;          /* (n, H) under sp: the norm's local output before its all-gather, the
                          reduce-scattered in_proj input gradient in backward */
-  sl_act_set *sets;  /* (nsets) one per micro-batch in flight (models/model.h) */
+  sl_act_set *sets;   /* (nsets) one per micro-batch in flight (models/model.h) */
   int nsets;
   mlayer_acts shared; /* recomputed in backward, shared by every layer and set (selective: u, dtv, g; full: all) */
   /* backward scratch (workspace), reused by every layer */
-  float *dres;       /* (n, H) gradient of the residual stream (N rows allocated) */
-  float *dln;        /* (N, H); under sp also the out_proj partial sums (forward) and the
+  float *dres; /* (n, H) gradient of the residual stream (N rows allocated) */
+  float *dln;  /* (N, H); under sp also the out_proj partial sums (forward) and the
                         all-gathered block-output gradient (backward) */
-  float *dgx;        /* (N, D) dg, then (after gate_bwd) dxcp */
-  float *dy;         /* (N, D) */
-  float *du;         /* (N, D) */
-  float *ddtv;       /* (N, D) */
-  float *dxz;        /* (N, 2D) */
-  float *ddtr;       /* (N, R) */
-  float *dbc;        /* (N, 2S); = ddtr + N*R (one buffer: one TP all-reduce) */
+  float *dgx;  /* (N, D) dg, then (after gate_bwd) dxcp */
+  float *dy;   /* (N, D) */
+  float *du;   /* (N, D) */
+  float *ddtv; /* (N, D) */
+  float *dxz;  /* (N, 2D) */
+  float *ddtr; /* (N, R) */
+  float *dbc;  /* (N, 2S); = ddtr + N*R (one buffer: one TP all-reduce) */
 } mamba_priv;
-
 
 static void mamba_destroy(sl_model *m) {
   mamba_priv *p = m->priv;
@@ -97,16 +96,25 @@ static void mamba_destroy(sl_model *m) {
 
 /* parameter views of a block's flat buffer (NULL for absent biases) */
 typedef struct {
-  const float *norm, *w_in, *b_in, *w_conv, *b_conv, *w_x, *w_dt, *b_dt, *a_log, *dp, *w_out,
-      *b_out;
+  const float *norm, *w_in, *b_in, *w_conv, *b_conv, *w_x, *w_dt, *b_dt, *a_log, *dp, *w_out, *b_out;
 } mblockw;
 
 static mblockw block_views(const mamba_priv *p, const float *flat) {
   const block_offsets *o = &p->off;
   mblockw w;
 #define V_(f) w.f = o->f >= 0 ? flat + o->f : NULL
-  V_(norm); V_(w_in); V_(b_in); V_(w_conv); V_(b_conv); V_(w_x);
-  V_(w_dt); V_(b_dt); V_(a_log); V_(dp); V_(w_out); V_(b_out);
+  V_(norm);
+  V_(w_in);
+  V_(b_in);
+  V_(w_conv);
+  V_(b_conv);
+  V_(w_x);
+  V_(w_dt);
+  V_(b_dt);
+  V_(a_log);
+  V_(dp);
+  V_(w_out);
+  V_(b_out);
 #undef V_
   return w;
 }
@@ -180,9 +188,7 @@ static int row_parallel_sum(sl_model *m, mamba_priv *p, float *part, float *rows
 
 /* Under sp a norm's weight gradient g (H) is this rank's rows' part: summed
  * over TP (the runtime zeroes a unit's gradient per micro-batch). */
-static int sp_norm_grad_sum(sl_model *m, mamba_priv *p, float *g) {
-  return p->sp ? tp_sum(m, g, p->H) : SL_OK;
-}
+static int sp_norm_grad_sum(sl_model *m, mamba_priv *p, float *g) { return p->sp ? tp_sum(m, g, p->H) : SL_OK; }
 
 /* NULL when T splits d_inner, else why not. */
 static const char *tp_misfit(const sl_model_config *c, int64_t T, char *why, size_t cap) {
@@ -207,8 +213,7 @@ static int tp_check(const sl_model *m) {
  * out is NULL (recomputation for full checkpointing). Under sp x and out
  * hold this rank's n rows, a->ln all N (gathered through p->xl), and
  * out_proj's partial sums go through p->dln (free in forward). */
-static int block_forward(sl_model *m, mamba_priv *p, const float *flat, const float *x,
-                          mlayer_acts *a, float *out) {
+static int block_forward(sl_model *m, mamba_priv *p, const float *flat, const float *x, mlayer_acts *a, float *out) {
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
   mblockw w = block_views(p, flat);
@@ -223,8 +228,7 @@ static int block_forward(sl_model *m, mamba_priv *p, const float *flat, const fl
   o->linear_fwd(k, a->bc, a->u, w.w_x + R * D, NULL, N, D, 2 * S);
   if ((rc = tp_sum(m, a->dtr, N * (R + 2 * S)))) return rc; /* #1: dtr | bc, one buffer */
   o->linear_fwd(k, a->dtv, a->dtr, w.w_dt, w.b_dt, N, R, D);
-  o->scan_fwd(k, a->y, a->ckpt, a->u, a->dtv, w.a_log, a->bc, a->bc + S, 2 * S, w.dp, m->B, m->T,
-              D, S, p->chunk);
+  o->scan_fwd(k, a->y, a->ckpt, a->u, a->dtv, w.a_log, a->bc, a->bc + S, 2 * S, w.dp, m->B, m->T, D, S, p->chunk);
   o->gate_fwd(k, a->g, a->y, a->xz + D, 2 * D, N, D);
   if (out) {
     o->linear_fwd(k, p->sp ? p->dln : out, a->g, w.w_out, m->tp_rank == 0 ? w.b_out : NULL, N, D, H);
@@ -244,7 +248,6 @@ static void block_recompute_cheap(sl_model *m, mamba_priv *p, const float *flat,
   o->linear_fwd(m->k, a->dtv, a->dtr, w.w_dt, w.b_dt, N, p->R, D);
   o->gate_fwd(m->k, a->g, a->y, a->xz + D, 2 * D, N, D);
 }
-
 
 static int mamba_fwd(sl_model *m, int u, const float *flat) {
   mamba_priv *p = m->priv;
@@ -307,8 +310,8 @@ static int mamba_bwd(sl_model *m, int u, const float *flat, float *grads) {
   zero(m, p->du, N * D);
   zero(m, p->ddtv, N * D);
   zero(m, p->dbc, N * 2 * S);
-  o->scan_bwd(k, p->du, p->ddtv, (float *)g.a_log, p->dbc, p->dbc + S, (float *)g.dp, p->dy, a->u,
-              a->dtv, w.a_log, a->bc, a->bc + S, 2 * S, w.dp, a->ckpt, m->B, m->T, D, S, p->chunk);
+  o->scan_bwd(k, p->du, p->ddtv, (float *)g.a_log, p->dbc, p->dbc + S, (float *)g.dp, p->dy, a->u, a->dtv, w.a_log,
+              a->bc, a->bc + S, 2 * S, w.dp, a->ckpt, m->B, m->T, D, S, p->chunk);
   /* dt_proj */
   zero(m, p->ddtr, N * R);
   o->linear_bwd(k, p->ddtr, (float *)g.w_dt, (float *)g.b_dt, p->ddtv, a->dtr, w.w_dt, N, R, D);
@@ -321,8 +324,8 @@ static int mamba_bwd(sl_model *m, int u, const float *flat, float *grads) {
   zero(m, dxcp, N * D);
   o->silu_bwd(k, dxcp, p->du, a->xcp, N * D);
   /* conv1d into the x half of dxz */
-  o->conv1d_bwd(k, p->dxz, 2 * D, (float *)g.w_conv, (float *)g.b_conv, dxcp, a->xz, 2 * D,
-                w.w_conv, m->B, m->T, D, p->K);
+  o->conv1d_bwd(k, p->dxz, 2 * D, (float *)g.w_conv, (float *)g.b_conv, dxcp, a->xz, 2 * D, w.w_conv, m->B, m->T, D,
+                p->K);
   /* in_proj and the norm */
   zero(m, p->dln, N * H);
   o->linear_bwd(k, p->dln, (float *)g.w_in, (float *)g.b_in, p->dxz, a->ln, w.w_in, N, H, 2 * D);
@@ -404,8 +407,7 @@ static int alloc_layer(sl_model *m, mamba_priv *p, mlayer_acts *a, int big, int 
   int64_t N = p->N, H = p->H, D = p->D;
   if (big) {
     if (!(a->ln = sl_model_buf(m, N * H, SL_ARENA_ACTS)) || !(a->rstd = sl_model_buf(m, p->n, SL_ARENA_ACTS)) ||
-        !(a->xz = sl_model_buf(m, N * 2 * D, SL_ARENA_ACTS)) ||
-        !(a->xcp = sl_model_buf(m, N * D, SL_ARENA_ACTS)) ||
+        !(a->xz = sl_model_buf(m, N * 2 * D, SL_ARENA_ACTS)) || !(a->xcp = sl_model_buf(m, N * D, SL_ARENA_ACTS)) ||
         !(a->dtr = sl_model_buf(m, N * (p->R + 2 * p->S), SL_ARENA_ACTS)) ||
         !(a->y = sl_model_buf(m, N * D, SL_ARENA_ACTS)) ||
         !(a->ckpt = sl_model_buf(m, B * p->nch * D * p->S, SL_ARENA_ACTS)))
@@ -427,8 +429,7 @@ static int mamba_alloc_acts(sl_model *m, int set) {
   sl_act_set *a = sl_act_set_new(m, &p->sets, &p->nsets, set, p->L, p->H, sizeof(mlayer_acts));
   if (!a) return sl_fail(SL_ENOMEM, "out of memory");
   mlayer_acts *la = a->layers;
-  if (set == 0 && m->ac != SL_AC_NONE && alloc_layer(m, p, &p->shared, m->ac == SL_AC_FULL, 1, m->B))
-    return SL_ENOMEM;
+  if (set == 0 && m->ac != SL_AC_NONE && alloc_layer(m, p, &p->shared, m->ac == SL_AC_FULL, 1, m->B)) return SL_ENOMEM;
   if (m->ac == SL_AC_FULL) {
     for (int64_t l = 0; l < p->L; l++) la[l] = p->shared;
   } else {
@@ -504,11 +505,12 @@ int sl_mamba_create(sl_model *m) {
   p->sp = m->sp;
   p->n = p->sp ? p->N / T : p->N;
   if (p->H <= 0 || p->Dw <= 0 || p->S <= 0 || p->R <= 0 || p->K <= 0 || p->V <= 0 || p->L <= 0)
-    return sl_fail(SL_EINPUT, "mamba config: hidden_size %lld, intermediate_size %lld, state_size "
+    return sl_fail(SL_EINPUT,
+                   "mamba config: hidden_size %lld, intermediate_size %lld, state_size "
                    "%lld, time_step_rank %lld, conv_kernel %lld, vocab_size %lld, "
                    "num_hidden_layers %lld must all be positive",
-                   (long long)p->H, (long long)p->Dw, (long long)p->S, (long long)p->R,
-                   (long long)p->K, (long long)p->V, (long long)p->L);
+                   (long long)p->H, (long long)p->Dw, (long long)p->S, (long long)p->R, (long long)p->K,
+                   (long long)p->V, (long long)p->L);
   if (p->vp && (rc = sl_vocab_split_make(p->V, (int)T, m->tp_rank, &p->vs))) return rc;
   float std = c->initializer_range > 0 ? (float)c->initializer_range : 0.1f;
 
@@ -520,8 +522,8 @@ int sl_mamba_create(sl_model *m) {
   sl_unit_spec *e = &m->units[0];
   snprintf(e->kind, sizeof e->kind, "embedding");
   e->layer = -1;
-  sl_unit_add_split(m, e, c->ssm_original_format ? "backbone.embedding.weight" : "backbone.embeddings.weight",
-                    2, p->V, H, 1, SL_INIT_NORMAL, std, p->vp ? SL_SPLIT_VOCAB : SL_SPLIT_NONE, T);
+  sl_unit_add_split(m, e, c->ssm_original_format ? "backbone.embedding.weight" : "backbone.embeddings.weight", 2, p->V,
+                    H, 1, SL_INIT_NORMAL, std, p->vp ? SL_SPLIT_VOCAB : SL_SPLIT_NONE, T);
   for (int64_t l = 0; l < p->L; l++) {
     sl_unit_spec *b = &m->units[1 + l];
     snprintf(b->kind, sizeof b->kind, "mamba_block");
@@ -529,25 +531,31 @@ int sl_mamba_create(sl_model *m) {
     char nm[SL_TENSOR_NAME_MAX];
     block_offsets *o = &p->off;
     /* split: 0 whole, 1 / 2 column over d_inner (dim 0, in 1 / 2 stacked parts), -1 row (x_proj, out_proj) */
-#define ADD(field, suffix, nd, d0, d1, d2, decay, init, split)                                           \
-  snprintf(nm, sizeof nm, "backbone.layers.%lld.%s", (long long)l, suffix);                           \
-  o->field = b->numel;                                                                                \
-  if ((split) > 0) sl_unit_add_stacked(m, b, nm, nd, d0, d1, d2, decay, init, std, (split));          \
-  else if ((split) < 0) sl_unit_add_split(m, b, nm, nd, d0, d1, decay, init, std, SL_SPLIT_ROW, T);   \
+#define ADD(field, suffix, nd, d0, d1, d2, decay, init, split)                                                         \
+  snprintf(nm, sizeof nm, "backbone.layers.%lld.%s", (long long)l, suffix);                                            \
+  o->field = b->numel;                                                                                                 \
+  if ((split) > 0) sl_unit_add_stacked(m, b, nm, nd, d0, d1, d2, decay, init, std, (split));                           \
+  else if ((split) < 0) sl_unit_add_split(m, b, nm, nd, d0, d1, decay, init, std, SL_SPLIT_ROW, T);                    \
   else sl_unit_add(b, nm, nd, d0, d1, d2, decay, init, std)
     o->b_in = o->b_conv = o->b_out = -1;
     ADD(norm, "norm.weight", 1, H, 0, 0, 0, SL_INIT_ONES, 0);
     ADD(w_in, "mixer.in_proj.weight", 2, 2 * Dw, H, 0, 1, SL_INIT_CUSTOM, 2);
-    if (p->use_bias) { ADD(b_in, "mixer.in_proj.bias", 1, 2 * Dw, 0, 0, 0, SL_INIT_ZEROS, 2); }
+    if (p->use_bias) {
+      ADD(b_in, "mixer.in_proj.bias", 1, 2 * Dw, 0, 0, 0, SL_INIT_ZEROS, 2);
+    }
     ADD(w_conv, "mixer.conv1d.weight", 3, Dw, 1, K, 1, SL_INIT_CUSTOM, 1);
-    if (p->conv_bias) { ADD(b_conv, "mixer.conv1d.bias", 1, Dw, 0, 0, 0, SL_INIT_CUSTOM, 1); }
+    if (p->conv_bias) {
+      ADD(b_conv, "mixer.conv1d.bias", 1, Dw, 0, 0, 0, SL_INIT_CUSTOM, 1);
+    }
     ADD(w_x, "mixer.x_proj.weight", 2, R + 2 * S, Dw, 0, 1, SL_INIT_CUSTOM, -1);
     ADD(w_dt, "mixer.dt_proj.weight", 2, Dw, R, 0, 1, SL_INIT_CUSTOM, 1);
     ADD(b_dt, "mixer.dt_proj.bias", 1, Dw, 0, 0, 0, SL_INIT_CUSTOM, 1);
     ADD(a_log, "mixer.A_log", 2, Dw, S, 0, 0, SL_INIT_CUSTOM, 1); /* 2-dim, no decay */
     ADD(dp, "mixer.D", 1, Dw, 0, 0, 0, SL_INIT_ONES, 1);
     ADD(w_out, "mixer.out_proj.weight", 2, H, Dw, 0, 1, SL_INIT_CUSTOM, -1);
-    if (p->use_bias) { ADD(b_out, "mixer.out_proj.bias", 1, H, 0, 0, 0, SL_INIT_ZEROS, 0); }
+    if (p->use_bias) {
+      ADD(b_out, "mixer.out_proj.bias", 1, H, 0, 0, 0, SL_INIT_ZEROS, 0);
+    }
 #undef ADD
   }
   sl_lm_head_spec_split(m, "backbone.norm_f.weight", H, p->V, p->tied, SL_INIT_CUSTOM, std,
@@ -560,8 +568,7 @@ int sl_mamba_create(sl_model *m) {
   mamba_use_acts(m, 0);
   if (!(p->dres = sl_model_buf(m, N * H, SL_ARENA_WORKSPACE)) ||
       !(p->dln = sl_model_buf(m, N * H, SL_ARENA_WORKSPACE)) ||
-      !(p->dgx = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
-      !(p->dy = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
+      !(p->dgx = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) || !(p->dy = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
       !(p->du = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
       !(p->ddtv = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
       !(p->dxz = sl_model_buf(m, N * 2 * D, SL_ARENA_WORKSPACE)) ||

@@ -13,8 +13,8 @@
 #include <errno.h>
 #include <sys/stat.h>
 
-void sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2,
-                 int decay, sl_init_kind init, float std) {
+void sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2, int decay,
+                 sl_init_kind init, float std) {
   sl_tensor_spec *t = &u->t[u->ntensors++];
   memset(t, 0, sizeof *t);
   snprintf(t->name, sizeof t->name, "%s", name);
@@ -72,18 +72,18 @@ int sl_model_create_specs(const sl_model_config *cfg, sl_model **out) {
   return sl_model_create(cfg, NULL, NULL, 0, 0, SL_AC_NONE, out);
 }
 
-int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B,
-                    int64_t T, sl_actckpt ac, sl_model **out) {
+int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T, sl_actckpt ac,
+                    sl_model **out) {
   return sl_model_create_full(cfg, ops, k, B, T, ac, 0, 1, 0, NULL, 0, out);
 }
 
-int sl_model_create_tp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
-                       sl_actckpt ac, int tp_rank, int tp_size, sl_model **out) {
+int sl_model_create_tp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T, sl_actckpt ac,
+                       int tp_rank, int tp_size, sl_model **out) {
   return sl_model_create_full(cfg, ops, k, B, T, ac, tp_rank, tp_size, 0, NULL, 0, out);
 }
 
-int sl_model_create_sp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
-                       sl_actckpt ac, int tp_rank, int tp_size, int sp, sl_model **out) {
+int sl_model_create_sp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T, sl_actckpt ac,
+                       int tp_rank, int tp_size, int sp, sl_model **out) {
   return sl_model_create_full(cfg, ops, k, B, T, ac, tp_rank, tp_size, sp, NULL, 0, out);
 }
 
@@ -98,22 +98,22 @@ int sl_model_boundary(sl_model *m, int u, float **act, float **grad, int64_t *n)
   return m->vt->boundary(m, u, act, grad, n);
 }
 
-int sl_model_create_full(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
-                         sl_actckpt ac, int tp_rank, int tp_size, int sp, const unsigned char *local, int nlocal,
-                         sl_model **out) {
+int sl_model_create_full(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T, sl_actckpt ac,
+                         int tp_rank, int tp_size, int sp, const unsigned char *local, int nlocal, sl_model **out) {
   *out = NULL;
   sp = sp && tp_size > 1;
   if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size)
     return sl_fail(SL_EINPUT, "tensor-parallel rank %d of %d is out of range", tp_rank, tp_size);
   if (sp && B > 0 && (B * T) % tp_size)
-    return sl_fail(SL_EINPUT, "--sequence-parallel splits the micro-batch's tokens over the TP ranks: --micro-batch "
-                   "%lld x --seq-len %lld = %lld tokens is not divisible by --tp %d", (long long)B, (long long)T,
-                   (long long)(B * T), tp_size);
+    return sl_fail(SL_EINPUT,
+                   "--sequence-parallel splits the micro-batch's tokens over the TP ranks: --micro-batch "
+                   "%lld x --seq-len %lld = %lld tokens is not divisible by --tp %d",
+                   (long long)B, (long long)T, (long long)(B * T), tp_size);
   if (local && nlocal != cfg->num_hidden_layers + 2)
     return sl_fail(SL_EINPUT, "model stage: %d unit flags for a model of %lld units", nlocal,
                    (long long)cfg->num_hidden_layers + 2);
-  if (B < 0 || T < 0 || (B == 0) != (T == 0)) return sl_fail(SL_EINPUT, "micro-batch (%lld) and seq-len (%lld) must be >= 1",
-                                     (long long)B, (long long)T);
+  if (B < 0 || T < 0 || (B == 0) != (T == 0))
+    return sl_fail(SL_EINPUT, "micro-batch (%lld) and seq-len (%lld) must be >= 1", (long long)B, (long long)T);
   sl_model *m = calloc(1, sizeof *m);
   if (!m) return sl_fail(SL_ENOMEM, "out of memory creating the model");
   m->cfg = *cfg;
@@ -238,13 +238,13 @@ int64_t sl_model_max_unit_numel(const sl_model *m) {
 }
 
 /* ---- the shared LM head unit ------------------------------------------------ */
-void sl_lm_head_spec(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied,
-                     sl_init_kind head_init, float std) {
+void sl_lm_head_spec(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied, sl_init_kind head_init,
+                     float std) {
   sl_lm_head_spec_split(m, norm_name, C, V, tied, head_init, std, SL_SPLIT_NONE);
 }
 
-void sl_lm_head_spec_split(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied,
-                           sl_init_kind head_init, float std, sl_split split) {
+void sl_lm_head_spec_split(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied, sl_init_kind head_init,
+                           float std, sl_split split) {
   sl_unit_spec *h = &m->units[m->nunits - 1];
   snprintf(h->kind, sizeof h->kind, "head");
   h->layer = -1;
@@ -320,8 +320,8 @@ int sl_lm_head_fwd(sl_model *m, sl_lm_head *h, const float *flat, const float *x
   return SL_OK;
 }
 
-int sl_lm_head_bwd(sl_model *m, sl_lm_head *h, const float *flat, float *grads, const float *x,
-                   float *dres, float *dln) {
+int sl_lm_head_bwd(sl_model *m, sl_lm_head *h, const float *flat, float *grads, const float *x, float *dres,
+                   float *dln) {
   const float *W;
   float *dW = grads + h->C;
   int rc = head_weight(m, h, flat, &W);
@@ -450,8 +450,7 @@ typedef struct {
 /* The whole tensor t from the T ranks' flats of its unit (unit_numel each):
  * each slice from the first rank holding it; the other holders' copies
  * must be the same bits (replicated weights never drift apart). */
-static int assemble(const sl_model *m, const sl_tensor_spec *t, const float *flats, int64_t unit_numel,
-                    float *dst) {
+static int assemble(const sl_model *m, const sl_tensor_spec *t, const float *flats, int64_t unit_numel, float *dst) {
   int T = m->tp_size;
   for (int r = 0; r < T; r++) {
     const float *mine = flats + (int64_t)r * unit_numel + t->offset;
@@ -461,10 +460,11 @@ static int assemble(const sl_model *m, const sl_tensor_spec *t, const float *fla
       slice_copy(t, off, dst, (float *)mine, 1);
     } else if (first) {
       memcpy(dst, mine, (size_t)t->numel * 4);
-    } else if (memcmp(mine, flats + (int64_t)(r - r % t->tp_replicas) * unit_numel + t->offset,
-                      (size_t)t->numel * 4)) {
-      return sl_fail(SL_EINTERNAL, "tensor '%s': the copies TP ranks %d and %d hold differ (replicated "
-                     "weights drifted apart)", t->name, r - r % t->tp_replicas, r);
+    } else if (memcmp(mine, flats + (int64_t)(r - r % t->tp_replicas) * unit_numel + t->offset, (size_t)t->numel * 4)) {
+      return sl_fail(SL_EINTERNAL,
+                     "tensor '%s': the copies TP ranks %d and %d hold differ (replicated "
+                     "weights drifted apart)",
+                     t->name, r - r % t->tp_replicas, r);
     }
   }
   return SL_OK;
@@ -516,9 +516,7 @@ static int save_fill(void *vctx, int64_t index, const sl_st_wtensor *wt, float *
   return SL_OK;
 }
 
-
-int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void *ctx,
-                  int64_t max_shard_bytes) {
+int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void *ctx, int64_t max_shard_bytes) {
   char tmp[4600]; /* the new directory is written beside dir, then swapped in (formats/savedir.h) */
   int rc = sl_savedir_begin(dir, tmp, sizeof tmp);
   if (rc) return rc;

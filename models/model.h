@@ -14,9 +14,9 @@
 
 #include <stdint.h>
 
+#include "base/base.h"
 #include "formats/hfconfig.h"
 #include "formats/safetensors.h"
-#include "base/base.h"
 #include "kernels/kernels.h"
 #include "models/tp.h"
 
@@ -39,25 +39,25 @@ typedef struct {
   int64_t shape[3];              /* (ndim) */
   int64_t offset;                /* first element in the unit's flat buffer */
   int64_t numel;
-  int decay;                     /* weight decay applies to this tensor */
+  int decay; /* weight decay applies to this tensor */
   sl_init_kind init;
-  float std;                     /* SL_INIT_NORMAL */
+  float std; /* SL_INIT_NORMAL */
   /* tensor parallelism (models/tp.h): shape above is this TP rank's slice */
-  sl_split split;                /* SL_SPLIT_NONE: the whole tensor (replicated at T > 1) */
-  int split_dim;                 /* dim sliced: 0 (col, vocab) or ndim-1 (row); -1 for none */
-  int64_t full[3];               /* (ndim) the whole HF tensor's shape (= shape at T = 1) */
-  int64_t tp_off;                /* first index of this rank's slice along split_dim (in each part: tp_stack) */
-  int tp_replicas;               /* TP ranks holding this same slice: 1 unique, T whole, T/nkv for GQA k/v */
-  int tp_stack;                  /* split_dim (0) stacks tp_stack equal parts, each sliced at tp_off within its
+  sl_split split;  /* SL_SPLIT_NONE: the whole tensor (replicated at T > 1) */
+  int split_dim;   /* dim sliced: 0 (col, vocab) or ndim-1 (row); -1 for none */
+  int64_t full[3]; /* (ndim) the whole HF tensor's shape (= shape at T = 1) */
+  int64_t tp_off;  /* first index of this rank's slice along split_dim (in each part: tp_stack) */
+  int tp_replicas; /* TP ranks holding this same slice: 1 unique, T whole, T/nkv for GQA k/v */
+  int tp_stack;    /* split_dim (0) stacks tp_stack equal parts, each sliced at tp_off within its
                                     part and packed part after part (Mamba's in_proj: x | z); 1: a plain slice */
 } sl_tensor_spec;
 
 typedef struct {
-  char kind[32];                 /* "embedding", "llama_block", "head", ... */
-  int layer;                     /* block index, -1 for others */
+  char kind[32]; /* "embedding", "llama_block", "head", ... */
+  int layer;     /* block index, -1 for others */
   int ntensors;
   sl_tensor_spec t[SL_UNIT_MAX_TENSORS];
-  int64_t numel;                 /* flat size: tensors packed back to back */
+  int64_t numel; /* flat size: tensors packed back to back */
 } sl_unit_spec;
 
 typedef struct sl_model sl_model;
@@ -105,26 +105,26 @@ typedef struct {
 struct sl_model {
   const sl_model_vt *vt;
   sl_model_config cfg;
-  int tp_rank, tp_size;      /* the TP slice the shapes are for (0, 1 unless --tp) */
+  int tp_rank, tp_size; /* the TP slice the shapes are for (0, 1 unless --tp) */
   const sl_ops *ops;
   sl_kctx *k;
   int nunits;
-  sl_unit_spec *units;       /* (nunits) */
-  int *pinned;               /* (nunits) 1: params read by another unit */
+  sl_unit_spec *units; /* (nunits) */
+  int *pinned;         /* (nunits) 1: params read by another unit */
   sl_unit_access access;
   sl_actckpt ac;
-  int64_t B, T;              /* micro-batch shape the activations are sized for */
+  int64_t B, T; /* micro-batch shape the activations are sized for */
   /* the current micro-batch */
-  const int32_t *tokens;     /* (B*T) */
-  const int32_t *targets;    /* (B*T), -1 = ignore */
-  float loss_scale;          /* gradient of each token's loss, 1/(G*T) */
-  double loss_sum;           /* sum of token losses of the micro-batch */
-  int64_t act_bytes;         /* activation bytes held (acts arena) */
-  void *priv;                /* architecture state */
+  const int32_t *tokens;  /* (B*T) */
+  const int32_t *targets; /* (B*T), -1 = ignore */
+  float loss_scale;       /* gradient of each token's loss, 1/(G*T) */
+  double loss_sum;        /* sum of token losses of the micro-batch */
+  int64_t act_bytes;      /* activation bytes held (acts arena) */
+  void *priv;             /* architecture state */
   /* backend buffers of the architecture, freed by sl_model_destroy */
   void **bufs;
   int nbufs, capbufs;
-  int64_t buf_bytes[2];      /* acts, workspace */
+  int64_t buf_bytes[2]; /* acts, workspace */
   /* (B*T) backend memory or NULL: position in its sample where each token's
    * document starts (--doc-attention-mask: attention stays inside documents,
    * RoPE positions restart at each document); set by the trainer per batch */
@@ -132,10 +132,10 @@ struct sl_model {
   /* Activation sets: one per micro-batch in flight between its forward and
    * its backward. tokens, targets, seg, loss_scale, loss_sum above and the
    * architecture's activation views are the selected set's. */
-  int nacts;                 /* sets allocated: 1 after sl_model_create (0: specs only) */
-  int act;                   /* the selected set, 0..nacts-1 */
-  sl_act_batch *batches;     /* (nacts) the batch of each set while another is selected */
-  int sp;                    /* sequence parallelism (tp_size > 1): the residual stream holds this rank's
+  int nacts;             /* sets allocated: 1 after sl_model_create (0: specs only) */
+  int act;               /* the selected set, 0..nacts-1 */
+  sl_act_batch *batches; /* (nacts) the batch of each set while another is selected */
+  int sp;                /* sequence parallelism (tp_size > 1): the residual stream holds this rank's
                                 (B*T)/tp_size token rows (sl_model_stream) */
   /* (nunits) or NULL (all): 1 for the units this rank computes (a pipeline
    * stage); activations are allocated only for those */
@@ -144,21 +144,21 @@ struct sl_model {
 
 /* Builds the model for cfg (dispatch on cfg->arch): unit specs, activations
  * for micro-batch B x T, checkpoint policy. */
-int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B,
-                    int64_t T, sl_actckpt ac, sl_model **out);
+int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T, sl_actckpt ac,
+                    sl_model **out);
 /* The same for TP rank tp_rank of tp_size: the unit specs hold this rank's
  * slices (local shapes, sl_tensor_spec's split fields); SL_EINPUT naming
  * the size when tp_size does not split the model. The model's collectives
  * come from m->access.tp, which the caller sets to a group of the same
  * rank and size before the first forward. */
-int sl_model_create_tp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
-                       sl_actckpt ac, int tp_rank, int tp_size, sl_model **out);
+int sl_model_create_tp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T, sl_actckpt ac,
+                       int tp_rank, int tp_size, sl_model **out);
 /* The same with sequence parallelism (sp = 1, Llama/Mistral at tp_size > 1:
  * the residual stream and the norms on (B*T)/tp_size token rows per rank;
  * SL_EINPUT naming the sizes when tp_size does not divide B*T). sp is
  * ignored at tp_size = 1. */
-int sl_model_create_sp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
-                       sl_actckpt ac, int tp_rank, int tp_size, int sp, sl_model **out);
+int sl_model_create_sp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T, sl_actckpt ac,
+                       int tp_rank, int tp_size, int sp, sl_model **out);
 /* sl_model_create for a pipeline stage: local (nlocal = the model's unit
  * count, num_hidden_layers + 2) marks the units this rank computes; the
  * others get no activations. local NULL: every unit. */
@@ -169,9 +169,8 @@ static inline int sl_model_is_local(const sl_model *m, int u) { return !m->local
 int sl_model_boundary(sl_model *m, int u, float **act, float **grad, int64_t *n);
 /* The one constructor the others call: TP rank/size, sequence parallelism
  * and the pipeline stage's units together. */
-int sl_model_create_full(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
-                         sl_actckpt ac, int tp_rank, int tp_size, int sp, const unsigned char *local, int nlocal,
-                         sl_model **out);
+int sl_model_create_full(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T, sl_actckpt ac,
+                         int tp_rank, int tp_size, int sp, const unsigned char *local, int nlocal, sl_model **out);
 /* Unit specs only (B = T = 0: no activations, no compute): for the planner,
  * checkpoint conversion and tools that only need names, shapes and sizes. */
 int sl_model_create_specs(const sl_model_config *cfg, sl_model **out);
@@ -209,8 +208,7 @@ int sl_model_unit_load(const sl_model *m, int u, const sl_st_set *weights, uint6
  * (replicated copies must agree bit for bit: SL_EINTERNAL naming the tensor
  * otherwise). Streams one unit at a time. */
 typedef int (*sl_unit_fill_fn)(void *ctx, int u, float *flat);
-int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void *ctx,
-                  int64_t max_shard_bytes);
+int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void *ctx, int64_t max_shard_bytes);
 
 /* Unit u between this rank's TP layout and the whole (T = 1) layout, where
  * tensors are whole and packed back to back in spec order (what a T = 1
@@ -236,20 +234,20 @@ float *sl_model_buf(sl_model *m, int64_t n, sl_arena arena);
 typedef struct {
   int64_t N, C, V;
   float eps;
-  int tied, unit;  /* unit: the head's own index */
-  float *lnf;      /* (N, C) normalised input of the head */
-  float *rstdf;    /* (N) */
-  float *lse;      /* (N) log-sum-exp of each row's logits */
-  float *losses;   /* (N) */
+  int tied, unit; /* unit: the head's own index */
+  float *lnf;     /* (N, C) normalised input of the head */
+  float *rstdf;   /* (N) */
+  float *lse;     /* (N) log-sum-exp of each row's logits */
+  float *losses;  /* (N) */
 } sl_lm_head;
 /* Declares the head unit's tensors (norm_name (C), then lm_head.weight (V, C)
  * when untied; tied: pins unit 0, whose weight the head reads). */
-void sl_lm_head_spec(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied,
-                     sl_init_kind head_init, float std);
+void sl_lm_head_spec(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied, sl_init_kind head_init,
+                     float std);
 /* The same with lm_head.weight split `split` over the TP group
  * (SL_SPLIT_VOCAB: T slices of ceil(V / T) rows, models/vocab_parallel.h). */
-void sl_lm_head_spec_split(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied,
-                           sl_init_kind head_init, float std, sl_split split);
+void sl_lm_head_spec_split(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied, sl_init_kind head_init,
+                           float std, sl_split split);
 /* The residual stream: L+1 buffers of (B*T, C), input of each block and of
  * the head (sl_model_buf); NULL when out of memory. On a pipeline stage
  * (m->local) stream[l] is NULL unless unit l or l+1 is computed here. */
@@ -257,8 +255,8 @@ float **sl_model_stream(sl_model *m, int64_t L, int64_t C);
 /* One activation set of an architecture with a residual stream: what one
  * micro-batch keeps from its forward to its backward. */
 typedef struct {
-  float **stream;   /* (L+1) x (B*T, C): input of block l; stream[L] feeds the head */
-  void *layers;     /* (L) the architecture's per-layer struct of kept tensors */
+  float **stream; /* (L+1) x (B*T, C): input of block l; stream[L] feeds the head */
+  void *layers;   /* (L) the architecture's per-layer struct of kept tensors */
   sl_lm_head head;
 } sl_act_set;
 /* Grows *sets to set+1 entries (*nsets = set+1) and gives set `set` its
@@ -272,13 +270,13 @@ int sl_lm_head_init(sl_model *m, sl_lm_head *h, int64_t C, int64_t V, float eps,
 /* x (N, C): the residual stream; adds the batch's token losses to m->loss_sum. */
 int sl_lm_head_fwd(sl_model *m, sl_lm_head *h, const float *flat, const float *x);
 /* dres (N, C) := gradient of x; grads: the head's flat gradient; dln (N, C) scratch. */
-int sl_lm_head_bwd(sl_model *m, sl_lm_head *h, const float *flat, float *grads, const float *x,
-                   float *dres, float *dln);
+int sl_lm_head_bwd(sl_model *m, sl_lm_head *h, const float *flat, float *grads, const float *x, float *dres,
+                   float *dln);
 int sl_lm_head_logits(sl_model *m, sl_lm_head *h, float *out);
 
 /* Spec-building helper for model files: appends a tensor to a unit. */
-void sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2,
-                 int decay, sl_init_kind init, float std);
+void sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2, int decay,
+                 sl_init_kind init, float std);
 /* The same for a tensor of whole HF shape (d0, d1) split `split` over the TP
  * group into `parts` equal slices (parts divides m->tp_size, and the split
  * dim except for SL_SPLIT_VOCAB; the caller checked): this rank holds slice

@@ -9,6 +9,6 @@ static int single_gather(void *user, const float *in, float *out, int64_t n) {
 }
 
 sl_tp_group sl_tp_single(void) {
-  return (sl_tp_group){.rank = 0, .size = 1, .allreduce = single_allreduce, .allgather = single_gather,
-                       .reducescatter = single_gather};
+  return (sl_tp_group){
+      .rank = 0, .size = 1, .allreduce = single_allreduce, .allgather = single_gather, .reducescatter = single_gather};
 }

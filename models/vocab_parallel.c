@@ -28,7 +28,8 @@ int sl_vocab_split_make(int64_t V, int T, int rank, sl_vocab_split *out) {
 static int group_matches(const sl_model *m, const sl_vocab_split *vs, const char *what) {
   const sl_tp_group *g = &m->access.tp;
   if (g->size != vs->T || g->rank != vs->rank)
-    return sl_fail(SL_EINTERNAL, "%s: the vocabulary is split for TP rank %lld of %lld but the model's TP group is rank %d of %d",
+    return sl_fail(SL_EINTERNAL,
+                   "%s: the vocabulary is split for TP rank %lld of %lld but the model's TP group is rank %d of %d",
                    what, (long long)vs->rank, (long long)vs->T, g->rank, g->size);
   return SL_OK;
 }
@@ -41,13 +42,14 @@ static int tp_allreduce(sl_model *m, float *buf, int64_t n, sl_tp_op op) {
 /* Sequence parallelism splits the N token rows into T blocks of N/T. */
 static int sp_rows(const sl_vocab_split *vs, int64_t N, const char *what) {
   if (N % vs->T)
-    return sl_fail(SL_EINPUT, "%s: sequence parallelism needs the micro-batch's %lld token rows divisible by the TP degree %lld",
+    return sl_fail(SL_EINPUT,
+                   "%s: sequence parallelism needs the micro-batch's %lld token rows divisible by the TP degree %lld",
                    what, (long long)N, (long long)vs->T);
   return SL_OK;
 }
 
-int sl_vp_embedding_fwd(sl_model *m, const sl_vocab_split *vs, float *out, const float *wte, int64_t N,
-                        int64_t C, float *sp_partial) {
+int sl_vp_embedding_fwd(sl_model *m, const sl_vocab_split *vs, float *out, const float *wte, int64_t N, int64_t C,
+                        float *sp_partial) {
   const char *what = "vocabulary-parallel embedding";
   if (vs->T == 1) sp_partial = NULL; /* one rank: its rows are all rows */
   int rc = group_matches(m, vs, what);
@@ -59,8 +61,8 @@ int sl_vp_embedding_fwd(sl_model *m, const sl_vocab_split *vs, float *out, const
   return g->reducescatter(g->user, sp_partial, out, N / vs->T * C);
 }
 
-int sl_vp_embedding_bwd(sl_model *m, const sl_vocab_split *vs, float *dwte, const float *dout, int64_t N,
-                        int64_t C, float *sp_gathered) {
+int sl_vp_embedding_bwd(sl_model *m, const sl_vocab_split *vs, float *dwte, const float *dout, int64_t N, int64_t C,
+                        float *sp_gathered) {
   const char *what = "vocabulary-parallel embedding";
   if (vs->T == 1) sp_gathered = NULL;
   int rc = group_matches(m, vs, what);
@@ -75,8 +77,8 @@ int sl_vp_embedding_bwd(sl_model *m, const sl_vocab_split *vs, float *dwte, cons
   return SL_OK;
 }
 
-int sl_lm_head_vp_init(sl_model *m, sl_lm_head_vp *hv, const sl_vocab_split *vs, int64_t C, float eps,
-                       int tied, int unit, int sp) {
+int sl_lm_head_vp_init(sl_model *m, sl_lm_head_vp *hv, const sl_vocab_split *vs, int64_t C, float eps, int tied,
+                       int unit, int sp) {
   hv->vs = *vs;
   hv->sp = sp && vs->T > 1; /* one rank: its rows are all rows */
   int rc = sl_lm_head_init(m, &hv->h, C, vs->V, eps, tied, unit);
@@ -90,9 +92,8 @@ int sl_lm_head_vp_init(sl_model *m, sl_lm_head_vp *hv, const sl_vocab_split *vs,
   return SL_OK;
 }
 
-int sl_lm_head_vp_set_init(sl_model *m, sl_lm_head_vp **hvp, sl_lm_head_vp **hv, int nsets, int set,
-                           sl_lm_head *head, const sl_vocab_split *vs, int64_t C, float eps, int tied,
-                           int unit, int sp) {
+int sl_lm_head_vp_set_init(sl_model *m, sl_lm_head_vp **hvp, sl_lm_head_vp **hv, int nsets, int set, sl_lm_head *head,
+                           const sl_vocab_split *vs, int64_t C, float eps, int tied, int unit, int sp) {
   ptrdiff_t cur = *hv ? *hv - *hvp : 0;
   sl_lm_head_vp *a = realloc(*hvp, sizeof *a * (size_t)nsets);
   if (!a) return sl_fail(SL_ENOMEM, "out of memory");
@@ -134,8 +135,8 @@ int sl_lm_head_vp_fwd(sl_model *m, sl_lm_head_vp *hv, const float *flat, const f
   return SL_OK;
 }
 
-int sl_lm_head_vp_bwd(sl_model *m, sl_lm_head_vp *hv, const float *flat, float *grads, const float *x,
-                      float *dres, float *dln) {
+int sl_lm_head_vp_bwd(sl_model *m, sl_lm_head_vp *hv, const float *flat, float *grads, const float *x, float *dres,
+                      float *dln) {
   sl_lm_head *h = &hv->h;
   const sl_vocab_split *vs = &hv->vs;
   const float *W;
@@ -175,7 +176,8 @@ int sl_lm_head_vp_logits(sl_model *m, sl_lm_head_vp *hv, float *out) {
   float *loc = m->ops->alloc(m->k, (size_t)n * sizeof(float));
   float *all = m->ops->alloc(m->k, (size_t)(n * vs->T) * sizeof(float));
   if (!loc || !all) {
-    rc = sl_fail(SL_ENOMEM, "loss-parallel LM head logits: out of memory for %lld floats", (long long)(n * (vs->T + 1)));
+    rc =
+        sl_fail(SL_ENOMEM, "loss-parallel LM head logits: out of memory for %lld floats", (long long)(n * (vs->T + 1)));
     goto done;
   }
   if (vs->valid) m->ops->linear_fwd(m->k, loc, h->lnf, W, NULL, N, h->C, vs->valid);

@@ -99,14 +99,14 @@ int sl_vocab_split_make(int64_t V, int T, int rank, sl_vocab_split *out);
  * the TP group (the full rows on every rank). Sequence parallelism:
  * sp_partial is an (N, C) scratch and out (N/T, C) := this rank's block of
  * rows, reduce-scattered (SL_EINPUT when T does not divide N). */
-int sl_vp_embedding_fwd(sl_model *m, const sl_vocab_split *vs, float *out, const float *wte, int64_t N,
-                        int64_t C, float *sp_partial);
+int sl_vp_embedding_fwd(sl_model *m, const sl_vocab_split *vs, float *out, const float *wte, int64_t N, int64_t C,
+                        float *sp_partial);
 /* dwte (Vl, C) += this slice's rows of the scatter by m->tokens of dout:
  * (N, C) without sequence parallelism (sp_gathered NULL; no communication),
  * else this rank's (N/T, C) block, all-gathered into the (N, C) scratch
  * sp_gathered first. */
-int sl_vp_embedding_bwd(sl_model *m, const sl_vocab_split *vs, float *dwte, const float *dout, int64_t N,
-                        int64_t C, float *sp_gathered);
+int sl_vp_embedding_bwd(sl_model *m, const sl_vocab_split *vs, float *dwte, const float *dout, int64_t N, int64_t C,
+                        float *sp_gathered);
 
 /* The loss-parallel head unit: sl_lm_head's fields (h.V is the real
  * vocabulary; the weight it reads is the (Vl, C) slice: the head's flat
@@ -127,15 +127,14 @@ typedef struct {
 /* Allocates the head's activations and statistics (sl_model_buf). sp: under
  * sequence parallelism (SL_EINPUT when T does not divide N = B*T rows; at
  * T = 1 it changes nothing, like the embedding's scratch arguments). */
-int sl_lm_head_vp_init(sl_model *m, sl_lm_head_vp *hv, const sl_vocab_split *vs, int64_t C, float eps,
-                       int tied, int unit, int sp);
+int sl_lm_head_vp_init(sl_model *m, sl_lm_head_vp *hv, const sl_vocab_split *vs, int64_t C, float eps, int tied,
+                       int unit, int sp);
 /* The head of activation set `set` of a model keeping one head per set in
  * the array *hvp (nsets long after this call; grown by realloc, the
  * selected-set pointer *hv moved with it): initialised by
  * sl_lm_head_vp_init, its sl_lm_head copied to *head (the set's). */
-int sl_lm_head_vp_set_init(sl_model *m, sl_lm_head_vp **hvp, sl_lm_head_vp **hv, int nsets, int set,
-                           sl_lm_head *head, const sl_vocab_split *vs, int64_t C, float eps, int tied,
-                           int unit, int sp);
+int sl_lm_head_vp_set_init(sl_model *m, sl_lm_head_vp **hvp, sl_lm_head_vp **hv, int nsets, int set, sl_lm_head *head,
+                           const sl_vocab_split *vs, int64_t C, float eps, int tied, int unit, int sp);
 /* x: the residual stream, (N, C) replicated over TP, or under sp this rank's
  * (N/T, C) rows (rank r: rows [r N/T, (r+1) N/T)); adds the batch's N token
  * losses to m->loss_sum (the same on every TP rank). SL_EINTERNAL when
@@ -147,8 +146,8 @@ int sl_lm_head_vp_fwd(sl_model *m, sl_lm_head_vp *hv, const float *flat, const f
  * a partial sum over this rank's rows: the engine sums it over TP), the
  * slice's to grads + C (untied) or unit 0's gradient (tied); dln (N, C)
  * scratch. */
-int sl_lm_head_vp_bwd(sl_model *m, sl_lm_head_vp *hv, const float *flat, float *grads, const float *x,
-                      float *dres, float *dln);
+int sl_lm_head_vp_bwd(sl_model *m, sl_lm_head_vp *hv, const float *flat, float *grads, const float *x, float *dres,
+                      float *dln);
 /* out (N, V): the full logits of the last forward, gathered over the group
  * (tests and dumps only: this is the one place full logits exist). */
 int sl_lm_head_vp_logits(sl_model *m, sl_lm_head_vp *hv, float *out);

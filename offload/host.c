@@ -46,13 +46,10 @@ typedef struct {
   int kind;
 } host_hdr;
 
-static host_hdr *hdr_of(const void *p) {
-  return (host_hdr *)((char *)(uintptr_t)p - HOST_HDR);
-}
+static host_hdr *hdr_of(const void *p) { return (host_hdr *)((char *)(uintptr_t)p - HOST_HDR); }
 
 void sl_host_first_touch(void *p, size_t bytes) {
-  if (!p || bytes == 0)
-    return;
+  if (!p || bytes == 0) return;
   char *c = (char *)p;
   if (bytes < ((size_t)1 << 20) || omp_in_parallel()) {
     memset(c, 0, bytes);
@@ -65,10 +62,8 @@ void sl_host_first_touch(void *p, size_t bytes) {
     size_t gran = (bytes + 63) / 64;
     size_t b0 = gran * (size_t)t / (size_t)T * 64;
     size_t b1 = gran * (size_t)(t + 1) / (size_t)T * 64;
-    if (b1 > bytes)
-      b1 = bytes;
-    if (b1 > b0)
-      memset(c + b0, 0, b1 - b0);
+    if (b1 > bytes) b1 = bytes;
+    if (b1 > b0) memset(c + b0, 0, b1 - b0);
   }
 }
 
@@ -86,8 +81,7 @@ static int host_have_gpu(void) {
 #endif
 
 void *sl_host_alloc(size_t bytes, const char *what) {
-  if (!what)
-    what = "host buffer";
+  if (!what) what = "host buffer";
   size_t total = bytes + HOST_HDR;
   if (total < bytes) {
     sl_fail(SL_ENOMEM, "sl_host_alloc(%s): size %zu overflows", what, bytes);
@@ -99,8 +93,8 @@ void *sl_host_alloc(size_t bytes, const char *what) {
   if (host_have_gpu()) {
     int e = (int)cudaHostAlloc(&base, total, cudaHostAllocPortable);
     if (e != cudaSuccess) {
-      sl_log(SL_LOG_WARN, "cudaHostAlloc(%zu bytes) for %s failed (%s); using pageable memory",
-             total, what, cudaGetErrorString(e));
+      sl_log(SL_LOG_WARN, "cudaHostAlloc(%zu bytes) for %s failed (%s); using pageable memory", total, what,
+             cudaGetErrorString(e));
       base = NULL;
     } else {
       kind = HOST_PINNED;
@@ -110,8 +104,7 @@ void *sl_host_alloc(size_t bytes, const char *what) {
   if (!base) {
     int e = posix_memalign(&base, 4096, total);
     if (e != 0) {
-      sl_fail(SL_ENOMEM, "sl_host_alloc(%s): cannot allocate %zu bytes: %s", what,
-              bytes, strerror(e));
+      sl_fail(SL_ENOMEM, "sl_host_alloc(%s): cannot allocate %zu bytes: %s", what, bytes, strerror(e));
       return NULL;
     }
   }
@@ -119,11 +112,8 @@ void *sl_host_alloc(size_t bytes, const char *what) {
   /* first touch (and zero) from the threads that will update the state */
   sl_host_first_touch(user, bytes);
   if (kind == HOST_PLAIN && bytes > 0) {
-    if (mlock(user, bytes) == 0)
-      kind = HOST_LOCKED;
-    else
-      sl_log(SL_LOG_DEBUG, "mlock(%zu bytes) for %s failed: %s (continuing unlocked)",
-             bytes, what, strerror(errno));
+    if (mlock(user, bytes) == 0) kind = HOST_LOCKED;
+    else sl_log(SL_LOG_DEBUG, "mlock(%zu bytes) for %s failed: %s (continuing unlocked)", bytes, what, strerror(errno));
   }
   host_hdr *h = (host_hdr *)base;
   h->magic = HOST_MAGIC;
@@ -134,15 +124,13 @@ void *sl_host_alloc(size_t bytes, const char *what) {
 }
 
 int sl_host_is_pinned(const void *p) {
-  if (!p)
-    return 0;
+  if (!p) return 0;
   const host_hdr *h = hdr_of(p);
   return h->magic == HOST_MAGIC && h->kind == HOST_PINNED;
 }
 
 void sl_host_free(void *p) {
-  if (!p)
-    return;
+  if (!p) return;
   host_hdr *h = hdr_of(p);
   if (h->magic != HOST_MAGIC) {
     sl_log(SL_LOG_ERROR, "sl_host_free: %p was not allocated by sl_host_alloc (leaked)", p);
@@ -152,8 +140,7 @@ void sl_host_free(void *p) {
   int kind = h->kind;
   h->magic = 0;
   sl_mem_sub(SL_ARENA_HOST_OPTIM, (int64_t)bytes);
-  if (kind == HOST_LOCKED)
-    munlock(p, bytes);
+  if (kind == HOST_LOCKED) munlock(p, bytes);
 #ifdef SL_USE_CUDA
   if (kind == HOST_PINNED) {
     cudaFreeHost(h);
@@ -164,13 +151,11 @@ void sl_host_free(void *p) {
 }
 
 int sl_numa_bind_pool(int *node_out) {
-  if (node_out)
-    *node_out = -1;
+  if (node_out) *node_out = -1;
 #ifdef SL_USE_HWLOC
   hwloc_topology_t topo;
   if (hwloc_topology_init(&topo) != 0 || hwloc_topology_load(topo) != 0)
-    return sl_fail(SL_EINTERNAL, "hwloc: cannot load the machine topology: %s",
-                   strerror(errno));
+    return sl_fail(SL_EINTERNAL, "hwloc: cannot load the machine topology: %s", strerror(errno));
   int rc = SL_OK;
   hwloc_bitmap_t where = hwloc_bitmap_alloc();
   hwloc_obj_t node = NULL;
@@ -188,25 +173,20 @@ int sl_numa_bind_pool(int *node_out) {
     sl_log(SL_LOG_DEBUG, "hwloc: no NUMA node found for the calling thread; not binding");
     goto done;
   }
-  if (node_out)
-    *node_out = (int)node->os_index;
+  if (node_out) *node_out = (int)node->os_index;
   {
     hwloc_const_cpuset_t cpus = node->cpuset;
     hwloc_const_nodeset_t nodes = node->nodeset;
     int failures = 0;
 #pragma omp parallel reduction(+ : failures)
     {
-      if (hwloc_set_cpubind(topo, cpus, HWLOC_CPUBIND_THREAD) != 0)
-        failures++;
+      if (hwloc_set_cpubind(topo, cpus, HWLOC_CPUBIND_THREAD) != 0) failures++;
       /* best effort: some kernels / containers refuse membind */
-      hwloc_set_membind(topo, nodes, HWLOC_MEMBIND_BIND,
-                        HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET);
+      hwloc_set_membind(topo, nodes, HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET);
     }
-    if (hwloc_set_cpubind(topo, cpus, HWLOC_CPUBIND_THREAD) != 0)
-      failures++;
+    if (hwloc_set_cpubind(topo, cpus, HWLOC_CPUBIND_THREAD) != 0) failures++;
     if (failures)
-      sl_log(SL_LOG_WARN, "hwloc: %d thread(s) could not be bound to NUMA node %u",
-             failures, node->os_index);
+      sl_log(SL_LOG_WARN, "hwloc: %d thread(s) could not be bound to NUMA node %u", failures, node->os_index);
   }
 done:
   hwloc_bitmap_free(where);

@@ -41,7 +41,7 @@
 
 typedef struct nv_req {
   uint64_t ticket;
-  int pending;     /* chunks not yet completed */
+  int pending; /* chunks not yet completed */
   int is_write;
   int err;         /* first errno, 0 if none */
   int64_t err_off; /* file offset of the failing chunk */
@@ -52,11 +52,11 @@ typedef struct nv_req {
 typedef struct nv_chunk {
   nv_req *req;
   int is_write;
-  int64_t off;   /* file offset of the next byte to transfer */
-  char *buf;     /* next byte to transfer (user buffer or bounce) */
-  int64_t len;   /* bytes left */
-  char *bounce;  /* aligned bounce buffer, or NULL */
-  char *user;    /* read through bounce: destination */
+  int64_t off;  /* file offset of the next byte to transfer */
+  char *buf;    /* next byte to transfer (user buffer or bounce) */
+  int64_t len;  /* bytes left */
+  char *bounce; /* aligned bounce buffer, or NULL */
+  char *user;   /* read through bounce: destination */
   int64_t user_len;
   struct nv_chunk *next;
 } nv_chunk;
@@ -88,26 +88,22 @@ struct sl_nvme {
 /* ---- queue helpers (hold s->mu) -------------------------------------------- */
 static void pend_push_back(sl_nvme *s, nv_chunk *c) {
   c->next = NULL;
-  if (s->pend_tail)
-    s->pend_tail->next = c;
-  else
-    s->pend_head = c;
+  if (s->pend_tail) s->pend_tail->next = c;
+  else s->pend_head = c;
   s->pend_tail = c;
 }
 #ifdef SL_USE_URING
 static void pend_push_front(sl_nvme *s, nv_chunk *c) {
   c->next = s->pend_head;
   s->pend_head = c;
-  if (!s->pend_tail)
-    s->pend_tail = c;
+  if (!s->pend_tail) s->pend_tail = c;
 }
 #endif
 static nv_chunk *pend_pop(sl_nvme *s) {
   nv_chunk *c = s->pend_head;
   if (c) {
     s->pend_head = c->next;
-    if (!s->pend_head)
-      s->pend_tail = NULL;
+    if (!s->pend_head) s->pend_tail = NULL;
   }
   return c;
 }
@@ -119,20 +115,17 @@ static void chunk_finish(sl_nvme *s, nv_chunk *c, int err) {
     r->err = err;
     r->err_off = c->off;
   }
-  if (!err && c->bounce && !c->is_write)
-    memcpy(c->user, c->bounce, (size_t)c->user_len);
+  if (!err && c->bounce && !c->is_write) memcpy(c->user, c->bounce, (size_t)c->user_len);
   free(c->bounce);
   free(c);
-  if (--r->pending == 0)
-    pthread_cond_broadcast(&s->done);
+  if (--r->pending == 0) pthread_cond_broadcast(&s->done);
 }
 
 /* Outcome of one transfer attempt of res bytes (or -errno). Holds s->mu.
  * Returns 1 when the chunk must be issued again (short transfer, EINTR). */
 static int chunk_result(sl_nvme *s, nv_chunk *c, int64_t res) {
   if (res < 0) {
-    if (res == -EINTR || res == -EAGAIN)
-      return 1;
+    if (res == -EINTR || res == -EAGAIN) return 1;
     chunk_finish(s, c, (int)-res);
     return 0;
   }
@@ -143,8 +136,7 @@ static int chunk_result(sl_nvme *s, nv_chunk *c, int64_t res) {
   c->off += res;
   c->buf += res;
   c->len -= res;
-  if (c->len > 0)
-    return 1;
+  if (c->len > 0) return 1;
   chunk_finish(s, c, 0);
   return 0;
 }
@@ -154,17 +146,15 @@ static void *worker_main(void *arg) {
   sl_nvme *s = (sl_nvme *)arg;
   pthread_mutex_lock(&s->mu);
   for (;;) {
-    while (!s->pend_head && !s->stop)
-      pthread_cond_wait(&s->work, &s->mu);
-    if (!s->pend_head && s->stop)
-      break;
+    while (!s->pend_head && !s->stop) pthread_cond_wait(&s->work, &s->mu);
+    if (!s->pend_head && s->stop) break;
     nv_chunk *c = pend_pop(s);
     s->inflight++;
     pthread_mutex_unlock(&s->mu);
     int again;
     do {
-      ssize_t res = c->is_write ? pwrite(s->fd, c->buf, (size_t)c->len, c->off)
-                                : pread(s->fd, c->buf, (size_t)c->len, c->off);
+      ssize_t res =
+          c->is_write ? pwrite(s->fd, c->buf, (size_t)c->len, c->off) : pread(s->fd, c->buf, (size_t)c->len, c->off);
       int64_t r = res < 0 ? -(int64_t)errno : (int64_t)res;
       pthread_mutex_lock(&s->mu);
       again = chunk_result(s, c, r);
@@ -188,10 +178,8 @@ static void uring_arm_doorbell(sl_nvme *s) {
 
 static void uring_prep_chunk(sl_nvme *s, nv_chunk *c) {
   struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
-  if (c->is_write)
-    io_uring_prep_write(sqe, s->fd, c->buf, (unsigned)c->len, (uint64_t)c->off);
-  else
-    io_uring_prep_read(sqe, s->fd, c->buf, (unsigned)c->len, (uint64_t)c->off);
+  if (c->is_write) io_uring_prep_write(sqe, s->fd, c->buf, (unsigned)c->len, (uint64_t)c->off);
+  else io_uring_prep_read(sqe, s->fd, c->buf, (unsigned)c->len, (uint64_t)c->off);
   io_uring_sqe_set_data(sqe, c);
 }
 
@@ -208,18 +196,15 @@ static void *uring_main(void *arg) {
       uring_prep_chunk(s, pend_pop(s));
       s->inflight++;
     }
-    if (s->stop && !s->pend_head && s->inflight == 0)
-      break;
+    if (s->stop && !s->pend_head && s->inflight == 0) break;
     pthread_mutex_unlock(&s->mu);
     io_uring_submit(&s->ring);
     struct io_uring_cqe *cqe = NULL;
     int e = io_uring_wait_cqe(&s->ring, &cqe);
     pthread_mutex_lock(&s->mu);
     if (e < 0) {
-      if (e == -EINTR || e == -EAGAIN)
-        continue;
-      sl_log(SL_LOG_ERROR, "nvme store %s: io_uring_wait_cqe failed: %s", s->path,
-             strerror(-e));
+      if (e == -EINTR || e == -EAGAIN) continue;
+      sl_log(SL_LOG_ERROR, "nvme store %s: io_uring_wait_cqe failed: %s", s->path, strerror(-e));
       continue;
     }
     unsigned head, seen = 0;
@@ -232,8 +217,7 @@ static void *uring_main(void *arg) {
       }
       nv_chunk *c = (nv_chunk *)(uintptr_t)d;
       s->inflight--;
-      if (chunk_result(s, c, cqe->res))
-        pend_push_front(s, c);
+      if (chunk_result(s, c, cqe->res)) pend_push_front(s, c);
     }
     io_uring_cq_advance(&s->ring, seen);
   }
@@ -259,28 +243,21 @@ const char *sl_nvme_path(const sl_nvme *s) { return s->path; }
 int64_t sl_nvme_bytes(const sl_nvme *s) { return s->bytes; }
 const char *sl_nvme_backend(const sl_nvme *s) { return s->uring ? "io_uring" : "pread"; }
 
-int sl_nvme_open(const char *dir, const char *name, int64_t bytes, int64_t block,
-                 int qd, sl_nvme **out) {
+int sl_nvme_open(const char *dir, const char *name, int64_t bytes, int64_t block, int qd, sl_nvme **out) {
   *out = NULL;
   if (!dir || !*dir || !name || !*name)
     return sl_fail(SL_EINPUT, "nvme store: a directory (--nvme-path) and a name are required");
-  if (bytes < 0)
-    return sl_fail(SL_EINPUT, "nvme store %s/%s: size %lld < 0", dir, name, (long long)bytes);
-  if (block <= 0)
-    block = (int64_t)1 << 20;
+  if (bytes < 0) return sl_fail(SL_EINPUT, "nvme store %s/%s: size %lld < 0", dir, name, (long long)bytes);
+  if (block <= 0) block = (int64_t)1 << 20;
   if (block % NV_ALIGN)
-    return sl_fail(SL_EINPUT, "nvme store %s/%s: block %lld is not a multiple of %d", dir,
-                   name, (long long)block, NV_ALIGN);
+    return sl_fail(SL_EINPUT, "nvme store %s/%s: block %lld is not a multiple of %d", dir, name, (long long)block,
+                   NV_ALIGN);
   if (block > ((int64_t)1 << 30))
-    return sl_fail(SL_EINPUT, "nvme store %s/%s: block %lld > 1 GiB", dir, name,
-                   (long long)block);
-  if (qd <= 0)
-    qd = 32;
-  if (qd > 4096)
-    return sl_fail(SL_EINPUT, "nvme store %s/%s: queue depth %d > 4096", dir, name, qd);
+    return sl_fail(SL_EINPUT, "nvme store %s/%s: block %lld > 1 GiB", dir, name, (long long)block);
+  if (qd <= 0) qd = 32;
+  if (qd > 4096) return sl_fail(SL_EINPUT, "nvme store %s/%s: queue depth %d > 4096", dir, name, qd);
   sl_nvme *s = calloc(1, sizeof *s);
-  if (!s)
-    return sl_fail(SL_ENOMEM, "nvme store %s/%s: out of memory", dir, name);
+  if (!s) return sl_fail(SL_ENOMEM, "nvme store %s/%s: out of memory", dir, name);
   int n = snprintf(s->path, sizeof s->path, "%s/%s", dir, name);
   if (n < 0 || n >= (int)sizeof s->path) {
     free(s);
@@ -295,10 +272,11 @@ int sl_nvme_open(const char *dir, const char *name, int64_t bytes, int64_t block
     int e = errno;
     int rc;
     if (e == EINVAL)
-      rc = sl_fail(SL_EIO, "nvme store %s: cannot open with O_DIRECT (unsupported by this "
-                   "file system?): %s", s->path, strerror(e));
-    else
-      rc = sl_fail(SL_EIO, "nvme store %s: cannot create: %s", s->path, strerror(e));
+      rc = sl_fail(SL_EIO,
+                   "nvme store %s: cannot open with O_DIRECT (unsupported by this "
+                   "file system?): %s",
+                   s->path, strerror(e));
+    else rc = sl_fail(SL_EIO, "nvme store %s: cannot create: %s", s->path, strerror(e));
     free(s);
     return rc;
   }
@@ -307,12 +285,11 @@ int sl_nvme_open(const char *dir, const char *name, int64_t bytes, int64_t block
     if ((e == EOPNOTSUPP || e == ENOSYS) && ftruncate(s->fd, s->bytes) == 0) {
       /* sparse file: space errors will surface at write time */
     } else {
-      if (e == EOPNOTSUPP || e == ENOSYS)
-        e = errno;
+      if (e == EOPNOTSUPP || e == ENOSYS) e = errno;
       close(s->fd);
       unlink(s->path);
-      int rc = sl_fail(SL_EIO, "nvme store %s: cannot reserve %lld bytes: %s", s->path,
-                       (long long)s->bytes, strerror(e));
+      int rc =
+          sl_fail(SL_EIO, "nvme store %s: cannot reserve %lld bytes: %s", s->path, (long long)s->bytes, strerror(e));
       free(s);
       return rc;
     }
@@ -337,8 +314,8 @@ int sl_nvme_open(const char *dir, const char *name, int64_t bytes, int64_t block
         s->uring = 0;
       }
     } else {
-      sl_log(SL_LOG_WARN, "nvme store %s: io_uring unavailable (%s); using pread/pwrite threads",
-             s->path, strerror(-e));
+      sl_log(SL_LOG_WARN, "nvme store %s: io_uring unavailable (%s); using pread/pwrite threads", s->path,
+             strerror(-e));
     }
     if (!started) {
       close(s->efd);
@@ -349,8 +326,7 @@ int sl_nvme_open(const char *dir, const char *name, int64_t bytes, int64_t block
   if (!started) {
     int nw = qd < NV_MAX_WORKERS ? qd : NV_MAX_WORKERS;
     for (int i = 0; i < nw; i++) {
-      if (pthread_create(&s->th[i], NULL, worker_main, s) != 0)
-        break;
+      if (pthread_create(&s->th[i], NULL, worker_main, s) != 0) break;
       s->nth++;
     }
     if (s->nth == 0) {
@@ -368,22 +344,19 @@ int sl_nvme_open(const char *dir, const char *name, int64_t bytes, int64_t block
   return SL_OK;
 }
 
-static int nv_submit(sl_nvme *s, int is_write, int64_t offset, char *buf, int64_t bytes,
-                     uint64_t *ticket) {
+static int nv_submit(sl_nvme *s, int is_write, int64_t offset, char *buf, int64_t bytes, uint64_t *ticket) {
   *ticket = 0;
   if (offset < 0 || bytes < 0 || offset % NV_ALIGN)
-    return sl_fail(SL_EINPUT, "nvme store %s: %s at offset %lld (%lld bytes): offsets must "
-                   "be >= 0 and multiples of %d", s->path, is_write ? "write" : "read",
-                   (long long)offset, (long long)bytes, NV_ALIGN);
+    return sl_fail(SL_EINPUT,
+                   "nvme store %s: %s at offset %lld (%lld bytes): offsets must "
+                   "be >= 0 and multiples of %d",
+                   s->path, is_write ? "write" : "read", (long long)offset, (long long)bytes, NV_ALIGN);
   if (offset + bytes > s->bytes)
-    return sl_fail(SL_EINPUT, "nvme store %s: %s of [%lld, %lld) is past the store's %lld bytes",
-                   s->path, is_write ? "write" : "read", (long long)offset,
-                   (long long)(offset + bytes), (long long)s->bytes);
-  if (bytes > 0 && !buf)
-    return sl_fail(SL_EINPUT, "nvme store %s: NULL buffer", s->path);
+    return sl_fail(SL_EINPUT, "nvme store %s: %s of [%lld, %lld) is past the store's %lld bytes", s->path,
+                   is_write ? "write" : "read", (long long)offset, (long long)(offset + bytes), (long long)s->bytes);
+  if (bytes > 0 && !buf) return sl_fail(SL_EINPUT, "nvme store %s: NULL buffer", s->path);
   nv_req *r = calloc(1, sizeof *r);
-  if (!r)
-    return sl_fail(SL_ENOMEM, "nvme store %s: out of memory", s->path);
+  if (!r) return sl_fail(SL_ENOMEM, "nvme store %s: out of memory", s->path);
   r->is_write = is_write;
   r->off = offset;
   r->bytes = bytes;
@@ -427,10 +400,8 @@ static int nv_submit(sl_nvme *s, int is_write, int64_t offset, char *buf, int64_
     c->off = offset + at;
     c->buf = c->bounce ? c->bounce : ub;
     c->len = len;
-    if (last)
-      last->next = c;
-    else
-      first = c;
+    if (last) last->next = c;
+    else first = c;
     last = c;
     nchunks++;
   }
@@ -446,46 +417,39 @@ static int nv_submit(sl_nvme *s, int is_write, int64_t offset, char *buf, int64_
   }
   *ticket = r->ticket;
   pthread_mutex_unlock(&s->mu);
-  if (nchunks)
-    nv_kick(s);
+  if (nchunks) nv_kick(s);
   return SL_OK;
 }
 
-int sl_nvme_read_async(sl_nvme *s, int64_t offset, void *buf, int64_t bytes,
-                       uint64_t *ticket) {
+int sl_nvme_read_async(sl_nvme *s, int64_t offset, void *buf, int64_t bytes, uint64_t *ticket) {
   return nv_submit(s, 0, offset, (char *)buf, bytes, ticket);
 }
 
-int sl_nvme_write_async(sl_nvme *s, int64_t offset, const void *buf, int64_t bytes,
-                        uint64_t *ticket) {
+int sl_nvme_write_async(sl_nvme *s, int64_t offset, const void *buf, int64_t bytes, uint64_t *ticket) {
   return nv_submit(s, 1, offset, (char *)(uintptr_t)buf, bytes, ticket);
 }
 
 /* Formats a finished request's status (caller's thread). */
 static int req_status(sl_nvme *s, const nv_req *r) {
-  if (!r->err)
-    return SL_OK;
-  return sl_fail(SL_EIO, "nvme store %s: %s of %lld bytes at offset %lld failed at offset %lld: %s",
-                 s->path, r->is_write ? "write" : "read", (long long)r->bytes,
-                 (long long)r->off, (long long)r->err_off, strerror(r->err));
+  if (!r->err) return SL_OK;
+  return sl_fail(SL_EIO, "nvme store %s: %s of %lld bytes at offset %lld failed at offset %lld: %s", s->path,
+                 r->is_write ? "write" : "read", (long long)r->bytes, (long long)r->off, (long long)r->err_off,
+                 strerror(r->err));
 }
 
 int sl_nvme_wait(sl_nvme *s, uint64_t ticket) {
   pthread_mutex_lock(&s->mu);
   nv_req **pp = &s->reqs;
-  while (*pp && (*pp)->ticket != ticket)
-    pp = &(*pp)->next;
+  while (*pp && (*pp)->ticket != ticket) pp = &(*pp)->next;
   nv_req *r = *pp;
   if (!r) {
     pthread_mutex_unlock(&s->mu);
     return sl_fail(SL_EINPUT, "nvme store %s: unknown or already waited ticket %llu", s->path,
                    (unsigned long long)ticket);
   }
-  while (r->pending > 0)
-    pthread_cond_wait(&s->done, &s->mu);
+  while (r->pending > 0) pthread_cond_wait(&s->done, &s->mu);
   /* unlink (the list may have changed while waiting) */
-  for (pp = &s->reqs; *pp != r; pp = &(*pp)->next) {
-  }
+  for (pp = &s->reqs; *pp != r; pp = &(*pp)->next) {}
   *pp = r->next;
   pthread_mutex_unlock(&s->mu);
   int rc = req_status(s, r);
@@ -499,37 +463,30 @@ int sl_nvme_wait_all(sl_nvme *s) {
     pthread_mutex_lock(&s->mu);
     uint64_t t = s->reqs ? s->reqs->ticket : 0;
     pthread_mutex_unlock(&s->mu);
-    if (!t)
-      break;
+    if (!t) break;
     int e = sl_nvme_wait(s, t);
-    if (e && rc == SL_OK)
-      rc = e;
+    if (e && rc == SL_OK) rc = e;
   }
   return rc;
 }
 
 int sl_nvme_fsync(sl_nvme *s) {
   int rc = sl_nvme_wait_all(s);
-  if (rc)
-    return rc;
-  if (fsync(s->fd) != 0)
-    return sl_fail(SL_EIO, "nvme store %s: fsync failed: %s", s->path, strerror(errno));
+  if (rc) return rc;
+  if (fsync(s->fd) != 0) return sl_fail(SL_EIO, "nvme store %s: fsync failed: %s", s->path, strerror(errno));
   return SL_OK;
 }
 
 int sl_nvme_close(sl_nvme *s, int unlink_file) {
-  if (!s)
-    return SL_OK;
+  if (!s) return SL_OK;
   int rc = sl_nvme_wait_all(s);
   char msg[512];
-  if (rc)
-    snprintf(msg, sizeof msg, "%s", sl_errmsg());
+  if (rc) snprintf(msg, sizeof msg, "%s", sl_errmsg());
   pthread_mutex_lock(&s->mu);
   s->stop = 1;
   pthread_mutex_unlock(&s->mu);
   nv_kick(s);
-  for (int i = 0; i < s->nth; i++)
-    pthread_join(s->th[i], NULL);
+  for (int i = 0; i < s->nth; i++) pthread_join(s->th[i], NULL);
 #ifdef SL_USE_URING
   if (s->uring) {
     io_uring_queue_exit(&s->ring);
@@ -538,8 +495,7 @@ int sl_nvme_close(sl_nvme *s, int unlink_file) {
 #endif
   if (close(s->fd) != 0 && rc == SL_OK)
     rc = sl_fail(SL_EIO, "nvme store %s: close failed: %s", s->path, strerror(errno));
-  else if (rc)
-    sl_fail(rc, "%s", msg);
+  else if (rc) sl_fail(rc, "%s", msg);
   if (unlink_file && unlink(s->path) != 0 && rc == SL_OK)
     rc = sl_fail(SL_EIO, "nvme store %s: cannot remove: %s", s->path, strerror(errno));
   pthread_mutex_destroy(&s->mu);

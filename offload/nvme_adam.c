@@ -25,33 +25,29 @@ int64_t sl_offload_tile_bytes(int64_t tile_elems) {
   return 3 * sl_offload_round4k(tile_elems * (int64_t)sizeof(float));
 }
 
-int sl_offload_adam_nvme_step(sl_nvme *store, int64_t n, int64_t tile_elems,
-                              void *const bufs[3], const float *grads,
-                              const sl_adam_range *ranges, int nranges,
-                              const sl_adam_hyper *h, float *params_out,
+int sl_offload_adam_nvme_step(sl_nvme *store, int64_t n, int64_t tile_elems, void *const bufs[3], const float *grads,
+                              const sl_adam_range *ranges, int nranges, const sl_adam_hyper *h, float *params_out,
                               uint16_t *params_bf16_out) {
   if (!store || !bufs || !bufs[0] || !bufs[1] || !bufs[2] || !h || (n > 0 && !grads))
     return sl_fail(SL_EINPUT, "nvme adam step: NULL store, buffer, grads or hyper-parameters");
   if (tile_elems <= 0 || n < 0)
-    return sl_fail(SL_EINPUT, "nvme adam step: n=%lld tile_elems=%lld; expected n >= 0, tile > 0",
-                   (long long)n, (long long)tile_elems);
-  if (h->step < 1)
-    return sl_fail(SL_EINPUT, "nvme adam step: step %lld; expected >= 1", (long long)h->step);
+    return sl_fail(SL_EINPUT, "nvme adam step: n=%lld tile_elems=%lld; expected n >= 0, tile > 0", (long long)n,
+                   (long long)tile_elems);
+  if (h->step < 1) return sl_fail(SL_EINPUT, "nvme adam step: step %lld; expected >= 1", (long long)h->step);
   int rc = sl_adam_ranges_check(ranges, nranges, n);
-  if (rc)
-    return rc;
+  if (rc) return rc;
   const int64_t S = sl_offload_tile_bytes(tile_elems);
   const int64_t P = S / 3;
   const int64_t ntiles = (n + tile_elems - 1) / tile_elems;
   if (ntiles * S > sl_nvme_bytes(store))
-    return sl_fail(SL_EINPUT, "nvme adam step: store %s holds %lld bytes; %lld tiles of %lld "
-                   "bytes need %lld", sl_nvme_path(store), (long long)sl_nvme_bytes(store),
-                   (long long)ntiles, (long long)S, (long long)(ntiles * S));
+    return sl_fail(SL_EINPUT,
+                   "nvme adam step: store %s holds %lld bytes; %lld tiles of %lld "
+                   "bytes need %lld",
+                   sl_nvme_path(store), (long long)sl_nvme_bytes(store), (long long)ntiles, (long long)S,
+                   (long long)(ntiles * S));
   for (int b = 0; b < 3; b++)
-    if ((uintptr_t)bufs[b] % 4096)
-      return sl_fail(SL_EINPUT, "nvme adam step: tile buffer %d is not 4096-aligned", b);
-  if (ntiles == 0)
-    return SL_OK;
+    if ((uintptr_t)bufs[b] % 4096) return sl_fail(SL_EINPUT, "nvme adam step: tile buffer %d is not 4096-aligned", b);
+  if (ntiles == 0) return SL_OK;
 
   uint64_t rd[3] = {0, 0, 0}, wr[3] = {0, 0, 0}; /* tickets per buffer */
   rc = sl_nvme_read_async(store, 0, bufs[0], S, &rd[0]);
@@ -62,23 +58,19 @@ int sl_offload_adam_nvme_step(sl_nvme *store, int64_t n, int64_t tile_elems,
       if (wr[nxt]) { /* tile i-2 still being written from that buffer */
         rc = sl_nvme_wait(store, wr[nxt]);
         wr[nxt] = 0;
-        if (rc)
-          break;
+        if (rc) break;
       }
       rc = sl_nvme_read_async(store, (i + 1) * S, bufs[nxt], S, &rd[nxt]);
-      if (rc)
-        break;
+      if (rc) break;
     }
     rc = sl_nvme_wait(store, rd[cur]);
     rd[cur] = 0;
-    if (rc)
-      break;
+    if (rc) break;
     int64_t base = i * tile_elems;
     int64_t cnt = n - base < tile_elems ? n - base : tile_elems;
     char *b = (char *)bufs[cur];
-    sl_offload_adam_segment((float *)b, (float *)(b + P), (float *)(b + 2 * P), grads + base,
-                            base, cnt, ranges, nranges, h,
-                            params_out ? params_out + base : NULL,
+    sl_offload_adam_segment((float *)b, (float *)(b + P), (float *)(b + 2 * P), grads + base, base, cnt, ranges,
+                            nranges, h, params_out ? params_out + base : NULL,
                             params_bf16_out ? params_bf16_out + base : NULL);
     rc = sl_nvme_write_async(store, i * S, b, S, &wr[cur]);
   }
@@ -86,17 +78,13 @@ int sl_offload_adam_nvme_step(sl_nvme *store, int64_t n, int64_t tile_elems,
   for (int b = 0; b < 3; b++) {
     if (rd[b]) {
       int e = sl_nvme_wait(store, rd[b]);
-      if (e && rc == SL_OK)
-        rc = e;
+      if (e && rc == SL_OK) rc = e;
     }
     if (wr[b]) {
       int e = sl_nvme_wait(store, wr[b]);
-      if (e && rc == SL_OK)
-        rc = e;
+      if (e && rc == SL_OK) rc = e;
     }
   }
-  if (rc)
-    return sl_fail_ctx(rc, "nvme adam step (n=%lld, tile=%lld)", (long long)n,
-                       (long long)tile_elems);
+  if (rc) return sl_fail_ctx(rc, "nvme adam step (n=%lld, tile=%lld)", (long long)n, (long long)tile_elems);
   return SL_OK;
 }

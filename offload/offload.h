@@ -44,10 +44,8 @@ int sl_numa_bind_pool(int *node_out);
 /* ---- AdamW with a bf16 copy (offload/cpu_adam.c) -------------------------
  * Exactly sl_ops_cpu()->adamw (same bits in p, m, v), and in the same pass
  * p_bf16[i] = bf16 round-to-nearest-even of the updated p[i]. */
-void sl_adamw_bf16copy(float *p, float *m, float *v, const float *g,
-                       int64_t n, float lr, float b1, float b2, float eps,
-                       float wd, int64_t step, float grad_scale,
-                       uint16_t *p_bf16);
+void sl_adamw_bf16copy(float *p, float *m, float *v, const float *g, int64_t n, float lr, float b1, float b2, float eps,
+                       float wd, int64_t step, float grad_scale, uint16_t *p_bf16);
 
 /* Hyper-parameters of one optimizer step. */
 typedef struct {
@@ -82,14 +80,11 @@ int sl_adam_ranges_check(const sl_adam_range *ranges, int nranges, int64_t n);
  * file path, the offset and the errno text. */
 typedef struct sl_nvme sl_nvme;
 /* block <= 0 -> 1 MiB; qd <= 0 -> 32. The file is created (truncated). */
-int sl_nvme_open(const char *dir, const char *name, int64_t bytes,
-                 int64_t block, int qd, sl_nvme **out);
+int sl_nvme_open(const char *dir, const char *name, int64_t bytes, int64_t block, int qd, sl_nvme **out);
 /* Start a transfer; *ticket identifies it for sl_nvme_wait. The buffer must
  * stay valid (and, for writes, unchanged) until the wait returns. */
-int sl_nvme_read_async(sl_nvme *s, int64_t offset, void *buf, int64_t bytes,
-                       uint64_t *ticket);
-int sl_nvme_write_async(sl_nvme *s, int64_t offset, const void *buf,
-                        int64_t bytes, uint64_t *ticket);
+int sl_nvme_read_async(sl_nvme *s, int64_t offset, void *buf, int64_t bytes, uint64_t *ticket);
+int sl_nvme_write_async(sl_nvme *s, int64_t offset, const void *buf, int64_t bytes, uint64_t *ticket);
 /* Blocks until the transfer completes; returns its status. Each ticket is
  * waited for once. */
 int sl_nvme_wait(sl_nvme *s, uint64_t ticket);
@@ -114,10 +109,8 @@ const char *sl_nvme_backend(const sl_nvme *s); /* "io_uring" or "pread" */
  * sl_ops_cpu()->adamw on whole in-memory arrays. ranges NULL -> one range
  * [0, n) with hyper->weight_decay. */
 int64_t sl_offload_tile_bytes(int64_t tile_elems);
-int sl_offload_adam_nvme_step(sl_nvme *store, int64_t n, int64_t tile_elems,
-                              void *const bufs[3], const float *grads,
-                              const sl_adam_range *ranges, int nranges,
-                              const sl_adam_hyper *hyper, float *params_out,
+int sl_offload_adam_nvme_step(sl_nvme *store, int64_t n, int64_t tile_elems, void *const bufs[3], const float *grads,
+                              const sl_adam_range *ranges, int nranges, const sl_adam_hyper *hyper, float *params_out,
                               uint16_t *params_bf16_out);
 
 /* ---- optimizer state behind one API (offload/optstate.c) -----------------
@@ -138,17 +131,17 @@ typedef enum { SL_OPT_MASTER = 0, SL_OPT_M = 1, SL_OPT_V = 2 } sl_optfield;
 
 typedef struct {
   sl_tier tier;
-  int64_t n;             /* elements of this rank's shard */
-  const char *name;      /* label; the NVMe file name (default "optstate") */
-  const char *nvme_dir;  /* SL_TIER_NVME: directory (--nvme-path) */
-  int64_t budget_bytes;  /* SL_TIER_NVME: host bytes for the 3 tile buffers
+  int64_t n;            /* elements of this rank's shard */
+  const char *name;     /* label; the NVMe file name (default "optstate") */
+  const char *nvme_dir; /* SL_TIER_NVME: directory (--nvme-path) */
+  int64_t budget_bytes; /* SL_TIER_NVME: host bytes for the 3 tile buffers
                             (0 -> 3 x 48 MiB) */
-  int64_t tile_elems;    /* SL_TIER_NVME: 0 -> largest that fits the budget
+  int64_t tile_elems;   /* SL_TIER_NVME: 0 -> largest that fits the budget
                             (multiple of 1024) */
-  int64_t block_bytes;   /* SL_TIER_NVME: I/O chunk (0 -> 1 MiB) */
-  int qd;                /* SL_TIER_NVME: queue depth (0 -> 32) */
-  const sl_ops *ops;     /* SL_TIER_NONE: the backend holding the state (NULL: host memory) */
-  sl_kctx *k;            /* its context */
+  int64_t block_bytes;  /* SL_TIER_NVME: I/O chunk (0 -> 1 MiB) */
+  int qd;               /* SL_TIER_NVME: queue depth (0 -> 32) */
+  const sl_ops *ops;    /* SL_TIER_NONE: the backend holding the state (NULL: host memory) */
+  sl_kctx *k;           /* its context */
 } sl_optstate_cfg;
 
 typedef struct sl_optstate sl_optstate;
@@ -164,15 +157,11 @@ int sl_optstate_init(sl_optstate *s, const float *params, int64_t nvalid);
 /* One AdamW step of all n elements with grads (n, in host memory; in the
  * backend's memory for a backend NONE state, which also takes params_out
  * there and no params_bf16_out). */
-int sl_optstate_step(sl_optstate *s, const float *grads,
-                     const sl_adam_range *ranges, int nranges,
-                     const sl_adam_hyper *hyper, float *params_out,
-                     uint16_t *params_bf16_out);
+int sl_optstate_step(sl_optstate *s, const float *grads, const sl_adam_range *ranges, int nranges,
+                     const sl_adam_hyper *hyper, float *params_out, uint16_t *params_bf16_out);
 /* Checkpoint access: elements [offset, offset+count) of one field. */
-int sl_optstate_read(sl_optstate *s, sl_optfield f, int64_t offset,
-                     int64_t count, float *dst);
-int sl_optstate_write(sl_optstate *s, sl_optfield f, int64_t offset,
-                      int64_t count, const float *src);
+int sl_optstate_read(sl_optstate *s, sl_optfield f, int64_t offset, int64_t count, float *dst);
+int sl_optstate_write(sl_optstate *s, sl_optfield f, int64_t offset, int64_t count, const float *src);
 int sl_optstate_read_master(sl_optstate *s, int64_t offset, int64_t count, float *dst);
 int sl_optstate_read_m(sl_optstate *s, int64_t offset, int64_t count, float *dst);
 int sl_optstate_read_v(sl_optstate *s, int64_t offset, int64_t count, float *dst);

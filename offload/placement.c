@@ -45,7 +45,9 @@ static hwloc_obj_t gpu_pcidev(hwloc_topology_t topo, int gpu) {
       unsigned ka = (unsigned)a->domain << 16 | (unsigned)a->bus << 8 | (unsigned)a->dev << 3 | a->func;
       unsigned kb = (unsigned)b->domain << 16 | (unsigned)b->bus << 8 | (unsigned)b->dev << 3 | b->func;
       if (ka <= kb) break;
-      hwloc_obj_t t = devs[j]; devs[j] = devs[j - 1]; devs[j - 1] = t;
+      hwloc_obj_t t = devs[j];
+      devs[j] = devs[j - 1];
+      devs[j - 1] = t;
     }
   return n > 0 ? devs[gpu % n] : NULL;
 }
@@ -57,7 +59,10 @@ static void describe(hwloc_topology_t topo, hwloc_const_cpuset_t set, sl_bind_in
   int first = hwloc_bitmap_first(set), n = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
   for (int i = 0; i < n && first >= 0; i++) {
     hwloc_obj_t o = hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, i);
-    if (o && hwloc_bitmap_isset(o->cpuset, (unsigned)first)) { out->numa = (int)o->os_index; break; }
+    if (o && hwloc_bitmap_isset(o->cpuset, (unsigned)first)) {
+      out->numa = (int)o->os_index;
+      break;
+    }
   }
 }
 
@@ -118,7 +123,9 @@ done:
 }
 #else
 void sl_bind_local(int local_rank, int local_size, int gpu, sl_bind_info *out) {
-  (void)local_rank; (void)local_size; (void)gpu;
+  (void)local_rank;
+  (void)local_size;
+  (void)gpu;
   memset(out, 0, sizeof *out);
   out->numa = -1;
   out->ncpus = (int)sysconf(_SC_NPROCESSORS_ONLN);

@@ -6,11 +6,11 @@
 #define SL_OFFLOAD_PLACEMENT_H
 
 typedef struct {
-  int bound;      /* 1: this call bound the process's threads to cpus[] */
-  int numa;       /* OS index of the NUMA node holding the first CPU of the set (-1: unknown) */
-  int ncpus;      /* CPUs (hardware threads) in the set the rank runs on */
-  char cpus[48];  /* that set in list form, "0-3,8" (truncated with "...") */
-  char why[96];   /* how the set was chosen, or why nothing was bound */
+  int bound;     /* 1: this call bound the process's threads to cpus[] */
+  int numa;      /* OS index of the NUMA node holding the first CPU of the set (-1: unknown) */
+  int ncpus;     /* CPUs (hardware threads) in the set the rank runs on */
+  char cpus[48]; /* that set in list form, "0-3,8" (truncated with "...") */
+  char why[96];  /* how the set was chosen, or why nothing was bound */
 } sl_bind_info;
 
 /* local_rank of local_size ranks on this host; gpu: the CUDA device ordinal

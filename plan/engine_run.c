@@ -137,8 +137,8 @@ int sl_plan_engine_run(const sl_model_config *cfg, const sl_plan_run *r, int ran
   /* the model with its activations, as the trainer creates it */
   if (!rc && T == 1) rc = sl_model_create(cfg, t.ops, t.k, r->micro_batch, r->seq_len, r->ac, &t.m);
   else if (!rc)
-    rc = sl_model_create_sp(cfg, t.ops, t.k, r->micro_batch, r->seq_len, r->ac, rank % T, T, r->sequence_parallel,
-                            &t.m);
+    rc =
+        sl_model_create_sp(cfg, t.ops, t.k, r->micro_batch, r->seq_len, r->ac, rank % T, T, r->sequence_parallel, &t.m);
   sl_comm_stats tp0 = {0}, tp1 = {0};
   int64_t *numel = NULL;
   int32_t *tok = NULL;
@@ -150,10 +150,14 @@ int sl_plan_engine_run(const sl_model_config *cfg, const sl_plan_run *r, int ran
   }
   if (!rc) {
     for (int u = 0; u < t.m->nunits; u++) numel[u] = t.m->units[u].numel;
-    sl_fsdp_cfg fc = {.zero = r->zero, .prefetch = r->prefetch, .prefetch_bytes = r->prefetch_bytes,
-                      .reshard_after_forward = r->reshard_after_forward, .sync_accum = r->sync_accum,
+    sl_fsdp_cfg fc = {.zero = r->zero,
+                      .prefetch = r->prefetch,
+                      .prefetch_bytes = r->prefetch_bytes,
+                      .reshard_after_forward = r->reshard_after_forward,
+                      .sync_accum = r->sync_accum,
                       .param_dtype = r->param_bytes == 2 ? SL_BF16 : SL_F32,
-                      .reduce_dtype = r->reduce_bytes == 2 ? SL_BF16 : SL_F32, .shard_group = r->shard_group,
+                      .reduce_dtype = r->reduce_bytes == 2 ? SL_BF16 : SL_F32,
+                      .shard_group = r->shard_group,
                       .align = r->align};
     rc = sl_fsdp_create(dp, &fc, t.ops, t.k, t.m->nunits, numel, t.m->pinned, &t.f);
   }

@@ -18,12 +18,12 @@ extern "C" {
 #endif
 
 typedef struct {
-  sl_count_stats step;       /* what the op table counted over the step (forward, backward, AdamW) */
-  double model_flops_token;  /* the model's own vt->flops_per_token at seq_len */
-  int64_t tokens;            /* tokens of the step on this rank (micro_batch x seq_len x grad_accum) */
-  int64_t nparams;           /* sum of the units' numel */
-  int64_t max_unit;          /* largest unit's numel (the trainer's load buffer) */
-  int tp, dp;                /* the mesh: T and world / T */
+  sl_count_stats step;              /* what the op table counted over the step (forward, backward, AdamW) */
+  double model_flops_token;         /* the model's own vt->flops_per_token at seq_len */
+  int64_t tokens;                   /* tokens of the step on this rank (micro_batch x seq_len x grad_accum) */
+  int64_t nparams;                  /* sum of the units' numel */
+  int64_t max_unit;                 /* largest unit's numel (the trainer's load buffer) */
+  int tp, dp;                       /* the mesh: T and world / T */
   uint64_t tp_comm[SL_COLL_NKINDS]; /* bytes sent on the TP axis during the step, per kind (0 at T = 1) */
 } sl_plan_engine_info;
 

@@ -39,31 +39,38 @@ static int check_spec(sl_pp_spec *s) {
   if (s->kind < 0 || s->kind >= SL_PP_NKINDS) return sl_fail(SL_EINPUT, "unknown pipeline schedule %d", (int)s->kind);
   if (s->kind == SL_PP_INTERLEAVED) {
     if (s->V < 2)
-      return sl_fail(SL_EINPUT, "--pp-schedule interleaved needs --pp-virtual V >= 2 chunks per rank (found %d); "
-                     "with one chunk use --pp-schedule 1f1b", s->V);
+      return sl_fail(SL_EINPUT,
+                     "--pp-schedule interleaved needs --pp-virtual V >= 2 chunks per rank (found %d); "
+                     "with one chunk use --pp-schedule 1f1b",
+                     s->V);
     if (s->m % s->P)
-      return sl_fail(SL_EINPUT, "--pp-schedule interleaved needs the micro-batches (%d) to be a multiple of --pp (%d), "
-                     "as Megatron's interleaving does: use --micro-batches %d%s%.0d", s->m, s->P,
-                     s->m > s->P ? s->m / s->P * s->P : s->P, s->m > s->P ? " or " : "",
+      return sl_fail(SL_EINPUT,
+                     "--pp-schedule interleaved needs the micro-batches (%d) to be a multiple of --pp (%d), "
+                     "as Megatron's interleaving does: use --micro-batches %d%s%.0d",
+                     s->m, s->P, s->m > s->P ? s->m / s->P * s->P : s->P, s->m > s->P ? " or " : "",
                      s->m > s->P ? (s->m / s->P + 1) * s->P : 0);
   } else if (s->V != 1)
-    return sl_fail(SL_EINPUT, "--pp-virtual %d: only --pp-schedule interleaved has virtual chunks (%s has one per rank)",
-                   s->V, k);
+    return sl_fail(SL_EINPUT,
+                   "--pp-virtual %d: only --pp-schedule interleaved has virtual chunks (%s has one per rank)", s->V, k);
   if ((s->kind == SL_PP_1F1B || s->kind == SL_PP_ZB1P) && s->m < s->P)
-    return sl_fail(SL_EINPUT, "--pp-schedule %s needs at least as many micro-batches as stages: %d micro-batches < "
+    return sl_fail(SL_EINPUT,
+                   "--pp-schedule %s needs at least as many micro-batches as stages: %d micro-batches < "
                    "--pp %d (the first stage warms up with P - 1 forwards before its first backward; with fewer "
                    "micro-batches the pipeline never reaches its steady state); use --micro-batches >= %d "
-                   "(--grad-accum), fewer stages, or --pp-schedule gpipe", k, s->m, s->P, s->P);
+                   "(--grad-accum), fewer stages, or --pp-schedule gpipe",
+                   k, s->m, s->P, s->P);
   int zb = s->kind == SL_PP_ZB1P;
   if (!s->cost_f) s->cost_f = 1;
   if (!s->cost_b) s->cost_b = zb ? 1 : 2;
   if (!s->cost_w) s->cost_w = zb ? 1 : 0;
   if (s->cost_f < 1 || s->cost_b < 1 || (zb ? s->cost_w < 1 : s->cost_w != 0) || s->cost_f > 1000000 ||
       s->cost_b > 1000000 || s->cost_w > 1000000)
-    return sl_fail(SL_EINPUT, "pipeline op costs must be integers in [1, 1e6] (W only under zb1p), found F %lld B %lld W %lld",
+    return sl_fail(SL_EINPUT,
+                   "pipeline op costs must be integers in [1, 1e6] (W only under zb1p), found F %lld B %lld W %lld",
                    (long long)s->cost_f, (long long)s->cost_b, (long long)s->cost_w);
   if ((int64_t)s->P * s->V * s->m > (1 << 21))
-    return sl_fail(SL_EINPUT, "pipeline schedule too large: %d stages x %d chunks x %d micro-batches", s->P, s->V, s->m);
+    return sl_fail(SL_EINPUT, "pipeline schedule too large: %d stages x %d chunks x %d micro-batches", s->P, s->V,
+                   s->m);
   return SL_OK;
 }
 
@@ -155,8 +162,7 @@ static int order_zb1p(const sl_pp_spec *s, oplist *l) {
         rc = push(&l[r], SL_PP_W, w, 0);
         fr[r] = t + s->cost_w;
         nw[r]++;
-      } else
-        continue;
+      } else continue;
       left--;
     }
     int64_t next = -1;
@@ -213,8 +219,8 @@ static int timeline(const sl_pp_spec *s, oplist *l) {
   }
   for (int r = 0; r < P && !rc; r++)
     if (pos[r] < l[r].n)
-      rc = sl_fail(SL_EINTERNAL, "pipeline %s: rank %d's compute order waits forever at op %d", sl_pp_kind_name(s->kind),
-                   r, pos[r]);
+      rc = sl_fail(SL_EINTERNAL, "pipeline %s: rank %d's compute order waits forever at op %d",
+                   sl_pp_kind_name(s->kind), r, pos[r]);
 done:
   free(eF);
   free(eB);
@@ -308,8 +314,14 @@ static int merge_transfers(const sl_pp_spec *s, oplist *comp, sl_pp_sched *out) 
       int d = to % P;
       int64_t id = (((int64_t)r * 2 + dir) * S + (o->chunk * P + r)) * m + o->mb;
       int64_t pos = meet(&comp[r], &comp[d], o->end, (dir == SL_PP_ACT ? sF : sB)[(size_t)to * m + o->mb]);
-      sl_pp_op snd = {.kind = SL_PP_SEND, .dir = (int8_t)dir, .mb = o->mb, .chunk = o->chunk, .peer = d,
-                      .bytes = s->bytes, .start = pos, .end = pos};
+      sl_pp_op snd = {.kind = SL_PP_SEND,
+                      .dir = (int8_t)dir,
+                      .mb = o->mb,
+                      .chunk = o->chunk,
+                      .peer = d,
+                      .bytes = s->bytes,
+                      .start = pos,
+                      .end = pos};
       sl_pp_op rcv = snd;
       rcv.kind = SL_PP_RECV;
       rcv.chunk = to / P;

@@ -53,44 +53,44 @@ enum { SL_PP_ACT = 0, SL_PP_GRAD = 1 }; /* transfer direction: activation forwar
 
 /* One op of a rank's list. */
 typedef struct {
-  int8_t kind;    /* sl_pp_opkind */
-  int8_t dir;     /* SEND/RECV: SL_PP_ACT | SL_PP_GRAD; compute ops: -1 */
-  int32_t mb;     /* micro-batch, 0..m-1 */
-  int32_t chunk;  /* this rank's chunk (0..V-1) the op computes, or whose output it
+  int8_t kind;   /* sl_pp_opkind */
+  int8_t dir;    /* SEND/RECV: SL_PP_ACT | SL_PP_GRAD; compute ops: -1 */
+  int32_t mb;    /* micro-batch, 0..m-1 */
+  int32_t chunk; /* this rank's chunk (0..V-1) the op computes, or whose output it
                      sends / whose input it receives */
-  int32_t peer;   /* SEND/RECV: the other PP rank; compute ops: -1 */
-  int64_t bytes;  /* SEND/RECV: payload bytes; compute ops: 0 */
-  int64_t start;  /* unit-cost timeline: compute start; transfers: their global position */
-  int64_t end;    /* compute end (start + cost); transfers: = start (no cost) */
+  int32_t peer;  /* SEND/RECV: the other PP rank; compute ops: -1 */
+  int64_t bytes; /* SEND/RECV: payload bytes; compute ops: 0 */
+  int64_t start; /* unit-cost timeline: compute start; transfers: their global position */
+  int64_t end;   /* compute end (start + cost); transfers: = start (no cost) */
 } sl_pp_op;
 
 /* What to build. Costs are integer time units per op of one chunk;
  * 0 = the default (F 1, B 2, W 0; zb1p: F 1, B 1, W 1). */
 typedef struct {
   sl_pp_kind kind;
-  int P;              /* pipeline ranks, >= 1 */
-  int m;              /* micro-batches per step, >= 1 */
-  int V;              /* chunks per rank (interleaved >= 2; others 1) */
-  int64_t bytes;      /* bytes of one transfer: b*s*h*elem (/T under sequence parallelism) */
+  int P;         /* pipeline ranks, >= 1 */
+  int m;         /* micro-batches per step, >= 1 */
+  int V;         /* chunks per rank (interleaved >= 2; others 1) */
+  int64_t bytes; /* bytes of one transfer: b*s*h*elem (/T under sequence parallelism) */
   int64_t cost_f, cost_b, cost_w;
 } sl_pp_spec;
 
 typedef struct {
-  sl_pp_spec spec;    /* as built, costs resolved */
-  int S;              /* virtual stages, P*V */
-  int *nops;          /* (P) ops per rank */
-  sl_pp_op **ops;     /* (P) arrays of nops[r] ops, in issue order */
+  sl_pp_spec spec; /* as built, costs resolved */
+  int S;           /* virtual stages, P*V */
+  int *nops;       /* (P) ops per rank */
+  sl_pp_op **ops;  /* (P) arrays of nops[r] ops, in issue order */
   /* facts of the unit-cost timeline */
-  int64_t makespan;   /* end of the last op */
-  int64_t *busy;      /* (P) compute time per rank */
-  int64_t *idle;      /* (P) makespan - busy: the bubble of each rank */
-  int *peak_inflight; /* (P) peak chunk-micro-batches whose activations are held
+  int64_t makespan;                 /* end of the last op */
+  int64_t *busy;                    /* (P) compute time per rank */
+  int64_t *idle;                    /* (P) makespan - busy: the bubble of each rank */
+  int *peak_inflight;               /* (P) peak chunk-micro-batches whose activations are held
                          (from F's start to the end of B, of W under zb1p) */
   int64_t *sends, *recvs;           /* (P) transfer counts per rank */
   int64_t *send_bytes, *recv_bytes; /* (P) */
 } sl_pp_sched;
 
-void sl_pp_spec_defaults(sl_pp_spec *s); /* 1f1b, P = m = V = 1, bytes 0, default costs */
+void sl_pp_spec_defaults(sl_pp_spec *s);                 /* 1f1b, P = m = V = 1, bytes 0, default costs */
 int sl_pp_kind_parse(const char *name, sl_pp_kind *out); /* "gpipe" | "1f1b" | "interleaved" | "zb1p" */
 const char *sl_pp_kind_name(sl_pp_kind k);
 
@@ -129,9 +129,9 @@ void sl_pp_op_str(const sl_pp_sched *s, const sl_pp_op *op, char *buf, size_t ca
 /* Costs of the units a stage can hold; flops and bytes in any consistent
  * units (per token, per micro-batch...). */
 typedef struct {
-  int L;                       /* decoder layers */
-  const double *layer_flops;   /* (L) */
-  const double *layer_bytes;   /* (L) parameters + activations of one layer */
+  int L;                           /* decoder layers */
+  const double *layer_flops;       /* (L) */
+  const double *layer_bytes;       /* (L) parameters + activations of one layer */
   double embed_flops, embed_bytes; /* first stage */
   double head_flops, head_bytes;   /* final norm + LM head, last stage */
 } sl_pp_costs;

@@ -36,13 +36,19 @@ int sl_plan_model_init(const sl_model_config *cfg, sl_plan_model *out) {
     out->nparams += sm->units[u].numel;
   }
   /* shapes for the search's closed forms (activations, TP/PP splits) */
-  out->L = cfg->num_hidden_layers; out->C = cfg->hidden_size; out->V = cfg->vocab_size;
+  out->L = cfg->num_hidden_layers;
+  out->C = cfg->hidden_size;
+  out->V = cfg->vocab_size;
   if (cfg->arch == SL_ARCH_MAMBA) {
     out->D = cfg->intermediate_size > 0 ? cfg->intermediate_size : cfg->expand * cfg->hidden_size;
-    out->S = cfg->state_size; out->K = cfg->conv_kernel; out->R = cfg->time_step_rank;
+    out->S = cfg->state_size;
+    out->K = cfg->conv_kernel;
+    out->R = cfg->time_step_rank;
   } else {
-    out->nh = cfg->num_attention_heads; out->nkv = cfg->num_key_value_heads;
-    out->hd = cfg->head_dim; out->I = cfg->intermediate_size;
+    out->nh = cfg->num_attention_heads;
+    out->nkv = cfg->num_key_value_heads;
+    out->hd = cfg->head_dim;
+    out->I = cfg->intermediate_size;
     out->Q = (out->nh + 2 * out->nkv) * out->hd;
     out->A = out->nh * out->hd;
   }
@@ -85,8 +91,8 @@ double sl_plan_recompute_flops_per_token(const sl_plan_model *m, int64_t T, sl_a
 /* The model allocates its activations (acts arena) and backward scratch
  * (workspace arena) in sl_model_create; on the counting op table that costs
  * address space only. Remembered per (B, T, mode): the search asks often. */
-int sl_plan_engine_acts(const sl_plan_model *m, int64_t B, int64_t T, sl_actckpt ac,
-                        int64_t *acts_elems, int64_t *ws_elems) {
+int sl_plan_engine_acts(const sl_plan_model *m, int64_t B, int64_t T, sl_actckpt ac, int64_t *acts_elems,
+                        int64_t *ws_elems) {
   sl_plan_acts_memo *c = m->memo;
   for (int i = 0; c && i < c->n; i++)
     if (c->e[i].B == B && c->e[i].T == T && c->e[i].ac == (int)ac) {
@@ -150,7 +156,7 @@ enum { P_NONE = 0, P_INFLIGHT, P_READY };
 
 typedef struct {
   int pstate;
-  int64_t gbuf, expand;   /* gather-arena bytes held */
+  int64_t gbuf, expand; /* gather-arena bytes held */
   int has_grad, grad_pool;
   int64_t grad_micro;
   int nred, acc_own;
@@ -198,8 +204,8 @@ static void issue(sim *s, int u) {
   if (s->zero == 3) {
     U->gbuf = s->sl[u].padded * s->r->param_bytes;
     madd(s, SL_ARENA_GATHER, U->gbuf);
-    s->shard[SL_COLL_ALLGATHER] += sl_comm_bus_bytes(SL_COLL_ALLGATHER, s->S, s->sl[u].shard,
-                                                     s->r->param_bytes == 2 ? SL_BF16 : SL_F32, 0);
+    s->shard[SL_COLL_ALLGATHER] +=
+        sl_comm_bus_bytes(SL_COLL_ALLGATHER, s->S, s->sl[u].shard, s->r->param_bytes == 2 ? SL_BF16 : SL_F32, 0);
   }
   s->gathered += gbytes(s, u);
   U->pstate = P_INFLIGHT;
@@ -212,7 +218,10 @@ static void ready(sim *s, int u) {
   if (s->r->param_bytes == 2 && s->r->expand_fp32) {
     U->expand = s->sl[u].padded * 4;
     madd(s, SL_ARENA_GATHER, U->expand);
-    if (U->gbuf) { madd(s, SL_ARENA_GATHER, -U->gbuf); U->gbuf = 0; }
+    if (U->gbuf) {
+      madd(s, SL_ARENA_GATHER, -U->gbuf);
+      U->gbuf = 0;
+    }
   }
   U->pstate = P_READY;
 }
@@ -220,8 +229,14 @@ static void ready(sim *s, int u) {
 static void drop(sim *s, int u) {
   sunit *U = &s->un[u];
   if (U->pstate == P_NONE) return;
-  if (U->gbuf) { madd(s, SL_ARENA_GATHER, -U->gbuf); U->gbuf = 0; }
-  if (U->expand) { madd(s, SL_ARENA_GATHER, -U->expand); U->expand = 0; }
+  if (U->gbuf) {
+    madd(s, SL_ARENA_GATHER, -U->gbuf);
+    U->gbuf = 0;
+  }
+  if (U->expand) {
+    madd(s, SL_ARENA_GATHER, -U->expand);
+    U->expand = 0;
+  }
   s->gathered -= gbytes(s, u);
   U->pstate = P_NONE;
 }
@@ -293,7 +308,8 @@ static void issue_reduce(sim *s, int u) {
     p.recv = sh * rb;
     madd(s, SL_ARENA_WORKSPACE, p.recv);
   }
-  s->shard[SL_COLL_REDUCE_SCATTER] += sl_comm_bus_bytes(SL_COLL_REDUCE_SCATTER, s->S, sh, rb == 2 ? SL_BF16 : SL_F32, 0);
+  s->shard[SL_COLL_REDUCE_SCATTER] +=
+      sl_comm_bus_bytes(SL_COLL_REDUCE_SCATTER, s->S, sh, rb == 2 ? SL_BF16 : SL_F32, 0);
   U->nred++;
   s->pend[s->npend++] = p;
 }
@@ -335,8 +351,8 @@ static void sim_micro(sim *s, int k, int n) {
   for (int u = 0; u < s->U; u++) drop(s, u);
   if (k == n - 1 && s->zero == 0)
     for (int u = 0; u < s->U; u++)
-      s->shard[SL_COLL_ALLGATHER] += sl_comm_bus_bytes(SL_COLL_ALLGATHER, s->S, s->sl[u].shard,
-                                                       r->grad_bytes == 2 ? SL_BF16 : SL_F32, 0);
+      s->shard[SL_COLL_ALLGATHER] +=
+          sl_comm_bus_bytes(SL_COLL_ALLGATHER, s->S, s->sl[u].shard, r->grad_bytes == 2 ? SL_BF16 : SL_F32, 0);
 }
 
 int sl_plan_simulate(const sl_plan_model *m, const sl_plan_run *r, sl_plan_mem *out) {
@@ -359,7 +375,9 @@ int sl_plan_simulate(const sl_plan_model *m, const sl_plan_run *r, sl_plan_mem *
   s.un = calloc((size_t)s.U, sizeof(sunit));
   s.pend = calloc((size_t)s.U + 2, sizeof(spend));
   if (!s.sl || !s.un || !s.pend) {
-    free(s.sl); free(s.un); free(s.pend);
+    free(s.sl);
+    free(s.un);
+    free(s.pend);
     return sl_fail(SL_ENOMEM, "planner: out of memory");
   }
   int64_t pb = r->param_bytes, gb = r->grad_bytes;
@@ -369,22 +387,30 @@ int sl_plan_simulate(const sl_plan_model *m, const sl_plan_run *r, sl_plan_mem *
     s.un[u].grad_micro = -1;
     int64_t P = s.sl[u].padded, sh = s.sl[u].shard;
     if (r->zero <= 2) madd(&s, SL_ARENA_PARAMS, P * pb);
-    else { madd(&s, SL_ARENA_PARAMS, sh * pb); out->shard_param_bytes += sh * pb; }
+    else {
+      madd(&s, SL_ARENA_PARAMS, sh * pb);
+      out->shard_param_bytes += sh * pb;
+    }
     if (r->zero <= 1) madd(&s, SL_ARENA_GRADS, P * gb);
-    else { madd(&s, SL_ARENA_GRADS, sh * gb); out->acc_bytes += sh * gb; }
+    else {
+      madd(&s, SL_ARENA_GRADS, sh * gb);
+      out->acc_bytes += sh * gb;
+    }
     madd(&s, SL_ARENA_OPTIM, 3 * (r->zero == 0 ? P : sh) * 4);
   }
   int64_t ae = 0, we = 0;
   int rc = sl_plan_engine_acts(m, r->micro_batch, r->seq_len, r->ac, &ae, &we);
   if (rc) {
-    free(s.sl); free(s.un); free(s.pend);
+    free(s.sl);
+    free(s.un);
+    free(s.pend);
     return rc;
   }
   double acts = (double)ae * r->act_bytes;
   if (r->gpt_acts && m->arch != SL_ARCH_MAMBA) {
     /* GPT constants for the blocks; the stream and head as the engine keeps them */
-    double per = sl_plan_gpt_act_bytes((double)r->seq_len, (double)r->micro_batch, (double)m->C, (double)m->nh,
-                                       r->tp, r->tp > 1, r->ac);
+    double per = sl_plan_gpt_act_bytes((double)r->seq_len, (double)r->micro_batch, (double)m->C, (double)m->nh, r->tp,
+                                       r->tp > 1, r->ac);
     acts = per * (double)m->L + (double)(r->micro_batch * r->seq_len) * (double)m->C * 2.0 * r->act_bytes;
   } else if (r->tp > 1) {
     acts /= r->tp;
@@ -420,8 +446,8 @@ int sl_plan_simulate(const sl_plan_model *m, const sl_plan_run *r, sl_plan_mem *
     /* optimizer: ZeRO-1/2 all-gather the updated shards */
     if (r->zero == 1 || r->zero == 2)
       for (int u = 0; u < s.U; u++)
-        s.shard[SL_COLL_ALLGATHER] += sl_comm_bus_bytes(SL_COLL_ALLGATHER, S, s.sl[u].shard,
-                                                        pb == 2 ? SL_BF16 : SL_F32, 0);
+        s.shard[SL_COLL_ALLGATHER] +=
+            sl_comm_bus_bytes(SL_COLL_ALLGATHER, S, s.sl[u].shard, pb == 2 ? SL_BF16 : SL_F32, 0);
     memcpy(out->comm_shard_micro, mid, sizeof mid);
     out->comm_rep_micro = midrep;
     out->comm_step_only = s.shard[SL_COLL_ALLGATHER] - before;
@@ -513,11 +539,20 @@ static int eval_engine(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan
   int64_t T = c->seq_len, b = x->micro_batch, A = x->grad_accum;
   sl_plan_run r;
   memset(&r, 0, sizeof r);
-  r.world = N; r.shard_group = S; r.zero = x->zero;
-  r.micro_batch = b; r.seq_len = T; r.grad_accum = A; r.ac = x->ac;
-  r.prefetch = 1; r.reshard_after_forward = 1; r.sync_accum = x->sync_accum;
+  r.world = N;
+  r.shard_group = S;
+  r.zero = x->zero;
+  r.micro_batch = b;
+  r.seq_len = T;
+  r.grad_accum = A;
+  r.ac = x->ac;
+  r.prefetch = 1;
+  r.reshard_after_forward = 1;
+  r.sync_accum = x->sync_accum;
   r.param_bytes = r.reduce_bytes = r.grad_bytes = r.act_bytes = e;
-  r.align = 16; r.gpt_acts = c->gpt_acts; r.tp = 1;
+  r.align = 16;
+  r.gpt_acts = c->gpt_acts;
+  r.tp = 1;
   sl_plan_mem pm;
   int rc = sl_plan_simulate(m, &r, &pm);
   if (rc) return rc;
@@ -535,7 +570,10 @@ static int eval_engine(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan
   if (x->offload_optim) {
     gpu -= x->mem[SL_ARENA_OPTIM];
     if (x->offload_optim == SL_PLAN_OFF_CPU) host += x->mem[SL_ARENA_OPTIM];
-    else { nvme += x->mem[SL_ARENA_OPTIM]; host += 2.0 * maxview * 12.0; }
+    else {
+      nvme += x->mem[SL_ARENA_OPTIM];
+      host += 2.0 * maxview * 12.0;
+    }
     x->mem[SL_ARENA_HOST_OPTIM] = x->mem[SL_ARENA_OPTIM];
     x->mem[SL_ARENA_OPTIM] = 0;
   }
@@ -550,8 +588,7 @@ static int eval_engine(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan
   x->host_per_gpu = host;
   x->nvme_per_gpu = nvme;
   int per_node = N < G ? N : G;
-  x->fits = x->gpu_total <= c->margin * c->gpu_mem &&
-            (host == 0 || host * per_node <= c->margin * c->host_mem);
+  x->fits = x->gpu_total <= c->margin * c->gpu_mem && (host == 0 || host * per_node <= c->margin * c->host_mem);
   /* communication */
   x->shard_inter = !(S <= G && G % S == 0);
   x->replica_inter = R > 1 && !same_node(0, (R - 1) * S, G);
@@ -573,7 +610,11 @@ static int eval_engine(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan
   double *ar = calloc((size_t)U, sizeof(double)), *tf = calloc((size_t)U, sizeof(double));
   double *tb = calloc((size_t)U, sizeof(double));
   if (!ag || !rs || !ar || !tf || !tb) {
-    free(ag); free(rs); free(ar); free(tf); free(tb);
+    free(ag);
+    free(rs);
+    free(ar);
+    free(tf);
+    free(tb);
     return sl_fail(SL_ENOMEM, "planner: out of memory");
   }
   for (int u = 0; u < U; u++) {
@@ -632,7 +673,11 @@ static int eval_engine(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan
   x->exposed_s = exposed;
   x->optim_s = opt;
   x->offload_s = off;
-  free(ag); free(rs); free(ar); free(tf); free(tb);
+  free(ag);
+  free(rs);
+  free(ar);
+  free(tf);
+  free(tb);
   return SL_OK;
 }
 
@@ -663,14 +708,15 @@ static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_c
   double nonlayer = (double)((L + 1) * N_ * m->C + N_ * m->C + 3 * N_);
   double layers = (double)ae - nonlayer; /* what the L blocks keep besides the stream */
   double per_layer, working = 0;
-  if (x->ac == SL_AC_FULL) { per_layer = (double)(N_ * m->C); working = layers; }
-  else per_layer = (double)(N_ * m->C) + layers / (double)L;
+  if (x->ac == SL_AC_FULL) {
+    per_layer = (double)(N_ * m->C);
+    working = layers;
+  } else per_layer = (double)(N_ * m->C) + layers / (double)L;
   double inflight = (double)(A < p ? A : p);
   double acts;
   if (c->gpt_acts && m->arch != SL_ARCH_MAMBA)
     acts = sl_plan_gpt_act_bytes((double)T, (double)b, (double)m->C, (double)m->nh, t, 1, x->ac) * Lp * inflight;
-  else
-    acts = (per_layer * Lp * inflight + working + (double)(N_ * m->C + 3 * N_)) * e / t;
+  else acts = (per_layer * Lp * inflight + working + (double)(N_ * m->C + 3 * N_)) * e / t;
   x->mem[SL_ARENA_ACTS] = acts;
   x->mem[SL_ARENA_WORKSPACE] = (double)we * e / t;
   double gpu = 0;
@@ -731,8 +777,8 @@ int sl_plan_eval(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand 
    * run (issue 14). */
   x->needs_mode = x->pp > 1;
   x->step_s = x->compute_s + x->recompute_s + x->bubble_s + x->exposed_s + x->optim_s + x->offload_s;
-  double tokens = (double)x->micro_batch * (double)x->grad_accum * (double)c->seq_len *
-                  (double)(c->gpus / (x->tp * x->pp));
+  double tokens =
+      (double)x->micro_batch * (double)x->grad_accum * (double)c->seq_len * (double)(c->gpus / (x->tp * x->pp));
   x->tokens_s = x->step_s > 0 ? tokens / x->step_s : 0;
   x->mfu = sl_plan_flops_per_token(m, c->seq_len) * x->tokens_s / (c->gpus * c->tflops * 1e12);
   double comm = 0;
@@ -753,8 +799,9 @@ int sl_plan_search(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_can
   *n = 0;
   int N = c->gpus, G = c->gpus_per_node > 0 ? c->gpus_per_node : N;
   if (N < 1 || c->seq_len < 1 || c->global_batch < c->seq_len)
-    return sl_fail(SL_EINPUT, "plan: need --gpus >= 1 and --global-batch >= --seq-len (found %d GPUs, %lld and %lld tokens)",
-                   N, (long long)c->global_batch, (long long)c->seq_len);
+    return sl_fail(SL_EINPUT,
+                   "plan: need --gpus >= 1 and --global-batch >= --seq-len (found %d GPUs, %lld and %lld tokens)", N,
+                   (long long)c->global_batch, (long long)c->seq_len);
   int64_t samples = c->global_batch / c->seq_len;
   int cap = 1024, cnt = 0;
   sl_plan_cand *v = malloc(sizeof *v * (size_t)cap);
@@ -789,18 +836,30 @@ int sl_plan_search(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_can
                   if (cnt == cap) {
                     cap *= 2;
                     sl_plan_cand *nv = realloc(v, sizeof *v * (size_t)cap);
-                    if (!nv) { free(v); return sl_fail(SL_ENOMEM, "planner: out of memory"); }
+                    if (!nv) {
+                      free(v);
+                      return sl_fail(SL_ENOMEM, "planner: out of memory");
+                    }
                     v = nv;
                   }
                   sl_plan_cand *x = &v[cnt];
                   memset(x, 0, sizeof *x);
-                  x->zero = zero; x->shard_group = S; x->tp = t; x->pp = p;
-                  x->offload_optim = oo; x->offload_params = op; x->ac = (sl_actckpt)ac;
-                  x->micro_batch = b; x->grad_accum = per / b;
+                  x->zero = zero;
+                  x->shard_group = S;
+                  x->tp = t;
+                  x->pp = p;
+                  x->offload_optim = oo;
+                  x->offload_params = op;
+                  x->ac = (sl_actckpt)ac;
+                  x->micro_batch = b;
+                  x->grad_accum = per / b;
                   /* ZeRO-0/1 hold full gradients anyway: reduce once per step */
                   x->sync_accum = !(zero <= 1 && x->grad_accum > 1);
                   int rc = sl_plan_eval(m, c, x);
-                  if (rc) { free(v); return rc; }
+                  if (rc) {
+                    free(v);
+                    return rc;
+                  }
                   cnt++;
                 }
               }
@@ -823,7 +882,9 @@ static const char *off_name(int o) { return o == SL_PLAN_OFF_NVME ? "nvme" : o =
 
 void sl_plan_describe(const sl_plan_cand *x, char *buf, size_t cap) {
   if (x->needs_mode)
-    snprintf(buf, cap, "TP %d x PP %d x DP %d (ZeRO-1), ckpt %s, micro-batch %lld x %lld [not runnable yet: pipeline parallelism (issue 14)]",
+    snprintf(buf, cap,
+             "TP %d x PP %d x DP %d (ZeRO-1), ckpt %s, micro-batch %lld x %lld [not runnable yet: pipeline parallelism "
+             "(issue 14)]",
              x->tp, x->pp, x->shard_group, ac_name(x->ac), (long long)x->micro_batch, (long long)x->grad_accum);
   else if (x->tp > 1)
     snprintf(buf, cap, "TP %d x DP %d (ZeRO-%d over DP), ckpt %s, micro-batch %lld x %lld", x->tp, x->shard_group,
@@ -856,9 +917,11 @@ static int fastest(const sl_plan_cand *c, int n, int kind) {
 
 /* " ... communication-bound here: X s of communication per step against Y s of compute (links)." */
 static size_t comm_bound(char *buf, size_t cap, const sl_plan_cand *x, const char *who) {
-  return (size_t)snprintf(buf, cap, " %s is communication-bound here: %.2f s of communication per step against %.2f s of compute (%s links).",
-                          who, x->comm_s[0] + x->comm_s[1] + x->comm_s[2], x->compute_s + x->recompute_s,
-                          x->shard_inter ? "inter-node" : "intra-node");
+  return (size_t)snprintf(
+      buf, cap,
+      " %s is communication-bound here: %.2f s of communication per step against %.2f s of compute (%s links).", who,
+      x->comm_s[0] + x->comm_s[1] + x->comm_s[2], x->compute_s + x->recompute_s,
+      x->shard_inter ? "inter-node" : "intra-node");
 }
 
 int sl_plan_recommend(const sl_plan_cand *c, int n, const sl_plan_cluster *cl, char *buf, size_t cap) {
@@ -875,43 +938,54 @@ int sl_plan_recommend(const sl_plan_cand *c, int n, const sl_plan_cluster *cl, c
   char d[512];
   sl_plan_describe(x, d, sizeof d);
   size_t o = 0;
-  o += (size_t)snprintf(buf + o, cap - o,
-                        "Recommended: %s. It needs %.1f GB of %.1f GB per GPU and predicts %.2f s per step, %.0f tokens/s, MFU %.1f%%",
-                        d, x->gpu_total / 1e9, cl->gpu_mem / 1e9, x->step_s, x->tokens_s, 100 * x->mfu);
+  o += (size_t)snprintf(
+      buf + o, cap - o,
+      "Recommended: %s. It needs %.1f GB of %.1f GB per GPU and predicts %.2f s per step, %.0f tokens/s, MFU %.1f%%", d,
+      x->gpu_total / 1e9, cl->gpu_mem / 1e9, x->step_s, x->tokens_s, 100 * x->mfu);
   if (o < cap) {
     if (x->tp > 1)
-      o += (size_t)snprintf(buf + o, cap - o, "; tensor parallelism over %d GPUs of a node divides the data-parallel traffic by %d (%.2f s of communication exposed).",
+      o += (size_t)snprintf(buf + o, cap - o,
+                            "; tensor parallelism over %d GPUs of a node divides the data-parallel traffic by %d (%.2f "
+                            "s of communication exposed).",
                             x->tp, x->tp, x->exposed_s);
     else if (x->zero == 3 && !x->offload_optim && x->comm_compute_ratio <= 1.0)
-      o += (size_t)snprintf(buf + o, cap - o, "; full sharding fits without offload and hides its gathers behind compute (%.2f s of %.2f s communication exposed).",
+      o += (size_t)snprintf(buf + o, cap - o,
+                            "; full sharding fits without offload and hides its gathers behind compute (%.2f s of %.2f "
+                            "s communication exposed).",
                             x->exposed_s, x->comm_s[0] + x->comm_s[1] + x->comm_s[2]);
     else if (x->offload_optim)
-      o += (size_t)snprintf(buf + o, cap - o, "; the %.1f GB optimizer state goes to %s%s.", x->mem[SL_ARENA_HOST_OPTIM] / 1e9,
-                            off_name(x->offload_optim),
-                            x->offload_params ? ", and the parameters (with the reduced gradient shards) must move to the host too: on the GPU they would not fit"
+      o += (size_t)snprintf(buf + o, cap - o, "; the %.1f GB optimizer state goes to %s%s.",
+                            x->mem[SL_ARENA_HOST_OPTIM] / 1e9, off_name(x->offload_optim),
+                            x->offload_params ? ", and the parameters (with the reduced gradient shards) must move to "
+                                                "the host too: on the GPU they would not fit"
                                               : "; the parameters stay on the GPU");
     else
-      o += (size_t)snprintf(buf + o, cap - o, "; it is the fastest configuration the engine can run that fits (%.2f s of communication exposed).", x->exposed_s);
+      o += (size_t)snprintf(
+          buf + o, cap - o,
+          "; it is the fastest configuration the engine can run that fits (%.2f s of communication exposed).",
+          x->exposed_s);
   }
   if (o < cap && pick != best)
-    o += (size_t)snprintf(buf + o, cap - o, " It is within 3%% of the fastest fitting layout (%.0f tokens/s) and preferred for %s.",
+    o += (size_t)snprintf(buf + o, cap - o,
+                          " It is within 3%% of the fastest fitting layout (%.0f tokens/s) and preferred for %s.",
                           c[best].tokens_s,
                           (c[best].offload_optim + c[best].offload_params) > (x->offload_optim + x->offload_params)
                               ? "needing less offload"
-                              : c[best].ac > x->ac ? "recomputing less" : "its memory headroom");
+                          : c[best].ac > x->ac ? "recomputing less"
+                                               : "its memory headroom");
   if (o < cap && x->tp == 1 && x->comm_compute_ratio > 1.0) o += comm_bound(buf + o, cap - o, x, "Full sharding");
   if (o < cap && x->tp > 1 && fsdp >= 0) {
     const sl_plan_cand *f = &c[fsdp];
     sl_plan_describe(f, d, sizeof d);
-    o += (size_t)snprintf(buf + o, cap - o, " Full sharding alone (%s) predicts %.0f tokens/s, MFU %.1f%%%s", d, f->tokens_s,
-                          100 * f->mfu, f->comm_compute_ratio > 1.0 ? ":" : ".");
+    o += (size_t)snprintf(buf + o, cap - o, " Full sharding alone (%s) predicts %.0f tokens/s, MFU %.1f%%%s", d,
+                          f->tokens_s, 100 * f->mfu, f->comm_compute_ratio > 1.0 ? ":" : ".");
     if (o < cap && f->comm_compute_ratio > 1.0) o += comm_bound(buf + o, cap - o, f, "it");
   }
   if (o < cap && ppbest >= 0 && c[ppbest].tokens_s > 1.1 * x->tokens_s) {
     char d2[512];
     sl_plan_describe(&c[ppbest], d2, sizeof d2);
-    o += (size_t)snprintf(buf + o, cap - o, " With pipeline parallelism, %s predicts %.0f tokens/s (%.1fx).",
-                          d2, c[ppbest].tokens_s, c[ppbest].tokens_s / x->tokens_s);
+    o += (size_t)snprintf(buf + o, cap - o, " With pipeline parallelism, %s predicts %.0f tokens/s (%.1fx).", d2,
+                          c[ppbest].tokens_s, c[ppbest].tokens_s / x->tokens_s);
   }
   return pick;
 }

@@ -48,13 +48,13 @@ typedef struct {
 typedef struct {
   sl_arch arch;
   int nunits;
-  int64_t *numel;          /* (nunits) elements of each unit's flat buffer */
-  int *pinned;             /* (nunits) tied weights held from forward to backward */
-  int64_t nparams;         /* sum of numel */
+  int64_t *numel;                        /* (nunits) elements of each unit's flat buffer */
+  int *pinned;                           /* (nunits) tied weights held from forward to backward */
+  int64_t nparams;                       /* sum of numel */
   int64_t L, C, nh, nkv, hd, I, V, Q, A; /* Llama/Mistral shapes (Q = (nh+2nkv)hd, A = nh hd) */
-  int64_t D, S, K, R;      /* Mamba: d_inner, d_state, d_conv, dt_rank */
-  sl_model *spec;          /* the engine's model, specs only (sl_model_create_specs): unit sizes, FLOPs */
-  sl_plan_acts_memo *memo; /* activation sizes asked so far */
+  int64_t D, S, K, R;                    /* Mamba: d_inner, d_state, d_conv, dt_rank */
+  sl_model *spec;                        /* the engine's model, specs only (sl_model_create_specs): unit sizes, FLOPs */
+  sl_plan_acts_memo *memo;               /* activation sizes asked so far */
 } sl_plan_model;
 
 int sl_plan_model_init(const sl_model_config *cfg, sl_plan_model *out);
@@ -68,8 +68,8 @@ double sl_plan_recompute_flops_per_token(const sl_plan_model *m, int64_t T, sl_a
 /* Activation (kept for backward) and workspace (backward scratch) element
  * counts of the engine's model for a B x T micro-batch: what sl_model_create
  * allocates (run on the counting op table: address space only). */
-int sl_plan_engine_acts(const sl_plan_model *m, int64_t B, int64_t T, sl_actckpt ac,
-                        int64_t *acts_elems, int64_t *ws_elems);
+int sl_plan_engine_acts(const sl_plan_model *m, int64_t B, int64_t T, sl_actckpt ac, int64_t *acts_elems,
+                        int64_t *ws_elems);
 
 /* GPT-style activation bytes per layer (field guide, 16-bit): s b h
  * (34 + 5 a s / h) with tensor parallel size t, sequence parallel sp and
@@ -79,23 +79,23 @@ double sl_plan_gpt_act_bytes(double s, double b, double h, double a, int t, int 
 
 /* One run of the engine (or its GPU mixed-precision counterpart). */
 typedef struct {
-  int world, shard_group, zero;       /* shard_group 0 = world */
+  int world, shard_group, zero; /* shard_group 0 = world */
   int64_t micro_batch, seq_len, grad_accum;
   sl_actckpt ac;
-  int prefetch;                       /* engine default 1 */
-  int64_t prefetch_bytes;             /* 0: no budget */
-  int reshard_after_forward;          /* engine default 1 */
-  int sync_accum;                     /* engine default 1 */
-  int param_bytes;                    /* gathered parameter dtype size, 4 | 2 */
-  int reduce_bytes;                   /* reduction dtype size, 4 | 2 */
-  int grad_bytes;                     /* gradient buffers (engine: 4) */
-  int act_bytes;                      /* activation element size (engine: 4) */
-  int expand_fp32;                    /* bf16 params expanded to fp32 for compute (engine CPU) */
-  int reduce_copy;                    /* bf16 reduction via send/recv copies (engine CPU) */
-  int64_t align;                      /* elements (trainer: 16) */
-  int gpt_acts;                       /* activations from the GPT formula instead of the engine's */
-  int tp;                             /* activation split (sequence parallel) for analytic TP */
-  int sequence_parallel;              /* engine check at tp > 1: --sequence-parallel */
+  int prefetch;              /* engine default 1 */
+  int64_t prefetch_bytes;    /* 0: no budget */
+  int reshard_after_forward; /* engine default 1 */
+  int sync_accum;            /* engine default 1 */
+  int param_bytes;           /* gathered parameter dtype size, 4 | 2 */
+  int reduce_bytes;          /* reduction dtype size, 4 | 2 */
+  int grad_bytes;            /* gradient buffers (engine: 4) */
+  int act_bytes;             /* activation element size (engine: 4) */
+  int expand_fp32;           /* bf16 params expanded to fp32 for compute (engine CPU) */
+  int reduce_copy;           /* bf16 reduction via send/recv copies (engine CPU) */
+  int64_t align;             /* elements (trainer: 16) */
+  int gpt_acts;              /* activations from the GPT formula instead of the engine's */
+  int tp;                    /* activation split (sequence parallel) for analytic TP */
+  int sequence_parallel;     /* engine check at tp > 1: --sequence-parallel */
 } sl_plan_run;
 
 /* Engine CPU defaults: fp32 everything, prefetch 1, reshard, sync, align 16.
@@ -103,16 +103,16 @@ typedef struct {
 void sl_plan_run_engine(sl_plan_run *r, const char *param_dtype, const char *reduce_dtype);
 
 typedef struct {
-  int64_t peak[SL_ARENA_COUNT];       /* per-rank high-water bytes per arena over the steps */
-  int64_t total_peak;                 /* high-water of the sum of arenas */
-  int64_t start[SL_ARENA_COUNT];      /* bytes held when the step loop starts */
-  uint64_t comm[SL_COLL_NKINDS];      /* bytes per rank per step, shard + replica (engine counter) */
+  int64_t peak[SL_ARENA_COUNT];  /* per-rank high-water bytes per arena over the steps */
+  int64_t total_peak;            /* high-water of the sum of arenas */
+  int64_t start[SL_ARENA_COUNT]; /* bytes held when the step loop starts */
+  uint64_t comm[SL_COLL_NKINDS]; /* bytes per rank per step, shard + replica (engine counter) */
   uint64_t comm_total;
   uint64_t comm_shard_micro[SL_COLL_NKINDS]; /* shard group, one middle micro-batch */
-  uint64_t comm_rep_micro;            /* replica all-reduce bytes per micro-batch */
-  uint64_t comm_step_only;            /* shard bytes once per step (optimizer / end gathers) */
-  int64_t acc_bytes;                  /* reduced-gradient shards (grads arena, persistent) */
-  int64_t shard_param_bytes;          /* ZeRO-3 parameter shards */
+  uint64_t comm_rep_micro;                   /* replica all-reduce bytes per micro-batch */
+  uint64_t comm_step_only;                   /* shard bytes once per step (optimizer / end gathers) */
+  int64_t acc_bytes;                         /* reduced-gradient shards (grads arena, persistent) */
+  int64_t shard_param_bytes;                 /* ZeRO-3 parameter shards */
   int shard_size, replica_size;
 } sl_plan_mem;
 
@@ -134,21 +134,21 @@ void sl_plan_model_states(double params, int zero, int d, int param_bytes, int g
 /* ---- search --------------------------------------------------------------- */
 typedef struct {
   int gpus, gpus_per_node;
-  double gpu_mem;          /* bytes per GPU */
-  double host_mem;         /* bytes per node (0: no host offload) */
-  int nvme;                /* NVMe tier available */
-  double intra_bw, inter_bw; /* GB/s bus bandwidth per GPU inside / across nodes */
-  double tflops;           /* peak dense TFLOPS per GPU */
-  double efficiency;       /* achieved fraction of the peak for model compute */
-  double pcie_bw;          /* GB/s host <-> GPU per GPU */
-  double nvme_bw;          /* GB/s per GPU */
-  double cpu_adam;         /* parameters per second per GPU's share of the host */
-  double hbm_bw;           /* GB/s, GPU optimizer step */
-  double margin;           /* usable fraction of gpu_mem / host_mem */
+  double gpu_mem;                /* bytes per GPU */
+  double host_mem;               /* bytes per node (0: no host offload) */
+  int nvme;                      /* NVMe tier available */
+  double intra_bw, inter_bw;     /* GB/s bus bandwidth per GPU inside / across nodes */
+  double tflops;                 /* peak dense TFLOPS per GPU */
+  double efficiency;             /* achieved fraction of the peak for model compute */
+  double pcie_bw;                /* GB/s host <-> GPU per GPU */
+  double nvme_bw;                /* GB/s per GPU */
+  double cpu_adam;               /* parameters per second per GPU's share of the host */
+  double hbm_bw;                 /* GB/s, GPU optimizer step */
+  double margin;                 /* usable fraction of gpu_mem / host_mem */
   int64_t seq_len, global_batch; /* tokens per step (all GPUs) */
-  int dtype_bytes;         /* 2: bf16 params/grads + fp32 master/m/v; 4: fp32 */
-  int gpt_acts;            /* activation model: GPT formula (1) or engine (0) */
-  int allow_tp_pp;         /* enumerate analytic TP/PP candidates */
+  int dtype_bytes;               /* 2: bf16 params/grads + fp32 master/m/v; 4: fp32 */
+  int gpt_acts;                  /* activation model: GPT formula (1) or engine (0) */
+  int allow_tp_pp;               /* enumerate analytic TP/PP candidates */
 } sl_plan_cluster;
 
 void sl_plan_cluster_defaults(sl_plan_cluster *c);
@@ -159,12 +159,12 @@ enum { SL_PLAN_AG = 0, SL_PLAN_RS, SL_PLAN_AR, SL_PLAN_P2P, SL_PLAN_NCOMM };
 typedef struct {
   /* configuration */
   int zero, shard_group, tp, pp;
-  int offload_optim;       /* SL_PLAN_OFF_* */
-  int offload_params;      /* ZeRO-3: parameter and gradient shards on the host */
+  int offload_optim;  /* SL_PLAN_OFF_* */
+  int offload_params; /* ZeRO-3: parameter and gradient shards on the host */
   sl_actckpt ac;
   int64_t micro_batch, grad_accum; /* per GPU; grad_accum = micro-batches per step */
   int sync_accum;
-  int needs_mode;          /* 1: needs --tp/--pp (not in this engine yet) */
+  int needs_mode; /* 1: needs --tp/--pp (not in this engine yet) */
   /* memory per GPU (bytes) */
   double mem[SL_ARENA_COUNT];
   double gpu_total, host_per_gpu, nvme_per_gpu;

@@ -16,8 +16,8 @@
 typedef struct {
   const sl_pp_sched *s;
   int P, m, S;
-  uint8_t *f, *b, *w;   /* (S*m) times each op ran */
-  uint8_t *rcv[2];      /* (S*m) per direction: data of (stage, mb) received on the stage's rank */
+  uint8_t *f, *b, *w; /* (S*m) times each op ran */
+  uint8_t *rcv[2];    /* (S*m) per direction: data of (stage, mb) received on the stage's rank */
 } ck;
 
 /* stage of the data a transfer carries: the sending stage */
@@ -37,7 +37,8 @@ static int bad(const ck *c, int r, int i, const char *why) {
 /* Static validity of one op (ranges, peers, stage mapping). */
 static int valid(const ck *c, int r, int i) {
   const sl_pp_op *o = &c->s->ops[r][i];
-  if (o->mb < 0 || o->mb >= c->m || o->chunk < 0 || o->chunk >= c->s->spec.V) return bad(c, r, i, "micro-batch or chunk out of range");
+  if (o->mb < 0 || o->mb >= c->m || o->chunk < 0 || o->chunk >= c->s->spec.V)
+    return bad(c, r, i, "micro-batch or chunk out of range");
   if (o->kind == SL_PP_W && c->s->spec.kind != SL_PP_ZB1P) return bad(c, r, i, "a W op outside zb1p");
   if (o->kind < SL_PP_SEND) return SL_OK;
   if (o->kind != SL_PP_RECV && o->kind != SL_PP_SEND) return bad(c, r, i, "unknown op kind");
@@ -126,7 +127,8 @@ int sl_pp_check(const sl_pp_sched *s) {
         if (pos[q] < s->nops[q]) {
           char d[96];
           sl_pp_op_str(s, &s->ops[q][pos[q]], d, sizeof d);
-          len += snprintf(msg + len, sizeof msg - (size_t)len, "%s rank %d at op %d (%s)", len ? ";" : "", q, pos[q], d);
+          len +=
+              snprintf(msg + len, sizeof msg - (size_t)len, "%s rank %d at op %d (%s)", len ? ";" : "", q, pos[q], d);
         }
       rc = sl_fail(SL_EINTERNAL, "pipeline %s P=%d m=%d V=%d deadlocks under blocking send/recv:%s",
                    sl_pp_kind_name(s->spec.kind), c.P, c.m, s->spec.V, msg);
@@ -174,7 +176,9 @@ double sl_pp_replay(const sl_pp_sched *s, double unit, double xfer, int overlap,
         const sl_pp_op *o = &s->ops[r][pos[r]];
         int p = o->peer;
         if (o->kind <= SL_PP_W) {
-          double d = (double)(o->kind == SL_PP_F ? s->spec.cost_f : o->kind == SL_PP_B ? s->spec.cost_b : s->spec.cost_w) *
+          double d = (double)(o->kind == SL_PP_F   ? s->spec.cost_f
+                              : o->kind == SL_PP_B ? s->spec.cost_b
+                                                   : s->spec.cost_w) *
                      unit;
           t[r] += d;
           if (busy) busy[r] += d;
@@ -201,7 +205,10 @@ double sl_pp_replay(const sl_pp_sched *s, double unit, double xfer, int overlap,
 #undef FIFO
   mk = 0;
   for (int r = 0; r < P; r++) {
-    if (pos[r] < s->nops[r]) { mk = -1; break; }
+    if (pos[r] < s->nops[r]) {
+      mk = -1;
+      break;
+    }
     if (sent[r] > t[r]) t[r] = sent[r];
     if (t[r] > mk) mk = t[r];
   }

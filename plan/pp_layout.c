@@ -19,8 +19,10 @@ int sl_pp_layout_parse(const char *text, int P, int L, int *layers) {
     errno = 0;
     long v = strtol(p, &e, 10);
     if (e == p || errno || v < 0 || v > 1000000 || (*e && *e != ','))
-      return sl_fail(SL_EINPUT, "--pp-layout '%s': expected %d comma-separated decoder-layer counts (>= 0), one per "
-                     "stage, summing to %d, e.g. '%d%s'", text ? text : "", P, L, L / P, P > 1 ? ",..." : "");
+      return sl_fail(SL_EINPUT,
+                     "--pp-layout '%s': expected %d comma-separated decoder-layer counts (>= 0), one per "
+                     "stage, summing to %d, e.g. '%d%s'",
+                     text ? text : "", P, L, L / P, P > 1 ? ",..." : "");
     if (n == P)
       return sl_fail(SL_EINPUT, "--pp-layout '%s' names more than the %d stages (--pp x --pp-virtual)", text, P);
     layers[n++] = (int)v;
@@ -29,20 +31,26 @@ int sl_pp_layout_parse(const char *text, int P, int L, int *layers) {
     p = e + 1;
   }
   if (n != P)
-    return sl_fail(SL_EINPUT, "--pp-layout '%s' names %d stage%s, but there are %d (--pp x --pp-virtual): give one count "
-                   "per stage", text, n, n == 1 ? "" : "s", P);
+    return sl_fail(SL_EINPUT,
+                   "--pp-layout '%s' names %d stage%s, but there are %d (--pp x --pp-virtual): give one count "
+                   "per stage",
+                   text, n, n == 1 ? "" : "s", P);
   if (sum != L)
-    return sl_fail(SL_EINPUT, "--pp-layout '%s' places %ld decoder layers, but the model has %d: the counts must sum "
-                   "to %d (no layer is dropped or invented)", text, sum, L, L);
+    return sl_fail(SL_EINPUT,
+                   "--pp-layout '%s' places %ld decoder layers, but the model has %d: the counts must sum "
+                   "to %d (no layer is dropped or invented)",
+                   text, sum, L, L);
   for (int s = 0; s < P; s++)
     if (layers[s] == 0 && s != 0 && s != P - 1)
-      return sl_fail(SL_EINPUT, "--pp-layout '%s' leaves stage %d empty (no decoder layer, and only the first stage "
-                     "holds the embedding and the last the LM head): give it at least one layer", text, s);
+      return sl_fail(SL_EINPUT,
+                     "--pp-layout '%s' leaves stage %d empty (no decoder layer, and only the first stage "
+                     "holds the embedding and the last the LM head): give it at least one layer",
+                     text, s);
   return SL_OK;
 }
 
-static void weights_of(const sl_pp_costs *c, const double *pf, const double *pb, int s, int P, int i, int j,
-                       double *f, double *b) {
+static void weights_of(const sl_pp_costs *c, const double *pf, const double *pb, int s, int P, int i, int j, double *f,
+                       double *b) {
   *f = pf[j] - pf[i] + (s == 0 ? c->embed_flops : 0) + (s == P - 1 ? c->head_flops : 0);
   *b = pb[j] - pb[i] + (s == 0 ? c->embed_bytes : 0) + (s == P - 1 ? c->head_bytes : 0);
 }
@@ -67,8 +75,10 @@ int sl_pp_layout_balance(const sl_pp_costs *c, int P, int *layers) {
   if (P < 1) return sl_fail(SL_EINPUT, "--pp must be >= 1, found %d", P);
   if (L < 0 || L > 100000) return sl_fail(SL_EINPUT, "pipeline layout: %d decoder layers", L);
   if (P > L + 2)
-    return sl_fail(SL_EINPUT, "%d pipeline stages (--pp x --pp-virtual) are more stages than the model has units (%d "
-                   "decoder layers + the embedding + the LM head = %d): use at most %d stages", P, L, L + 2, L + 2);
+    return sl_fail(SL_EINPUT,
+                   "%d pipeline stages (--pp x --pp-virtual) are more stages than the model has units (%d "
+                   "decoder layers + the embedding + the LM head = %d): use at most %d stages",
+                   P, L, L + 2, L + 2);
   double tf = c->embed_flops + c->head_flops, tb = c->embed_bytes + c->head_bytes;
   double *pf = calloc((size_t)L + 1, sizeof(double)), *pb = calloc((size_t)L + 1, sizeof(double));
   double *best = malloc(sizeof(double) * (size_t)(P + 1) * (size_t)(L + 1));

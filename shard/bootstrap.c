@@ -71,8 +71,10 @@ int sl_boot_from_env(sl_boot_env *e, int *found) {
     snprintf(e->method, sizeof e->method, "tcp");
     snprintf(e->addr, sizeof e->addr, "%s:%s", getenv("MASTER_ADDR"), getenv("MASTER_PORT"));
   } else if (e->size > 1) {
-    return sl_fail(SL_EINPUT, "%s give a world of %d ranks but no rendezvous: set SL_INIT_METHOD=fs:PATH "
-                              "or tcp:HOST:PORT (or MASTER_ADDR and MASTER_PORT)", e->source, e->size);
+    return sl_fail(SL_EINPUT,
+                   "%s give a world of %d ranks but no rendezvous: set SL_INIT_METHOD=fs:PATH "
+                   "or tcp:HOST:PORT (or MASTER_ADDR and MASTER_PORT)",
+                   e->source, e->size);
   }
   *found = 1;
   return SL_OK;
@@ -142,8 +144,8 @@ static int share_fs(const sl_boot_env *e, void *blob, size_t n, double timeout_s
         if (access(ack, F_OK) != 0) l += (size_t)snprintf(list + l, sizeof list - l, "%s%d", l ? ", " : "", r);
       }
       unlink(e->addr);
-      return sl_fail(SL_ECOMM, "bootstrap fs:%s: %d of %d ranks did not read the id within %.1f s (ranks %s)",
-                     e->addr, missing, e->size - 1, timeout_s, list);
+      return sl_fail(SL_ECOMM, "bootstrap fs:%s: %d of %d ranks did not read the id within %.1f s (ranks %s)", e->addr,
+                     missing, e->size - 1, timeout_s, list);
     }
     unlink(e->addr);
     for (int r = 1; r < e->size; r++) {
@@ -162,16 +164,18 @@ static int share_fs(const sl_boot_env *e, void *blob, size_t n, double timeout_s
         close(fd);
         uint64_t theirs;
         memcpy(&theirs, got + 8, 8);
-        return sl_fail(SL_ECOMM, "bootstrap fs:%s: not a shardlm rendezvous file of %zu bytes (magic %.8s, "
-                                 "length %llu)", e->addr, n, (const char *)got, (unsigned long long)theirs);
+        return sl_fail(SL_ECOMM,
+                       "bootstrap fs:%s: not a shardlm rendezvous file of %zu bytes (magic %.8s, "
+                       "length %llu)",
+                       e->addr, n, (const char *)got, (unsigned long long)theirs);
       }
       ok = ok && read_full(fd, blob, n) == 0;
       close(fd);
       if (ok) break;
     }
     if (sl_now_s() >= t_end)
-      return sl_fail(SL_ECOMM, "bootstrap fs:%s: rank %d found no id from rank 0 within %.1f s", e->addr,
-                     e->rank, timeout_s);
+      return sl_fail(SL_ECOMM, "bootstrap fs:%s: rank %d found no id from rank 0 within %.1f s", e->addr, e->rank,
+                     timeout_s);
     nap_ms(10);
   }
   snprintf(ack, sizeof ack, "%s.ack.%d", e->addr, e->rank);
@@ -182,8 +186,7 @@ static int share_fs(const sl_boot_env *e, void *blob, size_t n, double timeout_s
 
 static int split_hostport(const sl_boot_env *e, char *host, size_t nh, char *port, size_t np) {
   const char *c = strrchr(e->addr, ':');
-  if (!c || c == e->addr || !c[1])
-    return sl_fail(SL_EINPUT, "bootstrap tcp:%s: expected HOST:PORT", e->addr);
+  if (!c || c == e->addr || !c[1]) return sl_fail(SL_EINPUT, "bootstrap tcp:%s: expected HOST:PORT", e->addr);
   snprintf(host, nh, "%.*s", (int)(c - e->addr), e->addr);
   snprintf(port, np, "%s", c + 1);
   return SL_OK;
@@ -205,7 +208,8 @@ static int io_deadline(int fd, void *buf, size_t n, int wr, double t_end) {
   size_t done = 0;
   while (done < n) {
     if (wait_fd(fd, wr ? POLLOUT : POLLIN, t_end)) return -1;
-    ssize_t k = wr ? send(fd, (const char *)buf + done, n - done, MSG_NOSIGNAL) : recv(fd, (char *)buf + done, n - done, 0);
+    ssize_t k =
+        wr ? send(fd, (const char *)buf + done, n - done, MSG_NOSIGNAL) : recv(fd, (char *)buf + done, n - done, 0);
     if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (k <= 0) return -1;
     done += (size_t)k;
@@ -241,8 +245,8 @@ static int share_tcp(const sl_boot_env *e, void *blob, size_t n, double timeout_
     }
     while (served < e->size - 1) {
       if (wait_fd(fd, POLLIN, t_end)) {
-        rc = sl_fail(SL_ECOMM, "bootstrap tcp:%s: only %d of %d ranks connected within %.1f s", e->addr,
-                     served, e->size - 1, timeout_s);
+        rc = sl_fail(SL_ECOMM, "bootstrap tcp:%s: only %d of %d ranks connected within %.1f s", e->addr, served,
+                     e->size - 1, timeout_s);
         goto done;
       }
       int c = accept(fd, NULL, NULL);
@@ -270,8 +274,8 @@ static int share_tcp(const sl_boot_env *e, void *blob, size_t n, double timeout_
     }
     if (fd >= 0) break;
     if (sl_now_s() >= t_end) {
-      rc = sl_fail(SL_ECOMM, "bootstrap tcp:%s: rank %d could not connect to rank 0 within %.1f s", e->addr,
-                   e->rank, timeout_s);
+      rc = sl_fail(SL_ECOMM, "bootstrap tcp:%s: rank %d could not connect to rank 0 within %.1f s", e->addr, e->rank,
+                   timeout_s);
       goto done;
     }
     nap_ms(20);

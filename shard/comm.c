@@ -85,21 +85,17 @@ const char *sl_coll_name(sl_coll_kind k) {
   return "?";
 }
 
-static int is_coll(int kind) {
-  return kind != SL_COLL_SEND && kind != SL_COLL_RECV && kind != SL_OPK_QUIT;
-}
+static int is_coll(int kind) { return kind != SL_COLL_SEND && kind != SL_COLL_RECV && kind != SL_OPK_QUIT; }
 int sl_comm_is_coll(int kind) { return is_coll(kind); }
 uint64_t sl_comm_now_ns(void) { return now_ns(); }
 
-uint64_t sl_comm_bus_bytes(sl_coll_kind k, int n, int64_t count, sl_dtype dt,
-                           int is_source) {
+uint64_t sl_comm_bus_bytes(sl_coll_kind k, int n, int64_t count, sl_dtype dt, int is_source) {
   uint64_t es = sl_dtype_size(dt);
   if (n <= 1 || count <= 0) return 0;
   switch (k) {
   case SL_COLL_ALLGATHER:
   case SL_COLL_REDUCE_SCATTER: return (uint64_t)(n - 1) * (uint64_t)count * es;
-  case SL_COLL_ALLREDUCE:
-    return 2ull * (uint64_t)(n - 1) * (uint64_t)((count + n - 1) / n) * es;
+  case SL_COLL_ALLREDUCE: return 2ull * (uint64_t)(n - 1) * (uint64_t)((count + n - 1) / n) * es;
   case SL_COLL_BROADCAST: return is_source ? (uint64_t)count * es : 0;
   case SL_COLL_SEND:
   case SL_COLL_RECV: return (uint64_t)count * es;
@@ -109,8 +105,7 @@ uint64_t sl_comm_bus_bytes(sl_coll_kind k, int n, int64_t count, sl_dtype dt,
 
 uint64_t sl_comm_op_bytes(const sl_comm_op *op, int rank, int n) {
   switch (op->kind) {
-  case SL_COLL_BROADCAST:
-    return sl_comm_bus_bytes(SL_COLL_BROADCAST, n, op->count, op->dt, rank == op->peer);
+  case SL_COLL_BROADCAST: return sl_comm_bus_bytes(SL_COLL_BROADCAST, n, op->count, op->dt, rank == op->peer);
   case SL_OPK_SPLIT: return 0;
   default: return sl_comm_bus_bytes((sl_coll_kind)op->kind, n, op->count, op->dt, 0);
   }
@@ -131,7 +126,10 @@ void sl_comm_register(sl_comm *c) {
 void sl_comm_unregister(sl_comm *c) {
   pthread_mutex_lock(&reg_mu);
   for (int i = 0; i < nreg; i++)
-    if (reg[i] == c) { reg[i] = reg[--nreg]; break; }
+    if (reg[i] == c) {
+      reg[i] = reg[--nreg];
+      break;
+    }
   pthread_mutex_unlock(&reg_mu);
 }
 
@@ -187,8 +185,10 @@ static void *load_mpi_module(char *why, size_t nwhy) {
     lw += (size_t)snprintf(why + lw, lw < nwhy ? nwhy - lw : 0, "%s%s", lw ? "; " : "", e ? e : cand[i]);
     if (lw >= nwhy) lw = nwhy - 1;
   }
-  if (!why[0]) snprintf(why, nwhy, "libsl_comm_mpi.so not found beside the executable, in the build tree "
-                                   "or on the loader path (set SL_COMM_MPI_LIB=PATH)");
+  if (!why[0])
+    snprintf(why, nwhy,
+             "libsl_comm_mpi.so not found beside the executable, in the build tree "
+             "or on the loader path (set SL_COMM_MPI_LIB=PATH)");
   return NULL;
 }
 
@@ -309,8 +309,7 @@ static int submit(sl_comm *c, const sl_comm_op *op, sl_comm_req **out) {
     if (op->count < 0 || op->count > INT_MAX)
       return comm_fail("%s on comm %s: count %lld out of range [0, %d] (elements of %s)", what, c->name,
                        (long long)op->count, INT_MAX, sl_dtype_name(op->dt));
-    int need_send = op->kind == SL_COLL_ALLGATHER || op->kind == SL_COLL_REDUCE_SCATTER ||
-                    op->kind == SL_COLL_SEND;
+    int need_send = op->kind == SL_COLL_ALLGATHER || op->kind == SL_COLL_REDUCE_SCATTER || op->kind == SL_COLL_SEND;
     int need_recv = op->kind != SL_COLL_SEND;
     if (op->count > 0 && ((need_send && !op->send) || (need_recv && !op->recv)))
       return comm_fail("%s on comm %s: NULL buffer for %lld x %s", what, c->name, (long long)op->count,
@@ -337,7 +336,8 @@ static int submit(sl_comm *c, const sl_comm_op *op, sl_comm_req **out) {
   }
   pthread_mutex_lock(&c->mu);
   account_locked(c, r);
-  if (c->tail) c->tail->next = r; else c->head = r;
+  if (c->tail) c->tail->next = r;
+  else c->head = r;
   c->tail = r;
   pthread_cond_signal(&c->cv_work);
   pthread_mutex_unlock(&c->mu);
@@ -345,14 +345,12 @@ static int submit(sl_comm *c, const sl_comm_op *op, sl_comm_req **out) {
   return SL_COMM_OK;
 }
 
-int sl_comm_allgather(sl_comm *c, const void *send, void *recv, int64_t count, sl_dtype dt,
-                      sl_comm_req **req) {
+int sl_comm_allgather(sl_comm *c, const void *send, void *recv, int64_t count, sl_dtype dt, sl_comm_req **req) {
   sl_comm_op op = {.kind = SL_COLL_ALLGATHER, .send = send, .recv = recv, .count = count, .dt = dt};
   return submit(c, &op, req);
 }
 
-int sl_comm_reduce_scatter(sl_comm *c, const void *send, void *recv, int64_t count, sl_dtype dt,
-                           sl_comm_req **req) {
+int sl_comm_reduce_scatter(sl_comm *c, const void *send, void *recv, int64_t count, sl_dtype dt, sl_comm_req **req) {
   sl_comm_op op = {.kind = SL_COLL_REDUCE_SCATTER, .send = send, .recv = recv, .count = count, .dt = dt};
   return submit(c, &op, req);
 }
@@ -367,14 +365,12 @@ int sl_comm_broadcast(sl_comm *c, void *buf, int64_t count, sl_dtype dt, int roo
   return submit(c, &op, req);
 }
 
-int sl_comm_send(sl_comm *c, const void *buf, int64_t count, sl_dtype dt, int peer, int tag,
-                 sl_comm_req **req) {
+int sl_comm_send(sl_comm *c, const void *buf, int64_t count, sl_dtype dt, int peer, int tag, sl_comm_req **req) {
   sl_comm_op op = {.kind = SL_COLL_SEND, .send = buf, .count = count, .dt = dt, .peer = peer, .tag = tag};
   return submit(c, &op, req);
 }
 
-int sl_comm_recv(sl_comm *c, void *buf, int64_t count, sl_dtype dt, int peer, int tag,
-                 sl_comm_req **req) {
+int sl_comm_recv(sl_comm *c, void *buf, int64_t count, sl_dtype dt, int peer, int tag, sl_comm_req **req) {
   sl_comm_op op = {.kind = SL_COLL_RECV, .recv = buf, .count = count, .dt = dt, .peer = peer, .tag = tag};
   return submit(c, &op, req);
 }

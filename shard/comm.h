@@ -32,14 +32,14 @@ typedef enum {
   SL_COLL_REDUCE_SCATTER,
   SL_COLL_ALLREDUCE,
   SL_COLL_BROADCAST,
-  SL_COLL_SEND,   /* point-to-point send (sl_comm_send) */
+  SL_COLL_SEND, /* point-to-point send (sl_comm_send) */
   SL_COLL_BARRIER,
-  SL_COLL_RECV,   /* point-to-point receive (sl_comm_recv) */
+  SL_COLL_RECV, /* point-to-point receive (sl_comm_recv) */
   SL_COLL_NKINDS
 } sl_coll_kind;
 const char *sl_coll_name(sl_coll_kind k);
 
-typedef struct sl_comm sl_comm;       /* opaque: a group of ranks */
+typedef struct sl_comm sl_comm;         /* opaque: a group of ranks */
 typedef struct sl_comm_req sl_comm_req; /* opaque: one in-flight operation */
 
 /* Per-communicator traffic statistics. bytes[k] counts, per rank, the bytes
@@ -122,8 +122,7 @@ int sl_comm_nccl_create(sl_comm *mpi_parent, void *cuda_stream, sl_comm **out);
  * ncclCommInitRank. Collective over boot->size processes. Such a comm
  * cannot be split (no host twin): sl_comm_split on it fails with a message. */
 struct sl_boot_env;
-int sl_comm_nccl_create_boot(const struct sl_boot_env *boot, void *cuda_stream, double timeout_s,
-                             sl_comm **out);
+int sl_comm_nccl_create_boot(const struct sl_boot_env *boot, void *cuda_stream, double timeout_s, sl_comm **out);
 
 /* Splits `parent` into groups: ranks with the same color form one comm,
  * ordered by key. Collective over parent. */
@@ -142,17 +141,13 @@ const char *sl_comm_backend(const sl_comm *c);      /* "mpi" or "nccl" */
  * at every step, as NCCL does. Reductions are sums. */
 /* recv (n*count) gets every rank's send (count) in rank order.
  * send may equal recv + rank*count (in place). */
-int sl_comm_allgather(sl_comm *c, const void *send, void *recv, int64_t count,
-                      sl_dtype dt, sl_comm_req **req);
+int sl_comm_allgather(sl_comm *c, const void *send, void *recv, int64_t count, sl_dtype dt, sl_comm_req **req);
 /* send (n*count) is summed across ranks; rank r receives block r (count).
  * recv may equal send + rank*count (in place). */
-int sl_comm_reduce_scatter(sl_comm *c, const void *send, void *recv,
-                           int64_t count, sl_dtype dt, sl_comm_req **req);
+int sl_comm_reduce_scatter(sl_comm *c, const void *send, void *recv, int64_t count, sl_dtype dt, sl_comm_req **req);
 /* buf (count) summed in place across ranks. */
-int sl_comm_allreduce(sl_comm *c, void *buf, int64_t count, sl_dtype dt,
-                      sl_comm_req **req);
-int sl_comm_broadcast(sl_comm *c, void *buf, int64_t count, sl_dtype dt,
-                      int root, sl_comm_req **req);
+int sl_comm_allreduce(sl_comm *c, void *buf, int64_t count, sl_dtype dt, sl_comm_req **req);
+int sl_comm_broadcast(sl_comm *c, void *buf, int64_t count, sl_dtype dt, int root, sl_comm_req **req);
 /* Paired point-to-point transfer (pipeline stages): send `count` elements of
  * dt to group rank `peer`; the matching sl_comm_recv on peer names this rank,
  * the same tag (0..32767) and the same dtype with at least `count` elements.
@@ -162,10 +157,8 @@ int sl_comm_broadcast(sl_comm *c, void *buf, int64_t count, sl_dtype dt,
  * sl_comm_world_init) aborts the job when one is not complete in time (the
  * peer never posted its half). A send to self (peer == rank) is matched with
  * a recv to self of the same tag (MPI, self; NCCL refuses it). */
-int sl_comm_send(sl_comm *c, const void *buf, int64_t count, sl_dtype dt,
-                 int peer, int tag, sl_comm_req **req);
-int sl_comm_recv(sl_comm *c, void *buf, int64_t count, sl_dtype dt, int peer,
-                 int tag, sl_comm_req **req);
+int sl_comm_send(sl_comm *c, const void *buf, int64_t count, sl_dtype dt, int peer, int tag, sl_comm_req **req);
+int sl_comm_recv(sl_comm *c, void *buf, int64_t count, sl_dtype dt, int peer, int tag, sl_comm_req **req);
 int sl_comm_barrier(sl_comm *c, sl_comm_req **req);
 
 /* Blocks until req completes, then frees it. */
@@ -175,8 +168,7 @@ int sl_comm_test(sl_comm_req *req);
 
 /* Blocking convenience forms (issue + wait). */
 int sl_comm_allreduce_sync(sl_comm *c, void *buf, int64_t count, sl_dtype dt);
-int sl_comm_allgather_sync(sl_comm *c, const void *send, void *recv,
-                           int64_t count, sl_dtype dt);
+int sl_comm_allgather_sync(sl_comm *c, const void *send, void *recv, int64_t count, sl_dtype dt);
 int sl_comm_broadcast_sync(sl_comm *c, void *buf, int64_t count, sl_dtype dt, int root);
 int sl_comm_barrier_sync(sl_comm *c);
 
@@ -187,8 +179,7 @@ int sl_comm_barrier_sync(sl_comm *c);
  * padded to a multiple of n, which is what moves); broadcast count*size(dt)
  * on the root (is_source), 0 elsewhere; send count*size(dt); recv
  * count*size(dt) (inbound; is_source ignored); barrier 0. n == 1: always 0. */
-uint64_t sl_comm_bus_bytes(sl_coll_kind k, int n, int64_t count, sl_dtype dt,
-                           int is_source);
+uint64_t sl_comm_bus_bytes(sl_coll_kind k, int n, int64_t count, sl_dtype dt, int is_source);
 
 void sl_comm_get_stats(const sl_comm *c, sl_comm_stats *out);
 void sl_comm_reset_stats(sl_comm *c);

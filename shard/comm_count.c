@@ -29,8 +29,8 @@ static void count_destroy(sl_comm *c);
 static int count_issue(sl_comm *c, sl_comm_req *r);
 static int count_wait(sl_comm_req *r);
 static int count_test(sl_comm_req *r);
-static const sl_comm_vt count_vt = {.name = "count", .destroy = count_destroy, .issue = count_issue,
-                                    .wait = count_wait, .test = count_test};
+static const sl_comm_vt count_vt = {
+    .name = "count", .destroy = count_destroy, .issue = count_issue, .wait = count_wait, .test = count_test};
 
 static sl_comm *make_count(const char *name, int size, int rank, const int *world_ranks, uint64_t uid,
                            sl_comm_count_split_fn split, void *ctx) {
@@ -60,24 +60,35 @@ static int do_split(sl_comm *c, sl_comm_op *op) {
   int *color = malloc(sizeof(int) * (size_t)c->size), *key = malloc(sizeof(int) * (size_t)c->size);
   int *members = malloc(sizeof(int) * (size_t)c->size);
   int rc = SL_COMM_OK;
-  if (!color || !key || !members) { rc = sl_comm_set_error("split of comm %s (count): out of memory", c->name); goto done; }
+  if (!color || !key || !members) {
+    rc = sl_comm_set_error("split of comm %s (count): out of memory", c->name);
+    goto done;
+  }
   for (int j = 0; j < c->size && !rc; j++)
-    if (b->split(b->ctx, n, j, &color[j], &key[j]) != 0) rc = sl_comm_set_error("split of comm %s (count): %s", c->name, sl_errmsg());
+    if (b->split(b->ctx, n, j, &color[j], &key[j]) != 0)
+      rc = sl_comm_set_error("split of comm %s (count): %s", c->name, sl_errmsg());
   if (rc) goto done;
   if (color[c->rank] != op->color || key[c->rank] != op->key) {
     rc = sl_comm_set_error("split #%d of comm %s (count): rank %d passed color %d key %d, but the split rule says "
-                           "color %d key %d", n, c->name, c->rank, op->color, op->key, color[c->rank], key[c->rank]);
+                           "color %d key %d",
+                           n, c->name, c->rank, op->color, op->key, color[c->rank], key[c->rank]);
     goto done;
   }
   int m = 0;
   for (int j = 0; j < c->size; j++) /* insertion by (key, rank) */
     if (color[j] == op->color) {
       int i = m++;
-      while (i > 0 && key[members[i - 1]] > key[j]) { members[i] = members[i - 1]; i--; }
+      while (i > 0 && key[members[i - 1]] > key[j]) {
+        members[i] = members[i - 1];
+        i--;
+      }
       members[i] = j;
     }
   int me = 0, *wr = malloc(sizeof(int) * (size_t)m);
-  if (!wr) { rc = sl_comm_set_error("split of comm %s (count): out of memory", c->name); goto done; }
+  if (!wr) {
+    rc = sl_comm_set_error("split of comm %s (count): out of memory", c->name);
+    goto done;
+  }
   for (int i = 0; i < m; i++) {
     wr[i] = c->world_ranks[members[i]];
     if (members[i] == c->rank) me = i;
@@ -86,7 +97,10 @@ static int do_split(sl_comm *c, sl_comm_op *op) {
   snprintf(name, sizeof name, "%.60s/s%llu:c%d", c->name, (unsigned long long)op->seq, op->color);
   sl_comm *child = make_count(name, m, me, wr, sl_comm_child_uid(c->uid, op->seq) | 1, b->split, b->ctx);
   free(wr);
-  if (!child) { rc = sl_comm_set_error("split of comm %s (count): out of memory", c->name); goto done; }
+  if (!child) {
+    rc = sl_comm_set_error("split of comm %s (count): out of memory", c->name);
+    goto done;
+  }
   *op->split_out = child;
 done:
   free(color);

@@ -25,67 +25,67 @@
 /* Internal operation kinds beyond sl_coll_kind (never counted in stats). */
 enum {
   SL_OPK_SPLIT = SL_COLL_NKINDS, /* sl_comm_split, ordered like a collective */
-  SL_OPK_QUIT,                  /* stops the progress thread (destroy) */
+  SL_OPK_QUIT,                   /* stops the progress thread (destroy) */
 };
 
 /* One queued operation: exactly the arguments of the public call. */
 typedef struct sl_comm_op {
-  int kind;          /* sl_coll_kind or SL_OPK_* */
-  const void *send;  /* allgather (count), reduce_scatter (n*count), send */
-  void *recv;        /* allgather (n*count), reduce_scatter (count), allreduce/bcast/recv buffer */
-  int64_t count;     /* elements of dt, as in the public call */
+  int kind;         /* sl_coll_kind or SL_OPK_* */
+  const void *send; /* allgather (count), reduce_scatter (n*count), send */
+  void *recv;       /* allgather (n*count), reduce_scatter (count), allreduce/bcast/recv buffer */
+  int64_t count;    /* elements of dt, as in the public call */
   sl_dtype dt;
-  int peer;          /* broadcast root, send/recv peer (group ranks) */
-  int tag;           /* send/recv tag */
-  int color, key;    /* split */
+  int peer;       /* broadcast root, send/recv peer (group ranks) */
+  int tag;        /* send/recv tag */
+  int color, key; /* split */
   sl_comm **split_out;
-  uint64_t seq;      /* collectives: per-comm sequence number from 1; p2p: own counter */
+  uint64_t seq; /* collectives: per-comm sequence number from 1; p2p: own counter */
 } sl_comm_op;
 
 struct sl_comm_req {
   sl_comm *c;
   sl_comm_op op;
-  int done;          /* guarded by c->mu; set once, then c->cv_done broadcast */
-  int status;        /* SL_COMM_OK / SL_COMM_ERR */
-  char err[512];     /* message when status != OK */
-  uint64_t start_ns; /* when the progress engine started it (watchdog) */
+  int done;                 /* guarded by c->mu; set once, then c->cv_done broadcast */
+  int status;               /* SL_COMM_OK / SL_COMM_ERR */
+  char err[512];            /* message when status != OK */
+  uint64_t start_ns;        /* when the progress engine started it (watchdog) */
   struct sl_comm_req *next; /* FIFO link while queued */
-  void *be;          /* backend per-request state (NCCL: completion cudaEvent_t) */
+  void *be;                 /* backend per-request state (NCCL: completion cudaEvent_t) */
 };
 
 typedef struct sl_comm_vt {
-  const char *name;                         /* "mpi" / "nccl" */
-  void (*destroy)(sl_comm *c);              /* drain, stop progress, free be */
+  const char *name;            /* "mpi" / "nccl" */
+  void (*destroy)(sl_comm *c); /* drain, stop progress, free be */
   /* Optional (NULL for MPI). issue: start the checked request r now (r->op
    * filled in, seq not yet assigned: call sl_comm_account in issue order);
    * SL_COMM_OK, or SL_COMM_ERR with the message set (submit frees r). */
   int (*issue)(sl_comm *c, sl_comm_req *r);
-  int (*wait)(sl_comm_req *r);  /* sl_comm_wait: complete, account, free r */
-  int (*test)(sl_comm_req *r);  /* sl_comm_test */
-  void (*abort)(sl_comm *c);    /* watchdog, before MPI_Abort: abort transport */
+  int (*wait)(sl_comm_req *r); /* sl_comm_wait: complete, account, free r */
+  int (*test)(sl_comm_req *r); /* sl_comm_test */
+  void (*abort)(sl_comm *c);   /* watchdog, before MPI_Abort: abort transport */
 } sl_comm_vt;
 
 /* The communicator: generic part. The FIFO (head..tail) is consumed by the
  * backend's progress engine; everything below mu is guarded by it. */
 struct sl_comm {
   const sl_comm_vt *vt;
-  char name[96];       /* "world", "world/s1c0", ... (messages) */
-  int rank, size;      /* in this group */
-  int *world_ranks;    /* (size) world rank of each group rank */
-  uint64_t uid;        /* same on every member; unique within a process */
+  char name[96];    /* "world", "world/s1c0", ... (messages) */
+  int rank, size;   /* in this group */
+  int *world_ranks; /* (size) world rank of each group rank */
+  uint64_t uid;     /* same on every member; unique within a process */
   pthread_mutex_t mu;
-  pthread_cond_t cv_work; /* progress engine: queue not empty */
-  pthread_cond_t cv_done; /* some request completed */
+  pthread_cond_t cv_work;   /* progress engine: queue not empty */
+  pthread_cond_t cv_done;   /* some request completed */
   sl_comm_req *head, *tail; /* FIFO of issued, not yet started operations */
-  uint64_t issued_seq; /* collectives issued so far (= seq of the last one) */
-  uint64_t p2p_seq;    /* sends/recvs issued so far */
-  int broken;          /* an operation failed: later ones fail at once */
+  uint64_t issued_seq;      /* collectives issued so far (= seq of the last one) */
+  uint64_t p2p_seq;         /* sends/recvs issued so far */
+  int broken;               /* an operation failed: later ones fail at once */
   int quitting;
-  sl_comm_req *running; /* collective the engine is executing (watchdog) */
+  sl_comm_req *running;    /* collective the engine is executing (watchdog) */
   sl_comm_req *p2p_oldest; /* oldest send/recv in flight, stamped start_ns (watchdog;
                             * backends that run p2p beside collectives: MPI) */
   sl_comm_stats stats;
-  void *be;            /* backend state */
+  void *be; /* backend state */
 };
 
 /* Fills the generic header of a new communicator c (zeroed by the caller):

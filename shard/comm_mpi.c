@@ -45,14 +45,13 @@ enum { WD_TAG_QUERY = 101, WD_TAG_REPLY = 102, WD_NSEND = 64 };
 static struct {
   int inited, we_init_mpi;
   int wrank, wsize;
-  double timeout_s;          /* <= 0: no watchdog */
-  MPI_Datatype bf16_type;    /* 2 contiguous bytes */
+  double timeout_s;       /* <= 0: no watchdog */
+  MPI_Datatype bf16_type; /* 2 contiguous bytes */
   MPI_Op bf16_sum;
-  MPI_Comm wd_comm;          /* dup of world: watchdog queries only */
+  MPI_Comm wd_comm; /* dup of world: watchdog queries only */
   pthread_t wd_thread;
-  int wd_running, wd_stop;   /* wd_stop guarded by the registry lock */
+  int wd_running, wd_stop; /* wd_stop guarded by the registry lock */
 } g;
-
 
 static void bf16_sum_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
   const uint16_t *a = in;
@@ -86,9 +85,9 @@ typedef struct {
 } p2p_slot;
 
 typedef struct {
-  MPI_Comm mc;        /* this communicator's own MPI communicator */
-  pthread_t thread;   /* progress thread */
-  p2p_slot *p2p;      /* (np2p) sends/recvs in flight */
+  MPI_Comm mc;      /* this communicator's own MPI communicator */
+  pthread_t thread; /* progress thread */
+  p2p_slot *p2p;    /* (np2p) sends/recvs in flight */
   int np2p, cap2p;
 } mpi_be;
 
@@ -140,8 +139,8 @@ static void p2p_poll(sl_comm *c) {
         char es[256];
         mpi_errstr(e, es, sizeof es);
         snprintf(msg, sizeof msg, "%s to/from rank %d (tag %d, %lld x %s) on comm %s failed: %s",
-                 sl_coll_name((sl_coll_kind)r->op.kind), r->op.peer, r->op.tag,
-                 (long long)r->op.count, sl_dtype_name(r->op.dt), c->name, es);
+                 sl_coll_name((sl_coll_kind)r->op.kind), r->op.peer, r->op.tag, (long long)r->op.count,
+                 sl_dtype_name(r->op.dt), c->name, es);
       }
       b->p2p[i] = b->p2p[--b->np2p];
       p2p_track(c);
@@ -290,8 +289,7 @@ static int start_p2p(sl_comm *c, sl_comm_req *r) {
   int e;
   if (r->op.kind == SL_COLL_SEND)
     e = MPI_Isend(r->op.send, (int)r->op.count, mpi_type(r->op.dt), r->op.peer, r->op.tag, b->mc, &s->mr);
-  else
-    e = MPI_Irecv(r->op.recv, (int)r->op.count, mpi_type(r->op.dt), r->op.peer, r->op.tag, b->mc, &s->mr);
+  else e = MPI_Irecv(r->op.recv, (int)r->op.count, mpi_type(r->op.dt), r->op.peer, r->op.tag, b->mc, &s->mr);
   if (e == MPI_SUCCESS) {
     b->np2p++;
     p2p_track(c);
@@ -322,7 +320,10 @@ static void *progress_thread(void *arg) {
     }
     spins = 0;
     if (r->op.kind == SL_OPK_QUIT) {
-      while (b->np2p > 0) { p2p_poll(c); backoff(&spins); }
+      while (b->np2p > 0) {
+        p2p_poll(c);
+        backoff(&spins);
+      }
       free(r);
       return NULL;
     }
@@ -351,8 +352,8 @@ static void *progress_thread(void *arg) {
     if (e != MPI_SUCCESS) {
       if (e > 0) mpi_errstr(e, err, sizeof err);
       snprintf(msg, sizeof msg, "collective %s #%llu (%lld x %s) on comm %s (%d ranks) failed: %s",
-               sl_coll_name((sl_coll_kind)r->op.kind), (unsigned long long)r->op.seq,
-               (long long)r->op.count, sl_dtype_name(r->op.dt), c->name, c->size, err);
+               sl_coll_name((sl_coll_kind)r->op.kind), (unsigned long long)r->op.seq, (long long)r->op.count,
+               sl_dtype_name(r->op.dt), c->name, c->size, err);
       complete(c, r, SL_COMM_ERR, msg);
     } else {
       complete(c, r, SL_COMM_OK, "");
@@ -418,8 +419,8 @@ nomem:
 /* ---- watchdog ----------------------------------------------------------- */
 
 typedef struct {
-  MPI_Request qreq;        /* the posted query receive */
-  int64_t qbuf[2];         /* {uid, seq} */
+  MPI_Request qreq; /* the posted query receive */
+  int64_t qbuf[2];  /* {uid, seq} */
   MPI_Request sreq[WD_NSEND];
   int64_t sbuf[WD_NSEND][2]; /* replies {uid, issued_seq or -1} */
 } wd_state;
@@ -469,7 +470,7 @@ typedef struct {
 
 static void wd_fire(wd_state *w, const wd_snap *c, int kind, uint64_t seq, double waited) {
   int n = c->size;
-  int64_t (*rep)[2] = calloc((size_t)n, sizeof *rep);
+  int64_t(*rep)[2] = calloc((size_t)n, sizeof *rep);
   int64_t q[2] = {(int64_t)c->uid, (int64_t)seq};
   MPI_Request *rr = calloc((size_t)n, sizeof *rr), *sr = calloc((size_t)n, sizeof *sr);
   int *got = calloc((size_t)n, sizeof *got);
@@ -502,16 +503,12 @@ static void wd_fire(wd_state *w, const wd_snap *c, int kind, uint64_t seq, doubl
     int arrived = got && rep && got[i] && rep[i][1] >= (int64_t)seq;
     if (arrived) continue;
     char one[64];
-    if (c->world_ranks[i] == i)
-      snprintf(one, sizeof one, "%d", i);
-    else
-      snprintf(one, sizeof one, "%d (world rank %d)", i, c->world_ranks[i]);
-    lm += (size_t)snprintf(missing + lm, lm < sizeof missing ? sizeof missing - lm : 0, "%s%s",
-                           lm ? ", " : "", one);
+    if (c->world_ranks[i] == i) snprintf(one, sizeof one, "%d", i);
+    else snprintf(one, sizeof one, "%d (world rank %d)", i, c->world_ranks[i]);
+    lm += (size_t)snprintf(missing + lm, lm < sizeof missing ? sizeof missing - lm : 0, "%s%s", lm ? ", " : "", one);
     if (lm >= sizeof missing) lm = sizeof missing - 1;
     if (!(got && got[i])) {
-      ls += (size_t)snprintf(silent + ls, ls < sizeof silent ? sizeof silent - ls : 0, "%s%d",
-                             ls ? ", " : "", i);
+      ls += (size_t)snprintf(silent + ls, ls < sizeof silent ? sizeof silent - ls : 0, "%s%d", ls ? ", " : "", i);
       if (ls >= sizeof silent) ls = sizeof silent - 1;
     }
   }
@@ -520,8 +517,7 @@ static void wd_fire(wd_state *w, const wd_snap *c, int kind, uint64_t seq, doubl
           "ranks that never arrived: %s%s%s%s (reported by rank %d, world rank %d)\n",
           sl_coll_name((sl_coll_kind)kind), (unsigned long long)seq, c->name, n, waited,
           lm ? missing : "none (all entered it: mismatched collectives or a transport fault)",
-          ls ? "; no watchdog answer from " : "", ls ? silent : "", ls ? " (dead or hung)" : "",
-          c->rank, g.wrank);
+          ls ? "; no watchdog answer from " : "", ls ? silent : "", ls ? " (dead or hung)" : "", c->rank, g.wrank);
   fflush(stderr);
   /* A backend with its own transport (NCCL) aborts it first. */
   sl_comm_registry_lock();
@@ -536,15 +532,14 @@ static void wd_fire(wd_state *w, const wd_snap *c, int kind, uint64_t seq, doubl
 
 /* A send/recv of comm `name` is over time: its peer never posted the
  * matching half (or died). Nothing to ask the peers: name it and abort. */
-static void wd_fire_p2p(const char *name, uint64_t uid, int rank, int wrank_peer, const sl_comm_op *op,
-                        double waited) {
+static void wd_fire_p2p(const char *name, uint64_t uid, int rank, int wrank_peer, const sl_comm_op *op, double waited) {
   fprintf(stderr,
           "shardlm: %s #%llu (%lld x %s, tag %d) %s rank %d (world rank %d) on comm %s did not complete within "
           "%.1f s: the peer never posted the matching %s, or is dead or hung (reported by rank %d, world "
           "rank %d)\n",
           sl_coll_name((sl_coll_kind)op->kind), (unsigned long long)op->seq, (long long)op->count,
-          sl_dtype_name(op->dt), op->tag, op->kind == SL_COLL_SEND ? "to" : "from", op->peer, wrank_peer,
-          name, waited, op->kind == SL_COLL_SEND ? "recv" : "send", rank, g.wrank);
+          sl_dtype_name(op->dt), op->tag, op->kind == SL_COLL_SEND ? "to" : "from", op->peer, wrank_peer, name, waited,
+          op->kind == SL_COLL_SEND ? "recv" : "send", rank, g.wrank);
   fflush(stderr);
   sl_comm_registry_lock();
   for (int i = 0; i < sl_comm_registry_size(); i++) {
@@ -565,7 +560,10 @@ static void *wd_main(void *arg) {
   for (;;) {
     wd_serve(&w);
     sl_comm_registry_lock();
-    if (g.wd_stop) { sl_comm_registry_unlock(); break; }
+    if (g.wd_stop) {
+      sl_comm_registry_unlock();
+      break;
+    }
     wd_snap late = {.size = 0};
     int kind = 0, p2p_late = 0, p2p_rank = 0, p2p_wpeer = 0;
     sl_comm_op p2p_op;
@@ -636,8 +634,7 @@ static int mpi_world_init(int *argc, char ***argv, double timeout_s, sl_comm **w
   MPI_Type_commit(&g.bf16_type);
   MPI_Op_create(bf16_sum_fn, 1, &g.bf16_sum);
   MPI_Comm wc;
-  if (MPI_Comm_dup(MPI_COMM_WORLD, &g.wd_comm) != MPI_SUCCESS ||
-      MPI_Comm_dup(MPI_COMM_WORLD, &wc) != MPI_SUCCESS)
+  if (MPI_Comm_dup(MPI_COMM_WORLD, &g.wd_comm) != MPI_SUCCESS || MPI_Comm_dup(MPI_COMM_WORLD, &wc) != MPI_SUCCESS)
     return comm_fail("MPI_Comm_dup of MPI_COMM_WORLD failed");
   MPI_Comm_set_errhandler(g.wd_comm, MPI_ERRORS_RETURN);
   g.timeout_s = timeout_s;
@@ -671,8 +668,10 @@ static void mpi_world_finalize(void) {
     int flag = 0, spins = 0;
     while (MPI_Test(&mr, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && !flag) {
       if (g.timeout_s > 0 && now_ns() - t0 > (uint64_t)((g.timeout_s + 5.0) * 1e9)) {
-        fprintf(stderr, "shardlm: finalize barrier on world (%d ranks) did not complete within %.1f s "
-                        "(a rank never reached sl_comm_world_finalize)\n", g.wsize, g.timeout_s + 5.0);
+        fprintf(stderr,
+                "shardlm: finalize barrier on world (%d ranks) did not complete within %.1f s "
+                "(a rank never reached sl_comm_world_finalize)\n",
+                g.wsize, g.timeout_s + 5.0);
         fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, 3);
       }
@@ -710,7 +709,8 @@ static void mpi_destroy(sl_comm *c) {
   if (q) {
     q->c = c;
     q->op.kind = SL_OPK_QUIT;
-    if (c->tail) c->tail->next = q; else c->head = q;
+    if (c->tail) c->tail->next = q;
+    else c->head = q;
     c->tail = q;
     pthread_cond_signal(&c->cv_work);
   }

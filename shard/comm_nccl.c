@@ -57,8 +57,7 @@ int sl_comm_nccl_create(sl_comm *mpi_parent, void *cuda_stream, sl_comm **out) {
                            "CUDA and NCCL installed, -DSL_WITH_NCCL=ON to require it)");
 }
 
-int sl_comm_nccl_create_boot(const struct sl_boot_env *boot, void *cuda_stream, double timeout_s,
-                             sl_comm **out) {
+int sl_comm_nccl_create_boot(const struct sl_boot_env *boot, void *cuda_stream, double timeout_s, sl_comm **out) {
   (void)boot;
   (void)cuda_stream;
   (void)timeout_s;
@@ -83,8 +82,8 @@ typedef struct {
   int own_mpi;              /* mpi came from a split: destroyed with us */
   pthread_mutex_t issue_mu; /* serialises issuing (NCCL calls, seq order) */
   pthread_t poller;
-  int quit;                 /* guarded by c->mu: poller drains, then exits */
-  int aborted;              /* atomic: ncclCommAbort done, nc is gone */
+  int quit;    /* guarded by c->mu: poller drains, then exits */
+  int aborted; /* atomic: ncclCommAbort done, nc is gone */
 } nccl_be;
 
 static void nccl_destroy(sl_comm *c);
@@ -163,8 +162,8 @@ static void poll_locked(sl_comm *c, sl_comm_req *r) {
     char msg[512];
     (void)cudaGetLastError();
     snprintf(msg, sizeof msg, "%s #%llu (%lld x %s) on comm %s (nccl, %d ranks) failed on the device: %s",
-             sl_coll_name((sl_coll_kind)r->op.kind), (unsigned long long)r->op.seq,
-             (long long)r->op.count, sl_dtype_name(r->op.dt), c->name, c->size, cudaGetErrorString(q));
+             sl_coll_name((sl_coll_kind)r->op.kind), (unsigned long long)r->op.seq, (long long)r->op.count,
+             sl_dtype_name(r->op.dt), c->name, c->size, cudaGetErrorString(q));
     complete_through_locked(c, c->tail, SL_COMM_ERR, msg);
   }
 }
@@ -193,17 +192,19 @@ static void *poller_main(void *arg) {
     poll_locked(c, h);
     int progressed = h->done;
     pthread_mutex_unlock(&c->mu);
-    if (progressed) { spins = 0; continue; }
+    if (progressed) {
+      spins = 0;
+      continue;
+    }
     ncclResult_t ae = ncclSuccess;
-    if (!__atomic_load_n(&b->aborted, __ATOMIC_SEQ_CST) &&
-        ncclCommGetAsyncError(b->nc, &ae) == ncclSuccess && ae != ncclSuccess && ae != ncclInProgress) {
+    if (!__atomic_load_n(&b->aborted, __ATOMIC_SEQ_CST) && ncclCommGetAsyncError(b->nc, &ae) == ncclSuccess &&
+        ae != ncclSuccess && ae != ncclInProgress) {
       char msg[512];
       pthread_mutex_lock(&c->mu);
       if (c->head) {
-        snprintf(msg, sizeof msg,
-                 "%s #%llu on comm %s (nccl, %d ranks) failed: asynchronous NCCL error: %s (%s)",
-                 sl_coll_name((sl_coll_kind)c->head->op.kind), (unsigned long long)c->head->op.seq,
-                 c->name, c->size, ncclGetErrorString(ae), ncclGetLastError(b->nc));
+        snprintf(msg, sizeof msg, "%s #%llu on comm %s (nccl, %d ranks) failed: asynchronous NCCL error: %s (%s)",
+                 sl_coll_name((sl_coll_kind)c->head->op.kind), (unsigned long long)c->head->op.seq, c->name, c->size,
+                 ncclGetErrorString(ae), ncclGetLastError(b->nc));
         complete_through_locked(c, c->tail, SL_COMM_ERR, msg);
       }
       c->broken = 1;
@@ -222,23 +223,22 @@ static void *poller_main(void *arg) {
 
 /* ---- issuing ---------------------------------------------------------------- */
 
-#define CU(call)                                                                  \
-  do {                                                                            \
-    cudaError_t e_ = (call);                                                      \
-    if (e_ != cudaSuccess) {                                                      \
-      (void)cudaGetLastError();                                                   \
-      snprintf(err, nerr, "%s failed: %s", #call, cudaGetErrorString(e_));        \
-      goto fail;                                                                  \
-    }                                                                             \
+#define CU(call)                                                                                                       \
+  do {                                                                                                                 \
+    cudaError_t e_ = (call);                                                                                           \
+    if (e_ != cudaSuccess) {                                                                                           \
+      (void)cudaGetLastError();                                                                                        \
+      snprintf(err, nerr, "%s failed: %s", #call, cudaGetErrorString(e_));                                             \
+      goto fail;                                                                                                       \
+    }                                                                                                                  \
   } while (0)
-#define NC(call)                                                                  \
-  do {                                                                            \
-    ncclResult_t e_ = (call);                                                     \
-    if (e_ != ncclSuccess) {                                                      \
-      snprintf(err, nerr, "%s failed: %s (%s)", #call, ncclGetErrorString(e_),    \
-               ncclGetLastError(b->nc));                                          \
-      goto fail;                                                                  \
-    }                                                                             \
+#define NC(call)                                                                                                       \
+  do {                                                                                                                 \
+    ncclResult_t e_ = (call);                                                                                          \
+    if (e_ != ncclSuccess) {                                                                                           \
+      snprintf(err, nerr, "%s failed: %s (%s)", #call, ncclGetErrorString(e_), ncclGetLastError(b->nc));               \
+      goto fail;                                                                                                       \
+    }                                                                                                                  \
   } while (0)
 
 /* Queues the NCCL work of r on the comm stream. 0 or -1 (message in err). */
@@ -309,8 +309,8 @@ fail:
   return -1;
 }
 
-static sl_comm *wrap(ncclComm_t nc, sl_comm *mpi, int own_mpi, cudaStream_t compute, int dev,
-                     const char *name, uint64_t uid, char *err, size_t nerr);
+static sl_comm *wrap(ncclComm_t nc, sl_comm *mpi, int own_mpi, cudaStream_t compute, int dev, const char *name,
+                     uint64_t uid, char *err, size_t nerr);
 
 /* sl_comm_split on an NCCL comm: split the MPI twin, then ncclCommSplit
  * (same color/key rule as MPI_Comm_split: order by key, then parent rank). */
@@ -327,8 +327,9 @@ static int nccl_split(sl_comm *c, sl_comm_req *r) {
     goto fail;
   }
   if (!b->mpi) {
-    snprintf(err, nerr, "it was bootstrapped without a host communicator (sl_comm_nccl_create_boot), "
-                        "which a split needs");
+    snprintf(err, nerr,
+             "it was bootstrapped without a host communicator (sl_comm_nccl_create_boot), "
+             "which a split needs");
     goto fail;
   }
   if (sl_comm_split(b->mpi, r->op.color, r->op.key, &mchild) != SL_COMM_OK) {
@@ -383,8 +384,8 @@ static int nccl_issue(sl_comm *c, sl_comm_req *r) {
   if (broken) {
     pthread_mutex_unlock(&b->issue_mu);
     return sl_comm_set_error("%s (%lld x %s) on comm %s (nccl) not run: the communicator failed earlier",
-                             sl_coll_name((sl_coll_kind)op->kind), (long long)op->count,
-                             sl_dtype_name(op->dt), c->name);
+                             sl_coll_name((sl_coll_kind)op->kind), (long long)op->count, sl_dtype_name(op->dt),
+                             c->name);
   }
   if (prev != b->dev) CU(cudaSetDevice(b->dev));
   CU(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
@@ -397,7 +398,8 @@ static int nccl_issue(sl_comm *c, sl_comm_req *r) {
   r->be = ev;
   pthread_mutex_lock(&c->mu);
   r->next = NULL;
-  if (c->tail) c->tail->next = r; else c->head = r;
+  if (c->tail) c->tail->next = r;
+  else c->head = r;
   c->tail = r;
   update_running_locked(c);
   pthread_cond_signal(&c->cv_work);
@@ -414,11 +416,11 @@ fail:
   if (prev >= 0 && prev != b->dev) cudaSetDevice(prev);
   if (accounted)
     return sl_comm_set_error("%s #%llu (%lld x %s) on comm %s (nccl, %d ranks) failed to start: %s",
-                             sl_coll_name((sl_coll_kind)op->kind), (unsigned long long)op->seq,
-                             (long long)op->count, sl_dtype_name(op->dt), c->name, c->size, err);
+                             sl_coll_name((sl_coll_kind)op->kind), (unsigned long long)op->seq, (long long)op->count,
+                             sl_dtype_name(op->dt), c->name, c->size, err);
   return sl_comm_set_error("%s (%lld x %s) on comm %s (nccl, %d ranks) failed to start: %s",
-                           sl_coll_name((sl_coll_kind)op->kind), (long long)op->count,
-                           sl_dtype_name(op->dt), c->name, c->size, err);
+                           sl_coll_name((sl_coll_kind)op->kind), (long long)op->count, sl_dtype_name(op->dt), c->name,
+                           c->size, err);
 }
 
 /* ---- completion -------------------------------------------------------------- */
@@ -465,8 +467,8 @@ static void be_free(nccl_be *b) {
 /* Wraps nc (taking ownership of it, and of mpi when own_mpi) into an
  * sl_comm with its stream, events and poller; registers it with the
  * watchdog. On failure everything taken is released. */
-static sl_comm *wrap(ncclComm_t nc, sl_comm *mpi, int own_mpi, cudaStream_t compute, int dev,
-                     const char *name, uint64_t uid, char *err, size_t nerr) {
+static sl_comm *wrap(ncclComm_t nc, sl_comm *mpi, int own_mpi, cudaStream_t compute, int dev, const char *name,
+                     uint64_t uid, char *err, size_t nerr) {
   sl_comm *c = calloc(1, sizeof *c);
   nccl_be *b = calloc(1, sizeof *b);
   int nrank = -1, ncount = -1, prio_lo = 0, prio_hi = 0, sync_inited = 0;
@@ -562,8 +564,8 @@ int sl_comm_nccl_create(sl_comm *mpi_parent, void *cuda_stream, sl_comm **out) {
   char err[512] = "";
   if (!out) return sl_comm_set_error("sl_comm_nccl_create: out is NULL");
   *out = NULL;
-  if (!mpi_parent || (strcmp(sl_comm_backend(mpi_parent), "mpi") != 0 &&
-                      strcmp(sl_comm_backend(mpi_parent), "self") != 0))
+  if (!mpi_parent ||
+      (strcmp(sl_comm_backend(mpi_parent), "mpi") != 0 && strcmp(sl_comm_backend(mpi_parent), "self") != 0))
     return sl_comm_set_error("sl_comm_nccl_create: the parent must be an MPI or self communicator (got %s)",
                              mpi_parent ? sl_comm_backend(mpi_parent) : "NULL");
   int dev = -1;
@@ -582,40 +584,39 @@ int sl_comm_nccl_create(sl_comm *mpi_parent, void *cuda_stream, sl_comm **out) {
   }
   sl_comm_req *rq = NULL;
   if (sl_comm_broadcast(mpi_parent, msg, (int64_t)sizeof msg, SL_U8, 0, &rq) != SL_COMM_OK)
-    return SL_COMM_ERR; /* message set */
+    return SL_COMM_ERR;      /* message set */
   uint64_t seq = rq->op.seq; /* same on every rank: the uid below is too */
   if (sl_comm_wait(rq) != SL_COMM_OK)
-    return sl_comm_set_error("sl_comm_nccl_create on %s: broadcast of the NCCL id failed: %s",
-                             mpi_parent->name, sl_comm_last_error());
+    return sl_comm_set_error("sl_comm_nccl_create on %s: broadcast of the NCCL id failed: %s", mpi_parent->name,
+                             sl_comm_last_error());
   if (ce != cudaSuccess) {
     (void)cudaGetLastError();
-    return sl_comm_set_error("sl_comm_nccl_create on %s: no usable CUDA device on rank %d: %s",
-                             mpi_parent->name, rank, cudaGetErrorString(ce));
+    return sl_comm_set_error("sl_comm_nccl_create on %s: no usable CUDA device on rank %d: %s", mpi_parent->name, rank,
+                             cudaGetErrorString(ce));
   }
   if (!msg[0])
     return sl_comm_set_error("sl_comm_nccl_create on %s: rank 0 could not create the NCCL unique id "
-                             "(no CUDA device there, or ncclGetUniqueId failed)", mpi_parent->name);
+                             "(no CUDA device there, or ncclGetUniqueId failed)",
+                             mpi_parent->name);
   ncclUniqueId id;
   memcpy(&id, msg + 1, sizeof id);
   ncclComm_t nc = NULL;
   ncclResult_t ne = ncclCommInitRank(&nc, n, id, rank);
   if (ne != ncclSuccess)
     return sl_comm_set_error("sl_comm_nccl_create on %s: ncclCommInitRank (rank %d of %d, device %d) "
-                             "failed: %s (%s)", mpi_parent->name, rank, n, dev,
-                             ncclGetErrorString(ne), ncclGetLastError(NULL));
+                             "failed: %s (%s)",
+                             mpi_parent->name, rank, n, dev, ncclGetErrorString(ne), ncclGetLastError(NULL));
   uint64_t z = mpi_parent->uid * 0xd6e8feb86659fd93ull + seq * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
   z ^= z >> 29;
   char name[96];
   snprintf(name, sizeof name, "%.80s/nccl", mpi_parent->name);
-  sl_comm *c = wrap(nc, mpi_parent, 0, (cudaStream_t)cuda_stream, dev, name, (z & ~1ull) | 2, err,
-                    sizeof err);
+  sl_comm *c = wrap(nc, mpi_parent, 0, (cudaStream_t)cuda_stream, dev, name, (z & ~1ull) | 2, err, sizeof err);
   if (!c) return sl_comm_set_error("sl_comm_nccl_create on %s: %s", mpi_parent->name, err);
   *out = c;
   return SL_COMM_OK;
 }
 
-int sl_comm_nccl_create_boot(const struct sl_boot_env *boot, void *cuda_stream, double timeout_s,
-                             sl_comm **out) {
+int sl_comm_nccl_create_boot(const struct sl_boot_env *boot, void *cuda_stream, double timeout_s, sl_comm **out) {
   char err[512] = "";
   if (!out) return sl_comm_set_error("sl_comm_nccl_create_boot: out is NULL");
   *out = NULL;
@@ -634,8 +635,8 @@ int sl_comm_nccl_create_boot(const struct sl_boot_env *boot, void *cuda_stream, 
     }
   }
   if (sl_boot_share(boot, msg, sizeof msg, timeout_s) != SL_OK)
-    return sl_comm_set_error("sl_comm_nccl_create_boot (rank %d of %d, %s): %s", boot->rank, boot->size,
-                             boot->source, sl_errmsg());
+    return sl_comm_set_error("sl_comm_nccl_create_boot (rank %d of %d, %s): %s", boot->rank, boot->size, boot->source,
+                             sl_errmsg());
   if (ce != cudaSuccess) {
     (void)cudaGetLastError();
     return sl_comm_set_error("sl_comm_nccl_create_boot: no usable CUDA device on rank %d: %s", boot->rank,
@@ -650,12 +651,11 @@ int sl_comm_nccl_create_boot(const struct sl_boot_env *boot, void *cuda_stream, 
   ncclResult_t ne = ncclCommInitRank(&nc, boot->size, id, boot->rank);
   if (ne != ncclSuccess)
     return sl_comm_set_error("sl_comm_nccl_create_boot: ncclCommInitRank (rank %d of %d, device %d) failed: "
-                             "%s (%s)", boot->rank, boot->size, dev, ncclGetErrorString(ne),
-                             ncclGetLastError(NULL));
+                             "%s (%s)",
+                             boot->rank, boot->size, dev, ncclGetErrorString(ne), ncclGetLastError(NULL));
   uint64_t z = 0x6a09e667f3bcc909ull; /* uid: a hash of the id bytes, equal on every rank */
   for (size_t i = 0; i < sizeof msg; i++) z = (z ^ msg[i]) * 0x100000001b3ull;
-  sl_comm *c = wrap(nc, NULL, 0, (cudaStream_t)cuda_stream, dev, "boot/nccl", (z & ~1ull) | 2, err,
-                    sizeof err);
+  sl_comm *c = wrap(nc, NULL, 0, (cudaStream_t)cuda_stream, dev, "boot/nccl", (z & ~1ull) | 2, err, sizeof err);
   if (!c) return sl_comm_set_error("sl_comm_nccl_create_boot: %s", err);
   *out = c;
   return SL_COMM_OK;

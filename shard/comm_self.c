@@ -22,15 +22,15 @@
 typedef struct {
   sl_comm_copy_fn copy; /* NULL: host memory (memmove) */
   void *ctx;
-  sl_comm_req *pend;    /* unmatched sends/recvs, oldest first (c->mu) */
+  sl_comm_req *pend; /* unmatched sends/recvs, oldest first (c->mu) */
 } self_be;
 
 static void self_destroy(sl_comm *c);
 static int self_issue(sl_comm *c, sl_comm_req *r);
 static int self_wait(sl_comm_req *r);
 static int self_test(sl_comm_req *r);
-static const sl_comm_vt self_vt = {.name = "self", .destroy = self_destroy, .issue = self_issue,
-                                   .wait = self_wait, .test = self_test};
+static const sl_comm_vt self_vt = {
+    .name = "self", .destroy = self_destroy, .issue = self_issue, .wait = self_wait, .test = self_test};
 
 static uint64_t g_uid_next = 0x5e1f000000000001ull; /* local comms: unique in the process */
 
@@ -128,8 +128,7 @@ static int self_issue(sl_comm *c, sl_comm_req *r) {
     match_p2p_locked(c, r);
     pthread_mutex_unlock(&c->mu);
     return SL_COMM_OK;
-  default:
-    return sl_comm_set_error("unknown operation kind %d on comm %s (self)", op->kind, c->name);
+  default: return sl_comm_set_error("unknown operation kind %d on comm %s (self)", op->kind, c->name);
   }
   finish(r, SL_COMM_OK, "");
   return SL_COMM_OK;
@@ -144,10 +143,10 @@ static int self_wait(sl_comm_req *r) {
     while (*pp && *pp != r) pp = &(*pp)->next;
     if (*pp) *pp = r->next;
     char msg[300];
-    snprintf(msg, sizeof msg, "%s to/from self (tag %d) on comm %s (self) waited on before its matching %s "
+    snprintf(msg, sizeof msg,
+             "%s to/from self (tag %d) on comm %s (self) waited on before its matching %s "
              "was issued: it can never complete",
-             sl_coll_name((sl_coll_kind)r->op.kind), r->op.tag, c->name,
-             r->op.kind == SL_COLL_SEND ? "recv" : "send");
+             sl_coll_name((sl_coll_kind)r->op.kind), r->op.tag, c->name, r->op.kind == SL_COLL_SEND ? "recv" : "send");
     finish(r, SL_COMM_ERR, msg);
   }
   pthread_mutex_unlock(&c->mu);
@@ -175,11 +174,8 @@ int sl_comm_self_world_init(sl_comm **world) {
 
 static void self_world_finalize(void) {}
 
-const sl_comm_world_be sl_comm_self_world = {.abi = SL_COMM_WORLD_ABI,
-                                             .name = "self",
-                                             .world_init = NULL,
-                                             .world_finalize = self_world_finalize,
-                                             .abort = NULL};
+const sl_comm_world_be sl_comm_self_world = {
+    .abi = SL_COMM_WORLD_ABI, .name = "self", .world_init = NULL, .world_finalize = self_world_finalize, .abort = NULL};
 
 int sl_comm_local_create(const char *name, sl_comm_copy_fn copy, void *ctx, sl_comm **out) {
   if (!out) return sl_comm_set_error("sl_comm_local_create: out is NULL");

@@ -71,35 +71,35 @@ static void pool_free_all(pool_t *pl) {
 enum { P_NONE = 0, P_INFLIGHT, P_READY };
 
 typedef struct {
-  sl_slice sl;             /* this rank's slice of the unit's flat buffer */
-  void *full_param;        /* ZeRO 0-2: (padded) in param dtype */
-  void *shard_param;       /* ZeRO 3: (shard) in param dtype */
-  float *full_grad;        /* ZeRO 0-1: (padded) fp32, persistent */
-  float *acc;              /* (shard) fp32 reduced gradient of the step */
-  float *acc_own;          /* acc when separately allocated */
+  sl_slice sl;       /* this rank's slice of the unit's flat buffer */
+  void *full_param;  /* ZeRO 0-2: (padded) in param dtype */
+  void *shard_param; /* ZeRO 3: (shard) in param dtype */
+  float *full_grad;  /* ZeRO 0-1: (padded) fp32, persistent */
+  float *acc;        /* (shard) fp32 reduced gradient of the step */
+  float *acc_own;    /* acc when separately allocated */
   int pinned;
   /* parameter availability for the current phase */
   int pstate;
-  void *gbuf;              /* gathered buffer (param dtype) from the pool */
-  float *expand;           /* fp32 expansion of bf16 params, from the pool */
-  const float *compute;    /* fp32 parameters to compute with */
+  void *gbuf;           /* gathered buffer (param dtype) from the pool */
+  float *expand;        /* fp32 expansion of bf16 params, from the pool */
+  const float *compute; /* fp32 parameters to compute with */
   sl_comm_req *ag_req;
   /* gradient of the current micro-batch */
-  float *grad;             /* full fp32 gradient buffer */
+  float *grad; /* full fp32 gradient buffer */
   int grad_from_pool;
-  int64_t grad_micro;      /* micro_seq the buffer was zeroed for (-1 none) */
-  sl_comm_req *view_req;   /* ZeRO 0: all-gather of the reduced grads */
-  sl_comm_req *param_req;  /* ZeRO 1-2: all-gather of updated params */
-  int nred;                /* reductions folded into acc this step */
+  int64_t grad_micro;     /* micro_seq the buffer was zeroed for (-1 none) */
+  sl_comm_req *view_req;  /* ZeRO 0: all-gather of the reduced grads */
+  sl_comm_req *param_req; /* ZeRO 1-2: all-gather of updated params */
+  int nred;               /* reductions folded into acc this step */
 } unit_t;
 
 typedef struct {
   int u;
   sl_comm_req *req;
-  void *send;              /* pool buffer to return (bf16 copy) or NULL */
-  void *recv;              /* tmp shard (pool) or NULL when straight into acc */
+  void *send; /* pool buffer to return (bf16 copy) or NULL */
+  void *recv; /* tmp shard (pool) or NULL when straight into acc */
   int recv_is_bf16;
-  int first;               /* acc = result (1) or acc += result (0) */
+  int first; /* acc = result (1) or acc += result (0) */
 } pending_t;
 
 struct sl_fsdp {
@@ -107,21 +107,21 @@ struct sl_fsdp {
   const sl_ops *ops;
   sl_kctx *kctx;
   sl_comm *shard_comm, *rep_comm; /* MPI groups (host data) */
-  sl_comm *dshard, *drep;          /* the same groups for unit buffers (NCCL on GPUs) */
+  sl_comm *dshard, *drep;         /* the same groups for unit buffers (NCCL on GPUs) */
   int srank, ssize, rrank, rsize;
   int nunits;
   unit_t *units;
   pool_t pool;
-  size_t pes;              /* param dtype size */
-  int64_t gathered_bytes;  /* gathered param buffers currently held */
+  size_t pes;             /* param dtype size */
+  int64_t gathered_bytes; /* gathered param buffers currently held */
   pending_t *pend;
   int npend, cappend;
   int micro, nmicro;
-  int64_t micro_seq;       /* micro-batches begun since creation */
+  int64_t micro_seq; /* micro-batches begun since creation */
   uint64_t wait_ns;
   int in_backward;
-  int hold;                /* sl_fsdp_hold_params: gathered parameters stay until released */
-  int view_rc;             /* a failed wait in sl_fsdp_view (it returns no status), reported by the next call */
+  int hold;    /* sl_fsdp_hold_params: gathered parameters stay until released */
+  int view_rc; /* a failed wait in sl_fsdp_view (it returns no status), reported by the next call */
 };
 
 static int wait_req(sl_fsdp *f, sl_comm_req **r) {
@@ -152,14 +152,12 @@ void sl_fsdp_split_rule(int which, int rank, int S, int *color, int *key) {
   *key = which == 0 ? rank % S : rank / S;
 }
 
-int sl_fsdp_create(sl_comm *dp, const sl_fsdp_cfg *cfg, const sl_ops *ops,
-                   sl_kctx *kctx, int nunits, const int64_t *numel,
-                   const int *pinned, sl_fsdp **out) {
+int sl_fsdp_create(sl_comm *dp, const sl_fsdp_cfg *cfg, const sl_ops *ops, sl_kctx *kctx, int nunits,
+                   const int64_t *numel, const int *pinned, sl_fsdp **out) {
   *out = NULL;
   int wsize = sl_comm_size(dp), wrank = sl_comm_rank(dp); /* the DP group (= world while TP = PP = 1) */
   int S = cfg->shard_group > 0 ? cfg->shard_group : wsize;
-  if (cfg->zero < 0 || cfg->zero > 3)
-    return sl_fail(SL_EINPUT, "--zero must be 0, 1, 2 or 3 (found %d)", cfg->zero);
+  if (cfg->zero < 0 || cfg->zero > 3) return sl_fail(SL_EINPUT, "--zero must be 0, 1, 2 or 3 (found %d)", cfg->zero);
   if (S > wsize || wsize % S != 0)
     return sl_fail(SL_EINPUT, "--shard-group %d must divide the world size %d", S, wsize);
   if (cfg->param_dtype != SL_F32 && cfg->param_dtype != SL_BF16)
@@ -202,7 +200,10 @@ int sl_fsdp_create(sl_comm *dp, const sl_fsdp_cfg *cfg, const sl_ops *ops,
   f->rrank = sl_comm_rank(f->rep_comm);
   f->rsize = sl_comm_size(f->rep_comm);
   f->units = calloc((size_t)nunits, sizeof(unit_t));
-  if (!f->units) { rc = sl_fail(SL_ENOMEM, "fsdp: out of memory"); goto fail; }
+  if (!f->units) {
+    rc = sl_fail(SL_ENOMEM, "fsdp: out of memory");
+    goto fail;
+  }
   for (int u = 0; u < nunits; u++) {
     unit_t *U = &f->units[u];
     sl_shard_slice(numel[u], f->ssize, f->cfg.align, f->srank, &U->sl);
@@ -212,21 +213,33 @@ int sl_fsdp_create(sl_comm *dp, const sl_fsdp_cfg *cfg, const sl_ops *ops,
     if (numel[u] == 0) continue; /* not held here (another pipeline stage's unit): no buffers */
     if (cfg->zero <= 2) {
       U->full_param = ops->alloc(kctx, P * f->pes);
-      if (!U->full_param) { rc = SL_ENOMEM; goto fail; }
+      if (!U->full_param) {
+        rc = SL_ENOMEM;
+        goto fail;
+      }
       sl_mem_add(SL_ARENA_PARAMS, (int64_t)(P * f->pes));
     } else {
       U->shard_param = ops->alloc(kctx, s * f->pes);
-      if (!U->shard_param) { rc = SL_ENOMEM; goto fail; }
+      if (!U->shard_param) {
+        rc = SL_ENOMEM;
+        goto fail;
+      }
       sl_mem_add(SL_ARENA_PARAMS, (int64_t)(s * f->pes));
     }
     if (cfg->zero <= 1) {
       U->full_grad = ops->alloc(kctx, P * 4);
-      if (!U->full_grad) { rc = SL_ENOMEM; goto fail; }
+      if (!U->full_grad) {
+        rc = SL_ENOMEM;
+        goto fail;
+      }
       sl_mem_add(SL_ARENA_GRADS, (int64_t)(P * 4));
       U->acc = U->full_grad + U->sl.offset; /* until a step needs its own */
     } else {
       U->acc_own = ops->alloc(kctx, s * 4);
-      if (!U->acc_own) { rc = SL_ENOMEM; goto fail; }
+      if (!U->acc_own) {
+        rc = SL_ENOMEM;
+        goto fail;
+      }
       sl_mem_add(SL_ARENA_GRADS, (int64_t)(s * 4));
       U->acc = U->acc_own;
     }
@@ -246,10 +259,22 @@ void sl_fsdp_destroy(sl_fsdp *f) {
     if (U->view_req) sl_comm_wait(U->view_req);
     if (U->param_req) sl_comm_wait(U->param_req);
     size_t P = (size_t)U->sl.padded, s = (size_t)U->sl.shard;
-    if (U->full_param) { f->ops->free(f->kctx, U->full_param); sl_mem_sub(SL_ARENA_PARAMS, (int64_t)(P * f->pes)); }
-    if (U->shard_param) { f->ops->free(f->kctx, U->shard_param); sl_mem_sub(SL_ARENA_PARAMS, (int64_t)(s * f->pes)); }
-    if (U->full_grad) { f->ops->free(f->kctx, U->full_grad); sl_mem_sub(SL_ARENA_GRADS, (int64_t)(P * 4)); }
-    if (U->acc_own) { f->ops->free(f->kctx, U->acc_own); sl_mem_sub(SL_ARENA_GRADS, (int64_t)(s * 4)); }
+    if (U->full_param) {
+      f->ops->free(f->kctx, U->full_param);
+      sl_mem_sub(SL_ARENA_PARAMS, (int64_t)(P * f->pes));
+    }
+    if (U->shard_param) {
+      f->ops->free(f->kctx, U->shard_param);
+      sl_mem_sub(SL_ARENA_PARAMS, (int64_t)(s * f->pes));
+    }
+    if (U->full_grad) {
+      f->ops->free(f->kctx, U->full_grad);
+      sl_mem_sub(SL_ARENA_GRADS, (int64_t)(P * 4));
+    }
+    if (U->acc_own) {
+      f->ops->free(f->kctx, U->acc_own);
+      sl_mem_sub(SL_ARENA_GRADS, (int64_t)(s * 4));
+    }
   }
   for (int i = 0; i < f->npend; i++)
     if (f->pend[i].req) sl_comm_wait(f->pend[i].req);
@@ -283,11 +308,17 @@ void sl_fsdp_comm_stats(const sl_fsdp *f, sl_comm_stats *shard, sl_comm_stats *r
   sl_comm_stats x;
   if (shard) {
     sl_comm_get_stats(f->shard_comm, shard);
-    if (f->dshard != f->shard_comm) { sl_comm_get_stats(f->dshard, &x); add_stats(shard, &x); }
+    if (f->dshard != f->shard_comm) {
+      sl_comm_get_stats(f->dshard, &x);
+      add_stats(shard, &x);
+    }
   }
   if (replica) {
     sl_comm_get_stats(f->rep_comm, replica);
-    if (f->drep != f->rep_comm) { sl_comm_get_stats(f->drep, &x); add_stats(replica, &x); }
+    if (f->drep != f->rep_comm) {
+      sl_comm_get_stats(f->drep, &x);
+      add_stats(replica, &x);
+    }
   }
 }
 void sl_fsdp_reset_comm_stats(sl_fsdp *f) {
@@ -336,8 +367,8 @@ static int issue_params(sl_fsdp *f, int u) {
   if (f->cfg.zero == 3) {
     U->gbuf = pool_get(&f->pool, (size_t)U->sl.padded * f->pes, SL_ARENA_GATHER, 0);
     if (!U->gbuf) return SL_ENOMEM;
-    if (sl_comm_allgather(f->dshard, U->shard_param, U->gbuf, U->sl.shard,
-                          f->cfg.param_dtype, &U->ag_req) != SL_COMM_OK)
+    if (sl_comm_allgather(f->dshard, U->shard_param, U->gbuf, U->sl.shard, f->cfg.param_dtype, &U->ag_req) !=
+        SL_COMM_OK)
       return sl_fail(SL_ECOMM, "fsdp: all-gather of unit %d: %s", u, sl_comm_last_error());
   }
   f->gathered_bytes += gather_bytes(f, U);
@@ -356,7 +387,10 @@ static int ready_params(sl_fsdp *f, int u) {
     U->expand = pool_get(&f->pool, (size_t)U->sl.padded * 4, SL_ARENA_GATHER, 0);
     if (!U->expand) return SL_ENOMEM;
     f->ops->bf16_to_f32(f->kctx, U->expand, (const uint16_t *)src, U->sl.padded);
-    if (U->gbuf) { pool_put(&f->pool, U->gbuf); U->gbuf = NULL; }
+    if (U->gbuf) {
+      pool_put(&f->pool, U->gbuf);
+      U->gbuf = NULL;
+    }
     U->compute = U->expand;
   } else {
     U->compute = (const float *)src;
@@ -368,8 +402,14 @@ static int ready_params(sl_fsdp *f, int u) {
 static void drop_params(sl_fsdp *f, int u) {
   unit_t *U = &f->units[u];
   if (U->pstate == P_NONE || f->hold) return;
-  if (U->gbuf) { pool_put(&f->pool, U->gbuf); U->gbuf = NULL; }
-  if (U->expand) { pool_put(&f->pool, U->expand); U->expand = NULL; }
+  if (U->gbuf) {
+    pool_put(&f->pool, U->gbuf);
+    U->gbuf = NULL;
+  }
+  if (U->expand) {
+    pool_put(&f->pool, U->expand);
+    U->expand = NULL;
+  }
   U->compute = NULL;
   f->gathered_bytes -= gather_bytes(f, U);
   U->pstate = P_NONE;
@@ -609,8 +649,7 @@ int sl_fsdp_end_micro(sl_fsdp *f) {
       if (U->sl.numel == 0) continue;
       float *mine = U->full_grad + U->sl.offset;
       if (U->acc != mine) f->ops->copy(f->kctx, mine, U->acc, (size_t)U->sl.shard * 4);
-      if (sl_comm_allgather(f->dshard, mine, U->full_grad, U->sl.shard, SL_F32,
-                            &U->view_req) != SL_COMM_OK)
+      if (sl_comm_allgather(f->dshard, mine, U->full_grad, U->sl.shard, SL_F32, &U->view_req) != SL_COMM_OK)
         return sl_fail(SL_ECOMM, "fsdp: all-gather of gradients: %s", sl_comm_last_error());
     }
   }
@@ -667,20 +706,15 @@ sl_fsdp_view_t sl_fsdp_view(sl_fsdp *f, int u) {
 
 int sl_fsdp_set_view(sl_fsdp *f, int u, const float *values) {
   unit_t *U = &f->units[u];
-  if (f->view_rc) return f->view_rc; /* the gradients the values came from are incomplete */
+  if (f->view_rc) return f->view_rc;  /* the gradients the values came from are incomplete */
   if (U->sl.numel == 0) return SL_OK; /* not held */
   switch (f->cfg.zero) {
-  case 0:
-    store_params(f, U->full_param, values, U->sl.padded);
-    return SL_OK;
-  case 3:
-    store_params(f, U->shard_param, values, U->sl.shard);
-    return SL_OK;
+  case 0: store_params(f, U->full_param, values, U->sl.padded); return SL_OK;
+  case 3: store_params(f, U->shard_param, values, U->sl.shard); return SL_OK;
   default: {
     char *mine = (char *)U->full_param + (size_t)U->sl.offset * f->pes;
     store_params(f, mine, values, U->sl.shard);
-    if (sl_comm_allgather(f->dshard, mine, U->full_param, U->sl.shard,
-                          f->cfg.param_dtype, &U->param_req) != SL_COMM_OK)
+    if (sl_comm_allgather(f->dshard, mine, U->full_param, U->sl.shard, f->cfg.param_dtype, &U->param_req) != SL_COMM_OK)
       return sl_fail(SL_ECOMM, "fsdp: all-gather of parameters: %s", sl_comm_last_error());
     return SL_OK;
   }
@@ -710,8 +744,7 @@ int sl_fsdp_gather_view(sl_fsdp *f, int u, const float *view_values, float *full
   if (sl_comm_allgather(f->dshard, view_values, tmp, U->sl.shard, SL_F32, &r) != SL_COMM_OK ||
       sl_comm_wait(r) != SL_COMM_OK)
     rc = sl_fail(SL_ECOMM, "fsdp: gather of unit %d: %s", u, sl_comm_last_error());
-  else
-    f->ops->download(f->kctx, full, tmp, (size_t)U->sl.numel * 4);
+  else f->ops->download(f->kctx, full, tmp, (size_t)U->sl.numel * 4);
   f->ops->free(f->kctx, tmp);
   return rc;
 }

@@ -53,7 +53,7 @@ typedef struct {
  * same on every rank); grads points at the reduced gradient of that range. */
 typedef struct {
   int64_t offset, count;
-  int64_t valid;             /* elements of the range inside numel */
+  int64_t valid; /* elements of the range inside numel */
   float *grads;
 } sl_fsdp_view_t;
 
@@ -65,9 +65,8 @@ typedef struct {
 /* A unit of numel 0 is not held on this rank (a pipeline stage holds its
  * own units): no buffers, never acquired, skipped by prefetch, the norm and
  * the step. */
-int sl_fsdp_create(sl_comm *dp, const sl_fsdp_cfg *cfg, const sl_ops *ops,
-                   sl_kctx *kctx, int nunits, const int64_t *numel,
-                   const int *pinned, sl_fsdp **out);
+int sl_fsdp_create(sl_comm *dp, const sl_fsdp_cfg *cfg, const sl_ops *ops, sl_kctx *kctx, int nunits,
+                   const int64_t *numel, const int *pinned, sl_fsdp **out);
 void sl_fsdp_destroy(sl_fsdp *f);
 /* The groups sl_fsdp_create splits dp into, in this order: which 0 = the
  * shard group (S consecutive DP ranks), 1 = the replica group (the same
@@ -76,10 +75,9 @@ void sl_fsdp_destroy(sl_fsdp *f);
  * the other ranks, shard/comm_count.c). */
 void sl_fsdp_split_rule(int which, int rank, int S, int *color, int *key);
 
-
 int sl_fsdp_num_units(const sl_fsdp *f);
-sl_slice sl_fsdp_slice(const sl_fsdp *f, int u);     /* this rank's shard */
-sl_fsdp_view_t sl_fsdp_view(sl_fsdp *f, int u);       /* optimizer view */
+sl_slice sl_fsdp_slice(const sl_fsdp *f, int u); /* this rank's shard */
+sl_fsdp_view_t sl_fsdp_view(sl_fsdp *f, int u);  /* optimizer view */
 int sl_fsdp_shard_rank(const sl_fsdp *f);
 int sl_fsdp_shard_size(const sl_fsdp *f);
 int sl_fsdp_replica_rank(const sl_fsdp *f);

@@ -48,8 +48,8 @@ int sl_par_mesh_create(sl_comm *world, int tp, int pp, sl_par_mesh **out) {
   const int color[SL_AXIS_COUNT] = {r / tp, c[SL_AXIS_PP] * tp + c[SL_AXIS_TP], r % (tp * dp)};
   for (int a = 0; a < SL_AXIS_COUNT; a++)
     if (sl_comm_split(world, color[a], c[a], &m->comm[a]) != SL_COMM_OK) {
-      int rc = sl_fail(SL_ECOMM, "mesh: splitting the %s communicator: %s", sl_axis_name((sl_axis)a),
-                       sl_comm_last_error());
+      int rc =
+          sl_fail(SL_ECOMM, "mesh: splitting the %s communicator: %s", sl_axis_name((sl_axis)a), sl_comm_last_error());
       sl_par_mesh_destroy(m);
       return rc;
     }

@@ -16,11 +16,11 @@ extern "C" {
 #endif
 
 typedef struct {
-  int64_t numel;   /* real elements of the flat buffer */
-  int64_t padded;  /* numel rounded up to a multiple of group_size * align */
-  int64_t shard;   /* padded / group_size: elements every rank holds */
-  int64_t offset;  /* first element of this rank's shard in the flat buffer */
-  int64_t valid;   /* elements of the shard that are real (not padding), >= 0 */
+  int64_t numel;  /* real elements of the flat buffer */
+  int64_t padded; /* numel rounded up to a multiple of group_size * align */
+  int64_t shard;  /* padded / group_size: elements every rank holds */
+  int64_t offset; /* first element of this rank's shard in the flat buffer */
+  int64_t valid;  /* elements of the shard that are real (not padding), >= 0 */
 } sl_slice;
 
 /* Fills *out for `rank` of a group of `group_size` ranks. align >= 1. */

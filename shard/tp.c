@@ -37,6 +37,10 @@ static int tp_reducescatter(void *user, const float *in, float *out, int64_t n) 
 }
 
 sl_tp_group sl_tp_group_over(sl_comm *tp) {
-  return (sl_tp_group){.rank = sl_comm_rank(tp), .size = sl_comm_size(tp), .user = tp, .allreduce = tp_allreduce,
-                       .allgather = tp_allgather, .reducescatter = tp_reducescatter};
+  return (sl_tp_group){.rank = sl_comm_rank(tp),
+                       .size = sl_comm_size(tp),
+                       .user = tp,
+                       .allreduce = tp_allreduce,
+                       .allgather = tp_allgather,
+                       .reducescatter = tp_reducescatter};
 }

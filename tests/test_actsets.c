@@ -20,7 +20,6 @@
 #include "models/model.h"
 #include "tests/lib/check.h"
 
-
 static const char *LLAMA =
     "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 32, \"intermediate_size\": 48,"
     " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 2, \"vocab_size\": 300,"
@@ -147,8 +146,8 @@ static void check_model(const char *label, const char *json, sl_actckpt ac) {
   }
   CHECK(rc == SL_OK, "%s ac %d: runs", label, (int)ac);
   for (int mb = 0; mb < NMB && !rc; mb++) {
-    CHECK(loss_got[mb] == loss_ref[mb], "%s ac %d mb %d: loss %.17g interleaved, %.17g in order", label, (int)ac,
-          mb, loss_got[mb], loss_ref[mb]);
+    CHECK(loss_got[mb] == loss_ref[mb], "%s ac %d mb %d: loss %.17g interleaved, %.17g in order", label, (int)ac, mb,
+          loss_got[mb], loss_ref[mb]);
     int64_t d = ndiff(got[mb], ref[mb], m);
     CHECK(d == 0, "%s ac %d mb %d: %lld units' gradients differ from the in-order run", label, (int)ac, mb,
           (long long)d);

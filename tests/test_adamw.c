@@ -24,16 +24,16 @@
 #include "offload/offload.h"
 
 static int g_pass, g_fail;
-#define CHECK(cond, ...)                                                                   \
-  do {                                                                                     \
-    if (cond) {                                                                            \
-      g_pass++;                                                                            \
-    } else {                                                                               \
-      g_fail++;                                                                            \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                          \
-      printf(__VA_ARGS__);                                                                 \
-      printf("\n");                                                                        \
-    }                                                                                      \
+#define CHECK(cond, ...)                                                                                               \
+  do {                                                                                                                 \
+    if (cond) {                                                                                                        \
+      g_pass++;                                                                                                        \
+    } else {                                                                                                           \
+      g_fail++;                                                                                                        \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                                      \
+      printf(__VA_ARGS__);                                                                                             \
+      printf("\n");                                                                                                    \
+    }                                                                                                                  \
   } while (0)
 
 /* ---- deterministic data ----------------------------------------------------- */
@@ -46,8 +46,8 @@ static float frand(void) { /* uniform in [-1, 1) */
 }
 
 /* ---- oracle 1: the scalar loop, PyTorch 1.13 ATen order ----------------------- */
-static void ref_adamw(float *p, float *m, float *v, const float *g, int64_t n, float lr,
-                      float b1, float b2, float eps, float wd, int64_t step, float gs) {
+static void ref_adamw(float *p, float *m, float *v, const float *g, int64_t n, float lr, float b1, float b2, float eps,
+                      float wd, int64_t step, float gs) {
   const double bc1 = 1.0 - pow((double)b1, (double)step);
   const double bc2 = 1.0 - pow((double)b2, (double)step);
   const float wdc = (float)(1.0 - (double)lr * (double)wd);
@@ -60,20 +60,18 @@ static void ref_adamw(float *p, float *m, float *v, const float *g, int64_t n, f
     m[i] = m[i] * b1 + a1 * gi;        /* exp_avg.mul_(b1).add_(g, alpha=1-b1) */
     v[i] = v[i] * b2 + (a2 * gi) * gi; /* exp_avg_sq.mul_(b2).addcmul_(g, g, value=1-b2) */
     float den = sqrtf(v[i]) / bc2s + eps;
-    p[i] = p[i] + (nss * m[i]) / den;  /* param.addcdiv_(m, den, value=-step_size) */
+    p[i] = p[i] + (nss * m[i]) / den; /* param.addcdiv_(m, den, value=-step_size) */
   }
 }
 
 static int64_t count_diff(const float *a, const float *b, int64_t n) {
   int64_t d = 0;
-  for (int64_t i = 0; i < n; i++)
-    d += memcmp(&a[i], &b[i], 4) != 0;
+  for (int64_t i = 0; i < n; i++) d += memcmp(&a[i], &b[i], 4) != 0;
   return d;
 }
 
 static void fill(float *x, int64_t n, float scale) {
-  for (int64_t i = 0; i < n; i++)
-    x[i] = frand() * scale;
+  for (int64_t i = 0; i < n; i++) x[i] = frand() * scale;
 }
 
 /* One ISA's bit-identity checks (run in a child with SL_ADAMW_ISA set). */
@@ -95,8 +93,7 @@ static void check_bitwise(void) {
     int64_t dp = 0, dm = 0, dv = 0, db = 0, dbp = 0;
     for (int64_t step = 1; step <= 3; step++) {
       fill(g, n, 0.05f * (float)step);
-      if (n > 3)
-        g[0] = 0.0f, g[1] = 1e-30f, g[2] = -3e4f; /* zero, denormal-ish, large */
+      if (n > 3) g[0] = 0.0f, g[1] = 1e-30f, g[2] = -3e4f; /* zero, denormal-ish, large */
       float lr = 1e-3f * (float)step, wd = step == 2 ? 0.0f : 0.1f;
       float gs = step == 3 ? 0.6180339f : 1.0f;
       ops->adamw(NULL, p, m, v, g, n, lr, 0.9f, 0.95f, 1e-8f, wd, step, gs);
@@ -104,15 +101,14 @@ static void check_bitwise(void) {
       sl_adamw_bf16copy(bp, bm, bv, g, n, lr, 0.9f, 0.95f, 1e-8f, wd, step, gs, b16);
       dp += count_diff(p, rp, n), dm += count_diff(m, rm, n), dv += count_diff(v, rv, n);
       dbp += count_diff(bp, p, n) + count_diff(bm, m, n) + count_diff(bv, v, n);
-      for (int64_t i = 0; i < n; i++)
-        db += b16[i] != sl_f32_to_bf16_scalar(bp[i]);
+      for (int64_t i = 0; i < n; i++) db += b16[i] != sl_f32_to_bf16_scalar(bp[i]);
     }
-    CHECK(dp == 0 && dm == 0 && dv == 0,
-          "n=%lld: kernel vs scalar loop differs in %lld p, %lld m, %lld v elements",
+    CHECK(dp == 0 && dm == 0 && dv == 0, "n=%lld: kernel vs scalar loop differs in %lld p, %lld m, %lld v elements",
           (long long)n, (long long)dp, (long long)dm, (long long)dv);
-    CHECK(dbp == 0 && db == 0, "n=%lld: bf16copy variant: %lld p/m/v elements differ from "
-          "the op, %lld bf16 values differ from rounding p", (long long)n, (long long)dbp,
-          (long long)db);
+    CHECK(dbp == 0 && db == 0,
+          "n=%lld: bf16copy variant: %lld p/m/v elements differ from "
+          "the op, %lld bf16 values differ from rounding p",
+          (long long)n, (long long)dbp, (long long)db);
     free(p), free(m), free(v), free(g), free(rp), free(rm), free(rv);
     free(bp), free(bm), free(bv), free(b16);
   }
@@ -120,12 +116,10 @@ static void check_bitwise(void) {
   {
     float p[24], m[24], v[24], g[24];
     uint16_t b[24];
-    for (int i = 0; i < 24; i++)
-      p[i] = 0.5f, m[i] = v[i] = 0.0f, g[i] = (i % 5 == 0) ? NAN : 0.25f;
+    for (int i = 0; i < 24; i++) p[i] = 0.5f, m[i] = v[i] = 0.0f, g[i] = (i % 5 == 0) ? NAN : 0.25f;
     sl_adamw_bf16copy(p, m, v, g, 24, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1, 1.0f, b);
     int bad = 0;
-    for (int i = 0; i < 24; i++)
-      bad += b[i] != sl_f32_to_bf16_scalar(p[i]);
+    for (int i = 0; i < 24; i++) bad += b[i] != sl_f32_to_bf16_scalar(p[i]);
     CHECK(bad == 0, "bf16 copy of NaN/normal lanes: %d mismatches", bad);
   }
 }
@@ -138,8 +132,7 @@ static void check_double(void) {
   double *P = malloc(n * 8), *M = calloc(n, 8), *V = calloc(n, 8);
   double *MA = calloc(n, 8), *LR = calloc(n, 8);
   fill(p, n, 1.0f);
-  for (int64_t i = 0; i < n; i++)
-    P[i] = p[i];
+  for (int64_t i = 0; i < n; i++) P[i] = p[i];
   const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.05f;
   double worst_p = 0, worst_mv = 0;
   for (int64_t step = 1; step <= 6; step++) {
@@ -160,17 +153,15 @@ static void check_double(void) {
       double ep = fabs(p[i] - P[i]) / (fabs(P[i]) * 1.2e-7 * (double)step + 1e-5 * LR[i]);
       double em = fabs(m[i] - M[i]) / (MA[i] * 1e-6 + 1e-30);
       double ev = fabs(v[i] - V[i]) / (fabs(V[i]) * 1e-6 + 1e-30);
-      if (ep > worst_p)
-        worst_p = ep;
-      if (em > worst_mv)
-        worst_mv = em;
-      if (ev > worst_mv)
-        worst_mv = ev;
+      if (ep > worst_p) worst_p = ep;
+      if (em > worst_mv) worst_mv = em;
+      if (ev > worst_mv) worst_mv = ev;
     }
   }
   CHECK(worst_p <= 1.0 && worst_mv <= 1.0,
         "float kernel vs double formula over 6 steps: worst normalised error p %.3g, m/v %.3g "
-        "(must be <= 1)", worst_p, worst_mv);
+        "(must be <= 1)",
+        worst_p, worst_mv);
   /* the oracle must be able to fail: drop the bias correction of v */
   {
     double Pw = 1.0, Mw = 0.0, Vw = 0.0, gw = 0.3;
@@ -212,18 +203,14 @@ static int run_torch(const char *dir, const char *cap, const char *args, float *
   snprintf(script, sizeof script, "%s/adamw_ref.py", dir);
   snprintf(outp, sizeof outp, "%s/torch_%s.bin", dir, cap ? cap : "native");
   FILE *f = fopen(script, "w");
-  if (!f)
-    return -1;
+  if (!f) return -1;
   fputs(k_torch_script, f);
   fclose(f);
   snprintf(cmd, sizeof cmd, "%s%s%s OMP_NUM_THREADS=1 /usr/bin/python3 %s %s/in.bin %s %s",
-           cap ? "ATEN_CPU_CAPABILITY=" : "", cap ? cap : "", cap ? "" : "", script, dir, outp,
-           args);
-  if (system(cmd) != 0)
-    return -1;
+           cap ? "ATEN_CPU_CAPABILITY=" : "", cap ? cap : "", cap ? "" : "", script, dir, outp, args);
+  if (system(cmd) != 0) return -1;
   f = fopen(outp, "rb");
-  if (!f)
-    return -1;
+  if (!f) return -1;
   size_t got = fread(out, sizeof(float), (size_t)(3 * n), f);
   fclose(f);
   return got == (size_t)(3 * n) ? 0 : -1;
@@ -241,18 +228,15 @@ static void check_torch(void) {
   const float gss[STEPS] = {1.0f, 0.5f, 0.8373f, 1.0f};
   static float p[N], m[N], v[N], gsteps[STEPS][N], g[N], ref[3 * N];
   fill(p, N, 1.0f);
-  for (int s = 0; s < STEPS; s++)
-    fill(gsteps[s], N, 0.02f * (float)(s + 1));
+  for (int s = 0; s < STEPS; s++) fill(gsteps[s], N, 0.02f * (float)(s + 1));
   char dir[] = "/tmp/sl_test_adamw_XXXXXX";
   const char *td = getenv("TMPDIR");
   char dirbuf[512];
   snprintf(dirbuf, sizeof dirbuf, "%s/sl_test_adamw_XXXXXX", td && *td ? td : "/tmp");
   char *d = mkdtemp(dirbuf);
-  if (!d)
-    d = mkdtemp(dir);
+  if (!d) d = mkdtemp(dir);
   CHECK(d != NULL, "cannot create a temp dir");
-  if (!d)
-    return;
+  if (!d) return;
   char path[600];
   snprintf(path, sizeof path, "%s/in.bin", d);
   FILE *f = fopen(path, "wb");
@@ -261,11 +245,10 @@ static void check_torch(void) {
   fclose(f);
   /* hyper-parameters passed as the exact doubles of our floats */
   char args[1024];
-  snprintf(args, sizeof args, "%.17g %.17g %.17g %.17g %.17g,%.17g,%.17g,%.17g %.17g,%.17g,%.17g,%.17g",
-           b1, b2, eps, wd, lrs[0], lrs[1], lrs[2], lrs[3], gss[0], gss[1], gss[2], gss[3]);
+  snprintf(args, sizeof args, "%.17g %.17g %.17g %.17g %.17g,%.17g,%.17g,%.17g %.17g,%.17g,%.17g,%.17g", b1, b2, eps,
+           wd, lrs[0], lrs[1], lrs[2], lrs[3], gss[0], gss[1], gss[2], gss[3]);
   for (int s = 0; s < STEPS; s++) {
-    for (int i = 0; i < N; i++)
-      g[i] = gsteps[s][i];
+    for (int i = 0; i < N; i++) g[i] = gsteps[s][i];
     ops->adamw(NULL, p, m, v, g, N1, lrs[s], b1, b2, eps, wd, s + 1, gss[s]);
     ops->adamw(NULL, p + N1, m + N1, v + N1, g + N1, N2, lrs[s], b1, b2, eps, 0.0f, s + 1, gss[s]);
   }
@@ -275,8 +258,8 @@ static void check_torch(void) {
   if (run_torch(d, "default", args, ref, N) == 0) {
     for (int k = 0; k < 3; k++) {
       int64_t diff = count_diff(ours[k], ref + (size_t)k * N, N);
-      CHECK(diff == 0, "vs torch (ATEN_CPU_CAPABILITY=default) %s: %lld of %d differ (bit-exact expected)",
-            names[k], (long long)diff, N);
+      CHECK(diff == 0, "vs torch (ATEN_CPU_CAPABILITY=default) %s: %lld of %d differ (bit-exact expected)", names[k],
+            (long long)diff, N);
     }
     printf("PyTorch (ATEN_CPU_CAPABILITY=default, 4 steps, 2 groups): bit-exact comparison done\n");
   } else {
@@ -287,8 +270,7 @@ static void check_torch(void) {
    * always a few ulp of sum_s b1^(S-s) (1-b1) |g_s| (ma). p and v: few ulp. */
   static double ma[N];
   for (int s = 0; s < STEPS; s++)
-    for (int i = 0; i < N; i++)
-      ma[i] = b1 * ma[i] + (1.0 - b1) * fabs((double)(gsteps[s][i] * gss[s]));
+    for (int i = 0; i < N; i++) ma[i] = b1 * ma[i] + (1.0 - b1) * fabs((double)(gsteps[s][i] * gss[s]));
   if (run_torch(d, NULL, args, ref, N) == 0) {
     for (int k = 0; k < 3; k++) {
       double worst = 0, worst_ma = 0;
@@ -299,27 +281,24 @@ static void check_torch(void) {
         double e = fabs((double)a - (double)b) / ulp;
         double e_ma = fabs((double)a - (double)b) / (ma[i] * 0x1p-23);
         exact += a == b;
-        if (e > worst)
-          worst = e;
-        if (e_ma > worst_ma)
-          worst_ma = e_ma;
+        if (e > worst) worst = e;
+        if (e_ma > worst_ma) worst_ma = e_ma;
       }
       if (k == 1)
-        CHECK(worst_ma <= 4.0, "vs torch (native capability) exp_avg: worst %.2f ulp of sum|terms| "
-              "(<= 4 expected)", worst_ma);
-      else
-        CHECK(worst <= 4.0, "vs torch (native capability) %s: worst %.1f ulp (<= 4 expected)",
-              names[k], worst);
-      printf("PyTorch (native capability) %s: %lld/%d bit-exact, worst %.1f ulp%s\n", names[k],
-             (long long)exact, N, k == 1 ? worst_ma : worst, k == 1 ? " of sum|terms|" : "");
+        CHECK(worst_ma <= 4.0,
+              "vs torch (native capability) exp_avg: worst %.2f ulp of sum|terms| "
+              "(<= 4 expected)",
+              worst_ma);
+      else CHECK(worst <= 4.0, "vs torch (native capability) %s: worst %.1f ulp (<= 4 expected)", names[k], worst);
+      printf("PyTorch (native capability) %s: %lld/%d bit-exact, worst %.1f ulp%s\n", names[k], (long long)exact, N,
+             k == 1 ? worst_ma : worst, k == 1 ? " of sum|terms|" : "");
     }
   } else {
     CHECK(0, "running PyTorch failed");
   }
   char cmd[700];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
-  if (system(cmd) != 0)
-    printf("note: could not remove %s\n", d);
+  if (system(cmd) != 0) printf("note: could not remove %s\n", d);
 }
 
 int main(int argc, char **argv) {
@@ -342,8 +321,7 @@ int main(int argc, char **argv) {
     char self[4096], cmd[4200];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     self[len > 0 ? len : 0] = 0;
-    snprintf(cmd, sizeof cmd, "SL_ADAMW_ISA=%s '%s' --bitwise-child", isas[k],
-             len > 0 ? self : argv[0]);
+    snprintf(cmd, sizeof cmd, "SL_ADAMW_ISA=%s '%s' --bitwise-child", isas[k], len > 0 ? self : argv[0]);
     int rc = system(cmd);
     CHECK(rc == 0, "bit-identity checks on the %s path failed (exit %d)", isas[k], rc);
   }

@@ -21,7 +21,8 @@
 static int npass, nfail;
 static void check(int ok, const char *what) {
   printf("%s %s\n", ok ? "ok  " : "FAIL", what);
-  if (ok) npass++; else nfail++;
+  if (ok) npass++;
+  else nfail++;
 }
 
 static unsigned char ID[128];
@@ -73,9 +74,8 @@ static int free_port(void) {
 }
 
 static void clear_env(void) {
-  const char *v[] = {"SL_RANK", "SL_WORLD_SIZE", "SL_LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-                     "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SL_INIT_METHOD", "MASTER_ADDR",
-                     "MASTER_PORT"};
+  const char *v[] = {"SL_RANK",      "SL_WORLD_SIZE", "SL_LOCAL_RANK", "RANK",           "WORLD_SIZE",  "LOCAL_RANK",
+                     "SLURM_PROCID", "SLURM_NTASKS",  "SLURM_LOCALID", "SL_INIT_METHOD", "MASTER_ADDR", "MASTER_PORT"};
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) unsetenv(v[i]);
 }
 
@@ -126,13 +126,13 @@ int main(void) {
   check(sl_boot_from_env(&e, &found) == SL_OK && found && e.rank == 2 && e.size == 4 && e.local_rank == 2 &&
             !strcmp(e.method, "fs") && !strcmp(e.addr, "/shared/id"),
         "env: SL_RANK/SL_WORLD_SIZE + fs:PATH");
-  const char *torchrun[] = {"RANK", "1", "WORLD_SIZE", "2", "LOCAL_RANK", "1", "MASTER_ADDR", "127.0.0.1",
-                            "MASTER_PORT", "29500", NULL};
+  const char *torchrun[] = {"RANK",        "1",         "WORLD_SIZE",  "2",     "LOCAL_RANK", "1",
+                            "MASTER_ADDR", "127.0.0.1", "MASTER_PORT", "29500", NULL};
   set_env(torchrun);
-  check(sl_boot_from_env(&e, &found) == SL_OK && found && e.rank == 1 && e.size == 2 &&
-            !strcmp(e.method, "tcp") && !strcmp(e.addr, "127.0.0.1:29500"),
+  check(sl_boot_from_env(&e, &found) == SL_OK && found && e.rank == 1 && e.size == 2 && !strcmp(e.method, "tcp") &&
+            !strcmp(e.addr, "127.0.0.1:29500"),
         "env: torchrun RANK/WORLD_SIZE + MASTER_ADDR/PORT -> tcp");
-  const char *slurm[] = {"SLURM_PROCID", "3", "SLURM_NTASKS", "4", "SLURM_LOCALID", "1", "SL_INIT_METHOD",
+  const char *slurm[] = {"SLURM_PROCID",   "3", "SLURM_NTASKS", "4", "SLURM_LOCALID", "1", "SL_INIT_METHOD",
                          "tcp:node1:4000", NULL};
   set_env(slurm);
   check(sl_boot_from_env(&e, &found) == SL_OK && e.rank == 3 && e.local_rank == 1 && !strcmp(e.addr, "node1:4000"),

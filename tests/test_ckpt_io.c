@@ -16,7 +16,15 @@
 #include "shard/shardmath.h"
 
 static int fails = 0;
-#define CHECK(c, ...) do { if (!(c)) { fails++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+#define CHECK(c, ...)                                                                                                  \
+  do {                                                                                                                 \
+    if (!(c)) {                                                                                                        \
+      fails++;                                                                                                         \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                                      \
+      printf(__VA_ARGS__);                                                                                             \
+      printf("\n");                                                                                                    \
+    }                                                                                                                  \
+  } while (0)
 
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "--xxh64")) {
@@ -38,7 +46,12 @@ int main(int argc, char **argv) {
   CHECK((uint32_t)h == 0xa9cfc168u, "xxh64 vs zstd frame checksum: %08x", (unsigned)(uint32_t)h);
   sl_xxh64_state s;
   sl_xxh64_init(&s, 0);
-  for (int a = 0; a < 1000;) { int n = 1 + (a * 13) % 41; if (a + n > 1000) n = 1000 - a; sl_xxh64_update(&s, v + a, (size_t)n); a += n; }
+  for (int a = 0; a < 1000;) {
+    int n = 1 + (a * 13) % 41;
+    if (a + n > 1000) n = 1000 - a;
+    sl_xxh64_update(&s, v + a, (size_t)n);
+    a += n;
+  }
   CHECK(sl_xxh64_digest(&s) == h, "streaming xxh64");
 
   /* writer / reader over 3 uneven slices of two units */
@@ -53,8 +66,16 @@ int main(int argc, char **argv) {
     }
   sl_ckio_manifest m;
   memset(&m, 0, sizeof m);
-  m.version = 1; m.step = 5; m.next_sample = 77; m.seed = 0xfeedfacecafebeefull; m.has_seed = 1;
-  m.world_size = 3; m.zero = 3; m.shard_group = 3; m.replica_size = 1; m.align = 16;
+  m.version = 1;
+  m.step = 5;
+  m.next_sample = 77;
+  m.seed = 0xfeedfacecafebeefull;
+  m.has_seed = 1;
+  m.world_size = 3;
+  m.zero = 3;
+  m.shard_group = 3;
+  m.replica_size = 1;
+  m.align = 16;
 #ifdef SL_USE_ZSTD
   snprintf(m.compression, sizeof m.compression, "%s", "zstd");
 #else
@@ -68,11 +89,15 @@ int main(int argc, char **argv) {
   for (int u = 0; u < 2; u++) {
     sl_slice sl;
     sl_shard_slice(numel[u], 3, 16, 0, &sl);
-    m.units[u].numel = numel[u]; m.units[u].padded = sl.padded; m.units[u].shard = sl.shard;
+    m.units[u].numel = numel[u];
+    m.units[u].padded = sl.padded;
+    m.units[u].shard = sl.shard;
     m.units[u].ntensors = 1;
     m.units[u].t = calloc(1, sizeof *m.units[u].t);
     snprintf(m.units[u].t[0].name, sizeof m.units[u].t[0].name, "t%d", u);
-    m.units[u].t[0].ndim = 1; m.units[u].t[0].shape[0] = numel[u]; m.units[u].t[0].numel = numel[u];
+    m.units[u].t[0].ndim = 1;
+    m.units[u].t[0].shape[0] = numel[u];
+    m.units[u].t[0].numel = numel[u];
   }
   for (int r = 0; r < 3; r++) {
     sl_ckio_writer w;
@@ -102,7 +127,10 @@ int main(int argc, char **argv) {
       CHECK(sl_ckio_read_range(dir, &m2, 0, k, lo, hi, got) == SL_OK, "read: %s", sl_errmsg());
       for (int64_t i = lo; i < hi; i++) {
         float want = (k == 2 && lo + (i - lo) >= 672) ? 0.0f : x[0][k][i]; /* rank 2 wrote zeros for v */
-        if (got[i - lo] != want) { CHECK(0, "unit 0 kind %d element %lld: %g != %g", k, (long long)i, got[i - lo], want); break; }
+        if (got[i - lo] != want) {
+          CHECK(0, "unit 0 kind %d element %lld: %g != %g", k, (long long)i, got[i - lo], want);
+          break;
+        }
       }
     }
   CHECK(sl_ckio_read_range(dir, &m2, 1, 1, 0, 37, got) == SL_OK && !memcmp(got, x[1][1], 37 * 4), "unit 1");
@@ -115,7 +143,8 @@ int main(int argc, char **argv) {
     if (!m2.files[1].pieces[0].fr[k].zstd) m2.files[1].pieces[0].fr[k].bytes -= 4;
   }
   sl_ckio_manifest_dump(&m2, &text);
-  CHECK(sl_ckio_manifest_parse("x", text, strlen(text), &bad) == SL_EINPUT && strstr(sl_errmsg(), "cover"), "gap: %s", sl_errmsg());
+  CHECK(sl_ckio_manifest_parse("x", text, strlen(text), &bad) == SL_EINPUT && strstr(sl_errmsg(), "cover"), "gap: %s",
+        sl_errmsg());
   free(text);
   m2.files[1].pieces[0].lo -= 1;
   for (int k = 0; k < 3; k++) {
@@ -129,7 +158,8 @@ int main(int argc, char **argv) {
   sl_ckio_manifest_free(&m2);
   sl_ckio_manifest_free(&m);
   sl_ckio_rmtree(dir);
-  for (int u = 0; u < 2; u++) for (int k = 0; k < 3; k++) free(x[u][k]);
+  for (int u = 0; u < 2; u++)
+    for (int k = 0; k < 3; k++) free(x[u][k]);
   printf("%s (%d failures)\n", fails ? "FAIL" : "ok", fails);
   return fails ? 1 : 0;
 }

@@ -15,7 +15,8 @@
 static int npass, nfail;
 static void check(int ok, const char *what) {
   printf("%s %s\n", ok ? "ok  " : "FAIL", what);
-  if (ok) npass++; else nfail++;
+  if (ok) npass++;
+  else nfail++;
 }
 
 typedef struct {
@@ -47,8 +48,7 @@ int main(void) {
   float a[7], b[7];
   for (int i = 0; i < 7; i++) a[i] = (float)i + 0.5f, b[i] = -1;
   sl_comm_req *q;
-  check(RUN(sl_comm_allgather(c, a, b, 7, SL_F32, &q)) && r.calls == 1 && r.bytes == 28 &&
-            !memcmp(a, b, sizeof a),
+  check(RUN(sl_comm_allgather(c, a, b, 7, SL_F32, &q)) && r.calls == 1 && r.bytes == 28 && !memcmp(a, b, sizeof a),
         "allgather out of place: one copy of 28 bytes");
   for (int i = 0; i < 7; i++) b[i] = -1;
   check(RUN(sl_comm_reduce_scatter(c, a, b, 7, SL_F32, &q)) && r.calls == 2 && !memcmp(a, b, sizeof a),

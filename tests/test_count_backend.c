@@ -23,15 +23,15 @@
 #include "shard/fsdp.h"
 
 static int npass, nfail;
-#define CHECK(cond, ...)                          \
-  do {                                            \
-    if (cond) npass++;                            \
-    else {                                        \
-      nfail++;                                    \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      printf(__VA_ARGS__);                        \
-      printf("\n");                               \
-    }                                             \
+#define CHECK(cond, ...)                                                                                               \
+  do {                                                                                                                 \
+    if (cond) npass++;                                                                                                 \
+    else {                                                                                                             \
+      nfail++;                                                                                                         \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                                      \
+      printf(__VA_ARGS__);                                                                                             \
+      printf("\n");                                                                                                    \
+    }                                                                                                                  \
   } while (0)
 
 static long rss_kb(void) {
@@ -96,7 +96,10 @@ static void test_comm(void) {
   sl_fsdp_split_rule(0, 4, S, &c0, &k0);
   sl_fsdp_split_rule(1, 4, S, &c1, &k1);
   CHECK(sl_comm_split(w, c0, k0, &sh) == SL_COMM_OK && sl_comm_split(w, c1, k1, &rp) == SL_COMM_OK, "splits");
-  if (!sh || !rp) { sl_comm_destroy(w); return; }
+  if (!sh || !rp) {
+    sl_comm_destroy(w);
+    return;
+  }
   /* world rank 4 = position 1 of shard group 1 (ranks 3 4 5), replica group 1 (ranks 1 4) */
   CHECK(sl_comm_size(sh) == 3 && sl_comm_rank(sh) == 1 && sl_comm_world_rank(sh, 0) == 3, "shard group");
   CHECK(sl_comm_size(rp) == 2 && sl_comm_rank(rp) == 1 && sl_comm_world_rank(rp, 0) == 1, "replica group");
@@ -120,12 +123,14 @@ static void test_comm(void) {
 }
 
 static void test_engine_step(void) {
-  const char *tiny =
-      "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 176,"
-      " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 3,"
-      " \"vocab_size\": 300, \"tie_word_embeddings\": false}";
+  const char *tiny = "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 176,"
+                     " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 3,"
+                     " \"vocab_size\": 300, \"tie_word_embeddings\": false}";
   sl_model_config mc;
-  if (sl_hfconfig_parse("tiny", tiny, strlen(tiny), &mc)) { CHECK(0, "config: %s", sl_errmsg()); return; }
+  if (sl_hfconfig_parse("tiny", tiny, strlen(tiny), &mc)) {
+    CHECK(0, "config: %s", sl_errmsg());
+    return;
+  }
   int64_t C = 64, I = 176, V = 300, L = 3, Q = (4 + 2 * 2) * 16;
   int64_t numel[5] = {V * C, 0, 0, 0, C + V * C};
   for (int l = 1; l <= L; l++) numel[l] = C + Q * C + C * 64 + C + 3 * I * C;
@@ -136,7 +141,11 @@ static void test_engine_step(void) {
       for (int A = 1; A <= 5; A += 4) {
         sl_plan_run r;
         sl_plan_run_engine(&r, NULL, NULL);
-        r.world = d; r.zero = zero; r.micro_batch = 2; r.seq_len = 16; r.grad_accum = A;
+        r.world = d;
+        r.zero = zero;
+        r.micro_batch = 2;
+        r.seq_len = 16;
+        r.grad_accum = A;
         sl_plan_mem pm;
         sl_plan_engine_info info;
         int rc = sl_plan_engine_run(&mc, &r, d - 1, &pm, &info);
@@ -161,10 +170,9 @@ static void test_engine_step(void) {
 /* The search's closed-form replay (sl_plan_simulate) against the engine
  * itself on every arena and collective kind: the replay may not drift. */
 static void test_replay_vs_engine(void) {
-  const char *tied =
-      "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 96, \"intermediate_size\": 200,"
-      " \"num_attention_heads\": 6, \"num_key_value_heads\": 2, \"num_hidden_layers\": 3,"
-      " \"vocab_size\": 301, \"tie_word_embeddings\": true}";
+  const char *tied = "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 96, \"intermediate_size\": 200,"
+                     " \"num_attention_heads\": 6, \"num_key_value_heads\": 2, \"num_hidden_layers\": 3,"
+                     " \"vocab_size\": 301, \"tie_word_embeddings\": true}";
   sl_model_config mc;
   sl_plan_model pm;
   if (sl_hfconfig_parse("tied", tied, strlen(tied), &mc) || sl_plan_model_init(&mc, &pm)) {
@@ -177,11 +185,18 @@ static void test_replay_vs_engine(void) {
       for (int v = 0; v < 6; v++) {
         sl_plan_run r;
         sl_plan_run_engine(&r, v == 3 ? "bf16" : "fp32", v == 3 || v == 4 ? "bf16" : "fp32");
-        r.world = w; r.zero = zero; r.micro_batch = 2; r.seq_len = 8; r.grad_accum = 1 + v % 3;
+        r.world = w;
+        r.zero = zero;
+        r.micro_batch = 2;
+        r.seq_len = 8;
+        r.grad_accum = 1 + v % 3;
         r.ac = (sl_actckpt)(v % 3);
         if (v == 1 && w == 4) r.shard_group = 2;
         if (v == 2) r.sync_accum = 0;
-        if (v == 5) { r.reshard_after_forward = 0; r.prefetch = 2; }
+        if (v == 5) {
+          r.reshard_after_forward = 0;
+          r.prefetch = 2;
+        }
         sl_plan_mem a, b;
         int rc = sl_plan_simulate(&pm, &r, &a);
         if (!rc) rc = sl_plan_engine_run(&mc, &r, 0, &b, NULL);

@@ -92,12 +92,10 @@ static int32_t *mk_tok(int64_t n, int32_t V, int with_ignored, int32_t **dev) {
 }
 
 static void report(const char *name, int64_t n, double maxabs, double rel, double tol, int ok) {
-  printf("%s%-30s n=%-8lld max_abs=%.3e rel=%.3e tol=%.0e  %s\n", g_b16 ? "bf16c " : "", name, (long long)n,
-         maxabs, rel, tol, ok ? "PASS" : "FAIL");
-  if (ok)
-    npass++;
-  else
-    nfail++;
+  printf("%s%-30s n=%-8lld max_abs=%.3e rel=%.3e tol=%.0e  %s\n", g_b16 ? "bf16c " : "", name, (long long)n, maxabs,
+         rel, tol, ok ? "PASS" : "FAIL");
+  if (ok) npass++;
+  else nfail++;
 }
 /* compares the device copy of b with its host (CPU) copy */
 static void check(const char *name, const buf *b, double tol) {
@@ -194,16 +192,17 @@ static void test_linear(void) {
   uint16_t *gb = (uint16_t *)xmalloc((size_t)(N * OC) * 2);
   for (int64_t i = 0; i < N * IC; i++) xb[i] = sl_f32_to_bf16_scalar(x.h[i]), x.h[i] = sl_bf16_to_f32_scalar(xb[i]);
   for (int64_t i = 0; i < OC * IC; i++) wb[i] = sl_f32_to_bf16_scalar(w.h[i]), w.h[i] = sl_bf16_to_f32_scalar(wb[i]);
-  for (int64_t i = 0; i < N * OC; i++) gb[i] = sl_f32_to_bf16_scalar(dout.h[i]), dout.h[i] = sl_bf16_to_f32_scalar(gb[i]);
-  uint16_t *xbd = (uint16_t *)dev_copy(xb, (size_t)(N * IC) * 2), *wbd = (uint16_t *)dev_copy(wb, (size_t)(OC * IC) * 2);
+  for (int64_t i = 0; i < N * OC; i++)
+    gb[i] = sl_f32_to_bf16_scalar(dout.h[i]), dout.h[i] = sl_bf16_to_f32_scalar(gb[i]);
+  uint16_t *xbd = (uint16_t *)dev_copy(xb, (size_t)(N * IC) * 2),
+           *wbd = (uint16_t *)dev_copy(wb, (size_t)(OC * IC) * 2);
   uint16_t *gbd = (uint16_t *)dev_copy(gb, (size_t)(N * OC) * 2);
   cpu->linear_fwd(cc, out.h, x.h, w.h, b.h, N, IC, OC);
   sl_cuda_linear_fwd_bf16(gc, out.d, xbd, wbd, b.d, N, IC, OC);
   check("linear_fwd_bf16", &out, 1e-4);
   /* the bf16 backward adds to the CPU's gradients, not to device copies that
    * carry the fp32 calls' TF32 error (SL_CUDA_TF32=1) */
-  if (sl_cuda_upload(gc, dx.d, dx.h, (size_t)dx.n * 4) ||
-      sl_cuda_upload(gc, dw.d, dw.h, (size_t)dw.n * 4) ||
+  if (sl_cuda_upload(gc, dx.d, dx.h, (size_t)dx.n * 4) || sl_cuda_upload(gc, dw.d, dw.h, (size_t)dw.n * 4) ||
       sl_cuda_upload(gc, db.d, db.h, (size_t)db.n * 4))
     nfail++;
   cpu->linear_bwd(cc, dx.h, dw.h, db.h, dout.h, x.h, w.h, N, IC, OC);
@@ -228,8 +227,7 @@ static void test_rope(void) {
   freeb(&q), freeb(&g);
 }
 
-static void test_attention(int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                           int64_t window) {
+static void test_attention(int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window) {
   char name[96];
   int64_t W = (nh + 2 * nkv) * hd;
   buf qkv = mk(B * T * W, -1, 1), out = mk0(B * T * nh * hd), lse = mk0(B * nh * T);
@@ -241,8 +239,7 @@ static void test_attention(int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_
   snprintf(name, sizeof name, "attn_fwd hd%lld w%lld lse", (long long)hd, (long long)window);
   check(name, &lse, 1e-5);
   /* backward from the CPU's out and lse on both sides */
-  if (sl_cuda_upload(gc, out.d, out.h, (size_t)out.n * 4) ||
-      sl_cuda_upload(gc, lse.d, lse.h, (size_t)lse.n * 4))
+  if (sl_cuda_upload(gc, out.d, out.h, (size_t)out.n * 4) || sl_cuda_upload(gc, lse.d, lse.h, (size_t)lse.n * 4))
     nfail++;
   cpu->attention_bwd(cc, dqkv.h, dout.h, qkv.h, out.h, lse.h, B, T, nh, nkv, hd, window);
   gpu->attention_bwd(gc, dqkv.d, dout.d, qkv.d, out.d, lse.d, B, T, nh, nkv, hd, window);
@@ -265,9 +262,7 @@ static void test_attention(int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_
   snprintf(name, sizeof name, "attn_fwd_bf16 hd%lld lse", (long long)hd);
   check(name, &lse, 1e-4);
   for (int64_t i = 0; i < no; i++) ob[i] = sl_f32_to_bf16_scalar(out.h[i]), out.h[i] = sl_bf16_to_f32_scalar(ob[i]);
-  if (sl_cuda_upload(gc, obd, ob, (size_t)no * 2) ||
-      sl_cuda_upload(gc, lse.d, lse.h, (size_t)lse.n * 4))
-    nfail++;
+  if (sl_cuda_upload(gc, obd, ob, (size_t)no * 2) || sl_cuda_upload(gc, lse.d, lse.h, (size_t)lse.n * 4)) nfail++;
   cpu->attention_bwd(cc, dqkv.h, dout.h, qkv.h, out.h, lse.h, B, T, nh, nkv, hd, window);
   sl_cuda_attention_bwd_bf16(gc, dqkv.d, gbd, qbd, obd, lse.d, B, T, nh, nkv, hd, window);
   snprintf(name, sizeof name, "attn_bwd_bf16 hd%lld dqkv", (long long)hd);
@@ -303,8 +298,7 @@ static void test_doc(int64_t hd, int64_t window) {
   check(name, &out, 1e-4);
   snprintf(name, sizeof name, "attn_doc_fwd hd%lld w%lld lse", (long long)hd, (long long)window);
   check(name, &lse, 1e-5);
-  if (sl_cuda_upload(gc, out.d, out.h, (size_t)out.n * 4) ||
-      sl_cuda_upload(gc, lse.d, lse.h, (size_t)lse.n * 4))
+  if (sl_cuda_upload(gc, out.d, out.h, (size_t)out.n * 4) || sl_cuda_upload(gc, lse.d, lse.h, (size_t)lse.n * 4))
     nfail++;
   cpu->attention_doc_bwd(cc, dqkv.h, dout.h, q.h, out.h, lse.h, B, T, nh, nkv, hd, window, seg);
   gpu->attention_doc_bwd(gc, dqkv.d, dout.d, q.d, out.d, lse.d, B, T, nh, nkv, hd, window, dseg);
@@ -441,10 +435,10 @@ static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk)
   snprintf(name, sizeof name, "scan_fwd S%lld ck%lld ckpt", (long long)S, (long long)chunk);
   check(name, &ck, 1e-4);
   if (sl_cuda_upload(gc, ck.d, ck.h, (size_t)ck.n * 4)) nfail++;
-  cpu->scan_bwd(cc, du.h, ddt.h, dAl.h, dbc.h, dbc.h + S, dDp.h, dy.h, u.h, dt.h, Al.h, bc.h,
-                bc.h + S, ldbc, Dp.h, ck.h, B, T, D, S, chunk);
-  gpu->scan_bwd(gc, du.d, ddt.d, dAl.d, dbc.d, dbc.d + S, dDp.d, dy.d, u.d, dt.d, Al.d, bc.d,
-                bc.d + S, ldbc, Dp.d, ck.d, B, T, D, S, chunk);
+  cpu->scan_bwd(cc, du.h, ddt.h, dAl.h, dbc.h, dbc.h + S, dDp.h, dy.h, u.h, dt.h, Al.h, bc.h, bc.h + S, ldbc, Dp.h,
+                ck.h, B, T, D, S, chunk);
+  gpu->scan_bwd(gc, du.d, ddt.d, dAl.d, dbc.d, dbc.d + S, dDp.d, dy.d, u.d, dt.d, Al.d, bc.d, bc.d + S, ldbc, Dp.d,
+                ck.d, B, T, D, S, chunk);
   snprintf(name, sizeof name, "scan_bwd S%lld du", (long long)S);
   check_r(name, &du, 1e-4);
   snprintf(name, sizeof name, "scan_bwd S%lld ddt", (long long)S);
@@ -497,8 +491,7 @@ static void test_vocab_parallel(int64_t N, int64_t C, int64_t V, int64_t T) {
       free(g);
     }
     /* a global max at or above this slice's, the same on both sides */
-    for (int64_t i = 0; i < N; i++)
-      gmax.h[i] = (valid ? lmax.h[i] : 0.0f) + 0.5f * (frand() + 1.0f);
+    for (int64_t i = 0; i < N; i++) gmax.h[i] = (valid ? lmax.h[i] : 0.0f) + 0.5f * (frand() + 1.0f);
     if (sl_cuda_upload(gc, gmax.d, gmax.h, (size_t)N * 4) || sl_cuda_upload(gc, st.d, st.h, (size_t)N * 8) ||
         sl_cuda_upload(gc, lmax.d, lmax.h, (size_t)N * 4))
       nfail++;
@@ -535,8 +528,7 @@ static void test_errors_and_scratch(void) {
   buf q = mk(4 * 3 * 300, -1, 1), o = mk0(4 * 300), l = mk0(4);
   gpu->attention_fwd(gc, o.d, l.d, q.d, 1, 4, 1, 1, 300, 0); /* hd 300 > 256 */
   int st = sl_cuda_last_status(gc);
-  report("error path (hd 300 -> SL_EINPUT)", 0, 0, 0, 0,
-         st == SL_EINPUT && strlen(sl_cuda_last_error(gc)) > 0);
+  report("error path (hd 300 -> SL_EINPUT)", 0, 0, 0, 0, st == SL_EINPUT && strlen(sl_cuda_last_error(gc)) > 0);
   sl_cuda_clear_status(gc);
   freeb(&q), freeb(&o), freeb(&l);
   size_t s0 = gpu->ctx_scratch_bytes(gc);
@@ -667,7 +659,7 @@ int main(void) {
   test_attention(2, 67, 4, 2, 64, 17);
   test_attention(1, 53, 2, 1, 128, 0);
   test_attention(1, 45, 4, 4, 128, 9);
-  test_attention(2, 40, 3, 1, 40, 0); /* generic fallback (padded to 64) */
+  test_attention(2, 40, 3, 1, 40, 0);   /* generic fallback (padded to 64) */
   test_attention(1, 33, 2, 2, 200, 12); /* generic fallback (padded to 256) */
   test_doc(64, 0);
   test_doc(64, 20);

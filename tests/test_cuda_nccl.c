@@ -40,10 +40,10 @@ static const sl_ops *T;
 static sl_kctx *ctx;
 
 #include "tests/lib/rank_check.h"
-#define OK(call)                                                                     \
-  do {                                                                               \
-    int rc_ = (call);                                                                \
-    CHECK(rc_ == SL_COMM_OK, "%s -> %d: %s", #call, rc_, sl_comm_last_error());      \
+#define OK(call)                                                                                                       \
+  do {                                                                                                                 \
+    int rc_ = (call);                                                                                                  \
+    CHECK(rc_ == SL_COMM_OK, "%s -> %d: %s", #call, rc_, sl_comm_last_error());                                        \
   } while (0)
 
 /* Contribution of rank r at element i: exact in bf16 and in sums of <= 64. */
@@ -95,8 +95,7 @@ static void test_collectives(sl_comm *c, sl_dtype dt) {
   T->zero(ctx, d2, full * es);
   T->copy(ctx, (char *)d2 + (size_t)r * cnt * es, d, (size_t)cnt * es);
   OK(sl_comm_allgather(c, (char *)d2 + (size_t)r * cnt * es, d2, cnt, dt, &q));
-  while (!sl_comm_test(q)) {
-  }
+  while (!sl_comm_test(q)) {}
   OK(sl_comm_wait(q));
   T->download(ctx, h2, d2, full * es);
   ok = 1;
@@ -177,8 +176,7 @@ static void test_collectives(sl_comm *c, sl_dtype dt) {
   uint64_t want_sr = n >= 2 ? sl_comm_bus_bytes(SL_COLL_SEND, n, cnt, dt, 1) : 0;
   CHECK(st1.bytes[SL_COLL_ALLGATHER] == want_ag && st1.bytes[SL_COLL_REDUCE_SCATTER] == want_rs &&
             st1.bytes[SL_COLL_ALLREDUCE] == want_ar && st1.bytes[SL_COLL_BROADCAST] == want_bc &&
-            st1.bytes[SL_COLL_SEND] == want_sr && st1.calls[SL_COLL_ALLGATHER] == 2 &&
-            st1.calls[SL_COLL_BARRIER] == 1,
+            st1.bytes[SL_COLL_SEND] == want_sr && st1.calls[SL_COLL_ALLGATHER] == 2 && st1.calls[SL_COLL_BARRIER] == 1,
         "stats %s: ag %llu/%llu rs %llu/%llu ar %llu/%llu bc %llu/%llu sr %llu/%llu", tn,
         (unsigned long long)st1.bytes[SL_COLL_ALLGATHER], (unsigned long long)want_ag,
         (unsigned long long)st1.bytes[SL_COLL_REDUCE_SCATTER], (unsigned long long)want_rs,
@@ -319,8 +317,7 @@ int main(int argc, char **argv) {
       int hn = (N - R % 2 + 1) / 2; /* ranks with my parity */
       CHECK(strcmp(sl_comm_backend(half), "nccl") == 0 && sl_comm_size(half) == hn &&
                 sl_comm_rank(half) == hn - 1 - R / 2,
-            "split: size %d (want %d) rank %d (want %d)", sl_comm_size(half), hn, sl_comm_rank(half),
-            hn - 1 - R / 2);
+            "split: size %d (want %d) rank %d (want %d)", sl_comm_size(half), hn, sl_comm_rank(half), hn - 1 - R / 2);
       test_collectives(half, SL_F32);
       sl_comm_destroy(half);
     }
@@ -330,7 +327,8 @@ int main(int argc, char **argv) {
   int tot[2] = {npass, nfail};
   if (use_boot) printf("rank %d: ", R); /* no host comm: every rank reports its own */
   else if (sl_comm_allreduce_sync(w, tot, 2, SL_I32) != SL_COMM_OK) tot[1]++;
-  if (R == 0 || use_boot) printf("%d passed, %d failed (%d ranks%s)\n", tot[0], tot[1], N, use_boot ? ", bootstrapped without MPI" : "");
+  if (R == 0 || use_boot)
+    printf("%d passed, %d failed (%d ranks%s)\n", tot[0], tot[1], N, use_boot ? ", bootstrapped without MPI" : "");
   sl_comm_destroy(w);
   sl_comm_world_finalize();
   return tot[1] ? 1 : 0;

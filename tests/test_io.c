@@ -17,8 +17,8 @@
 #include "base/base.h"
 #include "formats/dataset.h"
 #include "formats/hfconfig.h"
-#include "tools/plot.h"
 #include "formats/safetensors.h"
+#include "tools/plot.h"
 
 static int g_pass, g_fail;
 static char g_dir[256];
@@ -102,22 +102,25 @@ static void test_st_bad(void) {
   memcpy(big, &hl, 8);
   expect_input(sl_st_parse("bad.safetensors", big, 20, &f), "bad.safetensors", "exceeds",
                "st: header length beyond the file");
-  expect_input(parse_json_st("{\"a\": {\"dtype\": \"F32\",", 0, &f), "bad.safetensors",
-               "malformed JSON", "st: malformed JSON");
+  expect_input(parse_json_st("{\"a\": {\"dtype\": \"F32\",", 0, &f), "bad.safetensors", "malformed JSON",
+               "st: malformed JSON");
   expect_input(parse_json_st("[1, 2]  ", 0, &f), "bad.safetensors", "JSON", "st: header not an object");
   expect_input(parse_json_st("{\"w\": {\"dtype\": \"F33\", \"shape\": [2], \"data_offsets\": [0, 8]}}", 8, &f),
                "bad.safetensors", "unknown dtype 'F33'", "st: unknown dtype");
   expect_input(parse_json_st("{\"w\": {\"dtype\": \"F32\", \"shape\": [2, 3], \"data_offsets\": [0, 20]}}", 24, &f),
                "bad.safetensors", "size mismatch", "st: shape/size mismatch");
   expect_input(parse_json_st("{\"model.layers.0.self_attn.q_proj.weight\": {\"dtype\": \"F32\", "
-                             "\"shape\": [32, 32], \"data_offsets\": [0, 4096]}}", 1024, &f),
+                             "\"shape\": [32, 32], \"data_offsets\": [0, 4096]}}",
+                             1024, &f),
                "bad.safetensors", "offsets [0, 4096) exceed the data section of 1024",
                "st: offsets beyond the data section");
   expect_input(parse_json_st("{\"a\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 16]},"
-                             " \"b\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [8, 24]}}", 24, &f),
+                             " \"b\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [8, 24]}}",
+                             24, &f),
                "bad.safetensors", "overlapping", "st: overlapping tensors");
   expect_input(parse_json_st("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]},"
-                             " \"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}", 8, &f),
+                             " \"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}",
+                             8, &f),
                "bad.safetensors", "duplicate", "st: duplicate names");
   expect_input(parse_json_st("{\"a\": {\"dtype\": \"F32\", \"shape\": [-1], \"data_offsets\": [0, 4]}}", 4, &f),
                "bad.safetensors", "non-negative", "st: negative shape");
@@ -125,15 +128,16 @@ static void test_st_bad(void) {
                "bad.safetensors", "offsets", "st: reversed offsets");
   expect_input(parse_json_st("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": \"0\"}}", 4, &f),
                "bad.safetensors", "data_offsets", "st: data_offsets of the wrong type");
-  expect_input(parse_json_st("{\"a\": {\"shape\": [1], \"data_offsets\": [0, 4]}}", 4, &f),
-               "bad.safetensors", "dtype", "st: missing dtype");
+  expect_input(parse_json_st("{\"a\": {\"shape\": [1], \"data_offsets\": [0, 4]}}", 4, &f), "bad.safetensors", "dtype",
+               "st: missing dtype");
   expect_input(parse_json_st("{\"__metadata__\": 5}", 0, &f), "bad.safetensors", "__metadata__",
                "st: metadata not an object");
   /* valid, with a zero-size tensor inside another's range and metadata */
   int rc = parse_json_st("{\"__metadata__\": {\"format\": \"pt\"}, \"a\": {\"dtype\": \"F32\", \"shape\": [4], "
                          "\"data_offsets\": [0, 16]}, \"e\": {\"dtype\": \"BF16\", \"shape\": [0, 3], "
                          "\"data_offsets\": [8, 8]}, \"i\": {\"dtype\": \"I64\", \"shape\": [1], "
-                         "\"data_offsets\": [16, 24]}}", 24, &f);
+                         "\"data_offsets\": [16, 24]}}",
+                         24, &f);
   check(rc == SL_OK, "st: valid header with empty tensor, I64 and metadata parses");
   /* a non-loadable dtype is refused by name when read */
   size_t len;
@@ -151,18 +155,28 @@ static void test_st_bad(void) {
 
 static void test_f16_bf16(void) {
   /* hand-computed: value = (-1)^s * 2^(e-15) * (1 + m/1024), subnormal m * 2^-24 */
-  static const struct { uint16_t h; double v; } f16[] = {
-      {0x3C00, 1.0}, {0xC000, -2.0}, {0x7BFF, 65504.0}, {0x0001, 5.9604644775390625e-08},
-      {0x03FF, 6.097555160522461e-05}, {0x0400, 6.103515625e-05}, {0x3555, 0.333251953125},
-      {0x0000, 0.0}, {0xB800, -0.5}};
+  static const struct {
+    uint16_t h;
+    double v;
+  } f16[] = {{0x3C00, 1.0},
+             {0xC000, -2.0},
+             {0x7BFF, 65504.0},
+             {0x0001, 5.9604644775390625e-08},
+             {0x03FF, 6.097555160522461e-05},
+             {0x0400, 6.103515625e-05},
+             {0x3555, 0.333251953125},
+             {0x0000, 0.0},
+             {0xB800, -0.5}};
   int ok = 1;
   for (size_t i = 0; i < sizeof f16 / sizeof f16[0]; i++) ok &= sl_f16_to_f32(f16[i].h) == (float)f16[i].v;
   ok &= isinf(sl_f16_to_f32(0x7C00)) && sl_f16_to_f32(0x7C00) > 0 && isinf(sl_f16_to_f32(0xFC00)) &&
         sl_f16_to_f32(0xFC00) < 0 && isnan(sl_f16_to_f32(0x7E00)) && signbit(sl_f16_to_f32(0x8000));
   check(ok, "f16 -> f32 on hand-computed values (normal, subnormal, max, inf, nan, -0)");
-  static const struct { uint16_t b; double v; } bf[] = {
-      {0x3F80, 1.0}, {0xC049, -3.140625}, {0x4780, 65536.0}, {0x0001, 9.183549615799121e-41},
-      {0x3EAB, 0.333984375}};
+  static const struct {
+    uint16_t b;
+    double v;
+  } bf[] = {
+      {0x3F80, 1.0}, {0xC049, -3.140625}, {0x4780, 65536.0}, {0x0001, 9.183549615799121e-41}, {0x3EAB, 0.333984375}};
   ok = 1;
   for (size_t i = 0; i < sizeof bf / sizeof bf[0]; i++) ok &= sl_bf16_to_f32(bf[i].b) == (float)bf[i].v;
   ok &= isinf(sl_bf16_to_f32(0x7F80)) && isnan(sl_bf16_to_f32(0x7FC0));
@@ -189,8 +203,8 @@ static void test_f16_bf16(void) {
   int rc = sl_st_open_dir(path("half"), &s);
   rc = rc ? rc : !s ? -1 : sl_st_read_f32(s, "h", 1, sh3, x);
   rc = rc ? rc : sl_st_read_f32(s, "b", 2, sh13, y);
-  check(rc == 0 && x[0] == 1.0f && x[1] == -2.0f && x[2] == 0.333251953125f && y[0] == 1.0f &&
-            y[1] == -3.140625f && y[2] == 65536.0f,
+  check(rc == 0 && x[0] == 1.0f && x[1] == -2.0f && x[2] == 0.333251953125f && y[0] == 1.0f && y[1] == -3.140625f &&
+            y[2] == 65536.0f,
         "F16/BF16 tensors of a file read as fp32 through sl_st_read_f32");
   float part[2];
   rc = s ? sl_st_read_f32_slice(s, "h", 1, sh3, 1, 2, part) : -1;
@@ -199,8 +213,7 @@ static void test_f16_bf16(void) {
     int64_t wrong[1] = {4};
     expect_input(sl_st_read_f32(s, "h", 1, wrong, x), "half/model.safetensors", "expected [4], found [3]",
                  "st: wrong shape");
-    expect_input(sl_st_read_f32(s, "model.norm.weight", 1, sh3, x), "half", "model.norm.weight",
-                 "st: missing tensor");
+    expect_input(sl_st_read_f32(s, "model.norm.weight", 1, sh3, x), "half", "model.norm.weight", "st: missing tensor");
     check(strstr(sl_errmsg(), "missing") != NULL, "st: missing-tensor message says 'missing'");
   }
   sl_st_close_set(s);
@@ -288,8 +301,7 @@ static void test_st_write(void) {
   free(idx);
   s = NULL;
   rc = sl_st_open_dir(path("one"), &s);
-  check(rc == 0 && s && sl_st_set_count(s) == n && verify_set(s, ts, n),
-        "st round trip (sharded + index): bit-exact");
+  check(rc == 0 && s && sl_st_set_count(s) == n && verify_set(s, ts, n), "st round trip (sharded + index): bit-exact");
   sl_st_close_set(s);
 
   /* the index points at a shard that does not exist / does not hold the tensor */
@@ -335,8 +347,8 @@ static void test_st_write(void) {
                "st: file truncated inside the data section");
 
   sl_st_wtensor dup[2] = {{"a", 1, {1}, SL_ST_F32}, {"a", 1, {1}, SL_ST_F32}};
-  expect_input(sl_st_write_file(path("dup.safetensors"), dup, 2, fill_fn, &calls), "dup.safetensors",
-               "duplicate", "st writer: duplicate names refused");
+  expect_input(sl_st_write_file(path("dup.safetensors"), dup, 2, fill_fn, &calls), "dup.safetensors", "duplicate",
+               "st writer: duplicate names refused");
   check(stat(path("dup.safetensors"), &st) != 0, "st writer: nothing left behind after a refused write");
 }
 
@@ -348,37 +360,42 @@ static int cfg(const char *json, sl_model_config *c) {
 static void test_config(void) {
   sl_model_config c;
   int rc = cfg("{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 176, "
-               "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 300, \"rms_norm_eps\": 1e-5}", &c);
+               "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 300, \"rms_norm_eps\": 1e-5}",
+               &c);
   check(rc == 0 && c.arch == SL_ARCH_LLAMA && c.num_key_value_heads == 4 && c.head_dim == 16 &&
             c.rope_theta == 10000.0 && !c.tie_word_embeddings && c.rms_norm_eps == 1e-5 &&
             !strcmp(c.arch_name, "LlamaForCausalLM"),
         "config: llama with defaults (kv = heads, head_dim = hidden/heads, theta 1e4, untied)");
   rc = cfg("{\"model_type\": \"mistral\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 1, "
            "\"num_attention_heads\": 8, \"num_key_value_heads\": 2, \"vocab_size\": 260, \"sliding_window\": null, "
-           "\"head_dim\": 32, \"rope_theta\": 1000000.0, \"tie_word_embeddings\": true}", &c);
+           "\"head_dim\": 32, \"rope_theta\": 1000000.0, \"tie_word_embeddings\": true}",
+           &c);
   check(rc == 0 && c.arch == SL_ARCH_MISTRAL && c.sliding_window == 0 && c.head_dim == 32 &&
             c.num_key_value_heads == 2 && c.tie_word_embeddings && c.rope_theta == 1e6,
         "config: mistral by model_type, null sliding window, explicit head_dim, GQA");
   rc = cfg("{\"architectures\": [\"MistralForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 128, "
-           "\"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"vocab_size\": 260, \"sliding_window\": 16}", &c);
+           "\"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"vocab_size\": 260, \"sliding_window\": 16}",
+           &c);
   check(rc == 0 && c.sliding_window == 16, "config: mistral sliding_window 16");
   rc = cfg("{\"architectures\": [\"MambaForCausalLM\"], \"hidden_size\": 40, \"num_hidden_layers\": 2, "
-           "\"vocab_size\": 257, \"state_size\": 8, \"time_step_rank\": \"auto\"}", &c);
+           "\"vocab_size\": 257, \"state_size\": 8, \"time_step_rank\": \"auto\"}",
+           &c);
   check(rc == 0 && c.arch == SL_ARCH_MAMBA && c.time_step_rank == 3 && c.intermediate_size == 80 &&
-            c.tie_word_embeddings && c.conv_kernel == 4 && c.use_conv_bias && !c.use_bias &&
-            !c.ssm_original_format && c.layer_norm_epsilon == 1e-5,
+            c.tie_word_embeddings && c.conv_kernel == 4 && c.use_conv_bias && !c.use_bias && !c.ssm_original_format &&
+            c.layer_norm_epsilon == 1e-5,
         "config: HF mamba (auto dt rank = ceil(40/16) = 3, intermediate = 2*40, tied)");
   rc = cfg("{\"d_model\": 768, \"n_layer\": 24, \"vocab_size\": 50277, \"ssm_cfg\": {}, \"rms_norm\": true, "
-           "\"residual_in_fp32\": true, \"fused_add_norm\": true, \"pad_vocab_size_multiple\": 8}", &c);
-  check(rc == 0 && c.arch == SL_ARCH_MAMBA && c.ssm_original_format && c.vocab_size == 50280 &&
-            c.hidden_size == 768 && c.num_hidden_layers == 24 && c.time_step_rank == 48 &&
-            c.intermediate_size == 1536 && c.state_size == 16 && c.tie_word_embeddings,
+           "\"residual_in_fp32\": true, \"fused_add_norm\": true, \"pad_vocab_size_multiple\": 8}",
+           &c);
+  check(rc == 0 && c.arch == SL_ARCH_MAMBA && c.ssm_original_format && c.vocab_size == 50280 && c.hidden_size == 768 &&
+            c.num_hidden_layers == 24 && c.time_step_rank == 48 && c.intermediate_size == 1536 && c.state_size == 16 &&
+            c.tie_word_embeddings,
         "config: state-spaces mamba (vocab 50277 padded to 50280, dt rank 48)");
 
   const char *L = "\"architectures\": [\"LlamaForCausalLM\"], \"num_hidden_layers\": 2, \"vocab_size\": 300";
   char j[1024];
-#define BAD(body, word, what)                                   \
-  snprintf(j, sizeof j, "{%s, %s}", L, body);                   \
+#define BAD(body, word, what)                                                                                          \
+  snprintf(j, sizeof j, "{%s, %s}", L, body);                                                                          \
   expect_input(cfg(j, &c), "cfg/config.json", word, what)
   BAD("\"intermediate_size\": 64, \"num_attention_heads\": 4", "hidden_size", "config: missing hidden_size");
   check(strstr(sl_errmsg(), "missing") != NULL, "config: message says 'missing'");
@@ -390,12 +407,12 @@ static void test_config(void) {
       "config: heads not dividing hidden");
   BAD("\"hidden_size\": 64, \"intermediate_size\": 64, \"num_attention_heads\": 4, \"num_key_value_heads\": 3",
       "num_key_value_heads", "config: kv heads not dividing heads");
-  BAD("\"hidden_size\": 12, \"intermediate_size\": 64, \"num_attention_heads\": 4", "odd",
-      "config: odd head_dim");
+  BAD("\"hidden_size\": 12, \"intermediate_size\": 64, \"num_attention_heads\": 4", "odd", "config: odd head_dim");
   BAD("\"hidden_size\": 64, \"intermediate_size\": 0, \"num_attention_heads\": 4", "intermediate_size",
       "config: zero intermediate_size");
   BAD("\"hidden_size\": 64, \"intermediate_size\": 64, \"num_attention_heads\": 4, \"rope_scaling\": "
-      "{\"type\": \"linear\", \"factor\": 2.0}", "rope_scaling", "config: rope_scaling refused");
+      "{\"type\": \"linear\", \"factor\": 2.0}",
+      "rope_scaling", "config: rope_scaling refused");
   BAD("\"hidden_size\": 64, \"intermediate_size\": 64, \"num_attention_heads\": 4, \"hidden_act\": \"gelu\"",
       "hidden_act", "config: non-silu activation refused");
   BAD("\"hidden_size\": 64, \"intermediate_size\": 64, \"num_attention_heads\": 4, \"tie_word_embeddings\": 1",
@@ -408,12 +425,12 @@ static void test_config(void) {
                "config: architectures not an array");
   expect_input(cfg("{\"hidden_size\": 64,", &c), "cfg/config.json", "malformed", "config: malformed JSON");
   expect_input(cfg("{\"architectures\": [\"MambaForCausalLM\"], \"hidden_size\": 40, \"num_hidden_layers\": 2, "
-                   "\"vocab_size\": 257, \"time_step_rank\": \"big\"}", &c), "cfg/config.json", "time_step_rank",
-               "config: mamba bad time_step_rank");
+                   "\"vocab_size\": 257, \"time_step_rank\": \"big\"}",
+                   &c),
+               "cfg/config.json", "time_step_rank", "config: mamba bad time_step_rank");
   expect_input(cfg("{\"d_model\": 64, \"n_layer\": 2, \"vocab_size\": 10, \"ssm_cfg\": {\"layer\": \"Mamba2\"}}", &c),
                "cfg/config.json", "Mamba2", "config: state-spaces Mamba2 refused");
-  expect_input(sl_hfconfig_load(path("no/config.json"), &c), "no/config.json", "cannot open",
-               "config: missing file");
+  expect_input(sl_hfconfig_load(path("no/config.json"), &c), "no/config.json", "cannot open", "config: missing file");
 
   /* save -> load round trips */
   const char *srcs[3] = {
@@ -435,8 +452,8 @@ static void test_config(void) {
     a.pad_vocab_size_multiple = b.pad_vocab_size_multiple;
     int same = rc == 0 && memcmp(&a, &b, sizeof a) == 0;
     char *t = read_text(p, NULL);
-    same &= t && strstr(t, "\"torch_dtype\": \"float32\"") && strstr(t, "\"architectures\"") &&
-            strstr(t, "\"model_type\"");
+    same &=
+        t && strstr(t, "\"torch_dtype\": \"float32\"") && strstr(t, "\"architectures\"") && strstr(t, "\"model_type\"");
     free(t);
     char what[128];
     snprintf(what, sizeof what, "config: save -> load round trip (%s)", sl_arch_name(a.arch));
@@ -445,8 +462,8 @@ static void test_config(void) {
 }
 
 /* ---- Megatron .idx built by hand ---- */
-static uint8_t *mk_idx(int dtype, int64_t ns, const int32_t *sizes, const int64_t *ptrs, int64_t nd,
-                       const int64_t *doc, size_t *len) {
+static uint8_t *mk_idx(int dtype, int64_t ns, const int32_t *sizes, const int64_t *ptrs, int64_t nd, const int64_t *doc,
+                       size_t *len) {
   *len = 34 + 12 * (size_t)ns + 8 * (size_t)nd;
   uint8_t *b = calloc(1, *len);
   uint64_t v = 1;
@@ -470,9 +487,9 @@ static void test_idx_bad(void) {
   int rc = sl_idx_parse("d/bad.idx", g, len, 10, &in);
   check(rc == 0 && in.num_seqs == 3 && in.num_doc_idx == 3 && in.total_tokens == 5 && in.elem_size == 2,
         "idx: hand-built index parses (3 sequences, 2 documents, 5 tokens)");
-#define MUT(stmt, blen, word, what)                                               \
-  memcpy(b, g, len);                                                              \
-  stmt;                                                                           \
+#define MUT(stmt, blen, word, what)                                                                                    \
+  memcpy(b, g, len);                                                                                                   \
+  stmt;                                                                                                                \
   expect_input(sl_idx_parse("d/bad.idx", b, len, blen, &in), "d/bad.idx", word, what)
   MUT(b[0] = 'X', 10, "magic", "idx: wrong magic");
   MUT(b[9] = 2, 10, "version", "idx: version 2");
@@ -533,9 +550,8 @@ static void test_dataset(void) {
     memcpy(sz, raw + 34, 16);
     memcpy(ptr, raw + 50, 32);
     memcpy(doc, raw + 82, 40);
-    ok = ver == 1 && raw[17] == 8 && ns == 4 && nd == 5 && sz[0] == 3 && sz[1] == 0 && sz[2] == 2 &&
-         sz[3] == 1 && ptr[0] == 0 && ptr[1] == 6 && ptr[2] == 6 && ptr[3] == 10 && doc[0] == 0 &&
-         doc[4] == 4;
+    ok = ver == 1 && raw[17] == 8 && ns == 4 && nd == 5 && sz[0] == 3 && sz[1] == 0 && sz[2] == 2 && sz[3] == 1 &&
+         ptr[0] == 0 && ptr[1] == 6 && ptr[2] == 6 && ptr[3] == 10 && doc[0] == 0 && doc[4] == 4;
   }
   free(raw);
   raw = read_text(path("ds.bin"), &len);
@@ -545,8 +561,8 @@ static void test_dataset(void) {
   check(ok, "dataset builder: .idx header/sizes/pointers/doc index and .bin bytes as specified");
   sl_dataset *ds;
   rc = sl_dataset_open(pre, &ds);
-  check(rc == 0 && sl_dataset_num_seqs(ds) == 4 && sl_dataset_num_docs(ds) == 4 &&
-            sl_dataset_num_tokens(ds) == 6 && sl_dataset_dtype(ds) == SL_IDX_UINT16,
+  check(rc == 0 && sl_dataset_num_seqs(ds) == 4 && sl_dataset_num_docs(ds) == 4 && sl_dataset_num_tokens(ds) == 6 &&
+            sl_dataset_dtype(ds) == SL_IDX_UINT16,
         "dataset open: counts");
   if (rc) return;
   ok = 1;
@@ -635,8 +651,7 @@ static void test_prepare(void) {
   int32_t got[64];
   rc = rc ? rc : sl_dataset_open(pre, &ds);
   int ok = rc == 0 && sl_dataset_num_tokens(ds) == n && sl_dataset_dtype(ds) == SL_IDX_UINT16 &&
-           sl_dataset_num_docs(ds) == 3 && sl_dataset_tokens(ds, 0, n, got) == 0 &&
-           !memcmp(got, want, (size_t)n * 4);
+           sl_dataset_num_docs(ds) == 3 && sl_dataset_tokens(ds, 0, n, got) == 0 && !memcmp(got, want, (size_t)n * 4);
   if (rc == 0) sl_dataset_close(ds);
   check(ok, "prepare (memory): tokens are the bytes, 256 after each document, blank lines split");
   write_bytes(path("in.txt"), text, strlen(text));
@@ -646,8 +661,7 @@ static void test_prepare(void) {
   check(rc == 0 && a && b2 && !memcmp(a, b2, (size_t)n * 2), "prepare (file) equals prepare (memory)");
   free(a);
   free(b2);
-  expect_input(sl_prepare_text(path("missing.txt"), pre, &st), "missing.txt", "cannot open",
-               "prepare: missing input");
+  expect_input(sl_prepare_text(path("missing.txt"), pre, &st), "missing.txt", "cannot open", "prepare: missing input");
   expect_input(sl_prepare_text_mem("blank.txt", "\n\n\r\n", 4, pre, &st), "blank.txt", "no documents",
                "prepare: only blank lines");
 }
@@ -667,16 +681,15 @@ static void test_plot(void) {
     const char *q = strstr(p, "points=\""), *e = q ? strchr(q + 8, '"') : NULL;
     for (const char *c = q; c && c < e; c++) pts += *c == ',';
   }
-  check(rc == 0 && s && !strncmp(s, "<?xml", 5) && strstr(s, "<svg") && strstr(s, "</svg>") &&
-            strstr(s, "m.jsonl") && strstr(s, "loss") && strstr(s, "tokens/s") && strstr(s, "learning rate") &&
-            !strstr(s, "gradient norm") && polys == 3 && pts == 7,
+  check(rc == 0 && s && !strncmp(s, "<?xml", 5) && strstr(s, "<svg") && strstr(s, "</svg>") && strstr(s, "m.jsonl") &&
+            strstr(s, "loss") && strstr(s, "tokens/s") && strstr(s, "learning rate") && !strstr(s, "gradient norm") &&
+            polys == 3 && pts == 7,
         "plot: loss and tokens/s panels of 3 points, lr panel of 1 (bad lines skipped, no grad_norm panel)");
   free(s);
   write_bytes(path("e.jsonl"), "", 0);
   expect_input(sl_plot_metrics(path("e.jsonl"), path("e.svg")), "e.jsonl", "no metrics", "plot: empty file");
   expect_input(sl_plot_metrics(path("x.jsonl"), path("e.svg")), "x.jsonl", "cannot open", "plot: missing file");
 }
-
 
 /* Random byte mutations / truncations of valid images: every parser must
  * return SL_OK or SL_EINPUT, never crash (run under ASan to see overreads). */

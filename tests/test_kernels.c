@@ -67,8 +67,8 @@ typedef double (*loss_fn)(void *st);
 /* Central differences of f wrt up to `samples` coordinates of p (double
  * array f reads), against the analytic gradient g (n). Error relative to
  * the largest gradient magnitude seen. */
-static void fd_check(const char *name, double *p, const float *g, int64_t n,
-                     loss_fn f, void *st, int samples, double tol) {
+static void fd_check(const char *name, double *p, const float *g, int64_t n, loss_fn f, void *st, int samples,
+                     double tol) {
   const double h = 1e-5;
   double emax = 0.0, gmax = 1e-12;
   for (int64_t i = 0; i < n; i++) gmax = fabs(g[i]) > gmax ? fabs(g[i]) : gmax;
@@ -101,8 +101,7 @@ static float *prefill(int64_t n, float **saved) {
 /* "Backward ADDS": g (the same backward run on the pre-filled buffer) must
  * equal saved (the pre-fill) + gz (the backward run on zeros), up to fp32
  * rounding of the additions (GEMMs may add in several K blocks). */
-static void adds_check(const char *name, const float *g, const float *saved,
-                       const float *gz, int64_t n) {
+static void adds_check(const char *name, const float *g, const float *saved, const float *gz, int64_t n) {
   double e = 0.0, m = 1e-30;
   for (int64_t i = 0; i < n; i++) {
     double d = fabs((double)g[i] - ((double)saved[i] + (double)gz[i]));
@@ -140,11 +139,22 @@ static void test_embedding(const sl_ops *ops, sl_kctx *ctx) {
   for (int64_t i = 0; i < N; i++)
     for (int64_t c = 0; c < C; c++) dref[tok[i] * C + c] += dout[i * C + c];
   report("embedding_bwd vs double scatter (prefilled)", rel_err(dwte, dref, V * C, 1.0), 2e-6);
-  free(wte); free(out); free(ref); free(dout); free(sv); free(dwte); free(dref);
+  free(wte);
+  free(out);
+  free(ref);
+  free(dout);
+  free(sv);
+  free(dwte);
+  free(dref);
 }
 
 /* ---- RMSNorm -------------------------------------------------------------- */
-typedef struct { double *x, *w, *R; int64_t N, C; double eps; double *o; } rms_st;
+typedef struct {
+  double *x, *w, *R;
+  int64_t N, C;
+  double eps;
+  double *o;
+} rms_st;
 static void rms_ref(double *o, const double *x, const double *w, int64_t N, int64_t C, double eps) {
   for (int64_t i = 0; i < N; i++) {
     double ss = 0;
@@ -174,17 +184,32 @@ static void test_rmsnorm(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C) 
   ops->rmsnorm_bwd(ctx, px, pw, R, x, w, rstd, N, C);
   adds_check("rmsnorm_bwd dinp", px, sx, dx, N * C);
   adds_check("rmsnorm_bwd dw", pw, sw, dw, C);
-  free(px); free(pw);
+  free(px);
+  free(pw);
   snprintf(nm, sizeof nm, "rmsnorm_bwd dinp C=%lld", (long long)C);
   fd_check(nm, s.x, dx, N * C, rms_L, &s, 200, 1e-5);
   snprintf(nm, sizeof nm, "rmsnorm_bwd dw C=%lld", (long long)C);
   fd_check(nm, s.w, dw, C, rms_L, &s, 200, 1e-5);
-  free(x); free(w); free(R); free(out); free(rstd); free(sx); free(sw); free(dx); free(dw);
-  free(s.x); free(s.w); free(s.R); free(s.o);
+  free(x);
+  free(w);
+  free(R);
+  free(out);
+  free(rstd);
+  free(sx);
+  free(sw);
+  free(dx);
+  free(dw);
+  free(s.x);
+  free(s.w);
+  free(s.R);
+  free(s.o);
 }
 
 /* ---- linear --------------------------------------------------------------- */
-typedef struct { double *x, *w, *b, *R, *o; int64_t N, IC, OC; } lin_st;
+typedef struct {
+  double *x, *w, *b, *R, *o;
+  int64_t N, IC, OC;
+} lin_st;
 static void lin_ref(double *o, const double *x, const double *w, const double *b, int64_t N, int64_t IC, int64_t OC) {
   for (int64_t i = 0; i < N; i++)
     for (int64_t k = 0; k < OC; k++) {
@@ -205,7 +230,8 @@ static void test_linear(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t IC, 
   lin_st s = {to_d(x, N * IC), to_d(w, OC * IC), bias ? to_d(b, OC) : NULL, to_d(R, N * OC), dvec(N * OC), N, IC, OC};
   lin_ref(s.o, s.x, s.w, s.b, N, IC, OC);
   char nm[128];
-  snprintf(nm, sizeof nm, "linear_fwd %lldx%lldx%lld bias=%d vs double", (long long)N, (long long)IC, (long long)OC, bias);
+  snprintf(nm, sizeof nm, "linear_fwd %lldx%lldx%lld bias=%d vs double", (long long)N, (long long)IC, (long long)OC,
+           bias);
   report(nm, rel_err(out, s.o, N * OC, 1e-3), 2e-6);
   float *sx, *sw, *sb = NULL;
   float *px = prefill(N * IC, &sx), *pw = prefill(OC * IC, &sw), *pb = bias ? prefill(OC, &sb) : NULL;
@@ -215,7 +241,9 @@ static void test_linear(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t IC, 
   adds_check("linear_bwd dinp", px, sx, dx, N * IC);
   adds_check("linear_bwd dw", pw, sw, dw, OC * IC);
   if (bias) adds_check("linear_bwd db", pb, sb, db, OC);
-  free(px); free(pw); free(pb);
+  free(px);
+  free(pw);
+  free(pb);
   snprintf(nm, sizeof nm, "linear_bwd dinp %lldx%lldx%lld", (long long)N, (long long)IC, (long long)OC);
   fd_check(nm, s.x, dx, N * IC, lin_L, &s, 100, 1e-5);
   snprintf(nm, sizeof nm, "linear_bwd dw %lldx%lldx%lld", (long long)N, (long long)IC, (long long)OC);
@@ -229,9 +257,23 @@ static void test_linear(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t IC, 
   double e = 0;
   for (int64_t i = 0; i < OC * IC; i++) e = fmax(e, fabs(dw2[i] - dw[i]));
   report("linear_bwd dinp=NULL db=NULL: dw unchanged", e, 1e-5);
-  free(x); free(w); free(b); free(R); free(out); free(sx); free(sw); free(sb);
-  free(dx); free(dw); free(db); free(dw2);
-  free(s.x); free(s.w); free(s.b); free(s.R); free(s.o);
+  free(x);
+  free(w);
+  free(b);
+  free(R);
+  free(out);
+  free(sx);
+  free(sw);
+  free(sb);
+  free(dx);
+  free(dw);
+  free(db);
+  free(dw2);
+  free(s.x);
+  free(s.w);
+  free(s.b);
+  free(s.R);
+  free(s.o);
 }
 
 /* Sizes where the backend splits GEMMs across threads (along M and along
@@ -254,7 +296,8 @@ static void test_linear_big(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t 
       }
     }
   char nm[128];
-  snprintf(nm, sizeof nm, "linear_fwd %lldx%lldx%lld (split gemm) vs double", (long long)N, (long long)IC, (long long)OC);
+  snprintf(nm, sizeof nm, "linear_fwd %lldx%lldx%lld (split gemm) vs double", (long long)N, (long long)IC,
+           (long long)OC);
   report(nm, rel_err(out, o, N * OC, 1.0), 1e-5);
   float *gx = zeros(N * IC), *gw = zeros(OC * IC), *gb = zeros(OC);
   ops->linear_bwd(ctx, gx, gw, gb, dy, x, w, N, IC, OC);
@@ -264,12 +307,27 @@ static void test_linear_big(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t 
   report(nm, rel_err(gw, dw, OC * IC, 1.0), 1e-5);
   snprintf(nm, sizeof nm, "linear_bwd %lldx%lldx%lld db vs double", (long long)N, (long long)IC, (long long)OC);
   report(nm, rel_err(gb, db, OC, 1.0), 1e-5);
-  free(x); free(w); free(b); free(dy); free(out); free(o); free(dx); free(dw); free(db);
-  free(gx); free(gw); free(gb);
+  free(x);
+  free(w);
+  free(b);
+  free(dy);
+  free(out);
+  free(o);
+  free(dx);
+  free(dw);
+  free(db);
+  free(gx);
+  free(gw);
+  free(gb);
 }
 
 /* ---- RoPE ----------------------------------------------------------------- */
-typedef struct { double *x, *R, *o; int64_t B, T, nh, nkv, hd; float theta; const int32_t *seg; } rope_st;
+typedef struct {
+  double *x, *R, *o;
+  int64_t B, T, nh, nkv, hd;
+  float theta;
+  const int32_t *seg;
+} rope_st;
 /* HF: inv_freq = 1/(base ** (arange(0,dim,2).float()/dim)) in fp32,
  * freqs = t * inv_freq (fp32), emb = cat(freqs, freqs),
  * out = x*cos(emb) + rotate_half(x)*sin(emb), rotate_half = cat(-x2, x1). */
@@ -298,8 +356,8 @@ static double rope_L(void *p) {
   rope_ref(s->o, s->x, s->B, s->T, s->nh, s->nkv, s->hd, s->theta, s->seg);
   return dot_r(s->o, s->R, s->B * s->T * (s->nh + 2 * s->nkv) * s->hd);
 }
-static void test_rope(const sl_ops *ops, sl_kctx *ctx, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta,
-                      const int32_t *seg) {
+static void test_rope(const sl_ops *ops, sl_kctx *ctx, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                      float theta, const int32_t *seg) {
   int64_t n = B * T * (nh + 2 * nkv) * hd;
   float *x = fvec(n, 1.0f), *R = fvec(n, 1.0f), *y = fcopy(x, n);
   if (seg) ops->rope_doc_fwd(ctx, y, B, T, nh, nkv, hd, theta, seg);
@@ -307,22 +365,33 @@ static void test_rope(const sl_ops *ops, sl_kctx *ctx, int64_t B, int64_t T, int
   rope_st s = {to_d(x, n), to_d(R, n), dvec(n), B, T, nh, nkv, hd, theta, seg};
   rope_ref(s.o, s.x, B, T, nh, nkv, hd, theta, seg);
   char nm[128];
-  snprintf(nm, sizeof nm, "rope%s_fwd B=%lld T=%lld nh=%lld nkv=%lld hd=%lld vs HF formula", seg ? "_doc" : "", (long long)B, (long long)T, (long long)nh, (long long)nkv, (long long)hd);
+  snprintf(nm, sizeof nm, "rope%s_fwd B=%lld T=%lld nh=%lld nkv=%lld hd=%lld vs HF formula", seg ? "_doc" : "",
+           (long long)B, (long long)T, (long long)nh, (long long)nkv, (long long)hd);
   report(nm, rel_err(y, s.o, n, 1.0), 2e-6);
   float *g = fcopy(R, n); /* rope_bwd is in place: dqkv := J^T dqkv */
   if (seg) ops->rope_doc_bwd(ctx, g, B, T, nh, nkv, hd, theta, seg);
   else ops->rope_bwd(ctx, g, B, T, nh, nkv, hd, theta);
   snprintf(nm, sizeof nm, "rope%s_bwd hd=%lld", seg ? "_doc" : "", (long long)hd);
   fd_check(nm, s.x, g, n, rope_L, &s, 150, 1e-6);
-  free(x); free(R); free(y); free(g); free(s.x); free(s.R); free(s.o);
+  free(x);
+  free(R);
+  free(y);
+  free(g);
+  free(s.x);
+  free(s.R);
+  free(s.o);
 }
 
 /* ---- attention ------------------------------------------------------------ */
-typedef struct { double *qkv, *R, *o, *lse; int64_t B, T, nh, nkv, hd, win; const int32_t *seg; } att_st;
+typedef struct {
+  double *qkv, *R, *o, *lse;
+  int64_t B, T, nh, nkv, hd, win;
+  const int32_t *seg;
+} att_st;
 /* Explicit full (T, T) score matrix per (b, h), masked, softmaxed. seg (B*T)
  * or NULL: query i also hides keys before its document start seg[i]. */
-static void att_ref(double *o, double *lse, const double *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t win,
-                    const int32_t *seg) {
+static void att_ref(double *o, double *lse, const double *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv,
+                    int64_t hd, int64_t win, const int32_t *seg) {
   int64_t row = (nh + 2 * nkv) * hd;
   double *S = dvec(T * T);
   for (int64_t b = 0; b < B; b++)
@@ -344,8 +413,7 @@ static void att_ref(double *o, double *lse, const double *qkv, int64_t B, int64_
         for (int64_t j = 0; j < T; j++) S[i * T + j] = exp(S[i * T + j] - m) / z; /* P */
         for (int64_t d = 0; d < hd; d++) {
           double acc = 0;
-          for (int64_t j = 0; j < T; j++)
-            acc += S[i * T + j] * qkv[(b * T + j) * row + (nh + nkv + g) * hd + d];
+          for (int64_t j = 0; j < T; j++) acc += S[i * T + j] * qkv[(b * T + j) * row + (nh + nkv + g) * hd + d];
           o[(b * T + i) * nh * hd + h * hd + d] = acc;
         }
       }
@@ -357,8 +425,8 @@ static double att_L(void *p) {
   att_ref(s->o, NULL, s->qkv, s->B, s->T, s->nh, s->nkv, s->hd, s->win, s->seg);
   return dot_r(s->o, s->R, s->B * s->T * s->nh * s->hd);
 }
-static void test_attention(const sl_ops *ops, sl_kctx *ctx, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t win, int samples,
-                           const int32_t *seg) {
+static void test_attention(const sl_ops *ops, sl_kctx *ctx, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                           int64_t win, int samples, const int32_t *seg) {
   int64_t n = B * T * (nh + 2 * nkv) * hd, no = B * T * nh * hd;
   float *qkv = fvec(n, 1.5f), *R = fvec(no, 1.0f), *out = fvec(no, 9.0f), *lse = fvec(B * nh * T, 9.0f);
   /* the _doc ops with seg NULL are the plain ones (the plain ops call them) */
@@ -366,7 +434,8 @@ static void test_attention(const sl_ops *ops, sl_kctx *ctx, int64_t B, int64_t T
   att_st s = {to_d(qkv, n), to_d(R, no), dvec(no), dvec(B * nh * T), B, T, nh, nkv, hd, win, seg};
   att_ref(s.o, s.lse, s.qkv, B, T, nh, nkv, hd, win, seg);
   char nm[128], tag[96];
-  snprintf(tag, sizeof tag, "%sB=%lld T=%lld nh=%lld nkv=%lld hd=%lld win=%lld", seg ? "docs " : "", (long long)B, (long long)T, (long long)nh, (long long)nkv, (long long)hd, (long long)win);
+  snprintf(tag, sizeof tag, "%sB=%lld T=%lld nh=%lld nkv=%lld hd=%lld win=%lld", seg ? "docs " : "", (long long)B,
+           (long long)T, (long long)nh, (long long)nkv, (long long)hd, (long long)win);
   snprintf(nm, sizeof nm, "attention_fwd out %s", tag);
   report(nm, rel_err(out, s.o, no, 1e-3), 1e-5);
   snprintf(nm, sizeof nm, "attention_fwd lse %s", tag);
@@ -379,12 +448,23 @@ static void test_attention(const sl_ops *ops, sl_kctx *ctx, int64_t B, int64_t T
   free(pg);
   snprintf(nm, sizeof nm, "attention_bwd %s", tag);
   fd_check(nm, s.qkv, g, n, att_L, &s, samples, 2e-5);
-  free(qkv); free(R); free(out); free(lse); free(sv); free(g);
-  free(s.qkv); free(s.R); free(s.o); free(s.lse);
+  free(qkv);
+  free(R);
+  free(out);
+  free(lse);
+  free(sv);
+  free(g);
+  free(s.qkv);
+  free(s.R);
+  free(s.o);
+  free(s.lse);
 }
 
 /* ---- SwiGLU --------------------------------------------------------------- */
-typedef struct { double *gu, *R, *o; int64_t N, H; } sw_st;
+typedef struct {
+  double *gu, *R, *o;
+  int64_t N, H;
+} sw_st;
 static void sw_ref(double *o, const double *gu, int64_t N, int64_t H) {
   for (int64_t i = 0; i < N; i++)
     for (int64_t j = 0; j < H; j++) {
@@ -399,7 +479,8 @@ static double sw_L(void *p) {
 }
 static void test_swiglu(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t H) {
   float *gu = fvec(N * 2 * H, 6.0f), *R = fvec(N * H, 1.0f), *out = malloc(N * H * 4);
-  gu[0] = -95.0f; gu[1] = 95.0f; /* saturated sigmoid */
+  gu[0] = -95.0f;
+  gu[1] = 95.0f; /* saturated sigmoid */
   ops->swiglu_fwd(ctx, out, gu, N, H);
   sw_st s = {to_d(gu, N * 2 * H), to_d(R, N * H), dvec(N * H), N, H};
   sw_ref(s.o, s.gu, N, H);
@@ -410,11 +491,24 @@ static void test_swiglu(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t H) {
   adds_check("swiglu_bwd", pg, sv, g, N * 2 * H);
   free(pg);
   fd_check("swiglu_bwd", s.gu, g, N * 2 * H, sw_L, &s, 300, 1e-5);
-  free(gu); free(R); free(out); free(sv); free(g); free(s.gu); free(s.R); free(s.o);
+  free(gu);
+  free(R);
+  free(out);
+  free(sv);
+  free(g);
+  free(s.gu);
+  free(s.R);
+  free(s.o);
 }
 
 /* ---- LM head + cross-entropy ---------------------------------------------- */
-typedef struct { double *x, *w; const int32_t *t; int64_t N, C, V; double scale; double *lse, *loss; } ce_st;
+typedef struct {
+  double *x, *w;
+  const int32_t *t;
+  int64_t N, C, V;
+  double scale;
+  double *lse, *loss;
+} ce_st;
 static double ce_ref(ce_st *s) {
   double L = 0;
   double *l = dvec(s->V);
@@ -451,7 +545,8 @@ static void test_ce(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C, int64
   report(nm, rel_err(loss, s.loss, N, 1.0), 2e-6);
   snprintf(nm, sizeof nm, "lmhead_ce_fwd lse %s", tag);
   report(nm, rel_err(lse, s.lse, N, 1.0), 2e-6);
-  free(s.lse); free(s.loss);
+  free(s.lse);
+  free(s.loss);
   s.lse = s.loss = NULL;
   float *sx, *sw, *px = prefill(N * C, &sx), *pw = prefill(V * C, &sw);
   float *dx = zeros(N * C), *dw = zeros(V * C);
@@ -459,7 +554,8 @@ static void test_ce(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C, int64
   ops->lmhead_ce_bwd(ctx, px, pw, x, w, t, lse, (float)s.scale, N, C, V);
   adds_check("lmhead_ce_bwd dx", px, sx, dx, N * C);
   adds_check("lmhead_ce_bwd dw", pw, sw, dw, V * C);
-  free(px); free(pw);
+  free(px);
+  free(pw);
   double e = 0;
   for (int64_t i = 0; i < N; i++)
     if (t[i] < 0)
@@ -469,8 +565,17 @@ static void test_ce(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C, int64
   fd_check(nm, s.x, dx, N * C, ce_L, &s, sx_n, 1e-5);
   snprintf(nm, sizeof nm, "lmhead_ce_bwd dw %s", tag);
   fd_check(nm, s.w, dw, V * C, ce_L, &s, sw_n, 1e-5);
-  free(x); free(w); free(t); free(loss); free(lse); free(sx); free(sw); free(dx); free(dw);
-  free(s.x); free(s.w);
+  free(x);
+  free(w);
+  free(t);
+  free(loss);
+  free(lse);
+  free(sx);
+  free(sw);
+  free(dx);
+  free(dw);
+  free(s.x);
+  free(s.w);
 }
 
 /* ---- vocabulary parallelism ------------------------------------------------ */
@@ -491,14 +596,18 @@ static float *pad_rows(const float *w, int64_t V, int64_t C, int64_t T) {
 }
 static int32_t *rand_tokens(int64_t N, int64_t V, int ignored) {
   int32_t *t = malloc((size_t)N * sizeof(int32_t));
-  for (int64_t i = 0; i < N; i++)
-    t[i] = (ignored && i % 7 == 3) ? -1 : (int32_t)(sl_splitmix64(&g_rng) % (uint64_t)V);
+  for (int64_t i = 0; i < N; i++) t[i] = (ignored && i % 7 == 3) ? -1 : (int32_t)(sl_splitmix64(&g_rng) % (uint64_t)V);
   t[0] = 0;
   t[N - 1] = (int32_t)(V - 1);
   return t;
 }
 
-typedef struct { double *w; const int32_t *tok; const float *R; int64_t N, C; } vemb_st;
+typedef struct {
+  double *w;
+  const int32_t *tok;
+  const float *R;
+  int64_t N, C;
+} vemb_st;
 static double vemb_L(void *p) { /* sum(embedding(w) * R) */
   vemb_st *s = p;
   double L = 0;
@@ -542,14 +651,26 @@ static void test_vocab_embedding(const sl_ops *ops, sl_kctx *ctx, int64_t N, int
   vemb_st s = {to_d(w, V * C), tok, R, N, C};
   snprintf(nm, sizeof nm, "vocab_embedding_bwd %s", tag);
   fd_check(nm, s.w, dz, V * C, vemb_L, &s, 200, 1e-6);
-  free(w); free(wp); free(R); free(tok); free(ref); free(sum); free(out); free(dref);
-  free(sv); free(dp); free(dz); free(dfull); free(dd); free(s.w);
+  free(w);
+  free(wp);
+  free(R);
+  free(tok);
+  free(ref);
+  free(sum);
+  free(out);
+  free(dref);
+  free(sv);
+  free(dp);
+  free(dz);
+  free(dfull);
+  free(dd);
+  free(s.w);
 }
 
 /* Loss-parallel head over T slices vs lmhead_ce (same op table) and the
  * double reference; the backward by finite differences of the reference. */
-static void test_lmhead_vp(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C, int64_t V, int64_t T,
-                           int sx_n, int sw_n) {
+static void test_lmhead_vp(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C, int64_t V, int64_t T, int sx_n,
+                           int sw_n) {
   int64_t v0, Vl, valid;
   vsplit(V, T, 0, &v0, &Vl, &valid);
   float *x = fvec(N * C, 1.0f), *w = fvec(V * C, 1.0f), *wp = pad_rows(w, V, C, T);
@@ -581,7 +702,8 @@ static void test_lmhead_vp(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C
   report(nm, rel_err(lse, z0, N, 1.0), 1e-5);
   snprintf(nm, sizeof nm, "lmhead_vp losses vs double reference %s", tag);
   report(nm, rel_err(loss, s.loss, N, 1.0), 2e-6);
-  free(s.lse); free(s.loss);
+  free(s.lse);
+  free(s.loss);
   s.lse = s.loss = NULL;
   /* backward: dx summed over the slices, dw slices into a padded gradient */
   float *dx0 = zeros(N * C), *dw0 = zeros(V * C), *dx = zeros(N * C), *dxr = zeros(N * C);
@@ -615,18 +737,48 @@ static void test_lmhead_vp(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C
   fd_check(nm, s.x, dx, N * C, ce_L, &s, sx_n, 1e-5);
   snprintf(nm, sizeof nm, "lmhead_vp_bwd dw %s", tag);
   fd_check(nm, s.w, dwp, V * C, ce_L, &s, sw_n, 1e-5);
-  free(x); free(w); free(wp); free(t); free(loss0); free(lse0); free(lmax); free(st); free(gmax); free(S);
-  free(loss); free(lse); free(s.x); free(s.w); free(d0); free(z0); free(dx0); free(dw0); free(dx); free(dxr);
-  free(dwp); free(sx); free(sw); free(px); free(pw); free(dd); free(dwd);
+  free(x);
+  free(w);
+  free(wp);
+  free(t);
+  free(loss0);
+  free(lse0);
+  free(lmax);
+  free(st);
+  free(gmax);
+  free(S);
+  free(loss);
+  free(lse);
+  free(s.x);
+  free(s.w);
+  free(d0);
+  free(z0);
+  free(dx0);
+  free(dw0);
+  free(dx);
+  free(dxr);
+  free(dwp);
+  free(sx);
+  free(sw);
+  free(px);
+  free(pw);
+  free(dd);
+  free(dwd);
 }
 
 /* ---- elementwise, reductions, bf16 ---------------------------------------- */
 /* Independent bf16 oracle: the nearest of the two bracketing bf16 values
  * (computed in double), ties to the even mantissa. Finite inputs only. */
 static uint16_t bf16_oracle(float f) {
-  union { float f; uint32_t u; } a = {f};
+  union {
+    float f;
+    uint32_t u;
+  } a = {f};
   uint16_t lo = (uint16_t)(a.u >> 16), hi = (uint16_t)(lo + 1);
-  union { uint32_t u; float f; } L = {(uint32_t)lo << 16}, H = {(uint32_t)hi << 16};
+  union {
+    uint32_t u;
+    float f;
+  } L = {(uint32_t)lo << 16}, H = {(uint32_t)hi << 16};
   double dl = fabs((double)f - (double)L.f), dh = fabs((double)H.f - (double)f);
   if ((hi & 0x7f80) == 0x7f80 && !((lo & 0x7f80) == 0x7f80)) {
     /* next is inf: the halfway point to 2^128 decides */
@@ -652,32 +804,42 @@ static void test_elementwise(const sl_ops *ops, sl_kctx *ctx) {
   double ss = ops->sumsq(ctx, x, n), ref = 0;
   for (int64_t i = 0; i < n; i++) ref += (double)x[i] * x[i];
   report("sumsq vs double (relative)", fabs(ss - ref) / ref, 1e-12);
-  report("sumsq small n=5", fabs(ops->sumsq(ctx, x, 5) - (x[0] * (double)x[0] + x[1] * (double)x[1] + x[2] * (double)x[2] + x[3] * (double)x[3] + x[4] * (double)x[4])), 1e-12);
+  report("sumsq small n=5",
+         fabs(ops->sumsq(ctx, x, 5) - (x[0] * (double)x[0] + x[1] * (double)x[1] + x[2] * (double)x[2] +
+                                       x[3] * (double)x[3] + x[4] * (double)x[4])),
+         1e-12);
 
   /* bf16: random values over many binades plus ties and specials */
   int64_t m = 70000;
   float *v = malloc(m * 4);
   for (int64_t i = 0; i < m; i++) v[i] = (float)ldexp(rnd_sym(1.0f), (int)(sl_splitmix64(&g_rng) % 200) - 100);
-  v[0] = 1.0f + ldexpf(1.0f, -8);      /* tie -> 1.0 (even) */
-  v[1] = 1.0f + 3 * ldexpf(1.0f, -8);  /* tie -> 1 + 2^-6 (even) */
+  v[0] = 1.0f + ldexpf(1.0f, -8);     /* tie -> 1.0 (even) */
+  v[1] = 1.0f + 3 * ldexpf(1.0f, -8); /* tie -> 1 + 2^-6 (even) */
   v[2] = -(1.0f + ldexpf(1.0f, -8));
-  v[3] = 3.3895e38f;                   /* rounds to inf */
-  v[4] = 0.0f; v[5] = -0.0f; v[6] = 1e-40f; /* denormal */
+  v[3] = 3.3895e38f; /* rounds to inf */
+  v[4] = 0.0f;
+  v[5] = -0.0f;
+  v[6] = 1e-40f; /* denormal */
   uint16_t *hb = malloc(m * 2);
   ops->f32_to_bf16(ctx, hb, v, m);
   int64_t bad = 0;
   for (int64_t i = 0; i < m; i++) bad += hb[i] != bf16_oracle(v[i]);
   report("f32_to_bf16 vs nearest-even oracle (mismatches)", (double)bad, 0);
-  report("f32_to_bf16 ties: 1+2^-8 -> 0x3f80, 1+3*2^-8 -> 0x3f82", (double)((hb[0] != 0x3f80) + (hb[1] != 0x3f82) + (hb[2] != 0xbf80)), 0);
+  report("f32_to_bf16 ties: 1+2^-8 -> 0x3f80, 1+3*2^-8 -> 0x3f82",
+         (double)((hb[0] != 0x3f80) + (hb[1] != 0x3f82) + (hb[2] != 0xbf80)), 0);
   float sp[3] = {INFINITY, -INFINITY, NAN};
   uint16_t hs[3];
   ops->f32_to_bf16(ctx, hs, sp, 3);
-  report("f32_to_bf16 inf/-inf/NaN", (double)((hs[0] != 0x7f80) + (hs[1] != 0xff80) + !((hs[2] & 0x7f80) == 0x7f80 && (hs[2] & 0x7f))), 0);
+  report("f32_to_bf16 inf/-inf/NaN",
+         (double)((hs[0] != 0x7f80) + (hs[1] != 0xff80) + !((hs[2] & 0x7f80) == 0x7f80 && (hs[2] & 0x7f))), 0);
   float *back = malloc(m * 4);
   ops->bf16_to_f32(ctx, back, hb, m);
   bad = 0;
   for (int64_t i = 0; i < m; i++) {
-    union { uint32_t u; float f; } c = {(uint32_t)hb[i] << 16};
+    union {
+      uint32_t u;
+      float f;
+    } c = {(uint32_t)hb[i] << 16};
     bad += memcmp(&back[i], &c.f, 4) != 0;
   }
   report("bf16_to_f32 exact widening (mismatches)", (double)bad, 0);
@@ -686,7 +848,14 @@ static void test_elementwise(const sl_ops *ops, sl_kctx *ctx) {
   bad = 0;
   for (int64_t i = 0; i < m; i++) bad += memcmp(&r[i], &back[i], 4) != 0;
   report("round_bf16 == bf16_to_f32(f32_to_bf16) (mismatches)", (double)bad, 0);
-  free(x); free(y); free(y0); free(z); free(v); free(hb); free(back); free(r);
+  free(x);
+  free(y);
+  free(y0);
+  free(z);
+  free(v);
+  free(hb);
+  free(back);
+  free(r);
 }
 
 int main(void) {
@@ -701,16 +870,16 @@ int main(void) {
   test_rmsnorm(ops, c1, 5, 7);
   test_linear(ops, c2, 33, 20, 17, 1);
   test_linear(ops, c1, 9, 8, 5, 0);
-  test_linear_big(ops, c2, 40, 301, 700);  /* wide: split along N */
-  test_linear_big(ops, c2, 700, 301, 40);  /* tall: split along M */
+  test_linear_big(ops, c2, 40, 301, 700); /* wide: split along N */
+  test_linear_big(ops, c2, 700, 301, 40); /* tall: split along M */
   test_rope(ops, c2, 2, 19, 4, 2, 8, 10000.0f, NULL);
   test_rope(ops, c1, 1, 300, 2, 1, 16, 500000.0f, NULL);
   /* GQA, T not a multiple of the tile, windows, hd 8/16, both thread paths */
   test_attention(ops, c2, 2, 70, 4, 2, 8, 0, 120, NULL);
-  test_attention(ops, c2, 1, 150, 2, 1, 16, 0, 60, NULL);    /* 1 kv item: serial bwd */
-  test_attention(ops, c2, 2, 100, 4, 2, 16, 37, 80, NULL);   /* sliding window */
-  test_attention(ops, c1, 1, 90, 3, 3, 8, 64, 60, NULL);     /* MHA, window = tile */
-  test_attention(ops, c0, 1, 20, 4, 1, 8, 500, 60, NULL);    /* window > T */
+  test_attention(ops, c2, 1, 150, 2, 1, 16, 0, 60, NULL);  /* 1 kv item: serial bwd */
+  test_attention(ops, c2, 2, 100, 4, 2, 16, 37, 80, NULL); /* sliding window */
+  test_attention(ops, c1, 1, 90, 3, 3, 8, 64, 60, NULL);   /* MHA, window = tile */
+  test_attention(ops, c0, 1, 20, 4, 1, 8, 500, 60, NULL);  /* window > T */
   /* document masking: documents crossing tile edges, a 1-token document,
    * one whole-sample document (b = 1 of the first), with and without window */
   {
@@ -722,16 +891,16 @@ int main(void) {
     }
     test_rope(ops, c2, 2, DT, 2, 1, 8, 10000.0f, seg);
     test_attention(ops, c2, 2, DT, 4, 2, 8, 0, 120, seg);
-    test_attention(ops, c1, 2, DT, 2, 2, 8, 40, 80, seg);   /* window inside documents */
+    test_attention(ops, c1, 2, DT, 2, 2, 8, 40, 80, seg); /* window inside documents */
   }
   test_swiglu(ops, c2, 41, 96);
   test_ce(ops, c2, 37, 16, 300, 150, 150);
-  test_ce(ops, c2, 1100, 4, 2100, 24, 16); /* 2 row x 3 vocab tiles */
+  test_ce(ops, c2, 1100, 4, 2100, 24, 16);        /* 2 row x 3 vocab tiles */
   test_vocab_embedding(ops, c2, 300, 24, 211, 4); /* V % T != 0 */
-  test_vocab_embedding(ops, c1, 40, 8, 5, 4);      /* a slice of padding only */
+  test_vocab_embedding(ops, c1, 40, 8, 5, 4);     /* a slice of padding only */
   test_lmhead_vp(ops, c2, 37, 16, 300, 4, 150, 150);
   test_lmhead_vp(ops, c2, 37, 16, 211, 2, 100, 100);
-  test_lmhead_vp(ops, c1, 23, 8, 5, 4, 60, 40);       /* rank 3 holds padding only */
+  test_lmhead_vp(ops, c1, 23, 8, 5, 4, 60, 40);      /* rank 3 holds padding only */
   test_lmhead_vp(ops, c2, 1100, 4, 2100, 2, 24, 16); /* 2 row x 2 vocab tiles per slice */
   test_elementwise(ops, c2);
   size_t sb = ops->ctx_scratch_bytes(c2);

@@ -67,9 +67,8 @@ static void cmp_fwd(const char *what, const float *a, const double *r, int64_t n
  * (stride gaps) must be unchanged. loss() evaluates the double reference with param as
  * perturbed. */
 typedef double (*loss_fn)(void *st);
-static void fd_check(const char *what, loss_fn loss, void *st, double *param,
-                     int64_t rows, int64_t cols, int64_t ld, const float *g_after,
-                     const float *g_before, int check_gaps) {
+static void fd_check(const char *what, loss_fn loss, void *st, double *param, int64_t rows, int64_t cols, int64_t ld,
+                     const float *g_after, const float *g_before, int check_gaps) {
   const double h = 1e-5;
   double maxerr = 0, maxg = 0;
   int gaps_ok = 1;
@@ -138,13 +137,12 @@ static void test_conv(int with_bias) {
   const int64_t N = B * T;
   float *x = fbuf(N * ldx, -1, 1), *w = fbuf(D * K, -1, 1), *bias = fbuf(D, -1, 1);
   float *R = fbuf(N * D, -1, 1), *out = fbuf(N * D, 0, 0);
-  conv_st st = {B, T, D, K, ldx, dcopy(x, N * ldx), dcopy(w, D * K),
-                with_bias ? dcopy(bias, D) : NULL, dcopy(R, N * D)};
+  conv_st st = {
+      B, T, D, K, ldx, dcopy(x, N * ldx), dcopy(w, D * K), with_bias ? dcopy(bias, D) : NULL, dcopy(R, N * D)};
   double *ref = malloc((size_t)(N * D) * sizeof(double));
   conv_ref(&st, ref);
   sl_cpu_conv1d_fwd(NULL, out, x, ldx, w, with_bias ? bias : NULL, B, T, D, K);
-  cmp_fwd(with_bias ? "conv1d_fwd vs direct (bias, ldx>D)" : "conv1d_fwd vs direct (no bias)",
-          out, ref, N * D, 1e-6);
+  cmp_fwd(with_bias ? "conv1d_fwd vs direct (bias, ldx>D)" : "conv1d_fwd vs direct (no bias)", out, ref, N * D, 1e-6);
   /* backward into pre-filled grads (checks "adds into") */
   float *dx0 = fbuf(N * lddx, -1, 1), *dw0 = fbuf(D * K, -1, 1), *db0 = fbuf(D, -1, 1);
   float *dx = fcopy(dx0, N * lddx), *dw = fcopy(dw0, D * K), *db = fcopy(db0, D);
@@ -160,17 +158,32 @@ static void test_conv(int with_bias) {
   for (int64_t r = 0; r < N; r++)
     for (int64_t c = D; c < lddx; c++) gap_ok &= dx[r * lddx + c] == dx0[r * lddx + c];
   check(gap_ok, "conv1d_bwd leaves dx stride gap untouched", 0, 0);
-  fd_check(with_bias ? "conv1d_bwd dx FD (bias)" : "conv1d_bwd dx FD (no bias)", conv_loss,
-           &st, st.x, N, D, ldx, dxa, dxb, 1);
+  fd_check(with_bias ? "conv1d_bwd dx FD (bias)" : "conv1d_bwd dx FD (no bias)", conv_loss, &st, st.x, N, D, ldx, dxa,
+           dxb, 1);
   fd_check("conv1d_bwd dw FD", conv_loss, &st, st.w, D, K, K, dw, dw0, 1);
   if (with_bias) fd_check("conv1d_bwd dbias FD", conv_loss, &st, st.bias, 1, D, D, db, db0, 1);
   else {
     int same = memcmp(db, db0, (size_t)D * sizeof(float)) == 0;
     check(same, "conv1d_bwd dbias NULL skipped", 0, 0);
   }
-  free(x); free(w); free(bias); free(R); free(out); free(ref);
-  free(dx0); free(dw0); free(db0); free(dx); free(dw); free(db); free(dxa); free(dxb);
-  free(st.x); free(st.w); free(st.bias); free((void *)st.R);
+  free(x);
+  free(w);
+  free(bias);
+  free(R);
+  free(out);
+  free(ref);
+  free(dx0);
+  free(dw0);
+  free(db0);
+  free(dx);
+  free(dw);
+  free(db);
+  free(dxa);
+  free(dxb);
+  free(st.x);
+  free(st.w);
+  free(st.bias);
+  free((void *)st.R);
 }
 
 /* ---- silu and gate ----------------------------------------------------------- */
@@ -186,8 +199,7 @@ static double ew_loss(void *p) {
   double L = 0;
   for (int64_t i = 0; i < s->N; i++)
     for (int64_t d = 0; d < s->D; d++) {
-      double o = s->gate ? s->y[i * s->D + d] * silu_d(s->z[i * s->ldz + d])
-                         : silu_d(s->x[i * s->D + d]);
+      double o = s->gate ? s->y[i * s->D + d] * silu_d(s->z[i * s->ldz + d]) : silu_d(s->x[i * s->D + d]);
       L += o * s->R[i * s->D + d];
     }
   return L;
@@ -196,7 +208,9 @@ static double ew_loss(void *p) {
 static void test_silu_gate(void) {
   const int64_t N = 9, D = 6, ldz = 2 * D, n = N * D;
   float *x = fbuf(n, -6, 6), *R = fbuf(n, -1, 1), *out = fbuf(n, 0, 0);
-  x[0] = -100.0f; x[1] = 100.0f; x[2] = 0.0f; /* saturation without NaN */
+  x[0] = -100.0f;
+  x[1] = 100.0f;
+  x[2] = 0.0f; /* saturation without NaN */
   ew_st st = {N, D, D, dcopy(x, n), NULL, NULL, dcopy(R, n), 0};
   double *ref = malloc((size_t)n * sizeof(double));
   for (int64_t i = 0; i < n; i++) ref[i] = silu_d(st.x[i]);
@@ -207,7 +221,8 @@ static void test_silu_gate(void) {
   fd_check("silu_bwd dx FD", ew_loss, &st, st.x, N, D, D, dx, dx0, 1);
 
   float *y = fbuf(n, -2, 2), *z = fbuf(N * ldz, -6, 6);
-  z[0] = -100.0f; z[ldz + 1] = 100.0f;
+  z[0] = -100.0f;
+  z[ldz + 1] = 100.0f;
   ew_st gs = {N, D, ldz, NULL, dcopy(y, n), dcopy(z, N * ldz), st.R, 1};
   for (int64_t i = 0; i < N; i++)
     for (int64_t d = 0; d < D; d++) ref[i * D + d] = gs.y[i * D + d] * silu_d(gs.z[i * ldz + d]);
@@ -218,9 +233,22 @@ static void test_silu_gate(void) {
   sl_cpu_gate_bwd(NULL, dy, dz, ldz, R, y, z, N, D);
   fd_check("gate_bwd dy FD", ew_loss, &gs, gs.y, N, D, D, dy, dy0, 1);
   fd_check("gate_bwd dz FD (stride, gap untouched)", ew_loss, &gs, gs.z, N, D, ldz, dz, dz0, 1);
-  free(x); free(R); free(out); free(ref); free(dx0); free(dx); free(y); free(z);
-  free(dy0); free(dy); free(dz0); free(dz);
-  free(st.x); free((void *)st.R); free(gs.y); free(gs.z);
+  free(x);
+  free(R);
+  free(out);
+  free(ref);
+  free(dx0);
+  free(dx);
+  free(y);
+  free(z);
+  free(dy0);
+  free(dy);
+  free(dz0);
+  free(dz);
+  free(st.x);
+  free((void *)st.R);
+  free(gs.y);
+  free(gs.z);
 }
 
 /* ---- selective scan ------------------------------------------------------------- */
@@ -268,11 +296,10 @@ typedef struct {
   float *y, *ckpt, *du, *ddt, *dA, *dbc, *dDp;
 } scan_out;
 
-static void run_scan(scan_out *o, int64_t chunk, const float *u, const float *dt,
-                     const float *A_log, const float *bc, int64_t off, int64_t ldbc,
-                     const float *Dp, const float *dy, const float *g0_bc,
-                     const float *g0_u, const float *g0_dt, const float *g0_A,
-                     const float *g0_Dp, int64_t B, int64_t T, int64_t D, int64_t S) {
+static void run_scan(scan_out *o, int64_t chunk, const float *u, const float *dt, const float *A_log, const float *bc,
+                     int64_t off, int64_t ldbc, const float *Dp, const float *dy, const float *g0_bc, const float *g0_u,
+                     const float *g0_dt, const float *g0_A, const float *g0_Dp, int64_t B, int64_t T, int64_t D,
+                     int64_t S) {
   int64_t NC = (T + chunk - 1) / chunk, n = B * T * D;
   o->y = fbuf(n, 0, 0);
   o->ckpt = fbuf(B * NC * D * S, 0, 0);
@@ -281,21 +308,24 @@ static void run_scan(scan_out *o, int64_t chunk, const float *u, const float *dt
   o->dA = fcopy(g0_A, D * S);
   o->dbc = fcopy(g0_bc, B * T * ldbc);
   o->dDp = fcopy(g0_Dp, D);
-  sl_cpu_scan_fwd(NULL, o->y, o->ckpt, u, dt, A_log, bc + off, bc + off + S, ldbc, Dp, B, T,
-                  D, S, chunk);
-  sl_cpu_scan_bwd(NULL, o->du, o->ddt, o->dA, o->dbc + off, o->dbc + off + S, o->dDp, dy, u,
-                  dt, A_log, bc + off, bc + off + S, ldbc, Dp, o->ckpt, B, T, D, S, chunk);
+  sl_cpu_scan_fwd(NULL, o->y, o->ckpt, u, dt, A_log, bc + off, bc + off + S, ldbc, Dp, B, T, D, S, chunk);
+  sl_cpu_scan_bwd(NULL, o->du, o->ddt, o->dA, o->dbc + off, o->dbc + off + S, o->dDp, dy, u, dt, A_log, bc + off,
+                  bc + off + S, ldbc, Dp, o->ckpt, B, T, D, S, chunk);
 }
 static void free_scan(scan_out *o) {
-  free(o->y); free(o->ckpt); free(o->du); free(o->ddt); free(o->dA); free(o->dbc); free(o->dDp);
+  free(o->y);
+  free(o->ckpt);
+  free(o->du);
+  free(o->ddt);
+  free(o->dA);
+  free(o->dbc);
+  free(o->dDp);
 }
-static int same_scan(const scan_out *a, const scan_out *b, int64_t B, int64_t T, int64_t D,
-                     int64_t S, int64_t ldbc) {
+static int same_scan(const scan_out *a, const scan_out *b, int64_t B, int64_t T, int64_t D, int64_t S, int64_t ldbc) {
   int64_t n = B * T * D;
   return !memcmp(a->y, b->y, (size_t)n * 4) && !memcmp(a->du, b->du, (size_t)n * 4) &&
          !memcmp(a->ddt, b->ddt, (size_t)n * 4) && !memcmp(a->dA, b->dA, (size_t)(D * S) * 4) &&
-         !memcmp(a->dbc, b->dbc, (size_t)(B * T * ldbc) * 4) &&
-         !memcmp(a->dDp, b->dDp, (size_t)D * 4);
+         !memcmp(a->dbc, b->dbc, (size_t)(B * T * ldbc) * 4) && !memcmp(a->dDp, b->dDp, (size_t)D * 4);
 }
 
 /* B,T,D,S: sizes; fd: also run the finite-difference checks. */
@@ -313,8 +343,18 @@ static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int fd) {
   float *g0_u = fbuf(n, -1, 1), *g0_dt = fbuf(n, -1, 1), *g0_A = fbuf(D * S, -1, 1);
   float *g0_bc = fbuf(B * T * ldbc, -1, 1), *g0_Dp = fbuf(D, -1, 1);
 
-  scan_st st = {B, T, D, S, ldbc, dcopy(u, n), dcopy(dt, n), dcopy(A_log, D * S),
-                dcopy(bc, B * T * ldbc), dcopy(Dp, D), off, dcopy(dy, n)};
+  scan_st st = {B,
+                T,
+                D,
+                S,
+                ldbc,
+                dcopy(u, n),
+                dcopy(dt, n),
+                dcopy(A_log, D * S),
+                dcopy(bc, B * T * ldbc),
+                dcopy(Dp, D),
+                off,
+                dcopy(dy, n)};
   double *yref = malloc((size_t)n * sizeof(double));
   double *hs = malloc((size_t)(n * S) * sizeof(double));
   scan_ref(&st, yref, hs);
@@ -322,11 +362,10 @@ static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int fd) {
   const int64_t chunks[4] = {1, 3, T, T + 5};
   scan_out o[4];
   for (int c = 0; c < 4; c++)
-    run_scan(&o[c], chunks[c], u, dt, A_log, bc, off, ldbc, Dp, dy, g0_bc, g0_u, g0_dt, g0_A,
-             g0_Dp, B, T, D, S);
+    run_scan(&o[c], chunks[c], u, dt, A_log, bc, off, ldbc, Dp, dy, g0_bc, g0_u, g0_dt, g0_A, g0_Dp, B, T, D, S);
 
-  snprintf(name, sizeof name, "scan_fwd y vs sequential ref B%lld T%lld D%lld S%lld",
-           (long long)B, (long long)T, (long long)D, (long long)S);
+  snprintf(name, sizeof name, "scan_fwd y vs sequential ref B%lld T%lld D%lld S%lld", (long long)B, (long long)T,
+           (long long)D, (long long)S);
   cmp_fwd(name, o[1].y, yref, n, 2e-5);
   /* checkpoints equal the reference states at every chunk start */
   {
@@ -340,8 +379,7 @@ static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int fd) {
             e = fmax(e, fabs(o[1].ckpt[((b * NC + c) * D + d) * S + s] - r));
             m = fmax(m, fabs(r));
           }
-    check(e <= 2e-5 * m, "scan_fwd ckpt = reference state at chunk starts (chunk 3)", e / m,
-          2e-5);
+    check(e <= 2e-5 * m, "scan_fwd ckpt = reference state at chunk starts (chunk 3)", e / m, 2e-5);
   }
   int same = 1;
   for (int c = 1; c < 4; c++) same &= same_scan(&o[0], &o[c], B, T, D, S, ldbc);
@@ -349,10 +387,8 @@ static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int fd) {
   check(same, name, 0, 0);
   {
     scan_out again;
-    run_scan(&again, 3, u, dt, A_log, bc, off, ldbc, Dp, dy, g0_bc, g0_u, g0_dt, g0_A, g0_Dp,
-             B, T, D, S);
-    check(same_scan(&o[1], &again, B, T, D, S, ldbc), "scan run-to-run bitwise deterministic",
-          0, 0);
+    run_scan(&again, 3, u, dt, A_log, bc, off, ldbc, Dp, dy, g0_bc, g0_u, g0_dt, g0_A, g0_Dp, B, T, D, S);
+    check(same_scan(&o[1], &again, B, T, D, S, ldbc), "scan run-to-run bitwise deterministic", 0, 0);
     free_scan(&again);
   }
   {
@@ -360,8 +396,7 @@ static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int fd) {
     int nt = omp_get_max_threads();
     omp_set_num_threads(1);
     scan_out one;
-    run_scan(&one, 3, u, dt, A_log, bc, off, ldbc, Dp, dy, g0_bc, g0_u, g0_dt, g0_A, g0_Dp, B,
-             T, D, S);
+    run_scan(&one, 3, u, dt, A_log, bc, off, ldbc, Dp, dy, g0_bc, g0_u, g0_dt, g0_A, g0_Dp, B, T, D, S);
     omp_set_num_threads(nt);
     double e = 0, m = 1;
     for (int64_t i = 0; i < B * T * ldbc; i++) {
@@ -382,10 +417,9 @@ static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int fd) {
     /* dBm and dCm share the x_proj-like rows; check each window, the gap
      * columns (dt part and pad) must stay untouched */
     double *pbc = st.bc + off;
-    fd_check("scan_bwd dBm FD (ldbc > S)", scan_loss, &st, pbc, B * T, S, ldbc,
-             a->dbc + off, g0_bc + off, 0);
-    fd_check("scan_bwd dCm FD (ldbc > S)", scan_loss, &st, pbc + S, B * T, S, ldbc,
-             a->dbc + off + S, g0_bc + off + S, 0);
+    fd_check("scan_bwd dBm FD (ldbc > S)", scan_loss, &st, pbc, B * T, S, ldbc, a->dbc + off, g0_bc + off, 0);
+    fd_check("scan_bwd dCm FD (ldbc > S)", scan_loss, &st, pbc + S, B * T, S, ldbc, a->dbc + off + S, g0_bc + off + S,
+             0);
     int gap_ok = 1;
     for (int64_t r = 0; r < B * T; r++)
       for (int64_t c = 0; c < ldbc; c++)
@@ -393,18 +427,33 @@ static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int fd) {
     check(gap_ok, "scan_bwd leaves x_proj dt/pad columns untouched", 0, 0);
   }
   for (int c = 0; c < 4; c++) free_scan(&o[c]);
-  free(u); free(dt); free(A_log); free(bc); free(Dp); free(dy);
-  free(g0_u); free(g0_dt); free(g0_A); free(g0_bc); free(g0_Dp);
-  free(st.u); free(st.dt); free(st.A_log); free(st.bc); free(st.Dp); free((void *)st.R);
-  free(yref); free(hs);
+  free(u);
+  free(dt);
+  free(A_log);
+  free(bc);
+  free(Dp);
+  free(dy);
+  free(g0_u);
+  free(g0_dt);
+  free(g0_A);
+  free(g0_bc);
+  free(g0_Dp);
+  free(st.u);
+  free(st.dt);
+  free(st.A_log);
+  free(st.bc);
+  free(st.Dp);
+  free((void *)st.R);
+  free(yref);
+  free(hs);
 }
 
 int main(void) {
   test_conv(1);
   test_conv(0);
   test_silu_gate();
-  test_scan(2, 7, 3, 4, 1);   /* T not a multiple of 3; D < / > threads */
-  test_scan(1, 10, 1, 5, 1);  /* one channel: idle threads still reduce */
+  test_scan(2, 7, 3, 4, 1);    /* T not a multiple of 3; D < / > threads */
+  test_scan(1, 10, 1, 5, 1);   /* one channel: idle threads still reduce */
   test_scan(3, 50, 37, 16, 0); /* realistic S: vectorised path, many chunks */
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;

@@ -17,16 +17,16 @@
 
 static int npass, nfail;
 
-#define CHECK(cond, ...)                                          \
-  do {                                                            \
-    if (cond) {                                                   \
-      npass++;                                                    \
-    } else {                                                      \
-      nfail++;                                                    \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);        \
-      fprintf(stderr, __VA_ARGS__);                               \
-      fputc('\n', stderr);                                        \
-    }                                                             \
+#define CHECK(cond, ...)                                                                                               \
+  do {                                                                                                                 \
+    if (cond) {                                                                                                        \
+      npass++;                                                                                                         \
+    } else {                                                                                                           \
+      nfail++;                                                                                                         \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                             \
+      fprintf(stderr, __VA_ARGS__);                                                                                    \
+      fputc('\n', stderr);                                                                                             \
+    }                                                                                                                  \
   } while (0)
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -42,11 +42,9 @@ static void check_table(const sl_ops *T, int expect_device) {
   sl_kctx *ctx = T->ctx_create(2);
   CHECK(ctx != NULL, "%s: ctx_create: %s", nm, sl_errmsg());
   if (!ctx) return;
-  CHECK(T->alloc && T->free && T->zero && T->copy && T->upload && T->download && T->sum &&
-            T->sync && T->is_device,
+  CHECK(T->alloc && T->free && T->zero && T->copy && T->upload && T->download && T->sum && T->sync && T->is_device,
         "%s: memory section incomplete", nm);
-  CHECK(T->is_device() == expect_device, "%s: is_device %d, expected %d", nm, T->is_device(),
-        expect_device);
+  CHECK(T->is_device() == expect_device, "%s: is_device %d, expected %d", nm, T->is_device(), expect_device);
 
   enum { NB = 4096 + 3 }; /* bytes, deliberately not a multiple of 4 */
   unsigned char *h = malloc(NB), *h2 = malloc(NB);
@@ -89,8 +87,7 @@ static void check_table(const sl_ops *T, int expect_device) {
     }
     T->upload(ctx, dx, x, N * sizeof *x);
     double s1 = T->sum(ctx, dx, N), s2 = T->sum(ctx, dx, N);
-    CHECK(fabsl((long double)s1 - ref) <= 1e-12L * mag, "%s: sum %.17g, reference %.17Lg", nm, s1,
-          ref);
+    CHECK(fabsl((long double)s1 - ref) <= 1e-12L * mag, "%s: sum %.17g, reference %.17Lg", nm, s1, ref);
     CHECK(memcmp(&s1, &s2, sizeof s1) == 0, "%s: sum not bit-identical run to run", nm);
     double iref = 0;
     for (int i = 0; i < N; i++) {
@@ -115,8 +112,7 @@ static void check_table(const sl_ops *T, int expect_device) {
 
   sl_clear_error();
   void *huge = T->alloc(ctx, (size_t)1 << 60);
-  CHECK(huge == NULL && strlen(sl_errmsg()) > 0, "%s: alloc(2^60) gave %p, message '%s'", nm, huge,
-        sl_errmsg());
+  CHECK(huge == NULL && strlen(sl_errmsg()) > 0, "%s: alloc(2^60) gave %p, message '%s'", nm, huge, sl_errmsg());
   if (huge) T->free(ctx, huge);
   /* the context stays usable after a failed alloc */
   CHECK(T->sync(ctx) == SL_OK, "%s: sync after failed alloc: %s", nm, sl_errmsg());

@@ -27,23 +27,20 @@ static int npass, nfail;
 
 #include "tests/lib/rank_check.h"
 
-#define OK(call)                                                                      \
-  do {                                                                                \
-    int rc_ = (call);                                                                 \
-    if (rc_ != SL_COMM_OK) {                                                          \
-      fprintf(stderr, "[rank %d] %s:%d: %s -> %d: %s\n", R, __FILE__, __LINE__, #call, \
-              rc_, sl_comm_last_error());                                             \
-      sl_comm_abort(1);                                                               \
-    }                                                                                 \
+#define OK(call)                                                                                                       \
+  do {                                                                                                                 \
+    int rc_ = (call);                                                                                                  \
+    if (rc_ != SL_COMM_OK) {                                                                                           \
+      fprintf(stderr, "[rank %d] %s:%d: %s -> %d: %s\n", R, __FILE__, __LINE__, #call, rc_, sl_comm_last_error());     \
+      sl_comm_abort(1);                                                                                                \
+    }                                                                                                                  \
   } while (0)
 
 static const sl_dtype DTS[] = {SL_F32, SL_BF16, SL_I32, SL_F64};
 
 /* Contribution of `rank` at element i: small integers, so every sum is exact
  * in every dtype whatever the reduction order. */
-static double f(int rank, int64_t i, int salt) {
-  return (double)((rank * 31 + i * 7 + salt * 13) % 11) - 5.0;
-}
+static double f(int rank, int64_t i, int salt) { return (double)((rank * 31 + i * 7 + salt * 13) % 11) - 5.0; }
 
 static void put(sl_dtype dt, void *b, int64_t i, double v) {
   switch (dt) {
@@ -237,9 +234,11 @@ static void t_interleaved(sl_comm *c) {
     sl_dtype dt = DTS[k % 4];
     for (int64_t i = 0; i < (k % 3 == 1 ? n * cnt[k] : cnt[k]); i++) {
       double want = 0;
-      if (k % 3 == 0) for (int p = 0; p < n; p++) want += f(p, i, k);
+      if (k % 3 == 0)
+        for (int p = 0; p < n; p++) want += f(p, i, k);
       if (k % 3 == 1) want = f((int)(i / cnt[k]), i % cnt[k], k);
-      if (k % 3 == 2) for (int p = 0; p < n; p++) want += f(p, r * cnt[k] + i, k);
+      if (k % 3 == 2)
+        for (int p = 0; p < n; p++) want += f(p, r * cnt[k] + i, k);
       bad += get(dt, bufs[k], i) != want;
     }
     free(bufs[k]);
@@ -260,8 +259,7 @@ static void t_bitident(sl_comm *c, sl_dtype dt, int64_t cnt) {
   int n = sl_comm_size(c), r = sl_comm_rank(c);
   size_t es = sl_dtype_size(dt);
   int64_t blk = (cnt + n - 1) / n, padded = blk * n;
-  char *a = buf(dt, cnt), *p = buf(dt, padded), *sh = buf(dt, blk), *g = buf(dt, padded),
-       *a0 = buf(dt, cnt);
+  char *a = buf(dt, cnt), *p = buf(dt, padded), *sh = buf(dt, blk), *g = buf(dt, padded), *a0 = buf(dt, cnt);
   uint64_t s = 12345 + (uint64_t)r * 7919;
   double *ref = calloc((size_t)cnt, sizeof(double)), *mag = calloc((size_t)cnt, sizeof(double));
   for (int q = 0; q < n; q++) { /* everyone's random contribution */
@@ -295,9 +293,15 @@ static void t_bitident(sl_comm *c, sl_dtype dt, int64_t cnt) {
   double tol = dt == SL_BF16 ? 1.0 / 128 : 1e-6;
   int bad = 0;
   for (int64_t i = 0; i < cnt; i++) bad += fabs(get(dt, a, i) - ref[i]) > tol * (mag[i] + 1e-30) * n;
-  CHECK(!bad, "allreduce %s count %lld of random values: %d sums off the reference", sl_dtype_name(dt),
-        (long long)cnt, bad);
-  free(a); free(p); free(sh); free(g); free(a0); free(ref); free(mag);
+  CHECK(!bad, "allreduce %s count %lld of random values: %d sums off the reference", sl_dtype_name(dt), (long long)cnt,
+        bad);
+  free(a);
+  free(p);
+  free(sh);
+  free(g);
+  free(a0);
+  free(ref);
+  free(mag);
 }
 
 /* bf16 sums round to nearest even: rank 0 adds 1, rank 1 the other term. */
@@ -346,8 +350,8 @@ static void t_stats(sl_comm *c) {
   CHECK(st.bytes[SL_COLL_BROADCAST] == want_bc, "broadcast bytes %llu want %llu",
         (unsigned long long)st.bytes[SL_COLL_BROADCAST], (unsigned long long)want_bc);
   CHECK(st.bytes[SL_COLL_BARRIER] == 0 && st.calls[SL_COLL_BARRIER] == 1, "barrier stats");
-  CHECK(st.calls[SL_COLL_ALLREDUCE] == 2 && st.calls[SL_COLL_ALLGATHER] == 1 &&
-            st.calls[SL_COLL_REDUCE_SCATTER] == 1 && st.calls[SL_COLL_BROADCAST] == 1,
+  CHECK(st.calls[SL_COLL_ALLREDUCE] == 2 && st.calls[SL_COLL_ALLGATHER] == 1 && st.calls[SL_COLL_REDUCE_SCATTER] == 1 &&
+            st.calls[SL_COLL_BROADCAST] == 1,
         "call counts %llu %llu %llu %llu", (unsigned long long)st.calls[SL_COLL_ALLREDUCE],
         (unsigned long long)st.calls[SL_COLL_ALLGATHER], (unsigned long long)st.calls[SL_COLL_REDUCE_SCATTER],
         (unsigned long long)st.calls[SL_COLL_BROADCAST]);
@@ -356,7 +360,9 @@ static void t_stats(sl_comm *c) {
   sl_comm_reset_stats(c);
   sl_comm_get_stats(c, &st);
   CHECK(st.calls[SL_COLL_ALLREDUCE] == 0 && st.bytes[SL_COLL_ALLREDUCE] == 0 && st.wait_ns == 0, "reset stats");
-  free(x); free(y); free(h);
+  free(x);
+  free(y);
+  free(h);
 }
 
 /* ---- sub-communicators ------------------------------------------------------ */
@@ -500,8 +506,8 @@ int main(int argc, char **argv) {
   CHECK(!strcmp(sl_coll_name(SL_COLL_REDUCE_SCATTER), "reduce_scatter"), "coll names");
   CHECK(sl_comm_world_rank(w, R) == R && !strcmp(sl_comm_backend(w), sl_comm_world_backend()), "world rank map");
   /* under mpirun the world is MPI; alone it is self unless SL_COMM=mpi */
-  const char *want = sl_comm_under_mpi_launcher() || (getenv("SL_COMM") && !strcmp(getenv("SL_COMM"), "mpi"))
-                         ? "mpi" : "self";
+  const char *want =
+      sl_comm_under_mpi_launcher() || (getenv("SL_COMM") && !strcmp(getenv("SL_COMM"), "mpi")) ? "mpi" : "self";
   CHECK(!strcmp(sl_comm_world_backend(), want), "world backend %s (want %s)", sl_comm_world_backend(), want);
   const int64_t counts[] = {0, 1, 7, 13};
   for (size_t d = 0; d < 4; d++) {

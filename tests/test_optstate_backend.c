@@ -20,7 +20,6 @@
 #include "offload/offload.h"
 #include "tests/lib/check.h"
 
-
 enum { N = 3001, NVALID = 2500 };
 
 static int64_t ndiff(const float *a, const float *b, int64_t n) {
@@ -53,7 +52,8 @@ int main(void) {
   CHECK(m1.cur[SL_ARENA_OPTIM] - m0.cur[SL_ARENA_OPTIM] == 2 * 3 * (int64_t)fb, "SL_ARENA_OPTIM grows by %lld",
         (long long)(m1.cur[SL_ARENA_OPTIM] - m0.cur[SL_ARENA_OPTIM]));
   CHECK(sl_optstate_on_backend(be) && !sl_optstate_on_backend(host), "on_backend");
-  CHECK(sl_optstate_resident(be, SL_OPT_V) && sl_optstate_host_field(be, SL_OPT_V) == sl_optstate_resident(be, SL_OPT_V),
+  CHECK(sl_optstate_resident(be, SL_OPT_V) &&
+            sl_optstate_host_field(be, SL_OPT_V) == sl_optstate_resident(be, SL_OPT_V),
         "a CPU backend's state is host-addressable");
   rc = sl_optstate_init(be, p0, NVALID) | sl_optstate_init(host, p0, NVALID);
   CHECK(rc == SL_OK && ndiff(sl_optstate_resident(be, SL_OPT_MASTER), rp, N) == 0 &&
@@ -118,7 +118,12 @@ int main(void) {
   } else {
     CHECK(0, "mkdtemp");
   }
-  free(p0); free(g); free(rp); free(rm); free(rv); free(chk);
+  free(p0);
+  free(g);
+  free(rp);
+  free(rm);
+  free(rv);
+  free(chk);
   o->ctx_destroy(k);
   return CHECK_SUMMARY();
 }

@@ -15,15 +15,15 @@
 
 static int npass, nfail;
 
-#define CHECK(cond, ...)                                 \
-  do {                                                   \
-    if (cond) npass++;                                   \
-    else {                                               \
-      nfail++;                                           \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);        \
-      printf(__VA_ARGS__);                               \
-      printf("\n");                                      \
-    }                                                    \
+#define CHECK(cond, ...)                                                                                               \
+  do {                                                                                                                 \
+    if (cond) npass++;                                                                                                 \
+    else {                                                                                                             \
+      nfail++;                                                                                                         \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                                      \
+      printf(__VA_ARGS__);                                                                                             \
+      printf("\n");                                                                                                    \
+    }                                                                                                                  \
   } while (0)
 
 static int near(double got, double want, double rel) { return fabs(got - want) <= rel * fabs(want); }
@@ -108,7 +108,8 @@ static void show(const char *title, const sl_plan_cand *v, int n, int pick, cons
   if (pick >= 0) {
     sl_plan_describe(&v[pick], d, sizeof d);
     const sl_plan_cand *x = &v[pick];
-    printf("  pick: %s\n  GPU %.1f GB (params %.1f grads %.1f optim %.1f gather %.1f acts %.1f ws %.1f), host %.1f GB/GPU\n"
+    printf("  pick: %s\n  GPU %.1f GB (params %.1f grads %.1f optim %.1f gather %.1f acts %.1f ws %.1f), host %.1f "
+           "GB/GPU\n"
            "  comm %.2f s (exposed %.2f), compute %.2f s, step %.2f s, %.0f tokens/s, MFU %.1f%%\n",
            d, x->gpu_total / 1e9, x->mem[SL_ARENA_PARAMS] / 1e9, x->mem[SL_ARENA_GRADS] / 1e9,
            x->mem[SL_ARENA_OPTIM] / 1e9, x->mem[SL_ARENA_GATHER] / 1e9, x->mem[SL_ARENA_ACTS] / 1e9,
@@ -144,23 +145,33 @@ static void test_recommendations(const char *dir) {
   /* 1. 7B on 8 x 80 GB (one node): plain full sharding, no offload */
   sl_plan_cluster c;
   sl_plan_cluster_defaults(&c);
-  c.gpus = 8; c.gpus_per_node = 8; c.gpu_mem = 80e9; c.seq_len = 4096; c.global_batch = 4 << 20;
+  c.gpus = 8;
+  c.gpus_per_node = 8;
+  c.gpu_mem = 80e9;
+  c.seq_len = 4096;
+  c.global_batch = 4 << 20;
   CHECK(sl_plan_search(&m7, &c, &v, &n) == SL_OK, "search failed: %s", sl_errmsg());
   pick = sl_plan_recommend(v, n, &c, why, sizeof why);
   show("Llama-2-7B on 8 x 80 GB", v, n, pick, why);
   CHECK(pick >= 0 && v[pick].zero == 3 && v[pick].shard_group == 8 && !v[pick].offload_optim &&
-        !v[pick].offload_params && !v[pick].needs_mode, "7B/8x80: not plain ZeRO-3 over 8");
+            !v[pick].offload_params && !v[pick].needs_mode,
+        "7B/8x80: not plain ZeRO-3 over 8");
   CHECK(strstr(why, "ZeRO-3") && strstr(why, "without offload"), "7B/8x80 text: %s", why);
   free(v);
 
   /* 2. 7B on one 24 GB GPU with 128 GB of host memory */
   sl_plan_cluster_defaults(&c);
-  c.gpus = 1; c.gpus_per_node = 1; c.gpu_mem = 24e9; c.host_mem = 128e9; c.seq_len = 4096;
+  c.gpus = 1;
+  c.gpus_per_node = 1;
+  c.gpu_mem = 24e9;
+  c.host_mem = 128e9;
+  c.seq_len = 4096;
   c.global_batch = 64 * 4096;
   CHECK(sl_plan_search(&m7, &c, &v, &n) == SL_OK, "search failed: %s", sl_errmsg());
   pick = sl_plan_recommend(v, n, &c, why, sizeof why);
   show("Llama-2-7B on 1 x 24 GB + 128 GB host", v, n, pick, why);
-  CHECK(pick >= 0 && v[pick].zero == 3 && v[pick].offload_optim == SL_PLAN_OFF_CPU, "7B/1x24: not ZeRO-3 + CPU optimizer offload");
+  CHECK(pick >= 0 && v[pick].zero == 3 && v[pick].offload_optim == SL_PLAN_OFF_CPU,
+        "7B/1x24: not ZeRO-3 + CPU optimizer offload");
   if (pick >= 0) {
     const sl_plan_cand *x = &v[pick];
     /* bf16 params (13.5 GB) + bf16 gradient shards (13.5 GB) exceed 24 GB: they must move */
@@ -175,8 +186,14 @@ static void test_recommendations(const char *dir) {
 
   /* 3. 70B on 64 x 40 GB (8 per node, A100 peak) */
   sl_plan_cluster_defaults(&c);
-  c.gpus = 64; c.gpus_per_node = 8; c.gpu_mem = 40e9; c.seq_len = 4096; c.global_batch = 4 << 20;
-  c.tflops = 312; c.intra_bw = 150; c.inter_bw = 20;
+  c.gpus = 64;
+  c.gpus_per_node = 8;
+  c.gpu_mem = 40e9;
+  c.seq_len = 4096;
+  c.global_batch = 4 << 20;
+  c.tflops = 312;
+  c.intra_bw = 150;
+  c.inter_bw = 20;
   CHECK(sl_plan_search(&m70, &c, &v, &n) == SL_OK, "search failed: %s", sl_errmsg());
   pick = sl_plan_recommend(v, n, &c, why, sizeof why);
   show("Llama-2-70B on 64 x 40 GB", v, n, pick, why);
@@ -210,17 +227,23 @@ static void test_recommendations(const char *dir) {
  * gather once; ZeRO-0 = all-reduce volume. */
 static void test_closed_forms(const char *dir) {
   sl_plan_model m;
-  const char *tiny =
-      "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 176,"
-      " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 3,"
-      " \"vocab_size\": 300, \"tie_word_embeddings\": false}";
-  if (load(dir, "tiny", tiny, &m)) { CHECK(0, "tiny config: %s", sl_errmsg()); return; }
+  const char *tiny = "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 176,"
+                     " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 3,"
+                     " \"vocab_size\": 300, \"tie_word_embeddings\": false}";
+  if (load(dir, "tiny", tiny, &m)) {
+    CHECK(0, "tiny config: %s", sl_errmsg());
+    return;
+  }
   for (int d = 1; d <= 4; d++)
     for (int zero = 0; zero <= 3; zero++)
       for (int A = 1; A <= 5; A += 4) {
         sl_plan_run r;
         sl_plan_run_engine(&r, NULL, NULL);
-        r.world = d; r.zero = zero; r.micro_batch = 2; r.seq_len = 16; r.grad_accum = A;
+        r.world = d;
+        r.zero = zero;
+        r.micro_batch = 2;
+        r.seq_len = 16;
+        r.grad_accum = A;
         sl_plan_mem pm;
         CHECK(sl_plan_simulate(&m, &r, &pm) == SL_OK, "simulate: %s", sl_errmsg());
         double padded = 0;
@@ -233,7 +256,8 @@ static void test_closed_forms(const char *dir) {
         CHECK(fabs((double)pm.comm_total - want) < 0.5, "d=%d zero=%d A=%d comm %llu want %.0f", d, zero, A,
               (unsigned long long)pm.comm_total, want);
         double opt = 12.0 * (zero == 0 ? padded : padded / d);
-        CHECK(fabs((double)pm.peak[SL_ARENA_OPTIM] - opt) < 0.5, "optim %lld want %.0f", (long long)pm.peak[SL_ARENA_OPTIM], opt);
+        CHECK(fabs((double)pm.peak[SL_ARENA_OPTIM] - opt) < 0.5, "optim %lld want %.0f",
+              (long long)pm.peak[SL_ARENA_OPTIM], opt);
       }
   sl_plan_model_free(&m);
 }
@@ -246,10 +270,17 @@ static void test_mamba_tp(const char *dir) {
   const char *cfg =
       "{\"architectures\": [\"MambaForCausalLM\"], \"hidden_size\": 2048, \"num_hidden_layers\": 8,"
       " \"state_size\": 16, \"expand\": 2, \"conv_kernel\": 4, \"time_step_rank\": 128, \"vocab_size\": 1000}";
-  if (load(dir, "mamba", cfg, &m)) { CHECK(0, "mamba config: %s", sl_errmsg()); return; }
+  if (load(dir, "mamba", cfg, &m)) {
+    CHECK(0, "mamba config: %s", sl_errmsg());
+    return;
+  }
   sl_plan_cluster c;
   sl_plan_cluster_defaults(&c);
-  c.gpus = 8; c.gpus_per_node = 8; c.gpu_mem = 80e9; c.seq_len = 1024; c.global_batch = 64 * 1024;
+  c.gpus = 8;
+  c.gpus_per_node = 8;
+  c.gpu_mem = 80e9;
+  c.seq_len = 1024;
+  c.global_batch = 64 * 1024;
   sl_plan_cand *v = NULL;
   int n = 0, ntp = 0, bad = 0;
   CHECK(sl_plan_search(&m, &c, &v, &n) == SL_OK, "mamba search failed: %s", sl_errmsg());
@@ -276,7 +307,10 @@ static void test_mamba_tp(const char *dir) {
 
 int main(void) {
   char dir[] = "/tmp/test_plan_XXXXXX";
-  if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
   test_sizes();
   test_gpt3();
   test_closed_forms(dir);

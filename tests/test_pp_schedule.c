@@ -16,15 +16,15 @@
 
 static int npass, nfail;
 
-#define CHECK(cond, ...)                          \
-  do {                                            \
-    if (cond) npass++;                            \
-    else {                                        \
-      nfail++;                                    \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      printf(__VA_ARGS__);                        \
-      printf("\n");                               \
-    }                                             \
+#define CHECK(cond, ...)                                                                                               \
+  do {                                                                                                                 \
+    if (cond) npass++;                                                                                                 \
+    else {                                                                                                             \
+      nfail++;                                                                                                         \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                                      \
+      printf(__VA_ARGS__);                                                                                             \
+      printf("\n");                                                                                                    \
+    }                                                                                                                  \
   } while (0)
 
 static int build(sl_pp_kind k, int P, int m, int V, int64_t bytes, sl_pp_sched *s) {
@@ -55,16 +55,25 @@ static int timeline_ok(const sl_pp_sched *s, char *why, size_t cap) {
       const sl_pp_op *o = &s->ops[r][i];
       if (o->kind > SL_PP_W) continue;
       size_t at = (size_t)(o->chunk * P + r) * m + o->mb;
-      if (o->start < last_end) { snprintf(why, cap, "rank %d op %d overlaps", r, i); ok = 0; }
+      if (o->start < last_end) {
+        snprintf(why, cap, "rank %d op %d overlaps", r, i);
+        ok = 0;
+      }
       last_end = o->end;
       if (o->kind == SL_PP_F) sF[at] = o->start, eF[at] = o->end;
       else if (o->kind == SL_PP_B) {
         sB[at] = o->start, eB[at] = o->end;
-        if (o->mb != lastB[o->chunk] + 1) { snprintf(why, cap, "rank %d B out of micro-batch order", r); ok = 0; }
+        if (o->mb != lastB[o->chunk] + 1) {
+          snprintf(why, cap, "rank %d B out of micro-batch order", r);
+          ok = 0;
+        }
         lastB[o->chunk] = o->mb;
       } else {
         sW[at] = o->start;
-        if (o->mb != lastW[o->chunk] + 1) { snprintf(why, cap, "rank %d W out of micro-batch order", r); ok = 0; }
+        if (o->mb != lastW[o->chunk] + 1) {
+          snprintf(why, cap, "rank %d W out of micro-batch order", r);
+          ok = 0;
+        }
         lastW[o->chunk] = o->mb;
       }
     }
@@ -72,12 +81,28 @@ static int timeline_ok(const sl_pp_sched *s, char *why, size_t cap) {
   for (int vs = 0; vs < S && ok; vs++)
     for (int mb = 0; mb < m && ok; mb++) {
       size_t at = (size_t)vs * m + mb;
-      if (vs > 0 && sF[at] < eF[at - m]) { snprintf(why, cap, "F stage %d mb %d before its input", vs, mb); ok = 0; }
-      if (vs < S - 1 && sB[at] < eB[at + m]) { snprintf(why, cap, "B stage %d mb %d before its gradient", vs, mb); ok = 0; }
-      if (sB[at] < eF[at]) { snprintf(why, cap, "B stage %d mb %d before its F", vs, mb); ok = 0; }
-      if (s->spec.kind == SL_PP_ZB1P && sW[at] < eB[at]) { snprintf(why, cap, "W stage %d mb %d before B", vs, mb); ok = 0; }
+      if (vs > 0 && sF[at] < eF[at - m]) {
+        snprintf(why, cap, "F stage %d mb %d before its input", vs, mb);
+        ok = 0;
+      }
+      if (vs < S - 1 && sB[at] < eB[at + m]) {
+        snprintf(why, cap, "B stage %d mb %d before its gradient", vs, mb);
+        ok = 0;
+      }
+      if (sB[at] < eF[at]) {
+        snprintf(why, cap, "B stage %d mb %d before its F", vs, mb);
+        ok = 0;
+      }
+      if (s->spec.kind == SL_PP_ZB1P && sW[at] < eB[at]) {
+        snprintf(why, cap, "W stage %d mb %d before B", vs, mb);
+        ok = 0;
+      }
     }
-  free(eF); free(eB); free(sF); free(sB); free(sW);
+  free(eF);
+  free(eB);
+  free(sF);
+  free(sB);
+  free(sW);
   return ok;
 }
 
@@ -107,10 +132,12 @@ static void test_schedules(void) {
               nF += s.ops[r][i].kind == SL_PP_F, nB += s.ops[r][i].kind == SL_PP_B, nW += s.ops[r][i].kind == SL_PP_W;
           }
           int64_t xfers = P > 1 ? 2LL * m * (P * V - 1) : 0;
-          CHECK(nF == (int64_t)m * P * V && nB == nF && nW == (k == SL_PP_ZB1P ? nF : 0), "%s P=%d m=%d V=%d: F %lld B %lld W %lld",
-                sl_pp_kind_name(k), P, m, V, (long long)nF, (long long)nB, (long long)nW);
-          CHECK(sends == xfers && recvs == xfers && sbytes == xfers * 1000, "%s P=%d m=%d V=%d: %lld sends %lld recvs, want %lld",
-                sl_pp_kind_name(k), P, m, V, (long long)sends, (long long)recvs, (long long)xfers);
+          CHECK(nF == (int64_t)m * P * V && nB == nF && nW == (k == SL_PP_ZB1P ? nF : 0),
+                "%s P=%d m=%d V=%d: F %lld B %lld W %lld", sl_pp_kind_name(k), P, m, V, (long long)nF, (long long)nB,
+                (long long)nW);
+          CHECK(sends == xfers && recvs == xfers && sbytes == xfers * 1000,
+                "%s P=%d m=%d V=%d: %lld sends %lld recvs, want %lld", sl_pp_kind_name(k), P, m, V, (long long)sends,
+                (long long)recvs, (long long)xfers);
           if (P > 1 && V == 1)
             for (int r = 0; r < P; r++)
               CHECK(s.sends[r] == (int64_t)m * ((r < P - 1) + (r > 0)), "rank %d sends %lld", r, (long long)s.sends[r]);
@@ -124,17 +151,17 @@ static void test_schedules(void) {
                     (long long)idle, (long long)((P - 1) * (F + B - W)));
               CHECK(s.peak_inflight[r] <= P, "zb1p P=%d m=%d rank %d in flight %d > P", P, m, r, s.peak_inflight[r]);
             } else {
-              CHECK(idle == (int64_t)(P - 1) * (F + B), "%s P=%d m=%d V=%d rank %d idle %lld want %lld", sl_pp_kind_name(k),
-                    P, m, V, r, (long long)idle, (long long)((P - 1) * (F + B)));
+              CHECK(idle == (int64_t)(P - 1) * (F + B), "%s P=%d m=%d V=%d rank %d idle %lld want %lld",
+                    sl_pp_kind_name(k), P, m, V, r, (long long)idle, (long long)((P - 1) * (F + B)));
               int want = k == SL_PP_GPIPE ? m : k == SL_PP_1F1B ? P - r : 2 * (P - r - 1) + (V - 1) * P + 1;
               if (want > m * V) want = m * V;
-              CHECK(s.peak_inflight[r] == want, "%s P=%d m=%d V=%d rank %d in flight %d want %d", sl_pp_kind_name(k), P, m,
-                    V, r, s.peak_inflight[r], want);
+              CHECK(s.peak_inflight[r] == want, "%s P=%d m=%d V=%d rank %d in flight %d want %d", sl_pp_kind_name(k), P,
+                    m, V, r, s.peak_inflight[r], want);
             }
           }
           if (k != SL_PP_ZB1P)
-            CHECK(s.makespan == ((int64_t)m * V + P - 1) * (F + B), "%s P=%d m=%d V=%d makespan %lld", sl_pp_kind_name(k), P,
-                  m, V, (long long)s.makespan);
+            CHECK(s.makespan == ((int64_t)m * V + P - 1) * (F + B), "%s P=%d m=%d V=%d makespan %lld",
+                  sl_pp_kind_name(k), P, m, V, (long long)s.makespan);
           sl_pp_sched_free(&s);
         }
   printf("built and checked %d schedules\n", built);
@@ -149,7 +176,8 @@ static void test_costs(void) {
       for (int m = P; m <= 3 * P; m += 2) {
         sl_pp_spec sp;
         sl_pp_spec_defaults(&sp);
-        sp.kind = SL_PP_ZB1P, sp.P = P, sp.m = m, sp.cost_f = cost[c][0], sp.cost_b = cost[c][1], sp.cost_w = cost[c][2];
+        sp.kind = SL_PP_ZB1P, sp.P = P, sp.m = m, sp.cost_f = cost[c][0], sp.cost_b = cost[c][1],
+        sp.cost_w = cost[c][2];
         sl_pp_sched s;
         int rc = sl_pp_build(&sp, &s);
         CHECK(rc == SL_OK, "zb1p costs: %s", sl_errmsg());
@@ -158,8 +186,8 @@ static void test_costs(void) {
         int64_t F = sp.cost_f, B = sp.cost_b, W = sp.cost_w, zb = (P - 1) * (F + B - W);
         CHECK(timeline_ok(&s, why, sizeof why), "zb1p costs: %s", why);
         if (W == 1) /* and F = B = W in test_schedules; (3,2,2) comes within a few units */
-          CHECK(s.idle[0] == zb, "zb1p P=%d m=%d F%lld B%lld W%lld: idle %lld want %lld", P, m, (long long)F, (long long)B,
-                (long long)W, (long long)s.idle[0], (long long)zb);
+          CHECK(s.idle[0] == zb, "zb1p P=%d m=%d F%lld B%lld W%lld: idle %lld want %lld", P, m, (long long)F,
+                (long long)B, (long long)W, (long long)s.idle[0], (long long)zb);
         CHECK(s.idle[0] < (P - 1) * (F + B + W), "zb1p P=%d m=%d F%lld B%lld W%lld: idle %lld not below 1F1B's", P, m,
               (long long)F, (long long)B, (long long)W, (long long)s.idle[0]);
         sl_pp_sched_free(&s);
@@ -189,8 +217,8 @@ static void test_costs_fixed(void) {
           sp.cost_f = cost[c][0], sp.cost_b = cost[c][1];
           sl_pp_sched s;
           int rc = sl_pp_build(&sp, &s);
-          CHECK(rc == SL_OK, "%s F%lld B%lld P=%d m=%d: %s", sl_pp_kind_name(k), (long long)sp.cost_f, (long long)sp.cost_b,
-                P, m, sl_errmsg());
+          CHECK(rc == SL_OK, "%s F%lld B%lld P=%d m=%d: %s", sl_pp_kind_name(k), (long long)sp.cost_f,
+                (long long)sp.cost_b, P, m, sl_errmsg());
           if (rc) continue;
           char why[160] = "";
           CHECK(timeline_ok(&s, why, sizeof why), "%s costs: %s", sl_pp_kind_name(k), why);
@@ -210,7 +238,10 @@ static int find(const sl_pp_sched *s, int r, int kind, int dir, int mb) {
 /* The checker must catch broken lists. */
 static void test_checker_catches(void) {
   sl_pp_sched s;
-  if (build(SL_PP_1F1B, 4, 8, 1, 64, &s)) { CHECK(0, "build: %s", sl_errmsg()); return; }
+  if (build(SL_PP_1F1B, 4, 8, 1, 64, &s)) {
+    CHECK(0, "build: %s", sl_errmsg());
+    return;
+  }
   /* a deadlock: rank 1 receives micro-batch 1's activation before micro-batch 0's */
   int a = find(&s, 1, SL_PP_RECV, SL_PP_ACT, 0), b = find(&s, 1, SL_PP_RECV, SL_PP_ACT, 1);
   sl_pp_op t = s.ops[1][a];
@@ -256,17 +287,20 @@ static void test_checker_catches(void) {
 
 static void test_refusals(void) {
   sl_pp_sched s;
-  CHECK(build(SL_PP_1F1B, 4, 3, 1, 0, &s) == SL_EINPUT && strstr(sl_errmsg(), "--micro-batches >= 4"), "m < P: %s", sl_errmsg());
+  CHECK(build(SL_PP_1F1B, 4, 3, 1, 0, &s) == SL_EINPUT && strstr(sl_errmsg(), "--micro-batches >= 4"), "m < P: %s",
+        sl_errmsg());
   CHECK(build(SL_PP_ZB1P, 4, 2, 1, 0, &s) == SL_EINPUT, "zb1p m < P accepted");
   CHECK(build(SL_PP_GPIPE, 4, 2, 1, 0, &s) == SL_OK, "gpipe m < P refused: %s", sl_errmsg());
   sl_pp_sched_free(&s);
   CHECK(build(SL_PP_INTERLEAVED, 4, 6, 2, 0, &s) == SL_EINPUT && strstr(sl_errmsg(), "multiple of --pp"), "m %% P: %s",
         sl_errmsg());
   CHECK(build(SL_PP_INTERLEAVED, 4, 8, 1, 0, &s) == SL_EINPUT && strstr(sl_errmsg(), "1f1b"), "V = 1: %s", sl_errmsg());
-  CHECK(build(SL_PP_1F1B, 4, 8, 2, 0, &s) == SL_EINPUT && strstr(sl_errmsg(), "interleaved"), "V with 1f1b: %s", sl_errmsg());
+  CHECK(build(SL_PP_1F1B, 4, 8, 2, 0, &s) == SL_EINPUT && strstr(sl_errmsg(), "interleaved"), "V with 1f1b: %s",
+        sl_errmsg());
   sl_pp_kind k;
   CHECK(sl_pp_kind_parse("1f1b", &k) == SL_OK && k == SL_PP_1F1B, "parse 1f1b");
-  CHECK(sl_pp_kind_parse("dualpipe", &k) == SL_EINPUT && strstr(sl_errmsg(), "gpipe"), "parse dualpipe: %s", sl_errmsg());
+  CHECK(sl_pp_kind_parse("dualpipe", &k) == SL_EINPUT && strstr(sl_errmsg(), "gpipe"), "parse dualpipe: %s",
+        sl_errmsg());
 }
 
 /* brute force: the least heaviest stage over every split */
@@ -295,9 +329,12 @@ static void test_layout(void) {
   int lay[16];
   CHECK(sl_pp_layout_parse("5,4,4,5", 4, 18, lay) == SL_OK && lay[0] == 5 && lay[3] == 5, "parse 5,4,4,5");
   CHECK(sl_pp_layout_parse("0,6,6,6", 4, 18, lay) == SL_OK, "embedding-only first stage refused: %s", sl_errmsg());
-  CHECK(sl_pp_layout_parse("5,4,4,4", 4, 18, lay) == SL_EINPUT && strstr(sl_errmsg(), "sum to 18"), "sum: %s", sl_errmsg());
-  CHECK(sl_pp_layout_parse("5,4,4", 4, 13, lay) == SL_EINPUT && strstr(sl_errmsg(), "3 stages, but there are 4"), "count: %s", sl_errmsg());
-  CHECK(sl_pp_layout_parse("9,0,4,5", 4, 18, lay) == SL_EINPUT && strstr(sl_errmsg(), "stage 1 empty"), "empty: %s", sl_errmsg());
+  CHECK(sl_pp_layout_parse("5,4,4,4", 4, 18, lay) == SL_EINPUT && strstr(sl_errmsg(), "sum to 18"), "sum: %s",
+        sl_errmsg());
+  CHECK(sl_pp_layout_parse("5,4,4", 4, 13, lay) == SL_EINPUT && strstr(sl_errmsg(), "3 stages, but there are 4"),
+        "count: %s", sl_errmsg());
+  CHECK(sl_pp_layout_parse("9,0,4,5", 4, 18, lay) == SL_EINPUT && strstr(sl_errmsg(), "stage 1 empty"), "empty: %s",
+        sl_errmsg());
   CHECK(sl_pp_layout_parse("5,x,4,5", 4, 18, lay) == SL_EINPUT, "garbage accepted");
   CHECK(sl_pp_layout_parse("5,-1,4,10", 4, 18, lay) == SL_EINPUT, "negative accepted");
   double lf[40], lb[40];
@@ -368,10 +405,11 @@ static void test_replay(void) {
             int exact = k == SL_PP_GPIPE || k == SL_PP_1F1B || (k == SL_PP_ZB1P && c <= 1) ||
                         (k == SL_PP_INTERLEAVED && c == 0 && P == 4);
             if (ov != mk || bl < mk || (exact && bl != mk) || slow < bl)
-              CHECK(0, "replay %s P=%d m=%d V=%d costs %d: overlapped %g, blocking %g, blocking with transfers %g; "
-                    "makespan %g", sl_pp_kind_name((sl_pp_kind)k), P, m, V, c, ov, bl, slow, mk);
-            else
-              npass++;
+              CHECK(0,
+                    "replay %s P=%d m=%d V=%d costs %d: overlapped %g, blocking %g, blocking with transfers %g; "
+                    "makespan %g",
+                    sl_pp_kind_name((sl_pp_kind)k), P, m, V, c, ov, bl, slow, mk);
+            else npass++;
             sl_pp_sched_free(&s);
           }
 }

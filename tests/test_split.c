@@ -61,11 +61,13 @@ int main(void) {
   g_whole = whole;
   sl_st_wtensor ws[NT];
   for (int i = 0; i < NT; i++)
-    ws[i] = (sl_st_wtensor){.name = NAMES[i], .ndim = u1.t[i].ndim,
-                            .shape = {u1.t[i].shape[0], u1.t[i].shape[1], u1.t[i].shape[2]}, .dtype = SL_ST_F32};
+    ws[i] = (sl_st_wtensor){.name = NAMES[i],
+                            .ndim = u1.t[i].ndim,
+                            .shape = {u1.t[i].shape[0], u1.t[i].shape[1], u1.t[i].shape[2]},
+                            .dtype = SL_ST_F32};
   sl_st_set *set = NULL;
   CHECK(sl_st_write_dir(dir, ws, NT, fill, &u1, 0) == SL_OK && sl_st_open_dir(dir, &set) == SL_OK, "write/open: %s",
-         sl_errmsg());
+        sl_errmsg());
   CHECK(sl_model_unit_load(&m1, 0, NULL, 7, seeded) == SL_OK, "T = 1 init");
   for (int T = 1; T <= 4 && set; T *= 2) {
     sl_model m;
@@ -78,8 +80,9 @@ int main(void) {
       CHECK(us.numel == n, "T %d rank %d: %lld elements, rank 0 has %lld", T, r, (long long)us.numel, (long long)n);
       CHECK(us.t[0].shape[0] == (10 + T - 1) / T && us.t[0].tp_off == r * us.t[0].shape[0], "vocab slice");
       CHECK(us.t[2].shape[1] == 8 / T && us.t[2].split_dim == (T > 1 ? 1 : -1), "row slice");
-      CHECK(us.t[3].tp_replicas == (T > 2 ? T / 2 : 1) && us.t[3].tp_off == (r / us.t[3].tp_replicas) * us.t[3].shape[0],
-             "kv slice of T %d rank %d: off %lld replicas %d", T, r, (long long)us.t[3].tp_off, us.t[3].tp_replicas);
+      CHECK(us.t[3].tp_replicas == (T > 2 ? T / 2 : 1) &&
+                us.t[3].tp_off == (r / us.t[3].tp_replicas) * us.t[3].shape[0],
+            "kv slice of T %d rank %d: off %lld replicas %d", T, r, (long long)us.t[3].tp_off, us.t[3].tp_replicas);
       { /* stacked: rows [r*8/T, +8/T) of each half, x half then z half (local row i: half i / (8/T)) */
         const sl_tensor_spec *st = &us.t[5];
         int64_t P = 8 / T;
@@ -100,13 +103,13 @@ int main(void) {
       CHECK(zero, "T %d rank %d: vocabulary padding rows are not zero", T, r);
     }
     CHECK(sl_model_unit_to_whole(&m, 0, file, back) == SL_OK && !memcmp(back, whole, (size_t)W * 4),
-           "T %d: the ranks' file slices do not assemble into the whole tensors", T);
+          "T %d: the ranks' file slices do not assemble into the whole tensors", T);
     CHECK(sl_model_unit_to_whole(&m, 0, init, back) == SL_OK && !memcmp(back, seeded, (size_t)W * 4),
-           "T %d: the sliced init is not the slice of the whole init", T);
+          "T %d: the sliced init is not the slice of the whole init", T);
     if (T > 1) { /* a replicated copy that drifted */
       file[(T - 1) * n + us.t[4].offset] += 1.0f;
       CHECK(sl_model_unit_to_whole(&m, 0, file, back) == SL_EINTERNAL && strstr(sl_errmsg(), "norm"),
-             "T %d: differing replicated copies must be refused naming the tensor (%s)", T, sl_errmsg());
+            "T %d: differing replicated copies must be refused naming the tensor (%s)", T, sl_errmsg());
     }
     free(file);
     free(init);

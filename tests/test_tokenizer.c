@@ -5,10 +5,10 @@
  * text. The HF tokenizers comparison is tests/test_tokenizer_hf.sh.
  * Prints one line per check, then "N passed, M failed". */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <pthread.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -41,7 +41,8 @@ static void test_bytes(void) {
   char *s = NULL;
   size_t len = 0;
   rc = sl_tokenizer_decode(t, dec, 6, &s, &len);
-  check(rc == SL_OK && len == 5 && !memcmp(s, "ab\xe2\x82\xac", 6), "bytes decode: EOD decodes to nothing, NUL-terminated");
+  check(rc == SL_OK && len == 5 && !memcmp(s, "ab\xe2\x82\xac", 6),
+        "bytes decode: EOD decodes to nothing, NUL-terminated");
   free(s);
   const int32_t bad[] = {'a', 257};
   rc = sl_tokenizer_decode(t, bad, 2, &s, &len);
@@ -92,7 +93,10 @@ static void test_threads(const char *src) {
   }
   if (f) fclose(f);
   check(nd == NDOC, "64 documents read");
-  if (nd != NDOC) { sl_tokenizer_free(t); return; }
+  if (nd != NDOC) {
+    sl_tokenizer_free(t);
+    return;
+  }
   /* references from a fresh thread-local cache: another tokenizer first */
   g_tok = t;
   int ok = 1;
@@ -121,7 +125,10 @@ static void test_threads(const char *src) {
   int rc = sl_tokenizer_encode(t, "ab\xc3(", 4, &ids, &n);
   check(rc == SL_EINPUT && strstr(sl_errmsg(), "UTF-8 at byte 2"), "invalid UTF-8 -> SL_EINPUT naming the byte");
   sl_tokenizer_free(b);
-  for (int i = 0; i < NDOC; i++) { free(g_doc[i]); free(g_ids[i]); }
+  for (int i = 0; i < NDOC; i++) {
+    free(g_doc[i]);
+    free(g_ids[i]);
+  }
   sl_tokenizer_free(t);
 }
 

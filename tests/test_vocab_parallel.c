@@ -56,9 +56,9 @@ typedef struct {
   pthread_barrier_t bar;
   const float *in[MAXT];
   int64_t n[MAXT];
-  float *res;          /* reduction result, (capacity) floats */
+  float *res; /* reduction result, (capacity) floats */
   int64_t cap, err;
-  int64_t moved[3];    /* elements of the full buffers: all-reduced, all-gathered, reduce-scattered */
+  int64_t moved[3]; /* elements of the full buffers: all-reduced, all-gathered, reduce-scattered */
 } world;
 typedef struct {
   world *w;
@@ -158,7 +158,7 @@ static void *rank_main(void *p) {
   sl_model *m = c->m[r];
   sl_vocab_split *vs = &c->hv[r].vs;
   int64_t off = c->sp ? r * (N / c->T) * C : 0; /* this rank's rows under SP */
-  float *spb = c->sp ? c->dln[r] : NULL;       /* (N, C) scratch under SP */
+  float *spb = c->sp ? c->dln[r] : NULL;        /* (N, C) scratch under SP */
   if ((st = sl_vp_embedding_fwd(m, vs, c->emb[r], c->wte[r], N, C, spb)) ||
       (st = sl_lm_head_vp_fwd(m, &c->hv[r], c->flat[r], c->x + off)) ||
       (st = sl_lm_head_vp_logits(m, &c->hv[r], c->logits[r])) ||
@@ -232,7 +232,11 @@ static void run_case(const sl_ops *ops, int64_t V, int T, int tied, int sp) {
     rc->w = &w;
     rc->rank = r;
     rc->owner = c;
-    sl_tp_group tp = {.rank = r, .size = T, .user = rc, .allreduce = fake_allreduce, .allgather = fake_allgather,
+    sl_tp_group tp = {.rank = r,
+                      .size = T,
+                      .user = rc,
+                      .allreduce = fake_allreduce,
+                      .allgather = fake_allgather,
                       .reducescatter = fake_reducescatter};
     if (T == 1) tp = sl_tp_single();
     c->m[r] = hand_model(ops, rc, tp);
@@ -273,11 +277,11 @@ static void run_case(const sl_ops *ops, int64_t V, int T, int tied, int sp) {
     e_dres = fmax(e_dres, rel(c->dres[r], dres0 + off, n * C, 1e-3));
     if (sp)
       for (int i = 0; i < C; i++) gnorm[i] += c->grads[r][i];
-    else
-      e_norm = fmax(e_norm, rel(c->grads[r], g0, C, 1e-3));
+    else e_norm = fmax(e_norm, rel(c->grads[r], g0, C, 1e-3));
     e_emb = fmax(e_emb, rel(c->emb[r], emb0 + off, n * C, 1.0));
     e_log = fmax(e_log, rel(c->logits[r], log0, N * V, 1.0));
-    same = fmax(same, (sp ? 0 : rel(c->dres[r], c->dres[0], N * C, 1e-3)) + rel(hv->h.losses, c->hv[0].h.losses, N, 1.0));
+    same =
+        fmax(same, (sp ? 0 : rel(c->dres[r], c->dres[0], N * C, 1e-3)) + rel(hv->h.losses, c->hv[0].h.losses, N, 1.0));
     /* the slice's gradient: tied = embedding + head in unit 0's gradient */
     const float *dW = tied ? c->dwte[r] : c->grads[r] + C;
     if (vs->valid) e_dw = fmax(e_dw, rel(dW, dW0 + vs->v0 * C, vs->valid * C, 1e-3));

@@ -23,11 +23,11 @@
 #include "tools/tools.h"
 
 int sl_bench_offload_main(int argc, char **argv) __attribute__((weak)); /* tools/bench_offload.c */
-int sl_bench_pipeline_main(int argc, char **argv);                        /* tools/bench_pipeline.c */
+int sl_bench_pipeline_main(int argc, char **argv);                      /* tools/bench_pipeline.c */
 
 typedef struct {
   int hidden, layers, heads, kv_heads, inter, vocab, batch, seq, steps, threads, world;
-  char src[1024]; /* source tree (for tools/bench_torch.py) */
+  char src[1024];     /* source tree (for tools/bench_torch.py) */
   char out_dir[1024]; /* bench gpu: where its run directory goes ("" = runs/bench-gpu) */
 } bench_cfg;
 
@@ -81,7 +81,10 @@ static double metric_mean(const char *path, const char *key, int skip, int *n_ou
     json_t *o = json_loads(line, 0, NULL);
     if (!o) continue;
     json_t *v = json_object_get(o, key);
-    if (v && json_is_number(v)) { sum += json_number_value(v); n++; }
+    if (v && json_is_number(v)) {
+      sum += json_number_value(v);
+      n++;
+    }
     json_decref(o);
   }
   fclose(f);
@@ -120,8 +123,13 @@ static int parse(bench_cfg *b, int argc, char **argv) {
     else if (!strcmp(a, "--seq")) dst = &b->seq;
     else if (!strcmp(a, "--steps")) dst = &b->steps;
     else if (!strcmp(a, "--threads")) dst = &b->threads;
-    else if (!strcmp(a, "--src") && i + 1 < argc) { snprintf(b->src, sizeof b->src, "%s", argv[++i]); continue; }
-    else if (!strcmp(a, "--out-dir") && i + 1 < argc) { snprintf(b->out_dir, sizeof b->out_dir, "%s", argv[++i]); continue; }
+    else if (!strcmp(a, "--src") && i + 1 < argc) {
+      snprintf(b->src, sizeof b->src, "%s", argv[++i]);
+      continue;
+    } else if (!strcmp(a, "--out-dir") && i + 1 < argc) {
+      snprintf(b->out_dir, sizeof b->out_dir, "%s", argv[++i]);
+      continue;
+    }
     if (!dst || i + 1 >= argc) {
       fprintf(stderr, "shardlm bench: unknown or incomplete flag '%s'\n", a);
       return 2;
@@ -147,7 +155,8 @@ static int bench_train(bench_cfg *b) {
          b->hidden, b->layers, b->heads, b->kv_heads, b->inter, b->vocab, b->batch, b->seq, b->threads);
   snprintf(cmd, sizeof cmd,
            "OMP_NUM_THREADS=%d '%s' train --model %s --data %s --steps %d --micro-batch %d --seq-len %d "
-           "--threads %d --zero 0 --summary false --plot false --log-every 1000 --metrics %s --out-dir %s > %s/train.log 2>&1",
+           "--threads %d --zero 0 --summary false --plot false --log-every 1000 --metrics %s --out-dir %s > "
+           "%s/train.log 2>&1",
            b->threads, self_exe(), model, data, steps, b->batch, b->seq, b->threads, metrics, dir, dir);
   int rc = system(cmd);
   if (rc != 0) {
@@ -156,7 +165,8 @@ static int bench_train(bench_cfg *b) {
   }
   int n = 0;
   double tps = metric_mean(metrics, "tokens_per_s", 2, &n), mfu = metric_mean(metrics, "mfu", 2, NULL);
-  printf("shardlm  (CPU backend): %8.0f tokens/s  MFU %5.1f%% of the measured GEMM peak  (mean of %d steps after 2 warmup)\n",
+  printf("shardlm  (CPU backend): %8.0f tokens/s  MFU %5.1f%% of the measured GEMM peak  (mean of %d steps after 2 "
+         "warmup)\n",
          tps, 100 * mfu, n);
   char torch_py[2048];
   snprintf(torch_py, sizeof torch_py, "%s/tools/bench_torch.py", b->src);
@@ -184,7 +194,8 @@ static int bench_train(bench_cfg *b) {
   json_decref(o);
   printf("pytorch  (eager, fp32): %8.0f tokens/s\n", ttps);
   printf("ratio shardlm / pytorch: %.2fx\n", ttps > 0 ? tps / ttps : 0);
-  printf("{\"bench\": \"train\", \"shardlm_tokens_per_s\": %.1f, \"torch_tokens_per_s\": %.1f, \"ratio\": %.3f, \"mfu\": %.4f}\n",
+  printf("{\"bench\": \"train\", \"shardlm_tokens_per_s\": %.1f, \"torch_tokens_per_s\": %.1f, \"ratio\": %.3f, "
+         "\"mfu\": %.4f}\n",
          tps, ttps, ttps > 0 ? tps / ttps : 0, mfu);
   return 0;
 }
@@ -198,8 +209,8 @@ static int bench_zero(bench_cfg *b) {
   if (write_model(b, model) || write_data(b, data)) return 1;
   printf("model: Llama hidden %d, %d layers, vocab %d; world size 2, batch %d x %d per rank, %d thread(s) per rank\n",
          b->hidden, b->layers, b->vocab, b->batch, b->seq, b->threads);
-  printf("%-7s %10s %12s %10s %12s | peak MiB: %8s %8s %8s %8s %8s\n", "stage", "step (s)", "blocked (s)",
-         "blocked %", "MiB moved", "params", "grads", "optim", "gather", "acts");
+  printf("%-7s %10s %12s %10s %12s | peak MiB: %8s %8s %8s %8s %8s\n", "stage", "step (s)", "blocked (s)", "blocked %",
+         "MiB moved", "params", "grads", "optim", "gather", "acts");
   for (int z = 0; z <= 3; z += 3) {
     char metrics[4200], cmd[16384];
     snprintf(metrics, sizeof metrics, "%s/metrics-z%d.jsonl", dir, z);
@@ -221,7 +232,8 @@ static int bench_zero(bench_cfg *b) {
            metric_last_arena(metrics, "optim") * mb, metric_last_arena(metrics, "gather") * mb,
            metric_last_arena(metrics, "acts") * mb);
     printf("{\"bench\": \"zero\", \"zero\": %d, \"step_s\": %.5f, \"blocked_s\": %.5f, \"blocked_frac\": %.4f, "
-           "\"bytes_per_step\": %.0f}\n", z, st, wt, wt / st, by);
+           "\"bytes_per_step\": %.0f}\n",
+           z, st, wt, wt / st, by);
   }
   return 0;
 }
@@ -261,17 +273,20 @@ static int bench_mamba(bench_cfg *b) {
   FILE *f = fopen(p, "w");
   if (!f) return 1;
   int H = 512, L = 10, S = 16, E = 2, K = 4, V = 8192, D = E * H;
-  fprintf(f, "{\"architectures\": [\"MambaForCausalLM\"], \"model_type\": \"mamba\", \"hidden_size\": %d,\n"
-             " \"num_hidden_layers\": %d, \"state_size\": %d, \"expand\": %d, \"conv_kernel\": %d,\n"
-             " \"vocab_size\": %d, \"tie_word_embeddings\": true}\n", H, L, S, E, K, V);
+  fprintf(f,
+          "{\"architectures\": [\"MambaForCausalLM\"], \"model_type\": \"mamba\", \"hidden_size\": %d,\n"
+          " \"num_hidden_layers\": %d, \"state_size\": %d, \"expand\": %d, \"conv_kernel\": %d,\n"
+          " \"vocab_size\": %d, \"tie_word_embeddings\": true}\n",
+          H, L, S, E, K, V);
   fclose(f);
   b->vocab = V;
   if (write_data(b, data)) return 1;
-  printf("model: Mamba hidden %d, %d layers, state %d, expand %d, vocab %d (tied); batch %d x %d; %d threads\n",
-         H, L, S, E, V, b->batch, b->seq, b->threads);
+  printf("model: Mamba hidden %d, %d layers, state %d, expand %d, vocab %d (tied); batch %d x %d; %d threads\n", H, L,
+         S, E, V, b->batch, b->seq, b->threads);
   snprintf(cmd, sizeof cmd,
            "OMP_NUM_THREADS=%d '%s' train --model %s --data %s --steps %d --micro-batch %d --seq-len %d "
-           "--threads %d --zero 0 --summary false --plot false --log-every 1000 --metrics %s --out-dir %s > %s/train.log 2>&1",
+           "--threads %d --zero 0 --summary false --plot false --log-every 1000 --metrics %s --out-dir %s > "
+           "%s/train.log 2>&1",
            b->threads, self_exe(), model, data, b->steps + 2, b->batch, b->seq, b->threads, metrics, dir, dir);
   if (system(cmd) != 0) {
     fprintf(stderr, "shardlm bench: the shardlm run failed; see %s/train.log\n", dir);
@@ -287,10 +302,14 @@ static int bench_mamba(bench_cfg *b) {
   float *u = sl_alloc(nd * 4, "u"), *dt = sl_alloc(nd * 4, "dt"), *y = sl_alloc(nd * 4, "y"),
         *dy = sl_alloc(nd * 4, "dy"), *du = sl_alloc(nd * 4, "du"), *ddt = sl_alloc(nd * 4, "ddt"),
         *bc = sl_alloc(ns * 4, "bc"), *dbc = sl_alloc(ns * 4, "dbc"), *al = sl_alloc((size_t)(D * S) * 4, "A"),
-        *dal = sl_alloc((size_t)(D * S) * 4, "dA"), *dp = sl_alloc((size_t)D * 4, "D"), *ddp = sl_alloc((size_t)D * 4, "dD"),
-        *ck = sl_alloc((size_t)(B * nch * D * S) * 4, "ckpt");
+        *dal = sl_alloc((size_t)(D * S) * 4, "dA"), *dp = sl_alloc((size_t)D * 4, "D"),
+        *ddp = sl_alloc((size_t)D * 4, "dD"), *ck = sl_alloc((size_t)(B * nch * D * S) * 4, "ckpt");
   if (!u || !dt || !y || !dy || !du || !ddt || !bc || !dbc || !al || !dal || !dp || !ddp || !ck) return 1;
-  for (size_t i = 0; i < nd; i++) { u[i] = (float)((i * 37) % 101) * 0.01f - 0.5f; dt[i] = -2.0f; dy[i] = 0.01f; }
+  for (size_t i = 0; i < nd; i++) {
+    u[i] = (float)((i * 37) % 101) * 0.01f - 0.5f;
+    dt[i] = -2.0f;
+    dy[i] = 0.01f;
+  }
   for (size_t i = 0; i < ns; i++) bc[i] = (float)((i * 13) % 29) * 0.02f - 0.3f;
   for (int64_t i = 0; i < D * S; i++) al[i] = logf((float)(i % S + 1));
   double tf = 1e30, tb = 1e30;
@@ -305,8 +324,8 @@ static int bench_mamba(bench_cfg *b) {
   }
   double scan = L * (tf + tb); /* forward + backward per layer, no recomputation */
   printf("shardlm  (CPU backend): %8.0f tokens/s, %.3f s per step (mean of %d steps after 2 warmup)\n", tps, step, n);
-  printf("selective scan alone:   fwd %.4f s + bwd %.4f s per layer, x %d layers = %.3f s = %.0f%% of the step\n",
-         tf, tb, L, scan, 100 * scan / step);
+  printf("selective scan alone:   fwd %.4f s + bwd %.4f s per layer, x %d layers = %.3f s = %.0f%% of the step\n", tf,
+         tb, L, scan, 100 * scan / step);
   printf("{\"bench\": \"mamba\", \"tokens_per_s\": %.1f, \"step_s\": %.4f, \"scan_s\": %.4f, \"scan_share\": %.3f}\n",
          tps, step, scan, scan / step);
   float *bufs[] = {u, dt, y, dy, du, ddt, bc, dbc, al, dal, dp, ddp, ck};
@@ -343,13 +362,13 @@ static int bench_gpu(bench_cfg *b) {
   if (write_model(b, model) || write_data(b, data)) return 1;
   remove(metrics);
   printf("model: Llama hidden %d, %d layers, %d/%d heads, intermediate %d, vocab %d; batch %d x %d; CUDA backend, "
-         "%s GEMMs\n", b->hidden, b->layers, b->heads, b->kv_heads, b->inter, b->vocab, b->batch, b->seq, pname);
+         "%s GEMMs\n",
+         b->hidden, b->layers, b->heads, b->kv_heads, b->inter, b->vocab, b->batch, b->seq, pname);
   snprintf(cmd, sizeof cmd,
            "'%s' train --backend cuda --model %s --data %s --steps %d --micro-batch %d --seq-len %d --zero 3 "
            "--activation-checkpoint selective --peak-tflops %g --summary true --plot false --log-every 1000 "
            "--compute-dtype %s --metrics %s --out-dir %s > %s/train.log 2>&1",
-           self_exe(), model, data, b->steps + 2, b->batch, b->seq, peak, is_bf16 ? "bf16" : "fp32", metrics, dir,
-           dir);
+           self_exe(), model, data, b->steps + 2, b->batch, b->seq, peak, is_bf16 ? "bf16" : "fp32", metrics, dir, dir);
   if (system(cmd) != 0) {
     fprintf(stderr, "shardlm bench gpu: the run failed; its log is %s/train.log, which ends:\n", dir);
     snprintf(cmd, sizeof cmd, "tail -n 20 '%s/train.log' >&2", dir);
@@ -360,10 +379,10 @@ static int bench_gpu(bench_cfg *b) {
   double tps = metric_mean(metrics, "tokens_per_s", 2, &n), mfu = metric_mean(metrics, "mfu", 2, NULL);
   printf("shardlm (CUDA backend): %.0f tokens/s, MFU %.1f%% of %.0f TFLOPS (%s peak; %.1f%% of the 989 TFLOPS "
          "bf16 peak) (mean of %d steps after 2 warmup); peak bytes %lld; run in %s\n",
-         tps, 100 * mfu, peak, prec, 100 * mfu * peak / 989.0, n, (long long)metric_last_arena(metrics, "total"),
-         dir);
+         tps, 100 * mfu, peak, prec, 100 * mfu * peak / 989.0, n, (long long)metric_last_arena(metrics, "total"), dir);
   printf("{\"bench\": \"gpu\", \"tokens_per_s\": %.1f, \"mfu\": %.4f, \"peak_tflops\": %.0f, \"precision\": \"%s\", "
-         "\"mfu_vs_bf16_989\": %.4f}\n", tps, mfu, peak, pname, mfu * peak / 989.0);
+         "\"mfu_vs_bf16_989\": %.4f}\n",
+         tps, mfu, peak, pname, mfu * peak / 989.0);
   return 0;
 }
 
@@ -389,7 +408,9 @@ static int bench_gemm(int argc, char **argv) {
     }
     printf("sgemm %5lld^3: %7.1f GFLOP/s\n", (long long)n, rate * 1e-9);
     if (rate > best) best = rate;
-    sl_free(a); sl_free(b); sl_free(c);
+    sl_free(a);
+    sl_free(b);
+    sl_free(c);
   }
   ops->ctx_destroy(k);
   printf("{\"bench\": \"gemm\", \"tflops\": %.6f}\n", best * 1e-12);
@@ -453,7 +474,8 @@ static int bench_comm(int argc, char **argv) {
 int sl_tool_bench(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     fprintf(stderr, "usage: shardlm bench train|zero|mamba|gpu|gemm|comm|pipeline|adam|nvme|tokenizer [flags]\n"
-                    "  pipeline: the pipeline schedules over real send/recv (shardlm bench pipeline --help)\n  gemm/comm: --out FILE.json merges the figure for shardlm plan --measured\n"
+                    "  pipeline: the pipeline schedules over real send/recv (shardlm bench pipeline --help)\n  "
+                    "gemm/comm: --out FILE.json merges the figure for shardlm plan --measured\n"
                     "  train/zero flags: --hidden --layers --heads --kv-heads --intermediate --vocab --batch --seq\n"
                     "                    --steps --threads --src SOURCE_DIR (for tools/bench_torch.py)\n"
                     "  gpu: a Llama-2-7B-shaped stack on --backend cuda (--layers, --batch, --seq, --steps,\n"
@@ -474,7 +496,10 @@ int sl_tool_bench(int argc, char **argv) {
   if (!strcmp(argv[1], "pipeline")) return sl_bench_pipeline_main(argc - 1, argv + 1); /* tools/bench_pipeline.c */
   /* the ~20M-parameter Llama of the issue: hidden 384, 6 layers, GQA 6/2, vocab 8192 */
   bench_cfg b = {384, 6, 6, 2, 1024, 8192, 8, 256, 5, 2, 1, ".", ""};
-  if (!strcmp(argv[1], "zero")) { b.threads = 1; b.steps = 8; }
+  if (!strcmp(argv[1], "zero")) {
+    b.threads = 1;
+    b.steps = 8;
+  }
   if (parse(&b, argc - 1, argv + 1)) return 2;
   if (!strcmp(argv[1], "train")) return bench_train(&b);
   if (!strcmp(argv[1], "zero")) return bench_zero(&b);

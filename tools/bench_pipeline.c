@@ -49,21 +49,22 @@ typedef struct {
 } walker;
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: mpirun -np P shardlm bench pipeline --micro-batches M [--pp-schedule gpipe|1f1b|interleaved|zb1p|all]\n"
-          "                 [--pp-virtual V] [--f-ms 20] [--bytes 262144] [--steps 5] [--compute auto|clock|loop|sleep]\n"
-          "                 [--sleep] [--overlap-sends] [--cost-f N --cost-b N --cost-w N] [--timeout S]\n"
-          "                 [--inject swap-recvs]\n"
-          "       shardlm bench pipeline --pp P ...   (not under a launcher: starts mpirun -np P itself)\n"
-          "Every rank walks its op list from the schedule builder: F/B/W take cost x f-ms / V (clock: busy-wait\n"
-          "on the clock; loop: a calibrated arithmetic loop; sleep: sleep to the deadline; auto: clock when the\n"
-          "ranks leave a core free for the comm progress threads, else sleep), SEND/RECV move --bytes through\n"
-          "sl_comm_send/recv.\n"
-          "Prints per rank the predicted (unit-cost) and measured idle fraction, their ratio, the transfers\n"
-          "against the comm counters, and one JSON line per schedule. Median of --steps after one warm-up.\n"
-          "Op costs in units of f-ms as in shardlm pp-schedule (default F 1, B 2; zb1p F 1, B 1, W 1; W zb1p only).\n"
-          "--inject swap-recvs (tests): the last rank's first two receives trade places, a mismatched pairing\n"
-          "that the payload check must report (exit 1).\n");
+  fprintf(
+      f,
+      "usage: mpirun -np P shardlm bench pipeline --micro-batches M [--pp-schedule gpipe|1f1b|interleaved|zb1p|all]\n"
+      "                 [--pp-virtual V] [--f-ms 20] [--bytes 262144] [--steps 5] [--compute auto|clock|loop|sleep]\n"
+      "                 [--sleep] [--overlap-sends] [--cost-f N --cost-b N --cost-w N] [--timeout S]\n"
+      "                 [--inject swap-recvs]\n"
+      "       shardlm bench pipeline --pp P ...   (not under a launcher: starts mpirun -np P itself)\n"
+      "Every rank walks its op list from the schedule builder: F/B/W take cost x f-ms / V (clock: busy-wait\n"
+      "on the clock; loop: a calibrated arithmetic loop; sleep: sleep to the deadline; auto: clock when the\n"
+      "ranks leave a core free for the comm progress threads, else sleep), SEND/RECV move --bytes through\n"
+      "sl_comm_send/recv.\n"
+      "Prints per rank the predicted (unit-cost) and measured idle fraction, their ratio, the transfers\n"
+      "against the comm counters, and one JSON line per schedule. Median of --steps after one warm-up.\n"
+      "Op costs in units of f-ms as in shardlm pp-schedule (default F 1, B 2; zb1p F 1, B 1, W 1; W zb1p only).\n"
+      "--inject swap-recvs (tests): the last rank's first two receives trade places, a mismatched pairing\n"
+      "that the payload check must report (exit 1).\n");
 }
 
 static int parse_num(const char *flag, const char *v, double lo, double hi, double *out) {
@@ -84,12 +85,19 @@ static int parse(int argc, char **argv, bp_args *a) {
   for (int i = 1; i < argc && !rc; i++) {
     const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     double x = 0;
-#define NUM(lo, hi, dst) do { rc = parse_num(f, v, lo, hi, &x); if (!rc) dst = x; i++; } while (0)
+#define NUM(lo, hi, dst)                                                                                               \
+  do {                                                                                                                 \
+    rc = parse_num(f, v, lo, hi, &x);                                                                                  \
+    if (!rc) dst = x;                                                                                                  \
+    i++;                                                                                                               \
+  } while (0)
     if (!strcmp(f, "--help") || !strcmp(f, "-h")) return -1;
     else if (!strcmp(f, "--pp")) NUM(1, 4096, a->P);
     else if (!strcmp(f, "--micro-batches") || !strcmp(f, "--grad-accum")) NUM(1, 1 << 16, a->m);
-    else if (!strcmp(f, "--pp-virtual")) { NUM(1, 64, a->V); a->vset = 1; }
-    else if (!strcmp(f, "--f-ms")) NUM(0, 60000, a->f_ms);
+    else if (!strcmp(f, "--pp-virtual")) {
+      NUM(1, 64, a->V);
+      a->vset = 1;
+    } else if (!strcmp(f, "--f-ms")) NUM(0, 60000, a->f_ms);
     else if (!strcmp(f, "--bytes")) NUM(0, 1 << 30, a->bytes);
     else if (!strcmp(f, "--steps")) NUM(1, 1000, a->steps);
     else if (!strcmp(f, "--cost-f")) NUM(1, 1000, a->cost_f);
@@ -102,8 +110,7 @@ static int parse(int argc, char **argv, bp_args *a) {
       if (!v || strcmp(v, "swap-recvs")) rc = sl_fail(SL_EINPUT, "--inject expects swap-recvs, found '%s'", v ? v : "");
       a->inject = 1;
       i++;
-    }
-    else if (!strcmp(f, "--compute")) {
+    } else if (!strcmp(f, "--compute")) {
       int k = 0;
       while (k < 4 && (!v || strcmp(v, CM_NAME[k]))) k++;
       if (k == 4) rc = sl_fail(SL_EINPUT, "--compute expects auto, clock, loop or sleep, found '%s'", v ? v : "");
@@ -113,8 +120,7 @@ static int parse(int argc, char **argv, bp_args *a) {
       if (v && !strcmp(v, "all")) a->all = 1;
       else rc = sl_pp_kind_parse(v, &a->kind);
       i++;
-    } else
-      rc = sl_fail(SL_EINPUT, "unknown flag '%s' (shardlm bench pipeline --help lists them)", f);
+    } else rc = sl_fail(SL_EINPUT, "unknown flag '%s' (shardlm bench pipeline --help lists them)", f);
 #undef NUM
   }
   if (!rc && !a->m) rc = sl_fail(SL_EINPUT, "--micro-batches M is required (shardlm bench pipeline --help)");
@@ -138,7 +144,11 @@ static double calibrate_loop(void) {
     uint64_t t0 = sl_now_ns();
     spin_loop(n);
     double dt = (double)(sl_now_ns() - t0);
-    if (dt < 1e7) { n *= 2; rep--; continue; }
+    if (dt < 1e7) {
+      n *= 2;
+      rep--;
+      continue;
+    }
     if ((double)n / dt > best) best = (double)n / dt;
   }
   return best;
@@ -316,11 +326,11 @@ static void report(const bp_args *a, const sl_pp_sched *s, compute_mode mode, do
          all_bad ? "MISMATCHED" : "verified", (long long)runs, eq ? "equal" : "DIFFER FROM");
   printf("{\"bench\": \"pipeline\", \"schedule\": \"%s\", \"pp\": %d, \"micro_batches\": %d, \"virtual\": %d, "
          "\"f_ms\": %g, \"bytes\": %lld, \"compute\": \"%s\", \"overlap_sends\": %s, \"steps\": %d, "
-         "\"steps_run\": %lld, \"transfer_ms\": %.4f, \"step_ms_predicted\": %.3f, \"step_ms_predicted_xfer\": %.3f, \"step_ms\": %.3f, "
+         "\"steps_run\": %lld, \"transfer_ms\": %.4f, \"step_ms_predicted\": %.3f, \"step_ms_predicted_xfer\": %.3f, "
+         "\"step_ms\": %.3f, "
          "\"makespan_units\": %lld",
-         sl_pp_kind_name(kind), P, a->m, V, a->f_ms, (long long)a->bytes, CM_NAME[mode],
-         a->overlap ? "true" : "false", k, (long long)runs, xfer_ms, (double)s->makespan * a->f_ms / V, smk, step_ms,
-         (long long)s->makespan);
+         sl_pp_kind_name(kind), P, a->m, V, a->f_ms, (long long)a->bytes, CM_NAME[mode], a->overlap ? "true" : "false",
+         k, (long long)runs, xfer_ms, (double)s->makespan * a->f_ms / V, smk, step_ms, (long long)s->makespan);
   jarr_d("predicted_idle_frac", pred, P, "%.6f");
   jarr_d("predicted_idle_frac_xfer", px, P, "%.6f");
   jarr_d("idle_frac", frac, P, "%.6f");
@@ -340,8 +350,8 @@ static void report(const bp_args *a, const sl_pp_sched *s, compute_mode mode, do
     jarr_i(ck[j], cv, P);
   }
   printf(", \"mean_predicted_idle_frac\": %.6f, \"mean_predicted_idle_frac_xfer\": %.6f, \"mean_idle_frac\": %.6f, "
-         "\"mean_ratio\": %.4f, \"counters_equal\": %s, \"payload_errors\": %lld}\n", mp, mx, mf, mp > 0 ? mf / mp : 0,
-         eq ? "true" : "false", (long long)all_bad);
+         "\"mean_ratio\": %.4f, \"counters_equal\": %s, \"payload_errors\": %lld}\n",
+         mp, mx, mf, mp > 0 ? mf / mp : 0, eq ? "true" : "false", (long long)all_bad);
   fflush(stdout);
   free(cv);
   free(pred);
@@ -353,7 +363,8 @@ static void report(const bp_args *a, const sl_pp_sched *s, compute_mode mode, do
 /* Runs schedule `kind` on every rank of c; rank 0 prints the table and the
  * JSON line. Returns 0 ok, 1 failure (counters / payload / comm), 2 the
  * builder refused the spec (printed). */
-static int run_one(const bp_args *a, sl_pp_kind kind, sl_comm *c, double loop_per_ns, compute_mode mode, double xfer_ms) {
+static int run_one(const bp_args *a, sl_pp_kind kind, sl_comm *c, double loop_per_ns, compute_mode mode,
+                   double xfer_ms) {
   int r = sl_comm_rank(c), P = sl_comm_size(c), k = a->steps, rc = 0;
   sl_pp_spec spec;
   sl_pp_spec_defaults(&spec);
@@ -364,8 +375,9 @@ static int run_one(const bp_args *a, sl_pp_kind kind, sl_comm *c, double loop_pe
     if (r == 0) {
       fprintf(stderr, "shardlm bench pipeline: schedule %s refused: %s\n", sl_pp_kind_name(kind), sl_errmsg());
       if (a->all)
-        printf("{\"bench\": \"pipeline\", \"schedule\": \"%s\", \"pp\": %d, \"micro_batches\": %d, \"refused\": true}\n",
-             sl_pp_kind_name(kind), P, a->m);
+        printf(
+            "{\"bench\": \"pipeline\", \"schedule\": \"%s\", \"pp\": %d, \"micro_batches\": %d, \"refused\": true}\n",
+            sl_pp_kind_name(kind), P, a->m);
     }
     return 2;
   }
@@ -414,7 +426,8 @@ static int run_one(const bp_args *a, sl_pp_kind kind, sl_comm *c, double loop_pe
       if (!bad++) {
         char d[96];
         sl_pp_op_str(&s, o, d, sizeof d);
-        fprintf(stderr, "shardlm bench pipeline: %s rank %d op %d (%s): the payload is not the one of stage %d's "
+        fprintf(stderr,
+                "shardlm bench pipeline: %s rank %d op %d (%s): the payload is not the one of stage %d's "
                 "%s of micro-batch %d: the sender's and the receiver's lists pair different transfers\n",
                 sl_pp_kind_name(kind), r, i, d, data_stage(&s, o, r), o->dir == SL_PP_ACT ? "activation" : "gradient",
                 o->mb);
@@ -430,7 +443,8 @@ static int run_one(const bp_args *a, sl_pp_kind kind, sl_comm *c, double loop_pe
   cnt[2] = (int64_t)st.bytes[SL_COLL_SEND], cnt[3] = (int64_t)st.bytes[SL_COLL_RECV];
   cnt[4] = bad, cnt[5] = 0;
   if (rc || sl_comm_allgather_sync(c, cnt, all_cnt, 6, SL_I64) != SL_COMM_OK) {
-    fprintf(stderr, "shardlm bench pipeline: %s: rank %d stopped: %s\n", sl_pp_kind_name(kind), r, sl_comm_last_error());
+    fprintf(stderr, "shardlm bench pipeline: %s: rank %d stopped: %s\n", sl_pp_kind_name(kind), r,
+            sl_comm_last_error());
     sl_comm_abort(1);
   }
   int64_t runs = k + 1, eq = 1;
@@ -460,7 +474,8 @@ static double transfer_ms(sl_comm *c, int64_t bytes) {
     sl_comm_req *q;
     uint64_t t0 = sl_now_ns();
     for (int dir = 0; dir < 2 && !rc; dir++) {
-      rc = r == dir ? sl_comm_send(c, buf, bytes, SL_U8, 1 - r, 2, &q) : sl_comm_recv(c, buf, bytes, SL_U8, 1 - r, 2, &q);
+      rc = r == dir ? sl_comm_send(c, buf, bytes, SL_U8, 1 - r, 2, &q)
+                    : sl_comm_recv(c, buf, bytes, SL_U8, 1 - r, 2, &q);
       if (!rc) rc = sl_comm_wait(q);
     }
     if (i >= 0) t[i] = (double)(sl_now_ns() - t0) * 0.5e-6;
@@ -491,8 +506,10 @@ static int relaunch(int argc, char **argv, int P) {
   for (int i = 0; i < argc; i++) args[k++] = argv[i];
   fflush(stdout);
   execvp("mpirun", args);
-  fprintf(stderr, "shardlm bench pipeline: not under mpirun and cannot start it (%s); run "
-          "mpirun -np %d shardlm bench pipeline ...\n", strerror(errno), P);
+  fprintf(stderr,
+          "shardlm bench pipeline: not under mpirun and cannot start it (%s); run "
+          "mpirun -np %d shardlm bench pipeline ...\n",
+          strerror(errno), P);
   free(args);
   return 1;
 }
@@ -501,7 +518,10 @@ int sl_bench_pipeline_main(int argc, char **argv) {
   bp_args a;
   int prc = parse(argc, argv, &a);
   if (!sl_comm_under_mpi_launcher()) {
-    if (prc < 0) { usage(stdout); return 0; }
+    if (prc < 0) {
+      usage(stdout);
+      return 0;
+    }
     if (prc) {
       fprintf(stderr, "shardlm bench pipeline: %s\n", sl_errmsg());
       return 2;
@@ -536,8 +556,8 @@ int sl_bench_pipeline_main(int argc, char **argv) {
   double xfer = transfer_ms(c, a.bytes);
   if (r == 0) {
     printf("shardlm bench pipeline: %d ranks on %ld cores; one transfer of %lld bytes takes %.3f ms (ping-pong, "
-           "rank 0 <-> 1; the unit-cost model counts it 0); compute by %s%s", P, cores, (long long)a.bytes, xfer,
-           CM_NAME[mode],
+           "rank 0 <-> 1; the unit-cost model counts it 0); compute by %s%s",
+           P, cores, (long long)a.bytes, xfer, CM_NAME[mode],
            a.mode == CM_AUTO ? (mode == CM_CLOCK ? " (auto: every rank has a core and one is left for the comm "
                                                    "progress threads, so ranks busy-wait on the clock)"
                                                  : " (auto: ranks >= cores; busy-waiting ranks would take the cores "
@@ -547,7 +567,8 @@ int sl_bench_pipeline_main(int argc, char **argv) {
     if (mode == CM_LOOP) printf("; loop calibrated on rank 0 at %.3f iterations/ns", lpn);
     if (mode != CM_SLEEP && P >= cores)
       printf("\nnote: %d ranks spin on %ld cores: they slow each other and the comm progress threads, so the "
-             "measured idle is the OS scheduler's as much as the schedule's", P, cores);
+             "measured idle is the OS scheduler's as much as the schedule's",
+             P, cores);
     printf("\n");
     fflush(stdout);
   }

@@ -13,22 +13,21 @@
 
 #include "base/base.h"
 #include "engine/agree.h"
-#include "formats/ckpt_io.h"
 #include "engine/precheck.h"
+#include "formats/ckpt_io.h"
 #include "formats/hfconfig.h"
-#include "models/model.h"
 #include "formats/safetensors.h"
+#include "models/model.h"
 #include "shard/shardmath.h"
 #include "tools/tools.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage:\n"
-          "  shardlm convert --from-ckpt CKPT_DIR[/step-N] --model-config DIR_OR_config.json --to-hf OUT_DIR\n"
-          "                  [--max-shard-size BYTES] [--kind master|exp_avg|exp_avg_sq]\n"
-          "  shardlm convert --from-hf DIR --to-ckpt CKPT_DIR [--world-size N] [--zero Z] [--shard-group S]\n"
-          "                  [--align A]\n"
-          "--kind exports an Adam moment instead of the weights (for inspection).\n");
+  fprintf(f, "usage:\n"
+             "  shardlm convert --from-ckpt CKPT_DIR[/step-N] --model-config DIR_OR_config.json --to-hf OUT_DIR\n"
+             "                  [--max-shard-size BYTES] [--kind master|exp_avg|exp_avg_sq]\n"
+             "  shardlm convert --from-hf DIR --to-ckpt CKPT_DIR [--world-size N] [--zero Z] [--shard-group S]\n"
+             "                  [--align A]\n"
+             "--kind exports an Adam moment instead of the weights (for inspection).\n");
 }
 
 static int load_specs(const char *cfgpath, sl_model **m) {
@@ -84,8 +83,10 @@ static int open_ckpt(const char *path, char *dir, size_t cap, sl_ckio_manifest *
   } else if ((rc = sl_ckio_list(path, &steps, &n))) {
     return rc;
   } else if (!n) {
-    return sl_fail(SL_EINPUT, "%s: neither a checkpoint step directory (manifest.json) nor a checkpoint directory "
-                   "with step-N/manifest.json", path);
+    return sl_fail(SL_EINPUT,
+                   "%s: neither a checkpoint step directory (manifest.json) nor a checkpoint directory "
+                   "with step-N/manifest.json",
+                   path);
   }
   char first[2048] = {0};
   rc = SL_EINPUT;
@@ -95,7 +96,8 @@ static int open_ckpt(const char *path, char *dir, size_t cap, sl_ckio_manifest *
     rc = sl_ckio_manifest_load(dir, man);
     for (int f = 0; !rc && f < man->nfiles; f++) rc = sl_ckio_verify_file(dir, man, f);
     if (!rc) {
-      if (i > 0) fprintf(stderr, "shardlm convert: warning: using the older checkpoint %s (newer refused: %s)\n", dir, first);
+      if (i > 0)
+        fprintf(stderr, "shardlm convert: warning: using the older checkpoint %s (newer refused: %s)\n", dir, first);
       break;
     }
     if (man->files) sl_ckio_manifest_free(man);
@@ -122,8 +124,8 @@ static int to_hf(const char *from, const char *cfg, const char *out, int64_t max
     rc = sl_model_save(m, out, fill_from_ckpt, &fc, max_shard);
   }
   if (!rc)
-    printf("wrote %s (%s of %s, step %lld, %lld parameters)\n", out, sl_ckio_kind_names[kind], dir,
-           (long long)man.step, (long long)sl_model_num_params(m));
+    printf("wrote %s (%s of %s, step %lld, %lld parameters)\n", out, sl_ckio_kind_names[kind], dir, (long long)man.step,
+           (long long)sl_model_num_params(m));
   sl_ckio_manifest_free(&man);
   sl_model_destroy(m);
   return rc;
@@ -139,8 +141,10 @@ static int to_ckpt(const char *hf, const char *ck, int W, int Z, int S, int64_t 
   char tmp[4200] = {0};
   if (S <= 0) S = W;
   if (W < 1 || S < 1 || W % S || Z < 0 || Z > 3 || align < 1)
-    return sl_fail(SL_EINPUT, "--world-size (%d) >= 1, --shard-group (%d) dividing it, --zero (%d) in 0..3 and "
-                   "--align (%lld) >= 1 are required", W, S, Z, (long long)align);
+    return sl_fail(SL_EINPUT,
+                   "--world-size (%d) >= 1, --shard-group (%d) dividing it, --zero (%d) in 0..3 and "
+                   "--align (%lld) >= 1 are required",
+                   W, S, Z, (long long)align);
   int rc = sl_precheck_out("to-ckpt", ck, 0, 0);
   if (!rc) rc = load_specs(hf, &m);
   if (!rc && (rc = sl_st_open_dir(hf, &set)) == SL_OK && !set)
@@ -149,8 +153,10 @@ static int to_ckpt(const char *hf, const char *ck, int W, int Z, int S, int64_t 
   int nhave = 0;
   struct stat csb;
   if (!rc && stat(ck, &csb) == 0 && (rc = sl_ckio_list(ck, &have, &nhave)) == SL_OK && nhave > 0)
-    rc = sl_fail(SL_EINPUT, "%s already holds %d checkpoint%s (newest: step %lld); writing step 0 there would move "
-                 "`latest` back: convert into a new directory", ck, nhave, nhave > 1 ? "s" : "", (long long)have[0]);
+    rc = sl_fail(SL_EINPUT,
+                 "%s already holds %d checkpoint%s (newest: step %lld); writing step 0 there would move "
+                 "`latest` back: convert into a new directory",
+                 ck, nhave, nhave > 1 ? "s" : "", (long long)have[0]);
   free(have);
   if (!rc) rc = sl_mkdirs(ck);
   if (!rc) {
@@ -204,7 +210,10 @@ static int to_ckpt(const char *hf, const char *ck, int W, int Z, int S, int64_t 
       U->padded = s.padded;
       U->shard = s.shard;
       U->ntensors = m->units[u].ntensors;
-      if (!(U->t = calloc((size_t)U->ntensors + 1, sizeof *U->t))) { rc = SL_ENOMEM; break; }
+      if (!(U->t = calloc((size_t)U->ntensors + 1, sizeof *U->t))) {
+        rc = SL_ENOMEM;
+        break;
+      }
       for (int i = 0; i < U->ntensors; i++) {
         const sl_tensor_spec *t = &m->units[u].t[i];
         snprintf(U->t[i].name, sizeof U->t[i].name, "%s", t->name);
@@ -247,8 +256,15 @@ int sl_tool_convert(int argc, char **argv) {
   int W = 1, Z = 3, S = 0;
   for (int i = 1; i < argc; i += 2) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
-    if (!v) { fprintf(stderr, "shardlm convert: %s needs a value\n", a); usage(stderr); return 2; }
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return 0;
+    }
+    if (!v) {
+      fprintf(stderr, "shardlm convert: %s needs a value\n", a);
+      usage(stderr);
+      return 2;
+    }
     char *end = NULL;
     if (!strcmp(a, "--from-ckpt")) from_ckpt = v;
     else if (!strcmp(a, "--model-config")) model_cfg = v;
@@ -259,7 +275,10 @@ int sl_tool_convert(int argc, char **argv) {
     else if (!strcmp(a, "--max-shard-size") || !strcmp(a, "--world-size") || !strcmp(a, "--zero") ||
              !strcmp(a, "--shard-group") || !strcmp(a, "--align")) {
       long long x = strtoll(v, &end, 10);
-      if (!*v || *end || x < 0) { fprintf(stderr, "shardlm convert: %s needs a non-negative integer, found '%s'\n", a, v); return 2; }
+      if (!*v || *end || x < 0) {
+        fprintf(stderr, "shardlm convert: %s needs a non-negative integer, found '%s'\n", a, v);
+        return 2;
+      }
       if (!strcmp(a, "--max-shard-size")) max_shard = x;
       else if (!strcmp(a, "--world-size")) W = (int)x;
       else if (!strcmp(a, "--zero")) Z = (int)x;
@@ -276,7 +295,10 @@ int sl_tool_convert(int argc, char **argv) {
     int k = -1;
     for (int j = 0; j < SL_CKIO_NKINDS; j++)
       if (!strcmp(kind, sl_ckio_kind_names[j])) k = j;
-    if (k < 0) { fprintf(stderr, "shardlm convert: --kind must be master, exp_avg or exp_avg_sq\n"); return 2; }
+    if (k < 0) {
+      fprintf(stderr, "shardlm convert: --kind must be master, exp_avg or exp_avg_sq\n");
+      return 2;
+    }
     rc = to_hf(from_ckpt, model_cfg, to_hf_dir, max_shard, k);
   } else if (from_hf && to_ckpt_dir && !from_ckpt && !to_hf_dir) {
     rc = to_ckpt(from_hf, to_ckpt_dir, W, Z, S, align);

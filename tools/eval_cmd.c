@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "formats/safetensors.h"
 #include "engine/trainer.h"
+#include "formats/safetensors.h"
 #include "shard/comm.h"
 #include "tools/tools.h"
 
@@ -34,7 +34,10 @@ int sl_tool_eval(int argc, char **argv) {
       free(args);
       return 0;
     }
-    if (!strcmp(argv[i], "--json")) { json = 1; continue; }
+    if (!strcmp(argv[i], "--json")) {
+      json = 1;
+      continue;
+    }
     if (!strcmp(argv[i], "--max-samples") && i + 1 < argc) {
       char *end;
       n = strtoll(argv[++i], &end, 10);
@@ -82,8 +85,8 @@ int sl_tool_eval(int argc, char **argv) {
   } else if (rank == 0) {
     if (json)
       printf("{\"loss\": %.9g, \"perplexity\": %.9g, \"tokens\": %lld, \"samples\": %lld, \"seq_len\": %lld, "
-             "\"ranks\": %d}\n", r.loss, r.ppl, (long long)r.tokens, (long long)r.samples,
-             (long long)cfg.seq_len, size);
+             "\"ranks\": %d}\n",
+             r.loss, r.ppl, (long long)r.tokens, (long long)r.samples, (long long)cfg.seq_len, size);
     else
       printf("eval: loss %.6f  perplexity %.4f  (%lld windows of %lld tokens, %lld predicted tokens, %d rank%s)\n",
              r.loss, r.ppl, (long long)r.samples, (long long)cfg.seq_len, (long long)r.tokens, size,

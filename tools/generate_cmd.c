@@ -9,9 +9,9 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "data/tokenizer.h"
 #include "formats/dataset.h"
 #include "models/generate.h"
-#include "data/tokenizer.h"
 #include "tools/tools.h"
 
 static const char *USAGE =
@@ -22,10 +22,10 @@ static const char *USAGE =
 /* ---- text <-> ids through the tokenizer (data/tokenizer.h) ---------------- */
 typedef struct {
   const sl_tokenizer *tk;
-  int bytes;       /* the byte-level tokenizer: ids are bytes, printed as they come */
-  int32_t *gen;    /* (cap) ids generated so far */
+  int bytes;    /* the byte-level tokenizer: ids are bytes, printed as they come */
+  int32_t *gen; /* (cap) ids generated so far */
   int64_t n, cap;
-  size_t printed;  /* bytes of decode(gen) already written */
+  size_t printed; /* bytes of decode(gen) already written */
 } emitter;
 
 static int text_to_ids(const sl_tokenizer *tk, const char *text, int32_t **ids, int64_t *n) {
@@ -104,7 +104,10 @@ int sl_tool_generate(int argc, char **argv) {
       fputs(USAGE, stdout);
       return 0;
     }
-    if (!strcmp(a, "--print-ids")) { print_ids = 1; continue; }
+    if (!strcmp(a, "--print-ids")) {
+      print_ids = 1;
+      continue;
+    }
     if (!v) {
       rc = sl_fail(SL_EINPUT, "unexpected argument '%s' (or a flag without its value)", a);
       break;
@@ -139,8 +142,10 @@ int sl_tool_generate(int argc, char **argv) {
                  tokenizer, (long long)sl_tokenizer_vocab_size(tk), model, (long long)sl_gen_vocab(g));
   if (!rc && prompt && n == 0) rc = sl_fail(SL_EINPUT, "--prompt: the prompt encodes to no tokens");
   if (!rc && prompt && !tokenizer && sl_gen_vocab(g) < SL_BYTE_VOCAB)
-    rc = sl_fail(SL_EINPUT, "--prompt without --tokenizer needs a byte-level model (vocab_size >= %d); %s has "
-                 "vocab_size %lld (use --prompt-ids)", SL_BYTE_VOCAB, model, (long long)sl_gen_vocab(g));
+    rc = sl_fail(SL_EINPUT,
+                 "--prompt without --tokenizer needs a byte-level model (vocab_size >= %d); %s has "
+                 "vocab_size %lld (use --prompt-ids)",
+                 SL_BYTE_VOCAB, model, (long long)sl_gen_vocab(g));
   if (!rc && !(out = malloc(sizeof(int32_t) * (size_t)(max_new > 0 ? max_new : 1))))
     rc = sl_fail(SL_ENOMEM, "out of memory");
   if (!rc) {
@@ -150,8 +155,14 @@ int sl_tool_generate(int argc, char **argv) {
     if (tokenizer && sl_tokenizer_eos_id(tk) >= 0) stop[nstop++] = sl_tokenizer_eos_id(tk);
     if (prompt && !tokenizer) stop[nstop++] = SL_BYTE_EOD;
     em = (emitter){.tk = tk, .bytes = !tokenizer};
-    sl_gen_opts o = {.temperature = temp, .top_p = top_p, .seed = (uint64_t)seed, .max_new = (int64_t)max_new,
-                     .stop = stop, .nstop = nstop, .emit = print_ids ? NULL : emit_text, .user = &em};
+    sl_gen_opts o = {.temperature = temp,
+                     .top_p = top_p,
+                     .seed = (uint64_t)seed,
+                     .max_new = (int64_t)max_new,
+                     .stop = stop,
+                     .nstop = nstop,
+                     .emit = print_ids ? NULL : emit_text,
+                     .user = &em};
     if (!print_ids && prompt) fputs(prompt, stdout);
     rc = sl_generate(g, ids, n, &o, out, &nout);
     if (!rc && print_ids) {

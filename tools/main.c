@@ -8,30 +8,29 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "formats/dataset.h"
-#include "tools/plot.h"
 #include "engine/signals.h"
 #include "engine/trainer.h"
+#include "formats/dataset.h"
 #include "shard/comm.h"
+#include "tools/plot.h"
 #include "tools/tools.h"
 
 static int exit_code(int rc) { return rc == SL_OK ? 0 : rc == SL_EINPUT ? 2 : rc == SL_ENONFINITE ? 4 : 1; }
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: shardlm <command> [flags]\n"
-          "  train    train a model (no flags: the built-in demo, 2 ranks, ZeRO-3)\n"
-          "  prepare  --input FILE --output PREFIX [--tokenizer DIR]: Megatron dataset\n"
-          "  dump     one forward/backward to a safetensors file (tests)\n"
-          "  plot     METRICS.jsonl [OUT.svg]: loss and throughput curves\n"
-          "  bench    train|adam|nvme|gemm|comm: measured figures\n"
-          "  plan     predict memory, communication and speed of configurations\n"
-          "  pp-schedule --pp P --micro-batches M: the pipeline schedule per rank, its bubble\n"
-          "  convert  between training checkpoints and Hugging Face directories\n"
-          "  tokenize --tokenizer PATH: text -> token ids (tokenizer.json); detok: ids -> text\n"
-          "  eval     --model DIR --data PREFIX --seq-len T --max-samples N: held-out loss\n"
-          "  generate --model DIR --prompt TEXT: sample a continuation (KV cache, CPU)\n"
-          "run 'shardlm train --help' for the training flags.\n");
+  fprintf(f, "usage: shardlm <command> [flags]\n"
+             "  train    train a model (no flags: the built-in demo, 2 ranks, ZeRO-3)\n"
+             "  prepare  --input FILE --output PREFIX [--tokenizer DIR]: Megatron dataset\n"
+             "  dump     one forward/backward to a safetensors file (tests)\n"
+             "  plot     METRICS.jsonl [OUT.svg]: loss and throughput curves\n"
+             "  bench    train|adam|nvme|gemm|comm: measured figures\n"
+             "  plan     predict memory, communication and speed of configurations\n"
+             "  pp-schedule --pp P --micro-batches M: the pipeline schedule per rank, its bubble\n"
+             "  convert  between training checkpoints and Hugging Face directories\n"
+             "  tokenize --tokenizer PATH: text -> token ids (tokenizer.json); detok: ids -> text\n"
+             "  eval     --model DIR --data PREFIX --seq-len T --max-samples N: held-out loss\n"
+             "  generate --model DIR --prompt TEXT: sample a continuation (KV cache, CPU)\n"
+             "run 'shardlm train --help' for the training flags.\n");
 }
 
 int sl_under_launcher(void) {
@@ -46,8 +45,10 @@ static int srun_without_pmix(void) {
   const char *n = getenv("SLURM_NTASKS"), *step = getenv("SLURM_STEP_ID");
   if (!n || !step || atoi(n) < 2 || getenv("PMIX_RANK") || getenv("OMPI_COMM_WORLD_SIZE")) return 0;
   if (getenv("SLURM_PROCID") && atoi(getenv("SLURM_PROCID")) == 0)
-    fprintf(stderr, "shardlm: srun started %s tasks without a PMIx bootstrap; run `srun --mpi=pmix ...` "
-            "(list the plugins with `srun --mpi=list`) or set MpiDefault=pmix in slurm.conf\n", n);
+    fprintf(stderr,
+            "shardlm: srun started %s tasks without a PMIx bootstrap; run `srun --mpi=pmix ...` "
+            "(list the plugins with `srun --mpi=list`) or set MpiDefault=pmix in slurm.conf\n",
+            n);
   return 1;
 }
 
@@ -65,7 +66,10 @@ static int cmd_train(int argc, char **argv, int dump) {
       free(args);
       return 0;
     }
-    if (dump && !strcmp(argv[i], "--out") && i + 1 < argc) { out = argv[++i]; continue; }
+    if (dump && !strcmp(argv[i], "--out") && i + 1 < argc) {
+      out = argv[++i];
+      continue;
+    }
     args[nargs++] = argv[i];
   }
   int rc = sl_train_cfg_parse_args(&cfg, nargs, args);
@@ -96,7 +100,12 @@ static int cmd_train(int argc, char **argv, int dump) {
     if (demo) {
       /* pass the demo's settings through explicitly */
       char **a2 = calloc(8, sizeof(char *));
-      a2[0] = argv[0]; a2[1] = "train"; a2[2] = "--nproc"; a2[3] = "2"; a2[4] = "--save"; a2[5] = cfg.save;
+      a2[0] = argv[0];
+      a2[1] = "train";
+      a2[2] = "--nproc";
+      a2[3] = "2";
+      a2[4] = "--save";
+      a2[5] = cfg.save;
       return sl_supervise(6, a2, 0);
     }
     return sl_supervise(argc, argv, 0); /* a local mpirun; signals reach the ranks (tools/supervise.c) */
@@ -111,8 +120,10 @@ static int cmd_train(int argc, char **argv, int dump) {
   int rank = sl_comm_rank(world), size = sl_comm_size(world);
   sl_log_set_rank(rank, size);
   if (cfg.nproc > 0 && cfg.nproc != size)
-    rc = sl_fail(SL_EINPUT, "--nproc %lld, but this job was launched with %d rank%s (drop --nproc under mpirun/srun, "
-                 "or make them agree)", (long long)cfg.nproc, size, size > 1 ? "s" : "");
+    rc = sl_fail(SL_EINPUT,
+                 "--nproc %lld, but this job was launched with %d rank%s (drop --nproc under mpirun/srun, "
+                 "or make them agree)",
+                 (long long)cfg.nproc, size, size > 1 ? "s" : "");
   else {
     sl_train_set_plotter(sl_plot_metrics);
     rc = dump ? sl_train_dump(&cfg, world, out) : sl_train_run(&cfg, world);

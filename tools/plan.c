@@ -14,19 +14,18 @@
 #include "tools/tools.h"
 
 static void plan_usage(FILE *f) {
-  fprintf(f,
-          "usage: shardlm plan --model DIR|config.json --gpus N --gpus-per-node G --gpu-mem BYTES\n"
-          "                    --seq-len T --global-batch TOKENS [--host-mem BYTES] [--nvme]\n"
-          "                    [--intra-bw GB/s] [--inter-bw GB/s] [--tflops X] [--efficiency E]\n"
-          "                    [--measured FILE.json] [--dtype bf16|fp32] [--act-model engine|gpt]\n"
-          "                    [--margin F] [--no-tp-pp] [--top K] [--json]\n"
-          "       shardlm plan --engine-check --model DIR --world N [--tp T [--sequence-parallel]] --zero Z\n"
-          "                    --micro-batch B --seq-len T\n"
-          "                    --grad-accum A [--activation-checkpoint none|selective|full] [--shard-group S]\n"
-          "                    [--param-dtype fp32|bf16] [--reduce-dtype fp32|bf16] [--prefetch K]\n"
-          "                    [--prefetch-mb M] [--no-sync-accum] [--no-reshard] [--json]\n"
-          "sizes take K/M/G/T (decimal) or KiB/MiB/GiB/TiB; --host-mem is per node.\n"
-          "defaults: intra 150 GB/s, inter 20 GB/s, 989 TFLOPS peak at 55%% efficiency, 90%% memory margin.\n");
+  fprintf(f, "usage: shardlm plan --model DIR|config.json --gpus N --gpus-per-node G --gpu-mem BYTES\n"
+             "                    --seq-len T --global-batch TOKENS [--host-mem BYTES] [--nvme]\n"
+             "                    [--intra-bw GB/s] [--inter-bw GB/s] [--tflops X] [--efficiency E]\n"
+             "                    [--measured FILE.json] [--dtype bf16|fp32] [--act-model engine|gpt]\n"
+             "                    [--margin F] [--no-tp-pp] [--top K] [--json]\n"
+             "       shardlm plan --engine-check --model DIR --world N [--tp T [--sequence-parallel]] --zero Z\n"
+             "                    --micro-batch B --seq-len T\n"
+             "                    --grad-accum A [--activation-checkpoint none|selective|full] [--shard-group S]\n"
+             "                    [--param-dtype fp32|bf16] [--reduce-dtype fp32|bf16] [--prefetch K]\n"
+             "                    [--prefetch-mb M] [--no-sync-accum] [--no-reshard] [--json]\n"
+             "sizes take K/M/G/T (decimal) or KiB/MiB/GiB/TiB; --host-mem is per node.\n"
+             "defaults: intra 150 GB/s, inter 20 GB/s, 989 TFLOPS peak at 55%% efficiency, 90%% memory margin.\n");
 }
 
 static int load_model(const char *path, sl_model_config *mc) {
@@ -42,8 +41,10 @@ static int read_measured(const char *path, sl_plan_cluster *c, int *have_tflops)
   json_t *j = json_load_file(path, 0, &err);
   if (!j || !json_is_object(j)) {
     if (j) json_decref(j);
-    return sl_fail(SL_EINPUT, "%s: expected a JSON object {\"tflops\":..., \"intra_bw_gbs\":..., \"inter_bw_gbs\":...} (%s, line %d)",
-                   path, err.text, err.line);
+    return sl_fail(
+        SL_EINPUT,
+        "%s: expected a JSON object {\"tflops\":..., \"intra_bw_gbs\":..., \"inter_bw_gbs\":...} (%s, line %d)", path,
+        err.text, err.line);
   }
   const char *keys[] = {"tflops", "intra_bw_gbs", "inter_bw_gbs"};
   double *dst[] = {&c->tflops, &c->intra_bw, &c->inter_bw};
@@ -70,7 +71,10 @@ static const char *off_str(int o) { return o == 2 ? "nvme" : o == 1 ? "cpu" : "-
 static void train_command(const sl_plan_cand *x, const char *model, const sl_plan_cluster *c, char *buf, size_t cap) {
   size_t o = (size_t)snprintf(buf, cap, "mpirun -np %d shardlm train --model %s --seq-len %lld", c->gpus, model,
                               (long long)c->seq_len);
-#define ADD(...) do { if (o < cap) o += (size_t)snprintf(buf + o, cap - o, __VA_ARGS__); } while (0)
+#define ADD(...)                                                                                                       \
+  do {                                                                                                                 \
+    if (o < cap) o += (size_t)snprintf(buf + o, cap - o, __VA_ARGS__);                                                 \
+  } while (0)
   if (x->tp > 1) ADD(" --tp %d", x->tp);
   ADD(" --zero %d", x->zero);
   if (x->tp == 1 && x->shard_group != c->gpus) ADD(" --shard-group %d", x->shard_group);
@@ -92,10 +96,15 @@ static json_t *cand_json(const sl_plan_cand *x, const char *model, const sl_plan
   json_object_set_new(o, "shard_group", json_integer(x->shard_group));
   json_object_set_new(o, "tp", json_integer(x->tp));
   json_object_set_new(o, "pp", json_integer(x->pp));
-  json_object_set_new(o, "offload_optimizer", json_string(x->offload_optim == 2 ? "nvme" : x->offload_optim ? "cpu" : "none"));
+  json_object_set_new(o, "offload_optimizer",
+                      json_string(x->offload_optim == 2 ? "nvme"
+                                  : x->offload_optim    ? "cpu"
+                                                        : "none"));
   json_object_set_new(o, "offload_params", json_boolean(x->offload_params));
   json_object_set_new(o, "activation_checkpoint",
-                      json_string(x->ac == SL_AC_FULL ? "full" : x->ac == SL_AC_SELECTIVE ? "selective" : "none"));
+                      json_string(x->ac == SL_AC_FULL        ? "full"
+                                  : x->ac == SL_AC_SELECTIVE ? "selective"
+                                                             : "none"));
   json_object_set_new(o, "micro_batch", json_integer(x->micro_batch));
   json_object_set_new(o, "grad_accum", json_integer(x->grad_accum));
   json_object_set_new(o, "sync_accum", json_boolean(x->sync_accum));
@@ -147,8 +156,10 @@ static int engine_check(const sl_model_config *mc, const sl_plan_run *r, int as_
   const char *kn[] = {"allgather", "reduce_scatter", "allreduce", "broadcast", "sendrecv", "barrier"};
   if (as_json) {
     json_t *o = json_object(), *ap = json_object(), *cm = json_object();
-    for (int a = 0; a < SL_ARENA_COUNT; a++) json_object_set_new(ap, sl_arena_name((sl_arena)a), json_integer(pm.peak[a]));
-    for (int k = 0; k < SL_COLL_NKINDS && k < 6; k++) json_object_set_new(cm, kn[k], json_integer((json_int_t)pm.comm[k]));
+    for (int a = 0; a < SL_ARENA_COUNT; a++)
+      json_object_set_new(ap, sl_arena_name((sl_arena)a), json_integer(pm.peak[a]));
+    for (int k = 0; k < SL_COLL_NKINDS && k < 6; k++)
+      json_object_set_new(cm, kn[k], json_integer((json_int_t)pm.comm[k]));
     json_object_set_new(o, "arena_peak", ap);
     json_object_set_new(o, "peak_bytes", json_integer(pm.total_peak));
     json_object_set_new(o, "comm_bytes", json_integer((json_int_t)pm.comm_total));
@@ -183,10 +194,12 @@ static int engine_check(const sl_model_config *mc, const sl_plan_run *r, int as_
            (unsigned long long)pm.comm[SL_COLL_REDUCE_SCATTER], (unsigned long long)pm.comm[SL_COLL_ALLREDUCE]);
     if (info.tp > 1)
       printf("  TP axis bytes per step: all-gather %llu, reduce-scatter %llu, all-reduce %llu\n",
-             (unsigned long long)info.tp_comm[SL_COLL_ALLGATHER], (unsigned long long)info.tp_comm[SL_COLL_REDUCE_SCATTER],
+             (unsigned long long)info.tp_comm[SL_COLL_ALLGATHER],
+             (unsigned long long)info.tp_comm[SL_COLL_REDUCE_SCATTER],
              (unsigned long long)info.tp_comm[SL_COLL_ALLREDUCE]);
     printf("  FLOPs per step (the op table's count: forward, backward with recomputation, AdamW) %.4g, of which "
-           "matmul / attention / LM head %.4g\n", info.step.flops, info.step.matmul_flops);
+           "matmul / attention / LM head %.4g\n",
+           info.step.flops, info.step.matmul_flops);
     printf("  model FLOPs per token (the model's flops_per_token) %.4g; x %lld tokens = %.4g per step\n",
            info.model_flops_token, (long long)info.tokens, info.model_flops_token * (double)info.tokens);
   }
@@ -212,15 +225,29 @@ static int run_plan(int argc, char **argv) {
     const char *a = argv[i];
     double v = 0;
 #define VAL() (rc = need(i, argc, a)) ? NULL : argv[++i]
-#define NUMR(dst, lo, hi) do { const char *s_ = VAL(); if (s_) { char *e_; double x_ = strtod(s_, &e_); \
-    if (*e_ || e_ == s_) rc = sl_fail(SL_EINPUT, "plan: %s expects a number, found '%s'", a, s_); \
-    else if (!(x_ >= (lo) && x_ <= (hi))) rc = sl_fail(SL_EINPUT, "plan: %s must be in [%g, %g], found '%s'", a, (double)(lo), (double)(hi), s_); \
-    else dst = x_; } } while (0)
-#define NUM(dst) NUMR(dst, 0, 1e6) /* counts and sizes: integers below a million */
+#define NUMR(dst, lo, hi)                                                                                              \
+  do {                                                                                                                 \
+    const char *s_ = VAL();                                                                                            \
+    if (s_) {                                                                                                          \
+      char *e_;                                                                                                        \
+      double x_ = strtod(s_, &e_);                                                                                     \
+      if (*e_ || e_ == s_) rc = sl_fail(SL_EINPUT, "plan: %s expects a number, found '%s'", a, s_);                    \
+      else if (!(x_ >= (lo) && x_ <= (hi)))                                                                            \
+        rc = sl_fail(SL_EINPUT, "plan: %s must be in [%g, %g], found '%s'", a, (double)(lo), (double)(hi), s_);        \
+      else dst = x_;                                                                                                   \
+    }                                                                                                                  \
+  } while (0)
+#define NUM(dst) NUMR(dst, 0, 1e6)     /* counts and sizes: integers below a million */
 #define POS(dst) NUMR(dst, 1e-9, 1e12) /* rates: positive and finite */
-#define SIZE(dst) do { const char *s_ = VAL(); if (s_ && !(rc = sl_plan_parse_size(s_, &v))) dst = v; } while (0)
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) { plan_usage(stdout); return -1; }
-    else if (!strcmp(a, "--model")) model = VAL();
+#define SIZE(dst)                                                                                                      \
+  do {                                                                                                                 \
+    const char *s_ = VAL();                                                                                            \
+    if (s_ && !(rc = sl_plan_parse_size(s_, &v))) dst = v;                                                             \
+  } while (0)
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      plan_usage(stdout);
+      return -1;
+    } else if (!strcmp(a, "--model")) model = VAL();
     else if (!strcmp(a, "--json")) as_json = 1;
     else if (!strcmp(a, "--engine-check")) check = 1;
     else if (!strcmp(a, "--gpus")) NUMR(c.gpus, 1, 1e6);
@@ -228,13 +255,19 @@ static int run_plan(int argc, char **argv) {
     else if (!strcmp(a, "--gpu-mem")) SIZE(c.gpu_mem);
     else if (!strcmp(a, "--host-mem")) SIZE(c.host_mem);
     else if (!strcmp(a, "--nvme")) c.nvme = 1;
-    else if (!strcmp(a, "--seq-len")) { NUMR(c.seq_len, 1, 1e9); r.seq_len = c.seq_len; }
-    else if (!strcmp(a, "--global-batch")) SIZE(c.global_batch);
+    else if (!strcmp(a, "--seq-len")) {
+      NUMR(c.seq_len, 1, 1e9);
+      r.seq_len = c.seq_len;
+    } else if (!strcmp(a, "--global-batch")) SIZE(c.global_batch);
     else if (!strcmp(a, "--intra-bw")) POS(c.intra_bw);
     else if (!strcmp(a, "--inter-bw")) POS(c.inter_bw);
-    else if (!strcmp(a, "--tflops")) { POS(c.tflops); have_tflops = 1; }
-    else if (!strcmp(a, "--efficiency")) { NUMR(c.efficiency, 1e-9, 1); have_eff = 1; }
-    else if (!strcmp(a, "--margin")) NUMR(c.margin, 1e-9, 1);
+    else if (!strcmp(a, "--tflops")) {
+      POS(c.tflops);
+      have_tflops = 1;
+    } else if (!strcmp(a, "--efficiency")) {
+      NUMR(c.efficiency, 1e-9, 1);
+      have_eff = 1;
+    } else if (!strcmp(a, "--margin")) NUMR(c.margin, 1e-9, 1);
     else if (!strcmp(a, "--pcie-bw")) POS(c.pcie_bw);
     else if (!strcmp(a, "--nvme-bw")) POS(c.nvme_bw);
     else if (!strcmp(a, "--top")) NUM(top);
@@ -252,7 +285,8 @@ static int run_plan(int argc, char **argv) {
       else if (s) rc = sl_fail(SL_EINPUT, "plan: --act-model must be engine or gpt, found '%s'", s);
     }
     /* engine-check flags (the names of shardlm train) */
-    else if (!strcmp(a, "--world")) NUMR(r.world, 1, 1e6);
+    else if (!strcmp(a, "--world"))
+      NUMR(r.world, 1, 1e6);
     else if (!strcmp(a, "--tp")) NUMR(r.tp, 1, 1e6);
     else if (!strcmp(a, "--sequence-parallel")) r.sequence_parallel = 1;
     else if (!strcmp(a, "--zero")) NUMR(r.zero, 0, 3);
@@ -260,8 +294,11 @@ static int run_plan(int argc, char **argv) {
     else if (!strcmp(a, "--grad-accum")) NUMR(r.grad_accum, 1, 1e9);
     else if (!strcmp(a, "--shard-group")) NUM(r.shard_group);
     else if (!strcmp(a, "--prefetch")) NUM(r.prefetch);
-    else if (!strcmp(a, "--prefetch-mb")) { double mb = 0; NUM(mb); r.prefetch_bytes = (int64_t)mb << 20; }
-    else if (!strcmp(a, "--no-sync-accum")) r.sync_accum = 0;
+    else if (!strcmp(a, "--prefetch-mb")) {
+      double mb = 0;
+      NUM(mb);
+      r.prefetch_bytes = (int64_t)mb << 20;
+    } else if (!strcmp(a, "--no-sync-accum")) r.sync_accum = 0;
     else if (!strcmp(a, "--no-reshard")) r.reshard_after_forward = 0;
     else if (!strcmp(a, "--param-dtype")) pd = VAL();
     else if (!strcmp(a, "--reduce-dtype")) rd = VAL();
@@ -270,7 +307,8 @@ static int run_plan(int argc, char **argv) {
       if (s && !strcmp(s, "none")) r.ac = SL_AC_NONE;
       else if (s && !strcmp(s, "selective")) r.ac = SL_AC_SELECTIVE;
       else if (s && !strcmp(s, "full")) r.ac = SL_AC_FULL;
-      else if (s) rc = sl_fail(SL_EINPUT, "plan: --activation-checkpoint must be none, selective or full, found '%s'", s);
+      else if (s)
+        rc = sl_fail(SL_EINPUT, "plan: --activation-checkpoint must be none, selective or full, found '%s'", s);
     } else rc = sl_fail(SL_EINPUT, "plan: unknown flag '%s' (see shardlm plan --help)", a);
 #undef VAL
 #undef NUM
@@ -291,15 +329,25 @@ static int run_plan(int argc, char **argv) {
   if (check) {
     sl_plan_run base = r;
     sl_plan_run_engine(&r, pd, rd);
-    r.world = base.world; r.zero = base.zero; r.micro_batch = base.micro_batch; r.seq_len = base.seq_len;
-    r.grad_accum = base.grad_accum; r.shard_group = base.shard_group; r.prefetch = base.prefetch;
-    r.prefetch_bytes = base.prefetch_bytes; r.sync_accum = base.sync_accum;
-    r.reshard_after_forward = base.reshard_after_forward; r.ac = base.ac; r.gpt_acts = base.gpt_acts;
-    r.tp = base.tp; r.sequence_parallel = base.sequence_parallel;
+    r.world = base.world;
+    r.zero = base.zero;
+    r.micro_batch = base.micro_batch;
+    r.seq_len = base.seq_len;
+    r.grad_accum = base.grad_accum;
+    r.shard_group = base.shard_group;
+    r.prefetch = base.prefetch;
+    r.prefetch_bytes = base.prefetch_bytes;
+    r.sync_accum = base.sync_accum;
+    r.reshard_after_forward = base.reshard_after_forward;
+    r.ac = base.ac;
+    r.gpt_acts = base.gpt_acts;
+    r.tp = base.tp;
+    r.sequence_parallel = base.sequence_parallel;
     if ((pd && strcmp(pd, "fp32") && strcmp(pd, "bf16")) || (rd && strcmp(rd, "fp32") && strcmp(rd, "bf16")))
       rc = sl_fail(SL_EINPUT, "plan: --param-dtype / --reduce-dtype must be fp32 or bf16");
-    if (!rc && r.gpt_acts) rc = sl_fail(SL_EINPUT, "plan: --engine-check runs the engine's own activations; "
-                                        "--act-model gpt applies to the search only");
+    if (!rc && r.gpt_acts)
+      rc = sl_fail(SL_EINPUT, "plan: --engine-check runs the engine's own activations; "
+                              "--act-model gpt applies to the search only");
     if (!rc) rc = engine_check(&mc, &r, as_json);
     sl_plan_model_free(&m);
     return rc;
@@ -312,11 +360,15 @@ static int run_plan(int argc, char **argv) {
   if (c.efficiency <= 0 || c.efficiency > 1) rc = sl_fail(SL_EINPUT, "plan: --efficiency must be in (0, 1]");
   if (!rc && (c.margin <= 0 || c.margin > 1)) rc = sl_fail(SL_EINPUT, "plan: --margin must be in (0, 1]");
   if (!rc && c.gpus_per_node > c.gpus) c.gpus_per_node = c.gpus;
-  if (!rc && c.gpus % c.gpus_per_node) rc = sl_fail(SL_EINPUT, "plan: --gpus %d is not a multiple of --gpus-per-node %d", c.gpus, c.gpus_per_node);
+  if (!rc && c.gpus % c.gpus_per_node)
+    rc = sl_fail(SL_EINPUT, "plan: --gpus %d is not a multiple of --gpus-per-node %d", c.gpus, c.gpus_per_node);
   sl_plan_cand *v = NULL;
   int n = 0;
   if (!rc) rc = sl_plan_search(&m, &c, &v, &n);
-  if (rc) { sl_plan_model_free(&m); return rc; }
+  if (rc) {
+    sl_plan_model_free(&m);
+    return rc;
+  }
   char why[2048];
   int pick = sl_plan_recommend(v, n, &c, why, sizeof why);
   int shown = top > 0 && top < n ? top : n;
@@ -325,11 +377,11 @@ static int run_plan(int argc, char **argv) {
     json_object_set_new(o, "model_params", json_integer(m.nparams));
     json_object_set_new(o, "gpus", json_integer(c.gpus));
     json_object_set_new(o, "gpus_per_node", json_integer(c.gpus_per_node));
-    json_object_set_new(o, "assumptions", json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:i,s:s}", "tflops_peak", c.tflops,
-                                                   "efficiency", c.efficiency, "intra_bw_gbs", c.intra_bw,
-                                                   "inter_bw_gbs", c.inter_bw, "memory_margin", c.margin,
-                                                   "reserve_bytes", 2.0e9, "dtype_bytes", c.dtype_bytes,
-                                                   "act_model", c.gpt_acts ? "gpt" : "engine"));
+    json_object_set_new(o, "assumptions",
+                        json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:i,s:s}", "tflops_peak", c.tflops, "efficiency",
+                                  c.efficiency, "intra_bw_gbs", c.intra_bw, "inter_bw_gbs", c.inter_bw, "memory_margin",
+                                  c.margin, "reserve_bytes", 2.0e9, "dtype_bytes", c.dtype_bytes, "act_model",
+                                  c.gpt_acts ? "gpt" : "engine"));
     json_object_set_new(o, "recommendation", json_string(why));
     if (pick >= 0) json_object_set_new(o, "recommended", cand_json(&v[pick], model, &c));
     json_object_set_new(o, "candidates_total", json_integer(n));
@@ -343,9 +395,11 @@ static int run_plan(int argc, char **argv) {
     printf("model: %lld parameters, %d units | %d GPUs (%d per node), %.1f GB each | seq %lld, %lld tokens per step\n",
            (long long)m.nparams, m.nunits, c.gpus, c.gpus_per_node, c.gpu_mem / 1e9, (long long)c.seq_len,
            (long long)c.global_batch);
-    printf("assumptions: %.0f TFLOPS peak x %.0f%% efficiency, %.0f GB/s intra / %.0f GB/s inter, %s, %.0f%% memory margin + 2 GB reserve, %s activations\n",
-           c.tflops, 100 * c.efficiency, c.intra_bw, c.inter_bw, c.dtype_bytes == 2 ? "bf16 params/grads + fp32 master/m/v" : "fp32",
-           100 * c.margin, c.gpt_acts ? "GPT-formula" : "engine op-by-op");
+    printf("assumptions: %.0f TFLOPS peak x %.0f%% efficiency, %.0f GB/s intra / %.0f GB/s inter, %s, %.0f%% memory "
+           "margin + 2 GB reserve, %s activations\n",
+           c.tflops, 100 * c.efficiency, c.intra_bw, c.inter_bw,
+           c.dtype_bytes == 2 ? "bf16 params/grads + fp32 master/m/v" : "fp32", 100 * c.margin,
+           c.gpt_acts ? "GPT-formula" : "engine op-by-op");
     printf("%4s %-3s %-24s %7s %7s %8s %7s %7s %7s %7s %9s %5s\n", "rank", "fit", "config", "GPU GB", "host GB",
            "comm GB", "comm s", "expo s", "comp s", "step s", "tokens/s", "MFU");
     for (int i = 0; i < shown; i++) {
@@ -361,12 +415,17 @@ static int run_plan(int argc, char **argv) {
         snprintf(cfg, sizeof cfg, "Z%d S%d o:%s%s %s %lldx%lld", x->zero, x->shard_group, off_str(x->offload_optim),
                  x->offload_params ? "+p" : "", ac_str(x->ac), (long long)x->micro_batch, (long long)x->grad_accum);
       double cb = 0, cs = 0;
-      for (int k = 0; k < SL_PLAN_NCOMM; k++) { cb += x->comm_bytes[k]; cs += x->comm_s[k]; }
-      printf("%4d %-3s %-24s %7.1f %7.1f %8.1f %7.2f %7.2f %7.2f %7.2f %9.0f %4.1f%%%s\n", i + 1, x->fits ? "yes" : "no",
-             cfg, x->gpu_total / 1e9, x->host_per_gpu / 1e9, cb / 1e9, cs, x->exposed_s, x->compute_s + x->recompute_s,
-             x->step_s, x->tokens_s, 100 * x->mfu, i == pick ? "  <= recommended" : "");
+      for (int k = 0; k < SL_PLAN_NCOMM; k++) {
+        cb += x->comm_bytes[k];
+        cs += x->comm_s[k];
+      }
+      printf("%4d %-3s %-24s %7.1f %7.1f %8.1f %7.2f %7.2f %7.2f %7.2f %9.0f %4.1f%%%s\n", i + 1,
+             x->fits ? "yes" : "no", cfg, x->gpu_total / 1e9, x->host_per_gpu / 1e9, cb / 1e9, cs, x->exposed_s,
+             x->compute_s + x->recompute_s, x->step_s, x->tokens_s, 100 * x->mfu, i == pick ? "  <= recommended" : "");
     }
-    printf("(%d candidates; * = not runnable yet: pipeline parallelism (issue 14); o: optimizer offload, +p: parameters too)\n", n);
+    printf("(%d candidates; * = not runnable yet: pipeline parallelism (issue 14); o: optimizer offload, +p: "
+           "parameters too)\n",
+           n);
     if (pick >= shown) {
       char d[512];
       sl_plan_describe(&v[pick], d, sizeof d);

@@ -103,13 +103,13 @@ static void xml_escape(FILE *f, const char *s) {
   }
 }
 
-static const char *const COLORS[] = {"#c0392b", "#27ae60", "#2471a3", "#8e44ad", "#d35400", "#16a085",
-                                     "#7f8c8d", "#2c3e50"};
+static const char *const COLORS[] = {"#c0392b", "#27ae60", "#2471a3", "#8e44ad",
+                                     "#d35400", "#16a085", "#7f8c8d", "#2c3e50"};
 
 /* One panel of lines cols[0..nc) against step; names: legend (NULL: none);
  * columns with few points (held-out loss) also get markers. */
-static void panel(FILE *f, const series *s, const int *cols, int nc, const char *const *names, double y0,
-                  double y1, const char *label, double xlo, double xhi) {
+static void panel(FILE *f, const series *s, const int *cols, int nc, const char *const *names, double y0, double y1,
+                  const char *label, double xlo, double xhi) {
   double lo = INFINITY, hi = -INFINITY;
   for (int c = 0; c < nc; c++) {
     double l, h;
@@ -123,28 +123,29 @@ static void panel(FILE *f, const series *s, const int *cols, int nc, const char 
   lo = floor(lo / st) * st;
   hi = ceil(hi / st) * st;
   double xs = nice_step(xhi - xlo, 8);
-#define PX(x) (PLOT_X0 + ((x) - xlo) / (xhi - xlo) * (PLOT_X1 - PLOT_X0))
-#define PY(v) (y1 - ((v) - lo) / (hi - lo) * (y1 - y0))
-  fprintf(f, "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"none\" "
-             "stroke=\"#444\"/>\n", PLOT_X0, y0, PLOT_X1 - PLOT_X0, y1 - y0);
+#define PX(x) (PLOT_X0 + ((x)-xlo) / (xhi - xlo) * (PLOT_X1 - PLOT_X0))
+#define PY(v) (y1 - ((v)-lo) / (hi - lo) * (y1 - y0))
+  fprintf(f,
+          "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"none\" "
+          "stroke=\"#444\"/>\n",
+          PLOT_X0, y0, PLOT_X1 - PLOT_X0, y1 - y0);
   for (int k = 0; k < 40 && lo + k * st <= hi + st * 1e-6; k++) {
     double t = lo + k * st, py = PY(t);
-    fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", PLOT_X0,
-            py, PLOT_X1, py);
-    fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%.6g</text>\n",
-            PLOT_X0 - 6, py + 4, fabs(t) < st * 1e-6 ? 0.0 : t);
+    fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", PLOT_X0, py, PLOT_X1, py);
+    fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%.6g</text>\n", PLOT_X0 - 6, py + 4,
+            fabs(t) < st * 1e-6 ? 0.0 : t);
   }
   for (int k = 0; k < 40 && ceil(xlo / xs) * xs + k * xs <= xhi + xs * 1e-6; k++) {
     double t = ceil(xlo / xs) * xs + k * xs, px = PX(t);
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>\n", px,
-            y1, px, y1 + 5);
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"11\">%.6g</text>\n",
-            px, y1 + 18, t);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>\n", px, y1, px, y1 + 5);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"11\">%.6g</text>\n", px, y1 + 18, t);
   }
-  fprintf(f, "<text x=\"%d\" y=\"%.1f\" font-size=\"13\" transform=\"rotate(-90 %d %.1f)\" "
-             "text-anchor=\"middle\">%s</text>\n", 22, (y0 + y1) / 2, 22, (y0 + y1) / 2, label);
-  fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\">step</text>\n",
-          (PLOT_X0 + PLOT_X1) / 2, y1 + 34);
+  fprintf(f,
+          "<text x=\"%d\" y=\"%.1f\" font-size=\"13\" transform=\"rotate(-90 %d %.1f)\" "
+          "text-anchor=\"middle\">%s</text>\n",
+          22, (y0 + y1) / 2, 22, (y0 + y1) / 2, label);
+  fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\">step</text>\n", (PLOT_X0 + PLOT_X1) / 2,
+          y1 + 34);
   int shown = 0;
   for (int c = 0; c < nc; c++) {
     const double *y = s->v[cols[c]];
@@ -155,16 +156,15 @@ static void panel(FILE *f, const series *s, const int *cols, int nc, const char 
     fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", color);
     int64_t stride = s->n > MAX_POINTS ? (s->n + MAX_POINTS - 1) / MAX_POINTS : 1;
     for (int64_t i = 0; i < s->n; i += stride)
-      if (isfinite(y[i]) && isfinite(s->v[C_STEP][i]))
-        fprintf(f, "%.1f,%.1f ", PX(s->v[C_STEP][i]), PY(y[i]));
+      if (isfinite(y[i]) && isfinite(s->v[C_STEP][i])) fprintf(f, "%.1f,%.1f ", PX(s->v[C_STEP][i]), PY(y[i]));
     fputs("\"/>\n", f);
     if (pts == 1 || (pts < s->n && pts <= 200)) /* sparse: the held-out loss */
       for (int64_t i = 0; i < s->n; i++)
         if (isfinite(y[i]))
           fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX(s->v[C_STEP][i]), PY(y[i]), color);
     if (names) {
-      fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\" fill=\"%s\">%s</text>\n",
-              PLOT_X1 - 8, y0 + 14 + 13 * shown, color, names[c]);
+      fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\" fill=\"%s\">%s</text>\n", PLOT_X1 - 8,
+              y0 + 14 + 13 * shown, color, names[c]);
       shown++;
     }
   }
@@ -179,8 +179,7 @@ int sl_plot_metrics(const char *jsonl_path, const char *svg_path) {
   size_t cap = 0;
   FILE *out = NULL;
   FILE *in = fopen(jsonl_path, "r");
-  if (!in)
-    return sl_fail(SL_EINPUT, "%s: cannot open metrics file: %s", jsonl_path, strerror(errno));
+  if (!in) return sl_fail(SL_EINPUT, "%s: cannot open metrics file: %s", jsonl_path, strerror(errno));
   ssize_t r;
   while ((r = getline(&line, &cap, in)) >= 0) {
     json_t *o = json_loadb(line, (size_t)r, 0, NULL);
@@ -197,8 +196,10 @@ int sl_plot_metrics(const char *jsonl_path, const char *svg_path) {
     goto done;
   }
   if (s.n == 0) {
-    rc = sl_fail(SL_EINPUT, "%s: no metrics lines: expected JSON objects with numeric \"step\", "
-                 "\"loss\" and \"tokens_per_s\" (file empty or malformed)", jsonl_path);
+    rc = sl_fail(SL_EINPUT,
+                 "%s: no metrics lines: expected JSON objects with numeric \"step\", "
+                 "\"loss\" and \"tokens_per_s\" (file empty or malformed)",
+                 jsonl_path);
     goto done;
   }
   double xlo, xhi;
@@ -225,21 +226,25 @@ int sl_plot_metrics(const char *jsonl_path, const char *svg_path) {
     }
   int np = 2 + any_finite(&s, C_LR) + any_finite(&s, C_GN) + (nmem > 0);
   const int PH = 250, GAP = 70, H = 50 + np * (PH + GAP);
-  fprintf(out, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-               "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"
-               "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", W, H, W, H);
+  fprintf(out,
+          "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+          "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"
+          "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+          W, H, W, H);
   const char *base = strrchr(jsonl_path, '/');
   base = base ? base + 1 : jsonl_path;
-  fprintf(out, "<text x=\"%d\" y=\"28\" text-anchor=\"middle\" font-size=\"16\" "
-               "font-weight=\"bold\">shardlm training metrics: ", W / 2);
+  fprintf(out,
+          "<text x=\"%d\" y=\"28\" text-anchor=\"middle\" font-size=\"16\" "
+          "font-weight=\"bold\">shardlm training metrics: ",
+          W / 2);
   xml_escape(out, base);
   fprintf(out, " (%lld steps)</text>\n", (long long)s.n);
   double y = 50;
-#define NEXT(cols, nc, names, label)                                    \
-  do {                                                                   \
-    panel(out, &s, cols, nc, names, y, y + PH, label, xlo, xhi);        \
-    y += PH + GAP;                                                       \
+#define NEXT(cols, nc, names, label)                                                                                   \
+  do {                                                                                                                 \
+    panel(out, &s, cols, nc, names, y, y + PH, label, xlo, xhi);                                                       \
+    y += PH + GAP;                                                                                                     \
   } while (0)
   NEXT(loss_cols, has_eval ? 2 : 1, has_eval ? loss_names : NULL, "loss");
   NEXT(&tps_col, 1, NULL, "tokens/s");
@@ -258,8 +263,7 @@ int sl_plot_metrics(const char *jsonl_path, const char *svg_path) {
     rc = sl_fail(SL_EIO, "%s: close failed: %s", tmp, strerror(errno));
     goto done;
   }
-  if (rename(tmp, svg_path) != 0)
-    rc = sl_fail(SL_EIO, "cannot rename %s to %s: %s", tmp, svg_path, strerror(errno));
+  if (rename(tmp, svg_path) != 0) rc = sl_fail(SL_EIO, "cannot rename %s to %s: %s", tmp, svg_path, strerror(errno));
 done:
   if (out) fclose(out);
   if (rc && tmp) unlink(tmp);

@@ -42,8 +42,8 @@ static int parse_int(const char *flag, const char *v, int64_t lo, int64_t hi, in
   errno = 0;
   long long x = v ? strtoll(v, &e, 10) : 0;
   if (!v || e == v || *e || errno || x < lo || x > hi)
-    return sl_fail(SL_EINPUT, "%s expects an integer in [%lld, %lld], found '%s'", flag, (long long)lo,
-                   (long long)hi, v ? v : "");
+    return sl_fail(SL_EINPUT, "%s expects an integer in [%lld, %lld], found '%s'", flag, (long long)lo, (long long)hi,
+                   v ? v : "");
   *out = x;
   return SL_OK;
 }
@@ -56,17 +56,41 @@ static int parse(int argc, char **argv, args *a) {
   for (int i = 1; i < argc && !rc; i++) {
     const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int64_t x = 0;
-#define INT(lo, hi, dst) do { rc = parse_int(f, v, lo, hi, &x); if (!rc) dst = x; i++; } while (0)
+#define INT(lo, hi, dst)                                                                                               \
+  do {                                                                                                                 \
+    rc = parse_int(f, v, lo, hi, &x);                                                                                  \
+    if (!rc) dst = x;                                                                                                  \
+    i++;                                                                                                               \
+  } while (0)
     if (!strcmp(f, "--help") || !strcmp(f, "-h")) return -1;
-    else if (!strcmp(f, "--pp")) { INT(1, 4096, a->spec.P); a->have_p = 1; }
-    else if (!strcmp(f, "--micro-batches") || !strcmp(f, "--grad-accum")) { INT(1, 1 << 20, a->spec.m); a->have_m = 1; }
-    else if (!strcmp(f, "--pp-virtual")) { INT(1, 64, a->spec.V); a->vset = 1; }
-    else if (!strcmp(f, "--pp-schedule")) { rc = sl_pp_kind_parse(v, &a->spec.kind); i++; }
-    else if (!strcmp(f, "--layers")) { INT(0, 100000, a->L); a->have_layers = 1; }
-    else if (!strcmp(f, "--model")) { a->model = v; i++; if (!v) rc = sl_fail(SL_EINPUT, "--model needs a value"); }
-    else if (!strcmp(f, "--pp-layout")) { a->layout = v; i++; if (!v) rc = sl_fail(SL_EINPUT, "--pp-layout needs a value"); }
-    else if (!strcmp(f, "--svg")) { a->svg = v; i++; if (!v) rc = sl_fail(SL_EINPUT, "--svg needs a file"); }
-    else if (!strcmp(f, "--bytes")) INT(0, INT64_MAX / 4, a->bytes);
+    else if (!strcmp(f, "--pp")) {
+      INT(1, 4096, a->spec.P);
+      a->have_p = 1;
+    } else if (!strcmp(f, "--micro-batches") || !strcmp(f, "--grad-accum")) {
+      INT(1, 1 << 20, a->spec.m);
+      a->have_m = 1;
+    } else if (!strcmp(f, "--pp-virtual")) {
+      INT(1, 64, a->spec.V);
+      a->vset = 1;
+    } else if (!strcmp(f, "--pp-schedule")) {
+      rc = sl_pp_kind_parse(v, &a->spec.kind);
+      i++;
+    } else if (!strcmp(f, "--layers")) {
+      INT(0, 100000, a->L);
+      a->have_layers = 1;
+    } else if (!strcmp(f, "--model")) {
+      a->model = v;
+      i++;
+      if (!v) rc = sl_fail(SL_EINPUT, "--model needs a value");
+    } else if (!strcmp(f, "--pp-layout")) {
+      a->layout = v;
+      i++;
+      if (!v) rc = sl_fail(SL_EINPUT, "--pp-layout needs a value");
+    } else if (!strcmp(f, "--svg")) {
+      a->svg = v;
+      i++;
+      if (!v) rc = sl_fail(SL_EINPUT, "--svg needs a file");
+    } else if (!strcmp(f, "--bytes")) INT(0, INT64_MAX / 4, a->bytes);
     else if (!strcmp(f, "--micro-batch")) INT(1, 1 << 20, a->b);
     else if (!strcmp(f, "--seq-len")) INT(1, 1 << 30, a->seq);
     else if (!strcmp(f, "--hidden")) INT(1, 1 << 24, a->hidden);
@@ -87,8 +111,10 @@ static int parse(int argc, char **argv, args *a) {
     return sl_fail(SL_EINPUT, "--pp P and --micro-batches M are required (shardlm pp-schedule --help)");
   if (a->spec.kind == SL_PP_INTERLEAVED && !a->vset) a->spec.V = 2;
   if (a->sp && a->seq % a->tp)
-    return sl_fail(SL_EINPUT, "--sequence-parallel splits the sequence over --tp %d, but --seq-len %lld is "
-                   "not a multiple of it", a->tp, (long long)a->seq);
+    return sl_fail(SL_EINPUT,
+                   "--sequence-parallel splits the sequence over --tp %d, but --seq-len %lld is "
+                   "not a multiple of it",
+                   a->tp, (long long)a->seq);
   return SL_OK;
 }
 
@@ -112,10 +138,14 @@ static int model_costs(const char *path, int64_t T, sl_plan_model *pm, double **
     (*lf)[i] = 6.0 * (double)pm->numel[i + 1] + attn;
     (*lb)[i] = 16.0 * (double)pm->numel[i + 1];
   }
-  *c = (sl_pp_costs){.L = L, .layer_flops = *lf, .layer_bytes = *lb, .embed_flops = 0,
-                     .embed_bytes = 16.0 * (double)pm->numel[0], .head_flops = 6.0 * (double)(pm->V * pm->C),
+  *c = (sl_pp_costs){.L = L,
+                     .layer_flops = *lf,
+                     .layer_bytes = *lb,
+                     .embed_flops = 0,
+                     .embed_bytes = 16.0 * (double)pm->numel[0],
+                     .head_flops = 6.0 * (double)(pm->V * pm->C),
                      .head_bytes = 16.0 * (double)(pm->numel[pm->nunits - 1] > pm->V * pm->C ? pm->numel[pm->nunits - 1]
-                                                                                           : pm->V * pm->C + pm->C)};
+                                                                                             : pm->V * pm->C + pm->C)};
   return SL_OK;
 }
 
@@ -161,32 +191,39 @@ static int write_svg(const sl_pp_sched *s, const char *path) {
   double cw = s->makespan > 0 ? 1000.0 / (double)s->makespan : 1;
   if (cw > 28) cw = 28;
   int Wd = X0 + (int)(cw * (double)s->makespan) + 150, H = 90 + P * RH + 40;
-  static const char *const COL[3] = {"#2471a3", "#27ae60", "#d35400"}, *const NAME[3] = {"F forward", "B backward", "W weight grad"};
-  fprintf(m, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" "
-             "height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n<rect width=\"100%%\" height=\"100%%\" "
-             "fill=\"white\"/>\n", Wd, H, Wd, H);
-  fprintf(m, "<text x=\"%d\" y=\"26\" font-size=\"16\" font-weight=\"bold\">shardlm pipeline schedule: %s, P=%d, "
-             "m=%d, V=%d; bubble %lld of %lld time units per rank (%.1f%%)</text>\n", X0, sl_pp_kind_name(s->spec.kind), P,
-          s->spec.m, s->spec.V, (long long)s->idle[0], (long long)s->makespan,
+  static const char *const COL[3] = {"#2471a3", "#27ae60", "#d35400"}, *const NAME[3] = {"F forward", "B backward",
+                                                                                         "W weight grad"};
+  fprintf(m,
+          "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" "
+          "height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n<rect width=\"100%%\" height=\"100%%\" "
+          "fill=\"white\"/>\n",
+          Wd, H, Wd, H);
+  fprintf(m,
+          "<text x=\"%d\" y=\"26\" font-size=\"16\" font-weight=\"bold\">shardlm pipeline schedule: %s, P=%d, "
+          "m=%d, V=%d; bubble %lld of %lld time units per rank (%.1f%%)</text>\n",
+          X0, sl_pp_kind_name(s->spec.kind), P, s->spec.m, s->spec.V, (long long)s->idle[0], (long long)s->makespan,
           s->makespan ? 100.0 * (double)s->idle[0] / (double)s->makespan : 0.0);
   int nk = s->spec.kind == SL_PP_ZB1P ? 3 : 2;
   for (int k = 0; k < nk; k++)
-    fprintf(m, "<rect x=\"%d\" y=\"40\" width=\"14\" height=\"14\" fill=\"%s\"/><text x=\"%d\" y=\"52\" "
-               "font-size=\"12\">%s</text>\n", X0 + 140 * k, COL[k], X0 + 140 * k + 20, NAME[k]);
+    fprintf(m,
+            "<rect x=\"%d\" y=\"40\" width=\"14\" height=\"14\" fill=\"%s\"/><text x=\"%d\" y=\"52\" "
+            "font-size=\"12\">%s</text>\n",
+            X0 + 140 * k, COL[k], X0 + 140 * k + 20, NAME[k]);
   if (s->spec.V > 1)
     fprintf(m, "<text x=\"%d\" y=\"52\" font-size=\"12\">pale: odd chunks; labels mb:chunk</text>\n", X0 + 140 * nk);
   for (int r = 0; r < P; r++) {
     double y = 70 + r * RH;
     fprintf(m, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"12\">rank %d</text>\n", X0 - 8, y + 18, r);
-    fprintf(m, "<rect x=\"%d\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill=\"#eeeeee\"/>\n", X0, y, cw * (double)s->makespan,
-            RH - 4);
+    fprintf(m, "<rect x=\"%d\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill=\"#eeeeee\"/>\n", X0, y,
+            cw * (double)s->makespan, RH - 4);
     for (int i = 0; i < s->nops[r]; i++) {
       const sl_pp_op *o = &s->ops[r][i];
       if (o->kind > SL_PP_W) continue;
       double x = X0 + cw * (double)o->start, wd = cw * (double)(o->end - o->start);
-      fprintf(m, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill=\"%s\" fill-opacity=\"%s\" "
-                 "stroke=\"white\" stroke-width=\"0.5\"/>\n", x, y, wd, RH - 4, COL[(int)o->kind],
-              o->chunk % 2 ? "0.55" : "1");
+      fprintf(m,
+              "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill=\"%s\" fill-opacity=\"%s\" "
+              "stroke=\"white\" stroke-width=\"0.5\"/>\n",
+              x, y, wd, RH - 4, COL[(int)o->kind], o->chunk % 2 ? "0.55" : "1");
       char lab[16];
       sl_pp_op_str(s, o, lab, sizeof lab);
       if (wd >= 5.5 * (double)(strlen(lab) - 1))
@@ -196,9 +233,10 @@ static int write_svg(const sl_pp_sched *s, const char *path) {
     fprintf(m, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">idle %lld, peak %d in flight</text>\n",
             X0 + cw * (double)s->makespan + 8, y + 17, (long long)s->idle[r], s->peak_inflight[r]);
   }
-  fprintf(m, "<text x=\"%d\" y=\"%d\" font-size=\"12\">time units (F = %lld, B = %lld, W = %lld); transfers per "
-             "rank and their bytes: shardlm pp-schedule text output</text>\n</svg>\n", X0, H - 14,
-          (long long)s->spec.cost_f, (long long)s->spec.cost_b, (long long)s->spec.cost_w);
+  fprintf(m,
+          "<text x=\"%d\" y=\"%d\" font-size=\"12\">time units (F = %lld, B = %lld, W = %lld); transfers per "
+          "rank and their bytes: shardlm pp-schedule text output</text>\n</svg>\n",
+          X0, H - 14, (long long)s->spec.cost_f, (long long)s->spec.cost_b, (long long)s->spec.cost_w);
   int rc = SL_OK;
   FILE *out = NULL;
   if (fclose(m) != 0) {
@@ -253,15 +291,18 @@ static void print_report(const sl_pp_sched *s, const args *a) {
            (long long)s->recv_bytes[r]);
   int64_t tot = 0, totb = 0;
   for (int r = 0; r < P; r++) tot += s->sends[r], totb += s->send_bytes[r];
-  printf("step: %lld time units, bubble %lld per rank = %.4f of the ideal %g (%.4f of the step)\n", (long long)s->makespan,
-         (long long)s->idle[0], (double)s->idle[0] / ideal, ideal, (double)s->idle[0] / (double)s->makespan);
+  printf("step: %lld time units, bubble %lld per rank = %.4f of the ideal %g (%.4f of the step)\n",
+         (long long)s->makespan, (long long)s->idle[0], (double)s->idle[0] / ideal, ideal,
+         (double)s->idle[0] / (double)s->makespan);
   if (p->kind == SL_PP_ZB1P)
     printf("closed form: ZB-H1 (P-1)(F+B-W) = %lld per rank, %.4f of ideal (1F1B with B+W as one backward: "
-           "(P-1)(F+B+W) = %lld): %s\n", (long long)((P - 1) * (F + B - W)), (double)((P - 1) * (F + B - W)) / ideal,
+           "(P-1)(F+B+W) = %lld): %s\n",
+           (long long)((P - 1) * (F + B - W)), (double)((P - 1) * (F + B - W)) / ideal,
            (long long)((P - 1) * (F + B + W)), s->idle[0] == (P - 1) * (F + B - W) ? "equal" : "DIFFERENT");
   else
     printf("closed form: (P-1)(F+B) = %lld per rank, (P-1)/(%sm) = %.4f of ideal: %s\n", (long long)((P - 1) * (F + B)),
-           V > 1 ? "V " : "", (double)(P - 1) / ((double)V * m), s->idle[0] == (P - 1) * (F + B) ? "equal" : "DIFFERENT");
+           V > 1 ? "V " : "", (double)(P - 1) / ((double)V * m),
+           s->idle[0] == (P - 1) * (F + B) ? "equal" : "DIFFERENT");
   printf("transfers: %lld sends + %lld receives (%s), %lld bytes sent, %lld each", (long long)tot, (long long)tot,
          P > 1 ? "2 m (P V - 1)" : "one rank: none", (long long)totb, (long long)p->bytes);
   if (a->bytes < 0 && a->hidden)
@@ -291,8 +332,9 @@ static void print_json(const sl_pp_sched *s, const int *lay) {
   json_object_set_new(o, "micro_batches", json_integer(p->m));
   json_object_set_new(o, "virtual", json_integer(p->V));
   json_object_set_new(o, "bytes_per_transfer", json_integer(p->bytes));
-  json_object_set_new(o, "cost", json_pack("{s:I,s:I,s:I}", "F", (json_int_t)p->cost_f, "B", (json_int_t)p->cost_b, "W",
-                                           (json_int_t)p->cost_w));
+  json_object_set_new(
+      o, "cost",
+      json_pack("{s:I,s:I,s:I}", "F", (json_int_t)p->cost_f, "B", (json_int_t)p->cost_b, "W", (json_int_t)p->cost_w));
   json_object_set_new(o, "step_time", json_integer(s->makespan));
   for (int r = 0; r < p->P; r++)
     json_array_append_new(ranks, json_pack("{s:I,s:I,s:i,s:I,s:I,s:I,s:I}", "busy", (json_int_t)s->busy[r], "idle",
@@ -324,9 +366,11 @@ static int layout(const args *a, const sl_pp_costs *c, int S, int P, int **lay_o
     sl_pp_layout_weights(c, S, lay, wf, wb);
     double tf = 0, tb = 0;
     for (int v = 0; v < S; v++) tf += wf[v], tb += wb[v];
-    fprintf(m, "layout (%s, %d decoder layers over %d %sstage%s; the embedding on the first, the final norm + LM head "
-               "on the last)%s:\n", a->layout ? "--pp-layout" : "balanced over FLOPs and memory", a->L, S,
-            S > P ? "virtual " : "", S > 1 ? "s" : "", a->model ? "" : " (uniform layers; --model DIR weighs them)");
+    fprintf(m,
+            "layout (%s, %d decoder layers over %d %sstage%s; the embedding on the first, the final norm + LM head "
+            "on the last)%s:\n",
+            a->layout ? "--pp-layout" : "balanced over FLOPs and memory", a->L, S, S > P ? "virtual " : "",
+            S > 1 ? "s" : "", a->model ? "" : " (uniform layers; --model DIR weighs them)");
     for (int v = 0; v < S; v++)
       fprintf(m, "  stage %-3d rank %-3d layers %4d  FLOPs %5.1f%%  memory %5.1f%%%s%s\n", v, v % P, lay[v],
               tf > 0 ? 100 * wf[v] / tf : 0.0, tb > 0 ? 100 * wb[v] / tb : 0.0, v == 0 ? "  +embedding" : "",
@@ -345,7 +389,10 @@ static int layout(const args *a, const sl_pp_costs *c, int S, int P, int **lay_o
 static int run(int argc, char **argv) {
   args a;
   int rc = parse(argc, argv, &a);
-  if (rc < 0) { usage(stdout); return SL_OK; }
+  if (rc < 0) {
+    usage(stdout);
+    return SL_OK;
+  }
   if (rc) return rc;
   sl_plan_model pm;
   memset(&pm, 0, sizeof pm);
@@ -362,7 +409,10 @@ static int run(int argc, char **argv) {
   } else if (a.have_layers) {
     lf = calloc((size_t)a.L + 1, sizeof(double));
     lb = calloc((size_t)a.L + 1, sizeof(double));
-    if (!lf || !lb) { rc = sl_fail(SL_ENOMEM, "out of memory"); goto done; }
+    if (!lf || !lb) {
+      rc = sl_fail(SL_ENOMEM, "out of memory");
+      goto done;
+    }
     for (int i = 0; i < a.L; i++) lf[i] = lb[i] = 1;
     c = (sl_pp_costs){.L = a.L, .layer_flops = lf, .layer_bytes = lb};
   }

@@ -7,34 +7,33 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "formats/dataset.h"
 #include "data/prepare.h"
+#include "formats/dataset.h"
 #include "tools/tools.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: shardlm prepare --input FILE [--input FILE ...] --output PREFIX [flags]\n"
-          "Writes a Megatron indexed dataset PREFIX.bin + PREFIX.idx (+ PREFIX.lmask for the\n"
-          "fine-tuning formats). Inputs by suffix: .jsonl / .json / .ndjson rows, or text; any of\n"
-          "them may be compressed (.gz, .zst).\n"
-          "  --tokenizer PATH      tokenizer.json or a model directory holding it (default: the\n"
-          "                        built-in byte-level tokenizer: bytes 0-255, end-of-document 256)\n"
-          "  --format F            text (default) | prompt-completion | messages\n"
-          "  --json-key KEY        --format text: the row's text field (default: text)\n"
-          "  --chat-template T     --format messages: each message rendered as T, with {role} and\n"
-          "                        {content} (\\n and \\t escapes); only assistant content + the part\n"
-          "                        after {content} count in the loss\n"
-          "  --split-lines         .txt: every non-empty line is a document\n"
-          "  --split-blank-lines   .txt: documents separated by blank lines (the default)\n"
-          "  --doc-per-file        .txt: each file is one document\n"
-          "  --append-eod          end every document with the tokenizer's end-of-sequence id\n"
-          "                        (default: on for byte-level, off for a tokenizer)\n"
-          "  --no-append-eod       do not\n"
-          "  --prepend-bos         start every document with the tokenizer's beginning-of-sequence id\n"
-          "  --skip-bad            count and skip bad rows (invalid JSON or UTF-8, a missing key)\n"
-          "                        instead of stopping at the first\n"
-          "  --workers N           tokenizing threads (default: online CPUs)\n"
-          "  --quiet               no progress line or summary\n");
+  fprintf(f, "usage: shardlm prepare --input FILE [--input FILE ...] --output PREFIX [flags]\n"
+             "Writes a Megatron indexed dataset PREFIX.bin + PREFIX.idx (+ PREFIX.lmask for the\n"
+             "fine-tuning formats). Inputs by suffix: .jsonl / .json / .ndjson rows, or text; any of\n"
+             "them may be compressed (.gz, .zst).\n"
+             "  --tokenizer PATH      tokenizer.json or a model directory holding it (default: the\n"
+             "                        built-in byte-level tokenizer: bytes 0-255, end-of-document 256)\n"
+             "  --format F            text (default) | prompt-completion | messages\n"
+             "  --json-key KEY        --format text: the row's text field (default: text)\n"
+             "  --chat-template T     --format messages: each message rendered as T, with {role} and\n"
+             "                        {content} (\\n and \\t escapes); only assistant content + the part\n"
+             "                        after {content} count in the loss\n"
+             "  --split-lines         .txt: every non-empty line is a document\n"
+             "  --split-blank-lines   .txt: documents separated by blank lines (the default)\n"
+             "  --doc-per-file        .txt: each file is one document\n"
+             "  --append-eod          end every document with the tokenizer's end-of-sequence id\n"
+             "                        (default: on for byte-level, off for a tokenizer)\n"
+             "  --no-append-eod       do not\n"
+             "  --prepend-bos         start every document with the tokenizer's beginning-of-sequence id\n"
+             "  --skip-bad            count and skip bad rows (invalid JSON or UTF-8, a missing key)\n"
+             "                        instead of stopping at the first\n"
+             "  --workers N           tokenizing threads (default: online CPUs)\n"
+             "  --quiet               no progress line or summary\n");
 }
 
 int sl_tool_prepare(int argc, char **argv) {
@@ -45,22 +44,35 @@ int sl_tool_prepare(int argc, char **argv) {
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEEDV()                                                                      \
-  do {                                                                               \
-    if (!v) {                                                                        \
-      fprintf(stderr, "shardlm prepare: %s needs a value (see --help)\n", a);       \
-      free(inputs);                                                                  \
-      return 2;                                                                      \
-    }                                                                                \
-    i++;                                                                             \
+#define NEEDV()                                                                                                        \
+  do {                                                                                                                 \
+    if (!v) {                                                                                                          \
+      fprintf(stderr, "shardlm prepare: %s needs a value (see --help)\n", a);                                          \
+      free(inputs);                                                                                                    \
+      return 2;                                                                                                        \
+    }                                                                                                                  \
+    i++;                                                                                                               \
   } while (0)
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); free(inputs); return 0; }
-    else if (!strcmp(a, "--input")) { NEEDV(); inputs[c.ninputs++] = v; }
-    else if (!strcmp(a, "--output")) { NEEDV(); c.output = v; }
-    else if (!strcmp(a, "--tokenizer")) { NEEDV(); c.tokenizer = v; }
-    else if (!strcmp(a, "--json-key")) { NEEDV(); c.json_key = v; }
-    else if (!strcmp(a, "--chat-template")) { NEEDV(); c.chat_template = v; }
-    else if (!strcmp(a, "--format")) {
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      free(inputs);
+      return 0;
+    } else if (!strcmp(a, "--input")) {
+      NEEDV();
+      inputs[c.ninputs++] = v;
+    } else if (!strcmp(a, "--output")) {
+      NEEDV();
+      c.output = v;
+    } else if (!strcmp(a, "--tokenizer")) {
+      NEEDV();
+      c.tokenizer = v;
+    } else if (!strcmp(a, "--json-key")) {
+      NEEDV();
+      c.json_key = v;
+    } else if (!strcmp(a, "--chat-template")) {
+      NEEDV();
+      c.chat_template = v;
+    } else if (!strcmp(a, "--format")) {
       NEEDV();
       if (!strcmp(v, "text")) c.format = SL_PREP_TEXT;
       else if (!strcmp(v, "prompt-completion")) c.format = SL_PREP_PROMPT_COMPLETION;
@@ -80,8 +92,7 @@ int sl_tool_prepare(int argc, char **argv) {
         return 2;
       }
       c.workers = (int)n;
-    }
-    else if (!strcmp(a, "--split-lines")) c.split = SL_SPLIT_LINES;
+    } else if (!strcmp(a, "--split-lines")) c.split = SL_SPLIT_LINES;
     else if (!strcmp(a, "--split-blank-lines")) c.split = SL_SPLIT_BLANK;
     else if (!strcmp(a, "--doc-per-file")) c.split = SL_SPLIT_FILE;
     else if (!strcmp(a, "--append-eod")) c.append_eod = 1;
@@ -113,8 +124,8 @@ int sl_tool_prepare(int argc, char **argv) {
   if (!quiet) {
     if (st.has_mask) printf("wrote %s.bin, %s.idx and %s.lmask", c.output, c.output, c.output);
     else printf("wrote %s.bin and %s.idx", c.output, c.output);
-    printf(": %lld documents, %lld tokens (%s, vocab %lld", (long long)st.documents,
-           (long long)st.tokens, st.dtype == SL_IDX_UINT16 ? "uint16" : "int32", (long long)st.vocab);
+    printf(": %lld documents, %lld tokens (%s, vocab %lld", (long long)st.documents, (long long)st.tokens,
+           st.dtype == SL_IDX_UINT16 ? "uint16" : "int32", (long long)st.vocab);
     if (!c.tokenizer) printf(", byte-level, end-of-document %d", SL_BYTE_EOD);
     printf(")");
     if (st.has_mask) printf(", %lld of them counted in the loss", (long long)st.loss_tokens);

@@ -75,7 +75,10 @@ static int signal_descendants(pid_t root, int sig) {
       if (in[i]) continue;
       int up = ppid[i] == root;
       for (int j = 0; j < n && !up; j++) up = in[j] && pid[j] == ppid[i];
-      if (up) { in[i] = 1; changed = 1; }
+      if (up) {
+        in[i] = 1;
+        changed = 1;
+      }
     }
   }
   for (int i = 0; i < n; i++)
@@ -107,7 +110,10 @@ static int run_once(char **args) {
   if (pid == 0) {
     setpgid(0, 0); /* the job's own group: a terminal's Ctrl-C reaches the supervisor only */
     int fd = open("/dev/null", O_RDONLY);
-    if (fd >= 0) { dup2(fd, 0); close(fd); }
+    if (fd >= 0) {
+      dup2(fd, 0);
+      close(fd);
+    }
     signal(SIGTERM, SIG_DFL);
     signal(SIGINT, SIG_DFL);
     execvp(args[0], args);
@@ -120,7 +126,10 @@ static int run_once(char **args) {
   for (;;) {
     pid_t w = waitpid(pid, &st, WNOHANG);
     if (w == pid) break;
-    if (w < 0 && errno != EINTR) { st = 1 << 8; break; } /* exit status 1 */
+    if (w < 0 && errno != EINTR) {
+      st = 1 << 8;
+      break;
+    }                  /* exit status 1 */
     if (nsig > seen) { /* forward each signal to the ranks (a second one: they stop at once) */
       int n = signal_descendants(pid, got_sig);
       if (n > 0) { /* none yet: mpirun is still starting them; try again next round */
@@ -133,8 +142,10 @@ static int run_once(char **args) {
     if (deadline && now_s() > deadline && killed < 2) {
       fprintf(stderr, "shardlm: the job did not stop within SL_STOP_GRACE=%.0f s: %s\n", stop_grace(),
               killed ? "killing it" : "terminating mpirun");
-      if (killed) { signal_descendants(pid, SIGKILL); kill(-pid, SIGKILL); }
-      else kill(pid, SIGTERM);
+      if (killed) {
+        signal_descendants(pid, SIGKILL);
+        kill(-pid, SIGKILL);
+      } else kill(pid, SIGTERM);
       killed++;
       deadline = now_s() + 10;
     }
@@ -142,12 +153,10 @@ static int run_once(char **args) {
   }
   /* nothing outlives the job: ranks whose mpirun is gone were handed to us (subreaper) */
   kill(-pid, SIGKILL);
-  while (waitpid(-1, NULL, WNOHANG) > 0) {
-  }
+  while (waitpid(-1, NULL, WNOHANG) > 0) {}
   int left = signal_descendants(getpid(), SIGKILL);
   if (left > 0) fprintf(stderr, "shardlm: killed %d process%s left over by the job\n", left, left == 1 ? "" : "es");
-  while (left > 0 && waitpid(-1, NULL, 0) > 0) {
-  }
+  while (left > 0 && waitpid(-1, NULL, 0) > 0) {}
   if (WIFEXITED(st)) return WEXITSTATUS(st);
   return 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 }
@@ -166,8 +175,10 @@ int sl_supervise(int argc, char **argv, int max_restarts) {
   args[k++] = "-np";
   args[k++] = np;
   ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (len > 0) { self[len] = 0; args[k++] = self; }
-  else args[k++] = argv[0];
+  if (len > 0) {
+    self[len] = 0;
+    args[k++] = self;
+  } else args[k++] = argv[0];
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if ((!strcmp(a, "--nproc") || !strcmp(a, "--max-restarts")) && i + 1 < argc) {
@@ -175,7 +186,10 @@ int sl_supervise(int argc, char **argv, int max_restarts) {
       i++;
       continue;
     }
-    if (!strncmp(a, "--nproc=", 8)) { snprintf(np, sizeof np, "%s", a + 8); continue; }
+    if (!strncmp(a, "--nproc=", 8)) {
+      snprintf(np, sizeof np, "%s", a + 8);
+      continue;
+    }
     if (!strncmp(a, "--max-restarts=", 15)) continue;
     if (!strcmp(a, "--resume")) has_resume = 1;
     args[k++] = argv[i];

@@ -23,7 +23,11 @@ static char *slurp(const char *path, size_t *n) {
     len += r;
     if (cap - len < 2) {
       char *nb = realloc(b, cap * 2);
-      if (!nb) { free(b); b = NULL; break; }
+      if (!nb) {
+        free(b);
+        b = NULL;
+        break;
+      }
       b = nb;
       cap *= 2;
     }
@@ -79,7 +83,10 @@ static int for_docs(char *buf, size_t n, int lines, int jsonl, doc_fn fn, void *
     ln++;
     int rc;
     if (jsonl) {
-      if (end == i) { i = end + 1; continue; }
+      if (end == i) {
+        i = end + 1;
+        continue;
+      }
       json_error_t err;
       json_t *j = json_loadb(buf + i, end - i, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
       json_t *s = json_is_object(j) ? json_object_get(j, "text") : j;
@@ -176,7 +183,8 @@ static int detok_line(const sl_tokenizer *t, char *s, size_t n, long line, int j
     if (p >= end) break;
     char *e;
     long v = strtol(p, &e, 10);
-    if (e == p || e > end || v < INT32_MIN || v > INT32_MAX) rc = sl_fail(SL_EINPUT, "line %ld: expected token ids, found '%.20s'", line, p);
+    if (e == p || e > end || v < INT32_MIN || v > INT32_MAX)
+      rc = sl_fail(SL_EINPUT, "line %ld: expected token ids, found '%.20s'", line, p);
     ids[k++] = (int32_t)v;
     p = e;
   }
@@ -286,7 +294,8 @@ int sl_tool_tokenize_bench(int argc, char **argv) {
   double dt = sl_now_s() - t0;
   if (rc) fprintf(stderr, "shardlm bench tokenizer: %s: %s\n", a.input, sl_errmsg());
   else
-    printf("{\"bench\": \"tokenizer\", \"threads\": 1, \"docs\": %lld, \"bytes\": %zu, \"tokens\": %lld, \"seconds\": %.3f, "
+    printf("{\"bench\": \"tokenizer\", \"threads\": 1, \"docs\": %lld, \"bytes\": %zu, \"tokens\": %lld, \"seconds\": "
+           "%.3f, "
            "\"tokens_per_s\": %.0f, \"mb_per_s\": %.2f, \"load_s\": %.3f}\n",
            (long long)c.docs, c.bytes, (long long)c.tokens, dt, c.tokens / dt, c.bytes / dt / 1e6, tload);
   free(buf);

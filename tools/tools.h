@@ -4,17 +4,17 @@
 #ifndef SL_TOOLS_H
 #define SL_TOOLS_H
 
-int sl_tool_bench(int argc, char **argv);   /* tools/bench.c */
-int sl_tool_plan(int argc, char **argv);    /* tools/plan.c */
-int sl_tool_pp_schedule(int argc, char **argv); /* tools/pp_schedule.c */
-int sl_tool_convert(int argc, char **argv); /* tools/convert.c */
-int sl_tool_prepare(int argc, char **argv); /* tools/prepare.c */
-int sl_tool_tokenize(int argc, char **argv);       /* tools/tokenize.c */
-int sl_tool_detok(int argc, char **argv);          /* tools/tokenize.c */
-int sl_tool_tokenize_bench(int argc, char **argv); /* tools/tokenize.c: bench tokenizer */
-int sl_tool_eval(int argc, char **argv);     /* tools/eval_cmd.c (argv[1] = "eval") */
-int sl_tool_generate(int argc, char **argv); /* tools/generate_cmd.c */
-int sl_under_launcher(void);                  /* tools/main.c: started by mpirun / Slurm */
+int sl_tool_bench(int argc, char **argv);                  /* tools/bench.c */
+int sl_tool_plan(int argc, char **argv);                   /* tools/plan.c */
+int sl_tool_pp_schedule(int argc, char **argv);            /* tools/pp_schedule.c */
+int sl_tool_convert(int argc, char **argv);                /* tools/convert.c */
+int sl_tool_prepare(int argc, char **argv);                /* tools/prepare.c */
+int sl_tool_tokenize(int argc, char **argv);               /* tools/tokenize.c */
+int sl_tool_detok(int argc, char **argv);                  /* tools/tokenize.c */
+int sl_tool_tokenize_bench(int argc, char **argv);         /* tools/tokenize.c: bench tokenizer */
+int sl_tool_eval(int argc, char **argv);                   /* tools/eval_cmd.c (argv[1] = "eval") */
+int sl_tool_generate(int argc, char **argv);               /* tools/generate_cmd.c */
+int sl_under_launcher(void);                               /* tools/main.c: started by mpirun / Slurm */
 int sl_supervise(int argc, char **argv, int max_restarts); /* tools/supervise.c */
 
 #endif

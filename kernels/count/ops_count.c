@@ -27,7 +27,7 @@ typedef struct {
 
 struct sl_kctx {
   sl_count_stats st;
-  vblock *v;  /* blocks past the address space: (v, nv) */
+  vblock *v; /* blocks past the address space: (v, nv) */
   int nv, capv;
 };
 
@@ -60,39 +60,59 @@ static void c_ctx_destroy(sl_kctx *k) {
   free(k->v);
   free(k);
 }
-static size_t c_scratch(const sl_kctx *k) { (void)k; return 0; }
+static size_t c_scratch(const sl_kctx *k) {
+  (void)k;
+  return 0;
+}
 
 static void c_embedding_fwd(sl_kctx *k, float *out, const int32_t *tok, const float *wte, int64_t N, int64_t C) {
-  (void)out; (void)tok; (void)wte;
+  (void)out;
+  (void)tok;
+  (void)wte;
   add(k, D(N) * D(C) * 0, 0); /* a lookup: no arithmetic */
 }
 static void c_embedding_bwd(sl_kctx *k, float *dwte, const float *dout, const int32_t *tok, int64_t N, int64_t C) {
-  (void)dwte; (void)dout; (void)tok;
+  (void)dwte;
+  (void)dout;
+  (void)tok;
   add(k, D(N) * D(C), 0);
 }
 static void c_rmsnorm_fwd(sl_kctx *k, float *out, float *rstd, const float *inp, const float *w, int64_t N, int64_t C,
                           float eps) {
-  (void)out; (void)rstd; (void)inp; (void)w; (void)eps;
+  (void)out;
+  (void)rstd;
+  (void)inp;
+  (void)w;
+  (void)eps;
   add(k, 4 * D(N) * D(C), 0);
 }
 static void c_rmsnorm_bwd(sl_kctx *k, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                           const float *rstd, int64_t N, int64_t C) {
-  (void)dinp; (void)dw; (void)dout; (void)inp; (void)w; (void)rstd;
+  (void)dinp;
+  (void)dw;
+  (void)dout;
+  (void)inp;
+  (void)w;
+  (void)rstd;
   add(k, 8 * D(N) * D(C), 0);
 }
 static void c_linear_fwd(sl_kctx *k, float *out, const float *inp, const float *w, const float *b, int64_t N,
                          int64_t IC, int64_t OC) {
-  (void)out; (void)inp; (void)w;
+  (void)out;
+  (void)inp;
+  (void)w;
   add(k, b ? D(N) * D(OC) : 0, 2 * D(N) * D(IC) * D(OC));
 }
 static void c_linear_bwd(sl_kctx *k, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                          const float *w, int64_t N, int64_t IC, int64_t OC) {
-  (void)dout; (void)inp; (void)w;
+  (void)dout;
+  (void)inp;
+  (void)w;
   add(k, db ? D(N) * D(OC) : 0, ((dinp ? 2 : 0) + (dw ? 2 : 0)) * D(N) * D(IC) * D(OC));
 }
-static void c_rope_fwd(sl_kctx *k, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                       float theta) {
-  (void)qkv; (void)theta;
+static void c_rope_fwd(sl_kctx *k, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta) {
+  (void)qkv;
+  (void)theta;
   add(k, 3 * D(B) * D(T) * D(nh + nkv) * D(hd), 0);
 }
 static void c_rope_doc_fwd(sl_kctx *k, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
@@ -103,18 +123,28 @@ static void c_rope_doc_fwd(sl_kctx *k, float *qkv, int64_t B, int64_t T, int64_t
 /* scores and values without the causal halving: the 12 l h s convention */
 static void c_attention_fwd(sl_kctx *k, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
                             int64_t nkv, int64_t hd, int64_t window) {
-  (void)out; (void)lse; (void)qkv; (void)nkv; (void)window;
+  (void)out;
+  (void)lse;
+  (void)qkv;
+  (void)nkv;
+  (void)window;
   add(k, 5 * D(B) * D(nh) * D(T) * D(T), 4 * D(B) * D(T) * D(T) * D(nh) * D(hd));
 }
 static void c_attention_bwd(sl_kctx *k, float *dqkv, const float *dout, const float *qkv, const float *out,
                             const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
                             int64_t window) {
-  (void)dqkv; (void)dout; (void)qkv; (void)out; (void)lse; (void)nkv; (void)window;
+  (void)dqkv;
+  (void)dout;
+  (void)qkv;
+  (void)out;
+  (void)lse;
+  (void)nkv;
+  (void)window;
   /* recomputed scores (2) + dV, dP, dQ, dK (8) */
   add(k, 5 * D(B) * D(nh) * D(T) * D(T), 10 * D(B) * D(T) * D(T) * D(nh) * D(hd));
 }
-static void c_attention_doc_fwd(sl_kctx *k, float *out, float *lse, const float *qkv, int64_t B, int64_t T,
-                                int64_t nh, int64_t nkv, int64_t hd, int64_t window, const int32_t *seg) {
+static void c_attention_doc_fwd(sl_kctx *k, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
+                                int64_t nkv, int64_t hd, int64_t window, const int32_t *seg) {
   (void)seg;
   c_attention_fwd(k, out, lse, qkv, B, T, nh, nkv, hd, window);
 }
@@ -125,68 +155,120 @@ static void c_attention_doc_bwd(sl_kctx *k, float *dqkv, const float *dout, cons
   c_attention_bwd(k, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window);
 }
 static void c_swiglu_fwd(sl_kctx *k, float *out, const float *gu, int64_t N, int64_t H) {
-  (void)out; (void)gu;
+  (void)out;
+  (void)gu;
   add(k, 5 * D(N) * D(H), 0);
 }
 static void c_swiglu_bwd(sl_kctx *k, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H) {
-  (void)dgu; (void)dout; (void)gu;
+  (void)dgu;
+  (void)dout;
+  (void)gu;
   add(k, 10 * D(N) * D(H), 0);
 }
 static void c_add_inplace(sl_kctx *k, float *y, const float *x, int64_t n) {
-  (void)y; (void)x;
+  (void)y;
+  (void)x;
   add(k, D(n), 0);
 }
 static void c_lmhead_ce_fwd(sl_kctx *k, float *losses, float *lse, const float *x, const float *w,
                             const int32_t *targets, int64_t N, int64_t C, int64_t V) {
-  (void)losses; (void)lse; (void)x; (void)w; (void)targets;
+  (void)losses;
+  (void)lse;
+  (void)x;
+  (void)w;
+  (void)targets;
   add(k, 4 * D(N) * D(V), 2 * D(N) * D(C) * D(V));
 }
 static void c_lmhead_ce_bwd(sl_kctx *k, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
                             const float *lse, float scale, int64_t N, int64_t C, int64_t V) {
-  (void)dx; (void)dw; (void)x; (void)w; (void)targets; (void)lse; (void)scale;
+  (void)dx;
+  (void)dw;
+  (void)x;
+  (void)w;
+  (void)targets;
+  (void)lse;
+  (void)scale;
   add(k, 4 * D(N) * D(V), 6 * D(N) * D(C) * D(V)); /* logits recomputed, then dx and dw */
 }
 /* vocabulary-parallel ops: the same counts as their whole-vocabulary twins
  * over this rank's slice (Vvalid rows) */
 static void c_vocab_embedding_fwd(sl_kctx *k, float *out, const int32_t *tok, const float *wte, int64_t N, int64_t C,
                                   int64_t v0, int64_t Vl) {
-  (void)out; (void)tok; (void)wte; (void)v0; (void)Vl;
+  (void)out;
+  (void)tok;
+  (void)wte;
+  (void)v0;
+  (void)Vl;
   add(k, 0, 0); /* a lookup: no arithmetic */
 }
 static void c_vocab_embedding_bwd(sl_kctx *k, float *dwte, const float *dout, const int32_t *tok, int64_t N, int64_t C,
                                   int64_t v0, int64_t Vl) {
-  (void)dwte; (void)dout; (void)tok; (void)v0; (void)Vl;
+  (void)dwte;
+  (void)dout;
+  (void)tok;
+  (void)v0;
+  (void)Vl;
   add(k, D(N) * D(C), 0);
 }
 static void c_lmhead_vp_fwd(sl_kctx *k, float *lmax, float *st, const float *x, const float *w, const int32_t *targets,
                             int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid) {
-  (void)lmax; (void)st; (void)x; (void)w; (void)targets; (void)v0; (void)Vl;
+  (void)lmax;
+  (void)st;
+  (void)x;
+  (void)w;
+  (void)targets;
+  (void)v0;
+  (void)Vl;
   add(k, 4 * D(N) * D(Vvalid), 2 * D(N) * D(C) * D(Vvalid));
 }
 static void c_lmhead_vp_rescale(sl_kctx *k, float *st, const float *lmax, const float *gmax, int64_t N) {
-  (void)st; (void)lmax; (void)gmax;
+  (void)st;
+  (void)lmax;
+  (void)gmax;
   add(k, 2 * D(N), 0);
 }
 static void c_lmhead_vp_loss(sl_kctx *k, float *losses, float *lse, const float *st, const float *gmax,
                              const int32_t *targets, int64_t N) {
-  (void)losses; (void)lse; (void)st; (void)gmax; (void)targets;
+  (void)losses;
+  (void)lse;
+  (void)st;
+  (void)gmax;
+  (void)targets;
   add(k, 3 * D(N), 0);
 }
 static void c_lmhead_vp_bwd(sl_kctx *k, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
                             const float *lse, float scale, int64_t N, int64_t C, int64_t v0, int64_t Vl,
                             int64_t Vvalid) {
-  (void)dx; (void)dw; (void)x; (void)w; (void)targets; (void)lse; (void)scale; (void)v0; (void)Vl;
+  (void)dx;
+  (void)dw;
+  (void)x;
+  (void)w;
+  (void)targets;
+  (void)lse;
+  (void)scale;
+  (void)v0;
+  (void)Vl;
   add(k, 4 * D(N) * D(Vvalid), 6 * D(N) * D(C) * D(Vvalid));
 }
 /* bf16 compute changes no count: FLOPs and bytes are the same ops' */
 static int c_ctx_set_compute(sl_kctx *k, int compute) {
   (void)k;
-  return compute == SL_COMPUTE_FP32 || compute == SL_COMPUTE_BF16 ? SL_OK
-                                                                  : sl_fail(SL_EINPUT, "unknown compute dtype %d", compute);
+  return compute == SL_COMPUTE_FP32 || compute == SL_COMPUTE_BF16
+             ? SL_OK
+             : sl_fail(SL_EINPUT, "unknown compute dtype %d", compute);
 }
 static void c_adamw(sl_kctx *k, float *p, float *m, float *v, const float *g, int64_t n, float lr, float b1, float b2,
                     float eps, float wd, int64_t step, float grad_scale) {
-  (void)p; (void)m; (void)v; (void)g; (void)lr; (void)b1; (void)b2; (void)eps; (void)wd; (void)step;
+  (void)p;
+  (void)m;
+  (void)v;
+  (void)g;
+  (void)lr;
+  (void)b1;
+  (void)b2;
+  (void)eps;
+  (void)wd;
+  (void)step;
   (void)grad_scale;
   add(k, 14 * D(n), 0);
 }
@@ -196,15 +278,18 @@ static double c_sumsq(sl_kctx *k, const float *x, int64_t n) {
   return 0.0;
 }
 static void c_scale(sl_kctx *k, float *x, float a, int64_t n) {
-  (void)x; (void)a;
+  (void)x;
+  (void)a;
   add(k, D(n), 0);
 }
 static void c_f32_to_bf16(sl_kctx *k, uint16_t *out, const float *in, int64_t n) {
-  (void)out; (void)in;
+  (void)out;
+  (void)in;
   add(k, D(n), 0);
 }
 static void c_bf16_to_f32(sl_kctx *k, float *out, const uint16_t *in, int64_t n) {
-  (void)out; (void)in;
+  (void)out;
+  (void)in;
   add(k, D(n), 0);
 }
 static void c_round_bf16(sl_kctx *k, float *x, int64_t n) {
@@ -213,44 +298,88 @@ static void c_round_bf16(sl_kctx *k, float *x, int64_t n) {
 }
 static void c_conv1d_fwd(sl_kctx *k, float *out, const float *x, int64_t ldx, const float *w, const float *bias,
                          int64_t B, int64_t T, int64_t D_, int64_t K) {
-  (void)out; (void)x; (void)ldx; (void)w; (void)bias;
+  (void)out;
+  (void)x;
+  (void)ldx;
+  (void)w;
+  (void)bias;
   add(k, 2 * D(B) * D(T) * D(D_) * D(K), 0);
 }
-static void c_conv1d_bwd(sl_kctx *k, float *dx, int64_t ldx, float *dw, float *dbias, const float *dout,
-                         const float *x, int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D_,
-                         int64_t K) {
-  (void)dx; (void)ldx; (void)dw; (void)dbias; (void)dout; (void)x; (void)ldx_in; (void)w;
+static void c_conv1d_bwd(sl_kctx *k, float *dx, int64_t ldx, float *dw, float *dbias, const float *dout, const float *x,
+                         int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D_, int64_t K) {
+  (void)dx;
+  (void)ldx;
+  (void)dw;
+  (void)dbias;
+  (void)dout;
+  (void)x;
+  (void)ldx_in;
+  (void)w;
   add(k, 4 * D(B) * D(T) * D(D_) * D(K), 0);
 }
 static void c_silu_fwd(sl_kctx *k, float *out, const float *x, int64_t n) {
-  (void)out; (void)x;
+  (void)out;
+  (void)x;
   add(k, 4 * D(n), 0);
 }
 static void c_silu_bwd(sl_kctx *k, float *dx, const float *dout, const float *x, int64_t n) {
-  (void)dx; (void)dout; (void)x;
+  (void)dx;
+  (void)dout;
+  (void)x;
   add(k, 6 * D(n), 0);
 }
 static void c_gate_fwd(sl_kctx *k, float *out, const float *y, const float *z, int64_t ldz, int64_t N, int64_t D_) {
-  (void)out; (void)y; (void)z; (void)ldz;
+  (void)out;
+  (void)y;
+  (void)z;
+  (void)ldz;
   add(k, 5 * D(N) * D(D_), 0);
 }
-static void c_gate_bwd(sl_kctx *k, float *dy, float *dz, int64_t ldz, const float *dout, const float *y,
-                       const float *z, int64_t N, int64_t D_) {
-  (void)dy; (void)dz; (void)ldz; (void)dout; (void)y; (void)z;
+static void c_gate_bwd(sl_kctx *k, float *dy, float *dz, int64_t ldz, const float *dout, const float *y, const float *z,
+                       int64_t N, int64_t D_) {
+  (void)dy;
+  (void)dz;
+  (void)ldz;
+  (void)dout;
+  (void)y;
+  (void)z;
   add(k, 10 * D(N) * D(D_), 0);
 }
 static void c_scan_fwd(sl_kctx *k, float *y, float *ckpt, const float *u, const float *dt, const float *A_log,
                        const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, int64_t B, int64_t T,
                        int64_t D_, int64_t S, int64_t chunk) {
-  (void)y; (void)ckpt; (void)u; (void)dt; (void)A_log; (void)Bm; (void)Cm; (void)ldbc; (void)Dp; (void)chunk;
+  (void)y;
+  (void)ckpt;
+  (void)u;
+  (void)dt;
+  (void)A_log;
+  (void)Bm;
+  (void)Cm;
+  (void)ldbc;
+  (void)Dp;
+  (void)chunk;
   add(k, 9 * D(B) * D(T) * D(D_) * D(S), 0);
 }
 static void c_scan_bwd(sl_kctx *k, float *du, float *ddt, float *dA_log, float *dBm, float *dCm, float *dDp,
                        const float *dy, const float *u, const float *dt, const float *A_log, const float *Bm,
                        const float *Cm, int64_t ldbc, const float *Dp, const float *ckpt, int64_t B, int64_t T,
                        int64_t D_, int64_t S, int64_t chunk) {
-  (void)du; (void)ddt; (void)dA_log; (void)dBm; (void)dCm; (void)dDp; (void)dy; (void)u; (void)dt; (void)A_log;
-  (void)Bm; (void)Cm; (void)ldbc; (void)Dp; (void)ckpt; (void)chunk;
+  (void)du;
+  (void)ddt;
+  (void)dA_log;
+  (void)dBm;
+  (void)dCm;
+  (void)dDp;
+  (void)dy;
+  (void)u;
+  (void)dt;
+  (void)A_log;
+  (void)Bm;
+  (void)Cm;
+  (void)ldbc;
+  (void)Dp;
+  (void)ckpt;
+  (void)chunk;
   add(k, 27 * D(B) * D(T) * D(D_) * D(S), 0); /* states recomputed from the checkpoints, then the gradients */
 }
 
@@ -307,9 +436,15 @@ static void c_free(sl_kctx *k, void *ptr) {
   count_bytes(k, -(int64_t)((size_t *)p)[1]);
   munmap(p, len);
 }
-static void c_zero(sl_kctx *k, void *p, size_t bytes) { (void)p; (void)bytes; add(k, 0, 0); }
+static void c_zero(sl_kctx *k, void *p, size_t bytes) {
+  (void)p;
+  (void)bytes;
+  add(k, 0, 0);
+}
 static void c_copy(sl_kctx *k, void *dst, const void *src, size_t bytes) {
-  (void)dst; (void)src; (void)bytes;
+  (void)dst;
+  (void)src;
+  (void)bytes;
   add(k, 0, 0);
 }
 static void c_upload(sl_kctx *k, void *dst, const void *src, size_t bytes) { c_copy(k, dst, src, bytes); }
@@ -319,9 +454,15 @@ static double c_sum(sl_kctx *k, const float *x, int64_t n) {
   add(k, D(n), 0);
   return 0.0;
 }
-static int c_sync(sl_kctx *k) { (void)k; return SL_OK; }
+static int c_sync(sl_kctx *k) {
+  (void)k;
+  return SL_OK;
+}
 static int c_is_device(void) { return 0; } /* host-side comms: the counting communicator */
-static void *c_stream(sl_kctx *k) { (void)k; return NULL; }
+static void *c_stream(sl_kctx *k) {
+  (void)k;
+  return NULL;
+}
 
 static const sl_ops g_count_ops = {
     .name = "count",

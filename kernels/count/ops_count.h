@@ -18,11 +18,11 @@ extern "C" {
 #endif
 
 typedef struct {
-  double flops;         /* every op: multiply-adds x 2 and elementwise work */
-  double matmul_flops;  /* GEMMs, attention scores and the LM head (the "model FLOPs" kind) */
-  uint64_t calls;       /* ops called (memory ops included) */
-  int64_t live_bytes;   /* backend bytes allocated and not freed */
-  int64_t peak_bytes;   /* high-water of live_bytes */
+  double flops;        /* every op: multiply-adds x 2 and elementwise work */
+  double matmul_flops; /* GEMMs, attention scores and the LM head (the "model FLOPs" kind) */
+  uint64_t calls;      /* ops called (memory ops included) */
+  int64_t live_bytes;  /* backend bytes allocated and not freed */
+  int64_t peak_bytes;  /* high-water of live_bytes */
 } sl_count_stats;
 
 /* The counting op table (also sl_backend_get("count")). */

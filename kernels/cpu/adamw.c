@@ -34,10 +34,8 @@
 
 /* Prototype of the fused entry point (exported to offload/; the lead may move
  * it into cpu_ops.h). */
-void sl_cpu_adamw_bf16(sl_kctx *ctx, float *p, float *m, float *v,
-                       const float *g, int64_t n, float lr, float b1, float b2,
-                       float eps, float wd, int64_t step, float grad_scale,
-                       uint16_t *p_bf16);
+void sl_cpu_adamw_bf16(sl_kctx *ctx, float *p, float *m, float *v, const float *g, int64_t n, float lr, float b1,
+                       float b2, float eps, float wd, int64_t step, float grad_scale, uint16_t *p_bf16);
 
 /* The float scalars of one step, derived once. */
 typedef struct {
@@ -49,11 +47,10 @@ typedef struct {
   float omb2; /* 1 - beta2 */
   float bc2s; /* sqrt(1 - beta2^step) */
   float eps;
-  float nss;  /* -lr / (1 - beta1^step) */
+  float nss; /* -lr / (1 - beta1^step) */
 } adam_scalars;
 
-static adam_scalars adam_make_scalars(float lr, float b1, float b2, float eps,
-                                      float wd, int64_t step,
+static adam_scalars adam_make_scalars(float lr, float b1, float b2, float eps, float wd, int64_t step,
                                       float grad_scale) {
   adam_scalars s;
   double st = (double)step;
@@ -72,8 +69,7 @@ static adam_scalars adam_make_scalars(float lr, float b1, float b2, float eps,
 }
 
 /* One element, the reference order. Also the tail of the SIMD paths. */
-static inline void adam_one(const adam_scalars *s, float *p, float *m,
-                            float *v, const float *g, uint16_t *pb,
+static inline void adam_one(const adam_scalars *s, float *p, float *m, float *v, const float *g, uint16_t *pb,
                             int64_t i) {
   float gi = g[i] * s->gs;
   float pi = p[i] * s->wdc;
@@ -84,20 +80,16 @@ static inline void adam_one(const adam_scalars *s, float *p, float *m,
   p[i] = pi;
   m[i] = mi;
   v[i] = vi;
-  if (pb)
-    pb[i] = sl_f32_to_bf16_scalar(pi);
+  if (pb) pb[i] = sl_f32_to_bf16_scalar(pi);
 }
 
-static void adam_range_scalar(const adam_scalars *s, float *p, float *m,
-                              float *v, const float *g, uint16_t *pb,
+static void adam_range_scalar(const adam_scalars *s, float *p, float *m, float *v, const float *g, uint16_t *pb,
                               int64_t n) {
-  for (int64_t i = 0; i < n; i++)
-    adam_one(s, p, m, v, g, pb, i);
+  for (int64_t i = 0; i < n; i++) adam_one(s, p, m, v, g, pb, i);
 }
 
 /* ---- AVX2 ------------------------------------------------------------------ */
-__attribute__((target("avx2"))) static inline __m128i
-bf16_round8_avx2(__m256 x) {
+__attribute__((target("avx2"))) static inline __m128i bf16_round8_avx2(__m256 x) {
   /* round-to-nearest-even to the upper 16 bits; NaN -> quiet NaN (| 0x40) */
   __m256i u = _mm256_castps_si256(x);
   __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
@@ -110,9 +102,8 @@ bf16_round8_avx2(__m256 x) {
   return _mm_packus_epi32(lo, hi);
 }
 
-__attribute__((target("avx2"))) static void
-adam_range_avx2(const adam_scalars *s, float *p, float *m, float *v,
-                const float *g, uint16_t *pb, int64_t n) {
+__attribute__((target("avx2"))) static void adam_range_avx2(const adam_scalars *s, float *p, float *m, float *v,
+                                                            const float *g, uint16_t *pb, int64_t n) {
   const __m256 gs = _mm256_set1_ps(s->gs), wdc = _mm256_set1_ps(s->wdc);
   const __m256 b1 = _mm256_set1_ps(s->b1), omb1 = _mm256_set1_ps(s->omb1);
   const __m256 b2 = _mm256_set1_ps(s->b2), omb2 = _mm256_set1_ps(s->omb2);
@@ -122,25 +113,20 @@ adam_range_avx2(const adam_scalars *s, float *p, float *m, float *v,
   for (; i + 8 <= n; i += 8) {
     __m256 gi = _mm256_mul_ps(_mm256_loadu_ps(g + i), gs);
     __m256 pi = _mm256_mul_ps(_mm256_loadu_ps(p + i), wdc);
-    __m256 mi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(m + i), b1),
-                              _mm256_mul_ps(omb1, gi));
-    __m256 vi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(v + i), b2),
-                              _mm256_mul_ps(_mm256_mul_ps(omb2, gi), gi));
+    __m256 mi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(m + i), b1), _mm256_mul_ps(omb1, gi));
+    __m256 vi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(v + i), b2), _mm256_mul_ps(_mm256_mul_ps(omb2, gi), gi));
     __m256 den = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2s), eps);
     pi = _mm256_add_ps(pi, _mm256_div_ps(_mm256_mul_ps(nss, mi), den));
     _mm256_storeu_ps(p + i, pi);
     _mm256_storeu_ps(m + i, mi);
     _mm256_storeu_ps(v + i, vi);
-    if (pb)
-      _mm_storeu_si128((__m128i *)(pb + i), bf16_round8_avx2(pi));
+    if (pb) _mm_storeu_si128((__m128i *)(pb + i), bf16_round8_avx2(pi));
   }
-  for (; i < n; i++)
-    adam_one(s, p, m, v, g, pb, i);
+  for (; i < n; i++) adam_one(s, p, m, v, g, pb, i);
 }
 
 /* ---- AVX-512F ---------------------------------------------------------------- */
-__attribute__((target("avx512f"))) static inline __m256i
-bf16_round16_avx512(__m512 x) {
+__attribute__((target("avx512f"))) static inline __m256i bf16_round16_avx512(__m512 x) {
   __m512i u = _mm512_castps_si512(x);
   __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
   __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
@@ -150,9 +136,8 @@ bf16_round16_avx512(__m512 x) {
   return _mm512_cvtepi32_epi16(r); /* values < 65536: plain truncation */
 }
 
-__attribute__((target("avx512f"))) static void
-adam_range_avx512(const adam_scalars *s, float *p, float *m, float *v,
-                  const float *g, uint16_t *pb, int64_t n) {
+__attribute__((target("avx512f"))) static void adam_range_avx512(const adam_scalars *s, float *p, float *m, float *v,
+                                                                 const float *g, uint16_t *pb, int64_t n) {
   const __m512 gs = _mm512_set1_ps(s->gs), wdc = _mm512_set1_ps(s->wdc);
   const __m512 b1 = _mm512_set1_ps(s->b1), omb1 = _mm512_set1_ps(s->omb1);
   const __m512 b2 = _mm512_set1_ps(s->b2), omb2 = _mm512_set1_ps(s->omb2);
@@ -162,53 +147,40 @@ adam_range_avx512(const adam_scalars *s, float *p, float *m, float *v,
   for (; i + 16 <= n; i += 16) {
     __m512 gi = _mm512_mul_ps(_mm512_loadu_ps(g + i), gs);
     __m512 pi = _mm512_mul_ps(_mm512_loadu_ps(p + i), wdc);
-    __m512 mi = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(m + i), b1),
-                              _mm512_mul_ps(omb1, gi));
-    __m512 vi = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(v + i), b2),
-                              _mm512_mul_ps(_mm512_mul_ps(omb2, gi), gi));
+    __m512 mi = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(m + i), b1), _mm512_mul_ps(omb1, gi));
+    __m512 vi = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(v + i), b2), _mm512_mul_ps(_mm512_mul_ps(omb2, gi), gi));
     __m512 den = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2s), eps);
     pi = _mm512_add_ps(pi, _mm512_div_ps(_mm512_mul_ps(nss, mi), den));
     _mm512_storeu_ps(p + i, pi);
     _mm512_storeu_ps(m + i, mi);
     _mm512_storeu_ps(v + i, vi);
-    if (pb)
-      _mm256_storeu_si256((__m256i *)(pb + i), bf16_round16_avx512(pi));
+    if (pb) _mm256_storeu_si256((__m256i *)(pb + i), bf16_round16_avx512(pi));
   }
-  for (; i < n; i++)
-    adam_one(s, p, m, v, g, pb, i);
+  for (; i < n; i++) adam_one(s, p, m, v, g, pb, i);
 }
 
 /* ---- dispatch ---------------------------------------------------------------- */
-typedef void (*adam_range_fn)(const adam_scalars *, float *, float *, float *,
-                              const float *, uint16_t *, int64_t);
+typedef void (*adam_range_fn)(const adam_scalars *, float *, float *, float *, const float *, uint16_t *, int64_t);
 
 /* SL_ADAMW_ISA=scalar|avx2|avx512 caps the path (tests, benchmarks). */
 static adam_range_fn adam_pick(void) {
   static adam_range_fn chosen; /* benign race: every thread computes the same */
   adam_range_fn f = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
-  if (f)
-    return f;
+  if (f) return f;
   __builtin_cpu_init();
   int cap = 2;
   const char *e = getenv("SL_ADAMW_ISA");
-  if (e && strcmp(e, "scalar") == 0)
-    cap = 0;
-  else if (e && strcmp(e, "avx2") == 0)
-    cap = 1;
-  if (cap >= 2 && __builtin_cpu_supports("avx512f"))
-    f = adam_range_avx512;
-  else if (cap >= 1 && __builtin_cpu_supports("avx2"))
-    f = adam_range_avx2;
-  else
-    f = adam_range_scalar;
+  if (e && strcmp(e, "scalar") == 0) cap = 0;
+  else if (e && strcmp(e, "avx2") == 0) cap = 1;
+  if (cap >= 2 && __builtin_cpu_supports("avx512f")) f = adam_range_avx512;
+  else if (cap >= 1 && __builtin_cpu_supports("avx2")) f = adam_range_avx2;
+  else f = adam_range_scalar;
   __atomic_store_n(&chosen, f, __ATOMIC_RELEASE);
   return f;
 }
 
-static void adam_run(float *p, float *m, float *v, const float *g, int64_t n,
-                     const adam_scalars *s, uint16_t *pb) {
-  if (n <= 0)
-    return;
+static void adam_run(float *p, float *m, float *v, const float *g, int64_t n, const adam_scalars *s, uint16_t *pb) {
+  if (n <= 0) return;
   adam_range_fn f = adam_pick();
   int nt = omp_get_max_threads();
   /* below ~64K elements (1.8 MB moved) the fork/join costs more than it saves */
@@ -223,23 +195,19 @@ static void adam_run(float *p, float *m, float *v, const float *g, int64_t n,
     int64_t blocks = (n + 15) / 16;
     int64_t b0 = blocks * t / T, b1 = blocks * (t + 1) / T;
     int64_t i0 = b0 * 16, i1 = b1 * 16 < n ? b1 * 16 : n;
-    if (i1 > i0)
-      f(s, p + i0, m + i0, v + i0, g + i0, pb ? pb + i0 : NULL, i1 - i0);
+    if (i1 > i0) f(s, p + i0, m + i0, v + i0, g + i0, pb ? pb + i0 : NULL, i1 - i0);
   }
 }
 
-void sl_cpu_adamw(sl_kctx *ctx, float *p, float *m, float *v, const float *g,
-                  int64_t n, float lr, float b1, float b2, float eps, float wd,
-                  int64_t step, float grad_scale) {
+void sl_cpu_adamw(sl_kctx *ctx, float *p, float *m, float *v, const float *g, int64_t n, float lr, float b1, float b2,
+                  float eps, float wd, int64_t step, float grad_scale) {
   (void)ctx;
   adam_scalars s = adam_make_scalars(lr, b1, b2, eps, wd, step, grad_scale);
   adam_run(p, m, v, g, n, &s, NULL);
 }
 
-void sl_cpu_adamw_bf16(sl_kctx *ctx, float *p, float *m, float *v,
-                       const float *g, int64_t n, float lr, float b1, float b2,
-                       float eps, float wd, int64_t step, float grad_scale,
-                       uint16_t *p_bf16) {
+void sl_cpu_adamw_bf16(sl_kctx *ctx, float *p, float *m, float *v, const float *g, int64_t n, float lr, float b1,
+                       float b2, float eps, float wd, int64_t step, float grad_scale, uint16_t *p_bf16) {
   (void)ctx;
   adam_scalars s = adam_make_scalars(lr, b1, b2, eps, wd, step, grad_scale);
   adam_run(p, m, v, g, n, &s, p_bf16);

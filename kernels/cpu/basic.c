@@ -14,9 +14,7 @@
 #include "kernels/cpu/cpu_ops.h"
 
 /* Number of threads worth using for `work` elements. */
-static int nthr(const sl_kctx *ctx, int64_t work) {
-  return work >= SL_CPU_PAR_MIN ? ctx->threads : 1;
-}
+static int nthr(const sl_kctx *ctx, int64_t work) { return work >= SL_CPU_PAR_MIN ? ctx->threads : 1; }
 
 /* [lo, hi) of `n` items for part `t` of `nt`. */
 static void split(int64_t n, int t, int nt, int64_t *lo, int64_t *hi) {
@@ -26,20 +24,16 @@ static void split(int64_t n, int t, int nt, int64_t *lo, int64_t *hi) {
 
 /* ---- embedding ----------------------------------------------------------- */
 
-void sl_cpu_embedding_fwd(sl_kctx *ctx, float *out, const int32_t *tok,
-                          const float *wte, int64_t N, int64_t C) {
-#pragma omp parallel for num_threads(nthr(ctx, N * C)) schedule(static)
-  for (int64_t i = 0; i < N; i++)
-    memcpy(out + i * C, wte + (int64_t)tok[i] * C, (size_t)C * sizeof(float));
+void sl_cpu_embedding_fwd(sl_kctx *ctx, float *out, const int32_t *tok, const float *wte, int64_t N, int64_t C) {
+#pragma omp parallel for num_threads(nthr(ctx, N *C)) schedule(static)
+  for (int64_t i = 0; i < N; i++) memcpy(out + i * C, wte + (int64_t)tok[i] * C, (size_t)C * sizeof(float));
 }
 
 /* Threads split the columns, so every row of dwte is summed in token order
  * by one thread: deterministic and race-free. */
-void sl_cpu_embedding_bwd(sl_kctx *ctx, float *dwte, const float *dout,
-                          const int32_t *tok, int64_t N, int64_t C) {
+void sl_cpu_embedding_bwd(sl_kctx *ctx, float *dwte, const float *dout, const int32_t *tok, int64_t N, int64_t C) {
   int nt = nthr(ctx, N * C);
-  if (nt > C)
-    nt = (int)C;
+  if (nt > C) nt = (int)C;
 #pragma omp parallel num_threads(nt)
   {
     int64_t c0, c1;
@@ -47,58 +41,47 @@ void sl_cpu_embedding_bwd(sl_kctx *ctx, float *dwte, const float *dout,
     for (int64_t i = 0; i < N; i++) {
       float *d = dwte + (int64_t)tok[i] * C;
       const float *s = dout + i * C;
-      for (int64_t c = c0; c < c1; c++)
-        d[c] += s[c];
+      for (int64_t c = c0; c < c1; c++) d[c] += s[c];
     }
   }
 }
 
 /* ---- RMSNorm ------------------------------------------------------------- */
 
-SL_CPU_HOT static float rms_fwd_row(float *o, const float *x, const float *w,
-                                    int64_t C, float eps) {
+SL_CPU_HOT static float rms_fwd_row(float *o, const float *x, const float *w, int64_t C, float eps) {
   double ss = 0.0;
-  for (int64_t j = 0; j < C; j++)
-    ss += (double)x[j] * (double)x[j];
+  for (int64_t j = 0; j < C; j++) ss += (double)x[j] * (double)x[j];
   float var = (float)(ss / (double)C);
   float r = 1.0f / sqrtf(var + eps);
-  for (int64_t j = 0; j < C; j++)
-    o[j] = w[j] * (x[j] * r);
+  for (int64_t j = 0; j < C; j++) o[j] = w[j] * (x[j] * r);
   return r;
 }
 
-void sl_cpu_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp,
-                        const float *w, int64_t N, int64_t C, float eps) {
-#pragma omp parallel for num_threads(nthr(ctx, N * C)) schedule(static)
-  for (int64_t i = 0; i < N; i++)
-    rstd[i] = rms_fwd_row(out + i * C, inp + i * C, w, C, eps);
+void sl_cpu_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w, int64_t N, int64_t C,
+                        float eps) {
+#pragma omp parallel for num_threads(nthr(ctx, N *C)) schedule(static)
+  for (int64_t i = 0; i < N; i++) rstd[i] = rms_fwd_row(out + i * C, inp + i * C, w, C, eps);
 }
 
 /* dx += r*w*dy - x * r^3 * sum(w*dy*x)/C ; dwp += dy*x*r */
-SL_CPU_HOT static void rms_bwd_row(float *dx, float *dwp, const float *dy,
-                                   const float *x, const float *w, float r,
+SL_CPU_HOT static void rms_bwd_row(float *dx, float *dwp, const float *dy, const float *x, const float *w, float r,
                                    int64_t C) {
   double dot = 0.0;
-  for (int64_t j = 0; j < C; j++)
-    dot += (double)(w[j] * dy[j]) * (double)x[j];
+  for (int64_t j = 0; j < C; j++) dot += (double)(w[j] * dy[j]) * (double)x[j];
   float c = (float)((double)r * r * r * dot / (double)C);
   for (int64_t j = 0; j < C; j++) {
-    if (dx)
-      dx[j] += r * (w[j] * dy[j]) - c * x[j];
-    if (dwp)
-      dwp[j] += dy[j] * (x[j] * r);
+    if (dx) dx[j] += r * (w[j] * dy[j]) - c * x[j];
+    if (dwp) dwp[j] += dy[j] * (x[j] * r);
   }
 }
 
-void sl_cpu_rmsnorm_bwd(sl_kctx *ctx, float *dinp, float *dw, const float *dout,
-                        const float *inp, const float *w, const float *rstd,
-                        int64_t N, int64_t C) {
+void sl_cpu_rmsnorm_bwd(sl_kctx *ctx, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                        const float *rstd, int64_t N, int64_t C) {
   int nt = nthr(ctx, N * C);
   float *part = NULL;
   if (dw && nt > 1) {
     part = sl_cpu_scratch(ctx, (size_t)nt * (size_t)C, "rmsnorm_bwd");
-    if (!part)
-      nt = 1; /* fall back to accumulating serially into dw */
+    if (!part) nt = 1; /* fall back to accumulating serially into dw */
   }
 #pragma omp parallel num_threads(nt)
   {
@@ -108,19 +91,16 @@ void sl_cpu_rmsnorm_bwd(sl_kctx *ctx, float *dinp, float *dw, const float *dout,
     float *dwp = NULL;
     if (dw) {
       dwp = part ? part + (int64_t)t * C : dw;
-      if (part)
-        memset(dwp, 0, (size_t)C * sizeof(float));
+      if (part) memset(dwp, 0, (size_t)C * sizeof(float));
     }
     for (int64_t i = r0; i < r1; i++)
-      rms_bwd_row(dinp ? dinp + i * C : NULL, dwp, dout + i * C, inp + i * C, w,
-                  rstd[i], C);
+      rms_bwd_row(dinp ? dinp + i * C : NULL, dwp, dout + i * C, inp + i * C, w, rstd[i], C);
     if (part) {
 #pragma omp barrier
       int64_t c0, c1;
       split(C, t, n, &c0, &c1);
       for (int p = 0; p < n; p++)
-        for (int64_t c = c0; c < c1; c++)
-          dw[c] += part[(int64_t)p * C + c];
+        for (int64_t c = c0; c < c1; c++) dw[c] += part[(int64_t)p * C + c];
     }
   }
 }
@@ -130,11 +110,8 @@ void sl_cpu_rmsnorm_bwd(sl_kctx *ctx, float *dinp, float *dw, const float *dout,
 /* (T, hd/2) pairs of (cos, sin) as torch computes them in fp32:
  * inv_freq = 1 / theta^(arange(0,hd,2)/hd), angle = t * inv_freq. Cached in
  * ctx for the last (T, hd, theta). */
-static const float *rope_table(sl_kctx *ctx, int64_t T, int64_t hd,
-                               float theta) {
-  if (ctx->rope_tab && ctx->rope_T >= T && ctx->rope_hd == hd &&
-      ctx->rope_theta == theta)
-    return ctx->rope_tab;
+static const float *rope_table(sl_kctx *ctx, int64_t T, int64_t hd, float theta) {
+  if (ctx->rope_tab && ctx->rope_T >= T && ctx->rope_hd == hd && ctx->rope_theta == theta) return ctx->rope_tab;
   int64_t h2 = hd / 2;
   float *tab = malloc((size_t)(T * h2 * 2) * sizeof(float));
   if (!tab) {
@@ -163,8 +140,7 @@ static const float *rope_table(sl_kctx *ctx, int64_t T, int64_t hd,
 }
 
 /* dir = +1: out = x*cos + rotate_half(x)*sin ; dir = -1: the transpose. */
-static void rope_apply(sl_kctx *ctx, float *qkv, int64_t B, int64_t T,
-                       int64_t nh, int64_t nkv, int64_t hd, float theta,
+static void rope_apply(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta,
                        float dir, const int32_t *seg) {
   const float *tab = rope_table(ctx, T, hd, theta);
   int64_t row = (nh + 2 * nkv) * hd, nrot = nh + nkv, h2 = hd / 2;
@@ -172,7 +148,7 @@ static void rope_apply(sl_kctx *ctx, float *qkv, int64_t B, int64_t T,
     sl_cpu_poison(qkv, B * T * row);
     return;
   }
-#pragma omp parallel for num_threads(nthr(ctx, B * T * nrot * hd)) schedule(static)
+#pragma omp parallel for num_threads(nthr(ctx, B *T *nrot *hd)) schedule(static)
   for (int64_t bt = 0; bt < B * T; bt++) {
     /* position: t, or t minus its document's start (seg) */
     const float *cs = tab + (bt % T - (seg ? seg[bt] : 0)) * h2 * 2;
@@ -188,32 +164,28 @@ static void rope_apply(sl_kctx *ctx, float *qkv, int64_t B, int64_t T,
   }
 }
 
-void sl_cpu_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh,
-                     int64_t nkv, int64_t hd, float theta) {
+void sl_cpu_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta) {
   rope_apply(ctx, qkv, B, T, nh, nkv, hd, theta, 1.0f, NULL);
 }
 
-void sl_cpu_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T,
-                     int64_t nh, int64_t nkv, int64_t hd, float theta) {
+void sl_cpu_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                     float theta) {
   rope_apply(ctx, dqkv, B, T, nh, nkv, hd, theta, -1.0f, NULL);
 }
 
-void sl_cpu_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T,
-                         int64_t nh, int64_t nkv, int64_t hd, float theta,
-                         const int32_t *seg) {
+void sl_cpu_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                         float theta, const int32_t *seg) {
   rope_apply(ctx, qkv, B, T, nh, nkv, hd, theta, 1.0f, seg);
 }
 
-void sl_cpu_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T,
-                         int64_t nh, int64_t nkv, int64_t hd, float theta,
-                         const int32_t *seg) {
+void sl_cpu_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                         float theta, const int32_t *seg) {
   rope_apply(ctx, dqkv, B, T, nh, nkv, hd, theta, -1.0f, seg);
 }
 
 /* ---- SwiGLU -------------------------------------------------------------- */
 
-SL_CPU_HOT static void swiglu_fwd_row(float *o, const float *g, const float *u,
-                                      int64_t H) {
+SL_CPU_HOT static void swiglu_fwd_row(float *o, const float *g, const float *u, int64_t H) {
   for (int64_t j = 0; j < H; j++) {
     float x = g[j];
     o[j] = x / (1.0f + sl_cpu_expf(-x)) * u[j];
@@ -221,8 +193,7 @@ SL_CPU_HOT static void swiglu_fwd_row(float *o, const float *g, const float *u,
 }
 
 /* silu(g) = g*s, s = sigmoid(g); d silu/dg = s * (1 + g*(1-s)) */
-SL_CPU_HOT static void swiglu_bwd_row(float *dg, float *du, const float *dy,
-                                      const float *g, const float *u,
+SL_CPU_HOT static void swiglu_bwd_row(float *dg, float *du, const float *dy, const float *g, const float *u,
                                       int64_t H) {
   for (int64_t j = 0; j < H; j++) {
     float x = g[j];
@@ -233,26 +204,21 @@ SL_CPU_HOT static void swiglu_bwd_row(float *dg, float *du, const float *dy,
   }
 }
 
-void sl_cpu_swiglu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N,
-                       int64_t H) {
-#pragma omp parallel for num_threads(nthr(ctx, N * H)) schedule(static)
-  for (int64_t i = 0; i < N; i++)
-    swiglu_fwd_row(out + i * H, gu + i * 2 * H, gu + i * 2 * H + H, H);
+void sl_cpu_swiglu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N, int64_t H) {
+#pragma omp parallel for num_threads(nthr(ctx, N *H)) schedule(static)
+  for (int64_t i = 0; i < N; i++) swiglu_fwd_row(out + i * H, gu + i * 2 * H, gu + i * 2 * H + H, H);
 }
 
-void sl_cpu_swiglu_bwd(sl_kctx *ctx, float *dgu, const float *dout,
-                       const float *gu, int64_t N, int64_t H) {
-#pragma omp parallel for num_threads(nthr(ctx, N * H)) schedule(static)
+void sl_cpu_swiglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H) {
+#pragma omp parallel for num_threads(nthr(ctx, N *H)) schedule(static)
   for (int64_t i = 0; i < N; i++)
-    swiglu_bwd_row(dgu + i * 2 * H, dgu + i * 2 * H + H, dout + i * H,
-                   gu + i * 2 * H, gu + i * 2 * H + H, H);
+    swiglu_bwd_row(dgu + i * 2 * H, dgu + i * 2 * H + H, dout + i * H, gu + i * 2 * H, gu + i * 2 * H + H, H);
 }
 
 /* ---- elementwise --------------------------------------------------------- */
 
 SL_CPU_HOT static void add_range(float *y, const float *x, int64_t n) {
-  for (int64_t i = 0; i < n; i++)
-    y[i] += x[i];
+  for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }
 
 void sl_cpu_add_inplace(sl_kctx *ctx, float *y, const float *x, int64_t n) {
@@ -265,8 +231,7 @@ void sl_cpu_add_inplace(sl_kctx *ctx, float *y, const float *x, int64_t n) {
 }
 
 SL_CPU_HOT static void scale_range(float *x, float a, int64_t n) {
-  for (int64_t i = 0; i < n; i++)
-    x[i] *= a;
+  for (int64_t i = 0; i < n; i++) x[i] *= a;
 }
 
 void sl_cpu_scale(sl_kctx *ctx, float *x, float a, int64_t n) {
@@ -280,8 +245,7 @@ void sl_cpu_scale(sl_kctx *ctx, float *x, float a, int64_t n) {
 
 SL_CPU_HOT static double sumsq_range(const float *x, int64_t n) {
   double s = 0.0;
-  for (int64_t i = 0; i < n; i++)
-    s += (double)x[i] * (double)x[i];
+  for (int64_t i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
   return s;
 }
 
@@ -290,8 +254,7 @@ SL_CPU_HOT static double sumsq_range(const float *x, int64_t n) {
 double sl_cpu_sumsq(sl_kctx *ctx, const float *x, int64_t n) {
   double part[64] = {0};
   int nt = nthr(ctx, n);
-  if (nt > 64)
-    nt = 64;
+  if (nt > 64) nt = 64;
 #pragma omp parallel num_threads(nt)
   {
     int t = omp_get_thread_num();
@@ -300,29 +263,23 @@ double sl_cpu_sumsq(sl_kctx *ctx, const float *x, int64_t n) {
     part[t] = sumsq_range(x + lo, hi - lo);
   }
   double s = 0.0;
-  for (int t = 0; t < 64; t++)
-    s += part[t];
+  for (int t = 0; t < 64; t++) s += part[t];
   return s;
 }
 
 /* ---- bf16 ---------------------------------------------------------------- */
 
-void sl_cpu_f32_to_bf16(sl_kctx *ctx, uint16_t *out, const float *in,
-                        int64_t n) {
+void sl_cpu_f32_to_bf16(sl_kctx *ctx, uint16_t *out, const float *in, int64_t n) {
 #pragma omp parallel for num_threads(nthr(ctx, n)) schedule(static)
-  for (int64_t i = 0; i < n; i++)
-    out[i] = sl_f32_to_bf16_scalar(in[i]);
+  for (int64_t i = 0; i < n; i++) out[i] = sl_f32_to_bf16_scalar(in[i]);
 }
 
-void sl_cpu_bf16_to_f32(sl_kctx *ctx, float *out, const uint16_t *in,
-                        int64_t n) {
+void sl_cpu_bf16_to_f32(sl_kctx *ctx, float *out, const uint16_t *in, int64_t n) {
 #pragma omp parallel for num_threads(nthr(ctx, n)) schedule(static)
-  for (int64_t i = 0; i < n; i++)
-    out[i] = sl_bf16_to_f32_scalar(in[i]);
+  for (int64_t i = 0; i < n; i++) out[i] = sl_bf16_to_f32_scalar(in[i]);
 }
 
 void sl_cpu_round_bf16(sl_kctx *ctx, float *x, int64_t n) {
 #pragma omp parallel for num_threads(nthr(ctx, n)) schedule(static)
-  for (int64_t i = 0; i < n; i++)
-    x[i] = sl_bf16_to_f32_scalar(sl_f32_to_bf16_scalar(x[i]));
+  for (int64_t i = 0; i < n; i++) x[i] = sl_bf16_to_f32_scalar(sl_f32_to_bf16_scalar(x[i]));
 }

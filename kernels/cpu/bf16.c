@@ -24,23 +24,20 @@ int sl_cpu_ctx_set_compute(sl_kctx *ctx, int compute) {
 }
 
 void sl_cpu_round_rows(sl_kctx *ctx, float *x, int64_t rows, int64_t cols, int64_t ld) {
-  if (!x || rows <= 0 || cols <= 0)
-    return;
+  if (!x || rows <= 0 || cols <= 0) return;
   if (ld == cols) {
     sl_cpu_round_bf16(ctx, x, rows * cols);
     return;
   }
-#pragma omp parallel for num_threads(rows * cols >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
+#pragma omp parallel for num_threads(rows *cols >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
   for (int64_t r = 0; r < rows; r++)
-    for (int64_t c = 0; c < cols; c++)
-      x[r * ld + c] = rnd(x[r * ld + c]);
+    for (int64_t c = 0; c < cols; c++) x[r * ld + c] = rnd(x[r * ld + c]);
 }
 
 /* A bf16-rounded copy of x[0..n) in stage buffer `slot` (valid until the
  * slot is reused); NULL (message set) when it cannot be allocated. */
 static const float *stage(sl_kctx *ctx, int slot, const float *x, int64_t n, const char *op) {
-  if (n <= 0)
-    return x;
+  if (n <= 0) return x;
   if ((size_t)n > ctx->stage_cap[slot]) {
     float *p = realloc(ctx->stage[slot], (size_t)n * sizeof(float));
     if (!p) {
@@ -53,16 +50,14 @@ static const float *stage(sl_kctx *ctx, int slot, const float *x, int64_t n, con
   }
   float *s = ctx->stage[slot];
 #pragma omp parallel for num_threads(n >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
-  for (int64_t i = 0; i < n; i++)
-    s[i] = rnd(x[i]);
+  for (int64_t i = 0; i < n; i++) s[i] = rnd(x[i]);
   return s;
 }
 
 void sl_cpu_bf_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w, int64_t N,
                            int64_t C, float eps) {
   sl_cpu_rmsnorm_fwd(ctx, out, rstd, inp, w, N, C, eps);
-  if (ctx->bf16)
-    sl_cpu_round_bf16(ctx, out, N * C);
+  if (ctx->bf16) sl_cpu_round_bf16(ctx, out, N * C);
 }
 
 void sl_cpu_bf_linear_fwd(sl_kctx *ctx, float *out, const float *inp, const float *w, const float *b, int64_t N,
@@ -96,8 +91,7 @@ void sl_cpu_bf_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, const
     return;
   }
   sl_cpu_linear_bwd(ctx, dinp, dw, db, go, xi, wi, N, IC, OC);
-  if (dinp)
-    sl_cpu_round_bf16(ctx, dinp, N * IC); /* dw, db: fp32 weight gradients */
+  if (dinp) sl_cpu_round_bf16(ctx, dinp, N * IC); /* dw, db: fp32 weight gradients */
 }
 
 #define QKV_N(B, T, nh, nkv, hd) ((B) * (T) * ((nh) + 2 * (nkv)) * (hd))
@@ -105,64 +99,54 @@ void sl_cpu_bf_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, const
 void sl_cpu_bf_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
                         float theta) {
   sl_cpu_rope_fwd(ctx, qkv, B, T, nh, nkv, hd, theta);
-  if (ctx->bf16)
-    sl_cpu_round_bf16(ctx, qkv, QKV_N(B, T, nh, nkv, hd));
+  if (ctx->bf16) sl_cpu_round_bf16(ctx, qkv, QKV_N(B, T, nh, nkv, hd));
 }
 void sl_cpu_bf_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
                         float theta) {
   sl_cpu_rope_bwd(ctx, dqkv, B, T, nh, nkv, hd, theta);
-  if (ctx->bf16)
-    sl_cpu_round_bf16(ctx, dqkv, QKV_N(B, T, nh, nkv, hd));
+  if (ctx->bf16) sl_cpu_round_bf16(ctx, dqkv, QKV_N(B, T, nh, nkv, hd));
 }
 void sl_cpu_bf_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
                             float theta, const int32_t *seg) {
   sl_cpu_rope_doc_fwd(ctx, qkv, B, T, nh, nkv, hd, theta, seg);
-  if (ctx->bf16)
-    sl_cpu_round_bf16(ctx, qkv, QKV_N(B, T, nh, nkv, hd));
+  if (ctx->bf16) sl_cpu_round_bf16(ctx, qkv, QKV_N(B, T, nh, nkv, hd));
 }
 void sl_cpu_bf_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
                             float theta, const int32_t *seg) {
   sl_cpu_rope_doc_bwd(ctx, dqkv, B, T, nh, nkv, hd, theta, seg);
-  if (ctx->bf16)
-    sl_cpu_round_bf16(ctx, dqkv, QKV_N(B, T, nh, nkv, hd));
+  if (ctx->bf16) sl_cpu_round_bf16(ctx, dqkv, QKV_N(B, T, nh, nkv, hd));
 }
 
-void sl_cpu_bf_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T,
-                             int64_t nh, int64_t nkv, int64_t hd, int64_t window) {
+void sl_cpu_bf_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
+                             int64_t nkv, int64_t hd, int64_t window) {
   sl_cpu_attention_fwd(ctx, out, lse, qkv, B, T, nh, nkv, hd, window);
-  if (ctx->bf16)
-    sl_cpu_round_bf16(ctx, out, B * T * nh * hd); /* lse stays fp32 */
+  if (ctx->bf16) sl_cpu_round_bf16(ctx, out, B * T * nh * hd); /* lse stays fp32 */
 }
 void sl_cpu_bf_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
                              const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
                              int64_t window) {
   sl_cpu_attention_bwd(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window);
-  if (ctx->bf16)
-    sl_cpu_round_bf16(ctx, dqkv, QKV_N(B, T, nh, nkv, hd));
+  if (ctx->bf16) sl_cpu_round_bf16(ctx, dqkv, QKV_N(B, T, nh, nkv, hd));
 }
 void sl_cpu_bf_attention_doc_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T,
                                  int64_t nh, int64_t nkv, int64_t hd, int64_t window, const int32_t *seg) {
   sl_cpu_attention_doc_fwd(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, seg);
-  if (ctx->bf16)
-    sl_cpu_round_bf16(ctx, out, B * T * nh * hd);
+  if (ctx->bf16) sl_cpu_round_bf16(ctx, out, B * T * nh * hd);
 }
 void sl_cpu_bf_attention_doc_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
                                  const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
                                  int64_t window, const int32_t *seg) {
   sl_cpu_attention_doc_bwd(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, seg);
-  if (ctx->bf16)
-    sl_cpu_round_bf16(ctx, dqkv, QKV_N(B, T, nh, nkv, hd));
+  if (ctx->bf16) sl_cpu_round_bf16(ctx, dqkv, QKV_N(B, T, nh, nkv, hd));
 }
 
 void sl_cpu_bf_swiglu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N, int64_t H) {
   sl_cpu_swiglu_fwd(ctx, out, gu, N, H);
-  if (ctx->bf16)
-    sl_cpu_round_bf16(ctx, out, N * H);
+  if (ctx->bf16) sl_cpu_round_bf16(ctx, out, N * H);
 }
 void sl_cpu_bf_swiglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H) {
   sl_cpu_swiglu_bwd(ctx, dgu, dout, gu, N, H);
-  if (ctx->bf16)
-    sl_cpu_round_bf16(ctx, dgu, N * 2 * H);
+  if (ctx->bf16) sl_cpu_round_bf16(ctx, dgu, N * 2 * H);
 }
 
 void sl_cpu_bf_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const float *x, const float *w,
@@ -179,9 +163,8 @@ void sl_cpu_bf_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const floa
   }
   sl_cpu_lmhead_ce_fwd(ctx, losses, lse, xi, wi, targets, N, C, V); /* rounds the logits */
 }
-void sl_cpu_bf_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w,
-                             const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C,
-                             int64_t V) {
+void sl_cpu_bf_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
+                             const float *lse, float scale, int64_t N, int64_t C, int64_t V) {
   if (!ctx->bf16) {
     sl_cpu_lmhead_ce_bwd(ctx, dx, dw, x, w, targets, lse, scale, N, C, V);
     return;
@@ -193,39 +176,31 @@ void sl_cpu_bf_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x,
     return;
   }
   sl_cpu_lmhead_ce_bwd(ctx, dx, dw, xi, wi, targets, lse, scale, N, C, V); /* rounds logits, dlogits */
-  if (dx)
-    sl_cpu_round_bf16(ctx, dx, N * C);
+  if (dx) sl_cpu_round_bf16(ctx, dx, N * C);
 }
 
 /* ---- Mamba ---------------------------------------------------------------- */
-void sl_cpu_bf_conv1d_fwd(sl_kctx *ctx, float *out, const float *x, int64_t ldx, const float *w,
-                          const float *bias, int64_t B, int64_t T, int64_t D, int64_t K) {
+void sl_cpu_bf_conv1d_fwd(sl_kctx *ctx, float *out, const float *x, int64_t ldx, const float *w, const float *bias,
+                          int64_t B, int64_t T, int64_t D, int64_t K) {
   sl_cpu_conv1d_fwd(ctx, out, x, ldx, w, bias, B, T, D, K);
-  if (ctx->bf16)
-    sl_cpu_round_bf16(ctx, out, B * T * D);
+  if (ctx->bf16) sl_cpu_round_bf16(ctx, out, B * T * D);
 }
 void sl_cpu_bf_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *dbias, const float *dout,
-                          const float *x, int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D,
-                          int64_t K) {
+                          const float *x, int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D, int64_t K) {
   sl_cpu_conv1d_bwd(ctx, dx, ldx, dw, dbias, dout, x, ldx_in, w, B, T, D, K);
-  if (ctx->bf16)
-    sl_cpu_round_rows(ctx, dx, B * T, D, ldx);
+  if (ctx->bf16) sl_cpu_round_rows(ctx, dx, B * T, D, ldx);
 }
 void sl_cpu_bf_silu_fwd(sl_kctx *ctx, float *out, const float *x, int64_t n) {
   sl_cpu_silu_fwd(ctx, out, x, n);
-  if (ctx->bf16)
-    sl_cpu_round_bf16(ctx, out, n);
+  if (ctx->bf16) sl_cpu_round_bf16(ctx, out, n);
 }
 void sl_cpu_bf_silu_bwd(sl_kctx *ctx, float *dx, const float *dout, const float *x, int64_t n) {
   sl_cpu_silu_bwd(ctx, dx, dout, x, n);
-  if (ctx->bf16)
-    sl_cpu_round_bf16(ctx, dx, n);
+  if (ctx->bf16) sl_cpu_round_bf16(ctx, dx, n);
 }
-void sl_cpu_bf_gate_fwd(sl_kctx *ctx, float *out, const float *y, const float *z, int64_t ldz, int64_t N,
-                        int64_t D) {
+void sl_cpu_bf_gate_fwd(sl_kctx *ctx, float *out, const float *y, const float *z, int64_t ldz, int64_t N, int64_t D) {
   sl_cpu_gate_fwd(ctx, out, y, z, ldz, N, D);
-  if (ctx->bf16)
-    sl_cpu_round_bf16(ctx, out, N * D);
+  if (ctx->bf16) sl_cpu_round_bf16(ctx, out, N * D);
 }
 void sl_cpu_bf_gate_bwd(sl_kctx *ctx, float *dy, float *dz, int64_t ldz, const float *dout, const float *y,
                         const float *z, int64_t N, int64_t D) {
@@ -239,15 +214,13 @@ void sl_cpu_bf_scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u, con
                         const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, int64_t B, int64_t T,
                         int64_t D, int64_t S, int64_t chunk) {
   sl_cpu_scan_fwd(ctx, y, ckpt, u, dt, A_log, Bm, Cm, ldbc, Dp, B, T, D, S, chunk);
-  if (ctx->bf16)
-    sl_cpu_round_bf16(ctx, y, B * T * D); /* ckpt: fp32 state */
+  if (ctx->bf16) sl_cpu_round_bf16(ctx, y, B * T * D); /* ckpt: fp32 state */
 }
 void sl_cpu_bf_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float *dBm, float *dCm, float *dDp,
                         const float *dy, const float *u, const float *dt, const float *A_log, const float *Bm,
                         const float *Cm, int64_t ldbc, const float *Dp, const float *ckpt, int64_t B, int64_t T,
                         int64_t D, int64_t S, int64_t chunk) {
-  sl_cpu_scan_bwd(ctx, du, ddt, dA_log, dBm, dCm, dDp, dy, u, dt, A_log, Bm, Cm, ldbc, Dp, ckpt, B, T, D, S,
-                  chunk);
+  sl_cpu_scan_bwd(ctx, du, ddt, dA_log, dBm, dCm, dDp, dy, u, dt, A_log, Bm, Cm, ldbc, Dp, ckpt, B, T, D, S, chunk);
   if (ctx->bf16) { /* dA_log, dDp: fp32 weight gradients */
     sl_cpu_round_bf16(ctx, du, B * T * D);
     sl_cpu_round_bf16(ctx, ddt, B * T * D);

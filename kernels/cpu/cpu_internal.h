@@ -26,8 +26,8 @@ struct sl_kctx {
 
 /* Hot row kernels get an AVX2+FMA clone picked at load time (ifunc); the
  * default build targets baseline x86-64. Off under sanitizers. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&         \
-    !defined(__SANITIZE_ADDRESS__) && !defined(SL_CPU_NO_CLONES)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) &&               \
+    !defined(SL_CPU_NO_CLONES)
 #define SL_CPU_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define SL_CPU_HOT
@@ -42,9 +42,8 @@ struct sl_kctx {
 float *sl_cpu_scratch(sl_kctx *ctx, size_t nfloats, const char *op);
 /* Row-major sgemm C (M, N) = alpha op(A) op(B) + beta C, op = transpose
  * when ta / tb. Threading policy lives here (see ctx.c). */
-void sl_cpu_sgemm(sl_kctx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K,
-                  float alpha, const float *A, int64_t lda, const float *B,
-                  int64_t ldb, float beta, float *C, int64_t ldc);
+void sl_cpu_sgemm(sl_kctx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                  int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 /* bf16 compute (bf16.c): x[0..n) rounded to bf16 in place; the rows x
  * (rows, cols) of row stride ld likewise. */
 void sl_cpu_round_rows(sl_kctx *ctx, float *x, int64_t rows, int64_t cols, int64_t ld);
@@ -58,14 +57,10 @@ void sl_cpu_poison(float *x, int64_t n);
  * st (N, 2) of lmhead_vp_fwd. Backward is lmhead_ce_bwd with targets taken
  * relative to voff (a target outside the slice only has no one-hot term).
  * op names the caller in a scratch-failure message. */
-void sl_cpu_ce_fwd_core(sl_kctx *ctx, const float *x, const float *w,
-                        const int32_t *targets, int64_t N, int64_t C,
-                        int64_t V, int64_t voff, float *losses, float *lse,
-                        float *lmax, float *st, const char *op);
-void sl_cpu_ce_bwd_core(sl_kctx *ctx, float *dx, float *dw, const float *x,
-                        const float *w, const int32_t *targets,
-                        const float *lse, float scale, int64_t N, int64_t C,
-                        int64_t V, int64_t voff, const char *op);
+void sl_cpu_ce_fwd_core(sl_kctx *ctx, const float *x, const float *w, const int32_t *targets, int64_t N, int64_t C,
+                        int64_t V, int64_t voff, float *losses, float *lse, float *lmax, float *st, const char *op);
+void sl_cpu_ce_bwd_core(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
+                        const float *lse, float scale, int64_t N, int64_t C, int64_t V, int64_t voff, const char *op);
 
 /* expf with ~1-2 ulp error, no branches, vectorizable (Cephes polynomial,
  * Cody-Waite reduction). Inputs are clamped to [-87.3, 88.7]: results

@@ -10,45 +10,72 @@ void sl_cpu_ctx_destroy(sl_kctx *ctx);
 size_t sl_cpu_ctx_scratch_bytes(const sl_kctx *ctx);
 void sl_cpu_embedding_fwd(sl_kctx *ctx, float *out, const int32_t *tok, const float *wte, int64_t N, int64_t C);
 void sl_cpu_embedding_bwd(sl_kctx *ctx, float *dwte, const float *dout, const int32_t *tok, int64_t N, int64_t C);
-void sl_cpu_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w, int64_t N, int64_t C, float eps);
-void sl_cpu_rmsnorm_bwd(sl_kctx *ctx, float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd, int64_t N, int64_t C);
-void sl_cpu_linear_fwd(sl_kctx *ctx, float *out, const float *inp, const float *w, const float *b, int64_t N, int64_t IC, int64_t OC);
-void sl_cpu_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w, int64_t N, int64_t IC, int64_t OC);
+void sl_cpu_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w, int64_t N, int64_t C,
+                        float eps);
+void sl_cpu_rmsnorm_bwd(sl_kctx *ctx, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                        const float *rstd, int64_t N, int64_t C);
+void sl_cpu_linear_fwd(sl_kctx *ctx, float *out, const float *inp, const float *w, const float *b, int64_t N,
+                       int64_t IC, int64_t OC);
+void sl_cpu_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                       const float *w, int64_t N, int64_t IC, int64_t OC);
 void sl_cpu_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta);
 void sl_cpu_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta);
-void sl_cpu_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window);
-void sl_cpu_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window);
-void sl_cpu_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta, const int32_t *seg);
-void sl_cpu_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta, const int32_t *seg);
-void sl_cpu_attention_doc_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window, const int32_t *seg);
-void sl_cpu_attention_doc_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window, const int32_t *seg);
+void sl_cpu_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
+                          int64_t nkv, int64_t hd, int64_t window);
+void sl_cpu_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
+                          const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window);
+void sl_cpu_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                         float theta, const int32_t *seg);
+void sl_cpu_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                         float theta, const int32_t *seg);
+void sl_cpu_attention_doc_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
+                              int64_t nkv, int64_t hd, int64_t window, const int32_t *seg);
+void sl_cpu_attention_doc_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
+                              const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                              int64_t window, const int32_t *seg);
 void sl_cpu_swiglu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N, int64_t H);
 void sl_cpu_swiglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H);
 void sl_cpu_add_inplace(sl_kctx *ctx, float *y, const float *x, int64_t n);
-void sl_cpu_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const float *x, const float *w, const int32_t *targets, int64_t N, int64_t C, int64_t V);
-void sl_cpu_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C, int64_t V);
-void sl_cpu_adamw(sl_kctx *ctx, float *p, float *m, float *v, const float *g, int64_t n, float lr, float b1, float b2, float eps, float wd, int64_t step, float grad_scale);
+void sl_cpu_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const float *x, const float *w,
+                          const int32_t *targets, int64_t N, int64_t C, int64_t V);
+void sl_cpu_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
+                          const float *lse, float scale, int64_t N, int64_t C, int64_t V);
+void sl_cpu_adamw(sl_kctx *ctx, float *p, float *m, float *v, const float *g, int64_t n, float lr, float b1, float b2,
+                  float eps, float wd, int64_t step, float grad_scale);
 double sl_cpu_sumsq(sl_kctx *ctx, const float *x, int64_t n);
 void sl_cpu_scale(sl_kctx *ctx, float *x, float a, int64_t n);
 void sl_cpu_f32_to_bf16(sl_kctx *ctx, uint16_t *out, const float *in, int64_t n);
 void sl_cpu_bf16_to_f32(sl_kctx *ctx, float *out, const uint16_t *in, int64_t n);
 void sl_cpu_round_bf16(sl_kctx *ctx, float *x, int64_t n);
-void sl_cpu_conv1d_fwd(sl_kctx *ctx, float *out, const float *x, int64_t ldx, const float *w, const float *bias, int64_t B, int64_t T, int64_t D, int64_t K);
-void sl_cpu_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *dbias, const float *dout, const float *x, int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D, int64_t K);
+void sl_cpu_conv1d_fwd(sl_kctx *ctx, float *out, const float *x, int64_t ldx, const float *w, const float *bias,
+                       int64_t B, int64_t T, int64_t D, int64_t K);
+void sl_cpu_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *dbias, const float *dout, const float *x,
+                       int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D, int64_t K);
 void sl_cpu_silu_fwd(sl_kctx *ctx, float *out, const float *x, int64_t n);
 void sl_cpu_silu_bwd(sl_kctx *ctx, float *dx, const float *dout, const float *x, int64_t n);
 void sl_cpu_gate_fwd(sl_kctx *ctx, float *out, const float *y, const float *z, int64_t ldz, int64_t N, int64_t D);
-void sl_cpu_gate_bwd(sl_kctx *ctx, float *dy, float *dz, int64_t ldz, const float *dout, const float *y, const float *z, int64_t N, int64_t D);
-void sl_cpu_scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u, const float *dt, const float *A_log, const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk);
-void sl_cpu_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float *dBm, float *dCm, float *dDp, const float *dy, const float *u, const float *dt, const float *A_log, const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, const float *ckpt, int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk);
+void sl_cpu_gate_bwd(sl_kctx *ctx, float *dy, float *dz, int64_t ldz, const float *dout, const float *y, const float *z,
+                     int64_t N, int64_t D);
+void sl_cpu_scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u, const float *dt, const float *A_log,
+                     const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, int64_t B, int64_t T, int64_t D,
+                     int64_t S, int64_t chunk);
+void sl_cpu_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float *dBm, float *dCm, float *dDp,
+                     const float *dy, const float *u, const float *dt, const float *A_log, const float *Bm,
+                     const float *Cm, int64_t ldbc, const float *Dp, const float *ckpt, int64_t B, int64_t T, int64_t D,
+                     int64_t S, int64_t chunk);
 
 /* vocabulary parallelism (kernels/cpu/vocab_parallel.c) */
-void sl_cpu_vocab_embedding_fwd(sl_kctx *ctx, float *out, const int32_t *tok, const float *wte, int64_t N, int64_t C, int64_t v0, int64_t Vl);
-void sl_cpu_vocab_embedding_bwd(sl_kctx *ctx, float *dwte, const float *dout, const int32_t *tok, int64_t N, int64_t C, int64_t v0, int64_t Vl);
-void sl_cpu_lmhead_vp_fwd(sl_kctx *ctx, float *lmax, float *st, const float *x, const float *w, const int32_t *targets, int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid);
+void sl_cpu_vocab_embedding_fwd(sl_kctx *ctx, float *out, const int32_t *tok, const float *wte, int64_t N, int64_t C,
+                                int64_t v0, int64_t Vl);
+void sl_cpu_vocab_embedding_bwd(sl_kctx *ctx, float *dwte, const float *dout, const int32_t *tok, int64_t N, int64_t C,
+                                int64_t v0, int64_t Vl);
+void sl_cpu_lmhead_vp_fwd(sl_kctx *ctx, float *lmax, float *st, const float *x, const float *w, const int32_t *targets,
+                          int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid);
 void sl_cpu_lmhead_vp_rescale(sl_kctx *ctx, float *st, const float *lmax, const float *gmax, int64_t N);
-void sl_cpu_lmhead_vp_loss(sl_kctx *ctx, float *losses, float *lse, const float *st, const float *gmax, const int32_t *targets, int64_t N);
-void sl_cpu_lmhead_vp_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid);
+void sl_cpu_lmhead_vp_loss(sl_kctx *ctx, float *losses, float *lse, const float *st, const float *gmax,
+                           const int32_t *targets, int64_t N);
+void sl_cpu_lmhead_vp_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
+                          const float *lse, float scale, int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid);
 
 /* memory section (kernels/cpu/memops.c) */
 void *sl_cpu_alloc(sl_kctx *ctx, size_t bytes);
@@ -65,28 +92,51 @@ void *sl_cpu_stream(sl_kctx *ctx);
 /* bf16 compute (kernels/cpu/bf16.c): ctx_set_compute and the table's
  * wrappers, sl_cpu_bf_<op> = sl_cpu_<op> + the bf16 rounding points */
 int sl_cpu_ctx_set_compute(sl_kctx *ctx, int compute);
-void sl_cpu_bf_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w, int64_t N, int64_t C, float eps);
-void sl_cpu_bf_linear_fwd(sl_kctx *ctx, float *out, const float *inp, const float *w, const float *b, int64_t N, int64_t IC, int64_t OC);
-void sl_cpu_bf_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w, int64_t N, int64_t IC, int64_t OC);
-void sl_cpu_bf_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta);
-void sl_cpu_bf_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta);
-void sl_cpu_bf_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window);
-void sl_cpu_bf_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window);
-void sl_cpu_bf_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta, const int32_t *seg);
-void sl_cpu_bf_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta, const int32_t *seg);
-void sl_cpu_bf_attention_doc_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window, const int32_t *seg);
-void sl_cpu_bf_attention_doc_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window, const int32_t *seg);
+void sl_cpu_bf_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w, int64_t N,
+                           int64_t C, float eps);
+void sl_cpu_bf_linear_fwd(sl_kctx *ctx, float *out, const float *inp, const float *w, const float *b, int64_t N,
+                          int64_t IC, int64_t OC);
+void sl_cpu_bf_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                          const float *w, int64_t N, int64_t IC, int64_t OC);
+void sl_cpu_bf_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                        float theta);
+void sl_cpu_bf_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                        float theta);
+void sl_cpu_bf_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
+                             int64_t nkv, int64_t hd, int64_t window);
+void sl_cpu_bf_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
+                             const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                             int64_t window);
+void sl_cpu_bf_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                            float theta, const int32_t *seg);
+void sl_cpu_bf_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                            float theta, const int32_t *seg);
+void sl_cpu_bf_attention_doc_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T,
+                                 int64_t nh, int64_t nkv, int64_t hd, int64_t window, const int32_t *seg);
+void sl_cpu_bf_attention_doc_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
+                                 const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                                 int64_t window, const int32_t *seg);
 void sl_cpu_bf_swiglu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N, int64_t H);
 void sl_cpu_bf_swiglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H);
-void sl_cpu_bf_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const float *x, const float *w, const int32_t *targets, int64_t N, int64_t C, int64_t V);
-void sl_cpu_bf_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C, int64_t V);
-void sl_cpu_bf_conv1d_fwd(sl_kctx *ctx, float *out, const float *x, int64_t ldx, const float *w, const float *bias, int64_t B, int64_t T, int64_t D, int64_t K);
-void sl_cpu_bf_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *dbias, const float *dout, const float *x, int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D, int64_t K);
+void sl_cpu_bf_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const float *x, const float *w,
+                             const int32_t *targets, int64_t N, int64_t C, int64_t V);
+void sl_cpu_bf_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
+                             const float *lse, float scale, int64_t N, int64_t C, int64_t V);
+void sl_cpu_bf_conv1d_fwd(sl_kctx *ctx, float *out, const float *x, int64_t ldx, const float *w, const float *bias,
+                          int64_t B, int64_t T, int64_t D, int64_t K);
+void sl_cpu_bf_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *dbias, const float *dout,
+                          const float *x, int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D, int64_t K);
 void sl_cpu_bf_silu_fwd(sl_kctx *ctx, float *out, const float *x, int64_t n);
 void sl_cpu_bf_silu_bwd(sl_kctx *ctx, float *dx, const float *dout, const float *x, int64_t n);
 void sl_cpu_bf_gate_fwd(sl_kctx *ctx, float *out, const float *y, const float *z, int64_t ldz, int64_t N, int64_t D);
-void sl_cpu_bf_gate_bwd(sl_kctx *ctx, float *dy, float *dz, int64_t ldz, const float *dout, const float *y, const float *z, int64_t N, int64_t D);
-void sl_cpu_bf_scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u, const float *dt, const float *A_log, const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk);
-void sl_cpu_bf_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float *dBm, float *dCm, float *dDp, const float *dy, const float *u, const float *dt, const float *A_log, const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, const float *ckpt, int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk);
+void sl_cpu_bf_gate_bwd(sl_kctx *ctx, float *dy, float *dz, int64_t ldz, const float *dout, const float *y,
+                        const float *z, int64_t N, int64_t D);
+void sl_cpu_bf_scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u, const float *dt, const float *A_log,
+                        const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, int64_t B, int64_t T,
+                        int64_t D, int64_t S, int64_t chunk);
+void sl_cpu_bf_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float *dBm, float *dCm, float *dDp,
+                        const float *dy, const float *u, const float *dt, const float *A_log, const float *Bm,
+                        const float *Cm, int64_t ldbc, const float *Dp, const float *ckpt, int64_t B, int64_t T,
+                        int64_t D, int64_t S, int64_t chunk);
 
 #endif

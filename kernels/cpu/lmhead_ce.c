@@ -37,25 +37,20 @@ typedef struct {
 static ce_tiles ce_plan(int64_t N, int64_t V) {
   ce_tiles t;
   t.rows = N < SL_CE_ROWS ? N : SL_CE_ROWS;
-  if (t.rows < 1)
-    t.rows = 1;
+  if (t.rows < 1) t.rows = 1;
   t.vc = SL_CE_BLOCK_FLOATS / t.rows;
-  if (t.vc < 64)
-    t.vc = 64;
-  if (t.vc > V)
-    t.vc = V;
+  if (t.vc < 64) t.vc = 64;
+  if (t.vc > V) t.vc = V;
   return t;
 }
 
 /* Online log-sum-exp update of one row with a tile l[0, n):
  * (*m, *sum) -> (max(*m, max l), sum * exp(m_old - m_new) + sum exp(l - m_new))
  */
-SL_CPU_HOT static void lse_update(const float *l, int64_t n, float *m,
-                                  double *sum) {
+SL_CPU_HOT static void lse_update(const float *l, int64_t n, float *m, double *sum) {
   float bm = -INFINITY;
 #pragma omp simd reduction(max : bm)
-  for (int64_t j = 0; j < n; j++)
-    bm = l[j] > bm ? l[j] : bm;
+  for (int64_t j = 0; j < n; j++) bm = l[j] > bm ? l[j] : bm;
   if (bm > *m) {
     *sum *= exp((double)*m - (double)bm); /* 0 when *m = -inf */
     *m = bm;
@@ -63,24 +58,18 @@ SL_CPU_HOT static void lse_update(const float *l, int64_t n, float *m,
   float mm = *m;
   double s = 0.0;
 #pragma omp simd reduction(+ : s)
-  for (int64_t j = 0; j < n; j++)
-    s += (double)sl_cpu_expf(l[j] - mm);
+  for (int64_t j = 0; j < n; j++) s += (double)sl_cpu_expf(l[j] - mm);
   *sum += s;
 }
 
 /* l[0, n) <- exp(l - lse) * scale */
-SL_CPU_HOT static void softmax_scaled(float *l, int64_t n, float lse,
-                                      float scale) {
-  for (int64_t j = 0; j < n; j++)
-    l[j] = sl_cpu_expf(l[j] - lse) * scale;
+SL_CPU_HOT static void softmax_scaled(float *l, int64_t n, float lse, float scale) {
+  for (int64_t j = 0; j < n; j++) l[j] = sl_cpu_expf(l[j] - lse) * scale;
 }
 
-void sl_cpu_ce_fwd_core(sl_kctx *ctx, const float *x, const float *w,
-                        const int32_t *targets, int64_t N, int64_t C,
-                        int64_t V, int64_t voff, float *losses, float *lse,
-                        float *lmax, float *st, const char *op) {
-  if (N <= 0)
-    return;
+void sl_cpu_ce_fwd_core(sl_kctx *ctx, const float *x, const float *w, const int32_t *targets, int64_t N, int64_t C,
+                        int64_t V, int64_t voff, float *losses, float *lse, float *lmax, float *st, const char *op) {
+  if (N <= 0) return;
   ce_tiles tp = ce_plan(N, V);
   /* scratch: sums (rows doubles, first: 8-byte aligned for any row count) |
    * logits tile | running max (rows) | target logit (rows) */
@@ -102,18 +91,15 @@ void sl_cpu_ce_fwd_core(sl_kctx *ctx, const float *x, const float *w,
     for (int64_t v0 = 0; v0 < V; v0 += tp.vc) {
       int64_t vn = V - v0 < tp.vc ? V - v0 : tp.vc;
       /* L (m, vn) = x[r0:r0+m] (m, C) . w[v0:v0+vn] (vn, C)^T */
-      sl_cpu_sgemm(ctx, 0, 1, m, vn, C, 1.0f, x + r0 * C, C, w + v0 * C, C,
-                   0.0f, L, vn);
+      sl_cpu_sgemm(ctx, 0, 1, m, vn, C, 1.0f, x + r0 * C, C, w + v0 * C, C, 0.0f, L, vn);
       if (ctx->bf16) /* bf16 compute: logits are a bf16 GEMM output */
         sl_cpu_round_rows(ctx, L, m, vn, vn);
-#pragma omp parallel for num_threads(                                          \
-    m * vn >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
+#pragma omp parallel for num_threads(m *vn >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
       for (int64_t r = 0; r < m; r++) {
         const float *l = L + r * vn;
         lse_update(l, vn, &rmax[r], &rsum[r]);
         int64_t t = (int64_t)targets[r0 + r] - voff;
-        if (t >= v0 && t < v0 + vn)
-          tl[r] = l[t - v0];
+        if (t >= v0 && t < v0 + vn) tl[r] = l[t - v0];
       }
     }
     for (int64_t r = 0; st && r < m; r++) {
@@ -129,20 +115,14 @@ void sl_cpu_ce_fwd_core(sl_kctx *ctx, const float *x, const float *w,
   }
 }
 
-void sl_cpu_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse,
-                          const float *x, const float *w,
-                          const int32_t *targets, int64_t N, int64_t C,
-                          int64_t V) {
-  sl_cpu_ce_fwd_core(ctx, x, w, targets, N, C, V, 0, losses, lse, NULL, NULL,
-                     "lmhead_ce_fwd");
+void sl_cpu_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const float *x, const float *w,
+                          const int32_t *targets, int64_t N, int64_t C, int64_t V) {
+  sl_cpu_ce_fwd_core(ctx, x, w, targets, N, C, V, 0, losses, lse, NULL, NULL, "lmhead_ce_fwd");
 }
 
-void sl_cpu_ce_bwd_core(sl_kctx *ctx, float *dx, float *dw, const float *x,
-                        const float *w, const int32_t *targets,
-                        const float *lse, float scale, int64_t N, int64_t C,
-                        int64_t V, int64_t voff, const char *op) {
-  if (N <= 0 || (!dx && !dw))
-    return;
+void sl_cpu_ce_bwd_core(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
+                        const float *lse, float scale, int64_t N, int64_t C, int64_t V, int64_t voff, const char *op) {
+  if (N <= 0 || (!dx && !dw)) return;
   ce_tiles tp = ce_plan(N, V);
   float *L = sl_cpu_scratch(ctx, (size_t)(tp.rows * tp.vc), op);
   if (!L) {
@@ -153,18 +133,13 @@ void sl_cpu_ce_bwd_core(sl_kctx *ctx, float *dx, float *dw, const float *x,
   for (int64_t r0 = 0; r0 < N; r0 += tp.rows) {
     int64_t m = N - r0 < tp.rows ? N - r0 : tp.rows;
     int any = 0;
-    for (int64_t r = 0; r < m; r++)
-      any |= targets[r0 + r] >= 0;
-    if (!any)
-      continue; /* every row ignored: no gradient */
+    for (int64_t r = 0; r < m; r++) any |= targets[r0 + r] >= 0;
+    if (!any) continue; /* every row ignored: no gradient */
     for (int64_t v0 = 0; v0 < V; v0 += tp.vc) {
       int64_t vn = V - v0 < tp.vc ? V - v0 : tp.vc;
-      sl_cpu_sgemm(ctx, 0, 1, m, vn, C, 1.0f, x + r0 * C, C, w + v0 * C, C,
-                   0.0f, L, vn);
-      if (ctx->bf16)
-        sl_cpu_round_rows(ctx, L, m, vn, vn);
-#pragma omp parallel for num_threads(                                          \
-    m * vn >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
+      sl_cpu_sgemm(ctx, 0, 1, m, vn, C, 1.0f, x + r0 * C, C, w + v0 * C, C, 0.0f, L, vn);
+      if (ctx->bf16) sl_cpu_round_rows(ctx, L, m, vn, vn);
+#pragma omp parallel for num_threads(m *vn >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
       for (int64_t r = 0; r < m; r++) {
         float *l = L + r * vn;
         if (targets[r0 + r] < 0) {
@@ -175,27 +150,19 @@ void sl_cpu_ce_bwd_core(sl_kctx *ctx, float *dx, float *dw, const float *x,
         float z = lse[r0 + r];
         float pt = t >= v0 && t < v0 + vn ? sl_cpu_expf(l[t - v0] - z) : 0.0f;
         softmax_scaled(l, vn, z, scale);
-        if (t >= v0 && t < v0 + vn)
-          l[t - v0] = (pt - 1.0f) * scale;
+        if (t >= v0 && t < v0 + vn) l[t - v0] = (pt - 1.0f) * scale;
       }
       if (ctx->bf16) /* dlogits stored in bf16, the operand of two GEMMs */
         sl_cpu_round_rows(ctx, L, m, vn, vn);
       /* dx[r0:] (m, C) += L (m, vn) . w[v0:] (vn, C) */
-      if (dx)
-        sl_cpu_sgemm(ctx, 0, 0, m, C, vn, 1.0f, L, vn, w + v0 * C, C, 1.0f,
-                     dx + r0 * C, C);
+      if (dx) sl_cpu_sgemm(ctx, 0, 0, m, C, vn, 1.0f, L, vn, w + v0 * C, C, 1.0f, dx + r0 * C, C);
       /* dw[v0:] (vn, C) += L^T (vn, m) . x[r0:] (m, C) */
-      if (dw)
-        sl_cpu_sgemm(ctx, 1, 0, vn, C, m, 1.0f, L, vn, x + r0 * C, C, 1.0f,
-                     dw + v0 * C, C);
+      if (dw) sl_cpu_sgemm(ctx, 1, 0, vn, C, m, 1.0f, L, vn, x + r0 * C, C, 1.0f, dw + v0 * C, C);
     }
   }
 }
 
-void sl_cpu_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x,
-                          const float *w, const int32_t *targets,
-                          const float *lse, float scale, int64_t N, int64_t C,
-                          int64_t V) {
-  sl_cpu_ce_bwd_core(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, 0,
-                     "lmhead_ce_bwd");
+void sl_cpu_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
+                          const float *lse, float scale, int64_t N, int64_t C, int64_t V) {
+  sl_cpu_ce_bwd_core(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, 0, "lmhead_ce_bwd");
 }

@@ -68,9 +68,8 @@ static inline float exp_vf_(float x) {
 
 /* ---- conv1d ------------------------------------------------------------------ */
 
-void sl_cpu_conv1d_fwd(sl_kctx *ctx, float *out, const float *x, int64_t ldx,
-                       const float *w, const float *bias, int64_t B, int64_t T,
-                       int64_t D, int64_t K) {
+void sl_cpu_conv1d_fwd(sl_kctx *ctx, float *out, const float *x, int64_t ldx, const float *w, const float *bias,
+                       int64_t B, int64_t T, int64_t D, int64_t K) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; b++)
     for (int64_t t = 0; t < T; t++) {
@@ -87,10 +86,8 @@ void sl_cpu_conv1d_fwd(sl_kctx *ctx, float *out, const float *x, int64_t ldx,
 
 #define SL_CONV_CB 32 /* channels per dw / dbias block */
 
-void sl_cpu_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw,
-                       float *dbias, const float *dout, const float *x,
-                       int64_t ldx_in, const float *w, int64_t B, int64_t T,
-                       int64_t D, int64_t K) {
+void sl_cpu_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *dbias, const float *dout, const float *x,
+                       int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D, int64_t K) {
   /* dx[b,t',d] += sum_k w[d,k] * dout[b, t'+(K-1)-k, d] (t'+(K-1)-k < T) */
   if (dx) {
 #pragma omp parallel for collapse(2) schedule(static)
@@ -124,8 +121,7 @@ void sl_cpu_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw,
           int64_t tt = t - (K - 1) + k;
           if (tt < 0) continue;
           const float *xr = x + (b * T + tt) * ldx_in;
-          for (int64_t d = d0; d < d1; d++)
-            accw[(d - d0) * K + k] += (double)gr[d] * (double)xr[d];
+          for (int64_t d = d0; d < d1; d++) accw[(d - d0) * K + k] += (double)gr[d] * (double)xr[d];
         }
       }
     for (int64_t d = d0; d < d1; d++) {
@@ -143,8 +139,7 @@ void sl_cpu_silu_fwd(sl_kctx *ctx, float *out, const float *x, int64_t n) {
   for (int64_t i = 0; i < n; i++) out[i] = x[i] * sigmoidf_(x[i]);
 }
 
-void sl_cpu_silu_bwd(sl_kctx *ctx, float *dx, const float *dout, const float *x,
-                     int64_t n) {
+void sl_cpu_silu_bwd(sl_kctx *ctx, float *dx, const float *dout, const float *x, int64_t n) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; i++) {
     float s = sigmoidf_(x[i]);
@@ -152,8 +147,7 @@ void sl_cpu_silu_bwd(sl_kctx *ctx, float *dx, const float *dout, const float *x,
   }
 }
 
-void sl_cpu_gate_fwd(sl_kctx *ctx, float *out, const float *y, const float *z,
-                     int64_t ldz, int64_t N, int64_t D) {
+void sl_cpu_gate_fwd(sl_kctx *ctx, float *out, const float *y, const float *z, int64_t ldz, int64_t N, int64_t D) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; i++)
     for (int64_t d = 0; d < D; d++) {
@@ -162,8 +156,7 @@ void sl_cpu_gate_fwd(sl_kctx *ctx, float *out, const float *y, const float *z,
     }
 }
 
-void sl_cpu_gate_bwd(sl_kctx *ctx, float *dy, float *dz, int64_t ldz,
-                     const float *dout, const float *y, const float *z,
+void sl_cpu_gate_bwd(sl_kctx *ctx, float *dy, float *dz, int64_t ldz, const float *dout, const float *y, const float *z,
                      int64_t N, int64_t D) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; i++)
@@ -186,22 +179,17 @@ void sl_cpu_gate_bwd(sl_kctx *ctx, float *dy, float *dz, int64_t ldz,
  * with du = delta*u. hout and hin never overlap. Not inlined on purpose: the
  * forward and the backward recompute must run the identical instruction
  * sequence so that recomputed states equal the forward's bit for bit. */
-__attribute__((noinline)) static void scan_step_(float *hout, const float *hin,
-                                                 const float *A, float delta,
-                                                 const float *Bt, float du,
-                                                 int64_t S) {
+__attribute__((noinline)) static void scan_step_(float *hout, const float *hin, const float *A, float delta,
+                                                 const float *Bt, float du, int64_t S) {
 #pragma omp simd
   for (int64_t s = 0; s < S; s++) hout[s] = exp_vf_(delta * A[s]) * hin[s] + Bt[s] * du;
 }
 
-static inline int64_t nchunks_(int64_t T, int64_t chunk) {
-  return T > 0 ? (T + chunk - 1) / chunk : 0;
-}
+static inline int64_t nchunks_(int64_t T, int64_t chunk) { return T > 0 ? (T + chunk - 1) / chunk : 0; }
 
-void sl_cpu_scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u,
-                     const float *dt, const float *A_log, const float *Bm,
-                     const float *Cm, int64_t ldbc, const float *Dp, int64_t B,
-                     int64_t T, int64_t D, int64_t S, int64_t chunk) {
+void sl_cpu_scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u, const float *dt, const float *A_log,
+                     const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, int64_t B, int64_t T, int64_t D,
+                     int64_t S, int64_t chunk) {
   if (chunk < 1) chunk = 1;
   if (B <= 0 || T <= 0 || D <= 0 || S <= 0) return;
   const int64_t NC = nchunks_(T, chunk);
@@ -242,12 +230,10 @@ void sl_cpu_scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u,
     }
 }
 
-void sl_cpu_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log,
-                     float *dBm, float *dCm, float *dDp, const float *dy,
-                     const float *u, const float *dt, const float *A_log,
-                     const float *Bm, const float *Cm, int64_t ldbc,
-                     const float *Dp, const float *ckpt, int64_t B, int64_t T,
-                     int64_t D, int64_t S, int64_t chunk) {
+void sl_cpu_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float *dBm, float *dCm, float *dDp,
+                     const float *dy, const float *u, const float *dt, const float *A_log, const float *Bm,
+                     const float *Cm, int64_t ldbc, const float *Dp, const float *ckpt, int64_t B, int64_t T, int64_t D,
+                     int64_t S, int64_t chunk) {
   if (chunk < 1) chunk = 1;
   if (B <= 0 || T <= 0 || D <= 0 || S <= 0) return;
   const int64_t NC = nchunks_(T, chunk);
@@ -262,10 +248,10 @@ void sl_cpu_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log,
   if (!scratch) {
     /* The op table has no status return: make the failure impossible to miss
      * downstream (NaN grads) and say why. */
-    fprintf(stderr, "sl_cpu_scan_bwd: out of memory allocating %zu bytes of scratch "
+    fprintf(stderr,
+            "sl_cpu_scan_bwd: out of memory allocating %zu bytes of scratch "
             "(threads=%d, T=%lld, S=%lld, chunk=%lld); gradients set to NaN\n",
-            (size_t)nth * per * sizeof(float), nth, (long long)T, (long long)S,
-            (long long)chunk);
+            (size_t)nth * per * sizeof(float), nth, (long long)T, (long long)S, (long long)chunk);
     for (int64_t i = 0; i < B * T * D; i++) du[i] = NAN;
     return;
   }
@@ -337,8 +323,7 @@ void sl_cpu_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log,
         }
         for (int64_t j = 0; j < nd; j++) {
           dDp[d0 + j] += dDacc[j];
-          for (int64_t s = 0; s < S; s++)
-            dA_log[(d0 + j) * S + s] += dAacc[j * S + s] * A[j * S + s];
+          for (int64_t s = 0; s < S; s++) dA_log[(d0 + j) * S + s] += dAacc[j * S + s] * A[j * S + s];
         }
       } /* implicit barrier: every thread's partials for sample b are final */
 #pragma omp for schedule(static)

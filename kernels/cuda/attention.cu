@@ -32,8 +32,7 @@
 
 #define ATT_NT 128
 
-template <int TPR>
-__device__ __forceinline__ float group_sum(float v) {
+template <int TPR> __device__ __forceinline__ float group_sum(float v) {
 #pragma unroll
   for (int o = TPR / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o, TPR);
   return v;
@@ -46,8 +45,8 @@ __device__ __forceinline__ bool att_visible(int i, int j, int window) {
 /* ---- forward ----------------------------------------------------------------- */
 template <typename E, int HDP, int TPR, int BC>
 static __global__ void __launch_bounds__(ATT_NT)
-    att_fwd_kernel(E *out, float *lse, const E *qkv, const int32_t *seg, int T, int nh, int nkv,
-                   int hd, int window, float scale) {
+    att_fwd_kernel(E *out, float *lse, const E *qkv, const int32_t *seg, int T, int nh, int nkv, int hd, int window,
+                   float scale) {
   constexpr int DPT = HDP / TPR, RPB = ATT_NT / TPR;
   __shared__ float Ks[BC][HDP];
   __shared__ float Vs[BC][HDP];
@@ -132,8 +131,7 @@ static __global__ void __launch_bounds__(ATT_NT)
 
 /* ---- backward (1): Dsum[b, h, i] = dout . out (one warp per row) ------------------ */
 template <typename E>
-static __global__ void att_dsum_kernel(float *dsum, const E *dout, const E *out, int64_t rows,
-                                       int T, int nh, int hd) {
+static __global__ void att_dsum_kernel(float *dsum, const E *dout, const E *out, int64_t rows, int T, int nh, int hd) {
   int64_t r = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32; /* (b, i, h) */
   int lane = threadIdx.x & 31;
   if (r >= rows) return; /* whole warps exit together */
@@ -149,8 +147,8 @@ static __global__ void att_dsum_kernel(float *dsum, const E *dout, const E *out,
 /* ---- backward (2): dQ per query tile ---------------------------------------------- */
 template <typename E, int HDP, int TPR, int BC>
 static __global__ void __launch_bounds__(ATT_NT)
-    att_dq_kernel(float *dqkv, const E *dout, const E *qkv, const float *lse, const float *dsum,
-                  const int32_t *seg, int T, int nh, int nkv, int hd, int window, float scale) {
+    att_dq_kernel(float *dqkv, const E *dout, const E *qkv, const float *lse, const float *dsum, const int32_t *seg,
+                  int T, int nh, int nkv, int hd, int window, float scale) {
   constexpr int DPT = HDP / TPR, RPB = ATT_NT / TPR;
   __shared__ float Ks[BC][HDP];
   __shared__ float Vs[BC][HDP];
@@ -224,8 +222,8 @@ static __global__ void __launch_bounds__(ATT_NT)
 /* ---- backward (3): dK, dV per key tile --------------------------------------------- */
 template <typename E, int HDP, int TPR, int BC>
 static __global__ void __launch_bounds__(ATT_NT)
-    att_dkv_kernel(float *dqkv, const E *dout, const E *qkv, const float *lse, const float *dsum,
-                   const int32_t *seg, int T, int nh, int nkv, int hd, int window, float scale) {
+    att_dkv_kernel(float *dqkv, const E *dout, const E *qkv, const float *lse, const float *dsum, const int32_t *seg,
+                   int T, int nh, int nkv, int hd, int window, float scale) {
   constexpr int DPT = HDP / TPR, RPB = ATT_NT / TPR;
   __shared__ float Qs[BC][HDP];
   __shared__ float Gs[BC][HDP];
@@ -311,8 +309,8 @@ static __global__ void __launch_bounds__(ATT_NT)
 
 /* ---- dispatch ---------------------------------------------------------------------- */
 static int att_check(sl_kctx *ctx, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd) {
-  if (B < 0 || T < 0 || nh <= 0 || nkv <= 0 || hd <= 0 || nh % nkv != 0 || T > 0x7fffffffLL ||
-      nh > 65535 || B > 65535 || hd > 256)
+  if (B < 0 || T < 0 || nh <= 0 || nkv <= 0 || hd <= 0 || nh % nkv != 0 || T > 0x7fffffffLL || nh > 65535 ||
+      B > 65535 || hd > 256)
     return sl_cuda_fail(ctx, SL_EINPUT,
                         "attention: unsupported shape B %lld T %lld nh %lld nkv %lld hd %lld "
                         "(expected nh %% nkv == 0, hd <= 256)",
@@ -320,35 +318,34 @@ static int att_check(sl_kctx *ctx, int64_t B, int64_t T, int64_t nh, int64_t nkv
   return SL_OK;
 }
 
-#define ATT_DISPATCH(hd, LAUNCH)                   \
-  do {                                             \
-    if ((hd) <= 32) LAUNCH(32, 4, 32);             \
-    else if ((hd) <= 64) LAUNCH(64, 4, 32);        \
-    else if ((hd) <= 128) LAUNCH(128, 8, 32);      \
-    else LAUNCH(256, 16, 16);                      \
+#define ATT_DISPATCH(hd, LAUNCH)                                                                                       \
+  do {                                                                                                                 \
+    if ((hd) <= 32) LAUNCH(32, 4, 32);                                                                                 \
+    else if ((hd) <= 64) LAUNCH(64, 4, 32);                                                                            \
+    else if ((hd) <= 128) LAUNCH(128, 8, 32);                                                                          \
+    else LAUNCH(256, 16, 16);                                                                                          \
   } while (0)
 
 template <typename E>
-static void att_fwd_any(sl_kctx *ctx, E *out, float *lse, const E *qkv, int64_t B, int64_t T,
-                        int64_t nh, int64_t nkv, int64_t hd, int64_t window, const int32_t *seg) {
+static void att_fwd_any(sl_kctx *ctx, E *out, float *lse, const E *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv,
+                        int64_t hd, int64_t window, const int32_t *seg) {
   SL_CUDA_BEGIN(ctx);
   if (att_check(ctx, B, T, nh, nkv, hd)) return;
   if (B == 0 || T == 0) return;
   float scale = (float)(1.0 / sqrt((double)hd));
   int win = window > 0 ? (int)(window < T ? window : T + 1) : 0;
-#define FWD(HDP, TPR, BC)                                                                    \
-  att_fwd_kernel<E, HDP, TPR, BC>                                                            \
-      <<<dim3((unsigned)((T + ATT_NT / TPR - 1) / (ATT_NT / TPR)), (unsigned)nh, (unsigned)B), \
-         ATT_NT, 0, ctx->stream>>>(out, lse, qkv, seg, (int)T, (int)nh, (int)nkv, (int)hd, win, scale)
+#define FWD(HDP, TPR, BC)                                                                                              \
+  att_fwd_kernel<E, HDP, TPR, BC>                                                                                      \
+      <<<dim3((unsigned)((T + ATT_NT / TPR - 1) / (ATT_NT / TPR)), (unsigned)nh, (unsigned)B), ATT_NT, 0,              \
+         ctx->stream>>>(out, lse, qkv, seg, (int)T, (int)nh, (int)nkv, (int)hd, win, scale)
   ATT_DISPATCH(hd, FWD);
 #undef FWD
   CUDA_LAUNCH_CHECK(ctx);
 }
 
 template <typename E>
-static void att_bwd_any(sl_kctx *ctx, float *dqkv, const E *dout, const E *qkv, const E *out,
-                        const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                        int64_t hd, int64_t window, const int32_t *seg) {
+static void att_bwd_any(sl_kctx *ctx, float *dqkv, const E *dout, const E *qkv, const E *out, const float *lse,
+                        int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window, const int32_t *seg) {
   SL_CUDA_BEGIN(ctx);
   if (att_check(ctx, B, T, nh, nkv, hd)) return;
   if (B == 0 || T == 0) return;
@@ -357,54 +354,49 @@ static void att_bwd_any(sl_kctx *ctx, float *dqkv, const E *dout, const E *qkv, 
   int64_t rows = B * T * nh;
   float *dsum = (float *)sl_cuda_scratch(ctx, (size_t)rows * sizeof(float), "attention_bwd");
   if (!dsum) return;
-  att_dsum_kernel<E><<<(unsigned)((rows + 7) / 8), 256, 0, ctx->stream>>>(dsum, dout, out, rows,
-                                                                          (int)T, (int)nh, (int)hd);
+  att_dsum_kernel<E>
+      <<<(unsigned)((rows + 7) / 8), 256, 0, ctx->stream>>>(dsum, dout, out, rows, (int)T, (int)nh, (int)hd);
   CUDA_LAUNCH_CHECK(ctx);
-#define DQ(HDP, TPR, BC)                                                                     \
-  att_dq_kernel<E, HDP, TPR, BC>                                                             \
-      <<<dim3((unsigned)((T + ATT_NT / TPR - 1) / (ATT_NT / TPR)), (unsigned)nh, (unsigned)B), \
-         ATT_NT, 0, ctx->stream>>>(dqkv, dout, qkv, lse, dsum, seg, (int)T, (int)nh, (int)nkv, \
-                                   (int)hd, win, scale)
+#define DQ(HDP, TPR, BC)                                                                                               \
+  att_dq_kernel<E, HDP, TPR, BC>                                                                                       \
+      <<<dim3((unsigned)((T + ATT_NT / TPR - 1) / (ATT_NT / TPR)), (unsigned)nh, (unsigned)B), ATT_NT, 0,              \
+         ctx->stream>>>(dqkv, dout, qkv, lse, dsum, seg, (int)T, (int)nh, (int)nkv, (int)hd, win, scale)
   ATT_DISPATCH(hd, DQ);
 #undef DQ
   CUDA_LAUNCH_CHECK(ctx);
-#define DKV(HDP, TPR, BC)                                                                     \
-  att_dkv_kernel<E, HDP, TPR, BC>                                                             \
-      <<<dim3((unsigned)((T + ATT_NT / TPR - 1) / (ATT_NT / TPR)), (unsigned)nkv, (unsigned)B), \
-         ATT_NT, 0, ctx->stream>>>(dqkv, dout, qkv, lse, dsum, seg, (int)T, (int)nh, (int)nkv,  \
-                                   (int)hd, win, scale)
+#define DKV(HDP, TPR, BC)                                                                                              \
+  att_dkv_kernel<E, HDP, TPR, BC>                                                                                      \
+      <<<dim3((unsigned)((T + ATT_NT / TPR - 1) / (ATT_NT / TPR)), (unsigned)nkv, (unsigned)B), ATT_NT, 0,             \
+         ctx->stream>>>(dqkv, dout, qkv, lse, dsum, seg, (int)T, (int)nh, (int)nkv, (int)hd, win, scale)
   ATT_DISPATCH(hd, DKV);
 #undef DKV
   CUDA_LAUNCH_CHECK(ctx);
 }
 
-void sl_cuda_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B,
-                           int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window) {
+void sl_cuda_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
+                           int64_t nkv, int64_t hd, int64_t window) {
   att_fwd_any<float>(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, NULL);
 }
-void sl_cuda_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv,
-                           const float *out, const float *lse, int64_t B, int64_t T, int64_t nh,
-                           int64_t nkv, int64_t hd, int64_t window) {
+void sl_cuda_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
+                           const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                           int64_t window) {
   att_bwd_any<float>(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, NULL);
 }
-void sl_cuda_attention_fwd_bf16(sl_kctx *ctx, uint16_t *out, float *lse, const uint16_t *qkv,
-                                int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                                int64_t window) {
+void sl_cuda_attention_fwd_bf16(sl_kctx *ctx, uint16_t *out, float *lse, const uint16_t *qkv, int64_t B, int64_t T,
+                                int64_t nh, int64_t nkv, int64_t hd, int64_t window) {
   att_fwd_any<uint16_t>(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, NULL);
 }
-void sl_cuda_attention_bwd_bf16(sl_kctx *ctx, float *dqkv, const uint16_t *dout,
-                                const uint16_t *qkv, const uint16_t *out, const float *lse,
-                                int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                                int64_t window) {
+void sl_cuda_attention_bwd_bf16(sl_kctx *ctx, float *dqkv, const uint16_t *dout, const uint16_t *qkv,
+                                const uint16_t *out, const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv,
+                                int64_t hd, int64_t window) {
   att_bwd_any<uint16_t>(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, NULL);
 }
-void sl_cuda_attention_doc_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B,
-                               int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window,
-                               const int32_t *seg) {
+void sl_cuda_attention_doc_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
+                               int64_t nkv, int64_t hd, int64_t window, const int32_t *seg) {
   att_fwd_any<float>(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, seg);
 }
-void sl_cuda_attention_doc_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv,
-                               const float *out, const float *lse, int64_t B, int64_t T, int64_t nh,
-                               int64_t nkv, int64_t hd, int64_t window, const int32_t *seg) {
+void sl_cuda_attention_doc_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
+                               const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                               int64_t window, const int32_t *seg) {
   att_bwd_any<float>(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, seg);
 }

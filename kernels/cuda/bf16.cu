@@ -48,9 +48,8 @@ static void *stage(sl_kctx *ctx, size_t bytes, const char *op) {
 
 /* Up to three bf16 copies of fp32 operands (n[i] elements; src NULL or
  * n 0: skipped, out NULL), each 256-byte aligned in the stage. 0 on success. */
-static int stage3(sl_kctx *ctx, const char *op, const float *s0, int64_t n0, uint16_t **o0,
-                  const float *s1, int64_t n1, uint16_t **o1, const float *s2, int64_t n2,
-                  uint16_t **o2) {
+static int stage3(sl_kctx *ctx, const char *op, const float *s0, int64_t n0, uint16_t **o0, const float *s1, int64_t n1,
+                  uint16_t **o1, const float *s2, int64_t n2, uint16_t **o2) {
   const float *src[3] = {s0, s1, s2};
   int64_t n[3] = {s0 ? n0 : 0, s1 ? n1 : 0, s2 ? n2 : 0};
   uint16_t **out[3] = {o0, o1, o2};
@@ -87,9 +86,9 @@ static void round_rows(sl_kctx *ctx, float *x, int64_t rows, int64_t cols, int64
   round_rows_kernel<<<sl_cuda_blocks(rows * cols, 256), 256, 0, ctx->stream>>>(x, rows, cols, ld);
   CUDA_LAUNCH_CHECK(ctx);
 }
-#define RND(x, n) \
-  do {            \
-    if (ctx->bf16) sl_cuda_round_bf16(ctx, (x), (n)); \
+#define RND(x, n)                                                                                                      \
+  do {                                                                                                                 \
+    if (ctx->bf16) sl_cuda_round_bf16(ctx, (x), (n));                                                                  \
   } while (0)
 #define QKV_N(B, T, nh, nkv, hd) ((B) * (T) * ((nh) + 2 * (nkv)) * (hd))
 
@@ -120,8 +119,7 @@ void sl_cuda_bf_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, cons
   }
   SL_CUDA_BEGIN(ctx);
   uint16_t *g16 = NULL, *x16 = NULL, *w16 = NULL;
-  if (stage3(ctx, "linear_bwd", dout, N * OC, &g16, dw ? inp : NULL, N * IC, &x16, dinp ? w : NULL, OC * IC,
-             &w16))
+  if (stage3(ctx, "linear_bwd", dout, N * OC, &g16, dw ? inp : NULL, N * IC, &x16, dinp ? w : NULL, OC * IC, &w16))
     return;
   sl_cuda_linear_bwd_bf16(ctx, dinp, dw, db, g16, x16, w16, N, IC, OC); /* dw, db fp32 */
   if (dinp) sl_cuda_round_bf16(ctx, dinp, N * IC);
@@ -137,19 +135,19 @@ void sl_cuda_bf_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_
   sl_cuda_rope_bwd(ctx, dqkv, B, T, nh, nkv, hd, theta);
   if (ctx) RND(dqkv, QKV_N(B, T, nh, nkv, hd));
 }
-void sl_cuda_bf_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                             int64_t hd, float theta, const int32_t *seg) {
+void sl_cuda_bf_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                             float theta, const int32_t *seg) {
   sl_cuda_rope_doc_fwd(ctx, qkv, B, T, nh, nkv, hd, theta, seg);
   if (ctx) RND(qkv, QKV_N(B, T, nh, nkv, hd));
 }
-void sl_cuda_bf_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                             int64_t hd, float theta, const int32_t *seg) {
+void sl_cuda_bf_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                             float theta, const int32_t *seg) {
   sl_cuda_rope_doc_bwd(ctx, dqkv, B, T, nh, nkv, hd, theta, seg);
   if (ctx) RND(dqkv, QKV_N(B, T, nh, nkv, hd));
 }
 
-void sl_cuda_bf_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T,
-                              int64_t nh, int64_t nkv, int64_t hd, int64_t window) {
+void sl_cuda_bf_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
+                              int64_t nkv, int64_t hd, int64_t window) {
   sl_cuda_attention_fwd(ctx, out, lse, qkv, B, T, nh, nkv, hd, window);
   if (ctx) RND(out, B * T * nh * hd); /* lse stays fp32 */
 }
@@ -164,9 +162,9 @@ void sl_cuda_bf_attention_doc_fwd(sl_kctx *ctx, float *out, float *lse, const fl
   sl_cuda_attention_doc_fwd(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, seg);
   if (ctx) RND(out, B * T * nh * hd);
 }
-void sl_cuda_bf_attention_doc_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv,
-                                  const float *out, const float *lse, int64_t B, int64_t T, int64_t nh,
-                                  int64_t nkv, int64_t hd, int64_t window, const int32_t *seg) {
+void sl_cuda_bf_attention_doc_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
+                                  const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                                  int64_t window, const int32_t *seg) {
   sl_cuda_attention_doc_bwd(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, seg);
   if (ctx) RND(dqkv, QKV_N(B, T, nh, nkv, hd));
 }
@@ -192,8 +190,7 @@ void sl_cuda_bf_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const flo
   sl_cuda_lmhead_ce_fwd_b16(ctx, losses, lse, x16, w16, targets, N, C, V);
 }
 void sl_cuda_bf_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w,
-                              const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C,
-                              int64_t V) {
+                              const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C, int64_t V) {
   if (!ctx || !ctx->bf16) {
     sl_cuda_lmhead_ce_bwd(ctx, dx, dw, x, w, targets, lse, scale, N, C, V);
     return;
@@ -206,14 +203,13 @@ void sl_cuda_bf_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x
 }
 
 /* ---- Mamba ---------------------------------------------------------------- */
-void sl_cuda_bf_conv1d_fwd(sl_kctx *ctx, float *out, const float *x, int64_t ldx, const float *w,
-                           const float *bias, int64_t B, int64_t T, int64_t D, int64_t K) {
+void sl_cuda_bf_conv1d_fwd(sl_kctx *ctx, float *out, const float *x, int64_t ldx, const float *w, const float *bias,
+                           int64_t B, int64_t T, int64_t D, int64_t K) {
   sl_cuda_conv1d_fwd(ctx, out, x, ldx, w, bias, B, T, D, K);
   if (ctx) RND(out, B * T * D);
 }
 void sl_cuda_bf_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *dbias, const float *dout,
-                           const float *x, int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D,
-                           int64_t K) {
+                           const float *x, int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D, int64_t K) {
   sl_cuda_conv1d_bwd(ctx, dx, ldx, dw, dbias, dout, x, ldx_in, w, B, T, D, K);
   if (ctx && ctx->bf16) round_rows(ctx, dx, B * T, D, ldx);
 }
@@ -225,8 +221,7 @@ void sl_cuda_bf_silu_bwd(sl_kctx *ctx, float *dx, const float *dout, const float
   sl_cuda_silu_bwd(ctx, dx, dout, x, n);
   if (ctx) RND(dx, n);
 }
-void sl_cuda_bf_gate_fwd(sl_kctx *ctx, float *out, const float *y, const float *z, int64_t ldz, int64_t N,
-                         int64_t D) {
+void sl_cuda_bf_gate_fwd(sl_kctx *ctx, float *out, const float *y, const float *z, int64_t ldz, int64_t N, int64_t D) {
   sl_cuda_gate_fwd(ctx, out, y, z, ldz, N, D);
   if (ctx) RND(out, N * D);
 }
@@ -238,18 +233,17 @@ void sl_cuda_bf_gate_bwd(sl_kctx *ctx, float *dy, float *dz, int64_t ldz, const 
     round_rows(ctx, dz, N, D, ldz);
   }
 }
-void sl_cuda_bf_scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u, const float *dt,
-                         const float *A_log, const float *Bm, const float *Cm, int64_t ldbc, const float *Dp,
-                         int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk) {
+void sl_cuda_bf_scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u, const float *dt, const float *A_log,
+                         const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, int64_t B, int64_t T,
+                         int64_t D, int64_t S, int64_t chunk) {
   sl_cuda_scan_fwd(ctx, y, ckpt, u, dt, A_log, Bm, Cm, ldbc, Dp, B, T, D, S, chunk);
   if (ctx) RND(y, B * T * D); /* ckpt: fp32 state */
 }
 void sl_cuda_bf_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float *dBm, float *dCm, float *dDp,
                          const float *dy, const float *u, const float *dt, const float *A_log, const float *Bm,
-                         const float *Cm, int64_t ldbc, const float *Dp, const float *ckpt, int64_t B,
-                         int64_t T, int64_t D, int64_t S, int64_t chunk) {
-  sl_cuda_scan_bwd(ctx, du, ddt, dA_log, dBm, dCm, dDp, dy, u, dt, A_log, Bm, Cm, ldbc, Dp, ckpt, B, T, D, S,
-                   chunk);
+                         const float *Cm, int64_t ldbc, const float *Dp, const float *ckpt, int64_t B, int64_t T,
+                         int64_t D, int64_t S, int64_t chunk) {
+  sl_cuda_scan_bwd(ctx, du, ddt, dA_log, dBm, dCm, dDp, dy, u, dt, A_log, Bm, Cm, ldbc, Dp, ckpt, B, T, D, S, chunk);
   if (ctx && ctx->bf16) { /* dA_log, dDp: fp32 weight gradients */
     sl_cuda_round_bf16(ctx, du, B * T * D);
     sl_cuda_round_bf16(ctx, ddt, B * T * D);

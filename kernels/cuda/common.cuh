@@ -15,23 +15,23 @@
 #include "kernels/kernels.h"
 
 struct sl_kctx {
-  int device;               /* CUDA device ordinal the context was made on */
-  cudaStream_t stream;      /* every op is queued here */
-  cublasLtHandle_t lt;      /* cuBLASLt handle */
-  void *lt_ws;              /* cuBLASLt workspace (lt_ws_bytes) */
+  int device;          /* CUDA device ordinal the context was made on */
+  cudaStream_t stream; /* every op is queued here */
+  cublasLtHandle_t lt; /* cuBLASLt handle */
+  void *lt_ws;         /* cuBLASLt workspace (lt_ws_bytes) */
   size_t lt_ws_bytes;
-  void *ws;                 /* op scratch arena (ws_bytes), contents per op */
+  void *ws; /* op scratch arena (ws_bytes), contents per op */
   size_t ws_bytes;
-  double *sumsq_dev;        /* (1) device result of sumsq */
-  double *sumsq_part;       /* (SL_CUDA_SUMSQ_BLOCKS) per-block partials */
-  double *sumsq_host;       /* (1) pinned host copy */
-  int tf32;                 /* SL_CUDA_TF32=1: GEMMs with TF32 tensor cores */
-  int status;               /* SL_OK or the first error (sticky) */
-  char msg[512];            /* message of the first error */
+  double *sumsq_dev;          /* (1) device result of sumsq */
+  double *sumsq_part;         /* (SL_CUDA_SUMSQ_BLOCKS) per-block partials */
+  double *sumsq_host;         /* (1) pinned host copy */
+  int tf32;                   /* SL_CUDA_TF32=1: GEMMs with TF32 tensor cores */
+  int status;                 /* SL_OK or the first error (sticky) */
+  char msg[512];              /* message of the first error */
   struct sl_gemm_plan *plans; /* (nplans) cuBLASLt descriptors + algorithm per shape (gemm.cu) */
   int nplans, next_evict;
-  int bf16;                 /* compute dtype SL_COMPUTE_BF16 (bf16.cu) */
-  void *stage;              /* bf16 copies of GEMM operands (stage_bytes), per op (bf16.cu) */
+  int bf16;    /* compute dtype SL_COMPUTE_BF16 (bf16.cu) */
+  void *stage; /* bf16 copies of GEMM operands (stage_bytes), per op (bf16.cu) */
   size_t stage_bytes;
 };
 
@@ -39,8 +39,7 @@ struct sl_kctx {
 #define SL_CUDA_LT_WS_BYTES ((size_t)32 << 20)
 
 /* Records the first error of the context (and sl_fail's message). */
-int sl_cuda_fail(sl_kctx *ctx, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+int sl_cuda_fail(sl_kctx *ctx, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Scratch of at least `bytes` bytes, valid until the next op on the context.
  * Grows (after synchronising the stream) only when a call needs more than
@@ -51,36 +50,33 @@ void *sl_cuda_scratch(sl_kctx *ctx, size_t bytes, const char *op);
 /* ---- error-check generator (ggml CUDA_CHECK_GEN style) ---------------------
  * On failure: record "op: call failed: <reason> (file:line)" and return from
  * the calling function with the given value (nothing for void). */
-#define SL_CUDA_CHECK_GEN(ctx, call, okval, strfn, ...)                      \
-  do {                                                                       \
-    auto sl_e_ = (call);                                                     \
-    if (sl_e_ != (okval)) {                                                  \
-      sl_cuda_fail((ctx), SL_EINTERNAL, "%s: %s failed: %s (%s:%d)",         \
-                   __func__, #call, strfn(sl_e_), __FILE__, __LINE__);       \
-      return __VA_ARGS__;                                                    \
-    }                                                                        \
+#define SL_CUDA_CHECK_GEN(ctx, call, okval, strfn, ...)                                                                \
+  do {                                                                                                                 \
+    auto sl_e_ = (call);                                                                                               \
+    if (sl_e_ != (okval)) {                                                                                            \
+      sl_cuda_fail((ctx), SL_EINTERNAL, "%s: %s failed: %s (%s:%d)", __func__, #call, strfn(sl_e_), __FILE__,          \
+                   __LINE__);                                                                                          \
+      return __VA_ARGS__;                                                                                              \
+    }                                                                                                                  \
   } while (0)
-#define CUDA_CHECK(ctx, call, ...) \
-  SL_CUDA_CHECK_GEN(ctx, call, cudaSuccess, cudaGetErrorString, __VA_ARGS__)
-#define CUBLAS_CHECK(ctx, call, ...)                                \
-  SL_CUDA_CHECK_GEN(ctx, call, CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString, \
-                    __VA_ARGS__)
+#define CUDA_CHECK(ctx, call, ...) SL_CUDA_CHECK_GEN(ctx, call, cudaSuccess, cudaGetErrorString, __VA_ARGS__)
+#define CUBLAS_CHECK(ctx, call, ...)                                                                                   \
+  SL_CUDA_CHECK_GEN(ctx, call, CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString, __VA_ARGS__)
 /* After a kernel launch. */
 #define CUDA_LAUNCH_CHECK(ctx, ...) CUDA_CHECK(ctx, cudaGetLastError(), __VA_ARGS__)
 
 /* Op prologue: skip when the context already failed. */
-#define SL_CUDA_BEGIN(ctx, ...)                   \
-  do {                                            \
-    if (!(ctx) || (ctx)->status) return __VA_ARGS__; \
+#define SL_CUDA_BEGIN(ctx, ...)                                                                                        \
+  do {                                                                                                                 \
+    if (!(ctx) || (ctx)->status) return __VA_ARGS__;                                                                   \
   } while (0)
 /* Argument check: records SL_EINPUT and returns. */
-#define SL_CUDA_REQUIRE(ctx, cond, ...)                                    \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
-      sl_cuda_fail((ctx), SL_EINPUT, "%s: expected %s (%s:%d)", __func__,  \
-                   #cond, __FILE__, __LINE__);                             \
-      return;                                                              \
-    }                                                                      \
+#define SL_CUDA_REQUIRE(ctx, cond, ...)                                                                                \
+  do {                                                                                                                 \
+    if (!(cond)) {                                                                                                     \
+      sl_cuda_fail((ctx), SL_EINPUT, "%s: expected %s (%s:%d)", __func__, #cond, __FILE__, __LINE__);                  \
+      return;                                                                                                          \
+    }                                                                                                                  \
   } while (0)
 
 /* ---- launch helpers --------------------------------------------------------- */
@@ -99,24 +95,17 @@ __device__ __forceinline__ float sl_dev_dsilu(float x) {
   return s * (1.0f + x * (1.0f - s));
 }
 /* PyTorch softplus (beta 1, threshold 20) and its derivative. */
-__device__ __forceinline__ float sl_dev_softplus(float x) {
-  return x > 20.0f ? x : log1pf(expf(x));
-}
-__device__ __forceinline__ float sl_dev_dsoftplus(float x) {
-  return x > 20.0f ? 1.0f : sl_dev_sigmoid(x);
-}
+__device__ __forceinline__ float sl_dev_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+__device__ __forceinline__ float sl_dev_dsoftplus(float x) { return x > 20.0f ? 1.0f : sl_dev_sigmoid(x); }
 /* Round to nearest even, NaN kept quiet; bit-identical to
  * sl_f32_to_bf16_scalar in kernels.h. */
 __device__ __forceinline__ uint16_t sl_dev_f32_to_bf16(float f) {
   uint32_t u = __float_as_uint(f);
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu))
-    return (uint16_t)((u >> 16) | 0x40u);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return (uint16_t)((u >> 16) | 0x40u);
   uint32_t r = u + 0x7fffu + ((u >> 16) & 1u);
   return (uint16_t)(r >> 16);
 }
-__device__ __forceinline__ float sl_dev_bf16_to_f32(uint16_t h) {
-  return __uint_as_float((uint32_t)h << 16);
-}
+__device__ __forceinline__ float sl_dev_bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 /* Uniform loads: fp32 or bf16 storage, fp32 math. */
 __device__ __forceinline__ float sl_ld(const float *p, int64_t i) { return p[i]; }
 __device__ __forceinline__ float sl_ld(const uint16_t *p, int64_t i) { return sl_dev_bf16_to_f32(p[i]); }
@@ -125,8 +114,7 @@ __device__ __forceinline__ void sl_st(uint16_t *p, int64_t i, float v) { p[i] = 
 
 /* Sum over a block of blockDim.x threads (multiple of 32, <= 1024), fixed
  * order (deterministic). Every thread gets the result. `sh` >= 33 floats. */
-template <typename T>
-__device__ __forceinline__ T sl_block_sum(T v, T *sh) {
+template <typename T> __device__ __forceinline__ T sl_block_sum(T v, T *sh) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   __syncthreads(); /* sh may still be read by a previous call */
@@ -140,8 +128,7 @@ __device__ __forceinline__ T sl_block_sum(T v, T *sh) {
   __syncthreads();
   return sh[32];
 }
-template <typename T>
-__device__ __forceinline__ T sl_block_max(T v, T *sh) {
+template <typename T> __device__ __forceinline__ T sl_block_max(T v, T *sh) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   __syncthreads();
@@ -158,7 +145,6 @@ __device__ __forceinline__ T sl_block_max(T v, T *sh) {
 
 /* dst[c] += sum_p part[p * ncols + c] over p = 0..P-1 in order (deterministic
  * second pass of the column reductions). Queued on ctx's stream. */
-void sl_cuda_colsum_partials(sl_kctx *ctx, float *dst, const float *part,
-                             int64_t P, int64_t ncols);
+void sl_cuda_colsum_partials(sl_kctx *ctx, float *dst, const float *part, int64_t P, int64_t ncols);
 
 #endif /* SL_CUDA_COMMON_CUH */

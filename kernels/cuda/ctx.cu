@@ -43,8 +43,7 @@ void sl_cuda_clear_status(sl_kctx *ctx) {
 int sl_cuda_sync(sl_kctx *ctx) {
   if (!ctx) return SL_EINPUT;
   cudaError_t e = cudaStreamSynchronize(ctx->stream);
-  if (e != cudaSuccess)
-    sl_cuda_fail(ctx, SL_EINTERNAL, "sl_cuda_sync: stream failed: %s", cudaGetErrorString(e));
+  if (e != cudaSuccess) sl_cuda_fail(ctx, SL_EINTERNAL, "sl_cuda_sync: stream failed: %s", cudaGetErrorString(e));
   return ctx->status;
 }
 
@@ -59,8 +58,8 @@ void *sl_cuda_scratch(sl_kctx *ctx, size_t bytes, const char *op) {
   if (e == cudaSuccess) e = cudaMalloc(&ctx->ws, want);
   if (e != cudaSuccess) {
     ctx->ws = NULL;
-    sl_cuda_fail(ctx, e == cudaErrorMemoryAllocation ? SL_ENOMEM : SL_EINTERNAL,
-                 "%s: scratch of %zu bytes: %s", op, want, cudaGetErrorString(e));
+    sl_cuda_fail(ctx, e == cudaErrorMemoryAllocation ? SL_ENOMEM : SL_EINTERNAL, "%s: scratch of %zu bytes: %s", op,
+                 want, cudaGetErrorString(e));
     return NULL;
   }
   ctx->ws_bytes = want;
@@ -107,8 +106,7 @@ static sl_kctx *cuda_ctx_create(int threads) {
   if (e == cudaSuccess) c->lt_ws_bytes = SL_CUDA_LT_WS_BYTES;
   if (e == cudaSuccess) what = "cudaMalloc(sumsq)", e = cudaMalloc((void **)&c->sumsq_dev, sizeof(double));
   if (e == cudaSuccess)
-    what = "cudaMalloc(sumsq partials)",
-    e = cudaMalloc((void **)&c->sumsq_part, SL_CUDA_SUMSQ_BLOCKS * sizeof(double));
+    what = "cudaMalloc(sumsq partials)", e = cudaMalloc((void **)&c->sumsq_part, SL_CUDA_SUMSQ_BLOCKS * sizeof(double));
   if (e == cudaSuccess) what = "cudaMallocHost(sumsq)", e = cudaMallocHost((void **)&c->sumsq_host, sizeof(double));
   if (e != cudaSuccess) {
     sl_fail(SL_EINTERNAL, "cuda: ctx_create: %s failed: %s", what, cudaGetErrorString(e));
@@ -169,17 +167,14 @@ void *sl_cuda_stream(sl_kctx *ctx) { return ctx ? (void *)ctx->stream : NULL; }
 int sl_cuda_tf32_enabled(const sl_kctx *ctx) { return ctx ? ctx->tf32 : 0; }
 
 /* ---- deterministic second pass of column reductions ----------------------- */
-static __global__ void colsum_partials_kernel(float *dst, const float *part, int64_t P,
-                                              int64_t ncols) {
-  for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < ncols;
-       c += (int64_t)gridDim.x * blockDim.x) {
+static __global__ void colsum_partials_kernel(float *dst, const float *part, int64_t P, int64_t ncols) {
+  for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < ncols; c += (int64_t)gridDim.x * blockDim.x) {
     float s = 0.0f;
     for (int64_t p = 0; p < P; p++) s += part[p * ncols + c];
     dst[c] += s;
   }
 }
-void sl_cuda_colsum_partials(sl_kctx *ctx, float *dst, const float *part, int64_t P,
-                             int64_t ncols) {
+void sl_cuda_colsum_partials(sl_kctx *ctx, float *dst, const float *part, int64_t P, int64_t ncols) {
   SL_CUDA_BEGIN(ctx);
   if (ncols <= 0) return;
   colsum_partials_kernel<<<sl_cuda_blocks(ncols, 256), 256, 0, ctx->stream>>>(dst, part, P, ncols);

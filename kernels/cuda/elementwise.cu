@@ -5,14 +5,12 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/elementwise.cuh"
 
-#define GRID_STRIDE(i, n)                                                      \
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
-       i += (int64_t)gridDim.x * blockDim.x)
+#define GRID_STRIDE(i, n)                                                                                              \
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 #define NT 256
 
 /* ---- embedding --------------------------------------------------------------- */
-static __global__ void embedding_fwd_kernel(float *out, const int32_t *tok, const float *wte,
-                                            int64_t N, int64_t C) {
+static __global__ void embedding_fwd_kernel(float *out, const int32_t *tok, const float *wte, int64_t N, int64_t C) {
   GRID_STRIDE(i, N * C) {
     int64_t r = i / C, c = i - r * C;
     out[i] = wte[(int64_t)tok[r] * C + c];
@@ -20,22 +18,19 @@ static __global__ void embedding_fwd_kernel(float *out, const int32_t *tok, cons
 }
 /* One thread per column c walks all rows in order: no atomics, deterministic,
  * coalesced across the threads of a warp. */
-static __global__ void embedding_bwd_kernel(float *dwte, const float *dout, const int32_t *tok,
-                                            int64_t N, int64_t C) {
+static __global__ void embedding_bwd_kernel(float *dwte, const float *dout, const int32_t *tok, int64_t N, int64_t C) {
   GRID_STRIDE(c, C) {
     for (int64_t r = 0; r < N; r++) dwte[(int64_t)tok[r] * C + c] += dout[r * C + c];
   }
 }
-void sl_cuda_embedding_fwd(sl_kctx *ctx, float *out, const int32_t *tok, const float *wte,
-                           int64_t N, int64_t C) {
+void sl_cuda_embedding_fwd(sl_kctx *ctx, float *out, const int32_t *tok, const float *wte, int64_t N, int64_t C) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && C >= 0);
   if (N * C == 0) return;
   embedding_fwd_kernel<<<sl_cuda_blocks(N * C, NT), NT, 0, ctx->stream>>>(out, tok, wte, N, C);
   CUDA_LAUNCH_CHECK(ctx);
 }
-void sl_cuda_embedding_bwd(sl_kctx *ctx, float *dwte, const float *dout, const int32_t *tok,
-                           int64_t N, int64_t C) {
+void sl_cuda_embedding_bwd(sl_kctx *ctx, float *dwte, const float *dout, const int32_t *tok, int64_t N, int64_t C) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && C >= 0);
   if (N * C == 0) return;
@@ -51,8 +46,7 @@ static __global__ void swiglu_fwd_kernel(float *out, const float *gu, int64_t N,
     out[i] = sl_dev_silu(g) * u;
   }
 }
-static __global__ void swiglu_bwd_kernel(float *dgu, const float *dout, const float *gu,
-                                         int64_t N, int64_t H) {
+static __global__ void swiglu_bwd_kernel(float *dgu, const float *dout, const float *gu, int64_t N, int64_t H) {
   GRID_STRIDE(i, N * H) {
     int64_t r = i / H, c = i - r * H;
     float g = gu[r * 2 * H + c], u = gu[r * 2 * H + H + c], d = dout[i];
@@ -67,8 +61,7 @@ void sl_cuda_swiglu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N, in
   swiglu_fwd_kernel<<<sl_cuda_blocks(N * H, NT), NT, 0, ctx->stream>>>(out, gu, N, H);
   CUDA_LAUNCH_CHECK(ctx);
 }
-void sl_cuda_swiglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float *gu, int64_t N,
-                        int64_t H) {
+void sl_cuda_swiglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && H >= 0);
   if (N * H == 0) return;
@@ -77,12 +70,8 @@ void sl_cuda_swiglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float
 }
 
 /* ---- add, scale, bias -------------------------------------------------------- */
-static __global__ void add_kernel(float *y, const float *x, int64_t n) {
-  GRID_STRIDE(i, n) y[i] += x[i];
-}
-static __global__ void scale_kernel(float *x, float a, int64_t n) {
-  GRID_STRIDE(i, n) x[i] *= a;
-}
+static __global__ void add_kernel(float *y, const float *x, int64_t n) { GRID_STRIDE(i, n) y[i] += x[i]; }
+static __global__ void scale_kernel(float *x, float a, int64_t n) { GRID_STRIDE(i, n) x[i] *= a; }
 static __global__ void add_bias_kernel(float *out, const float *b, int64_t N, int64_t C) {
   GRID_STRIDE(i, N * C) out[i] += b[i % C];
 }
@@ -146,15 +135,14 @@ static __global__ void silu_fwd_kernel(float *out, const float *x, int64_t n) {
 static __global__ void silu_bwd_kernel(float *dx, const float *dout, const float *x, int64_t n) {
   GRID_STRIDE(i, n) dx[i] += dout[i] * sl_dev_dsilu(x[i]);
 }
-static __global__ void gate_fwd_kernel(float *out, const float *y, const float *z, int64_t ldz,
-                                       int64_t N, int64_t D) {
+static __global__ void gate_fwd_kernel(float *out, const float *y, const float *z, int64_t ldz, int64_t N, int64_t D) {
   GRID_STRIDE(i, N * D) {
     int64_t r = i / D, c = i - r * D;
     out[i] = y[i] * sl_dev_silu(z[r * ldz + c]);
   }
 }
-static __global__ void gate_bwd_kernel(float *dy, float *dz, int64_t ldz, const float *dout,
-                                       const float *y, const float *z, int64_t N, int64_t D) {
+static __global__ void gate_bwd_kernel(float *dy, float *dz, int64_t ldz, const float *dout, const float *y,
+                                       const float *z, int64_t N, int64_t D) {
   GRID_STRIDE(i, N * D) {
     int64_t r = i / D, c = i - r * D;
     float zz = z[r * ldz + c], g = dout[i];
@@ -176,16 +164,15 @@ void sl_cuda_silu_bwd(sl_kctx *ctx, float *dx, const float *dout, const float *x
   silu_bwd_kernel<<<sl_cuda_blocks(n, NT), NT, 0, ctx->stream>>>(dx, dout, x, n);
   CUDA_LAUNCH_CHECK(ctx);
 }
-void sl_cuda_gate_fwd(sl_kctx *ctx, float *out, const float *y, const float *z, int64_t ldz,
-                      int64_t N, int64_t D) {
+void sl_cuda_gate_fwd(sl_kctx *ctx, float *out, const float *y, const float *z, int64_t ldz, int64_t N, int64_t D) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && D >= 0 && ldz >= D);
   if (N * D == 0) return;
   gate_fwd_kernel<<<sl_cuda_blocks(N * D, NT), NT, 0, ctx->stream>>>(out, y, z, ldz, N, D);
   CUDA_LAUNCH_CHECK(ctx);
 }
-void sl_cuda_gate_bwd(sl_kctx *ctx, float *dy, float *dz, int64_t ldz, const float *dout,
-                      const float *y, const float *z, int64_t N, int64_t D) {
+void sl_cuda_gate_bwd(sl_kctx *ctx, float *dy, float *dz, int64_t ldz, const float *dout, const float *y,
+                      const float *z, int64_t N, int64_t D) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && D >= 0 && ldz >= D);
   if (N * D == 0) return;

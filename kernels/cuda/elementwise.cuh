@@ -19,7 +19,8 @@ void sl_cuda_round_bf16(sl_kctx *ctx, float *x, int64_t n);
 void sl_cuda_silu_fwd(sl_kctx *ctx, float *out, const float *x, int64_t n);
 void sl_cuda_silu_bwd(sl_kctx *ctx, float *dx, const float *dout, const float *x, int64_t n);
 void sl_cuda_gate_fwd(sl_kctx *ctx, float *out, const float *y, const float *z, int64_t ldz, int64_t N, int64_t D);
-void sl_cuda_gate_bwd(sl_kctx *ctx, float *dy, float *dz, int64_t ldz, const float *dout, const float *y, const float *z, int64_t N, int64_t D);
+void sl_cuda_gate_bwd(sl_kctx *ctx, float *dy, float *dz, int64_t ldz, const float *dout, const float *y,
+                      const float *z, int64_t N, int64_t D);
 /* out (N, C) += b (C) broadcast over rows (bias of the linear layers) */
 void sl_cuda_add_bias(sl_kctx *ctx, float *out, const float *b, int64_t N, int64_t C);
 #ifdef __cplusplus

@@ -60,9 +60,8 @@ void sl_cuda_gemm_plans_free(sl_kctx *ctx) {
   ctx->nplans = 0;
 }
 
-int sl_cuda_gemm(sl_kctx *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *A,
-                 int64_t lda, const void *B, int64_t ldb, float *D, int64_t ldd, float alpha,
-                 float beta, cudaDataType_t ab) {
+int sl_cuda_gemm(sl_kctx *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *A, int64_t lda,
+                 const void *B, int64_t ldb, float *D, int64_t ldd, float alpha, float beta, cudaDataType_t ab) {
   if (!ctx) return SL_EINPUT;
   if (ctx->status) return ctx->status;
   if (m <= 0 || n <= 0) return SL_OK;
@@ -70,21 +69,18 @@ int sl_cuda_gemm(sl_kctx *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, 
     if (beta == 1.0f) return SL_OK;
     if (beta == 0.0f) {
       cudaError_t e = cudaMemset2DAsync(D, (size_t)ldd * 4, 0, (size_t)m * 4, (size_t)n, ctx->stream);
-      if (e != cudaSuccess)
-        return sl_cuda_fail(ctx, SL_EINTERNAL, "gemm: memset: %s", cudaGetErrorString(e));
+      if (e != cudaSuccess) return sl_cuda_fail(ctx, SL_EINTERNAL, "gemm: memset: %s", cudaGetErrorString(e));
       return SL_OK;
     }
     return sl_cuda_fail(ctx, SL_EINPUT, "gemm: k = 0 with beta %g unsupported", beta);
   }
-  cublasComputeType_t ct =
-      (ab == CUDA_R_32F && ctx->tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  cublasComputeType_t ct = (ab == CUDA_R_32F && ctx->tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   uint32_t al_a = ptr_align(A), al_b = ptr_align(B), al_d = ptr_align(D);
   sl_gemm_plan *pl = NULL;
   for (int i = 0; i < ctx->nplans && !pl; i++) {
     sl_gemm_plan *q = &ctx->plans[i];
-    if (q->ta == ta && q->tb == tb && q->ab == (int)ab && q->ct == (int)ct && q->m == m && q->n == n &&
-        q->k == k && q->lda == lda && q->ldb == ldb && q->ldd == ldd && q->al_a == al_a &&
-        q->al_b == al_b && q->al_d == al_d)
+    if (q->ta == ta && q->tb == tb && q->ab == (int)ab && q->ct == (int)ct && q->m == m && q->n == n && q->k == k &&
+        q->lda == lda && q->ldb == ldb && q->ldd == ldd && q->al_a == al_a && q->al_b == al_b && q->al_d == al_d)
       pl = q;
   }
   size_t ws = ctx->lt_ws_bytes;
@@ -93,11 +89,11 @@ int sl_cuda_gemm(sl_kctx *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, 
   cublasLtMatmulPreference_t pref = NULL;
   sl_gemm_plan fresh;
   memset(&fresh, 0, sizeof fresh);
-#define LT(call)                 \
-  do {                           \
-    what = #call;                \
-    s = (call);                  \
-    if (s != CUBLAS_STATUS_SUCCESS) goto fail; \
+#define LT(call)                                                                                                       \
+  do {                                                                                                                 \
+    what = #call;                                                                                                      \
+    s = (call);                                                                                                        \
+    if (s != CUBLAS_STATUS_SUCCESS) goto fail;                                                                         \
   } while (0)
   if (!pl) {
     if (!ctx->plans && !(ctx->plans = (sl_gemm_plan *)calloc(SL_GEMM_MAX_PLANS, sizeof(sl_gemm_plan))))
@@ -150,35 +146,33 @@ int sl_cuda_gemm(sl_kctx *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, 
     }
     *pl = fresh;
   }
-  LT(cublasLtMatmul(ctx->lt, pl->op, &alpha, A, pl->la, B, pl->lb, &beta, D, pl->ld, D, pl->ld, &pl->algo,
-                    ctx->lt_ws, ws, ctx->stream));
+  LT(cublasLtMatmul(ctx->lt, pl->op, &alpha, A, pl->la, B, pl->lb, &beta, D, pl->ld, D, pl->ld, &pl->algo, ctx->lt_ws,
+                    ws, ctx->stream));
 #undef LT
   return SL_OK;
 fail:
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
   plan_release(&fresh);
   return sl_cuda_fail(ctx, SL_EINTERNAL,
-                      "gemm (m %lld n %lld k %lld ta %d tb %d, alignment A %u B %u D %u bytes): %s: %s",
-                      (long long)m, (long long)n, (long long)k, ta, tb, al_a, al_b, al_d, what,
-                      cublasLtGetStatusString(s));
+                      "gemm (m %lld n %lld k %lld ta %d tb %d, alignment A %u B %u D %u bytes): %s: %s", (long long)m,
+                      (long long)n, (long long)k, ta, tb, al_a, al_b, al_d, what, cublasLtGetStatusString(s));
 }
 
-int sl_cuda_rm_xwT(sl_kctx *ctx, float *out, const void *x, const void *w, int64_t N, int64_t IC,
-                   int64_t OC, float beta, cudaDataType_t ab) {
+int sl_cuda_rm_xwT(sl_kctx *ctx, float *out, const void *x, const void *w, int64_t N, int64_t IC, int64_t OC,
+                   float beta, cudaDataType_t ab) {
   return sl_cuda_gemm(ctx, 1, 0, OC, N, IC, w, IC, x, IC, out, OC, 1.0f, beta, ab);
 }
-int sl_cuda_rm_dx(sl_kctx *ctx, float *dx, const void *dout, const void *w, int64_t N, int64_t IC,
-                  int64_t OC, cudaDataType_t ab) {
+int sl_cuda_rm_dx(sl_kctx *ctx, float *dx, const void *dout, const void *w, int64_t N, int64_t IC, int64_t OC,
+                  cudaDataType_t ab) {
   return sl_cuda_gemm(ctx, 0, 0, IC, N, OC, w, IC, dout, OC, dx, IC, 1.0f, 1.0f, ab);
 }
-int sl_cuda_rm_dw(sl_kctx *ctx, float *dw, const void *dout, const void *x, int64_t N, int64_t IC,
-                  int64_t OC, cudaDataType_t ab) {
+int sl_cuda_rm_dw(sl_kctx *ctx, float *dw, const void *dout, const void *x, int64_t N, int64_t IC, int64_t OC,
+                  cudaDataType_t ab) {
   return sl_cuda_gemm(ctx, 0, 1, IC, OC, N, x, IC, dout, OC, dw, IC, 1.0f, 1.0f, ab);
 }
 
 /* db partials: part[p][c] = sum of dout rows of group p, column c */
-template <typename E>
-static __global__ void db_pass1(float *part, const E *dout, int64_t N, int64_t OC) {
+template <typename E> static __global__ void db_pass1(float *part, const E *dout, int64_t N, int64_t OC) {
   int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   int64_t p = blockIdx.y;
   if (c >= OC) return;
@@ -188,8 +182,7 @@ static __global__ void db_pass1(float *part, const E *dout, int64_t N, int64_t O
   part[p * OC + c] = s;
 }
 
-template <typename E>
-static void linear_db(sl_kctx *ctx, float *db, const E *dout, int64_t N, int64_t OC) {
+template <typename E> static void linear_db(sl_kctx *ctx, float *db, const E *dout, int64_t N, int64_t OC) {
   int64_t P = (N + DB_ROWS_PER_PART - 1) / DB_ROWS_PER_PART;
   SL_CUDA_REQUIRE(ctx, P <= 65535);
   float *part = (float *)sl_cuda_scratch(ctx, (size_t)(P * OC) * sizeof(float), "linear_bwd");
@@ -200,8 +193,8 @@ static void linear_db(sl_kctx *ctx, float *db, const E *dout, int64_t N, int64_t
   sl_cuda_colsum_partials(ctx, db, part, P, OC);
 }
 
-static void linear_fwd_any(sl_kctx *ctx, float *out, const void *inp, const void *w,
-                           const float *b, int64_t N, int64_t IC, int64_t OC, cudaDataType_t ab) {
+static void linear_fwd_any(sl_kctx *ctx, float *out, const void *inp, const void *w, const float *b, int64_t N,
+                           int64_t IC, int64_t OC, cudaDataType_t ab) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && IC >= 0 && OC >= 0);
   if (N == 0 || OC == 0) return;
@@ -209,19 +202,18 @@ static void linear_fwd_any(sl_kctx *ctx, float *out, const void *inp, const void
   if (b) sl_cuda_add_bias(ctx, out, b, N, OC);
 }
 
-void sl_cuda_linear_fwd(sl_kctx *ctx, float *out, const float *inp, const float *w,
-                        const float *b, int64_t N, int64_t IC, int64_t OC) {
+void sl_cuda_linear_fwd(sl_kctx *ctx, float *out, const float *inp, const float *w, const float *b, int64_t N,
+                        int64_t IC, int64_t OC) {
   linear_fwd_any(ctx, out, inp, w, b, N, IC, OC, CUDA_R_32F);
 }
-void sl_cuda_linear_fwd_bf16(sl_kctx *ctx, float *out, const uint16_t *inp, const uint16_t *w,
-                             const float *b, int64_t N, int64_t IC, int64_t OC) {
+void sl_cuda_linear_fwd_bf16(sl_kctx *ctx, float *out, const uint16_t *inp, const uint16_t *w, const float *b,
+                             int64_t N, int64_t IC, int64_t OC) {
   linear_fwd_any(ctx, out, inp, w, b, N, IC, OC, CUDA_R_16BF);
 }
 
 template <typename E>
-static void linear_bwd_any(sl_kctx *ctx, float *dinp, float *dw, float *db, const E *dout,
-                           const E *inp, const E *w, int64_t N, int64_t IC, int64_t OC,
-                           cudaDataType_t ab) {
+static void linear_bwd_any(sl_kctx *ctx, float *dinp, float *dw, float *db, const E *dout, const E *inp, const E *w,
+                           int64_t N, int64_t IC, int64_t OC, cudaDataType_t ab) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && IC >= 0 && OC >= 0);
   if (N == 0) return;
@@ -230,12 +222,11 @@ static void linear_bwd_any(sl_kctx *ctx, float *dinp, float *dw, float *db, cons
   if (db && OC > 0) linear_db<E>(ctx, db, dout, N, OC);
 }
 
-void sl_cuda_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, const float *dout,
-                        const float *inp, const float *w, int64_t N, int64_t IC, int64_t OC) {
+void sl_cuda_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                        const float *w, int64_t N, int64_t IC, int64_t OC) {
   linear_bwd_any<float>(ctx, dinp, dw, db, dout, inp, w, N, IC, OC, CUDA_R_32F);
 }
-void sl_cuda_linear_bwd_bf16(sl_kctx *ctx, float *dinp, float *dw, float *db,
-                             const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
-                             int64_t N, int64_t IC, int64_t OC) {
+void sl_cuda_linear_bwd_bf16(sl_kctx *ctx, float *dinp, float *dw, float *db, const uint16_t *dout, const uint16_t *inp,
+                             const uint16_t *w, int64_t N, int64_t IC, int64_t OC) {
   linear_bwd_any<uint16_t>(ctx, dinp, dw, db, dout, inp, w, N, IC, OC, CUDA_R_16BF);
 }

@@ -31,9 +31,8 @@ static int64_t ce_chunk_rows(int64_t N, int64_t V) {
 /* One row of logits (V entries, ids v0 + c). Whole head (st == NULL): lse and
  * loss, a target outside [0, V) ignored. Slice (loss-parallel): the slice's
  * max, sum-exp relative to it and the target's logit (0 outside the slice). */
-static __global__ void ce_fwd_kernel(float *losses, float *lse, float *lmax, float *st,
-                                     const float *logits, const int32_t *targets, int64_t V,
-                                     int64_t v0) {
+static __global__ void ce_fwd_kernel(float *losses, float *lse, float *lmax, float *st, const float *logits,
+                                     const int32_t *targets, int64_t V, int64_t v0) {
   __shared__ float sh[33];
   int64_t r = blockIdx.x;
   const float *z = logits + r * V;
@@ -60,8 +59,8 @@ static __global__ void ce_fwd_kernel(float *losses, float *lse, float *lmax, flo
 
 /* In place: logits row -> (softmax - onehot) * scale, or 0 when ignored
  * (target < 0; for the whole head also a target outside [0, V)). */
-static __global__ void ce_bwd_kernel(float *logits, const int32_t *targets, const float *lse,
-                                     float scale, int64_t V, int64_t v0, bool slice) {
+static __global__ void ce_bwd_kernel(float *logits, const int32_t *targets, const float *lse, float scale, int64_t V,
+                                     int64_t v0, bool slice) {
   int64_t r = blockIdx.x;
   float *z = logits + r * V;
   int64_t t = (int64_t)targets[r] - v0;
@@ -76,9 +75,9 @@ static __global__ void ce_bwd_kernel(float *logits, const int32_t *targets, cons
 
 /* x, w of type ab (fp32, or bf16 for bf16 compute; then the scratch holds
  * R x V fp32 logits + R x V bf16 dlogits in backward). */
-static void ce_fwd_core_any(sl_kctx *ctx, const void *x, const void *w, const int32_t *targets, int64_t N,
-                            int64_t C, int64_t V, int64_t v0, float *losses, float *lse, float *lmax, float *st,
-                            cudaDataType_t ab, const char *op) {
+static void ce_fwd_core_any(sl_kctx *ctx, const void *x, const void *w, const int32_t *targets, int64_t N, int64_t C,
+                            int64_t V, int64_t v0, float *losses, float *lse, float *lmax, float *st, cudaDataType_t ab,
+                            const char *op) {
   size_t es = ab == CUDA_R_16BF ? 2 : 4;
   int64_t R = ce_chunk_rows(N, V);
   float *logits = (float *)sl_cuda_scratch(ctx, (size_t)(R * V) * sizeof(float), op);
@@ -87,16 +86,16 @@ static void ce_fwd_core_any(sl_kctx *ctx, const void *x, const void *w, const in
     int64_t rc = N - r0 < R ? N - r0 : R;
     if (sl_cuda_rm_xwT(ctx, logits, (const char *)x + (size_t)(r0 * C) * es, w, rc, C, V, 0.0f, ab)) return;
     if (ab == CUDA_R_16BF) sl_cuda_round_bf16(ctx, logits, rc * V);
-    ce_fwd_kernel<<<(unsigned)rc, CE_NT, 0, ctx->stream>>>(
-        st ? NULL : losses + r0, st ? NULL : lse + r0, st ? lmax + r0 : NULL, st ? st + 2 * r0 : NULL,
-        logits, targets + r0, V, v0);
+    ce_fwd_kernel<<<(unsigned)rc, CE_NT, 0, ctx->stream>>>(st ? NULL : losses + r0, st ? NULL : lse + r0,
+                                                           st ? lmax + r0 : NULL, st ? st + 2 * r0 : NULL, logits,
+                                                           targets + r0, V, v0);
     CUDA_LAUNCH_CHECK(ctx);
   }
 }
 
-static void ce_bwd_core_any(sl_kctx *ctx, float *dx, float *dw, const void *x, const void *w,
-                            const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C,
-                            int64_t V, int64_t v0, int slice, cudaDataType_t ab, const char *op) {
+static void ce_bwd_core_any(sl_kctx *ctx, float *dx, float *dw, const void *x, const void *w, const int32_t *targets,
+                            const float *lse, float scale, int64_t N, int64_t C, int64_t V, int64_t v0, int slice,
+                            cudaDataType_t ab, const char *op) {
   int b16 = ab == CUDA_R_16BF;
   size_t es = b16 ? 2 : 4;
   int64_t R = ce_chunk_rows(N, V);
@@ -112,8 +111,7 @@ static void ce_bwd_core_any(sl_kctx *ctx, float *dx, float *dw, const void *x, c
     const void *xc = (const char *)x + (size_t)(r0 * C) * es;
     if (sl_cuda_rm_xwT(ctx, logits, xc, w, rc, C, V, 0.0f, ab)) return;
     if (b16) sl_cuda_round_bf16(ctx, logits, rc * V);
-    ce_bwd_kernel<<<(unsigned)rc, CE_NT, 0, ctx->stream>>>(logits, targets + r0, lse + r0, scale, V, v0,
-                                                            slice != 0);
+    ce_bwd_kernel<<<(unsigned)rc, CE_NT, 0, ctx->stream>>>(logits, targets + r0, lse + r0, scale, V, v0, slice != 0);
     CUDA_LAUNCH_CHECK(ctx);
     if (b16) sl_cuda_f32_to_bf16(ctx, dl16, logits, rc * V); /* dlogits stored in bf16 */
     /* dlogits (rc, V) plays dout (N, OC = V) of a linear layer with IC = C */
@@ -122,52 +120,46 @@ static void ce_bwd_core_any(sl_kctx *ctx, float *dx, float *dw, const void *x, c
   }
 }
 
-void sl_cuda_ce_fwd_core(sl_kctx *ctx, const float *x, const float *w, const int32_t *targets,
-                         int64_t N, int64_t C, int64_t V, int64_t v0, float *losses, float *lse,
-                         float *lmax, float *st, const char *op) {
+void sl_cuda_ce_fwd_core(sl_kctx *ctx, const float *x, const float *w, const int32_t *targets, int64_t N, int64_t C,
+                         int64_t V, int64_t v0, float *losses, float *lse, float *lmax, float *st, const char *op) {
   ce_fwd_core_any(ctx, x, w, targets, N, C, V, v0, losses, lse, lmax, st, CUDA_R_32F, op);
 }
 
-void sl_cuda_ce_bwd_core(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w,
-                         const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C,
-                         int64_t V, int64_t v0, int slice, const char *op) {
+void sl_cuda_ce_bwd_core(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
+                         const float *lse, float scale, int64_t N, int64_t C, int64_t V, int64_t v0, int slice,
+                         const char *op) {
   ce_bwd_core_any(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, v0, slice, CUDA_R_32F, op);
 }
 
-static void ce_fwd_any(sl_kctx *ctx, float *losses, float *lse, const void *x, const void *w,
-                       const int32_t *targets, int64_t N, int64_t C, int64_t V, cudaDataType_t ab) {
+static void ce_fwd_any(sl_kctx *ctx, float *losses, float *lse, const void *x, const void *w, const int32_t *targets,
+                       int64_t N, int64_t C, int64_t V, cudaDataType_t ab) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && V > 0);
   if (N == 0) return;
   ce_fwd_core_any(ctx, x, w, targets, N, C, V, 0, losses, lse, NULL, NULL, ab, "lmhead_ce_fwd");
 }
 
-static void ce_bwd_any(sl_kctx *ctx, float *dx, float *dw, const void *x, const void *w,
-                       const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C,
-                       int64_t V, cudaDataType_t ab) {
+static void ce_bwd_any(sl_kctx *ctx, float *dx, float *dw, const void *x, const void *w, const int32_t *targets,
+                       const float *lse, float scale, int64_t N, int64_t C, int64_t V, cudaDataType_t ab) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && V > 0);
   if (N == 0 || (!dx && !dw)) return;
   ce_bwd_core_any(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, 0, 0, ab, "lmhead_ce_bwd");
 }
 
-void sl_cuda_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const float *x,
-                           const float *w, const int32_t *targets, int64_t N, int64_t C,
-                           int64_t V) {
+void sl_cuda_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const float *x, const float *w,
+                           const int32_t *targets, int64_t N, int64_t C, int64_t V) {
   ce_fwd_any(ctx, losses, lse, x, w, targets, N, C, V, CUDA_R_32F);
 }
-void sl_cuda_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w,
-                           const int32_t *targets, const float *lse, float scale, int64_t N,
-                           int64_t C, int64_t V) {
+void sl_cuda_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
+                           const float *lse, float scale, int64_t N, int64_t C, int64_t V) {
   ce_bwd_any(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, CUDA_R_32F);
 }
-void sl_cuda_lmhead_ce_fwd_b16(sl_kctx *ctx, float *losses, float *lse, const uint16_t *x,
-                               const uint16_t *w, const int32_t *targets, int64_t N, int64_t C,
-                               int64_t V) {
+void sl_cuda_lmhead_ce_fwd_b16(sl_kctx *ctx, float *losses, float *lse, const uint16_t *x, const uint16_t *w,
+                               const int32_t *targets, int64_t N, int64_t C, int64_t V) {
   ce_fwd_any(ctx, losses, lse, x, w, targets, N, C, V, CUDA_R_16BF);
 }
-void sl_cuda_lmhead_ce_bwd_b16(sl_kctx *ctx, float *dx, float *dw, const uint16_t *x,
-                               const uint16_t *w, const int32_t *targets, const float *lse,
-                               float scale, int64_t N, int64_t C, int64_t V) {
+void sl_cuda_lmhead_ce_bwd_b16(sl_kctx *ctx, float *dx, float *dw, const uint16_t *x, const uint16_t *w,
+                               const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C, int64_t V) {
   ce_bwd_any(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, CUDA_R_16BF);
 }

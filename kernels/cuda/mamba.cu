@@ -26,12 +26,10 @@
 #define SCAN_NT 128
 
 /* ---- conv1d ------------------------------------------------------------------ */
-static __global__ void conv1d_fwd_kernel(float *out, const float *x, int64_t ldx, const float *w,
-                                         const float *bias, int64_t B, int64_t T, int64_t D,
-                                         int64_t K) {
+static __global__ void conv1d_fwd_kernel(float *out, const float *x, int64_t ldx, const float *w, const float *bias,
+                                         int64_t B, int64_t T, int64_t D, int64_t K) {
   int64_t n = B * T * D;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t d = i % D, bt = i / D, t = bt % T, b = bt / T;
     float acc = bias ? bias[d] : 0.0f;
     for (int64_t k = 0; k < K; k++) {
@@ -42,12 +40,10 @@ static __global__ void conv1d_fwd_kernel(float *out, const float *x, int64_t ldx
   }
 }
 
-static __global__ void conv1d_bwd_dx_kernel(float *dx, int64_t ldx, const float *dout,
-                                            const float *w, int64_t B, int64_t T, int64_t D,
-                                            int64_t K) {
+static __global__ void conv1d_bwd_dx_kernel(float *dx, int64_t ldx, const float *dout, const float *w, int64_t B,
+                                            int64_t T, int64_t D, int64_t K) {
   int64_t n = B * T * D;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t d = i % D, bs = i / D, s = bs % T, b = bs / T;
     float acc = 0.0f;
     for (int64_t k = 0; k < K; k++) {
@@ -60,9 +56,8 @@ static __global__ void conv1d_bwd_dx_kernel(float *dx, int64_t ldx, const float 
 
 /* part[p][d*(K+1) + k] = sum over rows of group p of dout * x-tap (k < K),
  * part[p][d*(K+1) + K] = sum of dout. */
-static __global__ void conv1d_bwd_dw_pass1(float *part, const float *dout, const float *x,
-                                           int64_t ldx, int64_t B, int64_t T, int64_t D,
-                                           int64_t K) {
+static __global__ void conv1d_bwd_dw_pass1(float *part, const float *dout, const float *x, int64_t ldx, int64_t B,
+                                           int64_t T, int64_t D, int64_t K) {
   int64_t d = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   int64_t p = blockIdx.y;
   if (d >= D) return;
@@ -83,11 +78,10 @@ static __global__ void conv1d_bwd_dw_pass1(float *part, const float *dout, const
     dst[k] = s;
   }
 }
-static __global__ void conv1d_bwd_dw_pass2(float *dw, float *dbias, const float *part, int64_t P,
-                                           int64_t D, int64_t K) {
+static __global__ void conv1d_bwd_dw_pass2(float *dw, float *dbias, const float *part, int64_t P, int64_t D,
+                                           int64_t K) {
   int64_t n = D * (K + 1);
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     float s = 0.0f;
     for (int64_t p = 0; p < P; p++) s += part[p * n + i];
     int64_t d = i / (K + 1), k = i % (K + 1);
@@ -99,41 +93,36 @@ static __global__ void conv1d_bwd_dw_pass2(float *dw, float *dbias, const float 
   }
 }
 
-void sl_cuda_conv1d_fwd(sl_kctx *ctx, float *out, const float *x, int64_t ldx, const float *w,
-                        const float *bias, int64_t B, int64_t T, int64_t D, int64_t K) {
+void sl_cuda_conv1d_fwd(sl_kctx *ctx, float *out, const float *x, int64_t ldx, const float *w, const float *bias,
+                        int64_t B, int64_t T, int64_t D, int64_t K) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && D >= 0 && K >= 1 && ldx >= D);
   int64_t n = B * T * D;
   if (n == 0) return;
-  conv1d_fwd_kernel<<<sl_cuda_blocks(n, 256), 256, 0, ctx->stream>>>(out, x, ldx, w, bias, B, T,
-                                                                     D, K);
+  conv1d_fwd_kernel<<<sl_cuda_blocks(n, 256), 256, 0, ctx->stream>>>(out, x, ldx, w, bias, B, T, D, K);
   CUDA_LAUNCH_CHECK(ctx);
 }
 
-void sl_cuda_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *dbias,
-                        const float *dout, const float *x, int64_t ldx_in, const float *w,
-                        int64_t B, int64_t T, int64_t D, int64_t K) {
+void sl_cuda_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *dbias, const float *dout,
+                        const float *x, int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D, int64_t K) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && D >= 0 && K >= 1 && ldx_in >= D);
   SL_CUDA_REQUIRE(ctx, !dx || ldx >= D);
   int64_t n = B * T * D;
   if (n == 0) return;
   if (dx) {
-    conv1d_bwd_dx_kernel<<<sl_cuda_blocks(n, 256), 256, 0, ctx->stream>>>(dx, ldx, dout, w, B, T,
-                                                                          D, K);
+    conv1d_bwd_dx_kernel<<<sl_cuda_blocks(n, 256), 256, 0, ctx->stream>>>(dx, ldx, dout, w, B, T, D, K);
     CUDA_LAUNCH_CHECK(ctx);
   }
   if (dw || dbias) {
     int64_t P = (B * T + CONV_ROWS_PER_PART - 1) / CONV_ROWS_PER_PART;
     SL_CUDA_REQUIRE(ctx, P <= 65535);
-    float *part =
-        (float *)sl_cuda_scratch(ctx, (size_t)(P * D * (K + 1)) * sizeof(float), "conv1d_bwd");
+    float *part = (float *)sl_cuda_scratch(ctx, (size_t)(P * D * (K + 1)) * sizeof(float), "conv1d_bwd");
     if (!part) return;
     dim3 grid((unsigned)((D + 127) / 128), (unsigned)P);
     conv1d_bwd_dw_pass1<<<grid, 128, 0, ctx->stream>>>(part, dout, x, ldx_in, B, T, D, K);
     CUDA_LAUNCH_CHECK(ctx);
-    conv1d_bwd_dw_pass2<<<sl_cuda_blocks(D * (K + 1), 256), 256, 0, ctx->stream>>>(dw, dbias, part,
-                                                                                   P, D, K);
+    conv1d_bwd_dw_pass2<<<sl_cuda_blocks(D * (K + 1), 256), 256, 0, ctx->stream>>>(dw, dbias, part, P, D, K);
     CUDA_LAUNCH_CHECK(ctx);
   }
 }
@@ -141,9 +130,8 @@ void sl_cuda_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *
 /* ---- selective scan: forward --------------------------------------------------- */
 template <int SMAX>
 static __global__ void __launch_bounds__(SCAN_NT)
-    scan_fwd_kernel(float *y, float *ckpt, const float *u, const float *dt, const float *A_log,
-                    const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, int T, int D,
-                    int S, int chunk) {
+    scan_fwd_kernel(float *y, float *ckpt, const float *u, const float *dt, const float *A_log, const float *Bm,
+                    const float *Cm, int64_t ldbc, const float *Dp, int T, int D, int S, int chunk) {
   const int d = blockIdx.x * SCAN_NT + threadIdx.x, b = blockIdx.y;
   if (d >= D) return; /* no block-wide synchronisation below */
   const int nck = (T + chunk - 1) / chunk;
@@ -179,10 +167,9 @@ static __global__ void __launch_bounds__(SCAN_NT)
 /* ---- selective scan: backward --------------------------------------------------- */
 template <int SMAX>
 static __global__ void __launch_bounds__(SCAN_NT)
-    scan_bwd_kernel(float *du, float *ddt, float *hs, float *pBC, float *pA, float *pD,
-                    const float *dy, const float *u, const float *dt, const float *A_log,
-                    const float *Bm, const float *Cm, int64_t ldbc, const float *Dp,
-                    const float *ckpt, int T, int D, int S, int chunk) {
+    scan_bwd_kernel(float *du, float *ddt, float *hs, float *pBC, float *pA, float *pD, const float *dy, const float *u,
+                    const float *dt, const float *A_log, const float *Bm, const float *Cm, int64_t ldbc,
+                    const float *Dp, const float *ckpt, int T, int D, int S, int chunk) {
   constexpr int NW = SCAN_NT / 32;
   __shared__ float red[2][NW][2 * SMAX];
   const int blk = blockIdx.x, nblk = gridDim.x, b = blockIdx.y;
@@ -291,11 +278,10 @@ static __global__ void __launch_bounds__(SCAN_NT)
 }
 
 /* dBm / dCm (b, t, s) += ordered sum over channel blocks */
-static __global__ void scan_bc_reduce(float *dBm, float *dCm, int64_t ldbc, const float *pBC,
-                                      int64_t B, int64_t T, int64_t S, int64_t nblk) {
+static __global__ void scan_bc_reduce(float *dBm, float *dCm, int64_t ldbc, const float *pBC, int64_t B, int64_t T,
+                                      int64_t S, int64_t nblk) {
   int64_t n = B * T * 2 * S;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t j = i % (2 * S), bt = i / (2 * S), t = bt % T, b = bt / T;
     float acc = 0.0f;
     for (int64_t k = 0; k < nblk; k++) acc += pBC[((b * nblk + k) * T + t) * 2 * S + j];
@@ -308,12 +294,10 @@ static __global__ void scan_bc_reduce(float *dBm, float *dCm, int64_t ldbc, cons
 }
 
 /* dA_log (d, s) += A * sum_b pA ; dDp (d) += sum_b pD */
-static __global__ void scan_ad_reduce(float *dA_log, float *dDp, const float *A_log,
-                                      const float *pA, const float *pD, int64_t B, int64_t D,
-                                      int64_t S) {
+static __global__ void scan_ad_reduce(float *dA_log, float *dDp, const float *A_log, const float *pA, const float *pD,
+                                      int64_t B, int64_t D, int64_t S) {
   int64_t n = D * (S + 1);
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t d = i / (S + 1), s = i % (S + 1);
     float acc = 0.0f;
     if (s < S) {
@@ -326,48 +310,44 @@ static __global__ void scan_ad_reduce(float *dA_log, float *dDp, const float *A_
   }
 }
 
-static int scan_check(sl_kctx *ctx, int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk,
-                      int64_t ldbc) {
-  if (B < 0 || T < 0 || D < 0 || S < 1 || S > 64 || chunk < 1 || ldbc < S || B > 65535 ||
-      T > 0x7fffffffLL || D > 0x7fffffffLL)
+static int scan_check(sl_kctx *ctx, int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk, int64_t ldbc) {
+  if (B < 0 || T < 0 || D < 0 || S < 1 || S > 64 || chunk < 1 || ldbc < S || B > 65535 || T > 0x7fffffffLL ||
+      D > 0x7fffffffLL)
     return sl_cuda_fail(ctx, SL_EINPUT,
                         "scan: unsupported shape B %lld T %lld D %lld S %lld chunk %lld ldbc %lld "
                         "(expected 1 <= S <= 64, chunk >= 1, ldbc >= S)",
-                        (long long)B, (long long)T, (long long)D, (long long)S, (long long)chunk,
-                        (long long)ldbc);
+                        (long long)B, (long long)T, (long long)D, (long long)S, (long long)chunk, (long long)ldbc);
   return SL_OK;
 }
 
-#define SCAN_DISPATCH(S, LAUNCH) \
-  do {                           \
-    if ((S) <= 16) LAUNCH(16);   \
-    else if ((S) <= 32) LAUNCH(32); \
-    else LAUNCH(64);             \
+#define SCAN_DISPATCH(S, LAUNCH)                                                                                       \
+  do {                                                                                                                 \
+    if ((S) <= 16) LAUNCH(16);                                                                                         \
+    else if ((S) <= 32) LAUNCH(32);                                                                                    \
+    else LAUNCH(64);                                                                                                   \
   } while (0)
 
-void sl_cuda_scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u, const float *dt,
-                      const float *A_log, const float *Bm, const float *Cm, int64_t ldbc,
-                      const float *Dp, int64_t B, int64_t T, int64_t D, int64_t S,
-                      int64_t chunk) {
+void sl_cuda_scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u, const float *dt, const float *A_log,
+                      const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, int64_t B, int64_t T, int64_t D,
+                      int64_t S, int64_t chunk) {
   SL_CUDA_BEGIN(ctx);
   if (scan_check(ctx, B, T, D, S, chunk, ldbc)) return;
   if (B == 0 || T == 0 || D == 0) return;
   /* chunk > T and chunk = T give the same ckpt layout (one chunk) */
   int ck = (int)(chunk < T ? chunk : T);
   dim3 grid((unsigned)((D + SCAN_NT - 1) / SCAN_NT), (unsigned)B);
-#define FWD(SM)                                                                             \
-  scan_fwd_kernel<SM><<<grid, SCAN_NT, 0, ctx->stream>>>(y, ckpt, u, dt, A_log, Bm, Cm, ldbc, \
-                                                         Dp, (int)T, (int)D, (int)S, ck)
+#define FWD(SM)                                                                                                        \
+  scan_fwd_kernel<SM>                                                                                                  \
+      <<<grid, SCAN_NT, 0, ctx->stream>>>(y, ckpt, u, dt, A_log, Bm, Cm, ldbc, Dp, (int)T, (int)D, (int)S, ck)
   SCAN_DISPATCH(S, FWD);
 #undef FWD
   CUDA_LAUNCH_CHECK(ctx);
 }
 
-void sl_cuda_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float *dBm, float *dCm,
-                      float *dDp, const float *dy, const float *u, const float *dt,
-                      const float *A_log, const float *Bm, const float *Cm, int64_t ldbc,
-                      const float *Dp, const float *ckpt, int64_t B, int64_t T, int64_t D,
-                      int64_t S, int64_t chunk) {
+void sl_cuda_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float *dBm, float *dCm, float *dDp,
+                      const float *dy, const float *u, const float *dt, const float *A_log, const float *Bm,
+                      const float *Cm, int64_t ldbc, const float *Dp, const float *ckpt, int64_t B, int64_t T,
+                      int64_t D, int64_t S, int64_t chunk) {
   SL_CUDA_BEGIN(ctx);
   if (scan_check(ctx, B, T, D, S, chunk, ldbc)) return;
   if (B == 0 || T == 0 || D == 0) return;
@@ -382,21 +362,18 @@ void sl_cuda_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float 
   float *hs = (float *)ws, *pBC = (float *)(ws + b_hs), *pA = (float *)(ws + b_hs + b_bc),
         *pD = (float *)(ws + b_hs + b_bc + b_a);
   dim3 grid((unsigned)nblk, (unsigned)B);
-#define BWD(SM)                                                                               \
-  scan_bwd_kernel<SM><<<grid, SCAN_NT, 0, ctx->stream>>>(du, ddt, hs, pBC, pA, pD, dy, u, dt,   \
-                                                         A_log, Bm, Cm, ldbc, Dp, ckpt, (int)T, \
-                                                         (int)D, (int)S, ck)
+#define BWD(SM)                                                                                                        \
+  scan_bwd_kernel<SM><<<grid, SCAN_NT, 0, ctx->stream>>>(du, ddt, hs, pBC, pA, pD, dy, u, dt, A_log, Bm, Cm, ldbc, Dp, \
+                                                         ckpt, (int)T, (int)D, (int)S, ck)
   SCAN_DISPATCH(S, BWD);
 #undef BWD
   CUDA_LAUNCH_CHECK(ctx);
   if (dBm || dCm) {
-    scan_bc_reduce<<<sl_cuda_blocks(B * T * 2 * S, 256), 256, 0, ctx->stream>>>(dBm, dCm, ldbc, pBC,
-                                                                               B, T, S, nblk);
+    scan_bc_reduce<<<sl_cuda_blocks(B * T * 2 * S, 256), 256, 0, ctx->stream>>>(dBm, dCm, ldbc, pBC, B, T, S, nblk);
     CUDA_LAUNCH_CHECK(ctx);
   }
   if (dA_log || dDp) {
-    scan_ad_reduce<<<sl_cuda_blocks(D * (S + 1), 256), 256, 0, ctx->stream>>>(dA_log, dDp, A_log,
-                                                                              pA, pD, B, D, S);
+    scan_ad_reduce<<<sl_cuda_blocks(D * (S + 1), 256), 256, 0, ctx->stream>>>(dA_log, dDp, A_log, pA, pD, B, D, S);
     CUDA_LAUNCH_CHECK(ctx);
   }
 }

@@ -76,8 +76,7 @@ void sl_cuda_mem_download(sl_kctx *ctx, void *host_dst, const void *src, size_t 
 static __global__ void sum_pass1(double *part, const float *x, int64_t n) {
   __shared__ double sh[33];
   double acc = 0.0;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x)
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
     acc += (double)x[i];
   acc = sl_block_sum(acc, sh);
   if (threadIdx.x == 0) part[blockIdx.x] = acc;
@@ -100,8 +99,8 @@ double sl_cuda_mem_sum(sl_kctx *ctx, const float *x, int64_t n) {
   CUDA_LAUNCH_CHECK(ctx, NAN);
   sum_pass2<<<1, SL_CUDA_SUMSQ_BLOCKS, 0, ctx->stream>>>(ctx->sumsq_dev, ctx->sumsq_part);
   CUDA_LAUNCH_CHECK(ctx, NAN);
-  CUDA_CHECK(ctx, cudaMemcpyAsync(ctx->sumsq_host, ctx->sumsq_dev, sizeof(double),
-                                  cudaMemcpyDeviceToHost, ctx->stream), NAN);
+  CUDA_CHECK(ctx, cudaMemcpyAsync(ctx->sumsq_host, ctx->sumsq_dev, sizeof(double), cudaMemcpyDeviceToHost, ctx->stream),
+             NAN);
   CUDA_CHECK(ctx, cudaStreamSynchronize(ctx->stream), NAN);
   return *ctx->sumsq_host;
 }

@@ -8,11 +8,9 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/optim.cuh"
 
-static __global__ void adamw_kernel(float *p, float *m, float *v, const float *g, int64_t n,
-                                    float lr, float b1, float b2, float eps, float wd,
-                                    float step_size, float bc2_sqrt, float grad_scale) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
+static __global__ void adamw_kernel(float *p, float *m, float *v, const float *g, int64_t n, float lr, float b1,
+                                    float b2, float eps, float wd, float step_size, float bc2_sqrt, float grad_scale) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     float gi = g[i] * grad_scale;
     float pi = p[i] * (1.0f - lr * wd);
     float mi = b1 * m[i] + (1.0f - b1) * gi;
@@ -24,9 +22,8 @@ static __global__ void adamw_kernel(float *p, float *m, float *v, const float *g
   }
 }
 
-void sl_cuda_adamw(sl_kctx *ctx, float *p, float *m, float *v, const float *g, int64_t n,
-                   float lr, float b1, float b2, float eps, float wd, int64_t step,
-                   float grad_scale) {
+void sl_cuda_adamw(sl_kctx *ctx, float *p, float *m, float *v, const float *g, int64_t n, float lr, float b1, float b2,
+                   float eps, float wd, int64_t step, float grad_scale) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, n >= 0 && step >= 1);
   if (n == 0) return;
@@ -34,8 +31,8 @@ void sl_cuda_adamw(sl_kctx *ctx, float *p, float *m, float *v, const float *g, i
   double bc2 = 1.0 - pow((double)b2, (double)step);
   float step_size = (float)((double)lr / bc1);
   float bc2_sqrt = (float)sqrt(bc2);
-  adamw_kernel<<<sl_cuda_blocks(n, 256), 256, 0, ctx->stream>>>(p, m, v, g, n, lr, b1, b2, eps,
-                                                               wd, step_size, bc2_sqrt, grad_scale);
+  adamw_kernel<<<sl_cuda_blocks(n, 256), 256, 0, ctx->stream>>>(p, m, v, g, n, lr, b1, b2, eps, wd, step_size, bc2_sqrt,
+                                                                grad_scale);
   CUDA_LAUNCH_CHECK(ctx);
 }
 
@@ -43,8 +40,7 @@ void sl_cuda_adamw(sl_kctx *ctx, float *p, float *m, float *v, const float *g, i
 static __global__ void sumsq_pass1(double *part, const float *x, int64_t n) {
   __shared__ double sh[33];
   double acc = 0.0;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     double xi = (double)x[i];
     acc += xi * xi;
   }
@@ -65,8 +61,8 @@ double sl_cuda_sumsq(sl_kctx *ctx, const float *x, int64_t n) {
   CUDA_LAUNCH_CHECK(ctx, NAN);
   sumsq_pass2<<<1, SL_CUDA_SUMSQ_BLOCKS, 0, ctx->stream>>>(ctx->sumsq_dev, ctx->sumsq_part);
   CUDA_LAUNCH_CHECK(ctx, NAN);
-  CUDA_CHECK(ctx, cudaMemcpyAsync(ctx->sumsq_host, ctx->sumsq_dev, sizeof(double),
-                                  cudaMemcpyDeviceToHost, ctx->stream), NAN);
+  CUDA_CHECK(ctx, cudaMemcpyAsync(ctx->sumsq_host, ctx->sumsq_dev, sizeof(double), cudaMemcpyDeviceToHost, ctx->stream),
+             NAN);
   CUDA_CHECK(ctx, cudaStreamSynchronize(ctx->stream), NAN);
   return *ctx->sumsq_host;
 }

@@ -8,8 +8,8 @@
 #define RT 256
 #define ROWS_PER_PART 64 /* rows summed by one pass-1 partial of dw */
 
-static __global__ void rmsnorm_fwd_kernel(float *out, float *rstd, const float *inp,
-                                          const float *w, int64_t C, float eps) {
+static __global__ void rmsnorm_fwd_kernel(float *out, float *rstd, const float *inp, const float *w, int64_t C,
+                                          float eps) {
   __shared__ float sh[33];
   int64_t r = blockIdx.x;
   const float *x = inp + r * C;
@@ -22,8 +22,8 @@ static __global__ void rmsnorm_fwd_kernel(float *out, float *rstd, const float *
 }
 
 /* dinp = rs*w*g - x * rs^3/C * sum(g*w*x) */
-static __global__ void rmsnorm_bwd_dinp_kernel(float *dinp, const float *dout, const float *inp,
-                                               const float *w, const float *rstd, int64_t C) {
+static __global__ void rmsnorm_bwd_dinp_kernel(float *dinp, const float *dout, const float *inp, const float *w,
+                                               const float *rstd, int64_t C) {
   __shared__ float sh[33];
   int64_t r = blockIdx.x;
   const float *x = inp + r * C, *g = dout + r * C;
@@ -32,13 +32,12 @@ static __global__ void rmsnorm_bwd_dinp_kernel(float *dinp, const float *dout, c
   dot = sl_block_sum(dot, sh);
   float rs = rstd[r];
   float k = dot * rs * rs * rs / (float)C;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
-    dinp[r * C + c] += rs * w[c] * g[c] - x[c] * k;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dinp[r * C + c] += rs * w[c] * g[c] - x[c] * k;
 }
 
 /* part[p][c] = sum over rows of group p of g*x*rstd */
-static __global__ void rmsnorm_bwd_dw_pass1(float *part, const float *dout, const float *inp,
-                                            const float *rstd, int64_t N, int64_t C) {
+static __global__ void rmsnorm_bwd_dw_pass1(float *part, const float *dout, const float *inp, const float *rstd,
+                                            int64_t N, int64_t C) {
   int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   int64_t p = blockIdx.y;
   if (c >= C) return;
@@ -48,8 +47,8 @@ static __global__ void rmsnorm_bwd_dw_pass1(float *part, const float *dout, cons
   part[p * C + c] = s;
 }
 
-void sl_cuda_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w,
-                         int64_t N, int64_t C, float eps) {
+void sl_cuda_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w, int64_t N, int64_t C,
+                         float eps) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && N <= 0x7fffffffLL);
   if (N == 0) return;
@@ -57,9 +56,8 @@ void sl_cuda_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp
   CUDA_LAUNCH_CHECK(ctx);
 }
 
-void sl_cuda_rmsnorm_bwd(sl_kctx *ctx, float *dinp, float *dw, const float *dout,
-                         const float *inp, const float *w, const float *rstd, int64_t N,
-                         int64_t C) {
+void sl_cuda_rmsnorm_bwd(sl_kctx *ctx, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                         const float *rstd, int64_t N, int64_t C) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && N <= 0x7fffffffLL);
   if (N == 0) return;

@@ -5,8 +5,10 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-void sl_cuda_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w, int64_t N, int64_t C, float eps);
-void sl_cuda_rmsnorm_bwd(sl_kctx *ctx, float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd, int64_t N, int64_t C);
+void sl_cuda_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w, int64_t N, int64_t C,
+                         float eps);
+void sl_cuda_rmsnorm_bwd(sl_kctx *ctx, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                         const float *rstd, int64_t N, int64_t C);
 #ifdef __cplusplus
 }
 #endif

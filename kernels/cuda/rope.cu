@@ -15,12 +15,11 @@ typedef struct {
   float v[ROPE_MAX_HALF];
 } rope_freqs; /* inv_freq (hd/2), by value (2 KiB kernel parameter) */
 
-static __global__ void rope_kernel(float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                                   int64_t hd, const rope_freqs fr, int dir, const int32_t *seg) {
+static __global__ void rope_kernel(float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                                   const rope_freqs fr, int dir, const int32_t *seg) {
   int64_t half = hd / 2, nrot = nh + nkv, width = (nh + 2 * nkv) * hd;
   int64_t total = B * T * nrot * half;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
-       i += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t f = i % half;
     int64_t rest = i / half;
     int64_t head = rest % nrot;
@@ -37,8 +36,8 @@ static __global__ void rope_kernel(float *qkv, int64_t B, int64_t T, int64_t nh,
   }
 }
 
-static void rope_any(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                     int64_t hd, float theta, int dir, const int32_t *seg) {
+static void rope_any(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta,
+                     int dir, const int32_t *seg) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && nh >= 0 && nkv >= 0 && hd > 0 && hd % 2 == 0);
   SL_CUDA_REQUIRE(ctx, theta > 0.0f && hd / 2 <= ROPE_MAX_HALF);
@@ -47,24 +46,23 @@ static void rope_any(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh,
   rope_freqs fr;
   for (int64_t i = 0; i < ROPE_MAX_HALF; i++)
     fr.v[i] = i < hd / 2 ? 1.0f / powf(theta, (float)(2 * i) / (float)hd) : 0.0f;
-  rope_kernel<<<sl_cuda_blocks(total, 256), 256, 0, ctx->stream>>>(qkv, B, T, nh, nkv, hd, fr,
-                                                                   dir, seg);
+  rope_kernel<<<sl_cuda_blocks(total, 256), 256, 0, ctx->stream>>>(qkv, B, T, nh, nkv, hd, fr, dir, seg);
   CUDA_LAUNCH_CHECK(ctx);
 }
 
-void sl_cuda_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                      int64_t hd, float theta) {
+void sl_cuda_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                      float theta) {
   rope_any(ctx, qkv, B, T, nh, nkv, hd, theta, 1, NULL);
 }
-void sl_cuda_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                      int64_t hd, float theta) {
+void sl_cuda_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                      float theta) {
   rope_any(ctx, dqkv, B, T, nh, nkv, hd, theta, -1, NULL);
 }
-void sl_cuda_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                          int64_t hd, float theta, const int32_t *seg) {
+void sl_cuda_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                          float theta, const int32_t *seg) {
   rope_any(ctx, qkv, B, T, nh, nkv, hd, theta, 1, seg);
 }
-void sl_cuda_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                          int64_t hd, float theta, const int32_t *seg) {
+void sl_cuda_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                          float theta, const int32_t *seg) {
   rope_any(ctx, dqkv, B, T, nh, nkv, hd, theta, -1, seg);
 }

@@ -19,35 +19,32 @@
 #define VP_NT 256
 
 /* ---- embedding ----------------------------------------------------------------- */
-static __global__ void vp_emb_fwd_kernel(float *out, const int32_t *tok, const float *wte, int64_t N,
-                                         int64_t C, int64_t v0, int64_t Vl) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N * C;
-       i += (int64_t)gridDim.x * blockDim.x) {
+static __global__ void vp_emb_fwd_kernel(float *out, const int32_t *tok, const float *wte, int64_t N, int64_t C,
+                                         int64_t v0, int64_t Vl) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N * C; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t r = i / C, c = i - r * C, j = (int64_t)tok[r] - v0;
     out[i] = (j >= 0 && j < Vl) ? wte[j * C + c] : 0.0f;
   }
 }
-static __global__ void vp_emb_bwd_kernel(float *dwte, const float *dout, const int32_t *tok,
-                                         int64_t N, int64_t C, int64_t v0, int64_t Vl) {
-  for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < C;
-       c += (int64_t)gridDim.x * blockDim.x)
+static __global__ void vp_emb_bwd_kernel(float *dwte, const float *dout, const int32_t *tok, int64_t N, int64_t C,
+                                         int64_t v0, int64_t Vl) {
+  for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x)
     for (int64_t r = 0; r < N; r++) {
       int64_t j = (int64_t)tok[r] - v0;
       if (j >= 0 && j < Vl) dwte[j * C + c] += dout[r * C + c];
     }
 }
 
-void sl_cuda_vocab_embedding_fwd(sl_kctx *ctx, float *out, const int32_t *tok, const float *wte,
-                                 int64_t N, int64_t C, int64_t v0, int64_t Vl) {
+void sl_cuda_vocab_embedding_fwd(sl_kctx *ctx, float *out, const int32_t *tok, const float *wte, int64_t N, int64_t C,
+                                 int64_t v0, int64_t Vl) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && C >= 0 && v0 >= 0 && Vl >= 0);
   if (N * C == 0) return;
-  vp_emb_fwd_kernel<<<sl_cuda_blocks(N * C, VP_NT), VP_NT, 0, ctx->stream>>>(out, tok, wte, N, C, v0,
-                                                                            Vl);
+  vp_emb_fwd_kernel<<<sl_cuda_blocks(N * C, VP_NT), VP_NT, 0, ctx->stream>>>(out, tok, wte, N, C, v0, Vl);
   CUDA_LAUNCH_CHECK(ctx);
 }
-void sl_cuda_vocab_embedding_bwd(sl_kctx *ctx, float *dwte, const float *dout, const int32_t *tok,
-                                 int64_t N, int64_t C, int64_t v0, int64_t Vl) {
+void sl_cuda_vocab_embedding_bwd(sl_kctx *ctx, float *dwte, const float *dout, const int32_t *tok, int64_t N, int64_t C,
+                                 int64_t v0, int64_t Vl) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && C >= 0 && v0 >= 0 && Vl >= 0);
   if (N * C == 0 || Vl == 0) return;
@@ -58,32 +55,26 @@ void sl_cuda_vocab_embedding_bwd(sl_kctx *ctx, float *dwte, const float *dout, c
 /* ---- loss-parallel head -------------------------------------------------------- */
 /* A slice of padding only (Vvalid = 0): max -inf, nothing summed. */
 static __global__ void vp_empty_kernel(float *lmax, float *st, int64_t N) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N;
-       i += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N; i += (int64_t)gridDim.x * blockDim.x) {
     lmax[i] = -INFINITY;
     st[2 * i] = 0.0f;
     st[2 * i + 1] = 0.0f;
   }
 }
 static __global__ void vp_rescale_kernel(float *st, const float *lmax, const float *gmax, int64_t N) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N;
-       i += (int64_t)gridDim.x * blockDim.x)
-    st[2 * i] = lmax[i] == -INFINITY
-                    ? 0.0f
-                    : st[2 * i] * (float)exp((double)lmax[i] - (double)gmax[i]);
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N; i += (int64_t)gridDim.x * blockDim.x)
+    st[2 * i] = lmax[i] == -INFINITY ? 0.0f : st[2 * i] * (float)exp((double)lmax[i] - (double)gmax[i]);
 }
 static __global__ void vp_loss_kernel(float *losses, float *lse, const float *st, const float *gmax,
                                       const int32_t *targets, int64_t N) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N;
-       i += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N; i += (int64_t)gridDim.x * blockDim.x) {
     float z = gmax[i] + (float)log((double)st[2 * i]);
     lse[i] = z;
     losses[i] = targets[i] >= 0 ? z - st[2 * i + 1] : 0.0f;
   }
 }
-void sl_cuda_lmhead_vp_fwd(sl_kctx *ctx, float *lmax, float *st, const float *x, const float *w,
-                           const int32_t *targets, int64_t N, int64_t C, int64_t v0, int64_t Vl,
-                           int64_t Vvalid) {
+void sl_cuda_lmhead_vp_fwd(sl_kctx *ctx, float *lmax, float *st, const float *x, const float *w, const int32_t *targets,
+                           int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && v0 >= 0 && Vvalid >= 0 && Vvalid <= Vl);
   if (N == 0) return;
@@ -95,8 +86,7 @@ void sl_cuda_lmhead_vp_fwd(sl_kctx *ctx, float *lmax, float *st, const float *x,
   sl_cuda_ce_fwd_core(ctx, x, w, targets, N, C, Vvalid, v0, NULL, NULL, lmax, st, "lmhead_vp_fwd");
 }
 
-void sl_cuda_lmhead_vp_rescale(sl_kctx *ctx, float *st, const float *lmax, const float *gmax,
-                               int64_t N) {
+void sl_cuda_lmhead_vp_rescale(sl_kctx *ctx, float *st, const float *lmax, const float *gmax, int64_t N) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0);
   if (N == 0) return;
@@ -104,19 +94,18 @@ void sl_cuda_lmhead_vp_rescale(sl_kctx *ctx, float *st, const float *lmax, const
   CUDA_LAUNCH_CHECK(ctx);
 }
 
-void sl_cuda_lmhead_vp_loss(sl_kctx *ctx, float *losses, float *lse, const float *st,
-                            const float *gmax, const int32_t *targets, int64_t N) {
+void sl_cuda_lmhead_vp_loss(sl_kctx *ctx, float *losses, float *lse, const float *st, const float *gmax,
+                            const int32_t *targets, int64_t N) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0);
   if (N == 0) return;
-  vp_loss_kernel<<<sl_cuda_blocks(N, VP_NT), VP_NT, 0, ctx->stream>>>(losses, lse, st, gmax, targets,
-                                                                     N);
+  vp_loss_kernel<<<sl_cuda_blocks(N, VP_NT), VP_NT, 0, ctx->stream>>>(losses, lse, st, gmax, targets, N);
   CUDA_LAUNCH_CHECK(ctx);
 }
 
-void sl_cuda_lmhead_vp_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w,
-                           const int32_t *targets, const float *lse, float scale, int64_t N,
-                           int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid) {
+void sl_cuda_lmhead_vp_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
+                           const float *lse, float scale, int64_t N, int64_t C, int64_t v0, int64_t Vl,
+                           int64_t Vvalid) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && v0 >= 0 && Vvalid >= 0 && Vvalid <= Vl);
   if (N == 0 || Vvalid == 0 || (!dx && !dw)) return;

@@ -50,8 +50,7 @@ cublasStatus_t bad(cublasStatus_t s, const char *fmt, ...) {
 }
 template <class T> cublasStatus_t put(T *dst, int attr, const void *buf, size_t bytes) {
   if (!buf || bytes != sizeof(T))
-    return bad(CUBLAS_STATUS_INVALID_VALUE, "attribute %d: %zu bytes given, %zu expected", attr,
-               bytes, sizeof(T));
+    return bad(CUBLAS_STATUS_INVALID_VALUE, "attribute %d: %zu bytes given, %zu expected", attr, bytes, sizeof(T));
   memcpy(dst, buf, bytes);
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -72,36 +71,31 @@ cublasStatus_t check(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A, cublasLtM
   const cublasLtMatrixLayout_t L[4] = {A, B, C, D};
   for (int i = 0; i < 4; i++) {
     if (L[i]->order != CUBLASLT_ORDER_COL)
-      return bad(CUBLAS_STATUS_NOT_SUPPORTED, "matrix %c: only column-major order is emulated",
-                 "ABCD"[i]);
+      return bad(CUBLAS_STATUS_NOT_SUPPORTED, "matrix %c: only column-major order is emulated", "ABCD"[i]);
     if (L[i]->ld < (int64_t)(L[i]->rows ? L[i]->rows : 1))
-      return bad(CUBLAS_STATUS_INVALID_VALUE, "matrix %c: ld %lld < rows %llu", "ABCD"[i],
-                 (long long)L[i] -> ld, (unsigned long long)L[i] -> rows);
+      return bad(CUBLAS_STATUS_INVALID_VALUE, "matrix %c: ld %lld < rows %llu", "ABCD"[i], (long long)L[i] -> ld,
+                 (unsigned long long)L[i] -> rows);
     if (L[i]->batch != A->batch)
-      return bad(CUBLAS_STATUS_INVALID_VALUE, "batch counts differ (%d vs %d)", L[i]->batch,
-                 A->batch);
+      return bad(CUBLAS_STATUS_INVALID_VALUE, "batch counts differ (%d vs %d)", L[i]->batch, A->batch);
   }
   if (d->op[0] > 1 || d->op[1] > 1 || d->op[2] != CUBLAS_OP_N)
-    return bad(CUBLAS_STATUS_NOT_SUPPORTED,
-               "transa %d transb %d transc %d (N/T for A and B, N for C)", d->op[0], d->op[1],
-               d->op[2]);
+    return bad(CUBLAS_STATUS_NOT_SUPPORTED, "transa %d transb %d transc %d (N/T for A and B, N for C)", d->op[0],
+               d->op[1], d->op[2]);
   if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT || d->pmode != CUBLASLT_POINTER_MODE_HOST)
-    return bad(CUBLAS_STATUS_NOT_SUPPORTED, "epilogue %u / pointer mode %d not emulated",
-               d->epilogue, d->pmode);
+    return bad(CUBLAS_STATUS_NOT_SUPPORTED, "epilogue %u / pointer mode %d not emulated", d->epilogue, d->pmode);
   int64_t m = d->op[0] ? A->cols : A->rows, k = d->op[0] ? A->rows : A->cols;
   int64_t kb = d->op[1] ? B->cols : B->rows, n = d->op[1] ? B->rows : B->cols;
-  if (kb != k || (int64_t)C->rows != m || (int64_t)C->cols != n || D->rows != C->rows ||
-      D->cols != C->cols)
+  if (kb != k || (int64_t)C->rows != m || (int64_t)C->cols != n || D->rows != C->rows || D->cols != C->cols)
     return bad(CUBLAS_STATUS_INVALID_VALUE,
                "op(A) %lldx%lld, op(B) %lldx%lld, C %llux%llu, D "
                "%llux%llu (transa %d transb %d) do not chain",
                (long long)m, (long long)k, (long long)kb, (long long)n, (unsigned long long)C->rows,
-               (unsigned long long)C->cols, (unsigned long long)D->rows,
-               (unsigned long long)D->cols, d->op[0], d->op[1]);
+               (unsigned long long)C->cols, (unsigned long long)D->rows, (unsigned long long)D->cols, d->op[0],
+               d->op[1]);
   bool tf = d->ct == CUBLAS_COMPUTE_32F_FAST_TF32 || d->ct == CUBLAS_COMPUTE_32F_FAST_16BF ||
             d->ct == CUBLAS_COMPUTE_32F_FAST_16F;
-  bool ok = d->scale == CUDA_R_32F && A->type == B->type && C->type == D->type &&
-            elem_bytes(A->type) && elem_bytes(C->type) &&
+  bool ok = d->scale == CUDA_R_32F && A->type == B->type && C->type == D->type && elem_bytes(A->type) &&
+            elem_bytes(C->type) &&
             ((d->ct == CUBLAS_COMPUTE_32F && (C->type == CUDA_R_32F || C->type == A->type)) ||
              (tf && A->type == CUDA_R_32F && C->type == CUDA_R_32F));
   if (!ok)
@@ -139,10 +133,8 @@ void store(void *p, uint32_t t, int64_t i, double v) {
   }
   uint32_t u;
   memcpy(&u, &f, 4);
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu))
-    u |= 0x400000u;
-  else
-    u += 0x7fffu + ((u >> 16) & 1u);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) u |= 0x400000u;
+  else u += 0x7fffu + ((u >> 16) & 1u);
   ((uint16_t *)p)[i] = (uint16_t)(u >> 16);
 }
 /* bytes a matrix spans, batches included */
@@ -164,8 +156,7 @@ const char *cublasLtGetStatusName(cublasStatus_t s) {
 }
 const char *cublasLtGetStatusString(cublasStatus_t s) {
   static char buf[640];
-  snprintf(buf, sizeof buf, "%s%s%s", cublasLtGetStatusName(s), s ? " (emulator: " : "",
-           s ? g_reason : "");
+  snprintf(buf, sizeof buf, "%s%s%s", cublasLtGetStatusName(s), s ? " (emulator: " : "", s ? g_reason : "");
   if (s) strncat(buf, ")", sizeof buf - strlen(buf) - 1);
   return buf;
 }
@@ -182,17 +173,13 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t ct,
-                                        cudaDataType_t scale) {
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t ct, cudaDataType_t scale) {
   cublasStatus_t s = create(d);
   if (!s) (*d)->ct = ct, (*d)->scale = scale, (*d)->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   return s;
 }
-cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
-  return delete d, CUBLAS_STATUS_SUCCESS;
-}
-cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
-                                              cublasLtMatmulDescAttributes_t a, const void *buf,
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { return delete d, CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void *buf,
                                               size_t bytes) {
   if (!d) return bad(CUBLAS_STATUS_INVALID_VALUE, "matmul desc: NULL");
   switch (a) {
@@ -207,18 +194,15 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
   return bad(CUBLAS_STATUS_NOT_SUPPORTED, "matmul desc attribute %d not emulated", (int)a);
 }
 
-cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType_t type,
-                                          uint64_t rows, uint64_t cols, int64_t ld) {
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType_t type, uint64_t rows, uint64_t cols,
+                                          int64_t ld) {
   cublasStatus_t s = create(l);
   if (!s) **l = {(uint32_t)type, CUBLASLT_ORDER_COL, 1, rows, cols, ld, 0};
   return s;
 }
-cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
-  return delete l, CUBLAS_STATUS_SUCCESS;
-}
-cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l,
-                                                cublasLtMatrixLayoutAttribute_t a, const void *buf,
-                                                size_t bytes) {
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { return delete l, CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t a,
+                                                const void *buf, size_t bytes) {
   if (!l) return bad(CUBLAS_STATUS_INVALID_VALUE, "layout: NULL");
   switch (a) {
   case CUBLASLT_MATRIX_LAYOUT_TYPE: return put(&l->type, a, buf, bytes);
@@ -237,12 +221,10 @@ cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
   if (!s) **p = {0, 0, {256, 256, 256, 256}};
   return s;
 }
-cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
-  return delete p, CUBLAS_STATUS_SUCCESS;
-}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { return delete p, CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
-                                                    cublasLtMatmulPreferenceAttributes_t a,
-                                                    const void *buf, size_t bytes) {
+                                                    cublasLtMatmulPreferenceAttributes_t a, const void *buf,
+                                                    size_t bytes) {
   if (!p) return bad(CUBLAS_STATUS_INVALID_VALUE, "preference: NULL");
   switch (a) {
   case CUBLASLT_MATMUL_PREF_SEARCH_MODE: return put(&p->search, a, buf, bytes);
@@ -256,23 +238,21 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
   return bad(CUBLAS_STATUS_NOT_SUPPORTED, "preference attribute %d not emulated", (int)a);
 }
 
-cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
-                                              cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
-                                              cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D,
-                                              cublasLtMatmulPreference_t pref, int requested,
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A,
+                                              cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t C,
+                                              cublasLtMatrixLayout_t D, cublasLtMatmulPreference_t pref, int requested,
                                               cublasLtMatmulHeuristicResult_t *res, int *nres) {
   if (!h || h->magic != 1) return bad(CUBLAS_STATUS_NOT_INITIALIZED, "heuristic: bad handle");
   if (!pref || !res || !nres || requested < 1)
-    return bad(CUBLAS_STATUS_INVALID_VALUE, "heuristic: NULL preference/result or count %d",
-               requested);
+    return bad(CUBLAS_STATUS_INVALID_VALUE, "heuristic: NULL preference/result or count %d", requested);
   Problem p;
   cublasStatus_t s = check(d, A, B, C, D, &p);
   if (s) return s;
   memset(res, 0, sizeof *res);
   uint64_t *a = res->algo.data;
   a[0] = kAlgoMagic;
-  a[1] = pref->align[0] | (uint64_t)pref->align[1] << 16 | (uint64_t)pref->align[2] << 32 |
-         (uint64_t)pref->align[3] << 48;
+  a[1] =
+      pref->align[0] | (uint64_t)pref->align[1] << 16 | (uint64_t)pref->align[2] << 32 | (uint64_t)pref->align[3] << 48;
   a[2] = (uint64_t)p.m, a[3] = (uint64_t)p.n, a[4] = (uint64_t)p.k;
   a[5] = (uint64_t)d->ct << 32 | (uint64_t)A->type << 16 | C->type;
   res->state = CUBLAS_STATUS_SUCCESS;
@@ -281,12 +261,10 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
   return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha,
-                              const void *A, cublasLtMatrixLayout_t Al, const void *B,
-                              cublasLtMatrixLayout_t Bl, const void *beta, const void *C,
-                              cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
-                              const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes,
-                              cudaStream_t stream) {
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha, const void *A,
+                              cublasLtMatrixLayout_t Al, const void *B, cublasLtMatrixLayout_t Bl, const void *beta,
+                              const void *C, cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
+                              const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes, cudaStream_t stream) {
   (void)ws, (void)ws_bytes, (void)stream;
   if (!h || h->magic != 1) return bad(CUBLAS_STATUS_NOT_INITIALIZED, "matmul: bad handle");
   Problem p;
@@ -295,19 +273,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
   if (!alpha || !beta) return bad(CUBLAS_STATUS_INVALID_VALUE, "matmul: NULL alpha or beta");
   float al = *(const float *)alpha, be = *(const float *)beta;
   if (!algo || algo->data[0] != kAlgoMagic)
-    return bad(CUBLAS_STATUS_INVALID_VALUE,
-               "matmul: no algorithm from cublasLtMatmulAlgoGetHeuristic");
+    return bad(CUBLAS_STATUS_INVALID_VALUE, "matmul: no algorithm from cublasLtMatmulAlgoGetHeuristic");
   const uint64_t *a = algo->data;
   if (a[2] != (uint64_t)p.m || a[3] != (uint64_t)p.n || a[4] != (uint64_t)p.k ||
       a[5] != ((uint64_t)d->ct << 32 | (uint64_t)Al->type << 16 | Cl->type))
     return bad(CUBLAS_STATUS_INVALID_VALUE,
                "matmul: the algorithm was chosen for m %llu n %llu k "
                "%llu, not for m %lld n %lld k %lld (or other types)",
-               (unsigned long long)a[2], (unsigned long long)a[3], (unsigned long long)a[4],
-               (long long)p.m, (long long)p.n, (long long)p.k);
+               (unsigned long long)a[2], (unsigned long long)a[3], (unsigned long long)a[4], (long long)p.m,
+               (long long)p.n, (long long)p.k);
   if (C == D && (Cl->ld != Dl->ld || Cl->type != Dl->type || Cl->stride != Dl->stride))
-    return bad(CUBLAS_STATUS_INVALID_VALUE,
-               "matmul in place (C == D) with different C and D layouts");
+    return bad(CUBLAS_STATUS_INVALID_VALUE, "matmul in place (C == D) with different C and D layouts");
   const void *ptr[4] = {A, B, be != 0.0f ? C : D, D};
   const cublasLtMatrixLayout_t L[4] = {Al, Bl, Cl, Dl};
   for (int i = 0; i < 4; i++) {
@@ -315,18 +291,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     unsigned need = (unsigned)(a[1] >> (16 * i) & 0xffff);
     if (!ptr[i]) return bad(CUBLAS_STATUS_INVALID_VALUE, "matmul: matrix %c is NULL", "ABCD"[i]);
     if (u % elem_bytes(L[i]->type) || (need && u % need))
-      return bad(
-          CUBLAS_STATUS_NOT_SUPPORTED,
-          "matmul: matrix %c at %p is not %u-byte aligned, the "
-          "alignment the algorithm was chosen for (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_%c_BYTES"
-          ", default 256)",
-          "ABCD"[i], ptr[i], need, "ABCD"[i]);
+      return bad(CUBLAS_STATUS_NOT_SUPPORTED,
+                 "matmul: matrix %c at %p is not %u-byte aligned, the "
+                 "alignment the algorithm was chosen for (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_%c_BYTES"
+                 ", default 256)",
+                 "ABCD"[i], ptr[i], need, "ABCD"[i]);
     if (!sl_emu::device_range(ptr[i], extent(L[i])))
       return bad(CUBLAS_STATUS_INVALID_VALUE,
                  "matmul: matrix %c [%p, +%zu bytes) (%llux%llu, ld "
                  "%lld) is not inside one device allocation",
-                 "ABCD"[i], ptr[i], extent(L[i]), (unsigned long long)L[i] -> rows,
-                 (unsigned long long)L[i] -> cols, (long long)L[i] -> ld);
+                 "ABCD"[i], ptr[i], extent(L[i]), (unsigned long long)L[i] -> rows, (unsigned long long)L[i] -> cols,
+                 (long long)L[i] -> ld);
   }
   bool tf = d->ct != CUBLAS_COMPUTE_32F;
   for (int64_t b = 0; b < Al->batch; b++)
@@ -336,8 +311,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
         for (int64_t q = 0; q < p.k; q++) {
           int64_t ia = d->op[0] ? i * Al->ld + q : q * Al->ld + i;
           int64_t ib = d->op[1] ? q * Bl->ld + j : j * Bl->ld + q;
-          acc += load(A, Al->type, b * Al->stride + ia, tf) *
-                 load(B, Bl->type, b * Bl->stride + ib, tf);
+          acc += load(A, Al->type, b * Al->stride + ia, tf) * load(B, Bl->type, b * Bl->stride + ib, tf);
         }
         double v = (double)al * acc;
         if (be != 0.0f) v += (double)be * load(C, Cl->type, b * Cl->stride + j * Cl->ld + i, false);

@@ -120,8 +120,8 @@ void fail(const Fiber *f, const char *fmt, ...) {
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
   if (f) snprintf(who, sizeof who, ", thread (%u,%u,%u)", f->tid.x, f->tid.y, f->tid.z);
-  set_error(cudaErrorLaunchFailure, "kernel launched at %s:%d, block (%u,%u,%u)%s: %s", E.cfg.file,
-            E.cfg.line, blockIdx.x, blockIdx.y, blockIdx.z, who, what);
+  set_error(cudaErrorLaunchFailure, "kernel launched at %s:%d, block (%u,%u,%u)%s: %s", E.cfg.file, E.cfg.line,
+            blockIdx.x, blockIdx.y, blockIdx.z, who, what);
   E.failed = true;
 }
 
@@ -181,9 +181,8 @@ void fiber_start(Fiber &f) {
 }
 
 const char *op_name(int kind) {
-  static const char *const n[] = {"__shfl_sync",      "__shfl_xor_sync", "__shfl_up_sync",
-                                  "__shfl_down_sync", "__ballot_sync",   "__any_sync",
-                                  "__all_sync",       "__syncwarp"};
+  static const char *const n[] = {"__shfl_sync",   "__shfl_xor_sync", "__shfl_up_sync", "__shfl_down_sync",
+                                  "__ballot_sync", "__any_sync",      "__all_sync",     "__syncwarp"};
   return n[kind];
 }
 
@@ -212,23 +211,21 @@ bool release_warps(int n) {
       for (int j = 0; j < 32; j++) {
         if (!(a.mask >> j & 1)) continue;
         if (j >= nl)
-          return fail(&a,
-                      "%s (%s:%d): mask 0x%08x names lane %d, which does not exist (%d threads)",
-                      op_name(a.kind), a.file, a.line, a.mask, j, n),
+          return fail(&a, "%s (%s:%d): mask 0x%08x names lane %d, which does not exist (%d threads)", op_name(a.kind),
+                      a.file, a.line, a.mask, j, n),
                  false;
         const Fiber &o = w[j];
         if (o.state == DONE)
-          return fail(&a, "%s (%s:%d): mask 0x%08x names lane %d, which has exited",
-                      op_name(a.kind), a.file, a.line, a.mask, j),
+          return fail(&a, "%s (%s:%d): mask 0x%08x names lane %d, which has exited", op_name(a.kind), a.file, a.line,
+                      a.mask, j),
                  false;
-        if (o.state != WARP)
-          ready = false;
+        if (o.state != WARP) ready = false;
         else if (o.mask != a.mask || o.kind != a.kind || o.width != a.width)
           return fail(&a,
                       "lanes %d and %d meet at different warp primitives: %s mask 0x%08x width %d "
                       "(%s:%d) and %s mask 0x%08x width %d (%s:%d)",
-                      l, j, op_name(a.kind), a.mask, a.width, a.file, a.line, op_name(o.kind),
-                      o.mask, o.width, o.file, o.line),
+                      l, j, op_name(a.kind), a.mask, a.width, a.file, a.line, op_name(o.kind), o.mask, o.width, o.file,
+                      o.line),
                  false;
       }
       if (!ready) continue;
@@ -241,8 +238,8 @@ bool release_warps(int n) {
         if (a.kind <= W_DOWN) {
           int s = shfl_src(o, j);
           if (!(a.mask >> s & 1))
-            return fail(&o, "%s (%s:%d): lane %d reads lane %d, which is not in mask 0x%08x",
-                        op_name(a.kind), o.file, o.line, j, s, a.mask),
+            return fail(&o, "%s (%s:%d): lane %d reads lane %d, which is not in mask 0x%08x", op_name(a.kind), o.file,
+                        o.line, j, s, a.mask),
                    false;
           o.res = w[s].val;
         } else {
@@ -267,14 +264,12 @@ bool release_barrier(int n) {
     if (f.state == DONE) done++;
     if (f.state != BAR) continue;
     waiting++;
-    if (!first)
-      first = &f;
+    if (!first) first = &f;
     else if (f.line != first->line || strcmp(f.file, first->file) != 0)
       return fail(&f,
                   "threads wait at different __syncthreads: this one at %s:%d, thread "
                   "(%u,%u,%u) at %s:%d",
-                  f.file, f.line, first->tid.x, first->tid.y, first->tid.z, first->file,
-                  first->line),
+                  f.file, f.line, first->tid.x, first->tid.y, first->tid.z, first->file, first->line),
              false;
   }
   if (!waiting) return false;
@@ -309,8 +304,7 @@ void deadlock(int n) {
 uint64_t xorshift() {
   if (!E.rng) { /* SL_EMU_SEED picks another (reproducible) schedule */
     const char *seed = getenv("SL_EMU_SEED");
-    E.rng = seed && *seed ? strtoull(seed, nullptr, 0) * 0x9e3779b97f4a7c15ull + 1
-                          : 0x2545f4914f6cdd1dull;
+    E.rng = seed && *seed ? strtoull(seed, nullptr, 0) * 0x9e3779b97f4a7c15ull + 1 : 0x2545f4914f6cdd1dull;
   }
   E.rng ^= E.rng << 13;
   E.rng ^= E.rng >> 7;
@@ -375,12 +369,10 @@ void syncthreads(const char *file, int line) {
   to_sched(false);
 }
 
-uint64_t warp_op(int kind, unsigned mask, uint64_t val, int arg, int width, const char *file,
-                 int line) {
+uint64_t warp_op(int kind, unsigned mask, uint64_t val, int arg, int width, const char *file, int line) {
   Fiber *f = current(op_name(kind), file, line);
   if (!(mask >> f->lane & 1))
-    fail(f, "%s (%s:%d): lane %d is not in its own mask 0x%08x", op_name(kind), file, line, f->lane,
-         mask);
+    fail(f, "%s (%s:%d): lane %d is not in its own mask 0x%08x", op_name(kind), file, line, f->lane, mask);
   else if (width < 1 || width > 32 || (width & (width - 1)))
     fail(f, "%s (%s:%d): width %d is not a power of two <= 32", op_name(kind), file, line, width);
   f->state = WARP, f->file = file, f->line = line;
@@ -406,8 +398,8 @@ void launch(const launch_cfg &c, void (*run)(void *), void *arg) {
     fail(E.cur, "kernel launch at %s:%d from device code is not emulated", c.file, c.line);
     return;
   }
-  if (!n || n > 1024 || b.x > 1024 || b.y > 1024 || b.z > 64 || !g.x || !g.y || !g.z ||
-      g.x > 0x7fffffffu || g.y > 65535 || g.z > 65535 || c.smem > (48u << 10)) {
+  if (!n || n > 1024 || b.x > 1024 || b.y > 1024 || b.z > 64 || !g.x || !g.y || !g.z || g.x > 0x7fffffffu ||
+      g.y > 65535 || g.z > 65535 || c.smem > (48u << 10)) {
     set_error(cudaErrorInvalidConfiguration,
               "launch at %s:%d: invalid configuration: grid "
               "(%u,%u,%u) block (%u,%u,%u) dynamic shared memory %zu bytes (<= 48 KiB)",
@@ -423,8 +415,7 @@ void launch(const launch_cfg &c, void (*run)(void *), void *arg) {
     char *m = (char *)mmap(nullptr, kStack + kGuard, PROT_READ | PROT_WRITE,
                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) {
-      set_error(cudaErrorMemoryAllocation, "launch at %s:%d: no memory for fiber stacks", c.file,
-                c.line);
+      set_error(cudaErrorMemoryAllocation, "launch at %s:%d: no memory for fiber stacks", c.file, c.line);
       return;
     }
     mprotect(m, kGuard, PROT_NONE); /* a stack overflow faults */
@@ -489,12 +480,9 @@ const char *cudaGetErrorString(cudaError_t e) {
 
 cudaError_t cudaGetDeviceCount(int *n) { return n ? (*n = 1, cudaSuccess) : cudaErrorInvalidValue; }
 cudaError_t cudaSetDevice(int dev) {
-  return dev == 0 ? cudaSuccess
-                  : set_error(cudaErrorInvalidDevice, "cudaSetDevice(%d): one device", dev);
+  return dev == 0 ? cudaSuccess : set_error(cudaErrorInvalidDevice, "cudaSetDevice(%d): one device", dev);
 }
-cudaError_t cudaGetDevice(int *dev) {
-  return dev ? (*dev = 0, cudaSuccess) : cudaErrorInvalidValue;
-}
+cudaError_t cudaGetDevice(int *dev) { return dev ? (*dev = 0, cudaSuccess) : cudaErrorInvalidValue; }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev) {
   if (!p || dev != 0) return set_error(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d)", dev);
   *p = cudaDeviceProp{"cuda-emu (CPU fibers)", (size_t)16 << 30, 48 << 10, 32, 1024, 1, 9, 0};
@@ -506,12 +494,8 @@ cudaError_t cudaMemGetInfo(size_t *fr, size_t *total) {
   return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
-cudaError_t cudaRuntimeGetVersion(int *v) {
-  return v ? (*v = 13000, cudaSuccess) : cudaErrorInvalidValue;
-}
-cudaError_t cudaDriverGetVersion(int *v) {
-  return v ? (*v = 13000, cudaSuccess) : cudaErrorInvalidValue;
-}
+cudaError_t cudaRuntimeGetVersion(int *v) { return v ? (*v = 13000, cudaSuccess) : cudaErrorInvalidValue; }
+cudaError_t cudaDriverGetVersion(int *v) { return v ? (*v = 13000, cudaSuccess) : cudaErrorInvalidValue; }
 
 static cudaError_t emu_alloc(void **p, size_t bytes, bool pinned, const char *fn) {
   if (!p) return set_error(cudaErrorInvalidValue, "%s: NULL result pointer", fn);
@@ -536,17 +520,11 @@ static cudaError_t emu_free(void *p, bool pinned, const char *fn) {
 }
 cudaError_t cudaMalloc(void **p, size_t bytes) { return emu_alloc(p, bytes, false, "cudaMalloc"); }
 cudaError_t cudaFree(void *p) { return emu_free(p, false, "cudaFree"); }
-cudaError_t cudaMallocHost(void **p, size_t bytes) {
-  return emu_alloc(p, bytes, true, "cudaMallocHost");
-}
-cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned) {
-  return emu_alloc(p, bytes, true, "cudaHostAlloc");
-}
+cudaError_t cudaMallocHost(void **p, size_t bytes) { return emu_alloc(p, bytes, true, "cudaMallocHost"); }
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned) { return emu_alloc(p, bytes, true, "cudaHostAlloc"); }
 cudaError_t cudaFreeHost(void *p) { return emu_free(p, true, "cudaFreeHost"); }
 
-static bool bad_stream(cudaStream_t s) {
-  return s && ((sl_emu::StreamObj *)s)->magic != sl_emu::kStreamMagic;
-}
+static bool bad_stream(cudaStream_t s) { return s && ((sl_emu::StreamObj *)s)->magic != sl_emu::kStreamMagic; }
 static cudaError_t check_dev(const void *p, size_t bytes, const char *fn, const char *what) {
   if (sl_emu::device_range(p, bytes)) return cudaSuccess;
   return set_error(cudaErrorInvalidValue,
@@ -554,10 +532,8 @@ static cudaError_t check_dev(const void *p, size_t bytes, const char *fn, const 
                    "allocation",
                    fn, what, p, bytes);
 }
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind k,
-                            cudaStream_t s) {
-  if (bad_stream(s))
-    return set_error(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: bad stream");
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind k, cudaStream_t s) {
+  if (bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: bad stream");
   if (!bytes) return cudaSuccess;
   cudaError_t e = cudaSuccess;
   if (k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice)
@@ -572,22 +548,17 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
   return cudaMemcpyAsync(dst, src, bytes, k, 0);
 }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s) {
-  if (bad_stream(s))
-    return set_error(cudaErrorInvalidResourceHandle, "cudaMemsetAsync: bad stream");
+  if (bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaMemsetAsync: bad stream");
   if (!bytes) return cudaSuccess;
   cudaError_t e = check_dev(p, bytes, "cudaMemset", "destination");
   if (!e) memset(p, v, bytes);
   return e;
 }
 cudaError_t cudaMemset(void *p, int v, size_t bytes) { return cudaMemsetAsync(p, v, bytes, 0); }
-cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int v, size_t width, size_t height,
-                              cudaStream_t s) {
-  if (bad_stream(s))
-    return set_error(cudaErrorInvalidResourceHandle, "cudaMemset2DAsync: bad stream");
+cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int v, size_t width, size_t height, cudaStream_t s) {
+  if (bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaMemset2DAsync: bad stream");
   if (!width || !height) return cudaSuccess;
-  if (width > pitch)
-    return set_error(cudaErrorInvalidValue, "cudaMemset2DAsync: width %zu > pitch %zu", width,
-                     pitch);
+  if (width > pitch) return set_error(cudaErrorInvalidValue, "cudaMemset2DAsync: width %zu > pitch %zu", width, pitch);
   cudaError_t e = check_dev(p, pitch * (height - 1) + width, "cudaMemset2DAsync", "destination");
   for (size_t r = 0; !e && r < height; r++) memset((char *)p + r * pitch, v, width);
   return e;
@@ -600,16 +571,13 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  if (!s || bad_stream(s))
-    return set_error(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: bad stream");
+  if (!s || bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: bad stream");
   ((sl_emu::StreamObj *)s)->magic = 0;
   delete (sl_emu::StreamObj *)s;
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-  return bad_stream(s)
-             ? set_error(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: bad stream")
-             : cudaSuccess;
+  return bad_stream(s) ? set_error(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: bad stream") : cudaSuccess;
 }
 cudaError_t cudaStreamQuery(cudaStream_t s) { return cudaStreamSynchronize(s); }
 
@@ -618,8 +586,7 @@ static sl_emu::Timer *timer(cudaEvent_t e) {
   return t && t->magic == sl_emu::kEventMagic ? t : nullptr;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
-  if (bad_stream(s) || !timer(e))
-    return set_error(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent");
+  if (bad_stream(s) || !timer(e)) return set_error(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent");
   return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
@@ -635,8 +602,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
-  if (!timer(e) || bad_stream(s))
-    return set_error(cudaErrorInvalidResourceHandle, "cudaEventRecord");
+  if (!timer(e) || bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaEventRecord");
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   timer(e)->t = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;

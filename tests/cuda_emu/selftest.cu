@@ -98,13 +98,10 @@ static void test_barriers() {
   int *d = dev_ints(4 * 128), h[4 * 128];
   int wrong[2] = {0, 0};
   for (int v = 0; v < 2; v++) {
-    if (v)
-      k_neighbour<true><<<4, 128>>>(d);
-    else
-      k_neighbour<false><<<4, 128>>>(d);
+    if (v) k_neighbour<true><<<4, 128>>>(d);
+    else k_neighbour<false><<<4, 128>>>(d);
     cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
-    for (int i = 0; i < 4 * 128; i++)
-      wrong[v] += h[i] != (i % 128 + 1) % 128 + 1 + 1000 * (i / 128);
+    for (int i = 0; i < 4 * 128; i++) wrong[v] += h[i] != (i % 128 + 1) % 128 + 1 + 1000 * (i / 128);
   }
   char msg[96];
   snprintf(msg, sizeof msg, "%d of 512 stale reads without the barrier", wrong[0]);
@@ -144,10 +141,8 @@ static __global__ void k_shfl_masks_differ(int *out) {
   out[threadIdx.x] = __shfl_xor_sync(m, 1, 1);
 }
 static __global__ void k_deadlock(int *out) {
-  if (threadIdx.x < 16)
-    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1, 1);
-  else
-    __syncthreads();
+  if (threadIdx.x < 16) out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1, 1);
+  else __syncthreads();
 }
 static void test_kernel_bugs() {
   struct {
@@ -157,20 +152,14 @@ static void test_kernel_bugs() {
     cudaError_t want;
     const char *what; /* in the message */
   } const bugs[] = {
-      {k_barrier_after_exit, 64, "barrier after some threads exit", cudaErrorLaunchFailure,
-       "reached by 20 of 64"},
-      {k_barrier_split, 64, "threads at different barriers", cudaErrorLaunchFailure,
-       "different __syncthreads"},
-      {k_shfl_exited, 32, "shuffle mask names an exited lane", cudaErrorLaunchFailure,
-       "has exited"},
-      {k_shfl_own_mask, 32, "lane outside its own mask", cudaErrorLaunchFailure,
-       "not in its own mask"},
+      {k_barrier_after_exit, 64, "barrier after some threads exit", cudaErrorLaunchFailure, "reached by 20 of 64"},
+      {k_barrier_split, 64, "threads at different barriers", cudaErrorLaunchFailure, "different __syncthreads"},
+      {k_shfl_exited, 32, "shuffle mask names an exited lane", cudaErrorLaunchFailure, "has exited"},
+      {k_shfl_own_mask, 32, "lane outside its own mask", cudaErrorLaunchFailure, "not in its own mask"},
       {k_shfl_source, 32, "shuffle source outside the mask", cudaErrorLaunchFailure, "not in mask"},
-      {k_shfl_masks_differ, 32, "lanes with different masks", cudaErrorLaunchFailure,
-       "different warp primitives"},
+      {k_shfl_masks_differ, 32, "lanes with different masks", cudaErrorLaunchFailure, "different warp primitives"},
       {k_deadlock, 32, "shuffle vs barrier deadlock", cudaErrorLaunchFailure, "deadlock"},
-      {k_shfl_exited, 2048, "invalid launch configuration", cudaErrorInvalidConfiguration,
-       "block (2048"},
+      {k_shfl_exited, 2048, "invalid launch configuration", cudaErrorInvalidConfiguration, "block (2048"},
   };
   int *d = dev_ints(2 * 64);
   for (const auto &b : bugs) {
@@ -217,8 +206,7 @@ struct Gemm {
 static cublasStatus_t run_gemm(const Gemm &g, bool *ok) {
   cublasLtHandle_t h;
   cublasLtCreate(&h);
-  uint64_t ar = g.ta ? g.k : g.m, ac = g.ta ? g.m : g.k, br = g.tb ? g.n : g.k,
-           bc = g.tb ? g.k : g.n;
+  uint64_t ar = g.ta ? g.k : g.m, ac = g.ta ? g.m : g.k, br = g.tb ? g.n : g.k, bc = g.tb ? g.k : g.n;
   int64_t lda = g.lda ? g.lda : (int64_t)ar, ldb = g.ldb ? g.ldb : (int64_t)br;
   int64_t ldd = g.ldd ? g.ldd : (int64_t)g.m;
   float ha[64], hb[64], hd[64];
@@ -243,15 +231,13 @@ static cublasStatus_t run_gemm(const Gemm &g, bool *ok) {
   cublasLtMatrixLayoutCreate(&lo, CUDA_R_32F, g.m, g.n - 1, ldd);
   cublasLtMatmulPreferenceCreate(&pref);
   if (g.align_a)
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                         &g.align_a, sizeof g.align_a);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &g.align_a,
+                                         sizeof g.align_a);
   float one = 1.0f, zero = 0.0f;
-  cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(
-      h, op, la, g.reuse_for_other_shape ? lbo : lb, g.reuse_for_other_shape ? lo : ld,
-      g.reuse_for_other_shape ? lo : ld, pref, 1, &heur, &nres);
-  if (!s)
-    s = cublasLtMatmul(h, op, &one, A + g.a_off, la, B, lb, &zero, D, ld, D, ld, &heur.algo,
-                       nullptr, 0, 0);
+  cublasStatus_t s =
+      cublasLtMatmulAlgoGetHeuristic(h, op, la, g.reuse_for_other_shape ? lbo : lb, g.reuse_for_other_shape ? lo : ld,
+                                     g.reuse_for_other_shape ? lo : ld, pref, 1, &heur, &nres);
+  if (!s) s = cublasLtMatmul(h, op, &one, A + g.a_off, la, B, lb, &zero, D, ld, D, ld, &heur.algo, nullptr, 0, 0);
   *ok = false;
   if (!s && cudaMemcpy(hd, D, sizeof hd, cudaMemcpyDeviceToHost) == cudaSuccess) {
     *ok = true;
@@ -259,14 +245,12 @@ static cublasStatus_t run_gemm(const Gemm &g, bool *ok) {
       for (uint64_t j = 0; j < g.n; j++) {
         double acc = 0;
         for (uint64_t q = 0; q < g.k; q++)
-          acc +=
-              (double)ha[g.ta ? i * lda + q : q * lda + i] * hb[g.tb ? q * ldb + j : j * ldb + q];
+          acc += (double)ha[g.ta ? i * lda + q : q * lda + i] * hb[g.tb ? q * ldb + j : j * ldb + q];
         *ok = *ok && hd[j * ldd + i] == (float)acc;
       }
   }
   cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(lo), cublasLtMatrixLayoutDestroy(lbo),
-      cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatrixLayoutDestroy(lo), cublasLtMatrixLayoutDestroy(lbo), cublasLtMatrixLayoutDestroy(ld);
   cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(la);
   cublasLtMatmulDescDestroy(op);
   cublasLtDestroy(h);
@@ -288,21 +272,18 @@ static void test_cublaslt() {
   g = Gemm();
   g.a_off = 4;
   s = run_gemm(g, &ok);
-  report("A 4-byte aligned, default preference", s == CUBLAS_STATUS_NOT_SUPPORTED,
-         cublasLtGetStatusString(s));
+  report("A 4-byte aligned, default preference", s == CUBLAS_STATUS_NOT_SUPPORTED, cublasLtGetStatusString(s));
   g.align_a = 4;
   report("A 4-byte aligned, preference 4", run_gemm(g, &ok) == CUBLAS_STATUS_SUCCESS && ok);
   g = Gemm();
   g.m = 8, g.k = 8; /* 64 floats of A fit, the allocation has 66 */
   g.lda = 9;
   s = run_gemm(g, &ok);
-  report("A past its allocation refused", s == CUBLAS_STATUS_INVALID_VALUE,
-         cublasLtGetStatusString(s));
+  report("A past its allocation refused", s == CUBLAS_STATUS_INVALID_VALUE, cublasLtGetStatusString(s));
   g = Gemm();
   g.reuse_for_other_shape = true;
   s = run_gemm(g, &ok);
-  report("algorithm of another shape refused", s == CUBLAS_STATUS_INVALID_VALUE,
-         cublasLtGetStatusString(s));
+  report("algorithm of another shape refused", s == CUBLAS_STATUS_INVALID_VALUE, cublasLtGetStatusString(s));
   g = Gemm();
   g.ct = CUBLAS_COMPUTE_32F_FAST_TF32;
   report("TF32 compute on integer inputs", run_gemm(g, &ok) == CUBLAS_STATUS_SUCCESS && ok);

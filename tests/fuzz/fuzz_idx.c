@@ -16,7 +16,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(&s, info.sizes + 4 * (info.num_seqs - 1), 4);
     memcpy(&p, info.pointers + 8 * (info.num_seqs - 1), 8);
     memcpy(&d, info.doc_idx + 8 * (info.num_doc_idx - 1), 8);
-    (void)s; (void)p; (void)d;
+    (void)s;
+    (void)p;
+    (void)d;
   }
   return 0;
 }

@@ -10,16 +10,16 @@
 #include "base/base.h"
 
 static int g_pass, g_fail;
-#define CHECK(cond, ...)                                                                                     \
-  do {                                                                                                       \
-    if (cond) {                                                                                              \
-      g_pass++;                                                                                              \
-    } else {                                                                                                 \
-      g_fail++;                                                                                              \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                            \
-      printf(__VA_ARGS__);                                                                                   \
-      printf("  [last error: %s]\n", sl_errmsg());                                                           \
-    }                                                                                                        \
+#define CHECK(cond, ...)                                                                                               \
+  do {                                                                                                                 \
+    if (cond) {                                                                                                        \
+      g_pass++;                                                                                                        \
+    } else {                                                                                                           \
+      g_fail++;                                                                                                        \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                                      \
+      printf(__VA_ARGS__);                                                                                             \
+      printf("  [last error: %s]\n", sl_errmsg());                                                                     \
+    }                                                                                                                  \
   } while (0)
 #define CHECK_SUMMARY() (printf("%d passed, %d failed\n", g_pass, g_fail), g_fail ? 1 : 0)
 

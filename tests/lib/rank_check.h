@@ -5,16 +5,16 @@
 #define SL_TESTS_RANK_CHECK_H
 #include <stdio.h>
 
-#define CHECK(cond, ...)                                                \
-  do {                                                                  \
-    if (cond) {                                                         \
-      npass++;                                                          \
-    } else {                                                            \
-      nfail++;                                                          \
-      fprintf(stderr, "[rank %d] FAIL %s:%d: ", R, __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                                     \
-      fputc('\n', stderr);                                              \
-    }                                                                   \
+#define CHECK(cond, ...)                                                                                               \
+  do {                                                                                                                 \
+    if (cond) {                                                                                                        \
+      npass++;                                                                                                         \
+    } else {                                                                                                           \
+      nfail++;                                                                                                         \
+      fprintf(stderr, "[rank %d] FAIL %s:%d: ", R, __FILE__, __LINE__);                                                \
+      fprintf(stderr, __VA_ARGS__);                                                                                    \
+      fputc('\n', stderr);                                                                                             \
+    }                                                                                                                  \
   } while (0)
 
 #endif

@@ -52,8 +52,7 @@ namespace sl_emu {
 enum { W_IDX, W_XOR, W_UP, W_DOWN, W_BALLOT, W_ANY, W_ALL, W_SYNC };
 /* A warp primitive of the calling lane: blocks until every lane of `mask`
  * has arrived at the same primitive, then returns this lane's result. */
-uint64_t warp_op(int kind, unsigned mask, uint64_t val, int arg, int width, const char *file,
-                 int line);
+uint64_t warp_op(int kind, unsigned mask, uint64_t val, int arg, int width, const char *file, int line);
 void syncthreads(const char *file, int line);
 void *dyn_smem(); /* the block's `extern __shared__` buffer (launch's smem bytes) */
 /* 1 when [p, p + bytes) lies inside one cudaMalloc / cudaMallocHost block */
@@ -88,8 +87,7 @@ template <class... P, class... A> void operator*(void (*k)(P...), pending<A...> 
   launch(
       p.c, [](void *v) { std::apply(((job *)v)->k, *((job *)v)->args); }, &j);
 }
-template <class T>
-static inline T shfl(int kind, unsigned mask, T v, int arg, int width, const char *f, int l) {
+template <class T> static inline T shfl(int kind, unsigned mask, T v, int arg, int width, const char *f, int l) {
   static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "shuffle of a large type");
   uint64_t b = 0;
   memcpy(&b, &v, sizeof v);
@@ -100,8 +98,7 @@ static inline T shfl(int kind, unsigned mask, T v, int arg, int width, const cha
 } // namespace sl_emu
 
 inline sl_emu::cfg_maker sl_emu_cfg(dim3 grid, dim3 block, size_t smem = 0, cudaStream_t s = 0,
-                                    const char *file = __builtin_FILE(),
-                                    int line = __builtin_LINE()) {
+                                    const char *file = __builtin_FILE(), int line = __builtin_LINE()) {
   return {{grid, block, smem, s, file, line}};
 }
 
@@ -114,16 +111,13 @@ inline void __syncwarp(unsigned mask = 0xffffffffu, SL_EMU_LOC) {
 template <class T> inline T __shfl_sync(unsigned mask, T v, int src, int width = 32, SL_EMU_LOC) {
   return sl_emu::shfl(sl_emu::W_IDX, mask, v, src, width, file_, line_);
 }
-template <class T>
-inline T __shfl_xor_sync(unsigned mask, T v, int lmask, int width = 32, SL_EMU_LOC) {
+template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int lmask, int width = 32, SL_EMU_LOC) {
   return sl_emu::shfl(sl_emu::W_XOR, mask, v, lmask, width, file_, line_);
 }
-template <class T>
-inline T __shfl_up_sync(unsigned mask, T v, unsigned d, int width = 32, SL_EMU_LOC) {
+template <class T> inline T __shfl_up_sync(unsigned mask, T v, unsigned d, int width = 32, SL_EMU_LOC) {
   return sl_emu::shfl(sl_emu::W_UP, mask, v, (int)d, width, file_, line_);
 }
-template <class T>
-inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32, SL_EMU_LOC) {
+template <class T> inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32, SL_EMU_LOC) {
   return sl_emu::shfl(sl_emu::W_DOWN, mask, v, (int)d, width, file_, line_);
 }
 inline unsigned __ballot_sync(unsigned mask, int pred, SL_EMU_LOC) {
@@ -138,11 +132,11 @@ inline int __all_sync(unsigned mask, int pred, SL_EMU_LOC) {
 #undef SL_EMU_LOC
 
 /* ---- atomics: plain (fibers never switch inside them) */
-#define SL_EMU_ATOMIC(name, update)                                                                \
-  template <class T> inline T name(T *p, T v) {                                                    \
-    T o = *p;                                                                                      \
-    *p = (update);                                                                                 \
-    return o;                                                                                      \
+#define SL_EMU_ATOMIC(name, update)                                                                                    \
+  template <class T> inline T name(T *p, T v) {                                                                        \
+    T o = *p;                                                                                                          \
+    *p = (update);                                                                                                     \
+    return o;                                                                                                          \
   }
 SL_EMU_ATOMIC(atomicAdd, o + v)
 SL_EMU_ATOMIC(atomicExch, v)
@@ -156,8 +150,8 @@ template <class T> inline T atomicCAS(T *p, T cmp, T v) {
 }
 
 /* ---- device math beyond libm */
-#define SL_EMU_MINMAX(T)                                                                           \
-  static inline T min(T a, T b) { return a < b ? a : b; }                                          \
+#define SL_EMU_MINMAX(T)                                                                                               \
+  static inline T min(T a, T b) { return a < b ? a : b; }                                                              \
   static inline T max(T a, T b) { return a > b ? a : b; }
 SL_EMU_MINMAX(int)
 SL_EMU_MINMAX(unsigned)
