@@ -22,17 +22,7 @@
 #include "shard/comm.h"
 #include "shard/fsdp.h"
 
-static int npass, nfail;
-#define CHECK(cond, ...)                                                                                               \
-  do {                                                                                                                 \
-    if (cond) npass++;                                                                                                 \
-    else {                                                                                                             \
-      nfail++;                                                                                                         \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                                      \
-      printf(__VA_ARGS__);                                                                                             \
-      printf("\n");                                                                                                    \
-    }                                                                                                                  \
-  } while (0)
+#include "tests/lib/check.h"
 
 static long rss_kb(void) {
   FILE *f = fopen("/proc/self/statm", "r");
@@ -220,6 +210,6 @@ int main(void) {
   test_comm();
   test_engine_step();
   test_replay_vs_engine();
-  printf("count backend: %d passed, %d failed\n", npass, nfail);
-  return nfail ? 1 : 0;
+  printf("count backend: %d passed, %d failed\n", g_pass, g_fail);
+  return g_fail ? 1 : 0;
 }

@@ -13,18 +13,7 @@
 #include "formats/hfconfig.h"
 #include "plan/planner.h"
 
-static int npass, nfail;
-
-#define CHECK(cond, ...)                                                                                               \
-  do {                                                                                                                 \
-    if (cond) npass++;                                                                                                 \
-    else {                                                                                                             \
-      nfail++;                                                                                                         \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                                      \
-      printf(__VA_ARGS__);                                                                                             \
-      printf("\n");                                                                                                    \
-    }                                                                                                                  \
-  } while (0)
+#include "tests/lib/check.h"
 
 static int near(double got, double want, double rel) { return fabs(got - want) <= rel * fabs(want); }
 
@@ -319,6 +308,6 @@ int main(void) {
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd)) {}
-  printf("%d passed, %d failed\n", npass, nfail);
-  return nfail ? 1 : 0;
+  printf("%d passed, %d failed\n", g_pass, g_fail);
+  return g_fail ? 1 : 0;
 }

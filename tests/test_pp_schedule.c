@@ -14,18 +14,7 @@
 
 #include "plan/pipeline.h"
 
-static int npass, nfail;
-
-#define CHECK(cond, ...)                                                                                               \
-  do {                                                                                                                 \
-    if (cond) npass++;                                                                                                 \
-    else {                                                                                                             \
-      nfail++;                                                                                                         \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                                      \
-      printf(__VA_ARGS__);                                                                                             \
-      printf("\n");                                                                                                    \
-    }                                                                                                                  \
-  } while (0)
+#include "tests/lib/check.h"
 
 static int build(sl_pp_kind k, int P, int m, int V, int64_t bytes, sl_pp_sched *s) {
   sl_pp_spec sp;
@@ -409,7 +398,7 @@ static void test_replay(void) {
                     "replay %s P=%d m=%d V=%d costs %d: overlapped %g, blocking %g, blocking with transfers %g; "
                     "makespan %g",
                     sl_pp_kind_name((sl_pp_kind)k), P, m, V, c, ov, bl, slow, mk);
-            else npass++;
+            else g_pass++;
             sl_pp_sched_free(&s);
           }
 }
@@ -422,6 +411,6 @@ int main(void) {
   test_replay();
   test_refusals();
   test_layout();
-  printf("%d passed, %d failed\n", npass, nfail);
-  return nfail ? 1 : 0;
+  printf("%d passed, %d failed\n", g_pass, g_fail);
+  return g_fail ? 1 : 0;
 }
