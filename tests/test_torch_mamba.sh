@@ -122,6 +122,15 @@ def full_suite(tag, cfg, modes, seed):
             runs[mode] = (met, save)
     if "none" in runs:
         EC.compare_training(ck, f"[{tag}] train", runs["none"][0], runs["none"][1], rows, ref_m)
+    # the same training on 2 ranks under tensor + sequence parallelism (Mamba TP)
+    met, save = os.path.join(w, f"metrics_{tag}_tp2sp.jsonl"), os.path.join(w, f"saved_{tag}_tp2sp")
+    ok, msg = EC.run_engine("mpirun", ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2", exe]
+                            + EC.train_args(mdir, data, met, save, "none") + ["--tp", 2, "--sequence-parallel"],
+                            met + ".log")
+    if ok:
+        EC.compare_training(ck, f"[{tag}] train --tp 2 --sequence-parallel", met, save, rows, ref_m)
+    else:
+        ck(f"[{tag}] train --tp 2 --sequence-parallel", False, msg)
     for mode in modes[1:]:
         if "none" in runs and mode in runs:
             l0, l1 = engine_losses(runs["none"][0]), engine_losses(runs[mode][0])

@@ -246,6 +246,18 @@ def main():
             runs[mode] = (met, save)
         if "none" in runs:
             compare_training(ck, f"[{tag}] train", runs["none"][0], runs["none"][1], ref_rows, ref_m)
+        # ---- 2b. the same training on 2 ranks under tensor + sequence parallelism
+        # (vocabulary-parallel head: VOCAB is odd, so padded) and under a pipeline
+        mpi = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2", exe]
+        for key, extra in (("tp2sp", ["--tp", 2, "--sequence-parallel"]), ("pp2", ["--pp", 2])):
+            met = os.path.join(w, f"metrics_{tag}_{key}.jsonl")
+            save = os.path.join(w, f"saved_{tag}_{key}")
+            label = f"[{tag}] train {' '.join(str(x) for x in extra)}"
+            ok, msg = run_engine("mpirun", mpi + train_args(mdir, data, met, save, "none") + extra, met + ".log")
+            if ok:
+                compare_training(ck, label, met, save, ref_rows, ref_m)
+            else:
+                ck(label, False, msg)
         # ---- 3b. checkpointing modes train bit-identically
         for mode in modes[1:]:
             if "none" in runs and mode in runs:
