@@ -30,7 +30,7 @@ void sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_
   t->split = SL_SPLIT_NONE;
   t->split_dim = -1;
   for (int d = 0; d < 3; d++) t->full[d] = t->shape[d];
-  t->tp_replicas = 1; /* T for a whole tensor at T > 1: set by sl_model_create_tp */
+  t->tp_replicas = 1; /* T for a whole tensor at T > 1: set by sl_model_create_full */
   t->tp_stack = 1;
   u->numel += t->numel;
 }
@@ -75,21 +75,6 @@ int sl_model_create_specs(const sl_model_config *cfg, sl_model **out) {
 int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T, sl_actckpt ac,
                     sl_model **out) {
   return sl_model_create_full(cfg, ops, k, B, T, ac, 0, 1, 0, NULL, 0, out);
-}
-
-int sl_model_create_tp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T, sl_actckpt ac,
-                       int tp_rank, int tp_size, sl_model **out) {
-  return sl_model_create_full(cfg, ops, k, B, T, ac, tp_rank, tp_size, 0, NULL, 0, out);
-}
-
-int sl_model_create_sp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T, sl_actckpt ac,
-                       int tp_rank, int tp_size, int sp, sl_model **out) {
-  return sl_model_create_full(cfg, ops, k, B, T, ac, tp_rank, tp_size, sp, NULL, 0, out);
-}
-
-int sl_model_create_stage(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
-                          sl_actckpt ac, const unsigned char *local, int nlocal, sl_model **out) {
-  return sl_model_create_full(cfg, ops, k, B, T, ac, 0, 1, 0, local, nlocal, out);
 }
 
 int sl_model_boundary(sl_model *m, int u, float **act, float **grad, int64_t *n) {

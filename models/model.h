@@ -146,29 +146,21 @@ struct sl_model {
  * for micro-batch B x T, checkpoint policy. */
 int sl_model_create(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T, sl_actckpt ac,
                     sl_model **out);
-/* The same for TP rank tp_rank of tp_size: the unit specs hold this rank's
- * slices (local shapes, sl_tensor_spec's split fields); SL_EINPUT naming
- * the size when tp_size does not split the model. The model's collectives
- * come from m->access.tp, which the caller sets to a group of the same
- * rank and size before the first forward. */
-int sl_model_create_tp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T, sl_actckpt ac,
-                       int tp_rank, int tp_size, sl_model **out);
-/* The same with sequence parallelism (sp = 1, Llama/Mistral at tp_size > 1:
- * the residual stream and the norms on (B*T)/tp_size token rows per rank;
- * SL_EINPUT naming the sizes when tp_size does not divide B*T). sp is
- * ignored at tp_size = 1. */
-int sl_model_create_sp(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T, sl_actckpt ac,
-                       int tp_rank, int tp_size, int sp, sl_model **out);
-/* sl_model_create for a pipeline stage: local (nlocal = the model's unit
- * count, num_hidden_layers + 2) marks the units this rank computes; the
- * others get no activations. local NULL: every unit. */
-int sl_model_create_stage(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
-                          sl_actckpt ac, const unsigned char *local, int nlocal, sl_model **out);
 static inline int sl_model_is_local(const sl_model *m, int u) { return !m->local || m->local[u]; }
 /* vt->boundary (SL_EINPUT for u outside 1..nunits-1 or a model without it). */
 int sl_model_boundary(sl_model *m, int u, float **act, float **grad, int64_t *n);
-/* The one constructor the others call: TP rank/size, sequence parallelism
- * and the pipeline stage's units together. */
+/* The same for TP rank tp_rank of tp_size and a pipeline stage:
+ *  - tensor parallelism: the unit specs hold this rank's slices (local
+ *    shapes, sl_tensor_spec's split fields); SL_EINPUT naming the size when
+ *    tp_size does not split the model. The model's collectives come from
+ *    m->access.tp, which the caller sets to a group of the same rank and
+ *    size before the first forward;
+ *  - sp = 1 (sequence parallelism, tp_size > 1): the residual stream and the
+ *    norms on (B*T)/tp_size token rows per rank; SL_EINPUT naming the sizes
+ *    when tp_size does not divide B*T; ignored at tp_size = 1;
+ *  - local (nlocal = num_hidden_layers + 2 flags, or NULL: every unit): the
+ *    units this rank's pipeline stage computes; the others get no
+ *    activations. */
 int sl_model_create_full(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T, sl_actckpt ac,
                          int tp_rank, int tp_size, int sp, const unsigned char *local, int nlocal, sl_model **out);
 /* Unit specs only (B = T = 0: no activations, no compute): for the planner,

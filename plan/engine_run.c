@@ -1,5 +1,5 @@
 /* plan/engine_run.c — the engine check (plan/engine_run.h): builds the
- * model with sl_model_create_tp and the FSDP runtime with sl_fsdp_create on
+ * model with sl_model_create_full and the FSDP runtime with sl_fsdp_create on
  * the counting op table and counting communicators, creates the optimizer
  * state the trainer creates, and drives one step with the trainer's
  * protocol. Every byte and collective comes from the engine's own code.
@@ -137,8 +137,8 @@ int sl_plan_engine_run(const sl_model_config *cfg, const sl_plan_run *r, int ran
   /* the model with its activations, as the trainer creates it */
   if (!rc && T == 1) rc = sl_model_create(cfg, t.ops, t.k, r->micro_batch, r->seq_len, r->ac, &t.m);
   else if (!rc)
-    rc =
-        sl_model_create_sp(cfg, t.ops, t.k, r->micro_batch, r->seq_len, r->ac, rank % T, T, r->sequence_parallel, &t.m);
+    rc = sl_model_create_full(cfg, t.ops, t.k, r->micro_batch, r->seq_len, r->ac, rank % T, T, r->sequence_parallel,
+                              NULL, 0, &t.m);
   sl_comm_stats tp0 = {0}, tp1 = {0};
   int64_t *numel = NULL;
   int32_t *tok = NULL;

@@ -36,7 +36,7 @@ static void build(sl_model *m, sl_unit_spec *us, int r, int T) {
   sl_unit_add_split(m, us, NAMES[2], 2, 3, 8, 1, SL_INIT_NORMAL, 0.02f, SL_SPLIT_ROW, T);
   sl_unit_add_split(m, us, NAMES[3], 2, 4, 3, 1, SL_INIT_NORMAL, 0.02f, SL_SPLIT_COL, T < 2 ? T : 2);
   sl_unit_add_split(m, us, NAMES[4], 1, 3, 0, 0, SL_INIT_ONES, 0.02f, SL_SPLIT_NONE, 1);
-  us->t[4].tp_replicas = T; /* what sl_model_create_tp sets for a whole tensor */
+  us->t[4].tp_replicas = T; /* what sl_model_create_full sets for a whole tensor */
   sl_unit_add_stacked(m, us, NAMES[5], 2, 16, 3, 0, 1, SL_INIT_NORMAL, 0.02f, 2);
   sl_unit_add_stacked(m, us, NAMES[6], 3, 8, 1, 2, 1, SL_INIT_NORMAL, 0.02f, 1);
 }
