@@ -57,7 +57,12 @@ void sl_trainer_summary(trainer *t, double wall) {
 }
 
 int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt, double flops_tok) {
-  if (t->rank != 0 || !t->metrics) return SL_OK;
+  int64_t *stages = NULL; /* --pp > 1: every stage's figures (a collective over the PP communicator) */
+  int rc = t->pplan ? sl_trainer_pp_gather(t, &stages) : SL_OK;
+  if (rc || t->rank != 0 || !t->metrics) {
+    free(stages);
+    return rc;
+  }
   sl_mem_stats ms;
   sl_mem_get(&ms);
   sl_comm_stats sh, rp;
@@ -93,6 +98,8 @@ int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt
     }
     fprintf(t->metrics, "}");
   }
+  if (stages) sl_trainer_pp_write(t, t->metrics, stages);
+  free(stages);
   if (o->ev.samples)
     fprintf(t->metrics, ", \"eval_loss\": %s, \"eval_ppl\": %s", sl_guard_json(jl, o->ev.loss),
             sl_guard_json(jr, o->ev.ppl));

@@ -58,6 +58,7 @@ typedef struct {
   uint64_t prev_tp[SL_COLL_NKINDS]; /* TP comm bytes per kind at the last metrics line */
   sl_pp_plan *pplan;                /* --pp > 1: this rank's stage (engine/schedule_pp.h); NULL otherwise */
   int64_t nsets;                    /* activation sets: tok/tgt/seg hold one batch per set */
+  uint64_t prev_pp[3];              /* --pp > 1: DP bytes sent, PP bytes sent / received at the last metrics line */
 } trainer;
 
 /* What one optimizer step reports. */
@@ -77,6 +78,12 @@ void sl_trainer_free(trainer *t);
 int sl_trainer_fwd_bwd(trainer *t, int nk, sl_fwd_hook hook, void *hook_user, double *loss_sum);
 /* Rank 0: the metrics line of step s (0-based). */
 int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt, double flops_tok);
+/* --pp > 1 (engine/report_pp.c): every stage's figures since the last line,
+ * gathered over the PP communicator (collective: every rank calls it);
+ * *all: P rows, freed by the caller. */
+int sl_trainer_pp_gather(trainer *t, int64_t **all);
+/* The line's "stages" field from the rows of sl_trainer_pp_gather. */
+void sl_trainer_pp_write(const trainer *t, FILE *f, const int64_t *all);
 /* Tensor parallelism (engine/tp_run.c). Start-up refusals of --tp (before
  * the model is built); the comm the step's loss is summed over (DP at
  * T > 1, else the world); the gradient norm's sum of squares over DP and

@@ -36,9 +36,13 @@ typedef struct {
   sl_fsdp *f;
   const sl_ops *ops;
   sl_kctx *k;
-  float **opt; /* (U) master | m | v of each unit's optimizer view, 3 x count floats */
-  sl_comm *tp; /* the counting TP communicator (T ranks); NULL at T = 1 */
+  float **opt;             /* (U) master | m | v of each unit's optimizer view, 3 x count floats */
+  sl_comm *tp;             /* the counting TP communicator (T ranks); NULL at T = 1 */
+  const sl_plan_stage *st; /* a pipeline stage's driver; NULL: the whole model, micro-batch by micro-batch */
 } run_t;
+
+/* 1: this rank holds unit u's parameters (and its optimizer state) */
+static int holds(const run_t *t, int u) { return !t->st || t->st->held[u]; }
 
 /* tied-weight access for the model, as the trainer wires it */
 static int acc_params(void *user, int u, const float **p) { return sl_fsdp_pinned_params(((run_t *)user)->f, u, p); }
@@ -81,6 +85,11 @@ static int tp_grad_sumsq(run_t *t, double *out) {
  * gradient norm, then per unit view -> AdamW -> set_view, then finish. */
 static int drive_step(run_t *t, int64_t A) {
   int U = t->m->nunits, rc = SL_OK;
+  double ss;
+  if (t->st) { /* a pipeline stage: the executor's step and norm */
+    rc = t->st->step(t->st->user, t->m, t->f, (int)A, &ss);
+    A = 0;
+  }
   for (int k = 0; k < A && !rc; k++) {
     rc = sl_fsdp_begin_micro(t->f, k, (int)A);
     for (int u = 0; u < U && !rc; u++) {
@@ -98,9 +107,9 @@ static int drive_step(run_t *t, int64_t A) {
     }
     if (!rc) rc = sl_fsdp_end_micro(t->f);
   }
-  double ss;
-  if (!rc) rc = t->tp ? tp_grad_sumsq(t, &ss) : sl_fsdp_grad_sumsq(t->f, &ss);
+  if (!rc && !t->st) rc = t->tp ? tp_grad_sumsq(t, &ss) : sl_fsdp_grad_sumsq(t->f, &ss);
   for (int u = 0; u < U && !rc; u++) {
+    if (!holds(t, u)) continue; /* another stage's unit */
     sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
     float *master = t->opt[u], *mom = master + v.count, *var = mom + v.count;
     t->ops->adamw(t->k, master, mom, var, v.grads, v.count, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, 1.0f);
@@ -112,12 +121,19 @@ static int drive_step(run_t *t, int64_t A) {
 
 int sl_plan_engine_run(const sl_model_config *cfg, const sl_plan_run *r, int rank, sl_plan_mem *out,
                        sl_plan_engine_info *info) {
+  return sl_plan_engine_run_stage(cfg, r, rank, NULL, out, info);
+}
+
+int sl_plan_engine_run_stage(const sl_model_config *cfg, const sl_plan_run *r, int rank, const sl_plan_stage *st,
+                             sl_plan_mem *out, sl_plan_engine_info *info) {
   memset(out, 0, sizeof *out);
   if (info) memset(info, 0, sizeof *info);
-  int W = r->world, T = r->tp > 1 ? r->tp : 1;
+  int W = r->world, T = r->tp > 1 ? r->tp : 1, P = st ? st->pp : 1;
   if (W < 1 || rank < 0 || rank >= W) return sl_fail(SL_EINPUT, "engine check: rank %d of world %d", rank, W);
   if (W % T) return sl_fail(SL_EINPUT, "--tp %d does not divide the number of ranks %d", T, W);
-  int D = W / T, S = r->shard_group > 0 ? r->shard_group : D; /* fsdp runs on the DP axis */
+  if (P < 1 || W % (T * P))
+    return sl_fail(SL_EINPUT, "--tp %d x --pp %d does not divide the number of ranks %d", T, P, W);
+  int D = W / (T * P), S = r->shard_group > 0 ? r->shard_group : D; /* fsdp runs on the DP axis */
   if (r->micro_batch < 1 || r->seq_len < 1 || r->grad_accum < 1)
     return sl_fail(SL_EINPUT, "planner: micro-batch, seq-len and grad-accum must be >= 1");
   if ((r->param_bytes != 4 && r->param_bytes != 2) || (r->reduce_bytes != 4 && r->reduce_bytes != 2))
@@ -129,16 +145,18 @@ int sl_plan_engine_run(const sl_model_config *cfg, const sl_plan_run *r, int ran
   split_ctx sc = {S};
   sl_comm *dp = NULL;
   t.ops = sl_ops_count();
+  t.st = st;
   t.k = t.ops->ctx_create(1);
   int rc = t.k ? SL_OK : SL_ENOMEM;
-  if (!rc && (sl_comm_count_create(D, rank / T, fsdp_split, &sc, &dp) != SL_COMM_OK ||
+  if (!rc && (sl_comm_count_create(D, (rank / T) % D, fsdp_split, &sc, &dp) != SL_COMM_OK ||
               (T > 1 && sl_comm_count_create(T, rank % T, NULL, NULL, &t.tp) != SL_COMM_OK)))
     rc = sl_fail(SL_ECOMM, "engine check: %s", sl_comm_last_error());
   /* the model with its activations, as the trainer creates it */
-  if (!rc && T == 1) rc = sl_model_create(cfg, t.ops, t.k, r->micro_batch, r->seq_len, r->ac, &t.m);
+  if (!rc && st && st->nunits < 1) rc = sl_fail(SL_EINTERNAL, "engine check: a stage without units");
+  if (!rc && T == 1 && !st) rc = sl_model_create(cfg, t.ops, t.k, r->micro_batch, r->seq_len, r->ac, &t.m);
   else if (!rc)
     rc = sl_model_create_full(cfg, t.ops, t.k, r->micro_batch, r->seq_len, r->ac, rank % T, T, r->sequence_parallel,
-                              NULL, 0, &t.m);
+                              st ? st->local : NULL, st ? st->nunits : 0, &t.m);
   sl_comm_stats tp0 = {0}, tp1 = {0};
   int64_t *numel = NULL;
   int32_t *tok = NULL;
@@ -149,7 +167,7 @@ int sl_plan_engine_run(const sl_model_config *cfg, const sl_plan_run *r, int ran
     if (!numel || !t.opt) rc = sl_fail(SL_ENOMEM, "engine check: out of memory");
   }
   if (!rc) {
-    for (int u = 0; u < t.m->nunits; u++) numel[u] = t.m->units[u].numel;
+    for (int u = 0; u < t.m->nunits; u++) numel[u] = holds(&t, u) ? t.m->units[u].numel : 0; /* 0: another stage's */
     sl_fsdp_cfg fc = {.zero = r->zero,
                       .prefetch = r->prefetch,
                       .prefetch_bytes = r->prefetch_bytes,
@@ -163,6 +181,7 @@ int sl_plan_engine_run(const sl_model_config *cfg, const sl_plan_run *r, int ran
   }
   /* the optimizer state of tier none: fp32 master, m, v per view (the trainer's opt_create) */
   for (int u = 0; !rc && u < t.m->nunits; u++) {
+    if (!holds(&t, u)) continue;
     sl_fsdp_view_t v = sl_fsdp_view(t.f, u);
     t.opt[u] = t.ops->alloc(t.k, (size_t)v.count * 12);
     if (!t.opt[u]) rc = SL_ENOMEM;
@@ -170,8 +189,10 @@ int sl_plan_engine_run(const sl_model_config *cfg, const sl_plan_run *r, int ran
   }
   int64_t BT = r->micro_batch * r->seq_len;
   if (!rc && !(tok = t.ops->alloc(t.k, (size_t)BT * 4))) rc = SL_ENOMEM;
+  int begun = 0;
+  if (!rc && st) begun = !(rc = st->begin(st->user, t.m, t.f));
   if (!rc) {
-    sl_model_set_batch(t.m, tok, tok, 1.0f);
+    if (!st) sl_model_set_batch(t.m, tok, tok, 1.0f); /* a stage's driver loads its micro-batches */
     sl_mem_stats st;
     sl_mem_get(&st);
     for (int a = 0; a < SL_ARENA_COUNT; a++) out->start[a] = st.cur[a] - s0.cur[a];
@@ -199,13 +220,14 @@ int sl_plan_engine_run(const sl_model_config *cfg, const sl_plan_run *r, int ran
       info->model_flops_token = (double)t.m->vt->flops_per_token(t.m, r->seq_len);
       info->tokens = BT * r->grad_accum;
       info->nparams = 0;
-      for (int u = 0; u < t.m->nunits; u++) info->nparams += t.m->units[u].numel;
+      for (int u = 0; u < t.m->nunits; u++) info->nparams += holds(&t, u) ? t.m->units[u].numel : 0;
       info->max_unit = sl_model_max_unit_numel(t.m);
       info->tp = T;
       info->dp = D;
       for (int k = 0; k < SL_COLL_NKINDS; k++) info->tp_comm[k] = tp1.bytes[k] - tp0.bytes[k];
     }
   }
+  if (begun && st->end) st->end(st->user);
   if (t.opt) {
     for (int u = 0; u < t.m->nunits; u++)
       if (t.opt[u]) {

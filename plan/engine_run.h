@@ -11,7 +11,9 @@
 
 #include "formats/hfconfig.h"
 #include "kernels/count/ops_count.h"
+#include "models/model.h"
 #include "plan/planner.h"
+#include "shard/fsdp.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,6 +46,30 @@ typedef struct {
  * param_bytes and reduce_bytes (4 fp32 | 2 bf16), align. */
 int sl_plan_engine_run(const sl_model_config *cfg, const sl_plan_run *r, int rank, sl_plan_mem *out,
                        sl_plan_engine_info *info);
+
+/* One pipeline stage of the step (plan/ cannot call the engine's executor:
+ * engine/pp_check.c supplies the stage plan and the step driver, this file
+ * the model, the FSDP runtime and the optimizer state around them, as the
+ * trainer creates them for a stage). */
+typedef struct {
+  int pp;                     /* P: the mesh is TP x DP x PP (TP fastest, then DP); DP = world / (T x P) */
+  int nunits;                 /* the model's units */
+  const unsigned char *local; /* (nunits) 1: this stage computes the unit (the model's activations) */
+  const unsigned char *held;  /* (nunits) 1: it holds the parameters (fsdp numel 0 and no optimizer state otherwise) */
+  void *user;
+  /* after the model, fsdp and the optimizer state exist, before the step:
+   * the activation sets and whatever the driver needs */
+  int (*begin)(void *user, sl_model *m, sl_fsdp *f);
+  /* forward + backward of the step's nmicro micro-batches and the global
+   * sum of squares of the gradients (the schedule's) */
+  int (*step)(void *user, sl_model *m, sl_fsdp *f, int nmicro, double *ss);
+  void (*end)(void *user); /* frees what begin made, before the model goes (may be NULL) */
+} sl_plan_stage;
+
+/* sl_plan_engine_run for the stage that `rank` (a world rank of the TP x DP
+ * x PP mesh) belongs to; st NULL: sl_plan_engine_run. */
+int sl_plan_engine_run_stage(const sl_model_config *cfg, const sl_plan_run *r, int rank, const sl_plan_stage *st,
+                             sl_plan_mem *out, sl_plan_engine_info *info);
 
 #ifdef __cplusplus
 }

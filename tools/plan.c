@@ -11,6 +11,7 @@
 #include "formats/hfconfig.h"
 #include "plan/engine_run.h"
 #include "plan/planner.h"
+#include "tools/plan_pp.h"
 #include "tools/tools.h"
 
 static void plan_usage(FILE *f) {
@@ -24,6 +25,8 @@ static void plan_usage(FILE *f) {
              "                    --grad-accum A [--activation-checkpoint none|selective|full] [--shard-group S]\n"
              "                    [--param-dtype fp32|bf16] [--reduce-dtype fp32|bf16] [--prefetch K]\n"
              "                    [--prefetch-mb M] [--no-sync-accum] [--no-reshard] [--json]\n"
+             "                    [--pp P [--pp-schedule gpipe|1f1b|interleaved] [--pp-virtual V] [--pp-layout L]]\n"
+             "                    (--pp: every stage's figures; --world = TP x DP x PP ranks)\n"
              "sizes take K/M/G/T (decimal) or KiB/MiB/GiB/TiB; --host-mem is per node.\n"
              "defaults: intra 150 GB/s, inter 20 GB/s, 989 TFLOPS peak at 55%% efficiency, 90%% memory margin.\n");
 }
@@ -219,6 +222,7 @@ static int run_plan(int argc, char **argv) {
   sl_plan_run r;
   sl_plan_run_engine(&r, NULL, NULL);
   const char *pd = "fp32", *rd = "fp32";
+  sl_pp_check_cfg ppc = {.pp = 1, .kind = "1f1b", .virt = 1, .layout = ""}; /* train's defaults */
   c.gpus_per_node = 0;
   int rc = SL_OK;
   for (int i = 1; i < argc && !rc; i++) {
@@ -289,6 +293,10 @@ static int run_plan(int argc, char **argv) {
       NUMR(r.world, 1, 1e6);
     else if (!strcmp(a, "--tp")) NUMR(r.tp, 1, 1e6);
     else if (!strcmp(a, "--sequence-parallel")) r.sequence_parallel = 1;
+    else if (!strcmp(a, "--pp")) NUMR(ppc.pp, 1, 64);
+    else if (!strcmp(a, "--pp-virtual")) NUMR(ppc.virt, 1, 64);
+    else if (!strcmp(a, "--pp-schedule")) ppc.kind = VAL();
+    else if (!strcmp(a, "--pp-layout")) ppc.layout = VAL();
     else if (!strcmp(a, "--zero")) NUMR(r.zero, 0, 3);
     else if (!strcmp(a, "--micro-batch")) NUMR(r.micro_batch, 1, 1e9);
     else if (!strcmp(a, "--grad-accum")) NUMR(r.grad_accum, 1, 1e9);
@@ -348,13 +356,16 @@ static int run_plan(int argc, char **argv) {
     if (!rc && r.gpt_acts)
       rc = sl_fail(SL_EINPUT, "plan: --engine-check runs the engine's own activations; "
                               "--act-model gpt applies to the search only");
-    if (!rc) rc = engine_check(&mc, &r, as_json);
+    if (!rc && ppc.pp > 1) rc = sl_plan_pp_check(&mc, &r, &ppc, as_json);
+    else if (!rc && (ppc.virt > 1 || (ppc.layout && ppc.layout[0])))
+      rc = sl_fail(SL_EINPUT, "plan: --pp-virtual and --pp-layout need --pp P >= 2");
+    else if (!rc) rc = engine_check(&mc, &r, as_json);
     sl_plan_model_free(&m);
     return rc;
   }
-  if (r.tp != 1) {
+  if (r.tp != 1 || ppc.pp != 1) {
     sl_plan_model_free(&m);
-    return sl_fail(SL_EINPUT, "plan: --tp applies to --engine-check; the search tries TP 1, 2, 4, 8, 16 itself");
+    return sl_fail(SL_EINPUT, "plan: --tp and --pp apply to --engine-check; the search tries TP and PP degrees itself");
   }
   if (c.gpus_per_node <= 0) c.gpus_per_node = c.gpus < 8 ? c.gpus : 8;
   if (c.efficiency <= 0 || c.efficiency > 1) rc = sl_fail(SL_EINPUT, "plan: --efficiency must be in (0, 1]");
