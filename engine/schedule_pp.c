@@ -5,8 +5,10 @@
  *   F(mb, c)     select mb's activation set (load(mb) at mb's first op on
  *                this rank, in order), forward the chunk's units; on the
  *                last virtual stage the head adds the micro-batch's loss;
- *   RECV act     into the residual stream at the chunk's first unit
- *                (sl_model_boundary) of mb's set;
+ *   RECV act     into a staging buffer, copied into the residual stream at
+ *                the chunk's first unit (sl_model_boundary) of mb's set when
+ *                F starts (mb takes a set at its F, not at the receive: the
+ *                sets held are the builder's peak in-flight micro-batches);
  *   SEND act     the residual stream at the next stage's first unit;
  *   RECV grad    into a staging buffer, copied into the backward's residual
  *                gradient when B starts (the gradient buffer is shared);
@@ -141,6 +143,7 @@ typedef struct {
   int *free_set;        /* (nsets) stack of free sets */
   int nfree;
   float **gin, **gout; /* (m*V) received gradient waiting for B; B's input gradient waiting for its SEND */
+  float **ain;         /* (m*V) received activation waiting for its F */
   float **pool;        /* free staging buffers of bnd floats */
   int npool, cappool;
   float **tied; /* (m) the head's part of unit 0's gradient per micro-batch (tied, P > 1) */
@@ -165,7 +168,7 @@ static int count_sets(const sl_pp_plan *pl) {
   if (!seen) return -1;
   for (int i = 0; i < n; i++) {
     const sl_pp_op *o = &ops[i];
-    if (o->kind == SL_PP_W) continue;
+    if (o->kind == SL_PP_W || o->kind == SL_PP_RECV) continue; /* a received activation waits for F in staging */
     if (!seen[o->mb]) {
       seen[o->mb] = 1;
       if (++live > peak) peak = live;
@@ -218,6 +221,19 @@ static int use_mb(pp_state *st, const sl_step_ctx *c, int mb, int *next_load) {
   (*next_load)++;
   int rc = sl_model_use_acts(c->m, st->set_of[mb]);
   return rc ? rc : c->load(c->user, mb);
+}
+
+/* F of virtual stage vs > 0: the received activation into mb's set (selected). */
+static int take_act(pp_state *st, const sl_step_ctx *c, int mb, int chunk, int vs) {
+  float **b = &st->ain[mb * st->pl->V + chunk], *act, *dres;
+  int64_t n;
+  if (vs == 0) return SL_OK; /* the embedding reads the tokens */
+  if (!*b) return sl_fail(SL_EINTERNAL, "pipeline: forward of micro-batch %d before its activation", mb);
+  int rc = sl_model_boundary(c->m, st->pl->first[vs], &act, &dres, &n);
+  if (!rc) c->m->ops->copy(c->m->k, act, *b, (size_t)n * 4);
+  if (!rc) rc = pool_put(st, *b);
+  if (!rc) *b = NULL;
+  return rc;
 }
 
 static int fwd_chunk(pp_state *st, const sl_step_ctx *c, int mb, int vs, sl_step_result *out) {
@@ -362,6 +378,7 @@ static int pp_run_step(sl_schedule *s, const sl_step_ctx *c, sl_step_result *out
     switch (o->kind) {
     case SL_PP_F:
       rc = use_mb(st, c, o->mb, &next_load);
+      if (!rc) rc = take_act(st, c, o->mb, o->chunk, vs);
       if (!rc) rc = fwd_chunk(st, c, o->mb, vs, out);
       break;
     case SL_PP_B:
@@ -369,10 +386,12 @@ static int pp_run_step(sl_schedule *s, const sl_step_ctx *c, sl_step_result *out
       if (!rc) rc = bwd_chunk(st, c, o->mb, o->chunk, kb++, nb);
       break;
     case SL_PP_RECV:
-      if (o->dir == SL_PP_ACT) { /* into the residual stream at the chunk's first unit */
-        rc = use_mb(st, c, o->mb, &next_load);
+      if (o->dir == SL_PP_ACT) { /* staged until F; n: the residual stream's size (of any set) */
+        float *b = pool_get(st, c);
+        if (!b) rc = sl_fail(SL_ENOMEM, "out of memory for a pipeline transfer buffer");
+        else st->ain[o->mb * V + o->chunk] = b;
         if (!rc) rc = sl_model_boundary(c->m, pl->first[vs], &act, &dres, &n);
-        if (!rc) rc = xfer(st, 0, act, n, o->peer, TAG_ACT, o->mb);
+        if (!rc) rc = xfer(st, 0, b, n, o->peer, TAG_ACT, o->mb);
       } else {
         float *b = pool_get(st, c);
         if (!b) rc = sl_fail(SL_ENOMEM, "out of memory for a pipeline transfer buffer");
@@ -476,9 +495,10 @@ static void pp_destroy(sl_schedule *s) {
            tied_pp(st) && (first_rank(st) || last_rank(st)) ? " + the tied embedding's gradient per micro-batch" : "");
   /* the staging buffers were allocated through the model's ops: the trainer
    * frees the model after the schedule, so they go here */
-  for (int i = 0; st->gin && st->gout && i < st->pl->sched.spec.m * st->pl->V; i++) { /* a failed step's */
+  for (int i = 0; st->gin && st->gout && st->ain && i < st->pl->sched.spec.m * st->pl->V; i++) { /* a failed step's */
     if (st->gin[i]) (void)pool_put(st, st->gin[i]);
     if (st->gout[i]) (void)pool_put(st, st->gout[i]);
+    if (st->ain[i]) (void)pool_put(st, st->ain[i]);
   }
   for (int i = 0; i < st->npool; i++) {
     st->ops->free(st->k, st->pool[i]);
@@ -493,6 +513,7 @@ static void pp_destroy(sl_schedule *s) {
   free(st->free_set);
   free(st->gin);
   free(st->gout);
+  free(st->ain);
   free(st->pool);
   free(st->tied_req);
   free(st->tied);
@@ -523,9 +544,10 @@ int sl_schedule_pp_create(const sl_pp_plan *plan, sl_comm *pp, sl_schedule *s) {
   st->free_set = calloc((size_t)(st->nsets > 0 ? st->nsets : 1), sizeof(int));
   st->gin = calloc((size_t)mv, sizeof(float *));
   st->gout = calloc((size_t)mv, sizeof(float *));
+  st->ain = calloc((size_t)mv, sizeof(float *));
   st->tied = calloc((size_t)m, sizeof(float *));
   st->tied_req = calloc((size_t)m, sizeof(sl_comm_req *));
-  if (st->nsets < 0 || !st->set_of || !st->free_set || !st->gin || !st->gout || !st->tied || !st->tied_req)
+  if (st->nsets < 0 || !st->set_of || !st->free_set || !st->gin || !st->gout || !st->ain || !st->tied || !st->tied_req)
     return sl_fail(SL_ENOMEM, "out of memory");
   return SL_OK;
 }
