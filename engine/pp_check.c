@@ -111,14 +111,11 @@ int sl_pp_engine_check(const sl_model_config *mc, const sl_plan_run *r, const sl
     const sl_pp_plan *p = d.plan;
     pi->stage = stage;
     pi->nsets = d.nsets;
-    pi->first = p->first[stage];
-    pi->last = p->first[stage + 1] - 1;
     for (int u = 0; u < p->nunits; u++) pi->ncomputed += p->local[u];
     pi->sends = d.after.calls[SL_COLL_SEND] - d.before.calls[SL_COLL_SEND];
     pi->recvs = d.after.calls[SL_COLL_RECV] - d.before.calls[SL_COLL_RECV];
     pi->send_bytes = d.after.bytes[SL_COLL_SEND] - d.before.bytes[SL_COLL_SEND];
     pi->recv_bytes = d.after.bytes[SL_COLL_RECV] - d.before.bytes[SL_COLL_RECV];
-    pi->pp_allgather = d.after.bytes[SL_COLL_ALLGATHER] - d.before.bytes[SL_COLL_ALLGATHER];
     pi->nstages = p->S;
     for (int v = 0; v < p->S; v++) pi->layers[v] = p->layers[v];
   }

@@ -31,12 +31,10 @@ typedef struct {
 typedef struct {
   int stage;             /* PP coordinate */
   int nsets;             /* activation sets: the most micro-batches in flight on the stage */
-  int first, last;       /* units computed: [first, last] of chunk 0 (more chunks: see layers) */
   int ncomputed;         /* units the stage computes (all chunks) */
   uint64_t sends, recvs; /* point-to-point operations on the PP communicator in the step */
   uint64_t send_bytes;   /* bytes sent on the PP communicator in the step (the norm's tied transfer too) */
   uint64_t recv_bytes;   /* bytes received */
-  uint64_t pp_allgather; /* bytes of the gradient norm's all-gather on the PP communicator */
   int layers[64];        /* decoder layers of each virtual stage (P*V <= 64) */
   int nstages;           /* P*V */
 } sl_pp_stage_info;

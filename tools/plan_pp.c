@@ -61,10 +61,10 @@ int sl_plan_pp_check(const sl_model_config *mc, const sl_plan_run *r, const sl_p
       continue;
     }
     if (s == 0)
-      printf("engine prediction per pipeline stage (DP rank 0, TP rank 0 of each): %d stages, schedule %s%s, "
-             "world %d = TP %d x DP %d x PP %d\n",
-             P, pc->kind, pc->virt > 1 ? " (interleaved chunks)" : "", r->world, info.tp, info.dp, P);
-    printf("stage %d: %d units computed, %lld parameters held, %d micro-batches in flight\n", s, pi.ncomputed,
+      printf("engine prediction per pipeline stage (DP rank 0, TP rank 0 of each): %d stages x %d chunk%s per rank, "
+             "schedule %s, world %d = TP %d x DP %d x PP %d\n",
+             P, pc->virt > 1 ? pc->virt : 1, pc->virt > 1 ? "s" : "", pc->kind, r->world, info.tp, info.dp, P);
+    printf("stage %d: %d units computed, %lld parameters held, micro-batches in flight %d\n", s, pi.ncomputed,
            (long long)info.nparams, pi.nsets);
     for (int a = 0; a < SL_ARENA_COUNT; a++)
       printf("  %-10s peak %14lld bytes\n", sl_arena_name((sl_arena)a), (long long)pm.peak[a]);
