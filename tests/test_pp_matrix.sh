@@ -11,6 +11,9 @@
 # of P). Interleaved needs m a multiple of P (plan/pipeline.c): P 3 runs at
 # m = 6 against its own one-process reference. The layouts the runs use are
 # checked to place all 7 layers (`shardlm pp-schedule --json`).
+# Also the schedule's SVG: pipeline.svg next to metrics.svg in a training
+# run and from `train --pp-dry-run`, well-formed, equal to `shardlm
+# pp-schedule --svg`'s, with its bubble (docs/pipeline.md).
 set -u
 B=${SL_BUILD:?}/shardlm
 [ -x "$B" ] || exit 77
@@ -65,7 +68,7 @@ for P in 2 3 4; do
 done
 layout g3 3 4 gpipe
 for P in 2 3 4; do # m = 4 at P = 3: not a multiple of P
-  run f$P "$P" 4 --pp "$P" --pp-schedule 1f1b && check f$P base4 "1f1b P=$P m=4 == one process"
+  run f$P "$P" 4 --pp "$P" --pp-schedule 1f1b --plot true && check f$P base4 "1f1b P=$P m=4 == one process"
 done
 layout f4 4 4 1f1b
 run f3m6 3 6 --pp 3 --pp-schedule 1f1b && check f3m6 base6 "1f1b P=3 m=6 == one process"
@@ -76,6 +79,50 @@ layout i3 3 6 interleaved 2
 layout i4 4 4 interleaved 2
 # an explicit uneven split (1 + 5 + 1 layers): still every layer, bit for bit
 run u3 3 4 --pp 3 --pp-layout 1,5,1 && check u3 base4 "1f1b P=3 --pp-layout 1,5,1 == one process"
+# the schedule drawn next to metrics.svg (--plot, the default) and by --pp-dry-run
+# (one process, nothing trained): well-formed SVG, byte for byte the one
+# `shardlm pp-schedule --svg` draws, its bubble that of `pp-schedule --json`
+svgcheck() { # label svg P m schedule [V]
+  local label=$1 svg=$2 P=$3 m=$4 sched=$5 V=${6:-1} vflag=""
+  [ "$V" -gt 1 ] && vflag="--pp-virtual $V"
+  "$B" pp-schedule --pp "$P" --micro-batches "$m" --pp-schedule "$sched" $vflag --model "$W/llama" \
+    --svg "$W/ref-$label.svg" --json > "$W/ref-$label.json" || { bad "$label: pp-schedule"; return; }
+  if /usr/bin/python3 - "$svg" "$W/ref-$label.json" <<'PY'
+import json, re, sys
+import xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+assert root.tag == "{http://www.w3.org/2000/svg}svg", root.tag
+title = "".join(root.find("{http://www.w3.org/2000/svg}text").itertext())
+got = re.search(r"bubble (\d+) of (\d+) time units", title)
+j = json.load(open(sys.argv[2]))
+want = (j["ranks"][0]["idle"], j["step_time"])
+assert got and (int(got.group(1)), int(got.group(2))) == want, (title, want)
+PY
+  then
+    if cmp -s "$svg" "$W/ref-$label.svg"; then ok "$label: $(basename "$svg") is well-formed, equals pp-schedule --svg"
+    else bad "$label: $(basename "$svg") differs from pp-schedule --svg"; fi
+  else bad "$label: $svg missing, malformed or with another bubble"; fi
+}
+[ -s "$W/f4/metrics.svg" ] && ok "f4: metrics.svg written" || bad "f4: no metrics.svg"
+svgcheck train-f4 "$W/f4/pipeline.svg" 4 4 1f1b
+grep -q "pipeline: .*pipeline.svg" "$W/f4.log" && ok "f4: the run names pipeline.svg" || bad "f4: pipeline.svg not named"
+[ ! -e "$W/g4/pipeline.svg" ] && ok "--plot false: no pipeline.svg" || bad "--plot false wrote pipeline.svg"
+dry() { # label P m schedule [V]
+  local label=$1 P=$2 m=$3 sched=$4 V=${5:-1} vflag=""
+  [ "$V" -gt 1 ] && vflag="--pp-virtual $V"
+  timeout 60 "$B" train --model "$W/llama" --data "$W/data" --micro-batch 2 --seq-len 16 --grad-accum "$m" \
+    --pp "$P" --pp-schedule "$sched" $vflag --pp-dry-run --out-dir "$W/$label" > "$W/$label.log" 2>&1
+  local rc=$?
+  if [ $rc -ne 0 ]; then bad "$label: dry run exit $rc"; tail -3 "$W/$label.log"; return; fi
+  local want
+  svgcheck "$label" "$W/$label/pipeline.svg" "$P" "$m" "$sched" "$V"
+  want=$(/usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('bubble: %d of %d' % (j['ranks'][0]['idle'], j['step_time']))" "$W/ref-$label.json")
+  if grep -q "^$want time units" "$W/$label.log" && [ "$(grep -c '^  rank' "$W/$label.log")" = $((2 * P)) ] &&
+     [ ! -e "$W/$label/metrics.jsonl" ]; then ok "$label: dry run prints the timeline and '$want', trains nothing"
+  else bad "$label: dry run output (want '$want')"; tail -5 "$W/$label.log"; fi
+}
+dry dry-i4 4 8 interleaved 2
+dry dry-g3 3 5 gpipe
 # zb1p joins here when the executor runs it (the W op, branch zb1p):
 # for P in 2 3 4; do run z$P "$P" 4 --pp "$P" --pp-schedule zb1p && check z$P base4 "zb1p P=$P"; done
 echo "$pass passed, $fail failed"
