@@ -87,6 +87,16 @@ import sys; n, d, P, m = map(int, sys.argv[1:]); sys.exit(0 if n * (m + P - 1) =
     ok "$label: the schedule's idle share ($line) = (P-1)/(m+P-1), the planner's"
   else bad "$label: dry run '$line' vs (P-1)/(m+P-1) at P $P m $m"; fi
 }
+# tied embeddings: a pipeline reduces per micro-batch (train refuses --no-sync-accum there)
+sed 's/"tie_word_embeddings": false/"tie_word_embeddings": true/' "$work/llama/config.json" > "$work/tied.json"
+if "$BIN" plan --model "$work/tied.json" --gpus 4 --gpu-mem 80G --seq-len 16 --global-batch 256 --dtype fp32 \
+    --top 1000 --json > "$work/tied.plan.json" 2> "$work/tied.err" &&
+   "$PY" -c "
+import json, sys
+c = [c for c in json.load(open(sys.argv[1]))['candidates'] if c['pp'] > 1 and c['runnable']]
+sys.exit(0 if c and all('--no-sync-accum' not in x['command'] and x['sync_accum'] for x in c) else 1)" "$work/tied.plan.json"
+then ok "tied embeddings: no PP command asks for --no-sync-accum"
+else bad "tied embeddings: a PP command with --no-sync-accum (or none)"; fi
 runcmd recommended "$(pick "j['recommended'] if j['recommended']['pp'] > 1 else None")"
 runcmd pp2 "$(pick "next((c for c in j['candidates'] if c['pp'] == 2 and c['runnable'] and c['fits']), None)")"
 echo "plan with pipelines: $pass passed, $fail failed"

@@ -123,6 +123,15 @@ dry() { # label P m schedule [V]
 }
 dry dry-i4 4 8 interleaved 2
 dry dry-g3 3 5 gpipe
+# the dry run refuses what training refuses (exit 2, the builder's message), and --pp 1
+"$B" train --model "$W/llama" --pp 3 --grad-accum 2 --pp-dry-run --out-dir "$W/dry-bad" > "$W/dry-bad.log" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "at least as many micro-batches as stages" "$W/dry-bad.log" && [ ! -e "$W/dry-bad/pipeline.svg" ] &&
+  ok "dry run refuses 1f1b m < P (exit 2, no svg)" || bad "dry run m < P: exit $rc"
+"$B" train --model "$W/llama" --pp-dry-run --out-dir "$W/dry-p1" > "$W/dry-p1.log" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q -- "--pp-dry-run .* needs --pp P >= 2" "$W/dry-p1.log" && ok "dry run refuses --pp 1 (exit 2)" ||
+  bad "dry run --pp 1: exit $rc"
 # zb1p joins here when the executor runs it (the W op, branch zb1p):
 # for P in 2 3 4; do run z$P "$P" 4 --pp "$P" --pp-schedule zb1p && check z$P base4 "zb1p P=$P"; done
 echo "$pass passed, $fail failed"
