@@ -754,7 +754,9 @@ static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_c
   x->comm_bytes[SL_PLAN_RS] = rs_b;
   x->comm_bytes[SL_PLAN_AG] = ag_b;
   x->comm_s[SL_PLAN_AR] = tp_bytes / bi;
-  x->comm_s[SL_PLAN_P2P] = pp_bytes / (pp_inter ? bx : bi);
+  /* an inner stage sends and receives pp_bytes each; the executor's transfers
+   * block (engine/schedule_pp.c), so the rank waits through both */
+  x->comm_s[SL_PLAN_P2P] = 2.0 * pp_bytes / (pp_inter ? bx : bi);
   x->comm_s[SL_PLAN_RS] = rs_b / (dp_inter ? bx : bi);
   x->comm_s[SL_PLAN_AG] = ag_b / (dp_inter ? bx : bi);
   double last_bwd = (x->compute_s + x->recompute_s) / (double)A * 2.0 / 3.0;
