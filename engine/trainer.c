@@ -715,8 +715,9 @@ static int rank0_agree(trainer *t, int rc) {
 int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   if (cfg->pp_dry_run) return sl_pp_dry_run(cfg, sl_comm_rank(world)); /* engine/pp_report.c */
   trainer t;
-  char ppsvg[SL_PATH_MAX + 32] = ""; /* pipeline.svg, next to metrics.svg */
-  sl_signals_install();              /* a signal during setup stops the run after its first step */
+  /* pipeline.svg, next to metrics.svg */
+  char ppsvg[SL_PATH_MAX + 32] = "";
+  sl_signals_install(); /* a signal during setup stops the run after its first step */
   int rc = sl_trainer_setup(&t, cfg, world, 1);
   if (rc) goto done;
   sl_train_cfg *c = &t.cfg;
