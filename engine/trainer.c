@@ -29,6 +29,7 @@
 #include "engine/eval.h"
 #include "engine/guard.h"
 #include "engine/mesh.h"
+#include "engine/pp_report.h"
 #include "engine/precheck.h"
 #include "engine/rundir.h"
 #include "engine/schedule.h"
@@ -712,7 +713,10 @@ static int rank0_agree(trainer *t, int rc) {
 }
 
 int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
+  if (cfg->pp_dry_run) return sl_pp_dry_run(cfg, sl_comm_rank(world)); /* engine/pp_report.c */
   trainer t;
+  /* pipeline.svg, next to metrics.svg */
+  char ppsvg[SL_PATH_MAX + 32] = "";
   sl_signals_install(); /* a signal during setup stops the run after its first step */
   int rc = sl_trainer_setup(&t, cfg, world, 1);
   if (rc) goto done;
@@ -724,6 +728,10 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
     if (!rc && c->ckpt_dir[0]) rc = sl_rundir_claim(c->ckpt_dir, c->resume, &t.lock_fd); /* lock, no foreign run */
   }
   if ((rc = rank0_agree(&t, rc))) goto done;
+  if (t.rank == 0 && t.pplan && c->plot && sl_pp_report_svg(c, t.pplan, ppsvg, sizeof ppsvg)) {
+    sl_log(SL_LOG_WARN, "could not draw the pipeline schedule: %s", sl_errmsg());
+    ppsvg[0] = 0;
+  }
   t.peak_flops = c->peak_tflops > 0 ? c->peak_tflops * 1e12 : measure_peak(&t);
   double flops_tok = (double)t.m->vt->flops_per_token(t.m, c->seq_len);
   sl_log0(SL_LOG_INFO,
@@ -804,6 +812,7 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
       if (g_plotter(t.metrics_path, svg) == SL_OK) printf("plot:    %s\n", svg);
       else sl_log(SL_LOG_WARN, "could not draw the plot: %s", sl_errmsg());
     }
+    if (ppsvg[0]) printf("pipeline: %s (the schedule's timeline)\n", ppsvg);
     if (c->save[0]) printf("model:   %s (Hugging Face format)\n", c->save);
   }
 done:

@@ -108,6 +108,9 @@ static const key_t_ KEYS[] = {
     S("pp-schedule", pp_schedule, "1f1b", "pipeline schedule: gpipe | 1f1b | interleaved | zb1p (zb1p: not yet)"),
     I("pp-virtual", pp_virtual, "1", "interleaved: chunks per pipeline rank"),
     S("pp-layout", pp_layout, "", "decoder layers per (virtual) stage, e.g. 5,4,4,5 (empty: balanced)"),
+    B("pp-dry-run", pp_dry_run, "false",
+      "with --pp P > 1: print the run's pipeline schedule (per-rank timeline, bubble, layout), write "
+      "OUT_DIR/pipeline.svg (unless --plot false) and exit without training"),
 };
 #define NKEYS (int)(sizeof KEYS / sizeof KEYS[0])
 

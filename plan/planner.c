@@ -747,13 +747,16 @@ static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_c
   double pp_bytes = p > 1 ? 2.0 * (double)A * act_msg : 0;
   /* ZeRO-1: one reduce-scatter and one parameter all-gather per step;
    * ZeRO-3: two gathers (forward, backward) and a reduce-scatter per micro-batch */
-  double rs_b = d > 1 ? (d - 1) * dp_shard * e * (z3 ? (double)A : 1.0) : 0, ag_b = rs_b * (z3 ? 2.0 : 1.0);
+  double rs_b = d > 1 ? (d - 1) * dp_shard * e * (z3 || x->sync_accum ? (double)A : 1.0) : 0,
+         ag_b = d > 1 ? (d - 1) * dp_shard * e * (z3 ? 2.0 * A : 1.0) : 0;
   x->comm_bytes[SL_PLAN_AR] = tp_bytes;
   x->comm_bytes[SL_PLAN_P2P] = pp_bytes;
   x->comm_bytes[SL_PLAN_RS] = rs_b;
   x->comm_bytes[SL_PLAN_AG] = ag_b;
   x->comm_s[SL_PLAN_AR] = tp_bytes / bi;
-  x->comm_s[SL_PLAN_P2P] = pp_bytes / (pp_inter ? bx : bi);
+  /* an inner stage sends and receives pp_bytes each; the executor's transfers
+   * block (engine/schedule_pp.c), so the rank waits through both */
+  x->comm_s[SL_PLAN_P2P] = 2.0 * pp_bytes / (pp_inter ? bx : bi);
   x->comm_s[SL_PLAN_RS] = rs_b / (dp_inter ? bx : bi);
   x->comm_s[SL_PLAN_AG] = ag_b / (dp_inter ? bx : bi);
   double last_bwd = (x->compute_s + x->recompute_s) / (double)A * 2.0 / 3.0;
@@ -771,11 +774,11 @@ static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_c
 int sl_plan_eval(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x) {
   int rc = (x->tp > 1 || x->pp > 1) ? eval_tppp(m, c, x) : eval_engine(m, c, x);
   if (rc) return rc;
-  /* TP layouts are recommended as runnable (--tp). PP layouts are not yet,
-   * although --pp trains: the search's pipeline time model (1F1B bubble,
-   * p2p) is not checked against the engine's executor, and TP x PP does not
-   * run (issue 14). */
-  x->needs_mode = x->pp > 1;
+  /* TP and PP layouts are recommended as runnable (--tp, --pp with 1F1B:
+   * its bubble (P-1)/(m+P-1) of the step and the blocking p2p transfers are
+   * in eval_tppp's time; m is capped in the search). TP x PP is not: train
+   * refuses --tp with --pp on this build (issue 14). */
+  x->needs_mode = x->pp > 1 && x->tp > 1;
   x->step_s = x->compute_s + x->recompute_s + x->bubble_s + x->exposed_s + x->optim_s + x->offload_s;
   double tokens =
       (double)x->micro_batch * (double)x->grad_accum * (double)c->seq_len * (double)(c->gpus / (x->tp * x->pp));
@@ -833,6 +836,9 @@ int sl_plan_search(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_can
               for (int ac = 0; ac <= 2; ac++) {
                 for (int64_t b = 1; b <= per; b *= 2) {
                   if (per % b) continue;
+                  /* 1F1B needs m >= P micro-batches; more than 8 P buys a bubble under 1/9 of the
+                   * step for m times the per-micro-batch overheads (--pp's executor: --grad-accum) */
+                  if (p > 1 && (per / b < p || per / b > 8 * p)) continue;
                   if (cnt == cap) {
                     cap *= 2;
                     sl_plan_cand *nv = realloc(v, sizeof *v * (size_t)cap);
@@ -855,6 +861,8 @@ int sl_plan_search(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_can
                   x->grad_accum = per / b;
                   /* ZeRO-0/1 hold full gradients anyway: reduce once per step */
                   x->sync_accum = !(zero <= 1 && x->grad_accum > 1);
+                  /* --pp with tied embeddings reduces per micro-batch (engine/schedule_pp.c) */
+                  if (p > 1 && m->pinned[0]) x->sync_accum = 1;
                   int rc = sl_plan_eval(m, c, x);
                   if (rc) {
                     free(v);
@@ -883,9 +891,13 @@ static const char *off_name(int o) { return o == SL_PLAN_OFF_NVME ? "nvme" : o =
 void sl_plan_describe(const sl_plan_cand *x, char *buf, size_t cap) {
   if (x->needs_mode)
     snprintf(buf, cap,
-             "TP %d x PP %d x DP %d (ZeRO-1), ckpt %s, micro-batch %lld x %lld [not runnable yet: pipeline parallelism "
-             "(issue 14)]",
+             "TP %d x PP %d x DP %d (ZeRO-1), ckpt %s, micro-batch %lld x %lld [not runnable yet: train refuses --tp "
+             "with --pp (issue 14)]",
              x->tp, x->pp, x->shard_group, ac_name(x->ac), (long long)x->micro_batch, (long long)x->grad_accum);
+  else if (x->pp > 1)
+    snprintf(buf, cap, "PP %d (1F1B) x DP %d (ZeRO-%d over DP), ckpt %s, micro-batch %lld x %lld%s", x->pp,
+             x->shard_group, x->zero, ac_name(x->ac), (long long)x->micro_batch, (long long)x->grad_accum,
+             x->sync_accum ? "" : " (--no-sync-accum)");
   else if (x->tp > 1)
     snprintf(buf, cap, "TP %d x DP %d (ZeRO-%d over DP), ckpt %s, micro-batch %lld x %lld", x->tp, x->shard_group,
              x->zero, ac_name(x->ac), (long long)x->micro_batch, (long long)x->grad_accum);
@@ -904,7 +916,7 @@ static int prefer(const sl_plan_cand *a, const sl_plan_cand *b) {
 }
 
 /* The fastest fitting candidate of a kind: runnable (no pipeline), plain
- * FSDP (TP = PP = 1) or pipeline (not runnable yet); -1 when none fits. */
+ * FSDP (TP = PP = 1) or TP x PP (not runnable yet); -1 when none fits. */
 enum { K_RUNNABLE, K_FSDP, K_PIPELINE };
 static int fastest(const sl_plan_cand *c, int n, int kind) {
   int best = -1;
@@ -928,7 +940,8 @@ int sl_plan_recommend(const sl_plan_cand *c, int n, const sl_plan_cluster *cl, c
   int best = fastest(c, n, K_RUNNABLE), ppbest = fastest(c, n, K_PIPELINE), fsdp = fastest(c, n, K_FSDP);
   if (best < 0) {
     snprintf(buf, cap, "No configuration the engine can run fits in %.1f GB per GPU%s.", cl->gpu_mem / 1e9,
-             ppbest >= 0 ? "; only pipeline layouts fit (not runnable yet: pipeline parallelism, issue 14)" : "");
+             ppbest >= 0 ? "; only TP x PP layouts fit (not runnable yet: train refuses --tp with --pp, issue 14)"
+                         : "");
     return ppbest;
   }
   int pick = best;
@@ -943,7 +956,14 @@ int sl_plan_recommend(const sl_plan_cand *c, int n, const sl_plan_cluster *cl, c
       "Recommended: %s. It needs %.1f GB of %.1f GB per GPU and predicts %.2f s per step, %.0f tokens/s, MFU %.1f%%", d,
       x->gpu_total / 1e9, cl->gpu_mem / 1e9, x->step_s, x->tokens_s, 100 * x->mfu);
   if (o < cap) {
-    if (x->tp > 1)
+    if (x->pp > 1)
+      o +=
+          (size_t)snprintf(buf + o, cap - o,
+                           "; a 1F1B pipeline of %d stages with %lld micro-batches idles (P-1)/(m+P-1) = %.1f%% of the "
+                           "step (%.2f s) and moves %.2f GB point-to-point per rank (%.2f s).",
+                           x->pp, (long long)x->grad_accum, 100.0 * (x->pp - 1) / (double)(x->grad_accum + x->pp - 1),
+                           x->bubble_s, x->comm_bytes[SL_PLAN_P2P] / 1e9, x->comm_s[SL_PLAN_P2P]);
+    else if (x->tp > 1)
       o += (size_t)snprintf(buf + o, cap - o,
                             "; tensor parallelism over %d GPUs of a node divides the data-parallel traffic by %d (%.2f "
                             "s of communication exposed).",
@@ -973,8 +993,9 @@ int sl_plan_recommend(const sl_plan_cand *c, int n, const sl_plan_cluster *cl, c
                               ? "needing less offload"
                           : c[best].ac > x->ac ? "recomputing less"
                                                : "its memory headroom");
-  if (o < cap && x->tp == 1 && x->comm_compute_ratio > 1.0) o += comm_bound(buf + o, cap - o, x, "Full sharding");
-  if (o < cap && x->tp > 1 && fsdp >= 0) {
+  if (o < cap && x->tp == 1 && x->pp == 1 && x->comm_compute_ratio > 1.0)
+    o += comm_bound(buf + o, cap - o, x, "Full sharding");
+  if (o < cap && (x->tp > 1 || x->pp > 1) && fsdp >= 0) {
     const sl_plan_cand *f = &c[fsdp];
     sl_plan_describe(f, d, sizeof d);
     o += (size_t)snprintf(buf + o, cap - o, " Full sharding alone (%s) predicts %.0f tokens/s, MFU %.1f%%%s", d,

@@ -70,7 +70,8 @@ static const char *off_str(int o) { return o == 2 ? "nvme" : o == 1 ? "cpu" : "-
 
 /* The shardlm train command line of a runnable candidate (every rank of the
  * cluster under mpirun; --micro-batch and --grad-accum are per rank).
- * PP layouts are not recommended as runnable yet (plan/planner.c, needs_mode). */
+ * PP layouts run with 1F1B; TP x PP are not recommended as runnable yet
+ * (train refuses --tp with --pp; plan/planner.c, needs_mode). */
 static void train_command(const sl_plan_cand *x, const char *model, const sl_plan_cluster *c, char *buf, size_t cap) {
   size_t o = (size_t)snprintf(buf, cap, "mpirun -np %d shardlm train --model %s --seq-len %lld", c->gpus, model,
                               (long long)c->seq_len);
@@ -79,8 +80,9 @@ static void train_command(const sl_plan_cand *x, const char *model, const sl_pla
     if (o < cap) o += (size_t)snprintf(buf + o, cap - o, __VA_ARGS__);                                                 \
   } while (0)
   if (x->tp > 1) ADD(" --tp %d", x->tp);
+  if (x->pp > 1) ADD(" --pp %d --pp-schedule 1f1b", x->pp);
   ADD(" --zero %d", x->zero);
-  if (x->tp == 1 && x->shard_group != c->gpus) ADD(" --shard-group %d", x->shard_group);
+  if (x->tp == 1 && x->pp == 1 && x->shard_group != c->gpus) ADD(" --shard-group %d", x->shard_group);
   ADD(" --micro-batch %lld --grad-accum %lld", (long long)x->micro_batch, (long long)x->grad_accum);
   if (x->ac != SL_AC_NONE) ADD(" --activation-checkpoint %s", x->ac == SL_AC_FULL ? "full" : "selective");
   if (!x->sync_accum) ADD(" --no-sync-accum true");
@@ -113,7 +115,8 @@ static json_t *cand_json(const sl_plan_cand *x, const char *model, const sl_plan
   json_object_set_new(o, "sync_accum", json_boolean(x->sync_accum));
   json_object_set_new(o, "needs_mode", json_boolean(x->needs_mode));
   json_object_set_new(o, "runnable", json_boolean(!x->needs_mode));
-  if (x->needs_mode) json_object_set_new(o, "note", json_string("not runnable yet: pipeline parallelism (issue 14)"));
+  if (x->needs_mode)
+    json_object_set_new(o, "note", json_string("not runnable yet: train refuses --tp with --pp (issue 14)"));
   else {
     char cmd[1024];
     train_command(x, model, c, cmd, sizeof cmd);
@@ -419,6 +422,9 @@ static int run_plan(int argc, char **argv) {
       if (x->needs_mode)
         snprintf(cfg, sizeof cfg, "TP%dPP%dDP%d Z1 %s %lldx%lld*", x->tp, x->pp, x->shard_group, ac_str(x->ac),
                  (long long)x->micro_batch, (long long)x->grad_accum);
+      else if (x->pp > 1)
+        snprintf(cfg, sizeof cfg, "PP%dDP%d Z%d %s %lldx%lld", x->pp, x->shard_group, x->zero, ac_str(x->ac),
+                 (long long)x->micro_batch, (long long)x->grad_accum);
       else if (x->tp > 1)
         snprintf(cfg, sizeof cfg, "TP%dDP%d Z%d %s %lldx%lld", x->tp, x->shard_group, x->zero, ac_str(x->ac),
                  (long long)x->micro_batch, (long long)x->grad_accum);
@@ -434,7 +440,7 @@ static int run_plan(int argc, char **argv) {
              x->fits ? "yes" : "no", cfg, x->gpu_total / 1e9, x->host_per_gpu / 1e9, cb / 1e9, cs, x->exposed_s,
              x->compute_s + x->recompute_s, x->step_s, x->tokens_s, 100 * x->mfu, i == pick ? "  <= recommended" : "");
     }
-    printf("(%d candidates; * = not runnable yet: pipeline parallelism (issue 14); o: optimizer offload, +p: "
+    printf("(%d candidates; * = not runnable yet: train refuses --tp with --pp (issue 14); o: optimizer offload, +p: "
            "parameters too)\n",
            n);
     if (pick >= shown) {
@@ -449,6 +455,9 @@ static int run_plan(int argc, char **argv) {
       printf("run it:\n  %s\n", cmd);
       if (v[pick].tp > 1)
         printf("  (--tp runs on the CPU backend only for now: its collectives use host buffers, engine/tp_run.c)\n");
+      if (v[pick].pp > 1)
+        printf("  (--pp runs on the CPU backend only for now: its transfers use host buffers, engine/schedule_pp.c;\n"
+               "   train --pp-dry-run prints the schedule and its bubble first)\n");
     }
   }
   free(v);
