@@ -624,21 +624,15 @@ int sl_schedule_pp_create(const sl_pp_plan *plan, sl_comm *pp, sl_schedule *s) {
 
 /* ---- the plan of a training run ------------------------------------------------ */
 /* zb1p runs the split backward of models/model.h (bwd_input / bwd_weight):
- * Llama and Mistral, without activation checkpointing or tensor
- * parallelism. */
+ * not under tensor parallelism, nor for Mamba with --no-sync-accum
+ * (models/mamba_split.c). */
 static int zb_refusal(const sl_train_cfg *c, const sl_model_config *mc) {
   if (strcmp(c->pp_schedule, "zb1p")) return SL_OK;
-  if (mc->arch == SL_ARCH_MAMBA)
+  if (mc->arch == SL_ARCH_MAMBA && c->no_sync_accum)
     return sl_fail(SL_EINPUT,
-                   "--pp-schedule zb1p: %s has no split backward (input- and weight-gradient halves); "
-                   "use --pp-schedule 1f1b, gpipe or interleaved",
+                   "--pp-schedule zb1p with --no-sync-accum: not supported for %s (its scan's parameter gradients "
+                   "are added to the step's sum in another order); drop --no-sync-accum or use --pp-schedule 1f1b",
                    mc->arch_name);
-  if (strcmp(c->activation_checkpoint, "none"))
-    return sl_fail(SL_EINPUT,
-                   "--pp-schedule zb1p with --activation-checkpoint %s: not supported (the weight-gradient half "
-                   "would need the recomputed activations again); use --activation-checkpoint none, or "
-                   "--pp-schedule 1f1b with checkpointing",
-                   c->activation_checkpoint);
   if (c->tp > 1)
     return sl_fail(SL_EINPUT,
                    "--pp-schedule zb1p with --tp %lld: not supported (the split backward runs without tensor "

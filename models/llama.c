@@ -201,6 +201,16 @@ static int llama_bwd(sl_model *m, int u, const float *flat, float *grads) {
   return sp_norm_grad_sum(m, p, (float *)g.ln2);
 }
 
+/* What activation checkpointing recomputes before block u's backward (both
+ * halves of the split backward run it: models/llama_split.c). */
+int sl_llama_recompute(sl_model *m, int u, const float *flat) {
+  llama_priv *p = m->priv;
+  layer_acts *a = &p->la[u - 1];
+  if (m->ac == SL_AC_FULL) return block_forward(m, p, flat, p->stream[u - 1], a, NULL);
+  if (m->ac == SL_AC_SELECTIVE) block_attn_core(m, p, a);
+  return SL_OK;
+}
+
 static int llama_logits(sl_model *m, float *out) {
   llama_priv *p = m->priv;
   if (p->vp) return sl_lm_head_vp_logits(m, p->hv, out);

@@ -70,6 +70,9 @@ static inline blockw block_views(const llama_priv *p, const float *flat) {
 }
 
 /* Split backward (models/llama_split.c): the vt entries of models/model.h. */
+/* Activation checkpointing's recomputation before block u's backward
+ * (models/llama.c). */
+int sl_llama_recompute(sl_model *m, int u, const float *flat);
 int64_t sl_llama_stash_numel(const sl_model *m, int u);
 int sl_llama_bwd_input(sl_model *m, int u, const float *flat, float *stash, float *tied);
 int sl_llama_bwd_weight(sl_model *m, int u, const float *flat, float *grads, const float *stash);

@@ -24,8 +24,11 @@
  * logits for the LM head's weight GEMM; tied: the head's part of unit 0's
  * gradient is computed in B, into the caller's buffer). Embedding: the
  * gradient of its output (N, C); its whole backward is W.
- * Not split: activation checkpointing (W would need the recomputed
- * activations again) and tensor parallelism: SL_EINPUT.
+ * Activation checkpointing: what the unsplit backward recomputes (the
+ * attention core under selective, the whole block under full) lives in
+ * buffers every layer and set shares, so B and W each recompute it (the
+ * same kernels on the same inputs: the same bits); W's is the price.
+ * Not split: tensor parallelism (SL_EINPUT).
  */
 #include <stdint.h>
 
@@ -33,9 +36,6 @@
 #include "models/llama_internal.h"
 
 static int split_supported(const sl_model *m) {
-  if (m->ac != SL_AC_NONE)
-    return sl_fail(SL_EINPUT, "%s: the split backward (zero-bubble pipeline) needs --activation-checkpoint none",
-                   m->cfg.arch_name);
   if (m->tp_size > 1)
     return sl_fail(SL_EINPUT, "%s: the split backward (zero-bubble pipeline) does not run under --tp %d",
                    m->cfg.arch_name, m->tp_size);
@@ -64,43 +64,18 @@ static block_stash stash_views(const llama_priv *p, const float *s) {
   return b;
 }
 
-static int head_weight(sl_model *m, const llama_priv *p, const float *flat, const float **W) {
-  if (!p->tied) {
-    *W = flat + p->C;
-    return SL_OK;
-  }
-  return m->access.params(m->access.user, 0, W);
-}
-
-int sl_llama_bwd_input(sl_model *m, int u, const float *flat, float *stash, float *tied) {
+static int block_input(sl_model *m, int u, const float *flat, float *stash) {
   llama_priv *p = m->priv;
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
   int64_t N = p->N, C = p->C;
   size_t nc = (size_t)(N * C) * 4;
-  int rc = split_supported(m);
-  if (rc) return rc;
-  if (u == 0) { /* the embedding's backward is all weight gradient */
-    o->copy(k, stash, p->dres, nc);
-    return SL_OK;
-  }
-  if (u == p->L + 1) { /* sl_lm_head_bwd without the untied head's weight gradients */
-    sl_lm_head *h = &p->head;
-    const float *W;
-    if (p->tied && !tied) return sl_fail(SL_EINTERNAL, "split backward of a tied head without its buffer");
-    if ((rc = head_weight(m, p, flat, &W))) return rc;
-    o->zero(k, p->dres, nc);
-    o->zero(k, p->dln, nc);
-    if (p->tied) o->zero(k, tied, (size_t)(p->V * C) * 4);
-    o->lmhead_ce_bwd(k, p->dln, p->tied ? tied : NULL, h->lnf, W, m->targets, h->lse, m->loss_scale, N, C, p->V);
-    o->rmsnorm_bwd(k, p->dres, NULL, p->dln, p->stream[p->L], flat, h->rstdf, N, C);
-    o->copy(k, stash, p->dln, nc);
-    return SL_OK;
-  }
+  int rc;
   int l = u - 1;
   layer_acts *a = &p->la[l];
   blockw w = block_views(p, flat);
   block_stash s = stash_views(p, stash);
+  if ((rc = sl_llama_recompute(m, u, flat))) return rc;
   /* MLP */
   o->copy(k, s.dmlp, p->dres, nc);
   o->zero(k, p->dh, (size_t)(N * p->I) * 4);
@@ -128,28 +103,17 @@ int sl_llama_bwd_input(sl_model *m, int u, const float *flat, float *stash, floa
   return SL_OK;
 }
 
-int sl_llama_bwd_weight(sl_model *m, int u, const float *flat, float *grads, const float *stash) {
+static int block_weight(sl_model *m, int u, const float *flat, float *grads, const float *stash) {
   llama_priv *p = m->priv;
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
   int64_t N = p->N, C = p->C;
-  int rc = split_supported(m);
-  if (rc) return rc;
-  if (u == 0) {
-    o->embedding_bwd(k, grads, stash, m->tokens, N, C);
-    return SL_OK;
-  }
-  if (u == p->L + 1) {
-    sl_lm_head *h = &p->head;
-    if (!p->tied) /* the logits again, for the LM head's weight GEMM */
-      o->lmhead_ce_bwd(k, NULL, grads + C, h->lnf, flat + C, m->targets, h->lse, m->loss_scale, N, C, p->V);
-    o->rmsnorm_bwd(k, NULL, grads, stash, p->stream[p->L], flat, h->rstdf, N, C);
-    return SL_OK;
-  }
+  int rc;
   int l = u - 1;
   layer_acts *a = &p->la[l];
   blockw w = block_views(p, flat), g = block_views(p, grads);
   block_stash s = stash_views(p, stash);
+  if ((rc = sl_llama_recompute(m, u, flat))) return rc; /* again: B's recomputed tensors are shared, gone */
   o->linear_bwd(k, NULL, (float *)g.wd, NULL, s.dmlp, a->h, w.wd, N, p->I, C);
   o->linear_bwd(k, NULL, (float *)g.wgu, NULL, s.dgu, a->ln2, w.wgu, N, C, 2 * p->I);
   o->rmsnorm_bwd(k, NULL, (float *)g.ln2, s.dln2, a->xmid, w.ln2, a->rstd2, N, C);
@@ -157,4 +121,29 @@ int sl_llama_bwd_weight(sl_model *m, int u, const float *flat, float *grads, con
   o->linear_bwd(k, NULL, (float *)g.wqkv, NULL, s.dqkv, a->ln1, w.wqkv, N, C, p->Q);
   o->rmsnorm_bwd(k, NULL, (float *)g.ln1, s.dln1, p->stream[l], w.ln1, a->rstd1, N, C);
   return SL_OK;
+}
+
+/* Unit 0's backward is all weight gradient: B keeps its output gradient. */
+int sl_llama_bwd_input(sl_model *m, int u, const float *flat, float *stash, float *tied) {
+  llama_priv *p = m->priv;
+  int rc = split_supported(m);
+  if (rc || u == 0) {
+    if (!rc) m->ops->copy(m->k, stash, p->dres, (size_t)(p->N * p->C) * 4);
+    return rc;
+  }
+  if (u == p->L + 1) /* models/lmhead_split.c */
+    return sl_lm_head_bwd_input(m, &p->head, flat, p->stream[p->L], p->dres, p->dln, stash, tied);
+  return block_input(m, u, flat, stash);
+}
+
+int sl_llama_bwd_weight(sl_model *m, int u, const float *flat, float *grads, const float *stash) {
+  llama_priv *p = m->priv;
+  int rc = split_supported(m);
+  if (rc) return rc;
+  if (u == 0) {
+    m->ops->embedding_bwd(m->k, grads, stash, m->tokens, p->N, p->C);
+    return SL_OK;
+  }
+  if (u == p->L + 1) return sl_lm_head_bwd_weight(m, &p->head, flat, grads, p->stream[p->L], stash);
+  return block_weight(m, u, flat, grads, stash);
 }

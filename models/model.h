@@ -284,6 +284,16 @@ int sl_lm_head_fwd(sl_model *m, sl_lm_head *h, const float *flat, const float *x
 int sl_lm_head_bwd(sl_model *m, sl_lm_head *h, const float *flat, float *grads, const float *x, float *dres,
                    float *dln);
 int sl_lm_head_logits(sl_model *m, sl_lm_head *h, float *out);
+/* sl_lm_head_bwd split for zero-bubble schedules (models/lmhead_split.c):
+ * the input half leaves dres as sl_lm_head_bwd does and keeps the final
+ * norm's output gradient (N, C) in stash; a tied head's part of unit 0's
+ * gradient goes into tied (V, C; zeroed first), else tied is unused. The
+ * weight half adds the head's weight gradients into grads from stash: the
+ * bits sl_lm_head_bwd adds. */
+int sl_lm_head_bwd_input(sl_model *m, sl_lm_head *h, const float *flat, const float *x, float *dres, float *dln,
+                         float *stash, float *tied);
+int sl_lm_head_bwd_weight(sl_model *m, sl_lm_head *h, const float *flat, float *grads, const float *x,
+                          const float *stash);
 
 /* Spec-building helper for model files: appends a tensor to a unit. */
 void sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2, int decay,

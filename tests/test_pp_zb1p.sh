@@ -3,10 +3,12 @@
 # models/llama_split.c): the backward split into B (input gradient) and W
 # (weight gradient) trains a tiny Llama to per-step losses and exported
 # weights BIT-IDENTICAL to one process at P = 2, 3, 4 (m = 4, and m = 8 at
-# P = 4), tied and untied, Mistral, ZeRO-3, --no-sync-accum, DP 2 x PP 2
-# (bit-identical to DP 2 alone); the PP communicator's counts and bytes equal
-# the static schedule's; what is not split (Mamba, activation checkpointing)
-# is refused with exit 2 naming what to use instead.
+# P = 4), tied and untied, Mistral, Mamba, activation checkpointing
+# (selective, full), ZeRO-3, --no-sync-accum, DP 2 x PP 2 (bit-identical to
+# DP 2 alone); the PP communicator's counts and bytes equal the static
+# schedule's; stage 0's acts arena is sets x (activations + stash); what is
+# not split the same way (Mamba with --no-sync-accum) is refused with exit 2
+# naming what to use instead.
 source "${SL_SRC:?}/tests/lib/pp_common.sh"
 Z="--pp-schedule zb1p"
 # one process: the references (m = 4 micro-batches of 2 samples; m = 8)
@@ -27,6 +29,16 @@ run tied tz3 3 4 --pp 3 $Z --zero 2 && check tz3 tbase --exact
 run mistral miz3 3 4 --pp 3 $Z && check miz3 mibase --exact
 run llama zz3 3 4 --pp 3 $Z --zero 3 && check zz3 base --exact
 run llama nsbase 1 4 --no-sync-accum && run llama nsz2 2 4 --pp 2 $Z --no-sync-accum && check nsz2 nsbase --exact
+# activation checkpointing: B and W each recompute what the shared buffers lost
+for AC in selective full; do
+  run llama ac$AC 1 4 --activation-checkpoint $AC && run llama zac$AC 3 4 --pp 3 $Z --activation-checkpoint $AC &&
+    check zac$AC ac$AC --exact
+done
+# Mamba (tied; the scan's parameter gradients made in B, added in W), and
+# with selective checkpointing
+run mamba mabase 1 4 && run mamba maz3 3 4 --pp 3 $Z && check maz3 mabase --exact
+run mamba masel 1 4 --activation-checkpoint selective && run mamba mazsel 2 4 --pp 2 $Z --activation-checkpoint selective &&
+  check mazsel masel --exact
 # DP 2 x PP 2: the same global batch (2 ranks x 2 micro-batches)
 run llama d2 2 2 && run llama d2z 4 2 --pp 2 $Z --zero 3 && check d2z d2 --exact
 # activation arena of stage 0 = sets in flight (the builder's peak_inflight
@@ -46,8 +58,9 @@ if [ "$a" -eq $((sets * (one + stash))) ]; then
   ok "stage 0 acts arena = $sets sets x ($one activations + $stash stash) bytes ($k layers): $a"
 else bad "stage 0 acts arena $a, expected $sets x ($one + $stash)"; fi
 # refusals: exit 2 naming the model / flag and what to use instead
-refuse zbmamba "MambaForCausalLM has no split backward" --model "$W/mamba" --pp 2 --grad-accum 2 $Z
-refuse zbsel "--activation-checkpoint selective: not supported" --pp 2 --grad-accum 2 $Z --activation-checkpoint selective
-refuse zbfull "--activation-checkpoint full: not supported" --pp 2 --grad-accum 2 $Z --activation-checkpoint full
+mkdir -p "$W/mambau"
+sed 's/"tie_word_embeddings": true/"tie_word_embeddings": false/' "$W/mamba/config.json" > "$W/mambau/config.json"
+refuse zbmambans "--no-sync-accum: not supported for MambaForCausalLM" --model "$W/mambau" --pp 2 --grad-accum 2 $Z \
+  --no-sync-accum
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
