@@ -12,10 +12,15 @@
  *                gradient when B starts (the gradient buffer is shared);
  *   B(mb, c)     sl_fsdp_begin_micro / backward of the chunk's units /
  *                end_micro, the input gradient staged for its SEND;
- *   SEND grad    the staged input gradient.
+ *   SEND grad    the staged input gradient;
+ *   zb1p:        B(mb) is the input half of the chunk's units (parameters
+ *                only, no FSDP micro-batch; models/model.h bwd_input), each
+ *                unit's stash kept with mb's set; W(mb) the weight half
+ *                (bwd_weight) as the FSDP micro-batch begin_micro / bwd_acquire
+ *                / bwd_release / end_micro, after which mb's set is free.
  * Sends and receives block until done (the builder proved the lists cannot
- * deadlock under that rule). Each B is one "micro-batch" of the FSDP
- * runtime (the step's k-th B of n = m*V): with per-micro-batch reduction
+ * deadlock under that rule). Each B (W under zb1p) is one "micro-batch" of
+ * the FSDP runtime (the step's k-th of n = m*V): with per-micro-batch reduction
  * (the default) every unit's gradient accumulates in the order of its
  * micro-batches, as in one process, so losses and weights are bit-identical
  * to --pp 1.
