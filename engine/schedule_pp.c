@@ -14,10 +14,15 @@
  *                gradient when B starts (the gradient buffer is shared);
  *   B(mb, c)     sl_fsdp_begin_micro / backward of the chunk's units /
  *                end_micro, the input gradient staged for its SEND;
- *   SEND grad    the staged input gradient.
+ *   SEND grad    the staged input gradient;
+ *   zb1p:        B(mb) is the input half of the chunk's units (parameters
+ *                only, no FSDP micro-batch; models/model.h bwd_input), each
+ *                unit's stash kept with mb's set; W(mb) the weight half
+ *                (bwd_weight) as the FSDP micro-batch begin_micro / bwd_acquire
+ *                / bwd_release / end_micro, after which mb's set is free.
  * Sends and receives block until done (the builder proved the lists cannot
- * deadlock under that rule). Each B is one "micro-batch" of the FSDP
- * runtime (the step's k-th B of n = m*V): with per-micro-batch reduction
+ * deadlock under that rule). Each B (W under zb1p) is one "micro-batch" of
+ * the FSDP runtime (the step's k-th of n = m*V): with per-micro-batch reduction
  * (the default) every unit's gradient accumulates in the order of its
  * micro-batches, as in one process, so losses and weights are bit-identical
  * to --pp 1.
@@ -63,9 +68,6 @@ int sl_pp_plan_create(const sl_pp_plan_cfg *c, sl_pp_plan **out) {
   sl_pp_spec_defaults(&sp);
   int rc = sl_pp_kind_parse(c->kind, &sp.kind);
   if (rc) return rc;
-  if (sp.kind == SL_PP_ZB1P)
-    return sl_fail(SL_EINPUT, "--pp-schedule zb1p: not yet (the executor does not split the backward into its "
-                              "input- and weight-gradient halves); use gpipe, 1f1b or interleaved");
   if (c->V > 1 && sp.kind != SL_PP_INTERLEAVED)
     return sl_fail(SL_EINPUT, "--pp-virtual %d needs --pp-schedule interleaved (found %s)", c->V, c->kind);
   sp.P = c->P;
@@ -149,6 +151,7 @@ typedef struct {
   float **tied; /* (m) the head's part of unit 0's gradient per micro-batch (tied, P > 1) */
   int64_t tied_n;
   sl_comm_req **tied_req; /* (m) */
+  float **stash;          /* zb1p: (nsets * nunits) what unit u's B keeps for its W, per set (acts arena) */
   int64_t steps;          /* run_step calls */
   uint64_t xfer[2][2];    /* [send, recv][calls, bytes] on the PP comm inside run_step, all steps */
   const sl_ops *ops;      /* of the staging buffers (pool, tied) */
@@ -159,21 +162,23 @@ static int first_rank(const pp_state *st) { return st->pl->rank == 0; }
 static int last_rank(const pp_state *st) { return st->pl->rank == st->pl->P - 1; }
 static int tied_pp(const pp_state *st) { return st->pl->tied && st->pl->P > 1; }
 
+static int zb(const sl_pp_plan *pl) { return pl->sched.spec.kind == SL_PP_ZB1P; }
+
 /* Micro-batches whose activations this rank holds at once (first op of mb
- * to its B of chunk 0). */
+ * to its B of chunk 0; to its W under zb1p). */
 static int count_sets(const sl_pp_plan *pl) {
   const sl_pp_op *ops = pl->sched.ops[pl->rank];
-  int n = pl->sched.nops[pl->rank], m = pl->sched.spec.m, live = 0, peak = 0;
+  int n = pl->sched.nops[pl->rank], m = pl->sched.spec.m, live = 0, peak = 0, last = zb(pl) ? SL_PP_W : SL_PP_B;
   char *seen = calloc((size_t)m, 1);
   if (!seen) return -1;
   for (int i = 0; i < n; i++) {
     const sl_pp_op *o = &ops[i];
-    if (o->kind == SL_PP_W || o->kind == SL_PP_RECV) continue; /* a received activation waits for F in staging */
+    if (o->kind == SL_PP_RECV) continue; /* a received activation waits for F in staging */
     if (!seen[o->mb]) {
       seen[o->mb] = 1;
       if (++live > peak) peak = live;
     }
-    if (o->kind == SL_PP_B && o->chunk == 0) live--;
+    if (o->kind == last && o->chunk == 0) live--;
   }
   free(seen);
   return peak > 0 ? peak : 1;
@@ -279,21 +284,40 @@ static int tied_recv(pp_state *st, const sl_step_ctx *c, int mb) {
   return rc;
 }
 
+/* Before the backward of (mb, chunk) of virtual stage vs, which ends at unit
+ * hi: the received gradient of the chunk's output into the residual
+ * gradient (nothing on the last stage). */
+static int grad_in(pp_state *st, const sl_step_ctx *c, int mb, int chunk, int vs, int hi) {
+  if (vs == st->pl->S - 1) return SL_OK;
+  float **g = &st->gin[mb * st->pl->V + chunk], *act, *dres;
+  int64_t n;
+  if (!*g) return sl_fail(SL_EINTERNAL, "pipeline: backward of micro-batch %d before its gradient", mb);
+  int rc = sl_model_boundary(c->m, hi, &act, &dres, &n);
+  if (!rc) c->m->ops->copy(c->m->k, dres, *g, (size_t)n * 4);
+  if (!rc) rc = pool_put(st, *g);
+  if (!rc) *g = NULL;
+  return rc;
+}
+
+/* After it: the input gradient of the chunk (first unit lo) staged for its
+ * SEND (nothing on the first stage). */
+static int grad_out(pp_state *st, const sl_step_ctx *c, int mb, int chunk, int vs, int lo) {
+  if (vs == 0) return SL_OK;
+  float *b = pool_get(st, c), *act, *dres;
+  int64_t n;
+  if (!b) return sl_fail(SL_ENOMEM, "out of memory for a pipeline transfer buffer");
+  st->gout[mb * st->pl->V + chunk] = b;
+  int rc = sl_model_boundary(c->m, lo, &act, &dres, &n);
+  if (!rc) c->m->ops->copy(c->m->k, b, dres, (size_t)n * 4);
+  return rc;
+}
+
 static int bwd_chunk(pp_state *st, const sl_step_ctx *c, int mb, int chunk, int kb, int nb) {
   sl_model *m = c->m;
   const sl_pp_plan *pl = st->pl;
   int vs = chunk * pl->P + pl->rank, lo = pl->first[vs], hi = pl->first[vs + 1];
-  float *act, *dres;
-  int64_t n;
   int rc = sl_fsdp_begin_micro(c->f, kb, nb);
-  if (!rc && vs < pl->S - 1) { /* the gradient of the chunk's output */
-    float **g = &st->gin[mb * pl->V + chunk];
-    if (!*g) rc = sl_fail(SL_EINTERNAL, "pipeline: backward of micro-batch %d before its gradient", mb);
-    if (!rc) rc = sl_model_boundary(m, hi, &act, &dres, &n);
-    if (!rc) m->ops->copy(m->k, dres, *g, (size_t)n * 4);
-    if (!rc) rc = pool_put(st, *g);
-    if (!rc) *g = NULL;
-  }
+  if (!rc) rc = grad_in(st, c, mb, chunk, vs, hi); /* the gradient of the chunk's output */
   for (int u = hi - 1; u >= lo && !rc; u--) {
     const float *p;
     float *g;
@@ -303,19 +327,84 @@ static int bwd_chunk(pp_state *st, const sl_step_ctx *c, int mb, int chunk, int 
     if (!rc) rc = sl_fsdp_bwd_release(c->f, u);
     if (!rc && u == pl->nunits - 1 && tied_pp(st)) rc = tied_send(st, c, mb);
   }
-  if (!rc && vs > 0) { /* stage the input gradient for its SEND */
-    float *b = pool_get(st, c);
-    if (!b) rc = sl_fail(SL_ENOMEM, "out of memory for a pipeline transfer buffer");
-    else st->gout[mb * pl->V + chunk] = b;
-    if (!rc) rc = sl_model_boundary(m, lo, &act, &dres, &n);
-    if (!rc) m->ops->copy(m->k, b, dres, (size_t)n * 4);
-  }
+  if (!rc) rc = grad_out(st, c, mb, chunk, vs, lo); /* stage the input gradient for its SEND */
   if (!rc) rc = sl_fsdp_end_micro(c->f);
   if (!rc && chunk == 0) { /* mb's last op needing its activations here */
     st->free_set[st->nfree++] = st->set_of[mb];
     st->set_of[mb] = -1;
   }
   return rc;
+}
+
+/* ---- zb1p: the backward split into B (input gradient) and W (weight gradient) */
+/* B(mb): parameters only (held for the step under ZeRO-3), no gradient
+ * buffer and no micro-batch of the FSDP runtime; each unit's input half
+ * (models/model.h bwd_input) keeps what its W needs in mb's stash. The
+ * head of a tied model computes its part of unit 0's gradient here, into
+ * the micro-batch's transfer buffer, and sends it to rank 0 at once. */
+static int zb_input(pp_state *st, const sl_step_ctx *c, int mb) {
+  sl_model *m = c->m;
+  const sl_pp_plan *pl = st->pl;
+  int vs = pl->rank, lo = pl->first[vs], hi = pl->first[vs + 1], set = st->set_of[mb];
+  int rc = grad_in(st, c, mb, 0, vs, hi);
+  for (int u = hi - 1; u >= lo && !rc; u--) {
+    const float *p;
+    int tied_head = u == pl->nunits - 1 && tied_pp(st);
+    rc = sl_fsdp_pinned_params(c->f, u, &p);
+    if (!rc) rc = m->vt->bwd_input(m, u, p, st->stash[set * pl->nunits + u], tied_head ? st->tied[mb] : NULL);
+    if (!rc && tied_head &&
+        sl_comm_send(st->pp, st->tied[mb], st->tied_n, SL_F32, 0, TAG_TIED, &st->tied_req[mb]) != SL_COMM_OK)
+      rc = comm_rc("tied-gradient send", mb);
+  }
+  return rc ? rc : grad_out(st, c, mb, 0, vs, lo);
+}
+
+/* W(mb): the k-th micro-batch of n of the FSDP runtime (W runs in
+ * micro-batch order on each rank), so every unit's gradient accumulates as
+ * in one process; mb's activation set is free afterwards. On the last rank
+ * of a tied model unit 0's buffer takes the head's part (as bwd_chunk's
+ * tied_send leaves it) and goes through the runtime's backward release. */
+static int zb_weight(pp_state *st, const sl_step_ctx *c, int mb, int kw, int nw) {
+  sl_model *m = c->m;
+  const sl_pp_plan *pl = st->pl;
+  int vs = pl->rank, lo = pl->first[vs], hi = pl->first[vs + 1], set = st->set_of[mb];
+  int rc = sl_fsdp_begin_micro(c->f, kw, nw);
+  for (int u = hi - 1; u >= lo && !rc; u--) {
+    const float *p;
+    float *g;
+    if (u == 0 && tied_pp(st) && (rc = tied_recv(st, c, mb))) break;
+    rc = sl_fsdp_bwd_acquire(c->f, u, &p, &g);
+    if (!rc) rc = m->vt->bwd_weight(m, u, p, g, st->stash[set * pl->nunits + u]);
+    if (!rc) rc = sl_fsdp_bwd_release(c->f, u);
+    if (!rc && u == pl->nunits - 1 && tied_pp(st)) {
+      rc = sl_fsdp_grad_buffer(c->f, 0, &g);
+      if (!rc) m->ops->copy(m->k, g, st->tied[mb], (size_t)st->tied_n * 4);
+      if (!rc) rc = sl_fsdp_bwd_acquire(c->f, 0, &p, &g);
+      if (!rc) rc = sl_fsdp_bwd_release(c->f, 0);
+    }
+  }
+  if (!rc) rc = sl_fsdp_end_micro(c->f);
+  if (!rc) {
+    st->free_set[st->nfree++] = set;
+    st->set_of[mb] = -1;
+  }
+  return rc;
+}
+
+/* The stash of every activation set (once): per local unit, what its B
+ * keeps for its W, in the acts arena (held from B to W like the set). */
+static int zb_alloc(pp_state *st, sl_model *m) {
+  const sl_pp_plan *pl = st->pl;
+  if (st->stash) return SL_OK;
+  if (!m->vt->bwd_input || !m->vt->bwd_weight || !m->vt->stash_numel)
+    return sl_fail(SL_EINPUT, "--pp-schedule zb1p: %s has no split backward", m->cfg.arch_name);
+  if (!(st->stash = calloc((size_t)st->nsets * (size_t)pl->nunits, sizeof(float *))))
+    return sl_fail(SL_ENOMEM, "out of memory");
+  for (int s = 0; s < st->nsets; s++)
+    for (int u = 0; u < pl->nunits; u++)
+      if (pl->local[u] && !(st->stash[s * pl->nunits + u] = sl_model_buf(m, m->vt->stash_numel(m, u), SL_ARENA_ACTS)))
+        return sl_fail(SL_ENOMEM, "out of memory for the zb1p stash of unit %d", u);
+  return SL_OK;
 }
 
 static int pp_nacts(const sl_schedule *s, int nmicro) {
@@ -337,6 +426,10 @@ static int step_begin(pp_state *st, const sl_step_ctx *c) {
         return sl_fail(SL_ENOMEM, "out of memory for the tied weight's gradient transfers");
       sl_mem_add(SL_ARENA_WORKSPACE, st->tied_n * 4);
     }
+  }
+  if (zb(pl)) {
+    int rc = zb_alloc(st, c->m);
+    if (rc) return rc;
   }
   for (int k = 0; k < c->nmicro; k++) st->set_of[k] = -1;
   st->nfree = st->nsets;
@@ -361,7 +454,7 @@ static int pp_run_step(sl_schedule *s, const sl_step_ctx *c, sl_step_result *out
   out->loss_sum = 0;
   int rc = step_begin(st, c);
   if (rc) return rc;
-  int V = pl->V, m = c->nmicro, nb = m * V, kb = 0, next_load = 0;
+  int V = pl->V, m = c->nmicro, nb = m * V, kb = 0, kw = 0, next_load = 0;
   sl_comm_stats before, after;
   sl_comm_get_stats(st->pp, &before);
   if (!rc) rc = sl_fsdp_hold_params(c->f, 1); /* ZeRO-3: one gather per unit per step (not per micro-batch) */
@@ -383,7 +476,11 @@ static int pp_run_step(sl_schedule *s, const sl_step_ctx *c, sl_step_result *out
       break;
     case SL_PP_B:
       rc = use_mb(st, c, o->mb, &next_load);
-      if (!rc) rc = bwd_chunk(st, c, o->mb, o->chunk, kb++, nb);
+      if (!rc) rc = zb(pl) ? zb_input(st, c, o->mb) : bwd_chunk(st, c, o->mb, o->chunk, kb++, nb);
+      break;
+    case SL_PP_W:
+      rc = use_mb(st, c, o->mb, &next_load);
+      if (!rc) rc = zb_weight(st, c, o->mb, kw++, nb);
       break;
     case SL_PP_RECV:
       if (o->dir == SL_PP_ACT) { /* staged until F; n: the residual stream's size (of any set) */
@@ -412,7 +509,7 @@ static int pp_run_step(sl_schedule *s, const sl_step_ctx *c, sl_step_result *out
         if (!rc) *b = NULL;
       }
       break;
-    default: rc = sl_fail(SL_EINTERNAL, "pipeline: op kind %d not executed (zb1p is not supported yet)", o->kind);
+    default: rc = sl_fail(SL_EINTERNAL, "pipeline: op kind %d not executed", o->kind);
     }
   }
   int rc2 = tied_wait_all(st, m);
@@ -517,6 +614,7 @@ static void pp_destroy(sl_schedule *s) {
   free(st->pool);
   free(st->tied_req);
   free(st->tied);
+  free(st->stash); /* the buffers go with the model (sl_model_buf) */
   free(st);
   s->priv = NULL;
 }
@@ -553,6 +651,24 @@ int sl_schedule_pp_create(const sl_pp_plan *plan, sl_comm *pp, sl_schedule *s) {
 }
 
 /* ---- the plan of a training run ------------------------------------------------ */
+/* zb1p runs the split backward of models/model.h (bwd_input / bwd_weight):
+ * not under tensor parallelism, nor for Mamba with --no-sync-accum
+ * (models/mamba_split.c). */
+static int zb_refusal(const sl_train_cfg *c, const sl_model_config *mc) {
+  if (strcmp(c->pp_schedule, "zb1p")) return SL_OK;
+  if (mc->arch == SL_ARCH_MAMBA && c->no_sync_accum)
+    return sl_fail(SL_EINPUT,
+                   "--pp-schedule zb1p with --no-sync-accum: not supported for %s (its scan's parameter gradients "
+                   "are added to the step's sum in another order); drop --no-sync-accum or use --pp-schedule 1f1b",
+                   mc->arch_name);
+  if (c->tp > 1)
+    return sl_fail(SL_EINPUT,
+                   "--pp-schedule zb1p with --tp %lld: not supported (the split backward runs without tensor "
+                   "parallelism); use --pp-schedule 1f1b",
+                   (long long)c->tp);
+  return SL_OK;
+}
+
 int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int rank, int device, sl_pp_plan **out) {
   *out = NULL;
   if (c->pp <= 1) {
@@ -575,6 +691,8 @@ int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int ran
   if (strcmp(c->offload_params, "none"))
     return sl_fail(SL_EINPUT, "--pp %lld with --offload-params %s: not supported yet", (long long)c->pp,
                    c->offload_params);
+  int zrc = zb_refusal(c, mc);
+  if (zrc) return zrc;
   sl_model *sm = NULL;
   int rc = sl_model_create_specs(mc, &sm);
   if (rc) return rc;

@@ -105,7 +105,7 @@ static const key_t_ KEYS[] = {
       "with --tp T > 1: norms and the residual stream on (micro-batch x seq-len) / T tokens per rank, reduce-scatter / "
       "all-gather instead of all-reduce (Megatron; docs/models.md)"),
     I("pp", pp, "1", "pipeline-parallel stages (world = DP x PP; docs/pipeline.md)"),
-    S("pp-schedule", pp_schedule, "1f1b", "pipeline schedule: gpipe | 1f1b | interleaved | zb1p (zb1p: not yet)"),
+    S("pp-schedule", pp_schedule, "1f1b", "pipeline schedule: gpipe | 1f1b | interleaved | zb1p"),
     I("pp-virtual", pp_virtual, "1", "interleaved: chunks per pipeline rank"),
     S("pp-layout", pp_layout, "", "decoder layers per (virtual) stage, e.g. 5,4,4,5 (empty: balanced)"),
     B("pp-dry-run", pp_dry_run, "false",

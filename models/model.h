@@ -92,6 +92,25 @@ typedef struct {
    * input; before the backward of the last unit of a pipeline chunk it must
    * hold the gradient of that unit's output); n elements each. */
   int (*boundary)(sl_model *m, int u, float **act, float **grad, int64_t *n);
+  /* The backward split into its input- and weight-gradient halves (zero-
+   * bubble pipeline schedules, engine/schedule_pp.c, --pp-schedule zb1p);
+   * all three NULL when the architecture has no split (Mamba). Both halves
+   * run on the selected activation set, which must stay until the weight
+   * half (the set is freed after the micro-batch's last weight half);
+   * SL_EINPUT under activation checkpointing or tensor parallelism (not
+   * split). stash_numel: floats unit u's input half keeps for its weight
+   * half, per micro-batch in flight (the caller owns the stash).
+   * bwd_input: what bwd does to the residual gradient (shared buffer of
+   * boundary) without touching any gradient buffer or another unit's
+   * parameters' gradient; fills stash. tied (V*C floats, the head of a tied
+   * model only, else NULL): receives the head's part of unit 0's gradient
+   * (overwritten; the head's weight GEMM runs here, in one call with its
+   * input gradient, as bwd runs it). bwd_weight: adds unit u's weight
+   * gradient of the micro-batch into grads (zeroed per micro-batch by the
+   * runtime) from stash and the set's activations: the bits bwd adds. */
+  int64_t (*stash_numel)(const sl_model *m, int u);
+  int (*bwd_input)(sl_model *m, int u, const float *params, float *stash, float *tied);
+  int (*bwd_weight)(sl_model *m, int u, const float *params, float *grads, const float *stash);
 } sl_model_vt;
 
 /* The batch of an activation set that is not selected (sl_model_use_acts
@@ -265,6 +284,16 @@ int sl_lm_head_fwd(sl_model *m, sl_lm_head *h, const float *flat, const float *x
 int sl_lm_head_bwd(sl_model *m, sl_lm_head *h, const float *flat, float *grads, const float *x, float *dres,
                    float *dln);
 int sl_lm_head_logits(sl_model *m, sl_lm_head *h, float *out);
+/* sl_lm_head_bwd split for zero-bubble schedules (models/lmhead_split.c):
+ * the input half leaves dres as sl_lm_head_bwd does and keeps the final
+ * norm's output gradient (N, C) in stash; a tied head's part of unit 0's
+ * gradient goes into tied (V, C; zeroed first), else tied is unused. The
+ * weight half adds the head's weight gradients into grads from stash: the
+ * bits sl_lm_head_bwd adds. */
+int sl_lm_head_bwd_input(sl_model *m, sl_lm_head *h, const float *flat, const float *x, float *dres, float *dln,
+                         float *stash, float *tied);
+int sl_lm_head_bwd_weight(sl_model *m, sl_lm_head *h, const float *flat, float *grads, const float *x,
+                          const float *stash);
 
 /* Spec-building helper for model files: appends a tensor to a unit. */
 void sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2, int decay,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The pipeline bit-identity matrix (issue 14, test 1): at a fixed global
-# batch and --grad-accum m, every schedule (gpipe, 1f1b, interleaved V=2) at
+# batch and --grad-accum m, every schedule (gpipe, 1f1b, interleaved V=2, zb1p) at
 # every --pp P in 2, 3, 4 trains to per-step losses and exported weights
 # BIT-IDENTICAL to one process (tests/lib/compare.py --exact). The pairs
 # tests/test_pp_parity.sh already runs on its 4-layer model (gpipe P2 P3,
@@ -132,7 +132,7 @@ rc=$?
 rc=$?
 [ $rc -eq 2 ] && grep -q -- "--pp-dry-run .* needs --pp P >= 2" "$W/dry-p1.log" && ok "dry run refuses --pp 1 (exit 2)" ||
   bad "dry run --pp 1: exit $rc"
-# zb1p joins here when the executor runs it (the W op, branch zb1p):
-# for P in 2 3 4; do run z$P "$P" 4 --pp "$P" --pp-schedule zb1p && check z$P base4 "zb1p P=$P"; done
+# zb1p (B and W split) on the uneven 7-layer layouts
+for P in 2 3 4; do run z$P "$P" 4 --pp "$P" --pp-schedule zb1p && check z$P base4 "zb1p P=$P"; done
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

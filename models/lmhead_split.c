@@ -1,0 +1,44 @@
+/* models/lmhead_split.c — the LM head's backward (sl_lm_head_bwd, models/
+ * model.c) split into its input-gradient half and its weight-gradient half
+ * for zero-bubble pipeline schedules (models/model.h: bwd_input /
+ * bwd_weight; used by models/llama_split.c and models/mamba_split.c).
+ *
+ * Input half: the residual gradient as sl_lm_head_bwd leaves it, the final
+ * norm's output gradient (N, C) kept in the stash; a tied head also makes
+ * its part of unit 0's gradient here, in the same lmhead_ce_bwd call as
+ * sl_lm_head_bwd (into the caller's buffer, zeroed here). Weight half: the
+ * LM head's weight GEMM (untied: lmhead_ce_bwd with dx NULL computes the
+ * logits again, tile by tile) and the final norm's weight gradient
+ * (rmsnorm_bwd with the input gradient NULL): each the same kernel on the
+ * same inputs as sl_lm_head_bwd's, the same bits.
+ */
+#include "base/base.h"
+#include "models/model.h"
+
+int sl_lm_head_bwd_input(sl_model *m, sl_lm_head *h, const float *flat, const float *x, float *dres, float *dln,
+                         float *stash, float *tied) {
+  const float *W = flat + h->C;
+  if (h->tied && !tied) return sl_fail(SL_EINTERNAL, "split backward of a tied head without its gradient buffer");
+  if (h->tied) {
+    int rc = m->access.params(m->access.user, 0, &W);
+    if (rc) return rc;
+    m->ops->zero(m->k, tied, (size_t)(h->V * h->C) * 4);
+  }
+  size_t bytes = (size_t)(h->N * h->C) * 4;
+  m->ops->zero(m->k, dres, bytes);
+  m->ops->zero(m->k, dln, bytes);
+  m->ops->lmhead_ce_bwd(m->k, dln, h->tied ? tied : NULL, h->lnf, W, m->targets, h->lse, m->loss_scale, h->N, h->C,
+                        h->V);
+  m->ops->rmsnorm_bwd(m->k, dres, NULL, dln, x, flat, h->rstdf, h->N, h->C);
+  m->ops->copy(m->k, stash, dln, bytes);
+  return SL_OK;
+}
+
+int sl_lm_head_bwd_weight(sl_model *m, sl_lm_head *h, const float *flat, float *grads, const float *x,
+                          const float *stash) {
+  if (!h->tied)
+    m->ops->lmhead_ce_bwd(m->k, NULL, grads + h->C, h->lnf, flat + h->C, m->targets, h->lse, m->loss_scale, h->N, h->C,
+                          h->V);
+  m->ops->rmsnorm_bwd(m->k, NULL, grads, stash, x, flat, h->rstdf, h->N, h->C);
+  return SL_OK;
+}

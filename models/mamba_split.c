@@ -1,0 +1,154 @@
+/* models/mamba_split.c — the backward of the Mamba units split into their
+ * input-gradient half (B) and weight-gradient half (W) for zero-bubble
+ * pipeline schedules (--pp-schedule zb1p; models/model.h: stash_numel,
+ * bwd_input, bwd_weight; the head's halves are models/lmhead_split.c).
+ *
+ * B runs mamba_bwd's kernels with every weight-gradient output NULL and
+ * keeps, per micro-batch and unit, the output gradients of the block's
+ * linears and of its conv and norm; W runs the weight GEMMs (linear_bwd
+ * with the input gradient NULL, biases included), conv1d_bwd's weight part
+ * and rmsnorm_bwd's weight part on them: the same kernel calls on the same
+ * inputs as mamba_bwd's, the same bits. The scan's parameter gradients
+ * (A_log, D) come out of scan_bwd together with its input gradients, so B
+ * computes them into a zeroed part of the stash and W adds that to the
+ * gradient buffer: 0 + x = x when the runtime zeroed the buffer for the
+ * micro-batch (the default per-micro-batch reduction); under
+ * --no-sync-accum the buffer holds the earlier micro-batches' sum and the
+ * additions would associate differently (the executor refuses that).
+ *
+ * Stash of a block, floats, in this order (N tokens, H hidden, D d_inner):
+ *   dout (N, H) block output gradient (out_proj)   dxz (N, 2D) in_proj's
+ *   ddtv (N, D) dt_proj's                          ddtr (N, R), dbc (N, 2S) x_proj's
+ *   dxcp (N, D) conv1d's                           dln (N, H) the norm output's
+ *   dalog (D, S), ddp (D) the scan's parameter gradients
+ * Embedding: its output gradient (N, H). Activation checkpointing: B and W
+ * each recompute what the shared buffers lost (sl_mamba_recompute).
+ * Not split: tensor parallelism (SL_EINPUT).
+ */
+#include <stdint.h>
+
+#include "base/base.h"
+#include "models/mamba_internal.h"
+
+typedef struct {
+  float *dout, *dxz, *ddtv, *ddtr, *dbc, *dxcp, *dln, *dalog, *ddp;
+} mstash;
+
+static mstash stash_views(const mamba_priv *p, const float *s) {
+  mstash b;
+  int64_t N = p->N, H = p->H, D = p->D;
+  b.dout = (float *)s;
+  b.dxz = b.dout + N * H;
+  b.ddtv = b.dxz + N * 2 * D;
+  b.ddtr = b.ddtv + N * D;
+  b.dbc = b.ddtr + N * p->R;
+  b.dxcp = b.dbc + N * 2 * p->S;
+  b.dln = b.dxcp + N * D;
+  b.dalog = b.dln + N * H;
+  b.ddp = b.dalog + D * p->S;
+  return b;
+}
+
+static int split_supported(const sl_model *m) {
+  if (m->tp_size > 1)
+    return sl_fail(SL_EINPUT, "%s: the split backward (zero-bubble pipeline) does not run under --tp %d",
+                   m->cfg.arch_name, m->tp_size);
+  return SL_OK;
+}
+
+int64_t sl_mamba_stash_numel(const sl_model *m, int u) {
+  const mamba_priv *p = m->priv;
+  if (u == 0 || u == p->L + 1) return p->N * p->H;
+  return p->N * (2 * p->H + 4 * p->D + p->R + 2 * p->S) + p->D * p->S + p->D;
+}
+
+static void zero(sl_model *m, float *x, int64_t n) { m->ops->zero(m->k, x, (size_t)n * sizeof(float)); }
+static void copy(sl_model *m, float *dst, const float *src, int64_t n) {
+  m->ops->copy(m->k, dst, src, (size_t)n * sizeof(float));
+}
+
+/* Block l's halves, after sl_mamba_recompute: w its parameters, s its stash. */
+static void block_input(sl_model *m, mamba_priv *p, int l, mblockw w, mstash s) {
+  const sl_ops *o = m->ops;
+  sl_kctx *k = m->k;
+  int64_t N = p->N, H = p->H, D = p->D, S = p->S, R = p->R;
+  mlayer_acts *a = &p->la[l];
+  copy(m, s.dout, p->dres, N * H);
+  float *dg = p->dgx;
+  zero(m, dg, N * D);
+  o->linear_bwd(k, dg, NULL, NULL, p->dres, a->g, w.w_out, N, D, H);
+  zero(m, p->dy, N * D);
+  zero(m, p->dxz, N * 2 * D);
+  o->gate_bwd(k, p->dy, p->dxz + D, 2 * D, dg, a->y, a->xz + D, N, D);
+  zero(m, p->du, N * D);
+  zero(m, p->ddtv, N * D);
+  zero(m, p->dbc, N * 2 * S);
+  zero(m, s.dalog, D * S);
+  zero(m, s.ddp, D);
+  o->scan_bwd(k, p->du, p->ddtv, s.dalog, p->dbc, p->dbc + S, s.ddp, p->dy, a->u, a->dtv, w.a_log, a->bc, a->bc + S,
+              2 * S, w.dp, a->ckpt, m->B, m->T, D, S, p->chunk);
+  copy(m, s.ddtv, p->ddtv, N * D);
+  zero(m, p->ddtr, N * R);
+  o->linear_bwd(k, p->ddtr, NULL, NULL, p->ddtv, a->dtr, w.w_dt, N, R, D);
+  copy(m, s.ddtr, p->ddtr, N * R);
+  copy(m, s.dbc, p->dbc, N * 2 * S);
+  o->linear_bwd(k, p->du, NULL, NULL, p->ddtr, a->u, w.w_x, N, D, R);
+  o->linear_bwd(k, p->du, NULL, NULL, p->dbc, a->u, w.w_x + R * D, N, D, 2 * S);
+  float *dxcp = p->dgx;
+  zero(m, dxcp, N * D);
+  o->silu_bwd(k, dxcp, p->du, a->xcp, N * D);
+  copy(m, s.dxcp, dxcp, N * D);
+  o->conv1d_bwd(k, p->dxz, 2 * D, NULL, NULL, dxcp, a->xz, 2 * D, w.w_conv, m->B, m->T, D, p->K);
+  copy(m, s.dxz, p->dxz, N * 2 * D);
+  zero(m, p->dln, N * H);
+  o->linear_bwd(k, p->dln, NULL, NULL, p->dxz, a->ln, w.w_in, N, H, 2 * D);
+  copy(m, s.dln, p->dln, N * H);
+  o->rmsnorm_bwd(k, p->dres, NULL, p->dln, p->stream[l], w.norm, a->rstd, p->n, H);
+}
+
+/* g: the block's gradient buffer */
+static void block_weight(sl_model *m, mamba_priv *p, int l, mblockw w, mblockw g, mstash s) {
+  const sl_ops *o = m->ops;
+  sl_kctx *k = m->k;
+  int64_t N = p->N, H = p->H, D = p->D, S = p->S, R = p->R;
+  mlayer_acts *a = &p->la[l];
+  o->linear_bwd(k, NULL, (float *)g.w_out, (float *)g.b_out, s.dout, a->g, w.w_out, N, D, H);
+  o->add_inplace(k, (float *)g.a_log, s.dalog, D * S);
+  o->add_inplace(k, (float *)g.dp, s.ddp, D);
+  o->linear_bwd(k, NULL, (float *)g.w_dt, (float *)g.b_dt, s.ddtv, a->dtr, w.w_dt, N, R, D);
+  o->linear_bwd(k, NULL, (float *)g.w_x, NULL, s.ddtr, a->u, w.w_x, N, D, R);
+  o->linear_bwd(k, NULL, (float *)g.w_x + R * D, NULL, s.dbc, a->u, w.w_x + R * D, N, D, 2 * S);
+  o->conv1d_bwd(k, NULL, 2 * D, (float *)g.w_conv, (float *)g.b_conv, s.dxcp, a->xz, 2 * D, w.w_conv, m->B, m->T, D,
+                p->K);
+  o->linear_bwd(k, NULL, (float *)g.w_in, (float *)g.b_in, s.dxz, a->ln, w.w_in, N, H, 2 * D);
+  o->rmsnorm_bwd(k, NULL, (float *)g.norm, s.dln, p->stream[l], w.norm, a->rstd, p->n, H);
+}
+
+/* Unit 0's backward is all weight gradient: B keeps its output gradient. */
+int sl_mamba_bwd_input(sl_model *m, int u, const float *flat, float *stash, float *tied) {
+  mamba_priv *p = m->priv;
+  int rc = split_supported(m);
+  if (rc || u == 0) {
+    if (!rc) copy(m, stash, p->dres, p->N * p->H);
+    return rc;
+  }
+  if (u == p->L + 1) /* models/lmhead_split.c */
+    return sl_lm_head_bwd_input(m, &p->head, flat, p->stream[p->L], p->dres, p->dln, stash, tied);
+  if (!(rc = sl_mamba_recompute(m, u, flat))) block_input(m, p, u - 1, block_views(p, flat), stash_views(p, stash));
+  return rc;
+}
+
+int sl_mamba_bwd_weight(sl_model *m, int u, const float *flat, float *grads, const float *stash) {
+  mamba_priv *p = m->priv;
+  int rc = split_supported(m);
+  if (rc) return rc;
+  if (u == 0) {
+    m->ops->embedding_bwd(m->k, grads, stash, m->tokens, p->N, p->H);
+    return SL_OK;
+  }
+  if (u == p->L + 1) return sl_lm_head_bwd_weight(m, &p->head, flat, grads, p->stream[p->L], stash);
+  /* again: what B recomputed lives in shared buffers, since overwritten */
+  if (!(rc = sl_mamba_recompute(m, u, flat)))
+    block_weight(m, p, u - 1, block_views(p, flat), block_views(p, grads), stash_views(p, stash));
+  return rc;
+}
