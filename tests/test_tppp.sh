@@ -2,8 +2,9 @@
 # Tensor and pipeline parallelism together (issue 14; engine/tppp.c,
 # docs/pipeline.md "Tensor x pipeline parallelism"): at the global batch of
 # one process, DP 2 x TP 2 x PP 2 (8 ranks, ZeRO-1 and ZeRO-3), DP 1 x TP 2
-# x PP 2 with sequence parallelism, the interleaved schedule at TP 2, Mamba
-# and a tied-embedding Llama at TP 2 x PP 2 train to per-step losses and
+# x PP 2 with sequence parallelism, the interleaved schedule at TP 2, Mamba,
+# a tied-embedding Llama and a tied one with an odd vocabulary (padded
+# slices) at TP 2 x PP 2 train to per-step losses and
 # exported weights within 1e-5 relative of one process (TP changes the
 # order of the sums, so not bit-identical), and so the held-out loss. The
 # PP communicator's logged send/receive counts and bytes equal the static
@@ -12,7 +13,7 @@
 # without it (each TP rank moves its own copy). Checkpoints written at DP 2
 # x PP 2 resume at DP 1 x TP 2 x PP 2 and at DP 4; written at TP 2 x PP 2
 # they resume in one process; the continued runs match the uninterrupted
-# one within 1e-5.
+# one within 1e-5, and `convert --to-hf` of it equals the run's --save.
 #
 # --eps 1e-6: as in tests/test_tp_parity.sh, a few weights with gradients of
 # ~1e-9 would otherwise turn TP's round-off into lr-sized Adam steps.
@@ -53,6 +54,10 @@ run llama il 4 4 --tp 2 --pp 2 --pp-schedule interleaved --pp-virtual 2 && check
 counters il 2 4 $((2 * 16 * 32 * 4)) --pp-schedule interleaved --pp-virtual 2
 run mamba mtp 4 4 --tp 2 --pp 2 --sequence-parallel && check mtp mbase --rtol 1e-5
 run tied ttp 4 4 --tp 2 --pp 2 && check ttp tbase --rtol 1e-5
+# an odd vocabulary (259: the TP 2 slices padded), tied: the padded slice's head gradient crosses the pipeline
+mkdir -p "$W/v259" && sed 's/"vocab_size": 300/"vocab_size": 259/' "$W/tied/config.json" > "$W/v259/config.json"
+run v259 vbase 1 4 && run v259 vtp 4 4 --tp 2 --pp 2 --sequence-parallel --pp-schedule gpipe --zero 2 &&
+  check vtp vbase --rtol 1e-5
 # 4. checkpoints hold whole tensors whatever the layout: written at DP 2 x
 # PP 2, resumed at DP 1 x TP 2 x PP 2 and DP 4; written at TP 2 x PP 2 (sp),
 # resumed in one process (the step-4 checkpoint removed: resume at step 2)
@@ -69,5 +74,18 @@ run llama src 4 2 --pp 2 --ckpt-dir "$W/src/ck" --ckpt-every 2 --keep-last 0 && 
 resume src rtp 4 4 --tp 2 --pp 2
 resume src rdp 4 1
 resume sp rone 1 4
+# the step-4 checkpoint written at TP 2 x PP 2 converts to the run's --save, bit for bit
+if "$B" convert --from-ckpt "$W/sp/ck" --model-config "$W/llama" --to-hf "$W/sp_hf" > "$W/sp_hf.log" 2>&1 &&
+   /usr/bin/python3 - "$W/sp_hf/model.safetensors" "$W/sp/model/model.safetensors" <<'PY'
+import sys
+import json, struct
+def read(p):
+    d = open(p, "rb").read(); n = struct.unpack("<Q", d[:8])[0]; h = json.loads(d[8:8 + n])
+    return {k: d[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items() if k != "__metadata__"}
+a, b = read(sys.argv[1]), read(sys.argv[2])
+sys.exit(0 if a and a == b else 1)
+PY
+then ok "convert --to-hf of the TP 2 x PP 2 checkpoint = its --save (bit for bit)"
+else bad "convert --to-hf of the TP 2 x PP 2 checkpoint differs from its --save"; fi
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
