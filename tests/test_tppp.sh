@@ -24,14 +24,14 @@ counters() { # name P m bytes [pp-schedule flags...]  (4 steps)
   local name=$1 P=$2 m=$3 bytes=$4; shift 4
   pp_counters "$name" 4 --pp "$P" --micro-batches "$m" --bytes "$bytes" "$@"
 }
-E="--split 90,10,0 --eval-every 2 --eval-samples 6"
+E=(--split "90,10,0" --eval-every 2 --eval-samples 6)
 # one process: the references (4 micro-batches of 2 samples)
 run llama base 1 4
-run llama ebase 1 4 $E
+run llama ebase 1 4 "${E[@]}"
 run tied tbase 1 4
 run mamba mbase 1 4
 # 1. DP 2 x TP 2 x PP 2 (8 ranks): ZeRO-1 with the held-out loss, ZeRO-3
-run llama d2t2p2 8 2 --tp 2 --pp 2 --zero 1 $E && check d2t2p2 ebase --rtol 1e-5
+run llama d2t2p2 8 2 --tp 2 --pp 2 --zero 1 "${E[@]}" && check d2t2p2 ebase --rtol 1e-5
 if /usr/bin/python3 - "$W/ebase/metrics.jsonl" "$W/d2t2p2/metrics.jsonl" <<'PY'
 import json, sys
 a, b = ([json.loads(l)["eval_loss"] for l in open(p) if "eval_loss" in l] for p in sys.argv[1:3])
@@ -63,7 +63,7 @@ run v259 vbase 1 4 && run v259 vtp 4 4 --tp 2 --pp 2 --sequence-parallel --pp-sc
 # resumed in one process (the step-4 checkpoint removed: resume at step 2)
 resume() { # src name world accum flags...
   local src=$1 name=$2 np=$3 ga=$4; shift 4
-  rm -rf "$W/$name"
+  rm -rf "${W:?}/$name"
   cp -r "$W/$src" "$W/$name"
   rm -rf "$W/$name/ck/step-000004" "$W/$name/ck/latest"
   run llama "$name" "$np" "$ga" --ckpt-dir "$W/$name/ck" --resume "$@" || return

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # tests/lib/parity.sh NAME — sourced by a multi-rank parity test: skips (77)
 # without $SL_BUILD/shardlm, numpy or mpirun; sets B (the binary), W (a work
 # directory /tmp/sl-NAME.*, removed at exit), CMP (tests/lib/compare.py), MPI
@@ -50,7 +51,7 @@ J
 J
   "$B" prepare --input "$SL_SRC/configs/corpus.txt" --output "$W/data" > /dev/null || exit 1
 }
-RUN_FLAGS=${RUN_FLAGS:-}
+RUN_FLAGS="" # the sourcing test sets it
 run() { # model name world accum [flags...]
   local model=$1 name=$2 np=$3 ga=$4; shift 4
   # shellcheck disable=SC2086
