@@ -170,7 +170,7 @@ int sl_ckpt_save(const char *ckpt_dir, const sl_ckpt_state *st, int keep_last) {
   int W = sl_comm_size(w), rank = sl_comm_rank(w);
   int tp = sl_ckpt_is_tp(st);
   /* world ranks 0..S-1 (S: the shard group) without a pipeline; tensor parallel: world rank 0 */
-  int writer = tp ? rank == 0 : sl_fsdp_replica_rank(st->f) == 0;
+  int writer = tp ? (st->owns ? st->stage_writer : rank == 0) : sl_fsdp_replica_rank(st->f) == 0;
   fault_ctx fc = {rank, st->step};
   double t0 = sl_now_s();
   char tmp[4200] = {0};
@@ -423,11 +423,11 @@ static int try_load(const char *dir, sl_ckpt_state *st) {
   for (int u = 0; u < st->m->nunits && !rc; u++) {
     sl_fsdp_view_t v = sl_fsdp_view(st->f, u);
     for (int k = 0; k < 3 && !rc; k++) {
-      if (sl_ckpt_is_tp(st)) { /* this rank's slices of the whole units */
+      if (!dst[k][u]) continue; /* another pipeline stage's unit */
+      if (sl_ckpt_is_tp(st)) {  /* this rank's slices of the whole units */
         rc = sl_ckpt_tp_read(dir, &man, st, u, k, dst[k][u]);
         continue;
       }
-      if (!dst[k][u]) continue; /* another pipeline stage's unit */
       memset(dst[k][u], 0, (size_t)v.count * 4);
       if (v.valid > 0) rc = sl_ckio_read_range(dir, &man, u, k, v.offset, v.offset + v.valid, dst[k][u]);
     }

@@ -47,6 +47,9 @@ typedef struct {
    * parallelism; it writes only those, and loads only units whose arrays are
    * not NULL */
   const unsigned char *owns;
+  /* tensor x pipeline parallelism (tp and owns set): 1 on the rank that
+   * writes its stage's whole units (the first DP and TP rank of the stage) */
+  int stage_writer;
 } sl_ckpt_state;
 
 /* Collective over world. Writes CKPT_DIR/step-<step>, commits it, points

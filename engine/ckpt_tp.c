@@ -1,11 +1,13 @@
 /* engine/ckpt_tp.c — checkpoints under tensor parallelism (--tp T > 1).
  * A checkpoint always holds whole logical tensors in the whole (T = 1)
- * layout of each unit, so a run saved at one TP x DP layout resumes at any
- * other. Saving: each unit's fp32 master, m and v are gathered over DP
- * (the runtime's gather of a view), then over TP, assembled into the whole
- * layout on world rank 0, which writes the checkpoint's one file. Loading:
- * each rank reads a unit's whole range and keeps its slices' view. The
- * commit protocol and the manifest are engine/checkpoint.c's. */
+ * layout of each unit, so a run saved at one TP x DP (x PP) layout resumes
+ * at any other. Saving: each unit's fp32 master, m and v are gathered over
+ * DP (the runtime's gather of a view), then over TP, assembled into the
+ * whole layout on world rank 0, which writes the checkpoint's one file;
+ * under pipeline parallelism (owns set) each stage's first DP and TP rank
+ * writes its stage's units into a file of its own. Loading: each rank reads
+ * a unit's whole range and keeps its slices' view. The commit protocol and
+ * the manifest are engine/checkpoint.c's. */
 #include <string.h>
 
 #include "base/base.h"
@@ -23,16 +25,18 @@ static int64_t max_whole(const sl_model *m) {
 
 int sl_ckpt_tp_write(const sl_ckpt_state *st, sl_ckio_writer *wr, const char *tmp) {
   const sl_model *m = st->m;
-  int rank0 = sl_comm_rank(st->world) == 0, T = m->tp_size, rc = SL_OK;
+  int rank = sl_comm_rank(st->world), T = m->tp_size, rc = SL_OK;
+  int rank0 = st->owns ? st->stage_writer : rank == 0; /* this rank writes (a stage's units under PP) */
   int64_t maxn = sl_model_max_unit_numel(m), maxw = max_whole(m);
   float *flats = sl_alloc((size_t)(T * maxn) * 4, "checkpoint gather");
   float *whole = rank0 ? sl_alloc((size_t)(3 * maxw) * 4, "checkpoint whole unit") : NULL;
   if (!flats || (rank0 && !whole)) rc = SL_ENOMEM;
-  if (rank0 && !rc) rc = sl_ckio_writer_open(wr, tmp, 0);
+  if (rank0 && !rc) rc = sl_ckio_writer_open(wr, tmp, rank);
   float **const fields[3] = {st->master, st->mom, st->var};
   for (int u = 0; u < m->nunits && flats; u++) {
     int64_t n = m->units[u].numel, nw = sl_model_unit_whole_numel(m, u);
-    for (int k = 0; k < 3; k++) { /* every rank takes part in both gathers, in the same order */
+    if (st->owns && !st->owns[u]) continue; /* another stage's (every rank of this stage skips it) */
+    for (int k = 0; k < 3; k++) {           /* every rank takes part in both gathers, in the same order */
       int crc = sl_fsdp_gather_view(st->f, u, fields[k][u], flats + m->tp_rank * n);
       if (!crc && sl_comm_allgather_sync(st->tp, flats + m->tp_rank * n, flats, n, SL_F32) != SL_COMM_OK)
         crc = sl_fail(SL_ECOMM, "checkpoint: gathering unit %d over the tensor-parallel group: %s", u,

@@ -92,7 +92,7 @@ static int single_create(const sl_schedule_cfg *cfg, sl_schedule *s) {
 }
 
 static int pp_create(const sl_schedule_cfg *cfg, sl_schedule *s) {
-  return sl_schedule_pp_create(cfg->pp_plan, cfg->pp, s);
+  return sl_schedule_pp_create(cfg->pp_plan, cfg->pp, cfg->tp, s);
 }
 
 /* ---- registry ----------------------------------------------------------------- */

@@ -113,6 +113,7 @@ typedef struct {
    * outlive the schedule) and the PP communicator of shard/mesh.h */
   const void *pp_plan;
   sl_comm *pp;
+  sl_comm *tp; /* "pp" under tensor parallelism: the TP group the norm also sums over (NULL: none) */
 } sl_schedule_cfg;
 
 /* SL_EINPUT naming the known schedules for an unknown name. */

@@ -47,6 +47,7 @@
 
 #include "base/base.h"
 #include "engine/schedule.h"
+#include "engine/tppp.h"
 
 enum { TAG_ACT = 0, TAG_GRAD = 1, TAG_TIED = 2, TAG_TIED_SUM = 3, TAG_UNIT = 4 };
 
@@ -75,7 +76,8 @@ int sl_pp_plan_create(const sl_pp_plan_cfg *c, sl_pp_plan **out) {
   sp.V = sp.kind == SL_PP_INTERLEAVED ? c->V : 1;
   if (sp.kind == SL_PP_INTERLEAVED && sp.V < 2)
     return sl_fail(SL_EINPUT, "--pp-schedule interleaved needs --pp-virtual V >= 2 (found %d)", c->V);
-  sp.bytes = c->B * c->T * c->hidden * 4;
+  int64_t rows = c->B * c->T / (c->sp_tp > 1 ? c->sp_tp : 1); /* token rows of the residual stream here */
+  sp.bytes = rows * c->hidden * 4;
   sl_pp_plan *p = calloc(1, sizeof *p);
   if (!p) return sl_fail(SL_ENOMEM, "out of memory");
   p->P = c->P;
@@ -84,7 +86,7 @@ int sl_pp_plan_create(const sl_pp_plan_cfg *c, sl_pp_plan **out) {
   p->rank = c->rank;
   p->nunits = c->L + 2;
   p->tied = c->tied;
-  p->bnd = c->B * c->T * c->hidden;
+  p->bnd = rows * c->hidden;
   int S = p->S, U = p->nunits;
   double *lf = calloc((size_t)c->L + 1, sizeof(double)), *lb = calloc((size_t)c->L + 1, sizeof(double));
   p->first = calloc((size_t)S + 1, sizeof(int));
@@ -140,6 +142,7 @@ done:
 typedef struct {
   const sl_pp_plan *pl; /* borrowed (the trainer's) */
   sl_comm *pp;          /* borrowed */
+  sl_comm *tp;          /* borrowed: the TP group (NULL: none) */
   int nsets;            /* activation sets: the most micro-batches in flight on this rank */
   int *set_of;          /* (m) set of each micro-batch in flight, -1 */
   int *free_set;        /* (nsets) stack of free sets */
@@ -562,7 +565,7 @@ static int pp_grad_sumsq(sl_schedule *s, const sl_step_ctx *c, double *ss) {
   double *mine = calloc((size_t)U, sizeof(double)), *all = calloc((size_t)U * (size_t)P, sizeof(double));
   if (!mine || !all) rc = sl_fail(SL_ENOMEM, "out of memory");
   if (!rc) {
-    sl_fsdp_unit_sumsq(c->f, mine);
+    sl_tppp_unit_sumsq(c->f, c->m, mine); /* under TP: each tensor once over the TP group */
     if (sl_comm_allgather_sync(st->pp, mine, all, U, SL_F64) != SL_COMM_OK)
       rc = sl_fail(SL_ECOMM, "pipeline gradient norm all-gather: %s", sl_comm_last_error());
   }
@@ -570,6 +573,7 @@ static int pp_grad_sumsq(sl_schedule *s, const sl_step_ctx *c, double *ss) {
     double t = 0.0; /* in unit order, each unit from its owner: one process's sum */
     for (int u = 0; u < U; u++) t += all[(size_t)pl->owner[u] * (size_t)U + (size_t)u];
     rc = sl_fsdp_shard_sum(c->f, t, ss);
+    if (!rc && st->tp) rc = sl_tppp_tp_sum(st->tp, *ss, ss); /* then over the TP group, in rank order */
   }
   free(mine);
   free(all);
@@ -628,7 +632,7 @@ static const sl_schedule_vt pp_vt = {
     .destroy = pp_destroy,
 };
 
-int sl_schedule_pp_create(const sl_pp_plan *plan, sl_comm *pp, sl_schedule *s) {
+int sl_schedule_pp_create(const sl_pp_plan *plan, sl_comm *pp, sl_comm *tp, sl_schedule *s) {
   if (!plan || !pp) return sl_fail(SL_EINTERNAL, "pipeline schedule without a plan or a PP communicator");
   pp_state *st = calloc(1, sizeof *st);
   if (!st) return sl_fail(SL_ENOMEM, "out of memory");
@@ -636,6 +640,7 @@ int sl_schedule_pp_create(const sl_pp_plan *plan, sl_comm *pp, sl_schedule *s) {
   s->priv = st;
   st->pl = plan;
   st->pp = pp;
+  st->tp = tp && sl_comm_size(tp) > 1 ? tp : NULL;
   int m = plan->sched.spec.m, mv = m * plan->V;
   st->nsets = count_sets(plan);
   st->set_of = calloc((size_t)m, sizeof(int));
@@ -712,7 +717,8 @@ int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int ran
                        .hidden = mc->hidden_size,
                        .heads_x_dim = mc->num_attention_heads * mc->head_dim,
                        .B = c->micro_batch,
-                       .T = c->seq_len};
+                       .T = c->seq_len,
+                       .sp_tp = c->sequence_parallel ? c->tp : 1};
   if (!rc && sm->nunits != pc.L + 2)
     rc = sl_fail(SL_EINTERNAL, "pipeline: %s has %d units, expected layers + 2", mc->arch_name, sm->nunits);
   if (!rc) rc = sl_pp_plan_create(&pc, out);

@@ -34,7 +34,7 @@ typedef struct {
   unsigned char *local; /* (nunits) 1: this rank computes the unit */
   unsigned char *held;  /* (nunits) 1: this rank holds its parameters (local, + unit 0 on the last rank when tied) */
   int *owner;           /* (nunits) PP rank that owns the unit's parameters (unit 0: rank 0) */
-  int64_t bnd;          /* elements of one boundary transfer (B*T*C) */
+  int64_t bnd;          /* elements of one boundary transfer (B*T*C; B*T*C / tp under sequence parallelism) */
   sl_pp_sched sched;    /* the static schedule of every rank (plan/pipeline.h) */
 } sl_pp_plan;
 
@@ -46,6 +46,8 @@ typedef struct {
   int L, tied, mamba;                /* decoder layers, tie_word_embeddings, no attention */
   const int64_t *numel;              /* (L+2) parameters per unit */
   int64_t hidden, heads_x_dim, B, T; /* C, nh*hd, micro-batch shape */
+  int64_t sp_tp;                     /* sequence parallelism over T ranks: a transfer is the rank's 1/T of the
+                                        token rows (0 or 1: all rows) */
 } sl_pp_plan_cfg;
 
 /* SL_EINPUT with the builder's / the layout's message for what is refused
@@ -65,10 +67,11 @@ int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int ran
  * status, returned unless the transfer fails). */
 int sl_pp_route_unit(const sl_pp_plan *pl, const sl_par_mesh *mesh, int u, float *flat, int64_t n, int rc);
 
-/* The executor ("pp" in the registry of engine/schedule.c): plan and pp
- * (the PP communicator) are borrowed and must outlive the schedule. */
+/* The executor ("pp" in the registry of engine/schedule.c): plan, pp (the
+ * PP communicator) and tp (the TP group, NULL or one rank without tensor
+ * parallelism) are borrowed and must outlive the schedule. */
 struct sl_schedule;
-int sl_schedule_pp_create(const sl_pp_plan *plan, sl_comm *pp, struct sl_schedule *s);
+int sl_schedule_pp_create(const sl_pp_plan *plan, sl_comm *pp, sl_comm *tp, struct sl_schedule *s);
 
 #ifdef __cplusplus
 }

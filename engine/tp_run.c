@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "engine/tppp.h"
 #include "engine/trainer_internal.h"
 
 int sl_trainer_tp_check(const trainer *t) {
@@ -30,36 +31,18 @@ int sl_trainer_tp_check(const trainer *t) {
   return SL_OK;
 }
 
-sl_comm *sl_trainer_loss_comm(const trainer *t) { return t->cfg.tp > 1 ? t->pmesh->comm[SL_AXIS_DP] : t->world; }
-
-/* The i-th tensor of unit u this rank counts in the norm: a slice several
- * TP ranks hold counts on the first of them. */
-static int counted(void *ctx, int u, int i, int64_t *lo, int64_t *hi) {
-  const trainer *t = ctx;
-  const sl_unit_spec *us = &t->m->units[u];
-  for (int k = 0; k < us->ntensors; k++) {
-    const sl_tensor_spec *ts = &us->t[k];
-    if (t->m->tp_rank % ts->tp_replicas) continue;
-    if (i-- == 0) {
-      *lo = ts->offset;
-      *hi = ts->offset + ts->numel;
-      return 1;
-    }
-  }
-  return 0;
+/* DP at T > 1 (a TP group's ranks hold the same loss); under TP x PP the
+ * ranks of this TP coordinate over DP and PP (engine/tppp.h) */
+sl_comm *sl_trainer_loss_comm(const trainer *t) {
+  if (t->tppp_loss) return t->tppp_loss;
+  return t->cfg.tp > 1 ? t->pmesh->comm[SL_AXIS_DP] : t->world;
 }
 
 int sl_trainer_grad_sumsq(trainer *t, double *out) {
   if (t->cfg.tp == 1) return sl_fsdp_grad_sumsq(t->f, out);
-  double mine = 0.0, all[4096];
-  int T = (int)t->cfg.tp, rc = sl_fsdp_grad_sumsq_part(t->f, counted, t, &mine);
-  if (rc) return rc;
-  if (sl_comm_allgather_sync(t->pmesh->comm[SL_AXIS_TP], &mine, all, 1, SL_F64) != SL_COMM_OK)
-    return sl_fail(SL_ECOMM, "tensor parallel gradient norm: %s", sl_comm_last_error());
-  double s = 0.0;
-  for (int r = 0; r < T; r++) s += all[r]; /* rank order: the same double on every rank */
-  *out = s;
-  return SL_OK;
+  double mine = 0.0;
+  int rc = sl_fsdp_grad_sumsq_part(t->f, sl_tp_counted, t->m, &mine);
+  return rc ? rc : sl_tppp_tp_sum(t->pmesh->comm[SL_AXIS_TP], mine, out);
 }
 
 int sl_trainer_tp_gather(trainer *t, int u, float *flat) {

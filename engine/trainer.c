@@ -34,6 +34,7 @@
 #include "engine/rundir.h"
 #include "engine/schedule.h"
 #include "engine/signals.h"
+#include "engine/tppp.h"
 #include "formats/dataset.h"
 #include "formats/hfconfig.h"
 #include "formats/metrics.h"
@@ -245,6 +246,7 @@ void sl_trainer_free(trainer *t) {
   sl_schedule_destroy(t->sched);
   sl_pp_plan_free(t->pplan);
   sl_fsdp_destroy(t->f);
+  sl_comm_destroy(t->tppp_loss);
   sl_par_mesh_destroy(t->pmesh);
   sl_model_destroy(t->m);
   sl_sampler_close(t->smp);
@@ -360,13 +362,9 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   if ((rc = sl_precheck(c, &t->mcfg, world, t->ops, t->k, sl_sampler_num_tokens(t->smp)))) return rc;
 
   /* mesh: world = DP x TP x PP (TP fastest); this rank's pipeline stage; model + FSDP on the DP axis */
-  if (c->tp > 1 && c->pp > 1)
-    return sl_fail(SL_EINPUT,
-                   "--tp %lld with --pp %lld: tensor and pipeline parallelism together are not supported "
-                   "yet; use one of them",
-                   (long long)c->tp, (long long)c->pp);
   if ((rc = sl_trainer_tp_check(t))) return rc;
   if ((rc = sl_par_mesh_create(world, (int)c->tp, (int)c->pp, &t->pmesh))) return rc;
+  if (c->tp > 1 && c->pp > 1 && (rc = sl_tppp_loss_comm(t->pmesh, &t->tppp_loss))) return rc;
   t->dp_rank = t->pmesh->coord[SL_AXIS_DP];
   t->dp_size = t->pmesh->size[SL_AXIS_DP];
   if ((rc = sl_pp_plan_for_run(c, &t->mcfg, t->pmesh->coord[SL_AXIS_PP], t->dev, &t->pplan))) return rc;
@@ -426,7 +424,10 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   if (rc) return rc;
 
   /* the step's compute order; the model holds an activation set per micro-batch it keeps in flight */
-  sl_schedule_cfg scfg = {.name = t->pplan ? "pp" : "single", .pp_plan = t->pplan, .pp = t->pmesh->comm[SL_AXIS_PP]};
+  sl_schedule_cfg scfg = {.name = t->pplan ? "pp" : "single",
+                          .pp_plan = t->pplan,
+                          .pp = t->pmesh->comm[SL_AXIS_PP],
+                          .tp = t->pmesh->comm[SL_AXIS_TP]};
   if ((rc = sl_schedule_create(&scfg, &t->sched))) return rc;
   t->nsets = sl_schedule_nacts(t->sched, (int)c->grad_accum);
   if ((rc = sl_model_set_nacts(t->m, (int)t->nsets))) return rc;
@@ -551,7 +552,8 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
   double ss;
   sl_step_ctx sc = step_ctx(t, (int)c->grad_accum);
   /* tensor parallel: each replicated tensor counted once over the TP group (engine/tp_run.c) */
-  if ((rc = c->tp > 1 ? sl_trainer_grad_sumsq(t, &ss) : sl_schedule_grad_sumsq(t->sched, &sc, &ss))) return rc;
+  if ((rc = c->tp > 1 && !t->pplan ? sl_trainer_grad_sumsq(t, &ss) : sl_schedule_grad_sumsq(t->sched, &sc, &ss)))
+    return rc;
   o->grad_norm = sqrt(ss);
   float coef = 1.0f;
   if (c->clip > 0) {
@@ -580,7 +582,8 @@ static sl_ckpt_state ckpt_state(trainer *t, int64_t step) {
                       .next_sample = t->next_sample,
                       .rng_seed = (uint64_t)t->cfg.seed,
                       .tp = t->pmesh->comm[SL_AXIS_TP],
-                      .owns = t->pplan ? t->pplan->local : NULL};
+                      .owns = t->pplan ? t->pplan->local : NULL,
+                      .stage_writer = t->pmesh->coord[SL_AXIS_DP] == 0 && t->pmesh->coord[SL_AXIS_TP] == 0};
   return st;
 }
 
@@ -679,7 +682,7 @@ static int fill_unit(void *ctx, int u, float *flat) {
   }
   if (!rc && t->cfg.tp > 1) rc = sl_trainer_tp_gather(t, u, flat);
   /* another stage's unit: its owner's first DP rank sends it to rank 0 */
-  return t->pplan ? sl_pp_route_unit(t->pplan, t->pmesh, u, flat, t->m->units[u].numel, rc) : rc;
+  return t->pplan ? sl_pp_route_unit(t->pplan, t->pmesh, u, flat, t->m->units[u].numel * t->cfg.tp, rc) : rc;
 }
 
 static int save_model(trainer *t, const char *dir, int64_t step) {

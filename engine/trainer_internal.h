@@ -28,7 +28,7 @@ typedef struct {
   sl_model_config mcfg;
   sl_model *m;
   sl_fsdp *f;
-  sl_par_mesh *pmesh;  /* world = DP x TP x PP (TP = PP = 1 today); fsdp runs on its DP comm */
+  sl_par_mesh *pmesh;  /* world = DP x TP x PP (TP fastest); fsdp runs on its DP comm */
   sl_sampler *smp;     /* the datasets of --data, their loss masks, the data order */
   int64_t G;           /* samples per optimizer step (all ranks) */
   int64_t next_sample; /* global index of the first sample of the next step */
@@ -59,6 +59,7 @@ typedef struct {
   sl_pp_plan *pplan;                /* --pp > 1: this rank's stage (engine/schedule_pp.h); NULL otherwise */
   int64_t nsets;                    /* activation sets: tok/tgt/seg hold one batch per set */
   uint64_t prev_pp[3];              /* --pp > 1: DP bytes sent, PP bytes sent / received at the last metrics line */
+  sl_comm *tppp_loss;               /* --tp and --pp > 1: the loss's ranks, one TP coordinate (engine/tppp.h) */
 } trainer;
 
 /* What one optimizer step reports. */

@@ -317,7 +317,7 @@ static int llama_boundary(sl_model *m, int u, float **act, float **grad, int64_t
   llama_priv *p = m->priv;
   *act = p->stream[u - 1];
   *grad = p->dres;
-  *n = p->N * p->C;
+  *n = p->n * p->C; /* this rank's token rows: N/T of them under sequence parallelism */
   return SL_OK;
 }
 

@@ -390,7 +390,7 @@ static int mamba_boundary(sl_model *m, int u, float **act, float **grad, int64_t
   mamba_priv *p = m->priv;
   *act = p->stream[u - 1];
   *grad = p->dres;
-  *n = p->N * p->H;
+  *n = p->n * p->H; /* this rank's token rows: N/T of them under sequence parallelism */
   return SL_OK;
 }
 

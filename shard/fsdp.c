@@ -749,16 +749,26 @@ int sl_fsdp_gather_view(sl_fsdp *f, int u, const float *view_values, float *full
   return rc;
 }
 
+/* Adds unit u's counted ranges' sums of squares (this rank's shard) to *acc. */
+static void unit_part(sl_fsdp *f, int u, sl_fsdp_counted_fn counted, void *ctx, double *acc) {
+  const unit_t *U = &f->units[u];
+  int64_t lo, hi, s0 = U->sl.offset, s1 = U->sl.offset + U->sl.shard;
+  for (int i = 0; counted(ctx, u, i, &lo, &hi); i++) {
+    if (lo < s0) lo = s0;
+    if (hi > s1) hi = s1;
+    if (hi > lo) *acc += f->ops->sumsq(f->kctx, U->acc + (lo - s0), hi - lo);
+  }
+}
+
 int sl_fsdp_grad_sumsq_part(sl_fsdp *f, sl_fsdp_counted_fn counted, void *ctx, double *out) {
   double mine = 0.0;
-  for (int u = 0; u < f->nunits; u++) {
-    const unit_t *U = &f->units[u];
-    int64_t lo, hi, s0 = U->sl.offset, s1 = U->sl.offset + U->sl.shard;
-    for (int i = 0; counted(ctx, u, i, &lo, &hi); i++) {
-      if (lo < s0) lo = s0;
-      if (hi > s1) hi = s1;
-      if (hi > lo) mine += f->ops->sumsq(f->kctx, U->acc + (lo - s0), hi - lo);
-    }
-  }
+  for (int u = 0; u < f->nunits; u++) unit_part(f, u, counted, ctx, &mine);
   return sl_fsdp_shard_sum(f, mine, out);
+}
+
+void sl_fsdp_unit_sumsq_part(sl_fsdp *f, sl_fsdp_counted_fn counted, void *ctx, double *per_unit) {
+  for (int u = 0; u < f->nunits; u++) {
+    per_unit[u] = 0.0;
+    unit_part(f, u, counted, ctx, &per_unit[u]);
+  }
 }

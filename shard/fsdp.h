@@ -124,6 +124,9 @@ int sl_fsdp_grad_sumsq_part(sl_fsdp *f, sl_fsdp_counted_fn counted, void *ctx, d
  * shard group in rank order (collective). */
 void sl_fsdp_unit_sumsq(sl_fsdp *f, double *per_unit);
 int sl_fsdp_shard_sum(sl_fsdp *f, double mine, double *out);
+/* sl_fsdp_unit_sumsq of the counted ranges only (no comm): tensor x
+ * pipeline parallelism adds the per-unit sums of the stages in unit order. */
+void sl_fsdp_unit_sumsq_part(sl_fsdp *f, sl_fsdp_counted_fn counted, void *ctx, double *per_unit);
 /* Hands back the updated fp32 values of unit u's optimizer view. */
 int sl_fsdp_set_view(sl_fsdp *f, int u, const float *values);
 int sl_fsdp_finish_step(sl_fsdp *f);

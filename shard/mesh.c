@@ -53,7 +53,9 @@ int sl_par_mesh_create(sl_comm *world, int tp, int pp, sl_par_mesh **out) {
       sl_par_mesh_destroy(m);
       return rc;
     }
-  sl_log0(SL_LOG_DEBUG, "mesh: world %d = TP %d x DP %d x PP %d (TP fastest, then DP, then PP)", n, tp, dp, pp);
+  /* with both TP and PP, the host report's "tensor parallel T x data parallel world/T" counts PP in DP */
+  sl_log0(tp > 1 && pp > 1 ? SL_LOG_INFO : SL_LOG_DEBUG,
+          "mesh: world %d = TP %d x DP %d x PP %d (TP fastest, then DP, then PP)", n, tp, dp, pp);
   *out = m;
   return SL_OK;
 }

@@ -83,7 +83,6 @@ refuse mlessp "at least as many micro-batches as stages" --pp 2 --grad-accum 1
 refuse playout "must sum to" --pp 2 --grad-accum 2 --pp-layout 1,2
 refuse nosynctied "untied embeddings only" --model "$W/tied" --pp 2 --grad-accum 2 --no-sync-accum
 refuse zb1pmlessp "at least as many micro-batches as stages" --pp 2 --grad-accum 1 --pp-schedule zb1p
-refuse tppp "tensor and pipeline parallelism together are not supported yet" --pp 2 --tp 2 --grad-accum 2
 timeout 60 $MPI -np 8 --oversubscribe "$B" train --model "$W/llama" --data "$W/data" --steps 1 --seq-len 16 \
   --micro-batch 1 --grad-accum 8 --threads 1 --out-dir "$W/big" --pp 8 > "$W/big.log" 2>&1
 rc=$?

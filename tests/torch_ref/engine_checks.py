@@ -247,9 +247,11 @@ def main():
         if "none" in runs:
             compare_training(ck, f"[{tag}] train", runs["none"][0], runs["none"][1], ref_rows, ref_m)
         # ---- 2b. the same training on 2 ranks under tensor + sequence parallelism
-        # (vocabulary-parallel head: VOCAB is odd, so padded) and under a pipeline
-        mpi = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2", exe]
-        for key, extra in (("tp2sp", ["--tp", 2, "--sequence-parallel"]), ("pp2", ["--pp", 2])):
+        # (vocabulary-parallel head: VOCAB is odd, so padded), under a pipeline, and
+        # under both on 4 ranks (TP 2 x PP 2, sequence parallel)
+        for key, np_, extra in (("tp2sp", 2, ["--tp", 2, "--sequence-parallel"]), ("pp2", 2, ["--pp", 2]),
+                                ("tp2pp2", 4, ["--tp", 2, "--pp", 2, "--sequence-parallel"])):
+            mpi = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(np_), exe]
             met = os.path.join(w, f"metrics_{tag}_{key}.jsonl")
             save = os.path.join(w, f"saved_{tag}_{key}")
             label = f"[{tag}] train {' '.join(str(x) for x in extra)}"

@@ -1,0 +1,36 @@
+#!/usr/bin/env python3
+"""Every 'pipeline rank R: N sends (B bytes), M receives (C bytes)' line of a
+training log (engine/schedule_pp.c, one per rank) against `shardlm
+pp-schedule --json` x the steps: the PP communicator's counts and bytes must
+equal the static schedule's (plan/pipeline.c, an independent computation).
+
+usage: pp_counters.py SCHEDULE.json TRAIN.log STEPS   (exit 0: all equal)"""
+import json
+import re
+import sys
+
+
+def main():
+    j = json.load(open(sys.argv[1]))
+    steps = int(sys.argv[3])
+    seen = bad = 0
+    for line in open(sys.argv[2]):
+        m = re.search(r"pipeline rank (\d+): (\d+) sends \((\d+) bytes\), (\d+) receives \((\d+) bytes\)", line)
+        if not m:
+            continue
+        f = j["ranks"][int(m.group(1))]
+        seen += 1
+        want = (f["sends"] * steps, f["send_bytes"] * steps, f["recvs"] * steps, f["recv_bytes"] * steps)
+        got = tuple(int(x) for x in m.groups()[1:])
+        if got != want:
+            print("pipeline rank %s: counters %s, schedule %s" % (m.group(1), got, want))
+            bad = 1
+    if not seen:
+        print("no 'pipeline rank' counter line in " + sys.argv[2])
+        bad = 1
+    print("%d ranks' counters checked against %d steps of the schedule" % (seen, steps))
+    return bad
+
+
+if __name__ == "__main__":
+    sys.exit(main())
