@@ -36,11 +36,11 @@ static int drv_load(void *user, int k) {
   return SL_OK;
 }
 
-static int drv_begin(void *user, sl_model *m, sl_fsdp *f) {
+static int drv_begin(void *user, sl_model *m, sl_fsdp *f, sl_comm *tp) {
   drv *d = user;
   (void)f;
   d->m = m;
-  sl_schedule_cfg sc = {.name = "pp", .pp_plan = d->plan, .pp = d->pp};
+  sl_schedule_cfg sc = {.name = "pp", .pp_plan = d->plan, .pp = d->pp, .tp = tp}; /* the TP norm, as the trainer's */
   int rc = sl_schedule_create(&sc, &d->sched);
   if (!rc) d->nsets = sl_schedule_nacts(d->sched, d->plan->sched.spec.m);
   if (!rc) rc = sl_model_set_nacts(m, d->nsets);
@@ -80,6 +80,7 @@ int sl_pp_engine_check(const sl_model_config *mc, const sl_plan_run *r, const sl
   tc.pp = P;
   tc.pp_virtual = pc->virt > 0 ? pc->virt : 1;
   tc.tp = T;
+  tc.sequence_parallel = r->sequence_parallel;
   tc.grad_accum = r->grad_accum;
   tc.micro_batch = r->micro_batch;
   tc.seq_len = r->seq_len;

@@ -190,7 +190,7 @@ int sl_plan_engine_run_stage(const sl_model_config *cfg, const sl_plan_run *r, i
   int64_t BT = r->micro_batch * r->seq_len;
   if (!rc && !(tok = t.ops->alloc(t.k, (size_t)BT * 4))) rc = SL_ENOMEM;
   int begun = 0;
-  if (!rc && st) begun = !(rc = st->begin(st->user, t.m, t.f));
+  if (!rc && st) begun = !(rc = st->begin(st->user, t.m, t.f, t.tp));
   if (!rc) {
     if (!st) sl_model_set_batch(t.m, tok, tok, 1.0f); /* a stage's driver loads its micro-batches */
     sl_mem_stats st;

@@ -58,8 +58,9 @@ typedef struct {
   const unsigned char *held;  /* (nunits) 1: it holds the parameters (fsdp numel 0 and no optimizer state otherwise) */
   void *user;
   /* after the model, fsdp and the optimizer state exist, before the step:
-   * the activation sets and whatever the driver needs */
-  int (*begin)(void *user, sl_model *m, sl_fsdp *f);
+   * the activation sets and whatever the driver needs; tp: the counting TP
+   * communicator of the stage's TP group (NULL at T = 1) */
+  int (*begin)(void *user, sl_model *m, sl_fsdp *f, sl_comm *tp);
   /* forward + backward of the step's nmicro micro-batches and the global
    * sum of squares of the gradients (the schedule's) */
   int (*step)(void *user, sl_model *m, sl_fsdp *f, int nmicro, double *ss);

@@ -774,11 +774,10 @@ static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_c
 int sl_plan_eval(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x) {
   int rc = (x->tp > 1 || x->pp > 1) ? eval_tppp(m, c, x) : eval_engine(m, c, x);
   if (rc) return rc;
-  /* TP and PP layouts are recommended as runnable (--tp, --pp with 1F1B:
-   * its bubble (P-1)/(m+P-1) of the step and the blocking p2p transfers are
-   * in eval_tppp's time; m is capped in the search). TP x PP is not: train
-   * refuses --tp with --pp on this build (issue 14). */
-  x->needs_mode = x->pp > 1 && x->tp > 1;
+  /* TP, PP and TP x PP layouts are recommended as runnable (--tp, --pp with
+   * 1F1B: its bubble (P-1)/(m+P-1) of the step and the blocking p2p
+   * transfers are in eval_tppp's time; m is capped in the search). */
+  x->needs_mode = 0;
   x->step_s = x->compute_s + x->recompute_s + x->bubble_s + x->exposed_s + x->optim_s + x->offload_s;
   double tokens =
       (double)x->micro_batch * (double)x->grad_accum * (double)c->seq_len * (double)(c->gpus / (x->tp * x->pp));
@@ -889,11 +888,9 @@ static const char *ac_name(sl_actckpt a) {
 static const char *off_name(int o) { return o == SL_PLAN_OFF_NVME ? "nvme" : o == SL_PLAN_OFF_CPU ? "cpu" : "none"; }
 
 void sl_plan_describe(const sl_plan_cand *x, char *buf, size_t cap) {
-  if (x->needs_mode)
-    snprintf(buf, cap,
-             "TP %d x PP %d x DP %d (ZeRO-1), ckpt %s, micro-batch %lld x %lld [not runnable yet: train refuses --tp "
-             "with --pp (issue 14)]",
-             x->tp, x->pp, x->shard_group, ac_name(x->ac), (long long)x->micro_batch, (long long)x->grad_accum);
+  if (x->pp > 1 && x->tp > 1)
+    snprintf(buf, cap, "TP %d x PP %d (1F1B) x DP %d (ZeRO-%d over DP), ckpt %s, micro-batch %lld x %lld", x->tp,
+             x->pp, x->shard_group, x->zero, ac_name(x->ac), (long long)x->micro_batch, (long long)x->grad_accum);
   else if (x->pp > 1)
     snprintf(buf, cap, "PP %d (1F1B) x DP %d (ZeRO-%d over DP), ckpt %s, micro-batch %lld x %lld%s", x->pp,
              x->shard_group, x->zero, ac_name(x->ac), (long long)x->micro_batch, (long long)x->grad_accum,
@@ -916,12 +913,12 @@ static int prefer(const sl_plan_cand *a, const sl_plan_cand *b) {
 }
 
 /* The fastest fitting candidate of a kind: runnable (no pipeline), plain
- * FSDP (TP = PP = 1) or TP x PP (not runnable yet); -1 when none fits. */
+ * FSDP (TP = PP = 1) or TP x PP; -1 when none fits. */
 enum { K_RUNNABLE, K_FSDP, K_PIPELINE };
 static int fastest(const sl_plan_cand *c, int n, int kind) {
   int best = -1;
   for (int i = 0; i < n; i++) {
-    int ok = kind == K_RUNNABLE ? !c[i].needs_mode : kind == K_FSDP ? c[i].tp == 1 && c[i].pp == 1 : c[i].needs_mode;
+    int ok = kind == K_RUNNABLE ? !c[i].needs_mode : kind == K_FSDP ? c[i].tp == 1 && c[i].pp == 1 : c[i].tp > 1 && c[i].pp > 1;
     if (c[i].fits && ok && (best < 0 || c[i].tokens_s > c[best].tokens_s)) best = i;
   }
   return best;
@@ -939,10 +936,8 @@ static size_t comm_bound(char *buf, size_t cap, const sl_plan_cand *x, const cha
 int sl_plan_recommend(const sl_plan_cand *c, int n, const sl_plan_cluster *cl, char *buf, size_t cap) {
   int best = fastest(c, n, K_RUNNABLE), ppbest = fastest(c, n, K_PIPELINE), fsdp = fastest(c, n, K_FSDP);
   if (best < 0) {
-    snprintf(buf, cap, "No configuration the engine can run fits in %.1f GB per GPU%s.", cl->gpu_mem / 1e9,
-             ppbest >= 0 ? "; only TP x PP layouts fit (not runnable yet: train refuses --tp with --pp, issue 14)"
-                         : "");
-    return ppbest;
+    snprintf(buf, cap, "No configuration the engine can run fits in %.1f GB per GPU.", cl->gpu_mem / 1e9);
+    return -1;
   }
   int pick = best;
   for (int i = 0; i < n; i++)

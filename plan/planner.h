@@ -164,7 +164,7 @@ typedef struct {
   sl_actckpt ac;
   int64_t micro_batch, grad_accum; /* per GPU; grad_accum = micro-batches per step */
   int sync_accum;
-  int needs_mode; /* 1: needs --tp/--pp (not in this engine yet) */
+  int needs_mode; /* 1: needs a mode train does not have (none since TP x PP trains; kept in the JSON) */
   /* memory per GPU (bytes) */
   double mem[SL_ARENA_COUNT];
   double gpu_total, host_per_gpu, nvme_per_gpu;

@@ -205,24 +205,25 @@ static void test_recommendations(const char *dir) {
   int fsdp = -1, best_pp = -1;
   for (int i = 0; i < n; i++) {
     if (v[i].fits && v[i].tp == 1 && v[i].pp == 1 && fsdp < 0) fsdp = i;
-    if (v[i].fits && v[i].needs_mode && best_pp < 0) best_pp = i;
+    if (v[i].fits && v[i].tp > 1 && v[i].pp > 1 && best_pp < 0) best_pp = i;
   }
   CHECK(fsdp >= 0 && v[fsdp].zero == 3 && v[fsdp].comm_compute_ratio > 1.0, "70B: full sharding not comm-bound (%.2f)",
         fsdp >= 0 ? v[fsdp].comm_compute_ratio : -1.0);
   CHECK(pick >= 0 && fsdp >= 0 && v[pick].tokens_s > 1.2 * v[fsdp].tokens_s, "70B: TP layout not faster than ZeRO-3");
   CHECK(strstr(why, "communication-bound") != NULL, "70B text lacks communication-bound: %s", why);
   /* pipelines: m in [P, 8 P] micro-batches (an unchecked model once
-   * recommended 512 and 1024); TP x PP is not runnable on this build, pure
-   * PP is (--pp P --pp-schedule 1f1b) */
+   * recommended 512 and 1024); every candidate is runnable (TP x PP and pure
+   * PP with --pp P --pp-schedule 1f1b) */
   int badm = 0, badrun = 0;
   for (int i = 0; i < n; i++) {
     if (v[i].pp > 1 && (v[i].grad_accum < v[i].pp || v[i].grad_accum > 8 * v[i].pp)) badm++;
-    if (v[i].needs_mode != (v[i].pp > 1 && v[i].tp > 1)) badrun++;
+    if (v[i].needs_mode) badrun++;
   }
   CHECK(badm == 0 && badrun == 0, "70B: %d pipelines with m outside [P, 8P], %d with a wrong runnable flag", badm,
         badrun);
   CHECK(best_pp >= 0 && v[best_pp].pp > 1, "no fitting pipeline layout");
-  CHECK(best_pp < 0 || v[best_pp].tokens_s < v[pick].tokens_s, "70B: a TP x PP layout beats the recommendation");
+  /* the pick is the fastest runnable candidate, or one within 3% preferred for memory/offload */
+  CHECK(best_pp < 0 || v[best_pp].tokens_s * 0.97 <= v[pick].tokens_s, "70B: a TP x PP layout beats the recommendation");
   if (best_pp >= 0) {
     char d[512];
     sl_plan_describe(&v[best_pp], d, sizeof d);

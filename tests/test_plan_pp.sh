@@ -136,6 +136,9 @@ acts_case f3_z1 3 1f1b
 run_case i2v2_z3 llama 2 2 interleaved --pp-virtual 2 --zero 3
 run_case d2p2_z3 llama 4 2 1f1b --zero 3
 run_case tied_f2_z1 tied 2 2 1f1b --zero 1
+# TP x PP (world = TP x DP x PP): TP 2 x PP 2 with sequence parallelism (the boundary is the s/T slice), and at ZeRO-3
+run_case t2p2_sp llama 4 2 1f1b --tp 2 --sequence-parallel --zero 1
+run_case t2p2_z3 llama 4 2 1f1b --tp 2 --zero 3
 
 # negative control: a gpipe prediction (4 micro-batches in flight) must not match the 1f1b run (2)
 if [ -f "$work/f2_z3.jsonl" ] && "$BIN" plan --engine-check --model "$work/llama" --world 2 --seq-len 16 \

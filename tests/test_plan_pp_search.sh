@@ -8,7 +8,7 @@
 # bubble_s / (compute + bubble), equals (P-1)/(m+P-1) and the idle share of
 # the static schedule that `train --pp-dry-run` prints for the same command
 # (plan/pipeline.c, an independent computation). TP x PP candidates are
-# marked not runnable (train refuses --tp with --pp on this build).
+# runnable too: their command carries --tp T --pp P.
 # Env: SL_BUILD (CLI at $SL_BUILD/shardlm), SL_SRC (source root).
 set -u
 BIN=${SL_BUILD:?}/shardlm
@@ -32,7 +32,7 @@ if ! "$BIN" plan --model "$work/llama" --gpus 4 --gpu-mem 80G --seq-len 16 --glo
     --top 1000 --json > "$work/plan.json" 2> "$work/plan.err"; then
   bad "plan failed"; cat "$work/plan.err"; echo "$pass passed, $fail failed"; exit 1
 fi
-# every PP candidate: m in [P, 8P]; pure PP runnable with a --pp command, TP x PP not
+# every PP candidate: m in [P, 8P]; runnable with a --pp command (and --tp T for TP x PP)
 out=$("$PY" - "$work/plan.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
@@ -44,8 +44,10 @@ for c in j["candidates"]:
     P, m = c["pp"], c["grad_accum"]
     if not P <= m <= 8 * P:
         bad.append("m %d at P %d" % (m, P))
-    if c["runnable"] != (c["tp"] == 1):
-        bad.append("runnable %s at TP %d x PP %d" % (c["runnable"], c["tp"], P))
+    if not c["runnable"]:
+        bad.append("not runnable at TP %d x PP %d" % (c["tp"], P))
+    if c["tp"] > 1 and "--tp %d " % c["tp"] not in c.get("command", ""):
+        bad.append("command without --tp: %r" % c.get("command"))
     if c["runnable"] and "--pp %d --pp-schedule 1f1b" % P not in c.get("command", ""):
         bad.append("command %r" % c.get("command"))
     bubble = c["bubble_s"] / (c["compute_s"] + c["recompute_s"] + c["bubble_s"])

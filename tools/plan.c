@@ -70,8 +70,7 @@ static const char *off_str(int o) { return o == 2 ? "nvme" : o == 1 ? "cpu" : "-
 
 /* The shardlm train command line of a runnable candidate (every rank of the
  * cluster under mpirun; --micro-batch and --grad-accum are per rank).
- * PP layouts run with 1F1B; TP x PP are not recommended as runnable yet
- * (train refuses --tp with --pp; plan/planner.c, needs_mode). */
+ * PP and TP x PP layouts run with 1F1B. */
 static void train_command(const sl_plan_cand *x, const char *model, const sl_plan_cluster *c, char *buf, size_t cap) {
   size_t o = (size_t)snprintf(buf, cap, "mpirun -np %d shardlm train --model %s --seq-len %lld", c->gpus, model,
                               (long long)c->seq_len);
@@ -419,9 +418,9 @@ static int run_plan(int argc, char **argv) {
     for (int i = 0; i < shown; i++) {
       const sl_plan_cand *x = &v[i];
       char cfg[64];
-      if (x->needs_mode)
-        snprintf(cfg, sizeof cfg, "TP%dPP%dDP%d Z1 %s %lldx%lld*", x->tp, x->pp, x->shard_group, ac_str(x->ac),
-                 (long long)x->micro_batch, (long long)x->grad_accum);
+      if (x->pp > 1 && x->tp > 1)
+        snprintf(cfg, sizeof cfg, "TP%dPP%dDP%d Z%d %s %lldx%lld", x->tp, x->pp, x->shard_group, x->zero,
+                 ac_str(x->ac), (long long)x->micro_batch, (long long)x->grad_accum);
       else if (x->pp > 1)
         snprintf(cfg, sizeof cfg, "PP%dDP%d Z%d %s %lldx%lld", x->pp, x->shard_group, x->zero, ac_str(x->ac),
                  (long long)x->micro_batch, (long long)x->grad_accum);
@@ -440,8 +439,7 @@ static int run_plan(int argc, char **argv) {
              x->fits ? "yes" : "no", cfg, x->gpu_total / 1e9, x->host_per_gpu / 1e9, cb / 1e9, cs, x->exposed_s,
              x->compute_s + x->recompute_s, x->step_s, x->tokens_s, 100 * x->mfu, i == pick ? "  <= recommended" : "");
     }
-    printf("(%d candidates; * = not runnable yet: train refuses --tp with --pp (issue 14); o: optimizer offload, +p: "
-           "parameters too)\n",
+    printf("(%d candidates; o: optimizer offload, +p: parameters too)\n",
            n);
     if (pick >= shown) {
       char d[512];
