@@ -20,8 +20,11 @@
  *                unit's stash kept with mb's set; W(mb) the weight half
  *                (bwd_weight) as the FSDP micro-batch begin_micro / bwd_acquire
  *                / bwd_release / end_micro, after which mb's set is free.
- * Sends and receives block until done (the builder proved the lists cannot
- * deadlock under that rule). Each B (W under zb1p) is one "micro-batch" of
+ * Transfers overlap compute: a send is posted and completes before the
+ * second compute op after it; the receives before the next compute op are
+ * posted before the current one runs (wait_sends, post_recv; docs/pipeline.md
+ * "Transfers overlap compute" for why the builder's deadlock proof still
+ * holds). Each B (W under zb1p) is one "micro-batch" of
  * the FSDP runtime (the step's k-th of n = m*V): with per-micro-batch reduction
  * (the default) every unit's gradient accumulates in the order of its
  * micro-batches, as in one process, so losses and weights are bit-identical
@@ -41,6 +44,7 @@
  */
 #include "engine/schedule_pp.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +143,17 @@ done:
 }
 
 /* ---- the executor ------------------------------------------------------------- */
+/* A send in flight: posted at its SEND op, completed before the second
+ * compute op after it starts (so it overlaps at least one compute op), and
+ * before the backward of its micro-batch for an activation (its buffer is
+ * the set's residual stream). */
+typedef struct {
+  sl_comm_req *r;
+  float *buf; /* a gradient's staging buffer (back to the pool when done); NULL: an activation */
+  int64_t at; /* compute ops started when it was posted */
+  int mb;
+} pend_send;
+
 typedef struct {
   const sl_pp_plan *pl; /* borrowed (the trainer's) */
   sl_comm *pp;          /* borrowed */
@@ -155,9 +170,12 @@ typedef struct {
   int64_t tied_n;
   sl_comm_req **tied_req; /* (m) */
   float **stash;          /* zb1p: (nsets * nunits) what unit u's B keeps for its W, per set (acts arena) */
-  int64_t steps;          /* run_step calls */
-  uint64_t xfer[2][2];    /* [send, recv][calls, bytes] on the PP comm inside run_step, all steps */
-  const sl_ops *ops;      /* of the staging buffers (pool, tied) */
+  sl_comm_req **rreq;     /* (nops of this rank) a receive posted ahead of its RECV op, NULL */
+  pend_send *pend;        /* (nops) sends in flight */
+  int npend;
+  int64_t steps;       /* run_step calls */
+  uint64_t xfer[2][2]; /* [send, recv][calls, bytes] on the PP comm inside run_step, all steps */
+  const sl_ops *ops;   /* of the staging buffers (pool, tied) */
   sl_kctx *k;
 } pp_state;
 
@@ -451,6 +469,84 @@ static int tied_wait_all(pp_state *st, int m) {
   return rc;
 }
 
+/* ---- asynchronous transfers ------------------------------------------------- */
+/* Posts the receive of RECV op i into a staging buffer (ain or gin of its
+ * micro-batch and chunk): at the op, or ahead of it while the compute op
+ * before it runs. Receives are posted in list order, so messages of one
+ * peer and tag still match in the order the builder proved. */
+static int post_recv(pp_state *st, const sl_step_ctx *c, int i) {
+  const sl_pp_plan *pl = st->pl;
+  const sl_pp_op *o = &pl->sched.ops[pl->rank][i];
+  int vs = o->chunk * pl->P + pl->rank, slot = o->mb * pl->V + o->chunk, act = o->dir == SL_PP_ACT;
+  float *b = pool_get(st, c), *a, *d;
+  int64_t n = pl->bnd;
+  if (!b) return sl_fail(SL_ENOMEM, "out of memory for a pipeline transfer buffer");
+  if (act) st->ain[slot] = b;
+  else st->gin[slot] = b;
+  int rc = act ? sl_model_boundary(c->m, pl->first[vs], &a, &d, &n) : SL_OK; /* n: the stream's size (any set) */
+  if (!rc && sl_comm_recv(st->pp, b, n, SL_F32, o->peer, act ? TAG_ACT : TAG_GRAD, &st->rreq[i]) != SL_COMM_OK)
+    rc = comm_rc("receive", o->mb);
+  return rc;
+}
+
+/* RECV op i: its receive (posted now if not yet), complete. */
+static int finish_recv(pp_state *st, const sl_step_ctx *c, int i) {
+  int rc = st->rreq[i] ? SL_OK : post_recv(st, c, i);
+  sl_comm_req *r = st->rreq[i];
+  st->rreq[i] = NULL;
+  if (!rc && sl_comm_wait(r) != SL_COMM_OK) rc = comm_rc("receive", st->pl->sched.ops[st->pl->rank][i].mb);
+  return rc;
+}
+
+/* SEND op i: posted, not waited (wait_sends completes it). An activation
+ * goes from mb's set (the residual stream at the next stage's first unit), a
+ * gradient from the staging buffer its B filled. */
+static int post_send(pp_state *st, const sl_step_ctx *c, int i, int64_t ncomp, int *next_load) {
+  const sl_pp_plan *pl = st->pl;
+  const sl_pp_op *o = &pl->sched.ops[pl->rank][i];
+  int vs = o->chunk * pl->P + pl->rank, slot = o->mb * pl->V + o->chunk, act = o->dir == SL_PP_ACT, rc = SL_OK;
+  pend_send *q = &st->pend[st->npend];
+  *q = (pend_send){.at = ncomp, .mb = o->mb};
+  float *buf = NULL, *d;
+  int64_t n = pl->bnd;
+  if (act) {
+    rc = use_mb(st, c, o->mb, next_load);
+    if (!rc) rc = sl_model_boundary(c->m, pl->first[vs + 1], &buf, &d, &n);
+  } else if (!(buf = q->buf = st->gout[slot])) {
+    rc = sl_fail(SL_EINTERNAL, "pipeline: gradient of micro-batch %d sent before its backward", o->mb);
+  }
+  if (rc) return rc;
+  st->gout[slot] = act ? st->gout[slot] : NULL;
+  if (sl_comm_send(st->pp, buf, n, SL_F32, o->peer, act ? TAG_ACT : TAG_GRAD, &q->r) != SL_COMM_OK) {
+    if (q->buf) (void)pool_put(st, q->buf);
+    return comm_rc("send", o->mb);
+  }
+  st->npend++;
+  return SL_OK;
+}
+
+/* Completes the sends in flight posted before compute op `before` started,
+ * and every activation send of micro-batch mb (>= 0: its backward is next,
+ * its set may be reused after it); a gradient's buffer returns to the pool.
+ * Which sends complete where depends on the op list only, never on timing,
+ * so the staging pool (workspace arena) is the same in every run. */
+static int wait_sends(pp_state *st, int64_t before, int mb) {
+  int rc = SL_OK, k = 0;
+  for (int j = 0; j < st->npend; j++) {
+    pend_send q = st->pend[j];
+    if (q.at < before || (q.mb == mb && !q.buf)) {
+      if (sl_comm_wait(q.r) != SL_COMM_OK && !rc) rc = comm_rc("send", q.mb);
+      if (q.buf && pool_put(st, q.buf) != SL_OK && !rc) rc = sl_fail(SL_ENOMEM, "out of memory");
+    } else {
+      st->pend[k++] = q;
+    }
+  }
+  st->npend = k;
+  return rc;
+}
+
+static int is_compute(const sl_pp_op *o) { return o->kind == SL_PP_F || o->kind == SL_PP_B || o->kind == SL_PP_W; }
+
 static int pp_run_step(sl_schedule *s, const sl_step_ctx *c, sl_step_result *out) {
   pp_state *st = s->priv;
   const sl_pp_plan *pl = st->pl;
@@ -466,11 +562,17 @@ static int pp_run_step(sl_schedule *s, const sl_step_ctx *c, sl_step_result *out
       if (sl_comm_recv(st->pp, st->tied[k], st->tied_n, SL_F32, pl->P - 1, TAG_TIED, &st->tied_req[k]) != SL_COMM_OK)
         rc = comm_rc("tied-gradient receive", k);
   const sl_pp_op *ops = pl->sched.ops[pl->rank];
-  for (int i = 0; i < pl->sched.nops[pl->rank] && !rc; i++) {
+  int nops = pl->sched.nops[pl->rank];
+  int64_t ncomp = 0; /* compute ops started */
+  for (int i = 0; i < nops && !rc; i++) {
     const sl_pp_op *o = &ops[i];
     int vs = o->chunk * pl->P + pl->rank;
-    float *act, *dres;
-    int64_t n;
+    if (is_compute(o)) { /* sends of two ops ago complete; the next compute op's receives are posted */
+      rc = wait_sends(st, ncomp++, o->kind == SL_PP_F ? -1 : o->mb);
+      for (int j = i + 1; j < nops && !is_compute(&ops[j]) && !rc; j++)
+        if (ops[j].kind == SL_PP_RECV && !st->rreq[j]) rc = post_recv(st, c, j);
+      if (rc) break;
+    }
     switch (o->kind) {
     case SL_PP_F:
       rc = use_mb(st, c, o->mb, &next_load);
@@ -485,36 +587,13 @@ static int pp_run_step(sl_schedule *s, const sl_step_ctx *c, sl_step_result *out
       rc = use_mb(st, c, o->mb, &next_load);
       if (!rc) rc = zb_weight(st, c, o->mb, kw++, nb);
       break;
-    case SL_PP_RECV:
-      if (o->dir == SL_PP_ACT) { /* staged until F; n: the residual stream's size (of any set) */
-        float *b = pool_get(st, c);
-        if (!b) rc = sl_fail(SL_ENOMEM, "out of memory for a pipeline transfer buffer");
-        else st->ain[o->mb * V + o->chunk] = b;
-        if (!rc) rc = sl_model_boundary(c->m, pl->first[vs], &act, &dres, &n);
-        if (!rc) rc = xfer(st, 0, b, n, o->peer, TAG_ACT, o->mb);
-      } else {
-        float *b = pool_get(st, c);
-        if (!b) rc = sl_fail(SL_ENOMEM, "out of memory for a pipeline transfer buffer");
-        else st->gin[o->mb * V + o->chunk] = b;
-        if (!rc) rc = xfer(st, 0, b, pl->bnd, o->peer, TAG_GRAD, o->mb);
-      }
-      break;
-    case SL_PP_SEND:
-      if (o->dir == SL_PP_ACT) { /* the residual stream at the next stage's first unit */
-        rc = use_mb(st, c, o->mb, &next_load);
-        if (!rc) rc = sl_model_boundary(c->m, pl->first[vs + 1], &act, &dres, &n);
-        if (!rc) rc = xfer(st, 1, act, n, o->peer, TAG_ACT, o->mb);
-      } else {
-        float **b = &st->gout[o->mb * V + o->chunk];
-        if (!*b) rc = sl_fail(SL_EINTERNAL, "pipeline: gradient of micro-batch %d sent before its backward", o->mb);
-        if (!rc) rc = xfer(st, 1, *b, pl->bnd, o->peer, TAG_GRAD, o->mb);
-        if (!rc) rc = pool_put(st, *b);
-        if (!rc) *b = NULL;
-      }
-      break;
+    case SL_PP_RECV: rc = finish_recv(st, c, i); break;
+    case SL_PP_SEND: rc = post_send(st, c, i, ncomp, &next_load); break;
     default: rc = sl_fail(SL_EINTERNAL, "pipeline: op kind %d not executed", o->kind);
     }
   }
+  int rc4 = wait_sends(st, INT64_MAX, -1); /* the step's last sends (also after a failure: their buffers) */
+  if (!rc) rc = rc4;
   int rc2 = tied_wait_all(st, m);
   int rc3 = sl_fsdp_hold_params(c->f, 0); /* the step's gathered parameters go */
   if (!rc2) rc2 = rc3;
@@ -613,6 +692,8 @@ static void pp_destroy(sl_schedule *s) {
   free(st->set_of);
   free(st->free_set);
   free(st->gin);
+  free(st->rreq);
+  free(st->pend);
   free(st->gout);
   free(st->ain);
   free(st->pool);
@@ -646,11 +727,15 @@ int sl_schedule_pp_create(const sl_pp_plan *plan, sl_comm *pp, sl_comm *tp, sl_s
   st->set_of = calloc((size_t)m, sizeof(int));
   st->free_set = calloc((size_t)(st->nsets > 0 ? st->nsets : 1), sizeof(int));
   st->gin = calloc((size_t)mv, sizeof(float *));
+  int nops = plan->sched.nops[plan->rank] > 0 ? plan->sched.nops[plan->rank] : 1;
+  st->rreq = calloc((size_t)nops, sizeof(sl_comm_req *));
+  st->pend = calloc((size_t)nops, sizeof(pend_send));
   st->gout = calloc((size_t)mv, sizeof(float *));
   st->ain = calloc((size_t)mv, sizeof(float *));
   st->tied = calloc((size_t)m, sizeof(float *));
   st->tied_req = calloc((size_t)m, sizeof(sl_comm_req *));
-  if (st->nsets < 0 || !st->set_of || !st->free_set || !st->gin || !st->gout || !st->ain || !st->tied || !st->tied_req)
+  if (st->nsets < 0 || !st->set_of || !st->free_set || !st->gin || !st->gout || !st->ain || !st->tied ||
+      !st->tied_req || !st->rreq || !st->pend)
     return sl_fail(SL_ENOMEM, "out of memory");
   return SL_OK;
 }

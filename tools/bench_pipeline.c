@@ -59,7 +59,8 @@ static void usage(FILE *f) {
       "Every rank walks its op list from the schedule builder: F/B/W take cost x f-ms / V (clock: busy-wait\n"
       "on the clock; loop: a calibrated arithmetic loop; sleep: sleep to the deadline; auto: clock when the\n"
       "ranks leave a core free for the comm progress threads, else sleep), SEND/RECV move --bytes through\n"
-      "sl_comm_send/recv.\n"
+      "sl_comm_send/recv; --overlap-sends transfers as training does (engine/schedule_pp.c): a send completes\n"
+      "before the second compute op after it, the receives of the next compute op are posted before this one.\n"
       "Prints per rank the predicted (unit-cost) and measured idle fraction, their ratio, the transfers\n"
       "against the comm counters, and one JSON line per schedule. Median of --steps after one warm-up.\n"
       "Op costs in units of f-ms as in shardlm pp-schedule (default F 1, B 2; zb1p F 1, B 1, W 1; W zb1p only).\n"
@@ -200,41 +201,68 @@ typedef struct {
   double busy_ns, wait_ns, dur_ns;
 } step_fig;
 
-/* Walks rank w->r's list once. Sends wait for completion unless `overlap`
- * (then they complete at the end of the step, still inside it). */
+/* Walks rank w->r's list once. Without `overlap` every transfer waits for
+ * completion at its op. With it, as the training executor does
+ * (engine/schedule_pp.c): a send is posted and completes before the second
+ * compute op after it starts; the receives between a compute op and the next
+ * are posted before that compute op runs and completed at their own op; the
+ * step ends when every send has. pend: (2 nops) requests. */
+static int xfer_fail(const walker *w, int i, const char *what) {
+  char d[96];
+  sl_pp_op_str(w->s, &w->s->ops[w->r][i], d, sizeof d);
+  fprintf(stderr, "shardlm bench pipeline: rank %d op %d (%s): %s: %s\n", w->r, i, d, what, sl_comm_last_error());
+  return 1;
+}
+
+static int post(const walker *w, sl_comm *c, int i, sl_comm_req **q) {
+  const sl_pp_op *o = &w->s->ops[w->r][i];
+  return o->kind == SL_PP_SEND ? sl_comm_send(c, w->buf[i], o->bytes, SL_U8, o->peer, o->dir, q)
+                               : sl_comm_recv(c, w->buf[i], o->bytes, SL_U8, o->peer, o->dir, q);
+}
+
 static int walk(const walker *w, sl_comm *c, int overlap, sl_comm_req **pend, step_fig *out) {
   const sl_pp_sched *s = w->s;
   const sl_pp_op *ops = s->ops[w->r];
-  int np = 0;
+  int n = s->nops[w->r], np = 0;
+  sl_comm_req **rq = pend + n; /* receives posted ahead, by op */
+  int64_t *at = calloc((size_t)(n ? n : 1), sizeof *at), ncomp = 0;
+  if (!at) return 1;
+  for (int i = 0; i < n; i++) rq[i] = NULL;
   memset(out, 0, sizeof *out);
   uint64_t t0 = sl_now_ns();
-  for (int i = 0; i < s->nops[w->r]; i++) {
+  int bad = 0;
+  for (int i = 0; i < n && !bad; i++) {
     const sl_pp_op *o = &ops[i];
+    uint64_t t = sl_now_ns();
     if (o->kind <= SL_PP_W) {
+      if (overlap) {
+        int k = 0;
+        for (int j = 0; j < np && !bad; j++)
+          if (at[j] < ncomp) bad = sl_comm_wait(pend[j]) != SL_COMM_OK && xfer_fail(w, i, "a send");
+          else pend[k] = pend[j], at[k++] = at[j];
+        np = k;
+        ncomp++;
+        for (int j = i + 1; j < n && ops[j].kind > SL_PP_W && !bad; j++)
+          if (ops[j].kind == SL_PP_RECV && !rq[j]) bad = post(w, c, j, &rq[j]) != SL_COMM_OK && xfer_fail(w, j, "post");
+        out->wait_ns += (double)(sl_now_ns() - t);
+      }
       int64_t cost = o->kind == SL_PP_F ? s->spec.cost_f : o->kind == SL_PP_B ? s->spec.cost_b : s->spec.cost_w;
       out->busy_ns += compute(w, (double)cost * w->unit_ns);
       continue;
     }
-    uint64_t t = sl_now_ns();
-    sl_comm_req *q = NULL;
-    int rc = o->kind == SL_PP_SEND ? sl_comm_send(c, w->buf[i], o->bytes, SL_U8, o->peer, o->dir, &q)
-                                   : sl_comm_recv(c, w->buf[i], o->bytes, SL_U8, o->peer, o->dir, &q);
-    if (rc == SL_COMM_OK && o->kind == SL_PP_SEND && overlap) pend[np++] = q;
+    sl_comm_req *q = rq[i];
+    rq[i] = NULL;
+    int rc = q ? SL_COMM_OK : post(w, c, i, &q);
+    if (rc == SL_COMM_OK && o->kind == SL_PP_SEND && overlap) pend[np] = q, at[np++] = ncomp;
     else if (rc == SL_COMM_OK) rc = sl_comm_wait(q);
-    if (rc != SL_COMM_OK) {
-      char d[96];
-      sl_pp_op_str(s, o, d, sizeof d);
-      fprintf(stderr, "shardlm bench pipeline: rank %d op %d (%s): %s\n", w->r, i, d, sl_comm_last_error());
-      return 1;
-    }
+    if (rc != SL_COMM_OK) bad = xfer_fail(w, i, "transfer");
     out->wait_ns += (double)(sl_now_ns() - t);
   }
   uint64_t t = sl_now_ns();
-  for (int i = 0; i < np; i++)
-    if (sl_comm_wait(pend[i]) != SL_COMM_OK) {
-      fprintf(stderr, "shardlm bench pipeline: rank %d: a send failed: %s\n", w->r, sl_comm_last_error());
-      return 1;
-    }
+  for (int i = 0; i < np && !bad; i++)
+    if (sl_comm_wait(pend[i]) != SL_COMM_OK) bad = xfer_fail(w, n - 1, "a send");
+  free(at);
+  if (bad) return 1;
   uint64_t t1 = sl_now_ns();
   out->wait_ns += (double)(t1 - t);
   out->dur_ns = (double)(t1 - t0);
@@ -394,7 +422,7 @@ static int run_one(const bp_args *a, sl_pp_kind kind, sl_comm *c, double loop_pe
   }
   walker w = {.s = &s, .r = r, .unit_ns = a->f_ms * 1e6 / V, .loop_per_ns = loop_per_ns, .mode = mode};
   w.buf = calloc((size_t)(n ? n : 1), sizeof *w.buf);
-  sl_comm_req **pend = calloc((size_t)(n ? n : 1), sizeof *pend);
+  sl_comm_req **pend = calloc((size_t)(2 * n + 1), sizeof *pend);
   double *fig = calloc((size_t)(3 * P * k), sizeof(double)), mine[3];
   int64_t cnt[6], *all_cnt = calloc((size_t)(6 * P), sizeof(int64_t)), bad = 0, all_bad = 0;
   int fail = !w.buf || !pend || !fig || !all_cnt;
