@@ -14,15 +14,8 @@
 # Also the schedule's SVG: pipeline.svg next to metrics.svg in a training
 # run and from `train --pp-dry-run`, well-formed, equal to `shardlm
 # pp-schedule --svg`'s, with its bubble (docs/pipeline.md).
-set -u
-B=${SL_BUILD:?}/shardlm
-[ -x "$B" ] || exit 77
-/usr/bin/python3 -c "import numpy" 2>/dev/null || exit 77
-command -v mpirun > /dev/null || exit 77
-W=$(mktemp -d /tmp/sl-ppm.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-CMP="/usr/bin/python3 ${SL_SRC:?}/tests/lib/compare.py"
-MPI="mpirun --allow-run-as-root --oversubscribe --bind-to none"
+# shellcheck source=tests/lib/parity.sh
+source "${SL_SRC:?}/tests/lib/parity.sh" ppm # B W CMP MPI ok bad (run and check are this file's)
 mkdir -p "$W/llama"
 cat > "$W/llama/config.json" <<'J'
 {"architectures": ["LlamaForCausalLM"], "hidden_size": 32, "intermediate_size": 64,
@@ -30,9 +23,6 @@ cat > "$W/llama/config.json" <<'J'
  "vocab_size": 300, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false}
 J
 "$B" prepare --input "$SL_SRC/configs/corpus.txt" --output "$W/data" > /dev/null || exit 1
-pass=0; fail=0
-ok() { pass=$((pass+1)); echo "ok   $*"; }
-bad() { fail=$((fail+1)); echo "FAIL $*"; }
 run() { # name world accum [flags...]
   local name=$1 np=$2 ga=$3; shift 3
   timeout 120 $MPI -np "$np" "$B" train --model "$W/llama" --data "$W/data" --data-order sequential \

@@ -25,8 +25,8 @@ def main():
         if got != want:
             print("pipeline rank %s: counters %s, schedule %s" % (m.group(1), got, want))
             bad = 1
-    if not seen:
-        print("no 'pipeline rank' counter line in " + sys.argv[2])
+    if seen != len(j["ranks"]):
+        print("%d 'pipeline rank' counter lines in %s, %d ranks in the schedule" % (seen, sys.argv[2], len(j["ranks"])))
         bad = 1
     print("%d ranks' counters checked against %d steps of the schedule" % (seen, steps))
     return bad
