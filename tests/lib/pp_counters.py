@@ -13,20 +13,21 @@ import sys
 def main():
     j = json.load(open(sys.argv[1]))
     steps = int(sys.argv[3])
-    seen = bad = 0
+    seen, ranks, bad = 0, set(), 0
     for line in open(sys.argv[2]):
         m = re.search(r"pipeline rank (\d+): (\d+) sends \((\d+) bytes\), (\d+) receives \((\d+) bytes\)", line)
         if not m:
             continue
         f = j["ranks"][int(m.group(1))]
         seen += 1
+        ranks.add(int(m.group(1)))
         want = (f["sends"] * steps, f["send_bytes"] * steps, f["recvs"] * steps, f["recv_bytes"] * steps)
         got = tuple(int(x) for x in m.groups()[1:])
         if got != want:
             print("pipeline rank %s: counters %s, schedule %s" % (m.group(1), got, want))
             bad = 1
-    if seen != len(j["ranks"]):
-        print("%d 'pipeline rank' counter lines in %s, %d ranks in the schedule" % (seen, sys.argv[2], len(j["ranks"])))
+    if len(ranks) != len(j["ranks"]):  # every PP rank (each DP x TP replica of a stage logs its own line)
+        print("counter lines of PP ranks %s in %s, %d ranks in the schedule" % (sorted(ranks), sys.argv[2], len(j["ranks"])))
         bad = 1
     print("%d ranks' counters checked against %d steps of the schedule" % (seen, steps))
     return bad
