@@ -11,6 +11,10 @@
  * logits again, tile by tile) and the final norm's weight gradient
  * (rmsnorm_bwd with the input gradient NULL): each the same kernel on the
  * same inputs as sl_lm_head_bwd's, the same bits.
+ * Under tensor parallelism the loss-parallel head (sl_lm_head_vp_bwd,
+ * models/vocab_parallel.c) splits the same way: its input half also sums
+ * the norm-output gradient over the TP group (the head's only backward
+ * collective); its weight half has none.
  */
 #include "base/base.h"
 #include "models/model.h"
