@@ -742,8 +742,9 @@ int sl_schedule_pp_create(const sl_pp_plan *plan, sl_comm *pp, sl_comm *tp, sl_s
 
 /* ---- the plan of a training run ------------------------------------------------ */
 /* zb1p runs the split backward of models/model.h (bwd_input / bwd_weight):
- * not under tensor parallelism, nor for Mamba with --no-sync-accum
- * (models/mamba_split.c). */
+ * not for Mamba with --no-sync-accum (models/mamba_split.c). Under --tp the
+ * TP ranks of a stage run the same op list in the same order, so their B
+ * and W ops meet in the same collectives. */
 static int zb_refusal(const sl_train_cfg *c, const sl_model_config *mc) {
   if (strcmp(c->pp_schedule, "zb1p")) return SL_OK;
   if (mc->arch == SL_ARCH_MAMBA && c->no_sync_accum)
@@ -751,11 +752,6 @@ static int zb_refusal(const sl_train_cfg *c, const sl_model_config *mc) {
                    "--pp-schedule zb1p with --no-sync-accum: not supported for %s (its scan's parameter gradients "
                    "are added to the step's sum in another order); drop --no-sync-accum or use --pp-schedule 1f1b",
                    mc->arch_name);
-  if (c->tp > 1)
-    return sl_fail(SL_EINPUT,
-                   "--pp-schedule zb1p with --tp %lld: not supported (the split backward runs without tensor "
-                   "parallelism); use --pp-schedule 1f1b",
-                   (long long)c->tp);
   return SL_OK;
 }
 

@@ -58,7 +58,7 @@ void sl_pp_plan_free(sl_pp_plan *p); /* NULL ok */
 /* The plan of rank `rank` (PP coordinate) of a training run, NULL at
  * --pp 1; refuses (SL_EINPUT) what the executor does not support yet:
  * a device backend, --no-sync-accum with chunks or tied embeddings,
- * --offload-params; under zb1p --tp > 1 and Mamba with --no-sync-accum. */
+ * --offload-params; under zb1p Mamba with --no-sync-accum. */
 int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int rank, int device, sl_pp_plan **out);
 
 /* Saving the model: unit u's full values (n floats in flat) reach world

@@ -201,6 +201,14 @@ static int llama_bwd(sl_model *m, int u, const float *flat, float *grads) {
   return sp_norm_grad_sum(m, p, (float *)g.ln2);
 }
 
+/* llama_bwd's TP collectives, for its split (models/llama_split.c). */
+int sl_llama_sp_gather(sl_model *m, const float *rows, float *all) { return sp_gather(m, m->priv, rows, all); }
+int sl_llama_row_parallel_sum(sl_model *m, float *part, float *rows) {
+  return row_parallel_sum(m, m->priv, part, rows);
+}
+int sl_llama_kv_grad_sum(sl_model *m, float *gkv) { return kv_grad_sum(m, m->priv, gkv); }
+int sl_llama_sp_norm_grad_sum(sl_model *m, float *g) { return sp_norm_grad_sum(m, m->priv, g); }
+
 /* What activation checkpointing recomputes before block u's backward (both
  * halves of the split backward run it: models/llama_split.c). */
 int sl_llama_recompute(sl_model *m, int u, const float *flat) {

@@ -73,6 +73,15 @@ static inline blockw block_views(const llama_priv *p, const float *flat) {
 /* Activation checkpointing's recomputation before block u's backward
  * (models/llama.c). */
 int sl_llama_recompute(sl_model *m, int u, const float *flat);
+/* llama_bwd's tensor-parallel collectives (models/llama.c): sequence
+ * parallelism's all-gather of the (n, C) rows into (N, C); a row-parallel
+ * GEMM's partial sums into this rank's rows (reduce-scatter under sp, else an
+ * all-reduce in place); a replicated k/v slice's gradient summed over the
+ * ranks sharing it; a norm's weight gradient summed over TP under sp. */
+int sl_llama_sp_gather(sl_model *m, const float *rows, float *all);
+int sl_llama_row_parallel_sum(sl_model *m, float *part, float *rows);
+int sl_llama_kv_grad_sum(sl_model *m, float *gkv);
+int sl_llama_sp_norm_grad_sum(sl_model *m, float *g);
 int64_t sl_llama_stash_numel(const sl_model *m, int u);
 int sl_llama_bwd_input(sl_model *m, int u, const float *flat, float *stash, float *tied);
 int sl_llama_bwd_weight(sl_model *m, int u, const float *flat, float *grads, const float *stash);

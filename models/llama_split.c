@@ -28,19 +28,20 @@
  * attention core under selective, the whole block under full) lives in
  * buffers every layer and set shares, so B and W each recompute it (the
  * same kernels on the same inputs: the same bits); W's is the price.
- * Not split: tensor parallelism (SL_EINPUT).
+ * Tensor parallelism (models/llama.c): B runs the input-gradient
+ * collectives where llama_bwd runs them (the all-gather of the block
+ * output's gradient under sequence parallelism, the row-parallel sums of the
+ * qkv / gate|up input gradients; the loss-parallel head's sum of dln), W the
+ * weight-gradient ones (a replicated k/v slice's sum when T > nkv, the
+ * norms' weight gradients under sp; the vocabulary-parallel embedding's
+ * all-gather of its output gradient under sp). Under sp dmlp and datt are
+ * the all-gathered (N, C) gradients the dW GEMMs read; dln2, dln1 and the
+ * head's stash this rank's (n, C) rows (the stash is sized for N rows).
  */
 #include <stdint.h>
 
 #include "base/base.h"
 #include "models/llama_internal.h"
-
-static int split_supported(const sl_model *m) {
-  if (m->tp_size > 1)
-    return sl_fail(SL_EINPUT, "%s: the split backward (zero-bubble pipeline) does not run under --tp %d",
-                   m->cfg.arch_name, m->tp_size);
-  return SL_OK;
-}
 
 int64_t sl_llama_stash_numel(const sl_model *m, int u) {
   const llama_priv *p = m->priv;
@@ -68,38 +69,45 @@ static int block_input(sl_model *m, int u, const float *flat, float *stash) {
   llama_priv *p = m->priv;
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
-  int64_t N = p->N, C = p->C;
-  size_t nc = (size_t)(N * C) * 4;
+  int64_t N = p->N, C = p->C, n = p->n;
+  size_t nc = (size_t)(n * C) * 4;
   int rc;
   int l = u - 1;
   layer_acts *a = &p->la[l];
   blockw w = block_views(p, flat);
   block_stash s = stash_views(p, stash);
+  float *dn = p->sp ? p->xl : p->dln; /* a norm's output gradient, summed over TP: this rank's rows */
   if ((rc = sl_llama_recompute(m, u, flat))) return rc;
   /* MLP */
-  o->copy(k, s.dmlp, p->dres, nc);
+  if (p->sp) rc = sl_llama_sp_gather(m, p->dres, s.dmlp);
+  else o->copy(k, s.dmlp, p->dres, nc);
+  if (rc) return rc;
   o->zero(k, p->dh, (size_t)(N * p->I) * 4);
-  o->linear_bwd(k, p->dh, NULL, NULL, p->dres, a->h, w.wd, N, p->I, C);
+  o->linear_bwd(k, p->dh, NULL, NULL, s.dmlp, a->h, w.wd, N, p->I, C);
   o->zero(k, p->dgu, (size_t)(N * 2 * p->I) * 4);
   o->swiglu_bwd(k, p->dgu, p->dh, a->gu, N, p->I);
   o->copy(k, s.dgu, p->dgu, (size_t)(N * 2 * p->I) * 4);
-  o->zero(k, p->dln, nc);
+  o->zero(k, p->dln, (size_t)(N * C) * 4);
   o->linear_bwd(k, p->dln, NULL, NULL, p->dgu, a->ln2, w.wgu, N, C, 2 * p->I);
-  o->copy(k, s.dln2, p->dln, nc);
-  o->rmsnorm_bwd(k, p->dres, NULL, p->dln, a->xmid, w.ln2, a->rstd2, N, C);
+  if ((rc = sl_llama_row_parallel_sum(m, p->dln, dn))) return rc;
+  o->copy(k, s.dln2, dn, nc);
+  o->rmsnorm_bwd(k, p->dres, NULL, dn, a->xmid, w.ln2, a->rstd2, n, C);
   /* attention */
-  o->copy(k, s.datt, p->dres, nc);
+  if (p->sp) rc = sl_llama_sp_gather(m, p->dres, s.datt);
+  else o->copy(k, s.datt, p->dres, nc);
+  if (rc) return rc;
   o->zero(k, p->datt, (size_t)(N * p->A) * 4);
-  o->linear_bwd(k, p->datt, NULL, NULL, p->dres, a->att, w.wo, N, p->A, C);
+  o->linear_bwd(k, p->datt, NULL, NULL, s.datt, a->att, w.wo, N, p->A, C);
   o->zero(k, p->dqkv, (size_t)(N * p->Q) * 4);
   o->attention_doc_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd, p->window,
                        m->seg);
   o->rope_doc_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->theta, m->seg);
   o->copy(k, s.dqkv, p->dqkv, (size_t)(N * p->Q) * 4);
-  o->zero(k, p->dln, nc);
+  o->zero(k, p->dln, (size_t)(N * C) * 4);
   o->linear_bwd(k, p->dln, NULL, NULL, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
-  o->copy(k, s.dln1, p->dln, nc);
-  o->rmsnorm_bwd(k, p->dres, NULL, p->dln, p->stream[l], w.ln1, a->rstd1, N, C);
+  if ((rc = sl_llama_row_parallel_sum(m, p->dln, dn))) return rc;
+  o->copy(k, s.dln1, dn, nc);
+  o->rmsnorm_bwd(k, p->dres, NULL, dn, p->stream[l], w.ln1, a->rstd1, n, C);
   return SL_OK;
 }
 
@@ -116,33 +124,40 @@ static int block_weight(sl_model *m, int u, const float *flat, float *grads, con
   if ((rc = sl_llama_recompute(m, u, flat))) return rc; /* again: B's recomputed tensors are shared, gone */
   o->linear_bwd(k, NULL, (float *)g.wd, NULL, s.dmlp, a->h, w.wd, N, p->I, C);
   o->linear_bwd(k, NULL, (float *)g.wgu, NULL, s.dgu, a->ln2, w.wgu, N, C, 2 * p->I);
-  o->rmsnorm_bwd(k, NULL, (float *)g.ln2, s.dln2, a->xmid, w.ln2, a->rstd2, N, C);
+  o->rmsnorm_bwd(k, NULL, (float *)g.ln2, s.dln2, a->xmid, w.ln2, a->rstd2, p->n, C);
   o->linear_bwd(k, NULL, (float *)g.wo, NULL, s.datt, a->att, w.wo, N, p->A, C);
   o->linear_bwd(k, NULL, (float *)g.wqkv, NULL, s.dqkv, a->ln1, w.wqkv, N, C, p->Q);
-  o->rmsnorm_bwd(k, NULL, (float *)g.ln1, s.dln1, p->stream[l], w.ln1, a->rstd1, N, C);
-  return SL_OK;
+  if (p->kvrep > 1 && (rc = sl_llama_kv_grad_sum(m, (float *)g.wqkv + p->nh * p->hd * C))) return rc;
+  o->rmsnorm_bwd(k, NULL, (float *)g.ln1, s.dln1, p->stream[l], w.ln1, a->rstd1, p->n, C);
+  if ((rc = sl_llama_sp_norm_grad_sum(m, (float *)g.ln1))) return rc;
+  return sl_llama_sp_norm_grad_sum(m, (float *)g.ln2);
 }
 
-/* Unit 0's backward is all weight gradient: B keeps its output gradient. */
+/* Unit 0's backward is all weight gradient: B keeps its output gradient
+ * (this rank's rows under sp; W all-gathers them as llama_bwd does). */
 int sl_llama_bwd_input(sl_model *m, int u, const float *flat, float *stash, float *tied) {
   llama_priv *p = m->priv;
-  int rc = split_supported(m);
-  if (rc || u == 0) {
-    if (!rc) m->ops->copy(m->k, stash, p->dres, (size_t)(p->N * p->C) * 4);
-    return rc;
+  if (u == 0) {
+    m->ops->copy(m->k, stash, p->dres, (size_t)(p->n * p->C) * 4);
+    return SL_OK;
   }
-  if (u == p->L + 1) /* models/lmhead_split.c */
-    return sl_lm_head_bwd_input(m, &p->head, flat, p->stream[p->L], p->dres, p->dln, stash, tied);
+  if (u == p->L + 1 && p->vp) /* models/lmhead_split.c */
+    return sl_lm_head_vp_bwd_input(m, p->hv, flat, p->stream[p->L], p->dres, p->dln, stash, tied);
+  if (u == p->L + 1) return sl_lm_head_bwd_input(m, &p->head, flat, p->stream[p->L], p->dres, p->dln, stash, tied);
   return block_input(m, u, flat, stash);
 }
 
 int sl_llama_bwd_weight(sl_model *m, int u, const float *flat, float *grads, const float *stash) {
   llama_priv *p = m->priv;
-  int rc = split_supported(m);
-  if (rc) return rc;
+  int rc;
+  if (u == 0 && p->vp) return sl_vp_embedding_bwd(m, &p->vs, grads, stash, p->N, p->C, p->sp ? p->dln : NULL);
   if (u == 0) {
     m->ops->embedding_bwd(m->k, grads, stash, m->tokens, p->N, p->C);
     return SL_OK;
+  }
+  if (u == p->L + 1 && p->vp) {
+    rc = sl_lm_head_vp_bwd_weight(m, p->hv, flat, grads, p->stream[p->L], stash);
+    return rc ? rc : sl_llama_sp_norm_grad_sum(m, grads);
   }
   if (u == p->L + 1) return sl_lm_head_bwd_weight(m, &p->head, flat, grads, p->stream[p->L], stash);
   return block_weight(m, u, flat, grads, stash);

@@ -11,9 +11,14 @@
  * logits again, tile by tile) and the final norm's weight gradient
  * (rmsnorm_bwd with the input gradient NULL): each the same kernel on the
  * same inputs as sl_lm_head_bwd's, the same bits.
+ * Under tensor parallelism the loss-parallel head (sl_lm_head_vp_bwd,
+ * models/vocab_parallel.c) splits the same way: its input half also sums
+ * the norm-output gradient over the TP group (the head's only backward
+ * collective); its weight half has none.
  */
 #include "base/base.h"
 #include "models/model.h"
+#include "models/vocab_parallel.h"
 
 int sl_lm_head_bwd_input(sl_model *m, sl_lm_head *h, const float *flat, const float *x, float *dres, float *dln,
                          float *stash, float *tied) {
@@ -40,5 +45,40 @@ int sl_lm_head_bwd_weight(sl_model *m, sl_lm_head *h, const float *flat, float *
     m->ops->lmhead_ce_bwd(m->k, NULL, grads + h->C, h->lnf, flat + h->C, m->targets, h->lse, m->loss_scale, h->N, h->C,
                           h->V);
   m->ops->rmsnorm_bwd(m->k, NULL, grads, stash, x, flat, h->rstdf, h->N, h->C);
+  return SL_OK;
+}
+
+/* ---- the loss-parallel head (tensor parallelism, models/vocab_parallel.h) ---- */
+int sl_lm_head_vp_bwd_input(sl_model *m, sl_lm_head_vp *hv, const float *flat, const float *x, float *dres, float *dln,
+                            float *stash, float *tied) {
+  sl_lm_head *h = &hv->h;
+  const sl_vocab_split *vs = &hv->vs;
+  const sl_tp_group *g = &m->access.tp;
+  const float *W = flat + h->C;
+  int rc = h->tied && !tied ? sl_fail(SL_EINTERNAL, "split backward of a tied head without its gradient buffer") : 0;
+  if (!rc && h->tied) rc = m->access.params(m->access.user, 0, &W);
+  if (rc) return rc;
+  if (h->tied) m->ops->zero(m->k, tied, (size_t)(vs->Vl * h->C) * 4);
+  int64_t n = hv->sp ? h->N / vs->T : h->N;
+  float *dn = hv->sp ? hv->xl : dln; /* the summed gradient of the norm's output, this rank's rows */
+  m->ops->zero(m->k, dres, (size_t)(n * h->C) * 4);
+  m->ops->zero(m->k, dln, (size_t)(h->N * h->C) * 4);
+  m->ops->lmhead_vp_bwd(m->k, dln, h->tied ? tied : NULL, h->lnf, W, m->targets, h->lse, m->loss_scale, h->N, h->C,
+                        vs->v0, vs->Vl, vs->valid);
+  rc = hv->sp ? g->reducescatter(g->user, dln, dn, n * h->C) : g->allreduce(g->user, dln, h->N * h->C, SL_TP_SUM);
+  if (rc) return rc;
+  m->ops->rmsnorm_bwd(m->k, dres, NULL, dn, x, flat, h->rstdf, n, h->C);
+  m->ops->copy(m->k, stash, dn, (size_t)(n * h->C) * 4);
+  return SL_OK;
+}
+
+int sl_lm_head_vp_bwd_weight(sl_model *m, sl_lm_head_vp *hv, const float *flat, float *grads, const float *x,
+                             const float *stash) {
+  sl_lm_head *h = &hv->h;
+  const sl_vocab_split *vs = &hv->vs;
+  if (!h->tied)
+    m->ops->lmhead_vp_bwd(m->k, NULL, grads + h->C, h->lnf, flat + h->C, m->targets, h->lse, m->loss_scale, h->N, h->C,
+                          vs->v0, vs->Vl, vs->valid);
+  m->ops->rmsnorm_bwd(m->k, NULL, grads, stash, x, flat, h->rstdf, hv->sp ? h->N / vs->T : h->N, h->C);
   return SL_OK;
 }

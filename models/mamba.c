@@ -254,6 +254,14 @@ static int mamba_bwd(sl_model *m, int u, const float *flat, float *grads) {
   return sp_norm_grad_sum(m, p, (float *)g.norm);
 }
 
+/* mamba_bwd's TP collectives, for its split (models/mamba_split.c). */
+int sl_mamba_tp_sum(sl_model *m, float *buf, int64_t n) { return tp_sum(m, buf, n); }
+int sl_mamba_sp_gather(sl_model *m, const float *rows, float *all) { return sp_gather(m, m->priv, rows, all); }
+int sl_mamba_row_parallel_sum(sl_model *m, float *part, float *rows) {
+  return row_parallel_sum(m, m->priv, part, rows);
+}
+int sl_mamba_sp_norm_grad_sum(sl_model *m, float *g) { return sp_norm_grad_sum(m, m->priv, g); }
+
 /* What activation checkpointing recomputes before block u's backward (both
  * halves of the split backward run it: models/mamba_split.c). */
 int sl_mamba_recompute(sl_model *m, int u, const float *flat) {

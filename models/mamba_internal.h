@@ -92,6 +92,15 @@ static inline mblockw block_views(const mamba_priv *p, const float *flat) {
 /* Activation checkpointing's recomputation before block u's backward
  * (models/mamba.c). */
 int sl_mamba_recompute(sl_model *m, int u, const float *flat);
+/* mamba_bwd's tensor-parallel collectives (models/mamba.c): a sum over the
+ * TP group in place; sequence parallelism's all-gather of the (n, H) rows
+ * into (N, H); a row-parallel GEMM's partial sums into this rank's rows
+ * (reduce-scatter under sp, else an all-reduce in place); the norm's weight
+ * gradient summed over TP under sp. */
+int sl_mamba_tp_sum(sl_model *m, float *buf, int64_t n);
+int sl_mamba_sp_gather(sl_model *m, const float *rows, float *all);
+int sl_mamba_row_parallel_sum(sl_model *m, float *part, float *rows);
+int sl_mamba_sp_norm_grad_sum(sl_model *m, float *g);
 /* Split backward (models/mamba_split.c): the vt entries of models/model.h. */
 int64_t sl_mamba_stash_numel(const sl_model *m, int u);
 int sl_mamba_bwd_input(sl_model *m, int u, const float *flat, float *stash, float *tied);

@@ -23,7 +23,13 @@
  *   dalog (D, S), ddp (D) the scan's parameter gradients
  * Embedding: its output gradient (N, H). Activation checkpointing: B and W
  * each recompute what the shared buffers lost (sl_mamba_recompute).
- * Not split: tensor parallelism (SL_EINPUT).
+ * Tensor parallelism (models/mamba.c): B runs the input-gradient
+ * collectives (the block output's gradient all-gathered under sequence
+ * parallelism, into dout: W's out_proj GEMM reads the gathered (N, H); the
+ * x_proj output gradient's sum #3, kept summed in ddtr | dbc; in_proj's
+ * input-gradient sum #4, dln holding this rank's summed rows), W the norm's
+ * weight-gradient sum under sp; the vocabulary-parallel head and embedding
+ * as in models/llama_split.c.
  */
 #include <stdint.h>
 
@@ -49,13 +55,6 @@ static mstash stash_views(const mamba_priv *p, const float *s) {
   return b;
 }
 
-static int split_supported(const sl_model *m) {
-  if (m->tp_size > 1)
-    return sl_fail(SL_EINPUT, "%s: the split backward (zero-bubble pipeline) does not run under --tp %d",
-                   m->cfg.arch_name, m->tp_size);
-  return SL_OK;
-}
-
 int64_t sl_mamba_stash_numel(const sl_model *m, int u) {
   const mamba_priv *p = m->priv;
   if (u == 0 || u == p->L + 1) return p->N * p->H;
@@ -68,15 +67,18 @@ static void copy(sl_model *m, float *dst, const float *src, int64_t n) {
 }
 
 /* Block l's halves, after sl_mamba_recompute: w its parameters, s its stash. */
-static void block_input(sl_model *m, mamba_priv *p, int l, mblockw w, mstash s) {
+static int block_input(sl_model *m, mamba_priv *p, int l, mblockw w, mstash s) {
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
   int64_t N = p->N, H = p->H, D = p->D, S = p->S, R = p->R;
   mlayer_acts *a = &p->la[l];
-  copy(m, s.dout, p->dres, N * H);
+  int rc = SL_OK;
+  if (p->sp) rc = sl_mamba_sp_gather(m, p->dres, s.dout); /* the block output's gradient, all-gathered */
+  else copy(m, s.dout, p->dres, N * H);
+  if (rc) return rc;
   float *dg = p->dgx;
   zero(m, dg, N * D);
-  o->linear_bwd(k, dg, NULL, NULL, p->dres, a->g, w.w_out, N, D, H);
+  o->linear_bwd(k, dg, NULL, NULL, s.dout, a->g, w.w_out, N, D, H);
   zero(m, p->dy, N * D);
   zero(m, p->dxz, N * 2 * D);
   o->gate_bwd(k, p->dy, p->dxz + D, 2 * D, dg, a->y, a->xz + D, N, D);
@@ -90,6 +92,7 @@ static void block_input(sl_model *m, mamba_priv *p, int l, mblockw w, mstash s) 
   copy(m, s.ddtv, p->ddtv, N * D);
   zero(m, p->ddtr, N * R);
   o->linear_bwd(k, p->ddtr, NULL, NULL, p->ddtv, a->dtr, w.w_dt, N, R, D);
+  if ((rc = sl_mamba_tp_sum(m, p->ddtr, N * (R + 2 * S)))) return rc; /* ddtr | dbc, one buffer */
   copy(m, s.ddtr, p->ddtr, N * R);
   copy(m, s.dbc, p->dbc, N * 2 * S);
   o->linear_bwd(k, p->du, NULL, NULL, p->ddtr, a->u, w.w_x, N, D, R);
@@ -102,12 +105,15 @@ static void block_input(sl_model *m, mamba_priv *p, int l, mblockw w, mstash s) 
   copy(m, s.dxz, p->dxz, N * 2 * D);
   zero(m, p->dln, N * H);
   o->linear_bwd(k, p->dln, NULL, NULL, p->dxz, a->ln, w.w_in, N, H, 2 * D);
-  copy(m, s.dln, p->dln, N * H);
-  o->rmsnorm_bwd(k, p->dres, NULL, p->dln, p->stream[l], w.norm, a->rstd, p->n, H);
+  float *dnorm = p->sp ? p->xl : p->dln; /* summed over TP: this rank's rows */
+  if ((rc = sl_mamba_row_parallel_sum(m, p->dln, dnorm))) return rc;
+  copy(m, s.dln, dnorm, p->n * H);
+  o->rmsnorm_bwd(k, p->dres, NULL, dnorm, p->stream[l], w.norm, a->rstd, p->n, H);
+  return SL_OK;
 }
 
 /* g: the block's gradient buffer */
-static void block_weight(sl_model *m, mamba_priv *p, int l, mblockw w, mblockw g, mstash s) {
+static int block_weight(sl_model *m, mamba_priv *p, int l, mblockw w, mblockw g, mstash s) {
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
   int64_t N = p->N, H = p->H, D = p->D, S = p->S, R = p->R;
@@ -122,33 +128,39 @@ static void block_weight(sl_model *m, mamba_priv *p, int l, mblockw w, mblockw g
                 p->K);
   o->linear_bwd(k, NULL, (float *)g.w_in, (float *)g.b_in, s.dxz, a->ln, w.w_in, N, H, 2 * D);
   o->rmsnorm_bwd(k, NULL, (float *)g.norm, s.dln, p->stream[l], w.norm, a->rstd, p->n, H);
+  return sl_mamba_sp_norm_grad_sum(m, (float *)g.norm);
 }
 
-/* Unit 0's backward is all weight gradient: B keeps its output gradient. */
+/* Unit 0's backward is all weight gradient: B keeps its output gradient
+ * (this rank's rows under sp; W all-gathers them as mamba_bwd does). */
 int sl_mamba_bwd_input(sl_model *m, int u, const float *flat, float *stash, float *tied) {
   mamba_priv *p = m->priv;
-  int rc = split_supported(m);
-  if (rc || u == 0) {
-    if (!rc) copy(m, stash, p->dres, p->N * p->H);
-    return rc;
+  int rc;
+  if (u == 0) {
+    copy(m, stash, p->dres, p->n * p->H);
+    return SL_OK;
   }
-  if (u == p->L + 1) /* models/lmhead_split.c */
-    return sl_lm_head_bwd_input(m, &p->head, flat, p->stream[p->L], p->dres, p->dln, stash, tied);
-  if (!(rc = sl_mamba_recompute(m, u, flat))) block_input(m, p, u - 1, block_views(p, flat), stash_views(p, stash));
-  return rc;
+  if (u == p->L + 1 && p->vp) /* models/lmhead_split.c */
+    return sl_lm_head_vp_bwd_input(m, p->hv, flat, p->stream[p->L], p->dres, p->dln, stash, tied);
+  if (u == p->L + 1) return sl_lm_head_bwd_input(m, &p->head, flat, p->stream[p->L], p->dres, p->dln, stash, tied);
+  if ((rc = sl_mamba_recompute(m, u, flat))) return rc;
+  return block_input(m, p, u - 1, block_views(p, flat), stash_views(p, stash));
 }
 
 int sl_mamba_bwd_weight(sl_model *m, int u, const float *flat, float *grads, const float *stash) {
   mamba_priv *p = m->priv;
-  int rc = split_supported(m);
-  if (rc) return rc;
+  int rc;
+  if (u == 0 && p->vp) return sl_vp_embedding_bwd(m, &p->vs, grads, stash, p->N, p->H, p->sp ? p->dln : NULL);
   if (u == 0) {
     m->ops->embedding_bwd(m->k, grads, stash, m->tokens, p->N, p->H);
     return SL_OK;
   }
+  if (u == p->L + 1 && p->vp) {
+    rc = sl_lm_head_vp_bwd_weight(m, p->hv, flat, grads, p->stream[p->L], stash);
+    return rc ? rc : sl_mamba_sp_norm_grad_sum(m, grads);
+  }
   if (u == p->L + 1) return sl_lm_head_bwd_weight(m, &p->head, flat, grads, p->stream[p->L], stash);
   /* again: what B recomputed lives in shared buffers, since overwritten */
-  if (!(rc = sl_mamba_recompute(m, u, flat)))
-    block_weight(m, p, u - 1, block_views(p, flat), block_views(p, grads), stash_views(p, stash));
-  return rc;
+  if ((rc = sl_mamba_recompute(m, u, flat))) return rc;
+  return block_weight(m, p, u - 1, block_views(p, flat), block_views(p, grads), stash_views(p, stash));
 }

@@ -97,8 +97,11 @@ typedef struct {
    * all three NULL when the architecture has no split (Mamba). Both halves
    * run on the selected activation set, which must stay until the weight
    * half (the set is freed after the micro-batch's last weight half);
-   * SL_EINPUT under activation checkpointing or tensor parallelism (not
-   * split). stash_numel: floats unit u's input half keeps for its weight
+   * under tensor parallelism the input-gradient collectives run in
+   * bwd_input and the weight-gradient ones (replicated k/v slices, the norms'
+   * weights under sequence parallelism) in bwd_weight, so every TP rank of a
+   * stage calls them in the same order if it runs the same op list.
+   * stash_numel: floats unit u's input half keeps for its weight
    * half, per micro-batch in flight (the caller owns the stash).
    * bwd_input: what bwd does to the residual gradient (shared buffer of
    * boundary) without touching any gradient buffer or another unit's

@@ -148,6 +148,20 @@ int sl_lm_head_vp_fwd(sl_model *m, sl_lm_head_vp *hv, const float *flat, const f
  * scratch. */
 int sl_lm_head_vp_bwd(sl_model *m, sl_lm_head_vp *hv, const float *flat, float *grads, const float *x, float *dres,
                       float *dln);
+/* sl_lm_head_vp_bwd split for zero-bubble schedules (models/lmhead_split.c,
+ * as sl_lm_head_bwd_input / _weight in models/model.h). Input half: the
+ * slice's lmhead_vp_bwd into dln (a tied head's slice gradient into tied,
+ * (Vl, C), zeroed first), its sum over the TP group (all-reduce, or the
+ * reduce-scatter under sp) and the norm's input gradient into dres; stash
+ * keeps the summed gradient of the norm's output (this rank's rows: N/T x C
+ * under sp, else N x C). Weight half: the untied slice's lmhead_vp_bwd with
+ * dx NULL and the norm's weight part into grads (under sp the partial sum
+ * over this rank's rows, as sl_lm_head_vp_bwd leaves it): the bits
+ * sl_lm_head_vp_bwd adds. The collectives are the input half's. */
+int sl_lm_head_vp_bwd_input(sl_model *m, sl_lm_head_vp *hv, const float *flat, const float *x, float *dres, float *dln,
+                            float *stash, float *tied);
+int sl_lm_head_vp_bwd_weight(sl_model *m, sl_lm_head_vp *hv, const float *flat, float *grads, const float *x,
+                             const float *stash);
 /* out (N, V): the full logits of the last forward, gathered over the group
  * (tests and dumps only: this is the one place full logits exist). */
 int sl_lm_head_vp_logits(sl_model *m, sl_lm_head_vp *hv, float *out);

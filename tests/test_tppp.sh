@@ -14,6 +14,9 @@
 # x PP 2 resume at DP 1 x TP 2 x PP 2 and at DP 4; written at TP 2 x PP 2
 # they resume in one process; the continued runs match the uninterrupted
 # one within 1e-5, and `convert --to-hf` of it equals the run's --save.
+# zb1p (the split backward, its TP collectives divided between B and W) at
+# TP 2 x PP 2 equals --tp 2 alone with the same flags bit for bit: GQA with
+# one KV head, tied with sequence parallelism and ZeRO-3, Mamba with SP.
 #
 # --eps 1e-6: as in tests/test_tp_parity.sh, a few weights with gradients of
 # ~1e-9 would otherwise turn TP's round-off into lr-sized Adam steps.
@@ -58,6 +61,17 @@ run tied ttp 4 4 --tp 2 --pp 2 && check ttp tbase --rtol 1e-5
 mkdir -p "$W/v259" && sed 's/"vocab_size": 300/"vocab_size": 259/' "$W/tied/config.json" > "$W/v259/config.json"
 run v259 vbase 1 4 && run v259 vtp 4 4 --tp 2 --pp 2 --sequence-parallel --pp-schedule gpipe --zero 2 &&
   check vtp vbase --rtol 1e-5
+# 5. zb1p (B and W split) at TP 2 x PP 2: bit-identical to --tp 2 alone with
+# the same flags: Llama with GQA at num_key_value_heads 1 < T (the
+# replicated k/v slice's gradient summed in W) without SP, tied with SP and
+# ZeRO-3, Mamba with SP; the PP counters equal zb1p's static schedule
+mkdir -p "$W/gqa" && sed 's/"num_key_value_heads": 2/"num_key_value_heads": 1/' "$W/llama/config.json" > "$W/gqa/config.json"
+Z=(--pp-schedule zb1p)
+SP=(--tp 2 --sequence-parallel)
+run gqa zgt 2 4 --tp 2 && run gqa zgb 4 4 --tp 2 --pp 2 "${Z[@]}" && check zgb zgt --exact
+counters zgb 2 4 $((2 * 16 * 32 * 4)) "${Z[@]}"
+run tied ztt 2 4 "${SP[@]}" && run tied ztb 4 4 "${SP[@]}" --pp 2 "${Z[@]}" --zero 3 && check ztb ztt --exact
+run mamba zmt 2 4 "${SP[@]}" && run mamba zmb 4 4 "${SP[@]}" --pp 2 "${Z[@]}" && check zmb zmt --exact
 # 4. checkpoints hold whole tensors whatever the layout: written at DP 2 x
 # PP 2, resumed at DP 1 x TP 2 x PP 2 and DP 4; written at TP 2 x PP 2 (sp),
 # resumed in one process (the step-4 checkpoint removed: resume at step 2)
