@@ -68,6 +68,7 @@ static int level_now(void) {
 }
 
 void sl_log_set_level(int level) { g_level = level; }
+int sl_log_get_level(void) { return level_now(); }
 void sl_log_set_rank(int rank, int world) {
   g_rank = rank;
   g_world = world;

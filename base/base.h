@@ -41,6 +41,7 @@ void sl_clear_error(void);
 /* ---- logging ------------------------------------------------------------ */
 enum { SL_LOG_ERROR = 0, SL_LOG_WARN = 1, SL_LOG_INFO = 2, SL_LOG_DEBUG = 3 };
 void sl_log_set_level(int level);          /* default: SL_LOG env or INFO */
+int sl_log_get_level(void);                /* the level in force */
 void sl_log_set_rank(int rank, int world); /* prefix "[rank r]" when world>1 */
 void sl_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Logs only on rank 0. */

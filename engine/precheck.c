@@ -1,7 +1,8 @@
 /* engine/precheck.c — checks a run passes before anything big is allocated:
  * the predicted peak memory per rank (the planner's engine check,
  * sl_plan_engine_run: one step of the engine's own code on the counting
- * backends) against the memory available to this rank, and
+ * backends; under --pp the fullest stage's, sl_pp_engine_check) against the
+ * memory available to this rank, and
  * the sequence length against the model's max_position_embeddings. */
 #define _GNU_SOURCE
 #include "engine/precheck.h"
@@ -17,6 +18,7 @@
 
 #include "base/base.h"
 #include "engine/agree.h"
+#include "engine/pp_check.h"
 #include "plan/engine_run.h"
 #include "plan/planner.h"
 
@@ -68,6 +70,32 @@ static int local_ranks(void) {
   return n > 0 ? n : 1;
 }
 
+/* Under --pp: every stage's step (sl_pp_engine_check, the executor on the
+ * counting backends), the one with the highest peak; every rank checks the
+ * same figure, so all refuse or none does. */
+static int fullest_stage(const sl_train_cfg *c, const sl_model_config *mc, const sl_plan_run *r, sl_plan_mem *m,
+                         sl_plan_engine_info *info) {
+  sl_pp_check_cfg pc = {.pp = (int)c->pp, .kind = c->pp_schedule, .virt = (int)c->pp_virtual, .layout = c->pp_layout};
+  int64_t max_unit = 0;
+  int level = sl_log_get_level(), rc = SL_OK;
+  if (level < SL_LOG_DEBUG)
+    sl_log_set_level(SL_LOG_WARN); /* the counted runs' plan and counter lines are not the run's */
+  for (int s = 0; s < pc.pp && !rc; s++) {
+    sl_plan_mem ms;
+    sl_plan_engine_info is;
+    sl_pp_stage_info pi;
+    if ((rc = sl_pp_engine_check(mc, r, &pc, s, &ms, &is, &pi))) break;
+    if (s == 0 || ms.total_peak > m->total_peak) {
+      *m = ms;
+      *info = is;
+    }
+    if (is.max_unit > max_unit) max_unit = is.max_unit;
+  }
+  sl_log_set_level(level);
+  info->max_unit = max_unit;
+  return rc;
+}
+
 static int memory_check(const sl_train_cfg *c, const sl_model_config *mc, int world, const sl_ops *ops, sl_kctx *k) {
   int dev = ops->is_device();
   sl_plan_run r;
@@ -88,7 +116,12 @@ static int memory_check(const sl_train_cfg *c, const sl_model_config *mc, int wo
   r.ac = ac < 0 ? SL_AC_NONE : (sl_actckpt)ac;
   sl_plan_mem m;
   sl_plan_engine_info info;
-  int rc = sl_plan_engine_run(mc, &r, 0, &m, &info); /* one step of this engine's code, counted */
+  int T = r.tp > 1 ? r.tp : 1, rc;
+  if (c->pp > 1 && world % (T * (int)c->pp) == 0) { /* the fullest stage (a mesh that does not divide: refused later) */
+    rc = fullest_stage(c, mc, &r, &m, &info);
+  } else {
+    rc = sl_plan_engine_run(mc, &r, 0, &m, &info); /* one step of this engine's code, counted */
+  }
   if (rc) return rc;
   int64_t max_unit = info.max_unit;
   /* host bytes of this rank: every arena on the CPU backend (optimizer state

@@ -52,6 +52,19 @@ peak=$("$B" plan --engine-check --model "$W/big" --world 1 --zero 3 --micro-batc
 if python3 -c "import sys; n,p=float('$need'),float('$peak'); sys.exit(0 if p <= n <= 1.1*p else 1)" 2>/dev/null; then
   ok "figure $need GiB matches the engine check $peak GiB"
 else bad "figure '$need' GiB vs engine check '$peak' GiB"; fi
+# under --pp the figure is the fullest stage's: the largest per-stage peak
+# of the planner's engine check per pipeline stage (plan --engine-check --pp)
+if command -v mpirun > /dev/null; then
+  timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$B" train $COMMON --model "$W/big" \
+    --micro-batch 1 --grad-accum 2 --pp 2 > "$W/pp.log" 2>&1
+  rc=$?
+  need=$(grep -o "needs [0-9.]* GiB" "$W/pp.log" | head -n 1 | awk '{print $2}')
+  peak=$("$B" plan --engine-check --model "$W/big" --world 2 --pp 2 --zero 3 --micro-batch 1 --seq-len 16 \
+         --grad-accum 2 --json | python3 -c 'import json,sys; print(max(s["peak_bytes"] for s in json.load(sys.stdin)["stages"]) / 2**30)')
+  if [ $rc -eq 2 ] && python3 -c "import sys; n,p=float('$need'),float('$peak'); sys.exit(0 if p <= n <= 1.1*p else 1)" 2>/dev/null; then
+    ok "--pp 2: refused with the fullest stage's $need GiB (engine check per stage: $peak GiB)"
+  else bad "--pp 2: exit $rc, figure '$need' GiB vs the fullest stage's '$peak' GiB" "$W/pp.log"; fi
+fi
 # a run that fits trains
 if timeout 120 "$B" train $COMMON --model "$W/tiny" --micro-batch 2 > "$W/fit.log" 2>&1; then ok "fitting run trains"
 else bad "fitting run failed" "$W/fit.log"; fi
