@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The pipeline bit-identity matrix (issue 14, test 1): at a fixed global
 # batch and --grad-accum m, every schedule (gpipe, 1f1b, interleaved V=2, zb1p) at
-# every --pp P in 2, 3, 4 trains to per-step losses and exported weights
+# every --pp P in 2, 3, 4 (and DP 2 x PP 2 under ZeRO-1/2 for gpipe, interleaved, zb1p) trains to per-step losses and exported weights
 # BIT-IDENTICAL to one process (tests/lib/compare.py --exact). The pairs
 # tests/test_pp_parity.sh already runs on its 4-layer model (gpipe P2 P3,
 # 1f1b P2 P4, interleaved P2) run here on a 7-layer model: 7 is divisible by
@@ -124,5 +124,10 @@ rc=$?
   bad "dry run --pp 1: exit $rc"
 # zb1p (B and W split) on the uneven 7-layer layouts
 for P in 2 3 4; do run z$P "$P" 4 --pp "$P" --pp-schedule zb1p && check z$P base4 "zb1p P=$P"; done
+# ZeRO on the DP axis with every schedule: DP 2 x PP 2 (4 ranks, m = 2 per DP rank) bit-identical to DP 2 alone
+run d2 2 2
+run d2g 4 2 --pp 2 --pp-schedule gpipe --zero 1 && check d2g d2 "DP2 x PP2 gpipe ZeRO-1 == DP 2"
+run d2i 4 2 --pp 2 --pp-schedule interleaved --pp-virtual 2 --zero 2 && check d2i d2 "DP2 x PP2 interleaved ZeRO-2 == DP 2"
+run d2z 4 2 --pp 2 --pp-schedule zb1p --zero 1 && check d2z d2 "DP2 x PP2 zb1p ZeRO-1 == DP 2"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
