@@ -72,6 +72,10 @@ run gqa zgt 2 4 --tp 2 && run gqa zgb 4 4 --tp 2 --pp 2 "${Z[@]}" && check zgb z
 counters zgb 2 4 $((2 * 16 * 32 * 4)) "${Z[@]}"
 run tied ztt 2 4 "${SP[@]}" && run tied ztb 4 4 "${SP[@]}" --pp 2 "${Z[@]}" --zero 3 && check ztb ztt --exact
 run mamba zmt 2 4 "${SP[@]}" && run mamba zmb 4 4 "${SP[@]}" --pp 2 "${Z[@]}" && check zmb zmt --exact
+# 1f1b too: TP 2 x PP 2 is bit-identical to TP 2 alone (the pipeline changes
+# no arithmetic; what differs from one process is TP's round-off)
+check mtp zmt --exact
+run llama t2sp 2 4 "${SP[@]}" && check sp t2sp --exact
 # 4. checkpoints hold whole tensors whatever the layout: written at DP 2 x
 # PP 2, resumed at DP 1 x TP 2 x PP 2 and DP 4; written at TP 2 x PP 2 (sp),
 # resumed in one process (the step-4 checkpoint removed: resume at step 2)
