@@ -81,7 +81,8 @@ int sl_pp_plan_create(const sl_pp_plan_cfg *c, sl_pp_plan **out) {
   if (sp.kind == SL_PP_INTERLEAVED && sp.V < 2)
     return sl_fail(SL_EINPUT, "--pp-schedule interleaved needs --pp-virtual V >= 2 (found %d)", c->V);
   int64_t rows = c->B * c->T / (c->sp_tp > 1 ? c->sp_tp : 1); /* token rows of the residual stream here */
-  sp.bytes = rows * c->hidden * 4;
+  int slices = c->tp_slices > 1 && (rows * c->hidden) % c->tp_slices == 0 ? (int)c->tp_slices : 1;
+  sp.bytes = rows * c->hidden / slices * 4;
   sl_pp_plan *p = calloc(1, sizeof *p);
   if (!p) return sl_fail(SL_ENOMEM, "out of memory");
   p->P = c->P;
@@ -91,6 +92,8 @@ int sl_pp_plan_create(const sl_pp_plan_cfg *c, sl_pp_plan **out) {
   p->nunits = c->L + 2;
   p->tied = c->tied;
   p->bnd = rows * c->hidden;
+  p->slices = slices;
+  p->wire = p->bnd / slices;
   int S = p->S, U = p->nunits;
   double *lf = calloc((size_t)c->L + 1, sizeof(double)), *lb = calloc((size_t)c->L + 1, sizeof(double));
   p->first = calloc((size_t)S + 1, sizeof(int));
@@ -158,6 +161,7 @@ typedef struct {
   const sl_pp_plan *pl; /* borrowed (the trainer's) */
   sl_comm *pp;          /* borrowed */
   sl_comm *tp;          /* borrowed: the TP group (NULL: none) */
+  int tp_rank;          /* in it (0: none) */
   int nsets;            /* activation sets: the most micro-batches in flight on this rank */
   int *set_of;          /* (m) set of each micro-batch in flight, -1 */
   int *free_set;        /* (nsets) stack of free sets */
@@ -484,7 +488,11 @@ static int post_recv(pp_state *st, const sl_step_ctx *c, int i) {
   if (act) st->ain[slot] = b;
   else st->gin[slot] = b;
   int rc = act ? sl_model_boundary(c->m, pl->first[vs], &a, &d, &n) : SL_OK; /* n: the stream's size (any set) */
-  if (!rc && sl_comm_recv(st->pp, b, n, SL_F32, o->peer, act ? TAG_ACT : TAG_GRAD, &st->rreq[i]) != SL_COMM_OK)
+  if (!rc && n != pl->bnd)
+    rc = sl_fail(SL_EINTERNAL, "pipeline: a boundary of %lld elements, the plan has %lld", (long long)n,
+                 (long long)pl->bnd);
+  float *at = b + (pl->slices > 1 ? st->tp_rank * pl->wire : 0); /* this TP rank's slice (all-gathered on receipt) */
+  if (!rc && sl_comm_recv(st->pp, at, pl->wire, SL_F32, o->peer, act ? TAG_ACT : TAG_GRAD, &st->rreq[i]) != SL_COMM_OK)
     rc = comm_rc("receive", o->mb);
   return rc;
 }
@@ -494,7 +502,14 @@ static int finish_recv(pp_state *st, const sl_step_ctx *c, int i) {
   int rc = st->rreq[i] ? SL_OK : post_recv(st, c, i);
   sl_comm_req *r = st->rreq[i];
   st->rreq[i] = NULL;
-  if (!rc && sl_comm_wait(r) != SL_COMM_OK) rc = comm_rc("receive", st->pl->sched.ops[st->pl->rank][i].mb);
+  const sl_pp_plan *pl = st->pl;
+  const sl_pp_op *o = &pl->sched.ops[pl->rank][i];
+  if (!rc && sl_comm_wait(r) != SL_COMM_OK) rc = comm_rc("receive", o->mb);
+  if (!rc && pl->slices > 1) { /* the T slices of the replicated boundary, from the T ranks of this TP group */
+    float *b = o->dir == SL_PP_ACT ? st->ain[o->mb * pl->V + o->chunk] : st->gin[o->mb * pl->V + o->chunk];
+    if (sl_comm_allgather_sync(st->tp, b + st->tp_rank * pl->wire, b, pl->wire, SL_F32) != SL_COMM_OK)
+      rc = sl_fail(SL_ECOMM, "pipeline: TP all-gather of micro-batch %d's boundary: %s", o->mb, sl_comm_last_error());
+  }
   return rc;
 }
 
@@ -515,9 +530,13 @@ static int post_send(pp_state *st, const sl_step_ctx *c, int i, int64_t ncomp, i
   } else if (!(buf = q->buf = st->gout[slot])) {
     rc = sl_fail(SL_EINTERNAL, "pipeline: gradient of micro-batch %d sent before its backward", o->mb);
   }
+  if (!rc && n != pl->bnd)
+    rc = sl_fail(SL_EINTERNAL, "pipeline: a boundary of %lld elements, the plan has %lld", (long long)n,
+                 (long long)pl->bnd);
   if (rc) return rc;
   st->gout[slot] = act ? st->gout[slot] : NULL;
-  if (sl_comm_send(st->pp, buf, n, SL_F32, o->peer, act ? TAG_ACT : TAG_GRAD, &q->r) != SL_COMM_OK) {
+  const float *at = buf + (pl->slices > 1 ? st->tp_rank * pl->wire : 0); /* this TP rank's slice */
+  if (sl_comm_send(st->pp, at, pl->wire, SL_F32, o->peer, act ? TAG_ACT : TAG_GRAD, &q->r) != SL_COMM_OK) {
     if (q->buf) (void)pool_put(st, q->buf);
     return comm_rc("send", o->mb);
   }
@@ -722,6 +741,9 @@ int sl_schedule_pp_create(const sl_pp_plan *plan, sl_comm *pp, sl_comm *tp, sl_s
   st->pl = plan;
   st->pp = pp;
   st->tp = tp && sl_comm_size(tp) > 1 ? tp : NULL;
+  st->tp_rank = st->tp ? sl_comm_rank(st->tp) : 0;
+  if (plan->slices > 1 && (!st->tp || sl_comm_size(st->tp) != plan->slices))
+    return sl_fail(SL_EINTERNAL, "pipeline: boundaries in %d TP slices without a TP group of that size", plan->slices);
   int m = plan->sched.spec.m, mv = m * plan->V;
   st->nsets = count_sets(plan);
   st->set_of = calloc((size_t)m, sizeof(int));
@@ -799,7 +821,8 @@ int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int ran
                        .heads_x_dim = mc->num_attention_heads * mc->head_dim,
                        .B = c->micro_batch,
                        .T = c->seq_len,
-                       .sp_tp = c->sequence_parallel ? c->tp : 1};
+                       .sp_tp = c->sequence_parallel ? c->tp : 1,
+                       .tp_slices = c->sequence_parallel ? 1 : c->tp};
   if (!rc && sm->nunits != pc.L + 2)
     rc = sl_fail(SL_EINTERNAL, "pipeline: %s has %d units, expected layers + 2", mc->arch_name, sm->nunits);
   if (!rc) rc = sl_pp_plan_create(&pc, out);

@@ -34,7 +34,9 @@ typedef struct {
   unsigned char *local; /* (nunits) 1: this rank computes the unit */
   unsigned char *held;  /* (nunits) 1: this rank holds its parameters (local, + unit 0 on the last rank when tied) */
   int *owner;           /* (nunits) PP rank that owns the unit's parameters (unit 0: rank 0) */
-  int64_t bnd;          /* elements of one boundary transfer (B*T*C; B*T*C / tp under sequence parallelism) */
+  int64_t bnd;          /* elements of one boundary (B*T*C; B*T*C / tp under sequence parallelism) */
+  int slices;           /* 1, or T: each TP rank sends its 1/T of a replicated boundary (tp_slices) */
+  int64_t wire;         /* elements of one transfer: bnd / slices */
   sl_pp_sched sched;    /* the static schedule of every rank (plan/pipeline.h) */
 } sl_pp_plan;
 
@@ -48,6 +50,8 @@ typedef struct {
   int64_t hidden, heads_x_dim, B, T; /* C, nh*hd, micro-batch shape */
   int64_t sp_tp;                     /* sequence parallelism over T ranks: a transfer is the rank's 1/T of the
                                         token rows (0 or 1: all rows) */
+  int64_t tp_slices;                 /* TP over T ranks without SP: the boundary is replicated on the T ranks,
+                                        each sends its 1/T and the receivers all-gather it over TP (0 or 1: whole) */
 } sl_pp_plan_cfg;
 
 /* SL_EINPUT with the builder's / the layout's message for what is refused

@@ -744,7 +744,11 @@ static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_c
     double ar_h = 2.0 * (t - 1) * ceil((double)(b * T * m->C) / t);
     tp_bytes = Lp * (double)A * 2.0 * (ar_x + ar_h) * e;
   }
-  double pp_bytes = p > 1 ? 2.0 * (double)A * act_msg : 0;
+  /* the boundary of a micro-batch, each direction: a TP rank sends its 1/t of it
+   * (engine/schedule_pp.c); the search's TP layouts run without sequence
+   * parallelism, so the receivers all-gather the t slices over TP (intra-node) */
+  double pp_bytes = p > 1 ? 2.0 * (double)A * act_msg / t : 0;
+  if (p > 1 && t > 1) tp_bytes += 2.0 * (double)A * (t - 1) * act_msg / t;
   /* ZeRO-1: one reduce-scatter and one parameter all-gather per step;
    * ZeRO-3: two gathers (forward, backward) and a reduce-scatter per micro-batch */
   double rs_b = d > 1 ? (d - 1) * dp_shard * e * (z3 || x->sync_accum ? (double)A : 1.0) : 0,
@@ -754,8 +758,9 @@ static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_c
   x->comm_bytes[SL_PLAN_RS] = rs_b;
   x->comm_bytes[SL_PLAN_AG] = ag_b;
   x->comm_s[SL_PLAN_AR] = tp_bytes / bi;
-  /* an inner stage sends and receives pp_bytes each; the executor's transfers
-   * block (engine/schedule_pp.c), so the rank waits through both */
+  /* an inner stage sends and receives pp_bytes each, counted as exposed (the
+   * executor overlaps a transfer with one compute op only, and on one node
+   * the copy competes with compute for memory bandwidth) */
   x->comm_s[SL_PLAN_P2P] = 2.0 * pp_bytes / (pp_inter ? bx : bi);
   x->comm_s[SL_PLAN_RS] = rs_b / (dp_inter ? bx : bi);
   x->comm_s[SL_PLAN_AG] = ag_b / (dp_inter ? bx : bi);
@@ -889,8 +894,8 @@ static const char *off_name(int o) { return o == SL_PLAN_OFF_NVME ? "nvme" : o =
 
 void sl_plan_describe(const sl_plan_cand *x, char *buf, size_t cap) {
   if (x->pp > 1 && x->tp > 1)
-    snprintf(buf, cap, "TP %d x PP %d (1F1B) x DP %d (ZeRO-%d over DP), ckpt %s, micro-batch %lld x %lld", x->tp,
-             x->pp, x->shard_group, x->zero, ac_name(x->ac), (long long)x->micro_batch, (long long)x->grad_accum);
+    snprintf(buf, cap, "TP %d x PP %d (1F1B) x DP %d (ZeRO-%d over DP), ckpt %s, micro-batch %lld x %lld", x->tp, x->pp,
+             x->shard_group, x->zero, ac_name(x->ac), (long long)x->micro_batch, (long long)x->grad_accum);
   else if (x->pp > 1)
     snprintf(buf, cap, "PP %d (1F1B) x DP %d (ZeRO-%d over DP), ckpt %s, micro-batch %lld x %lld%s", x->pp,
              x->shard_group, x->zero, ac_name(x->ac), (long long)x->micro_batch, (long long)x->grad_accum,
@@ -918,7 +923,9 @@ enum { K_RUNNABLE, K_FSDP, K_PIPELINE };
 static int fastest(const sl_plan_cand *c, int n, int kind) {
   int best = -1;
   for (int i = 0; i < n; i++) {
-    int ok = kind == K_RUNNABLE ? !c[i].needs_mode : kind == K_FSDP ? c[i].tp == 1 && c[i].pp == 1 : c[i].tp > 1 && c[i].pp > 1;
+    int ok = kind == K_RUNNABLE ? !c[i].needs_mode
+             : kind == K_FSDP   ? c[i].tp == 1 && c[i].pp == 1
+                                : c[i].tp > 1 && c[i].pp > 1;
     if (c[i].fits && ok && (best < 0 || c[i].tokens_s > c[best].tokens_s)) best = i;
   }
   return best;

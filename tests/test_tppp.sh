@@ -9,8 +9,9 @@
 # order of the sums, so not bit-identical), and so the held-out loss. The
 # PP communicator's logged send/receive counts and bytes equal the static
 # schedule's (`shardlm pp-schedule --json`, an independent computation in
-# plan/) with --bytes = b*s*h*4 / T under sequence parallelism and b*s*h*4
-# without it (each TP rank moves its own copy). Checkpoints written at DP 2
+# plan/) with --bytes = b*s*h*4 / T, with sequence parallelism (the rank's
+# token rows) and without it (each TP rank sends 1/T of the replicated
+# boundary, all-gathered over TP on receipt). Checkpoints written at DP 2
 # x PP 2 resume at DP 1 x TP 2 x PP 2 and at DP 4; written at TP 2 x PP 2
 # they resume in one process; the continued runs match the uninterrupted
 # one within 1e-5, and `convert --to-hf` of it equals the run's --save.
@@ -42,7 +43,7 @@ ok = len(a) == 2 and len(a) == len(b) and all(abs(x - y) <= 1e-5 * abs(x) for x,
 print("held-out losses", a, b); sys.exit(0 if ok else 1)
 PY
 then ok "held-out losses at DP 2 x TP 2 x PP 2 within 1e-5 of one process"; else bad "held-out losses differ"; fi
-counters d2t2p2 2 2 $((2 * 16 * 32 * 4))
+counters d2t2p2 2 2 $((2 * 16 * 32 * 4 / 2))
 run llama d2t2p2z3 8 2 --tp 2 --pp 2 --zero 3 && check d2t2p2z3 base --rtol 1e-5
 # 2. DP 1 x TP 2 x PP 2 with sequence parallelism (it also writes checkpoints
 # for 4.); the interleaved schedule at TP 2; Mamba and tied embeddings
@@ -54,7 +55,10 @@ if "$B" pp-schedule --pp 2 --micro-batches 4 --micro-batch 2 --seq-len 16 --hidd
      --json | cmp -s - "$W/sp.json"; then ok "pp-schedule --tp 2 --sequence-parallel = --bytes b*s*h*4/2"
 else bad "pp-schedule --tp 2 --sequence-parallel differs from --bytes b*s*h*4/2"; fi
 run llama il 4 4 --tp 2 --pp 2 --pp-schedule interleaved --pp-virtual 2 --zero 0 && check il base --rtol 1e-5
-counters il 2 4 $((2 * 16 * 32 * 4)) --pp-schedule interleaved --pp-virtual 2
+counters il 2 4 $((2 * 16 * 32 * 4 / 2)) --pp-schedule interleaved --pp-virtual 2
+if "$B" pp-schedule --pp 2 --micro-batches 4 --micro-batch 2 --seq-len 16 --hidden 32 --tp 2 --pp-schedule interleaved \
+     --pp-virtual 2 --json | cmp -s - "$W/il.json"; then ok "pp-schedule --tp 2 (no SP) = --bytes b*s*h*4/2"
+else bad "pp-schedule --tp 2 (no SP) differs from --bytes b*s*h*4/2"; fi
 run mamba mtp 4 4 --tp 2 --pp 2 --sequence-parallel && check mtp mbase --rtol 1e-5
 run tied ttp 4 4 --tp 2 --pp 2 && check ttp tbase --rtol 1e-5
 # an odd vocabulary (259: the TP 2 slices padded), tied: the padded slice's head gradient crosses the pipeline
@@ -69,7 +73,7 @@ mkdir -p "$W/gqa" && sed 's/"num_key_value_heads": 2/"num_key_value_heads": 1/' 
 Z=(--pp-schedule zb1p)
 SP=(--tp 2 --sequence-parallel)
 run gqa zgt 2 4 --tp 2 && run gqa zgb 4 4 --tp 2 --pp 2 "${Z[@]}" && check zgb zgt --exact
-counters zgb 2 4 $((2 * 16 * 32 * 4)) "${Z[@]}"
+counters zgb 2 4 $((2 * 16 * 32 * 4 / 2)) "${Z[@]}"
 run tied ztt 2 4 "${SP[@]}" && run tied ztb 4 4 "${SP[@]}" --pp 2 "${Z[@]}" --zero 3 && check ztb ztt --exact
 run mamba zmt 2 4 "${SP[@]}" && run mamba zmb 4 4 "${SP[@]}" --pp 2 "${Z[@]}" && check zmb zmt --exact
 # 1f1b too: TP 2 x PP 2 is bit-identical to TP 2 alone (the pipeline changes

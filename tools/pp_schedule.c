@@ -24,7 +24,7 @@ static void usage(FILE *f) {
           "usage: shardlm pp-schedule --pp P --micro-batches M [--pp-schedule gpipe|1f1b|interleaved|zb1p]\n"
           "                           [--pp-virtual V] [--layers L | --model DIR|config.json] [--pp-layout 5,4,4,5]\n"
           "                           [--bytes N | --micro-batch B --seq-len T [--hidden H] [--act-bytes E]\n"
-          "                            [--tp T --sequence-parallel]] [--cost-f N --cost-b N --cost-w N]\n"
+          "                            [--tp T [--sequence-parallel]]] [--cost-f N --cost-b N --cost-w N]\n"
           "                           [--svg FILE] [--ops] [--compact] [--json]\n"
           "prints every rank's timeline (one column per time unit: F forward, B backward (input gradient\n"
           "under zb1p), W weight gradient, . idle), its bubble, the transfers and the in-flight peaks.\n"
@@ -187,7 +187,10 @@ static void print_report(const sl_pp_sched *s, const args *a) {
          P > 1 ? "2 m (P V - 1)" : "one rank: none", (long long)totb, (long long)p->bytes);
   if (a->bytes < 0 && a->hidden)
     printf(" (b %lld x s %lld x h %lld x %lld B%s)", (long long)a->b, (long long)a->seq, (long long)a->hidden,
-           (long long)a->elem, a->sp ? " / T, sequence parallel" : "");
+           (long long)a->elem,
+           a->sp                                                   ? " / T, sequence parallel"
+           : a->tp > 1 && (a->b * a->seq * a->hidden) % a->tp == 0 ? " / T, each TP rank's slice"
+                                                                   : "");
   printf("\n");
   if (a->ops) {
     printf("op lists (issue order; transfers block until the peer posts its half):\n");
@@ -300,7 +303,10 @@ static int run(int argc, char **argv) {
     rc = sl_fail(SL_EINPUT, "--pp-layout needs --layers L or --model DIR (the counts must sum to the layers)");
     goto done;
   }
-  a.spec.bytes = a.bytes >= 0 ? a.bytes : a.hidden ? a.b * a.seq * a.hidden * a.elem / (a.sp ? a.tp : 1) : 0;
+  /* a transfer under --tp T: the s/T slice with --sequence-parallel; without it each TP rank sends 1/T of
+   * the replicated boundary when T divides it (train's engine/schedule_pp.c), else the whole */
+  int64_t bnd = a.b * a.seq * a.hidden, per = a.sp || (a.tp > 1 && bnd % a.tp == 0) ? a.tp : 1;
+  a.spec.bytes = a.bytes >= 0 ? a.bytes : a.hidden ? bnd / per * a.elem : 0;
   if ((rc = sl_pp_build(&a.spec, &s))) goto done;
   if (a.have_layers && (rc = layout(&a, &c, s.S, s.spec.P, &lay, &lay_text))) goto done;
   if (a.json) print_json(&s, lay);
