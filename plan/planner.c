@@ -917,15 +917,13 @@ static int prefer(const sl_plan_cand *a, const sl_plan_cand *b) {
   return a->gpu_total < b->gpu_total;
 }
 
-/* The fastest fitting candidate of a kind: runnable (no pipeline), plain
- * FSDP (TP = PP = 1) or TP x PP; -1 when none fits. */
-enum { K_RUNNABLE, K_FSDP, K_PIPELINE };
+/* The fastest fitting candidate of a kind: runnable, or plain FSDP
+ * (TP = PP = 1); -1 when none fits. */
+enum { K_RUNNABLE, K_FSDP };
 static int fastest(const sl_plan_cand *c, int n, int kind) {
   int best = -1;
   for (int i = 0; i < n; i++) {
-    int ok = kind == K_RUNNABLE ? !c[i].needs_mode
-             : kind == K_FSDP   ? c[i].tp == 1 && c[i].pp == 1
-                                : c[i].tp > 1 && c[i].pp > 1;
+    int ok = kind == K_RUNNABLE ? !c[i].needs_mode : c[i].tp == 1 && c[i].pp == 1;
     if (c[i].fits && ok && (best < 0 || c[i].tokens_s > c[best].tokens_s)) best = i;
   }
   return best;
@@ -941,7 +939,7 @@ static size_t comm_bound(char *buf, size_t cap, const sl_plan_cand *x, const cha
 }
 
 int sl_plan_recommend(const sl_plan_cand *c, int n, const sl_plan_cluster *cl, char *buf, size_t cap) {
-  int best = fastest(c, n, K_RUNNABLE), ppbest = fastest(c, n, K_PIPELINE), fsdp = fastest(c, n, K_FSDP);
+  int best = fastest(c, n, K_RUNNABLE), fsdp = fastest(c, n, K_FSDP);
   if (best < 0) {
     snprintf(buf, cap, "No configuration the engine can run fits in %.1f GB per GPU.", cl->gpu_mem / 1e9);
     return -1;
@@ -1003,12 +1001,6 @@ int sl_plan_recommend(const sl_plan_cand *c, int n, const sl_plan_cluster *cl, c
     o += (size_t)snprintf(buf + o, cap - o, " Full sharding alone (%s) predicts %.0f tokens/s, MFU %.1f%%%s", d,
                           f->tokens_s, 100 * f->mfu, f->comm_compute_ratio > 1.0 ? ":" : ".");
     if (o < cap && f->comm_compute_ratio > 1.0) o += comm_bound(buf + o, cap - o, f, "it");
-  }
-  if (o < cap && ppbest >= 0 && c[ppbest].tokens_s > 1.1 * x->tokens_s) {
-    char d2[512];
-    sl_plan_describe(&c[ppbest], d2, sizeof d2);
-    o += (size_t)snprintf(buf + o, cap - o, " With pipeline parallelism, %s predicts %.0f tokens/s (%.1fx).", d2,
-                          c[ppbest].tokens_s, c[ppbest].tokens_s / x->tokens_s);
   }
   return pick;
 }

@@ -114,9 +114,7 @@ static json_t *cand_json(const sl_plan_cand *x, const char *model, const sl_plan
   json_object_set_new(o, "sync_accum", json_boolean(x->sync_accum));
   json_object_set_new(o, "needs_mode", json_boolean(x->needs_mode));
   json_object_set_new(o, "runnable", json_boolean(!x->needs_mode));
-  if (x->needs_mode)
-    json_object_set_new(o, "note", json_string("not runnable yet: train refuses --tp with --pp (issue 14)"));
-  else {
+  if (!x->needs_mode) {
     char cmd[1024];
     train_command(x, model, c, cmd, sizeof cmd);
     json_object_set_new(o, "command", json_string(cmd));
@@ -419,8 +417,8 @@ static int run_plan(int argc, char **argv) {
       const sl_plan_cand *x = &v[i];
       char cfg[64];
       if (x->pp > 1 && x->tp > 1)
-        snprintf(cfg, sizeof cfg, "TP%dPP%dDP%d Z%d %s %lldx%lld", x->tp, x->pp, x->shard_group, x->zero,
-                 ac_str(x->ac), (long long)x->micro_batch, (long long)x->grad_accum);
+        snprintf(cfg, sizeof cfg, "TP%dPP%dDP%d Z%d %s %lldx%lld", x->tp, x->pp, x->shard_group, x->zero, ac_str(x->ac),
+                 (long long)x->micro_batch, (long long)x->grad_accum);
       else if (x->pp > 1)
         snprintf(cfg, sizeof cfg, "PP%dDP%d Z%d %s %lldx%lld", x->pp, x->shard_group, x->zero, ac_str(x->ac),
                  (long long)x->micro_batch, (long long)x->grad_accum);
@@ -439,8 +437,7 @@ static int run_plan(int argc, char **argv) {
              x->fits ? "yes" : "no", cfg, x->gpu_total / 1e9, x->host_per_gpu / 1e9, cb / 1e9, cs, x->exposed_s,
              x->compute_s + x->recompute_s, x->step_s, x->tokens_s, 100 * x->mfu, i == pick ? "  <= recommended" : "");
     }
-    printf("(%d candidates; o: optimizer offload, +p: parameters too)\n",
-           n);
+    printf("(%d candidates; o: optimizer offload, +p: parameters too)\n", n);
     if (pick >= shown) {
       char d[512];
       sl_plan_describe(&v[pick], d, sizeof d);
