@@ -4,13 +4,43 @@ parameters (safetensors in an HF directory), with a relative tolerance or
 bit-exactly (--exact). Exit 0 when they agree, 1 otherwise; prints the
 worst difference either way.
 
-usage: compare.py RUN_A RUN_B [--rtol 1e-5] [--exact] [--loss-only]
+The weight criterion is each tensor's relative L2 difference
+||a - b|| / ||b||, not its largest element difference: AdamW turns the
+round-off of a near-zero gradient (another summation order: TP, another
+OpenBLAS kernel, another thread count) into an lr-sized step of that one
+element, so the largest element difference measures Adam's sign of noise,
+not the run (measured: up to 1.5e-5 of max|w| between layouts; the L2
+figure stays at or below 1.5e-6). A real defect (a wrong gradient, a lost micro-batch)
+moves whole tensors and shows in the L2 figure (docs/CONTRIBUTING.md,
+"Tolerances"). The largest element difference is still printed.
+SL_NOISE_LOG=FILE appends one JSON line per comparison (the figures) for
+noise measurements.
+
+usage: compare.py RUN_A RUN_B [--rtol 1e-5] [--wtol W] [--exact] [--loss-only] [--plant KIND]
+
+--rtol bounds the per-step losses' relative difference; --wtol each weight
+tensor's relative L2 difference (default: the larger of --rtol and 10 x the
+worst noise measured, WTOL_NOISE below).
+
+--plant KIND: the negative control. Plants an error into RUN_A's weights
+before comparing (the test then expects FAIL): "norm" adds 2e-3 (2 x lr,
+the step of an update gone the wrong way, as a sum over TP applied to an
+accumulated buffer did) to every norm weight; "row" scales one row of the
+largest matrix by 1 + 1e-3 (a lost or doubled gradient of one token or one
+output channel).
 RUN is a directory holding metrics.jsonl and model/ (model.safetensors)."""
 import json
+import os
 import struct
 import sys
 
 import numpy as np
+
+
+# the worst relative L2 weight difference measured between layouts that sum in
+# another order (TP 2 x PP 2 with tied embeddings, 1.51e-6), across OpenBLAS
+# core types and thread counts (docs/CONTRIBUTING.md, "Tolerances")
+WTOL_NOISE = 2e-6
 
 
 def read_safetensors(path):
@@ -40,7 +70,10 @@ def main():
     exact = "--exact" in args
     if "--rtol" in args:
         rtol = float(args[args.index("--rtol") + 1])
-    a, b = [x for x in args if not x.startswith("--") and not x.replace(".", "").replace("e-", "").isdigit()][:2]
+    # the weights' relative L2 bound: WTOL_NOISE (the worst measured) x 10, or --rtol where larger
+    wtol = float(args[args.index("--wtol") + 1]) if "--wtol" in args else max(rtol, 10 * WTOL_NOISE)
+    skip = {i + 1 for i, x in enumerate(args) if x in ("--rtol", "--wtol", "--plant")}
+    a, b = [x for i, x in enumerate(args) if not x.startswith("--") and i not in skip][:2]
     la, lb = losses(a + "/metrics.jsonl"), losses(b + "/metrics.jsonl")
     ok = True
     if len(la) != len(lb):
@@ -60,7 +93,20 @@ def main():
     if sorted(pa) != sorted(pb):
         print("tensor names differ")
         return 1
-    worst_p, worst_name = 0.0, ""
+    if "--plant" in args:
+        kind = args[args.index("--plant") + 1]
+        if kind == "norm":
+            for k in pa:
+                if "norm" in k:
+                    pa[k] = pa[k] + np.float32(2e-3)
+        elif kind == "row":
+            k = max(pa, key=lambda n: pa[n].size if pa[n].ndim == 2 else 0)
+            pa[k] = pa[k].copy()
+            pa[k][pa[k].shape[0] // 2] *= np.float32(1 + 1e-3)
+        else:
+            print(f"unknown --plant {kind}")
+            return 2
+    worst_p, worst_name, worst_max = 0.0, "", 0.0
     for k in pa:
         x, y = pa[k].astype(np.float64), pb[k].astype(np.float64)
         if x.shape != y.shape:
@@ -73,14 +119,20 @@ def main():
                 if d >= worst_p:
                     worst_p, worst_name = d, k
             continue
-        d = np.max(np.abs(x - y)) / max(np.max(np.abs(y)), 1e-12)
+        worst_max = max(worst_max, np.max(np.abs(x - y)) / max(np.max(np.abs(y)), 1e-12))
+        d = np.linalg.norm(x - y) / max(np.linalg.norm(y), 1e-12)
         if d > worst_p:
             worst_p, worst_name = d, k
     if not exact:
-        ok &= worst_p <= rtol
-    mode = "bit-exact" if exact else f"rtol {rtol:g}"
+        ok &= worst_p <= wtol
+    if os.environ.get("SL_NOISE_LOG"):
+        with open(os.environ["SL_NOISE_LOG"], "a") as f:
+            f.write(json.dumps({"a": a, "b": b, "exact": exact, "loss": worst_loss, "l2": worst_p,
+                                "max": 0.0 if exact else float(worst_max), "tensor": worst_name}) + "\n")
+    mode = "bit-exact" if exact else f"losses rtol {rtol:g}, weights L2 {wtol:g}"
+    extra = "" if exact else f" (largest element diff {worst_max:.3g} of max|w|)"
     print(f"{'OK  ' if ok else 'FAIL'} {a} vs {b} ({mode}): worst loss diff {worst_loss:.3g}, "
-          f"worst param diff {worst_p:.3g} {worst_name}")
+          f"worst param diff {worst_p:.3g} {worst_name}{extra}")
     return 0 if ok else 1
 
 

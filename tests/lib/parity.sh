@@ -11,6 +11,7 @@
 #                        ranks into $W/NAME (metrics, --save model), the log
 #                        in $W/NAME.log; $RUN_FLAGS added to every run;
 #   check A B [FLAGS]    compare.py on runs $W/A and $W/B (losses, weights);
+#   planted A B RTOL     the negative control: errors planted into A fail;
 #   pp_counters NAME STEPS [pp-schedule flags]  the PP counter lines of
 #                        $W/NAME.log against `shardlm pp-schedule --json`
 #                        (written to $W/NAME.json) x STEPS.
@@ -28,6 +29,14 @@ ok() { pass=$((pass+1)); echo "ok   $*"; }
 bad() { fail=$((fail+1)); echo "FAIL $*"; }
 check() { # a b [--exact | --rtol X]
   if $CMP "$W/$1" "$W/$2" "${@:3}"; then pass=$((pass+1)); else fail=$((fail+1)); fi
+}
+planted() { # a b rtol: the negative control, compare.py --plant norm and row must FAIL
+  local k
+  for k in norm row; do
+    if $CMP "$W/$1" "$W/$2" --rtol "$3" --plant $k > "$W/planted.out"; then
+      bad "planted $k error in $1 passed the $3 comparison with $2: the tolerance cannot catch it"
+    else ok "planted $k error in $1 fails the $3 comparison with $2 ($(grep -o 'worst param diff [^ ]*' "$W/planted.out"))"; fi
+  done
 }
 pp_counters() { # name steps pp-schedule-flags...
   local name=$1 steps=$2; shift 2

@@ -185,6 +185,11 @@ def main():
                    "--rtol", "1e-5"]
             r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             ck(f"[masks + documents] {name} == 1 rank (1e-5 rel)", r.returncode == 0, r.stdout.decode().strip())
+            if name == "r3z3":  # the negative control: planted errors must fail the same comparison
+                for kind in ("norm", "row"):
+                    r = subprocess.run(cmd + ["--plant", kind], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                    ck(f"[masks + documents] planted {kind} error in {name} fails the 1e-5 comparison",
+                       r.returncode == 1, r.stdout.decode().strip())
     print(f"{ck.passed} passed, {ck.failed} failed")
     return 1 if ck.failed else 0
 
