@@ -15,7 +15,11 @@ extern "C" {
 typedef struct sl_lineread sl_lineread;
 
 /* Opens path; the compression is chosen by its suffix (.gz, .zst, else
- * plain). SL_EINPUT naming the file when it cannot be opened. */
+ * plain). SL_EINPUT naming the file when it cannot be opened or does not
+ * start with the magic bytes of its suffix. A compressed stream that is
+ * truncated, corrupt (deflate error, CRC / checksum mismatch) or followed by
+ * other data fails a later sl_lineread_next with SL_EINPUT, "FILE: truncated
+ * gzip stream at byte N" / "FILE: corrupt zstd stream at byte N: why". */
 int sl_lineread_open(const char *path, sl_lineread **out);
 /* Reads from text[0..len) (not copied; must outlive the reader). */
 int sl_lineread_open_mem(const char *name, const char *text, size_t len, sl_lineread **out);

@@ -49,6 +49,10 @@ typedef struct {
   int64_t *dlen; /* (dcap) tokens per document */
   int ndoc, dcap;
   int64_t skipped;
+  int64_t dropped, dropped_docs; /* characters without a vocabulary entry, and their documents */
+  int64_t drop_line;             /* the first such document: line, file, character */
+  int drop_file;
+  char drop_char[8];
   int rc;
   char err[ERRCAP];
 } batch;
@@ -150,6 +154,7 @@ static batch *take_free(job *j) {
     b->ntok = 0;
     b->ndoc = 0;
     b->skipped = 0;
+    b->dropped = b->dropped_docs = b->drop_line = 0;
     b->rc = 0;
     b->err[0] = 0;
   }
@@ -367,11 +372,16 @@ static char *render_head(const char *head, const char *role) {
   return o;
 }
 
-static int encode_append(job *j, const sl_tokenizer *tk, batch *b, const char *s, size_t n, int mask) {
+static int encode_append(job *j, const sl_tokenizer *tk, batch *b, const char *s, size_t n, int mask, int64_t *drop,
+                         char *first) {
   if (n == 0) return SL_OK;
   int32_t *ids = NULL;
   int64_t k = 0;
   int rc = sl_tokenizer_encode(tk, s, n, &ids, &k);
+  char f[8];
+  int64_t d = rc ? 0 : sl_tokenizer_dropped(f);
+  if (d && !*drop) memcpy(first, f, 8);
+  *drop += d;
   if (!rc && out_tokens(b, ids, k, mask)) rc = sl_fail(SL_ENOMEM, "out of memory");
   free(ids);
   return rc;
@@ -391,7 +401,8 @@ static int process_record(worker *w, batch *b, int r, char *err) {
   segment *seg = w->seg;
   json_t *root = NULL;
   int nseg = 0, rc = record_segments(j, b, r, &root, seg, MAXSEG, &nseg, err);
-  int64_t start = b->ntok;
+  int64_t start = b->ntok, drop = 0;
+  char first[8] = "";
   size_t bad;
   /* JSON strings are valid UTF-8 already (jansson refuses others); a .txt document is checked */
   if (!rc && w->hf && !root && nseg == 1 && sl_utf8_valid(seg[0].s, seg[0].n, &bad)) {
@@ -402,12 +413,19 @@ static int process_record(worker *w, batch *b, int r, char *err) {
   for (int i = 0; i < nseg && !rc; i++) {
     if (seg[i].role) {
       char *h = render_head(seg[i].s, seg[i].role);
-      rc = h ? encode_append(j, tk, b, h, strlen(h), 0) : SL_ENOMEM;
+      rc = h ? encode_append(j, tk, b, h, strlen(h), 0, &drop, first) : SL_ENOMEM;
       free(h);
     } else {
-      rc = encode_append(j, tk, b, seg[i].s, seg[i].n, seg[i].mask);
+      rc = encode_append(j, tk, b, seg[i].s, seg[i].n, seg[i].mask, &drop, first);
     }
     if (rc && rc != SL_ENOMEM) snprintf(err, ERRCAP, "%s", sl_errmsg());
+  }
+  if (!rc && drop && j->cfg->strict) {
+    snprintf(err, ERRCAP,
+             "character '%s' has no vocabulary entry (the tokenizer has neither byte fallback nor an unk token); "
+             "--strict refuses it (%lld such characters in this document)",
+             first, (long long)drop);
+    rc = SL_EINPUT;
   }
   if (!rc && j->eod >= 0 && out_tokens(b, &j->eod, 1, 1)) rc = SL_ENOMEM;
   if (!rc && b->ntok > start) { /* an empty text without EOD/BOS adds no document */
@@ -417,6 +435,15 @@ static int process_record(worker *w, batch *b, int r, char *err) {
       b->dcap = (int)cap;
       b->dlen[b->ndoc++] = b->ntok - start;
     }
+  }
+  if (!rc && drop) {
+    if (!b->dropped) {
+      b->drop_line = b->rline[r];
+      b->drop_file = b->rfile[r];
+      memcpy(b->drop_char, first, 8);
+    }
+    b->dropped += drop;
+    b->dropped_docs++;
   }
   if (rc) b->ntok = start; /* drop what this record wrote */
   if (rc == SL_ENOMEM) snprintf(err, ERRCAP, "out of memory");
@@ -576,6 +603,12 @@ int sl_prepare(const sl_prep_cfg *c, sl_prep_stats *stp) {
   double t0 = sl_now_s();
   if (!c->output || !*c->output) return sl_fail(SL_EINPUT, "prepare: --output PREFIX is required");
   if (!c->mem_text && c->ninputs < 1) return sl_fail(SL_EINPUT, "prepare: at least one --input is required");
+  size_t olen = strlen(c->output);
+  if (c->output[olen - 1] == '/')
+    return sl_fail(SL_EINPUT,
+                   "prepare: --output '%s' ends in '/': it is a file-name prefix (PREFIX.bin, PREFIX.idx), "
+                   "e.g. '%scorpus'",
+                   c->output, c->output);
   const char *slash = strrchr(c->output, '/');
   if (slash && slash != c->output) { /* the output's directory is made as needed */
     char dir[4096];
@@ -684,6 +717,13 @@ int sl_prepare(const sl_prep_cfg *c, sl_prep_stats *stp) {
     st.documents += b->ndoc;
     st.tokens += b->ntok;
     st.skipped += b->skipped;
+    if (b->dropped && !st.dropped) {
+      st.drop_line = b->drop_line;
+      st.drop_file = c->mem_text ? c->mem_name : c->inputs[b->drop_file];
+      memcpy(st.drop_char, b->drop_char, 8);
+    }
+    st.dropped += b->dropped;
+    st.dropped_docs += b->dropped_docs;
     pthread_mutex_lock(&j.mu);
     b->state = SLOT_FREE;
     next++;
@@ -702,8 +742,9 @@ int sl_prepare(const sl_prep_cfg *c, sl_prep_stats *stp) {
   for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
   st.bytes_in = j.bytes_in;
   if (!rc && st.documents == 0)
-    rc = sl_fail(SL_EINPUT, "%s: no documents (the input is empty, only blank lines%s)",
-                 c->mem_text ? c->mem_name : c->inputs[0], st.skipped ? ", or every row was bad and skipped" : "");
+    rc = sl_fail(SL_EINPUT, "%s%s: no documents: %lld bytes read hold no text (empty, only blank lines%s)",
+                 c->mem_text ? c->mem_name : c->inputs[0], !c->mem_text && c->ninputs > 1 ? " and the other inputs" : "",
+                 (long long)st.bytes_in, st.skipped ? ", or every row was bad and skipped" : "");
   if (!rc && j.use_mask) rc = mask_finish(&mw);
   if (!rc) {
     rc = sl_dataset_builder_finish(bld);

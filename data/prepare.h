@@ -45,6 +45,7 @@ typedef struct {
   int workers;               /* tokenizing threads (<= 0: online CPUs) */
   const char *chat_template; /* SL_PREP_MESSAGES: per-message "...{role}...{content}..." */
   int progress;              /* redraw a progress line on stderr */
+  int strict;                /* refuse a document with a character the tokenizer drops (no vocabulary entry) */
 } sl_prep_cfg;
 
 typedef struct {
@@ -56,6 +57,11 @@ typedef struct {
   int64_t vocab;       /* the tokenizer's vocabulary size */
   int dtype;           /* SL_IDX_UINT16 or SL_IDX_INT32 (Megatron's rule) */
   int has_mask;        /* PREFIX.lmask was written */
+  int64_t dropped;      /* characters without a vocabulary entry, dropped (BPE without byte fallback / unk) */
+  int64_t dropped_docs; /* documents that lost such characters */
+  const char *drop_file; /* the first of them: file, line, character (UTF-8) */
+  int64_t drop_line;
+  char drop_char[8];
   double seconds;
 } sl_prep_stats;
 

@@ -46,6 +46,16 @@ static void merge_put(tok_bpe *m, int32_t a, int32_t b, uint32_t rank, int32_t n
   m->mnew[j] = nid;
 }
 
+typedef struct {
+  int32_t id;
+  const char *key;
+} idkey;
+static int cmp_idkey(const void *x, const void *y) {
+  const idkey *a = x, *b = y;
+  if (a->id != b->id) return a->id < b->id ? -1 : 1;
+  return strcmp(a->key, b->key);
+}
+
 int tok_bpe_load(json_t *model, const char *file, tok_bpe *m) {
   memset(m, 0, sizeof *m);
   m->unk = -1;
@@ -61,6 +71,23 @@ int tok_bpe_load(json_t *model, const char *file, tok_bpe *m) {
                    json_number_value(dropout));
   const char *key;
   json_t *v;
+  /* two tokens with one id: decode could not tell them apart; refused */
+  size_t nv = json_object_size(vocab), iv = 0;
+  idkey *ik = malloc((nv ? nv : 1) * sizeof *ik);
+  if (!ik) return sl_fail(SL_ENOMEM, "%s: out of memory", file);
+  json_object_foreach(vocab, key, v) {
+    if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) <= INT32_MAX - 1)
+      ik[iv++] = (idkey){(int32_t)json_integer_value(v), key};
+  }
+  qsort(ik, iv, sizeof *ik, cmp_idkey);
+  for (size_t i = 1; i < iv; i++)
+    if (ik[i].id == ik[i - 1].id) {
+      rc = sl_fail(SL_EINPUT, "%s: model.vocab: tokens \"%s\" and \"%s\" both have id %d (every id must be unique)",
+                   file, ik[i - 1].key, ik[i].key, (int)ik[i].id);
+      break;
+    }
+  free(ik);
+  if (rc) return rc;
   json_object_foreach(vocab, key, v) {
     if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX - 1)
       return sl_fail(SL_EINPUT, "%s: model.vocab[\"%s\"]: expected an id >= 0", file, key);
@@ -174,6 +201,14 @@ typedef struct {
   size_t wcap;
 } tok_tls;
 static _Thread_local tok_tls tl;
+/* characters dropped (no vocabulary entry, byte fallback or unk token) since tok_drop_reset */
+static _Thread_local int64_t tl_dropped;
+static _Thread_local char tl_drop_first[8];
+void tok_drop_reset(void) { tl_dropped = 0; }
+int64_t tok_dropped(char first[8]) {
+  if (first) memcpy(first, tl_drop_first, 8);
+  return tl_dropped;
+}
 
 /* Frees a thread's scratch and cache when the thread exits. */
 static pthread_key_t g_tls_key;
@@ -305,6 +340,7 @@ int tok_bpe_word(const tok_bpe *m, uint64_t serial, const char *s, size_t n, int
   if (grow_syms(n + 1)) return SL_ENOMEM; /* every symbol covers >= 1 byte */
   /* initial symbols */
   int32_t ns = 0, unk = -1, unklen = 0;
+  int64_t dropped0 = tl_dropped;
 #define ADD(ID, L)                                                                                                     \
   do {                                                                                                                 \
     tl.id[ns] = (ID);                                                                                                  \
@@ -331,6 +367,12 @@ int tok_bpe_word(const tok_bpe *m, uint64_t serial, const char *s, size_t n, int
         if (all) {
           for (int k = 0; k < l; k++) ADD(m->bytetok[(unsigned char)s[i + k]], 1);
           done = 1;
+        }
+      }
+      if (!done && m->unk < 0) { /* dropped, as HF tokenizers drops it */
+        if (!tl_dropped++) {
+          memset(tl_drop_first, 0, sizeof tl_drop_first);
+          memcpy(tl_drop_first, s + i, (size_t)l < 7 ? (size_t)l : 7);
         }
       }
       if (!done && m->unk >= 0) {
@@ -374,7 +416,7 @@ int tok_bpe_word(const tok_bpe *m, uint64_t serial, const char *s, size_t n, int
     if (out_push(ids, nids, cap, tl.id[i])) return SL_ENOMEM;
   /* cache */
   int64_t cnt = *nids - first;
-  if (n < CACHE_MAX_WORD) {
+  if (n < CACHE_MAX_WORD && tl_dropped == dropped0) { /* a word that drops is not cached: it is counted each time */
     if (tl.map.n >= CACHE_MAX_ENTRIES || tl.npool + (size_t)cnt + 1 > CACHE_MAX_IDS) cache_reset(serial);
     if (tl.npool + (size_t)cnt + 1 > tl.cappool) {
       size_t c = tl.cappool ? tl.cappool : 4096;

@@ -163,6 +163,9 @@ void tok_bpe_free(tok_bpe *m);
 int tok_bpe_word(const tok_bpe *m, uint64_t serial, const char *s, size_t n, int32_t **ids, int64_t *nids,
                  int64_t *cap);
 
+void tok_drop_reset(void);
+int64_t tok_dropped(char first[8]);
+
 /* ---- the tokenizer ---- */
 typedef struct {
   char *content;

@@ -235,7 +235,9 @@ static int load_json(const char *file, size_t flags, json_t **out) {
   if (!rc) *out = json_loadb(b.p ? b.p : "", b.n, flags, &err);
   tb_free(&b);
   if (rc) return rc;
-  if (!*out) return sl_fail(SL_EINPUT, "%s: line %d: %s", file, err.line, err.text);
+  if (!*out)
+    return sl_fail(SL_EINPUT, "%s: line %d: %s%s", file, err.line, err.text,
+                   strstr(err.text, "duplicate") ? " (a JSON object with the same key twice is refused)" : "");
   if (!json_is_object(*out)) {
     json_decref(*out);
     *out = NULL;
@@ -271,7 +273,7 @@ int sl_tokenizer_load(const char *path, sl_tokenizer **out) {
   if (!t) return sl_fail(SL_ENOMEM, "tokenizer: out of memory");
   t->kind = TOK_HF;
   t->serial = atomic_fetch_add(&g_serial, 1);
-  int rc = load_json(file, 0, &j);
+  int rc = load_json(file, JSON_REJECT_DUPLICATES, &j);
   /* only strings are read from the config; model_max_length can be 1e30 */
   if (!rc && !stat(cfgfile, &st)) rc = load_json(cfgfile, JSON_DECODE_INT_AS_REAL, &cfg);
   json_t *model = rc ? NULL : json_object_get(j, "model");
@@ -411,9 +413,12 @@ static int added_pass(const sl_tokenizer *t, int normalized, tok_splits *sp) {
   return rc;
 }
 
+int64_t sl_tokenizer_dropped(char first[8]) { return tok_dropped(first); }
+
 int sl_tokenizer_encode(const sl_tokenizer *t, const char *text, size_t len, int32_t **ids, int64_t *n) {
   *ids = NULL;
   *n = 0;
+  tok_drop_reset();
   if (t->kind == TOK_BYTES) {
     int32_t *o = malloc((len ? len : 1) * sizeof *o);
     if (!o) return sl_fail(SL_ENOMEM, "tokenizer: out of memory for %zu ids", len);

@@ -19,6 +19,11 @@ int sl_tokenizer_bytes(sl_tokenizer **out);
 void sl_tokenizer_free(sl_tokenizer *t);
 /* HF encode(text, add_special_tokens=False). *ids is malloc'd (caller frees). */
 int sl_tokenizer_encode(const sl_tokenizer *t, const char *text, size_t len, int32_t **ids, int64_t *n);
+/* Characters the last sl_tokenizer_encode on this thread dropped because
+ * the vocabulary has no entry for them and the BPE model neither byte
+ * fallback nor an unk token (HF tokenizers drops them too); first: the first
+ * of them, UTF-8, NUL-terminated. */
+int64_t sl_tokenizer_dropped(char first[8]);
 /* HF decode(ids, skip_special_tokens=False). *text is malloc'd, NUL-terminated. */
 int sl_tokenizer_decode(const sl_tokenizer *t, const int32_t *ids, int64_t n, char **text, size_t *len);
 int64_t sl_tokenizer_vocab_size(const sl_tokenizer *t); /* highest id + 1, added tokens included */

@@ -32,6 +32,9 @@ static void usage(FILE *f) {
              "  --prepend-bos         start every document with the tokenizer's beginning-of-sequence id\n"
              "  --skip-bad            count and skip bad rows (invalid JSON or UTF-8, a missing key)\n"
              "                        instead of stopping at the first\n"
+             "  --strict              refuse a document holding a character the tokenizer has no\n"
+             "                        vocabulary entry for (BPE without byte fallback or unk token:\n"
+             "                        such characters are dropped, counted and warned about)\n"
              "  --workers N           tokenizing threads (default: online CPUs)\n"
              "  --quiet               no progress line or summary\n");
 }
@@ -100,6 +103,7 @@ int sl_tool_prepare(int argc, char **argv) {
     else if (!strcmp(a, "--prepend-bos")) c.prepend_bos = 1;
     else if (!strcmp(a, "--skip-bad")) c.skip_bad = 1;
     else if (!strcmp(a, "--quiet")) quiet = 1;
+    else if (!strcmp(a, "--strict")) c.strict = 1;
     else {
       fprintf(stderr, "shardlm prepare: unexpected argument '%s' (see --help)\n", a);
       free(inputs);
@@ -121,6 +125,12 @@ int sl_tool_prepare(int argc, char **argv) {
     fprintf(stderr, "shardlm prepare: %s\n", sl_errmsg());
     return rc == SL_EINPUT ? 2 : 1;
   }
+  if (st.dropped)
+    fprintf(stderr,
+            "shardlm prepare: warning: %lld characters in %lld documents have no vocabulary entry and were dropped "
+            "(the tokenizer has neither byte fallback nor an unk token; Hugging Face tokenizers drops them too), "
+            "the first '%s' at %s:%lld; --strict refuses such documents\n",
+            (long long)st.dropped, (long long)st.dropped_docs, st.drop_char, st.drop_file, (long long)st.drop_line);
   if (!quiet) {
     if (st.has_mask) printf("wrote %s.bin, %s.idx and %s.lmask", c.output, c.output, c.output);
     else printf("wrote %s.bin and %s.idx", c.output, c.output);
