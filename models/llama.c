@@ -216,8 +216,7 @@ static int llama_bwd(sl_model *m, int u, const float *flat, float *grads) {
   o->linear_bwd(k, p->dln, (float *)g.wqkv, NULL, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
   if ((rc = row_parallel_sum(m, p, p->dln, p->sp ? p->xl : p->dln))) return rc;
   if (p->kvrep > 1 && (rc = kv_grad_sum(m, p, (float *)g.wqkv + p->nh * p->hd * C))) return rc;
-  o->rmsnorm_bwd(k, p->dres, norm_dw(m, p, (float *)g.ln1, p->gnorm), p->sp ? p->xl : p->dln, x, w.ln1, a->rstd1, n,
-                 C);
+  o->rmsnorm_bwd(k, p->dres, norm_dw(m, p, (float *)g.ln1, p->gnorm), p->sp ? p->xl : p->dln, x, w.ln1, a->rstd1, n, C);
   if ((rc = norm_grad_sum(m, p, (float *)g.ln1, p->gnorm))) return rc;
   return norm_grad_sum(m, p, (float *)g.ln2, p->gnorm + C);
 }

@@ -45,12 +45,12 @@ typedef struct {
   int nsets;
   layer_acts shared; /* recomputed in backward, shared by every layer and set (selective: att, lse; full: all) */
   /* backward scratch (workspace) */
-  float *dres; /* (N, C) gradient of the residual stream */
-  float *dln;  /* (N, C) */
-  float *dh;   /* (N, I) */
-  float *dgu;  /* (N, 2I) */
-  float *datt; /* (N, A) */
-  float *dqkv; /* (N, Q) */
+  float *dres;  /* (N, C) gradient of the residual stream */
+  float *dln;   /* (N, C) */
+  float *dh;    /* (N, I) */
+  float *dgu;   /* (N, 2I) */
+  float *datt;  /* (N, A) */
+  float *dqkv;  /* (N, Q) */
   float *gnorm; /* (2, C) under sp: the micro-batch's part of ln1's, ln2's weight gradient */
 } llama_priv;
 

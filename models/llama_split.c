@@ -124,8 +124,7 @@ static int block_weight(sl_model *m, int u, const float *flat, float *grads, con
   if ((rc = sl_llama_recompute(m, u, flat))) return rc; /* again: B's recomputed tensors are shared, gone */
   o->linear_bwd(k, NULL, (float *)g.wd, NULL, s.dmlp, a->h, w.wd, N, p->I, C);
   o->linear_bwd(k, NULL, (float *)g.wgu, NULL, s.dgu, a->ln2, w.wgu, N, C, 2 * p->I);
-  o->rmsnorm_bwd(k, NULL, sl_llama_norm_dw(m, (float *)g.ln2, p->gnorm + C), s.dln2, a->xmid, w.ln2, a->rstd2, p->n,
-                 C);
+  o->rmsnorm_bwd(k, NULL, sl_llama_norm_dw(m, (float *)g.ln2, p->gnorm + C), s.dln2, a->xmid, w.ln2, a->rstd2, p->n, C);
   o->linear_bwd(k, NULL, (float *)g.wo, NULL, s.datt, a->att, w.wo, N, p->A, C);
   if (p->kvrep > 1) sl_llama_kv_grad_begin(m, (float *)g.wqkv + p->nh * p->hd * C);
   o->linear_bwd(k, NULL, (float *)g.wqkv, NULL, s.dqkv, a->ln1, w.wqkv, N, C, p->Q);

@@ -52,16 +52,16 @@ typedef struct {
   int nsets;
   mlayer_acts shared; /* recomputed in backward, shared by every layer and set (selective: u, dtv, g; full: all) */
   /* backward scratch (workspace), reused by every layer */
-  float *dres; /* (n, H) gradient of the residual stream (N rows allocated) */
-  float *dln;  /* (N, H); under sp also the out_proj partial sums (forward) and the
+  float *dres;  /* (n, H) gradient of the residual stream (N rows allocated) */
+  float *dln;   /* (N, H); under sp also the out_proj partial sums (forward) and the
                         all-gathered block-output gradient (backward) */
-  float *dgx;  /* (N, D) dg, then (after gate_bwd) dxcp */
-  float *dy;   /* (N, D) */
-  float *du;   /* (N, D) */
-  float *ddtv; /* (N, D) */
-  float *dxz;  /* (N, 2D) */
-  float *ddtr; /* (N, R) */
-  float *dbc;  /* (N, 2S); = ddtr + N*R (one buffer: one TP all-reduce) */
+  float *dgx;   /* (N, D) dg, then (after gate_bwd) dxcp */
+  float *dy;    /* (N, D) */
+  float *du;    /* (N, D) */
+  float *ddtv;  /* (N, D) */
+  float *dxz;   /* (N, 2D) */
+  float *ddtr;  /* (N, R) */
+  float *dbc;   /* (N, 2S); = ddtr + N*R (one buffer: one TP all-reduce) */
   float *gnorm; /* (H) under sp: the micro-batch's part of the norm's weight gradient */
 } mamba_priv;
 
