@@ -22,7 +22,9 @@
  * all-gathered before qkv / gate|up (kept gathered for backward), and in
  * backward the block-output gradient is all-gathered before the Wdown / Wo
  * GEMMs and the qkv / gate|up input gradients reduce-scattered; the norms'
- * weight gradients (partial over rows) are summed over TP. At T = 1 the
+ * weight gradients (partial over rows) are summed over TP, only the
+ * micro-batch's part (a unit's gradient buffer may hold the earlier
+ * micro-batches' sum: --no-sync-accum). At T = 1 the
  * original whole-vocabulary path runs, bit for bit.
  * Activation checkpointing: none keeps every block's activations; selective
  * recomputes the attention core (out, lse) in backward; full keeps only each
@@ -110,18 +112,30 @@ static int block_forward(sl_model *m, llama_priv *p, const float *flat, const fl
 
 /* A k/v slice several TP ranks hold (nkv < T): each computed its gradient
  * from its own query heads; the slice's gradient is the sum over the kvrep
- * ranks sharing it. gkv (2*nkv*hd*C, k then v rows) holds only this
- * micro-batch's part (the runtime zeroes a unit's gradient per micro-batch
- * and only this block writes it): placed in its group's slot of a zeroed
- * buffer of every group, summed over the TP group, read back. */
+ * ranks sharing it. gkv (2*nkv*hd*C, k then v rows) may hold the earlier
+ * micro-batches' sum (--no-sync-accum keeps a unit's gradient across the
+ * step), which must not be summed again: kv_grad_begin moves it aside (to
+ * kvsum's last n floats) and zeroes gkv before the weight GEMM adds this
+ * micro-batch's part; kv_grad_sum places that part in its group's slot of a
+ * zeroed buffer of every group, sums it over the TP group, reads it back
+ * and adds the earlier sum (0 when the runtime zeroed the buffer for the
+ * micro-batch, the default: the bits of the part alone). */
+static void kv_grad_begin(sl_model *m, llama_priv *p, float *gkv) {
+  int64_t n = 2 * p->nkv * p->hd * p->C;
+  m->ops->copy(m->k, p->kvsum + p->kvgroups * n, gkv, (size_t)n * 4);
+  m->ops->zero(m->k, gkv, (size_t)n * 4);
+}
+
 static int kv_grad_sum(sl_model *m, llama_priv *p, float *gkv) {
   int64_t n = 2 * p->nkv * p->hd * p->C;
   float *slot = p->kvsum + p->kvslot * n;
   m->ops->zero(m->k, p->kvsum, (size_t)(p->kvgroups * n) * 4);
   m->ops->copy(m->k, slot, gkv, (size_t)n * 4);
   int rc = tp_sum(m, p->kvsum, p->kvgroups * n);
-  if (!rc) m->ops->copy(m->k, gkv, slot, (size_t)n * 4);
-  return rc;
+  if (rc) return rc;
+  m->ops->copy(m->k, gkv, slot, (size_t)n * 4);
+  m->ops->add_inplace(m->k, gkv, p->kvsum + p->kvgroups * n, n);
+  return SL_OK;
 }
 
 static int llama_fwd(sl_model *m, int u, const float *flat) {
@@ -142,10 +156,17 @@ static int llama_fwd(sl_model *m, int u, const float *flat) {
   return sl_lm_head_fwd(m, &p->head, flat, p->stream[p->L]);
 }
 
-/* Under sequence parallelism a norm's weight gradient g (C) is this rank's
- * rows' part: summed over the TP group (the runtime zeroes a unit's
- * gradient per micro-batch, so g holds only this micro-batch's). */
-static int sp_norm_grad_sum(sl_model *m, llama_priv *p, float *g) { return p->sp ? tp_sum(m, g, p->C) : SL_OK; }
+/* Where rmsnorm_bwd writes a norm's weight gradient g (C): g itself, or
+ * under sequence parallelism (this rank's rows' part) the zeroed scratch
+ * part, which norm_grad_sum sums over the TP group and adds into g
+ * (models/vocab_parallel.h sl_sp_norm_dw: g may hold the earlier
+ * micro-batches' sum under --no-sync-accum). */
+static float *norm_dw(sl_model *m, llama_priv *p, float *g, float *part) {
+  return p->sp ? sl_sp_norm_dw(m, part, p->C) : g;
+}
+static int norm_grad_sum(sl_model *m, llama_priv *p, float *g, float *part) {
+  return p->sp ? sl_sp_norm_dw_sum(m, g, part, p->C) : SL_OK;
+}
 
 static int llama_bwd(sl_model *m, int u, const float *flat, float *grads) {
   llama_priv *p = m->priv;
@@ -155,10 +176,7 @@ static int llama_bwd(sl_model *m, int u, const float *flat, float *grads) {
   int rc = SL_OK;
   if (u == p->L + 1 && !p->vp) /* head: starts the backward pass */
     return sl_lm_head_bwd(m, &p->head, flat, grads, p->stream[p->L], p->dres, p->dln);
-  if (u == p->L + 1) {
-    rc = sl_lm_head_vp_bwd(m, p->hv, flat, grads, p->stream[p->L], p->dres, p->dln);
-    return rc ? rc : sp_norm_grad_sum(m, p, grads);
-  }
+  if (u == p->L + 1) return sl_lm_head_vp_bwd(m, p->hv, flat, grads, p->stream[p->L], p->dres, p->dln);
   if (u == 0) {
     if (p->vp) return sl_vp_embedding_bwd(m, &p->vs, grads, p->dres, N, C, p->sp ? p->dln : NULL);
     o->embedding_bwd(k, grads, p->dres, m->tokens, N, C);
@@ -183,7 +201,8 @@ static int llama_bwd(sl_model *m, int u, const float *flat, float *grads) {
   m->ops->zero(m->k, p->dln, (size_t)(N * C) * 4);
   o->linear_bwd(k, p->dln, (float *)g.wgu, NULL, p->dgu, a->ln2, w.wgu, N, C, 2 * p->I);
   if ((rc = row_parallel_sum(m, p, p->dln, p->sp ? p->xl : p->dln))) return rc;
-  o->rmsnorm_bwd(k, p->dres, (float *)g.ln2, p->sp ? p->xl : p->dln, a->xmid, w.ln2, a->rstd2, n, C);
+  o->rmsnorm_bwd(k, p->dres, norm_dw(m, p, (float *)g.ln2, p->gnorm + C), p->sp ? p->xl : p->dln, a->xmid, w.ln2,
+                 a->rstd2, n, C);
   /* attention */
   if (p->sp && (rc = sp_gather(m, p, p->dres, (float *)(dout = p->dln)))) return rc;
   m->ops->zero(m->k, p->datt, (size_t)(N * p->A) * 4);
@@ -193,12 +212,13 @@ static int llama_bwd(sl_model *m, int u, const float *flat, float *grads) {
                        m->seg);
   o->rope_doc_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->theta, m->seg);
   m->ops->zero(m->k, p->dln, (size_t)(N * C) * 4);
+  if (p->kvrep > 1) kv_grad_begin(m, p, (float *)g.wqkv + p->nh * p->hd * C);
   o->linear_bwd(k, p->dln, (float *)g.wqkv, NULL, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
   if ((rc = row_parallel_sum(m, p, p->dln, p->sp ? p->xl : p->dln))) return rc;
   if (p->kvrep > 1 && (rc = kv_grad_sum(m, p, (float *)g.wqkv + p->nh * p->hd * C))) return rc;
-  o->rmsnorm_bwd(k, p->dres, (float *)g.ln1, p->sp ? p->xl : p->dln, x, w.ln1, a->rstd1, n, C);
-  if ((rc = sp_norm_grad_sum(m, p, (float *)g.ln1))) return rc;
-  return sp_norm_grad_sum(m, p, (float *)g.ln2);
+  o->rmsnorm_bwd(k, p->dres, norm_dw(m, p, (float *)g.ln1, p->gnorm), p->sp ? p->xl : p->dln, x, w.ln1, a->rstd1, n, C);
+  if ((rc = norm_grad_sum(m, p, (float *)g.ln1, p->gnorm))) return rc;
+  return norm_grad_sum(m, p, (float *)g.ln2, p->gnorm + C);
 }
 
 /* llama_bwd's TP collectives, for its split (models/llama_split.c). */
@@ -206,8 +226,10 @@ int sl_llama_sp_gather(sl_model *m, const float *rows, float *all) { return sp_g
 int sl_llama_row_parallel_sum(sl_model *m, float *part, float *rows) {
   return row_parallel_sum(m, m->priv, part, rows);
 }
+void sl_llama_kv_grad_begin(sl_model *m, float *gkv) { kv_grad_begin(m, m->priv, gkv); }
 int sl_llama_kv_grad_sum(sl_model *m, float *gkv) { return kv_grad_sum(m, m->priv, gkv); }
-int sl_llama_sp_norm_grad_sum(sl_model *m, float *g) { return sp_norm_grad_sum(m, m->priv, g); }
+float *sl_llama_norm_dw(sl_model *m, float *g, float *part) { return norm_dw(m, m->priv, g, part); }
+int sl_llama_norm_grad_sum(sl_model *m, float *g, float *part) { return norm_grad_sum(m, m->priv, g, part); }
 
 /* What activation checkpointing recomputes before block u's backward (both
  * halves of the split backward run it: models/llama_split.c). */
@@ -420,8 +442,10 @@ int sl_llama_create(sl_model *m) {
       !(p->datt = sl_model_buf(m, N * p->A, SL_ARENA_WORKSPACE)) ||
       !(p->dqkv = sl_model_buf(m, N * p->Q, SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
-  if (p->sp && !(p->xl = sl_model_buf(m, p->n * C, SL_ARENA_WORKSPACE))) return SL_ENOMEM;
-  if (p->kvrep > 1 && !(p->kvsum = sl_model_buf(m, p->kvgroups * 2 * p->nkv * p->hd * C, SL_ARENA_WORKSPACE)))
+  if (p->sp && (!(p->xl = sl_model_buf(m, p->n * C, SL_ARENA_WORKSPACE)) ||
+                !(p->gnorm = sl_model_buf(m, 2 * C, SL_ARENA_WORKSPACE))))
+    return SL_ENOMEM;
+  if (p->kvrep > 1 && !(p->kvsum = sl_model_buf(m, (p->kvgroups + 1) * 2 * p->nkv * p->hd * C, SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
   return SL_OK;
 }

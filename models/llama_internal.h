@@ -25,7 +25,8 @@ typedef struct {
 typedef struct {
   int64_t N, C, nh, nkv, hd, Q, A, I, V, L, window; /* nh, nkv, Q, A, I: this TP rank's */
   int64_t kvrep, kvslot, kvgroups;                  /* k/v slice shared by kvrep TP ranks; its index of kvgroups */
-  float *kvsum; /* (kvgroups, 2*nkv*hd*C) replicated k/v gradient exchange (kvrep > 1) */
+  float *kvsum; /* (kvgroups + 1, 2*nkv*hd*C) replicated k/v gradient exchange, then the slice's
+                   earlier micro-batches' sum (kvrep > 1; kv_grad_begin) */
   float eps, theta;
   int tied;
   /* the selected activation set's views (sets[m->act]) */
@@ -44,12 +45,13 @@ typedef struct {
   int nsets;
   layer_acts shared; /* recomputed in backward, shared by every layer and set (selective: att, lse; full: all) */
   /* backward scratch (workspace) */
-  float *dres; /* (N, C) gradient of the residual stream */
-  float *dln;  /* (N, C) */
-  float *dh;   /* (N, I) */
-  float *dgu;  /* (N, 2I) */
-  float *datt; /* (N, A) */
-  float *dqkv; /* (N, Q) */
+  float *dres;  /* (N, C) gradient of the residual stream */
+  float *dln;   /* (N, C) */
+  float *dh;    /* (N, I) */
+  float *dgu;   /* (N, 2I) */
+  float *datt;  /* (N, A) */
+  float *dqkv;  /* (N, Q) */
+  float *gnorm; /* (2, C) under sp: the micro-batch's part of ln1's, ln2's weight gradient */
 } llama_priv;
 
 /* parameter views of a block's flat buffer */
@@ -81,7 +83,9 @@ int sl_llama_recompute(sl_model *m, int u, const float *flat);
 int sl_llama_sp_gather(sl_model *m, const float *rows, float *all);
 int sl_llama_row_parallel_sum(sl_model *m, float *part, float *rows);
 int sl_llama_kv_grad_sum(sl_model *m, float *gkv);
-int sl_llama_sp_norm_grad_sum(sl_model *m, float *g);
+void sl_llama_kv_grad_begin(sl_model *m, float *gkv);
+float *sl_llama_norm_dw(sl_model *m, float *g, float *part);
+int sl_llama_norm_grad_sum(sl_model *m, float *g, float *part);
 int64_t sl_llama_stash_numel(const sl_model *m, int u);
 int sl_llama_bwd_input(sl_model *m, int u, const float *flat, float *stash, float *tied);
 int sl_llama_bwd_weight(sl_model *m, int u, const float *flat, float *grads, const float *stash);

@@ -124,13 +124,15 @@ static int block_weight(sl_model *m, int u, const float *flat, float *grads, con
   if ((rc = sl_llama_recompute(m, u, flat))) return rc; /* again: B's recomputed tensors are shared, gone */
   o->linear_bwd(k, NULL, (float *)g.wd, NULL, s.dmlp, a->h, w.wd, N, p->I, C);
   o->linear_bwd(k, NULL, (float *)g.wgu, NULL, s.dgu, a->ln2, w.wgu, N, C, 2 * p->I);
-  o->rmsnorm_bwd(k, NULL, (float *)g.ln2, s.dln2, a->xmid, w.ln2, a->rstd2, p->n, C);
+  o->rmsnorm_bwd(k, NULL, sl_llama_norm_dw(m, (float *)g.ln2, p->gnorm + C), s.dln2, a->xmid, w.ln2, a->rstd2, p->n, C);
   o->linear_bwd(k, NULL, (float *)g.wo, NULL, s.datt, a->att, w.wo, N, p->A, C);
+  if (p->kvrep > 1) sl_llama_kv_grad_begin(m, (float *)g.wqkv + p->nh * p->hd * C);
   o->linear_bwd(k, NULL, (float *)g.wqkv, NULL, s.dqkv, a->ln1, w.wqkv, N, C, p->Q);
   if (p->kvrep > 1 && (rc = sl_llama_kv_grad_sum(m, (float *)g.wqkv + p->nh * p->hd * C))) return rc;
-  o->rmsnorm_bwd(k, NULL, (float *)g.ln1, s.dln1, p->stream[l], w.ln1, a->rstd1, p->n, C);
-  if ((rc = sl_llama_sp_norm_grad_sum(m, (float *)g.ln1))) return rc;
-  return sl_llama_sp_norm_grad_sum(m, (float *)g.ln2);
+  o->rmsnorm_bwd(k, NULL, sl_llama_norm_dw(m, (float *)g.ln1, p->gnorm), s.dln1, p->stream[l], w.ln1, a->rstd1, p->n,
+                 C);
+  if ((rc = sl_llama_norm_grad_sum(m, (float *)g.ln1, p->gnorm))) return rc;
+  return sl_llama_norm_grad_sum(m, (float *)g.ln2, p->gnorm + C);
 }
 
 /* Unit 0's backward is all weight gradient: B keeps its output gradient
@@ -149,16 +151,12 @@ int sl_llama_bwd_input(sl_model *m, int u, const float *flat, float *stash, floa
 
 int sl_llama_bwd_weight(sl_model *m, int u, const float *flat, float *grads, const float *stash) {
   llama_priv *p = m->priv;
-  int rc;
   if (u == 0 && p->vp) return sl_vp_embedding_bwd(m, &p->vs, grads, stash, p->N, p->C, p->sp ? p->dln : NULL);
   if (u == 0) {
     m->ops->embedding_bwd(m->k, grads, stash, m->tokens, p->N, p->C);
     return SL_OK;
   }
-  if (u == p->L + 1 && p->vp) {
-    rc = sl_lm_head_vp_bwd_weight(m, p->hv, flat, grads, p->stream[p->L], stash);
-    return rc ? rc : sl_llama_sp_norm_grad_sum(m, grads);
-  }
+  if (u == p->L + 1 && p->vp) return sl_lm_head_vp_bwd_weight(m, p->hv, flat, grads, p->stream[p->L], stash);
   if (u == p->L + 1) return sl_lm_head_bwd_weight(m, &p->head, flat, grads, p->stream[p->L], stash);
   return block_weight(m, u, flat, grads, stash);
 }

@@ -13,8 +13,8 @@
  * same inputs as sl_lm_head_bwd's, the same bits.
  * Under tensor parallelism the loss-parallel head (sl_lm_head_vp_bwd,
  * models/vocab_parallel.c) splits the same way: its input half also sums
- * the norm-output gradient over the TP group (the head's only backward
- * collective); its weight half has none.
+ * the norm-output gradient over the TP group; its weight half, under
+ * sequence parallelism, sums the norm's weight gradient (sl_sp_norm_dw_sum).
  */
 #include "base/base.h"
 #include "models/model.h"
@@ -79,6 +79,7 @@ int sl_lm_head_vp_bwd_weight(sl_model *m, sl_lm_head_vp *hv, const float *flat, 
   if (!h->tied)
     m->ops->lmhead_vp_bwd(m->k, NULL, grads + h->C, h->lnf, flat + h->C, m->targets, h->lse, m->loss_scale, h->N, h->C,
                           vs->v0, vs->Vl, vs->valid);
-  m->ops->rmsnorm_bwd(m->k, NULL, grads, stash, x, flat, h->rstdf, hv->sp ? h->N / vs->T : h->N, h->C);
-  return SL_OK;
+  float *dw = hv->sp ? sl_sp_norm_dw(m, hv->gw, h->C) : grads;
+  m->ops->rmsnorm_bwd(m->k, NULL, dw, stash, x, flat, h->rstdf, hv->sp ? h->N / vs->T : h->N, h->C);
+  return hv->sp ? sl_sp_norm_dw_sum(m, grads, hv->gw, h->C) : SL_OK;
 }

@@ -105,9 +105,15 @@ static int row_parallel_sum(sl_model *m, mamba_priv *p, float *part, float *rows
   return m->access.tp.reducescatter(m->access.tp.user, part, rows, p->n * p->H);
 }
 
-/* Under sp a norm's weight gradient g (H) is this rank's rows' part: summed
- * over TP (the runtime zeroes a unit's gradient per micro-batch). */
-static int sp_norm_grad_sum(sl_model *m, mamba_priv *p, float *g) { return p->sp ? tp_sum(m, g, p->H) : SL_OK; }
+/* Where rmsnorm_bwd writes the norm's weight gradient g (H): g itself, or
+ * under sp (this rank's rows' part) the zeroed scratch p->gnorm, which
+ * norm_grad_sum sums over TP and adds into g (models/vocab_parallel.h
+ * sl_sp_norm_dw: g may hold the earlier micro-batches' sum under
+ * --no-sync-accum). */
+static float *norm_dw(sl_model *m, mamba_priv *p, float *g) { return p->sp ? sl_sp_norm_dw(m, p->gnorm, p->H) : g; }
+static int norm_grad_sum(sl_model *m, mamba_priv *p, float *g) {
+  return p->sp ? sl_sp_norm_dw_sum(m, g, p->gnorm, p->H) : SL_OK;
+}
 
 /* NULL when T splits d_inner, else why not. */
 static const char *tp_misfit(const sl_model_config *c, int64_t T, char *why, size_t cap) {
@@ -196,10 +202,7 @@ static int mamba_bwd(sl_model *m, int u, const float *flat, float *grads) {
   int rc = SL_OK;
   if (u == p->L + 1 && !p->vp) /* head: starts the backward pass */
     return sl_lm_head_bwd(m, &p->head, flat, grads, p->stream[p->L], p->dres, p->dln);
-  if (u == p->L + 1) {
-    rc = sl_lm_head_vp_bwd(m, p->hv, flat, grads, p->stream[p->L], p->dres, p->dln);
-    return rc ? rc : sp_norm_grad_sum(m, p, grads);
-  }
+  if (u == p->L + 1) return sl_lm_head_vp_bwd(m, p->hv, flat, grads, p->stream[p->L], p->dres, p->dln);
   if (u == 0) {
     if (p->vp) return sl_vp_embedding_bwd(m, &p->vs, grads, p->dres, N, H, p->sp ? p->dln : NULL);
     o->embedding_bwd(k, grads, p->dres, m->tokens, N, H);
@@ -250,8 +253,8 @@ static int mamba_bwd(sl_model *m, int u, const float *flat, float *grads) {
   o->linear_bwd(k, p->dln, (float *)g.w_in, (float *)g.b_in, p->dxz, a->ln, w.w_in, N, H, 2 * D);
   float *dnorm = p->sp ? p->xl : p->dln;
   if ((rc = row_parallel_sum(m, p, p->dln, dnorm))) return rc; /* #4 */
-  o->rmsnorm_bwd(k, p->dres, (float *)g.norm, dnorm, x, w.norm, a->rstd, p->n, H);
-  return sp_norm_grad_sum(m, p, (float *)g.norm);
+  o->rmsnorm_bwd(k, p->dres, norm_dw(m, p, (float *)g.norm), dnorm, x, w.norm, a->rstd, p->n, H);
+  return norm_grad_sum(m, p, (float *)g.norm);
 }
 
 /* mamba_bwd's TP collectives, for its split (models/mamba_split.c). */
@@ -260,7 +263,8 @@ int sl_mamba_sp_gather(sl_model *m, const float *rows, float *all) { return sp_g
 int sl_mamba_row_parallel_sum(sl_model *m, float *part, float *rows) {
   return row_parallel_sum(m, m->priv, part, rows);
 }
-int sl_mamba_sp_norm_grad_sum(sl_model *m, float *g) { return sp_norm_grad_sum(m, m->priv, g); }
+float *sl_mamba_norm_dw(sl_model *m, float *g) { return norm_dw(m, m->priv, g); }
+int sl_mamba_norm_grad_sum(sl_model *m, float *g) { return norm_grad_sum(m, m->priv, g); }
 
 /* What activation checkpointing recomputes before block u's backward (both
  * halves of the split backward run it: models/mamba_split.c). */
@@ -515,6 +519,8 @@ int sl_mamba_create(sl_model *m) {
       !(p->ddtr = sl_model_buf(m, N * (R + 2 * S), SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
   p->dbc = p->ddtr + N * R;
-  if (p->sp && !(p->xl = sl_model_buf(m, p->n * H, SL_ARENA_WORKSPACE))) return SL_ENOMEM;
+  if (p->sp && (!(p->xl = sl_model_buf(m, p->n * H, SL_ARENA_WORKSPACE)) ||
+                !(p->gnorm = sl_model_buf(m, H, SL_ARENA_WORKSPACE))))
+    return SL_ENOMEM;
   return SL_OK;
 }

@@ -52,16 +52,17 @@ typedef struct {
   int nsets;
   mlayer_acts shared; /* recomputed in backward, shared by every layer and set (selective: u, dtv, g; full: all) */
   /* backward scratch (workspace), reused by every layer */
-  float *dres; /* (n, H) gradient of the residual stream (N rows allocated) */
-  float *dln;  /* (N, H); under sp also the out_proj partial sums (forward) and the
+  float *dres;  /* (n, H) gradient of the residual stream (N rows allocated) */
+  float *dln;   /* (N, H); under sp also the out_proj partial sums (forward) and the
                         all-gathered block-output gradient (backward) */
-  float *dgx;  /* (N, D) dg, then (after gate_bwd) dxcp */
-  float *dy;   /* (N, D) */
-  float *du;   /* (N, D) */
-  float *ddtv; /* (N, D) */
-  float *dxz;  /* (N, 2D) */
-  float *ddtr; /* (N, R) */
-  float *dbc;  /* (N, 2S); = ddtr + N*R (one buffer: one TP all-reduce) */
+  float *dgx;   /* (N, D) dg, then (after gate_bwd) dxcp */
+  float *dy;    /* (N, D) */
+  float *du;    /* (N, D) */
+  float *ddtv;  /* (N, D) */
+  float *dxz;   /* (N, 2D) */
+  float *ddtr;  /* (N, R) */
+  float *dbc;   /* (N, 2S); = ddtr + N*R (one buffer: one TP all-reduce) */
+  float *gnorm; /* (H) under sp: the micro-batch's part of the norm's weight gradient */
 } mamba_priv;
 
 /* parameter views of a block's flat buffer (NULL for absent biases) */
@@ -100,7 +101,8 @@ int sl_mamba_recompute(sl_model *m, int u, const float *flat);
 int sl_mamba_tp_sum(sl_model *m, float *buf, int64_t n);
 int sl_mamba_sp_gather(sl_model *m, const float *rows, float *all);
 int sl_mamba_row_parallel_sum(sl_model *m, float *part, float *rows);
-int sl_mamba_sp_norm_grad_sum(sl_model *m, float *g);
+float *sl_mamba_norm_dw(sl_model *m, float *g);
+int sl_mamba_norm_grad_sum(sl_model *m, float *g);
 /* Split backward (models/mamba_split.c): the vt entries of models/model.h. */
 int64_t sl_mamba_stash_numel(const sl_model *m, int u);
 int sl_mamba_bwd_input(sl_model *m, int u, const float *flat, float *stash, float *tied);

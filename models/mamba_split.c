@@ -127,8 +127,8 @@ static int block_weight(sl_model *m, mamba_priv *p, int l, mblockw w, mblockw g,
   o->conv1d_bwd(k, NULL, 2 * D, (float *)g.w_conv, (float *)g.b_conv, s.dxcp, a->xz, 2 * D, w.w_conv, m->B, m->T, D,
                 p->K);
   o->linear_bwd(k, NULL, (float *)g.w_in, (float *)g.b_in, s.dxz, a->ln, w.w_in, N, H, 2 * D);
-  o->rmsnorm_bwd(k, NULL, (float *)g.norm, s.dln, p->stream[l], w.norm, a->rstd, p->n, H);
-  return sl_mamba_sp_norm_grad_sum(m, (float *)g.norm);
+  o->rmsnorm_bwd(k, NULL, sl_mamba_norm_dw(m, (float *)g.norm), s.dln, p->stream[l], w.norm, a->rstd, p->n, H);
+  return sl_mamba_norm_grad_sum(m, (float *)g.norm);
 }
 
 /* Unit 0's backward is all weight gradient: B keeps its output gradient
@@ -155,10 +155,7 @@ int sl_mamba_bwd_weight(sl_model *m, int u, const float *flat, float *grads, con
     m->ops->embedding_bwd(m->k, grads, stash, m->tokens, p->N, p->H);
     return SL_OK;
   }
-  if (u == p->L + 1 && p->vp) {
-    rc = sl_lm_head_vp_bwd_weight(m, p->hv, flat, grads, p->stream[p->L], stash);
-    return rc ? rc : sl_mamba_sp_norm_grad_sum(m, grads);
-  }
+  if (u == p->L + 1 && p->vp) return sl_lm_head_vp_bwd_weight(m, p->hv, flat, grads, p->stream[p->L], stash);
   if (u == p->L + 1) return sl_lm_head_bwd_weight(m, &p->head, flat, grads, p->stream[p->L], stash);
   /* again: what B recomputed lives in shared buffers, since overwritten */
   if ((rc = sl_mamba_recompute(m, u, flat))) return rc;

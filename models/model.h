@@ -110,7 +110,8 @@ typedef struct {
    * (overwritten; the head's weight GEMM runs here, in one call with its
    * input gradient, as bwd runs it). bwd_weight: adds unit u's weight
    * gradient of the micro-batch into grads (zeroed per micro-batch by the
-   * runtime) from stash and the set's activations: the bits bwd adds. */
+   * runtime, or holding the step's earlier micro-batches under
+   * --no-sync-accum) from stash and the set's activations: the bits bwd adds. */
   int64_t (*stash_numel)(const sl_model *m, int u);
   int (*bwd_input)(sl_model *m, int u, const float *params, float *stash, float *tied);
   int (*bwd_weight)(sl_model *m, int u, const float *params, float *grads, const float *stash);

@@ -48,6 +48,17 @@ static int sp_rows(const sl_vocab_split *vs, int64_t N, const char *what) {
   return SL_OK;
 }
 
+float *sl_sp_norm_dw(sl_model *m, float *part, int64_t n) {
+  m->ops->zero(m->k, part, (size_t)n * sizeof(float));
+  return part;
+}
+
+int sl_sp_norm_dw_sum(sl_model *m, float *g, float *part, int64_t n) {
+  int rc = tp_allreduce(m, part, n, SL_TP_SUM);
+  if (!rc) m->ops->add_inplace(m->k, g, part, n);
+  return rc;
+}
+
 int sl_vp_embedding_fwd(sl_model *m, const sl_vocab_split *vs, float *out, const float *wte, int64_t N, int64_t C,
                         float *sp_partial) {
   const char *what = "vocabulary-parallel embedding";
@@ -87,7 +98,8 @@ int sl_lm_head_vp_init(sl_model *m, sl_lm_head_vp *hv, const sl_vocab_split *vs,
   int64_t N = hv->h.N;
   if (!(hv->lmax = sl_model_buf(m, N, SL_ARENA_WORKSPACE)) || !(hv->gmax = sl_model_buf(m, N, SL_ARENA_WORKSPACE)) ||
       !(hv->st = sl_model_buf(m, 2 * N, SL_ARENA_WORKSPACE)) ||
-      (sp && !(hv->xl = sl_model_buf(m, N / vs->T * C, SL_ARENA_WORKSPACE))))
+      (sp && !(hv->xl = sl_model_buf(m, N / vs->T * C, SL_ARENA_WORKSPACE))) ||
+      (sp && !(hv->gw = sl_model_buf(m, C, SL_ARENA_WORKSPACE))))
     return SL_ENOMEM;
   return SL_OK;
 }
@@ -153,8 +165,9 @@ int sl_lm_head_vp_bwd(sl_model *m, sl_lm_head_vp *hv, const float *flat, float *
   if (hv->sp) rc = m->access.tp.reducescatter(m->access.tp.user, dln, hv->xl, n * h->C);
   else rc = tp_allreduce(m, dln, h->N * h->C, SL_TP_SUM);
   if (rc) return rc;
-  m->ops->rmsnorm_bwd(m->k, dres, grads, hv->sp ? hv->xl : dln, x, flat, h->rstdf, n, h->C);
-  return SL_OK;
+  float *dw = hv->sp ? sl_sp_norm_dw(m, hv->gw, h->C) : grads;
+  m->ops->rmsnorm_bwd(m->k, dres, dw, hv->sp ? hv->xl : dln, x, flat, h->rstdf, n, h->C);
+  return hv->sp ? sl_sp_norm_dw_sum(m, grads, hv->gw, h->C) : SL_OK;
 }
 
 int sl_lm_head_vp_logits(sl_model *m, sl_lm_head_vp *hv, float *out) {

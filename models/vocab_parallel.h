@@ -122,7 +122,20 @@ typedef struct {
   float *xl;         /* (N/T, C) under sp: the local normalised rows (forward,
                         then all-gathered into h.lnf), the reduce-scattered
                         gradient of lnf (backward); NULL otherwise */
+  float *gw;         /* (C) under sp: this micro-batch's part of the norm's
+                        weight gradient (sl_sp_norm_dw); NULL otherwise */
 } sl_lm_head_vp;
+
+/* Sequence parallelism: a norm's weight gradient over this rank's token rows
+ * is a part of the whole, summed over the TP group. The gradient buffer g
+ * may already hold the earlier micro-batches' sum (--no-sync-accum keeps a
+ * unit's gradient across the step), which a sum of g itself would count T
+ * times: rmsnorm_bwd writes the part into scratch part instead (sl_sp_norm_dw
+ * zeroes part (n) and returns it), then sl_sp_norm_dw_sum sums part over the
+ * group and adds it into g (n). With g zeroed for the micro-batch (the
+ * default) g ends with the bits of summing g in place. */
+float *sl_sp_norm_dw(sl_model *m, float *part, int64_t n);
+int sl_sp_norm_dw_sum(sl_model *m, float *g, float *part, int64_t n);
 
 /* Allocates the head's activations and statistics (sl_model_buf). sp: under
  * sequence parallelism (SL_EINPUT when T does not divide N = B*T rows; at
@@ -142,8 +155,9 @@ int sl_lm_head_vp_set_init(sl_model *m, sl_lm_head_vp **hvp, sl_lm_head_vp **hv,
  * failure is returned as it is. */
 int sl_lm_head_vp_fwd(sl_model *m, sl_lm_head_vp *hv, const float *flat, const float *x);
 /* dres := gradient of x ((N, C), the same on every TP rank; under sp this
- * rank's (N/T, C) rows); the norm's gradient goes to grads[0, C) (under sp
- * a partial sum over this rank's rows: the engine sums it over TP), the
+ * rank's (N/T, C) rows); the norm's gradient is added to grads[0, C) (under
+ * sp the micro-batch's part over this rank's rows, summed over TP through
+ * hv->gw: sl_sp_norm_dw_sum), the
  * slice's to grads + C (untied) or unit 0's gradient (tied); dln (N, C)
  * scratch. */
 int sl_lm_head_vp_bwd(sl_model *m, sl_lm_head_vp *hv, const float *flat, float *grads, const float *x, float *dres,
@@ -155,9 +169,9 @@ int sl_lm_head_vp_bwd(sl_model *m, sl_lm_head_vp *hv, const float *flat, float *
  * reduce-scatter under sp) and the norm's input gradient into dres; stash
  * keeps the summed gradient of the norm's output (this rank's rows: N/T x C
  * under sp, else N x C). Weight half: the untied slice's lmhead_vp_bwd with
- * dx NULL and the norm's weight part into grads (under sp the partial sum
- * over this rank's rows, as sl_lm_head_vp_bwd leaves it): the bits
- * sl_lm_head_vp_bwd adds. The collectives are the input half's. */
+ * dx NULL and the norm's weight gradient into grads (under sp summed over
+ * TP as sl_lm_head_vp_bwd does, the weight half's one collective): the
+ * bits sl_lm_head_vp_bwd adds. The other collectives are the input half's. */
 int sl_lm_head_vp_bwd_input(sl_model *m, sl_lm_head_vp *hv, const float *flat, const float *x, float *dres, float *dln,
                             float *stash, float *tied);
 int sl_lm_head_vp_bwd_weight(sl_model *m, sl_lm_head_vp *hv, const float *flat, float *grads, const float *x,
