@@ -737,11 +737,14 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   }
   t.peak_flops = c->peak_tflops > 0 ? c->peak_tflops * 1e12 : measure_peak(&t);
   double flops_tok = (double)t.m->vt->flops_per_token(t.m, c->seq_len);
+  sl_model *full = NULL; /* the model's parameter count, not one TP rank's slice */
+  int64_t nparams = sl_model_create_specs(&t.mcfg, &full) ? sl_model_num_params(t.m) : sl_model_num_params(full);
+  sl_model_destroy(full);
   sl_log0(SL_LOG_INFO,
-          "shardlm: %s %lld params (%d units) | %d rank%s, ZeRO-%lld | batch %lld x %lld x %lld tokens | "
+          "shardlm: %s %lld params (%d units) | %d rank%s (DP %d x TP %lld x PP %lld), ZeRO-%lld | batch %lld x %lld x %lld tokens | "
           "data %s (%lld tokens, %s) | peak %.1f GFLOP/s per rank",
-          t.mcfg.arch_name, (long long)sl_model_num_params(t.m), t.m->nunits, t.wsize, t.wsize > 1 ? "s" : "",
-          (long long)c->zero, (long long)t.G, (long long)c->seq_len, 1LL, c->data[0] ? c->data : "built-in corpus",
+          t.mcfg.arch_name, (long long)nparams, t.m->nunits, t.wsize, t.wsize > 1 ? "s" : "", t.dp_size,
+          (long long)c->tp, (long long)c->pp, (long long)c->zero, (long long)t.G, (long long)c->seq_len, 1LL, c->data[0] ? c->data : "built-in corpus",
           (long long)sl_sampler_num_tokens(t.smp), c->data_order, t.peak_flops * 1e-9);
   if (c->resume && c->ckpt_dir[0] && (rc = resume(&t))) goto done;
   /* resumed: the metrics keep the steps the checkpoint holds, nothing past it */
