@@ -1,0 +1,22 @@
+#!/bin/bash
+# tests/test_harden_minor27.sh — issue 27, minor group: the 1f1b refusal names
+# the real flag (--grad-accum, not --micro-batches); the banner prints the
+# model's parameter count (not one TP rank's slice) and the layout DP x TP x PP;
+# docs name exit 3 (communication timeout).
+. "$SL_SRC/tests/lib/harden.sh"
+[ -n "$MPI2" ] || { echo "skip: no mpirun"; exit 77; }
+# 1f1b refusal: the flag train accepts
+$MPI2 --steps 1 --pp 2 --out-dir "$W/pp" > "$W/pp.log" 2>&1
+rc_is "train --pp 2 --grad-accum 1 (1f1b) refused" $? 2 "$W/pp.log" "use --grad-accum >= 2"
+grep -q -- "use --micro-batches" "$W/pp.log" && bad "the refusal still names --micro-batches" || ok "no --micro-batches in the train refusal"
+# banner: full count at TP 2 equals one process's; the layout is named
+$TRAIN --steps 1 --out-dir "$W/one" > "$W/one.log" 2>&1 || bad "one-process run failed"
+$MPI2 --steps 1 --tp 2 --out-dir "$W/tp" > "$W/tp.log" 2>&1 || bad "TP 2 run failed"
+n1=$(grep -o '[0-9]* params' "$W/one.log" | head -1)
+n2=$(grep -o '[0-9]* params' "$W/tp.log" | head -1)
+[ -n "$n1" ] && [ "$n1" = "$n2" ] && ok "banner at TP 2: $n2 = one process's" || bad "banner params: one process '$n1', TP 2 '$n2'"
+check "banner names the layout" grep -q "2 ranks (DP 1 x TP 2 x PP 1), ZeRO-" "$W/tp.log"
+# docs: exit 3
+check "docs/cli.md names exit 3" grep -q "3 a communication timeout" "$SL_SRC/docs/cli.md"
+check "README failure section names exit 3" grep -q "Communication timeout\*\* (3)" "$SL_SRC/README.md"
+finish
