@@ -834,6 +834,10 @@ int sl_train_eval(const sl_train_cfg *cfg, sl_comm *world, int64_t K, sl_eval_re
   trainer t;
   sl_train_cfg c2 = *cfg;
   snprintf(c2.data_order, sizeof c2.data_order, "sequential"); /* window j is sample j */
+  /* forward only: every window runs through the stages in order (engine/schedule_pp.c pp_forward) whatever the
+   * schedule, so the backward schedules' micro-batch refusals do not apply: gpipe, or interleaved's chunks kept */
+  if (c2.pp > 1 && strcmp(c2.pp_schedule, "interleaved")) snprintf(c2.pp_schedule, sizeof c2.pp_schedule, "gpipe");
+  else if (c2.pp > 1 && c2.grad_accum % c2.pp) c2.grad_accum = (c2.grad_accum / c2.pp + 1) * c2.pp;
   int rc = sl_trainer_setup(&t, &c2, world, 0);                /* no optimizer state */
   if (!rc) rc = run_eval(&t, t.smp, K, res);
   sl_trainer_free(&t);
