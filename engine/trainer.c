@@ -415,6 +415,17 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
     if (t->pplan && !t->pplan->held[u]) continue; /* another pipeline stage's unit */
     memset(flat, 0, (size_t)t->m->units[u].numel * 4);
     if ((rc = sl_model_unit_load(t->m, u, weights, (uint64_t)c->seed, flat))) break;
+    for (int i = 0; weights && i < t->m->units[u].ntensors && !rc; i++) { /* NaN/inf in the loaded weights */
+      const sl_tensor_spec *ts = &t->m->units[u].t[i];
+      for (int64_t j = 0; j < ts->numel; j++)
+        if (!isfinite(flat[ts->offset + j])) {
+          rc = sl_fail(SL_EINPUT, "%s: tensor '%s' has a non-finite value (%s) at element %lld%s", c->model, ts->name,
+                       isnan(flat[ts->offset + j]) ? "nan" : "inf", (long long)j,
+                       c->tp > 1 ? " of this TP rank's slice" : "");
+          break;
+        }
+    }
+    if (rc) break;
     if ((rc = sl_fsdp_init_params(t->f, u, flat))) break;
     sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
     if (t->optim && (rc = opt_create(t, u, v, flat))) break;

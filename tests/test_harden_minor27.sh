@@ -26,6 +26,16 @@ for s in 1f1b zb1p; do # (interleaved needs more layers than this 1-layer model;
   [ -n "$want" ] && [ "$got" = "$want" ] && ok "eval --pp 2 --pp-schedule $s: $got = --pp 1" ||
     { bad "eval --pp 2 --pp-schedule $s: '$got' vs '$want'"; tail -3 "$W/ev.log"; }
 done
+# NaN in the loaded weights: refused at load naming the tensor and the element
+cp -r "$W/hf" "$W/hfnan"
+"$PY" - "$W/hfnan/model.safetensors" <<'P'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read()); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+o = 8 + n + h["model.layers.0.input_layernorm.weight"]["data_offsets"][0] + 4 * 3
+b[o:o + 4] = struct.pack("<f", float("nan")); open(sys.argv[1], "wb").write(b)
+P
+$CLI train ${ARGS/--model $W\/model/} --model "$W/hfnan" --steps 1 --out-dir "$W/nan" > "$W/nan.log" 2>&1
+rc_is "NaN in a loaded weight" $? 2 "$W/nan.log" "tensor 'model.layers.0.input_layernorm.weight' has a non-finite value (nan) at element 3"
 # docs: exit 3
 check "docs/cli.md names exit 3" grep -q "3 a communication timeout" "$SL_SRC/docs/cli.md"
 check "README failure section names exit 3" grep -q "Communication timeout\*\* (3)" "$SL_SRC/README.md"
