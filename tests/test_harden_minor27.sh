@@ -36,6 +36,11 @@ b[o:o + 4] = struct.pack("<f", float("nan")); open(sys.argv[1], "wb").write(b)
 P
 $CLI train ${ARGS/--model $W\/model/} --model "$W/hfnan" --steps 1 --out-dir "$W/nan" > "$W/nan.log" 2>&1
 rc_is "NaN in a loaded weight" $? 2 "$W/nan.log" "tensor 'model.layers.0.input_layernorm.weight' has a non-finite value (nan) at element 3"
+# plot of a metrics file whose losses are all null: says so, no SVG
+printf '{"step": 1, "loss": null, "tokens_per_s": 10}\n{"step": 2, "loss": null, "tokens_per_s": 10}\n' > "$W/null.jsonl"
+$CLI plot "$W/null.jsonl" "$W/null.svg" > "$W/plot.log" 2>&1
+rc_is "plot of all-null losses" $? 2 "$W/plot.log" "no step had a finite loss"
+check "no SVG written" test ! -e "$W/null.svg"
 # docs: exit 3
 check "docs/cli.md names exit 3" grep -q "3 a communication timeout" "$SL_SRC/docs/cli.md"
 check "README failure section names exit 3" grep -q "Communication timeout\*\* (3)" "$SL_SRC/README.md"
