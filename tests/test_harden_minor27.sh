@@ -41,6 +41,11 @@ printf '{"step": 1, "loss": null, "tokens_per_s": 10}\n{"step": 2, "loss": null,
 $CLI plot "$W/null.jsonl" "$W/null.svg" > "$W/plot.log" 2>&1
 rc_is "plot of all-null losses" $? 2 "$W/plot.log" "no step had a finite loss"
 check "no SVG written" test ! -e "$W/null.svg"
+# --pp-dry-run applies the model's TP refusal (2 heads: --tp 3 refused as the real run does; --tp 2 passes)
+$TRAIN --grad-accum 2 --pp 2 --tp 3 --pp-dry-run --out-dir "$W/dr" > "$W/dr.log" 2>&1
+rc_is "--pp-dry-run --tp 3 with 2 heads" $? 2 "$W/dr.log" "not divisible by --tp 3"
+$TRAIN --grad-accum 2 --pp 2 --tp 2 --pp-dry-run --out-dir "$W/dr2" > "$W/dr2.log" 2>&1
+rc_is "--pp-dry-run --tp 2" $? 0 "$W/dr2.log"
 # docs: exit 3
 check "docs/cli.md names exit 3" grep -q "3 a communication timeout" "$SL_SRC/docs/cli.md"
 check "README failure section names exit 3" grep -q "Communication timeout\*\* (3)" "$SL_SRC/README.md"
