@@ -43,7 +43,7 @@ rc_is "plot of all-null losses" $? 2 "$W/plot.log" "no step had a finite loss"
 check "no SVG written" test ! -e "$W/null.svg"
 # --pp-dry-run applies the model's TP refusal (2 heads: --tp 3 refused as the real run does; --tp 2 passes)
 $TRAIN --grad-accum 2 --pp 2 --tp 3 --pp-dry-run --out-dir "$W/dr" > "$W/dr.log" 2>&1
-rc_is "--pp-dry-run --tp 3 with 2 heads" $? 2 "$W/dr.log" "not divisible by --tp 3"
+rc_is "--pp-dry-run --tp 3 with 2 heads" $? 2 "$W/dr.log" "valid --tp values for this model: 1, 2"
 $TRAIN --grad-accum 2 --pp 2 --tp 2 --pp-dry-run --out-dir "$W/dr2" > "$W/dr2.log" 2>&1
 rc_is "--pp-dry-run --tp 2" $? 0 "$W/dr2.log"
 # docs: exit 3
