@@ -415,6 +415,17 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
     if (t->pplan && !t->pplan->held[u]) continue; /* another pipeline stage's unit */
     memset(flat, 0, (size_t)t->m->units[u].numel * 4);
     if ((rc = sl_model_unit_load(t->m, u, weights, (uint64_t)c->seed, flat))) break;
+    for (int i = 0; weights && i < t->m->units[u].ntensors && !rc; i++) { /* NaN/inf in the loaded weights */
+      const sl_tensor_spec *ts = &t->m->units[u].t[i];
+      for (int64_t j = 0; j < ts->numel; j++)
+        if (!isfinite(flat[ts->offset + j])) {
+          rc = sl_fail(SL_EINPUT, "%s: tensor '%s' has a non-finite value (%s) at element %lld%s", c->model, ts->name,
+                       isnan(flat[ts->offset + j]) ? "nan" : "inf", (long long)j,
+                       c->tp > 1 ? " of this TP rank's slice" : "");
+          break;
+        }
+    }
+    if (rc) break;
     if ((rc = sl_fsdp_init_params(t->f, u, flat))) break;
     sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
     if (t->optim && (rc = opt_create(t, u, v, flat))) break;
@@ -737,11 +748,14 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   }
   t.peak_flops = c->peak_tflops > 0 ? c->peak_tflops * 1e12 : measure_peak(&t);
   double flops_tok = (double)t.m->vt->flops_per_token(t.m, c->seq_len);
+  sl_model *full = NULL; /* the model's parameter count, not one TP rank's slice */
+  int64_t nparams = sl_model_create_specs(&t.mcfg, &full) ? sl_model_num_params(t.m) : sl_model_num_params(full);
+  sl_model_destroy(full);
   sl_log0(SL_LOG_INFO,
-          "shardlm: %s %lld params (%d units) | %d rank%s, ZeRO-%lld | batch %lld x %lld x %lld tokens | "
+          "shardlm: %s %lld params (%d units) | %d rank%s (DP %d x TP %lld x PP %lld), ZeRO-%lld | batch %lld x %lld x %lld tokens | "
           "data %s (%lld tokens, %s) | peak %.1f GFLOP/s per rank",
-          t.mcfg.arch_name, (long long)sl_model_num_params(t.m), t.m->nunits, t.wsize, t.wsize > 1 ? "s" : "",
-          (long long)c->zero, (long long)t.G, (long long)c->seq_len, 1LL, c->data[0] ? c->data : "built-in corpus",
+          t.mcfg.arch_name, (long long)nparams, t.m->nunits, t.wsize, t.wsize > 1 ? "s" : "", t.dp_size,
+          (long long)c->tp, (long long)c->pp, (long long)c->zero, (long long)t.G, (long long)c->seq_len, 1LL, c->data[0] ? c->data : "built-in corpus",
           (long long)sl_sampler_num_tokens(t.smp), c->data_order, t.peak_flops * 1e-9);
   if (c->resume && c->ckpt_dir[0] && (rc = resume(&t))) goto done;
   /* resumed: the metrics keep the steps the checkpoint holds, nothing past it */
@@ -831,6 +845,10 @@ int sl_train_eval(const sl_train_cfg *cfg, sl_comm *world, int64_t K, sl_eval_re
   trainer t;
   sl_train_cfg c2 = *cfg;
   snprintf(c2.data_order, sizeof c2.data_order, "sequential"); /* window j is sample j */
+  /* forward only: every window runs through the stages in order (engine/schedule_pp.c pp_forward) whatever the
+   * schedule, so the backward schedules' micro-batch refusals do not apply: gpipe, or interleaved's chunks kept */
+  if (c2.pp > 1 && strcmp(c2.pp_schedule, "interleaved")) snprintf(c2.pp_schedule, sizeof c2.pp_schedule, "gpipe");
+  else if (c2.pp > 1 && c2.grad_accum % c2.pp) c2.grad_accum = (c2.grad_accum / c2.pp + 1) * c2.pp;
   int rc = sl_trainer_setup(&t, &c2, world, 0);                /* no optimizer state */
   if (!rc) rc = run_eval(&t, t.smp, K, res);
   sl_trainer_free(&t);

@@ -56,8 +56,8 @@ static int check_spec(sl_pp_spec *s) {
     return sl_fail(SL_EINPUT,
                    "--pp-schedule %s needs at least as many micro-batches as stages: %d micro-batches < "
                    "--pp %d (the first stage warms up with P - 1 forwards before its first backward; with fewer "
-                   "micro-batches the pipeline never reaches its steady state); use --micro-batches >= %d "
-                   "(--grad-accum), fewer stages, or --pp-schedule gpipe",
+                   "micro-batches the pipeline never reaches its steady state); use --grad-accum >= %d (--micro-batches "
+                   "in pp-schedule and bench pipeline), fewer stages, or --pp-schedule gpipe",
                    k, s->m, s->P, s->P);
   int zb = s->kind == SL_PP_ZB1P;
   if (!s->cost_f) s->cost_f = 1;

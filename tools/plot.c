@@ -181,10 +181,13 @@ int sl_plot_metrics(const char *jsonl_path, const char *svg_path) {
   FILE *in = fopen(jsonl_path, "r");
   if (!in) return sl_fail(SL_EINPUT, "%s: cannot open metrics file: %s", jsonl_path, strerror(errno));
   ssize_t r;
+  long long nulls = 0;
   while ((r = getline(&line, &cap, in)) >= 0) {
     json_t *o = json_loadb(line, (size_t)r, 0, NULL);
     double row[NCOL];
-    if (parse_row(o, row) && push(&s, row)) {
+    int ok = parse_row(o, row);
+    if (!ok && isfinite(row[C_STEP]) && json_is_null(json_object_get(o, "loss"))) nulls++; /* a non-finite step */
+    if (ok && push(&s, row)) {
       json_decref(o);
       rc = sl_fail(SL_ENOMEM, "out of memory reading %s", jsonl_path);
       goto done;
@@ -193,6 +196,11 @@ int sl_plot_metrics(const char *jsonl_path, const char *svg_path) {
   }
   if (ferror(in)) {
     rc = sl_fail(SL_EIO, "%s: read failed", jsonl_path);
+    goto done;
+  }
+  if (s.n == 0 && nulls > 0) {
+    rc = sl_fail(SL_EINPUT, "%s: no step had a finite loss (%lld metrics lines, every \"loss\" is null): nothing to plot",
+                 jsonl_path, nulls);
     goto done;
   }
   if (s.n == 0) {
