@@ -141,14 +141,14 @@ static int memory_check(const sl_train_cfg *c, const sl_model_config *mc, int wo
                      "memory check: this run needs %.2f GiB of %s memory per rank at its peak (params %.2f, grads "
                      "%.2f, optimizer %.2f, gathered %.2f, activations %.2f, workspace %.2f GiB), but the device has "
                      "%.2f GiB free of %.2f GiB. Find a configuration that fits with: shardlm plan --model %s --gpus "
-                     "%d --gpu-mem %.0fM --seq-len %lld --global-batch %lld (or lower --micro-batch, "
+                     "%d --gpu-mem %.0fM --seq-len %lld --global-batch %.0f (or lower --micro-batch, "
                      "--activation-checkpoint full, --offload-optimizer cpu, more ranks); --skip-memory-check "
                      "starts anyway",
                      dneed * gib, ops->name, m.peak[SL_ARENA_PARAMS] * gib, m.peak[SL_ARENA_GRADS] * gib,
                      ((cpu || nvme) ? 0 : m.peak[SL_ARENA_OPTIM]) * gib, m.peak[SL_ARENA_GATHER] * gib,
                      m.peak[SL_ARENA_ACTS] * gib, m.peak[SL_ARENA_WORKSPACE] * gib, dfree * gib, dtotal * gib,
                      c->model[0] ? c->model : "configs/tiny-llama", world, dtotal / 1e6, (long long)c->seq_len,
-                     (long long)(c->micro_batch * c->grad_accum * world * c->seq_len));
+                     (double)c->micro_batch * (double)c->grad_accum * world * (double)c->seq_len);
   } else if (dev) {
     sl_log0(SL_LOG_WARN, "memory check: the %s backend does not report its free memory; device memory not checked",
             ops->name);
@@ -169,13 +169,13 @@ static int memory_check(const sl_train_cfg *c, const sl_model_config *mc, int wo
                  "memory check: this run needs %.2f GiB of host memory per rank at its peak (params %.2f, grads "
                  "%.2f, optimizer %.2f, gathered %.2f, activations %.2f, workspace %.2f GiB), but only %.2f GiB "
                  "is available per rank (%s, %d rank%s on this node). Find a configuration that fits with: "
-                 "shardlm plan --model %s --gpus %d --gpu-mem %.0fM --seq-len %lld --global-batch %lld "
+                 "shardlm plan --model %s --gpus %d --gpu-mem %.0fM --seq-len %lld --global-batch %.0f "
                  "(or lower --micro-batch, --activation-checkpoint full, --offload-optimizer nvme, more ranks); "
                  "--skip-memory-check starts anyway",
                  need * gib, m.peak[SL_ARENA_PARAMS] * gib, m.peak[SL_ARENA_GRADS] * gib, m.peak[SL_ARENA_OPTIM] * gib,
                  m.peak[SL_ARENA_GATHER] * gib, m.peak[SL_ARENA_ACTS] * gib, m.peak[SL_ARENA_WORKSPACE] * gib,
                  per * gib, why, nl, nl > 1 ? "s" : "", model, world, per / 1e6 > 1 ? per / 1e6 : 1,
-                 (long long)c->seq_len, (long long)(c->micro_batch * c->grad_accum * world * c->seq_len));
+                 (long long)c->seq_len, (double)c->micro_batch * (double)c->grad_accum * world * (double)c->seq_len);
 }
 
 /* An output path: the directory (or a file's directory, parent = 1) exists
@@ -245,10 +245,35 @@ static void clean_nvme(const sl_train_cfg *c) {
            n > 1 ? "s" : "");
 }
 
+/* --micro-batch x --seq-len against the model's sizes, in double before any
+ * int64 product: an upper bound on every size the model and the engine
+ * check form (the widest activation row x the layers x a margin) must stay
+ * below 2^62 bytes. No real run comes near it (a million-token micro-batch
+ * of a 405B model is ~2^46); past it the int64 sizes would overflow. The
+ * figure named is a lower bound: the layer inputs saved for backward. */
+static int size_check(const sl_train_cfg *c, const sl_model_config *mc) {
+  double N = (double)c->micro_batch * (double)c->seq_len, C = (double)mc->hidden_size;
+  double L = (double)mc->num_hidden_layers, w = C;
+  double cand[] = {(double)mc->vocab_size, 2.0 * (double)mc->intermediate_size,
+                   (double)(mc->num_attention_heads + 2 * mc->num_key_value_heads) * (double)mc->head_dim,
+                   2.0 * (double)mc->expand * C, (double)mc->state_size * (double)mc->intermediate_size};
+  for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++)
+    if (cand[i] > w) w = cand[i];
+  double ub = N * w * (L + 2.0) * 4.0 * 64.0, lim = 4611686018427387904.0; /* 2^62 */
+  if (ub <= lim) return SL_OK;
+  return sl_fail(SL_EINPUT,
+                 "--micro-batch %lld x --seq-len %lld = %.4g tokens per micro-batch: the activations alone need "
+                 "more than %.4g GiB per rank (%.4g tokens x hidden %lld x %lld layers x 4 bytes), beyond what any "
+                 "machine holds or the memory check can count (its sizes reach 2^62 bytes); lower --micro-batch or "
+                 "--seq-len",
+                 (long long)c->micro_batch, (long long)c->seq_len, N, 4.0 * N * C * L / 1073741824.0, N,
+                 (long long)mc->hidden_size, (long long)mc->num_hidden_layers);
+}
+
 int sl_precheck(const sl_train_cfg *c, const sl_model_config *mc, sl_comm *world, const sl_ops *ops, sl_kctx *k,
                 int64_t data_tokens) {
-  int rc = SL_OK;
-  if (mc->max_position_embeddings > 0 && c->seq_len > mc->max_position_embeddings && !c->allow_long_context)
+  int rc = size_check(c, mc);
+  if (!rc && mc->max_position_embeddings > 0 && c->seq_len > mc->max_position_embeddings && !c->allow_long_context)
     rc = sl_fail(SL_EINPUT,
                  "--seq-len %lld is above the model's max_position_embeddings %lld (config.json); use a shorter "
                  "--seq-len, or --allow-long-context to train beyond it",
@@ -264,7 +289,7 @@ int sl_precheck(const sl_train_cfg *c, const sl_model_config *mc, sl_comm *world
   int bad = rc != 0;
   if (sl_comm_allreduce_sync(world, &bad, 1, SL_I32) != SL_COMM_OK)
     return rc ? rc : sl_fail(SL_ECOMM, "start-up check: %s", sl_comm_last_error());
-  if (!rc && bad) rc = sl_fail(SL_EINPUT, "another rank failed its start-up check (memory or --seq-len)");
+  if (!rc && bad) rc = sl_fail(SL_EINPUT, "another rank failed its start-up check (memory, sizes or --seq-len)");
   return rc;
 }
 

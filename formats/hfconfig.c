@@ -16,7 +16,21 @@
 
 #include "base/base.h"
 
-#define CFG_MAX_DIM ((int64_t)1 << 26) /* sanity bound on any size field */
+#define CFG_MAX_DIM ((int64_t)1 << 26) /* sanity bound on any size field (vocab_size's) */
+/* Plausibility limits per field (docs/formats.md), generous for every real
+ * model up to and past 1T parameters (Llama-3.1-405B: 126 layers, hidden
+ * 16384, intermediate 53248, 128 heads): they keep the engine check's own
+ * cost bounded (it walks every layer) and the size products far from
+ * overflow. */
+#define CFG_MAX_LAYERS 1024
+#define CFG_MAX_HIDDEN ((int64_t)1 << 17)
+#define CFG_MAX_INTER ((int64_t)1 << 20)
+#define CFG_MAX_HEADS 4096
+#define CFG_MAX_HEAD_DIM 4096
+#define CFG_MAX_POS ((int64_t)1 << 27)
+#define CFG_MAX_STATE 4096
+#define CFG_MAX_EXPAND 64
+#define CFG_MAX_CONV 1024
 
 const char *sl_arch_name(sl_arch a) {
   switch (a) {
@@ -121,6 +135,8 @@ static int get_dt_rank(const char *path, json_t *o, const char *key, int64_t hid
   return get_int(path, o, key, 1, 0, out);
 }
 
+static int want_pos_emb(const char *p, json_t *o);
+
 static void set_defaults(sl_model_config *c) {
   memset(c, 0, sizeof *c);
   c->initializer_range = 0.02;
@@ -160,6 +176,7 @@ static int parse_attn(const char *p, json_t *o, sl_model_config *c) {
       (rc = want_false(p, o, "mlp_bias", "MLP projections have no bias here")))
     return rc;
   if (mistral && (rc = get_int(p, o, "sliding_window", 0, 0, &c->sliding_window))) return rc;
+  if ((rc = want_pos_emb(p, o))) return rc;
   json_t *rs = json_object_get(o, "rope_scaling");
   if (rs && !json_is_null(rs))
     return sl_fail(SL_EINPUT,
@@ -204,7 +221,8 @@ static int parse_mamba_hf(const char *p, json_t *o, sl_model_config *c) {
       (rc = get_num(p, o, "time_step_scale", 1.0, &c->time_step_scale)) ||
       (rc = get_int(p, o, "max_position_embeddings", 0, 0, &c->max_position_embeddings)) ||
       (rc = get_int(p, o, "bos_token_id", 0, -1, &c->bos_token_id)) ||
-      (rc = get_int(p, o, "eos_token_id", 0, -1, &c->eos_token_id)) || (rc = want_act(p, o, "hidden_act")))
+      (rc = get_int(p, o, "eos_token_id", 0, -1, &c->eos_token_id)) || (rc = want_act(p, o, "hidden_act")) ||
+      (rc = want_pos_emb(p, o)))
     return rc;
   return SL_OK;
 }
@@ -270,12 +288,22 @@ static int parse_mamba_ss(const char *p, json_t *o, sl_model_config *c) {
   return SL_OK;
 }
 
-static int pos(const char *p, const char *key, int64_t v) {
+static int posl(const char *p, const char *key, int64_t v, int64_t lim) {
   if (v <= 0) return sl_fail(SL_EINPUT, "%s: field '%s' must be positive, found %lld", p, key, (long long)v);
-  if (v > CFG_MAX_DIM)
+  if (v > lim)
     return sl_fail(SL_EINPUT, "%s: field '%s' = %lld is implausibly large (limit %lld)", p, key, (long long)v,
-                   (long long)CFG_MAX_DIM);
+                   (long long)lim);
   return SL_OK;
+}
+static int pos(const char *p, const char *key, int64_t v) { return posl(p, key, v, CFG_MAX_DIM); }
+
+/* max_position_embeddings when the file gives it: positive, plausible. */
+static int want_pos_emb(const char *p, json_t *o) {
+  json_t *v = json_object_get(o, "max_position_embeddings");
+  int64_t x = 0;
+  if (!v || json_is_null(v)) return SL_OK;
+  int rc = get_int(p, o, "max_position_embeddings", 1, 0, &x);
+  return rc ? rc : posl(p, "max_position_embeddings", x, CFG_MAX_POS);
 }
 
 int sl_hfconfig_validate(const char *p, const sl_model_config *c) {
@@ -292,14 +320,17 @@ int sl_hfconfig_validate(const char *p, const sl_model_config *c) {
                      "(hidden %lld, intermediate %lld, vocab %lld): not a config this engine can train",
                      p, (long long)c->hidden_size, (long long)c->intermediate_size, (long long)c->vocab_size);
   }
-  if ((rc = pos(p, ss ? "d_model" : "hidden_size", c->hidden_size)) ||
-      (rc = pos(p, ss ? "n_layer" : "num_hidden_layers", c->num_hidden_layers)) ||
+  if ((rc = posl(p, ss ? "d_model" : "hidden_size", c->hidden_size, CFG_MAX_HIDDEN)) ||
+      (rc = posl(p, ss ? "n_layer" : "num_hidden_layers", c->num_hidden_layers, CFG_MAX_LAYERS)) ||
       (rc = pos(p, "vocab_size", c->vocab_size)))
     return rc;
+  if (c->max_position_embeddings < 0 || c->max_position_embeddings > CFG_MAX_POS) /* 0: unset */
+    return posl(p, "max_position_embeddings", c->max_position_embeddings, CFG_MAX_POS);
   if (c->arch == SL_ARCH_LLAMA || c->arch == SL_ARCH_MISTRAL) {
-    if ((rc = pos(p, "intermediate_size", c->intermediate_size)) ||
-        (rc = pos(p, "num_attention_heads", c->num_attention_heads)) ||
-        (rc = pos(p, "num_key_value_heads", c->num_key_value_heads)) || (rc = pos(p, "head_dim", c->head_dim)))
+    if ((rc = posl(p, "intermediate_size", c->intermediate_size, CFG_MAX_INTER)) ||
+        (rc = posl(p, "num_attention_heads", c->num_attention_heads, CFG_MAX_HEADS)) ||
+        (rc = posl(p, "num_key_value_heads", c->num_key_value_heads, CFG_MAX_HEADS)) ||
+        (rc = posl(p, "head_dim", c->head_dim, CFG_MAX_HEAD_DIM)))
       return rc;
     if (c->num_attention_heads % c->num_key_value_heads != 0)
       return sl_fail(SL_EINPUT, "%s: num_key_value_heads = %lld does not divide num_attention_heads = %lld", p,
@@ -314,11 +345,14 @@ int sl_hfconfig_validate(const char *p, const sl_model_config *c) {
     if (c->sliding_window < 0)
       return sl_fail(SL_EINPUT, "%s: field 'sliding_window' must be >= 0 or null, found %lld", p,
                      (long long)c->sliding_window);
+    if (c->sliding_window > CFG_MAX_POS)
+      return posl(p, "sliding_window", c->sliding_window, CFG_MAX_POS);
   } else if (c->arch == SL_ARCH_MAMBA) {
-    if ((rc = pos(p, ss ? "ssm_cfg.d_state" : "state_size", c->state_size)) || (rc = pos(p, "expand", c->expand)) ||
-        (rc = pos(p, ss ? "ssm_cfg.d_conv" : "conv_kernel", c->conv_kernel)) ||
-        (rc = pos(p, ss ? "ssm_cfg.dt_rank" : "time_step_rank", c->time_step_rank)) ||
-        (rc = pos(p, "intermediate_size", c->intermediate_size)))
+    if ((rc = posl(p, ss ? "ssm_cfg.d_state" : "state_size", c->state_size, CFG_MAX_STATE)) ||
+        (rc = posl(p, ss ? "ssm_cfg.expand" : "expand", c->expand, CFG_MAX_EXPAND)) ||
+        (rc = posl(p, ss ? "ssm_cfg.d_conv" : "conv_kernel", c->conv_kernel, CFG_MAX_CONV)) ||
+        (rc = posl(p, ss ? "ssm_cfg.dt_rank" : "time_step_rank", c->time_step_rank, CFG_MAX_HIDDEN)) ||
+        (rc = posl(p, "intermediate_size", c->intermediate_size, CFG_MAX_INTER)))
       return rc;
     if (!(c->layer_norm_epsilon > 0))
       return sl_fail(SL_EINPUT, "%s: field 'layer_norm_epsilon' must be positive, found %g", p, c->layer_norm_epsilon);

@@ -3,10 +3,11 @@
  * adding up the FLOPs it would do (docs/planner.md, "Engine check").
  *
  * Memory: alloc maps address space with MAP_NORESERVE and never touches it
- * (one header page per block holds its size), so the pages stay
- * uncommitted: RSS does not grow with the model (past the 128 TiB of
- * address space a process has, distinct addresses nothing can map: see
- * virtual_block). zero / copy / upload /
+ * (the block's size is kept in a table keyed by its address, not in the
+ * block), so the pages stay uncommitted: RSS does not grow with the model
+ * or the layer count (past the 128 TiB of address space a process has,
+ * distinct addresses nothing can map: see virtual_span). Sizes are checked
+ * for overflow; a request beyond 2^63 bytes is refused (SL_EINPUT). zero / copy / upload /
  * download move nothing; sum and sumsq return 0. The arena accounting is
  * the callers' (shard/fsdp.c, models/model.c, the trainer), exactly as with
  * the real backends, which is what makes the engine check exact. */
@@ -15,31 +16,44 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "base/base.h"
 
 typedef struct {
-  uintptr_t p;
+  uintptr_t p; /* 0: empty slot */
+  size_t len;  /* bytes reserved (mmap length, or the virtual span) */
   size_t bytes;
+  int virt;
 } vblock;
 
+/* Bookkeeping: an open-addressing table keyed by address (no header page
+ * in the block, so nothing is touched and RSS is independent of the sizes
+ * counted: a few dozen bytes per live block). */
 struct sl_kctx {
   sl_count_stats st;
-  vblock *v; /* blocks past the address space: (v, nv) */
-  int nv, capv;
+  vblock *v; /* capv slots, a power of two; nv used */
+  size_t nv, capv;
 };
 
 /* When the address space itself runs out (a search candidate with a
  * thousand-sample micro-batch of a 70B model asks for more than the 128 TiB
  * a process can map), alloc hands out addresses in a range no process can
  * map (non-canonical on x86-64 and AArch64): distinct, aligned, and never
- * dereferenced, since nothing in counting mode touches backend memory. */
+ * dereferenced, since nothing in counting mode touches backend memory. The
+ * range is finite (VBASE..VEND, 6 EiB): a request past it is refused, and
+ * the cursor rewinds once no virtual block is live. */
 #define VBASE ((uintptr_t)0xa000000000000000ull)
+#define VEND ((uintptr_t)0xfffffff000000000ull)
 static uintptr_t g_vnext = VBASE;
+static int64_t g_vlive; /* live virtual blocks, all contexts */
+static pthread_mutex_t g_vmu = PTHREAD_MUTEX_INITIALIZER;
 
-#define HDR 4096 /* header page: the mapping's length */
+#define PAGE ((size_t)4096)
+static void virtual_release(void);
 
 static void add(sl_kctx *k, double flops, double mm) {
   if (!k) return;
@@ -57,6 +71,11 @@ static sl_kctx *c_ctx_create(int threads) {
 }
 static void c_ctx_destroy(sl_kctx *k) {
   if (!k) return;
+  for (size_t i = 0; i < k->capv; i++) /* blocks the caller did not free */
+    if (k->v[i].p) {
+      if (k->v[i].virt) virtual_release();
+      else munmap((void *)k->v[i].p, k->v[i].len);
+    }
   free(k->v);
   free(k);
 }
@@ -385,56 +404,119 @@ static void c_scan_bwd(sl_kctx *k, float *du, float *ddt, float *dA_log, float *
 
 /* ---- memory: address space only ------------------------------------------- */
 static void count_bytes(sl_kctx *k, int64_t bytes) {
-  if (!k) return;
   k->st.calls++;
   k->st.live_bytes += bytes;
   if (k->st.live_bytes > k->st.peak_bytes) k->st.peak_bytes = k->st.live_bytes;
 }
 
-static void *virtual_block(sl_kctx *k, size_t bytes) {
-  if (!k) return NULL;
-  if (k->nv == k->capv) {
-    int nc = k->capv ? 2 * k->capv : 64;
-    vblock *nb = realloc(k->v, sizeof *nb * (size_t)nc);
-    if (!nb) return NULL;
+static size_t slot_of(const sl_kctx *k, uintptr_t p) {
+  uint64_t h = (uint64_t)(p >> 12) * 0x9E3779B97F4A7C15ull;
+  return (size_t)(h >> 20) & (k->capv - 1);
+}
+
+static int table_put(sl_kctx *k, vblock b) {
+  if (2 * (k->nv + 1) > k->capv) { /* grow at half full */
+    size_t nc = k->capv ? 2 * k->capv : 256;
+    vblock *nb = calloc(nc, sizeof *nb), *old = k->v;
+    if (!nb) return SL_ENOMEM;
+    size_t oc = k->capv;
     k->v = nb;
     k->capv = nc;
+    for (size_t i = 0; i < oc; i++)
+      if (old[i].p) {
+        size_t j = slot_of(k, old[i].p);
+        while (k->v[j].p) j = (j + 1) & (nc - 1);
+        k->v[j] = old[i];
+      }
+    free(old);
   }
-  uintptr_t p = __atomic_fetch_add(&g_vnext, (uintptr_t)(HDR + ((bytes + HDR - 1) / HDR) * HDR), __ATOMIC_RELAXED);
-  k->v[k->nv++] = (vblock){p, bytes};
-  count_bytes(k, (int64_t)bytes);
-  return (void *)p;
+  size_t j = slot_of(k, b.p);
+  while (k->v[j].p) j = (j + 1) & (k->capv - 1);
+  k->v[j] = b;
+  k->nv++;
+  return SL_OK;
+}
+
+/* Removes p's entry (backward-shift deletion); 0 when p is not in the table. */
+static int table_take(sl_kctx *k, uintptr_t p, vblock *out) {
+  if (!k->capv) return 0;
+  size_t m = k->capv - 1, i = slot_of(k, p);
+  while (k->v[i].p && k->v[i].p != p) i = (i + 1) & m;
+  if (!k->v[i].p) return 0;
+  *out = k->v[i];
+  for (size_t j = (i + 1) & m; k->v[j].p; j = (j + 1) & m) {
+    size_t h = slot_of(k, k->v[j].p);
+    if (((j - h) & m) >= ((j - i) & m)) { /* j's home is at or before the hole */
+      k->v[i] = k->v[j];
+      i = j;
+    }
+  }
+  k->v[i].p = 0;
+  k->nv--;
+  return 1;
+}
+
+static uintptr_t virtual_span(size_t len) {
+  pthread_mutex_lock(&g_vmu);
+  uintptr_t p = 0;
+  if (len <= VEND - g_vnext) {
+    p = g_vnext;
+    g_vnext += len;
+    g_vlive++;
+  }
+  pthread_mutex_unlock(&g_vmu);
+  return p;
+}
+
+static void virtual_release(void) {
+  pthread_mutex_lock(&g_vmu);
+  if (--g_vlive == 0) g_vnext = VBASE;
+  pthread_mutex_unlock(&g_vmu);
 }
 
 static void *c_alloc(sl_kctx *k, size_t bytes) {
-  size_t len = HDR + ((bytes + HDR - 1) / HDR) * HDR;
-  char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) {
-    void *v = virtual_block(k, bytes);
-    if (!v) sl_fail(SL_ENOMEM, "kernels/count: cannot reserve %zu bytes of address space", bytes);
-    return v;
+  if (!k) {
+    sl_fail(SL_EINTERNAL, "kernels/count: alloc without a context");
+    return NULL;
   }
-  ((size_t *)p)[0] = len; /* the header page: the only page touched */
-  ((size_t *)p)[1] = bytes;
+  /* every size checked before it is rounded or added up */
+  if (bytes > (size_t)INT64_MAX - PAGE || (int64_t)bytes > INT64_MAX - k->st.live_bytes) {
+    sl_fail(SL_EINPUT,
+            "kernels/count: an allocation of %zu bytes with %lld bytes already live overflows the 2^63-byte count "
+            "(the sizes asked for are beyond any machine)",
+            bytes, (long long)k->st.live_bytes);
+    return NULL;
+  }
+  size_t len = bytes ? (bytes + PAGE - 1) / PAGE * PAGE : PAGE;
+  vblock b = {0, len, bytes, 0};
+  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p != MAP_FAILED) {
+    b.p = (uintptr_t)p;
+  } else if ((b.p = virtual_span(len))) {
+    b.virt = 1;
+  } else {
+    sl_fail(SL_EINPUT,
+            "kernels/count: an allocation of %zu bytes does not fit the %.1f EiB of addresses the counting backend "
+            "hands out (%lld bytes already live): beyond any machine",
+            bytes, (double)(VEND - VBASE) / 1152921504606846976.0, (long long)k->st.live_bytes);
+    return NULL;
+  }
+  if (table_put(k, b)) {
+    if (b.virt) virtual_release();
+    else munmap(p, len);
+    sl_fail(SL_ENOMEM, "kernels/count: out of memory for the block table");
+    return NULL;
+  }
   count_bytes(k, (int64_t)bytes);
-  return p + HDR;
+  return (void *)b.p;
 }
 
 static void c_free(sl_kctx *k, void *ptr) {
-  if (!ptr) return;
-  if ((uintptr_t)ptr >= VBASE) {
-    for (int i = 0; k && i < k->nv; i++)
-      if (k->v[i].p == (uintptr_t)ptr) {
-        count_bytes(k, -(int64_t)k->v[i].bytes);
-        k->v[i] = k->v[--k->nv];
-        return;
-      }
-    return;
-  }
-  char *p = (char *)ptr - HDR;
-  size_t len = ((size_t *)p)[0];
-  count_bytes(k, -(int64_t)((size_t *)p)[1]);
-  munmap(p, len);
+  vblock b;
+  if (!ptr || !k || !table_take(k, (uintptr_t)ptr, &b)) return;
+  count_bytes(k, -(int64_t)b.bytes);
+  if (b.virt) virtual_release();
+  else munmap(ptr, b.len);
 }
 static void c_zero(sl_kctx *k, void *p, size_t bytes) {
   (void)p;
