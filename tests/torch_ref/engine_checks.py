@@ -3,7 +3,7 @@
 Usage: engine_checks.py --shardlm PATH --work DIR [--no-selftest]
 Checks (one line each, then "N passed, M failed"):
   1. dump vs PyTorch (tiny GQA Llama, untied and tied): logits, loss, every
-     parameter gradient to 1e-5 relative (max|a-b| / max|b| per tensor);
+     parameter gradient to 2e-5 relative (max|a-b| / max|b| per tensor);
   2. 10 AdamW steps (grad_accum 2, warmup 3, cosine, wd 0.1, active clipping):
      per-step loss 1e-4 abs, lr, grad_norm, final saved weights 1e-4 abs;
   3. activation checkpointing none/selective/full: dumps, step losses and the
@@ -27,7 +27,10 @@ import llama_ref as L  # noqa: E402
 VOCAB, T, B = 97, 16, 3
 ACCUM, STEPS = 2, 10
 HP = dict(lr=3e-3, min_lr=3e-4, warmup=3, wd=0.1, b1=0.9, b2=0.95, eps=1e-6, clip=1.0)
-DUMP_TOL, LOSS_TOL, W_TOL, GN_TOL, LR_TOL = 1e-5, 1e-4, 1e-4, 1e-4, 1e-6
+# each bound >= 10x the worst measured over OpenBLAS core types and thread
+# counts (docs/CONTRIBUTING.md, "Tolerances"): dump 1.22e-6 (max rel),
+# losses and weights 7.95e-6 abs, grad norm 8.9e-7 rel, lr 1.7e-9 rel
+DUMP_TOL, LOSS_TOL, W_TOL, GN_TOL, LR_TOL = 2e-5, 1e-4, 1e-4, 1e-4, 1e-6
 CKPT = ("none", "selective", "full")
 
 
@@ -104,7 +107,7 @@ def compare_dump(ck, label, eng_path, ref, names):
     if extra:
         detail += f" (extra tensors ignored: {extra})"
     if bad:
-        detail += "; over 1e-5: " + ", ".join(f"{k} {v:.2e} shape {list(eng[k].shape)}"
+        detail += f"; over {DUMP_TOL:g}: " + ", ".join(f"{k} {v:.2e} shape {list(eng[k].shape)}"
                                               for k, v in sorted(bad.items(), key=lambda x: -x[1]))
     return ck(label, not bad, detail)
 
@@ -219,7 +222,7 @@ def main():
             if not ok:
                 ck(f"[{tag}] dump --activation-checkpoint {mode}", False, msg)
         if dumps["none"]:
-            compare_dump(ck, f"[{tag}] dump vs PyTorch: logits, loss, all grads (1e-5 rel; "
+            compare_dump(ck, f"[{tag}] dump vs PyTorch: logits, loss, all grads (2e-5 rel; "
                          f"torch fp32 vs fp64 {noise:.1e})", dumps["none"], ref, names)
         # ---- 3a. checkpointing modes give bit-identical dumps
         for mode in CKPT[1:]:
@@ -304,7 +307,7 @@ def main():
             try:
                 e = common.st_read(out)
                 err = rel_err(e["logits"].reshape(ref2["logits"].shape), ref2["logits"])
-                ck(f"[{tag}] saved dir as --model: logits vs PyTorch (1e-5 rel)", err <= DUMP_TOL,
+                ck(f"[{tag}] saved dir as --model: logits vs PyTorch (2e-5 rel)", err <= DUMP_TOL,
                    f"rel {err:.2e}")
             except Exception as ex:  # noqa: BLE001
                 ck(f"[{tag}] saved dir as --model: logits vs PyTorch", False, str(ex))
