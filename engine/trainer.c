@@ -696,25 +696,56 @@ static int fill_unit(void *ctx, int u, float *flat) {
   return t->pplan ? sl_pp_route_unit(t->pplan, t->pmesh, u, flat, t->m->units[u].numel * t->cfg.tp, rc) : rc;
 }
 
+/* Rank 0 writes while every rank enters each unit's gathers in unit order:
+ * a write that fails must not leave the others waiting in a gather rank 0
+ * never enters, so rank 0 catches up on any unit its writer skipped and
+ * drains the rest after a failure (fill_seq, below). */
+typedef struct {
+  trainer *t;
+  int next; /* the next unit every rank expects to gather */
+} save_seq;
+
+static int fill_seq(void *ctx, int u, float *flat) {
+  save_seq *q = ctx;
+  int rc = SL_OK;
+  while (!rc && q->next < u) rc = fill_unit(q->t, q->next++, flat);
+  if (rc) return rc;
+  q->next = u + 1;
+  return fill_unit(q->t, u, flat);
+}
+
 static int save_model(trainer *t, const char *dir, int64_t step) {
   int rc = ck_stage(t, 1); /* never save non-finite weights */
   if (!rc) rc = check_state(t, step, "the --save directory");
   int rc2 = ck_unstage(t, 0);
   if (rc || (rc = rc2)) return rc;
+  float *flat = sl_alloc((size_t)(sl_model_max_unit_numel(t->m) * t->cfg.tp) * 4, "save buffer");
+  if (!flat) return SL_ENOMEM; /* before any gather: every rank sizes the same buffer */
+  save_seq q = {.t = t, .next = 0};
+  int comm_rc = SL_OK; /* a gather that failed: the others are gone, no draining */
   if (t->rank == 0) {
-    rc = sl_model_save(t->m, dir, fill_unit, t, 0);
+    rc = sl_model_save(t->m, dir, fill_seq, &q, 0);
+    if (rc == SL_ECOMM) comm_rc = rc;
+    char keep[1024];
+    snprintf(keep, sizeof keep, "%s", sl_errmsg());
+    while (!comm_rc && q.next < t->m->nunits) comm_rc = fill_unit(t, q.next++, flat); /* drain */
+    if (rc && !comm_rc) sl_fail(rc, "%s", keep); /* the write's message, not the drain's */
   } else {
-    /* every rank takes part in the gathers, in the same unit order */
-    float *flat = sl_alloc((size_t)(sl_model_max_unit_numel(t->m) * t->cfg.tp) * 4, "save buffer");
-    if (!flat) return SL_ENOMEM;
     for (int u = 0; u < t->m->nunits && !rc; u++) rc = fill_unit(t, u, flat);
-    sl_free(flat);
+    comm_rc = rc;
   }
-  int bad = rc != 0;
-  if (sl_comm_allreduce_sync(t->world, &bad, 1, SL_I32) != SL_COMM_OK && !rc)
-    rc = sl_fail(SL_ECOMM, "saving %s: %s", dir, sl_comm_last_error());
-  if (!rc && bad) rc = sl_fail(SL_EIO, "saving %s failed on rank 0", dir);
-  return rc;
+  sl_free(flat);
+  if (comm_rc) return rc ? rc : comm_rc;
+  /* every rank learns rank 0's verdict and message, and exits with it */
+  int32_t code = t->rank == 0 ? rc : 0;
+  char msg[1024] = "";
+  if (t->rank == 0 && rc) snprintf(msg, sizeof msg, "%s", sl_errmsg());
+  if (sl_comm_allreduce_sync(t->world, &code, 1, SL_I32) != SL_COMM_OK ||
+      (code && sl_comm_broadcast_sync(t->world, msg, (int64_t)sizeof msg, SL_U8, 0) != SL_COMM_OK))
+    return rc ? rc : sl_fail(SL_ECOMM, "saving %s: %s", dir, sl_comm_last_error());
+  if (t->rank == 0 || !code) return rc;
+  msg[sizeof msg - 1] = 0;
+  return sl_fail(code, "rank 0 could not save %s: %s", dir, msg);
 }
 
 /* Rank 0's status, shared: every rank returns its code (rank 0's message). */
