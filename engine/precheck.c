@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include "base/base.h"
 #include "engine/agree.h"
 #include "engine/pp_check.h"
+#include "models/model.h"
 #include "plan/engine_run.h"
 #include "plan/planner.h"
 
@@ -270,9 +272,47 @@ static int size_check(const sl_train_cfg *c, const sl_model_config *mc) {
                  (long long)mc->hidden_size, (long long)mc->num_hidden_layers);
 }
 
+/* The largest unit's elements per TP rank at tp (-1: that --tp does not
+ * split this model; the model's own refusal is left to the run). */
+static int64_t largest_unit(const sl_model_config *mc, int tp, int sp, int *which) {
+  sl_model *m = NULL;
+  if (sl_model_create_full(mc, NULL, NULL, 0, 0, SL_AC_NONE, 0, tp, sp, NULL, 0, &m)) return -1;
+  int64_t big = 0;
+  for (int u = 0; u < m->nunits; u++)
+    if (m->units[u].numel > big) big = m->units[u].numel, *which = u;
+  sl_model_destroy(m);
+  return big;
+}
+
+/* A collective moves at most INT_MAX elements (MPI's int counts): a unit
+ * whose flat buffer per TP rank is larger (a 405B-wide layer at --tp 1:
+ * 3.19e9) is refused here, naming it and the smallest --tp that fits,
+ * instead of failing in its first all-gather. The margin covers the
+ * padding to the shard group (at most world x 16 elements). */
+static int unit_count_check(const sl_train_cfg *c, const sl_model_config *mc, int world) {
+  int u = 0;
+  int64_t lim = (int64_t)INT_MAX - (int64_t)world * 16;
+  int64_t big = largest_unit(mc, (int)c->tp, c->sequence_parallel, &u);
+  if (big <= lim) return SL_OK; /* also -1: the TP refusal comes later, with its reason */
+  int fit = 0;
+  for (int t = (int)c->tp * 2; t <= 4096 && !fit; t *= 2) {
+    int v = 0;
+    int64_t b = largest_unit(mc, t, c->sequence_parallel, &v);
+    if (b >= 0 && b <= lim) fit = t;
+  }
+  char hint[160] = "no --tp up to 4096 brings it under (the model's sizes are implausible)";
+  if (fit) snprintf(hint, sizeof hint, "use --tp %d or more (tensor parallelism splits each layer's matrices)", fit);
+  return sl_fail(SL_EINPUT,
+                 "unit %d of the model (%s) holds %lld elements per rank at --tp %lld; a collective moves at most "
+                 "%d (2^31 - 1) elements: %s",
+                 u, u == 0 ? "the embedding" : "a decoder layer or the head", (long long)big, (long long)c->tp,
+                 INT_MAX, hint);
+}
+
 int sl_precheck(const sl_train_cfg *c, const sl_model_config *mc, sl_comm *world, const sl_ops *ops, sl_kctx *k,
                 int64_t data_tokens) {
   int rc = size_check(c, mc);
+  if (!rc) rc = unit_count_check(c, mc, sl_comm_size(world));
   if (!rc && mc->max_position_embeddings > 0 && c->seq_len > mc->max_position_embeddings && !c->allow_long_context)
     rc = sl_fail(SL_EINPUT,
                  "--seq-len %lld is above the model's max_position_embeddings %lld (config.json); use a shorter "

@@ -78,4 +78,15 @@ expect "--seq-len above max_position_embeddings" 2 "--seq-len 64 is above the mo
   "$B" train $COMMON --model "$W/mpe32" --seq-len 64 --micro-batch 1
 expect "--seq-len within max_position_embeddings trains" 0 "" \
   "$B" train $COMMON --model "$W/mpe32" --seq-len 16 --micro-batch 1
+# a unit over 2^31 - 1 elements (a Llama-3.1-405B-shaped layer at --tp 1:
+# 3,187,703,808): refused at start-up naming the unit and a --tp that fits
+# (was: "fsdp: all-gather of unit 1: ... count 3187703808 out of range", exit 1)
+mkdir -p "$W/m405"
+cat > "$W/m405/config.json" <<'J'
+{"architectures": ["LlamaForCausalLM"], "hidden_size": 16384, "intermediate_size": 53248,
+ "num_attention_heads": 128, "num_key_value_heads": 8, "num_hidden_layers": 126, "vocab_size": 128256,
+ "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "max_position_embeddings": 131072}
+J
+refused unit_2p31 15 100000 "unit 1 of the model (a decoder layer or the head) holds 3187703808 elements per rank at --tp 1; a collective moves at most 2147483647 (2^31 - 1) elements: use --tp 2" \
+  --model "$W/m405" --seq-len 128 --micro-batch 1
 finish
