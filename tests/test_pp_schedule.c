@@ -276,7 +276,7 @@ static void test_checker_catches(void) {
 
 static void test_refusals(void) {
   sl_pp_sched s;
-  CHECK(build(SL_PP_1F1B, 4, 3, 1, 0, &s) == SL_EINPUT && strstr(sl_errmsg(), "--micro-batches >= 4"), "m < P: %s",
+  CHECK(build(SL_PP_1F1B, 4, 3, 1, 0, &s) == SL_EINPUT && strstr(sl_errmsg(), "use --grad-accum >= 4"), "m < P: %s",
         sl_errmsg());
   CHECK(build(SL_PP_ZB1P, 4, 2, 1, 0, &s) == SL_EINPUT, "zb1p m < P accepted");
   CHECK(build(SL_PP_GPIPE, 4, 2, 1, 0, &s) == SL_OK, "gpipe m < P refused: %s", sl_errmsg());

@@ -118,7 +118,7 @@ sum=$(sed -n 's/^  --pp-layout //p' "$T/out" | tr ',' '+')
 expect "explicit layout" 0 "--pp-layout 5,4,4,5" -- --pp 4 --micro-batches 4 --layers 18 --pp-layout 5,4,4,5
 
 echo good > "$T/keep.svg"
-expect "refuse m < P under 1f1b" 2 "use --micro-batches >= 4" -- --pp 4 --micro-batches 3 --svg "$T/keep.svg"
+expect "refuse m < P under 1f1b" 2 "use --grad-accum >= 4 (--micro-batches in pp-schedule" -- --pp 4 --micro-batches 3 --svg "$T/keep.svg"
 expect "refuse m < P under zb1p" 2 "needs at least as many micro-batches as stages" -- --pp 4 --micro-batches 2 \
   --pp-schedule zb1p
 expect "refuse interleaved m % P" 2 "multiple of --pp (4)" -- --pp 4 --micro-batches 6 --pp-schedule interleaved
