@@ -10,6 +10,7 @@
 
 #include "base/base.h"
 #include "engine/builtin.h"
+#include "engine/precheck.h"
 #include "formats/hfconfig.h"
 #include "models/model.h"
 #include "plan/pp_render.h"
@@ -57,8 +58,11 @@ int sl_pp_dry_run(const sl_train_cfg *c, int world_rank) {
     rc = sl_hfconfig_parse("built-in configs/tiny-llama/config.json", sl_builtin_model_config,
                            sl_builtin_model_config_len, &mc);
   sl_model *tm = NULL; /* the model's own TP refusals (heads, sizes over --tp), as the real run's setup */
-  if (!rc && c->tp > 1) rc = sl_model_create_full(&mc, NULL, NULL, 0, 0, SL_AC_NONE, 0, (int)c->tp, 0, NULL, 0, &tm);
+  if (!rc && c->tp > 1)
+    rc = sl_model_create_full(&mc, NULL, NULL, 0, 0, SL_AC_NONE, 0, (int)c->tp, c->sequence_parallel, NULL, 0, &tm);
   sl_model_destroy(tm);
+  /* and the start-up refusals that need no ranks (sizes, units over 2^31, --seq-len) */
+  if (!rc) rc = sl_precheck_static(c, &mc, (int)(c->tp * c->pp));
   sl_pp_plan *p = NULL;
   if (!rc) rc = sl_pp_plan_for_run(c, &mc, 0, 0, &p); /* the schedule holds every rank's list */
   if (!rc && world_rank == 0) {

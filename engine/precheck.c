@@ -305,19 +305,24 @@ static int unit_count_check(const sl_train_cfg *c, const sl_model_config *mc, in
   return sl_fail(SL_EINPUT,
                  "unit %d of the model (%s) holds %lld elements per rank at --tp %lld; a collective moves at most "
                  "%d (2^31 - 1) elements: %s",
-                 u, u == 0 ? "the embedding" : "a decoder layer or the head", (long long)big, (long long)c->tp,
-                 INT_MAX, hint);
+                 u, u == 0 ? "the embedding" : "a decoder layer or the head", (long long)big, (long long)c->tp, INT_MAX,
+                 hint);
 }
 
-int sl_precheck(const sl_train_cfg *c, const sl_model_config *mc, sl_comm *world, const sl_ops *ops, sl_kctx *k,
-                int64_t data_tokens) {
+int sl_precheck_static(const sl_train_cfg *c, const sl_model_config *mc, int world) {
   int rc = size_check(c, mc);
-  if (!rc) rc = unit_count_check(c, mc, sl_comm_size(world));
+  if (!rc) rc = unit_count_check(c, mc, world);
   if (!rc && mc->max_position_embeddings > 0 && c->seq_len > mc->max_position_embeddings && !c->allow_long_context)
     rc = sl_fail(SL_EINPUT,
                  "--seq-len %lld is above the model's max_position_embeddings %lld (config.json); use a shorter "
                  "--seq-len, or --allow-long-context to train beyond it",
                  (long long)c->seq_len, (long long)mc->max_position_embeddings);
+  return rc;
+}
+
+int sl_precheck(const sl_train_cfg *c, const sl_model_config *mc, sl_comm *world, const sl_ops *ops, sl_kctx *k,
+                int64_t data_tokens) {
+  int rc = sl_precheck_static(c, mc, sl_comm_size(world));
   if (!rc && data_tokens < c->seq_len + 1)
     sl_log0(SL_LOG_WARN,
             "the dataset holds %lld tokens, fewer than one sample (--seq-len %lld + 1): every sample wraps "

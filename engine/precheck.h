@@ -26,6 +26,11 @@ int64_t sl_host_mem_available(char *why, size_t cap);
  * (SL_EINPUT with the figure, the limit and a `shardlm plan` command). A
  * device backend (ops->is_device) is checked against ops->mem_info's free
  * bytes, the host against the host-side optimizer state. */
+/* The refusals that need neither ranks nor memory (sizes and their
+ * products, a unit over 2^31 - 1 elements, --seq-len against
+ * max_position_embeddings), for a run of world ranks: part of sl_precheck,
+ * and what --pp-dry-run applies too. */
+int sl_precheck_static(const sl_train_cfg *c, const sl_model_config *mc, int world);
 int sl_precheck(const sl_train_cfg *c, const sl_model_config *mc, sl_comm *world, const sl_ops *ops, sl_kctx *k,
                 int64_t data_tokens);
 

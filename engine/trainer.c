@@ -783,11 +783,13 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   int64_t nparams = sl_model_create_specs(&t.mcfg, &full) ? sl_model_num_params(t.m) : sl_model_num_params(full);
   sl_model_destroy(full);
   sl_log0(SL_LOG_INFO,
-          "shardlm: %s %lld params (%d units) | %d rank%s (DP %d x TP %lld x PP %lld), ZeRO-%lld | batch %lld x %lld x %lld tokens | "
+          "shardlm: %s %lld params (%d units) | %d rank%s (DP %d x TP %lld x PP %lld), ZeRO-%lld | batch %lld x %lld x "
+          "%lld tokens | "
           "data %s (%lld tokens, %s) | peak %.1f GFLOP/s per rank",
           t.mcfg.arch_name, (long long)nparams, t.m->nunits, t.wsize, t.wsize > 1 ? "s" : "", t.dp_size,
-          (long long)c->tp, (long long)c->pp, (long long)c->zero, (long long)t.G, (long long)c->seq_len, 1LL, c->data[0] ? c->data : "built-in corpus",
-          (long long)sl_sampler_num_tokens(t.smp), c->data_order, t.peak_flops * 1e-9);
+          (long long)c->tp, (long long)c->pp, (long long)c->zero, (long long)t.G, (long long)c->seq_len, 1LL,
+          c->data[0] ? c->data : "built-in corpus", (long long)sl_sampler_num_tokens(t.smp), c->data_order,
+          t.peak_flops * 1e-9);
   if (c->resume && c->ckpt_dir[0] && (rc = resume(&t))) goto done;
   /* resumed: the metrics keep the steps the checkpoint holds, nothing past it */
   if (t.rank == 0) rc = sl_metrics_open(t.metrics_path, c->resume ? t.start_step : -1, &t.metrics);
@@ -880,7 +882,7 @@ int sl_train_eval(const sl_train_cfg *cfg, sl_comm *world, int64_t K, sl_eval_re
    * schedule, so the backward schedules' micro-batch refusals do not apply: gpipe, or interleaved's chunks kept */
   if (c2.pp > 1 && strcmp(c2.pp_schedule, "interleaved")) snprintf(c2.pp_schedule, sizeof c2.pp_schedule, "gpipe");
   else if (c2.pp > 1 && c2.grad_accum % c2.pp) c2.grad_accum = (c2.grad_accum / c2.pp + 1) * c2.pp;
-  int rc = sl_trainer_setup(&t, &c2, world, 0);                /* no optimizer state */
+  int rc = sl_trainer_setup(&t, &c2, world, 0); /* no optimizer state */
   if (!rc) rc = run_eval(&t, t.smp, K, res);
   sl_trainer_free(&t);
   return rc;
