@@ -422,11 +422,29 @@ typedef struct {
   MPI_Request qreq; /* the posted query receive */
   int64_t qbuf[2];  /* {uid, seq} */
   MPI_Request sreq[WD_NSEND];
-  int64_t sbuf[WD_NSEND][2]; /* replies {uid, issued_seq or -1} */
+  int64_t sbuf[WD_NSEND][3]; /* replies {uid, issued_seq or -1, gap_ns} */
+  /* The longest recent gap between two wd_serve calls (a SIGSTOPped, later
+   * continued process, or one not scheduled): gap_ns ended at gap_end. */
+  uint64_t last_ns, gap_ns, gap_end;
 } wd_state;
+
+/* A gap counts as "recent" while it ended less than this long ago. */
+static uint64_t wd_gap_window(void) { return (uint64_t)((2.0 * g.timeout_s + 10.0) * 1e9); }
+
+/* A rank whose watchdog loop stalled this long is named as stalled. */
+static uint64_t wd_gap_limit(void) { return (uint64_t)((g.timeout_s > 2.0 ? 0.5 * g.timeout_s : 1.0) * 1e9); }
 
 /* Answers every pending status query. */
 static void wd_serve(wd_state *w) {
+  uint64_t t = now_ns();
+  if (w->last_ns && t > w->last_ns) {
+    uint64_t gap = t - w->last_ns;
+    if (gap > w->gap_ns || t - w->gap_end > wd_gap_window()) {
+      w->gap_ns = gap;
+      w->gap_end = t;
+    }
+  }
+  w->last_ns = t;
   for (;;) {
     int flag = 0;
     MPI_Status st;
@@ -446,20 +464,20 @@ static void wd_serve(wd_state *w) {
       if (w->sreq[i] != MPI_REQUEST_NULL) MPI_Test(&w->sreq[i], &done, MPI_STATUS_IGNORE);
       if (done) slot = i;
     }
+    int64_t gap = t - w->gap_end > wd_gap_window() ? 0 : (int64_t)w->gap_ns;
     if (slot >= 0) {
       w->sbuf[slot][0] = uid;
       w->sbuf[slot][1] = seq;
-      MPI_Isend(w->sbuf[slot], 2, MPI_INT64_T, st.MPI_SOURCE, WD_TAG_REPLY, g.wd_comm, &w->sreq[slot]);
+      w->sbuf[slot][2] = gap;
+      MPI_Isend(w->sbuf[slot], 3, MPI_INT64_T, st.MPI_SOURCE, WD_TAG_REPLY, g.wd_comm, &w->sreq[slot]);
     } else {
-      int64_t rep[2] = {uid, seq};
-      MPI_Send(rep, 2, MPI_INT64_T, st.MPI_SOURCE, WD_TAG_REPLY, g.wd_comm);
+      int64_t rep[3] = {uid, seq, gap};
+      MPI_Send(rep, 3, MPI_INT64_T, st.MPI_SOURCE, WD_TAG_REPLY, g.wd_comm);
     }
     MPI_Irecv(w->qbuf, 2, MPI_INT64_T, MPI_ANY_SOURCE, WD_TAG_QUERY, g.wd_comm, &w->qreq);
   }
 }
 
-/* A collective of comm c (snapshot values) is over time: ask every peer how
- * far it got, name the ranks that never arrived, abort the job. */
 /* What the watchdog needs of a late communicator, copied under the registry
  * lock (the comm may complete and be destroyed while we investigate). */
 typedef struct {
@@ -468,26 +486,41 @@ typedef struct {
   uint64_t uid;
 } wd_snap;
 
+/* Appends ", "-separated text to buf (size n, length *l), truncating. */
+static void wd_cat(char *buf, size_t n, size_t *l, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  *l += (size_t)vsnprintf(buf + *l, *l < n ? n - *l : 0, fmt, ap);
+  va_end(ap);
+  if (*l >= n) *l = n - 1;
+}
+
+/* A collective of comm c (snapshot values) is over time: ask every world
+ * rank how far it got (members) and whether it is alive (everyone: a rank
+ * stuck in another comm's collective with a stopped peer is not the culprit),
+ * name the members that never arrived, the world ranks that did not answer
+ * and those whose watchdog loop stalled (stopped, then continued), abort the
+ * job. Sibling comms share a uid, so a non-member's reply is a ping only. */
 static void wd_fire(wd_state *w, const wd_snap *c, int kind, uint64_t seq, double waited) {
-  int n = c->size;
-  int64_t(*rep)[2] = calloc((size_t)n, sizeof *rep);
+  int n = c->size, ws = g.wsize;
+  int64_t(*rep)[3] = calloc((size_t)ws, sizeof *rep);
   int64_t q[2] = {(int64_t)c->uid, (int64_t)seq};
-  MPI_Request *rr = calloc((size_t)n, sizeof *rr), *sr = calloc((size_t)n, sizeof *sr);
-  int *got = calloc((size_t)n, sizeof *got);
-  char missing[2048] = "", silent[1024] = "";
+  MPI_Request *rr = calloc((size_t)ws, sizeof *rr), *sr = calloc((size_t)ws, sizeof *sr);
+  int *got = calloc((size_t)ws, sizeof *got);
+  char missing[2048] = "", silent[1024] = "", stalled[1024] = "";
   if (rep && rr && sr && got) {
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < ws; i++) {
       rr[i] = sr[i] = MPI_REQUEST_NULL;
-      if (i == c->rank) continue;
-      MPI_Irecv(rep[i], 2, MPI_INT64_T, c->world_ranks[i], WD_TAG_REPLY, g.wd_comm, &rr[i]);
-      MPI_Isend(q, 2, MPI_INT64_T, c->world_ranks[i], WD_TAG_QUERY, g.wd_comm, &sr[i]);
+      if (i == g.wrank) continue;
+      MPI_Irecv(rep[i], 3, MPI_INT64_T, i, WD_TAG_REPLY, g.wd_comm, &rr[i]);
+      MPI_Isend(q, 2, MPI_INT64_T, i, WD_TAG_QUERY, g.wd_comm, &sr[i]);
     }
     uint64_t t0 = now_ns();
-    int pending = n - 1;
+    int pending = ws - 1;
     while (pending > 0 && now_ns() - t0 < 3000000000ull) {
       wd_serve(w);
-      for (int i = 0; i < n; i++) {
-        if (i == c->rank || got[i]) continue;
+      for (int i = 0; i < ws; i++) {
+        if (i == g.wrank || got[i]) continue;
         int flag = 0;
         if (MPI_Test(&rr[i], &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) {
           got[i] = 1;
@@ -497,27 +530,32 @@ static void wd_fire(wd_state *w, const wd_snap *c, int kind, uint64_t seq, doubl
       sleep_us(2000);
     }
   }
-  size_t lm = 0, ls = 0;
+  int ok = rep && rr && sr && got;
+  size_t lm = 0, ls = 0, lt = 0;
   for (int i = 0; i < n; i++) {
-    if (i == c->rank) continue;
-    int arrived = got && rep && got[i] && rep[i][1] >= (int64_t)seq;
-    if (arrived) continue;
-    char one[64];
-    if (c->world_ranks[i] == i) snprintf(one, sizeof one, "%d", i);
-    else snprintf(one, sizeof one, "%d (world rank %d)", i, c->world_ranks[i]);
-    lm += (size_t)snprintf(missing + lm, lm < sizeof missing ? sizeof missing - lm : 0, "%s%s", lm ? ", " : "", one);
-    if (lm >= sizeof missing) lm = sizeof missing - 1;
-    if (!(got && got[i])) {
-      ls += (size_t)snprintf(silent + ls, ls < sizeof silent ? sizeof silent - ls : 0, "%s%d", ls ? ", " : "", i);
-      if (ls >= sizeof silent) ls = sizeof silent - 1;
-    }
+    int wr = c->world_ranks[i];
+    if (i == c->rank || (ok && got[wr] && rep[wr][1] >= (int64_t)seq)) continue;
+    if (wr == i) wd_cat(missing, sizeof missing, &lm, "%s%d", lm ? ", " : "", i);
+    else wd_cat(missing, sizeof missing, &lm, "%s%d (world rank %d)", lm ? ", " : "", i, wr);
+  }
+  for (int i = 0; i < ws; i++) {
+    uint64_t gap = 0;
+    if (i == g.wrank) gap = now_ns() - w->gap_end > wd_gap_window() ? 0 : w->gap_ns;
+    else if (ok && got[i] && rep[i][2] > 0) gap = (uint64_t)rep[i][2];
+    if (i != g.wrank && !(ok && got[i])) wd_cat(silent, sizeof silent, &ls, "%sworld rank %d", ls ? ", " : "", i);
+    else if (gap >= wd_gap_limit())
+      wd_cat(stalled, sizeof stalled, &lt, "%sworld rank %d (stalled %.1f s%s: stopped or not scheduled)",
+             lt ? ", " : "", i, (double)gap * 1e-9, i == g.wrank ? ", this rank" : "");
   }
   fprintf(stderr,
           "shardlm: collective %s #%llu on comm %s (%d ranks) did not complete within %.1f s; "
-          "ranks that never arrived: %s%s%s%s (reported by rank %d, world rank %d)\n",
+          "ranks that never arrived: %s%s%s%s%s%s (reported by rank %d, world rank %d)\n",
           sl_coll_name((sl_coll_kind)kind), (unsigned long long)seq, c->name, n, waited,
-          lm ? missing : "none (all entered it: mismatched collectives or a transport fault)",
-          ls ? "; no watchdog answer from " : "", ls ? silent : "", ls ? " (dead or hung)" : "", c->rank, g.wrank);
+          lm         ? missing
+          : ls || lt ? "none"
+                     : "none (all entered it: mismatched collectives or a transport fault)",
+          ls ? "; no watchdog answer from " : "", ls ? silent : "", ls ? " (dead or hung)" : "", lt ? "; " : "",
+          lt ? stalled : "", c->rank, g.wrank);
   fflush(stderr);
   /* A backend with its own transport (NCCL) aborts it first. */
   sl_comm_registry_lock();
