@@ -46,6 +46,11 @@ $TRAIN --grad-accum 2 --pp 2 --tp 3 --pp-dry-run --out-dir "$W/dr" > "$W/dr.log"
 rc_is "--pp-dry-run --tp 3 with 2 heads" $? 2 "$W/dr.log" "valid --tp values for this model: 1, 2"
 $TRAIN --grad-accum 2 --pp 2 --tp 2 --pp-dry-run --out-dir "$W/dr2" > "$W/dr2.log" 2>&1
 rc_is "--pp-dry-run --tp 2" $? 0 "$W/dr2.log"
+# ... and the start-up refusals that need no ranks, as the real run (max_position_embeddings 64)
+$TRAIN --grad-accum 2 --pp 2 --seq-len 100 --pp-dry-run --out-dir "$W/dr3" > "$W/dr3.log" 2>&1
+rc_is "--pp-dry-run --seq-len 100 over max_position_embeddings 64" $? 2 "$W/dr3.log" "above the model's max_position_embeddings 64"
+$TRAIN --grad-accum 2 --seq-len 100 --steps 1 --out-dir "$W/dr4" > "$W/dr4.log" 2>&1
+rc_is "the real run refuses it the same way" $? 2 "$W/dr4.log" "above the model's max_position_embeddings 64"
 # docs: exit 3
 check "docs/cli.md names exit 3" grep -q "3 a communication timeout" "$SL_SRC/docs/cli.md"
 check "README failure section names exit 3" grep -q "Communication timeout\*\* (3)" "$SL_SRC/README.md"
