@@ -126,7 +126,7 @@ ARGS="--model $W/model --data $W/data --zero 3 --seq-len 16 --micro-batch 2 --th
 $MPI "$B" train $ARGS --out-dir "$W/m" --save "$W/m/model" > "$W/m.log" 2>&1 || { bad "mpirun run failed"; tail "$W/m.log"; }
 srun -n 2 --mpi=pmix "$B" train $ARGS --out-dir "$W/s" --save "$W/s/model" > "$W/s.log" 2>&1 \
   && ok "srun -n 2 --mpi=pmix shardlm train (ZeRO-3) ran" || { bad "srun run failed"; tail "$W/s.log"; }
-grep -q "2 ranks, ZeRO-3" "$W/s.log" && ok "srun: one job of 2 ranks" || bad "srun: not one 2-rank job"
+grep -q "2 ranks (DP 2 x TP 1 x PP 1), ZeRO-3" "$W/s.log" && ok "srun: one job of 2 ranks" || bad "srun: not one 2-rank job"
 same_losses "$W/m/metrics.jsonl" "$W/s/metrics.jsonl" 20 && ok "srun losses = mpirun losses, bit for bit" || bad "srun losses differ"
 cmp -s "$W/m/model/model.safetensors" "$W/s/model/model.safetensors" && ok "srun final parameters = mpirun's" \
   || bad "srun final parameters differ"
