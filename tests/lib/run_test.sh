@@ -4,6 +4,9 @@
 # skip for ctest, except under SL_REQUIRE_ALL=1 (CI, .ci/run): then it fails,
 # so a check never vanishes because a dependency is missing. Tests that need
 # hardware no CI machine has (label gpu) set SL_SKIP_OK=1 and may still skip.
+# SL_TEST_THREADS=N runs every test with OMP_NUM_THREADS=N instead of the 2
+# tests/CMakeLists.txt sets (the noise matrix in docs/CONTRIBUTING.md).
+[ -n "${SL_TEST_THREADS:-}" ] && export OMP_NUM_THREADS="$SL_TEST_THREADS"
 "$@"
 rc=$?
 if [ "$rc" -eq 77 ] && [ "${SL_REQUIRE_ALL:-0}" = 1 ] && [ "${SL_SKIP_OK:-0}" != 1 ]; then
