@@ -15,7 +15,7 @@
  *     model, over every candidate configuration. Unit sizes and FLOPs per
  *     token come from the model itself (sl_model_create_specs,
  *     vt->flops_per_token); activation sizes from the model's own
- *     allocations. tests/test_count_backend.c holds the replay equal to the
+ *     allocations. tests/unit/kernels/test_count_backend.c holds the replay equal to the
  *     engine check for the engine's own dtypes.
  * Formulas and assumptions: docs/planner.md.
  */

@@ -1,12 +1,11 @@
-/* shard/tp.h — the tensor-parallel group's collectives (models/tp.h's
- * sl_tp_group hooks) over the mesh's TP communicator (shard/mesh.h). The
- * model calls them through sl_unit_access.tp; shard/ includes models/tp.h
- * for the hook types only (no model code is linked). Every byte moved is
+/* shard/tp.h — the tensor-parallel group's collectives (the sl_tp_group
+ * hooks of base/tp_group.h) over the mesh's TP communicator (shard/mesh.h).
+ * The model calls them through sl_unit_access.tp. Every byte moved is
  * counted in the TP communicator's statistics (sl_comm_get_stats). */
 #ifndef SL_SHARD_TP_H
 #define SL_SHARD_TP_H
 
-#include "models/tp.h"
+#include "base/tp_group.h"
 #include "shard/comm.h"
 
 #ifdef __cplusplus

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch eager baseline for shardlm's training throughput (CPU, fp32).
 
-Trains a randomly initialised Llama (tests/torch_ref/llama_ref.py, untied
+Trains a randomly initialised Llama (tests/ref/llama_ref.py, untied
 head) on random tokens with torch.optim.AdamW (foreach=False) and
 clip_grad_norm_(1.0), on --threads threads; the first 2 steps are warmup and
 not timed. Prints one JSON line:
@@ -26,7 +26,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "torch_ref"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "ref"))
 import llama_ref as L  # noqa: E402
 
 WARMUP = 2

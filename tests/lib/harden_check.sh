@@ -1,8 +1,8 @@
-# tests/lib/harden_check.sh — sourced by tests/test_harden_check_*.sh: pass/fail
-# counters, `expect` (a command's exit status and a needle in its output),
-# a tiny Llama config.json and the closing line. Needs $W (a scratch dir).
-pass=0; fail=0; k=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
+# tests/lib/harden_check.sh — sourced after tests/lib/run.sh by the
+# tests/cli/reliability/test_harden_check_*.sh: `expect` (a command's exit
+# status and a needle in its output), `no` (a failure with its log) and
+# tiny_config (a 1-layer Llama).
+k=0
 no() { fail=$((fail + 1)); echo "FAIL $1"; [ -f "${2:-}" ] && tail -n 4 "$2" | sed 's/^/     /'; return 0; }
 # expect NAME WANT NEEDLE CMD...: CMD must exit WANT (timeout 120 s) with
 # NEEDLE (fixed string, may be empty) in its stdout/stderr; the matching line
@@ -22,11 +22,5 @@ expect() {
 }
 # tiny_config DIR [EXTRA JSON MEMBERS]: a 1-layer Llama, hidden 32, vocab 300
 tiny_config() {
-  mkdir -p "$1"
-  cat > "$1/config.json" <<J
-{"architectures": ["LlamaForCausalLM"], "hidden_size": 32, "intermediate_size": 64,
- "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 1,
- "vocab_size": 300, "rms_norm_eps": 1e-5${2:+, $2}}
-J
+  tiny_model "$1" llama '"num_hidden_layers": 1, "rope_theta": null, "tie_word_embeddings": null'"${2:+, $2}"
 }
-finish() { echo "$pass passed, $fail failed"; [ $fail -eq 0 ]; }

@@ -1,9 +1,7 @@
 # shellcheck shell=bash
-# tests/lib/parity.sh NAME — sourced by a multi-rank parity test: skips (77)
-# without $SL_BUILD/shardlm, numpy or mpirun; sets B (the binary), W (a work
-# directory /tmp/sl-NAME.*, removed at exit), CMP (tests/lib/compare.py), MPI
-# (mpirun for oversubscribed CPU ranks), the pass / fail counters and
-#   ok MSG / bad MSG     count and print a result;
+# tests/lib/parity.sh NAME — sourced by a multi-rank parity test: the shared
+# helper tests/lib/run.sh (B, W, MPI, CMP, ok / bad / finish, tiny_model;
+# skips without numpy or mpirun) and
 #   tiny_models          $W/llama (hidden 32, 4 layers, vocab 300, untied),
 #                        $W/tied (the same, tied), $W/mamba (3 layers, tied)
 #                        and $W/data (the repository's corpus);
@@ -15,18 +13,8 @@
 #   pp_counters NAME STEPS [pp-schedule flags]  the PP counter lines of
 #                        $W/NAME.log against `shardlm pp-schedule --json`
 #                        (written to $W/NAME.json) x STEPS.
-set -u
-B=${SL_BUILD:?}/shardlm
-[ -x "$B" ] || exit 77
-/usr/bin/python3 -c "import numpy" 2>/dev/null || exit 77
-command -v mpirun > /dev/null || exit 77
-W=$(mktemp -d "/tmp/sl-$1.XXXXXX")
-trap 'rm -rf "$W"' EXIT
-CMP="/usr/bin/python3 ${SL_SRC:?}/tests/lib/compare.py"
-MPI="mpirun --allow-run-as-root --oversubscribe --bind-to none"
-pass=0; fail=0
-ok() { pass=$((pass+1)); echo "ok   $*"; }
-bad() { fail=$((fail+1)); echo "FAIL $*"; }
+# shellcheck source=tests/lib/run.sh
+source "${SL_SRC:?}/tests/lib/run.sh" "$1" mpi numpy
 check() { # a b [--exact | --rtol X]
   if $CMP "$W/$1" "$W/$2" "${@:3}"; then pass=$((pass+1)); else fail=$((fail+1)); fi
 }
@@ -46,19 +34,10 @@ pp_counters() { # name steps pp-schedule-flags...
   else bad "counters $name ($*)"; fi
 }
 tiny_models() {
-  mkdir -p "$W/llama" "$W/tied" "$W/mamba"
-  cat > "$W/llama/config.json" <<'J'
-{"architectures": ["LlamaForCausalLM"], "hidden_size": 32, "intermediate_size": 64,
- "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 4,
- "vocab_size": 300, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false}
-J
-  sed 's/"tie_word_embeddings": false/"tie_word_embeddings": true/' "$W/llama/config.json" > "$W/tied/config.json"
-  cat > "$W/mamba/config.json" <<'J'
-{"architectures": ["MambaForCausalLM"], "hidden_size": 32, "num_hidden_layers": 3,
- "state_size": 8, "expand": 2, "conv_kernel": 4, "time_step_rank": 4, "vocab_size": 300,
- "layer_norm_epsilon": 1e-5, "tie_word_embeddings": true}
-J
-  "$B" prepare --input "$SL_SRC/configs/corpus.txt" --output "$W/data" > /dev/null || exit 1
+  tiny_model "$W/llama" llama
+  tiny_model "$W/tied" tied
+  tiny_model "$W/mamba" mamba
+  tiny_data "$W/data"
 }
 RUN_FLAGS="" # the sourcing test sets it
 run() { # model name world accum [flags...]

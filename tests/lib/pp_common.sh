@@ -6,13 +6,7 @@
 # shellcheck source=tests/lib/parity.sh
 source "${SL_SRC:?}/tests/lib/parity.sh" pp
 tiny_models # llama, tied, mamba, data
-mkdir -p "$W/mistral"
-cat > "$W/mistral/config.json" <<'J'
-{"architectures": ["MistralForCausalLM"], "hidden_size": 32, "intermediate_size": 64,
- "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 3,
- "vocab_size": 300, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "sliding_window": 6,
- "tie_word_embeddings": false}
-J
+tiny_model "$W/mistral" mistral
 # counters: each rank's logged PP sends/receives (4 steps) = 4 x the builder's figures
 counters() { # name P m schedule [V]
   local name=$1 P=$2 m=$3 sched=$4 V=${5:-1}

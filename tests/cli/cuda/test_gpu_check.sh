@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# tools/gpu-check's logic without a GPU (docs/cuda.md, "GPU window"):
+#  - --dry-run runs step 0 only, says that no GPU is visible, exits 0;
+#  - without a GPU and without --fake-gpu it stops after step 0 with exit 1;
+#  - with a fake bundle (shell scripts standing in for the binaries: a kernel
+#    test printing rel=/tol= lines, a bench printing its JSON line, one test
+#    that exits 77) and --fake-gpu: the skip counts as a failure and is rerun
+#    with CUDA_LAUNCH_BLOCKING=1, the worst error/tolerance ratio and the
+#    bench JSON line reach the summary, the summary stays within 40 lines,
+#    the logs are tarred when more than 8 files;
+#  - a deadline too short for the steps reports them as not run.
+source "${SL_SRC:?}/tests/lib/run.sh" gpu_check
+S=$SL_SRC
+has() { grep -q -- "$2" "$1"; }
+have_gpu=0
+command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L > /dev/null 2>&1 && have_gpu=1
+
+# fake bundle
+F="$W/fake/shardlm-gpu"
+mkdir -p "$F/tests" "$F/lib"
+cat > "$F/tests/test_cuda_kernels" <<'X'
+#!/bin/sh
+echo "linear_fwd y                   n=100      max_abs=1.000e-06 rel=2.000e-05 tol=1e-04  ok"
+echo "attn_bwd hd128 w0 dqkv         n=100      max_abs=1.000e-06 rel=5.000e-05 tol=1e-04  ok"
+echo "swiglu                         n=100      max_abs=0.000e+00 rel=1.000e-06 tol=1e-05  ok"
+echo "3 passed, 0 failed"
+X
+printf '#!/bin/sh\necho "2 passed, 0 failed"\n' > "$F/tests/test_memops"
+printf '#!/bin/sh\necho "test_cuda_nccl: skipped (stand-in)"\nexit 77\n' > "$F/tests/test_cuda_nccl"
+printf '#!/bin/sh\necho "bench stand-in $*"\necho "{\\"bench\\": \\"gpu\\", \\"tokens_per_s\\": 1.0, \\"mfu\\": 0.5}"\n' > "$F/shardlm"
+chmod +x "$F/shardlm" "$F"/tests/*
+mkdir -p "$W/b"
+tar -C "$W/fake" -czf "$W/b/shardlm-gpu.tar.gz" shardlm-gpu
+echo "fake bundle for tests/cli/cuda/test_gpu_check.sh" > "$W/b/MANIFEST.txt"
+export SL_GPU_BUNDLE="$W/b" SL_GPU_DIR="$W/unpacked"
+
+OUT="$W/dry" "$S/tools/gpu-check" --dry-run > "$W/dry.txt" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && has "$W/dry/summary.txt" "dry run: step 0 only" && has "$W/dry/logs/00-facts.log" "ldd shardlm"; then
+  ok "--dry-run: step 0, exit 0"
+else bad "--dry-run (exit $rc)"; cat "$W/dry.txt"; fi
+if [ $have_gpu -eq 0 ]; then
+  has "$W/dry/summary.txt" "no GPU visible" && ok "--dry-run says no GPU" || bad "--dry-run does not say no GPU"
+  OUT="$W/nogpu" "$S/tools/gpu-check" > "$W/nogpu.txt" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] && has "$W/nogpu/summary.txt" "stopped after step 0" && ok "no GPU: stops after step 0, exit 1" ||
+    { bad "no GPU run (exit $rc)"; cat "$W/nogpu.txt"; }
+fi
+
+OUT="$W/fake-out" DEADLINE_S=600 "$S/tools/gpu-check" --fake-gpu > "$W/fake.txt" 2>&1
+rc=$?
+SUM="$W/fake-out/summary.txt"
+[ $rc -ne 0 ] && ok "a skipped step fails the check (exit $rc)" || bad "exit 0 despite a skip"
+has "$SUM" "^PASS  *kernels-fp32" && ok "kernel stand-in PASS" || bad "kernels-fp32 not PASS"
+has "$SUM" "FAIL(skip) *nccl-ws1.*CUDA_LAUNCH_BLOCKING=1: rc 77" && ok "skip = FAIL, rerun with CUDA_LAUNCH_BLOCKING=1" ||
+  bad "skip not failed/rerun"
+has "$SUM" "worst error/tolerance: 0.5 .*attn_bwd hd128" && ok "worst error/tolerance ratio 0.5 (attn_bwd)" || bad "worst ratio wrong"
+has "$SUM" 'bench: {"bench": "gpu"' && ok "bench JSON line in the summary" || bad "bench JSON line missing"
+n=$(wc -l < "$SUM")
+[ "$n" -le 40 ] && ok "summary $n lines (<= 40)" || bad "summary $n lines"
+nf=$(find "$W/fake-out" -type f | wc -l)
+if [ -f "$W/fake-out/logs.tar.gz" ] && [ "$nf" -le 8 ] && tar tzf "$W/fake-out/logs.tar.gz" | grep -q "00-facts.log"; then
+  ok "logs tarred: $nf files come back"
+else bad "logs not tarred ($nf files)"; fi
+
+OUT="$W/short" DEADLINE_S=20 "$S/tools/gpu-check" --fake-gpu > "$W/short.txt" 2>&1
+has "$W/short/summary.txt" "not run: the deadline is spent" && ok "deadline: late steps not run" || { bad "deadline not applied"; cat "$W/short.txt"; }
+
+finish

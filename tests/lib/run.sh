@@ -1,0 +1,112 @@
+# shellcheck shell=bash
+# tests/lib/run.sh NAME [NEED...] — the one helper every CLI test sources first:
+#
+#   source "${SL_SRC:?}/tests/lib/run.sh" NAME mpi numpy
+#
+# NEED is any of: mpi (mpirun), numpy, torch (python3-torch + numpy), node
+# (node + npm); a missing one skips the test (exit 77), which fails under
+# SL_REQUIRE_ALL=1 (CI; tests/lib/run_test.sh). The CLI must be built.
+# It sets
+#   SL_SRC, SL_BUILD     the repository and build directory (exported)
+#   B                    the CLI, $SL_BUILD/shardlm;  PY  /usr/bin/python3
+#   W                    a fresh work directory /tmp/sl-NAME.XXXXXX, removed
+#                        at exit (kept, and named, with SL_KEEP=1)
+#   MPI                  mpirun for oversubscribed, unbound CPU ranks
+#                        (root allowed); use it as  $MPI -np N CMD...
+#   CMP                  tests/lib/compare.py (parity of two runs)
+# and defines
+#   ok MSG / bad MSG     count and print a result ("ok   ..." / "FAIL ...")
+#   finish               print "N passed, M failed" and exit (1 on a failure)
+#   skip MSG             print MSG and exit 77
+#   on_exit CMD          run CMD (a string) at exit, before $W is removed
+#   rc_is NAME RC WANT LOG [NEEDLE]   exit status RC must be WANT and LOG
+#                        hold NEEDLE (fixed string); prints the matching line
+#   tiny_model DIR KIND [JSON MEMBERS]  DIR/config.json of a tiny model: KIND
+#                        llama (hidden 32, 4 layers, 4 heads / 2 kv, vocab
+#                        300, untied), tied (the same, tied), mistral (3
+#                        layers, window 6) or mamba (3 layers, state 8, tied);
+#                        the members override or add keys, null removes one:
+#                        tiny_model "$W/m" llama '"num_hidden_layers": 1'
+#   tiny_data DIR [BYTES]  `shardlm prepare` of the repository's corpus (its
+#                        first BYTES) into DIR
+set -u
+SL_NAME=$1
+shift
+SL_SRC=${SL_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+SL_BUILD=${SL_BUILD:-$SL_SRC/build}
+export SL_SRC SL_BUILD
+B=$SL_BUILD/shardlm
+PY=/usr/bin/python3
+CMP="$PY $SL_SRC/tests/lib/compare.py"
+MPI="mpirun --allow-run-as-root --oversubscribe --bind-to none"
+# containers without cross-memory attach (CMA): shared memory without it
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+skip() { echo "skipped: $*"; exit 77; }
+finish() {
+  echo "$pass passed, $fail failed"
+  [ "$fail" -eq 0 ]
+  exit
+}
+[ -x "$B" ] || skip "$B is not built"
+for need in "$@"; do
+  case $need in
+    mpi) command -v mpirun > /dev/null || skip "mpirun is not installed (tools/setup installs openmpi-bin)" ;;
+    numpy) "$PY" -c "import numpy" 2> /dev/null || skip "$PY has no numpy (tools/setup installs python3-numpy)" ;;
+    torch) "$PY" -c "import torch, numpy" 2> /dev/null || skip "$PY has no torch (tools/setup installs python3-torch)" ;;
+    node) command -v node > /dev/null && command -v npm > /dev/null || skip "node / npm are not installed (tools/setup)" ;;
+    *) echo "tests/lib/run.sh: unknown need '$need'" >&2; exit 1 ;;
+  esac
+done
+W=$(mktemp -d "${TMPDIR:-/tmp}/sl-$SL_NAME.XXXXXX")
+SL_ON_EXIT=""
+on_exit() { SL_ON_EXIT="$SL_ON_EXIT
+$1"; }
+sl_cleanup() {
+  eval "$SL_ON_EXIT"
+  if [ "${SL_KEEP:-0}" = 1 ]; then echo "work directory kept: $W"; else rm -rf "$W"; fi
+}
+trap sl_cleanup EXIT
+rc_is() {
+  local n=$1 rc=$2 want=$3 log=$4 needle=${5:-}
+  if [ "$rc" -ne "$want" ]; then bad "$n: exit $rc, expected $want"; sed 's/^/     /' "$log" | tail -n 5; return; fi
+  if [ -n "$needle" ] && ! grep -qF -- "$needle" "$log"; then bad "$n: no '$needle' in the output"; sed 's/^/     /' "$log" | tail -n 5; return; fi
+  ok "$n (exit $rc)"
+  [ -n "$needle" ] && grep -F -- "$needle" "$log" | head -n 1 | cut -c1-200 | sed "s|$W/||g; s|^|     |"
+  return 0
+}
+tiny_model() {
+  mkdir -p "$1"
+  "$PY" - "$1/config.json" "$2" "${3:-}" << 'P' || { echo "tiny_model $1 $2: bad arguments" >&2; exit 1; }
+import json, sys
+llama = {"architectures": ["LlamaForCausalLM"], "hidden_size": 32, "intermediate_size": 64,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 4,
+         "vocab_size": 300, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False}
+kinds = {
+    "llama": llama,
+    "tied": dict(llama, tie_word_embeddings=True),
+    "mistral": dict(llama, architectures=["MistralForCausalLM"], num_hidden_layers=3, sliding_window=6),
+    "mamba": {"architectures": ["MambaForCausalLM"], "hidden_size": 32, "num_hidden_layers": 3,
+              "state_size": 8, "expand": 2, "conv_kernel": 4, "time_step_rank": 4, "vocab_size": 300,
+              "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True},
+}
+c = dict(kinds[sys.argv[2]])
+for k, v in json.loads("{" + sys.argv[3] + "}").items():
+    if v is None:
+        c.pop(k, None)
+    else:
+        c[k] = v
+json.dump(c, open(sys.argv[1], "w"), indent=1)
+P
+}
+tiny_data() {
+  local src=$SL_SRC/configs/corpus.txt
+  if [ -n "${2:-}" ]; then
+    head -c "$2" "$src" > "$W/.corpus.$$"
+    src=$W/.corpus.$$
+  fi
+  "$B" prepare --input "$src" --output "$1" > "$W/.prepare.log" 2>&1 || { echo "prepare $1 failed:"; cat "$W/.prepare.log"; exit 1; }
+}

@@ -1,0 +1,687 @@
+/* tests/unit/kernels/test_cuda_kernels.c — the CUDA backend against the CPU oracle.
+ * Every op of the table (and the bf16 variants of cuda_backend.h) runs on the
+ * same random inputs on sl_ops_cpu() and sl_ops_cuda(); outputs are compared
+ * by rel = max|gpu - cpu| / max|cpu| with the per-op tolerance printed on each
+ * line. Backward ops start from random (non-zero) gradients to check that
+ * they ADD. Exits 77 (skip) when built without CUDA or no device exists.
+ * Also built as test_cuda_emu against the CPU emulation of the CUDA backend
+ * (tests/cuda_emu, docs/cuda.md "Emulated kernel tests").
+ * Tolerances: element-wise fp32 1e-5; reductions, GEMMs, attention, scan 1e-4
+ * (5e-3 for GEMM-based ops when SL_CUDA_TF32=1); bf16 casts exact; bf16
+ * variants 1e-2 (attention output stored in bf16) or 1e-4 (fp32 outputs of
+ * bf16-exact products); bf16 compute (ctx_set_compute) one bf16 ulp of the
+ * largest value, plus a check that every bf16-stored output is bf16-valued. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "kernels/kernels.h"
+
+#ifndef SL_USE_CUDA
+int main(void) {
+  printf("test_cuda_kernels: skipped (built without CUDA)\n");
+  return 77;
+}
+#else
+#include "kernels/cuda/cuda_backend.h"
+
+static const sl_ops *cpu, *gpu;
+static sl_kctx *cc, *gc;
+static int npass, nfail;
+static int g_b16; /* the shared tests rerun with both contexts in bf16 compute */
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static float TOL_GEMM = 1e-4f;
+
+static float frand(void) { /* uniform [-1, 1) */
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return (float)((rng_state >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+
+/* A tensor with a host (CPU backend) and a device (CUDA backend) copy. */
+typedef struct {
+  float *h, *d;
+  int64_t n;
+} buf;
+
+static void *xmalloc(size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p) {
+    fprintf(stderr, "out of memory\n");
+    exit(1);
+  }
+  return p;
+}
+static void *dev_copy(const void *h, size_t bytes) {
+  void *d = sl_cuda_malloc(gc, bytes);
+  if (!d || sl_cuda_upload(gc, d, h, bytes)) {
+    fprintf(stderr, "device copy failed: %s\n", sl_cuda_last_error(gc));
+    exit(1);
+  }
+  return d;
+}
+/* random values in [lo, hi) */
+static buf mk(int64_t n, float lo, float hi) {
+  buf b = {(float *)xmalloc((size_t)n * 4), NULL, n};
+  for (int64_t i = 0; i < n; i++) b.h[i] = lo + (hi - lo) * 0.5f * (frand() + 1.0f);
+  b.d = (float *)dev_copy(b.h, (size_t)n * 4);
+  return b;
+}
+static buf mk0(int64_t n) {
+  buf b = {(float *)calloc((size_t)(n ? n : 1), 4), NULL, n};
+  b.d = (float *)dev_copy(b.h, (size_t)n * 4);
+  return b;
+}
+static void freeb(buf *b) {
+  free(b->h);
+  sl_cuda_free(gc, b->d);
+  b->h = b->d = NULL;
+}
+static int32_t *mk_tok(int64_t n, int32_t V, int with_ignored, int32_t **dev) {
+  int32_t *t = (int32_t *)xmalloc((size_t)n * 4);
+  for (int64_t i = 0; i < n; i++) {
+    t[i] = (int32_t)((frand() + 1.0f) * 0.5f * (float)V);
+    if (t[i] >= V) t[i] = V - 1;
+    if (with_ignored && i % 7 == 3) t[i] = -1;
+  }
+  *dev = (int32_t *)dev_copy(t, (size_t)n * 4);
+  return t;
+}
+
+static void report(const char *name, int64_t n, double maxabs, double rel, double tol, int ok) {
+  printf("%s%-30s n=%-8lld max_abs=%.3e rel=%.3e tol=%.0e  %s\n", g_b16 ? "bf16c " : "", name, (long long)n, maxabs,
+         rel, tol, ok ? "PASS" : "FAIL");
+  if (ok) npass++;
+  else nfail++;
+}
+/* compares the device copy of b with its host (CPU) copy */
+static void check(const char *name, const buf *b, double tol) {
+  float *g = (float *)xmalloc((size_t)b->n * 4);
+  int st = sl_cuda_download(gc, g, b->d, (size_t)b->n * 4);
+  double maxabs = 0, ref = 0;
+  int finite = 1;
+  for (int64_t i = 0; i < b->n; i++) {
+    if (!isfinite(g[i]) && isfinite(b->h[i])) finite = 0;
+    double e = fabs((double)g[i] - (double)b->h[i]);
+    if (e > maxabs || isnan(e)) maxabs = isnan(e) ? INFINITY : e;
+    if (fabs(b->h[i]) > ref) ref = fabs(b->h[i]);
+  }
+  double rel = maxabs / (ref > 1e-30 ? ref : 1e-30);
+  int ok = st == SL_OK && finite && rel <= tol;
+  if (st != SL_OK) printf("  cuda status %d: %s\n", st, sl_cuda_last_error(gc));
+  report(name, b->n, maxabs, rel, tol, ok);
+  free(g);
+}
+
+/* An output a bf16 engine stores in bf16: under g_b16 it must be
+ * bf16-valued and within one bf16 ulp (check_b16, below), else tol. */
+static void check_b16(const char *name, const buf *b);
+static void check_r(const char *name, const buf *b, double tol) {
+  if (g_b16) check_b16(name, b);
+  else check(name, b, tol);
+}
+#define TOL_B16 7.9e-3
+#define TOL_R(t) (g_b16 ? TOL_B16 : (t)) /* rounded outputs in strided rows */
+
+static void test_embedding(void) {
+  int64_t N = 37, C = 40;
+  int32_t V = 50, *tokd;
+  int32_t *tok = mk_tok(N, V, 0, &tokd);
+  buf wte = mk(V * C, -1, 1), out = mk0(N * C), dout = mk(N * C, -1, 1), dwte = mk(V * C, -1, 1);
+  cpu->embedding_fwd(cc, out.h, tok, wte.h, N, C);
+  gpu->embedding_fwd(gc, out.d, tokd, wte.d, N, C);
+  check("embedding_fwd", &out, 0);
+  cpu->embedding_bwd(cc, dwte.h, dout.h, tok, N, C);
+  gpu->embedding_bwd(gc, dwte.d, dout.d, tokd, N, C);
+  check("embedding_bwd", &dwte, 1e-5);
+  freeb(&wte), freeb(&out), freeb(&dout), freeb(&dwte);
+  free(tok), sl_cuda_free(gc, tokd);
+}
+
+static void test_rmsnorm(void) {
+  int64_t N = 70, C = 200;
+  buf x = mk(N * C, -2, 2), w = mk(C, 0.5f, 1.5f), out = mk0(N * C), rstd = mk0(N);
+  buf dout = mk(N * C, -1, 1), dx = mk(N * C, -1, 1), dw = mk(C, -1, 1);
+  cpu->rmsnorm_fwd(cc, out.h, rstd.h, x.h, w.h, N, C, 1e-5f);
+  gpu->rmsnorm_fwd(gc, out.d, rstd.d, x.d, w.d, N, C, 1e-5f);
+  check("rmsnorm_fwd out", &out, 1e-5);
+  check("rmsnorm_fwd rstd", &rstd, 1e-5);
+  cpu->rmsnorm_bwd(cc, dx.h, dw.h, dout.h, x.h, w.h, rstd.h, N, C);
+  gpu->rmsnorm_bwd(gc, dx.d, dw.d, dout.d, x.d, w.d, rstd.d, N, C);
+  check("rmsnorm_bwd dinp", &dx, 1e-4);
+  check("rmsnorm_bwd dw", &dw, 1e-4);
+  freeb(&x), freeb(&w), freeb(&out), freeb(&rstd), freeb(&dout), freeb(&dx), freeb(&dw);
+}
+
+static void test_linear(void) {
+  int64_t N = 37, IC = 65, OC = 47;
+  buf x = mk(N * IC, -1, 1), w = mk(OC * IC, -0.5f, 0.5f), b = mk(OC, -1, 1), out = mk0(N * OC);
+  buf dout = mk(N * OC, -1, 1), dx = mk(N * IC, -1, 1), dw = mk(OC * IC, -1, 1), db = mk(OC, -1, 1);
+  cpu->linear_fwd(cc, out.h, x.h, w.h, b.h, N, IC, OC);
+  gpu->linear_fwd(gc, out.d, x.d, w.d, b.d, N, IC, OC);
+  check("linear_fwd (bias)", &out, TOL_GEMM);
+  cpu->linear_fwd(cc, out.h, x.h, w.h, NULL, N, IC, OC);
+  gpu->linear_fwd(gc, out.d, x.d, w.d, NULL, N, IC, OC);
+  check("linear_fwd (no bias)", &out, TOL_GEMM);
+  cpu->linear_bwd(cc, dx.h, dw.h, db.h, dout.h, x.h, w.h, N, IC, OC);
+  gpu->linear_bwd(gc, dx.d, dw.d, db.d, dout.d, x.d, w.d, N, IC, OC);
+  check("linear_bwd dinp", &dx, TOL_GEMM);
+  check("linear_bwd dw", &dw, TOL_GEMM);
+  check("linear_bwd db", &db, 1e-5);
+  cpu->linear_bwd(cc, NULL, dw.h, NULL, dout.h, x.h, w.h, N, IC, OC);
+  gpu->linear_bwd(gc, NULL, dw.d, NULL, dout.d, x.d, w.d, N, IC, OC);
+  check("linear_bwd dw only", &dw, TOL_GEMM);
+  /* operands 4 bytes off a 256-byte boundary (rows of a flat buffer, LM-head
+   * chunks): cuBLASLt must be told the alignment they have */
+  buf xo = mk(N * IC + 1, -1, 1), oo = mk0(N * OC + 1), go = mk(N * OC + 1, -1, 1);
+  buf dxo = mk(N * IC + 1, -1, 1);
+  cpu->linear_fwd(cc, oo.h + 1, xo.h + 1, w.h, NULL, N, IC, OC);
+  gpu->linear_fwd(gc, oo.d + 1, xo.d + 1, w.d, NULL, N, IC, OC);
+  check("linear_fwd (unaligned)", &oo, TOL_GEMM);
+  cpu->linear_bwd(cc, dxo.h + 1, dw.h, NULL, go.h + 1, xo.h + 1, w.h, N, IC, OC);
+  gpu->linear_bwd(gc, dxo.d + 1, dw.d, NULL, go.d + 1, xo.d + 1, w.d, N, IC, OC);
+  check("linear_bwd (unaligned) dinp", &dxo, TOL_GEMM);
+  check("linear_bwd (unaligned) dw", &dw, TOL_GEMM);
+  freeb(&xo), freeb(&oo), freeb(&go), freeb(&dxo);
+
+  /* bf16 storage: same products on bf16-rounded inputs, fp32 accumulation */
+  uint16_t *xb = (uint16_t *)xmalloc((size_t)(N * IC) * 2), *wb = (uint16_t *)xmalloc((size_t)(OC * IC) * 2);
+  uint16_t *gb = (uint16_t *)xmalloc((size_t)(N * OC) * 2);
+  for (int64_t i = 0; i < N * IC; i++) xb[i] = sl_f32_to_bf16_scalar(x.h[i]), x.h[i] = sl_bf16_to_f32_scalar(xb[i]);
+  for (int64_t i = 0; i < OC * IC; i++) wb[i] = sl_f32_to_bf16_scalar(w.h[i]), w.h[i] = sl_bf16_to_f32_scalar(wb[i]);
+  for (int64_t i = 0; i < N * OC; i++)
+    gb[i] = sl_f32_to_bf16_scalar(dout.h[i]), dout.h[i] = sl_bf16_to_f32_scalar(gb[i]);
+  uint16_t *xbd = (uint16_t *)dev_copy(xb, (size_t)(N * IC) * 2),
+           *wbd = (uint16_t *)dev_copy(wb, (size_t)(OC * IC) * 2);
+  uint16_t *gbd = (uint16_t *)dev_copy(gb, (size_t)(N * OC) * 2);
+  cpu->linear_fwd(cc, out.h, x.h, w.h, b.h, N, IC, OC);
+  sl_cuda_linear_fwd_bf16(gc, out.d, xbd, wbd, b.d, N, IC, OC);
+  check("linear_fwd_bf16", &out, 1e-4);
+  /* the bf16 backward adds to the CPU's gradients, not to device copies that
+   * carry the fp32 calls' TF32 error (SL_CUDA_TF32=1) */
+  if (sl_cuda_upload(gc, dx.d, dx.h, (size_t)dx.n * 4) || sl_cuda_upload(gc, dw.d, dw.h, (size_t)dw.n * 4) ||
+      sl_cuda_upload(gc, db.d, db.h, (size_t)db.n * 4))
+    nfail++;
+  cpu->linear_bwd(cc, dx.h, dw.h, db.h, dout.h, x.h, w.h, N, IC, OC);
+  sl_cuda_linear_bwd_bf16(gc, dx.d, dw.d, db.d, gbd, xbd, wbd, N, IC, OC);
+  check("linear_bwd_bf16 dinp", &dx, 1e-4);
+  check("linear_bwd_bf16 dw", &dw, 1e-4);
+  check("linear_bwd_bf16 db", &db, 1e-5);
+  free(xb), free(wb), free(gb);
+  sl_cuda_free(gc, xbd), sl_cuda_free(gc, wbd), sl_cuda_free(gc, gbd);
+  freeb(&x), freeb(&w), freeb(&b), freeb(&out), freeb(&dout), freeb(&dx), freeb(&dw), freeb(&db);
+}
+
+static void test_rope(void) {
+  int64_t B = 2, T = 19, nh = 4, nkv = 2, hd = 16, n = B * T * (nh + 2 * nkv) * hd;
+  buf q = mk(n, -1, 1), g = mk(n, -1, 1);
+  cpu->rope_fwd(cc, q.h, B, T, nh, nkv, hd, 10000.0f);
+  gpu->rope_fwd(gc, q.d, B, T, nh, nkv, hd, 10000.0f);
+  check("rope_fwd", &q, 1e-5);
+  cpu->rope_bwd(cc, g.h, B, T, nh, nkv, hd, 10000.0f);
+  gpu->rope_bwd(gc, g.d, B, T, nh, nkv, hd, 10000.0f);
+  check("rope_bwd", &g, 1e-5);
+  freeb(&q), freeb(&g);
+}
+
+static void test_attention(int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window) {
+  char name[96];
+  int64_t W = (nh + 2 * nkv) * hd;
+  buf qkv = mk(B * T * W, -1, 1), out = mk0(B * T * nh * hd), lse = mk0(B * nh * T);
+  buf dout = mk(B * T * nh * hd, -1, 1), dqkv = mk(B * T * W, -1, 1);
+  cpu->attention_fwd(cc, out.h, lse.h, qkv.h, B, T, nh, nkv, hd, window);
+  gpu->attention_fwd(gc, out.d, lse.d, qkv.d, B, T, nh, nkv, hd, window);
+  snprintf(name, sizeof name, "attn_fwd hd%lld w%lld out", (long long)hd, (long long)window);
+  check(name, &out, 1e-4);
+  snprintf(name, sizeof name, "attn_fwd hd%lld w%lld lse", (long long)hd, (long long)window);
+  check(name, &lse, 1e-5);
+  /* backward from the CPU's out and lse on both sides */
+  if (sl_cuda_upload(gc, out.d, out.h, (size_t)out.n * 4) || sl_cuda_upload(gc, lse.d, lse.h, (size_t)lse.n * 4))
+    nfail++;
+  cpu->attention_bwd(cc, dqkv.h, dout.h, qkv.h, out.h, lse.h, B, T, nh, nkv, hd, window);
+  gpu->attention_bwd(gc, dqkv.d, dout.d, qkv.d, out.d, lse.d, B, T, nh, nkv, hd, window);
+  snprintf(name, sizeof name, "attn_bwd hd%lld w%lld dqkv", (long long)hd, (long long)window);
+  check(name, &dqkv, 1e-4);
+
+  /* bf16 storage of qkv / out / dout: CPU on the rounded values */
+  int64_t nq = qkv.n, no = out.n;
+  uint16_t *qb = (uint16_t *)xmalloc((size_t)nq * 2), *gb = (uint16_t *)xmalloc((size_t)no * 2);
+  uint16_t *ob = (uint16_t *)xmalloc((size_t)no * 2);
+  for (int64_t i = 0; i < nq; i++) qb[i] = sl_f32_to_bf16_scalar(qkv.h[i]), qkv.h[i] = sl_bf16_to_f32_scalar(qb[i]);
+  for (int64_t i = 0; i < no; i++) gb[i] = sl_f32_to_bf16_scalar(dout.h[i]), dout.h[i] = sl_bf16_to_f32_scalar(gb[i]);
+  uint16_t *qbd = (uint16_t *)dev_copy(qb, (size_t)nq * 2), *gbd = (uint16_t *)dev_copy(gb, (size_t)no * 2);
+  uint16_t *obd = (uint16_t *)sl_cuda_malloc(gc, (size_t)no * 2);
+  cpu->attention_fwd(cc, out.h, lse.h, qkv.h, B, T, nh, nkv, hd, window);
+  sl_cuda_attention_fwd_bf16(gc, obd, lse.d, qbd, B, T, nh, nkv, hd, window);
+  gpu->bf16_to_f32(gc, out.d, obd, no);
+  snprintf(name, sizeof name, "attn_fwd_bf16 hd%lld out", (long long)hd);
+  check(name, &out, 1e-2);
+  snprintf(name, sizeof name, "attn_fwd_bf16 hd%lld lse", (long long)hd);
+  check(name, &lse, 1e-4);
+  for (int64_t i = 0; i < no; i++) ob[i] = sl_f32_to_bf16_scalar(out.h[i]), out.h[i] = sl_bf16_to_f32_scalar(ob[i]);
+  if (sl_cuda_upload(gc, obd, ob, (size_t)no * 2) || sl_cuda_upload(gc, lse.d, lse.h, (size_t)lse.n * 4)) nfail++;
+  cpu->attention_bwd(cc, dqkv.h, dout.h, qkv.h, out.h, lse.h, B, T, nh, nkv, hd, window);
+  sl_cuda_attention_bwd_bf16(gc, dqkv.d, gbd, qbd, obd, lse.d, B, T, nh, nkv, hd, window);
+  snprintf(name, sizeof name, "attn_bwd_bf16 hd%lld dqkv", (long long)hd);
+  check(name, &dqkv, 1e-2);
+  free(qb), free(gb), free(ob);
+  sl_cuda_free(gc, qbd), sl_cuda_free(gc, gbd), sl_cuda_free(gc, obd);
+  freeb(&qkv), freeb(&out), freeb(&lse), freeb(&dout), freeb(&dqkv);
+}
+
+/* Document masking: rope_doc and attention_doc with per-token document
+ * starts (documents crossing the kernels' tiles, a 1-token document). */
+static void test_doc(int64_t hd, int64_t window) {
+  char name[96];
+  int64_t B = 2, T = 75, nh = 4, nkv = 2, W = (nh + 2 * nkv) * hd;
+  int32_t seg[2 * 75];
+  for (int64_t t = 0; t < T; t++) {
+    seg[t] = t < 3 ? 0 : t < 4 ? 3 : t < 41 ? 4 : 41;
+    seg[T + t] = t < 33 ? 0 : 33;
+  }
+  int32_t *dseg = (int32_t *)dev_copy(seg, sizeof seg);
+  buf q = mk(B * T * W, -1, 1), g = mk(B * T * W, -1, 1);
+  cpu->rope_doc_fwd(cc, q.h, B, T, nh, nkv, hd, 10000.0f, seg);
+  gpu->rope_doc_fwd(gc, q.d, B, T, nh, nkv, hd, 10000.0f, dseg);
+  check("rope_doc_fwd", &q, 1e-5);
+  cpu->rope_doc_bwd(cc, g.h, B, T, nh, nkv, hd, 10000.0f, seg);
+  gpu->rope_doc_bwd(gc, g.d, B, T, nh, nkv, hd, 10000.0f, dseg);
+  check("rope_doc_bwd", &g, 1e-5);
+  buf out = mk0(B * T * nh * hd), lse = mk0(B * nh * T), dout = mk(B * T * nh * hd, -1, 1);
+  buf dqkv = mk(B * T * W, -1, 1);
+  cpu->attention_doc_fwd(cc, out.h, lse.h, q.h, B, T, nh, nkv, hd, window, seg);
+  gpu->attention_doc_fwd(gc, out.d, lse.d, q.d, B, T, nh, nkv, hd, window, dseg);
+  snprintf(name, sizeof name, "attn_doc_fwd hd%lld w%lld out", (long long)hd, (long long)window);
+  check(name, &out, 1e-4);
+  snprintf(name, sizeof name, "attn_doc_fwd hd%lld w%lld lse", (long long)hd, (long long)window);
+  check(name, &lse, 1e-5);
+  if (sl_cuda_upload(gc, out.d, out.h, (size_t)out.n * 4) || sl_cuda_upload(gc, lse.d, lse.h, (size_t)lse.n * 4))
+    nfail++;
+  cpu->attention_doc_bwd(cc, dqkv.h, dout.h, q.h, out.h, lse.h, B, T, nh, nkv, hd, window, seg);
+  gpu->attention_doc_bwd(gc, dqkv.d, dout.d, q.d, out.d, lse.d, B, T, nh, nkv, hd, window, dseg);
+  snprintf(name, sizeof name, "attn_doc_bwd hd%lld w%lld dqkv", (long long)hd, (long long)window);
+  check(name, &dqkv, 1e-4);
+  sl_cuda_free(gc, dseg);
+  freeb(&q), freeb(&g), freeb(&out), freeb(&lse), freeb(&dout), freeb(&dqkv);
+}
+
+static void test_pointwise(void) {
+  int64_t N = 33, H = 70, n = 1000;
+  buf gu = mk(N * 2 * H, -4, 4), out = mk0(N * H), dout = mk(N * H, -1, 1), dgu = mk(N * 2 * H, -1, 1);
+  cpu->swiglu_fwd(cc, out.h, gu.h, N, H);
+  gpu->swiglu_fwd(gc, out.d, gu.d, N, H);
+  check_r("swiglu_fwd", &out, 1e-5);
+  cpu->swiglu_bwd(cc, dgu.h, dout.h, gu.h, N, H);
+  gpu->swiglu_bwd(gc, dgu.d, dout.d, gu.d, N, H);
+  check_r("swiglu_bwd", &dgu, 1e-5);
+  buf y = mk(n, -1, 1), x = mk(n, -1, 1);
+  cpu->add_inplace(cc, y.h, x.h, n);
+  gpu->add_inplace(gc, y.d, x.d, n);
+  check("add_inplace", &y, 0);
+  cpu->scale(cc, y.h, 0.37f, n);
+  gpu->scale(gc, y.d, 0.37f, n);
+  check("scale", &y, 0);
+  buf s = mk0(n), dx = mk(n, -1, 1), xs = mk(n, -6, 6);
+  cpu->silu_fwd(cc, s.h, xs.h, n);
+  gpu->silu_fwd(gc, s.d, xs.d, n);
+  check_r("silu_fwd", &s, 1e-5);
+  cpu->silu_bwd(cc, dx.h, x.h, xs.h, n);
+  gpu->silu_bwd(gc, dx.d, x.d, xs.d, n);
+  check_r("silu_bwd", &dx, 1e-5);
+  /* gate: z is a column slice of a wider row (ldz = 2D) */
+  int64_t D = 50, ldz = 2 * D;
+  buf yy = mk(N * D, -1, 1), z = mk(N * ldz, -4, 4), go = mk0(N * D), gg = mk(N * D, -1, 1);
+  buf dy = mk(N * D, -1, 1), dz = mk(N * ldz, -1, 1);
+  cpu->gate_fwd(cc, go.h, yy.h, z.h + D, ldz, N, D);
+  gpu->gate_fwd(gc, go.d, yy.d, z.d + D, ldz, N, D);
+  check_r("gate_fwd", &go, 1e-5);
+  cpu->gate_bwd(cc, dy.h, dz.h + D, ldz, gg.h, yy.h, z.h + D, N, D);
+  gpu->gate_bwd(gc, dy.d, dz.d + D, ldz, gg.d, yy.d, z.d + D, N, D);
+  check_r("gate_bwd dy", &dy, 1e-5);
+  check("gate_bwd dz", &dz, TOL_R(1e-5));
+  freeb(&gu), freeb(&out), freeb(&dout), freeb(&dgu), freeb(&y), freeb(&x), freeb(&s), freeb(&dx);
+  freeb(&xs), freeb(&yy), freeb(&z), freeb(&go), freeb(&gg), freeb(&dy), freeb(&dz);
+}
+
+static void test_lmhead(void) {
+  int64_t N = 29, C = 48, V = 301;
+  int32_t *td, *tg = mk_tok(N, (int32_t)V, 1, &td);
+  buf x = mk(N * C, -1, 1), w = mk(V * C, -0.5f, 0.5f), loss = mk0(N), lse = mk0(N);
+  buf dx = mk(N * C, -1, 1), dw = mk(V * C, -1, 1);
+  cpu->lmhead_ce_fwd(cc, loss.h, lse.h, x.h, w.h, tg, N, C, V);
+  gpu->lmhead_ce_fwd(gc, loss.d, lse.d, x.d, w.d, td, N, C, V);
+  check("lmhead_ce_fwd losses", &loss, TOL_GEMM);
+  check("lmhead_ce_fwd lse", &lse, TOL_GEMM);
+  if (sl_cuda_upload(gc, lse.d, lse.h, (size_t)N * 4)) nfail++;
+  cpu->lmhead_ce_bwd(cc, dx.h, dw.h, x.h, w.h, tg, lse.h, 1.0f / (float)N, N, C, V);
+  gpu->lmhead_ce_bwd(gc, dx.d, dw.d, x.d, w.d, td, lse.d, 1.0f / (float)N, N, C, V);
+  check("lmhead_ce_bwd dx", &dx, TOL_GEMM);
+  check("lmhead_ce_bwd dw", &dw, TOL_GEMM);
+  free(tg), sl_cuda_free(gc, td);
+  freeb(&x), freeb(&w), freeb(&loss), freeb(&lse), freeb(&dx), freeb(&dw);
+}
+
+static void test_optim(void) {
+  int64_t n = 1000;
+  buf p = mk(n, -1, 1), m = mk(n, -0.1f, 0.1f), v = mk(n, 0, 0.01f), g = mk(n, -1, 1);
+  for (int step = 1; step <= 3; step++) {
+    cpu->adamw(cc, p.h, m.h, v.h, g.h, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 0.5f);
+    gpu->adamw(gc, p.d, m.d, v.d, g.d, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 0.5f);
+  }
+  check("adamw p", &p, 1e-5);
+  check("adamw m", &m, 1e-5);
+  check("adamw v", &v, 1e-5);
+  int64_t ns = 100003;
+  buf x = mk(ns, -3, 3);
+  double a = cpu->sumsq(cc, x.h, ns), b = gpu->sumsq(gc, x.d, ns), b2 = gpu->sumsq(gc, x.d, ns);
+  double rel = fabs(a - b) / a;
+  /* double sums in another order: 1.6e-13 measured (emulator, every
+   * OPENBLAS_CORETYPE); n * eps = 1.1e-11 is the worst case; a float
+   * accumulation would be ~1e-7 */
+  report("sumsq", ns, fabs(a - b), rel, 1e-11, rel <= 1e-11 && sl_cuda_last_status(gc) == SL_OK);
+  report("sumsq deterministic", ns, fabs(b - b2), 0, 0, b == b2);
+  /* bf16 casts: exact, with ties, specials and NaN */
+  float sp[8] = {1.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.00390625f, 1.01171875f, 3.4e38f};
+  for (int i = 0; i < 8; i++) x.h[i] = sp[i];
+  if (sl_cuda_upload(gc, x.d, x.h, 8 * 4)) nfail++;
+  uint16_t *hb = (uint16_t *)xmalloc((size_t)ns * 2), *gbh = (uint16_t *)xmalloc((size_t)ns * 2);
+  uint16_t *gbd = (uint16_t *)sl_cuda_malloc(gc, (size_t)ns * 2);
+  cpu->f32_to_bf16(cc, hb, x.h, ns);
+  gpu->f32_to_bf16(gc, gbd, x.d, ns);
+  sl_cuda_download(gc, gbh, gbd, (size_t)ns * 2);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < ns; i++) bad += hb[i] != gbh[i];
+  report("f32_to_bf16 (bit-exact)", ns, (double)bad, 0, 0, bad == 0);
+  buf y = mk0(ns);
+  cpu->bf16_to_f32(cc, y.h, hb, ns);
+  gpu->bf16_to_f32(gc, y.d, gbd, ns);
+  float *yh = (float *)xmalloc((size_t)ns * 4);
+  sl_cuda_download(gc, yh, y.d, (size_t)ns * 4);
+  report("bf16_to_f32 (bit-exact)", ns, 0, 0, 0, memcmp(yh, y.h, (size_t)ns * 4) == 0);
+  cpu->round_bf16(cc, x.h, ns);
+  gpu->round_bf16(gc, x.d, ns);
+  sl_cuda_download(gc, yh, x.d, (size_t)ns * 4);
+  report("round_bf16 (bit-exact)", ns, 0, 0, 0, memcmp(yh, x.h, (size_t)ns * 4) == 0);
+  free(hb), free(gbh), free(yh), sl_cuda_free(gc, gbd);
+  freeb(&p), freeb(&m), freeb(&v), freeb(&g), freeb(&x), freeb(&y);
+}
+
+static void test_conv1d(void) {
+  int64_t B = 2, T = 23, D = 24, K = 4, ldx = 40;
+  buf x = mk(B * T * ldx, -1, 1), w = mk(D * K, -1, 1), bias = mk(D, -1, 1), out = mk0(B * T * D);
+  buf dout = mk(B * T * D, -1, 1), dx = mk(B * T * ldx, -1, 1), dw = mk(D * K, -1, 1), db = mk(D, -1, 1);
+  cpu->conv1d_fwd(cc, out.h, x.h + 3, ldx, w.h, bias.h, B, T, D, K);
+  gpu->conv1d_fwd(gc, out.d, x.d + 3, ldx, w.d, bias.d, B, T, D, K);
+  check_r("conv1d_fwd", &out, 1e-5);
+  cpu->conv1d_bwd(cc, dx.h + 3, ldx, dw.h, db.h, dout.h, x.h + 3, ldx, w.h, B, T, D, K);
+  gpu->conv1d_bwd(gc, dx.d + 3, ldx, dw.d, db.d, dout.d, x.d + 3, ldx, w.d, B, T, D, K);
+  check("conv1d_bwd dx", &dx, TOL_R(1e-5));
+  check("conv1d_bwd dw", &dw, 1e-5);
+  check("conv1d_bwd dbias", &db, 1e-5);
+  freeb(&x), freeb(&w), freeb(&bias), freeb(&out), freeb(&dout), freeb(&dx), freeb(&dw), freeb(&db);
+}
+
+static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk) {
+  char name[96];
+  int64_t ldbc = 2 * S + 5, nck = (T + chunk - 1) / chunk;
+  buf u = mk(B * T * D, -1, 1), dt = mk(B * T * D, -3, 1), Al = mk(D * S, -1, 1.5f);
+  buf bc = mk(B * T * ldbc, -1, 1), Dp = mk(D, -1, 1), y = mk0(B * T * D), ck = mk0(B * nck * D * S);
+  buf dy = mk(B * T * D, -1, 1), du = mk(B * T * D, -1, 1), ddt = mk(B * T * D, -1, 1);
+  buf dAl = mk(D * S, -1, 1), dbc = mk(B * T * ldbc, -1, 1), dDp = mk(D, -1, 1);
+  cpu->scan_fwd(cc, y.h, ck.h, u.h, dt.h, Al.h, bc.h, bc.h + S, ldbc, Dp.h, B, T, D, S, chunk);
+  gpu->scan_fwd(gc, y.d, ck.d, u.d, dt.d, Al.d, bc.d, bc.d + S, ldbc, Dp.d, B, T, D, S, chunk);
+  snprintf(name, sizeof name, "scan_fwd S%lld ck%lld y", (long long)S, (long long)chunk);
+  check_r(name, &y, 1e-4);
+  snprintf(name, sizeof name, "scan_fwd S%lld ck%lld ckpt", (long long)S, (long long)chunk);
+  check(name, &ck, 1e-4);
+  if (sl_cuda_upload(gc, ck.d, ck.h, (size_t)ck.n * 4)) nfail++;
+  cpu->scan_bwd(cc, du.h, ddt.h, dAl.h, dbc.h, dbc.h + S, dDp.h, dy.h, u.h, dt.h, Al.h, bc.h, bc.h + S, ldbc, Dp.h,
+                ck.h, B, T, D, S, chunk);
+  gpu->scan_bwd(gc, du.d, ddt.d, dAl.d, dbc.d, dbc.d + S, dDp.d, dy.d, u.d, dt.d, Al.d, bc.d, bc.d + S, ldbc, Dp.d,
+                ck.d, B, T, D, S, chunk);
+  snprintf(name, sizeof name, "scan_bwd S%lld du", (long long)S);
+  check_r(name, &du, 1e-4);
+  snprintf(name, sizeof name, "scan_bwd S%lld ddt", (long long)S);
+  check_r(name, &ddt, 1e-4);
+  snprintf(name, sizeof name, "scan_bwd S%lld dA_log", (long long)S);
+  check(name, &dAl, 1e-4);
+  snprintf(name, sizeof name, "scan_bwd S%lld dBm+dCm", (long long)S);
+  check(name, &dbc, TOL_R(1e-4));
+  snprintf(name, sizeof name, "scan_bwd S%lld dDp", (long long)S);
+  check(name, &dDp, 1e-4);
+  freeb(&u), freeb(&dt), freeb(&Al), freeb(&bc), freeb(&Dp), freeb(&y), freeb(&ck), freeb(&dy);
+  freeb(&du), freeb(&ddt), freeb(&dAl), freeb(&dbc), freeb(&dDp);
+}
+
+/* The vocabulary-parallel ops on every slice of a vocabulary padded to a
+ * multiple of T (padding rows NaN: a read of one shows), each op against its
+ * CPU twin on the same inputs. */
+static void test_vocab_parallel(int64_t N, int64_t C, int64_t V, int64_t T) {
+  int64_t Vl = (V + T - 1) / T;
+  int32_t *td, *tg = mk_tok(N, (int32_t)V, 1, &td);
+  buf x = mk(N * C, -1, 1), wp = mk(T * Vl * C, -0.5f, 0.5f), dout = mk(N * C, -1, 1);
+  for (int64_t i = V * C; i < T * Vl * C; i++) wp.h[i] = NAN;
+  if (sl_cuda_upload(gc, wp.d, wp.h, (size_t)(T * Vl * C) * 4)) nfail++;
+  for (int64_t r = 0; r < T; r++) {
+    int64_t v0 = r * Vl, valid = V - v0 < 0 ? 0 : V - v0 > Vl ? Vl : V - v0;
+    float *w_h = wp.h + v0 * C, *w_d = wp.d + v0 * C;
+    char nm[64];
+    buf out = mk(N * C, -1, 1), dwte = mk(Vl * C, -1, 1);
+    cpu->vocab_embedding_fwd(cc, out.h, tg, w_h, N, C, v0, Vl);
+    gpu->vocab_embedding_fwd(gc, out.d, td, w_d, N, C, v0, Vl);
+    snprintf(nm, sizeof nm, "vocab_embedding_fwd r%lld/%lld", (long long)r, (long long)T);
+    check(nm, &out, 0);
+    cpu->vocab_embedding_bwd(cc, dwte.h, dout.h, tg, N, C, v0, Vl);
+    gpu->vocab_embedding_bwd(gc, dwte.d, dout.d, td, N, C, v0, Vl);
+    snprintf(nm, sizeof nm, "vocab_embedding_bwd r%lld/%lld", (long long)r, (long long)T);
+    check(nm, &dwte, 1e-5);
+    buf lmax = mk0(N), st = mk0(2 * N), gmax = mk0(N), loss = mk0(N), lse = mk0(N);
+    cpu->lmhead_vp_fwd(cc, lmax.h, st.h, x.h, w_h, tg, N, C, v0, Vl, valid);
+    gpu->lmhead_vp_fwd(gc, lmax.d, st.d, x.d, w_d, td, N, C, v0, Vl, valid);
+    snprintf(nm, sizeof nm, "lmhead_vp_fwd st r%lld/%lld", (long long)r, (long long)T);
+    check(nm, &st, TOL_GEMM);
+    if (valid) {
+      snprintf(nm, sizeof nm, "lmhead_vp_fwd lmax r%lld/%lld", (long long)r, (long long)T);
+      check(nm, &lmax, TOL_GEMM);
+    } else { /* -inf - -inf is NaN for check(): compare exactly */
+      float *g = (float *)xmalloc((size_t)N * 4);
+      int ok = sl_cuda_download(gc, g, lmax.d, (size_t)N * 4) == SL_OK;
+      for (int64_t i = 0; i < N; i++) ok &= g[i] == -INFINITY && lmax.h[i] == -INFINITY;
+      report("lmhead_vp_fwd lmax = -inf (padding slice)", N, 0, 0, 0, ok);
+      free(g);
+    }
+    /* a global max at or above this slice's, the same on both sides */
+    for (int64_t i = 0; i < N; i++) gmax.h[i] = (valid ? lmax.h[i] : 0.0f) + 0.5f * (frand() + 1.0f);
+    if (sl_cuda_upload(gc, gmax.d, gmax.h, (size_t)N * 4) || sl_cuda_upload(gc, st.d, st.h, (size_t)N * 8) ||
+        sl_cuda_upload(gc, lmax.d, lmax.h, (size_t)N * 4))
+      nfail++;
+    cpu->lmhead_vp_rescale(cc, st.h, lmax.h, gmax.h, N);
+    gpu->lmhead_vp_rescale(gc, st.d, lmax.d, gmax.d, N);
+    snprintf(nm, sizeof nm, "lmhead_vp_rescale r%lld/%lld", (long long)r, (long long)T);
+    check(nm, &st, 1e-5);
+    for (int64_t i = 0; i < N; i++) st.h[2 * i] += 0.25f; /* as if summed with other ranks' */
+    if (sl_cuda_upload(gc, st.d, st.h, (size_t)N * 8)) nfail++;
+    cpu->lmhead_vp_loss(cc, loss.h, lse.h, st.h, gmax.h, tg, N);
+    gpu->lmhead_vp_loss(gc, loss.d, lse.d, st.d, gmax.d, td, N);
+    snprintf(nm, sizeof nm, "lmhead_vp_loss losses r%lld/%lld", (long long)r, (long long)T);
+    check(nm, &loss, 1e-5);
+    snprintf(nm, sizeof nm, "lmhead_vp_loss lse r%lld/%lld", (long long)r, (long long)T);
+    check(nm, &lse, 1e-5);
+    if (sl_cuda_upload(gc, lse.d, lse.h, (size_t)N * 4)) nfail++;
+    buf dx = mk(N * C, -1, 1), dw = mk(Vl * C, -1, 1);
+    cpu->lmhead_vp_bwd(cc, dx.h, dw.h, x.h, w_h, tg, lse.h, 1.0f / (float)N, N, C, v0, Vl, valid);
+    gpu->lmhead_vp_bwd(gc, dx.d, dw.d, x.d, w_d, td, lse.d, 1.0f / (float)N, N, C, v0, Vl, valid);
+    snprintf(nm, sizeof nm, "lmhead_vp_bwd dx r%lld/%lld", (long long)r, (long long)T);
+    check(nm, &dx, TOL_GEMM);
+    snprintf(nm, sizeof nm, "lmhead_vp_bwd dw r%lld/%lld", (long long)r, (long long)T);
+    check(nm, &dw, TOL_GEMM);
+    freeb(&out), freeb(&dwte), freeb(&lmax), freeb(&st), freeb(&gmax), freeb(&loss), freeb(&lse);
+    freeb(&dx), freeb(&dw);
+  }
+  free(tg), sl_cuda_free(gc, td);
+  freeb(&x), freeb(&wp), freeb(&dout);
+}
+
+/* Bad arguments leave a status and a message instead of aborting; scratch
+ * stops growing after warm-up. */
+static void test_errors_and_scratch(void) {
+  buf q = mk(4 * 3 * 300, -1, 1), o = mk0(4 * 300), l = mk0(4);
+  gpu->attention_fwd(gc, o.d, l.d, q.d, 1, 4, 1, 1, 300, 0); /* hd 300 > 256 */
+  int st = sl_cuda_last_status(gc);
+  report("error path (hd 300 -> SL_EINPUT)", 0, 0, 0, 0, st == SL_EINPUT && strlen(sl_cuda_last_error(gc)) > 0);
+  sl_cuda_clear_status(gc);
+  freeb(&q), freeb(&o), freeb(&l);
+  size_t s0 = gpu->ctx_scratch_bytes(gc);
+  test_scan(2, 37, 150, 16, 8); /* same shapes as before: no growth expected */
+  size_t s1 = gpu->ctx_scratch_bytes(gc);
+  report("scratch stable after warm-up", (int64_t)s1, (double)s1 - (double)s0, 0, 0, s1 == s0);
+}
+
+/* ---- bf16 compute (ctx_set_compute, docs/bf16.md) ----------------------------
+ * Both contexts switched to SL_COMPUTE_BF16; the ops through the tables.
+ * Outputs stored in bf16 must be bf16-valued on both sides (the rounding
+ * points happen) and agree within one bf16 ulp of the largest value
+ * (TOL_B16 = 2^-7: an fp32 difference in accumulation order may flip one
+ * rounding); fp32 outputs computed from identical bf16 operands (weight
+ * gradients, rstd) keep the fp32 tolerances. */
+static void check_b16(const char *name, const buf *b) {
+  float *g = (float *)xmalloc((size_t)b->n * 4);
+  int st = sl_cuda_download(gc, g, b->d, (size_t)b->n * 4);
+  int64_t odd = 0;
+  for (int64_t i = 0; i < b->n; i++) {
+    uint32_t u, v;
+    memcpy(&u, &g[i], 4);
+    memcpy(&v, &b->h[i], 4);
+    odd += (u & 0xffffu) != 0 || (v & 0xffffu) != 0;
+  }
+  free(g);
+  char nm[96];
+  snprintf(nm, sizeof nm, "%s (bf16-valued)", name);
+  report(nm, b->n, (double)odd, 0, 0, st == SL_OK && odd == 0);
+  check(name, b, TOL_B16);
+}
+
+static void test_bf16_compute(void) {
+  if (cpu->ctx_set_compute(cc, SL_COMPUTE_BF16) || gpu->ctx_set_compute(gc, SL_COMPUTE_BF16)) {
+    report("ctx_set_compute bf16", 0, 0, 0, 0, 0);
+    return;
+  }
+  report("ctx_set_compute(7) refused", 0, 0, 0, 0,
+         cpu->ctx_set_compute(cc, 7) == SL_EINPUT && gpu->ctx_set_compute(gc, 7) == SL_EINPUT);
+  /* linear with bias: fp32 operands rounded by the op; dw, db fp32 */
+  int64_t N = 37, IC = 65, OC = 47;
+  buf x = mk(N * IC, -1, 1), w = mk(OC * IC, -0.5f, 0.5f), b = mk(OC, -1, 1), out = mk0(N * OC);
+  buf dout = mk(N * OC, -1, 1), dx = mk0(N * IC), dw = mk(OC * IC, -1, 1), db = mk(OC, -1, 1);
+  cpu->linear_fwd(cc, out.h, x.h, w.h, b.h, N, IC, OC);
+  gpu->linear_fwd(gc, out.d, x.d, w.d, b.d, N, IC, OC);
+  check_b16("bf16c linear_fwd", &out);
+  cpu->linear_bwd(cc, dx.h, dw.h, db.h, dout.h, x.h, w.h, N, IC, OC);
+  gpu->linear_bwd(gc, dx.d, dw.d, db.d, dout.d, x.d, w.d, N, IC, OC);
+  check_b16("bf16c linear_bwd dinp", &dx);
+  check("bf16c linear_bwd dw (fp32)", &dw, TOL_GEMM);
+  check("bf16c linear_bwd db (fp32)", &db, 1e-5);
+  freeb(&x), freeb(&w), freeb(&b), freeb(&out), freeb(&dout), freeb(&dx), freeb(&dw), freeb(&db);
+  /* rmsnorm -> out rounded, rstd fp32 */
+  int64_t C = 96;
+  buf xn = mk(N * C, -2, 2), wn = mk(C, 0.5f, 1.5f), on = mk0(N * C), rs = mk0(N);
+  cpu->rmsnorm_fwd(cc, on.h, rs.h, xn.h, wn.h, N, C, 1e-5f);
+  gpu->rmsnorm_fwd(gc, on.d, rs.d, xn.d, wn.d, N, C, 1e-5f);
+  check_b16("bf16c rmsnorm_fwd out", &on);
+  check("bf16c rmsnorm_fwd rstd (fp32)", &rs, 1e-5);
+  freeb(&xn), freeb(&wn), freeb(&on), freeb(&rs);
+  /* rope + attention (GQA) */
+  int64_t B = 2, T = 33, nh = 4, nkv = 2, hd = 64, nq = B * T * (nh + 2 * nkv) * hd, no = B * T * nh * hd;
+  buf qkv = mk(nq, -1, 1), att = mk0(no), lse = mk0(B * nh * T), datt = mk(no, -1, 1), dqkv = mk0(nq);
+  cpu->rope_fwd(cc, qkv.h, B, T, nh, nkv, hd, 10000.0f);
+  gpu->rope_fwd(gc, qkv.d, B, T, nh, nkv, hd, 10000.0f);
+  check_b16("bf16c rope_fwd", &qkv);
+  if (sl_cuda_upload(gc, qkv.d, qkv.h, (size_t)nq * 4)) nfail++;
+  cpu->attention_fwd(cc, att.h, lse.h, qkv.h, B, T, nh, nkv, hd, 0);
+  gpu->attention_fwd(gc, att.d, lse.d, qkv.d, B, T, nh, nkv, hd, 0);
+  check_b16("bf16c attention_fwd out", &att);
+  check("bf16c attention_fwd lse (fp32)", &lse, 1e-4);
+  if (sl_cuda_upload(gc, att.d, att.h, (size_t)no * 4) || sl_cuda_upload(gc, lse.d, lse.h, (size_t)(B * nh * T) * 4))
+    nfail++;
+  cpu->round_bf16(cc, datt.h, no), gpu->round_bf16(gc, datt.d, no);
+  cpu->attention_bwd(cc, dqkv.h, datt.h, qkv.h, att.h, lse.h, B, T, nh, nkv, hd, 0);
+  gpu->attention_bwd(gc, dqkv.d, datt.d, qkv.d, att.d, lse.d, B, T, nh, nkv, hd, 0);
+  check_b16("bf16c attention_bwd dqkv", &dqkv);
+  if (sl_cuda_upload(gc, dqkv.d, dqkv.h, (size_t)nq * 4)) nfail++;
+  cpu->rope_bwd(cc, dqkv.h, B, T, nh, nkv, hd, 10000.0f);
+  gpu->rope_bwd(gc, dqkv.d, B, T, nh, nkv, hd, 10000.0f);
+  check_b16("bf16c rope_bwd", &dqkv);
+  freeb(&qkv), freeb(&att), freeb(&lse), freeb(&datt), freeb(&dqkv);
+  /* LM head: logits, dlogits, dx rounded; losses, lse, dw fp32 */
+  int64_t V = 301;
+  int32_t *td, *tg = mk_tok(N, (int32_t)V, 1, &td);
+  buf hx = mk(N * C, -1, 1), hw = mk(V * C, -0.5f, 0.5f), loss = mk0(N), hl = mk0(N);
+  buf hdx = mk0(N * C), hdw = mk(V * C, -1, 1);
+  cpu->lmhead_ce_fwd(cc, loss.h, hl.h, hx.h, hw.h, tg, N, C, V);
+  gpu->lmhead_ce_fwd(gc, loss.d, hl.d, hx.d, hw.d, td, N, C, V);
+  check("bf16c lmhead_ce_fwd losses", &loss, TOL_B16);
+  check("bf16c lmhead_ce_fwd lse", &hl, TOL_B16);
+  if (sl_cuda_upload(gc, hl.d, hl.h, (size_t)N * 4)) nfail++;
+  cpu->lmhead_ce_bwd(cc, hdx.h, hdw.h, hx.h, hw.h, tg, hl.h, 1.0f / (float)N, N, C, V);
+  gpu->lmhead_ce_bwd(gc, hdx.d, hdw.d, hx.d, hw.d, td, hl.d, 1.0f / (float)N, N, C, V);
+  check_b16("bf16c lmhead_ce_bwd dx", &hdx);
+  check("bf16c lmhead_ce_bwd dw (fp32)", &hdw, TOL_B16);
+  free(tg), sl_cuda_free(gc, td);
+  freeb(&hx), freeb(&hw), freeb(&loss), freeb(&hl), freeb(&hdx), freeb(&hdw);
+  /* the element-wise, conv1d and scan tests again, in bf16 compute */
+  g_b16 = 1;
+  test_pointwise();
+  test_conv1d();
+  test_scan(2, 37, 150, 16, 8);
+  g_b16 = 0;
+  cpu->ctx_set_compute(cc, SL_COMPUTE_FP32);
+  gpu->ctx_set_compute(gc, SL_COMPUTE_FP32);
+}
+
+int main(void) {
+  cpu = sl_ops_cpu();
+  gpu = sl_ops_cuda();
+  if (!gpu) {
+    printf("test_cuda_kernels: skipped (no CUDA device)\n");
+    return 77;
+  }
+  cc = cpu->ctx_create(0);
+  gc = gpu->ctx_create(0);
+  if (!cc || !gc) {
+    fprintf(stderr, "ctx_create failed: %s\n", sl_errmsg());
+    return 1;
+  }
+  if (sl_cuda_tf32_enabled(gc)) TOL_GEMM = 5e-3f;
+  test_embedding();
+  test_rmsnorm();
+  test_linear();
+  test_rope();
+  test_attention(2, 67, 4, 2, 64, 0);
+  test_attention(2, 67, 4, 2, 64, 17);
+  test_attention(1, 53, 2, 1, 128, 0);
+  test_attention(1, 45, 4, 4, 128, 9);
+  test_attention(2, 40, 3, 1, 40, 0);   /* generic fallback (padded to 64) */
+  test_attention(1, 33, 2, 2, 200, 12); /* generic fallback (padded to 256) */
+  test_doc(64, 0);
+  test_doc(64, 20);
+  test_doc(32, 0);
+  test_pointwise();
+  test_lmhead();
+  test_vocab_parallel(29, 48, 301, 4); /* 301 = 4 x 76 - 3: padding in the last slice */
+  test_vocab_parallel(11, 16, 5, 4);   /* the last slice is padding only */
+  test_optim();
+  test_conv1d();
+  test_scan(2, 37, 150, 16, 8);
+  test_scan(1, 29, 40, 5, 64); /* chunk > T, S < 16 */
+  test_scan(2, 20, 33, 24, 3);
+  test_bf16_compute();
+  test_errors_and_scratch();
+  printf("cuda scratch high-water: %zu bytes\n", gpu->ctx_scratch_bytes(gc));
+  gpu->ctx_destroy(gc);
+  cpu->ctx_destroy(cc);
+  printf("%d passed, %d failed\n", npass, nfail);
+  return nfail ? 1 : 0;
+}
+#endif

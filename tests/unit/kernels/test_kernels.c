@@ -1,0 +1,922 @@
+/* tests/unit/kernels/test_kernels.c — the CPU backend's core ops against independent
+ * double-precision reference implementations written here (forwards), and
+ * every backward against central finite differences of those references
+ * (L = sum(out * R) for a random R). Every backward also runs once more on
+ * gradient buffers pre-filled with random values, which must come out as
+ * pre-fill + gradient ("backward ADDS into its outputs").
+ * Covers GQA, sliding windows, hd 8/16, T not a multiple of the attention
+ * tile, the chunked LM head with ignored targets, one- and two-thread
+ * contexts, and document masking (RoPE positions restarting per document,
+ * block-diagonal causal attention: the _doc ops with per-token document
+ * starts), and the vocabulary-parallel ops (slices of a padded vocabulary,
+ * combined here like the TP group would, against the whole-vocabulary ops
+ * and by finite differences). Prints one line per check; ends with
+ * "N passed, M failed". */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "kernels/kernels.h"
+
+static int g_pass, g_fail;
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+
+static double rnd_unif(void) { return (double)(sl_splitmix64(&g_rng) >> 11) / 9007199254740992.0; }
+static float rnd_sym(float a) { return (float)((2.0 * rnd_unif() - 1.0) * a); }
+
+static float *fvec(int64_t n, float a) {
+  float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+  for (int64_t i = 0; i < n; i++) x[i] = rnd_sym(a);
+  return x;
+}
+static double *dvec(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(double)); }
+static double *to_d(const float *x, int64_t n) {
+  double *d = dvec(n);
+  for (int64_t i = 0; i < n; i++) d[i] = x[i];
+  return d;
+}
+static float *fcopy(const float *x, int64_t n) {
+  float *y = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+  memcpy(y, x, (size_t)n * sizeof(float));
+  return y;
+}
+
+static void report(const char *name, double err, double tol) {
+  int ok = err <= tol; /* NaN fails */
+  printf("%-4s %-58s max_err %.3e tol %.1e\n", ok ? "ok" : "FAIL", name, err, tol);
+  if (ok) g_pass++;
+  else g_fail++;
+}
+
+/* max |a - r| / max(max |r|, floor) */
+static double rel_err(const float *a, const double *r, int64_t n, double floor) {
+  double m = floor, e = 0.0;
+  for (int64_t i = 0; i < n; i++) m = fabs(r[i]) > m ? fabs(r[i]) : m;
+  for (int64_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - r[i]);
+    if (!(d <= e)) e = d; /* propagates NaN */
+  }
+  return e / m;
+}
+
+/* ---- finite differences ------------------------------------------------- */
+typedef double (*loss_fn)(void *st);
+
+/* Central differences of f wrt up to `samples` coordinates of p (double
+ * array f reads), against the analytic gradient g (n). Error relative to
+ * the largest gradient magnitude seen. */
+static void fd_check(const char *name, double *p, const float *g, int64_t n, loss_fn f, void *st, int samples,
+                     double tol) {
+  const double h = 1e-5;
+  double emax = 0.0, gmax = 1e-12;
+  for (int64_t i = 0; i < n; i++) gmax = fabs(g[i]) > gmax ? fabs(g[i]) : gmax;
+  int all = n <= samples;
+  int cnt = all ? (int)n : samples;
+  for (int s = 0; s < cnt; s++) {
+    int64_t k = all ? s : (s == 0 ? 0 : s == 1 ? n - 1 : (int64_t)(sl_splitmix64(&g_rng) % (uint64_t)n));
+    double save = p[k];
+    p[k] = save + h;
+    double lp = f(st);
+    p[k] = save - h;
+    double lm = f(st);
+    p[k] = save;
+    double num = (lp - lm) / (2 * h);
+    gmax = fabs(num) > gmax ? fabs(num) : gmax;
+    double d = fabs(num - (double)g[k]);
+    if (!(d <= emax)) emax = d;
+  }
+  char buf[160];
+  snprintf(buf, sizeof buf, "%s (fd, %d coords)", name, cnt);
+  report(buf, emax / gmax, tol);
+}
+
+/* prefill: returns a random buffer and a saved copy for later subtraction */
+static float *prefill(int64_t n, float **saved) {
+  float *g = fvec(n, 1.0f);
+  *saved = fcopy(g, n);
+  return g;
+}
+/* "Backward ADDS": g (the same backward run on the pre-filled buffer) must
+ * equal saved (the pre-fill) + gz (the backward run on zeros), up to fp32
+ * rounding of the additions (GEMMs may add in several K blocks). */
+static void adds_check(const char *name, const float *g, const float *saved, const float *gz, int64_t n) {
+  double e = 0.0, m = 1e-30;
+  for (int64_t i = 0; i < n; i++) {
+    double d = fabs((double)g[i] - ((double)saved[i] + (double)gz[i]));
+    if (!(d <= e)) e = d;
+    m = fmax(m, fabs(saved[i]) + fabs(gz[i]));
+  }
+  char buf[160];
+  snprintf(buf, sizeof buf, "%s adds into prefilled output", name);
+  report(buf, e / m, 1e-5);
+}
+static float *zeros(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
+
+static double dot_r(const double *o, const double *R, int64_t n) {
+  double s = 0.0;
+  for (int64_t i = 0; i < n; i++) s += o[i] * R[i];
+  return s;
+}
+
+/* ---- embedding ------------------------------------------------------------ */
+static void test_embedding(const sl_ops *ops, sl_kctx *ctx) {
+  int64_t N = 300, C = 24, V = 17; /* repeated tokens */
+  int32_t tok[300];
+  for (int64_t i = 0; i < N; i++) tok[i] = (int32_t)(sl_splitmix64(&g_rng) % V);
+  float *wte = fvec(V * C, 1.0f), *out = fvec(N * C, 1.0f);
+  ops->embedding_fwd(ctx, out, tok, wte, N, C);
+  double *ref = dvec(N * C);
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t c = 0; c < C; c++) ref[i * C + c] = wte[tok[i] * C + c];
+  report("embedding_fwd vs gather", rel_err(out, ref, N * C, 1.0), 0.0);
+  float *dout = fvec(N * C, 1.0f), *sv;
+  float *dwte = prefill(V * C, &sv);
+  ops->embedding_bwd(ctx, dwte, dout, tok, N, C);
+  double *dref = dvec(V * C);
+  for (int64_t i = 0; i < V * C; i++) dref[i] = sv[i];
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t c = 0; c < C; c++) dref[tok[i] * C + c] += dout[i * C + c];
+  report("embedding_bwd vs double scatter (prefilled)", rel_err(dwte, dref, V * C, 1.0), 2e-6);
+  free(wte);
+  free(out);
+  free(ref);
+  free(dout);
+  free(sv);
+  free(dwte);
+  free(dref);
+}
+
+/* ---- RMSNorm -------------------------------------------------------------- */
+typedef struct {
+  double *x, *w, *R;
+  int64_t N, C;
+  double eps;
+  double *o;
+} rms_st;
+static void rms_ref(double *o, const double *x, const double *w, int64_t N, int64_t C, double eps) {
+  for (int64_t i = 0; i < N; i++) {
+    double ss = 0;
+    for (int64_t j = 0; j < C; j++) ss += x[i * C + j] * x[i * C + j];
+    double r = 1.0 / sqrt(ss / C + eps);
+    for (int64_t j = 0; j < C; j++) o[i * C + j] = w[j] * x[i * C + j] * r;
+  }
+}
+static double rms_L(void *p) {
+  rms_st *s = p;
+  rms_ref(s->o, s->x, s->w, s->N, s->C, s->eps);
+  return dot_r(s->o, s->R, s->N * s->C);
+}
+static void test_rmsnorm(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C) {
+  float eps = 1e-5f;
+  float *x = fvec(N * C, 2.0f), *w = fvec(C, 1.5f), *R = fvec(N * C, 1.0f);
+  float *out = malloc(N * C * 4), *rstd = malloc(N * 4);
+  ops->rmsnorm_fwd(ctx, out, rstd, x, w, N, C, eps);
+  rms_st s = {to_d(x, N * C), to_d(w, C), to_d(R, N * C), N, C, eps, dvec(N * C)};
+  rms_ref(s.o, s.x, s.w, N, C, eps);
+  char nm[128];
+  snprintf(nm, sizeof nm, "rmsnorm_fwd N=%lld C=%lld vs double", (long long)N, (long long)C);
+  report(nm, rel_err(out, s.o, N * C, 1e-3), 2e-6);
+  float *sx, *sw, *px = prefill(N * C, &sx), *pw = prefill(C, &sw);
+  float *dx = zeros(N * C), *dw = zeros(C);
+  ops->rmsnorm_bwd(ctx, dx, dw, R, x, w, rstd, N, C);
+  ops->rmsnorm_bwd(ctx, px, pw, R, x, w, rstd, N, C);
+  adds_check("rmsnorm_bwd dinp", px, sx, dx, N * C);
+  adds_check("rmsnorm_bwd dw", pw, sw, dw, C);
+  free(px);
+  free(pw);
+  snprintf(nm, sizeof nm, "rmsnorm_bwd dinp C=%lld", (long long)C);
+  fd_check(nm, s.x, dx, N * C, rms_L, &s, 200, 1e-5);
+  snprintf(nm, sizeof nm, "rmsnorm_bwd dw C=%lld", (long long)C);
+  fd_check(nm, s.w, dw, C, rms_L, &s, 200, 1e-5);
+  free(x);
+  free(w);
+  free(R);
+  free(out);
+  free(rstd);
+  free(sx);
+  free(sw);
+  free(dx);
+  free(dw);
+  free(s.x);
+  free(s.w);
+  free(s.R);
+  free(s.o);
+}
+
+/* ---- linear --------------------------------------------------------------- */
+typedef struct {
+  double *x, *w, *b, *R, *o;
+  int64_t N, IC, OC;
+} lin_st;
+static void lin_ref(double *o, const double *x, const double *w, const double *b, int64_t N, int64_t IC, int64_t OC) {
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t k = 0; k < OC; k++) {
+      double s = b ? b[k] : 0.0;
+      for (int64_t j = 0; j < IC; j++) s += x[i * IC + j] * w[k * IC + j];
+      o[i * OC + k] = s;
+    }
+}
+static double lin_L(void *p) {
+  lin_st *s = p;
+  lin_ref(s->o, s->x, s->w, s->b, s->N, s->IC, s->OC);
+  return dot_r(s->o, s->R, s->N * s->OC);
+}
+static void test_linear(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t IC, int64_t OC, int bias) {
+  float *x = fvec(N * IC, 1.0f), *w = fvec(OC * IC, 0.5f), *b = bias ? fvec(OC, 1.0f) : NULL;
+  float *R = fvec(N * OC, 1.0f), *out = fvec(N * OC, 9.0f);
+  ops->linear_fwd(ctx, out, x, w, b, N, IC, OC);
+  lin_st s = {to_d(x, N * IC), to_d(w, OC * IC), bias ? to_d(b, OC) : NULL, to_d(R, N * OC), dvec(N * OC), N, IC, OC};
+  lin_ref(s.o, s.x, s.w, s.b, N, IC, OC);
+  char nm[128];
+  snprintf(nm, sizeof nm, "linear_fwd %lldx%lldx%lld bias=%d vs double", (long long)N, (long long)IC, (long long)OC,
+           bias);
+  report(nm, rel_err(out, s.o, N * OC, 1e-3), 2e-6);
+  float *sx, *sw, *sb = NULL;
+  float *px = prefill(N * IC, &sx), *pw = prefill(OC * IC, &sw), *pb = bias ? prefill(OC, &sb) : NULL;
+  float *dx = zeros(N * IC), *dw = zeros(OC * IC), *db = bias ? zeros(OC) : NULL;
+  ops->linear_bwd(ctx, dx, dw, db, R, x, w, N, IC, OC);
+  ops->linear_bwd(ctx, px, pw, pb, R, x, w, N, IC, OC);
+  adds_check("linear_bwd dinp", px, sx, dx, N * IC);
+  adds_check("linear_bwd dw", pw, sw, dw, OC * IC);
+  if (bias) adds_check("linear_bwd db", pb, sb, db, OC);
+  free(px);
+  free(pw);
+  free(pb);
+  snprintf(nm, sizeof nm, "linear_bwd dinp %lldx%lldx%lld", (long long)N, (long long)IC, (long long)OC);
+  fd_check(nm, s.x, dx, N * IC, lin_L, &s, 100, 1e-5);
+  snprintf(nm, sizeof nm, "linear_bwd dw %lldx%lldx%lld", (long long)N, (long long)IC, (long long)OC);
+  fd_check(nm, s.w, dw, OC * IC, lin_L, &s, 100, 1e-5);
+  if (bias) {
+    fd_check("linear_bwd db", s.b, db, OC, lin_L, &s, 100, 1e-5);
+  }
+  /* NULL outputs are skipped; dw alone must still be right */
+  float *dw2 = calloc(OC * IC, 4);
+  ops->linear_bwd(ctx, NULL, dw2, NULL, R, x, w, N, IC, OC);
+  double e = 0;
+  for (int64_t i = 0; i < OC * IC; i++) e = fmax(e, fabs(dw2[i] - dw[i]));
+  report("linear_bwd dinp=NULL db=NULL: dw unchanged", e, 1e-5);
+  free(x);
+  free(w);
+  free(b);
+  free(R);
+  free(out);
+  free(sx);
+  free(sw);
+  free(sb);
+  free(dx);
+  free(dw);
+  free(db);
+  free(dw2);
+  free(s.x);
+  free(s.w);
+  free(s.b);
+  free(s.R);
+  free(s.o);
+}
+
+/* Sizes where the backend splits GEMMs across threads (along M and along
+ * N): forward and backward against double formulas (semantics are already
+ * pinned by the finite-difference checks above). */
+static void test_linear_big(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t IC, int64_t OC) {
+  float *x = fvec(N * IC, 1.0f), *w = fvec(OC * IC, 0.5f), *b = fvec(OC, 1.0f);
+  float *dy = fvec(N * OC, 1.0f), *out = fvec(N * OC, 9.0f);
+  ops->linear_fwd(ctx, out, x, w, b, N, IC, OC);
+  double *o = dvec(N * OC), *dx = dvec(N * IC), *dw = dvec(OC * IC), *db = dvec(OC);
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t k = 0; k < OC; k++) {
+      double s = b[k];
+      for (int64_t j = 0; j < IC; j++) s += (double)x[i * IC + j] * w[k * IC + j];
+      o[i * OC + k] = s;
+      db[k] += dy[i * OC + k];
+      for (int64_t j = 0; j < IC; j++) {
+        dx[i * IC + j] += (double)dy[i * OC + k] * w[k * IC + j];
+        dw[k * IC + j] += (double)dy[i * OC + k] * x[i * IC + j];
+      }
+    }
+  char nm[128];
+  snprintf(nm, sizeof nm, "linear_fwd %lldx%lldx%lld (split gemm) vs double", (long long)N, (long long)IC,
+           (long long)OC);
+  report(nm, rel_err(out, o, N * OC, 1.0), 1e-5);
+  float *gx = zeros(N * IC), *gw = zeros(OC * IC), *gb = zeros(OC);
+  ops->linear_bwd(ctx, gx, gw, gb, dy, x, w, N, IC, OC);
+  snprintf(nm, sizeof nm, "linear_bwd %lldx%lldx%lld dinp vs double", (long long)N, (long long)IC, (long long)OC);
+  report(nm, rel_err(gx, dx, N * IC, 1.0), 1e-5);
+  snprintf(nm, sizeof nm, "linear_bwd %lldx%lldx%lld dw vs double", (long long)N, (long long)IC, (long long)OC);
+  report(nm, rel_err(gw, dw, OC * IC, 1.0), 1e-5);
+  snprintf(nm, sizeof nm, "linear_bwd %lldx%lldx%lld db vs double", (long long)N, (long long)IC, (long long)OC);
+  report(nm, rel_err(gb, db, OC, 1.0), 1e-5);
+  free(x);
+  free(w);
+  free(b);
+  free(dy);
+  free(out);
+  free(o);
+  free(dx);
+  free(dw);
+  free(db);
+  free(gx);
+  free(gw);
+  free(gb);
+}
+
+/* ---- RoPE ----------------------------------------------------------------- */
+typedef struct {
+  double *x, *R, *o;
+  int64_t B, T, nh, nkv, hd;
+  float theta;
+  const int32_t *seg;
+} rope_st;
+/* HF: inv_freq = 1/(base ** (arange(0,dim,2).float()/dim)) in fp32,
+ * freqs = t * inv_freq (fp32), emb = cat(freqs, freqs),
+ * out = x*cos(emb) + rotate_half(x)*sin(emb), rotate_half = cat(-x2, x1). */
+/* seg (B*T) or NULL: token t's position is t - seg[t] (document masking). */
+static void rope_ref(double *o, const double *x, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta,
+                     const int32_t *seg) {
+  int64_t row = (nh + 2 * nkv) * hd, h2 = hd / 2;
+  memcpy(o, x, (size_t)(B * T * row) * sizeof(double));
+  double *rot = dvec(hd);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t h = 0; h < nh + nkv; h++) {
+        const double *xi = x + (b * T + t) * row + h * hd;
+        double *oi = o + (b * T + t) * row + h * hd;
+        for (int64_t j = 0; j < hd; j++) rot[j] = j < h2 ? -xi[j + h2] : xi[j - h2];
+        for (int64_t j = 0; j < hd; j++) {
+          float inv = 1.0f / powf(theta, (float)(2 * (j % h2)) / (float)hd);
+          float ang = (float)(t - (seg ? seg[b * T + t] : 0)) * inv;
+          oi[j] = xi[j] * cos((double)ang) + rot[j] * sin((double)ang);
+        }
+      }
+  free(rot);
+}
+static double rope_L(void *p) {
+  rope_st *s = p;
+  rope_ref(s->o, s->x, s->B, s->T, s->nh, s->nkv, s->hd, s->theta, s->seg);
+  return dot_r(s->o, s->R, s->B * s->T * (s->nh + 2 * s->nkv) * s->hd);
+}
+static void test_rope(const sl_ops *ops, sl_kctx *ctx, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                      float theta, const int32_t *seg) {
+  int64_t n = B * T * (nh + 2 * nkv) * hd;
+  float *x = fvec(n, 1.0f), *R = fvec(n, 1.0f), *y = fcopy(x, n);
+  if (seg) ops->rope_doc_fwd(ctx, y, B, T, nh, nkv, hd, theta, seg);
+  else ops->rope_fwd(ctx, y, B, T, nh, nkv, hd, theta);
+  rope_st s = {to_d(x, n), to_d(R, n), dvec(n), B, T, nh, nkv, hd, theta, seg};
+  rope_ref(s.o, s.x, B, T, nh, nkv, hd, theta, seg);
+  char nm[128];
+  snprintf(nm, sizeof nm, "rope%s_fwd B=%lld T=%lld nh=%lld nkv=%lld hd=%lld vs HF formula", seg ? "_doc" : "",
+           (long long)B, (long long)T, (long long)nh, (long long)nkv, (long long)hd);
+  report(nm, rel_err(y, s.o, n, 1.0), 2e-6);
+  float *g = fcopy(R, n); /* rope_bwd is in place: dqkv := J^T dqkv */
+  if (seg) ops->rope_doc_bwd(ctx, g, B, T, nh, nkv, hd, theta, seg);
+  else ops->rope_bwd(ctx, g, B, T, nh, nkv, hd, theta);
+  snprintf(nm, sizeof nm, "rope%s_bwd hd=%lld", seg ? "_doc" : "", (long long)hd);
+  fd_check(nm, s.x, g, n, rope_L, &s, 150, 1e-6);
+  free(x);
+  free(R);
+  free(y);
+  free(g);
+  free(s.x);
+  free(s.R);
+  free(s.o);
+}
+
+/* ---- attention ------------------------------------------------------------ */
+typedef struct {
+  double *qkv, *R, *o, *lse;
+  int64_t B, T, nh, nkv, hd, win;
+  const int32_t *seg;
+} att_st;
+/* Explicit full (T, T) score matrix per (b, h), masked, softmaxed. seg (B*T)
+ * or NULL: query i also hides keys before its document start seg[i]. */
+static void att_ref(double *o, double *lse, const double *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv,
+                    int64_t hd, int64_t win, const int32_t *seg) {
+  int64_t row = (nh + 2 * nkv) * hd;
+  double *S = dvec(T * T);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < nh; h++) {
+      int64_t g = h / (nh / nkv);
+      for (int64_t i = 0; i < T; i++)
+        for (int64_t j = 0; j < T; j++) {
+          int vis = j <= i && (win <= 0 || i - j < win) && (!seg || j >= seg[b * T + i]);
+          double s = 0;
+          for (int64_t d = 0; d < hd; d++)
+            s += qkv[(b * T + i) * row + h * hd + d] * qkv[(b * T + j) * row + (nh + g) * hd + d];
+          S[i * T + j] = vis ? s / sqrt((double)hd) : -INFINITY;
+        }
+      for (int64_t i = 0; i < T; i++) {
+        double m = -INFINITY, z = 0;
+        for (int64_t j = 0; j < T; j++) m = fmax(m, S[i * T + j]);
+        for (int64_t j = 0; j < T; j++) z += exp(S[i * T + j] - m);
+        if (lse) lse[(b * nh + h) * T + i] = m + log(z);
+        for (int64_t j = 0; j < T; j++) S[i * T + j] = exp(S[i * T + j] - m) / z; /* P */
+        for (int64_t d = 0; d < hd; d++) {
+          double acc = 0;
+          for (int64_t j = 0; j < T; j++) acc += S[i * T + j] * qkv[(b * T + j) * row + (nh + nkv + g) * hd + d];
+          o[(b * T + i) * nh * hd + h * hd + d] = acc;
+        }
+      }
+    }
+  free(S);
+}
+static double att_L(void *p) {
+  att_st *s = p;
+  att_ref(s->o, NULL, s->qkv, s->B, s->T, s->nh, s->nkv, s->hd, s->win, s->seg);
+  return dot_r(s->o, s->R, s->B * s->T * s->nh * s->hd);
+}
+static void test_attention(const sl_ops *ops, sl_kctx *ctx, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                           int64_t win, int samples, const int32_t *seg) {
+  int64_t n = B * T * (nh + 2 * nkv) * hd, no = B * T * nh * hd;
+  float *qkv = fvec(n, 1.5f), *R = fvec(no, 1.0f), *out = fvec(no, 9.0f), *lse = fvec(B * nh * T, 9.0f);
+  /* the _doc ops with seg NULL are the plain ones (the plain ops call them) */
+  ops->attention_doc_fwd(ctx, out, lse, qkv, B, T, nh, nkv, hd, win, seg);
+  att_st s = {to_d(qkv, n), to_d(R, no), dvec(no), dvec(B * nh * T), B, T, nh, nkv, hd, win, seg};
+  att_ref(s.o, s.lse, s.qkv, B, T, nh, nkv, hd, win, seg);
+  char nm[128], tag[96];
+  snprintf(tag, sizeof tag, "%sB=%lld T=%lld nh=%lld nkv=%lld hd=%lld win=%lld", seg ? "docs " : "", (long long)B,
+           (long long)T, (long long)nh, (long long)nkv, (long long)hd, (long long)win);
+  snprintf(nm, sizeof nm, "attention_fwd out %s", tag);
+  report(nm, rel_err(out, s.o, no, 1e-3), 1e-5);
+  snprintf(nm, sizeof nm, "attention_fwd lse %s", tag);
+  report(nm, rel_err(lse, s.lse, B * nh * T, 1e-3), 1e-6);
+  float *sv, *pg = prefill(n, &sv), *g = zeros(n);
+  ops->attention_doc_bwd(ctx, g, R, qkv, out, lse, B, T, nh, nkv, hd, win, seg);
+  ops->attention_doc_bwd(ctx, pg, R, qkv, out, lse, B, T, nh, nkv, hd, win, seg);
+  snprintf(nm, sizeof nm, "attention_bwd %s", tag);
+  adds_check(nm, pg, sv, g, n);
+  free(pg);
+  snprintf(nm, sizeof nm, "attention_bwd %s", tag);
+  fd_check(nm, s.qkv, g, n, att_L, &s, samples, 2e-5);
+  free(qkv);
+  free(R);
+  free(out);
+  free(lse);
+  free(sv);
+  free(g);
+  free(s.qkv);
+  free(s.R);
+  free(s.o);
+  free(s.lse);
+}
+
+/* ---- SwiGLU --------------------------------------------------------------- */
+typedef struct {
+  double *gu, *R, *o;
+  int64_t N, H;
+} sw_st;
+static void sw_ref(double *o, const double *gu, int64_t N, int64_t H) {
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t j = 0; j < H; j++) {
+      double g = gu[i * 2 * H + j], u = gu[i * 2 * H + H + j];
+      o[i * H + j] = g / (1.0 + exp(-g)) * u;
+    }
+}
+static double sw_L(void *p) {
+  sw_st *s = p;
+  sw_ref(s->o, s->gu, s->N, s->H);
+  return dot_r(s->o, s->R, s->N * s->H);
+}
+static void test_swiglu(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t H) {
+  float *gu = fvec(N * 2 * H, 6.0f), *R = fvec(N * H, 1.0f), *out = malloc(N * H * 4);
+  gu[0] = -95.0f;
+  gu[1] = 95.0f; /* saturated sigmoid */
+  ops->swiglu_fwd(ctx, out, gu, N, H);
+  sw_st s = {to_d(gu, N * 2 * H), to_d(R, N * H), dvec(N * H), N, H};
+  sw_ref(s.o, s.gu, N, H);
+  report("swiglu_fwd vs double", rel_err(out, s.o, N * H, 1.0), 2e-6);
+  float *sv, *pg = prefill(N * 2 * H, &sv), *g = zeros(N * 2 * H);
+  ops->swiglu_bwd(ctx, g, R, gu, N, H);
+  ops->swiglu_bwd(ctx, pg, R, gu, N, H);
+  adds_check("swiglu_bwd", pg, sv, g, N * 2 * H);
+  free(pg);
+  fd_check("swiglu_bwd", s.gu, g, N * 2 * H, sw_L, &s, 300, 1e-5);
+  free(gu);
+  free(R);
+  free(out);
+  free(sv);
+  free(g);
+  free(s.gu);
+  free(s.R);
+  free(s.o);
+}
+
+/* ---- LM head + cross-entropy ---------------------------------------------- */
+typedef struct {
+  double *x, *w;
+  const int32_t *t;
+  int64_t N, C, V;
+  double scale;
+  double *lse, *loss;
+} ce_st;
+static double ce_ref(ce_st *s) {
+  double L = 0;
+  double *l = dvec(s->V);
+  for (int64_t i = 0; i < s->N; i++) {
+    double m = -INFINITY, z = 0;
+    for (int64_t v = 0; v < s->V; v++) {
+      double a = 0;
+      for (int64_t c = 0; c < s->C; c++) a += s->x[i * s->C + c] * s->w[v * s->C + c];
+      l[v] = a;
+      m = fmax(m, a);
+    }
+    for (int64_t v = 0; v < s->V; v++) z += exp(l[v] - m);
+    double lse = m + log(z), loss = s->t[i] >= 0 ? lse - l[s->t[i]] : 0.0;
+    if (s->lse) s->lse[i] = lse;
+    if (s->loss) s->loss[i] = loss;
+    L += loss;
+  }
+  free(l);
+  return L * s->scale;
+}
+static double ce_L(void *p) { return ce_ref(p); }
+static void test_ce(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C, int64_t V, int sx_n, int sw_n) {
+  float *x = fvec(N * C, 1.0f), *w = fvec(V * C, 1.0f);
+  int32_t *t = malloc(N * sizeof(int32_t));
+  for (int64_t i = 0; i < N; i++) t[i] = (i % 7 == 3) ? -1 : (int32_t)(sl_splitmix64(&g_rng) % V);
+  t[N - 1] = (int32_t)(V - 1);
+  float *loss = fvec(N, 9.0f), *lse = fvec(N, 9.0f);
+  ops->lmhead_ce_fwd(ctx, loss, lse, x, w, t, N, C, V);
+  ce_st s = {to_d(x, N * C), to_d(w, V * C), t, N, C, V, 1.0 / (double)N, dvec(N), dvec(N)};
+  ce_ref(&s);
+  char nm[128], tag[64];
+  snprintf(tag, sizeof tag, "N=%lld C=%lld V=%lld", (long long)N, (long long)C, (long long)V);
+  snprintf(nm, sizeof nm, "lmhead_ce_fwd losses (ignored rows = 0) %s", tag);
+  report(nm, rel_err(loss, s.loss, N, 1.0), 2e-6);
+  snprintf(nm, sizeof nm, "lmhead_ce_fwd lse %s", tag);
+  report(nm, rel_err(lse, s.lse, N, 1.0), 2e-6);
+  free(s.lse);
+  free(s.loss);
+  s.lse = s.loss = NULL;
+  float *sx, *sw, *px = prefill(N * C, &sx), *pw = prefill(V * C, &sw);
+  float *dx = zeros(N * C), *dw = zeros(V * C);
+  ops->lmhead_ce_bwd(ctx, dx, dw, x, w, t, lse, (float)s.scale, N, C, V);
+  ops->lmhead_ce_bwd(ctx, px, pw, x, w, t, lse, (float)s.scale, N, C, V);
+  adds_check("lmhead_ce_bwd dx", px, sx, dx, N * C);
+  adds_check("lmhead_ce_bwd dw", pw, sw, dw, V * C);
+  free(px);
+  free(pw);
+  double e = 0;
+  for (int64_t i = 0; i < N; i++)
+    if (t[i] < 0)
+      for (int64_t c = 0; c < C; c++) e = fmax(e, fabs(dx[i * C + c]));
+  report("lmhead_ce_bwd: ignored rows get zero dx", e, 0.0);
+  snprintf(nm, sizeof nm, "lmhead_ce_bwd dx %s", tag);
+  fd_check(nm, s.x, dx, N * C, ce_L, &s, sx_n, 1e-5);
+  snprintf(nm, sizeof nm, "lmhead_ce_bwd dw %s", tag);
+  fd_check(nm, s.w, dw, V * C, ce_L, &s, sw_n, 1e-5);
+  free(x);
+  free(w);
+  free(t);
+  free(loss);
+  free(lse);
+  free(sx);
+  free(sw);
+  free(dx);
+  free(dw);
+  free(s.x);
+  free(s.w);
+}
+
+/* ---- vocabulary parallelism ------------------------------------------------ */
+/* V padded to a multiple of T: rank r holds rows [r Vl, r Vl + Vl), the first
+ * *valid of them real. The T slices run one after the other on one context
+ * and are combined here; padding rows hold NaN, so any read of one shows. */
+static void vsplit(int64_t V, int64_t T, int64_t r, int64_t *v0, int64_t *Vl, int64_t *valid) {
+  *Vl = (V + T - 1) / T;
+  *v0 = r * *Vl;
+  *valid = V - *v0 < 0 ? 0 : V - *v0 > *Vl ? *Vl : V - *v0;
+}
+/* (T Vl, C): the real rows of w (V, C), NaN padding */
+static float *pad_rows(const float *w, int64_t V, int64_t C, int64_t T) {
+  int64_t Vl = (V + T - 1) / T;
+  float *p = malloc((size_t)(T * Vl * C) * sizeof(float));
+  for (int64_t i = 0; i < T * Vl * C; i++) p[i] = i < V * C ? w[i] : NAN;
+  return p;
+}
+static int32_t *rand_tokens(int64_t N, int64_t V, int ignored) {
+  int32_t *t = malloc((size_t)N * sizeof(int32_t));
+  for (int64_t i = 0; i < N; i++) t[i] = (ignored && i % 7 == 3) ? -1 : (int32_t)(sl_splitmix64(&g_rng) % (uint64_t)V);
+  t[0] = 0;
+  t[N - 1] = (int32_t)(V - 1);
+  return t;
+}
+
+typedef struct {
+  double *w;
+  const int32_t *tok;
+  const float *R;
+  int64_t N, C;
+} vemb_st;
+static double vemb_L(void *p) { /* sum(embedding(w) * R) */
+  vemb_st *s = p;
+  double L = 0;
+  for (int64_t i = 0; i < s->N; i++)
+    for (int64_t c = 0; c < s->C; c++) L += s->w[s->tok[i] * s->C + c] * s->R[i * s->C + c];
+  return L;
+}
+static void test_vocab_embedding(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C, int64_t V, int64_t T) {
+  int64_t v0, Vl, valid;
+  vsplit(V, T, 0, &v0, &Vl, &valid);
+  float *w = fvec(V * C, 1.0f), *wp = pad_rows(w, V, C, T), *R = fvec(N * C, 1.0f);
+  int32_t *tok = rand_tokens(N, V, 0);
+  float *ref = zeros(N * C), *sum = zeros(N * C), *out = fvec(N * C, 9.0f);
+  ops->embedding_fwd(ctx, ref, tok, w, N, C);
+  for (int64_t r = 0; r < T; r++) {
+    vsplit(V, T, r, &v0, &Vl, &valid);
+    ops->vocab_embedding_fwd(ctx, out, tok, wp + v0 * C, N, C, v0, Vl); /* overwrites out */
+    for (int64_t i = 0; i < N * C; i++) sum[i] += out[i];
+  }
+  char nm[128], tag[64];
+  snprintf(tag, sizeof tag, "N=%lld C=%lld V=%lld T=%lld", (long long)N, (long long)C, (long long)V, (long long)T);
+  double *dref = to_d(ref, N * C);
+  snprintf(nm, sizeof nm, "vocab_embedding_fwd sum of slices = embedding_fwd %s", tag);
+  report(nm, rel_err(sum, dref, N * C, 1.0), 0.0);
+  /* backward: slices of a prefilled padded gradient; padding rows untouched */
+  float *sv, *dp = prefill(T * Vl * C, &sv), *dz = zeros(T * Vl * C), *dfull = zeros(V * C);
+  for (int64_t r = 0; r < T; r++) {
+    vsplit(V, T, r, &v0, &Vl, &valid);
+    ops->vocab_embedding_bwd(ctx, dp + v0 * C, R, tok, N, C, v0, Vl);
+    ops->vocab_embedding_bwd(ctx, dz + v0 * C, R, tok, N, C, v0, Vl);
+  }
+  adds_check("vocab_embedding_bwd", dp, sv, dz, T * Vl * C);
+  double pad = 0;
+  for (int64_t i = V * C; i < T * Vl * C; i++) pad = fmax(pad, fabs(dz[i]));
+  snprintf(nm, sizeof nm, "vocab_embedding_bwd padding rows get no gradient %s", tag);
+  report(nm, pad, 0.0);
+  ops->embedding_bwd(ctx, dfull, R, tok, N, C);
+  double *dd = to_d(dfull, V * C);
+  snprintf(nm, sizeof nm, "vocab_embedding_bwd slices = embedding_bwd %s", tag);
+  report(nm, rel_err(dz, dd, V * C, 1.0), 0.0);
+  vemb_st s = {to_d(w, V * C), tok, R, N, C};
+  snprintf(nm, sizeof nm, "vocab_embedding_bwd %s", tag);
+  fd_check(nm, s.w, dz, V * C, vemb_L, &s, 200, 1e-6);
+  free(w);
+  free(wp);
+  free(R);
+  free(tok);
+  free(ref);
+  free(sum);
+  free(out);
+  free(dref);
+  free(sv);
+  free(dp);
+  free(dz);
+  free(dfull);
+  free(dd);
+  free(s.w);
+}
+
+/* Loss-parallel head over T slices vs lmhead_ce (same op table) and the
+ * double reference; the backward by finite differences of the reference. */
+static void test_lmhead_vp(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C, int64_t V, int64_t T, int sx_n,
+                           int sw_n) {
+  int64_t v0, Vl, valid;
+  vsplit(V, T, 0, &v0, &Vl, &valid);
+  float *x = fvec(N * C, 1.0f), *w = fvec(V * C, 1.0f), *wp = pad_rows(w, V, C, T);
+  int32_t *t = rand_tokens(N, V, 1);
+  float *loss0 = zeros(N), *lse0 = zeros(N);
+  ops->lmhead_ce_fwd(ctx, loss0, lse0, x, w, t, N, C, V);
+  float *lmax = zeros(T * N), *st = zeros(T * 2 * N), *gmax = zeros(N), *S = zeros(2 * N);
+  for (int64_t r = 0; r < T; r++) {
+    vsplit(V, T, r, &v0, &Vl, &valid);
+    ops->lmhead_vp_fwd(ctx, lmax + r * N, st + r * 2 * N, x, wp + v0 * C, t, N, C, v0, Vl, valid);
+  }
+  for (int64_t i = 0; i < N; i++) { /* the TP group's allreduce MAX */
+    gmax[i] = -INFINITY;
+    for (int64_t r = 0; r < T; r++) gmax[i] = fmaxf(gmax[i], lmax[r * N + i]);
+  }
+  for (int64_t r = 0; r < T; r++) ops->lmhead_vp_rescale(ctx, st + r * 2 * N, lmax + r * N, gmax, N);
+  for (int64_t r = 0; r < T; r++) /* allreduce SUM */
+    for (int64_t i = 0; i < 2 * N; i++) S[i] += st[r * 2 * N + i];
+  float *loss = fvec(N, 9.0f), *lse = fvec(N, 9.0f);
+  ops->lmhead_vp_loss(ctx, loss, lse, S, gmax, t, N);
+  ce_st s = {to_d(x, N * C), to_d(w, V * C), t, N, C, V, 1.0 / (double)N, dvec(N), dvec(N)};
+  ce_ref(&s);
+  char nm[128], tag[64];
+  snprintf(tag, sizeof tag, "N=%lld C=%lld V=%lld T=%lld", (long long)N, (long long)C, (long long)V, (long long)T);
+  double *d0 = to_d(loss0, N), *z0 = to_d(lse0, N);
+  snprintf(nm, sizeof nm, "lmhead_vp losses = lmhead_ce_fwd %s", tag);
+  report(nm, rel_err(loss, d0, N, 1.0), 1e-5);
+  snprintf(nm, sizeof nm, "lmhead_vp lse = lmhead_ce_fwd %s", tag);
+  report(nm, rel_err(lse, z0, N, 1.0), 1e-5);
+  snprintf(nm, sizeof nm, "lmhead_vp losses vs double reference %s", tag);
+  report(nm, rel_err(loss, s.loss, N, 1.0), 2e-6);
+  free(s.lse);
+  free(s.loss);
+  s.lse = s.loss = NULL;
+  /* backward: dx summed over the slices, dw slices into a padded gradient */
+  float *dx0 = zeros(N * C), *dw0 = zeros(V * C), *dx = zeros(N * C), *dxr = zeros(N * C);
+  float *dwp = zeros(T * Vl * C), *sx, *sw, *px = prefill(N * C, &sx), *pw = prefill(Vl * C, &sw);
+  ops->lmhead_ce_bwd(ctx, dx0, dw0, x, w, t, lse0, (float)s.scale, N, C, V);
+  for (int64_t r = 0; r < T; r++) {
+    vsplit(V, T, r, &v0, &Vl, &valid);
+    memset(dxr, 0, (size_t)(N * C) * sizeof(float));
+    ops->lmhead_vp_bwd(ctx, dxr, dwp + v0 * C, x, wp + v0 * C, t, lse, (float)s.scale, N, C, v0, Vl, valid);
+    for (int64_t i = 0; i < N * C; i++) dx[i] += dxr[i];
+    if (r == T - 1) { /* the last slice, padding included, adds into prefilled buffers */
+      ops->lmhead_vp_bwd(ctx, px, pw, x, wp + v0 * C, t, lse, (float)s.scale, N, C, v0, Vl, valid);
+      adds_check("lmhead_vp_bwd dx", px, sx, dxr, N * C);
+      adds_check("lmhead_vp_bwd dw", pw, sw, dwp + v0 * C, Vl * C);
+    }
+  }
+  double pad = 0, ign = 0;
+  for (int64_t i = V * C; i < T * Vl * C; i++) pad = fmax(pad, fabs(dwp[i]));
+  for (int64_t i = 0; i < N; i++)
+    if (t[i] < 0)
+      for (int64_t c = 0; c < C; c++) ign = fmax(ign, fabs(dx[i * C + c]));
+  snprintf(nm, sizeof nm, "lmhead_vp_bwd padding rows get no gradient %s", tag);
+  report(nm, pad, 0.0);
+  report("lmhead_vp_bwd: ignored rows get zero dx", ign, 0.0);
+  double *dd = to_d(dx0, N * C), *dwd = to_d(dw0, V * C);
+  snprintf(nm, sizeof nm, "lmhead_vp_bwd dx (sum of slices) = lmhead_ce_bwd %s", tag);
+  report(nm, rel_err(dx, dd, N * C, 1e-3), 1e-5);
+  snprintf(nm, sizeof nm, "lmhead_vp_bwd dw (slices) = lmhead_ce_bwd %s", tag);
+  report(nm, rel_err(dwp, dwd, V * C, 1e-3), 1e-5);
+  snprintf(nm, sizeof nm, "lmhead_vp_bwd dx %s", tag);
+  fd_check(nm, s.x, dx, N * C, ce_L, &s, sx_n, 1e-5);
+  snprintf(nm, sizeof nm, "lmhead_vp_bwd dw %s", tag);
+  fd_check(nm, s.w, dwp, V * C, ce_L, &s, sw_n, 1e-5);
+  free(x);
+  free(w);
+  free(wp);
+  free(t);
+  free(loss0);
+  free(lse0);
+  free(lmax);
+  free(st);
+  free(gmax);
+  free(S);
+  free(loss);
+  free(lse);
+  free(s.x);
+  free(s.w);
+  free(d0);
+  free(z0);
+  free(dx0);
+  free(dw0);
+  free(dx);
+  free(dxr);
+  free(dwp);
+  free(sx);
+  free(sw);
+  free(px);
+  free(pw);
+  free(dd);
+  free(dwd);
+}
+
+/* ---- elementwise, reductions, bf16 ---------------------------------------- */
+/* Independent bf16 oracle: the nearest of the two bracketing bf16 values
+ * (computed in double), ties to the even mantissa. Finite inputs only. */
+static uint16_t bf16_oracle(float f) {
+  union {
+    float f;
+    uint32_t u;
+  } a = {f};
+  uint16_t lo = (uint16_t)(a.u >> 16), hi = (uint16_t)(lo + 1);
+  union {
+    uint32_t u;
+    float f;
+  } L = {(uint32_t)lo << 16}, H = {(uint32_t)hi << 16};
+  double dl = fabs((double)f - (double)L.f), dh = fabs((double)H.f - (double)f);
+  if ((hi & 0x7f80) == 0x7f80 && !((lo & 0x7f80) == 0x7f80)) {
+    /* next is inf: the halfway point to 2^128 decides */
+    double top = ldexp(1.0, 128);
+    dh = fabs(top - (double)f);
+  }
+  if (dl < dh) return lo;
+  if (dh < dl) return hi;
+  return (lo & 1) ? hi : lo;
+}
+static void test_elementwise(const sl_ops *ops, sl_kctx *ctx) {
+  int64_t n = 100003;
+  float *x = fvec(n, 3.0f), *y = fvec(n, 3.0f), *y0 = fcopy(y, n);
+  ops->add_inplace(ctx, y, x, n);
+  double e = 0;
+  /* one IEEE float add / multiply per element: the same arithmetic as the
+   * scalar loop below, so bit for bit (any other summation, an FMA, a
+   * reassociation would show) */
+  for (int64_t i = 0; i < n; i++) {
+    volatile float want = y0[i] + x[i];
+    e = fmax(e, fabs((double)y[i] - (double)want));
+  }
+  report("add_inplace vs float add (bitwise)", e, 0.0);
+  float *z = fcopy(x, n);
+  ops->scale(ctx, z, 0.37f, n);
+  e = 0;
+  for (int64_t i = 0; i < n; i++) {
+    volatile float want = x[i] * 0.37f;
+    e = fmax(e, fabs((double)z[i] - (double)want));
+  }
+  report("scale vs float multiply (bitwise)", e, 0.0);
+  double ss = ops->sumsq(ctx, x, n), ref = 0;
+  for (int64_t i = 0; i < n; i++) ref += (double)x[i] * x[i];
+  report("sumsq vs double (relative)", fabs(ss - ref) / ref, 1e-12);
+  report("sumsq small n=5",
+         fabs(ops->sumsq(ctx, x, 5) - (x[0] * (double)x[0] + x[1] * (double)x[1] + x[2] * (double)x[2] +
+                                       x[3] * (double)x[3] + x[4] * (double)x[4])),
+         1e-12);
+
+  /* bf16: random values over many binades plus ties and specials */
+  int64_t m = 70000;
+  float *v = malloc(m * 4);
+  for (int64_t i = 0; i < m; i++) v[i] = (float)ldexp(rnd_sym(1.0f), (int)(sl_splitmix64(&g_rng) % 200) - 100);
+  v[0] = 1.0f + ldexpf(1.0f, -8);     /* tie -> 1.0 (even) */
+  v[1] = 1.0f + 3 * ldexpf(1.0f, -8); /* tie -> 1 + 2^-6 (even) */
+  v[2] = -(1.0f + ldexpf(1.0f, -8));
+  v[3] = 3.3895e38f; /* rounds to inf */
+  v[4] = 0.0f;
+  v[5] = -0.0f;
+  v[6] = 1e-40f; /* denormal */
+  uint16_t *hb = malloc(m * 2);
+  ops->f32_to_bf16(ctx, hb, v, m);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < m; i++) bad += hb[i] != bf16_oracle(v[i]);
+  report("f32_to_bf16 vs nearest-even oracle (mismatches)", (double)bad, 0);
+  report("f32_to_bf16 ties: 1+2^-8 -> 0x3f80, 1+3*2^-8 -> 0x3f82",
+         (double)((hb[0] != 0x3f80) + (hb[1] != 0x3f82) + (hb[2] != 0xbf80)), 0);
+  float sp[3] = {INFINITY, -INFINITY, NAN};
+  uint16_t hs[3];
+  ops->f32_to_bf16(ctx, hs, sp, 3);
+  report("f32_to_bf16 inf/-inf/NaN",
+         (double)((hs[0] != 0x7f80) + (hs[1] != 0xff80) + !((hs[2] & 0x7f80) == 0x7f80 && (hs[2] & 0x7f))), 0);
+  float *back = malloc(m * 4);
+  ops->bf16_to_f32(ctx, back, hb, m);
+  bad = 0;
+  for (int64_t i = 0; i < m; i++) {
+    union {
+      uint32_t u;
+      float f;
+    } c = {(uint32_t)hb[i] << 16};
+    bad += memcmp(&back[i], &c.f, 4) != 0;
+  }
+  report("bf16_to_f32 exact widening (mismatches)", (double)bad, 0);
+  float *r = fcopy(v, m);
+  ops->round_bf16(ctx, r, m);
+  bad = 0;
+  for (int64_t i = 0; i < m; i++) bad += memcmp(&r[i], &back[i], 4) != 0;
+  report("round_bf16 == bf16_to_f32(f32_to_bf16) (mismatches)", (double)bad, 0);
+  free(x);
+  free(y);
+  free(y0);
+  free(z);
+  free(v);
+  free(hb);
+  free(back);
+  free(r);
+}
+
+int main(void) {
+  const sl_ops *ops = sl_ops_cpu();
+  sl_kctx *c2 = ops->ctx_create(2), *c1 = ops->ctx_create(1), *c0 = ops->ctx_create(0);
+  if (!c2 || !c1 || !c0) {
+    printf("FAIL ctx_create\n1 passed, 1 failed\n");
+    return 1;
+  }
+  test_embedding(ops, c2);
+  test_rmsnorm(ops, c2, 37, 64);
+  test_rmsnorm(ops, c1, 5, 7);
+  test_linear(ops, c2, 33, 20, 17, 1);
+  test_linear(ops, c1, 9, 8, 5, 0);
+  test_linear_big(ops, c2, 40, 301, 700); /* wide: split along N */
+  test_linear_big(ops, c2, 700, 301, 40); /* tall: split along M */
+  test_rope(ops, c2, 2, 19, 4, 2, 8, 10000.0f, NULL);
+  test_rope(ops, c1, 1, 300, 2, 1, 16, 500000.0f, NULL);
+  /* GQA, T not a multiple of the tile, windows, hd 8/16, both thread paths */
+  test_attention(ops, c2, 2, 70, 4, 2, 8, 0, 120, NULL);
+  test_attention(ops, c2, 1, 150, 2, 1, 16, 0, 60, NULL);  /* 1 kv item: serial bwd */
+  test_attention(ops, c2, 2, 100, 4, 2, 16, 37, 80, NULL); /* sliding window */
+  test_attention(ops, c1, 1, 90, 3, 3, 8, 64, 60, NULL);   /* MHA, window = tile */
+  test_attention(ops, c0, 1, 20, 4, 1, 8, 500, 60, NULL);  /* window > T */
+  /* document masking: documents crossing tile edges, a 1-token document,
+   * one whole-sample document (b = 1 of the first), with and without window */
+  {
+    enum { DT = 150 };
+    int32_t seg[2 * DT];
+    for (int t = 0; t < DT; t++) {
+      seg[t] = t < 5 ? 0 : t < 6 ? 5 : t < 70 ? 6 : t < 131 ? 70 : 131;
+      seg[DT + t] = 0;
+    }
+    test_rope(ops, c2, 2, DT, 2, 1, 8, 10000.0f, seg);
+    test_attention(ops, c2, 2, DT, 4, 2, 8, 0, 120, seg);
+    test_attention(ops, c1, 2, DT, 2, 2, 8, 40, 80, seg); /* window inside documents */
+  }
+  test_swiglu(ops, c2, 41, 96);
+  test_ce(ops, c2, 37, 16, 300, 150, 150);
+  test_ce(ops, c2, 1100, 4, 2100, 24, 16);        /* 2 row x 3 vocab tiles */
+  test_vocab_embedding(ops, c2, 300, 24, 211, 4); /* V % T != 0 */
+  test_vocab_embedding(ops, c1, 40, 8, 5, 4);     /* a slice of padding only */
+  test_lmhead_vp(ops, c2, 37, 16, 300, 4, 150, 150);
+  test_lmhead_vp(ops, c2, 37, 16, 211, 2, 100, 100);
+  test_lmhead_vp(ops, c1, 23, 8, 5, 4, 60, 40);      /* rank 3 holds padding only */
+  test_lmhead_vp(ops, c2, 1100, 4, 2100, 2, 24, 16); /* 2 row x 2 vocab tiles per slice */
+  test_elementwise(ops, c2);
+  size_t sb = ops->ctx_scratch_bytes(c2);
+  report("ctx_scratch_bytes > 0 after use (reported as err = !ok)", sb > 0 ? 0.0 : 1.0, 0);
+  ops->ctx_destroy(c2);
+  ops->ctx_destroy(c1);
+  ops->ctx_destroy(c0);
+  printf("%d passed, %d failed\n", g_pass, g_fail);
+  return g_fail ? 1 : 0;
+}
