@@ -526,11 +526,16 @@ static int view_ranges(trainer *t, int u, sl_fsdp_view_t v, sl_adam_range *r, in
 static int optimizer_step(trainer *t, int64_t s, double lr, float coef) {
   sl_train_cfg *c = &t->cfg;
   sl_adam_hyper h = {(float)lr, (float)c->beta1, (float)c->beta2, (float)c->eps, 0.0f, s + 1, coef};
+  int cap = 0; /* ranges of the largest unit: one per tensor, plus the padding */
+  for (int u = 0; u < t->m->nunits; u++)
+    if (t->m->units[u].ntensors > cap) cap = t->m->units[u].ntensors;
+  cap += 1;
+  sl_adam_range *r = malloc(sizeof *r * (size_t)cap);
+  if (!r) return sl_fail(SL_ENOMEM, "out of memory for the optimizer's %d weight-decay ranges", cap);
   for (int u = 0; u < t->m->nunits; u++) {
     if (!t->opt[u]) continue; /* another pipeline stage's unit */
     sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
-    sl_adam_range r[SL_UNIT_MAX_TENSORS + 1];
-    int nr = view_ranges(t, u, v, r, SL_UNIT_MAX_TENSORS + 1);
+    int nr = view_ranges(t, u, v, r, cap);
     sl_optstate *st = t->opt[u];
     /* tier none: the backend's AdamW beside the parameters; otherwise the CPU
      * AdamW, gradients brought to the host */
@@ -545,8 +550,12 @@ static int optimizer_step(trainer *t, int64_t s, double lr, float coef) {
     if (!updated) updated = t->hview;
     if (host) updated = to_backend(t, updated, v.count);
     if (!rc) rc = sl_fsdp_set_view(t->f, u, updated);
-    if (rc) return rc;
+    if (rc) {
+      free(r);
+      return rc;
+    }
   }
+  free(r);
   return sl_fsdp_finish_step(t->f);
 }
 

@@ -406,7 +406,9 @@ int sl_llama_create(sl_model *m) {
   sl_unit_spec *e = &m->units[0];
   snprintf(e->kind, sizeof e->kind, "embedding");
   e->layer = -1;
-  sl_unit_add_split(m, e, "model.embed_tokens.weight", 2, p->V, C, 1, SL_INIT_NORMAL, std, SL_SPLIT_VOCAB, T);
+  if ((rc =
+           sl_unit_add_split(m, e, "model.embed_tokens.weight", 2, p->V, C, 1, SL_INIT_NORMAL, std, SL_SPLIT_VOCAB, T)))
+    return rc;
   for (int64_t l = 0; l < p->L; l++) {
     sl_unit_spec *b = &m->units[1 + l];
     snprintf(b->kind, sizeof b->kind, "llama_block");
@@ -415,7 +417,7 @@ int sl_llama_create(sl_model *m) {
     int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, I = c->intermediate_size;
 #define ADD(suffix, nd, d0, d1, decay, init, split, parts)                                                             \
   snprintf(nm, sizeof nm, "model.layers.%lld.%s", (long long)l, suffix);                                               \
-  sl_unit_add_split(m, b, nm, nd, d0, d1, decay, init, std, split, parts)
+  if ((rc = sl_unit_add_split(m, b, nm, nd, d0, d1, decay, init, std, split, parts))) return rc
     ADD("input_layernorm.weight", 1, C, 0, 0, SL_INIT_ONES, SL_SPLIT_NONE, 1);
     ADD("self_attn.q_proj.weight", 2, nh * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
     ADD("self_attn.k_proj.weight", 2, nkv * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, nkv_parts);
@@ -427,8 +429,9 @@ int sl_llama_create(sl_model *m) {
     ADD("mlp.down_proj.weight", 2, C, I, 1, SL_INIT_NORMAL, SL_SPLIT_ROW, T);
 #undef ADD
   }
-  sl_lm_head_spec_split(m, "model.norm.weight", C, p->V, p->tied, SL_INIT_NORMAL, std,
-                        p->vp ? SL_SPLIT_VOCAB : SL_SPLIT_NONE);
+  if ((rc = sl_lm_head_spec_split(m, "model.norm.weight", C, p->V, p->tied, SL_INIT_NORMAL, std,
+                                  p->vp ? SL_SPLIT_VOCAB : SL_SPLIT_NONE)))
+    return rc;
 
   if (m->B == 0) return SL_OK; /* specs only */
   /* activations: set 0, then the backward scratch every set shares */

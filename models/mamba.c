@@ -466,8 +466,9 @@ int sl_mamba_create(sl_model *m) {
   sl_unit_spec *e = &m->units[0];
   snprintf(e->kind, sizeof e->kind, "embedding");
   e->layer = -1;
-  sl_unit_add_split(m, e, c->ssm_original_format ? "backbone.embedding.weight" : "backbone.embeddings.weight", 2, p->V,
-                    H, 1, SL_INIT_NORMAL, std, p->vp ? SL_SPLIT_VOCAB : SL_SPLIT_NONE, T);
+  if ((rc = sl_unit_add_split(m, e, c->ssm_original_format ? "backbone.embedding.weight" : "backbone.embeddings.weight",
+                              2, p->V, H, 1, SL_INIT_NORMAL, std, p->vp ? SL_SPLIT_VOCAB : SL_SPLIT_NONE, T)))
+    return rc;
   for (int64_t l = 0; l < p->L; l++) {
     sl_unit_spec *b = &m->units[1 + l];
     snprintf(b->kind, sizeof b->kind, "mamba_block");
@@ -478,9 +479,10 @@ int sl_mamba_create(sl_model *m) {
 #define ADD(field, suffix, nd, d0, d1, d2, decay, init, split)                                                         \
   snprintf(nm, sizeof nm, "backbone.layers.%lld.%s", (long long)l, suffix);                                            \
   o->field = b->numel;                                                                                                 \
-  if ((split) > 0) sl_unit_add_stacked(m, b, nm, nd, d0, d1, d2, decay, init, std, (split));                           \
-  else if ((split) < 0) sl_unit_add_split(m, b, nm, nd, d0, d1, decay, init, std, SL_SPLIT_ROW, T);                    \
-  else sl_unit_add(b, nm, nd, d0, d1, d2, decay, init, std)
+  rc = (split) > 0   ? sl_unit_add_stacked(m, b, nm, nd, d0, d1, d2, decay, init, std, (split))                        \
+       : (split) < 0 ? sl_unit_add_split(m, b, nm, nd, d0, d1, decay, init, std, SL_SPLIT_ROW, T)                      \
+                     : sl_unit_add(b, nm, nd, d0, d1, d2, decay, init, std);                                           \
+  if (rc) return rc
     o->b_in = o->b_conv = o->b_out = -1;
     ADD(norm, "norm.weight", 1, H, 0, 0, 0, SL_INIT_ONES, 0);
     ADD(w_in, "mixer.in_proj.weight", 2, 2 * Dw, H, 0, 1, SL_INIT_CUSTOM, 2);
@@ -502,8 +504,9 @@ int sl_mamba_create(sl_model *m) {
     }
 #undef ADD
   }
-  sl_lm_head_spec_split(m, "backbone.norm_f.weight", H, p->V, p->tied, SL_INIT_CUSTOM, std,
-                        p->vp ? SL_SPLIT_VOCAB : SL_SPLIT_NONE);
+  if ((rc = sl_lm_head_spec_split(m, "backbone.norm_f.weight", H, p->V, p->tied, SL_INIT_CUSTOM, std,
+                                  p->vp ? SL_SPLIT_VOCAB : SL_SPLIT_NONE)))
+    return rc;
 
   if (m->B == 0) return SL_OK; /* specs only */
   /* activations: set 0, then the backward scratch every set shares */

@@ -13,8 +13,15 @@
 #include <errno.h>
 #include <sys/stat.h>
 
-void sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2, int decay,
-                 sl_init_kind init, float std) {
+int sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2, int decay,
+                sl_init_kind init, float std) {
+  if (u->ntensors == u->cap) { /* grow the list: doubling, from 8 rows */
+    int cap = u->cap ? 2 * u->cap : 8;
+    sl_tensor_spec *nt = realloc(u->t, sizeof *nt * (size_t)cap);
+    if (!nt) return sl_fail(SL_ENOMEM, "out of memory for tensor %d (%s) of unit %s", u->ntensors, name, u->kind);
+    u->t = nt;
+    u->cap = cap;
+  }
   sl_tensor_spec *t = &u->t[u->ntensors++];
   memset(t, 0, sizeof *t);
   snprintf(t->name, sizeof t->name, "%s", name);
@@ -33,19 +40,26 @@ void sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_
   t->tp_replicas = 1; /* T for a whole tensor at T > 1: set by sl_model_create_full */
   t->tp_stack = 1;
   u->numel += t->numel;
+  return SL_OK;
 }
 
-void sl_unit_add_split(const sl_model *m, sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1,
-                       int decay, sl_init_kind init, float std, sl_split split, int64_t parts) {
-  if (split == SL_SPLIT_NONE || m->tp_size == 1) { /* the whole tensor */
-    sl_unit_add(u, name, ndim, d0, d1, 0, decay, init, std);
-    return;
-  }
+void sl_unit_free(sl_unit_spec *u) {
+  free(u->t);
+  u->t = NULL;
+  u->ntensors = u->cap = 0;
+  u->numel = 0;
+}
+
+int sl_unit_add_split(const sl_model *m, sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1, int decay,
+                      sl_init_kind init, float std, sl_split split, int64_t parts) {
+  if (split == SL_SPLIT_NONE || m->tp_size == 1) /* the whole tensor */
+    return sl_unit_add(u, name, ndim, d0, d1, 0, decay, init, std);
   int dim = split == SL_SPLIT_ROW ? ndim - 1 : 0;
   int64_t full[2] = {d0, d1}, local[2] = {d0, d1};
   int replicas = m->tp_size / (int)parts;
   local[dim] = (full[dim] + parts - 1) / parts; /* VOCAB pads to a multiple of parts; the others divide */
-  sl_unit_add(u, name, ndim, local[0], local[1], 0, decay, init, std);
+  int rc = sl_unit_add(u, name, ndim, local[0], local[1], 0, decay, init, std);
+  if (rc) return rc;
   sl_tensor_spec *t = &u->t[u->ntensors - 1];
   t->split = split;
   t->split_dim = dim;
@@ -53,19 +67,21 @@ void sl_unit_add_split(const sl_model *m, sl_unit_spec *u, const char *name, int
   t->full[1] = ndim > 1 ? d1 : 1;
   t->tp_off = (int64_t)(m->tp_rank / replicas) * local[dim];
   t->tp_replicas = replicas;
+  return SL_OK;
 }
 
-void sl_unit_add_stacked(const sl_model *m, sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1,
-                         int64_t d2, int decay, sl_init_kind init, float std, int64_t stacks) {
+int sl_unit_add_stacked(const sl_model *m, sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1,
+                        int64_t d2, int decay, sl_init_kind init, float std, int64_t stacks) {
   int64_t T = m->tp_size;
-  sl_unit_add(u, name, ndim, T > 1 ? d0 / T : d0, d1, d2, decay, init, std);
-  if (T == 1) return;
+  int rc = sl_unit_add(u, name, ndim, T > 1 ? d0 / T : d0, d1, d2, decay, init, std);
+  if (rc || T == 1) return rc;
   sl_tensor_spec *t = &u->t[u->ntensors - 1];
   t->split = SL_SPLIT_COL;
   t->split_dim = 0;
   t->full[0] = d0;
   t->tp_off = m->tp_rank * (d0 / (stacks * T));
   t->tp_stack = (int)stacks;
+  return SL_OK;
 }
 
 int sl_model_create_specs(const sl_model_config *cfg, sl_model **out) {
@@ -195,6 +211,7 @@ void sl_model_destroy(sl_model *m) {
   sl_mem_sub(SL_ARENA_ACTS, m->buf_bytes[0]);
   sl_mem_sub(SL_ARENA_WORKSPACE, m->buf_bytes[1]);
   free(m->bufs);
+  for (int u = 0; m->units && u < m->nunits; u++) sl_unit_free(&m->units[u]);
   free(m->units);
   free(m->pinned);
   free(m->batches);
@@ -223,19 +240,21 @@ int64_t sl_model_max_unit_numel(const sl_model *m) {
 }
 
 /* ---- the shared LM head unit ------------------------------------------------ */
-void sl_lm_head_spec(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied, sl_init_kind head_init,
-                     float std) {
-  sl_lm_head_spec_split(m, norm_name, C, V, tied, head_init, std, SL_SPLIT_NONE);
+int sl_lm_head_spec(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied, sl_init_kind head_init,
+                    float std) {
+  return sl_lm_head_spec_split(m, norm_name, C, V, tied, head_init, std, SL_SPLIT_NONE);
 }
 
-void sl_lm_head_spec_split(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied, sl_init_kind head_init,
-                           float std, sl_split split) {
+int sl_lm_head_spec_split(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied, sl_init_kind head_init,
+                          float std, sl_split split) {
   sl_unit_spec *h = &m->units[m->nunits - 1];
   snprintf(h->kind, sizeof h->kind, "head");
   h->layer = -1;
-  sl_unit_add(h, norm_name, 1, C, 0, 0, 0, SL_INIT_ONES, std);
-  if (!tied) sl_unit_add_split(m, h, "lm_head.weight", 2, V, C, 1, head_init, std, split, m->tp_size);
-  else m->pinned[0] = 1;
+  int rc = sl_unit_add(h, norm_name, 1, C, 0, 0, 0, SL_INIT_ONES, std);
+  if (rc) return rc;
+  if (!tied) return sl_unit_add_split(m, h, "lm_head.weight", 2, V, C, 1, head_init, std, split, m->tp_size);
+  m->pinned[0] = 1;
+  return SL_OK;
 }
 
 float **sl_model_stream(sl_model *m, int64_t L, int64_t C) {

@@ -31,7 +31,6 @@ int sl_actckpt_from_name(const char *name);
 typedef enum { SL_INIT_NORMAL = 0, SL_INIT_ONES, SL_INIT_ZEROS, SL_INIT_CUSTOM } sl_init_kind;
 
 #define SL_TENSOR_NAME_MAX 128
-#define SL_UNIT_MAX_TENSORS 16
 
 typedef struct {
   char name[SL_TENSOR_NAME_MAX]; /* HF name, e.g. model.layers.3.mlp.up_proj.weight */
@@ -56,8 +55,9 @@ typedef struct {
   char kind[32]; /* "embedding", "llama_block", "head", ... */
   int layer;     /* block index, -1 for others */
   int ntensors;
-  sl_tensor_spec t[SL_UNIT_MAX_TENSORS];
-  int64_t numel; /* flat size: tensors packed back to back */
+  int cap;           /* rows allocated in t (grown by sl_unit_add; no fixed limit) */
+  sl_tensor_spec *t; /* (ntensors) in flat-buffer order; owned, freed by sl_unit_free */
+  int64_t numel;     /* flat size: tensors packed back to back */
 } sl_unit_spec;
 
 typedef struct sl_model sl_model;
@@ -256,13 +256,14 @@ typedef struct {
   float *losses;  /* (N) */
 } sl_lm_head;
 /* Declares the head unit's tensors (norm_name (C), then lm_head.weight (V, C)
- * when untied; tied: pins unit 0, whose weight the head reads). */
-void sl_lm_head_spec(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied, sl_init_kind head_init,
-                     float std);
+ * when untied; tied: pins unit 0, whose weight the head reads); SL_ENOMEM
+ * when the unit's tensor list cannot grow. */
+int sl_lm_head_spec(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied, sl_init_kind head_init,
+                    float std);
 /* The same with lm_head.weight split `split` over the TP group
  * (SL_SPLIT_VOCAB: T slices of ceil(V / T) rows, models/vocab_parallel.h). */
-void sl_lm_head_spec_split(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied, sl_init_kind head_init,
-                           float std, sl_split split);
+int sl_lm_head_spec_split(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied, sl_init_kind head_init,
+                          float std, sl_split split);
 /* The residual stream: L+1 buffers of (B*T, C), input of each block and of
  * the head (sl_model_buf); NULL when out of memory. On a pipeline stage
  * (m->local) stream[l] is NULL unless unit l or l+1 is computed here. */
@@ -299,9 +300,13 @@ int sl_lm_head_bwd_input(sl_model *m, sl_lm_head *h, const float *flat, const fl
 int sl_lm_head_bwd_weight(sl_model *m, sl_lm_head *h, const float *flat, float *grads, const float *x,
                           const float *stash);
 
-/* Spec-building helper for model files: appends a tensor to a unit. */
-void sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2, int decay,
-                 sl_init_kind init, float std);
+/* Spec-building helpers for model files. Each appends a tensor to a unit,
+ * growing its list (SL_ENOMEM, the unit unchanged, when that fails); a unit
+ * holds any number of tensors. sl_unit_free releases the list (the model's
+ * units are freed by sl_model_destroy) and zeroes the unit's count, size
+ * and list. */
+int sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2, int decay,
+                sl_init_kind init, float std);
 /* The same for a tensor of whole HF shape (d0, d1) split `split` over the TP
  * group into `parts` equal slices (parts divides m->tp_size, and the split
  * dim except for SL_SPLIT_VOCAB; the caller checked): this rank holds slice
@@ -309,8 +314,8 @@ void sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_
  * column / row split. SL_SPLIT_VOCAB pads the rows to a multiple of parts:
  * each slice has ceil(d0 / parts) rows, and rows past d0 (at the end of the
  * last slices) are padding no file holds: zero when loaded, never saved. */
-void sl_unit_add_split(const sl_model *m, sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1,
-                       int decay, sl_init_kind init, float std, sl_split split, int64_t parts);
+int sl_unit_add_split(const sl_model *m, sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1, int decay,
+                      sl_init_kind init, float std, sl_split split, int64_t parts);
 
 /* A tensor of whole HF shape (d0, d1, d2) (ndim 1..3) column-split over the
  * TP group along dim 0, which stacks `stacks` equal parts (Mamba's in_proj:
@@ -318,8 +323,9 @@ void sl_unit_add_split(const sl_model *m, sl_unit_spec *u, const char *name, int
  * [r·P/T, (r+1)·P/T) of every part (P = d0 / stacks), packed part after
  * part (shape (d0/T, d1, d2)); stacks·T divides d0 (the caller checked). At
  * T = 1 the same as sl_unit_add. */
-void sl_unit_add_stacked(const sl_model *m, sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1,
-                         int64_t d2, int decay, sl_init_kind init, float std, int64_t stacks);
+int sl_unit_add_stacked(const sl_model *m, sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1,
+                        int64_t d2, int decay, sl_init_kind init, float std, int64_t stacks);
+void sl_unit_free(sl_unit_spec *u);
 
 /* Architecture constructors (models/llama.c, models/mamba.c). */
 int sl_llama_create(sl_model *m);

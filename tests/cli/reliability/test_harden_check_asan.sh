@@ -24,7 +24,7 @@ if ! cmake -S "$SL_SRC" -B "$W/b" -DSL_SANITIZE=ON -DSL_WITH_CUDA=OFF -DSL_WERRO
      -DCMAKE_C_FLAGS_SLSANITIZE="-O1" > "$W/configure.log" 2>&1; then
   no "configure" "$W/configure.log"; finish
 fi
-UNITS="test_memops test_ckpt_io test_io test_plan"
+UNITS="test_memops test_ckpt_io test_io test_plan test_unit_tensors"
 if ! cmake --build "$W/b" -j "$jobs" --target shardlm $UNITS > "$W/build.log" 2>&1; then
   no "build" "$W/build.log"; finish
 fi

@@ -26,6 +26,7 @@ static const char *NAMES[NT] = {"vocab", "col", "row", "kv", "norm", "stacked", 
  * stacked (16, 3) = two stacked (8, 3) halves, conv (8, 1, 2). */
 static void build(sl_model *m, sl_unit_spec *us, int r, int T) {
   memset(m, 0, sizeof *m);
+  sl_unit_free(us); /* a rebuild: the previous tensor list */
   memset(us, 0, sizeof *us);
   m->tp_rank = r;
   m->tp_size = T;
@@ -53,7 +54,7 @@ int main(void) {
   char dir[] = "/tmp/sl-split.XXXXXX";
   if (!mkdtemp(dir)) return 1;
   sl_model m1;
-  sl_unit_spec u1;
+  sl_unit_spec u1 = {0};
   build(&m1, &u1, 0, 1);
   int64_t W = u1.numel;
   float *whole = calloc((size_t)W, 4), *seeded = calloc((size_t)W, 4), *back = calloc((size_t)W, 4);
@@ -71,7 +72,7 @@ int main(void) {
   CHECK(sl_model_unit_load(&m1, 0, NULL, 7, seeded) == SL_OK, "T = 1 init");
   for (int T = 1; T <= 4 && set; T *= 2) {
     sl_model m;
-    sl_unit_spec us;
+    sl_unit_spec us = {0};
     build(&m, &us, 0, T);
     int64_t n = us.numel;
     float *file = calloc((size_t)(T * n), 4), *init = calloc((size_t)(T * n), 4), *cut = calloc((size_t)n, 4);
@@ -114,6 +115,7 @@ int main(void) {
     free(file);
     free(init);
     free(cut);
+    sl_unit_free(&us);
   }
   sl_st_close_set(set);
   char cmd[128];
@@ -122,6 +124,7 @@ int main(void) {
   free(whole);
   free(seeded);
   free(back);
+  sl_unit_free(&u1);
   printf("%d passed, %d failed\n", npass, nfail);
   return nfail ? 1 : 0;
 }
