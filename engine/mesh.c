@@ -15,6 +15,7 @@
 
 #include "base/base.h"
 #include "base/env.h"
+#include "kernels/registry.h"
 
 enum { HOST = 64 };
 typedef struct {
@@ -101,7 +102,7 @@ static void report(const rank_info *all, int n, const sl_mesh *m, int64_t S, int
   free(pick);
 }
 
-int sl_mesh_setup(sl_comm *world, int gpu_run, int64_t shard_group, int tp, sl_mesh *m) {
+int sl_mesh_setup(sl_comm *world, const sl_ops *ops, int64_t shard_group, int tp, sl_mesh *m) {
   int n = sl_comm_size(world), me = sl_comm_rank(world), rc = SL_OK;
   memset(m, 0, sizeof *m);
   rank_info mine, *all = calloc((size_t)n, sizeof *all);
@@ -130,7 +131,8 @@ int sl_mesh_setup(sl_comm *world, int gpu_run, int64_t shard_group, int tp, sl_m
     for (int q = 0; q < r; q++) first &= strcmp(all[q].host, all[r].host) != 0;
     if (first && mine_first < 0) m->node++;
   }
-  int gpu = !gpu_run ? -1 : sl_env_set("SL_CUDA_DEVICE") ? (int)sl_env_int("SL_CUDA_DEVICE") : m->local_rank;
+  /* the backend's device of this local rank (CUDA: SL_CUDA_DEVICE, else the local rank); -1 on the CPU */
+  int gpu = ops->is_device() ? sl_backend_local_device(ops, m->local_rank) : -1;
   sl_bind_local(m->local_rank, m->local_size, gpu, &m->bind);
   mine.numa = m->bind.numa;
   mine.ncpus = m->bind.ncpus;

@@ -309,7 +309,7 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   if (!(t->ops = sl_backend_pick(c->backend, 1, "--backend"))) return SL_EINPUT; /* the message is set */
   t->dev = t->ops->is_device();
   sl_mesh mesh; /* local rank from hostnames; binds this rank's threads before the compute pool starts */
-  if ((rc = sl_mesh_setup(world, t->dev, c->shard_group, (int)c->tp, &mesh))) return rc;
+  if ((rc = sl_mesh_setup(world, t->ops, c->shard_group, (int)c->tp, &mesh))) return rc;
   sl_backend_bind_local_rank(t->ops, mesh.local_rank); /* one device per local rank */
   int threads = (int)c->threads;
   if (threads <= 0) threads = mesh.bind.bound ? mesh.bind.ncpus : (int)sysconf(_SC_NPROCESSORS_ONLN) / mesh.local_size;

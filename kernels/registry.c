@@ -18,6 +18,7 @@ typedef struct {
   sl_devcomm_kind devcomm;           /* the device communicator its buffers need */
   void (*prepare)(void);             /* before the runtime starts (sl_backend_prepare); NULL: nothing */
   void (*bind_local_rank)(int rank); /* the device of this local rank; NULL: host memory */
+  int (*local_device)(int rank);     /* the ordinal bind_local_rank picks; NULL: host memory */
 } backend_row;
 
 /* CUDA numbers GPUs by PCI bus: the order engine/mesh.c's placement binds by.
@@ -33,11 +34,15 @@ static void cuda_bind_local_rank(int local_rank) {
   sl_env_put("SL_CUDA_DEVICE", d, 0);
 }
 
+static int cuda_local_device(int local_rank) {
+  return sl_env_set("SL_CUDA_DEVICE") ? (int)sl_env_int("SL_CUDA_DEVICE") : local_rank;
+}
+
 /* order of preference for "auto": the first usable one that computes */
 static const backend_row g_backends[] = {
-    {"cuda", sl_ops_cuda, 1, SL_DEVCOMM_NCCL, cuda_prepare, cuda_bind_local_rank},
-    {"cpu", sl_ops_cpu, 1, SL_DEVCOMM_NONE, NULL, NULL},
-    {"count", sl_ops_count, 0, SL_DEVCOMM_NONE, NULL, NULL},
+    {"cuda", sl_ops_cuda, 1, SL_DEVCOMM_NCCL, cuda_prepare, cuda_bind_local_rank, cuda_local_device},
+    {"cpu", sl_ops_cpu, 1, SL_DEVCOMM_NONE, NULL, NULL, NULL},
+    {"count", sl_ops_count, 0, SL_DEVCOMM_NONE, NULL, NULL, NULL},
 };
 enum { NBACKENDS = sizeof g_backends / sizeof g_backends[0] };
 
@@ -111,4 +116,9 @@ void sl_backend_prepare(void) {
 void sl_backend_bind_local_rank(const sl_ops *ops, int local_rank) {
   const backend_row *b = ops ? find(ops->name) : NULL;
   if (b && b->bind_local_rank) b->bind_local_rank(local_rank);
+}
+
+int sl_backend_local_device(const sl_ops *ops, int local_rank) {
+  const backend_row *b = ops ? find(ops->name) : NULL;
+  return b && b->local_device ? b->local_device(local_rank) : -1;
 }

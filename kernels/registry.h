@@ -52,6 +52,11 @@ void sl_backend_prepare(void);
  * before ctx_create. */
 void sl_backend_bind_local_rank(const sl_ops *ops, int local_rank);
 
+/* The device ordinal the backend of `ops` uses on local rank `local_rank`
+ * (its own setting, else local_rank; what the placement binds threads near),
+ * or -1 for a host backend. */
+int sl_backend_local_device(const sl_ops *ops, int local_rank);
+
 #ifdef __cplusplus
 }
 #endif

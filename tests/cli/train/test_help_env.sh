@@ -5,7 +5,7 @@
 # variable getenv reads is listed as read from the launcher, every row is read
 # somewhere, and no SL_* getenv / setenv bypasses the table (the lookup of a
 # name missing from the table aborts, so a name that is only in the source
-# would abort a run).
+# would abort a run), and engine/ names no CUDA variable.
 source "${SL_SRC:?}/tests/lib/run.sh" help_env
 DIRS="base kernels shard offload formats data models plan engine tools"
 cd "$SL_SRC" || exit 1
@@ -53,5 +53,9 @@ else bad "read with getenv but not listed:$unlisted"; fi
 # shellcheck disable=SC2086
 around=$(grep -rnE '(getenv|setenv|putenv|unsetenv)\("SL_' $DIRS | grep -v '^base/env\.c:')
 if [ -z "$around" ]; then ok "no getenv/setenv(\"SL_...\") outside base/env.c"; else bad "bypasses the table: $around"; fi
+
+# the trainer names no CUDA variable: the backend's registry row does (kernels/registry.c)
+around=$(grep -rnE '"(SL_)?CUDA_' engine)
+if [ -z "$around" ]; then ok "no CUDA environment name in engine/"; else bad "CUDA names in engine/: $around"; fi
 
 finish
