@@ -2,6 +2,7 @@
  * allocation, arena counters. */
 #define _GNU_SOURCE
 #include "base/base.h"
+#include "base/env.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -56,7 +57,7 @@ static int g_level = -1, g_rank = 0, g_world = 1;
 
 static int level_now(void) {
   if (g_level < 0) {
-    const char *e = getenv("SL_LOG");
+    const char *e = sl_env_str("SL_LOG"); /* never NULL: the table's default is "info" */
     g_level = SL_LOG_INFO;
     if (e) {
       if (!strcmp(e, "error")) g_level = SL_LOG_ERROR;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/env.h"
 #include "engine/agree.h"
 #include "formats/ckpt_io.h"
 #include "formats/safetensors.h"
@@ -32,12 +33,11 @@ typedef struct {
 
 static void fault_at(const char *stage, void *vctx) {
   const fault_ctx *fc = vctx;
-  const char *want = getenv("SL_CKPT_FAULT");
+  const char *want = sl_env_str("SL_CKPT_FAULT");
   if (!want || strcmp(want, stage)) return;
-  const char *r = getenv("SL_CKPT_FAULT_RANK"), *s = getenv("SL_CKPT_FAULT_STEP");
-  if (r && atoi(r) != fc->rank) return;
-  if (s && atoll(s) != fc->step) return;
-  const char *once = getenv("SL_CKPT_FAULT_ONCE"); /* marker file: fire only the first time */
+  if (sl_env_set("SL_CKPT_FAULT_RANK") && sl_env_int("SL_CKPT_FAULT_RANK") != fc->rank) return;
+  if (sl_env_set("SL_CKPT_FAULT_STEP") && sl_env_int("SL_CKPT_FAULT_STEP") != fc->step) return;
+  const char *once = sl_env_str("SL_CKPT_FAULT_ONCE"); /* marker file: fire only the first time */
   if (once && once[0]) {
     FILE *mf = fopen(once, "r");
     if (mf) {
@@ -485,7 +485,7 @@ int sl_ckpt_load(const char *ckpt_dir, sl_ckpt_state *st, int *found) {
       if (i > 0)
         sl_log0(SL_LOG_WARN, "resumed from the older checkpoint %s because the newer one was refused: %s", dir,
                 first_err);
-      const char *dp = getenv("SL_CKPT_DUMP");
+      const char *dp = sl_env_str("SL_CKPT_DUMP");
       if (dp && dp[0]) rc = agree(w, dump_loaded(dp, st));
       free(steps);
       if (rc) return rc;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "base/env.h"
 
 int sl_guard_init(sl_guard *g, const char *policy, int64_t max_skips) {
   memset(g, 0, sizeof *g);
@@ -33,8 +34,9 @@ static int count_bad(sl_comm *world, int bad, int *nbad) {
 }
 
 double sl_guard_fault(sl_comm *world, int64_t step, double local_loss) {
-  const char *e = getenv("SL_FAULT_NONFINITE"), *r = getenv("SL_FAULT_NONFINITE_RANK");
-  if (!e || (r && atoi(r) != sl_comm_rank(world))) return local_loss;
+  const char *e = sl_env_str("SL_FAULT_NONFINITE");
+  if (!e || (sl_env_set("SL_FAULT_NONFINITE_RANK") && sl_env_int("SL_FAULT_NONFINITE_RANK") != sl_comm_rank(world)))
+    return local_loss;
   for (const char *p = e; *p;) {
     char *end;
     long long v = strtoll(p, &end, 10);

@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/env.h"
+#include "kernels/registry.h"
 
 enum { HOST = 64 };
 typedef struct {
@@ -100,14 +102,14 @@ static void report(const rank_info *all, int n, const sl_mesh *m, int64_t S, int
   free(pick);
 }
 
-int sl_mesh_setup(sl_comm *world, int gpu_run, int64_t shard_group, int tp, sl_mesh *m) {
+int sl_mesh_setup(sl_comm *world, const sl_ops *ops, int64_t shard_group, int tp, sl_mesh *m) {
   int n = sl_comm_size(world), me = sl_comm_rank(world), rc = SL_OK;
   memset(m, 0, sizeof *m);
   rank_info mine, *all = calloc((size_t)n, sizeof *all);
   if (!all) return sl_fail(SL_ENOMEM, "mesh: out of memory");
   memset(&mine, 0, sizeof mine);
   if (gethostname(mine.host, HOST - 1) != 0) snprintf(mine.host, HOST, "unknown");
-  const char *fake = getenv("SL_MESH_HOSTS"); /* tests: "a,a,b,b" pretends rank r runs on host r of the list */
+  const char *fake = sl_env_str("SL_MESH_HOSTS"); /* tests: "a,a,b,b" pretends rank r runs on host r of the list */
   for (int r = 0; fake && r < me && (fake = strchr(fake, ',')); r++) fake++;
   if (fake && *fake) snprintf(mine.host, HOST, "%.*s", (int)strcspn(fake, ","), fake);
   if (sl_comm_allgather_sync(world, &mine, all, (int64_t)sizeof mine, SL_U8) != SL_COMM_OK) {
@@ -129,8 +131,9 @@ int sl_mesh_setup(sl_comm *world, int gpu_run, int64_t shard_group, int tp, sl_m
     for (int q = 0; q < r; q++) first &= strcmp(all[q].host, all[r].host) != 0;
     if (first && mine_first < 0) m->node++;
   }
-  const char *dev = getenv("SL_CUDA_DEVICE");
-  sl_bind_local(m->local_rank, m->local_size, gpu_run ? (dev ? atoi(dev) : m->local_rank) : -1, &m->bind);
+  /* the backend's device of this local rank (CUDA: SL_CUDA_DEVICE, else the local rank); -1 on the CPU */
+  int gpu = ops->is_device() ? sl_backend_local_device(ops, m->local_rank) : -1;
+  sl_bind_local(m->local_rank, m->local_size, gpu, &m->bind);
   mine.numa = m->bind.numa;
   mine.ncpus = m->bind.ncpus;
   mine.bound = m->bind.bound;

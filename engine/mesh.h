@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "kernels/kernels.h"
 #include "offload/placement.h"
 #include "shard/comm.h"
 
@@ -15,10 +16,11 @@ typedef struct {
   sl_bind_info bind;
 } sl_mesh;
 
-/* Collective. gpu_run: bind near the GPU of SL_CUDA_DEVICE (else of the local
- * rank); shard_group: --shard-group (0: all DP ranks) and tp: --tp, checked
+/* Collective. ops: the run's backend; a device backend binds near the device
+ * it uses on this local rank (sl_backend_local_device, kernels/registry.h);
+ * shard_group: --shard-group (0: all DP ranks) and tp: --tp, checked
  * against nodes. Rank 0 logs the mesh; a TP group or a shard group that
  * spans nodes is warned about. */
-int sl_mesh_setup(sl_comm *world, int gpu_run, int64_t shard_group, int tp, sl_mesh *m);
+int sl_mesh_setup(sl_comm *world, const sl_ops *ops, int64_t shard_group, int tp, sl_mesh *m);
 
 #endif

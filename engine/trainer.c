@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/env.h"
 #include "data/sampler.h"
 #include "engine/agree.h"
 #include "engine/builtin.h"
@@ -303,17 +304,13 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   if (ac < 0)
     return sl_fail(SL_EINPUT, "--activation-checkpoint must be none, selective or full, found '%s'",
                    c->activation_checkpoint);
-  setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 0); /* before CUDA starts: the GPU order engine/mesh.c binds by */
+  sl_backend_prepare(); /* before any backend's runtime starts (CUDA: the GPU order engine/mesh.c binds by) */
   /* kernels/registry.c: "auto" = cuda when usable, else cpu; checked with sl_ops_check */
   if (!(t->ops = sl_backend_pick(c->backend, 1, "--backend"))) return SL_EINPUT; /* the message is set */
   t->dev = t->ops->is_device();
   sl_mesh mesh; /* local rank from hostnames; binds this rank's threads before the compute pool starts */
-  if ((rc = sl_mesh_setup(world, t->dev, c->shard_group, (int)c->tp, &mesh))) return rc;
-  if (t->dev && !getenv("SL_CUDA_DEVICE")) { /* one GPU per local rank */
-    char d[16];
-    snprintf(d, sizeof d, "%d", mesh.local_rank);
-    setenv("SL_CUDA_DEVICE", d, 0);
-  }
+  if ((rc = sl_mesh_setup(world, t->ops, c->shard_group, (int)c->tp, &mesh))) return rc;
+  sl_backend_bind_local_rank(t->ops, mesh.local_rank); /* one device per local rank */
   int threads = (int)c->threads;
   if (threads <= 0) threads = mesh.bind.bound ? mesh.bind.ncpus : (int)sysconf(_SC_NPROCESSORS_ONLN) / mesh.local_size;
   if (threads < 1) threads = 1;
@@ -809,9 +806,8 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
             "to train further)",
             c->ckpt_dir, (long long)t.start_step, (long long)c->steps);
   /* mpirun gives ranks a pty: trust SL_TTY (set by --nproc) over isatty there */
-  const char *tty_env = getenv("SL_TTY");
-  int tty =
-      t.rank == 0 && isatty(STDOUT_FILENO) && (tty_env ? atoi(tty_env) != 0 : getenv("OMPI_COMM_WORLD_SIZE") == NULL);
+  int tty = t.rank == 0 && isatty(STDOUT_FILENO) &&
+            (sl_env_set("SL_TTY") ? sl_env_bool("SL_TTY") : getenv("OMPI_COMM_WORLD_SIZE") == NULL);
   double t_start = sl_now_s(), first_loss = 0;
   step_out o = {0};
   sl_mem_reset_peaks();

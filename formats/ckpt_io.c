@@ -19,6 +19,7 @@
 #endif
 
 #include "base/base.h"
+#include "base/env.h"
 
 const char *const sl_ckio_kind_names[SL_CKIO_NKINDS] = {"master", "exp_avg", "exp_avg_sq"};
 
@@ -229,10 +230,8 @@ int sl_ckio_writer_open(sl_ckio_writer *w, const char *dir, int rank) {
   snprintf(w->meta.name, sizeof w->meta.name, "rank-%05d.bin", rank);
   w->meta.rank = rank;
   snprintf(w->path, sizeof w->path, "%s/%s", dir, w->meta.name);
-  const char *e = getenv("SL_CKPT_SHUFFLE");
-  w->shuffle = e ? atoi(e) != 0 : 1;
-  e = getenv("SL_CKPT_ZSTD_LEVEL");
-  w->level = e ? atoi(e) : 3;
+  w->shuffle = sl_env_bool("SL_CKPT_SHUFFLE");
+  w->level = (int)sl_env_int("SL_CKPT_ZSTD_LEVEL");
   sl_xxh64_init(&w->h, 0);
   w->fd = open(w->path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (w->fd < 0) return sl_fail(SL_EIO, "%s: cannot create: %s", w->path, strerror(errno));

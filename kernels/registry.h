@@ -29,6 +29,34 @@ const sl_ops *sl_backend_pick(const char *want, int compute_only, const char *fl
 /* The registered names, in order, separated by ", " (messages, help). */
 const char *sl_backend_names(void);
 
+/* What a backend's device buffers need to move between ranks: the kind of
+ * device communicator shard/ builds for them (shard/fsdp.c maps the kind to
+ * its constructor). Host backends: none (their buffers go over the host
+ * comm). */
+typedef enum { SL_DEVCOMM_NONE = 0, SL_DEVCOMM_NCCL = 1 } sl_devcomm_kind;
+
+/* The device communicator kind of the backend of `ops` (by its name);
+ * SL_DEVCOMM_NONE for a table the registry does not know. */
+sl_devcomm_kind sl_backend_device_comm(const sl_ops *ops);
+/* "none" or "nccl" (messages). */
+const char *sl_devcomm_name(sl_devcomm_kind kind);
+
+/* Before a training run picks its backend: what every backend needs set in
+ * the process before its runtime starts (CUDA: CUDA_DEVICE_ORDER=PCI_BUS_ID
+ * unless set, the order engine/mesh.c binds GPUs to cores by). */
+void sl_backend_prepare(void);
+
+/* One device per local rank: the backend of `ops` uses device `local_rank`
+ * of this node for the contexts created from now on, unless its own setting
+ * names one (CUDA: SL_CUDA_DEVICE). Nothing for host backends. Call it
+ * before ctx_create. */
+void sl_backend_bind_local_rank(const sl_ops *ops, int local_rank);
+
+/* The device ordinal the backend of `ops` uses on local rank `local_rank`
+ * (its own setting, else local_rank; what the placement binds threads near),
+ * or -1 for a host backend. */
+int sl_backend_local_device(const sl_ops *ops, int local_rank);
+
 #ifdef __cplusplus
 }
 #endif

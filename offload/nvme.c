@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/env.h"
 #include "offload/offload_internal.h"
 
 #ifdef SL_USE_URING
@@ -300,7 +301,7 @@ int sl_nvme_open(const char *dir, const char *name, int64_t bytes, int64_t block
   int started = 0;
 #ifdef SL_USE_URING
   /* SL_NVME_BACKEND=pread forces the thread fallback (tests, comparisons) */
-  const char *be = getenv("SL_NVME_BACKEND");
+  const char *be = sl_env_str("SL_NVME_BACKEND");
   s->efd = (be && strcmp(be, "pread") == 0) ? -1 : eventfd(0, EFD_CLOEXEC);
   if (s->efd >= 0) {
     int e = io_uring_queue_init((unsigned)qd + 2, &s->ring, 0);

@@ -15,6 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/env.h"
+
 #ifdef SL_USE_HWLOC
 #include <hwloc.h>
 
@@ -81,7 +83,7 @@ void sl_bind_local(int local_rank, int local_size, int gpu, sl_bind_info *out) {
     goto done;
   }
   hwloc_const_cpuset_t all = hwloc_topology_get_allowed_cpuset(topo);
-  const char *env = getenv("SL_BIND");
+  const char *env = sl_env_str("SL_BIND");
   if (hwloc_get_cpubind(topo, cur, HWLOC_CPUBIND_PROCESS) != 0) hwloc_bitmap_copy(cur, all);
   describe(topo, cur, out);
   if (env && !strcmp(env, "0")) {

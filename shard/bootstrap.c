@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/env.h"
 
 static const char MAGIC[8] = {'S', 'L', 'B', 'O', 'O', 'T', '0', '1'};
 enum { HDR = 16 }; /* magic + uint64 length (little-endian host order) */
@@ -39,6 +40,9 @@ static int parse_int(const char *var, const char *v, int lo, int hi, int *out) {
   return SL_OK;
 }
 
+/* Set 0 is shardlm's own (base/env.c's table), the others the launchers'. */
+static const char *boot_var(int set, const char *name) { return set == 0 ? sl_env_str(name) : getenv(name); }
+
 int sl_boot_from_env(sl_boot_env *e, int *found) {
   static const char *sets[3][4] = {{"SL_RANK", "SL_WORLD_SIZE", "SL_LOCAL_RANK", "SL_RANK/SL_WORLD_SIZE"},
                                    {"RANK", "WORLD_SIZE", "LOCAL_RANK", "RANK/WORLD_SIZE"},
@@ -46,9 +50,9 @@ int sl_boot_from_env(sl_boot_env *e, int *found) {
   memset(e, 0, sizeof *e);
   *found = 0;
   int k = 0;
-  while (k < 3 && !getenv(sets[k][0])) k++;
+  while (k < 3 && !boot_var(k, sets[k][0])) k++;
   if (k == 3) return SL_OK;
-  const char *r = getenv(sets[k][0]), *s = getenv(sets[k][1]), *l = getenv(sets[k][2]);
+  const char *r = boot_var(k, sets[k][0]), *s = boot_var(k, sets[k][1]), *l = boot_var(k, sets[k][2]);
   if (!s) return sl_fail(SL_EINPUT, "%s is set but %s is not", sets[k][0], sets[k][1]);
   int rc = parse_int(sets[k][1], s, 1, 1 << 20, &e->size);
   if (!rc) rc = parse_int(sets[k][0], r, 0, e->size - 1, &e->rank);
@@ -56,7 +60,7 @@ int sl_boot_from_env(sl_boot_env *e, int *found) {
   else if (!rc) e->local_rank = e->rank;
   if (rc) return rc;
   snprintf(e->source, sizeof e->source, "%s", sets[k][3]);
-  const char *m = getenv("SL_INIT_METHOD");
+  const char *m = sl_env_str("SL_INIT_METHOD");
   if (m && *m) {
     if (!strncmp(m, "fs:", 3) && m[3]) {
       snprintf(e->method, sizeof e->method, "fs");

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/env.h"
 #include "shard/comm.h"
 #include "shard/comm_internal.h"
 
@@ -158,7 +159,7 @@ int sl_comm_under_mpi_launcher(void) {
 static void *load_mpi_module(char *why, size_t nwhy) {
   char cand[6][4200];
   int nc = 0;
-  const char *env = getenv("SL_COMM_MPI_LIB");
+  const char *env = sl_env_str("SL_COMM_MPI_LIB");
   if (env && *env) snprintf(cand[nc++], sizeof cand[0], "%s", env);
   char self[4096];
   ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -196,7 +197,7 @@ int sl_comm_world_init(int *argc, char ***argv, double timeout_s, sl_comm **worl
   if (!world) return comm_fail("sl_comm_world_init: world is NULL");
   *world = NULL;
   if (g_world) return comm_fail("sl_comm_world_init: already initialised (call it once per process)");
-  const char *want = getenv("SL_COMM");
+  const char *want = sl_env_str("SL_COMM");
   int launched = sl_comm_under_mpi_launcher(), use_mpi = launched;
   if (want && *want) {
     if (!strcmp(want, "mpi")) use_mpi = 1;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "kernels/registry.h"
 
 /* ---- buffer pool: recycled, exactly-sized buffers, accounted per arena ---- */
 typedef struct {
@@ -140,10 +141,19 @@ static int dev_copy(void *ctx, void *dst, const void *src, size_t bytes) {
   return 0;
 }
 
-/* The device twin of host group g: NCCL, or a local comm for one rank. */
+/* The device twin of host group g: the communicator the backend's registry
+ * row names (kernels/registry.h), or a local comm for one rank. */
 static int device_comm(sl_fsdp *f, sl_comm *g, sl_comm **out) {
-  if (sl_comm_size(g) == 1) return sl_comm_local_create("local", dev_copy, f, out) == SL_COMM_OK ? SL_OK : SL_ECOMM;
-  return sl_comm_nccl_create(g, f->ops->stream(f->kctx), out) == SL_COMM_OK ? SL_OK : SL_ECOMM;
+  int rc = SL_COMM_OK;
+  sl_devcomm_kind kind = sl_backend_device_comm(f->ops);
+  if (sl_comm_size(g) == 1) rc = sl_comm_local_create("local", dev_copy, f, out);
+  else if (kind == SL_DEVCOMM_NCCL) rc = sl_comm_nccl_create(g, f->ops->stream(f->kctx), out);
+  else
+    return sl_fail(SL_ECOMM,
+                   "fsdp: device communicator: backend '%s' keeps its buffers in device memory but its "
+                   "registry row names no device communicator (%s)",
+                   f->ops->name, sl_devcomm_name(kind));
+  return rc == SL_COMM_OK ? SL_OK : sl_fail(SL_ECOMM, "fsdp: device communicator: %s", sl_comm_last_error());
 }
 
 void sl_fsdp_split_rule(int which, int rank, int S, int *color, int *key) {
@@ -187,10 +197,7 @@ int sl_fsdp_create(sl_comm *dp, const sl_fsdp_cfg *cfg, const sl_ops *ops, sl_kc
     /* data moves between device buffers over NCCL; the host groups keep
      * carrying the host scalars (gradient norm). A one-rank group needs no
      * NCCL: its collectives are device copies on the compute stream. */
-    if (device_comm(f, f->shard_comm, &f->dshard) != SL_OK || device_comm(f, f->rep_comm, &f->drep) != SL_OK) {
-      rc = sl_fail(SL_ECOMM, "fsdp: device communicator: %s", sl_comm_last_error());
-      goto fail;
-    }
+    if ((rc = device_comm(f, f->shard_comm, &f->dshard)) || (rc = device_comm(f, f->rep_comm, &f->drep))) goto fail;
   } else {
     f->dshard = f->shard_comm;
     f->drep = f->rep_comm;

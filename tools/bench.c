@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/env.h"
 #include "formats/dataset.h"
 #include "kernels/kernels.h"
 #include "shard/comm.h"
@@ -351,8 +352,8 @@ static int bench_gpu(bench_cfg *b) {
     fprintf(stderr, "shardlm bench gpu: %s\n", sl_errmsg());
     return 2;
   }
-  const char *tf32 = getenv("SL_CUDA_TF32"), *bc = getenv("SL_BENCH_COMPUTE");
-  int is_tf32 = tf32 && atoi(tf32) != 0, is_bf16 = !is_tf32 && !(bc && !strcmp(bc, "fp32"));
+  const char *bc = sl_env_str("SL_BENCH_COMPUTE");
+  int is_tf32 = sl_env_int("SL_CUDA_TF32") != 0, is_bf16 = !is_tf32 && !(bc && !strcmp(bc, "fp32"));
   double peak = is_bf16 ? 989.0 : is_tf32 ? 494.0 : 67.0;
   const char *prec = is_bf16 ? "bf16 tensor-core" : is_tf32 ? "TF32 tensor-core" : "fp32 CUDA-core";
   const char *pname = is_bf16 ? "bf16" : is_tf32 ? "tf32" : "fp32";

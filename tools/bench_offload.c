@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/env.h"
 #include "kernels/kernels.h"
 #include "offload/offload.h"
 
@@ -140,7 +141,7 @@ static int bench_adam(const bench_args *a) {
     g[i] = 1e-3f * (float)(i % 777) - 0.3f;
   }
   const sl_ops *ops = sl_ops_cpu();
-  const char *isa = getenv("SL_ADAMW_ISA");
+  const char *isa = sl_env_str("SL_ADAMW_ISA");
   ops->adamw(NULL, p, m, v, g, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 1, 1.0f); /* warm-up */
   double t0 = now();
   for (int it = 0; it < a->iters; it++) ops->adamw(NULL, p, m, v, g, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 2 + it, 1.0f);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/env.h"
 #include "engine/signals.h"
 #include "engine/trainer.h"
 #include "formats/dataset.h"
@@ -30,7 +31,7 @@ static void usage(FILE *f) {
              "  tokenize --tokenizer PATH: text -> token ids (tokenizer.json); detok: ids -> text\n"
              "  eval     --model DIR --data PREFIX --seq-len T --max-samples N: held-out loss\n"
              "  generate --model DIR --prompt TEXT: sample a continuation (KV cache, CPU)\n"
-             "run 'shardlm train --help' for the training flags.\n");
+             "run 'shardlm train --help' for the training flags, 'shardlm --help-env' for the environment.\n");
 }
 
 int sl_under_launcher(void) {
@@ -60,6 +61,11 @@ static int cmd_train(int argc, char **argv, int dump) {
   int nargs = 0;
   char **args = calloc((size_t)argc + 1, sizeof(char *));
   for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i], "--help-env")) {
+      sl_env_print(stdout);
+      free(args);
+      return 0;
+    }
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       printf("usage: shardlm %s [--config FILE.json] [--name value ...]\n", dump ? "dump --out FILE" : "train");
       sl_train_cfg_usage(stdout);
@@ -166,6 +172,10 @@ int main(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
+  }
+  if (!strcmp(argv[1], "--help-env")) {
+    sl_env_print(stdout);
+    return 0;
   }
   const char *cmd = argv[1];
   if (!strcmp(cmd, "train")) return cmd_train(argc, argv, 0);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "base/base.h"
+#include "base/env.h"
 #include "engine/pp_check.h"
 #include "tools/plan_pp.h"
 #include "tools/tools.h"
@@ -47,7 +48,7 @@ int sl_plan_pp_check(const sl_model_config *mc, const sl_plan_run *r, const sl_p
   int P = pc->pp, rc = SL_OK;
   /* the stage plan and the executor log what a run does (on stdout): here
    * the figures below say it, once per stage (SL_LOG=info shows them) */
-  if (!getenv("SL_LOG")) sl_log_set_level(SL_LOG_WARN);
+  if (!sl_env_set("SL_LOG")) sl_log_set_level(SL_LOG_WARN);
   json_t *arr = json_array(), *lay = json_array();
   for (int s = 0; s < P && !rc; s++) {
     sl_plan_mem pm;

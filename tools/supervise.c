@@ -24,6 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/env.h"
+
 int sl_supervise(int argc, char **argv, int max_restarts);
 
 static volatile sig_atomic_t got_sig, nsig;
@@ -94,8 +96,7 @@ static double now_s(void) {
 
 /* Seconds the ranks get to checkpoint after a forwarded signal before the job is killed. */
 static double stop_grace(void) {
-  const char *e = getenv("SL_STOP_GRACE");
-  double g = e ? atof(e) : 600;
+  double g = sl_env_double("SL_STOP_GRACE");
   return g > 0 ? g : 600;
 }
 
@@ -197,7 +198,7 @@ int sl_supervise(int argc, char **argv, int max_restarts) {
   int resume_at = k; /* "--resume" goes here from the first restart on */
   args[k] = NULL;
   int rc = 0;
-  setenv("SL_TTY", isatty(STDOUT_FILENO) ? "1" : "0", 1); /* rank 0's progress line: mpirun gives ranks a pipe */
+  sl_env_put("SL_TTY", isatty(STDOUT_FILENO) ? "1" : "0", 1); /* rank 0's progress line: mpirun gives ranks a pipe */
   prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);

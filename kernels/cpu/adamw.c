@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "kernels/cpu/cpu_ops.h"
 
 /* Prototype of the fused entry point (exported to offload/; the lead may move
@@ -169,7 +170,7 @@ static adam_range_fn adam_pick(void) {
   if (f) return f;
   __builtin_cpu_init();
   int cap = 2;
-  const char *e = getenv("SL_ADAMW_ISA");
+  const char *e = sl_env_str("SL_ADAMW_ISA");
   if (e && strcmp(e, "scalar") == 0) cap = 0;
   else if (e && strcmp(e, "avx2") == 0) cap = 1;
   if (cap >= 2 && __builtin_cpu_supports("avx512f")) f = adam_range_avx512;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/common.cuh"
@@ -88,11 +89,10 @@ static sl_kctx *cuda_ctx_create(int threads) {
     sl_fail(SL_ENOMEM, "cuda: ctx_create: out of host memory");
     return NULL;
   }
-  const char *tf = getenv("SL_CUDA_TF32");
-  c->tf32 = tf && atoi(tf) == 1;
-  /* SL_CUDA_DEVICE (set by the trainer from the rank's local index) picks
-   * the device; otherwise the current one */
-  const char *dev = getenv("SL_CUDA_DEVICE");
+  c->tf32 = sl_env_int("SL_CUDA_TF32") == 1;
+  /* SL_CUDA_DEVICE (set by sl_backend_bind_local_rank from the rank's local
+   * index unless set) picks the device; otherwise the current one */
+  const char *dev = sl_env_str("SL_CUDA_DEVICE");
   const char *what = "cudaSetDevice";
   cudaError_t e = cudaSuccess;
   if (dev && *dev) {
