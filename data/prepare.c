@@ -597,10 +597,8 @@ static int setup_template(job *j) {
   return j->tmpl_head && j->tmpl_tail ? SL_OK : SL_ENOMEM;
 }
 
-int sl_prepare(const sl_prep_cfg *c, sl_prep_stats *stp) {
-  sl_prep_stats st;
-  memset(&st, 0, sizeof st);
-  double t0 = sl_now_s();
+/* --output and --input given, the output a prefix; the output's directory is made as needed */
+static int check_output(const sl_prep_cfg *c) {
   if (!c->output || !*c->output) return sl_fail(SL_EINPUT, "prepare: --output PREFIX is required");
   if (!c->mem_text && c->ninputs < 1) return sl_fail(SL_EINPUT, "prepare: at least one --input is required");
   size_t olen = strlen(c->output);
@@ -616,6 +614,125 @@ int sl_prepare(const sl_prep_cfg *c, sl_prep_stats *stp) {
     int rc = sl_mkdirs(dir);
     if (rc) return rc;
   }
+  return SL_OK;
+}
+
+/* the end-of-document and beginning-of-sequence ids to add (j->eod, j->bos), if the tokenizer has them */
+static int special_ids(const sl_prep_cfg *c, const sl_tokenizer *tk, job *j) {
+  int32_t eos = sl_tokenizer_eos_id(tk), bos = sl_tokenizer_bos_id(tk);
+  int append = c->append_eod < 0 ? c->tokenizer == NULL : c->append_eod;
+  if (append && eos < 0)
+    return sl_fail(SL_EINPUT,
+                   "%s: --append-eod: the tokenizer has no end-of-sequence token "
+                   "(tokenizer_config.json eos_token)",
+                   c->tokenizer ? c->tokenizer : "byte-level");
+  if (c->prepend_bos && bos < 0)
+    return sl_fail(SL_EINPUT,
+                   "%s: --prepend-bos: the tokenizer has no beginning-of-sequence token "
+                   "(tokenizer_config.json bos_token)",
+                   c->tokenizer ? c->tokenizer : "byte-level");
+  j->eod = append ? eos : -1;
+  j->bos = c->prepend_bos ? bos : -1;
+  return SL_OK;
+}
+
+/* Waits for batch `next` (*bp; NULL when stopped, finished, or at a progress tick). *in: the bytes read
+ * so far; *finished: no batch `next` will come. Returns the reader's error, if it stopped the job. */
+static int wait_batch(job *j, int64_t next, batch **bp, int64_t *in, int *finished) {
+  int rc = SL_OK;
+  pthread_mutex_lock(&j->mu);
+  batch *b = NULL;
+  for (;;) {
+    for (int i = 0; i < j->nslot && !b; i++)
+      if (j->slot[i].state == SLOT_DONE && j->slot[i].id == next) b = &j->slot[i];
+    if (b || j->stop || (j->reader_done && next == j->next_id)) break;
+    if (j->cfg->progress) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_nsec += 250000000;
+      if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+      }
+      pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+      break;
+    }
+    pthread_cond_wait(&j->cv, &j->mu);
+  }
+  *in = j->bytes_in;
+  *finished = !b && (j->stop || (j->reader_done && next == j->next_id));
+  if (j->stop && j->reader_rc) rc = sl_fail(j->reader_rc, "%s", j->reader_err);
+  pthread_mutex_unlock(&j->mu);
+  *bp = b;
+  return rc;
+}
+
+/* One finished batch into the dataset (and the mask file) and the figures; then its slot is free. */
+static int write_batch(job *j, sl_dataset_builder *bld, mask_writer *mw, batch *b, sl_prep_stats *st) {
+  const sl_prep_cfg *c = j->cfg;
+  int rc = SL_OK;
+  if (b->rc) rc = sl_fail(b->rc, "%s", b->err);
+  int64_t off = 0;
+  for (int d = 0; d < b->ndoc && !rc; d++) {
+    rc = sl_dataset_builder_add_document(bld, b->tok + off, b->dlen[d]);
+    if (!rc && j->use_mask) rc = mask_add(mw, b->mask + off, b->dlen[d]);
+    for (int64_t k = 0; k < b->dlen[d]; k++) st->loss_tokens += j->use_mask ? b->mask[off + k] : 1;
+    off += b->dlen[d];
+  }
+  st->documents += b->ndoc;
+  st->tokens += b->ntok;
+  st->skipped += b->skipped;
+  if (b->dropped && !st->dropped) {
+    st->drop_line = b->drop_line;
+    st->drop_file = c->mem_text ? c->mem_name : c->inputs[b->drop_file];
+    memcpy(st->drop_char, b->drop_char, 8);
+  }
+  st->dropped += b->dropped;
+  st->dropped_docs += b->dropped_docs;
+  pthread_mutex_lock(&j->mu);
+  b->state = SLOT_FREE;
+  pthread_cond_broadcast(&j->cv);
+  pthread_mutex_unlock(&j->mu);
+  return rc;
+}
+
+/* After the last batch: the dataset and the mask file finished and put in place (*bld: NULL once
+ * finished); a stale mask at the prefix removed when this dataset has none. */
+static int finish_outputs(const job *j, sl_dataset_builder **bld, mask_writer *mw, sl_prep_stats *st) {
+  const sl_prep_cfg *c = j->cfg;
+  int rc = SL_OK;
+  if (st->documents == 0)
+    rc = sl_fail(SL_EINPUT, "%s%s: no documents: %lld bytes read hold no text (empty, only blank lines%s)",
+                 c->mem_text ? c->mem_name : c->inputs[0], !c->mem_text && c->ninputs > 1 ? " and the other inputs" : "",
+                 (long long)st->bytes_in, st->skipped ? ", or every row was bad and skipped" : "");
+  if (!rc && j->use_mask) rc = mask_finish(mw);
+  if (!rc) {
+    rc = sl_dataset_builder_finish(*bld);
+    *bld = NULL;
+  }
+  if (!rc && j->use_mask) {
+    if (rename(mw->tmp, mw->path) != 0)
+      rc = sl_fail(SL_EIO, "cannot rename %s into place: %s", mw->tmp, strerror(errno));
+    else {
+      sl_fsync_parent(mw->path);
+      st->has_mask = 1;
+    }
+  } else if (!rc) { /* a mask left from an earlier fine-tuning dataset at this prefix would be wrong now */
+    char *p = NULL;
+    if (asprintf(&p, "%s.lmask", c->output) >= 0) {
+      unlink(p);
+      free(p);
+    }
+  }
+  return rc;
+}
+
+int sl_prepare(const sl_prep_cfg *c, sl_prep_stats *stp) {
+  sl_prep_stats st;
+  memset(&st, 0, sizeof st);
+  double t0 = sl_now_s();
+  int rc = check_output(c);
+  if (rc) return rc;
   int nw = c->workers > 0 ? c->workers : (int)sysconf(_SC_NPROCESSORS_ONLN);
   if (nw < 1) nw = 1;
   if (nw > 256) nw = 256;
@@ -629,7 +746,7 @@ int sl_prepare(const sl_prep_cfg *c, sl_prep_stats *stp) {
   j.slot = calloc((size_t)j.nslot, sizeof *j.slot);
   sl_dataset_builder *bld = NULL;
   mask_writer mw = {.fd = -1};
-  int rc = ws && th && j.slot ? SL_OK : sl_fail(SL_ENOMEM, "out of memory");
+  rc = ws && th && j.slot ? SL_OK : sl_fail(SL_ENOMEM, "out of memory");
   int started = 0, reader_started = 0;
   pthread_t rd;
   if (!rc) rc = setup_template(&j);
@@ -641,24 +758,7 @@ int sl_prepare(const sl_prep_cfg *c, sl_prep_stats *stp) {
   }
   if (rc) goto out;
   st.vocab = sl_tokenizer_vocab_size(tk);
-  int32_t eos = sl_tokenizer_eos_id(tk), bos = sl_tokenizer_bos_id(tk);
-  int append = c->append_eod < 0 ? c->tokenizer == NULL : c->append_eod;
-  if (append && eos < 0) {
-    rc = sl_fail(SL_EINPUT,
-                 "%s: --append-eod: the tokenizer has no end-of-sequence token "
-                 "(tokenizer_config.json eos_token)",
-                 c->tokenizer ? c->tokenizer : "byte-level");
-    goto out;
-  }
-  if (c->prepend_bos && bos < 0) {
-    rc = sl_fail(SL_EINPUT,
-                 "%s: --prepend-bos: the tokenizer has no beginning-of-sequence token "
-                 "(tokenizer_config.json bos_token)",
-                 c->tokenizer ? c->tokenizer : "byte-level");
-    goto out;
-  }
-  j.eod = append ? eos : -1;
-  j.bos = c->prepend_bos ? bos : -1;
+  if ((rc = special_ids(c, tk, &j))) goto out;
   st.dtype = st.vocab < 65500 ? SL_IDX_UINT16 : SL_IDX_INT32; /* Megatron's optimal_dtype */
   if ((rc = sl_dataset_builder_create(c->output, st.dtype, &bld))) goto out;
   if (j.use_mask && (rc = mask_open(&mw, c->output))) goto out;
@@ -677,58 +777,18 @@ int sl_prepare(const sl_prep_cfg *c, sl_prep_stats *stp) {
   /* write batches in order */
   double last = 0;
   for (int64_t next = 0; reader_started && !rc;) {
-    pthread_mutex_lock(&j.mu);
-    batch *b = NULL;
-    for (;;) {
-      for (int i = 0; i < j.nslot && !b; i++)
-        if (j.slot[i].state == SLOT_DONE && j.slot[i].id == next) b = &j.slot[i];
-      if (b || j.stop || (j.reader_done && next == j.next_id)) break;
-      if (c->progress) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 250000000;
-        if (ts.tv_nsec >= 1000000000) {
-          ts.tv_sec++;
-          ts.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&j.cv, &j.mu, &ts);
-        break;
-      }
-      pthread_cond_wait(&j.cv, &j.mu);
-    }
-    int64_t in = j.bytes_in;
-    int finished = !b && (j.stop || (j.reader_done && next == j.next_id));
-    if (j.stop && j.reader_rc) rc = sl_fail(j.reader_rc, "%s", j.reader_err);
-    pthread_mutex_unlock(&j.mu);
+    batch *b;
+    int64_t in;
+    int finished;
+    rc = wait_batch(&j, next, &b, &in, &finished);
     if (c->progress && sl_now_s() - last > 0.25) {
       progress_line(&st, in, t0, 0);
       last = sl_now_s();
     }
     if (finished || rc) break;
     if (!b) continue;
-    if (b->rc) rc = sl_fail(b->rc, "%s", b->err);
-    int64_t off = 0;
-    for (int d = 0; d < b->ndoc && !rc; d++) {
-      rc = sl_dataset_builder_add_document(bld, b->tok + off, b->dlen[d]);
-      if (!rc && j.use_mask) rc = mask_add(&mw, b->mask + off, b->dlen[d]);
-      for (int64_t k = 0; k < b->dlen[d]; k++) st.loss_tokens += j.use_mask ? b->mask[off + k] : 1;
-      off += b->dlen[d];
-    }
-    st.documents += b->ndoc;
-    st.tokens += b->ntok;
-    st.skipped += b->skipped;
-    if (b->dropped && !st.dropped) {
-      st.drop_line = b->drop_line;
-      st.drop_file = c->mem_text ? c->mem_name : c->inputs[b->drop_file];
-      memcpy(st.drop_char, b->drop_char, 8);
-    }
-    st.dropped += b->dropped;
-    st.dropped_docs += b->dropped_docs;
-    pthread_mutex_lock(&j.mu);
-    b->state = SLOT_FREE;
+    rc = write_batch(&j, bld, &mw, b, &st);
     next++;
-    pthread_cond_broadcast(&j.cv);
-    pthread_mutex_unlock(&j.mu);
   }
   pthread_mutex_lock(&j.mu);
   if (rc) j.stop = 1;
@@ -741,28 +801,7 @@ int sl_prepare(const sl_prep_cfg *c, sl_prep_stats *stp) {
   pthread_mutex_unlock(&j.mu);
   for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
   st.bytes_in = j.bytes_in;
-  if (!rc && st.documents == 0)
-    rc = sl_fail(SL_EINPUT, "%s%s: no documents: %lld bytes read hold no text (empty, only blank lines%s)",
-                 c->mem_text ? c->mem_name : c->inputs[0], !c->mem_text && c->ninputs > 1 ? " and the other inputs" : "",
-                 (long long)st.bytes_in, st.skipped ? ", or every row was bad and skipped" : "");
-  if (!rc && j.use_mask) rc = mask_finish(&mw);
-  if (!rc) {
-    rc = sl_dataset_builder_finish(bld);
-    bld = NULL;
-  }
-  if (!rc && j.use_mask) {
-    if (rename(mw.tmp, mw.path) != 0) rc = sl_fail(SL_EIO, "cannot rename %s into place: %s", mw.tmp, strerror(errno));
-    else {
-      sl_fsync_parent(mw.path);
-      st.has_mask = 1;
-    }
-  } else if (!rc) { /* a mask left from an earlier fine-tuning dataset at this prefix would be wrong now */
-    char *p = NULL;
-    if (asprintf(&p, "%s.lmask", c->output) >= 0) {
-      unlink(p);
-      free(p);
-    }
-  }
+  if (!rc) rc = finish_outputs(&j, &bld, &mw, &st);
   if (c->progress && !rc) progress_line(&st, st.bytes_in, t0, 1);
 out:
   if (bld) sl_dataset_builder_abort(bld);

@@ -56,22 +56,11 @@ static int cmp_idkey(const void *x, const void *y) {
   return strcmp(a->key, b->key);
 }
 
-int tok_bpe_load(json_t *model, const char *file, tok_bpe *m) {
-  memset(m, 0, sizeof *m);
-  m->unk = -1;
-  m->maxid = -1;
+/* two tokens with one id: decode could not tell them apart; refused */
+static int check_unique_ids(json_t *vocab, const char *file) {
   int rc = SL_OK;
-  char *tmp = NULL;
-  json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
-  if (!json_is_object(vocab)) return sl_fail(SL_EINPUT, "%s: model.vocab: expected an object token -> id", file);
-  if (!json_is_array(merges)) return sl_fail(SL_EINPUT, "%s: model.merges: expected an array", file);
-  json_t *dropout = json_object_get(model, "dropout");
-  if (json_is_number(dropout) && json_number_value(dropout) > 0)
-    return sl_fail(SL_EINPUT, "%s: model.dropout %g: BPE dropout is not supported (training-time randomness)", file,
-                   json_number_value(dropout));
   const char *key;
   json_t *v;
-  /* two tokens with one id: decode could not tell them apart; refused */
   size_t nv = json_object_size(vocab), iv = 0;
   idkey *ik = malloc((nv ? nv : 1) * sizeof *ik);
   if (!ik) return sl_fail(SL_ENOMEM, "%s: out of memory", file);
@@ -87,32 +76,13 @@ int tok_bpe_load(json_t *model, const char *file, tok_bpe *m) {
       break;
     }
   free(ik);
-  if (rc) return rc;
-  json_object_foreach(vocab, key, v) {
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX - 1)
-      return sl_fail(SL_EINPUT, "%s: model.vocab[\"%s\"]: expected an id >= 0", file, key);
-    int32_t id = (int32_t)json_integer_value(v);
-    if ((rc = tok_smap_put(&m->vocab, key, strlen(key), id))) return rc;
-    if (id > m->maxid) m->maxid = id;
-  }
-  m->byte_fallback = json_is_true(json_object_get(model, "byte_fallback"));
-  m->fuse_unk = json_is_true(json_object_get(model, "fuse_unk"));
-  m->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
-  json_t *unk = json_object_get(model, "unk_token");
-  if (json_is_string(unk)) {
-    m->unk = tok_smap_get(&m->vocab, json_string_value(unk), json_string_length(unk));
-    if (m->unk < 0)
-      return sl_fail(SL_EINPUT, "%s: model.unk_token '%s' is not in the vocabulary", file, json_string_value(unk));
-  }
-  json_t *pre = json_object_get(model, "continuing_subword_prefix"),
-         *suf = json_object_get(model, "end_of_word_suffix");
-  if (json_is_string(pre) && json_string_length(pre)) m->prefix = strdup(json_string_value(pre));
-  if (json_is_string(suf) && json_string_length(suf)) m->suffix = strdup(json_string_value(suf));
-  for (int b = 0; b < 256; b++) {
-    char name[8];
-    snprintf(name, sizeof name, "<0x%02X>", b);
-    m->bytetok[b] = tok_smap_get(&m->vocab, name, 6);
-  }
+  return rc;
+}
+
+/* the merge table: model.merges in rank order, every token in the vocabulary */
+static int load_merges(json_t *merges, const char *file, tok_bpe *m) {
+  int rc = SL_OK;
+  char *tmp = NULL;
   size_t nm = json_array_size(merges), cap = 1024;
   while (cap < 2 * nm + 2) cap *= 2;
   m->mcap = cap;
@@ -171,6 +141,49 @@ int tok_bpe_load(json_t *model, const char *file, tok_bpe *m) {
   }
   free(tmp);
   return rc;
+}
+
+int tok_bpe_load(json_t *model, const char *file, tok_bpe *m) {
+  memset(m, 0, sizeof *m);
+  m->unk = -1;
+  m->maxid = -1;
+  int rc = SL_OK;
+  json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
+  if (!json_is_object(vocab)) return sl_fail(SL_EINPUT, "%s: model.vocab: expected an object token -> id", file);
+  if (!json_is_array(merges)) return sl_fail(SL_EINPUT, "%s: model.merges: expected an array", file);
+  json_t *dropout = json_object_get(model, "dropout");
+  if (json_is_number(dropout) && json_number_value(dropout) > 0)
+    return sl_fail(SL_EINPUT, "%s: model.dropout %g: BPE dropout is not supported (training-time randomness)", file,
+                   json_number_value(dropout));
+  const char *key;
+  json_t *v;
+  if ((rc = check_unique_ids(vocab, file))) return rc;
+  json_object_foreach(vocab, key, v) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX - 1)
+      return sl_fail(SL_EINPUT, "%s: model.vocab[\"%s\"]: expected an id >= 0", file, key);
+    int32_t id = (int32_t)json_integer_value(v);
+    if ((rc = tok_smap_put(&m->vocab, key, strlen(key), id))) return rc;
+    if (id > m->maxid) m->maxid = id;
+  }
+  m->byte_fallback = json_is_true(json_object_get(model, "byte_fallback"));
+  m->fuse_unk = json_is_true(json_object_get(model, "fuse_unk"));
+  m->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
+  json_t *unk = json_object_get(model, "unk_token");
+  if (json_is_string(unk)) {
+    m->unk = tok_smap_get(&m->vocab, json_string_value(unk), json_string_length(unk));
+    if (m->unk < 0)
+      return sl_fail(SL_EINPUT, "%s: model.unk_token '%s' is not in the vocabulary", file, json_string_value(unk));
+  }
+  json_t *pre = json_object_get(model, "continuing_subword_prefix"),
+         *suf = json_object_get(model, "end_of_word_suffix");
+  if (json_is_string(pre) && json_string_length(pre)) m->prefix = strdup(json_string_value(pre));
+  if (json_is_string(suf) && json_string_length(suf)) m->suffix = strdup(json_string_value(suf));
+  for (int b = 0; b < 256; b++) {
+    char name[8];
+    snprintf(name, sizeof name, "<0x%02X>", b);
+    m->bytetok[b] = tok_smap_get(&m->vocab, name, 6);
+  }
+  return load_merges(merges, file, m);
 }
 
 void tok_bpe_free(tok_bpe *m) {
@@ -320,27 +333,10 @@ static int32_t sym_lookup(const tok_bpe *m, const char *c, size_t l, int first, 
   return tok_smap_get(&m->vocab, tl.word, pl + l + sl);
 }
 
-int tok_bpe_word(const tok_bpe *m, uint64_t serial, const char *s, size_t n, int32_t **ids, int64_t *nids,
-                 int64_t *cap) {
-  if (!n) return SL_OK;
-  uint64_t h = tok_hash(s, n);
-  if (m->ignore_merges) {
-    int32_t id = tok_smap_geth(&m->vocab, s, n, h);
-    if (id >= 0) return out_push(ids, nids, cap, id);
-  }
-  if (tl.serial != serial) cache_reset(serial);
-  if (n < CACHE_MAX_WORD) {
-    int32_t at = tok_smap_geth(&tl.map, s, n, h);
-    if (at >= 0) {
-      for (int32_t k = 0; k < tl.pool[at]; k++)
-        if (out_push(ids, nids, cap, tl.pool[at + 1 + k])) return SL_ENOMEM;
-      return SL_OK;
-    }
-  }
-  if (grow_syms(n + 1)) return SL_ENOMEM; /* every symbol covers >= 1 byte */
-  /* initial symbols */
+/* The initial symbols of a word (tl.id, tl.len, a linked list); returns their number. A character
+ * without a vocabulary entry: its bytes (byte fallback), the unknown token (fused), or dropped (counted). */
+static int32_t initial_symbols(const tok_bpe *m, const char *s, size_t n) {
   int32_t ns = 0, unk = -1, unklen = 0;
-  int64_t dropped0 = tl_dropped;
 #define ADD(ID, L)                                                                                                     \
   do {                                                                                                                 \
     tl.id[ns] = (ID);                                                                                                  \
@@ -389,7 +385,11 @@ int tok_bpe_word(const tok_bpe *m, uint64_t serial, const char *s, size_t n, int
   if (unk >= 0) ADD(unk, unklen);
 #undef ADD
   if (ns) tl.next[ns - 1] = -1;
-  /* merges */
+  return ns;
+}
+
+/* The merges by rank over the ns symbols, as HF tokenizers applies them. */
+static int apply_merges(const tok_bpe *m, int32_t ns) {
   tl.hn = 0;
   uint32_t rank;
   int32_t nid;
@@ -411,26 +411,55 @@ int tok_bpe_word(const tok_bpe *m, uint64_t serial, const char *s, size_t n, int
     if (tl.next[pos] >= 0 && merge_get(m, tl.id[pos], tl.id[tl.next[pos]], &rank, &nid) && heap_push(rank, pos, nid))
       return SL_ENOMEM;
   }
+  return SL_OK;
+}
+
+/* The word's cnt ids w into this thread's cache (optional: nothing when memory runs out). */
+static void cache_put(uint64_t serial, const char *s, size_t n, const int32_t *w, int64_t cnt) {
+  if (tl.map.n >= CACHE_MAX_ENTRIES || tl.npool + (size_t)cnt + 1 > CACHE_MAX_IDS) cache_reset(serial);
+  if (tl.npool + (size_t)cnt + 1 > tl.cappool) {
+    size_t c = tl.cappool ? tl.cappool : 4096;
+    while (c < tl.npool + (size_t)cnt + 1) c *= 2;
+    int32_t *p = realloc(tl.pool, c * sizeof *p);
+    if (!p) return; /* the cache is optional */
+    tl.pool = p;
+    tl.cappool = c;
+  }
+  if (!tok_smap_put(&tl.map, s, n, (int32_t)tl.npool)) {
+    tl.pool[tl.npool] = (int32_t)cnt;
+    memcpy(tl.pool + tl.npool + 1, w, (size_t)cnt * sizeof(int32_t));
+    tl.npool += (size_t)cnt + 1;
+  }
+}
+
+int tok_bpe_word(const tok_bpe *m, uint64_t serial, const char *s, size_t n, int32_t **ids, int64_t *nids,
+                 int64_t *cap) {
+  if (!n) return SL_OK;
+  uint64_t h = tok_hash(s, n);
+  if (m->ignore_merges) {
+    int32_t id = tok_smap_geth(&m->vocab, s, n, h);
+    if (id >= 0) return out_push(ids, nids, cap, id);
+  }
+  if (tl.serial != serial) cache_reset(serial);
+  if (n < CACHE_MAX_WORD) {
+    int32_t at = tok_smap_geth(&tl.map, s, n, h);
+    if (at >= 0) {
+      for (int32_t k = 0; k < tl.pool[at]; k++)
+        if (out_push(ids, nids, cap, tl.pool[at + 1 + k])) return SL_ENOMEM;
+      return SL_OK;
+    }
+  }
+  if (grow_syms(n + 1)) return SL_ENOMEM; /* every symbol covers >= 1 byte */
+  /* initial symbols */
+  int64_t dropped0 = tl_dropped;
+  int32_t ns = initial_symbols(m, s, n);
+  /* merges */
+  if (apply_merges(m, ns)) return SL_ENOMEM;
   int64_t first = *nids;
   for (int32_t i = ns ? 0 : -1; i >= 0; i = tl.next[i])
     if (out_push(ids, nids, cap, tl.id[i])) return SL_ENOMEM;
   /* cache */
-  int64_t cnt = *nids - first;
-  if (n < CACHE_MAX_WORD && tl_dropped == dropped0) { /* a word that drops is not cached: it is counted each time */
-    if (tl.map.n >= CACHE_MAX_ENTRIES || tl.npool + (size_t)cnt + 1 > CACHE_MAX_IDS) cache_reset(serial);
-    if (tl.npool + (size_t)cnt + 1 > tl.cappool) {
-      size_t c = tl.cappool ? tl.cappool : 4096;
-      while (c < tl.npool + (size_t)cnt + 1) c *= 2;
-      int32_t *p = realloc(tl.pool, c * sizeof *p);
-      if (!p) return SL_OK; /* the cache is optional */
-      tl.pool = p;
-      tl.cappool = c;
-    }
-    if (!tok_smap_put(&tl.map, s, n, (int32_t)tl.npool)) {
-      tl.pool[tl.npool] = (int32_t)cnt;
-      memcpy(tl.pool + tl.npool + 1, *ids + first, (size_t)cnt * sizeof(int32_t));
-      tl.npool += (size_t)cnt + 1;
-    }
-  }
+  if (n < CACHE_MAX_WORD && tl_dropped == dropped0) /* a word that drops is not cached: it is counted each time */
+    cache_put(serial, s, n, *ids + first, *nids - first);
   return SL_OK;
 }

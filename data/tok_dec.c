@@ -86,6 +86,114 @@ static int prepend_scheme(json_t *o, const char *what, int *out) {
 
 static const char *const KIND_NAME[] = {"normalizer", "pre_tokenizer", "decoder"};
 
+/* a Sequence: its members, each parsed as a step of the same kind (null members left out) */
+static int parse_seq(json_t *j, int kind, const char *what, const char *sub, tok_step *s) {
+  int rc = SL_OK;
+  static const char *const member[] = {"normalizers", "pretokenizers", "decoders"};
+  s->type = kind == TK_NORM ? TN_SEQ : kind == TK_PRE ? TP_SEQ : TD_SEQ;
+  json_t *a = json_object_get(j, member[kind]);
+  if (!json_is_array(a)) return sl_fail(SL_EINPUT, "%s: expected an array \"%s\"", sub, member[kind]);
+  s->kids = calloc(json_array_size(a) + 1, sizeof *s->kids);
+  if (!s->kids) return sl_fail(SL_ENOMEM, "tokenizer: out of memory");
+  for (size_t i = 0; !rc && i < json_array_size(a); i++) {
+    char w[300];
+    snprintf(w, sizeof w, "%s.%s[%zu]", what, member[kind], i);
+    rc = tok_parse_step(json_array_get(a, i), kind, w, &s->kids[s->nkids]);
+    if (!rc && s->kids[s->nkids]) s->nkids++;
+  }
+  return rc;
+}
+
+/* a normalizer's type and settings (s->type stays 0 for an unsupported type) */
+static int parse_norm(json_t *j, const char *type, const char *sub, tok_step *s) {
+  int rc = SL_OK;
+  if (!strcmp(type, "NFC")) s->type = TN_NFC;
+  else if (!strcmp(type, "NFD")) s->type = TN_NFD;
+  else if (!strcmp(type, "NFKC")) s->type = TN_NFKC;
+  else if (!strcmp(type, "NFKD")) s->type = TN_NFKD;
+  else if (!strcmp(type, "Lowercase")) s->type = TN_LOWER;
+  else if (!strcmp(type, "StripAccents")) s->type = TN_STRIPACC;
+  else if (!strcmp(type, "Strip")) {
+    s->type = TN_STRIP;
+    s->a = jbool(j, "strip_left", 1);
+    s->b = jbool(j, "strip_right", 1);
+  } else if (!strcmp(type, "Replace")) {
+    s->type = TN_REPLACE;
+    json_t *c = json_object_get(j, "content");
+    if (!json_is_string(c)) rc = sl_fail(SL_EINPUT, "%s: expected a string \"content\"", sub);
+    else rc = dupstr(json_string_value(c), json_string_length(c), &s->content, &s->contentlen);
+    if (!rc) rc = pattern(j, sub, s);
+  } else if (!strcmp(type, "Prepend")) {
+    s->type = TN_PREPEND;
+    json_t *c = json_object_get(j, "prepend");
+    if (!json_is_string(c)) rc = sl_fail(SL_EINPUT, "%s: expected a string \"prepend\"", sub);
+    else rc = dupstr(json_string_value(c), json_string_length(c), &s->pat, &s->patlen);
+  }
+  return rc;
+}
+
+/* a pre-tokenizer's type and settings (s->type stays 0 for an unsupported type) */
+static int parse_pre(json_t *j, const char *type, const char *sub, tok_step *s) {
+  int rc = SL_OK;
+  if (!strcmp(type, "ByteLevel")) {
+    s->type = TP_BYTELEVEL;
+    s->a = jbool(j, "add_prefix_space", 1);
+    s->b = jbool(j, "use_regex", 1);
+  } else if (!strcmp(type, "Split")) {
+    s->type = TP_SPLIT;
+    rc = pattern(j, sub, s);
+    if (!rc) rc = behavior(j, sub, TB_ISOLATED, &s->a);
+    s->b = jbool(j, "invert", 0);
+  } else if (!strcmp(type, "Metaspace")) {
+    s->type = TP_METASPACE;
+    rc = one_char(j, "replacement", sub, "\xe2\x96\x81", s);
+    if (!rc) rc = prepend_scheme(j, sub, &s->a);
+    s->b = jbool(j, "split", 1);
+  } else if (!strcmp(type, "Digits")) {
+    s->type = TP_DIGITS;
+    s->a = jbool(j, "individual_digits", 0);
+  } else if (!strcmp(type, "WhitespaceSplit")) s->type = TP_WSSPLIT;
+  else if (!strcmp(type, "Whitespace")) s->type = TP_WHITESPACE;
+  else if (!strcmp(type, "Punctuation")) {
+    s->type = TP_PUNCT;
+    rc = behavior(j, sub, TB_ISOLATED, &s->a);
+  } else if (!strcmp(type, "CharDelimiterSplit")) {
+    s->type = TP_CHARDELIM;
+    rc = one_char(j, "delimiter", sub, "", s);
+  }
+  return rc;
+}
+
+/* a decoder's type and settings (s->type stays 0 for an unsupported type) */
+static int parse_dec(json_t *j, const char *type, const char *sub, tok_step *s) {
+  int rc = SL_OK;
+  if (!strcmp(type, "ByteLevel")) s->type = TD_BYTELEVEL;
+  else if (!strcmp(type, "ByteFallback")) s->type = TD_BYTEFALLBACK;
+  else if (!strcmp(type, "Fuse")) s->type = TD_FUSE;
+  else if (!strcmp(type, "Metaspace")) {
+    s->type = TD_METASPACE;
+    rc = one_char(j, "replacement", sub, "\xe2\x96\x81", s);
+    if (!rc) rc = prepend_scheme(j, sub, &s->a);
+  } else if (!strcmp(type, "Strip")) {
+    s->type = TD_STRIP;
+    rc = one_char(j, "content", sub, " ", s);
+    s->a = (int)json_integer_value(json_object_get(j, "start"));
+    s->b = (int)json_integer_value(json_object_get(j, "stop"));
+  } else if (!strcmp(type, "Replace")) {
+    s->type = TD_REPLACE;
+    json_t *c = json_object_get(j, "content");
+    if (!json_is_string(c)) rc = sl_fail(SL_EINPUT, "%s: expected a string \"content\"", sub);
+    else rc = dupstr(json_string_value(c), json_string_length(c), &s->content, &s->contentlen);
+    if (!rc) rc = pattern(j, sub, s);
+  } else if (!strcmp(type, "BPEDecoder")) {
+    s->type = TD_BPE;
+    json_t *c = json_object_get(j, "suffix");
+    rc = json_is_string(c) ? dupstr(json_string_value(c), json_string_length(c), &s->pat, &s->patlen)
+                           : dupstr("</w>", 4, &s->pat, &s->patlen);
+  }
+  return rc;
+}
+
 int tok_parse_step(json_t *j, int kind, const char *what, tok_step **out) {
   *out = NULL;
   if (!j || json_is_null(j)) return SL_OK;
@@ -97,102 +205,12 @@ int tok_parse_step(json_t *j, int kind, const char *what, tok_step **out) {
   snprintf(sub, sizeof sub, "%s (%s)", what, type);
   int rc = SL_OK;
   if (!strcmp(type, "Sequence")) {
-    static const char *const member[] = {"normalizers", "pretokenizers", "decoders"};
-    s->type = kind == TK_NORM ? TN_SEQ : kind == TK_PRE ? TP_SEQ : TD_SEQ;
-    json_t *a = json_object_get(j, member[kind]);
-    if (!json_is_array(a)) {
-      rc = sl_fail(SL_EINPUT, "%s: expected an array \"%s\"", sub, member[kind]);
-      goto done;
-    }
-    s->kids = calloc(json_array_size(a) + 1, sizeof *s->kids);
-    if (!s->kids) {
-      rc = sl_fail(SL_ENOMEM, "tokenizer: out of memory");
-      goto done;
-    }
-    for (size_t i = 0; !rc && i < json_array_size(a); i++) {
-      char w[300];
-      snprintf(w, sizeof w, "%s.%s[%zu]", what, member[kind], i);
-      rc = tok_parse_step(json_array_get(a, i), kind, w, &s->kids[s->nkids]);
-      if (!rc && s->kids[s->nkids]) s->nkids++;
-    }
+    rc = parse_seq(j, kind, what, sub, s);
     goto done;
   }
-  if (kind == TK_NORM) {
-    if (!strcmp(type, "NFC")) s->type = TN_NFC;
-    else if (!strcmp(type, "NFD")) s->type = TN_NFD;
-    else if (!strcmp(type, "NFKC")) s->type = TN_NFKC;
-    else if (!strcmp(type, "NFKD")) s->type = TN_NFKD;
-    else if (!strcmp(type, "Lowercase")) s->type = TN_LOWER;
-    else if (!strcmp(type, "StripAccents")) s->type = TN_STRIPACC;
-    else if (!strcmp(type, "Strip")) {
-      s->type = TN_STRIP;
-      s->a = jbool(j, "strip_left", 1);
-      s->b = jbool(j, "strip_right", 1);
-    } else if (!strcmp(type, "Replace")) {
-      s->type = TN_REPLACE;
-      json_t *c = json_object_get(j, "content");
-      if (!json_is_string(c)) rc = sl_fail(SL_EINPUT, "%s: expected a string \"content\"", sub);
-      else rc = dupstr(json_string_value(c), json_string_length(c), &s->content, &s->contentlen);
-      if (!rc) rc = pattern(j, sub, s);
-    } else if (!strcmp(type, "Prepend")) {
-      s->type = TN_PREPEND;
-      json_t *c = json_object_get(j, "prepend");
-      if (!json_is_string(c)) rc = sl_fail(SL_EINPUT, "%s: expected a string \"prepend\"", sub);
-      else rc = dupstr(json_string_value(c), json_string_length(c), &s->pat, &s->patlen);
-    }
-  } else if (kind == TK_PRE) {
-    if (!strcmp(type, "ByteLevel")) {
-      s->type = TP_BYTELEVEL;
-      s->a = jbool(j, "add_prefix_space", 1);
-      s->b = jbool(j, "use_regex", 1);
-    } else if (!strcmp(type, "Split")) {
-      s->type = TP_SPLIT;
-      rc = pattern(j, sub, s);
-      if (!rc) rc = behavior(j, sub, TB_ISOLATED, &s->a);
-      s->b = jbool(j, "invert", 0);
-    } else if (!strcmp(type, "Metaspace")) {
-      s->type = TP_METASPACE;
-      rc = one_char(j, "replacement", sub, "\xe2\x96\x81", s);
-      if (!rc) rc = prepend_scheme(j, sub, &s->a);
-      s->b = jbool(j, "split", 1);
-    } else if (!strcmp(type, "Digits")) {
-      s->type = TP_DIGITS;
-      s->a = jbool(j, "individual_digits", 0);
-    } else if (!strcmp(type, "WhitespaceSplit")) s->type = TP_WSSPLIT;
-    else if (!strcmp(type, "Whitespace")) s->type = TP_WHITESPACE;
-    else if (!strcmp(type, "Punctuation")) {
-      s->type = TP_PUNCT;
-      rc = behavior(j, sub, TB_ISOLATED, &s->a);
-    } else if (!strcmp(type, "CharDelimiterSplit")) {
-      s->type = TP_CHARDELIM;
-      rc = one_char(j, "delimiter", sub, "", s);
-    }
-  } else {
-    if (!strcmp(type, "ByteLevel")) s->type = TD_BYTELEVEL;
-    else if (!strcmp(type, "ByteFallback")) s->type = TD_BYTEFALLBACK;
-    else if (!strcmp(type, "Fuse")) s->type = TD_FUSE;
-    else if (!strcmp(type, "Metaspace")) {
-      s->type = TD_METASPACE;
-      rc = one_char(j, "replacement", sub, "\xe2\x96\x81", s);
-      if (!rc) rc = prepend_scheme(j, sub, &s->a);
-    } else if (!strcmp(type, "Strip")) {
-      s->type = TD_STRIP;
-      rc = one_char(j, "content", sub, " ", s);
-      s->a = (int)json_integer_value(json_object_get(j, "start"));
-      s->b = (int)json_integer_value(json_object_get(j, "stop"));
-    } else if (!strcmp(type, "Replace")) {
-      s->type = TD_REPLACE;
-      json_t *c = json_object_get(j, "content");
-      if (!json_is_string(c)) rc = sl_fail(SL_EINPUT, "%s: expected a string \"content\"", sub);
-      else rc = dupstr(json_string_value(c), json_string_length(c), &s->content, &s->contentlen);
-      if (!rc) rc = pattern(j, sub, s);
-    } else if (!strcmp(type, "BPEDecoder")) {
-      s->type = TD_BPE;
-      json_t *c = json_object_get(j, "suffix");
-      rc = json_is_string(c) ? dupstr(json_string_value(c), json_string_length(c), &s->pat, &s->patlen)
-                             : dupstr("</w>", 4, &s->pat, &s->patlen);
-    }
-  }
+  if (kind == TK_NORM) rc = parse_norm(j, type, sub, s);
+  else if (kind == TK_PRE) rc = parse_pre(j, type, sub, s);
+  else rc = parse_dec(j, type, sub, s);
   if (!rc && !s->type)
     rc = sl_fail(SL_EINPUT, "%s: %s type '%s' is not supported by shardlm (see docs/formats.md, Tokenizers)", what,
                  KIND_NAME[kind], type);
@@ -242,60 +260,124 @@ static int put_split(tok_splits *sp, const char *p, size_t n) {
   return tok_push(sp, off, (uint32_t)n, -1, 0);
 }
 
+/* ByteLevel (tokens' characters back to bytes, then lossy UTF-8) and Fuse: all tokens into one */
+static int dec_bytes(const tok_step *st, tok_splits *sp, tok_split *old, size_t nold, tok_buf *t, tok_buf *t2) {
+  int rc = SL_OK;
+  for (size_t i = 0; !rc && i < nold; i++) {
+    const char *s = sp->arena.p + old[i].off;
+    size_t n = old[i].len, at = t->n;
+    if (st->type == TD_FUSE) {
+      rc = tb_put(t, s, n);
+      continue;
+    }
+    for (size_t k = 0; !rc && k < n;) {
+      int l, b = tok_cp2byte(tok_u8dec(s + k, n - k, &l));
+      if (b < 0) {
+        t->n = at;
+        rc = tb_put(t, s, n);
+        break;
+      }
+      char c = (char)b;
+      rc = tb_put(t, &c, 1);
+      k += (size_t)l;
+    }
+  }
+  if (rc) return rc;
+  if (st->type == TD_FUSE) return put_split(sp, t->p, t->n);
+  t2->n = 0;
+  rc = lossy((const unsigned char *)t->p, t->n, t2);
+  return rc ? rc : put_split(sp, t2->p ? t2->p : "", t2->n);
+}
+
+/* ByteFallback: runs of <0xNN> tokens into their bytes (U+FFFD per byte when not valid UTF-8) */
+static int dec_byte_fallback(tok_splits *sp, tok_split *old, size_t nold, tok_buf *t) {
+  int rc = SL_OK;
+  for (size_t i = 0; !rc && i <= nold; i++) {
+    const char *s = i < nold ? sp->arena.p + old[i].off : "";
+    size_t n = i < nold ? old[i].len : 0;
+    char *e;
+    if (n == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' && s[3] != '+' && s[3] != '-') {
+      char hx[3] = {s[3], s[4], 0};
+      long v = strtol(hx, &e, 16);
+      if (*e == 0) {
+        char c = (char)v;
+        rc = tb_put(t, &c, 1);
+        continue;
+      }
+    }
+    if (t->n) {
+      if (tok_u8invalid(t->p, t->n) == (size_t)-1) rc = put_split(sp, t->p, t->n);
+      else
+        for (size_t k = 0; !rc && k < t->n; k++) rc = put_split(sp, "\xef\xbf\xbd", 3);
+      t->n = 0;
+    }
+    if (!rc && i < nold) rc = tok_push(sp, old[i].off, old[i].len, -1, 0);
+  }
+  return rc;
+}
+
+/* Metaspace, Strip, Replace, BPEDecoder: token i (s, n) of nold into t */
+static int dec_token(const tok_step *st, const char *s, size_t n, size_t i, size_t nold, tok_buf *t) {
+  int rc = SL_OK;
+  switch (st->type) {
+  case TD_METASPACE:
+    for (size_t k = 0; !rc && k < n;) {
+      int l;
+      int32_t c = tok_u8dec(s + k, n - k, &l);
+      if (c == st->ch) rc = (i == 0 && st->a != TM_NEVER) ? SL_OK : tb_put(t, " ", 1);
+      else rc = tb_put(t, s + k, (size_t)l);
+      k += (size_t)l;
+    }
+    break;
+  case TD_STRIP: {
+    size_t a = 0, b = n;
+    int l;
+    for (int k = 0; k < st->a && a < b && tok_u8dec(s + a, b - a, &l) == st->ch; k++) a += (size_t)l;
+    for (int k = 0; k < st->b && b > a; k++) {
+      size_t q = b - 1;
+      while (q > a && ((unsigned char)s[q] & 0xC0) == 0x80) q--;
+      if (tok_u8dec(s + q, b - q, &l) != st->ch) break;
+      b = q;
+    }
+    rc = tb_put(t, s + a, b - a);
+    break;
+  }
+  case TD_REPLACE:
+  case TD_BPE: {
+    /* BPEDecoder: suffix -> " " (nothing in the last token) */
+    const char *rep = st->type == TD_BPE ? (i + 1 == nold ? "" : " ") : st->content;
+    size_t rl = st->type == TD_BPE ? strlen(rep) : st->contentlen;
+    size_t k = 0;
+    if (st->re) {
+      tok_buf tmp = {0};
+      int moved = 0;
+      rc = tok_normalize(&(tok_step){.type = TN_REPLACE, .re = st->re, .content = (char *)rep, .contentlen = rl}, s, n,
+                         &tmp, &moved);
+      if (!rc) rc = tb_put(t, tmp.p ? tmp.p : "", tmp.n);
+      tb_free(&tmp);
+      break;
+    }
+    while (!rc && k < n) {
+      const char *f = st->patlen ? memmem(s + k, n - k, st->pat, st->patlen) : NULL;
+      size_t e = f ? (size_t)(f - s) : n;
+      rc = tb_put(t, s + k, e - k);
+      if (!rc && f) rc = tb_put(t, rep, rl);
+      k = f ? e + st->patlen : n;
+    }
+    break;
+  }
+  default: return sl_fail(SL_EINTERNAL, "tokenizer: decoder type %d", st->type);
+  }
+  return rc;
+}
+
 static int dec_one(const tok_step *st, tok_splits *sp, tok_split *old, size_t nold, tok_buf *t, tok_buf *t2) {
   int rc = SL_OK;
   t->n = 0;
   switch (st->type) {
   case TD_BYTELEVEL:
-  case TD_FUSE:
-    for (size_t i = 0; !rc && i < nold; i++) {
-      const char *s = sp->arena.p + old[i].off;
-      size_t n = old[i].len, at = t->n;
-      if (st->type == TD_FUSE) {
-        rc = tb_put(t, s, n);
-        continue;
-      }
-      for (size_t k = 0; !rc && k < n;) {
-        int l, b = tok_cp2byte(tok_u8dec(s + k, n - k, &l));
-        if (b < 0) {
-          t->n = at;
-          rc = tb_put(t, s, n);
-          break;
-        }
-        char c = (char)b;
-        rc = tb_put(t, &c, 1);
-        k += (size_t)l;
-      }
-    }
-    if (rc) return rc;
-    if (st->type == TD_FUSE) return put_split(sp, t->p, t->n);
-    t2->n = 0;
-    rc = lossy((const unsigned char *)t->p, t->n, t2);
-    return rc ? rc : put_split(sp, t2->p ? t2->p : "", t2->n);
-  case TD_BYTEFALLBACK: {
-    for (size_t i = 0; !rc && i <= nold; i++) {
-      const char *s = i < nold ? sp->arena.p + old[i].off : "";
-      size_t n = i < nold ? old[i].len : 0;
-      char *e;
-      if (n == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' && s[3] != '+' && s[3] != '-') {
-        char hx[3] = {s[3], s[4], 0};
-        long v = strtol(hx, &e, 16);
-        if (*e == 0) {
-          char c = (char)v;
-          rc = tb_put(t, &c, 1);
-          continue;
-        }
-      }
-      if (t->n) {
-        if (tok_u8invalid(t->p, t->n) == (size_t)-1) rc = put_split(sp, t->p, t->n);
-        else
-          for (size_t k = 0; !rc && k < t->n; k++) rc = put_split(sp, "\xef\xbf\xbd", 3);
-        t->n = 0;
-      }
-      if (!rc && i < nold) rc = tok_push(sp, old[i].off, old[i].len, -1, 0);
-    }
-    return rc;
-  }
+  case TD_FUSE: return dec_bytes(st, sp, old, nold, t, t2);
+  case TD_BYTEFALLBACK: return dec_byte_fallback(sp, old, nold, t);
   default: break;
   }
   /* per token */
@@ -304,55 +386,7 @@ static int dec_one(const tok_step *st, tok_splits *sp, tok_split *old, size_t no
     size_t n = old[i].len;
     t->n = 0;
     if (tb_reserve(t, n)) return SL_ENOMEM;
-    switch (st->type) {
-    case TD_METASPACE:
-      for (size_t k = 0; !rc && k < n;) {
-        int l;
-        int32_t c = tok_u8dec(s + k, n - k, &l);
-        if (c == st->ch) rc = (i == 0 && st->a != TM_NEVER) ? SL_OK : tb_put(t, " ", 1);
-        else rc = tb_put(t, s + k, (size_t)l);
-        k += (size_t)l;
-      }
-      break;
-    case TD_STRIP: {
-      size_t a = 0, b = n;
-      int l;
-      for (int k = 0; k < st->a && a < b && tok_u8dec(s + a, b - a, &l) == st->ch; k++) a += (size_t)l;
-      for (int k = 0; k < st->b && b > a; k++) {
-        size_t q = b - 1;
-        while (q > a && ((unsigned char)s[q] & 0xC0) == 0x80) q--;
-        if (tok_u8dec(s + q, b - q, &l) != st->ch) break;
-        b = q;
-      }
-      rc = tb_put(t, s + a, b - a);
-      break;
-    }
-    case TD_REPLACE:
-    case TD_BPE: {
-      /* BPEDecoder: suffix -> " " (nothing in the last token) */
-      const char *rep = st->type == TD_BPE ? (i + 1 == nold ? "" : " ") : st->content;
-      size_t rl = st->type == TD_BPE ? strlen(rep) : st->contentlen;
-      size_t k = 0;
-      if (st->re) {
-        tok_buf tmp = {0};
-        int moved = 0;
-        rc = tok_normalize(&(tok_step){.type = TN_REPLACE, .re = st->re, .content = (char *)rep, .contentlen = rl}, s,
-                           n, &tmp, &moved);
-        if (!rc) rc = tb_put(t, tmp.p ? tmp.p : "", tmp.n);
-        tb_free(&tmp);
-        break;
-      }
-      while (!rc && k < n) {
-        const char *f = st->patlen ? memmem(s + k, n - k, st->pat, st->patlen) : NULL;
-        size_t e = f ? (size_t)(f - s) : n;
-        rc = tb_put(t, s + k, e - k);
-        if (!rc && f) rc = tb_put(t, rep, rl);
-        k = f ? e + st->patlen : n;
-      }
-      break;
-    }
-    default: return sl_fail(SL_EINTERNAL, "tokenizer: decoder type %d", st->type);
-    }
+    rc = dec_token(st, s, n, i, nold, t);
     if (!rc) rc = put_split(sp, t->p, t->n);
   }
   return rc;

@@ -165,6 +165,88 @@ static int build_manifest(const sl_ckpt_state *st, sl_ckio_manifest *man) {
   return SL_OK;
 }
 
+/* An FSDP writer's file: its slice of every unit its stage owns, closed (fsynced) in tmp. */
+static int write_own_file(const sl_ckpt_state *st, sl_ckio_writer *wr, const char *tmp, int rank, fault_ctx *fc) {
+  int rc = sl_ckio_writer_open(wr, tmp, rank);
+  for (int u = 0; u < st->m->nunits && !rc; u++) {
+    if (st->owns && !st->owns[u]) continue; /* the owner stage writes it */
+    sl_slice s = sl_fsdp_slice(st->f, u);
+    sl_fsdp_view_t v = sl_fsdp_view(st->f, u);
+    int64_t lo = s.offset, hi = s.offset + s.valid, i = lo - v.offset;
+    if (hi <= lo) continue;
+    rc = sl_ckio_writer_add(wr, u, lo, hi, st->master[u] + i, st->mom[u] + i, st->var[u] + i);
+  }
+  if (!rc) fault_at("file-written", fc);
+  if (!rc) rc = sl_ckio_writer_close(wr);
+  if (!rc) fault_at("file-fsynced", fc);
+  return rc;
+}
+
+/* A writer other than rank 0: its file entry to rank 0 (length, then the JSON text). */
+static int send_entry(sl_comm *w, const sl_ckio_file *meta) {
+  char *text = NULL;
+  int rc = sl_ckio_file_dump(meta, &text);
+  int64_t len = text ? (int64_t)strlen(text) + 1 : 0;
+  sl_comm_req *q = NULL;
+  if (sl_comm_send(w, &len, 1, SL_I64, 0, 7101, &q) != SL_COMM_OK || sl_comm_wait(q) != SL_COMM_OK ||
+      (len && (sl_comm_send(w, text, len, SL_U8, 0, 7102, &q) != SL_COMM_OK || sl_comm_wait(q) != SL_COMM_OK)))
+    rc = sl_fail(SL_ECOMM, "checkpoint: sending the file entry: %s", sl_comm_last_error());
+  free(text);
+  return rc;
+}
+
+/* Rank 0: the manifest, with its own file entry (*own, moved into it) and every other writer's, received
+ * in writer order (all are received, also after an error). */
+static int collect_manifest(const sl_ckpt_state *st, const int32_t *writers, int nw, sl_ckio_file *own,
+                            sl_ckio_manifest *man) {
+  sl_comm *w = st->world;
+  int brc = build_manifest(st, man);
+  if (!brc) {
+    man->nfiles = nw;
+    man->files = calloc((size_t)nw, sizeof *man->files);
+    if (!man->files) brc = sl_fail(SL_ENOMEM, "out of memory");
+  }
+  if (!brc) {
+    man->files[0] = *own;
+    memset(own, 0, sizeof *own);
+  }
+  for (int i = 1; i < nw; i++) {
+    int r = writers[i];
+    int64_t len = 0;
+    sl_comm_req *q = NULL;
+    char *buf = NULL;
+    int crc = SL_OK;
+    if (sl_comm_recv(w, &len, 1, SL_I64, r, 7101, &q) != SL_COMM_OK || sl_comm_wait(q) != SL_COMM_OK)
+      crc = sl_fail(SL_ECOMM, "checkpoint: receiving a file entry: %s", sl_comm_last_error());
+    if (!crc && len > 0) {
+      buf = malloc((size_t)len);
+      if (!buf) crc = SL_ENOMEM;
+      else if (sl_comm_recv(w, buf, len, SL_U8, r, 7102, &q) != SL_COMM_OK || sl_comm_wait(q) != SL_COMM_OK)
+        crc = sl_fail(SL_ECOMM, "checkpoint: receiving a file entry: %s", sl_comm_last_error());
+    }
+    if (!crc && !brc)
+      crc = len > 0 ? sl_ckio_file_parse(buf, (size_t)len - 1, &man->files[i])
+                    : sl_fail(SL_EINTERNAL, "rank %d sent no file entry", r);
+    free(buf);
+    if (crc && !brc) brc = crc;
+  }
+  return brc;
+}
+
+/* The log line of a committed checkpoint: files, raw and stored sizes, time since t0. */
+static void log_saved(int64_t step, const sl_ckio_manifest *man, double t0) {
+  int64_t raw = 0, stored = 0;
+  for (int i = 0; i < man->nfiles; i++)
+    for (int p = 0; p < man->files[i].npieces; p++)
+      for (int k = 0; k < SL_CKIO_NKINDS; k++) {
+        raw += man->files[i].pieces[p].fr[k].raw;
+        stored += man->files[i].pieces[p].fr[k].bytes;
+      }
+  sl_log(SL_LOG_INFO, "checkpoint step %lld: %d file%s, %.2f MiB -> %.2f MiB (%s, ratio %.3f) in %.2f s",
+         (long long)step, man->nfiles, man->nfiles > 1 ? "s" : "", raw / 1048576.0, stored / 1048576.0,
+         man->compression, stored > 0 ? (double)raw / (double)stored : 0.0, sl_now_s() - t0);
+}
+
 int sl_ckpt_save(const char *ckpt_dir, const sl_ckpt_state *st, int keep_last) {
   sl_comm *w = st->world;
   int W = sl_comm_size(w), rank = sl_comm_rank(w);
@@ -175,7 +257,6 @@ int sl_ckpt_save(const char *ckpt_dir, const sl_ckpt_state *st, int keep_last) {
   double t0 = sl_now_s();
   char tmp[4200] = {0};
   int rc = SL_OK;
-  char *text = NULL;
   sl_ckio_writer wr;
   memset(&wr, 0, sizeof wr);
   wr.fd = -1;
@@ -203,65 +284,16 @@ int sl_ckpt_save(const char *ckpt_dir, const sl_ckpt_state *st, int keep_last) {
   if (tp) {
     rc = sl_ckpt_tp_write(st, &wr, tmp);
   } else if (writer) {
-    rc = sl_ckio_writer_open(&wr, tmp, rank);
-    for (int u = 0; u < st->m->nunits && !rc; u++) {
-      if (st->owns && !st->owns[u]) continue; /* the owner stage writes it */
-      sl_slice s = sl_fsdp_slice(st->f, u);
-      sl_fsdp_view_t v = sl_fsdp_view(st->f, u);
-      int64_t lo = s.offset, hi = s.offset + s.valid, i = lo - v.offset;
-      if (hi <= lo) continue;
-      rc = sl_ckio_writer_add(&wr, u, lo, hi, st->master[u] + i, st->mom[u] + i, st->var[u] + i);
-    }
-    if (!rc) fault_at("file-written", &fc);
-    if (!rc) rc = sl_ckio_writer_close(&wr);
-    if (!rc) fault_at("file-fsynced", &fc);
+    rc = write_own_file(st, &wr, tmp, rank, &fc);
   }
   if ((rc = agree(w, rc))) goto fail;
   fault_at("files-agreed", &fc);
 
   /* writers hand their file entries to rank 0, which writes the manifest */
-  if (writer && rank != 0) {
-    rc = sl_ckio_file_dump(&wr.meta, &text);
-    int64_t len = text ? (int64_t)strlen(text) + 1 : 0;
-    sl_comm_req *q = NULL;
-    if (sl_comm_send(w, &len, 1, SL_I64, 0, 7101, &q) != SL_COMM_OK || sl_comm_wait(q) != SL_COMM_OK ||
-        (len && (sl_comm_send(w, text, len, SL_U8, 0, 7102, &q) != SL_COMM_OK || sl_comm_wait(q) != SL_COMM_OK)))
-      rc = sl_fail(SL_ECOMM, "checkpoint: sending the file entry: %s", sl_comm_last_error());
-    free(text);
-  }
+  if (writer && rank != 0) rc = send_entry(w, &wr.meta);
   if (rank == 0) {
     sl_ckio_manifest man;
-    int brc = build_manifest(st, &man);
-    if (!brc) {
-      man.nfiles = nw;
-      man.files = calloc((size_t)nw, sizeof *man.files);
-      if (!man.files) brc = sl_fail(SL_ENOMEM, "out of memory");
-    }
-    if (!brc) {
-      man.files[0] = wr.meta;
-      memset(&wr.meta, 0, sizeof wr.meta);
-    }
-    for (int i = 1; i < nw; i++) {
-      int r = writers[i];
-      int64_t len = 0;
-      sl_comm_req *q = NULL;
-      char *buf = NULL;
-      int crc = SL_OK;
-      if (sl_comm_recv(w, &len, 1, SL_I64, r, 7101, &q) != SL_COMM_OK || sl_comm_wait(q) != SL_COMM_OK)
-        crc = sl_fail(SL_ECOMM, "checkpoint: receiving a file entry: %s", sl_comm_last_error());
-      if (!crc && len > 0) {
-        buf = malloc((size_t)len);
-        if (!buf) crc = SL_ENOMEM;
-        else if (sl_comm_recv(w, buf, len, SL_U8, r, 7102, &q) != SL_COMM_OK || sl_comm_wait(q) != SL_COMM_OK)
-          crc = sl_fail(SL_ECOMM, "checkpoint: receiving a file entry: %s", sl_comm_last_error());
-      }
-      if (!crc && !brc)
-        crc = len > 0 ? sl_ckio_file_parse(buf, (size_t)len - 1, &man.files[i])
-                      : sl_fail(SL_EINTERNAL, "rank %d sent no file entry", r);
-      free(buf);
-      if (crc && !brc) brc = crc;
-    }
-    rc = brc;
+    rc = collect_manifest(st, writers, nw, &wr.meta, &man);
     if (!rc) rc = sl_ckio_write_manifest(tmp, &man);
     if (!rc) fault_at("manifest-written", &fc);
     if (!rc) rc = sl_ckio_fsync_path(tmp);
@@ -269,16 +301,7 @@ int sl_ckpt_save(const char *ckpt_dir, const sl_ckpt_state *st, int keep_last) {
     if (!rc) rc = sl_ckio_commit(ckpt_dir, tmp, st->step, fault_at, &fc);
     if (!rc) {
       tmp[0] = 0; /* committed: nothing to clean */
-      int64_t raw = 0, stored = 0;
-      for (int i = 0; i < man.nfiles; i++)
-        for (int p = 0; p < man.files[i].npieces; p++)
-          for (int k = 0; k < SL_CKIO_NKINDS; k++) {
-            raw += man.files[i].pieces[p].fr[k].raw;
-            stored += man.files[i].pieces[p].fr[k].bytes;
-          }
-      sl_log(SL_LOG_INFO, "checkpoint step %lld: %d file%s, %.2f MiB -> %.2f MiB (%s, ratio %.3f) in %.2f s",
-             (long long)st->step, man.nfiles, man.nfiles > 1 ? "s" : "", raw / 1048576.0, stored / 1048576.0,
-             man.compression, stored > 0 ? (double)raw / (double)stored : 0.0, sl_now_s() - t0);
+      log_saved(st->step, &man, t0);
       rc = sl_ckio_retain(ckpt_dir, keep_last);
       if (!rc) fault_at("retained", &fc);
     }

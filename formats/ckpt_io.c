@@ -502,6 +502,90 @@ static int cmp_range(const void *a, const void *b) {
   return x[0] < y[0] ? -1 : x[0] > y[0];
 }
 
+/* units[u] of a manifest: its sizes and its tensors */
+static int parse_unit(const char *path, json_t *uo, int u, sl_ckio_unit *U) {
+  int rc;
+  char where[64];
+  snprintf(where, sizeof where, "units[%d]", u);
+  if (!json_is_object(uo)) return sl_fail(SL_EINPUT, "%s: %s must be an object", path, where);
+  const char *kind = json_string_value(json_object_get(uo, "kind"));
+  snprintf(U->kind, sizeof U->kind, "%s", kind ? kind : "");
+  if ((rc = get_int(path, uo, "numel", where, 1, LIM, &U->numel))) return rc;
+  if ((rc = get_int(path, uo, "padded", where, U->numel, LIM, &U->padded))) return rc;
+  if ((rc = get_int(path, uo, "shard", where, 0, U->padded, &U->shard))) return rc;
+  json_t *ts = json_object_get(uo, "tensors");
+  if (!json_is_array(ts) || json_array_size(ts) > 64)
+    return sl_fail(SL_EINPUT, "%s: %s: \"tensors\" must be an array of at most 64", path, where);
+  U->ntensors = (int)json_array_size(ts);
+  U->t = calloc((size_t)U->ntensors + 1, sizeof *U->t);
+  if (!U->t) return sl_fail(SL_ENOMEM, "out of memory");
+  for (int i = 0; i < U->ntensors; i++) {
+    json_t *to = json_array_get(ts, (size_t)i), *sh = json_object_get(to, "shape");
+    sl_ckio_tensor *t = &U->t[i];
+    const char *nm = json_string_value(json_object_get(to, "name"));
+    if (!nm || strlen(nm) >= sizeof t->name || !json_is_array(sh) || json_array_size(sh) < 1 || json_array_size(sh) > 3)
+      return sl_fail(SL_EINPUT, "%s: %s tensors[%d]: needs a \"name\" and a \"shape\" of 1-3 dims", path, where, i);
+    snprintf(t->name, sizeof t->name, "%s", nm);
+    t->ndim = (int)json_array_size(sh);
+    t->numel = 1;
+    for (int d = 0; d < t->ndim; d++) {
+      json_t *dv = json_array_get(sh, (size_t)d);
+      if (!json_is_integer(dv) || json_integer_value(dv) < 1 || json_integer_value(dv) > LIM ||
+          t->numel > LIM / json_integer_value(dv))
+        return sl_fail(SL_EINPUT, "%s: %s tensor %s: bad shape", path, where, t->name);
+      t->shape[d] = json_integer_value(dv);
+      t->numel *= t->shape[d];
+    }
+    if ((rc = get_int(path, to, "offset", t->name, 0, U->numel, &t->offset))) return rc;
+    if (t->offset + t->numel > U->numel)
+      return sl_fail(SL_EINPUT, "%s: %s tensor %s: [%lld, %lld) exceeds the unit's %lld elements", path, where, t->name,
+                     (long long)t->offset, (long long)(t->offset + t->numel), (long long)U->numel);
+  }
+  return SL_OK;
+}
+
+/* the manifest's files: each parsed, named once, its pieces inside the model; *total: their pieces */
+static int parse_files(const char *path, json_t *fs, sl_ckio_manifest *m, int64_t *total) {
+  int rc;
+  for (int i = 0; i < m->nfiles; i++) {
+    if ((rc = parse_file_obj(path, json_array_get(fs, (size_t)i), i, &m->files[i]))) return rc;
+    for (int j = 0; j < i; j++)
+      if (!strcmp(m->files[j].name, m->files[i].name))
+        return sl_fail(SL_EINPUT, "%s: file %s is listed twice", path, m->files[i].name);
+    for (int p = 0; p < m->files[i].npieces; p++) {
+      sl_ckio_piece *pc = &m->files[i].pieces[p];
+      if (pc->unit >= m->nunits || pc->hi > m->units[pc->unit].numel)
+        return sl_fail(SL_EINPUT, "%s: %s piece %d: unit %d range [%lld, %lld) is outside the model", path,
+                       m->files[i].name, p, pc->unit, (long long)pc->lo, (long long)pc->hi);
+    }
+    *total += m->files[i].npieces;
+  }
+  return SL_OK;
+}
+
+/* the pieces of every unit tile [0, numel); ranges: room for 2 x all the pieces */
+static int check_tiling(const char *path, const sl_ckio_manifest *m, int64_t *ranges) {
+  for (int u = 0; u < m->nunits; u++) {
+    int64_t n = 0;
+    for (int i = 0; i < m->nfiles; i++)
+      for (int p = 0; p < m->files[i].npieces; p++)
+        if (m->files[i].pieces[p].unit == u) {
+          ranges[2 * n] = m->files[i].pieces[p].lo;
+          ranges[2 * n + 1] = m->files[i].pieces[p].hi;
+          n++;
+        }
+    qsort(ranges, (size_t)n, 2 * sizeof(int64_t), cmp_range);
+    int64_t at = 0;
+    for (int64_t r = 0; r < n && ranges[2 * r] == at; r++) at = ranges[2 * r + 1];
+    if (at != m->units[u].numel)
+      return sl_fail(SL_EINPUT,
+                     "%s: unit %d: the files' pieces do not cover elements [0, %lld) exactly once "
+                     "(first gap or overlap at element %lld)",
+                     path, u, (long long)m->units[u].numel, (long long)at);
+  }
+  return SL_OK;
+}
+
 int sl_ckio_manifest_parse(const char *path, const char *text, size_t len, sl_ckio_manifest *m) {
   memset(m, 0, sizeof *m);
   json_error_t e;
@@ -566,105 +650,17 @@ int sl_ckio_manifest_parse(const char *path, const char *text, size_t len, sl_ck
     rc = sl_fail(SL_ENOMEM, "out of memory");
     goto done;
   }
-  for (int u = 0; u < m->nunits; u++) {
-    json_t *uo = json_array_get(us, (size_t)u);
-    sl_ckio_unit *U = &m->units[u];
-    char where[64];
-    snprintf(where, sizeof where, "units[%d]", u);
-    if (!json_is_object(uo)) {
-      rc = sl_fail(SL_EINPUT, "%s: %s must be an object", path, where);
-      goto done;
-    }
-    const char *kind = json_string_value(json_object_get(uo, "kind"));
-    snprintf(U->kind, sizeof U->kind, "%s", kind ? kind : "");
-    if ((rc = get_int(path, uo, "numel", where, 1, LIM, &U->numel))) goto done;
-    if ((rc = get_int(path, uo, "padded", where, U->numel, LIM, &U->padded))) goto done;
-    if ((rc = get_int(path, uo, "shard", where, 0, U->padded, &U->shard))) goto done;
-    json_t *ts = json_object_get(uo, "tensors");
-    if (!json_is_array(ts) || json_array_size(ts) > 64) {
-      rc = sl_fail(SL_EINPUT, "%s: %s: \"tensors\" must be an array of at most 64", path, where);
-      goto done;
-    }
-    U->ntensors = (int)json_array_size(ts);
-    U->t = calloc((size_t)U->ntensors + 1, sizeof *U->t);
-    if (!U->t) {
-      rc = sl_fail(SL_ENOMEM, "out of memory");
-      goto done;
-    }
-    for (int i = 0; i < U->ntensors; i++) {
-      json_t *to = json_array_get(ts, (size_t)i), *sh = json_object_get(to, "shape");
-      sl_ckio_tensor *t = &U->t[i];
-      const char *nm = json_string_value(json_object_get(to, "name"));
-      if (!nm || strlen(nm) >= sizeof t->name || !json_is_array(sh) || json_array_size(sh) < 1 ||
-          json_array_size(sh) > 3) {
-        rc = sl_fail(SL_EINPUT, "%s: %s tensors[%d]: needs a \"name\" and a \"shape\" of 1-3 dims", path, where, i);
-        goto done;
-      }
-      snprintf(t->name, sizeof t->name, "%s", nm);
-      t->ndim = (int)json_array_size(sh);
-      t->numel = 1;
-      for (int d = 0; d < t->ndim; d++) {
-        json_t *dv = json_array_get(sh, (size_t)d);
-        if (!json_is_integer(dv) || json_integer_value(dv) < 1 || json_integer_value(dv) > LIM ||
-            t->numel > LIM / json_integer_value(dv)) {
-          rc = sl_fail(SL_EINPUT, "%s: %s tensor %s: bad shape", path, where, t->name);
-          goto done;
-        }
-        t->shape[d] = json_integer_value(dv);
-        t->numel *= t->shape[d];
-      }
-      if ((rc = get_int(path, to, "offset", t->name, 0, U->numel, &t->offset))) goto done;
-      if (t->offset + t->numel > U->numel) {
-        rc = sl_fail(SL_EINPUT, "%s: %s tensor %s: [%lld, %lld) exceeds the unit's %lld elements", path, where, t->name,
-                     (long long)t->offset, (long long)(t->offset + t->numel), (long long)U->numel);
-        goto done;
-      }
-    }
-  }
+  for (int u = 0; u < m->nunits; u++)
+    if ((rc = parse_unit(path, json_array_get(us, (size_t)u), u, &m->units[u]))) goto done;
   int64_t total = 0;
-  for (int i = 0; i < m->nfiles; i++) {
-    if ((rc = parse_file_obj(path, json_array_get(fs, (size_t)i), i, &m->files[i]))) goto done;
-    for (int j = 0; j < i; j++)
-      if (!strcmp(m->files[j].name, m->files[i].name)) {
-        rc = sl_fail(SL_EINPUT, "%s: file %s is listed twice", path, m->files[i].name);
-        goto done;
-      }
-    for (int p = 0; p < m->files[i].npieces; p++) {
-      sl_ckio_piece *pc = &m->files[i].pieces[p];
-      if (pc->unit >= m->nunits || pc->hi > m->units[pc->unit].numel) {
-        rc = sl_fail(SL_EINPUT, "%s: %s piece %d: unit %d range [%lld, %lld) is outside the model", path,
-                     m->files[i].name, p, pc->unit, (long long)pc->lo, (long long)pc->hi);
-        goto done;
-      }
-    }
-    total += m->files[i].npieces;
-  }
+  if ((rc = parse_files(path, fs, m, &total))) goto done;
   /* the pieces of every unit must tile [0, numel) */
   ranges = malloc(sizeof(int64_t) * 2 * (size_t)(total + 1));
   if (!ranges) {
     rc = sl_fail(SL_ENOMEM, "out of memory");
     goto done;
   }
-  for (int u = 0; u < m->nunits; u++) {
-    int64_t n = 0;
-    for (int i = 0; i < m->nfiles; i++)
-      for (int p = 0; p < m->files[i].npieces; p++)
-        if (m->files[i].pieces[p].unit == u) {
-          ranges[2 * n] = m->files[i].pieces[p].lo;
-          ranges[2 * n + 1] = m->files[i].pieces[p].hi;
-          n++;
-        }
-    qsort(ranges, (size_t)n, 2 * sizeof(int64_t), cmp_range);
-    int64_t at = 0;
-    for (int64_t r = 0; r < n && ranges[2 * r] == at; r++) at = ranges[2 * r + 1];
-    if (at != m->units[u].numel) {
-      rc = sl_fail(SL_EINPUT,
-                   "%s: unit %d: the files' pieces do not cover elements [0, %lld) exactly once "
-                   "(first gap or overlap at element %lld)",
-                   path, u, (long long)m->units[u].numel, (long long)at);
-      goto done;
-    }
-  }
+  rc = check_tiling(path, m, ranges);
 done:
   free(ranges);
   json_decref(o);

@@ -170,6 +170,72 @@ static int mpi_wait(sl_comm *c, MPI_Request *mr) {
 
 static sl_comm *make_comm(MPI_Comm mc, const char *name, uint64_t uid, char *err, size_t nerr);
 
+/* run_coll's reduce-scatter: in place through a scratch block, the same reduction order as out of place */
+static int run_reduce_scatter(sl_comm *c, sl_comm_op *op, MPI_Datatype ty, char *err, size_t nerr) {
+  mpi_be *b = c->be;
+  int n = c->size, rank = c->rank, e = MPI_SUCCESS;
+  size_t es = sl_dtype_size(op->dt);
+  MPI_Request mr = MPI_REQUEST_NULL;
+  int cnt = (int)op->count;
+  const char *send = op->send;
+  size_t blk = (size_t)op->count * es;
+  int inplace = (const char *)op->recv == send + (size_t)rank * blk;
+  if (n == 1) {
+    if (!inplace) memmove(op->recv, send, blk);
+    return MPI_SUCCESS;
+  }
+  /* In place: same MPI call into a scratch block, then copy, so the
+   * reduction order is that of the out-of-place form. */
+  void *out = op->recv;
+  if (inplace && !(out = malloc(blk ? blk : 1))) {
+    snprintf(err, nerr, "out of memory (%zu bytes scratch)", blk);
+    return -1;
+  }
+  e = MPI_Ireduce_scatter_block(send, out, cnt, ty, mpi_sum(op->dt), b->mc, &mr);
+  if (e == MPI_SUCCESS) e = mpi_wait(c, &mr);
+  if (inplace) {
+    if (e == MPI_SUCCESS) memcpy(op->recv, out, blk);
+    free(out);
+  }
+  return e;
+}
+
+/* run_coll's all-reduce: a reduce-scatter of blocks of ceil(count/n), then an all-gather */
+static int run_allreduce(sl_comm *c, sl_comm_op *op, MPI_Datatype ty, char *err, size_t nerr) {
+  mpi_be *b = c->be;
+  int n = c->size, e = MPI_SUCCESS;
+  size_t es = sl_dtype_size(op->dt);
+  MPI_Request mr = MPI_REQUEST_NULL;
+  /* reduce-scatter (blocks of ceil(count/n), zero padded) + all-gather:
+   * bit-identical to sl_comm_reduce_scatter + sl_comm_allgather of the
+   * (padded) buffer. */
+  if (n == 1 || op->count == 0) return MPI_SUCCESS;
+  int64_t bc = (op->count + n - 1) / n, padded = bc * n;
+  char *full = op->recv, *blk = NULL;
+  if (padded != op->count) {
+    if (!(full = calloc((size_t)padded, es))) {
+      snprintf(err, nerr, "out of memory (%lld elements padding)", (long long)padded);
+      return -1;
+    }
+    memcpy(full, op->recv, (size_t)op->count * es);
+  }
+  if (!(blk = malloc((size_t)bc * es))) {
+    if (full != op->recv) free(full);
+    snprintf(err, nerr, "out of memory (%lld elements scratch)", (long long)bc);
+    return -1;
+  }
+  e = MPI_Ireduce_scatter_block(full, blk, (int)bc, ty, mpi_sum(op->dt), b->mc, &mr);
+  if (e == MPI_SUCCESS) e = mpi_wait(c, &mr);
+  if (e == MPI_SUCCESS) e = MPI_Iallgather(blk, (int)bc, ty, full, (int)bc, ty, b->mc, &mr);
+  if (e == MPI_SUCCESS) e = mpi_wait(c, &mr);
+  if (full != op->recv) {
+    if (e == MPI_SUCCESS) memcpy(op->recv, full, (size_t)op->count * es);
+    free(full);
+  }
+  free(blk);
+  return e;
+}
+
 /* Runs one collective (or split) on the progress thread. Returns an MPI
  * error code or -1 (message in err). */
 static int run_coll(sl_comm *c, sl_comm_req *r, char *err, size_t nerr) {
@@ -192,59 +258,8 @@ static int run_coll(sl_comm *c, sl_comm_req *r, char *err, size_t nerr) {
     if (e == MPI_SUCCESS) e = mpi_wait(c, &mr);
     return e;
   }
-  case SL_COLL_REDUCE_SCATTER: {
-    const char *send = op->send;
-    size_t blk = (size_t)op->count * es;
-    int inplace = (const char *)op->recv == send + (size_t)rank * blk;
-    if (n == 1) {
-      if (!inplace) memmove(op->recv, send, blk);
-      return MPI_SUCCESS;
-    }
-    /* In place: same MPI call into a scratch block, then copy, so the
-     * reduction order is that of the out-of-place form. */
-    void *out = op->recv;
-    if (inplace && !(out = malloc(blk ? blk : 1))) {
-      snprintf(err, nerr, "out of memory (%zu bytes scratch)", blk);
-      return -1;
-    }
-    e = MPI_Ireduce_scatter_block(send, out, cnt, ty, mpi_sum(op->dt), b->mc, &mr);
-    if (e == MPI_SUCCESS) e = mpi_wait(c, &mr);
-    if (inplace) {
-      if (e == MPI_SUCCESS) memcpy(op->recv, out, blk);
-      free(out);
-    }
-    return e;
-  }
-  case SL_COLL_ALLREDUCE: {
-    /* reduce-scatter (blocks of ceil(count/n), zero padded) + all-gather:
-     * bit-identical to sl_comm_reduce_scatter + sl_comm_allgather of the
-     * (padded) buffer. */
-    if (n == 1 || op->count == 0) return MPI_SUCCESS;
-    int64_t bc = (op->count + n - 1) / n, padded = bc * n;
-    char *full = op->recv, *blk = NULL;
-    if (padded != op->count) {
-      if (!(full = calloc((size_t)padded, es))) {
-        snprintf(err, nerr, "out of memory (%lld elements padding)", (long long)padded);
-        return -1;
-      }
-      memcpy(full, op->recv, (size_t)op->count * es);
-    }
-    if (!(blk = malloc((size_t)bc * es))) {
-      if (full != op->recv) free(full);
-      snprintf(err, nerr, "out of memory (%lld elements scratch)", (long long)bc);
-      return -1;
-    }
-    e = MPI_Ireduce_scatter_block(full, blk, (int)bc, ty, mpi_sum(op->dt), b->mc, &mr);
-    if (e == MPI_SUCCESS) e = mpi_wait(c, &mr);
-    if (e == MPI_SUCCESS) e = MPI_Iallgather(blk, (int)bc, ty, full, (int)bc, ty, b->mc, &mr);
-    if (e == MPI_SUCCESS) e = mpi_wait(c, &mr);
-    if (full != op->recv) {
-      if (e == MPI_SUCCESS) memcpy(op->recv, full, (size_t)op->count * es);
-      free(full);
-    }
-    free(blk);
-    return e;
-  }
+  case SL_COLL_REDUCE_SCATTER: return run_reduce_scatter(c, op, ty, err, nerr);
+  case SL_COLL_ALLREDUCE: return run_allreduce(c, op, ty, err, nerr);
   case SL_COLL_BROADCAST:
     if (n == 1) return MPI_SUCCESS;
     e = MPI_Ibcast(op->recv, cnt, ty, op->peer, b->mc, &mr);

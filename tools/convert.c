@@ -131,6 +131,63 @@ static int to_hf(const char *from, const char *cfg, const char *out, int64_t max
   return rc;
 }
 
+/* The manifest of a converted checkpoint: the run settings, the model's units and the S writers' files
+ * (their entries move into it). */
+static int fill_manifest(const char *hf, const sl_model *m, sl_ckio_writer *wr, int W, int Z, int S, int64_t align,
+                         sl_ckio_manifest *man) {
+  int rc = SL_OK;
+  man->version = SL_CKIO_VERSION;
+  man->world_size = W;
+  man->zero = Z;
+  man->shard_group = S;
+  man->replica_size = W / S;
+  man->align = align;
+#ifdef SL_USE_ZSTD
+  snprintf(man->compression, sizeof man->compression, "zstd");
+#else
+  snprintf(man->compression, sizeof man->compression, "none");
+#endif
+  char cfgtext[4400];
+  snprintf(cfgtext, sizeof cfgtext, "converted-from=%s\n", hf);
+  man->config = strdup(cfgtext);
+  if ((man->model_config = calloc(1, 4096)) && sl_model_canonical(&m->cfg, 0, man->model_config, 4096))
+    rc = SL_EINTERNAL;
+  if (man->model_config)
+    snprintf(man->model_hash, sizeof man->model_hash, "%016llx", (unsigned long long)sl_canon_hash(man->model_config));
+  man->nunits = m->nunits;
+  man->units = calloc((size_t)m->nunits, sizeof *man->units);
+  man->nfiles = S;
+  man->files = calloc((size_t)S, sizeof *man->files);
+  if (!man->units || !man->files || !man->config || !man->model_config) rc = sl_fail(SL_ENOMEM, "out of memory");
+  for (int u = 0; u < m->nunits && !rc; u++) {
+    sl_ckio_unit *U = &man->units[u];
+    sl_slice s;
+    sl_shard_slice(m->units[u].numel, S, align, 0, &s);
+    snprintf(U->kind, sizeof U->kind, "%s", m->units[u].kind);
+    U->numel = m->units[u].numel;
+    U->padded = s.padded;
+    U->shard = s.shard;
+    U->ntensors = m->units[u].ntensors;
+    if (!(U->t = calloc((size_t)U->ntensors + 1, sizeof *U->t))) {
+      rc = SL_ENOMEM;
+      break;
+    }
+    for (int i = 0; i < U->ntensors; i++) {
+      const sl_tensor_spec *t = &m->units[u].t[i];
+      snprintf(U->t[i].name, sizeof U->t[i].name, "%s", t->name);
+      U->t[i].ndim = t->ndim;
+      for (int d = 0; d < 3; d++) U->t[i].shape[d] = t->shape[d];
+      U->t[i].offset = t->offset;
+      U->t[i].numel = t->numel;
+    }
+  }
+  for (int r = 0; r < S && !rc; r++) {
+    man->files[r] = wr[r].meta;
+    memset(&wr[r].meta, 0, sizeof wr[r].meta);
+  }
+  return rc;
+}
+
 static int to_ckpt(const char *hf, const char *ck, int W, int Z, int S, int64_t align) {
   sl_model *m = NULL;
   sl_st_set *set = NULL;
@@ -177,57 +234,7 @@ static int to_ckpt(const char *hf, const char *ck, int W, int Z, int S, int64_t 
     }
   }
   for (int r = 0; r < S && wr && !rc; r++) rc = sl_ckio_writer_close(&wr[r]);
-  if (!rc) {
-    man.version = SL_CKIO_VERSION;
-    man.world_size = W;
-    man.zero = Z;
-    man.shard_group = S;
-    man.replica_size = W / S;
-    man.align = align;
-#ifdef SL_USE_ZSTD
-    snprintf(man.compression, sizeof man.compression, "zstd");
-#else
-    snprintf(man.compression, sizeof man.compression, "none");
-#endif
-    char cfgtext[4400];
-    snprintf(cfgtext, sizeof cfgtext, "converted-from=%s\n", hf);
-    man.config = strdup(cfgtext);
-    if ((man.model_config = calloc(1, 4096)) && sl_model_canonical(&m->cfg, 0, man.model_config, 4096))
-      rc = SL_EINTERNAL;
-    if (man.model_config)
-      snprintf(man.model_hash, sizeof man.model_hash, "%016llx", (unsigned long long)sl_canon_hash(man.model_config));
-    man.nunits = m->nunits;
-    man.units = calloc((size_t)m->nunits, sizeof *man.units);
-    man.nfiles = S;
-    man.files = calloc((size_t)S, sizeof *man.files);
-    if (!man.units || !man.files || !man.config || !man.model_config) rc = sl_fail(SL_ENOMEM, "out of memory");
-    for (int u = 0; u < m->nunits && !rc; u++) {
-      sl_ckio_unit *U = &man.units[u];
-      sl_slice s;
-      sl_shard_slice(m->units[u].numel, S, align, 0, &s);
-      snprintf(U->kind, sizeof U->kind, "%s", m->units[u].kind);
-      U->numel = m->units[u].numel;
-      U->padded = s.padded;
-      U->shard = s.shard;
-      U->ntensors = m->units[u].ntensors;
-      if (!(U->t = calloc((size_t)U->ntensors + 1, sizeof *U->t))) {
-        rc = SL_ENOMEM;
-        break;
-      }
-      for (int i = 0; i < U->ntensors; i++) {
-        const sl_tensor_spec *t = &m->units[u].t[i];
-        snprintf(U->t[i].name, sizeof U->t[i].name, "%s", t->name);
-        U->t[i].ndim = t->ndim;
-        for (int d = 0; d < 3; d++) U->t[i].shape[d] = t->shape[d];
-        U->t[i].offset = t->offset;
-        U->t[i].numel = t->numel;
-      }
-    }
-    for (int r = 0; r < S && !rc; r++) {
-      man.files[r] = wr[r].meta;
-      memset(&wr[r].meta, 0, sizeof wr[r].meta);
-    }
-  }
+  if (!rc) rc = fill_manifest(hf, m, wr, W, Z, S, align, &man);
   if (!rc) rc = sl_ckio_write_manifest(tmp, &man);
   if (!rc) rc = sl_ckio_fsync_path(tmp);
   if (!rc) rc = sl_ckio_commit(ck, tmp, 0, NULL, NULL);

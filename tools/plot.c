@@ -172,14 +172,11 @@ static void panel(FILE *f, const series *s, const int *cols, int nc, const char 
 #undef PY
 }
 
-int sl_plot_metrics(const char *jsonl_path, const char *svg_path) {
+/* The metrics lines of in (jsonl_path) into s: rows with a finite loss; at least one. */
+static int read_series(FILE *in, const char *jsonl_path, series *s) {
   int rc = SL_OK;
-  series s = {0};
-  char *line = NULL, *tmp = NULL;
+  char *line = NULL;
   size_t cap = 0;
-  FILE *out = NULL;
-  FILE *in = fopen(jsonl_path, "r");
-  if (!in) return sl_fail(SL_EINPUT, "%s: cannot open metrics file: %s", jsonl_path, strerror(errno));
   ssize_t r;
   long long nulls = 0;
   while ((r = getline(&line, &cap, in)) >= 0) {
@@ -187,52 +184,39 @@ int sl_plot_metrics(const char *jsonl_path, const char *svg_path) {
     double row[NCOL];
     int ok = parse_row(o, row);
     if (!ok && isfinite(row[C_STEP]) && json_is_null(json_object_get(o, "loss"))) nulls++; /* a non-finite step */
-    if (ok && push(&s, row)) {
+    if (ok && push(s, row)) {
       json_decref(o);
       rc = sl_fail(SL_ENOMEM, "out of memory reading %s", jsonl_path);
-      goto done;
+      break;
     }
     json_decref(o);
   }
-  if (ferror(in)) {
-    rc = sl_fail(SL_EIO, "%s: read failed", jsonl_path);
-    goto done;
-  }
-  if (s.n == 0 && nulls > 0) {
-    rc = sl_fail(SL_EINPUT, "%s: no step had a finite loss (%lld metrics lines, every \"loss\" is null): nothing to plot",
-                 jsonl_path, nulls);
-    goto done;
-  }
-  if (s.n == 0) {
-    rc = sl_fail(SL_EINPUT,
-                 "%s: no metrics lines: expected JSON objects with numeric \"step\", "
-                 "\"loss\" and \"tokens_per_s\" (file empty or malformed)",
-                 jsonl_path);
-    goto done;
-  }
-  double xlo, xhi;
-  range_of(s.v[C_STEP], s.n, &xlo, &xhi);
-  if (asprintf(&tmp, "%s.tmp.%d", svg_path, (int)getpid()) < 0) {
-    tmp = NULL;
-    rc = sl_fail(SL_ENOMEM, "out of memory");
-    goto done;
-  }
-  out = fopen(tmp, "w");
-  if (!out) {
-    int bad_path = errno == ENOENT || errno == EACCES || errno == ENOTDIR || errno == EROFS;
-    rc = sl_fail(bad_path ? SL_EINPUT : SL_EIO, "%s: cannot create: %s", tmp, strerror(errno));
-    goto done;
-  }
-  /* panels: loss (+ held-out), tokens/s, then those the file has data for */
+  free(line);
+  if (rc) return rc;
+  if (ferror(in)) return sl_fail(SL_EIO, "%s: read failed", jsonl_path);
+  if (s->n == 0 && nulls > 0)
+    return sl_fail(SL_EINPUT, "%s: no step had a finite loss (%lld metrics lines, every \"loss\" is null): nothing to plot",
+                   jsonl_path, nulls);
+  if (s->n == 0)
+    return sl_fail(SL_EINPUT,
+                   "%s: no metrics lines: expected JSON objects with numeric \"step\", "
+                   "\"loss\" and \"tokens_per_s\" (file empty or malformed)",
+                   jsonl_path);
+  return SL_OK;
+}
+
+/* The SVG document up to its closing tag: the title, then the panels: loss (+ held-out), tokens/s, then
+ * those the file has data for. */
+static void write_panels(FILE *out, const series *s, const char *jsonl_path, double xlo, double xhi) {
   int loss_cols[2] = {C_LOSS, C_EVAL}, tps_col = C_TPS, lr_col = C_LR, gn_col = C_GN, mem_cols[SL_ARENA_COUNT];
   const char *loss_names[2] = {"training loss", "held-out loss"}, *mem_names[SL_ARENA_COUNT];
-  int nmem = 0, has_eval = any_finite(&s, C_EVAL);
+  int nmem = 0, has_eval = any_finite(s, C_EVAL);
   for (int a = 0; a < SL_ARENA_COUNT; a++)
-    if (any_finite(&s, C_ARENA + a)) {
+    if (any_finite(s, C_ARENA + a)) {
       mem_cols[nmem] = C_ARENA + a;
       mem_names[nmem++] = sl_arena_name((sl_arena)a);
     }
-  int np = 2 + any_finite(&s, C_LR) + any_finite(&s, C_GN) + (nmem > 0);
+  int np = 2 + any_finite(s, C_LR) + any_finite(s, C_GN) + (nmem > 0);
   const int PH = 250, GAP = 70, H = 50 + np * (PH + GAP);
   fprintf(out,
           "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
@@ -247,19 +231,43 @@ int sl_plot_metrics(const char *jsonl_path, const char *svg_path) {
           "font-weight=\"bold\">shardlm training metrics: ",
           W / 2);
   xml_escape(out, base);
-  fprintf(out, " (%lld steps)</text>\n", (long long)s.n);
+  fprintf(out, " (%lld steps)</text>\n", (long long)s->n);
   double y = 50;
 #define NEXT(cols, nc, names, label)                                                                                   \
   do {                                                                                                                 \
-    panel(out, &s, cols, nc, names, y, y + PH, label, xlo, xhi);                                                       \
+    panel(out, s, cols, nc, names, y, y + PH, label, xlo, xhi);                                                        \
     y += PH + GAP;                                                                                                     \
   } while (0)
   NEXT(loss_cols, has_eval ? 2 : 1, has_eval ? loss_names : NULL, "loss");
   NEXT(&tps_col, 1, NULL, "tokens/s");
-  if (any_finite(&s, C_LR)) NEXT(&lr_col, 1, NULL, "learning rate");
-  if (any_finite(&s, C_GN)) NEXT(&gn_col, 1, NULL, "gradient norm");
+  if (any_finite(s, C_LR)) NEXT(&lr_col, 1, NULL, "learning rate");
+  if (any_finite(s, C_GN)) NEXT(&gn_col, 1, NULL, "gradient norm");
   if (nmem) NEXT(mem_cols, nmem, mem_names, "peak memory per arena (MiB)");
 #undef NEXT
+}
+
+int sl_plot_metrics(const char *jsonl_path, const char *svg_path) {
+  int rc = SL_OK;
+  series s = {0};
+  char *tmp = NULL;
+  FILE *out = NULL;
+  FILE *in = fopen(jsonl_path, "r");
+  if (!in) return sl_fail(SL_EINPUT, "%s: cannot open metrics file: %s", jsonl_path, strerror(errno));
+  if ((rc = read_series(in, jsonl_path, &s))) goto done;
+  double xlo, xhi;
+  range_of(s.v[C_STEP], s.n, &xlo, &xhi);
+  if (asprintf(&tmp, "%s.tmp.%d", svg_path, (int)getpid()) < 0) {
+    tmp = NULL;
+    rc = sl_fail(SL_ENOMEM, "out of memory");
+    goto done;
+  }
+  out = fopen(tmp, "w");
+  if (!out) {
+    int bad_path = errno == ENOENT || errno == EACCES || errno == ENOTDIR || errno == EROFS;
+    rc = sl_fail(bad_path ? SL_EINPUT : SL_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+    goto done;
+  }
+  write_panels(out, &s, jsonl_path, xlo, xhi);
   fputs("</svg>\n", out);
   if (fflush(out) != 0 || ferror(out) || fsync(fileno(out)) != 0) {
     rc = sl_fail(SL_EIO, "%s: write failed: %s", tmp, strerror(errno));
@@ -276,7 +284,6 @@ done:
   if (out) fclose(out);
   if (rc && tmp) unlink(tmp);
   free(tmp);
-  free(line);
   fclose(in);
   for (int c = 0; c < NCOL; c++) free(s.v[c]);
   return rc;

@@ -39,6 +39,29 @@ static void usage(FILE *f) {
              "  --quiet               no progress line or summary\n");
 }
 
+/* After a successful run: the dropped-characters warning, then (unless quiet) the summary line. */
+static void report(const sl_prep_cfg *c, const sl_prep_stats *st, int quiet) {
+  if (st->dropped)
+    fprintf(stderr,
+            "shardlm prepare: warning: %lld characters in %lld documents have no vocabulary entry and were dropped "
+            "(the tokenizer has neither byte fallback nor an unk token; Hugging Face tokenizers drops them too), "
+            "the first '%s' at %s:%lld; --strict refuses such documents\n",
+            (long long)st->dropped, (long long)st->dropped_docs, st->drop_char, st->drop_file,
+            (long long)st->drop_line);
+  if (!quiet) {
+    if (st->has_mask) printf("wrote %s.bin, %s.idx and %s.lmask", c->output, c->output, c->output);
+    else printf("wrote %s.bin and %s.idx", c->output, c->output);
+    printf(": %lld documents, %lld tokens (%s, vocab %lld", (long long)st->documents, (long long)st->tokens,
+           st->dtype == SL_IDX_UINT16 ? "uint16" : "int32", (long long)st->vocab);
+    if (!c->tokenizer) printf(", byte-level, end-of-document %d", SL_BYTE_EOD);
+    printf(")");
+    if (st->has_mask) printf(", %lld of them counted in the loss", (long long)st->loss_tokens);
+    if (st->skipped) printf(", %lld bad rows skipped", (long long)st->skipped);
+    printf("; %.1f MB read in %.2f s, %.0f tokens/s\n", st->bytes_in / 1e6, st->seconds,
+           st->seconds > 0 ? st->tokens / st->seconds : 0.0);
+  }
+}
+
 int sl_tool_prepare(int argc, char **argv) {
   sl_prep_cfg c = {.append_eod = -1, .split = SL_SPLIT_BLANK};
   const char **inputs = calloc((size_t)argc, sizeof(char *));
@@ -125,23 +148,6 @@ int sl_tool_prepare(int argc, char **argv) {
     fprintf(stderr, "shardlm prepare: %s\n", sl_errmsg());
     return rc == SL_EINPUT ? 2 : 1;
   }
-  if (st.dropped)
-    fprintf(stderr,
-            "shardlm prepare: warning: %lld characters in %lld documents have no vocabulary entry and were dropped "
-            "(the tokenizer has neither byte fallback nor an unk token; Hugging Face tokenizers drops them too), "
-            "the first '%s' at %s:%lld; --strict refuses such documents\n",
-            (long long)st.dropped, (long long)st.dropped_docs, st.drop_char, st.drop_file, (long long)st.drop_line);
-  if (!quiet) {
-    if (st.has_mask) printf("wrote %s.bin, %s.idx and %s.lmask", c.output, c.output, c.output);
-    else printf("wrote %s.bin and %s.idx", c.output, c.output);
-    printf(": %lld documents, %lld tokens (%s, vocab %lld", (long long)st.documents, (long long)st.tokens,
-           st.dtype == SL_IDX_UINT16 ? "uint16" : "int32", (long long)st.vocab);
-    if (!c.tokenizer) printf(", byte-level, end-of-document %d", SL_BYTE_EOD);
-    printf(")");
-    if (st.has_mask) printf(", %lld of them counted in the loss", (long long)st.loss_tokens);
-    if (st.skipped) printf(", %lld bad rows skipped", (long long)st.skipped);
-    printf("; %.1f MB read in %.2f s, %.0f tokens/s\n", st.bytes_in / 1e6, st.seconds,
-           st.seconds > 0 ? st.tokens / st.seconds : 0.0);
-  }
+  report(&c, &st, quiet);
   return 0;
 }
