@@ -618,6 +618,28 @@ static void test_bf16_compute(void) {
   check_b16("bf16c rmsnorm_fwd out", &on);
   check("bf16c rmsnorm_fwd rstd (fp32)", &rs, 1e-5);
   freeb(&xn), freeb(&wn), freeb(&on), freeb(&rs);
+  /* rmsnorm at a row stride: the rows rounded, the gaps between them as they were */
+  {
+    int64_t ld = C + 40;
+    buf xs = mk(N * ld, -2, 2), ws = mk(C, 0.5f, 1.5f), os = mk(N * ld, -1, 1), rss = mk0(N);
+    float *pad = (float *)xmalloc((size_t)(N * ld) * 4), *g = (float *)xmalloc((size_t)(N * ld) * 4);
+    memcpy(pad, os.h, (size_t)(N * ld) * 4);
+    cpu->rmsnorm_fwd(cc, os.h, rss.h, xs.h, ws.h, N, C, ld, 1e-5f);
+    gpu->rmsnorm_fwd(gc, os.d, rss.d, xs.d, ws.d, N, C, ld, 1e-5f);
+    int st = sl_cuda_download(gc, g, os.d, (size_t)(N * ld) * 4);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < N * ld; i++) {
+      uint32_t u, v;
+      memcpy(&u, &g[i], 4);
+      memcpy(&v, &os.h[i], 4);
+      if (i % ld < C) bad += (u & 0xffffu) != 0 || (v & 0xffffu) != 0;
+      else bad += memcmp(&g[i], &pad[i], 4) != 0 || memcmp(&os.h[i], &pad[i], 4) != 0;
+    }
+    report("bf16c rmsnorm_fwd ld>C rows rounded, gaps kept", N * ld, (double)bad, 0, 0, st == SL_OK && bad == 0);
+    check("bf16c rmsnorm_fwd ld>C out", &os, TOL_B16);
+    free(pad), free(g);
+    freeb(&xs), freeb(&ws), freeb(&os), freeb(&rss);
+  }
   /* rope + attention (GQA) */
   int64_t B = 2, T = 33, nh = 4, nkv = 2, hd = 64, nq = B * T * (nh + 2 * nkv) * hd, no = B * T * nh * hd;
   buf qkv = mk(nq, -1, 1), att = mk0(no), lse = mk0(B * nh * T), datt = mk(no, -1, 1), dqkv = mk0(nq);
