@@ -44,10 +44,11 @@ typedef struct sl_ops {
 
   /* out = inp * rsqrt(mean(inp^2) + eps) * w over N rows of C elements;
    * row i of inp / out (and of dout / dinp in backward) starts at i * ld
-   * (ld >= C; ld == C: packed (N, C); ld > C: e.g. a per-head norm over the
-   * heads of packed q/k, N = tokens*heads rows of head_dim). Elements between
-   * rows are neither read nor written. rstd (N, packed) saved for backward;
-   * dw (C) += the weight gradient. */
+   * (ld >= C; ld == C: packed (N, C); ld > C: rows inside a wider buffer,
+   * e.g. a per-head norm: one head_dim-wide head in each token's row of
+   * packed qkv, ld = the row width). Elements between rows are neither read
+   * nor written. rstd (N, packed) saved for backward; dw (C) += the weight
+   * gradient. */
   void (*rmsnorm_fwd)(sl_kctx *, float *out, float *rstd, const float *inp, const float *w, int64_t N, int64_t C,
                       int64_t ld, float eps);
   void (*rmsnorm_bwd)(sl_kctx *, float *dinp, float *dw, const float *dout, const float *inp, const float *w,

@@ -163,9 +163,10 @@ static void test_rmsnorm(void) {
   freeb(&x), freeb(&w), freeb(&out), freeb(&rstd), freeb(&dout), freeb(&dx), freeb(&dw);
 }
 
-/* rows at a stride ld > C (a per-head norm over 64-wide heads of a 200-wide
- * row, N > 64 rows so dw takes two row groups); the whole buffers are
- * compared, so the gaps must come out as they went in on both sides */
+/* rows at a stride ld > C (one 64-wide head of each 200-wide row, as a
+ * per-head norm reads packed qkv; N > 64 rows so dw takes two row groups);
+ * the whole buffers are compared, so the gaps must come out as they went in
+ * on both sides */
 static void test_rmsnorm_strided(void) {
   int64_t N = 130, C = 64, ld = 200;
   buf x = mk(N * ld, -2, 2), w = mk(C, 0.5f, 1.5f), out = mk(N * ld, -1, 1), rstd = mk0(N);

@@ -205,9 +205,11 @@ static void test_rmsnorm(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C) 
   free(s.o);
 }
 
-/* rmsnorm over rows at a stride ld > C (a per-head norm over heads of packed
- * q/k): the same bits as the packed (N, C) op on the gathered rows; the
- * elements between rows are neither read (NaN there) nor written. */
+/* rmsnorm over rows at a stride ld > C (rows inside a wider buffer, as a
+ * per-head norm reads one head of each packed qkv row): the same bits as the
+ * packed (N, C) op on the gathered rows; the elements between rows are
+ * neither read (NaN there) nor written. The figure is the number of
+ * elements whose bits differ. */
 static int64_t bits_diff(const float *a, const float *b, int64_t n) {
   int64_t d = 0;
   for (int64_t i = 0; i < n; i++) d += memcmp(&a[i], &b[i], sizeof(float)) != 0;
