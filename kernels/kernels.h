@@ -42,11 +42,17 @@ typedef struct sl_ops {
   /* dwte (V, C) += scatter of dout (N, C) by tok */
   void (*embedding_bwd)(sl_kctx *, float *dwte, const float *dout, const int32_t *tok, int64_t N, int64_t C);
 
-  /* out = inp * rsqrt(mean(inp^2) + eps) * w ; rstd (N) saved for backward */
+  /* out = inp * rsqrt(mean(inp^2) + eps) * w over N rows of C elements;
+   * row i of inp / out (and of dout / dinp in backward) starts at i * ld
+   * (ld >= C; ld == C: packed (N, C); ld > C: rows inside a wider buffer,
+   * e.g. a per-head norm: one head_dim-wide head in each token's row of
+   * packed qkv, ld = the row width). Elements between rows are neither read
+   * nor written. rstd (N, packed) saved for backward; dw (C) += the weight
+   * gradient. */
   void (*rmsnorm_fwd)(sl_kctx *, float *out, float *rstd, const float *inp, const float *w, int64_t N, int64_t C,
-                      float eps);
+                      int64_t ld, float eps);
   void (*rmsnorm_bwd)(sl_kctx *, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-                      const float *rstd, int64_t N, int64_t C);
+                      const float *rstd, int64_t N, int64_t C, int64_t ld);
 
   /* out (N, OC) = inp (N, IC) @ w (OC, IC)^T (+ b (OC) if b != NULL) */
   void (*linear_fwd)(sl_kctx *, float *out, const float *inp, const float *w, const float *b, int64_t N, int64_t IC,
@@ -58,10 +64,15 @@ typedef struct sl_ops {
 
   /* Rotary embedding, HF rotate-half layout, in place on the q and k heads of
    * packed qkv (B, T, (nh+2nkv)*hd). Position of token t is t (restarts at 0
-   * in every sample). inv_freq[i] = theta^(-2i/hd), i < hd/2. */
-  void (*rope_fwd)(sl_kctx *, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta);
+   * in every sample). inv_freq (hd/2, backend memory): the frequency of each
+   * rotated pair, which the model computes (models/rope.h: theta^(-2i/hd),
+   * or a scaled rule); angle = (float)pos * inv_freq[i] in fp32, then cos and
+   * sin in double rounded to fp32, as torch does. */
+  void (*rope_fwd)(sl_kctx *, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                   const float *inv_freq);
   /* The transpose (inverse) rotation, in place on dq and dk of dqkv. */
-  void (*rope_bwd)(sl_kctx *, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta);
+  void (*rope_bwd)(sl_kctx *, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                   const float *inv_freq);
 
   /* Causal grouped-query attention. q head h uses kv head h / (nh/nkv).
    * Query i sees key j iff j <= i and (window <= 0 or i - j < window).
@@ -197,10 +208,10 @@ typedef struct sl_ops {
    * starts; 0 <= seg[t] <= t, and seg is constant within a document (it
    * steps up at each document start). */
   /* Rotary embedding at position t - seg[t] (restarting per document). */
-  void (*rope_doc_fwd)(sl_kctx *, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta,
-                       const int32_t *seg);
-  void (*rope_doc_bwd)(sl_kctx *, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta,
-                       const int32_t *seg);
+  void (*rope_doc_fwd)(sl_kctx *, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                       const float *inv_freq, const int32_t *seg);
+  void (*rope_doc_bwd)(sl_kctx *, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                       const float *inv_freq, const int32_t *seg);
   /* Attention where query i also needs key j >= seg[i] (block-diagonal
    * causal mask: no attention across documents). */
   void (*attention_doc_fwd)(sl_kctx *, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,

@@ -38,11 +38,13 @@
 
 #include "base/base.h"
 #include "models/llama_internal.h"
+#include "models/rope.h"
 
 static void llama_destroy(sl_model *m) {
   llama_priv *p = m->priv;
   if (!p) return;
   sl_act_sets_free(p->sets, p->nsets);
+  if (p->inv_freq) m->ops->free(m->k, p->inv_freq);
   free(p->hvp);
   free(p);
   m->priv = NULL;
@@ -77,7 +79,7 @@ static int row_parallel_sum(sl_model *m, llama_priv *p, float *part, float *rows
  * GEMM: in place at T = 1 or without sp; under sp the local rows go to
  * p->xl and are all-gathered into out. */
 static int norm_gathered(sl_model *m, llama_priv *p, float *out, float *rstd, const float *x, const float *w) {
-  m->ops->rmsnorm_fwd(m->k, p->sp ? p->xl : out, rstd, x, w, p->n, p->C, p->eps);
+  m->ops->rmsnorm_fwd(m->k, p->sp ? p->xl : out, rstd, x, w, p->n, p->C, p->C, p->eps);
   return p->sp ? sp_gather(m, p, p->xl, out) : SL_OK;
 }
 
@@ -94,7 +96,7 @@ static int block_forward(sl_model *m, llama_priv *p, const float *flat, const fl
   int rc = norm_gathered(m, p, a->ln1, a->rstd1, x, w.ln1);
   if (rc) return rc;
   o->linear_fwd(k, a->qkv, a->ln1, w.wqkv, NULL, N, C, p->Q);
-  o->rope_doc_fwd(k, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, p->theta, m->seg);
+  o->rope_doc_fwd(k, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
   block_attn_core(m, p, a);
   o->linear_fwd(k, p->sp ? p->dln : a->xmid, a->att, w.wo, NULL, N, p->A, C);
   if ((rc = row_parallel_sum(m, p, p->dln, a->xmid))) return rc;
@@ -202,7 +204,7 @@ static int llama_bwd(sl_model *m, int u, const float *flat, float *grads) {
   o->linear_bwd(k, p->dln, (float *)g.wgu, NULL, p->dgu, a->ln2, w.wgu, N, C, 2 * p->I);
   if ((rc = row_parallel_sum(m, p, p->dln, p->sp ? p->xl : p->dln))) return rc;
   o->rmsnorm_bwd(k, p->dres, norm_dw(m, p, (float *)g.ln2, p->gnorm + C), p->sp ? p->xl : p->dln, a->xmid, w.ln2,
-                 a->rstd2, n, C);
+                 a->rstd2, n, C, C);
   /* attention */
   if (p->sp && (rc = sp_gather(m, p, p->dres, (float *)(dout = p->dln)))) return rc;
   m->ops->zero(m->k, p->datt, (size_t)(N * p->A) * 4);
@@ -210,13 +212,14 @@ static int llama_bwd(sl_model *m, int u, const float *flat, float *grads) {
   m->ops->zero(m->k, p->dqkv, (size_t)(N * p->Q) * 4);
   o->attention_doc_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd, p->window,
                        m->seg);
-  o->rope_doc_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->theta, m->seg);
+  o->rope_doc_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
   m->ops->zero(m->k, p->dln, (size_t)(N * C) * 4);
   if (p->kvrep > 1) kv_grad_begin(m, p, (float *)g.wqkv + p->nh * p->hd * C);
   o->linear_bwd(k, p->dln, (float *)g.wqkv, NULL, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
   if ((rc = row_parallel_sum(m, p, p->dln, p->sp ? p->xl : p->dln))) return rc;
   if (p->kvrep > 1 && (rc = kv_grad_sum(m, p, (float *)g.wqkv + p->nh * p->hd * C))) return rc;
-  o->rmsnorm_bwd(k, p->dres, norm_dw(m, p, (float *)g.ln1, p->gnorm), p->sp ? p->xl : p->dln, x, w.ln1, a->rstd1, n, C);
+  o->rmsnorm_bwd(k, p->dres, norm_dw(m, p, (float *)g.ln1, p->gnorm), p->sp ? p->xl : p->dln, x, w.ln1, a->rstd1, n, C,
+                 C);
   if ((rc = norm_grad_sum(m, p, (float *)g.ln1, p->gnorm))) return rc;
   return norm_grad_sum(m, p, (float *)g.ln2, p->gnorm + C);
 }
@@ -390,7 +393,6 @@ int sl_llama_create(sl_model *m) {
   p->L = c->num_hidden_layers;
   p->window = c->arch == SL_ARCH_MISTRAL ? c->sliding_window : 0;
   p->eps = (float)c->rms_norm_eps;
-  p->theta = (float)c->rope_theta;
   p->tied = c->tie_word_embeddings;
   p->vp = T > 1;
   p->sp = m->sp;
@@ -434,6 +436,13 @@ int sl_llama_create(sl_model *m) {
     return rc;
 
   if (m->B == 0) return SL_OK; /* specs only */
+  /* the RoPE frequencies, once, in backend memory */
+  float *inv = malloc((size_t)(p->hd / 2 + 1) * sizeof(float));
+  if (!inv) return sl_fail(SL_ENOMEM, "out of memory");
+  sl_rope_inv_freq(inv, p->hd, (float)c->rope_theta);
+  p->inv_freq = sl_rope_table_upload(m->ops, m->k, inv, p->hd);
+  free(inv);
+  if (!p->inv_freq) return SL_ENOMEM;
   /* activations: set 0, then the backward scratch every set shares */
   int64_t N = p->N;
   if ((rc = llama_alloc_acts(m, 0))) return rc;

@@ -27,7 +27,8 @@ typedef struct {
   int64_t kvrep, kvslot, kvgroups;                  /* k/v slice shared by kvrep TP ranks; its index of kvgroups */
   float *kvsum; /* (kvgroups + 1, 2*nkv*hd*C) replicated k/v gradient exchange, then the slice's
                    earlier micro-batches' sum (kvrep > 1; kv_grad_begin) */
-  float eps, theta;
+  float eps;
+  float *inv_freq; /* (hd/2) backend memory: the RoPE frequencies (models/rope.h), B > 0 */
   int tied;
   /* the selected activation set's views (sets[m->act]) */
   float **stream;  /* (L+1) x (N, C): input of block l; stream[L] feeds the head */

@@ -91,7 +91,7 @@ static int block_input(sl_model *m, int u, const float *flat, float *stash) {
   o->linear_bwd(k, p->dln, NULL, NULL, p->dgu, a->ln2, w.wgu, N, C, 2 * p->I);
   if ((rc = sl_llama_row_parallel_sum(m, p->dln, dn))) return rc;
   o->copy(k, s.dln2, dn, nc);
-  o->rmsnorm_bwd(k, p->dres, NULL, dn, a->xmid, w.ln2, a->rstd2, n, C);
+  o->rmsnorm_bwd(k, p->dres, NULL, dn, a->xmid, w.ln2, a->rstd2, n, C, C);
   /* attention */
   if (p->sp) rc = sl_llama_sp_gather(m, p->dres, s.datt);
   else o->copy(k, s.datt, p->dres, nc);
@@ -101,13 +101,13 @@ static int block_input(sl_model *m, int u, const float *flat, float *stash) {
   o->zero(k, p->dqkv, (size_t)(N * p->Q) * 4);
   o->attention_doc_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd, p->window,
                        m->seg);
-  o->rope_doc_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->theta, m->seg);
+  o->rope_doc_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
   o->copy(k, s.dqkv, p->dqkv, (size_t)(N * p->Q) * 4);
   o->zero(k, p->dln, (size_t)(N * C) * 4);
   o->linear_bwd(k, p->dln, NULL, NULL, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
   if ((rc = sl_llama_row_parallel_sum(m, p->dln, dn))) return rc;
   o->copy(k, s.dln1, dn, nc);
-  o->rmsnorm_bwd(k, p->dres, NULL, dn, p->stream[l], w.ln1, a->rstd1, n, C);
+  o->rmsnorm_bwd(k, p->dres, NULL, dn, p->stream[l], w.ln1, a->rstd1, n, C, C);
   return SL_OK;
 }
 
@@ -124,12 +124,13 @@ static int block_weight(sl_model *m, int u, const float *flat, float *grads, con
   if ((rc = sl_llama_recompute(m, u, flat))) return rc; /* again: B's recomputed tensors are shared, gone */
   o->linear_bwd(k, NULL, (float *)g.wd, NULL, s.dmlp, a->h, w.wd, N, p->I, C);
   o->linear_bwd(k, NULL, (float *)g.wgu, NULL, s.dgu, a->ln2, w.wgu, N, C, 2 * p->I);
-  o->rmsnorm_bwd(k, NULL, sl_llama_norm_dw(m, (float *)g.ln2, p->gnorm + C), s.dln2, a->xmid, w.ln2, a->rstd2, p->n, C);
+  o->rmsnorm_bwd(k, NULL, sl_llama_norm_dw(m, (float *)g.ln2, p->gnorm + C), s.dln2, a->xmid, w.ln2, a->rstd2, p->n, C,
+                 C);
   o->linear_bwd(k, NULL, (float *)g.wo, NULL, s.datt, a->att, w.wo, N, p->A, C);
   if (p->kvrep > 1) sl_llama_kv_grad_begin(m, (float *)g.wqkv + p->nh * p->hd * C);
   o->linear_bwd(k, NULL, (float *)g.wqkv, NULL, s.dqkv, a->ln1, w.wqkv, N, C, p->Q);
   if (p->kvrep > 1 && (rc = sl_llama_kv_grad_sum(m, (float *)g.wqkv + p->nh * p->hd * C))) return rc;
-  o->rmsnorm_bwd(k, NULL, sl_llama_norm_dw(m, (float *)g.ln1, p->gnorm), s.dln1, p->stream[l], w.ln1, a->rstd1, p->n,
+  o->rmsnorm_bwd(k, NULL, sl_llama_norm_dw(m, (float *)g.ln1, p->gnorm), s.dln1, p->stream[l], w.ln1, a->rstd1, p->n, C,
                  C);
   if ((rc = sl_llama_norm_grad_sum(m, (float *)g.ln1, p->gnorm))) return rc;
   return sl_llama_norm_grad_sum(m, (float *)g.ln2, p->gnorm + C);

@@ -34,7 +34,7 @@ int sl_lm_head_bwd_input(sl_model *m, sl_lm_head *h, const float *flat, const fl
   m->ops->zero(m->k, dln, bytes);
   m->ops->lmhead_ce_bwd(m->k, dln, h->tied ? tied : NULL, h->lnf, W, m->targets, h->lse, m->loss_scale, h->N, h->C,
                         h->V);
-  m->ops->rmsnorm_bwd(m->k, dres, NULL, dln, x, flat, h->rstdf, h->N, h->C);
+  m->ops->rmsnorm_bwd(m->k, dres, NULL, dln, x, flat, h->rstdf, h->N, h->C, h->C);
   m->ops->copy(m->k, stash, dln, bytes);
   return SL_OK;
 }
@@ -44,7 +44,7 @@ int sl_lm_head_bwd_weight(sl_model *m, sl_lm_head *h, const float *flat, float *
   if (!h->tied)
     m->ops->lmhead_ce_bwd(m->k, NULL, grads + h->C, h->lnf, flat + h->C, m->targets, h->lse, m->loss_scale, h->N, h->C,
                           h->V);
-  m->ops->rmsnorm_bwd(m->k, NULL, grads, stash, x, flat, h->rstdf, h->N, h->C);
+  m->ops->rmsnorm_bwd(m->k, NULL, grads, stash, x, flat, h->rstdf, h->N, h->C, h->C);
   return SL_OK;
 }
 
@@ -67,7 +67,7 @@ int sl_lm_head_vp_bwd_input(sl_model *m, sl_lm_head_vp *hv, const float *flat, c
                         vs->v0, vs->Vl, vs->valid);
   rc = hv->sp ? g->reducescatter(g->user, dln, dn, n * h->C) : g->allreduce(g->user, dln, h->N * h->C, SL_TP_SUM);
   if (rc) return rc;
-  m->ops->rmsnorm_bwd(m->k, dres, NULL, dn, x, flat, h->rstdf, n, h->C);
+  m->ops->rmsnorm_bwd(m->k, dres, NULL, dn, x, flat, h->rstdf, n, h->C, h->C);
   m->ops->copy(m->k, stash, dn, (size_t)(n * h->C) * 4);
   return SL_OK;
 }
@@ -80,6 +80,6 @@ int sl_lm_head_vp_bwd_weight(sl_model *m, sl_lm_head_vp *hv, const float *flat, 
     m->ops->lmhead_vp_bwd(m->k, NULL, grads + h->C, h->lnf, flat + h->C, m->targets, h->lse, m->loss_scale, h->N, h->C,
                           vs->v0, vs->Vl, vs->valid);
   float *dw = hv->sp ? sl_sp_norm_dw(m, hv->gw, h->C) : grads;
-  m->ops->rmsnorm_bwd(m->k, NULL, dw, stash, x, flat, h->rstdf, hv->sp ? h->N / vs->T : h->N, h->C);
+  m->ops->rmsnorm_bwd(m->k, NULL, dw, stash, x, flat, h->rstdf, hv->sp ? h->N / vs->T : h->N, h->C, h->C);
   return hv->sp ? sl_sp_norm_dw_sum(m, grads, hv->gw, h->C) : SL_OK;
 }

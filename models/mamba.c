@@ -143,7 +143,7 @@ static int block_forward(sl_model *m, mamba_priv *p, const float *flat, const fl
   sl_kctx *k = m->k;
   mblockw w = block_views(p, flat);
   int64_t N = p->N, H = p->H, D = p->D, S = p->S, R = p->R;
-  o->rmsnorm_fwd(k, p->sp ? p->xl : a->ln, a->rstd, x, w.norm, p->n, H, p->eps);
+  o->rmsnorm_fwd(k, p->sp ? p->xl : a->ln, a->rstd, x, w.norm, p->n, H, H, p->eps);
   int rc = p->sp ? sp_gather(m, p, p->xl, a->ln) : SL_OK;
   if (rc) return rc;
   o->linear_fwd(k, a->xz, a->ln, w.w_in, w.b_in, N, H, 2 * D);
@@ -253,7 +253,7 @@ static int mamba_bwd(sl_model *m, int u, const float *flat, float *grads) {
   o->linear_bwd(k, p->dln, (float *)g.w_in, (float *)g.b_in, p->dxz, a->ln, w.w_in, N, H, 2 * D);
   float *dnorm = p->sp ? p->xl : p->dln;
   if ((rc = row_parallel_sum(m, p, p->dln, dnorm))) return rc; /* #4 */
-  o->rmsnorm_bwd(k, p->dres, norm_dw(m, p, (float *)g.norm), dnorm, x, w.norm, a->rstd, p->n, H);
+  o->rmsnorm_bwd(k, p->dres, norm_dw(m, p, (float *)g.norm), dnorm, x, w.norm, a->rstd, p->n, H, H);
   return norm_grad_sum(m, p, (float *)g.norm);
 }
 

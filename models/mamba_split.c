@@ -108,7 +108,7 @@ static int block_input(sl_model *m, mamba_priv *p, int l, mblockw w, mstash s) {
   float *dnorm = p->sp ? p->xl : p->dln; /* summed over TP: this rank's rows */
   if ((rc = sl_mamba_row_parallel_sum(m, p->dln, dnorm))) return rc;
   copy(m, s.dln, dnorm, p->n * H);
-  o->rmsnorm_bwd(k, p->dres, NULL, dnorm, p->stream[l], w.norm, a->rstd, p->n, H);
+  o->rmsnorm_bwd(k, p->dres, NULL, dnorm, p->stream[l], w.norm, a->rstd, p->n, H, H);
   return SL_OK;
 }
 
@@ -127,7 +127,7 @@ static int block_weight(sl_model *m, mamba_priv *p, int l, mblockw w, mblockw g,
   o->conv1d_bwd(k, NULL, 2 * D, (float *)g.w_conv, (float *)g.b_conv, s.dxcp, a->xz, 2 * D, w.w_conv, m->B, m->T, D,
                 p->K);
   o->linear_bwd(k, NULL, (float *)g.w_in, (float *)g.b_in, s.dxz, a->ln, w.w_in, N, H, 2 * D);
-  o->rmsnorm_bwd(k, NULL, sl_mamba_norm_dw(m, (float *)g.norm), s.dln, p->stream[l], w.norm, a->rstd, p->n, H);
+  o->rmsnorm_bwd(k, NULL, sl_mamba_norm_dw(m, (float *)g.norm), s.dln, p->stream[l], w.norm, a->rstd, p->n, H, H);
   return sl_mamba_norm_grad_sum(m, (float *)g.norm);
 }
 

@@ -318,7 +318,7 @@ int sl_lm_head_fwd(sl_model *m, sl_lm_head *h, const float *flat, const float *x
   const float *W;
   int rc = head_weight(m, h, flat, &W);
   if (rc) return rc;
-  m->ops->rmsnorm_fwd(m->k, h->lnf, h->rstdf, x, flat, h->N, h->C, h->eps);
+  m->ops->rmsnorm_fwd(m->k, h->lnf, h->rstdf, x, flat, h->N, h->C, h->C, h->eps);
   m->ops->lmhead_ce_fwd(m->k, h->losses, h->lse, h->lnf, W, m->targets, h->N, h->C, h->V);
   m->loss_sum += m->ops->sum(m->k, h->losses, h->N);
   return SL_OK;
@@ -335,7 +335,7 @@ int sl_lm_head_bwd(sl_model *m, sl_lm_head *h, const float *flat, float *grads, 
   m->ops->zero(m->k, dres, bytes);
   m->ops->zero(m->k, dln, bytes);
   m->ops->lmhead_ce_bwd(m->k, dln, dW, h->lnf, W, m->targets, h->lse, m->loss_scale, h->N, h->C, h->V);
-  m->ops->rmsnorm_bwd(m->k, dres, grads, dln, x, flat, h->rstdf, h->N, h->C);
+  m->ops->rmsnorm_bwd(m->k, dres, grads, dln, x, flat, h->rstdf, h->N, h->C, h->C);
   return SL_OK;
 }
 

@@ -97,8 +97,9 @@ static void c_embedding_bwd(sl_kctx *k, float *dwte, const float *dout, const in
   add(k, D(N) * D(C), 0);
 }
 static void c_rmsnorm_fwd(sl_kctx *k, float *out, float *rstd, const float *inp, const float *w, int64_t N, int64_t C,
-                          float eps) {
+                          int64_t ld, float eps) {
   (void)out;
+  (void)ld;
   (void)rstd;
   (void)inp;
   (void)w;
@@ -106,8 +107,9 @@ static void c_rmsnorm_fwd(sl_kctx *k, float *out, float *rstd, const float *inp,
   add(k, 4 * D(N) * D(C), 0);
 }
 static void c_rmsnorm_bwd(sl_kctx *k, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-                          const float *rstd, int64_t N, int64_t C) {
+                          const float *rstd, int64_t N, int64_t C, int64_t ld) {
   (void)dinp;
+  (void)ld;
   (void)dw;
   (void)dout;
   (void)inp;
@@ -129,15 +131,16 @@ static void c_linear_bwd(sl_kctx *k, float *dinp, float *dw, float *db, const fl
   (void)w;
   add(k, db ? D(N) * D(OC) : 0, ((dinp ? 2 : 0) + (dw ? 2 : 0)) * D(N) * D(IC) * D(OC));
 }
-static void c_rope_fwd(sl_kctx *k, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta) {
+static void c_rope_fwd(sl_kctx *k, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                       const float *inv_freq) {
   (void)qkv;
-  (void)theta;
+  (void)inv_freq;
   add(k, 3 * D(B) * D(T) * D(nh + nkv) * D(hd), 0);
 }
 static void c_rope_doc_fwd(sl_kctx *k, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                           float theta, const int32_t *seg) {
+                           const float *inv_freq, const int32_t *seg) {
   (void)seg;
-  c_rope_fwd(k, qkv, B, T, nh, nkv, hd, theta);
+  c_rope_fwd(k, qkv, B, T, nh, nkv, hd, inv_freq);
 }
 /* scores and values without the causal halving: the 12 l h s convention */
 static void c_attention_fwd(sl_kctx *k, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,

@@ -58,9 +58,9 @@ SL_CPU_HOT static float rms_fwd_row(float *o, const float *x, const float *w, in
 }
 
 void sl_cpu_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w, int64_t N, int64_t C,
-                        float eps) {
+                        int64_t ld, float eps) {
 #pragma omp parallel for num_threads(nthr(ctx, N *C)) schedule(static)
-  for (int64_t i = 0; i < N; i++) rstd[i] = rms_fwd_row(out + i * C, inp + i * C, w, C, eps);
+  for (int64_t i = 0; i < N; i++) rstd[i] = rms_fwd_row(out + i * ld, inp + i * ld, w, C, eps);
 }
 
 /* dx += r*w*dy - x * r^3 * sum(w*dy*x)/C ; dwp += dy*x*r */
@@ -76,7 +76,7 @@ SL_CPU_HOT static void rms_bwd_row(float *dx, float *dwp, const float *dy, const
 }
 
 void sl_cpu_rmsnorm_bwd(sl_kctx *ctx, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-                        const float *rstd, int64_t N, int64_t C) {
+                        const float *rstd, int64_t N, int64_t C, int64_t ld) {
   int nt = nthr(ctx, N * C);
   float *part = NULL;
   if (dw && nt > 1) {
@@ -94,7 +94,7 @@ void sl_cpu_rmsnorm_bwd(sl_kctx *ctx, float *dinp, float *dw, const float *dout,
       if (part) memset(dwp, 0, (size_t)C * sizeof(float));
     }
     for (int64_t i = r0; i < r1; i++)
-      rms_bwd_row(dinp ? dinp + i * C : NULL, dwp, dout + i * C, inp + i * C, w, rstd[i], C);
+      rms_bwd_row(dinp ? dinp + i * ld : NULL, dwp, dout + i * ld, inp + i * ld, w, rstd[i], C);
     if (part) {
 #pragma omp barrier
       int64_t c0, c1;
@@ -108,12 +108,14 @@ void sl_cpu_rmsnorm_bwd(sl_kctx *ctx, float *dinp, float *dw, const float *dout,
 /* ---- RoPE ---------------------------------------------------------------- */
 
 /* (T, hd/2) pairs of (cos, sin) as torch computes them in fp32:
- * inv_freq = 1 / theta^(arange(0,hd,2)/hd), angle = t * inv_freq. Cached in
- * ctx for the last (T, hd, theta). */
-static const float *rope_table(sl_kctx *ctx, int64_t T, int64_t hd, float theta) {
-  if (ctx->rope_tab && ctx->rope_T >= T && ctx->rope_hd == hd && ctx->rope_theta == theta) return ctx->rope_tab;
+ * angle = t * inv_freq[i] in fp32, cos / sin in double. Cached in ctx for
+ * the last (T, hd, inv_freq values); the values are kept after the table. */
+static const float *rope_table(sl_kctx *ctx, int64_t T, int64_t hd, const float *inv_freq) {
   int64_t h2 = hd / 2;
-  float *tab = malloc((size_t)(T * h2 * 2) * sizeof(float));
+  if (ctx->rope_tab && ctx->rope_T >= T && ctx->rope_hd == hd &&
+      !memcmp(ctx->rope_tab + ctx->rope_T * h2 * 2, inv_freq, (size_t)h2 * sizeof(float)))
+    return ctx->rope_tab;
+  float *tab = malloc((size_t)(T * h2 * 2 + h2) * sizeof(float));
   if (!tab) {
     sl_fail(SL_ENOMEM,
             "kernels/cpu rope: cannot allocate the (%lld, %lld) "
@@ -123,26 +125,25 @@ static const float *rope_table(sl_kctx *ctx, int64_t T, int64_t hd, float theta)
     return NULL;
   }
   for (int64_t i = 0; i < h2; i++) {
-    float e = (float)(2 * i) / (float)hd;
-    float inv = 1.0f / powf(theta, e);
+    float inv = inv_freq[i];
     for (int64_t t = 0; t < T; t++) {
       float a = (float)t * inv;
       tab[(t * h2 + i) * 2 + 0] = (float)cos((double)a);
       tab[(t * h2 + i) * 2 + 1] = (float)sin((double)a);
     }
   }
+  memcpy(tab + T * h2 * 2, inv_freq, (size_t)h2 * sizeof(float));
   free(ctx->rope_tab);
   ctx->rope_tab = tab;
   ctx->rope_T = T;
   ctx->rope_hd = hd;
-  ctx->rope_theta = theta;
   return tab;
 }
 
 /* dir = +1: out = x*cos + rotate_half(x)*sin ; dir = -1: the transpose. */
-static void rope_apply(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta,
-                       float dir, const int32_t *seg) {
-  const float *tab = rope_table(ctx, T, hd, theta);
+static void rope_apply(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                       const float *inv_freq, float dir, const int32_t *seg) {
+  const float *tab = rope_table(ctx, T, hd, inv_freq);
   int64_t row = (nh + 2 * nkv) * hd, nrot = nh + nkv, h2 = hd / 2;
   if (!tab) {
     sl_cpu_poison(qkv, B * T * row);
@@ -164,23 +165,24 @@ static void rope_apply(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t n
   }
 }
 
-void sl_cpu_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta) {
-  rope_apply(ctx, qkv, B, T, nh, nkv, hd, theta, 1.0f, NULL);
+void sl_cpu_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                     const float *inv_freq) {
+  rope_apply(ctx, qkv, B, T, nh, nkv, hd, inv_freq, 1.0f, NULL);
 }
 
 void sl_cpu_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                     float theta) {
-  rope_apply(ctx, dqkv, B, T, nh, nkv, hd, theta, -1.0f, NULL);
+                     const float *inv_freq) {
+  rope_apply(ctx, dqkv, B, T, nh, nkv, hd, inv_freq, -1.0f, NULL);
 }
 
 void sl_cpu_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                         float theta, const int32_t *seg) {
-  rope_apply(ctx, qkv, B, T, nh, nkv, hd, theta, 1.0f, seg);
+                         const float *inv_freq, const int32_t *seg) {
+  rope_apply(ctx, qkv, B, T, nh, nkv, hd, inv_freq, 1.0f, seg);
 }
 
 void sl_cpu_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                         float theta, const int32_t *seg) {
-  rope_apply(ctx, dqkv, B, T, nh, nkv, hd, theta, -1.0f, seg);
+                         const float *inv_freq, const int32_t *seg) {
+  rope_apply(ctx, dqkv, B, T, nh, nkv, hd, inv_freq, -1.0f, seg);
 }
 
 /* ---- SwiGLU -------------------------------------------------------------- */

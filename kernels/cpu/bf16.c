@@ -55,9 +55,9 @@ static const float *stage(sl_kctx *ctx, int slot, const float *x, int64_t n, con
 }
 
 void sl_cpu_bf_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w, int64_t N,
-                           int64_t C, float eps) {
-  sl_cpu_rmsnorm_fwd(ctx, out, rstd, inp, w, N, C, eps);
-  if (ctx->bf16) sl_cpu_round_bf16(ctx, out, N * C);
+                           int64_t C, int64_t ld, float eps) {
+  sl_cpu_rmsnorm_fwd(ctx, out, rstd, inp, w, N, C, ld, eps);
+  if (ctx->bf16) sl_cpu_round_rows(ctx, out, N, C, ld);
 }
 
 void sl_cpu_bf_linear_fwd(sl_kctx *ctx, float *out, const float *inp, const float *w, const float *b, int64_t N,
@@ -97,23 +97,23 @@ void sl_cpu_bf_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, const
 #define QKV_N(B, T, nh, nkv, hd) ((B) * (T) * ((nh) + 2 * (nkv)) * (hd))
 
 void sl_cpu_bf_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                        float theta) {
-  sl_cpu_rope_fwd(ctx, qkv, B, T, nh, nkv, hd, theta);
+                        const float *inv_freq) {
+  sl_cpu_rope_fwd(ctx, qkv, B, T, nh, nkv, hd, inv_freq);
   if (ctx->bf16) sl_cpu_round_bf16(ctx, qkv, QKV_N(B, T, nh, nkv, hd));
 }
 void sl_cpu_bf_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                        float theta) {
-  sl_cpu_rope_bwd(ctx, dqkv, B, T, nh, nkv, hd, theta);
+                        const float *inv_freq) {
+  sl_cpu_rope_bwd(ctx, dqkv, B, T, nh, nkv, hd, inv_freq);
   if (ctx->bf16) sl_cpu_round_bf16(ctx, dqkv, QKV_N(B, T, nh, nkv, hd));
 }
 void sl_cpu_bf_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                            float theta, const int32_t *seg) {
-  sl_cpu_rope_doc_fwd(ctx, qkv, B, T, nh, nkv, hd, theta, seg);
+                            const float *inv_freq, const int32_t *seg) {
+  sl_cpu_rope_doc_fwd(ctx, qkv, B, T, nh, nkv, hd, inv_freq, seg);
   if (ctx->bf16) sl_cpu_round_bf16(ctx, qkv, QKV_N(B, T, nh, nkv, hd));
 }
 void sl_cpu_bf_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                            float theta, const int32_t *seg) {
-  sl_cpu_rope_doc_bwd(ctx, dqkv, B, T, nh, nkv, hd, theta, seg);
+                            const float *inv_freq, const int32_t *seg) {
+  sl_cpu_rope_doc_bwd(ctx, dqkv, B, T, nh, nkv, hd, inv_freq, seg);
   if (ctx->bf16) sl_cpu_round_bf16(ctx, dqkv, QKV_N(B, T, nh, nkv, hd));
 }
 

@@ -16,9 +16,9 @@ struct sl_kctx {
   void *scratch;           /* growable scratch block, 64-byte aligned */
   size_t scratch_cap;      /* bytes allocated in scratch */
   size_t scratch_hwm;      /* high-water mark of bytes requested */
-  float *rope_tab;         /* (rope_T, rope_hd/2, 2) cos,sin cache for rope */
+  float *rope_tab;         /* (rope_T, rope_hd/2, 2) cos,sin cache for rope, then
+                              the (rope_hd/2) inv_freq it was built for */
   int64_t rope_T, rope_hd; /* shape the cache was built for (0 = none) */
-  float rope_theta;        /* theta the cache was built for */
   int bf16;                /* compute dtype is SL_COMPUTE_BF16 (bf16.c) */
   float *stage[3];         /* bf16-rounded copies of GEMM operands (bf16.c) */
   size_t stage_cap[3];     /* floats allocated in stage[i] */

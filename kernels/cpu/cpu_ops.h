@@ -11,23 +11,25 @@ size_t sl_cpu_ctx_scratch_bytes(const sl_kctx *ctx);
 void sl_cpu_embedding_fwd(sl_kctx *ctx, float *out, const int32_t *tok, const float *wte, int64_t N, int64_t C);
 void sl_cpu_embedding_bwd(sl_kctx *ctx, float *dwte, const float *dout, const int32_t *tok, int64_t N, int64_t C);
 void sl_cpu_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w, int64_t N, int64_t C,
-                        float eps);
+                        int64_t ld, float eps);
 void sl_cpu_rmsnorm_bwd(sl_kctx *ctx, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-                        const float *rstd, int64_t N, int64_t C);
+                        const float *rstd, int64_t N, int64_t C, int64_t ld);
 void sl_cpu_linear_fwd(sl_kctx *ctx, float *out, const float *inp, const float *w, const float *b, int64_t N,
                        int64_t IC, int64_t OC);
 void sl_cpu_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                        const float *w, int64_t N, int64_t IC, int64_t OC);
-void sl_cpu_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta);
-void sl_cpu_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta);
+void sl_cpu_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                     const float *inv_freq);
+void sl_cpu_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                     const float *inv_freq);
 void sl_cpu_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
                           int64_t nkv, int64_t hd, int64_t window);
 void sl_cpu_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
                           const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window);
 void sl_cpu_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                         float theta, const int32_t *seg);
+                         const float *inv_freq, const int32_t *seg);
 void sl_cpu_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                         float theta, const int32_t *seg);
+                         const float *inv_freq, const int32_t *seg);
 void sl_cpu_attention_doc_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
                               int64_t nkv, int64_t hd, int64_t window, const int32_t *seg);
 void sl_cpu_attention_doc_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
@@ -93,24 +95,24 @@ void *sl_cpu_stream(sl_kctx *ctx);
  * wrappers, sl_cpu_bf_<op> = sl_cpu_<op> + the bf16 rounding points */
 int sl_cpu_ctx_set_compute(sl_kctx *ctx, int compute);
 void sl_cpu_bf_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w, int64_t N,
-                           int64_t C, float eps);
+                           int64_t C, int64_t ld, float eps);
 void sl_cpu_bf_linear_fwd(sl_kctx *ctx, float *out, const float *inp, const float *w, const float *b, int64_t N,
                           int64_t IC, int64_t OC);
 void sl_cpu_bf_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                           const float *w, int64_t N, int64_t IC, int64_t OC);
 void sl_cpu_bf_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                        float theta);
+                        const float *inv_freq);
 void sl_cpu_bf_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                        float theta);
+                        const float *inv_freq);
 void sl_cpu_bf_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
                              int64_t nkv, int64_t hd, int64_t window);
 void sl_cpu_bf_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
                              const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
                              int64_t window);
 void sl_cpu_bf_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                            float theta, const int32_t *seg);
+                            const float *inv_freq, const int32_t *seg);
 void sl_cpu_bf_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                            float theta, const int32_t *seg);
+                            const float *inv_freq, const int32_t *seg);
 void sl_cpu_bf_attention_doc_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T,
                                  int64_t nh, int64_t nkv, int64_t hd, int64_t window, const int32_t *seg);
 void sl_cpu_bf_attention_doc_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,

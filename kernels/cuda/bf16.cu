@@ -93,9 +93,9 @@ static void round_rows(sl_kctx *ctx, float *x, int64_t rows, int64_t cols, int64
 #define QKV_N(B, T, nh, nkv, hd) ((B) * (T) * ((nh) + 2 * (nkv)) * (hd))
 
 void sl_cuda_bf_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w, int64_t N,
-                            int64_t C, float eps) {
-  sl_cuda_rmsnorm_fwd(ctx, out, rstd, inp, w, N, C, eps);
-  if (ctx) RND(out, N * C);
+                            int64_t C, int64_t ld, float eps) {
+  sl_cuda_rmsnorm_fwd(ctx, out, rstd, inp, w, N, C, ld, eps);
+  if (ctx && ctx->bf16) round_rows(ctx, out, N, C, ld);
 }
 
 void sl_cuda_bf_linear_fwd(sl_kctx *ctx, float *out, const float *inp, const float *w, const float *b, int64_t N,
@@ -126,23 +126,23 @@ void sl_cuda_bf_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, cons
 }
 
 void sl_cuda_bf_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                         float theta) {
-  sl_cuda_rope_fwd(ctx, qkv, B, T, nh, nkv, hd, theta);
+                         const float *inv_freq) {
+  sl_cuda_rope_fwd(ctx, qkv, B, T, nh, nkv, hd, inv_freq);
   if (ctx) RND(qkv, QKV_N(B, T, nh, nkv, hd));
 }
 void sl_cuda_bf_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                         float theta) {
-  sl_cuda_rope_bwd(ctx, dqkv, B, T, nh, nkv, hd, theta);
+                         const float *inv_freq) {
+  sl_cuda_rope_bwd(ctx, dqkv, B, T, nh, nkv, hd, inv_freq);
   if (ctx) RND(dqkv, QKV_N(B, T, nh, nkv, hd));
 }
 void sl_cuda_bf_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                             float theta, const int32_t *seg) {
-  sl_cuda_rope_doc_fwd(ctx, qkv, B, T, nh, nkv, hd, theta, seg);
+                             const float *inv_freq, const int32_t *seg) {
+  sl_cuda_rope_doc_fwd(ctx, qkv, B, T, nh, nkv, hd, inv_freq, seg);
   if (ctx) RND(qkv, QKV_N(B, T, nh, nkv, hd));
 }
 void sl_cuda_bf_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                             float theta, const int32_t *seg) {
-  sl_cuda_rope_doc_bwd(ctx, dqkv, B, T, nh, nkv, hd, theta, seg);
+                             const float *inv_freq, const int32_t *seg) {
+  sl_cuda_rope_doc_bwd(ctx, dqkv, B, T, nh, nkv, hd, inv_freq, seg);
   if (ctx) RND(dqkv, QKV_N(B, T, nh, nkv, hd));
 }
 

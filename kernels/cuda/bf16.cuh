@@ -9,19 +9,19 @@ extern "C" {
 #endif
 int sl_cuda_ctx_set_compute(sl_kctx *ctx, int compute);
 void sl_cuda_bf_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w, int64_t N,
-                            int64_t C, float eps);
+                            int64_t C, int64_t ld, float eps);
 void sl_cuda_bf_linear_fwd(sl_kctx *ctx, float *out, const float *inp, const float *w, const float *b, int64_t N,
                            int64_t IC, int64_t OC);
 void sl_cuda_bf_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                            const float *w, int64_t N, int64_t IC, int64_t OC);
 void sl_cuda_bf_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                         float theta);
+                         const float *inv_freq);
 void sl_cuda_bf_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                         float theta);
+                         const float *inv_freq);
 void sl_cuda_bf_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                             float theta, const int32_t *seg);
+                             const float *inv_freq, const int32_t *seg);
 void sl_cuda_bf_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                             float theta, const int32_t *seg);
+                             const float *inv_freq, const int32_t *seg);
 void sl_cuda_bf_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
                               int64_t nkv, int64_t hd, int64_t window);
 void sl_cuda_bf_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,

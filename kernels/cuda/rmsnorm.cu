@@ -9,60 +9,60 @@
 #define ROWS_PER_PART 64 /* rows summed by one pass-1 partial of dw */
 
 static __global__ void rmsnorm_fwd_kernel(float *out, float *rstd, const float *inp, const float *w, int64_t C,
-                                          float eps) {
+                                          int64_t ld, float eps) {
   __shared__ float sh[33];
   int64_t r = blockIdx.x;
-  const float *x = inp + r * C;
+  const float *x = inp + r * ld;
   float ss = 0.0f;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) ss += x[c] * x[c];
   ss = sl_block_sum(ss, sh);
   float rs = 1.0f / sqrtf(ss / (float)C + eps);
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) out[r * C + c] = x[c] * rs * w[c];
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) out[r * ld + c] = x[c] * rs * w[c];
   if (threadIdx.x == 0 && rstd) rstd[r] = rs;
 }
 
 /* dinp = rs*w*g - x * rs^3/C * sum(g*w*x) */
 static __global__ void rmsnorm_bwd_dinp_kernel(float *dinp, const float *dout, const float *inp, const float *w,
-                                               const float *rstd, int64_t C) {
+                                               const float *rstd, int64_t C, int64_t ld) {
   __shared__ float sh[33];
   int64_t r = blockIdx.x;
-  const float *x = inp + r * C, *g = dout + r * C;
+  const float *x = inp + r * ld, *g = dout + r * ld;
   float dot = 0.0f;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dot += g[c] * w[c] * x[c];
   dot = sl_block_sum(dot, sh);
   float rs = rstd[r];
   float k = dot * rs * rs * rs / (float)C;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dinp[r * C + c] += rs * w[c] * g[c] - x[c] * k;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dinp[r * ld + c] += rs * w[c] * g[c] - x[c] * k;
 }
 
 /* part[p][c] = sum over rows of group p of g*x*rstd */
 static __global__ void rmsnorm_bwd_dw_pass1(float *part, const float *dout, const float *inp, const float *rstd,
-                                            int64_t N, int64_t C) {
+                                            int64_t N, int64_t C, int64_t ld) {
   int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   int64_t p = blockIdx.y;
   if (c >= C) return;
   int64_t r0 = p * ROWS_PER_PART, r1 = min(N, r0 + ROWS_PER_PART);
   float s = 0.0f;
-  for (int64_t r = r0; r < r1; r++) s += dout[r * C + c] * inp[r * C + c] * rstd[r];
+  for (int64_t r = r0; r < r1; r++) s += dout[r * ld + c] * inp[r * ld + c] * rstd[r];
   part[p * C + c] = s;
 }
 
 void sl_cuda_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w, int64_t N, int64_t C,
-                         float eps) {
+                         int64_t ld, float eps) {
   SL_CUDA_BEGIN(ctx);
-  SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && N <= 0x7fffffffLL);
+  SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && ld >= C && N <= 0x7fffffffLL);
   if (N == 0) return;
-  rmsnorm_fwd_kernel<<<(unsigned)N, RT, 0, ctx->stream>>>(out, rstd, inp, w, C, eps);
+  rmsnorm_fwd_kernel<<<(unsigned)N, RT, 0, ctx->stream>>>(out, rstd, inp, w, C, ld, eps);
   CUDA_LAUNCH_CHECK(ctx);
 }
 
 void sl_cuda_rmsnorm_bwd(sl_kctx *ctx, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-                         const float *rstd, int64_t N, int64_t C) {
+                         const float *rstd, int64_t N, int64_t C, int64_t ld) {
   SL_CUDA_BEGIN(ctx);
-  SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && N <= 0x7fffffffLL);
+  SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && ld >= C && N <= 0x7fffffffLL);
   if (N == 0) return;
   if (dinp) {
-    rmsnorm_bwd_dinp_kernel<<<(unsigned)N, RT, 0, ctx->stream>>>(dinp, dout, inp, w, rstd, C);
+    rmsnorm_bwd_dinp_kernel<<<(unsigned)N, RT, 0, ctx->stream>>>(dinp, dout, inp, w, rstd, C, ld);
     CUDA_LAUNCH_CHECK(ctx);
   }
   if (dw) {
@@ -71,7 +71,7 @@ void sl_cuda_rmsnorm_bwd(sl_kctx *ctx, float *dinp, float *dw, const float *dout
     float *part = (float *)sl_cuda_scratch(ctx, (size_t)(P * C) * sizeof(float), "rmsnorm_bwd");
     if (!part) return;
     dim3 grid((unsigned)((C + 127) / 128), (unsigned)P);
-    rmsnorm_bwd_dw_pass1<<<grid, 128, 0, ctx->stream>>>(part, dout, inp, rstd, N, C);
+    rmsnorm_bwd_dw_pass1<<<grid, 128, 0, ctx->stream>>>(part, dout, inp, rstd, N, C, ld);
     CUDA_LAUNCH_CHECK(ctx);
     sl_cuda_colsum_partials(ctx, dw, part, P, C);
   }

@@ -6,9 +6,9 @@
 extern "C" {
 #endif
 void sl_cuda_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w, int64_t N, int64_t C,
-                         float eps);
+                         int64_t ld, float eps);
 void sl_cuda_rmsnorm_bwd(sl_kctx *ctx, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-                         const float *rstd, int64_t N, int64_t C);
+                         const float *rstd, int64_t N, int64_t C, int64_t ld);
 #ifdef __cplusplus
 }
 #endif

@@ -80,6 +80,13 @@ static void freeb(buf *b) {
   sl_cuda_free(gc, b->d);
   b->h = b->d = NULL;
 }
+/* the RoPE frequency table (models/rope.c's rule), host and device copies */
+static buf mk_inv(int64_t hd, float theta) {
+  buf b = {(float *)xmalloc((size_t)(hd / 2) * 4), NULL, hd / 2};
+  for (int64_t i = 0; i < hd / 2; i++) b.h[i] = 1.0f / powf(theta, (float)(2 * i) / (float)hd);
+  b.d = (float *)dev_copy(b.h, (size_t)(hd / 2) * 4);
+  return b;
+}
 static int32_t *mk_tok(int64_t n, int32_t V, int with_ignored, int32_t **dev) {
   int32_t *t = (int32_t *)xmalloc((size_t)n * 4);
   for (int64_t i = 0; i < n; i++) {
@@ -145,14 +152,33 @@ static void test_rmsnorm(void) {
   int64_t N = 70, C = 200;
   buf x = mk(N * C, -2, 2), w = mk(C, 0.5f, 1.5f), out = mk0(N * C), rstd = mk0(N);
   buf dout = mk(N * C, -1, 1), dx = mk(N * C, -1, 1), dw = mk(C, -1, 1);
-  cpu->rmsnorm_fwd(cc, out.h, rstd.h, x.h, w.h, N, C, 1e-5f);
-  gpu->rmsnorm_fwd(gc, out.d, rstd.d, x.d, w.d, N, C, 1e-5f);
+  cpu->rmsnorm_fwd(cc, out.h, rstd.h, x.h, w.h, N, C, C, 1e-5f);
+  gpu->rmsnorm_fwd(gc, out.d, rstd.d, x.d, w.d, N, C, C, 1e-5f);
   check("rmsnorm_fwd out", &out, 1e-5);
   check("rmsnorm_fwd rstd", &rstd, 1e-5);
-  cpu->rmsnorm_bwd(cc, dx.h, dw.h, dout.h, x.h, w.h, rstd.h, N, C);
-  gpu->rmsnorm_bwd(gc, dx.d, dw.d, dout.d, x.d, w.d, rstd.d, N, C);
+  cpu->rmsnorm_bwd(cc, dx.h, dw.h, dout.h, x.h, w.h, rstd.h, N, C, C);
+  gpu->rmsnorm_bwd(gc, dx.d, dw.d, dout.d, x.d, w.d, rstd.d, N, C, C);
   check("rmsnorm_bwd dinp", &dx, 1e-4);
   check("rmsnorm_bwd dw", &dw, 1e-4);
+  freeb(&x), freeb(&w), freeb(&out), freeb(&rstd), freeb(&dout), freeb(&dx), freeb(&dw);
+}
+
+/* rows at a stride ld > C (one 64-wide head of each 200-wide row, as a
+ * per-head norm reads packed qkv; N > 64 rows so dw takes two row groups);
+ * the whole buffers are compared, so the gaps must come out as they went in
+ * on both sides */
+static void test_rmsnorm_strided(void) {
+  int64_t N = 130, C = 64, ld = 200;
+  buf x = mk(N * ld, -2, 2), w = mk(C, 0.5f, 1.5f), out = mk(N * ld, -1, 1), rstd = mk0(N);
+  buf dout = mk(N * ld, -1, 1), dx = mk(N * ld, -1, 1), dw = mk(C, -1, 1);
+  cpu->rmsnorm_fwd(cc, out.h, rstd.h, x.h, w.h, N, C, ld, 1e-5f);
+  gpu->rmsnorm_fwd(gc, out.d, rstd.d, x.d, w.d, N, C, ld, 1e-5f);
+  check("rmsnorm_fwd ld>C out", &out, 1e-5);
+  check("rmsnorm_fwd ld>C rstd", &rstd, 1e-5);
+  cpu->rmsnorm_bwd(cc, dx.h, dw.h, dout.h, x.h, w.h, rstd.h, N, C, ld);
+  gpu->rmsnorm_bwd(gc, dx.d, dw.d, dout.d, x.d, w.d, rstd.d, N, C, ld);
+  check("rmsnorm_bwd ld>C dinp", &dx, 1e-4);
+  check("rmsnorm_bwd ld>C dw", &dw, 1e-4);
   freeb(&x), freeb(&w), freeb(&out), freeb(&rstd), freeb(&dout), freeb(&dx), freeb(&dw);
 }
 
@@ -217,14 +243,14 @@ static void test_linear(void) {
 
 static void test_rope(void) {
   int64_t B = 2, T = 19, nh = 4, nkv = 2, hd = 16, n = B * T * (nh + 2 * nkv) * hd;
-  buf q = mk(n, -1, 1), g = mk(n, -1, 1);
-  cpu->rope_fwd(cc, q.h, B, T, nh, nkv, hd, 10000.0f);
-  gpu->rope_fwd(gc, q.d, B, T, nh, nkv, hd, 10000.0f);
+  buf q = mk(n, -1, 1), g = mk(n, -1, 1), inv = mk_inv(hd, 10000.0f);
+  cpu->rope_fwd(cc, q.h, B, T, nh, nkv, hd, inv.h);
+  gpu->rope_fwd(gc, q.d, B, T, nh, nkv, hd, inv.d);
   check("rope_fwd", &q, 1e-5);
-  cpu->rope_bwd(cc, g.h, B, T, nh, nkv, hd, 10000.0f);
-  gpu->rope_bwd(gc, g.d, B, T, nh, nkv, hd, 10000.0f);
+  cpu->rope_bwd(cc, g.h, B, T, nh, nkv, hd, inv.h);
+  gpu->rope_bwd(gc, g.d, B, T, nh, nkv, hd, inv.d);
   check("rope_bwd", &g, 1e-5);
-  freeb(&q), freeb(&g);
+  freeb(&q), freeb(&g), freeb(&inv);
 }
 
 static void test_attention(int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window) {
@@ -283,13 +309,14 @@ static void test_doc(int64_t hd, int64_t window) {
     seg[T + t] = t < 33 ? 0 : 33;
   }
   int32_t *dseg = (int32_t *)dev_copy(seg, sizeof seg);
-  buf q = mk(B * T * W, -1, 1), g = mk(B * T * W, -1, 1);
-  cpu->rope_doc_fwd(cc, q.h, B, T, nh, nkv, hd, 10000.0f, seg);
-  gpu->rope_doc_fwd(gc, q.d, B, T, nh, nkv, hd, 10000.0f, dseg);
+  buf q = mk(B * T * W, -1, 1), g = mk(B * T * W, -1, 1), inv = mk_inv(hd, 10000.0f);
+  cpu->rope_doc_fwd(cc, q.h, B, T, nh, nkv, hd, inv.h, seg);
+  gpu->rope_doc_fwd(gc, q.d, B, T, nh, nkv, hd, inv.d, dseg);
   check("rope_doc_fwd", &q, 1e-5);
-  cpu->rope_doc_bwd(cc, g.h, B, T, nh, nkv, hd, 10000.0f, seg);
-  gpu->rope_doc_bwd(gc, g.d, B, T, nh, nkv, hd, 10000.0f, dseg);
+  cpu->rope_doc_bwd(cc, g.h, B, T, nh, nkv, hd, inv.h, seg);
+  gpu->rope_doc_bwd(gc, g.d, B, T, nh, nkv, hd, inv.d, dseg);
   check("rope_doc_bwd", &g, 1e-5);
+  freeb(&inv);
   buf out = mk0(B * T * nh * hd), lse = mk0(B * nh * T), dout = mk(B * T * nh * hd, -1, 1);
   buf dqkv = mk(B * T * W, -1, 1);
   cpu->attention_doc_fwd(cc, out.h, lse.h, q.h, B, T, nh, nkv, hd, window, seg);
@@ -587,16 +614,39 @@ static void test_bf16_compute(void) {
   /* rmsnorm -> out rounded, rstd fp32 */
   int64_t C = 96;
   buf xn = mk(N * C, -2, 2), wn = mk(C, 0.5f, 1.5f), on = mk0(N * C), rs = mk0(N);
-  cpu->rmsnorm_fwd(cc, on.h, rs.h, xn.h, wn.h, N, C, 1e-5f);
-  gpu->rmsnorm_fwd(gc, on.d, rs.d, xn.d, wn.d, N, C, 1e-5f);
+  cpu->rmsnorm_fwd(cc, on.h, rs.h, xn.h, wn.h, N, C, C, 1e-5f);
+  gpu->rmsnorm_fwd(gc, on.d, rs.d, xn.d, wn.d, N, C, C, 1e-5f);
   check_b16("bf16c rmsnorm_fwd out", &on);
   check("bf16c rmsnorm_fwd rstd (fp32)", &rs, 1e-5);
   freeb(&xn), freeb(&wn), freeb(&on), freeb(&rs);
+  /* rmsnorm at a row stride: the rows rounded, the gaps between them as they were */
+  {
+    int64_t ld = C + 40;
+    buf xs = mk(N * ld, -2, 2), ws = mk(C, 0.5f, 1.5f), os = mk(N * ld, -1, 1), rss = mk0(N);
+    float *pad = (float *)xmalloc((size_t)(N * ld) * 4), *g = (float *)xmalloc((size_t)(N * ld) * 4);
+    memcpy(pad, os.h, (size_t)(N * ld) * 4);
+    cpu->rmsnorm_fwd(cc, os.h, rss.h, xs.h, ws.h, N, C, ld, 1e-5f);
+    gpu->rmsnorm_fwd(gc, os.d, rss.d, xs.d, ws.d, N, C, ld, 1e-5f);
+    int st = sl_cuda_download(gc, g, os.d, (size_t)(N * ld) * 4);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < N * ld; i++) {
+      uint32_t u, v;
+      memcpy(&u, &g[i], 4);
+      memcpy(&v, &os.h[i], 4);
+      if (i % ld < C) bad += (u & 0xffffu) != 0 || (v & 0xffffu) != 0;
+      else bad += memcmp(&g[i], &pad[i], 4) != 0 || memcmp(&os.h[i], &pad[i], 4) != 0;
+    }
+    report("bf16c rmsnorm_fwd ld>C rows rounded, gaps kept", N * ld, (double)bad, 0, 0, st == SL_OK && bad == 0);
+    check("bf16c rmsnorm_fwd ld>C out", &os, TOL_B16);
+    free(pad), free(g);
+    freeb(&xs), freeb(&ws), freeb(&os), freeb(&rss);
+  }
   /* rope + attention (GQA) */
   int64_t B = 2, T = 33, nh = 4, nkv = 2, hd = 64, nq = B * T * (nh + 2 * nkv) * hd, no = B * T * nh * hd;
   buf qkv = mk(nq, -1, 1), att = mk0(no), lse = mk0(B * nh * T), datt = mk(no, -1, 1), dqkv = mk0(nq);
-  cpu->rope_fwd(cc, qkv.h, B, T, nh, nkv, hd, 10000.0f);
-  gpu->rope_fwd(gc, qkv.d, B, T, nh, nkv, hd, 10000.0f);
+  buf inv = mk_inv(hd, 10000.0f);
+  cpu->rope_fwd(cc, qkv.h, B, T, nh, nkv, hd, inv.h);
+  gpu->rope_fwd(gc, qkv.d, B, T, nh, nkv, hd, inv.d);
   check_b16("bf16c rope_fwd", &qkv);
   if (sl_cuda_upload(gc, qkv.d, qkv.h, (size_t)nq * 4)) nfail++;
   cpu->attention_fwd(cc, att.h, lse.h, qkv.h, B, T, nh, nkv, hd, 0);
@@ -610,9 +660,10 @@ static void test_bf16_compute(void) {
   gpu->attention_bwd(gc, dqkv.d, datt.d, qkv.d, att.d, lse.d, B, T, nh, nkv, hd, 0);
   check_b16("bf16c attention_bwd dqkv", &dqkv);
   if (sl_cuda_upload(gc, dqkv.d, dqkv.h, (size_t)nq * 4)) nfail++;
-  cpu->rope_bwd(cc, dqkv.h, B, T, nh, nkv, hd, 10000.0f);
-  gpu->rope_bwd(gc, dqkv.d, B, T, nh, nkv, hd, 10000.0f);
+  cpu->rope_bwd(cc, dqkv.h, B, T, nh, nkv, hd, inv.h);
+  gpu->rope_bwd(gc, dqkv.d, B, T, nh, nkv, hd, inv.d);
   check_b16("bf16c rope_bwd", &dqkv);
+  freeb(&inv);
   freeb(&qkv), freeb(&att), freeb(&lse), freeb(&datt), freeb(&dqkv);
   /* LM head: logits, dlogits, dx rounded; losses, lse, dw fp32 */
   int64_t V = 301;
@@ -656,6 +707,7 @@ int main(void) {
   if (sl_cuda_tf32_enabled(gc)) TOL_GEMM = 5e-3f;
   test_embedding();
   test_rmsnorm();
+  test_rmsnorm_strided();
   test_linear();
   test_rope();
   test_attention(2, 67, 4, 2, 64, 0);

@@ -172,7 +172,7 @@ static void test_rmsnorm(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C) 
   float eps = 1e-5f;
   float *x = fvec(N * C, 2.0f), *w = fvec(C, 1.5f), *R = fvec(N * C, 1.0f);
   float *out = malloc(N * C * 4), *rstd = malloc(N * 4);
-  ops->rmsnorm_fwd(ctx, out, rstd, x, w, N, C, eps);
+  ops->rmsnorm_fwd(ctx, out, rstd, x, w, N, C, C, eps);
   rms_st s = {to_d(x, N * C), to_d(w, C), to_d(R, N * C), N, C, eps, dvec(N * C)};
   rms_ref(s.o, s.x, s.w, N, C, eps);
   char nm[128];
@@ -180,8 +180,8 @@ static void test_rmsnorm(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C) 
   report(nm, rel_err(out, s.o, N * C, 1e-3), 2e-6);
   float *sx, *sw, *px = prefill(N * C, &sx), *pw = prefill(C, &sw);
   float *dx = zeros(N * C), *dw = zeros(C);
-  ops->rmsnorm_bwd(ctx, dx, dw, R, x, w, rstd, N, C);
-  ops->rmsnorm_bwd(ctx, px, pw, R, x, w, rstd, N, C);
+  ops->rmsnorm_bwd(ctx, dx, dw, R, x, w, rstd, N, C, C);
+  ops->rmsnorm_bwd(ctx, px, pw, R, x, w, rstd, N, C, C);
   adds_check("rmsnorm_bwd dinp", px, sx, dx, N * C);
   adds_check("rmsnorm_bwd dw", pw, sw, dw, C);
   free(px);
@@ -203,6 +203,55 @@ static void test_rmsnorm(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C) 
   free(s.w);
   free(s.R);
   free(s.o);
+}
+
+/* rmsnorm over rows at a stride ld > C (rows inside a wider buffer, as a
+ * per-head norm reads one head of each packed qkv row): the same bits as the
+ * packed (N, C) op on the gathered rows; the elements between rows are
+ * neither read (NaN there) nor written. The figure is the number of
+ * elements whose bits differ. */
+static int64_t bits_diff(const float *a, const float *b, int64_t n) {
+  int64_t d = 0;
+  for (int64_t i = 0; i < n; i++) d += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return d;
+}
+static void test_rmsnorm_strided(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C, int64_t ld) {
+  float eps = 1e-5f;
+  float *x = fvec(N * C, 2.0f), *w = fvec(C, 1.5f), *R = fvec(N * C, 1.0f), *g0 = fvec(N * C, 1.0f);
+  float *out = zeros(N * C), *rstd = zeros(N), *dx = fcopy(g0, N * C), *dw = fvec(C, 1.0f), *dw_s = fcopy(dw, C);
+  float *xs = malloc((size_t)(N * ld) * 4), *Rs = malloc((size_t)(N * ld) * 4), *os = malloc((size_t)(N * ld) * 4);
+  float *dxs = malloc((size_t)(N * ld) * 4), *rstd_s = zeros(N);
+  float *pad = fvec(N * ld, 3.0f); /* what the gaps of the outputs hold before and must hold after */
+  for (int64_t i = 0; i < N * ld; i++) {
+    xs[i] = Rs[i] = NAN;
+    os[i] = dxs[i] = pad[i];
+  }
+  for (int64_t r = 0; r < N; r++) {
+    memcpy(xs + r * ld, x + r * C, (size_t)C * 4);
+    memcpy(Rs + r * ld, R + r * C, (size_t)C * 4);
+    memcpy(dxs + r * ld, g0 + r * C, (size_t)C * 4);
+  }
+  ops->rmsnorm_fwd(ctx, out, rstd, x, w, N, C, C, eps);
+  ops->rmsnorm_fwd(ctx, os, rstd_s, xs, w, N, C, ld, eps);
+  ops->rmsnorm_bwd(ctx, dx, dw, R, x, w, rstd, N, C, C);
+  ops->rmsnorm_bwd(ctx, dxs, dw_s, Rs, xs, w, rstd_s, N, C, ld);
+  int64_t d_out = 0, d_dx = 0, d_gap = 0;
+  for (int64_t r = 0; r < N; r++) {
+    d_out += bits_diff(os + r * ld, out + r * C, C);
+    d_dx += bits_diff(dxs + r * ld, dx + r * C, C);
+    d_gap +=
+        bits_diff(os + r * ld + C, pad + r * ld + C, ld - C) + bits_diff(dxs + r * ld + C, pad + r * ld + C, ld - C);
+  }
+  char nm[128];
+  snprintf(nm, sizeof nm, "rmsnorm_fwd ld=%lld N=%lld C=%lld out vs packed (bitwise)", (long long)ld, (long long)N,
+           (long long)C);
+  report(nm, (double)d_out, 0.0);
+  report("rmsnorm_fwd strided rstd vs packed (bitwise)", (double)bits_diff(rstd_s, rstd, N), 0.0);
+  report("rmsnorm_bwd strided dinp vs packed (bitwise)", (double)d_dx, 0.0);
+  report("rmsnorm_bwd strided dw vs packed (bitwise)", (double)bits_diff(dw_s, dw, C), 0.0);
+  report("rmsnorm strided: gaps between rows untouched", (double)d_gap, 0.0);
+  free(x), free(w), free(R), free(g0), free(out), free(rstd), free(dx), free(dw), free(dw_s);
+  free(xs), free(Rs), free(os), free(dxs), free(rstd_s), free(pad);
 }
 
 /* ---- linear --------------------------------------------------------------- */
@@ -325,15 +374,21 @@ static void test_linear_big(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t 
 typedef struct {
   double *x, *R, *o;
   int64_t B, T, nh, nkv, hd;
-  float theta;
+  const float *inv; /* (hd/2) inv_freq */
   const int32_t *seg;
 } rope_st;
-/* HF: inv_freq = 1/(base ** (arange(0,dim,2).float()/dim)) in fp32,
- * freqs = t * inv_freq (fp32), emb = cat(freqs, freqs),
+/* HF: inv_freq = 1/(base ** (arange(0,dim,2).float()/dim)) in fp32
+ * (rope_inv below; what models/rope.c computes), freqs = t * inv_freq (fp32),
+ * emb = cat(freqs, freqs),
  * out = x*cos(emb) + rotate_half(x)*sin(emb), rotate_half = cat(-x2, x1). */
 /* seg (B*T) or NULL: token t's position is t - seg[t] (document masking). */
-static void rope_ref(double *o, const double *x, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, float theta,
-                     const int32_t *seg) {
+static float *rope_inv(int64_t hd, float theta) {
+  float *inv = malloc((size_t)(hd / 2) * sizeof(float));
+  for (int64_t i = 0; i < hd / 2; i++) inv[i] = 1.0f / powf(theta, (float)(2 * i) / (float)hd);
+  return inv;
+}
+static void rope_ref(double *o, const double *x, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                     const float *inv_freq, const int32_t *seg) {
   int64_t row = (nh + 2 * nkv) * hd, h2 = hd / 2;
   memcpy(o, x, (size_t)(B * T * row) * sizeof(double));
   double *rot = dvec(hd);
@@ -344,7 +399,7 @@ static void rope_ref(double *o, const double *x, int64_t B, int64_t T, int64_t n
         double *oi = o + (b * T + t) * row + h * hd;
         for (int64_t j = 0; j < hd; j++) rot[j] = j < h2 ? -xi[j + h2] : xi[j - h2];
         for (int64_t j = 0; j < hd; j++) {
-          float inv = 1.0f / powf(theta, (float)(2 * (j % h2)) / (float)hd);
+          float inv = inv_freq[j % h2];
           float ang = (float)(t - (seg ? seg[b * T + t] : 0)) * inv;
           oi[j] = xi[j] * cos((double)ang) + rot[j] * sin((double)ang);
         }
@@ -353,26 +408,31 @@ static void rope_ref(double *o, const double *x, int64_t B, int64_t T, int64_t n
 }
 static double rope_L(void *p) {
   rope_st *s = p;
-  rope_ref(s->o, s->x, s->B, s->T, s->nh, s->nkv, s->hd, s->theta, s->seg);
+  rope_ref(s->o, s->x, s->B, s->T, s->nh, s->nkv, s->hd, s->inv, s->seg);
   return dot_r(s->o, s->R, s->B * s->T * (s->nh + 2 * s->nkv) * s->hd);
 }
 static void test_rope(const sl_ops *ops, sl_kctx *ctx, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                      float theta, const int32_t *seg) {
+                      float theta, int scaled, const int32_t *seg) {
   int64_t n = B * T * (nh + 2 * nkv) * hd;
   float *x = fvec(n, 1.0f), *R = fvec(n, 1.0f), *y = fcopy(x, n);
-  if (seg) ops->rope_doc_fwd(ctx, y, B, T, nh, nkv, hd, theta, seg);
-  else ops->rope_fwd(ctx, y, B, T, nh, nkv, hd, theta);
-  rope_st s = {to_d(x, n), to_d(R, n), dvec(n), B, T, nh, nkv, hd, theta, seg};
-  rope_ref(s.o, s.x, B, T, nh, nkv, hd, theta, seg);
+  /* scaled: the upper half of the frequencies divided by 8 (a stand-in for a
+   * rope_scaling rule): the kernel must rotate by the table, not by theta */
+  float *inv = rope_inv(hd, theta);
+  for (int64_t i = hd / 4; scaled && i < hd / 2; i++) inv[i] /= 8.0f;
+  if (seg) ops->rope_doc_fwd(ctx, y, B, T, nh, nkv, hd, inv, seg);
+  else ops->rope_fwd(ctx, y, B, T, nh, nkv, hd, inv);
+  rope_st s = {to_d(x, n), to_d(R, n), dvec(n), B, T, nh, nkv, hd, inv, seg};
+  rope_ref(s.o, s.x, B, T, nh, nkv, hd, inv, seg);
   char nm[128];
-  snprintf(nm, sizeof nm, "rope%s_fwd B=%lld T=%lld nh=%lld nkv=%lld hd=%lld vs HF formula", seg ? "_doc" : "",
-           (long long)B, (long long)T, (long long)nh, (long long)nkv, (long long)hd);
+  snprintf(nm, sizeof nm, "rope%s_fwd B=%lld T=%lld nh=%lld nkv=%lld hd=%lld%s vs HF formula", seg ? "_doc" : "",
+           (long long)B, (long long)T, (long long)nh, (long long)nkv, (long long)hd, scaled ? " scaled" : "");
   report(nm, rel_err(y, s.o, n, 1.0), 2e-6);
   float *g = fcopy(R, n); /* rope_bwd is in place: dqkv := J^T dqkv */
-  if (seg) ops->rope_doc_bwd(ctx, g, B, T, nh, nkv, hd, theta, seg);
-  else ops->rope_bwd(ctx, g, B, T, nh, nkv, hd, theta);
+  if (seg) ops->rope_doc_bwd(ctx, g, B, T, nh, nkv, hd, inv, seg);
+  else ops->rope_bwd(ctx, g, B, T, nh, nkv, hd, inv);
   snprintf(nm, sizeof nm, "rope%s_bwd hd=%lld", seg ? "_doc" : "", (long long)hd);
   fd_check(nm, s.x, g, n, rope_L, &s, 150, 1e-6);
+  free(inv);
   free(x);
   free(R);
   free(y);
@@ -881,8 +941,11 @@ int main(void) {
   test_linear(ops, c1, 9, 8, 5, 0);
   test_linear_big(ops, c2, 40, 301, 700); /* wide: split along N */
   test_linear_big(ops, c2, 700, 301, 40); /* tall: split along M */
-  test_rope(ops, c2, 2, 19, 4, 2, 8, 10000.0f, NULL);
-  test_rope(ops, c1, 1, 300, 2, 1, 16, 500000.0f, NULL);
+  test_rmsnorm_strided(ops, c2, 37, 64, 80);
+  test_rmsnorm_strided(ops, c1, 40, 8, 48); /* 8-wide heads of a 48-wide row */
+  test_rope(ops, c2, 2, 19, 4, 2, 8, 10000.0f, 0, NULL);
+  test_rope(ops, c1, 1, 300, 2, 1, 16, 500000.0f, 0, NULL);
+  test_rope(ops, c2, 2, 19, 4, 2, 8, 10000.0f, 1, NULL); /* same shape, new values: the cos/sin cache rebuilt */
   /* GQA, T not a multiple of the tile, windows, hd 8/16, both thread paths */
   test_attention(ops, c2, 2, 70, 4, 2, 8, 0, 120, NULL);
   test_attention(ops, c2, 1, 150, 2, 1, 16, 0, 60, NULL);  /* 1 kv item: serial bwd */
@@ -898,7 +961,7 @@ int main(void) {
       seg[t] = t < 5 ? 0 : t < 6 ? 5 : t < 70 ? 6 : t < 131 ? 70 : 131;
       seg[DT + t] = 0;
     }
-    test_rope(ops, c2, 2, DT, 2, 1, 8, 10000.0f, seg);
+    test_rope(ops, c2, 2, DT, 2, 1, 8, 10000.0f, 0, seg);
     test_attention(ops, c2, 2, DT, 4, 2, 8, 0, 120, seg);
     test_attention(ops, c1, 2, DT, 2, 2, 8, 40, 80, seg); /* window inside documents */
   }
