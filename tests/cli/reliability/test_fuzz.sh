@@ -17,7 +17,7 @@ $CC -fsanitize=fuzzer $W/probe.c -o $W/probe 2>/dev/null || skip "clang has no l
 CFLAGS="-g -O1 -std=gnu11 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I$SL_SRC"
 ZSTD=""; pkg-config --exists libzstd && ZSTD="-DSL_USE_ZSTD=1 $(pkg-config --libs libzstd)"
 JANSSON="$(pkg-config --cflags --libs jansson)"
-LIBS="$SL_SRC/base/base.c"
+LIBS="$SL_SRC/base/base.c $SL_SRC/base/env.c"
 build() { # name sources...
   local n=$1; shift
   $CC $CFLAGS "$@" $LIBS $ZSTD $JANSSON -lm -lpthread -o $W/$n 2> $W/$n.build.log || { echo "building $n failed"; cat $W/$n.build.log; exit 1; }
