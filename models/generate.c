@@ -20,6 +20,7 @@
 #include "formats/hfconfig.h"
 #include "formats/safetensors.h"
 #include "models/model.h"
+#include "models/rope.h"
 
 struct sl_gen {
   sl_model_config c;
@@ -259,9 +260,8 @@ int sl_gen_load(const char *dir, sl_gen **out) {
     g->kc = calloc((size_t)g->L, sizeof(float *));
     g->vc = calloc((size_t)g->L, sizeof(float *));
     rc = g->inv_freq && g->kc && g->vc ? SL_OK : SL_ENOMEM;
-    /* HF: inv_freq = 1 / theta^(arange(0, hd, 2) / hd) in float32 */
-    for (int64_t i = 0; !rc && i < g->hd / 2; i++)
-      g->inv_freq[i] = (float)(1.0 / pow(c->rope_theta, (double)(2 * i) / (double)g->hd));
+    /* the training model's table (models/rope.c), rope_scaling included */
+    if (!rc) sl_rope_inv_freq_cfg(g->inv_freq, c);
   }
   if (!rc) {
     size_t n = (size_t)(wide > g->V ? wide : g->V) + 16;
