@@ -137,6 +137,32 @@ static int get_dt_rank(const char *path, json_t *o, const char *key, int64_t hid
 
 static int want_pos_emb(const char *p, json_t *o);
 
+/* eos_token_id: an integer, or a list of integers (Llama 3.1 / 3.3 Instruct:
+ * [128001, 128008, 128009]); eos_token_id keeps the first. */
+static int get_eos(const char *p, json_t *o, sl_model_config *c) {
+  json_t *v = json_object_get(o, "eos_token_id");
+  c->n_eos = 0;
+  c->eos_token_id = -1;
+  if (!v || json_is_null(v)) return SL_OK;
+  if (!json_is_array(v)) {
+    int rc = get_int(p, o, "eos_token_id", 0, -1, &c->eos_token_id);
+    if (!rc && c->eos_token_id >= 0) c->eos_token_ids[c->n_eos++] = c->eos_token_id;
+    return rc;
+  }
+  size_t n = json_array_size(v);
+  if (n == 0 || n > SL_MAX_EOS)
+    return sl_fail(SL_EINPUT, "%s: field 'eos_token_id' is a list of %zu ids; expected 1 to %d", p, n, SL_MAX_EOS);
+  for (size_t i = 0; i < n; i++) {
+    json_t *e = json_array_get(v, i);
+    if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= ((json_int_t)1 << 31))
+      return sl_fail(SL_EINPUT, "%s: field 'eos_token_id' entry %zu must be a non-negative integer, found %s", p, i,
+                     jtype(e));
+    c->eos_token_ids[c->n_eos++] = (int64_t)json_integer_value(e);
+  }
+  c->eos_token_id = c->eos_token_ids[0];
+  return SL_OK;
+}
+
 const char *sl_rope_type_name(sl_rope_type t) {
   switch (t) {
   case SL_ROPE_LINEAR: return "linear";
@@ -308,7 +334,7 @@ static int parse_attn(const char *p, json_t *o, sl_model_config *c) {
       (rc = get_num(p, o, "initializer_range", 0.02, &c->initializer_range)) ||
       (rc = get_bool(p, o, "tie_word_embeddings", 0, &c->tie_word_embeddings)) ||
       (rc = get_int(p, o, "bos_token_id", 0, -1, &c->bos_token_id)) ||
-      (rc = get_int(p, o, "eos_token_id", 0, -1, &c->eos_token_id)) || (rc = want_act(p, o, "hidden_act")) ||
+      (rc = get_eos(p, o, c)) || (rc = want_act(p, o, "hidden_act")) ||
       (rc = want_false(p, o, "attention_bias", "q/k/v/o projections have no bias here")) ||
       (rc = want_false(p, o, "mlp_bias", "MLP projections have no bias here")))
     return rc;
@@ -353,7 +379,7 @@ static int parse_mamba_hf(const char *p, json_t *o, sl_model_config *c) {
       (rc = get_num(p, o, "time_step_scale", 1.0, &c->time_step_scale)) ||
       (rc = get_int(p, o, "max_position_embeddings", 0, 0, &c->max_position_embeddings)) ||
       (rc = get_int(p, o, "bos_token_id", 0, -1, &c->bos_token_id)) ||
-      (rc = get_int(p, o, "eos_token_id", 0, -1, &c->eos_token_id)) || (rc = want_act(p, o, "hidden_act")) ||
+      (rc = get_eos(p, o, c)) || (rc = want_act(p, o, "hidden_act")) ||
       (rc = want_pos_emb(p, o)))
     return rc;
   return SL_OK;
@@ -709,7 +735,13 @@ int sl_hfconfig_save(const char *path, const sl_model_config *c) {
   SETR("initializer_range", c->initializer_range);
   SETB("tie_word_embeddings", c->tie_word_embeddings);
   if (c->bos_token_id >= 0) SETI("bos_token_id", c->bos_token_id);
-  if (c->eos_token_id >= 0) SETI("eos_token_id", c->eos_token_id);
+  if (c->n_eos > 1) {
+    json_t *ea = json_array();
+    for (int i = 0; i < c->n_eos; i++) json_array_append_new(ea, json_integer((json_int_t)c->eos_token_ids[i]));
+    json_object_set_new(o, "eos_token_id", ea);
+  } else if (c->eos_token_id >= 0) {
+    SETI("eos_token_id", c->eos_token_id);
+  }
   SETB("use_cache", 1);
   SETS("torch_dtype", "float32");
 #undef SETI

@@ -34,6 +34,8 @@ typedef struct {
 
 const char *sl_rope_type_name(sl_rope_type t); /* "default", "linear", "llama3", "yarn" */
 
+#define SL_MAX_EOS 8 /* eos_token_id entries kept */
+
 typedef struct {
   sl_arch arch;
   char arch_name[64]; /* "LlamaForCausalLM", "MistralForCausalLM", "MambaForCausalLM" */
@@ -45,7 +47,9 @@ typedef struct {
   int64_t max_position_embeddings;    /* informational (RoPE has no table) */
   int tie_word_embeddings;            /* lm_head shares the embedding */
   double initializer_range;           /* std of normal init (default 0.02) */
-  int64_t bos_token_id, eos_token_id; /* -1 = unset */
+  int64_t bos_token_id, eos_token_id; /* -1 = unset; eos: the first when the file gives a list */
+  int64_t eos_token_ids[SL_MAX_EOS];  /* eos_token_id as a list (Llama 3.x Instruct), n_eos of them */
+  int n_eos;                          /* 0: unset; 1: an integer; more: a list */
   /* Llama / Mistral */
   int64_t num_attention_heads;  /* nh */
   int64_t num_key_value_heads;  /* nkv (default nh); nh % nkv == 0 */

@@ -287,6 +287,11 @@ int sl_gen_load(const char *dir, sl_gen **out) {
 int64_t sl_gen_vocab(const sl_gen *g) { return g->V; }
 int64_t sl_gen_context(const sl_gen *g) { return g->c.arch == SL_ARCH_MAMBA ? 0 : g->c.max_position_embeddings; }
 int32_t sl_gen_eos(const sl_gen *g) { return (int32_t)g->c.eos_token_id; }
+int sl_gen_eos_list(const sl_gen *g, int32_t *out, int cap) {
+  int n = 0;
+  for (int i = 0; i < g->c.n_eos && n < cap; i++) out[n++] = (int32_t)g->c.eos_token_ids[i];
+  return n;
+}
 
 /* Resets the caches for a sequence of up to n positions. */
 static int reset(sl_gen *g, int64_t n) {

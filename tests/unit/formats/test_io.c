@@ -469,6 +469,10 @@ static void test_config(void) {
             c.rope_scaling.original_max_position_embeddings == 4096,
         "config: yarn in DeepSeek-V3's form (mscale = mscale_all_dim: attention factor 1; factor = 163840 / 4096)");
 #undef RS
+  BAD("\"hidden_size\": 64, \"intermediate_size\": 64, \"num_attention_heads\": 4, \"eos_token_id\": [1, \"2\"]",
+      "'eos_token_id' entry 1", "config: eos_token_id list with a non-integer");
+  BAD("\"hidden_size\": 64, \"intermediate_size\": 64, \"num_attention_heads\": 4, \"eos_token_id\": []",
+      "eos_token_id", "config: empty eos_token_id list");
   BAD("\"hidden_size\": 64, \"intermediate_size\": 64, \"num_attention_heads\": 4, \"hidden_act\": \"gelu\"",
       "hidden_act", "config: non-silu activation refused");
   BAD("\"hidden_size\": 64, \"intermediate_size\": 64, \"num_attention_heads\": 4, \"tie_word_embeddings\": 1",
@@ -520,14 +524,16 @@ static void test_config(void) {
     char p[512];
     snprintf(p, sizeof p, "%s/config-llama3.json", g_dir);
     rc = cfg("{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128, "
-             "\"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"vocab_size\": 300, \"rope_scaling\": "
+             "\"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"vocab_size\": 300, "
+             "\"eos_token_id\": [128001, 128008, 128009], \"rope_scaling\": "
              "{\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
              "\"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}}",
              &a);
     rc = rc ? rc : sl_hfconfig_save(p, &a);
     rc = rc ? rc : sl_hfconfig_load(p, &b);
-    check(rc == 0 && a.rope_scaling.type == SL_ROPE_LLAMA3 && memcmp(&a, &b, sizeof a) == 0,
-          "config: save -> load round trip (llama3 rope_scaling)");
+    check(rc == 0 && a.rope_scaling.type == SL_ROPE_LLAMA3 && a.n_eos == 3 && a.eos_token_id == 128001 &&
+              a.eos_token_ids[2] == 128009 && memcmp(&a, &b, sizeof a) == 0,
+          "config: save -> load round trip (llama3 rope_scaling, eos_token_id a list)");
   }
 }
 
