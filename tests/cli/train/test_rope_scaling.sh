@@ -47,4 +47,11 @@ tiny_model "$W/l3off" llama '"num_hidden_layers": 2, "head_dim": 16, "max_positi
 a=$(grep -o 'loss [0-9.]* -> [0-9.]*' "$W/l3.log") b=$(grep -o 'loss [0-9.]* -> [0-9.]*' "$W/l3off.log")
 [ -n "$a" ] && [ -n "$b" ] && [ "$a" != "$b" ] && ok "rope_scaling changes the run ($a vs $b unscaled)" \
   || bad "rope_scaling does not change the run ('$a' vs '$b')"
+# a checkpoint records the rule: resuming it with the scaling removed is refused
+"$B" train --model "$W/l3" --data "$W/data" --steps 2 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
+  --plot false --out-dir "$W/ck" --ckpt-dir "$W/ck/ckpt" --ckpt-every 2 > "$W/ck.log" 2>&1
+rc_is "train llama3-scaled with a checkpoint" $? 0 "$W/ck.log"
+"$B" train --model "$W/l3off" --data "$W/data" --steps 4 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
+  --plot false --out-dir "$W/ck2" --ckpt-dir "$W/ck/ckpt" --resume > "$W/ck2.log" 2>&1
+rc_is "resume without the rope_scaling refused" $? 2 "$W/ck2.log" "model.rope_scaling is llama3 there but (absent)"
 finish
