@@ -62,6 +62,19 @@ int sl_model_canonical(const sl_model_config *c, int with_init, char *buf, size_
                (long long)c->expand, (long long)c->conv_kernel, (long long)c->time_step_rank, c->layer_norm_epsilon,
                c->use_bias, c->use_conv_bias, c->residual_in_fp32, (long long)c->pad_vocab_size_multiple);
   if (n < 0 || (size_t)n >= cap) return SL_EINTERNAL;
+  const sl_rope_scaling *r = &c->rope_scaling;
+  if (r->type != SL_ROPE_DEFAULT) { /* only then: plain-RoPE texts (and checkpoints) stay as they were */
+    int m =
+        snprintf(buf + n, cap - (size_t)n,
+                 "model.rope_scaling=%s\nmodel.rope_scaling.factor=%.17g\nmodel.rope_scaling.low_freq_factor=%.17g\n"
+                 "model.rope_scaling.high_freq_factor=%.17g\nmodel.rope_scaling.original_max_position_embeddings=%lld\n"
+                 "model.rope_scaling.beta_fast=%.17g\nmodel.rope_scaling.beta_slow=%.17g\n"
+                 "model.rope_scaling.truncate=%d\n",
+                 sl_rope_type_name(r->type), r->factor, r->low_freq_factor, r->high_freq_factor,
+                 (long long)r->original_max_position_embeddings, r->beta_fast, r->beta_slow, r->truncate);
+    if (m < 0 || (size_t)(n + m) >= cap) return SL_EINTERNAL;
+    n += m;
+  }
   if (with_init) {
     int m = snprintf(buf + n, cap - (size_t)n,
                      "model.initializer_range=%.17g\nmodel.time_step_min=%.17g\nmodel.time_step_max=%.17g\n"

@@ -137,6 +137,169 @@ static int get_dt_rank(const char *path, json_t *o, const char *key, int64_t hid
 
 static int want_pos_emb(const char *p, json_t *o);
 
+/* eos_token_id: an integer, or a list of integers (Llama 3.1 / 3.3 Instruct:
+ * [128001, 128008, 128009]); eos_token_id keeps the first. */
+static int get_eos(const char *p, json_t *o, sl_model_config *c) {
+  json_t *v = json_object_get(o, "eos_token_id");
+  c->n_eos = 0;
+  c->eos_token_id = -1;
+  if (!v || json_is_null(v)) return SL_OK;
+  if (!json_is_array(v)) {
+    int rc = get_int(p, o, "eos_token_id", 0, -1, &c->eos_token_id);
+    if (!rc && c->eos_token_id >= 0) c->eos_token_ids[c->n_eos++] = c->eos_token_id;
+    return rc;
+  }
+  size_t n = json_array_size(v);
+  if (n == 0 || n > SL_MAX_EOS)
+    return sl_fail(SL_EINPUT, "%s: field 'eos_token_id' is a list of %zu ids; expected 1 to %d", p, n, SL_MAX_EOS);
+  for (size_t i = 0; i < n; i++) {
+    json_t *e = json_array_get(v, i);
+    if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= ((json_int_t)1 << 31))
+      return sl_fail(SL_EINPUT, "%s: field 'eos_token_id' entry %zu must be a non-negative integer, found %s", p, i,
+                     jtype(e));
+    c->eos_token_ids[c->n_eos++] = (int64_t)json_integer_value(e);
+  }
+  c->eos_token_id = c->eos_token_ids[0];
+  return SL_OK;
+}
+
+const char *sl_rope_type_name(sl_rope_type t) {
+  switch (t) {
+  case SL_ROPE_LINEAR: return "linear";
+  case SL_ROPE_LLAMA3: return "llama3";
+  case SL_ROPE_YARN: return "yarn";
+  default: return "default";
+  }
+}
+
+/* A number of rope_scaling (messages name it rope_scaling.KEY): required, or
+ * absent/null -> def. */
+static int rs_num(const char *p, json_t *rs, const char *key, int required, double def, double *out) {
+  json_t *v = json_object_get(rs, key);
+  if (!v || json_is_null(v)) {
+    if (required) return sl_fail(SL_EINPUT, "%s: missing required field 'rope_scaling.%s' (a number)", p, key);
+    *out = def;
+    return SL_OK;
+  }
+  if (!json_is_number(v))
+    return sl_fail(SL_EINPUT, "%s: field 'rope_scaling.%s' must be a number, found %s", p, key, jtype(v));
+  *out = json_number_value(v);
+  if (!isfinite(*out)) return sl_fail(SL_EINPUT, "%s: field 'rope_scaling.%s' must be finite", p, key);
+  return SL_OK;
+}
+
+static int rs_pos(const char *p, const char *key, double v) {
+  if (!(v > 0)) return sl_fail(SL_EINPUT, "%s: field 'rope_scaling.%s' must be positive, found %g", p, key, v);
+  return SL_OK;
+}
+
+static int rs_orig(const char *p, json_t *rs, int required, int64_t def, int64_t *out) {
+  double d = 0;
+  int rc = rs_num(p, rs, "original_max_position_embeddings", required, (double)def, &d);
+  if (rc) return rc;
+  if (d != floor(d) || !(d > 0) || d > (double)CFG_MAX_POS)
+    return sl_fail(SL_EINPUT,
+                   "%s: field 'rope_scaling.original_max_position_embeddings' must be a positive integer "
+                   "up to %lld, found %g",
+                   p, (long long)CFG_MAX_POS, d);
+  *out = (int64_t)d;
+  return SL_OK;
+}
+
+/* YaRN's get_mscale (transformers modeling_rope_utils.py), in double as Python computes it. */
+static double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * log(scale) + 1.0; }
+
+/* rope_scaling: null/absent, or an object with rope_type (or the older
+ * "type"): default, linear, llama3, yarn (transformers' semantics,
+ * docs/formats.md). */
+static int parse_rope_scaling(const char *p, json_t *o, sl_model_config *c) {
+  sl_rope_scaling *r = &c->rope_scaling;
+  memset(r, 0, sizeof *r);
+  json_t *rs = json_object_get(o, "rope_scaling");
+  if (!rs || json_is_null(rs)) return SL_OK;
+  if (!json_is_object(rs))
+    return sl_fail(SL_EINPUT, "%s: field 'rope_scaling' must be an object or null, found %s", p, jtype(rs));
+  const char *key = "rope_type";
+  json_t *t = json_object_get(rs, key);
+  if (!t || json_is_null(t)) t = json_object_get(rs, key = "type");
+  if (!t || json_is_null(t))
+    return sl_fail(SL_EINPUT, "%s: missing required field 'rope_scaling.rope_type' (a string)", p);
+  if (!json_is_string(t))
+    return sl_fail(SL_EINPUT, "%s: field 'rope_scaling.%s' must be a string, found %s", p, key, jtype(t));
+  const char *ty = json_string_value(t);
+  int rc;
+  if (!strcmp(ty, "default")) return SL_OK;
+  if (!strcmp(ty, "dynamic"))
+    return sl_fail(SL_EINPUT,
+                   "%s: field 'rope_scaling.%s' = \"dynamic\" is not supported: dynamic NTK scaling changes the "
+                   "frequencies with the sequence length at inference, and training uses fixed frequencies "
+                   "(supported: default, linear, llama3, yarn)",
+                   p, key);
+  if (!strcmp(ty, "linear")) {
+    r->type = SL_ROPE_LINEAR;
+    if ((rc = rs_num(p, rs, "factor", 1, 0, &r->factor)) || (rc = rs_pos(p, "factor", r->factor))) return rc;
+    return SL_OK;
+  }
+  if (!strcmp(ty, "llama3")) {
+    r->type = SL_ROPE_LLAMA3;
+    if ((rc = rs_num(p, rs, "factor", 1, 0, &r->factor)) || (rc = rs_pos(p, "factor", r->factor)) ||
+        (rc = rs_num(p, rs, "low_freq_factor", 1, 0, &r->low_freq_factor)) ||
+        (rc = rs_pos(p, "low_freq_factor", r->low_freq_factor)) ||
+        (rc = rs_num(p, rs, "high_freq_factor", 1, 0, &r->high_freq_factor)) ||
+        (rc = rs_pos(p, "high_freq_factor", r->high_freq_factor)) ||
+        (rc = rs_orig(p, rs, 1, 0, &r->original_max_position_embeddings)))
+      return rc;
+    if (!(r->high_freq_factor > r->low_freq_factor))
+      return sl_fail(SL_EINPUT,
+                     "%s: field 'rope_scaling.high_freq_factor' = %g must be greater than "
+                     "'rope_scaling.low_freq_factor' = %g",
+                     p, r->high_freq_factor, r->low_freq_factor);
+    return SL_OK;
+  }
+  if (!strcmp(ty, "yarn")) {
+    r->type = SL_ROPE_YARN;
+    int64_t mp = c->max_position_embeddings;
+    json_t *orig = json_object_get(rs, "original_max_position_embeddings");
+    int has_orig = orig && !json_is_null(orig);
+    json_t *tr = json_object_get(rs, "truncate");
+    double af = 0;
+    if ((rc = rs_num(p, rs, "factor", 1, 0, &r->factor)) || (rc = rs_pos(p, "factor", r->factor)) ||
+        (rc = rs_num(p, rs, "beta_fast", 0, 32, &r->beta_fast)) ||
+        (rc = rs_num(p, rs, "beta_slow", 0, 1, &r->beta_slow)) ||
+        (rc = rs_num(p, rs, "mscale", 0, 0, &r->mscale)) ||
+        (rc = rs_num(p, rs, "mscale_all_dim", 0, 0, &r->mscale_all_dim)) ||
+        (rc = rs_num(p, rs, "attention_factor", 0, 0, &af)) ||
+        (rc = rs_orig(p, rs, 0, mp, &r->original_max_position_embeddings)))
+      return rc;
+    if (tr && !json_is_null(tr) && !json_is_boolean(tr))
+      return sl_fail(SL_EINPUT, "%s: field 'rope_scaling.truncate' must be true or false, found %s", p, jtype(tr));
+    r->truncate = !(tr && json_is_false(tr));
+    /* transformers: beta_fast = get("beta_fast") or 32 (a 0 reads as unset) */
+    if (r->beta_fast == 0) r->beta_fast = 32;
+    if (r->beta_slow == 0) r->beta_slow = 1;
+    if ((rc = rs_pos(p, "beta_fast", r->beta_fast)) || (rc = rs_pos(p, "beta_slow", r->beta_slow))) return rc;
+    /* transformers: an original_max_position_embeddings in rope_scaling sets
+     * factor = max_position_embeddings / original (DeepSeek-V3's form) */
+    if (has_orig) r->factor = (double)mp / (double)r->original_max_position_embeddings;
+    json_t *afv = json_object_get(rs, "attention_factor");
+    r->attention_factor_given = afv && !json_is_null(afv);
+    if (r->attention_factor_given) r->attention_factor = af;
+    else if (r->mscale != 0 && r->mscale_all_dim != 0)
+      r->attention_factor = yarn_mscale(r->factor, r->mscale) / yarn_mscale(r->factor, r->mscale_all_dim);
+    else r->attention_factor = yarn_mscale(r->factor, 1.0);
+    if (r->attention_factor != 1.0)
+      return sl_fail(SL_EINPUT,
+                     "%s: rope_scaling yarn gives attention_factor = %.17g; only 1 is supported (transformers "
+                     "multiplies cos and sin by it, so q.k by its square, and the attention kernels here take no "
+                     "softmax scale yet); set 'rope_scaling.attention_factor' to 1.0 or mscale = mscale_all_dim",
+                     p, r->attention_factor);
+    return SL_OK;
+  }
+  return sl_fail(SL_EINPUT,
+                 "%s: field 'rope_scaling.%s' = \"%s\" is not supported (supported: default, linear, llama3, yarn)", p,
+                 key, ty);
+}
+
 static void set_defaults(sl_model_config *c) {
   memset(c, 0, sizeof *c);
   c->initializer_range = 0.02;
@@ -171,18 +334,13 @@ static int parse_attn(const char *p, json_t *o, sl_model_config *c) {
       (rc = get_num(p, o, "initializer_range", 0.02, &c->initializer_range)) ||
       (rc = get_bool(p, o, "tie_word_embeddings", 0, &c->tie_word_embeddings)) ||
       (rc = get_int(p, o, "bos_token_id", 0, -1, &c->bos_token_id)) ||
-      (rc = get_int(p, o, "eos_token_id", 0, -1, &c->eos_token_id)) || (rc = want_act(p, o, "hidden_act")) ||
+      (rc = get_eos(p, o, c)) || (rc = want_act(p, o, "hidden_act")) ||
       (rc = want_false(p, o, "attention_bias", "q/k/v/o projections have no bias here")) ||
       (rc = want_false(p, o, "mlp_bias", "MLP projections have no bias here")))
     return rc;
   if (mistral && (rc = get_int(p, o, "sliding_window", 0, 0, &c->sliding_window))) return rc;
   if ((rc = want_pos_emb(p, o))) return rc;
-  json_t *rs = json_object_get(o, "rope_scaling");
-  if (rs && !json_is_null(rs))
-    return sl_fail(SL_EINPUT,
-                   "%s: field 'rope_scaling' is set; only plain RoPE is supported "
-                   "(expected null)",
-                   p);
+  if ((rc = parse_rope_scaling(p, o, c))) return rc;
   if (c->num_attention_heads <= 0)
     return sl_fail(SL_EINPUT, "%s: field 'num_attention_heads' must be positive, found %lld", p,
                    (long long)c->num_attention_heads);
@@ -221,7 +379,7 @@ static int parse_mamba_hf(const char *p, json_t *o, sl_model_config *c) {
       (rc = get_num(p, o, "time_step_scale", 1.0, &c->time_step_scale)) ||
       (rc = get_int(p, o, "max_position_embeddings", 0, 0, &c->max_position_embeddings)) ||
       (rc = get_int(p, o, "bos_token_id", 0, -1, &c->bos_token_id)) ||
-      (rc = get_int(p, o, "eos_token_id", 0, -1, &c->eos_token_id)) || (rc = want_act(p, o, "hidden_act")) ||
+      (rc = get_eos(p, o, c)) || (rc = want_act(p, o, "hidden_act")) ||
       (rc = want_pos_emb(p, o)))
     return rc;
   return SL_OK;
@@ -524,7 +682,30 @@ int sl_hfconfig_save(const char *path, const sl_model_config *c) {
     SETS("hidden_act", "silu");
     SETR("rms_norm_eps", c->rms_norm_eps);
     SETR("rope_theta", c->rope_theta);
-    json_object_set_new(o, "rope_scaling", json_null());
+    const sl_rope_scaling *r = &c->rope_scaling;
+    if (r->type == SL_ROPE_DEFAULT) {
+      json_object_set_new(o, "rope_scaling", json_null());
+    } else {
+      json_t *rs = json_object();
+      json_object_set_new(rs, "rope_type", json_string(sl_rope_type_name(r->type)));
+      json_object_set_new(rs, "factor", json_real(r->factor));
+      if (r->type == SL_ROPE_LLAMA3) {
+        json_object_set_new(rs, "low_freq_factor", json_real(r->low_freq_factor));
+        json_object_set_new(rs, "high_freq_factor", json_real(r->high_freq_factor));
+      }
+      if (r->type == SL_ROPE_YARN) {
+        json_object_set_new(rs, "beta_fast", json_real(r->beta_fast));
+        json_object_set_new(rs, "beta_slow", json_real(r->beta_slow));
+        json_object_set_new(rs, "attention_factor", json_real(r->attention_factor));
+        if (!r->truncate) json_object_set_new(rs, "truncate", json_false());
+      }
+      /* yarn: only when it differs (transformers then sets factor = max / original) */
+      if (r->type == SL_ROPE_LLAMA3 ||
+          (r->type == SL_ROPE_YARN && r->original_max_position_embeddings != c->max_position_embeddings))
+        json_object_set_new(rs, "original_max_position_embeddings",
+                            json_integer((json_int_t)r->original_max_position_embeddings));
+      json_object_set_new(o, "rope_scaling", rs);
+    }
     SETI("max_position_embeddings", c->max_position_embeddings > 0 ? c->max_position_embeddings : 2048);
     if (c->arch == SL_ARCH_MISTRAL) {
       if (c->sliding_window > 0) SETI("sliding_window", c->sliding_window);
@@ -554,7 +735,13 @@ int sl_hfconfig_save(const char *path, const sl_model_config *c) {
   SETR("initializer_range", c->initializer_range);
   SETB("tie_word_embeddings", c->tie_word_embeddings);
   if (c->bos_token_id >= 0) SETI("bos_token_id", c->bos_token_id);
-  if (c->eos_token_id >= 0) SETI("eos_token_id", c->eos_token_id);
+  if (c->n_eos > 1) {
+    json_t *ea = json_array();
+    for (int i = 0; i < c->n_eos; i++) json_array_append_new(ea, json_integer((json_int_t)c->eos_token_ids[i]));
+    json_object_set_new(o, "eos_token_id", ea);
+  } else if (c->eos_token_id >= 0) {
+    SETI("eos_token_id", c->eos_token_id);
+  }
   SETB("use_cache", 1);
   SETS("torch_dtype", "float32");
 #undef SETI

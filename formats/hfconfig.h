@@ -15,6 +15,27 @@ extern "C" {
 
 typedef enum { SL_ARCH_UNKNOWN = 0, SL_ARCH_LLAMA, SL_ARCH_MISTRAL, SL_ARCH_MAMBA } sl_arch;
 
+/* config.json's rope_scaling (docs/formats.md): the rules of transformers'
+ * modeling_rope_utils.py that give fixed frequencies. "dynamic" (NTK, which
+ * changes with the sequence length at inference) and others are refused. */
+typedef enum { SL_ROPE_DEFAULT = 0, SL_ROPE_LINEAR, SL_ROPE_LLAMA3, SL_ROPE_YARN } sl_rope_type;
+
+typedef struct {
+  sl_rope_type type;                        /* SL_ROPE_DEFAULT: absent, null, or "default" */
+  double factor;                            /* linear, llama3, yarn */
+  double low_freq_factor, high_freq_factor; /* llama3 */
+  int64_t original_max_position_embeddings; /* llama3 (required); yarn (else max_position_embeddings) */
+  double beta_fast, beta_slow;              /* yarn: default 32, 1 */
+  int truncate;                             /* yarn: floor/ceil the correction range (default true) */
+  double attention_factor;                  /* yarn: cos/sin multiplier, as HF derives it */
+  int attention_factor_given;               /* yarn: the file set attention_factor */
+  double mscale, mscale_all_dim;            /* yarn: 0 = absent */
+} sl_rope_scaling;
+
+const char *sl_rope_type_name(sl_rope_type t); /* "default", "linear", "llama3", "yarn" */
+
+#define SL_MAX_EOS 8 /* eos_token_id entries kept */
+
 typedef struct {
   sl_arch arch;
   char arch_name[64]; /* "LlamaForCausalLM", "MistralForCausalLM", "MambaForCausalLM" */
@@ -26,14 +47,17 @@ typedef struct {
   int64_t max_position_embeddings;    /* informational (RoPE has no table) */
   int tie_word_embeddings;            /* lm_head shares the embedding */
   double initializer_range;           /* std of normal init (default 0.02) */
-  int64_t bos_token_id, eos_token_id; /* -1 = unset */
+  int64_t bos_token_id, eos_token_id; /* -1 = unset; eos: the first when the file gives a list */
+  int64_t eos_token_ids[SL_MAX_EOS];  /* eos_token_id as a list (Llama 3.x Instruct), n_eos of them */
+  int n_eos;                          /* 0: unset; 1: an integer; more: a list */
   /* Llama / Mistral */
-  int64_t num_attention_heads; /* nh */
-  int64_t num_key_value_heads; /* nkv (default nh); nh % nkv == 0 */
-  int64_t head_dim;            /* hd (default H / nh), even */
-  double rms_norm_eps;         /* default 1e-6 */
-  double rope_theta;           /* default 10000 */
-  int64_t sliding_window;      /* Mistral; 0 = none (also for null) */
+  int64_t num_attention_heads;  /* nh */
+  int64_t num_key_value_heads;  /* nkv (default nh); nh % nkv == 0 */
+  int64_t head_dim;             /* hd (default H / nh), even */
+  double rms_norm_eps;          /* default 1e-6 */
+  double rope_theta;            /* default 10000 */
+  sl_rope_scaling rope_scaling; /* default: none */
+  int64_t sliding_window;       /* Mistral; 0 = none (also for null) */
   /* Mamba */
   int64_t state_size;                                                    /* N (d_state), default 16 */
   int64_t expand;                                                        /* default 2 */

@@ -20,6 +20,7 @@
 #include "formats/hfconfig.h"
 #include "formats/safetensors.h"
 #include "models/model.h"
+#include "models/rope.h"
 
 struct sl_gen {
   sl_model_config c;
@@ -259,9 +260,8 @@ int sl_gen_load(const char *dir, sl_gen **out) {
     g->kc = calloc((size_t)g->L, sizeof(float *));
     g->vc = calloc((size_t)g->L, sizeof(float *));
     rc = g->inv_freq && g->kc && g->vc ? SL_OK : SL_ENOMEM;
-    /* HF: inv_freq = 1 / theta^(arange(0, hd, 2) / hd) in float32 */
-    for (int64_t i = 0; !rc && i < g->hd / 2; i++)
-      g->inv_freq[i] = (float)(1.0 / pow(c->rope_theta, (double)(2 * i) / (double)g->hd));
+    /* the training model's table (models/rope.c), rope_scaling included */
+    if (!rc) sl_rope_inv_freq_cfg(g->inv_freq, c);
   }
   if (!rc) {
     size_t n = (size_t)(wide > g->V ? wide : g->V) + 16;
@@ -287,6 +287,11 @@ int sl_gen_load(const char *dir, sl_gen **out) {
 int64_t sl_gen_vocab(const sl_gen *g) { return g->V; }
 int64_t sl_gen_context(const sl_gen *g) { return g->c.arch == SL_ARCH_MAMBA ? 0 : g->c.max_position_embeddings; }
 int32_t sl_gen_eos(const sl_gen *g) { return (int32_t)g->c.eos_token_id; }
+int sl_gen_eos_list(const sl_gen *g, int32_t *out, int cap) {
+  int n = 0;
+  for (int i = 0; i < g->c.n_eos && n < cap; i++) out[n++] = (int32_t)g->c.eos_token_ids[i];
+  return n;
+}
 
 /* Resets the caches for a sequence of up to n positions. */
 static int reset(sl_gen *g, int64_t n) {

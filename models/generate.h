@@ -22,6 +22,8 @@ void sl_gen_free(sl_gen *g);
 int64_t sl_gen_vocab(const sl_gen *g);
 int64_t sl_gen_context(const sl_gen *g); /* max positions (0: no limit, Mamba) */
 int32_t sl_gen_eos(const sl_gen *g);     /* config eos_token_id, -1 when unset */
+/* every eos_token_id of the config (a list in Llama 3.x Instruct) into out[0..cap); returns how many */
+int sl_gen_eos_list(const sl_gen *g, int32_t *out, int cap);
 
 typedef struct {
   double temperature; /* 0: greedy (argmax, lowest id on ties) */

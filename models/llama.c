@@ -439,7 +439,7 @@ int sl_llama_create(sl_model *m) {
   /* the RoPE frequencies, once, in backend memory */
   float *inv = malloc((size_t)(p->hd / 2 + 1) * sizeof(float));
   if (!inv) return sl_fail(SL_ENOMEM, "out of memory");
-  sl_rope_inv_freq(inv, p->hd, (float)c->rope_theta);
+  sl_rope_inv_freq_cfg(inv, c); /* c->rope_scaling's rule */
   p->inv_freq = sl_rope_table_upload(m->ops, m->k, inv, p->hd);
   free(inv);
   if (!p->inv_freq) return SL_ENOMEM;

@@ -8,12 +8,26 @@
 
 #include <stdint.h>
 
+#include "formats/hfconfig.h"
 #include "kernels/kernels.h"
 
 /* out[i] = 1 / theta^(2i/hd), i < hd/2, in fp32 as torch computes it
  * (exponent (float)(2i) / (float)hd, powf, fp32 division): the values the
  * rope kernels computed from theta themselves before the table existed. */
 void sl_rope_inv_freq(float *out, int64_t hd, float theta);
+
+/* The scaled rules of transformers' modeling_rope_utils.py
+ * (_compute_linear_scaling_rope_parameters, _compute_llama3_parameters,
+ * _compute_yarn_parameters), each on top of sl_rope_inv_freq, in its
+ * expression order and float32 roundings. YaRN's attention factor (a cos/sin
+ * multiplier) is not part of the table: hfconfig accepts only 1. */
+void sl_rope_inv_freq_linear(float *out, int64_t hd, float theta, double factor);
+void sl_rope_inv_freq_llama3(float *out, int64_t hd, float theta, double factor, double low_freq_factor,
+                             double high_freq_factor, int64_t old_context_len);
+void sl_rope_inv_freq_yarn(float *out, int64_t hd, double theta, double factor, double beta_fast, double beta_slow,
+                           int64_t original_max_pos, int truncate);
+/* The table of c's rule (c->rope_scaling over head_dim and rope_theta). */
+void sl_rope_inv_freq_cfg(float *out, const sl_model_config *c);
 
 /* A table of backend memory (ops->alloc, ops->upload) holding host[0..hd/2);
  * NULL with a message when it cannot be allocated. Free with ops->free.

@@ -11,6 +11,7 @@
 #include "base/base.h"
 #include "data/tokenizer.h"
 #include "formats/dataset.h"
+#include "formats/hfconfig.h"
 #include "models/generate.h"
 #include "tools/tools.h"
 
@@ -149,9 +150,8 @@ int sl_tool_generate(int argc, char **argv) {
   if (!rc && !(out = malloc(sizeof(int32_t) * (size_t)(max_new > 0 ? max_new : 1))))
     rc = sl_fail(SL_ENOMEM, "out of memory");
   if (!rc) {
-    int32_t stop[3];
-    int nstop = 0;
-    if (sl_gen_eos(g) >= 0) stop[nstop++] = sl_gen_eos(g);
+    int32_t stop[SL_MAX_EOS + 2];
+    int nstop = sl_gen_eos_list(g, stop, SL_MAX_EOS);
     if (tokenizer && sl_tokenizer_eos_id(tk) >= 0) stop[nstop++] = sl_tokenizer_eos_id(tk);
     if (prompt && !tokenizer) stop[nstop++] = SL_BYTE_EOD;
     em = (emitter){.tk = tk, .bytes = !tokenizer};

@@ -42,6 +42,10 @@ class LlamaConfig:
         self.rms_norm_eps = float(d.get("rms_norm_eps", 1e-6))
         self.rope_theta = float(d.get("rope_theta", 10000.0))
         self.tie_word_embeddings = bool(d.get("tie_word_embeddings", False))
+        self.max_position_embeddings = int(d.get("max_position_embeddings") or 2048)
+        # rope_scaling: None or the config.json dict (transformers' rope_type / type)
+        rs = d.get("rope_scaling")
+        self.rope_scaling = dict(rs) if rs else None
         hd = d.get("head_dim")
         self.head_dim = int(hd) if hd is not None else self.hidden_size // self.num_attention_heads
         assert self.num_attention_heads % self.num_key_value_heads == 0
@@ -62,6 +66,12 @@ class LlamaConfig:
         return self._to_dict_llama()
 
     def _to_dict_llama(self):
+        d = self._to_dict_plain()
+        if self.rope_scaling:  # only then, so the plain configs stay as they were
+            d.update(max_position_embeddings=self.max_position_embeddings, rope_scaling=self.rope_scaling)
+        return d
+
+    def _to_dict_plain(self):
         return {
             "architectures": ["LlamaForCausalLM"],
             "model_type": "llama",
@@ -107,16 +117,114 @@ class RMSNorm(nn.Module):
         return self.weight * (x * torch.rsqrt(var + self.eps))
 
 
-def rope_cos_sin(T, hd, theta, dtype=torch.float32):
+def rope_inv_freq(c, ct=torch.float32):
+    """(inv_freq (hd/2,), attention_factor) of config c: transformers'
+    modeling_rope_utils.py (_compute_default_rope_parameters,
+    _compute_linear_scaling_rope_parameters, _compute_llama3_parameters,
+    _compute_yarn_parameters), written from that code with dim = head_dim,
+    the same torch ops in the same order, in ct (float32 as HF; float64 for
+    the self-tests' float64 model)."""
+    base, dim = c.rope_theta, c.head_dim
+    rs = c.rope_scaling or {}
+    rope_type = rs.get("rope_type", rs.get("type", "default"))
+    # default
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(ct) / dim))
+    attention_factor = 1.0
+    if rope_type == "default":
+        return inv_freq, attention_factor
+    if rope_type == "linear":
+        factor = rs["factor"]
+        inv_freq /= factor
+        return inv_freq, attention_factor
+    if rope_type == "llama3":
+        factor = rs["factor"]
+        low_freq_factor = rs["low_freq_factor"]
+        high_freq_factor = rs["high_freq_factor"]
+        old_context_len = rs["original_max_position_embeddings"]
+        low_freq_wavelen = old_context_len / low_freq_factor
+        high_freq_wavelen = old_context_len / high_freq_factor
+        wavelen = 2 * math.pi / inv_freq
+        # wavelen < high_freq_wavelen: do nothing; wavelen > low_freq_wavelen: divide by factor
+        inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+        # otherwise: interpolate between the two, using a smooth factor
+        smooth_factor = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+        smoothed_inv_freq = (1 - smooth_factor) * inv_freq_llama / factor + smooth_factor * inv_freq_llama
+        is_medium_freq = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+        inv_freq_llama = torch.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama)
+        return inv_freq_llama, attention_factor
+    if rope_type == "yarn":
+        factor = rs["factor"]
+        attention_factor = rs.get("attention_factor")
+        mscale = rs.get("mscale")
+        mscale_all_dim = rs.get("mscale_all_dim")
+        if "original_max_position_embeddings" in rs:
+            original_max_position_embeddings = rs["original_max_position_embeddings"]
+            factor = c.max_position_embeddings / original_max_position_embeddings
+        else:
+            original_max_position_embeddings = c.max_position_embeddings
+
+        def get_mscale(scale, mscale=1):
+            if scale <= 1:
+                return 1.0
+            return 0.1 * mscale * math.log(scale) + 1.0
+
+        if attention_factor is None:
+            if mscale and mscale_all_dim:
+                attention_factor = float(get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim))
+            else:
+                attention_factor = get_mscale(factor)
+        beta_fast = rs.get("beta_fast") or 32
+        beta_slow = rs.get("beta_slow") or 1
+
+        def find_correction_dim(num_rotations, dim, base, max_position_embeddings):
+            return (dim * math.log(max_position_embeddings / (num_rotations * 2 * math.pi))) / (2 * math.log(base))
+
+        def find_correction_range(low_rot, high_rot, dim, base, max_position_embeddings, truncate):
+            low = find_correction_dim(low_rot, dim, base, max_position_embeddings)
+            high = find_correction_dim(high_rot, dim, base, max_position_embeddings)
+            if truncate:
+                low = math.floor(low)
+                high = math.ceil(high)
+            return max(low, 0), min(high, dim - 1)
+
+        def linear_ramp_factor(min, max, dim):
+            if min == max:
+                max += 0.001  # Prevent singularity
+            linear_func = (torch.arange(dim, dtype=ct) - min) / (max - min)
+            return torch.clamp(linear_func, 0, 1)
+
+        pos_freqs = base ** (torch.arange(0, dim, 2).to(ct) / dim)
+        inv_freq_extrapolation = 1.0 / pos_freqs
+        inv_freq_interpolation = 1.0 / (factor * pos_freqs)
+        truncate = rs.get("truncate", True)
+        low, high = find_correction_range(beta_fast, beta_slow, dim, base, original_max_position_embeddings,
+                                          truncate)
+        inv_freq_extrapolation_factor = 1 - linear_ramp_factor(low, high, dim // 2).to(ct)
+        inv_freq = (inv_freq_interpolation * (1 - inv_freq_extrapolation_factor)
+                    + inv_freq_extrapolation * inv_freq_extrapolation_factor)
+        return inv_freq, attention_factor
+    raise ValueError(f"rope_scaling rope_type {rope_type!r}: not in this reference")
+
+
+def rope_cos_sin(T, hd, theta, dtype=torch.float32, c=None):
     """cos/sin tables (T, hd) for positions 0..T-1, HF rotate-half layout.
     Computed in float32 as HF does (float64 only for a float64 model, which
-    the self-tests use)."""
+    the self-tests use). With a config c: its rope_scaling rule
+    (rope_inv_freq), cos and sin multiplied by the attention factor as HF's
+    rotary embedding does."""
     ct = torch.float64 if dtype == torch.float64 else torch.float32
-    inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).to(ct) / hd))
+    if c is None:
+        inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).to(ct) / hd))
+        attention_factor = 1.0
+    else:
+        inv_freq, attention_factor = rope_inv_freq(c, ct)
     t = torch.arange(T, dtype=torch.int64).to(ct)
     freqs = torch.outer(t, inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
+    cos, sin = emb.cos(), emb.sin()
+    if attention_factor != 1.0:
+        cos, sin = cos * attention_factor, sin * attention_factor
+    return cos.to(dtype), sin.to(dtype)
 
 
 def rotate_half(x):
@@ -215,7 +323,7 @@ class LlamaForCausalLM(nn.Module):
         i sees key j only when seg[i] <= j <= i (block-diagonal causal)."""
         c = self.config
         T = idx.shape[1]
-        cos, sin = rope_cos_sin(T, c.head_dim, c.rope_theta, self.model.norm.weight.dtype)
+        cos, sin = rope_cos_sin(T, c.head_dim, c.rope_theta, self.model.norm.weight.dtype, c)
         hide = None
         if seg is not None:
             pos = torch.arange(T)[None, :] - seg          # (B, T)

@@ -410,9 +410,69 @@ static void test_config(void) {
   BAD("\"hidden_size\": 12, \"intermediate_size\": 64, \"num_attention_heads\": 4", "odd", "config: odd head_dim");
   BAD("\"hidden_size\": 64, \"intermediate_size\": 0, \"num_attention_heads\": 4", "intermediate_size",
       "config: zero intermediate_size");
-  BAD("\"hidden_size\": 64, \"intermediate_size\": 64, \"num_attention_heads\": 4, \"rope_scaling\": "
-      "{\"type\": \"linear\", \"factor\": 2.0}",
-      "rope_scaling", "config: rope_scaling refused");
+  /* rope_scaling (transformers' modeling_rope_utils.py rules) */
+#define RS "\"hidden_size\": 64, \"intermediate_size\": 64, \"num_attention_heads\": 4, \"rope_scaling\": "
+  BAD(RS "{\"rope_type\": \"dynamic\", \"factor\": 2.0}", "changes the frequencies with the sequence length",
+      "config: rope_scaling dynamic refused with the reason");
+  BAD(RS "{\"rope_type\": \"longrope\", \"factor\": 2.0}", "'rope_scaling.rope_type' = \"longrope\"",
+      "config: rope_scaling of an unknown type refused naming it");
+  BAD(RS "{\"type\": \"su\"}", "'rope_scaling.type' = \"su\"", "config: the old 'type' spelling names itself");
+  BAD(RS "{\"rope_type\": \"linear\"}", "missing required field 'rope_scaling.factor'",
+      "config: rope_scaling linear without factor");
+  BAD(RS "{\"rope_type\": \"linear\", \"factor\": \"2\"}", "'rope_scaling.factor' must be a number",
+      "config: rope_scaling factor of the wrong type");
+  BAD(RS "{\"rope_type\": \"linear\", \"factor\": 0}", "'rope_scaling.factor' must be positive",
+      "config: rope_scaling factor 0");
+  BAD(RS "{\"factor\": 2.0}", "'rope_scaling.rope_type'", "config: rope_scaling without a type");
+  BAD(RS "[1]", "'rope_scaling' must be an object", "config: rope_scaling not an object");
+  BAD(RS "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0}",
+      "'rope_scaling.original_max_position_embeddings'", "config: llama3 without original_max_position_embeddings");
+  BAD(RS "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"high_freq_factor\": 4.0, "
+         "\"original_max_position_embeddings\": 8192}",
+      "'rope_scaling.low_freq_factor'", "config: llama3 without low_freq_factor");
+  BAD(RS "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 4.0, \"high_freq_factor\": 4.0, "
+         "\"original_max_position_embeddings\": 8192}",
+      "high_freq_factor", "config: llama3 with high_freq_factor <= low_freq_factor");
+  BAD(RS "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+         "\"original_max_position_embeddings\": 8192.5}",
+      "original_max_position_embeddings", "config: llama3 with a fractional original_max_position_embeddings");
+  BAD(RS "{\"rope_type\": \"yarn\", \"factor\": 4.0}", "attention_factor = 1.1386294361119891",
+      "config: yarn with the default attention factor 0.1 ln 4 + 1 refused (not implemented)");
+  BAD(RS "{\"rope_type\": \"yarn\", \"factor\": 4.0, \"truncate\": 1, \"attention_factor\": 1.0}",
+      "'rope_scaling.truncate'", "config: yarn truncate of the wrong type");
+  rc =
+      cfg("{\"architectures\": [\"LlamaForCausalLM\"], \"num_hidden_layers\": 2, \"vocab_size\": 300, " RS "null}", &c);
+  check(rc == 0 && c.rope_scaling.type == SL_ROPE_DEFAULT, "config: rope_scaling null is plain RoPE");
+  rc = cfg("{\"architectures\": [\"LlamaForCausalLM\"], \"num_hidden_layers\": 2, \"vocab_size\": 300, " RS
+           "{\"type\": \"linear\", \"factor\": 2.0}}",
+           &c);
+  check(rc == 0 && c.rope_scaling.type == SL_ROPE_LINEAR && c.rope_scaling.factor == 2.0,
+        "config: rope_scaling linear (old 'type' spelling)");
+  rc = cfg("{\"architectures\": [\"LlamaForCausalLM\"], \"num_hidden_layers\": 2, \"vocab_size\": 300, " RS
+           "{\"rope_type\": \"default\"}}",
+           &c);
+  check(rc == 0 && c.rope_scaling.type == SL_ROPE_DEFAULT, "config: rope_scaling default");
+  rc = cfg("{\"architectures\": [\"LlamaForCausalLM\"], \"num_hidden_layers\": 2, \"vocab_size\": 300, "
+           "\"max_position_embeddings\": 4096, " RS
+           "{\"rope_type\": \"yarn\", \"factor\": 4.0, \"attention_factor\": 1.0, \"beta_fast\": 0}}",
+           &c);
+  check(rc == 0 && c.rope_scaling.type == SL_ROPE_YARN && c.rope_scaling.factor == 4.0 &&
+            c.rope_scaling.beta_fast == 32 && c.rope_scaling.beta_slow == 1 &&
+            c.rope_scaling.original_max_position_embeddings == 4096 && c.rope_scaling.truncate,
+        "config: yarn with attention_factor 1 (beta_fast 0 reads as unset, as transformers' `or 32`)");
+  rc = cfg("{\"architectures\": [\"LlamaForCausalLM\"], \"num_hidden_layers\": 2, \"vocab_size\": 300, "
+           "\"max_position_embeddings\": 163840, " RS
+           "{\"rope_type\": \"yarn\", \"factor\": 40, \"mscale\": 1.0, \"mscale_all_dim\": 1.0, "
+           "\"original_max_position_embeddings\": 4096}}",
+           &c);
+  check(rc == 0 && c.rope_scaling.factor == 40.0 && c.rope_scaling.attention_factor == 1.0 &&
+            c.rope_scaling.original_max_position_embeddings == 4096,
+        "config: yarn in DeepSeek-V3's form (mscale = mscale_all_dim: attention factor 1; factor = 163840 / 4096)");
+#undef RS
+  BAD("\"hidden_size\": 64, \"intermediate_size\": 64, \"num_attention_heads\": 4, \"eos_token_id\": [1, \"2\"]",
+      "'eos_token_id' entry 1", "config: eos_token_id list with a non-integer");
+  BAD("\"hidden_size\": 64, \"intermediate_size\": 64, \"num_attention_heads\": 4, \"eos_token_id\": []",
+      "eos_token_id", "config: empty eos_token_id list");
   BAD("\"hidden_size\": 64, \"intermediate_size\": 64, \"num_attention_heads\": 4, \"hidden_act\": \"gelu\"",
       "hidden_act", "config: non-silu activation refused");
   BAD("\"hidden_size\": 64, \"intermediate_size\": 64, \"num_attention_heads\": 4, \"tie_word_embeddings\": 1",
@@ -458,6 +518,22 @@ static void test_config(void) {
     char what[128];
     snprintf(what, sizeof what, "config: save -> load round trip (%s)", sl_arch_name(a.arch));
     check(same, what);
+  }
+  { /* rope_scaling llama3 round trip */
+    sl_model_config a, b;
+    char p[512];
+    snprintf(p, sizeof p, "%s/config-llama3.json", g_dir);
+    rc = cfg("{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128, "
+             "\"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"vocab_size\": 300, "
+             "\"eos_token_id\": [128001, 128008, 128009], \"rope_scaling\": "
+             "{\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+             "\"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}}",
+             &a);
+    rc = rc ? rc : sl_hfconfig_save(p, &a);
+    rc = rc ? rc : sl_hfconfig_load(p, &b);
+    check(rc == 0 && a.rope_scaling.type == SL_ROPE_LLAMA3 && a.n_eos == 3 && a.eos_token_id == 128001 &&
+              a.eos_token_ids[2] == 128009 && memcmp(&a, &b, sizeof a) == 0,
+          "config: save -> load round trip (llama3 rope_scaling, eos_token_id a list)");
   }
 }
 
