@@ -281,7 +281,8 @@ static int doc_mask_check(trainer *t) {
   return SL_OK;
 }
 
-int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim) {
+/* Setup step 1: the run's settings (before any runtime starts); *ac: the activation checkpointing. */
+static int setup_cfg(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim, int *ac) {
   memset(t, 0, sizeof *t);
   t->optim = optim;
   t->cfg = *cfg;
@@ -300,19 +301,27 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   if (strcmp(c->data_order, "sequential") && strcmp(c->data_order, "shuffled"))
     return sl_fail(SL_EINPUT, "--data-order must be sequential or shuffled, found '%s'", c->data_order);
   if ((rc = sl_precheck_paths(c))) return rc;
-  int ac = sl_actckpt_from_name(c->activation_checkpoint);
-  if (ac < 0)
+  *ac = sl_actckpt_from_name(c->activation_checkpoint);
+  if (*ac < 0)
     return sl_fail(SL_EINPUT, "--activation-checkpoint must be none, selective or full, found '%s'",
                    c->activation_checkpoint);
+  return SL_OK;
+}
+
+/* Setup step 2: the backend, this rank's place on its node (*mesh), the compute context. */
+static int setup_backend(trainer *t, sl_mesh *mesh) {
+  sl_train_cfg *c = &t->cfg;
+  int rc;
   sl_backend_prepare(); /* before any backend's runtime starts (CUDA: the GPU order engine/mesh.c binds by) */
   /* kernels/registry.c: "auto" = cuda when usable, else cpu; checked with sl_ops_check */
   if (!(t->ops = sl_backend_pick(c->backend, 1, "--backend"))) return SL_EINPUT; /* the message is set */
   t->dev = t->ops->is_device();
-  sl_mesh mesh; /* local rank from hostnames; binds this rank's threads before the compute pool starts */
-  if ((rc = sl_mesh_setup(world, t->ops, c->shard_group, (int)c->tp, &mesh))) return rc;
-  sl_backend_bind_local_rank(t->ops, mesh.local_rank); /* one device per local rank */
+  /* local rank from hostnames; binds this rank's threads before the compute pool starts */
+  if ((rc = sl_mesh_setup(t->world, t->ops, c->shard_group, (int)c->tp, mesh))) return rc;
+  sl_backend_bind_local_rank(t->ops, mesh->local_rank); /* one device per local rank */
   int threads = (int)c->threads;
-  if (threads <= 0) threads = mesh.bind.bound ? mesh.bind.ncpus : (int)sysconf(_SC_NPROCESSORS_ONLN) / mesh.local_size;
+  if (threads <= 0)
+    threads = mesh->bind.bound ? mesh->bind.ncpus : (int)sysconf(_SC_NPROCESSORS_ONLN) / mesh->local_size;
   if (threads < 1) threads = 1;
   t->k = t->ops->ctx_create(threads);
   if (!t->k) return sl_fail(SL_ENOMEM, "cannot create the compute context");
@@ -323,18 +332,21 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
             "compute bf16: GEMM operands, activations and their gradients rounded to bf16, fp32 "
             "accumulation; params %s, reduce %s (docs/bf16.md)",
             c->param_dtype, c->reduce_dtype);
-
   /* model config */
   if (c->model[0]) {
     char p[SL_PATH_MAX + 32];
     snprintf(p, sizeof p, "%s/config.json", c->model);
-    if ((rc = sl_hfconfig_load(p, &t->mcfg))) return rc;
-  } else if ((rc = sl_hfconfig_parse("built-in configs/tiny-llama/config.json", sl_builtin_model_config,
-                                     sl_builtin_model_config_len, &t->mcfg))) {
-    return rc;
+    return sl_hfconfig_load(p, &t->mcfg);
   }
+  return sl_hfconfig_parse("built-in configs/tiny-llama/config.json", sl_builtin_model_config,
+                           sl_builtin_model_config_len, &t->mcfg);
+}
 
-  /* data */
+/* Setup step 3: the data (--data, or the built-in corpus rank 0 writes), the held-out stream, the
+ * checks that need the data and the model config. */
+static int setup_data(trainer *t) {
+  sl_train_cfg *c = &t->cfg;
+  int rc = SL_OK;
   char prefix[SL_PATH_MAX + 64];
   snprintf(prefix, sizeof prefix, "%s", c->data);
   if (!c->data[0]) {
@@ -346,7 +358,7 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
       if (!rc) rc = sl_prepare_text_mem("built-in corpus", sl_builtin_corpus, sl_builtin_corpus_len, prefix, NULL);
     }
     int all = rc;
-    if (sl_comm_allreduce_sync(world, &all, 1, SL_I32) != SL_COMM_OK)
+    if (sl_comm_allreduce_sync(t->world, &all, 1, SL_I32) != SL_COMM_OK)
       return sl_fail(SL_ECOMM, "%s", sl_comm_last_error());
     if (rc) return rc;
     if (all) return sl_fail(SL_EIO, "rank 0 could not prepare the built-in corpus");
@@ -355,16 +367,26 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
     return rc;
   if ((rc = sl_eval_data_open(c, prefix, t->smp, t->mcfg.vocab_size, &t->ev))) return rc;
   if ((rc = doc_mask_check(t))) return rc;
-  if ((rc = sl_check_agreement(world, c, &t->mcfg, sl_sampler_num_tokens(t->smp)))) return rc;
-  if ((rc = sl_precheck(c, &t->mcfg, world, t->ops, t->k, sl_sampler_num_tokens(t->smp)))) return rc;
+  if ((rc = sl_check_agreement(t->world, c, &t->mcfg, sl_sampler_num_tokens(t->smp)))) return rc;
+  return sl_precheck(c, &t->mcfg, t->world, t->ops, t->k, sl_sampler_num_tokens(t->smp));
+}
 
-  /* mesh: world = DP x TP x PP (TP fastest); this rank's pipeline stage; model + FSDP on the DP axis */
+/* Setup step 4: world = DP x TP x PP (TP fastest); this rank's pipeline stage. */
+static int setup_mesh(trainer *t) {
+  sl_train_cfg *c = &t->cfg;
+  int rc;
   if ((rc = sl_trainer_tp_check(t))) return rc;
-  if ((rc = sl_par_mesh_create(world, (int)c->tp, (int)c->pp, &t->pmesh))) return rc;
+  if ((rc = sl_par_mesh_create(t->world, (int)c->tp, (int)c->pp, &t->pmesh))) return rc;
   if (c->tp > 1 && c->pp > 1 && (rc = sl_tppp_loss_comm(t->pmesh, &t->tppp_loss))) return rc;
   t->dp_rank = t->pmesh->coord[SL_AXIS_DP];
   t->dp_size = t->pmesh->size[SL_AXIS_DP];
-  if ((rc = sl_pp_plan_for_run(c, &t->mcfg, t->pmesh->coord[SL_AXIS_PP], t->dev, &t->pplan))) return rc;
+  return sl_pp_plan_for_run(c, &t->mcfg, t->pmesh->coord[SL_AXIS_PP], t->dev, &t->pplan);
+}
+
+/* Setup step 5: the model (this rank's TP slice and pipeline stage) and FSDP on the DP axis. */
+static int setup_model(trainer *t, int ac) {
+  sl_train_cfg *c = &t->cfg;
+  int rc;
   if ((rc = sl_model_create_full(&t->mcfg, t->ops, t->k, c->micro_batch, c->seq_len, (sl_actckpt)ac,
                                  t->pmesh->coord[SL_AXIS_TP], (int)c->tp, c->sequence_parallel,
                                  t->pplan ? t->pplan->local : NULL, t->pplan ? t->pplan->nunits : 0, &t->m)))
@@ -387,9 +409,34 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
     numel[u] = !t->pplan || t->pplan->held[u] ? t->m->units[u].numel : 0; /* 0: another stage's */
   rc = sl_fsdp_create(t->pmesh->comm[SL_AXIS_DP], &fc, t->ops, t->k, U, numel, t->m->pinned, &t->f);
   free(numel);
-  if (rc) return rc;
+  return rc;
+}
 
-  /* parameters and optimizer state, one unit at a time */
+/* Unit u's parameters (from weights, or from the seed) into flat and FSDP, and its optimizer state. */
+static int load_unit(trainer *t, int u, sl_st_set *weights, float *flat) {
+  sl_train_cfg *c = &t->cfg;
+  int rc;
+  memset(flat, 0, (size_t)t->m->units[u].numel * 4);
+  if ((rc = sl_model_unit_load(t->m, u, weights, (uint64_t)c->seed, flat))) return rc;
+  for (int i = 0; weights && i < t->m->units[u].ntensors; i++) { /* NaN/inf in the loaded weights */
+    const sl_tensor_spec *ts = &t->m->units[u].t[i];
+    for (int64_t j = 0; j < ts->numel; j++)
+      if (!isfinite(flat[ts->offset + j]))
+        return sl_fail(SL_EINPUT, "%s: tensor '%s' has a non-finite value (%s) at element %lld%s", c->model, ts->name,
+                       isnan(flat[ts->offset + j]) ? "nan" : "inf", (long long)j,
+                       c->tp > 1 ? " of this TP rank's slice" : "");
+  }
+  if ((rc = sl_fsdp_init_params(t->f, u, flat))) return rc;
+  sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
+  if (t->optim && (rc = opt_create(t, u, v, flat))) return rc;
+  return SL_OK;
+}
+
+/* Setup step 6: parameters and optimizer state, one unit at a time; bound: the mesh bound this
+ * rank's threads. */
+static int setup_state(trainer *t, int bound) {
+  sl_train_cfg *c = &t->cfg;
+  int rc;
   sl_st_set *weights = NULL;
   if (c->model[0] && (rc = sl_st_open_dir(c->model, &weights))) return rc;
   if (weights && (rc = sl_precheck_tensors(t->m, weights, &t->mcfg))) {
@@ -400,38 +447,27 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
     sl_log0(SL_LOG_INFO, "no weight files in %s: initialising from seed %lld",
             c->model[0] ? c->model : "the built-in config", (long long)c->seed);
   if ((rc = parse_tier(c, &t->tier))) return rc;
-  if (t->tier != SL_TIER_NONE && !mesh.bind.bound) { /* the CPU AdamW's threads and pages on this rank's NUMA node */
+  if (t->tier != SL_TIER_NONE && !bound) { /* the CPU AdamW's threads and pages on this rank's NUMA node */
     int node = -1;
     if (sl_numa_bind_pool(&node) == SL_OK && node >= 0)
       sl_log(SL_LOG_DEBUG, "offload: compute threads bound to NUMA node %d", node);
   }
+  int U = t->m->nunits;
   t->opt = calloc((size_t)U, sizeof(sl_optstate *));
   float *flat = sl_alloc((size_t)sl_model_max_unit_numel(t->m) * 4, "unit load buffer");
   if (!t->opt || !flat) rc = sl_fail(SL_ENOMEM, "out of memory");
-  for (int u = 0; u < U && !rc; u++) {
-    if (t->pplan && !t->pplan->held[u]) continue; /* another pipeline stage's unit */
-    memset(flat, 0, (size_t)t->m->units[u].numel * 4);
-    if ((rc = sl_model_unit_load(t->m, u, weights, (uint64_t)c->seed, flat))) break;
-    for (int i = 0; weights && i < t->m->units[u].ntensors && !rc; i++) { /* NaN/inf in the loaded weights */
-      const sl_tensor_spec *ts = &t->m->units[u].t[i];
-      for (int64_t j = 0; j < ts->numel; j++)
-        if (!isfinite(flat[ts->offset + j])) {
-          rc = sl_fail(SL_EINPUT, "%s: tensor '%s' has a non-finite value (%s) at element %lld%s", c->model, ts->name,
-                       isnan(flat[ts->offset + j]) ? "nan" : "inf", (long long)j,
-                       c->tp > 1 ? " of this TP rank's slice" : "");
-          break;
-        }
-    }
-    if (rc) break;
-    if ((rc = sl_fsdp_init_params(t->f, u, flat))) break;
-    sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
-    if (t->optim && (rc = opt_create(t, u, v, flat))) break;
-  }
+  for (int u = 0; u < U && !rc; u++)
+    if (!t->pplan || t->pplan->held[u]) rc = load_unit(t, u, weights, flat); /* else another stage's unit */
   sl_free(flat);
   if (weights) sl_st_close_set(weights);
-  if (rc) return rc;
+  return rc;
+}
 
-  /* the step's compute order; the model holds an activation set per micro-batch it keeps in flight */
+/* Setup step 7: the step's compute order; the model holds an activation set per micro-batch it keeps
+ * in flight; the batch buffers. */
+static int setup_schedule(trainer *t) {
+  sl_train_cfg *c = &t->cfg;
+  int rc;
   sl_schedule_cfg scfg = {.name = t->pplan ? "pp" : "single",
                           .pp_plan = t->pplan,
                           .pp = t->pmesh->comm[SL_AXIS_PP],
@@ -455,6 +491,18 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   if (own && t->seg && !(t->dseg = t->ops->alloc(t->k, sets_bytes))) return SL_ENOMEM;
   t->G = c->micro_batch * c->grad_accum * t->dp_size;
   return SL_OK;
+}
+
+int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim) {
+  int ac = 0, rc;
+  sl_mesh mesh;
+  if ((rc = setup_cfg(t, cfg, world, optim, &ac))) return rc;
+  if ((rc = setup_backend(t, &mesh))) return rc;
+  if ((rc = setup_data(t))) return rc;
+  if ((rc = setup_mesh(t))) return rc;
+  if ((rc = setup_model(t, ac))) return rc;
+  if ((rc = setup_state(t, mesh.bind.bound))) return rc;
+  return setup_schedule(t);
 }
 
 /* ---- one step ------------------------------------------------------------- */
@@ -763,6 +811,105 @@ static int rank0_agree(trainer *t, int rc) {
   return sl_fail(code, "rank 0 could not set up the run's outputs (see its message)");
 }
 
+/* The run's outputs: the metrics path, OUT_DIR, the checkpoint directory's lock (rank 0), the pipeline
+ * drawing into ppsvg (rank 0, --plot, --pp > 1; "" when none). */
+static int run_outputs(trainer *t, char *ppsvg, size_t ppsvg_size) {
+  sl_train_cfg *c = &t->cfg;
+  int rc = SL_OK;
+  if (c->metrics[0]) snprintf(t->metrics_path, sizeof t->metrics_path, "%s", c->metrics);
+  else snprintf(t->metrics_path, sizeof t->metrics_path, "%s/metrics.jsonl", c->out_dir);
+  if (t->rank == 0) {
+    rc = sl_mkdirs(c->out_dir);
+    if (!rc && c->ckpt_dir[0]) rc = sl_rundir_claim(c->ckpt_dir, c->resume, &t->lock_fd); /* lock, no foreign run */
+  }
+  if ((rc = rank0_agree(t, rc))) return rc;
+  if (t->rank == 0 && t->pplan && c->plot && sl_pp_report_svg(c, t->pplan, ppsvg, ppsvg_size)) {
+    sl_log(SL_LOG_WARN, "could not draw the pipeline schedule: %s", sl_errmsg());
+    ppsvg[0] = 0;
+  }
+  return SL_OK;
+}
+
+/* The peak FLOP rate and the run's opening line; returns the model's FLOPs per token. */
+static double run_banner(trainer *t) {
+  sl_train_cfg *c = &t->cfg;
+  t->peak_flops = c->peak_tflops > 0 ? c->peak_tflops * 1e12 : measure_peak(t);
+  double flops_tok = (double)t->m->vt->flops_per_token(t->m, c->seq_len);
+  sl_model *full = NULL; /* the model's parameter count, not one TP rank's slice */
+  int64_t nparams = sl_model_create_specs(&t->mcfg, &full) ? sl_model_num_params(t->m) : sl_model_num_params(full);
+  sl_model_destroy(full);
+  sl_log0(SL_LOG_INFO,
+          "shardlm: %s %lld params (%d units) | %d rank%s (DP %d x TP %lld x PP %lld), ZeRO-%lld | batch %lld x %lld x "
+          "%lld tokens | "
+          "data %s (%lld tokens, %s) | peak %.1f GFLOP/s per rank",
+          t->mcfg.arch_name, (long long)nparams, t->m->nunits, t->wsize, t->wsize > 1 ? "s" : "", t->dp_size,
+          (long long)c->tp, (long long)c->pp, (long long)c->zero, (long long)t->G, (long long)c->seq_len, 1LL,
+          c->data[0] ? c->data : "built-in corpus", (long long)sl_sampler_num_tokens(t->smp), c->data_order,
+          t->peak_flops * 1e-9);
+  return flops_tok;
+}
+
+/* Step s's progress: the terminal's line (tty), else a log line every --log-every steps. */
+static void run_progress(const trainer *t, int64_t s, const step_out *o, double dt, double flops_tok, int tty) {
+  const sl_train_cfg *c = &t->cfg;
+  double tps = (double)t->G * c->seq_len / dt;
+  if (tty) {
+    printf("\rstep %lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %.0f tok/s  MFU %.1f%%   ", (long long)(s + 1),
+           (long long)c->steps, o->loss, o->lr, o->grad_norm, tps,
+           100.0 * flops_tok * tps / (t->peak_flops * t->wsize));
+    if (o->ev.samples) printf("\n  eval loss %.4f  ppl %.2f\n", o->ev.loss, o->ev.ppl);
+    fflush(stdout);
+  } else if (o->ev.samples) {
+    sl_log0(SL_LOG_INFO,
+            "step %lld/%lld loss %.4f lr %.3e grad_norm %.4f tokens/s %.0f eval_loss %.4f "
+            "eval_ppl %.3f",
+            (long long)(s + 1), (long long)c->steps, o->loss, o->lr, o->grad_norm, tps, o->ev.loss, o->ev.ppl);
+  } else if ((c->log_every > 0 && (s + 1) % c->log_every == 0) || s == 0 || s + 1 == c->steps) {
+    sl_log0(SL_LOG_INFO, "step %lld/%lld loss %.4f lr %.3e grad_norm %.4f tokens/s %.0f", (long long)(s + 1),
+            (long long)c->steps, o->loss, o->lr, o->grad_norm, tps);
+  }
+}
+
+/* After step s: held-out loss, the signal vote, the metrics line, the non-finite verdict, a checkpoint;
+ * *stop_sig: the signal every rank stops on (0: none). */
+static int run_after_step(trainer *t, int64_t s, step_out *o, double dt, double flops_tok, int *stop_sig) {
+  sl_train_cfg *c = &t->cfg;
+  int rc;
+  o->ev.samples = 0; /* held-out loss, unless the step was non-finite and the run stops */
+  if (!t->guard.stop && t->ev && sl_eval_due(c, s) &&
+      (rc = run_eval(t, sl_eval_data_sampler(t->ev), sl_eval_data_samples(t->ev), &o->ev)))
+    return rc;
+  if ((rc = sl_signals_agree(t->world, stop_sig))) return rc; /* every rank stops after the same step */
+  /* the step's line is on disk before a checkpoint commits the step */
+  if ((rc = sl_trainer_write_metrics(t, s, o, dt, flops_tok))) return rc;
+  if ((rc = sl_guard_verdict(&t->guard))) return rc; /* non-finite: stop before saving anything */
+  if (c->ckpt_dir[0] && (*stop_sig || (c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0) || s + 1 == c->steps)) {
+    if (t->metrics && (rc = sl_metrics_sync(t->metrics, t->metrics_path))) return rc;
+    if ((rc = save_ckpt(t, s + 1))) return rc;
+  }
+  if (*stop_sig)
+    sl_log0(SL_LOG_WARN, "%s: stopping after step %lld of %lld%s%s%s", sl_signal_name(*stop_sig), (long long)(s + 1),
+            (long long)c->steps, c->ckpt_dir[0] ? "; checkpoint in " : " (no --ckpt-dir: nothing saved)", c->ckpt_dir,
+            c->ckpt_dir[0] ? "; continue with --resume" : "");
+  return SL_OK;
+}
+
+/* Rank 0, a run that trained: the closing lines and the plot. */
+static void run_report(trainer *t, double wall, double first_loss, double last_loss, const char *ppsvg) {
+  sl_train_cfg *c = &t->cfg;
+  printf("trained %lld steps (%lld..%lld) in %.1f s: loss %.4f -> %.4f\n", (long long)(c->steps - t->start_step),
+         (long long)t->start_step + 1, (long long)c->steps, wall, first_loss, last_loss);
+  printf("metrics: %s\n", t->metrics_path);
+  if (c->plot && g_plotter) {
+    char svg[SL_PATH_MAX + 64];
+    snprintf(svg, sizeof svg, "%s/metrics.svg", c->out_dir);
+    if (g_plotter(t->metrics_path, svg) == SL_OK) printf("plot:    %s\n", svg);
+    else sl_log(SL_LOG_WARN, "could not draw the plot: %s", sl_errmsg());
+  }
+  if (ppsvg[0]) printf("pipeline: %s (the schedule's timeline)\n", ppsvg);
+  if (c->save[0]) printf("model:   %s (Hugging Face format)\n", c->save);
+}
+
 int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   if (cfg->pp_dry_run) return sl_pp_dry_run(cfg, sl_comm_rank(world)); /* engine/pp_report.c */
   trainer t;
@@ -772,30 +919,8 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   int rc = sl_trainer_setup(&t, cfg, world, 1);
   if (rc) goto done;
   sl_train_cfg *c = &t.cfg;
-  if (c->metrics[0]) snprintf(t.metrics_path, sizeof t.metrics_path, "%s", c->metrics);
-  else snprintf(t.metrics_path, sizeof t.metrics_path, "%s/metrics.jsonl", c->out_dir);
-  if (t.rank == 0) {
-    rc = sl_mkdirs(c->out_dir);
-    if (!rc && c->ckpt_dir[0]) rc = sl_rundir_claim(c->ckpt_dir, c->resume, &t.lock_fd); /* lock, no foreign run */
-  }
-  if ((rc = rank0_agree(&t, rc))) goto done;
-  if (t.rank == 0 && t.pplan && c->plot && sl_pp_report_svg(c, t.pplan, ppsvg, sizeof ppsvg)) {
-    sl_log(SL_LOG_WARN, "could not draw the pipeline schedule: %s", sl_errmsg());
-    ppsvg[0] = 0;
-  }
-  t.peak_flops = c->peak_tflops > 0 ? c->peak_tflops * 1e12 : measure_peak(&t);
-  double flops_tok = (double)t.m->vt->flops_per_token(t.m, c->seq_len);
-  sl_model *full = NULL; /* the model's parameter count, not one TP rank's slice */
-  int64_t nparams = sl_model_create_specs(&t.mcfg, &full) ? sl_model_num_params(t.m) : sl_model_num_params(full);
-  sl_model_destroy(full);
-  sl_log0(SL_LOG_INFO,
-          "shardlm: %s %lld params (%d units) | %d rank%s (DP %d x TP %lld x PP %lld), ZeRO-%lld | batch %lld x %lld x "
-          "%lld tokens | "
-          "data %s (%lld tokens, %s) | peak %.1f GFLOP/s per rank",
-          t.mcfg.arch_name, (long long)nparams, t.m->nunits, t.wsize, t.wsize > 1 ? "s" : "", t.dp_size,
-          (long long)c->tp, (long long)c->pp, (long long)c->zero, (long long)t.G, (long long)c->seq_len, 1LL,
-          c->data[0] ? c->data : "built-in corpus", (long long)sl_sampler_num_tokens(t.smp), c->data_order,
-          t.peak_flops * 1e-9);
+  if ((rc = run_outputs(&t, ppsvg, sizeof ppsvg))) goto done;
+  double flops_tok = run_banner(&t);
   if (c->resume && c->ckpt_dir[0] && (rc = resume(&t))) goto done;
   /* resumed: the metrics keep the steps the checkpoint holds, nothing past it */
   if (t.rank == 0) rc = sl_metrics_open(t.metrics_path, c->resume ? t.start_step : -1, &t.metrics);
@@ -819,37 +944,8 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
     double dt = sl_now_s() - t0;
     sl_mem_set(SL_ARENA_SCRATCH, (int64_t)t.ops->ctx_scratch_bytes(t.k));
     if (s == t.start_step) first_loss = o.loss;
-    o.ev.samples = 0; /* held-out loss, unless the step was non-finite and the run stops */
-    if (!t.guard.stop && t.ev && sl_eval_due(c, s) &&
-        (rc = run_eval(&t, sl_eval_data_sampler(t.ev), sl_eval_data_samples(t.ev), &o.ev)))
-      goto done;
-    if ((rc = sl_signals_agree(world, &stop_sig))) goto done; /* every rank stops after the same step */
-    /* the step's line is on disk before a checkpoint commits the step */
-    if ((rc = sl_trainer_write_metrics(&t, s, &o, dt, flops_tok))) goto done;
-    if ((rc = sl_guard_verdict(&t.guard))) goto done; /* non-finite: stop before saving anything */
-    if (c->ckpt_dir[0] && (stop_sig || (c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0) || s + 1 == c->steps)) {
-      if (t.metrics && (rc = sl_metrics_sync(t.metrics, t.metrics_path))) goto done;
-      if ((rc = save_ckpt(&t, s + 1))) goto done;
-    }
-    if (stop_sig)
-      sl_log0(SL_LOG_WARN, "%s: stopping after step %lld of %lld%s%s%s", sl_signal_name(stop_sig), (long long)(s + 1),
-              (long long)c->steps, c->ckpt_dir[0] ? "; checkpoint in " : " (no --ckpt-dir: nothing saved)", c->ckpt_dir,
-              c->ckpt_dir[0] ? "; continue with --resume" : "");
-    double tps = (double)t.G * c->seq_len / dt;
-    if (tty) {
-      printf("\rstep %lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %.0f tok/s  MFU %.1f%%   ", (long long)(s + 1),
-             (long long)c->steps, o.loss, o.lr, o.grad_norm, tps, 100.0 * flops_tok * tps / (t.peak_flops * t.wsize));
-      if (o.ev.samples) printf("\n  eval loss %.4f  ppl %.2f\n", o.ev.loss, o.ev.ppl);
-      fflush(stdout);
-    } else if (o.ev.samples) {
-      sl_log0(SL_LOG_INFO,
-              "step %lld/%lld loss %.4f lr %.3e grad_norm %.4f tokens/s %.0f eval_loss %.4f "
-              "eval_ppl %.3f",
-              (long long)(s + 1), (long long)c->steps, o.loss, o.lr, o.grad_norm, tps, o.ev.loss, o.ev.ppl);
-    } else if ((c->log_every > 0 && (s + 1) % c->log_every == 0) || s == 0 || s + 1 == c->steps) {
-      sl_log0(SL_LOG_INFO, "step %lld/%lld loss %.4f lr %.3e grad_norm %.4f tokens/s %.0f", (long long)(s + 1),
-              (long long)c->steps, o.loss, o.lr, o.grad_norm, tps);
-    }
+    if ((rc = run_after_step(&t, s, &o, dt, flops_tok, &stop_sig))) goto done;
+    run_progress(&t, s, &o, dt, flops_tok, tty);
   }
   if (tty) printf("\n");
   double wall = sl_now_s() - t_start;
@@ -857,19 +953,7 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   if (stop_sig) goto done; /* the run is not finished: no --save, no summary */
   if (c->save[0] && (rc = save_model(&t, c->save, c->steps > t.start_step ? c->steps : t.start_step))) goto done;
   if (c->summary) sl_trainer_summary(&t, wall);
-  if (t.rank == 0 && c->steps > t.start_step) {
-    printf("trained %lld steps (%lld..%lld) in %.1f s: loss %.4f -> %.4f\n", (long long)(c->steps - t.start_step),
-           (long long)t.start_step + 1, (long long)c->steps, wall, first_loss, o.loss);
-    printf("metrics: %s\n", t.metrics_path);
-    if (c->plot && g_plotter) {
-      char svg[SL_PATH_MAX + 64];
-      snprintf(svg, sizeof svg, "%s/metrics.svg", c->out_dir);
-      if (g_plotter(t.metrics_path, svg) == SL_OK) printf("plot:    %s\n", svg);
-      else sl_log(SL_LOG_WARN, "could not draw the plot: %s", sl_errmsg());
-    }
-    if (ppsvg[0]) printf("pipeline: %s (the schedule's timeline)\n", ppsvg);
-    if (c->save[0]) printf("model:   %s (Hugging Face format)\n", c->save);
-  }
+  if (t.rank == 0 && c->steps > t.start_step) run_report(&t, wall, first_loss, o.loss, ppsvg);
 done:
   sl_trainer_free(&t);
   return rc;
