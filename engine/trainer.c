@@ -333,7 +333,12 @@ static int setup_backend(trainer *t, sl_mesh *mesh) {
             "compute bf16: GEMM operands, activations and their gradients rounded to bf16, fp32 "
             "accumulation; params %s, reduce %s (docs/bf16.md)",
             c->param_dtype, c->reduce_dtype);
-  /* model config */
+  return SL_OK;
+}
+
+/* Setup step 3: the model config (--model's config.json, or the built-in tiny Llama). */
+static int setup_model_config(trainer *t) {
+  const sl_train_cfg *c = &t->cfg;
   if (c->model[0]) {
     char p[SL_PATH_MAX + 32];
     snprintf(p, sizeof p, "%s/config.json", c->model);
@@ -343,7 +348,7 @@ static int setup_backend(trainer *t, sl_mesh *mesh) {
                            sl_builtin_model_config_len, &t->mcfg);
 }
 
-/* Setup step 3: the data (--data, or the built-in corpus rank 0 writes), the held-out stream, the
+/* Setup step 4: the data (--data, or the built-in corpus rank 0 writes), the held-out stream, the
  * checks that need the data and the model config. */
 static int setup_data(trainer *t) {
   sl_train_cfg *c = &t->cfg;
@@ -372,7 +377,7 @@ static int setup_data(trainer *t) {
   return sl_precheck(c, &t->mcfg, t->world, t->ops, t->k, sl_sampler_num_tokens(t->data.smp));
 }
 
-/* Setup step 4: world = DP x TP x PP (TP fastest); this rank's pipeline stage. */
+/* Setup step 5: world = DP x TP x PP (TP fastest); this rank's pipeline stage. */
 static int setup_mesh(trainer *t) {
   sl_train_cfg *c = &t->cfg;
   int rc;
@@ -384,7 +389,7 @@ static int setup_mesh(trainer *t) {
   return sl_pp_plan_for_run(c, &t->mcfg, t->par.pmesh->coord[SL_AXIS_PP], t->dev, &t->par.pplan);
 }
 
-/* Setup step 5: the model (this rank's TP slice and pipeline stage) and FSDP on the DP axis. */
+/* Setup step 6: the model (this rank's TP slice and pipeline stage) and FSDP on the DP axis. */
 static int setup_model(trainer *t, int ac) {
   sl_train_cfg *c = &t->cfg;
   int rc;
@@ -434,7 +439,7 @@ static int load_unit(trainer *t, int u, sl_st_set *weights, float *flat) {
   return SL_OK;
 }
 
-/* Setup step 6: parameters and optimizer state, one unit at a time; bound: the mesh bound this
+/* Setup step 7: parameters and optimizer state, one unit at a time; bound: the mesh bound this
  * rank's threads. */
 static int setup_state(trainer *t, int bound) {
   sl_train_cfg *c = &t->cfg;
@@ -465,7 +470,7 @@ static int setup_state(trainer *t, int bound) {
   return rc;
 }
 
-/* Setup step 7: the step's compute order; the model holds an activation set per micro-batch it keeps
+/* Setup step 8: the step's compute order; the model holds an activation set per micro-batch it keeps
  * in flight; the batch buffers. */
 static int setup_schedule(trainer *t) {
   sl_train_cfg *c = &t->cfg;
@@ -500,6 +505,7 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   sl_mesh mesh;
   if ((rc = setup_cfg(t, cfg, world, optim, &ac))) return rc;
   if ((rc = setup_backend(t, &mesh))) return rc;
+  if ((rc = setup_model_config(t))) return rc;
   if ((rc = setup_data(t))) return rc;
   if ((rc = setup_mesh(t))) return rc;
   if ((rc = setup_model(t, ac))) return rc;
