@@ -66,7 +66,7 @@ int sl_train_dump(const sl_train_cfg *cfg, sl_comm *world, const char *out_path)
   } else if ((rc = sl_trainer_fwd_bwd(&t, 1, head_logits, logits, &loss_sum))) {
     goto done;
   }
-  float loss = t.count > 0 ? (float)(loss_sum / (double)t.count) : 0.0f;
+  float loss = t.data.count > 0 ? (float)(loss_sum / (double)t.data.count) : 0.0f;
   /* tensors: logits, loss, grad.<name> */
   int U = t.m->nunits, nt = 2;
   for (int u = 0; u < U; u++) nt += t.m->units[u].ntensors;

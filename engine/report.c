@@ -29,7 +29,7 @@ void sl_trainer_summary(trainer *t, double wall) {
   mine[i++] = (int64_t)sl_fsdp_wait_ns(t->f);
   mine[i++] = ms.total_peak;
   sl_comm_stats ts;
-  if (tp) sl_comm_get_stats(t->pmesh->comm[SL_AXIS_TP], &ts);
+  if (tp) sl_comm_get_stats(t->par.pmesh->comm[SL_AXIS_TP], &ts);
   for (int kk = 0; tp && kk < 3; kk++) mine[i++] = (int64_t)ts.bytes[TP_KINDS[kk]];
   if (sl_comm_allgather_sync(t->world, mine, all, NV, SL_I64) == SL_COMM_OK && t->rank == 0) {
     printf("\nper-rank summary (%d rank%s, ZeRO-%lld, %.1f s):\n", t->wsize, t->wsize > 1 ? "s" : "",
@@ -58,8 +58,8 @@ void sl_trainer_summary(trainer *t, double wall) {
 
 int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt, double flops_tok) {
   int64_t *stages = NULL; /* --pp > 1: every stage's figures (a collective over the PP communicator) */
-  int rc = t->pplan ? sl_trainer_pp_gather(t, &stages) : SL_OK;
-  if (rc || t->rank != 0 || !t->metrics) {
+  int rc = t->par.pplan ? sl_trainer_pp_gather(t, &stages) : SL_OK;
+  if (rc || t->rank != 0 || !t->report.metrics) {
     free(stages);
     return rc;
   }
@@ -67,16 +67,16 @@ int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt
   sl_mem_get(&ms);
   sl_comm_stats sh, rp;
   sl_fsdp_comm_stats(t->f, &sh, &rp);
-  double tps = (double)t->G * (double)t->cfg.seq_len / dt;
-  double mfu = flops_tok * tps / (t->peak_flops * t->wsize);
+  double tps = (double)t->data.G * (double)t->cfg.seq_len / dt;
+  double mfu = flops_tok * tps / (t->report.peak_flops * t->wsize);
   uint64_t bytes = 0;
   for (int kk = 0; kk < SL_COLL_NKINDS; kk++) /* sent bytes: recv is the inbound figure */
     if (kk != SL_COLL_RECV) bytes += sh.bytes[kk] + rp.bytes[kk];
-  uint64_t wait = sl_fsdp_wait_ns(t->f), dbytes = bytes - t->prev_bytes, dwait = wait - t->prev_wait;
-  t->prev_bytes = bytes;
-  t->prev_wait = wait;
+  uint64_t wait = sl_fsdp_wait_ns(t->f), dbytes = bytes - t->report.prev_bytes, dwait = wait - t->report.prev_wait;
+  t->report.prev_bytes = bytes;
+  t->report.prev_wait = wait;
   char jl[32], jr[32], jg[32]; /* non-finite values are written as null */
-  fprintf(t->metrics,
+  fprintf(t->report.metrics,
           "{\"step\": %lld, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, \"tokens_per_s\": %.2f, "
           "\"mfu\": %.6f, \"peak_bytes\": %lld, \"step_time_s\": %.6f, \"comm_wait_s\": %.6f, "
           "\"comm_bytes\": %llu, \"skipped_steps\": %lld, \"loss_tokens\": %lld, \"arena_peak\": {",
@@ -84,25 +84,25 @@ int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt
           tps, mfu, (long long)ms.total_peak, dt, dwait * 1e-9, (unsigned long long)dbytes, (long long)t->guard.total,
           (long long)o->tokens);
   for (int a = 0; a < SL_ARENA_COUNT; a++)
-    fprintf(t->metrics, "%s\"%s\": %lld", a ? ", " : "", sl_arena_name(a), (long long)ms.peak[a]);
-  fprintf(t->metrics, "}");
+    fprintf(t->report.metrics, "%s\"%s\": %lld", a ? ", " : "", sl_arena_name(a), (long long)ms.peak[a]);
+  fprintf(t->report.metrics, "}");
   if (t->cfg.tp > 1) { /* bytes this rank sent on the TP axis during the step, per kind */
     sl_comm_stats ts;
-    sl_comm_get_stats(t->pmesh->comm[SL_AXIS_TP], &ts);
-    fprintf(t->metrics, ", \"tp_bytes\": {");
+    sl_comm_get_stats(t->par.pmesh->comm[SL_AXIS_TP], &ts);
+    fprintf(t->report.metrics, ", \"tp_bytes\": {");
     for (int kk = 0; kk < 3; kk++) {
       sl_coll_kind c = TP_KINDS[kk];
-      fprintf(t->metrics, "%s\"%s\": %llu", kk ? ", " : "", sl_coll_name(c),
-              (unsigned long long)(ts.bytes[c] - t->prev_tp[c]));
-      t->prev_tp[c] = ts.bytes[c];
+      fprintf(t->report.metrics, "%s\"%s\": %llu", kk ? ", " : "", sl_coll_name(c),
+              (unsigned long long)(ts.bytes[c] - t->report.prev_tp[c]));
+      t->report.prev_tp[c] = ts.bytes[c];
     }
-    fprintf(t->metrics, "}");
+    fprintf(t->report.metrics, "}");
   }
-  if (stages) sl_trainer_pp_write(t, t->metrics, stages);
+  if (stages) sl_trainer_pp_write(t, t->report.metrics, stages);
   free(stages);
   if (o->ev.samples)
-    fprintf(t->metrics, ", \"eval_loss\": %s, \"eval_ppl\": %s", sl_guard_json(jl, o->ev.loss),
+    fprintf(t->report.metrics, ", \"eval_loss\": %s, \"eval_ppl\": %s", sl_guard_json(jl, o->ev.loss),
             sl_guard_json(jr, o->ev.ppl));
-  fprintf(t->metrics, "}\n");
-  return sl_metrics_flush(t->metrics, t->metrics_path);
+  fprintf(t->report.metrics, "}\n");
+  return sl_metrics_flush(t->report.metrics, t->report.metrics_path);
 }

@@ -13,8 +13,8 @@ enum { NFIG = SL_ARENA_COUNT + 4 }; /* arenas, total peak, DP sent, PP sent, PP 
 
 int sl_trainer_pp_gather(trainer *t, int64_t **out) {
   *out = NULL;
-  sl_comm *pp = t->pmesh->comm[SL_AXIS_PP];
-  int P = t->pplan->P, i = 0;
+  sl_comm *pp = t->par.pmesh->comm[SL_AXIS_PP];
+  int P = t->par.pplan->P, i = 0;
   int64_t mine[NFIG], *all = calloc((size_t)P * NFIG, sizeof(int64_t));
   if (!all) return sl_fail(SL_ENOMEM, "out of memory");
   sl_mem_stats ms;
@@ -28,8 +28,8 @@ int sl_trainer_pp_gather(trainer *t, int64_t **out) {
   for (int a = 0; a < SL_ARENA_COUNT; a++) mine[i++] = ms.peak[a];
   mine[i++] = ms.total_peak;
   for (int k = 0; k < 3; k++) {
-    mine[i++] = (int64_t)(now[k] - t->prev_pp[k]);
-    t->prev_pp[k] = now[k];
+    mine[i++] = (int64_t)(now[k] - t->report.prev_pp[k]);
+    t->report.prev_pp[k] = now[k];
   }
   if (sl_comm_allgather_sync(pp, mine, all, NFIG, SL_I64) != SL_COMM_OK) {
     free(all);
@@ -41,7 +41,7 @@ int sl_trainer_pp_gather(trainer *t, int64_t **out) {
 
 void sl_trainer_pp_write(const trainer *t, FILE *f, const int64_t *all) {
   fprintf(f, ", \"stages\": [");
-  for (int s = 0; s < t->pplan->P; s++) {
+  for (int s = 0; s < t->par.pplan->P; s++) {
     const int64_t *v = all + (size_t)s * NFIG;
     fprintf(f, "%s{\"stage\": %d, \"arena_peak\": {", s ? ", " : "", s);
     for (int a = 0; a < SL_ARENA_COUNT; a++)

@@ -65,12 +65,12 @@ static void set_batch(trainer *t, float scale) {
   int64_t BT = t->cfg.micro_batch * t->cfg.seq_len, at = t->nsets > 1 ? t->m->act * BT : 0;
   size_t bt = (size_t)BT * 4;
   if (t->dev || t->nsets > 1) { /* into the selected activation set's own buffers */
-    t->ops->upload(t->k, t->dtok + at, t->tok, bt);
-    t->ops->upload(t->k, t->dtgt + at, t->tgt, bt);
-    if (t->seg) t->ops->upload(t->k, t->dseg + at, t->seg, bt);
+    t->ops->upload(t->k, t->data.dtok + at, t->data.tok, bt);
+    t->ops->upload(t->k, t->data.dtgt + at, t->data.tgt, bt);
+    if (t->data.seg) t->ops->upload(t->k, t->data.dseg + at, t->data.seg, bt);
   }
-  sl_model_set_batch(t->m, t->dtok + at, t->dtgt + at, scale);
-  t->m->seg = t->dseg ? t->dseg + at : NULL;
+  sl_model_set_batch(t->m, t->data.dtok + at, t->data.dtgt + at, scale);
+  t->m->seg = t->data.dseg ? t->data.dseg + at : NULL;
 }
 
 /* The evaluation's loader: row b is sample samples[b] of smp (-1: a padding
@@ -80,18 +80,19 @@ static int eval_load(void *user, sl_sampler *smp, const int64_t *samples, int64_
   int64_t B = t->cfg.micro_batch, T = t->cfg.seq_len;
   *counted = 0;
   for (int64_t b = 0; b < B; b++) {
-    int32_t *seg = t->seg ? t->seg + b * T : NULL;
+    int32_t *seg = t->data.seg ? t->data.seg + b * T : NULL;
     if (samples[b] >= 0) {
-      int rc = sl_sampler_batch(smp, samples[b], 1, (int32_t)t->cfg.eod_id, t->tok + b * T, t->tgt + b * T, seg);
+      int rc =
+          sl_sampler_batch(smp, samples[b], 1, (int32_t)t->cfg.eod_id, t->data.tok + b * T, t->data.tgt + b * T, seg);
       if (rc) return rc;
     } else {
       for (int64_t i = 0; i < T; i++) {
-        t->tok[b * T + i] = 0;
-        t->tgt[b * T + i] = -1;
+        t->data.tok[b * T + i] = 0;
+        t->data.tgt[b * T + i] = -1;
         if (seg) seg[i] = 0;
       }
     }
-    for (int64_t i = 0; i < T; i++) *counted += t->tgt[b * T + i] >= 0;
+    for (int64_t i = 0; i < T; i++) *counted += t->data.tgt[b * T + i] >= 0;
   }
   set_batch(t, 0.0f);
   return SL_OK;
@@ -106,9 +107,9 @@ static int run_eval(trainer *t, sl_sampler *smp, int64_t K, sl_eval_result *res)
                    t,
                    eval_load,
                    t->sched,
-                   t->pplan ? t->dp_rank : 0,
-                   t->pplan ? t->dp_size : 0,
-                   t->pplan && t->pplan->rank != t->pplan->P - 1};
+                   t->par.pplan ? t->par.dp_rank : 0,
+                   t->par.pplan ? t->par.dp_size : 0,
+                   t->par.pplan && t->par.pplan->rank != t->par.pplan->P - 1};
   return sl_eval_loss(&e, smp, K, res);
 }
 
@@ -169,22 +170,22 @@ static int parse_tier(const sl_train_cfg *c, sl_tier *out) {
 
 /* Staging buffers sized for the largest view (host and backend). */
 static int opt_staging(trainer *t) {
-  if (t->hview || (t->tier == SL_TIER_NONE)) return SL_OK;
+  if (t->state.hview || (t->state.tier == SL_TIER_NONE)) return SL_OK;
   for (int w = 0; w < t->m->nunits; w++) {
     sl_fsdp_view_t vw = sl_fsdp_view(t->f, w);
-    if (vw.count > t->max_view) t->max_view = vw.count;
+    if (vw.count > t->state.max_view) t->state.max_view = vw.count;
   }
-  size_t bytes = (size_t)t->max_view * 4;
-  t->hview = sl_alloc(bytes, "optimizer staging");
-  if (!t->hview) return SL_ENOMEM;
-  t->staging_bytes = (int64_t)bytes;
+  size_t bytes = (size_t)t->state.max_view * 4;
+  t->state.hview = sl_alloc(bytes, "optimizer staging");
+  if (!t->state.hview) return SL_ENOMEM;
+  t->state.staging_bytes = (int64_t)bytes;
   if (t->dev) {
-    t->dview = t->ops->alloc(t->k, bytes);
-    t->hgrad = sl_alloc(bytes, "gradient staging");
-    if (!t->dview || !t->hgrad) return SL_ENOMEM;
-    t->staging_bytes += 2 * (int64_t)bytes;
+    t->state.dview = t->ops->alloc(t->k, bytes);
+    t->state.hgrad = sl_alloc(bytes, "gradient staging");
+    if (!t->state.dview || !t->state.hgrad) return SL_ENOMEM;
+    t->state.staging_bytes += 2 * (int64_t)bytes;
   }
-  sl_mem_add(SL_ARENA_WORKSPACE, t->staging_bytes);
+  sl_mem_add(SL_ARENA_WORKSPACE, t->state.staging_bytes);
   return SL_OK;
 }
 
@@ -196,67 +197,67 @@ static int opt_create(trainer *t, int u, sl_fsdp_view_t v, const float *flat) {
   int rc = opt_staging(t);
   if (rc) return rc;
   char name[96], pre[64] = "";
-  if (t->tier == SL_TIER_NVME) sl_nvme_run_prefix(&t->cfg, pre, sizeof pre);
+  if (t->state.tier == SL_TIER_NVME) sl_nvme_run_prefix(&t->cfg, pre, sizeof pre);
   snprintf(name, sizeof name, "%sr%d-u%d", pre, t->rank, u);
-  sl_optstate_cfg oc = {.tier = t->tier,
+  sl_optstate_cfg oc = {.tier = t->state.tier,
                         .n = v.count,
                         .name = name,
                         .nvme_dir = t->cfg.nvme_path,
                         .budget_bytes = (t->cfg.offload_budget_mb << 20) / t->m->nunits,
-                        .ops = t->tier == SL_TIER_NONE ? t->ops : NULL,
+                        .ops = t->state.tier == SL_TIER_NONE ? t->ops : NULL,
                         .k = t->k};
-  if ((rc = sl_optstate_create(&oc, &t->opt[u]))) return rc;
+  if ((rc = sl_optstate_create(&oc, &t->state.opt[u]))) return rc;
   int64_t valid = v.valid > 0 ? v.valid : 0;
-  return sl_optstate_init(t->opt[u], valid ? flat + v.offset : NULL, valid);
+  return sl_optstate_init(t->state.opt[u], valid ? flat + v.offset : NULL, valid);
 }
 
 /* Host values -> backend memory for the runtime (staged on a device). */
 static const float *to_backend(trainer *t, const float *host, int64_t n) {
   if (!t->dev) return host;
-  t->ops->upload(t->k, t->dview, host, (size_t)n * 4);
-  return t->dview;
+  t->ops->upload(t->k, t->state.dview, host, (size_t)n * 4);
+  return t->state.dview;
 }
 
 /* Unit u's fp32 master values in backend memory. */
 static const float *opt_master(trainer *t, int u, int *rc) {
   *rc = SL_OK;
-  sl_optstate *st = t->opt[u];
+  sl_optstate *st = t->state.opt[u];
   const float *r = sl_optstate_resident(st, SL_OPT_MASTER);
   if (r && sl_optstate_on_backend(st)) return r;
   int64_t n = sl_optstate_n(st);
   if (!r) { /* nvme: through the host staging */
-    *rc = sl_optstate_read_master(st, 0, n, t->hview);
-    r = t->hview;
+    *rc = sl_optstate_read_master(st, 0, n, t->state.hview);
+    r = t->state.hview;
   }
   return to_backend(t, r, n);
 }
 
 /* ---- setup / teardown ----------------------------------------------------- */
 void sl_trainer_free(trainer *t) {
-  if (t->m && t->opt) {
-    for (int u = 0; u < t->m->nunits; u++) sl_optstate_destroy(t->opt[u]);
+  if (t->m && t->state.opt) {
+    for (int u = 0; u < t->m->nunits; u++) sl_optstate_destroy(t->state.opt[u]);
   }
-  free(t->opt);
-  sl_mem_sub(SL_ARENA_WORKSPACE, t->staging_bytes);
-  sl_free(t->hview);
-  sl_free(t->hgrad);
-  if (t->dview) t->ops->free(t->k, t->dview);
-  if ((t->dev || t->nsets > 1) && t->dtok) t->ops->free(t->k, t->dtok);
-  if ((t->dev || t->nsets > 1) && t->dtgt) t->ops->free(t->k, t->dtgt);
-  if ((t->dev || t->nsets > 1) && t->dseg) t->ops->free(t->k, t->dseg);
+  free(t->state.opt);
+  sl_mem_sub(SL_ARENA_WORKSPACE, t->state.staging_bytes);
+  sl_free(t->state.hview);
+  sl_free(t->state.hgrad);
+  if (t->state.dview) t->ops->free(t->k, t->state.dview);
+  if ((t->dev || t->nsets > 1) && t->data.dtok) t->ops->free(t->k, t->data.dtok);
+  if ((t->dev || t->nsets > 1) && t->data.dtgt) t->ops->free(t->k, t->data.dtgt);
+  if ((t->dev || t->nsets > 1) && t->data.dseg) t->ops->free(t->k, t->data.dseg);
   sl_schedule_destroy(t->sched);
-  sl_pp_plan_free(t->pplan);
+  sl_pp_plan_free(t->par.pplan);
   sl_fsdp_destroy(t->f);
-  sl_comm_destroy(t->tppp_loss);
-  sl_par_mesh_destroy(t->pmesh);
+  sl_comm_destroy(t->par.tppp_loss);
+  sl_par_mesh_destroy(t->par.pmesh);
   sl_model_destroy(t->m);
-  sl_sampler_close(t->smp);
+  sl_sampler_close(t->data.smp);
   if (t->k) t->ops->ctx_destroy(t->k);
-  sl_free(t->tok);
-  sl_free(t->tgt);
-  sl_free(t->seg);
-  sl_eval_data_close(t->ev);
-  if (t->metrics) fclose(t->metrics); /* an error path: the run already failed */
+  sl_free(t->data.tok);
+  sl_free(t->data.tgt);
+  sl_free(t->data.seg);
+  sl_eval_data_close(t->data.ev);
+  if (t->report.metrics) fclose(t->report.metrics); /* an error path: the run already failed */
   sl_rundir_release(&t->lock_fd);
 }
 
@@ -281,7 +282,8 @@ static int doc_mask_check(trainer *t) {
   return SL_OK;
 }
 
-int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim) {
+/* Setup step 1: the run's settings (before any runtime starts); *ac: the activation checkpointing. */
+static int setup_cfg(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim, int *ac) {
   memset(t, 0, sizeof *t);
   t->optim = optim;
   t->cfg = *cfg;
@@ -300,19 +302,27 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   if (strcmp(c->data_order, "sequential") && strcmp(c->data_order, "shuffled"))
     return sl_fail(SL_EINPUT, "--data-order must be sequential or shuffled, found '%s'", c->data_order);
   if ((rc = sl_precheck_paths(c))) return rc;
-  int ac = sl_actckpt_from_name(c->activation_checkpoint);
-  if (ac < 0)
+  *ac = sl_actckpt_from_name(c->activation_checkpoint);
+  if (*ac < 0)
     return sl_fail(SL_EINPUT, "--activation-checkpoint must be none, selective or full, found '%s'",
                    c->activation_checkpoint);
+  return SL_OK;
+}
+
+/* Setup step 2: the backend, this rank's place on its node (*mesh), the compute context. */
+static int setup_backend(trainer *t, sl_mesh *mesh) {
+  sl_train_cfg *c = &t->cfg;
+  int rc;
   sl_backend_prepare(); /* before any backend's runtime starts (CUDA: the GPU order engine/mesh.c binds by) */
   /* kernels/registry.c: "auto" = cuda when usable, else cpu; checked with sl_ops_check */
   if (!(t->ops = sl_backend_pick(c->backend, 1, "--backend"))) return SL_EINPUT; /* the message is set */
   t->dev = t->ops->is_device();
-  sl_mesh mesh; /* local rank from hostnames; binds this rank's threads before the compute pool starts */
-  if ((rc = sl_mesh_setup(world, t->ops, c->shard_group, (int)c->tp, &mesh))) return rc;
-  sl_backend_bind_local_rank(t->ops, mesh.local_rank); /* one device per local rank */
+  /* local rank from hostnames; binds this rank's threads before the compute pool starts */
+  if ((rc = sl_mesh_setup(t->world, t->ops, c->shard_group, (int)c->tp, mesh))) return rc;
+  sl_backend_bind_local_rank(t->ops, mesh->local_rank); /* one device per local rank */
   int threads = (int)c->threads;
-  if (threads <= 0) threads = mesh.bind.bound ? mesh.bind.ncpus : (int)sysconf(_SC_NPROCESSORS_ONLN) / mesh.local_size;
+  if (threads <= 0)
+    threads = mesh->bind.bound ? mesh->bind.ncpus : (int)sysconf(_SC_NPROCESSORS_ONLN) / mesh->local_size;
   if (threads < 1) threads = 1;
   t->k = t->ops->ctx_create(threads);
   if (!t->k) return sl_fail(SL_ENOMEM, "cannot create the compute context");
@@ -323,18 +333,26 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
             "compute bf16: GEMM operands, activations and their gradients rounded to bf16, fp32 "
             "accumulation; params %s, reduce %s (docs/bf16.md)",
             c->param_dtype, c->reduce_dtype);
+  return SL_OK;
+}
 
-  /* model config */
+/* Setup step 3: the model config (--model's config.json, or the built-in tiny Llama). */
+static int setup_model_config(trainer *t) {
+  const sl_train_cfg *c = &t->cfg;
   if (c->model[0]) {
     char p[SL_PATH_MAX + 32];
     snprintf(p, sizeof p, "%s/config.json", c->model);
-    if ((rc = sl_hfconfig_load(p, &t->mcfg))) return rc;
-  } else if ((rc = sl_hfconfig_parse("built-in configs/tiny-llama/config.json", sl_builtin_model_config,
-                                     sl_builtin_model_config_len, &t->mcfg))) {
-    return rc;
+    return sl_hfconfig_load(p, &t->mcfg);
   }
+  return sl_hfconfig_parse("built-in configs/tiny-llama/config.json", sl_builtin_model_config,
+                           sl_builtin_model_config_len, &t->mcfg);
+}
 
-  /* data */
+/* Setup step 4: the data (--data, or the built-in corpus rank 0 writes), the held-out stream, the
+ * checks that need the data and the model config. */
+static int setup_data(trainer *t) {
+  sl_train_cfg *c = &t->cfg;
+  int rc = SL_OK;
   char prefix[SL_PATH_MAX + 64];
   snprintf(prefix, sizeof prefix, "%s", c->data);
   if (!c->data[0]) {
@@ -346,31 +364,42 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
       if (!rc) rc = sl_prepare_text_mem("built-in corpus", sl_builtin_corpus, sl_builtin_corpus_len, prefix, NULL);
     }
     int all = rc;
-    if (sl_comm_allreduce_sync(world, &all, 1, SL_I32) != SL_COMM_OK)
+    if (sl_comm_allreduce_sync(t->world, &all, 1, SL_I32) != SL_COMM_OK)
       return sl_fail(SL_ECOMM, "%s", sl_comm_last_error());
     if (rc) return rc;
     if (all) return sl_fail(SL_EIO, "rank 0 could not prepare the built-in corpus");
   }
-  if ((rc = sl_sampler_open(prefix, c->seq_len, c->data_order, (uint64_t)c->seed, t->mcfg.vocab_size, &t->smp)))
+  if ((rc = sl_sampler_open(prefix, c->seq_len, c->data_order, (uint64_t)c->seed, t->mcfg.vocab_size, &t->data.smp)))
     return rc;
-  if ((rc = sl_eval_data_open(c, prefix, t->smp, t->mcfg.vocab_size, &t->ev))) return rc;
+  if ((rc = sl_eval_data_open(c, prefix, t->data.smp, t->mcfg.vocab_size, &t->data.ev))) return rc;
   if ((rc = doc_mask_check(t))) return rc;
-  if ((rc = sl_check_agreement(world, c, &t->mcfg, sl_sampler_num_tokens(t->smp)))) return rc;
-  if ((rc = sl_precheck(c, &t->mcfg, world, t->ops, t->k, sl_sampler_num_tokens(t->smp)))) return rc;
+  if ((rc = sl_check_agreement(t->world, c, &t->mcfg, sl_sampler_num_tokens(t->data.smp)))) return rc;
+  return sl_precheck(c, &t->mcfg, t->world, t->ops, t->k, sl_sampler_num_tokens(t->data.smp));
+}
 
-  /* mesh: world = DP x TP x PP (TP fastest); this rank's pipeline stage; model + FSDP on the DP axis */
+/* Setup step 5: world = DP x TP x PP (TP fastest); this rank's pipeline stage. */
+static int setup_mesh(trainer *t) {
+  sl_train_cfg *c = &t->cfg;
+  int rc;
   if ((rc = sl_trainer_tp_check(t))) return rc;
-  if ((rc = sl_par_mesh_create(world, (int)c->tp, (int)c->pp, &t->pmesh))) return rc;
-  if (c->tp > 1 && c->pp > 1 && (rc = sl_tppp_loss_comm(t->pmesh, &t->tppp_loss))) return rc;
-  t->dp_rank = t->pmesh->coord[SL_AXIS_DP];
-  t->dp_size = t->pmesh->size[SL_AXIS_DP];
-  if ((rc = sl_pp_plan_for_run(c, &t->mcfg, t->pmesh->coord[SL_AXIS_PP], t->dev, &t->pplan))) return rc;
+  if ((rc = sl_par_mesh_create(t->world, (int)c->tp, (int)c->pp, &t->par.pmesh))) return rc;
+  if (c->tp > 1 && c->pp > 1 && (rc = sl_tppp_loss_comm(t->par.pmesh, &t->par.tppp_loss))) return rc;
+  t->par.dp_rank = t->par.pmesh->coord[SL_AXIS_DP];
+  t->par.dp_size = t->par.pmesh->size[SL_AXIS_DP];
+  return sl_pp_plan_for_run(c, &t->mcfg, t->par.pmesh->coord[SL_AXIS_PP], t->dev, &t->par.pplan);
+}
+
+/* Setup step 6: the model (this rank's TP slice and pipeline stage) and FSDP on the DP axis. */
+static int setup_model(trainer *t, int ac) {
+  sl_train_cfg *c = &t->cfg;
+  int rc;
   if ((rc = sl_model_create_full(&t->mcfg, t->ops, t->k, c->micro_batch, c->seq_len, (sl_actckpt)ac,
-                                 t->pmesh->coord[SL_AXIS_TP], (int)c->tp, c->sequence_parallel,
-                                 t->pplan ? t->pplan->local : NULL, t->pplan ? t->pplan->nunits : 0, &t->m)))
+                                 t->par.pmesh->coord[SL_AXIS_TP], (int)c->tp, c->sequence_parallel,
+                                 t->par.pplan ? t->par.pplan->local : NULL, t->par.pplan ? t->par.pplan->nunits : 0,
+                                 &t->m)))
     return rc;
   t->m->access = (sl_unit_access){t, acc_params, acc_grads,
-                                  c->tp > 1 ? sl_tp_group_over(t->pmesh->comm[SL_AXIS_TP]) : sl_tp_single()};
+                                  c->tp > 1 ? sl_tp_group_over(t->par.pmesh->comm[SL_AXIS_TP]) : sl_tp_single()};
   sl_fsdp_cfg fc = {.zero = (int)c->zero,
                     .prefetch = (int)c->prefetch,
                     .prefetch_bytes = c->prefetch_mb << 20,
@@ -384,12 +413,37 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   int64_t *numel = calloc((size_t)U, sizeof(int64_t));
   if (!numel) return sl_fail(SL_ENOMEM, "out of memory");
   for (int u = 0; u < U; u++)
-    numel[u] = !t->pplan || t->pplan->held[u] ? t->m->units[u].numel : 0; /* 0: another stage's */
-  rc = sl_fsdp_create(t->pmesh->comm[SL_AXIS_DP], &fc, t->ops, t->k, U, numel, t->m->pinned, &t->f);
+    numel[u] = !t->par.pplan || t->par.pplan->held[u] ? t->m->units[u].numel : 0; /* 0: another stage's */
+  rc = sl_fsdp_create(t->par.pmesh->comm[SL_AXIS_DP], &fc, t->ops, t->k, U, numel, t->m->pinned, &t->f);
   free(numel);
-  if (rc) return rc;
+  return rc;
+}
 
-  /* parameters and optimizer state, one unit at a time */
+/* Unit u's parameters (from weights, or from the seed) into flat and FSDP, and its optimizer state. */
+static int load_unit(trainer *t, int u, sl_st_set *weights, float *flat) {
+  sl_train_cfg *c = &t->cfg;
+  int rc;
+  memset(flat, 0, (size_t)t->m->units[u].numel * 4);
+  if ((rc = sl_model_unit_load(t->m, u, weights, (uint64_t)c->seed, flat))) return rc;
+  for (int i = 0; weights && i < t->m->units[u].ntensors; i++) { /* NaN/inf in the loaded weights */
+    const sl_tensor_spec *ts = &t->m->units[u].t[i];
+    for (int64_t j = 0; j < ts->numel; j++)
+      if (!isfinite(flat[ts->offset + j]))
+        return sl_fail(SL_EINPUT, "%s: tensor '%s' has a non-finite value (%s) at element %lld%s", c->model, ts->name,
+                       isnan(flat[ts->offset + j]) ? "nan" : "inf", (long long)j,
+                       c->tp > 1 ? " of this TP rank's slice" : "");
+  }
+  if ((rc = sl_fsdp_init_params(t->f, u, flat))) return rc;
+  sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
+  if (t->optim && (rc = opt_create(t, u, v, flat))) return rc;
+  return SL_OK;
+}
+
+/* Setup step 7: parameters and optimizer state, one unit at a time; bound: the mesh bound this
+ * rank's threads. */
+static int setup_state(trainer *t, int bound) {
+  sl_train_cfg *c = &t->cfg;
+  int rc;
   sl_st_set *weights = NULL;
   if (c->model[0] && (rc = sl_st_open_dir(c->model, &weights))) return rc;
   if (weights && (rc = sl_precheck_tensors(t->m, weights, &t->mcfg))) {
@@ -399,76 +453,81 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   if (!weights)
     sl_log0(SL_LOG_INFO, "no weight files in %s: initialising from seed %lld",
             c->model[0] ? c->model : "the built-in config", (long long)c->seed);
-  if ((rc = parse_tier(c, &t->tier))) return rc;
-  if (t->tier != SL_TIER_NONE && !mesh.bind.bound) { /* the CPU AdamW's threads and pages on this rank's NUMA node */
+  if ((rc = parse_tier(c, &t->state.tier))) return rc;
+  if (t->state.tier != SL_TIER_NONE && !bound) { /* the CPU AdamW's threads and pages on this rank's NUMA node */
     int node = -1;
     if (sl_numa_bind_pool(&node) == SL_OK && node >= 0)
       sl_log(SL_LOG_DEBUG, "offload: compute threads bound to NUMA node %d", node);
   }
-  t->opt = calloc((size_t)U, sizeof(sl_optstate *));
+  int U = t->m->nunits;
+  t->state.opt = calloc((size_t)U, sizeof(sl_optstate *));
   float *flat = sl_alloc((size_t)sl_model_max_unit_numel(t->m) * 4, "unit load buffer");
-  if (!t->opt || !flat) rc = sl_fail(SL_ENOMEM, "out of memory");
-  for (int u = 0; u < U && !rc; u++) {
-    if (t->pplan && !t->pplan->held[u]) continue; /* another pipeline stage's unit */
-    memset(flat, 0, (size_t)t->m->units[u].numel * 4);
-    if ((rc = sl_model_unit_load(t->m, u, weights, (uint64_t)c->seed, flat))) break;
-    for (int i = 0; weights && i < t->m->units[u].ntensors && !rc; i++) { /* NaN/inf in the loaded weights */
-      const sl_tensor_spec *ts = &t->m->units[u].t[i];
-      for (int64_t j = 0; j < ts->numel; j++)
-        if (!isfinite(flat[ts->offset + j])) {
-          rc = sl_fail(SL_EINPUT, "%s: tensor '%s' has a non-finite value (%s) at element %lld%s", c->model, ts->name,
-                       isnan(flat[ts->offset + j]) ? "nan" : "inf", (long long)j,
-                       c->tp > 1 ? " of this TP rank's slice" : "");
-          break;
-        }
-    }
-    if (rc) break;
-    if ((rc = sl_fsdp_init_params(t->f, u, flat))) break;
-    sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
-    if (t->optim && (rc = opt_create(t, u, v, flat))) break;
-  }
+  if (!t->state.opt || !flat) rc = sl_fail(SL_ENOMEM, "out of memory");
+  for (int u = 0; u < U && !rc; u++)
+    if (!t->par.pplan || t->par.pplan->held[u]) rc = load_unit(t, u, weights, flat); /* else another stage's unit */
   sl_free(flat);
   if (weights) sl_st_close_set(weights);
-  if (rc) return rc;
+  return rc;
+}
 
-  /* the step's compute order; the model holds an activation set per micro-batch it keeps in flight */
-  sl_schedule_cfg scfg = {.name = t->pplan ? "pp" : "single",
-                          .pp_plan = t->pplan,
-                          .pp = t->pmesh->comm[SL_AXIS_PP],
-                          .tp = t->pmesh->comm[SL_AXIS_TP]};
+/* Setup step 8: the step's compute order; the model holds an activation set per micro-batch it keeps
+ * in flight; the batch buffers. */
+static int setup_schedule(trainer *t) {
+  sl_train_cfg *c = &t->cfg;
+  int rc;
+  sl_schedule_cfg scfg = {.name = t->par.pplan ? "pp" : "single",
+                          .pp_plan = t->par.pplan,
+                          .pp = t->par.pmesh->comm[SL_AXIS_PP],
+                          .tp = t->par.pmesh->comm[SL_AXIS_TP]};
   if ((rc = sl_schedule_create(&scfg, &t->sched))) return rc;
   t->nsets = sl_schedule_nacts(t->sched, (int)c->grad_accum);
   if ((rc = sl_model_set_nacts(t->m, (int)t->nsets))) return rc;
   /* the loader's host batch; the model reads each set's own copy (backend memory, or one set on the CPU: the same) */
   int64_t BT = c->micro_batch * c->seq_len;
   size_t sets_bytes = (size_t)(BT * t->nsets) * 4;
-  t->tok = sl_alloc((size_t)BT * 4, "tokens");
-  t->tgt = sl_alloc((size_t)BT * 4, "targets");
-  if (c->doc_attention_mask && !(t->seg = sl_alloc((size_t)BT * 4, "document starts"))) return SL_ENOMEM;
-  if (!t->tok || !t->tgt) return sl_fail(SL_ENOMEM, "out of memory");
-  t->dtok = t->tok;
-  t->dtgt = t->tgt;
+  t->data.tok = sl_alloc((size_t)BT * 4, "tokens");
+  t->data.tgt = sl_alloc((size_t)BT * 4, "targets");
+  if (c->doc_attention_mask && !(t->data.seg = sl_alloc((size_t)BT * 4, "document starts"))) return SL_ENOMEM;
+  if (!t->data.tok || !t->data.tgt) return sl_fail(SL_ENOMEM, "out of memory");
+  t->data.dtok = t->data.tok;
+  t->data.dtgt = t->data.tgt;
   int own = t->dev || t->nsets > 1;
-  if (own && (!(t->dtok = t->ops->alloc(t->k, sets_bytes)) || !(t->dtgt = t->ops->alloc(t->k, sets_bytes))))
+  if (own && (!(t->data.dtok = t->ops->alloc(t->k, sets_bytes)) || !(t->data.dtgt = t->ops->alloc(t->k, sets_bytes))))
     return SL_ENOMEM;
-  t->dseg = t->seg;
-  if (own && t->seg && !(t->dseg = t->ops->alloc(t->k, sets_bytes))) return SL_ENOMEM;
-  t->G = c->micro_batch * c->grad_accum * t->dp_size;
+  t->data.dseg = t->data.seg;
+  if (own && t->data.seg && !(t->data.dseg = t->ops->alloc(t->k, sets_bytes))) return SL_ENOMEM;
+  t->data.G = c->micro_batch * c->grad_accum * t->par.dp_size;
   return SL_OK;
+}
+
+int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim) {
+  int ac = 0, rc;
+  sl_mesh mesh;
+  if ((rc = setup_cfg(t, cfg, world, optim, &ac))) return rc;
+  if ((rc = setup_backend(t, &mesh))) return rc;
+  if ((rc = setup_model_config(t))) return rc;
+  if ((rc = setup_data(t))) return rc;
+  if ((rc = setup_mesh(t))) return rc;
+  if ((rc = setup_model(t, ac))) return rc;
+  if ((rc = setup_state(t, mesh.bind.bound))) return rc;
+  return setup_schedule(t);
 }
 
 /* ---- one step ------------------------------------------------------------- */
 /* The schedule's loader: micro-batch k of the step that starts at
- * t->next_sample (rank r, row b reads sample next_sample + r*A*B + k*B + b). */
+ * t->data.next_sample (rank r, row b reads sample next_sample + r*A*B + k*B + b). */
 static int step_load(void *user, int k) {
   trainer *t = user;
   sl_train_cfg *c = &t->cfg;
-  int64_t first = t->next_sample + (int64_t)t->dp_rank * (c->grad_accum * c->micro_batch) + (int64_t)k * c->micro_batch;
+  int64_t first =
+      t->data.next_sample + (int64_t)t->par.dp_rank * (c->grad_accum * c->micro_batch) + (int64_t)k * c->micro_batch;
   /* the loss is a mean over the step's counted targets: every rank counts them from the data */
-  int rc = k == 0 ? sl_sampler_count(t->smp, t->next_sample, t->G, &t->count) : SL_OK;
-  if (!rc) rc = sl_sampler_batch(t->smp, first, c->micro_batch, (int32_t)c->eod_id, t->tok, t->tgt, t->seg);
+  int rc = k == 0 ? sl_sampler_count(t->data.smp, t->data.next_sample, t->data.G, &t->data.count) : SL_OK;
+  if (!rc)
+    rc =
+        sl_sampler_batch(t->data.smp, first, c->micro_batch, (int32_t)c->eod_id, t->data.tok, t->data.tgt, t->data.seg);
   if (rc) return rc;
-  set_batch(t, t->count > 0 ? (float)(1.0 / (double)t->count) : 0.0f); /* no target: zero gradient */
+  set_batch(t, t->data.count > 0 ? (float)(1.0 / (double)t->data.count) : 0.0f); /* no target: zero gradient */
   return SL_OK;
 }
 
@@ -530,21 +589,21 @@ static int optimizer_step(trainer *t, int64_t s, double lr, float coef) {
   sl_adam_range *r = malloc(sizeof *r * (size_t)cap);
   if (!r) return sl_fail(SL_ENOMEM, "out of memory for the optimizer's %d weight-decay ranges", cap);
   for (int u = 0; u < t->m->nunits; u++) {
-    if (!t->opt[u]) continue; /* another pipeline stage's unit */
+    if (!t->state.opt[u]) continue; /* another pipeline stage's unit */
     sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
     int nr = view_ranges(t, u, v, r, cap);
-    sl_optstate *st = t->opt[u];
+    sl_optstate *st = t->state.opt[u];
     /* tier none: the backend's AdamW beside the parameters; otherwise the CPU
      * AdamW, gradients brought to the host */
     int host = !sl_optstate_on_backend(st);
     const float *g = v.grads;
     if (host && t->dev) {
-      t->ops->download(t->k, t->hgrad, v.grads, (size_t)v.count * 4);
-      g = t->hgrad;
+      t->ops->download(t->k, t->state.hgrad, v.grads, (size_t)v.count * 4);
+      g = t->state.hgrad;
     }
     const float *updated = sl_optstate_resident(st, SL_OPT_MASTER); /* NULL: nvme, results in hview */
-    int rc = sl_optstate_step(st, g, r, nr, &h, updated ? NULL : t->hview, NULL);
-    if (!updated) updated = t->hview;
+    int rc = sl_optstate_step(st, g, r, nr, &h, updated ? NULL : t->state.hview, NULL);
+    if (!updated) updated = t->state.hview;
     if (host) updated = to_backend(t, updated, v.count);
     if (!rc) rc = sl_fsdp_set_view(t->f, u, updated);
     if (rc) {
@@ -564,12 +623,12 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
   double loss_sum = 0;
   loss_local = sl_guard_fault(t->world, s, loss_local); /* tests only (SL_FAULT_NONFINITE) */
   if ((rc = sum_across(t, loss_local, &loss_sum))) return rc;
-  o->loss = t->count > 0 ? loss_sum / (double)t->count : 0.0;
-  o->tokens = t->count;
+  o->loss = t->data.count > 0 ? loss_sum / (double)t->data.count : 0.0;
+  o->tokens = t->data.count;
   double ss;
   sl_step_ctx sc = step_ctx(t, (int)c->grad_accum);
   /* tensor parallel: each replicated tensor counted once over the TP group (engine/tp_run.c) */
-  if ((rc = c->tp > 1 && !t->pplan ? sl_trainer_grad_sumsq(t, &ss) : sl_schedule_grad_sumsq(t->sched, &sc, &ss)))
+  if ((rc = c->tp > 1 && !t->par.pplan ? sl_trainer_grad_sumsq(t, &ss) : sl_schedule_grad_sumsq(t->sched, &sc, &ss)))
     return rc;
   o->grad_norm = sqrt(ss);
   float coef = 1.0f;
@@ -582,7 +641,7 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
   int apply = 1; /* a non-finite step's update is dropped (engine/guard.h) */
   if ((rc = sl_guard_step(&t->guard, t->world, s, o->loss, o->grad_norm, &apply))) return rc;
   rc = apply ? optimizer_step(t, s, o->lr, coef) : sl_fsdp_finish_step(t->f);
-  t->next_sample += t->G;
+  t->data.next_sample += t->data.G;
   return rc;
 }
 
@@ -592,15 +651,15 @@ static sl_ckpt_state ckpt_state(trainer *t, int64_t step) {
                       .f = t->f,
                       .world = t->world,
                       .cfg = &t->cfg,
-                      .master = t->ck[0],
-                      .mom = t->ck[1],
-                      .var = t->ck[2],
+                      .master = t->state.ck[0],
+                      .mom = t->state.ck[1],
+                      .var = t->state.ck[2],
                       .step = step,
-                      .next_sample = t->next_sample,
+                      .next_sample = t->data.next_sample,
                       .rng_seed = (uint64_t)t->cfg.seed,
-                      .tp = t->pmesh->comm[SL_AXIS_TP],
-                      .owns = t->pplan ? t->pplan->local : NULL,
-                      .stage_writer = t->pmesh->coord[SL_AXIS_DP] == 0 && t->pmesh->coord[SL_AXIS_TP] == 0};
+                      .tp = t->par.pmesh->comm[SL_AXIS_TP],
+                      .owns = t->par.pplan ? t->par.pplan->local : NULL,
+                      .stage_writer = t->par.pmesh->coord[SL_AXIS_DP] == 0 && t->par.pmesh->coord[SL_AXIS_TP] == 0};
   return st;
 }
 
@@ -610,14 +669,14 @@ static sl_ckpt_state ckpt_state(trainer *t, int64_t step) {
  * after a load). */
 static int ck_stage(trainer *t, int read) {
   for (int f = 0; f < 3; f++)
-    if (!(t->ck[f] = calloc((size_t)t->m->nunits, sizeof(float *)))) return SL_ENOMEM;
+    if (!(t->state.ck[f] = calloc((size_t)t->m->nunits, sizeof(float *)))) return SL_ENOMEM;
   for (int u = 0; u < t->m->nunits; u++) {
-    if (!t->opt[u]) continue; /* another pipeline stage's unit */
+    if (!t->state.opt[u]) continue; /* another pipeline stage's unit */
     sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
     for (int f = 0; f < 3; f++) {
-      if ((t->ck[f][u] = sl_optstate_host_field(t->opt[u], (sl_optfield)f))) continue;
-      if (!(t->ck[f][u] = sl_alloc((size_t)v.count * 4, "checkpoint staging"))) return SL_ENOMEM;
-      int rc = read ? sl_optstate_read(t->opt[u], (sl_optfield)f, 0, v.count, t->ck[f][u]) : SL_OK;
+      if ((t->state.ck[f][u] = sl_optstate_host_field(t->state.opt[u], (sl_optfield)f))) continue;
+      if (!(t->state.ck[f][u] = sl_alloc((size_t)v.count * 4, "checkpoint staging"))) return SL_ENOMEM;
+      int rc = read ? sl_optstate_read(t->state.opt[u], (sl_optfield)f, 0, v.count, t->state.ck[f][u]) : SL_OK;
       if (rc) return rc;
     }
   }
@@ -627,17 +686,19 @@ static int ck_stage(trainer *t, int read) {
 static int ck_unstage(trainer *t, int write) {
   int rc = SL_OK;
   for (int u = 0; u < t->m->nunits; u++) {
-    if (!t->opt[u]) continue;
+    if (!t->state.opt[u]) continue;
     sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
     for (int f = 0; f < 3; f++) {
-      if (!t->ck[f] || !t->ck[f][u] || t->ck[f][u] == sl_optstate_host_field(t->opt[u], (sl_optfield)f)) continue;
-      if (write && !rc) rc = sl_optstate_write(t->opt[u], (sl_optfield)f, 0, v.count, t->ck[f][u]);
-      sl_free(t->ck[f][u]);
+      if (!t->state.ck[f] || !t->state.ck[f][u] ||
+          t->state.ck[f][u] == sl_optstate_host_field(t->state.opt[u], (sl_optfield)f))
+        continue;
+      if (write && !rc) rc = sl_optstate_write(t->state.opt[u], (sl_optfield)f, 0, v.count, t->state.ck[f][u]);
+      sl_free(t->state.ck[f][u]);
     }
   }
   for (int f = 0; f < 3; f++) {
-    free(t->ck[f]);
-    t->ck[f] = NULL;
+    free(t->state.ck[f]);
+    t->state.ck[f] = NULL;
   }
   return rc;
 }
@@ -646,8 +707,8 @@ static int ck_unstage(trainer *t, int write) {
 static int check_state(trainer *t, int64_t step, const char *what) {
   int64_t *count = calloc((size_t)t->m->nunits, sizeof(int64_t));
   if (!count) return sl_fail(SL_ENOMEM, "out of memory");
-  for (int u = 0; u < t->m->nunits; u++) count[u] = t->opt[u] ? sl_fsdp_view(t->f, u).count : 0;
-  float **const fields[3] = {t->ck[0], t->ck[1], t->ck[2]};
+  for (int u = 0; u < t->m->nunits; u++) count[u] = t->state.opt[u] ? sl_fsdp_view(t->f, u).count : 0;
+  float **const fields[3] = {t->state.ck[0], t->state.ck[1], t->state.ck[2]};
   int rc = sl_guard_check_state(t->world, fields, 3, t->m->nunits, count, step, what);
   free(count);
   return rc;
@@ -673,12 +734,12 @@ static int resume(trainer *t) {
     return rc;
   }
   t->start_step = st.step;
-  t->next_sample = st.next_sample;
+  t->data.next_sample = st.next_sample;
   t->cfg.seed = (int64_t)st.rng_seed; /* the data order continues as written */
-  sl_sampler_set_seed(t->smp, st.rng_seed);
+  sl_sampler_set_seed(t->data.smp, st.rng_seed);
   rc = ck_unstage(t, 1); /* into backend memory / the NVMe files */
   for (int u = 0; u < t->m->nunits && !rc; u++) {
-    if (!t->opt[u]) continue; /* another pipeline stage's unit */
+    if (!t->state.opt[u]) continue; /* another pipeline stage's unit */
     const float *mv = opt_master(t, u, &rc);
     if (!rc) rc = sl_fsdp_set_view(t->f, u, mv);
   }
@@ -693,13 +754,14 @@ static int resume(trainer *t) {
 static int fill_unit(void *ctx, int u, float *flat) {
   trainer *t = ctx;
   int rc = SL_OK;
-  if (t->opt[u]) { /* held here */
+  if (t->state.opt[u]) { /* held here */
     const float *mv = opt_master(t, u, &rc);
     if (!rc) rc = sl_fsdp_gather_view(t->f, u, mv, flat + t->m->tp_rank * t->m->units[u].numel);
   }
   if (!rc && t->cfg.tp > 1) rc = sl_trainer_tp_gather(t, u, flat);
   /* another stage's unit: its owner's first DP rank sends it to rank 0 */
-  return t->pplan ? sl_pp_route_unit(t->pplan, t->pmesh, u, flat, t->m->units[u].numel * t->cfg.tp, rc) : rc;
+  return t->par.pplan ? sl_pp_route_unit(t->par.pplan, t->par.pmesh, u, flat, t->m->units[u].numel * t->cfg.tp, rc)
+                      : rc;
 }
 
 /* Rank 0 writes while every rank enters each unit's gathers in unit order:
@@ -763,6 +825,105 @@ static int rank0_agree(trainer *t, int rc) {
   return sl_fail(code, "rank 0 could not set up the run's outputs (see its message)");
 }
 
+/* The run's outputs: the metrics path, OUT_DIR, the checkpoint directory's lock (rank 0), the pipeline
+ * drawing into ppsvg (rank 0, --plot, --pp > 1; "" when none). */
+static int run_outputs(trainer *t, char *ppsvg, size_t ppsvg_size) {
+  sl_train_cfg *c = &t->cfg;
+  int rc = SL_OK;
+  if (c->metrics[0]) snprintf(t->report.metrics_path, sizeof t->report.metrics_path, "%s", c->metrics);
+  else snprintf(t->report.metrics_path, sizeof t->report.metrics_path, "%s/metrics.jsonl", c->out_dir);
+  if (t->rank == 0) {
+    rc = sl_mkdirs(c->out_dir);
+    if (!rc && c->ckpt_dir[0]) rc = sl_rundir_claim(c->ckpt_dir, c->resume, &t->lock_fd); /* lock, no foreign run */
+  }
+  if ((rc = rank0_agree(t, rc))) return rc;
+  if (t->rank == 0 && t->par.pplan && c->plot && sl_pp_report_svg(c, t->par.pplan, ppsvg, ppsvg_size)) {
+    sl_log(SL_LOG_WARN, "could not draw the pipeline schedule: %s", sl_errmsg());
+    ppsvg[0] = 0;
+  }
+  return SL_OK;
+}
+
+/* The peak FLOP rate and the run's opening line; returns the model's FLOPs per token. */
+static double run_banner(trainer *t) {
+  sl_train_cfg *c = &t->cfg;
+  t->report.peak_flops = c->peak_tflops > 0 ? c->peak_tflops * 1e12 : measure_peak(t);
+  double flops_tok = (double)t->m->vt->flops_per_token(t->m, c->seq_len);
+  sl_model *full = NULL; /* the model's parameter count, not one TP rank's slice */
+  int64_t nparams = sl_model_create_specs(&t->mcfg, &full) ? sl_model_num_params(t->m) : sl_model_num_params(full);
+  sl_model_destroy(full);
+  sl_log0(SL_LOG_INFO,
+          "shardlm: %s %lld params (%d units) | %d rank%s (DP %d x TP %lld x PP %lld), ZeRO-%lld | batch %lld x %lld x "
+          "%lld tokens | "
+          "data %s (%lld tokens, %s) | peak %.1f GFLOP/s per rank",
+          t->mcfg.arch_name, (long long)nparams, t->m->nunits, t->wsize, t->wsize > 1 ? "s" : "", t->par.dp_size,
+          (long long)c->tp, (long long)c->pp, (long long)c->zero, (long long)t->data.G, (long long)c->seq_len, 1LL,
+          c->data[0] ? c->data : "built-in corpus", (long long)sl_sampler_num_tokens(t->data.smp), c->data_order,
+          t->report.peak_flops * 1e-9);
+  return flops_tok;
+}
+
+/* Step s's progress: the terminal's line (tty), else a log line every --log-every steps. */
+static void run_progress(const trainer *t, int64_t s, const step_out *o, double dt, double flops_tok, int tty) {
+  const sl_train_cfg *c = &t->cfg;
+  double tps = (double)t->data.G * c->seq_len / dt;
+  if (tty) {
+    printf("\rstep %lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %.0f tok/s  MFU %.1f%%   ", (long long)(s + 1),
+           (long long)c->steps, o->loss, o->lr, o->grad_norm, tps,
+           100.0 * flops_tok * tps / (t->report.peak_flops * t->wsize));
+    if (o->ev.samples) printf("\n  eval loss %.4f  ppl %.2f\n", o->ev.loss, o->ev.ppl);
+    fflush(stdout);
+  } else if (o->ev.samples) {
+    sl_log0(SL_LOG_INFO,
+            "step %lld/%lld loss %.4f lr %.3e grad_norm %.4f tokens/s %.0f eval_loss %.4f "
+            "eval_ppl %.3f",
+            (long long)(s + 1), (long long)c->steps, o->loss, o->lr, o->grad_norm, tps, o->ev.loss, o->ev.ppl);
+  } else if ((c->log_every > 0 && (s + 1) % c->log_every == 0) || s == 0 || s + 1 == c->steps) {
+    sl_log0(SL_LOG_INFO, "step %lld/%lld loss %.4f lr %.3e grad_norm %.4f tokens/s %.0f", (long long)(s + 1),
+            (long long)c->steps, o->loss, o->lr, o->grad_norm, tps);
+  }
+}
+
+/* After step s: held-out loss, the signal vote, the metrics line, the non-finite verdict, a checkpoint;
+ * *stop_sig: the signal every rank stops on (0: none). */
+static int run_after_step(trainer *t, int64_t s, step_out *o, double dt, double flops_tok, int *stop_sig) {
+  sl_train_cfg *c = &t->cfg;
+  int rc;
+  o->ev.samples = 0; /* held-out loss, unless the step was non-finite and the run stops */
+  if (!t->guard.stop && t->data.ev && sl_eval_due(c, s) &&
+      (rc = run_eval(t, sl_eval_data_sampler(t->data.ev), sl_eval_data_samples(t->data.ev), &o->ev)))
+    return rc;
+  if ((rc = sl_signals_agree(t->world, stop_sig))) return rc; /* every rank stops after the same step */
+  /* the step's line is on disk before a checkpoint commits the step */
+  if ((rc = sl_trainer_write_metrics(t, s, o, dt, flops_tok))) return rc;
+  if ((rc = sl_guard_verdict(&t->guard))) return rc; /* non-finite: stop before saving anything */
+  if (c->ckpt_dir[0] && (*stop_sig || (c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0) || s + 1 == c->steps)) {
+    if (t->report.metrics && (rc = sl_metrics_sync(t->report.metrics, t->report.metrics_path))) return rc;
+    if ((rc = save_ckpt(t, s + 1))) return rc;
+  }
+  if (*stop_sig)
+    sl_log0(SL_LOG_WARN, "%s: stopping after step %lld of %lld%s%s%s", sl_signal_name(*stop_sig), (long long)(s + 1),
+            (long long)c->steps, c->ckpt_dir[0] ? "; checkpoint in " : " (no --ckpt-dir: nothing saved)", c->ckpt_dir,
+            c->ckpt_dir[0] ? "; continue with --resume" : "");
+  return SL_OK;
+}
+
+/* Rank 0, a run that trained: the closing lines and the plot. */
+static void run_report(trainer *t, double wall, double first_loss, double last_loss, const char *ppsvg) {
+  sl_train_cfg *c = &t->cfg;
+  printf("trained %lld steps (%lld..%lld) in %.1f s: loss %.4f -> %.4f\n", (long long)(c->steps - t->start_step),
+         (long long)t->start_step + 1, (long long)c->steps, wall, first_loss, last_loss);
+  printf("metrics: %s\n", t->report.metrics_path);
+  if (c->plot && g_plotter) {
+    char svg[SL_PATH_MAX + 64];
+    snprintf(svg, sizeof svg, "%s/metrics.svg", c->out_dir);
+    if (g_plotter(t->report.metrics_path, svg) == SL_OK) printf("plot:    %s\n", svg);
+    else sl_log(SL_LOG_WARN, "could not draw the plot: %s", sl_errmsg());
+  }
+  if (ppsvg[0]) printf("pipeline: %s (the schedule's timeline)\n", ppsvg);
+  if (c->save[0]) printf("model:   %s (Hugging Face format)\n", c->save);
+}
+
 int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   if (cfg->pp_dry_run) return sl_pp_dry_run(cfg, sl_comm_rank(world)); /* engine/pp_report.c */
   trainer t;
@@ -772,33 +933,11 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   int rc = sl_trainer_setup(&t, cfg, world, 1);
   if (rc) goto done;
   sl_train_cfg *c = &t.cfg;
-  if (c->metrics[0]) snprintf(t.metrics_path, sizeof t.metrics_path, "%s", c->metrics);
-  else snprintf(t.metrics_path, sizeof t.metrics_path, "%s/metrics.jsonl", c->out_dir);
-  if (t.rank == 0) {
-    rc = sl_mkdirs(c->out_dir);
-    if (!rc && c->ckpt_dir[0]) rc = sl_rundir_claim(c->ckpt_dir, c->resume, &t.lock_fd); /* lock, no foreign run */
-  }
-  if ((rc = rank0_agree(&t, rc))) goto done;
-  if (t.rank == 0 && t.pplan && c->plot && sl_pp_report_svg(c, t.pplan, ppsvg, sizeof ppsvg)) {
-    sl_log(SL_LOG_WARN, "could not draw the pipeline schedule: %s", sl_errmsg());
-    ppsvg[0] = 0;
-  }
-  t.peak_flops = c->peak_tflops > 0 ? c->peak_tflops * 1e12 : measure_peak(&t);
-  double flops_tok = (double)t.m->vt->flops_per_token(t.m, c->seq_len);
-  sl_model *full = NULL; /* the model's parameter count, not one TP rank's slice */
-  int64_t nparams = sl_model_create_specs(&t.mcfg, &full) ? sl_model_num_params(t.m) : sl_model_num_params(full);
-  sl_model_destroy(full);
-  sl_log0(SL_LOG_INFO,
-          "shardlm: %s %lld params (%d units) | %d rank%s (DP %d x TP %lld x PP %lld), ZeRO-%lld | batch %lld x %lld x "
-          "%lld tokens | "
-          "data %s (%lld tokens, %s) | peak %.1f GFLOP/s per rank",
-          t.mcfg.arch_name, (long long)nparams, t.m->nunits, t.wsize, t.wsize > 1 ? "s" : "", t.dp_size,
-          (long long)c->tp, (long long)c->pp, (long long)c->zero, (long long)t.G, (long long)c->seq_len, 1LL,
-          c->data[0] ? c->data : "built-in corpus", (long long)sl_sampler_num_tokens(t.smp), c->data_order,
-          t.peak_flops * 1e-9);
+  if ((rc = run_outputs(&t, ppsvg, sizeof ppsvg))) goto done;
+  double flops_tok = run_banner(&t);
   if (c->resume && c->ckpt_dir[0] && (rc = resume(&t))) goto done;
   /* resumed: the metrics keep the steps the checkpoint holds, nothing past it */
-  if (t.rank == 0) rc = sl_metrics_open(t.metrics_path, c->resume ? t.start_step : -1, &t.metrics);
+  if (t.rank == 0) rc = sl_metrics_open(t.report.metrics_path, c->resume ? t.start_step : -1, &t.report.metrics);
   if ((rc = rank0_agree(&t, rc))) goto done;
   if (t.start_step >= c->steps && t.start_step > 0)
     sl_log0(SL_LOG_INFO,
@@ -819,57 +958,16 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
     double dt = sl_now_s() - t0;
     sl_mem_set(SL_ARENA_SCRATCH, (int64_t)t.ops->ctx_scratch_bytes(t.k));
     if (s == t.start_step) first_loss = o.loss;
-    o.ev.samples = 0; /* held-out loss, unless the step was non-finite and the run stops */
-    if (!t.guard.stop && t.ev && sl_eval_due(c, s) &&
-        (rc = run_eval(&t, sl_eval_data_sampler(t.ev), sl_eval_data_samples(t.ev), &o.ev)))
-      goto done;
-    if ((rc = sl_signals_agree(world, &stop_sig))) goto done; /* every rank stops after the same step */
-    /* the step's line is on disk before a checkpoint commits the step */
-    if ((rc = sl_trainer_write_metrics(&t, s, &o, dt, flops_tok))) goto done;
-    if ((rc = sl_guard_verdict(&t.guard))) goto done; /* non-finite: stop before saving anything */
-    if (c->ckpt_dir[0] && (stop_sig || (c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0) || s + 1 == c->steps)) {
-      if (t.metrics && (rc = sl_metrics_sync(t.metrics, t.metrics_path))) goto done;
-      if ((rc = save_ckpt(&t, s + 1))) goto done;
-    }
-    if (stop_sig)
-      sl_log0(SL_LOG_WARN, "%s: stopping after step %lld of %lld%s%s%s", sl_signal_name(stop_sig), (long long)(s + 1),
-              (long long)c->steps, c->ckpt_dir[0] ? "; checkpoint in " : " (no --ckpt-dir: nothing saved)", c->ckpt_dir,
-              c->ckpt_dir[0] ? "; continue with --resume" : "");
-    double tps = (double)t.G * c->seq_len / dt;
-    if (tty) {
-      printf("\rstep %lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %.0f tok/s  MFU %.1f%%   ", (long long)(s + 1),
-             (long long)c->steps, o.loss, o.lr, o.grad_norm, tps, 100.0 * flops_tok * tps / (t.peak_flops * t.wsize));
-      if (o.ev.samples) printf("\n  eval loss %.4f  ppl %.2f\n", o.ev.loss, o.ev.ppl);
-      fflush(stdout);
-    } else if (o.ev.samples) {
-      sl_log0(SL_LOG_INFO,
-              "step %lld/%lld loss %.4f lr %.3e grad_norm %.4f tokens/s %.0f eval_loss %.4f "
-              "eval_ppl %.3f",
-              (long long)(s + 1), (long long)c->steps, o.loss, o.lr, o.grad_norm, tps, o.ev.loss, o.ev.ppl);
-    } else if ((c->log_every > 0 && (s + 1) % c->log_every == 0) || s == 0 || s + 1 == c->steps) {
-      sl_log0(SL_LOG_INFO, "step %lld/%lld loss %.4f lr %.3e grad_norm %.4f tokens/s %.0f", (long long)(s + 1),
-              (long long)c->steps, o.loss, o.lr, o.grad_norm, tps);
-    }
+    if ((rc = run_after_step(&t, s, &o, dt, flops_tok, &stop_sig))) goto done;
+    run_progress(&t, s, &o, dt, flops_tok, tty);
   }
   if (tty) printf("\n");
   double wall = sl_now_s() - t_start;
-  if ((rc = rank0_agree(&t, sl_metrics_close(&t.metrics, t.metrics_path)))) goto done;
+  if ((rc = rank0_agree(&t, sl_metrics_close(&t.report.metrics, t.report.metrics_path)))) goto done;
   if (stop_sig) goto done; /* the run is not finished: no --save, no summary */
   if (c->save[0] && (rc = save_model(&t, c->save, c->steps > t.start_step ? c->steps : t.start_step))) goto done;
   if (c->summary) sl_trainer_summary(&t, wall);
-  if (t.rank == 0 && c->steps > t.start_step) {
-    printf("trained %lld steps (%lld..%lld) in %.1f s: loss %.4f -> %.4f\n", (long long)(c->steps - t.start_step),
-           (long long)t.start_step + 1, (long long)c->steps, wall, first_loss, o.loss);
-    printf("metrics: %s\n", t.metrics_path);
-    if (c->plot && g_plotter) {
-      char svg[SL_PATH_MAX + 64];
-      snprintf(svg, sizeof svg, "%s/metrics.svg", c->out_dir);
-      if (g_plotter(t.metrics_path, svg) == SL_OK) printf("plot:    %s\n", svg);
-      else sl_log(SL_LOG_WARN, "could not draw the plot: %s", sl_errmsg());
-    }
-    if (ppsvg[0]) printf("pipeline: %s (the schedule's timeline)\n", ppsvg);
-    if (c->save[0]) printf("model:   %s (Hugging Face format)\n", c->save);
-  }
+  if (t.rank == 0 && c->steps > t.start_step) run_report(&t, wall, first_loss, o.loss, ppsvg);
 done:
   sl_trainer_free(&t);
   return rc;
@@ -888,7 +986,7 @@ int sl_train_eval(const sl_train_cfg *cfg, sl_comm *world, int64_t K, sl_eval_re
   if (c2.pp > 1 && strcmp(c2.pp_schedule, "interleaved")) snprintf(c2.pp_schedule, sizeof c2.pp_schedule, "gpipe");
   else if (c2.pp > 1 && c2.grad_accum % c2.pp) c2.grad_accum = (c2.grad_accum / c2.pp + 1) * c2.pp;
   int rc = sl_trainer_setup(&t, &c2, world, 0); /* no optimizer state */
-  if (!rc) rc = run_eval(&t, t.smp, K, res);
+  if (!rc) rc = run_eval(&t, t.data.smp, K, res);
   sl_trainer_free(&t);
   return rc;
 }

@@ -19,47 +19,71 @@
 #include "shard/fsdp.h"
 #include "shard/mesh.h"
 
+/* setup_data (engine/trainer.c) and the step's loader: the data and the batch. */
 typedef struct {
-  sl_train_cfg cfg;
-  sl_comm *world;
-  int rank, wsize;
-  const sl_ops *ops;
-  sl_kctx *k;
-  sl_model_config mcfg;
-  sl_model *m;
-  sl_fsdp *f;
-  sl_par_mesh *pmesh;  /* world = DP x TP x PP (TP fastest); fsdp runs on its DP comm */
-  sl_sampler *smp;     /* the datasets of --data, their loss masks, the data order */
-  int64_t G;           /* samples per optimizer step (all ranks) */
-  int64_t next_sample; /* global index of the first sample of the next step */
-  int64_t start_step;  /* first step to run (after a resume) */
-  sl_optstate **opt;   /* (nunits) each unit view's optimizer state (offload/optstate; NULL: none) */
-  sl_tier tier;        /* where the optimizer state lives */
-  int dev;             /* the backend's memory is device memory */
-  float *hview;        /* (max view) host staging: NVMe updates, downloaded grads */
-  float *dview;        /* (max view) backend staging of host-side optimizer results */
-  float *hgrad;        /* (max view) host copy of a device gradient view */
-  int64_t max_view, staging_bytes;
-  float **ck[3];        /* (nunits) host arrays a checkpoint reads / fills */
-  int32_t *dtok, *dtgt; /* (B*T) the batch in backend memory (= tok/tgt on the CPU) */
+  sl_sampler *smp;      /* the datasets of --data, their loss masks, the data order */
+  sl_eval_data *ev;     /* held-out stream (NULL: none) */
+  int64_t G;            /* samples per optimizer step (all ranks) */
+  int64_t next_sample;  /* global index of the first sample of the next step */
   int32_t *tok, *tgt;   /* (B*T) */
   int32_t *seg, *dseg;  /* (B*T) document start per token (--doc-attention-mask); dseg: backend */
+  int32_t *dtok, *dtgt; /* (B*T) the batch in backend memory (= tok/tgt on the CPU) */
   int64_t count;        /* targets that count in this step's loss, all ranks */
-  sl_eval_data *ev;     /* held-out stream (NULL: none) */
-  int optim;            /* 0: no optimizer state (shardlm eval) */
-  double peak_flops;    /* per rank */
+} trainer_data;
+
+/* setup_mesh: this rank's place in world = DP x TP x PP (TP fastest); fsdp runs on its DP comm. */
+typedef struct {
+  sl_par_mesh *pmesh;
+  int dp_rank, dp_size; /* this rank's data-parallel index and the DP size (world / (TP x PP)) */
+  sl_pp_plan *pplan;    /* --pp > 1: this rank's stage (engine/schedule_pp.h); NULL otherwise */
+  sl_comm *tppp_loss;   /* --tp and --pp > 1: the loss's ranks, one TP coordinate (engine/tppp.h) */
+} trainer_par;
+
+/* setup_state: the optimizer state and its staging. */
+typedef struct {
+  sl_optstate **opt; /* (nunits) each unit view's optimizer state (offload/optstate; NULL: none) */
+  sl_tier tier;      /* where the optimizer state lives */
+  float *hview;      /* (max view) host staging: NVMe updates, downloaded grads */
+  float *dview;      /* (max view) backend staging of host-side optimizer results */
+  float *hgrad;      /* (max view) host copy of a device gradient view */
+  int64_t max_view, staging_bytes;
+  float **ck[3]; /* (nunits) host arrays a checkpoint reads / fills */
+} trainer_state;
+
+/* The run's reports (engine/report.c): the metrics file and the counters at its last line. */
+typedef struct {
+  double peak_flops; /* per rank */
   char metrics_path[SL_PATH_MAX + 64];
   FILE *metrics;
   uint64_t prev_bytes, prev_wait;   /* comm counters at the last metrics line */
-  sl_guard guard;                   /* non-finite policy (engine/guard.h) */
-  sl_schedule *sched;               /* the order of a step's forwards and backwards (engine/schedule.h) */
-  int lock_fd;                      /* rank 0: flock on CKPT_DIR/.lock for the run's life (-1: none) */
-  int dp_rank, dp_size;             /* this rank's data-parallel index and the DP size (world / (TP x PP)) */
   uint64_t prev_tp[SL_COLL_NKINDS]; /* TP comm bytes per kind at the last metrics line */
-  sl_pp_plan *pplan;                /* --pp > 1: this rank's stage (engine/schedule_pp.h); NULL otherwise */
-  int64_t nsets;                    /* activation sets: tok/tgt/seg hold one batch per set */
   uint64_t prev_pp[3];              /* --pp > 1: DP bytes sent, PP bytes sent / received at the last metrics line */
-  sl_comm *tppp_loss;               /* --tp and --pp > 1: the loss's ranks, one TP coordinate (engine/tppp.h) */
+} trainer_report;
+
+typedef struct {
+  /* setup_cfg: the run */
+  sl_train_cfg cfg;
+  sl_comm *world;
+  int rank, wsize;
+  int optim;          /* 0: no optimizer state (shardlm eval) */
+  sl_guard guard;     /* non-finite policy (engine/guard.h) */
+  int lock_fd;        /* rank 0: flock on CKPT_DIR/.lock for the run's life (-1: none) */
+  int64_t start_step; /* first step to run (after a resume) */
+  /* setup_backend: the backend and its compute context */
+  const sl_ops *ops;
+  sl_kctx *k;
+  int dev;              /* the backend's memory is device memory */
+  sl_model_config mcfg; /* setup_model_config */
+  trainer_data data;    /* setup_data; the batch buffers: setup_schedule */
+  trainer_par par;      /* setup_mesh */
+  /* setup_model: this rank's model and its FSDP runtime */
+  sl_model *m;
+  sl_fsdp *f;
+  trainer_state state; /* setup_state */
+  /* setup_schedule */
+  sl_schedule *sched;    /* the order of a step's forwards and backwards (engine/schedule.h) */
+  int64_t nsets;         /* activation sets: tok/tgt/seg hold one batch per set */
+  trainer_report report; /* sl_train_run and engine/report.c */
 } trainer;
 
 /* What one optimizer step reports. */
@@ -73,7 +97,7 @@ typedef struct {
 int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim);
 void sl_trainer_free(trainer *t);
 /* Forward + backward of the nk micro-batches of the step starting at
- * t->next_sample, through the schedule; hook (may be NULL): after each
+ * t->data.next_sample, through the schedule; hook (may be NULL): after each
  * unit's forward (the dump's logits). *loss_sum: this rank's summed token
  * losses. */
 int sl_trainer_fwd_bwd(trainer *t, int nk, sl_fwd_hook hook, void *hook_user, double *loss_sum);

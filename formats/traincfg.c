@@ -303,6 +303,13 @@ int sl_train_cfg_parse_args(sl_train_cfg *c, int argc, char **argv) {
   return SL_OK;
 }
 
+int sl_train_cfg_set(sl_train_cfg *c, const char *name, const char *value) {
+  const key_t_ *k = find_key(name);
+  if (!k) return sl_fail(SL_EINTERNAL, "--%s is not a setting of shardlm train", name);
+  if (!value) return sl_fail(SL_EINPUT, "flag --%s needs a value", name);
+  return set_key(c, k, value, "command line");
+}
+
 int sl_train_cfg_compute_bf16(const sl_train_cfg *c, int device) {
   (void)device; /* auto: fp32 on every backend until bf16 has run on a GPU (docs/bf16.md) */
   return !strcmp(c->compute_dtype, "bf16");

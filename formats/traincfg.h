@@ -78,6 +78,12 @@ int sl_train_cfg_load_json(sl_train_cfg *c, const char *path);
 /* Parses argv[i..] flags. Unknown flags are an error. --config is applied
  * first wherever it appears. */
 int sl_train_cfg_parse_args(sl_train_cfg *c, int argc, char **argv);
+/* One flag of another tool (shardlm plan, pp-schedule) that is a setting of
+ * train (name without "--", e.g. "tp"): value parsed and range-checked into c
+ * as train parses it, so the flag has one spelling, one range and one message
+ * everywhere ("command line: --tp must be in [1, 4096], found '0'"). A name
+ * that is not a setting: SL_EINTERNAL. */
+int sl_train_cfg_set(sl_train_cfg *c, const char *name, const char *value);
 /* 1 when the run computes in bf16 (--compute-dtype, `auto` resolved for a
  * device backend or the CPU); the trainer sets its kernel context so. */
 int sl_train_cfg_compute_bf16(const sl_train_cfg *c, int device);

@@ -421,6 +421,69 @@ static const sl_model_vt mamba_vt = {
     .bwd_weight = sl_mamba_bwd_weight,
 };
 
+/* Decoder layer l's unit: its tensors and their offsets (p->off, the same in every layer). */
+static int mamba_block_spec(sl_model *m, int64_t l, float std) {
+  mamba_priv *p = m->priv;
+  int64_t T = m->tp_size, H = p->H, Dw = p->Dw, S = p->S, R = p->R, K = p->K;
+  int rc;
+  sl_unit_spec *b = &m->units[1 + l];
+  snprintf(b->kind, sizeof b->kind, "mamba_block");
+  b->layer = (int)l;
+  char nm[SL_TENSOR_NAME_MAX];
+  block_offsets *o = &p->off;
+  /* split: 0 whole, 1 / 2 column over d_inner (dim 0, in 1 / 2 stacked parts), -1 row (x_proj, out_proj) */
+#define ADD(field, suffix, nd, d0, d1, d2, decay, init, split)                                                         \
+  snprintf(nm, sizeof nm, "backbone.layers.%lld.%s", (long long)l, suffix);                                            \
+  o->field = b->numel;                                                                                                 \
+  rc = (split) > 0   ? sl_unit_add_stacked(m, b, nm, nd, d0, d1, d2, decay, init, std, (split))                        \
+       : (split) < 0 ? sl_unit_add_split(m, b, nm, nd, d0, d1, decay, init, std, SL_SPLIT_ROW, T)                      \
+                     : sl_unit_add(b, nm, nd, d0, d1, d2, decay, init, std);                                           \
+  if (rc) return rc
+  o->b_in = o->b_conv = o->b_out = -1;
+  ADD(norm, "norm.weight", 1, H, 0, 0, 0, SL_INIT_ONES, 0);
+  ADD(w_in, "mixer.in_proj.weight", 2, 2 * Dw, H, 0, 1, SL_INIT_CUSTOM, 2);
+  if (p->use_bias) {
+    ADD(b_in, "mixer.in_proj.bias", 1, 2 * Dw, 0, 0, 0, SL_INIT_ZEROS, 2);
+  }
+  ADD(w_conv, "mixer.conv1d.weight", 3, Dw, 1, K, 1, SL_INIT_CUSTOM, 1);
+  if (p->conv_bias) {
+    ADD(b_conv, "mixer.conv1d.bias", 1, Dw, 0, 0, 0, SL_INIT_CUSTOM, 1);
+  }
+  ADD(w_x, "mixer.x_proj.weight", 2, R + 2 * S, Dw, 0, 1, SL_INIT_CUSTOM, -1);
+  ADD(w_dt, "mixer.dt_proj.weight", 2, Dw, R, 0, 1, SL_INIT_CUSTOM, 1);
+  ADD(b_dt, "mixer.dt_proj.bias", 1, Dw, 0, 0, 0, SL_INIT_CUSTOM, 1);
+  ADD(a_log, "mixer.A_log", 2, Dw, S, 0, 0, SL_INIT_CUSTOM, 1); /* 2-dim, no decay */
+  ADD(dp, "mixer.D", 1, Dw, 0, 0, 0, SL_INIT_ONES, 1);
+  ADD(w_out, "mixer.out_proj.weight", 2, H, Dw, 0, 1, SL_INIT_CUSTOM, -1);
+  if (p->use_bias) {
+    ADD(b_out, "mixer.out_proj.bias", 1, H, 0, 0, 0, SL_INIT_ZEROS, 0);
+  }
+#undef ADD
+  return SL_OK;
+}
+
+/* Activations: set 0, then the backward scratch every set shares. */
+static int mamba_buffers(sl_model *m) {
+  mamba_priv *p = m->priv;
+  int64_t N = p->N, D = p->D, H = p->H, S = p->S, R = p->R;
+  int rc;
+  if ((rc = mamba_alloc_acts(m, 0))) return rc;
+  mamba_use_acts(m, 0);
+  if (!(p->dres = sl_model_buf(m, N * H, SL_ARENA_WORKSPACE)) ||
+      !(p->dln = sl_model_buf(m, N * H, SL_ARENA_WORKSPACE)) ||
+      !(p->dgx = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) || !(p->dy = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
+      !(p->du = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
+      !(p->ddtv = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
+      !(p->dxz = sl_model_buf(m, N * 2 * D, SL_ARENA_WORKSPACE)) ||
+      !(p->ddtr = sl_model_buf(m, N * (R + 2 * S), SL_ARENA_WORKSPACE)))
+    return SL_ENOMEM;
+  p->dbc = p->ddtr + N * R;
+  if (p->sp && (!(p->xl = sl_model_buf(m, p->n * H, SL_ARENA_WORKSPACE)) ||
+                !(p->gnorm = sl_model_buf(m, H, SL_ARENA_WORKSPACE))))
+    return SL_ENOMEM;
+  return SL_OK;
+}
+
 int sl_mamba_create(sl_model *m) {
   const sl_model_config *c = &m->cfg;
   mamba_priv *p = calloc(1, sizeof *p);
@@ -462,68 +525,19 @@ int sl_mamba_create(sl_model *m) {
   m->units = calloc((size_t)m->nunits, sizeof(sl_unit_spec));
   m->pinned = calloc((size_t)m->nunits, sizeof(int));
   if (!m->units || !m->pinned) return sl_fail(SL_ENOMEM, "out of memory");
-  int64_t H = p->H, Dw = p->Dw, S = p->S, R = p->R, K = p->K;
+  int64_t H = p->H;
   sl_unit_spec *e = &m->units[0];
   snprintf(e->kind, sizeof e->kind, "embedding");
   e->layer = -1;
   if ((rc = sl_unit_add_split(m, e, c->ssm_original_format ? "backbone.embedding.weight" : "backbone.embeddings.weight",
                               2, p->V, H, 1, SL_INIT_NORMAL, std, p->vp ? SL_SPLIT_VOCAB : SL_SPLIT_NONE, T)))
     return rc;
-  for (int64_t l = 0; l < p->L; l++) {
-    sl_unit_spec *b = &m->units[1 + l];
-    snprintf(b->kind, sizeof b->kind, "mamba_block");
-    b->layer = (int)l;
-    char nm[SL_TENSOR_NAME_MAX];
-    block_offsets *o = &p->off;
-    /* split: 0 whole, 1 / 2 column over d_inner (dim 0, in 1 / 2 stacked parts), -1 row (x_proj, out_proj) */
-#define ADD(field, suffix, nd, d0, d1, d2, decay, init, split)                                                         \
-  snprintf(nm, sizeof nm, "backbone.layers.%lld.%s", (long long)l, suffix);                                            \
-  o->field = b->numel;                                                                                                 \
-  rc = (split) > 0   ? sl_unit_add_stacked(m, b, nm, nd, d0, d1, d2, decay, init, std, (split))                        \
-       : (split) < 0 ? sl_unit_add_split(m, b, nm, nd, d0, d1, decay, init, std, SL_SPLIT_ROW, T)                      \
-                     : sl_unit_add(b, nm, nd, d0, d1, d2, decay, init, std);                                           \
-  if (rc) return rc
-    o->b_in = o->b_conv = o->b_out = -1;
-    ADD(norm, "norm.weight", 1, H, 0, 0, 0, SL_INIT_ONES, 0);
-    ADD(w_in, "mixer.in_proj.weight", 2, 2 * Dw, H, 0, 1, SL_INIT_CUSTOM, 2);
-    if (p->use_bias) {
-      ADD(b_in, "mixer.in_proj.bias", 1, 2 * Dw, 0, 0, 0, SL_INIT_ZEROS, 2);
-    }
-    ADD(w_conv, "mixer.conv1d.weight", 3, Dw, 1, K, 1, SL_INIT_CUSTOM, 1);
-    if (p->conv_bias) {
-      ADD(b_conv, "mixer.conv1d.bias", 1, Dw, 0, 0, 0, SL_INIT_CUSTOM, 1);
-    }
-    ADD(w_x, "mixer.x_proj.weight", 2, R + 2 * S, Dw, 0, 1, SL_INIT_CUSTOM, -1);
-    ADD(w_dt, "mixer.dt_proj.weight", 2, Dw, R, 0, 1, SL_INIT_CUSTOM, 1);
-    ADD(b_dt, "mixer.dt_proj.bias", 1, Dw, 0, 0, 0, SL_INIT_CUSTOM, 1);
-    ADD(a_log, "mixer.A_log", 2, Dw, S, 0, 0, SL_INIT_CUSTOM, 1); /* 2-dim, no decay */
-    ADD(dp, "mixer.D", 1, Dw, 0, 0, 0, SL_INIT_ONES, 1);
-    ADD(w_out, "mixer.out_proj.weight", 2, H, Dw, 0, 1, SL_INIT_CUSTOM, -1);
-    if (p->use_bias) {
-      ADD(b_out, "mixer.out_proj.bias", 1, H, 0, 0, 0, SL_INIT_ZEROS, 0);
-    }
-#undef ADD
-  }
+  for (int64_t l = 0; l < p->L; l++)
+    if ((rc = mamba_block_spec(m, l, std))) return rc;
   if ((rc = sl_lm_head_spec_split(m, "backbone.norm_f.weight", H, p->V, p->tied, SL_INIT_CUSTOM, std,
                                   p->vp ? SL_SPLIT_VOCAB : SL_SPLIT_NONE)))
     return rc;
 
   if (m->B == 0) return SL_OK; /* specs only */
-  /* activations: set 0, then the backward scratch every set shares */
-  int64_t N = p->N, D = p->D;
-  if ((rc = mamba_alloc_acts(m, 0))) return rc;
-  mamba_use_acts(m, 0);
-  if (!(p->dres = sl_model_buf(m, N * H, SL_ARENA_WORKSPACE)) ||
-      !(p->dln = sl_model_buf(m, N * H, SL_ARENA_WORKSPACE)) ||
-      !(p->dgx = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) || !(p->dy = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
-      !(p->du = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
-      !(p->ddtv = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
-      !(p->dxz = sl_model_buf(m, N * 2 * D, SL_ARENA_WORKSPACE)) ||
-      !(p->ddtr = sl_model_buf(m, N * (R + 2 * S), SL_ARENA_WORKSPACE)))
-    return SL_ENOMEM;
-  p->dbc = p->ddtr + N * R;
-  if (p->sp && (!(p->xl = sl_model_buf(m, p->n * H, SL_ARENA_WORKSPACE)) ||
-                !(p->gnorm = sl_model_buf(m, H, SL_ARENA_WORKSPACE))))
-    return SL_ENOMEM;
-  return SL_OK;
+  return mamba_buffers(m);
 }

@@ -9,6 +9,7 @@
 
 #include "base/base.h"
 #include "formats/hfconfig.h"
+#include "formats/traincfg.h"
 #include "plan/engine_run.h"
 #include "plan/planner.h"
 #include "tools/plan_pp.h"
@@ -214,21 +215,18 @@ static int need(int i, int argc, const char *flag) {
   return SL_OK;
 }
 
-static int run_plan(int argc, char **argv) {
-  const char *model = NULL, *measured = NULL;
-  sl_plan_cluster c;
-  sl_plan_cluster_defaults(&c);
-  int as_json = 0, check = 0, top = 15, have_tflops = 0, have_eff = 0;
-  sl_plan_run r;
-  sl_plan_run_engine(&r, NULL, NULL);
-  const char *pd = "fp32", *rd = "fp32";
-  sl_pp_check_cfg ppc = {.pp = 1, .kind = "1f1b", .virt = 1, .layout = ""}; /* train's defaults */
-  c.gpus_per_node = 0;
-  int rc = SL_OK;
-  for (int i = 1; i < argc && !rc; i++) {
-    const char *a = argv[i];
-    double v = 0;
-#define VAL() (rc = need(i, argc, a)) ? NULL : argv[++i]
+/* The flags of shardlm plan. */
+typedef struct {
+  const char *model, *measured;
+  sl_plan_cluster c; /* the search's cluster */
+  int as_json, check, top, have_tflops, have_eff;
+  sl_plan_run r; /* --engine-check's run */
+  const char *pd, *rd;
+  sl_pp_check_cfg ppc;
+  sl_train_cfg tc; /* the flags that are train's, parsed by its table (formats/traincfg.c) */
+} plan_args;
+
+#define VAL() (rc = need(*i, argc, a)) ? NULL : argv[++*i]
 #define NUMR(dst, lo, hi)                                                                                              \
   do {                                                                                                                 \
     const char *s_ = VAL();                                                                                            \
@@ -245,219 +243,284 @@ static int run_plan(int argc, char **argv) {
 #define POS(dst) NUMR(dst, 1e-9, 1e12) /* rates: positive and finite */
 #define SIZE(dst)                                                                                                      \
   do {                                                                                                                 \
+    double v_ = 0;                                                                                                     \
     const char *s_ = VAL();                                                                                            \
-    if (s_ && !(rc = sl_plan_parse_size(s_, &v))) dst = v;                                                             \
+    if (s_ && !(rc = sl_plan_parse_size(s_, &v_))) dst = v_;                                                           \
   } while (0)
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      plan_usage(stdout);
-      return -1;
-    } else if (!strcmp(a, "--model")) model = VAL();
-    else if (!strcmp(a, "--json")) as_json = 1;
-    else if (!strcmp(a, "--engine-check")) check = 1;
-    else if (!strcmp(a, "--gpus")) NUMR(c.gpus, 1, 1e6);
-    else if (!strcmp(a, "--gpus-per-node")) NUM(c.gpus_per_node);
-    else if (!strcmp(a, "--gpu-mem")) SIZE(c.gpu_mem);
-    else if (!strcmp(a, "--host-mem")) SIZE(c.host_mem);
-    else if (!strcmp(a, "--nvme")) c.nvme = 1;
-    else if (!strcmp(a, "--seq-len")) {
-      NUMR(c.seq_len, 1, 1e9);
-      r.seq_len = c.seq_len;
-    } else if (!strcmp(a, "--global-batch")) SIZE(c.global_batch);
-    else if (!strcmp(a, "--intra-bw")) POS(c.intra_bw);
-    else if (!strcmp(a, "--inter-bw")) POS(c.inter_bw);
-    else if (!strcmp(a, "--tflops")) {
-      POS(c.tflops);
-      have_tflops = 1;
-    } else if (!strcmp(a, "--efficiency")) {
-      NUMR(c.efficiency, 1e-9, 1);
-      have_eff = 1;
-    } else if (!strcmp(a, "--margin")) NUMR(c.margin, 1e-9, 1);
-    else if (!strcmp(a, "--pcie-bw")) POS(c.pcie_bw);
-    else if (!strcmp(a, "--nvme-bw")) POS(c.nvme_bw);
-    else if (!strcmp(a, "--top")) NUM(top);
-    else if (!strcmp(a, "--no-tp-pp")) c.allow_tp_pp = 0;
-    else if (!strcmp(a, "--measured")) measured = VAL();
-    else if (!strcmp(a, "--dtype")) {
-      const char *s = VAL();
-      if (s && !strcmp(s, "bf16")) c.dtype_bytes = 2;
-      else if (s && (!strcmp(s, "fp32") || !strcmp(s, "f32"))) c.dtype_bytes = 4;
-      else if (s) rc = sl_fail(SL_EINPUT, "plan: --dtype must be bf16 or fp32, found '%s'", s);
-    } else if (!strcmp(a, "--act-model")) {
-      const char *s = VAL();
-      if (s && !strcmp(s, "gpt")) c.gpt_acts = r.gpt_acts = 1;
-      else if (s && !strcmp(s, "engine")) c.gpt_acts = r.gpt_acts = 0;
-      else if (s) rc = sl_fail(SL_EINPUT, "plan: --act-model must be engine or gpt, found '%s'", s);
-    }
-    /* engine-check flags (the names of shardlm train) */
-    else if (!strcmp(a, "--world"))
-      NUMR(r.world, 1, 1e6);
-    else if (!strcmp(a, "--tp")) NUMR(r.tp, 1, 1e6);
-    else if (!strcmp(a, "--sequence-parallel")) r.sequence_parallel = 1;
-    else if (!strcmp(a, "--pp")) NUMR(ppc.pp, 1, 64);
-    else if (!strcmp(a, "--pp-virtual")) NUMR(ppc.virt, 1, 64);
-    else if (!strcmp(a, "--pp-schedule")) ppc.kind = VAL();
-    else if (!strcmp(a, "--pp-layout")) ppc.layout = VAL();
-    else if (!strcmp(a, "--zero")) NUMR(r.zero, 0, 3);
-    else if (!strcmp(a, "--micro-batch")) NUMR(r.micro_batch, 1, 1e9);
-    else if (!strcmp(a, "--grad-accum")) NUMR(r.grad_accum, 1, 1e9);
-    else if (!strcmp(a, "--shard-group")) NUM(r.shard_group);
-    else if (!strcmp(a, "--prefetch")) NUM(r.prefetch);
-    else if (!strcmp(a, "--prefetch-mb")) {
-      double mb = 0;
-      NUM(mb);
-      r.prefetch_bytes = (int64_t)mb << 20;
-    } else if (!strcmp(a, "--no-sync-accum")) r.sync_accum = 0;
-    else if (!strcmp(a, "--no-reshard")) r.reshard_after_forward = 0;
-    else if (!strcmp(a, "--param-dtype")) pd = VAL();
-    else if (!strcmp(a, "--reduce-dtype")) rd = VAL();
-    else if (!strcmp(a, "--activation-checkpoint")) {
-      const char *s = VAL();
-      if (s && !strcmp(s, "none")) r.ac = SL_AC_NONE;
-      else if (s && !strcmp(s, "selective")) r.ac = SL_AC_SELECTIVE;
-      else if (s && !strcmp(s, "full")) r.ac = SL_AC_FULL;
-      else if (s)
-        rc = sl_fail(SL_EINPUT, "plan: --activation-checkpoint must be none, selective or full, found '%s'", s);
-    } else rc = sl_fail(SL_EINPUT, "plan: unknown flag '%s' (see shardlm plan --help)", a);
+/* a flag of shardlm train: train's range, spelling and message (sl_train_cfg_set) */
+#define TRAIN(field, dst)                                                                                              \
+  do {                                                                                                                 \
+    const char *s_ = VAL();                                                                                            \
+    if (s_ && !(rc = sl_train_cfg_set(&p->tc, a + 2, s_))) dst = p->tc.field;                                          \
+  } while (0)
+
+/* The search's flags: argv[*i] into p; *mine 0 when it is not one of them. */
+static int search_flag(plan_args *p, int argc, char **argv, int *i, int *mine) {
+  const char *a = argv[*i];
+  sl_plan_cluster *c = &p->c;
+  int rc = SL_OK;
+  *mine = 1;
+  if (!strcmp(a, "--model")) p->model = VAL();
+  else if (!strcmp(a, "--json")) p->as_json = 1;
+  else if (!strcmp(a, "--engine-check")) p->check = 1;
+  else if (!strcmp(a, "--gpus")) NUMR(c->gpus, 1, 1e6);
+  else if (!strcmp(a, "--gpus-per-node")) NUM(c->gpus_per_node);
+  else if (!strcmp(a, "--gpu-mem")) SIZE(c->gpu_mem);
+  else if (!strcmp(a, "--host-mem")) SIZE(c->host_mem);
+  else if (!strcmp(a, "--nvme")) c->nvme = 1;
+  else if (!strcmp(a, "--global-batch")) SIZE(c->global_batch);
+  else if (!strcmp(a, "--intra-bw")) POS(c->intra_bw);
+  else if (!strcmp(a, "--inter-bw")) POS(c->inter_bw);
+  else if (!strcmp(a, "--tflops")) {
+    POS(c->tflops);
+    p->have_tflops = 1;
+  } else if (!strcmp(a, "--efficiency")) {
+    NUMR(c->efficiency, 1e-9, 1);
+    p->have_eff = 1;
+  } else if (!strcmp(a, "--margin")) NUMR(c->margin, 1e-9, 1);
+  else if (!strcmp(a, "--pcie-bw")) POS(c->pcie_bw);
+  else if (!strcmp(a, "--nvme-bw")) POS(c->nvme_bw);
+  else if (!strcmp(a, "--top")) NUM(p->top);
+  else if (!strcmp(a, "--no-tp-pp")) c->allow_tp_pp = 0;
+  else if (!strcmp(a, "--measured")) p->measured = VAL();
+  else if (!strcmp(a, "--dtype")) {
+    const char *s = VAL();
+    if (s && !strcmp(s, "bf16")) c->dtype_bytes = 2;
+    else if (s && (!strcmp(s, "fp32") || !strcmp(s, "f32"))) c->dtype_bytes = 4;
+    else if (s) rc = sl_fail(SL_EINPUT, "plan: --dtype must be bf16 or fp32, found '%s'", s);
+  } else if (!strcmp(a, "--act-model")) {
+    const char *s = VAL();
+    if (s && !strcmp(s, "gpt")) c->gpt_acts = p->r.gpt_acts = 1;
+    else if (s && !strcmp(s, "engine")) c->gpt_acts = p->r.gpt_acts = 0;
+    else if (s) rc = sl_fail(SL_EINPUT, "plan: --act-model must be engine or gpt, found '%s'", s);
+  } else *mine = 0;
+  return rc;
+}
+
+/* The engine-check flags (the names of shardlm train; --world is plan's): argv[*i] into p; *mine 0
+ * when it is not one of them. */
+static int check_flag(plan_args *p, int argc, char **argv, int *i, int *mine) {
+  const char *a = argv[*i];
+  sl_plan_run *r = &p->r;
+  int rc = SL_OK;
+  *mine = 1;
+  if (!strcmp(a, "--seq-len")) {
+    TRAIN(seq_len, p->c.seq_len);
+    r->seq_len = p->c.seq_len;
+  } else if (!strcmp(a, "--world")) NUMR(r->world, 1, 1e6);
+  else if (!strcmp(a, "--tp")) TRAIN(tp, r->tp);
+  else if (!strcmp(a, "--sequence-parallel")) r->sequence_parallel = 1;
+  else if (!strcmp(a, "--pp")) TRAIN(pp, p->ppc.pp);
+  else if (!strcmp(a, "--pp-virtual")) TRAIN(pp_virtual, p->ppc.virt);
+  else if (!strcmp(a, "--pp-schedule")) TRAIN(pp_schedule, p->ppc.kind);
+  else if (!strcmp(a, "--pp-layout")) TRAIN(pp_layout, p->ppc.layout);
+  else if (!strcmp(a, "--zero")) TRAIN(zero, r->zero);
+  else if (!strcmp(a, "--micro-batch")) TRAIN(micro_batch, r->micro_batch);
+  else if (!strcmp(a, "--grad-accum")) TRAIN(grad_accum, r->grad_accum);
+  else if (!strcmp(a, "--shard-group")) TRAIN(shard_group, r->shard_group);
+  else if (!strcmp(a, "--prefetch")) TRAIN(prefetch, r->prefetch);
+  else if (!strcmp(a, "--prefetch-mb")) TRAIN(prefetch_mb << 20, r->prefetch_bytes);
+  else if (!strcmp(a, "--no-sync-accum")) r->sync_accum = 0;
+  else if (!strcmp(a, "--no-reshard")) r->reshard_after_forward = 0;
+  else if (!strcmp(a, "--param-dtype")) TRAIN(param_dtype, p->pd);
+  else if (!strcmp(a, "--reduce-dtype")) TRAIN(reduce_dtype, p->rd);
+  else if (!strcmp(a, "--activation-checkpoint")) {
+    const char *s = NULL;
+    TRAIN(activation_checkpoint, s);
+    if (s && !strcmp(s, "none")) r->ac = SL_AC_NONE;
+    else if (s && !strcmp(s, "selective")) r->ac = SL_AC_SELECTIVE;
+    else if (s && !strcmp(s, "full")) r->ac = SL_AC_FULL;
+    else if (s) rc = sl_fail(SL_EINPUT, "plan: --activation-checkpoint must be none, selective or full, found '%s'", s);
+  } else *mine = 0;
+  return rc;
+}
 #undef VAL
 #undef NUM
 #undef NUMR
 #undef POS
 #undef SIZE
+#undef TRAIN
+
+/* argv into p; -1: --help (printed). */
+static int parse_plan(int argc, char **argv, plan_args *p) {
+  memset(p, 0, sizeof *p);
+  sl_plan_cluster_defaults(&p->c);
+  p->top = 15;
+  sl_plan_run_engine(&p->r, NULL, NULL);
+  p->pd = p->rd = "fp32";
+  p->ppc = (sl_pp_check_cfg){.pp = 1, .kind = "1f1b", .virt = 1, .layout = ""}; /* train's defaults */
+  p->c.gpus_per_node = 0;
+  sl_train_cfg_defaults(&p->tc);
+  int rc = SL_OK;
+  for (int i = 1; i < argc && !rc; i++) {
+    const char *a = argv[i];
+    int mine = 0;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      plan_usage(stdout);
+      return -1;
+    }
+    rc = search_flag(p, argc, argv, &i, &mine);
+    if (!rc && !mine) rc = check_flag(p, argc, argv, &i, &mine);
+    if (!rc && !mine) rc = sl_fail(SL_EINPUT, "plan: unknown flag '%s' (see shardlm plan --help)", a);
   }
-  if (rc) return rc;
-  if (!model) return sl_fail(SL_EINPUT, "plan: --model DIR|config.json is required (see shardlm plan --help)");
-  if (measured && (rc = read_measured(measured, &c, &have_tflops))) return rc;
-  /* a measured GEMM rate is an achieved figure: only non-GEMM overhead remains */
-  if (measured && !have_eff) c.efficiency = 0.8;
-  (void)have_tflops;
-  sl_model_config mc;
-  if ((rc = load_model(model, &mc))) return rc;
-  sl_plan_model m;
-  if ((rc = sl_plan_model_init(&mc, &m))) return rc;
-  if (check) {
-    sl_plan_run base = r;
-    sl_plan_run_engine(&r, pd, rd);
-    r.world = base.world;
-    r.zero = base.zero;
-    r.micro_batch = base.micro_batch;
-    r.seq_len = base.seq_len;
-    r.grad_accum = base.grad_accum;
-    r.shard_group = base.shard_group;
-    r.prefetch = base.prefetch;
-    r.prefetch_bytes = base.prefetch_bytes;
-    r.sync_accum = base.sync_accum;
-    r.reshard_after_forward = base.reshard_after_forward;
-    r.ac = base.ac;
-    r.gpt_acts = base.gpt_acts;
-    r.tp = base.tp;
-    r.sequence_parallel = base.sequence_parallel;
-    if ((pd && strcmp(pd, "fp32") && strcmp(pd, "bf16")) || (rd && strcmp(rd, "fp32") && strcmp(rd, "bf16")))
-      rc = sl_fail(SL_EINPUT, "plan: --param-dtype / --reduce-dtype must be fp32 or bf16");
-    if (!rc && r.gpt_acts)
-      rc = sl_fail(SL_EINPUT, "plan: --engine-check runs the engine's own activations; "
-                              "--act-model gpt applies to the search only");
-    if (!rc && ppc.pp > 1) rc = sl_plan_pp_check(&mc, &r, &ppc, as_json);
-    else if (!rc && (ppc.virt > 1 || (ppc.layout && ppc.layout[0])))
-      rc = sl_fail(SL_EINPUT, "plan: --pp-virtual and --pp-layout need --pp P >= 2");
-    else if (!rc) rc = engine_check(&mc, &r, as_json);
-    sl_plan_model_free(&m);
-    return rc;
+  return rc;
+}
+
+/* --engine-check: the engine-exact prediction of one run. */
+static int run_check(plan_args *p, const sl_model_config *mc) {
+  sl_plan_run r = p->r, base = p->r;
+  const char *pd = p->pd, *rd = p->rd;
+  int rc = SL_OK;
+  sl_plan_run_engine(&r, pd, rd);
+  r.world = base.world;
+  r.zero = base.zero;
+  r.micro_batch = base.micro_batch;
+  r.seq_len = base.seq_len;
+  r.grad_accum = base.grad_accum;
+  r.shard_group = base.shard_group;
+  r.prefetch = base.prefetch;
+  r.prefetch_bytes = base.prefetch_bytes;
+  r.sync_accum = base.sync_accum;
+  r.reshard_after_forward = base.reshard_after_forward;
+  r.ac = base.ac;
+  r.gpt_acts = base.gpt_acts;
+  r.tp = base.tp;
+  r.sequence_parallel = base.sequence_parallel;
+  if ((pd && strcmp(pd, "fp32") && strcmp(pd, "bf16")) || (rd && strcmp(rd, "fp32") && strcmp(rd, "bf16")))
+    rc = sl_fail(SL_EINPUT, "plan: --param-dtype / --reduce-dtype must be fp32 or bf16");
+  if (!rc && r.gpt_acts)
+    rc = sl_fail(SL_EINPUT, "plan: --engine-check runs the engine's own activations; "
+                            "--act-model gpt applies to the search only");
+  if (!rc && p->ppc.pp > 1) rc = sl_plan_pp_check(mc, &r, &p->ppc, p->as_json);
+  else if (!rc && (p->ppc.virt > 1 || (p->ppc.layout && p->ppc.layout[0])))
+    rc = sl_fail(SL_EINPUT, "plan: --pp-virtual and --pp-layout need --pp P >= 2");
+  else if (!rc) rc = engine_check(mc, &r, p->as_json);
+  return rc;
+}
+
+/* The search's answer as one JSON object. */
+static void print_search_json(const plan_args *p, const sl_plan_model *m, const sl_plan_cand *v, int n, int pick,
+                              const char *why, int shown) {
+  const sl_plan_cluster *c = &p->c;
+  json_t *o = json_object(), *arr = json_array();
+  json_object_set_new(o, "model_params", json_integer(m->nparams));
+  json_object_set_new(o, "gpus", json_integer(c->gpus));
+  json_object_set_new(o, "gpus_per_node", json_integer(c->gpus_per_node));
+  json_object_set_new(o, "assumptions",
+                      json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:i,s:s}", "tflops_peak", c->tflops, "efficiency",
+                                c->efficiency, "intra_bw_gbs", c->intra_bw, "inter_bw_gbs", c->inter_bw,
+                                "memory_margin", c->margin, "reserve_bytes", 2.0e9, "dtype_bytes", c->dtype_bytes,
+                                "act_model", c->gpt_acts ? "gpt" : "engine"));
+  json_object_set_new(o, "recommendation", json_string(why));
+  if (pick >= 0) json_object_set_new(o, "recommended", cand_json(&v[pick], p->model, c));
+  json_object_set_new(o, "candidates_total", json_integer(n));
+  for (int i = 0; i < shown; i++) json_array_append_new(arr, cand_json(&v[i], p->model, c));
+  json_object_set_new(o, "candidates", arr);
+  char *s = json_dumps(o, JSON_INDENT(1));
+  printf("%s\n", s);
+  free(s);
+  json_decref(o);
+}
+
+/* One candidate's row of the table (rank i + 1). */
+static void print_cand_row(const sl_plan_cand *x, int i, int pick) {
+  char cfg[64];
+  if (x->pp > 1 && x->tp > 1)
+    snprintf(cfg, sizeof cfg, "TP%dPP%dDP%d Z%d %s %lldx%lld", x->tp, x->pp, x->shard_group, x->zero, ac_str(x->ac),
+             (long long)x->micro_batch, (long long)x->grad_accum);
+  else if (x->pp > 1)
+    snprintf(cfg, sizeof cfg, "PP%dDP%d Z%d %s %lldx%lld", x->pp, x->shard_group, x->zero, ac_str(x->ac),
+             (long long)x->micro_batch, (long long)x->grad_accum);
+  else if (x->tp > 1)
+    snprintf(cfg, sizeof cfg, "TP%dDP%d Z%d %s %lldx%lld", x->tp, x->shard_group, x->zero, ac_str(x->ac),
+             (long long)x->micro_batch, (long long)x->grad_accum);
+  else
+    snprintf(cfg, sizeof cfg, "Z%d S%d o:%s%s %s %lldx%lld", x->zero, x->shard_group, off_str(x->offload_optim),
+             x->offload_params ? "+p" : "", ac_str(x->ac), (long long)x->micro_batch, (long long)x->grad_accum);
+  double cb = 0, cs = 0;
+  for (int k = 0; k < SL_PLAN_NCOMM; k++) {
+    cb += x->comm_bytes[k];
+    cs += x->comm_s[k];
   }
-  if (r.tp != 1 || ppc.pp != 1) {
-    sl_plan_model_free(&m);
+  printf("%4d %-3s %-24s %7.1f %7.1f %8.1f %7.2f %7.2f %7.2f %7.2f %9.0f %4.1f%%%s\n", i + 1, x->fits ? "yes" : "no",
+         cfg, x->gpu_total / 1e9, x->host_per_gpu / 1e9, cb / 1e9, cs, x->exposed_s, x->compute_s + x->recompute_s,
+         x->step_s, x->tokens_s, 100 * x->mfu, i == pick ? "  <= recommended" : "");
+}
+
+/* The search's answer as text: the assumptions, the table, the recommendation and its command. */
+static void print_search_text(const plan_args *p, const sl_plan_model *m, const sl_plan_cand *v, int n, int pick,
+                              const char *why, int shown) {
+  const sl_plan_cluster *c = &p->c;
+  printf("model: %lld parameters, %d units | %d GPUs (%d per node), %.1f GB each | seq %lld, %lld tokens per step\n",
+         (long long)m->nparams, m->nunits, c->gpus, c->gpus_per_node, c->gpu_mem / 1e9, (long long)c->seq_len,
+         (long long)c->global_batch);
+  printf("assumptions: %.0f TFLOPS peak x %.0f%% efficiency, %.0f GB/s intra / %.0f GB/s inter, %s, %.0f%% memory "
+         "margin + 2 GB reserve, %s activations\n",
+         c->tflops, 100 * c->efficiency, c->intra_bw, c->inter_bw,
+         c->dtype_bytes == 2 ? "bf16 params/grads + fp32 master/m/v" : "fp32", 100 * c->margin,
+         c->gpt_acts ? "GPT-formula" : "engine op-by-op");
+  printf("%4s %-3s %-24s %7s %7s %8s %7s %7s %7s %7s %9s %5s\n", "rank", "fit", "config", "GPU GB", "host GB",
+         "comm GB", "comm s", "expo s", "comp s", "step s", "tokens/s", "MFU");
+  for (int i = 0; i < shown; i++) print_cand_row(&v[i], i, pick);
+  printf("(%d candidates; o: optimizer offload, +p: parameters too)\n", n);
+  if (pick >= shown) {
+    char d[512];
+    sl_plan_describe(&v[pick], d, sizeof d);
+    printf("recommended (rank %d): %s\n", pick + 1, d);
+  }
+  printf("%s\n", why);
+  if (pick >= 0 && !v[pick].needs_mode) {
+    char cmd[1024];
+    train_command(&v[pick], p->model, c, cmd, sizeof cmd);
+    printf("run it:\n  %s\n", cmd);
+    if (v[pick].tp > 1)
+      printf("  (--tp runs on the CPU backend only for now: its collectives use host buffers, engine/tp_run.c)\n");
+    if (v[pick].pp > 1)
+      printf("  (--pp runs on the CPU backend only for now: its transfers use host buffers, engine/schedule_pp.c;\n"
+             "   train --pp-dry-run prints the schedule and its bubble first)\n");
+  }
+}
+
+/* The search over the cluster's configurations and its report. */
+static int run_search(plan_args *p, const sl_plan_model *m) {
+  sl_plan_cluster *c = &p->c;
+  int rc = SL_OK;
+  if (p->r.tp != 1 || p->ppc.pp != 1)
     return sl_fail(SL_EINPUT, "plan: --tp and --pp apply to --engine-check; the search tries TP and PP degrees itself");
-  }
-  if (c.gpus_per_node <= 0) c.gpus_per_node = c.gpus < 8 ? c.gpus : 8;
-  if (c.efficiency <= 0 || c.efficiency > 1) rc = sl_fail(SL_EINPUT, "plan: --efficiency must be in (0, 1]");
-  if (!rc && (c.margin <= 0 || c.margin > 1)) rc = sl_fail(SL_EINPUT, "plan: --margin must be in (0, 1]");
-  if (!rc && c.gpus_per_node > c.gpus) c.gpus_per_node = c.gpus;
-  if (!rc && c.gpus % c.gpus_per_node)
-    rc = sl_fail(SL_EINPUT, "plan: --gpus %d is not a multiple of --gpus-per-node %d", c.gpus, c.gpus_per_node);
+  if (c->gpus_per_node <= 0) c->gpus_per_node = c->gpus < 8 ? c->gpus : 8;
+  if (c->efficiency <= 0 || c->efficiency > 1) rc = sl_fail(SL_EINPUT, "plan: --efficiency must be in (0, 1]");
+  if (!rc && (c->margin <= 0 || c->margin > 1)) rc = sl_fail(SL_EINPUT, "plan: --margin must be in (0, 1]");
+  if (!rc && c->gpus_per_node > c->gpus) c->gpus_per_node = c->gpus;
+  if (!rc && c->gpus % c->gpus_per_node)
+    rc = sl_fail(SL_EINPUT, "plan: --gpus %d is not a multiple of --gpus-per-node %d", c->gpus, c->gpus_per_node);
   sl_plan_cand *v = NULL;
   int n = 0;
-  if (!rc) rc = sl_plan_search(&m, &c, &v, &n);
-  if (rc) {
-    sl_plan_model_free(&m);
-    return rc;
-  }
+  if (!rc) rc = sl_plan_search(m, c, &v, &n);
+  if (rc) return rc;
   char why[2048];
-  int pick = sl_plan_recommend(v, n, &c, why, sizeof why);
-  int shown = top > 0 && top < n ? top : n;
-  if (as_json) {
-    json_t *o = json_object(), *arr = json_array();
-    json_object_set_new(o, "model_params", json_integer(m.nparams));
-    json_object_set_new(o, "gpus", json_integer(c.gpus));
-    json_object_set_new(o, "gpus_per_node", json_integer(c.gpus_per_node));
-    json_object_set_new(o, "assumptions",
-                        json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:i,s:s}", "tflops_peak", c.tflops, "efficiency",
-                                  c.efficiency, "intra_bw_gbs", c.intra_bw, "inter_bw_gbs", c.inter_bw, "memory_margin",
-                                  c.margin, "reserve_bytes", 2.0e9, "dtype_bytes", c.dtype_bytes, "act_model",
-                                  c.gpt_acts ? "gpt" : "engine"));
-    json_object_set_new(o, "recommendation", json_string(why));
-    if (pick >= 0) json_object_set_new(o, "recommended", cand_json(&v[pick], model, &c));
-    json_object_set_new(o, "candidates_total", json_integer(n));
-    for (int i = 0; i < shown; i++) json_array_append_new(arr, cand_json(&v[i], model, &c));
-    json_object_set_new(o, "candidates", arr);
-    char *s = json_dumps(o, JSON_INDENT(1));
-    printf("%s\n", s);
-    free(s);
-    json_decref(o);
-  } else {
-    printf("model: %lld parameters, %d units | %d GPUs (%d per node), %.1f GB each | seq %lld, %lld tokens per step\n",
-           (long long)m.nparams, m.nunits, c.gpus, c.gpus_per_node, c.gpu_mem / 1e9, (long long)c.seq_len,
-           (long long)c.global_batch);
-    printf("assumptions: %.0f TFLOPS peak x %.0f%% efficiency, %.0f GB/s intra / %.0f GB/s inter, %s, %.0f%% memory "
-           "margin + 2 GB reserve, %s activations\n",
-           c.tflops, 100 * c.efficiency, c.intra_bw, c.inter_bw,
-           c.dtype_bytes == 2 ? "bf16 params/grads + fp32 master/m/v" : "fp32", 100 * c.margin,
-           c.gpt_acts ? "GPT-formula" : "engine op-by-op");
-    printf("%4s %-3s %-24s %7s %7s %8s %7s %7s %7s %7s %9s %5s\n", "rank", "fit", "config", "GPU GB", "host GB",
-           "comm GB", "comm s", "expo s", "comp s", "step s", "tokens/s", "MFU");
-    for (int i = 0; i < shown; i++) {
-      const sl_plan_cand *x = &v[i];
-      char cfg[64];
-      if (x->pp > 1 && x->tp > 1)
-        snprintf(cfg, sizeof cfg, "TP%dPP%dDP%d Z%d %s %lldx%lld", x->tp, x->pp, x->shard_group, x->zero, ac_str(x->ac),
-                 (long long)x->micro_batch, (long long)x->grad_accum);
-      else if (x->pp > 1)
-        snprintf(cfg, sizeof cfg, "PP%dDP%d Z%d %s %lldx%lld", x->pp, x->shard_group, x->zero, ac_str(x->ac),
-                 (long long)x->micro_batch, (long long)x->grad_accum);
-      else if (x->tp > 1)
-        snprintf(cfg, sizeof cfg, "TP%dDP%d Z%d %s %lldx%lld", x->tp, x->shard_group, x->zero, ac_str(x->ac),
-                 (long long)x->micro_batch, (long long)x->grad_accum);
-      else
-        snprintf(cfg, sizeof cfg, "Z%d S%d o:%s%s %s %lldx%lld", x->zero, x->shard_group, off_str(x->offload_optim),
-                 x->offload_params ? "+p" : "", ac_str(x->ac), (long long)x->micro_batch, (long long)x->grad_accum);
-      double cb = 0, cs = 0;
-      for (int k = 0; k < SL_PLAN_NCOMM; k++) {
-        cb += x->comm_bytes[k];
-        cs += x->comm_s[k];
-      }
-      printf("%4d %-3s %-24s %7.1f %7.1f %8.1f %7.2f %7.2f %7.2f %7.2f %9.0f %4.1f%%%s\n", i + 1,
-             x->fits ? "yes" : "no", cfg, x->gpu_total / 1e9, x->host_per_gpu / 1e9, cb / 1e9, cs, x->exposed_s,
-             x->compute_s + x->recompute_s, x->step_s, x->tokens_s, 100 * x->mfu, i == pick ? "  <= recommended" : "");
-    }
-    printf("(%d candidates; o: optimizer offload, +p: parameters too)\n", n);
-    if (pick >= shown) {
-      char d[512];
-      sl_plan_describe(&v[pick], d, sizeof d);
-      printf("recommended (rank %d): %s\n", pick + 1, d);
-    }
-    printf("%s\n", why);
-    if (pick >= 0 && !v[pick].needs_mode) {
-      char cmd[1024];
-      train_command(&v[pick], model, &c, cmd, sizeof cmd);
-      printf("run it:\n  %s\n", cmd);
-      if (v[pick].tp > 1)
-        printf("  (--tp runs on the CPU backend only for now: its collectives use host buffers, engine/tp_run.c)\n");
-      if (v[pick].pp > 1)
-        printf("  (--pp runs on the CPU backend only for now: its transfers use host buffers, engine/schedule_pp.c;\n"
-               "   train --pp-dry-run prints the schedule and its bubble first)\n");
-    }
-  }
+  int pick = sl_plan_recommend(v, n, c, why, sizeof why);
+  int shown = p->top > 0 && p->top < n ? p->top : n;
+  if (p->as_json) print_search_json(p, m, v, n, pick, why, shown);
+  else print_search_text(p, m, v, n, pick, why, shown);
   free(v);
-  sl_plan_model_free(&m);
   return SL_OK;
+}
+
+static int run_plan(int argc, char **argv) {
+  plan_args p;
+  int rc = parse_plan(argc, argv, &p);
+  if (rc) return rc;
+  if (!p.model) return sl_fail(SL_EINPUT, "plan: --model DIR|config.json is required (see shardlm plan --help)");
+  if (p.measured && (rc = read_measured(p.measured, &p.c, &p.have_tflops))) return rc;
+  /* a measured GEMM rate is an achieved figure: only non-GEMM overhead remains */
+  if (p.measured && !p.have_eff) p.c.efficiency = 0.8;
+  sl_model_config mc;
+  if ((rc = load_model(p.model, &mc))) return rc;
+  sl_plan_model m;
+  if ((rc = sl_plan_model_init(&mc, &m))) return rc;
+  rc = p.check ? run_check(&p, &mc) : run_search(&p, &m);
+  sl_plan_model_free(&m);
+  return rc;
 }
 
 int sl_tool_plan(int argc, char **argv) {

@@ -14,6 +14,7 @@
 
 #include "base/base.h"
 #include "formats/hfconfig.h"
+#include "formats/traincfg.h"
 #include "plan/pipeline.h"
 #include "plan/planner.h"
 #include "plan/pp_render.h"
@@ -37,6 +38,7 @@ typedef struct {
   int L, have_layers, have_p, have_m, vset, compact, ops, sp, tp, json;
   const char *model, *layout, *svg;
   int64_t bytes, b, seq, hidden, elem;
+  sl_train_cfg tc; /* the flags that are train's, parsed by its table (formats/traincfg.c) */
 } args;
 
 static int parse_int(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out) {
@@ -54,6 +56,7 @@ static int parse(int argc, char **argv, args *a) {
   memset(a, 0, sizeof *a);
   sl_pp_spec_defaults(&a->spec);
   a->b = 1, a->seq = 2048, a->elem = 4, a->tp = 1, a->bytes = -1;
+  sl_train_cfg_defaults(&a->tc);
   int rc = SL_OK;
   for (int i = 1; i < argc && !rc; i++) {
     const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -64,19 +67,30 @@ static int parse(int argc, char **argv, args *a) {
     if (!rc) dst = x;                                                                                                  \
     i++;                                                                                                               \
   } while (0)
+    /* a flag of shardlm train: train's range and message */
+#define TRAIN(field, dst)                                                                                              \
+  do {                                                                                                                 \
+    rc = sl_train_cfg_set(&a->tc, f + 2, v);                                                                           \
+    if (!rc) dst = a->tc.field;                                                                                        \
+    i++;                                                                                                               \
+  } while (0)
     if (!strcmp(f, "--help") || !strcmp(f, "-h")) return -1;
     else if (!strcmp(f, "--pp")) {
-      INT(1, 4096, a->spec.P);
+      TRAIN(pp, a->spec.P);
       a->have_p = 1;
-    } else if (!strcmp(f, "--micro-batches") || !strcmp(f, "--grad-accum")) {
+    } else if (!strcmp(f, "--micro-batches")) {
       INT(1, 1 << 20, a->spec.m);
       a->have_m = 1;
+    } else if (!strcmp(f, "--grad-accum")) {
+      TRAIN(grad_accum, a->spec.m);
+      a->have_m = 1;
     } else if (!strcmp(f, "--pp-virtual")) {
-      INT(1, 64, a->spec.V);
+      TRAIN(pp_virtual, a->spec.V);
       a->vset = 1;
     } else if (!strcmp(f, "--pp-schedule")) {
-      rc = sl_pp_kind_parse(v, &a->spec.kind);
-      i++;
+      const char *k = NULL;
+      TRAIN(pp_schedule, k);
+      if (!rc) rc = sl_pp_kind_parse(k, &a->spec.kind);
     } else if (!strcmp(f, "--layers")) {
       INT(0, 100000, a->L);
       a->have_layers = 1;
@@ -84,20 +98,17 @@ static int parse(int argc, char **argv, args *a) {
       a->model = v;
       i++;
       if (!v) rc = sl_fail(SL_EINPUT, "--model needs a value");
-    } else if (!strcmp(f, "--pp-layout")) {
-      a->layout = v;
-      i++;
-      if (!v) rc = sl_fail(SL_EINPUT, "--pp-layout needs a value");
-    } else if (!strcmp(f, "--svg")) {
+    } else if (!strcmp(f, "--pp-layout")) TRAIN(pp_layout, a->layout);
+    else if (!strcmp(f, "--svg")) {
       a->svg = v;
       i++;
       if (!v) rc = sl_fail(SL_EINPUT, "--svg needs a file");
     } else if (!strcmp(f, "--bytes")) INT(0, INT64_MAX / 4, a->bytes);
-    else if (!strcmp(f, "--micro-batch")) INT(1, 1 << 20, a->b);
-    else if (!strcmp(f, "--seq-len")) INT(1, 1 << 30, a->seq);
+    else if (!strcmp(f, "--micro-batch")) TRAIN(micro_batch, a->b);
+    else if (!strcmp(f, "--seq-len")) TRAIN(seq_len, a->seq);
     else if (!strcmp(f, "--hidden")) INT(1, 1 << 24, a->hidden);
     else if (!strcmp(f, "--act-bytes")) INT(1, 8, a->elem);
-    else if (!strcmp(f, "--tp")) INT(1, 4096, a->tp);
+    else if (!strcmp(f, "--tp")) TRAIN(tp, a->tp);
     else if (!strcmp(f, "--sequence-parallel")) a->sp = 1;
     else if (!strcmp(f, "--cost-f")) INT(1, 1000000, a->spec.cost_f);
     else if (!strcmp(f, "--cost-b")) INT(1, 1000000, a->spec.cost_b);
@@ -107,6 +118,7 @@ static int parse(int argc, char **argv, args *a) {
     else if (!strcmp(f, "--json")) a->json = 1;
     else rc = sl_fail(SL_EINPUT, "unknown flag '%s' (shardlm pp-schedule --help lists them)", f);
 #undef INT
+#undef TRAIN
   }
   if (rc) return rc;
   if (!a->have_p || !a->have_m)

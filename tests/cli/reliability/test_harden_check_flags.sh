@@ -25,6 +25,15 @@ check 2 "in [0, 1)" "$B" train $COMMON --beta1=2
 check 0 "range [0, 1)" "$B" train --help
 # in-range edges train
 check 0 "" "$B" train $COMMON --beta1 0 --beta2 0.5 --clip 0 --warmup 0 --prefetch 0 --keep-last 0 --eps 1e-30
+# plan and pp-schedule parse train's flags through train's table: one range, one message
+for f in "tp 0 --tp must be in [1, 4096], found '0'" "pp 2000 --pp must be in [1, 1024], found '2000'" \
+  "micro-batch 0 --micro-batch must be in [1, 1e+09], found '0'" "seq-len 1.5 --seq-len expects an integer"; do
+  read -r flag val needle <<< "$f"
+  expect "plan --$flag $val" 2 "$needle" "$B" plan --model "$W/model" --engine-check --world 1 --"$flag" "$val"
+  expect "pp-schedule --$flag $val" 2 "$needle" "$B" pp-schedule --pp 2 --micro-batches 2 --"$flag" "$val"
+  expect "train --$flag $val" 2 "$needle" "$B" train $COMMON --"$flag" "$val"
+done
+expect "plan --zero 4" 2 "--zero must be in [0, 3], found '4'" "$B" plan --model "$W/model" --engine-check --zero 4
 # --resume without --ckpt-dir
 check 2 "--ckpt-dir" "$B" train $COMMON --resume
 # --config: duplicate keys; a range violation in the file names the file
