@@ -655,6 +655,32 @@ static int write_text_atomic(const char *path, const char *text) {
   return rc;
 }
 
+/* config.json's "rope_scaling" of c: null for plain RoPE, else the rule's
+ * fields as transformers names them. */
+static json_t *rope_scaling_json(const sl_model_config *c) {
+  const sl_rope_scaling *r = &c->rope_scaling;
+  if (r->type == SL_ROPE_DEFAULT) return json_null();
+  json_t *rs = json_object();
+  json_object_set_new(rs, "rope_type", json_string(sl_rope_type_name(r->type)));
+  json_object_set_new(rs, "factor", json_real(r->factor));
+  if (r->type == SL_ROPE_LLAMA3) {
+    json_object_set_new(rs, "low_freq_factor", json_real(r->low_freq_factor));
+    json_object_set_new(rs, "high_freq_factor", json_real(r->high_freq_factor));
+  }
+  if (r->type == SL_ROPE_YARN) {
+    json_object_set_new(rs, "beta_fast", json_real(r->beta_fast));
+    json_object_set_new(rs, "beta_slow", json_real(r->beta_slow));
+    json_object_set_new(rs, "attention_factor", json_real(r->attention_factor));
+    if (!r->truncate) json_object_set_new(rs, "truncate", json_false());
+  }
+  /* yarn: only when it differs (transformers then sets factor = max / original) */
+  if (r->type == SL_ROPE_LLAMA3 ||
+      (r->type == SL_ROPE_YARN && r->original_max_position_embeddings != c->max_position_embeddings))
+    json_object_set_new(rs, "original_max_position_embeddings",
+                        json_integer((json_int_t)r->original_max_position_embeddings));
+  return rs;
+}
+
 int sl_hfconfig_save(const char *path, const sl_model_config *c) {
   int rc = sl_hfconfig_validate(path, c);
   if (rc) return rc;
@@ -682,30 +708,7 @@ int sl_hfconfig_save(const char *path, const sl_model_config *c) {
     SETS("hidden_act", "silu");
     SETR("rms_norm_eps", c->rms_norm_eps);
     SETR("rope_theta", c->rope_theta);
-    const sl_rope_scaling *r = &c->rope_scaling;
-    if (r->type == SL_ROPE_DEFAULT) {
-      json_object_set_new(o, "rope_scaling", json_null());
-    } else {
-      json_t *rs = json_object();
-      json_object_set_new(rs, "rope_type", json_string(sl_rope_type_name(r->type)));
-      json_object_set_new(rs, "factor", json_real(r->factor));
-      if (r->type == SL_ROPE_LLAMA3) {
-        json_object_set_new(rs, "low_freq_factor", json_real(r->low_freq_factor));
-        json_object_set_new(rs, "high_freq_factor", json_real(r->high_freq_factor));
-      }
-      if (r->type == SL_ROPE_YARN) {
-        json_object_set_new(rs, "beta_fast", json_real(r->beta_fast));
-        json_object_set_new(rs, "beta_slow", json_real(r->beta_slow));
-        json_object_set_new(rs, "attention_factor", json_real(r->attention_factor));
-        if (!r->truncate) json_object_set_new(rs, "truncate", json_false());
-      }
-      /* yarn: only when it differs (transformers then sets factor = max / original) */
-      if (r->type == SL_ROPE_LLAMA3 ||
-          (r->type == SL_ROPE_YARN && r->original_max_position_embeddings != c->max_position_embeddings))
-        json_object_set_new(rs, "original_max_position_embeddings",
-                            json_integer((json_int_t)r->original_max_position_embeddings));
-      json_object_set_new(o, "rope_scaling", rs);
-    }
+    json_object_set_new(o, "rope_scaling", rope_scaling_json(c));
     SETI("max_position_embeddings", c->max_position_embeddings > 0 ? c->max_position_embeddings : 2048);
     if (c->arch == SL_ARCH_MISTRAL) {
       if (c->sliding_window > 0) SETI("sliding_window", c->sliding_window);
