@@ -20,7 +20,6 @@ untied and tied, and a tiny Mamba (tied):
      2e-2 of the fp32 run's and not identical; --compute-dtype fp16 exits 2;
      bf16 implies --param-dtype bf16 unless that flag is given.
 """
-import argparse
 import json
 import os
 import sys
@@ -53,15 +52,7 @@ def dump_args(model, data, out, dtype):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shardlm", required=True)
-    ap.add_argument("--work", required=True)
-    a = ap.parse_args()
-    torch.set_num_threads(2)
-    ck = E.Checker()
-    exe, w = os.path.abspath(a.shardlm), os.path.abspath(a.work)
-    os.makedirs(w, exist_ok=True)
-    data = os.path.join(w, "data")
+    ck, exe, w, data = E.start()
     E.VOCAB = VOCAB
     stream = E.make_data(data)
     models = [("untied", L, L.init_model(L.make_config(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=160,

@@ -78,6 +78,19 @@ def run_engine(exe, args, log_path, timeout=300):
     return True, f"{time.time() - t0:.1f}s"
 
 
+def start():
+    """The command line of a check driver (--shardlm EXE --work DIR): returns
+    (a Checker, the absolute EXE, the work dir made, its data prefix)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shardlm", required=True)
+    ap.add_argument("--work", required=True)
+    a = ap.parse_args()
+    torch.set_num_threads(2)
+    w = os.path.abspath(a.work)
+    os.makedirs(w, exist_ok=True)
+    return Checker(), os.path.abspath(a.shardlm), w, os.path.join(w, "data")
+
+
 def make_data(prefix):
     """Documents of different lengths; 665 tokens in all, less than the 961 the
     10 training steps read, so the sequential order wraps around in step 7."""

@@ -17,7 +17,6 @@ Checks (one line each, then "N passed, M failed"):
   3. the same run on 2 ranks (ZeRO-3) and 3 ranks (ZeRO-2 / ZeRO-3): per-step
      losses (1e-5 relative) and final weights (5e-5 relative L2) equal the 1-rank run.
 """
-import argparse
 import json
 import os
 import subprocess
@@ -110,15 +109,7 @@ def ref_train(m, stream, mask):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shardlm", required=True)
-    ap.add_argument("--work", required=True)
-    a = ap.parse_args()
-    torch.set_num_threads(2)
-    ck = E.Checker()
-    exe, w = os.path.abspath(a.shardlm), os.path.abspath(a.work)
-    os.makedirs(w, exist_ok=True)
-    data = os.path.join(w, "data")
+    ck, exe, w, data = E.start()
     stream, mask = make_data(data)
     cfg = L.make_config(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=160, vocab=VOCAB)
     mdir = os.path.join(w, "model")

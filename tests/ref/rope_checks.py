@@ -12,7 +12,6 @@ max_position_embeddings 512 (correction range 0..4) keeps pair 0, blends
 engine with its rope_scaling removed must miss the reference by more than
 the bound.
 """
-import argparse
 import copy
 import os
 import sys
@@ -48,15 +47,7 @@ def dump_args(model, data, out):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shardlm", required=True)
-    ap.add_argument("--work", required=True)
-    a = ap.parse_args()
-    torch.set_num_threads(2)
-    ck = E.Checker()
-    exe, w = os.path.abspath(a.shardlm), os.path.abspath(a.work)
-    os.makedirs(w, exist_ok=True)
-    data = os.path.join(w, "data")
+    ck, exe, w, data = E.start()
     stream = E.make_data(data)
     for k, (tag, rs) in enumerate(CASES):
         d = dict(BASE, rope_scaling=rs)
