@@ -181,9 +181,9 @@ static int read_input(job *j, sl_lineread *lr, int file, int rows, batch **bp, i
     if (eof) break;
     int blank = n == 0 || (n == 1 && line[0] == '\r');
     int join = 0;
-    if (rows || c->split == SL_SPLIT_LINES) {
+    if (rows || c->docs == SL_DOCS_LINES) {
       if (blank) continue;
-    } else if (c->split == SL_SPLIT_BLANK) {
+    } else if (c->docs == SL_DOCS_BLANK) {
       if (blank) {
         in_par = 0;
         continue;
@@ -702,9 +702,10 @@ static int finish_outputs(const job *j, sl_dataset_builder **bld, mask_writer *m
   const sl_prep_cfg *c = j->cfg;
   int rc = SL_OK;
   if (st->documents == 0)
-    rc = sl_fail(SL_EINPUT, "%s%s: no documents: %lld bytes read hold no text (empty, only blank lines%s)",
-                 c->mem_text ? c->mem_name : c->inputs[0], !c->mem_text && c->ninputs > 1 ? " and the other inputs" : "",
-                 (long long)st->bytes_in, st->skipped ? ", or every row was bad and skipped" : "");
+    rc =
+        sl_fail(SL_EINPUT, "%s%s: no documents: %lld bytes read hold no text (empty, only blank lines%s)",
+                c->mem_text ? c->mem_name : c->inputs[0], !c->mem_text && c->ninputs > 1 ? " and the other inputs" : "",
+                (long long)st->bytes_in, st->skipped ? ", or every row was bad and skipped" : "");
   if (!rc && j->use_mask) rc = mask_finish(mw);
   if (!rc) {
     rc = sl_dataset_builder_finish(*bld);
@@ -872,7 +873,7 @@ static int prepare_bytes(const char *in, const char *mem_name, const char *text,
                    .mem_name = mem_name,
                    .output = out_prefix,
                    .append_eod = 1,
-                   .split = SL_SPLIT_BLANK,
+                   .docs = SL_DOCS_BLANK,
                    .workers = 1};
   sl_prep_stats ps;
   int rc = sl_prepare(&c, &ps);

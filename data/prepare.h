@@ -23,10 +23,10 @@ typedef enum {
 } sl_prep_format;
 
 typedef enum {
-  SL_SPLIT_BLANK = 0, /* .txt: documents separated by blank lines (a file without any is one) */
-  SL_SPLIT_LINES,     /* .txt: every non-empty line is a document */
-  SL_SPLIT_FILE,      /* .txt: the whole file is one document */
-} sl_prep_split;
+  SL_DOCS_BLANK = 0, /* .txt: documents separated by blank lines (a file without any is one) */
+  SL_DOCS_LINES,     /* .txt: every non-empty line is a document */
+  SL_DOCS_FILE,      /* .txt: the whole file is one document */
+} sl_prep_docs;
 
 typedef struct {
   const char *const *inputs; /* (ninputs) paths; kind by suffix: .jsonl[.gz|.zst] / .json[.gz|.zst] rows, else text */
@@ -38,7 +38,7 @@ typedef struct {
   const char *tokenizer; /* tokenizer.json or its directory; NULL: byte-level */
   const char *json_key;  /* NULL: "text" */
   sl_prep_format format;
-  sl_prep_split split;
+  sl_prep_docs docs;
   int append_eod;            /* <0: default (byte-level: on, tokenizer: off) */
   int prepend_bos;           /* add the tokenizer's BOS at the start of every document */
   int skip_bad;              /* count and skip bad rows instead of stopping */
@@ -50,15 +50,15 @@ typedef struct {
 
 typedef struct {
   int64_t documents;
-  int64_t tokens;      /* written, EOD / BOS included */
-  int64_t loss_tokens; /* tokens whose mask byte is 1 (= tokens without a mask file) */
-  int64_t skipped;     /* bad rows skipped (--skip-bad) */
-  int64_t bytes_in;    /* input bytes read (compressed size for compressed inputs) */
-  int64_t vocab;       /* the tokenizer's vocabulary size */
-  int dtype;           /* SL_IDX_UINT16 or SL_IDX_INT32 (Megatron's rule) */
-  int has_mask;        /* PREFIX.lmask was written */
-  int64_t dropped;      /* characters without a vocabulary entry, dropped (BPE without byte fallback / unk) */
-  int64_t dropped_docs; /* documents that lost such characters */
+  int64_t tokens;        /* written, EOD / BOS included */
+  int64_t loss_tokens;   /* tokens whose mask byte is 1 (= tokens without a mask file) */
+  int64_t skipped;       /* bad rows skipped (--skip-bad) */
+  int64_t bytes_in;      /* input bytes read (compressed size for compressed inputs) */
+  int64_t vocab;         /* the tokenizer's vocabulary size */
+  int dtype;             /* SL_IDX_UINT16 or SL_IDX_INT32 (Megatron's rule) */
+  int has_mask;          /* PREFIX.lmask was written */
+  int64_t dropped;       /* characters without a vocabulary entry, dropped (BPE without byte fallback / unk) */
+  int64_t dropped_docs;  /* documents that lost such characters */
   const char *drop_file; /* the first of them: file, line, character (UTF-8) */
   int64_t drop_line;
   char drop_char[8];

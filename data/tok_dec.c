@@ -254,14 +254,14 @@ static int lossy(const unsigned char *s, size_t n, tok_buf *out) {
   return SL_OK;
 }
 
-static int put_split(tok_splits *sp, const char *p, size_t n) {
+static int put_piece(tok_pieces *sp, const char *p, size_t n) {
   uint32_t off;
   if (tok_arena_put(sp, p, n, &off)) return SL_ENOMEM;
   return tok_push(sp, off, (uint32_t)n, -1, 0);
 }
 
 /* ByteLevel (tokens' characters back to bytes, then lossy UTF-8) and Fuse: all tokens into one */
-static int dec_bytes(const tok_step *st, tok_splits *sp, tok_split *old, size_t nold, tok_buf *t, tok_buf *t2) {
+static int dec_bytes(const tok_step *st, tok_pieces *sp, tok_piece *old, size_t nold, tok_buf *t, tok_buf *t2) {
   int rc = SL_OK;
   for (size_t i = 0; !rc && i < nold; i++) {
     const char *s = sp->arena.p + old[i].off;
@@ -283,14 +283,14 @@ static int dec_bytes(const tok_step *st, tok_splits *sp, tok_split *old, size_t 
     }
   }
   if (rc) return rc;
-  if (st->type == TD_FUSE) return put_split(sp, t->p, t->n);
+  if (st->type == TD_FUSE) return put_piece(sp, t->p, t->n);
   t2->n = 0;
   rc = lossy((const unsigned char *)t->p, t->n, t2);
-  return rc ? rc : put_split(sp, t2->p ? t2->p : "", t2->n);
+  return rc ? rc : put_piece(sp, t2->p ? t2->p : "", t2->n);
 }
 
 /* ByteFallback: runs of <0xNN> tokens into their bytes (U+FFFD per byte when not valid UTF-8) */
-static int dec_byte_fallback(tok_splits *sp, tok_split *old, size_t nold, tok_buf *t) {
+static int dec_byte_fallback(tok_pieces *sp, tok_piece *old, size_t nold, tok_buf *t) {
   int rc = SL_OK;
   for (size_t i = 0; !rc && i <= nold; i++) {
     const char *s = i < nold ? sp->arena.p + old[i].off : "";
@@ -306,9 +306,9 @@ static int dec_byte_fallback(tok_splits *sp, tok_split *old, size_t nold, tok_bu
       }
     }
     if (t->n) {
-      if (tok_u8invalid(t->p, t->n) == (size_t)-1) rc = put_split(sp, t->p, t->n);
+      if (tok_u8invalid(t->p, t->n) == (size_t)-1) rc = put_piece(sp, t->p, t->n);
       else
-        for (size_t k = 0; !rc && k < t->n; k++) rc = put_split(sp, "\xef\xbf\xbd", 3);
+        for (size_t k = 0; !rc && k < t->n; k++) rc = put_piece(sp, "\xef\xbf\xbd", 3);
       t->n = 0;
     }
     if (!rc && i < nold) rc = tok_push(sp, old[i].off, old[i].len, -1, 0);
@@ -371,7 +371,7 @@ static int dec_token(const tok_step *st, const char *s, size_t n, size_t i, size
   return rc;
 }
 
-static int dec_one(const tok_step *st, tok_splits *sp, tok_split *old, size_t nold, tok_buf *t, tok_buf *t2) {
+static int dec_one(const tok_step *st, tok_pieces *sp, tok_piece *old, size_t nold, tok_buf *t, tok_buf *t2) {
   int rc = SL_OK;
   t->n = 0;
   switch (st->type) {
@@ -387,12 +387,12 @@ static int dec_one(const tok_step *st, tok_splits *sp, tok_split *old, size_t no
     t->n = 0;
     if (tb_reserve(t, n)) return SL_ENOMEM;
     rc = dec_token(st, s, n, i, nold, t);
-    if (!rc) rc = put_split(sp, t->p, t->n);
+    if (!rc) rc = put_piece(sp, t->p, t->n);
   }
   return rc;
 }
 
-int tok_decode_chain(const tok_step *st, tok_splits *sp) {
+int tok_decode_chain(const tok_step *st, tok_pieces *sp) {
   if (st->type == TD_SEQ) {
     for (int i = 0; i < st->nkids; i++) {
       int rc = tok_decode_chain(st->kids[i], sp);
@@ -400,7 +400,7 @@ int tok_decode_chain(const tok_step *st, tok_splits *sp) {
     }
     return SL_OK;
   }
-  tok_split *old = sp->v;
+  tok_piece *old = sp->v;
   size_t nold = sp->n;
   sp->v = NULL;
   sp->n = sp->cap = 0;

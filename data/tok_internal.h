@@ -49,21 +49,21 @@ int32_t tok_smap_get(const tok_smap *m, const char *k, size_t n);
 int32_t tok_smap_geth(const tok_smap *m, const char *k, size_t n, uint64_t h);
 void tok_smap_free(tok_smap *m);
 
-/* ---- splits: pieces of text, each a slice of an arena ---- */
+/* ---- pieces: the text after pre-tokenization (HF calls them "splits"), each a slice of an arena ---- */
 typedef struct {
   uint32_t off, len; /* bytes in the arena */
   int32_t id;        /* >= 0: an added token already decided; -1: text */
   uint8_t origin;    /* starts at offset 0 of the original text */
-} tok_split;
+} tok_piece;
 typedef struct {
   tok_buf arena;
-  tok_split *v;
+  tok_piece *v;
   size_t n, cap;
-} tok_splits;
-int tok_push(tok_splits *s, uint32_t off, uint32_t len, int32_t id, int origin);
+} tok_pieces;
+int tok_push(tok_pieces *s, uint32_t off, uint32_t len, int32_t id, int origin);
 /* Appends text to the arena; *off is where it went. */
-int tok_arena_put(tok_splits *s, const char *p, size_t n, uint32_t *off);
-void tok_splits_free(tok_splits *s);
+int tok_arena_put(tok_pieces *s, const char *p, size_t n, uint32_t *off);
+void tok_pieces_free(tok_pieces *s);
 
 /* ---- pipeline steps ---- */
 enum {
@@ -129,9 +129,9 @@ void tok_step_free(tok_step *s);
  * original offset of s (HF's offsets_original, which Metaspace "first" reads). */
 int tok_normalize(const tok_step *st, const char *s, size_t n, tok_buf *out, int *moved);
 /* Pre-tokenizes every text split (id < 0) of sp in place. */
-int tok_pretokenize(const tok_step *st, tok_splits *sp);
+int tok_pretokenize(const tok_step *st, tok_pieces *sp);
 /* Runs a decoder over the token strings of sp (each split one token). */
-int tok_decode_chain(const tok_step *st, tok_splits *sp);
+int tok_decode_chain(const tok_step *st, tok_pieces *sp);
 /* Byte <-> the printable code point ByteLevel uses. */
 extern int32_t tok_byte2cp[256];
 int tok_cp2byte(int32_t cp); /* -1 when cp is no byte's image */

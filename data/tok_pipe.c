@@ -331,7 +331,7 @@ static int whitespace_segs(const char *s, size_t n, segs *g) {
 }
 
 /* Pushes the kept segments of g as splits of x (whose text starts at base). */
-static int push_segs(tok_splits *sp, const tok_split *x, uint32_t base, const segs *g) {
+static int push_segs(tok_pieces *sp, const tok_piece *x, uint32_t base, const segs *g) {
   for (size_t i = 0; i < g->n; i++)
     if (!g->v[i].m && g->v[i].e > g->v[i].s &&
         tok_push(sp, base + g->v[i].s, g->v[i].e - g->v[i].s, -1, x->origin && g->v[i].s == 0))
@@ -339,7 +339,7 @@ static int push_segs(tok_splits *sp, const tok_split *x, uint32_t base, const se
   return SL_OK;
 }
 
-static int bytelevel_map(tok_splits *sp, const char *s, size_t n, int origin, tok_buf *tmp) {
+static int bytelevel_map(tok_pieces *sp, const char *s, size_t n, int origin, tok_buf *tmp) {
   tmp->n = 0;
   if (tb_reserve(tmp, 2 * n)) return SL_ENOMEM;
   for (size_t i = 0; i < n; i++) tmp->n += (size_t)tok_u8enc(tok_byte2cp[(unsigned char)s[i]], tmp->p + tmp->n);
@@ -348,7 +348,7 @@ static int bytelevel_map(tok_splits *sp, const char *s, size_t n, int origin, to
   return tok_push(sp, off, (uint32_t)tmp->n, -1, origin);
 }
 
-static int pre_split(const tok_step *st, tok_splits *sp, tok_split x, segs *g, tok_buf *tmp, tok_buf *tmp2) {
+static int pre_split(const tok_step *st, tok_pieces *sp, tok_piece x, segs *g, tok_buf *tmp, tok_buf *tmp2) {
   const char *s = sp->arena.p + x.off;
   size_t n = x.len;
   int rc = SL_OK;
@@ -384,7 +384,7 @@ static int pre_split(const tok_step *st, tok_splits *sp, tok_split x, segs *g, t
     if (pre && tb_put(&sp->arena, st->pat, st->patlen)) return SL_ENOMEM;
     uint32_t o2;
     if (tok_arena_put(sp, tmp->p, tmp->n, &o2)) return SL_ENOMEM;
-    tok_split y = {off, (uint32_t)(sp->arena.n - off), -1, x.origin};
+    tok_piece y = {off, (uint32_t)(sp->arena.n - off), -1, x.origin};
     if (!st->b) return y.len ? tok_push(sp, y.off, y.len, -1, y.origin) : SL_OK;
     rc = char_segs(CP_EQ, st->ch, sp->arena.p + y.off, y.len, g);
     if (!rc) behave(g, TB_MERGED_NEXT, 0);
@@ -408,7 +408,7 @@ static int pre_split(const tok_step *st, tok_splits *sp, tok_split x, segs *g, t
   return rc ? rc : push_segs(sp, &x, x.off, g);
 }
 
-int tok_pretokenize(const tok_step *st, tok_splits *sp) {
+int tok_pretokenize(const tok_step *st, tok_pieces *sp) {
   if (st->type == TP_SEQ) {
     for (int i = 0; i < st->nkids; i++) {
       int rc = tok_pretokenize(st->kids[i], sp);
@@ -416,7 +416,7 @@ int tok_pretokenize(const tok_step *st, tok_splits *sp) {
     }
     return SL_OK;
   }
-  tok_split *old = sp->v;
+  tok_piece *old = sp->v;
   size_t nold = sp->n;
   sp->v = NULL;
   sp->n = sp->cap = 0;

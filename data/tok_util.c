@@ -171,25 +171,25 @@ void tok_smap_free(tok_smap *m) {
 }
 
 /* ---- splits ---- */
-int tok_push(tok_splits *s, uint32_t off, uint32_t len, int32_t id, int origin) {
+int tok_push(tok_pieces *s, uint32_t off, uint32_t len, int32_t id, int origin) {
   if (s->n == s->cap) {
     size_t cap = s->cap ? s->cap * 2 : 64;
-    tok_split *v = realloc(s->v, cap * sizeof *v);
+    tok_piece *v = realloc(s->v, cap * sizeof *v);
     if (!v) return sl_fail(SL_ENOMEM, "tokenizer: out of memory for %zu splits", cap);
     s->v = v;
     s->cap = cap;
   }
-  s->v[s->n++] = (tok_split){off, len, id, (uint8_t)origin};
+  s->v[s->n++] = (tok_piece){off, len, id, (uint8_t)origin};
   return SL_OK;
 }
 
-int tok_arena_put(tok_splits *s, const char *p, size_t n, uint32_t *off) {
+int tok_arena_put(tok_pieces *s, const char *p, size_t n, uint32_t *off) {
   if (s->arena.n + n > UINT32_MAX) return sl_fail(SL_EINPUT, "tokenizer: a text over 4 GiB");
   *off = (uint32_t)s->arena.n;
   return tb_put(&s->arena, p, n);
 }
 
-void tok_splits_free(tok_splits *s) {
+void tok_pieces_free(tok_pieces *s) {
   tb_free(&s->arena);
   free(s->v);
   memset(s, 0, sizeof *s);

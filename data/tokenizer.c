@@ -318,18 +318,18 @@ static int is_word_before(const char *s, size_t at) {
 /* HF AddedVocabulary::find_matches over the split x (leftmost-longest, then
  * single_word: no \w character on either side; lstrip / rstrip: the
  * whitespace run before / after joins the token); pushes the pieces to out. */
-static int split_added(const sl_tokenizer *t, int normalized, tok_splits *sp, tok_split x, tok_split **out,
-                       size_t *nout, size_t *capout) {
+static int added_pieces(const sl_tokenizer *t, int normalized, tok_pieces *sp, tok_piece x, tok_piece **out,
+                        size_t *nout, size_t *capout) {
 #define EMIT(O, L, ID, OR)                                                                                             \
   do {                                                                                                                 \
     if (*nout == *capout) {                                                                                            \
       size_t c_ = *capout ? *capout * 2 : 64;                                                                          \
-      tok_split *v_ = realloc(*out, c_ * sizeof *v_);                                                                  \
+      tok_piece *v_ = realloc(*out, c_ * sizeof *v_);                                                                  \
       if (!v_) return sl_fail(SL_ENOMEM, "tokenizer: out of memory");                                                  \
       *out = v_;                                                                                                       \
       *capout = c_;                                                                                                    \
     }                                                                                                                  \
-    (*out)[(*nout)++] = (tok_split){(O), (L), (ID), (uint8_t)(OR)};                                                    \
+    (*out)[(*nout)++] = (tok_piece){(O), (L), (ID), (uint8_t)(OR)};                                                    \
   } while (0)
   const char *s = sp->arena.p + x.off;
   size_t n = x.len, startoff = 0, i = 0;
@@ -384,18 +384,18 @@ static int split_added(const sl_tokenizer *t, int normalized, tok_splits *sp, to
   return SL_OK;
 }
 
-/* Runs split_added over every text split of sp. */
-static int added_pass(const sl_tokenizer *t, int normalized, tok_splits *sp) {
+/* Runs added_pieces over every text split of sp. */
+static int added_pass(const sl_tokenizer *t, int normalized, tok_pieces *sp) {
   if (!t->addstart[normalized][256]) return SL_OK;
-  tok_split *v = NULL;
+  tok_piece *v = NULL;
   size_t n = 0, cap = 0;
   int rc = SL_OK;
   for (size_t i = 0; !rc && i < sp->n; i++) {
     if (sp->v[i].id >= 0) {
-      tok_split x = sp->v[i];
+      tok_piece x = sp->v[i];
       if (n == cap) {
         size_t c = cap ? cap * 2 : 64;
-        tok_split *nv = realloc(v, c * sizeof *nv);
+        tok_piece *nv = realloc(v, c * sizeof *nv);
         if (!nv) {
           rc = sl_fail(SL_ENOMEM, "tokenizer: out of memory");
           break;
@@ -404,7 +404,7 @@ static int added_pass(const sl_tokenizer *t, int normalized, tok_splits *sp) {
         cap = c;
       }
       v[n++] = x;
-    } else rc = split_added(t, normalized, sp, sp->v[i], &v, &n, &cap);
+    } else rc = added_pieces(t, normalized, sp, sp->v[i], &v, &n, &cap);
   }
   free(sp->v);
   sp->v = v;
@@ -430,7 +430,7 @@ int sl_tokenizer_encode(const sl_tokenizer *t, const char *text, size_t len, int
   size_t bad = tok_u8invalid(text, len);
   if (bad != (size_t)-1) return sl_fail(SL_EINPUT, "tokenizer: the text is not valid UTF-8 at byte %zu", bad);
   if (len > UINT32_MAX / 4) return sl_fail(SL_EINPUT, "tokenizer: a text of %zu bytes is too long (split it)", len);
-  tok_splits sp = {0};
+  tok_pieces sp = {0};
   tok_buf nb = {0};
   int32_t *out = NULL;
   int64_t cnt = 0, cap = 0;
@@ -473,7 +473,7 @@ int sl_tokenizer_encode(const sl_tokenizer *t, const char *text, size_t len, int
       out[cnt++] = sp.v[i].id;
     } else rc = tok_bpe_word(&t->bpe, t->serial, sp.arena.p + sp.v[i].off, sp.v[i].len, &out, &cnt, &cap);
   }
-  tok_splits_free(&sp);
+  tok_pieces_free(&sp);
   tb_free(&nb);
   if (rc) {
     free(out);
@@ -510,7 +510,7 @@ int sl_tokenizer_decode(const sl_tokenizer *t, const int32_t *ids, int64_t n, ch
   *text = NULL;
   *len = 0;
   if (t->kind == TOK_BYTES) return decode_bytes(ids, n, text, len);
-  tok_splits sp = {0};
+  tok_pieces sp = {0};
   tok_buf o = {0};
   int rc = SL_OK;
   for (int64_t i = 0; !rc && i < n; i++) {
@@ -530,7 +530,7 @@ int sl_tokenizer_decode(const sl_tokenizer *t, const int32_t *ids, int64_t n, ch
     if (!rc) rc = tb_put(&o, sp.arena.p + sp.v[i].off, sp.v[i].len);
   }
   if (!rc && !o.p) rc = tb_put(&o, "", 0);
-  tok_splits_free(&sp);
+  tok_pieces_free(&sp);
   if (rc) {
     tb_free(&o);
     return rc;

@@ -63,7 +63,7 @@ static void report(const sl_prep_cfg *c, const sl_prep_stats *st, int quiet) {
 }
 
 int sl_tool_prepare(int argc, char **argv) {
-  sl_prep_cfg c = {.append_eod = -1, .split = SL_SPLIT_BLANK};
+  sl_prep_cfg c = {.append_eod = -1, .docs = SL_DOCS_BLANK};
   const char **inputs = calloc((size_t)argc, sizeof(char *));
   int quiet = 0, rc = 0;
   if (!inputs) return 1;
@@ -118,9 +118,9 @@ int sl_tool_prepare(int argc, char **argv) {
         return 2;
       }
       c.workers = (int)n;
-    } else if (!strcmp(a, "--split-lines")) c.split = SL_SPLIT_LINES;
-    else if (!strcmp(a, "--split-blank-lines")) c.split = SL_SPLIT_BLANK;
-    else if (!strcmp(a, "--doc-per-file")) c.split = SL_SPLIT_FILE;
+    } else if (!strcmp(a, "--split-lines")) c.docs = SL_DOCS_LINES;
+    else if (!strcmp(a, "--split-blank-lines")) c.docs = SL_DOCS_BLANK;
+    else if (!strcmp(a, "--doc-per-file")) c.docs = SL_DOCS_FILE;
     else if (!strcmp(a, "--append-eod")) c.append_eod = 1;
     else if (!strcmp(a, "--no-append-eod")) c.append_eod = 0;
     else if (!strcmp(a, "--prepend-bos")) c.prepend_bos = 1;
