@@ -96,7 +96,7 @@ struct sl_eval_data {
 
 /* Megatron's get_train_valid_test_split_: weights normalised, boundaries
  * rounded (half to even, as Python's round), the last moved onto ndocs. */
-static int split_bounds(const char *spec, int64_t ndocs, int64_t b[4]) {
+static int holdout_bounds(const char *spec, int64_t ndocs, int64_t b[4]) {
   double w[3] = {0, 0, 0}, sum = 0;
   int n = 0;
   const char *p = spec;
@@ -124,9 +124,9 @@ int sl_eval_data_open(const sl_train_cfg *c, const char *train_spec, sl_sampler 
   if (c->eval_every < 0 || c->eval_samples < 0)
     return sl_fail(SL_EINPUT, "--eval-every and --eval-samples must be >= 0 (found %lld, %lld)",
                    (long long)c->eval_every, (long long)c->eval_samples);
-  if (c->eval_data[0] && c->split[0])
+  if (c->eval_data[0] && c->holdout[0])
     return sl_fail(SL_EINPUT, "--eval-data and --split both name a held-out set: give one");
-  if (!c->eval_data[0] && !c->split[0]) {
+  if (!c->eval_data[0] && !c->holdout[0]) {
     if (c->eval_every > 0)
       return sl_fail(SL_EINPUT, "--eval-every needs a held-out set: --eval-data PREFIX or --split 98,2,0");
     return SL_OK;
@@ -135,22 +135,22 @@ int sl_eval_data_open(const sl_train_cfg *c, const char *train_spec, sl_sampler 
   if (!d) return sl_fail(SL_ENOMEM, "out of memory");
   int rc = sl_sampler_open(c->eval_data[0] ? c->eval_data : train_spec, c->seq_len, "sequential", (uint64_t)c->seed,
                            vocab, &d->smp);
-  if (!rc && c->split[0] && sl_sampler_ndatasets(train) != 1)
+  if (!rc && c->holdout[0] && sl_sampler_ndatasets(train) != 1)
     rc = sl_fail(SL_EINPUT,
                  "--split divides one dataset's documents, but --data is a blend of %d datasets: give "
                  "--eval-data PREFIX instead",
                  sl_sampler_ndatasets(train));
-  if (!rc && c->split[0]) {
+  if (!rc && c->holdout[0]) {
     const sl_dataset *tds = sl_sampler_dataset(train, 0);
     int64_t nd = sl_dataset_num_docs(tds), b[4] = {0, 0, 0, 0};
-    rc = split_bounds(c->split, nd, b);
+    rc = holdout_bounds(c->holdout, nd, b);
     int64_t t0 = sl_dataset_doc_offset(tds, b[0]), t1 = sl_dataset_doc_offset(tds, b[1]),
             t2 = sl_dataset_doc_offset(tds, b[2]);
     if (!rc && (t1 <= t0 || t2 <= t1))
       rc = sl_fail(SL_EINPUT,
                    "--split %s over the %lld documents of %s leaves the %s range empty (documents "
                    "[%lld, %lld) train, [%lld, %lld) held out)",
-                   c->split, (long long)nd, train_spec, t1 <= t0 ? "training" : "held-out", (long long)b[0],
+                   c->holdout, (long long)nd, train_spec, t1 <= t0 ? "training" : "held-out", (long long)b[0],
                    (long long)b[1], (long long)b[1], (long long)b[2]);
     if (!rc) rc = sl_sampler_restrict(train, t0, t1);
     if (!rc) rc = sl_sampler_restrict(d->smp, t1, t2);

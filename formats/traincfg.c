@@ -79,7 +79,7 @@ static const key_t_ KEYS[] = {
     B("summary", summary, "true", "print the per-rank summary at the end"),
     B("plot", plot, "true", "draw OUT_DIR/metrics.svg at the end"),
     S("eval-data", eval_data, "", "held-out dataset prefix for --eval-every (instead of --split)"),
-    S("split", split, "",
+    S("split", holdout, "",
       "train,valid,test weights over --data's documents (Megatron), e.g. 98,2,0: train on the first range, evaluate on "
       "the second"),
     I("eval-every", eval_every, "0", "held-out loss every N steps and at the last step (0: off)"),
@@ -99,12 +99,12 @@ static const key_t_ KEYS[] = {
       "fp32 | bf16 (GEMM operands, activations and their gradients rounded to bf16, fp32 accumulation; implies "
       "--param-dtype bf16 unless given) | auto (fp32 for now; docs/bf16.md)"),
     I("tp", tp, "1",
-      "tensor-parallel degree T (Megatron; Llama/Mistral): T consecutive ranks split each layer; data parallel over "
+      "tensor-parallel degree T (Megatron; every architecture): T consecutive ranks share each layer; data parallel over "
       "world / T"),
     B("sequence-parallel", sequence_parallel, "false",
       "with --tp T > 1: norms and the residual stream on (micro-batch x seq-len) / T tokens per rank, reduce-scatter / "
       "all-gather instead of all-reduce (Megatron; docs/models.md)"),
-    I("pp", pp, "1", "pipeline-parallel stages (world = DP x PP; docs/pipeline.md)"),
+    I("pp", pp, "1", "pipeline-parallel stages (world = DP x TP x PP; docs/pipeline.md)"),
     S("pp-schedule", pp_schedule, "1f1b", "pipeline schedule: gpipe | 1f1b | interleaved | zb1p"),
     I("pp-virtual", pp_virtual, "1", "interleaved: chunks per pipeline rank"),
     S("pp-layout", pp_layout, "", "decoder layers per (virtual) stage, e.g. 5,4,4,5 (empty: balanced)"),

@@ -51,7 +51,7 @@ typedef struct {
   int plot;    /* draw the metrics SVG at the end */
   /* held-out evaluation (engine/eval.c) */
   char eval_data[SL_PATH_MAX]; /* held-out dataset prefix (empty: --split or none) */
-  char split[64];              /* "98,2,0": document weights over data (empty: none) */
+  char holdout[64];            /* --split "98,2,0": document weights over data (empty: none) */
   int64_t eval_every, eval_samples;
   /* non-finite policy (engine/guard.h) */
   char on_nonfinite[8];   /* stop | skip */
