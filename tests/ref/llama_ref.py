@@ -1,7 +1,8 @@
 """Plain-PyTorch Llama oracle for the shardlm parity contract.
 
 Owns: the HF Llama model in fp32 (RMSNorm, rotate-half RoPE, GQA, SwiGLU,
-optional tied lm_head), random init + HF-dir save/load, the sequential data
+optional tied lm_head; Mistral's window; Qwen2's q/k/v biases and per-layer
+windows; Qwen3's q/k norms; Llama's attention_bias / mlp_bias), random init + HF-dir save/load, the sequential data
 order, the reference training loop (AdamW foreach=False, clip_grad_norm_,
 warmup + cosine LR) and the "dump" (logits, loss, gradients of batch 0).
 Written from the Hugging Face LlamaForCausalLM semantics, independent of the
@@ -53,11 +54,51 @@ class LlamaConfig:
         # with sliding-window attention, query i sees key j iff
         # 0 <= i - j < sliding_window (null or absent: no window).
         archs = d.get("architectures") or []
-        self.mistral = d.get("model_type") == "mistral" or "MistralForCausalLM" in archs
+        mt = d.get("model_type")
+        self.mistral = mt == "mistral" or "MistralForCausalLM" in archs
+        # Qwen2 (Qwen2ForCausalLM): q/k/v with a bias, o_proj without.
+        # Qwen3 (Qwen3ForCausalLM): RMSNorm over head_dim of every q and k
+        # head (q_norm, k_norm) before RoPE; attention_bias on all four.
+        # Llama: attention_bias on all four, mlp_bias on the MLP.
+        self.qwen2 = mt == "qwen2" or "Qwen2ForCausalLM" in archs
+        self.qwen3 = mt == "qwen3" or "Qwen3ForCausalLM" in archs
+        ab = bool(d.get("attention_bias", False))
+        self.qkv_bias = True if self.qwen2 else ab
+        self.o_bias = False if self.qwen2 else ab
+        self.mlp_bias = bool(d.get("mlp_bias", False)) if not (self.qwen2 or self.qwen3) else False
+        self.qk_norm = self.qwen3
         sw = d.get("sliding_window") if self.mistral else None
         self.sliding_window = int(sw) if sw is not None else 0
+        # Qwen2 / Qwen3: a window only with use_sliding_window, on the
+        # layers i >= max_window_layers (transformers' layer_types default)
+        # or where layer_types says "sliding_attention".
+        self.layer_windows = [self.sliding_window] * self.num_hidden_layers
+        if self.qwen2 or self.qwen3:
+            use = bool(d.get("use_sliding_window", False))
+            w = int(d["sliding_window"]) if use and d.get("sliding_window") is not None else 0
+            types = d.get("layer_types") or [
+                "sliding_attention" if use and i >= int(d.get("max_window_layers", 0)) else "full_attention"
+                for i in range(self.num_hidden_layers)]
+            self.layer_windows = [w if t == "sliding_attention" else 0 for t in types]
+            self.use_sliding_window, self.max_window_layers = use, int(d.get("max_window_layers", 0))
+            self.window_value = d.get("sliding_window")
 
     def to_dict(self):
+        if self.qwen2 or self.qwen3:
+            d = self._to_dict_plain()
+            name = "qwen2" if self.qwen2 else "qwen3"
+            d.update(architectures=["Qwen2ForCausalLM" if self.qwen2 else "Qwen3ForCausalLM"], model_type=name,
+                     use_sliding_window=self.use_sliding_window, max_window_layers=self.max_window_layers,
+                     sliding_window=self.window_value)
+            if self.qwen3:
+                d["attention_bias"] = self.qkv_bias
+            if self.rope_scaling:
+                d.update(max_position_embeddings=self.max_position_embeddings, rope_scaling=self.rope_scaling)
+            return d
+        if self.qkv_bias or self.mlp_bias:
+            d = self._to_dict_llama()
+            d.update(attention_bias=self.qkv_bias, mlp_bias=self.mlp_bias)
+            return d
         if self.mistral:
             d = self._to_dict_llama()
             d.update(architectures=["MistralForCausalLM"], model_type="mistral",
@@ -92,8 +133,10 @@ class LlamaConfig:
 
 def make_config(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=160, vocab=97,
                 tied=False, eps=1e-5, theta=10000.0, head_dim=None, mistral=False,
-                sliding_window=None):
-    """mistral=True gives a MistralForCausalLM config (sliding_window None: no window)."""
+                sliding_window=None, family=None, **extra):
+    """mistral=True gives a MistralForCausalLM config (sliding_window None: no window);
+    family "qwen2" / "qwen3" a Qwen2ForCausalLM / Qwen3ForCausalLM one; extra: more
+    config.json fields (attention_bias, mlp_bias, use_sliding_window, ...)."""
     d = dict(hidden_size=hidden, intermediate_size=intermediate, num_attention_heads=heads,
              num_key_value_heads=kv_heads, num_hidden_layers=layers, vocab_size=vocab,
              rms_norm_eps=eps, rope_theta=theta, tie_word_embeddings=tied)
@@ -101,6 +144,9 @@ def make_config(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=160, voca
         d["head_dim"] = head_dim
     if mistral:
         d.update(model_type="mistral", sliding_window=sliding_window)
+    if family:
+        d.update(model_type=family, sliding_window=sliding_window)
+    d.update(extra)
     return LlamaConfig(d)
 
 
@@ -237,10 +283,14 @@ class Attention(nn.Module):
         super().__init__()
         self.c = c
         h, hd = c.hidden_size, c.head_dim
-        self.q_proj = nn.Linear(h, c.num_attention_heads * hd, bias=False)
-        self.k_proj = nn.Linear(h, c.num_key_value_heads * hd, bias=False)
-        self.v_proj = nn.Linear(h, c.num_key_value_heads * hd, bias=False)
-        self.o_proj = nn.Linear(c.num_attention_heads * hd, h, bias=False)
+        self.q_proj = nn.Linear(h, c.num_attention_heads * hd, bias=c.qkv_bias)
+        self.k_proj = nn.Linear(h, c.num_key_value_heads * hd, bias=c.qkv_bias)
+        self.v_proj = nn.Linear(h, c.num_key_value_heads * hd, bias=c.qkv_bias)
+        self.o_proj = nn.Linear(c.num_attention_heads * hd, h, bias=c.o_bias)
+        if c.qk_norm:  # Qwen3: per head, over head_dim, before RoPE
+            self.q_norm = RMSNorm(hd, c.rms_norm_eps)
+            self.k_norm = RMSNorm(hd, c.rms_norm_eps)
+        self.window = c.sliding_window
 
     def forward(self, x, cos, sin, hide=None):
         """cos/sin (T, hd), or (B, T, hd) for per-token positions; hide (B, T, T)
@@ -248,8 +298,12 @@ class Attention(nn.Module):
         c = self.c
         B, T, _ = x.shape
         nh, nkv, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
-        q = self.q_proj(x).view(B, T, nh, hd).transpose(1, 2)   # (B, nh, T, hd)
-        k = self.k_proj(x).view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
+        q = self.q_proj(x).view(B, T, nh, hd)
+        k = self.k_proj(x).view(B, T, nkv, hd)
+        if c.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = q.transpose(1, 2)                                    # (B, nh, T, hd)
+        k = k.transpose(1, 2)                                    # (B, nkv, T, hd)
         v = self.v_proj(x).view(B, T, nkv, hd).transpose(1, 2)
         cos, sin = (cos[None, None], sin[None, None]) if cos.dim() == 2 else (cos[:, None], sin[:, None])
         q = q * cos + rotate_half(q) * sin
@@ -259,8 +313,8 @@ class Attention(nn.Module):
         v = v.repeat_interleave(rep, dim=1)
         s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)          # (B, nh, T, T)
         mask = torch.ones(T, T, dtype=torch.bool).triu(1)
-        if c.sliding_window > 0:  # Mistral: also hide keys with i - j >= window
-            mask = mask | torch.ones(T, T, dtype=torch.bool).tril(-c.sliding_window)
+        if self.window > 0:  # Mistral, a Qwen sliding layer: also hide keys with i - j >= window
+            mask = mask | torch.ones(T, T, dtype=torch.bool).tril(-self.window)
         if hide is not None:
             mask = mask[None, None] | hide[:, None]
         s = s.masked_fill(mask, float("-inf"))
@@ -272,19 +326,20 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, c):
         super().__init__()
-        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
+        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=c.mlp_bias)
+        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=c.mlp_bias)
+        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=c.mlp_bias)
 
     def forward(self, x):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, i=0):
         super().__init__()
         self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.self_attn = Attention(c)
+        self.self_attn.window = c.layer_windows[i]
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.mlp = MLP(c)
 
@@ -297,7 +352,7 @@ class LlamaModel(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
-        self.layers = nn.ModuleList([DecoderLayer(c) for _ in range(c.num_hidden_layers)])
+        self.layers = nn.ModuleList([DecoderLayer(c, i) for i in range(c.num_hidden_layers)])
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
 
@@ -345,12 +400,12 @@ def loss_fn(logits, targets):
 # ------------------------------------------------------- init, load, save
 
 def init_model(c, seed=0, std=0.02, norm_jitter=0.0):
-    """Random init: N(0, std) for every matrix, norms 1 + N(0, norm_jitter)."""
+    """Random init: N(0, std) for every matrix and bias, norms 1 + N(0, norm_jitter)."""
     g = torch.Generator().manual_seed(seed)
     m = LlamaForCausalLM(c)
     with torch.no_grad():
         for name, p in m.named_parameters():
-            if p.dim() >= 2:
+            if p.dim() >= 2 or name.endswith(".bias"):
                 p.copy_(torch.randn(p.shape, generator=g) * std)
             else:
                 p.copy_(1.0 + norm_jitter * torch.randn(p.shape, generator=g))

@@ -43,30 +43,38 @@ def _naive_forward(m, idx):
     x = P["model.embed_tokens.weight"][idx]
     for li in range(c.num_hidden_layers):
         pre = f"model.layers.{li}."
+        def lin(h, name):  # h @ W^T (+ b when the checkpoint has the bias)
+            out = h @ P[pre + name + ".weight"].t()
+            return out + P[pre + name + ".bias"] if pre + name + ".bias" in P else out
+
+        def qk_norm(vec, name):  # Qwen3: one head's hd values
+            return rms(vec, P[pre + name]) if pre + name in P else vec
+        win = c.layer_windows[li]
         h = rms(x, P[pre + "input_layernorm.weight"])
-        q = h @ P[pre + "self_attn.q_proj.weight"].t()
-        k = h @ P[pre + "self_attn.k_proj.weight"].t()
-        v = h @ P[pre + "self_attn.v_proj.weight"].t()
+        q = lin(h, "self_attn.q_proj")
+        k = lin(h, "self_attn.k_proj")
+        v = lin(h, "self_attn.v_proj")
         y = torch.zeros(B, T, nh * hd, dtype=x.dtype)
         for b in range(B):
             for head in range(nh):
                 kvh = head // (nh // nkv)
                 for t in range(T):
-                    qt = rope(q[b, t, head * hd:(head + 1) * hd], t)
+                    qt = rope(qk_norm(q[b, t, head * hd:(head + 1) * hd], "self_attn.q_norm.weight"), t)
+                    us = [u for u in range(t + 1) if win == 0 or t - u < win]
                     sc = []
-                    for u in range(t + 1):
-                        ku = rope(k[b, u, kvh * hd:(kvh + 1) * hd], u)
+                    for u in us:
+                        ku = rope(qk_norm(k[b, u, kvh * hd:(kvh + 1) * hd], "self_attn.k_norm.weight"), u)
                         sc.append(torch.dot(qt, ku) / math.sqrt(hd))
                     p = torch.softmax(torch.stack(sc), 0)
                     acc = torch.zeros(hd, dtype=x.dtype)
-                    for u in range(t + 1):
-                        acc = acc + p[u] * v[b, u, kvh * hd:(kvh + 1) * hd]
+                    for i, u in enumerate(us):
+                        acc = acc + p[i] * v[b, u, kvh * hd:(kvh + 1) * hd]
                     y[b, t, head * hd:(head + 1) * hd] = acc
-        x = x + y @ P[pre + "self_attn.o_proj.weight"].t()
+        x = x + lin(y, "self_attn.o_proj")
         h = rms(x, P[pre + "post_attention_layernorm.weight"])
-        g = h @ P[pre + "mlp.gate_proj.weight"].t()
-        u_ = h @ P[pre + "mlp.up_proj.weight"].t()
-        x = x + ((g / (1 + torch.exp(-g))) * u_) @ P[pre + "mlp.down_proj.weight"].t()
+        g = lin(h, "mlp.gate_proj")
+        u_ = lin(h, "mlp.up_proj")
+        x = x + lin((g / (1 + torch.exp(-g))) * u_, "mlp.down_proj")
     x = rms(x, P["model.norm.weight"])
     W = P["model.embed_tokens.weight"] if c.tie_word_embeddings else P["lm_head.weight"]
     return x @ W.t()
@@ -89,6 +97,18 @@ def run():
         a, b = m(idx), _naive_forward(m, idx)
         err = (a - b).abs().max().item() / b.abs().max().item()
         check(f"naive loop forward (tied={tied})", err < 1e-12, f"rel {err:.2e}")
+    # 1b. the same for the block options: Qwen2 (q/k/v bias, a sliding layer),
+    # Qwen3 (q/k norms, with and without attention_bias), Llama's biases
+    for fam, ex in (("qwen2", dict(use_sliding_window=True, max_window_layers=1, sliding_window=3)),
+                    ("qwen3", {}), ("qwen3", dict(attention_bias=True)),
+                    (None, dict(attention_bias=True, mlp_bias=True))):
+        c = L.make_config(hidden=12, layers=2, heads=4, kv_heads=2, intermediate=20, vocab=13,
+                          head_dim=4, family=fam, **ex)
+        m = L.init_model(c, seed=3, std=0.3, norm_jitter=0.2).double()
+        idx = torch.randint(0, 13, (2, 6))
+        a, b = m(idx), _naive_forward(m, idx)
+        err = (a - b).abs().max().item() / b.abs().max().item()
+        check(f"naive loop forward ({fam or 'llama'} {sorted(ex)})", err < 1e-12, f"rel {err:.2e}")
 
     # 2. gradcheck of the loss wrt every parameter (float64)
     c = L.make_config(hidden=8, layers=1, heads=2, kv_heads=1, intermediate=12, vocab=11)
