@@ -2,7 +2,9 @@
 
 Owns: the HF Llama model in fp32 (RMSNorm, rotate-half RoPE, GQA, SwiGLU,
 optional tied lm_head; Mistral's window; Qwen2's q/k/v biases and per-layer
-windows; Qwen3's q/k norms; Llama's attention_bias / mlp_bias), random init + HF-dir save/load, the sequential data
+windows; Qwen3's q/k norms; Llama's attention_bias / mlp_bias; Gemma 2 and
+Gemma 3 text: (1 + w) norms, sandwich norms, scaled embeddings, GeGLU,
+softcapping, local/global layers), random init + HF-dir save/load, the sequential data
 order, the reference training loop (AdamW foreach=False, clip_grad_norm_,
 warmup + cosine LR) and the "dump" (logits, loss, gradients of batch 0).
 Written from the Hugging Face LlamaForCausalLM semantics, independent of the
@@ -67,12 +69,43 @@ class LlamaConfig:
         self.o_bias = False if self.qwen2 else ab
         self.mlp_bias = bool(d.get("mlp_bias", False)) if not (self.qwen2 or self.qwen3) else False
         self.qk_norm = self.qwen3
-        sw = d.get("sliding_window") if self.mistral else None
+        # Gemma 2 / Gemma 3 text (transformers' modeling_gemma2.py / gemma3.py):
+        # RMSNorm x * (1 + w) with zero-initialised w, four norms per layer
+        # (input, post-attention, pre- and post-feedforward), embeddings times
+        # sqrt(hidden) in the activation dtype, scores times
+        # query_pre_attn_scalar^-0.5, tanh-GELU GeGLU, attention-logit and
+        # final-logit softcapping (Gemma 2), local (sliding) and global
+        # layers; Gemma 3: q/k norms, local layers on rope_local_base_freq
+        # with plain RoPE, global ones on rope_theta + rope_scaling.
+        self.gemma2 = mt == "gemma2" or "Gemma2ForCausalLM" in archs
+        self.gemma3 = mt == "gemma3_text" or "Gemma3ForCausalLM" in archs
+        self.gemma = self.gemma2 or self.gemma3
+        if self.gemma:
+            self.qkv_bias = self.o_bias = bool(d.get("attention_bias", False))
+            self.qk_norm = self.gemma3
+            self.tie_word_embeddings = bool(d.get("tie_word_embeddings", True))
+        act = d.get("hidden_activation") or d.get("hidden_act") or "silu"
+        assert act in ("silu", "gelu_pytorch_tanh"), act
+        self.act = act
+        self.attn_softcap = float(d.get("attn_logit_softcapping") or 0.0) if self.gemma else 0.0
+        self.final_softcap = float(d.get("final_logit_softcapping") or 0.0) if self.gemma else 0.0
+        qpas = d.get("query_pre_attn_scalar") if self.gemma else None
+        self.attn_scale = float(qpas) ** -0.5 if qpas else 1.0 / math.sqrt(self.head_dim)
+        self.rope_local_theta = float(d.get("rope_local_base_freq", 10000.0))
+        sw = d.get("sliding_window") if (self.mistral or self.gemma) else None
         self.sliding_window = int(sw) if sw is not None else 0
         # Qwen2 / Qwen3: a window only with use_sliding_window, on the
         # layers i >= max_window_layers (transformers' layer_types default)
         # or where layer_types says "sliding_attention".
         self.layer_windows = [self.sliding_window] * self.num_hidden_layers
+        self.layer_local = [False] * self.num_hidden_layers  # Gemma 3: local RoPE
+        if self.gemma:
+            pat = 2 if self.gemma2 else int(d.get("sliding_window_pattern", 6))
+            types = d.get("layer_types") or [
+                "sliding_attention" if (i + 1) % pat else "full_attention" for i in range(self.num_hidden_layers)]
+            self.layer_windows = [self.sliding_window if t == "sliding_attention" else 0 for t in types]
+            self.layer_local = [self.gemma3 and t == "sliding_attention" for t in types]
+            self.layer_types, self.raw = types, dict(d)
         if self.qwen2 or self.qwen3:
             use = bool(d.get("use_sliding_window", False))
             w = int(d["sliding_window"]) if use and d.get("sliding_window") is not None else 0
@@ -84,6 +117,13 @@ class LlamaConfig:
             self.window_value = d.get("sliding_window")
 
     def to_dict(self):
+        if self.gemma:
+            d = dict(self.raw)
+            d.update(self._to_dict_plain())
+            d.pop("hidden_act")
+            d.update(architectures=["Gemma2ForCausalLM" if self.gemma2 else "Gemma3ForCausalLM"],
+                     model_type="gemma2" if self.gemma2 else "gemma3_text", hidden_activation=self.act)
+            return d
         if self.qwen2 or self.qwen3:
             d = self._to_dict_plain()
             name = "qwen2" if self.qwen2 else "qwen3"
@@ -153,14 +193,25 @@ def make_config(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=160, voca
 # ------------------------------------------------------------------- model
 
 class RMSNorm(nn.Module):
-    def __init__(self, n, eps):
+    def __init__(self, n, eps, plus_one=False):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(n))
+        self.weight = nn.Parameter(torch.zeros(n) if plus_one else torch.ones(n))
         self.eps = eps
+        self.plus_one = plus_one  # Gemma: x * (1 + w), computed in float32 and cast back
 
     def forward(self, x):
+        if self.plus_one:  # float32 as HF (float64 stays float64 for the self-tests)
+            ct = torch.float64 if x.dtype == torch.float64 else torch.float32
+            xf = x.to(ct)
+            out = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+            return (out * (1.0 + self.weight.to(ct))).type_as(x)
         var = x.pow(2).mean(-1, keepdim=True)
         return self.weight * (x * torch.rsqrt(var + self.eps))
+
+
+def softcap(x, cap):
+    """Gemma 2: cap * tanh(x / cap); cap 0: x."""
+    return torch.tanh(x / cap) * cap if cap else x
 
 
 def rope_inv_freq(c, ct=torch.float32):
@@ -287,9 +338,9 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(h, c.num_key_value_heads * hd, bias=c.qkv_bias)
         self.v_proj = nn.Linear(h, c.num_key_value_heads * hd, bias=c.qkv_bias)
         self.o_proj = nn.Linear(c.num_attention_heads * hd, h, bias=c.o_bias)
-        if c.qk_norm:  # Qwen3: per head, over head_dim, before RoPE
-            self.q_norm = RMSNorm(hd, c.rms_norm_eps)
-            self.k_norm = RMSNorm(hd, c.rms_norm_eps)
+        if c.qk_norm:  # Qwen3, Gemma 3: per head, over head_dim, before RoPE
+            self.q_norm = RMSNorm(hd, c.rms_norm_eps, c.gemma)
+            self.k_norm = RMSNorm(hd, c.rms_norm_eps, c.gemma)
         self.window = c.sliding_window
 
     def forward(self, x, cos, sin, hide=None):
@@ -311,7 +362,10 @@ class Attention(nn.Module):
         rep = nh // nkv
         k = k.repeat_interleave(rep, dim=1)  # kv head j serves q heads j*rep..j*rep+rep-1
         v = v.repeat_interleave(rep, dim=1)
-        s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)          # (B, nh, T, T)
+        if c.gemma:  # query_pre_attn_scalar^-0.5, then the softcap, as HF's eager path
+            s = softcap((q @ k.transpose(-1, -2)) * c.attn_scale, c.attn_softcap)
+        else:
+            s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)      # (B, nh, T, T)
         mask = torch.ones(T, T, dtype=torch.bool).triu(1)
         if self.window > 0:  # Mistral, a Qwen sliding layer: also hide keys with i - j >= window
             mask = mask | torch.ones(T, T, dtype=torch.bool).tril(-self.window)
@@ -330,20 +384,31 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=c.mlp_bias)
         self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=c.mlp_bias)
 
+        self.act = (lambda v: F.gelu(v, approximate="tanh")) if c.act == "gelu_pytorch_tanh" else F.silu
+
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
 
 
 class DecoderLayer(nn.Module):
     def __init__(self, c, i=0):
         super().__init__()
-        self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        g = c.gemma
+        self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, g)
         self.self_attn = Attention(c)
         self.self_attn.window = c.layer_windows[i]
-        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.local = c.layer_local[i]
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, g)
+        if g:  # sandwich norms
+            self.pre_feedforward_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, True)
+            self.post_feedforward_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, True)
         self.mlp = MLP(c)
+        self.gemma = g
 
     def forward(self, x, cos, sin, hide=None):
+        if self.gemma:
+            x = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), cos, sin, hide))
+            return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, hide)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -353,7 +418,7 @@ class LlamaModel(nn.Module):
         super().__init__()
         self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
         self.layers = nn.ModuleList([DecoderLayer(c, i) for i in range(c.num_hidden_layers)])
-        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, c.gemma)
 
 
 class LlamaForCausalLM(nn.Module):
@@ -378,17 +443,22 @@ class LlamaForCausalLM(nn.Module):
         i sees key j only when seg[i] <= j <= i (block-diagonal causal)."""
         c = self.config
         T = idx.shape[1]
-        cos, sin = rope_cos_sin(T, c.head_dim, c.rope_theta, self.model.norm.weight.dtype, c)
+        dt = self.model.norm.weight.dtype
+        cos, sin = rope_cos_sin(T, c.head_dim, c.rope_theta, dt, c)
+        # Gemma 3's local layers: plain RoPE on rope_local_base_freq
+        lcos, lsin = rope_cos_sin(T, c.head_dim, c.rope_local_theta, dt) if any(c.layer_local) else (cos, sin)
         hide = None
         if seg is not None:
             pos = torch.arange(T)[None, :] - seg          # (B, T)
-            cos, sin = cos[pos], sin[pos]                 # (B, T, hd)
+            cos, sin, lcos, lsin = cos[pos], sin[pos], lcos[pos], lsin[pos]  # (B, T, hd)
             hide = torch.arange(T)[None, None, :] < seg[:, :, None]  # (B, T, T): j < seg[i]
         x = self.model.embed_tokens(idx)
+        if c.gemma:  # sqrt(hidden) rounded to the activation dtype, as HF's normalizer
+            x = x * torch.tensor(c.hidden_size ** 0.5, dtype=x.dtype)
         for layer in self.model.layers:
-            x = layer(x, cos, sin, hide)
+            x = layer(x, lcos, lsin, hide) if layer.local else layer(x, cos, sin, hide)
         x = self.model.norm(x)
-        return x @ self.head_weight().t()
+        return softcap(x @ self.head_weight().t(), c.final_softcap)
 
 
 def loss_fn(logits, targets):
@@ -400,7 +470,8 @@ def loss_fn(logits, targets):
 # ------------------------------------------------------- init, load, save
 
 def init_model(c, seed=0, std=0.02, norm_jitter=0.0):
-    """Random init: N(0, std) for every matrix and bias, norms 1 + N(0, norm_jitter)."""
+    """Random init: N(0, std) for every matrix and bias, norms 1 + N(0, norm_jitter)
+    (Gemma's x * (1 + w) norms: N(0, norm_jitter))."""
     g = torch.Generator().manual_seed(seed)
     m = LlamaForCausalLM(c)
     with torch.no_grad():
@@ -408,7 +479,7 @@ def init_model(c, seed=0, std=0.02, norm_jitter=0.0):
             if p.dim() >= 2 or name.endswith(".bias"):
                 p.copy_(torch.randn(p.shape, generator=g) * std)
             else:
-                p.copy_(1.0 + norm_jitter * torch.randn(p.shape, generator=g))
+                p.copy_((0.0 if c.gemma else 1.0) + norm_jitter * torch.randn(p.shape, generator=g))
     return m
 
 

@@ -7,7 +7,8 @@ residual; final norm_f; lm_head tied to the embeddings by default), random
 init + HF-dir save/load, logits/loss/gradient dump, the reference 10-step
 AdamW loop, and a self-check (`selftest`: float64 gradcheck, the sequential
 scan against an explicit all-pairs discretisation, save/load round trip,
-training lowers the loss).
+training lowers the loss). Falcon-Mamba (FalconMambaForCausalLM): the same mixer with a
+weightless RMSNorm on dt, B and C after the x_proj split.
 
 Written from the Hugging Face transformers MambaMixer.slow_forward semantics,
 independent of the engine and of kernels/cpu/mamba.c. Parameter names are the
@@ -66,8 +67,22 @@ class MambaConfig:
         act = d.get("hidden_act", "silu")
         if act != "silu":
             raise ValueError(f"config.json: hidden_act {act!r}, only 'silu' is supported")
+        # Falcon-Mamba (FalconMambaForCausalLM, modeling_falcon_mamba.py): the
+        # Mamba-1 mixer with a weightless RMSNorm (eps mixer_rms_eps) on dt, B
+        # and C after the x_proj split, in float32.
+        archs = d.get("architectures") or []
+        self.falcon = d.get("model_type") == "falcon_mamba" or "FalconMambaForCausalLM" in archs
+        self.mixer_rms_eps = float(d.get("mixer_rms_eps", 1e-6))
 
     def to_dict(self):
+        if self.falcon:
+            d = self._to_dict_mamba()
+            d.update(architectures=["FalconMambaForCausalLM"], model_type="falcon_mamba",
+                     mixer_rms_eps=self.mixer_rms_eps)
+            return d
+        return self._to_dict_mamba()
+
+    def _to_dict_mamba(self):
         return {
             "architectures": ["MambaForCausalLM"],
             "model_type": "mamba",
@@ -90,12 +105,21 @@ class MambaConfig:
 
 
 def make_config(hidden=32, layers=2, state=8, expand=2, conv=4, dt_rank=None, vocab=97,
-                eps=1e-5, tied=True):
+                eps=1e-5, tied=True, falcon=False, mixer_rms_eps=1e-6):
     d = dict(hidden_size=hidden, num_hidden_layers=layers, state_size=state, expand=expand,
              conv_kernel=conv, intermediate_size=expand * hidden,
              time_step_rank=dt_rank if dt_rank is not None else "auto",
              layer_norm_epsilon=eps, vocab_size=vocab, tie_word_embeddings=tied)
+    if falcon:
+        d.update(model_type="falcon_mamba", mixer_rms_eps=mixer_rms_eps)
     return MambaConfig(d)
+
+
+def rms_weightless(x, eps):
+    """Falcon-Mamba's rms_forward: x / sqrt(mean(x^2) + eps) in float32 (float64 stays)."""
+    ct = torch.float64 if x.dtype == torch.float64 else torch.float32
+    xf = x.to(ct)
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
 # ------------------------------------------------------------------- scan
@@ -167,6 +191,8 @@ class MambaMixer(nn.Module):
         xc = F.silu(xc)
         dbc = self.x_proj(xc)                                        # (B, T, R+2S)
         dt, Bm, Cm = dbc[..., :R], dbc[..., R:R + S], dbc[..., R + S:]
+        if c.falcon:
+            Bm, Cm, dt = (rms_weightless(v, c.mixer_rms_eps) for v in (Bm, Cm, dt))
         delta = F.softplus(self.dt_proj(dt))                         # threshold 20
         A = -torch.exp(self.A_log)
         y = scan(xc, delta, A, Bm, Cm, self.D)

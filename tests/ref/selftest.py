@@ -28,19 +28,31 @@ def _naive_forward(m, idx):
     hd, nh, nkv = c.head_dim, c.num_attention_heads, c.num_key_value_heads
     half = hd // 2
 
-    def rms(x, w):
-        return w * x / torch.sqrt((x * x).mean(-1, keepdim=True) + c.rms_norm_eps)
+    def rms(x, w):  # Gemma: scale by 1 + w
+        return (1 + w if c.gemma else w) * x / torch.sqrt((x * x).mean(-1, keepdim=True) + c.rms_norm_eps)
 
-    def rope(v, pos):  # v (hd,): pairs (i, i+half) rotated by pos*theta^(-2i/hd)
+    def cap(v, k):
+        return k * torch.tanh(v / k) if k else v
+
+    def act(v):
+        if c.act == "gelu_pytorch_tanh":
+            return 0.5 * v * (1 + torch.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3)))
+        return v / (1 + torch.exp(-v))
+
+    theta = [c.rope_local_theta if c.layer_local[li] else c.rope_theta for li in range(c.num_hidden_layers)]
+
+    def rope(v, pos, li):  # v (hd,): pairs (i, i+half) rotated by pos*theta^(-2i/hd)
         out = v.clone()
         for i in range(half):
-            ang = pos * c.rope_theta ** (-2.0 * i / hd)
+            ang = pos * theta[li] ** (-2.0 * i / hd)
             co, si = math.cos(ang), math.sin(ang)
             out[i] = v[i] * co - v[i + half] * si
             out[i + half] = v[i + half] * co + v[i] * si
         return out
 
     x = P["model.embed_tokens.weight"][idx]
+    if c.gemma:
+        x = x * math.sqrt(c.hidden_size)
     for li in range(c.num_hidden_layers):
         pre = f"model.layers.{li}."
         def lin(h, name):  # h @ W^T (+ b when the checkpoint has the bias)
@@ -59,25 +71,30 @@ def _naive_forward(m, idx):
             for head in range(nh):
                 kvh = head // (nh // nkv)
                 for t in range(T):
-                    qt = rope(qk_norm(q[b, t, head * hd:(head + 1) * hd], "self_attn.q_norm.weight"), t)
+                    qt = rope(qk_norm(q[b, t, head * hd:(head + 1) * hd], "self_attn.q_norm.weight"), t, li)
                     us = [u for u in range(t + 1) if win == 0 or t - u < win]
                     sc = []
                     for u in us:
-                        ku = rope(qk_norm(k[b, u, kvh * hd:(kvh + 1) * hd], "self_attn.k_norm.weight"), u)
-                        sc.append(torch.dot(qt, ku) / math.sqrt(hd))
+                        ku = rope(qk_norm(k[b, u, kvh * hd:(kvh + 1) * hd], "self_attn.k_norm.weight"), u, li)
+                        sc.append(cap(torch.dot(qt, ku) * c.attn_scale, c.attn_softcap))
                     p = torch.softmax(torch.stack(sc), 0)
                     acc = torch.zeros(hd, dtype=x.dtype)
                     for i, u in enumerate(us):
                         acc = acc + p[i] * v[b, u, kvh * hd:(kvh + 1) * hd]
                     y[b, t, head * hd:(head + 1) * hd] = acc
-        x = x + lin(y, "self_attn.o_proj")
-        h = rms(x, P[pre + "post_attention_layernorm.weight"])
+        if c.gemma:  # sandwich norms
+            x = x + rms(lin(y, "self_attn.o_proj"), P[pre + "post_attention_layernorm.weight"])
+            h = rms(x, P[pre + "pre_feedforward_layernorm.weight"])
+        else:
+            x = x + lin(y, "self_attn.o_proj")
+            h = rms(x, P[pre + "post_attention_layernorm.weight"])
         g = lin(h, "mlp.gate_proj")
         u_ = lin(h, "mlp.up_proj")
-        x = x + lin((g / (1 + torch.exp(-g))) * u_, "mlp.down_proj")
+        o = lin(act(g) * u_, "mlp.down_proj")
+        x = x + (rms(o, P[pre + "post_feedforward_layernorm.weight"]) if c.gemma else o)
     x = rms(x, P["model.norm.weight"])
     W = P["model.embed_tokens.weight"] if c.tie_word_embeddings else P["lm_head.weight"]
-    return x @ W.t()
+    return cap(x @ W.t(), c.final_softcap)
 
 
 def run():
@@ -101,7 +118,12 @@ def run():
     # Qwen3 (q/k norms, with and without attention_bias), Llama's biases
     for fam, ex in (("qwen2", dict(use_sliding_window=True, max_window_layers=1, sliding_window=3)),
                     ("qwen3", {}), ("qwen3", dict(attention_bias=True)),
-                    (None, dict(attention_bias=True, mlp_bias=True))):
+                    (None, dict(attention_bias=True, mlp_bias=True)),
+                    ("gemma2", dict(sliding_window=3, attn_logit_softcapping=0.5, final_logit_softcapping=3.0,
+                                    query_pre_attn_scalar=6, hidden_activation="gelu_pytorch_tanh")),
+                    ("gemma3_text", dict(sliding_window=3, sliding_window_pattern=2, rope_local_base_freq=100.0,
+                                         rope_theta=1e6, query_pre_attn_scalar=6,
+                                         hidden_activation="gelu_pytorch_tanh"))):
         c = L.make_config(hidden=12, layers=2, heads=4, kv_heads=2, intermediate=20, vocab=13,
                           head_dim=4, family=fam, **ex)
         m = L.init_model(c, seed=3, std=0.3, norm_jitter=0.2).double()
