@@ -333,7 +333,7 @@ static int setup_backend(trainer *t, sl_mesh *mesh) {
   if (!t->k) return sl_fail(SL_ENOMEM, "cannot create the compute context");
   if ((rc = t->ops->ctx_set_compute(t->k, sl_train_cfg_compute_bf16(c, t->dev) ? SL_COMPUTE_BF16 : SL_COMPUTE_FP32)))
     return rc;
-  if (sl_train_cfg_compute_bf16(c, t->dev))
+  if (sl_train_cfg_compute_bf16(c, t->dev) && !t->dry) /* said once, by the run */
     sl_log0(SL_LOG_INFO,
             "compute bf16: GEMM operands, activations and their gradients rounded to bf16, fp32 "
             "accumulation; params %s, reduce %s (docs/bf16.md)",
