@@ -1,8 +1,8 @@
 /* engine/precheck.c — checks a run passes before anything big is allocated:
- * the predicted peak memory per rank (the planner's engine check,
- * sl_plan_engine_run: one step of the engine's own code on the counting
- * backends; under --pp the fullest stage's, sl_pp_engine_check) against the
- * memory available to this rank, and
+ * the predicted peak memory per rank (the engine's dry run,
+ * engine/dryrun.h: one step of the trainer's own code on the counting
+ * backends; under --pp the fullest stage's) against the memory available
+ * to this rank, and
  * the sequence length against the model's max_position_embeddings. */
 #define _GNU_SOURCE
 #include "engine/precheck.h"
@@ -19,10 +19,8 @@
 
 #include "base/base.h"
 #include "engine/agree.h"
-#include "engine/pp_check.h"
+#include "engine/dryrun.h"
 #include "models/model.h"
-#include "plan/engine_run.h"
-#include "plan/planner.h"
 
 /* First integer of a file (-1: absent or "max"). */
 static int64_t read_num(const char *path, const char *key) {
@@ -72,60 +70,35 @@ static int local_ranks(void) {
   return n > 0 ? n : 1;
 }
 
-/* Under --pp: every stage's step (sl_pp_engine_check, the executor on the
- * counting backends), the one with the highest peak; every rank checks the
- * same figure, so all refuse or none does. */
-static int fullest_stage(const sl_train_cfg *c, const sl_model_config *mc, const sl_plan_run *r, sl_plan_mem *m,
-                         sl_plan_engine_info *info) {
-  sl_pp_check_cfg pc = {.pp = (int)c->pp, .kind = c->pp_schedule, .virt = (int)c->pp_virtual, .layout = c->pp_layout};
+/* Under --pp: every stage's step (the dry run as DP rank 0, TP rank 0 of
+ * each stage), the one with the highest peak; every rank checks the same
+ * figure, so all refuse or none does. */
+static int fullest_stage(const sl_train_cfg *c, const sl_model_config *mc, int world, sl_dry_result *m) {
   int64_t max_unit = 0;
-  int level = sl_log_get_level(), rc = SL_OK;
+  int level = sl_log_get_level(), rc = SL_OK, P = (int)c->pp;
   if (level < SL_LOG_DEBUG)
     sl_log_set_level(SL_LOG_WARN); /* the counted runs' plan and counter lines are not the run's */
-  for (int s = 0; s < pc.pp && !rc; s++) {
-    sl_plan_mem ms;
-    sl_plan_engine_info is;
-    sl_pp_stage_info pi;
-    if ((rc = sl_pp_engine_check(mc, r, &pc, s, &ms, &is, &pi))) break;
-    if (s == 0 || ms.total_peak > m->total_peak) {
-      *m = ms;
-      *info = is;
-    }
-    if (is.max_unit > max_unit) max_unit = is.max_unit;
+  for (int s = 0; s < P && !rc; s++) {
+    sl_dry_result ms;
+    if ((rc = sl_train_dry_run(c, mc, world, s * (world / P), &ms))) break;
+    if (s == 0 || ms.total_peak > m->total_peak) *m = ms;
+    if (ms.max_unit > max_unit) max_unit = ms.max_unit;
   }
   sl_log_set_level(level);
-  info->max_unit = max_unit;
+  m->max_unit = max_unit;
   return rc;
 }
 
 static int memory_check(const sl_train_cfg *c, const sl_model_config *mc, int world, const sl_ops *ops, sl_kctx *k) {
   int dev = ops->is_device();
-  sl_plan_run r;
-  sl_plan_run_engine(&r, c->param_dtype, c->reduce_dtype);
-  r.world = world;
-  r.zero = (int)c->zero;
-  r.micro_batch = c->micro_batch;
-  r.seq_len = c->seq_len;
-  r.grad_accum = c->grad_accum;
-  r.shard_group = (int)c->shard_group;
-  r.prefetch = (int)c->prefetch;
-  r.prefetch_bytes = c->prefetch_mb << 20;
-  r.sync_accum = !c->no_sync_accum;
-  r.reshard_after_forward = c->reshard_after_forward;
-  if (c->tp > 1 && world % c->tp == 0) r.tp = (int)c->tp; /* a --tp that does not divide: refused later, by name */
-  r.sequence_parallel = (int)c->sequence_parallel;
-  int ac = sl_actckpt_from_name(c->activation_checkpoint);
-  r.ac = ac < 0 ? SL_AC_NONE : (sl_actckpt)ac;
-  sl_plan_mem m;
-  sl_plan_engine_info info;
-  int T = r.tp > 1 ? r.tp : 1, rc;
-  if (c->pp > 1 && world % (T * (int)c->pp) == 0) { /* the fullest stage (a mesh that does not divide: refused later) */
-    rc = fullest_stage(c, mc, &r, &m, &info);
-  } else {
-    rc = sl_plan_engine_run(mc, &r, 0, &m, &info); /* one step of this engine's code, counted */
-  }
+  sl_train_cfg dc = *c;
+  if (dc.tp > 1 && world % dc.tp) dc.tp = 1;           /* a --tp that does not divide: refused later, by name */
+  if (dc.pp > 1 && world % (dc.tp * dc.pp)) dc.pp = 1; /* likewise a mesh that does not divide */
+  sl_dry_result m;
+  int rc = dc.pp > 1 ? fullest_stage(&dc, mc, world, &m)        /* the fullest stage */
+                     : sl_train_dry_run(&dc, mc, world, 0, &m); /* one step of this engine's code, counted */
   if (rc) return rc;
-  int64_t max_unit = info.max_unit;
+  int64_t max_unit = m.max_unit;
   /* host bytes of this rank: every arena on the CPU backend (optimizer state
    * on NVMe excepted), the offloaded optimizer state with a device backend;
    * plus the unit load buffer used while the weights are read */

@@ -207,7 +207,7 @@ static int opt_create(trainer *t, int u, sl_fsdp_view_t v, const float *flat) {
                         .ops = t->state.tier == SL_TIER_NONE ? t->ops : NULL,
                         .k = t->k};
   if ((rc = sl_optstate_create(&oc, &t->state.opt[u]))) return rc;
-  int64_t valid = v.valid > 0 ? v.valid : 0;
+  int64_t valid = flat && v.valid > 0 ? v.valid : 0; /* flat NULL (a dry run): zeros */
   return sl_optstate_init(t->state.opt[u], valid ? flat + v.offset : NULL, valid);
 }
 
@@ -283,9 +283,11 @@ static int doc_mask_check(trainer *t) {
 }
 
 /* Setup step 1: the run's settings (before any runtime starts); *ac: the activation checkpointing. */
-static int setup_cfg(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim, int *ac) {
+static int setup_cfg(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim, const sl_model_config *dry,
+                     int *ac) {
   memset(t, 0, sizeof *t);
   t->optim = optim;
+  t->dry = dry;
   t->cfg = *cfg;
   t->world = world;
   t->rank = sl_comm_rank(world);
@@ -301,7 +303,7 @@ static int setup_cfg(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
                    (long long)c->steps, (long long)c->micro_batch, (long long)c->seq_len, (long long)c->grad_accum);
   if (strcmp(c->data_order, "sequential") && strcmp(c->data_order, "shuffled"))
     return sl_fail(SL_EINPUT, "--data-order must be sequential or shuffled, found '%s'", c->data_order);
-  if ((rc = sl_precheck_paths(c))) return rc;
+  if (!dry && (rc = sl_precheck_paths(c))) return rc; /* a dry run writes nothing */
   *ac = sl_actckpt_from_name(c->activation_checkpoint);
   if (*ac < 0)
     return sl_fail(SL_EINPUT, "--activation-checkpoint must be none, selective or full, found '%s'",
@@ -315,10 +317,13 @@ static int setup_backend(trainer *t, sl_mesh *mesh) {
   int rc;
   sl_backend_prepare(); /* before any backend's runtime starts (CUDA: the GPU order engine/mesh.c binds by) */
   /* kernels/registry.c: "auto" = cuda when usable, else cpu; checked with sl_ops_check */
-  if (!(t->ops = sl_backend_pick(c->backend, 1, "--backend"))) return SL_EINPUT; /* the message is set */
+  t->ops = t->dry ? sl_backend_get("count") : sl_backend_pick(c->backend, 1, "--backend");
+  if (!t->ops) return SL_EINPUT; /* the message is set */
   t->dev = t->ops->is_device();
-  /* local rank from hostnames; binds this rank's threads before the compute pool starts */
-  if ((rc = sl_mesh_setup(t->world, t->ops, c->shard_group, (int)c->tp, mesh))) return rc;
+  /* local rank from hostnames; binds this rank's threads before the compute pool starts (a dry run: one rank's) */
+  memset(mesh, 0, sizeof *mesh);
+  mesh->local_size = 1;
+  if (!t->dry && (rc = sl_mesh_setup(t->world, t->ops, c->shard_group, (int)c->tp, mesh))) return rc;
   sl_backend_bind_local_rank(t->ops, mesh->local_rank); /* one device per local rank */
   int threads = (int)c->threads;
   if (threads <= 0)
@@ -328,7 +333,7 @@ static int setup_backend(trainer *t, sl_mesh *mesh) {
   if (!t->k) return sl_fail(SL_ENOMEM, "cannot create the compute context");
   if ((rc = t->ops->ctx_set_compute(t->k, sl_train_cfg_compute_bf16(c, t->dev) ? SL_COMPUTE_BF16 : SL_COMPUTE_FP32)))
     return rc;
-  if (sl_train_cfg_compute_bf16(c, t->dev))
+  if (sl_train_cfg_compute_bf16(c, t->dev) && !t->dry) /* said once, by the run */
     sl_log0(SL_LOG_INFO,
             "compute bf16: GEMM operands, activations and their gradients rounded to bf16, fp32 "
             "accumulation; params %s, reduce %s (docs/bf16.md)",
@@ -339,6 +344,10 @@ static int setup_backend(trainer *t, sl_mesh *mesh) {
 /* Setup step 3: the model config (--model's config.json, or the built-in tiny Llama). */
 static int setup_model_config(trainer *t) {
   const sl_train_cfg *c = &t->cfg;
+  if (t->dry) {
+    t->mcfg = *t->dry;
+    return SL_OK;
+  }
   if (c->model[0]) {
     char p[SL_PATH_MAX + 32];
     snprintf(p, sizeof p, "%s/config.json", c->model);
@@ -353,6 +362,7 @@ static int setup_model_config(trainer *t) {
 static int setup_data(trainer *t) {
   sl_train_cfg *c = &t->cfg;
   int rc = SL_OK;
+  if (t->dry) return doc_mask_check(t); /* no data: the step's batch stays zero */
   char prefix[SL_PATH_MAX + 64];
   snprintf(prefix, sizeof prefix, "%s", c->data);
   if (!c->data[0]) {
@@ -423,6 +433,7 @@ static int setup_model(trainer *t, int ac) {
 static int load_unit(trainer *t, int u, sl_st_set *weights, float *flat) {
   sl_train_cfg *c = &t->cfg;
   int rc;
+  if (t->dry) return t->optim ? opt_create(t, u, sl_fsdp_view(t->f, u), NULL) : SL_OK; /* no values, only sizes */
   memset(flat, 0, (size_t)t->m->units[u].numel * 4);
   if ((rc = sl_model_unit_load(t->m, u, weights, (uint64_t)c->seed, flat))) return rc;
   for (int i = 0; weights && i < t->m->units[u].ntensors; i++) { /* NaN/inf in the loaded weights */
@@ -445,12 +456,12 @@ static int setup_state(trainer *t, int bound) {
   sl_train_cfg *c = &t->cfg;
   int rc;
   sl_st_set *weights = NULL;
-  if (c->model[0] && (rc = sl_st_open_dir(c->model, &weights))) return rc;
+  if (!t->dry && c->model[0] && (rc = sl_st_open_dir(c->model, &weights))) return rc;
   if (weights && (rc = sl_precheck_tensors(t->m, weights, &t->mcfg))) {
     sl_st_close_set(weights);
     return rc;
   }
-  if (!weights)
+  if (!weights && !t->dry)
     sl_log0(SL_LOG_INFO, "no weight files in %s: initialising from seed %lld",
             c->model[0] ? c->model : "the built-in config", (long long)c->seed);
   if ((rc = parse_tier(c, &t->state.tier))) return rc;
@@ -461,8 +472,8 @@ static int setup_state(trainer *t, int bound) {
   }
   int U = t->m->nunits;
   t->state.opt = calloc((size_t)U, sizeof(sl_optstate *));
-  float *flat = sl_alloc((size_t)sl_model_max_unit_numel(t->m) * 4, "unit load buffer");
-  if (!t->state.opt || !flat) rc = sl_fail(SL_ENOMEM, "out of memory");
+  float *flat = t->dry ? NULL : sl_alloc((size_t)sl_model_max_unit_numel(t->m) * 4, "unit load buffer");
+  if (!t->state.opt || (!flat && !t->dry)) rc = sl_fail(SL_ENOMEM, "out of memory");
   for (int u = 0; u < U && !rc; u++)
     if (!t->par.pplan || t->par.pplan->held[u]) rc = load_unit(t, u, weights, flat); /* else another stage's unit */
   sl_free(flat);
@@ -485,9 +496,12 @@ static int setup_schedule(trainer *t) {
   /* the loader's host batch; the model reads each set's own copy (backend memory, or one set on the CPU: the same) */
   int64_t BT = c->micro_batch * c->seq_len;
   size_t sets_bytes = (size_t)(BT * t->nsets) * 4;
-  t->data.tok = sl_alloc((size_t)BT * 4, "tokens");
-  t->data.tgt = sl_alloc((size_t)BT * 4, "targets");
-  if (c->doc_attention_mask && !(t->data.seg = sl_alloc((size_t)BT * 4, "document starts"))) return SL_ENOMEM;
+  /* a dry run's batch is never written: calloc's untouched pages (sl_free frees either) */
+  t->data.tok = t->dry ? calloc((size_t)BT, 4) : sl_alloc((size_t)BT * 4, "tokens");
+  t->data.tgt = t->dry ? calloc((size_t)BT, 4) : sl_alloc((size_t)BT * 4, "targets");
+  if (c->doc_attention_mask &&
+      !(t->data.seg = t->dry ? calloc((size_t)BT, 4) : sl_alloc((size_t)BT * 4, "document starts")))
+    return SL_ENOMEM;
   if (!t->data.tok || !t->data.tgt) return sl_fail(SL_ENOMEM, "out of memory");
   t->data.dtok = t->data.tok;
   t->data.dtgt = t->data.tgt;
@@ -500,10 +514,10 @@ static int setup_schedule(trainer *t) {
   return SL_OK;
 }
 
-int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim) {
+static int setup_all(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim, const sl_model_config *dry) {
   int ac = 0, rc;
   sl_mesh mesh;
-  if ((rc = setup_cfg(t, cfg, world, optim, &ac))) return rc;
+  if ((rc = setup_cfg(t, cfg, world, optim, dry, &ac))) return rc;
   if ((rc = setup_backend(t, &mesh))) return rc;
   if ((rc = setup_model_config(t))) return rc;
   if ((rc = setup_data(t))) return rc;
@@ -513,12 +527,24 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   return setup_schedule(t);
 }
 
+int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim) {
+  return setup_all(t, cfg, world, optim, NULL);
+}
+
+int sl_trainer_setup_dry(trainer *t, const sl_train_cfg *cfg, sl_comm *world, const sl_model_config *mc) {
+  return setup_all(t, cfg, world, 1, mc);
+}
+
 /* ---- one step ------------------------------------------------------------- */
 /* The schedule's loader: micro-batch k of the step that starts at
  * t->data.next_sample (rank r, row b reads sample next_sample + r*A*B + k*B + b). */
 static int step_load(void *user, int k) {
   trainer *t = user;
   sl_train_cfg *c = &t->cfg;
+  if (t->dry) { /* the zero batch: only sizes count */
+    set_batch(t, 1.0f);
+    return SL_OK;
+  }
   int64_t first =
       t->data.next_sample + (int64_t)t->par.dp_rank * (c->grad_accum * c->micro_batch) + (int64_t)k * c->micro_batch;
   /* the loss is a mean over the step's counted targets: every rank counts them from the data */
@@ -644,6 +670,8 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
   t->data.next_sample += t->data.G;
   return rc;
 }
+
+int sl_trainer_step(trainer *t, int64_t s, step_out *o) { return train_step(t, s, o); }
 
 /* ---- checkpoints ------------------------------------------------------------ */
 static sl_ckpt_state ckpt_state(trainer *t, int64_t step) {

@@ -63,6 +63,8 @@ typedef struct {
 typedef struct {
   /* setup_cfg: the run */
   sl_train_cfg cfg;
+  const sl_model_config
+      *dry; /* the dry run's model (engine/dryrun.c): count backend, no data, no outputs; NULL: a run */
   sl_comm *world;
   int rank, wsize;
   int optim;          /* 0: no optimizer state (shardlm eval) */
@@ -95,6 +97,12 @@ typedef struct {
 
 /* optim 0: no optimizer state (shardlm eval). */
 int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim);
+/* The dry run's setup (engine/dryrun.c): the same steps on the counting op
+ * table and world (a counting communicator), model config mc, no data files
+ * (a zero batch), no weights, no start-up checks, no node placement. */
+int sl_trainer_setup_dry(trainer *t, const sl_train_cfg *cfg, sl_comm *world, const sl_model_config *mc);
+/* One optimizer step s (0-based) of the run, as sl_train_run takes it. */
+int sl_trainer_step(trainer *t, int64_t s, step_out *o);
 void sl_trainer_free(trainer *t);
 /* Forward + backward of the nk micro-batches of the step starting at
  * t->data.next_sample, through the schedule; hook (may be NULL): after each

@@ -2,7 +2,7 @@
  * configurations and the search over them. The unit sizes and FLOPs per
  * token are the model's own; the schedule replay (sl_plan_simulate) is the
  * search's closed form for GPU mixed precision (the engine check runs the
- * engine itself: plan/engine_run.c); docs/planner.md has the formulas and
+ * engine itself: engine/dryrun.c); docs/planner.md has the formulas and
  * assumptions. */
 #include "plan/planner.h"
 
@@ -150,6 +150,26 @@ void sl_plan_run_engine(sl_plan_run *r, const char *param_dtype, const char *red
   r->reduce_copy = 1;
   r->align = 16;
   r->tp = 1;
+}
+
+void sl_plan_run_train_cfg(const sl_plan_run *r, sl_train_cfg *c) {
+  c->zero = r->zero;
+  c->micro_batch = r->micro_batch;
+  c->seq_len = r->seq_len;
+  c->grad_accum = r->grad_accum;
+  c->shard_group = r->shard_group;
+  c->prefetch = r->prefetch;
+  c->prefetch_mb = r->prefetch_bytes >> 20;
+  c->no_sync_accum = !r->sync_accum;
+  c->reshard_after_forward = r->reshard_after_forward;
+  c->tp = r->tp > 1 ? r->tp : 1;
+  c->sequence_parallel = r->sequence_parallel;
+  snprintf(c->param_dtype, sizeof c->param_dtype, "%s", r->param_bytes == 2 ? "bf16" : "fp32");
+  snprintf(c->reduce_dtype, sizeof c->reduce_dtype, "%s", r->reduce_bytes == 2 ? "bf16" : "fp32");
+  snprintf(c->activation_checkpoint, sizeof c->activation_checkpoint, "%s",
+           r->ac == SL_AC_FULL        ? "full"
+           : r->ac == SL_AC_SELECTIVE ? "selective"
+                                      : "none");
 }
 
 enum { P_NONE = 0, P_INFLIGHT, P_READY };

@@ -5,10 +5,10 @@
  * micro-batch, and analytic tensor / pipeline parallelism).
  *
  * Two layers:
- *   - the engine check (plan/engine_run.h, sl_plan_engine_run): one step of
- *     the engine's own model and FSDP code on the counting backends; exact
- *     by construction. `shardlm plan --engine-check` and the trainer's
- *     start-up memory check use it.
+ *   - the engine check (engine/dryrun.h, sl_train_dry_run): the trainer's
+ *     own setup and step on the counting backends; exact by construction.
+ *     `shardlm plan --engine-check` and the trainer's start-up memory check
+ *     use it.
  *   - the search (sl_plan_search): a closed-form replay (sl_plan_simulate)
  *     of the FSDP schedule, re-parameterised for GPU mixed precision the
  *     CPU engine does not run (bf16 compute, no fp32 expansion), plus a time
@@ -27,6 +27,7 @@
 
 #include "base/base.h"
 #include "formats/hfconfig.h"
+#include "formats/traincfg.h"
 #include "models/model.h"
 #include "shard/comm.h"
 
@@ -101,6 +102,10 @@ typedef struct {
 /* Engine CPU defaults: fp32 everything, prefetch 1, reshard, sync, align 16.
  * param_dtype / reduce_dtype names "fp32" | "bf16" (NULL: fp32). */
 void sl_plan_run_engine(sl_plan_run *r, const char *param_dtype, const char *reduce_dtype);
+/* The train settings of run r (ZeRO, sizes, prefetch, sync, reshard, TP,
+ * dtype and checkpointing names) into c, the rest of c kept: what the
+ * engine's dry run (engine/dryrun.h) takes. */
+void sl_plan_run_train_cfg(const sl_plan_run *r, sl_train_cfg *c);
 
 typedef struct {
   int64_t peak[SL_ARENA_COUNT];  /* per-rank high-water bytes per arena over the steps */
@@ -119,7 +124,7 @@ typedef struct {
 /* The search's closed-form replay of two optimizer steps of the FSDP
  * schedule (rank 0 of the first shard group; every rank holds the same
  * shard sizes), for dtypes and activation models the engine does not run.
- * What the engine itself does: sl_plan_engine_run (plan/engine_run.h). */
+ * What the engine itself does: sl_train_dry_run (engine/dryrun.h). */
 int sl_plan_simulate(const sl_plan_model *m, const sl_plan_run *r, sl_plan_mem *out);
 
 /* Field-guide closed forms for GPT-style models: parameters of l layers of

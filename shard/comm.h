@@ -97,6 +97,16 @@ int sl_comm_local_create(const char *name, sl_comm_copy_fn copy, void *ctx, sl_c
  * refuses splits. Children are counting communicators with the same rule. */
 typedef int (*sl_comm_count_split_fn)(void *ctx, int n, int rank, int *color, int *key);
 int sl_comm_count_create(int size, int rank, sl_comm_count_split_fn split, void *ctx, sl_comm **out);
+/* A rule whose children split by rules of their own (n counts per
+ * communicator): child gives the rule of the communicator the n-th split
+ * makes for `color` (its split NULL: that child refuses splits); child NULL:
+ * children split by this same rule, as sl_comm_count_create's do. */
+typedef struct sl_comm_count_rule {
+  sl_comm_count_split_fn split;
+  struct sl_comm_count_rule (*child)(void *ctx, int n, int color);
+  void *ctx;
+} sl_comm_count_rule;
+int sl_comm_count_create_rule(int size, int rank, const sl_comm_count_rule *rule, sl_comm **out);
 
 /* ---- NCCL backend (device buffers; shard/comm_nccl.c) ------------------- */
 /* Creates an NCCL communicator over the ranks of the host communicator

@@ -3,14 +3,16 @@
  * is checked and accounted by comm.c exactly as on MPI / NCCL (sequence
  * numbers, calls, bytes per collective kind: sl_comm_op_bytes), completes
  * when issued, and moves nothing: receive buffers keep what they held.
- * What the planner runs the real FSDP runtime on (plan/engine_run.c), as
- * NCCL's simulator drives its real planner.
+ * The world of the engine's dry run (engine/dryrun.c), as NCCL's simulator
+ * drives its real planner.
  *
  * Splits: the other ranks are not here to say their color and key, so the
  * creator passes `split`, which answers for any rank what it passes to the
  * n-th split of a communicator (the rule of the code being run, e.g.
- * sl_fsdp_split_rule). The child is again a counting communicator, over the
- * ranks with this rank's color, ordered by key then rank, as MPI orders. */
+ * sl_fsdp_split_rule); a rule may give each child its own
+ * (sl_comm_count_create_rule). The child is again a counting communicator,
+ * over the ranks with this rank's color, ordered by key then rank, as MPI
+ * orders. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,8 +22,7 @@
 #include "shard/comm_internal.h"
 
 typedef struct {
-  sl_comm_count_split_fn split;
-  void *ctx;
+  sl_comm_count_rule rule;
   int nsplit; /* splits of this communicator so far */
 } count_be;
 
@@ -33,7 +34,7 @@ static const sl_comm_vt count_vt = {
     .name = "count", .destroy = count_destroy, .issue = count_issue, .wait = count_wait, .test = count_test};
 
 static sl_comm *make_count(const char *name, int size, int rank, const int *world_ranks, uint64_t uid,
-                           sl_comm_count_split_fn split, void *ctx) {
+                           const sl_comm_count_rule *rule) {
   sl_comm *c = calloc(1, sizeof *c);
   count_be *b = calloc(1, sizeof *b);
   int *wr = malloc(sizeof *wr * (size_t)size);
@@ -44,8 +45,7 @@ static sl_comm *make_count(const char *name, int size, int rank, const int *worl
     return NULL;
   }
   for (int i = 0; i < size; i++) wr[i] = world_ranks ? world_ranks[i] : i;
-  b->split = split;
-  b->ctx = ctx;
+  b->rule = *rule;
   sl_comm_init_header(c, &count_vt, b, name, rank, size, wr, uid);
   return c;
 }
@@ -55,7 +55,7 @@ static void count_destroy(sl_comm *c) { sl_comm_fini(c); }
 static int do_split(sl_comm *c, sl_comm_op *op) {
   count_be *b = c->be;
   int n = b->nsplit++;
-  if (!b->split)
+  if (!b->rule.split)
     return sl_comm_set_error("split of comm %s (count): no split rule was given to sl_comm_count_create", c->name);
   int *color = malloc(sizeof(int) * (size_t)c->size), *key = malloc(sizeof(int) * (size_t)c->size);
   int *members = malloc(sizeof(int) * (size_t)c->size);
@@ -65,7 +65,7 @@ static int do_split(sl_comm *c, sl_comm_op *op) {
     goto done;
   }
   for (int j = 0; j < c->size && !rc; j++)
-    if (b->split(b->ctx, n, j, &color[j], &key[j]) != 0)
+    if (b->rule.split(b->rule.ctx, n, j, &color[j], &key[j]) != 0)
       rc = sl_comm_set_error("split of comm %s (count): %s", c->name, sl_errmsg());
   if (rc) goto done;
   if (color[c->rank] != op->color || key[c->rank] != op->key) {
@@ -95,7 +95,8 @@ static int do_split(sl_comm *c, sl_comm_op *op) {
   }
   char name[96];
   snprintf(name, sizeof name, "%.60s/s%llu:c%d", c->name, (unsigned long long)op->seq, op->color);
-  sl_comm *child = make_count(name, m, me, wr, sl_comm_child_uid(c->uid, op->seq) | 1, b->split, b->ctx);
+  sl_comm_count_rule cr = b->rule.child ? b->rule.child(b->rule.ctx, n, op->color) : b->rule;
+  sl_comm *child = make_count(name, m, me, wr, sl_comm_child_uid(c->uid, op->seq) | 1, &cr);
   free(wr);
   if (!child) {
     rc = sl_comm_set_error("split of comm %s (count): out of memory", c->name);
@@ -127,13 +128,18 @@ static int count_wait(sl_comm_req *r) {
 
 static int count_test(sl_comm_req *r) { return r->done; }
 
-int sl_comm_count_create(int size, int rank, sl_comm_count_split_fn split, void *ctx, sl_comm **out) {
+int sl_comm_count_create_rule(int size, int rank, const sl_comm_count_rule *rule, sl_comm **out) {
   if (!out) return sl_comm_set_error("sl_comm_count_create: out is NULL");
   *out = NULL;
   if (size < 1 || rank < 0 || rank >= size)
     return sl_comm_set_error("sl_comm_count_create: rank %d of %d ranks is out of range", rank, size);
-  sl_comm *c = make_count("count", size, rank, NULL, 0xc0c0000000000001ull, split, ctx);
+  sl_comm *c = make_count("count", size, rank, NULL, 0xc0c0000000000001ull, rule);
   if (!c) return sl_comm_set_error("sl_comm_count_create: out of memory");
   *out = c;
   return SL_COMM_OK;
+}
+
+int sl_comm_count_create(int size, int rank, sl_comm_count_split_fn split, void *ctx, sl_comm **out) {
+  sl_comm_count_rule rule = {split, NULL, ctx};
+  return sl_comm_count_create_rule(size, rank, &rule, out);
 }

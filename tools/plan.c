@@ -8,9 +8,9 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "engine/dryrun.h"
 #include "formats/hfconfig.h"
 #include "formats/traincfg.h"
-#include "plan/engine_run.h"
 #include "plan/planner.h"
 #include "tools/plan_pp.h"
 #include "tools/tools.h"
@@ -152,11 +152,11 @@ static json_t *cand_json(const sl_plan_cand *x, const char *model, const sl_plan
 /* The collective kinds tensor parallelism uses (engine/report.c's order). */
 static const sl_coll_kind TP_KINDS[3] = {SL_COLL_ALLGATHER, SL_COLL_REDUCE_SCATTER, SL_COLL_ALLREDUCE};
 
-static int engine_check(const sl_model_config *mc, const sl_plan_run *r, int as_json) {
-  sl_plan_mem pm;
-  sl_plan_engine_info info;
-  int rc = sl_plan_engine_run(mc, r, 0, &pm, &info);
+static int engine_check(const sl_model_config *mc, const sl_train_cfg *tc, int world, int as_json) {
+  sl_dry_result pm, info; /* one result: the arena and comm figures, and the counts */
+  int rc = sl_train_dry_run(tc, mc, world, 0, &pm);
   if (rc) return rc;
+  info = pm;
   const char *kn[] = {"allgather", "reduce_scatter", "allreduce", "broadcast", "sendrecv", "barrier"};
   if (as_json) {
     json_t *o = json_object(), *ap = json_object(), *cm = json_object();
@@ -222,7 +222,6 @@ typedef struct {
   int as_json, check, top, have_tflops, have_eff;
   sl_plan_run r; /* --engine-check's run */
   const char *pd, *rd;
-  sl_pp_check_cfg ppc;
   sl_train_cfg tc; /* the flags that are train's, parsed by its table (formats/traincfg.c) */
 } plan_args;
 
@@ -310,11 +309,11 @@ static int check_flag(plan_args *p, int argc, char **argv, int *i, int *mine) {
   } else if (!strcmp(a, "--world")) NUMR(r->world, 1, 1e6);
   else if (!strcmp(a, "--tp")) TRAIN(tp, r->tp);
   else if (!strcmp(a, "--sequence-parallel")) r->sequence_parallel = 1;
-  else if (!strcmp(a, "--pp")) TRAIN(pp, p->ppc.pp);
-  else if (!strcmp(a, "--pp-virtual")) TRAIN(pp_virtual, p->ppc.virt);
-  else if (!strcmp(a, "--pp-schedule")) TRAIN(pp_schedule, p->ppc.kind);
-  else if (!strcmp(a, "--pp-layout")) TRAIN(pp_layout, p->ppc.layout);
-  else if (!strcmp(a, "--zero")) TRAIN(zero, r->zero);
+  else if (!strcmp(a, "--pp") || !strcmp(a, "--pp-virtual") || !strcmp(a, "--pp-schedule") ||
+           !strcmp(a, "--pp-layout")) {
+    const char *s_ = VAL();
+    if (s_) rc = sl_train_cfg_set(&p->tc, a + 2, s_); /* train's names and ranges, read from p->tc */
+  } else if (!strcmp(a, "--zero")) TRAIN(zero, r->zero);
   else if (!strcmp(a, "--micro-batch")) TRAIN(micro_batch, r->micro_batch);
   else if (!strcmp(a, "--grad-accum")) TRAIN(grad_accum, r->grad_accum);
   else if (!strcmp(a, "--shard-group")) TRAIN(shard_group, r->shard_group);
@@ -348,7 +347,6 @@ static int parse_plan(int argc, char **argv, plan_args *p) {
   p->top = 15;
   sl_plan_run_engine(&p->r, NULL, NULL);
   p->pd = p->rd = "fp32";
-  p->ppc = (sl_pp_check_cfg){.pp = 1, .kind = "1f1b", .virt = 1, .layout = ""}; /* train's defaults */
   p->c.gpus_per_node = 0;
   sl_train_cfg_defaults(&p->tc);
   int rc = SL_OK;
@@ -366,7 +364,7 @@ static int parse_plan(int argc, char **argv, plan_args *p) {
   return rc;
 }
 
-/* --engine-check: the engine-exact prediction of one run. */
+/* --engine-check: the engine-exact prediction of one run (the engine's dry run). */
 static int run_check(plan_args *p, const sl_model_config *mc) {
   sl_plan_run r = p->r, base = p->r;
   const char *pd = p->pd, *rd = p->rd;
@@ -391,10 +389,12 @@ static int run_check(plan_args *p, const sl_model_config *mc) {
   if (!rc && r.gpt_acts)
     rc = sl_fail(SL_EINPUT, "plan: --engine-check runs the engine's own activations; "
                             "--act-model gpt applies to the search only");
-  if (!rc && p->ppc.pp > 1) rc = sl_plan_pp_check(mc, &r, &p->ppc, p->as_json);
-  else if (!rc && (p->ppc.virt > 1 || (p->ppc.layout && p->ppc.layout[0])))
+  sl_train_cfg tc = p->tc; /* the pipeline flags as train parsed them, r's sizes (plan's defaults) */
+  sl_plan_run_train_cfg(&r, &tc);
+  if (!rc && tc.pp > 1) rc = sl_plan_pp_check(mc, &tc, r.world, p->as_json);
+  else if (!rc && (tc.pp_virtual > 1 || tc.pp_layout[0]))
     rc = sl_fail(SL_EINPUT, "plan: --pp-virtual and --pp-layout need --pp P >= 2");
-  else if (!rc) rc = engine_check(mc, &r, p->as_json);
+  else if (!rc) rc = engine_check(mc, &tc, r.world, p->as_json);
   return rc;
 }
 
@@ -485,7 +485,7 @@ static void print_search_text(const plan_args *p, const sl_plan_model *m, const 
 static int run_search(plan_args *p, const sl_plan_model *m) {
   sl_plan_cluster *c = &p->c;
   int rc = SL_OK;
-  if (p->r.tp != 1 || p->ppc.pp != 1)
+  if (p->r.tp != 1 || p->tc.pp != 1)
     return sl_fail(SL_EINPUT, "plan: --tp and --pp apply to --engine-check; the search tries TP and PP degrees itself");
   if (c->gpus_per_node <= 0) c->gpus_per_node = c->gpus < 8 ? c->gpus : 8;
   if (c->efficiency <= 0 || c->efficiency > 1) rc = sl_fail(SL_EINPUT, "plan: --efficiency must be in (0, 1]");

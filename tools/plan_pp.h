@@ -2,11 +2,13 @@
 #ifndef SL_TOOLS_PLAN_PP_H
 #define SL_TOOLS_PLAN_PP_H
 
-#include "engine/pp_check.h"
+#include "formats/hfconfig.h"
+#include "formats/traincfg.h"
 
-/* Prints the engine check of every stage of run r under pipeline flags pc
- * (text, or one JSON object with "stages"); SL_OK or the first stage's
- * failure (SL_EINPUT: train's refusal). */
-int sl_plan_pp_check(const sl_model_config *mc, const sl_plan_run *r, const sl_pp_check_cfg *pc, int as_json);
+/* Prints the engine check of every pipeline stage of the run tc (tc->pp
+ * >= 2) over `world` ranks: the dry run as DP rank 0, TP rank 0 of each
+ * stage (text, or one JSON object with "stages"); SL_OK or the first
+ * stage's failure (SL_EINPUT: train's refusal). */
+int sl_plan_pp_check(const sl_model_config *mc, const sl_train_cfg *tc, int world, int as_json);
 
 #endif

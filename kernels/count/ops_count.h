@@ -4,7 +4,7 @@
  * its context; alloc hands out address space that is never committed
  * (mmap MAP_NORESERVE, untouched), so the real model and FSDP code can run
  * a 70B-parameter step in a few MiB of RAM. What the planner runs the
- * engine on (plan/engine_run.c). Values read back from its memory are
+ * engine on (the dry run, engine/dryrun.c). Values read back from its memory are
  * whatever was there (zeros): only sizes, counts and FLOPs mean something. */
 #ifndef SL_OPS_COUNT_H
 #define SL_OPS_COUNT_H

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/cli/plan/test_plan_pp.sh — the planner's engine check per pipeline stage
-# (shardlm plan --engine-check --pp P, engine/pp_check.c) against what the
+# (shardlm plan --engine-check --pp P, the dry run of engine/dryrun.c per stage) against what the
 # engine measures per stage (shardlm train --pp P under mpirun, the metrics'
 # "stages"): gpipe P2, 1f1b P2 and P3, interleaved P2 V2, ZeRO 1 and 3,
 # DP 2 x PP 2, tied embeddings. Per step and per stage: every arena the

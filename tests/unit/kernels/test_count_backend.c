@@ -2,9 +2,9 @@
  * the kernel backend registry (names, "auto", refusals), the counting op
  * table (FLOPs of a GEMM by its closed form 2 N IC OC; 64 GiB of "memory"
  * without RSS growth), the counting communicator (fsdp's split into shard
- * and replica groups; bytes per kind by the ring closed forms), and one
- * engine-check step against the FSDP closed forms (ZeRO-3 moves
- * 3 (d-1)/d of the padded parameters per micro-batch, ZeRO-1/2 reduce per
+ * and replica groups; bytes per kind by the ring closed forms; children
+ * with rules of their own), and one engine-check step (the engine's dry
+ * run) against the FSDP closed forms (ZeRO-3 moves 3 (d-1)/d of the padded parameters per micro-batch, ZeRO-1/2 reduce per
  * micro-batch and gather once, ZeRO-0 = the all-reduce volume; the
  * optimizer holds 12 bytes per element of its view); and the search's
  * closed-form replay against the engine check on every arena and
@@ -16,10 +16,11 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "engine/dryrun.h"
 #include "formats/hfconfig.h"
 #include "kernels/count/ops_count.h"
 #include "kernels/registry.h"
-#include "plan/engine_run.h"
+#include "plan/planner.h"
 #include "shard/comm.h"
 #include "shard/fsdp.h"
 
@@ -125,6 +126,41 @@ static int rule(void *ctx, int n, int rank, int *color, int *key) {
   return SL_OK;
 }
 
+/* A world rule whose children split by rules of their own (the dry run's world): splits #0 and #1 pair
+ * ranks 2r, 2r+1; the pair of #0 splits by fsdp's rule (shard groups of 1), the pair of #1 refuses. */
+static int pairs(void *ctx, int n, int rank, int *color, int *key) {
+  (void)ctx;
+  (void)n;
+  *color = rank / 2;
+  *key = rank % 2;
+  return SL_OK;
+}
+static int g_one = 1;
+static sl_comm_count_rule pair_child(void *ctx, int n, int color) {
+  (void)ctx;
+  (void)color;
+  return (sl_comm_count_rule){n == 0 ? rule : NULL, NULL, &g_one};
+}
+
+static void test_comm_rule(void) {
+  sl_comm_count_rule wr = {pairs, pair_child, NULL};
+  sl_comm *w = NULL, *a = NULL, *b = NULL, *a1 = NULL, *b1 = NULL;
+  CHECK(sl_comm_count_create_rule(6, 4, &wr, &w) == SL_COMM_OK, "create: %s", sl_comm_last_error());
+  if (!w) return;
+  CHECK(sl_comm_split(w, 2, 0, &a) == SL_COMM_OK && sl_comm_split(w, 2, 0, &b) == SL_COMM_OK, "world splits");
+  CHECK(a && b && sl_comm_size(a) == 2 && sl_comm_rank(a) == 0 && sl_comm_world_rank(a, 1) == 5, "the pair 4 5");
+  int c, k;
+  sl_fsdp_split_rule(0, 0, 1, &c, &k);
+  CHECK(a && sl_comm_split(a, c, k, &a1) == SL_COMM_OK && sl_comm_size(a1) == 1, "the child's own rule: %s",
+        sl_comm_last_error());
+  CHECK(b && sl_comm_split(b, 0, 0, &b1) != SL_COMM_OK && strstr(sl_comm_last_error(), "no split rule"),
+        "a child without a rule refuses: %s", sl_comm_last_error());
+  sl_comm_destroy(a1);
+  sl_comm_destroy(a);
+  sl_comm_destroy(b);
+  sl_comm_destroy(w);
+}
+
 static void test_comm(void) {
   int S = 3, c0, k0, c1, k1;
   sl_comm *w = NULL, *sh = NULL, *rp = NULL;
@@ -159,6 +195,14 @@ static void test_comm(void) {
   sl_comm_destroy(w);
 }
 
+/* The engine's dry run of the planner's run r as rank `rank` (train's settings for the rest). */
+static int dry_run(const sl_model_config *mc, const sl_plan_run *r, int rank, sl_dry_result *out) {
+  sl_train_cfg c;
+  sl_train_cfg_defaults(&c);
+  sl_plan_run_train_cfg(r, &c);
+  return sl_train_dry_run(&c, mc, r->world, rank, out);
+}
+
 static void test_engine_step(void) {
   const char *tiny = "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 176,"
                      " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 3,"
@@ -183,9 +227,8 @@ static void test_engine_step(void) {
         r.micro_batch = 2;
         r.seq_len = 16;
         r.grad_accum = A;
-        sl_plan_mem pm;
-        sl_plan_engine_info info;
-        int rc = sl_plan_engine_run(&mc, &r, d - 1, &pm, &info);
+        sl_dry_result pm;
+        int rc = dry_run(&mc, &r, d - 1, &pm);
         CHECK(rc == SL_OK, "engine run: %s", sl_errmsg());
         if (rc) continue;
         double padded = 0;
@@ -198,7 +241,7 @@ static void test_engine_step(void) {
         CHECK(fabs((double)pm.peak[SL_ARENA_OPTIM] - opt) < 0.5, "optim %lld want %.0f",
               (long long)pm.peak[SL_ARENA_OPTIM], opt);
         double mf = 6.0 * (double)(L * (C * Q + 64 * C + 3 * C * I) + V * C) + 12.0 * L * 64 * 16;
-        CHECK(info.model_flops_token == mf, "model FLOPs per token %g want %g", info.model_flops_token, mf);
+        CHECK(pm.model_flops_token == mf, "model FLOPs per token %g want %g", pm.model_flops_token, mf);
       }
   sl_mem_get(&after);
   CHECK(!memcmp(&before, &after, sizeof before), "the caller's arena counters are left as found");
@@ -234,9 +277,10 @@ static void test_replay_vs_engine(void) {
           r.reshard_after_forward = 0;
           r.prefetch = 2;
         }
-        sl_plan_mem a, b;
+        sl_plan_mem a;
+        sl_dry_result b;
         int rc = sl_plan_simulate(&pm, &r, &a);
-        if (!rc) rc = sl_plan_engine_run(&mc, &r, 0, &b, NULL);
+        if (!rc) rc = dry_run(&mc, &r, 0, &b);
         CHECK(rc == SL_OK, "w=%d zero=%d v=%d: %s", w, zero, v, sl_errmsg());
         if (rc) continue;
         int same = a.total_peak == b.total_peak && a.comm_total == b.comm_total;
@@ -256,6 +300,7 @@ int main(void) {
   test_ops();
   test_overflow();
   test_comm();
+  test_comm_rule();
   test_engine_step();
   test_replay_vs_engine();
   printf("count backend: %d passed, %d failed\n", g_pass, g_fail);

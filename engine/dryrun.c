@@ -1,0 +1,154 @@
+/* engine/dryrun.c — the engine's dry run (engine/dryrun.h): a counting
+ * world of N ranks played as one of them, the trainer's own setup
+ * (sl_trainer_setup_dry) and step (sl_trainer_step), the figures a metrics
+ * line would carry for that step. The world answers the splits the
+ * trainer's code makes of it: the mesh's three (shard/mesh.c), under TP x
+ * PP the loss communicator's (engine/tppp.c), and fsdp's two of the DP
+ * communicator (sl_fsdp_split_rule). */
+#include "engine/dryrun.h"
+
+#include <string.h>
+
+#include "base/base.h"
+#include "engine/trainer_internal.h"
+#include "shard/fsdp.h"
+
+typedef struct {
+  int W, T, D, P, S; /* world, the mesh's axes, fsdp's shard group */
+} dry_rules;
+
+/* What rank passes to the n-th split of the world in sl_par_mesh_create
+ * (TP, DP, PP: color the position along the two other axes, key the index
+ * along this one). The one place the mesh's rule is restated: to be
+ * replaced by shard/mesh.c's sl_par_mesh_split_rule. */
+static int mesh_split_rule(const dry_rules *d, int n, int rank, int *color, int *key) {
+  int tp = rank % d->T, dp = (rank / d->T) % d->D, pp = rank / (d->T * d->D);
+  if (n == 0) *color = rank / d->T, *key = tp;
+  else if (n == 1) *color = pp * d->T + tp, *key = dp;
+  else if (n == 2) *color = rank % (d->T * d->D), *key = pp;
+  else return -1;
+  return 0;
+}
+
+static int world_split(void *ctx, int n, int rank, int *color, int *key) {
+  const dry_rules *d = ctx;
+  if (!mesh_split_rule(d, n, rank, color, key)) return SL_OK;
+  if (n == 3 && d->T > 1 && d->P > 1) { /* sl_tppp_loss_comm: one TP coordinate, in world order */
+    *color = rank % d->T;
+    *key = rank;
+    return SL_OK;
+  }
+  return sl_fail(SL_EINTERNAL, "dry run: split #%d of the world is not one the trainer makes", n);
+}
+
+static int dp_split(void *ctx, int n, int rank, int *color, int *key) {
+  const dry_rules *d = ctx;
+  if (n > 1) return sl_fail(SL_EINTERNAL, "dry run: fsdp split #%d is not in sl_fsdp_split_rule", n);
+  sl_fsdp_split_rule(n, rank, d->S, color, key);
+  return SL_OK;
+}
+
+/* The world's children: the DP communicator (the mesh's split #1) splits by fsdp's rule; TP, PP and the
+ * loss communicator are never split. */
+static sl_comm_count_rule world_child(void *ctx, int n, int color) {
+  (void)color;
+  return (sl_comm_count_rule){n == 1 ? dp_split : NULL, NULL, ctx};
+}
+
+/* The run's settings as the dry run takes them: one thread, tier none, nothing written. */
+static sl_train_cfg dry_cfg(const sl_train_cfg *cfg) {
+  sl_train_cfg c = *cfg;
+  c.threads = 1;
+  snprintf(c.offload_optimizer, sizeof c.offload_optimizer, "none");
+  snprintf(c.offload_params, sizeof c.offload_params, "none");
+  c.ckpt_dir[0] = c.save[0] = c.metrics[0] = 0;
+  c.resume = 0;
+  return c;
+}
+
+/* The stage's figures (--pp > 1): its plan and the PP communicator's point-to-point counters of the step. */
+static int stage_info(const trainer *t, const sl_comm_stats *p0, const sl_comm_stats *p1, sl_dry_result *out) {
+  const sl_pp_plan *p = t->par.pplan;
+  if (p->S > SL_DRY_MAX_STAGES)
+    return sl_fail(SL_EINPUT, "dry run: %d virtual stages (at most %d)", p->S, SL_DRY_MAX_STAGES);
+  out->stage = t->par.pmesh->coord[SL_AXIS_PP];
+  out->nsets = (int)t->nsets;
+  for (int u = 0; u < p->nunits; u++) out->ncomputed += p->local[u];
+  out->sends = p1->calls[SL_COLL_SEND] - p0->calls[SL_COLL_SEND];
+  out->recvs = p1->calls[SL_COLL_RECV] - p0->calls[SL_COLL_RECV];
+  out->send_bytes = p1->bytes[SL_COLL_SEND] - p0->bytes[SL_COLL_SEND];
+  out->recv_bytes = p1->bytes[SL_COLL_RECV] - p0->bytes[SL_COLL_RECV];
+  out->nstages = p->S;
+  for (int v = 0; v < p->S; v++) out->layers[v] = p->layers[v];
+  return SL_OK;
+}
+
+/* What the step asked for: arena peaks over s0 (the caller's counters), fsdp's bytes, the op table's counts. */
+static void step_figures(const trainer *t, const sl_mem_stats *s0, sl_dry_result *out) {
+  sl_mem_stats s1;
+  sl_mem_get(&s1);
+  for (int a = 0; a < SL_ARENA_COUNT; a++) out->peak[a] = s1.peak[a] - s0->cur[a];
+  out->total_peak = s1.total_peak - s0->total_cur;
+  sl_comm_stats sh, rp;
+  sl_fsdp_comm_stats(t->f, &sh, &rp);
+  for (int k = 0; k < SL_COLL_NKINDS; k++) {
+    out->comm[k] = sh.bytes[k] + rp.bytes[k];
+    if (k != SL_COLL_RECV) out->comm_total += out->comm[k]; /* sent bytes, as the metrics count */
+  }
+  out->shard_size = sl_fsdp_shard_size(t->f);
+  out->replica_size = sl_fsdp_replica_size(t->f);
+  sl_count_get(t->k, &out->step);
+  const sl_train_cfg *c = &t->cfg;
+  out->model_flops_token = (double)t->m->vt->flops_per_token(t->m, c->seq_len);
+  out->tokens = c->micro_batch * c->seq_len * c->grad_accum;
+  for (int u = 0; u < t->m->nunits; u++)
+    out->nparams += !t->par.pplan || t->par.pplan->held[u] ? t->m->units[u].numel : 0;
+  out->max_unit = sl_model_max_unit_numel(t->m);
+  out->tp = t->par.pmesh->size[SL_AXIS_TP];
+  out->dp = t->par.pmesh->size[SL_AXIS_DP];
+  out->pp = t->par.pmesh->size[SL_AXIS_PP];
+}
+
+/* The set-up trainer's first step, as sl_train_run takes it (peaks and fsdp's counters reset first). */
+static int dry_step(trainer *t, const sl_mem_stats *s0, sl_dry_result *out) {
+  sl_mem_stats st;
+  sl_mem_get(&st);
+  for (int a = 0; a < SL_ARENA_COUNT; a++) out->start[a] = st.cur[a] - s0->cur[a];
+  sl_comm *tp = t->cfg.tp > 1 ? t->par.pmesh->comm[SL_AXIS_TP] : NULL, *pp = t->par.pmesh->comm[SL_AXIS_PP];
+  sl_comm_stats tp0 = {0}, tp1 = {0}, pp0, pp1;
+  sl_mem_reset_peaks();
+  sl_fsdp_reset_comm_stats(t->f);
+  sl_count_reset(t->k);
+  if (tp) sl_comm_get_stats(tp, &tp0);
+  sl_comm_get_stats(pp, &pp0);
+  step_out o = {0};
+  int rc = sl_trainer_step(t, 0, &o);
+  if (tp) sl_comm_get_stats(tp, &tp1);
+  sl_comm_get_stats(pp, &pp1);
+  if (rc) return rc;
+  step_figures(t, s0, out);
+  for (int k = 0; k < SL_COLL_NKINDS; k++) out->tp_comm[k] = tp1.bytes[k] - tp0.bytes[k];
+  return t->par.pplan ? stage_info(t, &pp0, &pp1, out) : SL_OK;
+}
+
+int sl_train_dry_run(const sl_train_cfg *cfg, const sl_model_config *mc, int world_size, int rank, sl_dry_result *out) {
+  memset(out, 0, sizeof *out);
+  int W = world_size, T = cfg->tp > 1 ? (int)cfg->tp : 1, P = cfg->pp > 1 ? (int)cfg->pp : 1;
+  if (W < 1 || rank < 0 || rank >= W) return sl_fail(SL_EINPUT, "dry run: rank %d of world %d", rank, W);
+  dry_rules d = {W, T, W % (T * P) ? 1 : W / (T * P), P, 0}; /* a mesh that does not divide: the trainer refuses it */
+  d.S = cfg->shard_group > 0 ? (int)cfg->shard_group : d.D;
+  sl_train_cfg c = dry_cfg(cfg);
+  sl_mem_stats s0;
+  sl_mem_get(&s0);
+  sl_comm_count_rule rule = {world_split, world_child, &d};
+  sl_comm *world = NULL;
+  if (sl_comm_count_create_rule(W, rank, &rule, &world) != SL_COMM_OK)
+    return sl_fail(SL_ECOMM, "dry run: %s", sl_comm_last_error());
+  trainer t;
+  int rc = sl_trainer_setup_dry(&t, &c, world, mc);
+  if (!rc) rc = dry_step(&t, &s0, out);
+  sl_trainer_free(&t);
+  sl_comm_destroy(world);
+  sl_mem_restore(&s0); /* the caller's counters, as they were */
+  return rc;
+}
