@@ -2,9 +2,7 @@
 # The include half of the layer check (CMakeLists.txt sl_include_check): a
 # source of layer NAME (the directory ROOT/NAME) may #include "X/..." only for
 # X = NAME or a layer it links (ALLOWED), so a header-only include upward
-# (shard/ including models/) fails the build as an upward call does. An
-# ALLOWED entry with a slash is one header (a library that is only part of
-# its folder: plan/pipeline.h below the engine, plan/planner.h above it).
+# (shard/ including models/) fails the build as an upward call does.
 cmake_policy(SET CMP0057 NEW)
 string(REPLACE "|" ";" allowed "${ALLOWED}")
 file(GLOB layers RELATIVE ${ROOT} ${ROOT}/*)
@@ -15,8 +13,7 @@ foreach(src ${srcs})
   file(STRINGS ${src} lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"[a-z_]+/")
   foreach(line ${lines})
     string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*\"([a-z_]+)/.*" "\\1" dir "${line}")
-    string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*\"([^\"]+)\".*" "\\1" hdr "${line}")
-    if(NOT dir STREQUAL LAYER AND NOT dir IN_LIST allowed AND NOT hdr IN_LIST allowed AND IS_DIRECTORY ${ROOT}/${dir}
+    if(NOT dir STREQUAL LAYER AND NOT dir IN_LIST allowed AND IS_DIRECTORY ${ROOT}/${dir}
        AND EXISTS ${ROOT}/${dir}/CMakeLists.txt)
       file(RELATIVE_PATH rel ${ROOT} ${src})
       string(APPEND bad "  ${rel}: ${line}\n")

@@ -1,6 +1,6 @@
 /* engine/schedule_pp.c — the pipeline-parallel executor: the stage plan of
  * this rank (layout, units computed and held) and the "pp" schedule, which
- * walks this rank's op list of the static schedule (plan/pipeline.h).
+ * walks this rank's op list of the static schedule (pipeline/pipeline.h).
  *
  *   F(mb, c)     select mb's activation set (load(mb) at mb's first op on
  *                this rank, in order), forward the chunk's units; on the

@@ -1,6 +1,6 @@
 /* engine/schedule_pp.h — pipeline parallelism for the trainer: the stage
  * plan (which units this rank computes and holds, from --pp, --pp-virtual,
- * --pp-layout and the static schedule of plan/pipeline.h) and the "pp"
+ * --pp-layout and the static schedule of pipeline/pipeline.h) and the "pp"
  * schedule that executes this rank's op list (engine/schedule_pp.c;
  * docs/pipeline.md, "The executor").
  *
@@ -18,7 +18,7 @@
 
 #include "formats/hfconfig.h"
 #include "formats/traincfg.h"
-#include "plan/pipeline.h"
+#include "pipeline/pipeline.h"
 #include "shard/comm.h"
 #include "shard/mesh.h"
 
@@ -37,7 +37,7 @@ typedef struct {
   int64_t bnd;          /* elements of one boundary (B*T*C; B*T*C / tp under sequence parallelism) */
   int slices;           /* 1, or T: each TP rank sends its 1/T of a replicated boundary (tp_slices) */
   int64_t wire;         /* elements of one transfer: bnd / slices */
-  sl_pp_sched sched;    /* the static schedule of every rank (plan/pipeline.h) */
+  sl_pp_sched sched;    /* the static schedule of every rank (pipeline/pipeline.h) */
 } sl_pp_plan;
 
 /* What the plan is built from. */

@@ -29,8 +29,8 @@
 #include "engine/checkpoint.h"
 #include "engine/eval.h"
 #include "engine/guard.h"
-#include "engine/mesh.h"
-#include "engine/pp_report.h"
+#include "engine/hosts.h"
+#include "engine/report_pp.h"
 #include "engine/precheck.h"
 #include "engine/rundir.h"
 #include "engine/schedule.h"
@@ -311,23 +311,23 @@ static int setup_cfg(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   return SL_OK;
 }
 
-/* Setup step 2: the backend, this rank's place on its node (*mesh), the compute context. */
-static int setup_backend(trainer *t, sl_mesh *mesh) {
+/* Setup step 2: the backend, this rank's place on its node (*hosts), the compute context. */
+static int setup_backend(trainer *t, sl_hosts *hosts) {
   sl_train_cfg *c = &t->cfg;
   int rc;
-  sl_backend_prepare(); /* before any backend's runtime starts (CUDA: the GPU order engine/mesh.c binds by) */
+  sl_backend_prepare(); /* before any backend's runtime starts (CUDA: the GPU order engine/hosts.c binds by) */
   /* kernels/registry.c: "auto" = cuda when usable, else cpu; checked with sl_ops_check */
   t->ops = t->dry ? sl_backend_get("count") : sl_backend_pick(c->backend, 1, "--backend");
   if (!t->ops) return SL_EINPUT; /* the message is set */
   t->dev = t->ops->is_device();
   /* local rank from hostnames; binds this rank's threads before the compute pool starts (a dry run: one rank's) */
-  memset(mesh, 0, sizeof *mesh);
-  mesh->local_size = 1;
-  if (!t->dry && (rc = sl_mesh_setup(t->world, t->ops, c->shard_group, (int)c->tp, mesh))) return rc;
-  sl_backend_bind_local_rank(t->ops, mesh->local_rank); /* one device per local rank */
+  memset(hosts, 0, sizeof *hosts);
+  hosts->local_size = 1;
+  if (!t->dry && (rc = sl_hosts_setup(t->world, t->ops, c->shard_group, (int)c->tp, hosts))) return rc;
+  sl_backend_bind_local_rank(t->ops, hosts->local_rank); /* one device per local rank */
   int threads = (int)c->threads;
   if (threads <= 0)
-    threads = mesh->bind.bound ? mesh->bind.ncpus : (int)sysconf(_SC_NPROCESSORS_ONLN) / mesh->local_size;
+    threads = hosts->bind.bound ? hosts->bind.ncpus : (int)sysconf(_SC_NPROCESSORS_ONLN) / hosts->local_size;
   if (threads < 1) threads = 1;
   t->k = t->ops->ctx_create(threads);
   if (!t->k) return sl_fail(SL_ENOMEM, "cannot create the compute context");
@@ -450,7 +450,7 @@ static int load_unit(trainer *t, int u, sl_st_set *weights, float *flat) {
   return SL_OK;
 }
 
-/* Setup step 7: parameters and optimizer state, one unit at a time; bound: the mesh bound this
+/* Setup step 7: parameters and optimizer state, one unit at a time; bound: engine/hosts.c bound this
  * rank's threads. */
 static int setup_state(trainer *t, int bound) {
   sl_train_cfg *c = &t->cfg;
@@ -516,14 +516,14 @@ static int setup_schedule(trainer *t) {
 
 static int setup_all(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim, const sl_model_config *dry) {
   int ac = 0, rc;
-  sl_mesh mesh;
+  sl_hosts hosts;
   if ((rc = setup_cfg(t, cfg, world, optim, dry, &ac))) return rc;
-  if ((rc = setup_backend(t, &mesh))) return rc;
+  if ((rc = setup_backend(t, &hosts))) return rc;
   if ((rc = setup_model_config(t))) return rc;
   if ((rc = setup_data(t))) return rc;
   if ((rc = setup_mesh(t))) return rc;
   if ((rc = setup_model(t, ac))) return rc;
-  if ((rc = setup_state(t, mesh.bind.bound))) return rc;
+  if ((rc = setup_state(t, hosts.bind.bound))) return rc;
   return setup_schedule(t);
 }
 
@@ -953,7 +953,7 @@ static void run_report(trainer *t, double wall, double first_loss, double last_l
 }
 
 int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
-  if (cfg->pp_dry_run) return sl_pp_dry_run(cfg, sl_comm_rank(world)); /* engine/pp_report.c */
+  if (cfg->pp_dry_run) return sl_pp_dry_run(cfg, sl_comm_rank(world)); /* engine/report_pp.c */
   trainer t;
   /* pipeline.svg, next to metrics.svg */
   char ppsvg[SL_PATH_MAX + 32] = "";

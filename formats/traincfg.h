@@ -69,7 +69,7 @@ typedef struct {
   char pp_schedule[16]; /* gpipe | 1f1b | interleaved | zb1p */
   int64_t pp_virtual;   /* interleaved: chunks per rank V */
   char pp_layout[256];  /* decoder layers per virtual stage "5,4,4,5" (empty: balanced) */
-  int pp_dry_run;       /* print the schedule, write pipeline.svg, do not train (engine/pp_report.c) */
+  int pp_dry_run;       /* print the schedule, write pipeline.svg, do not train (engine/report_pp.c) */
 } sl_train_cfg;
 
 void sl_train_cfg_defaults(sl_train_cfg *c);

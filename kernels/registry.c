@@ -21,7 +21,7 @@ typedef struct {
   int (*local_device)(int rank);     /* the ordinal bind_local_rank picks; NULL: host memory */
 } backend_row;
 
-/* CUDA numbers GPUs by PCI bus: the order engine/mesh.c's placement binds by.
+/* CUDA numbers GPUs by PCI bus: the order engine/hosts.c's placement binds by.
  * Set before the first CUDA call (sl_ops_cuda's probe). */
 static void cuda_prepare(void) { setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 0); }
 

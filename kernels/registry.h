@@ -43,7 +43,7 @@ const char *sl_devcomm_name(sl_devcomm_kind kind);
 
 /* Before a training run picks its backend: what every backend needs set in
  * the process before its runtime starts (CUDA: CUDA_DEVICE_ORDER=PCI_BUS_ID
- * unless set, the order engine/mesh.c binds GPUs to cores by). */
+ * unless set, the order engine/hosts.c binds GPUs to cores by). */
 void sl_backend_prepare(void);
 
 /* One device per local rank: the backend of `ops` uses device `local_rank`

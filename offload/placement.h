@@ -1,7 +1,7 @@
 /* offload/placement.h — where a rank's compute threads run (hwloc): the
  * cores nearest its GPU on CUDA runs, an even share of the node's cores on
  * CPU runs, or what the launcher already chose. Process-local; the mesh
- * report across ranks is engine/mesh.c. */
+ * report across ranks is engine/hosts.c. */
 #ifndef SL_OFFLOAD_PLACEMENT_H
 #define SL_OFFLOAD_PLACEMENT_H
 

@@ -7,7 +7,7 @@
  * by-slot placement) and a PP group strides over everything. TP = --tp, PP
  * = 1 today, so DP = world / TP; fsdp takes the DP communicator and splits
  * it further for --shard-group (shard x replica, shard/fsdp.c). Which ranks
- * share a node is engine/mesh.c's (hostnames, binding, its report).
+ * share a node is engine/hosts.c's (hostnames, binding, its report).
  */
 #ifndef SL_SHARD_MESH_H
 #define SL_SHARD_MESH_H

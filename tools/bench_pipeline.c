@@ -1,5 +1,5 @@
 /* tools/bench_pipeline.c — shardlm bench pipeline: the static pipeline
- * schedule builder's op lists (plan/pipeline.h) driven through real
+ * schedule builder's op lists (pipeline/pipeline.h) driven through real
  * point-to-point communication (sl_comm_send / sl_comm_recv) by P ranks
  * under mpirun, with a synthetic compute time per op instead of a model.
  * Each rank walks its own list in order: F / B / W take cost x --f-ms / V
@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "plan/pipeline.h"
+#include "pipeline/pipeline.h"
 #include "shard/comm.h"
 
 int sl_bench_pipeline_main(int argc, char **argv); /* tools/bench.c: shardlm bench pipeline */

@@ -1,8 +1,8 @@
 /* tools/pp_schedule.c — shardlm pp-schedule: builds and checks the static
- * pipeline schedule (plan/pipeline.h) and prints it before any run: the
+ * pipeline schedule (pipeline/pipeline.h) and prints it before any run: the
  * per-rank timeline as text, each rank's bubble against the closed form,
  * the transfers and their bytes, the in-flight micro-batch peaks, the layer
- * layout of the stages; `--svg FILE` draws the timeline (plan/pp_render.c;
+ * layout of the stages; `--svg FILE` draws the timeline (pipeline/render.c;
  * docs/pipeline.md). */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -15,9 +15,9 @@
 #include "base/base.h"
 #include "formats/hfconfig.h"
 #include "formats/traincfg.h"
-#include "plan/pipeline.h"
+#include "pipeline/pipeline.h"
 #include "plan/planner.h"
-#include "plan/pp_render.h"
+#include "pipeline/render.h"
 #include "tools/tools.h"
 
 static void usage(FILE *f) {

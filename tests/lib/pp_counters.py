@@ -2,7 +2,7 @@
 """Every 'pipeline rank R: N sends (B bytes), M receives (C bytes)' line of a
 training log (engine/schedule_pp.c, one per rank) against `shardlm
 pp-schedule --json` x the steps: the PP communicator's counts and bytes must
-equal the static schedule's (plan/pipeline.c, an independent computation).
+equal the static schedule's (pipeline/build.c, an independent computation).
 
 usage: pp_counters.py SCHEDULE.json TRAIN.log STEPS   (exit 0: all equal)"""
 import json

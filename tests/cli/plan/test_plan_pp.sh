@@ -9,7 +9,7 @@
 # "peak_bytes" too once the CPU kernels' scratch is added (the rule of
 # tests/cli/plan/test_plan_tp.sh). Independently of both: stage s's activation arena
 # = the builder's peak in-flight micro-batches of rank s (`shardlm
-# pp-schedule --json`, plan/pipeline.c) x one micro-batch's activations of
+# pp-schedule --json`, pipeline/build.c) x one micro-batch's activations of
 # the stage's units, counted from the config here (every stage of gpipe P2
 # and 1f1b P3). Negative control: a gpipe prediction must not match a 1f1b
 # run. Env: SL_BUILD (CLI at $SL_BUILD/shardlm), SL_SRC (source root).

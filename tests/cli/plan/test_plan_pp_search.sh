@@ -7,7 +7,7 @@
 # pipeline of P stages; and the planner's bubble share of the step,
 # bubble_s / (compute + bubble), equals (P-1)/(m+P-1) and the idle share of
 # the static schedule that `train --pp-dry-run` prints for the same command
-# (plan/pipeline.c, an independent computation). TP x PP candidates are
+# (pipeline/build.c, an independent computation). TP x PP candidates are
 # runnable too: their command carries --tp T --pp P.
 # Env: SL_BUILD (CLI at $SL_BUILD/shardlm), SL_SRC (source root).
 source "${SL_SRC:?}/tests/lib/run.sh" plan_pp_search mpi

@@ -8,7 +8,7 @@
 # none of 2, 3, 4 (nor by the 6 and 8 virtual stages of interleaved at P 3
 # and 4), so every balanced layout is uneven and a dropped or doubled layer
 # would change the weights. 1f1b also runs m = 4 at P = 3 (m not a multiple
-# of P). Interleaved needs m a multiple of P (plan/pipeline.c): P 3 runs at
+# of P). Interleaved needs m a multiple of P (pipeline/build.c): P 3 runs at
 # m = 6 against its own one-process reference. The layouts the runs use are
 # checked to place all 7 layers (`shardlm pp-schedule --json`).
 # Also the schedule's SVG: pipeline.svg next to metrics.svg in a training

@@ -1,4 +1,4 @@
-/* plan/pp_check.c — sl_pp_check: replays every rank's op list of a
+/* pipeline/check.c — sl_pp_check: replays every rank's op list of a
  * pipeline schedule with blocking rendezvous send/recv (each transfer
  * completes only when both ranks have it at the head of their lists, as
  * NCCL's issue-order send/recv and a synchronous MPI send do) and proves
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/pipeline.h"
+#include "pipeline/pipeline.h"
 
 typedef struct {
   const sl_pp_sched *s;
@@ -154,7 +154,7 @@ done:
   return rc;
 }
 
-/* sl_pp_replay (plan/pipeline.h): the lists on a clock with durations. */
+/* sl_pp_replay (pipeline/pipeline.h): the lists on a clock with durations. */
 double sl_pp_replay(const sl_pp_sched *s, double unit, double xfer, int overlap, double *busy) {
   int P = s->spec.P, moved = 1;
   int *pos = calloc((size_t)P, sizeof(int)), *head = calloc((size_t)P * 2, sizeof(int)),

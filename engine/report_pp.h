@@ -1,8 +1,10 @@
-/* engine/pp_report.h — a pipeline-parallel run's schedule shown to people
- * (engine/pp_report.c): pipeline.svg in the out dir next to metrics.svg,
- * and `shardlm train --pp P --pp-dry-run` (docs/pipeline.md). */
-#ifndef SL_PP_REPORT_H
-#define SL_PP_REPORT_H
+/* engine/report_pp.h — a pipeline-parallel run's schedule shown to people
+ * (engine/report_pp.c): pipeline.svg in the out dir next to metrics.svg,
+ * and `shardlm train --pp P --pp-dry-run` (docs/pipeline.md). The per-stage
+ * figures of the metrics line (same file) are the trainer's own:
+ * sl_trainer_pp_gather / sl_trainer_pp_write in engine/trainer_internal.h. */
+#ifndef SL_REPORT_PP_H
+#define SL_REPORT_PP_H
 
 #include "engine/schedule_pp.h"
 #include "formats/traincfg.h"
@@ -11,7 +13,7 @@
 extern "C" {
 #endif
 
-/* Writes OUT_DIR/pipeline.svg (plan/pp_render.c) of the run's schedule,
+/* Writes OUT_DIR/pipeline.svg (pipeline/render.c) of the run's schedule,
  * atomically; the path in svg[cap]. Called by world rank 0. */
 int sl_pp_report_svg(const sl_train_cfg *c, const sl_pp_plan *p, char *svg, size_t cap);
 
@@ -25,4 +27,4 @@ int sl_pp_dry_run(const sl_train_cfg *c, int world_rank);
 #ifdef __cplusplus
 }
 #endif
-#endif /* SL_PP_REPORT_H */
+#endif /* SL_REPORT_PP_H */

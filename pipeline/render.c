@@ -1,10 +1,10 @@
-/* plan/pp_render.c — drawing a static pipeline schedule (plan/pipeline.h):
+/* pipeline/render.c — drawing a static pipeline schedule (pipeline/pipeline.h):
  * the per-rank text timeline and the SVG timeline with the bubble, the
  * one `shardlm pp-schedule` prints and draws (tools/pp_schedule.c) and a
  * training run writes as pipeline.svg next to metrics.svg
- * (engine/pp_report.c; docs/pipeline.md). */
+ * (engine/report_pp.c; docs/pipeline.md). */
 #define _GNU_SOURCE
-#include "plan/pp_render.h"
+#include "pipeline/render.h"
 
 #include <errno.h>
 #include <stdio.h>

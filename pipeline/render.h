@@ -1,11 +1,11 @@
-/* plan/pp_render.h — the static pipeline schedule drawn for people: the
- * per-rank text timeline and the SVG timeline (plan/pp_render.c). */
-#ifndef SL_PP_RENDER_H
-#define SL_PP_RENDER_H
+/* pipeline/render.h — the static pipeline schedule drawn for people: the
+ * per-rank text timeline and the SVG timeline (pipeline/render.c). */
+#ifndef SL_PIPELINE_RENDER_H
+#define SL_PIPELINE_RENDER_H
 
 #include <stdio.h>
 
-#include "plan/pipeline.h"
+#include "pipeline/pipeline.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -24,4 +24,4 @@ int sl_pp_svg_write(const sl_pp_sched *s, const char *path);
 #ifdef __cplusplus
 }
 #endif
-#endif /* SL_PP_RENDER_H */
+#endif /* SL_PIPELINE_RENDER_H */

@@ -1,14 +1,14 @@
-/* plan/pp_layout.c — which decoder layers each pipeline stage holds: the
+/* pipeline/layout.c — which decoder layers each pipeline stage holds: the
  * explicit `--pp-layout 5,4,4,5` split, checked, and the default split
  * balanced over FLOPs and memory with the embedding on the first stage and
- * the final norm + LM head on the last (plan/pipeline.h). */
+ * the final norm + LM head on the last (pipeline/pipeline.h). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/pipeline.h"
+#include "pipeline/pipeline.h"
 
 int sl_pp_layout_parse(const char *text, int P, int L, int *layers) {
   const char *p = text ? text : "";

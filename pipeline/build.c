@@ -1,9 +1,9 @@
-/* plan/pipeline.c — the static pipeline schedule builder: the compute order
+/* pipeline/build.c — the static pipeline schedule builder: the compute order
  * of each schedule, its unit-cost timeline, the transfers merged in one
  * global order, the facts (bubble, in-flight peaks, transfer counts)
- * (plan/pipeline.h, docs/pipeline.md). The checker is plan/pp_check.c, the
- * layer layout of stages plan/pp_layout.c. */
-#include "plan/pipeline.h"
+ * (pipeline/pipeline.h, docs/pipeline.md). The checker is pipeline/check.c, the
+ * layer layout of stages pipeline/layout.c. */
+#include "pipeline/pipeline.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,7 +132,7 @@ static int order_fixed(const sl_pp_spec *s, int r, oplist *l) {
  * and fewer than P wait for their W (1F1B's first-stage memory), else the
  * next B whose gradient is there, else the next W: W fills the bubbles.
  * Each kind runs in micro-batch order. At F = B = W this reaches the paper's
- * (P-1)(F+B-W) bubble exactly (tests/unit/plan/test_pp_schedule.c). */
+ * (P-1)(F+B-W) bubble exactly (tests/unit/pipeline/test_pp_schedule.c). */
 static int order_zb1p(const sl_pp_spec *s, oplist *l) {
   int P = s->P, m = s->m, rc = SL_OK;
   int64_t *endF = malloc(sizeof(int64_t) * (size_t)P * m), *endB = malloc(sizeof(int64_t) * (size_t)P * m);

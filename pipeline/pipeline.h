@@ -1,4 +1,4 @@
-/* plan/pipeline.h — the static pipeline-parallel schedule: for P stages
+/* pipeline/pipeline.h — the static pipeline-parallel schedule: for P stages
  * (ranks of the PP axis), m micro-batches and a schedule kind, every rank's
  * ordered list of compute ops (F, B, W) and point-to-point transfers
  * (SEND / RECV of activations forward and of gradients backward), built

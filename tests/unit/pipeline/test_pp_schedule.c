@@ -1,5 +1,5 @@
-/* tests/unit/plan/test_pp_schedule.c — the static pipeline schedule builder
- * (plan/pipeline.h) against closed forms: every schedule for P = 1..8,
+/* tests/unit/pipeline/test_pp_schedule.c — the static pipeline schedule builder
+ * (pipeline/pipeline.h) against closed forms: every schedule for P = 1..8,
  * several m and V: the checker passes (no deadlock under blocking
  * send/recv), dependencies hold in the timeline (recomputed here from the
  * lists), F/B/W counts, per-rank bubble (P-1)(F+B) for gpipe / 1f1b /
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/pipeline.h"
+#include "pipeline/pipeline.h"
 
 #include "tests/lib/check.h"
 

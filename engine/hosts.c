@@ -1,4 +1,4 @@
-/* engine/mesh.c — the rank mesh (see mesh.h): one all-gather of hostnames
+/* engine/hosts.c — the ranks on their hosts (see hosts.h): one all-gather of hostnames
  * gives every rank its local rank (launcher-independent: mpirun, srun or
  * anything else), the threads are bound, and one all-gather of the bindings
  * lets rank 0 print which ranks share a node and a NUMA node. A tensor-
@@ -6,7 +6,7 @@
  * consecutive data-parallel ranks, T apart) should not cross nodes: their
  * collectives are the latency-bound ones; rank 0 warns when they do. */
 #define _GNU_SOURCE
-#include "engine/mesh.h"
+#include "engine/hosts.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,7 +45,7 @@ static int spans(const rank_info *all, int first, int stride, int count) {
   return cross;
 }
 
-static void report(const rank_info *all, int n, const sl_mesh *m, int64_t S, int T) {
+static void report(const rank_info *all, int n, const sl_hosts *m, int64_t S, int T) {
   if (n == 1) {
     sl_log0(SL_LOG_INFO, "mesh: 1 rank on %s: cpus %s (%d), NUMA %d (%s)", all[0].host, all[0].cpus, all[0].ncpus,
             all[0].numa, m->bind.why);
@@ -102,7 +102,7 @@ static void report(const rank_info *all, int n, const sl_mesh *m, int64_t S, int
   free(pick);
 }
 
-int sl_mesh_setup(sl_comm *world, const sl_ops *ops, int64_t shard_group, int tp, sl_mesh *m) {
+int sl_hosts_setup(sl_comm *world, const sl_ops *ops, int64_t shard_group, int tp, sl_hosts *m) {
   int n = sl_comm_size(world), me = sl_comm_rank(world), rc = SL_OK;
   memset(m, 0, sizeof *m);
   rank_info mine, *all = calloc((size_t)n, sizeof *all);
