@@ -20,6 +20,7 @@
 #include "base/base.h"
 #include "base/env.h"
 #include "engine/agree.h"
+#include "engine/tensor_par.h"
 #include "formats/ckpt_io.h"
 #include "formats/safetensors.h"
 
@@ -103,7 +104,7 @@ static int build_manifest(const sl_ckpt_state *st, sl_ckio_manifest *man) {
   man->has_seed = 1;
   man->world_size = sl_comm_size(st->world);
   man->zero = st->cfg ? (int)st->cfg->zero : 0;
-  int tp = sl_ckpt_is_tp(st); /* one file of whole units (engine/ckpt_tp.c) */
+  int tp = sl_tpar_ckpt_on(st); /* one file of whole units (engine/tensor_par.c) */
   man->shard_group = tp ? 1 : sl_fsdp_shard_size(st->f);
   man->replica_size = tp ? 1 : sl_fsdp_replica_size(st->f);
   man->align = 1;
@@ -250,7 +251,7 @@ static void log_saved(int64_t step, const sl_ckio_manifest *man, double t0) {
 int sl_ckpt_save(const char *ckpt_dir, const sl_ckpt_state *st, int keep_last) {
   sl_comm *w = st->world;
   int W = sl_comm_size(w), rank = sl_comm_rank(w);
-  int tp = sl_ckpt_is_tp(st);
+  int tp = sl_tpar_ckpt_on(st);
   /* world ranks 0..S-1 (S: the shard group) without a pipeline; tensor parallel: world rank 0 */
   int writer = tp ? (st->owns ? st->stage_writer : rank == 0) : sl_fsdp_replica_rank(st->f) == 0;
   fault_ctx fc = {rank, st->step};
@@ -282,7 +283,7 @@ int sl_ckpt_save(const char *ckpt_dir, const sl_ckpt_state *st, int keep_last) {
 
   /* every writer: its slice of every unit, one file (TP: rank 0 the whole units) */
   if (tp) {
-    rc = sl_ckpt_tp_write(st, &wr, tmp);
+    rc = sl_tpar_ckpt_write(st, &wr, tmp);
   } else if (writer) {
     rc = write_own_file(st, &wr, tmp, rank, &fc);
   }
@@ -446,9 +447,9 @@ static int try_load(const char *dir, sl_ckpt_state *st) {
   for (int u = 0; u < st->m->nunits && !rc; u++) {
     sl_fsdp_view_t v = sl_fsdp_view(st->f, u);
     for (int k = 0; k < 3 && !rc; k++) {
-      if (!dst[k][u]) continue; /* another pipeline stage's unit */
-      if (sl_ckpt_is_tp(st)) {  /* this rank's slices of the whole units */
-        rc = sl_ckpt_tp_read(dir, &man, st, u, k, dst[k][u]);
+      if (!dst[k][u]) continue;  /* another pipeline stage's unit */
+      if (sl_tpar_ckpt_on(st)) { /* this rank's slices of the whole units */
+        rc = sl_tpar_ckpt_read(dir, &man, st, u, k, dst[k][u]);
         continue;
       }
       memset(dst[k][u], 0, (size_t)v.count * 4);

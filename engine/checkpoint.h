@@ -42,7 +42,7 @@ typedef struct {
   int64_t next_sample;          /* global index of the next sample to consume */
   uint64_t rng_seed;            /* data-order / init seed */
   sl_comm *tp;                  /* the tensor-parallel group (NULL or one rank: none); at T > 1 the
-                               units are gathered into whole tensors (engine/ckpt_tp.c) */
+                               units are gathered into whole tensors (engine/tensor_par.h) */
   /* (nunits) or NULL (all): the units this rank's stage owns under pipeline
    * parallelism; it writes only those, and loads only units whose arrays are
    * not NULL */
@@ -65,14 +65,6 @@ int sl_ckpt_save(const char *ckpt_dir, const sl_ckpt_state *st, int keep_last);
  * world size / ZeRO stage / shard group), st->step, st->next_sample. Returns
  * SL_OK with *found = 0 when the directory has no checkpoint. */
 int sl_ckpt_load(const char *ckpt_dir, sl_ckpt_state *st, int *found);
-
-/* Tensor parallelism (engine/ckpt_tp.c): a checkpoint holds each unit in
- * the whole (T = 1) layout whatever the TP degree. sl_ckpt_tp_write is
- * collective over world: rank 0 writes every unit into wr (opened on tmp);
- * sl_ckpt_tp_read fills this rank's view of unit u, kind k. */
-int sl_ckpt_is_tp(const sl_ckpt_state *st);
-int sl_ckpt_tp_write(const sl_ckpt_state *st, sl_ckio_writer *wr, const char *tmp);
-int sl_ckpt_tp_read(const char *dir, const sl_ckio_manifest *man, const sl_ckpt_state *st, int u, int k, float *dst);
 
 #ifdef __cplusplus
 }

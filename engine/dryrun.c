@@ -3,7 +3,7 @@
  * (sl_trainer_setup_dry) and step (sl_trainer_step), the figures a metrics
  * line would carry for that step. The world answers the splits the
  * trainer's code makes of it: the mesh's three (shard/mesh.c), under TP x
- * PP the loss communicator's (engine/tppp.c), and fsdp's two of the DP
+ * PP the loss communicator's (engine/tensor_par.c), and fsdp's two of the DP
  * communicator (sl_fsdp_split_rule). */
 #include "engine/dryrun.h"
 
@@ -33,7 +33,7 @@ static int mesh_split_rule(const dry_rules *d, int n, int rank, int *color, int 
 static int world_split(void *ctx, int n, int rank, int *color, int *key) {
   const dry_rules *d = ctx;
   if (!mesh_split_rule(d, n, rank, color, key)) return SL_OK;
-  if (n == 3 && d->T > 1 && d->P > 1) { /* sl_tppp_loss_comm: one TP coordinate, in world order */
+  if (n == 3 && d->T > 1 && d->P > 1) { /* sl_tpar_init: one TP coordinate, in world order */
     *color = rank % d->T;
     *key = rank;
     return SL_OK;

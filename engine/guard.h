@@ -1,8 +1,10 @@
 /* engine/guard.h — the non-finite policy of a training run (docs/cli.md,
  * README "Failure behaviour"): every step's loss and gradient norm are
- * checked on every rank and the ranks agree; --on-nonfinite stop ends the
- * run (SL_ENONFINITE, exit 4) naming the step; skip drops the step's update
- * and stops after --max-skips consecutive skips. Optimizer state is checked
+ * checked on every rank and the ranks agree (the schedule's step validation
+ * applies sl_guard_step to its norm: engine/schedule.h,
+ * sl_schedule_check_step); --on-nonfinite stop ends the run (SL_ENONFINITE,
+ * exit 4) naming the step; skip drops the step's update and stops after
+ * --max-skips consecutive skips. Optimizer state is checked
  * before it is written (checkpoint, --save): a non-finite state is never
  * saved. */
 #ifndef SL_GUARD_H

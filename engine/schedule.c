@@ -4,12 +4,14 @@
  * engine/schedule.h. */
 #include "engine/schedule.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
 #include "engine/schedule_pp.h"
+#include "engine/tensor_par.h"
 
 /* ---- single ------------------------------------------------------------------ */
 static int single_nacts(const sl_schedule *s, int nmicro) {
@@ -71,9 +73,10 @@ static int single_forward(sl_schedule *s, const sl_step_ctx *c, sl_step_result *
   return rc;
 }
 
+/* Every layout without a pipeline: one process, DP, hybrid sharding, TP
+ * (with or without SP); priv: the TP group or NULL. */
 static int single_grad_sumsq(sl_schedule *s, const sl_step_ctx *c, double *ss) {
-  (void)s;
-  return sl_fsdp_grad_sumsq(c->f, ss);
+  return sl_tpar_grad_sumsq(c->f, c->m, s->priv, ss);
 }
 
 static const sl_schedule_vt single_vt = {
@@ -86,8 +89,8 @@ static const sl_schedule_vt single_vt = {
 };
 
 static int single_create(const sl_schedule_cfg *cfg, sl_schedule *s) {
-  (void)cfg;
   s->vt = &single_vt;
+  s->priv = cfg && cfg->tp && sl_comm_size(cfg->tp) > 1 ? cfg->tp : NULL; /* borrowed */
   return SL_OK;
 }
 
@@ -124,6 +127,16 @@ int sl_schedule_create(const sl_schedule_cfg *cfg, sl_schedule **out) {
   }
   *out = s;
   return SL_OK;
+}
+
+/* ---- the step's validation ------------------------------------------------------ */
+int sl_schedule_check_step(sl_schedule *s, const sl_step_ctx *c, sl_guard *g, sl_comm *world, int64_t step, double loss,
+                           double *grad_norm, int *apply) {
+  double ss;
+  int rc = sl_schedule_grad_sumsq(s, c, &ss);
+  if (rc) return rc;
+  *grad_norm = sqrt(ss);
+  return sl_guard_step(g, world, step, loss, *grad_norm, apply);
 }
 
 void sl_schedule_destroy(sl_schedule *s) {

@@ -5,29 +5,35 @@
  * Who owns what in a step (engine/trainer.c drives it):
  *   trainer   the data (a loader per micro-batch), the loss mean over the
  *             step's counted targets, the clip coefficient, the non-finite
- *             policy (engine/guard.h) and the optimizer step on the rank's
- *             views (offload/optstate, kernels' adamw), then the next step;
+ *             policy's state (engine/guard.h: stop or skip, the skip count)
+ *             and the optimizer step on the rank's views (offload/optstate,
+ *             kernels' adamw), then the next step;
  *   schedule  everything between "the step's micro-batches are known" and
- *             "every gradient of the step is reduced": the forward and
- *             backward of each micro-batch through the FSDP runtime
- *             (shard/fsdp.h: fwd_acquire/release, bwd_acquire/release,
+ *             "the step may update": the forward and backward of each
+ *             micro-batch through the FSDP runtime (shard/fsdp.h:
+ *             fwd_acquire/release, bwd_acquire/release,
  *             begin_micro/end_micro, docs/overlap.md), the model's
  *             activation set of each micro-batch in flight
  *             (models/model.h: sl_model_set_nacts / sl_model_use_acts),
- *             and the global gradient norm (grad_sumsq).
+ *             the global gradient norm for every layout (grad_sumsq: DP,
+ *             hybrid sharding, TP with or without SP, PP, TP x PP) and the
+ *             step's validation over it (sl_schedule_check_step: the norm
+ *             and the non-finite check of engine/guard.h).
  * The optimizer stays in the trainer because it is the same for every
  * schedule: each rank steps the views it owns once all gradients are in.
  *
- * One implementation today, "single" (no pipeline; schedule.c): for each
- * micro-batch k of the step: select set 0, load(k), begin_micro, forward
- * units 0..U-1, backward units U-1..0, end_micro. The sum of squares is the
- * runtime's (sl_fsdp_grad_sumsq). Evaluation (engine/eval.c) runs `forward`;
- * the reference dump (engine/dump.c) runs `run_step` with an after_fwd hook.
+ * "single" (no pipeline; schedule.c): for each micro-batch k of the step:
+ * select set 0, load(k), begin_micro, forward units 0..U-1, backward units
+ * U-1..0, end_micro. The sum of squares is the runtime's
+ * (sl_fsdp_grad_sumsq), under TP each tensor counted once over the TP group
+ * (engine/tensor_par.h, sl_tpar_grad_sumsq). Evaluation (engine/eval.c)
+ * runs `forward`; the reference dump (engine/dump.c) runs `run_step` with
+ * an after_fwd hook.
  *
- * Where a pipeline schedule goes (the pipeline-parallel issue): a new file
- * engine/schedule_NAME.c with its sl_schedule_vt and a row in the registry
- * of schedule.c; sl_schedule_cfg grows the PP communicator, this rank's
- * stage, the stage's units and the virtual-chunk count. Per rank it then
+ * "pp" (engine/schedule_pp.c, the pipeline executor; a new schedule is a
+ * file engine/schedule_NAME.c with its sl_schedule_vt and a row in the
+ * registry of schedule.c): sl_schedule_cfg gives it this rank's stage plan
+ * (its units, the virtual chunks) and the PP communicator. Per rank it
  *   - asks for as many activation sets as micro-batches in flight (nacts:
  *     1F1B's first stage P, GPipe m), and selects micro-batch k's set before
  *     each of its forward and backward units; the loader must then keep each
@@ -42,15 +48,22 @@
  *   - reports loss_sum only on the stage holding the head (0 elsewhere: the
  *     trainer's all-rank sum stays the same number);
  *   - in grad_sumsq, sums the tied embedding's gradient between the first
- *     and the last stage, then adds the stages' sums of squares (an
- *     all-reduce on the PP communicator) so every rank clips alike.
- * A zero-bubble schedule that overlaps the optimizer with weight-gradient
- * work would also move the step's validation here; none does today.
+ *     and the last stage, then gathers the per-unit sums of squares over PP
+ *     (under TP each tensor counted once) and adds them in unit order, each
+ *     from its owner, then over the shard group, then over TP, so every
+ *     rank clips alike.
+ * The step's validation is one function for every schedule
+ * (sl_schedule_check_step); a zero-bubble schedule that overlaps the
+ * optimizer with weight-gradient work would make it an entry of its own.
  */
 #ifndef SL_SCHEDULE_H
 #define SL_SCHEDULE_H
 
+#include <stdint.h>
+
+#include "engine/guard.h"
 #include "models/model.h"
+#include "shard/comm.h"
 #include "shard/fsdp.h"
 
 #ifdef __cplusplus
@@ -113,7 +126,7 @@ typedef struct {
    * outlive the schedule) and the PP communicator of shard/mesh.h */
   const void *pp_plan;
   sl_comm *pp;
-  sl_comm *tp; /* "pp" under tensor parallelism: the TP group the norm also sums over (NULL: none) */
+  sl_comm *tp; /* the TP group the norm also sums over (NULL or one rank: none); "pp": the boundaries' too */
 } sl_schedule_cfg;
 
 /* SL_EINPUT naming the known schedules for an unknown name. */
@@ -131,6 +144,14 @@ static inline int sl_schedule_forward(sl_schedule *s, const sl_step_ctx *c, sl_s
 static inline int sl_schedule_grad_sumsq(sl_schedule *s, const sl_step_ctx *c, double *ss) {
   return s->vt->grad_sumsq(s, c, ss);
 }
+
+/* The step's validation, after run_step, the same for every schedule:
+ * *grad_norm := the square root of grad_sumsq (the same double on every
+ * rank), then the non-finite check of the step's loss and that norm
+ * (sl_guard_step over world: *apply 0 drops the update; g->stop when the
+ * policy ends the run). Collective. */
+int sl_schedule_check_step(sl_schedule *s, const sl_step_ctx *c, sl_guard *g, sl_comm *world, int64_t step, double loss,
+                           double *grad_norm, int *apply);
 
 #ifdef __cplusplus
 }

@@ -39,8 +39,9 @@
  * same optimizer step and stay identical.
  *
  * The gradient norm: every rank's per-unit sums of squares (the owner's
- * only), gathered over the PP communicator, added in unit order, then over
- * the shard group in rank order: the bits of one process.
+ * only; under TP each tensor on one TP rank, engine/tensor_par.h), gathered
+ * over the PP communicator, added in unit order, then over the shard group
+ * and over TP in rank order: the bits of one process.
  */
 #include "engine/schedule_pp.h"
 
@@ -51,7 +52,7 @@
 
 #include "base/base.h"
 #include "engine/schedule.h"
-#include "engine/tppp.h"
+#include "engine/tensor_par.h"
 
 enum { TAG_ACT = 0, TAG_GRAD = 1, TAG_TIED = 2, TAG_TIED_SUM = 3, TAG_UNIT = 4 };
 
@@ -663,7 +664,7 @@ static int pp_grad_sumsq(sl_schedule *s, const sl_step_ctx *c, double *ss) {
   double *mine = calloc((size_t)U, sizeof(double)), *all = calloc((size_t)U * (size_t)P, sizeof(double));
   if (!mine || !all) rc = sl_fail(SL_ENOMEM, "out of memory");
   if (!rc) {
-    sl_tppp_unit_sumsq(c->f, c->m, mine); /* under TP: each tensor once over the TP group */
+    sl_tpar_unit_sumsq(c->f, c->m, mine); /* under TP: each tensor once over the TP group */
     if (sl_comm_allgather_sync(st->pp, mine, all, U, SL_F64) != SL_COMM_OK)
       rc = sl_fail(SL_ECOMM, "pipeline gradient norm all-gather: %s", sl_comm_last_error());
   }
@@ -671,7 +672,7 @@ static int pp_grad_sumsq(sl_schedule *s, const sl_step_ctx *c, double *ss) {
     double t = 0.0; /* in unit order, each unit from its owner: one process's sum */
     for (int u = 0; u < U; u++) t += all[(size_t)pl->owner[u] * (size_t)U + (size_t)u];
     rc = sl_fsdp_shard_sum(c->f, t, ss);
-    if (!rc && st->tp) rc = sl_tppp_tp_sum(st->tp, *ss, ss); /* then over the TP group, in rank order */
+    if (!rc && st->tp) rc = sl_tpar_sum(st->tp, *ss, ss); /* then over the TP group, in rank order */
   }
   free(mine);
   free(all);

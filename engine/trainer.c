@@ -35,7 +35,7 @@
 #include "engine/rundir.h"
 #include "engine/schedule.h"
 #include "engine/signals.h"
-#include "engine/tppp.h"
+#include "engine/tensor_par.h"
 #include "formats/dataset.h"
 #include "formats/hfconfig.h"
 #include "formats/metrics.h"
@@ -45,7 +45,6 @@
 #include "offload/offload.h"
 #include "shard/fsdp.h"
 #include "shard/mesh.h"
-#include "shard/tp.h"
 
 static sl_plotter g_plotter; /* sl_train_set_plotter */
 
@@ -101,7 +100,7 @@ static int eval_load(void *user, sl_sampler *smp, const int64_t *samples, int64_
 static int run_eval(trainer *t, sl_sampler *smp, int64_t K, sl_eval_result *res) {
   sl_eval_env e = {t->m,
                    t->f,
-                   sl_trainer_loss_comm(t),
+                   t->par.tp.loss,
                    t->cfg.micro_batch,
                    t->cfg.seq_len,
                    t,
@@ -248,7 +247,7 @@ void sl_trainer_free(trainer *t) {
   sl_schedule_destroy(t->sched);
   sl_pp_plan_free(t->par.pplan);
   sl_fsdp_destroy(t->f);
-  sl_comm_destroy(t->par.tppp_loss);
+  sl_tpar_free(&t->par.tp);
   sl_par_mesh_destroy(t->par.pmesh);
   sl_model_destroy(t->m);
   sl_sampler_close(t->data.smp);
@@ -391,9 +390,9 @@ static int setup_data(trainer *t) {
 static int setup_mesh(trainer *t) {
   sl_train_cfg *c = &t->cfg;
   int rc;
-  if ((rc = sl_trainer_tp_check(t))) return rc;
+  if ((rc = sl_tpar_check((int)c->tp, t->wsize, t->dev))) return rc;
   if ((rc = sl_par_mesh_create(t->world, (int)c->tp, (int)c->pp, &t->par.pmesh))) return rc;
-  if (c->tp > 1 && c->pp > 1 && (rc = sl_tppp_loss_comm(t->par.pmesh, &t->par.tppp_loss))) return rc;
+  if ((rc = sl_tpar_init(&t->par.tp, t->par.pmesh, (int)c->tp, (int)c->pp))) return rc;
   t->par.dp_rank = t->par.pmesh->coord[SL_AXIS_DP];
   t->par.dp_size = t->par.pmesh->size[SL_AXIS_DP];
   return sl_pp_plan_for_run(c, &t->mcfg, t->par.pmesh->coord[SL_AXIS_PP], t->dev, &t->par.pplan);
@@ -408,8 +407,7 @@ static int setup_model(trainer *t, int ac) {
                                  t->par.pplan ? t->par.pplan->local : NULL, t->par.pplan ? t->par.pplan->nunits : 0,
                                  &t->m)))
     return rc;
-  t->m->access = (sl_unit_access){t, acc_params, acc_grads,
-                                  c->tp > 1 ? sl_tp_group_over(t->par.pmesh->comm[SL_AXIS_TP]) : sl_tp_single()};
+  t->m->access = (sl_unit_access){t, acc_params, acc_grads, sl_tpar_hooks(&t->par.tp)};
   sl_fsdp_cfg fc = {.zero = (int)c->zero,
                     .prefetch = (int)c->prefetch,
                     .prefetch_bytes = c->prefetch_mb << 20,
@@ -572,7 +570,7 @@ int sl_trainer_fwd_bwd(trainer *t, int nk, sl_fwd_hook hook, void *hook_user, do
 }
 
 static int sum_across(trainer *t, double mine, double *out) {
-  sl_comm *over = sl_trainer_loss_comm(t); /* a TP group's ranks hold the same loss */
+  sl_comm *over = t->par.tp.loss; /* a TP group's ranks hold the same loss */
   int n = sl_comm_size(over);
   double *all = calloc((size_t)n, sizeof(double));
   if (!all) return SL_ENOMEM;
@@ -651,12 +649,9 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
   if ((rc = sum_across(t, loss_local, &loss_sum))) return rc;
   o->loss = t->data.count > 0 ? loss_sum / (double)t->data.count : 0.0;
   o->tokens = t->data.count;
-  double ss;
   sl_step_ctx sc = step_ctx(t, (int)c->grad_accum);
-  /* tensor parallel: each replicated tensor counted once over the TP group (engine/tp_run.c) */
-  if ((rc = c->tp > 1 && !t->par.pplan ? sl_trainer_grad_sumsq(t, &ss) : sl_schedule_grad_sumsq(t->sched, &sc, &ss)))
-    return rc;
-  o->grad_norm = sqrt(ss);
+  int apply = 1; /* the schedule's norm for every layout; a non-finite step's update is dropped (engine/guard.h) */
+  if ((rc = sl_schedule_check_step(t->sched, &sc, &t->guard, t->world, s, o->loss, &o->grad_norm, &apply))) return rc;
   float coef = 1.0f;
   if (c->clip > 0) {
     /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1 */
@@ -664,8 +659,6 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
     coef = cf < 1.0f ? cf : 1.0f;
   }
   o->lr = sl_lr_at(c, s);
-  int apply = 1; /* a non-finite step's update is dropped (engine/guard.h) */
-  if ((rc = sl_guard_step(&t->guard, t->world, s, o->loss, o->grad_norm, &apply))) return rc;
   rc = apply ? optimizer_step(t, s, o->lr, coef) : sl_fsdp_finish_step(t->f);
   t->data.next_sample += t->data.G;
   return rc;
@@ -685,7 +678,7 @@ static sl_ckpt_state ckpt_state(trainer *t, int64_t step) {
                       .step = step,
                       .next_sample = t->data.next_sample,
                       .rng_seed = (uint64_t)t->cfg.seed,
-                      .tp = t->par.pmesh->comm[SL_AXIS_TP],
+                      .tp = t->par.tp.comm,
                       .owns = t->par.pplan ? t->par.pplan->local : NULL,
                       .stage_writer = t->par.pmesh->coord[SL_AXIS_DP] == 0 && t->par.pmesh->coord[SL_AXIS_TP] == 0};
   return st;
@@ -778,7 +771,7 @@ static int resume(trainer *t) {
 }
 
 /* ---- saving ----------------------------------------------------------------- */
-/* Unit u's flat (at T > 1: every TP rank's, rank after rank). */
+/* Unit u's flat (at T > 1: every TP rank's, rank after rank, engine/tensor_par.h). */
 static int fill_unit(void *ctx, int u, float *flat) {
   trainer *t = ctx;
   int rc = SL_OK;
@@ -786,9 +779,9 @@ static int fill_unit(void *ctx, int u, float *flat) {
     const float *mv = opt_master(t, u, &rc);
     if (!rc) rc = sl_fsdp_gather_view(t->f, u, mv, flat + t->m->tp_rank * t->m->units[u].numel);
   }
-  if (!rc && t->cfg.tp > 1) rc = sl_trainer_tp_gather(t, u, flat);
+  if (!rc) rc = sl_tpar_gather_unit(&t->par.tp, t->m, u, flat);
   /* another stage's unit: its owner's first DP rank sends it to rank 0 */
-  return t->par.pplan ? sl_pp_route_unit(t->par.pplan, t->par.pmesh, u, flat, t->m->units[u].numel * t->cfg.tp, rc)
+  return t->par.pplan ? sl_pp_route_unit(t->par.pplan, t->par.pmesh, u, flat, t->m->units[u].numel * t->par.tp.T, rc)
                       : rc;
 }
 
@@ -815,7 +808,7 @@ static int save_model(trainer *t, const char *dir, int64_t step) {
   if (!rc) rc = check_state(t, step, "the --save directory");
   int rc2 = ck_unstage(t, 0);
   if (rc || (rc = rc2)) return rc;
-  float *flat = sl_alloc((size_t)(sl_model_max_unit_numel(t->m) * t->cfg.tp) * 4, "save buffer");
+  float *flat = sl_alloc((size_t)(sl_model_max_unit_numel(t->m) * t->par.tp.T) * 4, "save buffer");
   if (!flat) return SL_ENOMEM; /* before any gather: every rank sizes the same buffer */
   save_seq q = {.t = t, .next = 0};
   int comm_rc = SL_OK; /* a gather that failed: the others are gone, no draining */

@@ -12,6 +12,7 @@
 #include "engine/guard.h"
 #include "engine/schedule.h"
 #include "engine/schedule_pp.h"
+#include "engine/tensor_par.h"
 #include "formats/traincfg.h"
 #include "models/model.h"
 #include "offload/offload.h"
@@ -36,7 +37,7 @@ typedef struct {
   sl_par_mesh *pmesh;
   int dp_rank, dp_size; /* this rank's data-parallel index and the DP size (world / (TP x PP)) */
   sl_pp_plan *pplan;    /* --pp > 1: this rank's stage (engine/schedule_pp.h); NULL otherwise */
-  sl_comm *tppp_loss;   /* --tp and --pp > 1: the loss's ranks, one TP coordinate (engine/tppp.h) */
+  sl_tpar tp;           /* tensor parallelism: T, the TP axis, the loss's ranks (engine/tensor_par.h) */
 } trainer_par;
 
 /* setup_state: the optimizer state and its staging. */
@@ -117,15 +118,6 @@ int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt
 int sl_trainer_pp_gather(trainer *t, int64_t **all);
 /* The line's "stages" field from the rows of sl_trainer_pp_gather. */
 void sl_trainer_pp_write(const trainer *t, FILE *f, const int64_t *all);
-/* Tensor parallelism (engine/tp_run.c). Start-up refusals of --tp (before
- * the model is built); the comm the step's loss is summed over (DP at
- * T > 1, else the world); the gradient norm's sum of squares over DP and
- * TP, each parameter once; unit u's flats of every TP rank, rank after rank,
- * into flat (T x numel) from this rank's at flat + tp_rank * numel. */
-int sl_trainer_tp_check(const trainer *t);
-sl_comm *sl_trainer_loss_comm(const trainer *t);
-int sl_trainer_grad_sumsq(trainer *t, double *out);
-int sl_trainer_tp_gather(trainer *t, int u, float *flat);
 /* Collective: the per-rank summary, printed by rank 0. */
 void sl_trainer_summary(trainer *t, double wall);
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Prints the figures a restructuring must keep bit for bit: per-step loss,
-# grad norm, bytes moved and per-arena peaks of a set of runs, the sha256 of
+# grad norm, held-out loss, bytes moved and per-arena peaks of a set of runs
+# (ZeRO 0-3, hybrid sharding, offload, checkpointing, bf16, Mistral, Mamba;
+# TP, SP, PP, TP x PP, zb1p), the sha256 of
 # each saved model, and the planner's engine-check output. Run it before and
 # after a change and diff the two outputs:
 #   SL_BUILD=build bash tests/lib/figures.sh > before.txt
@@ -39,10 +41,14 @@ import json, sys
 for l in open(sys.argv[1]):
     j = json.loads(l)
     a = j.get("arena_peak", {})
-    print(sys.argv[2], j["step"], repr(j["loss"]), repr(j["grad_norm"]), j["comm_bytes"], j["peak_bytes"],
+    ev = [f"eval={j['eval_loss']!r}"] if "eval_loss" in j else []
+    print(sys.argv[2], j["step"], repr(j["loss"]), repr(j["grad_norm"]), *ev, j["comm_bytes"], j["peak_bytes"],
           " ".join(f"{k}={v}" for k, v in sorted(a.items())))
 P
   echo "$name model $(cat "$W/$name/model/"*.safetensors | sha256sum | cut -c1-16)"
+  if [ -d "$W/$name/ck" ]; then
+    echo "$name ckpt $(find "$W/$name/ck" -type f -name 'rank-*.bin' | sort | xargs cat | sha256sum | cut -c1-16)"
+  fi
 }
 fig l1z0 1 --model "$W/llama" --zero 0
 fig l2z3 2 --model "$W/llama" --zero 3
@@ -57,6 +63,26 @@ fig def2 2 --zero 3
 # checkpoint bytes: a run that writes one
 $MPI -np 2 "$B" train $COMMON --model "$W/llama" --zero 3 --out-dir "$W/ck" --ckpt-dir "$W/ck/ckpt" > /dev/null 2>&1
 echo "ckpt $(find "$W/ck/ckpt" -type f -name 'rank-*.bin' | sort | xargs cat | sha256sum | cut -c1-16)"
+# the parallel layouts: TP, TP + SP, PP (1f1b, tied, interleaved), TP x PP,
+# hybrid sharding x TP, zb1p under TP x PP, held-out losses, checkpoints
+mkdir -p "$W/llama4" "$W/tied4" "$W/mamba4"
+sed 's/"num_hidden_layers": 2/"num_hidden_layers": 4/' "$W/llama/config.json" > "$W/llama4/config.json"
+sed 's/"num_hidden_layers": 2/"num_hidden_layers": 4/; s/"num_key_value_heads": 2/"num_key_value_heads": 1/;
+     s/"vocab_size": 300/"vocab_size": 259/' "$W/mistral/config.json" > "$W/tied4/config.json"
+sed 's/"num_hidden_layers": 2/"num_hidden_layers": 4/' "$W/mamba/config.json" > "$W/mamba4/config.json"
+HO="--split 90,10,0 --eval-every 2 --eval-samples 6"
+fig t2 2 --model "$W/llama4" --tp 2 --zero 3 --eps 1e-6 --ckpt-dir "$W/t2/ck"
+fig t2sp 4 --model "$W/llama4" --tp 2 --sequence-parallel --zero 2 --grad-accum 2
+fig t2hs 8 --model "$W/llama4" --tp 2 --zero 3 --shard-group 2
+fig tt2 2 --model "$W/tied4" --tp 2 --zero 1
+fig mt2 2 --model "$W/mamba4" --tp 2 --sequence-parallel --zero 0
+fig p2 2 --model "$W/llama4" --pp 2 --grad-accum 4 --zero 1 --ckpt-dir "$W/p2/ck"
+fig p2t 4 --model "$W/tied4" --pp 2 --grad-accum 4 --zero 3
+fig p2il 2 --model "$W/llama4" --pp 2 --pp-schedule interleaved --pp-virtual 2 --grad-accum 4
+fig t2p2 8 --model "$W/llama4" --tp 2 --pp 2 --grad-accum 2 --zero 1 $HO --ckpt-dir "$W/t2p2/ck"
+fig t2p2sp 4 --model "$W/tied4" --tp 2 --pp 2 --sequence-parallel --grad-accum 4 --zero 3
+fig t2p2zb 4 --model "$W/mamba4" --tp 2 --pp 2 --sequence-parallel --pp-schedule zb1p --grad-accum 4
+fig hs4 4 --model "$W/llama4" --zero 3 --shard-group 2 $HO
 for z in 0 1 2 3; do
   echo "plan z$z: $("$B" plan --engine-check --model "$W/llama" --world 2 --zero $z --micro-batch 2 --seq-len 16 --json 2>&1 | sha256sum | cut -c1-16)"
 done

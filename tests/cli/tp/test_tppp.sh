@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tensor and pipeline parallelism together (issue 14; engine/tppp.c,
+# Tensor and pipeline parallelism together (issue 14; engine/tensor_par.c,
 # docs/pipeline.md "Tensor x pipeline parallelism"): at the global batch of
 # one process, DP 2 x TP 2 x PP 2 (8 ranks, ZeRO-1 and ZeRO-3), DP 1 x TP 2
 # x PP 2 with sequence parallelism, the interleaved schedule at TP 2 (ZeRO-0), Mamba,

@@ -1,0 +1,179 @@
+/* engine/tensor_par.c — what tensor parallelism means to the engine
+ * (engine/tensor_par.h): the --tp refusals, the loss's communicator and the
+ * model's hooks; the counted parts of the gradient norm and the TP sum; the
+ * gather of the T ranks' slices for --save; checkpoints in the whole
+ * layout.
+ *
+ * Checkpoints: each unit's fp32 master, m and v are gathered over DP (the
+ * runtime's gather of a view), then over TP, assembled into the whole
+ * layout on world rank 0, which writes the checkpoint's one file; under
+ * pipeline parallelism (owns set) each stage's first DP and TP rank writes
+ * its stage's units into a file of its own. Loading: each rank reads a
+ * unit's whole range and keeps its slices' view. The commit protocol and
+ * the manifest are engine/checkpoint.c's. */
+#include "engine/tensor_par.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "models/tp.h"
+#include "shard/tp.h"
+
+/* ---- the run's TP ---------------------------------------------------------- */
+int sl_tpar_check(int T, int wsize, int dev) {
+  if (T == 1) return SL_OK;
+  if (wsize % T) {
+    char ok[256];
+    size_t n = 0;
+    for (int d = 1; d <= wsize && n + 16 < sizeof ok; d++)
+      if (wsize % d == 0) n += (size_t)snprintf(ok + n, sizeof ok - n, "%s%d", n ? ", " : "", d);
+    return sl_fail(SL_EINPUT, "--tp %d does not divide the number of ranks %d (valid --tp values: %s)", T, wsize, ok);
+  }
+  if (dev)
+    return sl_fail(SL_EINPUT,
+                   "--tp %d: tensor parallelism runs on the CPU backend only for now (its collectives "
+                   "use host buffers); use --backend cpu or --tp 1",
+                   T);
+  return SL_OK;
+}
+
+int sl_tpar_init(sl_tpar *tp, const sl_par_mesh *mesh, int T, int P) {
+  memset(tp, 0, sizeof *tp);
+  tp->T = T > 1 ? T : 1;
+  tp->comm = mesh->comm[SL_AXIS_TP];
+  tp->loss = tp->T > 1 ? mesh->comm[SL_AXIS_DP] : mesh->world; /* at P = 1 the DP axis is one TP coordinate */
+  if (tp->T == 1 || P <= 1) return SL_OK;
+  /* TP x PP: the ranks of this TP coordinate, all DP and PP coordinates, in world rank order */
+  if (sl_comm_split(mesh->world, mesh->coord[SL_AXIS_TP], sl_comm_rank(mesh->world), &tp->own) != SL_COMM_OK)
+    return sl_fail(SL_ECOMM, "splitting the loss communicator (one TP coordinate): %s", sl_comm_last_error());
+  tp->loss = tp->own;
+  return SL_OK;
+}
+
+void sl_tpar_free(sl_tpar *tp) {
+  sl_comm_destroy(tp->own);
+  memset(tp, 0, sizeof *tp);
+}
+
+sl_tp_group sl_tpar_hooks(const sl_tpar *tp) { return tp->T > 1 ? sl_tp_group_over(tp->comm) : sl_tp_single(); }
+
+/* ---- the gradient norm ------------------------------------------------------ */
+/* An sl_fsdp_counted_fn over a model (ctx: const sl_model *): the i-th
+ * tensor of unit u this TP rank counts, as [lo, hi) of the unit's flat. */
+static int counted(void *model, int u, int i, int64_t *lo, int64_t *hi) {
+  const sl_model *m = model;
+  const sl_unit_spec *us = &m->units[u];
+  for (int k = 0; k < us->ntensors; k++) {
+    const sl_tensor_spec *ts = &us->t[k];
+    if (m->tp_rank % ts->tp_replicas) continue; /* held by several TP ranks: counted on the first */
+    if (i-- == 0) {
+      *lo = ts->offset;
+      *hi = ts->offset + ts->numel;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+int sl_tpar_grad_sumsq(sl_fsdp *f, const sl_model *m, sl_comm *tp, double *out) {
+  if (!tp || sl_comm_size(tp) <= 1) return sl_fsdp_grad_sumsq(f, out);
+  double mine = 0.0;
+  int rc = sl_fsdp_grad_sumsq_part(f, counted, (void *)m, &mine);
+  return rc ? rc : sl_tpar_sum(tp, mine, out);
+}
+
+void sl_tpar_unit_sumsq(sl_fsdp *f, const sl_model *m, double *per_unit) {
+  if (m->tp_size > 1) sl_fsdp_unit_sumsq_part(f, counted, (void *)m, per_unit);
+  else sl_fsdp_unit_sumsq(f, per_unit);
+}
+
+int sl_tpar_sum(sl_comm *tp, double mine, double *out) {
+  int T = tp ? sl_comm_size(tp) : 1;
+  if (T <= 1) {
+    *out = mine;
+    return SL_OK;
+  }
+  double *all = calloc((size_t)T, sizeof(double));
+  if (!all) return sl_fail(SL_ENOMEM, "out of memory");
+  int rc = SL_OK;
+  if (sl_comm_allgather_sync(tp, &mine, all, 1, SL_F64) != SL_COMM_OK) {
+    rc = sl_fail(SL_ECOMM, "tensor parallel gradient norm: %s", sl_comm_last_error());
+  } else {
+    double s = 0.0;
+    for (int r = 0; r < T; r++) s += all[r]; /* rank order: the same double on every rank */
+    *out = s;
+  }
+  free(all);
+  return rc;
+}
+
+/* ---- saving ----------------------------------------------------------------- */
+int sl_tpar_gather_unit(const sl_tpar *tp, const sl_model *m, int u, float *flat) {
+  if (tp->T == 1) return SL_OK;
+  int64_t n = m->units[u].numel;
+  if (sl_comm_allgather_sync(tp->comm, flat + m->tp_rank * n, flat, n, SL_F32) != SL_COMM_OK)
+    return sl_fail(SL_ECOMM, "gathering unit %d over the tensor-parallel group: %s", u, sl_comm_last_error());
+  return SL_OK;
+}
+
+/* ---- checkpoints ------------------------------------------------------------ */
+int sl_tpar_ckpt_on(const sl_ckpt_state *st) { return st->tp && sl_comm_size(st->tp) > 1; }
+
+static int64_t max_whole(const sl_model *m) {
+  int64_t n = 0;
+  for (int u = 0; u < m->nunits; u++)
+    if (sl_model_unit_whole_numel(m, u) > n) n = sl_model_unit_whole_numel(m, u);
+  return n;
+}
+
+int sl_tpar_ckpt_write(const sl_ckpt_state *st, sl_ckio_writer *wr, const char *tmp) {
+  const sl_model *m = st->m;
+  int rank = sl_comm_rank(st->world), T = m->tp_size, rc = SL_OK;
+  int rank0 = st->owns ? st->stage_writer : rank == 0; /* this rank writes (a stage's units under PP) */
+  int64_t maxn = sl_model_max_unit_numel(m), maxw = max_whole(m);
+  float *flats = sl_alloc((size_t)(T * maxn) * 4, "checkpoint gather");
+  float *whole = rank0 ? sl_alloc((size_t)(3 * maxw) * 4, "checkpoint whole unit") : NULL;
+  if (!flats || (rank0 && !whole)) rc = SL_ENOMEM;
+  if (rank0 && !rc) rc = sl_ckio_writer_open(wr, tmp, rank);
+  float **const fields[3] = {st->master, st->mom, st->var};
+  for (int u = 0; u < m->nunits && flats; u++) {
+    int64_t n = m->units[u].numel, nw = sl_model_unit_whole_numel(m, u);
+    if (st->owns && !st->owns[u]) continue; /* another stage's (every rank of this stage skips it) */
+    for (int k = 0; k < 3; k++) {           /* every rank takes part in both gathers, in the same order */
+      int crc = sl_fsdp_gather_view(st->f, u, fields[k][u], flats + m->tp_rank * n);
+      if (!crc && sl_comm_allgather_sync(st->tp, flats + m->tp_rank * n, flats, n, SL_F32) != SL_COMM_OK)
+        crc = sl_fail(SL_ECOMM, "checkpoint: gathering unit %d over the tensor-parallel group: %s", u,
+                      sl_comm_last_error());
+      if (crc) {
+        if (!rc) rc = crc;
+        goto done; /* a failed collective: the ranks can no longer pair */
+      }
+      if (rank0 && !rc) rc = sl_model_unit_to_whole(m, u, flats, whole + k * nw);
+    }
+    if (rank0 && !rc) rc = sl_ckio_writer_add(wr, u, 0, nw, whole, whole + nw, whole + 2 * nw);
+  }
+  if (rank0 && !rc) rc = sl_ckio_writer_close(wr);
+done:
+  sl_free(flats);
+  sl_free(whole);
+  return rc;
+}
+
+int sl_tpar_ckpt_read(const char *dir, const sl_ckio_manifest *man, const sl_ckpt_state *st, int u, int k, float *dst) {
+  const sl_model *m = st->m;
+  sl_fsdp_view_t v = sl_fsdp_view(st->f, u);
+  int64_t nw = sl_model_unit_whole_numel(m, u);
+  float *whole = sl_alloc((size_t)nw * 4, "checkpoint whole unit");
+  float *flat = sl_alloc((size_t)m->units[u].numel * 4, "checkpoint unit");
+  int rc = whole && flat ? sl_ckio_read_range(dir, man, u, k, 0, nw, whole) : SL_ENOMEM;
+  if (!rc) {
+    sl_model_unit_from_whole(m, u, whole, flat);
+    memset(dst, 0, (size_t)v.count * 4);
+    if (v.valid > 0) memcpy(dst, flat + v.offset, (size_t)v.valid * 4);
+  }
+  sl_free(whole);
+  sl_free(flat);
+  return rc;
+}

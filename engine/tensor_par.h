@@ -1,0 +1,91 @@
+/* engine/tensor_par.h — what tensor parallelism (--tp T > 1; models/tp.h,
+ * docs/architecture.md "Split tensors") means to the engine, in one place:
+ *   - the start-up refusals of --tp;
+ *   - the ranks the step's loss and the evaluation sum over: one TP
+ *     coordinate (the T ranks of a TP group compute the same loss), that is
+ *     the world at T = 1, the DP axis at P = 1, a split of the world under
+ *     TP x PP (docs/pipeline.md, "Tensor x pipeline parallelism");
+ *   - the model's TP hooks over the mesh's TP axis;
+ *   - which parts of a unit's gradient a TP rank counts in the norm (a
+ *     tensor several TP ranks hold counts on the first of them: tp_rank %
+ *     tp_replicas == 0) and the sum of one double per TP rank, in rank
+ *     order: the schedules' gradient norm (engine/schedule.c, "single";
+ *     engine/schedule_pp.c, "pp");
+ *   - the gather of the T ranks' unit flats for --save;
+ *   - checkpoints, which hold every unit in the whole (T = 1) layout
+ *     whatever the TP degree (docs/checkpoint.md).
+ * At T = 1 each function takes the plain path or does nothing. */
+#ifndef SL_TENSOR_PAR_H
+#define SL_TENSOR_PAR_H
+
+#include <stdint.h>
+
+#include "base/tp_group.h"
+#include "engine/checkpoint.h"
+#include "formats/ckpt_io.h"
+#include "models/model.h"
+#include "shard/comm.h"
+#include "shard/fsdp.h"
+#include "shard/mesh.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A run's tensor parallelism (the trainer's; zeroed: not set up). */
+typedef struct {
+  int T;         /* TP ranks (--tp; 1: none) */
+  sl_comm *comm; /* the mesh's TP axis (borrowed) */
+  sl_comm *loss; /* the ranks of this rank's TP coordinate: the loss's and the evaluation's sum */
+  sl_comm *own;  /* TP x PP: the split `loss` is (owned); NULL otherwise (loss borrowed from the mesh) */
+} sl_tpar;
+
+/* Start-up refusals of --tp T over wsize ranks (dev: the backend's memory is
+ * device memory): SL_EINPUT naming the valid values or the backend. */
+int sl_tpar_check(int T, int wsize, int dev);
+/* tp over the mesh of a run with T TP and P PP ranks. Collective over the
+ * mesh's world (the split of the loss's ranks under TP x PP). */
+int sl_tpar_init(sl_tpar *tp, const sl_par_mesh *mesh, int T, int P);
+void sl_tpar_free(sl_tpar *tp); /* zeroed ok */
+/* The hooks the model's TP collectives go through (models/tp.h): the TP
+ * axis at T > 1, the identity otherwise. */
+sl_tp_group sl_tpar_hooks(const sl_tpar *tp);
+
+/* ---- the gradient norm (the schedules') ---- */
+/* The global sum of squares of a step without pipeline: at T = 1 (tp NULL
+ * or of one rank) the runtime's (sl_fsdp_grad_sumsq: per-unit sums added
+ * in unit order, then the shard group); under TP this rank's counted
+ * tensors in one running sum over the units, then the shard group
+ * (sl_fsdp_grad_sumsq_part), then over tp in rank order. Collective over
+ * the shard group and tp. */
+int sl_tpar_grad_sumsq(sl_fsdp *f, const sl_model *m, sl_comm *tp, double *out);
+/* This rank's sum of squares per unit (no comm): sl_fsdp_unit_sumsq at
+ * m->tp_size 1, the counted tensors only above (the pipeline gathers these
+ * over its stages). */
+void sl_tpar_unit_sumsq(sl_fsdp *f, const sl_model *m, double *per_unit);
+/* *out := the sum over the ranks of tp of their `mine`, in rank order (the
+ * same double on every rank); tp NULL or of one rank: mine. Collective. */
+int sl_tpar_sum(sl_comm *tp, double mine, double *out);
+
+/* ---- saving ---- */
+/* Unit u's flats of every TP rank, rank after rank, into flat (T x numel)
+ * from this rank's at flat + m->tp_rank * numel; nothing at T = 1.
+ * Collective over the TP axis. */
+int sl_tpar_gather_unit(const sl_tpar *tp, const sl_model *m, int u, float *flat);
+
+/* ---- checkpoints ---- */
+/* 1 when st->tp has more than one rank: the units go in the whole layout. */
+int sl_tpar_ckpt_on(const sl_ckpt_state *st);
+/* Collective over world: each unit's master, m and v gathered over DP (the
+ * runtime's gather of a view) and TP and written whole into wr (opened on
+ * tmp) by world rank 0, or under pipeline parallelism (st->owns) by each
+ * stage's writer (st->stage_writer) for its stage's units. */
+int sl_tpar_ckpt_write(const sl_ckpt_state *st, sl_ckio_writer *wr, const char *tmp);
+/* This rank's view of unit u, kind k (0 master, 1 m, 2 v) from the whole
+ * unit in dir (man: its manifest). */
+int sl_tpar_ckpt_read(const char *dir, const sl_ckio_manifest *man, const sl_ckpt_state *st, int u, int k, float *dst);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SL_TENSOR_PAR_H */
