@@ -111,7 +111,7 @@ int sl_pp_plan_create(const sl_pp_plan_cfg *c, sl_pp_plan **out) {
   } else {
     /* per token: 6 x parameters (+ attention's 12 h T), 16 bytes per parameter
      * (value, gradient, Adam m and v), as shardlm pp-schedule weighs them */
-    double attn = c->mamba ? 0 : 12.0 * (double)c->heads_x_dim * (double)c->T;
+    double attn = c->no_attention ? 0 : 12.0 * (double)c->heads_x_dim * (double)c->T;
     for (int l = 0; l < c->L; l++) {
       lf[l] = 6.0 * (double)c->numel[l + 1] + attn;
       lb[l] = 16.0 * (double)c->numel[l + 1];
@@ -765,15 +765,20 @@ int sl_schedule_pp_create(const sl_pp_plan *plan, sl_comm *pp, sl_comm *tp, sl_s
 
 /* ---- the plan of a training run ------------------------------------------------ */
 /* zb1p runs the split backward of models/model.h (bwd_input / bwd_weight):
- * not for Mamba with --no-sync-accum (models/mamba_split.c). Under --tp the
+ * not with --no-sync-accum where the model says its split is not for it
+ * (sl_model_caps zb_split_accum: Mamba, models/mamba_split.c). Under --tp the
  * TP ranks of a stage run the same op list in the same order, so their B
  * and W ops meet in the same collectives. */
 static int zb_refusal(const sl_train_cfg *c, const sl_model_config *mc) {
+  sl_model_caps caps;
   if (strcmp(c->pp_schedule, "zb1p")) return SL_OK;
-  if (mc->arch == SL_ARCH_MAMBA && c->no_sync_accum)
+  int rc = sl_model_caps_of(mc, &caps);
+  if (rc) return rc;
+  if (!caps.zb_split_accum && c->no_sync_accum)
     return sl_fail(SL_EINPUT,
-                   "--pp-schedule zb1p with --no-sync-accum: not supported for %s (its scan's parameter gradients "
-                   "are added to the step's sum in another order); drop --no-sync-accum or use --pp-schedule 1f1b",
+                   "--pp-schedule zb1p with --no-sync-accum: not supported for %s (its split backward adds some "
+                   "parameter gradients to the step's sum in another order); drop --no-sync-accum or use "
+                   "--pp-schedule 1f1b",
                    mc->arch_name);
   return SL_OK;
 }
@@ -816,7 +821,7 @@ int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int ran
                        .layout = c->pp_layout,
                        .L = (int)mc->num_hidden_layers,
                        .tied = mc->tie_word_embeddings,
-                       .mamba = mc->arch == SL_ARCH_MAMBA,
+                       .no_attention = !sm->caps.attention,
                        .numel = numel,
                        .hidden = mc->hidden_size,
                        .heads_x_dim = mc->num_attention_heads * mc->head_dim,

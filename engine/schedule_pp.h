@@ -45,7 +45,7 @@ typedef struct {
   const char *kind;                  /* --pp-schedule */
   int P, V, rank, m;                 /* --pp, --pp-virtual, PP coordinate, --grad-accum */
   const char *layout;                /* --pp-layout ("" or NULL: balanced) */
-  int L, tied, mamba;                /* decoder layers, tie_word_embeddings, no attention */
+  int L, tied, no_attention;         /* decoder layers, tie_word_embeddings, no attention (sl_model_caps) */
   const int64_t *numel;              /* (L+2) parameters per unit */
   int64_t hidden, heads_x_dim, B, T; /* C, nh*hd, micro-batch shape */
   int64_t sp_tp;                     /* sequence parallelism over T ranks: a transfer is the rank's 1/T of the

@@ -260,13 +260,16 @@ void sl_trainer_free(trainer *t) {
   sl_rundir_release(&t->lock_fd);
 }
 
-/* --doc-attention-mask: Llama-family attention only; resolves --eod-id. */
+/* --doc-attention-mask: models that declare it (sl_model_caps doc_mask); resolves --eod-id. */
 static int doc_mask_check(trainer *t) {
   sl_train_cfg *c = &t->cfg;
   if (!c->doc_attention_mask) return SL_OK;
-  if (t->mcfg.arch == SL_ARCH_MAMBA)
+  sl_model_caps caps;
+  int rc = sl_model_caps_of(&t->mcfg, &caps);
+  if (rc) return rc;
+  if (!caps.doc_mask)
     return sl_fail(SL_EINPUT,
-                   "--doc-attention-mask: not supported for Mamba (%s has no attention; its "
+                   "--doc-attention-mask: not supported for %s (it has no attention; its "
                    "recurrent state would carry across documents); train without it",
                    t->mcfg.arch_name);
   if (c->eod_id < 0 && t->mcfg.vocab_size > 512)

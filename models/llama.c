@@ -1,4 +1,6 @@
-/* models/llama.c — Llama and Mistral as units over flat buffers.
+/* models/llama.c — the Llama / Mistral block kind of the decoder skeleton
+ * (models/decoder.h, which owns the embedding, the head, the residual
+ * stream, activation sets and the split backward's scaffolding).
  *
  * Units: 0 = embedding; 1..L = decoder blocks; L+1 = final norm + LM head.
  * A block's tensors are packed so that q/k/v and gate/up are each one
@@ -41,72 +43,42 @@
 #include "models/rope.h"
 
 static void llama_destroy(sl_model *m) {
-  llama_priv *p = m->priv;
-  if (!p) return;
-  sl_act_sets_free(p->sets, p->nsets);
+  llama_priv *p = sl_dec(m)->blk;
   if (p->inv_freq) m->ops->free(m->k, p->inv_freq);
-  free(p->hvp);
-  free(p);
-  m->priv = NULL;
 }
 
 static void block_attn_core(sl_model *m, llama_priv *p, layer_acts *a) {
   m->ops->attention_doc_fwd(m->k, a->att, a->lse, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, p->window, m->seg);
 }
 
-/* buf (n) summed over the TP group (the row-parallel outputs, the input
- * gradients of the column-parallel GEMMs); nothing at T = 1. */
-static int tp_sum(sl_model *m, float *buf, int64_t n) {
-  if (m->tp_size == 1) return SL_OK;
-  return m->access.tp.allreduce(m->access.tp.user, buf, n, SL_TP_SUM);
-}
-
-/* Sequence parallelism's g: the (n, C) rows of every rank into (N, C). */
-static int sp_gather(sl_model *m, llama_priv *p, const float *rows, float *all) {
-  return m->access.tp.allgather(m->access.tp.user, rows, all, p->n * p->C);
-}
-
-/* The partial sums (N, C) of a row-parallel GEMM into this rank's (n, C)
- * rows of their sum over the TP group: a reduce-scatter under sequence
- * parallelism (from the scratch part into rows), else an all-reduce in
- * place (part == rows). */
-static int row_parallel_sum(sl_model *m, llama_priv *p, float *part, float *rows) {
-  if (!p->sp) return tp_sum(m, rows, p->N * p->C);
-  return m->access.tp.reducescatter(m->access.tp.user, part, rows, p->n * p->C);
-}
-
-/* RMSNorm of the stream's n rows into the (N, C) input of a column-parallel
- * GEMM: in place at T = 1 or without sp; under sp the local rows go to
- * p->xl and are all-gathered into out. */
-static int norm_gathered(sl_model *m, llama_priv *p, float *out, float *rstd, const float *x, const float *w) {
-  m->ops->rmsnorm_fwd(m->k, p->sp ? p->xl : out, rstd, x, w, p->n, p->C, p->C, p->eps);
-  return p->sp ? sp_gather(m, p, p->xl, out) : SL_OK;
-}
-
 /* Forward of block l from x into a; writes the block output to out unless
  * out is NULL (recomputation only needs the activations). Under sequence
  * parallelism x, xmid and out hold this rank's n = N/T rows; ln1 and ln2
  * are kept all-gathered (N rows), the row-parallel partial sums go through
- * p->dln (free in forward) into their reduce-scatter. */
-static int block_forward(sl_model *m, llama_priv *p, const float *flat, const float *x, layer_acts *a, float *out) {
+ * the skeleton's dln (free in forward) into their reduce-scatter. */
+static int block_forward(sl_model *m, int l, const float *flat, const float *x, void *layer, float *out) {
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
+  llama_priv *p = sl_dec(m)->blk;
+  float *dln = sl_dec(m)->dln;
+  layer_acts *a = layer;
   blockw w = block_views(p, flat);
   int64_t N = p->N, C = p->C, n = p->n;
-  int rc = norm_gathered(m, p, a->ln1, a->rstd1, x, w.ln1);
+  (void)l;
+  int rc = sl_dec_norm_gathered(m, a->ln1, a->rstd1, x, w.ln1, p->eps);
   if (rc) return rc;
   o->linear_fwd(k, a->qkv, a->ln1, w.wqkv, NULL, N, C, p->Q);
   o->rope_doc_fwd(k, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
   block_attn_core(m, p, a);
-  o->linear_fwd(k, p->sp ? p->dln : a->xmid, a->att, w.wo, NULL, N, p->A, C);
-  if ((rc = row_parallel_sum(m, p, p->dln, a->xmid))) return rc;
+  o->linear_fwd(k, p->sp ? dln : a->xmid, a->att, w.wo, NULL, N, p->A, C);
+  if ((rc = sl_dec_row_parallel_sum(m, dln, a->xmid))) return rc;
   o->add_inplace(k, a->xmid, x, n * C);
-  if ((rc = norm_gathered(m, p, a->ln2, a->rstd2, a->xmid, w.ln2))) return rc;
+  if ((rc = sl_dec_norm_gathered(m, a->ln2, a->rstd2, a->xmid, w.ln2, p->eps))) return rc;
   o->linear_fwd(k, a->gu, a->ln2, w.wgu, NULL, N, C, 2 * p->I);
   o->swiglu_fwd(k, a->h, a->gu, N, p->I);
   if (out) {
-    o->linear_fwd(k, p->sp ? p->dln : out, a->h, w.wd, NULL, N, p->I, C);
-    if ((rc = row_parallel_sum(m, p, p->dln, out))) return rc;
+    o->linear_fwd(k, p->sp ? dln : out, a->h, w.wd, NULL, N, p->I, C);
+    if ((rc = sl_dec_row_parallel_sum(m, dln, out))) return rc;
     o->add_inplace(k, out, a->xmid, n * C);
   }
   return SL_OK;
@@ -133,125 +105,74 @@ static int kv_grad_sum(sl_model *m, llama_priv *p, float *gkv) {
   float *slot = p->kvsum + p->kvslot * n;
   m->ops->zero(m->k, p->kvsum, (size_t)(p->kvgroups * n) * 4);
   m->ops->copy(m->k, slot, gkv, (size_t)n * 4);
-  int rc = tp_sum(m, p->kvsum, p->kvgroups * n);
+  int rc = sl_dec_tp_sum(m, p->kvsum, p->kvgroups * n);
   if (rc) return rc;
   m->ops->copy(m->k, gkv, slot, (size_t)n * 4);
   m->ops->add_inplace(m->k, gkv, p->kvsum + p->kvgroups * n, n);
   return SL_OK;
 }
 
-static int llama_fwd(sl_model *m, int u, const float *flat) {
-  llama_priv *p = m->priv;
-  const sl_ops *o = m->ops;
-  sl_kctx *k = m->k;
-  int64_t N = p->N, C = p->C;
-  if (u == 0) {
-    if (p->vp) return sl_vp_embedding_fwd(m, &p->vs, p->stream[0], flat, N, C, p->sp ? p->dln : NULL);
-    o->embedding_fwd(k, p->stream[0], m->tokens, flat, N, C);
-    return SL_OK;
-  }
-  if (u <= p->L) {
-    int l = u - 1;
-    return block_forward(m, p, flat, p->stream[l], &p->la[l], p->stream[l + 1]);
-  }
-  if (p->vp) return sl_lm_head_vp_fwd(m, p->hv, flat, p->stream[p->L]);
-  return sl_lm_head_fwd(m, &p->head, flat, p->stream[p->L]);
-}
-
-/* Where rmsnorm_bwd writes a norm's weight gradient g (C): g itself, or
- * under sequence parallelism (this rank's rows' part) the zeroed scratch
- * part, which norm_grad_sum sums over the TP group and adds into g
- * (models/vocab_parallel.h sl_sp_norm_dw: g may hold the earlier
- * micro-batches' sum under --no-sync-accum). */
-static float *norm_dw(sl_model *m, llama_priv *p, float *g, float *part) {
-  return p->sp ? sl_sp_norm_dw(m, part, p->C) : g;
-}
-static int norm_grad_sum(sl_model *m, llama_priv *p, float *g, float *part) {
-  return p->sp ? sl_sp_norm_dw_sum(m, g, part, p->C) : SL_OK;
-}
-
-static int llama_bwd(sl_model *m, int u, const float *flat, float *grads) {
-  llama_priv *p = m->priv;
+/* Block l's backward (after llama_recompute): dres holds the gradient of
+ * the block output and receives that of its input. */
+static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
+  sl_decoder *d = sl_dec(m);
+  llama_priv *p = d->blk;
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
   int64_t N = p->N, C = p->C;
   int rc = SL_OK;
-  if (u == p->L + 1 && !p->vp) /* head: starts the backward pass */
-    return sl_lm_head_bwd(m, &p->head, flat, grads, p->stream[p->L], p->dres, p->dln);
-  if (u == p->L + 1) return sl_lm_head_vp_bwd(m, p->hv, flat, grads, p->stream[p->L], p->dres, p->dln);
-  if (u == 0) {
-    if (p->vp) return sl_vp_embedding_bwd(m, &p->vs, grads, p->dres, N, C, p->sp ? p->dln : NULL);
-    o->embedding_bwd(k, grads, p->dres, m->tokens, N, C);
-    return SL_OK;
-  }
-  int l = u - 1;
-  layer_acts *a = &p->la[l];
-  const float *x = p->stream[l];
+  layer_acts *a = llama_layer(m, l);
+  const float *x = d->stream[l];
   blockw w = block_views(p, flat);
   blockw g = block_views(p, grads);
   int64_t n = p->n;
-  const float *dout = p->dres; /* the gradient of the block output, all-gathered under sp */
-  if (m->ac == SL_AC_FULL) rc = block_forward(m, p, flat, x, a, NULL);
-  else if (m->ac == SL_AC_SELECTIVE) block_attn_core(m, p, a);
-  if (rc) return rc;
-  /* MLP (under sp p->dln holds the gathered gradient until the GEMM that overwrites it) */
-  if (p->sp && (rc = sp_gather(m, p, p->dres, (float *)(dout = p->dln)))) return rc;
+  float *dln = d->dln, *dn = p->sp ? d->xl : d->dln; /* dn: a norm's output gradient, this rank's rows */
+  const float *dout = d->dres;                       /* the gradient of the block output, all-gathered under sp */
+  /* MLP (under sp dln holds the gathered gradient until the GEMM that overwrites it) */
+  if (p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
   m->ops->zero(m->k, p->dh, (size_t)(N * p->I) * 4);
   o->linear_bwd(k, p->dh, (float *)g.wd, NULL, dout, a->h, w.wd, N, p->I, C);
   m->ops->zero(m->k, p->dgu, (size_t)(N * 2 * p->I) * 4);
   o->swiglu_bwd(k, p->dgu, p->dh, a->gu, N, p->I);
-  m->ops->zero(m->k, p->dln, (size_t)(N * C) * 4);
-  o->linear_bwd(k, p->dln, (float *)g.wgu, NULL, p->dgu, a->ln2, w.wgu, N, C, 2 * p->I);
-  if ((rc = row_parallel_sum(m, p, p->dln, p->sp ? p->xl : p->dln))) return rc;
-  o->rmsnorm_bwd(k, p->dres, norm_dw(m, p, (float *)g.ln2, p->gnorm + C), p->sp ? p->xl : p->dln, a->xmid, w.ln2,
-                 a->rstd2, n, C, C);
+  m->ops->zero(m->k, dln, (size_t)(N * C) * 4);
+  o->linear_bwd(k, dln, (float *)g.wgu, NULL, p->dgu, a->ln2, w.wgu, N, C, 2 * p->I);
+  if ((rc = sl_dec_row_parallel_sum(m, dln, dn))) return rc;
+  o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.ln2, p->gnorm + C), dn, a->xmid, w.ln2, a->rstd2, n, C, C);
   /* attention */
-  if (p->sp && (rc = sp_gather(m, p, p->dres, (float *)(dout = p->dln)))) return rc;
+  if (p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
   m->ops->zero(m->k, p->datt, (size_t)(N * p->A) * 4);
   o->linear_bwd(k, p->datt, (float *)g.wo, NULL, dout, a->att, w.wo, N, p->A, C);
   m->ops->zero(m->k, p->dqkv, (size_t)(N * p->Q) * 4);
   o->attention_doc_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd, p->window,
                        m->seg);
   o->rope_doc_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
-  m->ops->zero(m->k, p->dln, (size_t)(N * C) * 4);
+  m->ops->zero(m->k, dln, (size_t)(N * C) * 4);
   if (p->kvrep > 1) kv_grad_begin(m, p, (float *)g.wqkv + p->nh * p->hd * C);
-  o->linear_bwd(k, p->dln, (float *)g.wqkv, NULL, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
-  if ((rc = row_parallel_sum(m, p, p->dln, p->sp ? p->xl : p->dln))) return rc;
+  o->linear_bwd(k, dln, (float *)g.wqkv, NULL, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
+  if ((rc = sl_dec_row_parallel_sum(m, dln, dn))) return rc;
   if (p->kvrep > 1 && (rc = kv_grad_sum(m, p, (float *)g.wqkv + p->nh * p->hd * C))) return rc;
-  o->rmsnorm_bwd(k, p->dres, norm_dw(m, p, (float *)g.ln1, p->gnorm), p->sp ? p->xl : p->dln, x, w.ln1, a->rstd1, n, C,
-                 C);
-  if ((rc = norm_grad_sum(m, p, (float *)g.ln1, p->gnorm))) return rc;
-  return norm_grad_sum(m, p, (float *)g.ln2, p->gnorm + C);
+  o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.ln1, p->gnorm), dn, x, w.ln1, a->rstd1, n, C, C);
+  if ((rc = sl_dec_norm_grad_sum(m, (float *)g.ln1, p->gnorm))) return rc;
+  return sl_dec_norm_grad_sum(m, (float *)g.ln2, p->gnorm + C);
 }
 
-/* llama_bwd's TP collectives, for its split (models/llama_split.c). */
-int sl_llama_sp_gather(sl_model *m, const float *rows, float *all) { return sp_gather(m, m->priv, rows, all); }
-int sl_llama_row_parallel_sum(sl_model *m, float *part, float *rows) {
-  return row_parallel_sum(m, m->priv, part, rows);
-}
-void sl_llama_kv_grad_begin(sl_model *m, float *gkv) { kv_grad_begin(m, m->priv, gkv); }
-int sl_llama_kv_grad_sum(sl_model *m, float *gkv) { return kv_grad_sum(m, m->priv, gkv); }
-float *sl_llama_norm_dw(sl_model *m, float *g, float *part) { return norm_dw(m, m->priv, g, part); }
-int sl_llama_norm_grad_sum(sl_model *m, float *g, float *part) { return norm_grad_sum(m, m->priv, g, part); }
+/* A replicated k/v slice's gradient, for the split (models/llama_split.c). */
+void sl_llama_kv_grad_begin(sl_model *m, float *gkv) { kv_grad_begin(m, sl_dec(m)->blk, gkv); }
+int sl_llama_kv_grad_sum(sl_model *m, float *gkv) { return kv_grad_sum(m, sl_dec(m)->blk, gkv); }
 
-/* What activation checkpointing recomputes before block u's backward (both
- * halves of the split backward run it: models/llama_split.c). */
-int sl_llama_recompute(sl_model *m, int u, const float *flat) {
-  llama_priv *p = m->priv;
-  layer_acts *a = &p->la[u - 1];
-  if (m->ac == SL_AC_FULL) return block_forward(m, p, flat, p->stream[u - 1], a, NULL);
+/* What activation checkpointing recomputes before block l's backward (and
+ * before each half of the split backward: models/llama_split.c). */
+static int llama_recompute(sl_model *m, int l, const float *flat) {
+  llama_priv *p = sl_dec(m)->blk;
+  layer_acts *a = llama_layer(m, l);
+  if (m->ac == SL_AC_FULL) return block_forward(m, l, flat, sl_dec(m)->stream[l], a, NULL);
   if (m->ac == SL_AC_SELECTIVE) block_attn_core(m, p, a);
   return SL_OK;
 }
 
-static int llama_logits(sl_model *m, float *out) {
-  llama_priv *p = m->priv;
-  if (p->vp) return sl_lm_head_vp_logits(m, p->hv, out);
-  return sl_lm_head_logits(m, &p->head, out);
-}
-
 static int64_t llama_flops(const sl_model *m, int64_t T) {
-  const llama_priv *p = m->priv;
+  const sl_decoder *d = sl_dec(m);
+  const llama_priv *p = d->blk;
   const sl_model_config *c = &m->cfg;
   /* 6 N + 12 l h s (field guide convention): N = parameters of the matmuls
    * (blocks + LM head, the embedding lookup excluded), attention counted
@@ -259,8 +180,8 @@ static int64_t llama_flops(const sl_model *m, int64_t T) {
    * model's (every TP rank's slices together). */
   int64_t nh = c->num_attention_heads, Q = (nh + 2 * c->num_key_value_heads) * p->hd, A = nh * p->hd;
   int64_t per_layer = p->C * Q + A * p->C + 3 * p->C * c->intermediate_size;
-  int64_t Nmm = p->L * per_layer + p->V * p->C;
-  return 6 * Nmm + 12 * p->L * nh * p->hd * T;
+  int64_t Nmm = d->L * per_layer + d->V * p->C;
+  return 6 * Nmm + 12 * d->L * nh * p->hd * T;
 }
 
 /* NULL when T splits the model's heads, KV heads and MLP width, else why not. */
@@ -282,22 +203,20 @@ static const char *tp_misfit(const sl_model_config *c, int64_t T, char *why, siz
   return why;
 }
 
-static int tp_check(const sl_model *m) {
-  char why[256], ok[256], tmp[256];
-  if (!tp_misfit(&m->cfg, m->tp_size, why, sizeof why)) return SL_OK;
-  size_t n = 0;
-  ok[0] = 0;
-  for (int64_t t = 1; t <= m->cfg.num_attention_heads && n + 24 < sizeof ok; t++)
-    if (!tp_misfit(&m->cfg, t, tmp, sizeof tmp))
-      n += (size_t)snprintf(ok + n, sizeof ok - n, "%s%lld", n ? ", " : "", (long long)t);
-  return sl_fail(SL_EINPUT, "%s: %s; valid --tp values for this model: %s", m->cfg.arch_name, why, ok);
-}
-
-static int alloc_layer(sl_model *m, llama_priv *p, layer_acts *a, int attn, int rest) {
+/* recomputed: what checkpointing recomputes (selective: att, lse; full:
+ * all); else a layer's kept tensors (none: all; selective: all but att, lse,
+ * which are shared's). */
+static int llama_alloc_layer(sl_model *m, void *layer, int recomputed, const void *shared) {
+  llama_priv *p = sl_dec(m)->blk;
+  layer_acts *a = layer;
   int64_t N = p->N, n = p->n; /* n: the stream's rows on this rank (N/T under sp) */
+  int attn = recomputed || m->ac == SL_AC_NONE, rest = !recomputed || m->ac == SL_AC_FULL;
   if (attn) {
     if (!(a->att = sl_model_buf(m, N * p->A, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->lse = sl_model_buf(m, N * p->nh, SL_ARENA_ACTS))) return SL_ENOMEM;
+  } else {
+    a->att = ((const layer_acts *)shared)->att;
+    a->lse = ((const layer_acts *)shared)->lse;
   }
   if (rest) {
     if (!(a->ln1 = sl_model_buf(m, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
@@ -312,74 +231,67 @@ static int alloc_layer(sl_model *m, llama_priv *p, layer_acts *a, int attn, int 
   return SL_OK;
 }
 
-/* Activation set `set`: the residual stream, each block's kept tensors (the
- * recomputed ones are p->shared, allocated with set 0) and the head's. */
-static int llama_alloc_acts(sl_model *m, int set) {
-  llama_priv *p = m->priv;
-  sl_act_set *a = sl_act_set_new(m, &p->sets, &p->nsets, set, p->L, p->C, sizeof(layer_acts));
-  if (!a) return sl_fail(SL_ENOMEM, "out of memory");
-  layer_acts *la = a->layers;
-  if (set == 0 && m->ac != SL_AC_NONE && alloc_layer(m, p, &p->shared, 1, m->ac == SL_AC_FULL)) return SL_ENOMEM;
-  if (m->ac == SL_AC_FULL) {
-    for (int64_t l = 0; l < p->L; l++) la[l] = p->shared;
-  } else {
-    for (int64_t l = 0; l < p->L; l++) {
-      if (!sl_model_is_local(m, (int)l + 1)) continue; /* another pipeline stage's */
-      if (alloc_layer(m, p, &la[l], m->ac == SL_AC_NONE, 1)) return SL_ENOMEM;
-      if (m->ac == SL_AC_SELECTIVE) {
-        la[l].att = p->shared.att;
-        la[l].lse = p->shared.lse;
-      }
-    }
-  }
-  if (!sl_model_is_local(m, (int)p->L + 1)) return SL_OK; /* the head is another pipeline stage's */
-  if (!p->vp) return sl_lm_head_init(m, &a->head, p->C, p->V, p->eps, p->tied, (int)p->L + 1) ? SL_ENOMEM : SL_OK;
-  return sl_lm_head_vp_set_init(m, &p->hvp, &p->hv, p->nsets, set, &a->head, &p->vs, p->C, p->eps, p->tied,
-                                (int)p->L + 1, p->sp);
-}
-
-static void llama_use_acts(sl_model *m, int set) {
-  llama_priv *p = m->priv;
-  p->stream = p->sets[set].stream;
-  p->la = p->sets[set].layers;
-  p->head = p->sets[set].head;
-  if (p->vp && p->hvp) p->hv = &p->hvp[set];
-}
-
-static int llama_boundary(sl_model *m, int u, float **act, float **grad, int64_t *n) {
-  llama_priv *p = m->priv;
-  *act = p->stream[u - 1];
-  *grad = p->dres;
-  *n = p->n * p->C; /* this rank's token rows: N/T of them under sequence parallelism */
+static int llama_alloc_scratch(sl_model *m) {
+  llama_priv *p = sl_dec(m)->blk;
+  int64_t N = p->N, C = p->C;
+  if (!(p->dh = sl_model_buf(m, N * p->I, SL_ARENA_WORKSPACE)) ||
+      !(p->dgu = sl_model_buf(m, N * 2 * p->I, SL_ARENA_WORKSPACE)) ||
+      !(p->datt = sl_model_buf(m, N * p->A, SL_ARENA_WORKSPACE)) ||
+      !(p->dqkv = sl_model_buf(m, N * p->Q, SL_ARENA_WORKSPACE)))
+    return SL_ENOMEM;
+  if (p->sp && !(p->gnorm = sl_model_buf(m, 2 * C, SL_ARENA_WORKSPACE))) return SL_ENOMEM;
+  if (p->kvrep > 1 && !(p->kvsum = sl_model_buf(m, (p->kvgroups + 1) * 2 * p->nkv * p->hd * C, SL_ARENA_WORKSPACE)))
+    return SL_ENOMEM;
   return SL_OK;
 }
 
-static const sl_model_vt llama_vt = {
-    .fwd = llama_fwd,
-    .bwd = llama_bwd,
-    .logits = llama_logits,
-    .init_custom = NULL,
-    .destroy = llama_destroy,
-    .flops_per_token = llama_flops,
-    .alloc_acts = llama_alloc_acts,
-    .use_acts = llama_use_acts,
-    .boundary = llama_boundary,
-    .stash_numel = sl_llama_stash_numel,
-    .bwd_input = sl_llama_bwd_input,
-    .bwd_weight = sl_llama_bwd_weight,
-};
+/* Decoder layer l's tensors. */
+static int llama_spec(sl_model *m, sl_unit_spec *b, int64_t l) {
+  const sl_model_config *c = &m->cfg;
+  const sl_decoder *d = sl_dec(m);
+  const llama_priv *p = d->blk;
+  int64_t T = m->tp_size, C = p->C, nkv_parts = c->num_key_value_heads < T ? c->num_key_value_heads : T;
+  float std = d->std;
+  int rc;
+  char nm[SL_TENSOR_NAME_MAX];
+  int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, I = c->intermediate_size;
+#define ADD(suffix, nd, d0, d1, decay, init, split, parts)                                                             \
+  snprintf(nm, sizeof nm, "model.layers.%lld.%s", (long long)l, suffix);                                               \
+  if ((rc = sl_unit_add_split(m, b, nm, nd, d0, d1, decay, init, std, split, parts))) return rc
+  ADD("input_layernorm.weight", 1, C, 0, 0, SL_INIT_ONES, SL_SPLIT_NONE, 1);
+  ADD("self_attn.q_proj.weight", 2, nh * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
+  ADD("self_attn.k_proj.weight", 2, nkv * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, nkv_parts);
+  ADD("self_attn.v_proj.weight", 2, nkv * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, nkv_parts);
+  ADD("self_attn.o_proj.weight", 2, C, nh * p->hd, 1, SL_INIT_NORMAL, SL_SPLIT_ROW, T);
+  ADD("post_attention_layernorm.weight", 1, C, 0, 0, SL_INIT_ONES, SL_SPLIT_NONE, 1);
+  ADD("mlp.gate_proj.weight", 2, I, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
+  ADD("mlp.up_proj.weight", 2, I, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
+  ADD("mlp.down_proj.weight", 2, C, I, 1, SL_INIT_NORMAL, SL_SPLIT_ROW, T);
+#undef ADD
+  return SL_OK;
+}
 
-int sl_llama_create(sl_model *m) {
+/* The RoPE frequencies, once, in backend memory. */
+static int llama_prepare(sl_model *m) {
+  llama_priv *p = sl_dec(m)->blk;
+  float *inv = malloc((size_t)(p->hd / 2 + 1) * sizeof(float));
+  if (!inv) return sl_fail(SL_ENOMEM, "out of memory");
+  sl_rope_inv_freq_cfg(inv, &m->cfg); /* c->rope_scaling's rule */
+  p->inv_freq = sl_rope_table_upload(m->ops, m->k, inv, p->hd);
+  free(inv);
+  return p->inv_freq ? SL_OK : SL_ENOMEM;
+}
+
+static int llama_init(sl_model *m, sl_decoder *d) {
   const sl_model_config *c = &m->cfg;
   llama_priv *p = calloc(1, sizeof *p);
   if (!p) return sl_fail(SL_ENOMEM, "out of memory");
-  m->priv = p;
-  m->vt = &llama_vt;
-  int rc = tp_check(m);
+  d->blk = p;
+  int rc = sl_dec_tp_check(m, tp_misfit, m->cfg.num_attention_heads);
   if (rc) return rc;
   int64_t T = m->tp_size, nkv_parts = c->num_key_value_heads < T ? c->num_key_value_heads : T;
-  p->N = m->B * m->T;
-  p->C = c->hidden_size;
+  p->N = d->N;
+  p->C = d->C;
   p->nh = c->num_attention_heads / T;
   p->nkv = c->num_key_value_heads / nkv_parts;
   p->kvrep = T / nkv_parts;
@@ -389,75 +301,42 @@ int sl_llama_create(sl_model *m) {
   p->Q = (p->nh + 2 * p->nkv) * p->hd;
   p->A = p->nh * p->hd;
   p->I = c->intermediate_size / T;
-  p->V = c->vocab_size;
-  p->L = c->num_hidden_layers;
   p->window = c->arch == SL_ARCH_MISTRAL ? c->sliding_window : 0;
   p->eps = (float)c->rms_norm_eps;
-  p->tied = c->tie_word_embeddings;
-  p->vp = T > 1;
-  p->sp = m->sp;
-  p->n = p->sp ? p->N / T : p->N;
-  if (p->vp && (rc = sl_vocab_split_make(p->V, (int)T, m->tp_rank, &p->vs))) return rc;
-  float std = c->initializer_range > 0 ? (float)c->initializer_range : 0.02f;
-
-  m->nunits = (int)p->L + 2;
-  m->units = calloc((size_t)m->nunits, sizeof(sl_unit_spec));
-  m->pinned = calloc((size_t)m->nunits, sizeof(int));
-  if (!m->units || !m->pinned) return sl_fail(SL_ENOMEM, "out of memory");
-  int64_t C = p->C;
-  sl_unit_spec *e = &m->units[0];
-  snprintf(e->kind, sizeof e->kind, "embedding");
-  e->layer = -1;
-  if ((rc =
-           sl_unit_add_split(m, e, "model.embed_tokens.weight", 2, p->V, C, 1, SL_INIT_NORMAL, std, SL_SPLIT_VOCAB, T)))
-    return rc;
-  for (int64_t l = 0; l < p->L; l++) {
-    sl_unit_spec *b = &m->units[1 + l];
-    snprintf(b->kind, sizeof b->kind, "llama_block");
-    b->layer = (int)l;
-    char nm[SL_TENSOR_NAME_MAX];
-    int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, I = c->intermediate_size;
-#define ADD(suffix, nd, d0, d1, decay, init, split, parts)                                                             \
-  snprintf(nm, sizeof nm, "model.layers.%lld.%s", (long long)l, suffix);                                               \
-  if ((rc = sl_unit_add_split(m, b, nm, nd, d0, d1, decay, init, std, split, parts))) return rc
-    ADD("input_layernorm.weight", 1, C, 0, 0, SL_INIT_ONES, SL_SPLIT_NONE, 1);
-    ADD("self_attn.q_proj.weight", 2, nh * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
-    ADD("self_attn.k_proj.weight", 2, nkv * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, nkv_parts);
-    ADD("self_attn.v_proj.weight", 2, nkv * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, nkv_parts);
-    ADD("self_attn.o_proj.weight", 2, C, nh * p->hd, 1, SL_INIT_NORMAL, SL_SPLIT_ROW, T);
-    ADD("post_attention_layernorm.weight", 1, C, 0, 0, SL_INIT_ONES, SL_SPLIT_NONE, 1);
-    ADD("mlp.gate_proj.weight", 2, I, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
-    ADD("mlp.up_proj.weight", 2, I, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
-    ADD("mlp.down_proj.weight", 2, C, I, 1, SL_INIT_NORMAL, SL_SPLIT_ROW, T);
-#undef ADD
-  }
-  if ((rc = sl_lm_head_spec_split(m, "model.norm.weight", C, p->V, p->tied, SL_INIT_NORMAL, std,
-                                  p->vp ? SL_SPLIT_VOCAB : SL_SPLIT_NONE)))
-    return rc;
-
-  if (m->B == 0) return SL_OK; /* specs only */
-  /* the RoPE frequencies, once, in backend memory */
-  float *inv = malloc((size_t)(p->hd / 2 + 1) * sizeof(float));
-  if (!inv) return sl_fail(SL_ENOMEM, "out of memory");
-  sl_rope_inv_freq_cfg(inv, c); /* c->rope_scaling's rule */
-  p->inv_freq = sl_rope_table_upload(m->ops, m->k, inv, p->hd);
-  free(inv);
-  if (!p->inv_freq) return SL_ENOMEM;
-  /* activations: set 0, then the backward scratch every set shares */
-  int64_t N = p->N;
-  if ((rc = llama_alloc_acts(m, 0))) return rc;
-  llama_use_acts(m, 0);
-  if (!(p->dres = sl_model_buf(m, N * C, SL_ARENA_WORKSPACE)) ||
-      !(p->dln = sl_model_buf(m, N * C, SL_ARENA_WORKSPACE)) ||
-      !(p->dh = sl_model_buf(m, N * p->I, SL_ARENA_WORKSPACE)) ||
-      !(p->dgu = sl_model_buf(m, N * 2 * p->I, SL_ARENA_WORKSPACE)) ||
-      !(p->datt = sl_model_buf(m, N * p->A, SL_ARENA_WORKSPACE)) ||
-      !(p->dqkv = sl_model_buf(m, N * p->Q, SL_ARENA_WORKSPACE)))
-    return SL_ENOMEM;
-  if (p->sp && (!(p->xl = sl_model_buf(m, p->n * C, SL_ARENA_WORKSPACE)) ||
-                !(p->gnorm = sl_model_buf(m, 2 * C, SL_ARENA_WORKSPACE))))
-    return SL_ENOMEM;
-  if (p->kvrep > 1 && !(p->kvsum = sl_model_buf(m, (p->kvgroups + 1) * 2 * p->nkv * p->hd * C, SL_ARENA_WORKSPACE)))
-    return SL_ENOMEM;
+  p->sp = d->sp;
+  p->n = d->n;
+  d->eps = p->eps;
+  d->std = c->initializer_range > 0 ? (float)c->initializer_range : 0.02f;
+  d->embed_name = "model.embed_tokens.weight";
+  d->norm_name = "model.norm.weight";
+  d->head_init = SL_INIT_NORMAL;
   return SL_OK;
 }
+
+static void llama_caps(const sl_model_config *c, sl_model_caps *out) {
+  *out = (sl_model_caps){.attention = 1,
+                         .doc_mask = 1,
+                         .recurrent = 0,
+                         .zb_split = 1,
+                         .zb_split_accum = 1,
+                         .tp_width = c->num_attention_heads};
+}
+
+const sl_block_kind sl_llama_block = {
+    .unit_kind = "llama_block",
+    .layer_size = sizeof(layer_acts),
+    .caps = llama_caps,
+    .init = llama_init,
+    .spec = llama_spec,
+    .prepare = llama_prepare,
+    .alloc_layer = llama_alloc_layer,
+    .alloc_scratch = llama_alloc_scratch,
+    .fwd = block_forward,
+    .recompute = llama_recompute,
+    .bwd = llama_bwd,
+    .stash_numel = sl_llama_stash_numel,
+    .bwd_input = sl_llama_bwd_input,
+    .bwd_weight = sl_llama_bwd_weight,
+    .flops_per_token = llama_flops,
+    .destroy = llama_destroy,
+};

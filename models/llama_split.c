@@ -20,10 +20,8 @@
  *   datt (N, C) gradient of the attention's residual (dout of Wo)
  *   dqkv (N, Q) gradient of q|k|v after RoPE's backward (dout of Wqkv)
  *   dln1 (N, C) gradient of the first norm's output
- * Head: dln (N, C) gradient of the final norm's output (W recomputes the
- * logits for the LM head's weight GEMM; tied: the head's part of unit 0's
- * gradient is computed in B, into the caller's buffer). Embedding: the
- * gradient of its output (N, C); its whole backward is W.
+ * The embedding's and the head's halves are the skeleton's
+ * (models/decoder.c, models/lmhead_split.c).
  * Activation checkpointing: what the unsplit backward recomputes (the
  * attention core under selective, the whole block under full) lives in
  * buffers every layer and set shares, so B and W each recompute it (the
@@ -43,9 +41,8 @@
 #include "base/base.h"
 #include "models/llama_internal.h"
 
-int64_t sl_llama_stash_numel(const sl_model *m, int u) {
-  const llama_priv *p = m->priv;
-  if (u == 0 || u == p->L + 1) return p->N * p->C;
+int64_t sl_llama_stash_numel(const sl_model *m) {
+  const llama_priv *p = sl_dec(m)->blk;
   return p->N * (4 * p->C + 2 * p->I + p->Q);
 }
 
@@ -65,36 +62,36 @@ static block_stash stash_views(const llama_priv *p, const float *s) {
   return b;
 }
 
-static int block_input(sl_model *m, int u, const float *flat, float *stash) {
-  llama_priv *p = m->priv;
+/* Block l's input half, after the skeleton's recompute. */
+int sl_llama_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
+  sl_decoder *d = sl_dec(m);
+  llama_priv *p = d->blk;
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
   int64_t N = p->N, C = p->C, n = p->n;
   size_t nc = (size_t)(n * C) * 4;
-  int rc;
-  int l = u - 1;
-  layer_acts *a = &p->la[l];
+  int rc = SL_OK;
+  layer_acts *a = llama_layer(m, l);
   blockw w = block_views(p, flat);
   block_stash s = stash_views(p, stash);
-  float *dn = p->sp ? p->xl : p->dln; /* a norm's output gradient, summed over TP: this rank's rows */
-  if ((rc = sl_llama_recompute(m, u, flat))) return rc;
+  float *dln = d->dln, *dn = p->sp ? d->xl : d->dln; /* a norm's output gradient, summed over TP: this rank's rows */
   /* MLP */
-  if (p->sp) rc = sl_llama_sp_gather(m, p->dres, s.dmlp);
-  else o->copy(k, s.dmlp, p->dres, nc);
+  if (p->sp) rc = sl_dec_sp_gather(m, d->dres, s.dmlp);
+  else o->copy(k, s.dmlp, d->dres, nc);
   if (rc) return rc;
   o->zero(k, p->dh, (size_t)(N * p->I) * 4);
   o->linear_bwd(k, p->dh, NULL, NULL, s.dmlp, a->h, w.wd, N, p->I, C);
   o->zero(k, p->dgu, (size_t)(N * 2 * p->I) * 4);
   o->swiglu_bwd(k, p->dgu, p->dh, a->gu, N, p->I);
   o->copy(k, s.dgu, p->dgu, (size_t)(N * 2 * p->I) * 4);
-  o->zero(k, p->dln, (size_t)(N * C) * 4);
-  o->linear_bwd(k, p->dln, NULL, NULL, p->dgu, a->ln2, w.wgu, N, C, 2 * p->I);
-  if ((rc = sl_llama_row_parallel_sum(m, p->dln, dn))) return rc;
+  o->zero(k, dln, (size_t)(N * C) * 4);
+  o->linear_bwd(k, dln, NULL, NULL, p->dgu, a->ln2, w.wgu, N, C, 2 * p->I);
+  if ((rc = sl_dec_row_parallel_sum(m, dln, dn))) return rc;
   o->copy(k, s.dln2, dn, nc);
-  o->rmsnorm_bwd(k, p->dres, NULL, dn, a->xmid, w.ln2, a->rstd2, n, C, C);
+  o->rmsnorm_bwd(k, d->dres, NULL, dn, a->xmid, w.ln2, a->rstd2, n, C, C);
   /* attention */
-  if (p->sp) rc = sl_llama_sp_gather(m, p->dres, s.datt);
-  else o->copy(k, s.datt, p->dres, nc);
+  if (p->sp) rc = sl_dec_sp_gather(m, d->dres, s.datt);
+  else o->copy(k, s.datt, d->dres, nc);
   if (rc) return rc;
   o->zero(k, p->datt, (size_t)(N * p->A) * 4);
   o->linear_bwd(k, p->datt, NULL, NULL, s.datt, a->att, w.wo, N, p->A, C);
@@ -103,61 +100,36 @@ static int block_input(sl_model *m, int u, const float *flat, float *stash) {
                        m->seg);
   o->rope_doc_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
   o->copy(k, s.dqkv, p->dqkv, (size_t)(N * p->Q) * 4);
-  o->zero(k, p->dln, (size_t)(N * C) * 4);
-  o->linear_bwd(k, p->dln, NULL, NULL, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
-  if ((rc = sl_llama_row_parallel_sum(m, p->dln, dn))) return rc;
+  o->zero(k, dln, (size_t)(N * C) * 4);
+  o->linear_bwd(k, dln, NULL, NULL, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
+  if ((rc = sl_dec_row_parallel_sum(m, dln, dn))) return rc;
   o->copy(k, s.dln1, dn, nc);
-  o->rmsnorm_bwd(k, p->dres, NULL, dn, p->stream[l], w.ln1, a->rstd1, n, C, C);
+  o->rmsnorm_bwd(k, d->dres, NULL, dn, d->stream[l], w.ln1, a->rstd1, n, C, C);
   return SL_OK;
 }
 
-static int block_weight(sl_model *m, int u, const float *flat, float *grads, const float *stash) {
-  llama_priv *p = m->priv;
+/* Block l's weight half, after the skeleton's recompute (again: the input
+ * half's recomputed tensors are shared, gone). */
+int sl_llama_bwd_weight(sl_model *m, int l, const float *flat, float *grads, const float *stash) {
+  sl_decoder *d = sl_dec(m);
+  llama_priv *p = d->blk;
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
   int64_t N = p->N, C = p->C;
   int rc;
-  int l = u - 1;
-  layer_acts *a = &p->la[l];
+  layer_acts *a = llama_layer(m, l);
   blockw w = block_views(p, flat), g = block_views(p, grads);
   block_stash s = stash_views(p, stash);
-  if ((rc = sl_llama_recompute(m, u, flat))) return rc; /* again: B's recomputed tensors are shared, gone */
   o->linear_bwd(k, NULL, (float *)g.wd, NULL, s.dmlp, a->h, w.wd, N, p->I, C);
   o->linear_bwd(k, NULL, (float *)g.wgu, NULL, s.dgu, a->ln2, w.wgu, N, C, 2 * p->I);
-  o->rmsnorm_bwd(k, NULL, sl_llama_norm_dw(m, (float *)g.ln2, p->gnorm + C), s.dln2, a->xmid, w.ln2, a->rstd2, p->n, C,
+  o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.ln2, p->gnorm + C), s.dln2, a->xmid, w.ln2, a->rstd2, p->n, C,
                  C);
   o->linear_bwd(k, NULL, (float *)g.wo, NULL, s.datt, a->att, w.wo, N, p->A, C);
   if (p->kvrep > 1) sl_llama_kv_grad_begin(m, (float *)g.wqkv + p->nh * p->hd * C);
   o->linear_bwd(k, NULL, (float *)g.wqkv, NULL, s.dqkv, a->ln1, w.wqkv, N, C, p->Q);
   if (p->kvrep > 1 && (rc = sl_llama_kv_grad_sum(m, (float *)g.wqkv + p->nh * p->hd * C))) return rc;
-  o->rmsnorm_bwd(k, NULL, sl_llama_norm_dw(m, (float *)g.ln1, p->gnorm), s.dln1, p->stream[l], w.ln1, a->rstd1, p->n, C,
+  o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.ln1, p->gnorm), s.dln1, d->stream[l], w.ln1, a->rstd1, p->n, C,
                  C);
-  if ((rc = sl_llama_norm_grad_sum(m, (float *)g.ln1, p->gnorm))) return rc;
-  return sl_llama_norm_grad_sum(m, (float *)g.ln2, p->gnorm + C);
-}
-
-/* Unit 0's backward is all weight gradient: B keeps its output gradient
- * (this rank's rows under sp; W all-gathers them as llama_bwd does). */
-int sl_llama_bwd_input(sl_model *m, int u, const float *flat, float *stash, float *tied) {
-  llama_priv *p = m->priv;
-  if (u == 0) {
-    m->ops->copy(m->k, stash, p->dres, (size_t)(p->n * p->C) * 4);
-    return SL_OK;
-  }
-  if (u == p->L + 1 && p->vp) /* models/lmhead_split.c */
-    return sl_lm_head_vp_bwd_input(m, p->hv, flat, p->stream[p->L], p->dres, p->dln, stash, tied);
-  if (u == p->L + 1) return sl_lm_head_bwd_input(m, &p->head, flat, p->stream[p->L], p->dres, p->dln, stash, tied);
-  return block_input(m, u, flat, stash);
-}
-
-int sl_llama_bwd_weight(sl_model *m, int u, const float *flat, float *grads, const float *stash) {
-  llama_priv *p = m->priv;
-  if (u == 0 && p->vp) return sl_vp_embedding_bwd(m, &p->vs, grads, stash, p->N, p->C, p->sp ? p->dln : NULL);
-  if (u == 0) {
-    m->ops->embedding_bwd(m->k, grads, stash, m->tokens, p->N, p->C);
-    return SL_OK;
-  }
-  if (u == p->L + 1 && p->vp) return sl_lm_head_vp_bwd_weight(m, p->hv, flat, grads, p->stream[p->L], stash);
-  if (u == p->L + 1) return sl_lm_head_bwd_weight(m, &p->head, flat, grads, p->stream[p->L], stash);
-  return block_weight(m, u, flat, grads, stash);
+  if ((rc = sl_dec_norm_grad_sum(m, (float *)g.ln1, p->gnorm))) return rc;
+  return sl_dec_norm_grad_sum(m, (float *)g.ln2, p->gnorm + C);
 }

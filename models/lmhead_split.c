@@ -1,7 +1,7 @@
 /* models/lmhead_split.c — the LM head's backward (sl_lm_head_bwd, models/
  * model.c) split into its input-gradient half and its weight-gradient half
  * for zero-bubble pipeline schedules (models/model.h: bwd_input /
- * bwd_weight; used by models/llama_split.c and models/mamba_split.c).
+ * bwd_weight; used by the decoder skeleton, models/decoder.c).
  *
  * Input half: the residual gradient as sl_lm_head_bwd leaves it, the final
  * norm's output gradient (N, C) kept in the stash; a tied head also makes

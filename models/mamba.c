@@ -1,4 +1,7 @@
-/* models/mamba.c — Mamba (v1, HF MambaForCausalLM) as units over flat buffers.
+/* models/mamba.c — the Mamba (v1, HF MambaForCausalLM) block kind of the
+ * decoder skeleton (models/decoder.h, which owns the embedding, the head,
+ * the residual stream, activation sets and the split backward's
+ * scaffolding).
  *
  * Units: 0 = embedding (backbone.embeddings.weight; backbone.embedding.weight
  * for a state-spaces checkpoint); 1..L = Mamba blocks; L+1 = norm_f (+
@@ -28,15 +31,6 @@
 
 #include "base/base.h"
 #include "models/mamba_internal.h"
-
-static void mamba_destroy(sl_model *m) {
-  mamba_priv *p = m->priv;
-  if (!p) return;
-  sl_act_sets_free(p->sets, p->nsets);
-  free(p->hvp);
-  free(p);
-  m->priv = NULL;
-}
 
 /* ---- Tensor parallelism -------------------------------------------------------
  * T ranks split the d_inner channels (D = Dw/T per rank, rank r holding
@@ -86,35 +80,6 @@ static void mamba_destroy(sl_model *m) {
  * all-reduces (#1, #3) stay; the norm's weight gradient (partial over rows)
  * is summed over TP. */
 
-/* buf (n) summed over the TP group; nothing at T = 1. */
-static int tp_sum(sl_model *m, float *buf, int64_t n) {
-  if (m->tp_size == 1) return SL_OK;
-  return m->access.tp.allreduce(m->access.tp.user, buf, n, SL_TP_SUM);
-}
-
-/* Sequence parallelism's all-gather of the (n, H) rows of every rank into (N, H). */
-static int sp_gather(sl_model *m, mamba_priv *p, const float *rows, float *all) {
-  return m->access.tp.allgather(m->access.tp.user, rows, all, p->n * p->H);
-}
-
-/* The partial sums (N, H) of a row-parallel GEMM into this rank's (n, H)
- * rows of their sum: a reduce-scatter under sp (from part into rows), else
- * an all-reduce in place (part == rows; nothing at T = 1). */
-static int row_parallel_sum(sl_model *m, mamba_priv *p, float *part, float *rows) {
-  if (!p->sp) return tp_sum(m, rows, p->N * p->H);
-  return m->access.tp.reducescatter(m->access.tp.user, part, rows, p->n * p->H);
-}
-
-/* Where rmsnorm_bwd writes the norm's weight gradient g (H): g itself, or
- * under sp (this rank's rows' part) the zeroed scratch p->gnorm, which
- * norm_grad_sum sums over TP and adds into g (models/vocab_parallel.h
- * sl_sp_norm_dw: g may hold the earlier micro-batches' sum under
- * --no-sync-accum). */
-static float *norm_dw(sl_model *m, mamba_priv *p, float *g) { return p->sp ? sl_sp_norm_dw(m, p->gnorm, p->H) : g; }
-static int norm_grad_sum(sl_model *m, mamba_priv *p, float *g) {
-  return p->sp ? sl_sp_norm_dw_sum(m, g, p->gnorm, p->H) : SL_OK;
-}
-
 /* NULL when T splits d_inner, else why not. */
 static const char *tp_misfit(const sl_model_config *c, int64_t T, char *why, size_t cap) {
   if (c->intermediate_size % T == 0) return NULL;
@@ -123,41 +88,33 @@ static const char *tp_misfit(const sl_model_config *c, int64_t T, char *why, siz
   return why;
 }
 
-static int tp_check(const sl_model *m) {
-  char why[256], ok[256], tmp[256];
-  if (m->cfg.intermediate_size <= 0 || !tp_misfit(&m->cfg, m->tp_size, why, sizeof why)) return SL_OK;
-  size_t n = 0;
-  ok[0] = 0;
-  for (int64_t t = 1; t <= m->cfg.intermediate_size && t <= 4096 && n + 24 < sizeof ok; t++)
-    if (!tp_misfit(&m->cfg, t, tmp, sizeof tmp))
-      n += (size_t)snprintf(ok + n, sizeof ok - n, "%s%lld", n ? ", " : "", (long long)t);
-  return sl_fail(SL_EINPUT, "%s: %s; valid --tp values for this model: %s", m->cfg.arch_name, why, ok);
-}
-
-/* Forward of a block from x into a; writes the block output to out unless
+/* Forward of block l from x into a; writes the block output to out unless
  * out is NULL (recomputation for full checkpointing). Under sp x and out
- * hold this rank's n rows, a->ln all N (gathered through p->xl), and
- * out_proj's partial sums go through p->dln (free in forward). */
-static int block_forward(sl_model *m, mamba_priv *p, const float *flat, const float *x, mlayer_acts *a, float *out) {
+ * hold this rank's n rows, a->ln all N (gathered through the skeleton's
+ * xl), and out_proj's partial sums go through its dln (free in forward). */
+static int block_forward(sl_model *m, int l, const float *flat, const float *x, void *layer, float *out) {
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
+  mamba_priv *p = sl_dec(m)->blk;
+  float *dln = sl_dec(m)->dln;
+  mlayer_acts *a = layer;
   mblockw w = block_views(p, flat);
   int64_t N = p->N, H = p->H, D = p->D, S = p->S, R = p->R;
-  o->rmsnorm_fwd(k, p->sp ? p->xl : a->ln, a->rstd, x, w.norm, p->n, H, H, p->eps);
-  int rc = p->sp ? sp_gather(m, p, p->xl, a->ln) : SL_OK;
+  (void)l;
+  int rc = sl_dec_norm_gathered(m, a->ln, a->rstd, x, w.norm, p->eps);
   if (rc) return rc;
   o->linear_fwd(k, a->xz, a->ln, w.w_in, w.b_in, N, H, 2 * D);
   o->conv1d_fwd(k, a->xcp, a->xz, 2 * D, w.w_conv, w.b_conv, m->B, m->T, D, p->K);
   o->silu_fwd(k, a->u, a->xcp, N * D);
   o->linear_fwd(k, a->dtr, a->u, w.w_x, NULL, N, D, R);
   o->linear_fwd(k, a->bc, a->u, w.w_x + R * D, NULL, N, D, 2 * S);
-  if ((rc = tp_sum(m, a->dtr, N * (R + 2 * S)))) return rc; /* #1: dtr | bc, one buffer */
+  if ((rc = sl_dec_tp_sum(m, a->dtr, N * (R + 2 * S)))) return rc; /* #1: dtr | bc, one buffer */
   o->linear_fwd(k, a->dtv, a->dtr, w.w_dt, w.b_dt, N, R, D);
   o->scan_fwd(k, a->y, a->ckpt, a->u, a->dtv, w.a_log, a->bc, a->bc + S, 2 * S, w.dp, m->B, m->T, D, S, p->chunk);
   o->gate_fwd(k, a->g, a->y, a->xz + D, 2 * D, N, D);
   if (out) {
-    o->linear_fwd(k, p->sp ? p->dln : out, a->g, w.w_out, m->tp_rank == 0 ? w.b_out : NULL, N, D, H);
-    if ((rc = row_parallel_sum(m, p, p->dln, out))) return rc; /* #2 */
+    o->linear_fwd(k, p->sp ? dln : out, a->g, w.w_out, m->tp_rank == 0 ? w.b_out : NULL, N, D, H);
+    if ((rc = sl_dec_row_parallel_sum(m, dln, out))) return rc; /* #2 */
     o->add_inplace(k, out, x, p->n * H);
   }
   return SL_OK;
@@ -174,53 +131,27 @@ static void block_recompute_cheap(sl_model *m, mamba_priv *p, const float *flat,
   o->gate_fwd(m->k, a->g, a->y, a->xz + D, 2 * D, N, D);
 }
 
-static int mamba_fwd(sl_model *m, int u, const float *flat) {
-  mamba_priv *p = m->priv;
-  const sl_ops *o = m->ops;
-  sl_kctx *k = m->k;
-  int64_t N = p->N, H = p->H;
-  if (u == 0) {
-    if (p->vp) return sl_vp_embedding_fwd(m, &p->vs, p->stream[0], flat, N, H, p->sp ? p->dln : NULL);
-    o->embedding_fwd(k, p->stream[0], m->tokens, flat, N, H);
-    return SL_OK;
-  }
-  if (u <= p->L) {
-    int l = u - 1;
-    return block_forward(m, p, flat, p->stream[l], &p->la[l], p->stream[l + 1]);
-  }
-  if (p->vp) return sl_lm_head_vp_fwd(m, p->hv, flat, p->stream[p->L]);
-  return sl_lm_head_fwd(m, &p->head, flat, p->stream[p->L]);
-}
-
 static void zero(sl_model *m, float *x, int64_t n) { m->ops->zero(m->k, x, (size_t)n * sizeof(float)); }
 
-static int mamba_bwd(sl_model *m, int u, const float *flat, float *grads) {
-  mamba_priv *p = m->priv;
+/* Block l's backward (after mamba_recompute): dres holds the gradient of
+ * the block output and receives that of its input. */
+static int mamba_bwd(sl_model *m, int l, const float *flat, float *grads) {
+  sl_decoder *d = sl_dec(m);
+  mamba_priv *p = d->blk;
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
   int64_t N = p->N, H = p->H, D = p->D, S = p->S, R = p->R;
   int rc = SL_OK;
-  if (u == p->L + 1 && !p->vp) /* head: starts the backward pass */
-    return sl_lm_head_bwd(m, &p->head, flat, grads, p->stream[p->L], p->dres, p->dln);
-  if (u == p->L + 1) return sl_lm_head_vp_bwd(m, p->hv, flat, grads, p->stream[p->L], p->dres, p->dln);
-  if (u == 0) {
-    if (p->vp) return sl_vp_embedding_bwd(m, &p->vs, grads, p->dres, N, H, p->sp ? p->dln : NULL);
-    o->embedding_bwd(k, grads, p->dres, m->tokens, N, H);
-    return SL_OK;
-  }
-  int l = u - 1;
-  mlayer_acts *a = &p->la[l];
-  const float *x = p->stream[l];
+  mlayer_acts *a = mamba_layer(m, l);
+  const float *x = d->stream[l];
   mblockw w = block_views(p, flat);
   mblockw g = block_views(p, grads);
-  const float *dout = p->dres; /* the gradient of the block output, all-gathered under sp */
-  if (m->ac == SL_AC_FULL) rc = block_forward(m, p, flat, x, a, NULL);
-  else if (m->ac == SL_AC_SELECTIVE) block_recompute_cheap(m, p, flat, a);
-  if (rc) return rc;
+  float *dln = d->dln;
+  const float *dout = d->dres; /* the gradient of the block output, all-gathered under sp */
   /* out_proj: dres is the gradient of the block output (the residual passes
    * it through to x unchanged; rmsnorm_bwd adds the branch below); under sp
-   * p->dln holds it all-gathered until in_proj's backward overwrites it */
-  if (p->sp && (rc = sp_gather(m, p, p->dres, (float *)(dout = p->dln)))) return rc;
+   * dln holds it all-gathered until in_proj's backward overwrites it */
+  if (p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
   float *dg = p->dgx;
   zero(m, dg, N * D);
   o->linear_bwd(k, dg, (float *)g.w_out, (float *)g.b_out, dout, a->g, w.w_out, N, D, H);
@@ -237,7 +168,7 @@ static int mamba_bwd(sl_model *m, int u, const float *flat, float *grads) {
   /* dt_proj */
   zero(m, p->ddtr, N * R);
   o->linear_bwd(k, p->ddtr, (float *)g.w_dt, (float *)g.b_dt, p->ddtv, a->dtr, w.w_dt, N, R, D);
-  if ((rc = tp_sum(m, p->ddtr, N * (R + 2 * S)))) return rc; /* #3: ddtr | dbc, one buffer */
+  if ((rc = sl_dec_tp_sum(m, p->ddtr, N * (R + 2 * S)))) return rc; /* #3: ddtr | dbc, one buffer */
   /* x_proj, both row blocks add into du */
   o->linear_bwd(k, p->du, (float *)g.w_x, NULL, p->ddtr, a->u, w.w_x, N, D, R);
   o->linear_bwd(k, p->du, (float *)g.w_x + R * D, NULL, p->dbc, a->u, w.w_x + R * D, N, D, 2 * S);
@@ -249,41 +180,27 @@ static int mamba_bwd(sl_model *m, int u, const float *flat, float *grads) {
   o->conv1d_bwd(k, p->dxz, 2 * D, (float *)g.w_conv, (float *)g.b_conv, dxcp, a->xz, 2 * D, w.w_conv, m->B, m->T, D,
                 p->K);
   /* in_proj and the norm */
-  zero(m, p->dln, N * H);
-  o->linear_bwd(k, p->dln, (float *)g.w_in, (float *)g.b_in, p->dxz, a->ln, w.w_in, N, H, 2 * D);
-  float *dnorm = p->sp ? p->xl : p->dln;
-  if ((rc = row_parallel_sum(m, p, p->dln, dnorm))) return rc; /* #4 */
-  o->rmsnorm_bwd(k, p->dres, norm_dw(m, p, (float *)g.norm), dnorm, x, w.norm, a->rstd, p->n, H, H);
-  return norm_grad_sum(m, p, (float *)g.norm);
+  zero(m, dln, N * H);
+  o->linear_bwd(k, dln, (float *)g.w_in, (float *)g.b_in, p->dxz, a->ln, w.w_in, N, H, 2 * D);
+  float *dnorm = p->sp ? d->xl : dln;
+  if ((rc = sl_dec_row_parallel_sum(m, dln, dnorm))) return rc; /* #4 */
+  o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.norm, p->gnorm), dnorm, x, w.norm, a->rstd, p->n, H, H);
+  return sl_dec_norm_grad_sum(m, (float *)g.norm, p->gnorm);
 }
 
-/* mamba_bwd's TP collectives, for its split (models/mamba_split.c). */
-int sl_mamba_tp_sum(sl_model *m, float *buf, int64_t n) { return tp_sum(m, buf, n); }
-int sl_mamba_sp_gather(sl_model *m, const float *rows, float *all) { return sp_gather(m, m->priv, rows, all); }
-int sl_mamba_row_parallel_sum(sl_model *m, float *part, float *rows) {
-  return row_parallel_sum(m, m->priv, part, rows);
-}
-float *sl_mamba_norm_dw(sl_model *m, float *g) { return norm_dw(m, m->priv, g); }
-int sl_mamba_norm_grad_sum(sl_model *m, float *g) { return norm_grad_sum(m, m->priv, g); }
-
-/* What activation checkpointing recomputes before block u's backward (both
- * halves of the split backward run it: models/mamba_split.c). */
-int sl_mamba_recompute(sl_model *m, int u, const float *flat) {
-  mamba_priv *p = m->priv;
-  mlayer_acts *a = &p->la[u - 1];
-  if (m->ac == SL_AC_FULL) return block_forward(m, p, flat, p->stream[u - 1], a, NULL);
+/* What activation checkpointing recomputes before block l's backward (and
+ * before each half of the split backward: models/mamba_split.c). */
+static int mamba_recompute(sl_model *m, int l, const float *flat) {
+  mamba_priv *p = sl_dec(m)->blk;
+  mlayer_acts *a = mamba_layer(m, l);
+  if (m->ac == SL_AC_FULL) return block_forward(m, l, flat, sl_dec(m)->stream[l], a, NULL);
   if (m->ac == SL_AC_SELECTIVE) block_recompute_cheap(m, p, flat, a);
   return SL_OK;
 }
 
-static int mamba_logits(sl_model *m, float *out) {
-  mamba_priv *p = m->priv;
-  if (p->vp) return sl_lm_head_vp_logits(m, p->hv, out);
-  return sl_lm_head_logits(m, &p->head, out);
-}
-
 static int64_t mamba_flops(const sl_model *m, int64_t T) {
-  const mamba_priv *p = m->priv;
+  const sl_decoder *dc = sl_dec(m);
+  const mamba_priv *p = dc->blk;
   (void)T; /* linear in T: no attention term */
   /* 6 x (parameters of the matmuls: in/x/dt/out projections + LM head, the
    * embedding lookup excluded) + the depthwise conv (2K per channel, x3 for
@@ -293,8 +210,8 @@ static int64_t mamba_flops(const sl_model *m, int64_t T) {
    * together). */
   int64_t D = p->Dw;
   int64_t per_layer = 2 * D * p->H + (p->R + 2 * p->S) * D + p->R * D + D * p->H;
-  int64_t Nmm = p->L * per_layer + p->V * p->H;
-  return 6 * Nmm + p->L * (6 * p->K * D + 27 * D * p->S);
+  int64_t Nmm = dc->L * per_layer + dc->V * p->H;
+  return 6 * Nmm + dc->L * (6 * p->K * D + 27 * D * p->S);
 }
 
 /* ---- init from seed (HF MambaPreTrainedModel._init_weights) ---------------- */
@@ -342,10 +259,14 @@ static int mamba_init_custom(sl_model *m, int u, int ti, float *dst, uint64_t se
   return SL_OK;
 }
 
-/* big: every tensor of a layer kept by selective checkpointing; cheap: the
- * ones selective recomputes (u, dtv, g) */
-static int alloc_layer(sl_model *m, mamba_priv *p, mlayer_acts *a, int big, int cheap, int64_t B) {
-  int64_t N = p->N, H = p->H, D = p->D;
+/* recomputed: what checkpointing recomputes (selective: u, dtv, g, the
+ * cheap ones; full: all); else a layer's kept tensors (none: all;
+ * selective: the big ones, u, dtv and g being shared's). */
+static int mamba_alloc_layer(sl_model *m, void *layer, int recomputed, const void *shared) {
+  mamba_priv *p = sl_dec(m)->blk;
+  mlayer_acts *a = layer;
+  int64_t N = p->N, H = p->H, D = p->D, B = m->B;
+  int big = !recomputed || m->ac == SL_AC_FULL, cheap = recomputed || m->ac == SL_AC_NONE;
   if (big) {
     if (!(a->ln = sl_model_buf(m, N * H, SL_ARENA_ACTS)) || !(a->rstd = sl_model_buf(m, p->n, SL_ARENA_ACTS)) ||
         !(a->xz = sl_model_buf(m, N * 2 * D, SL_ARENA_ACTS)) || !(a->xcp = sl_model_buf(m, N * D, SL_ARENA_ACTS)) ||
@@ -359,76 +280,21 @@ static int alloc_layer(sl_model *m, mamba_priv *p, mlayer_acts *a, int big, int 
     if (!(a->u = sl_model_buf(m, N * D, SL_ARENA_ACTS)) || !(a->dtv = sl_model_buf(m, N * D, SL_ARENA_ACTS)) ||
         !(a->g = sl_model_buf(m, N * D, SL_ARENA_ACTS)))
       return SL_ENOMEM;
-  }
-  return SL_OK;
-}
-
-/* Activation set `set`: the residual stream, each block's kept tensors (the
- * recomputed ones are p->shared, allocated with set 0) and the head's. */
-static int mamba_alloc_acts(sl_model *m, int set) {
-  mamba_priv *p = m->priv;
-  sl_act_set *a = sl_act_set_new(m, &p->sets, &p->nsets, set, p->L, p->H, sizeof(mlayer_acts));
-  if (!a) return sl_fail(SL_ENOMEM, "out of memory");
-  mlayer_acts *la = a->layers;
-  if (set == 0 && m->ac != SL_AC_NONE && alloc_layer(m, p, &p->shared, m->ac == SL_AC_FULL, 1, m->B)) return SL_ENOMEM;
-  if (m->ac == SL_AC_FULL) {
-    for (int64_t l = 0; l < p->L; l++) la[l] = p->shared;
   } else {
-    for (int64_t l = 0; l < p->L; l++) {
-      if (!sl_model_is_local(m, (int)l + 1)) continue; /* another pipeline stage's */
-      if (alloc_layer(m, p, &la[l], 1, m->ac == SL_AC_NONE, m->B)) return SL_ENOMEM;
-      if (m->ac == SL_AC_SELECTIVE) {
-        la[l].u = p->shared.u;
-        la[l].dtv = p->shared.dtv;
-        la[l].g = p->shared.g;
-      }
-    }
+    const mlayer_acts *sh = shared;
+    a->u = sh->u;
+    a->dtv = sh->dtv;
+    a->g = sh->g;
   }
-  if (!sl_model_is_local(m, (int)p->L + 1)) return SL_OK; /* the head is another pipeline stage's */
-  if (!p->vp) return sl_lm_head_init(m, &a->head, p->H, p->V, p->eps, p->tied, (int)p->L + 1) ? SL_ENOMEM : SL_OK;
-  return sl_lm_head_vp_set_init(m, &p->hvp, &p->hv, p->nsets, set, &a->head, &p->vs, p->H, p->eps, p->tied,
-                                (int)p->L + 1, p->sp);
-}
-
-static void mamba_use_acts(sl_model *m, int set) {
-  mamba_priv *p = m->priv;
-  p->stream = p->sets[set].stream;
-  p->la = p->sets[set].layers;
-  p->head = p->sets[set].head;
-  if (p->vp && p->hvp) p->hv = &p->hvp[set];
-}
-
-static int mamba_boundary(sl_model *m, int u, float **act, float **grad, int64_t *n) {
-  mamba_priv *p = m->priv;
-  *act = p->stream[u - 1];
-  *grad = p->dres;
-  *n = p->n * p->H; /* this rank's token rows: N/T of them under sequence parallelism */
   return SL_OK;
 }
-
-static const sl_model_vt mamba_vt = {
-    .fwd = mamba_fwd,
-    .bwd = mamba_bwd,
-    .logits = mamba_logits,
-    .init_custom = mamba_init_custom,
-    .destroy = mamba_destroy,
-    .flops_per_token = mamba_flops,
-    .alloc_acts = mamba_alloc_acts,
-    .use_acts = mamba_use_acts,
-    .boundary = mamba_boundary,
-    .stash_numel = sl_mamba_stash_numel,
-    .bwd_input = sl_mamba_bwd_input,
-    .bwd_weight = sl_mamba_bwd_weight,
-};
 
 /* Decoder layer l's unit: its tensors and their offsets (p->off, the same in every layer). */
-static int mamba_block_spec(sl_model *m, int64_t l, float std) {
-  mamba_priv *p = m->priv;
+static int mamba_spec(sl_model *m, sl_unit_spec *b, int64_t l) {
+  mamba_priv *p = sl_dec(m)->blk;
   int64_t T = m->tp_size, H = p->H, Dw = p->Dw, S = p->S, R = p->R, K = p->K;
+  float std = sl_dec(m)->std;
   int rc;
-  sl_unit_spec *b = &m->units[1 + l];
-  snprintf(b->kind, sizeof b->kind, "mamba_block");
-  b->layer = (int)l;
   char nm[SL_TENSOR_NAME_MAX];
   block_offsets *o = &p->off;
   /* split: 0 whole, 1 / 2 column over d_inner (dim 0, in 1 / 2 stacked parts), -1 row (x_proj, out_proj) */
@@ -462,82 +328,84 @@ static int mamba_block_spec(sl_model *m, int64_t l, float std) {
   return SL_OK;
 }
 
-/* Activations: set 0, then the backward scratch every set shares. */
-static int mamba_buffers(sl_model *m) {
-  mamba_priv *p = m->priv;
+/* The block's backward scratch, after the skeleton's dres, dln and xl. */
+static int mamba_alloc_scratch(sl_model *m) {
+  mamba_priv *p = sl_dec(m)->blk;
   int64_t N = p->N, D = p->D, H = p->H, S = p->S, R = p->R;
-  int rc;
-  if ((rc = mamba_alloc_acts(m, 0))) return rc;
-  mamba_use_acts(m, 0);
-  if (!(p->dres = sl_model_buf(m, N * H, SL_ARENA_WORKSPACE)) ||
-      !(p->dln = sl_model_buf(m, N * H, SL_ARENA_WORKSPACE)) ||
-      !(p->dgx = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) || !(p->dy = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
+  if (!(p->dgx = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) || !(p->dy = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
       !(p->du = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
       !(p->ddtv = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
       !(p->dxz = sl_model_buf(m, N * 2 * D, SL_ARENA_WORKSPACE)) ||
       !(p->ddtr = sl_model_buf(m, N * (R + 2 * S), SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
   p->dbc = p->ddtr + N * R;
-  if (p->sp && (!(p->xl = sl_model_buf(m, p->n * H, SL_ARENA_WORKSPACE)) ||
-                !(p->gnorm = sl_model_buf(m, H, SL_ARENA_WORKSPACE))))
-    return SL_ENOMEM;
+  if (p->sp && !(p->gnorm = sl_model_buf(m, H, SL_ARENA_WORKSPACE))) return SL_ENOMEM;
   return SL_OK;
 }
 
-int sl_mamba_create(sl_model *m) {
+static int mamba_init(sl_model *m, sl_decoder *d) {
   const sl_model_config *c = &m->cfg;
   mamba_priv *p = calloc(1, sizeof *p);
   if (!p) return sl_fail(SL_ENOMEM, "out of memory");
-  m->priv = p;
-  m->vt = &mamba_vt;
-  int rc = tp_check(m);
+  d->blk = p;
+  int64_t T = m->tp_size, tmax = c->intermediate_size < 4096 ? c->intermediate_size : 4096;
+  int rc = c->intermediate_size <= 0 ? SL_OK : sl_dec_tp_check(m, tp_misfit, tmax);
   if (rc) return rc;
-  int64_t T = m->tp_size;
-  p->N = m->B * m->T;
+  p->N = d->N;
   p->H = c->hidden_size;
   p->Dw = c->intermediate_size;
   p->D = c->intermediate_size / T;
   p->S = c->state_size;
   p->R = c->time_step_rank;
   p->K = c->conv_kernel;
-  p->V = c->vocab_size;
-  p->L = c->num_hidden_layers;
   p->eps = (float)c->layer_norm_epsilon;
-  p->tied = c->tie_word_embeddings;
   p->use_bias = c->use_bias;
   p->conv_bias = c->use_conv_bias;
   p->chunk = MAMBA_SCAN_CHUNK;
   p->nch = m->T > 0 ? (m->T + p->chunk - 1) / p->chunk : 0;
-  p->vp = T > 1;
-  p->sp = m->sp;
-  p->n = p->sp ? p->N / T : p->N;
-  if (p->H <= 0 || p->Dw <= 0 || p->S <= 0 || p->R <= 0 || p->K <= 0 || p->V <= 0 || p->L <= 0)
+  p->sp = d->sp;
+  p->n = d->n;
+  if (p->H <= 0 || p->Dw <= 0 || p->S <= 0 || p->R <= 0 || p->K <= 0 || d->V <= 0 || d->L <= 0)
     return sl_fail(SL_EINPUT,
                    "mamba config: hidden_size %lld, intermediate_size %lld, state_size "
                    "%lld, time_step_rank %lld, conv_kernel %lld, vocab_size %lld, "
                    "num_hidden_layers %lld must all be positive",
                    (long long)p->H, (long long)p->Dw, (long long)p->S, (long long)p->R, (long long)p->K,
-                   (long long)p->V, (long long)p->L);
-  if (p->vp && (rc = sl_vocab_split_make(p->V, (int)T, m->tp_rank, &p->vs))) return rc;
-  float std = c->initializer_range > 0 ? (float)c->initializer_range : 0.1f;
-
-  m->nunits = (int)p->L + 2;
-  m->units = calloc((size_t)m->nunits, sizeof(sl_unit_spec));
-  m->pinned = calloc((size_t)m->nunits, sizeof(int));
-  if (!m->units || !m->pinned) return sl_fail(SL_ENOMEM, "out of memory");
-  int64_t H = p->H;
-  sl_unit_spec *e = &m->units[0];
-  snprintf(e->kind, sizeof e->kind, "embedding");
-  e->layer = -1;
-  if ((rc = sl_unit_add_split(m, e, c->ssm_original_format ? "backbone.embedding.weight" : "backbone.embeddings.weight",
-                              2, p->V, H, 1, SL_INIT_NORMAL, std, p->vp ? SL_SPLIT_VOCAB : SL_SPLIT_NONE, T)))
-    return rc;
-  for (int64_t l = 0; l < p->L; l++)
-    if ((rc = mamba_block_spec(m, l, std))) return rc;
-  if ((rc = sl_lm_head_spec_split(m, "backbone.norm_f.weight", H, p->V, p->tied, SL_INIT_CUSTOM, std,
-                                  p->vp ? SL_SPLIT_VOCAB : SL_SPLIT_NONE)))
-    return rc;
-
-  if (m->B == 0) return SL_OK; /* specs only */
-  return mamba_buffers(m);
+                   (long long)d->V, (long long)d->L);
+  d->eps = p->eps;
+  d->std = c->initializer_range > 0 ? (float)c->initializer_range : 0.1f;
+  d->embed_name = c->ssm_original_format ? "backbone.embedding.weight" : "backbone.embeddings.weight";
+  d->norm_name = "backbone.norm_f.weight";
+  d->head_init = SL_INIT_CUSTOM;
+  return SL_OK;
 }
+
+/* No attention: the doc mask would not stop the recurrent state carrying
+ * across documents. The scan's parameter gradients come out of the input
+ * half (models/mamba_split.c), so the split is not for --no-sync-accum. */
+static void mamba_caps(const sl_model_config *c, sl_model_caps *out) {
+  *out = (sl_model_caps){.attention = 0,
+                         .doc_mask = 0,
+                         .recurrent = 1,
+                         .zb_split = 1,
+                         .zb_split_accum = 0,
+                         .tp_width = c->intermediate_size > 0 ? c->intermediate_size : c->expand * c->hidden_size};
+}
+
+const sl_block_kind sl_mamba_block = {
+    .unit_kind = "mamba_block",
+    .layer_size = sizeof(mlayer_acts),
+    .caps = mamba_caps,
+    .init = mamba_init,
+    .spec = mamba_spec,
+    .alloc_layer = mamba_alloc_layer,
+    .alloc_scratch = mamba_alloc_scratch,
+    .fwd = block_forward,
+    .recompute = mamba_recompute,
+    .bwd = mamba_bwd,
+    .stash_numel = sl_mamba_stash_numel,
+    .bwd_input = sl_mamba_bwd_input,
+    .bwd_weight = sl_mamba_bwd_weight,
+    .flops_per_token = mamba_flops,
+    .init_custom = mamba_init_custom,
+};

@@ -1,4 +1,4 @@
-/* models/mamba_internal.h — the private state of the Mamba units
+/* models/mamba_internal.h — the private state of the Mamba block kind
  * (models/mamba.c), shared with the split backward of zero-bubble pipeline
  * schedules (models/mamba_split.c). Not part of the model interface. */
 #ifndef SL_MAMBA_INTERNAL_H
@@ -6,8 +6,7 @@
 
 #include <stdint.h>
 
-#include "models/model.h"
-#include "models/vocab_parallel.h"
+#include "models/decoder.h"
 
 #define MAMBA_SCAN_CHUNK 64 /* scan state checkpoint interval (docs/mamba.md) */
 
@@ -30,31 +29,19 @@ typedef struct {
   int64_t norm, w_in, b_in, w_conv, b_conv, w_x, w_dt, b_dt, a_log, dp, w_out, b_out;
 } block_offsets;
 
+/* The block kind's state (sl_dec(m)->blk); the skeleton's (the residual
+ * stream, activation sets, head, dres, dln, xl) is models/decoder.h's. */
 typedef struct {
-  int64_t N, H, D, S, R, K, V, L, chunk, nch; /* D: this TP rank's d_inner channels */
-  int64_t Dw;                                 /* d_inner of the whole model (= D at T = 1) */
+  int64_t N, H, D, S, R, K, chunk, nch; /* D: this TP rank's d_inner channels */
+  int64_t Dw;                           /* d_inner of the whole model (= D at T = 1) */
   float eps;
-  int tied, use_bias, conv_bias;
+  int use_bias, conv_bias;
   block_offsets off;
-  /* the selected activation set's views (sets[m->act]) */
-  float **stream;  /* (L+1) x (N, H): input of block l; stream[L] feeds the head */
-  mlayer_acts *la; /* (L) */
-  sl_lm_head head; /* final norm + LM head + cross-entropy */
-  /* T > 1: vocabulary-parallel embedding and loss-parallel head (models/vocab_parallel.h) */
-  int vp, sp; /* vp: T > 1; sp: sequence parallelism (rows n = N/T of the stream per rank) */
-  int64_t n;  /* token rows of the residual stream and the norm on this rank: N, or N/T under sp */
-  sl_vocab_split vs;
-  sl_lm_head_vp *hvp; /* (nsets) the loss-parallel head of each activation set (vp) */
-  sl_lm_head_vp *hv;  /* the selected set's */
-  float *xl;          /* (n, H) under sp: the norm's local output before its all-gather, the
-                         reduce-scattered in_proj input gradient in backward */
-  sl_act_set *sets;   /* (nsets) one per micro-batch in flight (models/model.h) */
-  int nsets;
-  mlayer_acts shared; /* recomputed in backward, shared by every layer and set (selective: u, dtv, g; full: all) */
-  /* backward scratch (workspace), reused by every layer */
-  float *dres;  /* (n, H) gradient of the residual stream (N rows allocated) */
-  float *dln;   /* (N, H); under sp also the out_proj partial sums (forward) and the
-                        all-gathered block-output gradient (backward) */
+  int sp;    /* sequence parallelism (rows n = N/T of the stream per rank) */
+  int64_t n; /* token rows of the residual stream and the norm on this rank: N, or N/T under sp */
+  /* backward scratch (workspace), reused by every layer, besides the skeleton's dres (the
+   * residual gradient) and dln ((N, H); under sp also the out_proj partial sums (forward) and
+   * the all-gathered block-output gradient (backward)) */
   float *dgx;   /* (N, D) dg, then (after gate_bwd) dxcp */
   float *dy;    /* (N, D) */
   float *du;    /* (N, D) */
@@ -90,22 +77,11 @@ static inline mblockw block_views(const mamba_priv *p, const float *flat) {
   return w;
 }
 
-/* Activation checkpointing's recomputation before block u's backward
- * (models/mamba.c). */
-int sl_mamba_recompute(sl_model *m, int u, const float *flat);
-/* mamba_bwd's tensor-parallel collectives (models/mamba.c): a sum over the
- * TP group in place; sequence parallelism's all-gather of the (n, H) rows
- * into (N, H); a row-parallel GEMM's partial sums into this rank's rows
- * (reduce-scatter under sp, else an all-reduce in place); the norm's weight
- * gradient summed over TP under sp. */
-int sl_mamba_tp_sum(sl_model *m, float *buf, int64_t n);
-int sl_mamba_sp_gather(sl_model *m, const float *rows, float *all);
-int sl_mamba_row_parallel_sum(sl_model *m, float *part, float *rows);
-float *sl_mamba_norm_dw(sl_model *m, float *g);
-int sl_mamba_norm_grad_sum(sl_model *m, float *g);
-/* Split backward (models/mamba_split.c): the vt entries of models/model.h. */
-int64_t sl_mamba_stash_numel(const sl_model *m, int u);
-int sl_mamba_bwd_input(sl_model *m, int u, const float *flat, float *stash, float *tied);
-int sl_mamba_bwd_weight(sl_model *m, int u, const float *flat, float *grads, const float *stash);
+/* The block's kept activations of layer l in the selected set. */
+static inline mlayer_acts *mamba_layer(const sl_model *m, int l) { return sl_dec_layer(m, l); }
+/* The split backward's block halves (models/mamba_split.c): sl_block_kind's. */
+int64_t sl_mamba_stash_numel(const sl_model *m);
+int sl_mamba_bwd_input(sl_model *m, int l, const float *flat, float *stash);
+int sl_mamba_bwd_weight(sl_model *m, int l, const float *flat, float *grads, const float *stash);
 
 #endif /* SL_MAMBA_INTERNAL_H */

@@ -21,15 +21,15 @@
  *   ddtv (N, D) dt_proj's                          ddtr (N, R), dbc (N, 2S) x_proj's
  *   dxcp (N, D) conv1d's                           dln (N, H) the norm output's
  *   dalog (D, S), ddp (D) the scan's parameter gradients
- * Embedding: its output gradient (N, H). Activation checkpointing: B and W
- * each recompute what the shared buffers lost (sl_mamba_recompute).
+ * The embedding's and the head's halves are the skeleton's
+ * (models/decoder.c). Activation checkpointing: B and W each recompute what
+ * the shared buffers lost (the skeleton calls the kind's recompute first).
  * Tensor parallelism (models/mamba.c): B runs the input-gradient
  * collectives (the block output's gradient all-gathered under sequence
  * parallelism, into dout: W's out_proj GEMM reads the gathered (N, H); the
  * x_proj output gradient's sum #3, kept summed in ddtr | dbc; in_proj's
  * input-gradient sum #4, dln holding this rank's summed rows), W the norm's
- * weight-gradient sum under sp; the vocabulary-parallel head and embedding
- * as in models/llama_split.c.
+ * weight-gradient sum under sp.
  */
 #include <stdint.h>
 
@@ -55,9 +55,8 @@ static mstash stash_views(const mamba_priv *p, const float *s) {
   return b;
 }
 
-int64_t sl_mamba_stash_numel(const sl_model *m, int u) {
-  const mamba_priv *p = m->priv;
-  if (u == 0 || u == p->L + 1) return p->N * p->H;
+int64_t sl_mamba_stash_numel(const sl_model *m) {
+  const mamba_priv *p = sl_dec(m)->blk;
   return p->N * (2 * p->H + 4 * p->D + p->R + 2 * p->S) + p->D * p->S + p->D;
 }
 
@@ -66,15 +65,20 @@ static void copy(sl_model *m, float *dst, const float *src, int64_t n) {
   m->ops->copy(m->k, dst, src, (size_t)n * sizeof(float));
 }
 
-/* Block l's halves, after sl_mamba_recompute: w its parameters, s its stash. */
-static int block_input(sl_model *m, mamba_priv *p, int l, mblockw w, mstash s) {
+/* Block l's halves, after the skeleton's recompute (models/decoder.c). */
+int sl_mamba_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
+  sl_decoder *d = sl_dec(m);
+  mamba_priv *p = d->blk;
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
   int64_t N = p->N, H = p->H, D = p->D, S = p->S, R = p->R;
-  mlayer_acts *a = &p->la[l];
+  mlayer_acts *a = mamba_layer(m, l);
+  mblockw w = block_views(p, flat);
+  mstash s = stash_views(p, stash);
+  float *dln = d->dln;
   int rc = SL_OK;
-  if (p->sp) rc = sl_mamba_sp_gather(m, p->dres, s.dout); /* the block output's gradient, all-gathered */
-  else copy(m, s.dout, p->dres, N * H);
+  if (p->sp) rc = sl_dec_sp_gather(m, d->dres, s.dout); /* the block output's gradient, all-gathered */
+  else copy(m, s.dout, d->dres, N * H);
   if (rc) return rc;
   float *dg = p->dgx;
   zero(m, dg, N * D);
@@ -92,7 +96,7 @@ static int block_input(sl_model *m, mamba_priv *p, int l, mblockw w, mstash s) {
   copy(m, s.ddtv, p->ddtv, N * D);
   zero(m, p->ddtr, N * R);
   o->linear_bwd(k, p->ddtr, NULL, NULL, p->ddtv, a->dtr, w.w_dt, N, R, D);
-  if ((rc = sl_mamba_tp_sum(m, p->ddtr, N * (R + 2 * S)))) return rc; /* ddtr | dbc, one buffer */
+  if ((rc = sl_dec_tp_sum(m, p->ddtr, N * (R + 2 * S)))) return rc; /* ddtr | dbc, one buffer */
   copy(m, s.ddtr, p->ddtr, N * R);
   copy(m, s.dbc, p->dbc, N * 2 * S);
   o->linear_bwd(k, p->du, NULL, NULL, p->ddtr, a->u, w.w_x, N, D, R);
@@ -103,21 +107,24 @@ static int block_input(sl_model *m, mamba_priv *p, int l, mblockw w, mstash s) {
   copy(m, s.dxcp, dxcp, N * D);
   o->conv1d_bwd(k, p->dxz, 2 * D, NULL, NULL, dxcp, a->xz, 2 * D, w.w_conv, m->B, m->T, D, p->K);
   copy(m, s.dxz, p->dxz, N * 2 * D);
-  zero(m, p->dln, N * H);
-  o->linear_bwd(k, p->dln, NULL, NULL, p->dxz, a->ln, w.w_in, N, H, 2 * D);
-  float *dnorm = p->sp ? p->xl : p->dln; /* summed over TP: this rank's rows */
-  if ((rc = sl_mamba_row_parallel_sum(m, p->dln, dnorm))) return rc;
+  zero(m, dln, N * H);
+  o->linear_bwd(k, dln, NULL, NULL, p->dxz, a->ln, w.w_in, N, H, 2 * D);
+  float *dnorm = p->sp ? d->xl : dln; /* summed over TP: this rank's rows */
+  if ((rc = sl_dec_row_parallel_sum(m, dln, dnorm))) return rc;
   copy(m, s.dln, dnorm, p->n * H);
-  o->rmsnorm_bwd(k, p->dres, NULL, dnorm, p->stream[l], w.norm, a->rstd, p->n, H, H);
+  o->rmsnorm_bwd(k, d->dres, NULL, dnorm, d->stream[l], w.norm, a->rstd, p->n, H, H);
   return SL_OK;
 }
 
-/* g: the block's gradient buffer */
-static int block_weight(sl_model *m, mamba_priv *p, int l, mblockw w, mblockw g, mstash s) {
+int sl_mamba_bwd_weight(sl_model *m, int l, const float *flat, float *grads, const float *stash) {
+  sl_decoder *d = sl_dec(m);
+  mamba_priv *p = d->blk;
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
   int64_t N = p->N, H = p->H, D = p->D, S = p->S, R = p->R;
-  mlayer_acts *a = &p->la[l];
+  mlayer_acts *a = mamba_layer(m, l);
+  mblockw w = block_views(p, flat), g = block_views(p, grads);
+  mstash s = stash_views(p, stash);
   o->linear_bwd(k, NULL, (float *)g.w_out, (float *)g.b_out, s.dout, a->g, w.w_out, N, D, H);
   o->add_inplace(k, (float *)g.a_log, s.dalog, D * S);
   o->add_inplace(k, (float *)g.dp, s.ddp, D);
@@ -127,37 +134,7 @@ static int block_weight(sl_model *m, mamba_priv *p, int l, mblockw w, mblockw g,
   o->conv1d_bwd(k, NULL, 2 * D, (float *)g.w_conv, (float *)g.b_conv, s.dxcp, a->xz, 2 * D, w.w_conv, m->B, m->T, D,
                 p->K);
   o->linear_bwd(k, NULL, (float *)g.w_in, (float *)g.b_in, s.dxz, a->ln, w.w_in, N, H, 2 * D);
-  o->rmsnorm_bwd(k, NULL, sl_mamba_norm_dw(m, (float *)g.norm), s.dln, p->stream[l], w.norm, a->rstd, p->n, H, H);
-  return sl_mamba_norm_grad_sum(m, (float *)g.norm);
-}
-
-/* Unit 0's backward is all weight gradient: B keeps its output gradient
- * (this rank's rows under sp; W all-gathers them as mamba_bwd does). */
-int sl_mamba_bwd_input(sl_model *m, int u, const float *flat, float *stash, float *tied) {
-  mamba_priv *p = m->priv;
-  int rc;
-  if (u == 0) {
-    copy(m, stash, p->dres, p->n * p->H);
-    return SL_OK;
-  }
-  if (u == p->L + 1 && p->vp) /* models/lmhead_split.c */
-    return sl_lm_head_vp_bwd_input(m, p->hv, flat, p->stream[p->L], p->dres, p->dln, stash, tied);
-  if (u == p->L + 1) return sl_lm_head_bwd_input(m, &p->head, flat, p->stream[p->L], p->dres, p->dln, stash, tied);
-  if ((rc = sl_mamba_recompute(m, u, flat))) return rc;
-  return block_input(m, p, u - 1, block_views(p, flat), stash_views(p, stash));
-}
-
-int sl_mamba_bwd_weight(sl_model *m, int u, const float *flat, float *grads, const float *stash) {
-  mamba_priv *p = m->priv;
-  int rc;
-  if (u == 0 && p->vp) return sl_vp_embedding_bwd(m, &p->vs, grads, stash, p->N, p->H, p->sp ? p->dln : NULL);
-  if (u == 0) {
-    m->ops->embedding_bwd(m->k, grads, stash, m->tokens, p->N, p->H);
-    return SL_OK;
-  }
-  if (u == p->L + 1 && p->vp) return sl_lm_head_vp_bwd_weight(m, p->hv, flat, grads, p->stream[p->L], stash);
-  if (u == p->L + 1) return sl_lm_head_bwd_weight(m, &p->head, flat, grads, p->stream[p->L], stash);
-  /* again: what B recomputed lives in shared buffers, since overwritten */
-  if ((rc = sl_mamba_recompute(m, u, flat))) return rc;
-  return block_weight(m, p, u - 1, block_views(p, flat), block_views(p, grads), stash_views(p, stash));
+  o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.norm, p->gnorm), s.dln, d->stream[l], w.norm, a->rstd, p->n, H,
+                 H);
+  return sl_dec_norm_grad_sum(m, (float *)g.norm, p->gnorm);
 }

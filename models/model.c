@@ -1,6 +1,7 @@
-/* models/model.c — architecture-independent model plumbing: unit spec
- * building, deterministic initialisation, loading from and saving to HF
- * safetensors one unit at a time. */
+/* models/model.c — architecture-independent model plumbing: the registry
+ * of architectures (sl_arch -> block kind, models/decoder.h) and their
+ * capabilities, unit spec building, deterministic initialisation, loading
+ * from and saving to HF safetensors one unit at a time. */
 #include "models/model.h"
 
 #include <math.h>
@@ -10,6 +11,7 @@
 
 #include "base/base.h"
 #include "formats/savedir.h"
+#include "models/decoder.h"
 #include <errno.h>
 #include <sys/stat.h>
 
@@ -84,6 +86,30 @@ int sl_unit_add_stacked(const sl_model *m, sl_unit_spec *u, const char *name, in
   return SL_OK;
 }
 
+/* ---- the registry: each architecture's block kind on the decoder skeleton ---- */
+static const struct {
+  sl_arch arch;
+  const sl_block_kind *kind;
+} arch_kinds[] = {
+    {SL_ARCH_LLAMA, &sl_llama_block},
+    {SL_ARCH_MISTRAL, &sl_llama_block},
+    {SL_ARCH_MAMBA, &sl_mamba_block},
+};
+
+static const sl_block_kind *arch_kind(const sl_model_config *cfg) {
+  for (size_t i = 0; i < sizeof arch_kinds / sizeof arch_kinds[0]; i++)
+    if (arch_kinds[i].arch == cfg->arch) return arch_kinds[i].kind;
+  return NULL;
+}
+
+int sl_model_caps_of(const sl_model_config *cfg, sl_model_caps *out) {
+  const sl_block_kind *kind = arch_kind(cfg);
+  memset(out, 0, sizeof *out);
+  if (!kind) return sl_fail(SL_EINPUT, "unsupported architecture '%s'", cfg->arch_name);
+  kind->caps(cfg, out);
+  return SL_OK;
+}
+
 int sl_model_create_specs(const sl_model_config *cfg, sl_model **out) {
   return sl_model_create(cfg, NULL, NULL, 0, 0, SL_AC_NONE, out);
 }
@@ -134,13 +160,8 @@ int sl_model_create_full(const sl_model_config *cfg, const sl_ops *ops, sl_kctx 
     }
     memcpy(m->local, local, (size_t)nlocal);
   }
-  int rc;
-  switch (cfg->arch) {
-  case SL_ARCH_LLAMA:
-  case SL_ARCH_MISTRAL: rc = sl_llama_create(m); break;
-  case SL_ARCH_MAMBA: rc = sl_mamba_create(m); break;
-  default: rc = sl_fail(SL_EINPUT, "unsupported architecture '%s'", cfg->arch_name); break;
-  }
+  const sl_block_kind *kind = arch_kind(cfg);
+  int rc = kind ? sl_decoder_create(m, kind) : sl_fail(SL_EINPUT, "unsupported architecture '%s'", cfg->arch_name);
   if (!rc && B > 0) { /* set 0, allocated by the constructor */
     if (!(m->batches = calloc(1, sizeof *m->batches))) rc = sl_fail(SL_ENOMEM, "out of memory creating the model");
     m->nacts = 1;

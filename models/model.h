@@ -7,7 +7,10 @@
  * trainer hands each unit its (gathered) flat parameters and a gradient
  * buffer, and the model hands back activations and gradients.
  *
- * Architectures: models/llama.c (Llama, Mistral), models/mamba.c (Mamba v1).
+ * Every architecture is the decoder skeleton of models/decoder.{h,c}
+ * (embedding, blocks, final norm + head over the residual stream) with its
+ * block kind: models/llama.c (Llama, Mistral), models/mamba.c (Mamba v1);
+ * the registry in models/model.c maps sl_arch to the kind.
  */
 #ifndef SL_MODEL_H
 #define SL_MODEL_H
@@ -62,6 +65,22 @@ typedef struct {
 
 typedef struct sl_model sl_model;
 
+/* What an architecture supports, for the engine and the planner to ask
+ * instead of testing the architecture (sl_model_caps_of: from a config,
+ * without a model; sl_model.caps: the same for a built model). */
+typedef struct {
+  int attention;      /* its blocks attend: the attention FLOPs term (12 heads x head_dim x T per layer), the GPT
+                         activation constants, the attention shapes (heads, head_dim) of the planner */
+  int doc_mask;       /* --doc-attention-mask (attention and RoPE positions stay inside documents) */
+  int recurrent;      /* a state carried along the sequence (Mamba's scan): d_inner / d_state shapes and their TP
+                         all-reduces in the planner's closed forms; its pipeline layouts are not searched */
+  int zb_split;       /* the split backward (vt bwd_input / bwd_weight) for --pp-schedule zb1p */
+  int zb_split_accum; /* ... also under --no-sync-accum (the weight half adds the bits the unsplit backward adds) */
+  int64_t tp_width;   /* what --tp must divide in the planner's search: attention heads, or d_inner */
+} sl_model_caps;
+/* The capabilities of cfg's architecture; SL_EINPUT for an unknown one. */
+int sl_model_caps_of(const sl_model_config *cfg, sl_model_caps *out);
+
 /* How a unit reaches another unit's parameters and gradients (tied
  * weights), and the collectives of its tensor-parallel group (models/tp.h):
  * provided by the trainer, which owns the FSDP runtime and the mesh. */
@@ -94,7 +113,8 @@ typedef struct {
   int (*boundary)(sl_model *m, int u, float **act, float **grad, int64_t *n);
   /* The backward split into its input- and weight-gradient halves (zero-
    * bubble pipeline schedules, engine/schedule_pp.c, --pp-schedule zb1p);
-   * all three NULL when the architecture has no split (Mamba). Both halves
+   * all three NULL when the block kind has no split (sl_model_caps
+   * zb_split). Both halves
    * run on the selected activation set, which must stay until the weight
    * half (the set is freed after the micro-batch's last weight half);
    * under tensor parallelism the input-gradient collectives run in
@@ -128,6 +148,7 @@ typedef struct {
 struct sl_model {
   const sl_model_vt *vt;
   sl_model_config cfg;
+  sl_model_caps caps;   /* what the architecture supports (sl_model_caps_of) */
   int tp_rank, tp_size; /* the TP slice the shapes are for (0, 1 unless --tp) */
   const sl_ops *ops;
   sl_kctx *k;
@@ -326,10 +347,6 @@ int sl_unit_add_split(const sl_model *m, sl_unit_spec *u, const char *name, int 
 int sl_unit_add_stacked(const sl_model *m, sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1,
                         int64_t d2, int decay, sl_init_kind init, float std, int64_t stacks);
 void sl_unit_free(sl_unit_spec *u);
-
-/* Architecture constructors (models/llama.c, models/mamba.c). */
-int sl_llama_create(sl_model *m);
-int sl_mamba_create(sl_model *m);
 
 #ifdef __cplusplus
 }

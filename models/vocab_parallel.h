@@ -42,32 +42,33 @@
  * unit 0; the head reads it and adds its gradient there through m->access,
  * as sl_lm_head does.
  *
- * How models/llama.c wires it (done; at T = 1 it keeps the existing
+ * How the decoder skeleton (models/decoder.c, d = sl_dec(m)) wires it
+ * for every architecture (at T = 1 it keeps the existing
  * sl_lm_head / embedding_fwd path, which these functions match only to fp32
  * rounding, not bit for bit):
- *   create:  sl_vocab_split_make(V, tp.size, tp.rank, &p->vs) (T and rank must
+ *   create:  sl_vocab_split_make(V, tp.size, tp.rank, &d->vs) (T and rank must
  *            be known when the specs are built, like every split shape);
- *            embedding unit: model.embed_tokens.weight (p->vs.Vl, C);
- *            sl_lm_head_spec_split(m, "model.norm.weight", C, V, tied, ..., SL_SPLIT_VOCAB)
+ *            embedding unit: d->embed_name (d->vs.Vl, C);
+ *            sl_lm_head_spec_split(m, d->norm_name, C, V, tied, ..., SL_SPLIT_VOCAB)
  *            (lm_head.weight becomes (Vl, C)); both tensors split
  *            SL_SPLIT_VOCAB (checkpoints hold whole (V, C) tensors: slice
  *            rows [v0, v0 + valid), zero the padding rows);
- *            sl_lm_head_vp_init(m, &p->headvp, &p->vs, C, eps, tied, L + 1, sp)
- *            instead of sl_lm_head_init.
- *   fwd u=0: sl_vp_embedding_fwd(m, &p->vs, p->stream[0], flat, N, C, NULL)
- *   fwd head: sl_lm_head_vp_fwd(m, &p->headvp, flat, p->stream[L])
- *   bwd head: sl_lm_head_vp_bwd(m, &p->headvp, flat, grads, p->stream[L],
- *             p->dres, p->dln)
- *   bwd u=0: sl_vp_embedding_bwd(m, &p->vs, grads, p->dres, N, C, NULL)
- *   logits:  sl_lm_head_vp_logits(m, &p->headvp, out)   (tests and dumps)
+ *            sl_lm_head_vp_set_init(m, &d->hvp, &d->hv, ..., &d->vs, C, eps, tied, L + 1, sp)
+ *            per activation set instead of sl_lm_head_init.
+ *   fwd u=0: sl_vp_embedding_fwd(m, &d->vs, d->stream[0], flat, N, C, NULL)
+ *   fwd head: sl_lm_head_vp_fwd(m, d->hv, flat, d->stream[L])
+ *   bwd head: sl_lm_head_vp_bwd(m, d->hv, flat, grads, d->stream[L],
+ *             d->dres, d->dln)
+ *   bwd u=0: sl_vp_embedding_bwd(m, &d->vs, grads, d->dres, N, C, NULL)
+ *   logits:  sl_lm_head_vp_logits(m, d->hv, out)   (tests and dumps)
  *   flops:   the head's 6 N C V is split: count 6 N C Vl per rank.
  * Sequence parallelism (sp = 1; the residual stream on N/T rows per rank):
  * the head normalises its N/T rows and all-gathers them (N*C floats) before
  * lmhead_vp_fwd, and reduce-scatters dln (N*C) instead of all-reducing it;
  * the final norm's gradient is then a partial sum the engine sums over TP.
  * The embedding reduce-scatters its partial rows (N*C) and all-gathers dout
- * (N*C) for its backward: pass p->dln as the (N, C) scratch of both
- * (sl_vp_embedding_fwd(m, &p->vs, p->stream[0], flat, N, C, p->dln) etc.).
+ * (N*C) for its backward: pass d->dln as the (N, C) scratch of both
+ * (sl_vp_embedding_fwd(m, &d->vs, d->stream[0], flat, N, C, d->dln) etc.).
  */
 #ifndef SL_MODELS_VOCAB_PARALLEL_H
 #define SL_MODELS_VOCAB_PARALLEL_H

@@ -18,8 +18,8 @@
 /* ---- the model: the engine's own unit specs and FLOP count ------------------ */
 int sl_plan_model_init(const sl_model_config *cfg, sl_plan_model *out) {
   memset(out, 0, sizeof *out);
-  out->arch = cfg->arch;
-  int rc = sl_model_create_specs(cfg, &out->spec);
+  int rc = sl_model_caps_of(cfg, &out->caps);
+  if (!rc) rc = sl_model_create_specs(cfg, &out->spec);
   if (rc) return rc;
   out->memo = calloc(1, sizeof *out->memo);
   sl_model *sm = out->spec;
@@ -39,7 +39,7 @@ int sl_plan_model_init(const sl_model_config *cfg, sl_plan_model *out) {
   out->L = cfg->num_hidden_layers;
   out->C = cfg->hidden_size;
   out->V = cfg->vocab_size;
-  if (cfg->arch == SL_ARCH_MAMBA) {
+  if (out->caps.recurrent) {
     out->D = cfg->intermediate_size > 0 ? cfg->intermediate_size : cfg->expand * cfg->hidden_size;
     out->S = cfg->state_size;
     out->K = cfg->conv_kernel;
@@ -72,7 +72,7 @@ double sl_plan_flops_per_token(const sl_plan_model *m, int64_t T) {
  * the part selective checkpointing recomputes (closed form, no causal
  * halving as in flops_per_token). */
 static double attn_core_flops(const sl_plan_model *m, int64_t T) {
-  return m->arch == SL_ARCH_MAMBA ? 0.0 : 4.0 * (double)m->L * (double)(m->nh * m->hd) * (double)T;
+  return !m->caps.attention ? 0.0 : 4.0 * (double)m->L * (double)(m->nh * m->hd) * (double)T;
 }
 
 /* Forward FLOPs per token of every block together: a third of the model's
@@ -427,7 +427,7 @@ int sl_plan_simulate(const sl_plan_model *m, const sl_plan_run *r, sl_plan_mem *
     return rc;
   }
   double acts = (double)ae * r->act_bytes;
-  if (r->gpt_acts && m->arch != SL_ARCH_MAMBA) {
+  if (r->gpt_acts && m->caps.attention) {
     /* GPT constants for the blocks; the stream and head as the engine keeps them */
     double per = sl_plan_gpt_act_bytes((double)r->seq_len, (double)r->micro_batch, (double)m->C, (double)m->nh, r->tp,
                                        r->tp > 1, r->ac);
@@ -734,7 +734,7 @@ static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_c
   } else per_layer = (double)(N_ * m->C) + layers / (double)L;
   double inflight = (double)(A < p ? A : p);
   double acts;
-  if (c->gpt_acts && m->arch != SL_ARCH_MAMBA)
+  if (c->gpt_acts && m->caps.attention)
     acts = sl_plan_gpt_act_bytes((double)T, (double)b, (double)m->C, (double)m->nh, t, 1, x->ac) * Lp * inflight;
   else acts = (per_layer * Lp * inflight + working + (double)(N_ * m->C + 3 * N_)) * e / t;
   x->mem[SL_ARENA_ACTS] = acts;
@@ -758,7 +758,7 @@ static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_c
   memset(x->comm_bytes, 0, sizeof x->comm_bytes);
   memset(x->comm_s, 0, sizeof x->comm_s);
   double tp_bytes = t > 1 ? Lp * (double)A * 4.0 * 2.0 * (t - 1) / t * act_msg : 0;
-  if (t > 1 && m->arch == SL_ARCH_MAMBA) { /* per layer 2 ar(b s (R+2S)) + 2 ar(b s H) (models/mamba.c), ar(n) =
+  if (t > 1 && m->caps.recurrent) { /* per layer 2 ar(b s (R+2S)) + 2 ar(b s H) (models/mamba.c), ar(n) =
                                              2 (t-1) ceil(n/t) elements; the same bytes under sequence parallelism */
     double ar_x = 2.0 * (t - 1) * ceil((double)(b * T * (m->R + 2 * m->S)) / t);
     double ar_h = 2.0 * (t - 1) * ceil((double)(b * T * m->C) / t);
@@ -837,10 +837,10 @@ int sl_plan_search(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_can
   for (int ti = 0; ti < 5; ti++) {
     int t = tps[ti];
     if (t > G || N % t) continue;
-    if (t > 1 && (!c->allow_tp_pp || m->C / t < 1024 || (m->arch == SL_ARCH_MAMBA ? m->D % t : m->nh % t))) continue;
+    if (t > 1 && (!c->allow_tp_pp || m->C / t < 1024 || m->caps.tp_width % t)) continue;
     for (int p = 1; p <= N / t; p++) {
       if ((N / t) % p || m->L % p) continue;
-      if (p > 1 && (!c->allow_tp_pp || m->arch == SL_ARCH_MAMBA)) continue;
+      if (p > 1 && (!c->allow_tp_pp || m->caps.recurrent)) continue;
       int d = N / (t * p), engine = t == 1 && p == 1;
       int64_t per = samples / d; /* samples per data-parallel replica per step */
       if (per < 1) continue;

@@ -47,7 +47,7 @@ typedef struct {
 
 /* The model as the planner sees it: units over flat buffers. */
 typedef struct {
-  sl_arch arch;
+  sl_model_caps caps; /* what the architecture supports (models/model.h) */
   int nunits;
   int64_t *numel;                        /* (nunits) elements of each unit's flat buffer */
   int *pinned;                           /* (nunits) tied weights held from forward to backward */

@@ -147,7 +147,7 @@ static int model_costs(const char *path, int64_t T, sl_plan_model *pm, double **
   *lf = calloc((size_t)L + 1, sizeof(double));
   *lb = calloc((size_t)L + 1, sizeof(double));
   if (!*lf || !*lb) return sl_fail(SL_ENOMEM, "out of memory");
-  double attn = pm->arch == SL_ARCH_MAMBA ? 0 : 12.0 * (double)(pm->nh * pm->hd) * (double)T;
+  double attn = !pm->caps.attention ? 0 : 12.0 * (double)(pm->nh * pm->hd) * (double)T;
   for (int i = 0; i < L; i++) {
     (*lf)[i] = 6.0 * (double)pm->numel[i + 1] + attn;
     (*lb)[i] = 16.0 * (double)pm->numel[i + 1];

@@ -1,0 +1,264 @@
+/* models/decoder.c — the decoder skeleton (models/decoder.h): the units
+ * embedding | L blocks of one kind | final norm + LM head over the residual
+ * stream, their activation sets, the pipeline boundary, the head dispatch
+ * and the split backward's scaffolding; the block kind does the rest.
+ *
+ * Unit 0's backward is all weight gradient: the split's input half keeps
+ * its output gradient (this rank's rows under sp) and the weight half runs
+ * the embedding's backward on it. The head's halves are
+ * models/lmhead_split.c. Under tensor parallelism (T > 1) the embedding and
+ * the head split the vocabulary (models/vocab_parallel.h, padded to a
+ * multiple of T); at T = 1 the whole-vocabulary path runs, bit for bit.
+ */
+#include "models/decoder.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+
+/* ---- the residual stream's TP collectives ------------------------------------ */
+int sl_dec_tp_sum(sl_model *m, float *buf, int64_t n) {
+  if (m->tp_size == 1) return SL_OK;
+  return m->access.tp.allreduce(m->access.tp.user, buf, n, SL_TP_SUM);
+}
+
+int sl_dec_sp_gather(sl_model *m, const float *rows, float *all) {
+  const sl_decoder *d = sl_dec(m);
+  return m->access.tp.allgather(m->access.tp.user, rows, all, d->n * d->C);
+}
+
+int sl_dec_row_parallel_sum(sl_model *m, float *part, float *rows) {
+  const sl_decoder *d = sl_dec(m);
+  if (!d->sp) return sl_dec_tp_sum(m, rows, d->N * d->C);
+  return m->access.tp.reducescatter(m->access.tp.user, part, rows, d->n * d->C);
+}
+
+int sl_dec_norm_gathered(sl_model *m, float *out, float *rstd, const float *x, const float *w, float eps) {
+  const sl_decoder *d = sl_dec(m);
+  m->ops->rmsnorm_fwd(m->k, d->sp ? d->xl : out, rstd, x, w, d->n, d->C, d->C, eps);
+  return d->sp ? sl_dec_sp_gather(m, d->xl, out) : SL_OK;
+}
+
+float *sl_dec_norm_dw(sl_model *m, float *g, float *part) {
+  return sl_dec(m)->sp ? sl_sp_norm_dw(m, part, sl_dec(m)->C) : g;
+}
+
+int sl_dec_norm_grad_sum(sl_model *m, float *g, float *part) {
+  return sl_dec(m)->sp ? sl_sp_norm_dw_sum(m, g, part, sl_dec(m)->C) : SL_OK;
+}
+
+int sl_dec_tp_check(const sl_model *m, const char *(*misfit)(const sl_model_config *, int64_t, char *, size_t),
+                    int64_t max) {
+  char why[256], ok[256], tmp[256];
+  if (!misfit(&m->cfg, m->tp_size, why, sizeof why)) return SL_OK;
+  size_t n = 0;
+  ok[0] = 0;
+  for (int64_t t = 1; t <= max && n + 24 < sizeof ok; t++)
+    if (!misfit(&m->cfg, t, tmp, sizeof tmp))
+      n += (size_t)snprintf(ok + n, sizeof ok - n, "%s%lld", n ? ", " : "", (long long)t);
+  return sl_fail(SL_EINPUT, "%s: %s; valid --tp values for this model: %s", m->cfg.arch_name, why, ok);
+}
+
+/* ---- units --------------------------------------------------------------------- */
+static int dec_fwd(sl_model *m, int u, const float *flat) {
+  sl_decoder *d = sl_dec(m);
+  if (u == 0) {
+    if (d->vp) return sl_vp_embedding_fwd(m, &d->vs, d->stream[0], flat, d->N, d->C, d->sp ? d->dln : NULL);
+    m->ops->embedding_fwd(m->k, d->stream[0], m->tokens, flat, d->N, d->C);
+    return SL_OK;
+  }
+  if (u <= d->L) return d->kind->fwd(m, u - 1, flat, d->stream[u - 1], sl_dec_layer(m, u - 1), d->stream[u]);
+  if (d->vp) return sl_lm_head_vp_fwd(m, d->hv, flat, d->stream[d->L]);
+  return sl_lm_head_fwd(m, &d->head, flat, d->stream[d->L]);
+}
+
+static int embedding_bwd(sl_model *m, float *grads, const float *dout) {
+  sl_decoder *d = sl_dec(m);
+  if (d->vp) return sl_vp_embedding_bwd(m, &d->vs, grads, dout, d->N, d->C, d->sp ? d->dln : NULL);
+  m->ops->embedding_bwd(m->k, grads, dout, m->tokens, d->N, d->C);
+  return SL_OK;
+}
+
+static int dec_bwd(sl_model *m, int u, const float *flat, float *grads) {
+  sl_decoder *d = sl_dec(m);
+  if (u == d->L + 1 && !d->vp) /* head: starts the backward pass */
+    return sl_lm_head_bwd(m, &d->head, flat, grads, d->stream[d->L], d->dres, d->dln);
+  if (u == d->L + 1) return sl_lm_head_vp_bwd(m, d->hv, flat, grads, d->stream[d->L], d->dres, d->dln);
+  if (u == 0) return embedding_bwd(m, grads, d->dres);
+  int rc = d->kind->recompute(m, u - 1, flat);
+  return rc ? rc : d->kind->bwd(m, u - 1, flat, grads);
+}
+
+static int dec_logits(sl_model *m, float *out) {
+  sl_decoder *d = sl_dec(m);
+  if (d->vp) return sl_lm_head_vp_logits(m, d->hv, out);
+  return sl_lm_head_logits(m, &d->head, out);
+}
+
+static int dec_init_custom(sl_model *m, int u, int ti, float *dst, uint64_t seed) {
+  const sl_decoder *d = sl_dec(m);
+  if (!d->kind->init_custom) return sl_fail(SL_EINPUT, "no custom init for tensor %s", m->units[u].t[ti].name);
+  return d->kind->init_custom(m, u, ti, dst, seed);
+}
+
+static int64_t dec_flops(const sl_model *m, int64_t T) { return sl_dec(m)->kind->flops_per_token(m, T); }
+
+static void dec_destroy(sl_model *m) {
+  sl_decoder *d = m->priv;
+  if (!d) return;
+  if (d->blk && d->kind->destroy) d->kind->destroy(m);
+  free(d->blk);
+  sl_act_sets_free(d->sets, d->nsets);
+  free(d->shared);
+  free(d->hvp);
+  free(d);
+  m->priv = NULL;
+  m->vt = NULL; /* it was d->vt */
+}
+
+/* ---- activation sets and the pipeline boundary ---------------------------------- */
+/* Set `set`: the residual stream, each block's kept tensors (the recomputed
+ * ones are d->shared, allocated with set 0) and the head's. */
+static int dec_alloc_acts(sl_model *m, int set) {
+  sl_decoder *d = sl_dec(m);
+  const sl_block_kind *kd = d->kind;
+  sl_act_set *a = sl_act_set_new(m, &d->sets, &d->nsets, set, d->L, d->C, kd->layer_size);
+  if (!a) return sl_fail(SL_ENOMEM, "out of memory");
+  if (set == 0 && m->ac != SL_AC_NONE) {
+    if (!(d->shared = calloc(1, kd->layer_size))) return sl_fail(SL_ENOMEM, "out of memory");
+    if (kd->alloc_layer(m, d->shared, 1, NULL)) return SL_ENOMEM;
+  }
+  for (int64_t l = 0; l < d->L; l++) {
+    void *la = (char *)a->layers + (size_t)l * kd->layer_size;
+    if (m->ac == SL_AC_FULL) memcpy(la, d->shared, kd->layer_size);
+    else if (sl_model_is_local(m, (int)l + 1) && kd->alloc_layer(m, la, 0, d->shared)) return SL_ENOMEM;
+  }
+  if (!sl_model_is_local(m, (int)d->L + 1)) return SL_OK; /* the head is another pipeline stage's */
+  if (!d->vp) return sl_lm_head_init(m, &a->head, d->C, d->V, d->eps, d->tied, (int)d->L + 1) ? SL_ENOMEM : SL_OK;
+  return sl_lm_head_vp_set_init(m, &d->hvp, &d->hv, d->nsets, set, &a->head, &d->vs, d->C, d->eps, d->tied,
+                                (int)d->L + 1, d->sp);
+}
+
+static void dec_use_acts(sl_model *m, int set) {
+  sl_decoder *d = sl_dec(m);
+  d->stream = d->sets[set].stream;
+  d->la = d->sets[set].layers;
+  d->head = d->sets[set].head;
+  if (d->vp && d->hvp) d->hv = &d->hvp[set];
+}
+
+static int dec_boundary(sl_model *m, int u, float **act, float **grad, int64_t *n) {
+  sl_decoder *d = sl_dec(m);
+  *act = d->stream[u - 1];
+  *grad = d->dres;
+  *n = d->n * d->C; /* this rank's token rows: N/T of them under sequence parallelism */
+  return SL_OK;
+}
+
+/* ---- the split backward (zero-bubble schedules) ------------------------------------ */
+static int64_t dec_stash_numel(const sl_model *m, int u) {
+  const sl_decoder *d = sl_dec(m);
+  if (u == 0 || u == d->L + 1) return d->N * d->C;
+  return d->kind->stash_numel(m);
+}
+
+static int dec_bwd_input(sl_model *m, int u, const float *flat, float *stash, float *tied) {
+  sl_decoder *d = sl_dec(m);
+  if (u == 0) {
+    m->ops->copy(m->k, stash, d->dres, (size_t)(d->n * d->C) * 4);
+    return SL_OK;
+  }
+  if (u == d->L + 1 && d->vp) /* models/lmhead_split.c */
+    return sl_lm_head_vp_bwd_input(m, d->hv, flat, d->stream[d->L], d->dres, d->dln, stash, tied);
+  if (u == d->L + 1) return sl_lm_head_bwd_input(m, &d->head, flat, d->stream[d->L], d->dres, d->dln, stash, tied);
+  int rc = d->kind->recompute(m, u - 1, flat);
+  return rc ? rc : d->kind->bwd_input(m, u - 1, flat, stash);
+}
+
+static int dec_bwd_weight(sl_model *m, int u, const float *flat, float *grads, const float *stash) {
+  sl_decoder *d = sl_dec(m);
+  if (u == 0) return embedding_bwd(m, grads, stash);
+  if (u == d->L + 1 && d->vp) return sl_lm_head_vp_bwd_weight(m, d->hv, flat, grads, d->stream[d->L], stash);
+  if (u == d->L + 1) return sl_lm_head_bwd_weight(m, &d->head, flat, grads, d->stream[d->L], stash);
+  /* again: what the input half recomputed lives in shared buffers, since overwritten */
+  int rc = d->kind->recompute(m, u - 1, flat);
+  return rc ? rc : d->kind->bwd_weight(m, u - 1, flat, grads, stash);
+}
+
+static const sl_model_vt dec_vt = {
+    .fwd = dec_fwd,
+    .bwd = dec_bwd,
+    .logits = dec_logits,
+    .init_custom = dec_init_custom,
+    .destroy = dec_destroy,
+    .flops_per_token = dec_flops,
+    .alloc_acts = dec_alloc_acts,
+    .use_acts = dec_use_acts,
+    .boundary = dec_boundary,
+    .stash_numel = dec_stash_numel,
+    .bwd_input = dec_bwd_input,
+    .bwd_weight = dec_bwd_weight,
+};
+
+/* ---- construction ------------------------------------------------------------------ */
+static int dec_specs(sl_model *m, sl_decoder *d) {
+  int64_t T = m->tp_size;
+  m->nunits = (int)d->L + 2;
+  m->units = calloc((size_t)m->nunits, sizeof(sl_unit_spec));
+  m->pinned = calloc((size_t)m->nunits, sizeof(int));
+  if (!m->units || !m->pinned) return sl_fail(SL_ENOMEM, "out of memory");
+  sl_unit_spec *e = &m->units[0];
+  snprintf(e->kind, sizeof e->kind, "embedding");
+  e->layer = -1;
+  int rc = sl_unit_add_split(m, e, d->embed_name, 2, d->V, d->C, 1, SL_INIT_NORMAL, d->std, SL_SPLIT_VOCAB, T);
+  for (int64_t l = 0; l < d->L && !rc; l++) {
+    sl_unit_spec *b = &m->units[1 + l];
+    snprintf(b->kind, sizeof b->kind, "%s", d->kind->unit_kind);
+    b->layer = (int)l;
+    rc = d->kind->spec(m, b, l);
+  }
+  if (rc) return rc;
+  return sl_lm_head_spec_split(m, d->norm_name, d->C, d->V, d->tied, d->head_init, d->std,
+                               d->vp ? SL_SPLIT_VOCAB : SL_SPLIT_NONE);
+}
+
+/* Activations: set 0, then the backward scratch every set shares. */
+static int dec_buffers(sl_model *m, sl_decoder *d) {
+  int rc = d->kind->prepare ? d->kind->prepare(m) : SL_OK;
+  if (!rc) rc = dec_alloc_acts(m, 0);
+  if (rc) return rc;
+  dec_use_acts(m, 0);
+  if (!(d->dres = sl_model_buf(m, d->N * d->C, SL_ARENA_WORKSPACE)) ||
+      !(d->dln = sl_model_buf(m, d->N * d->C, SL_ARENA_WORKSPACE)))
+    return SL_ENOMEM;
+  if (d->sp && !(d->xl = sl_model_buf(m, d->n * d->C, SL_ARENA_WORKSPACE))) return SL_ENOMEM;
+  return d->kind->alloc_scratch(m);
+}
+
+int sl_decoder_create(sl_model *m, const sl_block_kind *kind) {
+  const sl_model_config *c = &m->cfg;
+  sl_decoder *d = calloc(1, sizeof *d);
+  if (!d) return sl_fail(SL_ENOMEM, "out of memory");
+  m->priv = d;
+  d->vt = dec_vt;
+  if (!kind->bwd_input) d->vt.stash_numel = NULL, d->vt.bwd_input = NULL, d->vt.bwd_weight = NULL; /* no split */
+  m->vt = &d->vt;
+  kind->caps(c, &m->caps);
+  d->kind = kind;
+  int64_t T = m->tp_size;
+  d->N = m->B * m->T;
+  d->C = c->hidden_size;
+  d->V = c->vocab_size;
+  d->L = c->num_hidden_layers;
+  d->tied = c->tie_word_embeddings;
+  d->vp = T > 1;
+  d->sp = m->sp;
+  d->n = d->sp ? d->N / T : d->N;
+  int rc = kind->init(m, d);
+  if (!rc && d->vp) rc = sl_vocab_split_make(d->V, (int)T, m->tp_rank, &d->vs);
+  if (!rc) rc = dec_specs(m, d);
+  if (rc || m->B == 0) return rc; /* B = 0: specs only */
+  return dec_buffers(m, d);
+}

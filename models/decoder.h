@@ -1,0 +1,139 @@
+/* models/decoder.h — the one decoder skeleton every architecture's units
+ * run on (models/decoder.c), and the block-kind interface an architecture
+ * fills (models/llama.c, models/mamba.c). Not part of the model interface:
+ * the engine and planner see sl_model (models/model.h).
+ *
+ * The skeleton owns the unit list (0 = embedding, 1..L = blocks of one
+ * kind, L+1 = final norm + LM head), the residual stream and activation
+ * sets, the pipeline boundary, the head dispatch (tied / untied; at T > 1
+ * the vocabulary-parallel embedding and loss-parallel head,
+ * models/vocab_parallel.h), the split backward's scaffolding (zero-bubble
+ * schedules: the embedding's and the head's halves, the stash of a block),
+ * the residual stream's tensor-parallel collectives, and the shared
+ * backward scratch: dres (the residual gradient), dln (an (N, C) scratch)
+ * and, under sequence parallelism, xl (n, C).
+ *
+ * A block kind supplies its layer's tensors, forward, backward, what
+ * activation checkpointing keeps and recomputes, its split halves (or none)
+ * and its capabilities. It reads the skeleton's state through sl_dec(m) and
+ * keeps its own in d->blk.
+ */
+#ifndef SL_MODELS_DECODER_H
+#define SL_MODELS_DECODER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "models/model.h"
+#include "models/vocab_parallel.h"
+
+typedef struct sl_decoder sl_decoder;
+
+typedef struct {
+  const char *unit_kind; /* the blocks' sl_unit_spec kind, e.g. "llama_block" */
+  size_t layer_size;     /* bytes of the per-layer struct of kept activations */
+  /* Capabilities for a config (sl_model_caps_of; no model instance). */
+  void (*caps)(const sl_model_config *c, sl_model_caps *out);
+  /* The kind's state (d->blk) from m->cfg: shapes, the TP check (SL_EINPUT
+   * naming the valid --tp values), and the skeleton's settings it decides:
+   * d->eps, d->std, d->embed_name, d->norm_name, d->head_init. */
+  int (*init)(sl_model *m, sl_decoder *d);
+  /* Appends block l's tensors to u (its kind and layer are set). */
+  int (*spec)(sl_model *m, sl_unit_spec *u, int64_t l);
+  /* With activations (B > 0), before set 0: backend tables (NULL: none). */
+  int (*prepare)(sl_model *m);
+  /* One layer's activation buffers (sl_model_buf). recomputed 1: the
+   * buffers activation checkpointing recomputes in backward, shared by
+   * every layer and set (allocated once with set 0 when m->ac != none;
+   * under full checkpointing every layer of every set is this struct);
+   * recomputed 0: the kept buffers of a layer computed here, the recomputed
+   * ones taken from *shared (NULL when m->ac is none). */
+  int (*alloc_layer)(sl_model *m, void *layer, int recomputed, const void *shared);
+  /* The block's backward scratch (workspace), after the skeleton's. */
+  int (*alloc_scratch)(sl_model *m);
+  /* Block l from x (the stream's rows) into layer; the block output into
+   * out unless out is NULL (full checkpointing's recomputation). */
+  int (*fwd)(sl_model *m, int l, const float *flat, const float *x, void *layer, float *out);
+  /* What activation checkpointing recomputes before block l's backward (and
+   * before each of its split halves). */
+  int (*recompute)(sl_model *m, int l, const float *flat);
+  /* Block l's backward (after recompute): d->dres holds the gradient of its
+   * output and receives the gradient of its input; adds into grads. */
+  int (*bwd)(sl_model *m, int l, const float *flat, float *grads);
+  /* The split backward (models/model.h bwd_input / bwd_weight), each after
+   * recompute; all three NULL when the kind has none. */
+  int64_t (*stash_numel)(const sl_model *m);
+  int (*bwd_input)(sl_model *m, int l, const float *flat, float *stash);
+  int (*bwd_weight)(sl_model *m, int l, const float *flat, float *grads, const float *stash);
+  int64_t (*flops_per_token)(const sl_model *m, int64_t T);                  /* the whole model's */
+  int (*init_custom)(sl_model *m, int u, int ti, float *dst, uint64_t seed); /* NULL: none */
+  void (*destroy)(sl_model *m); /* frees what d->blk holds (NULL: nothing); the skeleton frees d->blk */
+} sl_block_kind;
+
+struct sl_decoder {
+  const sl_block_kind *kind;
+  sl_model_vt vt;                     /* m->vt: the skeleton's, without the split entries when the kind has none */
+  void *blk;                          /* the block kind's state */
+  int64_t N, C, V, L;                 /* tokens of a micro-batch, hidden size, vocabulary, blocks */
+  int64_t n;                          /* token rows of the residual stream on this rank: N, or N/T under sp */
+  float eps;                          /* the final norm's */
+  float std;                          /* SL_INIT_NORMAL's standard deviation */
+  int tied, vp, sp;                   /* vp: T > 1 (vocabulary-parallel embedding and head); sp: sequence parallelism */
+  const char *embed_name, *norm_name; /* HF names of the embedding and the final norm */
+  sl_init_kind head_init;             /* an untied lm_head.weight's */
+  sl_vocab_split vs;
+  /* the selected activation set's views (sets[m->act]) */
+  float **stream;  /* (L+1) x (n, C): input of block l; stream[L] feeds the head */
+  void *la;        /* (L) per-layer structs of kind->layer_size bytes */
+  sl_lm_head head; /* final norm + LM head + cross-entropy */
+  sl_lm_head_vp *hv;
+  sl_lm_head_vp *hvp; /* (nsets) the loss-parallel head of each set (vp) */
+  sl_act_set *sets;   /* (nsets) one per micro-batch in flight (models/model.h) */
+  int nsets;
+  void *shared; /* what checkpointing recomputes, shared by every layer and set (kind->alloc_layer; NULL: none) */
+  /* backward scratch (workspace), shared by every unit */
+  float *dres; /* (N, C) gradient of the residual stream (n rows used) */
+  float *dln;  /* (N, C) */
+  float *xl;   /* (n, C) under sp: a norm's local output before its all-gather, a reduce-scattered input gradient */
+};
+
+static inline sl_decoder *sl_dec(const sl_model *m) { return (sl_decoder *)m->priv; }
+/* Layer l's activation struct in the selected set. */
+static inline void *sl_dec_layer(const sl_model *m, int l) {
+  const sl_decoder *d = sl_dec(m);
+  return (char *)d->la + (size_t)l * d->kind->layer_size;
+}
+
+/* Builds m (m->cfg, shapes, TP rank set) as the skeleton over kind. */
+int sl_decoder_create(sl_model *m, const sl_block_kind *kind);
+
+/* The residual stream's tensor-parallel collectives (m->access.tp), for the
+ * block kinds. sl_dec_tp_sum: buf (n) summed over the TP group in place
+ * (nothing at T = 1). sl_dec_sp_gather: sequence parallelism's all-gather of
+ * the (n, C) rows of every rank into (N, C). sl_dec_row_parallel_sum: the
+ * (N, C) partial sums of a row-parallel GEMM into this rank's rows of their
+ * sum: a reduce-scatter under sp (from part into rows), else an all-reduce
+ * in place (part == rows). sl_dec_norm_gathered: RMSNorm (weight w, eps) of
+ * the stream's n rows x into the (N, C) input of a column-parallel GEMM: in
+ * place without sp, else through d->xl and all-gathered into out. */
+int sl_dec_tp_sum(sl_model *m, float *buf, int64_t n);
+int sl_dec_sp_gather(sl_model *m, const float *rows, float *all);
+int sl_dec_row_parallel_sum(sl_model *m, float *part, float *rows);
+int sl_dec_norm_gathered(sl_model *m, float *out, float *rstd, const float *x, const float *w, float eps);
+/* Where rmsnorm_bwd writes a norm's weight gradient g (C): g itself, or
+ * under sp (this rank's rows' part) the zeroed scratch part (C), which
+ * sl_dec_norm_grad_sum sums over the TP group and adds into g
+ * (models/vocab_parallel.h sl_sp_norm_dw: g may hold the earlier
+ * micro-batches' sum under --no-sync-accum); nothing without sp. */
+float *sl_dec_norm_dw(sl_model *m, float *g, float *part);
+int sl_dec_norm_grad_sum(sl_model *m, float *g, float *part);
+/* "NAME: why; valid --tp values for this model: ..." (SL_EINPUT) when
+ * misfit(cfg, m->tp_size) gives a reason, trying T = 1..max; else SL_OK. */
+int sl_dec_tp_check(const sl_model *m, const char *(*misfit)(const sl_model_config *, int64_t, char *, size_t),
+                    int64_t max);
+
+/* The block kinds (models/llama.c, models/mamba.c). */
+extern const sl_block_kind sl_llama_block;
+extern const sl_block_kind sl_mamba_block;
+
+#endif /* SL_MODELS_DECODER_H */
