@@ -9,7 +9,7 @@
 # there); under mpirun the ranks run the real shard/comm_nccl.c over the
 # NCCL stand-in (tests/cuda_emu/nccl.cpp): ZeRO-1 and ZeRO-3 at 2 ranks and
 # hybrid sharding (4 ranks, shard groups of 2) against the CPU backend at the
-# same layout.
+# same layout; bf16 gathers and reductions at 2 ranks.
 source "${SL_SRC:?}/tests/lib/run.sh" emu_train mpi numpy
 E=$SL_BUILD/shardlm_emu
 [ -x "$E" ] || skip "$E is not built (no C++ compiler)"
@@ -54,6 +54,9 @@ check e2z1 c2z3 --rtol 1e-4 --loss-only
 check e2z3 c2z3 --rtol 1e-4 --loss-only
 check e2z3 e2z0 --exact
 check e2z1 e2z0 --exact
+# bf16 gathers and reductions (ncclBfloat16 sums, rounded per step as the MPI backend's)
+run c2b 2 "$B" llama --backend cpu --zero 3 --param-dtype bf16 --reduce-dtype bf16
+run e2b 2 "$E" llama --backend cuda --zero 3 --param-dtype bf16 --reduce-dtype bf16 && check e2b c2b --rtol 1e-4 --loss-only
 run c4h 4 "$B" llama --backend cpu --zero 3 --shard-group 2
 run e4h 4 "$E" llama --backend cuda --zero 3 --shard-group 2 && check e4h c4h --rtol 1e-4 --loss-only
 finish
