@@ -496,6 +496,11 @@ cudaError_t cudaMemGetInfo(size_t *fr, size_t *total) {
 cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 cudaError_t cudaRuntimeGetVersion(int *v) { return v ? (*v = 13000, cudaSuccess) : cudaErrorInvalidValue; }
 cudaError_t cudaDriverGetVersion(int *v) { return v ? (*v = 13000, cudaSuccess) : cudaErrorInvalidValue; }
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) { /* as on an H100: 0 .. -5 */
+  if (least) *least = 0;
+  if (greatest) *greatest = -5;
+  return cudaSuccess;
+}
 
 static cudaError_t emu_alloc(void **p, size_t bytes, bool pinned, const char *fn) {
   if (!p) return set_error(cudaErrorInvalidValue, "%s: NULL result pointer", fn);
@@ -523,6 +528,15 @@ cudaError_t cudaFree(void *p) { return emu_free(p, false, "cudaFree"); }
 cudaError_t cudaMallocHost(void **p, size_t bytes) { return emu_alloc(p, bytes, true, "cudaMallocHost"); }
 cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned) { return emu_alloc(p, bytes, true, "cudaHostAlloc"); }
 cudaError_t cudaFreeHost(void *p) { return emu_free(p, true, "cudaFreeHost"); }
+static bool bad_stream(cudaStream_t s);
+cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s) {
+  if (bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaMallocAsync: bad stream");
+  return emu_alloc(p, bytes, false, "cudaMallocAsync");
+}
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
+  if (bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaFreeAsync: bad stream");
+  return emu_free(p, false, "cudaFreeAsync");
+}
 
 static bool bad_stream(cudaStream_t s) { return s && ((sl_emu::StreamObj *)s)->magic != sl_emu::kStreamMagic; }
 static cudaError_t check_dev(const void *p, size_t bytes, const char *fn, const char *what) {
@@ -569,6 +583,9 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
   if (!s) return set_error(cudaErrorInvalidValue, "cudaStreamCreate: NULL");
   *s = (cudaStream_t) new sl_emu::StreamObj{sl_emu::kStreamMagic};
   return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned flags, int) {
+  return cudaStreamCreateWithFlags(s, flags);
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
   if (!s || bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: bad stream");

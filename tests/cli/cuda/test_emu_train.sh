@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The device trainer on the CPU: build/shardlm_emu (the CLI linked against the
+# emulated CUDA backend, tests/cuda_emu) trains with --backend cuda against
+# build/shardlm --backend cpu, tiny shapes, few steps (docs/cuda.md, "The
+# emulated trainer"). The tolerances of test_cuda_train.sh: fp32 losses within
+# 1e-4 relative; --compute-dtype bf16 against the CPU mirror within 1e-3;
+# ZeRO-3 against ZeRO-0 bit for bit on the device path. World 1 uses the
+# one-rank device comms (device copies: the ZeRO-3 check is near-trivial
+# there); under mpirun the ranks run the real shard/comm_nccl.c over the
+# NCCL stand-in (tests/cuda_emu/nccl.cpp): ZeRO-1 and ZeRO-3 at 2 ranks and
+# hybrid sharding (4 ranks, shard groups of 2) against the CPU backend at the
+# same layout; bf16 gathers and reductions at 2 ranks.
+source "${SL_SRC:?}/tests/lib/run.sh" emu_train mpi numpy
+E=$SL_BUILD/shardlm_emu
+[ -x "$E" ] || skip "$E is not built (no C++ compiler)"
+# the emulated backend runs under ASan when the compiler has it: no leak
+# report at exit (Open MPI's allocations are not ours)
+export ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1
+tiny_model "$W/llama" llama '"num_hidden_layers": 2'
+tiny_data "$W/data"
+# --peak-tflops: no 1024^3 GEMM on the reference cuBLASLt at start-up (minutes)
+A="--data $W/data --data-order sequential --steps 3 --micro-batch 2 --seq-len 16 --threads 1 --summary false --plot false
+  --peak-tflops 1"
+run() { # name np binary model [flags...]
+  local n=$1 np=$2 bin=$3 m=$4
+  shift 4
+  local launch=()
+  [ "$np" -gt 1 ] && launch=($MPI -np "$np")
+  "${launch[@]}" "$bin" train $A --model "$W/$m" --out-dir "$W/$n" --save "$W/$n/model" "$@" > "$W/$n.log" 2>&1 ||
+    { bad "run $n"; tail -5 "$W/$n.log"; return 1; }
+}
+check() { # a b compare-flags...
+  if $CMP "$W/$1" "$W/$2" "${@:3}" > "$W/cmp.log" 2>&1; then ok "$1 vs $2 ${*:3}"; else bad "$1 vs $2 ${*:3}"; cat "$W/cmp.log"; fi
+}
+# world 1: fp32, ZeRO-3 = ZeRO-0, bf16 compute against the CPU mirror
+run cpu 1 "$B" llama --backend cpu --zero 0
+run emu0 1 "$E" llama --backend cuda --zero 0 && check emu0 cpu --rtol 1e-4 --loss-only
+run emu3 1 "$E" llama --backend cuda --zero 3 && check emu3 emu0 --exact
+run cpub 1 "$B" llama --backend cpu --zero 0 --compute-dtype bf16
+run emub 1 "$E" llama --backend cuda --zero 0 --compute-dtype bf16 && check emub cpub --rtol 1e-3 --loss-only
+# Mistral (sliding window) and Mamba (conv + selective scan)
+tiny_model "$W/mistral" mistral '"num_hidden_layers": 2'
+tiny_model "$W/mamba" mamba '"num_hidden_layers": 2'
+for m in mistral mamba; do
+  run cpu_$m 1 "$B" $m --backend cpu --zero 0
+  run emu_$m 1 "$E" $m --backend cuda --zero 0 && check emu_$m cpu_$m --rtol 1e-4 --loss-only
+done
+# 2 ranks over the NCCL stand-in: ZeRO-1 and ZeRO-3 against the CPU backend
+# at the same layout, ZeRO-3 = ZeRO-0 on the device; hybrid sharding at 4
+# ranks (shard groups of 2: the device comms of both groups)
+run c2z3 2 "$B" llama --backend cpu --zero 3
+for z in 0 1 3; do run e2z$z 2 "$E" llama --backend cuda --zero $z; done
+check e2z1 c2z3 --rtol 1e-4 --loss-only
+check e2z3 c2z3 --rtol 1e-4 --loss-only
+check e2z3 e2z0 --exact
+check e2z1 e2z0 --exact
+# bf16 gathers and reductions (ncclBfloat16 sums, rounded per step as the MPI backend's)
+run c2b 2 "$B" llama --backend cpu --zero 3 --param-dtype bf16 --reduce-dtype bf16
+run e2b 2 "$E" llama --backend cuda --zero 3 --param-dtype bf16 --reduce-dtype bf16 && check e2b c2b --rtol 1e-4 --loss-only
+run c4h 4 "$B" llama --backend cpu --zero 3 --shard-group 2
+run e4h 4 "$E" llama --backend cuda --zero 3 --shard-group 2 && check e4h c4h --rtol 1e-4 --loss-only
+finish
