@@ -35,19 +35,20 @@ int sl_trainer_tp_check(const trainer *t) {
  * ranks of this TP coordinate over DP and PP (engine/tppp.h) */
 sl_comm *sl_trainer_loss_comm(const trainer *t) {
   if (t->par.tppp_loss) return t->par.tppp_loss;
-  return t->cfg.tp > 1 ? t->par.pmesh->comm[SL_AXIS_DP] : t->world;
+  return t->cfg.tp > 1 ? t->par.pmesh->group[SL_GROUP_DP].comm : t->world;
 }
 
 int sl_trainer_grad_sumsq(trainer *t, double *out) {
   if (t->cfg.tp == 1) return sl_fsdp_grad_sumsq(t->f, out);
   double mine = 0.0;
   int rc = sl_fsdp_grad_sumsq_part(t->f, sl_tp_counted, t->m, &mine);
-  return rc ? rc : sl_tppp_tp_sum(t->par.pmesh->comm[SL_AXIS_TP], mine, out);
+  return rc ? rc : sl_tppp_tp_sum(t->par.pmesh->axis[SL_AXIS_TP].comm, mine, out);
 }
 
 int sl_trainer_tp_gather(trainer *t, int u, float *flat) {
   int64_t n = t->m->units[u].numel;
-  if (sl_comm_allgather_sync(t->par.pmesh->comm[SL_AXIS_TP], flat + t->m->tp_rank * n, flat, n, SL_F32) != SL_COMM_OK)
+  if (sl_comm_allgather_sync(t->par.pmesh->axis[SL_AXIS_TP].comm, flat + t->m->tp_rank * n, flat, n, SL_F32) !=
+      SL_COMM_OK)
     return sl_fail(SL_ECOMM, "gathering unit %d over the tensor-parallel group: %s", u, sl_comm_last_error());
   return SL_OK;
 }

@@ -49,7 +49,7 @@ int sl_tppp_tp_sum(sl_comm *tp, double mine, double *out) {
 
 int sl_tppp_loss_comm(const sl_par_mesh *mesh, sl_comm **out) {
   *out = NULL;
-  if (sl_comm_split(mesh->world, mesh->coord[SL_AXIS_TP], sl_comm_rank(mesh->world), out) != SL_COMM_OK)
+  if (sl_comm_split(mesh->world, mesh->axis[SL_AXIS_TP].coord, sl_comm_rank(mesh->world), out) != SL_COMM_OK)
     return sl_fail(SL_ECOMM, "splitting the loss communicator (one TP coordinate): %s", sl_comm_last_error());
   return SL_OK;
 }

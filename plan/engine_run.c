@@ -5,9 +5,9 @@
  * protocol. Every byte and collective comes from the engine's own code.
  * Tensor parallelism (r->tp = T > 1, engine/trainer.c's mesh: TP fastest):
  * the model is TP rank rank % T's, its sl_unit_access.tp hooks are
- * shard/tp.c's over a counting communicator of T ranks (the same code that
- * counts the mesh's TP bytes in a run), fsdp runs on a counting DP
- * communicator of world / T ranks. */
+ * shard/tp.c's over the TP communicator and fsdp runs on the dp_shard and
+ * dp_replicate communicators of a mesh (shard/mesh.c, the run's own) split
+ * from a counting world of one stage's TP x DP ranks. */
 #include "plan/engine_run.h"
 
 #include <stdlib.h>
@@ -17,19 +17,8 @@
 #include "models/model.h"
 #include "shard/comm.h"
 #include "shard/fsdp.h"
+#include "shard/mesh.h"
 #include "shard/tp.h"
-
-typedef struct {
-  int S; /* shard group size fsdp will use */
-} split_ctx;
-
-/* What every DP rank passes to fsdp's splits (the counting comm's rule). */
-static int fsdp_split(void *ctx, int n, int rank, int *color, int *key) {
-  const split_ctx *s = ctx;
-  if (n > 1) return sl_fail(SL_EINTERNAL, "engine check: fsdp split #%d is not in sl_fsdp_split_rule", n);
-  sl_fsdp_split_rule(n, rank, s->S, color, key);
-  return SL_OK;
-}
 
 typedef struct {
   sl_model *m;
@@ -142,15 +131,17 @@ int sl_plan_engine_run_stage(const sl_model_config *cfg, const sl_plan_run *r, i
   sl_mem_get(&s0);
   run_t t;
   memset(&t, 0, sizeof t);
-  split_ctx sc = {S};
-  sl_comm *dp = NULL;
+  /* one stage's TP x DP ranks as a counting world split by the mesh's own code (shard/mesh.h) */
+  sl_mesh_dims dims = {.world = T * D, .tp = T, .pp = 1, .dp_shard = S};
+  sl_comm *world = NULL;
+  sl_par_mesh *mesh = NULL;
   t.ops = sl_ops_count();
   t.st = st;
   t.k = t.ops->ctx_create(1);
   int rc = t.k ? SL_OK : SL_ENOMEM;
-  if (!rc && (sl_comm_count_create(D, (rank / T) % D, fsdp_split, &sc, &dp) != SL_COMM_OK ||
-              (T > 1 && sl_comm_count_create(T, rank % T, NULL, NULL, &t.tp) != SL_COMM_OK)))
+  if (!rc && sl_comm_count_create(T * D, rank % (T * D), sl_par_mesh_split_rule, &dims, &world) != SL_COMM_OK)
     rc = sl_fail(SL_ECOMM, "engine check: %s", sl_comm_last_error());
+  if (!rc && !(rc = sl_par_mesh_create(world, &dims, &mesh)) && T > 1) t.tp = mesh->axis[SL_AXIS_TP].comm;
   /* the model with its activations, as the trainer creates it */
   if (!rc && st && st->nunits < 1) rc = sl_fail(SL_EINTERNAL, "engine check: a stage without units");
   if (!rc && T == 1 && !st) rc = sl_model_create(cfg, t.ops, t.k, r->micro_batch, r->seq_len, r->ac, &t.m);
@@ -175,9 +166,9 @@ int sl_plan_engine_run_stage(const sl_model_config *cfg, const sl_plan_run *r, i
                       .sync_accum = r->sync_accum,
                       .param_dtype = r->param_bytes == 2 ? SL_BF16 : SL_F32,
                       .reduce_dtype = r->reduce_bytes == 2 ? SL_BF16 : SL_F32,
-                      .shard_group = r->shard_group,
                       .align = r->align};
-    rc = sl_fsdp_create(dp, &fc, t.ops, t.k, t.m->nunits, numel, t.m->pinned, &t.f);
+    const sl_fsdp_groups dense = {mesh->axis[SL_AXIS_DP_SHARD].comm, mesh->axis[SL_AXIS_DP_REPLICATE].comm};
+    rc = sl_fsdp_create(&dense, &fc, t.ops, t.k, t.m->nunits, numel, t.m->pinned, &t.f);
   }
   /* the optimizer state of tier none: fp32 master, m, v per view (the trainer's opt_create) */
   for (int u = 0; !rc && u < t.m->nunits; u++) {
@@ -240,8 +231,8 @@ int sl_plan_engine_run_stage(const sl_model_config *cfg, const sl_plan_run *r, i
   free(numel);
   sl_fsdp_destroy(t.f);
   sl_model_destroy(t.m);
-  sl_comm_destroy(dp);
-  sl_comm_destroy(t.tp);
+  sl_par_mesh_destroy(mesh);
+  sl_comm_destroy(world);
   if (t.k) t.ops->ctx_destroy(t.k);
   sl_mem_restore(&s0); /* the caller's counters, as they were */
   return rc;
