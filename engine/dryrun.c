@@ -2,9 +2,9 @@
  * world of N ranks played as one of them, the trainer's own setup
  * (sl_trainer_setup_dry) and step (sl_trainer_step), the figures a metrics
  * line would carry for that step. The world answers the splits the
- * trainer's code makes of it: the mesh's three (shard/mesh.c), under TP x
- * PP the loss communicator's (engine/tensor_par.c), and fsdp's two of the DP
- * communicator (sl_fsdp_split_rule). */
+ * trainer's code makes of it: the mesh's (shard/mesh.c,
+ * sl_par_mesh_split_rule) and under TP x PP the loss communicator's
+ * (engine/tensor_par.c). */
 #include "engine/dryrun.h"
 
 #include <string.h>
@@ -12,28 +12,21 @@
 #include "base/base.h"
 #include "engine/trainer_internal.h"
 #include "shard/fsdp.h"
+#include "shard/mesh.h"
 
 typedef struct {
-  int W, T, D, P, S; /* world, the mesh's axes, fsdp's shard group */
+  sl_mesh_dims dims; /* the mesh's sizes: the context of sl_par_mesh_split_rule */
+  int nmesh;         /* the splits sl_par_mesh_create makes of the world */
+  int T, P;
 } dry_rules;
 
-/* What rank passes to the n-th split of the world in sl_par_mesh_create
- * (TP, DP, PP: color the position along the two other axes, key the index
- * along this one). The one place the mesh's rule is restated: to be
- * replaced by shard/mesh.c's sl_par_mesh_split_rule. */
-static int mesh_split_rule(const dry_rules *d, int n, int rank, int *color, int *key) {
-  int tp = rank % d->T, dp = (rank / d->T) % d->D, pp = rank / (d->T * d->D);
-  if (n == 0) *color = rank / d->T, *key = tp;
-  else if (n == 1) *color = pp * d->T + tp, *key = dp;
-  else if (n == 2) *color = rank % (d->T * d->D), *key = pp;
-  else return -1;
-  return 0;
-}
-
+/* What rank passes to the n-th split of the world: the mesh's own rule
+ * (shard/mesh.c), then under TP x PP the loss communicator's
+ * (engine/tensor_par.c, sl_tpar_init: one TP coordinate, in world order). */
 static int world_split(void *ctx, int n, int rank, int *color, int *key) {
   const dry_rules *d = ctx;
-  if (!mesh_split_rule(d, n, rank, color, key)) return SL_OK;
-  if (n == 3 && d->T > 1 && d->P > 1) { /* sl_tpar_init: one TP coordinate, in world order */
+  if (n < d->nmesh) return sl_par_mesh_split_rule((void *)&d->dims, n, rank, color, key);
+  if (n == d->nmesh && d->T > 1 && d->P > 1) {
     *color = rank % d->T;
     *key = rank;
     return SL_OK;
@@ -41,18 +34,11 @@ static int world_split(void *ctx, int n, int rank, int *color, int *key) {
   return sl_fail(SL_EINTERNAL, "dry run: split #%d of the world is not one the trainer makes", n);
 }
 
-static int dp_split(void *ctx, int n, int rank, int *color, int *key) {
-  const dry_rules *d = ctx;
-  if (n > 1) return sl_fail(SL_EINTERNAL, "dry run: fsdp split #%d is not in sl_fsdp_split_rule", n);
-  sl_fsdp_split_rule(n, rank, d->S, color, key);
-  return SL_OK;
-}
-
-/* The world's children: the DP communicator (the mesh's split #1) splits by fsdp's rule; TP, PP and the
- * loss communicator are never split. */
+/* The world's children (the mesh's axes and groups, the loss communicator) are never split. */
 static sl_comm_count_rule world_child(void *ctx, int n, int color) {
+  (void)n;
   (void)color;
-  return (sl_comm_count_rule){n == 1 ? dp_split : NULL, NULL, ctx};
+  return (sl_comm_count_rule){NULL, NULL, ctx};
 }
 
 /* The run's settings as the dry run takes them: one thread, tier none, nothing written. */
@@ -71,7 +57,7 @@ static int stage_info(const trainer *t, const sl_comm_stats *p0, const sl_comm_s
   const sl_pp_plan *p = t->par.pplan;
   if (p->S > SL_DRY_MAX_STAGES)
     return sl_fail(SL_EINPUT, "dry run: %d virtual stages (at most %d)", p->S, SL_DRY_MAX_STAGES);
-  out->stage = t->par.pmesh->coord[SL_AXIS_PP];
+  out->stage = t->par.pmesh->axis[SL_AXIS_PP].coord;
   out->nsets = (int)t->nsets;
   for (int u = 0; u < p->nunits; u++) out->ncomputed += p->local[u];
   out->sends = p1->calls[SL_COLL_SEND] - p0->calls[SL_COLL_SEND];
@@ -104,9 +90,9 @@ static void step_figures(const trainer *t, const sl_mem_stats *s0, sl_dry_result
   for (int u = 0; u < t->m->nunits; u++)
     out->nparams += !t->par.pplan || t->par.pplan->held[u] ? t->m->units[u].numel : 0;
   out->max_unit = sl_model_max_unit_numel(t->m);
-  out->tp = t->par.pmesh->size[SL_AXIS_TP];
-  out->dp = t->par.pmesh->size[SL_AXIS_DP];
-  out->pp = t->par.pmesh->size[SL_AXIS_PP];
+  out->tp = t->par.pmesh->axis[SL_AXIS_TP].size;
+  out->dp = t->par.pmesh->group[SL_GROUP_DP].size;
+  out->pp = t->par.pmesh->axis[SL_AXIS_PP].size;
 }
 
 /* The set-up trainer's first step, as sl_train_run takes it (peaks and fsdp's counters reset first). */
@@ -114,7 +100,7 @@ static int dry_step(trainer *t, const sl_mem_stats *s0, sl_dry_result *out) {
   sl_mem_stats st;
   sl_mem_get(&st);
   for (int a = 0; a < SL_ARENA_COUNT; a++) out->start[a] = st.cur[a] - s0->cur[a];
-  sl_comm *tp = t->cfg.tp > 1 ? t->par.pmesh->comm[SL_AXIS_TP] : NULL, *pp = t->par.pmesh->comm[SL_AXIS_PP];
+  sl_comm *tp = t->cfg.tp > 1 ? t->par.pmesh->axis[SL_AXIS_TP].comm : NULL, *pp = t->par.pmesh->axis[SL_AXIS_PP].comm;
   sl_comm_stats tp0 = {0}, tp1 = {0}, pp0, pp1;
   sl_mem_reset_peaks();
   sl_fsdp_reset_comm_stats(t->f);
@@ -135,8 +121,9 @@ int sl_train_dry_run(const sl_train_cfg *cfg, const sl_model_config *mc, int wor
   memset(out, 0, sizeof *out);
   int W = world_size, T = cfg->tp > 1 ? (int)cfg->tp : 1, P = cfg->pp > 1 ? (int)cfg->pp : 1;
   if (W < 1 || rank < 0 || rank >= W) return sl_fail(SL_EINPUT, "dry run: rank %d of world %d", rank, W);
-  dry_rules d = {W, T, W % (T * P) ? 1 : W / (T * P), P, 0}; /* a mesh that does not divide: the trainer refuses it */
-  d.S = cfg->shard_group > 0 ? (int)cfg->shard_group : d.D;
+  dry_rules d = {{.world = W, .tp = T, .pp = P, .dp_shard = (int)cfg->shard_group}, 0, T, P};
+  for (int c0, k0; sl_par_mesh_split_rule(&d.dims, d.nmesh, 0, &c0, &k0) == SL_OK;) d.nmesh++;
+  sl_clear_error(); /* the probe's end (a mesh that does not divide: the trainer refuses it with its own message) */
   sl_train_cfg c = dry_cfg(cfg);
   sl_mem_stats s0;
   sl_mem_get(&s0);

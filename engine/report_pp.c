@@ -91,7 +91,7 @@ enum { NFIG = SL_ARENA_COUNT + 4 }; /* arenas, total peak, DP sent, PP sent, PP 
 
 int sl_trainer_pp_gather(trainer *t, int64_t **out) {
   *out = NULL;
-  sl_comm *pp = t->par.pmesh->comm[SL_AXIS_PP];
+  sl_comm *pp = t->par.pmesh->axis[SL_AXIS_PP].comm;
   int P = t->par.pplan->P, i = 0;
   int64_t mine[NFIG], *all = calloc((size_t)P * NFIG, sizeof(int64_t));
   if (!all) return sl_fail(SL_ENOMEM, "out of memory");

@@ -853,12 +853,12 @@ int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int ran
 
 int sl_pp_route_unit(const sl_pp_plan *pl, const sl_par_mesh *mesh, int u, float *flat, int64_t n, int rc) {
   int own = pl->owner[u];
-  if (own == 0 || mesh->coord[SL_AXIS_DP] != 0 || mesh->coord[SL_AXIS_TP] != 0) return rc;
+  if (own == 0 || mesh->group[SL_GROUP_DP].coord != 0 || mesh->axis[SL_AXIS_TP].coord != 0) return rc;
   if (pl->rank != 0 && pl->rank != own) return rc;
   /* a failed gather still sends (its buffer), so the receiver is not left waiting; the failure is the sender's */
   sl_comm_req *r = NULL;
-  int e = pl->rank == own ? sl_comm_send(mesh->comm[SL_AXIS_PP], flat, n, SL_F32, 0, TAG_UNIT, &r)
-                          : sl_comm_recv(mesh->comm[SL_AXIS_PP], flat, n, SL_F32, own, TAG_UNIT, &r);
+  int e = pl->rank == own ? sl_comm_send(mesh->axis[SL_AXIS_PP].comm, flat, n, SL_F32, 0, TAG_UNIT, &r)
+                          : sl_comm_recv(mesh->axis[SL_AXIS_PP].comm, flat, n, SL_F32, own, TAG_UNIT, &r);
   if ((e != SL_COMM_OK || sl_comm_wait(r) != SL_COMM_OK) && !rc)
     rc = sl_fail(SL_ECOMM, "pipeline: unit %d to rank 0: %s", u, sl_comm_last_error());
   return rc;

@@ -42,11 +42,11 @@ int sl_tpar_check(int T, int wsize, int dev) {
 int sl_tpar_init(sl_tpar *tp, const sl_par_mesh *mesh, int T, int P) {
   memset(tp, 0, sizeof *tp);
   tp->T = T > 1 ? T : 1;
-  tp->comm = mesh->comm[SL_AXIS_TP];
-  tp->loss = tp->T > 1 ? mesh->comm[SL_AXIS_DP] : mesh->world; /* at P = 1 the DP axis is one TP coordinate */
+  tp->comm = mesh->axis[SL_AXIS_TP].comm;
+  tp->loss = tp->T > 1 ? mesh->group[SL_GROUP_DP].comm : mesh->world; /* at P = 1 the DP axis is one TP coordinate */
   if (tp->T == 1 || P <= 1) return SL_OK;
   /* TP x PP: the ranks of this TP coordinate, all DP and PP coordinates, in world rank order */
-  if (sl_comm_split(mesh->world, mesh->coord[SL_AXIS_TP], sl_comm_rank(mesh->world), &tp->own) != SL_COMM_OK)
+  if (sl_comm_split(mesh->world, mesh->axis[SL_AXIS_TP].coord, sl_comm_rank(mesh->world), &tp->own) != SL_COMM_OK)
     return sl_fail(SL_ECOMM, "splitting the loss communicator (one TP coordinate): %s", sl_comm_last_error());
   tp->loss = tp->own;
   return SL_OK;

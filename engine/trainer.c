@@ -389,24 +389,25 @@ static int setup_data(trainer *t) {
   return sl_precheck(c, &t->mcfg, t->world, t->ops, t->k, sl_sampler_num_tokens(t->data.smp));
 }
 
-/* Setup step 5: world = DP x TP x PP (TP fastest); this rank's pipeline stage. */
+/* Setup step 5: the mesh (shard/mesh.h: tp fastest, then dp_shard, dp_replicate, pp); this rank's pipeline stage. */
 static int setup_mesh(trainer *t) {
   sl_train_cfg *c = &t->cfg;
   int rc;
   if ((rc = sl_tpar_check((int)c->tp, t->wsize, t->dev))) return rc;
-  if ((rc = sl_par_mesh_create(t->world, (int)c->tp, (int)c->pp, &t->par.pmesh))) return rc;
+  sl_mesh_dims dims = {.tp = (int)c->tp, .pp = (int)c->pp, .dp_shard = (int)c->shard_group};
+  if ((rc = sl_par_mesh_create(t->world, &dims, &t->par.pmesh))) return rc;
   if ((rc = sl_tpar_init(&t->par.tp, t->par.pmesh, (int)c->tp, (int)c->pp))) return rc;
-  t->par.dp_rank = t->par.pmesh->coord[SL_AXIS_DP];
-  t->par.dp_size = t->par.pmesh->size[SL_AXIS_DP];
-  return sl_pp_plan_for_run(c, &t->mcfg, t->par.pmesh->coord[SL_AXIS_PP], t->dev, &t->par.pplan);
+  t->par.dp_rank = t->par.pmesh->group[SL_GROUP_DP].coord;
+  t->par.dp_size = t->par.pmesh->group[SL_GROUP_DP].size;
+  return sl_pp_plan_for_run(c, &t->mcfg, t->par.pmesh->axis[SL_AXIS_PP].coord, t->dev, &t->par.pplan);
 }
 
-/* Setup step 6: the model (this rank's TP slice and pipeline stage) and FSDP on the DP axis. */
+/* Setup step 6: the model (this rank's TP slice and pipeline stage) and FSDP over dp_shard x dp_replicate. */
 static int setup_model(trainer *t, int ac) {
   sl_train_cfg *c = &t->cfg;
   int rc;
   if ((rc = sl_model_create_full(&t->mcfg, t->ops, t->k, c->micro_batch, c->seq_len, (sl_actckpt)ac,
-                                 t->par.pmesh->coord[SL_AXIS_TP], (int)c->tp, c->sequence_parallel,
+                                 t->par.pmesh->axis[SL_AXIS_TP].coord, (int)c->tp, c->sequence_parallel,
                                  t->par.pplan ? t->par.pplan->local : NULL, t->par.pplan ? t->par.pplan->nunits : 0,
                                  &t->m)))
     return rc;
@@ -416,7 +417,6 @@ static int setup_model(trainer *t, int ac) {
                     .prefetch_bytes = c->prefetch_mb << 20,
                     .reshard_after_forward = c->reshard_after_forward,
                     .sync_accum = !c->no_sync_accum,
-                    .shard_group = (int)c->shard_group,
                     .align = 16};
   if ((rc = parse_dtype(c->param_dtype, &fc.param_dtype, "param-dtype"))) return rc;
   if ((rc = parse_dtype(c->reduce_dtype, &fc.reduce_dtype, "reduce-dtype"))) return rc;
@@ -425,7 +425,9 @@ static int setup_model(trainer *t, int ac) {
   if (!numel) return sl_fail(SL_ENOMEM, "out of memory");
   for (int u = 0; u < U; u++)
     numel[u] = !t->par.pplan || t->par.pplan->held[u] ? t->m->units[u].numel : 0; /* 0: another stage's */
-  rc = sl_fsdp_create(t->par.pmesh->comm[SL_AXIS_DP], &fc, t->ops, t->k, U, numel, t->m->pinned, &t->f);
+  const sl_fsdp_groups dense = {t->par.pmesh->axis[SL_AXIS_DP_SHARD].comm,
+                                t->par.pmesh->axis[SL_AXIS_DP_REPLICATE].comm};
+  rc = sl_fsdp_create(&dense, &fc, t->ops, t->k, U, numel, t->m->pinned, &t->f);
   free(numel);
   return rc;
 }
@@ -489,8 +491,8 @@ static int setup_schedule(trainer *t) {
   int rc;
   sl_schedule_cfg scfg = {.name = t->par.pplan ? "pp" : "single",
                           .pp_plan = t->par.pplan,
-                          .pp = t->par.pmesh->comm[SL_AXIS_PP],
-                          .tp = t->par.pmesh->comm[SL_AXIS_TP]};
+                          .pp = t->par.pmesh->axis[SL_AXIS_PP].comm,
+                          .tp = t->par.pmesh->axis[SL_AXIS_TP].comm};
   if ((rc = sl_schedule_create(&scfg, &t->sched))) return rc;
   t->nsets = sl_schedule_nacts(t->sched, (int)c->grad_accum);
   if ((rc = sl_model_set_nacts(t->m, (int)t->nsets))) return rc;
@@ -683,7 +685,8 @@ static sl_ckpt_state ckpt_state(trainer *t, int64_t step) {
                       .rng_seed = (uint64_t)t->cfg.seed,
                       .tp = t->par.tp.comm,
                       .owns = t->par.pplan ? t->par.pplan->local : NULL,
-                      .stage_writer = t->par.pmesh->coord[SL_AXIS_DP] == 0 && t->par.pmesh->coord[SL_AXIS_TP] == 0};
+                      .stage_writer =
+                          t->par.pmesh->group[SL_GROUP_DP].coord == 0 && t->par.pmesh->axis[SL_AXIS_TP].coord == 0};
   return st;
 }
 

@@ -32,10 +32,10 @@ typedef struct {
   int64_t count;        /* targets that count in this step's loss, all ranks */
 } trainer_data;
 
-/* setup_mesh: this rank's place in world = DP x TP x PP (TP fastest); fsdp runs on its DP comm. */
+/* setup_mesh: this rank's place in the mesh (shard/mesh.h); fsdp runs on its dp_shard x dp_replicate comms. */
 typedef struct {
   sl_par_mesh *pmesh;
-  int dp_rank, dp_size; /* this rank's data-parallel index and the DP size (world / (TP x PP)) */
+  int dp_rank, dp_size; /* this rank's index in the dp group and its size (world / (TP x PP)) */
   sl_pp_plan *pplan;    /* --pp > 1: this rank's stage (engine/schedule_pp.h); NULL otherwise */
   sl_tpar tp;           /* tensor parallelism: T, the TP axis, the loss's ranks (engine/tensor_par.h) */
 } trainer_par;

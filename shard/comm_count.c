@@ -9,7 +9,7 @@
  * Splits: the other ranks are not here to say their color and key, so the
  * creator passes `split`, which answers for any rank what it passes to the
  * n-th split of a communicator (the rule of the code being run, e.g.
- * sl_fsdp_split_rule); a rule may give each child its own
+ * sl_par_mesh_split_rule); a rule may give each child its own
  * (sl_comm_count_create_rule). The child is again a counting communicator,
  * over the ranks with this rank's color, ordered by key then rank, as MPI
  * orders. */

@@ -107,7 +107,7 @@ struct sl_fsdp {
   sl_fsdp_cfg cfg;
   const sl_ops *ops;
   sl_kctx *kctx;
-  sl_comm *shard_comm, *rep_comm; /* MPI groups (host data) */
+  sl_comm *shard_comm, *rep_comm; /* MPI groups (host data), borrowed (sl_fsdp_groups) */
   sl_comm *dshard, *drep;         /* the same groups for unit buffers (NCCL on GPUs) */
   int srank, ssize, rrank, rsize;
   int nunits;
@@ -156,20 +156,11 @@ static int device_comm(sl_fsdp *f, sl_comm *g, sl_comm **out) {
   return rc == SL_COMM_OK ? SL_OK : sl_fail(SL_ECOMM, "fsdp: device communicator: %s", sl_comm_last_error());
 }
 
-void sl_fsdp_split_rule(int which, int rank, int S, int *color, int *key) {
-  /* shard groups: consecutive ranks; replica groups: same position across groups */
-  *color = which == 0 ? rank / S : rank % S;
-  *key = which == 0 ? rank % S : rank / S;
-}
-
-int sl_fsdp_create(sl_comm *dp, const sl_fsdp_cfg *cfg, const sl_ops *ops, sl_kctx *kctx, int nunits,
+int sl_fsdp_create(const sl_fsdp_groups *g, const sl_fsdp_cfg *cfg, const sl_ops *ops, sl_kctx *kctx, int nunits,
                    const int64_t *numel, const int *pinned, sl_fsdp **out) {
   *out = NULL;
-  int wsize = sl_comm_size(dp), wrank = sl_comm_rank(dp); /* the DP group (= world while TP = PP = 1) */
-  int S = cfg->shard_group > 0 ? cfg->shard_group : wsize;
+  if (!g || !g->shard || !g->replicate) return sl_fail(SL_EINTERNAL, "fsdp: no shard or replicate communicator");
   if (cfg->zero < 0 || cfg->zero > 3) return sl_fail(SL_EINPUT, "--zero must be 0, 1, 2 or 3 (found %d)", cfg->zero);
-  if (S > wsize || wsize % S != 0)
-    return sl_fail(SL_EINPUT, "--shard-group %d must divide the world size %d", S, wsize);
   if (cfg->param_dtype != SL_F32 && cfg->param_dtype != SL_BF16)
     return sl_fail(SL_EINPUT, "--param-dtype must be fp32 or bf16");
   if (cfg->reduce_dtype != SL_F32 && cfg->reduce_dtype != SL_BF16)
@@ -185,14 +176,8 @@ int sl_fsdp_create(sl_comm *dp, const sl_fsdp_cfg *cfg, const sl_ops *ops, sl_kc
   f->pool.ops = ops;
   f->pool.k = kctx;
   int rc = SL_OK;
-  int sc, sk, rcol, rk;
-  sl_fsdp_split_rule(0, wrank, S, &sc, &sk);
-  sl_fsdp_split_rule(1, wrank, S, &rcol, &rk);
-  if (sl_comm_split(dp, sc, sk, &f->shard_comm) != SL_COMM_OK ||
-      sl_comm_split(dp, rcol, rk, &f->rep_comm) != SL_COMM_OK) {
-    rc = sl_fail(SL_ECOMM, "fsdp: communicator split failed: %s", sl_comm_last_error());
-    goto fail;
-  }
+  f->shard_comm = g->shard; /* borrowed */
+  f->rep_comm = g->replicate;
   if (ops->is_device()) {
     /* data moves between device buffers over NCCL; the host groups keep
      * carrying the host scalars (gradient norm). A one-rank group needs no
@@ -290,8 +275,6 @@ void sl_fsdp_destroy(sl_fsdp *f) {
   free(f->units);
   if (f->dshard && f->dshard != f->shard_comm) sl_comm_destroy(f->dshard);
   if (f->drep && f->drep != f->rep_comm) sl_comm_destroy(f->drep);
-  if (f->shard_comm) sl_comm_destroy(f->shard_comm);
-  if (f->rep_comm) sl_comm_destroy(f->rep_comm);
   free(f);
 }
 

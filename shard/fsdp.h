@@ -44,8 +44,7 @@ typedef struct {
   int sync_accum;            /* 1: reduce every micro-batch; 0: once per step */
   sl_dtype param_dtype;      /* SL_F32 or SL_BF16: gathered parameters */
   sl_dtype reduce_dtype;     /* SL_F32 or SL_BF16: gradient reduction */
-  int shard_group;           /* S: shard inside groups of S ranks (0 = world) */
-  int64_t align;             /* elements; padded size is a multiple of S*align */
+  int64_t align;             /* elements; padded size is a multiple of S*align (S: the shard comm's size) */
 } sl_fsdp_cfg;
 
 /* What the optimizer sees of unit u: `count` elements starting at element
@@ -57,23 +56,23 @@ typedef struct {
   float *grads;
 } sl_fsdp_view_t;
 
-/* dp: the data-parallel communicator (the mesh's DP axis, shard/mesh.h; the
- * world while TP = PP = 1); fsdp splits it into shard groups of
- * cfg->shard_group consecutive DP ranks and the replica groups across them.
- * pinned: units whose parameters stay gathered from their forward until
+/* The communicators a tensor is sharded and replicated over (borrowed: they
+ * must outlive the runtime): for dense parameters the mesh's dp_shard and
+ * dp_replicate axes (shard/mesh.h; hybrid sharding when replicate has more
+ * than one rank); an expert group can hand another pair. */
+typedef struct {
+  sl_comm *shard;     /* a unit's flat buffer is split over these ranks, in their order */
+  sl_comm *replicate; /* the ranks that hold the same shard: its gradient is summed over them */
+} sl_fsdp_groups;
+
+/* pinned: units whose parameters stay gathered from their forward until
  * their backward (tied weights read by another unit); may be NULL. */
 /* A unit of numel 0 is not held on this rank (a pipeline stage holds its
  * own units): no buffers, never acquired, skipped by prefetch, the norm and
  * the step. */
-int sl_fsdp_create(sl_comm *dp, const sl_fsdp_cfg *cfg, const sl_ops *ops, sl_kctx *kctx, int nunits,
+int sl_fsdp_create(const sl_fsdp_groups *g, const sl_fsdp_cfg *cfg, const sl_ops *ops, sl_kctx *kctx, int nunits,
                    const int64_t *numel, const int *pinned, sl_fsdp **out);
 void sl_fsdp_destroy(sl_fsdp *f);
-/* The groups sl_fsdp_create splits dp into, in this order: which 0 = the
- * shard group (S consecutive DP ranks), 1 = the replica group (the same
- * position across shard groups). Sets the color and key DP rank `rank`
- * passes to sl_comm_split (what a counting communicator needs to know of
- * the other ranks, shard/comm_count.c). */
-void sl_fsdp_split_rule(int which, int rank, int S, int *color, int *key);
 
 int sl_fsdp_num_units(const sl_fsdp *f);
 sl_slice sl_fsdp_slice(const sl_fsdp *f, int u); /* this rank's shard */

@@ -412,45 +412,82 @@ static void t_split(sl_comm *w) {
   sl_comm_destroy(rep);
 }
 
-/* The parallel mesh (shard/mesh.h): every (TP, PP) that divides the world;
- * coordinates, group membership and an all-reduce per axis against the
- * layout rank = tp + TP * (dp + DP * pp). */
-static void t_mesh(sl_comm *w) {
-  const int shapes[][2] = {{1, 1}, {2, 1}, {1, 2}, {2, 2}, {3, 1}, {1, 4}};
-  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-    int tp = shapes[s][0], pp = shapes[s][1];
-    if (N % (tp * pp)) continue;
-    int dp = N / (tp * pp);
-    sl_par_mesh *m = NULL;
-    OK(sl_par_mesh_create(w, tp, pp, &m));
-    if (!m) continue;
-    int ct = R % tp, cd = (R / tp) % dp, cp = R / (tp * dp);
-    CHECK(m->size[SL_AXIS_TP] == tp && m->size[SL_AXIS_DP] == dp && m->size[SL_AXIS_PP] == pp &&
-              m->coord[SL_AXIS_TP] == ct && m->coord[SL_AXIS_DP] == cd && m->coord[SL_AXIS_PP] == cp,
-          "mesh tp %d pp %d: sizes/coords", tp, pp);
-    CHECK(sl_par_mesh_world_rank(m, ct, cd, cp) == R && sl_par_mesh_world_rank(m, tp, 0, 0) == -1,
-          "mesh tp %d pp %d: world rank of coords", tp, pp);
-    for (int a = 0; a < SL_AXIS_COUNT; a++) {
-      sl_comm *g = m->comm[a];
-      int ok = sl_comm_size(g) == m->size[a] && sl_comm_rank(g) == m->coord[a];
-      int64_t sum = 0, want = 0;
-      for (int i = 0; i < m->size[a]; i++) {
-        int co[3] = {ct, cd, cp};
-        co[a] = i;
-        int wr = sl_par_mesh_world_rank(m, co[0], co[1], co[2]);
-        ok &= sl_comm_world_rank(g, i) == wr;
-        want += wr + 1;
-      }
-      sum = R + 1;
-      OK(sl_comm_allreduce_sync(g, &sum, 1, SL_I64));
-      CHECK(ok && sum == want, "mesh tp %d pp %d axis %s: members/order (ok %d), sum %lld want %lld", tp, pp,
-            sl_axis_name((sl_axis)a), ok, (long long)sum, (long long)want);
+/* The parallel mesh (shard/mesh.h): every (TP, PP, shard group) that divides
+ * the world; coordinates, group membership and an all-reduce per axis and
+ * per group against the layout rank = tp + TP * (shard + S * (replica + R * pp)). */
+static int mesh_check(sl_comm *g, const sl_mesh_axis *x, const int *members, const char *what) {
+  int ok = g && sl_comm_size(g) == x->size && sl_comm_rank(g) == x->coord;
+  int64_t sum = R + 1, want = 0;
+  for (int i = 0; ok && i < x->size; i++) {
+    ok &= sl_comm_world_rank(g, i) == members[i];
+    want += members[i] + 1;
+  }
+  OK(sl_comm_allreduce_sync(g, &sum, 1, SL_I64));
+  CHECK(ok && sum == want, "mesh %s %s: members/order (ok %d), sum %lld want %lld", what, x->name, ok, (long long)sum,
+        (long long)want);
+  return ok;
+}
+
+static void t_mesh_shape(sl_comm *w, int tp, int pp, int S0) {
+  int dp = N / (tp * pp), S = S0 > 0 ? S0 : dp, Rn = dp / S;
+  char what[64];
+  snprintf(what, sizeof what, "tp %d pp %d shard %d", tp, pp, S);
+  sl_par_mesh *m = NULL;
+  sl_mesh_dims d = {.tp = tp, .pp = pp, .dp_shard = S0};
+  OK(sl_par_mesh_create(w, &d, &m));
+  if (!m) return;
+  int co[SL_AXIS_COUNT] = {0}, want[SL_AXIS_COUNT] = {0};
+  want[SL_AXIS_TP] = tp, want[SL_AXIS_DP_SHARD] = S, want[SL_AXIS_DP_REPLICATE] = Rn, want[SL_AXIS_PP] = pp;
+  co[SL_AXIS_TP] = R % tp, co[SL_AXIS_DP_SHARD] = (R / tp) % S, co[SL_AXIS_DP_REPLICATE] = (R / (tp * S)) % Rn;
+  co[SL_AXIS_PP] = R / (tp * dp);
+  int ok = m->group[SL_GROUP_DP].size == dp && m->group[SL_GROUP_DP].coord == (R / tp) % dp;
+  for (int a = 0; a < SL_AXIS_COUNT; a++) ok &= m->axis[a].size == (want[a] ? want[a] : 1) && m->axis[a].coord == co[a];
+  CHECK(ok, "mesh %s: sizes/coords", what);
+  CHECK(sl_par_mesh_world_rank(m, co) == R, "mesh %s: world rank of coords", what);
+  CHECK(sl_par_mesh_find(m, "dp") == &m->group[SL_GROUP_DP] && sl_par_mesh_find(m, "pp") == &m->axis[SL_AXIS_PP] &&
+            !sl_par_mesh_find(m, "xx"),
+        "mesh %s: names", what);
+  int members[64];
+  for (int a = 0; a < SL_AXIS_COUNT; a++) {
+    if (!m->axis[a].comm) {
+      CHECK(m->axis[a].size == 1, "mesh %s: %s has no communicator but size %d", what, m->axis[a].name,
+            m->axis[a].size);
+      continue;
     }
-    sl_par_mesh_destroy(m);
+    int c[SL_AXIS_COUNT];
+    for (int i = 0; i < m->axis[a].size; i++) {
+      memcpy(c, co, sizeof c);
+      c[a] = i;
+      members[i] = sl_par_mesh_world_rank(m, c);
+    }
+    mesh_check(m->axis[a].comm, &m->axis[a], members, what);
+  }
+  for (int i = 0; i < dp; i++) { /* dp: shard fastest, then replica */
+    int c[SL_AXIS_COUNT];
+    memcpy(c, co, sizeof c);
+    c[SL_AXIS_DP_SHARD] = i % S;
+    c[SL_AXIS_DP_REPLICATE] = i / S;
+    members[i] = sl_par_mesh_world_rank(m, c);
+  }
+  mesh_check(m->group[SL_GROUP_DP].comm, &m->group[SL_GROUP_DP], members, what);
+  sl_par_mesh_destroy(m);
+}
+
+static void t_mesh(sl_comm *w) {
+  const int shapes[][3] = {{1, 1, 0}, {2, 1, 0}, {1, 2, 0}, {2, 2, 0}, {3, 1, 0}, {1, 4, 0}, {1, 1, 2}, {2, 1, 2}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    int tp = shapes[s][0], pp = shapes[s][1], S = shapes[s][2];
+    if (N % (tp * pp) || (S && (N / (tp * pp)) % S)) continue;
+    t_mesh_shape(w, tp, pp, S);
   }
   sl_par_mesh *bad = (sl_par_mesh *)1;
-  int rc = sl_par_mesh_create(w, N + 1, 1, &bad);
+  sl_mesh_dims d = {.tp = N + 1, .pp = 1};
+  int rc = sl_par_mesh_create(w, &d, &bad);
   CHECK(rc == SL_EINPUT && !bad && strstr(sl_errmsg(), "must divide the world size"), "mesh: bad TP refused: %s",
+        sl_errmsg());
+  d = (sl_mesh_dims){.tp = 1, .pp = 1, .dp_shard = N + 1};
+  rc = sl_par_mesh_create(w, &d, &bad);
+  CHECK(rc == SL_EINPUT && !bad && strstr(sl_errmsg(), "--shard-group"), "mesh: bad shard group refused: %s",
         sl_errmsg());
 }
 

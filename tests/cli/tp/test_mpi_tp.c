@@ -30,12 +30,12 @@ int main(int argc, char **argv) {
   R = sl_comm_rank(w);
   int T = argc > 1 ? atoi(argv[1]) : 1;
   sl_par_mesh *mesh = NULL;
-  if (sl_par_mesh_create(w, T, 1, &mesh) != SL_OK) {
+  if (sl_par_mesh_create(w, &(sl_mesh_dims){.tp = T, .pp = 1}, &mesh) != SL_OK) {
     fprintf(stderr, "mesh: %s\n", sl_errmsg());
     return 1;
   }
-  sl_tp_group g = T > 1 ? sl_tp_group_over(mesh->comm[SL_AXIS_TP]) : sl_tp_single();
-  int r = mesh->coord[SL_AXIS_TP], d = mesh->coord[SL_AXIS_DP];
+  sl_tp_group g = T > 1 ? sl_tp_group_over(mesh->axis[SL_AXIS_TP].comm) : sl_tp_single();
+  int r = mesh->axis[SL_AXIS_TP].coord, d = mesh->group[SL_GROUP_DP].coord;
   CHECK(g.rank == r && g.size == T, "group rank %d size %d, mesh says %d of %d", g.rank, g.size, r, T);
   const int64_t counts[] = {1, 5, 64};
   uint64_t want_ar = 0, want_ag = 0, want_rs = 0;
@@ -81,7 +81,7 @@ int main(int argc, char **argv) {
   }
   if (T > 1) {
     sl_comm_stats st;
-    sl_comm_get_stats(mesh->comm[SL_AXIS_TP], &st);
+    sl_comm_get_stats(mesh->axis[SL_AXIS_TP].comm, &st);
     CHECK(st.bytes[SL_COLL_ALLREDUCE] == want_ar && st.bytes[SL_COLL_ALLGATHER] == want_ag &&
               st.bytes[SL_COLL_REDUCE_SCATTER] == want_rs,
           "TP comm bytes allreduce %llu allgather %llu reduce_scatter %llu, want %llu %llu %llu",

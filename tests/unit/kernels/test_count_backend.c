@@ -22,7 +22,7 @@
 #include "kernels/registry.h"
 #include "plan/planner.h"
 #include "shard/comm.h"
-#include "shard/fsdp.h"
+#include "shard/mesh.h"
 
 #include "tests/lib/check.h"
 
@@ -121,13 +121,16 @@ static void test_overflow(void) {
   o->ctx_destroy(k);
 }
 
+/* groups of *ctx consecutive ranks */
 static int rule(void *ctx, int n, int rank, int *color, int *key) {
-  sl_fsdp_split_rule(n, rank, *(int *)ctx, color, key);
+  (void)n;
+  *color = rank / *(int *)ctx;
+  *key = rank % *(int *)ctx;
   return SL_OK;
 }
 
 /* A world rule whose children split by rules of their own (the dry run's world): splits #0 and #1 pair
- * ranks 2r, 2r+1; the pair of #0 splits by fsdp's rule (shard groups of 1), the pair of #1 refuses. */
+ * ranks 2r, 2r+1; the pair of #0 splits by a rule of its own (groups of 1), the pair of #1 refuses. */
 static int pairs(void *ctx, int n, int rank, int *color, int *key) {
   (void)ctx;
   (void)n;
@@ -149,9 +152,7 @@ static void test_comm_rule(void) {
   if (!w) return;
   CHECK(sl_comm_split(w, 2, 0, &a) == SL_COMM_OK && sl_comm_split(w, 2, 0, &b) == SL_COMM_OK, "world splits");
   CHECK(a && b && sl_comm_size(a) == 2 && sl_comm_rank(a) == 0 && sl_comm_world_rank(a, 1) == 5, "the pair 4 5");
-  int c, k;
-  sl_fsdp_split_rule(0, 0, 1, &c, &k);
-  CHECK(a && sl_comm_split(a, c, k, &a1) == SL_COMM_OK && sl_comm_size(a1) == 1, "the child's own rule: %s",
+  CHECK(a && sl_comm_split(a, 0, 0, &a1) == SL_COMM_OK && sl_comm_size(a1) == 1, "the child's own rule: %s",
         sl_comm_last_error());
   CHECK(b && sl_comm_split(b, 0, 0, &b1) != SL_COMM_OK && strstr(sl_comm_last_error(), "no split rule"),
         "a child without a rule refuses: %s", sl_comm_last_error());
@@ -161,18 +162,22 @@ static void test_comm_rule(void) {
   sl_comm_destroy(w);
 }
 
+/* A counting world of 6 ranks (this one plays rank 4) split by the mesh's
+ * own code (shard/mesh.h) into shard groups of 3 and replica groups of 2. */
 static void test_comm(void) {
-  int S = 3, c0, k0, c1, k1;
+  sl_mesh_dims dims = {.world = 6, .tp = 1, .pp = 1, .dp_shard = 3};
   sl_comm *w = NULL, *sh = NULL, *rp = NULL;
-  CHECK(sl_comm_count_create(6, 4, rule, &S, &w) == SL_COMM_OK, "create: %s", sl_comm_last_error());
+  sl_par_mesh *mesh = NULL;
+  CHECK(sl_comm_count_create(6, 4, sl_par_mesh_split_rule, &dims, &w) == SL_COMM_OK, "create: %s",
+        sl_comm_last_error());
   if (!w) return;
-  sl_fsdp_split_rule(0, 4, S, &c0, &k0);
-  sl_fsdp_split_rule(1, 4, S, &c1, &k1);
-  CHECK(sl_comm_split(w, c0, k0, &sh) == SL_COMM_OK && sl_comm_split(w, c1, k1, &rp) == SL_COMM_OK, "splits");
-  if (!sh || !rp) {
+  CHECK(sl_par_mesh_create(w, &dims, &mesh) == SL_OK, "mesh: %s", sl_errmsg());
+  if (!mesh) {
     sl_comm_destroy(w);
     return;
   }
+  sh = mesh->axis[SL_AXIS_DP_SHARD].comm;
+  rp = mesh->axis[SL_AXIS_DP_REPLICATE].comm;
   /* world rank 4 = position 1 of shard group 1 (ranks 3 4 5), replica group 1 (ranks 1 4) */
   CHECK(sl_comm_size(sh) == 3 && sl_comm_rank(sh) == 1 && sl_comm_world_rank(sh, 0) == 3, "shard group");
   CHECK(sl_comm_size(rp) == 2 && sl_comm_rank(rp) == 1 && sl_comm_world_rank(rp, 0) == 1, "replica group");
@@ -187,11 +192,19 @@ static void test_comm(void) {
   CHECK(a.bytes[SL_COLL_ALLGATHER] == 2 * 10 * 4, "all-gather bytes %llu", (unsigned long long)a.bytes[0]);
   CHECK(a.bytes[SL_COLL_REDUCE_SCATTER] == 2 * 5 * 2, "reduce-scatter bytes %llu", (unsigned long long)a.bytes[1]);
   CHECK(b.bytes[SL_COLL_ALLREDUCE] == 2 * 1 * 4 * 4, "all-reduce bytes %llu", (unsigned long long)b.bytes[2]);
-  sl_comm *bad = NULL;
-  CHECK(sl_comm_split(w, c0 + 1, k0, &bad) != SL_COMM_OK && strstr(sl_comm_last_error(), "split rule"),
+  const sl_mesh_axis *dp = sl_par_mesh_find(mesh, "dp");
+  CHECK(dp && dp->size == 6 && dp->coord == 4 && sl_comm_size(dp->comm) == 6, "the dp group");
+  sl_comm *bad = NULL; /* the mesh's splits are done: any further one is past the rule */
+  CHECK(sl_comm_split(w, 0, 0, &bad) != SL_COMM_OK && strstr(sl_comm_last_error(), "not one of the mesh's"),
+        "a split past the rule is refused: %s", sl_comm_last_error());
+  sl_comm *wrong = NULL;
+  sl_comm *w2 = NULL;
+  CHECK(sl_comm_count_create(6, 4, sl_par_mesh_split_rule, &dims, &w2) == SL_COMM_OK, "create: %s",
+        sl_comm_last_error());
+  CHECK(w2 && sl_comm_split(w2, 5, 0, &wrong) != SL_COMM_OK && strstr(sl_comm_last_error(), "split rule"),
         "a split against the rule is refused: %s", sl_comm_last_error());
-  sl_comm_destroy(sh);
-  sl_comm_destroy(rp);
+  sl_comm_destroy(w2);
+  sl_par_mesh_destroy(mesh);
   sl_comm_destroy(w);
 }
 
