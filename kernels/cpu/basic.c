@@ -166,22 +166,12 @@ static void rope_apply(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t n
 }
 
 void sl_cpu_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                     const float *inv_freq) {
-  rope_apply(ctx, qkv, B, T, nh, nkv, hd, inv_freq, 1.0f, NULL);
-}
-
-void sl_cpu_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                     const float *inv_freq) {
-  rope_apply(ctx, dqkv, B, T, nh, nkv, hd, inv_freq, -1.0f, NULL);
-}
-
-void sl_cpu_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                         const float *inv_freq, const int32_t *seg) {
+                     const float *inv_freq, const int32_t *seg) {
   rope_apply(ctx, qkv, B, T, nh, nkv, hd, inv_freq, 1.0f, seg);
 }
 
-void sl_cpu_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                         const float *inv_freq, const int32_t *seg) {
+void sl_cpu_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                     const float *inv_freq, const int32_t *seg) {
   rope_apply(ctx, dqkv, B, T, nh, nkv, hd, inv_freq, -1.0f, seg);
 }
 

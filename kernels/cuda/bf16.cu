@@ -126,46 +126,25 @@ void sl_cuda_bf_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, cons
 }
 
 void sl_cuda_bf_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                         const float *inv_freq) {
-  sl_cuda_rope_fwd(ctx, qkv, B, T, nh, nkv, hd, inv_freq);
+                         const float *inv_freq, const int32_t *seg) {
+  sl_cuda_rope_fwd(ctx, qkv, B, T, nh, nkv, hd, inv_freq, seg);
   if (ctx) RND(qkv, QKV_N(B, T, nh, nkv, hd));
 }
 void sl_cuda_bf_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                         const float *inv_freq) {
-  sl_cuda_rope_bwd(ctx, dqkv, B, T, nh, nkv, hd, inv_freq);
-  if (ctx) RND(dqkv, QKV_N(B, T, nh, nkv, hd));
-}
-void sl_cuda_bf_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                             const float *inv_freq, const int32_t *seg) {
-  sl_cuda_rope_doc_fwd(ctx, qkv, B, T, nh, nkv, hd, inv_freq, seg);
-  if (ctx) RND(qkv, QKV_N(B, T, nh, nkv, hd));
-}
-void sl_cuda_bf_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                             const float *inv_freq, const int32_t *seg) {
-  sl_cuda_rope_doc_bwd(ctx, dqkv, B, T, nh, nkv, hd, inv_freq, seg);
+                         const float *inv_freq, const int32_t *seg) {
+  sl_cuda_rope_bwd(ctx, dqkv, B, T, nh, nkv, hd, inv_freq, seg);
   if (ctx) RND(dqkv, QKV_N(B, T, nh, nkv, hd));
 }
 
 void sl_cuda_bf_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
-                              int64_t nkv, int64_t hd, int64_t window) {
-  sl_cuda_attention_fwd(ctx, out, lse, qkv, B, T, nh, nkv, hd, window);
+                              int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg) {
+  sl_cuda_attention_fwd(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, scale, seg);
   if (ctx) RND(out, B * T * nh * hd); /* lse stays fp32 */
 }
 void sl_cuda_bf_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
                               const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                              int64_t window) {
-  sl_cuda_attention_bwd(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window);
-  if (ctx) RND(dqkv, QKV_N(B, T, nh, nkv, hd));
-}
-void sl_cuda_bf_attention_doc_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T,
-                                  int64_t nh, int64_t nkv, int64_t hd, int64_t window, const int32_t *seg) {
-  sl_cuda_attention_doc_fwd(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, seg);
-  if (ctx) RND(out, B * T * nh * hd);
-}
-void sl_cuda_bf_attention_doc_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
-                                  const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                                  int64_t window, const int32_t *seg) {
-  sl_cuda_attention_doc_bwd(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, seg);
+                              int64_t window, float scale, const int32_t *seg) {
+  sl_cuda_attention_bwd(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, scale, seg);
   if (ctx) RND(dqkv, QKV_N(B, T, nh, nkv, hd));
 }
 

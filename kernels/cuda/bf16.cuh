@@ -15,23 +15,14 @@ void sl_cuda_bf_linear_fwd(sl_kctx *ctx, float *out, const float *inp, const flo
 void sl_cuda_bf_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                            const float *w, int64_t N, int64_t IC, int64_t OC);
 void sl_cuda_bf_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                         const float *inv_freq);
+                         const float *inv_freq, const int32_t *seg);
 void sl_cuda_bf_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                         const float *inv_freq);
-void sl_cuda_bf_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                             const float *inv_freq, const int32_t *seg);
-void sl_cuda_bf_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                             const float *inv_freq, const int32_t *seg);
+                         const float *inv_freq, const int32_t *seg);
 void sl_cuda_bf_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
-                              int64_t nkv, int64_t hd, int64_t window);
+                              int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg);
 void sl_cuda_bf_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
                               const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                              int64_t window);
-void sl_cuda_bf_attention_doc_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T,
-                                  int64_t nh, int64_t nkv, int64_t hd, int64_t window, const int32_t *seg);
-void sl_cuda_bf_attention_doc_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
-                                  const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                                  int64_t window, const int32_t *seg);
+                              int64_t window, float scale, const int32_t *seg);
 void sl_cuda_bf_swiglu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N, int64_t H);
 void sl_cuda_bf_swiglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H);
 void sl_cuda_bf_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const float *x, const float *w,

@@ -231,10 +231,6 @@ static sl_ops make_cuda_ops() {
   o.sync = sl_cuda_mem_sync;
   o.is_device = sl_cuda_mem_is_device;
   o.stream = sl_cuda_stream;
-  o.rope_doc_fwd = sl_cuda_bf_rope_doc_fwd;
-  o.rope_doc_bwd = sl_cuda_bf_rope_doc_bwd;
-  o.attention_doc_fwd = sl_cuda_bf_attention_doc_fwd;
-  o.attention_doc_bwd = sl_cuda_bf_attention_doc_bwd;
   o.mem_info = sl_cuda_mem_info;
   o.vocab_embedding_fwd = sl_cuda_vocab_embedding_fwd;
   o.vocab_embedding_bwd = sl_cuda_vocab_embedding_bwd;
