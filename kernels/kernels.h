@@ -128,14 +128,9 @@ typedef struct sl_ops {
   /* sum of x[i]^2 accumulated in double */
   double (*sumsq)(sl_kctx *, const float *x, int64_t n);
 
-  /* y = x * a */
-  void (*scale)(sl_kctx *, float *x, float a, int64_t n);
-
   /* bf16 (uint16_t, round to nearest even) <-> fp32 */
   void (*f32_to_bf16)(sl_kctx *, uint16_t *out, const float *in, int64_t n);
   void (*bf16_to_f32)(sl_kctx *, float *out, const uint16_t *in, int64_t n);
-  /* x[i] = bf16_round(x[i]) — round fp32 values to bf16 precision in place */
-  void (*round_bf16)(sl_kctx *, float *x, int64_t n);
 
   /* ---- Mamba (v1) ------------------------------------------------------
    * D = d_inner channels, S = state size, K = conv kernel width.
@@ -279,13 +274,14 @@ enum { SL_COMPUTE_FP32 = 0, SL_COMPUTE_BF16 = 1 }; /* ctx_set_compute values */
 #define SL_OPS_LIST(X)                                                                                                 \
   X(ctx_create)                                                                                                        \
   X(ctx_destroy)                                                                                                       \
-  X(ctx_scratch_bytes) X(embedding_fwd) X(embedding_bwd) X(rmsnorm_fwd) X(rmsnorm_bwd) X(linear_fwd) X(linear_bwd)     \
-      X(rope_fwd) X(rope_bwd) X(attention_fwd) X(attention_bwd) X(swiglu_fwd) X(swiglu_bwd) X(add_inplace)             \
-          X(lmhead_ce_fwd) X(lmhead_ce_bwd) X(adamw) X(sumsq) X(scale) X(f32_to_bf16) X(bf16_to_f32) X(round_bf16)     \
-              X(conv1d_fwd) X(conv1d_bwd) X(silu_fwd) X(silu_bwd) X(gate_fwd) X(gate_bwd) X(scan_fwd) X(scan_bwd)      \
-                  X(alloc) X(free) X(zero) X(copy) X(upload) X(download) X(sum) X(sync) X(is_device) X(stream)         \
-                      X(mem_info) X(vocab_embedding_fwd) X(vocab_embedding_bwd) X(lmhead_vp_fwd) X(lmhead_vp_rescale)  \
-                          X(lmhead_vp_loss) X(lmhead_vp_bwd) X(ctx_set_compute)
+  X(ctx_scratch_bytes)                                                                                                 \
+  X(embedding_fwd)                                                                                                     \
+  X(embedding_bwd) X(rmsnorm_fwd) X(rmsnorm_bwd) X(linear_fwd) X(linear_bwd) X(rope_fwd) X(rope_bwd) X(attention_fwd)  \
+      X(attention_bwd) X(swiglu_fwd) X(swiglu_bwd) X(add_inplace) X(lmhead_ce_fwd) X(lmhead_ce_bwd) X(adamw) X(sumsq)  \
+          X(f32_to_bf16) X(bf16_to_f32) X(conv1d_fwd) X(conv1d_bwd) X(silu_fwd) X(silu_bwd) X(gate_fwd) X(gate_bwd)    \
+              X(scan_fwd) X(scan_bwd) X(alloc) X(free) X(zero) X(copy) X(upload) X(download) X(sum) X(sync)            \
+                  X(is_device) X(stream) X(mem_info) X(vocab_embedding_fwd) X(vocab_embedding_bwd) X(lmhead_vp_fwd)    \
+                      X(lmhead_vp_rescale) X(lmhead_vp_loss) X(lmhead_vp_bwd) X(ctx_set_compute)
 #define SL_OPS_COUNT_ONE_(f) +1
 enum { SL_OPS_COUNT = 0 SL_OPS_LIST(SL_OPS_COUNT_ONE_) }; /* op fields of sl_ops */
 

@@ -288,11 +288,6 @@ static double c_sumsq(sl_kctx *k, const float *x, int64_t n) {
   add(k, 2 * D(n), 0);
   return 0.0;
 }
-static void c_scale(sl_kctx *k, float *x, float a, int64_t n) {
-  (void)x;
-  (void)a;
-  add(k, D(n), 0);
-}
 static void c_f32_to_bf16(sl_kctx *k, uint16_t *out, const float *in, int64_t n) {
   (void)out;
   (void)in;
@@ -301,10 +296,6 @@ static void c_f32_to_bf16(sl_kctx *k, uint16_t *out, const float *in, int64_t n)
 static void c_bf16_to_f32(sl_kctx *k, float *out, const uint16_t *in, int64_t n) {
   (void)out;
   (void)in;
-  add(k, D(n), 0);
-}
-static void c_round_bf16(sl_kctx *k, float *x, int64_t n) {
-  (void)x;
   add(k, D(n), 0);
 }
 static void c_conv1d_fwd(sl_kctx *k, float *out, const float *x, int64_t ldx, const float *w, const float *bias,
@@ -567,10 +558,8 @@ static const sl_ops g_count_ops = {
     .ctx_set_compute = c_ctx_set_compute,
     .adamw = c_adamw,
     .sumsq = c_sumsq,
-    .scale = c_scale,
     .f32_to_bf16 = c_f32_to_bf16,
     .bf16_to_f32 = c_bf16_to_f32,
-    .round_bf16 = c_round_bf16,
     .conv1d_fwd = c_conv1d_fwd,
     .conv1d_bwd = c_conv1d_bwd,
     .silu_fwd = c_silu_fwd,

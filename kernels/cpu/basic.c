@@ -1,5 +1,5 @@
 /* kernels/cpu/basic.c — the CPU backend's row and elementwise ops:
- * embedding, RMSNorm, RoPE, SwiGLU, add, scale, sumsq and the bf16 casts.
+ * embedding, RMSNorm, RoPE, SwiGLU, add, sumsq, the bf16 casts and in-place rounding.
  * fp32 with HF Llama semantics; OpenMP over rows (or columns where a
  * reduction across rows must stay deterministic). */
 /* Lets gcc if-convert the clamps in sl_cpu_expf and vectorize exp loops
@@ -219,19 +219,6 @@ void sl_cpu_add_inplace(sl_kctx *ctx, float *y, const float *x, int64_t n) {
     int64_t lo, hi;
     split(n, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
     add_range(y + lo, x + lo, hi - lo);
-  }
-}
-
-SL_CPU_HOT static void scale_range(float *x, float a, int64_t n) {
-  for (int64_t i = 0; i < n; i++) x[i] *= a;
-}
-
-void sl_cpu_scale(sl_kctx *ctx, float *x, float a, int64_t n) {
-#pragma omp parallel num_threads(nthr(ctx, n))
-  {
-    int64_t lo, hi;
-    split(n, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-    scale_range(x + lo, a, hi - lo);
   }
 }
 

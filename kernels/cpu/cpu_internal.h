@@ -44,8 +44,9 @@ float *sl_cpu_scratch(sl_kctx *ctx, size_t nfloats, const char *op);
  * when ta / tb. Threading policy lives here (see ctx.c). */
 void sl_cpu_sgemm(sl_kctx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                   int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
-/* bf16 compute (bf16.c): x[0..n) rounded to bf16 in place; the rows x
- * (rows, cols) of row stride ld likewise. */
+/* bf16 compute: x[0..n) rounded to bf16 in place (basic.c); the rows x
+ * (rows, cols) of row stride ld likewise (bf16.c). */
+void sl_cpu_round_bf16(sl_kctx *ctx, float *x, int64_t n);
 void sl_cpu_round_rows(sl_kctx *ctx, float *x, int64_t rows, int64_t cols, int64_t ld);
 /* Fills x[0..n) with NaN (used when an op cannot run). */
 void sl_cpu_poison(float *x, int64_t n);

@@ -37,10 +37,8 @@ void sl_cpu_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, co
 void sl_cpu_adamw(sl_kctx *ctx, float *p, float *m, float *v, const float *g, int64_t n, float lr, float b1, float b2,
                   float eps, float wd, int64_t step, float grad_scale);
 double sl_cpu_sumsq(sl_kctx *ctx, const float *x, int64_t n);
-void sl_cpu_scale(sl_kctx *ctx, float *x, float a, int64_t n);
 void sl_cpu_f32_to_bf16(sl_kctx *ctx, uint16_t *out, const float *in, int64_t n);
 void sl_cpu_bf16_to_f32(sl_kctx *ctx, float *out, const uint16_t *in, int64_t n);
-void sl_cpu_round_bf16(sl_kctx *ctx, float *x, int64_t n);
 void sl_cpu_conv1d_fwd(sl_kctx *ctx, float *out, const float *x, int64_t ldx, const float *w, const float *bias,
                        int64_t B, int64_t T, int64_t D, int64_t K);
 void sl_cpu_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *dbias, const float *dout, const float *x,

@@ -37,6 +37,11 @@ int sl_cuda_memset0(sl_kctx *ctx, void *dst_dev, size_t bytes);
 void *sl_cuda_stream(sl_kctx *ctx);           /* the context's cudaStream_t */
 int sl_cuda_tf32_enabled(const sl_kctx *ctx); /* 1 when SL_CUDA_TF32=1 */
 
+/* x[0..n) rounded to bf16 (nearest even) in place: the bf16 compute
+ * wrappers' rounding, bit-identical to sl_f32_to_bf16_scalar (no op of the
+ * table; declared here for the tests) */
+void sl_cuda_round_bf16(sl_kctx *ctx, float *x, int64_t n);
+
 /* ---- bf16-storage variants (uint16_t = bf16 bits) ---------------------------
  * Same math and layouts as the table's fp32 ops; inputs stored as bf16,
  * accumulation in fp32. */
