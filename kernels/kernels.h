@@ -4,7 +4,9 @@
  * (C, OpenMP, OpenBLAS; fp32; the oracle), kernels/cuda (CUDA C, cuBLASLt;
  * the context carries the stream) and kernels/count (computes nothing,
  * counts FLOPs: the planner's engine check). Every pointer is backend
- * memory. Pick one by name through kernels/registry.h.
+ * memory. Pick one by name through kernels/registry.h. The cpu and cuda
+ * tables are their fp32 ops wrapped by the one bf16-compute layer
+ * (kernels/bf16.h: ctx_set_compute and the rounding points).
  *
  * Conventions
  * - Sizes and counts are elements (int64_t), never bytes.

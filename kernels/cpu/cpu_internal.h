@@ -9,9 +9,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/bf16.h"
 #include "kernels/kernels.h"
 
 struct sl_kctx {
+  sl_bf16_state bf;        /* first: the bf16-compute layer's (kernels/bf16.h) */
   int threads;             /* OpenMP threads for elementwise/row loops (>= 1) */
   void *scratch;           /* growable scratch block, 64-byte aligned */
   size_t scratch_cap;      /* bytes allocated in scratch */
@@ -19,7 +21,6 @@ struct sl_kctx {
   float *rope_tab;         /* (rope_T, rope_hd/2, 2) cos,sin cache for rope, then
                               the (rope_hd/2) inv_freq it was built for */
   int64_t rope_T, rope_hd; /* shape the cache was built for (0 = none) */
-  int bf16;                /* compute dtype is SL_COMPUTE_BF16 (bf16.c) */
   float *stage[3];         /* bf16-rounded copies of GEMM operands (bf16.c) */
   size_t stage_cap[3];     /* floats allocated in stage[i] */
 };
