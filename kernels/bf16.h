@@ -53,8 +53,6 @@ static inline sl_bf16_state sl_bf16_state_init(const sl_bf16_impl *impl) {
   sl_bf16_state s = {impl, 0};
   return s;
 }
-/* 1 when ctx (a context of a backend using the layer) computes in bf16. */
-static inline int sl_bf16_on(const sl_kctx *ctx) { return ctx && ((const sl_bf16_state *)(const void *)ctx)->on; }
 
 /* fp32 with its bf16-rounded ops replaced by the layer's wrappers and
  * ctx_set_compute set. fp32's own ctx_set_compute is ignored. */
