@@ -4,7 +4,9 @@
  * (C, OpenMP, OpenBLAS; fp32; the oracle), kernels/cuda (CUDA C, cuBLASLt;
  * the context carries the stream) and kernels/count (computes nothing,
  * counts FLOPs: the planner's engine check). Every pointer is backend
- * memory. Pick one by name through kernels/registry.h.
+ * memory. Pick one by name through kernels/registry.h. The cpu and cuda
+ * tables are their fp32 ops wrapped by the one bf16-compute layer
+ * (kernels/bf16.h: ctx_set_compute and the rounding points).
  *
  * Conventions
  * - Sizes and counts are elements (int64_t), never bytes.
@@ -62,28 +64,40 @@ typedef struct sl_ops {
   void (*linear_bwd)(sl_kctx *, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                      int64_t N, int64_t IC, int64_t OC);
 
+  /* ---- document masking (packed samples) ------------------------------
+   * The seg argument of rope and attention: (B*T) int32 backend memory, or
+   * NULL (no masking: one document per sample). For token t of sample b, the
+   * position in the sample where its document starts; 0 <= seg[t] <= t, and
+   * seg is constant within a document (it steps up at each document start). */
   /* Rotary embedding, HF rotate-half layout, in place on the q and k heads of
    * packed qkv (B, T, (nh+2nkv)*hd). Position of token t is t (restarts at 0
-   * in every sample). inv_freq (hd/2, backend memory): the frequency of each
-   * rotated pair, which the model computes (models/rope.h: theta^(-2i/hd),
-   * or a scaled rule); angle = (float)pos * inv_freq[i] in fp32, then cos and
-   * sin in double rounded to fp32, as torch does. */
+   * in every sample), or t - seg[t] with document masking (seg: above;
+   * NULL: no masking). inv_freq (hd/2, backend
+   * memory): the frequency of each rotated pair, which the model computes
+   * (models/rope.h: theta^(-2i/hd), or a scaled rule); angle = (float)pos *
+   * inv_freq[i] in fp32, then cos and sin in double rounded to fp32, as torch
+   * does. */
   void (*rope_fwd)(sl_kctx *, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                   const float *inv_freq);
+                   const float *inv_freq, const int32_t *seg);
   /* The transpose (inverse) rotation, in place on dq and dk of dqkv. */
   void (*rope_bwd)(sl_kctx *, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                   const float *inv_freq);
+                   const float *inv_freq, const int32_t *seg);
 
   /* Causal grouped-query attention. q head h uses kv head h / (nh/nkv).
-   * Query i sees key j iff j <= i and (window <= 0 or i - j < window).
-   * Scale 1/sqrt(hd). out (B, T, nh*hd); lse (B, nh, T) = log-sum-exp of the
-   * scaled scores of each query row, saved for backward. Never holds scores
-   * for more than one (batch, kv-head) block at a time. */
+   * Query i sees key j iff j <= i and (window <= 0 or i - j < window), and,
+   * with document masking (seg != NULL, above), j >=
+   * seg[i]: no attention across documents. The scores are scale * q.k
+   * (callers pass 1.0f / sqrtf((float)hd) for HF's head_dim^-0.5). out (B, T,
+   * nh*hd); lse (B, nh, T) = log-sum-exp of the scaled scores of each query
+   * row, saved for backward. Never holds scores for more than one (batch,
+   * kv-head) block at a time. */
   void (*attention_fwd)(sl_kctx *, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
-                        int64_t nkv, int64_t hd, int64_t window);
-  /* dqkv (packed like qkv) += gradient given dout, recomputing scores. */
+                        int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg);
+  /* dqkv (packed like qkv) += gradient given dout, recomputing scores; the
+   * same window, scale and seg as the forward. */
   void (*attention_bwd)(sl_kctx *, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
-                        int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window);
+                        int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window, float scale,
+                        const int32_t *seg);
 
   /* out (N, H) = silu(gu[:, :H]) * gu[:, H:] where gu is (N, 2H) */
   void (*swiglu_fwd)(sl_kctx *, float *out, const float *gu, int64_t N, int64_t H);
@@ -116,14 +130,9 @@ typedef struct sl_ops {
   /* sum of x[i]^2 accumulated in double */
   double (*sumsq)(sl_kctx *, const float *x, int64_t n);
 
-  /* y = x * a */
-  void (*scale)(sl_kctx *, float *x, float a, int64_t n);
-
   /* bf16 (uint16_t, round to nearest even) <-> fp32 */
   void (*f32_to_bf16)(sl_kctx *, uint16_t *out, const float *in, int64_t n);
   void (*bf16_to_f32)(sl_kctx *, float *out, const uint16_t *in, int64_t n);
-  /* x[i] = bf16_round(x[i]) — round fp32 values to bf16 precision in place */
-  void (*round_bf16)(sl_kctx *, float *x, int64_t n);
 
   /* ---- Mamba (v1) ------------------------------------------------------
    * D = d_inner channels, S = state size, K = conv kernel width.
@@ -202,23 +211,6 @@ typedef struct sl_ops {
    * what an NCCL communicator orders its work against. */
   void *(*stream)(sl_kctx *);
 
-  /* ---- document masking (packed samples) ------------------------------
-   * seg (B*T) int32 backend memory, or NULL (= the plain ops above): for
-   * token t of sample b, the position in the sample where its document
-   * starts; 0 <= seg[t] <= t, and seg is constant within a document (it
-   * steps up at each document start). */
-  /* Rotary embedding at position t - seg[t] (restarting per document). */
-  void (*rope_doc_fwd)(sl_kctx *, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                       const float *inv_freq, const int32_t *seg);
-  void (*rope_doc_bwd)(sl_kctx *, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                       const float *inv_freq, const int32_t *seg);
-  /* Attention where query i also needs key j >= seg[i] (block-diagonal
-   * causal mask: no attention across documents). */
-  void (*attention_doc_fwd)(sl_kctx *, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
-                            int64_t nkv, int64_t hd, int64_t window, const int32_t *seg);
-  void (*attention_doc_bwd)(sl_kctx *, float *dqkv, const float *dout, const float *qkv, const float *out,
-                            const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window,
-                            const int32_t *seg);
   /* Free and total bytes of the backend's memory (CUDA: cudaMemGetInfo of
    * the context's device); NULL where the backend's memory is host memory. */
   int (*mem_info)(sl_kctx *, size_t *free_bytes, size_t *total_bytes);
@@ -283,14 +275,15 @@ enum { SL_COMPUTE_FP32 = 0, SL_COMPUTE_BF16 = 1 }; /* ctx_set_compute values */
  * size check below walk). A new op is added to the struct AND here. */
 #define SL_OPS_LIST(X)                                                                                                 \
   X(ctx_create)                                                                                                        \
-  X(ctx_destroy) X(ctx_scratch_bytes) X(embedding_fwd) X(embedding_bwd) X(rmsnorm_fwd) X(rmsnorm_bwd) X(linear_fwd)    \
-      X(linear_bwd) X(rope_fwd) X(rope_bwd) X(attention_fwd) X(attention_bwd) X(swiglu_fwd) X(swiglu_bwd)              \
-          X(add_inplace) X(lmhead_ce_fwd) X(lmhead_ce_bwd) X(adamw) X(sumsq) X(scale) X(f32_to_bf16) X(bf16_to_f32)    \
-              X(round_bf16) X(conv1d_fwd) X(conv1d_bwd) X(silu_fwd) X(silu_bwd) X(gate_fwd) X(gate_bwd) X(scan_fwd)    \
-                  X(scan_bwd) X(alloc) X(free) X(zero) X(copy) X(upload) X(download) X(sum) X(sync) X(is_device)       \
-                      X(stream) X(rope_doc_fwd) X(rope_doc_bwd) X(attention_doc_fwd) X(attention_doc_bwd) X(mem_info)  \
-                          X(vocab_embedding_fwd) X(vocab_embedding_bwd) X(lmhead_vp_fwd) X(lmhead_vp_rescale)          \
-                              X(lmhead_vp_loss) X(lmhead_vp_bwd) X(ctx_set_compute)
+  X(ctx_destroy)                                                                                                       \
+  X(ctx_scratch_bytes)                                                                                                 \
+  X(embedding_fwd)                                                                                                     \
+  X(embedding_bwd) X(rmsnorm_fwd) X(rmsnorm_bwd) X(linear_fwd) X(linear_bwd) X(rope_fwd) X(rope_bwd) X(attention_fwd)  \
+      X(attention_bwd) X(swiglu_fwd) X(swiglu_bwd) X(add_inplace) X(lmhead_ce_fwd) X(lmhead_ce_bwd) X(adamw) X(sumsq)  \
+          X(f32_to_bf16) X(bf16_to_f32) X(conv1d_fwd) X(conv1d_bwd) X(silu_fwd) X(silu_bwd) X(gate_fwd) X(gate_bwd)    \
+              X(scan_fwd) X(scan_bwd) X(alloc) X(free) X(zero) X(copy) X(upload) X(download) X(sum) X(sync)            \
+                  X(is_device) X(stream) X(mem_info) X(vocab_embedding_fwd) X(vocab_embedding_bwd) X(lmhead_vp_fwd)    \
+                      X(lmhead_vp_rescale) X(lmhead_vp_loss) X(lmhead_vp_bwd) X(ctx_set_compute)
 #define SL_OPS_COUNT_ONE_(f) +1
 enum { SL_OPS_COUNT = 0 SL_OPS_LIST(SL_OPS_COUNT_ONE_) }; /* op fields of sl_ops */
 

@@ -36,6 +36,7 @@
  * the all-gathered (N, C) gradients the dW GEMMs read; dln2, dln1 and the
  * head's stash this rank's (n, C) rows (the stash is sized for N rows).
  */
+#include <math.h>
 #include <stdint.h>
 
 #include "base/base.h"
@@ -96,9 +97,9 @@ int sl_llama_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
   o->zero(k, p->datt, (size_t)(N * p->A) * 4);
   o->linear_bwd(k, p->datt, NULL, NULL, s.datt, a->att, w.wo, N, p->A, C);
   o->zero(k, p->dqkv, (size_t)(N * p->Q) * 4);
-  o->attention_doc_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd, p->window,
-                       m->seg);
-  o->rope_doc_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
+  o->attention_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd, p->window,
+                   1.0f / sqrtf((float)p->hd), m->seg);
+  o->rope_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
   o->copy(k, s.dqkv, p->dqkv, (size_t)(N * p->Q) * 4);
   o->zero(k, dln, (size_t)(N * C) * 4);
   o->linear_bwd(k, dln, NULL, NULL, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);

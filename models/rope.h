@@ -1,6 +1,6 @@
 /* models/rope.h — the rotary embedding's per-pair frequency table, which a
  * model computes and the kernels' rope ops read (kernels/kernels.h:
- * rope_fwd, rope_doc_fwd and their backwards take inv_freq, hd/2 floats of
+ * rope_fwd and rope_bwd take inv_freq, hd/2 floats of
  * backend memory). One C function per frequency rule; a scaled rule (e.g. a
  * published model's rope_scaling) is one more function here. */
 #ifndef SL_ROPE_H

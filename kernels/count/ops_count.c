@@ -14,10 +14,10 @@
 #define _GNU_SOURCE
 #include "kernels/count/ops_count.h"
 
-#include <stdlib.h>
-#include <string.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -132,20 +132,18 @@ static void c_linear_bwd(sl_kctx *k, float *dinp, float *dw, float *db, const fl
   add(k, db ? D(N) * D(OC) : 0, ((dinp ? 2 : 0) + (dw ? 2 : 0)) * D(N) * D(IC) * D(OC));
 }
 static void c_rope_fwd(sl_kctx *k, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                       const float *inv_freq) {
+                       const float *inv_freq, const int32_t *seg) {
   (void)qkv;
   (void)inv_freq;
-  add(k, 3 * D(B) * D(T) * D(nh + nkv) * D(hd), 0);
-}
-static void c_rope_doc_fwd(sl_kctx *k, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                           const float *inv_freq, const int32_t *seg) {
   (void)seg;
-  c_rope_fwd(k, qkv, B, T, nh, nkv, hd, inv_freq);
+  add(k, 3 * D(B) * D(T) * D(nh + nkv) * D(hd), 0);
 }
 /* scores and values without the causal halving: the 12 l h s convention */
 static void c_attention_fwd(sl_kctx *k, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
-                            int64_t nkv, int64_t hd, int64_t window) {
+                            int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg) {
   (void)out;
+  (void)scale;
+  (void)seg;
   (void)lse;
   (void)qkv;
   (void)nkv;
@@ -153,9 +151,11 @@ static void c_attention_fwd(sl_kctx *k, float *out, float *lse, const float *qkv
   add(k, 5 * D(B) * D(nh) * D(T) * D(T), 4 * D(B) * D(T) * D(T) * D(nh) * D(hd));
 }
 static void c_attention_bwd(sl_kctx *k, float *dqkv, const float *dout, const float *qkv, const float *out,
-                            const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                            int64_t window) {
+                            const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window,
+                            float scale, const int32_t *seg) {
   (void)dqkv;
+  (void)scale;
+  (void)seg;
   (void)dout;
   (void)qkv;
   (void)out;
@@ -164,17 +164,6 @@ static void c_attention_bwd(sl_kctx *k, float *dqkv, const float *dout, const fl
   (void)window;
   /* recomputed scores (2) + dV, dP, dQ, dK (8) */
   add(k, 5 * D(B) * D(nh) * D(T) * D(T), 10 * D(B) * D(T) * D(T) * D(nh) * D(hd));
-}
-static void c_attention_doc_fwd(sl_kctx *k, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
-                                int64_t nkv, int64_t hd, int64_t window, const int32_t *seg) {
-  (void)seg;
-  c_attention_fwd(k, out, lse, qkv, B, T, nh, nkv, hd, window);
-}
-static void c_attention_doc_bwd(sl_kctx *k, float *dqkv, const float *dout, const float *qkv, const float *out,
-                                const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                                int64_t window, const int32_t *seg) {
-  (void)seg;
-  c_attention_bwd(k, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window);
 }
 static void c_swiglu_fwd(sl_kctx *k, float *out, const float *gu, int64_t N, int64_t H) {
   (void)out;
@@ -299,11 +288,6 @@ static double c_sumsq(sl_kctx *k, const float *x, int64_t n) {
   add(k, 2 * D(n), 0);
   return 0.0;
 }
-static void c_scale(sl_kctx *k, float *x, float a, int64_t n) {
-  (void)x;
-  (void)a;
-  add(k, D(n), 0);
-}
 static void c_f32_to_bf16(sl_kctx *k, uint16_t *out, const float *in, int64_t n) {
   (void)out;
   (void)in;
@@ -312,10 +296,6 @@ static void c_f32_to_bf16(sl_kctx *k, uint16_t *out, const float *in, int64_t n)
 static void c_bf16_to_f32(sl_kctx *k, float *out, const uint16_t *in, int64_t n) {
   (void)out;
   (void)in;
-  add(k, D(n), 0);
-}
-static void c_round_bf16(sl_kctx *k, float *x, int64_t n) {
-  (void)x;
   add(k, D(n), 0);
 }
 static void c_conv1d_fwd(sl_kctx *k, float *out, const float *x, int64_t ldx, const float *w, const float *bias,
@@ -578,10 +558,8 @@ static const sl_ops g_count_ops = {
     .ctx_set_compute = c_ctx_set_compute,
     .adamw = c_adamw,
     .sumsq = c_sumsq,
-    .scale = c_scale,
     .f32_to_bf16 = c_f32_to_bf16,
     .bf16_to_f32 = c_bf16_to_f32,
-    .round_bf16 = c_round_bf16,
     .conv1d_fwd = c_conv1d_fwd,
     .conv1d_bwd = c_conv1d_bwd,
     .silu_fwd = c_silu_fwd,
@@ -600,10 +578,6 @@ static const sl_ops g_count_ops = {
     .sync = c_sync,
     .is_device = c_is_device,
     .stream = c_stream,
-    .rope_doc_fwd = c_rope_doc_fwd,
-    .rope_doc_bwd = c_rope_doc_fwd,
-    .attention_doc_fwd = c_attention_doc_fwd,
-    .attention_doc_bwd = c_attention_doc_bwd,
     .mem_info = NULL, /* address space, not a device: nothing to report */
 };
 

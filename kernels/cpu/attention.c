@@ -17,7 +17,7 @@
  * see ctx.c). With fewer items than threads, items run on the calling
  * thread.
  *
- * Document masking (the _doc variants): seg[b*T + i] is where query i's
+ * Document masking (seg != NULL): seg[b*T + i] is where query i's
  * document starts; key j is visible iff seg[i] <= j <= i (and the window).
  * seg is non-decreasing along a sample, so a tile's first query has its
  * smallest visible key and the tile structure is unchanged.
@@ -42,23 +42,13 @@ typedef struct {
   int64_t ld;    /* row stride of qkv: (nh + 2*nkv) * hd */
   int64_t ldo;   /* row stride of out / dout: nh * hd */
   int64_t ntile; /* query tiles per (b, h) */
-  float scale;   /* 1/sqrt(hd) */
+  float scale;   /* of the scores q.k (the caller's, e.g. 1/sqrt(hd)) */
 } att_shape;
 
 static att_shape att_make(const float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window,
-                          const int32_t *seg) {
-  att_shape s = {qkv,
-                 seg,
-                 B,
-                 T,
-                 nh,
-                 nkv,
-                 hd,
-                 window,
-                 (nh + 2 * nkv) * hd,
-                 nh * hd,
-                 (T + SL_ATT_TQ - 1) / SL_ATT_TQ,
-                 1.0f / sqrtf((float)hd)};
+                          float scale, const int32_t *seg) {
+  att_shape s = {qkv,  seg, B, T, nh, nkv, hd, window, (nh + 2 * nkv) * hd, nh * hd, (T + SL_ATT_TQ - 1) / SL_ATT_TQ,
+                 scale};
   return s;
 }
 
@@ -170,10 +160,10 @@ static int64_t max_keys(const att_shape *a) {
   return kn;
 }
 
-void sl_cpu_attention_doc_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
-                              int64_t nkv, int64_t hd, int64_t window, const int32_t *seg) {
+void sl_cpu_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
+                          int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg) {
   if (B <= 0 || T <= 0) return;
-  att_shape a = att_make(qkv, B, T, nh, nkv, hd, window, seg);
+  att_shape a = att_make(qkv, B, T, nh, nkv, hd, window, scale, seg);
   int64_t items = B * nh * a.ntile, per = SL_ATT_TQ * max_keys(&a);
   int nt = items >= ctx->threads ? ctx->threads : 1;
   float *S = sl_cpu_scratch(ctx, (size_t)(per * nt), "attention_fwd");
@@ -199,11 +189,11 @@ void sl_cpu_attention_doc_fwd(sl_kctx *ctx, float *out, float *lse, const float 
   }
 }
 
-void sl_cpu_attention_doc_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
-                              const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                              int64_t window, const int32_t *seg) {
+void sl_cpu_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
+                          const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window,
+                          float scale, const int32_t *seg) {
   if (B <= 0 || T <= 0) return;
-  att_shape a = att_make(qkv, B, T, nh, nkv, hd, window, seg);
+  att_shape a = att_make(qkv, B, T, nh, nkv, hd, window, scale, seg);
   int64_t items = B * nkv, per = SL_ATT_TQ * max_keys(&a);
   int nt = items >= ctx->threads ? ctx->threads : 1;
   float *S = sl_cpu_scratch(ctx, (size_t)(2 * per * nt), "attention_bwd");
@@ -221,14 +211,4 @@ void sl_cpu_attention_doc_bwd(sl_kctx *ctx, float *dqkv, const float *dout, cons
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; it++) bwd_group(&a, dqkv, dout, out, lse, it / nkv, it % nkv, Pt, Pt + per);
   }
-}
-
-void sl_cpu_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
-                          int64_t nkv, int64_t hd, int64_t window) {
-  sl_cpu_attention_doc_fwd(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, NULL);
-}
-
-void sl_cpu_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
-                          const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window) {
-  sl_cpu_attention_doc_bwd(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, NULL);
 }

@@ -1,5 +1,5 @@
 /* kernels/cpu/basic.c — the CPU backend's row and elementwise ops:
- * embedding, RMSNorm, RoPE, SwiGLU, add, scale, sumsq and the bf16 casts.
+ * embedding, RMSNorm, RoPE, SwiGLU, add, sumsq, the bf16 casts and in-place rounding.
  * fp32 with HF Llama semantics; OpenMP over rows (or columns where a
  * reduction across rows must stay deterministic). */
 /* Lets gcc if-convert the clamps in sl_cpu_expf and vectorize exp loops
@@ -166,22 +166,12 @@ static void rope_apply(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t n
 }
 
 void sl_cpu_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                     const float *inv_freq) {
-  rope_apply(ctx, qkv, B, T, nh, nkv, hd, inv_freq, 1.0f, NULL);
-}
-
-void sl_cpu_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                     const float *inv_freq) {
-  rope_apply(ctx, dqkv, B, T, nh, nkv, hd, inv_freq, -1.0f, NULL);
-}
-
-void sl_cpu_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                         const float *inv_freq, const int32_t *seg) {
+                     const float *inv_freq, const int32_t *seg) {
   rope_apply(ctx, qkv, B, T, nh, nkv, hd, inv_freq, 1.0f, seg);
 }
 
-void sl_cpu_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                         const float *inv_freq, const int32_t *seg) {
+void sl_cpu_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                     const float *inv_freq, const int32_t *seg) {
   rope_apply(ctx, dqkv, B, T, nh, nkv, hd, inv_freq, -1.0f, seg);
 }
 
@@ -229,19 +219,6 @@ void sl_cpu_add_inplace(sl_kctx *ctx, float *y, const float *x, int64_t n) {
     int64_t lo, hi;
     split(n, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
     add_range(y + lo, x + lo, hi - lo);
-  }
-}
-
-SL_CPU_HOT static void scale_range(float *x, float a, int64_t n) {
-  for (int64_t i = 0; i < n; i++) x[i] *= a;
-}
-
-void sl_cpu_scale(sl_kctx *ctx, float *x, float a, int64_t n) {
-#pragma omp parallel num_threads(nthr(ctx, n))
-  {
-    int64_t lo, hi;
-    split(n, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-    scale_range(x + lo, a, hi - lo);
   }
 }
 

@@ -9,9 +9,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/bf16.h"
 #include "kernels/kernels.h"
 
 struct sl_kctx {
+  sl_bf16_state bf;        /* first: the bf16-compute layer's (kernels/bf16.h) */
   int threads;             /* OpenMP threads for elementwise/row loops (>= 1) */
   void *scratch;           /* growable scratch block, 64-byte aligned */
   size_t scratch_cap;      /* bytes allocated in scratch */
@@ -19,7 +21,6 @@ struct sl_kctx {
   float *rope_tab;         /* (rope_T, rope_hd/2, 2) cos,sin cache for rope, then
                               the (rope_hd/2) inv_freq it was built for */
   int64_t rope_T, rope_hd; /* shape the cache was built for (0 = none) */
-  int bf16;                /* compute dtype is SL_COMPUTE_BF16 (bf16.c) */
   float *stage[3];         /* bf16-rounded copies of GEMM operands (bf16.c) */
   size_t stage_cap[3];     /* floats allocated in stage[i] */
 };
@@ -44,8 +45,9 @@ float *sl_cpu_scratch(sl_kctx *ctx, size_t nfloats, const char *op);
  * when ta / tb. Threading policy lives here (see ctx.c). */
 void sl_cpu_sgemm(sl_kctx *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                   int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
-/* bf16 compute (bf16.c): x[0..n) rounded to bf16 in place; the rows x
- * (rows, cols) of row stride ld likewise. */
+/* bf16 compute: x[0..n) rounded to bf16 in place (basic.c); the rows x
+ * (rows, cols) of row stride ld likewise (bf16.c). */
+void sl_cpu_round_bf16(sl_kctx *ctx, float *x, int64_t n);
 void sl_cpu_round_rows(sl_kctx *ctx, float *x, int64_t rows, int64_t cols, int64_t ld);
 /* Fills x[0..n) with NaN (used when an op cannot run). */
 void sl_cpu_poison(float *x, int64_t n);

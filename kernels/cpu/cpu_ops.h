@@ -3,6 +3,7 @@
  * kernels/cpu; everything else reaches them through sl_ops_cpu(). */
 #ifndef SL_CPU_OPS_H
 #define SL_CPU_OPS_H
+#include "kernels/bf16.h"
 #include "kernels/kernels.h"
 
 sl_kctx *sl_cpu_ctx_create(int threads);
@@ -19,22 +20,14 @@ void sl_cpu_linear_fwd(sl_kctx *ctx, float *out, const float *inp, const float *
 void sl_cpu_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                        const float *w, int64_t N, int64_t IC, int64_t OC);
 void sl_cpu_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                     const float *inv_freq);
+                     const float *inv_freq, const int32_t *seg);
 void sl_cpu_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                     const float *inv_freq);
+                     const float *inv_freq, const int32_t *seg);
 void sl_cpu_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
-                          int64_t nkv, int64_t hd, int64_t window);
+                          int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg);
 void sl_cpu_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
-                          const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window);
-void sl_cpu_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                         const float *inv_freq, const int32_t *seg);
-void sl_cpu_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                         const float *inv_freq, const int32_t *seg);
-void sl_cpu_attention_doc_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
-                              int64_t nkv, int64_t hd, int64_t window, const int32_t *seg);
-void sl_cpu_attention_doc_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
-                              const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                              int64_t window, const int32_t *seg);
+                          const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window,
+                          float scale, const int32_t *seg);
 void sl_cpu_swiglu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N, int64_t H);
 void sl_cpu_swiglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H);
 void sl_cpu_add_inplace(sl_kctx *ctx, float *y, const float *x, int64_t n);
@@ -45,10 +38,8 @@ void sl_cpu_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, co
 void sl_cpu_adamw(sl_kctx *ctx, float *p, float *m, float *v, const float *g, int64_t n, float lr, float b1, float b2,
                   float eps, float wd, int64_t step, float grad_scale);
 double sl_cpu_sumsq(sl_kctx *ctx, const float *x, int64_t n);
-void sl_cpu_scale(sl_kctx *ctx, float *x, float a, int64_t n);
 void sl_cpu_f32_to_bf16(sl_kctx *ctx, uint16_t *out, const float *in, int64_t n);
 void sl_cpu_bf16_to_f32(sl_kctx *ctx, float *out, const uint16_t *in, int64_t n);
-void sl_cpu_round_bf16(sl_kctx *ctx, float *x, int64_t n);
 void sl_cpu_conv1d_fwd(sl_kctx *ctx, float *out, const float *x, int64_t ldx, const float *w, const float *bias,
                        int64_t B, int64_t T, int64_t D, int64_t K);
 void sl_cpu_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *dbias, const float *dout, const float *x,
@@ -91,54 +82,17 @@ int sl_cpu_sync(sl_kctx *ctx);
 int sl_cpu_is_device(void);
 void *sl_cpu_stream(sl_kctx *ctx);
 
-/* bf16 compute (kernels/cpu/bf16.c): ctx_set_compute and the table's
- * wrappers, sl_cpu_bf_<op> = sl_cpu_<op> + the bf16 rounding points */
-int sl_cpu_ctx_set_compute(sl_kctx *ctx, int compute);
-void sl_cpu_bf_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w, int64_t N,
-                           int64_t C, int64_t ld, float eps);
-void sl_cpu_bf_linear_fwd(sl_kctx *ctx, float *out, const float *inp, const float *w, const float *b, int64_t N,
-                          int64_t IC, int64_t OC);
-void sl_cpu_bf_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                          const float *w, int64_t N, int64_t IC, int64_t OC);
-void sl_cpu_bf_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                        const float *inv_freq);
-void sl_cpu_bf_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                        const float *inv_freq);
-void sl_cpu_bf_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
-                             int64_t nkv, int64_t hd, int64_t window);
-void sl_cpu_bf_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
-                             const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                             int64_t window);
-void sl_cpu_bf_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                            const float *inv_freq, const int32_t *seg);
-void sl_cpu_bf_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                            const float *inv_freq, const int32_t *seg);
-void sl_cpu_bf_attention_doc_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T,
-                                 int64_t nh, int64_t nkv, int64_t hd, int64_t window, const int32_t *seg);
-void sl_cpu_bf_attention_doc_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
-                                 const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                                 int64_t window, const int32_t *seg);
-void sl_cpu_bf_swiglu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N, int64_t H);
-void sl_cpu_bf_swiglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H);
-void sl_cpu_bf_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const float *x, const float *w,
-                             const int32_t *targets, int64_t N, int64_t C, int64_t V);
-void sl_cpu_bf_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
-                             const float *lse, float scale, int64_t N, int64_t C, int64_t V);
-void sl_cpu_bf_conv1d_fwd(sl_kctx *ctx, float *out, const float *x, int64_t ldx, const float *w, const float *bias,
-                          int64_t B, int64_t T, int64_t D, int64_t K);
-void sl_cpu_bf_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *dbias, const float *dout,
-                          const float *x, int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D, int64_t K);
-void sl_cpu_bf_silu_fwd(sl_kctx *ctx, float *out, const float *x, int64_t n);
-void sl_cpu_bf_silu_bwd(sl_kctx *ctx, float *dx, const float *dout, const float *x, int64_t n);
-void sl_cpu_bf_gate_fwd(sl_kctx *ctx, float *out, const float *y, const float *z, int64_t ldz, int64_t N, int64_t D);
-void sl_cpu_bf_gate_bwd(sl_kctx *ctx, float *dy, float *dz, int64_t ldz, const float *dout, const float *y,
-                        const float *z, int64_t N, int64_t D);
-void sl_cpu_bf_scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u, const float *dt, const float *A_log,
-                        const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, int64_t B, int64_t T,
-                        int64_t D, int64_t S, int64_t chunk);
-void sl_cpu_bf_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float *dBm, float *dCm, float *dDp,
-                        const float *dy, const float *u, const float *dt, const float *A_log, const float *Bm,
-                        const float *Cm, int64_t ldbc, const float *Dp, const float *ckpt, int64_t B, int64_t T,
-                        int64_t D, int64_t S, int64_t chunk);
+/* bf16 compute (kernels/cpu/bf16.c): what the CPU gives the bf16 layer
+ * (kernels/bf16.h): the GEMMs on bf16-rounded operand copies */
+void sl_cpu_bf16_linear_fwd(sl_kctx *ctx, float *out, const float *inp, const float *w, const float *b, int64_t N,
+                            int64_t IC, int64_t OC);
+void sl_cpu_bf16_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                            const float *w, int64_t N, int64_t IC, int64_t OC);
+void sl_cpu_bf16_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const float *x, const float *w,
+                               const int32_t *targets, int64_t N, int64_t C, int64_t V);
+void sl_cpu_bf16_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w,
+                               const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C, int64_t V);
+/* the CPU's part of the bf16 layer (ops_table.c), set by ctx_create */
+extern const sl_bf16_impl sl_cpu_bf16_impl;
 
 #endif

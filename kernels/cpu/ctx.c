@@ -21,6 +21,7 @@ sl_kctx *sl_cpu_ctx_create(int threads) {
   if (threads <= 0) threads = omp_get_max_threads();
   if (threads < 1) threads = 1;
   ctx->threads = threads;
+  ctx->bf = sl_bf16_state_init(&sl_cpu_bf16_impl);
   /* OpenBLAS (pthread build) keeps its own pool; give GEMMs the same count. */
   /* One thread pool only: OpenBLAS (pthread build) runs single-threaded and
    * GEMMs are split across OpenMP threads by sl_cpu_sgemm. Two pools on the

@@ -9,7 +9,7 @@
  * max, sum rescaled in double) across vocabulary chunks; backward recomputes
  * each tile's logits, turns them into dlogits = (softmax - onehot) * scale in
  * place and feeds two more sgemms (dx += dlogits w, dw += dlogits^T x).
- * bf16 compute (bf16.c) rounds the logits and dlogits tiles to bf16.
+ * bf16 compute (kernels/bf16.h) rounds the logits and dlogits tiles to bf16.
  * Row loops are OpenMP; GEMMs run on OpenBLAS's threads. The two loops
  * (sl_cpu_ce_{fwd,bwd}_core) also serve the loss-parallel head of
  * vocab_parallel.c: w is then a slice whose row 0 is vocabulary id voff. */
@@ -92,7 +92,7 @@ void sl_cpu_ce_fwd_core(sl_kctx *ctx, const float *x, const float *w, const int3
       int64_t vn = V - v0 < tp.vc ? V - v0 : tp.vc;
       /* L (m, vn) = x[r0:r0+m] (m, C) . w[v0:v0+vn] (vn, C)^T */
       sl_cpu_sgemm(ctx, 0, 1, m, vn, C, 1.0f, x + r0 * C, C, w + v0 * C, C, 0.0f, L, vn);
-      if (ctx->bf16) /* bf16 compute: logits are a bf16 GEMM output */
+      if (ctx->bf.on) /* bf16 compute: logits are a bf16 GEMM output */
         sl_cpu_round_rows(ctx, L, m, vn, vn);
 #pragma omp parallel for num_threads(m *vn >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
       for (int64_t r = 0; r < m; r++) {
@@ -138,7 +138,7 @@ void sl_cpu_ce_bwd_core(sl_kctx *ctx, float *dx, float *dw, const float *x, cons
     for (int64_t v0 = 0; v0 < V; v0 += tp.vc) {
       int64_t vn = V - v0 < tp.vc ? V - v0 : tp.vc;
       sl_cpu_sgemm(ctx, 0, 1, m, vn, C, 1.0f, x + r0 * C, C, w + v0 * C, C, 0.0f, L, vn);
-      if (ctx->bf16) sl_cpu_round_rows(ctx, L, m, vn, vn);
+      if (ctx->bf.on) sl_cpu_round_rows(ctx, L, m, vn, vn);
 #pragma omp parallel for num_threads(m *vn >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
       for (int64_t r = 0; r < m; r++) {
         float *l = L + r * vn;
@@ -152,7 +152,7 @@ void sl_cpu_ce_bwd_core(sl_kctx *ctx, float *dx, float *dw, const float *x, cons
         softmax_scaled(l, vn, z, scale);
         if (t >= v0 && t < v0 + vn) l[t - v0] = (pt - 1.0f) * scale;
       }
-      if (ctx->bf16) /* dlogits stored in bf16, the operand of two GEMMs */
+      if (ctx->bf.on) /* dlogits stored in bf16, the operand of two GEMMs */
         sl_cpu_round_rows(ctx, L, m, vn, vn);
       /* dx[r0:] (m, C) += L (m, vn) . w[v0:] (vn, C) */
       if (dx) sl_cpu_sgemm(ctx, 0, 0, m, C, vn, 1.0f, L, vn, w + v0 * C, C, 1.0f, dx + r0 * C, C);

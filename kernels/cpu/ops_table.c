@@ -1,41 +1,43 @@
-/* kernels/cpu/ops_table.c — assembles the CPU op table. The sl_cpu_bf_*
- * entries are the bf16-compute wrappers of bf16.c around the fp32 ops. */
+/* kernels/cpu/ops_table.c — assembles the CPU op table: the fp32 ops here,
+ * wrapped by the shared bf16-compute layer (kernels/bf16.h) into the table
+ * sl_ops_cpu returns. */
+#include <pthread.h>
+
+#include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/cpu_ops.h"
 
-static const sl_ops g_cpu_ops = {
+static const sl_ops g_cpu_fp32 = {
     .name = "cpu",
     .ctx_create = sl_cpu_ctx_create,
     .ctx_destroy = sl_cpu_ctx_destroy,
     .ctx_scratch_bytes = sl_cpu_ctx_scratch_bytes,
     .embedding_fwd = sl_cpu_embedding_fwd,
     .embedding_bwd = sl_cpu_embedding_bwd,
-    .rmsnorm_fwd = sl_cpu_bf_rmsnorm_fwd,
+    .rmsnorm_fwd = sl_cpu_rmsnorm_fwd,
     .rmsnorm_bwd = sl_cpu_rmsnorm_bwd,
-    .linear_fwd = sl_cpu_bf_linear_fwd,
-    .linear_bwd = sl_cpu_bf_linear_bwd,
-    .rope_fwd = sl_cpu_bf_rope_fwd,
-    .rope_bwd = sl_cpu_bf_rope_bwd,
-    .attention_fwd = sl_cpu_bf_attention_fwd,
-    .attention_bwd = sl_cpu_bf_attention_bwd,
-    .swiglu_fwd = sl_cpu_bf_swiglu_fwd,
-    .swiglu_bwd = sl_cpu_bf_swiglu_bwd,
+    .linear_fwd = sl_cpu_linear_fwd,
+    .linear_bwd = sl_cpu_linear_bwd,
+    .rope_fwd = sl_cpu_rope_fwd,
+    .rope_bwd = sl_cpu_rope_bwd,
+    .attention_fwd = sl_cpu_attention_fwd,
+    .attention_bwd = sl_cpu_attention_bwd,
+    .swiglu_fwd = sl_cpu_swiglu_fwd,
+    .swiglu_bwd = sl_cpu_swiglu_bwd,
     .add_inplace = sl_cpu_add_inplace,
-    .lmhead_ce_fwd = sl_cpu_bf_lmhead_ce_fwd,
-    .lmhead_ce_bwd = sl_cpu_bf_lmhead_ce_bwd,
+    .lmhead_ce_fwd = sl_cpu_lmhead_ce_fwd,
+    .lmhead_ce_bwd = sl_cpu_lmhead_ce_bwd,
     .adamw = sl_cpu_adamw,
     .sumsq = sl_cpu_sumsq,
-    .scale = sl_cpu_scale,
     .f32_to_bf16 = sl_cpu_f32_to_bf16,
     .bf16_to_f32 = sl_cpu_bf16_to_f32,
-    .round_bf16 = sl_cpu_round_bf16,
-    .conv1d_fwd = sl_cpu_bf_conv1d_fwd,
-    .conv1d_bwd = sl_cpu_bf_conv1d_bwd,
-    .silu_fwd = sl_cpu_bf_silu_fwd,
-    .silu_bwd = sl_cpu_bf_silu_bwd,
-    .gate_fwd = sl_cpu_bf_gate_fwd,
-    .gate_bwd = sl_cpu_bf_gate_bwd,
-    .scan_fwd = sl_cpu_bf_scan_fwd,
-    .scan_bwd = sl_cpu_bf_scan_bwd,
+    .conv1d_fwd = sl_cpu_conv1d_fwd,
+    .conv1d_bwd = sl_cpu_conv1d_bwd,
+    .silu_fwd = sl_cpu_silu_fwd,
+    .silu_bwd = sl_cpu_silu_bwd,
+    .gate_fwd = sl_cpu_gate_fwd,
+    .gate_bwd = sl_cpu_gate_bwd,
+    .scan_fwd = sl_cpu_scan_fwd,
+    .scan_bwd = sl_cpu_scan_bwd,
     .alloc = sl_cpu_alloc,
     .free = sl_cpu_free,
     .zero = sl_cpu_zero,
@@ -46,17 +48,26 @@ static const sl_ops g_cpu_ops = {
     .sync = sl_cpu_sync,
     .is_device = sl_cpu_is_device,
     .stream = sl_cpu_stream,
-    .rope_doc_fwd = sl_cpu_bf_rope_doc_fwd,
-    .rope_doc_bwd = sl_cpu_bf_rope_doc_bwd,
-    .attention_doc_fwd = sl_cpu_bf_attention_doc_fwd,
-    .attention_doc_bwd = sl_cpu_bf_attention_doc_bwd,
     .vocab_embedding_fwd = sl_cpu_vocab_embedding_fwd,
     .vocab_embedding_bwd = sl_cpu_vocab_embedding_bwd,
     .lmhead_vp_fwd = sl_cpu_lmhead_vp_fwd,
     .lmhead_vp_rescale = sl_cpu_lmhead_vp_rescale,
     .lmhead_vp_loss = sl_cpu_lmhead_vp_loss,
     .lmhead_vp_bwd = sl_cpu_lmhead_vp_bwd,
-    .ctx_set_compute = sl_cpu_ctx_set_compute,
 };
 
-const sl_ops *sl_ops_cpu(void) { return &g_cpu_ops; }
+const sl_bf16_impl sl_cpu_bf16_impl = {&g_cpu_fp32,
+                                       sl_cpu_round_rows,
+                                       sl_cpu_bf16_linear_fwd,
+                                       sl_cpu_bf16_linear_bwd,
+                                       sl_cpu_bf16_lmhead_ce_fwd,
+                                       sl_cpu_bf16_lmhead_ce_bwd};
+
+static sl_ops g_cpu_ops;
+static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT;
+static void build(void) { g_cpu_ops = sl_bf16_ops(&g_cpu_fp32); }
+
+const sl_ops *sl_ops_cpu(void) {
+  pthread_once(&g_cpu_once, build);
+  return &g_cpu_ops;
+}

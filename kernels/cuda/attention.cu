@@ -20,7 +20,8 @@
  * (recomputes P from lse); (3) dK/dV kernel per key tile looping over the
  * query heads of its kv group and the query tiles that can see it. Every
  * gradient element is written by one thread: deterministic, no atomics.
- * Storage type E = float or uint16_t (bf16 bits); all math in fp32.
+ * Storage type E = float or uint16_t (bf16 bits); all math in fp32. The
+ * score scale is the caller's (kernels/kernels.h).
  * Document masking: seg (B*T, or NULL) gives where each query's document
  * starts; key j is visible to query i only when j >= seg[i] (seg is
  * non-decreasing along a sample, so a query block starts its key loop at the
@@ -328,11 +329,10 @@ static int att_check(sl_kctx *ctx, int64_t B, int64_t T, int64_t nh, int64_t nkv
 
 template <typename E>
 static void att_fwd_any(sl_kctx *ctx, E *out, float *lse, const E *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                        int64_t hd, int64_t window, const int32_t *seg) {
+                        int64_t hd, int64_t window, float scale, const int32_t *seg) {
   SL_CUDA_BEGIN(ctx);
   if (att_check(ctx, B, T, nh, nkv, hd)) return;
   if (B == 0 || T == 0) return;
-  float scale = (float)(1.0 / sqrt((double)hd));
   int win = window > 0 ? (int)(window < T ? window : T + 1) : 0;
 #define FWD(HDP, TPR, BC)                                                                                              \
   att_fwd_kernel<E, HDP, TPR, BC>                                                                                      \
@@ -345,11 +345,11 @@ static void att_fwd_any(sl_kctx *ctx, E *out, float *lse, const E *qkv, int64_t 
 
 template <typename E>
 static void att_bwd_any(sl_kctx *ctx, float *dqkv, const E *dout, const E *qkv, const E *out, const float *lse,
-                        int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window, const int32_t *seg) {
+                        int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window, float scale,
+                        const int32_t *seg) {
   SL_CUDA_BEGIN(ctx);
   if (att_check(ctx, B, T, nh, nkv, hd)) return;
   if (B == 0 || T == 0) return;
-  float scale = (float)(1.0 / sqrt((double)hd));
   int win = window > 0 ? (int)(window < T ? window : T + 1) : 0;
   int64_t rows = B * T * nh;
   float *dsum = (float *)sl_cuda_scratch(ctx, (size_t)rows * sizeof(float), "attention_bwd");
@@ -374,29 +374,20 @@ static void att_bwd_any(sl_kctx *ctx, float *dqkv, const E *dout, const E *qkv, 
 }
 
 void sl_cuda_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
-                           int64_t nkv, int64_t hd, int64_t window) {
-  att_fwd_any<float>(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, NULL);
+                           int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg) {
+  att_fwd_any<float>(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, scale, seg);
 }
 void sl_cuda_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
-                           const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                           int64_t window) {
-  att_bwd_any<float>(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, NULL);
+                           const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window,
+                           float scale, const int32_t *seg) {
+  att_bwd_any<float>(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, scale, seg);
 }
 void sl_cuda_attention_fwd_bf16(sl_kctx *ctx, uint16_t *out, float *lse, const uint16_t *qkv, int64_t B, int64_t T,
-                                int64_t nh, int64_t nkv, int64_t hd, int64_t window) {
-  att_fwd_any<uint16_t>(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, NULL);
+                                int64_t nh, int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg) {
+  att_fwd_any<uint16_t>(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, scale, seg);
 }
 void sl_cuda_attention_bwd_bf16(sl_kctx *ctx, float *dqkv, const uint16_t *dout, const uint16_t *qkv,
                                 const uint16_t *out, const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                                int64_t hd, int64_t window) {
-  att_bwd_any<uint16_t>(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, NULL);
-}
-void sl_cuda_attention_doc_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
-                               int64_t nkv, int64_t hd, int64_t window, const int32_t *seg) {
-  att_fwd_any<float>(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, seg);
-}
-void sl_cuda_attention_doc_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
-                               const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                               int64_t window, const int32_t *seg) {
-  att_bwd_any<float>(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, seg);
+                                int64_t hd, int64_t window, float scale, const int32_t *seg) {
+  att_bwd_any<uint16_t>(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, scale, seg);
 }

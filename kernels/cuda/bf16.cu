@@ -1,29 +1,16 @@
-/* kernels/cuda/bf16.cu — bf16 compute on the GPU (ctx_set_compute,
- * docs/bf16.md): the same rounding points as the CPU mirror
- * (kernels/cpu/bf16.c). Each wrapper runs the fp32 op and rounds, in place,
- * what a bf16 engine stores in bf16; with fp32 compute it only calls the
- * fp32 op. GEMMs (linear, LM head) convert their operands to bf16 into the
+/* kernels/cuda/bf16.cu — what the GPU gives the shared bf16-compute layer
+ * (kernels/bf16.h, docs/bf16.md; the layer's wrappers run the fp32 ops and
+ * round): in-place rounding of strided rows, and the GEMMs (linear, LM head)
+ * under bf16 compute, which convert their operands to bf16 into the
  * context's stage buffer and run cuBLASLt with bf16 A/B, fp32 compute and
- * fp32 output, which is then rounded. Attention keeps the fp32 kernel: its
+ * fp32 output (the layer rounds it). Attention keeps the fp32 kernel: its
  * inputs are already bf16-valued (rope's rounding), its output is rounded.
  * Storage stays fp32 (bf16-valued): no memory is saved yet. */
-#include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/lmhead_ce.cuh"
-#include "kernels/cuda/mamba.cuh"
-#include "kernels/cuda/rmsnorm.cuh"
-#include "kernels/cuda/rope.cuh"
-
-int sl_cuda_ctx_set_compute(sl_kctx *ctx, int compute) {
-  if (!ctx || (compute != SL_COMPUTE_FP32 && compute != SL_COMPUTE_BF16))
-    return sl_fail(SL_EINPUT, "cuda: compute dtype must be SL_COMPUTE_FP32 (0) or SL_COMPUTE_BF16 (1), found %d",
-                   compute);
-  ctx->bf16 = compute == SL_COMPUTE_BF16;
-  return SL_OK;
-}
 
 /* The stage buffer (at least `bytes`), valid for the current op; grows like
  * the scratch arena (synchronise, free, allocate with 25% headroom). */
@@ -76,7 +63,7 @@ static __global__ void round_rows_kernel(float *x, int64_t rows, int64_t cols, i
   }
 }
 /* x (rows, cols) with row stride ld, rounded to bf16 in place */
-static void round_rows(sl_kctx *ctx, float *x, int64_t rows, int64_t cols, int64_t ld) {
+void sl_cuda_round_rows(sl_kctx *ctx, float *x, int64_t rows, int64_t cols, int64_t ld) {
   SL_CUDA_BEGIN(ctx);
   if (!x || rows <= 0 || cols <= 0) return;
   if (ld == cols) {
@@ -86,168 +73,35 @@ static void round_rows(sl_kctx *ctx, float *x, int64_t rows, int64_t cols, int64
   round_rows_kernel<<<sl_cuda_blocks(rows * cols, 256), 256, 0, ctx->stream>>>(x, rows, cols, ld);
   CUDA_LAUNCH_CHECK(ctx);
 }
-#define RND(x, n)                                                                                                      \
-  do {                                                                                                                 \
-    if (ctx->bf16) sl_cuda_round_bf16(ctx, (x), (n));                                                                  \
-  } while (0)
-#define QKV_N(B, T, nh, nkv, hd) ((B) * (T) * ((nh) + 2 * (nkv)) * (hd))
-
-void sl_cuda_bf_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w, int64_t N,
-                            int64_t C, int64_t ld, float eps) {
-  sl_cuda_rmsnorm_fwd(ctx, out, rstd, inp, w, N, C, ld, eps);
-  if (ctx && ctx->bf16) round_rows(ctx, out, N, C, ld);
-}
-
-void sl_cuda_bf_linear_fwd(sl_kctx *ctx, float *out, const float *inp, const float *w, const float *b, int64_t N,
-                           int64_t IC, int64_t OC) {
-  if (!ctx || !ctx->bf16) {
-    sl_cuda_linear_fwd(ctx, out, inp, w, b, N, IC, OC);
-    return;
-  }
+void sl_cuda_bf16_linear_fwd(sl_kctx *ctx, float *out, const float *inp, const float *w, const float *b, int64_t N,
+                             int64_t IC, int64_t OC) {
   SL_CUDA_BEGIN(ctx);
   uint16_t *x16 = NULL, *w16 = NULL;
   if (stage3(ctx, "linear_fwd", inp, N * IC, &x16, w, OC * IC, &w16, NULL, 0, NULL)) return;
   sl_cuda_linear_fwd_bf16(ctx, out, x16, w16, b, N, IC, OC);
-  sl_cuda_round_bf16(ctx, out, N * OC);
 }
 
-void sl_cuda_bf_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                           const float *w, int64_t N, int64_t IC, int64_t OC) {
-  if (!ctx || !ctx->bf16) {
-    sl_cuda_linear_bwd(ctx, dinp, dw, db, dout, inp, w, N, IC, OC);
-    return;
-  }
+void sl_cuda_bf16_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                             const float *w, int64_t N, int64_t IC, int64_t OC) {
   SL_CUDA_BEGIN(ctx);
   uint16_t *g16 = NULL, *x16 = NULL, *w16 = NULL;
   if (stage3(ctx, "linear_bwd", dout, N * OC, &g16, dw ? inp : NULL, N * IC, &x16, dinp ? w : NULL, OC * IC, &w16))
     return;
   sl_cuda_linear_bwd_bf16(ctx, dinp, dw, db, g16, x16, w16, N, IC, OC); /* dw, db fp32 */
-  if (dinp) sl_cuda_round_bf16(ctx, dinp, N * IC);
 }
 
-void sl_cuda_bf_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                         const float *inv_freq) {
-  sl_cuda_rope_fwd(ctx, qkv, B, T, nh, nkv, hd, inv_freq);
-  if (ctx) RND(qkv, QKV_N(B, T, nh, nkv, hd));
-}
-void sl_cuda_bf_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                         const float *inv_freq) {
-  sl_cuda_rope_bwd(ctx, dqkv, B, T, nh, nkv, hd, inv_freq);
-  if (ctx) RND(dqkv, QKV_N(B, T, nh, nkv, hd));
-}
-void sl_cuda_bf_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                             const float *inv_freq, const int32_t *seg) {
-  sl_cuda_rope_doc_fwd(ctx, qkv, B, T, nh, nkv, hd, inv_freq, seg);
-  if (ctx) RND(qkv, QKV_N(B, T, nh, nkv, hd));
-}
-void sl_cuda_bf_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                             const float *inv_freq, const int32_t *seg) {
-  sl_cuda_rope_doc_bwd(ctx, dqkv, B, T, nh, nkv, hd, inv_freq, seg);
-  if (ctx) RND(dqkv, QKV_N(B, T, nh, nkv, hd));
-}
-
-void sl_cuda_bf_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
-                              int64_t nkv, int64_t hd, int64_t window) {
-  sl_cuda_attention_fwd(ctx, out, lse, qkv, B, T, nh, nkv, hd, window);
-  if (ctx) RND(out, B * T * nh * hd); /* lse stays fp32 */
-}
-void sl_cuda_bf_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
-                              const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                              int64_t window) {
-  sl_cuda_attention_bwd(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window);
-  if (ctx) RND(dqkv, QKV_N(B, T, nh, nkv, hd));
-}
-void sl_cuda_bf_attention_doc_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T,
-                                  int64_t nh, int64_t nkv, int64_t hd, int64_t window, const int32_t *seg) {
-  sl_cuda_attention_doc_fwd(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, seg);
-  if (ctx) RND(out, B * T * nh * hd);
-}
-void sl_cuda_bf_attention_doc_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
-                                  const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                                  int64_t window, const int32_t *seg) {
-  sl_cuda_attention_doc_bwd(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, seg);
-  if (ctx) RND(dqkv, QKV_N(B, T, nh, nkv, hd));
-}
-
-void sl_cuda_bf_swiglu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N, int64_t H) {
-  sl_cuda_swiglu_fwd(ctx, out, gu, N, H);
-  if (ctx) RND(out, N * H);
-}
-void sl_cuda_bf_swiglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H) {
-  sl_cuda_swiglu_bwd(ctx, dgu, dout, gu, N, H);
-  if (ctx) RND(dgu, N * 2 * H);
-}
-
-void sl_cuda_bf_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const float *x, const float *w,
-                              const int32_t *targets, int64_t N, int64_t C, int64_t V) {
-  if (!ctx || !ctx->bf16) {
-    sl_cuda_lmhead_ce_fwd(ctx, losses, lse, x, w, targets, N, C, V);
-    return;
-  }
+void sl_cuda_bf16_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const float *x, const float *w,
+                                const int32_t *targets, int64_t N, int64_t C, int64_t V) {
   SL_CUDA_BEGIN(ctx);
   uint16_t *x16 = NULL, *w16 = NULL;
   if (stage3(ctx, "lmhead_ce_fwd", x, N * C, &x16, w, V * C, &w16, NULL, 0, NULL)) return;
   sl_cuda_lmhead_ce_fwd_b16(ctx, losses, lse, x16, w16, targets, N, C, V);
 }
-void sl_cuda_bf_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w,
-                              const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C, int64_t V) {
-  if (!ctx || !ctx->bf16) {
-    sl_cuda_lmhead_ce_bwd(ctx, dx, dw, x, w, targets, lse, scale, N, C, V);
-    return;
-  }
+void sl_cuda_bf16_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w,
+                                const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C,
+                                int64_t V) {
   SL_CUDA_BEGIN(ctx);
   uint16_t *x16 = NULL, *w16 = NULL;
   if (stage3(ctx, "lmhead_ce_bwd", x, N * C, &x16, w, V * C, &w16, NULL, 0, NULL)) return;
   sl_cuda_lmhead_ce_bwd_b16(ctx, dx, dw, x16, w16, targets, lse, scale, N, C, V);
-  if (dx) sl_cuda_round_bf16(ctx, dx, N * C);
-}
-
-/* ---- Mamba ---------------------------------------------------------------- */
-void sl_cuda_bf_conv1d_fwd(sl_kctx *ctx, float *out, const float *x, int64_t ldx, const float *w, const float *bias,
-                           int64_t B, int64_t T, int64_t D, int64_t K) {
-  sl_cuda_conv1d_fwd(ctx, out, x, ldx, w, bias, B, T, D, K);
-  if (ctx) RND(out, B * T * D);
-}
-void sl_cuda_bf_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *dbias, const float *dout,
-                           const float *x, int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D, int64_t K) {
-  sl_cuda_conv1d_bwd(ctx, dx, ldx, dw, dbias, dout, x, ldx_in, w, B, T, D, K);
-  if (ctx && ctx->bf16) round_rows(ctx, dx, B * T, D, ldx);
-}
-void sl_cuda_bf_silu_fwd(sl_kctx *ctx, float *out, const float *x, int64_t n) {
-  sl_cuda_silu_fwd(ctx, out, x, n);
-  if (ctx) RND(out, n);
-}
-void sl_cuda_bf_silu_bwd(sl_kctx *ctx, float *dx, const float *dout, const float *x, int64_t n) {
-  sl_cuda_silu_bwd(ctx, dx, dout, x, n);
-  if (ctx) RND(dx, n);
-}
-void sl_cuda_bf_gate_fwd(sl_kctx *ctx, float *out, const float *y, const float *z, int64_t ldz, int64_t N, int64_t D) {
-  sl_cuda_gate_fwd(ctx, out, y, z, ldz, N, D);
-  if (ctx) RND(out, N * D);
-}
-void sl_cuda_bf_gate_bwd(sl_kctx *ctx, float *dy, float *dz, int64_t ldz, const float *dout, const float *y,
-                         const float *z, int64_t N, int64_t D) {
-  sl_cuda_gate_bwd(ctx, dy, dz, ldz, dout, y, z, N, D);
-  if (ctx && ctx->bf16) {
-    sl_cuda_round_bf16(ctx, dy, N * D);
-    round_rows(ctx, dz, N, D, ldz);
-  }
-}
-void sl_cuda_bf_scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u, const float *dt, const float *A_log,
-                         const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, int64_t B, int64_t T,
-                         int64_t D, int64_t S, int64_t chunk) {
-  sl_cuda_scan_fwd(ctx, y, ckpt, u, dt, A_log, Bm, Cm, ldbc, Dp, B, T, D, S, chunk);
-  if (ctx) RND(y, B * T * D); /* ckpt: fp32 state */
-}
-void sl_cuda_bf_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float *dBm, float *dCm, float *dDp,
-                         const float *dy, const float *u, const float *dt, const float *A_log, const float *Bm,
-                         const float *Cm, int64_t ldbc, const float *Dp, const float *ckpt, int64_t B, int64_t T,
-                         int64_t D, int64_t S, int64_t chunk) {
-  sl_cuda_scan_bwd(ctx, du, ddt, dA_log, dBm, dCm, dDp, dy, u, dt, A_log, Bm, Cm, ldbc, Dp, ckpt, B, T, D, S, chunk);
-  if (ctx && ctx->bf16) { /* dA_log, dDp: fp32 weight gradients */
-    sl_cuda_round_bf16(ctx, du, B * T * D);
-    sl_cuda_round_bf16(ctx, ddt, B * T * D);
-    round_rows(ctx, dBm, B * T, S, ldbc);
-    round_rows(ctx, dCm, B * T, S, ldbc);
-  }
 }

@@ -11,10 +11,12 @@
 #include <stdint.h>
 
 #include "base/base.h"
+#include "kernels/bf16.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/kernels.h"
 
 struct sl_kctx {
+  sl_bf16_state bf;    /* first: the bf16-compute layer's (kernels/bf16.h) */
   int device;          /* CUDA device ordinal the context was made on */
   cudaStream_t stream; /* every op is queued here */
   cublasLtHandle_t lt; /* cuBLASLt handle */
@@ -30,7 +32,6 @@ struct sl_kctx {
   char msg[512];              /* message of the first error */
   struct sl_gemm_plan *plans; /* (nplans) cuBLASLt descriptors + algorithm per shape (gemm.cu) */
   int nplans, next_evict;
-  int bf16;    /* compute dtype SL_COMPUTE_BF16 (bf16.cu) */
   void *stage; /* bf16 copies of GEMM operands (stage_bytes), per op (bf16.cu) */
   size_t stage_bytes;
 };

@@ -82,6 +82,8 @@ static void ctx_free(sl_kctx *c) {
   free(c);
 }
 
+static const sl_bf16_impl *cuda_bf16_impl(void); /* the table's, below */
+
 static sl_kctx *cuda_ctx_create(int threads) {
   (void)threads;
   sl_kctx *c = (sl_kctx *)calloc(1, sizeof *c);
@@ -89,6 +91,7 @@ static sl_kctx *cuda_ctx_create(int threads) {
     sl_fail(SL_ENOMEM, "cuda: ctx_create: out of host memory");
     return NULL;
   }
+  c->bf = sl_bf16_state_init(cuda_bf16_impl());
   c->tf32 = sl_env_int("SL_CUDA_TF32") == 1;
   /* SL_CUDA_DEVICE (set by sl_backend_bind_local_rank from the rank's local
    * index unless set) picks the device; otherwise the current one */
@@ -182,11 +185,13 @@ void sl_cuda_colsum_partials(sl_kctx *ctx, float *dst, const float *part, int64_
 }
 
 /* ---- the table --------------------------------------------------------------- */
-/* Filled by field name (nvcc's C++17 has no designated initialisers out of
- * C order): a function with the same signature cannot land in another op's
- * slot. A field left NULL is an op this backend does not support;
- * sl_ops_check (run by the probe below) names it. */
-static sl_ops make_cuda_ops() {
+/* The fp32 ops, filled by field name (nvcc's C++17 has no designated
+ * initialisers out of C order): a function with the same signature cannot
+ * land in another op's slot. A field left NULL is an op this backend does
+ * not support; sl_ops_check (run by the probe below) names it. The table
+ * sl_ops_cuda returns is this one wrapped by the bf16-compute layer
+ * (kernels/bf16.h). */
+static sl_ops make_cuda_fp32() {
   sl_ops o{};
   o.name = "cuda";
   o.ctx_create = cuda_ctx_create;
@@ -194,33 +199,31 @@ static sl_ops make_cuda_ops() {
   o.ctx_scratch_bytes = cuda_ctx_scratch_bytes;
   o.embedding_fwd = sl_cuda_embedding_fwd;
   o.embedding_bwd = sl_cuda_embedding_bwd;
-  o.rmsnorm_fwd = sl_cuda_bf_rmsnorm_fwd;
+  o.rmsnorm_fwd = sl_cuda_rmsnorm_fwd;
   o.rmsnorm_bwd = sl_cuda_rmsnorm_bwd;
-  o.linear_fwd = sl_cuda_bf_linear_fwd;
-  o.linear_bwd = sl_cuda_bf_linear_bwd;
-  o.rope_fwd = sl_cuda_bf_rope_fwd;
-  o.rope_bwd = sl_cuda_bf_rope_bwd;
-  o.attention_fwd = sl_cuda_bf_attention_fwd;
-  o.attention_bwd = sl_cuda_bf_attention_bwd;
-  o.swiglu_fwd = sl_cuda_bf_swiglu_fwd;
-  o.swiglu_bwd = sl_cuda_bf_swiglu_bwd;
+  o.linear_fwd = sl_cuda_linear_fwd;
+  o.linear_bwd = sl_cuda_linear_bwd;
+  o.rope_fwd = sl_cuda_rope_fwd;
+  o.rope_bwd = sl_cuda_rope_bwd;
+  o.attention_fwd = sl_cuda_attention_fwd;
+  o.attention_bwd = sl_cuda_attention_bwd;
+  o.swiglu_fwd = sl_cuda_swiglu_fwd;
+  o.swiglu_bwd = sl_cuda_swiglu_bwd;
   o.add_inplace = sl_cuda_add_inplace;
-  o.lmhead_ce_fwd = sl_cuda_bf_lmhead_ce_fwd;
-  o.lmhead_ce_bwd = sl_cuda_bf_lmhead_ce_bwd;
+  o.lmhead_ce_fwd = sl_cuda_lmhead_ce_fwd;
+  o.lmhead_ce_bwd = sl_cuda_lmhead_ce_bwd;
   o.adamw = sl_cuda_adamw;
   o.sumsq = sl_cuda_sumsq;
-  o.scale = sl_cuda_scale;
   o.f32_to_bf16 = sl_cuda_f32_to_bf16;
   o.bf16_to_f32 = sl_cuda_bf16_to_f32;
-  o.round_bf16 = sl_cuda_round_bf16;
-  o.conv1d_fwd = sl_cuda_bf_conv1d_fwd;
-  o.conv1d_bwd = sl_cuda_bf_conv1d_bwd;
-  o.silu_fwd = sl_cuda_bf_silu_fwd;
-  o.silu_bwd = sl_cuda_bf_silu_bwd;
-  o.gate_fwd = sl_cuda_bf_gate_fwd;
-  o.gate_bwd = sl_cuda_bf_gate_bwd;
-  o.scan_fwd = sl_cuda_bf_scan_fwd;
-  o.scan_bwd = sl_cuda_bf_scan_bwd;
+  o.conv1d_fwd = sl_cuda_conv1d_fwd;
+  o.conv1d_bwd = sl_cuda_conv1d_bwd;
+  o.silu_fwd = sl_cuda_silu_fwd;
+  o.silu_bwd = sl_cuda_silu_bwd;
+  o.gate_fwd = sl_cuda_gate_fwd;
+  o.gate_bwd = sl_cuda_gate_bwd;
+  o.scan_fwd = sl_cuda_scan_fwd;
+  o.scan_bwd = sl_cuda_scan_bwd;
   o.alloc = sl_cuda_mem_alloc;
   o.free = sl_cuda_mem_free;
   o.zero = sl_cuda_mem_zero;
@@ -231,10 +234,6 @@ static sl_ops make_cuda_ops() {
   o.sync = sl_cuda_mem_sync;
   o.is_device = sl_cuda_mem_is_device;
   o.stream = sl_cuda_stream;
-  o.rope_doc_fwd = sl_cuda_bf_rope_doc_fwd;
-  o.rope_doc_bwd = sl_cuda_bf_rope_doc_bwd;
-  o.attention_doc_fwd = sl_cuda_bf_attention_doc_fwd;
-  o.attention_doc_bwd = sl_cuda_bf_attention_doc_bwd;
   o.mem_info = sl_cuda_mem_info;
   o.vocab_embedding_fwd = sl_cuda_vocab_embedding_fwd;
   o.vocab_embedding_bwd = sl_cuda_vocab_embedding_bwd;
@@ -242,10 +241,17 @@ static sl_ops make_cuda_ops() {
   o.lmhead_vp_rescale = sl_cuda_lmhead_vp_rescale;
   o.lmhead_vp_loss = sl_cuda_lmhead_vp_loss;
   o.lmhead_vp_bwd = sl_cuda_lmhead_vp_bwd;
-  o.ctx_set_compute = sl_cuda_ctx_set_compute;
   return o;
 }
-static const sl_ops g_cuda_ops = make_cuda_ops();
+static const sl_ops g_cuda_fp32 = make_cuda_fp32();
+static const sl_bf16_impl g_cuda_bf16 = {&g_cuda_fp32,
+                                         sl_cuda_round_rows,
+                                         sl_cuda_bf16_linear_fwd,
+                                         sl_cuda_bf16_linear_bwd,
+                                         sl_cuda_bf16_lmhead_ce_fwd,
+                                         sl_cuda_bf16_lmhead_ce_bwd};
+static const sl_ops g_cuda_ops = sl_bf16_ops(&g_cuda_fp32);
+static const sl_bf16_impl *cuda_bf16_impl(void) { return &g_cuda_bf16; }
 
 /* NULL when no CUDA device is usable, so CPU-only machines never touch one;
  * then sl_errmsg() says why (the CUDA error of cudaGetDeviceCount, or no

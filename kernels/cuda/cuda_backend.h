@@ -37,6 +37,11 @@ int sl_cuda_memset0(sl_kctx *ctx, void *dst_dev, size_t bytes);
 void *sl_cuda_stream(sl_kctx *ctx);           /* the context's cudaStream_t */
 int sl_cuda_tf32_enabled(const sl_kctx *ctx); /* 1 when SL_CUDA_TF32=1 */
 
+/* x[0..n) rounded to bf16 (nearest even) in place: the bf16 compute
+ * wrappers' rounding, bit-identical to sl_f32_to_bf16_scalar (no op of the
+ * table; declared here for the tests) */
+void sl_cuda_round_bf16(sl_kctx *ctx, float *x, int64_t n);
+
 /* ---- bf16-storage variants (uint16_t = bf16 bits) ---------------------------
  * Same math and layouts as the table's fp32 ops; inputs stored as bf16,
  * accumulation in fp32. */
@@ -49,11 +54,11 @@ void sl_cuda_linear_bwd_bf16(sl_kctx *ctx, float *dinp, float *dw, float *db, co
                              const uint16_t *w, int64_t N, int64_t IC, int64_t OC);
 /* Attention with qkv and out in bf16; lse (B, nh, T) fp32. */
 void sl_cuda_attention_fwd_bf16(sl_kctx *ctx, uint16_t *out, float *lse, const uint16_t *qkv, int64_t B, int64_t T,
-                                int64_t nh, int64_t nkv, int64_t hd, int64_t window);
+                                int64_t nh, int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg);
 /* dqkv fp32 (packed like qkv) += gradient; dout, qkv, out bf16. */
 void sl_cuda_attention_bwd_bf16(sl_kctx *ctx, float *dqkv, const uint16_t *dout, const uint16_t *qkv,
                                 const uint16_t *out, const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                                int64_t hd, int64_t window);
+                                int64_t hd, int64_t window, float scale, const int32_t *seg);
 
 #ifdef __cplusplus
 }

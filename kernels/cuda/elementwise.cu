@@ -1,6 +1,6 @@
 /* kernels/cuda/elementwise.cu — element-wise and gather/scatter kernels:
  * embedding (deterministic column-serial scatter for backward), swiglu, add,
- * scale, bf16 casts, silu, gate, bias broadcast. Grid-stride loops, 256
+ * bf16 casts and in-place rounding, silu, gate, bias broadcast. Grid-stride loops, 256
  * threads per block, 64-bit indexing. */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/elementwise.cuh"
@@ -69,9 +69,8 @@ void sl_cuda_swiglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float
   CUDA_LAUNCH_CHECK(ctx);
 }
 
-/* ---- add, scale, bias -------------------------------------------------------- */
+/* ---- add, bias -------------------------------------------------------- */
 static __global__ void add_kernel(float *y, const float *x, int64_t n) { GRID_STRIDE(i, n) y[i] += x[i]; }
-static __global__ void scale_kernel(float *x, float a, int64_t n) { GRID_STRIDE(i, n) x[i] *= a; }
 static __global__ void add_bias_kernel(float *out, const float *b, int64_t N, int64_t C) {
   GRID_STRIDE(i, N * C) out[i] += b[i % C];
 }
@@ -80,13 +79,6 @@ void sl_cuda_add_inplace(sl_kctx *ctx, float *y, const float *x, int64_t n) {
   SL_CUDA_REQUIRE(ctx, n >= 0);
   if (n == 0) return;
   add_kernel<<<sl_cuda_blocks(n, NT), NT, 0, ctx->stream>>>(y, x, n);
-  CUDA_LAUNCH_CHECK(ctx);
-}
-void sl_cuda_scale(sl_kctx *ctx, float *x, float a, int64_t n) {
-  SL_CUDA_BEGIN(ctx);
-  SL_CUDA_REQUIRE(ctx, n >= 0);
-  if (n == 0) return;
-  scale_kernel<<<sl_cuda_blocks(n, NT), NT, 0, ctx->stream>>>(x, a, n);
   CUDA_LAUNCH_CHECK(ctx);
 }
 void sl_cuda_add_bias(sl_kctx *ctx, float *out, const float *b, int64_t N, int64_t C) {

@@ -1,5 +1,6 @@
 /* kernels/cuda/elementwise.cuh — host launchers of the element-wise and
- * gather/scatter ops: embedding, swiglu, add, scale, bf16 casts, silu, gate.
+ * gather/scatter ops: embedding, swiglu, add, bf16 casts, silu, gate, and the
+ * in-place bf16 rounding the bf16 compute wrappers use.
  * Signatures are the op table's (kernels/kernels.h); pointers are device. */
 #ifndef SL_CUDA_ELEMENTWISE_CUH
 #define SL_CUDA_ELEMENTWISE_CUH
@@ -12,7 +13,6 @@ void sl_cuda_embedding_bwd(sl_kctx *ctx, float *dwte, const float *dout, const i
 void sl_cuda_swiglu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N, int64_t H);
 void sl_cuda_swiglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H);
 void sl_cuda_add_inplace(sl_kctx *ctx, float *y, const float *x, int64_t n);
-void sl_cuda_scale(sl_kctx *ctx, float *x, float a, int64_t n);
 void sl_cuda_f32_to_bf16(sl_kctx *ctx, uint16_t *out, const float *in, int64_t n);
 void sl_cuda_bf16_to_f32(sl_kctx *ctx, float *out, const uint16_t *in, int64_t n);
 void sl_cuda_round_bf16(sl_kctx *ctx, float *x, int64_t n);

@@ -41,18 +41,10 @@ static void rope_any(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh,
 }
 
 void sl_cuda_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                      const float *inv_freq) {
-  rope_any(ctx, qkv, B, T, nh, nkv, hd, inv_freq, 1, NULL);
-}
-void sl_cuda_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                      const float *inv_freq) {
-  rope_any(ctx, dqkv, B, T, nh, nkv, hd, inv_freq, -1, NULL);
-}
-void sl_cuda_rope_doc_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                          const float *inv_freq, const int32_t *seg) {
+                      const float *inv_freq, const int32_t *seg) {
   rope_any(ctx, qkv, B, T, nh, nkv, hd, inv_freq, 1, seg);
 }
-void sl_cuda_rope_doc_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                          const float *inv_freq, const int32_t *seg) {
+void sl_cuda_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                      const float *inv_freq, const int32_t *seg) {
   rope_any(ctx, dqkv, B, T, nh, nkv, hd, inv_freq, -1, seg);
 }

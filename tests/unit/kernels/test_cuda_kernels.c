@@ -241,25 +241,33 @@ static void test_linear(void) {
   freeb(&x), freeb(&w), freeb(&b), freeb(&out), freeb(&dout), freeb(&dx), freeb(&dw), freeb(&db);
 }
 
+/* rope fwd on q and bwd on g, CPU vs GPU; seg / dseg (host / device) NULL:
+ * no document masking */
+static void rope_case(buf *q, buf *g, const buf *inv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                      const int32_t *seg, const int32_t *dseg) {
+  cpu->rope_fwd(cc, q->h, B, T, nh, nkv, hd, inv->h, seg);
+  gpu->rope_fwd(gc, q->d, B, T, nh, nkv, hd, inv->d, dseg);
+  check(seg ? "rope_fwd docs" : "rope_fwd", q, 1e-5);
+  cpu->rope_bwd(cc, g->h, B, T, nh, nkv, hd, inv->h, seg);
+  gpu->rope_bwd(gc, g->d, B, T, nh, nkv, hd, inv->d, dseg);
+  check(seg ? "rope_bwd docs" : "rope_bwd", g, 1e-5);
+}
+
 static void test_rope(void) {
   int64_t B = 2, T = 19, nh = 4, nkv = 2, hd = 16, n = B * T * (nh + 2 * nkv) * hd;
   buf q = mk(n, -1, 1), g = mk(n, -1, 1), inv = mk_inv(hd, 10000.0f);
-  cpu->rope_fwd(cc, q.h, B, T, nh, nkv, hd, inv.h);
-  gpu->rope_fwd(gc, q.d, B, T, nh, nkv, hd, inv.d);
-  check("rope_fwd", &q, 1e-5);
-  cpu->rope_bwd(cc, g.h, B, T, nh, nkv, hd, inv.h);
-  gpu->rope_bwd(gc, g.d, B, T, nh, nkv, hd, inv.d);
-  check("rope_bwd", &g, 1e-5);
+  rope_case(&q, &g, &inv, B, T, nh, nkv, hd, NULL, NULL);
   freeb(&q), freeb(&g), freeb(&inv);
 }
 
 static void test_attention(int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window) {
   char name[96];
   int64_t W = (nh + 2 * nkv) * hd;
+  float sc = 1.0f / sqrtf((float)hd);
   buf qkv = mk(B * T * W, -1, 1), out = mk0(B * T * nh * hd), lse = mk0(B * nh * T);
   buf dout = mk(B * T * nh * hd, -1, 1), dqkv = mk(B * T * W, -1, 1);
-  cpu->attention_fwd(cc, out.h, lse.h, qkv.h, B, T, nh, nkv, hd, window);
-  gpu->attention_fwd(gc, out.d, lse.d, qkv.d, B, T, nh, nkv, hd, window);
+  cpu->attention_fwd(cc, out.h, lse.h, qkv.h, B, T, nh, nkv, hd, window, sc, NULL);
+  gpu->attention_fwd(gc, out.d, lse.d, qkv.d, B, T, nh, nkv, hd, window, sc, NULL);
   snprintf(name, sizeof name, "attn_fwd hd%lld w%lld out", (long long)hd, (long long)window);
   check(name, &out, 1e-4);
   snprintf(name, sizeof name, "attn_fwd hd%lld w%lld lse", (long long)hd, (long long)window);
@@ -267,8 +275,8 @@ static void test_attention(int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_
   /* backward from the CPU's out and lse on both sides */
   if (sl_cuda_upload(gc, out.d, out.h, (size_t)out.n * 4) || sl_cuda_upload(gc, lse.d, lse.h, (size_t)lse.n * 4))
     nfail++;
-  cpu->attention_bwd(cc, dqkv.h, dout.h, qkv.h, out.h, lse.h, B, T, nh, nkv, hd, window);
-  gpu->attention_bwd(gc, dqkv.d, dout.d, qkv.d, out.d, lse.d, B, T, nh, nkv, hd, window);
+  cpu->attention_bwd(cc, dqkv.h, dout.h, qkv.h, out.h, lse.h, B, T, nh, nkv, hd, window, sc, NULL);
+  gpu->attention_bwd(gc, dqkv.d, dout.d, qkv.d, out.d, lse.d, B, T, nh, nkv, hd, window, sc, NULL);
   snprintf(name, sizeof name, "attn_bwd hd%lld w%lld dqkv", (long long)hd, (long long)window);
   check(name, &dqkv, 1e-4);
 
@@ -280,8 +288,8 @@ static void test_attention(int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_
   for (int64_t i = 0; i < no; i++) gb[i] = sl_f32_to_bf16_scalar(dout.h[i]), dout.h[i] = sl_bf16_to_f32_scalar(gb[i]);
   uint16_t *qbd = (uint16_t *)dev_copy(qb, (size_t)nq * 2), *gbd = (uint16_t *)dev_copy(gb, (size_t)no * 2);
   uint16_t *obd = (uint16_t *)sl_cuda_malloc(gc, (size_t)no * 2);
-  cpu->attention_fwd(cc, out.h, lse.h, qkv.h, B, T, nh, nkv, hd, window);
-  sl_cuda_attention_fwd_bf16(gc, obd, lse.d, qbd, B, T, nh, nkv, hd, window);
+  cpu->attention_fwd(cc, out.h, lse.h, qkv.h, B, T, nh, nkv, hd, window, sc, NULL);
+  sl_cuda_attention_fwd_bf16(gc, obd, lse.d, qbd, B, T, nh, nkv, hd, window, sc, NULL);
   gpu->bf16_to_f32(gc, out.d, obd, no);
   snprintf(name, sizeof name, "attn_fwd_bf16 hd%lld out", (long long)hd);
   check(name, &out, 1e-2);
@@ -289,8 +297,8 @@ static void test_attention(int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_
   check(name, &lse, 1e-4);
   for (int64_t i = 0; i < no; i++) ob[i] = sl_f32_to_bf16_scalar(out.h[i]), out.h[i] = sl_bf16_to_f32_scalar(ob[i]);
   if (sl_cuda_upload(gc, obd, ob, (size_t)no * 2) || sl_cuda_upload(gc, lse.d, lse.h, (size_t)lse.n * 4)) nfail++;
-  cpu->attention_bwd(cc, dqkv.h, dout.h, qkv.h, out.h, lse.h, B, T, nh, nkv, hd, window);
-  sl_cuda_attention_bwd_bf16(gc, dqkv.d, gbd, qbd, obd, lse.d, B, T, nh, nkv, hd, window);
+  cpu->attention_bwd(cc, dqkv.h, dout.h, qkv.h, out.h, lse.h, B, T, nh, nkv, hd, window, sc, NULL);
+  sl_cuda_attention_bwd_bf16(gc, dqkv.d, gbd, qbd, obd, lse.d, B, T, nh, nkv, hd, window, sc, NULL);
   snprintf(name, sizeof name, "attn_bwd_bf16 hd%lld dqkv", (long long)hd);
   check(name, &dqkv, 1e-2);
   free(qb), free(gb), free(ob);
@@ -298,11 +306,12 @@ static void test_attention(int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_
   freeb(&qkv), freeb(&out), freeb(&lse), freeb(&dout), freeb(&dqkv);
 }
 
-/* Document masking: rope_doc and attention_doc with per-token document
+/* Document masking: rope and attention with per-token document
  * starts (documents crossing the kernels' tiles, a 1-token document). */
 static void test_doc(int64_t hd, int64_t window) {
   char name[96];
   int64_t B = 2, T = 75, nh = 4, nkv = 2, W = (nh + 2 * nkv) * hd;
+  float sc = 1.0f / sqrtf((float)hd);
   int32_t seg[2 * 75];
   for (int64_t t = 0; t < T; t++) {
     seg[t] = t < 3 ? 0 : t < 4 ? 3 : t < 41 ? 4 : 41;
@@ -310,25 +319,20 @@ static void test_doc(int64_t hd, int64_t window) {
   }
   int32_t *dseg = (int32_t *)dev_copy(seg, sizeof seg);
   buf q = mk(B * T * W, -1, 1), g = mk(B * T * W, -1, 1), inv = mk_inv(hd, 10000.0f);
-  cpu->rope_doc_fwd(cc, q.h, B, T, nh, nkv, hd, inv.h, seg);
-  gpu->rope_doc_fwd(gc, q.d, B, T, nh, nkv, hd, inv.d, dseg);
-  check("rope_doc_fwd", &q, 1e-5);
-  cpu->rope_doc_bwd(cc, g.h, B, T, nh, nkv, hd, inv.h, seg);
-  gpu->rope_doc_bwd(gc, g.d, B, T, nh, nkv, hd, inv.d, dseg);
-  check("rope_doc_bwd", &g, 1e-5);
+  rope_case(&q, &g, &inv, B, T, nh, nkv, hd, seg, dseg);
   freeb(&inv);
   buf out = mk0(B * T * nh * hd), lse = mk0(B * nh * T), dout = mk(B * T * nh * hd, -1, 1);
   buf dqkv = mk(B * T * W, -1, 1);
-  cpu->attention_doc_fwd(cc, out.h, lse.h, q.h, B, T, nh, nkv, hd, window, seg);
-  gpu->attention_doc_fwd(gc, out.d, lse.d, q.d, B, T, nh, nkv, hd, window, dseg);
+  cpu->attention_fwd(cc, out.h, lse.h, q.h, B, T, nh, nkv, hd, window, sc, seg);
+  gpu->attention_fwd(gc, out.d, lse.d, q.d, B, T, nh, nkv, hd, window, sc, dseg);
   snprintf(name, sizeof name, "attn_doc_fwd hd%lld w%lld out", (long long)hd, (long long)window);
   check(name, &out, 1e-4);
   snprintf(name, sizeof name, "attn_doc_fwd hd%lld w%lld lse", (long long)hd, (long long)window);
   check(name, &lse, 1e-5);
   if (sl_cuda_upload(gc, out.d, out.h, (size_t)out.n * 4) || sl_cuda_upload(gc, lse.d, lse.h, (size_t)lse.n * 4))
     nfail++;
-  cpu->attention_doc_bwd(cc, dqkv.h, dout.h, q.h, out.h, lse.h, B, T, nh, nkv, hd, window, seg);
-  gpu->attention_doc_bwd(gc, dqkv.d, dout.d, q.d, out.d, lse.d, B, T, nh, nkv, hd, window, dseg);
+  cpu->attention_bwd(cc, dqkv.h, dout.h, q.h, out.h, lse.h, B, T, nh, nkv, hd, window, sc, seg);
+  gpu->attention_bwd(gc, dqkv.d, dout.d, q.d, out.d, lse.d, B, T, nh, nkv, hd, window, sc, dseg);
   snprintf(name, sizeof name, "attn_doc_bwd hd%lld w%lld dqkv", (long long)hd, (long long)window);
   check(name, &dqkv, 1e-4);
   sl_cuda_free(gc, dseg);
@@ -348,9 +352,6 @@ static void test_pointwise(void) {
   cpu->add_inplace(cc, y.h, x.h, n);
   gpu->add_inplace(gc, y.d, x.d, n);
   check("add_inplace", &y, 0);
-  cpu->scale(cc, y.h, 0.37f, n);
-  gpu->scale(gc, y.d, 0.37f, n);
-  check("scale", &y, 0);
   buf s = mk0(n), dx = mk(n, -1, 1), xs = mk(n, -6, 6);
   cpu->silu_fwd(cc, s.h, xs.h, n);
   gpu->silu_fwd(gc, s.d, xs.d, n);
@@ -428,8 +429,8 @@ static void test_optim(void) {
   float *yh = (float *)xmalloc((size_t)ns * 4);
   sl_cuda_download(gc, yh, y.d, (size_t)ns * 4);
   report("bf16_to_f32 (bit-exact)", ns, 0, 0, 0, memcmp(yh, y.h, (size_t)ns * 4) == 0);
-  cpu->round_bf16(cc, x.h, ns);
-  gpu->round_bf16(gc, x.d, ns);
+  for (int64_t i = 0; i < ns; i++) x.h[i] = sl_bf16_to_f32_scalar(sl_f32_to_bf16_scalar(x.h[i]));
+  sl_cuda_round_bf16(gc, x.d, ns);
   sl_cuda_download(gc, yh, x.d, (size_t)ns * 4);
   report("round_bf16 (bit-exact)", ns, 0, 0, 0, memcmp(yh, x.h, (size_t)ns * 4) == 0);
   free(hb), free(gbh), free(yh), sl_cuda_free(gc, gbd);
@@ -556,7 +557,7 @@ static void test_vocab_parallel(int64_t N, int64_t C, int64_t V, int64_t T) {
  * stops growing after warm-up. */
 static void test_errors_and_scratch(void) {
   buf q = mk(4 * 3 * 300, -1, 1), o = mk0(4 * 300), l = mk0(4);
-  gpu->attention_fwd(gc, o.d, l.d, q.d, 1, 4, 1, 1, 300, 0); /* hd 300 > 256 */
+  gpu->attention_fwd(gc, o.d, l.d, q.d, 1, 4, 1, 1, 300, 0, 1.0f / sqrtf(300.0f), NULL); /* hd 300 > 256 */
   int st = sl_cuda_last_status(gc);
   report("error path (hd 300 -> SL_EINPUT)", 0, 0, 0, 0, st == SL_EINPUT && strlen(sl_cuda_last_error(gc)) > 0);
   sl_cuda_clear_status(gc);
@@ -645,23 +646,24 @@ static void test_bf16_compute(void) {
   int64_t B = 2, T = 33, nh = 4, nkv = 2, hd = 64, nq = B * T * (nh + 2 * nkv) * hd, no = B * T * nh * hd;
   buf qkv = mk(nq, -1, 1), att = mk0(no), lse = mk0(B * nh * T), datt = mk(no, -1, 1), dqkv = mk0(nq);
   buf inv = mk_inv(hd, 10000.0f);
-  cpu->rope_fwd(cc, qkv.h, B, T, nh, nkv, hd, inv.h);
-  gpu->rope_fwd(gc, qkv.d, B, T, nh, nkv, hd, inv.d);
+  cpu->rope_fwd(cc, qkv.h, B, T, nh, nkv, hd, inv.h, NULL);
+  gpu->rope_fwd(gc, qkv.d, B, T, nh, nkv, hd, inv.d, NULL);
   check_b16("bf16c rope_fwd", &qkv);
   if (sl_cuda_upload(gc, qkv.d, qkv.h, (size_t)nq * 4)) nfail++;
-  cpu->attention_fwd(cc, att.h, lse.h, qkv.h, B, T, nh, nkv, hd, 0);
-  gpu->attention_fwd(gc, att.d, lse.d, qkv.d, B, T, nh, nkv, hd, 0);
+  cpu->attention_fwd(cc, att.h, lse.h, qkv.h, B, T, nh, nkv, hd, 0, 1.0f / sqrtf((float)hd), NULL);
+  gpu->attention_fwd(gc, att.d, lse.d, qkv.d, B, T, nh, nkv, hd, 0, 1.0f / sqrtf((float)hd), NULL);
   check_b16("bf16c attention_fwd out", &att);
   check("bf16c attention_fwd lse (fp32)", &lse, 1e-4);
   if (sl_cuda_upload(gc, att.d, att.h, (size_t)no * 4) || sl_cuda_upload(gc, lse.d, lse.h, (size_t)(B * nh * T) * 4))
     nfail++;
-  cpu->round_bf16(cc, datt.h, no), gpu->round_bf16(gc, datt.d, no);
-  cpu->attention_bwd(cc, dqkv.h, datt.h, qkv.h, att.h, lse.h, B, T, nh, nkv, hd, 0);
-  gpu->attention_bwd(gc, dqkv.d, datt.d, qkv.d, att.d, lse.d, B, T, nh, nkv, hd, 0);
+  for (int64_t i = 0; i < no; i++) datt.h[i] = sl_bf16_to_f32_scalar(sl_f32_to_bf16_scalar(datt.h[i]));
+  if (sl_cuda_upload(gc, datt.d, datt.h, (size_t)no * 4)) nfail++;
+  cpu->attention_bwd(cc, dqkv.h, datt.h, qkv.h, att.h, lse.h, B, T, nh, nkv, hd, 0, 1.0f / sqrtf((float)hd), NULL);
+  gpu->attention_bwd(gc, dqkv.d, datt.d, qkv.d, att.d, lse.d, B, T, nh, nkv, hd, 0, 1.0f / sqrtf((float)hd), NULL);
   check_b16("bf16c attention_bwd dqkv", &dqkv);
   if (sl_cuda_upload(gc, dqkv.d, dqkv.h, (size_t)nq * 4)) nfail++;
-  cpu->rope_bwd(cc, dqkv.h, B, T, nh, nkv, hd, inv.h);
-  gpu->rope_bwd(gc, dqkv.d, B, T, nh, nkv, hd, inv.d);
+  cpu->rope_bwd(cc, dqkv.h, B, T, nh, nkv, hd, inv.h, NULL);
+  gpu->rope_bwd(gc, dqkv.d, B, T, nh, nkv, hd, inv.d, NULL);
   check_b16("bf16c rope_bwd", &dqkv);
   freeb(&inv);
   freeb(&qkv), freeb(&att), freeb(&lse), freeb(&datt), freeb(&dqkv);

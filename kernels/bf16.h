@@ -1,0 +1,64 @@
+/* kernels/bf16.h — the one bf16-compute layer (ctx_set_compute,
+ * docs/bf16.md), shared by the backends that compute (cpu, cuda).
+ *
+ * A backend writes its op table with fp32 compute ops only and hands it to
+ * sl_bf16_ops, which returns the table it publishes: the same, except that
+ * every op whose results a bf16 engine stores in bf16 is a wrapper here that
+ * runs the backend's fp32 op and then rounds (to nearest even, in place)
+ * what it stores, and ctx_set_compute is the layer's. With fp32 compute a
+ * wrapper calls the fp32 op and nothing else (bit-identical). The rounding
+ * points are docs/bf16.md's table; the wrappers are its only copy.
+ *
+ * What the backend supplies besides its fp32 table (sl_bf16_impl): the
+ * in-place rounding of strided rows, and its GEMM ops under bf16 compute
+ * (operands rounded or converted to bf16, fp32 accumulation: only the
+ * backend knows how its GEMMs take bf16 operands); the layer rounds their
+ * out / dinp / dx. Its context struct starts with an sl_bf16_state, which
+ * its ctx_create fills (sl_bf16_state_init) and the wrappers read. */
+#ifndef SL_KERNELS_BF16_H
+#define SL_KERNELS_BF16_H
+
+#include "kernels/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sl_bf16_impl {
+  const sl_ops *fp32; /* the backend's table of fp32 ops (what sl_bf16_ops got) */
+  /* x (rows, cols), row stride ld >= cols, rounded to bf16 in place */
+  void (*round_rows)(sl_kctx *, float *x, int64_t rows, int64_t cols, int64_t ld);
+  /* The table's GEMM ops with bf16 operands (inp / w, dout / inp / w, x / w
+   * as a bf16 engine holds them) and fp32 accumulation; outputs unrounded
+   * except the LM head's logits / dlogits tiles, which the backend rounds
+   * inside (they never leave the op). Called only under bf16 compute. */
+  void (*linear_fwd)(sl_kctx *, float *out, const float *inp, const float *w, const float *b, int64_t N, int64_t IC,
+                     int64_t OC);
+  void (*linear_bwd)(sl_kctx *, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                     int64_t N, int64_t IC, int64_t OC);
+  void (*lmhead_ce_fwd)(sl_kctx *, float *losses, float *lse, const float *x, const float *w, const int32_t *targets,
+                        int64_t N, int64_t C, int64_t V);
+  void (*lmhead_ce_bwd)(sl_kctx *, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
+                        const float *lse, float scale, int64_t N, int64_t C, int64_t V);
+} sl_bf16_impl;
+
+/* The first member of the context struct of a backend that uses the layer. */
+typedef struct sl_bf16_state {
+  const sl_bf16_impl *impl;
+  int on; /* compute dtype is SL_COMPUTE_BF16 */
+} sl_bf16_state;
+
+/* The state a new context starts with: fp32 compute. */
+static inline sl_bf16_state sl_bf16_state_init(const sl_bf16_impl *impl) {
+  sl_bf16_state s = {impl, 0};
+  return s;
+}
+
+/* fp32 with its bf16-rounded ops replaced by the layer's wrappers and
+ * ctx_set_compute set. fp32's own ctx_set_compute is ignored. */
+sl_ops sl_bf16_ops(const sl_ops *fp32);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SL_KERNELS_BF16_H */
