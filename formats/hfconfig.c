@@ -265,8 +265,7 @@ static int parse_rope_scaling(const char *p, json_t *o, sl_model_config *c) {
     double af = 0;
     if ((rc = rs_num(p, rs, "factor", 1, 0, &r->factor)) || (rc = rs_pos(p, "factor", r->factor)) ||
         (rc = rs_num(p, rs, "beta_fast", 0, 32, &r->beta_fast)) ||
-        (rc = rs_num(p, rs, "beta_slow", 0, 1, &r->beta_slow)) ||
-        (rc = rs_num(p, rs, "mscale", 0, 0, &r->mscale)) ||
+        (rc = rs_num(p, rs, "beta_slow", 0, 1, &r->beta_slow)) || (rc = rs_num(p, rs, "mscale", 0, 0, &r->mscale)) ||
         (rc = rs_num(p, rs, "mscale_all_dim", 0, 0, &r->mscale_all_dim)) ||
         (rc = rs_num(p, rs, "attention_factor", 0, 0, &af)) ||
         (rc = rs_orig(p, rs, 0, mp, &r->original_max_position_embeddings)))
@@ -287,12 +286,6 @@ static int parse_rope_scaling(const char *p, json_t *o, sl_model_config *c) {
     else if (r->mscale != 0 && r->mscale_all_dim != 0)
       r->attention_factor = yarn_mscale(r->factor, r->mscale) / yarn_mscale(r->factor, r->mscale_all_dim);
     else r->attention_factor = yarn_mscale(r->factor, 1.0);
-    if (r->attention_factor != 1.0)
-      return sl_fail(SL_EINPUT,
-                     "%s: rope_scaling yarn gives attention_factor = %.17g; only 1 is supported (transformers "
-                     "multiplies cos and sin by it, so q.k by its square, and the attention kernels here take no "
-                     "softmax scale yet); set 'rope_scaling.attention_factor' to 1.0 or mscale = mscale_all_dim",
-                     p, r->attention_factor);
     return SL_OK;
   }
   return sl_fail(SL_EINPUT,
@@ -333,8 +326,8 @@ static int parse_attn(const char *p, json_t *o, sl_model_config *c) {
       (rc = get_num(p, o, "rope_theta", 10000.0, &c->rope_theta)) ||
       (rc = get_num(p, o, "initializer_range", 0.02, &c->initializer_range)) ||
       (rc = get_bool(p, o, "tie_word_embeddings", 0, &c->tie_word_embeddings)) ||
-      (rc = get_int(p, o, "bos_token_id", 0, -1, &c->bos_token_id)) ||
-      (rc = get_eos(p, o, c)) || (rc = want_act(p, o, "hidden_act")) ||
+      (rc = get_int(p, o, "bos_token_id", 0, -1, &c->bos_token_id)) || (rc = get_eos(p, o, c)) ||
+      (rc = want_act(p, o, "hidden_act")) ||
       (rc = want_false(p, o, "attention_bias", "q/k/v/o projections have no bias here")) ||
       (rc = want_false(p, o, "mlp_bias", "MLP projections have no bias here")))
     return rc;
@@ -378,9 +371,8 @@ static int parse_mamba_hf(const char *p, json_t *o, sl_model_config *c) {
       (rc = get_num(p, o, "time_step_floor", 1e-4, &c->time_step_floor)) ||
       (rc = get_num(p, o, "time_step_scale", 1.0, &c->time_step_scale)) ||
       (rc = get_int(p, o, "max_position_embeddings", 0, 0, &c->max_position_embeddings)) ||
-      (rc = get_int(p, o, "bos_token_id", 0, -1, &c->bos_token_id)) ||
-      (rc = get_eos(p, o, c)) || (rc = want_act(p, o, "hidden_act")) ||
-      (rc = want_pos_emb(p, o)))
+      (rc = get_int(p, o, "bos_token_id", 0, -1, &c->bos_token_id)) || (rc = get_eos(p, o, c)) ||
+      (rc = want_act(p, o, "hidden_act")) || (rc = want_pos_emb(p, o)))
     return rc;
   return SL_OK;
 }
@@ -503,8 +495,7 @@ int sl_hfconfig_validate(const char *p, const sl_model_config *c) {
     if (c->sliding_window < 0)
       return sl_fail(SL_EINPUT, "%s: field 'sliding_window' must be >= 0 or null, found %lld", p,
                      (long long)c->sliding_window);
-    if (c->sliding_window > CFG_MAX_POS)
-      return posl(p, "sliding_window", c->sliding_window, CFG_MAX_POS);
+    if (c->sliding_window > CFG_MAX_POS) return posl(p, "sliding_window", c->sliding_window, CFG_MAX_POS);
   } else if (c->arch == SL_ARCH_MAMBA) {
     if ((rc = posl(p, ss ? "ssm_cfg.d_state" : "state_size", c->state_size, CFG_MAX_STATE)) ||
         (rc = posl(p, ss ? "ssm_cfg.expand" : "expand", c->expand, CFG_MAX_EXPAND)) ||

@@ -97,8 +97,8 @@ static void rope(const sl_gen *g, float *v, int64_t nheads, int64_t pos) {
 static void llama_step(sl_gen *g, int32_t tok) {
   int64_t C = g->C, hd = g->hd, nh = g->nh, nkv = g->nkv, KV = nkv * hd, p = g->pos;
   int64_t I = g->c.intermediate_size, rep = nh / nkv, win = g->c.arch == SL_ARCH_MISTRAL ? g->c.sliding_window : 0;
-  int64_t lo = win > 0 && p - win + 1 > 0 ? p - win + 1 : 0; /* query p sees keys lo..p */
-  double eps = g->c.rms_norm_eps;
+  int64_t lo = win > 0 && p - win + 1 > 0 ? p - win + 1 : 0;        /* query p sees keys lo..p */
+  double eps = g->c.rms_norm_eps, sf = sl_rope_score_factor(&g->c); /* YaRN: attention_factor^2 */
   memcpy(g->x, g->flat[0] + (int64_t)tok * C, (size_t)C * 4);
   for (int64_t l = 0; l < g->L; l++) {
     int u = (int)l + 1;
@@ -117,7 +117,7 @@ static void llama_step(sl_gen *g, int32_t tok) {
         const float *k = g->kc[l] + j * KV + kvh * hd;
         double s = 0;
         for (int64_t i = 0; i < hd; i++) s += (double)q[i] * k[i];
-        g->probs[j] = (float)(s / sqrt((double)hd));
+        g->probs[j] = (float)(sf == 1.0 ? s / sqrt((double)hd) : s / sqrt((double)hd) * sf);
         if (g->probs[j] > mx) mx = g->probs[j];
       }
       for (int64_t j = lo; j <= p; j++) sum += exp(g->probs[j] - mx);

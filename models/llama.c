@@ -48,8 +48,7 @@ static void llama_destroy(sl_model *m) {
 }
 
 static void block_attn_core(sl_model *m, llama_priv *p, layer_acts *a) {
-  m->ops->attention_fwd(m->k, a->att, a->lse, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, p->window,
-                        1.0f / sqrtf((float)p->hd), m->seg);
+  m->ops->attention_fwd(m->k, a->att, a->lse, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, p->window, p->scale, m->seg);
 }
 
 /* Forward of block l from x into a; writes the block output to out unless
@@ -144,8 +143,8 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
   m->ops->zero(m->k, p->datt, (size_t)(N * p->A) * 4);
   o->linear_bwd(k, p->datt, (float *)g.wo, NULL, dout, a->att, w.wo, N, p->A, C);
   m->ops->zero(m->k, p->dqkv, (size_t)(N * p->Q) * 4);
-  o->attention_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd, p->window,
-                   1.0f / sqrtf((float)p->hd), m->seg);
+  o->attention_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd, p->window, p->scale,
+                   m->seg);
   o->rope_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
   m->ops->zero(m->k, dln, (size_t)(N * C) * 4);
   if (p->kvrep > 1) kv_grad_begin(m, p, (float *)g.wqkv + p->nh * p->hd * C);
@@ -303,6 +302,7 @@ static int llama_init(sl_model *m, sl_decoder *d) {
   p->A = p->nh * p->hd;
   p->I = c->intermediate_size / T;
   p->window = c->arch == SL_ARCH_MISTRAL ? c->sliding_window : 0;
+  p->scale = sl_rope_score_scale(c);
   p->eps = (float)c->rms_norm_eps;
   p->sp = d->sp;
   p->n = d->n;

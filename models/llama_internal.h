@@ -31,6 +31,7 @@ typedef struct {
                    earlier micro-batches' sum (kvrep > 1; kv_grad_begin) */
   float eps;
   float *inv_freq; /* (hd/2) backend memory: the RoPE frequencies (models/rope.h), B > 0 */
+  float scale;     /* attention's softmax scale (sl_rope_score_scale) */
   int sp;          /* sequence parallelism (rows n = N/T of the stream per rank) */
   int64_t n;       /* token rows of the residual stream on this rank: N, or N/T under sp */
   /* backward scratch (workspace), besides the skeleton's dres, dln, xl */

@@ -94,3 +94,13 @@ float *sl_rope_table_upload(const sl_ops *ops, sl_kctx *k, const float *host, in
   if (t && bytes) ops->upload(k, t, host, bytes);
   return t;
 }
+
+double sl_rope_score_factor(const sl_model_config *c) {
+  double af = c->rope_scaling.type == SL_ROPE_YARN ? c->rope_scaling.attention_factor : 1.0;
+  return af * af;
+}
+
+float sl_rope_score_scale(const sl_model_config *c) {
+  double f = sl_rope_score_factor(c);
+  return f == 1.0 ? 1.0f / sqrtf((float)c->head_dim) : (float)(f / sqrt((double)c->head_dim));
+}

@@ -20,7 +20,7 @@ void sl_rope_inv_freq(float *out, int64_t hd, float theta);
  * (_compute_linear_scaling_rope_parameters, _compute_llama3_parameters,
  * _compute_yarn_parameters), each on top of sl_rope_inv_freq, in its
  * expression order and float32 roundings. YaRN's attention factor (a cos/sin
- * multiplier) is not part of the table: hfconfig accepts only 1. */
+ * multiplier) is not part of the table: see sl_rope_score_scale. */
 void sl_rope_inv_freq_linear(float *out, int64_t hd, float theta, double factor);
 void sl_rope_inv_freq_llama3(float *out, int64_t hd, float theta, double factor, double low_freq_factor,
                              double high_freq_factor, int64_t old_context_len);
@@ -28,6 +28,15 @@ void sl_rope_inv_freq_yarn(float *out, int64_t hd, double theta, double factor, 
                            int64_t original_max_pos, int truncate);
 /* The table of c's rule (c->rope_scaling over head_dim and rope_theta). */
 void sl_rope_inv_freq_cfg(float *out, const sl_model_config *c);
+
+/* The softmax scale of attention under c's rule: 1 / sqrt(head_dim), times
+ * the square of YaRN's attention factor (HF multiplies cos and sin by it, so
+ * both q and k carry it into q.k). Exactly 1.0f / sqrtf((float)hd) when the
+ * factor is 1 (the kernels' scale before they took one). */
+float sl_rope_score_scale(const sl_model_config *c);
+/* The same factor alone (attention_factor^2; 1 without YaRN), for code that
+ * scales scores in double (models/generate.c). */
+double sl_rope_score_factor(const sl_model_config *c);
 
 /* A table of backend memory (ops->alloc, ops->upload) holding host[0..hd/2);
  * NULL with a message when it cannot be allocated. Free with ops->free.

@@ -64,6 +64,9 @@ def main():
         "mistral window 5": L.init_model(L.make_config(vocab=VOCAB, mistral=True, sliding_window=5), seed=13,
                                          std=0.3),
         "mamba": M.init_model(M.make_config(vocab=VOCAB), seed=14, std=0.3),
+        # YaRN with its default attention factor (0.1 ln 4 + 1): q.k times its square
+        "llama yarn": L.init_model(L.make_config(vocab=VOCAB, head_dim=16, max_position_embeddings=512,
+                                                 rope_scaling={"rope_type": "yarn", "factor": 4.0}), seed=15, std=0.3),
     }
     dirs = {}
     for name, m in models.items():

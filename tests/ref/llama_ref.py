@@ -367,8 +367,9 @@ class Attention(nn.Module):
         else:
             s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)      # (B, nh, T, T)
         mask = torch.ones(T, T, dtype=torch.bool).triu(1)
-        if self.window > 0:  # Mistral, a Qwen sliding layer: also hide keys with i - j >= window
-            mask = mask | torch.ones(T, T, dtype=torch.bool).tril(-self.window)
+        window = c.sliding_window if c.mistral else self.window  # Mistral: the config's, read at each call
+        if window > 0:  # Mistral, a Qwen or Gemma sliding layer: also hide keys with i - j >= window
+            mask = mask | torch.ones(T, T, dtype=torch.bool).tril(-window)
         if hide is not None:
             mask = mask[None, None] | hide[:, None]
         s = s.masked_fill(mask, float("-inf"))

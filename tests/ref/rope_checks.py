@@ -1,6 +1,6 @@
 """rope_scaling vs PyTorch: `shardlm dump` (logits, loss, every gradient, 2e-5
 max relative, the dump bound of docs/CONTRIBUTING.md) of tiny Llamas with
-rope_scaling linear, llama3 and yarn against llama_ref.py, whose
+rope_scaling linear, llama3 and yarn (with and without an attention factor) against llama_ref.py, whose
 rope_inv_freq is written from transformers' modeling_rope_utils.py.
 
 The shapes make every band of each rule count: head_dim 16 (8 pairs,
@@ -34,6 +34,8 @@ CASES = [
                 "original_max_position_embeddings": 64}),
     ("linear-old-spelling", {"type": "linear", "factor": 2.0}),
     ("yarn", {"rope_type": "yarn", "factor": 4.0, "attention_factor": 1.0}),
+    # the default attention factor 0.1 ln 4 + 1 = 1.1386: q.k times its square
+    ("yarn-factor", {"rope_type": "yarn", "factor": 4.0}),
     # DeepSeek-V3's form: transformers takes factor = max / original (512 / 128 = 4, not the
     # file's 40) and the correction range from the original; mscale = mscale_all_dim: factor 1
     ("yarn-original", {"rope_type": "yarn", "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 1.0,
@@ -55,7 +57,7 @@ def main():
         inv, af = L.rope_inv_freq(cfg)
         plain, _ = L.rope_inv_freq(L.LlamaConfig(BASE))
         kept = int((inv == plain).sum())
-        ck(f"[{tag}] reference table differs from plain RoPE", kept < len(inv) and af == 1.0,
+        ck(f"[{tag}] reference table differs from plain RoPE", kept < len(inv) and (af == 1.0) == (tag != "yarn-factor"),
            f"{kept} of {len(inv)} pairs kept, attention factor {af}")
         mdir = os.path.join(w, "model_" + tag)
         L.save_hf(L.init_model(cfg, seed=11 + k, std=0.08, norm_jitter=0.1), mdir)
@@ -68,6 +70,20 @@ def main():
             ck(f"[{tag}] dump", False, msg)
             continue
         E.compare_dump(ck, f"[{tag}] dump vs PyTorch: logits, loss, all grads (2e-5 rel)", out, ref, names)
+        if tag == "yarn-factor":
+            # negative control: the same model with attention_factor 1 in the engine misses the reference
+            off = os.path.join(w, "model_yarn_af1")
+            os.makedirs(off, exist_ok=True)
+            c2 = copy.deepcopy(common.config_read(mdir))
+            c2["rope_scaling"] = dict(c2["rope_scaling"], attention_factor=1.0)
+            common.config_write(off, c2)
+            os.symlink(os.path.join(mdir, "model.safetensors"), os.path.join(off, "model.safetensors"))
+            out2 = os.path.join(w, "dump_yarn_af1.safetensors")
+            ok, msg = E.run_engine(exe, dump_args(off, data, out2), out2 + ".log")
+            eng = common.st_read(out2) if ok else None
+            err = E.rel_err(eng["logits"].reshape(ref["logits"].shape), ref["logits"]) if ok else 0.0
+            ck("[yarn-factor] negative control: the engine without the attention factor misses the reference",
+               ok and err > 10 * E.DUMP_TOL, f"logits rel {err:.2e} (bound {E.DUMP_TOL:g})" if ok else msg)
         if tag == "llama3":
             # negative control: the engine without the scaling, against the scaled reference
             off = os.path.join(w, "model_llama3_off")

@@ -26,7 +26,6 @@ refuse dynamic '"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}' \
 refuse unknown '"rope_scaling": {"type": "su", "factor": 2.0}' "'rope_scaling.type' = \"su\" is not supported"
 refuse nofactor '"rope_scaling": {"rope_type": "llama3", "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}' \
   "missing required field 'rope_scaling.factor'"
-refuse yarn_attn '"rope_scaling": {"rope_type": "yarn", "factor": 4.0}' "attention_factor"
 
 # a tiny llama3-scaled model (head_dim 16, original 64: all three bands) trains
 tiny_data "$W/data"

@@ -436,8 +436,6 @@ static void test_config(void) {
   BAD(RS "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
          "\"original_max_position_embeddings\": 8192.5}",
       "original_max_position_embeddings", "config: llama3 with a fractional original_max_position_embeddings");
-  BAD(RS "{\"rope_type\": \"yarn\", \"factor\": 4.0}", "attention_factor = 1.1386294361119891",
-      "config: yarn with the default attention factor 0.1 ln 4 + 1 refused (not implemented)");
   BAD(RS "{\"rope_type\": \"yarn\", \"factor\": 4.0, \"truncate\": 1, \"attention_factor\": 1.0}",
       "'rope_scaling.truncate'", "config: yarn truncate of the wrong type");
   rc =
@@ -460,6 +458,11 @@ static void test_config(void) {
             c.rope_scaling.beta_fast == 32 && c.rope_scaling.beta_slow == 1 &&
             c.rope_scaling.original_max_position_embeddings == 4096 && c.rope_scaling.truncate,
         "config: yarn with attention_factor 1 (beta_fast 0 reads as unset, as transformers' `or 32`)");
+  rc = cfg("{\"architectures\": [\"LlamaForCausalLM\"], \"num_hidden_layers\": 2, \"vocab_size\": 300, " RS
+           "{\"rope_type\": \"yarn\", \"factor\": 4.0}}",
+           &c);
+  check(rc == 0 && c.rope_scaling.attention_factor == 0.1 * log(4.0) + 1.0,
+        "config: yarn's default attention factor 0.1 ln 4 + 1");
   rc = cfg("{\"architectures\": [\"LlamaForCausalLM\"], \"num_hidden_layers\": 2, \"vocab_size\": 300, "
            "\"max_position_embeddings\": 163840, " RS
            "{\"rope_type\": \"yarn\", \"factor\": 40, \"mscale\": 1.0, \"mscale_all_dim\": 1.0, "
