@@ -1,9 +1,9 @@
 /* plan/planner.c — memory / communication / time model of training
  * configurations and the search over them. The unit sizes and FLOPs per
- * token are the model's own; the schedule replay (sl_plan_simulate) is the
- * search's closed form for GPU mixed precision (the engine check runs the
- * engine itself: engine/dryrun.c); docs/planner.md has the formulas and
- * assumptions. */
+ * token are the model's own; the memory and bytes of a data-parallel
+ * candidate are the engine's dry run (engine/dryrun.c, a reduced number of
+ * layers scaled exactly, remembered per key); docs/planner.md has the time
+ * model's formulas and assumptions. */
 #include "plan/planner.h"
 
 #include <ctype.h>
@@ -12,8 +12,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/dryrun.h"
 #include "kernels/count/ops_count.h"
 #include "shard/shardmath.h"
+
+/* A candidate's engine run: the search's key (N ranks; the figures depend on nothing else). */
+typedef struct {
+  int N, zero, S, ac, sync, e;
+  int64_t b, T, A;
+} dry_key;
+
+struct sl_plan_dry_memo {
+  int n, cap;
+  dry_key *key;
+  sl_plan_figures *val;
+};
 
 /* ---- the model: the engine's own unit specs and FLOP count ------------------ */
 int sl_plan_model_init(const sl_model_config *cfg, sl_plan_model *out) {
@@ -22,11 +35,12 @@ int sl_plan_model_init(const sl_model_config *cfg, sl_plan_model *out) {
   int rc = sl_model_create_specs(cfg, &out->spec);
   if (rc) return rc;
   out->memo = calloc(1, sizeof *out->memo);
+  out->dry = calloc(1, sizeof *out->dry);
   sl_model *sm = out->spec;
   out->nunits = sm->nunits;
   out->numel = calloc((size_t)sm->nunits, sizeof(int64_t));
   out->pinned = calloc((size_t)sm->nunits, sizeof(int));
-  if (!out->numel || !out->pinned || !out->memo) {
+  if (!out->numel || !out->pinned || !out->memo || !out->dry) {
     sl_plan_model_free(out);
     return sl_fail(SL_ENOMEM, "planner: out of memory");
   }
@@ -61,6 +75,11 @@ void sl_plan_model_free(sl_plan_model *m) {
   free(m->pinned);
   sl_model_destroy(m->spec);
   free(m->memo);
+  if (m->dry) {
+    free(m->dry->key);
+    free(m->dry->val);
+    free(m->dry);
+  }
   memset(m, 0, sizeof *m);
 }
 
@@ -144,11 +163,6 @@ void sl_plan_run_engine(sl_plan_run *r, const char *param_dtype, const char *red
   r->sync_accum = 1;
   r->param_bytes = param_dtype && !strcmp(param_dtype, "bf16") ? 2 : 4;
   r->reduce_bytes = reduce_dtype && !strcmp(reduce_dtype, "bf16") ? 2 : 4;
-  r->grad_bytes = 4;
-  r->act_bytes = 4;
-  r->expand_fp32 = 1;
-  r->reduce_copy = 1;
-  r->align = 16;
   r->tp = 1;
 }
 
@@ -172,321 +186,83 @@ void sl_plan_run_train_cfg(const sl_plan_run *r, sl_train_cfg *c) {
                                       : "none");
 }
 
-enum { P_NONE = 0, P_INFLIGHT, P_READY };
-
-typedef struct {
-  int pstate;
-  int64_t gbuf, expand; /* gather-arena bytes held */
-  int has_grad, grad_pool;
-  int64_t grad_micro;
-  int nred, acc_own;
-} sunit;
-
-typedef struct {
-  int u;
-  int64_t send, recv;
-  int recv_bf16;
-  int first; /* the step's first reduction of the unit (acc = result) */
-} spend;
-
-typedef struct {
-  const sl_plan_run *r;
-  const sl_plan_model *m;
-  int U, zero, S, R;
-  sl_slice *sl;
-  sunit *un;
-  spend *pend;
-  int npend;
-  int64_t cur[SL_ARENA_COUNT], peak[SL_ARENA_COUNT], tot, totpeak;
-  int64_t gathered;
-  int micro, nmicro;
-  int64_t micro_seq;
-  uint64_t shard[SL_COLL_NKINDS], rep[SL_COLL_NKINDS];
-} sim;
-
-static void madd(sim *s, int a, int64_t b) {
-  s->cur[a] += b;
-  s->tot += b;
-  if (s->cur[a] > s->peak[a]) s->peak[a] = s->cur[a];
-  if (s->tot > s->totpeak) s->totpeak = s->tot;
+/* ---- the engine's figures: its dry run --------------------------------------- */
+/* The dry run of key k with the model's decoder layers set to L (engine/dryrun.h). */
+static int dry_layers(const sl_plan_model *m, const dry_key *k, int64_t L, sl_dry_result *out) {
+  sl_model_config mc = m->spec->cfg;
+  mc.num_hidden_layers = L;
+  sl_plan_run r;
+  sl_plan_run_engine(&r, k->e == 2 ? "bf16" : "fp32", k->e == 2 ? "bf16" : "fp32");
+  r.world = k->N;
+  r.shard_group = k->S;
+  r.zero = k->zero;
+  r.micro_batch = k->b;
+  r.seq_len = k->T;
+  r.grad_accum = k->A;
+  r.ac = (sl_actckpt)k->ac;
+  r.sync_accum = k->sync;
+  sl_train_cfg c;
+  sl_train_cfg_defaults(&c);
+  sl_plan_run_train_cfg(&r, &c);
+  return sl_train_dry_run(&c, &mc, k->N, 0, out);
 }
 
-static int64_t gbytes(const sim *s, int u) {
-  int64_t b = 0, P = s->sl[u].padded;
-  if (s->zero == 3) b += P * s->r->param_bytes;
-  if (s->r->param_bytes == 2 && s->r->expand_fp32) b += P * 4;
-  return b;
-}
+enum { LO = 3 }; /* the smaller of the two layer counts run */
+/* f(L) = f(LO) + (L - LO) (f(LO + 1) - f(LO)): every decoder unit is the same, so every figure of the step is affine
+ * in the number of layers (tests/unit/kernels/test_count_backend.c holds it to the full run). */
+static int64_t at_layers(int64_t f2, int64_t f3, int64_t L) { return f2 + (L - LO) * (f3 - f2); }
 
-static void issue(sim *s, int u) {
-  sunit *U = &s->un[u];
-  if (U->pstate != P_NONE) return;
-  if (s->zero == 3) {
-    U->gbuf = s->sl[u].padded * s->r->param_bytes;
-    madd(s, SL_ARENA_GATHER, U->gbuf);
-    s->shard[SL_COLL_ALLGATHER] +=
-        sl_comm_bus_bytes(SL_COLL_ALLGATHER, s->S, s->sl[u].shard, s->r->param_bytes == 2 ? SL_BF16 : SL_F32, 0);
-  }
-  s->gathered += gbytes(s, u);
-  U->pstate = P_INFLIGHT;
-}
-
-static void ready(sim *s, int u) {
-  sunit *U = &s->un[u];
-  issue(s, u);
-  if (U->pstate == P_READY) return;
-  if (s->r->param_bytes == 2 && s->r->expand_fp32) {
-    U->expand = s->sl[u].padded * 4;
-    madd(s, SL_ARENA_GATHER, U->expand);
-    if (U->gbuf) {
-      madd(s, SL_ARENA_GATHER, -U->gbuf);
-      U->gbuf = 0;
-    }
-  }
-  U->pstate = P_READY;
-}
-
-static void drop(sim *s, int u) {
-  sunit *U = &s->un[u];
-  if (U->pstate == P_NONE) return;
-  if (U->gbuf) {
-    madd(s, SL_ARENA_GATHER, -U->gbuf);
-    U->gbuf = 0;
-  }
-  if (U->expand) {
-    madd(s, SL_ARENA_GATHER, -U->expand);
-    U->expand = 0;
-  }
-  s->gathered -= gbytes(s, u);
-  U->pstate = P_NONE;
-}
-
-static void prefetch(sim *s, int next, int dir) {
-  for (int k = 0; k < s->r->prefetch; k++) {
-    int j = next + dir * k;
-    if (j < 0 || j >= s->U) break;
-    if (s->un[j].pstate != P_NONE) continue;
-    if (s->r->prefetch_bytes > 0 && s->gathered + gbytes(s, j) > s->r->prefetch_bytes) break;
-    issue(s, j);
-  }
-}
-
-static void take_grad(sim *s, int u) {
-  sunit *U = &s->un[u];
-  int keep = !s->r->sync_accum && s->micro > 0;
-  if (U->has_grad && (U->grad_micro == s->micro_seq || keep)) return;
-  if (s->zero >= 2) {
-    madd(s, SL_ARENA_GRADS, s->sl[u].padded * s->r->grad_bytes);
-    U->grad_pool = 1;
-  }
-  U->has_grad = 1;
-  U->grad_micro = s->micro_seq;
-}
-
-static void complete(sim *s, const spend *p) {
-  sunit *U = &s->un[p->u];
-  int64_t sh = s->sl[p->u].shard;
-  if (s->R > 1) {
-    int es = p->recv_bf16 ? 2 : s->r->reduce_bytes;
-    s->rep[SL_COLL_ALLREDUCE] += sl_comm_bus_bytes(SL_COLL_ALLREDUCE, s->R, sh, es == 2 ? SL_BF16 : SL_F32, 0);
-  }
-  if (p->recv_bf16 && !p->first) { /* bf16 result expanded to fp32 before it is added */
-    madd(s, SL_ARENA_WORKSPACE, sh * 4);
-    madd(s, SL_ARENA_WORKSPACE, -sh * 4);
-  }
-  if (p->recv) madd(s, SL_ARENA_WORKSPACE, -p->recv);
-  if (p->send) madd(s, SL_ARENA_WORKSPACE, -p->send);
-  if (U->grad_pool && U->has_grad) {
-    madd(s, SL_ARENA_GRADS, -s->sl[p->u].padded * s->r->grad_bytes);
-    U->has_grad = 0;
-    U->grad_pool = 0;
-  }
-}
-
-static void drain(sim *s, int keep) {
-  int done = s->npend - keep;
-  if (done <= 0) return;
-  for (int i = 0; i < done; i++) complete(s, &s->pend[i]);
-  memmove(s->pend, s->pend + done, sizeof(spend) * (size_t)keep);
-  s->npend = keep;
-}
-
-static void issue_reduce(sim *s, int u) {
-  sunit *U = &s->un[u];
-  int64_t sh = s->sl[u].shard, P = s->sl[u].padded;
-  spend p = {.u = u};
-  int first = U->nred == 0;
-  p.first = first;
-  int rb = s->r->reduce_bytes;
-  if (rb == 2 && s->r->reduce_copy) {
-    p.send = P * 2;
-    p.recv = sh * 2;
-    p.recv_bf16 = 1;
-    madd(s, SL_ARENA_WORKSPACE, p.send);
-    madd(s, SL_ARENA_WORKSPACE, p.recv);
-  } else if (!first) {
-    p.recv = sh * rb;
-    madd(s, SL_ARENA_WORKSPACE, p.recv);
-  }
-  s->shard[SL_COLL_REDUCE_SCATTER] +=
-      sl_comm_bus_bytes(SL_COLL_REDUCE_SCATTER, s->S, sh, rb == 2 ? SL_BF16 : SL_F32, 0);
-  U->nred++;
-  s->pend[s->npend++] = p;
-}
-
-static void sim_micro(sim *s, int k, int n) {
-  const sl_plan_run *r = s->r;
-  s->micro = k;
-  s->micro_seq++;
-  s->nmicro = n;
-  if (k == 0) {
-    int nred = r->sync_accum ? n : 1;
-    for (int u = 0; u < s->U; u++) {
-      s->un[u].nred = 0;
-      if (s->zero <= 1 && nred > 1 && !s->un[u].acc_own) {
-        s->un[u].acc_own = 1;
-        madd(s, SL_ARENA_GRADS, s->sl[u].shard * r->grad_bytes);
-      }
-    }
-  }
-  for (int u = 0; u < s->U; u++) { /* forward */
-    issue(s, u);
-    prefetch(s, u + 1, +1);
-    ready(s, u);
-    if (!s->m->pinned[u] && !(s->zero == 3 && !r->reshard_after_forward)) drop(s, u);
-  }
-  for (int u = s->U - 1; u >= 0; u--) { /* backward */
-    issue(s, u);
-    prefetch(s, u - 1, -1);
-    ready(s, u);
-    take_grad(s, u);
-    if (u == s->U - 1 && s->m->pinned[0]) take_grad(s, 0); /* tied LM head adds into unit 0 */
-    drop(s, u);
-    if (r->sync_accum || k == n - 1) {
-      issue_reduce(s, u);
-      drain(s, 1);
-    }
-  }
-  drain(s, 0);
-  for (int u = 0; u < s->U; u++) drop(s, u);
-  if (k == n - 1 && s->zero == 0)
-    for (int u = 0; u < s->U; u++)
-      s->shard[SL_COLL_ALLGATHER] +=
-          sl_comm_bus_bytes(SL_COLL_ALLGATHER, s->S, s->sl[u].shard, r->grad_bytes == 2 ? SL_BF16 : SL_F32, 0);
-}
-
-int sl_plan_simulate(const sl_plan_model *m, const sl_plan_run *r, sl_plan_mem *out) {
+static int dry_figures(const sl_plan_model *m, const dry_key *k, sl_plan_figures *out) {
   memset(out, 0, sizeof *out);
-  int W = r->world, S = r->shard_group > 0 ? r->shard_group : r->world;
-  if (W < 1 || S < 1 || S > W || W % S)
-    return sl_fail(SL_EINPUT, "planner: shard group %d must divide the world size %d", S, W);
-  if (r->zero < 0 || r->zero > 3) return sl_fail(SL_EINPUT, "planner: ZeRO stage must be 0..3 (found %d)", r->zero);
-  if (r->micro_batch < 1 || r->seq_len < 1 || r->grad_accum < 1)
-    return sl_fail(SL_EINPUT, "planner: micro-batch, seq-len and grad-accum must be >= 1");
-  sim s;
-  memset(&s, 0, sizeof s);
-  s.r = r;
-  s.m = m;
-  s.U = m->nunits;
-  s.zero = r->zero;
-  s.S = S;
-  s.R = W / S;
-  s.sl = calloc((size_t)s.U, sizeof(sl_slice));
-  s.un = calloc((size_t)s.U, sizeof(sunit));
-  s.pend = calloc((size_t)s.U + 2, sizeof(spend));
-  if (!s.sl || !s.un || !s.pend) {
-    free(s.sl);
-    free(s.un);
-    free(s.pend);
-    return sl_fail(SL_ENOMEM, "planner: out of memory");
+  int64_t L = m->spec->cfg.num_hidden_layers;
+  sl_dry_result a, b;
+  int rc = dry_layers(m, k, L <= LO + 1 ? L : LO, &a);
+  if (!rc && L > LO + 1) rc = dry_layers(m, k, LO + 1, &b);
+  if (rc) return rc;
+  if (L <= LO + 1) b = a;
+  int64_t n = L <= LO + 1 ? LO : L; /* at_layers(f, f, LO) = f */
+  for (int i = 0; i < SL_ARENA_COUNT; i++) {
+    out->peak[i] = at_layers(a.peak[i], b.peak[i], n);
+    out->start[i] = at_layers(a.start[i], b.start[i], n);
   }
-  int64_t pb = r->param_bytes, gb = r->grad_bytes;
-  /* setup: sl_fsdp_create, trainer optimizer views, model activations */
-  for (int u = 0; u < s.U; u++) {
-    sl_shard_slice(m->numel[u], S, r->align, 0, &s.sl[u]);
-    s.un[u].grad_micro = -1;
-    int64_t P = s.sl[u].padded, sh = s.sl[u].shard;
-    if (r->zero <= 2) madd(&s, SL_ARENA_PARAMS, P * pb);
-    else {
-      madd(&s, SL_ARENA_PARAMS, sh * pb);
-      out->shard_param_bytes += sh * pb;
+  out->total_peak = at_layers(a.total_peak, b.total_peak, n);
+  for (int i = 0; i < SL_COLL_NKINDS; i++)
+    out->comm[i] = (uint64_t)at_layers((int64_t)a.comm[i], (int64_t)b.comm[i], n);
+  out->comm_total = (uint64_t)at_layers((int64_t)a.comm_total, (int64_t)b.comm_total, n);
+  return SL_OK;
+}
+
+int sl_plan_engine_figures(const sl_plan_model *m, const sl_plan_run *r, sl_plan_figures *out) {
+  dry_key k;
+  memset(&k, 0, sizeof k); /* compared whole */
+  k.N = r->world;
+  k.zero = r->zero;
+  k.S = r->shard_group > 0 ? r->shard_group : r->world;
+  k.ac = (int)r->ac;
+  k.sync = r->sync_accum;
+  k.e = r->param_bytes;
+  k.b = r->micro_batch;
+  k.T = r->seq_len;
+  k.A = r->grad_accum;
+  sl_plan_dry_memo *c = m->dry;
+  for (int i = 0; c && i < c->n; i++)
+    if (!memcmp(&c->key[i], &k, sizeof k)) {
+      *out = c->val[i];
+      return SL_OK;
     }
-    if (r->zero <= 1) madd(&s, SL_ARENA_GRADS, P * gb);
-    else {
-      madd(&s, SL_ARENA_GRADS, sh * gb);
-      out->acc_bytes += sh * gb;
-    }
-    madd(&s, SL_ARENA_OPTIM, 3 * (r->zero == 0 ? P : sh) * 4);
+  int rc = dry_figures(m, &k, out);
+  if (rc || !c) return rc;
+  if (c->n == c->cap) {
+    int cap = c->cap ? 2 * c->cap : 64;
+    dry_key *nk = realloc(c->key, sizeof *nk * (size_t)cap);
+    if (nk) c->key = nk;
+    sl_plan_figures *nv = nk ? realloc(c->val, sizeof *nv * (size_t)cap) : NULL;
+    if (!nv) return SL_OK; /* not remembered: asked again next time */
+    c->val = nv;
+    c->cap = cap;
   }
-  int64_t ae = 0, we = 0;
-  int rc = sl_plan_engine_acts(m, r->micro_batch, r->seq_len, r->ac, &ae, &we);
-  if (rc) {
-    free(s.sl);
-    free(s.un);
-    free(s.pend);
-    return rc;
-  }
-  double acts = (double)ae * r->act_bytes;
-  if (r->gpt_acts && m->arch != SL_ARCH_MAMBA) {
-    /* GPT constants for the blocks; the stream and head as the engine keeps them */
-    double per = sl_plan_gpt_act_bytes((double)r->seq_len, (double)r->micro_batch, (double)m->C, (double)m->nh, r->tp,
-                                       r->tp > 1, r->ac);
-    acts = per * (double)m->L + (double)(r->micro_batch * r->seq_len) * (double)m->C * 2.0 * r->act_bytes;
-  } else if (r->tp > 1) {
-    acts /= r->tp;
-  }
-  madd(&s, SL_ARENA_ACTS, (int64_t)acts);
-  madd(&s, SL_ARENA_WORKSPACE, we * r->act_bytes / (r->tp > 1 ? r->tp : 1));
-  for (int a = 0; a < SL_ARENA_COUNT; a++) out->start[a] = s.cur[a];
-  /* sl_mem_reset_peaks */
-  for (int a = 0; a < SL_ARENA_COUNT; a++) s.peak[a] = s.cur[a];
-  s.totpeak = s.tot;
-  int n = (int)r->grad_accum;
-  for (int step = 0; step < 2; step++) {
-    memset(s.shard, 0, sizeof s.shard);
-    memset(s.rep, 0, sizeof s.rep);
-    uint64_t mid[SL_COLL_NKINDS] = {0}, midrep = 0;
-    for (int k = 0; k < n; k++) {
-      if (n >= 4 && k == 2) k = n - 1; /* micro-batches 1..n-2 are identical */
-      uint64_t b0[SL_COLL_NKINDS], r0 = s.rep[SL_COLL_ALLREDUCE];
-      memcpy(b0, s.shard, sizeof b0);
-      sim_micro(&s, k, n);
-      if (k == (n >= 2 ? (n > 2 ? 1 : 0) : 0)) {
-        for (int c = 0; c < SL_COLL_NKINDS; c++) mid[c] = s.shard[c] - b0[c];
-        midrep = s.rep[SL_COLL_ALLREDUCE] - r0;
-      }
-    }
-    if (n >= 4) {
-      for (int c = 0; c < SL_COLL_NKINDS; c++) s.shard[c] += (uint64_t)(n - 3) * mid[c];
-      s.rep[SL_COLL_ALLREDUCE] += (uint64_t)(n - 3) * midrep;
-    }
-    uint64_t before = s.shard[SL_COLL_ALLGATHER];
-    /* sl_fsdp_grad_sumsq: one double per rank */
-    s.shard[SL_COLL_ALLGATHER] += sl_comm_bus_bytes(SL_COLL_ALLGATHER, S, 1, SL_F64, 0);
-    /* optimizer: ZeRO-1/2 all-gather the updated shards */
-    if (r->zero == 1 || r->zero == 2)
-      for (int u = 0; u < s.U; u++)
-        s.shard[SL_COLL_ALLGATHER] +=
-            sl_comm_bus_bytes(SL_COLL_ALLGATHER, S, s.sl[u].shard, pb == 2 ? SL_BF16 : SL_F32, 0);
-    memcpy(out->comm_shard_micro, mid, sizeof mid);
-    out->comm_rep_micro = midrep;
-    out->comm_step_only = s.shard[SL_COLL_ALLGATHER] - before;
-    if (r->zero == 0) /* the end-of-step gradient gather */
-      for (int u = 0; u < s.U; u++)
-        out->comm_step_only += sl_comm_bus_bytes(SL_COLL_ALLGATHER, S, s.sl[u].shard, gb == 2 ? SL_BF16 : SL_F32, 0);
-  }
-  out->comm_total = 0;
-  for (int c = 0; c < SL_COLL_NKINDS; c++) {
-    out->comm[c] = s.shard[c] + s.rep[c];
-    out->comm_total += out->comm[c];
-  }
-  memcpy(out->peak, s.peak, sizeof out->peak);
-  out->total_peak = s.totpeak;
-  out->shard_size = S;
-  out->replica_size = s.R;
-  free(s.sl);
-  free(s.un);
-  free(s.pend);
+  c->key[c->n] = k;
+  c->val[c->n++] = *out;
   return SL_OK;
 }
 
@@ -553,6 +329,18 @@ static double unit_recompute_flops(const sl_plan_model *m, int u, int64_t T, sl_
 
 static int same_node(int first, int last, int G) { return first / G == last / G; }
 
+/* --act-model gpt: the activations arena from the GPT formula (blocks) plus the engine's residual stream and head,
+ * in place of the engine's own; *gpu moves by the difference. */
+static int gpt_acts(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x, double *gpu) {
+  if (!c->gpt_acts || m->arch == SL_ARCH_MAMBA) return SL_OK;
+  double per = sl_plan_gpt_act_bytes((double)c->seq_len, (double)x->micro_batch, (double)m->C, (double)m->nh, 1, 0,
+                                     x->ac);
+  double acts = per * (double)m->L + (double)(x->micro_batch * c->seq_len) * (double)m->C * 2.0 * c->dtype_bytes;
+  *gpu += acts - x->mem[SL_ARENA_ACTS];
+  x->mem[SL_ARENA_ACTS] = acts;
+  return SL_OK;
+}
+
 static int eval_engine(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x) {
   int N = c->gpus, G = c->gpus_per_node > 0 ? c->gpus_per_node : N;
   int S = x->shard_group, R = N / S, e = c->dtype_bytes;
@@ -569,15 +357,14 @@ static int eval_engine(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan
   r.prefetch = 1;
   r.reshard_after_forward = 1;
   r.sync_accum = x->sync_accum;
-  r.param_bytes = r.reduce_bytes = r.grad_bytes = r.act_bytes = e;
-  r.align = 16;
-  r.gpt_acts = c->gpt_acts;
+  r.param_bytes = r.reduce_bytes = e;
   r.tp = 1;
-  sl_plan_mem pm;
-  int rc = sl_plan_simulate(m, &r, &pm);
+  sl_plan_figures pm; /* the engine's own: its dry run */
+  int rc = sl_plan_engine_figures(m, &r, &pm);
   if (rc) return rc;
   for (int a = 0; a < SL_ARENA_COUNT; a++) x->mem[a] = (double)pm.peak[a];
   double gpu = (double)pm.total_peak, host = 0, nvme = 0;
+  if ((rc = gpt_acts(m, c, x, &gpu))) return rc;
   double view = 0, maxview = 0, sumshard = 0;
   for (int u = 0; u < m->nunits; u++) {
     sl_slice sl;
@@ -598,11 +385,12 @@ static int eval_engine(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan
     x->mem[SL_ARENA_OPTIM] = 0;
   }
   if (x->offload_params) {
-    double moved = (double)(pm.shard_param_bytes + pm.acc_bytes);
-    gpu -= moved;
-    host += moved;
-    x->mem[SL_ARENA_PARAMS] -= (double)pm.shard_param_bytes;
-    x->mem[SL_ARENA_GRADS] -= (double)pm.acc_bytes;
+    /* the parameter and reduced-gradient shards: what the arenas hold when the step starts */
+    double sp = (double)pm.start[SL_ARENA_PARAMS], acc = (double)pm.start[SL_ARENA_GRADS];
+    gpu -= sp + acc;
+    host += sp + acc;
+    x->mem[SL_ARENA_PARAMS] -= sp;
+    x->mem[SL_ARENA_GRADS] -= acc;
   }
   x->gpu_total = gpu + SL_PLAN_RESERVE;
   x->host_per_gpu = host;
