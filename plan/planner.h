@@ -42,7 +42,7 @@ typedef struct {
 typedef struct {
   int n;
   sl_plan_acts_entry e[64];
-} sl_plan_acts_memo;                           /* sl_plan_engine_acts' answers, remembered */
+} sl_plan_acts_memo;                              /* sl_plan_engine_acts' answers, remembered */
 typedef struct sl_plan_dry_memo sl_plan_dry_memo; /* sl_plan_engine_figures' answers (plan/planner.c) */
 
 /* The model as the planner sees it: units over flat buffers. */
@@ -113,10 +113,11 @@ typedef struct {
 } sl_plan_figures;
 
 /* The engine's own figures of run r (world, shard_group, zero, micro_batch,
- * seq_len, grad_accum, ac, sync_accum, param_bytes for both dtypes): its
- * dry run as rank 0 with 2 and 3 decoder layers, scaled exactly to the
+ * seq_len, grad_accum, ac, sync_accum, param_bytes for both dtypes; tier
+ * none): its dry run as rank 0 with 3 and 4 decoder layers, scaled to the
  * model's (every decoder unit is the same, so each figure is affine in the
- * layer count), remembered in m per key. */
+ * layer count; tests/unit/kernels/test_count_backend.c holds the scaling
+ * equal to the whole model's dry run), remembered in m per key. */
 int sl_plan_engine_figures(const sl_plan_model *m, const sl_plan_run *r, sl_plan_figures *out);
 
 /* Field-guide closed forms for GPT-style models: parameters of l layers of
@@ -143,7 +144,7 @@ typedef struct {
   double hbm_bw;                 /* GB/s, GPU optimizer step */
   double margin;                 /* usable fraction of gpu_mem / host_mem */
   int64_t seq_len, global_batch; /* tokens per step (all GPUs) */
-  int dtype_bytes;               /* 2: bf16 params/grads + fp32 master/m/v; 4: fp32 */
+  int dtype_bytes;               /* gathers and reductions: 2 (--param-dtype / --reduce-dtype bf16) or 4 (fp32) */
   int gpt_acts;                  /* activation model: GPT formula (1) or engine (0) */
   int allow_tp_pp;               /* enumerate analytic TP/PP candidates */
 } sl_plan_cluster;
@@ -156,8 +157,7 @@ enum { SL_PLAN_AG = 0, SL_PLAN_RS, SL_PLAN_AR, SL_PLAN_P2P, SL_PLAN_NCOMM };
 typedef struct {
   /* configuration */
   int zero, shard_group, tp, pp;
-  int offload_optim;  /* SL_PLAN_OFF_* */
-  int offload_params; /* ZeRO-3: parameter and gradient shards on the host */
+  int offload_optim; /* SL_PLAN_OFF_* (--offload-params is not searched: the engine does not move parameters yet) */
   sl_actckpt ac;
   int64_t micro_batch, grad_accum; /* per GPU; grad_accum = micro-batches per step */
   int sync_accum;

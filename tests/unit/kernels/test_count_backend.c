@@ -7,12 +7,12 @@
  * run) against the FSDP closed forms (ZeRO-3 moves 3 (d-1)/d of the padded parameters per micro-batch, ZeRO-1/2 reduce per
  * micro-batch and gather once, ZeRO-0 = the all-reduce volume; the
  * optimizer holds 12 bytes per element of its view); and the search's
- * engine figures (fewer layers, scaled) against the whole model's dry run
- * on every arena and collective kind (tied model, hybrid groups, bf16,
- * no-sync, checkpointing). */
+ * engine figures (3 and 4 layers, scaled) against the whole model's dry
+ * run on every arena and collective kind (tied and untied models, hybrid
+ * groups, bf16, no-sync, checkpointing). */
 #include <math.h>
-#include <stdio.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -248,17 +248,15 @@ static void test_engine_step(void) {
   CHECK(!memcmp(&before, &after, sizeof before), "the caller's arena counters are left as found");
 }
 
-/* The search's engine figures (sl_plan_engine_figures: dry runs of 2 and 3
- * decoder layers, scaled to the model's 5) against the dry run of the whole
- * model on every arena and collective kind: the scaling is exact. */
-static void test_scaled_vs_engine(void) {
-  const char *tied = "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 96, \"intermediate_size\": 200,"
-                     " \"num_attention_heads\": 6, \"num_key_value_heads\": 2, \"num_hidden_layers\": 7,"
-                     " \"vocab_size\": 301, \"tie_word_embeddings\": true}";
+/* The search's engine figures (sl_plan_engine_figures: dry runs of 3 and 4
+ * decoder layers, scaled to the model's 7) against the dry run of the whole
+ * model on every arena and collective kind, for a tied and an untied model:
+ * the scaling is exact. */
+static void scaled_vs_engine(const char *name, const char *json) {
   sl_model_config mc;
   sl_plan_model pm;
-  if (sl_hfconfig_parse("tied", tied, strlen(tied), &mc) || sl_plan_model_init(&mc, &pm)) {
-    CHECK(0, "tied config: %s", sl_errmsg());
+  if (sl_hfconfig_parse(name, json, strlen(json), &mc) || sl_plan_model_init(&mc, &pm)) {
+    CHECK(0, "%s config: %s", name, sl_errmsg());
     return;
   }
   int n = 0;
@@ -279,18 +277,29 @@ static void test_scaled_vs_engine(void) {
         sl_dry_result b;
         int rc = sl_plan_engine_figures(&pm, &r, &a);
         if (!rc) rc = dry_run(&mc, &r, 0, &b);
-        CHECK(rc == SL_OK, "w=%d zero=%d v=%d: %s", w, zero, v, sl_errmsg());
+        CHECK(rc == SL_OK, "%s w=%d zero=%d v=%d: %s", name, w, zero, v, sl_errmsg());
         if (rc) continue;
         int same = a.total_peak == b.total_peak && a.comm_total == b.comm_total;
         for (int k = 0; k < SL_ARENA_COUNT; k++) same &= a.peak[k] == b.peak[k] && a.start[k] == b.start[k];
         for (int k = 0; k < SL_COLL_NKINDS; k++) same &= a.comm[k] == b.comm[k];
-        CHECK(same, "w=%d zero=%d v=%d: scaled peak %lld comm %llu, engine peak %lld comm %llu", w, zero, v,
+        CHECK(same, "%s w=%d zero=%d v=%d: scaled peak %lld comm %llu, engine peak %lld comm %llu", name, w, zero, v,
               (long long)a.total_peak, (unsigned long long)a.comm_total, (long long)b.total_peak,
               (unsigned long long)b.comm_total);
         n++;
       }
-  printf("scaled vs engine: %d configurations compared\n", n);
+  printf("scaled vs engine (%s): %d configurations compared\n", name, n);
   sl_plan_model_free(&pm);
+}
+
+static void test_scaled_vs_engine(void) {
+  scaled_vs_engine("tied",
+                   "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 96, \"intermediate_size\": 200,"
+                   " \"num_attention_heads\": 6, \"num_key_value_heads\": 2, \"num_hidden_layers\": 7,"
+                   " \"vocab_size\": 301, \"tie_word_embeddings\": true}");
+  scaled_vs_engine("untied", "{\"architectures\": [\"MistralForCausalLM\"], \"hidden_size\": 64,"
+                             " \"intermediate_size\": 176, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+                             " \"num_hidden_layers\": 7, \"vocab_size\": 300, \"sliding_window\": 4,"
+                             " \"tie_word_embeddings\": false}");
 }
 
 int main(void) {
