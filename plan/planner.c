@@ -1,9 +1,9 @@
 /* plan/planner.c — memory / communication / time model of training
  * configurations and the search over them. The unit sizes and FLOPs per
  * token are the model's own; the memory and bytes of a data-parallel
- * candidate are the engine's dry run (engine/dryrun.c: 3 and 4 decoder
- * layers scaled exactly, remembered per key), with the optimizer tier's
- * arenas applied by the engine's rules (offload_tier); the analytic TP / PP
+ * or TP candidate are the engine's dry run (engine/dryrun.c: 3 and 4
+ * decoder layers scaled exactly, remembered per key), with the optimizer
+ * tier's arenas applied by the engine's rules (offload_tier); the pipeline
  * candidates and the time model are closed forms (docs/planner.md). */
 #include "plan/planner.h"
 
@@ -21,11 +21,11 @@
 /* A candidate's engine run: the search's key (N ranks; the figures depend on nothing else). No padding: compared
  * with memcmp. */
 typedef struct {
-  int N, zero, S, ac, sync, e;
+  int N, zero, S, ac, sync, e, tp, sp;
   int64_t b, T, A;
 } dry_key;
 
-_Static_assert(sizeof(dry_key) == 6 * sizeof(int) + 3 * sizeof(int64_t), "dry_key has padding");
+_Static_assert(sizeof(dry_key) == 8 * sizeof(int) + 3 * sizeof(int64_t), "dry_key has padding");
 
 struct sl_plan_dry_memo {
   int n, cap;
@@ -206,6 +206,8 @@ static int dry_layers(const sl_plan_model *m, const dry_key *k, int64_t L, sl_dr
   r.grad_accum = k->A;
   r.ac = (sl_actckpt)k->ac;
   r.sync_accum = k->sync;
+  r.tp = k->tp;
+  r.sequence_parallel = k->sp;
   sl_train_cfg c;
   sl_train_cfg_defaults(&c);
   sl_plan_run_train_cfg(&r, &c);
@@ -235,6 +237,8 @@ static int dry_figures(const sl_plan_model *m, const dry_key *k, sl_plan_figures
   for (int i = 0; i < SL_COLL_NKINDS; i++)
     out->comm[i] = (uint64_t)at_layers((int64_t)a.comm[i], (int64_t)b.comm[i], n);
   out->comm_total = (uint64_t)at_layers((int64_t)a.comm_total, (int64_t)b.comm_total, n);
+  for (int i = 0; i < SL_COLL_NKINDS; i++)
+    out->tp_comm[i] = (uint64_t)at_layers((int64_t)a.tp_comm[i], (int64_t)b.tp_comm[i], n);
   return SL_OK;
 }
 
@@ -264,9 +268,18 @@ static int key_figures(const sl_plan_model *m, const dry_key *kp, sl_plan_figure
 }
 
 int sl_plan_engine_figures(const sl_plan_model *m, const sl_plan_run *r, sl_plan_figures *out) {
-  dry_key k = {r->world,       r->zero,       r->shard_group > 0 ? r->shard_group : r->world,
-               (int)r->ac,     r->sync_accum, r->param_bytes,
-               r->micro_batch, r->seq_len,    r->grad_accum};
+  int tp = r->tp > 1 ? r->tp : 1;
+  dry_key k = {r->world,
+               r->zero,
+               r->shard_group > 0 ? r->shard_group : r->world / tp,
+               (int)r->ac,
+               r->sync_accum,
+               r->param_bytes,
+               tp,
+               r->sequence_parallel,
+               r->micro_batch,
+               r->seq_len,
+               r->grad_accum};
   return key_figures(m, &k, out);
 }
 
@@ -400,8 +413,8 @@ static void offload_tier(const sl_plan_model *m, sl_plan_cand *x, double maxview
 static int engine_memory(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x, sl_plan_figures *pm) {
   int N = c->gpus, G = c->gpus_per_node > 0 ? c->gpus_per_node : N;
   /* the engine defaults, the search's dtype for gathers and reductions */
-  dry_key k = {N,          x->zero,      x->shard_group, (int)x->ac, x->sync_accum, c->dtype_bytes, x->micro_batch,
-               c->seq_len, x->grad_accum};
+  dry_key k = {N,     x->zero, x->shard_group, (int)x->ac, x->sync_accum, c->dtype_bytes,
+               x->tp, 0,       x->micro_batch, c->seq_len, x->grad_accum};
   int rc = key_figures(m, &k, pm);
   if (rc) return rc;
   for (int a = 0; a < SL_ARENA_COUNT; a++) x->mem[a] = (double)pm->peak[a];
@@ -506,22 +519,15 @@ static int eval_engine(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan
   return engine_time(m, c, x, bws, bwr);
 }
 
-static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x) {
-  int N = c->gpus, G = c->gpus_per_node > 0 ? c->gpus_per_node : N, t = x->tp, p = x->pp;
-  int d = N / (t * p), e = c->dtype_bytes;
-  int64_t T = c->seq_len, b = x->micro_batch, A = x->grad_accum, L = m->L, U = m->nunits;
-  double Lp = ceil((double)L / p), blk = (double)m->numel[1];
-  double first = Lp * blk / t + (double)m->numel[0] / t + (p == 1 ? (double)m->numel[U - 1] / t : 0);
-  double last = Lp * blk / t + (double)m->numel[U - 1] / t;
-  double Pg = fmax(first, last), dp_shard = ceil(Pg / d);
-  /* ZeRO-3 on the DP axis (PP = 1, the engine's --tp T --zero 3): the DP
-   * shards of the TP slices, plus one slice gathered in use and one in
-   * flight, and the gradient of the unit in backward. A closed form (the
-   * dry run does not run these candidates yet), in the engine's element
-   * sizes: parameters and gathers in the gather dtype e, bf16 gathers
-   * expanded to fp32, gradients, activations and workspace fp32. */
-  int z3 = x->zero == 3;
-  double unit = fmax(blk, fmax((double)m->numel[0], (double)m->numel[U - 1])) / t;
+/* Memory of a pipeline candidate (or any under --act-model gpt, or one the engine refuses), a closed form (the dry
+ * run does not run pipeline candidates yet) in the engine's element sizes: parameters and gathers in the gather dtype
+ * e, bf16 gathers expanded to fp32, gradients, activations and workspace fp32. ZeRO-3 on the DP axis (PP = 1,
+ * --tp T --zero 3): the DP shards of the TP slices, plus one slice gathered in use and one in flight, and the
+ * gradient of the unit in backward. */
+static int tppp_memory(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x, double Lp, double Pg,
+                       double dp_shard, double unit) {
+  int t = x->tp, p = x->pp, e = c->dtype_bytes, z3 = x->zero == 3;
+  int64_t T = c->seq_len, b = x->micro_batch, A = x->grad_accum, L = m->L;
   memset(x->mem, 0, sizeof x->mem);
   x->mem[SL_ARENA_PARAMS] = (z3 ? dp_shard : Pg) * e;
   x->mem[SL_ARENA_GRADS] = (z3 ? dp_shard + unit : Pg) * 4.0;
@@ -552,6 +558,30 @@ static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_c
   x->gpu_total = gpu + SL_PLAN_RESERVE;
   x->host_per_gpu = x->nvme_per_gpu = 0;
   x->fits = x->gpu_total <= c->margin * c->gpu_mem;
+  return SL_OK;
+}
+
+static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x) {
+  int N = c->gpus, G = c->gpus_per_node > 0 ? c->gpus_per_node : N, t = x->tp, p = x->pp;
+  int d = N / (t * p), e = c->dtype_bytes;
+  int64_t T = c->seq_len, b = x->micro_batch, A = x->grad_accum, L = m->L, U = m->nunits;
+  double Lp = ceil((double)L / p), blk = (double)m->numel[1];
+  double first = Lp * blk / t + (double)m->numel[0] / t + (p == 1 ? (double)m->numel[U - 1] / t : 0);
+  double last = Lp * blk / t + (double)m->numel[U - 1] / t;
+  double Pg = fmax(first, last), dp_shard = ceil(Pg / d);
+  /* TP alone: the engine's dry run (--tp t over N ranks); pipelines: closed forms */
+  int z3 = x->zero == 3, dry = p == 1 && !c->gpt_acts;
+  double unit = fmax(blk, fmax((double)m->numel[0], (double)m->numel[U - 1])) / t;
+  sl_plan_figures pm;
+  int rc = dry ? engine_memory(m, c, x, &pm) : SL_OK;
+  if (rc == SL_EINPUT || rc == SL_ECOMM) { /* the engine refuses this layout (train would, with the same message;
+                                             e.g. a TP all-reduce over 2^31 elements): not runnable */
+    x->needs_mode = 1;
+    dry = 0;
+  }
+  if (!dry) rc = tppp_memory(m, c, x, Lp, Pg, dp_shard, unit);
+  if (rc) return rc;
+  if (x->needs_mode) x->fits = 0;
   /* time */
   double rate = c->tflops * 1e12 * c->efficiency;
   double tokens_gpu = (double)c->global_batch / N;
@@ -581,6 +611,12 @@ static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_c
    * ZeRO-3: two gathers (forward, backward) and a reduce-scatter per micro-batch */
   double rs_b = d > 1 ? (d - 1) * dp_shard * e * (z3 || x->sync_accum ? (double)A : 1.0) : 0,
          ag_b = d > 1 ? (d - 1) * dp_shard * e * (z3 ? 2.0 * A : 1.0) : 0;
+  if (dry) { /* the engine's own bytes: the TP axis, fsdp's on the DP axis */
+    tp_bytes = 0;
+    for (int k = 0; k < SL_COLL_NKINDS; k++) tp_bytes += (double)pm.tp_comm[k];
+    rs_b = (double)pm.comm[SL_COLL_REDUCE_SCATTER];
+    ag_b = (double)pm.comm[SL_COLL_ALLGATHER];
+  }
   x->comm_bytes[SL_PLAN_AR] = tp_bytes;
   x->comm_bytes[SL_PLAN_P2P] = pp_bytes;
   x->comm_bytes[SL_PLAN_RS] = rs_b;
@@ -610,7 +646,6 @@ int sl_plan_eval(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand 
   /* TP, PP and TP x PP layouts are recommended as runnable (--tp, --pp with
    * 1F1B: its bubble (P-1)/(m+P-1) of the step and the blocking p2p
    * transfers are in eval_tppp's time; m is capped in the search). */
-  x->needs_mode = 0;
   x->step_s = x->compute_s + x->recompute_s + x->bubble_s + x->exposed_s + x->optim_s + x->offload_s;
   double tokens =
       (double)x->micro_batch * (double)x->grad_accum * (double)c->seq_len * (double)(c->gpus / (x->tp * x->pp));

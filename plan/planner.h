@@ -10,10 +10,12 @@
  *     `shardlm plan --engine-check` and the trainer's start-up memory check
  *     use it.
  *   - the search (sl_plan_search): over every candidate configuration, the
- *     memory and bytes of a data-parallel candidate from the engine's dry
- *     run (sl_plan_engine_figures: what the engine itself allocates and
- *     sends, fp32 gradients and activations included), closed forms for
- *     the analytic TP / PP candidates, and a closed-form time model. Unit
+ *     memory and bytes of a data-parallel or TP candidate from the
+ *     engine's dry run (sl_plan_engine_figures: what the engine itself
+ *     allocates and sends, fp32 gradients and activations included; a
+ *     layout it refuses is not runnable), the optimizer tiers by the
+ *     engine's rules, closed forms for the pipeline candidates, and a
+ *     closed-form time model. Unit
  *     sizes and FLOPs per token come from the model itself
  *     (sl_model_create_specs, vt->flops_per_token).
  * Formulas and assumptions: docs/planner.md.
@@ -110,11 +112,12 @@ typedef struct {
   int64_t start[SL_ARENA_COUNT]; /* bytes held when the step starts (the shards, the optimizer state) */
   uint64_t comm[SL_COLL_NKINDS]; /* bytes per rank per step, shard + replica groups (the metrics' counter) */
   uint64_t comm_total;
+  uint64_t tp_comm[SL_COLL_NKINDS]; /* bytes sent on the TP axis per step (0 at T = 1) */
 } sl_plan_figures;
 
 /* The engine's own figures of run r (world, shard_group, zero, micro_batch,
- * seq_len, grad_accum, ac, sync_accum, param_bytes for both dtypes; tier
- * none): its dry run as rank 0 with 3 and 4 decoder layers, scaled to the
+ * seq_len, grad_accum, ac, sync_accum, param_bytes for both dtypes, tp,
+ * sequence_parallel; tier none): its dry run as rank 0 with 3 and 4 decoder layers, scaled to the
  * model's (every decoder unit is the same, so each figure is affine in the
  * layer count; tests/unit/kernels/test_count_backend.c holds the scaling
  * equal to the whole model's dry run), remembered in m per key. */
@@ -161,7 +164,7 @@ typedef struct {
   sl_actckpt ac;
   int64_t micro_batch, grad_accum; /* per GPU; grad_accum = micro-batches per step */
   int sync_accum;
-  int needs_mode; /* 1: needs a mode train does not have (none since TP x PP trains; kept in the JSON) */
+  int needs_mode; /* 1: not runnable: the engine's dry run refuses it (train would, with the same message) */
   /* memory per GPU (bytes) */
   double mem[SL_ARENA_COUNT];
   double gpu_total, host_per_gpu, nvme_per_gpu;

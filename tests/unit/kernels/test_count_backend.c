@@ -8,8 +8,8 @@
  * micro-batch and gather once, ZeRO-0 = the all-reduce volume; the
  * optimizer holds 12 bytes per element of its view); and the search's
  * engine figures (3 and 4 layers, scaled) against the whole model's dry
- * run on every arena and collective kind (tied and untied models, hybrid
- * groups, bf16, no-sync, checkpointing). */
+ * run on every arena and collective kind (tied and untied models, TP 2,
+ * hybrid groups, bf16, no-sync, checkpointing). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -250,9 +250,9 @@ static void test_engine_step(void) {
 
 /* The search's engine figures (sl_plan_engine_figures: dry runs of 3 and 4
  * decoder layers, scaled to the model's 7) against the dry run of the whole
- * model on every arena and collective kind, for a tied and an untied model:
- * the scaling is exact. */
-static void scaled_vs_engine(const char *name, const char *json) {
+ * model on every arena and collective kind (the TP axis's too), for a tied
+ * and an untied model, the untied one also at TP 2: the scaling is exact. */
+static void scaled_vs_engine(const char *name, const char *json, int tp) {
   sl_model_config mc;
   sl_plan_model pm;
   if (sl_hfconfig_parse(name, json, strlen(json), &mc) || sl_plan_model_init(&mc, &pm)) {
@@ -260,18 +260,19 @@ static void scaled_vs_engine(const char *name, const char *json) {
     return;
   }
   int n = 0;
-  for (int w = 1; w <= 4; w++)
+  for (int w = tp; w <= 4; w += tp)
     for (int zero = 0; zero <= 3; zero++)
       for (int v = 0; v < 4; v++) {
         sl_plan_run r;
         sl_plan_run_engine(&r, v == 3 ? "bf16" : "fp32", v == 3 ? "bf16" : "fp32");
+        r.tp = tp;
         r.world = w;
         r.zero = zero;
         r.micro_batch = 2;
         r.seq_len = 8;
         r.grad_accum = 1 + v % 3;
         r.ac = (sl_actckpt)(v % 3);
-        if (v == 1 && w == 4) r.shard_group = 2;
+        if (v == 1 && w == 4 && tp == 1) r.shard_group = 2;
         if (v == 2) r.sync_accum = 0;
         sl_plan_figures a;
         sl_dry_result b;
@@ -281,25 +282,26 @@ static void scaled_vs_engine(const char *name, const char *json) {
         if (rc) continue;
         int same = a.total_peak == b.total_peak && a.comm_total == b.comm_total;
         for (int k = 0; k < SL_ARENA_COUNT; k++) same &= a.peak[k] == b.peak[k] && a.start[k] == b.start[k];
-        for (int k = 0; k < SL_COLL_NKINDS; k++) same &= a.comm[k] == b.comm[k];
+        for (int k = 0; k < SL_COLL_NKINDS; k++) same &= a.comm[k] == b.comm[k] && a.tp_comm[k] == b.tp_comm[k];
         CHECK(same, "%s w=%d zero=%d v=%d: scaled peak %lld comm %llu, engine peak %lld comm %llu", name, w, zero, v,
               (long long)a.total_peak, (unsigned long long)a.comm_total, (long long)b.total_peak,
               (unsigned long long)b.comm_total);
         n++;
       }
-  printf("scaled vs engine (%s): %d configurations compared\n", name, n);
+  printf("scaled vs engine (%s, TP %d): %d configurations compared\n", name, tp, n);
   sl_plan_model_free(&pm);
 }
 
 static void test_scaled_vs_engine(void) {
+  const char *untied = "{\"architectures\": [\"MistralForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 176,"
+                       " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 7,"
+                       " \"vocab_size\": 300, \"sliding_window\": 4, \"tie_word_embeddings\": false}";
   scaled_vs_engine("tied",
                    "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 96, \"intermediate_size\": 200,"
                    " \"num_attention_heads\": 6, \"num_key_value_heads\": 2, \"num_hidden_layers\": 7,"
-                   " \"vocab_size\": 301, \"tie_word_embeddings\": true}");
-  scaled_vs_engine("untied", "{\"architectures\": [\"MistralForCausalLM\"], \"hidden_size\": 64,"
-                             " \"intermediate_size\": 176, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
-                             " \"num_hidden_layers\": 7, \"vocab_size\": 300, \"sliding_window\": 4,"
-                             " \"tie_word_embeddings\": false}");
+                   " \"vocab_size\": 301, \"tie_word_embeddings\": true}",
+                   1);
+  for (int tp = 1; tp <= 2; tp++) scaled_vs_engine("untied", untied, tp);
 }
 
 int main(void) {
