@@ -127,6 +127,11 @@ int sl_offload_adam_nvme_step(sl_nvme *store, int64_t n, int64_t tile_elems, voi
  * All tiers compute exactly sl_ops_cpu()->adamw (a backend NONE state: its
  * ops->adamw, one call per weight-decay range). */
 typedef enum { SL_TIER_NONE = 0, SL_TIER_CPU = 1, SL_TIER_NVME = 2 } sl_tier;
+/* SL_TIER_NVME's tile when tile_elems is 0: the largest multiple of 1024
+ * elements whose 3 buffers fit budget_bytes, no bigger than the n elements
+ * of the state (0: not even 1024 fit). Each buffer is
+ * sl_offload_tile_bytes(tile); the file ceil(n / tile) of them. */
+int64_t sl_optstate_nvme_tile(int64_t n, int64_t budget_bytes);
 typedef enum { SL_OPT_MASTER = 0, SL_OPT_M = 1, SL_OPT_V = 2 } sl_optfield;
 
 typedef struct {

@@ -59,6 +59,14 @@ void sl_optstate_destroy(sl_optstate *s) {
   free(s);
 }
 
+int64_t sl_optstate_nvme_tile(int64_t n, int64_t budget_bytes) {
+  /* 3 buffers x 3 sections x 4 bytes per element, 4096-byte sections */
+  int64_t tile = (budget_bytes / 9) / 4096 * 1024;
+  if (tile <= 0) return 0;
+  int64_t need = (n + 1023) / 1024 * 1024; /* no bigger than the state itself */
+  return need > 0 && tile > need ? need : tile;
+}
+
 static int create_nvme(sl_optstate *s, const sl_optstate_cfg *c) {
   if (!c->nvme_dir || !*c->nvme_dir)
     return sl_fail(SL_EINPUT, "optimizer state %s: tier nvme needs a directory (--nvme-path)", s->name);
@@ -69,15 +77,11 @@ static int create_nvme(sl_optstate *s, const sl_optstate_cfg *c) {
                    (long long)budget);
   if (tile == 0) {
     if (budget == 0) budget = OPT_DEFAULT_BUDGET;
-    /* 3 buffers x 3 sections x 4 bytes per element, 4096-byte sections */
-    tile = (budget / 9) / 4096 * 1024;
-    if (tile <= 0)
+    if ((tile = sl_optstate_nvme_tile(s->n, budget)) <= 0)
       return sl_fail(SL_EINPUT,
                      "optimizer state %s: host budget %lld bytes is below the "
                      "minimum of 3 tiles of 1024 elements (%lld bytes)",
                      s->name, (long long)budget, (long long)sl_offload_tile_bytes(1024) * 3);
-    int64_t need = (s->n + 1023) / 1024 * 1024; /* no bigger than the state itself */
-    if (need > 0 && tile > need) tile = need;
   } else if (budget == 0) {
     budget = 3 * sl_offload_tile_bytes(tile);
   }

@@ -1,9 +1,10 @@
 /* plan/planner.c — memory / communication / time model of training
  * configurations and the search over them. The unit sizes and FLOPs per
- * token are the model's own; the schedule replay (sl_plan_simulate) is the
- * search's closed form for GPU mixed precision (the engine check runs the
- * engine itself: engine/dryrun.c); docs/planner.md has the formulas and
- * assumptions. */
+ * token are the model's own; the memory and bytes of a data-parallel
+ * or TP candidate are the engine's dry run (engine/dryrun.c: 3 and 4
+ * decoder layers scaled exactly, remembered per key), with the optimizer
+ * tier's arenas applied by the engine's rules (offload_tier); the pipeline
+ * candidates and the time model are closed forms (docs/planner.md). */
 #include "plan/planner.h"
 
 #include <ctype.h>
@@ -12,8 +13,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/dryrun.h"
 #include "kernels/count/ops_count.h"
+#include "offload/offload.h"
 #include "shard/shardmath.h"
+
+/* A candidate's engine run: the search's key (N ranks; the figures depend on nothing else). No padding: compared
+ * with memcmp. */
+typedef struct {
+  int N, zero, S, ac, sync, e, tp, sp;
+  int64_t b, T, A;
+} dry_key;
+
+_Static_assert(sizeof(dry_key) == 8 * sizeof(int) + 3 * sizeof(int64_t), "dry_key has padding");
+
+struct sl_plan_dry_memo {
+  int n, cap;
+  dry_key *key;
+  sl_plan_figures *val;
+};
 
 /* ---- the model: the engine's own unit specs and FLOP count ------------------ */
 int sl_plan_model_init(const sl_model_config *cfg, sl_plan_model *out) {
@@ -22,11 +40,12 @@ int sl_plan_model_init(const sl_model_config *cfg, sl_plan_model *out) {
   if (!rc) rc = sl_model_create_specs(cfg, &out->spec);
   if (rc) return rc;
   out->memo = calloc(1, sizeof *out->memo);
+  out->dry = calloc(1, sizeof *out->dry);
   sl_model *sm = out->spec;
   out->nunits = sm->nunits;
   out->numel = calloc((size_t)sm->nunits, sizeof(int64_t));
   out->pinned = calloc((size_t)sm->nunits, sizeof(int));
-  if (!out->numel || !out->pinned || !out->memo) {
+  if (!out->numel || !out->pinned || !out->memo || !out->dry) {
     sl_plan_model_free(out);
     return sl_fail(SL_ENOMEM, "planner: out of memory");
   }
@@ -61,6 +80,11 @@ void sl_plan_model_free(sl_plan_model *m) {
   free(m->pinned);
   sl_model_destroy(m->spec);
   free(m->memo);
+  if (m->dry) {
+    free(m->dry->key);
+    free(m->dry->val);
+    free(m->dry);
+  }
   memset(m, 0, sizeof *m);
 }
 
@@ -130,7 +154,7 @@ double sl_plan_gpt_act_bytes(double s, double b, double h, double a, int t, int 
   return s * b * h * (10.0 + 24.0 / t + attn / t);
 }
 
-/* ---- the engine replay ----------------------------------------------------- */
+/* ---- one engine run ------------------------------------------------------------ */
 void sl_plan_run_engine(sl_plan_run *r, const char *param_dtype, const char *reduce_dtype) {
   memset(r, 0, sizeof *r);
   r->world = 1;
@@ -144,11 +168,6 @@ void sl_plan_run_engine(sl_plan_run *r, const char *param_dtype, const char *red
   r->sync_accum = 1;
   r->param_bytes = param_dtype && !strcmp(param_dtype, "bf16") ? 2 : 4;
   r->reduce_bytes = reduce_dtype && !strcmp(reduce_dtype, "bf16") ? 2 : 4;
-  r->grad_bytes = 4;
-  r->act_bytes = 4;
-  r->expand_fp32 = 1;
-  r->reduce_copy = 1;
-  r->align = 16;
   r->tp = 1;
 }
 
@@ -172,322 +191,96 @@ void sl_plan_run_train_cfg(const sl_plan_run *r, sl_train_cfg *c) {
                                       : "none");
 }
 
-enum { P_NONE = 0, P_INFLIGHT, P_READY };
-
-typedef struct {
-  int pstate;
-  int64_t gbuf, expand; /* gather-arena bytes held */
-  int has_grad, grad_pool;
-  int64_t grad_micro;
-  int nred, acc_own;
-} sunit;
-
-typedef struct {
-  int u;
-  int64_t send, recv;
-  int recv_bf16;
-  int first; /* the step's first reduction of the unit (acc = result) */
-} spend;
-
-typedef struct {
-  const sl_plan_run *r;
-  const sl_plan_model *m;
-  int U, zero, S, R;
-  sl_slice *sl;
-  sunit *un;
-  spend *pend;
-  int npend;
-  int64_t cur[SL_ARENA_COUNT], peak[SL_ARENA_COUNT], tot, totpeak;
-  int64_t gathered;
-  int micro, nmicro;
-  int64_t micro_seq;
-  uint64_t shard[SL_COLL_NKINDS], rep[SL_COLL_NKINDS];
-} sim;
-
-static void madd(sim *s, int a, int64_t b) {
-  s->cur[a] += b;
-  s->tot += b;
-  if (s->cur[a] > s->peak[a]) s->peak[a] = s->cur[a];
-  if (s->tot > s->totpeak) s->totpeak = s->tot;
+/* ---- the engine's figures: its dry run --------------------------------------- */
+/* The dry run of key k with the model's decoder layers set to L (engine/dryrun.h). */
+static int dry_layers(const sl_plan_model *m, const dry_key *k, int64_t L, sl_dry_result *out) {
+  sl_model_config mc = m->spec->cfg;
+  mc.num_hidden_layers = L;
+  sl_plan_run r;
+  sl_plan_run_engine(&r, k->e == 2 ? "bf16" : "fp32", k->e == 2 ? "bf16" : "fp32");
+  r.world = k->N;
+  r.shard_group = k->S;
+  r.zero = k->zero;
+  r.micro_batch = k->b;
+  r.seq_len = k->T;
+  r.grad_accum = k->A;
+  r.ac = (sl_actckpt)k->ac;
+  r.sync_accum = k->sync;
+  r.tp = k->tp;
+  r.sequence_parallel = k->sp;
+  sl_train_cfg c;
+  sl_train_cfg_defaults(&c);
+  sl_plan_run_train_cfg(&r, &c);
+  return sl_train_dry_run(&c, &mc, k->N, 0, out);
 }
 
-static int64_t gbytes(const sim *s, int u) {
-  int64_t b = 0, P = s->sl[u].padded;
-  if (s->zero == 3) b += P * s->r->param_bytes;
-  if (s->r->param_bytes == 2 && s->r->expand_fp32) b += P * 4;
-  return b;
-}
+enum { LO = 3 }; /* the smaller of the two layer counts run */
+/* f(L) = f(LO) + (L - LO) (f(LO + 1) - f(LO)): every decoder unit is the same, so every figure of the step is affine
+ * in the number of layers once the first and last units' neighbours are decoder units on both sides (from 2 layers
+ * a tied ZeRO-3 peak still differs; tests/unit/kernels/test_count_backend.c holds LO = 3 to the full run). */
+static int64_t at_layers(int64_t lo, int64_t hi, int64_t L) { return lo + (L - LO) * (hi - lo); }
 
-static void issue(sim *s, int u) {
-  sunit *U = &s->un[u];
-  if (U->pstate != P_NONE) return;
-  if (s->zero == 3) {
-    U->gbuf = s->sl[u].padded * s->r->param_bytes;
-    madd(s, SL_ARENA_GATHER, U->gbuf);
-    s->shard[SL_COLL_ALLGATHER] +=
-        sl_comm_bus_bytes(SL_COLL_ALLGATHER, s->S, s->sl[u].shard, s->r->param_bytes == 2 ? SL_BF16 : SL_F32, 0);
-  }
-  s->gathered += gbytes(s, u);
-  U->pstate = P_INFLIGHT;
-}
-
-static void ready(sim *s, int u) {
-  sunit *U = &s->un[u];
-  issue(s, u);
-  if (U->pstate == P_READY) return;
-  if (s->r->param_bytes == 2 && s->r->expand_fp32) {
-    U->expand = s->sl[u].padded * 4;
-    madd(s, SL_ARENA_GATHER, U->expand);
-    if (U->gbuf) {
-      madd(s, SL_ARENA_GATHER, -U->gbuf);
-      U->gbuf = 0;
-    }
-  }
-  U->pstate = P_READY;
-}
-
-static void drop(sim *s, int u) {
-  sunit *U = &s->un[u];
-  if (U->pstate == P_NONE) return;
-  if (U->gbuf) {
-    madd(s, SL_ARENA_GATHER, -U->gbuf);
-    U->gbuf = 0;
-  }
-  if (U->expand) {
-    madd(s, SL_ARENA_GATHER, -U->expand);
-    U->expand = 0;
-  }
-  s->gathered -= gbytes(s, u);
-  U->pstate = P_NONE;
-}
-
-static void prefetch(sim *s, int next, int dir) {
-  for (int k = 0; k < s->r->prefetch; k++) {
-    int j = next + dir * k;
-    if (j < 0 || j >= s->U) break;
-    if (s->un[j].pstate != P_NONE) continue;
-    if (s->r->prefetch_bytes > 0 && s->gathered + gbytes(s, j) > s->r->prefetch_bytes) break;
-    issue(s, j);
-  }
-}
-
-static void take_grad(sim *s, int u) {
-  sunit *U = &s->un[u];
-  int keep = !s->r->sync_accum && s->micro > 0;
-  if (U->has_grad && (U->grad_micro == s->micro_seq || keep)) return;
-  if (s->zero >= 2) {
-    madd(s, SL_ARENA_GRADS, s->sl[u].padded * s->r->grad_bytes);
-    U->grad_pool = 1;
-  }
-  U->has_grad = 1;
-  U->grad_micro = s->micro_seq;
-}
-
-static void complete(sim *s, const spend *p) {
-  sunit *U = &s->un[p->u];
-  int64_t sh = s->sl[p->u].shard;
-  if (s->R > 1) {
-    int es = p->recv_bf16 ? 2 : s->r->reduce_bytes;
-    s->rep[SL_COLL_ALLREDUCE] += sl_comm_bus_bytes(SL_COLL_ALLREDUCE, s->R, sh, es == 2 ? SL_BF16 : SL_F32, 0);
-  }
-  if (p->recv_bf16 && !p->first) { /* bf16 result expanded to fp32 before it is added */
-    madd(s, SL_ARENA_WORKSPACE, sh * 4);
-    madd(s, SL_ARENA_WORKSPACE, -sh * 4);
-  }
-  if (p->recv) madd(s, SL_ARENA_WORKSPACE, -p->recv);
-  if (p->send) madd(s, SL_ARENA_WORKSPACE, -p->send);
-  if (U->grad_pool && U->has_grad) {
-    madd(s, SL_ARENA_GRADS, -s->sl[p->u].padded * s->r->grad_bytes);
-    U->has_grad = 0;
-    U->grad_pool = 0;
-  }
-}
-
-static void drain(sim *s, int keep) {
-  int done = s->npend - keep;
-  if (done <= 0) return;
-  for (int i = 0; i < done; i++) complete(s, &s->pend[i]);
-  memmove(s->pend, s->pend + done, sizeof(spend) * (size_t)keep);
-  s->npend = keep;
-}
-
-static void issue_reduce(sim *s, int u) {
-  sunit *U = &s->un[u];
-  int64_t sh = s->sl[u].shard, P = s->sl[u].padded;
-  spend p = {.u = u};
-  int first = U->nred == 0;
-  p.first = first;
-  int rb = s->r->reduce_bytes;
-  if (rb == 2 && s->r->reduce_copy) {
-    p.send = P * 2;
-    p.recv = sh * 2;
-    p.recv_bf16 = 1;
-    madd(s, SL_ARENA_WORKSPACE, p.send);
-    madd(s, SL_ARENA_WORKSPACE, p.recv);
-  } else if (!first) {
-    p.recv = sh * rb;
-    madd(s, SL_ARENA_WORKSPACE, p.recv);
-  }
-  s->shard[SL_COLL_REDUCE_SCATTER] +=
-      sl_comm_bus_bytes(SL_COLL_REDUCE_SCATTER, s->S, sh, rb == 2 ? SL_BF16 : SL_F32, 0);
-  U->nred++;
-  s->pend[s->npend++] = p;
-}
-
-static void sim_micro(sim *s, int k, int n) {
-  const sl_plan_run *r = s->r;
-  s->micro = k;
-  s->micro_seq++;
-  s->nmicro = n;
-  if (k == 0) {
-    int nred = r->sync_accum ? n : 1;
-    for (int u = 0; u < s->U; u++) {
-      s->un[u].nred = 0;
-      if (s->zero <= 1 && nred > 1 && !s->un[u].acc_own) {
-        s->un[u].acc_own = 1;
-        madd(s, SL_ARENA_GRADS, s->sl[u].shard * r->grad_bytes);
-      }
-    }
-  }
-  for (int u = 0; u < s->U; u++) { /* forward */
-    issue(s, u);
-    prefetch(s, u + 1, +1);
-    ready(s, u);
-    if (!s->m->pinned[u] && !(s->zero == 3 && !r->reshard_after_forward)) drop(s, u);
-  }
-  for (int u = s->U - 1; u >= 0; u--) { /* backward */
-    issue(s, u);
-    prefetch(s, u - 1, -1);
-    ready(s, u);
-    take_grad(s, u);
-    if (u == s->U - 1 && s->m->pinned[0]) take_grad(s, 0); /* tied LM head adds into unit 0 */
-    drop(s, u);
-    if (r->sync_accum || k == n - 1) {
-      issue_reduce(s, u);
-      drain(s, 1);
-    }
-  }
-  drain(s, 0);
-  for (int u = 0; u < s->U; u++) drop(s, u);
-  if (k == n - 1 && s->zero == 0)
-    for (int u = 0; u < s->U; u++)
-      s->shard[SL_COLL_ALLGATHER] +=
-          sl_comm_bus_bytes(SL_COLL_ALLGATHER, s->S, s->sl[u].shard, r->grad_bytes == 2 ? SL_BF16 : SL_F32, 0);
-}
-
-int sl_plan_simulate(const sl_plan_model *m, const sl_plan_run *r, sl_plan_mem *out) {
+static int dry_figures(const sl_plan_model *m, const dry_key *k, sl_plan_figures *out) {
   memset(out, 0, sizeof *out);
-  int W = r->world, S = r->shard_group > 0 ? r->shard_group : r->world;
-  if (W < 1 || S < 1 || S > W || W % S)
-    return sl_fail(SL_EINPUT, "planner: shard group %d must divide the world size %d", S, W);
-  if (r->zero < 0 || r->zero > 3) return sl_fail(SL_EINPUT, "planner: ZeRO stage must be 0..3 (found %d)", r->zero);
-  if (r->micro_batch < 1 || r->seq_len < 1 || r->grad_accum < 1)
-    return sl_fail(SL_EINPUT, "planner: micro-batch, seq-len and grad-accum must be >= 1");
-  sim s;
-  memset(&s, 0, sizeof s);
-  s.r = r;
-  s.m = m;
-  s.U = m->nunits;
-  s.zero = r->zero;
-  s.S = S;
-  s.R = W / S;
-  s.sl = calloc((size_t)s.U, sizeof(sl_slice));
-  s.un = calloc((size_t)s.U, sizeof(sunit));
-  s.pend = calloc((size_t)s.U + 2, sizeof(spend));
-  if (!s.sl || !s.un || !s.pend) {
-    free(s.sl);
-    free(s.un);
-    free(s.pend);
-    return sl_fail(SL_ENOMEM, "planner: out of memory");
+  int64_t L = m->spec->cfg.num_hidden_layers;
+  sl_dry_result a, b;
+  int rc = dry_layers(m, k, L <= LO + 1 ? L : LO, &a);
+  if (!rc && L > LO + 1) rc = dry_layers(m, k, LO + 1, &b);
+  if (rc) return rc;
+  if (L <= LO + 1) b = a;
+  int64_t n = L <= LO + 1 ? LO : L; /* at_layers(f, f, LO) = f */
+  for (int i = 0; i < SL_ARENA_COUNT; i++) {
+    out->peak[i] = at_layers(a.peak[i], b.peak[i], n);
+    out->start[i] = at_layers(a.start[i], b.start[i], n);
   }
-  int64_t pb = r->param_bytes, gb = r->grad_bytes;
-  /* setup: sl_fsdp_create, trainer optimizer views, model activations */
-  for (int u = 0; u < s.U; u++) {
-    sl_shard_slice(m->numel[u], S, r->align, 0, &s.sl[u]);
-    s.un[u].grad_micro = -1;
-    int64_t P = s.sl[u].padded, sh = s.sl[u].shard;
-    if (r->zero <= 2) madd(&s, SL_ARENA_PARAMS, P * pb);
-    else {
-      madd(&s, SL_ARENA_PARAMS, sh * pb);
-      out->shard_param_bytes += sh * pb;
-    }
-    if (r->zero <= 1) madd(&s, SL_ARENA_GRADS, P * gb);
-    else {
-      madd(&s, SL_ARENA_GRADS, sh * gb);
-      out->acc_bytes += sh * gb;
-    }
-    madd(&s, SL_ARENA_OPTIM, 3 * (r->zero == 0 ? P : sh) * 4);
-  }
-  int64_t ae = 0, we = 0;
-  int rc = sl_plan_engine_acts(m, r->micro_batch, r->seq_len, r->ac, &ae, &we);
-  if (rc) {
-    free(s.sl);
-    free(s.un);
-    free(s.pend);
-    return rc;
-  }
-  double acts = (double)ae * r->act_bytes;
-  if (r->gpt_acts && m->caps.attention) {
-    /* GPT constants for the blocks; the stream and head as the engine keeps them */
-    double per = sl_plan_gpt_act_bytes((double)r->seq_len, (double)r->micro_batch, (double)m->C, (double)m->nh, r->tp,
-                                       r->tp > 1, r->ac);
-    acts = per * (double)m->L + (double)(r->micro_batch * r->seq_len) * (double)m->C * 2.0 * r->act_bytes;
-  } else if (r->tp > 1) {
-    acts /= r->tp;
-  }
-  madd(&s, SL_ARENA_ACTS, (int64_t)acts);
-  madd(&s, SL_ARENA_WORKSPACE, we * r->act_bytes / (r->tp > 1 ? r->tp : 1));
-  for (int a = 0; a < SL_ARENA_COUNT; a++) out->start[a] = s.cur[a];
-  /* sl_mem_reset_peaks */
-  for (int a = 0; a < SL_ARENA_COUNT; a++) s.peak[a] = s.cur[a];
-  s.totpeak = s.tot;
-  int n = (int)r->grad_accum;
-  for (int step = 0; step < 2; step++) {
-    memset(s.shard, 0, sizeof s.shard);
-    memset(s.rep, 0, sizeof s.rep);
-    uint64_t mid[SL_COLL_NKINDS] = {0}, midrep = 0;
-    for (int k = 0; k < n; k++) {
-      if (n >= 4 && k == 2) k = n - 1; /* micro-batches 1..n-2 are identical */
-      uint64_t b0[SL_COLL_NKINDS], r0 = s.rep[SL_COLL_ALLREDUCE];
-      memcpy(b0, s.shard, sizeof b0);
-      sim_micro(&s, k, n);
-      if (k == (n >= 2 ? (n > 2 ? 1 : 0) : 0)) {
-        for (int c = 0; c < SL_COLL_NKINDS; c++) mid[c] = s.shard[c] - b0[c];
-        midrep = s.rep[SL_COLL_ALLREDUCE] - r0;
-      }
-    }
-    if (n >= 4) {
-      for (int c = 0; c < SL_COLL_NKINDS; c++) s.shard[c] += (uint64_t)(n - 3) * mid[c];
-      s.rep[SL_COLL_ALLREDUCE] += (uint64_t)(n - 3) * midrep;
-    }
-    uint64_t before = s.shard[SL_COLL_ALLGATHER];
-    /* sl_fsdp_grad_sumsq: one double per rank */
-    s.shard[SL_COLL_ALLGATHER] += sl_comm_bus_bytes(SL_COLL_ALLGATHER, S, 1, SL_F64, 0);
-    /* optimizer: ZeRO-1/2 all-gather the updated shards */
-    if (r->zero == 1 || r->zero == 2)
-      for (int u = 0; u < s.U; u++)
-        s.shard[SL_COLL_ALLGATHER] +=
-            sl_comm_bus_bytes(SL_COLL_ALLGATHER, S, s.sl[u].shard, pb == 2 ? SL_BF16 : SL_F32, 0);
-    memcpy(out->comm_shard_micro, mid, sizeof mid);
-    out->comm_rep_micro = midrep;
-    out->comm_step_only = s.shard[SL_COLL_ALLGATHER] - before;
-    if (r->zero == 0) /* the end-of-step gradient gather */
-      for (int u = 0; u < s.U; u++)
-        out->comm_step_only += sl_comm_bus_bytes(SL_COLL_ALLGATHER, S, s.sl[u].shard, gb == 2 ? SL_BF16 : SL_F32, 0);
-  }
-  out->comm_total = 0;
-  for (int c = 0; c < SL_COLL_NKINDS; c++) {
-    out->comm[c] = s.shard[c] + s.rep[c];
-    out->comm_total += out->comm[c];
-  }
-  memcpy(out->peak, s.peak, sizeof out->peak);
-  out->total_peak = s.totpeak;
-  out->shard_size = S;
-  out->replica_size = s.R;
-  free(s.sl);
-  free(s.un);
-  free(s.pend);
+  out->total_peak = at_layers(a.total_peak, b.total_peak, n);
+  for (int i = 0; i < SL_COLL_NKINDS; i++)
+    out->comm[i] = (uint64_t)at_layers((int64_t)a.comm[i], (int64_t)b.comm[i], n);
+  out->comm_total = (uint64_t)at_layers((int64_t)a.comm_total, (int64_t)b.comm_total, n);
+  for (int i = 0; i < SL_COLL_NKINDS; i++)
+    out->tp_comm[i] = (uint64_t)at_layers((int64_t)a.tp_comm[i], (int64_t)b.tp_comm[i], n);
   return SL_OK;
+}
+
+/* The figures of key k (compared whole: no padding), remembered in m. */
+static int key_figures(const sl_plan_model *m, const dry_key *kp, sl_plan_figures *out) {
+  dry_key k = *kp;
+  sl_plan_dry_memo *c = m->dry;
+  for (int i = 0; c && i < c->n; i++)
+    if (!memcmp(&c->key[i], &k, sizeof k)) {
+      *out = c->val[i];
+      return SL_OK;
+    }
+  int rc = dry_figures(m, &k, out);
+  if (rc || !c) return rc;
+  if (c->n == c->cap) {
+    int cap = c->cap ? 2 * c->cap : 64;
+    dry_key *nk = realloc(c->key, sizeof *nk * (size_t)cap);
+    if (nk) c->key = nk;
+    sl_plan_figures *nv = nk ? realloc(c->val, sizeof *nv * (size_t)cap) : NULL;
+    if (!nv) return SL_OK; /* not remembered: asked again next time */
+    c->val = nv;
+    c->cap = cap;
+  }
+  c->key[c->n] = k;
+  c->val[c->n++] = *out;
+  return SL_OK;
+}
+
+int sl_plan_engine_figures(const sl_plan_model *m, const sl_plan_run *r, sl_plan_figures *out) {
+  int tp = r->tp > 1 ? r->tp : 1;
+  dry_key k = {r->world,
+               r->zero,
+               r->shard_group > 0 ? r->shard_group : r->world / tp,
+               (int)r->ac,
+               r->sync_accum,
+               r->param_bytes,
+               tp,
+               r->sequence_parallel,
+               r->micro_batch,
+               r->seq_len,
+               r->grad_accum};
+  return key_figures(m, &k, out);
 }
 
 /* ---- sizes --------------------------------------------------------------------- */
@@ -553,90 +346,122 @@ static double unit_recompute_flops(const sl_plan_model *m, int u, int64_t T, sl_
 
 static int same_node(int first, int last, int G) { return first / G == last / G; }
 
-static int eval_engine(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x) {
-  int N = c->gpus, G = c->gpus_per_node > 0 ? c->gpus_per_node : N;
-  int S = x->shard_group, R = N / S, e = c->dtype_bytes;
-  int64_t T = c->seq_len, b = x->micro_batch, A = x->grad_accum;
-  sl_plan_run r;
-  memset(&r, 0, sizeof r);
-  r.world = N;
-  r.shard_group = S;
-  r.zero = x->zero;
-  r.micro_batch = b;
-  r.seq_len = T;
-  r.grad_accum = A;
-  r.ac = x->ac;
-  r.prefetch = 1;
-  r.reshard_after_forward = 1;
-  r.sync_accum = x->sync_accum;
-  r.param_bytes = r.reduce_bytes = r.grad_bytes = r.act_bytes = e;
-  r.align = 16;
-  r.gpt_acts = c->gpt_acts;
-  r.tp = 1;
-  sl_plan_mem pm;
-  int rc = sl_plan_simulate(m, &r, &pm);
-  if (rc) return rc;
-  for (int a = 0; a < SL_ARENA_COUNT; a++) x->mem[a] = (double)pm.peak[a];
-  double gpu = (double)pm.total_peak, host = 0, nvme = 0;
-  double view = 0, maxview = 0, sumshard = 0;
+/* --act-model gpt: the activations arena from the GPT formula (blocks) plus the engine's residual stream and head,
+ * in place of the engine's own; *gpu moves by the difference. */
+static int gpt_acts(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x, double *gpu) {
+  if (!c->gpt_acts || !m->caps.attention) return SL_OK;
+  double per =
+      sl_plan_gpt_act_bytes((double)c->seq_len, (double)x->micro_batch, (double)m->C, (double)m->nh, 1, 0, x->ac);
+  double acts = per * (double)m->L + (double)(x->micro_batch * c->seq_len) * (double)m->C * 2.0 * c->dtype_bytes;
+  *gpu += acts - x->mem[SL_ARENA_ACTS];
+  x->mem[SL_ARENA_ACTS] = acts;
+  return SL_OK;
+}
+
+/* The optimizer views of the candidate's units (shard/shardmath.h: the one slice function): the elements of each
+ * unit's view (ZeRO-0: the padded unit, else the shard), their sum and the largest. */
+static void opt_views(const sl_plan_model *m, const sl_plan_cand *x, double *sum, double *max, double *shards) {
+  *sum = *max = *shards = 0;
   for (int u = 0; u < m->nunits; u++) {
     sl_slice sl;
-    sl_shard_slice(m->numel[u], S, 16, 0, &sl);
+    sl_shard_slice(m->numel[u], x->shard_group, 16, 0, &sl);
     double v = (double)(x->zero == 0 ? sl.padded : sl.shard);
-    view += v;
-    if (v > maxview) maxview = v;
-    sumshard += (double)sl.shard;
+    *sum += v;
+    if (v > *max) *max = v;
+    *shards += (double)sl.shard;
   }
-  if (x->offload_optim) {
-    gpu -= x->mem[SL_ARENA_OPTIM];
-    if (x->offload_optim == SL_PLAN_OFF_CPU) host += x->mem[SL_ARENA_OPTIM];
-    else {
-      nvme += x->mem[SL_ARENA_OPTIM];
-      host += 2.0 * maxview * 12.0;
+}
+
+/* The optimizer tier on top of the dry run's tier none (engine/trainer.c opt_create / opt_staging,
+ * offload/optstate.c). The dry run cannot run the real tiers cheaply: tier cpu allocates, first-touches and mlocks
+ * 12 bytes of host memory per view element and steps them with the CPU AdamW; tier nvme writes the store file. So the
+ * engine's rules, applied to its figures: the optim arena (12 bytes per view element) leaves the GPU; cpu keeps it in
+ * host_optim, nvme keeps 3 tile buffers per unit there (the same tile rule as the store) and the rest in the file;
+ * both stage the largest view through one host buffer (hview) and, on a device backend, one device buffer and one
+ * host gradient buffer (dview, hgrad), all counted by the engine in the workspace arena. */
+static void offload_tier(const sl_plan_model *m, sl_plan_cand *x, double maxview, double *gpu, double *host,
+                         double *nvme) {
+  *host = *nvme = 0;
+  if (!x->offload_optim) return;
+  double optim = x->mem[SL_ARENA_OPTIM];
+  *gpu += 4.0 * maxview - optim; /* + dview */
+  *host = 8.0 * maxview;         /* hview, hgrad */
+  x->mem[SL_ARENA_WORKSPACE] += 12.0 * maxview;
+  x->mem[SL_ARENA_OPTIM] = 0;
+  if (x->offload_optim == SL_PLAN_OFF_CPU) x->mem[SL_ARENA_HOST_OPTIM] = optim;
+  else {
+    sl_train_cfg tc;
+    sl_train_cfg_defaults(&tc);
+    int64_t budget = (tc.offload_budget_mb << 20) / m->nunits;
+    double tiles = 0, file = 0;
+    for (int u = 0; u < m->nunits; u++) {
+      sl_slice sl;
+      sl_shard_slice(m->numel[u], x->shard_group, 16, 0, &sl);
+      int64_t n = x->zero == 0 ? sl.padded : sl.shard;
+      int64_t tile = sl_optstate_nvme_tile(n, budget > 0 ? budget : 3 * 48 << 20);
+      double tb = tile > 0 ? (double)sl_offload_tile_bytes(tile) : 0;
+      tiles += 3.0 * tb;
+      file += tile > 0 ? (double)((n + tile - 1) / tile) * tb : 0;
     }
-    x->mem[SL_ARENA_HOST_OPTIM] = x->mem[SL_ARENA_OPTIM];
-    x->mem[SL_ARENA_OPTIM] = 0;
+    x->mem[SL_ARENA_HOST_OPTIM] = tiles;
+    *nvme = file;
   }
-  if (x->offload_params) {
-    double moved = (double)(pm.shard_param_bytes + pm.acc_bytes);
-    gpu -= moved;
-    host += moved;
-    x->mem[SL_ARENA_PARAMS] -= (double)pm.shard_param_bytes;
-    x->mem[SL_ARENA_GRADS] -= (double)pm.acc_bytes;
-  }
+  *host += x->mem[SL_ARENA_HOST_OPTIM];
+}
+
+/* Memory and bytes of a data-parallel candidate: the engine's dry run, the tier on top; whether it fits. */
+static int engine_memory(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x, sl_plan_figures *pm) {
+  int N = c->gpus, G = c->gpus_per_node > 0 ? c->gpus_per_node : N;
+  /* the engine defaults, the search's dtype for gathers and reductions */
+  dry_key k = {N,     x->zero, x->shard_group, (int)x->ac, x->sync_accum, c->dtype_bytes,
+               x->tp, 0,       x->micro_batch, c->seq_len, x->grad_accum};
+  int rc = key_figures(m, &k, pm);
+  if (rc) return rc;
+  for (int a = 0; a < SL_ARENA_COUNT; a++) x->mem[a] = (double)pm->peak[a];
+  double gpu = (double)pm->total_peak, host = 0, nvme = 0, sum, maxview, shards;
+  if ((rc = gpt_acts(m, c, x, &gpu))) return rc;
+  opt_views(m, x, &sum, &maxview, &shards);
+  offload_tier(m, x, maxview, &gpu, &host, &nvme);
   x->gpu_total = gpu + SL_PLAN_RESERVE;
   x->host_per_gpu = host;
   x->nvme_per_gpu = nvme;
   int per_node = N < G ? N : G;
   x->fits = x->gpu_total <= c->margin * c->gpu_mem && (host == 0 || host * per_node <= c->margin * c->host_mem);
-  /* communication */
-  x->shard_inter = !(S <= G && G % S == 0);
-  x->replica_inter = R > 1 && !same_node(0, (R - 1) * S, G);
-  double bws = (x->shard_inter ? c->inter_bw : c->intra_bw) * 1e9;
-  double bwr = (x->replica_inter ? c->inter_bw : c->intra_bw) * 1e9;
-  memset(x->comm_bytes, 0, sizeof x->comm_bytes);
-  x->comm_bytes[SL_PLAN_AG] = (double)pm.comm[SL_COLL_ALLGATHER];
-  x->comm_bytes[SL_PLAN_RS] = (double)pm.comm[SL_COLL_REDUCE_SCATTER];
-  x->comm_bytes[SL_PLAN_AR] = (double)pm.comm[SL_COLL_ALLREDUCE];
-  x->comm_s[SL_PLAN_AG] = x->comm_bytes[SL_PLAN_AG] / bws;
-  x->comm_s[SL_PLAN_RS] = x->comm_bytes[SL_PLAN_RS] / bws;
-  x->comm_s[SL_PLAN_AR] = x->comm_bytes[SL_PLAN_AR] / bwr;
-  x->comm_s[SL_PLAN_P2P] = 0;
-  /* per-unit times of one micro-batch */
-  double rate = c->tflops * 1e12 * c->efficiency, tok = (double)(b * T);
-  int U = m->nunits;
-  double expo_sync = 0, expo_nosync = 0, comp = 0, recomp = 0;
-  double *ag = calloc((size_t)U, sizeof(double)), *rs = calloc((size_t)U, sizeof(double));
-  double *ar = calloc((size_t)U, sizeof(double)), *tf = calloc((size_t)U, sizeof(double));
-  double *tb = calloc((size_t)U, sizeof(double));
-  if (!ag || !rs || !ar || !tf || !tb) {
-    free(ag);
-    free(rs);
-    free(ar);
-    free(tf);
-    free(tb);
-    return sl_fail(SL_ENOMEM, "planner: out of memory");
+  return SL_OK;
+}
+
+/* Exposed communication of one micro-batch, synchronised (*sync) or not (*nosync), from per-unit gather (ag),
+ * reduce-scatter (rs), replica all-reduce (ar) and forward / backward compute (tf, tb) seconds. */
+static void overlap(int U, int z3, const double *ag, const double *rs, const double *ar, const double *tf,
+                    const double *tb, double *sync, double *nosync) {
+  /* forward: the gather of u+1 hides behind u's compute */
+  double fwd = 0;
+  if (z3) {
+    fwd += ag[0];
+    for (int u = 0; u + 1 < U; u++) fwd += fmax(0, ag[u + 1] - tf[u]);
   }
+  /* backward: the gather of u-1 and the reduction of u+1 share the link
+   * while u computes; the replica all-reduce is synchronous in the engine */
+  double bs = z3 ? ag[U - 1] : 0, bn = bs;
+  for (int u = U - 1; u >= 0; u--) {
+    double link = (u > 0 && z3 ? ag[u - 1] : 0);
+    bs += fmax(0, link + (u + 1 < U ? rs[u + 1] : 0) - tb[u]) + (u + 1 < U ? ar[u + 1] : 0);
+    bn += fmax(0, link - tb[u]);
+  }
+  bs += rs[0] + ar[0];
+  *sync = fwd + bs;
+  *nosync = fwd + bn;
+}
+
+/* Time of a data-parallel candidate: per-unit compute and the overlap of its collectives, the optimizer. */
+static int engine_time(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x, double bws, double bwr) {
+  int N = c->gpus, G = c->gpus_per_node > 0 ? c->gpus_per_node : N, per_node = N < G ? N : G;
+  int S = x->shard_group, R = N / S, e = c->dtype_bytes, U = m->nunits;
+  int64_t T = c->seq_len, A = x->grad_accum;
+  double rate = c->tflops * 1e12 * c->efficiency, tok = (double)(x->micro_batch * T), comp = 0, recomp = 0;
+  double *w = calloc((size_t)U * 5, sizeof(double));
+  if (!w) return sl_fail(SL_ENOMEM, "planner: out of memory");
+  double *ag = w, *rs = w + U, *ar = w + 2 * U, *tf = w + 3 * U, *tb = w + 4 * U;
   for (int u = 0; u < U; u++) {
     sl_slice sl;
     sl_shard_slice(m->numel[u], S, 16, 0, &sl);
@@ -650,74 +475,63 @@ static int eval_engine(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan
     comp += 3.0 * tf[u];
     recomp += rc_;
   }
-  /* forward: the gather of u+1 hides behind u's compute */
-  double fwd = 0;
-  if (x->zero == 3) {
-    fwd += ag[0];
-    for (int u = 0; u + 1 < U; u++) fwd += fmax(0, ag[u + 1] - tf[u]);
-  }
-  /* backward: the gather of u-1 and the reduction of u+1 share the link
-   * while u computes; the replica all-reduce is synchronous in the engine */
-  double bs = x->zero == 3 ? ag[U - 1] : 0, bn = bs;
-  for (int u = U - 1; u >= 0; u--) {
-    double link = (u > 0 && x->zero == 3 ? ag[u - 1] : 0);
-    bs += fmax(0, link + (u + 1 < U ? rs[u + 1] : 0) - tb[u]) + (u + 1 < U ? ar[u + 1] : 0);
-    bn += fmax(0, link - tb[u]);
-  }
-  bs += rs[0] + ar[0];
-  expo_sync = fwd + bs;
-  expo_nosync = fwd + bn;
+  double expo_sync, expo_nosync;
+  overlap(U, x->zero == 3, ag, rs, ar, tf, tb, &expo_sync, &expo_nosync);
+  free(w);
   int64_t nsync = x->sync_accum ? A : 1;
-  double exposed = (double)nsync * expo_sync + (double)(A - nsync) * expo_nosync;
+  double exposed = (double)nsync * expo_sync + (double)(A - nsync) * expo_nosync, view, maxview, sumshard;
+  opt_views(m, x, &view, &maxview, &sumshard);
   /* once per step: ZeRO-0 gradient gather, ZeRO-1/2 parameter gather (exposed) */
   if (x->zero == 0) exposed += (S - 1) * view / S * e / bws;
   if (x->zero == 1 || x->zero == 2) exposed += (S - 1) * sumshard * e / bws;
-  /* optimizer */
-  double opt;
-  if (!x->offload_optim) opt = view * (24.0 + 2.0 * e) / (c->hbm_bw * 1e9);
-  else {
-    opt = view / (c->cpu_adam / per_node);
-    if (!x->offload_params) opt += view * 2.0 * e / (c->pcie_bw * 1e9);
-    if (x->offload_optim == SL_PLAN_OFF_NVME) opt += view * 24.0 / (c->nvme_bw * 1e9);
-  }
-  double off = 0;
-  if (x->offload_params) { /* shards cross PCIe twice (fwd, bwd gathers), grads come back */
-    double pcie = sumshard * 3.0 * e / (c->pcie_bw * 1e9);
-    double mc = 0;
-    for (int u = 0; u < U; u++) mc += tf[u] + tb[u];
-    off = (double)A * fmax(0, pcie - mc);
-  }
+  /* optimizer: on the GPU, or the CPU AdamW with the gradients down and the parameters up over PCIe */
+  double opt = view * (24.0 + 2.0 * e) / (c->hbm_bw * 1e9);
+  if (x->offload_optim) opt = view / (c->cpu_adam / per_node) + view * 2.0 * e / (c->pcie_bw * 1e9);
+  if (x->offload_optim == SL_PLAN_OFF_NVME) opt += view * 24.0 / (c->nvme_bw * 1e9);
   x->compute_s = (double)A * comp;
   x->recompute_s = (double)A * recomp;
   x->bubble_s = 0;
   x->exposed_s = exposed;
   x->optim_s = opt;
-  x->offload_s = off;
-  free(ag);
-  free(rs);
-  free(ar);
-  free(tf);
-  free(tb);
+  x->offload_s = 0;
   return SL_OK;
 }
 
-static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x) {
-  int N = c->gpus, G = c->gpus_per_node > 0 ? c->gpus_per_node : N, t = x->tp, p = x->pp;
-  int d = N / (t * p), e = c->dtype_bytes;
-  int64_t T = c->seq_len, b = x->micro_batch, A = x->grad_accum, L = m->L, U = m->nunits;
-  double Lp = ceil((double)L / p), blk = (double)m->numel[1];
-  double first = Lp * blk / t + (double)m->numel[0] / t + (p == 1 ? (double)m->numel[U - 1] / t : 0);
-  double last = Lp * blk / t + (double)m->numel[U - 1] / t;
-  double Pg = fmax(first, last), dp_shard = ceil(Pg / d);
-  /* ZeRO-3 on the DP axis (PP = 1, the engine's --tp T --zero 3): the DP
-   * shards of the TP slices, plus one slice gathered in use and one in
-   * flight, and the gradient of the unit in backward */
-  int z3 = x->zero == 3;
-  double unit = fmax(blk, fmax((double)m->numel[0], (double)m->numel[U - 1])) / t;
+static int eval_engine(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x) {
+  int N = c->gpus, G = c->gpus_per_node > 0 ? c->gpus_per_node : N;
+  int S = x->shard_group, R = N / S;
+  sl_plan_figures pm; /* the engine's own: its dry run */
+  int rc = engine_memory(m, c, x, &pm);
+  if (rc) return rc;
+  /* communication: the engine's bytes, over the links the groups take */
+  x->shard_inter = !(S <= G && G % S == 0);
+  x->replica_inter = R > 1 && !same_node(0, (R - 1) * S, G);
+  double bws = (x->shard_inter ? c->inter_bw : c->intra_bw) * 1e9;
+  double bwr = (x->replica_inter ? c->inter_bw : c->intra_bw) * 1e9;
+  memset(x->comm_bytes, 0, sizeof x->comm_bytes);
+  x->comm_bytes[SL_PLAN_AG] = (double)pm.comm[SL_COLL_ALLGATHER];
+  x->comm_bytes[SL_PLAN_RS] = (double)pm.comm[SL_COLL_REDUCE_SCATTER];
+  x->comm_bytes[SL_PLAN_AR] = (double)pm.comm[SL_COLL_ALLREDUCE];
+  x->comm_s[SL_PLAN_AG] = x->comm_bytes[SL_PLAN_AG] / bws;
+  x->comm_s[SL_PLAN_RS] = x->comm_bytes[SL_PLAN_RS] / bws;
+  x->comm_s[SL_PLAN_AR] = x->comm_bytes[SL_PLAN_AR] / bwr;
+  x->comm_s[SL_PLAN_P2P] = 0;
+  return engine_time(m, c, x, bws, bwr);
+}
+
+/* Memory of a pipeline candidate (or any under --act-model gpt, or one the engine refuses), a closed form (the dry
+ * run does not run pipeline candidates yet) in the engine's element sizes: parameters and gathers in the gather dtype
+ * e, bf16 gathers expanded to fp32, gradients, activations and workspace fp32. ZeRO-3 on the DP axis (PP = 1,
+ * --tp T --zero 3): the DP shards of the TP slices, plus one slice gathered in use and one in flight, and the
+ * gradient of the unit in backward. */
+static int tppp_memory(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x, double Lp, double Pg,
+                       double dp_shard, double unit) {
+  int t = x->tp, p = x->pp, e = c->dtype_bytes, z3 = x->zero == 3;
+  int64_t T = c->seq_len, b = x->micro_batch, A = x->grad_accum, L = m->L;
   memset(x->mem, 0, sizeof x->mem);
   x->mem[SL_ARENA_PARAMS] = (z3 ? dp_shard : Pg) * e;
-  x->mem[SL_ARENA_GRADS] = (z3 ? dp_shard + unit : Pg) * e;
-  x->mem[SL_ARENA_GATHER] = z3 ? 2.0 * unit * e : 0;
+  x->mem[SL_ARENA_GRADS] = (z3 ? dp_shard + unit : Pg) * 4.0;
+  x->mem[SL_ARENA_GATHER] = (z3 ? 2.0 * unit * e : 0) + (e == 2 ? 2.0 * unit * 4.0 : 0);
   x->mem[SL_ARENA_OPTIM] = 12.0 * dp_shard;
   /* activations: 1F1B keeps min(p, m) micro-batches on the first stage;
    * sequence parallel splits everything by t */
@@ -736,14 +550,38 @@ static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_c
   double acts;
   if (c->gpt_acts && m->caps.attention)
     acts = sl_plan_gpt_act_bytes((double)T, (double)b, (double)m->C, (double)m->nh, t, 1, x->ac) * Lp * inflight;
-  else acts = (per_layer * Lp * inflight + working + (double)(N_ * m->C + 3 * N_)) * e / t;
+  else acts = (per_layer * Lp * inflight + working + (double)(N_ * m->C + 3 * N_)) * 4.0 / t;
   x->mem[SL_ARENA_ACTS] = acts;
-  x->mem[SL_ARENA_WORKSPACE] = (double)we * e / t;
+  x->mem[SL_ARENA_WORKSPACE] = (double)we * 4.0 / t;
   double gpu = 0;
   for (int a = 0; a < SL_ARENA_COUNT; a++) gpu += x->mem[a];
   x->gpu_total = gpu + SL_PLAN_RESERVE;
   x->host_per_gpu = x->nvme_per_gpu = 0;
   x->fits = x->gpu_total <= c->margin * c->gpu_mem;
+  return SL_OK;
+}
+
+static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x) {
+  int N = c->gpus, G = c->gpus_per_node > 0 ? c->gpus_per_node : N, t = x->tp, p = x->pp;
+  int d = N / (t * p), e = c->dtype_bytes;
+  int64_t T = c->seq_len, b = x->micro_batch, A = x->grad_accum, L = m->L, U = m->nunits;
+  double Lp = ceil((double)L / p), blk = (double)m->numel[1];
+  double first = Lp * blk / t + (double)m->numel[0] / t + (p == 1 ? (double)m->numel[U - 1] / t : 0);
+  double last = Lp * blk / t + (double)m->numel[U - 1] / t;
+  double Pg = fmax(first, last), dp_shard = ceil(Pg / d);
+  /* TP alone: the engine's dry run (--tp t over N ranks); pipelines: closed forms */
+  int z3 = x->zero == 3, dry = p == 1 && !c->gpt_acts;
+  double unit = fmax(blk, fmax((double)m->numel[0], (double)m->numel[U - 1])) / t;
+  sl_plan_figures pm;
+  int rc = dry ? engine_memory(m, c, x, &pm) : SL_OK;
+  if (rc == SL_EINPUT || rc == SL_ECOMM) { /* the engine refuses this layout (train would, with the same message;
+                                             e.g. a TP all-reduce over 2^31 elements): not runnable */
+    x->needs_mode = 1;
+    dry = 0;
+  }
+  if (!dry) rc = tppp_memory(m, c, x, Lp, Pg, dp_shard, unit);
+  if (rc) return rc;
+  if (x->needs_mode) x->fits = 0;
   /* time */
   double rate = c->tflops * 1e12 * c->efficiency;
   double tokens_gpu = (double)c->global_batch / N;
@@ -773,6 +611,12 @@ static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_c
    * ZeRO-3: two gathers (forward, backward) and a reduce-scatter per micro-batch */
   double rs_b = d > 1 ? (d - 1) * dp_shard * e * (z3 || x->sync_accum ? (double)A : 1.0) : 0,
          ag_b = d > 1 ? (d - 1) * dp_shard * e * (z3 ? 2.0 * A : 1.0) : 0;
+  if (dry) { /* the engine's own bytes: the TP axis, fsdp's on the DP axis */
+    tp_bytes = 0;
+    for (int k = 0; k < SL_COLL_NKINDS; k++) tp_bytes += (double)pm.tp_comm[k];
+    rs_b = (double)pm.comm[SL_COLL_REDUCE_SCATTER];
+    ag_b = (double)pm.comm[SL_COLL_ALLGATHER];
+  }
   x->comm_bytes[SL_PLAN_AR] = tp_bytes;
   x->comm_bytes[SL_PLAN_P2P] = pp_bytes;
   x->comm_bytes[SL_PLAN_RS] = rs_b;
@@ -802,7 +646,6 @@ int sl_plan_eval(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand 
   /* TP, PP and TP x PP layouts are recommended as runnable (--tp, --pp with
    * 1F1B: its bubble (P-1)/(m+P-1) of the step and the blocking p2p
    * transfers are in eval_tppp's time; m is capped in the search). */
-  x->needs_mode = 0;
   x->step_s = x->compute_s + x->recompute_s + x->bubble_s + x->exposed_s + x->optim_s + x->offload_s;
   double tokens =
       (double)x->micro_batch * (double)x->grad_accum * (double)c->seq_len * (double)(c->gpus / (x->tp * x->pp));
@@ -855,45 +698,41 @@ int sl_plan_search(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_can
           for (int oo = 0; oo <= 2; oo++) {
             if (oo && (!engine || c->host_mem <= 0)) continue;
             if (oo == SL_PLAN_OFF_NVME && !c->nvme) continue;
-            for (int op = 0; op <= 1; op++) {
-              if (op && (zero != 3 || c->host_mem <= 0)) continue;
-              for (int ac = 0; ac <= 2; ac++) {
-                for (int64_t b = 1; b <= per; b *= 2) {
-                  if (per % b) continue;
-                  /* 1F1B needs m >= P micro-batches; more than 8 P buys a bubble under 1/9 of the
+            for (int ac = 0; ac <= 2; ac++) {
+              for (int64_t b = 1; b <= per; b *= 2) {
+                if (per % b) continue;
+                /* 1F1B needs m >= P micro-batches; more than 8 P buys a bubble under 1/9 of the
                    * step for m times the per-micro-batch overheads (--pp's executor: --grad-accum) */
-                  if (p > 1 && (per / b < p || per / b > 8 * p)) continue;
-                  if (cnt == cap) {
-                    cap *= 2;
-                    sl_plan_cand *nv = realloc(v, sizeof *v * (size_t)cap);
-                    if (!nv) {
-                      free(v);
-                      return sl_fail(SL_ENOMEM, "planner: out of memory");
-                    }
-                    v = nv;
-                  }
-                  sl_plan_cand *x = &v[cnt];
-                  memset(x, 0, sizeof *x);
-                  x->zero = zero;
-                  x->shard_group = S;
-                  x->tp = t;
-                  x->pp = p;
-                  x->offload_optim = oo;
-                  x->offload_params = op;
-                  x->ac = (sl_actckpt)ac;
-                  x->micro_batch = b;
-                  x->grad_accum = per / b;
-                  /* ZeRO-0/1 hold full gradients anyway: reduce once per step */
-                  x->sync_accum = !(zero <= 1 && x->grad_accum > 1);
-                  /* --pp with tied embeddings reduces per micro-batch (engine/schedule_pp.c) */
-                  if (p > 1 && m->pinned[0]) x->sync_accum = 1;
-                  int rc = sl_plan_eval(m, c, x);
-                  if (rc) {
+                if (p > 1 && (per / b < p || per / b > 8 * p)) continue;
+                if (cnt == cap) {
+                  cap *= 2;
+                  sl_plan_cand *nv = realloc(v, sizeof *v * (size_t)cap);
+                  if (!nv) {
                     free(v);
-                    return rc;
+                    return sl_fail(SL_ENOMEM, "planner: out of memory");
                   }
-                  cnt++;
+                  v = nv;
                 }
+                sl_plan_cand *x = &v[cnt];
+                memset(x, 0, sizeof *x);
+                x->zero = zero;
+                x->shard_group = S;
+                x->tp = t;
+                x->pp = p;
+                x->offload_optim = oo;
+                x->ac = (sl_actckpt)ac;
+                x->micro_batch = b;
+                x->grad_accum = per / b;
+                /* ZeRO-0/1 hold full gradients anyway: reduce once per step */
+                x->sync_accum = !(zero <= 1 && x->grad_accum > 1);
+                /* --pp with tied embeddings reduces per micro-batch (engine/schedule_pp.c) */
+                if (p > 1 && m->pinned[0]) x->sync_accum = 1;
+                int rc = sl_plan_eval(m, c, x);
+                if (rc) {
+                  free(v);
+                  return rc;
+                }
+                cnt++;
               }
             }
           }
@@ -924,15 +763,14 @@ void sl_plan_describe(const sl_plan_cand *x, char *buf, size_t cap) {
     snprintf(buf, cap, "TP %d x DP %d (ZeRO-%d over DP), ckpt %s, micro-batch %lld x %lld", x->tp, x->shard_group,
              x->zero, ac_name(x->ac), (long long)x->micro_batch, (long long)x->grad_accum);
   else
-    snprintf(buf, cap, "ZeRO-%d, shard group %d, offload optimizer %s%s, ckpt %s, micro-batch %lld x %lld%s", x->zero,
-             x->shard_group, off_name(x->offload_optim), x->offload_params ? " + parameters cpu" : "", ac_name(x->ac),
-             (long long)x->micro_batch, (long long)x->grad_accum, x->sync_accum ? "" : " (--no-sync-accum)");
+    snprintf(buf, cap, "ZeRO-%d, shard group %d, offload optimizer %s, ckpt %s, micro-batch %lld x %lld%s", x->zero,
+             x->shard_group, off_name(x->offload_optim), ac_name(x->ac), (long long)x->micro_batch,
+             (long long)x->grad_accum, x->sync_accum ? "" : " (--no-sync-accum)");
 }
 
 /* rank among near-equals: no offload first, then less recompute, then headroom */
 static int prefer(const sl_plan_cand *a, const sl_plan_cand *b) {
-  int oa = a->offload_optim + a->offload_params, ob = b->offload_optim + b->offload_params;
-  if (oa != ob) return oa < ob;
+  if (a->offload_optim != b->offload_optim) return a->offload_optim < b->offload_optim;
   if (a->ac != b->ac) return a->ac < b->ac;
   return a->gpu_total < b->gpu_total;
 }
@@ -958,12 +796,38 @@ static size_t comm_bound(char *buf, size_t cap, const sl_plan_cand *x, const cha
       x->shard_inter ? "inter-node" : "intra-node");
 }
 
+/* None fits: what the smallest candidate would need (GPU memory, host memory per node) and its largest arena. */
+static int no_fit(const sl_plan_cand *c, int n, const sl_plan_cluster *cl, char *buf, size_t cap) {
+  int G = cl->gpus_per_node > 0 ? cl->gpus_per_node : cl->gpus, per_node = cl->gpus < G ? cl->gpus : G, small = -1;
+  for (int pass = 0; pass < 2 && small < 0; pass++) /* first among those whose host memory fits */
+    for (int i = 0; i < n; i++) {
+      int host_ok = c[i].host_per_gpu * per_node <= cl->margin * cl->host_mem;
+      if (!c[i].needs_mode && (pass || host_ok) && (small < 0 || c[i].gpu_total < c[small].gpu_total)) small = i;
+    }
+  size_t o = (size_t)snprintf(buf, cap, "No configuration the engine can run fits in %.1f GB per GPU%s.",
+                              cl->gpu_mem / 1e9, cl->host_mem > 0 ? " with its host memory" : "");
+  if (small < 0 || o >= cap) return -1;
+  const sl_plan_cand *x = &c[small];
+  int big = 0;
+  for (int a = 0; a < SL_ARENA_COUNT; a++)
+    if (a != SL_ARENA_HOST_OPTIM && x->mem[a] > x->mem[big]) big = a;
+  char d[512];
+  sl_plan_describe(x, d, sizeof d);
+  o += (size_t)snprintf(buf + o, cap - o,
+                        " The smallest, %s, needs %.1f GB per GPU (a GPU of %.1f GB at the %.0f%% margin); its largest "
+                        "arena is %s, %.1f GB",
+                        d, x->gpu_total / 1e9, x->gpu_total / cl->margin / 1e9, 100 * cl->margin,
+                        sl_arena_name((sl_arena)big), x->mem[big] / 1e9);
+  if (o < cap && x->host_per_gpu > 0)
+    o += (size_t)snprintf(buf + o, cap - o, ", and it needs %.1f GB of host memory per node (%.1f GB given)",
+                          x->host_per_gpu * per_node / cl->margin / 1e9, cl->host_mem / 1e9);
+  if (o < cap) snprintf(buf + o, cap - o, ".");
+  return -1;
+}
+
 int sl_plan_recommend(const sl_plan_cand *c, int n, const sl_plan_cluster *cl, char *buf, size_t cap) {
   int best = fastest(c, n, K_RUNNABLE), fsdp = fastest(c, n, K_FSDP);
-  if (best < 0) {
-    snprintf(buf, cap, "No configuration the engine can run fits in %.1f GB per GPU.", cl->gpu_mem / 1e9);
-    return -1;
-  }
+  if (best < 0) return no_fit(c, n, cl, buf, cap);
   int pick = best;
   for (int i = 0; i < n; i++)
     if (c[i].fits && !c[i].needs_mode && c[i].tokens_s >= 0.97 * c[best].tokens_s && prefer(&c[i], &c[pick])) pick = i;
@@ -994,11 +858,9 @@ int sl_plan_recommend(const sl_plan_cand *c, int n, const sl_plan_cluster *cl, c
                             "s communication exposed).",
                             x->exposed_s, x->comm_s[0] + x->comm_s[1] + x->comm_s[2]);
     else if (x->offload_optim)
-      o += (size_t)snprintf(buf + o, cap - o, "; the %.1f GB optimizer state goes to %s%s.",
-                            x->mem[SL_ARENA_HOST_OPTIM] / 1e9, off_name(x->offload_optim),
-                            x->offload_params ? ", and the parameters (with the reduced gradient shards) must move to "
-                                                "the host too: on the GPU they would not fit"
-                                              : "; the parameters stay on the GPU");
+      o += (size_t)snprintf(buf + o, cap - o,
+                            "; the %.1f GB optimizer state goes to %s; the parameters stay on the GPU.",
+                            (x->mem[SL_ARENA_HOST_OPTIM] + x->nvme_per_gpu) / 1e9, off_name(x->offload_optim));
     else
       o += (size_t)snprintf(
           buf + o, cap - o,
@@ -1009,12 +871,23 @@ int sl_plan_recommend(const sl_plan_cand *c, int n, const sl_plan_cluster *cl, c
     o += (size_t)snprintf(buf + o, cap - o,
                           " It is within 3%% of the fastest fitting layout (%.0f tokens/s) and preferred for %s.",
                           c[best].tokens_s,
-                          (c[best].offload_optim + c[best].offload_params) > (x->offload_optim + x->offload_params)
-                              ? "needing less offload"
-                          : c[best].ac > x->ac ? "recomputing less"
-                                               : "its memory headroom");
+                          c[best].offload_optim > x->offload_optim ? "needing less offload"
+                          : c[best].ac > x->ac                     ? "recomputing less"
+                                                                   : "its memory headroom");
   if (o < cap && x->tp == 1 && x->pp == 1 && x->comm_compute_ratio > 1.0)
     o += comm_bound(buf + o, cap - o, x, "Full sharding");
+  if (o < cap && (x->tp > 1 || x->pp > 1) && fsdp < 0) { /* full sharding alone: its smallest candidate */
+    const sl_plan_cand *f = NULL;
+    for (int i = 0; i < n; i++)
+      if (c[i].tp == 1 && c[i].pp == 1 && (!f || c[i].gpu_total < f->gpu_total)) f = &c[i];
+    if (f) {
+      sl_plan_describe(f, d, sizeof d);
+      o += (size_t)snprintf(buf + o, cap - o,
+                            " Full sharding alone does not fit: its smallest (%s) needs %.1f GB per GPU%s", d,
+                            f->gpu_total / 1e9, f->comm_compute_ratio > 1.0 ? ";" : ".");
+      if (o < cap && f->comm_compute_ratio > 1.0) o += comm_bound(buf + o, cap - o, f, "it");
+    }
+  }
   if (o < cap && (x->tp > 1 || x->pp > 1) && fsdp >= 0) {
     const sl_plan_cand *f = &c[fsdp];
     sl_plan_describe(f, d, sizeof d);

@@ -9,14 +9,15 @@
  *     own setup and step on the counting backends; exact by construction.
  *     `shardlm plan --engine-check` and the trainer's start-up memory check
  *     use it.
- *   - the search (sl_plan_search): a closed-form replay (sl_plan_simulate)
- *     of the FSDP schedule, re-parameterised for GPU mixed precision the
- *     CPU engine does not run (bf16 compute, no fp32 expansion), plus a time
- *     model, over every candidate configuration. Unit sizes and FLOPs per
- *     token come from the model itself (sl_model_create_specs,
- *     vt->flops_per_token); activation sizes from the model's own
- *     allocations. tests/unit/kernels/test_count_backend.c holds the replay equal to the
- *     engine check for the engine's own dtypes.
+ *   - the search (sl_plan_search): over every candidate configuration, the
+ *     memory and bytes of a data-parallel or TP candidate from the
+ *     engine's dry run (sl_plan_engine_figures: what the engine itself
+ *     allocates and sends, fp32 gradients and activations included; a
+ *     layout it refuses is not runnable), the optimizer tiers by the
+ *     engine's rules, closed forms for the pipeline candidates, and a
+ *     closed-form time model. Unit
+ *     sizes and FLOPs per token come from the model itself
+ *     (sl_model_create_specs, vt->flops_per_token).
  * Formulas and assumptions: docs/planner.md.
  */
 #ifndef SL_PLANNER_H
@@ -43,7 +44,8 @@ typedef struct {
 typedef struct {
   int n;
   sl_plan_acts_entry e[64];
-} sl_plan_acts_memo; /* sl_plan_engine_acts' answers, remembered */
+} sl_plan_acts_memo;                              /* sl_plan_engine_acts' answers, remembered */
+typedef struct sl_plan_dry_memo sl_plan_dry_memo; /* sl_plan_engine_figures' answers (plan/planner.c) */
 
 /* The model as the planner sees it: units over flat buffers. */
 typedef struct {
@@ -56,6 +58,7 @@ typedef struct {
   int64_t D, S, K, R;                    /* Mamba: d_inner, d_state, d_conv, dt_rank */
   sl_model *spec;                        /* the engine's model, specs only (sl_model_create_specs): unit sizes, FLOPs */
   sl_plan_acts_memo *memo;               /* activation sizes asked so far */
+  struct sl_plan_dry_memo *dry;          /* the engine's figures asked so far (sl_plan_engine_figures) */
 } sl_plan_model;
 
 int sl_plan_model_init(const sl_model_config *cfg, sl_plan_model *out);
@@ -78,7 +81,7 @@ int sl_plan_engine_acts(const sl_plan_model *m, int64_t B, int64_t T, sl_actckpt
  * the 2sbh layer input). */
 double sl_plan_gpt_act_bytes(double s, double b, double h, double a, int t, int sp, sl_actckpt ac);
 
-/* One run of the engine (or its GPU mixed-precision counterpart). */
+/* One run of the engine: the sizes of plan --engine-check and of a search candidate. */
 typedef struct {
   int world, shard_group, zero; /* shard_group 0 = world */
   int64_t micro_batch, seq_len, grad_accum;
@@ -89,17 +92,12 @@ typedef struct {
   int sync_accum;            /* engine default 1 */
   int param_bytes;           /* gathered parameter dtype size, 4 | 2 */
   int reduce_bytes;          /* reduction dtype size, 4 | 2 */
-  int grad_bytes;            /* gradient buffers (engine: 4) */
-  int act_bytes;             /* activation element size (engine: 4) */
-  int expand_fp32;           /* bf16 params expanded to fp32 for compute (engine CPU) */
-  int reduce_copy;           /* bf16 reduction via send/recv copies (engine CPU) */
-  int64_t align;             /* elements (trainer: 16) */
-  int gpt_acts;              /* activations from the GPT formula instead of the engine's */
-  int tp;                    /* activation split (sequence parallel) for analytic TP */
-  int sequence_parallel;     /* engine check at tp > 1: --sequence-parallel */
+  int gpt_acts;              /* --act-model gpt (the search only) */
+  int tp;                    /* --tp */
+  int sequence_parallel;     /* --sequence-parallel */
 } sl_plan_run;
 
-/* Engine CPU defaults: fp32 everything, prefetch 1, reshard, sync, align 16.
+/* Engine defaults: fp32, prefetch 1, reshard, sync.
  * param_dtype / reduce_dtype names "fp32" | "bf16" (NULL: fp32). */
 void sl_plan_run_engine(sl_plan_run *r, const char *param_dtype, const char *reduce_dtype);
 /* The train settings of run r (ZeRO, sizes, prefetch, sync, reshard, TP,
@@ -107,25 +105,23 @@ void sl_plan_run_engine(sl_plan_run *r, const char *param_dtype, const char *red
  * engine's dry run (engine/dryrun.h) takes. */
 void sl_plan_run_train_cfg(const sl_plan_run *r, sl_train_cfg *c);
 
+/* What the engine's dry run (engine/dryrun.h) gives a candidate. */
 typedef struct {
-  int64_t peak[SL_ARENA_COUNT];  /* per-rank high-water bytes per arena over the steps */
+  int64_t peak[SL_ARENA_COUNT];  /* per-rank high-water bytes per arena over the step */
   int64_t total_peak;            /* high-water of the sum of arenas */
-  int64_t start[SL_ARENA_COUNT]; /* bytes held when the step loop starts */
-  uint64_t comm[SL_COLL_NKINDS]; /* bytes per rank per step, shard + replica (engine counter) */
+  int64_t start[SL_ARENA_COUNT]; /* bytes held when the step starts (the shards, the optimizer state) */
+  uint64_t comm[SL_COLL_NKINDS]; /* bytes per rank per step, shard + replica groups (the metrics' counter) */
   uint64_t comm_total;
-  uint64_t comm_shard_micro[SL_COLL_NKINDS]; /* shard group, one middle micro-batch */
-  uint64_t comm_rep_micro;                   /* replica all-reduce bytes per micro-batch */
-  uint64_t comm_step_only;                   /* shard bytes once per step (optimizer / end gathers) */
-  int64_t acc_bytes;                         /* reduced-gradient shards (grads arena, persistent) */
-  int64_t shard_param_bytes;                 /* ZeRO-3 parameter shards */
-  int shard_size, replica_size;
-} sl_plan_mem;
+  uint64_t tp_comm[SL_COLL_NKINDS]; /* bytes sent on the TP axis per step (0 at T = 1) */
+} sl_plan_figures;
 
-/* The search's closed-form replay of two optimizer steps of the FSDP
- * schedule (rank 0 of the first shard group; every rank holds the same
- * shard sizes), for dtypes and activation models the engine does not run.
- * What the engine itself does: sl_train_dry_run (engine/dryrun.h). */
-int sl_plan_simulate(const sl_plan_model *m, const sl_plan_run *r, sl_plan_mem *out);
+/* The engine's own figures of run r (world, shard_group, zero, micro_batch,
+ * seq_len, grad_accum, ac, sync_accum, param_bytes for both dtypes, tp,
+ * sequence_parallel; tier none): its dry run as rank 0 with 3 and 4 decoder layers, scaled to the
+ * model's (every decoder unit is the same, so each figure is affine in the
+ * layer count; tests/unit/kernels/test_count_backend.c holds the scaling
+ * equal to the whole model's dry run), remembered in m per key. */
+int sl_plan_engine_figures(const sl_plan_model *m, const sl_plan_run *r, sl_plan_figures *out);
 
 /* Field-guide closed forms for GPT-style models: parameters of l layers of
  * width h, vocabulary V, s learned positions: 12 l h^2 + 13 l h + (V + s) h. */
@@ -151,7 +147,7 @@ typedef struct {
   double hbm_bw;                 /* GB/s, GPU optimizer step */
   double margin;                 /* usable fraction of gpu_mem / host_mem */
   int64_t seq_len, global_batch; /* tokens per step (all GPUs) */
-  int dtype_bytes;               /* 2: bf16 params/grads + fp32 master/m/v; 4: fp32 */
+  int dtype_bytes;               /* gathers and reductions: 2 (--param-dtype / --reduce-dtype bf16) or 4 (fp32) */
   int gpt_acts;                  /* activation model: GPT formula (1) or engine (0) */
   int allow_tp_pp;               /* enumerate analytic TP/PP candidates */
 } sl_plan_cluster;
@@ -164,12 +160,11 @@ enum { SL_PLAN_AG = 0, SL_PLAN_RS, SL_PLAN_AR, SL_PLAN_P2P, SL_PLAN_NCOMM };
 typedef struct {
   /* configuration */
   int zero, shard_group, tp, pp;
-  int offload_optim;  /* SL_PLAN_OFF_* */
-  int offload_params; /* ZeRO-3: parameter and gradient shards on the host */
+  int offload_optim; /* SL_PLAN_OFF_* (--offload-params is not searched: the engine does not move parameters yet) */
   sl_actckpt ac;
   int64_t micro_batch, grad_accum; /* per GPU; grad_accum = micro-batches per step */
   int sync_accum;
-  int needs_mode; /* 1: needs a mode train does not have (none since TP x PP trains; kept in the JSON) */
+  int needs_mode; /* 1: not runnable: the engine's dry run refuses it (train would, with the same message) */
   /* memory per GPU (bytes) */
   double mem[SL_ARENA_COUNT];
   double gpu_total, host_per_gpu, nvme_per_gpu;

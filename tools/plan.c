@@ -86,8 +86,7 @@ static void train_command(const sl_plan_cand *x, const char *model, const sl_pla
   ADD(" --micro-batch %lld --grad-accum %lld", (long long)x->micro_batch, (long long)x->grad_accum);
   if (x->ac != SL_AC_NONE) ADD(" --activation-checkpoint %s", x->ac == SL_AC_FULL ? "full" : "selective");
   if (!x->sync_accum) ADD(" --no-sync-accum true");
-  if (x->offload_optim) ADD(" --offload-optimizer %s", x->offload_optim == 2 ? "nvme" : "cpu");
-  if (x->offload_params) ADD(" --offload-params cpu");
+  if (x->offload_optim) ADD(" --offload-optimizer %s", x->offload_optim == 2 ? "nvme --nvme-path DIR" : "cpu");
   if (c->dtype_bytes == 2) ADD(" --param-dtype bf16 --reduce-dtype bf16");
 #undef ADD
 }
@@ -105,7 +104,6 @@ static json_t *cand_json(const sl_plan_cand *x, const char *model, const sl_plan
                       json_string(x->offload_optim == 2 ? "nvme"
                                   : x->offload_optim    ? "cpu"
                                                         : "none"));
-  json_object_set_new(o, "offload_params", json_boolean(x->offload_params));
   json_object_set_new(o, "activation_checkpoint",
                       json_string(x->ac == SL_AC_FULL        ? "full"
                                   : x->ac == SL_AC_SELECTIVE ? "selective"
@@ -435,8 +433,8 @@ static void print_cand_row(const sl_plan_cand *x, int i, int pick) {
     snprintf(cfg, sizeof cfg, "TP%dDP%d Z%d %s %lldx%lld", x->tp, x->shard_group, x->zero, ac_str(x->ac),
              (long long)x->micro_batch, (long long)x->grad_accum);
   else
-    snprintf(cfg, sizeof cfg, "Z%d S%d o:%s%s %s %lldx%lld", x->zero, x->shard_group, off_str(x->offload_optim),
-             x->offload_params ? "+p" : "", ac_str(x->ac), (long long)x->micro_batch, (long long)x->grad_accum);
+    snprintf(cfg, sizeof cfg, "Z%d S%d o:%s %s %lldx%lld", x->zero, x->shard_group, off_str(x->offload_optim),
+             ac_str(x->ac), (long long)x->micro_batch, (long long)x->grad_accum);
   double cb = 0, cs = 0;
   for (int k = 0; k < SL_PLAN_NCOMM; k++) {
     cb += x->comm_bytes[k];
@@ -457,12 +455,14 @@ static void print_search_text(const plan_args *p, const sl_plan_model *m, const 
   printf("assumptions: %.0f TFLOPS peak x %.0f%% efficiency, %.0f GB/s intra / %.0f GB/s inter, %s, %.0f%% memory "
          "margin + 2 GB reserve, %s activations\n",
          c->tflops, 100 * c->efficiency, c->intra_bw, c->inter_bw,
-         c->dtype_bytes == 2 ? "bf16 params/grads + fp32 master/m/v" : "fp32", 100 * c->margin,
-         c->gpt_acts ? "GPT-formula" : "engine op-by-op");
+         c->dtype_bytes == 2 ? "bf16 gathers/reductions (fp32 expansion), fp32 grads/acts + master/m/v"
+                             : "fp32 params/grads/acts + master/m/v",
+         100 * c->margin, c->gpt_acts ? "GPT-formula" : "engine op-by-op");
   printf("%4s %-3s %-24s %7s %7s %8s %7s %7s %7s %7s %9s %5s\n", "rank", "fit", "config", "GPU GB", "host GB",
          "comm GB", "comm s", "expo s", "comp s", "step s", "tokens/s", "MFU");
   for (int i = 0; i < shown; i++) print_cand_row(&v[i], i, pick);
-  printf("(%d candidates; o: optimizer offload, +p: parameters too)\n", n);
+  printf("(%d candidates; o: optimizer offload; no parameter offload: --offload-params does not move parameters yet)\n",
+         n);
   if (pick >= shown) {
     char d[512];
     sl_plan_describe(&v[pick], d, sizeof d);

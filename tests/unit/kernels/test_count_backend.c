@@ -7,11 +7,12 @@
  * run) against the FSDP closed forms (ZeRO-3 moves 3 (d-1)/d of the padded parameters per micro-batch, ZeRO-1/2 reduce per
  * micro-batch and gather once, ZeRO-0 = the all-reduce volume; the
  * optimizer holds 12 bytes per element of its view); and the search's
- * closed-form replay against the engine check on every arena and
- * collective kind (tied model, hybrid groups, bf16, no-sync, no-reshard). */
+ * engine figures (3 and 4 layers, scaled) against the whole model's dry
+ * run on every arena and collective kind (tied and untied models, TP 2,
+ * hybrid groups, bf16, no-sync, checkpointing). */
 #include <math.h>
-#include <stdio.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -260,52 +261,60 @@ static void test_engine_step(void) {
   CHECK(!memcmp(&before, &after, sizeof before), "the caller's arena counters are left as found");
 }
 
-/* The search's closed-form replay (sl_plan_simulate) against the engine
- * itself on every arena and collective kind: the replay may not drift. */
-static void test_replay_vs_engine(void) {
-  const char *tied = "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 96, \"intermediate_size\": 200,"
-                     " \"num_attention_heads\": 6, \"num_key_value_heads\": 2, \"num_hidden_layers\": 3,"
-                     " \"vocab_size\": 301, \"tie_word_embeddings\": true}";
+/* The search's engine figures (sl_plan_engine_figures: dry runs of 3 and 4
+ * decoder layers, scaled to the model's 7) against the dry run of the whole
+ * model on every arena and collective kind (the TP axis's too), for a tied
+ * and an untied model, the untied one also at TP 2: the scaling is exact. */
+static void scaled_vs_engine(const char *name, const char *json, int tp) {
   sl_model_config mc;
   sl_plan_model pm;
-  if (sl_hfconfig_parse("tied", tied, strlen(tied), &mc) || sl_plan_model_init(&mc, &pm)) {
-    CHECK(0, "tied config: %s", sl_errmsg());
+  if (sl_hfconfig_parse(name, json, strlen(json), &mc) || sl_plan_model_init(&mc, &pm)) {
+    CHECK(0, "%s config: %s", name, sl_errmsg());
     return;
   }
   int n = 0;
-  for (int w = 1; w <= 4; w++)
+  for (int w = tp; w <= 4; w += tp)
     for (int zero = 0; zero <= 3; zero++)
-      for (int v = 0; v < 6; v++) {
+      for (int v = 0; v < 4; v++) {
         sl_plan_run r;
-        sl_plan_run_engine(&r, v == 3 ? "bf16" : "fp32", v == 3 || v == 4 ? "bf16" : "fp32");
+        sl_plan_run_engine(&r, v == 3 ? "bf16" : "fp32", v == 3 ? "bf16" : "fp32");
+        r.tp = tp;
         r.world = w;
         r.zero = zero;
         r.micro_batch = 2;
         r.seq_len = 8;
         r.grad_accum = 1 + v % 3;
         r.ac = (sl_actckpt)(v % 3);
-        if (v == 1 && w == 4) r.shard_group = 2;
+        if (v == 1 && w == 4 && tp == 1) r.shard_group = 2;
         if (v == 2) r.sync_accum = 0;
-        if (v == 5) {
-          r.reshard_after_forward = 0;
-          r.prefetch = 2;
-        }
-        sl_plan_mem a;
+        sl_plan_figures a;
         sl_dry_result b;
-        int rc = sl_plan_simulate(&pm, &r, &a);
+        int rc = sl_plan_engine_figures(&pm, &r, &a);
         if (!rc) rc = dry_run(&mc, &r, 0, &b);
-        CHECK(rc == SL_OK, "w=%d zero=%d v=%d: %s", w, zero, v, sl_errmsg());
+        CHECK(rc == SL_OK, "%s w=%d zero=%d v=%d: %s", name, w, zero, v, sl_errmsg());
         if (rc) continue;
         int same = a.total_peak == b.total_peak && a.comm_total == b.comm_total;
-        for (int k = 0; k < SL_ARENA_COUNT; k++) same &= a.peak[k] == b.peak[k];
-        for (int k = 0; k < SL_COLL_NKINDS; k++) same &= a.comm[k] == b.comm[k];
-        CHECK(same, "w=%d zero=%d v=%d: replay peak %lld comm %llu, engine peak %lld comm %llu", w, zero, v,
+        for (int k = 0; k < SL_ARENA_COUNT; k++) same &= a.peak[k] == b.peak[k] && a.start[k] == b.start[k];
+        for (int k = 0; k < SL_COLL_NKINDS; k++) same &= a.comm[k] == b.comm[k] && a.tp_comm[k] == b.tp_comm[k];
+        CHECK(same, "%s w=%d zero=%d v=%d: scaled peak %lld comm %llu, engine peak %lld comm %llu", name, w, zero, v,
               (long long)a.total_peak, (unsigned long long)a.comm_total, (long long)b.total_peak,
               (unsigned long long)b.comm_total);
         n++;
       }
-  printf("replay vs engine: %d configurations compared\n", n);
+  printf("scaled vs engine (%s, TP %d): %d configurations compared\n", name, tp, n);
   sl_plan_model_free(&pm);
+}
+
+static void test_scaled_vs_engine(void) {
+  const char *untied = "{\"architectures\": [\"MistralForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 176,"
+                       " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 7,"
+                       " \"vocab_size\": 300, \"sliding_window\": 4, \"tie_word_embeddings\": false}";
+  scaled_vs_engine("tied",
+                   "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 96, \"intermediate_size\": 200,"
+                   " \"num_attention_heads\": 6, \"num_key_value_heads\": 2, \"num_hidden_layers\": 7,"
+                   " \"vocab_size\": 301, \"tie_word_embeddings\": true}",
+                   1);
+  for (int tp = 1; tp <= 2; tp++) scaled_vs_engine("untied", untied, tp);
 }
 
 int main(void) {
@@ -315,7 +324,7 @@ int main(void) {
   test_comm();
   test_comm_rule();
   test_engine_step();
-  test_replay_vs_engine();
+  test_scaled_vs_engine();
   printf("count backend: %d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;
 }

@@ -108,30 +108,11 @@ static void show(const char *title, const sl_plan_cand *v, int n, int pick, cons
   printf("  %s\n", why);
 }
 
-/* the same configuration with one field changed */
-static const sl_plan_cand *find(const sl_plan_cand *v, int n, const sl_plan_cand *like, int offload_params) {
-  for (int i = 0; i < n; i++)
-    if (v[i].zero == like->zero && v[i].shard_group == like->shard_group && v[i].tp == like->tp &&
-        v[i].pp == like->pp && v[i].offload_optim == like->offload_optim && v[i].offload_params == offload_params &&
-        v[i].ac == like->ac && v[i].micro_batch == like->micro_batch)
-      return &v[i];
-  return NULL;
-}
-
-static void test_recommendations(const char *dir) {
-  sl_plan_model m7, m70;
-  if (load(dir, "llama7b", LLAMA7B, &m7) || load(dir, "llama70b", LLAMA70B, &m70)) {
-    CHECK(0, "cannot load the test configs: %s", sl_errmsg());
-    return;
-  }
-  printf("Llama-2-7B: %.3fB parameters; Llama-2-70B: %.3fB\n", m7.nparams / 1e9, m70.nparams / 1e9);
-  CHECK(near((double)m7.nparams, 6.738e9, 0.001), "7B params %lld", (long long)m7.nparams);
-  CHECK(near((double)m70.nparams, 68.977e9, 0.001), "70B params %lld", (long long)m70.nparams);
+/* 1. 7B on 8 x 80 GB (one node): plain full sharding, no offload */
+static void rec_7b_8x80(const sl_plan_model *m7) {
   char why[2048];
   sl_plan_cand *v = NULL;
   int n = 0, pick;
-
-  /* 1. 7B on 8 x 80 GB (one node): plain full sharding, no offload */
   sl_plan_cluster c;
   sl_plan_cluster_defaults(&c);
   c.gpus = 8;
@@ -139,11 +120,10 @@ static void test_recommendations(const char *dir) {
   c.gpu_mem = 80e9;
   c.seq_len = 4096;
   c.global_batch = 4 << 20;
-  CHECK(sl_plan_search(&m7, &c, &v, &n) == SL_OK, "search failed: %s", sl_errmsg());
+  CHECK(sl_plan_search(m7, &c, &v, &n) == SL_OK, "search failed: %s", sl_errmsg());
   pick = sl_plan_recommend(v, n, &c, why, sizeof why);
   show("Llama-2-7B on 8 x 80 GB", v, n, pick, why);
-  CHECK(pick >= 0 && v[pick].zero == 3 && v[pick].shard_group == 8 && !v[pick].offload_optim &&
-            !v[pick].offload_params && !v[pick].needs_mode,
+  CHECK(pick >= 0 && v[pick].zero == 3 && v[pick].shard_group == 8 && !v[pick].offload_optim && !v[pick].needs_mode,
         "7B/8x80: not plain ZeRO-3 over 8");
   CHECK(strstr(why, "ZeRO-3") && strstr(why, "without offload"), "7B/8x80 text: %s", why);
   /* pure pipelines are runnable candidates: their bubble (P-1)/(m+P-1) of
@@ -160,8 +140,20 @@ static void test_recommendations(const char *dir) {
   }
   CHECK(npp > 0 && badpp == 0, "7B/8x80: %d pipeline candidates, %d bad", npp, badpp);
   free(v);
+}
 
-  /* 2. 7B on one 24 GB GPU with 128 GB of host memory */
+static void rec_7b_1x24(const sl_plan_model *m7) {
+  char why[2048];
+  sl_plan_cand *v = NULL;
+  int n = 0, pick;
+  sl_plan_cluster c;
+  /* 2. 7B on one 24 GB GPU with 128 GB of host memory does not fit today:
+   * the engine keeps fp32 gradients and activations on the device (issue
+   * 26: true bf16) and --offload-params moves nothing, so even ZeRO-3 with
+   * the optimizer on the CPU (81 GB of host memory, which fits) needs more
+   * than 24 GB for its fp32 gradient shards. The planner says so, names the
+   * smallest candidate, its largest arena and the GPU it would need; with
+   * that much GPU memory the search fits it (the figure is the truth). */
   sl_plan_cluster_defaults(&c);
   c.gpus = 1;
   c.gpus_per_node = 1;
@@ -169,23 +161,39 @@ static void test_recommendations(const char *dir) {
   c.host_mem = 128e9;
   c.seq_len = 4096;
   c.global_batch = 64 * 4096;
-  CHECK(sl_plan_search(&m7, &c, &v, &n) == SL_OK, "search failed: %s", sl_errmsg());
+  CHECK(sl_plan_search(m7, &c, &v, &n) == SL_OK, "search failed: %s", sl_errmsg());
   pick = sl_plan_recommend(v, n, &c, why, sizeof why);
   show("Llama-2-7B on 1 x 24 GB + 128 GB host", v, n, pick, why);
-  CHECK(pick >= 0 && v[pick].zero == 3 && v[pick].offload_optim == SL_PLAN_OFF_CPU,
-        "7B/1x24: not ZeRO-3 + CPU optimizer offload");
-  if (pick >= 0) {
-    const sl_plan_cand *x = &v[pick];
-    /* bf16 params (13.5 GB) + bf16 gradient shards (13.5 GB) exceed 24 GB: they must move */
-    CHECK(x->offload_params, "7B/1x24: parameters should have to move too");
-    const sl_plan_cand *y = find(v, n, x, 0);
-    CHECK(y && !y->fits, "7B/1x24: the same layout without parameter offload should not fit (%.1f GB)",
-          y ? y->gpu_total / 1e9 : -1.0);
-    CHECK(strstr(why, "parameters") && strstr(why, "must move"), "7B/1x24 text: %s", why);
-    CHECK(x->host_per_gpu <= 0.9 * 128e9 && x->host_per_gpu > 80e9, "host bytes %.3g", x->host_per_gpu);
+  CHECK(pick < 0, "7B/1x24: a candidate fits 24 GB with the engine's fp32 gradients");
+  const sl_plan_cand *small = NULL;
+  for (int i = 0; i < n; i++)
+    if (!small || v[i].gpu_total < small->gpu_total) small = &v[i];
+  CHECK(small && small->offload_optim && small->mem[SL_ARENA_OPTIM] == 0 &&
+            small->mem[SL_ARENA_GRADS] >= 4.0 * m7->nparams && small->host_per_gpu > 12.0 * m7->nparams &&
+            small->host_per_gpu <= 0.9 * 128e9,
+        "7B/1x24: the smallest does not offload the optimizer or does not hold fp32 gradients");
+  CHECK(strstr(why, "No configuration") && strstr(why, "The smallest") && strstr(why, "largest arena is grads"),
+        "7B/1x24 text: %s", why);
+  if (small) {
+    char need[64];
+    snprintf(need, sizeof need, "a GPU of %.1f GB", small->gpu_total / 0.9 / 1e9);
+    CHECK(strstr(why, need) != NULL, "7B/1x24 text lacks '%s': %s", need, why);
+    c.gpu_mem = small->gpu_total / 0.9 + 1e8;
   }
   free(v);
+  CHECK(sl_plan_search(m7, &c, &v, &n) == SL_OK, "search failed: %s", sl_errmsg());
+  pick = sl_plan_recommend(v, n, &c, why, sizeof why);
+  printf("  with %.1f GB per GPU: %s\n", c.gpu_mem / 1e9, why);
+  CHECK(pick >= 0 && v[pick].offload_optim == SL_PLAN_OFF_CPU && strstr(why, "optimizer state goes to cpu"),
+        "7B/1x%.0f: the named GPU does not fit the CPU-offload layout: %s", c.gpu_mem / 1e9, why);
+  free(v);
+}
 
+static void rec_70b(const sl_plan_model *m70) {
+  char why[2048];
+  sl_plan_cand *v = NULL;
+  int n = 0, pick;
+  sl_plan_cluster c;
   /* 3. 70B on 64 x 40 GB (8 per node, A100 peak) */
   sl_plan_cluster_defaults(&c);
   c.gpus = 64;
@@ -196,34 +204,70 @@ static void test_recommendations(const char *dir) {
   c.tflops = 312;
   c.intra_bw = 150;
   c.inter_bw = 20;
-  CHECK(sl_plan_search(&m70, &c, &v, &n) == SL_OK, "search failed: %s", sl_errmsg());
+  CHECK(sl_plan_search(m70, &c, &v, &n) == SL_OK, "search failed: %s", sl_errmsg());
   pick = sl_plan_recommend(v, n, &c, why, sizeof why);
   show("Llama-2-70B on 64 x 40 GB", v, n, pick, why);
-  /* TP layouts run (--tp T --zero Z over DP): the recommendation is one,
-   * and it beats full sharding alone, which is communication-bound */
+  /* TP layouts run (--tp T --zero Z over DP): the recommendation is one.
+   * Full sharding alone does not fit 40 GB today: the engine's fp32
+   * gradients (two or three full 3.4 GB unit gradients in flight besides
+   * the shards) and the fp32 expansion of the bf16 gathers put its smallest
+   * candidate, ZeRO-3 over 64 with full checkpointing, at about 50 GB; it
+   * would be communication-bound, and the TP pick beats it */
   CHECK(pick >= 0 && v[pick].tp > 1 && v[pick].pp == 1 && !v[pick].needs_mode, "70B/64x40: not a TP layout");
   int fsdp = -1, best_pp = -1;
   for (int i = 0; i < n; i++) {
-    if (v[i].fits && v[i].tp == 1 && v[i].pp == 1 && fsdp < 0) fsdp = i;
+    if (v[i].tp == 1 && v[i].pp == 1 && (fsdp < 0 || v[i].gpu_total < v[fsdp].gpu_total)) fsdp = i;
     if (v[i].fits && v[i].tp > 1 && v[i].pp > 1 && best_pp < 0) best_pp = i;
   }
-  CHECK(fsdp >= 0 && v[fsdp].zero == 3 && v[fsdp].comm_compute_ratio > 1.0, "70B: full sharding not comm-bound (%.2f)",
+  CHECK(fsdp >= 0 && !v[fsdp].fits && v[fsdp].zero == 3 && v[fsdp].shard_group == 64 &&
+            v[fsdp].mem[SL_ARENA_GRADS] > 4.0 * (double)m70->numel[1],
+        "70B: the smallest full-sharding layout is not ZeRO-3 over 64 holding fp32 unit gradients, or it fits");
+  CHECK(fsdp >= 0 && v[fsdp].comm_compute_ratio > 1.0, "70B: full sharding not comm-bound (%.2f)",
         fsdp >= 0 ? v[fsdp].comm_compute_ratio : -1.0);
-  CHECK(pick >= 0 && fsdp >= 0 && v[pick].tokens_s > 1.2 * v[fsdp].tokens_s, "70B: TP layout not faster than ZeRO-3");
-  CHECK(strstr(why, "communication-bound") != NULL, "70B text lacks communication-bound: %s", why);
+  /* the TP layout's figures are the engine's dry run: its TP all-reduces carry fp32 activations (4 of b s h per
+   * layer and micro-batch at least, ar(n) = 2 (t-1) ceil(n/t) elements of 4 bytes), so TP costs more than the
+   * bf16 closed form once promised (that one beat full sharding by 1.4x) */
+  if (pick >= 0) {
+    const sl_plan_cand *x = &v[pick];
+    double n_ = (double)x->micro_batch * 4096 * 8192, ar = 2.0 * (x->tp - 1) * ceil(n_ / x->tp);
+    CHECK(x->comm_bytes[SL_PLAN_AR] >= 80.0 * x->grad_accum * 4 * ar * 4.0,
+          "70B: the TP pick's all-reduce bytes %.4g are below fp32 activations' %.4g", x->comm_bytes[SL_PLAN_AR],
+          80.0 * x->grad_accum * 4 * ar * 4.0);
+  }
+  CHECK(strstr(why, "Full sharding alone does not fit") && strstr(why, "communication-bound"),
+        "70B text lacks full sharding's misfit or communication-bound: %s", why);
   /* pipelines: m in [P, 8 P] micro-batches (an unchecked model once
    * recommended 512 and 1024); every candidate is runnable (TP x PP and pure
-   * PP with --pp P --pp-schedule 1f1b) */
-  int badm = 0, badrun = 0;
+   * PP with --pp P --pp-schedule 1f1b) but the TP layouts the engine's dry
+   * run refuses (a TP all-reduce of b s h over 2^31 elements): those are
+   * marked not runnable and never fit */
+  int badm = 0, badrun = 0, refused = 0;
   for (int i = 0; i < n; i++) {
     if (v[i].pp > 1 && (v[i].grad_accum < v[i].pp || v[i].grad_accum > 8 * v[i].pp)) badm++;
-    if (v[i].needs_mode) badrun++;
+    refused += v[i].needs_mode;
+    if (v[i].needs_mode && (v[i].fits || v[i].pp > 1 || v[i].tp == 1 || v[i].micro_batch * 4096 * 8192 < (1LL << 31)))
+      badrun++;
   }
+  printf("  %d TP candidates refused by the engine (not runnable)\n", refused);
   CHECK(badm == 0 && badrun == 0, "70B: %d pipelines with m outside [P, 8P], %d with a wrong runnable flag", badm,
         badrun);
-  CHECK(best_pp >= 0 && v[best_pp].pp > 1, "no fitting pipeline layout");
-  /* the pick is the fastest runnable candidate, or one within 3% preferred for memory/offload */
-  CHECK(best_pp < 0 || v[best_pp].tokens_s * 0.97 <= v[pick].tokens_s, "70B: a TP x PP layout beats the recommendation");
+  /* no TP x PP layout fits 40 GB: ZeRO-1 keeps the stage's whole fp32
+   * gradients (TP 8 x PP 8: about 53 GB); at 80 GB they fit (below) */
+  CHECK(best_pp < 0, "70B/64x40: a TP x PP layout fits with the stage's fp32 gradients");
+  free(v);
+  /* on 80 GB GPUs pipelines fit; the pick is the fastest runnable candidate, or one within 3% preferred for
+   * memory/offload */
+  c.gpu_mem = 80e9;
+  CHECK(sl_plan_search(m70, &c, &v, &n) == SL_OK, "search failed: %s", sl_errmsg());
+  pick = sl_plan_recommend(v, n, &c, why, sizeof why);
+  best_pp = -1;
+  for (int i = 0; i < n && best_pp < 0; i++)
+    if (v[i].fits && v[i].tp > 1 && v[i].pp > 1) best_pp = i;
+  CHECK(pick >= 0 && best_pp >= 0 && v[best_pp].tokens_s * 0.97 <= v[pick].tokens_s,
+        "70B/64x80: no fitting TP x PP layout, or one beats the recommendation");
+  /* where full sharding fits, it wins: the engine's fp32 TP all-reduces cost more than the DP traffic they save */
+  CHECK(pick >= 0 && v[pick].tp == 1 && v[pick].pp == 1 && v[pick].zero == 3, "70B/64x80: not plain ZeRO-3");
+  show("Llama-2-70B on 64 x 80 GB", v, n, pick, why);
   if (best_pp >= 0) {
     char d[512];
     sl_plan_describe(&v[best_pp], d, sizeof d);
@@ -231,17 +275,31 @@ static void test_recommendations(const char *dir) {
            100 * v[best_pp].mfu, v[best_pp].mfu * 312);
   }
   free(v);
+}
+
+static void test_recommendations(const char *dir) {
+  sl_plan_model m7, m70;
+  if (load(dir, "llama7b", LLAMA7B, &m7) || load(dir, "llama70b", LLAMA70B, &m70)) {
+    CHECK(0, "cannot load the test configs: %s", sl_errmsg());
+    return;
+  }
+  printf("Llama-2-7B: %.3fB parameters; Llama-2-70B: %.3fB\n", m7.nparams / 1e9, m70.nparams / 1e9);
+  CHECK(near((double)m7.nparams, 6.738e9, 0.001), "7B params %lld", (long long)m7.nparams);
+  CHECK(near((double)m70.nparams, 68.977e9, 0.001), "70B params %lld", (long long)m70.nparams);
+  rec_7b_8x80(&m7);
+  rec_7b_1x24(&m7);
+  rec_70b(&m70);
   sl_plan_model_free(&m7);
   sl_plan_model_free(&m70);
 }
 
-/* The engine replay against closed forms: ZeRO-3 moves 3 (d-1)/d of the
+/* The engine's figures (its dry run, 3 and 4 layers scaled to 5) against closed forms: ZeRO-3 moves 3 (d-1)/d of the
  * padded parameters per micro-batch; ZeRO-1/2 reduce-scatter per micro and
  * gather once; ZeRO-0 = all-reduce volume. */
 static void test_closed_forms(const char *dir) {
   sl_plan_model m;
   const char *tiny = "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 176,"
-                     " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 3,"
+                     " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 5,"
                      " \"vocab_size\": 300, \"tie_word_embeddings\": false}";
   if (load(dir, "tiny", tiny, &m)) {
     CHECK(0, "tiny config: %s", sl_errmsg());
@@ -257,8 +315,8 @@ static void test_closed_forms(const char *dir) {
         r.micro_batch = 2;
         r.seq_len = 16;
         r.grad_accum = A;
-        sl_plan_mem pm;
-        CHECK(sl_plan_simulate(&m, &r, &pm) == SL_OK, "simulate: %s", sl_errmsg());
+        sl_plan_figures pm;
+        CHECK(sl_plan_engine_figures(&m, &r, &pm) == SL_OK, "engine figures: %s", sl_errmsg());
         double padded = 0;
         for (int u = 0; u < m.nunits; u++) padded += (double)((m.numel[u] + 16 * d - 1) / (16 * d) * (16 * d));
         double unit = (d - 1) * padded / d * 4.0, want;
@@ -276,8 +334,13 @@ static void test_closed_forms(const char *dir) {
 }
 
 /* Mamba in the search: TP layouts where T divides d_inner (and hidden / T >=
- * 1024), never PP; their TP bytes per step are L A (2 ar(b s (R+2S)) +
- * 2 ar(b s H)) e, ar(n) = 2 (T-1) ceil(n/T) (models/mamba.c, docs/models.md). */
+ * 1024), never PP; their TP bytes per step are the engine's (its dry run):
+ * L A (2 ar(b s (R+2S)) + 2 ar(b s H)) in fp32 (the engine's activations,
+ * whatever the gather dtype), one more L A ar(b s (R+2S)) under full
+ * checkpointing (the recomputed forward's all-reduce), and A ar(b s (2H + 2))
+ * for the vocabulary-parallel embedding and head, ar(n) = 2 (T-1) ceil(n/T)
+ * (models/mamba.c, docs/models.md); plus at most 1 MB of the gradient norm's
+ * TP all-gathers. */
 static void test_mamba_tp(const char *dir) {
   sl_plan_model m;
   const char *cfg =
@@ -302,10 +365,11 @@ static void test_mamba_tp(const char *dir) {
     if (x->pp > 1 || x->tp > 2) bad++;
     if (x->tp != 2) continue;
     ntp++;
-    long long T = 2, N = x->micro_batch * 1024, e = c.dtype_bytes;
+    long long T = 2, N = x->micro_batch * 1024, e = 4;
     long long ar_x = 2 * (T - 1) * ((N * (128 + 2 * 16) + T - 1) / T), ar_h = 2 * (T - 1) * ((N * 2048 + T - 1) / T);
-    double want = (double)(8 * x->grad_accum * (2 * ar_x + 2 * ar_h) * e);
-    if (fabs(x->comm_bytes[SL_PLAN_AR] - want) > 0.5) {
+    long long ar_io = 2 * (T - 1) * ((N * (2 * 2048 + 2) + T - 1) / T);
+    double want = (double)(x->grad_accum * (8 * ((x->ac == SL_AC_FULL ? 3 : 2) * ar_x + 2 * ar_h) + ar_io) * e);
+    if (x->comm_bytes[SL_PLAN_AR] < want || x->comm_bytes[SL_PLAN_AR] > want + 1e6) {
       bad++;
       printf("FAIL mamba TP 2, b %lld A %lld: TP bytes %.0f, closed form %.0f\n", (long long)x->micro_batch,
              (long long)x->grad_accum, x->comm_bytes[SL_PLAN_AR], want);
