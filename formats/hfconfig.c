@@ -1,5 +1,5 @@
 /* formats/hfconfig.c — config.json parsing, validation and saving for Llama,
- * Mistral and Mamba (HF and original state-spaces forms).
+ * Mistral, Qwen2 and Mamba (HF and original state-spaces forms).
  */
 #define _GNU_SOURCE
 #include "formats/hfconfig.h"
@@ -37,6 +37,7 @@ const char *sl_arch_name(sl_arch a) {
   case SL_ARCH_LLAMA: return "llama";
   case SL_ARCH_MISTRAL: return "mistral";
   case SL_ARCH_MAMBA: return "mamba";
+  case SL_ARCH_QWEN2: return "qwen2";
   default: return "unknown";
   }
 }
@@ -321,16 +322,23 @@ static int parse_attn(const char *p, json_t *o, sl_model_config *c) {
       (rc = get_int(p, o, "num_attention_heads", 1, 0, &c->num_attention_heads)) ||
       (rc = get_int(p, o, "vocab_size", 1, 0, &c->vocab_size)) ||
       (rc = get_int(p, o, "num_key_value_heads", 0, c->num_attention_heads, &c->num_key_value_heads)) ||
-      (rc = get_int(p, o, "max_position_embeddings", 0, mistral ? 131072 : 2048, &c->max_position_embeddings)) ||
+      (rc = get_int(p, o, "max_position_embeddings", 0, mistral ? 131072 : c->arch == SL_ARCH_QWEN2 ? 32768 : 2048, &c->max_position_embeddings)) ||
       (rc = get_num(p, o, "rms_norm_eps", 1e-6, &c->rms_norm_eps)) ||
       (rc = get_num(p, o, "rope_theta", 10000.0, &c->rope_theta)) ||
       (rc = get_num(p, o, "initializer_range", 0.02, &c->initializer_range)) ||
       (rc = get_bool(p, o, "tie_word_embeddings", 0, &c->tie_word_embeddings)) ||
       (rc = get_int(p, o, "bos_token_id", 0, -1, &c->bos_token_id)) || (rc = get_eos(p, o, c)) ||
-      (rc = want_act(p, o, "hidden_act")) ||
-      (rc = want_false(p, o, "attention_bias", "q/k/v/o projections have no bias here")) ||
-      (rc = want_false(p, o, "mlp_bias", "MLP projections have no bias here")))
+      (rc = want_act(p, o, "hidden_act")))
     return rc;
+  if (c->arch == SL_ARCH_QWEN2) { /* Llama with q/k/v biases (transformers' modeling_qwen2.py) */
+    c->qkv_bias = 1;
+    if ((rc = want_false(p, o, "use_sliding_window", "per-layer sliding windows are not implemented")) ||
+        (rc = want_false(p, o, "use_mrope", "multimodal RoPE is not implemented")))
+      return rc;
+  } else if ((rc = want_false(p, o, "attention_bias", "q/k/v/o projections have no bias here")) ||
+             (rc = want_false(p, o, "mlp_bias", "MLP projections have no bias here"))) {
+    return rc;
+  }
   if (mistral && (rc = get_int(p, o, "sliding_window", 0, 0, &c->sliding_window))) return rc;
   if ((rc = want_pos_emb(p, o))) return rc;
   if ((rc = parse_rope_scaling(p, o, c))) return rc;
@@ -476,7 +484,7 @@ int sl_hfconfig_validate(const char *p, const sl_model_config *c) {
     return rc;
   if (c->max_position_embeddings < 0 || c->max_position_embeddings > CFG_MAX_POS) /* 0: unset */
     return posl(p, "max_position_embeddings", c->max_position_embeddings, CFG_MAX_POS);
-  if (c->arch == SL_ARCH_LLAMA || c->arch == SL_ARCH_MISTRAL) {
+  if (c->arch == SL_ARCH_LLAMA || c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_QWEN2) {
     if ((rc = posl(p, "intermediate_size", c->intermediate_size, CFG_MAX_INTER)) ||
         (rc = posl(p, "num_attention_heads", c->num_attention_heads, CFG_MAX_HEADS)) ||
         (rc = posl(p, "num_key_value_heads", c->num_key_value_heads, CFG_MAX_HEADS)) ||
@@ -523,6 +531,7 @@ static const struct {
     {"LlamaForCausalLM", "llama", SL_ARCH_LLAMA},
     {"MistralForCausalLM", "mistral", SL_ARCH_MISTRAL},
     {"MambaForCausalLM", "mamba", SL_ARCH_MAMBA},
+    {"Qwen2ForCausalLM", "qwen2", SL_ARCH_QWEN2},
 };
 
 int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_config *c) {
@@ -548,7 +557,7 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
     if (!c->arch) {
       rc = sl_fail(SL_EINPUT,
                    "%s: unknown architecture '%s' in 'architectures' (supported: "
-                   "LlamaForCausalLM, MistralForCausalLM, MambaForCausalLM)",
+                   "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, MambaForCausalLM)",
                    p, a);
       goto done;
     }
@@ -563,7 +572,7 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
     if (!c->arch) {
       rc = sl_fail(SL_EINPUT,
                    "%s: unknown architecture: model_type '%s' (supported: llama, "
-                   "mistral, mamba)",
+                   "mistral, qwen2, mamba)",
                    p, a);
       goto done;
     }
@@ -681,9 +690,9 @@ int sl_hfconfig_save(const char *path, const sl_model_config *c) {
 #define SETR(k, v) json_object_set_new(o, k, json_real(v))
 #define SETB(k, v) json_object_set_new(o, k, json_boolean(v))
 #define SETS(k, v) json_object_set_new(o, k, json_string(v))
-  const char *cls = c->arch == SL_ARCH_LLAMA     ? "LlamaForCausalLM"
-                    : c->arch == SL_ARCH_MISTRAL ? "MistralForCausalLM"
-                                                 : "MambaForCausalLM";
+  const char *cls = "MambaForCausalLM";
+  for (size_t i = 0; i < sizeof k_arch / sizeof k_arch[0]; i++)
+    if (k_arch[i].arch == c->arch) cls = k_arch[i].cls;
   json_t *arr = json_array();
   json_array_append_new(arr, json_string(cls));
   json_object_set_new(o, "architectures", arr);
@@ -704,6 +713,9 @@ int sl_hfconfig_save(const char *path, const sl_model_config *c) {
     if (c->arch == SL_ARCH_MISTRAL) {
       if (c->sliding_window > 0) SETI("sliding_window", c->sliding_window);
       else json_object_set_new(o, "sliding_window", json_null());
+    } else if (c->arch == SL_ARCH_QWEN2) { /* q/k/v biases are Qwen2's own; no field says so */
+      SETB("use_sliding_window", 0);
+      SETB("use_mrope", 0);
     } else {
       SETB("attention_bias", 0);
       SETB("mlp_bias", 0);

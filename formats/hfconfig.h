@@ -1,5 +1,5 @@
 /* formats/hfconfig.h — the model config: a Hugging Face config.json (Llama,
- * Mistral, Mamba; also the original state-spaces Mamba config) parsed and
+ * Mistral, Qwen2, Mamba; also the original state-spaces Mamba config) parsed and
  * validated into sl_model_config, and written back in the form transformers
  * 4.x loads. Field meanings and defaults: docs/formats.md.
  */
@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-typedef enum { SL_ARCH_UNKNOWN = 0, SL_ARCH_LLAMA, SL_ARCH_MISTRAL, SL_ARCH_MAMBA } sl_arch;
+typedef enum { SL_ARCH_UNKNOWN = 0, SL_ARCH_LLAMA, SL_ARCH_MISTRAL, SL_ARCH_MAMBA, SL_ARCH_QWEN2 } sl_arch;
 
 /* config.json's rope_scaling (docs/formats.md): the rules of transformers'
  * modeling_rope_utils.py that give fixed frequencies. "dynamic" (NTK, which
@@ -38,7 +38,7 @@ const char *sl_rope_type_name(sl_rope_type t); /* "default", "linear", "llama3",
 
 typedef struct {
   sl_arch arch;
-  char arch_name[64]; /* "LlamaForCausalLM", "MistralForCausalLM", "MambaForCausalLM" */
+  char arch_name[64]; /* "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "MambaForCausalLM" */
   /* common */
   int64_t hidden_size;                /* H */
   int64_t intermediate_size;          /* MLP width (Llama/Mistral); expand*H (Mamba) */
@@ -50,14 +50,15 @@ typedef struct {
   int64_t bos_token_id, eos_token_id; /* -1 = unset; eos: the first when the file gives a list */
   int64_t eos_token_ids[SL_MAX_EOS];  /* eos_token_id as a list (Llama 3.x Instruct), n_eos of them */
   int n_eos;                          /* 0: unset; 1: an integer; more: a list */
-  /* Llama / Mistral */
+  /* Llama / Mistral / Qwen2 */
   int64_t num_attention_heads;  /* nh */
   int64_t num_key_value_heads;  /* nkv (default nh); nh % nkv == 0 */
   int64_t head_dim;             /* hd (default H / nh), even */
   double rms_norm_eps;          /* default 1e-6 */
   double rope_theta;            /* default 10000 */
   sl_rope_scaling rope_scaling; /* default: none */
-  int64_t sliding_window;       /* Mistral; 0 = none (also for null) */
+  int64_t sliding_window;       /* Mistral; 0 = none (also for null); Qwen2: 0 (use_sliding_window false) */
+  int qkv_bias;                 /* q/k/v projections have a bias (Qwen2); o_proj and the MLP never */
   /* Mamba */
   int64_t state_size;                                                    /* N (d_state), default 16 */
   int64_t expand;                                                        /* default 2 */
@@ -73,7 +74,7 @@ typedef struct {
   int64_t pad_vocab_size_multiple; /* state-spaces only (1 otherwise) */
 } sl_model_config;
 
-const char *sl_arch_name(sl_arch a); /* "llama", "mistral", "mamba" */
+const char *sl_arch_name(sl_arch a); /* "llama", "mistral", "qwen2", "mamba" */
 
 /* Parses and validates config.json text (len bytes, need not be 0-terminated).
  * path_for_msgs is only used in messages. This is the fuzzing entry point. */

@@ -81,7 +81,7 @@ static void head(sl_gen *g) {
   matvec(g->logits, head_weight(g), g->h, g->V, g->C, NULL);
 }
 
-/* ---- Llama / Mistral: one position through the K/V cache ---------------------- */
+/* ---- Llama / Mistral / Qwen2: one position through the K/V cache ---------------------- */
 static void rope(const sl_gen *g, float *v, int64_t nheads, int64_t pos) {
   int64_t h2 = g->hd / 2;
   for (int64_t i = 0; i < h2; i++) {
@@ -104,9 +104,10 @@ static void llama_step(sl_gen *g, int32_t tok) {
     int u = (int)l + 1;
     float *kr = g->kc[l] + p * KV, *vr = g->vc[l] + p * KV;
     rmsnorm(g->h, g->x, tens(g, u, "input_layernorm.weight"), C, eps);
-    matvec(g->q, tens(g, u, "q_proj.weight"), g->h, nh * hd, C, NULL);
-    matvec(kr, tens(g, u, "k_proj.weight"), g->h, KV, C, NULL);
-    matvec(vr, tens(g, u, "v_proj.weight"), g->h, KV, C, NULL);
+    /* the biases: Qwen2's (NULL when the block has none) */
+    matvec(g->q, tens(g, u, "q_proj.weight"), g->h, nh * hd, C, tens(g, u, "q_proj.bias"));
+    matvec(kr, tens(g, u, "k_proj.weight"), g->h, KV, C, tens(g, u, "k_proj.bias"));
+    matvec(vr, tens(g, u, "v_proj.weight"), g->h, KV, C, tens(g, u, "v_proj.bias"));
     rope(g, g->q, nh, p);
     rope(g, kr, nkv, p);
     for (int64_t h = 0; h < nh; h++) {

@@ -5,8 +5,8 @@
  * Units: 0 = embedding; 1..L = decoder blocks; L+1 = final norm + LM head.
  * A block's tensors are packed so that q/k/v and gate/up are each one
  * contiguous matrix and run as one GEMM:
- *   ln1 (C) | Wq (nh*hd, C) Wk (nkv*hd, C) Wv (nkv*hd, C) | Wo (C, nh*hd) |
- *   ln2 (C) | Wgate (I, C) Wup (I, C) | Wdown (C, I)
+ *   ln1 (C) | Wq (nh*hd, C) Wk (nkv*hd, C) Wv (nkv*hd, C) | [bq (nh*hd) bk (nkv*hd)
+ *   bv (nkv*hd): Qwen2 only] | Wo (C, nh*hd) | ln2 (C) | Wgate (I, C) Wup (I, C) | Wdown (C, I)
  * Tensor parallelism over T ranks (Megatron, m->access.tp): heads split by T,
  * so a rank's block holds its nh/T query heads' rows of Wq, its k/v heads'
  * rows of Wk/Wv (one shared KV group when nkv < T: replicated over the T/nkv
@@ -67,7 +67,7 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   (void)l;
   int rc = sl_dec_norm_gathered(m, a->ln1, a->rstd1, x, w.ln1, p->eps);
   if (rc) return rc;
-  o->linear_fwd(k, a->qkv, a->ln1, w.wqkv, NULL, N, C, p->Q);
+  o->linear_fwd(k, a->qkv, a->ln1, w.wqkv, w.bqkv, N, C, p->Q);
   o->rope_fwd(k, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
   block_attn_core(m, p, a);
   o->linear_fwd(k, p->sp ? dln : a->xmid, a->att, w.wo, NULL, N, p->A, C);
@@ -148,7 +148,7 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
   o->rope_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
   m->ops->zero(m->k, dln, (size_t)(N * C) * 4);
   if (p->kvrep > 1) kv_grad_begin(m, p, (float *)g.wqkv + p->nh * p->hd * C);
-  o->linear_bwd(k, dln, (float *)g.wqkv, NULL, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
+  o->linear_bwd(k, dln, (float *)g.wqkv, (float *)g.bqkv, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
   if ((rc = sl_dec_row_parallel_sum(m, dln, dn))) return rc;
   if (p->kvrep > 1 && (rc = kv_grad_sum(m, p, (float *)g.wqkv + p->nh * p->hd * C))) return rc;
   o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.ln1, p->gnorm), dn, x, w.ln1, a->rstd1, n, C, C);
@@ -196,6 +196,11 @@ static const char *tp_misfit(const sl_model_config *c, int64_t T, char *why, siz
     snprintf(why, cap,
              "--tp %lld is not a multiple of num_key_value_heads %lld (each rank must hold one whole KV "
              "group)",
+             (long long)T, (long long)nkv);
+  else if (c->qkv_bias && nkv < T)
+    snprintf(why, cap,
+             "--tp %lld is more than num_key_value_heads %lld, and the replicated k/v slice's bias gradient is not "
+             "summed over its ranks (a model with q/k/v biases needs --tp <= num_key_value_heads)",
              (long long)T, (long long)nkv);
   else if (I % T)
     snprintf(why, cap, "intermediate_size %lld is not divisible by --tp %lld", (long long)I, (long long)T);
@@ -262,6 +267,11 @@ static int llama_spec(sl_model *m, sl_unit_spec *b, int64_t l) {
   ADD("self_attn.q_proj.weight", 2, nh * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
   ADD("self_attn.k_proj.weight", 2, nkv * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, nkv_parts);
   ADD("self_attn.v_proj.weight", 2, nkv * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, nkv_parts);
+  if (c->qkv_bias) { /* split with their weights' rows; zero-initialised and not decayed, as transformers does */
+    ADD("self_attn.q_proj.bias", 1, nh * p->hd, 0, 0, SL_INIT_ZEROS, SL_SPLIT_COL, T);
+    ADD("self_attn.k_proj.bias", 1, nkv * p->hd, 0, 0, SL_INIT_ZEROS, SL_SPLIT_COL, nkv_parts);
+    ADD("self_attn.v_proj.bias", 1, nkv * p->hd, 0, 0, SL_INIT_ZEROS, SL_SPLIT_COL, nkv_parts);
+  }
   ADD("self_attn.o_proj.weight", 2, C, nh * p->hd, 1, SL_INIT_NORMAL, SL_SPLIT_ROW, T);
   ADD("post_attention_layernorm.weight", 1, C, 0, 0, SL_INIT_ONES, SL_SPLIT_NONE, 1);
   ADD("mlp.gate_proj.weight", 2, I, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
@@ -299,6 +309,7 @@ static int llama_init(sl_model *m, sl_decoder *d) {
   p->kvslot = m->tp_rank / p->kvrep;
   p->hd = c->head_dim;
   p->Q = (p->nh + 2 * p->nkv) * p->hd;
+  p->qb = c->qkv_bias ? p->Q : 0;
   p->A = p->nh * p->hd;
   p->I = c->intermediate_size / T;
   p->window = c->arch == SL_ARCH_MISTRAL ? c->sliding_window : 0;

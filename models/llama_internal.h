@@ -22,11 +22,15 @@ typedef struct {
   float *h;     /* (N, I) silu(gate) * up */
 } layer_acts;
 
+/* Qwen2's q/k/v biases: (Q) after the packed Wqkv, so the qkv GEMM adds one
+ * bias vector (models/llama.c's layout). */
+
 /* The block kind's state (sl_dec(m)->blk); the skeleton's (the residual
  * stream, activation sets, head, dres, dln, xl) is models/decoder.h's. */
 typedef struct {
   int64_t N, C, nh, nkv, hd, Q, A, I, window; /* nh, nkv, Q, A, I: this TP rank's */
   int64_t kvrep, kvslot, kvgroups;            /* k/v slice shared by kvrep TP ranks; its index of kvgroups */
+  int64_t qb;                                 /* q|k|v bias floats after Wqkv: Q (Qwen2's qkv_bias), else 0 */
   float *kvsum; /* (kvgroups + 1, 2*nkv*hd*C) replicated k/v gradient exchange, then the slice's
                    earlier micro-batches' sum (kvrep > 1; kv_grad_begin) */
   float eps;
@@ -44,7 +48,7 @@ typedef struct {
 
 /* parameter views of a block's flat buffer */
 typedef struct {
-  const float *ln1, *wqkv, *wo, *ln2, *wgu, *wd;
+  const float *ln1, *wqkv, *bqkv, *wo, *ln2, *wgu, *wd; /* bqkv: NULL without q/k/v biases */
 } blockw;
 
 static inline blockw block_views(const llama_priv *p, const float *flat) {
@@ -52,7 +56,8 @@ static inline blockw block_views(const llama_priv *p, const float *flat) {
   int64_t C = p->C;
   w.ln1 = flat;
   w.wqkv = w.ln1 + C;
-  w.wo = w.wqkv + p->Q * C;
+  w.bqkv = p->qb ? w.wqkv + p->Q * C : NULL;
+  w.wo = w.wqkv + p->Q * C + p->qb;
   w.ln2 = w.wo + C * p->A;
   w.wgu = w.ln2 + C;
   w.wd = w.wgu + 2 * p->I * C;

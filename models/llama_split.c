@@ -7,7 +7,8 @@
  * NULL and keeps, per micro-batch and unit, the stash W needs: the output
  * gradients of the linears and the gradients reaching the norms' outputs.
  * W runs the weight-gradient GEMMs and the norms' weight gradients from the
- * stash and the micro-batch's activation set. Each weight gradient is then
+ * stash and the micro-batch's activation set (Qwen2's q/k/v bias gradient
+ * with the qkv weight GEMM, the same linear_bwd call). Each weight gradient is then
  * computed by the same kernel call on the same inputs into the same buffer
  * as llama_bwd computes it (linear_bwd's dW GEMM is its own call whether or
  * not the input gradient is asked for; rmsnorm_bwd's and lmhead_ce_bwd's
@@ -127,7 +128,7 @@ int sl_llama_bwd_weight(sl_model *m, int l, const float *flat, float *grads, con
                  C);
   o->linear_bwd(k, NULL, (float *)g.wo, NULL, s.datt, a->att, w.wo, N, p->A, C);
   if (p->kvrep > 1) sl_llama_kv_grad_begin(m, (float *)g.wqkv + p->nh * p->hd * C);
-  o->linear_bwd(k, NULL, (float *)g.wqkv, NULL, s.dqkv, a->ln1, w.wqkv, N, C, p->Q);
+  o->linear_bwd(k, NULL, (float *)g.wqkv, (float *)g.bqkv, s.dqkv, a->ln1, w.wqkv, N, C, p->Q);
   if (p->kvrep > 1 && (rc = sl_llama_kv_grad_sum(m, (float *)g.wqkv + p->nh * p->hd * C))) return rc;
   o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.ln1, p->gnorm), s.dln1, d->stream[l], w.ln1, a->rstd1, p->n, C,
                  C);

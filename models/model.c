@@ -93,6 +93,7 @@ static const struct {
 } arch_kinds[] = {
     {SL_ARCH_LLAMA, &sl_llama_block},
     {SL_ARCH_MISTRAL, &sl_llama_block},
+    {SL_ARCH_QWEN2, &sl_llama_block}, /* Llama with q/k/v biases (cfg.qkv_bias) */
     {SL_ARCH_MAMBA, &sl_mamba_block},
 };
 

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Model families (issue 24): `shardlm plan` takes the published Qwen2.5
+# configs (tests/fixtures/hf-configs, transcribed) with their exact
+# parameter counts (q/k/v biases included); use_sliding_window / use_mrope
+# true are refused naming the file and the field; a tiny Qwen2 trains 2
+# steps and saves a config.json transformers loads as Qwen2 with the q/k/v
+# biases in its weights. Against PyTorch: tests/ref/test_torch_qwen2.sh.
+source "${SL_SRC:?}/tests/lib/run.sh" hf_families
+F=$SL_SRC/tests/fixtures/hf-configs
+
+for m in Qwen2.5-0.5B:494032768 Qwen2.5-1.5B:1543714304 Qwen2.5-3B:3085938688 Qwen2.5-7B:7615616512 \
+  Qwen2.5-14B:14770033664 Qwen2.5-32B:32763876352; do
+  name=${m%%:*} want=${m##*:}
+  "$B" plan --model "$F/$name" > "$W/plan-$name.log" 2>&1
+  rc_is "plan $name" $? 0 "$W/plan-$name.log" "model: $want parameters"
+done
+
+Q='"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "num_hidden_layers": 2'
+refuse() { # name json-members needle
+  tiny_model "$W/$1" llama "$Q, $2"
+  "$B" plan --model "$W/$1" > "$W/$1.log" 2>&1
+  rc_is "refused: $1" $? 2 "$W/$1.log" "$3"
+  grep -qF "$W/$1/config.json" "$W/$1.log" || bad "$1: the message does not name the file"
+}
+refuse sliding '"use_sliding_window": true, "sliding_window": 8' "field 'use_sliding_window' = true is not supported"
+refuse mrope '"use_mrope": true' "field 'use_mrope' = true is not supported"
+
+# a tiny Qwen2 (the published configs' fields that change nothing accepted) trains and saves
+tiny_data "$W/data"
+tiny_model "$W/q2" llama "$Q, \"use_sliding_window\": false, \"sliding_window\": 4096, \"max_window_layers\": 2, \"use_mrope\": false, \"attention_dropout\": 0.0, \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.43.1\", \"use_cache\": true"
+"$B" train --model "$W/q2" --data "$W/data" --steps 2 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
+  --plot false --out-dir "$W/q2run" --save "$W/q2run/model" > "$W/q2.log" 2>&1
+rc_is "train tiny Qwen2 2 steps" $? 0 "$W/q2.log" "trained 2 steps"
+"$PY" - "$W/q2run/model" << 'P' && ok "saved: Qwen2 config, q/k/v biases in the weights" || bad "saved Qwen2 model wrong"
+import json, struct, sys, glob
+c = json.load(open(sys.argv[1] + "/config.json"))
+assert c["architectures"] == ["Qwen2ForCausalLM"] and c["model_type"] == "qwen2", c
+assert c["use_sliding_window"] is False and "attention_bias" not in c, c
+names = set()
+for f in glob.glob(sys.argv[1] + "/*.safetensors"):
+    b = open(f, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    names |= set(json.loads(b[8:8 + n]))
+for l in range(2):
+    for p in "qkv":
+        assert f"model.layers.{l}.self_attn.{p}_proj.bias" in names, (l, p, sorted(names))
+    assert f"model.layers.{l}.self_attn.o_proj.bias" not in names
+P
+# the biases train: the same model as Llama (no biases) gives another loss
+tiny_model "$W/l2" llama '"num_hidden_layers": 2'
+"$B" train --model "$W/l2" --data "$W/data" --steps 2 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
+  --plot false --out-dir "$W/l2run" > "$W/l2.log" 2>&1
+a=$(grep -o 'loss [0-9.]* -> [0-9.]*' "$W/q2.log") b=$(grep -o 'loss [0-9.]* -> [0-9.]*' "$W/l2.log")
+[ -n "$a" ] && [ -n "$b" ] && [ "$a" != "$b" ] && ok "the q/k/v biases change the run ($a vs $b without)" \
+  || bad "the q/k/v biases do not change the run ('$a' vs '$b')"
+finish
