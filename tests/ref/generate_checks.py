@@ -6,7 +6,7 @@ so it is an independent oracle of the engine's K/V cache and recurrent state.
 Checks (one line each, then "N passed, M failed"):
   1. greedy, 32 new tokens, token for token: Llama (GQA, untied), Llama
      (tied), Mistral with sliding_window 5 (shorter than the 40-token
-     sequence), Mamba (recurrent conv + SSM state);
+     sequence), Qwen2 (q/k/v biases), Mamba (recurrent conv + SSM state);
   2. sampling (temperature 0.8, top-p 0.9) is reproducible for a seed and
      differs across seeds;
   3. a byte-level model generates from a text prompt (bytes out);
@@ -67,6 +67,7 @@ def main():
         # YaRN with its default attention factor (0.1 ln 4 + 1): q.k times its square
         "llama yarn": L.init_model(L.make_config(vocab=VOCAB, head_dim=16, max_position_embeddings=512,
                                                  rope_scaling={"rope_type": "yarn", "factor": 4.0}), seed=15, std=0.3),
+        "qwen2": L.init_model(L.make_config(vocab=VOCAB, family="qwen2"), seed=16, std=0.3),
     }
     dirs = {}
     for name, m in models.items():
@@ -96,6 +97,15 @@ def main():
     mw.config.sliding_window = 5
     ck("mistral: the window changes the greedy continuation (check not vacuous)",
        full != greedy_ref(mw, PROMPT, NEW))
+
+    # the q/k/v biases must matter too, or the Qwen2 check is vacuous
+    mq = models["qwen2"]
+    with torch.no_grad():
+        for n, p in mq.named_parameters():
+            if n.endswith("_proj.bias"):
+                p.zero_()
+    ck("qwen2: the biases change the greedy continuation (check not vacuous)",
+       greedy_ref(mq, PROMPT, NEW) != greedy_ref(L.load_hf(dirs["qwen2"]), PROMPT, NEW))
 
     # 2. sampling: reproducible per seed
     def sample(seed):
