@@ -86,29 +86,45 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
 
 /* A k/v slice several TP ranks hold (nkv < T): each computed its gradient
  * from its own query heads; the slice's gradient is the sum over the kvrep
- * ranks sharing it. gkv (2*nkv*hd*C, k then v rows) may hold the earlier
+ * ranks sharing it. Its two parts in the gradient buffer g: the weights
+ * (n = 2*nkv*hd*C floats, k then v rows) and, with Qwen2's q/k/v biases,
+ * the k and v biases (nb = 2*nkv*hd after bq). They may hold the earlier
  * micro-batches' sum (--no-sync-accum keeps a unit's gradient across the
  * step), which must not be summed again: kv_grad_begin moves it aside (to
- * kvsum's last n floats) and zeroes gkv before the weight GEMM adds this
- * micro-batch's part; kv_grad_sum places that part in its group's slot of a
- * zeroed buffer of every group, sums it over the TP group, reads it back
- * and adds the earlier sum (0 when the runtime zeroed the buffer for the
- * micro-batch, the default: the bits of the part alone). */
-static void kv_grad_begin(sl_model *m, llama_priv *p, float *gkv) {
-  int64_t n = 2 * p->nkv * p->hd * p->C;
-  m->ops->copy(m->k, p->kvsum + p->kvgroups * n, gkv, (size_t)n * 4);
+ * kvsum's last n + nb floats) and zeroes the parts before the weight GEMM
+ * adds this micro-batch's; kv_grad_sum places them in its group's slot of
+ * a zeroed buffer of every group (n + nb floats a slot), sums it over the
+ * TP group, reads them back and adds the earlier sum (0 when the runtime
+ * zeroed the buffer for the micro-batch, the default: the bits of the part
+ * alone). */
+static int64_t kv_bias_numel(const llama_priv *p) { return p->qb ? 2 * p->nkv * p->hd : 0; }
+
+static void kv_grad_begin(sl_model *m, llama_priv *p, const blockw *g) {
+  int64_t n = 2 * p->nkv * p->hd * p->C, nb = kv_bias_numel(p);
+  float *gkv = (float *)g->wqkv + p->nh * p->hd * p->C, *kept = p->kvsum + p->kvgroups * (n + nb);
+  m->ops->copy(m->k, kept, gkv, (size_t)n * 4);
   m->ops->zero(m->k, gkv, (size_t)n * 4);
+  if (nb) {
+    m->ops->copy(m->k, kept + n, g->bqkv + p->A, (size_t)nb * 4);
+    m->ops->zero(m->k, (float *)g->bqkv + p->A, (size_t)nb * 4);
+  }
 }
 
-static int kv_grad_sum(sl_model *m, llama_priv *p, float *gkv) {
-  int64_t n = 2 * p->nkv * p->hd * p->C;
-  float *slot = p->kvsum + p->kvslot * n;
-  m->ops->zero(m->k, p->kvsum, (size_t)(p->kvgroups * n) * 4);
+static int kv_grad_sum(sl_model *m, llama_priv *p, const blockw *g) {
+  int64_t n = 2 * p->nkv * p->hd * p->C, nb = kv_bias_numel(p), G = p->kvgroups * (n + nb);
+  float *gkv = (float *)g->wqkv + p->nh * p->hd * p->C, *gkb = nb ? (float *)g->bqkv + p->A : NULL;
+  float *slot = p->kvsum + p->kvslot * (n + nb), *kept = p->kvsum + G;
+  m->ops->zero(m->k, p->kvsum, (size_t)G * 4);
   m->ops->copy(m->k, slot, gkv, (size_t)n * 4);
-  int rc = sl_dec_tp_sum(m, p->kvsum, p->kvgroups * n);
+  if (nb) m->ops->copy(m->k, slot + n, gkb, (size_t)nb * 4);
+  int rc = sl_dec_tp_sum(m, p->kvsum, G);
   if (rc) return rc;
   m->ops->copy(m->k, gkv, slot, (size_t)n * 4);
-  m->ops->add_inplace(m->k, gkv, p->kvsum + p->kvgroups * n, n);
+  m->ops->add_inplace(m->k, gkv, kept, n);
+  if (nb) {
+    m->ops->copy(m->k, gkb, slot + n, (size_t)nb * 4);
+    m->ops->add_inplace(m->k, gkb, kept + n, nb);
+  }
   return SL_OK;
 }
 
@@ -147,18 +163,18 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
                    m->seg);
   o->rope_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
   m->ops->zero(m->k, dln, (size_t)(N * C) * 4);
-  if (p->kvrep > 1) kv_grad_begin(m, p, (float *)g.wqkv + p->nh * p->hd * C);
+  if (p->kvrep > 1) kv_grad_begin(m, p, &g);
   o->linear_bwd(k, dln, (float *)g.wqkv, (float *)g.bqkv, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
   if ((rc = sl_dec_row_parallel_sum(m, dln, dn))) return rc;
-  if (p->kvrep > 1 && (rc = kv_grad_sum(m, p, (float *)g.wqkv + p->nh * p->hd * C))) return rc;
+  if (p->kvrep > 1 && (rc = kv_grad_sum(m, p, &g))) return rc;
   o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.ln1, p->gnorm), dn, x, w.ln1, a->rstd1, n, C, C);
   if ((rc = sl_dec_norm_grad_sum(m, (float *)g.ln1, p->gnorm))) return rc;
   return sl_dec_norm_grad_sum(m, (float *)g.ln2, p->gnorm + C);
 }
 
 /* A replicated k/v slice's gradient, for the split (models/llama_split.c). */
-void sl_llama_kv_grad_begin(sl_model *m, float *gkv) { kv_grad_begin(m, sl_dec(m)->blk, gkv); }
-int sl_llama_kv_grad_sum(sl_model *m, float *gkv) { return kv_grad_sum(m, sl_dec(m)->blk, gkv); }
+void sl_llama_kv_grad_begin(sl_model *m, const blockw *g) { kv_grad_begin(m, sl_dec(m)->blk, g); }
+int sl_llama_kv_grad_sum(sl_model *m, const blockw *g) { return kv_grad_sum(m, sl_dec(m)->blk, g); }
 
 /* What activation checkpointing recomputes before block l's backward (and
  * before each half of the split backward: models/llama_split.c). */
@@ -196,11 +212,6 @@ static const char *tp_misfit(const sl_model_config *c, int64_t T, char *why, siz
     snprintf(why, cap,
              "--tp %lld is not a multiple of num_key_value_heads %lld (each rank must hold one whole KV "
              "group)",
-             (long long)T, (long long)nkv);
-  else if (c->qkv_bias && nkv < T)
-    snprintf(why, cap,
-             "--tp %lld is more than num_key_value_heads %lld, and the replicated k/v slice's bias gradient is not "
-             "summed over its ranks (a model with q/k/v biases needs --tp <= num_key_value_heads)",
              (long long)T, (long long)nkv);
   else if (I % T)
     snprintf(why, cap, "intermediate_size %lld is not divisible by --tp %lld", (long long)I, (long long)T);
@@ -245,7 +256,8 @@ static int llama_alloc_scratch(sl_model *m) {
       !(p->dqkv = sl_model_buf(m, N * p->Q, SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
   if (p->sp && !(p->gnorm = sl_model_buf(m, 2 * C, SL_ARENA_WORKSPACE))) return SL_ENOMEM;
-  if (p->kvrep > 1 && !(p->kvsum = sl_model_buf(m, (p->kvgroups + 1) * 2 * p->nkv * p->hd * C, SL_ARENA_WORKSPACE)))
+  if (p->kvrep > 1 &&
+      !(p->kvsum = sl_model_buf(m, (p->kvgroups + 1) * (2 * p->nkv * p->hd * C + kv_bias_numel(p)), SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
   return SL_OK;
 }

@@ -31,8 +31,8 @@ typedef struct {
   int64_t N, C, nh, nkv, hd, Q, A, I, window; /* nh, nkv, Q, A, I: this TP rank's */
   int64_t kvrep, kvslot, kvgroups;            /* k/v slice shared by kvrep TP ranks; its index of kvgroups */
   int64_t qb;                                 /* q|k|v bias floats after Wqkv: Q (Qwen2's qkv_bias), else 0 */
-  float *kvsum; /* (kvgroups + 1, 2*nkv*hd*C) replicated k/v gradient exchange, then the slice's
-                   earlier micro-batches' sum (kvrep > 1; kv_grad_begin) */
+  float *kvsum; /* (kvgroups + 1, 2*nkv*hd*C [+ 2*nkv*hd: k/v biases]) replicated k/v gradient exchange,
+                   then the slice's earlier micro-batches' sum (kvrep > 1; kv_grad_begin) */
   float eps;
   float *inv_freq; /* (hd/2) backend memory: the RoPE frequencies (models/rope.h), B > 0 */
   float scale;     /* attention's softmax scale (sl_rope_score_scale) */
@@ -66,10 +66,10 @@ static inline blockw block_views(const llama_priv *p, const float *flat) {
 
 /* The block's kept activations of layer l in the selected set. */
 static inline layer_acts *llama_layer(const sl_model *m, int l) { return sl_dec_layer(m, l); }
-/* A replicated k/v slice's gradient summed over the TP ranks sharing it
- * (models/llama.c). */
-void sl_llama_kv_grad_begin(sl_model *m, float *gkv);
-int sl_llama_kv_grad_sum(sl_model *m, float *gkv);
+/* A replicated k/v slice's gradient (weights and biases of the gradient
+ * views g) summed over the TP ranks sharing it (models/llama.c). */
+void sl_llama_kv_grad_begin(sl_model *m, const blockw *g);
+int sl_llama_kv_grad_sum(sl_model *m, const blockw *g);
 /* The split backward's block halves (models/llama_split.c): sl_block_kind's. */
 int64_t sl_llama_stash_numel(const sl_model *m);
 int sl_llama_bwd_input(sl_model *m, int l, const float *flat, float *stash);

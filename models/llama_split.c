@@ -127,9 +127,9 @@ int sl_llama_bwd_weight(sl_model *m, int l, const float *flat, float *grads, con
   o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.ln2, p->gnorm + C), s.dln2, a->xmid, w.ln2, a->rstd2, p->n, C,
                  C);
   o->linear_bwd(k, NULL, (float *)g.wo, NULL, s.datt, a->att, w.wo, N, p->A, C);
-  if (p->kvrep > 1) sl_llama_kv_grad_begin(m, (float *)g.wqkv + p->nh * p->hd * C);
+  if (p->kvrep > 1) sl_llama_kv_grad_begin(m, &g);
   o->linear_bwd(k, NULL, (float *)g.wqkv, (float *)g.bqkv, s.dqkv, a->ln1, w.wqkv, N, C, p->Q);
-  if (p->kvrep > 1 && (rc = sl_llama_kv_grad_sum(m, (float *)g.wqkv + p->nh * p->hd * C))) return rc;
+  if (p->kvrep > 1 && (rc = sl_llama_kv_grad_sum(m, &g))) return rc;
   o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.ln1, p->gnorm), s.dln1, d->stream[l], w.ln1, a->rstd1, p->n, C,
                  C);
   if ((rc = sl_dec_norm_grad_sum(m, (float *)g.ln1, p->gnorm))) return rc;
