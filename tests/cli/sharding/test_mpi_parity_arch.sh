@@ -31,22 +31,28 @@ check() { # arch a b [compare flags]
   local arch=$1 a=$2 b=$3; shift 3
   if $CMP "$W/$arch-$a" "$W/$arch-$b" "$@"; then pass=$((pass+1)); else fail=$((fail+1)); fi
 }
+# Qwen2's k_proj biases: their gradient is nearly zero (exactly zero without RoPE: softmax ignores
+# a constant per query), so AdamW's normalised step carries their summation-order noise. Their relative L2
+# between layouts measured up to 3.05e-05 (DP 2 and 3, TP 2 and 4; 3 steps): bound 10x that, on
+# their own line (tests/lib/compare.py --wtol-tensor). Every other tensor keeps 5e-5.
+KB="--wtol-tensor k_proj.bias:3.1e-4"
 for arch in mistral qwen2 mamba mamba_ub; do
+  own=; [ $arch = qwen2 ] && own=$KB
   # G = 12 samples per step for every world size; seeds from config (no weights)
   run $arch base 1 3 4 --zero 0
   run $arch w1z3 1 3 4 --zero 3 && check $arch w1z3 base --exact
   for np in 2 3; do
     case $np in 2) mb=3; ga=2;; 3) mb=2; ga=2;; esac
-    for z in 0 3; do run $arch w${np}z$z "$np" $mb $ga --zero $z && check $arch w${np}z$z base --rtol 1e-5; done
+    for z in 0 3; do run $arch w${np}z$z "$np" $mb $ga --zero $z && check $arch w${np}z$z base --rtol 1e-5 $own; done
     check $arch w${np}z3 w${np}z0 --exact
   done
 done
 # Qwen2: TP 2 (num_key_value_heads 2: one k/v head per rank), PP 2 (1f1b, zb1p)
-run qwen2 tp2 2 3 4 --tp 2 --zero 3 && check qwen2 tp2 base --rtol 1e-5
+run qwen2 tp2 2 3 4 --tp 2 --zero 3 && check qwen2 tp2 base --rtol 1e-5 $KB
 for s in 1f1b zb1p; do run qwen2 pp2$s 2 3 4 --pp 2 --pp-schedule $s && check qwen2 pp2$s base --exact; done
 # TP 4 > num_key_value_heads 2: each k/v head (weights and bias) on 2 ranks, their gradients summed
-run qwen2 tp4 4 3 4 --tp 4 --zero 3 && check qwen2 tp4 base --rtol 1e-5
-run qwen2 tp4ns 4 3 4 --tp 4 --no-sync-accum && check qwen2 tp4ns base --rtol 1e-5
+run qwen2 tp4 4 3 4 --tp 4 --zero 3 && check qwen2 tp4 base --rtol 1e-5 $KB
+run qwen2 tp4ns 4 3 4 --tp 4 --no-sync-accum && check qwen2 tp4ns base --rtol 1e-5 $KB
 # Mamba, checkpointing under ZeRO-3 on 2 ranks: selective/full bit-identical to none
 run mamba acsel 2 3 2 --zero 3 --activation-checkpoint selective && check mamba acsel w2z3 --exact
 run mamba acfull 2 3 2 --zero 3 --activation-checkpoint full && check mamba acfull w2z3 --exact
