@@ -33,9 +33,10 @@ check() { # arch a b [compare flags]
 }
 # Qwen2's k_proj biases: their gradient is nearly zero (exactly zero without RoPE: softmax ignores
 # a constant per query), so AdamW's normalised step carries their summation-order noise. Their relative L2
-# between layouts measured up to 3.05e-05 (DP 2 and 3, TP 2 and 4; 3 steps): bound 10x that, on
+# between layouts measured up to 4.4e-05 (DP 2 and 3, TP 2 and 4; 3 steps; SkylakeX, Haswell at 1
+# thread, Sandybridge at 2): bound over 10x that, on
 # their own line (tests/lib/compare.py --wtol-tensor). Every other tensor keeps 5e-5.
-KB="--wtol-tensor k_proj.bias:3.1e-4"
+KB="--wtol-tensor k_proj.bias:5e-4"
 for arch in mistral qwen2 mamba mamba_ub; do
   own=; [ $arch = qwen2 ] && own=$KB
   # G = 12 samples per step for every world size; seeds from config (no weights)
