@@ -157,7 +157,7 @@ int sl_eval_data_open(const sl_train_cfg *c, const char *train_spec, sl_sampler 
   }
   if (!rc) {
     int64_t whole = (sl_sampler_num_tokens(d->smp) - 1) / c->seq_len;
-    d->samples = c->eval_samples > 0 ? c->eval_samples : whole;
+    d->samples = c->eval_samples > 0 && c->eval_samples < whole ? c->eval_samples : whole; /* no window twice */
     if (d->samples < 1)
       rc = sl_fail(SL_EINPUT, "the held-out set holds %lld tokens, fewer than one window of --seq-len %lld + 1",
                    (long long)sl_sampler_num_tokens(d->smp), (long long)c->seq_len);

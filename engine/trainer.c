@@ -1013,6 +1013,13 @@ int sl_train_eval(const sl_train_cfg *cfg, sl_comm *world, int64_t K, sl_eval_re
   if (c2.pp > 1 && strcmp(c2.pp_schedule, "interleaved")) snprintf(c2.pp_schedule, sizeof c2.pp_schedule, "gpipe");
   else if (c2.pp > 1 && c2.grad_accum % c2.pp) c2.grad_accum = (c2.grad_accum / c2.pp + 1) * c2.pp;
   int rc = sl_trainer_setup(&t, &c2, world, 0); /* no optimizer state */
+  if (!rc) { /* --max-samples is a cap: at most the data's whole windows, as a run's held-out loss takes */
+    int64_t whole = (sl_sampler_num_tokens(t.data.smp) - 1) / c2.seq_len;
+    if (whole < 1)
+      rc = sl_fail(SL_EINPUT, "%s holds %lld tokens, fewer than one window of --seq-len %lld + 1", c2.data,
+                   (long long)sl_sampler_num_tokens(t.data.smp), (long long)c2.seq_len);
+    if (K > whole) K = whole;
+  }
   if (!rc) rc = run_eval(&t, t.data.smp, K, res);
   sl_trainer_free(&t);
   return rc;

@@ -84,7 +84,7 @@ static const key_t_ KEYS[] = {
       "the second"),
     I("eval-every", eval_every, "0", "held-out loss every N steps and at the last step (0: off)"),
     I("eval-samples", eval_samples, "0",
-      "held-out windows per evaluation, in sequential order (0: every whole window of the held-out stream)"),
+      "held-out windows per evaluation, in sequential order, at most the held-out stream's whole windows (0: every whole window)"),
     S("on-nonfinite", on_nonfinite, "stop",
       "a NaN/inf loss or gradient norm: stop (exit 4) | skip (drop the step's update)"),
     I("max-skips", max_skips, "3", "--on-nonfinite skip: consecutive skipped steps that stop the run (exit 4)"),
