@@ -692,6 +692,8 @@ int sl_prepare(const sl_prep_cfg *c, sl_prep_stats *stp) {
   }
   if (rc) goto out;
   st.vocab = sl_tokenizer_vocab_size(tk);
+  st.eos = sl_tokenizer_eos_id(tk);
+  st.bos = sl_tokenizer_bos_id(tk);
   if ((rc = special_ids(c, tk, &j))) goto out;
   st.dtype = st.vocab < 65500 ? SL_IDX_UINT16 : SL_IDX_INT32; /* Megatron's optimal_dtype */
   if ((rc = sl_dataset_builder_create(c->output, st.dtype, &bld))) goto out;

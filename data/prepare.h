@@ -57,6 +57,7 @@ typedef struct {
   int64_t skipped;       /* bad rows skipped (--skip-bad) */
   int64_t bytes_in;      /* input bytes read (compressed size for compressed inputs) */
   int64_t vocab;         /* the tokenizer's vocabulary size */
+  int32_t eos, bos;      /* its end / beginning-of-sequence ids (-1: none) */
   int dtype;             /* SL_IDX_UINT16 or SL_IDX_INT32 (Megatron's rule) */
   int has_mask;          /* PREFIX.lmask was written */
   int64_t dropped;       /* characters without a vocabulary entry, dropped (BPE without byte fallback / unk) */

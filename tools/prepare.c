@@ -59,6 +59,10 @@ static void report(const sl_prep_cfg *c, const sl_prep_stats *st, int quiet) {
     printf(": %lld documents, %lld tokens (%s, vocab %lld", (long long)st->documents, (long long)st->tokens,
            st->dtype == SL_IDX_UINT16 ? "uint16" : "int32", (long long)st->vocab);
     if (!c->tokenizer) printf(", byte-level, end-of-document %d", SL_BYTE_EOD);
+    else {
+      printf(st->eos < 0 ? ", eos none" : ", eos %d", st->eos);
+      printf(st->bos < 0 ? ", bos none" : ", bos %d", st->bos);
+    }
     printf(")");
     if (st->has_mask) printf(", %lld of them counted in the loss", (long long)st->loss_tokens);
     if (st->skipped) printf(", %lld bad rows skipped", (long long)st->skipped);

