@@ -108,6 +108,12 @@ family qwen3 qwen3 "$FIX/chat_rows.jsonl" "$FIX/chat_qwen3.jsonl"
 sed -n 2p "$FIX/chat_rows.jsonl" > "$T/rows2.jsonl"; sed -n 2p "$FIX/chat_gemma.jsonl" > "$T/gemma2.jsonl"
 family gemma2 gemma "$T/rows2.jsonl" "$T/gemma2.jsonl"
 family gemma3 gemma "$FIX/chat_rows.jsonl" "$FIX/chat_gemma.jsonl"
+# the llama3 preset (its file's encode and ids are checked above)
+if "$CLI" prepare --quiet --tokenizer "$L3" --format messages --chat-template llama3 --input "$FIX/chat_rows.jsonl" \
+     --output "$T/chat_llama3" > "$T/err" 2>&1 &&
+   NODE_PATH=$M node "$SL_SRC/tests/cli/tokenizer/tokenizer_oracle.js" family "$L3" - - - "$FIX/chat_llama3.jsonl" \
+     "$T/chat_llama3" > "$T/out" 2>&1; then ok "llama3: --chat-template llama3: $(grep '^chat' "$T/out")"
+else bad "llama3 chat"; cat "$T/err"; grep -v '^info' "$T/out" | head -n 10 | sed 's/^/     /'; fi
 
 # eos / bos of a base model's files, as published: Qwen2.5-7B's tokenizer_config.json
 # ("bos_token": null, "eos_token": "<|endoftext|>"); without tokenizer_config.json,
