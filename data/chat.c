@@ -247,16 +247,16 @@ int sl_chat_render(const sl_chat *c, json_t *msgs, sl_chat_piece *p, int cap, in
     }
     int asst = !strcmp(role, "assistant");
     if (c->trim) s = py_strip(s, &n);
-    const char *pre = "";
-    size_t npre = 0;
-    if (sys && i == first) pre = sys, npre = nsys; /* Gemma 3: system + "\n\n" + user content */
+    const char *pre = ""; /* before the content, then "\n\n" */
+    size_t npre = 0, sep = 0;
+    if (sys && i == first) pre = sys, npre = nsys, sep = 2; /* Gemma 3: system + "\n\n" + user content */
     else if (c->qwen3 && asst && i == nm - 1 && i > lq) {
       while (n && *s == '\n') s++, n--; /* content.lstrip('\n') after the empty reasoning block */
-      pre = "<think>\n\n</think>", npre = 17;
+      pre = "<think>\n\n</think>", npre = 17, sep = 2;
     }
     char *h = render_head(c->head, map_role(c, role));
     if (!h) return SL_ENOMEM;
-    size_t nh = strlen(h), nt = strlen(c->tail), sep = npre ? 2 : 0;
+    size_t nh = strlen(h), nt = strlen(c->tail);
     char *o = malloc(nh + npre + sep + n + nt + 1);
     if (!o) {
       free(h);
