@@ -1,8 +1,8 @@
 /* data/chat.c — chat templates of `prepare --format messages` (data/chat.h).
  * The presets follow the families' published Jinja chat_template of
  * tokenizer_config.json for rows of {"role", "content"} messages with
- * add_generation_prompt false; what those templates render otherwise (tools,
- * reasoning content) is refused per row. */
+ * add_generation_prompt false (Qwen3's reasoning content included); what
+ * those templates render otherwise (tools) is refused per row. */
 #define _GNU_SOURCE
 #include "data/chat.h"
 
@@ -26,8 +26,7 @@ static const preset k_presets[] = {
      NULL},
     {"qwen3", "<|im_start|>{role}\\n{content}<|im_end|>\\n", 0, 0, 0, 1, 1, NULL, NULL, NULL},
     {"gemma", "<start_of_turn>{role}\\n{content}<end_of_turn>\\n", 1, 1, 1, 0, 0, NULL, "assistant", "model"},
-    {"llama3", "<|start_header_id|>{role}<|end_header_id|>\\n\\n{content}<|eot_id|>", 1, 1, 0, 0, 0, NULL, NULL,
-     NULL},
+    {"llama3", "<|start_header_id|>{role}<|end_header_id|>\\n\\n{content}<|eot_id|>", 1, 1, 0, 0, 0, NULL, NULL, NULL},
 };
 #define NPRESETS (int)(sizeof k_presets / sizeof k_presets[0])
 
@@ -63,8 +62,13 @@ int sl_chat_setup(const char *t, const char *const *roles, int nroles, sl_chat *
     if (!strcmp(t, k_presets[i].name)) p = &k_presets[i];
   if (p) {
     t = p->tmpl;
-    *c = (sl_chat){.preset = p->name, .trim = p->trim, .bos = p->bos, .gemma = p->gemma, .qwen3 = p->qwen3,
-                   .qwen = p->qwen, .default_system = p->default_system};
+    *c = (sl_chat){.preset = p->name,
+                   .trim = p->trim,
+                   .bos = p->bos,
+                   .gemma = p->gemma,
+                   .qwen3 = p->qwen3,
+                   .qwen = p->qwen,
+                   .default_system = p->default_system};
   }
   const char *cc = strstr(t, "{content}");
   if (!cc || strstr(cc + 9, "{content}"))
@@ -165,18 +169,15 @@ static int piece(sl_chat_piece *p, int cap, int *np, const char *s, size_t n, in
 }
 
 /* Refusals of one message under the preset; 0 when it renders. */
-static int refuse_message(const sl_chat *c, json_t *m, size_t i, const char *role, const char *content, char *err,
-                          size_t errcap) {
+static int refuse_message(const sl_chat *c, json_t *m, size_t i, const char *role, char *err, size_t errcap) {
   if (c->qwen && (!strcmp(role, "tool") || json_object_get(m, "tool_calls"))) {
-    snprintf(err, errcap, "messages[%zu]: tool calls and \"tool\" messages are not supported by --chat-template %s",
-             i, c->preset);
+    snprintf(err, errcap, "messages[%zu]: tool calls and \"tool\" messages are not supported by --chat-template %s", i,
+             c->preset);
     return SL_EINPUT;
   }
-  if (c->qwen3 && (json_object_get(m, "reasoning_content") || strstr(content, "</think>"))) {
-    snprintf(err, errcap,
-             "messages[%zu]: reasoning content (\"reasoning_content\" or </think> in the content) is not supported "
-             "by --chat-template qwen3",
-             i);
+  json_t *rc = json_object_get(m, "reasoning_content");
+  if (c->qwen3 && rc && !json_is_null(rc) && !json_is_string(rc)) {
+    snprintf(err, errcap, "messages[%zu]: \"reasoning_content\" must be a string or null", i);
     return SL_EINPUT;
   }
   return SL_OK;
@@ -197,6 +198,32 @@ static size_t last_query(json_t *msgs) {
   return n - 1;
 }
 
+/* Qwen3's split of an assistant message: reasoning_content when given, else
+ * the text before "</think>" (after "<think>", newlines trimmed) and the
+ * content after it (leading newlines dropped); *r is stripped of newlines
+ * at both ends. Returns 1 (the message is one Qwen3 renders so). */
+static int qwen3_reasoning(json_t *m, const char **s, size_t *n, const char **r, size_t *nr) {
+  json_t *rc = json_object_get(m, "reasoning_content");
+  const char *end = memmem(*s, *n, "</think>", 8);
+  if (json_is_string(rc)) {
+    *r = json_string_value(rc);
+    *nr = json_string_length(rc);
+  } else if (end) {
+    const char *a = *s, *e = end, *p;
+    while ((p = memmem(a, (size_t)(e - a), "<think>", 7))) a = p + 7; /* after the last <think> before </think> */
+    *r = a;
+    *nr = (size_t)(e - a);
+    const char *last = end, *q;
+    while ((q = memmem(last + 8, (size_t)(*s + *n - last - 8), "</think>", 8))) last = q;
+    *n -= (size_t)(last + 8 - *s);
+    *s = last + 8;
+    while (*n && **s == '\n') (*s)++, (*n)--; /* .lstrip('\n') */
+  }
+  while (*nr && **r == '\n') (*r)++, (*nr)--;
+  while (*nr && (*r)[*nr - 1] == '\n') (*nr)--;
+  return 1;
+}
+
 /* Checks every message: an object with string "role" and "content", and what the preset refuses. */
 static int check_messages(const sl_chat *c, json_t *msgs, char *err, size_t errcap) {
   if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
@@ -209,12 +236,12 @@ static int check_messages(const sl_chat *c, json_t *msgs, char *err, size_t errc
     json_t *r = json_object_get(m, "role"), *x = json_object_get(m, "content");
     if (!json_is_object(m) || !json_is_string(r) || !json_is_string(x)) {
       snprintf(err, errcap, "messages[%zu]: %s", i,
-               !json_is_object(m) ? "is not an object"
+               !json_is_object(m)   ? "is not an object"
                : !json_is_string(r) ? "\"role\" is missing or not a string"
                                     : "\"content\" is missing or not a string");
       return SL_EINPUT;
     }
-    if (refuse_message(c, m, i, json_string_value(r), json_string_value(x), err, errcap)) return SL_EINPUT;
+    if (refuse_message(c, m, i, json_string_value(r), err, errcap)) return SL_EINPUT;
   }
   return SL_OK;
 }
@@ -247,28 +274,31 @@ int sl_chat_render(const sl_chat *c, json_t *msgs, sl_chat_piece *p, int cap, in
     }
     int asst = !strcmp(role, "assistant");
     if (c->trim) s = py_strip(s, &n);
-    const char *pre = ""; /* before the content, then "\n\n" */
-    size_t npre = 0, sep = 0;
-    if (sys && i == first) pre = sys, npre = nsys, sep = 2; /* Gemma 3: system + "\n\n" + user content */
-    else if (c->qwen3 && asst && i == nm - 1 && i > lq) {
-      while (n && *s == '\n') s++, n--; /* content.lstrip('\n') after the empty reasoning block */
-      pre = "<think>\n\n</think>", npre = 17, sep = 2;
+    /* o = head + pre + r + post + content + tail */
+    const char *pre = "", *r = "", *post = "";
+    size_t npre = 0, nr = 0;
+    if (sys && i == first) pre = sys, npre = nsys, post = "\n\n"; /* Gemma 3: system + "\n\n" + user content */
+    else if (c->qwen3 && asst && qwen3_reasoning(m, &s, &n, &r, &nr) && (i == nm - 1 || nr) && i > lq) {
+      while (n && *s == '\n') s++, n--; /* content.lstrip('\n') after the reasoning block */
+      pre = "<think>\n", npre = 8, post = "\n</think>\n\n";
     }
+    if (!npre) nr = 0;
     char *h = render_head(c->head, map_role(c, role));
     if (!h) return SL_ENOMEM;
-    size_t nh = strlen(h), nt = strlen(c->tail);
-    char *o = malloc(nh + npre + sep + n + nt + 1);
+    size_t nh = strlen(h), nt = strlen(c->tail), npost = strlen(post), len = nh + npre + nr + npost + n + nt;
+    char *o = malloc(len + 1), *w = o;
     if (!o) {
       free(h);
       return SL_ENOMEM;
     }
-    memcpy(o, h, nh);
-    memcpy(o + nh, pre, npre);
-    memcpy(o + nh + npre, "\n\n", sep);
-    memcpy(o + nh + npre + sep, s, n);
-    memcpy(o + nh + npre + sep + n, c->tail, nt + 1);
+    memcpy(w, h, nh), w += nh;
+    memcpy(w, pre, npre), w += npre;
+    memcpy(w, r, nr), w += nr;
+    memcpy(w, post, npost), w += npost;
+    memcpy(w, s, n), w += n;
+    memcpy(w, c->tail, nt + 1);
     free(h);
-    if (piece(p, cap, np, o, nh + npre + sep + n + nt, asst, o, err, errcap)) return SL_EINPUT;
+    if (piece(p, cap, np, o, len, asst, o, err, errcap)) return SL_EINPUT;
     p[*np - 1].nhead = nh; /* the head never counts */
   }
   return SL_OK;

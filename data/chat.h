@@ -11,13 +11,13 @@
 #define SL_CHAT_MAXROLES 8
 
 typedef struct {
-  char *head, *tail; /* the template split at {content}; escapes (\n \t \\) applied */
-  const char *preset; /* its name, NULL for a literal template */
-  int trim;           /* content | trim (Python str.strip), as Gemma's and Llama 3's templates */
-  int bos;            /* the template starts with bos_token */
-  int gemma;          /* a leading system message joins the first user turn; roles alternate */
-  int qwen3;          /* the last assistant turn after the last query gets "<think>\n\n</think>\n\n" */
-  int qwen;           /* tool calls / tool messages are refused (rendered otherwise by Qwen's templates) */
+  char *head, *tail;          /* the template split at {content}; escapes (\n \t \\) applied */
+  const char *preset;         /* its name, NULL for a literal template */
+  int trim;                   /* content | trim (Python str.strip), as Gemma's and Llama 3's templates */
+  int bos;                    /* the template starts with bos_token */
+  int gemma;                  /* a leading system message joins the first user turn; roles alternate */
+  int qwen3;                  /* reasoning: "<think>\n{r}\n</think>\n\n" on assistant turns after the last query */
+  int qwen;                   /* tool calls / tool messages are refused (rendered otherwise by Qwen's templates) */
   const char *default_system; /* rendered first when the row has no leading system message */
   const char *from[SL_CHAT_MAXROLES], *to[SL_CHAT_MAXROLES]; /* role map: from[i] (nfrom[i] bytes) -> to[i] */
   size_t nfrom[SL_CHAT_MAXROLES];

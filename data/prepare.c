@@ -71,8 +71,8 @@ typedef struct {
   char reader_err[ERRCAP];
   int64_t bytes_in;
   int use_mask;
-  int eod, bos;                /* ids to add, -1: none */
-  sl_chat chat;                /* --format messages */
+  int eod, bos; /* ids to add, -1: none */
+  sl_chat chat; /* --format messages */
 } job;
 
 static void batch_free(batch *b) {

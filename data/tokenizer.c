@@ -85,8 +85,8 @@ static int gen_token(const sl_tokenizer *t, json_t *gen, const char *file, const
   if (!v || json_is_null(v)) return SL_OK;
   double d = json_is_number(v) ? json_number_value(v) : -1;
   if (d < 0 || d >= (double)t->vocab_size || d != (double)(int64_t)d)
-    return sl_fail(SL_EINPUT, "%s: %s: expected a token id (or a list of them) below the vocabulary size %lld",
-                   file, key, (long long)t->vocab_size);
+    return sl_fail(SL_EINPUT, "%s: %s: expected a token id (or a list of them) below the vocabulary size %lld", file,
+                   key, (long long)t->vocab_size);
   *id = (int32_t)d;
   return SL_OK;
 }

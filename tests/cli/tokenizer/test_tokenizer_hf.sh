@@ -103,7 +103,8 @@ family() { # package preset rows expected
   [ "$info" = "$hf" ] && ok "$x directory (prepare's vocab, eos, bos): $info" || bad "$x eos/bos: shardlm $info, HF $hf"
 }
 family qwen2_5 qwen2.5 "$FIX/chat_rows.jsonl" "$FIX/chat_qwen2.5.jsonl"
-family qwen3 qwen3 "$FIX/chat_rows.jsonl" "$FIX/chat_qwen3.jsonl"
+cat "$FIX/chat_rows.jsonl" "$FIX/chat_rows_qwen3.jsonl" > "$T/rows_qwen3.jsonl" # + reasoning content
+family qwen3 qwen3 "$T/rows_qwen3.jsonl" "$FIX/chat_qwen3.jsonl"
 # Gemma 2's template raises on a system message: the second row only
 sed -n 2p "$FIX/chat_rows.jsonl" > "$T/rows2.jsonl"; sed -n 2p "$FIX/chat_gemma.jsonl" > "$T/gemma2.jsonl"
 family gemma2 gemma "$T/rows2.jsonl" "$T/gemma2.jsonl"
@@ -138,9 +139,12 @@ out=$("$CLI" tokenize --tokenizer "$T/lbad" --info 2>&1); rc=$?
 out=$(printf '%s\n' '{"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}' > "$T/alt.jsonl"
       "$CLI" prepare --quiet --tokenizer "$L2" --format messages --chat-template gemma --input "$T/alt.jsonl" --output "$T/alt" 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -qF "alt.jsonl:1: messages[1]: --chat-template gemma: the roles must alternate" <<< "$out" && ok "gemma roles not alternating -> exit 2" || bad "gemma alternation: exit $rc: $out"
-out=$(printf '%s\n' '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "<think>x</think>b"}]}' > "$T/think.jsonl"
+out=$(printf '%s\n' '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "reasoning_content": 1}]}' > "$T/think.jsonl"
       "$CLI" prepare --quiet --tokenizer "$L2" --format messages --chat-template qwen3 --input "$T/think.jsonl" --output "$T/think" 2>&1); rc=$?
-[ $rc -eq 2 ] && grep -qF "think.jsonl:1: messages[1]: reasoning content" <<< "$out" && ok "qwen3 reasoning content -> exit 2" || bad "qwen3 reasoning: exit $rc: $out"
+[ $rc -eq 2 ] && grep -qF 'think.jsonl:1: messages[1]: "reasoning_content" must be a string or null' <<< "$out" && ok "qwen3 reasoning_content not a string -> exit 2" || bad "qwen3 reasoning_content: exit $rc: $out"
+out=$(printf '%s\n' '{"messages": [{"role": "user", "content": "a"}, {"role": "tool", "content": "b"}]}' > "$T/tool.jsonl"
+      "$CLI" prepare --quiet --tokenizer "$L2" --format messages --chat-template qwen2.5 --input "$T/tool.jsonl" --output "$T/tool" 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -qF 'tool.jsonl:1: messages[1]: tool calls and "tool" messages are not supported by --chat-template qwen2.5' <<< "$out" && ok "qwen2.5 tool message -> exit 2" || bad "qwen2.5 tool: exit $rc: $out"
 
 # refusals: exit 2 with a message naming the file and the reason
 refuse() {
