@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "data/chat.h"
 #include "data/lineread.h"
 #include "data/tokenizer.h"
 #include "formats/dataset.h"
@@ -70,8 +71,8 @@ typedef struct {
   char reader_err[ERRCAP];
   int64_t bytes_in;
   int use_mask;
-  int eod, bos;                /* ids to add, -1: none */
-  char *tmpl_head, *tmpl_tail; /* chat template split at {content} */
+  int eod, bos; /* ids to add, -1: none */
+  sl_chat chat; /* --format messages */
 } job;
 
 static void batch_free(batch *b) {
@@ -242,12 +243,7 @@ static void *reader_main(void *arg) {
 }
 
 /* ---- workers ---------------------------------------------------------------------- */
-typedef struct {
-  const char *s; /* text, or the template head when role is set */
-  size_t n;
-  int mask;         /* loss-mask byte of its tokens */
-  const char *role; /* a chat-template head to render with this role */
-} segment;
+typedef sl_chat_piece segment; /* a text to encode, its loss-mask byte */
 
 static int out_tokens(batch *b, const int32_t *t, int64_t n, int mask) {
   int64_t cap = b->kcap;
@@ -287,7 +283,7 @@ static int record_segments(job *j, batch *b, int r, json_t **root, segment *seg,
                c->format == SL_PREP_MESSAGES ? "messages" : "prompt-completion");
       return SL_EINPUT;
     }
-    seg[(*nseg)++] = (segment){s, n, 1, NULL};
+    seg[(*nseg)++] = (segment){s, n, 1, NULL, 0};
     return SL_OK;
   }
   json_error_t je;
@@ -308,7 +304,7 @@ static int record_segments(job *j, batch *b, int r, json_t **root, segment *seg,
       snprintf(err, ERRCAP, "key \"%s\" %s", key, e);
       return SL_EINPUT;
     }
-    seg[(*nseg)++] = (segment){v, json_string_length(json_object_get(*root, key)), 1, NULL};
+    seg[(*nseg)++] = (segment){v, json_string_length(json_object_get(*root, key)), 1, NULL, 0};
     return SL_OK;
   }
   if (c->format == SL_PREP_PROMPT_COMPLETION) {
@@ -322,68 +318,33 @@ static int record_segments(job *j, batch *b, int r, json_t **root, segment *seg,
       snprintf(err, ERRCAP, "key \"completion\" %s", e);
       return SL_EINPUT;
     }
-    seg[(*nseg)++] = (segment){p, json_string_length(json_object_get(*root, "prompt")), 0, NULL};
-    seg[(*nseg)++] = (segment){q, json_string_length(json_object_get(*root, "completion")), 1, NULL};
+    seg[(*nseg)++] = (segment){p, json_string_length(json_object_get(*root, "prompt")), 0, NULL, 0};
+    seg[(*nseg)++] = (segment){q, json_string_length(json_object_get(*root, "completion")), 1, NULL, 0};
     return SL_OK;
   }
-  json_t *msgs = json_object_get(*root, "messages");
-  if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
-    snprintf(err, ERRCAP, "key \"messages\" must be a non-empty array of {\"role\", \"content\"} objects");
-    return SL_EINPUT;
-  }
-  size_t i;
-  json_t *m;
-  json_array_foreach(msgs, i, m) {
-    const char *role = json_is_object(m) ? row_string(m, "role", &e) : NULL;
-    const char *content = role ? row_string(m, "content", &e) : NULL;
-    if (!content) {
-      snprintf(err, ERRCAP, "messages[%zu]: %s", i,
-               !json_is_object(m) ? "is not an object"
-               : !role            ? "\"role\" is missing or not a string"
-                                  : "\"content\" is missing or not a string");
-      return SL_EINPUT;
-    }
-    if (*nseg + 3 > cap) {
-      snprintf(err, ERRCAP, "more than %d messages in one row", cap / 3);
-      return SL_EINPUT;
-    }
-    int asst = !strcmp(role, "assistant");
-    seg[(*nseg)++] = (segment){j->tmpl_head, 0, 0, role}; /* the head never counts */
-    seg[(*nseg)++] = (segment){content, json_string_length(json_object_get(m, "content")), asst, NULL};
-    seg[(*nseg)++] = (segment){j->tmpl_tail, strlen(j->tmpl_tail), asst, NULL};
-  }
-  return SL_OK;
+  return sl_chat_render(&j->chat, json_object_get(*root, "messages"), seg, cap, nseg, err, ERRCAP);
 }
 
-/* The template head with every "{role}" replaced by role. */
-static char *render_head(const char *head, const char *role) {
-  size_t cap = strlen(head) + 1, rl = strlen(role);
-  for (const char *p = head; (p = strstr(p, "{role}")); p += 6) cap += rl;
-  char *o = malloc(cap), *w = o;
-  if (!o) return NULL;
-  for (const char *p = head; *p;) {
-    if (!strncmp(p, "{role}", 6)) {
-      memcpy(w, role, rl);
-      w += rl;
-      p += 6;
-    } else *w++ = *p++;
-  }
-  *w = 0;
-  return o;
-}
-
-static int encode_append(job *j, const sl_tokenizer *tk, batch *b, const char *s, size_t n, int mask, int64_t *drop,
-                         char *first) {
-  if (n == 0) return SL_OK;
-  int32_t *ids = NULL;
-  int64_t k = 0;
-  int rc = sl_tokenizer_encode(tk, s, n, &ids, &k);
+/* Encodes seg and appends its tokens; with a head (seg->nhead), the tokens
+ * that begin like the head's own encoding get mask 0, the rest seg->mask. */
+static int encode_append(const sl_tokenizer *tk, batch *b, const segment *seg, int64_t *drop, char *first) {
+  if (seg->n == 0) return SL_OK;
+  int32_t *ids = NULL, *hids = NULL;
+  int64_t k = 0, hk = 0, head = 0;
+  int rc = sl_tokenizer_encode(tk, seg->s, seg->n, &ids, &k);
   char f[8];
   int64_t d = rc ? 0 : sl_tokenizer_dropped(f);
   if (d && !*drop) memcpy(first, f, 8);
   *drop += d;
-  if (!rc && out_tokens(b, ids, k, mask)) rc = sl_fail(SL_ENOMEM, "out of memory");
+  if (!rc && seg->nhead && seg->mask) {
+    rc = sl_tokenizer_encode(tk, seg->s, seg->nhead, &hids, &hk);
+    (void)sl_tokenizer_dropped(f); /* counted in the whole */
+    while (head < hk && head < k && hids[head] == ids[head]) head++;
+  } else if (seg->nhead) head = k;
+  if (!rc && (out_tokens(b, ids, head, 0) || out_tokens(b, ids + head, k - head, seg->mask)))
+    rc = sl_fail(SL_ENOMEM, "out of memory");
   free(ids);
+  free(hids);
   return rc;
 }
 
@@ -411,13 +372,7 @@ static int process_record(worker *w, batch *b, int r, char *err) {
   }
   if (!rc && j->bos >= 0 && out_tokens(b, &j->bos, 1, 0)) rc = SL_ENOMEM;
   for (int i = 0; i < nseg && !rc; i++) {
-    if (seg[i].role) {
-      char *h = render_head(seg[i].s, seg[i].role);
-      rc = h ? encode_append(j, tk, b, h, strlen(h), 0, &drop, first) : SL_ENOMEM;
-      free(h);
-    } else {
-      rc = encode_append(j, tk, b, seg[i].s, seg[i].n, seg[i].mask, &drop, first);
-    }
+    rc = encode_append(tk, b, &seg[i], &drop, first);
     if (rc && rc != SL_ENOMEM) snprintf(err, ERRCAP, "%s", sl_errmsg());
   }
   if (!rc && drop && j->cfg->strict) {
@@ -447,6 +402,7 @@ static int process_record(worker *w, batch *b, int r, char *err) {
   }
   if (rc) b->ntok = start; /* drop what this record wrote */
   if (rc == SL_ENOMEM) snprintf(err, ERRCAP, "out of memory");
+  sl_chat_pieces_free(seg, nseg);
   json_decref(root);
   return rc;
 }
@@ -567,34 +523,9 @@ static int load_tokenizer(const sl_prep_cfg *c, sl_tokenizer **t) {
 }
 
 static int setup_template(job *j) {
-  const char *t = j->cfg->chat_template;
-  if (j->cfg->format != SL_PREP_MESSAGES) return SL_OK;
-  if (!t || !*t)
-    return sl_fail(SL_EINPUT,
-                   "--format messages needs --chat-template with {role} and {content}, e.g. "
-                   "'<|start_header_id|>{role}<|end_header_id|>\\n\\n{content}<|eot_id|>' (Llama 3) or "
-                   "'<|im_start|>{role}\\n{content}<|im_end|>\\n' (ChatML); Jinja templates are not supported");
-  const char *c = strstr(t, "{content}");
-  if (!c || strstr(c + 9, "{content}"))
-    return sl_fail(SL_EINPUT, "--chat-template must contain {content} exactly once, found '%s'", t);
-  /* \n and \t escapes, as a shell passes them literally */
-  char *u = malloc(strlen(t) + 1), *w = u;
-  if (!u) return SL_ENOMEM;
-  for (const char *p = t; *p; p++) {
-    if (p[0] == '\\' && (p[1] == 'n' || p[1] == 't' || p[1] == '\\')) {
-      *w++ = p[1] == 'n' ? '\n' : p[1] == 't' ? '\t' : '\\';
-      p++;
-    } else {
-      *w++ = *p;
-    }
-  }
-  *w = 0;
-  char *cc = strstr(u, "{content}");
-  *cc = 0;
-  j->tmpl_head = strdup(u);
-  j->tmpl_tail = strdup(cc + 9);
-  free(u);
-  return j->tmpl_head && j->tmpl_tail ? SL_OK : SL_ENOMEM;
+  const sl_prep_cfg *c = j->cfg;
+  return c->format == SL_PREP_MESSAGES ? sl_chat_setup(c->chat_template, c->chat_roles, c->nchat_roles, &j->chat)
+                                       : SL_OK;
 }
 
 /* --output and --input given, the output a prefix; the output's directory is made as needed */
@@ -626,13 +557,15 @@ static int special_ids(const sl_prep_cfg *c, const sl_tokenizer *tk, job *j) {
                    "%s: --append-eod: the tokenizer has no end-of-sequence token "
                    "(tokenizer_config.json eos_token)",
                    c->tokenizer ? c->tokenizer : "byte-level");
-  if (c->prepend_bos && bos < 0)
+  int prepend = c->prepend_bos || j->chat.bos;
+  if (prepend && bos < 0)
     return sl_fail(SL_EINPUT,
-                   "%s: --prepend-bos: the tokenizer has no beginning-of-sequence token "
+                   "%s: %s: the tokenizer has no beginning-of-sequence token "
                    "(tokenizer_config.json bos_token)",
-                   c->tokenizer ? c->tokenizer : "byte-level");
+                   c->tokenizer ? c->tokenizer : "byte-level",
+                   c->prepend_bos ? "--prepend-bos" : "--chat-template's template starts with bos_token");
   j->eod = append ? eos : -1;
-  j->bos = c->prepend_bos ? bos : -1;
+  j->bos = prepend ? bos : -1;
   return SL_OK;
 }
 
@@ -759,6 +692,8 @@ int sl_prepare(const sl_prep_cfg *c, sl_prep_stats *stp) {
   }
   if (rc) goto out;
   st.vocab = sl_tokenizer_vocab_size(tk);
+  st.eos = sl_tokenizer_eos_id(tk);
+  st.bos = sl_tokenizer_bos_id(tk);
   if ((rc = special_ids(c, tk, &j))) goto out;
   st.dtype = st.vocab < 65500 ? SL_IDX_UINT16 : SL_IDX_INT32; /* Megatron's optimal_dtype */
   if ((rc = sl_dataset_builder_create(c->output, st.dtype, &bld))) goto out;
@@ -817,8 +752,7 @@ out:
   free(j.slot);
   free(ws);
   free(th);
-  free(j.tmpl_head);
-  free(j.tmpl_tail);
+  sl_chat_free(&j.chat);
   st.seconds = sl_now_s() - t0;
   if (stp) *stp = st;
   return rc;

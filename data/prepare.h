@@ -43,7 +43,9 @@ typedef struct {
   int prepend_bos;           /* add the tokenizer's BOS at the start of every document */
   int skip_bad;              /* count and skip bad rows instead of stopping */
   int workers;               /* tokenizing threads (<= 0: online CPUs) */
-  const char *chat_template; /* SL_PREP_MESSAGES: per-message "...{role}...{content}..." */
+  const char *chat_template; /* SL_PREP_MESSAGES: a preset name or a per-message "...{role}...{content}..." */
+  const char *const *chat_roles; /* "FROM=TO" role names for the template (nchat_roles) */
+  int nchat_roles;
   int progress;              /* redraw a progress line on stderr */
   int strict;                /* refuse a document with a character the tokenizer drops (no vocabulary entry) */
 } sl_prep_cfg;
@@ -55,6 +57,7 @@ typedef struct {
   int64_t skipped;       /* bad rows skipped (--skip-bad) */
   int64_t bytes_in;      /* input bytes read (compressed size for compressed inputs) */
   int64_t vocab;         /* the tokenizer's vocabulary size */
+  int32_t eos, bos;      /* its end / beginning-of-sequence ids (-1: none) */
   int dtype;             /* SL_IDX_UINT16 or SL_IDX_INT32 (Megatron's rule) */
   int has_mask;          /* PREFIX.lmask was written */
   int64_t dropped;       /* characters without a vocabulary entry, dropped (BPE without byte fallback / unk) */

@@ -56,27 +56,56 @@ int32_t sl_tokenizer_bos_id(const sl_tokenizer *t) { return t->bos; }
 
 /* ---- loading ---- */
 
-static int32_t token_id(const sl_tokenizer *t, const char *s) {
+static int32_t added_id(const sl_tokenizer *t, const char *s) {
   for (int i = 0; i < t->nadded; i++)
     if (!strcmp(t->added[i].content, s)) return t->added[i].id;
-  return tok_smap_get(&t->bpe.vocab, s, strlen(s));
+  return -1;
 }
 
-/* eos_token / bos_token of tokenizer_config.json: a string or {"content": ...}. */
-static const char *config_token(json_t *cfg, const char *key) {
+static int32_t token_id(const sl_tokenizer *t, const char *s) {
+  int32_t id = added_id(t, s);
+  return id >= 0 ? id : tok_smap_get(&t->bpe.vocab, s, strlen(s));
+}
+
+/* eos_token / bos_token of tokenizer_config.json: a string or {"content": ...};
+ * *set: the key is there (null says "none", as Qwen's "bos_token": null). */
+static const char *config_token(json_t *cfg, const char *key, int *set) {
   json_t *v = json_object_get(cfg, key);
+  *set = v != NULL;
   if (json_is_object(v)) v = json_object_get(v, "content");
   return json_string_value(v);
 }
 
-static void special_ids(sl_tokenizer *t, json_t *cfg) {
+/* eos_token_id / bos_token_id of generation_config.json: an id or a list of
+ * ids (the first is taken); -1 when absent or null. */
+static int gen_token(const sl_tokenizer *t, json_t *gen, const char *file, const char *key, int32_t *id) {
+  json_t *v = json_object_get(gen, key);
+  if (json_is_array(v)) v = json_array_get(v, 0);
+  *id = -1;
+  if (!v || json_is_null(v)) return SL_OK;
+  double d = json_is_number(v) ? json_number_value(v) : -1;
+  if (d < 0 || d >= (double)t->vocab_size || d != (double)(int64_t)d)
+    return sl_fail(SL_EINPUT, "%s: %s: expected a token id (or a list of them) below the vocabulary size %lld", file,
+                   key, (long long)t->vocab_size);
+  *id = (int32_t)d;
+  return SL_OK;
+}
+
+/* The eos / bos ids, first found of: tokenizer_config.json's eos_token /
+ * bos_token (null: none), generation_config.json's eos_token_id /
+ * bos_token_id, the first added token named like an eos / bos. */
+static int special_ids(sl_tokenizer *t, json_t *cfg, json_t *gen, const char *genfile) {
   static const char *const eos[] = {"<|end_of_text|>", "<|endoftext|>", "</s>", "<|im_end|>", "<eos>", NULL};
   static const char *const bos[] = {"<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>", NULL};
-  const char *e = config_token(cfg, "eos_token"), *b = config_token(cfg, "bos_token");
+  int eset, bset;
+  const char *e = config_token(cfg, "eos_token", &eset), *b = config_token(cfg, "bos_token", &bset);
   t->eos = e ? token_id(t, e) : -1;
   t->bos = b ? token_id(t, b) : -1;
-  for (int i = 0; !e && t->eos < 0 && eos[i]; i++) t->eos = token_id(t, eos[i]);
-  for (int i = 0; !b && t->bos < 0 && bos[i]; i++) t->bos = token_id(t, bos[i]);
+  if (!eset && gen_token(t, gen, genfile, "eos_token_id", &t->eos)) return SL_EINPUT;
+  if (!bset && gen_token(t, gen, genfile, "bos_token_id", &t->bos)) return SL_EINPUT;
+  for (int i = 0; !eset && t->eos < 0 && eos[i]; i++) t->eos = added_id(t, eos[i]);
+  for (int i = 0; !bset && t->bos < 0 && bos[i]; i++) t->bos = added_id(t, bos[i]);
+  return SL_OK;
 }
 
 /* The added tokens. Their ids are assigned as HF tokenizers does when it
@@ -251,10 +280,11 @@ int sl_tokenizer_load(const char *path, sl_tokenizer **out) {
   tok_tables_init();
   struct stat st;
   if (stat(path, &st)) return sl_fail(SL_EINPUT, "tokenizer %s: no such file or directory", path);
-  char file[4096], cfgfile[4096];
+  char file[4096], cfgfile[4096], genfile[4096];
   if (S_ISDIR(st.st_mode)) {
     snprintf(file, sizeof file, "%s/tokenizer.json", path);
     snprintf(cfgfile, sizeof cfgfile, "%s/tokenizer_config.json", path);
+    snprintf(genfile, sizeof genfile, "%s/generation_config.json", path);
     if (stat(file, &st)) {
       char spm[4096];
       snprintf(spm, sizeof spm, "%s/tokenizer.model", path);
@@ -267,8 +297,9 @@ int sl_tokenizer_load(const char *path, sl_tokenizer **out) {
     snprintf(file, sizeof file, "%s", path);
     const char *sl = strrchr(path, '/');
     snprintf(cfgfile, sizeof cfgfile, "%.*stokenizer_config.json", sl ? (int)(sl - path + 1) : 0, path);
+    snprintf(genfile, sizeof genfile, "%.*sgeneration_config.json", sl ? (int)(sl - path + 1) : 0, path);
   }
-  json_t *j = NULL, *cfg = NULL;
+  json_t *j = NULL, *cfg = NULL, *gen = NULL;
   sl_tokenizer *t = calloc(1, sizeof *t);
   if (!t) return sl_fail(SL_ENOMEM, "tokenizer: out of memory");
   t->kind = TOK_HF;
@@ -276,6 +307,7 @@ int sl_tokenizer_load(const char *path, sl_tokenizer **out) {
   int rc = load_json(file, JSON_REJECT_DUPLICATES, &j);
   /* only strings are read from the config; model_max_length can be 1e30 */
   if (!rc && !stat(cfgfile, &st)) rc = load_json(cfgfile, JSON_DECODE_INT_AS_REAL, &cfg);
+  if (!rc && !stat(genfile, &st)) rc = load_json(genfile, JSON_DECODE_INT_AS_REAL, &gen);
   json_t *model = rc ? NULL : json_object_get(j, "model");
   if (!rc && !json_is_object(model)) rc = sl_fail(SL_EINPUT, "%s: expected an object \"model\"", file);
   if (!rc) {
@@ -297,9 +329,10 @@ int sl_tokenizer_load(const char *path, sl_tokenizer **out) {
   if (!rc) rc = load_added(t, json_object_get(j, "added_tokens"), file);
   if (!rc) rc = index_added(t);
   if (!rc) rc = build_id_table(t, file);
-  if (!rc) special_ids(t, cfg);
+  if (!rc) rc = special_ids(t, cfg, gen, genfile);
   json_decref(j);
   json_decref(cfg);
+  json_decref(gen);
   if (rc) sl_tokenizer_free(t);
   else *out = t;
   return rc;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "data/chat.h"
 #include "data/prepare.h"
 #include "formats/dataset.h"
 #include "tools/tools.h"
@@ -20,9 +21,13 @@ static void usage(FILE *f) {
              "                        built-in byte-level tokenizer: bytes 0-255, end-of-document 256)\n"
              "  --format F            text (default) | prompt-completion | messages\n"
              "  --json-key KEY        --format text: the row's text field (default: text)\n"
-             "  --chat-template T     --format messages: each message rendered as T, with {role} and\n"
-             "                        {content} (\\n and \\t escapes); only assistant content + the part\n"
-             "                        after {content} count in the loss\n"
+             "  --chat-template T     --format messages: a preset of a family's published template,\n"
+             "                        chatml | qwen2.5 | qwen3 | gemma | llama3 (docs/formats.md), or\n"
+             "                        each message rendered as T, with {role} and {content} (\\n and\n"
+             "                        \\t escapes); only assistant content + the part after {content}\n"
+             "                        count in the loss\n"
+             "  --chat-role FROM=TO   spell role FROM as TO in the template (e.g. assistant=model;\n"
+             "                        repeatable; the gemma preset has that one built in)\n"
              "  --split-lines         .txt: every non-empty line is a document\n"
              "  --split-blank-lines   .txt: documents separated by blank lines (the default)\n"
              "  --doc-per-file        .txt: each file is one document\n"
@@ -54,6 +59,10 @@ static void report(const sl_prep_cfg *c, const sl_prep_stats *st, int quiet) {
     printf(": %lld documents, %lld tokens (%s, vocab %lld", (long long)st->documents, (long long)st->tokens,
            st->dtype == SL_IDX_UINT16 ? "uint16" : "int32", (long long)st->vocab);
     if (!c->tokenizer) printf(", byte-level, end-of-document %d", SL_BYTE_EOD);
+    else {
+      printf(st->eos < 0 ? ", eos none" : ", eos %d", st->eos);
+      printf(st->bos < 0 ? ", bos none" : ", bos %d", st->bos);
+    }
     printf(")");
     if (st->has_mask) printf(", %lld of them counted in the loss", (long long)st->loss_tokens);
     if (st->skipped) printf(", %lld bad rows skipped", (long long)st->skipped);
@@ -65,6 +74,7 @@ static void report(const sl_prep_cfg *c, const sl_prep_stats *st, int quiet) {
 int sl_tool_prepare(int argc, char **argv) {
   sl_prep_cfg c = {.append_eod = -1, .docs = SL_DOCS_BLANK};
   const char **inputs = calloc((size_t)argc, sizeof(char *));
+  const char *roles[SL_CHAT_MAXROLES];
   int quiet = 0, rc = 0;
   if (!inputs) return 1;
   for (int i = 2; i < argc; i++) {
@@ -98,6 +108,14 @@ int sl_tool_prepare(int argc, char **argv) {
     } else if (!strcmp(a, "--chat-template")) {
       NEEDV();
       c.chat_template = v;
+    } else if (!strcmp(a, "--chat-role")) {
+      NEEDV();
+      if (c.nchat_roles == SL_CHAT_MAXROLES - 1) {
+        fprintf(stderr, "shardlm prepare: --chat-role: at most %d of them\n", SL_CHAT_MAXROLES - 1);
+        free(inputs);
+        return 2;
+      }
+      roles[c.nchat_roles++] = v;
     } else if (!strcmp(a, "--format")) {
       NEEDV();
       if (!strcmp(v, "text")) c.format = SL_PREP_TEXT;
@@ -140,6 +158,7 @@ int sl_tool_prepare(int argc, char **argv) {
     return 2;
   }
   c.inputs = inputs;
+  c.chat_roles = roles;
   c.progress = !quiet && isatty(STDERR_FILENO);
   sl_prep_stats st;
   rc = sl_prepare(&c, &st);

@@ -78,12 +78,13 @@ elif kind == "pc":
     for r in rows(W + "/pc.jsonl"):
         p, c = enc(r["prompt"]), enc(r["completion"])
         docs.append(p + c + [EOD]); masks.append([0] * len(p) + [1] * len(c) + [1])
-elif kind == "msg":
+elif kind in ("msg", "msgrole"):  # msgrole: --chat-role assistant=bot
     for r in rows(W + "/msg.jsonl"):
         d, m = [], []
         for x in r["messages"]:
             a = 1 if x["role"] == "assistant" else 0
-            h, c, t = enc("<%s>\n" % x["role"]), enc(x["content"]), enc("</s>\n")
+            role = "bot" if a and kind == "msgrole" else x["role"]
+            h, c, t = enc("<%s>\n" % role), enc(x["content"]), enc("</s>\n")
             d += h + c + t; m += [0] * len(h) + [a] * (len(c) + len(t))
         docs.append(d + [EOD]); masks.append(m + [1])
 elif kind == "skip":
@@ -120,6 +121,7 @@ expect lines lines --input "$W/p.txt" --split-lines
 expect file file --input "$W/p.txt" --doc-per-file
 expect pc pc --input "$W/pc.jsonl" --format prompt-completion
 expect msg msg --input "$W/msg.jsonl" --format messages --chat-template '<{role}>\n{content}</s>\n'
+expect msgrole msgrole --input "$W/msg.jsonl" --format messages --chat-template '<{role}>\n{content}</s>\n' --chat-role assistant=bot
 expect skip skip --input "$W/bad.jsonl" --skip-bad
 # workers do not change the output
 "$B" prepare --quiet --input "$W/a.jsonl" --input "$W/b.jsonl.gz" --output "$W/w1" --workers 1 &&
@@ -213,6 +215,7 @@ refuse r_utf8 "badutf8.jsonl:2" --input "$W/badutf8.jsonl"
 refuse r_pc 'pcbad.jsonl:1: key "completion" is missing' --input "$W/pcbad.jsonl" --format prompt-completion
 refuse r_msg 'msgbad.jsonl:1: messages\[0\]: "content"' --input "$W/msgbad.jsonl" --format messages --chat-template '{role}:{content}'
 refuse r_tmpl "needs --chat-template" --input "$W/msg.jsonl" --format messages
+refuse r_role "--chat-role expects FROM=TO" --input "$W/msg.jsonl" --format messages --chat-template chatml --chat-role bot
 refuse r_fmt "needs JSON rows" --input "$W/p.txt" --format prompt-completion
 refuse r_missing "missing.jsonl: cannot open" --input "$W/missing.jsonl"
 refuse r_empty "no documents" --input "$W/bad.jsonl" --json-key nothing --skip-bad
