@@ -1,12 +1,17 @@
-/* models/llama.c — the Llama / Mistral block kind of the decoder skeleton
- * (models/decoder.h, which owns the embedding, the head, the residual
- * stream, activation sets and the split backward's scaffolding).
+/* models/llama.c — the Llama / Mistral / Qwen2 / Qwen3 block kind of the
+ * decoder skeleton (models/decoder.h, which owns the embedding, the head,
+ * the residual stream, activation sets and the split backward's scaffolding).
  *
  * Units: 0 = embedding; 1..L = decoder blocks; L+1 = final norm + LM head.
  * A block's tensors are packed so that q/k/v and gate/up are each one
- * contiguous matrix and run as one GEMM:
+ * contiguous matrix and run as one GEMM ([...]: only when the config has it):
  *   ln1 (C) | Wq (nh*hd, C) Wk (nkv*hd, C) Wv (nkv*hd, C) | [bq (nh*hd) bk (nkv*hd)
- *   bv (nkv*hd): Qwen2 only] | Wo (C, nh*hd) | ln2 (C) | Wgate (I, C) Wup (I, C) | Wdown (C, I)
+ *   bv (nkv*hd): Qwen2, attention_bias] | Wo (C, nh*hd) | [bo (C): attention_bias,
+ *   not Qwen2] | [q_norm (hd) k_norm (hd): Qwen3] | ln2 (C) | Wgate (I, C) Wup (I, C) |
+ *   [bgate (I) bup (I): mlp_bias] | Wdown (C, I) | [bdown (C): mlp_bias]
+ * A row-parallel projection's bias (bo, bdown) is whole on every TP rank;
+ * rank 0 adds it to its partial sum (sl_llama_row_bias), so the sum holds it
+ * once, and every rank takes its gradient from the whole output gradient.
  * Tensor parallelism over T ranks (Megatron, m->access.tp): heads split by T,
  * so a rank's block holds its nh/T query heads' rows of Wq, its k/v heads'
  * rows of Wk/Wv (one shared KV group when nkv < T: replicated over the T/nkv

@@ -1,4 +1,4 @@
-/* models/llama_internal.h — the private state of the Llama/Mistral block
+/* models/llama_internal.h — the private state of the Llama/Mistral/Qwen block
  * kind (models/llama.c), shared with the split backward of zero-bubble
  * pipeline schedules (models/llama_split.c). Not part of the model
  * interface. */
