@@ -322,11 +322,13 @@ static int want_full_attention(const char *p, json_t *o) {
   if (!json_is_array(lt)) return sl_fail(SL_EINPUT, "%s: field 'layer_types' must be a list, found %s", p, jtype(lt));
   for (size_t i = 0; i < json_array_size(lt); i++) {
     json_t *e = json_array_get(lt, i);
-    if (!json_is_string(e) || strcmp(json_string_value(e), "full_attention"))
+    if (!json_is_string(e))
+      return sl_fail(SL_EINPUT, "%s: field 'layer_types'[%zu] must be a string, found %s", p, i, jtype(e));
+    if (strcmp(json_string_value(e), "full_attention"))
       return sl_fail(SL_EINPUT,
-                     "%s: field 'layer_types'[%zu] = %s is not supported (expected \"full_attention\": per-layer "
-                     "sliding windows are not implemented)",
-                     p, i, json_is_string(e) ? json_string_value(e) : jtype(e));
+                     "%s: field 'layer_types'[%zu] = \"%s\" is not supported (expected \"full_attention\": "
+                     "per-layer sliding windows are not implemented)",
+                     p, i, json_string_value(e));
   }
   return SL_OK;
 }

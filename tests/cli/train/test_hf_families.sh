@@ -34,7 +34,8 @@ refuse sliding '"use_sliding_window": true, "sliding_window": 8' "field 'use_sli
 refuse mrope '"use_mrope": true' "field 'use_mrope' = true is not supported"
 refuse q3sliding '"use_sliding_window": true, "sliding_window": 8' "field 'use_sliding_window' = true is not supported" "$Q3"
 refuse q3types '"layer_types": ["full_attention", "sliding_attention"]' \
-  "field 'layer_types'[1] = sliding_attention is not supported" "$Q3"
+  "field 'layer_types'[1] = \"sliding_attention\" is not supported" "$Q3"
+refuse q3typenum '"layer_types": [1, 2]' "field 'layer_types'[0] must be a string, found an integer" "$Q3"
 # Llama's attention_bias / mlp_bias: every bias counted (2 layers: q/k/v 32+16+16, o 32; gate/up 64+64, down 32)
 tiny_model "$W/lb" llama '"num_hidden_layers": 2, "attention_bias": true, "mlp_bias": true'
 tiny_model "$W/l0" llama '"num_hidden_layers": 2'
