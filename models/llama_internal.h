@@ -1,4 +1,4 @@
-/* models/llama_internal.h — the private state of the Llama/Mistral block
+/* models/llama_internal.h — the private state of the Llama/Mistral/Qwen block
  * kind (models/llama.c), shared with the split backward of zero-bubble
  * pipeline schedules (models/llama_split.c). Not part of the model
  * interface. */
@@ -20,17 +20,23 @@ typedef struct {
   float *rstd2; /* (N) */
   float *gu;    /* (N, 2I) gate | up */
   float *h;     /* (N, I) silu(gate) * up */
+  float *qkr;   /* (N, Q) q|k|v before the q/k norms (Qwen3's qk_norm; NULL without) */
+  float *qkrs;  /* (nh + nkv, N) the q/k norms' rstd, head by head (qk_norm) */
 } layer_acts;
 
-/* Qwen2's q/k/v biases: (Q) after the packed Wqkv, so the qkv GEMM adds one
- * bias vector (models/llama.c's layout). */
+/* The q/k/v biases (Qwen2; Llama / Qwen3 attention_bias): (Q) after the
+ * packed Wqkv, so the qkv GEMM adds one bias vector; o_proj's (C) after Wo;
+ * Qwen3's q/k norm weights (hd each) after that; gate|up's (2I) after Wgu,
+ * down_proj's (C) after Wd (Llama mlp_bias). models/llama.c's layout. */
 
 /* The block kind's state (sl_dec(m)->blk); the skeleton's (the residual
  * stream, activation sets, head, dres, dln, xl) is models/decoder.h's. */
 typedef struct {
   int64_t N, C, nh, nkv, hd, Q, A, I, window; /* nh, nkv, Q, A, I: this TP rank's */
   int64_t kvrep, kvslot, kvgroups;            /* k/v slice shared by kvrep TP ranks; its index of kvgroups */
-  int64_t qb;                                 /* q|k|v bias floats after Wqkv: Q (Qwen2's qkv_bias), else 0 */
+  int64_t qb;                                 /* q|k|v bias floats after Wqkv: Q (qkv_bias), else 0 */
+  int64_t ob, qkn, mb; /* floats of o_proj's bias (C or 0), the q/k norms (2*hd or 0), gate|up's bias (2I or 0) */
+  int64_t db;          /* floats of down_proj's bias (C or 0) */
   float *kvsum; /* (kvgroups + 1, 2*nkv*hd*C [+ 2*nkv*hd: k/v biases]) replicated k/v gradient exchange,
                    then the slice's earlier micro-batches' sum (kvrep > 1; kv_grad_begin) */
   float eps;
@@ -44,11 +50,15 @@ typedef struct {
   float *datt;  /* (N, A) */
   float *dqkv;  /* (N, Q) */
   float *gnorm; /* (2, C) under sp: the micro-batch's part of ln1's, ln2's weight gradient */
+  float *dqn;   /* (N, Q) qk_norm: the gradient of q|k|v after the norms (before: dqkv) */
+  float *gqk;   /* (2, hd) qk_norm under TP: the micro-batch's part of the q/k norms' weight gradient */
+  float *zhd;   /* (hd) qk_norm: zeros (a norm of weight 0 zeroes the q/k heads of dqkv) */
+  float *rjunk; /* (N) qk_norm: that zeroing norm's discarded rstd */
 } llama_priv;
 
 /* parameter views of a block's flat buffer */
 typedef struct {
-  const float *ln1, *wqkv, *bqkv, *wo, *ln2, *wgu, *wd; /* bqkv: NULL without q/k/v biases */
+  const float *ln1, *wqkv, *bqkv, *wo, *bo, *qn, *kn, *ln2, *wgu, *bgu, *wd, *bd; /* the optional ones NULL when absent */
 } blockw;
 
 static inline blockw block_views(const llama_priv *p, const float *flat) {
@@ -58,9 +68,14 @@ static inline blockw block_views(const llama_priv *p, const float *flat) {
   w.wqkv = w.ln1 + C;
   w.bqkv = p->qb ? w.wqkv + p->Q * C : NULL;
   w.wo = w.wqkv + p->Q * C + p->qb;
-  w.ln2 = w.wo + C * p->A;
+  w.bo = p->ob ? w.wo + C * p->A : NULL;
+  w.qn = p->qkn ? w.wo + C * p->A + p->ob : NULL;
+  w.kn = p->qkn ? w.qn + p->hd : NULL;
+  w.ln2 = w.wo + C * p->A + p->ob + p->qkn;
   w.wgu = w.ln2 + C;
-  w.wd = w.wgu + 2 * p->I * C;
+  w.bgu = p->mb ? w.wgu + 2 * p->I * C : NULL;
+  w.wd = w.wgu + 2 * p->I * C + p->mb;
+  w.bd = p->db ? w.wd + C * p->I : NULL;
   return w;
 }
 
@@ -70,6 +85,16 @@ static inline layer_acts *llama_layer(const sl_model *m, int l) { return sl_dec_
  * views g) summed over the TP ranks sharing it (models/llama.c). */
 void sl_llama_kv_grad_begin(sl_model *m, const blockw *g);
 int sl_llama_kv_grad_sum(sl_model *m, const blockw *g);
+/* A row-parallel projection's bias (o_proj, down_proj) as this TP rank adds
+ * it to its partial sum: rank 0's only, so the reduction adds it once. */
+static inline const float *sl_llama_row_bias(const sl_model *m, const float *b) { return m->tp_rank ? NULL : b; }
+/* Qwen3's q/k norms (models/llama.c). Forward: a->qkr keeps q|k|v, the
+ * q/k heads of a->qkv are normalised. Input half: dqkv (after RoPE's
+ * backward) is copied to dy (N, Q) and becomes the gradient before the
+ * norms; weight half: the norms' weight gradients from dy into g.qn, g.kn
+ * (summed over TP: each rank's heads are a part). */
+void sl_llama_qk_norm_bwd_input(sl_model *m, const layer_acts *a, const blockw *w, float *dy);
+int sl_llama_qk_norm_bwd_weight(sl_model *m, const layer_acts *a, const blockw *w, const blockw *g, const float *dy);
 /* The split backward's block halves (models/llama_split.c): sl_block_kind's. */
 int64_t sl_llama_stash_numel(const sl_model *m);
 int sl_llama_bwd_input(sl_model *m, int l, const float *flat, float *stash);
