@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Tensor and pipeline parallelism on the device trainer, on the CPU:
+# build/shardlm_emu --backend cuda (the emulated CUDA backend; the TP axis
+# over shard/comm_nccl.c on the NCCL stand-in, the PP transfers staged
+# through the host, docs/cuda.md "TP and PP on CUDA") against
+# build/shardlm --backend cpu at the same layout, and against the emulated
+# single rank. Tiny shapes (hidden 32, 2 layers, seq 16, 3 steps).
+# Bound: losses 1e-4 relative (the fp32 bound of test_cuda_train.sh;
+# measured noise below it in docs/cuda.md), a run with another lr must fail
+# it (the negative control).
+source "${SL_SRC:?}/tests/lib/run.sh" emu_par mpi numpy
+E=$SL_BUILD/shardlm_emu
+[ -x "$E" ] || skip "$E is not built (no C++ compiler)"
+export ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1
+tiny_model "$W/llama" llama '"num_hidden_layers": 2'
+tiny_model "$W/tied" tied '"num_hidden_layers": 2'
+tiny_data "$W/data"
+A="--data $W/data --data-order sequential --micro-batch 2 --seq-len 16 --threads 1 --summary false --plot false
+  --peak-tflops 1 --zero 1"
+run() { # name np binary model [flags...] (2 steps unless flags say otherwise)
+  local n=$1 np=$2 bin=$3 m=$4
+  shift 4
+  local launch=()
+  [ "$np" -gt 1 ] && launch=($MPI -np "$np")
+  "${launch[@]}" "$bin" train $A --steps 2 --model "$W/$m" --out-dir "$W/$n" "$@" > "$W/$n.log" 2>&1 ||
+    { bad "run $n"; tail -5 "$W/$n.log"; return 1; }
+}
+check() { # a b compare-flags...
+  if $CMP "$W/$1" "$W/$2" "${@:3}" > "$W/cmp.log" 2>&1; then ok "$1 vs $2 ${*:3}"; else bad "$1 vs $2 ${*:3}"; cat "$W/cmp.log"; fi
+}
+fails() { # a b compare-flags...: the negative control
+  if $CMP "$W/$1" "$W/$2" "${@:3}" > "$W/cmp.log" 2>&1; then bad "$1 vs $2 ${*:3} passed (should fail)"; else ok "$1 vs $2 ${*:3} fails"; fi
+}
+last() { # a b: the last step's losses within the bound (a resumed run logs its steps only)
+  local x
+  x=$("$PY" -c 'import json, sys
+a, b = (json.loads(open(f).read().splitlines()[-1]) for f in sys.argv[1:])
+r = abs(a["loss"] - b["loss"]) / abs(b["loss"])
+print("step", a["step"], b["step"], "rel %.3g" % r, "ok" if a["step"] == b["step"] and r <= 1e-6 else "BAD")' \
+    "$W/$1/metrics.jsonl" "$W/$2/metrics.jsonl")
+  case $x in *ok) ok "$1 vs $2: $x" ;; *) bad "$1 vs $2: $x" ;; esac
+}
+R="--rtol 1e-6"
+run e1 1 "$E" llama --backend cuda --save "$W/e1/model"
+# TP 2, with and without sequence parallelism (the TP hooks on the device
+# comm); the saved model (the TP gather of the device views) and a
+# checkpoint (sl_tpar_ckpt_write of the staged state) at the end
+run c_tp 2 "$B" llama --backend cpu --tp 2 --save "$W/c_tp/model" --ckpt-dir "$W/c_tp/ck"
+run e_tp 2 "$E" llama --backend cuda --tp 2 --save "$W/e_tp/model" --ckpt-dir "$W/e_tp/ck" &&
+  check e_tp c_tp $R && check e_tp e1 $R
+run c_sp 2 "$B" llama --backend cpu --tp 2 --sequence-parallel
+run e_sp 2 "$E" llama --backend cuda --tp 2 --sequence-parallel && check e_sp c_sp $R --loss-only &&
+  check e_sp e1 $R --loss-only
+# the negative control: lr 1% higher fails the bound
+run e_lr 2 "$E" llama --backend cuda --tp 2 --lr 3.03e-3 && fails e_lr c_tp $R --loss-only
+# step 3 from the step-2 checkpoints: the device's resumed on the CPU, the
+# CPU's on the device (sl_tpar_ckpt_read), both against 3 steps in one go
+run c_tp3 2 "$B" llama --backend cpu --tp 2 --steps 3
+run c_res 2 "$B" llama --backend cpu --tp 2 --steps 3 --resume --ckpt-dir "$W/e_tp/ck" && last c_res c_tp3
+run e_res 2 "$E" llama --backend cuda --tp 2 --steps 3 --resume --ckpt-dir "$W/c_tp/ck" && last e_res c_tp3
+# PP 2 (2 micro-batches of 1: the tokens of a step as above; transfers staged
+# through the host): 1f1b and zb1p; tied embeddings under zb1p (the head's
+# gradient part and the reduced sum between the end stages); TP 2 x PP 2
+# (4 ranks, boundaries sent in TP slices and all-gathered)
+P="--pp 2 --grad-accum 2 --micro-batch 1"
+run e1g 1 "$E" llama --backend cuda --grad-accum 2 --micro-batch 1
+for s in 1f1b zb1p; do # the saved model: each stage's units routed to rank 0
+  run c_pp_$s 2 "$B" llama --backend cpu $P --pp-schedule $s --save "$W/c_pp_$s/model"
+  run e_pp_$s 2 "$E" llama --backend cuda $P --pp-schedule $s --save "$W/e_pp_$s/model" &&
+    check e_pp_$s c_pp_$s $R && check e_pp_$s e1g $R --loss-only
+done
+run c_ppt 2 "$B" tied --backend cpu $P --pp-schedule zb1p
+run e_ppt 2 "$E" tied --backend cuda $P --pp-schedule zb1p && check e_ppt c_ppt $R --loss-only
+run c_tpp 4 "$B" llama --backend cpu $P --tp 2
+run e_tpp 4 "$E" llama --backend cuda $P --tp 2 && check e_tpp c_tpp $R --loss-only && check e_tpp e1g $R --loss-only
+finish
