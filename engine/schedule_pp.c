@@ -165,7 +165,7 @@ typedef struct {
   sl_comm_req *r;
   float *buf;  /* a gradient's staging buffer (back to the pool when done); NULL: an activation */
   float *host; /* device backend: the host copy sent (back to the host pool when done) */
-  int64_t at; /* compute ops started when it was posted */
+  int64_t at;  /* compute ops started when it was posted */
   int mb;
 } pend_send;
 
@@ -541,7 +541,8 @@ static int post_recv(pp_state *st, const sl_step_ctx *c, int i) {
     rc = sl_fail(SL_EINTERNAL, "pipeline: a boundary of %lld elements, the plan has %lld", (long long)n,
                  (long long)pl->bnd);
   float *at = b + (pl->slices > 1 ? st->tp_rank * pl->wire : 0); /* this TP rank's slice (all-gathered on receipt) */
-  if (!rc && on_device(c)) { /* into a host buffer, uploaded at finish_recv */
+  /* on a device backend into a host buffer, uploaded at finish_recv */
+  if (!rc && on_device(c)) {
     if (!(st->rhost[i] = hpool_get(st))) rc = SL_ENOMEM;
     else at = st->rhost[i] + (at - b);
   }
@@ -596,8 +597,12 @@ static int post_send(pp_state *st, const sl_step_ctx *c, int i, int64_t ncomp, i
   if (rc) return rc;
   st->gout[slot] = act ? st->gout[slot] : NULL;
   const float *at = buf + (pl->slices > 1 ? st->tp_rank * pl->wire : 0); /* this TP rank's slice */
-  if (on_device(c)) { /* its host copy is sent */
-    if (!(q->host = hpool_get(st))) return SL_ENOMEM;
+  /* on a device backend its host copy is sent */
+  if (on_device(c)) {
+    if (!(q->host = hpool_get(st))) {
+      if (q->buf) (void)pool_put(st, q->buf);
+      return SL_ENOMEM;
+    }
     c->m->ops->download(c->m->k, q->host, at, (size_t)pl->wire * 4);
     at = q->host;
   }
