@@ -8,7 +8,8 @@
 # Bound: losses 1e-6 relative, weights compare.py's 5e-5 L2; measured at
 # most 1.22e-8 on the losses (CPU at 1 and 2 threads, OPENBLAS_CORETYPE
 # Haswell and Sandybridge; docs/cuda.md), 2.2e-7 on the weights. Negative
-# control: a run with lr 1% higher differs by 2.8e-5 and must fail.
+# control: a run with lr 1% higher differs by 2.8e-5 and must fail. The
+# metrics' tp_bytes (the device twin counted, sl_tpar_stats) equal the CPU's.
 source "${SL_SRC:?}/tests/lib/run.sh" emu_par mpi numpy
 E=$SL_BUILD/shardlm_emu
 [ -x "$E" ] || skip "$E is not built (no C++ compiler)"
@@ -41,6 +42,13 @@ print("step", a["step"], b["step"], "rel %.3g" % r, "ok" if a["step"] == b["step
     "$W/$1/metrics.jsonl" "$W/$2/metrics.jsonl")
   case $x in *ok) ok "$1 vs $2: $x" ;; *) bad "$1 vs $2: $x" ;; esac
 }
+tpbytes() { # a b: the metrics' tp_bytes (the device twin's and the host comm's counters) equal the CPU run's
+  local x
+  x=$("$PY" -c 'import json, sys
+a, b = ([json.loads(l)["tp_bytes"] for l in open(f)] for f in sys.argv[1:])
+print(a[-1], "ok" if a == b and sum(a[-1].values()) > 0 else "BAD: %s" % b[-1])' "$W/$1/metrics.jsonl" "$W/$2/metrics.jsonl")
+  case $x in *ok) ok "$1 vs $2 tp_bytes: $x" ;; *) bad "$1 vs $2 tp_bytes: $x" ;; esac
+}
 R="--rtol 1e-6"
 run e1 1 "$E" llama --backend cuda --save "$W/e1/model"
 # TP 2, with and without sequence parallelism (the TP hooks on the device
@@ -48,10 +56,10 @@ run e1 1 "$E" llama --backend cuda --save "$W/e1/model"
 # checkpoint (sl_tpar_ckpt_write of the staged state) at the end
 run c_tp 2 "$B" llama --backend cpu --tp 2 --save "$W/c_tp/model" --ckpt-dir "$W/c_tp/ck"
 run e_tp 2 "$E" llama --backend cuda --tp 2 --save "$W/e_tp/model" --ckpt-dir "$W/e_tp/ck" &&
-  check e_tp c_tp $R && check e_tp e1 $R
+  check e_tp c_tp $R && check e_tp e1 $R && tpbytes e_tp c_tp
 run c_sp 2 "$B" llama --backend cpu --tp 2 --sequence-parallel
 run e_sp 2 "$E" llama --backend cuda --tp 2 --sequence-parallel && check e_sp c_sp $R --loss-only &&
-  check e_sp e1 $R --loss-only
+  check e_sp e1 $R --loss-only && tpbytes e_sp c_sp
 # the negative control: a run with lr 1% higher is outside the bound
 run c_lr 2 "$B" llama --backend cpu --tp 2 --lr 3.03e-3 && fails e_tp c_lr $R --loss-only
 # TP 4 over 2 k/v heads: each k/v slice on 2 ranks, its gradient summed
