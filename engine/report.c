@@ -29,7 +29,7 @@ void sl_trainer_summary(trainer *t, double wall) {
   mine[i++] = (int64_t)sl_fsdp_wait_ns(t->f);
   mine[i++] = ms.total_peak;
   sl_comm_stats ts;
-  if (tp) sl_comm_get_stats(t->par.pmesh->axis[SL_AXIS_TP].comm, &ts);
+  if (tp) sl_tpar_stats(&t->par.tp, &ts);
   for (int kk = 0; tp && kk < 3; kk++) mine[i++] = (int64_t)ts.bytes[TP_KINDS[kk]];
   if (sl_comm_allgather_sync(t->world, mine, all, NV, SL_I64) == SL_COMM_OK && t->rank == 0) {
     printf("\nper-rank summary (%d rank%s, ZeRO-%lld, %.1f s):\n", t->wsize, t->wsize > 1 ? "s" : "",
@@ -88,7 +88,7 @@ int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt
   fprintf(t->report.metrics, "}");
   if (t->cfg.tp > 1) { /* bytes this rank sent on the TP axis during the step, per kind */
     sl_comm_stats ts;
-    sl_comm_get_stats(t->par.pmesh->axis[SL_AXIS_TP].comm, &ts);
+    sl_tpar_stats(&t->par.tp, &ts);
     fprintf(t->report.metrics, ", \"tp_bytes\": {");
     for (int kk = 0; kk < 3; kk++) {
       sl_coll_kind c = TP_KINDS[kk];

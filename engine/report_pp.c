@@ -71,7 +71,7 @@ int sl_pp_dry_run(const sl_train_cfg *c, int world_rank) {
   /* and the start-up refusals that need no ranks (sizes, units over 2^31, --seq-len) */
   if (!rc) rc = sl_precheck_static(c, &mc, (int)(c->tp * c->pp));
   sl_pp_plan *p = NULL;
-  if (!rc) rc = sl_pp_plan_for_run(c, &mc, 0, 0, &p); /* the schedule holds every rank's list */
+  if (!rc) rc = sl_pp_plan_for_run(c, &mc, 0, &p); /* the schedule holds every rank's list */
   if (!rc && world_rank == 0) {
     print_plan(c, p);
     char svg[SL_PATH_MAX + 32];

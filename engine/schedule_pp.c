@@ -20,6 +20,16 @@
  *                unit's stash kept with mb's set; W(mb) the weight half
  *                (bwd_weight) as the FSDP micro-batch begin_micro / bwd_acquire
  *                / bwd_release / end_micro, after which mb's set is free.
+ * On a device backend (buffers in device memory) every transfer is staged
+ * through the host with the backend's copies: a send downloads into a host
+ * buffer and sends that over the PP communicator (MPI), a receive lands in
+ * a host buffer uploaded when it completes (the TP all-gather of a sliced
+ * boundary runs on the host buffer first). The executor's MPI requests stay
+ * what they are (receives posted ahead, sends completed two compute ops
+ * later), so the builder's deadlock proof is unchanged; a device p2p comm
+ * would need one communicator per direction and ordered issue
+ * (docs/pipeline.md). The cost: one device-host copy per boundary per
+ * micro-batch on each side.
  * Transfers overlap compute: a send is posted and completes before the
  * second compute op after it; the receives before the next compute op are
  * posted before the current one runs (wait_sends, post_recv; docs/pipeline.md
@@ -153,8 +163,9 @@ done:
  * the set's residual stream). */
 typedef struct {
   sl_comm_req *r;
-  float *buf; /* a gradient's staging buffer (back to the pool when done); NULL: an activation */
-  int64_t at; /* compute ops started when it was posted */
+  float *buf;  /* a gradient's staging buffer (back to the pool when done); NULL: an activation */
+  float *host; /* device backend: the host copy sent (back to the host pool when done) */
+  int64_t at;  /* compute ops started when it was posted */
   int mb;
 } pend_send;
 
@@ -171,7 +182,11 @@ typedef struct {
   float **ain;         /* (m*V) received activation waiting for its F */
   float **pool;        /* free staging buffers of bnd floats */
   int npool, cappool;
-  float **tied; /* (m) the head's part of unit 0's gradient per micro-batch (tied, P > 1) */
+  float **hpool; /* device backend: free host buffers of bnd floats (sends and receives) */
+  int nhpool, caphpool;
+  float **rhost; /* (nops) device backend: the host buffer a posted receive lands in */
+  float **tied;  /* (m) the head's part of unit 0's gradient per micro-batch (tied, P > 1) */
+  float **tiedh; /* (m) device backend: its host copy (sent / received) */
   int64_t tied_n;
   sl_comm_req **tied_req; /* (m) */
   float **stash;          /* zb1p: (nsets * nunits) what unit u's B keeps for its W, per set (acts arena) */
@@ -217,27 +232,60 @@ static float *pool_get(pp_state *st, const sl_step_ctx *c) {
   return b;
 }
 
-static int pool_put(pp_state *st, float *b) {
-  if (st->npool == st->cappool) {
-    int nc = st->cappool ? 2 * st->cappool : 8;
-    float **np = realloc(st->pool, sizeof *np * (size_t)nc);
+static int stack_push(float ***a, int *n, int *cap, float *b) {
+  if (*n == *cap) {
+    int nc = *cap ? 2 * *cap : 8;
+    float **np = realloc(*a, sizeof *np * (size_t)nc);
     if (!np) return SL_ENOMEM;
-    st->pool = np;
-    st->cappool = nc;
+    *a = np;
+    *cap = nc;
   }
-  st->pool[st->npool++] = b;
+  (*a)[(*n)++] = b;
   return SL_OK;
+}
+
+static int pool_put(pp_state *st, float *b) { return stack_push(&st->pool, &st->npool, &st->cappool, b); }
+
+/* ---- host staging (device backend) ---- */
+static int on_device(const sl_step_ctx *c) { return c->m->ops->is_device(); }
+
+static float *hpool_get(pp_state *st) {
+  return st->nhpool ? st->hpool[--st->nhpool] : sl_alloc((size_t)st->pl->bnd * 4, "pipeline host staging");
+}
+
+static int hpool_put(pp_state *st, float *h) {
+  if (!h) return SL_OK;
+  int rc = stack_push(&st->hpool, &st->nhpool, &st->caphpool, h);
+  if (rc) sl_free(h);
+  return rc;
 }
 
 static int comm_rc(const char *what, int mb) {
   return sl_fail(SL_ECOMM, "pipeline %s of micro-batch %d: %s", what, mb, sl_comm_last_error());
 }
 
-static int xfer(pp_state *st, int send, void *buf, int64_t n, int peer, int tag, int mb) {
+/* A blocking transfer of backend buffer buf (staged through the host on a device backend). */
+static int xfer(pp_state *st, const sl_step_ctx *c, int send, float *buf, int64_t n, int peer, int tag, int mb) {
   sl_comm_req *r = NULL;
-  int e =
-      send ? sl_comm_send(st->pp, buf, n, SL_F32, peer, tag, &r) : sl_comm_recv(st->pp, buf, n, SL_F32, peer, tag, &r);
-  if (e != SL_COMM_OK || sl_comm_wait(r) != SL_COMM_OK) return comm_rc(send ? "send" : "receive", mb);
+  float *h = on_device(c) ? sl_alloc((size_t)n * 4, "pipeline host staging") : buf;
+  if (!h) return SL_ENOMEM;
+  if (h != buf && send) c->m->ops->download(c->m->k, h, buf, (size_t)n * 4);
+  int e = send ? sl_comm_send(st->pp, h, n, SL_F32, peer, tag, &r) : sl_comm_recv(st->pp, h, n, SL_F32, peer, tag, &r);
+  int rc = e != SL_COMM_OK || sl_comm_wait(r) != SL_COMM_OK ? comm_rc(send ? "send" : "receive", mb) : SL_OK;
+  if (h != buf && !send && !rc) c->m->ops->upload(c->m->k, buf, h, (size_t)n * 4);
+  if (h != buf) sl_free(h);
+  return rc;
+}
+
+/* Posts the send of the tied weight's gradient part of mb (st->tied[mb], filled) to rank 0. */
+static int tied_post(pp_state *st, int mb) {
+  float *b = st->tied[mb];
+  if (st->tiedh[mb]) { /* device backend: from its host copy */
+    st->ops->download(st->k, st->tiedh[mb], b, (size_t)st->tied_n * 4);
+    b = st->tiedh[mb];
+  }
+  if (sl_comm_send(st->pp, b, st->tied_n, SL_F32, 0, TAG_TIED, &st->tied_req[mb]) != SL_COMM_OK)
+    return comm_rc("tied-gradient send", mb);
   return SL_OK;
 }
 
@@ -291,8 +339,7 @@ static int tied_send(pp_state *st, const sl_step_ctx *c, int mb) {
   int rc = sl_fsdp_grad_buffer(c->f, 0, &g);
   if (rc) return rc;
   c->m->ops->copy(c->m->k, st->tied[mb], g, (size_t)st->tied_n * 4);
-  if (sl_comm_send(st->pp, st->tied[mb], st->tied_n, SL_F32, 0, TAG_TIED, &st->tied_req[mb]) != SL_COMM_OK)
-    return comm_rc("tied-gradient send", mb);
+  if ((rc = tied_post(st, mb))) return rc;
   rc = sl_fsdp_bwd_acquire(c->f, 0, &p, &g);
   return rc ? rc : sl_fsdp_bwd_release(c->f, 0);
 }
@@ -306,7 +353,8 @@ static int tied_recv(pp_state *st, const sl_step_ctx *c, int mb) {
   st->tied_req[mb] = NULL;
   float *g;
   int rc = sl_fsdp_grad_buffer(c->f, 0, &g);
-  if (!rc) c->m->ops->copy(c->m->k, g, st->tied[mb], (size_t)st->tied_n * 4);
+  if (!rc && st->tiedh[mb]) c->m->ops->upload(c->m->k, g, st->tiedh[mb], (size_t)st->tied_n * 4);
+  else if (!rc) c->m->ops->copy(c->m->k, g, st->tied[mb], (size_t)st->tied_n * 4);
   return rc;
 }
 
@@ -378,9 +426,7 @@ static int zb_input(pp_state *st, const sl_step_ctx *c, int mb) {
     int tied_head = u == pl->nunits - 1 && tied_pp(st);
     rc = sl_fsdp_pinned_params(c->f, u, &p);
     if (!rc) rc = m->vt->bwd_input(m, u, p, st->stash[set * pl->nunits + u], tied_head ? st->tied[mb] : NULL);
-    if (!rc && tied_head &&
-        sl_comm_send(st->pp, st->tied[mb], st->tied_n, SL_F32, 0, TAG_TIED, &st->tied_req[mb]) != SL_COMM_OK)
-      rc = comm_rc("tied-gradient send", mb);
+    if (!rc && tied_head) rc = tied_post(st, mb);
   }
   return rc ? rc : grad_out(st, c, mb, 0, vs, lo);
 }
@@ -451,6 +497,8 @@ static int step_begin(pp_state *st, const sl_step_ctx *c) {
       if (!(st->tied[k] = st->ops->alloc(st->k, (size_t)st->tied_n * 4)))
         return sl_fail(SL_ENOMEM, "out of memory for the tied weight's gradient transfers");
       sl_mem_add(SL_ARENA_WORKSPACE, st->tied_n * 4);
+      if (on_device(c) && !(st->tiedh[k] = sl_alloc((size_t)st->tied_n * 4, "tied-gradient host staging")))
+        return SL_ENOMEM;
     }
   }
   if (zb(pl)) {
@@ -493,6 +541,11 @@ static int post_recv(pp_state *st, const sl_step_ctx *c, int i) {
     rc = sl_fail(SL_EINTERNAL, "pipeline: a boundary of %lld elements, the plan has %lld", (long long)n,
                  (long long)pl->bnd);
   float *at = b + (pl->slices > 1 ? st->tp_rank * pl->wire : 0); /* this TP rank's slice (all-gathered on receipt) */
+  /* on a device backend into a host buffer, uploaded at finish_recv */
+  if (!rc && on_device(c)) {
+    if (!(st->rhost[i] = hpool_get(st))) rc = SL_ENOMEM;
+    else at = st->rhost[i] + (at - b);
+  }
   if (!rc && sl_comm_recv(st->pp, at, pl->wire, SL_F32, o->peer, act ? TAG_ACT : TAG_GRAD, &st->rreq[i]) != SL_COMM_OK)
     rc = comm_rc("receive", o->mb);
   return rc;
@@ -506,10 +559,17 @@ static int finish_recv(pp_state *st, const sl_step_ctx *c, int i) {
   const sl_pp_plan *pl = st->pl;
   const sl_pp_op *o = &pl->sched.ops[pl->rank][i];
   if (!rc && sl_comm_wait(r) != SL_COMM_OK) rc = comm_rc("receive", o->mb);
+  float *b = o->dir == SL_PP_ACT ? st->ain[o->mb * pl->V + o->chunk] : st->gin[o->mb * pl->V + o->chunk];
+  float *h = st->rhost[i] ? st->rhost[i] : b; /* where it landed: host staging on a device backend */
+  st->rhost[i] = NULL;
   if (!rc && pl->slices > 1) { /* the T slices of the replicated boundary, from the T ranks of this TP group */
-    float *b = o->dir == SL_PP_ACT ? st->ain[o->mb * pl->V + o->chunk] : st->gin[o->mb * pl->V + o->chunk];
-    if (sl_comm_allgather_sync(st->tp, b + st->tp_rank * pl->wire, b, pl->wire, SL_F32) != SL_COMM_OK)
+    if (sl_comm_allgather_sync(st->tp, h + st->tp_rank * pl->wire, h, pl->wire, SL_F32) != SL_COMM_OK)
       rc = sl_fail(SL_ECOMM, "pipeline: TP all-gather of micro-batch %d's boundary: %s", o->mb, sl_comm_last_error());
+  }
+  if (h != b) {
+    if (!rc) c->m->ops->upload(c->m->k, b, h, (size_t)pl->bnd * 4);
+    int rc2 = hpool_put(st, h);
+    if (!rc) rc = rc2;
   }
   return rc;
 }
@@ -537,8 +597,18 @@ static int post_send(pp_state *st, const sl_step_ctx *c, int i, int64_t ncomp, i
   if (rc) return rc;
   st->gout[slot] = act ? st->gout[slot] : NULL;
   const float *at = buf + (pl->slices > 1 ? st->tp_rank * pl->wire : 0); /* this TP rank's slice */
+  /* on a device backend its host copy is sent */
+  if (on_device(c)) {
+    if (!(q->host = hpool_get(st))) {
+      if (q->buf) (void)pool_put(st, q->buf);
+      return SL_ENOMEM;
+    }
+    c->m->ops->download(c->m->k, q->host, at, (size_t)pl->wire * 4);
+    at = q->host;
+  }
   if (sl_comm_send(st->pp, at, pl->wire, SL_F32, o->peer, act ? TAG_ACT : TAG_GRAD, &q->r) != SL_COMM_OK) {
     if (q->buf) (void)pool_put(st, q->buf);
+    (void)hpool_put(st, q->host);
     return comm_rc("send", o->mb);
   }
   st->npend++;
@@ -557,6 +627,7 @@ static int wait_sends(pp_state *st, int64_t before, int mb) {
     if (q.at < before || (q.mb == mb && !q.buf)) {
       if (sl_comm_wait(q.r) != SL_COMM_OK && !rc) rc = comm_rc("send", q.mb);
       if (q.buf && pool_put(st, q.buf) != SL_OK && !rc) rc = sl_fail(SL_ENOMEM, "out of memory");
+      if (hpool_put(st, q.host) != SL_OK && !rc) rc = sl_fail(SL_ENOMEM, "out of memory");
     } else {
       st->pend[k++] = q;
     }
@@ -579,7 +650,8 @@ static int pp_run_step(sl_schedule *s, const sl_step_ctx *c, sl_step_result *out
   if (!rc) rc = sl_fsdp_hold_params(c->f, 1); /* ZeRO-3: one gather per unit per step (not per micro-batch) */
   if (tied_pp(st) && first_rank(st))
     for (int k = 0; k < m && !rc; k++)
-      if (sl_comm_recv(st->pp, st->tied[k], st->tied_n, SL_F32, pl->P - 1, TAG_TIED, &st->tied_req[k]) != SL_COMM_OK)
+      if (sl_comm_recv(st->pp, st->tiedh[k] ? st->tiedh[k] : st->tied[k], st->tied_n, SL_F32, pl->P - 1, TAG_TIED,
+                       &st->tied_req[k]) != SL_COMM_OK)
         rc = comm_rc("tied-gradient receive", k);
   const sl_pp_op *ops = pl->sched.ops[pl->rank];
   int nops = pl->sched.nops[pl->rank];
@@ -641,10 +713,10 @@ static int pp_forward(sl_schedule *s, const sl_step_ctx *c, sl_step_result *out)
       float *act, *dres;
       int64_t n;
       if (vs > 0 && !(rc = sl_model_boundary(c->m, pl->first[vs], &act, &dres, &n)))
-        rc = xfer(st, 0, act, n, (vs - 1) % pl->P, TAG_ACT, k);
+        rc = xfer(st, c, 0, act, n, (vs - 1) % pl->P, TAG_ACT, k);
       if (!rc) rc = fwd_chunk(st, c, k, vs, out);
       if (!rc && vs < pl->S - 1 && !(rc = sl_model_boundary(c->m, pl->first[vs + 1], &act, &dres, &n)))
-        rc = xfer(st, 1, act, n, (vs + 1) % pl->P, TAG_ACT, k);
+        rc = xfer(st, c, 1, act, n, (vs + 1) % pl->P, TAG_ACT, k);
     }
     int rc2 = sl_fsdp_end_forward(c->f);
     if (!rc) rc = rc2;
@@ -658,7 +730,7 @@ static int pp_grad_sumsq(sl_schedule *s, const sl_step_ctx *c, double *ss) {
   int U = pl->nunits, P = pl->P, rc = SL_OK;
   if (tied_pp(st) && (first_rank(st) || last_rank(st))) { /* the last rank's copy takes rank 0's sum */
     sl_fsdp_view_t v = sl_fsdp_view(c->f, 0);
-    rc = xfer(st, first_rank(st), v.grads, v.count, first_rank(st) ? P - 1 : 0, TAG_TIED_SUM, -1);
+    rc = xfer(st, c, first_rank(st), v.grads, v.count, first_rank(st) ? P - 1 : 0, TAG_TIED_SUM, -1);
     if (rc) return rc;
   }
   double *mine = calloc((size_t)U, sizeof(double)), *all = calloc((size_t)U * (size_t)P, sizeof(double));
@@ -709,6 +781,12 @@ static void pp_destroy(sl_schedule *s) {
       st->ops->free(st->k, st->tied[k]);
       sl_mem_sub(SL_ARENA_WORKSPACE, st->tied_n * 4);
     }
+  for (int k = 0; k < st->pl->sched.spec.m && st->tiedh; k++) sl_free(st->tiedh[k]);
+  for (int i = 0; st->rhost && i < st->pl->sched.nops[st->pl->rank]; i++) sl_free(st->rhost[i]); /* a failed step's */
+  for (int i = 0; i < st->nhpool; i++) sl_free(st->hpool[i]);
+  free(st->hpool);
+  free(st->rhost);
+  free(st->tiedh);
   free(st->set_of);
   free(st->free_set);
   free(st->gin);
@@ -757,8 +835,10 @@ int sl_schedule_pp_create(const sl_pp_plan *plan, sl_comm *pp, sl_comm *tp, sl_s
   st->ain = calloc((size_t)mv, sizeof(float *));
   st->tied = calloc((size_t)m, sizeof(float *));
   st->tied_req = calloc((size_t)m, sizeof(sl_comm_req *));
+  st->tiedh = calloc((size_t)m, sizeof(float *));
+  st->rhost = calloc((size_t)nops, sizeof(float *));
   if (st->nsets < 0 || !st->set_of || !st->free_set || !st->gin || !st->gout || !st->ain || !st->tied ||
-      !st->tied_req || !st->rreq || !st->pend)
+      !st->tied_req || !st->rreq || !st->pend || !st->tiedh || !st->rhost)
     return sl_fail(SL_ENOMEM, "out of memory");
   return SL_OK;
 }
@@ -783,17 +863,13 @@ static int zb_refusal(const sl_train_cfg *c, const sl_model_config *mc) {
   return SL_OK;
 }
 
-int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int rank, int device, sl_pp_plan **out) {
+int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int rank, sl_pp_plan **out) {
   *out = NULL;
   if (c->pp <= 1) {
     if (c->pp_virtual > 1 || c->pp_layout[0])
       return sl_fail(SL_EINPUT, "--pp-virtual and --pp-layout need --pp P >= 2 (found --pp %lld)", (long long)c->pp);
     return SL_OK;
   }
-  if (device)
-    return sl_fail(SL_EINPUT,
-                   "--pp %lld: pipeline parallelism runs on the CPU backend only for now (use --backend cpu)",
-                   (long long)c->pp);
   /* one reduction at the step's last backward: it must cover every unit of
    * the rank (one chunk), and the tied weight's head part is sent per
    * micro-batch from a buffer zeroed for it */

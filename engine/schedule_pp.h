@@ -61,9 +61,10 @@ void sl_pp_plan_free(sl_pp_plan *p); /* NULL ok */
 
 /* The plan of rank `rank` (PP coordinate) of a training run, NULL at
  * --pp 1; refuses (SL_EINPUT) what the executor does not support yet:
- * a device backend, --no-sync-accum with chunks or tied embeddings,
- * --offload-params; under zb1p Mamba with --no-sync-accum. */
-int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int rank, int device, sl_pp_plan **out);
+ * --no-sync-accum with chunks or tied embeddings, --offload-params; under
+ * zb1p Mamba with --no-sync-accum. A device backend runs every schedule
+ * (transfers staged through the host, engine/schedule_pp.c). */
+int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int rank, sl_pp_plan **out);
 
 /* Saving the model: unit u's full values (n floats in flat) reach world
  * rank 0 from the first DP rank of the stage that owns u (every rank calls

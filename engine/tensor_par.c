@@ -22,7 +22,7 @@
 #include "shard/tp.h"
 
 /* ---- the run's TP ---------------------------------------------------------- */
-int sl_tpar_check(int T, int wsize, int dev) {
+int sl_tpar_check(int T, int wsize) {
   if (T == 1) return SL_OK;
   if (wsize % T) {
     char ok[256];
@@ -31,20 +31,16 @@ int sl_tpar_check(int T, int wsize, int dev) {
       if (wsize % d == 0) n += (size_t)snprintf(ok + n, sizeof ok - n, "%s%d", n ? ", " : "", d);
     return sl_fail(SL_EINPUT, "--tp %d does not divide the number of ranks %d (valid --tp values: %s)", T, wsize, ok);
   }
-  if (dev)
-    return sl_fail(SL_EINPUT,
-                   "--tp %d: tensor parallelism runs on the CPU backend only for now (its collectives "
-                   "use host buffers); use --backend cpu or --tp 1",
-                   T);
   return SL_OK;
 }
 
-int sl_tpar_init(sl_tpar *tp, const sl_par_mesh *mesh, int T, int P) {
+int sl_tpar_init(sl_tpar *tp, const sl_par_mesh *mesh, int T, int P, const sl_ops *ops, sl_kctx *k) {
   memset(tp, 0, sizeof *tp);
   tp->T = T > 1 ? T : 1;
   tp->comm = mesh->axis[SL_AXIS_TP].comm;
   tp->loss = tp->T > 1 ? mesh->group[SL_GROUP_DP].comm : mesh->world; /* at P = 1 the DP axis is one TP coordinate */
-  if (tp->T == 1 || P <= 1) return SL_OK;
+  int rc = tp->T > 1 && ops->is_device() ? sl_tp_devgroup_init(&tp->dg, tp->comm, ops, k) : SL_OK;
+  if (rc || tp->T == 1 || P <= 1) return rc;
   /* TP x PP: the ranks of this TP coordinate, all DP and PP coordinates, in world rank order */
   if (sl_comm_split(mesh->world, mesh->axis[SL_AXIS_TP].coord, sl_comm_rank(mesh->world), &tp->own) != SL_COMM_OK)
     return sl_fail(SL_ECOMM, "splitting the loss communicator (one TP coordinate): %s", sl_comm_last_error());
@@ -53,11 +49,27 @@ int sl_tpar_init(sl_tpar *tp, const sl_par_mesh *mesh, int T, int P) {
 }
 
 void sl_tpar_free(sl_tpar *tp) {
+  sl_tp_devgroup_free(&tp->dg);
   sl_comm_destroy(tp->own);
   memset(tp, 0, sizeof *tp);
 }
 
-sl_tp_group sl_tpar_hooks(const sl_tpar *tp) { return tp->T > 1 ? sl_tp_group_over(tp->comm) : sl_tp_single(); }
+sl_tp_group sl_tpar_hooks(sl_tpar *tp) {
+  if (tp->T == 1) return sl_tp_single();
+  return tp->dg.dev ? sl_tp_group_over_device(&tp->dg) : sl_tp_group_over(tp->comm);
+}
+
+void sl_tpar_stats(const sl_tpar *tp, sl_comm_stats *out) {
+  sl_comm_get_stats(tp->comm, out);
+  if (!tp->dg.dev) return;
+  sl_comm_stats d;
+  sl_comm_get_stats(tp->dg.dev, &d);
+  for (int k = 0; k < SL_COLL_NKINDS; k++) {
+    out->calls[k] += d.calls[k];
+    out->bytes[k] += d.bytes[k];
+  }
+  out->wait_ns += d.wait_ns;
+}
 
 /* ---- the gradient norm ------------------------------------------------------ */
 /* An sl_fsdp_counted_fn over a model (ctx: const sl_model *): the i-th
@@ -128,6 +140,21 @@ static int64_t max_whole(const sl_model *m) {
   return n;
 }
 
+/* sl_fsdp_gather_view of a host-staged view (the trainer's ck_stage): on a
+ * device backend the gather reads backend memory, so the view goes up to a
+ * temporary device buffer first. */
+static int gather_staged(const sl_ckpt_state *st, int u, const float *view, float *full) {
+  const sl_model *m = st->m;
+  if (!m->ops->is_device()) return sl_fsdp_gather_view(st->f, u, view, full);
+  size_t bytes = (size_t)sl_fsdp_view(st->f, u).count * 4;
+  float *dv = m->ops->alloc(m->k, bytes);
+  if (!dv) return SL_ENOMEM;
+  m->ops->upload(m->k, dv, view, bytes);
+  int rc = sl_fsdp_gather_view(st->f, u, dv, full);
+  m->ops->free(m->k, dv);
+  return rc;
+}
+
 int sl_tpar_ckpt_write(const sl_ckpt_state *st, sl_ckio_writer *wr, const char *tmp) {
   const sl_model *m = st->m;
   int rank = sl_comm_rank(st->world), T = m->tp_size, rc = SL_OK;
@@ -142,7 +169,7 @@ int sl_tpar_ckpt_write(const sl_ckpt_state *st, sl_ckio_writer *wr, const char *
     int64_t n = m->units[u].numel, nw = sl_model_unit_whole_numel(m, u);
     if (st->owns && !st->owns[u]) continue; /* another stage's (every rank of this stage skips it) */
     for (int k = 0; k < 3; k++) {           /* every rank takes part in both gathers, in the same order */
-      int crc = sl_fsdp_gather_view(st->f, u, fields[k][u], flats + m->tp_rank * n);
+      int crc = gather_staged(st, u, fields[k][u], flats + m->tp_rank * n);
       if (!crc && sl_comm_allgather_sync(st->tp, flats + m->tp_rank * n, flats, n, SL_F32) != SL_COMM_OK)
         crc = sl_fail(SL_ECOMM, "checkpoint: gathering unit %d over the tensor-parallel group: %s", u,
                       sl_comm_last_error());

@@ -27,6 +27,7 @@
 #include "shard/comm.h"
 #include "shard/fsdp.h"
 #include "shard/mesh.h"
+#include "shard/tp.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -38,18 +39,26 @@ typedef struct {
   sl_comm *comm; /* the mesh's TP axis (borrowed) */
   sl_comm *loss; /* the ranks of this rank's TP coordinate: the loss's and the evaluation's sum */
   sl_comm *own;  /* TP x PP: the split `loss` is (owned); NULL otherwise (loss borrowed from the mesh) */
+  /* a device backend at T > 1: the TP axis's device twin (NCCL) the model's
+   * hooks run on; comm keeps the host scalars and the host gathers */
+  sl_tp_devgroup dg;
 } sl_tpar;
 
-/* Start-up refusals of --tp T over wsize ranks (dev: the backend's memory is
- * device memory): SL_EINPUT naming the valid values or the backend. */
-int sl_tpar_check(int T, int wsize, int dev);
-/* tp over the mesh of a run with T TP and P PP ranks. Collective over the
- * mesh's world (the split of the loss's ranks under TP x PP). */
-int sl_tpar_init(sl_tpar *tp, const sl_par_mesh *mesh, int T, int P);
+/* Start-up refusals of --tp T over wsize ranks: SL_EINPUT naming the valid
+ * values. */
+int sl_tpar_check(int T, int wsize);
+/* tp over the mesh of a run with T TP and P PP ranks on backend ops (a
+ * device backend also gets the TP axis's device communicator). Collective
+ * over the mesh's world (the split of the loss's ranks under TP x PP) and
+ * the TP axis. */
+int sl_tpar_init(sl_tpar *tp, const sl_par_mesh *mesh, int T, int P, const sl_ops *ops, sl_kctx *k);
 void sl_tpar_free(sl_tpar *tp); /* zeroed ok */
 /* The hooks the model's TP collectives go through (models/tp.h): the TP
  * axis at T > 1, the identity otherwise. */
-sl_tp_group sl_tpar_hooks(const sl_tpar *tp);
+sl_tp_group sl_tpar_hooks(sl_tpar *tp);
+/* The TP axis's counters: the host communicator's plus, on a device
+ * backend, its device twin's (where the model's collectives run). */
+void sl_tpar_stats(const sl_tpar *tp, sl_comm_stats *out);
 
 /* ---- the gradient norm (the schedules') ---- */
 /* The global sum of squares of a step without pipeline: at T = 1 (tp NULL

@@ -393,13 +393,13 @@ static int setup_data(trainer *t) {
 static int setup_mesh(trainer *t) {
   sl_train_cfg *c = &t->cfg;
   int rc;
-  if ((rc = sl_tpar_check((int)c->tp, t->wsize, t->dev))) return rc;
+  if ((rc = sl_tpar_check((int)c->tp, t->wsize))) return rc;
   sl_mesh_dims dims = {.tp = (int)c->tp, .pp = (int)c->pp, .dp_shard = (int)c->shard_group};
   if ((rc = sl_par_mesh_create(t->world, &dims, &t->par.pmesh))) return rc;
-  if ((rc = sl_tpar_init(&t->par.tp, t->par.pmesh, (int)c->tp, (int)c->pp))) return rc;
+  if ((rc = sl_tpar_init(&t->par.tp, t->par.pmesh, (int)c->tp, (int)c->pp, t->ops, t->k))) return rc;
   t->par.dp_rank = t->par.pmesh->group[SL_GROUP_DP].coord;
   t->par.dp_size = t->par.pmesh->group[SL_GROUP_DP].size;
-  return sl_pp_plan_for_run(c, &t->mcfg, t->par.pmesh->axis[SL_AXIS_PP].coord, t->dev, &t->par.pplan);
+  return sl_pp_plan_for_run(c, &t->mcfg, t->par.pmesh->axis[SL_AXIS_PP].coord, &t->par.pplan);
 }
 
 /* Setup step 6: the model (this rank's TP slice and pipeline stage) and FSDP over dp_shard x dp_replicate. */

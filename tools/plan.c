@@ -473,11 +473,7 @@ static void print_search_text(const plan_args *p, const sl_plan_model *m, const 
     char cmd[1024];
     train_command(&v[pick], p->model, c, cmd, sizeof cmd);
     printf("run it:\n  %s\n", cmd);
-    if (v[pick].tp > 1)
-      printf("  (--tp runs on the CPU backend only for now: its collectives use host buffers, engine/tensor_par.c)\n");
-    if (v[pick].pp > 1)
-      printf("  (--pp runs on the CPU backend only for now: its transfers use host buffers, engine/schedule_pp.c;\n"
-             "   train --pp-dry-run prints the schedule and its bubble first)\n");
+    if (v[pick].pp > 1) printf("  (train --pp-dry-run prints the schedule and its bubble first)\n");
   }
 }
 
