@@ -468,6 +468,11 @@ static int setup_state(trainer *t, int bound) {
     sl_log0(SL_LOG_INFO, "no weight files in %s: initialising from seed %lld",
             c->model[0] ? c->model : "the built-in config", (long long)c->seed);
   if ((rc = parse_tier(c, &t->state.tier))) return rc;
+  if (t->dev && strcmp(c->offload_params, "none")) /* accepted and doing nothing would be a lie about memory */
+    return sl_fail(SL_EINPUT,
+                   "--offload-params %s on a device backend is not implemented: the parameter shards would "
+                   "stay in device memory; drop the flag (or use --offload-optimizer cpu for the optimizer state)",
+                   c->offload_params);
   if (t->state.tier != SL_TIER_NONE && !bound) { /* the CPU AdamW's threads and pages on this rank's NUMA node */
     int node = -1;
     if (sl_numa_bind_pool(&node) == SL_OK && node >= 0)

@@ -63,6 +63,9 @@ check e2z1 e2z0 --exact
 # bf16 gathers and reductions (ncclBfloat16 sums, rounded per step as the MPI backend's)
 run c2b 2 "$B" llama --backend cpu --zero 3 --param-dtype bf16 --reduce-dtype bf16
 run e2b 2 "$E" llama --backend cuda --zero 3 --param-dtype bf16 --reduce-dtype bf16 && check e2b c2b --rtol 1e-4 --loss-only
+# --offload-params on a device backend would leave the shards in device memory: refused by name
+"$E" train $A --model "$W/llama" --out-dir "$W/op" --backend cuda --zero 3 --offload-params cpu > "$W/op.log" 2>&1
+rc_is "--offload-params cpu on --backend cuda refused" $? 2 "$W/op.log" "--offload-params cpu on a device backend is not implemented"
 run c4h 4 "$B" llama --backend cpu --zero 3 --shard-group 2
 run e4h 4 "$E" llama --backend cuda --zero 3 --shard-group 2 && check e4h c4h --rtol 1e-4 --loss-only
 finish
