@@ -216,6 +216,10 @@ static int64_t bits_diff(const float *a, const float *b, int64_t n) {
   for (int64_t i = 0; i < n; i++) d += memcmp(&a[i], &b[i], sizeof(float)) != 0;
   return d;
 }
+/* rows r of the packed (N, C) src to dst + r * ld */
+static void to_rows(float *dst, const float *src, int64_t N, int64_t C, int64_t ld) {
+  for (int64_t r = 0; r < N; r++) memcpy(dst + r * ld, src + r * C, (size_t)C * 4);
+}
 static void test_rmsnorm_strided(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C, int64_t ld) {
   float eps = 1e-5f;
   float *x = fvec(N * C, 2.0f), *w = fvec(C, 1.5f), *R = fvec(N * C, 1.0f), *g0 = fvec(N * C, 1.0f);
@@ -227,11 +231,9 @@ static void test_rmsnorm_strided(const sl_ops *ops, sl_kctx *ctx, int64_t N, int
     xs[i] = Rs[i] = NAN;
     os[i] = dxs[i] = pad[i];
   }
-  for (int64_t r = 0; r < N; r++) {
-    memcpy(xs + r * ld, x + r * C, (size_t)C * 4);
-    memcpy(Rs + r * ld, R + r * C, (size_t)C * 4);
-    memcpy(dxs + r * ld, g0 + r * C, (size_t)C * 4);
-  }
+  to_rows(xs, x, N, C, ld);
+  to_rows(Rs, R, N, C, ld);
+  to_rows(dxs, g0, N, C, ld);
   ops->rmsnorm_fwd(ctx, out, rstd, x, w, N, C, C, eps);
   ops->rmsnorm_fwd(ctx, os, rstd_s, xs, w, N, C, ld, eps);
   ops->rmsnorm_bwd(ctx, dx, dw, R, x, w, rstd, N, C, C);
@@ -266,10 +268,8 @@ static void test_rmsnorm_weightless(const sl_ops *ops, sl_kctx *ctx, int64_t N, 
   float *xs = fvec(N * ld, 1.0f), *Rs = fvec(N * ld, 1.0f), *os = zeros(N * ld), *dxs = zeros(N * ld);
   float *rstd_s = zeros(N);
   for (int64_t j = 0; j < C; j++) one[j] = 1.0f;
-  for (int64_t r = 0; r < N; r++) {
-    memcpy(xs + r * ld, x + r * C, (size_t)C * 4);
-    memcpy(Rs + r * ld, R + r * C, (size_t)C * 4);
-  }
+  to_rows(xs, x, N, C, ld);
+  to_rows(Rs, R, N, C, ld);
   ops->rmsnorm_fwd(ctx, out, rstd, x, one, N, C, C, eps);
   ops->rmsnorm_fwd(ctx, os, rstd_s, xs, NULL, N, C, ld, eps);
   ops->rmsnorm_bwd(ctx, dx, dw, R, x, one, rstd, N, C, C);
