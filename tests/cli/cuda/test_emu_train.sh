@@ -38,10 +38,11 @@ run emu0 1 "$E" llama --backend cuda --zero 0 && check emu0 cpu --rtol 1e-4 --lo
 run emu3 1 "$E" llama --backend cuda --zero 3 && check emu3 emu0 --exact
 run cpub 1 "$B" llama --backend cpu --zero 0 --compute-dtype bf16
 run emub 1 "$E" llama --backend cuda --zero 0 --compute-dtype bf16 && check emub cpub --rtol 1e-3 --loss-only
-# Mistral (sliding window) and Mamba (conv + selective scan)
+# Mistral (sliding window), Mamba (conv + selective scan) and Falcon-Mamba (the weightless dt/B/C norms)
 tiny_model "$W/mistral" mistral '"num_hidden_layers": 2'
 tiny_model "$W/mamba" mamba '"num_hidden_layers": 2'
-for m in mistral mamba; do
+tiny_model "$W/falcon" mamba '"num_hidden_layers": 2, "architectures": ["FalconMambaForCausalLM"], "model_type": "falcon_mamba"'
+for m in mistral mamba falcon; do
   run cpu_$m 1 "$B" $m --backend cpu --zero 0
   run emu_$m 1 "$E" $m --backend cuda --zero 0 && check emu_$m cpu_$m --rtol 1e-4 --loss-only
 done
