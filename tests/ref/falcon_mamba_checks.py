@@ -5,6 +5,8 @@ mamba_ref.py (make_config(falcon=True), written from transformers'
 modeling_falcon_mamba.py FalconMambaMixer.slow_forward).
 
 Checks (one line each, then "N passed, M failed"):
+  - the oracle itself (mamba_ref.falcon_selfcheck): float64 gradcheck of
+    every parameter through the norms, and the norms change the logits;
   - dump: logits, loss and every gradient within the dump bound 2e-5
     relative; checkpointing none/selective/full dumps bit-identical;
   - 10 AdamW steps (engine_checks.py's schedule): per-step loss (1e-4), lr,
@@ -36,6 +38,7 @@ def falcon_config_ok(d, eps):
 
 def main():
     ck, exe, w, data = E.start()
+    ck("oracle: float64 gradcheck through the dt/B/C norms, the norms change logits", *M.falcon_selfcheck())
     stream = E.make_data(data)
     eps = 1e-5  # not the default 1e-6: the engine must read it
     cfg = M.make_config(hidden=32, layers=2, state=8, expand=2, conv=4, dt_rank=4, vocab=E.VOCAB, tied=False,
