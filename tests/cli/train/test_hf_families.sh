@@ -9,7 +9,8 @@
 # hand from its tensor shapes: tests/fixtures/hf-configs/README.md), a
 # non-positive mixer_rms_eps refused by name, a tiny one trains 2 steps and
 # saves FalconMambaForCausalLM with mixer_rms_eps and the Mamba tensor names;
-# its dt/B/C norms change the run (vs the same config as plain Mamba).
+# its dt/B/C norms change the run (vs the same config as plain Mamba), and
+# its checkpoint does not resume as plain Mamba.
 # Against PyTorch: tests/ref/test_torch_falcon_mamba.sh.
 source "${SL_SRC:?}/tests/lib/run.sh" hf_families
 F=$SL_SRC/tests/fixtures/hf-configs
@@ -78,7 +79,7 @@ tiny_model "$W/fm-eps" mamba "$FM, \"mixer_rms_eps\": 0"
 rc_is "refused: mixer_rms_eps 0" $? 2 "$W/fm-eps.log" "field 'mixer_rms_eps' must be positive, found 0"
 grep -qF "$W/fm-eps/config.json" "$W/fm-eps.log" || bad "fm-eps: the message does not name the file"
 tiny_model "$W/fm" mamba "$FM, \"mixer_rms_eps\": 1e-5, \"use_mambapy\": false, \"pad_token_id\": 11, \"rescale_prenorm_residual\": false, \"time_step_init_scheme\": \"random\", \"torch_dtype\": \"bfloat16\", \"use_cache\": true"
-train2 fm --save "$W/fmrun/model"
+train2 fm --save "$W/fmrun/model" --ckpt-dir "$W/fmck"
 rc_is "train tiny Falcon-Mamba 2 steps" $? 0 "$W/fm.log" "trained 2 steps"
 "$PY" - "$W/fmrun/model" "$SL_SRC/tests/ref" << 'P' && ok "saved: FalconMambaForCausalLM config (mixer_rms_eps), Mamba tensor names" || bad "saved Falcon-Mamba model wrong"
 import glob, sys
@@ -97,4 +98,7 @@ P
 tiny_model "$W/fm0" mamba "$FM, \"architectures\": [\"MambaForCausalLM\"], \"model_type\": \"mamba\""
 train2 fm0
 changes_run fm fm0 "the dt/B/C norms"
+"$B" train --model "$W/fm0" --data "$W/data" --steps 4 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
+  --plot false --out-dir "$W/fm0res" --ckpt-dir "$W/fmck" --resume > "$W/fm0res.log" 2>&1
+rc_is "refused: resuming the Falcon-Mamba checkpoint as plain Mamba" $? 2 "$W/fm0res.log" "model.mixer_rms is 1 there"
 finish
