@@ -73,6 +73,12 @@ int sl_model_canonical(const sl_model_config *c, int with_init, char *buf, size_
     if (m < 0 || (size_t)(n + m) >= cap) return SL_EINTERNAL;
     n += m;
   }
+  if (c->mixer_rms) { /* Falcon-Mamba only: Mamba texts (and checkpoints) stay as they were */
+    int m = snprintf(buf + n, cap - (size_t)n, "model.mixer_rms=%d\nmodel.mixer_rms_eps=%.17g\n", c->mixer_rms,
+                     c->mixer_rms_eps);
+    if (m < 0 || (size_t)(n + m) >= cap) return SL_EINTERNAL;
+    n += m;
+  }
   const sl_rope_scaling *r = &c->rope_scaling;
   if (r->type != SL_ROPE_DEFAULT) { /* only then: plain-RoPE texts (and checkpoints) stay as they were */
     int m =

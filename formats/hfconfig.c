@@ -1,5 +1,5 @@
 /* formats/hfconfig.c — config.json parsing, validation and saving for Llama,
- * Mistral, Qwen2 and Mamba (HF and original state-spaces forms).
+ * Mistral, Qwen2, Mamba (HF and original state-spaces forms) and Falcon-Mamba.
  */
 #define _GNU_SOURCE
 #include "formats/hfconfig.h"
@@ -312,6 +312,7 @@ static void set_defaults(sl_model_config *c) {
   c->time_step_floor = 1e-4;
   c->time_step_scale = 1.0;
   c->pad_vocab_size_multiple = 1;
+  c->mixer_rms_eps = 1e-6;
 }
 
 /* layer_types (Qwen3, newer configs): accepted when every layer is
@@ -424,6 +425,12 @@ static int parse_mamba_hf(const char *p, json_t *o, sl_model_config *c) {
       (rc = get_int(p, o, "bos_token_id", 0, -1, &c->bos_token_id)) || (rc = get_eos(p, o, c)) ||
       (rc = want_act(p, o, "hidden_act")) || (rc = want_pos_emb(p, o)))
     return rc;
+  /* Falcon-Mamba (transformers' modeling_falcon_mamba.py): the same mixer with
+   * a weightless RMSNorm of dt, B and C after the x_proj split. use_mambapy /
+   * use_falcon_mambapy and use_associative_scan pick an implementation of the
+   * same scan (accepted, like time_step_init_scheme and rescale_prenorm_residual,
+   * which only shape HF's own init). */
+  if (c->mixer_rms && (rc = get_num(p, o, "mixer_rms_eps", 1e-6, &c->mixer_rms_eps))) return rc;
   return SL_OK;
 }
 
@@ -556,6 +563,8 @@ int sl_hfconfig_validate(const char *p, const sl_model_config *c) {
       return rc;
     if (!(c->layer_norm_epsilon > 0))
       return sl_fail(SL_EINPUT, "%s: field 'layer_norm_epsilon' must be positive, found %g", p, c->layer_norm_epsilon);
+    if (c->mixer_rms && !(c->mixer_rms_eps > 0))
+      return sl_fail(SL_EINPUT, "%s: field 'mixer_rms_eps' must be positive, found %g", p, c->mixer_rms_eps);
     if (!(c->time_step_min > 0) || !(c->time_step_max >= c->time_step_min))
       return sl_fail(SL_EINPUT,
                      "%s: time_step_min = %g and time_step_max = %g: expected 0 < min "
@@ -576,10 +585,13 @@ static const struct {
     {"MambaForCausalLM", "mamba", SL_ARCH_MAMBA},
     {"Qwen2ForCausalLM", "qwen2", SL_ARCH_QWEN2},
     {"Qwen3ForCausalLM", "qwen3", SL_ARCH_QWEN3},
+    {"FalconMambaForCausalLM", "falcon_mamba", SL_ARCH_MAMBA}, /* with mixer_rms */
 };
+/* the FalconMambaForCausalLM row (SL_ARCH_MAMBA with mixer_rms) */
+static int falcon_row(int i) { return i >= 0 && !strcmp(k_arch[i].cls, "FalconMambaForCausalLM"); }
 
 int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_config *c) {
-  int rc = SL_OK;
+  int rc = SL_OK, row = -1;
   if (!p) p = "<memory>";
   set_defaults(c);
   json_error_t je;
@@ -597,11 +609,12 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
     }
     const char *a = json_string_value(json_array_get(archs, 0));
     for (size_t i = 0; i < sizeof k_arch / sizeof k_arch[0]; i++)
-      if (!strcmp(a, k_arch[i].cls)) c->arch = k_arch[i].arch;
+      if (!strcmp(a, k_arch[i].cls)) c->arch = k_arch[i].arch, row = (int)i;
     if (!c->arch) {
       rc = sl_fail(SL_EINPUT,
                    "%s: unknown architecture '%s' in 'architectures' (supported: "
-                   "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MambaForCausalLM)",
+                   "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MambaForCausalLM, "
+                   "FalconMambaForCausalLM)",
                    p, a);
       goto done;
     }
@@ -612,11 +625,11 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
     }
     const char *a = json_string_value(mt);
     for (size_t i = 0; i < sizeof k_arch / sizeof k_arch[0]; i++)
-      if (!strcmp(a, k_arch[i].type)) c->arch = k_arch[i].arch;
+      if (!strcmp(a, k_arch[i].type)) c->arch = k_arch[i].arch, row = (int)i;
     if (!c->arch) {
       rc = sl_fail(SL_EINPUT,
                    "%s: unknown architecture: model_type '%s' (supported: llama, "
-                   "mistral, qwen2, qwen3, mamba)",
+                   "mistral, qwen2, qwen3, mamba, falcon_mamba)",
                    p, a);
       goto done;
     }
@@ -630,8 +643,11 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
                  p);
     goto done;
   }
-  for (size_t i = 0; i < sizeof k_arch / sizeof k_arch[0]; i++)
-    if (k_arch[i].arch == c->arch) snprintf(c->arch_name, sizeof c->arch_name, "%s", k_arch[i].cls);
+  if (row < 0)
+    for (size_t i = 0; i < sizeof k_arch / sizeof k_arch[0] && row < 0; i++)
+      if (k_arch[i].arch == c->arch) row = (int)i;
+  snprintf(c->arch_name, sizeof c->arch_name, "%s", k_arch[row].cls);
+  c->mixer_rms = falcon_row(row);
   if (c->arch == SL_ARCH_MAMBA) rc = c->ssm_original_format ? parse_mamba_ss(p, o, c) : parse_mamba_hf(p, o, c);
   else rc = parse_attn(p, o, c);
   if (!rc) rc = sl_hfconfig_validate(p, c);
@@ -734,13 +750,13 @@ int sl_hfconfig_save(const char *path, const sl_model_config *c) {
 #define SETR(k, v) json_object_set_new(o, k, json_real(v))
 #define SETB(k, v) json_object_set_new(o, k, json_boolean(v))
 #define SETS(k, v) json_object_set_new(o, k, json_string(v))
-  const char *cls = "MambaForCausalLM";
+  const char *cls = "MambaForCausalLM", *type = sl_arch_name(c->arch);
   for (size_t i = 0; i < sizeof k_arch / sizeof k_arch[0]; i++)
-    if (k_arch[i].arch == c->arch) cls = k_arch[i].cls;
+    if (k_arch[i].arch == c->arch && falcon_row((int)i) == (c->mixer_rms != 0)) cls = k_arch[i].cls, type = k_arch[i].type;
   json_t *arr = json_array();
   json_array_append_new(arr, json_string(cls));
   json_object_set_new(o, "architectures", arr);
-  SETS("model_type", sl_arch_name(c->arch));
+  SETS("model_type", type);
   SETI("vocab_size", c->vocab_size);
   SETI("hidden_size", c->hidden_size);
   SETI("num_hidden_layers", c->num_hidden_layers);
@@ -784,6 +800,7 @@ int sl_hfconfig_save(const char *path, const sl_model_config *c) {
     SETR("time_step_floor", c->time_step_floor);
     SETR("time_step_scale", c->time_step_scale);
     SETS("time_step_init_scheme", "random");
+    if (c->mixer_rms) SETR("mixer_rms_eps", c->mixer_rms_eps);
   }
   SETR("initializer_range", c->initializer_range);
   SETB("tie_word_embeddings", c->tie_word_embeddings);

@@ -38,7 +38,8 @@ const char *sl_rope_type_name(sl_rope_type t); /* "default", "linear", "llama3",
 
 typedef struct {
   sl_arch arch;
-  char arch_name[64]; /* "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MambaForCausalLM" */
+  char arch_name[64]; /* "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                         "MambaForCausalLM", "FalconMambaForCausalLM" (arch SL_ARCH_MAMBA with mixer_rms) */
   /* common */
   int64_t hidden_size;                /* H */
   int64_t intermediate_size;          /* MLP width (Llama/Mistral); expand*H (Mamba) */
@@ -75,6 +76,8 @@ typedef struct {
   int ssm_original_format;         /* 1: state-spaces config.json (d_model, n_layer, ...);
                                       tensors named backbone.embedding.weight */
   int64_t pad_vocab_size_multiple; /* state-spaces only (1 otherwise) */
+  int mixer_rms;                   /* Falcon-Mamba (FalconMambaForCausalLM): weightless RMSNorm of dt, B, C */
+  double mixer_rms_eps;            /* its eps (mixer_rms_eps, default 1e-6) */
 } sl_model_config;
 
 const char *sl_arch_name(sl_arch a); /* "llama", "mistral", "qwen2", "qwen3", "mamba" */

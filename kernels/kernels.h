@@ -50,7 +50,8 @@ typedef struct sl_ops {
    * e.g. a per-head norm: one head_dim-wide head in each token's row of
    * packed qkv, ld = the row width). Elements between rows are neither read
    * nor written. rstd (N, packed) saved for backward; dw (C) += the weight
-   * gradient. */
+   * gradient. w NULL: a weightless norm (w = 1; Falcon-Mamba's dt, B and C
+   * norms), backward then writes no dw. */
   void (*rmsnorm_fwd)(sl_kctx *, float *out, float *rstd, const float *inp, const float *w, int64_t N, int64_t C,
                       int64_t ld, float eps);
   void (*rmsnorm_bwd)(sl_kctx *, float *dinp, float *dw, const float *dout, const float *inp, const float *w,

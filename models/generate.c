@@ -64,7 +64,7 @@ static void rmsnorm(float *y, const float *x, const float *w, int64_t n, double 
   double ss = 0;
   for (int64_t i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
   float r = (float)(1.0 / sqrt(ss / (double)n + eps));
-  for (int64_t i = 0; i < n; i++) y[i] = w[i] * (x[i] * r);
+  for (int64_t i = 0; i < n; i++) y[i] = w ? w[i] * (x[i] * r) : x[i] * r; /* w NULL: weightless */
 }
 
 static float silu(float v) { return v / (1.0f + expf(-v)); }
@@ -164,6 +164,8 @@ static void mamba_step(sl_gen *g, int32_t tok) {
       xu[d] = silu((float)s);
     }
     matvec(dbc, tens(g, u, "x_proj.weight"), xu, R + 2 * S, D, NULL);
+    if (g->c.mixer_rms) /* Falcon-Mamba: dt, B and C each normalised, without a weight */
+      for (int64_t o = 0, w = R; o < R + 2 * S; o += w, w = S) rmsnorm(dbc + o, dbc + o, NULL, w, g->c.mixer_rms_eps);
     matvec(dt, tens(g, u, "dt_proj.weight"), dbc, D, R, tens(g, u, "dt_proj.bias"));
     const float *Bm = dbc + R, *Cm = dbc + R + S;
     for (int64_t d = 0; d < D; d++) {

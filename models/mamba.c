@@ -109,8 +109,10 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   o->linear_fwd(k, a->dtr, a->u, w.w_x, NULL, N, D, R);
   o->linear_fwd(k, a->bc, a->u, w.w_x + R * D, NULL, N, D, 2 * S);
   if ((rc = sl_dec_tp_sum(m, a->dtr, N * (R + 2 * S)))) return rc; /* #1: dtr | bc, one buffer */
-  o->linear_fwd(k, a->dtv, a->dtr, w.w_dt, w.b_dt, N, R, D);
-  o->scan_fwd(k, a->y, a->ckpt, a->u, a->dtv, w.a_log, a->bc, a->bc + S, 2 * S, w.dp, m->B, m->T, D, S, p->chunk);
+  sl_mamba_mixer_norm_fwd(m, a);
+  const float *bc = mamba_bc_in(p, a);
+  o->linear_fwd(k, a->dtv, mamba_dt_in(p, a), w.w_dt, w.b_dt, N, R, D);
+  o->scan_fwd(k, a->y, a->ckpt, a->u, a->dtv, w.a_log, bc, bc + S, 2 * S, w.dp, m->B, m->T, D, S, p->chunk);
   o->gate_fwd(k, a->g, a->y, a->xz + D, 2 * D, N, D);
   if (out) {
     o->linear_fwd(k, p->sp ? dln : out, a->g, w.w_out, m->tp_rank == 0 ? w.b_out : NULL, N, D, H);
@@ -120,6 +122,31 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   return SL_OK;
 }
 
+/* Falcon-Mamba's weightless RMSNorm of dt (over R), B and C (each over S),
+ * read from x_proj's whole (TP-summed) outputs: the same on every TP rank. */
+void sl_mamba_mixer_norm_fwd(sl_model *m, mlayer_acts *a) {
+  mamba_priv *p = sl_dec(m)->blk;
+  int64_t N = p->N, S = p->S, R = p->R;
+  if (!p->mrms) return;
+  m->ops->rmsnorm_fwd(m->k, a->dtn, a->nrstd, a->dtr, NULL, N, R, R, p->meps);
+  m->ops->rmsnorm_fwd(m->k, a->bcn, a->nrstd + N, a->bc, NULL, N, S, 2 * S, p->meps);
+  m->ops->rmsnorm_fwd(m->k, a->bcn + S, a->nrstd + 2 * N, a->bc + S, NULL, N, S, 2 * S, p->meps);
+}
+
+/* Its backward, after the TP sum of ddtr | dbc (the normed values' gradients,
+ * whole): x_proj's output gradient, in p->dxp; without the norm ddtr | dbc itself. */
+const float *sl_mamba_mixer_norm_bwd(sl_model *m, const mlayer_acts *a) {
+  mamba_priv *p = sl_dec(m)->blk;
+  int64_t N = p->N, S = p->S, R = p->R;
+  if (!p->mrms) return p->ddtr;
+  m->ops->zero(m->k, p->dxp, (size_t)(N * (R + 2 * S)) * sizeof(float));
+  float *dbc = p->dxp + N * R;
+  m->ops->rmsnorm_bwd(m->k, p->dxp, NULL, p->ddtr, a->dtr, NULL, a->nrstd, N, R, R);
+  m->ops->rmsnorm_bwd(m->k, dbc, NULL, p->dbc, a->bc, NULL, a->nrstd + N, N, S, 2 * S);
+  m->ops->rmsnorm_bwd(m->k, dbc + S, NULL, p->dbc + S, a->bc + S, NULL, a->nrstd + 2 * N, N, S, 2 * S);
+  return p->dxp;
+}
+
 /* Selective checkpointing: the cheap recomputations before a block's backward
  * (same kernels, same inputs as the forward: bit-identical). */
 static void block_recompute_cheap(sl_model *m, mamba_priv *p, const float *flat, mlayer_acts *a) {
@@ -127,7 +154,7 @@ static void block_recompute_cheap(sl_model *m, mamba_priv *p, const float *flat,
   mblockw w = block_views(p, flat);
   int64_t N = p->N, D = p->D;
   o->silu_fwd(m->k, a->u, a->xcp, N * D);
-  o->linear_fwd(m->k, a->dtv, a->dtr, w.w_dt, w.b_dt, N, p->R, D);
+  o->linear_fwd(m->k, a->dtv, mamba_dt_in(p, a), w.w_dt, w.b_dt, N, p->R, D);
   o->gate_fwd(m->k, a->g, a->y, a->xz + D, 2 * D, N, D);
 }
 
@@ -163,15 +190,17 @@ static int mamba_bwd(sl_model *m, int l, const float *flat, float *grads) {
   zero(m, p->du, N * D);
   zero(m, p->ddtv, N * D);
   zero(m, p->dbc, N * 2 * S);
+  const float *bc = mamba_bc_in(p, a);
   o->scan_bwd(k, p->du, p->ddtv, (float *)g.a_log, p->dbc, p->dbc + S, (float *)g.dp, p->dy, a->u, a->dtv, w.a_log,
-              a->bc, a->bc + S, 2 * S, w.dp, a->ckpt, m->B, m->T, D, S, p->chunk);
+              bc, bc + S, 2 * S, w.dp, a->ckpt, m->B, m->T, D, S, p->chunk);
   /* dt_proj */
   zero(m, p->ddtr, N * R);
-  o->linear_bwd(k, p->ddtr, (float *)g.w_dt, (float *)g.b_dt, p->ddtv, a->dtr, w.w_dt, N, R, D);
+  o->linear_bwd(k, p->ddtr, (float *)g.w_dt, (float *)g.b_dt, p->ddtv, mamba_dt_in(p, a), w.w_dt, N, R, D);
   if ((rc = sl_dec_tp_sum(m, p->ddtr, N * (R + 2 * S)))) return rc; /* #3: ddtr | dbc, one buffer */
+  const float *dxp = sl_mamba_mixer_norm_bwd(m, a); /* x_proj's output gradient */
   /* x_proj, both row blocks add into du */
-  o->linear_bwd(k, p->du, (float *)g.w_x, NULL, p->ddtr, a->u, w.w_x, N, D, R);
-  o->linear_bwd(k, p->du, (float *)g.w_x + R * D, NULL, p->dbc, a->u, w.w_x + R * D, N, D, 2 * S);
+  o->linear_bwd(k, p->du, (float *)g.w_x, NULL, dxp, a->u, w.w_x, N, D, R);
+  o->linear_bwd(k, p->du, (float *)g.w_x + R * D, NULL, dxp + N * R, a->u, w.w_x + R * D, N, D, 2 * S);
   /* SiLU after the conv; dg is dead after gate_bwd: reuse it as dxcp */
   float *dxcp = p->dgx;
   zero(m, dxcp, N * D);
@@ -275,6 +304,12 @@ static int mamba_alloc_layer(sl_model *m, void *layer, int recomputed, const voi
         !(a->ckpt = sl_model_buf(m, B * p->nch * D * p->S, SL_ARENA_ACTS)))
       return SL_ENOMEM;
     a->bc = a->dtr + N * p->R;
+    if (p->mrms) {
+      if (!(a->dtn = sl_model_buf(m, N * (p->R + 2 * p->S), SL_ARENA_ACTS)) ||
+          !(a->nrstd = sl_model_buf(m, 3 * N, SL_ARENA_ACTS)))
+        return SL_ENOMEM;
+      a->bcn = a->dtn + N * p->R;
+    }
   }
   if (cheap) {
     if (!(a->u = sl_model_buf(m, N * D, SL_ARENA_ACTS)) || !(a->dtv = sl_model_buf(m, N * D, SL_ARENA_ACTS)) ||
@@ -340,6 +375,7 @@ static int mamba_alloc_scratch(sl_model *m) {
     return SL_ENOMEM;
   p->dbc = p->ddtr + N * R;
   if (p->sp && !(p->gnorm = sl_model_buf(m, H, SL_ARENA_WORKSPACE))) return SL_ENOMEM;
+  if (p->mrms && !(p->dxp = sl_model_buf(m, N * (R + 2 * S), SL_ARENA_WORKSPACE))) return SL_ENOMEM;
   return SL_OK;
 }
 
@@ -361,6 +397,8 @@ static int mamba_init(sl_model *m, sl_decoder *d) {
   p->eps = (float)c->layer_norm_epsilon;
   p->use_bias = c->use_bias;
   p->conv_bias = c->use_conv_bias;
+  p->mrms = c->mixer_rms;
+  p->meps = (float)c->mixer_rms_eps;
   p->chunk = MAMBA_SCAN_CHUNK;
   p->nch = m->T > 0 ? (m->T + p->chunk - 1) / p->chunk : 0;
   p->sp = d->sp;

@@ -22,6 +22,10 @@ typedef struct {
   float *y;    /* (N, D) scan output */
   float *g;    /* (N, D) y * SiLU(z) */
   float *ckpt; /* (B, ceil(T/chunk), D, S) scan states at chunk starts */
+  /* Falcon-Mamba (p->mrms) only, else NULL: */
+  float *dtn;   /* (N, R) weightless RMSNorm of dtr: dt_proj's input */
+  float *bcn;   /* (N, 2S) those of Bm and Cm (each over S): the scan's; = dtn + N*R */
+  float *nrstd; /* (3N) their rstd: dt | B | C */
 } mlayer_acts;
 
 /* offsets of a block's tensors in its flat buffer (-1: absent) */
@@ -36,6 +40,8 @@ typedef struct {
   int64_t Dw;                           /* d_inner of the whole model (= D at T = 1) */
   float eps;
   int use_bias, conv_bias;
+  int mrms;   /* Falcon-Mamba: weightless RMSNorm of dt, B and C after x_proj */
+  float meps; /* its eps (mixer_rms_eps) */
   block_offsets off;
   int sp;    /* sequence parallelism (rows n = N/T of the stream per rank) */
   int64_t n; /* token rows of the residual stream and the norm on this rank: N, or N/T under sp */
@@ -50,6 +56,7 @@ typedef struct {
   float *ddtr;  /* (N, R) */
   float *dbc;   /* (N, 2S); = ddtr + N*R (one buffer: one TP all-reduce) */
   float *gnorm; /* (H) under sp: the micro-batch's part of the norm's weight gradient */
+  float *dxp;   /* (N, R + 2S) under mrms: x_proj's output gradient (ddtr | dbc are the normed values') */
 } mamba_priv;
 
 /* parameter views of a block's flat buffer (NULL for absent biases) */
@@ -76,6 +83,12 @@ static inline mblockw block_views(const mamba_priv *p, const float *flat) {
 #undef V_
   return w;
 }
+
+/* dt_proj's input and the scan's B | C: the x_proj outputs, or under mrms their norms. */
+static inline const float *mamba_dt_in(const mamba_priv *p, const mlayer_acts *a) { return p->mrms ? a->dtn : a->dtr; }
+static inline const float *mamba_bc_in(const mamba_priv *p, const mlayer_acts *a) { return p->mrms ? a->bcn : a->bc; }
+void sl_mamba_mixer_norm_fwd(sl_model *m, mlayer_acts *a);
+const float *sl_mamba_mixer_norm_bwd(sl_model *m, const mlayer_acts *a);
 
 /* The block's kept activations of layer l in the selected set. */
 static inline mlayer_acts *mamba_layer(const sl_model *m, int l) { return sl_dec_layer(m, l); }

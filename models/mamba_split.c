@@ -19,6 +19,7 @@
  * Stash of a block, floats, in this order (N tokens, H hidden, D d_inner):
  *   dout (N, H) block output gradient (out_proj)   dxz (N, 2D) in_proj's
  *   ddtv (N, D) dt_proj's                          ddtr (N, R), dbc (N, 2S) x_proj's
+ *   (Falcon-Mamba: x_proj's output gradient, after the dt/B/C norms' backward, which B runs)
  *   dxcp (N, D) conv1d's                           dln (N, H) the norm output's
  *   dalog (D, S), ddp (D) the scan's parameter gradients
  * The embedding's and the head's halves are the skeleton's
@@ -91,16 +92,18 @@ int sl_mamba_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
   zero(m, p->dbc, N * 2 * S);
   zero(m, s.dalog, D * S);
   zero(m, s.ddp, D);
-  o->scan_bwd(k, p->du, p->ddtv, s.dalog, p->dbc, p->dbc + S, s.ddp, p->dy, a->u, a->dtv, w.a_log, a->bc, a->bc + S,
-              2 * S, w.dp, a->ckpt, m->B, m->T, D, S, p->chunk);
+  const float *bc = mamba_bc_in(p, a);
+  o->scan_bwd(k, p->du, p->ddtv, s.dalog, p->dbc, p->dbc + S, s.ddp, p->dy, a->u, a->dtv, w.a_log, bc, bc + S, 2 * S,
+              w.dp, a->ckpt, m->B, m->T, D, S, p->chunk);
   copy(m, s.ddtv, p->ddtv, N * D);
   zero(m, p->ddtr, N * R);
-  o->linear_bwd(k, p->ddtr, NULL, NULL, p->ddtv, a->dtr, w.w_dt, N, R, D);
+  o->linear_bwd(k, p->ddtr, NULL, NULL, p->ddtv, mamba_dt_in(p, a), w.w_dt, N, R, D);
   if ((rc = sl_dec_tp_sum(m, p->ddtr, N * (R + 2 * S)))) return rc; /* ddtr | dbc, one buffer */
-  copy(m, s.ddtr, p->ddtr, N * R);
-  copy(m, s.dbc, p->dbc, N * 2 * S);
-  o->linear_bwd(k, p->du, NULL, NULL, p->ddtr, a->u, w.w_x, N, D, R);
-  o->linear_bwd(k, p->du, NULL, NULL, p->dbc, a->u, w.w_x + R * D, N, D, 2 * S);
+  const float *dxp = sl_mamba_mixer_norm_bwd(m, a); /* x_proj's output gradient (Falcon-Mamba: through the norms) */
+  copy(m, s.ddtr, dxp, N * R);
+  copy(m, s.dbc, dxp + N * R, N * 2 * S);
+  o->linear_bwd(k, p->du, NULL, NULL, dxp, a->u, w.w_x, N, D, R);
+  o->linear_bwd(k, p->du, NULL, NULL, dxp + N * R, a->u, w.w_x + R * D, N, D, 2 * S);
   float *dxcp = p->dgx;
   zero(m, dxcp, N * D);
   o->silu_bwd(k, dxcp, p->du, a->xcp, N * D);
@@ -128,7 +131,7 @@ int sl_mamba_bwd_weight(sl_model *m, int l, const float *flat, float *grads, con
   o->linear_bwd(k, NULL, (float *)g.w_out, (float *)g.b_out, s.dout, a->g, w.w_out, N, D, H);
   o->add_inplace(k, (float *)g.a_log, s.dalog, D * S);
   o->add_inplace(k, (float *)g.dp, s.ddp, D);
-  o->linear_bwd(k, NULL, (float *)g.w_dt, (float *)g.b_dt, s.ddtv, a->dtr, w.w_dt, N, R, D);
+  o->linear_bwd(k, NULL, (float *)g.w_dt, (float *)g.b_dt, s.ddtv, mamba_dt_in(p, a), w.w_dt, N, R, D);
   o->linear_bwd(k, NULL, (float *)g.w_x, NULL, s.ddtr, a->u, w.w_x, N, D, R);
   o->linear_bwd(k, NULL, (float *)g.w_x + R * D, NULL, s.dbc, a->u, w.w_x + R * D, N, D, 2 * S);
   o->conv1d_bwd(k, NULL, 2 * D, (float *)g.w_conv, (float *)g.b_conv, s.dxcp, a->xz, 2 * D, w.w_conv, m->B, m->T, D,

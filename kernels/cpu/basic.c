@@ -53,6 +53,10 @@ SL_CPU_HOT static float rms_fwd_row(float *o, const float *x, const float *w, in
   for (int64_t j = 0; j < C; j++) ss += (double)x[j] * (double)x[j];
   float var = (float)(ss / (double)C);
   float r = 1.0f / sqrtf(var + eps);
+  if (!w) { /* weightless (Falcon-Mamba's dt, B, C norms): w = 1 */
+    for (int64_t j = 0; j < C; j++) o[j] = x[j] * r;
+    return r;
+  }
   for (int64_t j = 0; j < C; j++) o[j] = w[j] * (x[j] * r);
   return r;
 }
@@ -63,10 +67,17 @@ void sl_cpu_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp,
   for (int64_t i = 0; i < N; i++) rstd[i] = rms_fwd_row(out + i * ld, inp + i * ld, w, C, eps);
 }
 
-/* dx += r*w*dy - x * r^3 * sum(w*dy*x)/C ; dwp += dy*x*r */
+/* dx += r*w*dy - x * r^3 * sum(w*dy*x)/C ; dwp += dy*x*r (w NULL: w = 1, no dwp) */
 SL_CPU_HOT static void rms_bwd_row(float *dx, float *dwp, const float *dy, const float *x, const float *w, float r,
                                    int64_t C) {
   double dot = 0.0;
+  if (!w) {
+    for (int64_t j = 0; j < C; j++) dot += (double)dy[j] * (double)x[j];
+    float c = (float)((double)r * r * r * dot / (double)C);
+    if (dx)
+      for (int64_t j = 0; j < C; j++) dx[j] += r * dy[j] - c * x[j];
+    return;
+  }
   for (int64_t j = 0; j < C; j++) dot += (double)(w[j] * dy[j]) * (double)x[j];
   float c = (float)((double)r * r * r * dot / (double)C);
   for (int64_t j = 0; j < C; j++) {

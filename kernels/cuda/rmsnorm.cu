@@ -17,22 +17,22 @@ static __global__ void rmsnorm_fwd_kernel(float *out, float *rstd, const float *
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) ss += x[c] * x[c];
   ss = sl_block_sum(ss, sh);
   float rs = 1.0f / sqrtf(ss / (float)C + eps);
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) out[r * ld + c] = x[c] * rs * w[c];
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) out[r * ld + c] = w ? x[c] * rs * w[c] : x[c] * rs;
   if (threadIdx.x == 0 && rstd) rstd[r] = rs;
 }
 
-/* dinp = rs*w*g - x * rs^3/C * sum(g*w*x) */
+/* dinp = rs*w*g - x * rs^3/C * sum(g*w*x); w NULL: weightless (w = 1) */
 static __global__ void rmsnorm_bwd_dinp_kernel(float *dinp, const float *dout, const float *inp, const float *w,
                                                const float *rstd, int64_t C, int64_t ld) {
   __shared__ float sh[33];
   int64_t r = blockIdx.x;
   const float *x = inp + r * ld, *g = dout + r * ld;
   float dot = 0.0f;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dot += g[c] * w[c] * x[c];
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dot += (w ? g[c] * w[c] : g[c]) * x[c];
   dot = sl_block_sum(dot, sh);
   float rs = rstd[r];
   float k = dot * rs * rs * rs / (float)C;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dinp[r * ld + c] += rs * w[c] * g[c] - x[c] * k;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dinp[r * ld + c] += rs * (w ? w[c] : 1.0f) * g[c] - x[c] * k;
 }
 
 /* part[p][c] = sum over rows of group p of g*x*rstd */
@@ -65,7 +65,7 @@ void sl_cuda_rmsnorm_bwd(sl_kctx *ctx, float *dinp, float *dw, const float *dout
     rmsnorm_bwd_dinp_kernel<<<(unsigned)N, RT, 0, ctx->stream>>>(dinp, dout, inp, w, rstd, C, ld);
     CUDA_LAUNCH_CHECK(ctx);
   }
-  if (dw) {
+  if (dw && w) { /* a weightless norm has no weight gradient */
     int64_t P = (N + ROWS_PER_PART - 1) / ROWS_PER_PART;
     SL_CUDA_REQUIRE(ctx, P <= 65535);
     float *part = (float *)sl_cuda_scratch(ctx, (size_t)(P * C) * sizeof(float), "rmsnorm_bwd");

@@ -2,7 +2,8 @@
 
 Usage: bf16_checks.py --shardlm PATH --work DIR
 Checks (one line each, then "N passed, M failed"), for a tiny GQA Llama,
-untied and tied, a tiny Qwen3 (q/k norms, head_dim 24) and a tiny Mamba (tied):
+untied and tied, a tiny Qwen3 (q/k norms, head_dim 24), a tiny Mamba (tied) and a tiny
+Falcon-Mamba (untied; its dt/B/C norms' outputs stored in bf16):
   1. the reference's fp32 path (bf16_ref, rounding off) equals llama_ref's /
      mamba_ref's model (5e-6): the bf16 reference is the same network;
   2. engine bf16 dump vs reference bf16: logits, loss, every parameter
@@ -63,7 +64,9 @@ def main():
                                                       intermediate=160, vocab=VOCAB, family="qwen3"), seed=13,
                                         std=0.08, norm_jitter=0.1)),
               ("mamba", M, M.init_model(M.make_config(hidden=32, layers=2, state=8, vocab=VOCAB), seed=5, std=0.1,
-                                        jitter=0.1))]
+                                        jitter=0.1)),
+              ("falcon-mamba", M, M.init_model(M.make_config(hidden=32, layers=2, state=8, vocab=VOCAB, tied=False,
+                                                             falcon=True), seed=6, std=0.1, jitter=0.1))]
     for tag, mod, m0 in models:
         mdir = os.path.join(w, "model_" + tag)
         mod.save_hf(m0, mdir)

@@ -1,4 +1,4 @@
-"""PyTorch reference of bf16 compute (docs/bf16.md) for Llama and Mamba.
+"""PyTorch reference of bf16 compute (docs/bf16.md) for Llama and Mamba (and Falcon-Mamba).
 
 Owns: the forwards of llama_ref.LlamaForCausalLM's and
 mamba_ref.MambaForCausalLM's parameters with the bf16 rounding points
@@ -172,6 +172,10 @@ def mamba_forward(m, idx, bf16=True):
         wx = mx.x_proj.weight
         dtr = linear(u_dt, wx[:Rk])
         bc = linear(u_bc, wx[Rk:])
+        if c.falcon:  # the weightless dt/B/C norms (fp32 math), their outputs stored in bf16
+            dtr = R(M.rms_weightless(dtr, c.mixer_rms_eps))
+            bc = torch.cat([R(M.rms_weightless(bc[..., :S], c.mixer_rms_eps)),
+                            R(M.rms_weightless(bc[..., S:], c.mixer_rms_eps))], -1)
         dtv = linear(dtr, mx.dt_proj.weight, mx.dt_proj.bias)
         y = R(M.scan_sequential(u_scan, F.softplus(dtv), -torch.exp(RW(mx.A_log)), bc[..., :S], bc[..., S:],
                                 RW(mx.D)))

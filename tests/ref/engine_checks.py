@@ -156,6 +156,40 @@ def dump_args(model, data, out, ckpt):
             "--out", out, "--activation-checkpoint", ckpt]
 
 
+def dump_modes(ck, exe, w, mdir, data, ref, names, label, tag=""):
+    """Dump under every checkpointing mode: the none dump against ref (one
+    check line, label), the others bit-identical to it. Returns the dumps."""
+    dumps, pre, fp = {}, f"[{tag}] " if tag else "", f"{tag}_" if tag else ""
+    for mode in CKPT:
+        out = os.path.join(w, f"dump_{fp}{mode}.safetensors")
+        ok, msg = run_engine(exe, dump_args(mdir, data, out, mode), out + ".log")
+        dumps[mode] = out if ok else None
+        if not ok:
+            ck(f"{pre}dump --activation-checkpoint {mode}", False, msg)
+    if dumps["none"]:
+        compare_dump(ck, label, dumps["none"], ref, names)
+    for mode in CKPT[1:]:
+        if dumps["none"] and dumps[mode]:
+            eq, d = tensors_bit_equal(dumps["none"], dumps[mode])
+            ck(f"{pre}dump bit-identical none vs {mode}", eq, d)
+    return dumps
+
+
+def train_vs_ref(ck, exe, w, mdir, data, stream, oracle):
+    """10 AdamW steps of the engine against oracle.train on mdir's weights
+    (compare_training's checks). Returns the engine's saved dir, or None."""
+    ref_m = oracle.load_hf(mdir)
+    ref_rows = oracle.train(ref_m, stream, STEPS, B, T, ACCUM, HP["lr"], HP["min_lr"], HP["warmup"], HP["wd"],
+                            HP["b1"], HP["b2"], HP["eps"], HP["clip"])
+    met, save = os.path.join(w, "metrics.jsonl"), os.path.join(w, "saved")
+    ok, msg = run_engine(exe, train_args(mdir, data, met, save, "none"), met + ".log")
+    if not ok:
+        ck("train", False, msg)
+        return None
+    compare_training(ck, "[train]", met, save, ref_rows, ref_m)
+    return save
+
+
 def compare_training(ck, label, metrics_path, save_dir, ref_rows, ref_model):
     try:
         rows = [r for r in common.read_metrics(metrics_path) if "step" in r]
@@ -227,21 +261,8 @@ def main():
         ref = L.dump(ref_m, stream, B, T)
         ref64 = L.dump(L.load_hf(mdir, torch.float64), stream, B, T)
         noise = max(rel_err(ref[k], ref64[k]) for k in ref)
-        dumps = {}
-        for mode in CKPT:
-            out = os.path.join(w, f"dump_{tag}_{mode}.safetensors")
-            ok, msg = run_engine(exe, dump_args(mdir, data, out, mode), out + ".log")
-            dumps[mode] = out if ok else None
-            if not ok:
-                ck(f"[{tag}] dump --activation-checkpoint {mode}", False, msg)
-        if dumps["none"]:
-            compare_dump(ck, f"[{tag}] dump vs PyTorch: logits, loss, all grads (2e-5 rel; "
-                         f"torch fp32 vs fp64 {noise:.1e})", dumps["none"], ref, names)
-        # ---- 3a. checkpointing modes give bit-identical dumps
-        for mode in CKPT[1:]:
-            if dumps["none"] and dumps[mode]:
-                eq, d = tensors_bit_equal(dumps["none"], dumps[mode])
-                ck(f"[{tag}] dump bit-identical none vs {mode}", eq, d)
+        dump_modes(ck, exe, w, mdir, data, ref, names, f"[{tag}] dump vs PyTorch: logits, loss, all grads "
+                   f"(2e-5 rel; torch fp32 vs fp64 {noise:.1e})", tag)  # 3a: modes bit-identical
 
         # ---- 2. 10 AdamW steps
         ref_m = L.load_hf(mdir)

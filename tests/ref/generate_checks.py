@@ -6,7 +6,9 @@ so it is an independent oracle of the engine's K/V cache and recurrent state.
 Checks (one line each, then "N passed, M failed"):
   1. greedy, 32 new tokens, token for token: Llama (GQA, untied), Llama
      (tied), Mistral with sliding_window 5 (shorter than the 40-token
-     sequence), Qwen2 (q/k/v biases), Mamba (recurrent conv + SSM state);
+     sequence), Qwen2 (q/k/v biases), Mamba (recurrent conv + SSM state),
+     Falcon-Mamba (the dt/B/C norms; a control: without them the
+     continuation differs);
   2. sampling (temperature 0.8, top-p 0.9) is reproducible for a seed and
      differs across seeds;
   3. a byte-level model generates from a text prompt (bytes out);
@@ -68,12 +70,13 @@ def main():
         "llama yarn": L.init_model(L.make_config(vocab=VOCAB, head_dim=16, max_position_embeddings=512,
                                                  rope_scaling={"rope_type": "yarn", "factor": 4.0}), seed=15, std=0.3),
         "qwen2": L.init_model(L.make_config(vocab=VOCAB, family="qwen2"), seed=16, std=0.3),
+        "falcon mamba": M.init_model(M.make_config(vocab=VOCAB, tied=False, falcon=True), seed=17, std=0.3),
     }
     dirs = {}
     for name, m in models.items():
         d = os.path.join(W, name.replace(" ", "_"))
         os.makedirs(d)
-        (M if name == "mamba" else L).save_hf(m, d)
+        (M if "mamba" in name else L).save_hf(m, d)
         dirs[name] = d
     ids_arg = ",".join(map(str, PROMPT))
 
@@ -106,6 +109,13 @@ def main():
                 p.zero_()
     ck("qwen2: the biases change the greedy continuation (check not vacuous)",
        greedy_ref(mq, PROMPT, NEW) != greedy_ref(L.load_hf(dirs["qwen2"]), PROMPT, NEW))
+
+    # the dt/B/C norms must matter too, or the Falcon-Mamba check is vacuous
+    mf = models["falcon mamba"]
+    mf.config.falcon = False
+    ck("falcon mamba: the dt/B/C norms change the greedy continuation (check not vacuous)",
+       greedy_ref(mf, PROMPT, NEW) != greedy_ref(M.load_hf(dirs["falcon mamba"]), PROMPT, NEW))
+    mf.config.falcon = True
 
     # 2. sampling: reproducible per seed
     def sample(seed):

@@ -35,34 +35,13 @@ def main():
     nb = sum(n.endswith("_proj.bias") for n in names)
     ck("reference has the q/k/v biases (2 layers x 3)", nb == 6 and cfg.qkv_bias and not cfg.o_bias, f"{nb} biases")
     ref = L.dump(ref_m, stream, E.B, E.T)
-    dumps = {}
-    for mode in E.CKPT:
-        out = os.path.join(w, f"dump_{mode}.safetensors")
-        ok, msg = E.run_engine(exe, E.dump_args(mdir, data, out, mode), out + ".log")
-        dumps[mode] = out if ok else None
-        if not ok:
-            ck(f"dump --activation-checkpoint {mode}", False, msg)
-    if dumps["none"]:
-        E.compare_dump(ck, "dump vs PyTorch: logits, loss, all grads incl. q/k/v biases (2e-5 rel)", dumps["none"],
-                       ref, names)
-    for mode in E.CKPT[1:]:
-        if dumps["none"] and dumps[mode]:
-            eq, d = E.tensors_bit_equal(dumps["none"], dumps[mode])
-            ck(f"dump bit-identical none vs {mode}", eq, d)
-
-    # 10 AdamW steps
-    ref_m = L.load_hf(mdir)
-    ref_rows = L.train(ref_m, stream, E.STEPS, E.B, E.T, E.ACCUM, E.HP["lr"], E.HP["min_lr"], E.HP["warmup"],
-                       E.HP["wd"], E.HP["b1"], E.HP["b2"], E.HP["eps"], E.HP["clip"])
-    met, save = os.path.join(w, "metrics.jsonl"), os.path.join(w, "saved")
-    ok, msg = E.run_engine(exe, E.train_args(mdir, data, met, save, "none"), met + ".log")
-    if ok:
-        E.compare_training(ck, "[train]", met, save, ref_rows, ref_m)
+    E.dump_modes(ck, exe, w, mdir, data, ref, names,
+                 "dump vs PyTorch: logits, loss, all grads incl. q/k/v biases (2e-5 rel)")
+    save = E.train_vs_ref(ck, exe, w, mdir, data, stream, L)  # 10 AdamW steps
+    if save:
         c = common.config_read(save)
         ck("saved config is Qwen2", c.get("architectures") == ["Qwen2ForCausalLM"] and c.get("model_type") == "qwen2",
            str(c.get("architectures")))
-    else:
-        ck("train", False, msg)
 
     # negative control: the biases zeroed in the engine's input
     off = os.path.join(w, "model_nobias")

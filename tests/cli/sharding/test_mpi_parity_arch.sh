@@ -13,6 +13,10 @@
 # num_key_value_heads, ZeRO-3 with the optimizer on the CPU (1e-5), PP 2 1f1b
 # and zb1p (bit-identical); Llama with attention_bias and mlp_bias at DP 2 x
 # TP 2 with SP (1e-5) and PP 2 zb1p (bit-identical).
+# gradient in W; bit-identical). Falcon-Mamba (the dt/B/C norms, untied): DP 2
+# ZeRO-3 and DP 2 x TP 2 with SP (1e-5), PP 2 with 1f1b and zb1p
+# (the norms' backward in B; bit-identical), ZeRO-3 with the optimizer on
+# the CPU (bit-identical to ZeRO-3).
 source "${SL_SRC:?}/tests/lib/run.sh" mpi_parity_arch mpi numpy
 tiny_model "$W/mistral" mistral '"hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2'
 tiny_model "$W/qwen2" llama '"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "num_hidden_layers": 2'
@@ -22,6 +26,8 @@ tiny_model "$W/qwen3" llama '"architectures": ["Qwen3ForCausalLM"], "model_type"
 tiny_model "$W/llama_b" llama '"num_hidden_layers": 2, "attention_bias": true, "mlp_bias": true'
 tiny_model "$W/mamba_ub" mamba '"num_hidden_layers": 2, "conv_kernel": 3, "time_step_rank": 3,
  "use_bias": true, "use_conv_bias": false, "tie_word_embeddings": false, "layer_norm_epsilon": null'
+tiny_model "$W/falcon" mamba '"architectures": ["FalconMambaForCausalLM"], "model_type": "falcon_mamba",
+ "num_hidden_layers": 2, "tie_word_embeddings": false, "mixer_rms_eps": 1e-5'
 tiny_data "$W/data"
 run() { # arch name world micro accum [flags...]
   local arch=$1 name=$2 np=$3 mb=$4 ga=$5; shift 5
@@ -77,4 +83,10 @@ run llama_b pp2zb1p 2 3 4 --pp 2 --pp-schedule zb1p && check llama_b pp2zb1p bas
 # Mamba, checkpointing under ZeRO-3 on 2 ranks: selective/full bit-identical to none
 run mamba acsel 2 3 2 --zero 3 --activation-checkpoint selective && check mamba acsel w2z3 --exact
 run mamba acfull 2 3 2 --zero 3 --activation-checkpoint full && check mamba acfull w2z3 --exact
+# Falcon-Mamba
+run falcon base 1 3 4 --zero 0
+run falcon w2z3 2 3 2 --zero 3 && check falcon w2z3 base --rtol 1e-5
+run falcon dp2tp2sp 4 3 2 --tp 2 --sequence-parallel --zero 3 && check falcon dp2tp2sp base --rtol 1e-5
+for s in 1f1b zb1p; do run falcon pp2$s 2 3 4 --pp 2 --pp-schedule $s && check falcon pp2$s base --exact; done
+run falcon w2z3off 2 3 2 --zero 3 --offload-optimizer cpu && check falcon w2z3off w2z3 --exact
 finish

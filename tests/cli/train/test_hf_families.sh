@@ -11,6 +11,13 @@
 # and its checkpoint converts --to-hf alike); Llama's attention_bias /
 # mlp_bias accepted with their counts. Against PyTorch:
 # tests/ref/test_torch_qwen3.sh.
+# Falcon-Mamba: the published falcon-mamba-7b config's count (derived by
+# hand from its tensor shapes: tests/fixtures/hf-configs/README.md), a
+# non-positive mixer_rms_eps refused by name, a tiny one trains 2 steps and
+# saves FalconMambaForCausalLM with mixer_rms_eps and the Mamba tensor names;
+# its dt/B/C norms change the run (vs the same config as plain Mamba), and
+# its checkpoint does not resume as plain Mamba.
+# Against PyTorch: tests/ref/test_torch_falcon_mamba.sh.
 source "${SL_SRC:?}/tests/lib/run.sh" hf_families
 F=$SL_SRC/tests/fixtures/hf-configs
 
@@ -21,6 +28,19 @@ for m in Qwen3-0.6B:596049920 Qwen3-1.7B:1720574976 Qwen3-4B:4022468096 Qwen3-8B
   "$B" plan --model "$F/$name" > "$W/plan-$name.log" 2>&1
   rc_is "plan $name" $? 0 "$W/plan-$name.log" "model: $want parameters"
 done
+
+train2() { # NAME [ARGS]: 2 steps of the model $W/NAME, log $W/NAME.log
+  local n=$1
+  shift
+  "$B" train --model "$W/$n" --data "$W/data" --steps 2 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
+    --plot false --out-dir "$W/${n}run" "$@" > "$W/$n.log" 2>&1
+}
+changes_run() { # WITH WITHOUT WHAT: the two runs' losses differ
+  local a b
+  a=$(grep -o 'loss [0-9.]* -> [0-9.]*' "$W/$1.log") b=$(grep -o 'loss [0-9.]* -> [0-9.]*' "$W/$2.log")
+  [ -n "$a" ] && [ -n "$b" ] && [ "$a" != "$b" ] && ok "$3 change the run ($a vs $b without)" \
+    || bad "$3 do not change the run ('$a' vs '$b')"
+}
 
 Q='"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "num_hidden_layers": 2'
 Q3='"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 2, "head_dim": 12'
@@ -48,8 +68,7 @@ a=$(grep -o 'model: [0-9]*' "$W/lb.log" | grep -o '[0-9]*') b=$(grep -o 'model: 
 # a tiny Qwen2 (the published configs' fields that change nothing accepted) trains and saves
 tiny_data "$W/data"
 tiny_model "$W/q2" llama "$Q, \"use_sliding_window\": false, \"sliding_window\": 4096, \"max_window_layers\": 2, \"use_mrope\": false, \"attention_dropout\": 0.0, \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.43.1\", \"use_cache\": true"
-"$B" train --model "$W/q2" --data "$W/data" --steps 2 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
-  --plot false --out-dir "$W/q2run" --save "$W/q2run/model" > "$W/q2.log" 2>&1
+train2 q2 --save "$W/q2run/model"
 rc_is "train tiny Qwen2 2 steps" $? 0 "$W/q2.log" "trained 2 steps"
 "$PY" - "$W/q2run/model" << 'P' && ok "saved: Qwen2 config, q/k/v biases in the weights" || bad "saved Qwen2 model wrong"
 import json, struct, sys, glob
@@ -92,9 +111,38 @@ P
 done
 # the biases train: the same model as Llama (no biases) gives another loss
 tiny_model "$W/l2" llama '"num_hidden_layers": 2'
-"$B" train --model "$W/l2" --data "$W/data" --steps 2 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
-  --plot false --out-dir "$W/l2run" > "$W/l2.log" 2>&1
-a=$(grep -o 'loss [0-9.]* -> [0-9.]*' "$W/q2.log") b=$(grep -o 'loss [0-9.]* -> [0-9.]*' "$W/l2.log")
-[ -n "$a" ] && [ -n "$b" ] && [ "$a" != "$b" ] && ok "the q/k/v biases change the run ($a vs $b without)" \
-  || bad "the q/k/v biases do not change the run ('$a' vs '$b')"
+train2 l2
+changes_run q2 l2 "the q/k/v biases"
+
+# ---- Falcon-Mamba
+"$B" plan --model "$F/falcon-mamba-7b" > "$W/plan-falcon.log" 2>&1
+rc_is "plan falcon-mamba-7b" $? 0 "$W/plan-falcon.log" "model: 7272665088 parameters"
+FM='"architectures": ["FalconMambaForCausalLM"], "model_type": "falcon_mamba", "num_hidden_layers": 2, "tie_word_embeddings": false'
+tiny_model "$W/fm-eps" mamba "$FM, \"mixer_rms_eps\": 0"
+"$B" plan --model "$W/fm-eps" > "$W/fm-eps.log" 2>&1
+rc_is "refused: mixer_rms_eps 0" $? 2 "$W/fm-eps.log" "field 'mixer_rms_eps' must be positive, found 0"
+grep -qF "$W/fm-eps/config.json" "$W/fm-eps.log" || bad "fm-eps: the message does not name the file"
+tiny_model "$W/fm" mamba "$FM, \"mixer_rms_eps\": 1e-5, \"use_mambapy\": false, \"pad_token_id\": 11, \"rescale_prenorm_residual\": false, \"time_step_init_scheme\": \"random\", \"torch_dtype\": \"bfloat16\", \"use_cache\": true"
+train2 fm --save "$W/fmrun/model" --ckpt-dir "$W/fmck"
+rc_is "train tiny Falcon-Mamba 2 steps" $? 0 "$W/fm.log" "trained 2 steps"
+"$PY" - "$W/fmrun/model" "$SL_SRC/tests/ref" << 'P' && ok "saved: FalconMambaForCausalLM config (mixer_rms_eps), Mamba tensor names" || bad "saved Falcon-Mamba model wrong"
+import glob, sys
+sys.path.insert(0, sys.argv[2])
+import common
+c = common.config_read(sys.argv[1])
+assert c["architectures"] == ["FalconMambaForCausalLM"] and c["model_type"] == "falcon_mamba", c
+assert c["mixer_rms_eps"] == 1e-5 and c["tie_word_embeddings"] is False, c
+names = {n for f in glob.glob(sys.argv[1] + "/*.safetensors") for n in common.st_read_header(f)[0]}
+want = {"backbone.embeddings.weight", "backbone.norm_f.weight", "lm_head.weight"} | {
+    f"backbone.layers.{l}.{t}" for l in range(2) for t in (
+        "norm.weight", "mixer.in_proj.weight", "mixer.conv1d.weight", "mixer.conv1d.bias", "mixer.x_proj.weight",
+        "mixer.dt_proj.weight", "mixer.dt_proj.bias", "mixer.A_log", "mixer.D", "mixer.out_proj.weight")}
+assert names == want, sorted(names ^ want)
+P
+tiny_model "$W/fm0" mamba "$FM, \"architectures\": [\"MambaForCausalLM\"], \"model_type\": \"mamba\""
+train2 fm0
+changes_run fm fm0 "the dt/B/C norms"
+"$B" train --model "$W/fm0" --data "$W/data" --steps 4 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
+  --plot false --out-dir "$W/fm0res" --ckpt-dir "$W/fmck" --resume > "$W/fm0res.log" 2>&1
+rc_is "refused: resuming the Falcon-Mamba checkpoint as plain Mamba" $? 2 "$W/fm0res.log" "model.mixer_rms is 1 there"
 finish

@@ -182,6 +182,20 @@ static void test_rmsnorm_strided(void) {
   freeb(&x), freeb(&w), freeb(&out), freeb(&rstd), freeb(&dout), freeb(&dx), freeb(&dw);
 }
 
+/* the weightless norm (w NULL, Falcon-Mamba's dt/B/C) at a stride: no dw */
+static void test_rmsnorm_weightless(void) {
+  int64_t N = 70, C = 16, ld = 32;
+  buf x = mk(N * ld, -2, 2), out = mk(N * ld, -1, 1), rstd = mk0(N), dout = mk(N * ld, -1, 1), dx = mk(N * ld, -1, 1);
+  cpu->rmsnorm_fwd(cc, out.h, rstd.h, x.h, NULL, N, C, ld, 1e-6f);
+  gpu->rmsnorm_fwd(gc, out.d, rstd.d, x.d, NULL, N, C, ld, 1e-6f);
+  check("rmsnorm_fwd weightless out", &out, 1e-5);
+  check("rmsnorm_fwd weightless rstd", &rstd, 1e-5);
+  cpu->rmsnorm_bwd(cc, dx.h, NULL, dout.h, x.h, NULL, rstd.h, N, C, ld);
+  gpu->rmsnorm_bwd(gc, dx.d, NULL, dout.d, x.d, NULL, rstd.d, N, C, ld);
+  check("rmsnorm_bwd weightless dinp", &dx, 1e-4);
+  freeb(&x), freeb(&out), freeb(&rstd), freeb(&dout), freeb(&dx);
+}
+
 static void test_linear(void) {
   int64_t N = 37, IC = 65, OC = 47;
   buf x = mk(N * IC, -1, 1), w = mk(OC * IC, -0.5f, 0.5f), b = mk(OC, -1, 1), out = mk0(N * OC);
@@ -710,6 +724,7 @@ int main(void) {
   test_embedding();
   test_rmsnorm();
   test_rmsnorm_strided();
+  test_rmsnorm_weightless();
   test_linear();
   test_rope();
   test_attention(2, 67, 4, 2, 64, 0);

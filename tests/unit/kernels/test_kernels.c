@@ -216,6 +216,10 @@ static int64_t bits_diff(const float *a, const float *b, int64_t n) {
   for (int64_t i = 0; i < n; i++) d += memcmp(&a[i], &b[i], sizeof(float)) != 0;
   return d;
 }
+/* rows r of the packed (N, C) src to dst + r * ld */
+static void to_rows(float *dst, const float *src, int64_t N, int64_t C, int64_t ld) {
+  for (int64_t r = 0; r < N; r++) memcpy(dst + r * ld, src + r * C, (size_t)C * 4);
+}
 static void test_rmsnorm_strided(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C, int64_t ld) {
   float eps = 1e-5f;
   float *x = fvec(N * C, 2.0f), *w = fvec(C, 1.5f), *R = fvec(N * C, 1.0f), *g0 = fvec(N * C, 1.0f);
@@ -227,11 +231,9 @@ static void test_rmsnorm_strided(const sl_ops *ops, sl_kctx *ctx, int64_t N, int
     xs[i] = Rs[i] = NAN;
     os[i] = dxs[i] = pad[i];
   }
-  for (int64_t r = 0; r < N; r++) {
-    memcpy(xs + r * ld, x + r * C, (size_t)C * 4);
-    memcpy(Rs + r * ld, R + r * C, (size_t)C * 4);
-    memcpy(dxs + r * ld, g0 + r * C, (size_t)C * 4);
-  }
+  to_rows(xs, x, N, C, ld);
+  to_rows(Rs, R, N, C, ld);
+  to_rows(dxs, g0, N, C, ld);
   ops->rmsnorm_fwd(ctx, out, rstd, x, w, N, C, C, eps);
   ops->rmsnorm_fwd(ctx, os, rstd_s, xs, w, N, C, ld, eps);
   ops->rmsnorm_bwd(ctx, dx, dw, R, x, w, rstd, N, C, C);
@@ -253,6 +255,41 @@ static void test_rmsnorm_strided(const sl_ops *ops, sl_kctx *ctx, int64_t N, int
   report("rmsnorm strided: gaps between rows untouched", (double)d_gap, 0.0);
   free(x), free(w), free(R), free(g0), free(out), free(rstd), free(dx), free(dw), free(dw_s);
   free(xs), free(Rs), free(os), free(dxs), free(rstd_s), free(pad);
+}
+
+/* The weightless norm (w NULL: Falcon-Mamba's dt, B, C norms), rows at a
+ * stride ld >= C: the same bits as the weighted op with w = 1 on packed
+ * rows (1 * v is exact), no dw written, and its dinp against central
+ * differences of the double reference with w = 1. */
+static void test_rmsnorm_weightless(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C, int64_t ld) {
+  float eps = 1e-6f;
+  float *x = fvec(N * C, 2.0f), *R = fvec(N * C, 1.0f), *one = malloc((size_t)C * 4), *dw = zeros(C);
+  float *out = zeros(N * C), *rstd = zeros(N), *dx = zeros(N * C), *dxp = zeros(N * C);
+  float *xs = fvec(N * ld, 1.0f), *Rs = fvec(N * ld, 1.0f), *os = zeros(N * ld), *dxs = zeros(N * ld);
+  float *rstd_s = zeros(N);
+  for (int64_t j = 0; j < C; j++) one[j] = 1.0f;
+  to_rows(xs, x, N, C, ld);
+  to_rows(Rs, R, N, C, ld);
+  ops->rmsnorm_fwd(ctx, out, rstd, x, one, N, C, C, eps);
+  ops->rmsnorm_fwd(ctx, os, rstd_s, xs, NULL, N, C, ld, eps);
+  ops->rmsnorm_bwd(ctx, dx, dw, R, x, one, rstd, N, C, C);
+  ops->rmsnorm_bwd(ctx, dxs, NULL, Rs, xs, NULL, rstd_s, N, C, ld);
+  ops->rmsnorm_bwd(ctx, dxp, NULL, R, x, NULL, rstd, N, C, C);
+  int64_t d_out = 0, d_dx = 0;
+  for (int64_t r = 0; r < N; r++) {
+    d_out += bits_diff(os + r * ld, out + r * C, C);
+    d_dx += bits_diff(dxs + r * ld, dx + r * C, C);
+  }
+  char nm[128];
+  snprintf(nm, sizeof nm, "rmsnorm_fwd weightless ld=%lld C=%lld vs w = 1 packed (bitwise)", (long long)ld,
+           (long long)C);
+  report(nm, (double)(d_out + bits_diff(rstd_s, rstd, N)), 0.0);
+  report("rmsnorm_bwd weightless dinp vs w = 1 packed (bitwise)", (double)d_dx, 0.0);
+  rms_st st = {to_d(x, N * C), to_d(one, C), to_d(R, N * C), N, C, eps, dvec(N * C)};
+  snprintf(nm, sizeof nm, "rmsnorm_bwd weightless dinp C=%lld", (long long)C);
+  fd_check(nm, st.x, dxp, N * C, rms_L, &st, 200, 1e-5);
+  free(x), free(R), free(one), free(dw), free(out), free(rstd), free(dx), free(dxp);
+  free(xs), free(Rs), free(os), free(dxs), free(rstd_s), free(st.x), free(st.w), free(st.R), free(st.o);
 }
 
 /* ---- linear --------------------------------------------------------------- */
@@ -932,6 +969,8 @@ int main(void) {
   test_linear_big(ops, c2, 700, 301, 40); /* tall: split along M */
   test_rmsnorm_strided(ops, c2, 37, 64, 80);
   test_rmsnorm_strided(ops, c1, 40, 8, 48); /* 8-wide heads of a 48-wide row */
+  test_rmsnorm_weightless(ops, c2, 37, 8, 16); /* Falcon-Mamba's B (S = 8) in a B | C row */
+  test_rmsnorm_weightless(ops, c1, 9, 5, 5);   /* its dt, packed (R = 5) */
   test_rope(ops, c2, 2, 19, 4, 2, 8, 10000.0f, 0, NULL);
   test_rope(ops, c1, 1, 300, 2, 1, 16, 500000.0f, 0, NULL);
   test_rope(ops, c2, 2, 19, 4, 2, 8, 10000.0f, 1, NULL); /* same shape, new values: the cos/sin cache rebuilt */
