@@ -26,6 +26,7 @@
 #define CFG_MAX_HIDDEN ((int64_t)1 << 17)
 #define CFG_MAX_INTER ((int64_t)1 << 20)
 #define CFG_MAX_HEADS 4096
+#define CFG_MAX_EXPERTS 1024
 #define CFG_MAX_HEAD_DIM 4096
 #define CFG_MAX_POS ((int64_t)1 << 27)
 #define CFG_MAX_STATE 4096
@@ -38,6 +39,7 @@ const char *sl_arch_name(sl_arch a) {
   case SL_ARCH_MISTRAL: return "mistral";
   case SL_ARCH_MAMBA: return "mamba";
   case SL_ARCH_QWEN2: return "qwen2";
+  case SL_ARCH_MIXTRAL: return "mixtral";
   default: return "unknown";
   }
 }
@@ -313,9 +315,41 @@ static void set_defaults(sl_model_config *c) {
   c->pad_vocab_size_multiple = 1;
 }
 
+/* Mixtral's sparse MLP (transformers' modeling_mixtral.py, MixtralSparseMoeBlock):
+ * E experts of intermediate_size each, top-k token-choice routing whose k
+ * weights are always renormalised. The load-balancing loss transformers adds
+ * only with output_router_logits, and the training-time router jitter, are
+ * not implemented: refused by name. */
+static int parse_moe(const char *p, json_t *o, sl_model_config *c) {
+  int rc;
+  double jitter;
+  if ((rc = get_int(p, o, "num_local_experts", 0, 8, &c->moe_experts)) ||
+      (rc = get_int(p, o, "num_experts_per_tok", 0, 2, &c->moe_topk)) ||
+      (rc = get_num(p, o, "router_aux_loss_coef", 0.001, &c->router_aux_loss_coef)) ||
+      (rc = get_num(p, o, "router_jitter_noise", 0.0, &jitter)) ||
+      (rc = get_bool(p, o, "output_router_logits", 0, &c->output_router_logits)))
+    return rc;
+  c->moe_intermediate = c->intermediate_size;
+  c->moe_norm_topk = 1;
+  if (c->moe_experts < 1 || c->moe_experts > CFG_MAX_EXPERTS)
+    return sl_fail(SL_EINPUT, "%s: field 'num_local_experts' must be in [1, %d], found %lld", p, CFG_MAX_EXPERTS,
+                   (long long)c->moe_experts);
+  if (c->moe_topk < 1 || c->moe_topk > c->moe_experts || c->moe_topk > 64)
+    return sl_fail(SL_EINPUT,
+                   "%s: field 'num_experts_per_tok' must be in [1, min(64, num_local_experts = %lld)], found %lld", p,
+                   (long long)c->moe_experts, (long long)c->moe_topk);
+  if (jitter != 0)
+    return sl_fail(SL_EINPUT, "%s: field 'router_jitter_noise' = %g is not supported (expected 0: router jitter is not "
+                   "implemented)", p, jitter);
+  if (c->output_router_logits)
+    return sl_fail(SL_EINPUT, "%s: field 'output_router_logits' = true is not supported (the load-balancing aux loss "
+                   "transformers then adds is not implemented yet)", p);
+  return SL_OK;
+}
+
 static int parse_attn(const char *p, json_t *o, sl_model_config *c) {
   int rc;
-  int mistral = c->arch == SL_ARCH_MISTRAL;
+  int mistral = c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_MIXTRAL;
   if ((rc = get_int(p, o, "hidden_size", 1, 0, &c->hidden_size)) ||
       (rc = get_int(p, o, "intermediate_size", 1, 0, &c->intermediate_size)) ||
       (rc = get_int(p, o, "num_hidden_layers", 1, 0, &c->num_hidden_layers)) ||
@@ -340,6 +374,7 @@ static int parse_attn(const char *p, json_t *o, sl_model_config *c) {
     return rc;
   }
   if (mistral && (rc = get_int(p, o, "sliding_window", 0, 0, &c->sliding_window))) return rc;
+  if (c->arch == SL_ARCH_MIXTRAL && (rc = parse_moe(p, o, c))) return rc;
   if ((rc = want_pos_emb(p, o))) return rc;
   if ((rc = parse_rope_scaling(p, o, c))) return rc;
   if (c->num_attention_heads <= 0)
@@ -484,7 +519,8 @@ int sl_hfconfig_validate(const char *p, const sl_model_config *c) {
     return rc;
   if (c->max_position_embeddings < 0 || c->max_position_embeddings > CFG_MAX_POS) /* 0: unset */
     return posl(p, "max_position_embeddings", c->max_position_embeddings, CFG_MAX_POS);
-  if (c->arch == SL_ARCH_LLAMA || c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_QWEN2) {
+  if (c->arch == SL_ARCH_LLAMA || c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_QWEN2 ||
+      c->arch == SL_ARCH_MIXTRAL) {
     if ((rc = posl(p, "intermediate_size", c->intermediate_size, CFG_MAX_INTER)) ||
         (rc = posl(p, "num_attention_heads", c->num_attention_heads, CFG_MAX_HEADS)) ||
         (rc = posl(p, "num_key_value_heads", c->num_key_value_heads, CFG_MAX_HEADS)) ||
@@ -532,6 +568,7 @@ static const struct {
     {"MistralForCausalLM", "mistral", SL_ARCH_MISTRAL},
     {"MambaForCausalLM", "mamba", SL_ARCH_MAMBA},
     {"Qwen2ForCausalLM", "qwen2", SL_ARCH_QWEN2},
+    {"MixtralForCausalLM", "mixtral", SL_ARCH_MIXTRAL},
 };
 
 int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_config *c) {
@@ -554,10 +591,17 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
     const char *a = json_string_value(json_array_get(archs, 0));
     for (size_t i = 0; i < sizeof k_arch / sizeof k_arch[0]; i++)
       if (!strcmp(a, k_arch[i].cls)) c->arch = k_arch[i].arch;
+    if (!c->arch && !strcmp(a, "Qwen3MoeForCausalLM")) {
+      rc = sl_fail(SL_EINPUT,
+                   "%s: architecture 'Qwen3MoeForCausalLM' is not supported yet (its attention needs Qwen3's q/k "
+                   "per-head RMSNorm, not implemented; MixtralForCausalLM is the mixture of experts that loads)",
+                   p);
+      goto done;
+    }
     if (!c->arch) {
       rc = sl_fail(SL_EINPUT,
                    "%s: unknown architecture '%s' in 'architectures' (supported: "
-                   "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, MambaForCausalLM)",
+                   "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM, MambaForCausalLM)",
                    p, a);
       goto done;
     }
@@ -572,7 +616,7 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
     if (!c->arch) {
       rc = sl_fail(SL_EINPUT,
                    "%s: unknown architecture: model_type '%s' (supported: llama, "
-                   "mistral, qwen2, mamba)",
+                   "mistral, qwen2, mixtral, mamba)",
                    p, a);
       goto done;
     }
@@ -710,9 +754,16 @@ int sl_hfconfig_save(const char *path, const sl_model_config *c) {
     SETR("rope_theta", c->rope_theta);
     json_object_set_new(o, "rope_scaling", rope_scaling_json(c));
     SETI("max_position_embeddings", c->max_position_embeddings > 0 ? c->max_position_embeddings : 2048);
-    if (c->arch == SL_ARCH_MISTRAL) {
+    if (c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_MIXTRAL) {
       if (c->sliding_window > 0) SETI("sliding_window", c->sliding_window);
       else json_object_set_new(o, "sliding_window", json_null());
+      if (c->arch == SL_ARCH_MIXTRAL) {
+        SETI("num_local_experts", c->moe_experts);
+        SETI("num_experts_per_tok", c->moe_topk);
+        SETR("router_aux_loss_coef", c->router_aux_loss_coef);
+        SETR("router_jitter_noise", 0.0);
+        SETB("output_router_logits", c->output_router_logits);
+      }
     } else if (c->arch == SL_ARCH_QWEN2) { /* q/k/v biases are Qwen2's own; no field says so */
       SETB("use_sliding_window", 0);
       SETB("use_mrope", 0);

@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-typedef enum { SL_ARCH_UNKNOWN = 0, SL_ARCH_LLAMA, SL_ARCH_MISTRAL, SL_ARCH_MAMBA, SL_ARCH_QWEN2 } sl_arch;
+typedef enum { SL_ARCH_UNKNOWN = 0, SL_ARCH_LLAMA, SL_ARCH_MISTRAL, SL_ARCH_MAMBA, SL_ARCH_QWEN2, SL_ARCH_MIXTRAL } sl_arch;
 
 /* config.json's rope_scaling (docs/formats.md): the rules of transformers'
  * modeling_rope_utils.py that give fixed frequencies. "dynamic" (NTK, which
@@ -59,6 +59,13 @@ typedef struct {
   sl_rope_scaling rope_scaling; /* default: none */
   int64_t sliding_window;       /* Mistral; 0 = none (also for null); Qwen2: 0 (use_sliding_window false) */
   int qkv_bias;                 /* q/k/v projections have a bias (Qwen2); o_proj and the MLP never */
+  /* mixture of experts (Mixtral; docs/models.md): 0 experts = a dense MLP */
+  int64_t moe_experts;         /* E: num_local_experts */
+  int64_t moe_topk;            /* k: num_experts_per_tok */
+  int64_t moe_intermediate;    /* an expert's MLP width (Mixtral: intermediate_size) */
+  int moe_norm_topk;           /* renormalise the k routing weights to sum 1 (Mixtral: always) */
+  double router_aux_loss_coef; /* kept and written back; the aux loss runs only with output_router_logits */
+  int output_router_logits;    /* transformers adds the load-balancing loss only then (refused: not implemented) */
   /* Mamba */
   int64_t state_size;                                                    /* N (d_state), default 16 */
   int64_t expand;                                                        /* default 2 */

@@ -105,6 +105,11 @@ static int dec_init_custom(sl_model *m, int u, int ti, float *dst, uint64_t seed
 
 static int64_t dec_flops(const sl_model *m, int64_t T) { return sl_dec(m)->kind->flops_per_token(m, T); }
 
+int64_t sl_model_moe_load(sl_model *m, int64_t *out) {
+  const sl_decoder *d = sl_dec(m);
+  return d && d->kind->moe_load ? d->kind->moe_load(m, out) : 0;
+}
+
 static void dec_destroy(sl_model *m) {
   sl_decoder *d = m->priv;
   if (!d) return;

@@ -18,8 +18,13 @@ typedef struct {
   float *xmid;  /* (N, C) residual after attention */
   float *ln2;   /* (N, C) */
   float *rstd2; /* (N) */
-  float *gu;    /* (N, 2I) gate | up */
-  float *h;     /* (N, I) silu(gate) * up */
+  float *gu;    /* (N, 2I) gate | up; MoE: (N*k, 2I) in expert-group order */
+  float *h;     /* (N, I) silu(gate) * up; MoE: (N*k, I) */
+  /* mixture of experts (p->E > 0; else NULL): kernels/kernels.h's moe_* ops */
+  float *logits, *probs; /* (N, E) the router's logits and fp32 softmax */
+  float *wts;            /* (N, k) routing weights */
+  int32_t *sel, *perm, *pos, *offs; /* (N, k), (N*k), (N*k), (E+1) the choices and the expert grouping */
+  float *xp, *yp;        /* (N*k, C) the permuted ln2 rows and the experts' outputs */
 } layer_acts;
 
 /* Qwen2's q/k/v biases: (Q) after the packed Wqkv, so the qkv GEMM adds one
@@ -33,6 +38,10 @@ typedef struct {
   int64_t qb;                                 /* q|k|v bias floats after Wqkv: Q (Qwen2's qkv_bias), else 0 */
   float *kvsum; /* (kvgroups + 1, 2*nkv*hd*C [+ 2*nkv*hd: k/v biases]) replicated k/v gradient exchange,
                    then the slice's earlier micro-batches' sum (kvrep > 1; kv_grad_begin) */
+  int64_t E, k;    /* mixture of experts: E experts (0: the dense MLP), k chosen a token; I is an expert's width */
+  int norm_topk;   /* renormalise the k routing weights */
+  int32_t *hoffs;  /* (E+1) host: a layer's expert groups (the balanced split under the counting backend) */
+  int64_t *load;   /* (L, E) host: tokens each expert received since sl_model_moe_load */
   float eps;
   float *inv_freq; /* (hd/2) backend memory: the RoPE frequencies (models/rope.h), B > 0 */
   float scale;     /* attention's softmax scale (sl_rope_score_scale) */
@@ -44,11 +53,13 @@ typedef struct {
   float *datt;  /* (N, A) */
   float *dqkv;  /* (N, Q) */
   float *gnorm; /* (2, C) under sp: the micro-batch's part of ln1's, ln2's weight gradient */
+  float *dyp, *dxp, *dwts, *dlogits; /* MoE: (N*k, C), (N*k, C), (N*k), (N, E) */
 } llama_priv;
 
 /* parameter views of a block's flat buffer */
 typedef struct {
   const float *ln1, *wqkv, *bqkv, *wo, *ln2, *wgu, *wd; /* bqkv: NULL without q/k/v biases */
+  const float *wr; /* MoE: the router (E, C) after ln2, then expert e's gate|up and down at wgu + e * 3*I*C (NULL: dense) */
 } blockw;
 
 static inline blockw block_views(const llama_priv *p, const float *flat) {
@@ -59,7 +70,8 @@ static inline blockw block_views(const llama_priv *p, const float *flat) {
   w.bqkv = p->qb ? w.wqkv + p->Q * C : NULL;
   w.wo = w.wqkv + p->Q * C + p->qb;
   w.ln2 = w.wo + C * p->A;
-  w.wgu = w.ln2 + C;
+  w.wr = p->E ? w.ln2 + C : NULL;
+  w.wgu = w.ln2 + C + p->E * C;
   w.wd = w.wgu + 2 * p->I * C;
   return w;
 }
@@ -70,6 +82,14 @@ static inline layer_acts *llama_layer(const sl_model *m, int l) { return sl_dec_
  * views g) summed over the TP ranks sharing it (models/llama.c). */
 void sl_llama_kv_grad_begin(sl_model *m, const blockw *g);
 int sl_llama_kv_grad_sum(sl_model *m, const blockw *g);
+/* The mixture-of-experts MLP (models/llama_moe.c; p->E > 0). */
+int sl_llama_moe_fwd(sl_model *m, llama_priv *p, int l, layer_acts *a, const blockw *w, float *out);
+int64_t sl_llama_moe_load(sl_model *m, int64_t *out);
+int sl_llama_moe_bwd(sl_model *m, llama_priv *p, const layer_acts *a, const blockw *w, const blockw *g,
+                     const float *dout, float *dln);
+int sl_llama_moe_alloc_layer(sl_model *m, llama_priv *p, layer_acts *a);
+int sl_llama_moe_alloc_scratch(sl_model *m, llama_priv *p);
+int sl_llama_moe_spec(sl_model *m, sl_unit_spec *b, int64_t l, float std);
 /* The split backward's block halves (models/llama_split.c): sl_block_kind's. */
 int64_t sl_llama_stash_numel(const sl_model *m);
 int sl_llama_bwd_input(sl_model *m, int l, const float *flat, float *stash);

@@ -141,6 +141,26 @@ def tensors_bit_equal(p1, p2):
     return True, f"{len(a)} tensors bit-identical"
 
 
+def dump_modes(ck, exe, mdir, data, w, ref, names, label):
+    """Dumps under each checkpointing mode: the "none" dump vs the reference
+    (compare_dump, label), the others bit-identical to it. Returns the
+    "none" dump's path (None when it failed)."""
+    dumps = {}
+    for mode in CKPT:
+        out = os.path.join(w, f"dump_{mode}.safetensors")
+        ok, msg = run_engine(exe, dump_args(mdir, data, out, mode), out + ".log")
+        dumps[mode] = out if ok else None
+        if not ok:
+            ck(f"dump --activation-checkpoint {mode}", False, msg)
+    if dumps["none"]:
+        compare_dump(ck, label, dumps["none"], ref, names)
+    for mode in CKPT[1:]:
+        if dumps["none"] and dumps[mode]:
+            eq, d = tensors_bit_equal(dumps["none"], dumps[mode])
+            ck(f"dump bit-identical none vs {mode}", eq, d)
+    return dumps["none"]
+
+
 def train_args(model, data, metrics, save, ckpt):
     return ["train", "--model", model, "--data", data, "--data-order", "sequential",
             "--steps", STEPS, "--micro-batch", B, "--seq-len", T, "--grad-accum", ACCUM,

@@ -58,6 +58,14 @@ class LlamaConfig:
         archs = d.get("architectures") or []
         mt = d.get("model_type")
         self.mistral = mt == "mistral" or "MistralForCausalLM" in archs
+        # Mixtral (MixtralForCausalLM): Mistral's attention and a sparse MLP
+        # of num_local_experts SwiGLU experts (block_sparse_moe), top
+        # num_experts_per_tok by the router's fp32 softmax, renormalised.
+        self.mixtral = mt == "mixtral" or "MixtralForCausalLM" in archs
+        self.num_experts = int(d.get("num_local_experts", 8)) if self.mixtral else 0
+        self.top_k = int(d.get("num_experts_per_tok", 2)) if self.mixtral else 0
+        self.norm_topk_prob = True
+        self.router_aux_loss_coef = float(d.get("router_aux_loss_coef", 0.001))
         # Qwen2 (Qwen2ForCausalLM): q/k/v with a bias, o_proj without.
         # Qwen3 (Qwen3ForCausalLM): RMSNorm over head_dim of every q and k
         # head (q_norm, k_norm) before RoPE; attention_bias on all four.
@@ -92,7 +100,7 @@ class LlamaConfig:
         qpas = d.get("query_pre_attn_scalar") if self.gemma else None
         self.attn_scale = float(qpas) ** -0.5 if qpas else 1.0 / math.sqrt(self.head_dim)
         self.rope_local_theta = float(d.get("rope_local_base_freq", 10000.0))
-        sw = d.get("sliding_window") if (self.mistral or self.gemma) else None
+        sw = d.get("sliding_window") if (self.mistral or self.mixtral or self.gemma) else None
         self.sliding_window = int(sw) if sw is not None else 0
         # Qwen2 / Qwen3: a window only with use_sliding_window, on the
         # layers i >= max_window_layers (transformers' layer_types default)
@@ -138,6 +146,13 @@ class LlamaConfig:
         if self.qkv_bias or self.mlp_bias:
             d = self._to_dict_llama()
             d.update(attention_bias=self.qkv_bias, mlp_bias=self.mlp_bias)
+            return d
+        if self.mixtral:
+            d = self._to_dict_llama()
+            d.update(architectures=["MixtralForCausalLM"], model_type="mixtral",
+                     sliding_window=self.sliding_window if self.sliding_window > 0 else None,
+                     num_local_experts=self.num_experts, num_experts_per_tok=self.top_k,
+                     router_aux_loss_coef=self.router_aux_loss_coef, output_router_logits=False)
             return d
         if self.mistral:
             d = self._to_dict_llama()
@@ -391,6 +406,49 @@ class MLP(nn.Module):
         return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
 
 
+class Expert(nn.Module):
+    """Mixtral's expert (MixtralBlockSparseTop2MLP): w2(silu(w1 x) * w3 x)."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.w1 = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.w2 = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
+        self.w3 = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class SparseMoeBlock(nn.Module):
+    """transformers' MixtralSparseMoeBlock: bias-free router, softmax over the
+    experts in fp32, top-k, the k weights divided by their sum (when
+    norm_topk_prob), each token's output the weighted sum of its k experts'.
+    Keeps the last forward's router logits and selected experts."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.gate = nn.Linear(c.hidden_size, c.num_experts, bias=False)
+        self.experts = nn.ModuleList([Expert(c) for _ in range(c.num_experts)])
+        self.top_k, self.norm = c.top_k, c.norm_topk_prob
+
+    def forward(self, x):
+        shape = x.shape
+        h = x.reshape(-1, shape[-1])
+        logits = self.gate(h)
+        w = F.softmax(logits, dim=1, dtype=torch.float)
+        w, sel = torch.topk(w, self.top_k, dim=-1)
+        if self.norm:
+            w = w / w.sum(dim=-1, keepdim=True)
+        w = w.to(h.dtype)
+        out = torch.zeros_like(h)
+        for e, expert in enumerate(self.experts):
+            tok, slot = torch.where(sel == e)
+            if tok.numel():
+                out = out.index_add(0, tok, expert(h[tok]) * w[tok, slot, None])
+        self.router_logits, self.selected = logits, sel
+        return out.reshape(shape)
+
+
 class DecoderLayer(nn.Module):
     def __init__(self, c, i=0):
         super().__init__()
@@ -403,7 +461,10 @@ class DecoderLayer(nn.Module):
         if g:  # sandwich norms
             self.pre_feedforward_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, True)
             self.post_feedforward_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, True)
-        self.mlp = MLP(c)
+        if c.mixtral:
+            self.block_sparse_moe = SparseMoeBlock(c)
+        else:
+            self.mlp = MLP(c)
         self.gemma = g
 
     def forward(self, x, cos, sin, hide=None):
@@ -411,7 +472,8 @@ class DecoderLayer(nn.Module):
             x = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), cos, sin, hide))
             return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, hide)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        mlp = self.block_sparse_moe if hasattr(self, "block_sparse_moe") else self.mlp
+        return x + mlp(self.post_attention_layernorm(x))
 
 
 class LlamaModel(nn.Module):

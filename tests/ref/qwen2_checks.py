@@ -35,20 +35,8 @@ def main():
     nb = sum(n.endswith("_proj.bias") for n in names)
     ck("reference has the q/k/v biases (2 layers x 3)", nb == 6 and cfg.qkv_bias and not cfg.o_bias, f"{nb} biases")
     ref = L.dump(ref_m, stream, E.B, E.T)
-    dumps = {}
-    for mode in E.CKPT:
-        out = os.path.join(w, f"dump_{mode}.safetensors")
-        ok, msg = E.run_engine(exe, E.dump_args(mdir, data, out, mode), out + ".log")
-        dumps[mode] = out if ok else None
-        if not ok:
-            ck(f"dump --activation-checkpoint {mode}", False, msg)
-    if dumps["none"]:
-        E.compare_dump(ck, "dump vs PyTorch: logits, loss, all grads incl. q/k/v biases (2e-5 rel)", dumps["none"],
-                       ref, names)
-    for mode in E.CKPT[1:]:
-        if dumps["none"] and dumps[mode]:
-            eq, d = E.tensors_bit_equal(dumps["none"], dumps[mode])
-            ck(f"dump bit-identical none vs {mode}", eq, d)
+    E.dump_modes(ck, exe, mdir, data, w, ref, names,
+                 "dump vs PyTorch: logits, loss, all grads incl. q/k/v biases (2e-5 rel)")
 
     # 10 AdamW steps
     ref_m = L.load_hf(mdir)
