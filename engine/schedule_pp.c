@@ -774,6 +774,11 @@ static int zb_refusal(const sl_train_cfg *c, const sl_model_config *mc) {
   if (strcmp(c->pp_schedule, "zb1p")) return SL_OK;
   int rc = sl_model_caps_of(mc, &caps);
   if (rc) return rc;
+  if (!caps.zb_split)
+    return sl_fail(SL_EINPUT,
+                   "--pp-schedule zb1p: not supported for %s (its blocks have no split backward: the mixture of "
+                   "experts); use --pp-schedule 1f1b",
+                   mc->arch_name);
   if (!caps.zb_split_accum && c->no_sync_accum)
     return sl_fail(SL_EINPUT,
                    "--pp-schedule zb1p with --no-sync-accum: not supported for %s (its split backward adds some "

@@ -981,6 +981,7 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   trainer t;
   /* pipeline.svg, next to metrics.svg */
   char ppsvg[SL_PATH_MAX + 32] = "";
+  step_out o = {0}; /* before any goto done: done frees o.moe_load */
   sl_signals_install(); /* a signal during setup stops the run after its first step */
   int rc = sl_trainer_setup(&t, cfg, world, 1);
   if (rc) goto done;
@@ -1000,7 +1001,6 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   int tty = t.rank == 0 && isatty(STDOUT_FILENO) &&
             (sl_env_set("SL_TTY") ? sl_env_bool("SL_TTY") : getenv("OMPI_COMM_WORLD_SIZE") == NULL);
   double t_start = sl_now_s(), first_loss = 0;
-  step_out o = {0};
   sl_mem_reset_peaks();
   sl_fsdp_reset_comm_stats(t.f);
   int stop_sig = 0;
