@@ -11,9 +11,7 @@
 _Static_assert(sizeof(sl_ops) == sizeof(const char *) + SL_OPS_COUNT * sizeof(void (*)(void)),
                "SL_OPS_LIST (kernels/kernels.h) must name every op field of sl_ops");
 
-/* mem_info: host-memory backends; moe_*: a backend without them refuses a
- * mixture of experts by name (models/llama.c) and runs everything else. */
-int sl_ops_optional(const char *op) { return op && (!strcmp(op, "mem_info") || !strncmp(op, "moe_", 4)); }
+int sl_ops_optional(const char *op) { return op && !strcmp(op, "mem_info"); }
 
 int sl_ops_check(const sl_ops *ops) {
   if (!ops) return sl_fail(SL_EINPUT, "kernel backend is NULL");

@@ -350,9 +350,6 @@ static int llama_init(sl_model *m, sl_decoder *d) {
     if (!(p->hoffs = calloc((size_t)(p->E + 1), sizeof *p->hoffs)) ||
         !(p->load = calloc((size_t)(d->L * p->E), sizeof *p->load)))
       return sl_fail(SL_ENOMEM, "out of memory");
-    if (m->ops && !m->ops->moe_route_fwd)
-      return sl_fail(SL_EINPUT, "%s: the %s backend has no mixture-of-experts kernels yet (use --device cpu)",
-                     c->arch_name, m->ops->name);
   }
   p->scale = sl_rope_score_scale(c);
   p->eps = (float)c->rms_norm_eps;

@@ -133,10 +133,9 @@ int sl_llama_moe_spec(sl_model *m, sl_unit_spec *b, int64_t l, float std) {
   static const char *const names[3] = {"w1", "w3", "w2"};
   for (int64_t e = 0; e < p->E; e++)
     for (int i = 0; i < 3; i++) {
-      snprintf(nm, sizeof nm, "model.layers.%lld.block_sparse_moe.experts.%lld.%s.weight", (long long)l,
-               (long long)e, names[i]);
-      if ((rc = sl_unit_add_split(m, b, nm, 2, i < 2 ? I : C, i < 2 ? C : I, 1, SL_INIT_NORMAL, std, SL_SPLIT_NONE,
-                                  1)))
+      snprintf(nm, sizeof nm, "model.layers.%lld.block_sparse_moe.experts.%lld.%s.weight", (long long)l, (long long)e,
+               names[i]);
+      if ((rc = sl_unit_add_split(m, b, nm, 2, i < 2 ? I : C, i < 2 ? C : I, 1, SL_INIT_NORMAL, std, SL_SPLIT_NONE, 1)))
         return rc;
     }
   return SL_OK;

@@ -11,36 +11,15 @@
 
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/cpu_ops.h"
+#define SL_MOE_FN static inline
+#include "kernels/moe_rows.h"
 
 static int nthr(const sl_kctx *ctx, int64_t work) { return work >= SL_CPU_PAR_MIN ? ctx->threads : 1; }
-
-/* Row t: softmax into p, the k largest into sel / w (descending; a tie goes
- * to the lower expert), renormalised when norm. */
-static void route_row(float *p, int32_t *sel, float *w, const float *lg, int64_t E, int64_t k, int norm) {
-  float mx = lg[0];
-  for (int64_t e = 1; e < E; e++) mx = lg[e] > mx ? lg[e] : mx;
-  float sum = 0;
-  for (int64_t e = 0; e < E; e++) sum += p[e] = expf(lg[e] - mx);
-  for (int64_t e = 0; e < E; e++) p[e] /= sum;
-  float ws = 0;
-  for (int64_t j = 0; j < k; j++) {
-    int32_t best = -1;
-    for (int64_t e = 0; e < E; e++) {
-      int taken = 0;
-      for (int64_t i = 0; i < j; i++) taken |= sel[i] == (int32_t)e;
-      if (!taken && (best < 0 || p[e] > p[best])) best = (int32_t)e;
-    }
-    sel[j] = best;
-    ws += w[j] = p[best];
-  }
-  if (norm)
-    for (int64_t j = 0; j < k; j++) w[j] /= ws;
-}
 
 void sl_cpu_moe_route_fwd(sl_kctx *ctx, float *probs, int32_t *sel, float *wts, int32_t *offs, int32_t *perm,
                           int32_t *pos, const float *logits, int64_t N, int64_t E, int64_t k, int norm) {
 #pragma omp parallel for num_threads(nthr(ctx, N *E)) schedule(static)
-  for (int64_t t = 0; t < N; t++) route_row(probs + t * E, sel + t * k, wts + t * k, logits + t * E, E, k, norm);
+  for (int64_t t = 0; t < N; t++) sl_moe_route_row(probs + t * E, sel + t * k, wts + t * k, logits + t * E, E, k, norm);
   /* counting sort of the slots by expert, tokens ascending within a group */
   memset(offs, 0, (size_t)(E + 1) * sizeof *offs);
   for (int64_t s = 0; s < N * k; s++) offs[sel[s] + 1]++;
@@ -58,18 +37,8 @@ void sl_cpu_moe_route_fwd(sl_kctx *ctx, float *probs, int32_t *sel, float *wts, 
 void sl_cpu_moe_route_bwd(sl_kctx *ctx, float *dlogits, const float *dwts, const float *probs, const int32_t *sel,
                           const float *wts, int64_t N, int64_t E, int64_t k, int norm) {
 #pragma omp parallel for num_threads(nthr(ctx, N *E)) schedule(static)
-  for (int64_t t = 0; t < N; t++) {
-    const float *p = probs + t * E, *dw = dwts + t * k, *w = wts + t * k;
-    const int32_t *sl = sel + t * k;
-    float dp[64], ws = 0, dot = 0, pdp = 0; /* k <= E <= 1024; k <= 64 (the model checks) */
-    for (int64_t j = 0; j < k; j++) ws += p[sl[j]];
-    for (int64_t j = 0; j < k; j++) dot += dw[j] * w[j];
-    for (int64_t j = 0; j < k; j++) dp[j] = norm ? (dw[j] - dot) / ws : dw[j];
-    for (int64_t j = 0; j < k; j++) pdp += p[sl[j]] * dp[j];
-    float *dl = dlogits + t * E;
-    for (int64_t e = 0; e < E; e++) dl[e] -= p[e] * pdp;
-    for (int64_t j = 0; j < k; j++) dl[sl[j]] += p[sl[j]] * dp[j];
-  }
+  for (int64_t t = 0; t < N; t++)
+    sl_moe_route_bwd_row(dlogits + t * E, dwts + t * k, probs + t * E, sel + t * k, wts + t * k, E, k, norm);
 }
 
 void sl_cpu_moe_permute_fwd(sl_kctx *ctx, float *xp, const float *x, const int32_t *pos, int64_t N, int64_t k,
@@ -102,8 +71,8 @@ void sl_cpu_moe_combine_fwd(sl_kctx *ctx, float *out, const float *yp, const flo
   }
 }
 
-void sl_cpu_moe_combine_bwd(sl_kctx *ctx, float *dyp, float *dwts, const float *dout, const float *yp,
-                            const float *wts, const int32_t *pos, int64_t N, int64_t k, int64_t C) {
+void sl_cpu_moe_combine_bwd(sl_kctx *ctx, float *dyp, float *dwts, const float *dout, const float *yp, const float *wts,
+                            const int32_t *pos, int64_t N, int64_t k, int64_t C) {
 #pragma omp parallel for num_threads(nthr(ctx, N *k *C)) schedule(static)
   for (int64_t s = 0; s < N * k; s++) {
     const float *g = dout + (s / k) * C, *y = yp + (int64_t)pos[s] * C;
