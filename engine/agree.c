@@ -62,8 +62,14 @@ int sl_model_canonical(const sl_model_config *c, int with_init, char *buf, size_
                (long long)c->expand, (long long)c->conv_kernel, (long long)c->time_step_rank, c->layer_norm_epsilon,
                c->use_bias, c->use_conv_bias, c->residual_in_fp32, (long long)c->pad_vocab_size_multiple);
   if (n < 0 || (size_t)n >= cap) return SL_EINTERNAL;
-  if (c->qkv_bias) { /* only then, as rope_scaling below: bias-free texts (and checkpoints) stay as they were */
-    int m = snprintf(buf + n, cap - (size_t)n, "model.qkv_bias=%d\n", c->qkv_bias);
+  /* each only when set, as rope_scaling below: bias-free texts (and checkpoints) stay as they were */
+  const struct {
+    const char *key;
+    int on;
+  } opt[] = {{"qkv_bias", c->qkv_bias}, {"o_bias", c->o_bias}, {"mlp_bias", c->mlp_bias}, {"qk_norm", c->qk_norm}};
+  for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++) {
+    if (!opt[i].on) continue;
+    int m = snprintf(buf + n, cap - (size_t)n, "model.%s=%d\n", opt[i].key, opt[i].on);
     if (m < 0 || (size_t)(n + m) >= cap) return SL_EINTERNAL;
     n += m;
   }

@@ -40,6 +40,7 @@ const char *sl_arch_name(sl_arch a) {
   case SL_ARCH_MAMBA: return "mamba";
   case SL_ARCH_QWEN2: return "qwen2";
   case SL_ARCH_MIXTRAL: return "mixtral";
+  case SL_ARCH_QWEN3: return "qwen3";
   default: return "unknown";
   }
 }
@@ -347,16 +348,63 @@ static int parse_moe(const char *p, json_t *o, sl_model_config *c) {
   return SL_OK;
 }
 
+/* layer_types (Qwen3, newer configs): accepted when every layer is
+ * "full_attention", refused naming the field otherwise. */
+static int want_full_attention(const char *p, json_t *o) {
+  json_t *lt = json_object_get(o, "layer_types");
+  if (!lt || json_is_null(lt)) return SL_OK;
+  if (!json_is_array(lt)) return sl_fail(SL_EINPUT, "%s: field 'layer_types' must be a list, found %s", p, jtype(lt));
+  for (size_t i = 0; i < json_array_size(lt); i++) {
+    json_t *e = json_array_get(lt, i);
+    if (!json_is_string(e))
+      return sl_fail(SL_EINPUT, "%s: field 'layer_types'[%zu] must be a string, found %s", p, i, jtype(e));
+    if (strcmp(json_string_value(e), "full_attention"))
+      return sl_fail(SL_EINPUT,
+                     "%s: field 'layer_types'[%zu] = \"%s\" is not supported (expected \"full_attention\": "
+                     "per-layer sliding windows are not implemented)",
+                     p, i, json_string_value(e));
+  }
+  return SL_OK;
+}
+
+/* The Llama block's options by architecture (transformers' modeling_llama.py,
+ * modeling_qwen2.py, modeling_qwen3.py): Llama's attention_bias (q/k/v/o) and
+ * mlp_bias (gate/up/down); Qwen2's q/k/v biases (o_proj unbiased, no field
+ * says so); Qwen3's per-head q/k RMSNorm with attention_bias (q/k/v/o). */
+static int parse_block_options(const char *p, json_t *o, sl_model_config *c) {
+  int rc, ab = 0;
+  if (c->arch == SL_ARCH_QWEN2 || c->arch == SL_ARCH_QWEN3) {
+    if ((rc = want_false(p, o, "use_sliding_window", "per-layer sliding windows are not implemented"))) return rc;
+  }
+  if (c->arch == SL_ARCH_QWEN2) {
+    c->qkv_bias = 1;
+    return want_false(p, o, "use_mrope", "multimodal RoPE is not implemented");
+  }
+  if (c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_MIXTRAL) {
+    if ((rc = want_false(p, o, "attention_bias", "q/k/v/o projections have no bias here")) ||
+        (rc = want_false(p, o, "mlp_bias", "MLP projections have no bias here")))
+      return rc;
+    return SL_OK;
+  }
+  if ((rc = get_bool(p, o, "attention_bias", 0, &ab))) return rc;
+  c->qkv_bias = c->o_bias = ab;
+  if (c->arch == SL_ARCH_QWEN3) {
+    c->qk_norm = 1;
+    return want_full_attention(p, o);
+  }
+  return get_bool(p, o, "mlp_bias", 0, &c->mlp_bias); /* Llama */
+}
+
 static int parse_attn(const char *p, json_t *o, sl_model_config *c) {
   int rc;
-  int mistral = c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_MIXTRAL;
+  int mistral = c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_MIXTRAL, qwen = c->arch == SL_ARCH_QWEN2 || c->arch == SL_ARCH_QWEN3;
   if ((rc = get_int(p, o, "hidden_size", 1, 0, &c->hidden_size)) ||
       (rc = get_int(p, o, "intermediate_size", 1, 0, &c->intermediate_size)) ||
       (rc = get_int(p, o, "num_hidden_layers", 1, 0, &c->num_hidden_layers)) ||
       (rc = get_int(p, o, "num_attention_heads", 1, 0, &c->num_attention_heads)) ||
       (rc = get_int(p, o, "vocab_size", 1, 0, &c->vocab_size)) ||
       (rc = get_int(p, o, "num_key_value_heads", 0, c->num_attention_heads, &c->num_key_value_heads)) ||
-      (rc = get_int(p, o, "max_position_embeddings", 0, mistral ? 131072 : c->arch == SL_ARCH_QWEN2 ? 32768 : 2048, &c->max_position_embeddings)) ||
+      (rc = get_int(p, o, "max_position_embeddings", 0, mistral ? 131072 : qwen ? 32768 : 2048, &c->max_position_embeddings)) ||
       (rc = get_num(p, o, "rms_norm_eps", 1e-6, &c->rms_norm_eps)) ||
       (rc = get_num(p, o, "rope_theta", 10000.0, &c->rope_theta)) ||
       (rc = get_num(p, o, "initializer_range", 0.02, &c->initializer_range)) ||
@@ -364,15 +412,7 @@ static int parse_attn(const char *p, json_t *o, sl_model_config *c) {
       (rc = get_int(p, o, "bos_token_id", 0, -1, &c->bos_token_id)) || (rc = get_eos(p, o, c)) ||
       (rc = want_act(p, o, "hidden_act")))
     return rc;
-  if (c->arch == SL_ARCH_QWEN2) { /* Llama with q/k/v biases (transformers' modeling_qwen2.py) */
-    c->qkv_bias = 1;
-    if ((rc = want_false(p, o, "use_sliding_window", "per-layer sliding windows are not implemented")) ||
-        (rc = want_false(p, o, "use_mrope", "multimodal RoPE is not implemented")))
-      return rc;
-  } else if ((rc = want_false(p, o, "attention_bias", "q/k/v/o projections have no bias here")) ||
-             (rc = want_false(p, o, "mlp_bias", "MLP projections have no bias here"))) {
-    return rc;
-  }
+  if ((rc = parse_block_options(p, o, c))) return rc;
   if (mistral && (rc = get_int(p, o, "sliding_window", 0, 0, &c->sliding_window))) return rc;
   if (c->arch == SL_ARCH_MIXTRAL && (rc = parse_moe(p, o, c))) return rc;
   if ((rc = want_pos_emb(p, o))) return rc;
@@ -381,7 +421,9 @@ static int parse_attn(const char *p, json_t *o, sl_model_config *c) {
     return sl_fail(SL_EINPUT, "%s: field 'num_attention_heads' must be positive, found %lld", p,
                    (long long)c->num_attention_heads);
   json_t *hd = json_object_get(o, "head_dim");
-  if (!hd || json_is_null(hd)) {
+  if ((!hd || json_is_null(hd)) && c->arch == SL_ARCH_QWEN3) {
+    c->head_dim = 128; /* Qwen3Config's default, not hidden_size / num_attention_heads */
+  } else if (!hd || json_is_null(hd)) {
     if (c->hidden_size % c->num_attention_heads != 0)
       return sl_fail(SL_EINPUT,
                      "%s: num_attention_heads = %lld does not divide hidden_size = %lld (and no "
@@ -520,7 +562,7 @@ int sl_hfconfig_validate(const char *p, const sl_model_config *c) {
   if (c->max_position_embeddings < 0 || c->max_position_embeddings > CFG_MAX_POS) /* 0: unset */
     return posl(p, "max_position_embeddings", c->max_position_embeddings, CFG_MAX_POS);
   if (c->arch == SL_ARCH_LLAMA || c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_QWEN2 ||
-      c->arch == SL_ARCH_MIXTRAL) {
+      c->arch == SL_ARCH_QWEN3 || c->arch == SL_ARCH_MIXTRAL) {
     if ((rc = posl(p, "intermediate_size", c->intermediate_size, CFG_MAX_INTER)) ||
         (rc = posl(p, "num_attention_heads", c->num_attention_heads, CFG_MAX_HEADS)) ||
         (rc = posl(p, "num_key_value_heads", c->num_key_value_heads, CFG_MAX_HEADS)) ||
@@ -568,6 +610,7 @@ static const struct {
     {"MistralForCausalLM", "mistral", SL_ARCH_MISTRAL},
     {"MambaForCausalLM", "mamba", SL_ARCH_MAMBA},
     {"Qwen2ForCausalLM", "qwen2", SL_ARCH_QWEN2},
+    {"Qwen3ForCausalLM", "qwen3", SL_ARCH_QWEN3},
     {"MixtralForCausalLM", "mixtral", SL_ARCH_MIXTRAL},
 };
 
@@ -601,7 +644,8 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
     if (!c->arch) {
       rc = sl_fail(SL_EINPUT,
                    "%s: unknown architecture '%s' in 'architectures' (supported: "
-                   "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM, MambaForCausalLM)",
+                   "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
+                   "MambaForCausalLM)",
                    p, a);
       goto done;
     }
@@ -616,7 +660,7 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
     if (!c->arch) {
       rc = sl_fail(SL_EINPUT,
                    "%s: unknown architecture: model_type '%s' (supported: llama, "
-                   "mistral, qwen2, mixtral, mamba)",
+                   "mistral, qwen2, qwen3, mixtral, mamba)",
                    p, a);
       goto done;
     }
@@ -767,9 +811,12 @@ int sl_hfconfig_save(const char *path, const sl_model_config *c) {
     } else if (c->arch == SL_ARCH_QWEN2) { /* q/k/v biases are Qwen2's own; no field says so */
       SETB("use_sliding_window", 0);
       SETB("use_mrope", 0);
+    } else if (c->arch == SL_ARCH_QWEN3) { /* q/k norms are Qwen3's own */
+      SETB("attention_bias", c->o_bias);
+      SETB("use_sliding_window", 0);
     } else {
-      SETB("attention_bias", 0);
-      SETB("mlp_bias", 0);
+      SETB("attention_bias", c->o_bias);
+      SETB("mlp_bias", c->mlp_bias);
     }
     SETR("attention_dropout", 0.0);
   } else {

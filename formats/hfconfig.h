@@ -13,7 +13,15 @@
 extern "C" {
 #endif
 
-typedef enum { SL_ARCH_UNKNOWN = 0, SL_ARCH_LLAMA, SL_ARCH_MISTRAL, SL_ARCH_MAMBA, SL_ARCH_QWEN2, SL_ARCH_MIXTRAL } sl_arch;
+typedef enum {
+  SL_ARCH_UNKNOWN = 0,
+  SL_ARCH_LLAMA,
+  SL_ARCH_MISTRAL,
+  SL_ARCH_MAMBA,
+  SL_ARCH_QWEN2,
+  SL_ARCH_QWEN3,
+  SL_ARCH_MIXTRAL
+} sl_arch;
 
 /* config.json's rope_scaling (docs/formats.md): the rules of transformers'
  * modeling_rope_utils.py that give fixed frequencies. "dynamic" (NTK, which
@@ -38,7 +46,7 @@ const char *sl_rope_type_name(sl_rope_type t); /* "default", "linear", "llama3",
 
 typedef struct {
   sl_arch arch;
-  char arch_name[64]; /* "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "MambaForCausalLM" */
+  char arch_name[64]; /* "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MambaForCausalLM" */
   /* common */
   int64_t hidden_size;                /* H */
   int64_t intermediate_size;          /* MLP width (Llama/Mistral); expand*H (Mamba) */
@@ -58,7 +66,10 @@ typedef struct {
   double rope_theta;            /* default 10000 */
   sl_rope_scaling rope_scaling; /* default: none */
   int64_t sliding_window;       /* Mistral; 0 = none (also for null); Qwen2: 0 (use_sliding_window false) */
-  int qkv_bias;                 /* q/k/v projections have a bias (Qwen2); o_proj and the MLP never */
+  int qkv_bias;                 /* q/k/v projections have a bias (Qwen2; Llama/Qwen3 attention_bias) */
+  int o_bias;                   /* o_proj has a bias (Llama/Qwen3 attention_bias; never Qwen2) */
+  int mlp_bias;                 /* gate/up/down projections have a bias (Llama mlp_bias) */
+  int qk_norm;                  /* per-head RMSNorm of q and k over head_dim before RoPE (Qwen3) */
   /* mixture of experts (Mixtral; docs/models.md): 0 experts = a dense MLP */
   int64_t moe_experts;         /* E: num_local_experts */
   int64_t moe_topk;            /* k: num_experts_per_tok */
@@ -81,7 +92,7 @@ typedef struct {
   int64_t pad_vocab_size_multiple; /* state-spaces only (1 otherwise) */
 } sl_model_config;
 
-const char *sl_arch_name(sl_arch a); /* "llama", "mistral", "qwen2", "mamba" */
+const char *sl_arch_name(sl_arch a); /* "llama", "mistral", "qwen2", "qwen3", "mamba" */
 
 /* Parses and validates config.json text (len bytes, need not be 0-terminated).
  * path_for_msgs is only used in messages. This is the fuzzing entry point. */

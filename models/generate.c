@@ -81,7 +81,7 @@ static void head(sl_gen *g) {
   matvec(g->logits, head_weight(g), g->h, g->V, g->C, NULL);
 }
 
-/* ---- Llama / Mistral / Qwen2: one position through the K/V cache ---------------------- */
+/* ---- Llama / Mistral / Qwen2 / Qwen3: one position through the K/V cache ---------------------- */
 static void rope(const sl_gen *g, float *v, int64_t nheads, int64_t pos) {
   int64_t h2 = g->hd / 2;
   for (int64_t i = 0; i < h2; i++) {
@@ -104,10 +104,14 @@ static void llama_step(sl_gen *g, int32_t tok) {
     int u = (int)l + 1;
     float *kr = g->kc[l] + p * KV, *vr = g->vc[l] + p * KV;
     rmsnorm(g->h, g->x, tens(g, u, "input_layernorm.weight"), C, eps);
-    /* the biases: Qwen2's (NULL when the block has none) */
+    /* the biases: Qwen2's, Llama's / Qwen3's attention_bias and Llama's mlp_bias (NULL when the block has none) */
     matvec(g->q, tens(g, u, "q_proj.weight"), g->h, nh * hd, C, tens(g, u, "q_proj.bias"));
     matvec(kr, tens(g, u, "k_proj.weight"), g->h, KV, C, tens(g, u, "k_proj.bias"));
     matvec(vr, tens(g, u, "v_proj.weight"), g->h, KV, C, tens(g, u, "v_proj.bias"));
+    if (g->c.qk_norm) { /* Qwen3: each q and k head over head_dim, before RoPE */
+      for (int64_t h = 0; h < nh; h++) rmsnorm(g->q + h * hd, g->q + h * hd, tens(g, u, "q_norm.weight"), hd, eps);
+      for (int64_t h = 0; h < nkv; h++) rmsnorm(kr + h * hd, kr + h * hd, tens(g, u, "k_norm.weight"), hd, eps);
+    }
     rope(g, g->q, nh, p);
     rope(g, kr, nkv, p);
     for (int64_t h = 0; h < nh; h++) {
@@ -129,13 +133,13 @@ static void llama_step(sl_gen *g, int32_t tok) {
         y[i] = (float)acc;
       }
     }
-    matvec(g->h, tens(g, u, "o_proj.weight"), g->att, C, nh * hd, NULL);
+    matvec(g->h, tens(g, u, "o_proj.weight"), g->att, C, nh * hd, tens(g, u, "o_proj.bias"));
     for (int64_t i = 0; i < C; i++) g->x[i] += g->h[i];
     rmsnorm(g->h, g->x, tens(g, u, "post_attention_layernorm.weight"), C, eps);
-    matvec(g->a, tens(g, u, "gate_proj.weight"), g->h, I, C, NULL);
-    matvec(g->b, tens(g, u, "up_proj.weight"), g->h, I, C, NULL);
+    matvec(g->a, tens(g, u, "gate_proj.weight"), g->h, I, C, tens(g, u, "gate_proj.bias"));
+    matvec(g->b, tens(g, u, "up_proj.weight"), g->h, I, C, tens(g, u, "up_proj.bias"));
     for (int64_t i = 0; i < I; i++) g->a[i] = silu(g->a[i]) * g->b[i];
-    matvec(g->h, tens(g, u, "down_proj.weight"), g->a, C, I, NULL);
+    matvec(g->h, tens(g, u, "down_proj.weight"), g->a, C, I, tens(g, u, "down_proj.bias"));
     for (int64_t i = 0; i < C; i++) g->x[i] += g->h[i];
   }
   head(g);

@@ -1,12 +1,17 @@
-/* models/llama.c — the Llama / Mistral block kind of the decoder skeleton
- * (models/decoder.h, which owns the embedding, the head, the residual
- * stream, activation sets and the split backward's scaffolding).
+/* models/llama.c — the Llama / Mistral / Qwen2 / Qwen3 block kind of the
+ * decoder skeleton (models/decoder.h, which owns the embedding, the head,
+ * the residual stream, activation sets and the split backward's scaffolding).
  *
  * Units: 0 = embedding; 1..L = decoder blocks; L+1 = final norm + LM head.
  * A block's tensors are packed so that q/k/v and gate/up are each one
- * contiguous matrix and run as one GEMM:
+ * contiguous matrix and run as one GEMM ([...]: only when the config has it):
  *   ln1 (C) | Wq (nh*hd, C) Wk (nkv*hd, C) Wv (nkv*hd, C) | [bq (nh*hd) bk (nkv*hd)
- *   bv (nkv*hd): Qwen2 only] | Wo (C, nh*hd) | ln2 (C) | Wgate (I, C) Wup (I, C) | Wdown (C, I)
+ *   bv (nkv*hd): Qwen2, attention_bias] | Wo (C, nh*hd) | [bo (C): attention_bias,
+ *   not Qwen2] | [q_norm (hd) k_norm (hd): Qwen3] | ln2 (C) | Wgate (I, C) Wup (I, C) |
+ *   [bgate (I) bup (I): mlp_bias] | Wdown (C, I) | [bdown (C): mlp_bias]
+ * A row-parallel projection's bias (bo, bdown) is whole on every TP rank;
+ * rank 0 adds it to its partial sum (sl_llama_row_bias), so the sum holds it
+ * once, and every rank takes its gradient from the whole output gradient.
  * Tensor parallelism over T ranks (Megatron, m->access.tp): heads split by T,
  * so a rank's block holds its nh/T query heads' rows of Wq, its k/v heads'
  * rows of Wk/Wv (one shared KV group when nkv < T: replicated over the T/nkv
@@ -41,6 +46,7 @@
 #include "base/base.h"
 #include "models/llama_internal.h"
 #include "models/rope.h"
+#include "models/vocab_parallel.h"
 
 static void llama_destroy(sl_model *m) {
   llama_priv *p = sl_dec(m)->blk;
@@ -51,6 +57,49 @@ static void llama_destroy(sl_model *m) {
 
 static void block_attn_core(sl_model *m, llama_priv *p, layer_acts *a) {
   m->ops->attention_fwd(m->k, a->att, a->lse, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, p->window, p->scale, m->seg);
+}
+
+/* Qwen3's per-head RMSNorm of q and k over head_dim (transformers'
+ * Qwen3Attention: q_norm / k_norm after the projection, before RoPE). A
+ * token's q (then k) heads are hd-wide slices of its Q-wide row of packed
+ * q|k|v: one strided rmsnorm (ld = Q) per head over the N tokens. v is not
+ * normalised: qkr keeps the projection's output, qkv gets the normalised
+ * q/k heads. */
+static void qk_norm_fwd(sl_model *m, const llama_priv *p, layer_acts *a, const blockw *w) {
+  int64_t N = p->N, hd = p->hd;
+  m->ops->copy(m->k, a->qkr, a->qkv, (size_t)(N * p->Q) * 4);
+  for (int64_t h = 0; h < p->nh + p->nkv; h++)
+    m->ops->rmsnorm_fwd(m->k, a->qkv + h * hd, a->qkrs + h * N, a->qkr + h * hd, h < p->nh ? w->qn : w->kn, N, hd,
+                        p->Q, p->eps);
+}
+
+/* The input half: dy = dqkv (the gradient after the norms); the q/k heads
+ * of dqkv are zeroed (a norm with weight 0 writes exact zeros over the finite
+ * qkr), then receive rmsnorm_bwd's input gradient from dy; v's stay. */
+void sl_llama_qk_norm_bwd_input(sl_model *m, const layer_acts *a, const blockw *w, float *dy) {
+  llama_priv *p = sl_dec(m)->blk;
+  int64_t N = p->N, hd = p->hd, Q = p->Q;
+  m->ops->copy(m->k, dy, p->dqkv, (size_t)(N * Q) * 4);
+  m->ops->zero(m->k, p->zhd, (size_t)hd * 4);
+  for (int64_t h = 0; h < p->nh + p->nkv; h++) {
+    m->ops->rmsnorm_fwd(m->k, p->dqkv + h * hd, p->rjunk, a->qkr + h * hd, p->zhd, N, hd, Q, p->eps);
+    m->ops->rmsnorm_bwd(m->k, p->dqkv + h * hd, NULL, dy + h * hd, a->qkr + h * hd, h < p->nh ? w->qn : w->kn,
+                        a->qkrs + h * N, N, hd, Q);
+  }
+}
+
+/* The weight half: g.qn, g.kn (contiguous, 2*hd) += the norms' weight
+ * gradients from dy. Under TP a rank's heads give a part of them (a k/v
+ * slice shared by kvrep ranks: each its query heads' part), summed over the
+ * TP group through gqk (only this micro-batch's: sl_sp_norm_dw). */
+int sl_llama_qk_norm_bwd_weight(sl_model *m, const layer_acts *a, const blockw *w, const blockw *g, const float *dy) {
+  llama_priv *p = sl_dec(m)->blk;
+  int64_t N = p->N, hd = p->hd;
+  float *gw = m->tp_size > 1 ? sl_sp_norm_dw(m, p->gqk, 2 * hd) : (float *)g->qn;
+  for (int64_t h = 0; h < p->nh + p->nkv; h++)
+    m->ops->rmsnorm_bwd(m->k, NULL, h < p->nh ? gw : gw + hd, dy + h * hd, a->qkr + h * hd, h < p->nh ? w->qn : w->kn,
+                        a->qkrs + h * N, N, hd, p->Q);
+  return m->tp_size > 1 ? sl_sp_norm_dw_sum(m, (float *)g->qn, p->gqk, 2 * hd) : SL_OK;
 }
 
 /* Forward of block l from x into a; writes the block output to out unless
@@ -69,9 +118,10 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   int rc = sl_dec_norm_gathered(m, a->ln1, a->rstd1, x, w.ln1, p->eps);
   if (rc) return rc;
   o->linear_fwd(k, a->qkv, a->ln1, w.wqkv, w.bqkv, N, C, p->Q);
+  if (p->qkn) qk_norm_fwd(m, p, a, &w);
   o->rope_fwd(k, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
   block_attn_core(m, p, a);
-  o->linear_fwd(k, p->sp ? dln : a->xmid, a->att, w.wo, NULL, N, p->A, C);
+  o->linear_fwd(k, p->sp ? dln : a->xmid, a->att, w.wo, sl_llama_row_bias(m, w.bo), N, p->A, C);
   if ((rc = sl_dec_row_parallel_sum(m, dln, a->xmid))) return rc;
   o->add_inplace(k, a->xmid, x, n * C);
   if ((rc = sl_dec_norm_gathered(m, a->ln2, a->rstd2, a->xmid, w.ln2, p->eps))) return rc;
@@ -80,10 +130,10 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
     if (out) o->add_inplace(k, out, a->xmid, n * C);
     return SL_OK;
   }
-  o->linear_fwd(k, a->gu, a->ln2, w.wgu, NULL, N, C, 2 * p->I);
+  o->linear_fwd(k, a->gu, a->ln2, w.wgu, w.bgu, N, C, 2 * p->I);
   o->swiglu_fwd(k, a->h, a->gu, N, p->I);
   if (out) {
-    o->linear_fwd(k, p->sp ? dln : out, a->h, w.wd, NULL, N, p->I, C);
+    o->linear_fwd(k, p->sp ? dln : out, a->h, w.wd, sl_llama_row_bias(m, w.bd), N, p->I, C);
     if ((rc = sl_dec_row_parallel_sum(m, dln, out))) return rc;
     o->add_inplace(k, out, a->xmid, n * C);
   }
@@ -156,22 +206,26 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
     if ((rc = sl_llama_moe_bwd(m, p, a, &w, &g, dout, dln))) return rc;
   } else {
     m->ops->zero(m->k, p->dh, (size_t)(N * p->I) * 4);
-    o->linear_bwd(k, p->dh, (float *)g.wd, NULL, dout, a->h, w.wd, N, p->I, C);
+    o->linear_bwd(k, p->dh, (float *)g.wd, (float *)g.bd, dout, a->h, w.wd, N, p->I, C);
     m->ops->zero(m->k, p->dgu, (size_t)(N * 2 * p->I) * 4);
     o->swiglu_bwd(k, p->dgu, p->dh, a->gu, N, p->I);
     m->ops->zero(m->k, dln, (size_t)(N * C) * 4);
-    o->linear_bwd(k, dln, (float *)g.wgu, NULL, p->dgu, a->ln2, w.wgu, N, C, 2 * p->I);
+    o->linear_bwd(k, dln, (float *)g.wgu, (float *)g.bgu, p->dgu, a->ln2, w.wgu, N, C, 2 * p->I);
   }
   if ((rc = sl_dec_row_parallel_sum(m, dln, dn))) return rc;
   o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.ln2, p->gnorm + C), dn, a->xmid, w.ln2, a->rstd2, n, C, C);
   /* attention */
   if (p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
   m->ops->zero(m->k, p->datt, (size_t)(N * p->A) * 4);
-  o->linear_bwd(k, p->datt, (float *)g.wo, NULL, dout, a->att, w.wo, N, p->A, C);
+  o->linear_bwd(k, p->datt, (float *)g.wo, (float *)g.bo, dout, a->att, w.wo, N, p->A, C);
   m->ops->zero(m->k, p->dqkv, (size_t)(N * p->Q) * 4);
   o->attention_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd, p->window, p->scale,
                    m->seg);
   o->rope_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
+  if (p->qkn) {
+    sl_llama_qk_norm_bwd_input(m, a, &w, p->dqn);
+    if ((rc = sl_llama_qk_norm_bwd_weight(m, a, &w, &g, p->dqn))) return rc;
+  }
   m->ops->zero(m->k, dln, (size_t)(N * C) * 4);
   if (p->kvrep > 1) kv_grad_begin(m, p, &g);
   o->linear_bwd(k, dln, (float *)g.wqkv, (float *)g.bqkv, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
@@ -258,6 +312,8 @@ static int llama_alloc_layer(sl_model *m, void *layer, int recomputed, const voi
     if (!(a->gu = sl_model_buf(m, N * kk * 2 * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->h = sl_model_buf(m, N * kk * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (p->E && sl_llama_moe_alloc_layer(m, p, a)) return SL_ENOMEM;
+    if (p->qkn && !(a->qkr = sl_model_buf(m, N * p->Q, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (p->qkn && !(a->qkrs = sl_model_buf(m, N * (p->nh + p->nkv), SL_ARENA_ACTS))) return SL_ENOMEM;
   }
   return SL_OK;
 }
@@ -273,6 +329,11 @@ static int llama_alloc_scratch(sl_model *m) {
       !(p->dqkv = sl_model_buf(m, N * p->Q, SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
   if (p->sp && !(p->gnorm = sl_model_buf(m, 2 * C, SL_ARENA_WORKSPACE))) return SL_ENOMEM;
+  if (p->qkn && (!(p->dqn = sl_model_buf(m, N * p->Q, SL_ARENA_WORKSPACE)) ||
+                 !(p->zhd = sl_model_buf(m, p->hd, SL_ARENA_WORKSPACE)) ||
+                 !(p->rjunk = sl_model_buf(m, N, SL_ARENA_WORKSPACE)) ||
+                 (m->tp_size > 1 && !(p->gqk = sl_model_buf(m, 2 * p->hd, SL_ARENA_WORKSPACE)))))
+    return SL_ENOMEM;
   if (p->kvrep > 1 &&
       !(p->kvsum = sl_model_buf(m, (p->kvgroups + 1) * (2 * p->nkv * p->hd * C + kv_bias_numel(p)), SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
@@ -302,11 +363,22 @@ static int llama_spec(sl_model *m, sl_unit_spec *b, int64_t l) {
     ADD("self_attn.v_proj.bias", 1, nkv * p->hd, 0, 0, SL_INIT_ZEROS, SL_SPLIT_COL, nkv_parts);
   }
   ADD("self_attn.o_proj.weight", 2, C, nh * p->hd, 1, SL_INIT_NORMAL, SL_SPLIT_ROW, T);
+  /* a row-parallel projection's bias is whole on every rank (added once: sl_llama_row_bias) */
+  if (c->o_bias) { ADD("self_attn.o_proj.bias", 1, C, 0, 0, SL_INIT_ZEROS, SL_SPLIT_NONE, 1); }
+  if (c->qk_norm) { /* replicated over TP; their gradients summed over it */
+    ADD("self_attn.q_norm.weight", 1, p->hd, 0, 0, SL_INIT_ONES, SL_SPLIT_NONE, 1);
+    ADD("self_attn.k_norm.weight", 1, p->hd, 0, 0, SL_INIT_ONES, SL_SPLIT_NONE, 1);
+  }
   ADD("post_attention_layernorm.weight", 1, C, 0, 0, SL_INIT_ONES, SL_SPLIT_NONE, 1);
   if (p->E) return sl_llama_moe_spec(m, b, l, std);
   ADD("mlp.gate_proj.weight", 2, I, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
   ADD("mlp.up_proj.weight", 2, I, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
+  if (c->mlp_bias) {
+    ADD("mlp.gate_proj.bias", 1, I, 0, 0, SL_INIT_ZEROS, SL_SPLIT_COL, T);
+    ADD("mlp.up_proj.bias", 1, I, 0, 0, SL_INIT_ZEROS, SL_SPLIT_COL, T);
+  }
   ADD("mlp.down_proj.weight", 2, C, I, 1, SL_INIT_NORMAL, SL_SPLIT_ROW, T);
+  if (c->mlp_bias) { ADD("mlp.down_proj.bias", 1, C, 0, 0, SL_INIT_ZEROS, SL_SPLIT_NONE, 1); }
 #undef ADD
   return SL_OK;
 }
@@ -340,6 +412,10 @@ static int llama_init(sl_model *m, sl_decoder *d) {
   p->hd = c->head_dim;
   p->Q = (p->nh + 2 * p->nkv) * p->hd;
   p->qb = c->qkv_bias ? p->Q : 0;
+  p->ob = c->o_bias ? p->C : 0;
+  p->qkn = c->qk_norm ? 2 * c->head_dim : 0;
+  p->mb = c->mlp_bias ? 2 * (c->intermediate_size / T) : 0;
+  p->db = c->mlp_bias ? p->C : 0;
   p->A = p->nh * p->hd;
   p->I = c->intermediate_size / T;
   p->window = c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_MIXTRAL ? c->sliding_window : 0;

@@ -1,4 +1,4 @@
-/* models/llama_internal.h — the private state of the Llama/Mistral block
+/* models/llama_internal.h — the private state of the Llama/Mistral/Qwen block
  * kind (models/llama.c), shared with the split backward of zero-bubble
  * pipeline schedules (models/llama_split.c). Not part of the model
  * interface. */
@@ -25,17 +25,23 @@ typedef struct {
   float *wts;            /* (N, k) routing weights */
   int32_t *sel, *perm, *pos, *offs; /* (N, k), (N*k), (N*k), (E+1) the choices and the expert grouping */
   float *xp, *yp;        /* (N*k, C) the permuted ln2 rows and the experts' outputs */
+  float *qkr;   /* (N, Q) q|k|v before the q/k norms (Qwen3's qk_norm; NULL without) */
+  float *qkrs;  /* (nh + nkv, N) the q/k norms' rstd, head by head (qk_norm) */
 } layer_acts;
 
-/* Qwen2's q/k/v biases: (Q) after the packed Wqkv, so the qkv GEMM adds one
- * bias vector (models/llama.c's layout). */
+/* The q/k/v biases (Qwen2; Llama / Qwen3 attention_bias): (Q) after the
+ * packed Wqkv, so the qkv GEMM adds one bias vector; o_proj's (C) after Wo;
+ * Qwen3's q/k norm weights (hd each) after that; gate|up's (2I) after Wgu,
+ * down_proj's (C) after Wd (Llama mlp_bias). models/llama.c's layout. */
 
 /* The block kind's state (sl_dec(m)->blk); the skeleton's (the residual
  * stream, activation sets, head, dres, dln, xl) is models/decoder.h's. */
 typedef struct {
   int64_t N, C, nh, nkv, hd, Q, A, I, window; /* nh, nkv, Q, A, I: this TP rank's */
   int64_t kvrep, kvslot, kvgroups;            /* k/v slice shared by kvrep TP ranks; its index of kvgroups */
-  int64_t qb;                                 /* q|k|v bias floats after Wqkv: Q (Qwen2's qkv_bias), else 0 */
+  int64_t qb;                                 /* q|k|v bias floats after Wqkv: Q (qkv_bias), else 0 */
+  int64_t ob, qkn, mb; /* floats of o_proj's bias (C or 0), the q/k norms (2*hd or 0), gate|up's bias (2I or 0) */
+  int64_t db;          /* floats of down_proj's bias (C or 0) */
   float *kvsum; /* (kvgroups + 1, 2*nkv*hd*C [+ 2*nkv*hd: k/v biases]) replicated k/v gradient exchange,
                    then the slice's earlier micro-batches' sum (kvrep > 1; kv_grad_begin) */
   int64_t E, k;    /* mixture of experts: E experts (0: the dense MLP), k chosen a token; I is an expert's width */
@@ -54,11 +60,15 @@ typedef struct {
   float *dqkv;  /* (N, Q) */
   float *gnorm; /* (2, C) under sp: the micro-batch's part of ln1's, ln2's weight gradient */
   float *dyp, *dxp, *dwts, *dlogits; /* MoE: (N*k, C), (N*k, C), (N*k), (N, E) */
+  float *dqn;   /* (N, Q) qk_norm: the gradient of q|k|v after the norms (before: dqkv) */
+  float *gqk;   /* (2, hd) qk_norm under TP: the micro-batch's part of the q/k norms' weight gradient */
+  float *zhd;   /* (hd) qk_norm: zeros (a norm of weight 0 zeroes the q/k heads of dqkv) */
+  float *rjunk; /* (N) qk_norm: that zeroing norm's discarded rstd */
 } llama_priv;
 
 /* parameter views of a block's flat buffer */
 typedef struct {
-  const float *ln1, *wqkv, *bqkv, *wo, *ln2, *wgu, *wd; /* bqkv: NULL without q/k/v biases */
+  const float *ln1, *wqkv, *bqkv, *wo, *bo, *qn, *kn, *ln2, *wgu, *bgu, *wd, *bd; /* the optional ones NULL when absent */
   const float *wr; /* MoE: the router (E, C) after ln2, then expert e's gate|up and down at wgu + e * 3*I*C (NULL: dense) */
 } blockw;
 
@@ -69,10 +79,15 @@ static inline blockw block_views(const llama_priv *p, const float *flat) {
   w.wqkv = w.ln1 + C;
   w.bqkv = p->qb ? w.wqkv + p->Q * C : NULL;
   w.wo = w.wqkv + p->Q * C + p->qb;
-  w.ln2 = w.wo + C * p->A;
+  w.bo = p->ob ? w.wo + C * p->A : NULL;
+  w.qn = p->qkn ? w.wo + C * p->A + p->ob : NULL;
+  w.kn = p->qkn ? w.qn + p->hd : NULL;
+  w.ln2 = w.wo + C * p->A + p->ob + p->qkn;
   w.wr = p->E ? w.ln2 + C : NULL;
   w.wgu = w.ln2 + C + p->E * C;
-  w.wd = w.wgu + 2 * p->I * C;
+  w.bgu = p->mb ? w.wgu + 2 * p->I * C : NULL;
+  w.wd = w.wgu + 2 * p->I * C + p->mb;
+  w.bd = p->db ? w.wd + C * p->I : NULL;
   return w;
 }
 
@@ -90,6 +105,16 @@ int sl_llama_moe_bwd(sl_model *m, llama_priv *p, const layer_acts *a, const bloc
 int sl_llama_moe_alloc_layer(sl_model *m, llama_priv *p, layer_acts *a);
 int sl_llama_moe_alloc_scratch(sl_model *m, llama_priv *p);
 int sl_llama_moe_spec(sl_model *m, sl_unit_spec *b, int64_t l, float std);
+/* A row-parallel projection's bias (o_proj, down_proj) as this TP rank adds
+ * it to its partial sum: rank 0's only, so the reduction adds it once. */
+static inline const float *sl_llama_row_bias(const sl_model *m, const float *b) { return m->tp_rank ? NULL : b; }
+/* Qwen3's q/k norms (models/llama.c). Forward: a->qkr keeps q|k|v, the
+ * q/k heads of a->qkv are normalised. Input half: dqkv (after RoPE's
+ * backward) is copied to dy (N, Q) and becomes the gradient before the
+ * norms; weight half: the norms' weight gradients from dy into g.qn, g.kn
+ * (summed over TP: each rank's heads are a part). */
+void sl_llama_qk_norm_bwd_input(sl_model *m, const layer_acts *a, const blockw *w, float *dy);
+int sl_llama_qk_norm_bwd_weight(sl_model *m, const layer_acts *a, const blockw *w, const blockw *g, const float *dy);
 /* The split backward's block halves (models/llama_split.c): sl_block_kind's. */
 int64_t sl_llama_stash_numel(const sl_model *m);
 int sl_llama_bwd_input(sl_model *m, int l, const float *flat, float *stash);

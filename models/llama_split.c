@@ -7,8 +7,9 @@
  * NULL and keeps, per micro-batch and unit, the stash W needs: the output
  * gradients of the linears and the gradients reaching the norms' outputs.
  * W runs the weight-gradient GEMMs and the norms' weight gradients from the
- * stash and the micro-batch's activation set (Qwen2's q/k/v bias gradient
- * with the qkv weight GEMM, the same linear_bwd call). Each weight gradient is then
+ * stash and the micro-batch's activation set (a bias gradient with its
+ * weight GEMM, the same linear_bwd call; the q/k norms' weight gradients
+ * from dqn). Each weight gradient is then
  * computed by the same kernel call on the same inputs into the same buffer
  * as llama_bwd computes it (linear_bwd's dW GEMM is its own call whether or
  * not the input gradient is asked for; rmsnorm_bwd's and lmhead_ce_bwd's
@@ -21,6 +22,8 @@
  *   datt (N, C) gradient of the attention's residual (dout of Wo)
  *   dqkv (N, Q) gradient of q|k|v after RoPE's backward (dout of Wqkv)
  *   dln1 (N, C) gradient of the first norm's output
+ *   dqn  (N, Q) Qwen3's q_norm/k_norm only: the gradient of q|k|v after the
+ *        norms (their weight gradients' dout)
  * The embedding's and the head's halves are the skeleton's
  * (models/decoder.c, models/lmhead_split.c).
  * Activation checkpointing: what the unsplit backward recomputes (the
@@ -45,11 +48,11 @@
 
 int64_t sl_llama_stash_numel(const sl_model *m) {
   const llama_priv *p = sl_dec(m)->blk;
-  return p->N * (4 * p->C + 2 * p->I + p->Q);
+  return p->N * (4 * p->C + 2 * p->I + p->Q + (p->qkn ? p->Q : 0));
 }
 
 typedef struct {
-  float *dmlp, *dgu, *dln2, *datt, *dqkv, *dln1;
+  float *dmlp, *dgu, *dln2, *datt, *dqkv, *dln1, *dqn;
 } block_stash;
 
 static block_stash stash_views(const llama_priv *p, const float *s) {
@@ -61,6 +64,7 @@ static block_stash stash_views(const llama_priv *p, const float *s) {
   b.datt = b.dln2 + N * C;
   b.dqkv = b.datt + N * C;
   b.dln1 = b.dqkv + N * p->Q;
+  b.dqn = p->qkn ? b.dln1 + N * C : NULL;
   return b;
 }
 
@@ -103,6 +107,7 @@ int sl_llama_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
   o->attention_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd, p->window,
                    p->scale, m->seg);
   o->rope_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
+  if (p->qkn) sl_llama_qk_norm_bwd_input(m, a, &w, s.dqn);
   o->copy(k, s.dqkv, p->dqkv, (size_t)(N * p->Q) * 4);
   o->zero(k, dln, (size_t)(N * C) * 4);
   o->linear_bwd(k, dln, NULL, NULL, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
@@ -126,11 +131,12 @@ int sl_llama_bwd_weight(sl_model *m, int l, const float *flat, float *grads, con
   layer_acts *a = llama_layer(m, l);
   blockw w = block_views(p, flat), g = block_views(p, grads);
   block_stash s = stash_views(p, stash);
-  o->linear_bwd(k, NULL, (float *)g.wd, NULL, s.dmlp, a->h, w.wd, N, p->I, C);
-  o->linear_bwd(k, NULL, (float *)g.wgu, NULL, s.dgu, a->ln2, w.wgu, N, C, 2 * p->I);
+  o->linear_bwd(k, NULL, (float *)g.wd, (float *)g.bd, s.dmlp, a->h, w.wd, N, p->I, C);
+  o->linear_bwd(k, NULL, (float *)g.wgu, (float *)g.bgu, s.dgu, a->ln2, w.wgu, N, C, 2 * p->I);
   o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.ln2, p->gnorm + C), s.dln2, a->xmid, w.ln2, a->rstd2, p->n, C,
                  C);
-  o->linear_bwd(k, NULL, (float *)g.wo, NULL, s.datt, a->att, w.wo, N, p->A, C);
+  o->linear_bwd(k, NULL, (float *)g.wo, (float *)g.bo, s.datt, a->att, w.wo, N, p->A, C);
+  if (p->qkn && (rc = sl_llama_qk_norm_bwd_weight(m, a, &w, &g, s.dqn))) return rc;
   if (p->kvrep > 1) sl_llama_kv_grad_begin(m, &g);
   o->linear_bwd(k, NULL, (float *)g.wqkv, (float *)g.bqkv, s.dqkv, a->ln1, w.wqkv, N, C, p->Q);
   if (p->kvrep > 1 && (rc = sl_llama_kv_grad_sum(m, &g))) return rc;

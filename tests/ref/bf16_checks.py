@@ -2,7 +2,7 @@
 
 Usage: bf16_checks.py --shardlm PATH --work DIR
 Checks (one line each, then "N passed, M failed"), for a tiny GQA Llama,
-untied and tied, and a tiny Mamba (tied):
+untied and tied, a tiny Qwen3 (q/k norms, head_dim 24) and a tiny Mamba (tied):
   1. the reference's fp32 path (bf16_ref, rounding off) equals llama_ref's /
      mamba_ref's model (5e-6): the bf16 reference is the same network;
   2. engine bf16 dump vs reference bf16: logits, loss, every parameter
@@ -59,6 +59,9 @@ def main():
                                                        vocab=VOCAB), seed=11, std=0.08, norm_jitter=0.1)),
               ("tied", L, L.init_model(L.make_config(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=160,
                                                      vocab=VOCAB, tied=True), seed=12, std=0.08, norm_jitter=0.1)),
+              ("qwen3", L, L.init_model(L.make_config(hidden=64, layers=2, heads=4, kv_heads=2, head_dim=24,
+                                                      intermediate=160, vocab=VOCAB, family="qwen3"), seed=13,
+                                        std=0.08, norm_jitter=0.1)),
               ("mamba", M, M.init_model(M.make_config(hidden=32, layers=2, state=8, vocab=VOCAB), seed=5, std=0.1,
                                         jitter=0.1))]
     for tag, mod, m0 in models:
@@ -69,7 +72,10 @@ def main():
         ref_fp = BR.dump(m, stream, B, T, bf16=False)
         plain = mod.dump(m, stream, B, T)
         e = max(E.rel_err(ref_fp[k], plain[k]) for k in plain)
-        ck(f"[{tag}] reference fp32 path = {mod.__name__} model (5e-6; measured 4.5e-7)", e <= 5e-6, f"worst rel {e:.2e}")
+        # Qwen3's q/k norms add rmsnorms in two orderings: measured 1.21e-6, bound the dump's 2e-5
+        tol, seen = (2e-5, "1.2e-6") if tag == "qwen3" else (5e-6, "4.5e-7")
+        ck(f"[{tag}] reference fp32 path = {mod.__name__} model ({tol:g}; measured {seen})", e <= tol,
+           f"worst rel {e:.2e}")
 
         eng = {}
         for dt in ("bf16", "fp32"):

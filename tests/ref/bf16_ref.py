@@ -108,8 +108,12 @@ def forward(m, idx, bf16=True):
     for layer in m.model.layers:
         a = layer.self_attn
         h = R(rmsnorm(x, layer.input_layernorm.weight, c.rms_norm_eps))
-        q = linear(h, a.q_proj.weight).view(B, T, nh, hd).transpose(1, 2)
-        k = linear(h, a.k_proj.weight).view(B, T, nkv, hd).transpose(1, 2)
+        q = linear(h, a.q_proj.weight).view(B, T, nh, hd)
+        k = linear(h, a.k_proj.weight).view(B, T, nkv, hd)
+        if c.qk_norm:  # Qwen3: per head over head_dim before RoPE, the output stored in bf16
+            q = R(rmsnorm(q, a.q_norm.weight, c.rms_norm_eps))
+            k = R(rmsnorm(k, a.k_norm.weight, c.rms_norm_eps))
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = linear(h, a.v_proj.weight).view(B, T, nkv, hd).transpose(1, 2)
         q = R(q * cos + L.rotate_half(q) * sin)
         k = R(k * cos + L.rotate_half(k) * sin)

@@ -51,6 +51,8 @@ class LlamaConfig:
         self.rope_scaling = dict(rs) if rs else None
         hd = d.get("head_dim")
         self.head_dim = int(hd) if hd is not None else self.hidden_size // self.num_attention_heads
+        if hd is None and (d.get("model_type") == "qwen3" or "Qwen3ForCausalLM" in (d.get("architectures") or [])):
+            self.head_dim = 128  # Qwen3Config's default head_dim, not hidden / heads
         assert self.num_attention_heads % self.num_key_value_heads == 0
         # Mistral (MistralForCausalLM / model_type "mistral"): the same model
         # with sliding-window attention, query i sees key j iff

@@ -3,7 +3,8 @@
 # emulated CUDA backend, tests/cuda_emu) trains with --backend cuda against
 # build/shardlm --backend cpu, tiny shapes, few steps (docs/cuda.md, "The
 # emulated trainer"). The tolerances of test_cuda_train.sh: fp32 losses within
-# 1e-4 relative; --compute-dtype bf16 against the CPU mirror within 1e-3;
+# 1e-4 relative; --compute-dtype bf16 against the CPU mirror within 1e-3
+# (Llama, Qwen3); Mistral, Mamba and Qwen3 in fp32 too;
 # ZeRO-3 against ZeRO-0 bit for bit on the device path. World 1 uses the
 # one-rank device comms (device copies: the ZeRO-3 check is near-trivial
 # there); under mpirun the ranks run the real shard/comm_nccl.c over the
@@ -38,15 +39,20 @@ run emu0 1 "$E" llama --backend cuda --zero 0 && check emu0 cpu --rtol 1e-4 --lo
 run emu3 1 "$E" llama --backend cuda --zero 3 && check emu3 emu0 --exact
 run cpub 1 "$B" llama --backend cpu --zero 0 --compute-dtype bf16
 run emub 1 "$E" llama --backend cuda --zero 0 --compute-dtype bf16 && check emub cpub --rtol 1e-3 --loss-only
-# Mistral (sliding window), Mamba (conv + selective scan) and Mixtral (the MoE ops, grouped GEMMs)
+# Mistral (sliding window), Mamba (conv + selective scan), Qwen3 (q/k norms: a strided rmsnorm per head;
+# q/k/v/o biases), Qwen3 also in bf16 against the CPU mirror, and Mixtral (the MoE ops, grouped GEMMs)
 tiny_model "$W/mistral" mistral '"num_hidden_layers": 2'
 tiny_model "$W/mamba" mamba '"num_hidden_layers": 2'
+tiny_model "$W/qwen3" llama '"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 2,
+ "head_dim": 12, "attention_bias": true'
 tiny_model "$W/mixtral" llama '"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_hidden_layers": 2,
  "intermediate_size": 24, "num_local_experts": 4, "num_experts_per_tok": 2'
-for m in mistral mamba mixtral; do
+for m in mistral mamba qwen3 mixtral; do
   run cpu_$m 1 "$B" $m --backend cpu --zero 0
   run emu_$m 1 "$E" $m --backend cuda --zero 0 && check emu_$m cpu_$m --rtol 1e-4 --loss-only
 done
+run cpub_qwen3 1 "$B" qwen3 --backend cpu --zero 0 --compute-dtype bf16
+run emub_qwen3 1 "$E" qwen3 --backend cuda --zero 0 --compute-dtype bf16 && check emub_qwen3 cpub_qwen3 --rtol 1e-3 --loss-only
 # 2 ranks over the NCCL stand-in: ZeRO-1 and ZeRO-3 against the CPU backend
 # at the same layout, ZeRO-3 = ZeRO-0 on the device; hybrid sharding at 4
 # ranks (shard groups of 2: the device comms of both groups)

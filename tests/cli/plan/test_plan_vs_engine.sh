@@ -7,7 +7,8 @@
 # ZeRO-0 at world 4, plus variants: gradient accumulation 1-3, selective /
 # full checkpointing, bf16 gathers and reductions, a hybrid shard group
 # (replica all-reduce), tied embeddings with padding, --no-sync-accum,
-# --reshard-after-forward false; and a negative control. (All 16 pairs pass
+# --reshard-after-forward false, a Qwen3 (q/k norms, biases) with selective
+# checkpointing; and a negative control. (All 16 pairs pass
 # too; the subset keeps the test near 40 s on 2 cores.) Every arena and the comm bytes of every step
 # must agree within 2%; the script prints the worst relative error.
 # Env: SL_BUILD (CLI at $SL_BUILD/shardlm), SL_SRC (source root).
@@ -19,6 +20,11 @@ TIED="$W/tied"
 # odd sizes: padding for every world size, GQA, tied LM head (a pinned unit)
 tiny_model "$TIED" tied '"model_type": "llama", "hidden_size": 96, "intermediate_size": 200,
  "num_attention_heads": 6, "num_hidden_layers": 3, "vocab_size": 301, "rms_norm_eps": null, "rope_theta": null'
+
+# Qwen3: q/k norms (their kept pre-norm q|k|v and rstd, the backward's scratch), head_dim 12, q/k/v/o biases
+Q3="$W/qwen3"
+tiny_model "$Q3" llama '"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 128,
+ "intermediate_size": 352, "vocab_size": 320, "head_dim": 40, "attention_bias": true'
 
 worst=0
 # case: name model world flags...   (train and plan take the same flag names)
@@ -92,6 +98,7 @@ run_case w4_z3_hybrid "$TINY" 4 --zero 3 --shard-group 2 --micro-batch 1 --seq-l
 run_case w3_z3_tied "$TIED" 3 --zero 3 --micro-batch 2 --seq-len 24 --grad-accum 2
 run_case w2_z2_tied_full "$TIED" 2 --zero 2 --micro-batch 1 --seq-len 24 --grad-accum 1 --activation-checkpoint full
 run_case w2_z3_nosync "$TINY" 2 --zero 3 --micro-batch 1 --seq-len 32 --grad-accum 3 --no-sync-accum true
+run_case w2_z3_qwen3_sel "$Q3" 2 --zero 3 --micro-batch 2 --seq-len 32 --grad-accum 2 --activation-checkpoint selective
 run_case w2_z3_noreshard "$TINY" 2 --zero 3 --micro-batch 1 --seq-len 32 --grad-accum 1 --reshard-after-forward false
 
 # negative control: the comparison must notice a wrong stage

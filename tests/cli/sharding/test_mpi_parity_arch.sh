@@ -8,15 +8,23 @@
 # sharding layer sees only unit sizes and the pinned (tied) unit. Qwen2 also
 # under TP 2 and 4 (its biases split with their weights' rows, a replicated
 # k/v bias's gradient summed; 1e-5) and PP 2 with 1f1b and zb1p (the bias
-# gradient in W; bit-identical). Mixtral (4 experts, top 2): DP 1-3 x ZeRO
-# 0/3 at 1e-5 (measured: weights 5.1e-07 relative L2 at DP 3), PP 2 1f1b
-# bit-identical; zb1p and --tp 2 refused by name.
+# gradient in W; bit-identical). Qwen3 (q/k norms, head_dim 12 != 32/4, with
+# attention_bias: q/k/v/o biases) at DP 2 ZeRO-3, DP 2 x TP 2 with SP, TP 4 >
+# num_key_value_heads, ZeRO-3 with the optimizer on the CPU (1e-5), PP 2 1f1b
+# and zb1p (bit-identical); Llama with attention_bias and mlp_bias at DP 2 x
+# TP 2 with SP (1e-5) and PP 2 zb1p (bit-identical).
+# Mixtral (4 experts, top 2): DP 1-3 x ZeRO 0/3 at 1e-5 (measured: weights
+# 5.1e-07 relative L2 at DP 3), PP 2 1f1b bit-identical; zb1p and --tp 2
+# refused by name.
 source "${SL_SRC:?}/tests/lib/run.sh" mpi_parity_arch mpi numpy
 tiny_model "$W/mistral" mistral '"hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2'
 tiny_model "$W/qwen2" llama '"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "num_hidden_layers": 2'
 tiny_model "$W/mamba" mamba '"num_hidden_layers": 2'
 tiny_model "$W/mixtral" llama '"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_hidden_layers": 2,
  "intermediate_size": 24, "num_local_experts": 4, "num_experts_per_tok": 2'
+tiny_model "$W/qwen3" llama '"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 2,
+ "head_dim": 12, "attention_bias": true'
+tiny_model "$W/llama_b" llama '"num_hidden_layers": 2, "attention_bias": true, "mlp_bias": true'
 tiny_model "$W/mamba_ub" mamba '"num_hidden_layers": 2, "conv_kernel": 3, "time_step_rank": 3,
  "use_bias": true, "use_conv_bias": false, "tie_word_embeddings": false, "layer_norm_epsilon": null'
 tiny_data "$W/data"
@@ -66,6 +74,19 @@ for f in "--pp 2 --pp-schedule zb1p" "--tp 2"; do
   rc=$?
   rc_is "Mixtral $f refused" $rc 2 "$W/mixtral-refused.log" "$([ "$f" = "--tp 2" ] && echo "mixture of experts" || echo "no split backward")"
 done
+# Qwen3: the q/k norm weights replicated over TP (their gradients summed), under SP too
+run qwen3 base 1 3 4 --zero 0
+run qwen3 w2z3 2 3 2 --zero 3 && check qwen3 w2z3 base --rtol 1e-5
+run qwen3 tp2sp 4 3 2 --tp 2 --zero 3 --sequence-parallel && check qwen3 tp2sp base --rtol 1e-5
+run qwen3 tp2spac 4 3 2 --tp 2 --zero 3 --sequence-parallel --activation-checkpoint full &&
+  check qwen3 tp2spac tp2sp --exact
+run qwen3 tp4 4 3 4 --tp 4 --zero 3 && check qwen3 tp4 base --rtol 1e-5
+run qwen3 off 2 3 2 --zero 3 --offload-optimizer cpu && check qwen3 off w2z3 --exact
+for s in 1f1b zb1p; do run qwen3 pp2$s 2 3 4 --pp 2 --pp-schedule $s && check qwen3 pp2$s base --exact; done
+# Llama attention_bias + mlp_bias (k_proj.bias: Qwen2's bound, KB above): o_proj / down_proj biases added once after the row-parallel sum
+run llama_b base 1 3 4 --zero 0
+run llama_b tp2sp 4 3 2 --tp 2 --zero 3 --sequence-parallel && check llama_b tp2sp base --rtol 1e-5 $KB
+run llama_b pp2zb1p 2 3 4 --pp 2 --pp-schedule zb1p && check llama_b pp2zb1p base --exact
 # Mamba, checkpointing under ZeRO-3 on 2 ranks: selective/full bit-identical to none
 run mamba acsel 2 3 2 --zero 3 --activation-checkpoint selective && check mamba acsel w2z3 --exact
 run mamba acfull 2 3 2 --zero 3 --activation-checkpoint full && check mamba acfull w2z3 --exact

@@ -40,6 +40,18 @@ static const char *LLAMA_KV1 =
     " \"num_attention_heads\": 4, \"num_key_value_heads\": 1, \"num_hidden_layers\": 2, \"vocab_size\": 300,"
     " \"rms_norm_eps\": 1e-5, \"rope_theta\": 10000.0, \"tie_word_embeddings\": false}";
 
+/* Qwen3 (q/k norms, head_dim 12) with attention_bias; one KV head, so TP 2 replicates it */
+static const char *QWEN3_B =
+    "{\"architectures\": [\"Qwen3ForCausalLM\"], \"hidden_size\": 32, \"intermediate_size\": 48,"
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 1, \"head_dim\": 12, \"num_hidden_layers\": 2,"
+    " \"vocab_size\": 300, \"rms_norm_eps\": 1e-5, \"attention_bias\": true, \"tie_word_embeddings\": false}";
+
+/* Llama with attention_bias and mlp_bias */
+static const char *LLAMA_B =
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 32, \"intermediate_size\": 48,"
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 2, \"vocab_size\": 300,"
+    " \"rms_norm_eps\": 1e-5, \"attention_bias\": true, \"mlp_bias\": true, \"tie_word_embeddings\": false}";
+
 enum { B = 2, T = 8, NMB = 2, MAXU = 8 };
 
 /* One TP rank's run of a case (the whole case at T = 1); its results are
@@ -196,6 +208,8 @@ int main(void) {
       check_model("mistral", MISTRAL, modes[i], th, 1, 0);
       check_model("mamba", MAMBA, modes[i], th, 1, 0);
       check_model("mamba-bias", MAMBA_BIAS, modes[i], th, 1, 0);
+      check_model("qwen3-bias", QWEN3_B, modes[i], th, 1, 0);
+      check_model("llama-bias", LLAMA_B, modes[i], th, 1, 0);
     }
   for (int sp = 0; sp <= 1; sp++) /* TP 2, one kernel thread per rank */
     for (int i = 0; i < 3; i++) {
@@ -203,6 +217,8 @@ int main(void) {
       check_model("mistral", MISTRAL, modes[i], 1, 2, sp);
       check_model("mamba", MAMBA, modes[i], 1, 2, sp);
       check_model("mamba-bias", MAMBA_BIAS, modes[i], 1, 2, sp);
+      check_model("qwen3-bias", QWEN3_B, modes[i], 1, 2, sp);
+      check_model("llama-bias", LLAMA_B, modes[i], 1, 2, sp);
     }
   return CHECK_SUMMARY();
 }
