@@ -20,7 +20,8 @@ typedef enum {
   SL_ARCH_MAMBA,
   SL_ARCH_QWEN2,
   SL_ARCH_QWEN3,
-  SL_ARCH_MIXTRAL
+  SL_ARCH_MIXTRAL,
+  SL_ARCH_QWEN3_MOE
 } sl_arch;
 
 /* config.json's rope_scaling (docs/formats.md): the rules of transformers'
@@ -73,8 +74,8 @@ typedef struct {
   /* mixture of experts (Mixtral; docs/models.md): 0 experts = a dense MLP */
   int64_t moe_experts;         /* E: num_local_experts */
   int64_t moe_topk;            /* k: num_experts_per_tok */
-  int64_t moe_intermediate;    /* an expert's MLP width (Mixtral: intermediate_size) */
-  int moe_norm_topk;           /* renormalise the k routing weights to sum 1 (Mixtral: always) */
+  int64_t moe_intermediate;    /* an expert's MLP width (Mixtral: intermediate_size; Qwen3-MoE: moe_intermediate_size) */
+  int moe_norm_topk;           /* renormalise the k routing weights to sum 1 (Mixtral: always; Qwen3-MoE: norm_topk_prob) */
   double router_aux_loss_coef; /* kept and written back; the aux loss runs only with output_router_logits */
   int output_router_logits;    /* transformers adds the load-balancing loss only then (refused: not implemented) */
   /* Mamba */

@@ -128,13 +128,16 @@ int sl_llama_moe_spec(sl_model *m, sl_unit_spec *b, int64_t l, float std) {
   int64_t C = p->C, I = p->I;
   char nm[SL_TENSOR_NAME_MAX];
   int rc;
-  snprintf(nm, sizeof nm, "model.layers.%lld.block_sparse_moe.gate.weight", (long long)l);
+  /* Mixtral: block_sparse_moe.{gate, experts.e.w1|w3|w2}; Qwen3-MoE: mlp.{gate, experts.e.gate_proj|up_proj|down_proj} */
+  int q3 = m->cfg.arch == SL_ARCH_QWEN3_MOE;
+  static const char *const names[2][3] = {{"w1", "w3", "w2"}, {"gate_proj", "up_proj", "down_proj"}};
+  const char *blk = q3 ? "mlp" : "block_sparse_moe";
+  snprintf(nm, sizeof nm, "model.layers.%lld.%s.gate.weight", (long long)l, blk);
   if ((rc = sl_unit_add_split(m, b, nm, 2, p->E, C, 1, SL_INIT_NORMAL, std, SL_SPLIT_NONE, 1))) return rc;
-  static const char *const names[3] = {"w1", "w3", "w2"};
   for (int64_t e = 0; e < p->E; e++)
     for (int i = 0; i < 3; i++) {
-      snprintf(nm, sizeof nm, "model.layers.%lld.block_sparse_moe.experts.%lld.%s.weight", (long long)l, (long long)e,
-               names[i]);
+      snprintf(nm, sizeof nm, "model.layers.%lld.%s.experts.%lld.%s.weight", (long long)l, blk, (long long)e,
+               names[q3][i]);
       if ((rc = sl_unit_add_split(m, b, nm, 2, i < 2 ? I : C, i < 2 ? C : I, 1, SL_INIT_NORMAL, std, SL_SPLIT_NONE, 1)))
         return rc;
     }

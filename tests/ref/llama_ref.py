@@ -63,17 +63,24 @@ class LlamaConfig:
         # Mixtral (MixtralForCausalLM): Mistral's attention and a sparse MLP
         # of num_local_experts SwiGLU experts (block_sparse_moe), top
         # num_experts_per_tok by the router's fp32 softmax, renormalised.
+        # Qwen3-MoE (Qwen3MoeForCausalLM): Qwen3's attention, the same sparse
+        # MLP as mlp (gate, experts.e.gate_proj/up_proj/down_proj of
+        # moe_intermediate_size), renormalised only with norm_topk_prob.
         self.mixtral = mt == "mixtral" or "MixtralForCausalLM" in archs
-        self.num_experts = int(d.get("num_local_experts", 8)) if self.mixtral else 0
-        self.top_k = int(d.get("num_experts_per_tok", 2)) if self.mixtral else 0
-        self.norm_topk_prob = True
+        self.qwen3_moe = mt == "qwen3_moe" or "Qwen3MoeForCausalLM" in archs
+        self.num_experts = int(d.get("num_local_experts", 8)) if self.mixtral else \
+            int(d.get("num_experts", 128)) if self.qwen3_moe else 0
+        self.top_k = int(d.get("num_experts_per_tok", 8 if self.qwen3_moe else 2)) if self.num_experts else 0
+        self.norm_topk_prob = bool(d.get("norm_topk_prob", False)) if self.qwen3_moe else True
+        self.moe_intermediate = int(d.get("moe_intermediate_size", 768)) if self.qwen3_moe else \
+            int(d["intermediate_size"])
         self.router_aux_loss_coef = float(d.get("router_aux_loss_coef", 0.001))
         # Qwen2 (Qwen2ForCausalLM): q/k/v with a bias, o_proj without.
         # Qwen3 (Qwen3ForCausalLM): RMSNorm over head_dim of every q and k
         # head (q_norm, k_norm) before RoPE; attention_bias on all four.
         # Llama: attention_bias on all four, mlp_bias on the MLP.
         self.qwen2 = mt == "qwen2" or "Qwen2ForCausalLM" in archs
-        self.qwen3 = mt == "qwen3" or "Qwen3ForCausalLM" in archs
+        self.qwen3 = mt == "qwen3" or "Qwen3ForCausalLM" in archs or self.qwen3_moe
         ab = bool(d.get("attention_bias", False))
         self.qkv_bias = True if self.qwen2 else ab
         self.o_bias = False if self.qwen2 else ab
@@ -136,12 +143,17 @@ class LlamaConfig:
             return d
         if self.qwen2 or self.qwen3:
             d = self._to_dict_plain()
-            name = "qwen2" if self.qwen2 else "qwen3"
-            d.update(architectures=["Qwen2ForCausalLM" if self.qwen2 else "Qwen3ForCausalLM"], model_type=name,
+            name = "qwen2" if self.qwen2 else "qwen3_moe" if self.qwen3_moe else "qwen3"
+            arch = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}[name]
+            d.update(architectures=[arch], model_type=name,
                      use_sliding_window=self.use_sliding_window, max_window_layers=self.max_window_layers,
                      sliding_window=self.window_value)
             if self.qwen3:
                 d["attention_bias"] = self.qkv_bias
+            if self.qwen3_moe:
+                d.update(num_experts=self.num_experts, num_experts_per_tok=self.top_k, norm_topk_prob=self.norm_topk_prob,
+                         moe_intermediate_size=self.moe_intermediate, decoder_sparse_step=1, mlp_only_layers=[],
+                         router_aux_loss_coef=self.router_aux_loss_coef, output_router_logits=False)
             if self.rope_scaling:
                 d.update(max_position_embeddings=self.max_position_embeddings, rope_scaling=self.rope_scaling)
             return d
@@ -413,16 +425,29 @@ class Expert(nn.Module):
 
     def __init__(self, c):
         super().__init__()
-        self.w1 = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
-        self.w2 = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
-        self.w3 = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.w1 = nn.Linear(c.hidden_size, c.moe_intermediate, bias=False)
+        self.w2 = nn.Linear(c.moe_intermediate, c.hidden_size, bias=False)
+        self.w3 = nn.Linear(c.hidden_size, c.moe_intermediate, bias=False)
 
     def forward(self, x):
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
+class Qwen3MoeExpert(nn.Module):
+    """Qwen3-MoE's expert (Qwen3MoeMLP of moe_intermediate_size): down(silu(gate x) * up x)."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.gate_proj = nn.Linear(c.hidden_size, c.moe_intermediate, bias=False)
+        self.up_proj = nn.Linear(c.hidden_size, c.moe_intermediate, bias=False)
+        self.down_proj = nn.Linear(c.moe_intermediate, c.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
 class SparseMoeBlock(nn.Module):
-    """transformers' MixtralSparseMoeBlock: bias-free router, softmax over the
+    """transformers' MixtralSparseMoeBlock and Qwen3MoeSparseMoeBlock: bias-free router, softmax over the
     experts in fp32, top-k, the k weights divided by their sum (when
     norm_topk_prob), each token's output the weighted sum of its k experts'.
     Keeps the last forward's router logits and selected experts."""
@@ -430,7 +455,8 @@ class SparseMoeBlock(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.gate = nn.Linear(c.hidden_size, c.num_experts, bias=False)
-        self.experts = nn.ModuleList([Expert(c) for _ in range(c.num_experts)])
+        ex = Qwen3MoeExpert if c.qwen3_moe else Expert
+        self.experts = nn.ModuleList([ex(c) for _ in range(c.num_experts)])
         self.top_k, self.norm = c.top_k, c.norm_topk_prob
 
     def forward(self, x):
@@ -465,6 +491,8 @@ class DecoderLayer(nn.Module):
             self.post_feedforward_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, True)
         if c.mixtral:
             self.block_sparse_moe = SparseMoeBlock(c)
+        elif c.qwen3_moe:
+            self.mlp = SparseMoeBlock(c)
         else:
             self.mlp = MLP(c)
         self.gemma = g

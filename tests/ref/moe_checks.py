@@ -1,22 +1,24 @@
-"""Mixtral (mixture of experts) vs PyTorch: `shardlm dump` and `shardlm train`
-of a tiny MixtralForCausalLM (models/llama.c with cfg.moe_experts; the sparse
-MLP is models/llama_moe.c) against llama_ref.py's SparseMoeBlock, written
-from transformers' MixtralSparseMoeBlock (fp32 softmax router, top-k, the k
-weights renormalised, dropless).
+"""Mixtral and Qwen3-MoE (mixtures of experts) vs PyTorch: `shardlm dump` and
+`shardlm train` of tiny MixtralForCausalLM and Qwen3MoeForCausalLM models
+(models/llama.c with cfg.moe_experts; the sparse MLP is models/llama_moe.c)
+against llama_ref.py's SparseMoeBlock, written from transformers'
+MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock (fp32 softmax router, top-k,
+the k weights renormalised always (Mixtral) or with norm_topk_prob
+(Qwen3-MoE: true and false), dropless).
 
-Checks (one line each, then "N passed, M failed"):
-  - dump: logits, loss and every gradient (router and every expert's) within
-    the dump bound 2e-5 relative; checkpointing none/selective/full dumps
-    bit-identical;
-  - the routing exercises the experts unevenly, one expert idle in a layer
-    (the zero-token group) where the reference says so;
+Checks for each case (one line each, then "N passed, M failed"):
+  - the reference routes unevenly; dump: logits, loss and every gradient
+    (router and every expert's) within the dump bound 2e-5 relative;
+    checkpointing none/selective/full dumps bit-identical;
+  - negative control: the reference with the renormalisation switched
+    (off for Mixtral and norm_topk_prob true, on for false) misses the
+    engine by more than 10x the dump bound;
   - 10 AdamW steps: per-step loss, lr, grad_norm, final weights (1e-4);
     the per-step tokens of each expert of each layer (metrics.jsonl
     moe_load) equal the reference's selections at every step;
-  - the saved dir: Mixtral's config and tensor names; loading it back and
-    saving again gives byte-identical files;
-  - negative control: the reference without the renormalisation misses the
-    engine by more than 10x the dump bound.
+  - the saved dir: the architecture and its MoE fields; loading it back and
+    saving again gives byte-identical files.
+(An expert with no token: tests/unit/kernels/test_kernels.c.)
 """
 import os
 import sys
@@ -30,17 +32,27 @@ import engine_checks as E  # noqa: E402
 import llama_ref as L  # noqa: E402
 
 E_EXPERTS, TOPK = 4, 2
+# (tag, family, config fields): Mixtral renormalises always; Qwen3-MoE (q/k norms, head_dim 12 != 64/4) with
+# norm_topk_prob true and false
+CASES = (("mixtral", "mixtral", dict(num_local_experts=E_EXPERTS, router_aux_loss_coef=0.02)),
+         ("qwen3_moe", "qwen3_moe", dict(num_experts=E_EXPERTS, moe_intermediate_size=24, norm_topk_prob=True,
+                                         head_dim=12)),
+         ("qwen3_moe_nonorm", "qwen3_moe", dict(num_experts=E_EXPERTS, moe_intermediate_size=24,
+                                                norm_topk_prob=False, head_dim=12)))
 
 
-def moe_config():
+def moe_config(family, extra):
     return L.make_config(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=32, vocab=E.VOCAB,
-                         family="mixtral", num_local_experts=E_EXPERTS, num_experts_per_tok=TOPK,
-                         router_aux_loss_coef=0.02)
+                         family=family, num_experts_per_tok=TOPK, **extra)
+
+
+def moe_block(layer):
+    return getattr(layer, "block_sparse_moe", None) or layer.mlp
 
 
 def loads(m):
     """(layers, E) tokens each expert received in the last forward."""
-    return [np.bincount(layer.block_sparse_moe.selected.reshape(-1).numpy(), minlength=E_EXPERTS).tolist()
+    return [np.bincount(moe_block(layer).selected.reshape(-1).numpy(), minlength=E_EXPERTS).tolist()
             for layer in m.model.layers]
 
 
@@ -62,58 +74,63 @@ def ref_train_loads(mdir, stream):
     return m, rows, steps
 
 
-def main():
-    ck, exe, w, data = E.start()
-    stream = E.make_data(data)
-    cfg = moe_config()
-    mdir = os.path.join(w, "model_mixtral")
+def run_case(ck, exe, root, data, stream, tag, family, extra):
+    w = os.path.join(root, tag)
+    os.makedirs(w, exist_ok=True)
+    cfg = moe_config(family, extra)
+    mdir = os.path.join(w, "model")
     L.save_hf(L.init_model(cfg, seed=31, std=0.08, norm_jitter=0.1), mdir)
     ref_m = L.load_hf(mdir)
     names = [n for n, _ in ref_m.named_parameters()]
     ref = L.dump(ref_m, stream, E.B, E.T)
     ld = loads(ref_m)
-    ck("reference routing: uneven loads", all(max(r) > min(r) for r in ld), f"tokens per expert {ld}")
+    ck(f"[{tag}] reference routing: uneven loads", all(max(r) > min(r) for r in ld), f"tokens per expert {ld}")
     dump0 = E.dump_modes(ck, exe, mdir, data, w, ref, names,
-                         "dump vs PyTorch: logits, loss, all grads incl. router and experts (2e-5 rel)")
-
-    # negative control: the reference without the renormalisation of the k weights
+                         f"[{tag}] dump vs PyTorch: logits, loss, all grads incl. router and experts (2e-5 rel)")
+    # negative control: the reference with the renormalisation of the k weights switched
+    norm = cfg.norm_topk_prob
     for layer in ref_m.model.layers:
-        layer.block_sparse_moe.norm = False
-    ref_nonorm = L.dump(ref_m, stream, E.B, E.T)
+        moe_block(layer).norm = not norm
+    ref_sw = L.dump(ref_m, stream, E.B, E.T)
     if dump0:
         eng = common.st_read(dump0)
-        err = E.rel_err(eng["logits"].reshape(ref_nonorm["logits"].shape), ref_nonorm["logits"])
-        ck("negative control: the reference without renormalisation misses the engine", err > 10 * E.DUMP_TOL,
-           f"logits rel {err:.2e} (bound {E.DUMP_TOL:g})")
-
+        err = E.rel_err(eng["logits"].reshape(ref_sw["logits"].shape), ref_sw["logits"])
+        ck(f"[{tag}] negative control: the reference with renormalisation {'off' if norm else 'on'} misses the "
+           "engine", err > 10 * E.DUMP_TOL, f"logits rel {err:.2e} (bound {E.DUMP_TOL:g})")
     # 10 AdamW steps, the expert loads of every step
     ref_m, ref_rows, ref_loads = ref_train_loads(mdir, stream)
     met, save = os.path.join(w, "metrics.jsonl"), os.path.join(w, "saved")
     ok, msg = E.run_engine(exe, E.train_args(mdir, data, met, save, "none"), met + ".log")
-    if ok:
-        E.compare_training(ck, "[train]", met, save, ref_rows, ref_m)
-        rows = [r for r in common.read_metrics(met) if "step" in r]
-        eng_loads = [r.get("moe_load") for r in rows]
-        first_bad = next((i + 1 for i, (a, b) in enumerate(zip(eng_loads, ref_loads)) if a != b), None)
-        ck("[train] tokens per expert per layer equal the reference's selections at every step",
-           len(eng_loads) == E.STEPS and first_bad is None,
-           f"step 1 {eng_loads[0]}" if first_bad is None else
-           f"step {first_bad}: engine {eng_loads[first_bad - 1]} ref {ref_loads[first_bad - 1]}")
-        c = common.config_read(save)
-        ck("saved config is Mixtral", c.get("architectures") == ["MixtralForCausalLM"]
-           and c.get("num_local_experts") == E_EXPERTS and c.get("num_experts_per_tok") == TOPK, str(c))
-        # save -> load -> save: byte-identical
-        again = os.path.join(w, "saved_again")
-        ok2, msg2 = E.run_engine(exe, ["train", "--model", save, "--data", data, "--steps", 0, "--micro-batch", E.B,
-                                       "--seq-len", E.T, "--save", again], again + ".log")
-        if ok2:
-            same = all(open(os.path.join(save, f), "rb").read() == open(os.path.join(again, f), "rb").read()
+    if not ok:
+        return ck(f"[{tag}] train", False, msg)
+    E.compare_training(ck, f"[{tag}] train", met, save, ref_rows, ref_m)
+    rows = [r for r in common.read_metrics(met) if "step" in r]
+    eng_loads = [r.get("moe_load") for r in rows]
+    first_bad = next((i + 1 for i, (a, b) in enumerate(zip(eng_loads, ref_loads)) if a != b), None)
+    ck(f"[{tag}] tokens per expert per layer equal the reference's selections at every step",
+       len(eng_loads) == E.STEPS and first_bad is None,
+       f"step 1 {eng_loads[0]}" if first_bad is None else
+       f"step {first_bad}: engine {eng_loads[first_bad - 1]} ref {ref_loads[first_bad - 1]}")
+    c, want = common.config_read(save), cfg.to_dict()
+    keys = ("architectures", "num_experts_per_tok", "num_local_experts", "num_experts", "norm_topk_prob",
+            "moe_intermediate_size")
+    diff = [k for k in keys if c.get(k) != want.get(k)]
+    ck(f"[{tag}] saved config: {want['architectures'][0]} with its MoE fields", not diff, f"differ: {diff}")
+    # save -> load -> save: byte-identical
+    again = os.path.join(w, "saved_again")
+    ok2, msg2 = E.run_engine(exe, ["train", "--model", save, "--data", data, "--steps", 0, "--micro-batch", E.B,
+                                   "--seq-len", E.T, "--save", again], again + ".log")
+    same = ok2 and all(open(os.path.join(save, f), "rb").read() == open(os.path.join(again, f), "rb").read()
                        for f in ("config.json", "model.safetensors"))
-            ck("HF round trip: the saved Mixtral loaded and saved again is byte-identical", same, "")
-        else:
-            ck("HF round trip", False, msg2)
-    else:
-        ck("train", False, msg)
+    return ck(f"[{tag}] HF round trip: the saved model loaded and saved again is byte-identical", same,
+              "" if ok2 else msg2)
+
+
+def main():
+    ck, exe, w, data = E.start()
+    stream = E.make_data(data)
+    for tag, family, extra in CASES:
+        run_case(ck, exe, w, data, stream, tag, family, extra)
     print(f"{ck.passed} passed, {ck.failed} failed")
     return 1 if ck.failed else 0
 

@@ -15,13 +15,15 @@
 # TP 2 with SP (1e-5) and PP 2 zb1p (bit-identical).
 # Mixtral (4 experts, top 2): DP 1-3 x ZeRO 0/3 at 1e-5 (measured: weights
 # 5.1e-07 relative L2 at DP 3), PP 2 1f1b bit-identical; zb1p and --tp 2
-# refused by name.
+# refused by name. Qwen3-MoE (norm_topk_prob true) at DP 2 ZeRO-3 (1e-5).
 source "${SL_SRC:?}/tests/lib/run.sh" mpi_parity_arch mpi numpy
 tiny_model "$W/mistral" mistral '"hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2'
 tiny_model "$W/qwen2" llama '"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "num_hidden_layers": 2'
 tiny_model "$W/mamba" mamba '"num_hidden_layers": 2'
 tiny_model "$W/mixtral" llama '"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_hidden_layers": 2,
  "intermediate_size": 24, "num_local_experts": 4, "num_experts_per_tok": 2'
+tiny_model "$W/qwen3moe" llama '"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_hidden_layers": 2,
+ "head_dim": 12, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "norm_topk_prob": true'
 tiny_model "$W/qwen3" llama '"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 2,
  "head_dim": 12, "attention_bias": true'
 tiny_model "$W/llama_b" llama '"num_hidden_layers": 2, "attention_bias": true, "mlp_bias": true'
@@ -66,6 +68,9 @@ for s in 1f1b zb1p; do run qwen2 pp2$s 2 3 4 --pp 2 --pp-schedule $s && check qw
 # TP 4 > num_key_value_heads 2: each k/v head (weights and bias) on 2 ranks, their gradients summed
 run qwen2 tp4 4 3 4 --tp 4 --zero 3 && check qwen2 tp4 base --rtol 1e-5 $KB
 run qwen2 tp4ns 4 3 4 --tp 4 --no-sync-accum && check qwen2 tp4ns base --rtol 1e-5 $KB
+# Qwen3-MoE (q/k norms + the sparse MLP): DP 2 ZeRO-3 vs one rank
+run qwen3moe base 1 3 4 --zero 0
+run qwen3moe w2z3 2 3 2 --zero 3 && check qwen3moe w2z3 base --rtol 1e-5
 # Mixtral: PP 2 (1f1b) bit-identical; zb1p and --tp 2 refused by name
 run mixtral pp21f1b 2 3 4 --pp 2 --pp-schedule 1f1b && check mixtral pp21f1b base --exact
 for f in "--pp 2 --pp-schedule zb1p" "--tp 2"; do

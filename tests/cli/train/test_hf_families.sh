@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Model families (issues 24, 25): `shardlm plan` takes the published Qwen2.5 and Mixtral
+# Model families (issues 24, 25): `shardlm plan` takes the published Qwen2.5, Mixtral and Qwen3-MoE
 # configs (tests/fixtures/hf-configs, transcribed) with their exact
 # parameter counts (q/k/v biases included); use_sliding_window / use_mrope
 # true are refused naming the file and the field; a tiny Qwen2 trains 2
@@ -103,11 +103,17 @@ rc_is "plan Mixtral-8x7B-v0.1" $? 0 "$W/plan-mixtral.log" "model: 46702792704 pa
 grep -qF "mixture of experts: 12879925248 parameters active a token" "$W/plan-mixtral.log" \
   && ok "Mixtral-8x7B: 12879925248 active (2 of 8 experts a layer)" || bad "Mixtral-8x7B active count"
 "$B" plan --model "$F/Qwen3-30B-A3B-Base" > "$W/plan-q3moe.log" 2>&1
-rc_is "Qwen3-30B-A3B-Base refused by name" $? 2 "$W/plan-q3moe.log" "'Qwen3MoeForCausalLM' is not supported yet"
+rc_is "plan Qwen3-30B-A3B-Base" $? 0 "$W/plan-q3moe.log" "model: 30532122624 parameters"
+grep -qF "mixture of experts: 3353032704 parameters active a token" "$W/plan-q3moe.log" \
+  && ok "Qwen3-30B-A3B: 3353032704 active (8 of 128 experts a layer)" || bad "Qwen3-30B-A3B active count"
 X='"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_hidden_layers": 2, "num_local_experts": 4'
 refuse jitter '"router_jitter_noise": 0.1' "field 'router_jitter_noise' = 0.1 is not supported" "$X"
 refuse aux '"output_router_logits": true' "field 'output_router_logits' = true is not supported" "$X"
 refuse topk '"num_experts_per_tok": 5' "field 'num_experts_per_tok' must be in [1, min(64, num_local_experts = 4)]" "$X"
+Q3M='"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_hidden_layers": 2, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16'
+refuse q3mstep '"decoder_sparse_step": 2' "field 'decoder_sparse_step' = 2 is not supported" "$Q3M"
+refuse q3mdense '"mlp_only_layers": [0]' "field 'mlp_only_layers' is not supported unless empty" "$Q3M"
+refuse q3maux '"output_router_logits": true' "field 'output_router_logits' = true is not supported" "$Q3M"
 # a tiny Mixtral (the published config's fields that change nothing accepted) trains and saves
 tiny_model "$W/mx" llama "$X, \"num_experts_per_tok\": 2, \"router_aux_loss_coef\": 0.02, \"output_router_logits\": false, \"router_jitter_noise\": 0.0, \"sliding_window\": null, \"attention_dropout\": 0.0, \"torch_dtype\": \"bfloat16\", \"use_cache\": true"
 "$B" train --model "$W/mx" --data "$W/data" --steps 2 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
