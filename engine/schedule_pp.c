@@ -799,6 +799,12 @@ int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int ran
     return sl_fail(SL_EINPUT,
                    "--pp %lld: pipeline parallelism runs on the CPU backend only for now (use --backend cpu)",
                    (long long)c->pp);
+  if (mc->moe_experts && mc->output_router_logits && mc->router_aux_loss_coef > 0)
+    return sl_fail(SL_EINPUT,
+                   "--pp %lld: %s's load-balancing loss (output_router_logits true) needs every layer's routing on "
+                   "one rank; across pipeline stages it is not implemented (set output_router_logits false or "
+                   "router_aux_loss_coef 0, or drop --pp)",
+                   (long long)c->pp, mc->arch_name);
   /* one reduction at the step's last backward: it must cover every unit of
    * the rank (one chunk), and the tied weight's head part is sent per
    * micro-batch from a buffer zeroed for it */

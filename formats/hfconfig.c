@@ -361,6 +361,8 @@ static int parse_moe(const char *p, json_t *o, sl_model_config *c) {
       (!q3 && (rc = get_num(p, o, "router_jitter_noise", 0.0, &jitter))) ||
       (rc = get_bool(p, o, "output_router_logits", 0, &c->output_router_logits)))
     return rc;
+  if (!(c->router_aux_loss_coef >= 0))
+    return sl_fail(SL_EINPUT, "%s: field 'router_aux_loss_coef' must be >= 0, found %g", p, c->router_aux_loss_coef);
   c->moe_intermediate = c->intermediate_size;
   c->moe_norm_topk = 1;
   if (q3 && (rc = qwen3_moe_layers(p, o, c))) return rc;
@@ -374,9 +376,6 @@ static int parse_moe(const char *p, json_t *o, sl_model_config *c) {
   if (jitter != 0)
     return sl_fail(SL_EINPUT, "%s: field 'router_jitter_noise' = %g is not supported (expected 0: router jitter is not "
                    "implemented)", p, jitter);
-  if (c->output_router_logits)
-    return sl_fail(SL_EINPUT, "%s: field 'output_router_logits' = true is not supported (the load-balancing aux loss "
-                   "transformers then adds is not implemented yet)", p);
   return SL_OK;
 }
 

@@ -269,10 +269,11 @@ typedef struct sl_ops {
   void (*moe_route_fwd)(sl_kctx *, float *probs, int32_t *sel, float *wts, int32_t *offs, int32_t *perm, int32_t *pos,
                         const float *logits, int64_t N, int64_t E, int64_t k, int norm);
   /* dlogits (N, E) += the gradient of the logits given dwts (N, k), the
-   * gradient of wts (through the renormalisation when norm, then the
-   * softmax). */
+   * gradient of wts (through the renormalisation when norm), and gp (E, or
+   * NULL: none), a gradient of every token's probs row (the load-balancing
+   * loss's), through the softmax. */
   void (*moe_route_bwd)(sl_kctx *, float *dlogits, const float *dwts, const float *probs, const int32_t *sel,
-                        const float *wts, int64_t N, int64_t E, int64_t k, int norm);
+                        const float *wts, const float *gp, int64_t N, int64_t E, int64_t k, int norm);
   /* xp (N*k, C): permuted row pos[s] = x row s / k. */
   void (*moe_permute_fwd)(sl_kctx *, float *xp, const float *x, const int32_t *pos, int64_t N, int64_t k, int64_t C);
   /* dx (N, C) += sum over j of dxp row pos[t*k + j] (in j order). */

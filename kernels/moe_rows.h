@@ -32,16 +32,19 @@ SL_MOE_FN void sl_moe_route_row(float *p, int32_t *sel, float *w, const float *l
 
 /* dl (E) += the gradient of the logits given dw (k), the gradient of the
  * weights w: through the renormalisation when norm (dp_j = (dw_j - sum_m
- * dw_m w_m) / sum_m p_sel_m), then the softmax (dl_e = p_e (dp_e - sum_j
- * p_sel_j dp_j)). k <= 64. */
+ * dw_m w_m) / sum_m p_sel_m), plus gp (E, NULL: none) on every
+ * probability, then the softmax (dl_e = p_e (dp_e - sum_f p_f dp_f)).
+ * k <= 64. */
 SL_MOE_FN void sl_moe_route_bwd_row(float *dl, const float *dw, const float *p, const int32_t *sel, const float *w,
-                                    int64_t E, int64_t k, int norm) {
+                                    const float *gp, int64_t E, int64_t k, int norm) {
   float dp[64], ws = 0, dot = 0, pdp = 0;
+  if (gp)
+    for (int64_t e = 0; e < E; e++) pdp += p[e] * gp[e];
   for (int64_t j = 0; j < k; j++) ws += p[sel[j]];
   for (int64_t j = 0; j < k; j++) dot += dw[j] * w[j];
   for (int64_t j = 0; j < k; j++) dp[j] = norm ? (dw[j] - dot) / ws : dw[j];
   for (int64_t j = 0; j < k; j++) pdp += p[sel[j]] * dp[j];
-  for (int64_t e = 0; e < E; e++) dl[e] -= p[e] * pdp;
+  for (int64_t e = 0; e < E; e++) dl[e] += p[e] * ((gp ? gp[e] : 0.0f) - pdp);
   for (int64_t j = 0; j < k; j++) dl[sel[j]] += p[sel[j]] * dp[j];
 }
 #endif

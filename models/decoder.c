@@ -70,6 +70,8 @@ static int dec_fwd(sl_model *m, int u, const float *flat) {
     return SL_OK;
   }
   if (u <= d->L) return d->kind->fwd(m, u - 1, flat, d->stream[u - 1], sl_dec_layer(m, u - 1), d->stream[u]);
+  int rc = d->kind->loss_term ? d->kind->loss_term(m) : SL_OK;
+  if (rc) return rc;
   if (d->vp) return sl_lm_head_vp_fwd(m, d->hv, flat, d->stream[d->L]);
   return sl_lm_head_fwd(m, &d->head, flat, d->stream[d->L]);
 }

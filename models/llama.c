@@ -52,6 +52,10 @@ static void llama_destroy(sl_model *m) {
   llama_priv *p = sl_dec(m)->blk;
   free(p->hoffs);
   free(p->load);
+  free(p->acnt);
+  free(p->aprob);
+  free(p->hprob);
+  if (p->gp) m->ops->free(m->k, p->gp);
   if (p->inv_freq) m->ops->free(m->k, p->inv_freq);
 }
 
@@ -426,6 +430,7 @@ static int llama_init(sl_model *m, sl_decoder *d) {
     if (!(p->hoffs = calloc((size_t)(p->E + 1), sizeof *p->hoffs)) ||
         !(p->load = calloc((size_t)(d->L * p->E), sizeof *p->load)))
       return sl_fail(SL_ENOMEM, "out of memory");
+    if ((rc = sl_llama_moe_init(m, p))) return rc;
   }
   p->scale = sl_rope_score_scale(c);
   p->eps = (float)c->rms_norm_eps;
@@ -466,4 +471,5 @@ const sl_block_kind sl_llama_block = {
     .flops_per_token = llama_flops,
     .destroy = llama_destroy,
     .moe_load = sl_llama_moe_load,
+    .loss_term = sl_llama_moe_loss_term,
 };

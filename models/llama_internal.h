@@ -48,6 +48,10 @@ typedef struct {
   int norm_topk;   /* renormalise the k routing weights */
   int32_t *hoffs;  /* (E+1) host: a layer's expert groups (the balanced split under the counting backend) */
   int64_t *load;   /* (L, E) host: tokens each expert received since sl_model_moe_load */
+  float aux_coef;  /* the load-balancing loss's coefficient (router_aux_loss_coef with output_router_logits; 0: none) */
+  double *acnt, *aprob; /* (E) host: the micro-batch's slots and probability sums per expert over its layers */
+  float *hprob;         /* (N, E) host: a layer's probabilities, read back for aprob */
+  float *gp;            /* (E) backend: the aux loss's gradient of every probability (moe_route_bwd) */
   float eps;
   float *inv_freq; /* (hd/2) backend memory: the RoPE frequencies (models/rope.h), B > 0 */
   float scale;     /* attention's softmax scale (sl_rope_score_scale) */
@@ -100,6 +104,8 @@ int sl_llama_kv_grad_sum(sl_model *m, const blockw *g);
 /* The mixture-of-experts MLP (models/llama_moe.c; p->E > 0). */
 int sl_llama_moe_fwd(sl_model *m, llama_priv *p, int l, layer_acts *a, const blockw *w, float *out);
 int64_t sl_llama_moe_load(sl_model *m, int64_t *out);
+int sl_llama_moe_loss_term(sl_model *m);
+int sl_llama_moe_init(sl_model *m, llama_priv *p);
 int sl_llama_moe_bwd(sl_model *m, llama_priv *p, const layer_acts *a, const blockw *w, const blockw *g,
                      const float *dout, float *dln);
 int sl_llama_moe_alloc_layer(sl_model *m, llama_priv *p, layer_acts *a);

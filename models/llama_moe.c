@@ -39,6 +39,50 @@ int64_t sl_llama_moe_load(sl_model *m, int64_t *out) {
   return n;
 }
 
+/* The load-balancing loss (transformers' load_balancing_loss_func, added
+ * with output_router_logits): over the micro-batch's L*N (layer, token)
+ * rows, f_e = the slots expert e took / (L*N) and P_e = its mean
+ * probability; aux = E * sum_e f_e P_e, times router_aux_loss_coef. f is
+ * not differentiated (the top-k's one-hot), so every probability of every
+ * layer gets the gradient gp_e = coef * E * f_e / (L*N) times the loss's
+ * scale. Here the micro-batch adds coef * aux * N to the token-loss sum, so
+ * a step's loss is its mean token loss plus coef * the micro-batches' mean
+ * aux (exactly when no target is masked), and the gradient is coef * E *
+ * f_e / L * loss_scale. The host sums the slots (from the groups) and the
+ * probabilities (read back, (N, E) a layer) during the forward. */
+int sl_llama_moe_init(sl_model *m, llama_priv *p) {
+  const sl_model_config *c = &m->cfg;
+  p->aux_coef = c->output_router_logits ? (float)c->router_aux_loss_coef : 0.0f;
+  if (!p->aux_coef || !m->ops) return SL_OK;
+  if (!(p->acnt = calloc((size_t)p->E, sizeof *p->acnt)) || !(p->aprob = calloc((size_t)p->E, sizeof *p->aprob)) ||
+      !(p->hprob = calloc((size_t)(p->N * p->E), sizeof *p->hprob)))
+    return sl_fail(SL_ENOMEM, "out of memory");
+  return (p->gp = m->ops->alloc(m->k, (size_t)p->E * 4)) ? SL_OK : SL_ENOMEM;
+}
+
+static void aux_accumulate(sl_model *m, llama_priv *p, const layer_acts *a) {
+  for (int64_t e = 0; e < p->E; e++) p->acnt[e] += p->hoffs[e + 1] - p->hoffs[e];
+  m->ops->download(m->k, p->hprob, a->probs, (size_t)(p->N * p->E) * 4);
+  for (int64_t t = 0; t < p->N; t++)
+    for (int64_t e = 0; e < p->E; e++) p->aprob[e] += p->hprob[t * p->E + e];
+}
+
+int sl_llama_moe_loss_term(sl_model *m) {
+  llama_priv *p = sl_dec(m)->blk;
+  if (!p->E || !p->aux_coef || !p->acnt) return SL_OK;
+  double rows = (double)sl_dec(m)->L * (double)p->N, aux = 0;
+  float g[1024]; /* E <= 1024 (the config checks) */
+  for (int64_t e = 0; e < p->E; e++) {
+    aux += (p->acnt[e] / rows) * (p->aprob[e] / rows);
+    g[e] = (float)((double)p->aux_coef * (double)p->E * (p->acnt[e] / rows) / (double)sl_dec(m)->L *
+                   (double)m->loss_scale);
+    p->acnt[e] = p->aprob[e] = 0;
+  }
+  m->loss_sum += (double)p->aux_coef * (double)p->E * aux * (double)p->N;
+  m->ops->upload(m->k, p->gp, g, (size_t)p->E * 4);
+  return SL_OK;
+}
+
 /* Block l's sparse MLP from a->ln2; out (N, C) = the combined experts'
  * output unless out is NULL (recomputation: the kept tensors only, the
  * routing not counted again in p->load). */
@@ -51,6 +95,7 @@ int sl_llama_moe_fwd(sl_model *m, llama_priv *p, int l, layer_acts *a, const blo
   o->moe_permute_fwd(k, a->xp, a->ln2, a->pos, N, p->k, C);
   moe_groups(m, p, a);
   for (int64_t e = 0; out && e < E; e++) p->load[l * E + e] += p->hoffs[e + 1] - p->hoffs[e];
+  if (out && p->acnt) aux_accumulate(m, p, a);
   for (int64_t e = 0; e < E; e++) {
     int64_t r0 = p->hoffs[e], n = p->hoffs[e + 1] - r0;
     if (n > 0) o->linear_fwd(k, a->gu + r0 * 2 * I, a->xp + r0 * C, expert_w(p, w->wgu, e), NULL, n, C, 2 * I);
@@ -94,7 +139,8 @@ int sl_llama_moe_bwd(sl_model *m, llama_priv *p, const layer_acts *a, const bloc
   o->zero(k, dln, (size_t)(N * C) * 4);
   o->moe_permute_bwd(k, dln, p->dxp, a->pos, N, p->k, C);
   o->zero(k, p->dlogits, (size_t)(N * E) * 4);
-  o->moe_route_bwd(k, p->dlogits, p->dwts, a->probs, a->sel, a->wts, N, E, p->k, p->norm_topk);
+  o->moe_route_bwd(k, p->dlogits, p->dwts, a->probs, a->sel, a->wts, p->aux_coef ? p->gp : NULL, N, E, p->k,
+                   p->norm_topk);
   o->linear_bwd(k, dln, (float *)g->wr, NULL, p->dlogits, a->ln2, w->wr, N, C, E);
   return SL_OK;
 }

@@ -184,8 +184,8 @@ static void c_moe_route_fwd(sl_kctx *k, float *probs, int32_t *sel, float *wts, 
   add(k, D(N) * D(E) * (5 + D(kk)), 0);
 }
 static void c_moe_route_bwd(sl_kctx *k, float *dlogits, const float *dwts, const float *probs, const int32_t *sel,
-                            const float *wts, int64_t N, int64_t E, int64_t kk, int norm) {
-  (void)dlogits, (void)dwts, (void)probs, (void)sel, (void)wts, (void)norm;
+                            const float *wts, const float *gp, int64_t N, int64_t E, int64_t kk, int norm) {
+  (void)dlogits, (void)dwts, (void)probs, (void)sel, (void)wts, (void)gp, (void)norm;
   add(k, D(N) * (2 * D(E) + 6 * D(kk)), 0);
 }
 static void c_moe_permute_fwd(sl_kctx *k, float *xp, const float *x, const int32_t *pos, int64_t N, int64_t kk,

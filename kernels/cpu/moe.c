@@ -35,10 +35,10 @@ void sl_cpu_moe_route_fwd(sl_kctx *ctx, float *probs, int32_t *sel, float *wts, 
 }
 
 void sl_cpu_moe_route_bwd(sl_kctx *ctx, float *dlogits, const float *dwts, const float *probs, const int32_t *sel,
-                          const float *wts, int64_t N, int64_t E, int64_t k, int norm) {
+                          const float *wts, const float *gp, int64_t N, int64_t E, int64_t k, int norm) {
 #pragma omp parallel for num_threads(nthr(ctx, N *E)) schedule(static)
   for (int64_t t = 0; t < N; t++)
-    sl_moe_route_bwd_row(dlogits + t * E, dwts + t * k, probs + t * E, sel + t * k, wts + t * k, E, k, norm);
+    sl_moe_route_bwd_row(dlogits + t * E, dwts + t * k, probs + t * E, sel + t * k, wts + t * k, gp, E, k, norm);
 }
 
 void sl_cpu_moe_permute_fwd(sl_kctx *ctx, float *xp, const float *x, const int32_t *pos, int64_t N, int64_t k,

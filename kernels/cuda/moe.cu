@@ -53,16 +53,16 @@ void sl_cuda_moe_route_fwd(sl_kctx *ctx, float *probs, int32_t *sel, float *wts,
 }
 
 static __global__ void route_bwd_kernel(float *dlogits, const float *dwts, const float *probs, const int32_t *sel,
-                                        const float *wts, int64_t N, int64_t E, int64_t k, int norm) {
+                                        const float *wts, const float *gp, int64_t N, int64_t E, int64_t k, int norm) {
   GRID_STRIDE(t, N)
-  sl_moe_route_bwd_row(dlogits + t * E, dwts + t * k, probs + t * E, sel + t * k, wts + t * k, E, k, norm);
+  sl_moe_route_bwd_row(dlogits + t * E, dwts + t * k, probs + t * E, sel + t * k, wts + t * k, gp, E, k, norm);
 }
 void sl_cuda_moe_route_bwd(sl_kctx *ctx, float *dlogits, const float *dwts, const float *probs, const int32_t *sel,
-                           const float *wts, int64_t N, int64_t E, int64_t k, int norm) {
+                           const float *wts, const float *gp, int64_t N, int64_t E, int64_t k, int norm) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && E >= 1 && k >= 1 && k <= 64);
   if (N == 0) return;
-  route_bwd_kernel<<<sl_cuda_blocks(N, 128), 128, 0, ctx->stream>>>(dlogits, dwts, probs, sel, wts, N, E, k, norm);
+  route_bwd_kernel<<<sl_cuda_blocks(N, 128), 128, 0, ctx->stream>>>(dlogits, dwts, probs, sel, wts, gp, N, E, k, norm);
   CUDA_LAUNCH_CHECK(ctx);
 }
 

@@ -75,6 +75,7 @@ class LlamaConfig:
         self.moe_intermediate = int(d.get("moe_intermediate_size", 768)) if self.qwen3_moe else \
             int(d["intermediate_size"])
         self.router_aux_loss_coef = float(d.get("router_aux_loss_coef", 0.001))
+        self.output_router_logits = bool(d.get("output_router_logits", False))
         # Qwen2 (Qwen2ForCausalLM): q/k/v with a bias, o_proj without.
         # Qwen3 (Qwen3ForCausalLM): RMSNorm over head_dim of every q and k
         # head (q_norm, k_norm) before RoPE; attention_bias on all four.
@@ -153,7 +154,7 @@ class LlamaConfig:
             if self.qwen3_moe:
                 d.update(num_experts=self.num_experts, num_experts_per_tok=self.top_k, norm_topk_prob=self.norm_topk_prob,
                          moe_intermediate_size=self.moe_intermediate, decoder_sparse_step=1, mlp_only_layers=[],
-                         router_aux_loss_coef=self.router_aux_loss_coef, output_router_logits=False)
+                         router_aux_loss_coef=self.router_aux_loss_coef, output_router_logits=self.output_router_logits)
             if self.rope_scaling:
                 d.update(max_position_embeddings=self.max_position_embeddings, rope_scaling=self.rope_scaling)
             return d
@@ -166,7 +167,7 @@ class LlamaConfig:
             d.update(architectures=["MixtralForCausalLM"], model_type="mixtral",
                      sliding_window=self.sliding_window if self.sliding_window > 0 else None,
                      num_local_experts=self.num_experts, num_experts_per_tok=self.top_k,
-                     router_aux_loss_coef=self.router_aux_loss_coef, output_router_logits=False)
+                     router_aux_loss_coef=self.router_aux_loss_coef, output_router_logits=self.output_router_logits)
             return d
         if self.mistral:
             d = self._to_dict_llama()
@@ -554,6 +555,24 @@ class LlamaForCausalLM(nn.Module):
         return softcap(x @ self.head_weight().t(), c.final_softcap)
 
 
+def moe_aux_loss(m):
+    """transformers' load_balancing_loss_func of the last forward (no attention
+    mask) times router_aux_loss_coef, as MixtralForCausalLM / Qwen3MoeForCausalLM
+    add it with output_router_logits: the router logits of all layers
+    concatenated along the tokens; softmax; top-k; tokens_per_expert = mean
+    of the (rows, k, E) one-hot over the rows; router_prob_per_expert = mean
+    probability; E * sum(tokens_per_expert * router_prob_per_expert)."""
+    c = m.config
+    blocks = [getattr(layer, "block_sparse_moe", None) or layer.mlp for layer in m.model.layers]
+    logits = torch.cat([b.router_logits for b in blocks], dim=0)
+    w = F.softmax(logits, dim=-1)
+    _, sel = torch.topk(w, c.top_k, dim=-1)
+    mask = F.one_hot(sel, c.num_experts)
+    tokens_per_expert = torch.mean(mask.float(), dim=0)
+    router_prob_per_expert = torch.mean(w, dim=0)
+    return c.router_aux_loss_coef * torch.sum(tokens_per_expert * router_prob_per_expert.unsqueeze(0)) * c.num_experts
+
+
 def loss_fn(logits, targets):
     """Mean token cross-entropy over every position whose target is not -100
     (PyTorch's ignore_index, HF's label masking)."""
@@ -628,12 +647,15 @@ def batch(stream, first, count, T):
 
 # -------------------------------------------------------------------- dump
 
-def dump(m, stream, B, T):
-    """Logits (B*T, V), loss and grads of the mean loss of samples 0..B-1."""
+def dump(m, stream, B, T, aux=None):
+    """Logits (B*T, V), loss and grads of the mean loss of samples 0..B-1
+    (plus aux(m), e.g. moe_aux_loss, when given)."""
     m.zero_grad(set_to_none=True)
     x, y = batch(stream, 0, B, T)
     logits = m(x)
     loss = loss_fn(logits, y)
+    if aux:
+        loss = loss + aux(m)
     loss.backward()
     out = {"logits": logits.detach().reshape(B * T, -1).numpy().copy(),
            "loss": np.array([loss.item()], dtype=np.float32)}
@@ -661,7 +683,7 @@ def make_optimizer(m, lr, wd, b1, b2, eps):
 
 
 def train(m, stream, steps, B, T, accum, lr, min_lr, warmup, wd, b1, b2, eps, clip,
-          whole_batch=True, log=None):
+          whole_batch=True, log=None, aux=None):
     """Reference training loop. Returns a list of per-step metrics dicts
     {"step", "loss", "lr", "grad_norm"}; m holds the final weights.
 
@@ -680,13 +702,18 @@ def train(m, stream, steps, B, T, accum, lr, min_lr, warmup, wd, b1, b2, eps, cl
         if whole_batch:
             x, y = batch(stream, s * G, G, T)
             loss = loss_fn(m(x), y)
+            if aux:
+                loss = loss + aux(m)
             loss.backward()
             loss_v = loss.item()
         else:
             loss_v = 0.0
             for k in range(accum):
                 x, y = batch(stream, s * G + k * B, B, T)
-                loss = loss_fn(m(x), y) / accum
+                loss = loss_fn(m(x), y)
+                if aux:  # per micro-batch, as each forward of transformers computes it
+                    loss = loss + aux(m)
+                loss = loss / accum
                 loss.backward()
                 loss_v += loss.item()
         if clip > 0:

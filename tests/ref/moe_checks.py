@@ -38,7 +38,10 @@ CASES = (("mixtral", "mixtral", dict(num_local_experts=E_EXPERTS, router_aux_los
          ("qwen3_moe", "qwen3_moe", dict(num_experts=E_EXPERTS, moe_intermediate_size=24, norm_topk_prob=True,
                                          head_dim=12)),
          ("qwen3_moe_nonorm", "qwen3_moe", dict(num_experts=E_EXPERTS, moe_intermediate_size=24,
-                                                norm_topk_prob=False, head_dim=12)))
+                                                norm_topk_prob=False, head_dim=12)),
+         # the load-balancing loss (output_router_logits true; coefficient 0.5 so that it moves the run)
+         ("mixtral_aux", "mixtral", dict(num_local_experts=E_EXPERTS, router_aux_loss_coef=0.5,
+                                         output_router_logits=True)))
 
 
 def moe_config(family, extra):
@@ -56,8 +59,9 @@ def loads(m):
             for layer in m.model.layers]
 
 
-def ref_train_loads(mdir, stream):
-    """The reference's 10 steps, with each step's expert loads summed over its micro-batches."""
+def ref_train_loads(mdir, stream, aux=None):
+    """The reference's 10 steps, with each step's expert loads summed over its micro-batches
+    (with the aux loss: per micro-batch, as the engine computes it)."""
     m = L.load_hf(mdir)
     per_step = []
     orig = m.forward
@@ -68,7 +72,7 @@ def ref_train_loads(mdir, stream):
         return out
     m.forward = fwd
     rows = L.train(m, stream, E.STEPS, E.B, E.T, E.ACCUM, E.HP["lr"], E.HP["min_lr"], E.HP["warmup"],
-                   E.HP["wd"], E.HP["b1"], E.HP["b2"], E.HP["eps"], E.HP["clip"])
+                   E.HP["wd"], E.HP["b1"], E.HP["b2"], E.HP["eps"], E.HP["clip"], whole_batch=aux is None, aux=aux)
     n = len(per_step) // E.STEPS  # forwards a step (1 when the reference runs the whole batch)
     steps = [np.sum(per_step[s * n:(s + 1) * n], axis=0).tolist() for s in range(E.STEPS)]
     return m, rows, steps
@@ -82,7 +86,8 @@ def run_case(ck, exe, root, data, stream, tag, family, extra):
     L.save_hf(L.init_model(cfg, seed=31, std=0.08, norm_jitter=0.1), mdir)
     ref_m = L.load_hf(mdir)
     names = [n for n, _ in ref_m.named_parameters()]
-    ref = L.dump(ref_m, stream, E.B, E.T)
+    aux = L.moe_aux_loss if cfg.output_router_logits else None
+    ref = L.dump(ref_m, stream, E.B, E.T, aux)
     ld = loads(ref_m)
     ck(f"[{tag}] reference routing: uneven loads", all(max(r) > min(r) for r in ld), f"tokens per expert {ld}")
     dump0 = E.dump_modes(ck, exe, mdir, data, w, ref, names,
@@ -91,14 +96,24 @@ def run_case(ck, exe, root, data, stream, tag, family, extra):
     norm = cfg.norm_topk_prob
     for layer in ref_m.model.layers:
         moe_block(layer).norm = not norm
-    ref_sw = L.dump(ref_m, stream, E.B, E.T)
+    ref_sw = L.dump(ref_m, stream, E.B, E.T, aux)
     if dump0:
         eng = common.st_read(dump0)
         err = E.rel_err(eng["logits"].reshape(ref_sw["logits"].shape), ref_sw["logits"])
         ck(f"[{tag}] negative control: the reference with renormalisation {'off' if norm else 'on'} misses the "
            "engine", err > 10 * E.DUMP_TOL, f"logits rel {err:.2e} (bound {E.DUMP_TOL:g})")
     # 10 AdamW steps, the expert loads of every step
-    ref_m, ref_rows, ref_loads = ref_train_loads(mdir, stream)
+    if aux:  # negative controls: the aux loss off, its coefficient doubled
+        for layer in ref_m.model.layers:
+            moe_block(layer).norm = norm
+        for name, f in (("off", None), ("coefficient doubled", lambda mm: 2 * L.moe_aux_loss(mm))):
+            r = L.dump(ref_m, stream, E.B, E.T, f)
+            if dump0:
+                err = max(E.rel_err(eng["loss"], r["loss"]),
+                          max(E.rel_err(eng[k].reshape(r[k].shape), r[k]) for k in r if ".gate." in k))
+                ck(f"[{tag}] negative control: the reference with the aux loss {name} misses the engine "
+                   "(loss, router grads)", err > 10 * E.DUMP_TOL, f"worst rel {err:.2e} (bound {E.DUMP_TOL:g})")
+    ref_m, ref_rows, ref_loads = ref_train_loads(mdir, stream, aux)
     met, save = os.path.join(w, "metrics.jsonl"), os.path.join(w, "saved")
     ok, msg = E.run_engine(exe, E.train_args(mdir, data, met, save, "none"), met + ".log")
     if not ok:

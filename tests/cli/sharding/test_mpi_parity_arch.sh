@@ -15,13 +15,16 @@
 # TP 2 with SP (1e-5) and PP 2 zb1p (bit-identical).
 # Mixtral (4 experts, top 2): DP 1-3 x ZeRO 0/3 at 1e-5 (measured: weights
 # 5.1e-07 relative L2 at DP 3), PP 2 1f1b bit-identical; zb1p and --tp 2
-# refused by name. Qwen3-MoE (norm_topk_prob true) at DP 2 ZeRO-3 (1e-5).
+# refused by name; with the load-balancing loss DP 2 ZeRO-3 (1e-5), --pp
+# refused. Qwen3-MoE (norm_topk_prob true) at DP 2 ZeRO-3 (1e-5).
 source "${SL_SRC:?}/tests/lib/run.sh" mpi_parity_arch mpi numpy
 tiny_model "$W/mistral" mistral '"hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2'
 tiny_model "$W/qwen2" llama '"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "num_hidden_layers": 2'
 tiny_model "$W/mamba" mamba '"num_hidden_layers": 2'
 tiny_model "$W/mixtral" llama '"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_hidden_layers": 2,
  "intermediate_size": 24, "num_local_experts": 4, "num_experts_per_tok": 2'
+tiny_model "$W/mixtral_aux" llama '"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_hidden_layers": 2,
+ "intermediate_size": 24, "num_local_experts": 4, "num_experts_per_tok": 2, "output_router_logits": true, "router_aux_loss_coef": 0.5'
 tiny_model "$W/qwen3moe" llama '"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_hidden_layers": 2,
  "head_dim": 12, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "norm_topk_prob": true'
 tiny_model "$W/qwen3" llama '"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 2,
@@ -71,6 +74,12 @@ run qwen2 tp4ns 4 3 4 --tp 4 --no-sync-accum && check qwen2 tp4ns base --rtol 1e
 # Qwen3-MoE (q/k norms + the sparse MLP): DP 2 ZeRO-3 vs one rank
 run qwen3moe base 1 3 4 --zero 0
 run qwen3moe w2z3 2 3 2 --zero 3 && check qwen3moe w2z3 base --rtol 1e-5
+# the load-balancing loss (per micro-batch): DP 2 x 2 micro-batches of 3 = one rank's 4 of 3 (1e-5); --pp refused
+run mixtral_aux base 1 3 4 --zero 0
+run mixtral_aux w2z3 2 3 2 --zero 3 && check mixtral_aux w2z3 base --rtol 1e-5
+$MPI -np 2 "$B" train --model "$W/mixtral_aux" --data "$W/data" --steps 1 --seq-len 16 --micro-batch 2 --grad-accum 2 \
+  --threads 1 --summary false --plot false --out-dir "$W/mixtral-refused" --pp 2 > "$W/mixtral-refused.log" 2>&1
+rc_is "Mixtral aux loss --pp 2 refused" $? 2 "$W/mixtral-refused.log" "load-balancing loss (output_router_logits true)"
 # Mixtral: PP 2 (1f1b) bit-identical; zb1p and --tp 2 refused by name
 run mixtral pp21f1b 2 3 4 --pp 2 --pp-schedule 1f1b && check mixtral pp21f1b base --exact
 for f in "--pp 2 --pp-schedule zb1p" "--tp 2"; do

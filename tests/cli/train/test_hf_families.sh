@@ -108,12 +108,11 @@ grep -qF "mixture of experts: 3353032704 parameters active a token" "$W/plan-q3m
   && ok "Qwen3-30B-A3B: 3353032704 active (8 of 128 experts a layer)" || bad "Qwen3-30B-A3B active count"
 X='"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_hidden_layers": 2, "num_local_experts": 4'
 refuse jitter '"router_jitter_noise": 0.1' "field 'router_jitter_noise' = 0.1 is not supported" "$X"
-refuse aux '"output_router_logits": true' "field 'output_router_logits' = true is not supported" "$X"
+refuse auxneg '"output_router_logits": true, "router_aux_loss_coef": -1' "field 'router_aux_loss_coef' must be >= 0" "$X"
 refuse topk '"num_experts_per_tok": 5' "field 'num_experts_per_tok' must be in [1, min(64, num_local_experts = 4)]" "$X"
 Q3M='"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_hidden_layers": 2, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16'
 refuse q3mstep '"decoder_sparse_step": 2' "field 'decoder_sparse_step' = 2 is not supported" "$Q3M"
 refuse q3mdense '"mlp_only_layers": [0]' "field 'mlp_only_layers' is not supported unless empty" "$Q3M"
-refuse q3maux '"output_router_logits": true' "field 'output_router_logits' = true is not supported" "$Q3M"
 # a tiny Mixtral (the published config's fields that change nothing accepted) trains and saves
 tiny_model "$W/mx" llama "$X, \"num_experts_per_tok\": 2, \"router_aux_loss_coef\": 0.02, \"output_router_logits\": false, \"router_jitter_noise\": 0.0, \"sliding_window\": null, \"attention_dropout\": 0.0, \"torch_dtype\": \"bfloat16\", \"use_cache\": true"
 "$B" train --model "$W/mx" --data "$W/data" --steps 2 --seq-len 32 --micro-batch 2 --threads 1 --summary false \

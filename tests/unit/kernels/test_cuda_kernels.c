@@ -365,9 +365,14 @@ static void test_moe(int64_t N, int64_t E, int64_t k, int64_t C, int norm) {
   check_i32("moe_route_fwd offs (idle expert)", ho, dof, E + 1);
   check_i32("moe_route_fwd perm", hp, dp, N * k);
   check_i32("moe_route_fwd pos", hq, dq, N * k);
-  cpu->moe_route_bwd(cc, dl.h, dw.h, probs.h, hs, wts.h, N, E, k, norm);
-  gpu->moe_route_bwd(gc, dl.d, dw.d, probs.d, ds, wts.d, N, E, k, norm);
+  cpu->moe_route_bwd(cc, dl.h, dw.h, probs.h, hs, wts.h, NULL, N, E, k, norm);
+  gpu->moe_route_bwd(gc, dl.d, dw.d, probs.d, ds, wts.d, NULL, N, E, k, norm);
   check("moe_route_bwd", &dl, 1e-5);
+  buf gp = mk(E, -1, 1); /* the aux loss's gradient on every probability */
+  cpu->moe_route_bwd(cc, dl.h, dw.h, probs.h, hs, wts.h, gp.h, N, E, k, norm);
+  gpu->moe_route_bwd(gc, dl.d, dw.d, probs.d, ds, wts.d, gp.d, N, E, k, norm);
+  check("moe_route_bwd + gp", &dl, 1e-5);
+  freeb(&gp);
   buf x = mk(N * C, -1, 1), xp = mk0(N * k * C), dxp = mk(N * k * C, -1, 1), dx = mk(N * C, -1, 1);
   cpu->moe_permute_fwd(cc, xp.h, x.h, hq, N, k, C);
   gpu->moe_permute_fwd(gc, xp.d, x.d, dq, N, k, C);

@@ -920,7 +920,7 @@ static void test_elementwise(const sl_ops *ops, sl_kctx *ctx) {
 
 /* ---- mixture of experts: routing, permutation, combine ---------------------- */
 typedef struct {
-  double *lg, *R, *yp, *wts, *Ry;
+  double *lg, *R, *yp, *wts, *Ry, *gp; /* gp (E): a gradient on every probability (NULL: none) */
   const int32_t *sel, *pos;
   int64_t N, E, k, C;
   int norm;
@@ -940,6 +940,11 @@ static double moe_route_L(void *p) {
   for (int64_t t = 0; t < s->N; t++) {
     moe_w_ref(w, s->lg + t * s->E, s->sel + t * s->k, s->E, s->k, s->norm);
     for (int64_t j = 0; j < s->k; j++) L += w[j] * s->R[t * s->k + j];
+    const double *lg = s->lg + t * s->E;
+    double mx = lg[0], sum = 0;
+    for (int64_t e = 1; e < s->E; e++) mx = fmax(mx, lg[e]);
+    for (int64_t e = 0; e < s->E; e++) sum += exp(lg[e] - mx);
+    for (int64_t e = 0; s->gp && e < s->E; e++) L += s->gp[e] * exp(lg[e] - mx) / sum;
   }
   return L;
 }
@@ -955,7 +960,7 @@ static double moe_comb_L(void *p) {
 }
 /* route_fwd's softmax, top-k (an idle expert: the last one's logits are far
  * below, a zero-token group), grouping; route_bwd by finite differences. */
-static void test_moe_route(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t E, int64_t k, int norm) {
+static void test_moe_route(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t E, int64_t k, int norm, int with_gp) {
   float *lg = fvec(N * E, 3.0f), *probs = malloc(N * E * 4), *wts = malloc(N * k * 4), *R = fvec(N * k, 1.0f);
   int32_t *sel = malloc(N * k * 4), *perm = malloc(N * k * 4), *pos = malloc(N * k * 4), *offs = malloc((E + 1) * 4);
   for (int64_t t = 0; t < N; t++) lg[t * E + E - 1] = -40.0f;
@@ -984,13 +989,15 @@ static void test_moe_route(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t E
   snprintf(nm, sizeof nm, "moe_route_fwd probs/weights vs double (norm %d)", norm);
   report(nm, fmax(perr, werr), 1e-6);
   report("moe_route_fwd top-k order, groups, inverse, idle expert (mismatches)", (double)bad, 0);
-  moe_st s = {lgd, to_d(R, N * k), NULL, NULL, NULL, sel, pos, N, E, k, 0, norm};
+  float *gp = with_gp ? fvec(E, 1.0f) : NULL; /* the load-balancing loss's gradient on every probability */
+  moe_st s = {lgd, to_d(R, N * k), NULL, NULL, NULL, gp ? to_d(gp, E) : NULL, sel, pos, N, E, k, 0, norm};
   float *sv, *pg = prefill(N * E, &sv), *g = zeros(N * E);
-  ops->moe_route_bwd(ctx, g, R, probs, sel, wts, N, E, k, norm);
-  ops->moe_route_bwd(ctx, pg, R, probs, sel, wts, N, E, k, norm);
+  ops->moe_route_bwd(ctx, g, R, probs, sel, wts, gp, N, E, k, norm);
+  ops->moe_route_bwd(ctx, pg, R, probs, sel, wts, gp, N, E, k, norm);
   adds_check("moe_route_bwd", pg, sv, g, N * E);
-  fd_check(norm ? "moe_route_bwd (renormalised)" : "moe_route_bwd (softmax weights)", s.lg, g, N * E, moe_route_L,
-           &s, 300, 1e-5);
+  snprintf(nm, sizeof nm, "moe_route_bwd (%s%s)", norm ? "renormalised" : "softmax weights", gp ? ", + gp" : "");
+  fd_check(nm, s.lg, g, N * E, moe_route_L, &s, 300, 1e-5);
+  free(gp), free(s.gp);
   free(lg), free(probs), free(wts), free(R), free(sel), free(perm), free(pos), free(offs), free(sv), free(pg);
   free(g), free(s.lg), free(s.R);
 }
@@ -1015,7 +1022,7 @@ static void test_moe_rows(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t E,
   report("moe_permute_bwd = sum of a token's k rows", e1, 1e-6);
   float *yp = fvec(N * k * C, 1.0f), *out = malloc(N * C * 4), *Ry = fvec(N * C, 1.0f);
   ops->moe_combine_fwd(ctx, out, yp, wts, pos, N, k, C);
-  moe_st s = {NULL, NULL, to_d(yp, N * k * C), to_d(wts, N * k), to_d(Ry, N * C), sel, pos, N, E, k, C, 1};
+  moe_st s = {NULL, NULL, to_d(yp, N * k * C), to_d(wts, N * k), to_d(Ry, N * C), NULL, sel, pos, N, E, k, C, 1};
   double e2 = 0;
   for (int64_t t = 0; t < N; t++)
     for (int64_t c = 0; c < C; c++) {
@@ -1076,8 +1083,10 @@ int main(void) {
     test_attention(ops, c1, 2, DT, 2, 2, 8, 40, 80, seg); /* window inside documents */
   }
   test_swiglu(ops, c2, 41, 96);
-  test_moe_route(ops, c2, 37, 6, 2, 1);
-  test_moe_route(ops, c1, 23, 5, 3, 0);
+  test_moe_route(ops, c2, 37, 6, 2, 1, 0);
+  test_moe_route(ops, c1, 23, 5, 3, 0, 0);
+  test_moe_route(ops, c2, 37, 6, 2, 1, 1); /* + the aux loss's gradient on every probability */
+  test_moe_route(ops, c1, 23, 5, 3, 0, 1);
   test_moe_rows(ops, c2, 37, 6, 2, 24);
   test_moe_rows(ops, c1, 9, 4, 1, 8);
   test_ce(ops, c2, 37, 16, 300, 150, 150);
