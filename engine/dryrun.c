@@ -7,6 +7,7 @@
  * (engine/tensor_par.c). */
 #include "engine/dryrun.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
@@ -109,6 +110,7 @@ static int dry_step(trainer *t, const sl_mem_stats *s0, sl_dry_result *out) {
   sl_comm_get_stats(pp, &pp0);
   step_out o = {0};
   int rc = sl_trainer_step(t, 0, &o);
+  free(o.moe_load);
   if (tp) sl_comm_get_stats(tp, &tp1);
   sl_comm_get_stats(pp, &pp1);
   if (rc) return rc;

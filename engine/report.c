@@ -56,6 +56,21 @@ void sl_trainer_summary(trainer *t, double wall) {
   free(all);
 }
 
+/* The worst layer's max / mean tokens per expert (1: balanced). */
+static double moe_imbalance(const int64_t *load, int64_t n, int64_t E) {
+  double worst = 0;
+  for (int64_t l = 0; l < n / E; l++) {
+    int64_t mx = 0, sum = 0;
+    for (int64_t e = 0; e < E; e++) {
+      sum += load[l * E + e];
+      mx = load[l * E + e] > mx ? load[l * E + e] : mx;
+    }
+    double r = sum ? (double)mx * (double)E / (double)sum : 0;
+    worst = r > worst ? r : worst;
+  }
+  return worst;
+}
+
 int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt, double flops_tok) {
   int64_t *stages = NULL; /* --pp > 1: every stage's figures (a collective over the PP communicator) */
   int rc = t->par.pplan ? sl_trainer_pp_gather(t, &stages) : SL_OK;
@@ -100,6 +115,14 @@ int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt
   }
   if (stages) sl_trainer_pp_write(t, t->report.metrics, stages);
   free(stages);
+  if (o->moe_n) { /* tokens per expert, a row per layer (their max / mean is the load imbalance) */
+    int64_t E = t->m->cfg.moe_experts;
+    fprintf(t->report.metrics, ", \"moe_load\": [");
+    for (int64_t i = 0; i < o->moe_n; i++)
+      fprintf(t->report.metrics, "%s%lld%s", i % E ? ", " : i ? "], [" : "[", (long long)o->moe_load[i],
+              i == o->moe_n - 1 ? "]" : "");
+    fprintf(t->report.metrics, "], \"moe_max_over_mean\": %.4f", moe_imbalance(o->moe_load, o->moe_n, E));
+  }
   if (o->ev.samples)
     fprintf(t->report.metrics, ", \"eval_loss\": %s, \"eval_ppl\": %s", sl_guard_json(jl, o->ev.loss),
             sl_guard_json(jr, o->ev.ppl));

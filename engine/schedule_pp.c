@@ -854,6 +854,11 @@ static int zb_refusal(const sl_train_cfg *c, const sl_model_config *mc) {
   if (strcmp(c->pp_schedule, "zb1p")) return SL_OK;
   int rc = sl_model_caps_of(mc, &caps);
   if (rc) return rc;
+  if (!caps.zb_split)
+    return sl_fail(SL_EINPUT,
+                   "--pp-schedule zb1p: not supported for %s (its blocks have no split backward: the mixture of "
+                   "experts); use --pp-schedule 1f1b",
+                   mc->arch_name);
   if (!caps.zb_split_accum && c->no_sync_accum)
     return sl_fail(SL_EINPUT,
                    "--pp-schedule zb1p with --no-sync-accum: not supported for %s (its split backward adds some "
@@ -870,6 +875,12 @@ int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int ran
       return sl_fail(SL_EINPUT, "--pp-virtual and --pp-layout need --pp P >= 2 (found --pp %lld)", (long long)c->pp);
     return SL_OK;
   }
+  if (mc->moe_experts && mc->output_router_logits && mc->router_aux_loss_coef > 0)
+    return sl_fail(SL_EINPUT,
+                   "--pp %lld: %s's load-balancing loss (output_router_logits true) needs every layer's routing on "
+                   "one rank; across pipeline stages it is not implemented (set output_router_logits false or "
+                   "router_aux_loss_coef 0, or drop --pp)",
+                   (long long)c->pp, mc->arch_name);
   /* one reduction at the step's last backward: it must cover every unit of
    * the rank (one chunk), and the tied weight's head part is sent per
    * micro-batch from a buffer zeroed for it */

@@ -649,11 +649,36 @@ static int optimizer_step(trainer *t, int64_t s, double lr, float coef) {
   return sl_fsdp_finish_step(t->f);
 }
 
+/* A mixture of experts' tokens per expert per layer in this step's
+ * forwards, summed over every rank (a rank counts only the blocks it
+ * computes, and MoE runs at --tp 1: the sum counts each token once). */
+static int moe_load_step(trainer *t, step_out *o) {
+  int64_t n = t->m->cfg.moe_experts * t->m->cfg.num_hidden_layers;
+  if (!n) return SL_OK;
+  double *sum = malloc(sizeof *sum * (size_t)n);
+  if (!o->moe_load) o->moe_load = malloc(sizeof *o->moe_load * (size_t)n);
+  if (!sum || !o->moe_load) {
+    free(sum);
+    return sl_fail(SL_ENOMEM, "out of memory");
+  }
+  sl_model_moe_load(t->m, o->moe_load);
+  for (int64_t i = 0; i < n; i++) sum[i] = (double)o->moe_load[i];
+  int rc = sl_comm_allreduce_sync(t->world, sum, n, SL_F64) == SL_COMM_OK
+               ? SL_OK
+               : sl_fail(SL_ECOMM, "expert load all-reduce: %s", sl_comm_last_error());
+  for (int64_t i = 0; i < n; i++) o->moe_load[i] = (int64_t)sum[i];
+  o->moe_n = n;
+  free(sum);
+  return rc;
+}
+
 static int train_step(trainer *t, int64_t s, step_out *o) {
   sl_train_cfg *c = &t->cfg;
   double loss_local = 0;
   int rc;
+  sl_model_moe_load(t->m, NULL); /* the counters restart: this step's training forwards only */
   if ((rc = sl_trainer_fwd_bwd(t, (int)c->grad_accum, NULL, NULL, &loss_local))) return rc;
+  if ((rc = moe_load_step(t, o))) return rc;
   double loss_sum = 0;
   loss_local = sl_guard_fault(t->world, s, loss_local); /* tests only (SL_FAULT_NONFINITE) */
   if ((rc = sum_across(t, loss_local, &loss_sum))) return rc;
@@ -961,6 +986,7 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   trainer t;
   /* pipeline.svg, next to metrics.svg */
   char ppsvg[SL_PATH_MAX + 32] = "";
+  step_out o = {0}; /* before any goto done: done frees o.moe_load */
   sl_signals_install(); /* a signal during setup stops the run after its first step */
   int rc = sl_trainer_setup(&t, cfg, world, 1);
   if (rc) goto done;
@@ -980,7 +1006,6 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   int tty = t.rank == 0 && isatty(STDOUT_FILENO) &&
             (sl_env_set("SL_TTY") ? sl_env_bool("SL_TTY") : getenv("OMPI_COMM_WORLD_SIZE") == NULL);
   double t_start = sl_now_s(), first_loss = 0;
-  step_out o = {0};
   sl_mem_reset_peaks();
   sl_fsdp_reset_comm_stats(t.f);
   int stop_sig = 0;
@@ -1001,6 +1026,7 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   if (c->summary) sl_trainer_summary(&t, wall);
   if (t.rank == 0 && c->steps > t.start_step) run_report(&t, wall, first_loss, o.loss, ppsvg);
 done:
+  free(o.moe_load);
   sl_trainer_free(&t);
   return rc;
 }

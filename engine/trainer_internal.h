@@ -94,6 +94,8 @@ typedef struct {
   double loss, grad_norm, lr;
   sl_eval_result ev; /* held-out loss of this step (ev.samples 0: none) */
   int64_t tokens;    /* targets that counted in the loss */
+  int64_t *moe_load; /* (moe_n) a mixture of experts' tokens per expert per layer in the step, all ranks */
+  int64_t moe_n;     /* 0: a dense model */
 } step_out;
 
 /* optim 0: no optimizer state (shardlm eval). */

@@ -26,6 +26,7 @@
 #define CFG_MAX_HIDDEN ((int64_t)1 << 17)
 #define CFG_MAX_INTER ((int64_t)1 << 20)
 #define CFG_MAX_HEADS 4096
+#define CFG_MAX_EXPERTS 1024
 #define CFG_MAX_HEAD_DIM 4096
 #define CFG_MAX_POS ((int64_t)1 << 27)
 #define CFG_MAX_STATE 4096
@@ -38,6 +39,8 @@ const char *sl_arch_name(sl_arch a) {
   case SL_ARCH_MISTRAL: return "mistral";
   case SL_ARCH_MAMBA: return "mamba";
   case SL_ARCH_QWEN2: return "qwen2";
+  case SL_ARCH_MIXTRAL: return "mixtral";
+  case SL_ARCH_QWEN3_MOE: return "qwen3_moe";
   case SL_ARCH_QWEN3: return "qwen3";
   default: return "unknown";
   }
@@ -107,7 +110,7 @@ static int get_bool(const char *path, json_t *o, const char *key, int def, int *
 }
 
 static int want_false(const char *path, json_t *o, const char *key, const char *why) {
-  int b;
+  int b = 0;
   int rc = get_bool(path, o, key, 0, &b);
   if (rc) return rc;
   if (b) return sl_fail(SL_EINPUT, "%s: field '%s' = true is not supported (%s)", path, key, why);
@@ -315,6 +318,68 @@ static void set_defaults(sl_model_config *c) {
   c->mixer_rms_eps = 1e-6;
 }
 
+/* Qwen3-MoE's layer plan: every layer sparse (mlp_only_layers empty,
+ * decoder_sparse_step 1, as the published models); dense layers among the
+ * sparse ones are refused naming the field. */
+static int qwen3_moe_layers(const char *p, json_t *o, sl_model_config *c) {
+  int64_t step;
+  int rc = get_int(p, o, "decoder_sparse_step", 0, 1, &step);
+  if (rc) return rc;
+  if (step != 1)
+    return sl_fail(SL_EINPUT,
+                   "%s: field 'decoder_sparse_step' = %lld is not supported (expected 1: dense layers among the "
+                   "sparse ones are not implemented)",
+                   p, (long long)step);
+  json_t *dl = json_object_get(o, "mlp_only_layers");
+  if (dl && !json_is_null(dl) && (!json_is_array(dl) || json_array_size(dl)))
+    return sl_fail(SL_EINPUT,
+                   "%s: field 'mlp_only_layers' is not supported unless empty (dense layers among the sparse ones "
+                   "are not implemented)",
+                   p);
+  if ((rc = get_int(p, o, "moe_intermediate_size", 0, 768, &c->moe_intermediate)) ||
+      (rc = get_bool(p, o, "norm_topk_prob", 0, &c->moe_norm_topk)))
+    return rc;
+  if (c->moe_intermediate < 1 || c->moe_intermediate > CFG_MAX_INTER)
+    return sl_fail(SL_EINPUT, "%s: field 'moe_intermediate_size' must be in [1, %lld], found %lld", p,
+                   (long long)CFG_MAX_INTER, (long long)c->moe_intermediate);
+  return SL_OK;
+}
+
+/* The sparse MLP (transformers' MixtralSparseMoeBlock, Qwen3MoeSparseMoeBlock):
+ * E experts, top-k token-choice routing whose k weights are renormalised
+ * always (Mixtral: num_local_experts, intermediate_size) or with
+ * norm_topk_prob (Qwen3-MoE: num_experts, moe_intermediate_size). The
+ * load-balancing loss transformers adds only with output_router_logits, and
+ * Mixtral's training-time router jitter, are not implemented: refused by
+ * name. */
+static int parse_moe(const char *p, json_t *o, sl_model_config *c) {
+  int rc, q3 = c->arch == SL_ARCH_QWEN3_MOE;
+  double jitter = 0;
+  const char *ne = q3 ? "num_experts" : "num_local_experts";
+  if ((rc = get_int(p, o, ne, 0, q3 ? 128 : 8, &c->moe_experts)) ||
+      (rc = get_int(p, o, "num_experts_per_tok", 0, q3 ? 8 : 2, &c->moe_topk)) ||
+      (rc = get_num(p, o, "router_aux_loss_coef", 0.001, &c->router_aux_loss_coef)) ||
+      (!q3 && (rc = get_num(p, o, "router_jitter_noise", 0.0, &jitter))) ||
+      (rc = get_bool(p, o, "output_router_logits", 0, &c->output_router_logits)))
+    return rc;
+  if (!(c->router_aux_loss_coef >= 0))
+    return sl_fail(SL_EINPUT, "%s: field 'router_aux_loss_coef' must be >= 0, found %g", p, c->router_aux_loss_coef);
+  c->moe_intermediate = c->intermediate_size;
+  c->moe_norm_topk = 1;
+  if (q3 && (rc = qwen3_moe_layers(p, o, c))) return rc;
+  if (c->moe_experts < 1 || c->moe_experts > CFG_MAX_EXPERTS)
+    return sl_fail(SL_EINPUT, "%s: field '%s' must be in [1, %d], found %lld", p, ne, CFG_MAX_EXPERTS,
+                   (long long)c->moe_experts);
+  if (c->moe_topk < 1 || c->moe_topk > c->moe_experts || c->moe_topk > 64)
+    return sl_fail(SL_EINPUT,
+                   "%s: field 'num_experts_per_tok' must be in [1, min(64, %s = %lld)], found %lld", p, ne,
+                   (long long)c->moe_experts, (long long)c->moe_topk);
+  if (jitter != 0)
+    return sl_fail(SL_EINPUT, "%s: field 'router_jitter_noise' = %g is not supported (expected 0: router jitter is not "
+                   "implemented)", p, jitter);
+  return SL_OK;
+}
+
 /* layer_types (Qwen3, newer configs): accepted when every layer is
  * "full_attention", refused naming the field otherwise. */
 static int want_full_attention(const char *p, json_t *o) {
@@ -340,14 +405,14 @@ static int want_full_attention(const char *p, json_t *o) {
  * says so); Qwen3's per-head q/k RMSNorm with attention_bias (q/k/v/o). */
 static int parse_block_options(const char *p, json_t *o, sl_model_config *c) {
   int rc, ab = 0;
-  if (c->arch == SL_ARCH_QWEN2 || c->arch == SL_ARCH_QWEN3) {
+  if (c->arch == SL_ARCH_QWEN2 || c->arch == SL_ARCH_QWEN3 || c->arch == SL_ARCH_QWEN3_MOE) {
     if ((rc = want_false(p, o, "use_sliding_window", "per-layer sliding windows are not implemented"))) return rc;
   }
   if (c->arch == SL_ARCH_QWEN2) {
     c->qkv_bias = 1;
     return want_false(p, o, "use_mrope", "multimodal RoPE is not implemented");
   }
-  if (c->arch == SL_ARCH_MISTRAL) {
+  if (c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_MIXTRAL) {
     if ((rc = want_false(p, o, "attention_bias", "q/k/v/o projections have no bias here")) ||
         (rc = want_false(p, o, "mlp_bias", "MLP projections have no bias here")))
       return rc;
@@ -355,7 +420,7 @@ static int parse_block_options(const char *p, json_t *o, sl_model_config *c) {
   }
   if ((rc = get_bool(p, o, "attention_bias", 0, &ab))) return rc;
   c->qkv_bias = c->o_bias = ab;
-  if (c->arch == SL_ARCH_QWEN3) {
+  if (c->arch == SL_ARCH_QWEN3 || c->arch == SL_ARCH_QWEN3_MOE) {
     c->qk_norm = 1;
     return want_full_attention(p, o);
   }
@@ -364,7 +429,8 @@ static int parse_block_options(const char *p, json_t *o, sl_model_config *c) {
 
 static int parse_attn(const char *p, json_t *o, sl_model_config *c) {
   int rc;
-  int mistral = c->arch == SL_ARCH_MISTRAL, qwen = c->arch == SL_ARCH_QWEN2 || c->arch == SL_ARCH_QWEN3;
+  int mistral = c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_MIXTRAL, qwen = c->arch == SL_ARCH_QWEN2 || c->arch == SL_ARCH_QWEN3 ||
+                                                                     c->arch == SL_ARCH_QWEN3_MOE;
   if ((rc = get_int(p, o, "hidden_size", 1, 0, &c->hidden_size)) ||
       (rc = get_int(p, o, "intermediate_size", 1, 0, &c->intermediate_size)) ||
       (rc = get_int(p, o, "num_hidden_layers", 1, 0, &c->num_hidden_layers)) ||
@@ -381,6 +447,7 @@ static int parse_attn(const char *p, json_t *o, sl_model_config *c) {
     return rc;
   if ((rc = parse_block_options(p, o, c))) return rc;
   if (mistral && (rc = get_int(p, o, "sliding_window", 0, 0, &c->sliding_window))) return rc;
+  if ((c->arch == SL_ARCH_MIXTRAL || c->arch == SL_ARCH_QWEN3_MOE) && (rc = parse_moe(p, o, c))) return rc;
   if ((rc = want_pos_emb(p, o))) return rc;
   if ((rc = parse_rope_scaling(p, o, c))) return rc;
   if (c->num_attention_heads <= 0)
@@ -534,7 +601,7 @@ int sl_hfconfig_validate(const char *p, const sl_model_config *c) {
   if (c->max_position_embeddings < 0 || c->max_position_embeddings > CFG_MAX_POS) /* 0: unset */
     return posl(p, "max_position_embeddings", c->max_position_embeddings, CFG_MAX_POS);
   if (c->arch == SL_ARCH_LLAMA || c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_QWEN2 ||
-      c->arch == SL_ARCH_QWEN3) {
+      c->arch == SL_ARCH_QWEN3 || c->arch == SL_ARCH_MIXTRAL || c->arch == SL_ARCH_QWEN3_MOE) {
     if ((rc = posl(p, "intermediate_size", c->intermediate_size, CFG_MAX_INTER)) ||
         (rc = posl(p, "num_attention_heads", c->num_attention_heads, CFG_MAX_HEADS)) ||
         (rc = posl(p, "num_key_value_heads", c->num_key_value_heads, CFG_MAX_HEADS)) ||
@@ -586,6 +653,8 @@ static const struct {
     {"Qwen2ForCausalLM", "qwen2", SL_ARCH_QWEN2},
     {"Qwen3ForCausalLM", "qwen3", SL_ARCH_QWEN3},
     {"FalconMambaForCausalLM", "falcon_mamba", SL_ARCH_MAMBA}, /* with mixer_rms */
+    {"MixtralForCausalLM", "mixtral", SL_ARCH_MIXTRAL},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", SL_ARCH_QWEN3_MOE},
 };
 /* the FalconMambaForCausalLM row (SL_ARCH_MAMBA with mixer_rms) */
 static int falcon_row(int i) { return i >= 0 && !strcmp(k_arch[i].cls, "FalconMambaForCausalLM"); }
@@ -613,8 +682,8 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
     if (!c->arch) {
       rc = sl_fail(SL_EINPUT,
                    "%s: unknown architecture '%s' in 'architectures' (supported: "
-                   "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MambaForCausalLM, "
-                   "FalconMambaForCausalLM)",
+                   "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
+                   "Qwen3MoeForCausalLM, MambaForCausalLM, FalconMambaForCausalLM)",
                    p, a);
       goto done;
     }
@@ -629,7 +698,7 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
     if (!c->arch) {
       rc = sl_fail(SL_EINPUT,
                    "%s: unknown architecture: model_type '%s' (supported: llama, "
-                   "mistral, qwen2, qwen3, mamba, falcon_mamba)",
+                   "mistral, qwen2, qwen3, mixtral, qwen3_moe, mamba, falcon_mamba)",
                    p, a);
       goto done;
     }
@@ -770,15 +839,32 @@ int sl_hfconfig_save(const char *path, const sl_model_config *c) {
     SETR("rope_theta", c->rope_theta);
     json_object_set_new(o, "rope_scaling", rope_scaling_json(c));
     SETI("max_position_embeddings", c->max_position_embeddings > 0 ? c->max_position_embeddings : 2048);
-    if (c->arch == SL_ARCH_MISTRAL) {
+    if (c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_MIXTRAL) {
       if (c->sliding_window > 0) SETI("sliding_window", c->sliding_window);
       else json_object_set_new(o, "sliding_window", json_null());
+      if (c->arch == SL_ARCH_MIXTRAL) {
+        SETI("num_local_experts", c->moe_experts);
+        SETI("num_experts_per_tok", c->moe_topk);
+        SETR("router_aux_loss_coef", c->router_aux_loss_coef);
+        SETR("router_jitter_noise", 0.0);
+        SETB("output_router_logits", c->output_router_logits);
+      }
     } else if (c->arch == SL_ARCH_QWEN2) { /* q/k/v biases are Qwen2's own; no field says so */
       SETB("use_sliding_window", 0);
       SETB("use_mrope", 0);
-    } else if (c->arch == SL_ARCH_QWEN3) { /* q/k norms are Qwen3's own */
+    } else if (c->arch == SL_ARCH_QWEN3 || c->arch == SL_ARCH_QWEN3_MOE) { /* q/k norms are Qwen3's own */
       SETB("attention_bias", c->o_bias);
       SETB("use_sliding_window", 0);
+      if (c->arch == SL_ARCH_QWEN3_MOE) { /* every layer sparse */
+        SETI("num_experts", c->moe_experts);
+        SETI("num_experts_per_tok", c->moe_topk);
+        SETI("moe_intermediate_size", c->moe_intermediate);
+        SETB("norm_topk_prob", c->moe_norm_topk);
+        SETI("decoder_sparse_step", 1);
+        json_object_set_new(o, "mlp_only_layers", json_array());
+        SETR("router_aux_loss_coef", c->router_aux_loss_coef);
+        SETB("output_router_logits", c->output_router_logits);
+      }
     } else {
       SETB("attention_bias", c->o_bias);
       SETB("mlp_bias", c->mlp_bias);

@@ -13,7 +13,16 @@
 extern "C" {
 #endif
 
-typedef enum { SL_ARCH_UNKNOWN = 0, SL_ARCH_LLAMA, SL_ARCH_MISTRAL, SL_ARCH_MAMBA, SL_ARCH_QWEN2, SL_ARCH_QWEN3 } sl_arch;
+typedef enum {
+  SL_ARCH_UNKNOWN = 0,
+  SL_ARCH_LLAMA,
+  SL_ARCH_MISTRAL,
+  SL_ARCH_MAMBA,
+  SL_ARCH_QWEN2,
+  SL_ARCH_QWEN3,
+  SL_ARCH_MIXTRAL,
+  SL_ARCH_QWEN3_MOE
+} sl_arch;
 
 /* config.json's rope_scaling (docs/formats.md): the rules of transformers'
  * modeling_rope_utils.py that give fixed frequencies. "dynamic" (NTK, which
@@ -63,6 +72,13 @@ typedef struct {
   int o_bias;                   /* o_proj has a bias (Llama/Qwen3 attention_bias; never Qwen2) */
   int mlp_bias;                 /* gate/up/down projections have a bias (Llama mlp_bias) */
   int qk_norm;                  /* per-head RMSNorm of q and k over head_dim before RoPE (Qwen3) */
+  /* mixture of experts (Mixtral; docs/models.md): 0 experts = a dense MLP */
+  int64_t moe_experts;         /* E: num_local_experts */
+  int64_t moe_topk;            /* k: num_experts_per_tok */
+  int64_t moe_intermediate;    /* an expert's MLP width (Mixtral: intermediate_size; Qwen3-MoE: moe_intermediate_size) */
+  int moe_norm_topk;           /* renormalise the k routing weights to sum 1 (Mixtral: always; Qwen3-MoE: norm_topk_prob) */
+  double router_aux_loss_coef; /* kept and written back; the aux loss runs only with output_router_logits */
+  int output_router_logits;    /* transformers adds the load-balancing loss only then (refused: not implemented) */
   /* Mamba */
   int64_t state_size;                                                    /* N (d_state), default 16 */
   int64_t expand;                                                        /* default 2 */

@@ -256,6 +256,35 @@ typedef struct sl_ops {
    * dx or dw may be NULL (skipped). */
   void (*lmhead_vp_bwd)(sl_kctx *, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
                         const float *lse, float scale, int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid);
+  /* ---- mixture of experts (dropless token-choice top-k routing) ---------
+   * N tokens, E experts, k choices a token; slot s = t*k + j is token t's
+   * j-th choice. The permuted buffer holds one row per slot, grouped by
+   * expert (expert e's rows [offs[e], offs[e+1]), tokens ascending within
+   * a group), so each expert's MLP is one GEMM over its group (a group may
+   * be empty). All fp32, also under bf16 compute (they move or weight rows).
+   * moe_route_fwd: probs (N, E) = softmax(logits (N, E)) in fp32; sel (N, k)
+   * int32 the experts of the k largest probabilities, descending (a tie goes
+   * to the lower expert); wts (N, k) their probabilities, divided by their
+   * sum when norm; offs (E+1), perm (N*k): permuted row r holds slot
+   * perm[r]; pos (N*k) its inverse (pos[perm[r]] = r). */
+  void (*moe_route_fwd)(sl_kctx *, float *probs, int32_t *sel, float *wts, int32_t *offs, int32_t *perm, int32_t *pos,
+                        const float *logits, int64_t N, int64_t E, int64_t k, int norm);
+  /* dlogits (N, E) += the gradient of the logits given dwts (N, k), the
+   * gradient of wts (through the renormalisation when norm), and gp (E, or
+   * NULL: none), a gradient of every token's probs row (the load-balancing
+   * loss's), through the softmax. */
+  void (*moe_route_bwd)(sl_kctx *, float *dlogits, const float *dwts, const float *probs, const int32_t *sel,
+                        const float *wts, const float *gp, int64_t N, int64_t E, int64_t k, int norm);
+  /* xp (N*k, C): permuted row pos[s] = x row s / k. */
+  void (*moe_permute_fwd)(sl_kctx *, float *xp, const float *x, const int32_t *pos, int64_t N, int64_t k, int64_t C);
+  /* dx (N, C) += sum over j of dxp row pos[t*k + j] (in j order). */
+  void (*moe_permute_bwd)(sl_kctx *, float *dx, const float *dxp, const int32_t *pos, int64_t N, int64_t k, int64_t C);
+  /* out (N, C) = sum over j of wts[t*k + j] * yp row pos[t*k + j] (in j order). */
+  void (*moe_combine_fwd)(sl_kctx *, float *out, const float *yp, const float *wts, const int32_t *pos, int64_t N,
+                          int64_t k, int64_t C);
+  /* dyp row pos[s] += wts[s] * dout row s / k; dwts[s] += dout row s / k . yp row pos[s]. */
+  void (*moe_combine_bwd)(sl_kctx *, float *dyp, float *dwts, const float *dout, const float *yp, const float *wts,
+                          const int32_t *pos, int64_t N, int64_t k, int64_t C);
   /* ---- compute dtype (docs/bf16.md) -------------------------------------
    * SL_COMPUTE_FP32 (every context starts so): the ops as documented above.
    * SL_COMPUTE_BF16: the ops round what a bf16 engine stores in bf16 to
@@ -284,7 +313,9 @@ enum { SL_COMPUTE_FP32 = 0, SL_COMPUTE_BF16 = 1 }; /* ctx_set_compute values */
           X(f32_to_bf16) X(bf16_to_f32) X(conv1d_fwd) X(conv1d_bwd) X(silu_fwd) X(silu_bwd) X(gate_fwd) X(gate_bwd)    \
               X(scan_fwd) X(scan_bwd) X(alloc) X(free) X(zero) X(copy) X(upload) X(download) X(sum) X(sync)            \
                   X(is_device) X(stream) X(mem_info) X(vocab_embedding_fwd) X(vocab_embedding_bwd) X(lmhead_vp_fwd)    \
-                      X(lmhead_vp_rescale) X(lmhead_vp_loss) X(lmhead_vp_bwd) X(ctx_set_compute)
+                      X(lmhead_vp_rescale) X(lmhead_vp_loss) X(lmhead_vp_bwd) X(moe_route_fwd)      \
+                          X(moe_route_bwd) X(moe_permute_fwd) X(moe_permute_bwd) X(moe_combine_fwd)            \
+                              X(moe_combine_bwd) X(ctx_set_compute)
 #define SL_OPS_COUNT_ONE_(f) +1
 enum { SL_OPS_COUNT = 0 SL_OPS_LIST(SL_OPS_COUNT_ONE_) }; /* op fields of sl_ops */
 

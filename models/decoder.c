@@ -70,6 +70,8 @@ static int dec_fwd(sl_model *m, int u, const float *flat) {
     return SL_OK;
   }
   if (u <= d->L) return d->kind->fwd(m, u - 1, flat, d->stream[u - 1], sl_dec_layer(m, u - 1), d->stream[u]);
+  int rc = d->kind->loss_term ? d->kind->loss_term(m) : SL_OK;
+  if (rc) return rc;
   if (d->vp) return sl_lm_head_vp_fwd(m, d->hv, flat, d->stream[d->L]);
   return sl_lm_head_fwd(m, &d->head, flat, d->stream[d->L]);
 }
@@ -104,6 +106,11 @@ static int dec_init_custom(sl_model *m, int u, int ti, float *dst, uint64_t seed
 }
 
 static int64_t dec_flops(const sl_model *m, int64_t T) { return sl_dec(m)->kind->flops_per_token(m, T); }
+
+int64_t sl_model_moe_load(sl_model *m, int64_t *out) {
+  const sl_decoder *d = sl_dec(m);
+  return d && d->kind->moe_load ? d->kind->moe_load(m, out) : 0;
+}
 
 static void dec_destroy(sl_model *m) {
   sl_decoder *d = m->priv;

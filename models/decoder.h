@@ -68,6 +68,11 @@ typedef struct {
   int64_t (*flops_per_token)(const sl_model *m, int64_t T);                  /* the whole model's */
   int (*init_custom)(sl_model *m, int u, int ti, float *dst, uint64_t seed); /* NULL: none */
   void (*destroy)(sl_model *m); /* frees what d->blk holds (NULL: nothing); the skeleton frees d->blk */
+  int64_t (*moe_load)(sl_model *m, int64_t *out); /* sl_model_moe_load (NULL: a dense kind) */
+  /* After the micro-batch's last block, before the head: the kind's own
+   * term of the loss (added to m->loss_sum; its gradient kept for the
+   * blocks' backward), e.g. MoE's load-balancing loss. NULL: none. */
+  int (*loss_term)(sl_model *m);
 } sl_block_kind;
 
 struct sl_decoder {

@@ -50,6 +50,12 @@
 
 static void llama_destroy(sl_model *m) {
   llama_priv *p = sl_dec(m)->blk;
+  free(p->hoffs);
+  free(p->load);
+  free(p->acnt);
+  free(p->aprob);
+  free(p->hprob);
+  if (p->gp) m->ops->free(m->k, p->gp);
   if (p->inv_freq) m->ops->free(m->k, p->inv_freq);
 }
 
@@ -113,7 +119,6 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   layer_acts *a = layer;
   blockw w = block_views(p, flat);
   int64_t N = p->N, C = p->C, n = p->n;
-  (void)l;
   int rc = sl_dec_norm_gathered(m, a->ln1, a->rstd1, x, w.ln1, p->eps);
   if (rc) return rc;
   o->linear_fwd(k, a->qkv, a->ln1, w.wqkv, w.bqkv, N, C, p->Q);
@@ -124,6 +129,11 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   if ((rc = sl_dec_row_parallel_sum(m, dln, a->xmid))) return rc;
   o->add_inplace(k, a->xmid, x, n * C);
   if ((rc = sl_dec_norm_gathered(m, a->ln2, a->rstd2, a->xmid, w.ln2, p->eps))) return rc;
+  if (p->E) { /* the sparse MLP (models/llama_moe.c); no TP, so no sp */
+    if ((rc = sl_llama_moe_fwd(m, p, l, a, &w, out))) return rc;
+    if (out) o->add_inplace(k, out, a->xmid, n * C);
+    return SL_OK;
+  }
   o->linear_fwd(k, a->gu, a->ln2, w.wgu, w.bgu, N, C, 2 * p->I);
   o->swiglu_fwd(k, a->h, a->gu, N, p->I);
   if (out) {
@@ -196,12 +206,16 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
   const float *dout = d->dres;                       /* the gradient of the block output, all-gathered under sp */
   /* MLP (under sp dln holds the gathered gradient until the GEMM that overwrites it) */
   if (p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
-  m->ops->zero(m->k, p->dh, (size_t)(N * p->I) * 4);
-  o->linear_bwd(k, p->dh, (float *)g.wd, (float *)g.bd, dout, a->h, w.wd, N, p->I, C);
-  m->ops->zero(m->k, p->dgu, (size_t)(N * 2 * p->I) * 4);
-  o->swiglu_bwd(k, p->dgu, p->dh, a->gu, N, p->I);
-  m->ops->zero(m->k, dln, (size_t)(N * C) * 4);
-  o->linear_bwd(k, dln, (float *)g.wgu, (float *)g.bgu, p->dgu, a->ln2, w.wgu, N, C, 2 * p->I);
+  if (p->E) {
+    if ((rc = sl_llama_moe_bwd(m, p, a, &w, &g, dout, dln))) return rc;
+  } else {
+    m->ops->zero(m->k, p->dh, (size_t)(N * p->I) * 4);
+    o->linear_bwd(k, p->dh, (float *)g.wd, (float *)g.bd, dout, a->h, w.wd, N, p->I, C);
+    m->ops->zero(m->k, p->dgu, (size_t)(N * 2 * p->I) * 4);
+    o->swiglu_bwd(k, p->dgu, p->dh, a->gu, N, p->I);
+    m->ops->zero(m->k, dln, (size_t)(N * C) * 4);
+    o->linear_bwd(k, dln, (float *)g.wgu, (float *)g.bgu, p->dgu, a->ln2, w.wgu, N, C, 2 * p->I);
+  }
   if ((rc = sl_dec_row_parallel_sum(m, dln, dn))) return rc;
   o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.ln2, p->gnorm + C), dn, a->xmid, w.ln2, a->rstd2, n, C, C);
   /* attention */
@@ -250,6 +264,7 @@ static int64_t llama_flops(const sl_model *m, int64_t T) {
    * model's (every TP rank's slices together). */
   int64_t nh = c->num_attention_heads, Q = (nh + 2 * c->num_key_value_heads) * p->hd, A = nh * p->hd;
   int64_t per_layer = p->C * Q + A * p->C + 3 * p->C * c->intermediate_size;
+  if (p->E) per_layer = p->C * Q + A * p->C + p->E * p->C + p->k * 3 * p->C * p->I; /* the router, k active experts */
   int64_t Nmm = d->L * per_layer + d->V * p->C;
   return 6 * Nmm + 12 * d->L * nh * p->hd * T;
 }
@@ -269,6 +284,8 @@ static const char *tp_misfit(const sl_model_config *c, int64_t T, char *why, siz
              (long long)T, (long long)nkv);
   else if (I % T)
     snprintf(why, cap, "intermediate_size %lld is not divisible by --tp %lld", (long long)I, (long long)T);
+  else if (c->moe_experts && T > 1)
+    snprintf(why, cap, "--tp %lld: tensor parallelism of a mixture of experts is not implemented", (long long)T);
   else return NULL;
   return why;
 }
@@ -280,6 +297,7 @@ static int llama_alloc_layer(sl_model *m, void *layer, int recomputed, const voi
   llama_priv *p = sl_dec(m)->blk;
   layer_acts *a = layer;
   int64_t N = p->N, n = p->n; /* n: the stream's rows on this rank (N/T under sp) */
+  int64_t kk = p->E ? p->k : 1; /* MoE: the MLP's rows are the N*k slots */
   int attn = recomputed || m->ac == SL_AC_NONE, rest = !recomputed || m->ac == SL_AC_FULL;
   if (attn) {
     if (!(a->att = sl_model_buf(m, N * p->A, SL_ARENA_ACTS))) return SL_ENOMEM;
@@ -295,8 +313,9 @@ static int llama_alloc_layer(sl_model *m, void *layer, int recomputed, const voi
     if (!(a->xmid = sl_model_buf(m, n * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->ln2 = sl_model_buf(m, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->rstd2 = sl_model_buf(m, n, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->gu = sl_model_buf(m, N * 2 * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->h = sl_model_buf(m, N * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->gu = sl_model_buf(m, N * kk * 2 * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->h = sl_model_buf(m, N * kk * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (p->E && sl_llama_moe_alloc_layer(m, p, a)) return SL_ENOMEM;
     if (p->qkn && !(a->qkr = sl_model_buf(m, N * p->Q, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (p->qkn && !(a->qkrs = sl_model_buf(m, N * (p->nh + p->nkv), SL_ARENA_ACTS))) return SL_ENOMEM;
   }
@@ -306,8 +325,10 @@ static int llama_alloc_layer(sl_model *m, void *layer, int recomputed, const voi
 static int llama_alloc_scratch(sl_model *m) {
   llama_priv *p = sl_dec(m)->blk;
   int64_t N = p->N, C = p->C;
-  if (!(p->dh = sl_model_buf(m, N * p->I, SL_ARENA_WORKSPACE)) ||
-      !(p->dgu = sl_model_buf(m, N * 2 * p->I, SL_ARENA_WORKSPACE)) ||
+  int64_t kk = p->E ? p->k : 1;
+  if (p->E && sl_llama_moe_alloc_scratch(m, p)) return SL_ENOMEM;
+  if (!(p->dh = sl_model_buf(m, N * kk * p->I, SL_ARENA_WORKSPACE)) ||
+      !(p->dgu = sl_model_buf(m, N * kk * 2 * p->I, SL_ARENA_WORKSPACE)) ||
       !(p->datt = sl_model_buf(m, N * p->A, SL_ARENA_WORKSPACE)) ||
       !(p->dqkv = sl_model_buf(m, N * p->Q, SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
@@ -353,6 +374,7 @@ static int llama_spec(sl_model *m, sl_unit_spec *b, int64_t l) {
     ADD("self_attn.k_norm.weight", 1, p->hd, 0, 0, SL_INIT_ONES, SL_SPLIT_NONE, 1);
   }
   ADD("post_attention_layernorm.weight", 1, C, 0, 0, SL_INIT_ONES, SL_SPLIT_NONE, 1);
+  if (p->E) return sl_llama_moe_spec(m, b, l, std);
   ADD("mlp.gate_proj.weight", 2, I, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
   ADD("mlp.up_proj.weight", 2, I, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
   if (c->mlp_bias) {
@@ -400,7 +422,16 @@ static int llama_init(sl_model *m, sl_decoder *d) {
   p->db = c->mlp_bias ? p->C : 0;
   p->A = p->nh * p->hd;
   p->I = c->intermediate_size / T;
-  p->window = c->arch == SL_ARCH_MISTRAL ? c->sliding_window : 0;
+  p->window = c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_MIXTRAL ? c->sliding_window : 0;
+  if ((p->E = c->moe_experts)) {
+    p->k = c->moe_topk;
+    p->norm_topk = c->moe_norm_topk;
+    p->I = c->moe_intermediate;
+    if (!(p->hoffs = calloc((size_t)(p->E + 1), sizeof *p->hoffs)) ||
+        !(p->load = calloc((size_t)(d->L * p->E), sizeof *p->load)))
+      return sl_fail(SL_ENOMEM, "out of memory");
+    if ((rc = sl_llama_moe_init(m, p))) return rc;
+  }
   p->scale = sl_rope_score_scale(c);
   p->eps = (float)c->rms_norm_eps;
   p->sp = d->sp;
@@ -417,8 +448,8 @@ static void llama_caps(const sl_model_config *c, sl_model_caps *out) {
   *out = (sl_model_caps){.attention = 1,
                          .doc_mask = 1,
                          .recurrent = 0,
-                         .zb_split = 1,
-                         .zb_split_accum = 1,
+                         .zb_split = !c->moe_experts, /* the MoE MLP has no split backward yet */
+                         .zb_split_accum = !c->moe_experts,
                          .tp_width = c->num_attention_heads};
 }
 
@@ -439,4 +470,6 @@ const sl_block_kind sl_llama_block = {
     .bwd_weight = sl_llama_bwd_weight,
     .flops_per_token = llama_flops,
     .destroy = llama_destroy,
+    .moe_load = sl_llama_moe_load,
+    .loss_term = sl_llama_moe_loss_term,
 };

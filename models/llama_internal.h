@@ -18,8 +18,13 @@ typedef struct {
   float *xmid;  /* (N, C) residual after attention */
   float *ln2;   /* (N, C) */
   float *rstd2; /* (N) */
-  float *gu;    /* (N, 2I) gate | up */
-  float *h;     /* (N, I) silu(gate) * up */
+  float *gu;    /* (N, 2I) gate | up; MoE: (N*k, 2I) in expert-group order */
+  float *h;     /* (N, I) silu(gate) * up; MoE: (N*k, I) */
+  /* mixture of experts (p->E > 0; else NULL): kernels/kernels.h's moe_* ops */
+  float *logits, *probs; /* (N, E) the router's logits and fp32 softmax */
+  float *wts;            /* (N, k) routing weights */
+  int32_t *sel, *perm, *pos, *offs; /* (N, k), (N*k), (N*k), (E+1) the choices and the expert grouping */
+  float *xp, *yp;        /* (N*k, C) the permuted ln2 rows and the experts' outputs */
   float *qkr;   /* (N, Q) q|k|v before the q/k norms (Qwen3's qk_norm; NULL without) */
   float *qkrs;  /* (nh + nkv, N) the q/k norms' rstd, head by head (qk_norm) */
 } layer_acts;
@@ -39,6 +44,14 @@ typedef struct {
   int64_t db;          /* floats of down_proj's bias (C or 0) */
   float *kvsum; /* (kvgroups + 1, 2*nkv*hd*C [+ 2*nkv*hd: k/v biases]) replicated k/v gradient exchange,
                    then the slice's earlier micro-batches' sum (kvrep > 1; kv_grad_begin) */
+  int64_t E, k;    /* mixture of experts: E experts (0: the dense MLP), k chosen a token; I is an expert's width */
+  int norm_topk;   /* renormalise the k routing weights */
+  int32_t *hoffs;  /* (E+1) host: a layer's expert groups (the balanced split under the counting backend) */
+  int64_t *load;   /* (L, E) host: tokens each expert received since sl_model_moe_load */
+  float aux_coef;  /* the load-balancing loss's coefficient (router_aux_loss_coef with output_router_logits; 0: none) */
+  double *acnt, *aprob; /* (E) host: the micro-batch's slots and probability sums per expert over its layers */
+  float *hprob;         /* (N, E) host: a layer's probabilities, read back for aprob */
+  float *gp;            /* (E) backend: the aux loss's gradient of every probability (moe_route_bwd) */
   float eps;
   float *inv_freq; /* (hd/2) backend memory: the RoPE frequencies (models/rope.h), B > 0 */
   float scale;     /* attention's softmax scale (sl_rope_score_scale) */
@@ -50,6 +63,7 @@ typedef struct {
   float *datt;  /* (N, A) */
   float *dqkv;  /* (N, Q) */
   float *gnorm; /* (2, C) under sp: the micro-batch's part of ln1's, ln2's weight gradient */
+  float *dyp, *dxp, *dwts, *dlogits; /* MoE: (N*k, C), (N*k, C), (N*k), (N, E) */
   float *dqn;   /* (N, Q) qk_norm: the gradient of q|k|v after the norms (before: dqkv) */
   float *gqk;   /* (2, hd) qk_norm under TP: the micro-batch's part of the q/k norms' weight gradient */
   float *zhd;   /* (hd) qk_norm: zeros (a norm of weight 0 zeroes the q/k heads of dqkv) */
@@ -59,6 +73,7 @@ typedef struct {
 /* parameter views of a block's flat buffer */
 typedef struct {
   const float *ln1, *wqkv, *bqkv, *wo, *bo, *qn, *kn, *ln2, *wgu, *bgu, *wd, *bd; /* the optional ones NULL when absent */
+  const float *wr; /* MoE: the router (E, C) after ln2, then expert e's gate|up and down at wgu + e * 3*I*C (NULL: dense) */
 } blockw;
 
 static inline blockw block_views(const llama_priv *p, const float *flat) {
@@ -72,7 +87,8 @@ static inline blockw block_views(const llama_priv *p, const float *flat) {
   w.qn = p->qkn ? w.wo + C * p->A + p->ob : NULL;
   w.kn = p->qkn ? w.qn + p->hd : NULL;
   w.ln2 = w.wo + C * p->A + p->ob + p->qkn;
-  w.wgu = w.ln2 + C;
+  w.wr = p->E ? w.ln2 + C : NULL;
+  w.wgu = w.ln2 + C + p->E * C;
   w.bgu = p->mb ? w.wgu + 2 * p->I * C : NULL;
   w.wd = w.wgu + 2 * p->I * C + p->mb;
   w.bd = p->db ? w.wd + C * p->I : NULL;
@@ -85,6 +101,16 @@ static inline layer_acts *llama_layer(const sl_model *m, int l) { return sl_dec_
  * views g) summed over the TP ranks sharing it (models/llama.c). */
 void sl_llama_kv_grad_begin(sl_model *m, const blockw *g);
 int sl_llama_kv_grad_sum(sl_model *m, const blockw *g);
+/* The mixture-of-experts MLP (models/llama_moe.c; p->E > 0). */
+int sl_llama_moe_fwd(sl_model *m, llama_priv *p, int l, layer_acts *a, const blockw *w, float *out);
+int64_t sl_llama_moe_load(sl_model *m, int64_t *out);
+int sl_llama_moe_loss_term(sl_model *m);
+int sl_llama_moe_init(sl_model *m, llama_priv *p);
+int sl_llama_moe_bwd(sl_model *m, llama_priv *p, const layer_acts *a, const blockw *w, const blockw *g,
+                     const float *dout, float *dln);
+int sl_llama_moe_alloc_layer(sl_model *m, llama_priv *p, layer_acts *a);
+int sl_llama_moe_alloc_scratch(sl_model *m, llama_priv *p);
+int sl_llama_moe_spec(sl_model *m, sl_unit_spec *b, int64_t l, float std);
 /* A row-parallel projection's bias (o_proj, down_proj) as this TP rank adds
  * it to its partial sum: rank 0's only, so the reduction adds it once. */
 static inline const float *sl_llama_row_bias(const sl_model *m, const float *b) { return m->tp_rank ? NULL : b; }

@@ -74,6 +74,8 @@ int sl_llama_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
   llama_priv *p = d->blk;
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
+  if (p->E) /* the engine refuses zb1p for it first (sl_model_caps zb_split) */
+    return sl_fail(SL_EINPUT, "%s: the mixture of experts has no split backward", m->cfg.arch_name);
   int64_t N = p->N, C = p->C, n = p->n;
   size_t nc = (size_t)(n * C) * 4;
   int rc = SL_OK;
@@ -122,6 +124,8 @@ int sl_llama_bwd_weight(sl_model *m, int l, const float *flat, float *grads, con
   llama_priv *p = d->blk;
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
+  if (p->E) /* the engine refuses zb1p for it first (sl_model_caps zb_split) */
+    return sl_fail(SL_EINPUT, "%s: the mixture of experts has no split backward", m->cfg.arch_name);
   int64_t N = p->N, C = p->C;
   int rc;
   layer_acts *a = llama_layer(m, l);

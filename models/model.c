@@ -95,6 +95,8 @@ static const struct {
     {SL_ARCH_MISTRAL, &sl_llama_block},
     {SL_ARCH_QWEN2, &sl_llama_block}, /* Llama with q/k/v biases (cfg.qkv_bias) */
     {SL_ARCH_QWEN3, &sl_llama_block}, /* Llama with q/k norms (cfg.qk_norm), attention_bias */
+    {SL_ARCH_MIXTRAL, &sl_llama_block},   /* Llama attention, a sparse MLP of experts (cfg.moe_experts) */
+    {SL_ARCH_QWEN3_MOE, &sl_llama_block}, /* Qwen3's attention, the sparse MLP (norm_topk_prob) */
     {SL_ARCH_MAMBA, &sl_mamba_block},
 };
 

@@ -257,6 +257,11 @@ int sl_model_unit_to_whole(const sl_model *m, int u, const float *flats, float *
 void sl_model_unit_from_whole(const sl_model *m, int u, const float *whole, float *flat);
 
 int64_t sl_model_num_params(const sl_model *m); /* real parameters */
+/* A mixture of experts' routing (models/llama_moe.c): the tokens each expert
+ * of each block received in the forwards since the last call ((L, E) into
+ * out when out != NULL; the counters restart). Returns L*E, 0 for a dense
+ * model. Recomputation (activation checkpointing) does not count. */
+int64_t sl_model_moe_load(sl_model *m, int64_t *out);
 int64_t sl_model_max_unit_numel(const sl_model *m);
 
 /* For model files: n floats of zeroed backend memory counted in arena

@@ -54,6 +54,10 @@ int sl_plan_model_init(const sl_model_config *cfg, sl_plan_model *out) {
     out->pinned[u] = sm->pinned[u];
     out->nparams += sm->units[u].numel;
   }
+  out->nactive = out->nparams;
+  if (cfg->moe_experts) /* each layer runs k of its E experts (gate | up | down: 3 C I each) */
+    out->nactive -= cfg->num_hidden_layers * (cfg->moe_experts - cfg->moe_topk) * 3 * cfg->hidden_size *
+                    cfg->moe_intermediate;
   /* shapes for the search's closed forms (activations, TP/PP splits) */
   out->L = cfg->num_hidden_layers;
   out->C = cfg->hidden_size;

@@ -54,6 +54,7 @@ typedef struct {
   int64_t *numel;                        /* (nunits) elements of each unit's flat buffer */
   int *pinned;                           /* (nunits) tied weights held from forward to backward */
   int64_t nparams;                       /* sum of numel */
+  int64_t nactive;                       /* a token's: nparams less the E - k experts it skips a layer (MoE) */
   int64_t L, C, nh, nkv, hd, I, V, Q, A; /* Llama/Mistral shapes (Q = (nh+2nkv)hd, A = nh hd) */
   int64_t D, S, K, R;                    /* Mamba: d_inner, d_state, d_conv, dt_rank */
   sl_model *spec;                        /* the engine's model, specs only (sl_model_create_specs): unit sizes, FLOPs */

@@ -452,6 +452,7 @@ static void print_search_text(const plan_args *p, const sl_plan_model *m, const 
   printf("model: %lld parameters, %d units | %d GPUs (%d per node), %.1f GB each | seq %lld, %lld tokens per step\n",
          (long long)m->nparams, m->nunits, c->gpus, c->gpus_per_node, c->gpu_mem / 1e9, (long long)c->seq_len,
          (long long)c->global_batch);
+  if (m->nactive != m->nparams) printf("mixture of experts: %lld parameters active a token\n", (long long)m->nactive);
   printf("assumptions: %.0f TFLOPS peak x %.0f%% efficiency, %.0f GB/s intra / %.0f GB/s inter, %s, %.0f%% memory "
          "margin + 2 GB reserve, %s activations\n",
          c->tflops, 100 * c->efficiency, c->intra_bw, c->inter_bw,

@@ -176,6 +176,38 @@ static void c_swiglu_bwd(sl_kctx *k, float *dgu, const float *dout, const float 
   (void)gu;
   add(k, 10 * D(N) * D(H), 0);
 }
+/* the MoE ops: the router's softmax and top-k (about 5 E + k E a token), the
+ * row moves (no FLOPs), the combine's multiply-add (2 k C a token) */
+static void c_moe_route_fwd(sl_kctx *k, float *probs, int32_t *sel, float *wts, int32_t *offs, int32_t *perm,
+                            int32_t *pos, const float *logits, int64_t N, int64_t E, int64_t kk, int norm) {
+  (void)probs, (void)sel, (void)wts, (void)offs, (void)perm, (void)pos, (void)logits, (void)norm;
+  add(k, D(N) * D(E) * (5 + D(kk)), 0);
+}
+static void c_moe_route_bwd(sl_kctx *k, float *dlogits, const float *dwts, const float *probs, const int32_t *sel,
+                            const float *wts, const float *gp, int64_t N, int64_t E, int64_t kk, int norm) {
+  (void)dlogits, (void)dwts, (void)probs, (void)sel, (void)wts, (void)gp, (void)norm;
+  add(k, D(N) * (2 * D(E) + 6 * D(kk)), 0);
+}
+static void c_moe_permute_fwd(sl_kctx *k, float *xp, const float *x, const int32_t *pos, int64_t N, int64_t kk,
+                              int64_t C) {
+  (void)xp, (void)x, (void)pos, (void)N, (void)kk, (void)C;
+  add(k, 0, 0);
+}
+static void c_moe_permute_bwd(sl_kctx *k, float *dx, const float *dxp, const int32_t *pos, int64_t N, int64_t kk,
+                              int64_t C) {
+  (void)dx, (void)dxp, (void)pos;
+  add(k, D(N) * D(kk) * D(C), 0);
+}
+static void c_moe_combine_fwd(sl_kctx *k, float *out, const float *yp, const float *wts, const int32_t *pos, int64_t N,
+                              int64_t kk, int64_t C) {
+  (void)out, (void)yp, (void)wts, (void)pos;
+  add(k, 2 * D(N) * D(kk) * D(C), 0);
+}
+static void c_moe_combine_bwd(sl_kctx *k, float *dyp, float *dwts, const float *dout, const float *yp,
+                              const float *wts, const int32_t *pos, int64_t N, int64_t kk, int64_t C) {
+  (void)dyp, (void)dwts, (void)dout, (void)yp, (void)wts, (void)pos;
+  add(k, 4 * D(N) * D(kk) * D(C), 0);
+}
 static void c_add_inplace(sl_kctx *k, float *y, const float *x, int64_t n) {
   (void)y;
   (void)x;
@@ -546,6 +578,12 @@ static const sl_ops g_count_ops = {
     .attention_bwd = c_attention_bwd,
     .swiglu_fwd = c_swiglu_fwd,
     .swiglu_bwd = c_swiglu_bwd,
+    .moe_route_fwd = c_moe_route_fwd,
+    .moe_route_bwd = c_moe_route_bwd,
+    .moe_permute_fwd = c_moe_permute_fwd,
+    .moe_permute_bwd = c_moe_permute_bwd,
+    .moe_combine_fwd = c_moe_combine_fwd,
+    .moe_combine_bwd = c_moe_combine_bwd,
     .add_inplace = c_add_inplace,
     .lmhead_ce_fwd = c_lmhead_ce_fwd,
     .lmhead_ce_bwd = c_lmhead_ce_bwd,

@@ -38,6 +38,18 @@ void sl_cpu_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, co
 void sl_cpu_adamw(sl_kctx *ctx, float *p, float *m, float *v, const float *g, int64_t n, float lr, float b1, float b2,
                   float eps, float wd, int64_t step, float grad_scale);
 double sl_cpu_sumsq(sl_kctx *ctx, const float *x, int64_t n);
+void sl_cpu_moe_route_fwd(sl_kctx *ctx, float *probs, int32_t *sel, float *wts, int32_t *offs, int32_t *perm,
+                          int32_t *pos, const float *logits, int64_t N, int64_t E, int64_t k, int norm);
+void sl_cpu_moe_route_bwd(sl_kctx *ctx, float *dlogits, const float *dwts, const float *probs, const int32_t *sel,
+                          const float *wts, const float *gp, int64_t N, int64_t E, int64_t k, int norm);
+void sl_cpu_moe_permute_fwd(sl_kctx *ctx, float *xp, const float *x, const int32_t *pos, int64_t N, int64_t k,
+                            int64_t C);
+void sl_cpu_moe_permute_bwd(sl_kctx *ctx, float *dx, const float *dxp, const int32_t *pos, int64_t N, int64_t k,
+                            int64_t C);
+void sl_cpu_moe_combine_fwd(sl_kctx *ctx, float *out, const float *yp, const float *wts, const int32_t *pos, int64_t N,
+                            int64_t k, int64_t C);
+void sl_cpu_moe_combine_bwd(sl_kctx *ctx, float *dyp, float *dwts, const float *dout, const float *yp,
+                            const float *wts, const int32_t *pos, int64_t N, int64_t k, int64_t C);
 void sl_cpu_f32_to_bf16(sl_kctx *ctx, uint16_t *out, const float *in, int64_t n);
 void sl_cpu_bf16_to_f32(sl_kctx *ctx, float *out, const uint16_t *in, int64_t n);
 void sl_cpu_conv1d_fwd(sl_kctx *ctx, float *out, const float *x, int64_t ldx, const float *w, const float *bias,

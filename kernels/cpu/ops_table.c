@@ -54,6 +54,12 @@ static const sl_ops g_cpu_fp32 = {
     .lmhead_vp_rescale = sl_cpu_lmhead_vp_rescale,
     .lmhead_vp_loss = sl_cpu_lmhead_vp_loss,
     .lmhead_vp_bwd = sl_cpu_lmhead_vp_bwd,
+    .moe_route_fwd = sl_cpu_moe_route_fwd,
+    .moe_route_bwd = sl_cpu_moe_route_bwd,
+    .moe_permute_fwd = sl_cpu_moe_permute_fwd,
+    .moe_permute_bwd = sl_cpu_moe_permute_bwd,
+    .moe_combine_fwd = sl_cpu_moe_combine_fwd,
+    .moe_combine_bwd = sl_cpu_moe_combine_bwd,
 };
 
 const sl_bf16_impl sl_cpu_bf16_impl = {&g_cpu_fp32,

@@ -15,6 +15,7 @@
 #include "kernels/cuda/lmhead_ce.cuh"
 #include "kernels/cuda/mamba.cuh"
 #include "kernels/cuda/memops.cuh"
+#include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/optim.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 #include "kernels/cuda/rope.cuh"
@@ -241,6 +242,12 @@ static sl_ops make_cuda_fp32() {
   o.lmhead_vp_rescale = sl_cuda_lmhead_vp_rescale;
   o.lmhead_vp_loss = sl_cuda_lmhead_vp_loss;
   o.lmhead_vp_bwd = sl_cuda_lmhead_vp_bwd;
+  o.moe_route_fwd = sl_cuda_moe_route_fwd;
+  o.moe_route_bwd = sl_cuda_moe_route_bwd;
+  o.moe_permute_fwd = sl_cuda_moe_permute_fwd;
+  o.moe_permute_bwd = sl_cuda_moe_permute_bwd;
+  o.moe_combine_fwd = sl_cuda_moe_combine_fwd;
+  o.moe_combine_bwd = sl_cuda_moe_combine_bwd;
   return o;
 }
 static const sl_ops g_cuda_fp32 = make_cuda_fp32();

@@ -60,12 +60,28 @@ class LlamaConfig:
         archs = d.get("architectures") or []
         mt = d.get("model_type")
         self.mistral = mt == "mistral" or "MistralForCausalLM" in archs
+        # Mixtral (MixtralForCausalLM): Mistral's attention and a sparse MLP
+        # of num_local_experts SwiGLU experts (block_sparse_moe), top
+        # num_experts_per_tok by the router's fp32 softmax, renormalised.
+        # Qwen3-MoE (Qwen3MoeForCausalLM): Qwen3's attention, the same sparse
+        # MLP as mlp (gate, experts.e.gate_proj/up_proj/down_proj of
+        # moe_intermediate_size), renormalised only with norm_topk_prob.
+        self.mixtral = mt == "mixtral" or "MixtralForCausalLM" in archs
+        self.qwen3_moe = mt == "qwen3_moe" or "Qwen3MoeForCausalLM" in archs
+        self.num_experts = int(d.get("num_local_experts", 8)) if self.mixtral else \
+            int(d.get("num_experts", 128)) if self.qwen3_moe else 0
+        self.top_k = int(d.get("num_experts_per_tok", 8 if self.qwen3_moe else 2)) if self.num_experts else 0
+        self.norm_topk_prob = bool(d.get("norm_topk_prob", False)) if self.qwen3_moe else True
+        self.moe_intermediate = int(d.get("moe_intermediate_size", 768)) if self.qwen3_moe else \
+            int(d["intermediate_size"])
+        self.router_aux_loss_coef = float(d.get("router_aux_loss_coef", 0.001))
+        self.output_router_logits = bool(d.get("output_router_logits", False))
         # Qwen2 (Qwen2ForCausalLM): q/k/v with a bias, o_proj without.
         # Qwen3 (Qwen3ForCausalLM): RMSNorm over head_dim of every q and k
         # head (q_norm, k_norm) before RoPE; attention_bias on all four.
         # Llama: attention_bias on all four, mlp_bias on the MLP.
         self.qwen2 = mt == "qwen2" or "Qwen2ForCausalLM" in archs
-        self.qwen3 = mt == "qwen3" or "Qwen3ForCausalLM" in archs
+        self.qwen3 = mt == "qwen3" or "Qwen3ForCausalLM" in archs or self.qwen3_moe
         ab = bool(d.get("attention_bias", False))
         self.qkv_bias = True if self.qwen2 else ab
         self.o_bias = False if self.qwen2 else ab
@@ -94,7 +110,7 @@ class LlamaConfig:
         qpas = d.get("query_pre_attn_scalar") if self.gemma else None
         self.attn_scale = float(qpas) ** -0.5 if qpas else 1.0 / math.sqrt(self.head_dim)
         self.rope_local_theta = float(d.get("rope_local_base_freq", 10000.0))
-        sw = d.get("sliding_window") if (self.mistral or self.gemma) else None
+        sw = d.get("sliding_window") if (self.mistral or self.mixtral or self.gemma) else None
         self.sliding_window = int(sw) if sw is not None else 0
         # Qwen2 / Qwen3: a window only with use_sliding_window, on the
         # layers i >= max_window_layers (transformers' layer_types default)
@@ -128,18 +144,30 @@ class LlamaConfig:
             return d
         if self.qwen2 or self.qwen3:
             d = self._to_dict_plain()
-            name = "qwen2" if self.qwen2 else "qwen3"
-            d.update(architectures=["Qwen2ForCausalLM" if self.qwen2 else "Qwen3ForCausalLM"], model_type=name,
+            name = "qwen2" if self.qwen2 else "qwen3_moe" if self.qwen3_moe else "qwen3"
+            arch = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}[name]
+            d.update(architectures=[arch], model_type=name,
                      use_sliding_window=self.use_sliding_window, max_window_layers=self.max_window_layers,
                      sliding_window=self.window_value)
             if self.qwen3:
                 d["attention_bias"] = self.qkv_bias
+            if self.qwen3_moe:
+                d.update(num_experts=self.num_experts, num_experts_per_tok=self.top_k, norm_topk_prob=self.norm_topk_prob,
+                         moe_intermediate_size=self.moe_intermediate, decoder_sparse_step=1, mlp_only_layers=[],
+                         router_aux_loss_coef=self.router_aux_loss_coef, output_router_logits=self.output_router_logits)
             if self.rope_scaling:
                 d.update(max_position_embeddings=self.max_position_embeddings, rope_scaling=self.rope_scaling)
             return d
         if self.qkv_bias or self.mlp_bias:
             d = self._to_dict_llama()
             d.update(attention_bias=self.qkv_bias, mlp_bias=self.mlp_bias)
+            return d
+        if self.mixtral:
+            d = self._to_dict_llama()
+            d.update(architectures=["MixtralForCausalLM"], model_type="mixtral",
+                     sliding_window=self.sliding_window if self.sliding_window > 0 else None,
+                     num_local_experts=self.num_experts, num_experts_per_tok=self.top_k,
+                     router_aux_loss_coef=self.router_aux_loss_coef, output_router_logits=self.output_router_logits)
             return d
         if self.mistral:
             d = self._to_dict_llama()
@@ -393,6 +421,63 @@ class MLP(nn.Module):
         return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
 
 
+class Expert(nn.Module):
+    """Mixtral's expert (MixtralBlockSparseTop2MLP): w2(silu(w1 x) * w3 x)."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.w1 = nn.Linear(c.hidden_size, c.moe_intermediate, bias=False)
+        self.w2 = nn.Linear(c.moe_intermediate, c.hidden_size, bias=False)
+        self.w3 = nn.Linear(c.hidden_size, c.moe_intermediate, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Qwen3MoeExpert(nn.Module):
+    """Qwen3-MoE's expert (Qwen3MoeMLP of moe_intermediate_size): down(silu(gate x) * up x)."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.gate_proj = nn.Linear(c.hidden_size, c.moe_intermediate, bias=False)
+        self.up_proj = nn.Linear(c.hidden_size, c.moe_intermediate, bias=False)
+        self.down_proj = nn.Linear(c.moe_intermediate, c.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class SparseMoeBlock(nn.Module):
+    """transformers' MixtralSparseMoeBlock and Qwen3MoeSparseMoeBlock: bias-free router, softmax over the
+    experts in fp32, top-k, the k weights divided by their sum (when
+    norm_topk_prob), each token's output the weighted sum of its k experts'.
+    Keeps the last forward's router logits and selected experts."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.gate = nn.Linear(c.hidden_size, c.num_experts, bias=False)
+        ex = Qwen3MoeExpert if c.qwen3_moe else Expert
+        self.experts = nn.ModuleList([ex(c) for _ in range(c.num_experts)])
+        self.top_k, self.norm = c.top_k, c.norm_topk_prob
+
+    def forward(self, x):
+        shape = x.shape
+        h = x.reshape(-1, shape[-1])
+        logits = self.gate(h)
+        w = F.softmax(logits, dim=1, dtype=torch.float)
+        w, sel = torch.topk(w, self.top_k, dim=-1)
+        if self.norm:
+            w = w / w.sum(dim=-1, keepdim=True)
+        w = w.to(h.dtype)
+        out = torch.zeros_like(h)
+        for e, expert in enumerate(self.experts):
+            tok, slot = torch.where(sel == e)
+            if tok.numel():
+                out = out.index_add(0, tok, expert(h[tok]) * w[tok, slot, None])
+        self.router_logits, self.selected = logits, sel
+        return out.reshape(shape)
+
+
 class DecoderLayer(nn.Module):
     def __init__(self, c, i=0):
         super().__init__()
@@ -405,7 +490,12 @@ class DecoderLayer(nn.Module):
         if g:  # sandwich norms
             self.pre_feedforward_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, True)
             self.post_feedforward_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, True)
-        self.mlp = MLP(c)
+        if c.mixtral:
+            self.block_sparse_moe = SparseMoeBlock(c)
+        elif c.qwen3_moe:
+            self.mlp = SparseMoeBlock(c)
+        else:
+            self.mlp = MLP(c)
         self.gemma = g
 
     def forward(self, x, cos, sin, hide=None):
@@ -413,7 +503,8 @@ class DecoderLayer(nn.Module):
             x = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), cos, sin, hide))
             return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, hide)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        mlp = self.block_sparse_moe if hasattr(self, "block_sparse_moe") else self.mlp
+        return x + mlp(self.post_attention_layernorm(x))
 
 
 class LlamaModel(nn.Module):
@@ -462,6 +553,24 @@ class LlamaForCausalLM(nn.Module):
             x = layer(x, lcos, lsin, hide) if layer.local else layer(x, cos, sin, hide)
         x = self.model.norm(x)
         return softcap(x @ self.head_weight().t(), c.final_softcap)
+
+
+def moe_aux_loss(m):
+    """transformers' load_balancing_loss_func of the last forward (no attention
+    mask) times router_aux_loss_coef, as MixtralForCausalLM / Qwen3MoeForCausalLM
+    add it with output_router_logits: the router logits of all layers
+    concatenated along the tokens; softmax; top-k; tokens_per_expert = mean
+    of the (rows, k, E) one-hot over the rows; router_prob_per_expert = mean
+    probability; E * sum(tokens_per_expert * router_prob_per_expert)."""
+    c = m.config
+    blocks = [getattr(layer, "block_sparse_moe", None) or layer.mlp for layer in m.model.layers]
+    logits = torch.cat([b.router_logits for b in blocks], dim=0)
+    w = F.softmax(logits, dim=-1)
+    _, sel = torch.topk(w, c.top_k, dim=-1)
+    mask = F.one_hot(sel, c.num_experts)
+    tokens_per_expert = torch.mean(mask.float(), dim=0)
+    router_prob_per_expert = torch.mean(w, dim=0)
+    return c.router_aux_loss_coef * torch.sum(tokens_per_expert * router_prob_per_expert.unsqueeze(0)) * c.num_experts
 
 
 def loss_fn(logits, targets):
@@ -538,12 +647,15 @@ def batch(stream, first, count, T):
 
 # -------------------------------------------------------------------- dump
 
-def dump(m, stream, B, T):
-    """Logits (B*T, V), loss and grads of the mean loss of samples 0..B-1."""
+def dump(m, stream, B, T, aux=None):
+    """Logits (B*T, V), loss and grads of the mean loss of samples 0..B-1
+    (plus aux(m), e.g. moe_aux_loss, when given)."""
     m.zero_grad(set_to_none=True)
     x, y = batch(stream, 0, B, T)
     logits = m(x)
     loss = loss_fn(logits, y)
+    if aux:
+        loss = loss + aux(m)
     loss.backward()
     out = {"logits": logits.detach().reshape(B * T, -1).numpy().copy(),
            "loss": np.array([loss.item()], dtype=np.float32)}
@@ -571,7 +683,7 @@ def make_optimizer(m, lr, wd, b1, b2, eps):
 
 
 def train(m, stream, steps, B, T, accum, lr, min_lr, warmup, wd, b1, b2, eps, clip,
-          whole_batch=True, log=None):
+          whole_batch=True, log=None, aux=None):
     """Reference training loop. Returns a list of per-step metrics dicts
     {"step", "loss", "lr", "grad_norm"}; m holds the final weights.
 
@@ -590,13 +702,18 @@ def train(m, stream, steps, B, T, accum, lr, min_lr, warmup, wd, b1, b2, eps, cl
         if whole_batch:
             x, y = batch(stream, s * G, G, T)
             loss = loss_fn(m(x), y)
+            if aux:
+                loss = loss + aux(m)
             loss.backward()
             loss_v = loss.item()
         else:
             loss_v = 0.0
             for k in range(accum):
                 x, y = batch(stream, s * G + k * B, B, T)
-                loss = loss_fn(m(x), y) / accum
+                loss = loss_fn(m(x), y)
+                if aux:  # per micro-batch, as each forward of transformers computes it
+                    loss = loss + aux(m)
+                loss = loss / accum
                 loss.backward()
                 loss_v += loss.item()
         if clip > 0:

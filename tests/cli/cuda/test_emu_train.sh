@@ -40,13 +40,16 @@ run emu3 1 "$E" llama --backend cuda --zero 3 && check emu3 emu0 --exact
 run cpub 1 "$B" llama --backend cpu --zero 0 --compute-dtype bf16
 run emub 1 "$E" llama --backend cuda --zero 0 --compute-dtype bf16 && check emub cpub --rtol 1e-3 --loss-only
 # Mistral (sliding window), Mamba (conv + selective scan), Falcon-Mamba (the weightless dt/B/C norms),
-# Qwen3 (q/k norms: a strided rmsnorm per head; q/k/v/o biases), Qwen3 also in bf16 against the CPU mirror
+# Qwen3 (q/k norms: a strided rmsnorm per head; q/k/v/o biases), Qwen3 also in bf16 against the CPU mirror,
+# and Mixtral (the MoE ops, grouped GEMMs)
 tiny_model "$W/mistral" mistral '"num_hidden_layers": 2'
 tiny_model "$W/mamba" mamba '"num_hidden_layers": 2'
 tiny_model "$W/falcon" mamba '"num_hidden_layers": 2, "architectures": ["FalconMambaForCausalLM"], "model_type": "falcon_mamba"'
 tiny_model "$W/qwen3" llama '"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 2,
  "head_dim": 12, "attention_bias": true'
-for m in mistral mamba falcon qwen3; do
+tiny_model "$W/mixtral" llama '"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_hidden_layers": 2,
+ "intermediate_size": 24, "num_local_experts": 4, "num_experts_per_tok": 2'
+for m in mistral mamba falcon qwen3 mixtral; do
   run cpu_$m 1 "$B" $m --backend cpu --zero 0
   run emu_$m 1 "$E" $m --backend cuda --zero 0 && check emu_$m cpu_$m --rtol 1e-4 --loss-only
 done

@@ -17,10 +17,20 @@
 # ZeRO-3 and DP 2 x TP 2 with SP (1e-5), PP 2 with 1f1b and zb1p
 # (the norms' backward in B; bit-identical), ZeRO-3 with the optimizer on
 # the CPU (bit-identical to ZeRO-3).
+# Mixtral (4 experts, top 2): DP 1-3 x ZeRO 0/3 at 1e-5 (measured: weights
+# 5.1e-07 relative L2 at DP 3), PP 2 1f1b bit-identical; zb1p and --tp 2
+# refused by name; with the load-balancing loss DP 2 ZeRO-3 (1e-5), --pp
+# refused. Qwen3-MoE (norm_topk_prob true) at DP 2 ZeRO-3 (1e-5).
 source "${SL_SRC:?}/tests/lib/run.sh" mpi_parity_arch mpi numpy
 tiny_model "$W/mistral" mistral '"hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2'
 tiny_model "$W/qwen2" llama '"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "num_hidden_layers": 2'
 tiny_model "$W/mamba" mamba '"num_hidden_layers": 2'
+tiny_model "$W/mixtral" llama '"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_hidden_layers": 2,
+ "intermediate_size": 24, "num_local_experts": 4, "num_experts_per_tok": 2'
+tiny_model "$W/mixtral_aux" llama '"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_hidden_layers": 2,
+ "intermediate_size": 24, "num_local_experts": 4, "num_experts_per_tok": 2, "output_router_logits": true, "router_aux_loss_coef": 0.5'
+tiny_model "$W/qwen3moe" llama '"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_hidden_layers": 2,
+ "head_dim": 12, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "norm_topk_prob": true'
 tiny_model "$W/qwen3" llama '"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 2,
  "head_dim": 12, "attention_bias": true'
 tiny_model "$W/llama_b" llama '"num_hidden_layers": 2, "attention_bias": true, "mlp_bias": true'
@@ -50,7 +60,7 @@ check() { # arch a b [compare flags]
 # thread, Sandybridge at 2): bound over 10x that, on
 # their own line (tests/lib/compare.py --wtol-tensor). Every other tensor keeps 5e-5.
 KB="--wtol-tensor k_proj.bias:5e-4"
-for arch in mistral qwen2 mamba mamba_ub; do
+for arch in mistral qwen2 mixtral mamba mamba_ub; do
   own=; [ $arch = qwen2 ] && own=$KB
   # G = 12 samples per step for every world size; seeds from config (no weights)
   run $arch base 1 3 4 --zero 0
@@ -67,6 +77,23 @@ for s in 1f1b zb1p; do run qwen2 pp2$s 2 3 4 --pp 2 --pp-schedule $s && check qw
 # TP 4 > num_key_value_heads 2: each k/v head (weights and bias) on 2 ranks, their gradients summed
 run qwen2 tp4 4 3 4 --tp 4 --zero 3 && check qwen2 tp4 base --rtol 1e-5 $KB
 run qwen2 tp4ns 4 3 4 --tp 4 --no-sync-accum && check qwen2 tp4ns base --rtol 1e-5 $KB
+# Qwen3-MoE (q/k norms + the sparse MLP): DP 2 ZeRO-3 vs one rank
+run qwen3moe base 1 3 4 --zero 0
+run qwen3moe w2z3 2 3 2 --zero 3 && check qwen3moe w2z3 base --rtol 1e-5
+# the load-balancing loss (per micro-batch): DP 2 x 2 micro-batches of 3 = one rank's 4 of 3 (1e-5); --pp refused
+run mixtral_aux base 1 3 4 --zero 0
+run mixtral_aux w2z3 2 3 2 --zero 3 && check mixtral_aux w2z3 base --rtol 1e-5
+$MPI -np 2 "$B" train --model "$W/mixtral_aux" --data "$W/data" --steps 1 --seq-len 16 --micro-batch 2 --grad-accum 2 \
+  --threads 1 --summary false --plot false --out-dir "$W/mixtral-refused" --pp 2 > "$W/mixtral-refused.log" 2>&1
+rc_is "Mixtral aux loss --pp 2 refused" $? 2 "$W/mixtral-refused.log" "load-balancing loss (output_router_logits true)"
+# Mixtral: PP 2 (1f1b) bit-identical; zb1p and --tp 2 refused by name
+run mixtral pp21f1b 2 3 4 --pp 2 --pp-schedule 1f1b && check mixtral pp21f1b base --exact
+for f in "--pp 2 --pp-schedule zb1p" "--tp 2"; do
+  $MPI -np 2 "$B" train --model "$W/mixtral" --data "$W/data" --steps 1 --seq-len 16 --micro-batch 2 --grad-accum 2 --threads 1 \
+    --summary false --plot false --out-dir "$W/mixtral-refused" $f > "$W/mixtral-refused.log" 2>&1
+  rc=$?
+  rc_is "Mixtral $f refused" $rc 2 "$W/mixtral-refused.log" "$([ "$f" = "--tp 2" ] && echo "mixture of experts" || echo "no split backward")"
+done
 # Qwen3: the q/k norm weights replicated over TP (their gradients summed), under SP too
 run qwen3 base 1 3 4 --zero 0
 run qwen3 w2z3 2 3 2 --zero 3 && check qwen3 w2z3 base --rtol 1e-5

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Model families (issue 24): `shardlm plan` takes the published Qwen2.5
+# Model families (issues 24, 25): `shardlm plan` takes the published Qwen2.5, Mixtral and Qwen3-MoE
 # configs (tests/fixtures/hf-configs, transcribed) with their exact
 # parameter counts (q/k/v biases included); use_sliding_window / use_mrope
 # true are refused naming the file and the field; a tiny Qwen2 trains 2
@@ -145,4 +145,44 @@ changes_run fm fm0 "the dt/B/C norms"
 "$B" train --model "$W/fm0" --data "$W/data" --steps 4 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
   --plot false --out-dir "$W/fm0res" --ckpt-dir "$W/fmck" --resume > "$W/fm0res.log" 2>&1
 rc_is "refused: resuming the Falcon-Mamba checkpoint as plain Mamba" $? 2 "$W/fm0res.log" "model.mixer_rms is 1 there"
+
+# Mixtral (mixture of experts): the published 8x7B config's exact counts, total and active a token
+"$B" plan --model "$F/Mixtral-8x7B-v0.1" > "$W/plan-mixtral.log" 2>&1
+rc_is "plan Mixtral-8x7B-v0.1" $? 0 "$W/plan-mixtral.log" "model: 46702792704 parameters"
+grep -qF "mixture of experts: 12879925248 parameters active a token" "$W/plan-mixtral.log" \
+  && ok "Mixtral-8x7B: 12879925248 active (2 of 8 experts a layer)" || bad "Mixtral-8x7B active count"
+"$B" plan --model "$F/Qwen3-30B-A3B-Base" > "$W/plan-q3moe.log" 2>&1
+rc_is "plan Qwen3-30B-A3B-Base" $? 0 "$W/plan-q3moe.log" "model: 30532122624 parameters"
+grep -qF "mixture of experts: 3353032704 parameters active a token" "$W/plan-q3moe.log" \
+  && ok "Qwen3-30B-A3B: 3353032704 active (8 of 128 experts a layer)" || bad "Qwen3-30B-A3B active count"
+X='"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_hidden_layers": 2, "num_local_experts": 4'
+refuse jitter '"router_jitter_noise": 0.1' "field 'router_jitter_noise' = 0.1 is not supported" "$X"
+refuse auxneg '"output_router_logits": true, "router_aux_loss_coef": -1' "field 'router_aux_loss_coef' must be >= 0" "$X"
+refuse topk '"num_experts_per_tok": 5' "field 'num_experts_per_tok' must be in [1, min(64, num_local_experts = 4)]" "$X"
+Q3M='"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_hidden_layers": 2, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16'
+refuse q3mstep '"decoder_sparse_step": 2' "field 'decoder_sparse_step' = 2 is not supported" "$Q3M"
+refuse q3mdense '"mlp_only_layers": [0]' "field 'mlp_only_layers' is not supported unless empty" "$Q3M"
+# a tiny Mixtral (the published config's fields that change nothing accepted) trains and saves
+tiny_model "$W/mx" llama "$X, \"num_experts_per_tok\": 2, \"router_aux_loss_coef\": 0.02, \"output_router_logits\": false, \"router_jitter_noise\": 0.0, \"sliding_window\": null, \"attention_dropout\": 0.0, \"torch_dtype\": \"bfloat16\", \"use_cache\": true"
+"$B" train --model "$W/mx" --data "$W/data" --steps 2 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
+  --plot false --out-dir "$W/mxrun" --metrics "$W/mxrun/m.jsonl" --save "$W/mxrun/model" > "$W/mx.log" 2>&1
+rc_is "train tiny Mixtral 2 steps" $? 0 "$W/mx.log" "trained 2 steps"
+"$PY" - "$W/mxrun/model" "$W/mxrun/m.jsonl" "$SL_SRC/tests/ref" << 'P' && ok "saved: Mixtral config, router and expert tensors; moe_load in the metrics" || bad "saved Mixtral wrong"
+import json, sys, glob
+sys.path.insert(0, sys.argv[3])
+import common
+c = json.load(open(sys.argv[1] + "/config.json"))
+assert c["architectures"] == ["MixtralForCausalLM"] and c["num_local_experts"] == 4 and c["num_experts_per_tok"] == 2, c
+names = set().union(*(common.st_read_header(f)[0] for f in glob.glob(sys.argv[1] + "/*.safetensors")))
+for l in range(2):
+    assert f"model.layers.{l}.block_sparse_moe.gate.weight" in names
+    for e in range(4):
+        for w in ("w1", "w2", "w3"):
+            assert f"model.layers.{l}.block_sparse_moe.experts.{e}.{w}.weight" in names, (l, e, w)
+    assert f"model.layers.{l}.mlp.gate_proj.weight" not in names
+rows = [json.loads(x) for x in open(sys.argv[2]) if '"step"' in x]
+for r in rows:  # 2 x 32 tokens, 2 choices each, in every layer
+    assert len(r["moe_load"]) == 2 and all(sum(x) == 2 * 32 * 2 for x in r["moe_load"]), r["moe_load"]
+    assert r["moe_max_over_mean"] >= 1.0
+P
 finish

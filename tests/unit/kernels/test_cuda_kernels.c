@@ -353,6 +353,60 @@ static void test_doc(int64_t hd, int64_t window) {
   freeb(&q), freeb(&g), freeb(&out), freeb(&lse), freeb(&dout), freeb(&dqkv);
 }
 
+/* int32 outputs of the two backends equal (mismatches counted) */
+static void check_i32(const char *name, const int32_t *h, const int32_t *d, int64_t n) {
+  int32_t *g = (int32_t *)xmalloc((size_t)n * 4);
+  int st = sl_cuda_download(gc, g, d, (size_t)n * 4);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++) bad += g[i] != h[i];
+  report(name, n, (double)bad, (double)bad, 0, st == SL_OK && !bad);
+  free(g);
+}
+/* The MoE ops: routing (one expert idle: an empty group), grouping, rows, combine, and the backwards. */
+static void test_moe(int64_t N, int64_t E, int64_t k, int64_t C, int norm) {
+  buf lg = mk(N * E, -3, 3), probs = mk0(N * E), wts = mk0(N * k), dl = mk(N * E, -1, 1), dw = mk(N * k, -1, 1);
+  for (int64_t t = 0; t < N; t++) lg.h[t * E + E - 1] = -40.0f;
+  if (sl_cuda_upload(gc, lg.d, lg.h, (size_t)lg.n * 4)) nfail++;
+  int32_t *hs = (int32_t *)xmalloc((size_t)(N * k) * 4 * 3 + (size_t)(E + 1) * 4), *hp = hs + N * k, *hq = hp + N * k,
+          *ho = hq + N * k;
+  int32_t *ds = (int32_t *)sl_cuda_malloc(gc, (size_t)(N * k) * 4 * 3 + (size_t)(E + 1) * 4), *dp = ds + N * k,
+          *dq = dp + N * k, *dof = dq + N * k;
+  cpu->moe_route_fwd(cc, probs.h, hs, wts.h, ho, hp, hq, lg.h, N, E, k, norm);
+  gpu->moe_route_fwd(gc, probs.d, ds, wts.d, dof, dp, dq, lg.d, N, E, k, norm);
+  check("moe_route_fwd probs", &probs, 1e-5);
+  check("moe_route_fwd wts", &wts, 1e-5);
+  check_i32("moe_route_fwd sel", hs, ds, N * k);
+  check_i32("moe_route_fwd offs (idle expert)", ho, dof, E + 1);
+  check_i32("moe_route_fwd perm", hp, dp, N * k);
+  check_i32("moe_route_fwd pos", hq, dq, N * k);
+  cpu->moe_route_bwd(cc, dl.h, dw.h, probs.h, hs, wts.h, NULL, N, E, k, norm);
+  gpu->moe_route_bwd(gc, dl.d, dw.d, probs.d, ds, wts.d, NULL, N, E, k, norm);
+  check("moe_route_bwd", &dl, 1e-5);
+  buf gp = mk(E, -1, 1); /* the aux loss's gradient on every probability */
+  cpu->moe_route_bwd(cc, dl.h, dw.h, probs.h, hs, wts.h, gp.h, N, E, k, norm);
+  gpu->moe_route_bwd(gc, dl.d, dw.d, probs.d, ds, wts.d, gp.d, N, E, k, norm);
+  check("moe_route_bwd + gp", &dl, 1e-5);
+  freeb(&gp);
+  buf x = mk(N * C, -1, 1), xp = mk0(N * k * C), dxp = mk(N * k * C, -1, 1), dx = mk(N * C, -1, 1);
+  cpu->moe_permute_fwd(cc, xp.h, x.h, hq, N, k, C);
+  gpu->moe_permute_fwd(gc, xp.d, x.d, dq, N, k, C);
+  check("moe_permute_fwd", &xp, 0);
+  cpu->moe_permute_bwd(cc, dx.h, dxp.h, hq, N, k, C);
+  gpu->moe_permute_bwd(gc, dx.d, dxp.d, dq, N, k, C);
+  check("moe_permute_bwd", &dx, 1e-6);
+  buf out = mk0(N * C), dyp = mk(N * k * C, -1, 1);
+  cpu->moe_combine_fwd(cc, out.h, dxp.h, wts.h, hq, N, k, C);
+  gpu->moe_combine_fwd(gc, out.d, dxp.d, wts.d, dq, N, k, C);
+  check("moe_combine_fwd", &out, 1e-6);
+  cpu->moe_combine_bwd(cc, dyp.h, dw.h, x.h, xp.h, wts.h, hq, N, k, C);
+  gpu->moe_combine_bwd(gc, dyp.d, dw.d, x.d, xp.d, wts.d, dq, N, k, C);
+  check("moe_combine_bwd dyp", &dyp, 1e-6);
+  check("moe_combine_bwd dwts", &dw, 1e-5);
+  free(hs), sl_cuda_free(gc, ds);
+  freeb(&lg), freeb(&probs), freeb(&wts), freeb(&dl), freeb(&dw), freeb(&x), freeb(&xp), freeb(&dxp), freeb(&dx);
+  freeb(&out), freeb(&dyp);
+}
+
 static void test_pointwise(void) {
   int64_t N = 33, H = 70, n = 1000;
   buf gu = mk(N * 2 * H, -4, 4), out = mk0(N * H), dout = mk(N * H, -1, 1), dgu = mk(N * 2 * H, -1, 1);
@@ -737,6 +791,8 @@ int main(void) {
   test_doc(64, 20);
   test_doc(32, 0);
   test_pointwise();
+  test_moe(37, 6, 2, 24, 1);
+  test_moe(9, 4, 3, 8, 0);
   test_lmhead();
   test_vocab_parallel(29, 48, 301, 4); /* 301 = 4 x 76 - 3: padding in the last slice */
   test_vocab_parallel(11, 16, 5, 4);   /* the last slice is padding only */

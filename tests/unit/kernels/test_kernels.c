@@ -10,7 +10,9 @@
  * block-diagonal causal attention: rope and attention with per-token
  * document starts), and the vocabulary-parallel ops (slices of a padded vocabulary,
  * combined here like the TP group would, against the whole-vocabulary ops
- * and by finite differences). Prints one line per check; ends with
+ * and by finite differences), and the mixture-of-experts ops (routing with
+ * an idle expert, renormalised or not; permutation; weighted combine).
+ * Prints one line per check; ends with
  * "N passed, M failed". */
 #include <math.h>
 #include <stdio.h>
@@ -953,6 +955,132 @@ static void test_elementwise(const sl_ops *ops, sl_kctx *ctx) {
   free(r);
 }
 
+/* ---- mixture of experts: routing, permutation, combine ---------------------- */
+typedef struct {
+  double *lg, *R, *yp, *wts, *Ry, *gp; /* gp (E): a gradient on every probability (NULL: none) */
+  const int32_t *sel, *pos;
+  int64_t N, E, k, C;
+  int norm;
+} moe_st;
+/* The k weights of token t from logits in double with the selection fixed
+ * (a small perturbation does not change a top-k without near ties). */
+static void moe_w_ref(double *w, const double *lg, const int32_t *sel, int64_t E, int64_t k, int norm) {
+  double mx = lg[0], sum = 0, ws = 0;
+  for (int64_t e = 1; e < E; e++) mx = fmax(mx, lg[e]);
+  for (int64_t e = 0; e < E; e++) sum += exp(lg[e] - mx);
+  for (int64_t j = 0; j < k; j++) ws += w[j] = exp(lg[sel[j]] - mx) / sum;
+  for (int64_t j = 0; norm && j < k; j++) w[j] /= ws;
+}
+static double moe_route_L(void *p) {
+  moe_st *s = p;
+  double L = 0, w[64];
+  for (int64_t t = 0; t < s->N; t++) {
+    moe_w_ref(w, s->lg + t * s->E, s->sel + t * s->k, s->E, s->k, s->norm);
+    for (int64_t j = 0; j < s->k; j++) L += w[j] * s->R[t * s->k + j];
+    const double *lg = s->lg + t * s->E;
+    double mx = lg[0], sum = 0;
+    for (int64_t e = 1; e < s->E; e++) mx = fmax(mx, lg[e]);
+    for (int64_t e = 0; e < s->E; e++) sum += exp(lg[e] - mx);
+    for (int64_t e = 0; s->gp && e < s->E; e++) L += s->gp[e] * exp(lg[e] - mx) / sum;
+  }
+  return L;
+}
+/* L = sum over tokens of Ry . (sum_j wts_j * yp row pos[t*k + j]) */
+static double moe_comb_L(void *p) {
+  moe_st *s = p;
+  double L = 0;
+  for (int64_t t = 0; t < s->N; t++)
+    for (int64_t j = 0; j < s->k; j++)
+      for (int64_t c = 0; c < s->C; c++)
+        L += s->wts[t * s->k + j] * s->yp[(int64_t)s->pos[t * s->k + j] * s->C + c] * s->Ry[t * s->C + c];
+  return L;
+}
+/* route_fwd's softmax, top-k (an idle expert: the last one's logits are far
+ * below, a zero-token group), grouping; route_bwd by finite differences. */
+static void test_moe_route(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t E, int64_t k, int norm, int with_gp) {
+  float *lg = fvec(N * E, 3.0f), *probs = malloc(N * E * 4), *wts = malloc(N * k * 4), *R = fvec(N * k, 1.0f);
+  int32_t *sel = malloc(N * k * 4), *perm = malloc(N * k * 4), *pos = malloc(N * k * 4), *offs = malloc((E + 1) * 4);
+  for (int64_t t = 0; t < N; t++) lg[t * E + E - 1] = -40.0f;
+  ops->moe_route_fwd(ctx, probs, sel, wts, offs, perm, pos, lg, N, E, k, norm);
+  double perr = 0, werr = 0, w[64], *lgd = to_d(lg, N * E);
+  int64_t bad = 0;
+  for (int64_t t = 0; t < N; t++) {
+    double mx = -1e30, sum = 0;
+    for (int64_t e = 0; e < E; e++) mx = fmax(mx, lg[t * E + e]);
+    for (int64_t e = 0; e < E; e++) sum += exp(lg[t * E + e] - mx);
+    for (int64_t e = 0; e < E; e++) perr = fmax(perr, fabs(probs[t * E + e] - exp(lg[t * E + e] - mx) / sum));
+    for (int64_t j = 0; j < k; j++) /* the j-th choice: exactly j logits above it */
+      for (int64_t e = 0, above = 0; e < E; e++, above = 0) {
+        if (e != sel[t * k + j]) continue;
+        for (int64_t f = 0; f < E; f++) above += lg[t * E + f] > lg[t * E + e];
+        bad += above != j;
+      }
+    moe_w_ref(w, lgd + t * E, sel + t * k, E, k, norm);
+    for (int64_t j = 0; j < k; j++) werr = fmax(werr, fabs(wts[t * k + j] - w[j]));
+  }
+  for (int64_t e = 0; e < E; e++)
+    for (int64_t r = offs[e]; r < offs[e + 1]; r++)
+      bad += sel[perm[r]] != e || pos[perm[r]] != r || (r > offs[e] && perm[r] <= perm[r - 1]);
+  bad += offs[0] != 0 || offs[E] != N * k || offs[E - 1] != offs[E]; /* the idle expert's group is empty */
+  char nm[96];
+  snprintf(nm, sizeof nm, "moe_route_fwd probs/weights vs double (norm %d)", norm);
+  report(nm, fmax(perr, werr), 1e-6);
+  report("moe_route_fwd top-k order, groups, inverse, idle expert (mismatches)", (double)bad, 0);
+  float *gp = with_gp ? fvec(E, 1.0f) : NULL; /* the load-balancing loss's gradient on every probability */
+  moe_st s = {lgd, to_d(R, N * k), NULL, NULL, NULL, gp ? to_d(gp, E) : NULL, sel, pos, N, E, k, 0, norm};
+  float *sv, *pg = prefill(N * E, &sv), *g = zeros(N * E);
+  ops->moe_route_bwd(ctx, g, R, probs, sel, wts, gp, N, E, k, norm);
+  ops->moe_route_bwd(ctx, pg, R, probs, sel, wts, gp, N, E, k, norm);
+  adds_check("moe_route_bwd", pg, sv, g, N * E);
+  snprintf(nm, sizeof nm, "moe_route_bwd (%s%s)", norm ? "renormalised" : "softmax weights", gp ? ", + gp" : "");
+  fd_check(nm, s.lg, g, N * E, moe_route_L, &s, 300, 1e-5);
+  free(gp), free(s.gp);
+  free(lg), free(probs), free(wts), free(R), free(sel), free(perm), free(pos), free(offs), free(sv), free(pg);
+  free(g), free(s.lg), free(s.R);
+}
+/* permute / combine on a given grouping: forwards exact or vs double, backwards by finite differences. */
+static void test_moe_rows(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t E, int64_t k, int64_t C) {
+  float *lg = fvec(N * E, 3.0f), *probs = malloc(N * E * 4), *wts = malloc(N * k * 4);
+  int32_t *sel = malloc(N * k * 4), *perm = malloc(N * k * 4), *pos = malloc(N * k * 4), *offs = malloc((E + 1) * 4);
+  ops->moe_route_fwd(ctx, probs, sel, wts, offs, perm, pos, lg, N, E, k, 1);
+  float *x = fvec(N * C, 1.0f), *xp = malloc(N * k * C * 4), *dxp = fvec(N * k * C, 1.0f), *dx = zeros(N * C);
+  ops->moe_permute_fwd(ctx, xp, x, pos, N, k, C);
+  int64_t bad = 0;
+  for (int64_t r = 0; r < N * k; r++) bad += memcmp(xp + r * C, x + (perm[r] / k) * C, (size_t)C * 4) != 0;
+  report("moe_permute_fwd rows (mismatches)", (double)bad, 0);
+  ops->moe_permute_bwd(ctx, dx, dxp, pos, N, k, C);
+  double e1 = 0;
+  for (int64_t t = 0; t < N; t++)
+    for (int64_t c = 0; c < C; c++) {
+      double want = 0;
+      for (int64_t j = 0; j < k; j++) want += dxp[(int64_t)pos[t * k + j] * C + c];
+      e1 = fmax(e1, fabs(dx[t * C + c] - want));
+    }
+  report("moe_permute_bwd = sum of a token's k rows", e1, 1e-6);
+  float *yp = fvec(N * k * C, 1.0f), *out = malloc(N * C * 4), *Ry = fvec(N * C, 1.0f);
+  ops->moe_combine_fwd(ctx, out, yp, wts, pos, N, k, C);
+  moe_st s = {NULL, NULL, to_d(yp, N * k * C), to_d(wts, N * k), to_d(Ry, N * C), NULL, sel, pos, N, E, k, C, 1};
+  double e2 = 0;
+  for (int64_t t = 0; t < N; t++)
+    for (int64_t c = 0; c < C; c++) {
+      double want = 0;
+      for (int64_t j = 0; j < k; j++) want += s.wts[t * k + j] * s.yp[(int64_t)pos[t * k + j] * C + c];
+      e2 = fmax(e2, fabs(out[t * C + c] - want));
+    }
+  report("moe_combine_fwd vs double", e2, 1e-6);
+  float *dyp = zeros(N * k * C), *dw = zeros(N * k), *sv, *pg = prefill(N * k * C, &sv);
+  ops->moe_combine_bwd(ctx, dyp, dw, Ry, yp, wts, pos, N, k, C);
+  float *sv2, *pw = prefill(N * k, &sv2);
+  ops->moe_combine_bwd(ctx, pg, pw, Ry, yp, wts, pos, N, k, C);
+  adds_check("moe_combine_bwd dyp", pg, sv, dyp, N * k * C);
+  adds_check("moe_combine_bwd dwts", pw, sv2, dw, N * k);
+  fd_check("moe_combine_bwd dyp", s.yp, dyp, N * k * C, moe_comb_L, &s, 200, 1e-5);
+  fd_check("moe_combine_bwd dwts", s.wts, dw, N * k, moe_comb_L, &s, 200, 1e-5);
+  free(lg), free(probs), free(wts), free(sel), free(perm), free(pos), free(offs), free(x), free(xp), free(dxp);
+  free(dx), free(yp), free(out), free(Ry), free(dyp), free(dw), free(sv), free(pg), free(sv2), free(pw);
+  free(s.yp), free(s.wts), free(s.Ry);
+}
+
 int main(void) {
   const sl_ops *ops = sl_ops_cpu();
   sl_kctx *c2 = ops->ctx_create(2), *c1 = ops->ctx_create(1), *c0 = ops->ctx_create(0);
@@ -994,6 +1122,12 @@ int main(void) {
     test_attention(ops, c1, 2, DT, 2, 2, 8, 40, 80, seg); /* window inside documents */
   }
   test_swiglu(ops, c2, 41, 96);
+  test_moe_route(ops, c2, 37, 6, 2, 1, 0);
+  test_moe_route(ops, c1, 23, 5, 3, 0, 0);
+  test_moe_route(ops, c2, 37, 6, 2, 1, 1); /* + the aux loss's gradient on every probability */
+  test_moe_route(ops, c1, 23, 5, 3, 0, 1);
+  test_moe_rows(ops, c2, 37, 6, 2, 24);
+  test_moe_rows(ops, c1, 9, 4, 1, 8);
   test_ce(ops, c2, 37, 16, 300, 150, 150);
   test_ce(ops, c2, 1100, 4, 2100, 24, 16);        /* 2 row x 3 vocab tiles */
   test_vocab_embedding(ops, c2, 300, 24, 211, 4); /* V % T != 0 */

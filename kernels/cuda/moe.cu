@@ -1,0 +1,143 @@
+/* kernels/cuda/moe.cu — the mixture-of-experts ops (kernels/kernels.h): a
+ * thread per token for the router's softmax / top-k and its backward (the
+ * CPU twin's loops, kernels/cpu/moe.c), a thread per expert for the
+ * grouping (each walks the slots in order: deterministic, tokens ascending
+ * in its group, no atomics) after one thread's prefix sum of the counts,
+ * grid-stride loops for the row moves. 64-bit indexing. */
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/moe.cuh"
+#define SL_MOE_FN static __device__ inline
+#include "kernels/moe_rows.h"
+
+#define GRID_STRIDE(i, n)                                                                                              \
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+#define NT 256
+
+static __global__ void route_kernel(float *probs, int32_t *sel, float *wts, const float *logits, int64_t N, int64_t E,
+                                    int64_t k, int norm) {
+  GRID_STRIDE(t, N) sl_moe_route_row(probs + t * E, sel + t * k, wts + t * k, logits + t * E, E, k, norm);
+}
+static __global__ void count_kernel(int32_t *offs, const int32_t *sel, int64_t S, int64_t E) {
+  GRID_STRIDE(e, E) {
+    int32_t n = 0;
+    for (int64_t s = 0; s < S; s++) n += sel[s] == (int32_t)e;
+    offs[e + 1] = n;
+  }
+}
+static __global__ void prefix_kernel(int32_t *offs, int64_t E) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    offs[0] = 0;
+    for (int64_t e = 0; e < E; e++) offs[e + 1] += offs[e];
+  }
+}
+static __global__ void group_kernel(int32_t *perm, int32_t *pos, const int32_t *offs, const int32_t *sel, int64_t S,
+                                    int64_t E) {
+  GRID_STRIDE(e, E) {
+    int32_t r = offs[e];
+    for (int64_t s = 0; s < S; s++)
+      if (sel[s] == (int32_t)e) {
+        perm[r] = (int32_t)s;
+        pos[s] = r++;
+      }
+  }
+}
+void sl_cuda_moe_route_fwd(sl_kctx *ctx, float *probs, int32_t *sel, float *wts, int32_t *offs, int32_t *perm,
+                           int32_t *pos, const float *logits, int64_t N, int64_t E, int64_t k, int norm) {
+  SL_CUDA_BEGIN(ctx);
+  SL_CUDA_REQUIRE(ctx, N >= 0 && E >= 1 && k >= 1 && k <= E);
+  if (N > 0) route_kernel<<<sl_cuda_blocks(N, 128), 128, 0, ctx->stream>>>(probs, sel, wts, logits, N, E, k, norm);
+  count_kernel<<<sl_cuda_blocks(E, 64), 64, 0, ctx->stream>>>(offs, sel, N * k, E);
+  prefix_kernel<<<1, 1, 0, ctx->stream>>>(offs, E);
+  group_kernel<<<sl_cuda_blocks(E, 64), 64, 0, ctx->stream>>>(perm, pos, offs, sel, N * k, E);
+  CUDA_LAUNCH_CHECK(ctx);
+}
+
+static __global__ void route_bwd_kernel(float *dlogits, const float *dwts, const float *probs, const int32_t *sel,
+                                        const float *wts, const float *gp, int64_t N, int64_t E, int64_t k, int norm) {
+  GRID_STRIDE(t, N)
+  sl_moe_route_bwd_row(dlogits + t * E, dwts + t * k, probs + t * E, sel + t * k, wts + t * k, gp, E, k, norm);
+}
+void sl_cuda_moe_route_bwd(sl_kctx *ctx, float *dlogits, const float *dwts, const float *probs, const int32_t *sel,
+                           const float *wts, const float *gp, int64_t N, int64_t E, int64_t k, int norm) {
+  SL_CUDA_BEGIN(ctx);
+  SL_CUDA_REQUIRE(ctx, N >= 0 && E >= 1 && k >= 1 && k <= 64);
+  if (N == 0) return;
+  route_bwd_kernel<<<sl_cuda_blocks(N, 128), 128, 0, ctx->stream>>>(dlogits, dwts, probs, sel, wts, gp, N, E, k, norm);
+  CUDA_LAUNCH_CHECK(ctx);
+}
+
+static __global__ void permute_fwd_kernel(float *xp, const float *x, const int32_t *pos, int64_t S, int64_t k,
+                                          int64_t C) {
+  GRID_STRIDE(i, S * C) {
+    int64_t s = i / C, c = i - s * C;
+    xp[(int64_t)pos[s] * C + c] = x[(s / k) * C + c];
+  }
+}
+static __global__ void permute_bwd_kernel(float *dx, const float *dxp, const int32_t *pos, int64_t N, int64_t k,
+                                          int64_t C) {
+  GRID_STRIDE(i, N * C) {
+    int64_t t = i / C, c = i - t * C;
+    float acc = dx[i];
+    for (int64_t j = 0; j < k; j++) acc += dxp[(int64_t)pos[t * k + j] * C + c];
+    dx[i] = acc;
+  }
+}
+void sl_cuda_moe_permute_fwd(sl_kctx *ctx, float *xp, const float *x, const int32_t *pos, int64_t N, int64_t k,
+                             int64_t C) {
+  SL_CUDA_BEGIN(ctx);
+  SL_CUDA_REQUIRE(ctx, N >= 0 && k >= 1 && C >= 0);
+  if (N * k * C == 0) return;
+  permute_fwd_kernel<<<sl_cuda_blocks(N * k * C, NT), NT, 0, ctx->stream>>>(xp, x, pos, N * k, k, C);
+  CUDA_LAUNCH_CHECK(ctx);
+}
+void sl_cuda_moe_permute_bwd(sl_kctx *ctx, float *dx, const float *dxp, const int32_t *pos, int64_t N, int64_t k,
+                             int64_t C) {
+  SL_CUDA_BEGIN(ctx);
+  SL_CUDA_REQUIRE(ctx, N >= 0 && k >= 1 && C >= 0);
+  if (N * C == 0) return;
+  permute_bwd_kernel<<<sl_cuda_blocks(N * C, NT), NT, 0, ctx->stream>>>(dx, dxp, pos, N, k, C);
+  CUDA_LAUNCH_CHECK(ctx);
+}
+
+static __global__ void combine_fwd_kernel(float *out, const float *yp, const float *wts, const int32_t *pos, int64_t N,
+                                          int64_t k, int64_t C) {
+  GRID_STRIDE(i, N * C) {
+    int64_t t = i / C, c = i - t * C;
+    float acc = 0;
+    for (int64_t j = 0; j < k; j++) acc += wts[t * k + j] * yp[(int64_t)pos[t * k + j] * C + c];
+    out[i] = acc;
+  }
+}
+static __global__ void combine_dyp_kernel(float *dyp, const float *dout, const float *wts, const int32_t *pos,
+                                          int64_t S, int64_t k, int64_t C) {
+  GRID_STRIDE(i, S * C) {
+    int64_t s = i / C, c = i - s * C;
+    dyp[(int64_t)pos[s] * C + c] += wts[s] * dout[(s / k) * C + c];
+  }
+}
+static __global__ void combine_dw_kernel(float *dwts, const float *dout, const float *yp, const int32_t *pos, int64_t S,
+                                         int64_t k, int64_t C) {
+  GRID_STRIDE(s, S) {
+    const float *g = dout + (s / k) * C, *y = yp + (int64_t)pos[s] * C;
+    float dot = 0;
+    for (int64_t c = 0; c < C; c++) dot += g[c] * y[c];
+    dwts[s] += dot;
+  }
+}
+void sl_cuda_moe_combine_fwd(sl_kctx *ctx, float *out, const float *yp, const float *wts, const int32_t *pos, int64_t N,
+                             int64_t k, int64_t C) {
+  SL_CUDA_BEGIN(ctx);
+  SL_CUDA_REQUIRE(ctx, N >= 0 && k >= 1 && C >= 0);
+  if (N * C == 0) return;
+  combine_fwd_kernel<<<sl_cuda_blocks(N * C, NT), NT, 0, ctx->stream>>>(out, yp, wts, pos, N, k, C);
+  CUDA_LAUNCH_CHECK(ctx);
+}
+void sl_cuda_moe_combine_bwd(sl_kctx *ctx, float *dyp, float *dwts, const float *dout, const float *yp,
+                             const float *wts, const int32_t *pos, int64_t N, int64_t k, int64_t C) {
+  SL_CUDA_BEGIN(ctx);
+  SL_CUDA_REQUIRE(ctx, N >= 0 && k >= 1 && C >= 0);
+  if (N * k * C == 0) return;
+  combine_dyp_kernel<<<sl_cuda_blocks(N * k * C, NT), NT, 0, ctx->stream>>>(dyp, dout, wts, pos, N * k, k, C);
+  combine_dw_kernel<<<sl_cuda_blocks(N * k, 128), 128, 0, ctx->stream>>>(dwts, dout, yp, pos, N * k, k, C);
+  CUDA_LAUNCH_CHECK(ctx);
+}
