@@ -2,7 +2,7 @@
  * per-GPU bytes by arena, communication bytes per step by collective kind,
  * compute / communication / step time, and the search over configurations
  * (ZeRO stage, shard group, offload tier, activation checkpointing,
- * micro-batch, and analytic tensor / pipeline parallelism).
+ * micro-batch, tensor and pipeline parallelism).
  *
  * Two layers:
  *   - the engine check (engine/dryrun.h, sl_train_dry_run): the trainer's
@@ -147,7 +147,7 @@ typedef struct {
   int64_t seq_len, global_batch; /* tokens per step (all GPUs) */
   int dtype_bytes;               /* gathers and reductions: 2 (--param-dtype / --reduce-dtype bf16) or 4 (fp32) */
   int gpt_acts;                  /* activation model: GPT formula (1) or engine (0) */
-  int allow_tp_pp;               /* enumerate analytic TP/PP candidates */
+  int allow_tp_pp;               /* enumerate TP/PP candidates */
 } sl_plan_cluster;
 
 void sl_plan_cluster_defaults(sl_plan_cluster *c);
