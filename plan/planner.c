@@ -683,6 +683,7 @@ int sl_plan_eval(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand 
       (double)x->micro_batch * (double)x->grad_accum * (double)c->seq_len * (double)(c->gpus / (x->tp * x->pp));
   x->tokens_s = x->step_s > 0 ? tokens / x->step_s : 0;
   x->mfu = sl_plan_flops_per_token(m, c->seq_len) * x->tokens_s / (c->gpus * c->tflops * 1e12);
+  if (x->needs_mode) x->tokens_s = x->mfu = 0; /* refused: its bytes are unknown, so is its speed */
   double comm = 0;
   for (int k = 0; k < SL_PLAN_NCOMM; k++) comm += x->comm_s[k];
   x->comm_compute_ratio = comm / (x->compute_s + x->recompute_s);
