@@ -1,10 +1,10 @@
 /* plan/planner.c — memory / communication / time model of training
  * configurations and the search over them. The unit sizes and FLOPs per
  * token are the model's own; the memory and bytes of a data-parallel
- * or TP candidate are the engine's dry run (engine/dryrun.c: 3 and 4
- * decoder layers scaled exactly, remembered per key), with the optimizer
- * tier's arenas applied by the engine's rules (offload_tier); the pipeline
- * candidates and the time model are closed forms (docs/planner.md). */
+ * TP or pipeline candidate are the engine's dry run (engine/dryrun.c: 3 and
+ * 4 decoder layers, per stage under PP, scaled exactly, remembered per key),
+ * with the optimizer tier's arenas applied by the engine's rules
+ * (offload_tier); the time model is closed forms (docs/planner.md). */
 #include "plan/planner.h"
 
 #include <ctype.h>
@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "engine/dryrun.h"
+#include "engine/schedule_pp.h"
 #include "kernels/count/ops_count.h"
 #include "offload/offload.h"
 #include "shard/shardmath.h"
@@ -21,11 +23,11 @@
 /* A candidate's engine run: the search's key (N ranks; the figures depend on nothing else). No padding: compared
  * with memcmp. */
 typedef struct {
-  int N, zero, S, ac, sync, e, tp, sp;
+  int N, zero, S, ac, sync, e, tp, sp, pp, zero_pad; /* zero_pad: 0 */
   int64_t b, T, A;
 } dry_key;
 
-_Static_assert(sizeof(dry_key) == 8 * sizeof(int) + 3 * sizeof(int64_t), "dry_key has padding");
+_Static_assert(sizeof(dry_key) == 10 * sizeof(int) + 3 * sizeof(int64_t), "dry_key has padding");
 
 struct sl_plan_dry_memo {
   int n, cap;
@@ -39,13 +41,12 @@ int sl_plan_model_init(const sl_model_config *cfg, sl_plan_model *out) {
   int rc = sl_model_caps_of(cfg, &out->caps);
   if (!rc) rc = sl_model_create_specs(cfg, &out->spec);
   if (rc) return rc;
-  out->memo = calloc(1, sizeof *out->memo);
   out->dry = calloc(1, sizeof *out->dry);
   sl_model *sm = out->spec;
   out->nunits = sm->nunits;
   out->numel = calloc((size_t)sm->nunits, sizeof(int64_t));
   out->pinned = calloc((size_t)sm->nunits, sizeof(int));
-  if (!out->numel || !out->pinned || !out->memo || !out->dry) {
+  if (!out->numel || !out->pinned || !out->dry) {
     sl_plan_model_free(out);
     return sl_fail(SL_ENOMEM, "planner: out of memory");
   }
@@ -83,7 +84,6 @@ void sl_plan_model_free(sl_plan_model *m) {
   free(m->numel);
   free(m->pinned);
   sl_model_destroy(m->spec);
-  free(m->memo);
   if (m->dry) {
     free(m->dry->key);
     free(m->dry->val);
@@ -113,39 +113,6 @@ double sl_plan_recompute_flops_per_token(const sl_plan_model *m, int64_t T, sl_a
   if (ac == SL_AC_FULL) return blocks_fwd_flops(m, T); /* one more forward of every block */
   if (ac == SL_AC_SELECTIVE) return attn_core_flops(m, T);
   return 0.0;
-}
-
-/* ---- activations: the model's own allocations ------------------------------ */
-/* The model allocates its activations (acts arena) and backward scratch
- * (workspace arena) in sl_model_create; on the counting op table that costs
- * address space only. Remembered per (B, T, mode): the search asks often. */
-int sl_plan_engine_acts(const sl_plan_model *m, int64_t B, int64_t T, sl_actckpt ac, int64_t *acts_elems,
-                        int64_t *ws_elems) {
-  sl_plan_acts_memo *c = m->memo;
-  for (int i = 0; c && i < c->n; i++)
-    if (c->e[i].B == B && c->e[i].T == T && c->e[i].ac == (int)ac) {
-      *acts_elems = c->e[i].acts;
-      *ws_elems = c->e[i].ws;
-      return SL_OK;
-    }
-  const sl_ops *ops = sl_ops_count();
-  sl_kctx *k = ops->ctx_create(1);
-  if (!k) return SL_ENOMEM;
-  sl_mem_stats s0;
-  sl_mem_get(&s0);
-  sl_model *mm = NULL;
-  int rc = sl_model_create(&m->spec->cfg, ops, k, B, T, ac, &mm);
-  if (!rc) {
-    *acts_elems = mm->buf_bytes[0] / 4;
-    *ws_elems = mm->buf_bytes[1] / 4;
-  }
-  sl_model_destroy(mm);
-  ops->ctx_destroy(k);
-  sl_mem_restore(&s0); /* the caller's arena counters, as they were */
-  if (rc) return rc;
-  if (c && c->n < (int)(sizeof c->e / sizeof c->e[0]))
-    c->e[c->n++] = (sl_plan_acts_entry){B, T, (int)ac, *acts_elems, *ws_elems};
-  return SL_OK;
 }
 
 double sl_plan_gpt_act_bytes(double s, double b, double h, double a, int t, int sp, sl_actckpt ac) {
@@ -187,6 +154,10 @@ void sl_plan_run_train_cfg(const sl_plan_run *r, sl_train_cfg *c) {
   c->reshard_after_forward = r->reshard_after_forward;
   c->tp = r->tp > 1 ? r->tp : 1;
   c->sequence_parallel = r->sequence_parallel;
+  if (r->pp > 1) { /* else c's pipeline settings kept (plan --engine-check --pp sets them as train parses them) */
+    c->pp = r->pp;
+    snprintf(c->pp_schedule, sizeof c->pp_schedule, "1f1b");
+  }
   snprintf(c->param_dtype, sizeof c->param_dtype, "%s", r->param_bytes == 2 ? "bf16" : "fp32");
   snprintf(c->reduce_dtype, sizeof c->reduce_dtype, "%s", r->reduce_bytes == 2 ? "bf16" : "fp32");
   snprintf(c->activation_checkpoint, sizeof c->activation_checkpoint, "%s",
@@ -196,10 +167,8 @@ void sl_plan_run_train_cfg(const sl_plan_run *r, sl_train_cfg *c) {
 }
 
 /* ---- the engine's figures: its dry run --------------------------------------- */
-/* The dry run of key k with the model's decoder layers set to L (engine/dryrun.h). */
-static int dry_layers(const sl_plan_model *m, const dry_key *k, int64_t L, sl_dry_result *out) {
-  sl_model_config mc = m->spec->cfg;
-  mc.num_hidden_layers = L;
+/* The run of key k as train's settings (engine defaults otherwise). */
+static void key_cfg(const dry_key *k, sl_train_cfg *c) {
   sl_plan_run r;
   sl_plan_run_engine(&r, k->e == 2 ? "bf16" : "fp32", k->e == 2 ? "bf16" : "fp32");
   r.world = k->N;
@@ -212,10 +181,21 @@ static int dry_layers(const sl_plan_model *m, const dry_key *k, int64_t L, sl_dr
   r.sync_accum = k->sync;
   r.tp = k->tp;
   r.sequence_parallel = k->sp;
+  r.pp = k->pp;
+  sl_train_cfg_defaults(c);
+  sl_plan_run_train_cfg(&r, c);
+}
+
+/* The dry run of key k as world rank `rank` with the model's decoder layers set to L (engine/dryrun.h); under PP,
+ * `layout` is --pp-layout (it places the L layers). */
+static int dry_layers(const sl_plan_model *m, const dry_key *k, int64_t L, const char *layout, int rank,
+                      sl_dry_result *out) {
+  sl_model_config mc = m->spec->cfg;
+  mc.num_hidden_layers = L;
   sl_train_cfg c;
-  sl_train_cfg_defaults(&c);
-  sl_plan_run_train_cfg(&r, &c);
-  return sl_train_dry_run(&c, &mc, k->N, 0, out);
+  key_cfg(k, &c);
+  if (layout) snprintf(c.pp_layout, sizeof c.pp_layout, "%s", layout);
+  return sl_train_dry_run(&c, &mc, k->N, rank, out);
 }
 
 enum { LO = 3 }; /* the smaller of the two layer counts run */
@@ -224,25 +204,123 @@ enum { LO = 3 }; /* the smaller of the two layer counts run */
  * a tied ZeRO-3 peak still differs; tests/unit/kernels/test_count_backend.c holds LO = 3 to the full run). */
 static int64_t at_layers(int64_t lo, int64_t hi, int64_t L) { return lo + (L - LO) * (hi - lo); }
 
-static int dry_figures(const sl_plan_model *m, const dry_key *k, sl_plan_figures *out) {
+/* The figures of n layers from the runs a (LO layers) and b (LO + 1); a = b and n = LO: a model run whole. */
+static void scale_figures(const sl_dry_result *a, const sl_dry_result *b, int64_t n, sl_plan_figures *out) {
   memset(out, 0, sizeof *out);
+  for (int i = 0; i < SL_ARENA_COUNT; i++) {
+    out->peak[i] = at_layers(a->peak[i], b->peak[i], n);
+    out->start[i] = at_layers(a->start[i], b->start[i], n);
+  }
+  out->total_peak = at_layers(a->total_peak, b->total_peak, n);
+  for (int i = 0; i < SL_COLL_NKINDS; i++)
+    out->comm[i] = (uint64_t)at_layers((int64_t)a->comm[i], (int64_t)b->comm[i], n);
+  out->comm_total = (uint64_t)at_layers((int64_t)a->comm_total, (int64_t)b->comm_total, n);
+  for (int i = 0; i < SL_COLL_NKINDS; i++)
+    out->tp_comm[i] = (uint64_t)at_layers((int64_t)a->tp_comm[i], (int64_t)b->tp_comm[i], n);
+  out->pp_send = (uint64_t)at_layers((int64_t)a->send_bytes, (int64_t)b->send_bytes, n);
+  out->pp_recv = (uint64_t)at_layers((int64_t)a->recv_bytes, (int64_t)b->recv_bytes, n);
+  out->stage = a->stage;
+  out->nsets = a->pp > 1 ? a->nsets : 1;
+}
+
+/* Train's layout of the model's layers over the P stages of key k (engine/schedule_pp.c, balanced: no --pp-layout)
+ * into layers[P], and the same layout cut to at most lo and lo + 1 layers per stage as --pp-layout texts. */
+static int pp_layouts(const sl_plan_model *m, const dry_key *k, int *layers, char *lo, char *hi, size_t cap,
+                      int64_t *Llo, int64_t *Lhi) {
+  sl_train_cfg c;
+  key_cfg(k, &c);
+  sl_pp_plan *p = NULL;
+  int rc = sl_pp_plan_for_run(&c, &m->spec->cfg, 0, 0, &p);
+  if (rc) return rc;
+  size_t ol = 0, oh = 0;
+  *Llo = *Lhi = 0;
+  for (int s = 0; s < k->pp; s++) {
+    layers[s] = p->layers[s];
+    int a = layers[s] < LO ? layers[s] : LO, b = layers[s] < LO + 1 ? layers[s] : LO + 1;
+    ol += (size_t)snprintf(lo + ol, ol < cap ? cap - ol : 0, "%s%d", s ? "," : "", a);
+    oh += (size_t)snprintf(hi + oh, oh < cap ? cap - oh : 0, "%s%d", s ? "," : "", b);
+    *Llo += a;
+    *Lhi += b;
+  }
+  sl_pp_plan_free(p);
+  if (ol >= cap || oh >= cap) return sl_fail(SL_EINPUT, "planner: %d pipeline stages: layout too long", k->pp);
+  return SL_OK;
+}
+
+/* Stage f into the run's figures out (sl_plan_figures): its memory when its peak is the highest (first: any), each
+ * kind's bytes the most. */
+static void merge_stage(sl_plan_figures *out, const sl_plan_figures *f, int first) {
+  if (first || f->total_peak > out->total_peak) {
+    memcpy(out->peak, f->peak, sizeof out->peak);
+    memcpy(out->start, f->start, sizeof out->start);
+    out->total_peak = f->total_peak;
+    out->stage = f->stage;
+    out->layers = f->layers;
+    out->nsets = f->nsets;
+  }
+  for (int i = 0; i < SL_COLL_NKINDS; i++) {
+    if (f->comm[i] > out->comm[i]) out->comm[i] = f->comm[i];
+    if (f->tp_comm[i] > out->tp_comm[i]) out->tp_comm[i] = f->tp_comm[i];
+  }
+  if (f->comm_total > out->comm_total) out->comm_total = f->comm_total;
+  if (f->pp_send + f->pp_recv > out->pp_send + out->pp_recv) {
+    out->pp_send = f->pp_send;
+    out->pp_recv = f->pp_recv;
+  }
+}
+
+/* Whether stage s of P can hold a figure of the run (sl_plan_figures): the first and the last stage, and the first
+ * inner stage with its layer count. Under 1F1B an inner stage with as many layers as an earlier inner one holds the
+ * same units' sizes, sends and receives the same boundaries and issues the same collectives, with fewer
+ * micro-batches in flight (P - s): its figures are at most the earlier one's (test_count_backend holds the result
+ * equal to every stage's dry run). */
+static int stage_needed(const int *layers, int s, int P) {
+  if (s == 0 || s == P - 1) return 1;
+  for (int i = 1; i < s; i++)
+    if (layers[i] == layers[s]) return 0;
+  return 1;
+}
+
+/* Each stage's dry run (its first rank, s x N / P) at the layouts cut to LO and LO + 1 layers per stage, scaled to
+ * the stage's own layer count (the stage's figures are affine in it: tests/unit/kernels/test_count_backend.c),
+ * combined as sl_plan_figures says; only >= 0: that stage's alone (every stage run). */
+static int pp_figures(const sl_plan_model *m, const dry_key *k, int only, sl_plan_figures *out) {
+  memset(out, 0, sizeof *out);
+  if (k->pp > SL_DRY_MAX_STAGES) return sl_fail(SL_EINPUT, "planner: --pp %d (at most %d)", k->pp, SL_DRY_MAX_STAGES);
+  int layers[SL_DRY_MAX_STAGES];
+  char lo[4 * SL_DRY_MAX_STAGES], hi[4 * SL_DRY_MAX_STAGES];
+  int64_t Llo, Lhi;
+  /* the stage plan and the executor log what a run does: the search's figures say it (SL_LOG=info shows them) */
+  int level = sl_log_get_level();
+  if (!sl_env_set("SL_LOG")) sl_log_set_level(SL_LOG_WARN);
+  int rc = pp_layouts(m, k, layers, lo, hi, sizeof lo, &Llo, &Lhi);
+  for (int s = 0; !rc && s < k->pp; s++) {
+    if (only >= 0 ? s != only : !stage_needed(layers, s, k->pp)) continue;
+    sl_dry_result a, b;
+    int rank = s * (k->N / k->pp);
+    rc = dry_layers(m, k, Llo, lo, rank, &a);
+    if (!rc && layers[s] > LO) rc = dry_layers(m, k, Lhi, hi, rank, &b);
+    if (rc) break;
+    if (layers[s] <= LO) b = a;
+    sl_plan_figures f;
+    scale_figures(&a, &b, layers[s] <= LO ? LO : layers[s], &f);
+    f.layers = layers[s];
+    merge_stage(out, &f, s == 0 || s == only);
+  }
+  sl_log_set_level(level);
+  return rc;
+}
+
+static int dry_figures(const sl_plan_model *m, const dry_key *k, sl_plan_figures *out) {
+  if (k->pp > 1) return pp_figures(m, k, -1, out);
   int64_t L = m->spec->cfg.num_hidden_layers;
   sl_dry_result a, b;
-  int rc = dry_layers(m, k, L <= LO + 1 ? L : LO, &a);
-  if (!rc && L > LO + 1) rc = dry_layers(m, k, LO + 1, &b);
+  int rc = dry_layers(m, k, L <= LO + 1 ? L : LO, NULL, 0, &a);
+  if (!rc && L > LO + 1) rc = dry_layers(m, k, LO + 1, NULL, 0, &b);
   if (rc) return rc;
   if (L <= LO + 1) b = a;
-  int64_t n = L <= LO + 1 ? LO : L; /* at_layers(f, f, LO) = f */
-  for (int i = 0; i < SL_ARENA_COUNT; i++) {
-    out->peak[i] = at_layers(a.peak[i], b.peak[i], n);
-    out->start[i] = at_layers(a.start[i], b.start[i], n);
-  }
-  out->total_peak = at_layers(a.total_peak, b.total_peak, n);
-  for (int i = 0; i < SL_COLL_NKINDS; i++)
-    out->comm[i] = (uint64_t)at_layers((int64_t)a.comm[i], (int64_t)b.comm[i], n);
-  out->comm_total = (uint64_t)at_layers((int64_t)a.comm_total, (int64_t)b.comm_total, n);
-  for (int i = 0; i < SL_COLL_NKINDS; i++)
-    out->tp_comm[i] = (uint64_t)at_layers((int64_t)a.tp_comm[i], (int64_t)b.tp_comm[i], n);
+  scale_figures(&a, &b, L <= LO + 1 ? LO : L, out); /* at_layers(f, f, LO) = f */
+  out->layers = (int)L;
   return SL_OK;
 }
 
@@ -271,20 +349,34 @@ static int key_figures(const sl_plan_model *m, const dry_key *kp, sl_plan_figure
   return SL_OK;
 }
 
-int sl_plan_engine_figures(const sl_plan_model *m, const sl_plan_run *r, sl_plan_figures *out) {
-  int tp = r->tp > 1 ? r->tp : 1;
+static dry_key run_key(const sl_plan_run *r) {
+  int tp = r->tp > 1 ? r->tp : 1, pp = r->pp > 1 ? r->pp : 1;
   dry_key k = {r->world,
                r->zero,
-               r->shard_group > 0 ? r->shard_group : r->world / tp,
+               r->shard_group > 0 ? r->shard_group : r->world / (tp * pp),
                (int)r->ac,
                r->sync_accum,
                r->param_bytes,
                tp,
                r->sequence_parallel,
+               pp,
+               0,
                r->micro_batch,
                r->seq_len,
                r->grad_accum};
+  return k;
+}
+
+int sl_plan_engine_figures(const sl_plan_model *m, const sl_plan_run *r, sl_plan_figures *out) {
+  dry_key k = run_key(r);
   return key_figures(m, &k, out);
+}
+
+int sl_plan_engine_stage_figures(const sl_plan_model *m, const sl_plan_run *r, int stage, sl_plan_figures *out) {
+  dry_key k = run_key(r);
+  if (k.pp < 2 || stage < 0 || stage >= k.pp)
+    return sl_fail(SL_EINPUT, "planner: stage %d of --pp %d (a pipeline needs P >= 2)", stage, k.pp);
+  return pp_figures(m, &k, stage, out);
 }
 
 /* ---- sizes --------------------------------------------------------------------- */
@@ -350,16 +442,18 @@ static double unit_recompute_flops(const sl_plan_model *m, int u, int64_t T, sl_
 
 static int same_node(int first, int last, int G) { return first / G == last / G; }
 
-/* --act-model gpt: the activations arena from the GPT formula (blocks) plus the engine's residual stream and head,
- * in place of the engine's own; *gpu moves by the difference. */
-static int gpt_acts(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x, double *gpu) {
-  if (!c->gpt_acts || !m->caps.attention) return SL_OK;
+/* --act-model gpt: the activations arena from the GPT formula (the blocks of the peak stage, TP t without sequence
+ * parallelism, for each micro-batch in flight) plus the engine's residual stream and head, in place of the engine's
+ * own; *gpu moves by the difference. */
+static void gpt_acts(const sl_plan_model *m, const sl_plan_cluster *c, const sl_plan_figures *pm, sl_plan_cand *x,
+                     double *gpu) {
+  if (!c->gpt_acts || !m->caps.attention) return;
   double per =
-      sl_plan_gpt_act_bytes((double)c->seq_len, (double)x->micro_batch, (double)m->C, (double)m->nh, 1, 0, x->ac);
-  double acts = per * (double)m->L + (double)(x->micro_batch * c->seq_len) * (double)m->C * 2.0 * c->dtype_bytes;
+      sl_plan_gpt_act_bytes((double)c->seq_len, (double)x->micro_batch, (double)m->C, (double)m->nh, x->tp, 0, x->ac);
+  double stream = (double)(x->micro_batch * c->seq_len) * (double)m->C * 2.0 * c->dtype_bytes;
+  double acts = (per * (double)pm->layers + stream) * (double)pm->nsets;
   *gpu += acts - x->mem[SL_ARENA_ACTS];
   x->mem[SL_ARENA_ACTS] = acts;
-  return SL_OK;
 }
 
 /* The optimizer views of the candidate's units (shard/shardmath.h: the one slice function): the elements of each
@@ -413,17 +507,18 @@ static void offload_tier(const sl_plan_model *m, sl_plan_cand *x, double maxview
   *host += x->mem[SL_ARENA_HOST_OPTIM];
 }
 
-/* Memory and bytes of a data-parallel candidate: the engine's dry run, the tier on top; whether it fits. */
+/* Memory and bytes of a candidate: the engine's dry run (each stage's under PP), the tier on top; whether it fits. */
 static int engine_memory(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x, sl_plan_figures *pm) {
   int N = c->gpus, G = c->gpus_per_node > 0 ? c->gpus_per_node : N;
   /* the engine defaults, the search's dtype for gathers and reductions */
-  dry_key k = {N,     x->zero, x->shard_group, (int)x->ac, x->sync_accum, c->dtype_bytes,
-               x->tp, 0,       x->micro_batch, c->seq_len, x->grad_accum};
+  dry_key k = {N,     x->zero, x->shard_group, (int)x->ac, x->sync_accum, c->dtype_bytes, x->tp, 0,
+               x->pp, 0,       x->micro_batch, c->seq_len, x->grad_accum};
   int rc = key_figures(m, &k, pm);
   if (rc) return rc;
   for (int a = 0; a < SL_ARENA_COUNT; a++) x->mem[a] = (double)pm->peak[a];
+  x->peak_stage = pm->stage;
   double gpu = (double)pm->total_peak, host = 0, nvme = 0, sum, maxview, shards;
-  if ((rc = gpt_acts(m, c, x, &gpu))) return rc;
+  gpt_acts(m, c, pm, x, &gpu);
   opt_views(m, x, &sum, &maxview, &shards);
   offload_tier(m, x, maxview, &gpu, &host, &nvme);
   x->gpu_total = gpu + SL_PLAN_RESERVE;
@@ -523,113 +618,50 @@ static int eval_engine(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan
   return engine_time(m, c, x, bws, bwr);
 }
 
-/* Memory of a pipeline candidate (or any under --act-model gpt, or one the engine refuses), a closed form (the dry
- * run does not run pipeline candidates yet) in the engine's element sizes: parameters and gathers in the gather dtype
- * e, bf16 gathers expanded to fp32, gradients, activations and workspace fp32. ZeRO-3 on the DP axis (PP = 1,
- * --tp T --zero 3): the DP shards of the TP slices, plus one slice gathered in use and one in flight, and the
- * gradient of the unit in backward. */
-static int tppp_memory(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x, double Lp, double Pg,
-                       double dp_shard, double unit) {
-  int t = x->tp, p = x->pp, e = c->dtype_bytes, z3 = x->zero == 3;
-  int64_t T = c->seq_len, b = x->micro_batch, A = x->grad_accum, L = m->L;
-  memset(x->mem, 0, sizeof x->mem);
-  x->mem[SL_ARENA_PARAMS] = (z3 ? dp_shard : Pg) * e;
-  x->mem[SL_ARENA_GRADS] = (z3 ? dp_shard + unit : Pg) * 4.0;
-  x->mem[SL_ARENA_GATHER] = (z3 ? 2.0 * unit * e : 0) + (e == 2 ? 2.0 * unit * 4.0 : 0);
-  x->mem[SL_ARENA_OPTIM] = 12.0 * dp_shard;
-  /* activations: 1F1B keeps min(p, m) micro-batches on the first stage;
-   * sequence parallel splits everything by t */
-  int64_t ae = 0, we = 0;
-  int rc = sl_plan_engine_acts(m, b, T, x->ac, &ae, &we);
-  if (rc) return rc;
-  int64_t N_ = b * T;
-  double nonlayer = (double)((L + 1) * N_ * m->C + N_ * m->C + 3 * N_);
-  double layers = (double)ae - nonlayer; /* what the L blocks keep besides the stream */
-  double per_layer, working = 0;
-  if (x->ac == SL_AC_FULL) {
-    per_layer = (double)(N_ * m->C);
-    working = layers;
-  } else per_layer = (double)(N_ * m->C) + layers / (double)L;
-  double inflight = (double)(A < p ? A : p);
-  double acts;
-  if (c->gpt_acts && m->caps.attention)
-    acts = sl_plan_gpt_act_bytes((double)T, (double)b, (double)m->C, (double)m->nh, t, 1, x->ac) * Lp * inflight;
-  else acts = (per_layer * Lp * inflight + working + (double)(N_ * m->C + 3 * N_)) * 4.0 / t;
-  x->mem[SL_ARENA_ACTS] = acts;
-  x->mem[SL_ARENA_WORKSPACE] = (double)we * 4.0 / t;
-  double gpu = 0;
-  for (int a = 0; a < SL_ARENA_COUNT; a++) gpu += x->mem[a];
-  x->gpu_total = gpu + SL_PLAN_RESERVE;
-  x->host_per_gpu = x->nvme_per_gpu = 0;
-  x->fits = x->gpu_total <= c->margin * c->gpu_mem;
-  return SL_OK;
-}
-
+/* A TP, PP or TP x PP candidate: the engine's memory and bytes (its dry run; each stage's under PP), the closed-form
+ * time of docs/planner.md over them. */
 static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x) {
   int N = c->gpus, G = c->gpus_per_node > 0 ? c->gpus_per_node : N, t = x->tp, p = x->pp;
-  int d = N / (t * p), e = c->dtype_bytes;
-  int64_t T = c->seq_len, b = x->micro_batch, A = x->grad_accum, L = m->L, U = m->nunits;
-  double Lp = ceil((double)L / p), blk = (double)m->numel[1];
-  double first = Lp * blk / t + (double)m->numel[0] / t + (p == 1 ? (double)m->numel[U - 1] / t : 0);
-  double last = Lp * blk / t + (double)m->numel[U - 1] / t;
-  double Pg = fmax(first, last), dp_shard = ceil(Pg / d);
-  /* TP alone: the engine's dry run (--tp t over N ranks); pipelines: closed forms */
-  int z3 = x->zero == 3, dry = p == 1 && !c->gpt_acts;
-  double unit = fmax(blk, fmax((double)m->numel[0], (double)m->numel[U - 1])) / t;
+  int d = N / (t * p), e = c->dtype_bytes, z3 = x->zero == 3;
+  int64_t T = c->seq_len, A = x->grad_accum;
   sl_plan_figures pm;
-  int rc = dry ? engine_memory(m, c, x, &pm) : SL_OK;
+  int rc = engine_memory(m, c, x, &pm);
   if (rc == SL_EINPUT || rc == SL_ECOMM) { /* the engine refuses this layout (train would, with the same message;
-                                             e.g. a TP all-reduce over 2^31 elements): not runnable */
+                                             e.g. a TP all-reduce over 2^31 elements): not runnable, sizes unknown */
     x->needs_mode = 1;
-    dry = 0;
+    x->fits = 0;
+    memset(x->mem, 0, sizeof x->mem);
+    memset(&pm, 0, sizeof pm);
+    x->gpu_total = x->host_per_gpu = x->nvme_per_gpu = 0;
+    rc = SL_OK;
   }
-  if (!dry) rc = tppp_memory(m, c, x, Lp, Pg, dp_shard, unit);
   if (rc) return rc;
-  if (x->needs_mode) x->fits = 0;
   /* time */
   double rate = c->tflops * 1e12 * c->efficiency;
   double tokens_gpu = (double)c->global_batch / N;
   x->compute_s = sl_plan_flops_per_token(m, T) * tokens_gpu / rate;
   x->recompute_s = sl_plan_recompute_flops_per_token(m, T, x->ac) * tokens_gpu / rate;
   x->bubble_s = (double)(p - 1) / (double)A * (x->compute_s + x->recompute_s);
-  double act_msg = (double)(b * T * m->C) * e;
   int dp_inter = !(t * d <= G), pp_inter = p > 1 && !(N <= G);
   x->shard_inter = dp_inter;
   x->replica_inter = pp_inter;
   double bi = c->intra_bw * 1e9, bx = c->inter_bw * 1e9;
   memset(x->comm_bytes, 0, sizeof x->comm_bytes);
   memset(x->comm_s, 0, sizeof x->comm_s);
-  double tp_bytes = t > 1 ? Lp * (double)A * 4.0 * 2.0 * (t - 1) / t * act_msg : 0;
-  if (t > 1 && m->caps.recurrent) { /* per layer 2 ar(b s (R+2S)) + 2 ar(b s H) (models/mamba.c), ar(n) =
-                                             2 (t-1) ceil(n/t) elements; the same bytes under sequence parallelism */
-    double ar_x = 2.0 * (t - 1) * ceil((double)(b * T * (m->R + 2 * m->S)) / t);
-    double ar_h = 2.0 * (t - 1) * ceil((double)(b * T * m->C) / t);
-    tp_bytes = Lp * (double)A * 2.0 * (ar_x + ar_h) * e;
-  }
-  /* the boundary of a micro-batch, each direction: a TP rank sends its 1/t of it
-   * (engine/schedule_pp.c); the search's TP layouts run without sequence
-   * parallelism, so the receivers all-gather the t slices over TP (intra-node) */
-  double pp_bytes = p > 1 ? 2.0 * (double)A * act_msg / t : 0;
-  if (p > 1 && t > 1) tp_bytes += 2.0 * (double)A * (t - 1) * act_msg / t;
-  /* ZeRO-1: one reduce-scatter and one parameter all-gather per step;
-   * ZeRO-3: two gathers (forward, backward) and a reduce-scatter per micro-batch */
-  double rs_b = d > 1 ? (d - 1) * dp_shard * e * (z3 || x->sync_accum ? (double)A : 1.0) : 0,
-         ag_b = d > 1 ? (d - 1) * dp_shard * e * (z3 ? 2.0 * A : 1.0) : 0;
-  if (dry) { /* the engine's own bytes: the TP axis, fsdp's on the DP axis */
-    tp_bytes = 0;
-    for (int k = 0; k < SL_COLL_NKINDS; k++) tp_bytes += (double)pm.tp_comm[k];
-    rs_b = (double)pm.comm[SL_COLL_REDUCE_SCATTER];
-    ag_b = (double)pm.comm[SL_COLL_ALLGATHER];
-  }
+  /* the engine's own bytes: the TP axis (under PP the receivers' all-gather of the boundary's t slices included),
+   * fsdp's on the DP axis, the PP axis's sends and receives of the stage that moves most */
+  double tp_bytes = 0;
+  for (int k = 0; k < SL_COLL_NKINDS; k++) tp_bytes += (double)pm.tp_comm[k];
+  double rs_b = (double)pm.comm[SL_COLL_REDUCE_SCATTER], ag_b = (double)pm.comm[SL_COLL_ALLGATHER];
+  double pp_bytes = (double)pm.pp_send;
   x->comm_bytes[SL_PLAN_AR] = tp_bytes;
   x->comm_bytes[SL_PLAN_P2P] = pp_bytes;
   x->comm_bytes[SL_PLAN_RS] = rs_b;
   x->comm_bytes[SL_PLAN_AG] = ag_b;
   x->comm_s[SL_PLAN_AR] = tp_bytes / bi;
-  /* an inner stage sends and receives pp_bytes each, counted as exposed (the
-   * executor overlaps a transfer with one compute op only, and on one node
-   * the copy competes with compute for memory bandwidth) */
-  x->comm_s[SL_PLAN_P2P] = 2.0 * pp_bytes / (pp_inter ? bx : bi);
+  /* the stage's sends and receives, counted as exposed (the executor overlaps a transfer with one compute op only,
+   * and on one node the copy competes with compute for memory bandwidth) */
+  x->comm_s[SL_PLAN_P2P] = (double)(pm.pp_send + pm.pp_recv) / (pp_inter ? bx : bi);
   x->comm_s[SL_PLAN_RS] = rs_b / (dp_inter ? bx : bi);
   x->comm_s[SL_PLAN_AG] = ag_b / (dp_inter ? bx : bi);
   double last_bwd = (x->compute_s + x->recompute_s) / (double)A * 2.0 / 3.0;
@@ -639,7 +671,7 @@ static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_c
   else
     x->exposed_s = x->comm_s[SL_PLAN_AR] + x->comm_s[SL_PLAN_P2P] + fmax(0, x->comm_s[SL_PLAN_RS] - last_bwd) +
                    x->comm_s[SL_PLAN_AG];
-  x->optim_s = dp_shard * (24.0 + 2.0 * e) / (c->hbm_bw * 1e9);
+  x->optim_s = x->mem[SL_ARENA_OPTIM] / 12.0 * (24.0 + 2.0 * e) / (c->hbm_bw * 1e9); /* 12 bytes per view element */
   x->offload_s = 0;
   return SL_OK;
 }
@@ -655,6 +687,7 @@ int sl_plan_eval(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand 
       (double)x->micro_batch * (double)x->grad_accum * (double)c->seq_len * (double)(c->gpus / (x->tp * x->pp));
   x->tokens_s = x->step_s > 0 ? tokens / x->step_s : 0;
   x->mfu = sl_plan_flops_per_token(m, c->seq_len) * x->tokens_s / (c->gpus * c->tflops * 1e12);
+  if (x->needs_mode) x->tokens_s = x->mfu = 0; /* refused: its bytes are unknown, so is its speed */
   double comm = 0;
   for (int k = 0; k < SL_PLAN_NCOMM; k++) comm += x->comm_s[k];
   x->comm_compute_ratio = comm / (x->compute_s + x->recompute_s);
@@ -848,9 +881,10 @@ int sl_plan_recommend(const sl_plan_cand *c, int n, const sl_plan_cluster *cl, c
       o +=
           (size_t)snprintf(buf + o, cap - o,
                            "; a 1F1B pipeline of %d stages with %lld micro-batches idles (P-1)/(m+P-1) = %.1f%% of the "
-                           "step (%.2f s) and moves %.2f GB point-to-point per rank (%.2f s).",
+                           "step (%.2f s) and moves %.2f GB point-to-point per rank (%.2f s); its memory and bytes "
+                           "are the engine's own, the dry run of each stage (stage %d holds the peak).",
                            x->pp, (long long)x->grad_accum, 100.0 * (x->pp - 1) / (double)(x->grad_accum + x->pp - 1),
-                           x->bubble_s, x->comm_bytes[SL_PLAN_P2P] / 1e9, x->comm_s[SL_PLAN_P2P]);
+                           x->bubble_s, x->comm_bytes[SL_PLAN_P2P] / 1e9, x->comm_s[SL_PLAN_P2P], x->peak_stage);
     else if (x->tp > 1)
       o += (size_t)snprintf(buf + o, cap - o,
                             "; tensor parallelism over %d GPUs of a node divides the data-parallel traffic by %d (%.2f "

@@ -2,7 +2,7 @@
  * per-GPU bytes by arena, communication bytes per step by collective kind,
  * compute / communication / step time, and the search over configurations
  * (ZeRO stage, shard group, offload tier, activation checkpointing,
- * micro-batch, and analytic tensor / pipeline parallelism).
+ * micro-batch, tensor and pipeline parallelism).
  *
  * Two layers:
  *   - the engine check (engine/dryrun.h, sl_train_dry_run): the trainer's
@@ -13,9 +13,9 @@
  *     memory and bytes of a data-parallel or TP candidate from the
  *     engine's dry run (sl_plan_engine_figures: what the engine itself
  *     allocates and sends, fp32 gradients and activations included; a
- *     layout it refuses is not runnable), the optimizer tiers by the
- *     engine's rules, closed forms for the pipeline candidates, and a
- *     closed-form time model. Unit
+ *     layout it refuses is not runnable), a pipeline candidate's from the
+ *     dry run of each of its stages, the optimizer tiers by the engine's
+ *     rules, and a closed-form time model. Unit
  *     sizes and FLOPs per token come from the model itself
  *     (sl_model_create_specs, vt->flops_per_token).
  * Formulas and assumptions: docs/planner.md.
@@ -36,15 +36,6 @@
 extern "C" {
 #endif
 
-typedef struct {
-  int64_t B, T;
-  int ac;
-  int64_t acts, ws;
-} sl_plan_acts_entry;
-typedef struct {
-  int n;
-  sl_plan_acts_entry e[64];
-} sl_plan_acts_memo;                              /* sl_plan_engine_acts' answers, remembered */
 typedef struct sl_plan_dry_memo sl_plan_dry_memo; /* sl_plan_engine_figures' answers (plan/planner.c) */
 
 /* The model as the planner sees it: units over flat buffers. */
@@ -58,7 +49,6 @@ typedef struct {
   int64_t L, C, nh, nkv, hd, I, V, Q, A; /* Llama/Mistral shapes (Q = (nh+2nkv)hd, A = nh hd) */
   int64_t D, S, K, R;                    /* Mamba: d_inner, d_state, d_conv, dt_rank */
   sl_model *spec;                        /* the engine's model, specs only (sl_model_create_specs): unit sizes, FLOPs */
-  sl_plan_acts_memo *memo;               /* activation sizes asked so far */
   struct sl_plan_dry_memo *dry;          /* the engine's figures asked so far (sl_plan_engine_figures) */
 } sl_plan_model;
 
@@ -69,12 +59,6 @@ void sl_plan_model_free(sl_plan_model *m);
 double sl_plan_flops_per_token(const sl_plan_model *m, int64_t T);
 /* Extra FLOPs per token recomputed in backward for a checkpoint mode. */
 double sl_plan_recompute_flops_per_token(const sl_plan_model *m, int64_t T, sl_actckpt ac);
-
-/* Activation (kept for backward) and workspace (backward scratch) element
- * counts of the engine's model for a B x T micro-batch: what sl_model_create
- * allocates (run on the counting op table: address space only). */
-int sl_plan_engine_acts(const sl_plan_model *m, int64_t B, int64_t T, sl_actckpt ac, int64_t *acts_elems,
-                        int64_t *ws_elems);
 
 /* GPT-style activation bytes per layer (field guide, 16-bit): s b h
  * (34 + 5 a s / h) with tensor parallel size t, sequence parallel sp and
@@ -96,14 +80,15 @@ typedef struct {
   int gpt_acts;              /* --act-model gpt (the search only) */
   int tp;                    /* --tp */
   int sequence_parallel;     /* --sequence-parallel */
+  int pp;                    /* --pp (> 1: --pp-schedule 1f1b, one chunk per rank, train's balanced layout) */
 } sl_plan_run;
 
 /* Engine defaults: fp32, prefetch 1, reshard, sync.
  * param_dtype / reduce_dtype names "fp32" | "bf16" (NULL: fp32). */
 void sl_plan_run_engine(sl_plan_run *r, const char *param_dtype, const char *reduce_dtype);
 /* The train settings of run r (ZeRO, sizes, prefetch, sync, reshard, TP,
- * dtype and checkpointing names) into c, the rest of c kept: what the
- * engine's dry run (engine/dryrun.h) takes. */
+ * dtype and checkpointing names; at r->pp > 1 --pp r->pp with 1f1b) into c,
+ * the rest of c kept: what the engine's dry run (engine/dryrun.h) takes. */
 void sl_plan_run_train_cfg(const sl_plan_run *r, sl_train_cfg *c);
 
 /* What the engine's dry run (engine/dryrun.h) gives a candidate. */
@@ -114,15 +99,28 @@ typedef struct {
   uint64_t comm[SL_COLL_NKINDS]; /* bytes per rank per step, shard + replica groups (the metrics' counter) */
   uint64_t comm_total;
   uint64_t tp_comm[SL_COLL_NKINDS]; /* bytes sent on the TP axis per step (0 at T = 1) */
+  /* --pp > 1: peak, start and total_peak are the stage whose total_peak is the highest (the first such), comm,
+   * comm_total and tp_comm each kind's most over the stages, pp_send / pp_recv the stage's that moves most */
+  int stage;                 /* the stage of peak (0 at PP 1) */
+  int layers;                /* decoder layers that stage computes (the model's L at PP 1) */
+  int nsets;                 /* micro-batches in flight on it (1 at PP 1) */
+  uint64_t pp_send, pp_recv; /* bytes sent / received on the PP axis per step (0 at PP 1) */
 } sl_plan_figures;
 
 /* The engine's own figures of run r (world, shard_group, zero, micro_batch,
  * seq_len, grad_accum, ac, sync_accum, param_bytes for both dtypes, tp,
- * sequence_parallel; tier none): its dry run as rank 0 with 3 and 4 decoder layers, scaled to the
+ * sequence_parallel, pp; tier none): its dry run as rank 0 with 3 and 4 decoder layers, scaled to the
  * model's (every decoder unit is the same, so each figure is affine in the
  * layer count; tests/unit/kernels/test_count_backend.c holds the scaling
- * equal to the whole model's dry run), remembered in m per key. */
+ * equal to the whole model's dry run), remembered in m per key. Under
+ * --pp P: the dry run of each stage (its first rank) with train's balanced
+ * layout of the model's layers cut to at most 3 and 4 per stage, each
+ * stage's figures scaled to its own layer count (affine in it, held exact
+ * by the same test). */
 int sl_plan_engine_figures(const sl_plan_model *m, const sl_plan_run *r, sl_plan_figures *out);
+/* Under --pp (r->pp >= 2): the scaled figures of stage `stage` alone, as sl_plan_engine_figures forms them (not
+ * remembered; the test of the scaling compares them with the stage's dry run of the whole model). */
+int sl_plan_engine_stage_figures(const sl_plan_model *m, const sl_plan_run *r, int stage, sl_plan_figures *out);
 
 /* Field-guide closed forms for GPT-style models: parameters of l layers of
  * width h, vocabulary V, s learned positions: 12 l h^2 + 13 l h + (V + s) h. */
@@ -150,7 +148,7 @@ typedef struct {
   int64_t seq_len, global_batch; /* tokens per step (all GPUs) */
   int dtype_bytes;               /* gathers and reductions: 2 (--param-dtype / --reduce-dtype bf16) or 4 (fp32) */
   int gpt_acts;                  /* activation model: GPT formula (1) or engine (0) */
-  int allow_tp_pp;               /* enumerate analytic TP/PP candidates */
+  int allow_tp_pp;               /* enumerate TP/PP candidates */
 } sl_plan_cluster;
 
 void sl_plan_cluster_defaults(sl_plan_cluster *c);
@@ -165,7 +163,9 @@ typedef struct {
   sl_actckpt ac;
   int64_t micro_batch, grad_accum; /* per GPU; grad_accum = micro-batches per step */
   int sync_accum;
-  int needs_mode; /* 1: not runnable: the engine's dry run refuses it (train would, with the same message) */
+  int needs_mode; /* 1: not runnable: the engine's dry run refuses it (train would, with the same message);
+                     its memory and bytes are then unknown (0) */
+  int peak_stage; /* PP > 1: the stage whose memory is mem (the engine's highest) */
   /* memory per GPU (bytes) */
   double mem[SL_ARENA_COUNT];
   double gpu_total, host_per_gpu, nvme_per_gpu;

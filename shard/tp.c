@@ -20,7 +20,9 @@ static int host_max(sl_comm *c, float *buf, int64_t n) {
   float *all = sl_alloc((size_t)(n * T) * 4, "tensor-parallel max");
   if (!all) return SL_ENOMEM;
   int rc = sl_comm_allgather_sync(c, buf, all, n, SL_F32) == SL_COMM_OK ? SL_OK : comm_fail("max all-reduce");
-  for (int r = 0; r < T && !rc; r++)
+  /* a counting communicator (the planner's dry run) moved nothing: the rows gathered are no data to take a max of */
+  int moved = strcmp(sl_comm_backend(c), "count") != 0;
+  for (int r = 0; r < T && !rc && moved; r++)
     for (int64_t i = 0; i < n; i++)
       if (all[r * n + i] > buf[i]) buf[i] = all[r * n + i];
   sl_free(all);

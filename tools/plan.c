@@ -100,6 +100,7 @@ static json_t *cand_json(const sl_plan_cand *x, const char *model, const sl_plan
   json_object_set_new(o, "shard_group", json_integer(x->shard_group));
   json_object_set_new(o, "tp", json_integer(x->tp));
   json_object_set_new(o, "pp", json_integer(x->pp));
+  if (x->pp > 1) json_object_set_new(o, "peak_stage", json_integer(x->peak_stage)); /* the engine's highest stage */
   json_object_set_new(o, "offload_optimizer",
                       json_string(x->offload_optim == 2 ? "nvme"
                                   : x->offload_optim    ? "cpu"
@@ -440,7 +441,11 @@ static void print_cand_row(const sl_plan_cand *x, int i, int pick) {
     cb += x->comm_bytes[k];
     cs += x->comm_s[k];
   }
-  printf("%4d %-3s %-24s %7.1f %7.1f %8.1f %7.2f %7.2f %7.2f %7.2f %9.0f %4.1f%%%s\n", i + 1, x->fits ? "yes" : "no",
+  /* ref: the engine refuses the layout (train would): its sizes are unknown (0) */
+  printf("%4d %-3s %-24s %7.1f %7.1f %8.1f %7.2f %7.2f %7.2f %7.2f %9.0f %4.1f%%%s\n", i + 1,
+         x->needs_mode ? "ref"
+         : x->fits     ? "yes"
+                       : "no",
          cfg, x->gpu_total / 1e9, x->host_per_gpu / 1e9, cb / 1e9, cs, x->exposed_s, x->compute_s + x->recompute_s,
          x->step_s, x->tokens_s, 100 * x->mfu, i == pick ? "  <= recommended" : "");
 }
@@ -462,7 +467,8 @@ static void print_search_text(const plan_args *p, const sl_plan_model *m, const 
   printf("%4s %-3s %-24s %7s %7s %8s %7s %7s %7s %7s %9s %5s\n", "rank", "fit", "config", "GPU GB", "host GB",
          "comm GB", "comm s", "expo s", "comp s", "step s", "tokens/s", "MFU");
   for (int i = 0; i < shown; i++) print_cand_row(&v[i], i, pick);
-  printf("(%d candidates; o: optimizer offload; no parameter offload: --offload-params does not move parameters yet)\n",
+  printf("(%d candidates; o: optimizer offload; no parameter offload: --offload-params does not move parameters yet;\n"
+         " GPU GB and comm GB: the engine's dry run, of every pipeline stage under PP; ref: the engine refuses it)\n",
          n);
   if (pick >= shown) {
     char d[512];

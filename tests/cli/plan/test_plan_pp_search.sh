@@ -8,7 +8,8 @@
 # bubble_s / (compute + bubble), equals (P-1)/(m+P-1) and the idle share of
 # the static schedule that `train --pp-dry-run` prints for the same command
 # (pipeline/build.c, an independent computation). TP x PP candidates are
-# runnable too: their command carries --tp T --pp P.
+# runnable too: their command carries --tp T --pp P. A PP recommendation
+# says its memory and bytes are the engine's dry run of each stage.
 # Env: SL_BUILD (CLI at $SL_BUILD/shardlm), SL_SRC (source root).
 source "${SL_SRC:?}/tests/lib/run.sh" plan_pp_search mpi
 BIN=$B
@@ -46,6 +47,14 @@ PY
 )
 case "$out" in OK*) ok "${out#OK }: m in [P, 8P], 1F1B bubble (P-1)/(m+P-1), runnable flags and commands" ;;
   *) bad "${out#BAD }" ;; esac
+# the figures of a PP pick are the engine's: the recommendation says so and names the stage of the peak
+if "$PY" -c "
+import json, sys
+j = json.load(open(sys.argv[1])); r = j['recommended']
+sys.exit(0 if r['pp'] > 1 and 'peak_stage' in r and
+         'the dry run of each stage (stage %d holds the peak)' % r['peak_stage'] in j['recommendation'] else 1)" \
+    "$W/plan.json"; then ok "the PP recommendation says its figures are the engine's dry run of each stage"
+else bad "the PP recommendation does not name the engine's stage dry runs: $(grep -o '"recommendation": "[^"]*' "$W/plan.json")"; fi
 # the commands: the recommendation and the fastest PP 2 candidate
 pick() { # python expression over j -> the candidate
   "$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); c=$1; print(c['command'] if c else '')" "$W/plan.json"

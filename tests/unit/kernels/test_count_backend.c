@@ -317,6 +317,101 @@ static void test_scaled_vs_engine(void) {
   for (int tp = 1; tp <= 2; tp++) scaled_vs_engine("untied", untied, tp);
 }
 
+/* Under --pp: each stage's scaled figures (sl_plan_engine_stage_figures: train's balanced layout cut to 3 and 4
+ * layers per stage, scaled to the stage's own count) against the stage's dry run of the whole model (its first
+ * rank), every arena, the bytes held at the start, every collective kind on the DP and TP axes and the PP bytes;
+ * and the search's figures of the run (sl_plan_engine_figures: the stages it runs, merged) against every stage's
+ * whole-model dry run merged by sl_plan_figures' rule (the peak stage's memory, each kind's most, the PP bytes of
+ * the stage that moves most). 13 layers: 6-7 layers per stage at P 2 (scaled from 3 and 4), 4,5,4 at P 3, 3,3,4,3 at
+ * P 4 and inner stages of equal counts at P 5 (the search runs only the first of those). */
+static int same_stage(const sl_plan_figures *a, const sl_dry_result *b) {
+  int same = a->total_peak == b->total_peak && a->comm_total == b->comm_total && a->pp_send == b->send_bytes &&
+             a->pp_recv == b->recv_bytes && a->nsets == b->nsets && a->stage == b->stage;
+  for (int k = 0; k < SL_ARENA_COUNT; k++) same &= a->peak[k] == b->peak[k] && a->start[k] == b->start[k];
+  for (int k = 0; k < SL_COLL_NKINDS; k++) same &= a->comm[k] == b->comm[k] && a->tp_comm[k] == b->tp_comm[k];
+  return same;
+}
+
+static void merge_whole(sl_plan_figures *m, const sl_dry_result *b, int first) {
+  if (first || b->total_peak > m->total_peak) {
+    memcpy(m->peak, b->peak, sizeof m->peak);
+    memcpy(m->start, b->start, sizeof m->start);
+    m->total_peak = b->total_peak;
+    m->stage = b->stage;
+    m->nsets = b->nsets;
+  }
+  for (int k = 0; k < SL_COLL_NKINDS; k++) {
+    if (b->comm[k] > m->comm[k]) m->comm[k] = b->comm[k];
+    if (b->tp_comm[k] > m->tp_comm[k]) m->tp_comm[k] = b->tp_comm[k];
+  }
+  if (b->comm_total > m->comm_total) m->comm_total = b->comm_total;
+  if (b->send_bytes + b->recv_bytes > m->pp_send + m->pp_recv) {
+    m->pp_send = b->send_bytes;
+    m->pp_recv = b->recv_bytes;
+  }
+}
+
+static void scaled_vs_engine_pp(const char *name, const char *json) {
+  sl_model_config mc;
+  sl_plan_model pm;
+  if (sl_hfconfig_parse(name, json, strlen(json), &mc) || sl_plan_model_init(&mc, &pm)) {
+    CHECK(0, "%s config: %s", name, sl_errmsg());
+    return;
+  }
+  /* P, TP, DP, ZeRO, micro-batches, checkpointing, dtype (3: bf16), sync */
+  static const int rows[][8] = {{2, 1, 1, 1, 2, 0, 0, 1}, {2, 1, 2, 1, 4, 2, 3, 0}, {3, 1, 1, 3, 3, 1, 0, 1},
+                                {4, 1, 1, 1, 4, 0, 3, 1}, {2, 2, 1, 1, 2, 0, 0, 1}, {2, 2, 2, 3, 2, 2, 3, 1},
+                                {5, 1, 1, 1, 5, 0, 0, 1}};
+  int n = 0, level = sl_log_get_level();
+  sl_log_set_level(SL_LOG_WARN);
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    const int *w = rows[i];
+    if (!w[7] && mc.tie_word_embeddings) continue; /* train refuses --no-sync-accum with --pp and tied embeddings */
+    sl_plan_run r;
+    sl_plan_run_engine(&r, w[6] == 3 ? "bf16" : "fp32", w[6] == 3 ? "bf16" : "fp32");
+    r.pp = w[0];
+    r.tp = w[1];
+    r.world = w[0] * w[1] * w[2];
+    r.zero = w[3];
+    r.micro_batch = 2;
+    r.seq_len = 8;
+    r.grad_accum = w[4];
+    r.ac = (sl_actckpt)w[5];
+    r.sync_accum = w[7];
+    sl_plan_figures all, want;
+    memset(&want, 0, sizeof want);
+    int rc = sl_plan_engine_figures(&pm, &r, &all), layers = 0;
+    for (int s = 0; !rc && s < r.pp; s++) {
+      sl_plan_figures a;
+      sl_dry_result b;
+      rc = sl_plan_engine_stage_figures(&pm, &r, s, &a);
+      if (!rc) rc = dry_run(&mc, &r, s * (r.world / r.pp), &b);
+      if (rc) break;
+      CHECK(same_stage(&a, &b) && a.layers == b.layers[s],
+            "%s row %zu stage %d: scaled peak %lld comm %llu pp %llu, engine peak %lld comm %llu pp %llu", name, i, s,
+            (long long)a.total_peak, (unsigned long long)a.comm_total, (unsigned long long)a.pp_send,
+            (long long)b.total_peak, (unsigned long long)b.comm_total, (unsigned long long)b.send_bytes);
+      merge_whole(&want, &b, s == 0);
+      layers += a.layers;
+      n++;
+    }
+    CHECK(rc == SL_OK, "%s row %zu: %s", name, i, sl_errmsg());
+    if (rc) continue;
+    want.layers = all.layers; /* the peak stage's count, checked per stage above */
+    int same = !memcmp(all.peak, want.peak, sizeof want.peak) && !memcmp(all.start, want.start, sizeof want.start) &&
+               !memcmp(all.comm, want.comm, sizeof want.comm) &&
+               !memcmp(all.tp_comm, want.tp_comm, sizeof want.tp_comm) && all.total_peak == want.total_peak &&
+               all.comm_total == want.comm_total && all.stage == want.stage && all.nsets == want.nsets &&
+               all.pp_send == want.pp_send && all.pp_recv == want.pp_recv;
+    CHECK(same && layers == 13,
+          "%s row %zu: the search's figures (peak %lld, stage %d) are not every stage's merged (peak %lld, stage %d)",
+          name, i, (long long)all.total_peak, all.stage, (long long)want.total_peak, want.stage);
+  }
+  sl_log_set_level(level);
+  printf("scaled vs engine per stage (%s): %d stages compared\n", name, n);
+  sl_plan_model_free(&pm);
+}
+
 int main(void) {
   test_registry();
   test_ops();
@@ -325,6 +420,14 @@ int main(void) {
   test_comm_rule();
   test_engine_step();
   test_scaled_vs_engine();
+  scaled_vs_engine_pp("pp untied",
+                      "{\"architectures\": [\"MistralForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 176,"
+                      " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 13,"
+                      " \"vocab_size\": 300, \"tie_word_embeddings\": false}");
+  scaled_vs_engine_pp("pp tied",
+                      "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 96, \"intermediate_size\": 200,"
+                      " \"num_attention_heads\": 6, \"num_key_value_heads\": 2, \"num_hidden_layers\": 13,"
+                      " \"vocab_size\": 301, \"tie_word_embeddings\": true}");
   printf("count backend: %d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;
 }
