@@ -519,10 +519,14 @@ void launch(const launch_cfg &c, void (*run)(void *), void *arg) {
 
 /* ---- streams (see "streams" above) --------------------------------------- */
 namespace {
-bool g_eager = [] { /* SL_EMU_STREAMS=eager: every op runs at its enqueue (the detector stays on) */
-  const char *v = getenv("SL_EMU_STREAMS");
-  return v && !strcmp(v, "eager");
-}();
+/* SL_EMU_STREAMS=eager: every op runs at its enqueue (the detector stays on) */
+bool eager() {
+  static const int on = [] {
+    const char *v = getenv("SL_EMU_STREAMS");
+    return v && !strcmp(v, "eager");
+  }();
+  return on;
+}
 
 double now_ms() {
   struct timespec ts;
@@ -632,7 +636,7 @@ RecP push(StreamObj *S, Op op) {
   RecP r = op.rec;
   S->last = r;
   S->q.push_back(std::move(op));
-  if (g_eager) drain_stream(S);
+  if (eager()) drain_stream(S);
   return r;
 }
 } // namespace
@@ -841,8 +845,8 @@ cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int v, size_t width, size_t
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
   if (!s) return set_error(cudaErrorInvalidValue, "cudaStreamCreate: NULL");
-  StreamObj *S = new StreamObj{sl_emu::kStreamMagic, sl_emu::g_next_id++, !(flags & cudaStreamNonBlocking), {}, {},
-                               nullptr};
+  StreamObj *S =
+      new StreamObj{sl_emu::kStreamMagic, sl_emu::g_next_id++, !(flags & cudaStreamNonBlocking), {}, {}, nullptr};
   sl_emu::g_streams.push_back(S);
   *s = (cudaStream_t)S;
   return cudaSuccess;
