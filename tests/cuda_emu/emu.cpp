@@ -30,6 +30,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "cuda_runtime.h"
@@ -418,6 +419,11 @@ int g_next_id = 1;
 std::vector<uint64_t> g_host;
 std::vector<Hist> g_hist;
 cudaError_t g_async = cudaSuccess; /* a queued kernel failed: the next sync says so */
+/* Held by every call that touches memory, streams or events: shard/comm_nccl.c's
+ * poller thread queries events (which drains queues, running kernels) while the
+ * main thread queues work. */
+std::recursive_mutex g_mu;
+#define SL_EMU_LOCK std::lock_guard<std::recursive_mutex> sl_emu_lock_(sl_emu::g_mu)
 
 uint64_t at(const std::vector<uint64_t> &v, int i) { return (size_t)i < v.size() ? v[(size_t)i] : 0; }
 void merge(std::vector<uint64_t> &d, const std::vector<uint64_t> &s) {
@@ -449,6 +455,7 @@ uint64_t warp_op(int kind, unsigned mask, uint64_t val, int arg, int width, cons
 void *dyn_smem() { return E.dyn; }
 
 bool device_range(const void *p, size_t bytes) {
+  SL_EMU_LOCK;
   uintptr_t a = (uintptr_t)p;
   auto it = g_mem.upper_bound(a);
   if (it == g_mem.begin()) return false;
@@ -642,6 +649,7 @@ RecP push(StreamObj *S, Op op) {
 } // namespace
 
 void note(std::vector<access> &acc, const void *p, size_t bytes, bool write) {
+  SL_EMU_LOCK;
   uintptr_t a = (uintptr_t)p;
   auto it = g_mem.upper_bound(a);
   if (!p || it == g_mem.begin()) return;
@@ -652,9 +660,11 @@ void note(std::vector<access> &acc, const void *p, size_t bytes, bool write) {
 }
 void enqueue(cudaStream_t s, const char *what, const char *file, int line, std::vector<access> acc,
              std::function<void()> run) {
+  SL_EMU_LOCK;
   push(stream_of(s), Op{what, file, line, std::move(acc), std::move(run), {}, {}, nullptr});
 }
 void run_now(cudaStream_t s, const char *what, std::vector<access> acc) {
+  SL_EMU_LOCK;
   StreamObj *S = stream_of(s);
   push(S, Op{what, "", 0, std::move(acc), nullptr, {}, {}, nullptr});
   drain_stream(S);
@@ -710,6 +720,7 @@ cudaError_t cudaMemGetInfo(size_t *fr, size_t *total) {
   return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize() {
+  SL_EMU_LOCK;
   using namespace sl_emu;
   drain([] {
     for (StreamObj *S : g_streams)
@@ -728,6 +739,7 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) { /* as 
 }
 
 static cudaError_t emu_alloc(void **p, size_t bytes, bool pinned, const char *fn) {
+  SL_EMU_LOCK;
   if (!p) return set_error(cudaErrorInvalidValue, "%s: NULL result pointer", fn);
   *p = nullptr;
   void *q = nullptr;
@@ -753,6 +765,7 @@ static void emu_release(void *p) {
 /* cudaFree / cudaFreeHost synchronise the device first, as CUDA's do; cudaFreeAsync
  * is queued on its stream (a write of the whole block for the race detector) */
 static cudaError_t emu_free(void *p, bool pinned, const char *fn, cudaStream_t s = 0, bool async = false) {
+  SL_EMU_LOCK;
   if (!p) return cudaSuccess;
   if (async && bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "%s: bad stream", fn);
   auto it = g_mem.find((uintptr_t)p);
@@ -789,6 +802,7 @@ static cudaError_t check_dev(const void *p, size_t bytes, const char *fn, const 
                    fn, what, p, bytes);
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind k, cudaStream_t s) {
+  SL_EMU_LOCK;
   if (bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: bad stream");
   if (!bytes) return cudaSuccess;
   cudaError_t e = cudaSuccess;
@@ -818,6 +832,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
   return e ? e : cudaStreamSynchronize(0);
 }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s) {
+  SL_EMU_LOCK;
   if (bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaMemsetAsync: bad stream");
   if (!bytes) return cudaSuccess;
   cudaError_t e = check_dev(p, bytes, "cudaMemset", "destination");
@@ -829,6 +844,7 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s) {
 }
 cudaError_t cudaMemset(void *p, int v, size_t bytes) { return cudaMemsetAsync(p, v, bytes, 0); }
 cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int v, size_t width, size_t height, cudaStream_t s) {
+  SL_EMU_LOCK;
   if (bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaMemset2DAsync: bad stream");
   if (!width || !height) return cudaSuccess;
   if (width > pitch) return set_error(cudaErrorInvalidValue, "cudaMemset2DAsync: width %zu > pitch %zu", width, pitch);
@@ -844,6 +860,7 @@ cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int v, size_t width, size_t
 
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+  SL_EMU_LOCK;
   if (!s) return set_error(cudaErrorInvalidValue, "cudaStreamCreate: NULL");
   StreamObj *S =
       new StreamObj{sl_emu::kStreamMagic, sl_emu::g_next_id++, !(flags & cudaStreamNonBlocking), {}, {}, nullptr};
@@ -855,6 +872,7 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned flags, int) {
   return cudaStreamCreateWithFlags(s, flags);
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  SL_EMU_LOCK;
   if (!s || bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: bad stream");
   StreamObj *S = (StreamObj *)s;
   sl_emu::drain_stream(S); /* its queued work completes */
@@ -866,6 +884,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   return sl_emu::synced();
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  SL_EMU_LOCK;
   if (bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: bad stream");
   StreamObj *S = sl_emu::stream_of(s);
   sl_emu::drain_stream(S);
@@ -879,6 +898,7 @@ static sl_emu::Timer *timer(cudaEvent_t e) {
   return t && t->magic == sl_emu::kEventMagic ? t : nullptr;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+  SL_EMU_LOCK;
   if (bad_stream(s) || !timer(e)) return set_error(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent");
   if (!timer(e)->rec) return cudaSuccess; /* never recorded: nothing to wait for */
   sl_emu::push(sl_emu::stream_of(s), {"cudaStreamWaitEvent", "", 0, {}, nullptr, {timer(e)->rec}, {}, nullptr});
@@ -891,18 +911,21 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  SL_EMU_LOCK;
   if (!timer(e)) return set_error(cudaErrorInvalidResourceHandle, "cudaEventDestroy: bad event");
   timer(e)->magic = 0;
   delete (sl_emu::Timer *)e;
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  SL_EMU_LOCK;
   if (!timer(e) || bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaEventRecord");
   timer(e)->rec = sl_emu::push(sl_emu::stream_of(s), {"cudaEventRecord", "", 0, {}, nullptr, {}, {}, nullptr});
   return cudaSuccess;
 }
 /* cudaEventQuery too: the emulator completes the event rather than say cudaErrorNotReady */
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  SL_EMU_LOCK;
   if (!timer(e)) return set_error(cudaErrorInvalidResourceHandle, "cudaEventSynchronize");
   std::shared_ptr<sl_emu::Rec> r = timer(e)->rec;
   if (!r) return cudaSuccess;
@@ -912,6 +935,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) { return cudaEventSynchronize(e); }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+  SL_EMU_LOCK;
   if (!ms || !timer(a) || !timer(b) || !timer(a)->rec || !timer(b)->rec)
     return set_error(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: events not recorded");
   cudaEventSynchronize(a);

@@ -13,7 +13,8 @@
  * - threadIdx / blockIdx / blockDim / gridDim are globals the scheduler sets
  *   before it resumes a fiber;
  * - atomics are plain read-modify-writes: fibers switch only at the yield
- *   points above. One launch at a time per process (not thread-safe). */
+ *   points above. One launch at a time per process: the runtime calls take
+ *   one lock, and queued work runs on whichever thread drains it. */
 #ifndef SL_EMU_H
 #define SL_EMU_H
 
