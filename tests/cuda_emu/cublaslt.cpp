@@ -303,19 +303,27 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                  "ABCD"[i], ptr[i], extent(L[i]), (unsigned long long)L[i] -> rows, (unsigned long long)L[i] -> cols,
                  (long long)L[i] -> ld);
   }
-  bool tf = d->ct != CUBLAS_COMPUTE_32F;
-  for (int64_t b = 0; b < Al->batch; b++)
-    for (int64_t j = 0; j < p.n; j++)
-      for (int64_t i = 0; i < p.m; i++) {
-        double acc = 0.0;
-        for (int64_t q = 0; q < p.k; q++) {
-          int64_t ia = d->op[0] ? i * Al->ld + q : q * Al->ld + i;
-          int64_t ib = d->op[1] ? q * Bl->ld + j : j * Bl->ld + q;
-          acc += load(A, Al->type, b * Al->stride + ia, tf) * load(B, Bl->type, b * Bl->stride + ib, tf);
+  /* queued on the stream with copies of the descriptors (freed at once by callers) */
+  std::vector<sl_emu::access> acc;
+  for (int i = 0; i < 4; i++)
+    if (i != 2 || be != 0.0f) sl_emu::note(acc, ptr[i], extent(L[i]), i == 3);
+  const cublasLtMatmulDescOpaque_t dd = *d;
+  const cublasLtMatrixLayoutOpaque_t la = *Al, lb = *Bl, lc = *Cl, ld = *Dl;
+  sl_emu::enqueue(stream, "cublasLtMatmul", "", 0, std::move(acc), [=] {
+    bool tf = dd.ct != CUBLAS_COMPUTE_32F;
+    for (int64_t b = 0; b < la.batch; b++)
+      for (int64_t j = 0; j < p.n; j++)
+        for (int64_t i = 0; i < p.m; i++) {
+          double acc = 0.0;
+          for (int64_t q = 0; q < p.k; q++) {
+            int64_t ia = dd.op[0] ? i * la.ld + q : q * la.ld + i;
+            int64_t ib = dd.op[1] ? q * lb.ld + j : j * lb.ld + q;
+            acc += load(A, la.type, b * la.stride + ia, tf) * load(B, lb.type, b * lb.stride + ib, tf);
+          }
+          double v = (double)al * acc;
+          if (be != 0.0f) v += (double)be * load(C, lc.type, b * lc.stride + j * lc.ld + i, false);
+          store(D, ld.type, b * ld.stride + j * ld.ld + i, v);
         }
-        double v = (double)al * acc;
-        if (be != 0.0f) v += (double)be * load(C, Cl->type, b * Cl->stride + j * Cl->ld + i, false);
-        store(D, Dl->type, b * Dl->stride + j * Dl->ld + i, v);
-      }
+  });
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -25,7 +25,12 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include <algorithm>
+#include <deque>
+#include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "cuda_runtime.h"
@@ -352,14 +357,80 @@ struct Alloc {
 };
 std::map<uintptr_t, Alloc> g_mem; /* device (and pinned host) allocations by start */
 
+struct Rec;
 struct Timer {
   int magic;
-  double t;
+  std::shared_ptr<Rec> rec; /* its latest record; null: never recorded */
 };
 constexpr int kStreamMagic = 0x57e4, kEventMagic = 0xe7e4;
+
+/* ---- streams: every stream operation is queued on its stream and run at a
+ * synchronising call (below the runtime API: cudaStreamSynchronize,
+ * cudaEventSynchronize / Query, cudaStreamQuery, cudaDeviceSynchronize,
+ * blocking cudaMemcpy, a copy to pageable host memory, cudaFree, the NCCL
+ * stand-in's calls), which runs queued ops one at a time, each the head of a
+ * stream picked at random (xorshift: SL_EMU_SEED) among those whose waits
+ * are met, until what it waits for is done. The legacy default stream (0)
+ * waits for earlier work of every blocking stream and they for it, as CUDA
+ * defines; cudaStreamNonBlocking streams do not.
+ *
+ * Race detector: a vector clock per stream (stream id -> ops of that stream
+ * known done) and one for the host. An op, when it runs, takes the clocks of
+ * what it waits for (event records, the legacy stream's implicit waits) and
+ * the host's clock at its enqueue, then ticks its own stream. Every op keeps
+ * its device byte ranges (kernel pointer arguments to the end of their
+ * allocation; copies and memsets exactly) in a history; an op overlapping an
+ * earlier op of another stream, one of them writing, whose clock it does not
+ * cover, is reported (both ops, streams, the range) and the process aborts.
+ * Host syncs advance the host's clock and prune the history. */
+struct Rec { /* an op's completion: what event records and waits refer to */
+  bool done = false;
+  std::vector<uint64_t> vc;
+  double ms = -1.0;
+};
+using RecP = std::shared_ptr<Rec>;
+struct Op {
+  const char *what, *file;
+  int line;
+  std::vector<access> acc;
+  std::function<void()> run; /* empty: an event record or wait */
+  std::vector<RecP> deps;    /* must be done first */
+  std::vector<uint64_t> host;
+  RecP rec;
+};
 struct StreamObj {
   int magic;
+  int id;
+  bool blocking;
+  std::deque<Op> q;
+  std::vector<uint64_t> vc;
+  RecP last; /* the last op queued */
 };
+struct Hist {
+  int stream;
+  uint64_t clock;
+  const char *what, *file;
+  int line;
+  access a;
+};
+StreamObj g_legacy{kStreamMagic, 0, true, {}, {}, nullptr};
+std::vector<StreamObj *> g_streams{&g_legacy};
+int g_next_id = 1;
+std::vector<uint64_t> g_host;
+std::vector<Hist> g_hist;
+cudaError_t g_async = cudaSuccess; /* a queued kernel failed: the next sync says so */
+/* Held by every call that touches memory, streams or events: shard/comm_nccl.c's
+ * poller thread queries events (which drains queues, running kernels) while the
+ * main thread queues work. */
+std::recursive_mutex g_mu;
+#define SL_EMU_LOCK std::lock_guard<std::recursive_mutex> sl_emu_lock_(sl_emu::g_mu)
+
+uint64_t at(const std::vector<uint64_t> &v, int i) { return (size_t)i < v.size() ? v[(size_t)i] : 0; }
+void merge(std::vector<uint64_t> &d, const std::vector<uint64_t> &s) {
+  if (d.size() < s.size()) d.resize(s.size(), 0);
+  for (size_t i = 0; i < s.size(); i++) d[i] = d[i] > s[i] ? d[i] : s[i];
+}
+StreamObj *stream_of(cudaStream_t s) { return s ? (StreamObj *)s : &g_legacy; }
 } // namespace
 
 /* ---- device side --------------------------------------------------------- */
@@ -384,6 +455,7 @@ uint64_t warp_op(int kind, unsigned mask, uint64_t val, int arg, int width, cons
 void *dyn_smem() { return E.dyn; }
 
 bool device_range(const void *p, size_t bytes) {
+  SL_EMU_LOCK;
   uintptr_t a = (uintptr_t)p;
   auto it = g_mem.upper_bound(a);
   if (it == g_mem.begin()) return false;
@@ -391,12 +463,12 @@ bool device_range(const void *p, size_t bytes) {
   return a >= it->first && a + bytes <= it->first + it->second.bytes;
 }
 
-void launch(const launch_cfg &c, void (*run)(void *), void *arg) {
+bool launch_ok(const launch_cfg &c) {
   const dim3 g = c.grid, b = c.block;
   unsigned long n = (unsigned long)b.x * b.y * b.z;
   if (E.cur) {
     fail(E.cur, "kernel launch at %s:%d from device code is not emulated", c.file, c.line);
-    return;
+    return false;
   }
   if (!n || n > 1024 || b.x > 1024 || b.y > 1024 || b.z > 64 || !g.x || !g.y || !g.z || g.x > 0x7fffffffu ||
       g.y > 65535 || g.z > 65535 || c.smem > (48u << 10)) {
@@ -404,12 +476,19 @@ void launch(const launch_cfg &c, void (*run)(void *), void *arg) {
               "launch at %s:%d: invalid configuration: grid "
               "(%u,%u,%u) block (%u,%u,%u) dynamic shared memory %zu bytes (<= 48 KiB)",
               c.file, c.line, g.x, g.y, g.z, b.x, b.y, b.z, c.smem);
-    return;
+    return false;
   }
   if (c.stream && ((StreamObj *)c.stream)->magic != kStreamMagic) {
     set_error(cudaErrorInvalidResourceHandle, "launch at %s:%d: invalid stream", c.file, c.line);
-    return;
+    return false;
   }
+  return true;
+}
+
+/* Runs a kernel queued by operator* (launch_ok passed at the launch). */
+void launch(const launch_cfg &c, void (*run)(void *), void *arg) {
+  const dim3 g = c.grid, b = c.block;
+  unsigned long n = (unsigned long)b.x * b.y * b.z;
   while (E.f.size() < n) {
     Fiber f;
     char *m = (char *)mmap(nullptr, kStack + kGuard, PROT_READ | PROT_WRITE,
@@ -444,11 +523,158 @@ void launch(const launch_cfg &c, void (*run)(void *), void *arg) {
   }
   E.dirty = E.failed;
 }
+
+/* ---- streams (see "streams" above) --------------------------------------- */
+namespace {
+/* SL_EMU_STREAMS=eager: every op runs at its enqueue (the detector stays on) */
+bool eager() {
+  static const int on = [] {
+    const char *v = getenv("SL_EMU_STREAMS");
+    return v && !strcmp(v, "eager");
+  }();
+  return on;
+}
+
+double now_ms() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+void where(char *buf, size_t n, const char *what, const char *file, int line, int stream) {
+  int k = snprintf(buf, n, "%s", what);
+  if (*file) k += snprintf(buf + k, n - (size_t)k, " at %s:%d", file, line);
+  snprintf(buf + k, n - (size_t)k, " on stream %d%s", stream, stream ? "" : " (legacy default)");
+}
+[[noreturn]] void race(const Hist &h, const StreamObj *S, const Op &op, const access &a) {
+  char x[256], y[256];
+  where(x, sizeof x, h.what, h.file, h.line, h.stream);
+  where(y, sizeof y, op.what, op.file, op.line, S->id);
+  uintptr_t lo = h.a.lo > a.lo ? h.a.lo : a.lo, hi = h.a.hi < a.hi ? h.a.hi : a.hi;
+  const char *seed = getenv("SL_EMU_SEED");
+  fprintf(stderr,
+          "cuda-emu: race on device bytes [%#lx, %#lx) (%lu bytes): %s %s them, then %s %s them, and no event "
+          "wait or host synchronisation orders the two (SL_EMU_SEED=%s)\n",
+          (unsigned long)lo, (unsigned long)hi, (unsigned long)(hi - lo), x, h.a.write ? "writes" : "reads", y,
+          a.write ? "writes" : "reads", seed && *seed ? seed : "unset");
+  abort();
+}
+/* Checks op (its clock already ticked on S) against the history, then adds it. */
+void detect(const StreamObj *S, const Op &op) {
+  for (const access &a : op.acc)
+    for (const Hist &h : g_hist)
+      if (h.stream != S->id && h.a.lo < a.hi && a.lo < h.a.hi && (h.a.write || a.write) &&
+          h.clock > at(S->vc, h.stream))
+        race(h, S, op, a);
+  uint64_t c = at(S->vc, S->id);
+  for (const access &a : op.acc) g_hist.push_back({S->id, c, op.what, op.file, op.line, a});
+}
+void exec(StreamObj *S) {
+  Op op = std::move(S->q.front());
+  S->q.pop_front();
+  merge(S->vc, op.host);
+  for (const RecP &d : op.deps) merge(S->vc, d->vc);
+  if (S->vc.size() <= (size_t)S->id) S->vc.resize((size_t)S->id + 1, 0);
+  S->vc[(size_t)S->id]++;
+  detect(S, op);
+  if (op.run) {
+    E.failed = false;
+    op.run();
+    if (E.failed) g_async = cudaErrorLaunchFailure;
+  }
+  op.rec->vc = S->vc;
+  op.rec->ms = now_ms();
+  op.rec->done = true;
+}
+bool runnable(const StreamObj *S) {
+  if (S->q.empty()) return false;
+  for (const RecP &d : S->q.front().deps)
+    if (!d->done) return false;
+  return true;
+}
+/* Runs queued ops, a random runnable stream's head at a time, until done(). */
+template <class F> void drain(F done) {
+  std::vector<StreamObj *> ready;
+  while (!done()) {
+    ready.clear();
+    for (StreamObj *S : g_streams)
+      if (runnable(S)) ready.push_back(S);
+    if (ready.empty()) {
+      fprintf(stderr, "cuda-emu: internal error: queued stream work waits for nothing queued\n");
+      abort();
+    }
+    exec(ready[ready.size() > 1 ? xorshift() % ready.size() : 0]);
+  }
+}
+void drain_stream(StreamObj *S) {
+  drain([S] { return S->q.empty(); });
+}
+/* Drops what every op to come happens after: covered by the host's clock and by
+ * the host clock every queued op was enqueued with. */
+void prune() {
+  std::vector<uint64_t> floor = g_host;
+  for (const StreamObj *S : g_streams)
+    for (const Op &op : S->q)
+      for (size_t i = 0; i < floor.size(); i++) floor[i] = std::min(floor[i], at(op.host, (int)i));
+  size_t k = 0;
+  for (const Hist &h : g_hist)
+    if (h.clock > at(floor, h.stream)) g_hist[k++] = h;
+  g_hist.resize(k);
+}
+/* The host saw r complete: whatever it queues later happens after r. */
+void host_knows(const RecP &r) {
+  if (!r) return;
+  merge(g_host, r->vc);
+  prune();
+}
+cudaError_t synced() {
+  cudaError_t e = g_async;
+  g_async = cudaSuccess;
+  return e;
+}
+RecP push(StreamObj *S, Op op) {
+  if (S == &g_legacy) {
+    for (StreamObj *B : g_streams)
+      if (B != S && B->blocking && B->last) op.deps.push_back(B->last);
+  } else if (S->blocking && g_legacy.last) {
+    op.deps.push_back(g_legacy.last);
+  }
+  op.host = g_host;
+  op.rec = std::make_shared<Rec>();
+  RecP r = op.rec;
+  S->last = r;
+  S->q.push_back(std::move(op));
+  if (eager()) drain_stream(S);
+  return r;
+}
+} // namespace
+
+void note(std::vector<access> &acc, const void *p, size_t bytes, bool write) {
+  SL_EMU_LOCK;
+  uintptr_t a = (uintptr_t)p;
+  auto it = g_mem.upper_bound(a);
+  if (!p || it == g_mem.begin()) return;
+  --it;
+  uintptr_t end = it->first + it->second.bytes;
+  if (a < it->first || a >= end) return;
+  acc.push_back({a, bytes ? a + bytes : end, write});
+}
+void enqueue(cudaStream_t s, const char *what, const char *file, int line, std::vector<access> acc,
+             std::function<void()> run) {
+  SL_EMU_LOCK;
+  push(stream_of(s), Op{what, file, line, std::move(acc), std::move(run), {}, {}, nullptr});
+}
+void run_now(cudaStream_t s, const char *what, std::vector<access> acc) {
+  SL_EMU_LOCK;
+  StreamObj *S = stream_of(s);
+  push(S, Op{what, "", 0, std::move(acc), nullptr, {}, {}, nullptr});
+  drain_stream(S);
+}
 } // namespace sl_emu
 
 /* ---- runtime API ------------------------------------------------------------ */
 using sl_emu::g_mem;
 using sl_emu::set_error;
+using sl_emu::StreamObj;
 
 cudaError_t cudaGetLastError() {
   cudaError_t e = sl_emu::g_err;
@@ -493,7 +719,17 @@ cudaError_t cudaMemGetInfo(size_t *fr, size_t *total) {
   if (total) *total = (size_t)16 << 30;
   return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() {
+  SL_EMU_LOCK;
+  using namespace sl_emu;
+  drain([] {
+    for (StreamObj *S : g_streams)
+      if (!S->q.empty()) return false;
+    return true;
+  });
+  for (StreamObj *S : g_streams) host_knows(S->last);
+  return synced();
+}
 cudaError_t cudaRuntimeGetVersion(int *v) { return v ? (*v = 13000, cudaSuccess) : cudaErrorInvalidValue; }
 cudaError_t cudaDriverGetVersion(int *v) { return v ? (*v = 13000, cudaSuccess) : cudaErrorInvalidValue; }
 cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) { /* as on an H100: 0 .. -5 */
@@ -503,6 +739,7 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) { /* as 
 }
 
 static cudaError_t emu_alloc(void **p, size_t bytes, bool pinned, const char *fn) {
+  SL_EMU_LOCK;
   if (!p) return set_error(cudaErrorInvalidValue, "%s: NULL result pointer", fn);
   *p = nullptr;
   void *q = nullptr;
@@ -513,30 +750,48 @@ static cudaError_t emu_alloc(void **p, size_t bytes, bool pinned, const char *fn
   *p = q;
   return cudaSuccess;
 }
-static cudaError_t emu_free(void *p, bool pinned, const char *fn) {
+static bool bad_stream(cudaStream_t s);
+/* The allocation's bytes leave the race history with it (the address may come back). */
+static void emu_release(void *p) {
+  auto it = g_mem.find((uintptr_t)p);
+  uintptr_t lo = it->first, hi = lo + it->second.bytes;
+  size_t k = 0;
+  for (const sl_emu::Hist &h : sl_emu::g_hist)
+    if (h.a.hi <= lo || h.a.lo >= hi) sl_emu::g_hist[k++] = h;
+  sl_emu::g_hist.resize(k);
+  g_mem.erase(it);
+  free(p);
+}
+/* cudaFree / cudaFreeHost synchronise the device first, as CUDA's do; cudaFreeAsync
+ * is queued on its stream (a write of the whole block for the race detector) */
+static cudaError_t emu_free(void *p, bool pinned, const char *fn, cudaStream_t s = 0, bool async = false) {
+  SL_EMU_LOCK;
   if (!p) return cudaSuccess;
+  if (async && bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "%s: bad stream", fn);
   auto it = g_mem.find((uintptr_t)p);
   if (it == g_mem.end() || it->second.pinned != pinned)
     return set_error(cudaErrorInvalidValue, "%s(%p): not a pointer from %s", fn, p,
                      pinned ? "cudaMallocHost" : "cudaMalloc");
-  g_mem.erase(it);
-  free(p);
-  return cudaSuccess;
+  if (async) {
+    std::vector<sl_emu::access> acc;
+    sl_emu::note(acc, p, 0, true);
+    sl_emu::enqueue(s, fn, "", 0, std::move(acc), [p] { emu_release(p); });
+    return cudaSuccess;
+  }
+  cudaError_t e = cudaDeviceSynchronize();
+  emu_release(p);
+  return e;
 }
 cudaError_t cudaMalloc(void **p, size_t bytes) { return emu_alloc(p, bytes, false, "cudaMalloc"); }
 cudaError_t cudaFree(void *p) { return emu_free(p, false, "cudaFree"); }
 cudaError_t cudaMallocHost(void **p, size_t bytes) { return emu_alloc(p, bytes, true, "cudaMallocHost"); }
 cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned) { return emu_alloc(p, bytes, true, "cudaHostAlloc"); }
 cudaError_t cudaFreeHost(void *p) { return emu_free(p, true, "cudaFreeHost"); }
-static bool bad_stream(cudaStream_t s);
 cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s) {
   if (bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaMallocAsync: bad stream");
   return emu_alloc(p, bytes, false, "cudaMallocAsync");
 }
-cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
-  if (bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaFreeAsync: bad stream");
-  return emu_free(p, false, "cudaFreeAsync");
-}
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s) { return emu_free(p, false, "cudaFreeAsync", s, true); }
 
 static bool bad_stream(cudaStream_t s) { return s && ((sl_emu::StreamObj *)s)->magic != sl_emu::kStreamMagic; }
 static cudaError_t check_dev(const void *p, size_t bytes, const char *fn, const char *what) {
@@ -547,6 +802,7 @@ static cudaError_t check_dev(const void *p, size_t bytes, const char *fn, const 
                    fn, what, p, bytes);
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind k, cudaStream_t s) {
+  SL_EMU_LOCK;
   if (bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: bad stream");
   if (!bytes) return cudaSuccess;
   cudaError_t e = cudaSuccess;
@@ -555,46 +811,85 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
   if (!e && (k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice))
     e = check_dev(src, bytes, "cudaMemcpy", "source");
   if (!e && (!dst || !src)) e = set_error(cudaErrorInvalidValue, "cudaMemcpy: NULL pointer");
-  if (!e) memcpy(dst, src, bytes); /* overlap is an error: ASan says so */
-  return e;
+  if (e) return e;
+  std::vector<sl_emu::access> acc;
+  sl_emu::note(acc, dst, bytes, true);
+  sl_emu::note(acc, src, bytes, false);
+  std::function<void()> run = [dst, src, bytes] { memcpy(dst, src, bytes); }; /* overlap: ASan says so */
+  if (!sl_emu::device_range(src, bytes)) { /* pageable source: staged at the call, as CUDA does */
+    auto st = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + bytes);
+    run = [dst, st] { memcpy(dst, st->data(), st->size()); };
+  }
+  sl_emu::enqueue(s, "cudaMemcpyAsync", "", 0, std::move(acc), std::move(run));
+  if (sl_emu::device_range(dst, bytes)) return cudaSuccess;
+  StreamObj *S = sl_emu::stream_of(s); /* pageable destination: done at return, as CUDA does */
+  sl_emu::drain_stream(S);
+  sl_emu::host_knows(S->last);
+  return sl_emu::synced();
 }
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind k) {
-  return cudaMemcpyAsync(dst, src, bytes, k, 0);
+  cudaError_t e = cudaMemcpyAsync(dst, src, bytes, k, 0);
+  return e ? e : cudaStreamSynchronize(0);
 }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s) {
+  SL_EMU_LOCK;
   if (bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaMemsetAsync: bad stream");
   if (!bytes) return cudaSuccess;
   cudaError_t e = check_dev(p, bytes, "cudaMemset", "destination");
-  if (!e) memset(p, v, bytes);
-  return e;
+  if (e) return e;
+  std::vector<sl_emu::access> acc;
+  sl_emu::note(acc, p, bytes, true);
+  sl_emu::enqueue(s, "cudaMemsetAsync", "", 0, std::move(acc), [p, v, bytes] { memset(p, v, bytes); });
+  return cudaSuccess;
 }
 cudaError_t cudaMemset(void *p, int v, size_t bytes) { return cudaMemsetAsync(p, v, bytes, 0); }
 cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int v, size_t width, size_t height, cudaStream_t s) {
+  SL_EMU_LOCK;
   if (bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaMemset2DAsync: bad stream");
   if (!width || !height) return cudaSuccess;
   if (width > pitch) return set_error(cudaErrorInvalidValue, "cudaMemset2DAsync: width %zu > pitch %zu", width, pitch);
   cudaError_t e = check_dev(p, pitch * (height - 1) + width, "cudaMemset2DAsync", "destination");
-  for (size_t r = 0; !e && r < height; r++) memset((char *)p + r * pitch, v, width);
-  return e;
+  if (e) return e;
+  std::vector<sl_emu::access> acc;
+  sl_emu::note(acc, p, pitch * (height - 1) + width, true);
+  sl_emu::enqueue(s, "cudaMemset2DAsync", "", 0, std::move(acc), [=] {
+    for (size_t r = 0; r < height; r++) memset((char *)p + r * pitch, v, width);
+  });
+  return cudaSuccess;
 }
 
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+  SL_EMU_LOCK;
   if (!s) return set_error(cudaErrorInvalidValue, "cudaStreamCreate: NULL");
-  *s = (cudaStream_t) new sl_emu::StreamObj{sl_emu::kStreamMagic};
+  StreamObj *S =
+      new StreamObj{sl_emu::kStreamMagic, sl_emu::g_next_id++, !(flags & cudaStreamNonBlocking), {}, {}, nullptr};
+  sl_emu::g_streams.push_back(S);
+  *s = (cudaStream_t)S;
   return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned flags, int) {
   return cudaStreamCreateWithFlags(s, flags);
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  SL_EMU_LOCK;
   if (!s || bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: bad stream");
-  ((sl_emu::StreamObj *)s)->magic = 0;
-  delete (sl_emu::StreamObj *)s;
-  return cudaSuccess;
+  StreamObj *S = (StreamObj *)s;
+  sl_emu::drain_stream(S); /* its queued work completes */
+  auto &v = sl_emu::g_streams;
+  for (size_t i = 0; i < v.size(); i++)
+    if (v[i] == S) v.erase(v.begin() + (long)i);
+  S->magic = 0;
+  delete S;
+  return sl_emu::synced();
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-  return bad_stream(s) ? set_error(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: bad stream") : cudaSuccess;
+  SL_EMU_LOCK;
+  if (bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: bad stream");
+  StreamObj *S = sl_emu::stream_of(s);
+  sl_emu::drain_stream(S);
+  sl_emu::host_knows(S->last);
+  return sl_emu::synced();
 }
 cudaError_t cudaStreamQuery(cudaStream_t s) { return cudaStreamSynchronize(s); }
 
@@ -603,35 +898,48 @@ static sl_emu::Timer *timer(cudaEvent_t e) {
   return t && t->magic == sl_emu::kEventMagic ? t : nullptr;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+  SL_EMU_LOCK;
   if (bad_stream(s) || !timer(e)) return set_error(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent");
+  if (!timer(e)->rec) return cudaSuccess; /* never recorded: nothing to wait for */
+  sl_emu::push(sl_emu::stream_of(s), {"cudaStreamWaitEvent", "", 0, {}, nullptr, {timer(e)->rec}, {}, nullptr});
   return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
   if (!e) return set_error(cudaErrorInvalidValue, "cudaEventCreate: NULL");
-  *e = (cudaEvent_t) new sl_emu::Timer{sl_emu::kEventMagic, -1.0};
+  *e = (cudaEvent_t) new sl_emu::Timer{sl_emu::kEventMagic, nullptr};
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  SL_EMU_LOCK;
   if (!timer(e)) return set_error(cudaErrorInvalidResourceHandle, "cudaEventDestroy: bad event");
   timer(e)->magic = 0;
   delete (sl_emu::Timer *)e;
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  SL_EMU_LOCK;
   if (!timer(e) || bad_stream(s)) return set_error(cudaErrorInvalidResourceHandle, "cudaEventRecord");
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  timer(e)->t = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+  timer(e)->rec = sl_emu::push(sl_emu::stream_of(s), {"cudaEventRecord", "", 0, {}, nullptr, {}, {}, nullptr});
   return cudaSuccess;
 }
+/* cudaEventQuery too: the emulator completes the event rather than say cudaErrorNotReady */
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-  return timer(e) ? cudaSuccess : set_error(cudaErrorInvalidResourceHandle, "cudaEventSynchronize");
+  SL_EMU_LOCK;
+  if (!timer(e)) return set_error(cudaErrorInvalidResourceHandle, "cudaEventSynchronize");
+  std::shared_ptr<sl_emu::Rec> r = timer(e)->rec;
+  if (!r) return cudaSuccess;
+  sl_emu::drain([&r] { return r->done; });
+  sl_emu::host_knows(r);
+  return sl_emu::synced();
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) { return cudaEventSynchronize(e); }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
-  if (!ms || !timer(a) || !timer(b) || timer(a)->t < 0 || timer(b)->t < 0)
+  SL_EMU_LOCK;
+  if (!ms || !timer(a) || !timer(b) || !timer(a)->rec || !timer(b)->rec)
     return set_error(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: events not recorded");
-  *ms = (float)(timer(b)->t - timer(a)->t);
+  cudaEventSynchronize(a);
+  cudaEventSynchronize(b);
+  *ms = (float)(timer(b)->rec->ms - timer(a)->rec->ms);
   return cudaSuccess;
 }

@@ -16,15 +16,14 @@
  * its slot, barrier, each rank reads what it needs from every slot (sums in
  * rank order 0..n-1, in fp32 for float and per step rounded for bf16, as the
  * MPI backend's bf16 sum), barrier. So results are deterministic and every
- * call completes before it returns, matching the emulator's streams (work
- * completes at enqueue). Waits spin (yielding), then sleep, and give up
+ * call completes before it returns, after the work queued before it on its
+ * stream (sl_emu::run_now, which also gives its ranges to the race detector). Waits spin (yielding), then sleep, and give up
  * after SL_EMU_NCCL_TIMEOUT_S seconds (default 300) with ncclSystemError.
  *
  * Semantics kept from NCCL: counts per rank (all-gather's sendcount,
  * reduce-scatter's recvcount), the in-place variants (send inside recv at
  * the rank's block), ncclSum only, the data types of include/nccl.h but
- * half, root of broadcast, split by (color, key, rank). Streams are checked
- * but not used. */
+ * half, root of broadcast, split by (color, key, rank). */
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -175,6 +174,10 @@ ncclResult_t check(ncclComm_t c, const char *fn, ncclDataType_t t, cudaStream_t 
   if (recv && rbytes && !sl_emu::device_range(recv, rbytes))
     return fail(c, ncclInvalidArgument, "%s: recvbuff [%p, +%zu bytes) is not inside one device allocation", fn, recv,
                 rbytes);
+  std::vector<sl_emu::access> acc; /* the call runs now, after what its stream has queued (emu.cpp "streams") */
+  if (send && sbytes) sl_emu::note(acc, send, sbytes, false);
+  if (recv && rbytes) sl_emu::note(acc, recv, rbytes, true);
+  sl_emu::run_now(s, fn, std::move(acc));
   return ncclSuccess;
 }
 ncclResult_t check_op(ncclComm_t c, const char *fn, ncclRedOp_t op) {

@@ -3,7 +3,9 @@
  * kernel bug the emulator claims to catch is caught — a missing barrier, a
  * barrier skipped or split, shuffle masks naming exited / absent / elsewhere
  * waiting lanes, out-of-bounds shared memory (in a child process: the
- * sanitizers end it) — plus the cuBLASLt and runtime argument checks.
+ * sanitizers end it) — plus the cuBLASLt and runtime argument checks, and
+ * streams: ordered by an event, a host sync or the legacy stream's implicit
+ * waits they pass; the same program without the wait is reported as a race.
  * Compiled like the kernels (cu2cpp.cmake), host C++ only. */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -20,6 +22,7 @@ static void report(const char *name, bool ok, const char *detail = "") {
 }
 /* the last launch failed with a message containing `what` */
 static void expect_error(const char *name, cudaError_t want, const char *what) {
+  (void)cudaDeviceSynchronize(); /* a kernel's failure shows once it has run */
   cudaError_t e = cudaGetLastError();
   const char *msg = cudaGetErrorString(e);
   report(name, e == want && strstr(msg, what), msg);
@@ -181,8 +184,14 @@ static __global__ void k_dyn_oob(int *out) {
   dyn[threadIdx.x + 1] = 1; /* past the launch's bytes: ASan */
   out[threadIdx.x] = dyn[0];
 }
-static void run_smem_oob() { k_smem_oob<<<1, 32>>>(dev_ints(32)); }
-static void run_dyn_oob() { k_dyn_oob<<<1, 32, 32 * sizeof(int)>>>(dev_ints(32)); }
+static void run_smem_oob() {
+  k_smem_oob<<<1, 32>>>(dev_ints(32));
+  cudaDeviceSynchronize();
+}
+static void run_dyn_oob() {
+  k_dyn_oob<<<1, 32, 32 * sizeof(int)>>>(dev_ints(32));
+  cudaDeviceSynchronize();
+}
 static void test_oob() {
   printf("(two sanitizer reports follow: they are expected)\n");
   report("__shared__ index out of bounds", dies(run_smem_oob));
@@ -301,6 +310,66 @@ static void test_runtime() {
   cudaFree(d);
 }
 
+/* ---- streams: a missing wait is a race ----------------------------------- */
+static __global__ void k_fill(int *p, int v, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] = v;
+}
+static __global__ void k_copy(int *dst, const int *src, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = src[i] + 1;
+}
+enum Order { NO_WAIT, EVENT, HOST_SYNC, LEGACY };
+/* x filled on stream a, copied to y on stream b; how b learns that a is done */
+static bool two_streams(Order o) {
+  cudaStream_t a, b = 0;
+  cudaEvent_t ev;
+  cudaStreamCreateWithFlags(&a, o == LEGACY ? cudaStreamDefault : cudaStreamNonBlocking);
+  if (o != LEGACY) cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking);
+  cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  int *x = dev_ints(64), *y = dev_ints(64), h[64];
+  cudaDeviceSynchronize(); /* the memsets (legacy stream) before the non-blocking streams */
+  k_fill<<<2, 32, 0, a>>>(x, 7, 64);
+  if (o == EVENT) cudaEventRecord(ev, a), cudaStreamWaitEvent(b, ev, 0);
+  if (o == HOST_SYNC) cudaStreamSynchronize(a);
+  k_copy<<<2, 32, 0, b>>>(y, x, 64); /* LEGACY: b is the legacy stream, which waits for blocking a */
+  cudaMemcpyAsync(h, y, sizeof h, cudaMemcpyDeviceToHost, b); /* pageable: done at return */
+  bool ok = cudaGetLastError() == cudaSuccess;
+  for (int i = 0; i < 64; i++) ok = ok && h[i] == 8;
+  cudaFree(x), cudaFree(y), cudaEventDestroy(ev), cudaStreamDestroy(a);
+  if (b) cudaStreamDestroy(b);
+  return ok;
+}
+static void run_no_wait() { two_streams(NO_WAIT); }
+/* fn() ends its process abnormally and its stderr contains `what` (printed) */
+static bool dies_saying(void (*fn)(), const char *what) {
+  char path[] = "/tmp/sl_emu_selftest_XXXXXX", buf[2048] = "";
+  int fd = mkstemp(path);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t p = fork();
+  if (p == 0) {
+    dup2(fd, 2);
+    fn();
+    _exit(0);
+  }
+  int st = 0;
+  waitpid(p, &st, 0);
+  ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+  buf[n > 0 ? n : 0] = 0;
+  close(fd);
+  unlink(path);
+  printf("  %s", buf);
+  return !(WIFEXITED(st) && WEXITSTATUS(st) == 0) && strstr(buf, what);
+}
+static void test_streams() {
+  report("two streams, event wait", two_streams(EVENT));
+  report("two streams, host sync between", two_streams(HOST_SYNC));
+  report("blocking stream, then legacy stream", two_streams(LEGACY));
+  /* the planted bug: the same program without the wait */
+  report("two streams, missing wait: a race", dies_saying(run_no_wait, "cuda-emu: race on device bytes"));
+}
+
 int main() {
   test_shuffles();
   test_barriers();
@@ -308,6 +377,7 @@ int main() {
   test_oob();
   test_cublaslt();
   test_runtime();
+  test_streams();
   printf("%d passed, %d failed\n", npass, nfail);
   return nfail ? 1 : 0;
 }

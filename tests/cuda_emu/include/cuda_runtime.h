@@ -1,8 +1,9 @@
 /* tests/cuda_emu/include/cuda_runtime.h — stand-in for the CUDA runtime API
  * under the emulator (implemented in tests/cuda_emu/emu.cpp). Device memory
  * is host memory (256-byte aligned, filled with NaN bytes on allocation, its
- * ranges tracked so copies and GEMMs can be bounds-checked); streams and
- * events exist but every operation completes in order at once. Functions
+ * ranges tracked so copies and GEMMs can be bounds-checked); stream
+ * operations are queued per stream and run at synchronising calls, checked
+ * by a race detector (emu.cpp "streams", docs/cuda.md). Functions
  * have C++ linkage, so they never clash with a real libcudart in the same
  * link; a C file (shard/comm_nccl.c in shardlm_emu) reaches the same
  * functions under sl_emu_c_ names with C linkage (the #defines below,
@@ -113,7 +114,7 @@ cudaError_t cudaFree(void *p);
 cudaError_t cudaMallocHost(void **p, size_t bytes);
 cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags);
 cudaError_t cudaFreeHost(void *p);
-/* stream-ordered: here allocated / freed at once (every stream operation completes at enqueue) */
+/* stream-ordered: allocated at once; the free is queued on the stream */
 cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s);
 cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
 #ifdef __cplusplus

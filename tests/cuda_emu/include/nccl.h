@@ -2,8 +2,8 @@
  * (implemented in tests/cuda_emu/nccl.cpp): the entry points shard/comm_nccl.c
  * calls, with NCCL's types and values. Ranks are processes (mpirun); the
  * unique id names a POSIX shared-memory segment that every rank of the
- * communicator maps. Every call completes before it returns (as every stream
- * operation of the emulator does), collectives sum in rank order 0..n-1
+ * communicator maps. Every call completes before it returns, after the work
+ * queued before it on its stream (emu.cpp "streams"), collectives sum in rank order 0..n-1
  * (deterministic), and buffers must lie inside one emulated device
  * allocation. Every function is renamed to sl_emu_NAME so that a real
  * libnccl in the same link never clashes. C and C++. */

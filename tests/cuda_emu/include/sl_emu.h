@@ -1,7 +1,8 @@
 /* tests/cuda_emu/include/sl_emu.h — the device side of the CUDA emulator:
  * what a kernel sees when the kernels/cuda sources are compiled as host C++
  * (tests/cuda_emu/CMakeLists.txt rewrites `k<<<g, b, smem, s>>>(args)` into
- * `k * sl_emu_cfg(g, b, smem, s)(args)`, which lands in sl_emu::launch).
+ * `k * sl_emu_cfg(g, b, smem, s)(args)`, which queues the launch on stream
+ * s; sl_emu::launch runs it when the stream is drained).
  *
  * Every CUDA thread runs as a fiber on the launching host thread; blocks run
  * one after the other, the fibers of a block in a shuffled order, each until
@@ -12,7 +13,8 @@
  * - threadIdx / blockIdx / blockDim / gridDim are globals the scheduler sets
  *   before it resumes a fiber;
  * - atomics are plain read-modify-writes: fibers switch only at the yield
- *   points above. One launch at a time per process (not thread-safe). */
+ *   points above. One launch at a time per process: the runtime calls take
+ *   one lock, and queued work runs on whichever thread drains it. */
 #ifndef SL_EMU_H
 #define SL_EMU_H
 
@@ -21,9 +23,12 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <functional>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 struct uint3 {
   unsigned x, y, z;
@@ -78,14 +83,55 @@ struct cfg_maker {
   }
 };
 /* kernel * cfg(args): every thread of the grid calls kernel(args...) */
+/* false (the error recorded) when the configuration or stream is invalid */
+bool launch_ok(const launch_cfg &c);
+
+/* ---- streams (emu.cpp "Streams"): work is queued per stream and run at
+ * synchronising calls in a seeded random interleaving that respects stream
+ * order and event waits; each queued op declares the device bytes it reads
+ * and writes, and two ops of different streams that overlap (one writing)
+ * with neither happening before the other (vector clocks) are a race. */
+struct access {
+  uintptr_t lo, hi; /* [lo, hi) */
+  bool write;
+};
+/* [p, p + bytes), or with bytes 0 [p, end of p's allocation); nothing when p
+ * is not device (or pinned) memory */
+void note(std::vector<access> &acc, const void *p, size_t bytes, bool write);
+/* queues run() on stream s (0: the legacy default stream) */
+void enqueue(cudaStream_t s, const char *what, const char *file, int line, std::vector<access> acc,
+             std::function<void()> run);
+/* for work the caller does at once (the NCCL stand-in): runs what stream s
+ * has queued, then checks and records acc as an op of s */
+void run_now(cudaStream_t s, const char *what, std::vector<access> acc);
+
+/* a kernel's pointer parameters: const T * read, T * read and written */
+template <class P, class A> void note_arg(std::vector<access> &acc, const A &a) {
+  if constexpr (std::is_pointer<P>::value) {
+    P p = a;
+    note(acc, (const void *)p, 0, !std::is_const<std::remove_pointer_t<P>>::value);
+  }
+}
+template <class... P, class T, size_t... I>
+void note_args(std::vector<access> &acc, const T &t, std::index_sequence<I...>) {
+  (note_arg<P>(acc, std::get<I>(t)), ...);
+}
+
 template <class... P, class... A> void operator*(void (*k)(P...), pending<A...> &&p) {
   static_assert(sizeof...(P) == sizeof...(A), "kernel launched with a wrong argument count");
-  struct job {
-    void (*k)(P...);
-    std::tuple<A...> *args;
-  } j{k, &p.args};
-  launch(
-      p.c, [](void *v) { std::apply(((job *)v)->k, *((job *)v)->args); }, &j);
+  if (!launch_ok(p.c)) return;
+  std::vector<access> acc;
+  note_args<P...>(acc, p.args, std::index_sequence_for<P...>{});
+  auto args = std::make_shared<std::tuple<A...>>(std::move(p.args));
+  launch_cfg c = p.c;
+  enqueue(c.stream, "kernel", c.file, c.line, std::move(acc), [k, args, c] {
+    struct job {
+      void (*k)(P...);
+      std::tuple<A...> *args;
+    } j{k, args.get()};
+    launch(
+        c, [](void *v) { std::apply(((job *)v)->k, *((job *)v)->args); }, &j);
+  });
 }
 template <class T> static inline T shfl(int kind, unsigned mask, T v, int arg, int width, const char *f, int l) {
   static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "shuffle of a large type");
