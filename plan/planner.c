@@ -230,7 +230,7 @@ static int pp_layouts(const sl_plan_model *m, const dry_key *k, int *layers, cha
   sl_train_cfg c;
   key_cfg(k, &c);
   sl_pp_plan *p = NULL;
-  int rc = sl_pp_plan_for_run(&c, &m->spec->cfg, 0, 0, &p);
+  int rc = sl_pp_plan_for_run(&c, &m->spec->cfg, 0, &p);
   if (rc) return rc;
   size_t ol = 0, oh = 0;
   *Llo = *Lhi = 0;
