@@ -38,6 +38,7 @@ const char *sl_arch_name(sl_arch a) {
   case SL_ARCH_MISTRAL: return "mistral";
   case SL_ARCH_MAMBA: return "mamba";
   case SL_ARCH_QWEN2: return "qwen2";
+  case SL_ARCH_GEMMA2: return "gemma2";
   default: return "unknown";
   }
 }
@@ -313,24 +314,81 @@ static void set_defaults(sl_model_config *c) {
   c->pad_vocab_size_multiple = 1;
 }
 
+/* A softcap: absent -> def, null -> 0 (none), else a positive number. */
+static int get_cap(const char *p, json_t *o, const char *key, double def, double *out) {
+  json_t *v = json_object_get(o, key);
+  if (v && json_is_null(v)) {
+    *out = 0;
+    return SL_OK;
+  }
+  int rc = get_num(p, o, key, def, out);
+  if (!rc && !(*out > 0)) return sl_fail(SL_EINPUT, "%s: field '%s' must be positive or null, found %g", p, key, *out);
+  return rc;
+}
+
+/* Gemma 2 (transformers' configuration_gemma2.py defaults): the activation,
+ * softcaps, query_pre_attn_scalar, the sliding window on every other layer
+ * (layer_types, when given, must say so). */
+static int parse_gemma2(const char *p, json_t *o, sl_model_config *c) {
+  int rc;
+  c->gemma = 1;
+  c->window_every = 2;
+  json_t *ha = json_object_get(o, "hidden_activation");
+  const char *key = ha && !json_is_null(ha) ? "hidden_activation" : "hidden_act";
+  json_t *v = json_object_get(o, key);
+  if (v && !json_is_null(v) && !(json_is_string(v) && !strcmp(json_string_value(v), "gelu_pytorch_tanh")))
+    return sl_fail(SL_EINPUT, "%s: field '%s' must be \"gelu_pytorch_tanh\" (Gemma 2's GeGLU)", p, key);
+  if ((rc = get_cap(p, o, "attn_logit_softcapping", 50.0, &c->attn_logit_softcapping)) ||
+      (rc = get_cap(p, o, "final_logit_softcapping", 30.0, &c->final_logit_softcapping)) ||
+      (rc = get_num(p, o, "query_pre_attn_scalar", 256.0, &c->query_pre_attn_scalar)) ||
+      (rc = get_int(p, o, "sliding_window", 0, 4096, &c->sliding_window)) ||
+      (rc = want_false(p, o, "attention_bias", "q/k/v/o projections have no bias here")))
+    return rc;
+  if (!(c->query_pre_attn_scalar > 0))
+    return sl_fail(SL_EINPUT, "%s: field 'query_pre_attn_scalar' must be positive, found %g", p,
+                   c->query_pre_attn_scalar);
+  json_t *lt = json_object_get(o, "layer_types");
+  if (!lt || json_is_null(lt)) return SL_OK;
+  if (!json_is_array(lt) || (int64_t)json_array_size(lt) != c->num_hidden_layers)
+    return sl_fail(SL_EINPUT, "%s: field 'layer_types' must be an array of num_hidden_layers = %lld strings", p,
+                   (long long)c->num_hidden_layers);
+  for (size_t i = 0; i < json_array_size(lt); i++) {
+    json_t *t = json_array_get(lt, i);
+    const char *want = (i + 1) % 2 ? "sliding_attention" : "full_attention";
+    if (!json_is_string(t) || strcmp(json_string_value(t), want))
+      return sl_fail(SL_EINPUT,
+                     "%s: field 'layer_types[%zu]' is not \"%s\": only Gemma 2's alternation (sliding on even "
+                     "layers) is implemented",
+                     p, i, want);
+  }
+  return SL_OK;
+}
+
 static int parse_attn(const char *p, json_t *o, sl_model_config *c) {
   int rc;
-  int mistral = c->arch == SL_ARCH_MISTRAL;
+  int mistral = c->arch == SL_ARCH_MISTRAL, gemma2 = c->arch == SL_ARCH_GEMMA2;
   if ((rc = get_int(p, o, "hidden_size", 1, 0, &c->hidden_size)) ||
       (rc = get_int(p, o, "intermediate_size", 1, 0, &c->intermediate_size)) ||
       (rc = get_int(p, o, "num_hidden_layers", 1, 0, &c->num_hidden_layers)) ||
       (rc = get_int(p, o, "num_attention_heads", 1, 0, &c->num_attention_heads)) ||
       (rc = get_int(p, o, "vocab_size", 1, 0, &c->vocab_size)) ||
       (rc = get_int(p, o, "num_key_value_heads", 0, c->num_attention_heads, &c->num_key_value_heads)) ||
-      (rc = get_int(p, o, "max_position_embeddings", 0, mistral ? 131072 : c->arch == SL_ARCH_QWEN2 ? 32768 : 2048, &c->max_position_embeddings)) ||
+      (rc = get_int(p, o, "max_position_embeddings", 0,
+                    mistral                    ? 131072
+                    : c->arch == SL_ARCH_QWEN2 ? 32768
+                    : gemma2                   ? 8192
+                                               : 2048,
+                    &c->max_position_embeddings)) ||
       (rc = get_num(p, o, "rms_norm_eps", 1e-6, &c->rms_norm_eps)) ||
       (rc = get_num(p, o, "rope_theta", 10000.0, &c->rope_theta)) ||
       (rc = get_num(p, o, "initializer_range", 0.02, &c->initializer_range)) ||
-      (rc = get_bool(p, o, "tie_word_embeddings", 0, &c->tie_word_embeddings)) ||
+      (rc = get_bool(p, o, "tie_word_embeddings", gemma2, &c->tie_word_embeddings)) ||
       (rc = get_int(p, o, "bos_token_id", 0, -1, &c->bos_token_id)) || (rc = get_eos(p, o, c)) ||
-      (rc = want_act(p, o, "hidden_act")))
+      (rc = gemma2 ? parse_gemma2(p, o, c) : want_act(p, o, "hidden_act")))
     return rc;
-  if (c->arch == SL_ARCH_QWEN2) { /* Llama with q/k/v biases (transformers' modeling_qwen2.py) */
+  if (gemma2) {
+    /* attention_bias checked in parse_gemma2; Gemma's MLP has no bias field */
+  } else if (c->arch == SL_ARCH_QWEN2) { /* Llama with q/k/v biases (transformers' modeling_qwen2.py) */
     c->qkv_bias = 1;
     if ((rc = want_false(p, o, "use_sliding_window", "per-layer sliding windows are not implemented")) ||
         (rc = want_false(p, o, "use_mrope", "multimodal RoPE is not implemented")))
@@ -346,7 +404,9 @@ static int parse_attn(const char *p, json_t *o, sl_model_config *c) {
     return sl_fail(SL_EINPUT, "%s: field 'num_attention_heads' must be positive, found %lld", p,
                    (long long)c->num_attention_heads);
   json_t *hd = json_object_get(o, "head_dim");
-  if (!hd || json_is_null(hd)) {
+  if (gemma2 && (!hd || json_is_null(hd))) {
+    c->head_dim = 256; /* Gemma2Config's default */
+  } else if (!hd || json_is_null(hd)) {
     if (c->hidden_size % c->num_attention_heads != 0)
       return sl_fail(SL_EINPUT,
                      "%s: num_attention_heads = %lld does not divide hidden_size = %lld (and no "
@@ -484,7 +544,7 @@ int sl_hfconfig_validate(const char *p, const sl_model_config *c) {
     return rc;
   if (c->max_position_embeddings < 0 || c->max_position_embeddings > CFG_MAX_POS) /* 0: unset */
     return posl(p, "max_position_embeddings", c->max_position_embeddings, CFG_MAX_POS);
-  if (c->arch == SL_ARCH_LLAMA || c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_QWEN2) {
+  if (c->arch == SL_ARCH_LLAMA || c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_QWEN2 || c->arch == SL_ARCH_GEMMA2) {
     if ((rc = posl(p, "intermediate_size", c->intermediate_size, CFG_MAX_INTER)) ||
         (rc = posl(p, "num_attention_heads", c->num_attention_heads, CFG_MAX_HEADS)) ||
         (rc = posl(p, "num_key_value_heads", c->num_key_value_heads, CFG_MAX_HEADS)) ||
@@ -532,7 +592,31 @@ static const struct {
     {"MistralForCausalLM", "mistral", SL_ARCH_MISTRAL},
     {"MambaForCausalLM", "mamba", SL_ARCH_MAMBA},
     {"Qwen2ForCausalLM", "qwen2", SL_ARCH_QWEN2},
+    {"Gemma2ForCausalLM", "gemma2", SL_ARCH_GEMMA2},
 };
+
+/* Gemma (Gemma 2, Gemma 3 text, Gemma 3 multimodal): known by name, not yet
+ * trained (docs/models.md "Gemma"); a refusal that says so, naming the field
+ * and the value it read. NULL when `a` is not a Gemma name. */
+static const char *gemma_refusal(const char *a) {
+  static const struct {
+    const char *name, *why;
+  } k[] = {
+      {"Gemma3ForCausalLM", "Gemma 3 (text) is not supported yet"},
+      {"gemma3_text", "Gemma 3 (text) is not supported yet"},
+      {"Gemma3ForConditionalGeneration",
+       "a multimodal Gemma 3 checkpoint (text_config, language_model.* tensors and a vision tower) is not trained "
+       "by shardlm, which trains text-only decoders: export the language model as a Gemma3ForCausalLM checkpoint "
+       "(text_config as its config.json, language_model.model.* renamed model.*) to train it once Gemma 3 text "
+       "is supported (it is not yet)"},
+      {"gemma3", "a multimodal Gemma 3 checkpoint is not trained by shardlm (see Gemma3ForConditionalGeneration)"},
+      {"GemmaForCausalLM", "Gemma (1) is not supported"},
+      {"gemma", "Gemma (1) is not supported"},
+  };
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+    if (!strcmp(a, k[i].name)) return k[i].why;
+  return NULL;
+}
 
 int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_config *c) {
   int rc = SL_OK;
@@ -552,12 +636,16 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
       goto done;
     }
     const char *a = json_string_value(json_array_get(archs, 0));
+    if (gemma_refusal(a)) {
+      rc = sl_fail(SL_EINPUT, "%s: field 'architectures' = '%s': %s", p, a, gemma_refusal(a));
+      goto done;
+    }
     for (size_t i = 0; i < sizeof k_arch / sizeof k_arch[0]; i++)
       if (!strcmp(a, k_arch[i].cls)) c->arch = k_arch[i].arch;
     if (!c->arch) {
       rc = sl_fail(SL_EINPUT,
                    "%s: unknown architecture '%s' in 'architectures' (supported: "
-                   "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, MambaForCausalLM)",
+                   "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Gemma2ForCausalLM, MambaForCausalLM)",
                    p, a);
       goto done;
     }
@@ -567,12 +655,16 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
       goto done;
     }
     const char *a = json_string_value(mt);
+    if (gemma_refusal(a)) {
+      rc = sl_fail(SL_EINPUT, "%s: field 'model_type' = '%s': %s", p, a, gemma_refusal(a));
+      goto done;
+    }
     for (size_t i = 0; i < sizeof k_arch / sizeof k_arch[0]; i++)
       if (!strcmp(a, k_arch[i].type)) c->arch = k_arch[i].arch;
     if (!c->arch) {
       rc = sl_fail(SL_EINPUT,
                    "%s: unknown architecture: model_type '%s' (supported: llama, "
-                   "mistral, qwen2, mamba)",
+                   "mistral, qwen2, gemma2, mamba)",
                    p, a);
       goto done;
     }
@@ -705,7 +797,7 @@ int sl_hfconfig_save(const char *path, const sl_model_config *c) {
     SETI("num_attention_heads", c->num_attention_heads);
     SETI("num_key_value_heads", c->num_key_value_heads);
     SETI("head_dim", c->head_dim);
-    SETS("hidden_act", "silu");
+    SETS("hidden_act", c->gemma ? "gelu_pytorch_tanh" : "silu");
     SETR("rms_norm_eps", c->rms_norm_eps);
     SETR("rope_theta", c->rope_theta);
     json_object_set_new(o, "rope_scaling", rope_scaling_json(c));
@@ -716,6 +808,15 @@ int sl_hfconfig_save(const char *path, const sl_model_config *c) {
     } else if (c->arch == SL_ARCH_QWEN2) { /* q/k/v biases are Qwen2's own; no field says so */
       SETB("use_sliding_window", 0);
       SETB("use_mrope", 0);
+    } else if (c->arch == SL_ARCH_GEMMA2) {
+      SETS("hidden_activation", "gelu_pytorch_tanh");
+      SETI("sliding_window", c->sliding_window);
+      SETR("query_pre_attn_scalar", c->query_pre_attn_scalar);
+      if (c->attn_logit_softcapping > 0) SETR("attn_logit_softcapping", c->attn_logit_softcapping);
+      else json_object_set_new(o, "attn_logit_softcapping", json_null());
+      if (c->final_logit_softcapping > 0) SETR("final_logit_softcapping", c->final_logit_softcapping);
+      else json_object_set_new(o, "final_logit_softcapping", json_null());
+      SETB("attention_bias", 0);
     } else {
       SETB("attention_bias", 0);
       SETB("mlp_bias", 0);

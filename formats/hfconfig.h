@@ -13,7 +13,14 @@
 extern "C" {
 #endif
 
-typedef enum { SL_ARCH_UNKNOWN = 0, SL_ARCH_LLAMA, SL_ARCH_MISTRAL, SL_ARCH_MAMBA, SL_ARCH_QWEN2 } sl_arch;
+typedef enum {
+  SL_ARCH_UNKNOWN = 0,
+  SL_ARCH_LLAMA,
+  SL_ARCH_MISTRAL,
+  SL_ARCH_MAMBA,
+  SL_ARCH_QWEN2,
+  SL_ARCH_GEMMA2
+} sl_arch;
 
 /* config.json's rope_scaling (docs/formats.md): the rules of transformers'
  * modeling_rope_utils.py that give fixed frequencies. "dynamic" (NTK, which
@@ -59,6 +66,12 @@ typedef struct {
   sl_rope_scaling rope_scaling; /* default: none */
   int64_t sliding_window;       /* Mistral; 0 = none (also for null); Qwen2: 0 (use_sliding_window false) */
   int qkv_bias;                 /* q/k/v projections have a bias (Qwen2); o_proj and the MLP never */
+  /* Gemma 2 (Gemma2ForCausalLM; models/llama.c's Gemma options, docs/models.md) */
+  int gemma;                      /* (1 + w) norms, four per layer, embeddings * sqrt(H), tanh-GELU GeGLU */
+  double attn_logit_softcapping;  /* 0 = none (also for null) */
+  double final_logit_softcapping; /* 0 = none (also for null) */
+  double query_pre_attn_scalar;   /* scores * this^-0.5; 0 = head_dim */
+  int window_every;               /* 0: sliding_window on every layer; 2: on layers i with (i+1) % 2 != 0 */
   /* Mamba */
   int64_t state_size;                                                    /* N (d_state), default 16 */
   int64_t expand;                                                        /* default 2 */
@@ -74,7 +87,7 @@ typedef struct {
   int64_t pad_vocab_size_multiple; /* state-spaces only (1 otherwise) */
 } sl_model_config;
 
-const char *sl_arch_name(sl_arch a); /* "llama", "mistral", "qwen2", "mamba" */
+const char *sl_arch_name(sl_arch a); /* "llama", "mistral", "qwen2", "mamba", "gemma2" */
 
 /* Parses and validates config.json text (len bytes, need not be 0-terminated).
  * path_for_msgs is only used in messages. This is the fuzzing entry point. */

@@ -222,6 +222,8 @@ int sl_gen_load(const char *dir, sl_gen **out) {
   snprintf(p, sizeof p, "%s/config.json", dir);
   sl_st_set *w = NULL;
   int rc = sl_hfconfig_load(p, &g->c);
+  if (!rc && g->c.gemma) /* the KV-cache decode has no Gemma options yet */
+    rc = sl_fail(SL_EINPUT, "%s: generate does not support %s yet (training and eval do)", p, g->c.arch_name);
   if (!rc) rc = sl_model_create_specs(&g->c, &g->m);
   if (!rc) rc = sl_st_open_dir(dir, &w);
   if (!rc && !w) rc = sl_fail(SL_EINPUT, "%s: no *.safetensors weights to generate from", dir);

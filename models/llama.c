@@ -47,8 +47,32 @@ static void llama_destroy(sl_model *m) {
   if (p->inv_freq) m->ops->free(m->k, p->inv_freq);
 }
 
-static void block_attn_core(sl_model *m, llama_priv *p, layer_acts *a) {
-  m->ops->attention_fwd(m->k, a->att, a->lse, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, p->window, p->scale, m->seg);
+/* Layer l's attention window: Mistral's on every layer, Gemma 2's on the
+ * even ones (transformers' layer_types default), 0: full causal. */
+static int64_t layer_window(const llama_priv *p, int l) {
+  return p->window_every && (l + 1) % p->window_every == 0 ? 0 : p->window;
+}
+
+static void block_attn_core(sl_model *m, llama_priv *p, layer_acts *a, int l) {
+  m->ops->attention_fwd(m->k, a->att, a->lse, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, layer_window(p, l), p->scale,
+                        m->seg, p->softcap);
+}
+
+/* The weight a norm multiplies by: w itself, or Gemma's 1 + w (computed into
+ * slot `slot` of the block's w1 workspace; its gradient is w's). */
+static const float *norm_w(sl_model *m, const llama_priv *p, const float *w, int slot) {
+  if (!p->gemma) return w;
+  float *o = p->w1 + slot * p->C;
+  m->ops->copy(m->k, o, w, (size_t)p->C * 4);
+  m->ops->scale_add(m->k, o, 1.0f, 1.0f, p->C);
+  return o;
+}
+
+/* Gemma's sandwich: out = res + norm(y) with y's statistics kept (rstd). */
+static void post_norm(sl_model *m, const llama_priv *p, float *out, float *rstd, const float *y, const float *w,
+                      int slot, const float *res) {
+  m->ops->rmsnorm_fwd(m->k, out, rstd, y, norm_w(m, p, w, slot), p->n, p->C, p->C, p->eps);
+  if (res) m->ops->add_inplace(m->k, out, res, p->n * p->C);
 }
 
 /* Forward of block l from x into a; writes the block output to out unless
@@ -64,18 +88,24 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   layer_acts *a = layer;
   blockw w = block_views(p, flat);
   int64_t N = p->N, C = p->C, n = p->n;
-  (void)l;
-  int rc = sl_dec_norm_gathered(m, a->ln1, a->rstd1, x, w.ln1, p->eps);
+  int rc = sl_dec_norm_gathered(m, a->ln1, a->rstd1, x, norm_w(m, p, w.ln1, 0), p->eps);
   if (rc) return rc;
   o->linear_fwd(k, a->qkv, a->ln1, w.wqkv, w.bqkv, N, C, p->Q);
   o->rope_fwd(k, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
-  block_attn_core(m, p, a);
-  o->linear_fwd(k, p->sp ? dln : a->xmid, a->att, w.wo, NULL, N, p->A, C);
-  if ((rc = sl_dec_row_parallel_sum(m, dln, a->xmid))) return rc;
-  o->add_inplace(k, a->xmid, x, n * C);
-  if ((rc = sl_dec_norm_gathered(m, a->ln2, a->rstd2, a->xmid, w.ln2, p->eps))) return rc;
+  block_attn_core(m, p, a, l);
+  float *ao = p->gemma ? a->ao : a->xmid; /* Gemma: xmid = x + norm(ao) */
+  o->linear_fwd(k, p->sp ? dln : ao, a->att, w.wo, NULL, N, p->A, C);
+  if ((rc = sl_dec_row_parallel_sum(m, dln, ao))) return rc;
+  if (p->gemma) post_norm(m, p, a->xmid, a->rstd3, ao, w.lnpa, 1, x);
+  else o->add_inplace(k, a->xmid, x, n * C);
+  if ((rc = sl_dec_norm_gathered(m, a->ln2, a->rstd2, a->xmid, norm_w(m, p, w.ln2, 2), p->eps))) return rc;
   o->linear_fwd(k, a->gu, a->ln2, w.wgu, NULL, N, C, 2 * p->I);
-  o->swiglu_fwd(k, a->h, a->gu, N, p->I);
+  (p->gemma ? o->geglu_fwd : o->swiglu_fwd)(k, a->h, a->gu, N, p->I);
+  if (p->gemma) { /* out = xmid + norm(mo); recomputation keeps mo and its statistics for backward */
+    o->linear_fwd(k, a->mo, a->h, w.wd, NULL, N, p->I, C);
+    post_norm(m, p, out ? out : dln, a->rstd4, a->mo, w.lnpf, 3, out ? a->xmid : NULL);
+    return SL_OK;
+  }
   if (out) {
     o->linear_fwd(k, p->sp ? dln : out, a->h, w.wd, NULL, N, p->I, C);
     if ((rc = sl_dec_row_parallel_sum(m, dln, out))) return rc;
@@ -128,6 +158,16 @@ static int kv_grad_sum(sl_model *m, llama_priv *p, const blockw *g) {
   return SL_OK;
 }
 
+/* Gemma's post-norm in backward (single rank: n = N): the gradient of its
+ * input y into dpost, given dres (the gradient of res + norm(y), which
+ * stays in dres for the residual path); the norm's weight gradient into gw. */
+static const float *post_norm_bwd(sl_model *m, llama_priv *p, float *gw, const float *y, const float *w, int slot,
+                                  const float *rstd) {
+  m->ops->zero(m->k, p->dpost, (size_t)(p->n * p->C) * 4);
+  m->ops->rmsnorm_bwd(m->k, p->dpost, gw, sl_dec(m)->dres, y, norm_w(m, p, w, slot), rstd, p->n, p->C, p->C);
+  return p->dpost;
+}
+
 /* Block l's backward (after llama_recompute): dres holds the gradient of
  * the block output and receives that of its input. */
 static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
@@ -146,28 +186,32 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
   const float *dout = d->dres;                       /* the gradient of the block output, all-gathered under sp */
   /* MLP (under sp dln holds the gathered gradient until the GEMM that overwrites it) */
   if (p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
+  if (p->gemma) dout = post_norm_bwd(m, p, (float *)g.lnpf, a->mo, w.lnpf, 3, a->rstd4);
   m->ops->zero(m->k, p->dh, (size_t)(N * p->I) * 4);
   o->linear_bwd(k, p->dh, (float *)g.wd, NULL, dout, a->h, w.wd, N, p->I, C);
   m->ops->zero(m->k, p->dgu, (size_t)(N * 2 * p->I) * 4);
-  o->swiglu_bwd(k, p->dgu, p->dh, a->gu, N, p->I);
+  (p->gemma ? o->geglu_bwd : o->swiglu_bwd)(k, p->dgu, p->dh, a->gu, N, p->I);
   m->ops->zero(m->k, dln, (size_t)(N * C) * 4);
   o->linear_bwd(k, dln, (float *)g.wgu, NULL, p->dgu, a->ln2, w.wgu, N, C, 2 * p->I);
   if ((rc = sl_dec_row_parallel_sum(m, dln, dn))) return rc;
-  o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.ln2, p->gnorm + C), dn, a->xmid, w.ln2, a->rstd2, n, C, C);
+  o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.ln2, p->gnorm + C), dn, a->xmid, norm_w(m, p, w.ln2, 2),
+                 a->rstd2, n, C, C);
   /* attention */
   if (p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
+  if (p->gemma) dout = post_norm_bwd(m, p, (float *)g.lnpa, a->ao, w.lnpa, 1, a->rstd3);
   m->ops->zero(m->k, p->datt, (size_t)(N * p->A) * 4);
   o->linear_bwd(k, p->datt, (float *)g.wo, NULL, dout, a->att, w.wo, N, p->A, C);
   m->ops->zero(m->k, p->dqkv, (size_t)(N * p->Q) * 4);
-  o->attention_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd, p->window, p->scale,
-                   m->seg);
+  o->attention_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd, layer_window(p, l),
+                   p->scale, m->seg, p->softcap);
   o->rope_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
   m->ops->zero(m->k, dln, (size_t)(N * C) * 4);
   if (p->kvrep > 1) kv_grad_begin(m, p, &g);
   o->linear_bwd(k, dln, (float *)g.wqkv, (float *)g.bqkv, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
   if ((rc = sl_dec_row_parallel_sum(m, dln, dn))) return rc;
   if (p->kvrep > 1 && (rc = kv_grad_sum(m, p, &g))) return rc;
-  o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.ln1, p->gnorm), dn, x, w.ln1, a->rstd1, n, C, C);
+  o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.ln1, p->gnorm), dn, x, norm_w(m, p, w.ln1, 0), a->rstd1, n, C,
+                 C);
   if ((rc = sl_dec_norm_grad_sum(m, (float *)g.ln1, p->gnorm))) return rc;
   return sl_dec_norm_grad_sum(m, (float *)g.ln2, p->gnorm + C);
 }
@@ -182,7 +226,7 @@ static int llama_recompute(sl_model *m, int l, const float *flat) {
   llama_priv *p = sl_dec(m)->blk;
   layer_acts *a = llama_layer(m, l);
   if (m->ac == SL_AC_FULL) return block_forward(m, l, flat, sl_dec(m)->stream[l], a, NULL);
-  if (m->ac == SL_AC_SELECTIVE) block_attn_core(m, p, a);
+  if (m->ac == SL_AC_SELECTIVE) block_attn_core(m, p, a, l);
   return SL_OK;
 }
 
@@ -203,7 +247,8 @@ static int64_t llama_flops(const sl_model *m, int64_t T) {
 /* NULL when T splits the model's heads, KV heads and MLP width, else why not. */
 static const char *tp_misfit(const sl_model_config *c, int64_t T, char *why, size_t cap) {
   int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, I = c->intermediate_size;
-  if (T > nh) snprintf(why, cap, "--tp %lld is more than num_attention_heads %lld", (long long)T, (long long)nh);
+  if (c->gemma && T > 1) snprintf(why, cap, "Gemma 2 under tensor parallelism is not supported yet");
+  else if (T > nh) snprintf(why, cap, "--tp %lld is more than num_attention_heads %lld", (long long)T, (long long)nh);
   else if (nh % T)
     snprintf(why, cap, "num_attention_heads %lld is not divisible by --tp %lld", (long long)nh, (long long)T);
   else if (nkv >= T && nkv % T)
@@ -243,6 +288,10 @@ static int llama_alloc_layer(sl_model *m, void *layer, int recomputed, const voi
     if (!(a->rstd2 = sl_model_buf(m, n, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->gu = sl_model_buf(m, N * 2 * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->h = sl_model_buf(m, N * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (p->gemma &&
+        (!(a->ao = sl_model_buf(m, n * p->C, SL_ARENA_ACTS)) || !(a->rstd3 = sl_model_buf(m, n, SL_ARENA_ACTS)) ||
+         !(a->mo = sl_model_buf(m, n * p->C, SL_ARENA_ACTS)) || !(a->rstd4 = sl_model_buf(m, n, SL_ARENA_ACTS))))
+      return SL_ENOMEM;
   }
   return SL_OK;
 }
@@ -256,8 +305,11 @@ static int llama_alloc_scratch(sl_model *m) {
       !(p->dqkv = sl_model_buf(m, N * p->Q, SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
   if (p->sp && !(p->gnorm = sl_model_buf(m, 2 * C, SL_ARENA_WORKSPACE))) return SL_ENOMEM;
-  if (p->kvrep > 1 &&
-      !(p->kvsum = sl_model_buf(m, (p->kvgroups + 1) * (2 * p->nkv * p->hd * C + kv_bias_numel(p)), SL_ARENA_WORKSPACE)))
+  if (p->gemma && (!(p->w1 = sl_model_buf(m, 4 * C, SL_ARENA_WORKSPACE)) ||
+                   !(p->dpost = sl_model_buf(m, N * C, SL_ARENA_WORKSPACE))))
+    return SL_ENOMEM;
+  if (p->kvrep > 1 && !(p->kvsum = sl_model_buf(m, (p->kvgroups + 1) * (2 * p->nkv * p->hd * C + kv_bias_numel(p)),
+                                                SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
   return SL_OK;
 }
@@ -275,7 +327,8 @@ static int llama_spec(sl_model *m, sl_unit_spec *b, int64_t l) {
 #define ADD(suffix, nd, d0, d1, decay, init, split, parts)                                                             \
   snprintf(nm, sizeof nm, "model.layers.%lld.%s", (long long)l, suffix);                                               \
   if ((rc = sl_unit_add_split(m, b, nm, nd, d0, d1, decay, init, std, split, parts))) return rc
-  ADD("input_layernorm.weight", 1, C, 0, 0, SL_INIT_ONES, SL_SPLIT_NONE, 1);
+  sl_init_kind ni = c->gemma ? SL_INIT_ZEROS : SL_INIT_ONES; /* Gemma's norms multiply by 1 + w */
+  ADD("input_layernorm.weight", 1, C, 0, 0, ni, SL_SPLIT_NONE, 1);
   ADD("self_attn.q_proj.weight", 2, nh * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
   ADD("self_attn.k_proj.weight", 2, nkv * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, nkv_parts);
   ADD("self_attn.v_proj.weight", 2, nkv * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, nkv_parts);
@@ -285,10 +338,16 @@ static int llama_spec(sl_model *m, sl_unit_spec *b, int64_t l) {
     ADD("self_attn.v_proj.bias", 1, nkv * p->hd, 0, 0, SL_INIT_ZEROS, SL_SPLIT_COL, nkv_parts);
   }
   ADD("self_attn.o_proj.weight", 2, C, nh * p->hd, 1, SL_INIT_NORMAL, SL_SPLIT_ROW, T);
-  ADD("post_attention_layernorm.weight", 1, C, 0, 0, SL_INIT_ONES, SL_SPLIT_NONE, 1);
+  ADD("post_attention_layernorm.weight", 1, C, 0, 0, ni, SL_SPLIT_NONE, 1);
+  if (c->gemma) {
+    ADD("pre_feedforward_layernorm.weight", 1, C, 0, 0, ni, SL_SPLIT_NONE, 1);
+  }
   ADD("mlp.gate_proj.weight", 2, I, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
   ADD("mlp.up_proj.weight", 2, I, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
   ADD("mlp.down_proj.weight", 2, C, I, 1, SL_INIT_NORMAL, SL_SPLIT_ROW, T);
+  if (c->gemma) {
+    ADD("post_feedforward_layernorm.weight", 1, C, 0, 0, ni, SL_SPLIT_NONE, 1);
+  }
 #undef ADD
   return SL_OK;
 }
@@ -324,8 +383,11 @@ static int llama_init(sl_model *m, sl_decoder *d) {
   p->qb = c->qkv_bias ? p->Q : 0;
   p->A = p->nh * p->hd;
   p->I = c->intermediate_size / T;
-  p->window = c->arch == SL_ARCH_MISTRAL ? c->sliding_window : 0;
-  p->scale = sl_rope_score_scale(c);
+  p->window = c->arch == SL_ARCH_MISTRAL || c->gemma ? c->sliding_window : 0;
+  p->window_every = c->window_every;
+  p->gemma = c->gemma;
+  p->softcap = (float)c->attn_logit_softcapping;
+  p->scale = c->query_pre_attn_scalar > 0 ? (float)(1.0 / sqrt(c->query_pre_attn_scalar)) : sl_rope_score_scale(c);
   p->eps = (float)c->rms_norm_eps;
   p->sp = d->sp;
   p->n = d->n;
@@ -334,6 +396,11 @@ static int llama_init(sl_model *m, sl_decoder *d) {
   d->embed_name = "model.embed_tokens.weight";
   d->norm_name = "model.norm.weight";
   d->head_init = SL_INIT_NORMAL;
+  if (c->gemma) { /* the skeleton's Gemma options: (1 + w) final norm, scaled embeddings, final-logit softcap */
+    d->plus_one = 1;
+    d->embed_scale = (float)sqrt((double)c->hidden_size);
+    d->final_softcap = (float)c->final_logit_softcapping;
+  }
   return SL_OK;
 }
 
@@ -341,8 +408,8 @@ static void llama_caps(const sl_model_config *c, sl_model_caps *out) {
   *out = (sl_model_caps){.attention = 1,
                          .doc_mask = 1,
                          .recurrent = 0,
-                         .zb_split = 1,
-                         .zb_split_accum = 1,
+                         .zb_split = !c->gemma, /* Gemma's split backward is not written yet */
+                         .zb_split_accum = !c->gemma,
                          .tp_width = c->num_attention_heads};
 }
 

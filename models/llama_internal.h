@@ -19,7 +19,13 @@ typedef struct {
   float *ln2;   /* (N, C) */
   float *rstd2; /* (N) */
   float *gu;    /* (N, 2I) gate | up */
-  float *h;     /* (N, I) silu(gate) * up */
+  float *h;     /* (N, I) silu(gate) * up (Gemma: gelu_tanh(gate) * up) */
+  /* Gemma's sandwich norms (NULL otherwise): the Wo and Wdown outputs
+   * before their post-norms, and those norms' statistics */
+  float *ao;    /* (n, C) */
+  float *rstd3; /* (n) */
+  float *mo;    /* (n, C) */
+  float *rstd4; /* (n) */
 } layer_acts;
 
 /* Qwen2's q/k/v biases: (Q) after the packed Wqkv, so the qkv GEMM adds one
@@ -34,10 +40,15 @@ typedef struct {
   float *kvsum; /* (kvgroups + 1, 2*nkv*hd*C [+ 2*nkv*hd: k/v biases]) replicated k/v gradient exchange,
                    then the slice's earlier micro-batches' sum (kvrep > 1; kv_grad_begin) */
   float eps;
-  float *inv_freq; /* (hd/2) backend memory: the RoPE frequencies (models/rope.h), B > 0 */
-  float scale;     /* attention's softmax scale (sl_rope_score_scale) */
-  int sp;          /* sequence parallelism (rows n = N/T of the stream per rank) */
-  int64_t n;       /* token rows of the residual stream on this rank: N, or N/T under sp */
+  float *inv_freq;  /* (hd/2) backend memory: the RoPE frequencies (models/rope.h), B > 0 */
+  float scale;      /* attention's softmax scale (sl_rope_score_scale) */
+  int sp;           /* sequence parallelism (rows n = N/T of the stream per rank) */
+  int gemma;        /* Gemma 2: (1 + w) norms, post-attention / post-feedforward norms, GeGLU */
+  float softcap;    /* attention-logit softcap (Gemma 2), 0: none */
+  int window_every; /* 0: window on every layer; 2: on layers l with (l + 1) % 2 != 0 (Gemma 2) */
+  float *w1;        /* (4, C) Gemma: the (1 + w) weights of the block's four norms (workspace) */
+  float *dpost;     /* (N, C) Gemma: a post-norm's input gradient (workspace) */
+  int64_t n;        /* token rows of the residual stream on this rank: N, or N/T under sp */
   /* backward scratch (workspace), besides the skeleton's dres, dln, xl */
   float *dh;    /* (N, I) */
   float *dgu;   /* (N, 2I) */
@@ -49,6 +60,7 @@ typedef struct {
 /* parameter views of a block's flat buffer */
 typedef struct {
   const float *ln1, *wqkv, *bqkv, *wo, *ln2, *wgu, *wd; /* bqkv: NULL without q/k/v biases */
+  const float *lnpa, *lnpf; /* Gemma's post-attention and post-feedforward norms, else NULL */
 } blockw;
 
 static inline blockw block_views(const llama_priv *p, const float *flat) {
@@ -58,9 +70,11 @@ static inline blockw block_views(const llama_priv *p, const float *flat) {
   w.wqkv = w.ln1 + C;
   w.bqkv = p->qb ? w.wqkv + p->Q * C : NULL;
   w.wo = w.wqkv + p->Q * C + p->qb;
-  w.ln2 = w.wo + C * p->A;
+  w.lnpa = p->gemma ? w.wo + C * p->A : NULL; /* Gemma: ln2 is pre_feedforward_layernorm */
+  w.ln2 = w.wo + C * p->A + (p->gemma ? C : 0);
   w.wgu = w.ln2 + C;
   w.wd = w.wgu + 2 * p->I * C;
+  w.lnpf = p->gemma ? w.wd + C * p->I : NULL;
   return w;
 }
 

@@ -98,8 +98,8 @@ int sl_llama_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
   o->zero(k, p->datt, (size_t)(N * p->A) * 4);
   o->linear_bwd(k, p->datt, NULL, NULL, s.datt, a->att, w.wo, N, p->A, C);
   o->zero(k, p->dqkv, (size_t)(N * p->Q) * 4);
-  o->attention_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd, p->window,
-                   p->scale, m->seg);
+  o->attention_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd, p->window, p->scale,
+                   m->seg, 0.0f);
   o->rope_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
   o->copy(k, s.dqkv, p->dqkv, (size_t)(N * p->Q) * 4);
   o->zero(k, dln, (size_t)(N * C) * 4);

@@ -137,7 +137,7 @@ int sl_lm_head_vp_fwd(sl_model *m, sl_lm_head_vp *hv, const float *flat, const f
   int64_t N = h->N, n = hv->sp ? N / vs->T : N;
   o->rmsnorm_fwd(m->k, hv->sp ? hv->xl : h->lnf, h->rstdf, x, flat, n, h->C, h->C, h->eps);
   if (hv->sp && (rc = m->access.tp.allgather(m->access.tp.user, hv->xl, h->lnf, n * h->C))) return rc;
-  o->lmhead_vp_fwd(m->k, hv->lmax, hv->st, h->lnf, W, m->targets, N, h->C, vs->v0, vs->Vl, vs->valid);
+  o->lmhead_vp_fwd(m->k, hv->lmax, hv->st, h->lnf, W, m->targets, N, h->C, vs->v0, vs->Vl, vs->valid, 0.0f);
   o->copy(m->k, hv->gmax, hv->lmax, (size_t)N * sizeof(float));
   if ((rc = tp_allreduce(m, hv->gmax, N, SL_TP_MAX))) return rc;
   o->lmhead_vp_rescale(m->k, hv->st, hv->lmax, hv->gmax, N);
@@ -161,7 +161,7 @@ int sl_lm_head_vp_bwd(sl_model *m, sl_lm_head_vp *hv, const float *flat, float *
   m->ops->zero(m->k, dres, (size_t)(n * h->C) * sizeof(float));
   m->ops->zero(m->k, dln, (size_t)(h->N * h->C) * sizeof(float));
   m->ops->lmhead_vp_bwd(m->k, dln, dW, h->lnf, W, m->targets, h->lse, m->loss_scale, h->N, h->C, vs->v0, vs->Vl,
-                        vs->valid);
+                        vs->valid, 0.0f);
   if (hv->sp) rc = m->access.tp.reducescatter(m->access.tp.user, dln, hv->xl, n * h->C);
   else rc = tp_allreduce(m, dln, h->N * h->C, SL_TP_SUM);
   if (rc) return rc;

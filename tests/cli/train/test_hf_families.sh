@@ -5,11 +5,16 @@
 # true are refused naming the file and the field; a tiny Qwen2 trains 2
 # steps and saves a config.json transformers loads as Qwen2 with the q/k/v
 # biases in its weights. Against PyTorch: tests/ref/test_torch_qwen2.sh.
+# The published Gemma 2 configs plan with their exact counts (four norms a
+# layer, tied embeddings); Gemma 3 (the published config) and a multimodal
+# Gemma 3 config are refused by name, naming the file. Against PyTorch:
+# tests/ref/test_torch_gemma2.sh.
 source "${SL_SRC:?}/tests/lib/run.sh" hf_families
 F=$SL_SRC/tests/fixtures/hf-configs
 
 for m in Qwen2.5-0.5B:494032768 Qwen2.5-1.5B:1543714304 Qwen2.5-3B:3085938688 Qwen2.5-7B:7615616512 \
-  Qwen2.5-14B:14770033664 Qwen2.5-32B:32763876352; do
+  Qwen2.5-14B:14770033664 Qwen2.5-32B:32763876352 gemma-2-2b:2614341888 gemma-2-9b:9241705984 \
+  gemma-2-27b:27227128320; do
   name=${m%%:*} want=${m##*:}
   "$B" plan --model "$F/$name" > "$W/plan-$name.log" 2>&1
   rc_is "plan $name" $? 0 "$W/plan-$name.log" "model: $want parameters"
@@ -24,6 +29,22 @@ refuse() { # name json-members needle
 }
 refuse sliding '"use_sliding_window": true, "sliding_window": 8' "field 'use_sliding_window' = true is not supported"
 refuse mrope '"use_mrope": true' "field 'use_mrope' = true is not supported"
+
+# Gemma 3: refused by name until its block lands (the published config, and
+# a multimodal config with the way to its text model)
+gemma_refused() { # dir needle
+  local name rc
+  name=$(basename "$1")
+  "$B" plan --model "$1" > "$W/gemma.log" 2>&1
+  rc=$?
+  rc_is "refused: $name" $rc 2 "$W/gemma.log" "$2"
+  grep -qF "$1/config.json" "$W/gemma.log" || bad "$(basename "$1"): the message does not name the file"
+}
+gemma_refused "$F/gemma-3-1b-pt" "field 'architectures' = 'Gemma3ForCausalLM': Gemma 3 (text) is not supported yet"
+mkdir -p "$W/g3mm"
+echo '{"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3", "text_config": {"hidden_size": 2560}}' \
+  > "$W/g3mm/config.json"
+gemma_refused "$W/g3mm" "export the language model as a Gemma3ForCausalLM checkpoint"
 
 # a tiny Qwen2 (the published configs' fields that change nothing accepted) trains and saves
 tiny_data "$W/data"
