@@ -65,10 +65,11 @@ int sl_dec_tp_check(const sl_model *m, const char *(*misfit)(const sl_model_conf
 static int dec_fwd(sl_model *m, int u, const float *flat) {
   sl_decoder *d = sl_dec(m);
   if (u == 0) {
-    if (d->vp) return sl_vp_embedding_fwd(m, &d->vs, d->stream[0], flat, d->N, d->C, d->sp ? d->dln : NULL);
-    m->ops->embedding_fwd(m->k, d->stream[0], m->tokens, flat, d->N, d->C);
-    if (d->embed_scale > 0) m->ops->scale_add(m->k, d->stream[0], d->embed_scale, 0.0f, d->N * d->C);
-    return SL_OK;
+    int rc = SL_OK;
+    if (d->vp) rc = sl_vp_embedding_fwd(m, &d->vs, d->stream[0], flat, d->N, d->C, d->sp ? d->dln : NULL);
+    else m->ops->embedding_fwd(m->k, d->stream[0], m->tokens, flat, d->N, d->C);
+    if (!rc && d->embed_scale > 0) m->ops->scale_add(m->k, d->stream[0], d->embed_scale, 0.0f, d->n * d->C);
+    return rc;
   }
   if (u <= d->L) return d->kind->fwd(m, u - 1, flat, d->stream[u - 1], sl_dec_layer(m, u - 1), d->stream[u]);
   if (d->vp) return sl_lm_head_vp_fwd(m, d->hv, flat, d->stream[d->L]);
@@ -87,7 +88,7 @@ static int dec_bwd(sl_model *m, int u, const float *flat, float *grads) {
   if (u == d->L + 1 && !d->vp) /* head: starts the backward pass */
     return sl_lm_head_bwd(m, &d->head, flat, grads, d->stream[d->L], d->dres, d->dln);
   if (u == d->L + 1) return sl_lm_head_vp_bwd(m, d->hv, flat, grads, d->stream[d->L], d->dres, d->dln);
-  if (u == 0 && d->embed_scale > 0) m->ops->scale_add(m->k, d->dres, d->embed_scale, 0.0f, d->N * d->C);
+  if (u == 0 && d->embed_scale > 0) m->ops->scale_add(m->k, d->dres, d->embed_scale, 0.0f, d->n * d->C);
   if (u == 0) return embedding_bwd(m, grads, d->dres);
   int rc = d->kind->recompute(m, u - 1, flat);
   return rc ? rc : d->kind->bwd(m, u - 1, flat, grads);
@@ -141,8 +142,13 @@ static int dec_alloc_acts(sl_model *m, int set) {
   a->head.softcap = d->final_softcap;
   a->head.w1 = d->w1;
   if (!d->vp) return sl_lm_head_init(m, &a->head, d->C, d->V, d->eps, d->tied, (int)d->L + 1) ? SL_ENOMEM : SL_OK;
-  return sl_lm_head_vp_set_init(m, &d->hvp, &d->hv, d->nsets, set, &a->head, &d->vs, d->C, d->eps, d->tied,
-                                (int)d->L + 1, d->sp);
+  int rc = sl_lm_head_vp_set_init(m, &d->hvp, &d->hv, d->nsets, set, &a->head, &d->vs, d->C, d->eps, d->tied,
+                                  (int)d->L + 1, d->sp);
+  if (!rc) { /* the loss-parallel head's own copy */
+    d->hvp[set].h.softcap = a->head.softcap = d->final_softcap;
+    d->hvp[set].h.w1 = a->head.w1 = d->w1;
+  }
+  return rc;
 }
 
 static void dec_use_acts(sl_model *m, int set) {

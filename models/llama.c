@@ -102,7 +102,8 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   o->linear_fwd(k, a->gu, a->ln2, w.wgu, NULL, N, C, 2 * p->I);
   (p->gemma ? o->geglu_fwd : o->swiglu_fwd)(k, a->h, a->gu, N, p->I);
   if (p->gemma) { /* out = xmid + norm(mo); recomputation keeps mo and its statistics for backward */
-    o->linear_fwd(k, a->mo, a->h, w.wd, NULL, N, p->I, C);
+    o->linear_fwd(k, p->sp ? dln : a->mo, a->h, w.wd, NULL, N, p->I, C);
+    if ((rc = sl_dec_row_parallel_sum(m, dln, a->mo))) return rc;
     post_norm(m, p, out ? out : dln, a->rstd4, a->mo, w.lnpf, 3, out ? a->xmid : NULL);
     return SL_OK;
   }
@@ -158,14 +159,20 @@ static int kv_grad_sum(sl_model *m, llama_priv *p, const blockw *g) {
   return SL_OK;
 }
 
-/* Gemma's post-norm in backward (single rank: n = N): the gradient of its
- * input y into dpost, given dres (the gradient of res + norm(y), which
- * stays in dres for the residual path); the norm's weight gradient into gw. */
+/* Gemma's post-norm in backward: the gradient of its input y (this rank's
+ * n rows) into dpost, given dres (the gradient of res + norm(y), which stays
+ * in dres for the residual path); the norm's weight gradient into gw (under
+ * sp its micro-batch part in gnorm's slot, summed over TP at the end). The
+ * gradient the row-parallel GEMM before the norm takes: dpost, all-gathered
+ * into dln under sp; NULL when the gather fails. */
 static const float *post_norm_bwd(sl_model *m, llama_priv *p, float *gw, const float *y, const float *w, int slot,
                                   const float *rstd) {
+  sl_decoder *d = sl_dec(m);
   m->ops->zero(m->k, p->dpost, (size_t)(p->n * p->C) * 4);
-  m->ops->rmsnorm_bwd(m->k, p->dpost, gw, sl_dec(m)->dres, y, norm_w(m, p, w, slot), rstd, p->n, p->C, p->C);
-  return p->dpost;
+  m->ops->rmsnorm_bwd(m->k, p->dpost, sl_dec_norm_dw(m, gw, p->gnorm + slot * p->C), d->dres, y, norm_w(m, p, w, slot),
+                      rstd, p->n, p->C, p->C);
+  if (!p->sp) return p->dpost;
+  return sl_dec_sp_gather(m, p->dpost, d->dln) ? NULL : d->dln;
 }
 
 /* Block l's backward (after llama_recompute): dres holds the gradient of
@@ -185,8 +192,8 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
   float *dln = d->dln, *dn = p->sp ? d->xl : d->dln; /* dn: a norm's output gradient, this rank's rows */
   const float *dout = d->dres;                       /* the gradient of the block output, all-gathered under sp */
   /* MLP (under sp dln holds the gathered gradient until the GEMM that overwrites it) */
-  if (p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
-  if (p->gemma) dout = post_norm_bwd(m, p, (float *)g.lnpf, a->mo, w.lnpf, 3, a->rstd4);
+  if (p->gemma && !(dout = post_norm_bwd(m, p, (float *)g.lnpf, a->mo, w.lnpf, 3, a->rstd4))) return SL_ECOMM;
+  else if (!p->gemma && p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
   m->ops->zero(m->k, p->dh, (size_t)(N * p->I) * 4);
   o->linear_bwd(k, p->dh, (float *)g.wd, NULL, dout, a->h, w.wd, N, p->I, C);
   m->ops->zero(m->k, p->dgu, (size_t)(N * 2 * p->I) * 4);
@@ -194,11 +201,11 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
   m->ops->zero(m->k, dln, (size_t)(N * C) * 4);
   o->linear_bwd(k, dln, (float *)g.wgu, NULL, p->dgu, a->ln2, w.wgu, N, C, 2 * p->I);
   if ((rc = sl_dec_row_parallel_sum(m, dln, dn))) return rc;
-  o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.ln2, p->gnorm + C), dn, a->xmid, norm_w(m, p, w.ln2, 2),
-                 a->rstd2, n, C, C);
+  o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.ln2, p->gnorm + (p->gemma ? 2 : 1) * C), dn, a->xmid,
+                 norm_w(m, p, w.ln2, 2), a->rstd2, n, C, C);
   /* attention */
-  if (p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
-  if (p->gemma) dout = post_norm_bwd(m, p, (float *)g.lnpa, a->ao, w.lnpa, 1, a->rstd3);
+  if (p->gemma && !(dout = post_norm_bwd(m, p, (float *)g.lnpa, a->ao, w.lnpa, 1, a->rstd3))) return SL_ECOMM;
+  else if (!p->gemma && p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
   m->ops->zero(m->k, p->datt, (size_t)(N * p->A) * 4);
   o->linear_bwd(k, p->datt, (float *)g.wo, NULL, dout, a->att, w.wo, N, p->A, C);
   m->ops->zero(m->k, p->dqkv, (size_t)(N * p->Q) * 4);
@@ -213,7 +220,10 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
   o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.ln1, p->gnorm), dn, x, norm_w(m, p, w.ln1, 0), a->rstd1, n, C,
                  C);
   if ((rc = sl_dec_norm_grad_sum(m, (float *)g.ln1, p->gnorm))) return rc;
-  return sl_dec_norm_grad_sum(m, (float *)g.ln2, p->gnorm + C);
+  if (p->gemma && ((rc = sl_dec_norm_grad_sum(m, (float *)g.lnpa, p->gnorm + 1 * C)) ||
+                   (rc = sl_dec_norm_grad_sum(m, (float *)g.lnpf, p->gnorm + 3 * C))))
+    return rc;
+  return sl_dec_norm_grad_sum(m, (float *)g.ln2, p->gnorm + (p->gemma ? 2 : 1) * C);
 }
 
 /* A replicated k/v slice's gradient, for the split (models/llama_split.c). */
@@ -247,8 +257,7 @@ static int64_t llama_flops(const sl_model *m, int64_t T) {
 /* NULL when T splits the model's heads, KV heads and MLP width, else why not. */
 static const char *tp_misfit(const sl_model_config *c, int64_t T, char *why, size_t cap) {
   int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, I = c->intermediate_size;
-  if (c->gemma && T > 1) snprintf(why, cap, "Gemma 2 under tensor parallelism is not supported yet");
-  else if (T > nh) snprintf(why, cap, "--tp %lld is more than num_attention_heads %lld", (long long)T, (long long)nh);
+  if (T > nh) snprintf(why, cap, "--tp %lld is more than num_attention_heads %lld", (long long)T, (long long)nh);
   else if (nh % T)
     snprintf(why, cap, "num_attention_heads %lld is not divisible by --tp %lld", (long long)nh, (long long)T);
   else if (nkv >= T && nkv % T)
@@ -304,7 +313,7 @@ static int llama_alloc_scratch(sl_model *m) {
       !(p->datt = sl_model_buf(m, N * p->A, SL_ARENA_WORKSPACE)) ||
       !(p->dqkv = sl_model_buf(m, N * p->Q, SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
-  if (p->sp && !(p->gnorm = sl_model_buf(m, 2 * C, SL_ARENA_WORKSPACE))) return SL_ENOMEM;
+  if (p->sp && !(p->gnorm = sl_model_buf(m, (p->gemma ? 4 : 2) * C, SL_ARENA_WORKSPACE))) return SL_ENOMEM;
   if (p->gemma && (!(p->w1 = sl_model_buf(m, 4 * C, SL_ARENA_WORKSPACE)) ||
                    !(p->dpost = sl_model_buf(m, N * C, SL_ARENA_WORKSPACE))))
     return SL_ENOMEM;

@@ -336,8 +336,7 @@ static int head_weight(sl_model *m, const sl_lm_head *h, const float *flat, cons
   return m->access.params(m->access.user, 0, W);
 }
 
-/* The final norm's weight: flat's, or 1 + it (Gemma) in h->w1. */
-static const float *head_norm_w(sl_model *m, const sl_lm_head *h, const float *flat) {
+const float *sl_lm_head_norm_w(sl_model *m, const sl_lm_head *h, const float *flat) {
   if (!h->w1) return flat;
   m->ops->copy(m->k, h->w1, flat, (size_t)h->C * 4);
   m->ops->scale_add(m->k, h->w1, 1.0f, 1.0f, h->C);
@@ -348,7 +347,7 @@ int sl_lm_head_fwd(sl_model *m, sl_lm_head *h, const float *flat, const float *x
   const float *W;
   int rc = head_weight(m, h, flat, &W);
   if (rc) return rc;
-  m->ops->rmsnorm_fwd(m->k, h->lnf, h->rstdf, x, head_norm_w(m, h, flat), h->N, h->C, h->C, h->eps);
+  m->ops->rmsnorm_fwd(m->k, h->lnf, h->rstdf, x, sl_lm_head_norm_w(m, h, flat), h->N, h->C, h->C, h->eps);
   m->ops->lmhead_ce_fwd(m->k, h->losses, h->lse, h->lnf, W, m->targets, h->N, h->C, h->V, h->softcap);
   m->loss_sum += m->ops->sum(m->k, h->losses, h->N);
   return SL_OK;
@@ -365,7 +364,7 @@ int sl_lm_head_bwd(sl_model *m, sl_lm_head *h, const float *flat, float *grads, 
   m->ops->zero(m->k, dres, bytes);
   m->ops->zero(m->k, dln, bytes);
   m->ops->lmhead_ce_bwd(m->k, dln, dW, h->lnf, W, m->targets, h->lse, m->loss_scale, h->N, h->C, h->V, h->softcap);
-  m->ops->rmsnorm_bwd(m->k, dres, grads, dln, x, head_norm_w(m, h, flat), h->rstdf, h->N, h->C, h->C);
+  m->ops->rmsnorm_bwd(m->k, dres, grads, dln, x, sl_lm_head_norm_w(m, h, flat), h->rstdf, h->N, h->C, h->C);
   return SL_OK;
 }
 

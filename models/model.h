@@ -312,6 +312,8 @@ int sl_lm_head_fwd(sl_model *m, sl_lm_head *h, const float *flat, const float *x
 int sl_lm_head_bwd(sl_model *m, sl_lm_head *h, const float *flat, float *grads, const float *x, float *dres,
                    float *dln);
 int sl_lm_head_logits(sl_model *m, sl_lm_head *h, float *out);
+/* The final norm's weight: flat's first C floats, or 1 + them (Gemma: h->w1). */
+const float *sl_lm_head_norm_w(sl_model *m, const sl_lm_head *h, const float *flat);
 /* sl_lm_head_bwd split for zero-bubble schedules (models/lmhead_split.c):
  * the input half leaves dres as sl_lm_head_bwd does and keeps the final
  * norm's output gradient (N, C) in stash; a tied head's part of unit 0's
