@@ -178,6 +178,7 @@ static int dec_bwd_input(sl_model *m, int u, const float *flat, float *stash, fl
   sl_decoder *d = sl_dec(m);
   if (u == 0) {
     m->ops->copy(m->k, stash, d->dres, (size_t)(d->n * d->C) * 4);
+    if (d->embed_scale > 0) m->ops->scale_add(m->k, stash, d->embed_scale, 0.0f, d->n * d->C);
     return SL_OK;
   }
   if (u == d->L + 1 && d->vp) /* models/lmhead_split.c */

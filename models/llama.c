@@ -49,18 +49,18 @@ static void llama_destroy(sl_model *m) {
 
 /* Layer l's attention window: Mistral's on every layer, Gemma 2's on the
  * even ones (transformers' layer_types default), 0: full causal. */
-static int64_t layer_window(const llama_priv *p, int l) {
+int64_t sl_llama_layer_window(const llama_priv *p, int l) {
   return p->window_every && (l + 1) % p->window_every == 0 ? 0 : p->window;
 }
 
 static void block_attn_core(sl_model *m, llama_priv *p, layer_acts *a, int l) {
-  m->ops->attention_fwd(m->k, a->att, a->lse, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, layer_window(p, l), p->scale,
-                        m->seg, p->softcap);
+  m->ops->attention_fwd(m->k, a->att, a->lse, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, sl_llama_layer_window(p, l),
+                        p->scale, m->seg, p->softcap);
 }
 
 /* The weight a norm multiplies by: w itself, or Gemma's 1 + w (computed into
  * slot `slot` of the block's w1 workspace; its gradient is w's). */
-static const float *norm_w(sl_model *m, const llama_priv *p, const float *w, int slot) {
+const float *sl_llama_norm_w(sl_model *m, const llama_priv *p, const float *w, int slot) {
   if (!p->gemma) return w;
   float *o = p->w1 + slot * p->C;
   m->ops->copy(m->k, o, w, (size_t)p->C * 4);
@@ -71,7 +71,7 @@ static const float *norm_w(sl_model *m, const llama_priv *p, const float *w, int
 /* Gemma's sandwich: out = res + norm(y) with y's statistics kept (rstd). */
 static void post_norm(sl_model *m, const llama_priv *p, float *out, float *rstd, const float *y, const float *w,
                       int slot, const float *res) {
-  m->ops->rmsnorm_fwd(m->k, out, rstd, y, norm_w(m, p, w, slot), p->n, p->C, p->C, p->eps);
+  m->ops->rmsnorm_fwd(m->k, out, rstd, y, sl_llama_norm_w(m, p, w, slot), p->n, p->C, p->C, p->eps);
   if (res) m->ops->add_inplace(m->k, out, res, p->n * p->C);
 }
 
@@ -88,7 +88,7 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   layer_acts *a = layer;
   blockw w = block_views(p, flat);
   int64_t N = p->N, C = p->C, n = p->n;
-  int rc = sl_dec_norm_gathered(m, a->ln1, a->rstd1, x, norm_w(m, p, w.ln1, 0), p->eps);
+  int rc = sl_dec_norm_gathered(m, a->ln1, a->rstd1, x, sl_llama_norm_w(m, p, w.ln1, 0), p->eps);
   if (rc) return rc;
   o->linear_fwd(k, a->qkv, a->ln1, w.wqkv, w.bqkv, N, C, p->Q);
   o->rope_fwd(k, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
@@ -98,7 +98,7 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   if ((rc = sl_dec_row_parallel_sum(m, dln, ao))) return rc;
   if (p->gemma) post_norm(m, p, a->xmid, a->rstd3, ao, w.lnpa, 1, x);
   else o->add_inplace(k, a->xmid, x, n * C);
-  if ((rc = sl_dec_norm_gathered(m, a->ln2, a->rstd2, a->xmid, norm_w(m, p, w.ln2, 2), p->eps))) return rc;
+  if ((rc = sl_dec_norm_gathered(m, a->ln2, a->rstd2, a->xmid, sl_llama_norm_w(m, p, w.ln2, 2), p->eps))) return rc;
   o->linear_fwd(k, a->gu, a->ln2, w.wgu, NULL, N, C, 2 * p->I);
   (p->gemma ? o->geglu_fwd : o->swiglu_fwd)(k, a->h, a->gu, N, p->I);
   if (p->gemma) { /* out = xmid + norm(mo); recomputation keeps mo and its statistics for backward */
@@ -169,8 +169,8 @@ static const float *post_norm_bwd(sl_model *m, llama_priv *p, float *gw, const f
                                   const float *rstd) {
   sl_decoder *d = sl_dec(m);
   m->ops->zero(m->k, p->dpost, (size_t)(p->n * p->C) * 4);
-  m->ops->rmsnorm_bwd(m->k, p->dpost, sl_dec_norm_dw(m, gw, p->gnorm + slot * p->C), d->dres, y, norm_w(m, p, w, slot),
-                      rstd, p->n, p->C, p->C);
+  m->ops->rmsnorm_bwd(m->k, p->dpost, sl_dec_norm_dw(m, gw, p->gnorm + slot * p->C), d->dres, y,
+                      sl_llama_norm_w(m, p, w, slot), rstd, p->n, p->C, p->C);
   if (!p->sp) return p->dpost;
   return sl_dec_sp_gather(m, p->dpost, d->dln) ? NULL : d->dln;
 }
@@ -202,23 +202,23 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
   o->linear_bwd(k, dln, (float *)g.wgu, NULL, p->dgu, a->ln2, w.wgu, N, C, 2 * p->I);
   if ((rc = sl_dec_row_parallel_sum(m, dln, dn))) return rc;
   o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.ln2, p->gnorm + (p->gemma ? 2 : 1) * C), dn, a->xmid,
-                 norm_w(m, p, w.ln2, 2), a->rstd2, n, C, C);
+                 sl_llama_norm_w(m, p, w.ln2, 2), a->rstd2, n, C, C);
   /* attention */
   if (p->gemma && !(dout = post_norm_bwd(m, p, (float *)g.lnpa, a->ao, w.lnpa, 1, a->rstd3))) return SL_ECOMM;
   else if (!p->gemma && p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
   m->ops->zero(m->k, p->datt, (size_t)(N * p->A) * 4);
   o->linear_bwd(k, p->datt, (float *)g.wo, NULL, dout, a->att, w.wo, N, p->A, C);
   m->ops->zero(m->k, p->dqkv, (size_t)(N * p->Q) * 4);
-  o->attention_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd, layer_window(p, l),
-                   p->scale, m->seg, p->softcap);
+  o->attention_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd,
+                   sl_llama_layer_window(p, l), p->scale, m->seg, p->softcap);
   o->rope_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
   m->ops->zero(m->k, dln, (size_t)(N * C) * 4);
   if (p->kvrep > 1) kv_grad_begin(m, p, &g);
   o->linear_bwd(k, dln, (float *)g.wqkv, (float *)g.bqkv, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
   if ((rc = sl_dec_row_parallel_sum(m, dln, dn))) return rc;
   if (p->kvrep > 1 && (rc = kv_grad_sum(m, p, &g))) return rc;
-  o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.ln1, p->gnorm), dn, x, norm_w(m, p, w.ln1, 0), a->rstd1, n, C,
-                 C);
+  o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.ln1, p->gnorm), dn, x, sl_llama_norm_w(m, p, w.ln1, 0),
+                 a->rstd1, n, C, C);
   if ((rc = sl_dec_norm_grad_sum(m, (float *)g.ln1, p->gnorm))) return rc;
   if (p->gemma && ((rc = sl_dec_norm_grad_sum(m, (float *)g.lnpa, p->gnorm + 1 * C)) ||
                    (rc = sl_dec_norm_grad_sum(m, (float *)g.lnpf, p->gnorm + 3 * C))))
@@ -417,8 +417,8 @@ static void llama_caps(const sl_model_config *c, sl_model_caps *out) {
   *out = (sl_model_caps){.attention = 1,
                          .doc_mask = 1,
                          .recurrent = 0,
-                         .zb_split = !c->gemma, /* Gemma's split backward is not written yet */
-                         .zb_split_accum = !c->gemma,
+                         .zb_split = 1,
+                         .zb_split_accum = 1,
                          .tp_width = c->num_attention_heads};
 }
 

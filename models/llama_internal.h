@@ -84,6 +84,10 @@ static inline layer_acts *llama_layer(const sl_model *m, int l) { return sl_dec_
  * views g) summed over the TP ranks sharing it (models/llama.c). */
 void sl_llama_kv_grad_begin(sl_model *m, const blockw *g);
 int sl_llama_kv_grad_sum(sl_model *m, const blockw *g);
+/* Layer l's attention window (0: full causal). */
+int64_t sl_llama_layer_window(const llama_priv *p, int l);
+/* The weight a norm multiplies by: w, or Gemma's 1 + w in slot `slot` of p->w1. */
+const float *sl_llama_norm_w(sl_model *m, const llama_priv *p, const float *w, int slot);
 /* The split backward's block halves (models/llama_split.c): sl_block_kind's. */
 int64_t sl_llama_stash_numel(const sl_model *m);
 int sl_llama_bwd_input(sl_model *m, int l, const float *flat, float *stash);
