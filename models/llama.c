@@ -419,6 +419,7 @@ static void llama_caps(const sl_model_config *c, sl_model_caps *out) {
                          .recurrent = 0,
                          .zb_split = 1,
                          .zb_split_accum = 1,
+                         .bf16 = !c->gemma, /* Gemma 2 has no bf16 mirror yet */
                          .tp_width = c->num_attention_heads};
 }
 

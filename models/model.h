@@ -76,6 +76,7 @@ typedef struct {
                          all-reduces in the planner's closed forms; its pipeline layouts are not searched */
   int zb_split;       /* the split backward (vt bwd_input / bwd_weight) for --pp-schedule zb1p */
   int zb_split_accum; /* ... also under --no-sync-accum (the weight half adds the bits the unsplit backward adds) */
+  int bf16;           /* --compute-dtype bf16, checked against the bf16 mirror (tests/ref/bf16_checks.py) */
   int64_t tp_width;   /* what --tp must divide in the planner's search: attention heads, or d_inner */
 } sl_model_caps;
 /* The capabilities of cfg's architecture; SL_EINPUT for an unknown one. */

@@ -67,6 +67,11 @@ for l in range(2):
         assert f"model.layers.{l}.self_attn.{p}_proj.bias" in names, (l, p, sorted(names))
     assert f"model.layers.{l}.self_attn.o_proj.bias" not in names
 P
+# Gemma 2 under bf16 compute: refused until a bf16 reference checks it
+tiny_model "$W/g2" tied '"architectures": ["Gemma2ForCausalLM"], "num_hidden_layers": 2, "head_dim": 8'
+"$B" train --model "$W/g2" --data "$W/data" --steps 1 --seq-len 16 --micro-batch 2 --threads 1 --compute-dtype bf16 \
+  --summary false --plot false --out-dir "$W/g2run" > "$W/g2.log" 2>&1
+rc_is "refused: Gemma 2 --compute-dtype bf16" $? 2 "$W/g2.log" "--compute-dtype bf16: not supported for Gemma2ForCausalLM"
 # the biases train: the same model as Llama (no biases) gives another loss
 tiny_model "$W/l2" llama '"num_hidden_layers": 2'
 "$B" train --model "$W/l2" --data "$W/data" --steps 2 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
