@@ -139,9 +139,12 @@ static int dec_alloc_acts(sl_model *m, int set) {
     else if (sl_model_is_local(m, (int)l + 1) && kd->alloc_layer(m, la, 0, d->shared)) return SL_ENOMEM;
   }
   if (!sl_model_is_local(m, (int)d->L + 1)) return SL_OK; /* the head is another pipeline stage's */
-  a->head.softcap = d->final_softcap;
-  a->head.w1 = d->w1;
-  if (!d->vp) return sl_lm_head_init(m, &a->head, d->C, d->V, d->eps, d->tied, (int)d->L + 1) ? SL_ENOMEM : SL_OK;
+  if (!d->vp) {
+    if (sl_lm_head_init(m, &a->head, d->C, d->V, d->eps, d->tied, (int)d->L + 1)) return SL_ENOMEM;
+    a->head.softcap = d->final_softcap;
+    a->head.w1 = d->w1;
+    return SL_OK;
+  }
   int rc = sl_lm_head_vp_set_init(m, &d->hvp, &d->hv, d->nsets, set, &a->head, &d->vs, d->C, d->eps, d->tied,
                                   (int)d->L + 1, d->sp);
   if (!rc) { /* the loss-parallel head's own copy */

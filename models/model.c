@@ -322,6 +322,8 @@ int sl_lm_head_init(sl_model *m, sl_lm_head *h, int64_t C, int64_t V, float eps,
   h->eps = eps;
   h->tied = tied;
   h->unit = unit;
+  h->softcap = 0.0f; /* Gemma's options: the caller sets them after init */
+  h->w1 = NULL;
   if (!(h->lnf = sl_model_buf(m, h->N * C, SL_ARENA_ACTS)) || !(h->rstdf = sl_model_buf(m, h->N, SL_ARENA_ACTS)) ||
       !(h->lse = sl_model_buf(m, h->N, SL_ARENA_ACTS)) || !(h->losses = sl_model_buf(m, h->N, SL_ARENA_ACTS)))
     return SL_ENOMEM;

@@ -276,7 +276,7 @@ typedef struct {
   float *rstdf;   /* (N) */
   float *lse;     /* (N) log-sum-exp of each row's logits */
   float *losses;  /* (N) */
-  float softcap;  /* final-logit softcap (Gemma 2), 0: none */
+  float softcap;  /* final-logit softcap (Gemma 2), 0: none (sl_lm_head_init: 0; the decoder sets it) */
   float *w1;      /* (C) workspace for the norm's 1 + w (Gemma), NULL: the norm multiplies by w */
 } sl_lm_head;
 /* Declares the head unit's tensors (norm_name (C), then lm_head.weight (V, C)
