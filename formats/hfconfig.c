@@ -39,6 +39,7 @@ const char *sl_arch_name(sl_arch a) {
   case SL_ARCH_MAMBA: return "mamba";
   case SL_ARCH_QWEN2: return "qwen2";
   case SL_ARCH_QWEN3: return "qwen3";
+  case SL_ARCH_GEMMA2: return "gemma2";
   default: return "unknown";
   }
 }
@@ -107,7 +108,7 @@ static int get_bool(const char *path, json_t *o, const char *key, int def, int *
 }
 
 static int want_false(const char *path, json_t *o, const char *key, const char *why) {
-  int b;
+  int b = 0;
   int rc = get_bool(path, o, key, 0, &b);
   if (rc) return rc;
   if (b) return sl_fail(SL_EINPUT, "%s: field '%s' = true is not supported (%s)", path, key, why);
@@ -336,9 +337,11 @@ static int want_full_attention(const char *p, json_t *o) {
 /* The Llama block's options by architecture (transformers' modeling_llama.py,
  * modeling_qwen2.py, modeling_qwen3.py): Llama's attention_bias (q/k/v/o) and
  * mlp_bias (gate/up/down); Qwen2's q/k/v biases (o_proj unbiased, no field
- * says so); Qwen3's per-head q/k RMSNorm with attention_bias (q/k/v/o). */
+ * says so); Qwen3's per-head q/k RMSNorm with attention_bias (q/k/v/o);
+ * Gemma 2's options are parse_gemma2's. */
 static int parse_block_options(const char *p, json_t *o, sl_model_config *c) {
   int rc, ab = 0;
+  if (c->arch == SL_ARCH_GEMMA2) return SL_OK; /* attention_bias checked in parse_gemma2; no MLP bias field */
   if (c->arch == SL_ARCH_QWEN2 || c->arch == SL_ARCH_QWEN3) {
     if ((rc = want_false(p, o, "use_sliding_window", "per-layer sliding windows are not implemented"))) return rc;
   }
@@ -361,22 +364,78 @@ static int parse_block_options(const char *p, json_t *o, sl_model_config *c) {
   return get_bool(p, o, "mlp_bias", 0, &c->mlp_bias); /* Llama */
 }
 
+/* A softcap: absent -> def, null -> 0 (none), else a positive number. */
+static int get_cap(const char *p, json_t *o, const char *key, double def, double *out) {
+  json_t *v = json_object_get(o, key);
+  if (v && json_is_null(v)) {
+    *out = 0;
+    return SL_OK;
+  }
+  int rc = get_num(p, o, key, def, out);
+  if (!rc && !(*out > 0)) return sl_fail(SL_EINPUT, "%s: field '%s' must be positive or null, found %g", p, key, *out);
+  return rc;
+}
+
+/* Gemma 2 (transformers' configuration_gemma2.py defaults): the activation,
+ * softcaps, query_pre_attn_scalar, the sliding window on every other layer
+ * (layer_types, when given, must say so). */
+static int parse_gemma2(const char *p, json_t *o, sl_model_config *c) {
+  int rc;
+  c->gemma = 1;
+  c->window_every = 2;
+  json_t *ha = json_object_get(o, "hidden_activation");
+  const char *key = ha && !json_is_null(ha) ? "hidden_activation" : "hidden_act";
+  json_t *v = json_object_get(o, key);
+  if (v && !json_is_null(v) && !(json_is_string(v) && !strcmp(json_string_value(v), "gelu_pytorch_tanh")))
+    return sl_fail(SL_EINPUT, "%s: field '%s' must be \"gelu_pytorch_tanh\" (Gemma 2's GeGLU)", p, key);
+  if ((rc = get_cap(p, o, "attn_logit_softcapping", 50.0, &c->attn_logit_softcapping)) ||
+      (rc = get_cap(p, o, "final_logit_softcapping", 30.0, &c->final_logit_softcapping)) ||
+      (rc = get_num(p, o, "query_pre_attn_scalar", 256.0, &c->query_pre_attn_scalar)) ||
+      (rc = get_int(p, o, "sliding_window", 0, 4096, &c->sliding_window)) ||
+      (rc = want_false(p, o, "attention_bias", "q/k/v/o projections have no bias here")))
+    return rc;
+  if (!(c->query_pre_attn_scalar > 0))
+    return sl_fail(SL_EINPUT, "%s: field 'query_pre_attn_scalar' must be positive, found %g", p,
+                   c->query_pre_attn_scalar);
+  json_t *lt = json_object_get(o, "layer_types");
+  if (!lt || json_is_null(lt)) return SL_OK;
+  if (!json_is_array(lt) || (int64_t)json_array_size(lt) != c->num_hidden_layers)
+    return sl_fail(SL_EINPUT, "%s: field 'layer_types' must be an array of num_hidden_layers = %lld strings", p,
+                   (long long)c->num_hidden_layers);
+  for (size_t i = 0; i < json_array_size(lt); i++) {
+    json_t *t = json_array_get(lt, i);
+    const char *want = (i + 1) % 2 ? "sliding_attention" : "full_attention";
+    if (!json_is_string(t) || strcmp(json_string_value(t), want))
+      return sl_fail(SL_EINPUT,
+                     "%s: field 'layer_types[%zu]' is not \"%s\": only Gemma 2's alternation (sliding on even "
+                     "layers) is implemented",
+                     p, i, want);
+  }
+  return SL_OK;
+}
+
 static int parse_attn(const char *p, json_t *o, sl_model_config *c) {
   int rc;
-  int mistral = c->arch == SL_ARCH_MISTRAL, qwen = c->arch == SL_ARCH_QWEN2 || c->arch == SL_ARCH_QWEN3;
+  int mistral = c->arch == SL_ARCH_MISTRAL, qwen = c->arch == SL_ARCH_QWEN2 || c->arch == SL_ARCH_QWEN3,
+      gemma2 = c->arch == SL_ARCH_GEMMA2;
   if ((rc = get_int(p, o, "hidden_size", 1, 0, &c->hidden_size)) ||
       (rc = get_int(p, o, "intermediate_size", 1, 0, &c->intermediate_size)) ||
       (rc = get_int(p, o, "num_hidden_layers", 1, 0, &c->num_hidden_layers)) ||
       (rc = get_int(p, o, "num_attention_heads", 1, 0, &c->num_attention_heads)) ||
       (rc = get_int(p, o, "vocab_size", 1, 0, &c->vocab_size)) ||
       (rc = get_int(p, o, "num_key_value_heads", 0, c->num_attention_heads, &c->num_key_value_heads)) ||
-      (rc = get_int(p, o, "max_position_embeddings", 0, mistral ? 131072 : qwen ? 32768 : 2048, &c->max_position_embeddings)) ||
+      (rc = get_int(p, o, "max_position_embeddings", 0,
+                    mistral  ? 131072
+                    : qwen   ? 32768
+                    : gemma2 ? 8192
+                             : 2048,
+                    &c->max_position_embeddings)) ||
       (rc = get_num(p, o, "rms_norm_eps", 1e-6, &c->rms_norm_eps)) ||
       (rc = get_num(p, o, "rope_theta", 10000.0, &c->rope_theta)) ||
       (rc = get_num(p, o, "initializer_range", 0.02, &c->initializer_range)) ||
-      (rc = get_bool(p, o, "tie_word_embeddings", 0, &c->tie_word_embeddings)) ||
+      (rc = get_bool(p, o, "tie_word_embeddings", gemma2, &c->tie_word_embeddings)) ||
       (rc = get_int(p, o, "bos_token_id", 0, -1, &c->bos_token_id)) || (rc = get_eos(p, o, c)) ||
-      (rc = want_act(p, o, "hidden_act")))
+      (rc = gemma2 ? parse_gemma2(p, o, c) : want_act(p, o, "hidden_act")))
     return rc;
   if ((rc = parse_block_options(p, o, c))) return rc;
   if (mistral && (rc = get_int(p, o, "sliding_window", 0, 0, &c->sliding_window))) return rc;
@@ -388,6 +447,8 @@ static int parse_attn(const char *p, json_t *o, sl_model_config *c) {
   json_t *hd = json_object_get(o, "head_dim");
   if ((!hd || json_is_null(hd)) && c->arch == SL_ARCH_QWEN3) {
     c->head_dim = 128; /* Qwen3Config's default, not hidden_size / num_attention_heads */
+  } else if (gemma2 && (!hd || json_is_null(hd))) {
+    c->head_dim = 256; /* Gemma2Config's default */
   } else if (!hd || json_is_null(hd)) {
     if (c->hidden_size % c->num_attention_heads != 0)
       return sl_fail(SL_EINPUT,
@@ -527,7 +588,7 @@ int sl_hfconfig_validate(const char *p, const sl_model_config *c) {
   if (c->max_position_embeddings < 0 || c->max_position_embeddings > CFG_MAX_POS) /* 0: unset */
     return posl(p, "max_position_embeddings", c->max_position_embeddings, CFG_MAX_POS);
   if (c->arch == SL_ARCH_LLAMA || c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_QWEN2 ||
-      c->arch == SL_ARCH_QWEN3) {
+      c->arch == SL_ARCH_QWEN3 || c->arch == SL_ARCH_GEMMA2) {
     if ((rc = posl(p, "intermediate_size", c->intermediate_size, CFG_MAX_INTER)) ||
         (rc = posl(p, "num_attention_heads", c->num_attention_heads, CFG_MAX_HEADS)) ||
         (rc = posl(p, "num_key_value_heads", c->num_key_value_heads, CFG_MAX_HEADS)) ||
@@ -576,7 +637,31 @@ static const struct {
     {"MambaForCausalLM", "mamba", SL_ARCH_MAMBA},
     {"Qwen2ForCausalLM", "qwen2", SL_ARCH_QWEN2},
     {"Qwen3ForCausalLM", "qwen3", SL_ARCH_QWEN3},
+    {"Gemma2ForCausalLM", "gemma2", SL_ARCH_GEMMA2},
 };
+
+/* Gemma (Gemma 2, Gemma 3 text, Gemma 3 multimodal): known by name, not yet
+ * trained (docs/models.md "Gemma"); a refusal that says so, naming the field
+ * and the value it read. NULL when `a` is not a Gemma name. */
+static const char *gemma_refusal(const char *a) {
+  static const struct {
+    const char *name, *why;
+  } k[] = {
+      {"Gemma3ForCausalLM", "Gemma 3 (text) is not supported yet"},
+      {"gemma3_text", "Gemma 3 (text) is not supported yet"},
+      {"Gemma3ForConditionalGeneration",
+       "a multimodal Gemma 3 checkpoint (text_config, language_model.* tensors and a vision tower) is not trained "
+       "by shardlm, which trains text-only decoders: export the language model as a Gemma3ForCausalLM checkpoint "
+       "(text_config as its config.json, language_model.model.* renamed model.*) to train it once Gemma 3 text "
+       "is supported (it is not yet)"},
+      {"gemma3", "a multimodal Gemma 3 checkpoint is not trained by shardlm (see Gemma3ForConditionalGeneration)"},
+      {"GemmaForCausalLM", "Gemma (1) is not supported"},
+      {"gemma", "Gemma (1) is not supported"},
+  };
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+    if (!strcmp(a, k[i].name)) return k[i].why;
+  return NULL;
+}
 
 int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_config *c) {
   int rc = SL_OK;
@@ -596,12 +681,17 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
       goto done;
     }
     const char *a = json_string_value(json_array_get(archs, 0));
+    if (gemma_refusal(a)) {
+      rc = sl_fail(SL_EINPUT, "%s: field 'architectures' = '%s': %s", p, a, gemma_refusal(a));
+      goto done;
+    }
     for (size_t i = 0; i < sizeof k_arch / sizeof k_arch[0]; i++)
       if (!strcmp(a, k_arch[i].cls)) c->arch = k_arch[i].arch;
     if (!c->arch) {
       rc = sl_fail(SL_EINPUT,
                    "%s: unknown architecture '%s' in 'architectures' (supported: "
-                   "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MambaForCausalLM)",
+                   "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, "
+                   "MambaForCausalLM)",
                    p, a);
       goto done;
     }
@@ -611,12 +701,16 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
       goto done;
     }
     const char *a = json_string_value(mt);
+    if (gemma_refusal(a)) {
+      rc = sl_fail(SL_EINPUT, "%s: field 'model_type' = '%s': %s", p, a, gemma_refusal(a));
+      goto done;
+    }
     for (size_t i = 0; i < sizeof k_arch / sizeof k_arch[0]; i++)
       if (!strcmp(a, k_arch[i].type)) c->arch = k_arch[i].arch;
     if (!c->arch) {
       rc = sl_fail(SL_EINPUT,
                    "%s: unknown architecture: model_type '%s' (supported: llama, "
-                   "mistral, qwen2, qwen3, mamba)",
+                   "mistral, qwen2, qwen3, gemma2, mamba)",
                    p, a);
       goto done;
     }
@@ -749,7 +843,7 @@ int sl_hfconfig_save(const char *path, const sl_model_config *c) {
     SETI("num_attention_heads", c->num_attention_heads);
     SETI("num_key_value_heads", c->num_key_value_heads);
     SETI("head_dim", c->head_dim);
-    SETS("hidden_act", "silu");
+    SETS("hidden_act", c->gemma ? "gelu_pytorch_tanh" : "silu");
     SETR("rms_norm_eps", c->rms_norm_eps);
     SETR("rope_theta", c->rope_theta);
     json_object_set_new(o, "rope_scaling", rope_scaling_json(c));
@@ -763,6 +857,15 @@ int sl_hfconfig_save(const char *path, const sl_model_config *c) {
     } else if (c->arch == SL_ARCH_QWEN3) { /* q/k norms are Qwen3's own */
       SETB("attention_bias", c->o_bias);
       SETB("use_sliding_window", 0);
+    } else if (c->arch == SL_ARCH_GEMMA2) {
+      SETS("hidden_activation", "gelu_pytorch_tanh");
+      SETI("sliding_window", c->sliding_window);
+      SETR("query_pre_attn_scalar", c->query_pre_attn_scalar);
+      if (c->attn_logit_softcapping > 0) SETR("attn_logit_softcapping", c->attn_logit_softcapping);
+      else json_object_set_new(o, "attn_logit_softcapping", json_null());
+      if (c->final_logit_softcapping > 0) SETR("final_logit_softcapping", c->final_logit_softcapping);
+      else json_object_set_new(o, "final_logit_softcapping", json_null());
+      SETB("attention_bias", 0);
     } else {
       SETB("attention_bias", c->o_bias);
       SETB("mlp_bias", c->mlp_bias);

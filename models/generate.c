@@ -60,14 +60,19 @@ static void matvec(float *y, const float *W, const float *x, int64_t out, int64_
   }
 }
 
-static void rmsnorm(float *y, const float *x, const float *w, int64_t n, double eps) {
+/* y = x * rsqrt(mean(x^2) + eps) * w, or * (1 + w) (Gemma: plus_one) */
+static void rmsnorm_p(float *y, const float *x, const float *w, int64_t n, double eps, int plus_one) {
   double ss = 0;
   for (int64_t i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
   float r = (float)(1.0 / sqrt(ss / (double)n + eps));
-  for (int64_t i = 0; i < n; i++) y[i] = w[i] * (x[i] * r);
+  for (int64_t i = 0; i < n; i++) y[i] = (plus_one ? 1.0f + w[i] : w[i]) * (x[i] * r);
 }
+static void rmsnorm(float *y, const float *x, const float *w, int64_t n, double eps) { rmsnorm_p(y, x, w, n, eps, 0); }
 
 static float silu(float v) { return v / (1.0f + expf(-v)); }
+/* PyTorch's gelu(approximate="tanh") */
+static float gelu_tanh(float v) { return 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))); }
+static float softcap(float v, double cap) { return cap > 0 ? (float)(cap * tanh(v / cap)) : v; }
 
 static const float *head_weight(const sl_gen *g) {
   if (g->c.tie_word_embeddings) return g->flat[0];
@@ -76,12 +81,20 @@ static const float *head_weight(const sl_gen *g) {
 
 static void head(sl_gen *g) {
   const sl_unit_spec *hu = &g->m->units[g->L + 1];
-  rmsnorm(g->h, g->x, g->flat[g->L + 1] + hu->t[0].offset, g->C,
-          g->c.arch == SL_ARCH_MAMBA ? g->c.layer_norm_epsilon : g->c.rms_norm_eps);
+  rmsnorm_p(g->h, g->x, g->flat[g->L + 1] + hu->t[0].offset, g->C,
+            g->c.arch == SL_ARCH_MAMBA ? g->c.layer_norm_epsilon : g->c.rms_norm_eps, g->c.gemma);
   matvec(g->logits, head_weight(g), g->h, g->V, g->C, NULL);
+  for (int64_t v = 0; g->c.final_logit_softcapping > 0 && v < g->V; v++)
+    g->logits[v] = softcap(g->logits[v], g->c.final_logit_softcapping);
 }
 
-/* ---- Llama / Mistral / Qwen2 / Qwen3: one position through the K/V cache ---------------------- */
+/* x += norm(y) with the layer's post norm `name` (Gemma), else x += y */
+static void residual_add(sl_gen *g, int u, const char *name, float *y) {
+  if (g->c.gemma) rmsnorm_p(y, y, tens(g, u, name), g->C, g->c.rms_norm_eps, 1);
+  for (int64_t i = 0; i < g->C; i++) g->x[i] += y[i];
+}
+
+/* ---- Llama / Mistral / Qwen2 / Qwen3 / Gemma 2: one position through the K/V cache ---------------------- */
 static void rope(const sl_gen *g, float *v, int64_t nheads, int64_t pos) {
   int64_t h2 = g->hd / 2;
   for (int64_t i = 0; i < h2; i++) {
@@ -96,14 +109,25 @@ static void rope(const sl_gen *g, float *v, int64_t nheads, int64_t pos) {
 
 static void llama_step(sl_gen *g, int32_t tok) {
   int64_t C = g->C, hd = g->hd, nh = g->nh, nkv = g->nkv, KV = nkv * hd, p = g->pos;
-  int64_t I = g->c.intermediate_size, rep = nh / nkv, win = g->c.arch == SL_ARCH_MISTRAL ? g->c.sliding_window : 0;
-  int64_t lo = win > 0 && p - win + 1 > 0 ? p - win + 1 : 0;        /* query p sees keys lo..p */
-  double eps = g->c.rms_norm_eps, sf = sl_rope_score_factor(&g->c); /* YaRN: attention_factor^2 */
+  const sl_model_config *c = &g->c;
+  int64_t I = c->intermediate_size, rep = nh / nkv;
+  double eps = c->rms_norm_eps, sf = sl_rope_score_factor(c);      /* YaRN: attention_factor^2 */
+  double sc = c->gemma ? 1.0 / sqrt(c->query_pre_attn_scalar) : 0; /* Gemma's score scale */
+  int pl = c->gemma;
   memcpy(g->x, g->flat[0] + (int64_t)tok * C, (size_t)C * 4);
+  if (pl) { /* Gemma: embeddings times sqrt(hidden) */
+    float es = (float)sqrt((double)C);
+    for (int64_t i = 0; i < C; i++) g->x[i] *= es;
+  }
   for (int64_t l = 0; l < g->L; l++) {
     int u = (int)l + 1;
     float *kr = g->kc[l] + p * KV, *vr = g->vc[l] + p * KV;
-    rmsnorm(g->h, g->x, tens(g, u, "input_layernorm.weight"), C, eps);
+    /* Mistral's window on every layer, Gemma 2's on the even ones */
+    int64_t win = c->arch == SL_ARCH_MISTRAL || (pl && (c->window_every == 0 || (l + 1) % c->window_every))
+                      ? c->sliding_window
+                      : 0;
+    int64_t lo = win > 0 && p - win + 1 > 0 ? p - win + 1 : 0; /* query p sees keys lo..p */
+    rmsnorm_p(g->h, g->x, tens(g, u, "input_layernorm.weight"), C, eps, pl);
     /* the biases: Qwen2's, Llama's / Qwen3's attention_bias and Llama's mlp_bias (NULL when the block has none) */
     matvec(g->q, tens(g, u, "q_proj.weight"), g->h, nh * hd, C, tens(g, u, "q_proj.bias"));
     matvec(kr, tens(g, u, "k_proj.weight"), g->h, KV, C, tens(g, u, "k_proj.bias"));
@@ -122,7 +146,8 @@ static void llama_step(sl_gen *g, int32_t tok) {
         const float *k = g->kc[l] + j * KV + kvh * hd;
         double s = 0;
         for (int64_t i = 0; i < hd; i++) s += (double)q[i] * k[i];
-        g->probs[j] = (float)(sf == 1.0 ? s / sqrt((double)hd) : s / sqrt((double)hd) * sf);
+        double sv = pl ? s * sc : sf == 1.0 ? s / sqrt((double)hd) : s / sqrt((double)hd) * sf;
+        g->probs[j] = softcap((float)sv, c->attn_logit_softcapping);
         if (g->probs[j] > mx) mx = g->probs[j];
       }
       for (int64_t j = lo; j <= p; j++) sum += exp(g->probs[j] - mx);
@@ -134,13 +159,14 @@ static void llama_step(sl_gen *g, int32_t tok) {
       }
     }
     matvec(g->h, tens(g, u, "o_proj.weight"), g->att, C, nh * hd, tens(g, u, "o_proj.bias"));
-    for (int64_t i = 0; i < C; i++) g->x[i] += g->h[i];
-    rmsnorm(g->h, g->x, tens(g, u, "post_attention_layernorm.weight"), C, eps);
+    residual_add(g, u, "post_attention_layernorm.weight", g->h);
+    rmsnorm_p(g->h, g->x, tens(g, u, pl ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"), C,
+              eps, pl);
     matvec(g->a, tens(g, u, "gate_proj.weight"), g->h, I, C, tens(g, u, "gate_proj.bias"));
     matvec(g->b, tens(g, u, "up_proj.weight"), g->h, I, C, tens(g, u, "up_proj.bias"));
-    for (int64_t i = 0; i < I; i++) g->a[i] = silu(g->a[i]) * g->b[i];
+    for (int64_t i = 0; i < I; i++) g->a[i] = (pl ? gelu_tanh(g->a[i]) : silu(g->a[i])) * g->b[i];
     matvec(g->h, tens(g, u, "down_proj.weight"), g->a, C, I, tens(g, u, "down_proj.bias"));
-    for (int64_t i = 0; i < C; i++) g->x[i] += g->h[i];
+    residual_add(g, u, "post_feedforward_layernorm.weight", g->h);
   }
   head(g);
 }

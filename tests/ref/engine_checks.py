@@ -196,6 +196,24 @@ def compare_training(ck, label, metrics_path, save_dir, ref_rows, ref_model):
        f"worst {worst} {errs[worst]:.2e}" + (f"; over: {sorted(bad)}" if bad else ""))
 
 
+def train_check(ck, exe, w, mdir, data, stream, arch, model_type):
+    """10 AdamW steps of the engine vs the reference from model dir mdir (one
+    line per compared series) and the saved config's architecture."""
+    ref_m = L.load_hf(mdir)
+    ref_rows = L.train(ref_m, stream, STEPS, B, T, ACCUM, HP["lr"], HP["min_lr"], HP["warmup"], HP["wd"], HP["b1"],
+                       HP["b2"], HP["eps"], HP["clip"])
+    met, save = os.path.join(w, "metrics.jsonl"), os.path.join(w, "saved")
+    ok, msg = run_engine(exe, train_args(mdir, data, met, save, "none"), met + ".log")
+    if not ok:
+        ck("train", False, msg)
+        return None
+    compare_training(ck, "[train]", met, save, ref_rows, ref_m)
+    c = common.config_read(save)
+    ck(f"saved config is {arch}", c.get("architectures") == [arch] and c.get("model_type") == model_type,
+       str(c.get("architectures")))
+    return c
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shardlm", required=True)

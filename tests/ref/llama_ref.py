@@ -456,8 +456,8 @@ class LlamaForCausalLM(nn.Module):
             cos, sin, lcos, lsin = cos[pos], sin[pos], lcos[pos], lsin[pos]  # (B, T, hd)
             hide = torch.arange(T)[None, None, :] < seg[:, :, None]  # (B, T, T): j < seg[i]
         x = self.model.embed_tokens(idx)
-        if c.gemma:  # sqrt(hidden) rounded to the activation dtype, as HF's normalizer
-            x = x * torch.tensor(c.hidden_size ** 0.5, dtype=x.dtype)
+        if c.gemma and not getattr(c, "no_embed_scale", False):  # sqrt(hidden) rounded to the
+            x = x * torch.tensor(c.hidden_size ** 0.5, dtype=x.dtype)  # activation dtype, as HF's normalizer
         for layer in self.model.layers:
             x = layer(x, lcos, lsin, hide) if layer.local else layer(x, cos, sin, hide)
         x = self.model.norm(x)

@@ -50,19 +50,7 @@ def main():
             eq, d = E.tensors_bit_equal(dumps["none"], dumps[mode])
             ck(f"dump bit-identical none vs {mode}", eq, d)
 
-    # 10 AdamW steps
-    ref_m = L.load_hf(mdir)
-    ref_rows = L.train(ref_m, stream, E.STEPS, E.B, E.T, E.ACCUM, E.HP["lr"], E.HP["min_lr"], E.HP["warmup"],
-                       E.HP["wd"], E.HP["b1"], E.HP["b2"], E.HP["eps"], E.HP["clip"])
-    met, save = os.path.join(w, "metrics.jsonl"), os.path.join(w, "saved")
-    ok, msg = E.run_engine(exe, E.train_args(mdir, data, met, save, "none"), met + ".log")
-    if ok:
-        E.compare_training(ck, "[train]", met, save, ref_rows, ref_m)
-        c = common.config_read(save)
-        ck("saved config is Qwen2", c.get("architectures") == ["Qwen2ForCausalLM"] and c.get("model_type") == "qwen2",
-           str(c.get("architectures")))
-    else:
-        ck("train", False, msg)
+    E.train_check(ck, exe, w, mdir, data, stream, "Qwen2ForCausalLM", "qwen2")  # 10 AdamW steps
 
     # negative control: the biases zeroed in the engine's input
     off = os.path.join(w, "model_nobias")
