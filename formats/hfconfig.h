@@ -20,7 +20,8 @@ typedef enum {
   SL_ARCH_MAMBA,
   SL_ARCH_QWEN2,
   SL_ARCH_QWEN3,
-  SL_ARCH_GEMMA2
+  SL_ARCH_GEMMA2,
+  SL_ARCH_GEMMA3 /* Gemma3ForCausalLM (gemma3_text) */
 } sl_arch;
 
 /* config.json's rope_scaling (docs/formats.md): the rules of transformers'
@@ -70,12 +71,14 @@ typedef struct {
   int o_bias;                   /* o_proj has a bias (Llama/Qwen3 attention_bias; never Qwen2) */
   int mlp_bias;                 /* gate/up/down projections have a bias (Llama mlp_bias) */
   int qk_norm;                  /* per-head RMSNorm of q and k over head_dim before RoPE (Qwen3) */
-  /* Gemma 2 (Gemma2ForCausalLM; models/llama.c's Gemma options, docs/models.md) */
+  /* Gemma 2 / Gemma 3 text (models/llama.c's Gemma options, docs/models.md) */
   int gemma;                      /* (1 + w) norms, four per layer, embeddings * sqrt(H), tanh-GELU GeGLU */
   double attn_logit_softcapping;  /* 0 = none (also for null) */
   double final_logit_softcapping; /* 0 = none (also for null) */
   double query_pre_attn_scalar;   /* scores * this^-0.5; 0 = head_dim */
-  int window_every;               /* 0: sliding_window on every layer; 2: on layers i with (i+1) % 2 != 0 */
+  int window_every;               /* 0: sliding_window on every layer; k: on layers i with (i+1) % k != 0
+                                     (Gemma 2: 2; Gemma 3: sliding_window_pattern, 6) */
+  double rope_local_base_freq;    /* Gemma 3: the sliding layers' RoPE base (no rope_scaling); 0: none */
   /* Mamba */
   int64_t state_size;                                                    /* N (d_state), default 16 */
   int64_t expand;                                                        /* default 2 */
@@ -91,7 +94,7 @@ typedef struct {
   int64_t pad_vocab_size_multiple; /* state-spaces only (1 otherwise) */
 } sl_model_config;
 
-const char *sl_arch_name(sl_arch a); /* "llama", "mistral", "qwen2", "qwen3", "mamba", "gemma2" */
+const char *sl_arch_name(sl_arch a); /* "llama", "mistral", "qwen2", "qwen3", "mamba", "gemma2", "gemma3_text" */
 
 /* Parses and validates config.json text (len bytes, need not be 0-terminated).
  * path_for_msgs is only used in messages. This is the fuzzing entry point. */

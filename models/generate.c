@@ -31,6 +31,7 @@ struct sl_gen {
   int64_t nh, nkv, hd, cap; /* cap: positions the K/V cache holds */
   float **kc, **vc;         /* (L) x (cap, nkv*hd) */
   float *inv_freq;          /* (hd/2) */
+  float *inv_freq_local;    /* (hd/2) Gemma 3's sliding layers (rope_local_base_freq), else NULL */
   /* Mamba */
   int64_t D, S, R, K;
   float **conv, **ssm; /* (L) x (D, K) last K conv inputs; (D, S) state */
@@ -94,11 +95,11 @@ static void residual_add(sl_gen *g, int u, const char *name, float *y) {
   for (int64_t i = 0; i < g->C; i++) g->x[i] += y[i];
 }
 
-/* ---- Llama / Mistral / Qwen2 / Qwen3 / Gemma 2: one position through the K/V cache ---------------------- */
-static void rope(const sl_gen *g, float *v, int64_t nheads, int64_t pos) {
+/* ---- Llama / Mistral / Qwen2 / Qwen3 / Gemma 2 / 3: one position through the K/V cache ---------------------- */
+static void rope(const sl_gen *g, const float *inv_freq, float *v, int64_t nheads, int64_t pos) {
   int64_t h2 = g->hd / 2;
   for (int64_t i = 0; i < h2; i++) {
-    float f = (float)pos * g->inv_freq[i], c = cosf(f), s = sinf(f);
+    float f = (float)pos * inv_freq[i], c = cosf(f), s = sinf(f);
     for (int64_t h = 0; h < nheads; h++) {
       float *x = v + h * g->hd, x1 = x[i], x2 = x[i + h2];
       x[i] = x1 * c - x2 * s;
@@ -122,7 +123,7 @@ static void llama_step(sl_gen *g, int32_t tok) {
   for (int64_t l = 0; l < g->L; l++) {
     int u = (int)l + 1;
     float *kr = g->kc[l] + p * KV, *vr = g->vc[l] + p * KV;
-    /* Mistral's window on every layer, Gemma 2's on the even ones */
+    /* Mistral's window on every layer, Gemma's on layers l with (l + 1) % window_every != 0 */
     int64_t win = c->arch == SL_ARCH_MISTRAL || (pl && (c->window_every == 0 || (l + 1) % c->window_every))
                       ? c->sliding_window
                       : 0;
@@ -132,12 +133,14 @@ static void llama_step(sl_gen *g, int32_t tok) {
     matvec(g->q, tens(g, u, "q_proj.weight"), g->h, nh * hd, C, tens(g, u, "q_proj.bias"));
     matvec(kr, tens(g, u, "k_proj.weight"), g->h, KV, C, tens(g, u, "k_proj.bias"));
     matvec(vr, tens(g, u, "v_proj.weight"), g->h, KV, C, tens(g, u, "v_proj.bias"));
-    if (g->c.qk_norm) { /* Qwen3: each q and k head over head_dim, before RoPE */
-      for (int64_t h = 0; h < nh; h++) rmsnorm(g->q + h * hd, g->q + h * hd, tens(g, u, "q_norm.weight"), hd, eps);
-      for (int64_t h = 0; h < nkv; h++) rmsnorm(kr + h * hd, kr + h * hd, tens(g, u, "k_norm.weight"), hd, eps);
+    if (g->c.qk_norm) { /* Qwen3, Gemma 3 (1 + w): each q and k head over head_dim, before RoPE */
+      for (int64_t h = 0; h < nh; h++)
+        rmsnorm_p(g->q + h * hd, g->q + h * hd, tens(g, u, "q_norm.weight"), hd, eps, pl);
+      for (int64_t h = 0; h < nkv; h++) rmsnorm_p(kr + h * hd, kr + h * hd, tens(g, u, "k_norm.weight"), hd, eps, pl);
     }
-    rope(g, g->q, nh, p);
-    rope(g, kr, nkv, p);
+    const float *freq = g->inv_freq_local && win > 0 ? g->inv_freq_local : g->inv_freq;
+    rope(g, freq, g->q, nh, p);
+    rope(g, freq, kr, nkv, p);
     for (int64_t h = 0; h < nh; h++) {
       const float *q = g->q + h * hd;
       int64_t kvh = h / rep;
@@ -230,6 +233,7 @@ void sl_gen_free(sl_gen *g) {
     for (int u = 0; u < g->m->nunits; u++) sl_free(g->flat[u]);
   free(g->flat);
   free(g->inv_freq);
+  free(g->inv_freq_local);
   free(g->x);
   free(g->h);
   free(g->a);
@@ -293,6 +297,10 @@ int sl_gen_load(const char *dir, sl_gen **out) {
     rc = g->inv_freq && g->kc && g->vc ? SL_OK : SL_ENOMEM;
     /* the training model's table (models/rope.c), rope_scaling included */
     if (!rc) sl_rope_inv_freq_cfg(g->inv_freq, c);
+    if (!rc && c->rope_local_base_freq > 0) { /* Gemma 3's sliding layers: plain RoPE on their own base */
+      if (!(g->inv_freq_local = malloc(sizeof(float) * (size_t)(g->hd / 2)))) rc = SL_ENOMEM;
+      else sl_rope_inv_freq(g->inv_freq_local, g->hd, (float)c->rope_local_base_freq);
+    }
   }
   if (!rc) {
     size_t n = (size_t)(wide > g->V ? wide : g->V) + 16;

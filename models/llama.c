@@ -51,12 +51,19 @@
 static void llama_destroy(sl_model *m) {
   llama_priv *p = sl_dec(m)->blk;
   if (p->inv_freq) m->ops->free(m->k, p->inv_freq);
+  if (p->inv_freq_local) m->ops->free(m->k, p->inv_freq_local);
 }
 
 /* Layer l's attention window: Mistral's on every layer, Gemma 2's on the
- * even ones (transformers' layer_types default), 0: full causal. */
+ * even ones, Gemma 3's on layers l with (l + 1) % sliding_window_pattern != 0
+ * (transformers' layer_types defaults), 0: full causal. */
 int64_t sl_llama_layer_window(const llama_priv *p, int l) {
   return p->window_every && (l + 1) % p->window_every == 0 ? 0 : p->window;
+}
+
+/* Layer l's RoPE table: Gemma 3's sliding layers use rope_local_base_freq's. */
+const float *sl_llama_layer_freq(const llama_priv *p, int l) {
+  return p->inv_freq_local && sl_llama_layer_window(p, l) > 0 ? p->inv_freq_local : p->inv_freq;
 }
 
 static void block_attn_core(sl_model *m, llama_priv *p, layer_acts *a, int l) {
@@ -89,10 +96,21 @@ static void post_norm(sl_model *m, const llama_priv *p, float *out, float *rstd,
  * q/k heads. */
 static void qk_norm_fwd(sl_model *m, const llama_priv *p, layer_acts *a, const blockw *w) {
   int64_t N = p->N, hd = p->hd;
+  const float *qw = sl_llama_qk_norm_w(m, p, w);
   m->ops->copy(m->k, a->qkr, a->qkv, (size_t)(N * p->Q) * 4);
   for (int64_t h = 0; h < p->nh + p->nkv; h++)
-    m->ops->rmsnorm_fwd(m->k, a->qkv + h * hd, a->qkrs + h * N, a->qkr + h * hd, h < p->nh ? w->qn : w->kn, N, hd,
+    m->ops->rmsnorm_fwd(m->k, a->qkv + h * hd, a->qkrs + h * N, a->qkr + h * hd, h < p->nh ? qw : qw + hd, N, hd,
                         p->Q, p->eps);
+}
+
+/* The q/k norms' weights (q's hd, then k's): w->qn itself, or Gemma 3's
+ * 1 + w (into w1 after the block norms' four slots; its gradient is w's). */
+const float *sl_llama_qk_norm_w(sl_model *m, const llama_priv *p, const blockw *w) {
+  if (!p->gemma) return w->qn;
+  float *o = p->w1 + 4 * p->C;
+  m->ops->copy(m->k, o, w->qn, (size_t)p->qkn * 4);
+  m->ops->scale_add(m->k, o, 1.0f, 1.0f, p->qkn);
+  return o;
 }
 
 /* The input half: dy = dqkv (the gradient after the norms); the q/k heads
@@ -101,11 +119,12 @@ static void qk_norm_fwd(sl_model *m, const llama_priv *p, layer_acts *a, const b
 void sl_llama_qk_norm_bwd_input(sl_model *m, const layer_acts *a, const blockw *w, float *dy) {
   llama_priv *p = sl_dec(m)->blk;
   int64_t N = p->N, hd = p->hd, Q = p->Q;
+  const float *qw = sl_llama_qk_norm_w(m, p, w);
   m->ops->copy(m->k, dy, p->dqkv, (size_t)(N * Q) * 4);
   m->ops->zero(m->k, p->zhd, (size_t)hd * 4);
   for (int64_t h = 0; h < p->nh + p->nkv; h++) {
     m->ops->rmsnorm_fwd(m->k, p->dqkv + h * hd, p->rjunk, a->qkr + h * hd, p->zhd, N, hd, Q, p->eps);
-    m->ops->rmsnorm_bwd(m->k, p->dqkv + h * hd, NULL, dy + h * hd, a->qkr + h * hd, h < p->nh ? w->qn : w->kn,
+    m->ops->rmsnorm_bwd(m->k, p->dqkv + h * hd, NULL, dy + h * hd, a->qkr + h * hd, h < p->nh ? qw : qw + hd,
                         a->qkrs + h * N, N, hd, Q);
   }
 }
@@ -118,8 +137,9 @@ int sl_llama_qk_norm_bwd_weight(sl_model *m, const layer_acts *a, const blockw *
   llama_priv *p = sl_dec(m)->blk;
   int64_t N = p->N, hd = p->hd;
   float *gw = m->tp_size > 1 ? sl_sp_norm_dw(m, p->gqk, 2 * hd) : (float *)g->qn;
+  const float *qw = sl_llama_qk_norm_w(m, p, w);
   for (int64_t h = 0; h < p->nh + p->nkv; h++)
-    m->ops->rmsnorm_bwd(m->k, NULL, h < p->nh ? gw : gw + hd, dy + h * hd, a->qkr + h * hd, h < p->nh ? w->qn : w->kn,
+    m->ops->rmsnorm_bwd(m->k, NULL, h < p->nh ? gw : gw + hd, dy + h * hd, a->qkr + h * hd, h < p->nh ? qw : qw + hd,
                         a->qkrs + h * N, N, hd, p->Q);
   return m->tp_size > 1 ? sl_sp_norm_dw_sum(m, (float *)g->qn, p->gqk, 2 * hd) : SL_OK;
 }
@@ -141,7 +161,7 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   if (rc) return rc;
   o->linear_fwd(k, a->qkv, a->ln1, w.wqkv, w.bqkv, N, C, p->Q);
   if (p->qkn) qk_norm_fwd(m, p, a, &w);
-  o->rope_fwd(k, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
+  o->rope_fwd(k, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, sl_llama_layer_freq(p, l), m->seg);
   block_attn_core(m, p, a, l);
   float *ao = p->gemma ? a->ao : a->xmid; /* Gemma: xmid = x + norm(ao) */
   o->linear_fwd(k, p->sp ? dln : ao, a->att, w.wo, sl_llama_row_bias(m, w.bo), N, p->A, C);
@@ -261,7 +281,7 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
   m->ops->zero(m->k, p->dqkv, (size_t)(N * p->Q) * 4);
   o->attention_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd,
                    sl_llama_layer_window(p, l), p->scale, m->seg, p->softcap);
-  o->rope_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
+  o->rope_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, sl_llama_layer_freq(p, l), m->seg);
   if (p->qkn) {
     sl_llama_qk_norm_bwd_input(m, a, &w, p->dqn);
     if ((rc = sl_llama_qk_norm_bwd_weight(m, a, &w, &g, p->dqn))) return rc;
@@ -370,7 +390,7 @@ static int llama_alloc_scratch(sl_model *m) {
       !(p->dqkv = sl_model_buf(m, N * p->Q, SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
   if (p->sp && !(p->gnorm = sl_model_buf(m, (p->gemma ? 4 : 2) * C, SL_ARENA_WORKSPACE))) return SL_ENOMEM;
-  if (p->gemma && (!(p->w1 = sl_model_buf(m, 4 * C, SL_ARENA_WORKSPACE)) ||
+  if (p->gemma && (!(p->w1 = sl_model_buf(m, 4 * C + p->qkn, SL_ARENA_WORKSPACE)) ||
                    !(p->dpost = sl_model_buf(m, N * C, SL_ARENA_WORKSPACE))))
     return SL_ENOMEM;
   if (p->qkn && (!(p->dqn = sl_model_buf(m, N * p->Q, SL_ARENA_WORKSPACE)) ||
@@ -440,8 +460,12 @@ static int llama_prepare(sl_model *m) {
   if (!inv) return sl_fail(SL_ENOMEM, "out of memory");
   sl_rope_inv_freq_cfg(inv, &m->cfg); /* c->rope_scaling's rule */
   p->inv_freq = sl_rope_table_upload(m->ops, m->k, inv, p->hd);
+  if (p->inv_freq && m->cfg.rope_local_base_freq > 0) { /* Gemma 3's sliding layers: plain RoPE, their own base */
+    sl_rope_inv_freq(inv, p->hd, (float)m->cfg.rope_local_base_freq);
+    p->inv_freq_local = sl_rope_table_upload(m->ops, m->k, inv, p->hd);
+  }
   free(inv);
-  return p->inv_freq ? SL_OK : SL_ENOMEM;
+  return p->inv_freq && (p->inv_freq_local || !(m->cfg.rope_local_base_freq > 0)) ? SL_OK : SL_ENOMEM;
 }
 
 static int llama_init(sl_model *m, sl_decoder *d) {
@@ -495,7 +519,7 @@ static void llama_caps(const sl_model_config *c, sl_model_caps *out) {
                          .recurrent = 0,
                          .zb_split = 1,
                          .zb_split_accum = 1,
-                         .bf16 = !c->gemma, /* Gemma 2 has no bf16 mirror yet */
+                         .bf16 = !c->gemma, /* Gemma 2 / 3 have no bf16 mirror yet */
                          .tp_width = c->num_attention_heads};
 }
 

@@ -49,12 +49,14 @@ typedef struct {
                    then the slice's earlier micro-batches' sum (kvrep > 1; kv_grad_begin) */
   float eps;
   float *inv_freq;  /* (hd/2) backend memory: the RoPE frequencies (models/rope.h), B > 0 */
+  float *inv_freq_local; /* (hd/2) Gemma 3's sliding layers' (rope_local_base_freq), else NULL */
   float scale;      /* attention's softmax scale (sl_rope_score_scale) */
   int sp;           /* sequence parallelism (rows n = N/T of the stream per rank) */
   int gemma;        /* Gemma 2: (1 + w) norms, post-attention / post-feedforward norms, GeGLU */
   float softcap;    /* attention-logit softcap (Gemma 2), 0: none */
   int window_every; /* 0: window on every layer; 2: on layers l with (l + 1) % 2 != 0 (Gemma 2) */
-  float *w1;        /* (4, C) Gemma: the (1 + w) weights of the block's four norms (workspace) */
+  float *w1;        /* (4C + qkn) Gemma: the (1 + w) weights of the block's four norms, then
+                       Gemma 3's q/k norms' (workspace) */
   float *dpost;     /* (N, C) Gemma: a post-norm's input gradient (workspace) */
   int64_t n;        /* token rows of the residual stream on this rank: N, or N/T under sp */
   /* backward scratch (workspace), besides the skeleton's dres, dln, xl */
@@ -111,8 +113,11 @@ static inline const float *sl_llama_row_bias(const sl_model *m, const float *b) 
  * (summed over TP: each rank's heads are a part). */
 void sl_llama_qk_norm_bwd_input(sl_model *m, const layer_acts *a, const blockw *w, float *dy);
 int sl_llama_qk_norm_bwd_weight(sl_model *m, const layer_acts *a, const blockw *w, const blockw *g, const float *dy);
-/* Layer l's attention window (0: full causal). */
+/* Layer l's attention window (0: full causal) and RoPE table. */
 int64_t sl_llama_layer_window(const llama_priv *p, int l);
+const float *sl_llama_layer_freq(const llama_priv *p, int l);
+/* The q/k norms' weights (2*hd): w->qn, or Gemma 3's 1 + w (in p->w1). */
+const float *sl_llama_qk_norm_w(sl_model *m, const llama_priv *p, const blockw *w);
 /* The weight a norm multiplies by: w, or Gemma's 1 + w in slot `slot` of p->w1. */
 const float *sl_llama_norm_w(sl_model *m, const llama_priv *p, const float *w, int slot);
 /* The split backward's block halves (models/llama_split.c): sl_block_kind's. */

@@ -125,7 +125,7 @@ int sl_llama_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
   o->zero(k, p->dqkv, (size_t)(N * p->Q) * 4);
   o->attention_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd,
                    sl_llama_layer_window(p, l), p->scale, m->seg, p->softcap);
-  o->rope_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
+  o->rope_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, sl_llama_layer_freq(p, l), m->seg);
   if (p->qkn) sl_llama_qk_norm_bwd_input(m, a, &w, s.dqn);
   o->copy(k, s.dqkv, p->dqkv, (size_t)(N * p->Q) * 4);
   o->zero(k, dln, (size_t)(N * C) * 4);

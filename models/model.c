@@ -96,6 +96,7 @@ static const struct {
     {SL_ARCH_QWEN2, &sl_llama_block},  /* Llama with q/k/v biases (cfg.qkv_bias) */
     {SL_ARCH_QWEN3, &sl_llama_block},  /* Llama with q/k norms (cfg.qk_norm), attention_bias */
     {SL_ARCH_GEMMA2, &sl_llama_block}, /* the Gemma options (cfg.gemma) */
+    {SL_ARCH_GEMMA3, &sl_llama_block}, /* the Gemma options with q/k norms, two RoPE tables */
     {SL_ARCH_MAMBA, &sl_mamba_block},
 };
 

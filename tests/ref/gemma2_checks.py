@@ -59,6 +59,19 @@ def variant(src, dst, **cfg_edits):
     return dst
 
 
+def dump_checks(ck, exe, w, mdir, data, tag, ref, names):
+    """The engine's dumps under each checkpointing mode: the first against
+    the reference dump ref, the others bit-identical to it."""
+    dumps = {mode: engine_dump(ck, exe, w, mdir, data, tag, mode) for mode in E.CKPT}
+    if dumps["none"]:
+        E.compare_dump(ck, "dump vs PyTorch: logits, loss, every grad (2e-5 rel)", dumps["none"], ref, names)
+    for mode in E.CKPT[1:]:
+        if dumps["none"] and dumps[mode]:
+            eq, d = E.tensors_bit_equal(dumps["none"], dumps[mode])
+            ck(f"dump bit-identical none vs {mode}", eq, d)
+    return dumps
+
+
 def miss(ck, label, eng_logits, ref_logits):
     err = E.rel_err(eng_logits.reshape(ref_logits.shape), ref_logits)
     ck(f"negative control: {label}", err > 10 * E.DUMP_TOL, f"logits rel {err:.2e} (bound {E.DUMP_TOL:g})")
@@ -76,13 +89,7 @@ def main():
        sum(n.endswith("layernorm.weight") for n in names) == 12 and cfg.layer_windows == [WINDOW, 0, WINDOW],
        str(cfg.layer_windows))
     ref = L.dump(ref_m, stream, E.B, E.T)
-    dumps = {mode: engine_dump(ck, exe, w, mdir, data, "gemma2", mode) for mode in E.CKPT}
-    if dumps["none"]:
-        E.compare_dump(ck, "dump vs PyTorch: logits, loss, every grad (2e-5 rel)", dumps["none"], ref, names)
-    for mode in E.CKPT[1:]:
-        if dumps["none"] and dumps[mode]:
-            eq, d = E.tensors_bit_equal(dumps["none"], dumps[mode])
-            ck(f"dump bit-identical none vs {mode}", eq, d)
+    dumps = dump_checks(ck, exe, w, mdir, data, "gemma2", ref, names)
 
     c = E.train_check(ck, exe, w, mdir, data, stream, "Gemma2ForCausalLM", "gemma2")  # 10 AdamW steps
     if c is not None:

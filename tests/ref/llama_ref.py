@@ -86,6 +86,10 @@ class LlamaConfig:
             self.qkv_bias = self.o_bias = bool(d.get("attention_bias", False))
             self.qk_norm = self.gemma3
             self.tie_word_embeddings = bool(d.get("tie_word_embeddings", True))
+            if hd is None:  # Gemma2Config's / Gemma3TextConfig's default head_dim
+                self.head_dim = 256
+            if self.gemma3 and d.get("rope_theta") is None:  # Gemma3TextConfig's default
+                self.rope_theta = 1000000.0
         act = d.get("hidden_activation") or d.get("hidden_act") or "silu"
         assert act in ("silu", "gelu_pytorch_tanh"), act
         self.act = act

@@ -15,7 +15,8 @@
 # TP 2 with SP (1e-5) and PP 2 zb1p (bit-identical). Gemma 2 (sandwich
 # (1 + w) norms, softcaps, a window on even layers): DP 2 ZeRO 3 with CPU
 # optimizer offload at 1e-5, PP 2 1f1b and zb1p bit-identical, DP 2 x TP 2
-# with SP at 1e-5.
+# with SP at 1e-5. Gemma 3 ((1 + w) q/k norms, layer 0 sliding on the local
+# RoPE base, layer 1 global with linear rope_scaling) the same way.
 source "${SL_SRC:?}/tests/lib/run.sh" mpi_parity_arch mpi numpy
 tiny_model "$W/mistral" mistral '"hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2'
 tiny_model "$W/qwen2" llama '"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "num_hidden_layers": 2'
@@ -26,6 +27,9 @@ tiny_model "$W/llama_b" llama '"num_hidden_layers": 2, "attention_bias": true, "
 tiny_model "$W/gemma2" tied '"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "num_hidden_layers": 2,
  "head_dim": 8, "sliding_window": 6, "attn_logit_softcapping": 2.0, "final_logit_softcapping": 3.0,
  "query_pre_attn_scalar": 8, "hidden_activation": "gelu_pytorch_tanh"'
+tiny_model "$W/gemma3" tied '"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "num_hidden_layers": 2,
+ "head_dim": 8, "sliding_window": 6, "sliding_window_pattern": 2, "rope_local_base_freq": 100.0, "rope_theta": 10000.0,
+ "rope_scaling": {"rope_type": "linear", "factor": 4.0}, "query_pre_attn_scalar": 8'
 tiny_model "$W/mamba_ub" mamba '"num_hidden_layers": 2, "conv_kernel": 3, "time_step_rank": 3,
  "use_bias": true, "use_conv_bias": false, "tie_word_embeddings": false, "layer_norm_epsilon": null'
 tiny_data "$W/data"
@@ -87,6 +91,11 @@ run gemma2 w2z3off 2 3 2 --zero 3 --offload-optimizer cpu && check gemma2 w2z3of
 run gemma2 tp2sp 4 3 2 --tp 2 --sequence-parallel --zero 3 && check gemma2 tp2sp base --rtol 1e-5
 for s in 1f1b zb1p; do run gemma2 pp2$s 2 3 4 --pp 2 --pp-schedule $s && check gemma2 pp2$s base --exact; done
 run gemma2 tp2pp2zb 4 3 4 --tp 2 --sequence-parallel --pp 2 --pp-schedule zb1p && check gemma2 tp2pp2zb base --rtol 1e-5
+# Gemma 3: the (1 + w) q/k norms replicated over TP (their gradients summed), two RoPE tables
+run gemma3 base 1 3 4 --zero 0
+run gemma3 w2z3off 2 3 2 --zero 3 --offload-optimizer cpu && check gemma3 w2z3off base --rtol 1e-5
+run gemma3 tp2sp 4 3 2 --tp 2 --sequence-parallel --zero 3 && check gemma3 tp2sp base --rtol 1e-5
+for s in 1f1b zb1p; do run gemma3 pp2$s 2 3 4 --pp 2 --pp-schedule $s && check gemma3 pp2$s base --exact; done
 # Mamba, checkpointing under ZeRO-3 on 2 ranks: selective/full bit-identical to none
 run mamba acsel 2 3 2 --zero 3 --activation-checkpoint selective && check mamba acsel w2z3 --exact
 run mamba acfull 2 3 2 --zero 3 --activation-checkpoint full && check mamba acfull w2z3 --exact
