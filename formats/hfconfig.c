@@ -445,8 +445,8 @@ static int parse_gemma(const char *p, json_t *o, sl_model_config *c) {
       return rc;
     if (c->attn_logit_softcapping > 0)
       return sl_fail(SL_EINPUT,
-                     "%s: field 'attn_logit_softcapping' = %g is not supported for Gemma 3 (expected null: "
-                     "transformers' Gemma3Attention does not cap its scores)",
+                     "%s: field 'attn_logit_softcapping' = %g is not supported for Gemma 3 (expected null, as "
+                     "the published configs: a capped Gemma 3 attention is not implemented)",
                      p, c->attn_logit_softcapping);
     if (!(c->rope_local_base_freq > 0))
       return sl_fail(SL_EINPUT, "%s: field 'rope_local_base_freq' must be positive, found %g", p,
