@@ -30,8 +30,8 @@
 #include "engine/eval.h"
 #include "engine/guard.h"
 #include "engine/hosts.h"
-#include "engine/report_pp.h"
 #include "engine/precheck.h"
+#include "engine/report_pp.h"
 #include "engine/rundir.h"
 #include "engine/schedule.h"
 #include "engine/signals.h"
@@ -260,13 +260,17 @@ void sl_trainer_free(trainer *t) {
   sl_rundir_release(&t->lock_fd);
 }
 
-/* --doc-attention-mask: models that declare it (sl_model_caps doc_mask); resolves --eod-id. */
+/* --doc-attention-mask: models that declare it (sl_model_caps doc_mask); resolves --eod-id.
+ * Also --compute-dtype bf16: models that declare it (sl_model_caps bf16). */
 static int doc_mask_check(trainer *t) {
   sl_train_cfg *c = &t->cfg;
-  if (!c->doc_attention_mask) return SL_OK;
   sl_model_caps caps;
   int rc = sl_model_caps_of(&t->mcfg, &caps);
   if (rc) return rc;
+  if (sl_train_cfg_compute_bf16(c, t->dev) && !caps.bf16)
+    return sl_fail(SL_EINPUT, "--compute-dtype bf16: not supported for %s yet (no bf16 reference checks it); use fp32",
+                   t->mcfg.arch_name);
+  if (!c->doc_attention_mask) return SL_OK;
   if (!caps.doc_mask)
     return sl_fail(SL_EINPUT,
                    "--doc-attention-mask: not supported for %s (it has no attention; its "

@@ -42,6 +42,8 @@ const char *sl_arch_name(sl_arch a) {
   case SL_ARCH_MIXTRAL: return "mixtral";
   case SL_ARCH_QWEN3_MOE: return "qwen3_moe";
   case SL_ARCH_QWEN3: return "qwen3";
+  case SL_ARCH_GEMMA2: return "gemma2";
+  case SL_ARCH_GEMMA3: return "gemma3_text";
   default: return "unknown";
   }
 }
@@ -402,9 +404,11 @@ static int want_full_attention(const char *p, json_t *o) {
 /* The Llama block's options by architecture (transformers' modeling_llama.py,
  * modeling_qwen2.py, modeling_qwen3.py): Llama's attention_bias (q/k/v/o) and
  * mlp_bias (gate/up/down); Qwen2's q/k/v biases (o_proj unbiased, no field
- * says so); Qwen3's per-head q/k RMSNorm with attention_bias (q/k/v/o). */
+ * says so); Qwen3's per-head q/k RMSNorm with attention_bias (q/k/v/o);
+ * Gemma's options are parse_gemma's. */
 static int parse_block_options(const char *p, json_t *o, sl_model_config *c) {
   int rc, ab = 0;
+  if (c->gemma) return SL_OK; /* attention_bias checked in parse_gemma; no MLP bias field */
   if (c->arch == SL_ARCH_QWEN2 || c->arch == SL_ARCH_QWEN3 || c->arch == SL_ARCH_QWEN3_MOE) {
     if ((rc = want_false(p, o, "use_sliding_window", "per-layer sliding windows are not implemented"))) return rc;
   }
@@ -427,35 +431,144 @@ static int parse_block_options(const char *p, json_t *o, sl_model_config *c) {
   return get_bool(p, o, "mlp_bias", 0, &c->mlp_bias); /* Llama */
 }
 
+/* A softcap: absent -> def (0: none), null -> 0 (none), else a positive number. */
+static int get_cap(const char *p, json_t *o, const char *key, double def, double *out) {
+  json_t *v = json_object_get(o, key);
+  if (!v || json_is_null(v)) {
+    *out = v ? 0 : def;
+    return SL_OK;
+  }
+  int rc = get_num(p, o, key, def, out);
+  if (!rc && !(*out > 0)) return sl_fail(SL_EINPUT, "%s: field '%s' must be positive or null, found %g", p, key, *out);
+  return rc;
+}
+
+/* Gemma's layer_types, when given: "sliding_attention" on layers i with
+ * (i + 1) % k != 0, "full_attention" on the others, for one k (Gemma 2: 2;
+ * Gemma 3: read from the list, the first full layer's index + 1, 0 when none
+ * is full: a window on every layer), which must match `pattern` when that
+ * is not -1. Sets c->window_every. */
+static int gemma_layer_types(const char *p, json_t *o, sl_model_config *c, int64_t pattern) {
+  json_t *lt = json_object_get(o, "layer_types");
+  if (!lt || json_is_null(lt)) return SL_OK;
+  if (!json_is_array(lt) || (int64_t)json_array_size(lt) != c->num_hidden_layers)
+    return sl_fail(SL_EINPUT, "%s: field 'layer_types' must be an array of num_hidden_layers = %lld strings", p,
+                   (long long)c->num_hidden_layers);
+  int64_t k = 0;
+  for (size_t i = 0; i < json_array_size(lt) && !k; i++) {
+    json_t *t = json_array_get(lt, i);
+    if (json_is_string(t) && !strcmp(json_string_value(t), "full_attention")) k = (int64_t)i + 1;
+  }
+  if (pattern >= 0 && k != pattern && !(k == 0 && pattern > c->num_hidden_layers))
+    return sl_fail(SL_EINPUT,
+                   "%s: field 'layer_types' has its first full_attention layer at %lld (expected %lld: the "
+                   "sliding_window_pattern / Gemma 2 alternation)",
+                   p, (long long)k - 1, (long long)pattern - 1);
+  for (size_t i = 0; i < json_array_size(lt); i++) {
+    json_t *t = json_array_get(lt, i);
+    const char *want = k && (i + 1) % (size_t)k == 0 ? "full_attention" : "sliding_attention";
+    if (!json_is_string(t) || strcmp(json_string_value(t), want))
+      return sl_fail(SL_EINPUT,
+                     "%s: field 'layer_types[%zu]' is not \"%s\": only a periodic pattern (sliding on layers i with "
+                     "(i + 1) %% %lld != 0) is implemented",
+                     p, i, want, (long long)k);
+  }
+  c->window_every = (int)k;
+  return SL_OK;
+}
+
+/* Gemma 2 and Gemma 3 text (transformers' configuration_gemma2.py /
+ * configuration_gemma3.py defaults): the activation, softcaps,
+ * query_pre_attn_scalar, the sliding window's layers (Gemma 2: every other;
+ * Gemma 3: sliding_window_pattern or layer_types), Gemma 3's q/k norms, its
+ * rope_theta default and the sliding layers' rope_local_base_freq. */
+static int parse_gemma(const char *p, json_t *o, sl_model_config *c) {
+  int rc, g3 = c->arch == SL_ARCH_GEMMA3;
+  int64_t pat = 2;
+  c->gemma = 1;
+  c->qk_norm = g3;
+  c->window_every = 2;
+  json_t *ha = json_object_get(o, "hidden_activation");
+  const char *key = ha && !json_is_null(ha) ? "hidden_activation" : "hidden_act";
+  json_t *v = json_object_get(o, key);
+  if (v && !json_is_null(v) && !(json_is_string(v) && !strcmp(json_string_value(v), "gelu_pytorch_tanh")))
+    return sl_fail(SL_EINPUT, "%s: field '%s' must be \"gelu_pytorch_tanh\" (Gemma's GeGLU)", p, key);
+  if ((rc = get_cap(p, o, "attn_logit_softcapping", g3 ? 0 : 50.0, &c->attn_logit_softcapping)) ||
+      (rc = get_cap(p, o, "final_logit_softcapping", g3 ? 0 : 30.0, &c->final_logit_softcapping)) ||
+      (rc = get_num(p, o, "query_pre_attn_scalar", 256.0, &c->query_pre_attn_scalar)) ||
+      (rc = get_int(p, o, "sliding_window", 0, 4096, &c->sliding_window)) ||
+      (rc = want_false(p, o, "attention_bias", "q/k/v/o projections have no bias here")))
+    return rc;
+  if (!(c->query_pre_attn_scalar > 0))
+    return sl_fail(SL_EINPUT, "%s: field 'query_pre_attn_scalar' must be positive, found %g", p,
+                   c->query_pre_attn_scalar);
+  if (g3) {
+    json_t *sp = json_object_get(o, "sliding_window_pattern");
+    if ((rc = get_num(p, o, "rope_theta", 1000000.0, &c->rope_theta)) ||
+        (rc = get_num(p, o, "rope_local_base_freq", 10000.0, &c->rope_local_base_freq)) ||
+        (rc = get_int(p, o, "sliding_window_pattern", 0, 6, &pat)) ||
+        (rc = want_false(p, o, "use_bidirectional_attention", "bidirectional attention is not implemented")))
+      return rc;
+    if (c->attn_logit_softcapping > 0)
+      return sl_fail(SL_EINPUT,
+                     "%s: field 'attn_logit_softcapping' = %g is not supported for Gemma 3 (expected null, as "
+                     "the published configs: a capped Gemma 3 attention is not implemented)",
+                     p, c->attn_logit_softcapping);
+    if (!(c->rope_local_base_freq > 0))
+      return sl_fail(SL_EINPUT, "%s: field 'rope_local_base_freq' must be positive, found %g", p,
+                     c->rope_local_base_freq);
+    if (pat < 1 || pat > INT32_MAX)
+      return sl_fail(SL_EINPUT, "%s: field 'sliding_window_pattern' must be a positive integer, found %lld", p,
+                     (long long)pat);
+    c->window_every = (int)pat;
+    if (!sp || json_is_null(sp)) pat = -1; /* layer_types alone says which layers slide */
+  }
+  return gemma_layer_types(p, o, c, pat);
+}
+
 static int parse_attn(const char *p, json_t *o, sl_model_config *c) {
   int rc;
-  int mistral = c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_MIXTRAL, qwen = c->arch == SL_ARCH_QWEN2 || c->arch == SL_ARCH_QWEN3 ||
-                                                                     c->arch == SL_ARCH_QWEN3_MOE;
+  int mistral = c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_MIXTRAL,
+      qwen = c->arch == SL_ARCH_QWEN2 || c->arch == SL_ARCH_QWEN3 || c->arch == SL_ARCH_QWEN3_MOE,
+      gemma2 = c->arch == SL_ARCH_GEMMA2, gemma3 = c->arch == SL_ARCH_GEMMA3, gemma = gemma2 || gemma3;
   if ((rc = get_int(p, o, "hidden_size", 1, 0, &c->hidden_size)) ||
       (rc = get_int(p, o, "intermediate_size", 1, 0, &c->intermediate_size)) ||
       (rc = get_int(p, o, "num_hidden_layers", 1, 0, &c->num_hidden_layers)) ||
       (rc = get_int(p, o, "num_attention_heads", 1, 0, &c->num_attention_heads)) ||
       (rc = get_int(p, o, "vocab_size", 1, 0, &c->vocab_size)) ||
       (rc = get_int(p, o, "num_key_value_heads", 0, c->num_attention_heads, &c->num_key_value_heads)) ||
-      (rc = get_int(p, o, "max_position_embeddings", 0, mistral ? 131072 : qwen ? 32768 : 2048, &c->max_position_embeddings)) ||
+      (rc = get_int(p, o, "max_position_embeddings", 0,
+                    mistral  ? 131072
+                    : qwen   ? 32768
+                    : gemma2 ? 8192
+                    : gemma3 ? 131072
+                             : 2048,
+                    &c->max_position_embeddings)) ||
       (rc = get_num(p, o, "rms_norm_eps", 1e-6, &c->rms_norm_eps)) ||
       (rc = get_num(p, o, "rope_theta", 10000.0, &c->rope_theta)) ||
       (rc = get_num(p, o, "initializer_range", 0.02, &c->initializer_range)) ||
-      (rc = get_bool(p, o, "tie_word_embeddings", 0, &c->tie_word_embeddings)) ||
+      (rc = get_bool(p, o, "tie_word_embeddings", gemma, &c->tie_word_embeddings)) ||
       (rc = get_int(p, o, "bos_token_id", 0, -1, &c->bos_token_id)) || (rc = get_eos(p, o, c)) ||
-      (rc = want_act(p, o, "hidden_act")))
+      (rc = gemma ? parse_gemma(p, o, c) : want_act(p, o, "hidden_act")))
     return rc;
   if ((rc = parse_block_options(p, o, c))) return rc;
   if (mistral && (rc = get_int(p, o, "sliding_window", 0, 0, &c->sliding_window))) return rc;
   if ((c->arch == SL_ARCH_MIXTRAL || c->arch == SL_ARCH_QWEN3_MOE) && (rc = parse_moe(p, o, c))) return rc;
   if ((rc = want_pos_emb(p, o))) return rc;
   if ((rc = parse_rope_scaling(p, o, c))) return rc;
+  if (gemma3 && c->rope_scaling.type != SL_ROPE_DEFAULT && c->rope_scaling.type != SL_ROPE_LINEAR)
+    return sl_fail(SL_EINPUT,
+                   "%s: field 'rope_scaling' of type %s is not supported for Gemma 3 (expected null, default or "
+                   "linear: the published configs' rules)",
+                   p, sl_rope_type_name(c->rope_scaling.type));
   if (c->num_attention_heads <= 0)
     return sl_fail(SL_EINPUT, "%s: field 'num_attention_heads' must be positive, found %lld", p,
                    (long long)c->num_attention_heads);
   json_t *hd = json_object_get(o, "head_dim");
   if ((!hd || json_is_null(hd)) && c->arch == SL_ARCH_QWEN3) {
     c->head_dim = 128; /* Qwen3Config's default, not hidden_size / num_attention_heads */
+  } else if (gemma && (!hd || json_is_null(hd))) {
+    c->head_dim = 256; /* Gemma2Config's and Gemma3TextConfig's default */
   } else if (!hd || json_is_null(hd)) {
     if (c->hidden_size % c->num_attention_heads != 0)
       return sl_fail(SL_EINPUT,
@@ -601,7 +714,8 @@ int sl_hfconfig_validate(const char *p, const sl_model_config *c) {
   if (c->max_position_embeddings < 0 || c->max_position_embeddings > CFG_MAX_POS) /* 0: unset */
     return posl(p, "max_position_embeddings", c->max_position_embeddings, CFG_MAX_POS);
   if (c->arch == SL_ARCH_LLAMA || c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_QWEN2 ||
-      c->arch == SL_ARCH_QWEN3 || c->arch == SL_ARCH_MIXTRAL || c->arch == SL_ARCH_QWEN3_MOE) {
+      c->arch == SL_ARCH_QWEN3 || c->arch == SL_ARCH_MIXTRAL || c->arch == SL_ARCH_QWEN3_MOE ||
+      c->arch == SL_ARCH_GEMMA2 || c->arch == SL_ARCH_GEMMA3) {
     if ((rc = posl(p, "intermediate_size", c->intermediate_size, CFG_MAX_INTER)) ||
         (rc = posl(p, "num_attention_heads", c->num_attention_heads, CFG_MAX_HEADS)) ||
         (rc = posl(p, "num_key_value_heads", c->num_key_value_heads, CFG_MAX_HEADS)) ||
@@ -655,9 +769,31 @@ static const struct {
     {"FalconMambaForCausalLM", "falcon_mamba", SL_ARCH_MAMBA}, /* with mixer_rms */
     {"MixtralForCausalLM", "mixtral", SL_ARCH_MIXTRAL},
     {"Qwen3MoeForCausalLM", "qwen3_moe", SL_ARCH_QWEN3_MOE},
+    {"Gemma2ForCausalLM", "gemma2", SL_ARCH_GEMMA2},
+    {"Gemma3ForCausalLM", "gemma3_text", SL_ARCH_GEMMA3},
 };
 /* the FalconMambaForCausalLM row (SL_ARCH_MAMBA with mixer_rms) */
 static int falcon_row(int i) { return i >= 0 && !strcmp(k_arch[i].cls, "FalconMambaForCausalLM"); }
+
+/* Gemma names not trained (Gemma 1, Gemma 3 multimodal: docs/models.md
+ * "Gemma"); a refusal that says so, naming the field
+ * and the value it read. NULL when `a` is not a Gemma name. */
+static const char *gemma_refusal(const char *a) {
+  static const struct {
+    const char *name, *why;
+  } k[] = {
+      {"Gemma3ForConditionalGeneration",
+       "a multimodal Gemma 3 checkpoint (text_config, language_model.* tensors and a vision tower) is not trained "
+       "by shardlm, which trains text-only decoders: export the language model as a Gemma3ForCausalLM checkpoint "
+       "(text_config as its config.json, language_model.model.* renamed model.*) to train it"},
+      {"gemma3", "a multimodal Gemma 3 checkpoint is not trained by shardlm (see Gemma3ForConditionalGeneration)"},
+      {"GemmaForCausalLM", "Gemma (1) is not supported"},
+      {"gemma", "Gemma (1) is not supported"},
+  };
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+    if (!strcmp(a, k[i].name)) return k[i].why;
+  return NULL;
+}
 
 int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_config *c) {
   int rc = SL_OK, row = -1;
@@ -677,13 +813,18 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
       goto done;
     }
     const char *a = json_string_value(json_array_get(archs, 0));
+    if (gemma_refusal(a)) {
+      rc = sl_fail(SL_EINPUT, "%s: field 'architectures' = '%s': %s", p, a, gemma_refusal(a));
+      goto done;
+    }
     for (size_t i = 0; i < sizeof k_arch / sizeof k_arch[0]; i++)
       if (!strcmp(a, k_arch[i].cls)) c->arch = k_arch[i].arch, row = (int)i;
     if (!c->arch) {
       rc = sl_fail(SL_EINPUT,
                    "%s: unknown architecture '%s' in 'architectures' (supported: "
                    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
-                   "Qwen3MoeForCausalLM, MambaForCausalLM, FalconMambaForCausalLM)",
+                   "Qwen3MoeForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, MambaForCausalLM, "
+                   "FalconMambaForCausalLM)",
                    p, a);
       goto done;
     }
@@ -693,12 +834,16 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
       goto done;
     }
     const char *a = json_string_value(mt);
+    if (gemma_refusal(a)) {
+      rc = sl_fail(SL_EINPUT, "%s: field 'model_type' = '%s': %s", p, a, gemma_refusal(a));
+      goto done;
+    }
     for (size_t i = 0; i < sizeof k_arch / sizeof k_arch[0]; i++)
       if (!strcmp(a, k_arch[i].type)) c->arch = k_arch[i].arch, row = (int)i;
     if (!c->arch) {
       rc = sl_fail(SL_EINPUT,
                    "%s: unknown architecture: model_type '%s' (supported: llama, "
-                   "mistral, qwen2, qwen3, mixtral, qwen3_moe, mamba, falcon_mamba)",
+                   "mistral, qwen2, qwen3, mixtral, qwen3_moe, gemma2, gemma3_text, mamba, falcon_mamba)",
                    p, a);
       goto done;
     }
@@ -834,7 +979,7 @@ int sl_hfconfig_save(const char *path, const sl_model_config *c) {
     SETI("num_attention_heads", c->num_attention_heads);
     SETI("num_key_value_heads", c->num_key_value_heads);
     SETI("head_dim", c->head_dim);
-    SETS("hidden_act", "silu");
+    SETS("hidden_act", c->gemma ? "gelu_pytorch_tanh" : "silu");
     SETR("rms_norm_eps", c->rms_norm_eps);
     SETR("rope_theta", c->rope_theta);
     json_object_set_new(o, "rope_scaling", rope_scaling_json(c));
@@ -865,6 +1010,19 @@ int sl_hfconfig_save(const char *path, const sl_model_config *c) {
         SETR("router_aux_loss_coef", c->router_aux_loss_coef);
         SETB("output_router_logits", c->output_router_logits);
       }
+    } else if (c->gemma) {
+      SETS("hidden_activation", "gelu_pytorch_tanh");
+      if (c->arch == SL_ARCH_GEMMA3) {
+        SETI("sliding_window_pattern", c->window_every ? c->window_every : c->num_hidden_layers + 1); /* 0: all */
+        SETR("rope_local_base_freq", c->rope_local_base_freq);
+      }
+      SETI("sliding_window", c->sliding_window);
+      SETR("query_pre_attn_scalar", c->query_pre_attn_scalar);
+      if (c->attn_logit_softcapping > 0) SETR("attn_logit_softcapping", c->attn_logit_softcapping);
+      else json_object_set_new(o, "attn_logit_softcapping", json_null());
+      if (c->final_logit_softcapping > 0) SETR("final_logit_softcapping", c->final_logit_softcapping);
+      else json_object_set_new(o, "final_logit_softcapping", json_null());
+      SETB("attention_bias", 0);
     } else {
       SETB("attention_bias", c->o_bias);
       SETB("mlp_bias", c->mlp_bias);

@@ -21,7 +21,9 @@ typedef enum {
   SL_ARCH_QWEN2,
   SL_ARCH_QWEN3,
   SL_ARCH_MIXTRAL,
-  SL_ARCH_QWEN3_MOE
+  SL_ARCH_QWEN3_MOE,
+  SL_ARCH_GEMMA2,
+  SL_ARCH_GEMMA3 /* Gemma3ForCausalLM (gemma3_text) */
 } sl_arch;
 
 /* config.json's rope_scaling (docs/formats.md): the rules of transformers'
@@ -79,6 +81,14 @@ typedef struct {
   int moe_norm_topk;           /* renormalise the k routing weights to sum 1 (Mixtral: always; Qwen3-MoE: norm_topk_prob) */
   double router_aux_loss_coef; /* kept and written back; the aux loss runs only with output_router_logits */
   int output_router_logits;    /* transformers adds the load-balancing loss only then (refused: not implemented) */
+  /* Gemma 2 / Gemma 3 text (models/llama.c's Gemma options, docs/models.md) */
+  int gemma;                      /* (1 + w) norms, four per layer, embeddings * sqrt(H), tanh-GELU GeGLU */
+  double attn_logit_softcapping;  /* 0 = none (also for null) */
+  double final_logit_softcapping; /* 0 = none (also for null) */
+  double query_pre_attn_scalar;   /* scores * this^-0.5; 0 = head_dim */
+  int window_every;               /* 0: sliding_window on every layer; k: on layers i with (i+1) % k != 0
+                                     (Gemma 2: 2; Gemma 3: sliding_window_pattern, 6) */
+  double rope_local_base_freq;    /* Gemma 3: the sliding layers' RoPE base (no rope_scaling); 0: none */
   /* Mamba */
   int64_t state_size;                                                    /* N (d_state), default 16 */
   int64_t expand;                                                        /* default 2 */
@@ -96,7 +106,7 @@ typedef struct {
   double mixer_rms_eps;            /* its eps (mixer_rms_eps, default 1e-6) */
 } sl_model_config;
 
-const char *sl_arch_name(sl_arch a); /* "llama", "mistral", "qwen2", "qwen3", "mamba" */
+const char *sl_arch_name(sl_arch a); /* "llama", "mistral", "qwen2", "qwen3", "mamba", "gemma2", "gemma3_text" */
 
 /* Parses and validates config.json text (len bytes, need not be 0-terminated).
  * path_for_msgs is only used in messages. This is the fuzzing entry point. */

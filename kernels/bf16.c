@@ -74,18 +74,18 @@ static void rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh
 }
 
 static void attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
-                          int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg) {
+                          int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg, float softcap) {
   const sl_bf16_state *s = st(ctx, "attention_fwd");
   if (!s) return;
-  F(s)->attention_fwd(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, scale, seg);
+  F(s)->attention_fwd(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, scale, seg, softcap);
   rnd(ctx, s, out, B * T * nh * hd); /* lse stays fp32 */
 }
 static void attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
                           const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window,
-                          float scale, const int32_t *seg) {
+                          float scale, const int32_t *seg, float softcap) {
   const sl_bf16_state *s = st(ctx, "attention_bwd");
   if (!s) return;
-  F(s)->attention_bwd(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, scale, seg);
+  F(s)->attention_bwd(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, scale, seg, softcap);
   rnd(ctx, s, dqkv, QKV_N(B, T, nh, nkv, hd));
 }
 
@@ -102,23 +102,36 @@ static void swiglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float 
   rnd(ctx, s, dgu, N * 2 * H);
 }
 
+static void geglu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N, int64_t H) {
+  const sl_bf16_state *s = st(ctx, "geglu_fwd");
+  if (!s) return;
+  F(s)->geglu_fwd(ctx, out, gu, N, H);
+  rnd(ctx, s, out, N * H);
+}
+static void geglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H) {
+  const sl_bf16_state *s = st(ctx, "geglu_bwd");
+  if (!s) return;
+  F(s)->geglu_bwd(ctx, dgu, dout, gu, N, H);
+  rnd(ctx, s, dgu, N * 2 * H);
+}
+
 static void lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const float *x, const float *w,
-                          const int32_t *targets, int64_t N, int64_t C, int64_t V) {
+                          const int32_t *targets, int64_t N, int64_t C, int64_t V, float softcap) {
   const sl_bf16_state *s = st(ctx, "lmhead_ce_fwd");
   if (!s) return;
-  if (s->on) s->impl->lmhead_ce_fwd(ctx, losses, lse, x, w, targets, N, C, V); /* rounds the logits */
-  else F(s)->lmhead_ce_fwd(ctx, losses, lse, x, w, targets, N, C, V);
+  if (s->on) s->impl->lmhead_ce_fwd(ctx, losses, lse, x, w, targets, N, C, V, softcap); /* rounds the logits */
+  else F(s)->lmhead_ce_fwd(ctx, losses, lse, x, w, targets, N, C, V, softcap);
 }
 static void lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
-                          const float *lse, float scale, int64_t N, int64_t C, int64_t V) {
+                          const float *lse, float scale, int64_t N, int64_t C, int64_t V, float softcap) {
   const sl_bf16_state *s = st(ctx, "lmhead_ce_bwd");
   if (!s) return;
   if (!s->on) {
-    F(s)->lmhead_ce_bwd(ctx, dx, dw, x, w, targets, lse, scale, N, C, V);
+    F(s)->lmhead_ce_bwd(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, softcap);
     return;
   }
-  s->impl->lmhead_ce_bwd(ctx, dx, dw, x, w, targets, lse, scale, N, C, V); /* rounds logits, dlogits */
-  rnd(ctx, s, dx, N * C);                                                  /* dw: fp32 */
+  s->impl->lmhead_ce_bwd(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, softcap); /* rounds logits, dlogits */
+  rnd(ctx, s, dx, N * C);                                                           /* dw: fp32 */
 }
 
 /* ---- Mamba ---------------------------------------------------------------- */
@@ -195,6 +208,8 @@ sl_ops sl_bf16_ops(const sl_ops *fp32) {
   o.attention_bwd = attention_bwd;
   o.swiglu_fwd = swiglu_fwd;
   o.swiglu_bwd = swiglu_bwd;
+  o.geglu_fwd = geglu_fwd;
+  o.geglu_bwd = geglu_bwd;
   o.lmhead_ce_fwd = lmhead_ce_fwd;
   o.lmhead_ce_bwd = lmhead_ce_bwd;
   o.conv1d_fwd = conv1d_fwd;

@@ -37,9 +37,9 @@ typedef struct sl_bf16_impl {
   void (*linear_bwd)(sl_kctx *, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                      int64_t N, int64_t IC, int64_t OC);
   void (*lmhead_ce_fwd)(sl_kctx *, float *losses, float *lse, const float *x, const float *w, const int32_t *targets,
-                        int64_t N, int64_t C, int64_t V);
+                        int64_t N, int64_t C, int64_t V, float softcap);
   void (*lmhead_ce_bwd)(sl_kctx *, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
-                        const float *lse, float scale, int64_t N, int64_t C, int64_t V);
+                        const float *lse, float scale, int64_t N, int64_t C, int64_t V, float softcap);
 } sl_bf16_impl;
 
 /* The first member of the context struct of a backend that uses the layer. */

@@ -91,32 +91,47 @@ typedef struct sl_ops {
    * (callers pass 1.0f / sqrtf((float)hd) for HF's head_dim^-0.5). out (B, T,
    * nh*hd); lse (B, nh, T) = log-sum-exp of the scaled scores of each query
    * row, saved for backward. Never holds scores for more than one (batch,
-   * kv-head) block at a time. */
+   * kv-head) block at a time. softcap > 0 (Gemma 2's attn_logit_softcapping):
+   * each scaled score s becomes softcap * tanh(s / softcap) before the mask
+   * and the softmax (lse is of the capped scores); 0: no cap. */
   void (*attention_fwd)(sl_kctx *, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
-                        int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg);
+                        int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg, float softcap);
   /* dqkv (packed like qkv) += gradient given dout, recomputing scores; the
-   * same window, scale and seg as the forward. */
+   * same window, scale, seg and softcap as the forward (dS carries the cap's
+   * derivative 1 - tanh^2). */
   void (*attention_bwd)(sl_kctx *, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                         int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window, float scale,
-                        const int32_t *seg);
+                        const int32_t *seg, float softcap);
 
   /* out (N, H) = silu(gu[:, :H]) * gu[:, H:] where gu is (N, 2H) */
   void (*swiglu_fwd)(sl_kctx *, float *out, const float *gu, int64_t N, int64_t H);
   void (*swiglu_bwd)(sl_kctx *, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H);
+  /* GeGLU (Gemma): out (N, H) = gelu_tanh(gu[:, :H]) * gu[:, H:], with
+   * PyTorch's gelu(approximate="tanh"): 0.5 g (1 + tanh(sqrt(2/pi) (g +
+   * 0.044715 g^3))) in fp32; backward like swiglu_bwd. */
+  void (*geglu_fwd)(sl_kctx *, float *out, const float *gu, int64_t N, int64_t H);
+  void (*geglu_bwd)(sl_kctx *, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H);
 
   /* y[i] += x[i] */
   void (*add_inplace)(sl_kctx *, float *y, const float *x, int64_t n);
+  /* y[i] = fmaf(alpha, y[i], beta): one rounding, bit-identical on every
+   * backend (Gemma: the embedding scale sqrt(hidden), alpha = s, beta = 0;
+   * the (1 + w) norm weight, alpha = 1, beta = 1). Never rounded to bf16. */
+  void (*scale_add)(sl_kctx *, float *y, float alpha, float beta, int64_t n);
+  /* y[i] = cap * tanhf(y[i] / cap) (cap > 0): Gemma 2's final-logit softcap
+   * on logits the model returns (lmhead_ce / lmhead_vp cap inside). */
+  void (*softcap)(sl_kctx *, float *y, float cap, int64_t n);
 
   /* Fused LM head + softmax cross-entropy, chunked over rows so that at most
    * a (chunk, V) block of logits exists at once.
    * losses (N) = lse_i - logit_i[target_i]; lse (N) saved for backward.
    * Rows whose target < 0 are ignored (loss 0, no gradient). */
   void (*lmhead_ce_fwd)(sl_kctx *, float *losses, float *lse, const float *x, const float *w, const int32_t *targets,
-                        int64_t N, int64_t C, int64_t V);
+                        int64_t N, int64_t C, int64_t V, float softcap);
   /* Recomputes logits chunk by chunk; dlogits = (softmax - onehot) * scale;
    * dx (N, C) += dlogits @ w ; dw (V, C) += dlogits^T @ x. */
   void (*lmhead_ce_bwd)(sl_kctx *, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
-                        const float *lse, float scale, int64_t N, int64_t C, int64_t V);
+                        const float *lse, float scale, int64_t N, int64_t C, int64_t V, float softcap);
 
   /* AdamW, PyTorch semantics (torch.optim.AdamW, single-tensor path):
    *   g = g * grad_scale                (clip coefficient, 1 if none)
@@ -231,7 +246,8 @@ typedef struct sl_ops {
   void (*vocab_embedding_bwd)(sl_kctx *, float *dwte, const float *dout, const int32_t *tok, int64_t N, int64_t C,
                               int64_t v0, int64_t Vl);
   /* Loss-parallel LM head, forward statistics of this rank's slice, chunked
-   * like lmhead_ce_fwd (at most one (chunk, Vvalid) block of logits).
+   * like lmhead_ce_fwd (at most one (chunk, Vvalid) block of logits; the same
+   * softcap, applied to l_ij before every statistic).
    * For row i over the logits l_ij = x_i . w_j, j < Vvalid:
    *   lmax (N)     = max_j l_ij                       (-inf when Vvalid = 0)
    *   st (N, 2)    = { sum_j exp(l_ij - lmax_i),       (0 when Vvalid = 0)
@@ -239,7 +255,7 @@ typedef struct sl_ops {
    *                    else 0 }
    * (a target must be a real id: < V, never a padding row). */
   void (*lmhead_vp_fwd)(sl_kctx *, float *lmax, float *st, const float *x, const float *w, const int32_t *targets,
-                        int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid);
+                        int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid, float softcap);
   /* After gmax = max over the ranks of lmax: st[2i] *= exp(lmax[i] -
    * gmax[i]) (0 when lmax[i] = -inf), so the ranks' st sum to the global
    * { sum exp(l - gmax), target logit }. */
@@ -255,7 +271,8 @@ typedef struct sl_ops {
    * untouched). dx is this slice's part: the caller sums it over the ranks.
    * dx or dw may be NULL (skipped). */
   void (*lmhead_vp_bwd)(sl_kctx *, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
-                        const float *lse, float scale, int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid);
+                        const float *lse, float scale, int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid,
+                        float softcap);
   /* ---- mixture of experts (dropless token-choice top-k routing) ---------
    * N tokens, E experts, k choices a token; slot s = t*k + j is token t's
    * j-th choice. The permuted buffer holds one row per slot, grouped by
@@ -308,14 +325,15 @@ enum { SL_COMPUTE_FP32 = 0, SL_COMPUTE_BF16 = 1 }; /* ctx_set_compute values */
   X(ctx_destroy)                                                                                                       \
   X(ctx_scratch_bytes)                                                                                                 \
   X(embedding_fwd)                                                                                                     \
-  X(embedding_bwd) X(rmsnorm_fwd) X(rmsnorm_bwd) X(linear_fwd) X(linear_bwd) X(rope_fwd) X(rope_bwd) X(attention_fwd)  \
-      X(attention_bwd) X(swiglu_fwd) X(swiglu_bwd) X(add_inplace) X(lmhead_ce_fwd) X(lmhead_ce_bwd) X(adamw) X(sumsq)  \
-          X(f32_to_bf16) X(bf16_to_f32) X(conv1d_fwd) X(conv1d_bwd) X(silu_fwd) X(silu_bwd) X(gate_fwd) X(gate_bwd)    \
-              X(scan_fwd) X(scan_bwd) X(alloc) X(free) X(zero) X(copy) X(upload) X(download) X(sum) X(sync)            \
-                  X(is_device) X(stream) X(mem_info) X(vocab_embedding_fwd) X(vocab_embedding_bwd) X(lmhead_vp_fwd)    \
-                      X(lmhead_vp_rescale) X(lmhead_vp_loss) X(lmhead_vp_bwd) X(moe_route_fwd)      \
-                          X(moe_route_bwd) X(moe_permute_fwd) X(moe_permute_bwd) X(moe_combine_fwd)            \
-                              X(moe_combine_bwd) X(ctx_set_compute)
+  X(embedding_bwd)                                                                                                     \
+  X(rmsnorm_fwd) X(rmsnorm_bwd) X(linear_fwd) X(linear_bwd) X(rope_fwd) X(rope_bwd) X(attention_fwd) X(attention_bwd)  \
+      X(swiglu_fwd) X(swiglu_bwd) X(geglu_fwd) X(geglu_bwd) X(add_inplace) X(scale_add) X(softcap) X(lmhead_ce_fwd)    \
+          X(lmhead_ce_bwd) X(adamw) X(sumsq) X(f32_to_bf16) X(bf16_to_f32) X(conv1d_fwd) X(conv1d_bwd) X(silu_fwd)     \
+              X(silu_bwd) X(gate_fwd) X(gate_bwd) X(scan_fwd) X(scan_bwd) X(alloc) X(free) X(zero) X(copy) X(upload)   \
+                  X(download) X(sum) X(sync) X(is_device) X(stream) X(mem_info) X(vocab_embedding_fwd)                 \
+                      X(vocab_embedding_bwd) X(lmhead_vp_fwd) X(lmhead_vp_rescale) X(lmhead_vp_loss) X(lmhead_vp_bwd)  \
+                          X(moe_route_fwd) X(moe_route_bwd) X(moe_permute_fwd) X(moe_permute_bwd)   \
+                              X(moe_combine_fwd) X(moe_combine_bwd) X(ctx_set_compute)
 #define SL_OPS_COUNT_ONE_(f) +1
 enum { SL_OPS_COUNT = 0 SL_OPS_LIST(SL_OPS_COUNT_ONE_) }; /* op fields of sl_ops */
 

@@ -65,9 +65,11 @@ int sl_dec_tp_check(const sl_model *m, const char *(*misfit)(const sl_model_conf
 static int dec_fwd(sl_model *m, int u, const float *flat) {
   sl_decoder *d = sl_dec(m);
   if (u == 0) {
-    if (d->vp) return sl_vp_embedding_fwd(m, &d->vs, d->stream[0], flat, d->N, d->C, d->sp ? d->dln : NULL);
-    m->ops->embedding_fwd(m->k, d->stream[0], m->tokens, flat, d->N, d->C);
-    return SL_OK;
+    int rc = SL_OK;
+    if (d->vp) rc = sl_vp_embedding_fwd(m, &d->vs, d->stream[0], flat, d->N, d->C, d->sp ? d->dln : NULL);
+    else m->ops->embedding_fwd(m->k, d->stream[0], m->tokens, flat, d->N, d->C);
+    if (!rc && d->embed_scale > 0) m->ops->scale_add(m->k, d->stream[0], d->embed_scale, 0.0f, d->n * d->C);
+    return rc;
   }
   if (u <= d->L) return d->kind->fwd(m, u - 1, flat, d->stream[u - 1], sl_dec_layer(m, u - 1), d->stream[u]);
   int rc = d->kind->loss_term ? d->kind->loss_term(m) : SL_OK;
@@ -88,6 +90,7 @@ static int dec_bwd(sl_model *m, int u, const float *flat, float *grads) {
   if (u == d->L + 1 && !d->vp) /* head: starts the backward pass */
     return sl_lm_head_bwd(m, &d->head, flat, grads, d->stream[d->L], d->dres, d->dln);
   if (u == d->L + 1) return sl_lm_head_vp_bwd(m, d->hv, flat, grads, d->stream[d->L], d->dres, d->dln);
+  if (u == 0 && d->embed_scale > 0) m->ops->scale_add(m->k, d->dres, d->embed_scale, 0.0f, d->n * d->C);
   if (u == 0) return embedding_bwd(m, grads, d->dres);
   int rc = d->kind->recompute(m, u - 1, flat);
   return rc ? rc : d->kind->bwd(m, u - 1, flat, grads);
@@ -143,9 +146,19 @@ static int dec_alloc_acts(sl_model *m, int set) {
     else if (sl_model_is_local(m, (int)l + 1) && kd->alloc_layer(m, la, 0, d->shared)) return SL_ENOMEM;
   }
   if (!sl_model_is_local(m, (int)d->L + 1)) return SL_OK; /* the head is another pipeline stage's */
-  if (!d->vp) return sl_lm_head_init(m, &a->head, d->C, d->V, d->eps, d->tied, (int)d->L + 1) ? SL_ENOMEM : SL_OK;
-  return sl_lm_head_vp_set_init(m, &d->hvp, &d->hv, d->nsets, set, &a->head, &d->vs, d->C, d->eps, d->tied,
-                                (int)d->L + 1, d->sp);
+  if (!d->vp) {
+    if (sl_lm_head_init(m, &a->head, d->C, d->V, d->eps, d->tied, (int)d->L + 1)) return SL_ENOMEM;
+    a->head.softcap = d->final_softcap;
+    a->head.w1 = d->w1;
+    return SL_OK;
+  }
+  int rc = sl_lm_head_vp_set_init(m, &d->hvp, &d->hv, d->nsets, set, &a->head, &d->vs, d->C, d->eps, d->tied,
+                                  (int)d->L + 1, d->sp);
+  if (!rc) { /* the loss-parallel head's own copy */
+    d->hvp[set].h.softcap = a->head.softcap = d->final_softcap;
+    d->hvp[set].h.w1 = a->head.w1 = d->w1;
+  }
+  return rc;
 }
 
 static void dec_use_acts(sl_model *m, int set) {
@@ -175,6 +188,7 @@ static int dec_bwd_input(sl_model *m, int u, const float *flat, float *stash, fl
   sl_decoder *d = sl_dec(m);
   if (u == 0) {
     m->ops->copy(m->k, stash, d->dres, (size_t)(d->n * d->C) * 4);
+    if (d->embed_scale > 0) m->ops->scale_add(m->k, stash, d->embed_scale, 0.0f, d->n * d->C);
     return SL_OK;
   }
   if (u == d->L + 1 && d->vp) /* models/lmhead_split.c */
@@ -227,13 +241,16 @@ static int dec_specs(sl_model *m, sl_decoder *d) {
     rc = d->kind->spec(m, b, l);
   }
   if (rc) return rc;
-  return sl_lm_head_spec_split(m, d->norm_name, d->C, d->V, d->tied, d->head_init, d->std,
-                               d->vp ? SL_SPLIT_VOCAB : SL_SPLIT_NONE);
+  rc = sl_lm_head_spec_split(m, d->norm_name, d->C, d->V, d->tied, d->head_init, d->std,
+                             d->vp ? SL_SPLIT_VOCAB : SL_SPLIT_NONE);
+  if (!rc && d->plus_one) m->units[d->L + 1].t[0].init = SL_INIT_ZEROS; /* the final norm: 1 + w */
+  return rc;
 }
 
 /* Activations: set 0, then the backward scratch every set shares. */
 static int dec_buffers(sl_model *m, sl_decoder *d) {
   int rc = d->kind->prepare ? d->kind->prepare(m) : SL_OK;
+  if (!rc && d->plus_one && !(d->w1 = sl_model_buf(m, d->C, SL_ARENA_WORKSPACE))) rc = SL_ENOMEM;
   if (!rc) rc = dec_alloc_acts(m, 0);
   if (rc) return rc;
   dec_use_acts(m, 0);
@@ -250,9 +267,10 @@ int sl_decoder_create(sl_model *m, const sl_block_kind *kind) {
   if (!d) return sl_fail(SL_ENOMEM, "out of memory");
   m->priv = d;
   d->vt = dec_vt;
-  if (!kind->bwd_input) d->vt.stash_numel = NULL, d->vt.bwd_input = NULL, d->vt.bwd_weight = NULL; /* no split */
-  m->vt = &d->vt;
   kind->caps(c, &m->caps);
+  if (!kind->bwd_input || !m->caps.zb_split) /* no split (for this config) */
+    d->vt.stash_numel = NULL, d->vt.bwd_input = NULL, d->vt.bwd_weight = NULL;
+  m->vt = &d->vt;
   d->kind = kind;
   int64_t T = m->tp_size;
   d->N = m->B * m->T;

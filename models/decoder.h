@@ -86,6 +86,12 @@ struct sl_decoder {
   int tied, vp, sp;                   /* vp: T > 1 (vocabulary-parallel embedding and head); sp: sequence parallelism */
   const char *embed_name, *norm_name; /* HF names of the embedding and the final norm */
   sl_init_kind head_init;             /* an untied lm_head.weight's */
+  /* Gemma options the kind sets in init (0: off): the final norm multiplies
+   * by 1 + w (its weight zero-initialised), the embedding output is scaled
+   * by embed_scale (its gradient likewise), the logits are softcapped */
+  int plus_one;
+  float embed_scale, final_softcap;
+  float *w1; /* (C) workspace: the final norm's 1 + w (plus_one) */
   sl_vocab_split vs;
   /* the selected activation set's views (sets[m->act]) */
   float **stream;  /* (L+1) x (n, C): input of block l; stream[L] feeds the head */

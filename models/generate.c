@@ -31,6 +31,7 @@ struct sl_gen {
   int64_t nh, nkv, hd, cap; /* cap: positions the K/V cache holds */
   float **kc, **vc;         /* (L) x (cap, nkv*hd) */
   float *inv_freq;          /* (hd/2) */
+  float *inv_freq_local;    /* (hd/2) Gemma 3's sliding layers (rope_local_base_freq), else NULL */
   /* Mamba */
   int64_t D, S, R, K;
   float **conv, **ssm; /* (L) x (D, K) last K conv inputs; (D, S) state */
@@ -60,14 +61,19 @@ static void matvec(float *y, const float *W, const float *x, int64_t out, int64_
   }
 }
 
-static void rmsnorm(float *y, const float *x, const float *w, int64_t n, double eps) {
+/* y = x * rsqrt(mean(x^2) + eps) * w, or * (1 + w) (Gemma: plus_one) */
+static void rmsnorm_p(float *y, const float *x, const float *w, int64_t n, double eps, int plus_one) {
   double ss = 0;
   for (int64_t i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
   float r = (float)(1.0 / sqrt(ss / (double)n + eps));
-  for (int64_t i = 0; i < n; i++) y[i] = w ? w[i] * (x[i] * r) : x[i] * r; /* w NULL: weightless */
+  for (int64_t i = 0; i < n; i++) y[i] = w ? (plus_one ? 1.0f + w[i] : w[i]) * (x[i] * r) : x[i] * r; /* w NULL: weightless */
 }
+static void rmsnorm(float *y, const float *x, const float *w, int64_t n, double eps) { rmsnorm_p(y, x, w, n, eps, 0); }
 
 static float silu(float v) { return v / (1.0f + expf(-v)); }
+/* PyTorch's gelu(approximate="tanh") */
+static float gelu_tanh(float v) { return 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))); }
+static float softcap(float v, double cap) { return cap > 0 ? (float)(cap * tanh(v / cap)) : v; }
 
 static const float *head_weight(const sl_gen *g) {
   if (g->c.tie_word_embeddings) return g->flat[0];
@@ -76,16 +82,24 @@ static const float *head_weight(const sl_gen *g) {
 
 static void head(sl_gen *g) {
   const sl_unit_spec *hu = &g->m->units[g->L + 1];
-  rmsnorm(g->h, g->x, g->flat[g->L + 1] + hu->t[0].offset, g->C,
-          g->c.arch == SL_ARCH_MAMBA ? g->c.layer_norm_epsilon : g->c.rms_norm_eps);
+  rmsnorm_p(g->h, g->x, g->flat[g->L + 1] + hu->t[0].offset, g->C,
+            g->c.arch == SL_ARCH_MAMBA ? g->c.layer_norm_epsilon : g->c.rms_norm_eps, g->c.gemma);
   matvec(g->logits, head_weight(g), g->h, g->V, g->C, NULL);
+  for (int64_t v = 0; g->c.final_logit_softcapping > 0 && v < g->V; v++)
+    g->logits[v] = softcap(g->logits[v], g->c.final_logit_softcapping);
 }
 
-/* ---- Llama / Mistral / Qwen2 / Qwen3: one position through the K/V cache ---------------------- */
-static void rope(const sl_gen *g, float *v, int64_t nheads, int64_t pos) {
+/* x += norm(y) with the layer's post norm `name` (Gemma), else x += y */
+static void residual_add(sl_gen *g, int u, const char *name, float *y) {
+  if (g->c.gemma) rmsnorm_p(y, y, tens(g, u, name), g->C, g->c.rms_norm_eps, 1);
+  for (int64_t i = 0; i < g->C; i++) g->x[i] += y[i];
+}
+
+/* ---- Llama / Mistral / Qwen2 / Qwen3 / Gemma 2 / 3: one position through the K/V cache ---------------------- */
+static void rope(const sl_gen *g, const float *inv_freq, float *v, int64_t nheads, int64_t pos) {
   int64_t h2 = g->hd / 2;
   for (int64_t i = 0; i < h2; i++) {
-    float f = (float)pos * g->inv_freq[i], c = cosf(f), s = sinf(f);
+    float f = (float)pos * inv_freq[i], c = cosf(f), s = sinf(f);
     for (int64_t h = 0; h < nheads; h++) {
       float *x = v + h * g->hd, x1 = x[i], x2 = x[i + h2];
       x[i] = x1 * c - x2 * s;
@@ -96,24 +110,37 @@ static void rope(const sl_gen *g, float *v, int64_t nheads, int64_t pos) {
 
 static void llama_step(sl_gen *g, int32_t tok) {
   int64_t C = g->C, hd = g->hd, nh = g->nh, nkv = g->nkv, KV = nkv * hd, p = g->pos;
-  int64_t I = g->c.intermediate_size, rep = nh / nkv, win = g->c.arch == SL_ARCH_MISTRAL ? g->c.sliding_window : 0;
-  int64_t lo = win > 0 && p - win + 1 > 0 ? p - win + 1 : 0;        /* query p sees keys lo..p */
-  double eps = g->c.rms_norm_eps, sf = sl_rope_score_factor(&g->c); /* YaRN: attention_factor^2 */
+  const sl_model_config *c = &g->c;
+  int64_t I = c->intermediate_size, rep = nh / nkv;
+  double eps = c->rms_norm_eps, sf = sl_rope_score_factor(c);      /* YaRN: attention_factor^2 */
+  double sc = c->gemma ? 1.0 / sqrt(c->query_pre_attn_scalar) : 0; /* Gemma's score scale */
+  int pl = c->gemma;
   memcpy(g->x, g->flat[0] + (int64_t)tok * C, (size_t)C * 4);
+  if (pl) { /* Gemma: embeddings times sqrt(hidden) */
+    float es = (float)sqrt((double)C);
+    for (int64_t i = 0; i < C; i++) g->x[i] *= es;
+  }
   for (int64_t l = 0; l < g->L; l++) {
     int u = (int)l + 1;
     float *kr = g->kc[l] + p * KV, *vr = g->vc[l] + p * KV;
-    rmsnorm(g->h, g->x, tens(g, u, "input_layernorm.weight"), C, eps);
+    /* Mistral's window on every layer, Gemma's on layers l with (l + 1) % window_every != 0 */
+    int64_t win = c->arch == SL_ARCH_MISTRAL || (pl && (c->window_every == 0 || (l + 1) % c->window_every))
+                      ? c->sliding_window
+                      : 0;
+    int64_t lo = win > 0 && p - win + 1 > 0 ? p - win + 1 : 0; /* query p sees keys lo..p */
+    rmsnorm_p(g->h, g->x, tens(g, u, "input_layernorm.weight"), C, eps, pl);
     /* the biases: Qwen2's, Llama's / Qwen3's attention_bias and Llama's mlp_bias (NULL when the block has none) */
     matvec(g->q, tens(g, u, "q_proj.weight"), g->h, nh * hd, C, tens(g, u, "q_proj.bias"));
     matvec(kr, tens(g, u, "k_proj.weight"), g->h, KV, C, tens(g, u, "k_proj.bias"));
     matvec(vr, tens(g, u, "v_proj.weight"), g->h, KV, C, tens(g, u, "v_proj.bias"));
-    if (g->c.qk_norm) { /* Qwen3: each q and k head over head_dim, before RoPE */
-      for (int64_t h = 0; h < nh; h++) rmsnorm(g->q + h * hd, g->q + h * hd, tens(g, u, "q_norm.weight"), hd, eps);
-      for (int64_t h = 0; h < nkv; h++) rmsnorm(kr + h * hd, kr + h * hd, tens(g, u, "k_norm.weight"), hd, eps);
+    if (g->c.qk_norm) { /* Qwen3, Gemma 3 (1 + w): each q and k head over head_dim, before RoPE */
+      for (int64_t h = 0; h < nh; h++)
+        rmsnorm_p(g->q + h * hd, g->q + h * hd, tens(g, u, "q_norm.weight"), hd, eps, pl);
+      for (int64_t h = 0; h < nkv; h++) rmsnorm_p(kr + h * hd, kr + h * hd, tens(g, u, "k_norm.weight"), hd, eps, pl);
     }
-    rope(g, g->q, nh, p);
-    rope(g, kr, nkv, p);
+    const float *freq = g->inv_freq_local && win > 0 ? g->inv_freq_local : g->inv_freq;
+    rope(g, freq, g->q, nh, p);
+    rope(g, freq, kr, nkv, p);
     for (int64_t h = 0; h < nh; h++) {
       const float *q = g->q + h * hd;
       int64_t kvh = h / rep;
@@ -122,7 +149,8 @@ static void llama_step(sl_gen *g, int32_t tok) {
         const float *k = g->kc[l] + j * KV + kvh * hd;
         double s = 0;
         for (int64_t i = 0; i < hd; i++) s += (double)q[i] * k[i];
-        g->probs[j] = (float)(sf == 1.0 ? s / sqrt((double)hd) : s / sqrt((double)hd) * sf);
+        double sv = pl ? s * sc : sf == 1.0 ? s / sqrt((double)hd) : s / sqrt((double)hd) * sf;
+        g->probs[j] = softcap((float)sv, c->attn_logit_softcapping);
         if (g->probs[j] > mx) mx = g->probs[j];
       }
       for (int64_t j = lo; j <= p; j++) sum += exp(g->probs[j] - mx);
@@ -134,13 +162,14 @@ static void llama_step(sl_gen *g, int32_t tok) {
       }
     }
     matvec(g->h, tens(g, u, "o_proj.weight"), g->att, C, nh * hd, tens(g, u, "o_proj.bias"));
-    for (int64_t i = 0; i < C; i++) g->x[i] += g->h[i];
-    rmsnorm(g->h, g->x, tens(g, u, "post_attention_layernorm.weight"), C, eps);
+    residual_add(g, u, "post_attention_layernorm.weight", g->h);
+    rmsnorm_p(g->h, g->x, tens(g, u, pl ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"), C,
+              eps, pl);
     matvec(g->a, tens(g, u, "gate_proj.weight"), g->h, I, C, tens(g, u, "gate_proj.bias"));
     matvec(g->b, tens(g, u, "up_proj.weight"), g->h, I, C, tens(g, u, "up_proj.bias"));
-    for (int64_t i = 0; i < I; i++) g->a[i] = silu(g->a[i]) * g->b[i];
+    for (int64_t i = 0; i < I; i++) g->a[i] = (pl ? gelu_tanh(g->a[i]) : silu(g->a[i])) * g->b[i];
     matvec(g->h, tens(g, u, "down_proj.weight"), g->a, C, I, tens(g, u, "down_proj.bias"));
-    for (int64_t i = 0; i < C; i++) g->x[i] += g->h[i];
+    residual_add(g, u, "post_feedforward_layernorm.weight", g->h);
   }
   head(g);
 }
@@ -206,6 +235,7 @@ void sl_gen_free(sl_gen *g) {
     for (int u = 0; u < g->m->nunits; u++) sl_free(g->flat[u]);
   free(g->flat);
   free(g->inv_freq);
+  free(g->inv_freq_local);
   free(g->x);
   free(g->h);
   free(g->a);
@@ -271,6 +301,10 @@ int sl_gen_load(const char *dir, sl_gen **out) {
     rc = g->inv_freq && g->kc && g->vc ? SL_OK : SL_ENOMEM;
     /* the training model's table (models/rope.c), rope_scaling included */
     if (!rc) sl_rope_inv_freq_cfg(g->inv_freq, c);
+    if (!rc && c->rope_local_base_freq > 0) { /* Gemma 3's sliding layers: plain RoPE on their own base */
+      if (!(g->inv_freq_local = malloc(sizeof(float) * (size_t)(g->hd / 2)))) rc = SL_ENOMEM;
+      else sl_rope_inv_freq(g->inv_freq_local, g->hd, (float)c->rope_local_base_freq);
+    }
   }
   if (!rc) {
     size_t n = (size_t)(wide > g->V ? wide : g->V) + 16;

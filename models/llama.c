@@ -57,10 +57,41 @@ static void llama_destroy(sl_model *m) {
   free(p->hprob);
   if (p->gp) m->ops->free(m->k, p->gp);
   if (p->inv_freq) m->ops->free(m->k, p->inv_freq);
+  if (p->inv_freq_local) m->ops->free(m->k, p->inv_freq_local);
 }
 
-static void block_attn_core(sl_model *m, llama_priv *p, layer_acts *a) {
-  m->ops->attention_fwd(m->k, a->att, a->lse, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, p->window, p->scale, m->seg);
+/* Layer l's attention window: Mistral's on every layer, Gemma 2's on the
+ * even ones, Gemma 3's on layers l with (l + 1) % sliding_window_pattern != 0
+ * (transformers' layer_types defaults), 0: full causal. */
+int64_t sl_llama_layer_window(const llama_priv *p, int l) {
+  return p->window_every && (l + 1) % p->window_every == 0 ? 0 : p->window;
+}
+
+/* Layer l's RoPE table: Gemma 3's sliding layers use rope_local_base_freq's. */
+const float *sl_llama_layer_freq(const llama_priv *p, int l) {
+  return p->inv_freq_local && sl_llama_layer_window(p, l) > 0 ? p->inv_freq_local : p->inv_freq;
+}
+
+static void block_attn_core(sl_model *m, llama_priv *p, layer_acts *a, int l) {
+  m->ops->attention_fwd(m->k, a->att, a->lse, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, sl_llama_layer_window(p, l),
+                        p->scale, m->seg, p->softcap);
+}
+
+/* The weight a norm multiplies by: w itself, or Gemma's 1 + w (computed into
+ * slot `slot` of the block's w1 workspace; its gradient is w's). */
+const float *sl_llama_norm_w(sl_model *m, const llama_priv *p, const float *w, int slot) {
+  if (!p->gemma) return w;
+  float *o = p->w1 + slot * p->C;
+  m->ops->copy(m->k, o, w, (size_t)p->C * 4);
+  m->ops->scale_add(m->k, o, 1.0f, 1.0f, p->C);
+  return o;
+}
+
+/* Gemma's sandwich: out = res + norm(y) with y's statistics kept (rstd). */
+static void post_norm(sl_model *m, const llama_priv *p, float *out, float *rstd, const float *y, const float *w,
+                      int slot, const float *res) {
+  m->ops->rmsnorm_fwd(m->k, out, rstd, y, sl_llama_norm_w(m, p, w, slot), p->n, p->C, p->C, p->eps);
+  if (res) m->ops->add_inplace(m->k, out, res, p->n * p->C);
 }
 
 /* Qwen3's per-head RMSNorm of q and k over head_dim (transformers'
@@ -71,10 +102,21 @@ static void block_attn_core(sl_model *m, llama_priv *p, layer_acts *a) {
  * q/k heads. */
 static void qk_norm_fwd(sl_model *m, const llama_priv *p, layer_acts *a, const blockw *w) {
   int64_t N = p->N, hd = p->hd;
+  const float *qw = sl_llama_qk_norm_w(m, p, w);
   m->ops->copy(m->k, a->qkr, a->qkv, (size_t)(N * p->Q) * 4);
   for (int64_t h = 0; h < p->nh + p->nkv; h++)
-    m->ops->rmsnorm_fwd(m->k, a->qkv + h * hd, a->qkrs + h * N, a->qkr + h * hd, h < p->nh ? w->qn : w->kn, N, hd,
+    m->ops->rmsnorm_fwd(m->k, a->qkv + h * hd, a->qkrs + h * N, a->qkr + h * hd, h < p->nh ? qw : qw + hd, N, hd,
                         p->Q, p->eps);
+}
+
+/* The q/k norms' weights (q's hd, then k's): w->qn itself, or Gemma 3's
+ * 1 + w (into w1 after the block norms' four slots; its gradient is w's). */
+const float *sl_llama_qk_norm_w(sl_model *m, const llama_priv *p, const blockw *w) {
+  if (!p->gemma) return w->qn;
+  float *o = p->w1 + 4 * p->C;
+  m->ops->copy(m->k, o, w->qn, (size_t)p->qkn * 4);
+  m->ops->scale_add(m->k, o, 1.0f, 1.0f, p->qkn);
+  return o;
 }
 
 /* The input half: dy = dqkv (the gradient after the norms); the q/k heads
@@ -83,11 +125,12 @@ static void qk_norm_fwd(sl_model *m, const llama_priv *p, layer_acts *a, const b
 void sl_llama_qk_norm_bwd_input(sl_model *m, const layer_acts *a, const blockw *w, float *dy) {
   llama_priv *p = sl_dec(m)->blk;
   int64_t N = p->N, hd = p->hd, Q = p->Q;
+  const float *qw = sl_llama_qk_norm_w(m, p, w);
   m->ops->copy(m->k, dy, p->dqkv, (size_t)(N * Q) * 4);
   m->ops->zero(m->k, p->zhd, (size_t)hd * 4);
   for (int64_t h = 0; h < p->nh + p->nkv; h++) {
     m->ops->rmsnorm_fwd(m->k, p->dqkv + h * hd, p->rjunk, a->qkr + h * hd, p->zhd, N, hd, Q, p->eps);
-    m->ops->rmsnorm_bwd(m->k, p->dqkv + h * hd, NULL, dy + h * hd, a->qkr + h * hd, h < p->nh ? w->qn : w->kn,
+    m->ops->rmsnorm_bwd(m->k, p->dqkv + h * hd, NULL, dy + h * hd, a->qkr + h * hd, h < p->nh ? qw : qw + hd,
                         a->qkrs + h * N, N, hd, Q);
   }
 }
@@ -100,8 +143,9 @@ int sl_llama_qk_norm_bwd_weight(sl_model *m, const layer_acts *a, const blockw *
   llama_priv *p = sl_dec(m)->blk;
   int64_t N = p->N, hd = p->hd;
   float *gw = m->tp_size > 1 ? sl_sp_norm_dw(m, p->gqk, 2 * hd) : (float *)g->qn;
+  const float *qw = sl_llama_qk_norm_w(m, p, w);
   for (int64_t h = 0; h < p->nh + p->nkv; h++)
-    m->ops->rmsnorm_bwd(m->k, NULL, h < p->nh ? gw : gw + hd, dy + h * hd, a->qkr + h * hd, h < p->nh ? w->qn : w->kn,
+    m->ops->rmsnorm_bwd(m->k, NULL, h < p->nh ? gw : gw + hd, dy + h * hd, a->qkr + h * hd, h < p->nh ? qw : qw + hd,
                         a->qkrs + h * N, N, hd, p->Q);
   return m->tp_size > 1 ? sl_sp_norm_dw_sum(m, (float *)g->qn, p->gqk, 2 * hd) : SL_OK;
 }
@@ -119,23 +163,31 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   layer_acts *a = layer;
   blockw w = block_views(p, flat);
   int64_t N = p->N, C = p->C, n = p->n;
-  int rc = sl_dec_norm_gathered(m, a->ln1, a->rstd1, x, w.ln1, p->eps);
+  int rc = sl_dec_norm_gathered(m, a->ln1, a->rstd1, x, sl_llama_norm_w(m, p, w.ln1, 0), p->eps);
   if (rc) return rc;
   o->linear_fwd(k, a->qkv, a->ln1, w.wqkv, w.bqkv, N, C, p->Q);
   if (p->qkn) qk_norm_fwd(m, p, a, &w);
-  o->rope_fwd(k, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
-  block_attn_core(m, p, a);
-  o->linear_fwd(k, p->sp ? dln : a->xmid, a->att, w.wo, sl_llama_row_bias(m, w.bo), N, p->A, C);
-  if ((rc = sl_dec_row_parallel_sum(m, dln, a->xmid))) return rc;
-  o->add_inplace(k, a->xmid, x, n * C);
-  if ((rc = sl_dec_norm_gathered(m, a->ln2, a->rstd2, a->xmid, w.ln2, p->eps))) return rc;
+  o->rope_fwd(k, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, sl_llama_layer_freq(p, l), m->seg);
+  block_attn_core(m, p, a, l);
+  float *ao = p->gemma ? a->ao : a->xmid; /* Gemma: xmid = x + norm(ao) */
+  o->linear_fwd(k, p->sp ? dln : ao, a->att, w.wo, sl_llama_row_bias(m, w.bo), N, p->A, C);
+  if ((rc = sl_dec_row_parallel_sum(m, dln, ao))) return rc;
+  if (p->gemma) post_norm(m, p, a->xmid, a->rstd3, ao, w.lnpa, 1, x);
+  else o->add_inplace(k, a->xmid, x, n * C);
+  if ((rc = sl_dec_norm_gathered(m, a->ln2, a->rstd2, a->xmid, sl_llama_norm_w(m, p, w.ln2, 2), p->eps))) return rc;
   if (p->E) { /* the sparse MLP (models/llama_moe.c); no TP, so no sp */
     if ((rc = sl_llama_moe_fwd(m, p, l, a, &w, out))) return rc;
     if (out) o->add_inplace(k, out, a->xmid, n * C);
     return SL_OK;
   }
   o->linear_fwd(k, a->gu, a->ln2, w.wgu, w.bgu, N, C, 2 * p->I);
-  o->swiglu_fwd(k, a->h, a->gu, N, p->I);
+  (p->gemma ? o->geglu_fwd : o->swiglu_fwd)(k, a->h, a->gu, N, p->I);
+  if (p->gemma) { /* out = xmid + norm(mo); recomputation keeps mo and its statistics for backward */
+    o->linear_fwd(k, p->sp ? dln : a->mo, a->h, w.wd, sl_llama_row_bias(m, w.bd), N, p->I, C);
+    if ((rc = sl_dec_row_parallel_sum(m, dln, a->mo))) return rc;
+    post_norm(m, p, out ? out : dln, a->rstd4, a->mo, w.lnpf, 3, out ? a->xmid : NULL);
+    return SL_OK;
+  }
   if (out) {
     o->linear_fwd(k, p->sp ? dln : out, a->h, w.wd, sl_llama_row_bias(m, w.bd), N, p->I, C);
     if ((rc = sl_dec_row_parallel_sum(m, dln, out))) return rc;
@@ -188,6 +240,22 @@ static int kv_grad_sum(sl_model *m, llama_priv *p, const blockw *g) {
   return SL_OK;
 }
 
+/* Gemma's post-norm in backward: the gradient of its input y (this rank's
+ * n rows) into dpost, given dres (the gradient of res + norm(y), which stays
+ * in dres for the residual path); the norm's weight gradient into gw (under
+ * sp its micro-batch part in gnorm's slot, summed over TP at the end). The
+ * gradient the row-parallel GEMM before the norm takes: dpost, all-gathered
+ * into dln under sp; NULL when the gather fails. */
+static const float *post_norm_bwd(sl_model *m, llama_priv *p, float *gw, const float *y, const float *w, int slot,
+                                  const float *rstd) {
+  sl_decoder *d = sl_dec(m);
+  m->ops->zero(m->k, p->dpost, (size_t)(p->n * p->C) * 4);
+  m->ops->rmsnorm_bwd(m->k, p->dpost, sl_dec_norm_dw(m, gw, p->gnorm + slot * p->C), d->dres, y,
+                      sl_llama_norm_w(m, p, w, slot), rstd, p->n, p->C, p->C);
+  if (!p->sp) return p->dpost;
+  return sl_dec_sp_gather(m, p->dpost, d->dln) ? NULL : d->dln;
+}
+
 /* Block l's backward (after llama_recompute): dres holds the gradient of
  * the block output and receives that of its input. */
 static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
@@ -205,27 +273,30 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
   float *dln = d->dln, *dn = p->sp ? d->xl : d->dln; /* dn: a norm's output gradient, this rank's rows */
   const float *dout = d->dres;                       /* the gradient of the block output, all-gathered under sp */
   /* MLP (under sp dln holds the gathered gradient until the GEMM that overwrites it) */
-  if (p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
+  if (p->gemma && !(dout = post_norm_bwd(m, p, (float *)g.lnpf, a->mo, w.lnpf, 3, a->rstd4))) return SL_ECOMM;
+  else if (!p->gemma && p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
   if (p->E) {
     if ((rc = sl_llama_moe_bwd(m, p, a, &w, &g, dout, dln))) return rc;
   } else {
     m->ops->zero(m->k, p->dh, (size_t)(N * p->I) * 4);
     o->linear_bwd(k, p->dh, (float *)g.wd, (float *)g.bd, dout, a->h, w.wd, N, p->I, C);
     m->ops->zero(m->k, p->dgu, (size_t)(N * 2 * p->I) * 4);
-    o->swiglu_bwd(k, p->dgu, p->dh, a->gu, N, p->I);
+    (p->gemma ? o->geglu_bwd : o->swiglu_bwd)(k, p->dgu, p->dh, a->gu, N, p->I);
     m->ops->zero(m->k, dln, (size_t)(N * C) * 4);
     o->linear_bwd(k, dln, (float *)g.wgu, (float *)g.bgu, p->dgu, a->ln2, w.wgu, N, C, 2 * p->I);
   }
   if ((rc = sl_dec_row_parallel_sum(m, dln, dn))) return rc;
-  o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.ln2, p->gnorm + C), dn, a->xmid, w.ln2, a->rstd2, n, C, C);
+  o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.ln2, p->gnorm + (p->gemma ? 2 : 1) * C), dn, a->xmid,
+                 sl_llama_norm_w(m, p, w.ln2, 2), a->rstd2, n, C, C);
   /* attention */
-  if (p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
+  if (p->gemma && !(dout = post_norm_bwd(m, p, (float *)g.lnpa, a->ao, w.lnpa, 1, a->rstd3))) return SL_ECOMM;
+  else if (!p->gemma && p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
   m->ops->zero(m->k, p->datt, (size_t)(N * p->A) * 4);
   o->linear_bwd(k, p->datt, (float *)g.wo, (float *)g.bo, dout, a->att, w.wo, N, p->A, C);
   m->ops->zero(m->k, p->dqkv, (size_t)(N * p->Q) * 4);
-  o->attention_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd, p->window, p->scale,
-                   m->seg);
-  o->rope_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
+  o->attention_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd,
+                   sl_llama_layer_window(p, l), p->scale, m->seg, p->softcap);
+  o->rope_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, sl_llama_layer_freq(p, l), m->seg);
   if (p->qkn) {
     sl_llama_qk_norm_bwd_input(m, a, &w, p->dqn);
     if ((rc = sl_llama_qk_norm_bwd_weight(m, a, &w, &g, p->dqn))) return rc;
@@ -235,9 +306,13 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
   o->linear_bwd(k, dln, (float *)g.wqkv, (float *)g.bqkv, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
   if ((rc = sl_dec_row_parallel_sum(m, dln, dn))) return rc;
   if (p->kvrep > 1 && (rc = kv_grad_sum(m, p, &g))) return rc;
-  o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.ln1, p->gnorm), dn, x, w.ln1, a->rstd1, n, C, C);
+  o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.ln1, p->gnorm), dn, x, sl_llama_norm_w(m, p, w.ln1, 0),
+                 a->rstd1, n, C, C);
   if ((rc = sl_dec_norm_grad_sum(m, (float *)g.ln1, p->gnorm))) return rc;
-  return sl_dec_norm_grad_sum(m, (float *)g.ln2, p->gnorm + C);
+  if (p->gemma && ((rc = sl_dec_norm_grad_sum(m, (float *)g.lnpa, p->gnorm + 1 * C)) ||
+                   (rc = sl_dec_norm_grad_sum(m, (float *)g.lnpf, p->gnorm + 3 * C))))
+    return rc;
+  return sl_dec_norm_grad_sum(m, (float *)g.ln2, p->gnorm + (p->gemma ? 2 : 1) * C);
 }
 
 /* A replicated k/v slice's gradient, for the split (models/llama_split.c). */
@@ -250,7 +325,7 @@ static int llama_recompute(sl_model *m, int l, const float *flat) {
   llama_priv *p = sl_dec(m)->blk;
   layer_acts *a = llama_layer(m, l);
   if (m->ac == SL_AC_FULL) return block_forward(m, l, flat, sl_dec(m)->stream[l], a, NULL);
-  if (m->ac == SL_AC_SELECTIVE) block_attn_core(m, p, a);
+  if (m->ac == SL_AC_SELECTIVE) block_attn_core(m, p, a, l);
   return SL_OK;
 }
 
@@ -318,6 +393,10 @@ static int llama_alloc_layer(sl_model *m, void *layer, int recomputed, const voi
     if (p->E && sl_llama_moe_alloc_layer(m, p, a)) return SL_ENOMEM;
     if (p->qkn && !(a->qkr = sl_model_buf(m, N * p->Q, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (p->qkn && !(a->qkrs = sl_model_buf(m, N * (p->nh + p->nkv), SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (p->gemma &&
+        (!(a->ao = sl_model_buf(m, n * p->C, SL_ARENA_ACTS)) || !(a->rstd3 = sl_model_buf(m, n, SL_ARENA_ACTS)) ||
+         !(a->mo = sl_model_buf(m, n * p->C, SL_ARENA_ACTS)) || !(a->rstd4 = sl_model_buf(m, n, SL_ARENA_ACTS))))
+      return SL_ENOMEM;
   }
   return SL_OK;
 }
@@ -332,14 +411,17 @@ static int llama_alloc_scratch(sl_model *m) {
       !(p->datt = sl_model_buf(m, N * p->A, SL_ARENA_WORKSPACE)) ||
       !(p->dqkv = sl_model_buf(m, N * p->Q, SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
-  if (p->sp && !(p->gnorm = sl_model_buf(m, 2 * C, SL_ARENA_WORKSPACE))) return SL_ENOMEM;
+  if (p->sp && !(p->gnorm = sl_model_buf(m, (p->gemma ? 4 : 2) * C, SL_ARENA_WORKSPACE))) return SL_ENOMEM;
+  if (p->gemma && (!(p->w1 = sl_model_buf(m, 4 * C + p->qkn, SL_ARENA_WORKSPACE)) ||
+                   !(p->dpost = sl_model_buf(m, N * C, SL_ARENA_WORKSPACE))))
+    return SL_ENOMEM;
   if (p->qkn && (!(p->dqn = sl_model_buf(m, N * p->Q, SL_ARENA_WORKSPACE)) ||
                  !(p->zhd = sl_model_buf(m, p->hd, SL_ARENA_WORKSPACE)) ||
                  !(p->rjunk = sl_model_buf(m, N, SL_ARENA_WORKSPACE)) ||
                  (m->tp_size > 1 && !(p->gqk = sl_model_buf(m, 2 * p->hd, SL_ARENA_WORKSPACE)))))
     return SL_ENOMEM;
-  if (p->kvrep > 1 &&
-      !(p->kvsum = sl_model_buf(m, (p->kvgroups + 1) * (2 * p->nkv * p->hd * C + kv_bias_numel(p)), SL_ARENA_WORKSPACE)))
+  if (p->kvrep > 1 && !(p->kvsum = sl_model_buf(m, (p->kvgroups + 1) * (2 * p->nkv * p->hd * C + kv_bias_numel(p)),
+                                                SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
   return SL_OK;
 }
@@ -357,7 +439,8 @@ static int llama_spec(sl_model *m, sl_unit_spec *b, int64_t l) {
 #define ADD(suffix, nd, d0, d1, decay, init, split, parts)                                                             \
   snprintf(nm, sizeof nm, "model.layers.%lld.%s", (long long)l, suffix);                                               \
   if ((rc = sl_unit_add_split(m, b, nm, nd, d0, d1, decay, init, std, split, parts))) return rc
-  ADD("input_layernorm.weight", 1, C, 0, 0, SL_INIT_ONES, SL_SPLIT_NONE, 1);
+  sl_init_kind ni = c->gemma ? SL_INIT_ZEROS : SL_INIT_ONES; /* Gemma's norms multiply by 1 + w */
+  ADD("input_layernorm.weight", 1, C, 0, 0, ni, SL_SPLIT_NONE, 1);
   ADD("self_attn.q_proj.weight", 2, nh * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
   ADD("self_attn.k_proj.weight", 2, nkv * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, nkv_parts);
   ADD("self_attn.v_proj.weight", 2, nkv * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, nkv_parts);
@@ -370,10 +453,13 @@ static int llama_spec(sl_model *m, sl_unit_spec *b, int64_t l) {
   /* a row-parallel projection's bias is whole on every rank (added once: sl_llama_row_bias) */
   if (c->o_bias) { ADD("self_attn.o_proj.bias", 1, C, 0, 0, SL_INIT_ZEROS, SL_SPLIT_NONE, 1); }
   if (c->qk_norm) { /* replicated over TP; their gradients summed over it */
-    ADD("self_attn.q_norm.weight", 1, p->hd, 0, 0, SL_INIT_ONES, SL_SPLIT_NONE, 1);
-    ADD("self_attn.k_norm.weight", 1, p->hd, 0, 0, SL_INIT_ONES, SL_SPLIT_NONE, 1);
+    ADD("self_attn.q_norm.weight", 1, p->hd, 0, 0, ni, SL_SPLIT_NONE, 1);
+    ADD("self_attn.k_norm.weight", 1, p->hd, 0, 0, ni, SL_SPLIT_NONE, 1);
   }
-  ADD("post_attention_layernorm.weight", 1, C, 0, 0, SL_INIT_ONES, SL_SPLIT_NONE, 1);
+  ADD("post_attention_layernorm.weight", 1, C, 0, 0, ni, SL_SPLIT_NONE, 1);
+  if (c->gemma) {
+    ADD("pre_feedforward_layernorm.weight", 1, C, 0, 0, ni, SL_SPLIT_NONE, 1);
+  }
   if (p->E) return sl_llama_moe_spec(m, b, l, std);
   ADD("mlp.gate_proj.weight", 2, I, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
   ADD("mlp.up_proj.weight", 2, I, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
@@ -383,6 +469,9 @@ static int llama_spec(sl_model *m, sl_unit_spec *b, int64_t l) {
   }
   ADD("mlp.down_proj.weight", 2, C, I, 1, SL_INIT_NORMAL, SL_SPLIT_ROW, T);
   if (c->mlp_bias) { ADD("mlp.down_proj.bias", 1, C, 0, 0, SL_INIT_ZEROS, SL_SPLIT_NONE, 1); }
+  if (c->gemma) {
+    ADD("post_feedforward_layernorm.weight", 1, C, 0, 0, ni, SL_SPLIT_NONE, 1);
+  }
 #undef ADD
   return SL_OK;
 }
@@ -394,8 +483,12 @@ static int llama_prepare(sl_model *m) {
   if (!inv) return sl_fail(SL_ENOMEM, "out of memory");
   sl_rope_inv_freq_cfg(inv, &m->cfg); /* c->rope_scaling's rule */
   p->inv_freq = sl_rope_table_upload(m->ops, m->k, inv, p->hd);
+  if (p->inv_freq && m->cfg.rope_local_base_freq > 0) { /* Gemma 3's sliding layers: plain RoPE, their own base */
+    sl_rope_inv_freq(inv, p->hd, (float)m->cfg.rope_local_base_freq);
+    p->inv_freq_local = sl_rope_table_upload(m->ops, m->k, inv, p->hd);
+  }
   free(inv);
-  return p->inv_freq ? SL_OK : SL_ENOMEM;
+  return p->inv_freq && (p->inv_freq_local || !(m->cfg.rope_local_base_freq > 0)) ? SL_OK : SL_ENOMEM;
 }
 
 static int llama_init(sl_model *m, sl_decoder *d) {
@@ -422,7 +515,10 @@ static int llama_init(sl_model *m, sl_decoder *d) {
   p->db = c->mlp_bias ? p->C : 0;
   p->A = p->nh * p->hd;
   p->I = c->intermediate_size / T;
-  p->window = c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_MIXTRAL ? c->sliding_window : 0;
+  p->window = c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_MIXTRAL || c->gemma ? c->sliding_window : 0;
+  p->window_every = c->window_every;
+  p->gemma = c->gemma;
+  p->softcap = (float)c->attn_logit_softcapping;
   if ((p->E = c->moe_experts)) {
     p->k = c->moe_topk;
     p->norm_topk = c->moe_norm_topk;
@@ -432,7 +528,7 @@ static int llama_init(sl_model *m, sl_decoder *d) {
       return sl_fail(SL_ENOMEM, "out of memory");
     if ((rc = sl_llama_moe_init(m, p))) return rc;
   }
-  p->scale = sl_rope_score_scale(c);
+  p->scale = c->query_pre_attn_scalar > 0 ? (float)(1.0 / sqrt(c->query_pre_attn_scalar)) : sl_rope_score_scale(c);
   p->eps = (float)c->rms_norm_eps;
   p->sp = d->sp;
   p->n = d->n;
@@ -441,6 +537,11 @@ static int llama_init(sl_model *m, sl_decoder *d) {
   d->embed_name = "model.embed_tokens.weight";
   d->norm_name = "model.norm.weight";
   d->head_init = SL_INIT_NORMAL;
+  if (c->gemma) { /* the skeleton's Gemma options: (1 + w) final norm, scaled embeddings, final-logit softcap */
+    d->plus_one = 1;
+    d->embed_scale = (float)sqrt((double)c->hidden_size);
+    d->final_softcap = (float)c->final_logit_softcapping;
+  }
   return SL_OK;
 }
 
@@ -450,6 +551,7 @@ static void llama_caps(const sl_model_config *c, sl_model_caps *out) {
                          .recurrent = 0,
                          .zb_split = !c->moe_experts, /* the MoE MLP has no split backward yet */
                          .zb_split_accum = !c->moe_experts,
+                         .bf16 = !c->gemma, /* Gemma 2 / 3 have no bf16 mirror yet */
                          .tp_width = c->num_attention_heads};
 }
 

@@ -19,7 +19,7 @@ typedef struct {
   float *ln2;   /* (N, C) */
   float *rstd2; /* (N) */
   float *gu;    /* (N, 2I) gate | up; MoE: (N*k, 2I) in expert-group order */
-  float *h;     /* (N, I) silu(gate) * up; MoE: (N*k, I) */
+  float *h;     /* (N, I) silu(gate) * up (Gemma: gelu_tanh(gate) * up); MoE: (N*k, I) */
   /* mixture of experts (p->E > 0; else NULL): kernels/kernels.h's moe_* ops */
   float *logits, *probs; /* (N, E) the router's logits and fp32 softmax */
   float *wts;            /* (N, k) routing weights */
@@ -27,12 +27,20 @@ typedef struct {
   float *xp, *yp;        /* (N*k, C) the permuted ln2 rows and the experts' outputs */
   float *qkr;   /* (N, Q) q|k|v before the q/k norms (Qwen3's qk_norm; NULL without) */
   float *qkrs;  /* (nh + nkv, N) the q/k norms' rstd, head by head (qk_norm) */
+  /* Gemma's sandwich norms (NULL otherwise): the Wo and Wdown outputs
+   * before their post-norms, and those norms' statistics */
+  float *ao;    /* (n, C) */
+  float *rstd3; /* (n) */
+  float *mo;    /* (n, C) */
+  float *rstd4; /* (n) */
 } layer_acts;
 
 /* The q/k/v biases (Qwen2; Llama / Qwen3 attention_bias): (Q) after the
  * packed Wqkv, so the qkv GEMM adds one bias vector; o_proj's (C) after Wo;
  * Qwen3's q/k norm weights (hd each) after that; gate|up's (2I) after Wgu,
- * down_proj's (C) after Wd (Llama mlp_bias). models/llama.c's layout. */
+ * down_proj's (C) after Wd (Llama mlp_bias); Gemma's post-attention norm
+ * (C) before ln2 (its pre-feedforward norm), its post-feedforward norm (C)
+ * last. models/llama.c's layout. */
 
 /* The block kind's state (sl_dec(m)->blk); the skeleton's (the residual
  * stream, activation sets, head, dres, dln, xl) is models/decoder.h's. */
@@ -53,10 +61,17 @@ typedef struct {
   float *hprob;         /* (N, E) host: a layer's probabilities, read back for aprob */
   float *gp;            /* (E) backend: the aux loss's gradient of every probability (moe_route_bwd) */
   float eps;
-  float *inv_freq; /* (hd/2) backend memory: the RoPE frequencies (models/rope.h), B > 0 */
-  float scale;     /* attention's softmax scale (sl_rope_score_scale) */
-  int sp;          /* sequence parallelism (rows n = N/T of the stream per rank) */
-  int64_t n;       /* token rows of the residual stream on this rank: N, or N/T under sp */
+  float *inv_freq;  /* (hd/2) backend memory: the RoPE frequencies (models/rope.h), B > 0 */
+  float *inv_freq_local; /* (hd/2) Gemma 3's sliding layers' (rope_local_base_freq), else NULL */
+  float scale;      /* attention's softmax scale (sl_rope_score_scale) */
+  int sp;           /* sequence parallelism (rows n = N/T of the stream per rank) */
+  int gemma;        /* Gemma 2: (1 + w) norms, post-attention / post-feedforward norms, GeGLU */
+  float softcap;    /* attention-logit softcap (Gemma 2), 0: none */
+  int window_every; /* 0: window on every layer; 2: on layers l with (l + 1) % 2 != 0 (Gemma 2) */
+  float *w1;        /* (4C + qkn) Gemma: the (1 + w) weights of the block's four norms, then
+                       Gemma 3's q/k norms' (workspace) */
+  float *dpost;     /* (N, C) Gemma: a post-norm's input gradient (workspace) */
+  int64_t n;        /* token rows of the residual stream on this rank: N, or N/T under sp */
   /* backward scratch (workspace), besides the skeleton's dres, dln, xl */
   float *dh;    /* (N, I) */
   float *dgu;   /* (N, 2I) */
@@ -74,6 +89,7 @@ typedef struct {
 typedef struct {
   const float *ln1, *wqkv, *bqkv, *wo, *bo, *qn, *kn, *ln2, *wgu, *bgu, *wd, *bd; /* the optional ones NULL when absent */
   const float *wr; /* MoE: the router (E, C) after ln2, then expert e's gate|up and down at wgu + e * 3*I*C (NULL: dense) */
+  const float *lnpa, *lnpf; /* Gemma's post-attention and post-feedforward norms, else NULL */
 } blockw;
 
 static inline blockw block_views(const llama_priv *p, const float *flat) {
@@ -86,12 +102,14 @@ static inline blockw block_views(const llama_priv *p, const float *flat) {
   w.bo = p->ob ? w.wo + C * p->A : NULL;
   w.qn = p->qkn ? w.wo + C * p->A + p->ob : NULL;
   w.kn = p->qkn ? w.qn + p->hd : NULL;
-  w.ln2 = w.wo + C * p->A + p->ob + p->qkn;
+  w.lnpa = p->gemma ? w.wo + C * p->A + p->ob + p->qkn : NULL; /* Gemma: ln2 is pre_feedforward_layernorm */
+  w.ln2 = w.wo + C * p->A + p->ob + p->qkn + (p->gemma ? C : 0);
   w.wr = p->E ? w.ln2 + C : NULL;
   w.wgu = w.ln2 + C + p->E * C;
   w.bgu = p->mb ? w.wgu + 2 * p->I * C : NULL;
   w.wd = w.wgu + 2 * p->I * C + p->mb;
   w.bd = p->db ? w.wd + C * p->I : NULL;
+  w.lnpf = p->gemma ? w.wd + C * p->I + p->db : NULL;
   return w;
 }
 
@@ -121,6 +139,13 @@ static inline const float *sl_llama_row_bias(const sl_model *m, const float *b) 
  * (summed over TP: each rank's heads are a part). */
 void sl_llama_qk_norm_bwd_input(sl_model *m, const layer_acts *a, const blockw *w, float *dy);
 int sl_llama_qk_norm_bwd_weight(sl_model *m, const layer_acts *a, const blockw *w, const blockw *g, const float *dy);
+/* Layer l's attention window (0: full causal) and RoPE table. */
+int64_t sl_llama_layer_window(const llama_priv *p, int l);
+const float *sl_llama_layer_freq(const llama_priv *p, int l);
+/* The q/k norms' weights (2*hd): w->qn, or Gemma 3's 1 + w (in p->w1). */
+const float *sl_llama_qk_norm_w(sl_model *m, const llama_priv *p, const blockw *w);
+/* The weight a norm multiplies by: w, or Gemma's 1 + w in slot `slot` of p->w1. */
+const float *sl_llama_norm_w(sl_model *m, const llama_priv *p, const float *w, int slot);
 /* The split backward's block halves (models/llama_split.c): sl_block_kind's. */
 int64_t sl_llama_stash_numel(const sl_model *m);
 int sl_llama_bwd_input(sl_model *m, int l, const float *flat, float *stash);

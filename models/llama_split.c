@@ -24,6 +24,9 @@
  *   dln1 (N, C) gradient of the first norm's output
  *   dqn  (N, Q) Qwen3's q_norm/k_norm only: the gradient of q|k|v after the
  *        norms (their weight gradients' dout)
+ *   Gemma only: dpf, dpa (n, C) the gradients reaching the post-feedforward
+ *   and post-attention norms' outputs (their weight gradients' inputs);
+ *   dmlp and datt are then the post norms' input gradients
  * The embedding's and the head's halves are the skeleton's
  * (models/decoder.c, models/lmhead_split.c).
  * Activation checkpointing: what the unsplit backward recomputes (the
@@ -48,11 +51,11 @@
 
 int64_t sl_llama_stash_numel(const sl_model *m) {
   const llama_priv *p = sl_dec(m)->blk;
-  return p->N * (4 * p->C + 2 * p->I + p->Q + (p->qkn ? p->Q : 0));
+  return p->N * ((p->gemma ? 6 : 4) * p->C + 2 * p->I + p->Q + (p->qkn ? p->Q : 0));
 }
 
 typedef struct {
-  float *dmlp, *dgu, *dln2, *datt, *dqkv, *dln1, *dqn;
+  float *dmlp, *dgu, *dln2, *datt, *dqkv, *dln1, *dqn, *dpf, *dpa;
 } block_stash;
 
 static block_stash stash_views(const llama_priv *p, const float *s) {
@@ -65,7 +68,23 @@ static block_stash stash_views(const llama_priv *p, const float *s) {
   b.dqkv = b.datt + N * C;
   b.dln1 = b.dqkv + N * p->Q;
   b.dqn = p->qkn ? b.dln1 + N * C : NULL;
+  b.dpf = p->gemma ? b.dln1 + N * C + (p->qkn ? N * p->Q : 0) : NULL;
+  b.dpa = p->gemma ? b.dpf + N * C : NULL;
   return b;
+}
+
+/* B's part of a Gemma post norm: keeps dres (its output gradient) in keep,
+ * its input gradient (all-gathered under sp) in dout. */
+static int post_norm_input(sl_model *m, llama_priv *p, float *keep, float *dout, const float *y, const float *w,
+                           int slot, const float *rstd) {
+  sl_decoder *d = sl_dec(m);
+  size_t nc = (size_t)(p->n * p->C) * 4;
+  m->ops->copy(m->k, keep, d->dres, nc);
+  m->ops->zero(m->k, p->dpost, nc);
+  m->ops->rmsnorm_bwd(m->k, p->dpost, NULL, d->dres, y, sl_llama_norm_w(m, p, w, slot), rstd, p->n, p->C, p->C);
+  if (p->sp) return sl_dec_sp_gather(m, p->dpost, dout);
+  m->ops->copy(m->k, dout, p->dpost, nc);
+  return SL_OK;
 }
 
 /* Block l's input half, after the skeleton's recompute. */
@@ -84,36 +103,38 @@ int sl_llama_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
   block_stash s = stash_views(p, stash);
   float *dln = d->dln, *dn = p->sp ? d->xl : d->dln; /* a norm's output gradient, summed over TP: this rank's rows */
   /* MLP */
-  if (p->sp) rc = sl_dec_sp_gather(m, d->dres, s.dmlp);
+  if (p->gemma) rc = post_norm_input(m, p, s.dpf, s.dmlp, a->mo, w.lnpf, 3, a->rstd4);
+  else if (p->sp) rc = sl_dec_sp_gather(m, d->dres, s.dmlp);
   else o->copy(k, s.dmlp, d->dres, nc);
   if (rc) return rc;
   o->zero(k, p->dh, (size_t)(N * p->I) * 4);
   o->linear_bwd(k, p->dh, NULL, NULL, s.dmlp, a->h, w.wd, N, p->I, C);
   o->zero(k, p->dgu, (size_t)(N * 2 * p->I) * 4);
-  o->swiglu_bwd(k, p->dgu, p->dh, a->gu, N, p->I);
+  (p->gemma ? o->geglu_bwd : o->swiglu_bwd)(k, p->dgu, p->dh, a->gu, N, p->I);
   o->copy(k, s.dgu, p->dgu, (size_t)(N * 2 * p->I) * 4);
   o->zero(k, dln, (size_t)(N * C) * 4);
   o->linear_bwd(k, dln, NULL, NULL, p->dgu, a->ln2, w.wgu, N, C, 2 * p->I);
   if ((rc = sl_dec_row_parallel_sum(m, dln, dn))) return rc;
   o->copy(k, s.dln2, dn, nc);
-  o->rmsnorm_bwd(k, d->dres, NULL, dn, a->xmid, w.ln2, a->rstd2, n, C, C);
+  o->rmsnorm_bwd(k, d->dres, NULL, dn, a->xmid, sl_llama_norm_w(m, p, w.ln2, 2), a->rstd2, n, C, C);
   /* attention */
-  if (p->sp) rc = sl_dec_sp_gather(m, d->dres, s.datt);
+  if (p->gemma) rc = post_norm_input(m, p, s.dpa, s.datt, a->ao, w.lnpa, 1, a->rstd3);
+  else if (p->sp) rc = sl_dec_sp_gather(m, d->dres, s.datt);
   else o->copy(k, s.datt, d->dres, nc);
   if (rc) return rc;
   o->zero(k, p->datt, (size_t)(N * p->A) * 4);
   o->linear_bwd(k, p->datt, NULL, NULL, s.datt, a->att, w.wo, N, p->A, C);
   o->zero(k, p->dqkv, (size_t)(N * p->Q) * 4);
-  o->attention_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd, p->window,
-                   p->scale, m->seg);
-  o->rope_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, p->inv_freq, m->seg);
+  o->attention_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd,
+                   sl_llama_layer_window(p, l), p->scale, m->seg, p->softcap);
+  o->rope_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, sl_llama_layer_freq(p, l), m->seg);
   if (p->qkn) sl_llama_qk_norm_bwd_input(m, a, &w, s.dqn);
   o->copy(k, s.dqkv, p->dqkv, (size_t)(N * p->Q) * 4);
   o->zero(k, dln, (size_t)(N * C) * 4);
   o->linear_bwd(k, dln, NULL, NULL, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
   if ((rc = sl_dec_row_parallel_sum(m, dln, dn))) return rc;
   o->copy(k, s.dln1, dn, nc);
-  o->rmsnorm_bwd(k, d->dres, NULL, dn, d->stream[l], w.ln1, a->rstd1, n, C, C);
+  o->rmsnorm_bwd(k, d->dres, NULL, dn, d->stream[l], sl_llama_norm_w(m, p, w.ln1, 0), a->rstd1, n, C, C);
   return SL_OK;
 }
 
@@ -131,17 +152,27 @@ int sl_llama_bwd_weight(sl_model *m, int l, const float *flat, float *grads, con
   layer_acts *a = llama_layer(m, l);
   blockw w = block_views(p, flat), g = block_views(p, grads);
   block_stash s = stash_views(p, stash);
+  int64_t n2 = (p->gemma ? 2 : 1) * C; /* ln2's slot of gnorm (Gemma: ln1, lnpa, ln2, lnpf) */
+  if (p->gemma)
+    o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.lnpf, p->gnorm + 3 * C), s.dpf, a->mo,
+                   sl_llama_norm_w(m, p, w.lnpf, 3), a->rstd4, p->n, C, C);
   o->linear_bwd(k, NULL, (float *)g.wd, (float *)g.bd, s.dmlp, a->h, w.wd, N, p->I, C);
   o->linear_bwd(k, NULL, (float *)g.wgu, (float *)g.bgu, s.dgu, a->ln2, w.wgu, N, C, 2 * p->I);
-  o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.ln2, p->gnorm + C), s.dln2, a->xmid, w.ln2, a->rstd2, p->n, C,
-                 C);
+  o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.ln2, p->gnorm + n2), s.dln2, a->xmid,
+                 sl_llama_norm_w(m, p, w.ln2, 2), a->rstd2, p->n, C, C);
+  if (p->gemma)
+    o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.lnpa, p->gnorm + C), s.dpa, a->ao,
+                   sl_llama_norm_w(m, p, w.lnpa, 1), a->rstd3, p->n, C, C);
   o->linear_bwd(k, NULL, (float *)g.wo, (float *)g.bo, s.datt, a->att, w.wo, N, p->A, C);
   if (p->qkn && (rc = sl_llama_qk_norm_bwd_weight(m, a, &w, &g, s.dqn))) return rc;
   if (p->kvrep > 1) sl_llama_kv_grad_begin(m, &g);
   o->linear_bwd(k, NULL, (float *)g.wqkv, (float *)g.bqkv, s.dqkv, a->ln1, w.wqkv, N, C, p->Q);
   if (p->kvrep > 1 && (rc = sl_llama_kv_grad_sum(m, &g))) return rc;
-  o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.ln1, p->gnorm), s.dln1, d->stream[l], w.ln1, a->rstd1, p->n, C,
-                 C);
+  o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.ln1, p->gnorm), s.dln1, d->stream[l],
+                 sl_llama_norm_w(m, p, w.ln1, 0), a->rstd1, p->n, C, C);
   if ((rc = sl_dec_norm_grad_sum(m, (float *)g.ln1, p->gnorm))) return rc;
-  return sl_dec_norm_grad_sum(m, (float *)g.ln2, p->gnorm + C);
+  if (p->gemma && ((rc = sl_dec_norm_grad_sum(m, (float *)g.lnpa, p->gnorm + C)) ||
+                   (rc = sl_dec_norm_grad_sum(m, (float *)g.lnpf, p->gnorm + 3 * C))))
+    return rc;
+  return sl_dec_norm_grad_sum(m, (float *)g.ln2, p->gnorm + n2);
 }

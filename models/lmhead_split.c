@@ -33,8 +33,8 @@ int sl_lm_head_bwd_input(sl_model *m, sl_lm_head *h, const float *flat, const fl
   m->ops->zero(m->k, dres, bytes);
   m->ops->zero(m->k, dln, bytes);
   m->ops->lmhead_ce_bwd(m->k, dln, h->tied ? tied : NULL, h->lnf, W, m->targets, h->lse, m->loss_scale, h->N, h->C,
-                        h->V);
-  m->ops->rmsnorm_bwd(m->k, dres, NULL, dln, x, flat, h->rstdf, h->N, h->C, h->C);
+                        h->V, h->softcap);
+  m->ops->rmsnorm_bwd(m->k, dres, NULL, dln, x, sl_lm_head_norm_w(m, h, flat), h->rstdf, h->N, h->C, h->C);
   m->ops->copy(m->k, stash, dln, bytes);
   return SL_OK;
 }
@@ -43,8 +43,8 @@ int sl_lm_head_bwd_weight(sl_model *m, sl_lm_head *h, const float *flat, float *
                           const float *stash) {
   if (!h->tied)
     m->ops->lmhead_ce_bwd(m->k, NULL, grads + h->C, h->lnf, flat + h->C, m->targets, h->lse, m->loss_scale, h->N, h->C,
-                          h->V);
-  m->ops->rmsnorm_bwd(m->k, NULL, grads, stash, x, flat, h->rstdf, h->N, h->C, h->C);
+                          h->V, h->softcap);
+  m->ops->rmsnorm_bwd(m->k, NULL, grads, stash, x, sl_lm_head_norm_w(m, h, flat), h->rstdf, h->N, h->C, h->C);
   return SL_OK;
 }
 
@@ -64,10 +64,10 @@ int sl_lm_head_vp_bwd_input(sl_model *m, sl_lm_head_vp *hv, const float *flat, c
   m->ops->zero(m->k, dres, (size_t)(n * h->C) * 4);
   m->ops->zero(m->k, dln, (size_t)(h->N * h->C) * 4);
   m->ops->lmhead_vp_bwd(m->k, dln, h->tied ? tied : NULL, h->lnf, W, m->targets, h->lse, m->loss_scale, h->N, h->C,
-                        vs->v0, vs->Vl, vs->valid);
+                        vs->v0, vs->Vl, vs->valid, h->softcap);
   rc = hv->sp ? g->reducescatter(g->user, dln, dn, n * h->C) : g->allreduce(g->user, dln, h->N * h->C, SL_TP_SUM);
   if (rc) return rc;
-  m->ops->rmsnorm_bwd(m->k, dres, NULL, dn, x, flat, h->rstdf, n, h->C, h->C);
+  m->ops->rmsnorm_bwd(m->k, dres, NULL, dn, x, sl_lm_head_norm_w(m, h, flat), h->rstdf, n, h->C, h->C);
   m->ops->copy(m->k, stash, dn, (size_t)(n * h->C) * 4);
   return SL_OK;
 }
@@ -78,8 +78,9 @@ int sl_lm_head_vp_bwd_weight(sl_model *m, sl_lm_head_vp *hv, const float *flat, 
   const sl_vocab_split *vs = &hv->vs;
   if (!h->tied)
     m->ops->lmhead_vp_bwd(m->k, NULL, grads + h->C, h->lnf, flat + h->C, m->targets, h->lse, m->loss_scale, h->N, h->C,
-                          vs->v0, vs->Vl, vs->valid);
+                          vs->v0, vs->Vl, vs->valid, h->softcap);
   float *dw = hv->sp ? sl_sp_norm_dw(m, hv->gw, h->C) : grads;
-  m->ops->rmsnorm_bwd(m->k, NULL, dw, stash, x, flat, h->rstdf, hv->sp ? h->N / vs->T : h->N, h->C, h->C);
+  m->ops->rmsnorm_bwd(m->k, NULL, dw, stash, x, sl_lm_head_norm_w(m, h, flat), h->rstdf, hv->sp ? h->N / vs->T : h->N,
+                      h->C, h->C);
   return hv->sp ? sl_sp_norm_dw_sum(m, grads, hv->gw, h->C) : SL_OK;
 }

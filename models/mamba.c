@@ -427,6 +427,7 @@ static void mamba_caps(const sl_model_config *c, sl_model_caps *out) {
                          .recurrent = 1,
                          .zb_split = 1,
                          .zb_split_accum = 0,
+                         .bf16 = 1,
                          .tp_width = c->intermediate_size > 0 ? c->intermediate_size : c->expand * c->hidden_size};
 }
 

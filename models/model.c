@@ -97,6 +97,8 @@ static const struct {
     {SL_ARCH_QWEN3, &sl_llama_block}, /* Llama with q/k norms (cfg.qk_norm), attention_bias */
     {SL_ARCH_MIXTRAL, &sl_llama_block},   /* Llama attention, a sparse MLP of experts (cfg.moe_experts) */
     {SL_ARCH_QWEN3_MOE, &sl_llama_block}, /* Qwen3's attention, the sparse MLP (norm_topk_prob) */
+    {SL_ARCH_GEMMA2, &sl_llama_block}, /* the Gemma options (cfg.gemma) */
+    {SL_ARCH_GEMMA3, &sl_llama_block}, /* the Gemma options with q/k norms, two RoPE tables */
     {SL_ARCH_MAMBA, &sl_mamba_block},
 };
 
@@ -325,6 +327,8 @@ int sl_lm_head_init(sl_model *m, sl_lm_head *h, int64_t C, int64_t V, float eps,
   h->eps = eps;
   h->tied = tied;
   h->unit = unit;
+  h->softcap = 0.0f; /* Gemma's options: the caller sets them after init */
+  h->w1 = NULL;
   if (!(h->lnf = sl_model_buf(m, h->N * C, SL_ARENA_ACTS)) || !(h->rstdf = sl_model_buf(m, h->N, SL_ARENA_ACTS)) ||
       !(h->lse = sl_model_buf(m, h->N, SL_ARENA_ACTS)) || !(h->losses = sl_model_buf(m, h->N, SL_ARENA_ACTS)))
     return SL_ENOMEM;
@@ -339,12 +343,19 @@ static int head_weight(sl_model *m, const sl_lm_head *h, const float *flat, cons
   return m->access.params(m->access.user, 0, W);
 }
 
+const float *sl_lm_head_norm_w(sl_model *m, const sl_lm_head *h, const float *flat) {
+  if (!h->w1) return flat;
+  m->ops->copy(m->k, h->w1, flat, (size_t)h->C * 4);
+  m->ops->scale_add(m->k, h->w1, 1.0f, 1.0f, h->C);
+  return h->w1;
+}
+
 int sl_lm_head_fwd(sl_model *m, sl_lm_head *h, const float *flat, const float *x) {
   const float *W;
   int rc = head_weight(m, h, flat, &W);
   if (rc) return rc;
-  m->ops->rmsnorm_fwd(m->k, h->lnf, h->rstdf, x, flat, h->N, h->C, h->C, h->eps);
-  m->ops->lmhead_ce_fwd(m->k, h->losses, h->lse, h->lnf, W, m->targets, h->N, h->C, h->V);
+  m->ops->rmsnorm_fwd(m->k, h->lnf, h->rstdf, x, sl_lm_head_norm_w(m, h, flat), h->N, h->C, h->C, h->eps);
+  m->ops->lmhead_ce_fwd(m->k, h->losses, h->lse, h->lnf, W, m->targets, h->N, h->C, h->V, h->softcap);
   m->loss_sum += m->ops->sum(m->k, h->losses, h->N);
   return SL_OK;
 }
@@ -359,8 +370,8 @@ int sl_lm_head_bwd(sl_model *m, sl_lm_head *h, const float *flat, float *grads, 
   size_t bytes = (size_t)(h->N * h->C) * 4;
   m->ops->zero(m->k, dres, bytes);
   m->ops->zero(m->k, dln, bytes);
-  m->ops->lmhead_ce_bwd(m->k, dln, dW, h->lnf, W, m->targets, h->lse, m->loss_scale, h->N, h->C, h->V);
-  m->ops->rmsnorm_bwd(m->k, dres, grads, dln, x, flat, h->rstdf, h->N, h->C, h->C);
+  m->ops->lmhead_ce_bwd(m->k, dln, dW, h->lnf, W, m->targets, h->lse, m->loss_scale, h->N, h->C, h->V, h->softcap);
+  m->ops->rmsnorm_bwd(m->k, dres, grads, dln, x, sl_lm_head_norm_w(m, h, flat), h->rstdf, h->N, h->C, h->C);
   return SL_OK;
 }
 
@@ -370,6 +381,7 @@ int sl_lm_head_logits(sl_model *m, sl_lm_head *h, float *out) {
   if (rc) return rc;
   if (!h->tied) W += h->C;
   m->ops->linear_fwd(m->k, out, h->lnf, W, NULL, h->N, h->C, h->V);
+  if (h->softcap > 0) m->ops->softcap(m->k, out, h->softcap, h->N * h->V); /* the logits the loss sees */
   return SL_OK;
 }
 

@@ -76,6 +76,7 @@ typedef struct {
                          all-reduces in the planner's closed forms; its pipeline layouts are not searched */
   int zb_split;       /* the split backward (vt bwd_input / bwd_weight) for --pp-schedule zb1p */
   int zb_split_accum; /* ... also under --no-sync-accum (the weight half adds the bits the unsplit backward adds) */
+  int bf16;           /* --compute-dtype bf16, checked against the bf16 mirror (tests/ref/bf16_checks.py) */
   int64_t tp_width;   /* what --tp must divide in the planner's search: attention heads, or d_inner */
 } sl_model_caps;
 /* The capabilities of cfg's architecture; SL_EINPUT for an unknown one. */
@@ -280,6 +281,8 @@ typedef struct {
   float *rstdf;   /* (N) */
   float *lse;     /* (N) log-sum-exp of each row's logits */
   float *losses;  /* (N) */
+  float softcap;  /* final-logit softcap (Gemma 2), 0: none (sl_lm_head_init: 0; the decoder sets it) */
+  float *w1;      /* (C) workspace for the norm's 1 + w (Gemma), NULL: the norm multiplies by w */
 } sl_lm_head;
 /* Declares the head unit's tensors (norm_name (C), then lm_head.weight (V, C)
  * when untied; tied: pins unit 0, whose weight the head reads); SL_ENOMEM
@@ -315,6 +318,8 @@ int sl_lm_head_fwd(sl_model *m, sl_lm_head *h, const float *flat, const float *x
 int sl_lm_head_bwd(sl_model *m, sl_lm_head *h, const float *flat, float *grads, const float *x, float *dres,
                    float *dln);
 int sl_lm_head_logits(sl_model *m, sl_lm_head *h, float *out);
+/* The final norm's weight: flat's first C floats, or 1 + them (Gemma: h->w1). */
+const float *sl_lm_head_norm_w(sl_model *m, const sl_lm_head *h, const float *flat);
 /* sl_lm_head_bwd split for zero-bubble schedules (models/lmhead_split.c):
  * the input half leaves dres as sl_lm_head_bwd does and keeps the final
  * norm's output gradient (N, C) in stash; a tied head's part of unit 0's

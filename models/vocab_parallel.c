@@ -135,9 +135,9 @@ int sl_lm_head_vp_fwd(sl_model *m, sl_lm_head_vp *hv, const float *flat, const f
   if (!rc) rc = slice_weight(m, h, flat, &W);
   if (rc) return rc;
   int64_t N = h->N, n = hv->sp ? N / vs->T : N;
-  o->rmsnorm_fwd(m->k, hv->sp ? hv->xl : h->lnf, h->rstdf, x, flat, n, h->C, h->C, h->eps);
+  o->rmsnorm_fwd(m->k, hv->sp ? hv->xl : h->lnf, h->rstdf, x, sl_lm_head_norm_w(m, h, flat), n, h->C, h->C, h->eps);
   if (hv->sp && (rc = m->access.tp.allgather(m->access.tp.user, hv->xl, h->lnf, n * h->C))) return rc;
-  o->lmhead_vp_fwd(m->k, hv->lmax, hv->st, h->lnf, W, m->targets, N, h->C, vs->v0, vs->Vl, vs->valid);
+  o->lmhead_vp_fwd(m->k, hv->lmax, hv->st, h->lnf, W, m->targets, N, h->C, vs->v0, vs->Vl, vs->valid, h->softcap);
   o->copy(m->k, hv->gmax, hv->lmax, (size_t)N * sizeof(float));
   if ((rc = tp_allreduce(m, hv->gmax, N, SL_TP_MAX))) return rc;
   o->lmhead_vp_rescale(m->k, hv->st, hv->lmax, hv->gmax, N);
@@ -161,12 +161,12 @@ int sl_lm_head_vp_bwd(sl_model *m, sl_lm_head_vp *hv, const float *flat, float *
   m->ops->zero(m->k, dres, (size_t)(n * h->C) * sizeof(float));
   m->ops->zero(m->k, dln, (size_t)(h->N * h->C) * sizeof(float));
   m->ops->lmhead_vp_bwd(m->k, dln, dW, h->lnf, W, m->targets, h->lse, m->loss_scale, h->N, h->C, vs->v0, vs->Vl,
-                        vs->valid);
+                        vs->valid, h->softcap);
   if (hv->sp) rc = m->access.tp.reducescatter(m->access.tp.user, dln, hv->xl, n * h->C);
   else rc = tp_allreduce(m, dln, h->N * h->C, SL_TP_SUM);
   if (rc) return rc;
   float *dw = hv->sp ? sl_sp_norm_dw(m, hv->gw, h->C) : grads;
-  m->ops->rmsnorm_bwd(m->k, dres, dw, hv->sp ? hv->xl : dln, x, flat, h->rstdf, n, h->C, h->C);
+  m->ops->rmsnorm_bwd(m->k, dres, dw, hv->sp ? hv->xl : dln, x, sl_lm_head_norm_w(m, h, flat), h->rstdf, n, h->C, h->C);
   return hv->sp ? sl_sp_norm_dw_sum(m, grads, hv->gw, h->C) : SL_OK;
 }
 
@@ -182,6 +182,7 @@ int sl_lm_head_vp_logits(sl_model *m, sl_lm_head_vp *hv, float *out) {
   int64_t N = h->N, n = N * vs->Vl;
   if (vs->T == 1) {
     m->ops->linear_fwd(m->k, out, h->lnf, W, NULL, N, h->C, vs->V);
+    if (h->softcap > 0) m->ops->softcap(m->k, out, h->softcap, N * vs->V);
     return SL_OK;
   }
   /* local (N, valid) logits, gathered as T blocks of N*Vl, then laid out as
@@ -201,6 +202,7 @@ int sl_lm_head_vp_logits(sl_model *m, sl_lm_head_vp *hv, float *out) {
     for (int64_t i = 0; i < N && s.valid; i++)
       m->ops->copy(m->k, out + i * vs->V + s.v0, all + r * n + i * s.valid, (size_t)s.valid * sizeof(float));
   }
+  if (h->softcap > 0) m->ops->softcap(m->k, out, h->softcap, N * vs->V); /* the logits the loss sees */
 done:
   m->ops->free(m->k, loc);
   m->ops->free(m->k, all);

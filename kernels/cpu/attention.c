@@ -43,12 +43,13 @@ typedef struct {
   int64_t ldo;   /* row stride of out / dout: nh * hd */
   int64_t ntile; /* query tiles per (b, h) */
   float scale;   /* of the scores q.k (the caller's, e.g. 1/sqrt(hd)) */
+  float cap;     /* logit softcap (> 0: c = cap tanh(s / cap)), 0: none */
 } att_shape;
 
 static att_shape att_make(const float *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window,
-                          float scale, const int32_t *seg) {
-  att_shape s = {qkv,  seg, B, T, nh, nkv, hd, window, (nh + 2 * nkv) * hd, nh * hd, (T + SL_ATT_TQ - 1) / SL_ATT_TQ,
-                 scale};
+                          float scale, const int32_t *seg, float cap) {
+  att_shape s = {qkv,   seg, B, T, nh, nkv, hd, window, (nh + 2 * nkv) * hd, nh * hd, (T + SL_ATT_TQ - 1) / SL_ATT_TQ,
+                 scale, cap};
   return s;
 }
 
@@ -79,13 +80,30 @@ SL_CPU_HOT static float softmax_row(float *s, int64_t n, int64_t lo, int64_t hi)
   return m + (float)log(sum);
 }
 
-/* p[j] = exp(s[j] - lse) on [lo, hi), 0 elsewhere; dp[j] = p[j]*(dp[j]-D). */
-SL_CPU_HOT static void dsoftmax_row(float *p, float *dp, int64_t n, int64_t lo, int64_t hi, float lse, float D) {
+/* s[j] = cap tanh(s[j] / cap) on [lo, hi) (Gemma 2's logit softcap). */
+static void cap_row(float *s, int64_t lo, int64_t hi, float cap) {
+  for (int64_t j = lo; j < hi; j++) s[j] = cap * tanhf(s[j] / cap);
+}
+
+/* p[j] = exp(c(s[j]) - lse) on [lo, hi), 0 elsewhere; dp[j] = p[j]*(dp[j]-D)
+ * * c'(s[j]), where c is the softcap (identity when cap <= 0) and
+ * c' = 1 - tanh^2. */
+SL_CPU_HOT static void dsoftmax_row(float *p, float *dp, int64_t n, int64_t lo, int64_t hi, float lse, float D,
+                                    float cap) {
   for (int64_t j = 0; j < lo; j++) p[j] = dp[j] = 0.0f;
-  for (int64_t j = lo; j < hi; j++) {
-    float e = sl_cpu_expf(p[j] - lse);
-    p[j] = e;
-    dp[j] = e * (dp[j] - D);
+  if (cap > 0.0f) {
+    for (int64_t j = lo; j < hi; j++) {
+      float t = tanhf(p[j] / cap);
+      float e = sl_cpu_expf(cap * t - lse);
+      p[j] = e;
+      dp[j] = e * (dp[j] - D) * (1.0f - t * t);
+    }
+  } else {
+    for (int64_t j = lo; j < hi; j++) {
+      float e = sl_cpu_expf(p[j] - lse);
+      p[j] = e;
+      dp[j] = e * (dp[j] - D);
+    }
   }
   for (int64_t j = hi; j < n; j++) p[j] = dp[j] = 0.0f;
 }
@@ -108,8 +126,9 @@ static void fwd_tile(const att_shape *a, float *out, float *lse, int64_t b, int6
               k + k0 * ld, (int)ld, 0.0f, S, (int)kn);
   float *l = lse + (b * a->nh + h) * T;
   for (int64_t r = 0; r < m; r++) {
-    int64_t i = i0 + r;
-    l[i] = softmax_row(S + r * kn, kn, first_key(a, b, i) - k0, i + 1 - k0);
+    int64_t i = i0 + r, lo = first_key(a, b, i) - k0;
+    if (a->cap > 0.0f) cap_row(S + r * kn, lo, i + 1 - k0, a->cap);
+    l[i] = softmax_row(S + r * kn, kn, lo, i + 1 - k0);
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)hd, (int)kn, 1.0f, S, (int)kn, v + k0 * ld,
               (int)ld, 0.0f, out + (b * T + i0) * a->ldo + h * hd, (int)a->ldo);
@@ -140,7 +159,7 @@ static void bwd_group(const att_shape *a, float *dqkv, const float *dout, const 
       for (int64_t r = 0; r < m; r++) {
         int64_t i = i0 + r;
         float D = dot_row(dO + i * ldo, o + i * ldo, hd);
-        dsoftmax_row(P + r * kn, dP + r * kn, kn, first_key(a, b, i) - k0, i + 1 - k0, l[i], D);
+        dsoftmax_row(P + r * kn, dP + r * kn, kn, first_key(a, b, i) - k0, i + 1 - k0, l[i], D, a->cap);
       }
       /* dQ += scale dS K ; dK += scale dS^T Q ; dV += P^T dO */
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)hd, (int)kn, a->scale, dP, (int)kn,
@@ -161,9 +180,9 @@ static int64_t max_keys(const att_shape *a) {
 }
 
 void sl_cpu_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
-                          int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg) {
+                          int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg, float softcap) {
   if (B <= 0 || T <= 0) return;
-  att_shape a = att_make(qkv, B, T, nh, nkv, hd, window, scale, seg);
+  att_shape a = att_make(qkv, B, T, nh, nkv, hd, window, scale, seg, softcap);
   int64_t items = B * nh * a.ntile, per = SL_ATT_TQ * max_keys(&a);
   int nt = items >= ctx->threads ? ctx->threads : 1;
   float *S = sl_cpu_scratch(ctx, (size_t)(per * nt), "attention_fwd");
@@ -191,9 +210,9 @@ void sl_cpu_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv
 
 void sl_cpu_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
                           const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window,
-                          float scale, const int32_t *seg) {
+                          float scale, const int32_t *seg, float softcap) {
   if (B <= 0 || T <= 0) return;
-  att_shape a = att_make(qkv, B, T, nh, nkv, hd, window, scale, seg);
+  att_shape a = att_make(qkv, B, T, nh, nkv, hd, window, scale, seg, softcap);
   int64_t items = B * nkv, per = SL_ATT_TQ * max_keys(&a);
   int nt = items >= ctx->threads ? ctx->threads : 1;
   float *S = sl_cpu_scratch(ctx, (size_t)(2 * per * nt), "attention_bwd");

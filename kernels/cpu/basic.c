@@ -207,15 +207,58 @@ SL_CPU_HOT static void swiglu_bwd_row(float *dg, float *du, const float *dy, con
   }
 }
 
-void sl_cpu_swiglu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N, int64_t H) {
-#pragma omp parallel for num_threads(nthr(ctx, N *H)) schedule(static)
-  for (int64_t i = 0; i < N; i++) swiglu_fwd_row(out + i * H, gu + i * 2 * H, gu + i * 2 * H + H, H);
-}
+typedef void (*glu_fwd_row)(float *o, const float *g, const float *u, int64_t H);
+typedef void (*glu_bwd_row)(float *dg, float *du, const float *dy, const float *g, const float *u, int64_t H);
 
-void sl_cpu_swiglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H) {
+/* act(gu[:, :H]) * gu[:, H:] row by row (swiglu, geglu), and its backward */
+static void glu_fwd(sl_kctx *ctx, glu_fwd_row row, float *out, const float *gu, int64_t N, int64_t H) {
+#pragma omp parallel for num_threads(nthr(ctx, N *H)) schedule(static)
+  for (int64_t i = 0; i < N; i++) row(out + i * H, gu + i * 2 * H, gu + i * 2 * H + H, H);
+}
+static void glu_bwd(sl_kctx *ctx, glu_bwd_row row, float *dgu, const float *dout, const float *gu, int64_t N,
+                    int64_t H) {
 #pragma omp parallel for num_threads(nthr(ctx, N *H)) schedule(static)
   for (int64_t i = 0; i < N; i++)
-    swiglu_bwd_row(dgu + i * 2 * H, dgu + i * 2 * H + H, dout + i * H, gu + i * 2 * H, gu + i * 2 * H + H, H);
+    row(dgu + i * 2 * H, dgu + i * 2 * H + H, dout + i * H, gu + i * 2 * H, gu + i * 2 * H + H, H);
+}
+
+void sl_cpu_swiglu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N, int64_t H) {
+  glu_fwd(ctx, swiglu_fwd_row, out, gu, N, H);
+}
+void sl_cpu_swiglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H) {
+  glu_bwd(ctx, swiglu_bwd_row, dgu, dout, gu, N, H);
+}
+
+/* ---- GeGLU (tanh-approximated GELU) -------------------------------------- */
+
+#define SL_GELU_K 0.7978845608028654f /* sqrt(2/pi), PyTorch's kBeta */
+#define SL_GELU_C 0.044715f
+
+SL_CPU_HOT static void geglu_fwd_row(float *o, const float *g, const float *u, int64_t H) {
+  for (int64_t j = 0; j < H; j++) {
+    float x = g[j];
+    o[j] = 0.5f * x * (1.0f + tanhf(SL_GELU_K * (x + SL_GELU_C * x * x * x))) * u[j];
+  }
+}
+
+/* gelu(g) = 0.5 g (1 + t), t = tanh(k (g + c g^3));
+ * d gelu/dg = 0.5 (1 + t) + 0.5 g (1 - t^2) k (1 + 3 c g^2) */
+SL_CPU_HOT static void geglu_bwd_row(float *dg, float *du, const float *dy, const float *g, const float *u, int64_t H) {
+  for (int64_t j = 0; j < H; j++) {
+    float x = g[j];
+    float t = tanhf(SL_GELU_K * (x + SL_GELU_C * x * x * x));
+    float d = dy[j];
+    float dgelu = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * SL_GELU_K * (1.0f + 3.0f * SL_GELU_C * x * x);
+    dg[j] += d * u[j] * dgelu;
+    du[j] += d * (0.5f * x * (1.0f + t));
+  }
+}
+
+void sl_cpu_geglu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N, int64_t H) {
+  glu_fwd(ctx, geglu_fwd_row, out, gu, N, H);
+}
+void sl_cpu_geglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H) {
+  glu_bwd(ctx, geglu_bwd_row, dgu, dout, gu, N, H);
 }
 
 /* ---- elementwise --------------------------------------------------------- */
@@ -231,6 +274,16 @@ void sl_cpu_add_inplace(sl_kctx *ctx, float *y, const float *x, int64_t n) {
     split(n, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
     add_range(y + lo, x + lo, hi - lo);
   }
+}
+
+void sl_cpu_scale_add(sl_kctx *ctx, float *y, float alpha, float beta, int64_t n) {
+#pragma omp parallel for num_threads(nthr(ctx, n)) schedule(static)
+  for (int64_t i = 0; i < n; i++) y[i] = fmaf(alpha, y[i], beta);
+}
+
+void sl_cpu_softcap(sl_kctx *ctx, float *y, float cap, int64_t n) {
+#pragma omp parallel for num_threads(nthr(ctx, n)) schedule(static)
+  for (int64_t i = 0; i < n; i++) y[i] = cap * tanhf(y[i] / cap);
 }
 
 SL_CPU_HOT static double sumsq_range(const float *x, int64_t n) {

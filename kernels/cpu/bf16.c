@@ -70,23 +70,24 @@ void sl_cpu_bf16_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, con
 }
 
 void sl_cpu_bf16_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const float *x, const float *w,
-                               const int32_t *targets, int64_t N, int64_t C, int64_t V) {
+                               const int32_t *targets, int64_t N, int64_t C, int64_t V, float softcap) {
   const float *xi = stage(ctx, 0, x, N * C, "lmhead_ce_fwd"), *wi = stage(ctx, 1, w, V * C, "lmhead_ce_fwd");
   if (!xi || !wi) {
     sl_cpu_poison(losses, N);
     sl_cpu_poison(lse, N);
     return;
   }
-  sl_cpu_lmhead_ce_fwd(ctx, losses, lse, xi, wi, targets, N, C, V); /* rounds the logits */
+  sl_cpu_lmhead_ce_fwd(ctx, losses, lse, xi, wi, targets, N, C, V, softcap); /* rounds the logits */
 }
 
 void sl_cpu_bf16_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w,
-                               const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C, int64_t V) {
+                               const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C, int64_t V,
+                               float softcap) {
   const float *xi = stage(ctx, 0, x, N * C, "lmhead_ce_bwd"), *wi = stage(ctx, 1, w, V * C, "lmhead_ce_bwd");
   if (!xi || !wi) {
     sl_cpu_poison(dx, N * C);
     sl_cpu_poison(dw, V * C);
     return;
   }
-  sl_cpu_lmhead_ce_bwd(ctx, dx, dw, xi, wi, targets, lse, scale, N, C, V); /* rounds logits, dlogits */
+  sl_cpu_lmhead_ce_bwd(ctx, dx, dw, xi, wi, targets, lse, scale, N, C, V, softcap); /* rounds logits, dlogits */
 }

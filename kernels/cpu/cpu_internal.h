@@ -60,9 +60,11 @@ void sl_cpu_poison(float *x, int64_t n);
  * relative to voff (a target outside the slice only has no one-hot term).
  * op names the caller in a scratch-failure message. */
 void sl_cpu_ce_fwd_core(sl_kctx *ctx, const float *x, const float *w, const int32_t *targets, int64_t N, int64_t C,
-                        int64_t V, int64_t voff, float *losses, float *lse, float *lmax, float *st, const char *op);
+                        int64_t V, int64_t voff, float *losses, float *lse, float *lmax, float *st, const char *op,
+                        float softcap);
 void sl_cpu_ce_bwd_core(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
-                        const float *lse, float scale, int64_t N, int64_t C, int64_t V, int64_t voff, const char *op);
+                        const float *lse, float scale, int64_t N, int64_t C, int64_t V, int64_t voff, const char *op,
+                        float softcap);
 
 /* expf with ~1-2 ulp error, no branches, vectorizable (Cephes polynomial,
  * Cody-Waite reduction). Inputs are clamped to [-87.3, 88.7]: results

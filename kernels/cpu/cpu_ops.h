@@ -24,17 +24,21 @@ void sl_cpu_rope_fwd(sl_kctx *ctx, float *qkv, int64_t B, int64_t T, int64_t nh,
 void sl_cpu_rope_bwd(sl_kctx *ctx, float *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
                      const float *inv_freq, const int32_t *seg);
 void sl_cpu_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
-                          int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg);
+                          int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg, float softcap);
 void sl_cpu_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
                           const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window,
-                          float scale, const int32_t *seg);
+                          float scale, const int32_t *seg, float softcap);
 void sl_cpu_swiglu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N, int64_t H);
 void sl_cpu_swiglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H);
+void sl_cpu_geglu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N, int64_t H);
+void sl_cpu_geglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H);
 void sl_cpu_add_inplace(sl_kctx *ctx, float *y, const float *x, int64_t n);
+void sl_cpu_scale_add(sl_kctx *ctx, float *y, float alpha, float beta, int64_t n);
+void sl_cpu_softcap(sl_kctx *ctx, float *y, float cap, int64_t n);
 void sl_cpu_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const float *x, const float *w,
-                          const int32_t *targets, int64_t N, int64_t C, int64_t V);
+                          const int32_t *targets, int64_t N, int64_t C, int64_t V, float softcap);
 void sl_cpu_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
-                          const float *lse, float scale, int64_t N, int64_t C, int64_t V);
+                          const float *lse, float scale, int64_t N, int64_t C, int64_t V, float softcap);
 void sl_cpu_adamw(sl_kctx *ctx, float *p, float *m, float *v, const float *g, int64_t n, float lr, float b1, float b2,
                   float eps, float wd, int64_t step, float grad_scale);
 double sl_cpu_sumsq(sl_kctx *ctx, const float *x, int64_t n);
@@ -75,12 +79,13 @@ void sl_cpu_vocab_embedding_fwd(sl_kctx *ctx, float *out, const int32_t *tok, co
 void sl_cpu_vocab_embedding_bwd(sl_kctx *ctx, float *dwte, const float *dout, const int32_t *tok, int64_t N, int64_t C,
                                 int64_t v0, int64_t Vl);
 void sl_cpu_lmhead_vp_fwd(sl_kctx *ctx, float *lmax, float *st, const float *x, const float *w, const int32_t *targets,
-                          int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid);
+                          int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid, float softcap);
 void sl_cpu_lmhead_vp_rescale(sl_kctx *ctx, float *st, const float *lmax, const float *gmax, int64_t N);
 void sl_cpu_lmhead_vp_loss(sl_kctx *ctx, float *losses, float *lse, const float *st, const float *gmax,
                            const int32_t *targets, int64_t N);
 void sl_cpu_lmhead_vp_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
-                          const float *lse, float scale, int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid);
+                          const float *lse, float scale, int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid,
+                          float softcap);
 
 /* memory section (kernels/cpu/memops.c) */
 void *sl_cpu_alloc(sl_kctx *ctx, size_t bytes);
@@ -101,9 +106,10 @@ void sl_cpu_bf16_linear_fwd(sl_kctx *ctx, float *out, const float *inp, const fl
 void sl_cpu_bf16_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                             const float *w, int64_t N, int64_t IC, int64_t OC);
 void sl_cpu_bf16_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const float *x, const float *w,
-                               const int32_t *targets, int64_t N, int64_t C, int64_t V);
+                               const int32_t *targets, int64_t N, int64_t C, int64_t V, float softcap);
 void sl_cpu_bf16_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w,
-                               const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C, int64_t V);
+                               const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C, int64_t V,
+                               float softcap);
 /* the CPU's part of the bf16 layer (ops_table.c), set by ctx_create */
 extern const sl_bf16_impl sl_cpu_bf16_impl;
 

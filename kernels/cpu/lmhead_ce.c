@@ -10,6 +10,8 @@
  * each tile's logits, turns them into dlogits = (softmax - onehot) * scale in
  * place and feeds two more sgemms (dx += dlogits w, dw += dlogits^T x).
  * bf16 compute (kernels/bf16.h) rounds the logits and dlogits tiles to bf16.
+ * softcap > 0 (Gemma 2's final_logit_softcapping) caps each tile after its
+ * GEMM (c = cap tanh(l / cap)); backward multiplies dlogits by 1 - (c/cap)^2.
  * Row loops are OpenMP; GEMMs run on OpenBLAS's threads. The two loops
  * (sl_cpu_ce_{fwd,bwd}_core) also serve the loss-parallel head of
  * vocab_parallel.c: w is then a slice whose row 0 is vocabulary id voff. */
@@ -67,8 +69,25 @@ SL_CPU_HOT static void softmax_scaled(float *l, int64_t n, float lse, float scal
   for (int64_t j = 0; j < n; j++) l[j] = sl_cpu_expf(l[j] - lse) * scale;
 }
 
+/* Final-logit softcap (Gemma 2): the (m, n) tile l <- cap * tanh(l / cap). */
+static void cap_tile(sl_kctx *ctx, float *l, int64_t n, float cap) {
+#pragma omp parallel for num_threads(n >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
+  for (int64_t j = 0; j < n; j++) l[j] = cap * tanhf(l[j] / cap);
+}
+
+/* l[0, n) holds capped logits c = cap tanh(raw / cap); l <- dloss/draw =
+ * (exp(c - lse) - onehot(t)) * scale * (1 - (c / cap)^2). */
+SL_CPU_HOT static void dsoftmax_capped(float *l, int64_t n, int64_t t, float lse, float scale, float cap) {
+  for (int64_t j = 0; j < n; j++) {
+    float c = l[j], u = c / cap;
+    float g = (sl_cpu_expf(c - lse) - (j == t ? 1.0f : 0.0f)) * scale;
+    l[j] = g * (1.0f - u * u);
+  }
+}
+
 void sl_cpu_ce_fwd_core(sl_kctx *ctx, const float *x, const float *w, const int32_t *targets, int64_t N, int64_t C,
-                        int64_t V, int64_t voff, float *losses, float *lse, float *lmax, float *st, const char *op) {
+                        int64_t V, int64_t voff, float *losses, float *lse, float *lmax, float *st, const char *op,
+                        float softcap) {
   if (N <= 0) return;
   ce_tiles tp = ce_plan(N, V);
   /* scratch: sums (rows doubles, first: 8-byte aligned for any row count) |
@@ -94,6 +113,7 @@ void sl_cpu_ce_fwd_core(sl_kctx *ctx, const float *x, const float *w, const int3
       sl_cpu_sgemm(ctx, 0, 1, m, vn, C, 1.0f, x + r0 * C, C, w + v0 * C, C, 0.0f, L, vn);
       if (ctx->bf.on) /* bf16 compute: logits are a bf16 GEMM output */
         sl_cpu_round_rows(ctx, L, m, vn, vn);
+      if (softcap > 0.0f) cap_tile(ctx, L, m * vn, softcap);
 #pragma omp parallel for num_threads(m *vn >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
       for (int64_t r = 0; r < m; r++) {
         const float *l = L + r * vn;
@@ -116,12 +136,13 @@ void sl_cpu_ce_fwd_core(sl_kctx *ctx, const float *x, const float *w, const int3
 }
 
 void sl_cpu_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const float *x, const float *w,
-                          const int32_t *targets, int64_t N, int64_t C, int64_t V) {
-  sl_cpu_ce_fwd_core(ctx, x, w, targets, N, C, V, 0, losses, lse, NULL, NULL, "lmhead_ce_fwd");
+                          const int32_t *targets, int64_t N, int64_t C, int64_t V, float softcap) {
+  sl_cpu_ce_fwd_core(ctx, x, w, targets, N, C, V, 0, losses, lse, NULL, NULL, "lmhead_ce_fwd", softcap);
 }
 
 void sl_cpu_ce_bwd_core(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
-                        const float *lse, float scale, int64_t N, int64_t C, int64_t V, int64_t voff, const char *op) {
+                        const float *lse, float scale, int64_t N, int64_t C, int64_t V, int64_t voff, const char *op,
+                        float softcap) {
   if (N <= 0 || (!dx && !dw)) return;
   ce_tiles tp = ce_plan(N, V);
   float *L = sl_cpu_scratch(ctx, (size_t)(tp.rows * tp.vc), op);
@@ -139,6 +160,7 @@ void sl_cpu_ce_bwd_core(sl_kctx *ctx, float *dx, float *dw, const float *x, cons
       int64_t vn = V - v0 < tp.vc ? V - v0 : tp.vc;
       sl_cpu_sgemm(ctx, 0, 1, m, vn, C, 1.0f, x + r0 * C, C, w + v0 * C, C, 0.0f, L, vn);
       if (ctx->bf.on) sl_cpu_round_rows(ctx, L, m, vn, vn);
+      if (softcap > 0.0f) cap_tile(ctx, L, m * vn, softcap);
 #pragma omp parallel for num_threads(m *vn >= SL_CPU_PAR_MIN ? ctx->threads : 1) schedule(static)
       for (int64_t r = 0; r < m; r++) {
         float *l = L + r * vn;
@@ -148,6 +170,10 @@ void sl_cpu_ce_bwd_core(sl_kctx *ctx, float *dx, float *dw, const float *x, cons
         }
         int64_t t = (int64_t)targets[r0 + r] - voff;
         float z = lse[r0 + r];
+        if (softcap > 0.0f) {
+          dsoftmax_capped(l, vn, t - v0, z, scale, softcap);
+          continue;
+        }
         float pt = t >= v0 && t < v0 + vn ? sl_cpu_expf(l[t - v0] - z) : 0.0f;
         softmax_scaled(l, vn, z, scale);
         if (t >= v0 && t < v0 + vn) l[t - v0] = (pt - 1.0f) * scale;
@@ -163,6 +189,6 @@ void sl_cpu_ce_bwd_core(sl_kctx *ctx, float *dx, float *dw, const float *x, cons
 }
 
 void sl_cpu_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
-                          const float *lse, float scale, int64_t N, int64_t C, int64_t V) {
-  sl_cpu_ce_bwd_core(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, 0, "lmhead_ce_bwd");
+                          const float *lse, float scale, int64_t N, int64_t C, int64_t V, float softcap) {
+  sl_cpu_ce_bwd_core(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, 0, "lmhead_ce_bwd", softcap);
 }

@@ -45,13 +45,13 @@ void sl_cpu_vocab_embedding_bwd(sl_kctx *ctx, float *dwte, const float *dout, co
 }
 
 void sl_cpu_lmhead_vp_fwd(sl_kctx *ctx, float *lmax, float *st, const float *x, const float *w, const int32_t *targets,
-                          int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid) {
+                          int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid, float softcap) {
   if (Vvalid < 0 || Vvalid > Vl) { /* a caller bug: poison, never guess */
     sl_cpu_poison(lmax, N);
     sl_cpu_poison(st, 2 * N);
     return;
   }
-  sl_cpu_ce_fwd_core(ctx, x, w, targets, N, C, Vvalid, v0, NULL, NULL, lmax, st, "lmhead_vp_fwd");
+  sl_cpu_ce_fwd_core(ctx, x, w, targets, N, C, Vvalid, v0, NULL, NULL, lmax, st, "lmhead_vp_fwd", softcap);
 }
 
 void sl_cpu_lmhead_vp_rescale(sl_kctx *ctx, float *st, const float *lmax, const float *gmax, int64_t N) {
@@ -71,11 +71,12 @@ void sl_cpu_lmhead_vp_loss(sl_kctx *ctx, float *losses, float *lse, const float 
 }
 
 void sl_cpu_lmhead_vp_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
-                          const float *lse, float scale, int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid) {
+                          const float *lse, float scale, int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid,
+                          float softcap) {
   if (Vvalid < 0 || Vvalid > Vl) {
     sl_cpu_poison(dx, N * C);
     sl_cpu_poison(dw, Vl * C);
     return;
   }
-  sl_cpu_ce_bwd_core(ctx, dx, dw, x, w, targets, lse, scale, N, C, Vvalid, v0, "lmhead_vp_bwd");
+  sl_cpu_ce_bwd_core(ctx, dx, dw, x, w, targets, lse, scale, N, C, Vvalid, v0, "lmhead_vp_bwd", softcap);
 }

@@ -21,7 +21,9 @@
  * query heads of its kv group and the query tiles that can see it. Every
  * gradient element is written by one thread: deterministic, no atomics.
  * Storage type E = float or uint16_t (bf16 bits); all math in fp32. The
- * score scale is the caller's (kernels/kernels.h).
+ * score scale is the caller's (kernels/kernels.h); softcap > 0 caps the scaled
+ * scores (att_cap) before the mask and softmax, and backward multiplies dS by
+ * the cap's derivative.
  * Document masking: seg (B*T, or NULL) gives where each query's document
  * starts; key j is visible to query i only when j >= seg[i] (seg is
  * non-decreasing along a sample, so a query block starts its key loop at the
@@ -43,11 +45,20 @@ __device__ __forceinline__ bool att_visible(int i, int j, int window) {
   return j <= i && (window <= 0 || i - j < window);
 }
 
+/* Logit softcapping (Gemma 2): c = cap * tanh(s / cap) on the scaled score
+ * s; cap <= 0: c = s. att_dcap: dc/ds = 1 - tanh^2 (1 without a cap). */
+__device__ __forceinline__ float att_cap(float s, float cap) { return cap > 0.0f ? cap * tanhf(s / cap) : s; }
+__device__ __forceinline__ float att_dcap(float s, float cap) {
+  if (cap <= 0.0f) return 1.0f;
+  float t = tanhf(s / cap);
+  return 1.0f - t * t;
+}
+
 /* ---- forward ----------------------------------------------------------------- */
 template <typename E, int HDP, int TPR, int BC>
 static __global__ void __launch_bounds__(ATT_NT)
     att_fwd_kernel(E *out, float *lse, const E *qkv, const int32_t *seg, int T, int nh, int nkv, int hd, int window,
-                   float scale) {
+                   float scale, float cap) {
   constexpr int DPT = HDP / TPR, RPB = ATT_NT / TPR;
   __shared__ float Ks[BC][HDP];
   __shared__ float Vs[BC][HDP];
@@ -95,7 +106,7 @@ static __global__ void __launch_bounds__(ATT_NT)
       for (int dd = 0; dd < DPT; dd++) acc += q[dd] * Ks[j][dd * TPR + sub];
       acc = group_sum<TPR>(acc);
       bool ok = valid && att_visible(i, k0 + j, window) && k0 + j >= dstart;
-      s[j] = ok ? acc : -INFINITY;
+      s[j] = ok ? att_cap(acc, cap) : -INFINITY;
       mt = fmaxf(mt, s[j]);
     }
     float mnew = fmaxf(m, mt);
@@ -149,7 +160,7 @@ static __global__ void att_dsum_kernel(float *dsum, const E *dout, const E *out,
 template <typename E, int HDP, int TPR, int BC>
 static __global__ void __launch_bounds__(ATT_NT)
     att_dq_kernel(float *dqkv, const E *dout, const E *qkv, const float *lse, const float *dsum, const int32_t *seg,
-                  int T, int nh, int nkv, int hd, int window, float scale) {
+                  int T, int nh, int nkv, int hd, int window, float scale, float cap) {
   constexpr int DPT = HDP / TPR, RPB = ATT_NT / TPR;
   __shared__ float Ks[BC][HDP];
   __shared__ float Vs[BC][HDP];
@@ -205,7 +216,7 @@ static __global__ void __launch_bounds__(ATT_NT)
       sacc = group_sum<TPR>(sacc);
       pacc = group_sum<TPR>(pacc);
       bool ok = valid && att_visible(i, k0 + j, window) && k0 + j >= dstart;
-      float ds = ok ? expf(sacc - L) * (pacc - Di) : 0.0f;
+      float ds = ok ? expf(att_cap(sacc, cap) - L) * (pacc - Di) * att_dcap(sacc, cap) : 0.0f;
 #pragma unroll
       for (int dd = 0; dd < DPT; dd++) dq[dd] += ds * Ks[j][dd * TPR + sub];
     }
@@ -224,7 +235,7 @@ static __global__ void __launch_bounds__(ATT_NT)
 template <typename E, int HDP, int TPR, int BC>
 static __global__ void __launch_bounds__(ATT_NT)
     att_dkv_kernel(float *dqkv, const E *dout, const E *qkv, const float *lse, const float *dsum, const int32_t *seg,
-                   int T, int nh, int nkv, int hd, int window, float scale) {
+                   int T, int nh, int nkv, int hd, int window, float scale, float cap) {
   constexpr int DPT = HDP / TPR, RPB = ATT_NT / TPR;
   __shared__ float Qs[BC][HDP];
   __shared__ float Gs[BC][HDP];
@@ -285,8 +296,8 @@ static __global__ void __launch_bounds__(ATT_NT)
         pacc = group_sum<TPR>(pacc);
         int qi = i0 + r;
         bool ok = valid && qi < T && att_visible(qi, j, window) && j >= Ss[r];
-        float p = ok ? expf(sacc - Ls[r]) : 0.0f;
-        float ds = p * (pacc - Ds[r]);
+        float p = ok ? expf(att_cap(sacc, cap) - Ls[r]) : 0.0f;
+        float ds = ok ? p * (pacc - Ds[r]) * att_dcap(sacc, cap) : 0.0f;
 #pragma unroll
         for (int dd = 0; dd < DPT; dd++) {
           dv[dd] += p * Gs[r][dd * TPR + sub];
@@ -329,7 +340,7 @@ static int att_check(sl_kctx *ctx, int64_t B, int64_t T, int64_t nh, int64_t nkv
 
 template <typename E>
 static void att_fwd_any(sl_kctx *ctx, E *out, float *lse, const E *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                        int64_t hd, int64_t window, float scale, const int32_t *seg) {
+                        int64_t hd, int64_t window, float scale, const int32_t *seg, float softcap) {
   SL_CUDA_BEGIN(ctx);
   if (att_check(ctx, B, T, nh, nkv, hd)) return;
   if (B == 0 || T == 0) return;
@@ -337,7 +348,7 @@ static void att_fwd_any(sl_kctx *ctx, E *out, float *lse, const E *qkv, int64_t 
 #define FWD(HDP, TPR, BC)                                                                                              \
   att_fwd_kernel<E, HDP, TPR, BC>                                                                                      \
       <<<dim3((unsigned)((T + ATT_NT / TPR - 1) / (ATT_NT / TPR)), (unsigned)nh, (unsigned)B), ATT_NT, 0,              \
-         ctx->stream>>>(out, lse, qkv, seg, (int)T, (int)nh, (int)nkv, (int)hd, win, scale)
+         ctx->stream>>>(out, lse, qkv, seg, (int)T, (int)nh, (int)nkv, (int)hd, win, scale, softcap)
   ATT_DISPATCH(hd, FWD);
 #undef FWD
   CUDA_LAUNCH_CHECK(ctx);
@@ -346,7 +357,7 @@ static void att_fwd_any(sl_kctx *ctx, E *out, float *lse, const E *qkv, int64_t 
 template <typename E>
 static void att_bwd_any(sl_kctx *ctx, float *dqkv, const E *dout, const E *qkv, const E *out, const float *lse,
                         int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window, float scale,
-                        const int32_t *seg) {
+                        const int32_t *seg, float softcap) {
   SL_CUDA_BEGIN(ctx);
   if (att_check(ctx, B, T, nh, nkv, hd)) return;
   if (B == 0 || T == 0) return;
@@ -360,34 +371,35 @@ static void att_bwd_any(sl_kctx *ctx, float *dqkv, const E *dout, const E *qkv, 
 #define DQ(HDP, TPR, BC)                                                                                               \
   att_dq_kernel<E, HDP, TPR, BC>                                                                                       \
       <<<dim3((unsigned)((T + ATT_NT / TPR - 1) / (ATT_NT / TPR)), (unsigned)nh, (unsigned)B), ATT_NT, 0,              \
-         ctx->stream>>>(dqkv, dout, qkv, lse, dsum, seg, (int)T, (int)nh, (int)nkv, (int)hd, win, scale)
+         ctx->stream>>>(dqkv, dout, qkv, lse, dsum, seg, (int)T, (int)nh, (int)nkv, (int)hd, win, scale, softcap)
   ATT_DISPATCH(hd, DQ);
 #undef DQ
   CUDA_LAUNCH_CHECK(ctx);
 #define DKV(HDP, TPR, BC)                                                                                              \
   att_dkv_kernel<E, HDP, TPR, BC>                                                                                      \
       <<<dim3((unsigned)((T + ATT_NT / TPR - 1) / (ATT_NT / TPR)), (unsigned)nkv, (unsigned)B), ATT_NT, 0,             \
-         ctx->stream>>>(dqkv, dout, qkv, lse, dsum, seg, (int)T, (int)nh, (int)nkv, (int)hd, win, scale)
+         ctx->stream>>>(dqkv, dout, qkv, lse, dsum, seg, (int)T, (int)nh, (int)nkv, (int)hd, win, scale, softcap)
   ATT_DISPATCH(hd, DKV);
 #undef DKV
   CUDA_LAUNCH_CHECK(ctx);
 }
 
 void sl_cuda_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
-                           int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg) {
-  att_fwd_any<float>(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, scale, seg);
+                           int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg, float softcap) {
+  att_fwd_any<float>(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, scale, seg, softcap);
 }
 void sl_cuda_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
                            const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window,
-                           float scale, const int32_t *seg) {
-  att_bwd_any<float>(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, scale, seg);
+                           float scale, const int32_t *seg, float softcap) {
+  att_bwd_any<float>(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, scale, seg, softcap);
 }
 void sl_cuda_attention_fwd_bf16(sl_kctx *ctx, uint16_t *out, float *lse, const uint16_t *qkv, int64_t B, int64_t T,
-                                int64_t nh, int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg) {
-  att_fwd_any<uint16_t>(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, scale, seg);
+                                int64_t nh, int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg,
+                                float softcap) {
+  att_fwd_any<uint16_t>(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, scale, seg, softcap);
 }
 void sl_cuda_attention_bwd_bf16(sl_kctx *ctx, float *dqkv, const uint16_t *dout, const uint16_t *qkv,
                                 const uint16_t *out, const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                                int64_t hd, int64_t window, float scale, const int32_t *seg) {
-  att_bwd_any<uint16_t>(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, scale, seg);
+                                int64_t hd, int64_t window, float scale, const int32_t *seg, float softcap) {
+  att_bwd_any<uint16_t>(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, scale, seg, softcap);
 }

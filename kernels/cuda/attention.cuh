@@ -7,10 +7,10 @@
 extern "C" {
 #endif
 void sl_cuda_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
-                           int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg);
+                           int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg, float softcap);
 void sl_cuda_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
                            const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window,
-                           float scale, const int32_t *seg);
+                           float scale, const int32_t *seg, float softcap);
 #ifdef __cplusplus
 }
 #endif

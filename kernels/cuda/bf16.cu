@@ -91,17 +91,17 @@ void sl_cuda_bf16_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, co
 }
 
 void sl_cuda_bf16_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const float *x, const float *w,
-                                const int32_t *targets, int64_t N, int64_t C, int64_t V) {
+                                const int32_t *targets, int64_t N, int64_t C, int64_t V, float softcap) {
   SL_CUDA_BEGIN(ctx);
   uint16_t *x16 = NULL, *w16 = NULL;
   if (stage3(ctx, "lmhead_ce_fwd", x, N * C, &x16, w, V * C, &w16, NULL, 0, NULL)) return;
-  sl_cuda_lmhead_ce_fwd_b16(ctx, losses, lse, x16, w16, targets, N, C, V);
+  sl_cuda_lmhead_ce_fwd_b16(ctx, losses, lse, x16, w16, targets, N, C, V, softcap);
 }
 void sl_cuda_bf16_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w,
-                                const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C,
-                                int64_t V) {
+                                const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C, int64_t V,
+                                float softcap) {
   SL_CUDA_BEGIN(ctx);
   uint16_t *x16 = NULL, *w16 = NULL;
   if (stage3(ctx, "lmhead_ce_bwd", x, N * C, &x16, w, V * C, &w16, NULL, 0, NULL)) return;
-  sl_cuda_lmhead_ce_bwd_b16(ctx, dx, dw, x16, w16, targets, lse, scale, N, C, V);
+  sl_cuda_lmhead_ce_bwd_b16(ctx, dx, dw, x16, w16, targets, lse, scale, N, C, V, softcap);
 }

@@ -14,9 +14,10 @@ void sl_cuda_bf16_linear_fwd(sl_kctx *ctx, float *out, const float *inp, const f
 void sl_cuda_bf16_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                              const float *w, int64_t N, int64_t IC, int64_t OC);
 void sl_cuda_bf16_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const float *x, const float *w,
-                                const int32_t *targets, int64_t N, int64_t C, int64_t V);
+                                const int32_t *targets, int64_t N, int64_t C, int64_t V, float softcap);
 void sl_cuda_bf16_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w,
-                                const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C, int64_t V);
+                                const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C, int64_t V,
+                                float softcap);
 #ifdef __cplusplus
 }
 #endif

@@ -95,6 +95,14 @@ __device__ __forceinline__ float sl_dev_dsilu(float x) {
   float s = sl_dev_sigmoid(x);
   return s * (1.0f + x * (1.0f - s));
 }
+/* PyTorch's gelu(approximate="tanh") and its derivative (kernels/cpu/basic.c's twin). */
+__device__ __forceinline__ float sl_dev_gelu_t(float x) {
+  return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ float sl_dev_dgelu_t(float x) {
+  float t = tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+}
 /* PyTorch softplus (beta 1, threshold 20) and its derivative. */
 __device__ __forceinline__ float sl_dev_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 __device__ __forceinline__ float sl_dev_dsoftplus(float x) { return x > 20.0f ? 1.0f : sl_dev_sigmoid(x); }

@@ -210,7 +210,11 @@ static sl_ops make_cuda_fp32() {
   o.attention_bwd = sl_cuda_attention_bwd;
   o.swiglu_fwd = sl_cuda_swiglu_fwd;
   o.swiglu_bwd = sl_cuda_swiglu_bwd;
+  o.geglu_fwd = sl_cuda_geglu_fwd;
+  o.geglu_bwd = sl_cuda_geglu_bwd;
   o.add_inplace = sl_cuda_add_inplace;
+  o.scale_add = sl_cuda_scale_add;
+  o.softcap = sl_cuda_softcap;
   o.lmhead_ce_fwd = sl_cuda_lmhead_ce_fwd;
   o.lmhead_ce_bwd = sl_cuda_lmhead_ce_bwd;
   o.adamw = sl_cuda_adamw;

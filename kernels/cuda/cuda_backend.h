@@ -54,11 +54,12 @@ void sl_cuda_linear_bwd_bf16(sl_kctx *ctx, float *dinp, float *dw, float *db, co
                              const uint16_t *w, int64_t N, int64_t IC, int64_t OC);
 /* Attention with qkv and out in bf16; lse (B, nh, T) fp32. */
 void sl_cuda_attention_fwd_bf16(sl_kctx *ctx, uint16_t *out, float *lse, const uint16_t *qkv, int64_t B, int64_t T,
-                                int64_t nh, int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg);
+                                int64_t nh, int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg,
+                                float softcap);
 /* dqkv fp32 (packed like qkv) += gradient; dout, qkv, out bf16. */
 void sl_cuda_attention_bwd_bf16(sl_kctx *ctx, float *dqkv, const uint16_t *dout, const uint16_t *qkv,
                                 const uint16_t *out, const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                                int64_t hd, int64_t window, float scale, const int32_t *seg);
+                                int64_t hd, int64_t window, float scale, const int32_t *seg, float softcap);
 
 #ifdef __cplusplus
 }

@@ -38,35 +38,56 @@ void sl_cuda_embedding_bwd(sl_kctx *ctx, float *dwte, const float *dout, const i
   CUDA_LAUNCH_CHECK(ctx);
 }
 
-/* ---- swiglu ------------------------------------------------------------------ */
-static __global__ void swiglu_fwd_kernel(float *out, const float *gu, int64_t N, int64_t H) {
+/* ---- swiglu, geglu: act(gate) * up ------------------------------------------ */
+enum { GLU_SILU, GLU_GELU_TANH };
+template <int ACT> __device__ __forceinline__ float glu_act(float g) {
+  return ACT == GLU_SILU ? sl_dev_silu(g) : sl_dev_gelu_t(g);
+}
+template <int ACT> __device__ __forceinline__ float glu_dact(float g) {
+  return ACT == GLU_SILU ? sl_dev_dsilu(g) : sl_dev_dgelu_t(g);
+}
+template <int ACT> static __global__ void glu_fwd_kernel(float *out, const float *gu, int64_t N, int64_t H) {
   GRID_STRIDE(i, N * H) {
     int64_t r = i / H, c = i - r * H;
     float g = gu[r * 2 * H + c], u = gu[r * 2 * H + H + c];
-    out[i] = sl_dev_silu(g) * u;
+    out[i] = glu_act<ACT>(g) * u;
   }
 }
-static __global__ void swiglu_bwd_kernel(float *dgu, const float *dout, const float *gu, int64_t N, int64_t H) {
+template <int ACT>
+static __global__ void glu_bwd_kernel(float *dgu, const float *dout, const float *gu, int64_t N, int64_t H) {
   GRID_STRIDE(i, N * H) {
     int64_t r = i / H, c = i - r * H;
     float g = gu[r * 2 * H + c], u = gu[r * 2 * H + H + c], d = dout[i];
-    dgu[r * 2 * H + c] += d * u * sl_dev_dsilu(g);
-    dgu[r * 2 * H + H + c] += d * sl_dev_silu(g);
+    dgu[r * 2 * H + c] += d * u * glu_dact<ACT>(g);
+    dgu[r * 2 * H + H + c] += d * glu_act<ACT>(g);
   }
 }
-void sl_cuda_swiglu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N, int64_t H) {
+template <int ACT> static void glu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N, int64_t H) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && H >= 0);
   if (N * H == 0) return;
-  swiglu_fwd_kernel<<<sl_cuda_blocks(N * H, NT), NT, 0, ctx->stream>>>(out, gu, N, H);
+  glu_fwd_kernel<ACT><<<sl_cuda_blocks(N * H, NT), NT, 0, ctx->stream>>>(out, gu, N, H);
   CUDA_LAUNCH_CHECK(ctx);
 }
-void sl_cuda_swiglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H) {
+template <int ACT>
+static void glu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && H >= 0);
   if (N * H == 0) return;
-  swiglu_bwd_kernel<<<sl_cuda_blocks(N * H, NT), NT, 0, ctx->stream>>>(dgu, dout, gu, N, H);
+  glu_bwd_kernel<ACT><<<sl_cuda_blocks(N * H, NT), NT, 0, ctx->stream>>>(dgu, dout, gu, N, H);
   CUDA_LAUNCH_CHECK(ctx);
+}
+void sl_cuda_swiglu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N, int64_t H) {
+  glu_fwd<GLU_SILU>(ctx, out, gu, N, H);
+}
+void sl_cuda_swiglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H) {
+  glu_bwd<GLU_SILU>(ctx, dgu, dout, gu, N, H);
+}
+void sl_cuda_geglu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N, int64_t H) {
+  glu_fwd<GLU_GELU_TANH>(ctx, out, gu, N, H);
+}
+void sl_cuda_geglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H) {
+  glu_bwd<GLU_GELU_TANH>(ctx, dgu, dout, gu, N, H);
 }
 
 /* ---- add, bias -------------------------------------------------------- */
@@ -79,6 +100,26 @@ void sl_cuda_add_inplace(sl_kctx *ctx, float *y, const float *x, int64_t n) {
   SL_CUDA_REQUIRE(ctx, n >= 0);
   if (n == 0) return;
   add_kernel<<<sl_cuda_blocks(n, NT), NT, 0, ctx->stream>>>(y, x, n);
+  CUDA_LAUNCH_CHECK(ctx);
+}
+static __global__ void scale_add_kernel(float *y, float alpha, float beta, int64_t n) {
+  GRID_STRIDE(i, n) y[i] = fmaf(alpha, y[i], beta);
+}
+void sl_cuda_scale_add(sl_kctx *ctx, float *y, float alpha, float beta, int64_t n) {
+  SL_CUDA_BEGIN(ctx);
+  SL_CUDA_REQUIRE(ctx, n >= 0);
+  if (n == 0) return;
+  scale_add_kernel<<<sl_cuda_blocks(n, NT), NT, 0, ctx->stream>>>(y, alpha, beta, n);
+  CUDA_LAUNCH_CHECK(ctx);
+}
+static __global__ void softcap_kernel(float *y, float cap, int64_t n) {
+  GRID_STRIDE(i, n) y[i] = cap * tanhf(y[i] / cap);
+}
+void sl_cuda_softcap(sl_kctx *ctx, float *y, float cap, int64_t n) {
+  SL_CUDA_BEGIN(ctx);
+  SL_CUDA_REQUIRE(ctx, n >= 0 && cap > 0);
+  if (n == 0) return;
+  softcap_kernel<<<sl_cuda_blocks(n, NT), NT, 0, ctx->stream>>>(y, cap, n);
   CUDA_LAUNCH_CHECK(ctx);
 }
 void sl_cuda_add_bias(sl_kctx *ctx, float *out, const float *b, int64_t N, int64_t C) {

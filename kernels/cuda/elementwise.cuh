@@ -12,7 +12,11 @@ void sl_cuda_embedding_fwd(sl_kctx *ctx, float *out, const int32_t *tok, const f
 void sl_cuda_embedding_bwd(sl_kctx *ctx, float *dwte, const float *dout, const int32_t *tok, int64_t N, int64_t C);
 void sl_cuda_swiglu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N, int64_t H);
 void sl_cuda_swiglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H);
+void sl_cuda_geglu_fwd(sl_kctx *ctx, float *out, const float *gu, int64_t N, int64_t H);
+void sl_cuda_geglu_bwd(sl_kctx *ctx, float *dgu, const float *dout, const float *gu, int64_t N, int64_t H);
 void sl_cuda_add_inplace(sl_kctx *ctx, float *y, const float *x, int64_t n);
+void sl_cuda_scale_add(sl_kctx *ctx, float *y, float alpha, float beta, int64_t n);
+void sl_cuda_softcap(sl_kctx *ctx, float *y, float cap, int64_t n);
 void sl_cuda_f32_to_bf16(sl_kctx *ctx, uint16_t *out, const float *in, int64_t n);
 void sl_cuda_bf16_to_f32(sl_kctx *ctx, float *out, const uint16_t *in, int64_t n);
 void sl_cuda_round_bf16(sl_kctx *ctx, float *x, int64_t n);

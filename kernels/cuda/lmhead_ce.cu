@@ -10,7 +10,9 @@
  * vocab_parallel.cu: w is then a vocabulary slice whose row 0 is id v0.
  * With bf16 operands (ab = CUDA_R_16BF: the _b16 variants of bf16 compute,
  * bf16.cu) the logits are rounded to bf16 after the GEMM and backward feeds
- * bf16 dlogits to its two GEMMs. */
+ * bf16 dlogits to its two GEMMs. softcap > 0 (Gemma 2's final logit cap):
+ * the row kernels cap the logits (c = cap tanh(l / cap)) before the loss, and
+ * backward multiplies dlogits by 1 - (c / cap)^2, as lmhead_ce.c. */
 #include <math.h>
 
 #include "kernels/cuda/common.cuh"
@@ -31,11 +33,15 @@ static int64_t ce_chunk_rows(int64_t N, int64_t V) {
 /* One row of logits (V entries, ids v0 + c). Whole head (st == NULL): lse and
  * loss, a target outside [0, V) ignored. Slice (loss-parallel): the slice's
  * max, sum-exp relative to it and the target's logit (0 outside the slice). */
-static __global__ void ce_fwd_kernel(float *losses, float *lse, float *lmax, float *st, const float *logits,
-                                     const int32_t *targets, int64_t V, int64_t v0) {
+static __global__ void ce_fwd_kernel(float *losses, float *lse, float *lmax, float *st, float *logits,
+                                     const int32_t *targets, int64_t V, int64_t v0, float cap) {
   __shared__ float sh[33];
   int64_t r = blockIdx.x;
-  const float *z = logits + r * V;
+  float *z = logits + r * V;
+  if (cap > 0.0f) { /* final-logit softcap, in place (each thread its own entries) */
+    for (int64_t c = threadIdx.x; c < V; c += blockDim.x) z[c] = cap * tanhf(z[c] / cap);
+    __syncthreads(); /* thread 0 reads z[t] below */
+  }
   float mx = -INFINITY;
   for (int64_t c = threadIdx.x; c < V; c += blockDim.x) mx = fmaxf(mx, z[c]);
   mx = sl_block_max(mx, sh);
@@ -60,7 +66,7 @@ static __global__ void ce_fwd_kernel(float *losses, float *lse, float *lmax, flo
 /* In place: logits row -> (softmax - onehot) * scale, or 0 when ignored
  * (target < 0; for the whole head also a target outside [0, V)). */
 static __global__ void ce_bwd_kernel(float *logits, const int32_t *targets, const float *lse, float scale, int64_t V,
-                                     int64_t v0, bool slice) {
+                                     int64_t v0, bool slice, float cap) {
   int64_t r = blockIdx.x;
   float *z = logits + r * V;
   int64_t t = (int64_t)targets[r] - v0;
@@ -68,7 +74,12 @@ static __global__ void ce_bwd_kernel(float *logits, const int32_t *targets, cons
   float L = lse[r];
   for (int64_t c = threadIdx.x; c < V; c += blockDim.x) {
     float g = 0.0f;
-    if (use) g = (expf(z[c] - L) - (c == t ? 1.0f : 0.0f)) * scale;
+    if (use && cap > 0.0f) { /* capped logit k = cap tanh(z / cap); dk/dz = 1 - (k / cap)^2 */
+      float k = cap * tanhf(z[c] / cap), u = k / cap;
+      g = (expf(k - L) - (c == t ? 1.0f : 0.0f)) * scale * (1.0f - u * u);
+    } else if (use) {
+      g = (expf(z[c] - L) - (c == t ? 1.0f : 0.0f)) * scale;
+    }
     z[c] = g;
   }
 }
@@ -77,7 +88,7 @@ static __global__ void ce_bwd_kernel(float *logits, const int32_t *targets, cons
  * R x V fp32 logits + R x V bf16 dlogits in backward). */
 static void ce_fwd_core_any(sl_kctx *ctx, const void *x, const void *w, const int32_t *targets, int64_t N, int64_t C,
                             int64_t V, int64_t v0, float *losses, float *lse, float *lmax, float *st, cudaDataType_t ab,
-                            const char *op) {
+                            const char *op, float softcap) {
   size_t es = ab == CUDA_R_16BF ? 2 : 4;
   int64_t R = ce_chunk_rows(N, V);
   float *logits = (float *)sl_cuda_scratch(ctx, (size_t)(R * V) * sizeof(float), op);
@@ -88,14 +99,14 @@ static void ce_fwd_core_any(sl_kctx *ctx, const void *x, const void *w, const in
     if (ab == CUDA_R_16BF) sl_cuda_round_bf16(ctx, logits, rc * V);
     ce_fwd_kernel<<<(unsigned)rc, CE_NT, 0, ctx->stream>>>(st ? NULL : losses + r0, st ? NULL : lse + r0,
                                                            st ? lmax + r0 : NULL, st ? st + 2 * r0 : NULL, logits,
-                                                           targets + r0, V, v0);
+                                                           targets + r0, V, v0, softcap);
     CUDA_LAUNCH_CHECK(ctx);
   }
 }
 
 static void ce_bwd_core_any(sl_kctx *ctx, float *dx, float *dw, const void *x, const void *w, const int32_t *targets,
                             const float *lse, float scale, int64_t N, int64_t C, int64_t V, int64_t v0, int slice,
-                            cudaDataType_t ab, const char *op) {
+                            cudaDataType_t ab, const char *op, float softcap) {
   int b16 = ab == CUDA_R_16BF;
   size_t es = b16 ? 2 : 4;
   int64_t R = ce_chunk_rows(N, V);
@@ -111,7 +122,8 @@ static void ce_bwd_core_any(sl_kctx *ctx, float *dx, float *dw, const void *x, c
     const void *xc = (const char *)x + (size_t)(r0 * C) * es;
     if (sl_cuda_rm_xwT(ctx, logits, xc, w, rc, C, V, 0.0f, ab)) return;
     if (b16) sl_cuda_round_bf16(ctx, logits, rc * V);
-    ce_bwd_kernel<<<(unsigned)rc, CE_NT, 0, ctx->stream>>>(logits, targets + r0, lse + r0, scale, V, v0, slice != 0);
+    ce_bwd_kernel<<<(unsigned)rc, CE_NT, 0, ctx->stream>>>(logits, targets + r0, lse + r0, scale, V, v0, slice != 0,
+                                                           softcap);
     CUDA_LAUNCH_CHECK(ctx);
     if (b16) sl_cuda_f32_to_bf16(ctx, dl16, logits, rc * V); /* dlogits stored in bf16 */
     /* dlogits (rc, V) plays dout (N, OC = V) of a linear layer with IC = C */
@@ -121,45 +133,48 @@ static void ce_bwd_core_any(sl_kctx *ctx, float *dx, float *dw, const void *x, c
 }
 
 void sl_cuda_ce_fwd_core(sl_kctx *ctx, const float *x, const float *w, const int32_t *targets, int64_t N, int64_t C,
-                         int64_t V, int64_t v0, float *losses, float *lse, float *lmax, float *st, const char *op) {
-  ce_fwd_core_any(ctx, x, w, targets, N, C, V, v0, losses, lse, lmax, st, CUDA_R_32F, op);
+                         int64_t V, int64_t v0, float *losses, float *lse, float *lmax, float *st, const char *op,
+                         float softcap) {
+  ce_fwd_core_any(ctx, x, w, targets, N, C, V, v0, losses, lse, lmax, st, CUDA_R_32F, op, softcap);
 }
 
 void sl_cuda_ce_bwd_core(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
                          const float *lse, float scale, int64_t N, int64_t C, int64_t V, int64_t v0, int slice,
-                         const char *op) {
-  ce_bwd_core_any(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, v0, slice, CUDA_R_32F, op);
+                         const char *op, float softcap) {
+  ce_bwd_core_any(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, v0, slice, CUDA_R_32F, op, softcap);
 }
 
 static void ce_fwd_any(sl_kctx *ctx, float *losses, float *lse, const void *x, const void *w, const int32_t *targets,
-                       int64_t N, int64_t C, int64_t V, cudaDataType_t ab) {
+                       int64_t N, int64_t C, int64_t V, cudaDataType_t ab, float softcap) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && V > 0);
   if (N == 0) return;
-  ce_fwd_core_any(ctx, x, w, targets, N, C, V, 0, losses, lse, NULL, NULL, ab, "lmhead_ce_fwd");
+  ce_fwd_core_any(ctx, x, w, targets, N, C, V, 0, losses, lse, NULL, NULL, ab, "lmhead_ce_fwd", softcap);
 }
 
 static void ce_bwd_any(sl_kctx *ctx, float *dx, float *dw, const void *x, const void *w, const int32_t *targets,
-                       const float *lse, float scale, int64_t N, int64_t C, int64_t V, cudaDataType_t ab) {
+                       const float *lse, float scale, int64_t N, int64_t C, int64_t V, cudaDataType_t ab,
+                       float softcap) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && V > 0);
   if (N == 0 || (!dx && !dw)) return;
-  ce_bwd_core_any(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, 0, 0, ab, "lmhead_ce_bwd");
+  ce_bwd_core_any(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, 0, 0, ab, "lmhead_ce_bwd", softcap);
 }
 
 void sl_cuda_lmhead_ce_fwd(sl_kctx *ctx, float *losses, float *lse, const float *x, const float *w,
-                           const int32_t *targets, int64_t N, int64_t C, int64_t V) {
-  ce_fwd_any(ctx, losses, lse, x, w, targets, N, C, V, CUDA_R_32F);
+                           const int32_t *targets, int64_t N, int64_t C, int64_t V, float softcap) {
+  ce_fwd_any(ctx, losses, lse, x, w, targets, N, C, V, CUDA_R_32F, softcap);
 }
 void sl_cuda_lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
-                           const float *lse, float scale, int64_t N, int64_t C, int64_t V) {
-  ce_bwd_any(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, CUDA_R_32F);
+                           const float *lse, float scale, int64_t N, int64_t C, int64_t V, float softcap) {
+  ce_bwd_any(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, CUDA_R_32F, softcap);
 }
 void sl_cuda_lmhead_ce_fwd_b16(sl_kctx *ctx, float *losses, float *lse, const uint16_t *x, const uint16_t *w,
-                               const int32_t *targets, int64_t N, int64_t C, int64_t V) {
-  ce_fwd_any(ctx, losses, lse, x, w, targets, N, C, V, CUDA_R_16BF);
+                               const int32_t *targets, int64_t N, int64_t C, int64_t V, float softcap) {
+  ce_fwd_any(ctx, losses, lse, x, w, targets, N, C, V, CUDA_R_16BF, softcap);
 }
 void sl_cuda_lmhead_ce_bwd_b16(sl_kctx *ctx, float *dx, float *dw, const uint16_t *x, const uint16_t *w,
-                               const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C, int64_t V) {
-  ce_bwd_any(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, CUDA_R_16BF);
+                               const int32_t *targets, const float *lse, float scale, int64_t N, int64_t C, int64_t V,
+                               float softcap) {
+  ce_bwd_any(ctx, dx, dw, x, w, targets, lse, scale, N, C, V, CUDA_R_16BF, softcap);
 }

@@ -74,7 +74,7 @@ static __global__ void vp_loss_kernel(float *losses, float *lse, const float *st
   }
 }
 void sl_cuda_lmhead_vp_fwd(sl_kctx *ctx, float *lmax, float *st, const float *x, const float *w, const int32_t *targets,
-                           int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid) {
+                           int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid, float softcap) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && v0 >= 0 && Vvalid >= 0 && Vvalid <= Vl);
   if (N == 0) return;
@@ -83,7 +83,7 @@ void sl_cuda_lmhead_vp_fwd(sl_kctx *ctx, float *lmax, float *st, const float *x,
     CUDA_LAUNCH_CHECK(ctx);
     return;
   }
-  sl_cuda_ce_fwd_core(ctx, x, w, targets, N, C, Vvalid, v0, NULL, NULL, lmax, st, "lmhead_vp_fwd");
+  sl_cuda_ce_fwd_core(ctx, x, w, targets, N, C, Vvalid, v0, NULL, NULL, lmax, st, "lmhead_vp_fwd", softcap);
 }
 
 void sl_cuda_lmhead_vp_rescale(sl_kctx *ctx, float *st, const float *lmax, const float *gmax, int64_t N) {
@@ -104,10 +104,10 @@ void sl_cuda_lmhead_vp_loss(sl_kctx *ctx, float *losses, float *lse, const float
 }
 
 void sl_cuda_lmhead_vp_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
-                           const float *lse, float scale, int64_t N, int64_t C, int64_t v0, int64_t Vl,
-                           int64_t Vvalid) {
+                           const float *lse, float scale, int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid,
+                           float softcap) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && v0 >= 0 && Vvalid >= 0 && Vvalid <= Vl);
   if (N == 0 || Vvalid == 0 || (!dx && !dw)) return;
-  sl_cuda_ce_bwd_core(ctx, dx, dw, x, w, targets, lse, scale, N, C, Vvalid, v0, 1, "lmhead_vp_bwd");
+  sl_cuda_ce_bwd_core(ctx, dx, dw, x, w, targets, lse, scale, N, C, Vvalid, v0, 1, "lmhead_vp_bwd", softcap);
 }

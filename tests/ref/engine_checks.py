@@ -230,6 +230,18 @@ def compare_training(ck, label, metrics_path, save_dir, ref_rows, ref_model):
        f"worst {worst} {errs[worst]:.2e}" + (f"; over: {sorted(bad)}" if bad else ""))
 
 
+def train_check(ck, exe, w, mdir, data, stream, arch, model_type):
+    """train_vs_ref against llama_ref, then the saved config's architecture.
+    Returns the saved config (None when the run failed)."""
+    save = train_vs_ref(ck, exe, w, mdir, data, stream, L)
+    if not save:
+        return None
+    c = common.config_read(save)
+    ck(f"saved config is {arch}", c.get("architectures") == [arch] and c.get("model_type") == model_type,
+       str(c.get("architectures")))
+    return c
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shardlm", required=True)

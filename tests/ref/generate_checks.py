@@ -6,9 +6,13 @@ so it is an independent oracle of the engine's K/V cache and recurrent state.
 Checks (one line each, then "N passed, M failed"):
   1. greedy, 32 new tokens, token for token: Llama (GQA, untied), Llama
      (tied), Mistral with sliding_window 5 (shorter than the 40-token
-     sequence), Qwen2 (q/k/v biases), Mamba (recurrent conv + SSM state),
-     Falcon-Mamba (the dt/B/C norms; a control: without them the
-     continuation differs);
+     sequence), Qwen2 (q/k/v biases), Gemma 2 (window on even layers, both
+     softcaps, (1 + w) sandwich norms, scaled embeddings, GeGLU; its
+     attention softcap changes the continuation), Gemma 3 ((1 + w) q/k
+     norms, sliding layers on rope_local_base_freq, the global one with
+     linear rope_scaling; the local base changes the continuation), Mamba
+     (recurrent conv + SSM state), Falcon-Mamba (the dt/B/C norms; a control:
+     without them the continuation differs);
   2. sampling (temperature 0.8, top-p 0.9) is reproducible for a seed and
      differs across seeds;
   3. a byte-level model generates from a text prompt (bytes out);
@@ -71,6 +75,17 @@ def main():
                                                  rope_scaling={"rope_type": "yarn", "factor": 4.0}), seed=15, std=0.3),
         "qwen2": L.init_model(L.make_config(vocab=VOCAB, family="qwen2"), seed=16, std=0.3),
         "falcon mamba": M.init_model(M.make_config(vocab=VOCAB, tied=False, falcon=True), seed=17, std=0.3),
+        # Gemma 2: (1 + w) and sandwich norms, scaled embeddings, GeGLU, both softcaps, a window on even layers
+        "gemma2": L.init_model(L.make_config(vocab=VOCAB, family="gemma2", layers=3, tied=True, head_dim=16,
+                                             sliding_window=5, attn_logit_softcapping=1.0, final_logit_softcapping=3.0,
+                                             query_pre_attn_scalar=24, hidden_activation="gelu_pytorch_tanh"),
+                               seed=17, std=0.1, norm_jitter=0.1),
+        # Gemma 3: (1 + w) q/k norms, layers 0, 1 sliding on the local RoPE base, layer 2 global (linear scaling)
+        "gemma3": L.init_model(L.make_config(vocab=VOCAB, family="gemma3_text", layers=3, tied=True, head_dim=16,
+                                             sliding_window=5, sliding_window_pattern=3, rope_local_base_freq=100.0,
+                                             rope_scaling={"rope_type": "linear", "factor": 4.0},
+                                             query_pre_attn_scalar=4, hidden_activation="gelu_pytorch_tanh"),
+                               seed=18, std=0.1, norm_jitter=0.1),  # scalar 4: sharp scores, so RoPE matters
     }
     dirs = {}
     for name, m in models.items():
@@ -100,6 +115,18 @@ def main():
     mw.config.sliding_window = 5
     ck("mistral: the window changes the greedy continuation (check not vacuous)",
        full != greedy_ref(mw, PROMPT, NEW))
+    # the attention softcap must matter for the Gemma 2 check (the final one is monotonic: greedy ignores it)
+    gm = models["gemma2"]
+    with_cap = greedy_ref(gm, PROMPT, NEW)
+    gm.config.attn_softcap = 0.0
+    ck("gemma2: the attention softcap changes the greedy continuation (check not vacuous)",
+       with_cap != greedy_ref(gm, PROMPT, NEW))
+    # the local RoPE base must matter for the Gemma 3 check
+    g3 = models["gemma3"]
+    with_local = greedy_ref(g3, PROMPT, NEW)
+    g3.config.rope_local_theta = g3.config.rope_theta
+    ck("gemma3: the local RoPE base changes the greedy continuation (check not vacuous)",
+       with_local != greedy_ref(g3, PROMPT, NEW))
 
     # the q/k/v biases must matter too, or the Qwen2 check is vacuous
     mq = models["qwen2"]

@@ -102,6 +102,10 @@ class LlamaConfig:
             self.qkv_bias = self.o_bias = bool(d.get("attention_bias", False))
             self.qk_norm = self.gemma3
             self.tie_word_embeddings = bool(d.get("tie_word_embeddings", True))
+            if hd is None:  # Gemma2Config's / Gemma3TextConfig's default head_dim
+                self.head_dim = 256
+            if self.gemma3 and d.get("rope_theta") is None:  # Gemma3TextConfig's default
+                self.rope_theta = 1000000.0
         act = d.get("hidden_activation") or d.get("hidden_act") or "silu"
         assert act in ("silu", "gelu_pytorch_tanh"), act
         self.act = act
@@ -547,8 +551,8 @@ class LlamaForCausalLM(nn.Module):
             cos, sin, lcos, lsin = cos[pos], sin[pos], lcos[pos], lsin[pos]  # (B, T, hd)
             hide = torch.arange(T)[None, None, :] < seg[:, :, None]  # (B, T, T): j < seg[i]
         x = self.model.embed_tokens(idx)
-        if c.gemma:  # sqrt(hidden) rounded to the activation dtype, as HF's normalizer
-            x = x * torch.tensor(c.hidden_size ** 0.5, dtype=x.dtype)
+        if c.gemma and not getattr(c, "no_embed_scale", False):  # sqrt(hidden) rounded to the
+            x = x * torch.tensor(c.hidden_size ** 0.5, dtype=x.dtype)  # activation dtype, as HF's normalizer
         for layer in self.model.layers:
             x = layer(x, lcos, lsin, hide) if layer.local else layer(x, cos, sin, hide)
         x = self.model.norm(x)

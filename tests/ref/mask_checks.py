@@ -9,7 +9,8 @@ positions restarting per document (Megatron's reset_attention_mask /
 reset_position_ids with the EOD token), loss = mean over the unmasked
 targets of the whole global batch.
 Checks (one line each, then "N passed, M failed"):
-  1. dump (masks + documents, and masks only; Mamba with masks) vs PyTorch:
+  1. dump (masks + documents, and masks only; Mamba with masks; Gemma 2 with
+     masks + documents: softcaps and its window inside documents) vs PyTorch:
      logits, loss, every gradient to 2e-5 relative;
   2. 10 AdamW steps (grad_accum 2), masks + documents: per-step loss 1e-4,
      grad_norm 1e-4 rel, final weights 1e-4 (the existing reference tolerances),
@@ -139,6 +140,21 @@ def main():
                        [n for n, _ in M.load_hf(mm).named_parameters()])
     else:
         ck("Mamba dump (masks)", False, msg)
+
+    # Gemma 2 with documents: the softcapped scores, the window on even layers and the masks together
+    gd = os.path.join(w, "gemma2")
+    gcfg = L.make_config(hidden=64, layers=3, heads=4, kv_heads=2, intermediate=96, vocab=VOCAB, tied=True,
+                         head_dim=16, family="gemma2", sliding_window=5, attn_logit_softcapping=0.5,
+                         final_logit_softcapping=0.8, query_pre_attn_scalar=24, hidden_activation="gelu_pytorch_tanh")
+    L.save_hf(L.init_model(gcfg, seed=23, std=0.08, norm_jitter=0.1), gd)
+    ref = ref_dump(L.load_hf(gd), stream, mask, True)
+    out = os.path.join(w, "dump_gemma2.safetensors")
+    ok, msg = E.run_engine(exe, E.dump_args(gd, data, out, "none") + doc_flags, out + ".log")
+    if ok:
+        E.compare_dump(ck, "Gemma 2 dump vs PyTorch (masks + documents): logits, loss, all grads (2e-5 rel)", out, ref,
+                       [n for n, _ in L.load_hf(gd).named_parameters()])
+    else:
+        ck("Gemma 2 dump (masks + documents)", False, msg)
 
     # ---- 2. training, one rank
     ref_m = L.load_hf(mdir)

@@ -4,7 +4,7 @@
 # build/shardlm --backend cpu, tiny shapes, few steps (docs/cuda.md, "The
 # emulated trainer"). The tolerances of test_cuda_train.sh: fp32 losses within
 # 1e-4 relative; --compute-dtype bf16 against the CPU mirror within 1e-3
-# (Llama, Qwen3); Mistral, Mamba and Qwen3 in fp32 too;
+# (Llama, Qwen3); Mistral, Mamba, Qwen3 and Gemma 3 in fp32 too;
 # ZeRO-3 against ZeRO-0 bit for bit on the device path. World 1 uses the
 # one-rank device comms (device copies: the ZeRO-3 check is near-trivial
 # there); under mpirun the ranks run the real shard/comm_nccl.c over the
@@ -50,7 +50,10 @@ tiny_model "$W/qwen3" llama '"architectures": ["Qwen3ForCausalLM"], "model_type"
  "head_dim": 12, "attention_bias": true'
 tiny_model "$W/mixtral" llama '"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_hidden_layers": 2,
  "intermediate_size": 24, "num_local_experts": 4, "num_experts_per_tok": 2'
-for m in mistral mamba falcon qwen3 mixtral; do
+# Gemma 3 (geglu, scale_add's 1 + w, (1 + w) q/k norms, the local RoPE table on layers 0, 2)
+tiny_model "$W/gemma3" tied '"architectures": ["Gemma3ForCausalLM"], "num_hidden_layers": 3, "head_dim": 8,
+ "sliding_window": 6, "sliding_window_pattern": 2, "rope_local_base_freq": 100.0, "query_pre_attn_scalar": 8'
+for m in mistral mamba falcon qwen3 mixtral gemma3; do
   run cpu_$m 1 "$B" $m --backend cpu --zero 0
   run emu_$m 1 "$E" $m --backend cuda --zero 0 && check emu_$m cpu_$m --rtol 1e-4 --loss-only
 done

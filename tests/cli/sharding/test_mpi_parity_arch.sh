@@ -12,8 +12,7 @@
 # attention_bias: q/k/v/o biases) at DP 2 ZeRO-3, DP 2 x TP 2 with SP, TP 4 >
 # num_key_value_heads, ZeRO-3 with the optimizer on the CPU (1e-5), PP 2 1f1b
 # and zb1p (bit-identical); Llama with attention_bias and mlp_bias at DP 2 x
-# TP 2 with SP (1e-5) and PP 2 zb1p (bit-identical).
-# gradient in W; bit-identical). Falcon-Mamba (the dt/B/C norms, untied): DP 2
+# TP 2 with SP (1e-5) and PP 2 zb1p (bit-identical). Falcon-Mamba (the dt/B/C norms, untied): DP 2
 # ZeRO-3 and DP 2 x TP 2 with SP (1e-5), PP 2 with 1f1b and zb1p
 # (the norms' backward in B; bit-identical), ZeRO-3 with the optimizer on
 # the CPU (bit-identical to ZeRO-3).
@@ -21,6 +20,10 @@
 # 5.1e-07 relative L2 at DP 3), PP 2 1f1b bit-identical; zb1p and --tp 2
 # refused by name; with the load-balancing loss DP 2 ZeRO-3 (1e-5), --pp
 # refused. Qwen3-MoE (norm_topk_prob true) at DP 2 ZeRO-3 (1e-5).
+# Gemma 2 (sandwich (1 + w) norms, softcaps, a window on even layers): DP 2 ZeRO 3 with CPU
+# optimizer offload at 1e-5, PP 2 1f1b and zb1p bit-identical, DP 2 x TP 2
+# with SP at 1e-5. Gemma 3 ((1 + w) q/k norms, layer 0 sliding on the local
+# RoPE base, layer 1 global with linear rope_scaling) the same way.
 source "${SL_SRC:?}/tests/lib/run.sh" mpi_parity_arch mpi numpy
 tiny_model "$W/mistral" mistral '"hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2'
 tiny_model "$W/qwen2" llama '"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "num_hidden_layers": 2'
@@ -34,6 +37,12 @@ tiny_model "$W/qwen3moe" llama '"architectures": ["Qwen3MoeForCausalLM"], "model
 tiny_model "$W/qwen3" llama '"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 2,
  "head_dim": 12, "attention_bias": true'
 tiny_model "$W/llama_b" llama '"num_hidden_layers": 2, "attention_bias": true, "mlp_bias": true'
+tiny_model "$W/gemma2" tied '"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "num_hidden_layers": 2,
+ "head_dim": 8, "sliding_window": 6, "attn_logit_softcapping": 2.0, "final_logit_softcapping": 3.0,
+ "query_pre_attn_scalar": 8, "hidden_activation": "gelu_pytorch_tanh"'
+tiny_model "$W/gemma3" tied '"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "num_hidden_layers": 2,
+ "head_dim": 8, "sliding_window": 6, "sliding_window_pattern": 2, "rope_local_base_freq": 100.0, "rope_theta": 10000.0,
+ "rope_scaling": {"rope_type": "linear", "factor": 4.0}, "query_pre_attn_scalar": 8'
 tiny_model "$W/mamba_ub" mamba '"num_hidden_layers": 2, "conv_kernel": 3, "time_step_rank": 3,
  "use_bias": true, "use_conv_bias": false, "tie_word_embeddings": false, "layer_norm_epsilon": null'
 tiny_model "$W/falcon" mamba '"architectures": ["FalconMambaForCausalLM"], "model_type": "falcon_mamba",
@@ -107,6 +116,18 @@ for s in 1f1b zb1p; do run qwen3 pp2$s 2 3 4 --pp 2 --pp-schedule $s && check qw
 run llama_b base 1 3 4 --zero 0
 run llama_b tp2sp 4 3 2 --tp 2 --zero 3 --sequence-parallel && check llama_b tp2sp base --rtol 1e-5 $KB
 run llama_b pp2zb1p 2 3 4 --pp 2 --pp-schedule zb1p && check llama_b pp2zb1p base --exact
+# Gemma 2: ZeRO 3 + CPU offload on 2 ranks, DP 2 x TP 2 with SP (the four replicated norms' weight
+# gradients summed over TP), PP 2 1f1b and zb1p (the post norms' weight gradients in W)
+run gemma2 base 1 3 4 --zero 0
+run gemma2 w2z3off 2 3 2 --zero 3 --offload-optimizer cpu && check gemma2 w2z3off base --rtol 1e-5
+run gemma2 tp2sp 4 3 2 --tp 2 --sequence-parallel --zero 3 && check gemma2 tp2sp base --rtol 1e-5
+for s in 1f1b zb1p; do run gemma2 pp2$s 2 3 4 --pp 2 --pp-schedule $s && check gemma2 pp2$s base --exact; done
+run gemma2 tp2pp2zb 4 3 4 --tp 2 --sequence-parallel --pp 2 --pp-schedule zb1p && check gemma2 tp2pp2zb base --rtol 1e-5
+# Gemma 3: the (1 + w) q/k norms replicated over TP (their gradients summed), two RoPE tables
+run gemma3 base 1 3 4 --zero 0
+run gemma3 w2z3off 2 3 2 --zero 3 --offload-optimizer cpu && check gemma3 w2z3off base --rtol 1e-5
+run gemma3 tp2sp 4 3 2 --tp 2 --sequence-parallel --zero 3 && check gemma3 tp2sp base --rtol 1e-5
+for s in 1f1b zb1p; do run gemma3 pp2$s 2 3 4 --pp 2 --pp-schedule $s && check gemma3 pp2$s base --exact; done
 # Mamba, checkpointing under ZeRO-3 on 2 ranks: selective/full bit-identical to none
 run mamba acsel 2 3 2 --zero 3 --activation-checkpoint selective && check mamba acsel w2z3 --exact
 run mamba acfull 2 3 2 --zero 3 --activation-checkpoint full && check mamba acfull w2z3 --exact

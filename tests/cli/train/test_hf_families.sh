@@ -18,12 +18,19 @@
 # its dt/B/C norms change the run (vs the same config as plain Mamba), and
 # its checkpoint does not resume as plain Mamba.
 # Against PyTorch: tests/ref/test_torch_falcon_mamba.sh.
+# The published Gemma 2 configs plan with their exact counts (four norms a
+# layer, tied embeddings), gemma-3-1b-pt likewise (and the q/k norms); a
+# multimodal Gemma 3 config is refused by name, naming the file, and so are
+# Gemma 3's attention softcap, bidirectional attention, a non-periodic
+# layer_types, YaRN rope_scaling and bf16 compute. Against PyTorch:
+# tests/ref/test_torch_gemma2.sh, tests/ref/test_torch_gemma3.sh.
 source "${SL_SRC:?}/tests/lib/run.sh" hf_families
 F=$SL_SRC/tests/fixtures/hf-configs
 
 for m in Qwen3-0.6B:596049920 Qwen3-1.7B:1720574976 Qwen3-4B:4022468096 Qwen3-8B:8190735360 \
   Qwen3-14B:14768307200 Qwen2.5-0.5B:494032768 Qwen2.5-1.5B:1543714304 Qwen2.5-3B:3085938688 Qwen2.5-7B:7615616512 \
-  Qwen2.5-14B:14770033664 Qwen2.5-32B:32763876352; do
+  Qwen2.5-14B:14770033664 Qwen2.5-32B:32763876352 gemma-2-2b:2614341888 gemma-2-9b:9241705984 \
+  gemma-2-27b:27227128320 gemma-3-1b-pt:999885952; do
   name=${m%%:*} want=${m##*:}
   "$B" plan --model "$F/$name" > "$W/plan-$name.log" 2>&1
   rc_is "plan $name" $? 0 "$W/plan-$name.log" "model: $want parameters"
@@ -64,6 +71,28 @@ tiny_model "$W/l0" llama '"num_hidden_layers": 2'
 a=$(grep -o 'model: [0-9]*' "$W/lb.log" | grep -o '[0-9]*') b=$(grep -o 'model: [0-9]*' "$W/l0.log" | grep -o '[0-9]*')
 [ -n "$a" ] && [ -n "$b" ] && [ $((a - b)) -eq $((2 * (32 + 16 + 16 + 32 + 64 + 64 + 32))) ] &&
   ok "Llama attention_bias + mlp_bias: $a parameters = $b + 2 x 256 biases" || bad "Llama biases counted wrong ($a vs $b)"
+
+# Gemma 3: a multimodal config refused with the way to its text model
+gemma_refused() { # dir needle
+  local name rc
+  name=$(basename "$1")
+  "$B" plan --model "$1" > "$W/gemma.log" 2>&1
+  rc=$?
+  rc_is "refused: $name" $rc 2 "$W/gemma.log" "$2"
+  grep -qF "$1/config.json" "$W/gemma.log" || bad "$(basename "$1"): the message does not name the file"
+}
+mkdir -p "$W/g3mm"
+echo '{"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3", "text_config": {"hidden_size": 2560}}' \
+  > "$W/g3mm/config.json"
+gemma_refused "$W/g3mm" "export the language model as a Gemma3ForCausalLM checkpoint"
+G3='"architectures": ["Gemma3ForCausalLM"], "num_hidden_layers": 3, "head_dim": 8'
+refuse g3cap '"attn_logit_softcapping": 50.0' "field 'attn_logit_softcapping' = 50 is not supported for Gemma 3" "$G3"
+refuse g3bidi '"use_bidirectional_attention": true' "field 'use_bidirectional_attention' = true is not supported" "$G3"
+refuse g3types '"layer_types": ["sliding_attention", "full_attention", "full_attention"]' \
+  "field 'layer_types[2]' is not \"sliding_attention\"" "$G3"
+refuse g3pat '"sliding_window_pattern": 3, "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]' \
+  "field 'layer_types' has its first full_attention layer at 1 (expected 2" "$G3"
+refuse g3yarn '"rope_scaling": {"rope_type": "yarn", "factor": 4.0}' "field 'rope_scaling' of type yarn is not supported for Gemma 3" "$G3"
 
 # a tiny Qwen2 (the published configs' fields that change nothing accepted) trains and saves
 tiny_data "$W/data"
@@ -109,6 +138,15 @@ for l in range(2):
 assert not any(n.endswith(".bias") for n in names) and "lm_head.weight" not in names, sorted(names)
 P
 done
+# Gemma 2 under bf16 compute: refused until a bf16 reference checks it
+tiny_model "$W/g2" tied '"architectures": ["Gemma2ForCausalLM"], "num_hidden_layers": 2, "head_dim": 8'
+"$B" train --model "$W/g2" --data "$W/data" --steps 1 --seq-len 16 --micro-batch 2 --threads 1 --compute-dtype bf16 \
+  --summary false --plot false --out-dir "$W/g2run" > "$W/g2.log" 2>&1
+rc_is "refused: Gemma 2 --compute-dtype bf16" $? 2 "$W/g2.log" "--compute-dtype bf16: not supported for Gemma2ForCausalLM"
+tiny_model "$W/g3" tied "$G3"
+"$B" train --model "$W/g3" --data "$W/data" --steps 1 --seq-len 16 --micro-batch 2 --threads 1 --compute-dtype bf16 \
+  --summary false --plot false --out-dir "$W/g3run" > "$W/g3.log" 2>&1
+rc_is "refused: Gemma 3 --compute-dtype bf16" $? 2 "$W/g3.log" "--compute-dtype bf16: not supported for Gemma3ForCausalLM"
 # the biases train: the same model as Llama (no biases) gives another loss
 tiny_model "$W/l2" llama '"num_hidden_layers": 2'
 train2 l2

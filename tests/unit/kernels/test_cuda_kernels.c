@@ -274,24 +274,24 @@ static void test_rope(void) {
   freeb(&q), freeb(&g), freeb(&inv);
 }
 
-static void test_attention(int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window) {
+static void test_attention(int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window, float cap) {
   char name[96];
   int64_t W = (nh + 2 * nkv) * hd;
   float sc = 1.0f / sqrtf((float)hd);
   buf qkv = mk(B * T * W, -1, 1), out = mk0(B * T * nh * hd), lse = mk0(B * nh * T);
   buf dout = mk(B * T * nh * hd, -1, 1), dqkv = mk(B * T * W, -1, 1);
-  cpu->attention_fwd(cc, out.h, lse.h, qkv.h, B, T, nh, nkv, hd, window, sc, NULL);
-  gpu->attention_fwd(gc, out.d, lse.d, qkv.d, B, T, nh, nkv, hd, window, sc, NULL);
-  snprintf(name, sizeof name, "attn_fwd hd%lld w%lld out", (long long)hd, (long long)window);
+  cpu->attention_fwd(cc, out.h, lse.h, qkv.h, B, T, nh, nkv, hd, window, sc, NULL, cap);
+  gpu->attention_fwd(gc, out.d, lse.d, qkv.d, B, T, nh, nkv, hd, window, sc, NULL, cap);
+  snprintf(name, sizeof name, "attn_fwd hd%lld w%lld cap%g out", (long long)hd, (long long)window, (double)cap);
   check(name, &out, 1e-4);
   snprintf(name, sizeof name, "attn_fwd hd%lld w%lld lse", (long long)hd, (long long)window);
   check(name, &lse, 1e-5);
   /* backward from the CPU's out and lse on both sides */
   if (sl_cuda_upload(gc, out.d, out.h, (size_t)out.n * 4) || sl_cuda_upload(gc, lse.d, lse.h, (size_t)lse.n * 4))
     nfail++;
-  cpu->attention_bwd(cc, dqkv.h, dout.h, qkv.h, out.h, lse.h, B, T, nh, nkv, hd, window, sc, NULL);
-  gpu->attention_bwd(gc, dqkv.d, dout.d, qkv.d, out.d, lse.d, B, T, nh, nkv, hd, window, sc, NULL);
-  snprintf(name, sizeof name, "attn_bwd hd%lld w%lld dqkv", (long long)hd, (long long)window);
+  cpu->attention_bwd(cc, dqkv.h, dout.h, qkv.h, out.h, lse.h, B, T, nh, nkv, hd, window, sc, NULL, cap);
+  gpu->attention_bwd(gc, dqkv.d, dout.d, qkv.d, out.d, lse.d, B, T, nh, nkv, hd, window, sc, NULL, cap);
+  snprintf(name, sizeof name, "attn_bwd hd%lld w%lld cap%g dqkv", (long long)hd, (long long)window, (double)cap);
   check(name, &dqkv, 1e-4);
 
   /* bf16 storage of qkv / out / dout: CPU on the rounded values */
@@ -302,8 +302,8 @@ static void test_attention(int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_
   for (int64_t i = 0; i < no; i++) gb[i] = sl_f32_to_bf16_scalar(dout.h[i]), dout.h[i] = sl_bf16_to_f32_scalar(gb[i]);
   uint16_t *qbd = (uint16_t *)dev_copy(qb, (size_t)nq * 2), *gbd = (uint16_t *)dev_copy(gb, (size_t)no * 2);
   uint16_t *obd = (uint16_t *)sl_cuda_malloc(gc, (size_t)no * 2);
-  cpu->attention_fwd(cc, out.h, lse.h, qkv.h, B, T, nh, nkv, hd, window, sc, NULL);
-  sl_cuda_attention_fwd_bf16(gc, obd, lse.d, qbd, B, T, nh, nkv, hd, window, sc, NULL);
+  cpu->attention_fwd(cc, out.h, lse.h, qkv.h, B, T, nh, nkv, hd, window, sc, NULL, cap);
+  sl_cuda_attention_fwd_bf16(gc, obd, lse.d, qbd, B, T, nh, nkv, hd, window, sc, NULL, cap);
   gpu->bf16_to_f32(gc, out.d, obd, no);
   snprintf(name, sizeof name, "attn_fwd_bf16 hd%lld out", (long long)hd);
   check(name, &out, 1e-2);
@@ -311,8 +311,8 @@ static void test_attention(int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_
   check(name, &lse, 1e-4);
   for (int64_t i = 0; i < no; i++) ob[i] = sl_f32_to_bf16_scalar(out.h[i]), out.h[i] = sl_bf16_to_f32_scalar(ob[i]);
   if (sl_cuda_upload(gc, obd, ob, (size_t)no * 2) || sl_cuda_upload(gc, lse.d, lse.h, (size_t)lse.n * 4)) nfail++;
-  cpu->attention_bwd(cc, dqkv.h, dout.h, qkv.h, out.h, lse.h, B, T, nh, nkv, hd, window, sc, NULL);
-  sl_cuda_attention_bwd_bf16(gc, dqkv.d, gbd, qbd, obd, lse.d, B, T, nh, nkv, hd, window, sc, NULL);
+  cpu->attention_bwd(cc, dqkv.h, dout.h, qkv.h, out.h, lse.h, B, T, nh, nkv, hd, window, sc, NULL, cap);
+  sl_cuda_attention_bwd_bf16(gc, dqkv.d, gbd, qbd, obd, lse.d, B, T, nh, nkv, hd, window, sc, NULL, cap);
   snprintf(name, sizeof name, "attn_bwd_bf16 hd%lld dqkv", (long long)hd);
   check(name, &dqkv, 1e-2);
   free(qb), free(gb), free(ob);
@@ -322,7 +322,7 @@ static void test_attention(int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_
 
 /* Document masking: rope and attention with per-token document
  * starts (documents crossing the kernels' tiles, a 1-token document). */
-static void test_doc(int64_t hd, int64_t window) {
+static void test_doc(int64_t hd, int64_t window, float cap) {
   char name[96];
   int64_t B = 2, T = 75, nh = 4, nkv = 2, W = (nh + 2 * nkv) * hd;
   float sc = 1.0f / sqrtf((float)hd);
@@ -337,17 +337,17 @@ static void test_doc(int64_t hd, int64_t window) {
   freeb(&inv);
   buf out = mk0(B * T * nh * hd), lse = mk0(B * nh * T), dout = mk(B * T * nh * hd, -1, 1);
   buf dqkv = mk(B * T * W, -1, 1);
-  cpu->attention_fwd(cc, out.h, lse.h, q.h, B, T, nh, nkv, hd, window, sc, seg);
-  gpu->attention_fwd(gc, out.d, lse.d, q.d, B, T, nh, nkv, hd, window, sc, dseg);
+  cpu->attention_fwd(cc, out.h, lse.h, q.h, B, T, nh, nkv, hd, window, sc, seg, cap);
+  gpu->attention_fwd(gc, out.d, lse.d, q.d, B, T, nh, nkv, hd, window, sc, dseg, cap);
   snprintf(name, sizeof name, "attn_doc_fwd hd%lld w%lld out", (long long)hd, (long long)window);
   check(name, &out, 1e-4);
   snprintf(name, sizeof name, "attn_doc_fwd hd%lld w%lld lse", (long long)hd, (long long)window);
   check(name, &lse, 1e-5);
   if (sl_cuda_upload(gc, out.d, out.h, (size_t)out.n * 4) || sl_cuda_upload(gc, lse.d, lse.h, (size_t)lse.n * 4))
     nfail++;
-  cpu->attention_bwd(cc, dqkv.h, dout.h, q.h, out.h, lse.h, B, T, nh, nkv, hd, window, sc, seg);
-  gpu->attention_bwd(gc, dqkv.d, dout.d, q.d, out.d, lse.d, B, T, nh, nkv, hd, window, sc, dseg);
-  snprintf(name, sizeof name, "attn_doc_bwd hd%lld w%lld dqkv", (long long)hd, (long long)window);
+  cpu->attention_bwd(cc, dqkv.h, dout.h, q.h, out.h, lse.h, B, T, nh, nkv, hd, window, sc, seg, cap);
+  gpu->attention_bwd(gc, dqkv.d, dout.d, q.d, out.d, lse.d, B, T, nh, nkv, hd, window, sc, dseg, cap);
+  snprintf(name, sizeof name, "attn_doc_bwd hd%lld w%lld cap%g dqkv", (long long)hd, (long long)window, (double)cap);
   check(name, &dqkv, 1e-4);
   sl_cuda_free(gc, dseg);
   freeb(&q), freeb(&g), freeb(&out), freeb(&lse), freeb(&dout), freeb(&dqkv);
@@ -416,10 +416,22 @@ static void test_pointwise(void) {
   cpu->swiglu_bwd(cc, dgu.h, dout.h, gu.h, N, H);
   gpu->swiglu_bwd(gc, dgu.d, dout.d, gu.d, N, H);
   check_r("swiglu_bwd", &dgu, 1e-5);
+  cpu->geglu_fwd(cc, out.h, gu.h, N, H);
+  gpu->geglu_fwd(gc, out.d, gu.d, N, H);
+  check_r("geglu_fwd", &out, 1e-5);
+  cpu->geglu_bwd(cc, dgu.h, dout.h, gu.h, N, H);
+  gpu->geglu_bwd(gc, dgu.d, dout.d, gu.d, N, H);
+  check_r("geglu_bwd", &dgu, 1e-5);
   buf y = mk(n, -1, 1), x = mk(n, -1, 1);
   cpu->add_inplace(cc, y.h, x.h, n);
   gpu->add_inplace(gc, y.d, x.d, n);
   check("add_inplace", &y, 0);
+  cpu->scale_add(cc, y.h, -0.37f, 2.5f, n);
+  gpu->scale_add(gc, y.d, -0.37f, 2.5f, n);
+  check("scale_add", &y, 0);
+  cpu->softcap(cc, y.h, 0.7f, n);
+  gpu->softcap(gc, y.d, 0.7f, n);
+  check("softcap", &y, 1e-6);
   buf s = mk0(n), dx = mk(n, -1, 1), xs = mk(n, -6, 6);
   cpu->silu_fwd(cc, s.h, xs.h, n);
   gpu->silu_fwd(gc, s.d, xs.d, n);
@@ -442,20 +454,20 @@ static void test_pointwise(void) {
   freeb(&xs), freeb(&yy), freeb(&z), freeb(&go), freeb(&gg), freeb(&dy), freeb(&dz);
 }
 
-static void test_lmhead(void) {
+static void test_lmhead(float cap) {
   int64_t N = 29, C = 48, V = 301;
   int32_t *td, *tg = mk_tok(N, (int32_t)V, 1, &td);
   buf x = mk(N * C, -1, 1), w = mk(V * C, -0.5f, 0.5f), loss = mk0(N), lse = mk0(N);
   buf dx = mk(N * C, -1, 1), dw = mk(V * C, -1, 1);
-  cpu->lmhead_ce_fwd(cc, loss.h, lse.h, x.h, w.h, tg, N, C, V);
-  gpu->lmhead_ce_fwd(gc, loss.d, lse.d, x.d, w.d, td, N, C, V);
-  check("lmhead_ce_fwd losses", &loss, TOL_GEMM);
-  check("lmhead_ce_fwd lse", &lse, TOL_GEMM);
+  cpu->lmhead_ce_fwd(cc, loss.h, lse.h, x.h, w.h, tg, N, C, V, cap);
+  gpu->lmhead_ce_fwd(gc, loss.d, lse.d, x.d, w.d, td, N, C, V, cap);
+  check(cap > 0 ? "lmhead_ce_fwd losses (softcap)" : "lmhead_ce_fwd losses", &loss, TOL_GEMM);
+  check(cap > 0 ? "lmhead_ce_fwd lse (softcap)" : "lmhead_ce_fwd lse", &lse, TOL_GEMM);
   if (sl_cuda_upload(gc, lse.d, lse.h, (size_t)N * 4)) nfail++;
-  cpu->lmhead_ce_bwd(cc, dx.h, dw.h, x.h, w.h, tg, lse.h, 1.0f / (float)N, N, C, V);
-  gpu->lmhead_ce_bwd(gc, dx.d, dw.d, x.d, w.d, td, lse.d, 1.0f / (float)N, N, C, V);
-  check("lmhead_ce_bwd dx", &dx, TOL_GEMM);
-  check("lmhead_ce_bwd dw", &dw, TOL_GEMM);
+  cpu->lmhead_ce_bwd(cc, dx.h, dw.h, x.h, w.h, tg, lse.h, 1.0f / (float)N, N, C, V, cap);
+  gpu->lmhead_ce_bwd(gc, dx.d, dw.d, x.d, w.d, td, lse.d, 1.0f / (float)N, N, C, V, cap);
+  check(cap > 0 ? "lmhead_ce_bwd dx (softcap)" : "lmhead_ce_bwd dx", &dx, TOL_GEMM);
+  check(cap > 0 ? "lmhead_ce_bwd dw (softcap)" : "lmhead_ce_bwd dw", &dw, TOL_GEMM);
   free(tg), sl_cuda_free(gc, td);
   freeb(&x), freeb(&w), freeb(&loss), freeb(&lse), freeb(&dx), freeb(&dw);
 }
@@ -555,7 +567,7 @@ static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk)
 /* The vocabulary-parallel ops on every slice of a vocabulary padded to a
  * multiple of T (padding rows NaN: a read of one shows), each op against its
  * CPU twin on the same inputs. */
-static void test_vocab_parallel(int64_t N, int64_t C, int64_t V, int64_t T) {
+static void test_vocab_parallel(int64_t N, int64_t C, int64_t V, int64_t T, float cap) {
   int64_t Vl = (V + T - 1) / T;
   int32_t *td, *tg = mk_tok(N, (int32_t)V, 1, &td);
   buf x = mk(N * C, -1, 1), wp = mk(T * Vl * C, -0.5f, 0.5f), dout = mk(N * C, -1, 1);
@@ -575,9 +587,9 @@ static void test_vocab_parallel(int64_t N, int64_t C, int64_t V, int64_t T) {
     snprintf(nm, sizeof nm, "vocab_embedding_bwd r%lld/%lld", (long long)r, (long long)T);
     check(nm, &dwte, 1e-5);
     buf lmax = mk0(N), st = mk0(2 * N), gmax = mk0(N), loss = mk0(N), lse = mk0(N);
-    cpu->lmhead_vp_fwd(cc, lmax.h, st.h, x.h, w_h, tg, N, C, v0, Vl, valid);
-    gpu->lmhead_vp_fwd(gc, lmax.d, st.d, x.d, w_d, td, N, C, v0, Vl, valid);
-    snprintf(nm, sizeof nm, "lmhead_vp_fwd st r%lld/%lld", (long long)r, (long long)T);
+    cpu->lmhead_vp_fwd(cc, lmax.h, st.h, x.h, w_h, tg, N, C, v0, Vl, valid, cap);
+    gpu->lmhead_vp_fwd(gc, lmax.d, st.d, x.d, w_d, td, N, C, v0, Vl, valid, cap);
+    snprintf(nm, sizeof nm, "lmhead_vp_fwd st cap%g r%lld/%lld", (double)cap, (long long)r, (long long)T);
     check(nm, &st, TOL_GEMM);
     if (valid) {
       snprintf(nm, sizeof nm, "lmhead_vp_fwd lmax r%lld/%lld", (long long)r, (long long)T);
@@ -608,11 +620,11 @@ static void test_vocab_parallel(int64_t N, int64_t C, int64_t V, int64_t T) {
     check(nm, &lse, 1e-5);
     if (sl_cuda_upload(gc, lse.d, lse.h, (size_t)N * 4)) nfail++;
     buf dx = mk(N * C, -1, 1), dw = mk(Vl * C, -1, 1);
-    cpu->lmhead_vp_bwd(cc, dx.h, dw.h, x.h, w_h, tg, lse.h, 1.0f / (float)N, N, C, v0, Vl, valid);
-    gpu->lmhead_vp_bwd(gc, dx.d, dw.d, x.d, w_d, td, lse.d, 1.0f / (float)N, N, C, v0, Vl, valid);
-    snprintf(nm, sizeof nm, "lmhead_vp_bwd dx r%lld/%lld", (long long)r, (long long)T);
+    cpu->lmhead_vp_bwd(cc, dx.h, dw.h, x.h, w_h, tg, lse.h, 1.0f / (float)N, N, C, v0, Vl, valid, cap);
+    gpu->lmhead_vp_bwd(gc, dx.d, dw.d, x.d, w_d, td, lse.d, 1.0f / (float)N, N, C, v0, Vl, valid, cap);
+    snprintf(nm, sizeof nm, "lmhead_vp_bwd dx cap%g r%lld/%lld", (double)cap, (long long)r, (long long)T);
     check(nm, &dx, TOL_GEMM);
-    snprintf(nm, sizeof nm, "lmhead_vp_bwd dw r%lld/%lld", (long long)r, (long long)T);
+    snprintf(nm, sizeof nm, "lmhead_vp_bwd dw cap%g r%lld/%lld", (double)cap, (long long)r, (long long)T);
     check(nm, &dw, TOL_GEMM);
     freeb(&out), freeb(&dwte), freeb(&lmax), freeb(&st), freeb(&gmax), freeb(&loss), freeb(&lse);
     freeb(&dx), freeb(&dw);
@@ -625,7 +637,7 @@ static void test_vocab_parallel(int64_t N, int64_t C, int64_t V, int64_t T) {
  * stops growing after warm-up. */
 static void test_errors_and_scratch(void) {
   buf q = mk(4 * 3 * 300, -1, 1), o = mk0(4 * 300), l = mk0(4);
-  gpu->attention_fwd(gc, o.d, l.d, q.d, 1, 4, 1, 1, 300, 0, 1.0f / sqrtf(300.0f), NULL); /* hd 300 > 256 */
+  gpu->attention_fwd(gc, o.d, l.d, q.d, 1, 4, 1, 1, 300, 0, 1.0f / sqrtf(300.0f), NULL, 0.0f); /* hd 300 > 256 */
   int st = sl_cuda_last_status(gc);
   report("error path (hd 300 -> SL_EINPUT)", 0, 0, 0, 0, st == SL_EINPUT && strlen(sl_cuda_last_error(gc)) > 0);
   sl_cuda_clear_status(gc);
@@ -718,16 +730,18 @@ static void test_bf16_compute(void) {
   gpu->rope_fwd(gc, qkv.d, B, T, nh, nkv, hd, inv.d, NULL);
   check_b16("bf16c rope_fwd", &qkv);
   if (sl_cuda_upload(gc, qkv.d, qkv.h, (size_t)nq * 4)) nfail++;
-  cpu->attention_fwd(cc, att.h, lse.h, qkv.h, B, T, nh, nkv, hd, 0, 1.0f / sqrtf((float)hd), NULL);
-  gpu->attention_fwd(gc, att.d, lse.d, qkv.d, B, T, nh, nkv, hd, 0, 1.0f / sqrtf((float)hd), NULL);
+  cpu->attention_fwd(cc, att.h, lse.h, qkv.h, B, T, nh, nkv, hd, 0, 1.0f / sqrtf((float)hd), NULL, 0.0f);
+  gpu->attention_fwd(gc, att.d, lse.d, qkv.d, B, T, nh, nkv, hd, 0, 1.0f / sqrtf((float)hd), NULL, 0.0f);
   check_b16("bf16c attention_fwd out", &att);
   check("bf16c attention_fwd lse (fp32)", &lse, 1e-4);
   if (sl_cuda_upload(gc, att.d, att.h, (size_t)no * 4) || sl_cuda_upload(gc, lse.d, lse.h, (size_t)(B * nh * T) * 4))
     nfail++;
   for (int64_t i = 0; i < no; i++) datt.h[i] = sl_bf16_to_f32_scalar(sl_f32_to_bf16_scalar(datt.h[i]));
   if (sl_cuda_upload(gc, datt.d, datt.h, (size_t)no * 4)) nfail++;
-  cpu->attention_bwd(cc, dqkv.h, datt.h, qkv.h, att.h, lse.h, B, T, nh, nkv, hd, 0, 1.0f / sqrtf((float)hd), NULL);
-  gpu->attention_bwd(gc, dqkv.d, datt.d, qkv.d, att.d, lse.d, B, T, nh, nkv, hd, 0, 1.0f / sqrtf((float)hd), NULL);
+  cpu->attention_bwd(cc, dqkv.h, datt.h, qkv.h, att.h, lse.h, B, T, nh, nkv, hd, 0, 1.0f / sqrtf((float)hd), NULL,
+                     0.0f);
+  gpu->attention_bwd(gc, dqkv.d, datt.d, qkv.d, att.d, lse.d, B, T, nh, nkv, hd, 0, 1.0f / sqrtf((float)hd), NULL,
+                     0.0f);
   check_b16("bf16c attention_bwd dqkv", &dqkv);
   if (sl_cuda_upload(gc, dqkv.d, dqkv.h, (size_t)nq * 4)) nfail++;
   cpu->rope_bwd(cc, dqkv.h, B, T, nh, nkv, hd, inv.h, NULL);
@@ -740,13 +754,13 @@ static void test_bf16_compute(void) {
   int32_t *td, *tg = mk_tok(N, (int32_t)V, 1, &td);
   buf hx = mk(N * C, -1, 1), hw = mk(V * C, -0.5f, 0.5f), loss = mk0(N), hl = mk0(N);
   buf hdx = mk0(N * C), hdw = mk(V * C, -1, 1);
-  cpu->lmhead_ce_fwd(cc, loss.h, hl.h, hx.h, hw.h, tg, N, C, V);
-  gpu->lmhead_ce_fwd(gc, loss.d, hl.d, hx.d, hw.d, td, N, C, V);
+  cpu->lmhead_ce_fwd(cc, loss.h, hl.h, hx.h, hw.h, tg, N, C, V, 0.0f);
+  gpu->lmhead_ce_fwd(gc, loss.d, hl.d, hx.d, hw.d, td, N, C, V, 0.0f);
   check("bf16c lmhead_ce_fwd losses", &loss, TOL_B16);
   check("bf16c lmhead_ce_fwd lse", &hl, TOL_B16);
   if (sl_cuda_upload(gc, hl.d, hl.h, (size_t)N * 4)) nfail++;
-  cpu->lmhead_ce_bwd(cc, hdx.h, hdw.h, hx.h, hw.h, tg, hl.h, 1.0f / (float)N, N, C, V);
-  gpu->lmhead_ce_bwd(gc, hdx.d, hdw.d, hx.d, hw.d, td, hl.d, 1.0f / (float)N, N, C, V);
+  cpu->lmhead_ce_bwd(cc, hdx.h, hdw.h, hx.h, hw.h, tg, hl.h, 1.0f / (float)N, N, C, V, 0.0f);
+  gpu->lmhead_ce_bwd(gc, hdx.d, hdw.d, hx.d, hw.d, td, hl.d, 1.0f / (float)N, N, C, V, 0.0f);
   check_b16("bf16c lmhead_ce_bwd dx", &hdx);
   check("bf16c lmhead_ce_bwd dw (fp32)", &hdw, TOL_B16);
   free(tg), sl_cuda_free(gc, td);
@@ -781,21 +795,27 @@ int main(void) {
   test_rmsnorm_weightless();
   test_linear();
   test_rope();
-  test_attention(2, 67, 4, 2, 64, 0);
-  test_attention(2, 67, 4, 2, 64, 17);
-  test_attention(1, 53, 2, 1, 128, 0);
-  test_attention(1, 45, 4, 4, 128, 9);
-  test_attention(2, 40, 3, 1, 40, 0);   /* generic fallback (padded to 64) */
-  test_attention(1, 33, 2, 2, 200, 12); /* generic fallback (padded to 256) */
-  test_doc(64, 0);
-  test_doc(64, 20);
-  test_doc(32, 0);
+  test_attention(2, 67, 4, 2, 64, 0, 0.0f);
+  test_attention(2, 67, 4, 2, 64, 17, 0.0f);
+  test_attention(1, 53, 2, 1, 128, 0, 0.0f);
+  test_attention(1, 45, 4, 4, 128, 9, 0.0f);
+  test_attention(2, 40, 3, 1, 40, 0, 0.0f);   /* generic fallback (padded to 64) */
+  test_attention(1, 33, 2, 2, 200, 12, 0.0f); /* generic fallback (padded to 256) */
+  /* Gemma 2's logit softcap; caps near the scores' spread (~0.3) so tanh bends them */
+  test_attention(2, 67, 4, 2, 64, 17, 0.5f);
+  test_attention(1, 53, 2, 1, 128, 0, 0.3f);
+  test_doc(64, 0, 0.0f);
+  test_doc(64, 20, 0.0f);
+  test_doc(32, 0, 0.0f);
+  test_doc(64, 20, 0.4f); /* softcap inside documents and a window */
   test_pointwise();
   test_moe(37, 6, 2, 24, 1);
   test_moe(9, 4, 3, 8, 0);
-  test_lmhead();
-  test_vocab_parallel(29, 48, 301, 4); /* 301 = 4 x 76 - 3: padding in the last slice */
-  test_vocab_parallel(11, 16, 5, 4);   /* the last slice is padding only */
+  test_lmhead(0.0f);
+  test_lmhead(1.0f);                         /* Gemma 2's final-logit softcap (logits spread ~1) */
+  test_vocab_parallel(29, 48, 301, 4, 0.0f); /* 301 = 4 x 76 - 3: padding in the last slice */
+  test_vocab_parallel(29, 48, 301, 4, 1.0f); /* with the final-logit softcap */
+  test_vocab_parallel(11, 16, 5, 4, 0.0f);   /* the last slice is padding only */
   test_optim();
   test_conv1d();
   test_scan(2, 37, 150, 16, 8);

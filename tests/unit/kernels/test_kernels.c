@@ -485,11 +485,13 @@ typedef struct {
   double *qkv, *R, *o, *lse;
   int64_t B, T, nh, nkv, hd, win;
   const int32_t *seg;
+  double cap; /* logit softcap (Gemma 2), 0: none */
 } att_st;
-/* Explicit full (T, T) score matrix per (b, h), masked, softmaxed. seg (B*T)
- * or NULL: query i also hides keys before its document start seg[i]. */
+/* Explicit full (T, T) score matrix per (b, h), softcapped (cap > 0: cap *
+ * tanh(s / cap), as HF's Gemma 2 eager attention), masked, softmaxed. seg
+ * (B*T) or NULL: query i also hides keys before its document start seg[i]. */
 static void att_ref(double *o, double *lse, const double *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                    int64_t hd, int64_t win, const int32_t *seg) {
+                    int64_t hd, int64_t win, const int32_t *seg, double cap) {
   int64_t row = (nh + 2 * nkv) * hd;
   double *S = dvec(T * T);
   for (int64_t b = 0; b < B; b++)
@@ -501,7 +503,9 @@ static void att_ref(double *o, double *lse, const double *qkv, int64_t B, int64_
           double s = 0;
           for (int64_t d = 0; d < hd; d++)
             s += qkv[(b * T + i) * row + h * hd + d] * qkv[(b * T + j) * row + (nh + g) * hd + d];
-          S[i * T + j] = vis ? s / sqrt((double)hd) : -INFINITY;
+          s /= sqrt((double)hd);
+          if (cap > 0) s = cap * tanh(s / cap);
+          S[i * T + j] = vis ? s : -INFINITY;
         }
       for (int64_t i = 0; i < T; i++) {
         double m = -INFINITY, z = 0;
@@ -520,26 +524,26 @@ static void att_ref(double *o, double *lse, const double *qkv, int64_t B, int64_
 }
 static double att_L(void *p) {
   att_st *s = p;
-  att_ref(s->o, NULL, s->qkv, s->B, s->T, s->nh, s->nkv, s->hd, s->win, s->seg);
+  att_ref(s->o, NULL, s->qkv, s->B, s->T, s->nh, s->nkv, s->hd, s->win, s->seg, s->cap);
   return dot_r(s->o, s->R, s->B * s->T * s->nh * s->hd);
 }
 static void test_attention(const sl_ops *ops, sl_kctx *ctx, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                           int64_t win, int samples, const int32_t *seg) {
+                           int64_t win, int samples, const int32_t *seg, float cap) {
   int64_t n = B * T * (nh + 2 * nkv) * hd, no = B * T * nh * hd;
   float *qkv = fvec(n, 1.5f), *R = fvec(no, 1.0f), *out = fvec(no, 9.0f), *lse = fvec(B * nh * T, 9.0f);
-  ops->attention_fwd(ctx, out, lse, qkv, B, T, nh, nkv, hd, win, 1.0f / sqrtf((float)hd), seg);
-  att_st s = {to_d(qkv, n), to_d(R, no), dvec(no), dvec(B * nh * T), B, T, nh, nkv, hd, win, seg};
-  att_ref(s.o, s.lse, s.qkv, B, T, nh, nkv, hd, win, seg);
-  char nm[128], tag[96];
-  snprintf(tag, sizeof tag, "%sB=%lld T=%lld nh=%lld nkv=%lld hd=%lld win=%lld", seg ? "docs " : "", (long long)B,
-           (long long)T, (long long)nh, (long long)nkv, (long long)hd, (long long)win);
+  ops->attention_fwd(ctx, out, lse, qkv, B, T, nh, nkv, hd, win, 1.0f / sqrtf((float)hd), seg, cap);
+  att_st s = {to_d(qkv, n), to_d(R, no), dvec(no), dvec(B * nh * T), B, T, nh, nkv, hd, win, seg, cap};
+  att_ref(s.o, s.lse, s.qkv, B, T, nh, nkv, hd, win, seg, cap);
+  char nm[160], tag[128];
+  snprintf(tag, sizeof tag, "%sB=%lld T=%lld nh=%lld nkv=%lld hd=%lld win=%lld cap=%g", seg ? "docs " : "",
+           (long long)B, (long long)T, (long long)nh, (long long)nkv, (long long)hd, (long long)win, (double)cap);
   snprintf(nm, sizeof nm, "attention_fwd out %s", tag);
   report(nm, rel_err(out, s.o, no, 1e-3), 1e-5);
   snprintf(nm, sizeof nm, "attention_fwd lse %s", tag);
   report(nm, rel_err(lse, s.lse, B * nh * T, 1e-3), 1e-6);
   float *sv, *pg = prefill(n, &sv), *g = zeros(n);
-  ops->attention_bwd(ctx, g, R, qkv, out, lse, B, T, nh, nkv, hd, win, 1.0f / sqrtf((float)hd), seg);
-  ops->attention_bwd(ctx, pg, R, qkv, out, lse, B, T, nh, nkv, hd, win, 1.0f / sqrtf((float)hd), seg);
+  ops->attention_bwd(ctx, g, R, qkv, out, lse, B, T, nh, nkv, hd, win, 1.0f / sqrtf((float)hd), seg, cap);
+  ops->attention_bwd(ctx, pg, R, qkv, out, lse, B, T, nh, nkv, hd, win, 1.0f / sqrtf((float)hd), seg, cap);
   snprintf(nm, sizeof nm, "attention_bwd %s", tag);
   adds_check(nm, pg, sv, g, n);
   free(pg);
@@ -557,37 +561,45 @@ static void test_attention(const sl_ops *ops, sl_kctx *ctx, int64_t B, int64_t T
   free(s.lse);
 }
 
-/* ---- SwiGLU --------------------------------------------------------------- */
+/* ---- SwiGLU, GeGLU (tanh-GELU) -------------------------------------------- */
 typedef struct {
   double *gu, *R, *o;
   int64_t N, H;
+  int gelu; /* 0: silu (swiglu), 1: tanh-approximated gelu (geglu) */
 } sw_st;
-static void sw_ref(double *o, const double *gu, int64_t N, int64_t H) {
+static void sw_ref(double *o, const double *gu, int64_t N, int64_t H, int gelu) {
+  const double k = sqrt(2.0 / 3.14159265358979323846);
   for (int64_t i = 0; i < N; i++)
     for (int64_t j = 0; j < H; j++) {
       double g = gu[i * 2 * H + j], u = gu[i * 2 * H + H + j];
-      o[i * H + j] = g / (1.0 + exp(-g)) * u;
+      double a = gelu ? 0.5 * g * (1.0 + tanh(k * (g + 0.044715 * g * g * g))) : g / (1.0 + exp(-g));
+      o[i * H + j] = a * u;
     }
 }
 static double sw_L(void *p) {
   sw_st *s = p;
-  sw_ref(s->o, s->gu, s->N, s->H);
+  sw_ref(s->o, s->gu, s->N, s->H, s->gelu);
   return dot_r(s->o, s->R, s->N * s->H);
 }
-static void test_swiglu(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t H) {
+static void test_glu(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t H, int gelu) {
+  const char *nm[2][3] = {{"swiglu_fwd vs double", "swiglu_bwd", "swiglu_bwd"},
+                          {"geglu_fwd vs double", "geglu_bwd", "geglu_bwd"}};
+  void (*fwd)(sl_kctx *, float *, const float *, int64_t, int64_t) = gelu ? ops->geglu_fwd : ops->swiglu_fwd;
+  void (*bwd)(sl_kctx *, float *, const float *, const float *, int64_t, int64_t) =
+      gelu ? ops->geglu_bwd : ops->swiglu_bwd;
   float *gu = fvec(N * 2 * H, 6.0f), *R = fvec(N * H, 1.0f), *out = malloc(N * H * 4);
   gu[0] = -95.0f;
-  gu[1] = 95.0f; /* saturated sigmoid */
-  ops->swiglu_fwd(ctx, out, gu, N, H);
-  sw_st s = {to_d(gu, N * 2 * H), to_d(R, N * H), dvec(N * H), N, H};
-  sw_ref(s.o, s.gu, N, H);
-  report("swiglu_fwd vs double", rel_err(out, s.o, N * H, 1.0), 2e-6);
+  gu[1] = 95.0f; /* saturated sigmoid / tanh */
+  fwd(ctx, out, gu, N, H);
+  sw_st s = {to_d(gu, N * 2 * H), to_d(R, N * H), dvec(N * H), N, H, gelu};
+  sw_ref(s.o, s.gu, N, H, gelu);
+  report(nm[gelu][0], rel_err(out, s.o, N * H, 1.0), 2e-6);
   float *sv, *pg = prefill(N * 2 * H, &sv), *g = zeros(N * 2 * H);
-  ops->swiglu_bwd(ctx, g, R, gu, N, H);
-  ops->swiglu_bwd(ctx, pg, R, gu, N, H);
-  adds_check("swiglu_bwd", pg, sv, g, N * 2 * H);
+  bwd(ctx, g, R, gu, N, H);
+  bwd(ctx, pg, R, gu, N, H);
+  adds_check(nm[gelu][1], pg, sv, g, N * 2 * H);
   free(pg);
-  fd_check("swiglu_bwd", s.gu, g, N * 2 * H, sw_L, &s, 300, 1e-5);
+  fd_check(nm[gelu][2], s.gu, g, N * 2 * H, sw_L, &s, 300, 1e-5);
   free(gu);
   free(R);
   free(out);
@@ -605,6 +617,7 @@ typedef struct {
   int64_t N, C, V;
   double scale;
   double *lse, *loss;
+  double cap; /* final-logit softcap (Gemma 2), 0: none */
 } ce_st;
 static double ce_ref(ce_st *s) {
   double L = 0;
@@ -614,6 +627,7 @@ static double ce_ref(ce_st *s) {
     for (int64_t v = 0; v < s->V; v++) {
       double a = 0;
       for (int64_t c = 0; c < s->C; c++) a += s->x[i * s->C + c] * s->w[v * s->C + c];
+      if (s->cap > 0) a = s->cap * tanh(a / s->cap);
       l[v] = a;
       m = fmax(m, a);
     }
@@ -627,17 +641,17 @@ static double ce_ref(ce_st *s) {
   return L * s->scale;
 }
 static double ce_L(void *p) { return ce_ref(p); }
-static void test_ce(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C, int64_t V, int sx_n, int sw_n) {
+static void test_ce(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C, int64_t V, int sx_n, int sw_n, float cap) {
   float *x = fvec(N * C, 1.0f), *w = fvec(V * C, 1.0f);
   int32_t *t = malloc(N * sizeof(int32_t));
   for (int64_t i = 0; i < N; i++) t[i] = (i % 7 == 3) ? -1 : (int32_t)(sl_splitmix64(&g_rng) % V);
   t[N - 1] = (int32_t)(V - 1);
   float *loss = fvec(N, 9.0f), *lse = fvec(N, 9.0f);
-  ops->lmhead_ce_fwd(ctx, loss, lse, x, w, t, N, C, V);
-  ce_st s = {to_d(x, N * C), to_d(w, V * C), t, N, C, V, 1.0 / (double)N, dvec(N), dvec(N)};
+  ops->lmhead_ce_fwd(ctx, loss, lse, x, w, t, N, C, V, cap);
+  ce_st s = {to_d(x, N * C), to_d(w, V * C), t, N, C, V, 1.0 / (double)N, dvec(N), dvec(N), cap};
   ce_ref(&s);
-  char nm[128], tag[64];
-  snprintf(tag, sizeof tag, "N=%lld C=%lld V=%lld", (long long)N, (long long)C, (long long)V);
+  char nm[160], tag[96];
+  snprintf(tag, sizeof tag, "N=%lld C=%lld V=%lld cap=%g", (long long)N, (long long)C, (long long)V, (double)cap);
   snprintf(nm, sizeof nm, "lmhead_ce_fwd losses (ignored rows = 0) %s", tag);
   report(nm, rel_err(loss, s.loss, N, 1.0), 2e-6);
   snprintf(nm, sizeof nm, "lmhead_ce_fwd lse %s", tag);
@@ -647,8 +661,8 @@ static void test_ce(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C, int64
   s.lse = s.loss = NULL;
   float *sx, *sw, *px = prefill(N * C, &sx), *pw = prefill(V * C, &sw);
   float *dx = zeros(N * C), *dw = zeros(V * C);
-  ops->lmhead_ce_bwd(ctx, dx, dw, x, w, t, lse, (float)s.scale, N, C, V);
-  ops->lmhead_ce_bwd(ctx, px, pw, x, w, t, lse, (float)s.scale, N, C, V);
+  ops->lmhead_ce_bwd(ctx, dx, dw, x, w, t, lse, (float)s.scale, N, C, V, cap);
+  ops->lmhead_ce_bwd(ctx, px, pw, x, w, t, lse, (float)s.scale, N, C, V, cap);
   adds_check("lmhead_ce_bwd dx", px, sx, dx, N * C);
   adds_check("lmhead_ce_bwd dw", pw, sw, dw, V * C);
   free(px);
@@ -767,17 +781,17 @@ static void test_vocab_embedding(const sl_ops *ops, sl_kctx *ctx, int64_t N, int
 /* Loss-parallel head over T slices vs lmhead_ce (same op table) and the
  * double reference; the backward by finite differences of the reference. */
 static void test_lmhead_vp(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C, int64_t V, int64_t T, int sx_n,
-                           int sw_n) {
+                           int sw_n, float cap) {
   int64_t v0, Vl, valid;
   vsplit(V, T, 0, &v0, &Vl, &valid);
   float *x = fvec(N * C, 1.0f), *w = fvec(V * C, 1.0f), *wp = pad_rows(w, V, C, T);
   int32_t *t = rand_tokens(N, V, 1);
   float *loss0 = zeros(N), *lse0 = zeros(N);
-  ops->lmhead_ce_fwd(ctx, loss0, lse0, x, w, t, N, C, V);
+  ops->lmhead_ce_fwd(ctx, loss0, lse0, x, w, t, N, C, V, cap);
   float *lmax = zeros(T * N), *st = zeros(T * 2 * N), *gmax = zeros(N), *S = zeros(2 * N);
   for (int64_t r = 0; r < T; r++) {
     vsplit(V, T, r, &v0, &Vl, &valid);
-    ops->lmhead_vp_fwd(ctx, lmax + r * N, st + r * 2 * N, x, wp + v0 * C, t, N, C, v0, Vl, valid);
+    ops->lmhead_vp_fwd(ctx, lmax + r * N, st + r * 2 * N, x, wp + v0 * C, t, N, C, v0, Vl, valid, cap);
   }
   for (int64_t i = 0; i < N; i++) { /* the TP group's allreduce MAX */
     gmax[i] = -INFINITY;
@@ -788,10 +802,11 @@ static void test_lmhead_vp(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C
     for (int64_t i = 0; i < 2 * N; i++) S[i] += st[r * 2 * N + i];
   float *loss = fvec(N, 9.0f), *lse = fvec(N, 9.0f);
   ops->lmhead_vp_loss(ctx, loss, lse, S, gmax, t, N);
-  ce_st s = {to_d(x, N * C), to_d(w, V * C), t, N, C, V, 1.0 / (double)N, dvec(N), dvec(N)};
+  ce_st s = {to_d(x, N * C), to_d(w, V * C), t, N, C, V, 1.0 / (double)N, dvec(N), dvec(N), cap};
   ce_ref(&s);
-  char nm[128], tag[64];
-  snprintf(tag, sizeof tag, "N=%lld C=%lld V=%lld T=%lld", (long long)N, (long long)C, (long long)V, (long long)T);
+  char nm[160], tag[96];
+  snprintf(tag, sizeof tag, "N=%lld C=%lld V=%lld T=%lld cap=%g", (long long)N, (long long)C, (long long)V,
+           (long long)T, (double)cap);
   double *d0 = to_d(loss0, N), *z0 = to_d(lse0, N);
   snprintf(nm, sizeof nm, "lmhead_vp losses = lmhead_ce_fwd %s", tag);
   report(nm, rel_err(loss, d0, N, 1.0), 1e-5);
@@ -805,14 +820,14 @@ static void test_lmhead_vp(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C
   /* backward: dx summed over the slices, dw slices into a padded gradient */
   float *dx0 = zeros(N * C), *dw0 = zeros(V * C), *dx = zeros(N * C), *dxr = zeros(N * C);
   float *dwp = zeros(T * Vl * C), *sx, *sw, *px = prefill(N * C, &sx), *pw = prefill(Vl * C, &sw);
-  ops->lmhead_ce_bwd(ctx, dx0, dw0, x, w, t, lse0, (float)s.scale, N, C, V);
+  ops->lmhead_ce_bwd(ctx, dx0, dw0, x, w, t, lse0, (float)s.scale, N, C, V, cap);
   for (int64_t r = 0; r < T; r++) {
     vsplit(V, T, r, &v0, &Vl, &valid);
     memset(dxr, 0, (size_t)(N * C) * sizeof(float));
-    ops->lmhead_vp_bwd(ctx, dxr, dwp + v0 * C, x, wp + v0 * C, t, lse, (float)s.scale, N, C, v0, Vl, valid);
+    ops->lmhead_vp_bwd(ctx, dxr, dwp + v0 * C, x, wp + v0 * C, t, lse, (float)s.scale, N, C, v0, Vl, valid, cap);
     for (int64_t i = 0; i < N * C; i++) dx[i] += dxr[i];
     if (r == T - 1) { /* the last slice, padding included, adds into prefilled buffers */
-      ops->lmhead_vp_bwd(ctx, px, pw, x, wp + v0 * C, t, lse, (float)s.scale, N, C, v0, Vl, valid);
+      ops->lmhead_vp_bwd(ctx, px, pw, x, wp + v0 * C, t, lse, (float)s.scale, N, C, v0, Vl, valid, cap);
       adds_check("lmhead_vp_bwd dx", px, sx, dxr, N * C);
       adds_check("lmhead_vp_bwd dw", pw, sw, dwp + v0 * C, Vl * C);
     }
@@ -899,6 +914,29 @@ static void test_elementwise(const sl_ops *ops, sl_kctx *ctx) {
     e = fmax(e, fabs((double)y[i] - (double)want));
   }
   report("add_inplace vs float add (bitwise)", e, 0.0);
+  /* scale_add: one fused multiply-add, the double result rounded once */
+  const float sa[3][2] = {{48.0f, 0.0f}, {1.0f, 1.0f}, {-0.37f, 2.5f}};
+  for (int c = 0; c < 3; c++) {
+    float *z = fcopy(y, n);
+    ops->scale_add(ctx, z, sa[c][0], sa[c][1], n);
+    double ez = 0;
+    for (int64_t i = 0; i < n; i++) {
+      float want = (float)((double)sa[c][0] * (double)y[i] + (double)sa[c][1]);
+      ez = fmax(ez, fabs((double)z[i] - (double)want));
+    }
+    char nm[96];
+    snprintf(nm, sizeof nm, "scale_add alpha %g beta %g vs double rounded once (bitwise)", sa[c][0], sa[c][1]);
+    report(nm, ez, 0.0);
+    free(z);
+  }
+  { /* softcap: cap tanh(y / cap) against double */
+    float *z = fcopy(y, n);
+    ops->softcap(ctx, z, 2.0f, n);
+    double ez = 0;
+    for (int64_t i = 0; i < n; i++) ez = fmax(ez, fabs((double)z[i] - 2.0 * tanh((double)y[i] / 2.0)));
+    report("softcap cap 2 vs double", ez, 2e-6); /* 1.98e-7 measured */
+    free(z);
+  }
   double ss = ops->sumsq(ctx, x, n), ref = 0;
   for (int64_t i = 0; i < n; i++) ref += (double)x[i] * x[i];
   report("sumsq vs double (relative)", fabs(ss - ref) / ref, 1e-12);
@@ -1103,11 +1141,14 @@ int main(void) {
   test_rope(ops, c1, 1, 300, 2, 1, 16, 500000.0f, 0, NULL);
   test_rope(ops, c2, 2, 19, 4, 2, 8, 10000.0f, 1, NULL); /* same shape, new values: the cos/sin cache rebuilt */
   /* GQA, T not a multiple of the tile, windows, hd 8/16, both thread paths */
-  test_attention(ops, c2, 2, 70, 4, 2, 8, 0, 120, NULL);
-  test_attention(ops, c2, 1, 150, 2, 1, 16, 0, 60, NULL);  /* 1 kv item: serial bwd */
-  test_attention(ops, c2, 2, 100, 4, 2, 16, 37, 80, NULL); /* sliding window */
-  test_attention(ops, c1, 1, 90, 3, 3, 8, 64, 60, NULL);   /* MHA, window = tile */
-  test_attention(ops, c0, 1, 20, 4, 1, 8, 500, 60, NULL);  /* window > T */
+  test_attention(ops, c2, 2, 70, 4, 2, 8, 0, 120, NULL, 0.0f);
+  test_attention(ops, c2, 1, 150, 2, 1, 16, 0, 60, NULL, 0.0f);  /* 1 kv item: serial bwd */
+  test_attention(ops, c2, 2, 100, 4, 2, 16, 37, 80, NULL, 0.0f); /* sliding window */
+  test_attention(ops, c1, 1, 90, 3, 3, 8, 64, 60, NULL, 0.0f);   /* MHA, window = tile */
+  test_attention(ops, c0, 1, 20, 4, 1, 8, 500, 60, NULL, 0.0f);  /* window > T */
+  /* Gemma 2's logit softcap, a small cap so tanh bends the scores (|s| up to ~6) */
+  test_attention(ops, c2, 2, 70, 4, 2, 8, 0, 120, NULL, 2.0f);
+  test_attention(ops, c1, 2, 100, 4, 2, 16, 37, 80, NULL, 3.0f); /* with a sliding window */
   /* document masking: documents crossing tile edges, a 1-token document,
    * one whole-sample document (b = 1 of the first), with and without window */
   {
@@ -1118,24 +1159,31 @@ int main(void) {
       seg[DT + t] = 0;
     }
     test_rope(ops, c2, 2, DT, 2, 1, 8, 10000.0f, 0, seg);
-    test_attention(ops, c2, 2, DT, 4, 2, 8, 0, 120, seg);
-    test_attention(ops, c1, 2, DT, 2, 2, 8, 40, 80, seg); /* window inside documents */
+    test_attention(ops, c2, 2, DT, 4, 2, 8, 0, 120, seg, 0.0f);
+    test_attention(ops, c1, 2, DT, 2, 2, 8, 40, 80, seg, 0.0f); /* window inside documents */
+    test_attention(ops, c2, 2, DT, 2, 1, 8, 0, 60, seg, 2.5f);  /* softcap with documents */
   }
-  test_swiglu(ops, c2, 41, 96);
+  test_glu(ops, c2, 41, 96, 0);
+  test_glu(ops, c2, 41, 96, 1);
   test_moe_route(ops, c2, 37, 6, 2, 1, 0);
   test_moe_route(ops, c1, 23, 5, 3, 0, 0);
   test_moe_route(ops, c2, 37, 6, 2, 1, 1); /* + the aux loss's gradient on every probability */
   test_moe_route(ops, c1, 23, 5, 3, 0, 1);
   test_moe_rows(ops, c2, 37, 6, 2, 24);
   test_moe_rows(ops, c1, 9, 4, 1, 8);
-  test_ce(ops, c2, 37, 16, 300, 150, 150);
-  test_ce(ops, c2, 1100, 4, 2100, 24, 16);        /* 2 row x 3 vocab tiles */
+  test_ce(ops, c2, 37, 16, 300, 150, 150, 0.0f);
+  test_ce(ops, c2, 1100, 4, 2100, 24, 16, 0.0f);  /* 2 row x 3 vocab tiles */
   test_vocab_embedding(ops, c2, 300, 24, 211, 4); /* V % T != 0 */
   test_vocab_embedding(ops, c1, 40, 8, 5, 4);     /* a slice of padding only */
-  test_lmhead_vp(ops, c2, 37, 16, 300, 4, 150, 150);
-  test_lmhead_vp(ops, c2, 37, 16, 211, 2, 100, 100);
-  test_lmhead_vp(ops, c1, 23, 8, 5, 4, 60, 40);      /* rank 3 holds padding only */
-  test_lmhead_vp(ops, c2, 1100, 4, 2100, 2, 24, 16); /* 2 row x 2 vocab tiles per slice */
+  test_lmhead_vp(ops, c2, 37, 16, 300, 4, 150, 150, 0.0f);
+  test_lmhead_vp(ops, c2, 37, 16, 211, 2, 100, 100, 0.0f);
+  test_lmhead_vp(ops, c1, 23, 8, 5, 4, 60, 40, 0.0f);      /* rank 3 holds padding only */
+  test_lmhead_vp(ops, c2, 1100, 4, 2100, 2, 24, 16, 0.0f); /* 2 row x 2 vocab tiles per slice */
+  /* Gemma 2's final-logit softcap; cap 1.5 bends logits of spread ~1.3 */
+  test_ce(ops, c2, 37, 16, 300, 150, 150, 1.5f);
+  test_ce(ops, c2, 1100, 4, 2100, 24, 16, 1.5f); /* across row and vocab tiles */
+  test_lmhead_vp(ops, c2, 37, 16, 211, 2, 100, 100, 1.5f);
+  test_lmhead_vp(ops, c1, 23, 8, 5, 4, 60, 40, 1.5f);
   test_elementwise(ops, c2);
   size_t sb = ops->ctx_scratch_bytes(c2);
   report("ctx_scratch_bytes > 0 after use (reported as err = !ok)", sb > 0 ? 0.0 : 1.0, 0);
