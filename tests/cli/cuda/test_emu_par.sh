@@ -25,7 +25,7 @@ run() { # name np binary model [flags...] (2 steps unless flags say otherwise)
   local launch=()
   [ "$np" -gt 1 ] && launch=($MPI -np "$np")
   "${launch[@]}" "$bin" train $A --steps 2 --model "$W/$m" --out-dir "$W/$n" "$@" > "$W/$n.log" 2>&1 ||
-    { bad "run $n"; tail -5 "$W/$n.log"; return 1; }
+    { bad "run $n"; grep -m 3 -iE "shardlm:|error|race" "$W/$n.log"; tail -5 "$W/$n.log"; return 1; }
 }
 check() { # a b compare-flags...
   if $CMP "$W/$1" "$W/$2" "${@:3}" > "$W/cmp.log" 2>&1; then ok "$1 vs $2 ${*:3}"; else bad "$1 vs $2 ${*:3}"; cat "$W/cmp.log"; fi
