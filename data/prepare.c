@@ -246,6 +246,7 @@ static void *reader_main(void *arg) {
 typedef sl_chat_piece segment; /* a text to encode, its loss-mask byte */
 
 static int out_tokens(batch *b, const int32_t *t, int64_t n, int mask) {
+  if (n <= 0) return SL_OK; /* nothing to append (and no memcpy into a buffer not yet allocated) */
   int64_t cap = b->kcap;
   if (grow((void **)&b->tok, &cap, b->ntok + n, sizeof(int32_t))) return SL_ENOMEM;
   cap = b->kcap;
