@@ -19,10 +19,12 @@ extern "C" {
 typedef struct {
   int rank, size; /* this rank's index in the EP group, EP */
   void *user;
-  /* rcount[p] := the scount[rank] that EP rank p passed (one exchange of one
-   * int64 per peer). Under the counting backend (the planner's dry run, which
-   * moves no data) rcount := scount: the balanced routing the dry run assumes. */
-  int (*counts)(void *user, const int64_t *scount, int64_t *rcount);
+  /* scount holds n int64 for each EP rank in rank order (n * size entries);
+   * rcount[p*n .. p*n+n) := the n that EP rank p passed for this rank (one
+   * all-to-all of n int64 per peer). Under the counting backend (the
+   * planner's dry run, which moves no data) rcount := scount: the balanced
+   * routing the dry run assumes. */
+  int (*counts)(void *user, const int64_t *scount, int64_t *rcount, int64_t n);
   /* send holds scount[0] rows for EP rank 0, then scount[1] rows for rank 1,
    * ... back to back; recv receives rcount[p] rows from each rank p, in rank
    * order, back to back (rcount as counts returned it). send != recv. */
