@@ -43,6 +43,8 @@ static const sl_env_row g_env[] = {
     {"SL_CKPT_FAULT_RANK", INT, NULL, 1, "with SL_CKPT_FAULT: only on this rank; unset: every rank"},
     {"SL_CKPT_FAULT_STEP", INT, NULL, 1, "with SL_CKPT_FAULT: only at this step; unset: every step"},
     {"SL_CKPT_FAULT_ONCE", STR, NULL, 1, "with SL_CKPT_FAULT: a marker file; fire only when it does not exist yet"},
+    {"SL_FAULT_EP_MISROUTE", BOOL, NULL, 1,
+     "1: under --ep each rank runs the rows it receives through its experts in reverse order (a negative control)"},
     {"SL_FAULT_NONFINITE", STR, NULL, 1, "S1[,S2...]: the loss of those steps (1-based) is NaN"},
     {"SL_FAULT_NONFINITE_RANK", INT, NULL, 1, "with SL_FAULT_NONFINITE: only on this rank; unset: every rank"},
 };

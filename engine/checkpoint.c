@@ -173,9 +173,9 @@ static int write_own_file(const sl_ckpt_state *st, sl_ckio_writer *wr, const cha
     if (st->owns && !st->owns[u]) continue; /* the owner stage writes it */
     sl_slice s = sl_fsdp_slice(st->f, u);
     sl_fsdp_view_t v = sl_fsdp_view(st->f, u);
-    int64_t lo = s.offset, hi = s.offset + s.valid, i = lo - v.offset;
-    if (hi <= lo) continue;
-    rc = sl_ckio_writer_add(wr, u, lo, hi, st->master[u] + i, st->mom[u] + i, st->var[u] + i);
+    int64_t lo = s.offset, hi = s.offset + s.valid, i = lo - v.offset, at = st->m->units[u].hold_lo;
+    if (hi <= lo) continue; /* frames in the whole unit's coordinates: an EP rank's part starts at hold_lo */
+    rc = sl_ckio_writer_add(wr, u, at + lo, at + hi, st->master[u] + i, st->mom[u] + i, st->var[u] + i);
   }
   if (!rc) fault_at("file-written", fc);
   if (!rc) rc = sl_ckio_writer_close(wr);
@@ -402,7 +402,17 @@ static int dump_loaded(const char *path, sl_ckpt_state *st) {
   int64_t off = 0;
   float **src[3] = {st->master, st->mom, st->var};
   for (int u = 0; u < m->nunits && !rc; u++) {
-    for (int k = 0; k < 3 && !rc; k++) rc = sl_fsdp_gather_view(st->f, u, src[k][u], all + k * P + off);
+    for (int k = 0; k < 3 && !rc; k++) {
+      float *whole = all + k * P + off;
+      rc = sl_fsdp_gather_view(st->f, u, src[k][u], whole + m->units[u].hold_lo);
+      if (!rc && m->units[u].expert && st->ep && sl_comm_size(st->ep) > 1) { /* the EP ranks' parts, in place */
+        sl_comm_req *r = NULL;
+        if (sl_comm_allgather(st->ep, whole + m->units[u].hold_lo, whole, m->units[u].hold_n, SL_F32, &r) !=
+                SL_COMM_OK ||
+            sl_comm_wait(r) != SL_COMM_OK)
+          rc = sl_fail(SL_ECOMM, "checkpoint dump: %s", sl_comm_last_error());
+      }
+    }
     off += m->units[u].numel;
   }
   int nt = 0;
@@ -453,7 +463,8 @@ static int try_load(const char *dir, sl_ckpt_state *st) {
         continue;
       }
       memset(dst[k][u], 0, (size_t)v.count * 4);
-      if (v.valid > 0) rc = sl_ckio_read_range(dir, &man, u, k, v.offset, v.offset + v.valid, dst[k][u]);
+      int64_t at = st->m->units[u].hold_lo + v.offset; /* this EP rank's part of an EP-split unit */
+      if (v.valid > 0) rc = sl_ckio_read_range(dir, &man, u, k, at, at + v.valid, dst[k][u]);
     }
   }
   if (!rc) {

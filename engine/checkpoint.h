@@ -50,6 +50,9 @@ typedef struct {
   /* tensor x pipeline parallelism (tp and owns set): 1 on the rank that
    * writes its stage's whole units (the first DP and TP rank of the stage) */
   int stage_writer;
+  /* the expert-parallel axis (NULL or one rank: none): an EP-split unit's
+   * ranges are this rank's part, hold_lo on in the unit (sl_unit_spec) */
+  sl_comm *ep;
 } sl_ckpt_state;
 
 /* Collective over world. Writes CKPT_DIR/step-<step>, commits it, points

@@ -89,7 +89,7 @@ static void step_figures(const trainer *t, const sl_mem_stats *s0, sl_dry_result
   out->model_flops_token = (double)t->m->vt->flops_per_token(t->m, c->seq_len);
   out->tokens = c->micro_batch * c->seq_len * c->grad_accum;
   for (int u = 0; u < t->m->nunits; u++)
-    out->nparams += !t->par.pplan || t->par.pplan->held[u] ? t->m->units[u].numel : 0;
+    out->nparams += !t->par.pplan || t->par.pplan->held[u] ? sl_model_unit_held(t->m, u) : 0;
   out->max_unit = sl_model_max_unit_numel(t->m);
   out->tp = t->par.pmesh->axis[SL_AXIS_TP].size;
   out->dp = t->par.pmesh->group[SL_GROUP_DP].size;
@@ -123,7 +123,7 @@ int sl_train_dry_run(const sl_train_cfg *cfg, const sl_model_config *mc, int wor
   memset(out, 0, sizeof *out);
   int W = world_size, T = cfg->tp > 1 ? (int)cfg->tp : 1, P = cfg->pp > 1 ? (int)cfg->pp : 1;
   if (W < 1 || rank < 0 || rank >= W) return sl_fail(SL_EINPUT, "dry run: rank %d of world %d", rank, W);
-  dry_rules d = {{.world = W, .tp = T, .pp = P, .dp_shard = (int)cfg->shard_group}, 0, T, P};
+  dry_rules d = {{.world = W, .tp = T, .pp = P, .dp_shard = (int)cfg->shard_group, .ep = (int)cfg->ep}, 0, T, P};
   for (int c0, k0; sl_par_mesh_split_rule(&d.dims, d.nmesh, 0, &c0, &k0) == SL_OK;) d.nmesh++;
   sl_clear_error(); /* the probe's end (a mesh that does not divide: the trainer refuses it with its own message) */
   sl_train_cfg c = dry_cfg(cfg);

@@ -29,7 +29,7 @@ static int dump_fill(void *ctx, int64_t index, const sl_st_wtensor *wt, float *d
  * its parameters still gathered. */
 static int head_logits(void *out, sl_model *m, int k, int u) {
   (void)k;
-  return u == m->nunits - 1 ? m->vt->logits(m, out) : SL_OK;
+  return u == sl_model_head_unit(m) ? m->vt->logits(m, out) : SL_OK;
 }
 
 int sl_train_dump(const sl_train_cfg *cfg, sl_comm *world, const char *out_path) {

@@ -100,7 +100,7 @@ int sl_pp_plan_create(const sl_pp_plan_cfg *c, sl_pp_plan **out) {
   p->V = sp.V;
   p->S = p->P * p->V;
   p->rank = c->rank;
-  p->nunits = c->L + 2;
+  p->nunits = c->L + 2 + c->ncomp;
   p->tied = c->tied;
   p->bnd = rows * c->hidden;
   p->slices = slices;
@@ -140,12 +140,16 @@ int sl_pp_plan_create(const sl_pp_plan_cfg *c, sl_pp_plan **out) {
     p->first[v] = v == 0 ? 0 : at;
     at += p->layers[v];
   }
-  p->first[S] = U;
+  p->first[S] = c->L + 2; /* the companions (units L + 2 + l) follow their layers' blocks */
   for (int v = 0; v < S; v++)
     for (int u = p->first[v]; u < p->first[v + 1]; u++) {
       p->owner[u] = v % p->P;
       if (v % p->P == p->rank) p->local[u] = p->held[u] = 1;
     }
+  for (int u = c->L + 2; u < U; u++) {
+    int o = u - (c->L + 2) + 1;
+    p->owner[u] = p->owner[o], p->local[u] = p->local[o], p->held[u] = p->held[o];
+  }
   if (p->tied && p->rank == p->P - 1) p->held[0] = 1;
   rc = sl_pp_build(&sp, &p->sched);
 done:
@@ -399,7 +403,7 @@ static int bwd_chunk(pp_state *st, const sl_step_ctx *c, int mb, int chunk, int 
     rc = sl_fsdp_bwd_acquire(c->f, u, &p, &g);
     if (!rc) rc = m->vt->bwd(m, u, p, g);
     if (!rc) rc = sl_fsdp_bwd_release(c->f, u);
-    if (!rc && u == pl->nunits - 1 && tied_pp(st)) rc = tied_send(st, c, mb);
+    if (!rc && u == pl->first[pl->S] - 1 && tied_pp(st)) rc = tied_send(st, c, mb);
   }
   if (!rc) rc = grad_out(st, c, mb, chunk, vs, lo); /* stage the input gradient for its SEND */
   if (!rc) rc = sl_fsdp_end_micro(c->f);
@@ -423,7 +427,7 @@ static int zb_input(pp_state *st, const sl_step_ctx *c, int mb) {
   int rc = grad_in(st, c, mb, 0, vs, hi);
   for (int u = hi - 1; u >= lo && !rc; u--) {
     const float *p;
-    int tied_head = u == pl->nunits - 1 && tied_pp(st);
+    int tied_head = u == pl->first[pl->S] - 1 && tied_pp(st);
     rc = sl_fsdp_pinned_params(c->f, u, &p);
     if (!rc) rc = m->vt->bwd_input(m, u, p, st->stash[set * pl->nunits + u], tied_head ? st->tied[mb] : NULL);
     if (!rc && tied_head) rc = tied_post(st, mb);
@@ -448,7 +452,7 @@ static int zb_weight(pp_state *st, const sl_step_ctx *c, int mb, int kw, int nw)
     rc = sl_fsdp_bwd_acquire(c->f, u, &p, &g);
     if (!rc) rc = m->vt->bwd_weight(m, u, p, g, st->stash[set * pl->nunits + u]);
     if (!rc) rc = sl_fsdp_bwd_release(c->f, u);
-    if (!rc && u == pl->nunits - 1 && tied_pp(st)) {
+    if (!rc && u == pl->first[pl->S] - 1 && tied_pp(st)) {
       rc = sl_fsdp_grad_buffer(c->f, 0, &g);
       if (!rc) m->ops->copy(m->k, g, st->tied[mb], (size_t)st->tied_n * 4);
       if (!rc) rc = sl_fsdp_bwd_acquire(c->f, 0, &p, &g);
@@ -899,7 +903,8 @@ int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int ran
   if (rc) return rc;
   int64_t *numel = calloc((size_t)sm->nunits, sizeof(int64_t));
   if (!numel) rc = sl_fail(SL_ENOMEM, "out of memory");
-  for (int u = 0; !rc && u < sm->nunits; u++) numel[u] = sm->units[u].numel;
+  for (int u = 0; !rc && u < sm->nunits; u++) /* a companion counts with its block (the stage balance) */
+    numel[u < mc->num_hidden_layers + 2 ? u : sm->units[u].companion_of] += sm->units[u].numel;
   sl_pp_plan_cfg pc = {.kind = c->pp_schedule,
                        .P = (int)c->pp,
                        .V = (int)c->pp_virtual,
@@ -915,9 +920,11 @@ int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int ran
                        .B = c->micro_batch,
                        .T = c->seq_len,
                        .sp_tp = c->sequence_parallel ? c->tp : 1,
-                       .tp_slices = c->sequence_parallel ? 1 : c->tp};
-  if (!rc && sm->nunits != pc.L + 2)
-    rc = sl_fail(SL_EINTERNAL, "pipeline: %s has %d units, expected layers + 2", mc->arch_name, sm->nunits);
+                       .tp_slices = c->sequence_parallel ? 1 : c->tp,
+                       .ncomp = sm->nunits - ((int)mc->num_hidden_layers + 2)};
+  if (!rc && pc.ncomp != 0 && pc.ncomp != pc.L)
+    rc = sl_fail(SL_EINTERNAL, "pipeline: %s has %d units, expected layers + 2 (+ a companion per layer)",
+                 mc->arch_name, sm->nunits);
   if (!rc) rc = sl_pp_plan_create(&pc, out);
   if (!rc) { /* what the run does, once */
     const sl_pp_plan *p = *out;

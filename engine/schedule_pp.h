@@ -29,7 +29,7 @@ extern "C" {
 typedef struct {
   int P, V, S, rank; /* PP ranks, chunks per rank, virtual stages P*V, this rank's PP coordinate */
   int nunits, tied;
-  int *first;           /* (S+1) first unit of each virtual stage; first[S] = nunits */
+  int *first;           /* (S+1) first unit of each virtual stage; first[S] = L + 2 (companions after it) */
   int *layers;          /* (S) decoder layers of each virtual stage (the layout) */
   unsigned char *local; /* (nunits) 1: this rank computes the unit */
   unsigned char *held;  /* (nunits) 1: this rank holds its parameters (local, + unit 0 on the last rank when tied) */
@@ -46,7 +46,8 @@ typedef struct {
   int P, V, rank, m;                 /* --pp, --pp-virtual, PP coordinate, --grad-accum */
   const char *layout;                /* --pp-layout ("" or NULL: balanced) */
   int L, tied, no_attention;         /* decoder layers, tie_word_embeddings, no attention (sl_model_caps) */
-  const int64_t *numel;              /* (L+2) parameters per unit */
+  const int64_t *numel;              /* (L+2) parameters per unit (a block's with its companion's) */
+  int ncomp;                         /* companion units after the head (0, or L: unit L + 2 + l rides with block l) */
   int64_t hidden, heads_x_dim, B, T; /* C, nh*hd, micro-batch shape */
   int64_t sp_tp;                     /* sequence parallelism over T ranks: a transfer is the rank's 1/T of the
                                         token rows (0 or 1: all rows) */

@@ -398,7 +398,8 @@ static int setup_mesh(trainer *t) {
   sl_train_cfg *c = &t->cfg;
   int rc;
   if ((rc = sl_tpar_check((int)c->tp, t->wsize))) return rc;
-  sl_mesh_dims dims = {.tp = (int)c->tp, .pp = (int)c->pp, .dp_shard = (int)c->shard_group};
+  if ((rc = sl_epar_check(c, &t->mcfg, t->dev))) return rc;
+  sl_mesh_dims dims = {.tp = (int)c->tp, .pp = (int)c->pp, .dp_shard = (int)c->shard_group, .ep = (int)c->ep};
   if ((rc = sl_par_mesh_create(t->world, &dims, &t->par.pmesh))) return rc;
   if ((rc = sl_tpar_init(&t->par.tp, t->par.pmesh, (int)c->tp, (int)c->pp, t->ops, t->k))) return rc;
   t->par.dp_rank = t->par.pmesh->group[SL_GROUP_DP].coord;
@@ -410,12 +411,14 @@ static int setup_mesh(trainer *t) {
 static int setup_model(trainer *t, int ac) {
   sl_train_cfg *c = &t->cfg;
   int rc;
-  if ((rc = sl_model_create_full(&t->mcfg, t->ops, t->k, c->micro_batch, c->seq_len, (sl_actckpt)ac,
-                                 t->par.pmesh->axis[SL_AXIS_TP].coord, (int)c->tp, c->sequence_parallel,
-                                 t->par.pplan ? t->par.pplan->local : NULL, t->par.pplan ? t->par.pplan->nunits : 0,
-                                 &t->m)))
+  const sl_par_mesh *pm = t->par.pmesh;
+  const sl_model_layout lay = {pm->axis[SL_AXIS_TP].coord, (int)c->tp, c->sequence_parallel,
+                               t->par.pplan ? t->par.pplan->local : NULL, t->par.pplan ? t->par.pplan->nunits : 0,
+                               pm->axis[SL_AXIS_EP].coord, pm->axis[SL_AXIS_EP].size};
+  if ((rc = sl_model_create_layout(&t->mcfg, t->ops, t->k, c->micro_batch, c->seq_len, (sl_actckpt)ac, &lay, &t->m)))
     return rc;
-  t->m->access = (sl_unit_access){t, acc_params, acc_grads, sl_tpar_hooks(&t->par.tp)};
+  if ((rc = sl_epar_init(&t->par.ep, pm, t->ops, t->k))) return rc;
+  t->m->access = (sl_unit_access){t, acc_params, acc_grads, sl_tpar_hooks(&t->par.tp), sl_epar_hooks(&t->par.ep)};
   sl_fsdp_cfg fc = {.zero = (int)c->zero,
                     .prefetch = (int)c->prefetch,
                     .prefetch_bytes = c->prefetch_mb << 20,
@@ -427,12 +430,29 @@ static int setup_model(trainer *t, int ac) {
   int U = t->m->nunits;
   int64_t *numel = calloc((size_t)U, sizeof(int64_t));
   if (!numel) return sl_fail(SL_ENOMEM, "out of memory");
+  int *roles = calloc((size_t)(2 * U), sizeof(int));
+  if (!roles) {
+    free(numel);
+    return sl_fail(SL_ENOMEM, "out of memory");
+  }
+  for (int u = 0; u < U; u++) { /* 0: another stage's; a companion follows its owner */
+    const sl_unit_spec *us = &t->m->units[u];
+    numel[u] = !t->par.pplan || t->par.pplan->held[sl_model_unit_owner(t->m, u)] ? sl_model_unit_held(t->m, u) : 0;
+    roles[u] = us->expert;
+    roles[U + u] = -1;
+  }
   for (int u = 0; u < U; u++)
-    numel[u] = !t->par.pplan || t->par.pplan->held[u] ? t->m->units[u].numel : 0; /* 0: another stage's */
-  const sl_fsdp_groups dense = {t->par.pmesh->axis[SL_AXIS_DP_SHARD].comm,
-                                t->par.pmesh->axis[SL_AXIS_DP_REPLICATE].comm};
-  rc = sl_fsdp_create(&dense, &fc, t->ops, t->k, U, numel, t->m->pinned, &t->f);
+    if (t->m->units[u].companion_of >= 0) roles[U + t->m->units[u].companion_of] = u;
+  /* dense tensors over "shard" (ep x dp_shard); experts over dp_shard (the ranks holding the same
+   * experts), their norm summed over ep; at EP = 1 one group */
+  sl_fsdp_groups g2[2] = {{pm->group[SL_GROUP_SHARD].comm, pm->axis[SL_AXIS_DP_REPLICATE].comm, NULL}};
+  g2[1] = pm->axis[SL_AXIS_EP].size > 1 ? (sl_fsdp_groups){pm->axis[SL_AXIS_DP_SHARD].comm,
+                                                            pm->axis[SL_AXIS_DP_REPLICATE].comm, pm->axis[SL_AXIS_EP].comm}
+                                        : g2[0];
+  const sl_fsdp_unit_roles ur = {t->m->pinned, roles, roles + U};
+  rc = sl_fsdp_create(g2, 2, &fc, t->ops, t->k, U, numel, &ur, &t->f);
   free(numel);
+  free(roles);
   return rc;
 }
 
@@ -451,9 +471,10 @@ static int load_unit(trainer *t, int u, sl_st_set *weights, float *flat) {
                        isnan(flat[ts->offset + j]) ? "nan" : "inf", (long long)j,
                        c->tp > 1 ? " of this TP rank's slice" : "");
   }
-  if ((rc = sl_fsdp_init_params(t->f, u, flat))) return rc;
+  const float *mine = flat + t->m->units[u].hold_lo; /* this rank's experts of an EP-split unit */
+  if ((rc = sl_fsdp_init_params(t->f, u, mine))) return rc;
   sl_fsdp_view_t v = sl_fsdp_view(t->f, u);
-  if (t->optim && (rc = opt_create(t, u, v, flat))) return rc;
+  if (t->optim && (rc = opt_create(t, u, v, mine))) return rc;
   return SL_OK;
 }
 
@@ -606,8 +627,9 @@ static int view_ranges(trainer *t, int u, sl_fsdp_view_t v, sl_adam_range *r, in
   int64_t at = 0;
   for (int i = 0; i < us->ntensors && n < cap - 1; i++) {
     const sl_tensor_spec *ts = &us->t[i];
-    int64_t lo = ts->offset > v.offset ? ts->offset : v.offset;
-    int64_t hi = ts->offset + ts->numel;
+    int64_t off = ts->offset - us->hold_lo; /* in the part this rank holds (EP-split experts) */
+    int64_t lo = off > v.offset ? off : v.offset;
+    int64_t hi = off + ts->numel;
     if (hi > v.offset + v.valid) hi = v.offset + v.valid;
     if (hi <= lo) continue;
     r[n++] = (sl_adam_range){lo - v.offset, hi - lo, ts->decay ? (float)t->cfg.weight_decay : 0.0f};
@@ -720,7 +742,8 @@ static sl_ckpt_state ckpt_state(trainer *t, int64_t step) {
                       .tp = t->par.tp.comm,
                       .owns = t->par.pplan ? t->par.pplan->local : NULL,
                       .stage_writer =
-                          t->par.pmesh->group[SL_GROUP_DP].coord == 0 && t->par.pmesh->axis[SL_AXIS_TP].coord == 0};
+                          t->par.pmesh->group[SL_GROUP_DP].coord == 0 && t->par.pmesh->axis[SL_AXIS_TP].coord == 0,
+                      .ep = t->par.ep.comm};
   return st;
 }
 
@@ -817,8 +840,9 @@ static int fill_unit(void *ctx, int u, float *flat) {
   int rc = SL_OK;
   if (t->state.opt[u]) { /* held here */
     const float *mv = opt_master(t, u, &rc);
-    if (!rc) rc = sl_fsdp_gather_view(t->f, u, mv, flat + t->m->tp_rank * t->m->units[u].numel);
+    if (!rc) rc = sl_fsdp_gather_view(t->f, u, mv, flat + t->m->tp_rank * t->m->units[u].numel + t->m->units[u].hold_lo);
   }
+  if (!rc) rc = sl_epar_gather_unit(&t->par.ep, t->m, u, flat);
   if (!rc) rc = sl_tpar_gather_unit(&t->par.tp, t->m, u, flat);
   /* another stage's unit: its owner's first DP rank sends it to rank 0 */
   return t->par.pplan ? sl_pp_route_unit(t->par.pplan, t->par.pmesh, u, flat, t->m->units[u].numel * t->par.tp.T, rc)

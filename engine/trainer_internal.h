@@ -9,6 +9,7 @@
 
 #include "data/sampler.h"
 #include "engine/eval.h"
+#include "engine/expert_par.h"
 #include "engine/guard.h"
 #include "engine/schedule.h"
 #include "engine/schedule_pp.h"
@@ -38,6 +39,7 @@ typedef struct {
   int dp_rank, dp_size; /* this rank's index in the dp group and its size (world / (TP x PP)) */
   sl_pp_plan *pplan;    /* --pp > 1: this rank's stage (engine/schedule_pp.h); NULL otherwise */
   sl_tpar tp;           /* tensor parallelism: T, the TP axis, the loss's ranks (engine/tensor_par.h) */
+  sl_epar ep;           /* expert parallelism: E, the ep axis (engine/expert_par.h) */
 } trainer_par;
 
 /* setup_state: the optimizer state and its staging. */

@@ -104,6 +104,9 @@ static const key_t_ KEYS[] = {
     B("sequence-parallel", sequence_parallel, "false",
       "with --tp T > 1: norms and the residual stream on (micro-batch x seq-len) / T tokens per rank, reduce-scatter / "
       "all-gather instead of all-reduce (Megatron; docs/models.md)"),
+    I("ep", ep, "1",
+      "expert-parallel degree E for a mixture of experts: each layer's experts split over E data-parallel ranks, "
+      "tokens exchanged by all-to-all (docs/moe.md)"),
     I("pp", pp, "1", "pipeline-parallel stages (world = DP x TP x PP; docs/pipeline.md)"),
     S("pp-schedule", pp_schedule, "1f1b", "pipeline schedule: gpipe | 1f1b | interleaved | zb1p"),
     I("pp-virtual", pp_virtual, "1", "interleaved: chunks per pipeline rank"),
@@ -136,6 +139,7 @@ static const struct {
     {"peak-tflops", 0, INF, 0, 1},   {"log-every", 0, I64MAX, 0, 0}, {"eval-every", 0, I64MAX, 0, 0},
     {"eval-samples", 0, 1e12, 0, 0}, {"max-skips", 1, 1e9, 0, 0},    {"eod-id", -1, 2147483647, 0, 0},
     {"tp", 1, 4096, 0, 0},           {"pp", 1, 1024, 0, 0},          {"pp-virtual", 1, 64, 0, 0},
+    {"ep", 1, 4096, 0, 0},
 };
 #define NRANGES (int)(sizeof RANGES / sizeof RANGES[0])
 

@@ -64,6 +64,7 @@ typedef struct {
   int param_dtype_given;  /* --param-dtype set by a flag or --config (not a key) */
   int64_t tp;             /* tensor-parallel degree T (1: none) */
   int sequence_parallel;  /* --sequence-parallel: with tp > 1, norms and residual on N/T tokens per rank */
+  int64_t ep;             /* expert-parallel degree (1: none; docs/moe.md) */
   /* pipeline parallelism (engine/schedule_pp.c, docs/pipeline.md) */
   int64_t pp;           /* pipeline stages P (1: none) */
   char pp_schedule[16]; /* gpipe | 1f1b | interleaved | zb1p */

@@ -64,6 +64,7 @@ int sl_dec_tp_check(const sl_model *m, const char *(*misfit)(const sl_model_conf
 /* ---- units --------------------------------------------------------------------- */
 static int dec_fwd(sl_model *m, int u, const float *flat) {
   sl_decoder *d = sl_dec(m);
+  if (u > d->L + 1) return SL_OK; /* a companion: computed by the unit it rides with */
   if (u == 0) {
     int rc = SL_OK;
     if (d->vp) rc = sl_vp_embedding_fwd(m, &d->vs, d->stream[0], flat, d->N, d->C, d->sp ? d->dln : NULL);
@@ -87,6 +88,7 @@ static int embedding_bwd(sl_model *m, float *grads, const float *dout) {
 
 static int dec_bwd(sl_model *m, int u, const float *flat, float *grads) {
   sl_decoder *d = sl_dec(m);
+  if (u > d->L + 1) return SL_OK; /* a companion */
   if (u == d->L + 1 && !d->vp) /* head: starts the backward pass */
     return sl_lm_head_bwd(m, &d->head, flat, grads, d->stream[d->L], d->dres, d->dln);
   if (u == d->L + 1) return sl_lm_head_vp_bwd(m, d->hv, flat, grads, d->stream[d->L], d->dres, d->dln);
@@ -224,12 +226,30 @@ static const sl_model_vt dec_vt = {
 };
 
 /* ---- construction ------------------------------------------------------------------ */
+int sl_dec_companion(const sl_model *m, int64_t l) {
+  const sl_decoder *d = sl_dec(m);
+  int u = (int)(d->L + 2 + l);
+  return u < m->nunits && m->units[u].companion_of == 1 + l ? u : -1;
+}
+
+static int companion_specs(sl_model *m, sl_decoder *d) {
+  int rc = SL_OK;
+  for (int64_t l = 0; l < d->L && !rc; l++) {
+    sl_unit_spec *b = &m->units[d->L + 2 + l];
+    b->layer = (int)l;
+    rc = d->kind->companion_spec(m, b, l);
+  }
+  return rc;
+}
+
 static int dec_specs(sl_model *m, sl_decoder *d) {
   int64_t T = m->tp_size;
-  m->nunits = (int)d->L + 2;
+  int comp = d->kind->has_companions && d->kind->has_companions(m);
+  m->nunits = (int)(d->L + 2 + (comp ? d->L : 0));
   m->units = calloc((size_t)m->nunits, sizeof(sl_unit_spec));
   m->pinned = calloc((size_t)m->nunits, sizeof(int));
   if (!m->units || !m->pinned) return sl_fail(SL_ENOMEM, "out of memory");
+  for (int u = 0; u < m->nunits; u++) m->units[u].companion_of = u > d->L + 1 ? (int)(u - d->L - 1) : -1;
   sl_unit_spec *e = &m->units[0];
   snprintf(e->kind, sizeof e->kind, "embedding");
   e->layer = -1;
@@ -244,11 +264,15 @@ static int dec_specs(sl_model *m, sl_decoder *d) {
   rc = sl_lm_head_spec_split(m, d->norm_name, d->C, d->V, d->tied, d->head_init, d->std,
                              d->vp ? SL_SPLIT_VOCAB : SL_SPLIT_NONE);
   if (!rc && d->plus_one) m->units[d->L + 1].t[0].init = SL_INIT_ZEROS; /* the final norm: 1 + w */
+  if (!rc && comp) rc = companion_specs(m, d);
+  for (int u = 0; u < m->nunits && !rc; u++)
+    if (!m->units[u].expert) m->units[u].hold_lo = 0, m->units[u].hold_n = m->units[u].numel;
   return rc;
 }
 
 /* Activations: set 0, then the backward scratch every set shares. */
-static int dec_buffers(sl_model *m, sl_decoder *d) {
+int sl_decoder_buffers(sl_model *m) {
+  sl_decoder *d = sl_dec(m);
   int rc = d->kind->prepare ? d->kind->prepare(m) : SL_OK;
   if (!rc && d->plus_one && !(d->w1 = sl_model_buf(m, d->C, SL_ARENA_WORKSPACE))) rc = SL_ENOMEM;
   if (!rc) rc = dec_alloc_acts(m, 0);
@@ -283,7 +307,5 @@ int sl_decoder_create(sl_model *m, const sl_block_kind *kind) {
   d->n = d->sp ? d->N / T : d->N;
   int rc = kind->init(m, d);
   if (!rc && d->vp) rc = sl_vocab_split_make(d->V, (int)T, m->tp_rank, &d->vs);
-  if (!rc) rc = dec_specs(m, d);
-  if (rc || m->B == 0) return rc; /* B = 0: specs only */
-  return dec_buffers(m, d);
+  return rc ? rc : dec_specs(m, d);
 }

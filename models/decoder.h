@@ -40,6 +40,13 @@ typedef struct {
   int (*init)(sl_model *m, sl_decoder *d);
   /* Appends block l's tensors to u (its kind and layer are set). */
   int (*spec)(sl_model *m, sl_unit_spec *u, int64_t l);
+  /* Block l's companion unit (the MoE layer's experts, read by the block's
+   * compute through m->access; placed after the head: unit L + 2 + l),
+   * appended to u, its kind, layer and companion_of set; NULL or
+   * has_companions 0: none. It may split the unit over the EP ranks
+   * (hold_lo, hold_n, expert). */
+  int (*has_companions)(const sl_model *m);
+  int (*companion_spec)(sl_model *m, sl_unit_spec *u, int64_t l);
   /* With activations (B > 0), before set 0: backend tables (NULL: none). */
   int (*prepare)(sl_model *m);
   /* One layer's activation buffers (sl_model_buf). recomputed 1: the
@@ -115,8 +122,13 @@ static inline void *sl_dec_layer(const sl_model *m, int l) {
   return (char *)d->la + (size_t)l * d->kind->layer_size;
 }
 
-/* Builds m (m->cfg, shapes, TP rank set) as the skeleton over kind. */
+/* Builds m's unit specs (m->cfg, shapes, TP and EP ranks set) as the
+ * skeleton over kind; sl_decoder_buffers then allocates its activations and
+ * scratch (B > 0). */
 int sl_decoder_create(sl_model *m, const sl_block_kind *kind);
+int sl_decoder_buffers(sl_model *m);
+/* Unit index of block l's companion (-1: none). */
+int sl_dec_companion(const sl_model *m, int64_t l);
 
 /* The residual stream's tensor-parallel collectives (m->access.tp), for the
  * block kinds. sl_dec_tp_sum: buf (n) summed over the TP group in place

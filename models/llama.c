@@ -52,6 +52,7 @@ static void llama_destroy(sl_model *m) {
   llama_priv *p = sl_dec(m)->blk;
   free(p->hoffs);
   free(p->load);
+  free(p->ecnt);
   free(p->acnt);
   free(p->aprob);
   free(p->hprob);
@@ -276,7 +277,7 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
   if (p->gemma && !(dout = post_norm_bwd(m, p, (float *)g.lnpf, a->mo, w.lnpf, 3, a->rstd4))) return SL_ECOMM;
   else if (!p->gemma && p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
   if (p->E) {
-    if ((rc = sl_llama_moe_bwd(m, p, a, &w, &g, dout, dln))) return rc;
+    if ((rc = sl_llama_moe_bwd(m, p, l, a, &w, &g, dout, dln))) return rc;
   } else {
     m->ops->zero(m->k, p->dh, (size_t)(N * p->I) * 4);
     o->linear_bwd(k, p->dh, (float *)g.wd, (float *)g.bd, dout, a->h, w.wd, N, p->I, C);
@@ -372,7 +373,7 @@ static int llama_alloc_layer(sl_model *m, void *layer, int recomputed, const voi
   llama_priv *p = sl_dec(m)->blk;
   layer_acts *a = layer;
   int64_t N = p->N, n = p->n; /* n: the stream's rows on this rank (N/T under sp) */
-  int64_t kk = p->E ? p->k : 1; /* MoE: the MLP's rows are the N*k slots */
+  int64_t kk = p->E ? p->k * m->ep_size : 1; /* MoE: the MLP's rows are the N*k slots (under EP: the rows received, at most EP x) */
   int attn = recomputed || m->ac == SL_AC_NONE, rest = !recomputed || m->ac == SL_AC_FULL;
   if (attn) {
     if (!(a->att = sl_model_buf(m, N * p->A, SL_ARENA_ACTS))) return SL_ENOMEM;
@@ -404,7 +405,7 @@ static int llama_alloc_layer(sl_model *m, void *layer, int recomputed, const voi
 static int llama_alloc_scratch(sl_model *m) {
   llama_priv *p = sl_dec(m)->blk;
   int64_t N = p->N, C = p->C;
-  int64_t kk = p->E ? p->k : 1;
+  int64_t kk = p->E ? p->k * m->ep_size : 1;
   if (p->E && sl_llama_moe_alloc_scratch(m, p)) return SL_ENOMEM;
   if (!(p->dh = sl_model_buf(m, N * kk * p->I, SL_ARENA_WORKSPACE)) ||
       !(p->dgu = sl_model_buf(m, N * kk * 2 * p->I, SL_ARENA_WORKSPACE)) ||
@@ -524,7 +525,8 @@ static int llama_init(sl_model *m, sl_decoder *d) {
     p->norm_topk = c->moe_norm_topk;
     p->I = c->moe_intermediate;
     if (!(p->hoffs = calloc((size_t)(p->E + 1), sizeof *p->hoffs)) ||
-        !(p->load = calloc((size_t)(d->L * p->E), sizeof *p->load)))
+        !(p->load = calloc((size_t)(d->L * p->E), sizeof *p->load)) ||
+        !(p->ecnt = calloc((size_t)(2 * p->E + 2 * m->ep_size), sizeof *p->ecnt)))
       return sl_fail(SL_ENOMEM, "out of memory");
     if ((rc = sl_llama_moe_init(m, p))) return rc;
   }
@@ -574,4 +576,6 @@ const sl_block_kind sl_llama_block = {
     .destroy = llama_destroy,
     .moe_load = sl_llama_moe_load,
     .loss_term = sl_llama_moe_loss_term,
+    .has_companions = sl_llama_moe_has_experts,
+    .companion_spec = sl_llama_moe_experts_spec,
 };

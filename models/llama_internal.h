@@ -25,6 +25,8 @@ typedef struct {
   float *wts;            /* (N, k) routing weights */
   int32_t *sel, *perm, *pos, *offs; /* (N, k), (N*k), (N*k), (E+1) the choices and the expert grouping */
   float *xp, *yp;        /* (N*k, C) the permuted ln2 rows and the experts' outputs */
+  float *xr, *yr;        /* (EP*N*k, C) under EP: the rows received for this rank's experts and their outputs
+                            (at EP = 1: xp and yp) */
   float *qkr;   /* (N, Q) q|k|v before the q/k norms (Qwen3's qk_norm; NULL without) */
   float *qkrs;  /* (nh + nkv, N) the q/k norms' rstd, head by head (qk_norm) */
   /* Gemma's sandwich norms (NULL otherwise): the Wo and Wdown outputs
@@ -54,6 +56,8 @@ typedef struct {
                    then the slice's earlier micro-batches' sum (kvrep > 1; kv_grad_begin) */
   int64_t E, k;    /* mixture of experts: E experts (0: the dense MLP), k chosen a token; I is an expert's width */
   int norm_topk;   /* renormalise the k routing weights */
+  int ep;          /* EP ranks (m->ep_size): this rank holds E/ep experts */
+  int misroute;    /* SL_FAULT_EP_MISROUTE (a test's negative control) */
   int32_t *hoffs;  /* (E+1) host: a layer's expert groups (the balanced split under the counting backend) */
   int64_t *load;   /* (L, E) host: tokens each expert received since sl_model_moe_load */
   float aux_coef;  /* the load-balancing loss's coefficient (router_aux_loss_coef with output_router_logits; 0: none) */
@@ -79,6 +83,9 @@ typedef struct {
   float *dqkv;  /* (N, Q) */
   float *gnorm; /* (2, C) under sp: the micro-batch's part of ln1's, ln2's weight gradient */
   float *dyp, *dxp, *dwts, *dlogits; /* MoE: (N*k, C), (N*k, C), (N*k), (N, E) */
+  float *dyr, *dxr;                  /* MoE under EP: (EP*N*k, C) the received rows' gradients (EP = 1: dyp, dxp) */
+  int64_t *ecnt;                     /* (2 * EP * E/EP + 2 * EP) host: rows per (peer, local expert) sent and
+                                        received, then rows per peer sent and received */
   float *dqn;   /* (N, Q) qk_norm: the gradient of q|k|v after the norms (before: dqkv) */
   float *gqk;   /* (2, hd) qk_norm under TP: the micro-batch's part of the q/k norms' weight gradient */
   float *zhd;   /* (hd) qk_norm: zeros (a norm of weight 0 zeroes the q/k heads of dqkv) */
@@ -124,11 +131,13 @@ int sl_llama_moe_fwd(sl_model *m, llama_priv *p, int l, layer_acts *a, const blo
 int64_t sl_llama_moe_load(sl_model *m, int64_t *out);
 int sl_llama_moe_loss_term(sl_model *m);
 int sl_llama_moe_init(sl_model *m, llama_priv *p);
-int sl_llama_moe_bwd(sl_model *m, llama_priv *p, const layer_acts *a, const blockw *w, const blockw *g,
+int sl_llama_moe_bwd(sl_model *m, llama_priv *p, int l, const layer_acts *a, const blockw *w, const blockw *g,
                      const float *dout, float *dln);
 int sl_llama_moe_alloc_layer(sl_model *m, llama_priv *p, layer_acts *a);
 int sl_llama_moe_alloc_scratch(sl_model *m, llama_priv *p);
 int sl_llama_moe_spec(sl_model *m, sl_unit_spec *b, int64_t l, float std);
+int sl_llama_moe_has_experts(const sl_model *m);
+int sl_llama_moe_experts_spec(sl_model *m, sl_unit_spec *u, int64_t l);
 /* A row-parallel projection's bias (o_proj, down_proj) as this TP rank adds
  * it to its partial sum: rank 0's only, so the reduction adds it once. */
 static inline const float *sl_llama_row_bias(const sl_model *m, const float *b) { return m->tp_rank ? NULL : b; }

@@ -133,7 +133,27 @@ int sl_model_boundary(sl_model *m, int u, float **act, float **grad, int64_t *n)
 
 int sl_model_create_full(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T, sl_actckpt ac,
                          int tp_rank, int tp_size, int sp, const unsigned char *local, int nlocal, sl_model **out) {
+  const sl_model_layout lay = {tp_rank, tp_size, sp, local, nlocal, 0, 1};
+  return sl_model_create_layout(cfg, ops, k, B, T, ac, &lay, out);
+}
+
+/* Companion units (a MoE layer's experts) follow the stage flag of the unit that computes them. */
+static int copy_local(sl_model *m, const unsigned char *local, int nlocal) {
+  if (!(m->local = malloc((size_t)m->nunits))) return sl_fail(SL_ENOMEM, "out of memory creating the model");
+  for (int u = 0; u < m->nunits; u++) m->local[u] = local[u < nlocal ? u : m->units[u].companion_of];
+  return SL_OK;
+}
+
+int sl_model_create_layout(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
+                           sl_actckpt ac, const sl_model_layout *lay, sl_model **out) {
   *out = NULL;
+  int tp_rank = lay->tp_rank, tp_size = lay->tp_size, sp = lay->sp, nlocal = lay->nlocal;
+  const unsigned char *local = lay->local;
+  if (lay->ep_size < 1 || lay->ep_rank < 0 || lay->ep_rank >= lay->ep_size)
+    return sl_fail(SL_EINPUT, "expert-parallel rank %d of %d is out of range", lay->ep_rank, lay->ep_size);
+  if (lay->ep_size > 1 && (!cfg->moe_experts || cfg->moe_experts % lay->ep_size))
+    return sl_fail(SL_EINPUT, "--ep %d must divide the number of experts (%s has %lld)", lay->ep_size,
+                   cfg->arch_name, (long long)cfg->moe_experts);
   sp = sp && tp_size > 1;
   if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size)
     return sl_fail(SL_EINPUT, "tensor-parallel rank %d of %d is out of range", tp_rank, tp_size);
@@ -142,7 +162,7 @@ int sl_model_create_full(const sl_model_config *cfg, const sl_ops *ops, sl_kctx 
                    "--sequence-parallel splits the micro-batch's tokens over the TP ranks: --micro-batch "
                    "%lld x --seq-len %lld = %lld tokens is not divisible by --tp %d",
                    (long long)B, (long long)T, (long long)(B * T), tp_size);
-  if (local && nlocal != cfg->num_hidden_layers + 2)
+  if (local && nlocal < cfg->num_hidden_layers + 2)
     return sl_fail(SL_EINPUT, "model stage: %d unit flags for a model of %lld units", nlocal,
                    (long long)cfg->num_hidden_layers + 2);
   if (B < 0 || T < 0 || (B == 0) != (T == 0))
@@ -158,16 +178,15 @@ int sl_model_create_full(const sl_model_config *cfg, const sl_ops *ops, sl_kctx 
   m->tp_rank = tp_rank;
   m->tp_size = tp_size;
   m->sp = sp;
+  m->ep_rank = lay->ep_rank;
+  m->ep_size = lay->ep_size;
   m->access.tp = sl_tp_single();
-  if (local) {
-    if (!(m->local = malloc((size_t)nlocal))) {
-      free(m);
-      return sl_fail(SL_ENOMEM, "out of memory creating the model");
-    }
-    memcpy(m->local, local, (size_t)nlocal);
-  }
+  m->access.ep = (sl_ep_group){.rank = 0, .size = 1};
   const sl_block_kind *kind = arch_kind(cfg);
+  /* the unit specs first (the stage flags cover the companion units too), then the activations */
   int rc = kind ? sl_decoder_create(m, kind) : sl_fail(SL_EINPUT, "unsupported architecture '%s'", cfg->arch_name);
+  if (!rc && local) rc = copy_local(m, local, nlocal);
+  if (!rc && B > 0) rc = sl_decoder_buffers(m);
   if (!rc && B > 0) { /* set 0, allocated by the constructor */
     if (!(m->batches = calloc(1, sizeof *m->batches))) rc = sl_fail(SL_ENOMEM, "out of memory creating the model");
     m->nacts = 1;
@@ -274,7 +293,7 @@ int sl_lm_head_spec(sl_model *m, const char *norm_name, int64_t C, int64_t V, in
 
 int sl_lm_head_spec_split(sl_model *m, const char *norm_name, int64_t C, int64_t V, int tied, sl_init_kind head_init,
                           float std, sl_split split) {
-  sl_unit_spec *h = &m->units[m->nunits - 1];
+  sl_unit_spec *h = &m->units[sl_model_head_unit(m)];
   snprintf(h->kind, sizeof h->kind, "head");
   h->layer = -1;
   int rc = sl_unit_add(h, norm_name, 1, C, 0, 0, 0, SL_INIT_ONES, std);

@@ -21,6 +21,7 @@
 #include "formats/hfconfig.h"
 #include "formats/safetensors.h"
 #include "kernels/kernels.h"
+#include "base/ep_group.h"
 #include "models/tp.h"
 
 #ifdef __cplusplus
@@ -61,6 +62,19 @@ typedef struct {
   int cap;           /* rows allocated in t (grown by sl_unit_add; no fixed limit) */
   sl_tensor_spec *t; /* (ntensors) in flat-buffer order; owned, freed by sl_unit_free */
   int64_t numel;     /* flat size: tensors packed back to back */
+  /* Expert parallelism: a unit whose tensors are split over the EP ranks
+   * (a mixture-of-experts layer's experts, models/llama_moe.c) lists every
+   * tensor of the whole unit (offsets in the whole layout, numel its whole
+   * size), and this rank holds the elements [hold_lo, hold_lo + hold_n) of
+   * it: its runtime buffer (the FSDP unit) is hold_n floats, and that part
+   * is what reaches the model. Every other unit: hold_lo 0, hold_n numel. */
+  int64_t hold_lo, hold_n;
+  int expert; /* 1: sharded over the expert data-parallel group (a rank's experts), not the dense one */
+  /* -1, or the unit whose compute reads this unit's parameters (a MoE
+   * block reads its experts unit): the runtime acquires and releases this
+   * unit with that one (shard/fsdp.h companions); its own fwd and bwd do
+   * nothing. */
+  int companion_of;
 } sl_unit_spec;
 
 typedef struct sl_model sl_model;
@@ -90,6 +104,7 @@ typedef struct {
   int (*params)(void *user, int u, const float **p);
   int (*grads)(void *user, int u, float **g);
   sl_tp_group tp; /* sl_tp_single() unless --tp > 1 */
+  sl_ep_group ep; /* the expert-parallel group (base/ep_group.h); size 1 unless --ep > 1 */
 } sl_unit_access;
 
 typedef struct {
@@ -151,6 +166,7 @@ struct sl_model {
   sl_model_config cfg;
   sl_model_caps caps;   /* what the architecture supports (sl_model_caps_of) */
   int tp_rank, tp_size; /* the TP slice the shapes are for (0, 1 unless --tp) */
+  int ep_rank, ep_size; /* the experts this rank holds: the ep_rank-th E/ep_size of each layer's (0, 1 unless --ep) */
   const sl_ops *ops;
   sl_kctx *k;
   int nunits;
@@ -208,6 +224,32 @@ int sl_model_boundary(sl_model *m, int u, float **act, float **grad, int64_t *n)
  *    activations. */
 int sl_model_create_full(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T, sl_actckpt ac,
                          int tp_rank, int tp_size, int sp, const unsigned char *local, int nlocal, sl_model **out);
+/* The same with expert parallelism: the parallel layout in one struct
+ * (sl_model_create_full's arguments, plus ep_rank of ep_size: each MoE
+ * layer's experts unit holds experts [ep_rank E/ep_size, (ep_rank+1)
+ * E/ep_size), sl_unit_spec hold_lo / hold_n; SL_EINPUT when ep_size does
+ * not divide the experts). */
+typedef struct {
+  int tp_rank, tp_size, sp;
+  const unsigned char *local; /* num_hidden_layers + 2 flags (the companion units follow their owners), or NULL */
+  int nlocal;
+  int ep_rank, ep_size;
+} sl_model_layout;
+int sl_model_create_layout(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
+                           sl_actckpt ac, const sl_model_layout *lay, sl_model **out);
+/* Unit u's runtime part: the elements [hold_lo, hold_lo + hold_n) of its
+ * flat buffer this rank holds (the whole unit but for EP-split experts). */
+static inline int64_t sl_model_unit_held(const sl_model *m, int u) { return m->units[u].hold_n; }
+/* The unit whose compute holds unit u's parameters: u itself, or the unit a companion rides with. */
+static inline int sl_model_unit_owner(const sl_model *m, int u) {
+  return m->units[u].companion_of >= 0 ? m->units[u].companion_of : u;
+}
+/* The head: the last unit of the decoder (the companions come after it). */
+static inline int sl_model_head_unit(const sl_model *m) {
+  int u = m->nunits - 1;
+  while (u > 0 && m->units[u].companion_of >= 0) u--;
+  return u;
+}
 /* Unit specs only (B = T = 0: no activations, no compute): for the planner,
  * checkpoint conversion and tools that only need names, shapes and sizes. */
 int sl_model_create_specs(const sl_model_config *cfg, sl_model **out);

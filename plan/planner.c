@@ -43,7 +43,7 @@ int sl_plan_model_init(const sl_model_config *cfg, sl_plan_model *out) {
   if (rc) return rc;
   out->dry = calloc(1, sizeof *out->dry);
   sl_model *sm = out->spec;
-  out->nunits = sm->nunits;
+  out->nunits = sl_model_head_unit(sm) + 1; /* a companion (a MoE layer's experts) counts with its block */
   out->numel = calloc((size_t)sm->nunits, sizeof(int64_t));
   out->pinned = calloc((size_t)sm->nunits, sizeof(int));
   if (!out->numel || !out->pinned || !out->dry) {
@@ -51,7 +51,7 @@ int sl_plan_model_init(const sl_model_config *cfg, sl_plan_model *out) {
     return sl_fail(SL_ENOMEM, "planner: out of memory");
   }
   for (int u = 0; u < sm->nunits; u++) {
-    out->numel[u] = sm->units[u].numel;
+    out->numel[sl_model_unit_owner(sm, u)] += sm->units[u].numel;
     out->pinned[u] = sm->pinned[u];
     out->nparams += sm->units[u].numel;
   }

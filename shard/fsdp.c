@@ -92,7 +92,18 @@ typedef struct {
   sl_comm_req *view_req;  /* ZeRO 0: all-gather of the reduced grads */
   sl_comm_req *param_req; /* ZeRO 1-2: all-gather of updated params */
   int nred;               /* reductions folded into acc this step */
+  int g;                  /* the group it is sharded over (sl_fsdp_create's groups[g]) */
+  int comp;               /* the companion acquired and released with this unit, or -1 */
+  int is_comp;            /* 1: a companion (acquired through its owner; its own calls do nothing) */
 } unit_t;
+
+/* One sharding group: host communicators (borrowed) and their device twins. */
+typedef struct {
+  sl_comm *shard_comm, *rep_comm, *spread; /* spread: NULL, or the ranks holding other parts (EP) */
+  sl_comm *dshard, *drep;                  /* the same groups for unit buffers (NCCL on GPUs) */
+  int srank, ssize, rrank, rsize;
+  int shared; /* 1: the same communicators as group 0 (nothing of its own to free or count) */
+} grp_t;
 
 typedef struct {
   int u;
@@ -107,9 +118,9 @@ struct sl_fsdp {
   sl_fsdp_cfg cfg;
   const sl_ops *ops;
   sl_kctx *kctx;
-  sl_comm *shard_comm, *rep_comm; /* MPI groups (host data), borrowed (sl_fsdp_groups) */
-  sl_comm *dshard, *drep;         /* the same groups for unit buffers (NCCL on GPUs) */
-  int srank, ssize, rrank, rsize;
+  grp_t grp[SL_FSDP_MAX_GROUPS]; /* grp[0]: the dense parameters' */
+  int ngroups;
+  int srank, ssize, rrank, rsize; /* group 0's */
   int nunits;
   unit_t *units;
   pool_t pool;
@@ -156,10 +167,56 @@ static int device_comm(sl_fsdp *f, sl_comm *g, sl_comm **out) {
   return rc == SL_COMM_OK ? SL_OK : sl_fail(SL_ECOMM, "fsdp: device communicator: %s", sl_comm_last_error());
 }
 
-int sl_fsdp_create(const sl_fsdp_groups *g, const sl_fsdp_cfg *cfg, const sl_ops *ops, sl_kctx *kctx, int nunits,
-                   const int64_t *numel, const int *pinned, sl_fsdp **out) {
+/* Group gi from its host communicators; a group with group 0's communicators shares its device twins. */
+static int group_init(sl_fsdp *f, int gi, const sl_fsdp_groups *g) {
+  grp_t *G = &f->grp[gi];
+  if (!g->shard || !g->replicate) return sl_fail(SL_EINTERNAL, "fsdp: group %d has no shard or replicate communicator", gi);
+  G->shard_comm = g->shard; /* borrowed */
+  G->rep_comm = g->replicate;
+  G->spread = g->spread && sl_comm_size(g->spread) > 1 ? g->spread : NULL;
+  G->srank = sl_comm_rank(g->shard);
+  G->ssize = sl_comm_size(g->shard);
+  G->rrank = sl_comm_rank(g->replicate);
+  G->rsize = sl_comm_size(g->replicate);
+  if (gi > 0 && g->shard == f->grp[0].shard_comm && g->replicate == f->grp[0].rep_comm) {
+    G->shared = 1;
+    G->dshard = f->grp[0].dshard;
+    G->drep = f->grp[0].drep;
+    return SL_OK;
+  }
+  if (!f->ops->is_device()) {
+    G->dshard = G->shard_comm;
+    G->drep = G->rep_comm;
+    return SL_OK;
+  }
+  /* data moves between device buffers over NCCL; the host groups keep carrying the host
+   * scalars (gradient norm). A one-rank group needs no NCCL: its collectives are device
+   * copies on the compute stream. */
+  int rc = device_comm(f, G->shard_comm, &G->dshard);
+  return rc ? rc : device_comm(f, G->rep_comm, &G->drep);
+}
+
+/* The unit roles: groups in range, companions pointing at held units of one stage. */
+static int set_roles(sl_fsdp *f, const sl_fsdp_unit_roles *r, const int64_t *numel) {
+  for (int u = 0; u < f->nunits; u++) {
+    unit_t *U = &f->units[u];
+    U->pinned = r && r->pinned ? r->pinned[u] : 0;
+    U->g = r && r->group ? r->group[u] : 0;
+    U->comp = r && r->companion ? r->companion[u] : -1;
+    if (U->g < 0 || U->g >= f->ngroups) return sl_fail(SL_EINTERNAL, "fsdp: unit %d: group %d of %d", u, U->g, f->ngroups);
+    if (U->comp >= f->nunits || U->comp == u || (U->comp >= 0 && (numel[U->comp] == 0) != (numel[u] == 0)))
+      return sl_fail(SL_EINTERNAL, "fsdp: unit %d: companion %d", u, U->comp);
+  }
+  for (int u = 0; u < f->nunits; u++)
+    if (f->units[u].comp >= 0) f->units[f->units[u].comp].is_comp = 1;
+  return SL_OK;
+}
+
+int sl_fsdp_create(const sl_fsdp_groups *groups, int ngroups, const sl_fsdp_cfg *cfg, const sl_ops *ops, sl_kctx *kctx,
+                   int nunits, const int64_t *numel, const sl_fsdp_unit_roles *roles, sl_fsdp **out) {
   *out = NULL;
-  if (!g || !g->shard || !g->replicate) return sl_fail(SL_EINTERNAL, "fsdp: no shard or replicate communicator");
+  if (!groups || ngroups < 1 || ngroups > SL_FSDP_MAX_GROUPS)
+    return sl_fail(SL_EINTERNAL, "fsdp: %d sharding groups (1..%d)", ngroups, SL_FSDP_MAX_GROUPS);
   if (cfg->zero < 0 || cfg->zero > 3) return sl_fail(SL_EINPUT, "--zero must be 0, 1, 2 or 3 (found %d)", cfg->zero);
   if (cfg->param_dtype != SL_F32 && cfg->param_dtype != SL_BF16)
     return sl_fail(SL_EINPUT, "--param-dtype must be fp32 or bf16");
@@ -176,30 +233,22 @@ int sl_fsdp_create(const sl_fsdp_groups *g, const sl_fsdp_cfg *cfg, const sl_ops
   f->pool.ops = ops;
   f->pool.k = kctx;
   int rc = SL_OK;
-  f->shard_comm = g->shard; /* borrowed */
-  f->rep_comm = g->replicate;
-  if (ops->is_device()) {
-    /* data moves between device buffers over NCCL; the host groups keep
-     * carrying the host scalars (gradient norm). A one-rank group needs no
-     * NCCL: its collectives are device copies on the compute stream. */
-    if ((rc = device_comm(f, f->shard_comm, &f->dshard)) || (rc = device_comm(f, f->rep_comm, &f->drep))) goto fail;
-  } else {
-    f->dshard = f->shard_comm;
-    f->drep = f->rep_comm;
-  }
-  f->srank = sl_comm_rank(f->shard_comm);
-  f->ssize = sl_comm_size(f->shard_comm);
-  f->rrank = sl_comm_rank(f->rep_comm);
-  f->rsize = sl_comm_size(f->rep_comm);
+  for (int gi = 0; gi < ngroups && !rc; gi++, f->ngroups = gi) rc = group_init(f, gi, &groups[gi]);
+  if (rc) goto fail;
+  f->srank = f->grp[0].srank;
+  f->ssize = f->grp[0].ssize;
+  f->rrank = f->grp[0].rrank;
+  f->rsize = f->grp[0].rsize;
   f->units = calloc((size_t)nunits, sizeof(unit_t));
   if (!f->units) {
     rc = sl_fail(SL_ENOMEM, "fsdp: out of memory");
     goto fail;
   }
+  if ((rc = set_roles(f, roles, numel))) goto fail;
   for (int u = 0; u < nunits; u++) {
     unit_t *U = &f->units[u];
-    sl_shard_slice(numel[u], f->ssize, f->cfg.align, f->srank, &U->sl);
-    U->pinned = pinned ? pinned[u] : 0;
+    const grp_t *G = &f->grp[U->g];
+    sl_shard_slice(numel[u], G->ssize, f->cfg.align, G->srank, &U->sl);
     U->grad_micro = -1;
     size_t P = (size_t)U->sl.padded, s = (size_t)U->sl.shard;
     if (numel[u] == 0) continue; /* not held here (another pipeline stage's unit): no buffers */
@@ -273,8 +322,12 @@ void sl_fsdp_destroy(sl_fsdp *f) {
   free(f->pend);
   pool_free_all(&f->pool);
   free(f->units);
-  if (f->dshard && f->dshard != f->shard_comm) sl_comm_destroy(f->dshard);
-  if (f->drep && f->drep != f->rep_comm) sl_comm_destroy(f->drep);
+  for (int gi = 0; gi < f->ngroups; gi++) {
+    grp_t *G = &f->grp[gi];
+    if (G->shared) continue;
+    if (G->dshard && G->dshard != G->shard_comm) sl_comm_destroy(G->dshard);
+    if (G->drep && G->drep != G->rep_comm) sl_comm_destroy(G->drep);
+  }
   free(f);
 }
 
@@ -294,28 +347,34 @@ static void add_stats(sl_comm_stats *a, const sl_comm_stats *b) {
   a->wait_ns += b->wait_ns;
 }
 
+/* The shard (which 0) or replica (1) traffic of every group, each communicator counted once. */
 void sl_fsdp_comm_stats(const sl_fsdp *f, sl_comm_stats *shard, sl_comm_stats *replica) {
-  sl_comm_stats x;
-  if (shard) {
-    sl_comm_get_stats(f->shard_comm, shard);
-    if (f->dshard != f->shard_comm) {
-      sl_comm_get_stats(f->dshard, &x);
-      add_stats(shard, &x);
-    }
-  }
-  if (replica) {
-    sl_comm_get_stats(f->rep_comm, replica);
-    if (f->drep != f->rep_comm) {
-      sl_comm_get_stats(f->drep, &x);
-      add_stats(replica, &x);
+  sl_comm_stats *out[2] = {shard, replica}, x;
+  for (int w = 0; w < 2; w++) {
+    if (!out[w]) continue;
+    memset(out[w], 0, sizeof *out[w]);
+    for (int gi = 0; gi < f->ngroups; gi++) {
+      const grp_t *G = &f->grp[gi];
+      if (G->shared) continue;
+      sl_comm *h = w ? G->rep_comm : G->shard_comm, *d = w ? G->drep : G->dshard;
+      sl_comm_get_stats(h, &x);
+      add_stats(out[w], &x);
+      if (d != h) {
+        sl_comm_get_stats(d, &x);
+        add_stats(out[w], &x);
+      }
     }
   }
 }
 void sl_fsdp_reset_comm_stats(sl_fsdp *f) {
-  sl_comm_reset_stats(f->shard_comm);
-  sl_comm_reset_stats(f->rep_comm);
-  if (f->dshard != f->shard_comm) sl_comm_reset_stats(f->dshard);
-  if (f->drep != f->rep_comm) sl_comm_reset_stats(f->drep);
+  for (int gi = 0; gi < f->ngroups; gi++) {
+    grp_t *G = &f->grp[gi];
+    if (G->shared) continue;
+    sl_comm_reset_stats(G->shard_comm);
+    sl_comm_reset_stats(G->rep_comm);
+    if (G->dshard != G->shard_comm) sl_comm_reset_stats(G->dshard);
+    if (G->drep != G->rep_comm) sl_comm_reset_stats(G->drep);
+  }
   f->wait_ns = 0;
 }
 
@@ -353,11 +412,15 @@ static int64_t gather_bytes(const sl_fsdp *f, const unit_t *U) {
 
 static int issue_params(sl_fsdp *f, int u) {
   unit_t *U = &f->units[u];
+  if (U->comp >= 0) { /* the companion's gather goes out with its owner's */
+    int rc = issue_params(f, U->comp);
+    if (rc) return rc;
+  }
   if (U->pstate != P_NONE) return SL_OK;
   if (f->cfg.zero == 3) {
     U->gbuf = pool_get(&f->pool, (size_t)U->sl.padded * f->pes, SL_ARENA_GATHER, 0);
     if (!U->gbuf) return SL_ENOMEM;
-    if (sl_comm_allgather(f->dshard, U->shard_param, U->gbuf, U->sl.shard, f->cfg.param_dtype, &U->ag_req) !=
+    if (sl_comm_allgather(f->grp[U->g].dshard, U->shard_param, U->gbuf, U->sl.shard, f->cfg.param_dtype, &U->ag_req) !=
         SL_COMM_OK)
       return sl_fail(SL_ECOMM, "fsdp: all-gather of unit %d: %s", u, sl_comm_last_error());
   }
@@ -391,6 +454,7 @@ static int ready_params(sl_fsdp *f, int u) {
 
 static void drop_params(sl_fsdp *f, int u) {
   unit_t *U = &f->units[u];
+  if (U->comp >= 0) drop_params(f, U->comp);
   if (U->pstate == P_NONE || f->hold) return;
   if (U->gbuf) {
     pool_put(&f->pool, U->gbuf);
@@ -412,7 +476,7 @@ static int prefetch(sl_fsdp *f, int next, int dir) {
     int j = next + dir * k;
     if (j < 0 || j >= f->nunits) break;
     unit_t *U = &f->units[j];
-    if (U->sl.numel == 0) break; /* not held: another pipeline stage's */
+    if (U->sl.numel == 0 || U->is_comp) break; /* not held: another pipeline stage's; companions: after the head */
     if (U->pstate != P_NONE) continue;
     if (f->cfg.prefetch_bytes > 0 && f->gathered_bytes + gather_bytes(f, U) > f->cfg.prefetch_bytes) break;
     int rc = issue_params(f, j);
@@ -447,6 +511,10 @@ int sl_fsdp_begin_micro(sl_fsdp *f, int k, int n) {
 }
 
 int sl_fsdp_fwd_acquire(sl_fsdp *f, int u, const float **params) {
+  if (f->units[u].is_comp) { /* acquired with its owner */
+    *params = f->units[u].compute;
+    return SL_OK;
+  }
   int rc = issue_params(f, u);
   if (!rc) rc = prefetch(f, u + 1, +1);
   if (!rc) rc = ready_params(f, u);
@@ -462,7 +530,7 @@ int sl_fsdp_pinned_params(sl_fsdp *f, int u, const float **params) {
 
 int sl_fsdp_fwd_release(sl_fsdp *f, int u) {
   unit_t *U = &f->units[u];
-  if (U->pinned) return SL_OK;
+  if (U->pinned || U->is_comp) return SL_OK; /* a companion is released with its owner */
   /* the last unit's backward follows at once; ZeRO-3 still re-gathers it
    * when resharding after forward, as the closed forms count */
   if (f->cfg.zero == 3 && !f->cfg.reshard_after_forward) return SL_OK;
@@ -516,6 +584,11 @@ int sl_fsdp_grad_buffer(sl_fsdp *f, int u, float **grads) {
 
 int sl_fsdp_bwd_acquire(sl_fsdp *f, int u, const float **params, float **grads) {
   f->in_backward = 1;
+  if (f->units[u].is_comp) { /* its owner's backward reads and writes it (sl_fsdp_pinned_params, sl_fsdp_grad_buffer) */
+    *params = f->units[u].compute;
+    *grads = f->units[u].grad;
+    return SL_OK;
+  }
   int rc = issue_params(f, u);
   if (!rc) rc = prefetch(f, u - 1, -1);
   if (!rc) rc = ready_params(f, u);
@@ -533,9 +606,9 @@ static int complete_pending(sl_fsdp *f, pending_t *p) {
   int64_t s = U->sl.shard;
   void *res = p->recv ? p->recv : (void *)U->acc;
   sl_dtype dt = p->recv_is_bf16 ? SL_BF16 : SL_F32;
-  if (f->rsize > 1) { /* hybrid: sum the shard across replicas */
+  if (f->grp[U->g].rsize > 1) { /* hybrid: sum the shard across replicas */
     sl_comm_req *r = NULL;
-    if (sl_comm_allreduce(f->drep, res, s, dt, &r) != SL_COMM_OK)
+    if (sl_comm_allreduce(f->grp[U->g].drep, res, s, dt, &r) != SL_COMM_OK)
       return sl_fail(SL_ECOMM, "fsdp: replica all-reduce: %s", sl_comm_last_error());
     if ((rc = wait_req(f, &r))) return rc;
   }
@@ -599,7 +672,7 @@ static int issue_reduce(sl_fsdp *f, int u) {
     if (!p.recv) return SL_ENOMEM;
   }
   void *recv = p.recv ? p.recv : (void *)U->acc;
-  if (sl_comm_reduce_scatter(f->dshard, send, recv, s, dt, &p.req) != SL_COMM_OK)
+  if (sl_comm_reduce_scatter(f->grp[U->g].dshard, send, recv, s, dt, &p.req) != SL_COMM_OK)
     return sl_fail(SL_ECOMM, "fsdp: reduce-scatter of unit %d: %s", u, sl_comm_last_error());
   U->nred++;
   if (f->npend == f->cappend) {
@@ -615,10 +688,13 @@ static int issue_reduce(sl_fsdp *f, int u) {
 
 int sl_fsdp_bwd_release(sl_fsdp *f, int u) {
   unit_t *U = &f->units[u];
+  if (U->is_comp) return SL_OK; /* reduced with its owner */
   drop_params(f, u);
   int last = f->micro == f->nmicro - 1;
   if (f->cfg.sync_accum || last) {
     int rc = issue_reduce(f, u);
+    if (!rc && U->comp >= 0) rc = take_grad(f, U->comp); /* zeros if its owner wrote none */
+    if (!rc && U->comp >= 0) rc = issue_reduce(f, U->comp);
     if (rc) return rc;
     /* keep one reduction in flight: it overlaps the next unit's backward */
     return drain(f, 1);
@@ -639,7 +715,7 @@ int sl_fsdp_end_micro(sl_fsdp *f) {
       if (U->sl.numel == 0) continue;
       float *mine = U->full_grad + U->sl.offset;
       if (U->acc != mine) f->ops->copy(f->kctx, mine, U->acc, (size_t)U->sl.shard * 4);
-      if (sl_comm_allgather(f->dshard, mine, U->full_grad, U->sl.shard, SL_F32, &U->view_req) != SL_COMM_OK)
+      if (sl_comm_allgather(f->grp[U->g].dshard, mine, U->full_grad, U->sl.shard, SL_F32, &U->view_req) != SL_COMM_OK)
         return sl_fail(SL_ECOMM, "fsdp: all-gather of gradients: %s", sl_comm_last_error());
     }
   }
@@ -651,29 +727,45 @@ void sl_fsdp_unit_sumsq(sl_fsdp *f, double *per_unit) {
     per_unit[u] = f->units[u].sl.numel ? f->ops->sumsq(f->kctx, f->units[u].acc, f->units[u].sl.shard) : 0.0;
 }
 
-int sl_fsdp_grad_sumsq(sl_fsdp *f, double *out) {
-  double *uss = calloc((size_t)f->nunits, sizeof(double));
-  if (!uss) return SL_ENOMEM;
-  sl_fsdp_unit_sumsq(f, uss);
-  double mine = 0.0;
-  for (int u = 0; u < f->nunits; u++) mine += uss[u];
-  free(uss);
-  return sl_fsdp_shard_sum(f, mine, out);
-}
-
-int sl_fsdp_shard_sum(sl_fsdp *f, double mine, double *out) {
-  double *all = calloc((size_t)f->ssize, sizeof(double));
-  if (!all) return SL_ENOMEM;
-  if (sl_comm_allgather_sync(f->shard_comm, &mine, all, 1, SL_F64) != SL_COMM_OK) {
+/* The sum of one double per rank of group gi's shard group, in rank order,
+ * then (a group spread over EP) over the spread ranks in rank order. */
+static int group_sum(sl_fsdp *f, int gi, double mine, double *out) {
+  const grp_t *G = &f->grp[gi];
+  sl_comm *c[2] = {G->shard_comm, G->spread};
+  for (int w = 0; w < 2; w++) {
+    if (!c[w]) continue;
+    int n = sl_comm_size(c[w]);
+    double *all = calloc((size_t)n, sizeof(double));
+    if (!all) return SL_ENOMEM;
+    if (sl_comm_allgather_sync(c[w], &mine, all, 1, SL_F64) != SL_COMM_OK) {
+      free(all);
+      return sl_fail(SL_ECOMM, "fsdp: gradient norm all-gather: %s", sl_comm_last_error());
+    }
+    mine = 0.0;
+    for (int r = 0; r < n; r++) mine += all[r];
     free(all);
-    return sl_fail(SL_ECOMM, "fsdp: gradient norm all-gather: %s", sl_comm_last_error());
   }
-  double t = 0.0;
-  for (int r = 0; r < f->ssize; r++) t += all[r];
-  free(all);
-  *out = t;
+  *out = mine;
   return SL_OK;
 }
+
+/* Groups sharing group 0's communicators are summed with it (one sum, in unit order). */
+int sl_fsdp_grad_sumsq(sl_fsdp *f, double *out) {
+  double *uss = calloc((size_t)f->nunits, sizeof(double)), mine[SL_FSDP_MAX_GROUPS] = {0}, t = 0.0;
+  if (!uss) return SL_ENOMEM;
+  sl_fsdp_unit_sumsq(f, uss);
+  for (int u = 0; u < f->nunits; u++) mine[f->grp[f->units[u].g].shared ? 0 : f->units[u].g] += uss[u];
+  free(uss);
+  int rc = SL_OK;
+  for (int gi = 0; gi < f->ngroups && !rc; gi++) {
+    double x = 0.0;
+    if (!f->grp[gi].shared && !(rc = group_sum(f, gi, mine[gi], &x))) t += x;
+  }
+  *out = t;
+  return rc;
+}
+
+int sl_fsdp_shard_sum(sl_fsdp *f, double mine, double *out) { return group_sum(f, 0, mine, out); }
 
 sl_fsdp_view_t sl_fsdp_view(sl_fsdp *f, int u) {
   unit_t *U = &f->units[u];
@@ -704,7 +796,8 @@ int sl_fsdp_set_view(sl_fsdp *f, int u, const float *values) {
   default: {
     char *mine = (char *)U->full_param + (size_t)U->sl.offset * f->pes;
     store_params(f, mine, values, U->sl.shard);
-    if (sl_comm_allgather(f->dshard, mine, U->full_param, U->sl.shard, f->cfg.param_dtype, &U->param_req) != SL_COMM_OK)
+    if (sl_comm_allgather(f->grp[U->g].dshard, mine, U->full_param, U->sl.shard, f->cfg.param_dtype, &U->param_req) !=
+        SL_COMM_OK)
       return sl_fail(SL_ECOMM, "fsdp: all-gather of parameters: %s", sl_comm_last_error());
     return SL_OK;
   }
@@ -731,7 +824,7 @@ int sl_fsdp_gather_view(sl_fsdp *f, int u, const float *view_values, float *full
   if (!tmp) return SL_ENOMEM;
   int rc = SL_OK;
   sl_comm_req *r = NULL;
-  if (sl_comm_allgather(f->dshard, view_values, tmp, U->sl.shard, SL_F32, &r) != SL_COMM_OK ||
+  if (sl_comm_allgather(f->grp[U->g].dshard, view_values, tmp, U->sl.shard, SL_F32, &r) != SL_COMM_OK ||
       sl_comm_wait(r) != SL_COMM_OK)
     rc = sl_fail(SL_ECOMM, "fsdp: gather of unit %d: %s", u, sl_comm_last_error());
   else f->ops->download(f->kctx, full, tmp, (size_t)U->sl.numel * 4);

@@ -63,15 +63,32 @@ typedef struct {
 typedef struct {
   sl_comm *shard;     /* a unit's flat buffer is split over these ranks, in their order */
   sl_comm *replicate; /* the ranks that hold the same shard: its gradient is summed over them */
+  sl_comm *spread;    /* NULL, or the ranks holding the other parts of the same tensors (the EP ranks
+                         of an expert group): the gradient norm adds their sums */
 } sl_fsdp_groups;
+enum { SL_FSDP_MAX_GROUPS = 4 };
 
-/* pinned: units whose parameters stay gathered from their forward until
- * their backward (tied weights read by another unit); may be NULL. */
+/* Per unit (each array nunits long; any may be NULL):
+ *  pinned[u]    1: its parameters stay gathered from its forward until its
+ *               backward (tied weights read by another unit);
+ *  group[u]     the group (sl_fsdp_create's groups[]) it is sharded over
+ *               (NULL: all 0). A group with group 0's communicators shares
+ *               its device communicators and its norm sum;
+ *  companion[u] -1, or a unit acquired and released with u: gathered with
+ *               u's gather, dropped with u, reduced right after u in u's
+ *               backward release. The calls on the companion itself do
+ *               nothing (acquire hands back whatever is gathered); u's
+ *               compute reaches it through sl_fsdp_pinned_params and
+ *               sl_fsdp_grad_buffer (a MoE block and its experts unit). */
+typedef struct {
+  const int *pinned, *group, *companion;
+} sl_fsdp_unit_roles;
+
 /* A unit of numel 0 is not held on this rank (a pipeline stage holds its
  * own units): no buffers, never acquired, skipped by prefetch, the norm and
  * the step. */
-int sl_fsdp_create(const sl_fsdp_groups *g, const sl_fsdp_cfg *cfg, const sl_ops *ops, sl_kctx *kctx, int nunits,
-                   const int64_t *numel, const int *pinned, sl_fsdp **out);
+int sl_fsdp_create(const sl_fsdp_groups *groups, int ngroups, const sl_fsdp_cfg *cfg, const sl_ops *ops, sl_kctx *kctx,
+                   int nunits, const int64_t *numel, const sl_fsdp_unit_roles *roles, sl_fsdp **out);
 void sl_fsdp_destroy(sl_fsdp *f);
 
 int sl_fsdp_num_units(const sl_fsdp *f);

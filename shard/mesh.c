@@ -19,7 +19,7 @@ static const struct {
 } AXES[SL_AXIS_COUNT] = {
     [SL_AXIS_TP] = {"tp", 0},
     [SL_AXIS_CP] = {"cp", 1},
-    [SL_AXIS_EP] = {"ep", 1},
+    [SL_AXIS_EP] = {"ep", 0},
     [SL_AXIS_DP_SHARD] = {"dp_shard", 0},
     [SL_AXIS_DP_REPLICATE] = {"dp_replicate", 0},
     [SL_AXIS_PP] = {"pp", 0},
@@ -29,7 +29,8 @@ static const struct {
   const char *name;
   unsigned axes;
 } GROUPS[SL_GROUP_COUNT] = {
-    [SL_GROUP_DP] = {"dp", BIT(SL_AXIS_DP_SHARD) | BIT(SL_AXIS_DP_REPLICATE)},
+    [SL_GROUP_DP] = {"dp", BIT(SL_AXIS_EP) | BIT(SL_AXIS_DP_SHARD) | BIT(SL_AXIS_DP_REPLICATE)},
+    [SL_GROUP_SHARD] = {"shard", BIT(SL_AXIS_EP) | BIT(SL_AXIS_DP_SHARD)},
 };
 
 const char *sl_axis_name(sl_axis a) { return a >= 0 && a < SL_AXIS_COUNT ? AXES[a].name : "?"; }
@@ -45,9 +46,15 @@ static int mesh_sizes(const sl_mesh_dims *d, int size[SL_AXIS_COUNT]) {
   if (S > D || D % S != 0)
     return sl_fail(SL_EINPUT, "--shard-group %d must divide the data-parallel size %d (world %d / (--tp %d x --pp %d))",
                    S, D, n, tp, pp);
+  int ep = d->ep > 0 ? d->ep : 1;
+  if (S % ep != 0)
+    return sl_fail(SL_EINPUT,
+                   "--ep %d must divide the ranks a tensor is sharded over (%d: %s); experts are carved from them", ep,
+                   S, d->dp_shard > 0 ? "--shard-group" : "the data-parallel size");
   for (int a = 0; a < SL_AXIS_COUNT; a++) size[a] = 1;
   size[SL_AXIS_TP] = tp;
-  size[SL_AXIS_DP_SHARD] = S;
+  size[SL_AXIS_EP] = ep;
+  size[SL_AXIS_DP_SHARD] = S / ep;
   size[SL_AXIS_DP_REPLICATE] = D / S;
   size[SL_AXIS_PP] = pp;
   return SL_OK;

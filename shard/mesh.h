@@ -6,19 +6,24 @@
  * Axes, fastest first (the table of shard/mesh.c; the rank order is
  * Megatron's and torchtitan's):
  *   tp            tensor parallel (--tp)
- *   cp, ep        context / expert parallel: reserved rows, size 1 and no
+ *   cp            context parallel: a reserved row, size 1 and no
  *                 communicator today (adding one is a row of the table)
- *   dp_shard      the ranks a tensor is sharded over (--shard-group S; all of
- *                 DP when 0)
+ *   ep            expert parallel (--ep E): carved from the ranks a dense
+ *                 tensor is sharded over, as torchtitan and Megatron do;
+ *                 the ranks holding other experts of a layer
+ *   dp_shard      the ranks an expert tensor is sharded over (S / E); with
+ *                 ep, group "shard" (S = --shard-group, all of DP when 0):
+ *                 the ranks a dense tensor is sharded over
  *   dp_replicate  the ranks holding the same shard (DP / S; hybrid sharding)
  *   pp            pipeline parallel (--pp)
- * so world rank = tp + TP * (dp_shard + S * (dp_replicate + R * pp)): a TP
- * group is consecutive ranks (one node under mpirun's default by-slot
- * placement), a shard group is S consecutive DP ranks, and a PP group
- * strides over everything. Groups: "dp" = dp_shard x dp_replicate (DP =
- * world / (TP x PP)), what dense parameters are sharded and replicated over:
- * fsdp takes its dp_shard and dp_replicate communicators (shard/fsdp.h), so
- * expert tensors can later be handed another pair. Which ranks share a node
+ * so world rank = tp + TP * (ep + E * (dp_shard + S/E * (dp_replicate + R *
+ * pp))): a TP group is consecutive ranks (one node under mpirun's default
+ * by-slot placement), so is an EP group after it, a shard group is S
+ * consecutive DP ranks, and a PP group strides over everything. Groups:
+ * "dp" = ep x dp_shard x dp_replicate (DP = world / (TP x PP)); "shard" = ep
+ * x dp_shard: dense parameters are sharded over "shard" and replicated over
+ * dp_replicate, expert parameters sharded over dp_shard and replicated over
+ * dp_replicate (shard/fsdp.h's groups). Which ranks share a node
  * is engine/hosts.c's (hostnames, binding, its report).
  */
 #ifndef SL_SHARD_MESH_H
@@ -39,15 +44,16 @@ typedef enum {
   SL_AXIS_PP,
   SL_AXIS_COUNT
 } sl_axis;
-typedef enum { SL_GROUP_DP = 0, SL_GROUP_COUNT } sl_axis_group;
+typedef enum { SL_GROUP_DP = 0, SL_GROUP_SHARD, SL_GROUP_COUNT } sl_axis_group;
 const char *sl_axis_name(sl_axis a);        /* "tp", "cp", "ep", "dp_shard", "dp_replicate", "pp" */
-const char *sl_group_name(sl_axis_group g); /* "dp" */
+const char *sl_group_name(sl_axis_group g); /* "dp", "shard" */
 
 /* The sizes a mesh is built from; also the context of sl_par_mesh_split_rule. */
 typedef struct {
   int world;    /* ranks in the world (sl_par_mesh_create takes the world comm's size) */
   int tp, pp;   /* >= 1 */
-  int dp_shard; /* --shard-group: ranks a tensor is sharded over; <= 0: all of DP (no replica) */
+  int dp_shard; /* --shard-group: ranks a dense tensor is sharded over; <= 0: all of DP (no replica) */
+  int ep;       /* --ep: expert-parallel ranks, carved from dp_shard (<= 1: none) */
 } sl_mesh_dims;
 
 /* One axis or axis group: size, this rank's index along it (in a group: the

@@ -308,7 +308,7 @@ static int check_flag(plan_args *p, int argc, char **argv, int *i, int *mine) {
   } else if (!strcmp(a, "--world")) NUMR(r->world, 1, 1e6);
   else if (!strcmp(a, "--tp")) TRAIN(tp, r->tp);
   else if (!strcmp(a, "--sequence-parallel")) r->sequence_parallel = 1;
-  else if (!strcmp(a, "--pp") || !strcmp(a, "--pp-virtual") || !strcmp(a, "--pp-schedule") ||
+  else if (!strcmp(a, "--pp") || !strcmp(a, "--ep") || !strcmp(a, "--pp-virtual") || !strcmp(a, "--pp-schedule") ||
            !strcmp(a, "--pp-layout")) {
     const char *s_ = VAL();
     if (s_) rc = sl_train_cfg_set(&p->tc, a + 2, s_); /* train's names and ranges, read from p->tc */

@@ -17,7 +17,10 @@ SL_NOISE_LOG=FILE appends one JSON line per comparison (the figures) for
 noise measurements.
 
 usage: compare.py RUN_A RUN_B [--rtol 1e-5] [--wtol W] [--wtol-tensor SUBSTR:W] [--exact] [--loss-only]
-                  [--plant KIND]
+                  [--plant KIND] [--tail]
+
+--tail: RUN_A resumed from a checkpoint of RUN_B's run, so its metrics hold
+only the last steps: they are compared with RUN_B's last ones.
 
 --rtol bounds the per-step losses' relative difference; --wtol each weight
 tensor's relative L2 difference (default: the larger of --rtol and 10 x the
@@ -90,6 +93,8 @@ def main():
     a, b = [x for i, x in enumerate(args) if not x.startswith("--") and i not in skip][:2]
     la, lb = losses(a + "/metrics.jsonl"), losses(b + "/metrics.jsonl")
     ok = True
+    if "--tail" in args and len(la) < len(lb):  # a resumed run: its steps are b's last ones
+        lb = lb[len(lb) - len(la) :]
     if len(la) != len(lb):
         print(f"step count differs: {len(la)} vs {len(lb)}")
         return 1

@@ -8,7 +8,7 @@
 # full checkpointing, bf16 gathers and reductions, a hybrid shard group
 # (replica all-reduce), tied embeddings with padding, --no-sync-accum,
 # --reshard-after-forward false, a Qwen3 (q/k norms, biases) with selective
-# checkpointing; and a negative control. (All 16 pairs pass
+# checkpointing, a Mixtral at --ep 2; and a negative control. (All 16 pairs pass
 # too; the subset keeps the test near 40 s on 2 cores.) Every arena and the comm bytes of every step
 # must agree within 2%; the script prints the worst relative error.
 # Env: SL_BUILD (CLI at $SL_BUILD/shardlm), SL_SRC (source root).
@@ -25,6 +25,10 @@ tiny_model "$TIED" tied '"model_type": "llama", "hidden_size": 96, "intermediate
 Q3="$W/qwen3"
 tiny_model "$Q3" llama '"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 128,
  "intermediate_size": 352, "vocab_size": 320, "head_dim": 40, "attention_bias": true'
+
+MIX="$W/mixtral"
+tiny_model "$MIX" llama '"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_hidden_layers": 2,
+ "hidden_size": 128, "intermediate_size": 96, "num_local_experts": 4, "num_experts_per_tok": 2'
 
 worst=0
 # case: name model world flags...   (train and plan take the same flag names)
@@ -100,6 +104,8 @@ run_case w2_z2_tied_full "$TIED" 2 --zero 2 --micro-batch 1 --seq-len 24 --grad-
 run_case w2_z3_nosync "$TINY" 2 --zero 3 --micro-batch 1 --seq-len 32 --grad-accum 3 --no-sync-accum true
 run_case w2_z3_qwen3_sel "$Q3" 2 --zero 3 --micro-batch 2 --seq-len 32 --grad-accum 2 --activation-checkpoint selective
 run_case w2_z3_noreshard "$TINY" 2 --zero 3 --micro-batch 1 --seq-len 32 --grad-accum 1 --reshard-after-forward false
+# Mixtral at EP 2 (world 4): the experts units sharded over 2 ranks, the exchange's buffers for every row
+run_case w4_z3_mixtral_ep2 "$MIX" 4 --zero 3 --ep 2 --micro-batch 2 --seq-len 32 --grad-accum 1
 
 # negative control: the comparison must notice a wrong stage
 if [ -f "$W/w2_z3.jsonl" ] && "$BIN" plan --engine-check --model "$TINY" --world 2 --zero 2 --micro-batch 2 \

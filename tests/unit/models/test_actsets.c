@@ -83,7 +83,7 @@ static void check_model(const char *label, const char *json, sl_actckpt ac) {
     w.params[u] = sl_alloc((size_t)m->units[u].numel * 4, "params");
     sl_model_unit_load(m, u, NULL, 1234, w.params[u]);
   }
-  m->access = (sl_unit_access){&w, acc_params, acc_grads, sl_tp_single()};
+  m->access = (sl_unit_access){&w, acc_params, acc_grads, sl_tp_single(), {.rank = 0, .size = 1}};
   int32_t tok[NMB][B * T], tgt[NMB][B * T];
   uint64_t s = 99;
   for (int mb = 0; mb < NMB; mb++)

@@ -119,7 +119,7 @@ static void *run_rank(void *arg) {
     w.params[u] = sl_alloc((size_t)m->units[u].numel * 4, "params");
     sl_model_unit_load(m, u, NULL, 4321, w.params[u]);
   }
-  m->access = (sl_unit_access){&w, acc_params, acc_grads, j->tp};
+  m->access = (sl_unit_access){&w, acc_params, acc_grads, j->tp, {.rank = 0, .size = 1}};
   int32_t tok[NMB][B * T], tgt[NMB][B * T];
   uint64_t s = 7;
   for (int mb = 0; mb < NMB; mb++)
