@@ -257,6 +257,10 @@ static int device_mode(sl_comm *w) {
 
 /* Rank 1 never issues the all-to-all (#2); the others' watchdogs must end the job naming it. */
 static int hang_mode(sl_comm *w) {
+  if (N < 2 || N > 8) {
+    fprintf(stderr, "hang mode needs 2 to 8 ranks (found %d)\n", N);
+    return 2;
+  }
   OK(sl_comm_barrier_sync(w));
   if (R == 1)
     for (;;) sleep(1000);

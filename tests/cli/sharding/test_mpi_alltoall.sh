@@ -3,7 +3,8 @@
 # hooks (shard/ep.h): $SL_BUILD/tests/test_mpi_alltoall (the .c beside it)
 # alone (self backend) and under mpirun at 3 and 4 ranks, each run also
 # covering a counting comm; the emulated NCCL (test_emu_alltoall: the same
-# program on the CUDA emulator, tests/cuda_emu) at 2, 3 and 4 ranks; and a
+# program on the CUDA emulator, tests/cuda_emu) at 2, 3 and 4 ranks, the
+# real NCCL at one rank where there is a GPU; and a
 # rank that never issues its all-to-all, which the watchdog (2 s) must name.
 # Exact comparisons: every element encodes (source, destination, index).
 # About 15 s on 2 cores.
@@ -23,6 +24,13 @@ runs() { # label, command...
 }
 runs "alone (self)" env -u OMPI_COMM_WORLD_SIZE SL_COMM=self "$BIN"
 for n in 3 4; do runs "np=$n" $MPI -np "$n" "$BIN"; done
+# a real CUDA device (NCCL at one rank: the block to itself); 77 where there is none
+env -u OMPI_COMM_WORLD_SIZE SL_COMM=self timeout 120 "$BIN" device >"$log" 2>&1
+case $? in
+  77) echo "note: no CUDA device: the real NCCL case at one rank is not run" ;;
+  0) ok "real NCCL alone: $(grep 'passed' "$log")" ;;
+  *) bad "real NCCL alone"; tail -20 "$log" ;;
+esac
 if [ -x "$EMU" ]; then
   for n in 2 3 4; do runs "emulated NCCL np=$n" $MPI -np "$n" "$EMU" device; done
 else
