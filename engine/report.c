@@ -13,6 +13,11 @@
 /* The collective kinds tensor parallelism uses, in the order printed. */
 static const sl_coll_kind TP_KINDS[3] = {SL_COLL_ALLGATHER, SL_COLL_REDUCE_SCATTER, SL_COLL_ALLREDUCE};
 
+/* A rank's all-to-all bytes in the summary's row v: the shard and replica groups'. */
+static int64_t a2a_bytes(const int64_t *v) {
+  return v[SL_ARENA_COUNT + SL_COLL_ALLTOALL] + v[SL_ARENA_COUNT + SL_COLL_NKINDS + SL_COLL_ALLTOALL];
+}
+
 void sl_trainer_summary(trainer *t, double wall) {
   enum { NV0 = SL_ARENA_COUNT + 2 * SL_COLL_NKINDS + 2, CAP = NV0 + 3 };
   int tp = t->cfg.tp > 1, NV = NV0 + (tp ? 3 : 0); /* the TP axis's bytes per kind at T > 1 */
@@ -36,6 +41,8 @@ void sl_trainer_summary(trainer *t, double wall) {
            (long long)t->cfg.zero, wall);
     printf("  rank |   params    grads    optim   gather     acts workspace |    total | "
            "all-gather reduce-scat  all-reduce | blocked on comm\n");
+    int64_t a2a_any = 0; /* the all-to-all (expert parallelism) gets its own line, only when some rank sent any */
+    for (int r = 0; r < t->wsize; r++) a2a_any |= a2a_bytes(all + (size_t)r * NV);
     for (int r = 0; r < t->wsize; r++) {
       int64_t *v = all + (size_t)r * NV, *w = v + NV0 - 2; /* wait_ns, then the total */
       double mb = 1.0 / (1 << 20);
@@ -47,6 +54,7 @@ void sl_trainer_summary(trainer *t, double wall) {
              r, v[SL_ARENA_PARAMS] * mb, v[SL_ARENA_GRADS] * mb, v[SL_ARENA_OPTIM] * mb, v[SL_ARENA_GATHER] * mb,
              v[SL_ARENA_ACTS] * mb, v[SL_ARENA_WORKSPACE] * mb, w[1] * mb, ag * mb, rs * mb, ar * mb, w[0] * 1e-9,
              100.0 * w[0] * 1e-9 / (wall > 0 ? wall : 1));
+      if (a2a_any) printf("       all-to-all %.2fM\n", a2a_bytes(v) * mb);
       if (tp)
         printf("       tp axis (T = %lld): all-gather %.2fM reduce-scatter %.2fM all-reduce %.2fM\n",
                (long long)t->cfg.tp, v[NV0] * mb, v[NV0 + 1] * mb, v[NV0 + 2] * mb);
@@ -119,8 +127,11 @@ int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt
     int64_t E = t->m->cfg.moe_experts;
     fprintf(t->report.metrics, ", \"moe_load\": [");
     for (int64_t i = 0; i < o->moe_n; i++)
-      fprintf(t->report.metrics, "%s%lld%s", i % E ? ", " : i ? "], [" : "[", (long long)o->moe_load[i],
-              i == o->moe_n - 1 ? "]" : "");
+      fprintf(t->report.metrics, "%s%lld%s",
+              i % E ? ", "
+              : i   ? "], ["
+                    : "[",
+              (long long)o->moe_load[i], i == o->moe_n - 1 ? "]" : "");
     fprintf(t->report.metrics, "], \"moe_max_over_mean\": %.4f", moe_imbalance(o->moe_load, o->moe_n, E));
   }
   if (o->ev.samples)

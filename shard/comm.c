@@ -81,6 +81,7 @@ const char *sl_coll_name(sl_coll_kind k) {
   case SL_COLL_SEND: return "send";
   case SL_COLL_BARRIER: return "barrier";
   case SL_COLL_RECV: return "recv";
+  case SL_COLL_ALLTOALL: return "alltoall";
   case SL_OPK_SPLIT: return "split";
   }
   return "?";
@@ -99,7 +100,8 @@ uint64_t sl_comm_bus_bytes(sl_coll_kind k, int n, int64_t count, sl_dtype dt, in
   case SL_COLL_ALLREDUCE: return 2ull * (uint64_t)(n - 1) * (uint64_t)((count + n - 1) / n) * es;
   case SL_COLL_BROADCAST: return is_source ? (uint64_t)count * es : 0;
   case SL_COLL_SEND:
-  case SL_COLL_RECV: return (uint64_t)count * es;
+  case SL_COLL_RECV:
+  case SL_COLL_ALLTOALL: return (uint64_t)count * es;
   default: return 0;
   }
 }
@@ -108,6 +110,11 @@ uint64_t sl_comm_op_bytes(const sl_comm_op *op, int rank, int n) {
   switch (op->kind) {
   case SL_COLL_BROADCAST: return sl_comm_bus_bytes(SL_COLL_BROADCAST, n, op->count, op->dt, rank == op->peer);
   case SL_OPK_SPLIT: return 0;
+  case SL_COLL_ALLTOALL: { /* what goes to the other ranks (scount = a2a[0..n)) */
+    int64_t out = 0;
+    for (int p = 0; p < n; p++) out += p == rank ? 0 : op->a2a[p];
+    return sl_comm_bus_bytes(SL_COLL_ALLTOALL, n, out, op->dt, 0);
+  }
   default: return sl_comm_bus_bytes((sl_coll_kind)op->kind, n, op->count, op->dt, 0);
   }
 }
@@ -305,7 +312,8 @@ static int submit(sl_comm *c, const sl_comm_op *op, sl_comm_req **out) {
   if (out) *out = NULL;
   if (!c) return comm_fail("%s: communicator is NULL", what);
   if (!out) return comm_fail("%s on comm %s: request pointer is NULL", what, c->name);
-  if (op->kind != SL_COLL_BARRIER && op->kind != SL_OPK_SPLIT) {
+  if (op->kind != SL_COLL_BARRIER && op->kind != SL_OPK_SPLIT &&
+      op->kind != SL_COLL_ALLTOALL) { /* alltoallv checks its own */
     if ((unsigned)op->dt > SL_F64) return comm_fail("%s on comm %s: unknown dtype %d", what, c->name, (int)op->dt);
     if (op->count < 0 || op->count > INT_MAX)
       return comm_fail("%s on comm %s: count %lld out of range [0, %d] (elements of %s)", what, c->name,
@@ -322,10 +330,12 @@ static int submit(sl_comm *c, const sl_comm_op *op, sl_comm_req **out) {
                      op->kind == SL_COLL_BROADCAST ? "root" : "peer", op->peer, c->size);
   if ((op->kind == SL_COLL_SEND || op->kind == SL_COLL_RECV) && (op->tag < 0 || op->tag > 32767))
     return comm_fail("%s on comm %s: tag %d out of range [0, 32767]", what, c->name, op->tag);
-  sl_comm_req *r = calloc(1, sizeof *r);
+  size_t na2a = op->kind == SL_COLL_ALLTOALL ? 4 * (size_t)c->size : 0; /* the counts, after the request */
+  sl_comm_req *r = calloc(1, sizeof *r + na2a * sizeof(int64_t));
   if (!r) return comm_fail("%s on comm %s: out of memory for the request", what, c->name);
   r->c = c;
   r->op = *op;
+  if (na2a) r->op.a2a = memcpy(r + 1, op->a2a, na2a * sizeof(int64_t));
   if (c->vt->issue) { /* the backend starts it itself (NCCL) */
     int rc = c->vt->issue(c, r);
     if (rc != SL_COMM_OK) {
@@ -379,6 +389,48 @@ int sl_comm_recv(sl_comm *c, void *buf, int64_t count, sl_dtype dt, int peer, in
 int sl_comm_barrier(sl_comm *c, sl_comm_req **req) {
   sl_comm_op op = {.kind = SL_COLL_BARRIER};
   return submit(c, &op, req);
+}
+
+/* alltoallv's arguments: every count and displacement in [0, INT_MAX], the
+ * block to itself the same size both ways, buffers for what moves. */
+static int check_alltoallv(sl_comm *c, const void *send, const int64_t *const a[4], const void *recv, sl_dtype dt,
+                           int64_t *nsend) {
+  static const char *names[4] = {"scount", "sdispl", "rcount", "rdispl"};
+  if (!c) return comm_fail("alltoall: communicator is NULL");
+  if ((unsigned)dt > SL_F64) return comm_fail("alltoall on comm %s: unknown dtype %d", c->name, (int)dt);
+  for (int k = 0; k < 4; k++)
+    if (!a[k]) return comm_fail("alltoall on comm %s: %s is NULL (one entry per rank)", c->name, names[k]);
+  int64_t ns = 0, nr = 0;
+  for (int k = 0; k < 4; k++)
+    for (int p = 0; p < c->size; p++)
+      if (a[k][p] < 0 || a[k][p] > INT_MAX)
+        return comm_fail("alltoall on comm %s: %s[%d] = %lld out of range [0, %d] (elements of %s)", c->name, names[k],
+                         p, (long long)a[k][p], INT_MAX, sl_dtype_name(dt));
+  for (int p = 0; p < c->size; p++) ns += a[0][p], nr += a[2][p];
+  if (a[0][c->rank] != a[2][c->rank])
+    return comm_fail("alltoall on comm %s: scount[%d] = %lld but rcount[%d] = %lld (the block rank %d sends itself)",
+                     c->name, c->rank, (long long)a[0][c->rank], c->rank, (long long)a[2][c->rank], c->rank);
+  if ((ns && !send) || (nr && !recv))
+    return comm_fail("alltoall on comm %s: NULL %s buffer for %lld x %s", c->name, ns && !send ? "send" : "recv",
+                     (long long)(ns && !send ? ns : nr), sl_dtype_name(dt));
+  if (send && send == recv) return comm_fail("alltoall on comm %s: send == recv (not in place)", c->name);
+  *nsend = ns;
+  return SL_COMM_OK;
+}
+
+int sl_comm_alltoallv(sl_comm *c, const void *send, const int64_t *scount, const int64_t *sdispl, void *recv,
+                      const int64_t *rcount, const int64_t *rdispl, sl_dtype dt, sl_comm_req **req) {
+  const int64_t *const a[4] = {scount, sdispl, rcount, rdispl};
+  int64_t ns = 0;
+  if (req) *req = NULL;
+  int rc = check_alltoallv(c, send, a, recv, dt, &ns);
+  int64_t *all = rc ? NULL : malloc(4 * (size_t)c->size * sizeof(int64_t));
+  if (rc || !all) return rc ? rc : comm_fail("alltoall on comm %s: out of memory", c->name);
+  for (int k = 0; k < 4; k++) memcpy(all + (size_t)k * c->size, a[k], (size_t)c->size * sizeof(int64_t));
+  sl_comm_op op = {.kind = SL_COLL_ALLTOALL, .send = send, .recv = recv, .count = ns, .dt = dt, .a2a = all};
+  rc = submit(c, &op, req);
+  free(all);
+  return rc;
 }
 
 int sl_comm_split(sl_comm *parent, int color, int key, sl_comm **out) {

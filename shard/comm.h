@@ -34,7 +34,8 @@ typedef enum {
   SL_COLL_BROADCAST,
   SL_COLL_SEND, /* point-to-point send (sl_comm_send) */
   SL_COLL_BARRIER,
-  SL_COLL_RECV, /* point-to-point receive (sl_comm_recv) */
+  SL_COLL_RECV,     /* point-to-point receive (sl_comm_recv) */
+  SL_COLL_ALLTOALL, /* all-to-all with per-peer counts (sl_comm_alltoallv) */
   SL_COLL_NKINDS
 } sl_coll_kind;
 const char *sl_coll_name(sl_coll_kind k);
@@ -45,7 +46,9 @@ typedef struct sl_comm_req sl_comm_req; /* opaque: one in-flight operation */
 /* Per-communicator traffic statistics. bytes[k] counts, per rank, the bytes
  * this rank sends on the wire under a ring algorithm — the standard "bus"
  * figure: all-gather and reduce-scatter (n-1)/n of the full buffer,
- * all-reduce 2(n-1)/n, broadcast the buffer (root), send the message.
+ * all-reduce 2(n-1)/n, broadcast the buffer (root), send the message,
+ * all-to-all what this rank sends to the other ranks (its block to itself
+ * stays local).
  * bytes[SL_COLL_RECV] is the one inbound figure: the messages this rank
  * received (so the sent total is the sum over every other kind).
  * For n == 1 every operation moves 0 bytes (a send to self included). wait_ns is the time callers spent
@@ -80,7 +83,7 @@ int sl_comm_under_mpi_launcher(void);
 
 /* A one-rank communicator over buffers that only `copy` may move (device
  * memory): every collective is the identity, and the non-in-place ones
- * (all-gather, reduce-scatter) call copy(ctx, dst, src, bytes), which must
+ * (all-gather, reduce-scatter, all-to-all) call copy(ctx, dst, src, bytes), which must
  * be ordered before any later use of dst by the caller (a copy queued on
  * the compute stream is). Send/recv are refused. Splits are one-rank comms
  * with the same copy. What fsdp uses at world size 1 on a device backend,
@@ -170,6 +173,19 @@ int sl_comm_broadcast(sl_comm *c, void *buf, int64_t count, sl_dtype dt, int roo
 int sl_comm_send(sl_comm *c, const void *buf, int64_t count, sl_dtype dt, int peer, int tag, sl_comm_req **req);
 int sl_comm_recv(sl_comm *c, void *buf, int64_t count, sl_dtype dt, int peer, int tag, sl_comm_req **req);
 int sl_comm_barrier(sl_comm *c, sl_comm_req **req);
+/* All-to-all with per-peer counts (MPI_Alltoallv): this rank sends
+ * scount[p] elements from send + sdispl[p] to group rank p and receives
+ * rcount[p] elements from rank p at recv + rdispl[p]. Counts and
+ * displacements are elements of dt, one entry per group rank, each in
+ * [0, INT_MAX]; scount[rank] == rcount[rank] (the block to itself is a local
+ * copy). The four arrays are copied at issue (the caller may reuse them at
+ * once); the buffers must stay valid until the wait; send != recv. Every
+ * rank's rcount[p] must equal rank p's scount[rank] (exchange the counts
+ * first: an alltoallv of one SL_I64 per peer). The NCCL backend runs it as
+ * one ncclGroupStart / ncclSend + ncclRecv per peer with a nonzero count /
+ * ncclGroupEnd, the block to itself a device copy on the comm stream. */
+int sl_comm_alltoallv(sl_comm *c, const void *send, const int64_t *scount, const int64_t *sdispl, void *recv,
+                      const int64_t *rcount, const int64_t *rdispl, sl_dtype dt, sl_comm_req **req);
 
 /* Blocks until req completes, then frees it. */
 int sl_comm_wait(sl_comm_req *req);
@@ -188,7 +204,9 @@ int sl_comm_barrier_sync(sl_comm *c);
  * (= 2(n-1)/n of the buffer when n divides count; otherwise of the buffer
  * padded to a multiple of n, which is what moves); broadcast count*size(dt)
  * on the root (is_source), 0 elsewhere; send count*size(dt); recv
- * count*size(dt) (inbound; is_source ignored); barrier 0. n == 1: always 0. */
+ * count*size(dt) (inbound; is_source ignored); barrier 0; alltoall (count =
+ * the elements this rank sends to the OTHER ranks: the sum of scount[p]
+ * over p != rank) count*size(dt): what crosses the wire. n == 1: always 0. */
 uint64_t sl_comm_bus_bytes(sl_coll_kind k, int n, int64_t count, sl_dtype dt, int is_source);
 
 void sl_comm_get_stats(const sl_comm *c, sl_comm_stats *out);

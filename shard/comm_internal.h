@@ -33,12 +33,14 @@ typedef struct sl_comm_op {
   int kind;         /* sl_coll_kind or SL_OPK_* */
   const void *send; /* allgather (count), reduce_scatter (n*count), send */
   void *recv;       /* allgather (n*count), reduce_scatter (count), allreduce/bcast/recv buffer */
-  int64_t count;    /* elements of dt, as in the public call */
+  int64_t count;    /* elements of dt, as in the public call (alltoall: the sum of scount, for messages) */
   sl_dtype dt;
   int peer;       /* broadcast root, send/recv peer (group ranks) */
   int tag;        /* send/recv tag */
   int color, key; /* split */
   sl_comm **split_out;
+  int64_t *a2a; /* alltoall: 4 x size entries, scount, sdispl, rcount, rdispl (the request's own copy,
+                 * stored after it: freed with it); NULL otherwise */
   uint64_t seq; /* collectives: per-comm sequence number from 1; p2p: own counter */
 } sl_comm_op;
 

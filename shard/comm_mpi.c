@@ -236,6 +236,32 @@ static int run_allreduce(sl_comm *c, sl_comm_op *op, MPI_Datatype ty, char *err,
   return e;
 }
 
+/* run_coll's all-to-all: MPI_Ialltoallv with the int counts and
+ * displacements (each checked in [0, INT_MAX] at issue); at one rank the
+ * block to itself is a copy. */
+static int run_alltoall(sl_comm *c, sl_comm_op *op, MPI_Datatype ty, char *err, size_t nerr) {
+  mpi_be *b = c->be;
+  int n = c->size, e = MPI_SUCCESS;
+  size_t es = sl_dtype_size(op->dt);
+  const int64_t *a = op->a2a; /* scount, sdispl, rcount, rdispl: n entries each */
+  if (n == 1) {
+    if (a[0])
+      memmove((char *)op->recv + (size_t)a[3] * es, (const char *)op->send + (size_t)a[1] * es, (size_t)a[0] * es);
+    return MPI_SUCCESS;
+  }
+  int *v = malloc(4 * (size_t)n * sizeof(int));
+  if (!v) {
+    snprintf(err, nerr, "out of memory (%d ranks' counts)", n);
+    return -1;
+  }
+  for (int i = 0; i < 4 * n; i++) v[i] = (int)a[i];
+  MPI_Request mr = MPI_REQUEST_NULL;
+  e = MPI_Ialltoallv(op->send, v, v + n, ty, op->recv, v + 2 * n, v + 3 * n, ty, b->mc, &mr);
+  if (e == MPI_SUCCESS) e = mpi_wait(c, &mr);
+  free(v);
+  return e;
+}
+
 /* Runs one collective (or split) on the progress thread. Returns an MPI
  * error code or -1 (message in err). */
 static int run_coll(sl_comm *c, sl_comm_req *r, char *err, size_t nerr) {
@@ -260,6 +286,7 @@ static int run_coll(sl_comm *c, sl_comm_req *r, char *err, size_t nerr) {
   }
   case SL_COLL_REDUCE_SCATTER: return run_reduce_scatter(c, op, ty, err, nerr);
   case SL_COLL_ALLREDUCE: return run_allreduce(c, op, ty, err, nerr);
+  case SL_COLL_ALLTOALL: return run_alltoall(c, op, ty, err, nerr);
   case SL_COLL_BROADCAST:
     if (n == 1) return MPI_SUCCESS;
     e = MPI_Ibcast(op->recv, cnt, ty, op->peer, b->mc, &mr);

@@ -241,6 +241,38 @@ static void *poller_main(void *arg) {
     }                                                                                                                  \
   } while (0)
 
+/* enqueue's all-to-all: the block to itself a device copy on the comm
+ * stream, then one group of an ncclSend and an ncclRecv per other peer with
+ * a nonzero count (NCCL runs a group's transfers together: no ordering
+ * between the peers can deadlock). 0 or -1 (message in err). */
+static int enqueue_alltoall(sl_comm *c, const sl_comm_op *op, char *err, size_t nerr) {
+  nccl_be *b = c->be;
+  cudaStream_t st = b->stream;
+  ncclDataType_t ty = nccl_type(op->dt);
+  size_t es = sl_dtype_size(op->dt);
+  int n = c->size, me = c->rank;
+  const int64_t *sc = op->a2a, *sd = sc + n, *rc = sd + n, *rd = rc + n;
+  const char *send = op->send;
+  char *recv = op->recv;
+  if (sc[me])
+    CU(cudaMemcpyAsync(recv + (size_t)rd[me] * es, send + (size_t)sd[me] * es, (size_t)sc[me] * es,
+                       cudaMemcpyDeviceToDevice, st));
+  if (n == 1) return 0;
+  NC(ncclGroupStart());
+  ncclResult_t e = ncclSuccess;
+  for (int p = 0; p < n && e == ncclSuccess; p++) {
+    if (p == me) continue;
+    if (sc[p]) e = ncclSend(send + (size_t)sd[p] * es, (size_t)sc[p], ty, p, b->nc, st);
+    if (e == ncclSuccess && rc[p]) e = ncclRecv(recv + (size_t)rd[p] * es, (size_t)rc[p], ty, p, b->nc, st);
+  }
+  ncclResult_t e2 = ncclGroupEnd();
+  NC(e);
+  NC(e2);
+  return 0;
+fail:
+  return -1;
+}
+
 /* Queues the NCCL work of r on the comm stream. 0 or -1 (message in err). */
 static int enqueue(sl_comm *c, sl_comm_req *r, char *err, size_t nerr) {
   nccl_be *b = c->be;
@@ -284,6 +316,7 @@ static int enqueue(sl_comm *c, sl_comm_req *r, char *err, size_t nerr) {
     CU(cudaMemsetAsync(b->one_dev, 0, sizeof *b->one_dev, st));
     NC(ncclAllReduce(b->one_dev, b->one_dev, 1, ncclInt32, ncclSum, b->nc, st));
     return 0;
+  case SL_COLL_ALLTOALL: return enqueue_alltoall(c, op, err, nerr);
   case SL_COLL_SEND:
   case SL_COLL_RECV:
     if (!cnt) return 0;

@@ -5,10 +5,11 @@
  * device buffers (sl_comm_local_create, used by fsdp at world size 1 on a
  * GPU so that no NCCL is needed). Every collective completes when issued:
  * at one rank it is the identity, plus a copy when the output buffer is not
- * the input (all-gather, reduce-scatter out of place): memmove for host
- * buffers, the caller's copy function for device buffers. A send to self is
- * matched at issue with an earlier recv of the same tag (or the recv with an
- * earlier send), as MPI matches them; waiting for an unmatched one fails.
+ * the input (all-gather, reduce-scatter out of place, the all-to-all's block
+ * to itself): memmove for host buffers, the caller's copy function for
+ * device buffers. A send to self is matched at issue with an earlier recv
+ * of the same tag (or the recv with an earlier send), as MPI matches them;
+ * waiting for an unmatched one fails.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -107,6 +108,18 @@ static int self_issue(sl_comm *c, sl_comm_req *r) {
                                  (long long)op->count, sl_dtype_name(op->dt), c->name, sl_errmsg());
     }
     break;
+  case SL_COLL_ALLTOALL: { /* one rank: the block to itself (scount[0] == rcount[0], checked at issue) */
+    size_t es = sl_dtype_size(op->dt), n = (size_t)op->a2a[0] * es;
+    char *dst = n ? (char *)op->recv + (size_t)op->a2a[3] * es : NULL;
+    const char *src = n ? (const char *)op->send + (size_t)op->a2a[1] * es : NULL;
+    if (!n) break;
+    if (!b->copy) memmove(dst, src, n);
+    else if (b->copy(b->ctx, dst, src, n) != 0)
+      return sl_comm_set_error("alltoall #%llu (%lld x %s) on comm %s (self): the device copy failed: %s",
+                               (unsigned long long)op->seq, (long long)op->count, sl_dtype_name(op->dt), c->name,
+                               sl_errmsg());
+    break;
+  }
   case SL_COLL_ALLREDUCE:
   case SL_COLL_BROADCAST:
   case SL_COLL_BARRIER: break;

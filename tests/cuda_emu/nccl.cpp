@@ -23,7 +23,10 @@
  * Semantics kept from NCCL: counts per rank (all-gather's sendcount,
  * reduce-scatter's recvcount), the in-place variants (send inside recv at
  * the rank's block), ncclSum only, the data types of include/nccl.h but
- * half, root of broadcast, split by (color, key, rank). */
+ * half, root of broadcast, split by (color, key, rank), sends and recvs
+ * between ncclGroupStart and ncclGroupEnd progressing together at the
+ * group's end (an all-to-all; a send or recv to self is refused, as
+ * comm_nccl.c copies that block itself). */
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -196,6 +199,101 @@ void sum_slots(ncclComm_t c, ncclDataType_t t, char *dst, size_t off, size_t cnt
   for (int r = 1; r < c->n; r++) add(t, acc.data(), slot(c, r) + off, cnt);
   memcpy(dst, acc.data(), cnt * es);
 }
+
+/* Point-to-point: a message goes through the (src, dst) mailbox in chunks of
+ * kBox bytes; the receiver checks the sender's total size. Between
+ * ncclGroupStart and ncclGroupEnd the sends and recvs are only recorded;
+ * ncclGroupEnd moves them all together, a chunk at a time wherever a mailbox
+ * is free (sends) or full (recvs), so that every rank sending to every other
+ * before receiving (an all-to-all) cannot deadlock, as in NCCL. Several
+ * messages to (from) one peer in a group go in issue order. A call outside a
+ * group is a group of one: a send returns once its last chunk is in the
+ * mailbox; a send without a matching recv waits. */
+struct P2p {
+  ncclComm_t c;
+  bool send;
+  int peer;
+  const char *sbuf;
+  char *rbuf;
+  size_t bytes, off;
+  bool done;
+};
+thread_local std::vector<P2p> g_group; /* recorded since the outermost ncclGroupStart */
+thread_local int g_depth;
+
+/* Moves one chunk of p if its mailbox allows; *moved when it did. */
+ncclResult_t p2p_step(P2p &p, bool *moved) {
+  ncclComm_t c = p.c;
+  Box *b = p.send ? box(c, c->rank, p.peer) : box(c, p.peer, c->rank);
+  if (__atomic_load_n(&b->full, __ATOMIC_ACQUIRE) == (p.send ? 1ull : 0ull)) return ncclSuccess;
+  size_t len;
+  if (p.send) {
+    b->total = p.bytes, b->len = len = std::min(kBox, p.bytes - p.off);
+    memcpy(b + 1, p.sbuf + p.off, len);
+    __atomic_store_n(&b->full, 1, __ATOMIC_RELEASE);
+  } else {
+    if (b->total != p.bytes)
+      return fail(c, ncclInvalidUsage, "ncclRecv from %d on comm %s: %zu bytes expected, the send has %llu", p.peer,
+                  c->name, p.bytes, b->total);
+    len = b->len;
+    memcpy(p.rbuf + p.off, b + 1, len);
+    __atomic_store_n(&b->full, 0, __ATOMIC_RELEASE);
+  }
+  p.off += len;
+  p.done = p.off >= p.bytes;
+  *moved = true;
+  return ncclSuccess;
+}
+
+/* Whether q is the first unfinished message of p's (comm, direction, peer) in the group. */
+bool p2p_first(const std::vector<P2p> &g, size_t i) {
+  for (size_t j = 0; j < i; j++)
+    if (!g[j].done && g[j].c == g[i].c && g[j].send == g[i].send && g[j].peer == g[i].peer) return false;
+  return true;
+}
+
+/* Runs the recorded group to completion (or a timeout naming the first message left). */
+ncclResult_t p2p_run(std::vector<P2p> &g) {
+  ncclResult_t e = ncclSuccess;
+  int spins = 0;
+  double t0 = now_s();
+  for (;;) {
+    bool left = false, moved = false;
+    for (size_t i = 0; i < g.size() && e == ncclSuccess; i++) {
+      if (g[i].done) continue;
+      if (p2p_first(g, i)) e = p2p_step(g[i], &moved);
+      left |= !g[i].done;
+    }
+    if (e != ncclSuccess || !left) return e;
+    if (moved) {
+      spins = 0, t0 = now_s();
+      continue;
+    }
+    if (!wait_step(&spins, t0)) {
+      size_t i = 0;
+      while (g[i].done) i++;
+      return fail(g[i].c, ncclSystemError, "%s %d on comm %s: no matching %s within %.0f s",
+                  g[i].send ? "ncclSend to" : "ncclRecv from", g[i].peer, g[i].c->name,
+                  g[i].send ? "ncclRecv" : "ncclSend", timeout_s());
+    }
+  }
+}
+
+/* Records a send or recv (checked), then runs it at once outside a group. */
+ncclResult_t p2p_post(bool send, const void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c,
+                      cudaStream_t s) {
+  const char *fn = send ? "ncclSend" : "ncclRecv";
+  size_t bytes = count * type_size(t);
+  ncclResult_t e = send ? check(c, fn, t, s, buf, bytes, nullptr, 0) : check(c, fn, t, s, nullptr, 0, buf, bytes);
+  if (e == ncclSuccess && (peer < 0 || peer >= c->n || peer == c->rank))
+    e = fail(c, ncclInvalidArgument, "%s: peer %d (rank %d of %d)", fn, peer, c ? c->rank : -1, c ? c->n : 0);
+  if (e != ncclSuccess) return e;
+  g_group.push_back(P2p{c, send, peer, (const char *)buf, (char *)buf, bytes, 0, false});
+  if (g_depth > 0) return ncclSuccess;
+  e = p2p_run(g_group);
+  g_group.clear();
+  return e;
+}
 } // namespace
 
 extern "C" {
@@ -309,8 +407,17 @@ const char *ncclGetErrorString(ncclResult_t r) {
   return "unknown result code";
 }
 const char *ncclGetLastError(ncclComm_t) { return g_last; }
-ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
-ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
+ncclResult_t ncclGroupStart(void) {
+  g_depth++;
+  return ncclSuccess;
+}
+ncclResult_t ncclGroupEnd(void) {
+  if (g_depth == 0) return fail(nullptr, ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
+  if (--g_depth > 0) return ncclSuccess;
+  ncclResult_t e = p2p_run(g_group);
+  g_group.clear();
+  return e;
+}
 
 ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t t, ncclComm_t c,
                            cudaStream_t s) {
@@ -380,52 +487,11 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, n
   return e;
 }
 
-/* A message goes through the (src, dst) mailbox in chunks of kBox bytes;
- * the receiver checks the sender's total size. Send returns once the last
- * chunk is in the mailbox; a send without a matching recv waits. */
 ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s) {
-  size_t bytes = count * type_size(t);
-  ncclResult_t e = check(c, "ncclSend", t, s, sendbuff, bytes, nullptr, 0);
-  if (e == ncclSuccess && (peer < 0 || peer >= c->n || peer == c->rank))
-    e = fail(c, ncclInvalidArgument, "ncclSend: peer %d (rank %d of %d)", peer, c ? c->rank : -1, c ? c->n : 0);
-  if (e != ncclSuccess) return e;
-  Box *b = box(c, c->rank, peer);
-  for (size_t off = 0; off < bytes || off == 0; off += kBox) {
-    int spins = 0;
-    double t0 = now_s();
-    while (__atomic_load_n(&b->full, __ATOMIC_ACQUIRE))
-      if (!wait_step(&spins, t0))
-        return fail(c, ncclSystemError, "ncclSend to %d on comm %s: no matching ncclRecv within %.0f s", peer, c->name,
-                    timeout_s());
-    b->total = bytes, b->len = std::min(kBox, bytes - off);
-    memcpy(b + 1, (const char *)sendbuff + off, b->len);
-    __atomic_store_n(&b->full, 1, __ATOMIC_RELEASE);
-    if (!bytes) break;
-  }
-  return ncclSuccess;
+  return p2p_post(true, sendbuff, count, t, peer, c, s);
 }
 
 ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s) {
-  size_t bytes = count * type_size(t);
-  ncclResult_t e = check(c, "ncclRecv", t, s, nullptr, 0, recvbuff, bytes);
-  if (e == ncclSuccess && (peer < 0 || peer >= c->n || peer == c->rank))
-    e = fail(c, ncclInvalidArgument, "ncclRecv: peer %d (rank %d of %d)", peer, c ? c->rank : -1, c ? c->n : 0);
-  if (e != ncclSuccess) return e;
-  Box *b = box(c, peer, c->rank);
-  for (size_t off = 0; off < bytes || off == 0; off += kBox) {
-    int spins = 0;
-    double t0 = now_s();
-    while (!__atomic_load_n(&b->full, __ATOMIC_ACQUIRE))
-      if (!wait_step(&spins, t0))
-        return fail(c, ncclSystemError, "ncclRecv from %d on comm %s: no matching ncclSend within %.0f s", peer,
-                    c->name, timeout_s());
-    if (b->total != bytes)
-      return fail(c, ncclInvalidUsage, "ncclRecv from %d on comm %s: %zu bytes expected, the send has %llu", peer,
-                  c->name, bytes, b->total);
-    memcpy((char *)recvbuff + off, b + 1, b->len);
-    __atomic_store_n(&b->full, 0, __ATOMIC_RELEASE);
-    if (!bytes) break;
-  }
-  return ncclSuccess;
+  return p2p_post(false, recvbuff, count, t, peer, c, s);
 }
 }

@@ -3,7 +3,8 @@
  * NCCL), on host memory with a recording copy function: out-of-place
  * all-gather and reduce-scatter move exactly the block through the copy
  * function (and the result equals the input), in-place ones and all-reduce /
- * broadcast / barrier call it never, send/recv is refused, a split is a
+ * broadcast / barrier call it never, an all-to-all copies its one block
+ * from and to the displacements, send/recv is refused, a split is a
  * local comm with the same copy, a failing copy fails the collective with
  * its message, byte counters stay 0 while calls are counted. */
 #include <stdio.h>
@@ -57,6 +58,11 @@ int main(void) {
             RUN(sl_comm_allreduce(c, a, 7, SL_F32, &q)) && RUN(sl_comm_broadcast(c, a, 7, SL_F32, 0, &q)) &&
             sl_comm_barrier_sync(c) == SL_COMM_OK && r.calls == 2,
         "in place, allreduce, broadcast, barrier: no copy");
+  int64_t sc = 3, sd = 4, rc = 3, rd = 1; /* the all-to-all: its one block, from a[4..7) to b[1..4) */
+  for (int i = 0; i < 7; i++) b[i] = -1;
+  check(RUN(sl_comm_alltoallv(c, a, &sc, &sd, b, &rc, &rd, SL_F32, &q)) && r.calls == 3 && r.bytes == 28 + 28 + 12 &&
+            b[0] == -1 && b[1] == a[4] && b[3] == a[6] && b[4] == -1,
+        "alltoall: one copy of its block, at the displacements");
   check(sl_comm_send(c, a, 7, SL_F32, 0, 1, &q) != SL_COMM_OK && strstr(sl_comm_last_error(), "not supported"),
         "send refused");
   sl_comm_stats st;

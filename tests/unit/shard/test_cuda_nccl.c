@@ -6,7 +6,7 @@
  * data (bf16 and f32, count not a multiple of n), ordering against the
  * compute stream (an unsynchronised copy queued there just before a
  * collective), byte counters, test/wait, barrier, send/recv (n >= 2),
- * split. Skips (77) without a CUDA device or without NCCL. Run alone
+ * the all-to-all, split. Skips (77) without a CUDA device or without NCCL. Run alone
  * (world size 1), under mpirun with one GPU per rank, or as N processes
  * started with SL_RANK / SL_WORLD_SIZE / SL_INIT_METHOD (no MPI: the NCCL
  * id goes through shard/bootstrap.c; split is not run there). */
@@ -216,6 +216,42 @@ static void test_collectives(sl_comm *c, sl_dtype dt) {
   free(h2);
 }
 
+/* All-to-all with uneven counts (zeros among them, 1000 + more to itself):
+ * rank r sends (r + 2p) % 3 * 100 elements of f(r, i + 1000 p) to rank p,
+ * blocks back to back; bytes = what goes to the other ranks. */
+static void test_alltoall(sl_comm *c) {
+  int n = sl_comm_size(c), r = sl_comm_rank(c);
+  int64_t *a = calloc(4 * (size_t)n, sizeof(int64_t)), ns = 0, nr = 0;
+  uint64_t want = 0;
+  for (int p = 0; p < n; p++) {
+    a[p] = (r + 2 * p) % 3 * 100 + (p == r ? 1000 : 0), a[2 * n + p] = (p + 2 * r) % 3 * 100 + (p == r ? 1000 : 0);
+    a[n + p] = ns, a[3 * n + p] = nr, ns += a[p], nr += a[2 * n + p], want += p == r ? 0 : (uint64_t)a[p] * 4;
+  }
+  float *hs = malloc((size_t)ns * 4 + 4), *hr = malloc((size_t)nr * 4 + 4), *ds = dalloc((size_t)ns * 4 + 4),
+        *dr = dalloc((size_t)nr * 4 + 4);
+  for (int p = 0; p < n; p++)
+    for (int64_t i = 0; i < a[p]; i++) hs[a[n + p] + i] = f(r, i + 1000 * p);
+  T->upload(ctx, ds, hs, (size_t)ns * 4);
+  sl_comm_stats s0, s1;
+  sl_comm_get_stats(c, &s0);
+  sl_comm_req *q = NULL;
+  OK(sl_comm_alltoallv(c, ds, a, a + n, dr, a + 2 * n, a + 3 * n, SL_F32, &q));
+  if (q) OK(sl_comm_wait(q));
+  sl_comm_get_stats(c, &s1);
+  T->download(ctx, hr, dr, (size_t)nr * 4);
+  int64_t bad = 0;
+  for (int p = 0; p < n; p++)
+    for (int64_t i = 0; i < a[2 * n + p]; i++) bad += hr[a[3 * n + p] + i] != f(p, i + 1000 * r);
+  CHECK(!bad && s1.bytes[SL_COLL_ALLTOALL] - s0.bytes[SL_COLL_ALLTOALL] == want,
+        "alltoall: %lld elements wrong, %llu bytes counted (want %llu)", (long long)bad,
+        (unsigned long long)(s1.bytes[SL_COLL_ALLTOALL] - s0.bytes[SL_COLL_ALLTOALL]), (unsigned long long)want);
+  T->free(ctx, ds);
+  T->free(ctx, dr);
+  free(hs);
+  free(hr);
+  free(a);
+}
+
 /* A large copy queued on the compute stream, not synchronised, then an
  * all-gather of its destination: the comm stream must wait for it (an
  * all-gather moves data even at n == 1). */
@@ -312,6 +348,7 @@ int main(int argc, char **argv) {
     test_collectives(nc, SL_F32);
     test_collectives(nc, SL_BF16);
     test_ordering(nc);
+    test_alltoall(nc);
     if (!use_boot) OK(sl_comm_split(nc, R % 2, -R, &half)); /* a boot comm has no host twin */
     if (half) {
       int hn = (N - R % 2 + 1) / 2; /* ranks with my parity */
