@@ -78,6 +78,7 @@ static void step_figures(const trainer *t, const sl_mem_stats *s0, sl_dry_result
   out->total_peak = s1.total_peak - s0->total_cur;
   sl_comm_stats sh, rp;
   sl_fsdp_comm_stats(t->f, &sh, &rp);
+  sl_epar_add_stats(&t->par.ep, &sh);
   for (int k = 0; k < SL_COLL_NKINDS; k++) {
     out->comm[k] = sh.bytes[k] + rp.bytes[k];
     if (k != SL_COLL_RECV) out->comm_total += out->comm[k]; /* sent bytes, as the metrics count */

@@ -33,6 +33,14 @@ sl_ep_group sl_epar_hooks(sl_epar *ep) {
   return sl_ep_group_over(ep->comm);
 }
 
+void sl_epar_add_stats(const sl_epar *ep, sl_comm_stats *s) {
+  if (ep->E <= 1 || !ep->comm) return;
+  sl_comm_stats x;
+  sl_comm_get_stats(ep->comm, &x);
+  s->calls[SL_COLL_ALLTOALL] += x.calls[SL_COLL_ALLTOALL];
+  s->bytes[SL_COLL_ALLTOALL] += x.bytes[SL_COLL_ALLTOALL];
+}
+
 int sl_epar_gather_unit(const sl_epar *ep, const sl_model *m, int u, float *flat) {
   const sl_unit_spec *us = &m->units[u];
   if (ep->E <= 1 || !us->expert) return SL_OK;

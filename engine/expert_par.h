@@ -36,6 +36,10 @@ sl_ep_group sl_epar_hooks(sl_epar *ep);
  * whole unit out on every EP rank (an all-gather in place). Collective over
  * the ep axis for an EP-split unit; nothing otherwise. */
 int sl_epar_gather_unit(const sl_epar *ep, const sl_model *m, int u, float *flat);
+/* Adds the ep axis's all-to-all traffic (the token exchange; the save's
+ * gathers are not counted) to *s, the shard group's figures the summary, the
+ * metrics' comm_bytes and the engine check report. */
+void sl_epar_add_stats(const sl_epar *ep, sl_comm_stats *s);
 
 #ifdef __cplusplus
 }

@@ -13,7 +13,7 @@
 /* The collective kinds tensor parallelism uses, in the order printed. */
 static const sl_coll_kind TP_KINDS[3] = {SL_COLL_ALLGATHER, SL_COLL_REDUCE_SCATTER, SL_COLL_ALLREDUCE};
 
-/* A rank's all-to-all bytes in the summary's row v: the shard and replica groups'. */
+/* A rank's all-to-all bytes in the summary's row v: the shard and replica groups' (the ep axis's added to the shard's). */
 static int64_t a2a_bytes(const int64_t *v) {
   return v[SL_ARENA_COUNT + SL_COLL_ALLTOALL] + v[SL_ARENA_COUNT + SL_COLL_NKINDS + SL_COLL_ALLTOALL];
 }
@@ -27,6 +27,7 @@ void sl_trainer_summary(trainer *t, double wall) {
   sl_mem_get(&ms);
   sl_comm_stats sh, rp;
   sl_fsdp_comm_stats(t->f, &sh, &rp);
+  sl_epar_add_stats(&t->par.ep, &sh);
   int i = 0;
   for (int a = 0; a < SL_ARENA_COUNT; a++) mine[i++] = ms.peak[a];
   for (int kk = 0; kk < SL_COLL_NKINDS; kk++) mine[i++] = (int64_t)sh.bytes[kk];
@@ -90,6 +91,7 @@ int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt
   sl_mem_get(&ms);
   sl_comm_stats sh, rp;
   sl_fsdp_comm_stats(t->f, &sh, &rp);
+  sl_epar_add_stats(&t->par.ep, &sh);
   double tps = (double)t->data.G * (double)t->cfg.seq_len / dt;
   double mfu = flops_tok * tps / (t->report.peak_flops * t->wsize);
   uint64_t bytes = 0;
