@@ -77,7 +77,9 @@ static void attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv
                           int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg, float softcap) {
   const sl_bf16_state *s = st(ctx, "attention_fwd");
   if (!s) return;
-  F(s)->attention_fwd(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, scale, seg, softcap);
+  if (s->on && s->impl->attention_fwd)
+    s->impl->attention_fwd(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, scale, seg, softcap);
+  else F(s)->attention_fwd(ctx, out, lse, qkv, B, T, nh, nkv, hd, window, scale, seg, softcap);
   rnd(ctx, s, out, B * T * nh * hd); /* lse stays fp32 */
 }
 static void attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
@@ -85,7 +87,9 @@ static void attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const fl
                           float scale, const int32_t *seg, float softcap) {
   const sl_bf16_state *s = st(ctx, "attention_bwd");
   if (!s) return;
-  F(s)->attention_bwd(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, scale, seg, softcap);
+  if (s->on && s->impl->attention_bwd)
+    s->impl->attention_bwd(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, scale, seg, softcap);
+  else F(s)->attention_bwd(ctx, dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, window, scale, seg, softcap);
   rnd(ctx, s, dqkv, QKV_N(B, T, nh, nkv, hd));
 }
 

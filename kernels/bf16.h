@@ -40,6 +40,14 @@ typedef struct sl_bf16_impl {
                         int64_t N, int64_t C, int64_t V, float softcap);
   void (*lmhead_ce_bwd)(sl_kctx *, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
                         const float *lse, float scale, int64_t N, int64_t C, int64_t V, float softcap);
+  /* Optional (NULL: the fp32 op): attention with bf16 operands and fp32
+   * accumulation (the CUDA backend's tensor-core kernels); the layer rounds
+   * out and dqkv as after the fp32 op. Called only under bf16 compute. */
+  void (*attention_fwd)(sl_kctx *, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
+                        int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg, float softcap);
+  void (*attention_bwd)(sl_kctx *, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+                        int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window, float scale,
+                        const int32_t *seg, float softcap);
 } sl_bf16_impl;
 
 /* The first member of the context struct of a backend that uses the layer. */

@@ -320,7 +320,7 @@ static __global__ void __launch_bounds__(ATT_NT)
 }
 
 /* ---- dispatch ---------------------------------------------------------------------- */
-static int att_check(sl_kctx *ctx, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd) {
+int sl_cuda_attention_check(sl_kctx *ctx, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd) {
   if (B < 0 || T < 0 || nh <= 0 || nkv <= 0 || hd <= 0 || nh % nkv != 0 || T > 0x7fffffffLL || nh > 65535 ||
       B > 65535 || hd > 256)
     return sl_cuda_fail(ctx, SL_EINPUT,
@@ -342,7 +342,7 @@ template <typename E>
 static void att_fwd_any(sl_kctx *ctx, E *out, float *lse, const E *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv,
                         int64_t hd, int64_t window, float scale, const int32_t *seg, float softcap) {
   SL_CUDA_BEGIN(ctx);
-  if (att_check(ctx, B, T, nh, nkv, hd)) return;
+  if (sl_cuda_attention_check(ctx, B, T, nh, nkv, hd)) return;
   if (B == 0 || T == 0) return;
   int win = window > 0 ? (int)(window < T ? window : T + 1) : 0;
 #define FWD(HDP, TPR, BC)                                                                                              \
@@ -359,7 +359,7 @@ static void att_bwd_any(sl_kctx *ctx, float *dqkv, const E *dout, const E *qkv, 
                         int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window, float scale,
                         const int32_t *seg, float softcap) {
   SL_CUDA_BEGIN(ctx);
-  if (att_check(ctx, B, T, nh, nkv, hd)) return;
+  if (sl_cuda_attention_check(ctx, B, T, nh, nkv, hd)) return;
   if (B == 0 || T == 0) return;
   int win = window > 0 ? (int)(window < T ? window : T + 1) : 0;
   int64_t rows = B * T * nh;
@@ -382,6 +382,17 @@ static void att_bwd_any(sl_kctx *ctx, float *dqkv, const E *dout, const E *qkv, 
   ATT_DISPATCH(hd, DKV);
 #undef DKV
   CUDA_LAUNCH_CHECK(ctx);
+}
+
+float *sl_cuda_attention_dsum(sl_kctx *ctx, const float *dout, const float *out, int64_t B, int64_t T, int64_t nh,
+                              int64_t hd) {
+  int64_t rows = B * T * nh;
+  float *dsum = (float *)sl_cuda_scratch(ctx, (size_t)rows * sizeof(float), "attention_bwd");
+  if (!dsum) return NULL;
+  att_dsum_kernel<float>
+      <<<(unsigned)((rows + 7) / 8), 256, 0, ctx->stream>>>(dsum, dout, out, rows, (int)T, (int)nh, (int)hd);
+  CUDA_LAUNCH_CHECK(ctx, NULL);
+  return dsum;
 }
 
 void sl_cuda_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,

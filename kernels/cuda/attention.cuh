@@ -11,6 +11,12 @@ void sl_cuda_attention_fwd(sl_kctx *ctx, float *out, float *lse, const float *qk
 void sl_cuda_attention_bwd(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
                            const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window,
                            float scale, const int32_t *seg, float softcap);
+/* SL_OK, or SL_EINPUT recorded for a shape the kernels do not take. */
+int sl_cuda_attention_check(sl_kctx *ctx, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd);
+/* Dsum (B, nh, T) = dout . out per row, queued into the op's scratch
+ * (attention_bwd's first pass); NULL on failure (status recorded). */
+float *sl_cuda_attention_dsum(sl_kctx *ctx, const float *dout, const float *out, int64_t B, int64_t T, int64_t nh,
+                              int64_t hd);
 #ifdef __cplusplus
 }
 #endif

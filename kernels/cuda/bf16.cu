@@ -3,8 +3,8 @@
  * round): in-place rounding of strided rows, and the GEMMs (linear, LM head)
  * under bf16 compute, which convert their operands to bf16 into the
  * context's stage buffer and run cuBLASLt with bf16 A/B, fp32 compute and
- * fp32 output (the layer rounds it). Attention keeps the fp32 kernel: its
- * inputs are already bf16-valued (rope's rounding), its output is rounded.
+ * fp32 output (the layer rounds it). Attention under bf16 compute is the
+ * tensor-core kernel (attention_tc.cu, given to the layer in ctx.cu).
  * Storage stays fp32 (bf16-valued): no memory is saved yet. */
 #include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/common.cuh"

@@ -260,7 +260,9 @@ static const sl_bf16_impl g_cuda_bf16 = {&g_cuda_fp32,
                                          sl_cuda_bf16_linear_fwd,
                                          sl_cuda_bf16_linear_bwd,
                                          sl_cuda_bf16_lmhead_ce_fwd,
-                                         sl_cuda_bf16_lmhead_ce_bwd};
+                                         sl_cuda_bf16_lmhead_ce_bwd,
+                                         sl_cuda_attention_fwd_tc,
+                                         sl_cuda_attention_bwd_tc};
 static const sl_ops g_cuda_ops = sl_bf16_ops(&g_cuda_fp32);
 static const sl_bf16_impl *cuda_bf16_impl(void) { return &g_cuda_bf16; }
 

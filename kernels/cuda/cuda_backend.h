@@ -61,6 +61,16 @@ void sl_cuda_attention_bwd_bf16(sl_kctx *ctx, float *dqkv, const uint16_t *dout,
                                 const uint16_t *out, const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv,
                                 int64_t hd, int64_t window, float scale, const int32_t *seg, float softcap);
 
+/* ---- tensor-core attention (attention_tc.cu, sm_80+ mma.sync) --------------
+ * The table's attention ops (same arguments and outputs) with bf16 operands
+ * and fp32 accumulation: what the bf16 layer runs under bf16 compute. */
+void sl_cuda_attention_fwd_tc(sl_kctx *ctx, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t nh,
+                              int64_t nkv, int64_t hd, int64_t window, float scale, const int32_t *seg,
+                              float softcap);
+void sl_cuda_attention_bwd_tc(sl_kctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
+                              const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                              int64_t window, float scale, const int32_t *seg, float softcap);
+
 #ifdef __cplusplus
 }
 #endif

@@ -186,8 +186,9 @@ void fiber_start(Fiber &f) {
 }
 
 const char *op_name(int kind) {
-  static const char *const n[] = {"__shfl_sync",   "__shfl_xor_sync", "__shfl_up_sync", "__shfl_down_sync",
-                                  "__ballot_sync", "__any_sync",      "__all_sync",     "__syncwarp"};
+  static const char *const n[] = {"__shfl_sync",      "__shfl_xor_sync", "__shfl_up_sync",
+                                  "__shfl_down_sync", "__ballot_sync",   "__any_sync",
+                                  "__all_sync",       "__syncwarp",      "mma.sync.m16n8k16"};
   return n[kind];
 }
 
@@ -201,6 +202,51 @@ int shfl_src(const Fiber &o, int j) {
   case W_DOWN: return (j & (w - 1)) + o.arg < w ? j + o.arg : j;
   }
   return j;
+}
+
+/* One lane's operands of an emulated mma.sync (mma_m16n8k16_bf16). */
+struct MmaArgs {
+  const uint32_t *a, *b;
+  const float *c;
+  float *d;
+};
+float bf16_half(uint32_t r, int h) {
+  uint32_t u = (r >> (16 * h) & 0xffffu) << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+/* D = A B + C of a warp at an mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32,
+ * with the PTX ISA's fragment layout ("Matrix Fragments for mma.m16n8k16 with
+ * floating point type"): groupID g = lane >> 2, threadID_in_group t = lane % 4;
+ * A (16x16, row) register r holds a_{2r}, a_{2r+1} (the lower-indexed element in
+ * the low half): row g + 8 (r & 1), col 2t + h + 8 (r >> 1) for half h;
+ * B (16x8, col) register r: row (k) 2t + h + 8r, col (n) g;
+ * C, D (16x8) element i: row g + 8 (i >> 1), col 2t + (i & 1).
+ * bf16 products are exact in fp32; the sum is formed in double and rounded
+ * once (the hardware's accumulation order is unspecified). Every operand is
+ * read before any D is written: d may alias c. */
+void mma_release(Fiber *w) {
+  float A[16][16], B[16][8], C[16][8];
+  for (int l = 0; l < 32; l++) {
+    const MmaArgs *m = (const MmaArgs *)(uintptr_t)w[l].val;
+    int g = l >> 2, t = l & 3;
+    for (int r = 0; r < 4; r++)
+      for (int h = 0; h < 2; h++) A[g + 8 * (r & 1)][2 * t + h + 8 * (r >> 1)] = bf16_half(m->a[r], h);
+    for (int r = 0; r < 2; r++)
+      for (int h = 0; h < 2; h++) B[2 * t + h + 8 * r][g] = bf16_half(m->b[r], h);
+    for (int i = 0; i < 4; i++) C[g + 8 * (i >> 1)][2 * t + (i & 1)] = m->c[i];
+  }
+  for (int l = 0; l < 32; l++) {
+    const MmaArgs *m = (const MmaArgs *)(uintptr_t)w[l].val;
+    int g = l >> 2, t = l & 3;
+    for (int i = 0; i < 4; i++) {
+      int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+      double acc = C[row][col];
+      for (int k = 0; k < 16; k++) acc += (double)A[row][k] * B[k][col];
+      m->d[i] = (float)acc;
+    }
+  }
 }
 
 /* Completes every warp primitive whose mask has fully arrived. */
@@ -234,6 +280,16 @@ bool release_warps(int n) {
                  false;
       }
       if (!ready) continue;
+      if (a.kind == W_MMA) {
+        if (a.mask != 0xffffffffu || nl != 32)
+          return fail(&a, "%s (%s:%d): needs all 32 lanes of a full warp (mask 0x%08x, %d lanes)", op_name(a.kind),
+                      a.file, a.line, a.mask, nl),
+                 false;
+        mma_release(w);
+        for (int j = 0; j < 32; j++) w[j].state = RUN;
+        any = true;
+        continue;
+      }
       uint64_t ballot = 0;
       for (int j = 0; j < 32; j++)
         if (a.mask >> j & 1) ballot |= (uint64_t)(w[j].val != 0) << j;
@@ -450,6 +506,12 @@ uint64_t warp_op(int kind, unsigned mask, uint64_t val, int arg, int width, cons
   f->kind = kind, f->mask = mask, f->val = val, f->arg = arg, f->width = width;
   to_sched(false); /* after a failure: never resumed */
   return f->res;
+}
+
+void mma_m16n8k16_bf16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4], const char *file,
+                       int line) {
+  MmaArgs m{a, b, c, d};
+  warp_op(W_MMA, 0xffffffffu, (uint64_t)(uintptr_t)&m, 0, 32, file, line);
 }
 
 void *dyn_smem() { return E.dyn; }

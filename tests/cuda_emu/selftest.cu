@@ -6,6 +6,9 @@
  * sanitizers end it) — plus the cuBLASLt and runtime argument checks, and
  * streams: ordered by an event, a host sync or the legacy stream's implicit
  * waits they pass; the same program without the wait is reported as a race.
+ * The emulated mma.sync m16n8k16 (kernels/cuda/mma.cuh) equals a plain
+ * matrix product with lane-distinct values, and fragments loaded with B's
+ * layout transposed do not.
  * Compiled like the kernels (cu2cpp.cmake), host C++ only. */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -14,6 +17,8 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "kernels/cuda/mma.cuh"
 
 static int npass, nfail;
 static void report(const char *name, bool ok, const char *detail = "") {
@@ -370,6 +375,73 @@ static void test_streams() {
   report("two streams, missing wait: a race", dies_saying(run_no_wait, "cuda-emu: race on device bytes"));
 }
 
+/* ---- mma.sync m16n8k16 bf16 -> f32 (kernels/cuda/mma.cuh) ------------------ */
+/* D (16x8) = A (16x16) B (16x8) + C, all row-major in global memory; each
+ * lane loads its fragments with the PTX ISA layout (g = lane / 4, t = lane % 4),
+ * or with B's rows and columns swapped (`bt`: the negative control). */
+static __global__ void k_mma(float *D, const uint16_t *A, const uint16_t *Bm, const float *C, int bt) {
+  int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  uint32_t a[4], b[2];
+  float c[4];
+  for (int r = 0; r < 4; r++) {
+    int row = g + 8 * (r & 1), col = 2 * t + 8 * (r >> 1);
+    a[r] = (uint32_t)A[row * 16 + col] | (uint32_t)A[row * 16 + col + 1] << 16;
+  }
+  for (int r = 0; r < 2; r++) {
+    int k = 2 * t + 8 * r;
+    b[r] = bt ? (uint32_t)Bm[(g + 8 * r) % 16 * 8 + 2 * t] | (uint32_t)Bm[(g + 8 * r) % 16 * 8 + 2 * t + 1] << 16
+              : (uint32_t)Bm[k * 8 + g] | (uint32_t)Bm[(k + 1) * 8 + g] << 16;
+  }
+  for (int i = 0; i < 4; i++) c[i] = C[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)];
+  sl_mma_bf16_16816(c, a, b, c); /* d aliases c */
+  for (int i = 0; i < 4; i++) D[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)] = c[i];
+}
+static uint16_t bf16_of(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return (uint16_t)(u >> 16); /* exact: small integers */
+}
+/* the number of D elements that differ from the plain product */
+static int mma_case(int bt) {
+  uint16_t ha[256], hb[128];
+  float hc[128], hd[128], ref[128];
+  for (int i = 0; i < 256; i++) ha[i] = bf16_of((float)(i - 128)); /* every element distinct, bf16-exact */
+  for (int i = 0; i < 128; i++) hb[i] = bf16_of((float)(i - 64)), hc[i] = (float)(3 * i);
+  for (int m = 0; m < 16; m++)
+    for (int n = 0; n < 8; n++) {
+      float acc = hc[m * 8 + n]; /* integers < 2^24: exact in any order */
+      for (int k = 0; k < 16; k++) acc += (float)(m * 16 + k - 128) * (float)(k * 8 + n - 64);
+      ref[m * 8 + n] = acc;
+    }
+  uint16_t *da, *db;
+  float *dc, *dd;
+  cudaMalloc(&da, sizeof ha), cudaMalloc(&db, sizeof hb), cudaMalloc(&dc, sizeof hc), cudaMalloc(&dd, sizeof hd);
+  cudaMemcpy(da, ha, sizeof ha, cudaMemcpyHostToDevice), cudaMemcpy(db, hb, sizeof hb, cudaMemcpyHostToDevice);
+  cudaMemcpy(dc, hc, sizeof hc, cudaMemcpyHostToDevice), cudaMemset(dd, 0, sizeof hd);
+  k_mma<<<1, 32>>>(dd, da, db, dc, bt);
+  cudaMemcpy(hd, dd, sizeof hd, cudaMemcpyDeviceToHost);
+  cudaFree(da), cudaFree(db), cudaFree(dc), cudaFree(dd);
+  int bad = 0;
+  for (int i = 0; i < 128; i++) bad += hd[i] != ref[i];
+  return bad;
+}
+static void test_mma() {
+  char msg[64];
+  int bad = mma_case(0);
+  snprintf(msg, sizeof msg, "%d of 128 differ", bad);
+  report("mma m16n8k16 = plain product", bad == 0, msg);
+  bad = mma_case(1);
+  snprintf(msg, sizeof msg, "%d of 128 differ", bad);
+  report("mma, B fragments transposed: wrong", bad > 64, msg);
+  uint16_t *z16 = nullptr;
+  float *zf = nullptr;
+  cudaMalloc(&z16, 512), cudaMalloc(&zf, 512);
+  cudaMemset(z16, 0, 512), cudaMemset(zf, 0, 512);
+  k_mma<<<1, 16>>>(zf, z16, z16, zf, 0); /* half a warp */
+  expect_error("mma in a 16-thread block", cudaErrorLaunchFailure, "does not exist");
+  cudaFree(z16), cudaFree(zf);
+}
+
 int main() {
   test_shuffles();
   test_barriers();
@@ -378,6 +450,7 @@ int main() {
   test_cublaslt();
   test_runtime();
   test_streams();
+  test_mma();
   printf("%d passed, %d failed\n", npass, nfail);
   return nfail ? 1 : 0;
 }

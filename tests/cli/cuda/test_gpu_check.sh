@@ -26,6 +26,7 @@ echo "swiglu                         n=100      max_abs=0.000e+00 rel=1.000e-06 
 echo "3 passed, 0 failed"
 X
 printf '#!/bin/sh\necho "2 passed, 0 failed"\n' > "$F/tests/test_memops"
+printf '#!/bin/sh\necho "51 passed, 0 failed"\n' > "$F/tests/test_cuda_tcattn"
 printf '#!/bin/sh\necho "test_cuda_nccl: skipped (stand-in)"\nexit 77\n' > "$F/tests/test_cuda_nccl"
 printf '#!/bin/sh\necho "bench stand-in $*"\necho "{\\"bench\\": \\"gpu\\", \\"tokens_per_s\\": 1.0, \\"mfu\\": 0.5}"\n' > "$F/shardlm"
 chmod +x "$F/shardlm" "$F"/tests/*

@@ -54,11 +54,18 @@ constexpr int warpSize = 32;
 #define __align__(n) __attribute__((aligned(n)))
 
 namespace sl_emu {
-enum { W_IDX, W_XOR, W_UP, W_DOWN, W_BALLOT, W_ANY, W_ALL, W_SYNC };
+enum { W_IDX, W_XOR, W_UP, W_DOWN, W_BALLOT, W_ANY, W_ALL, W_SYNC, W_MMA };
 /* A warp primitive of the calling lane: blocks until every lane of `mask`
  * has arrived at the same primitive, then returns this lane's result. */
 uint64_t warp_op(int kind, unsigned mask, uint64_t val, int arg, int width, const char *file, int line);
 void syncthreads(const char *file, int line);
+/* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 of the calling lane
+ * (kernels/cuda/mma.cuh): a warp collective of all 32 lanes. Each lane
+ * brings its A (4 regs of 2 bf16), B (2 regs) and C (4 floats) fragments;
+ * once all have arrived the 16x8 product is formed with the PTX ISA's
+ * fragment layout and each lane gets its D fragment (d may alias c). */
+void mma_m16n8k16_bf16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4], const char *file,
+                       int line);
 void *dyn_smem(); /* the block's `extern __shared__` buffer (launch's smem bytes) */
 /* 1 when [p, p + bytes) lies inside one cudaMalloc / cudaMallocHost block */
 bool device_range(const void *p, size_t bytes);
