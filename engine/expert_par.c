@@ -12,7 +12,6 @@ int sl_epar_check(const sl_train_cfg *c, const sl_model_config *mc, int device) 
   if (!mc->moe_experts) no = "the model has no experts (a dense architecture)";
   else if (mc->moe_experts % c->ep) no = "it does not divide the number of experts";
   else if (c->tp > 1) no = "--tp with --ep is not implemented yet (expert tensors are not TP-split)";
-  else if (c->pp > 1) no = "--pp with --ep is not implemented yet (the pipeline's norm sums one shard group)";
   else if (device) no = "the device backends have no expert exchange yet (run --backend cpu)";
   if (!no) return SL_OK;
   return sl_fail(SL_EINPUT, "--ep %lld: %s (%s, %lld experts)", (long long)c->ep, no, mc->arch_name,

@@ -745,9 +745,9 @@ static int pp_grad_sumsq(sl_schedule *s, const sl_step_ctx *c, double *ss) {
       rc = sl_fail(SL_ECOMM, "pipeline gradient norm all-gather: %s", sl_comm_last_error());
   }
   if (!rc) {
-    double t = 0.0; /* in unit order, each unit from its owner: one process's sum */
-    for (int u = 0; u < U; u++) t += all[(size_t)pl->owner[u] * (size_t)U + (size_t)u];
-    rc = sl_fsdp_shard_sum(c->f, t, ss);
+    /* in unit order, each unit from its owner: one process's sum (each sharding group apart: --ep) */
+    for (int u = 0; u < U; u++) mine[u] = all[(size_t)pl->owner[u] * (size_t)U + (size_t)u];
+    rc = sl_fsdp_group_sums(c->f, mine, ss);
     if (!rc && st->tp) rc = sl_tpar_sum(st->tp, *ss, ss); /* then over the TP group, in rank order */
   }
   free(mine);

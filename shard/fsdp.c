@@ -751,11 +751,17 @@ static int group_sum(sl_fsdp *f, int gi, double mine, double *out) {
 
 /* Groups sharing group 0's communicators are summed with it (one sum, in unit order). */
 int sl_fsdp_grad_sumsq(sl_fsdp *f, double *out) {
-  double *uss = calloc((size_t)f->nunits, sizeof(double)), mine[SL_FSDP_MAX_GROUPS] = {0}, t = 0.0;
+  double *uss = calloc((size_t)f->nunits, sizeof(double));
   if (!uss) return SL_ENOMEM;
   sl_fsdp_unit_sumsq(f, uss);
-  for (int u = 0; u < f->nunits; u++) mine[f->grp[f->units[u].g].shared ? 0 : f->units[u].g] += uss[u];
+  int rc = sl_fsdp_group_sums(f, uss, out);
   free(uss);
+  return rc;
+}
+
+int sl_fsdp_group_sums(sl_fsdp *f, const double *per_unit, double *out) {
+  double mine[SL_FSDP_MAX_GROUPS] = {0}, t = 0.0;
+  for (int u = 0; u < f->nunits; u++) mine[f->grp[f->units[u].g].shared ? 0 : f->units[u].g] += per_unit[u];
   int rc = SL_OK;
   for (int gi = 0; gi < f->ngroups && !rc; gi++) {
     double x = 0.0;

@@ -140,6 +140,12 @@ int sl_fsdp_grad_sumsq_part(sl_fsdp *f, sl_fsdp_counted_fn counted, void *ctx, d
  * shard group in rank order (collective). */
 void sl_fsdp_unit_sumsq(sl_fsdp *f, double *per_unit);
 int sl_fsdp_shard_sum(sl_fsdp *f, double mine, double *out);
+/* The global sum of per_unit[u] (one double per unit, the same on every
+ * rank of a unit's shard group but for its own part): each group's units
+ * summed in unit order, then over the group's shard ranks (and spread
+ * ranks), groups in order (collective over every group). With one group
+ * it is sl_fsdp_shard_sum of the units' sum. */
+int sl_fsdp_group_sums(sl_fsdp *f, const double *per_unit, double *out);
 /* sl_fsdp_unit_sumsq of the counted ranges only (no comm): tensor x
  * pipeline parallelism adds the per-unit sums of the stages in unit order. */
 void sl_fsdp_unit_sumsq_part(sl_fsdp *f, sl_fsdp_counted_fn counted, void *ctx, double *per_unit);

@@ -16,8 +16,9 @@
 # of the uninterrupted run; a saved model reloads and saves byte-identically
 # at EP 2. Negative control: SL_FAULT_EP_MISROUTE=1 (each rank runs the rows
 # it receives through the wrong local expert) fails the comparison.
+# EP 2 x PP 2 (1f1b, gpipe bit-identical to it, interleaved) within 1e-5.
 # Refused by name: --ep not dividing the experts or the shard group, a dense
-# model, --tp, --pp.
+# model, --tp.
 source "${SL_SRC:?}/tests/lib/run.sh" mpi_ep mpi numpy
 MOE='"num_hidden_layers": 2, "intermediate_size": 24, "num_local_experts": 4, "num_experts_per_tok": 2'
 tiny_model "$W/mixtral" llama '"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", '"$MOE"
@@ -51,6 +52,10 @@ run mixtral ep2hyb 4 3 1 --zero 3 --ep 2 --shard-group 2 && check mixtral ep2hyb
 run mixtral ep2ac 4 3 1 --zero 3 --ep 2 --activation-checkpoint full && check mixtral ep2ac ep2 --exact
 run mixtral ep2ns 4 3 1 --zero 2 --ep 2 --no-sync-accum && check mixtral ep2ns base --rtol 1e-5
 run mixtral ep2w2 2 3 2 --zero 3 --ep 2 && check mixtral ep2w2 base --rtol 1e-5
+# EP 2 x PP 2 (each stage's two ranks exchange its layers' tokens): 1f1b, gpipe (bit-identical to it), interleaved
+run mixtral ep2pp2 4 3 2 --zero 3 --ep 2 --pp 2 && check mixtral ep2pp2 base --rtol 1e-5
+run mixtral ep2pp2g 4 3 2 --ep 2 --pp 2 --pp-schedule gpipe && check mixtral ep2pp2g ep2pp2 --exact
+run mixtral ep2pp2i 4 3 2 --ep 2 --pp 2 --pp-schedule interleaved --pp-virtual 2 && check mixtral ep2pp2i base --rtol 1e-5
 for a in mixtral_aux qwen3moe; do
   run $a base 1 3 4 --zero 0
   run $a ep2 4 3 1 --zero 3 --ep 2 && check $a ep2 base --rtol 1e-5
@@ -85,5 +90,4 @@ refuse "--ep 3 of 4 experts" 3 "does not divide the number of experts" mixtral -
 refuse "--ep 4 over a shard group of 2" 4 "--ep 4 must divide the ranks a tensor is sharded over" mixtral --ep 4 --shard-group 2
 refuse "--ep 2 on a dense model" 2 "the model has no experts" llama --ep 2
 refuse "--ep 2 --tp 2" 4 "--tp with --ep is not implemented yet" mixtral --ep 2 --tp 2
-refuse "--ep 2 --pp 2" 4 "--pp with --ep is not implemented yet" mixtral --ep 2 --pp 2
 finish
