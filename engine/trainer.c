@@ -706,7 +706,7 @@ static int moe_load_step(trainer *t, step_out *o) {
 /* The routing options' figures of the step (sl_model_moe_stats) summed over
  * every rank; then --moe-balance bias's update from the step's load. */
 static int moe_stats_step(trainer *t, step_out *o) {
-  int64_t n = sl_model_moe_stats(t->m, NULL);
+  int64_t n = t->m->cfg.moe_experts ? t->m->cfg.num_hidden_layers + 4 : 0; /* sl_model_moe_stats's length */
   if (!n) return SL_OK;
   if (!o->moe_stats && !(o->moe_stats = malloc(sizeof *o->moe_stats * (size_t)n)))
     return sl_fail(SL_ENOMEM, "out of memory");
