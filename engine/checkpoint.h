@@ -50,6 +50,11 @@ typedef struct {
   /* tensor x pipeline parallelism (tp and owns set): 1 on the rank that
    * writes its stage's whole units (the first DP and TP rank of the stage) */
   int stage_writer;
+  /* a mixture of experts' expert bias (--moe-balance bias; NULL: none), the
+   * same on every rank: saved in the manifest; on load filled from a
+   * checkpoint that holds one (of the same size), else left as it is */
+  float *moe_bias;
+  int64_t n_moe_bias;
 } sl_ckpt_state;
 
 /* Collective over world. Writes CKPT_DIR/step-<step>, commits it, points

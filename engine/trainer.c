@@ -362,9 +362,6 @@ static int moe_options(const sl_train_cfg *c, sl_model_config *mc) {
   if (!mc->moe_experts && set)
     return sl_fail(SL_EINPUT, "%s: %s has no experts (a mixture-of-experts option; Mixtral, Qwen3-MoE)", set,
                    mc->arch_name);
-  if (bal == SL_MOE_BALANCE_BIAS && (c->ckpt_dir[0] || c->max_restarts > 0))
-    return sl_fail(SL_EINPUT, "--moe-balance bias: the expert bias is training state that checkpoints do not hold yet; "
-                              "drop --ckpt-dir / --max-restarts, or use --moe-balance aux or none");
   mc->moe_capacity_factor = c->moe_capacity_factor;
   mc->moe_z_loss_coef = c->moe_z_loss_coef;
   mc->moe_balance = bal;
@@ -763,6 +760,7 @@ static sl_ckpt_state ckpt_state(trainer *t, int64_t step) {
                       .owns = t->par.pplan ? t->par.pplan->local : NULL,
                       .stage_writer =
                           t->par.pmesh->group[SL_GROUP_DP].coord == 0 && t->par.pmesh->axis[SL_AXIS_TP].coord == 0};
+  st.moe_bias = sl_model_moe_bias(t->m, &st.n_moe_bias);
   return st;
 }
 
@@ -840,7 +838,8 @@ static int resume(trainer *t) {
   t->data.next_sample = st.next_sample;
   t->cfg.seed = (int64_t)st.rng_seed; /* the data order continues as written */
   sl_sampler_set_seed(t->data.smp, st.rng_seed);
-  rc = ck_unstage(t, 1); /* into backend memory / the NVMe files */
+  rc = sl_model_moe_bias_step(t->m, NULL); /* the restored expert bias to the backend */
+  if (!rc) rc = ck_unstage(t, 1); /* into backend memory / the NVMe files */
   for (int u = 0; u < t->m->nunits && !rc; u++) {
     if (!t->state.opt[u]) continue; /* another pipeline stage's unit */
     const float *mv = opt_master(t, u, &rc);

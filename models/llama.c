@@ -576,5 +576,6 @@ const sl_block_kind sl_llama_block = {
     .moe_load = sl_llama_moe_load,
     .moe_stats = sl_llama_moe_stats,
     .moe_bias_step = sl_llama_moe_bias_step,
+    .moe_bias = sl_llama_moe_bias,
     .loss_term = sl_llama_moe_loss_term,
 };

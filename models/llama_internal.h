@@ -130,6 +130,7 @@ int sl_llama_moe_init(sl_model *m, llama_priv *p);
 void sl_llama_moe_free(sl_model *m, llama_priv *p);
 int64_t sl_llama_moe_stats(sl_model *m, double *out);
 int sl_llama_moe_bias_step(sl_model *m, const int64_t *load);
+float *sl_llama_moe_bias(sl_model *m, int64_t *n);
 int sl_llama_moe_bwd(sl_model *m, llama_priv *p, const layer_acts *a, const blockw *w, const blockw *g,
                      const float *dout, float *dln);
 int sl_llama_moe_alloc_layer(sl_model *m, llama_priv *p, layer_acts *a);

@@ -184,6 +184,12 @@ int64_t sl_llama_moe_stats(sl_model *m, double *out) {
   return L + 4;
 }
 
+float *sl_llama_moe_bias(sl_model *m, int64_t *n) {
+  const llama_priv *p = sl_dec(m)->blk;
+  *n = p->E && p->rt && p->rt->hbias ? sl_dec(m)->L * p->E : 0;
+  return *n ? p->rt->hbias : NULL;
+}
+
 /* torchtitan's _update_expert_bias in fp32: delta = r * sign(mean - load), minus its mean. */
 int sl_llama_moe_bias_step(sl_model *m, const int64_t *load) {
   llama_priv *p = sl_dec(m)->blk;
@@ -191,7 +197,7 @@ int sl_llama_moe_bias_step(sl_model *m, const int64_t *load) {
   int64_t L = sl_dec(m)->L, E = p->E;
   if (!p->E || !rt || !rt->hbias) return SL_OK;
   float rate = (float)m->cfg.moe_bias_rate, d[1024]; /* E <= 1024 (the config checks) */
-  for (int64_t l = 0; l < L; l++) {
+  for (int64_t l = 0; load && l < L; l++) {
     float mean = 0, dm = 0;
     for (int64_t e = 0; e < E; e++) mean += (float)load[l * E + e];
     mean /= (float)E;

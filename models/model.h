@@ -270,8 +270,12 @@ int64_t sl_model_moe_load(sl_model *m, int64_t *out);
  * (micro-batch, layer) pairs it ran in. Returns L + 4, 0 for a dense model. */
 int64_t sl_model_moe_stats(sl_model *m, double *out);
 /* --moe-balance bias: the expert bias after a step from load (L, E), the
- * step's tokens per expert over every rank (sl_model_moe_load summed). */
+ * step's tokens per expert over every rank (sl_model_moe_load summed);
+ * load NULL: only copies the host bias (sl_model_moe_bias) to the backend. */
 int sl_model_moe_bias_step(sl_model *m, const int64_t *load);
+/* The host copy of the expert bias ((L, E) into *n = L*E; NULL, *n = 0:
+ * none): training state, the checkpoint's to save and restore. */
+float *sl_model_moe_bias(sl_model *m, int64_t *n);
 int64_t sl_model_max_unit_numel(const sl_model *m);
 
 /* For model files: n floats of zeroed backend memory counted in arena

@@ -26,12 +26,18 @@ Checks (one line each, then "N passed, M failed"):
     20 steps of 256 tokens) the max/mean load falls (1.67 at step 1 to 1.21
     over steps 16-20, measured); negative control: --moe-balance none stays
     near 1.58.
+  - the bias is checkpointed: the step-5 manifest holds it; steps 6-10
+    resumed from it equal the uninterrupted run's (loss, loads); negative
+    control: resumed with --moe-balance none, step 6's loads differ.
+  - the three options together at DP 2 (one micro-batch a rank) against
+    one process (two micro-batches): losses within 1e-5, loads and drops equal.
   - refusals (exit 2 naming the flag): an unknown --moe-balance, a routing
-    option on a dense model, a negative capacity, bias with --ckpt-dir, the
-    z-loss under --pp.
+    option on a dense model, a negative capacity, the z-loss under --pp.
 """
+import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -198,9 +204,6 @@ def case_capacity(ck, exe, w, data, stream, mdir, names):
                    [r.get("moe_dropped") for r in rows], [s[1] for s in steps])
     per_step_equal(ck, "[capacity] moe_load (the selection before the capacity) equals the reference's",
                    [r.get("moe_load") for r in rows], [s[0] for s in steps])
-    _, _, neg = ref_train(mdir, stream, cap=1.25)
-    ck("[capacity] negative control: the reference at 1.25 drops other counts",
-       [r.get("moe_dropped") for r in rows] != [s[1] for s in neg], f"ref at 1.25 step 1 {neg[0][1]}")
 
 
 def case_z(ck, exe, w, data, stream, mdir, names):
@@ -244,7 +247,9 @@ def imbalance(load):
 def case_bias(ck, exe, w, data, stream, mdir):
     sk = os.path.join(w, "skewed")
     skewed(mdir, sk)
-    rows, paths = engine_train(ck, exe, w, "bias", sk, data, ["--moe-balance", "bias", "--moe-bias-rate", RATE])
+    ckdir = os.path.join(w, "ck_a")  # its checkpoints: case_resume's
+    rows, paths = engine_train(ck, exe, w, "bias", sk, data, ["--moe-balance", "bias", "--moe-bias-rate", RATE,
+                                                              "--ckpt-dir", ckdir, "--ckpt-every", 5])
     if rows is None:
         return
     ref_m, ref_rows, steps = ref_train(sk, stream, bias=True)
@@ -266,6 +271,51 @@ def case_bias(ck, exe, w, data, stream, mdir):
        lb < first - 0.25, f"{late['bias'][2]}")
     ck("[bias] negative control: --moe-balance none stays skewed (steps 16-20 at least 0.15 above bias's)",
        late["none"][1] > lb + 0.15, f"none {late['none'][1]:.3f} vs bias {lb:.3f}: {late['none'][2]}")
+    return rows
+
+
+def case_resume(ck, exe, w, data, sk, full):
+    """The expert bias is checkpointed: steps 6-10 resumed from step 5 equal the uninterrupted run's (full: case_bias's
+    run, which wrote ck_a/step-000005)."""
+    bias = ["--moe-balance", "bias", "--moe-bias-rate", RATE]
+    ca, cb = os.path.join(w, "ck_a"), os.path.join(w, "ck_b")
+    man = json.load(open(os.path.join(ca, "step-000005", "manifest.json")))
+    b = man.get("moe_expert_bias", [])
+    ck("[resume] the step-5 checkpoint holds the expert bias (layers x experts, not all zero)",
+       len(b) == 2 * NE and any(b), f"{b}")
+    os.makedirs(cb)
+    shutil.copytree(os.path.join(ca, "step-000005"), os.path.join(cb, "step-000005"))
+    open(os.path.join(cb, "latest"), "w").write("step-000005\n")
+    key = [(r["loss"], r["moe_load"]) for r in full[5:]]
+    for tag, flags in (("resumed", bias), ("resumed_none", ["--moe-balance", "none"])):
+        c = os.path.join(w, "ck_" + tag)
+        shutil.copytree(cb, c)
+        rows, _ = engine_train(ck, exe, w, tag, sk, data, flags + ["--ckpt-dir", c, "--resume"])
+        if rows is None:
+            return
+        got = [(r["loss"], r["moe_load"]) for r in rows if r["step"] > 5]
+        if tag == "resumed":
+            ck("[resume] steps 6-10 resumed from step 5 equal the uninterrupted run's (loss, moe_load)", got == key,
+               f"step 6 engine {got[0] if got else None} uninterrupted {key[0]}")
+        else:
+            ck("[resume] negative control: resumed with --moe-balance none (no bias), step 6's loads differ",
+               got[:1] != key[:1] and got[0][1] != key[0][1], f"step 6 {got[0][1]} vs {key[0][1]}")
+
+
+def case_ranks(ck, exe, w, data, sk):
+    """All three options at once on 2 data-parallel ranks (1 micro-batch each) against one process (2 micro-batches):
+    the same micro-batches, loads summed over the ranks."""
+    opts = ["--moe-capacity-factor", CAP, "--moe-z-loss-coef", Z_COEF, "--moe-balance", "bias", "--moe-bias-rate", RATE]
+    one, _ = engine_train(ck, exe, w, "one_rank", sk, data, opts)
+    two, _ = engine_train(ck, exe, w, "two_ranks", sk, data, opts + ["--nproc", 2, "--grad-accum", 1])
+    if one is None or two is None:
+        return
+    dl = max(abs(a["loss"] - b["loss"]) for a, b in zip(one, two))
+    same = all(a[k] == b[k] for a, b in zip(one, two) for k in ("moe_load", "moe_dropped"))
+    dz = max(abs(a["moe_z_loss"] - b["moe_z_loss"]) / a["moe_z_loss"] for a, b in zip(one, two))
+    ck("[ranks] DP 2 = one process with capacity, z-loss and bias: losses 1e-5, moe_load and moe_dropped equal, "
+       "moe_z_loss 1e-6 rel", len(two) == E.STEPS and dl <= 1e-5 and same and dz <= 1e-6,
+       f"max|dloss| {dl:.2e}, loads/drops equal {same}, z rel {dz:.1e}; step 1 {two[0]['moe_dropped']}")
 
 
 def case_refusals(ck, exe, w, data, mdir):
@@ -277,7 +327,6 @@ def case_refusals(ck, exe, w, data, mdir):
     cases = ((["--model", mdir, "--moe-balance", "random"], "--moe-balance"),
              (["--model", dense, "--moe-capacity-factor", 1], "--moe-capacity-factor"),
              (["--model", mdir, "--moe-capacity-factor", -1], "--moe-capacity-factor"),
-             (["--model", mdir, "--moe-balance", "bias", "--ckpt-dir", os.path.join(w, "ck")], "--moe-balance bias"),
              (["--model", mdir, "--moe-z-loss-coef", 0.1, "--nproc", 2, "--pp", 2], "--moe-z-loss-coef"))
     for args, flag in cases:
         log = os.path.join(w, "refusal.log")
@@ -298,7 +347,10 @@ def main():
     names = [n for n, _ in L.load_hf(mdir).named_parameters()]
     case_capacity(ck, exe, w, data, stream, mdir, names)
     case_z(ck, exe, w, data, stream, mdir, names)
-    case_bias(ck, exe, w, data, stream, mdir)
+    full = case_bias(ck, exe, w, data, stream, mdir)
+    if full:
+        case_resume(ck, exe, w, data, os.path.join(w, "skewed"), full)
+    case_ranks(ck, exe, w, data, os.path.join(w, "skewed"))
     case_refusals(ck, exe, w, data, mdir)
     print(f"{ck.passed} passed, {ck.failed} failed")
     return 1 if ck.failed else 0
