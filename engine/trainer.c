@@ -839,7 +839,7 @@ static int resume(trainer *t) {
   t->cfg.seed = (int64_t)st.rng_seed; /* the data order continues as written */
   sl_sampler_set_seed(t->data.smp, st.rng_seed);
   rc = sl_model_moe_bias_step(t->m, NULL); /* the restored expert bias to the backend */
-  if (!rc) rc = ck_unstage(t, 1); /* into backend memory / the NVMe files */
+  if (!rc) rc = ck_unstage(t, 1);          /* into backend memory / the NVMe files */
   for (int u = 0; u < t->m->nunits && !rc; u++) {
     if (!t->state.opt[u]) continue; /* another pipeline stage's unit */
     const float *mv = opt_master(t, u, &rc);

@@ -11,7 +11,7 @@
  * moe_permute_fwd), each expert's SwiGLU MLP runs as one GEMM per weight
  * over its group (an empty group runs nothing), and the rows come back
  * weighted (moe_combine_fwd). The expert grouping is read back to the host
- * (E+1 offsets a layer) to size the GEMMs; under the counting backend
+ * (2E+1 offsets a layer) to size the GEMMs; under the counting backend
  * (which moves no data) the host keeps the balanced split, so the engine
  * check counts a balanced routing.
  *

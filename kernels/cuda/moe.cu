@@ -92,7 +92,7 @@ void sl_cuda_moe_route_bwd(sl_kctx *ctx, float *dlogits, const float *dwts, cons
   SL_CUDA_REQUIRE(ctx, N >= 0 && E >= 1 && k >= 1 && k <= 64);
   if (N == 0) return;
   route_bwd_kernel<<<sl_cuda_blocks(N, 128), 128, 0, ctx->stream>>>(dlogits, dwts, probs, sel, wts, gp, lse, zg, N, E,
-                                                                     k, norm);
+                                                                    k, norm);
   CUDA_LAUNCH_CHECK(ctx);
 }
 
