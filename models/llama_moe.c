@@ -113,8 +113,10 @@ static int route_init(sl_model *m, llama_priv *p) {
   if (!m->ops) return SL_OK;
   struct sl_moe_route *rt = p->rt = calloc(1, sizeof *rt);
   if (!rt || !(rt->dropped = calloc((size_t)L, sizeof *rt->dropped))) return sl_fail(SL_ENOMEM, "out of memory");
-  if (c->moe_capacity_factor > 0) /* Megatron's get_capacity(num_tokens = N*k, E, F) */
-    rt->cap = (int64_t)ceil(((double)(p->N * p->k) / (double)E) * c->moe_capacity_factor);
+  if (c->moe_capacity_factor > 0) { /* Megatron's get_capacity(num_tokens = N*k, E, F); N or more drops nothing */
+    double cap = ceil(((double)(p->N * p->k) / (double)E) * c->moe_capacity_factor);
+    rt->cap = cap < (double)p->N ? (int64_t)cap : p->N;
+  }
   rt->zcoef = (float)c->moe_z_loss_coef;
   if (rt->zcoef && !(rt->hlse = calloc((size_t)p->N, sizeof *rt->hlse))) return sl_fail(SL_ENOMEM, "out of memory");
   if (c->moe_balance != SL_MOE_BALANCE_BIAS) return SL_OK;
