@@ -102,6 +102,12 @@ static int build_manifest(const sl_ckpt_state *st, sl_ckio_manifest *man) {
   man->next_sample = st->next_sample;
   man->seed = st->rng_seed;
   man->has_seed = 1;
+  if (st->moe_bias && st->n_moe_bias > 0) {
+    if (!(man->moe_bias = malloc((size_t)st->n_moe_bias * sizeof *man->moe_bias)))
+      return sl_fail(SL_ENOMEM, "out of memory");
+    memcpy(man->moe_bias, st->moe_bias, (size_t)st->n_moe_bias * sizeof *man->moe_bias);
+    man->n_moe_bias = st->n_moe_bias;
+  }
   man->world_size = sl_comm_size(st->world);
   man->zero = st->cfg ? (int)st->cfg->zero : 0;
   int tp = sl_tpar_ckpt_on(st); /* one file of whole units (engine/tensor_par.c) */
@@ -443,6 +449,20 @@ static int dump_loaded(const char *path, sl_ckpt_state *st) {
   return rc;
 }
 
+/* The expert bias of --moe-balance bias from the manifest (none there: it stays zero, said once). */
+static int load_moe_bias(const char *dir, const sl_ckio_manifest *man, sl_ckpt_state *st) {
+  if (!st->moe_bias) return SL_OK;
+  if (!man->moe_bias) {
+    sl_log0(SL_LOG_WARN, "%s holds no expert bias (written without --moe-balance bias): it starts from zero", dir);
+    return SL_OK;
+  }
+  if (man->n_moe_bias != st->n_moe_bias)
+    return sl_fail(SL_EINPUT, "%s: the expert bias has %lld values, this model's %lld (layers x experts)", dir,
+                   (long long)man->n_moe_bias, (long long)st->n_moe_bias);
+  memcpy(st->moe_bias, man->moe_bias, (size_t)st->n_moe_bias * sizeof *st->moe_bias);
+  return SL_OK;
+}
+
 static int try_load(const char *dir, sl_ckpt_state *st) {
   sl_ckio_manifest man;
   int rc = sl_ckio_manifest_load(dir, &man);
@@ -467,6 +487,7 @@ static int try_load(const char *dir, sl_ckpt_state *st) {
       if (v.valid > 0) rc = sl_ckio_read_range(dir, &man, u, k, at, at + v.valid, dst[k][u]);
     }
   }
+  if (!rc) rc = load_moe_bias(dir, &man, st);
   if (!rc) {
     st->step = man.step;
     st->next_sample = man.next_sample;

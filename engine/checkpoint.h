@@ -53,6 +53,11 @@ typedef struct {
   /* the expert-parallel axis (NULL or one rank: none): an EP-split unit's
    * ranges are this rank's part, hold_lo on in the unit (sl_unit_spec) */
   sl_comm *ep;
+  /* a mixture of experts' expert bias (--moe-balance bias; NULL: none), the
+   * same on every rank: saved in the manifest; on load filled from a
+   * checkpoint that holds one (of the same size), else left as it is */
+  float *moe_bias;
+  int64_t n_moe_bias;
 } sl_ckpt_state;
 
 /* Collective over world. Writes CKPT_DIR/step-<step>, commits it, points

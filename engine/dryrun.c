@@ -112,6 +112,7 @@ static int dry_step(trainer *t, const sl_mem_stats *s0, sl_dry_result *out) {
   step_out o = {0};
   int rc = sl_trainer_step(t, 0, &o);
   free(o.moe_load);
+  free(o.moe_stats);
   if (tp) sl_comm_get_stats(tp, &tp1);
   sl_comm_get_stats(pp, &pp1);
   if (rc) return rc;

@@ -80,6 +80,35 @@ static double moe_imbalance(const int64_t *load, int64_t n, int64_t E) {
   return worst;
 }
 
+void sl_trainer_moe_note(const trainer *t, const step_out *o, char *buf, size_t cap) {
+  const sl_model_config *mc = &t->mcfg;
+  int64_t L = o->moe_sn - 4;
+  size_t n = 0;
+  buf[0] = 0;
+  if (o->moe_sn <= 0) return;
+  if (mc->moe_capacity_factor > 0) {
+    double d = 0;
+    for (int64_t l = 0; l < L; l++) d += o->moe_stats[l];
+    n += (size_t)snprintf(buf + n, cap - n, " moe_dropped %.0f", d);
+  }
+  if (mc->moe_z_loss_coef > 0 && n < cap && o->moe_stats[L + 3] > 0)
+    snprintf(buf + n, cap - n, " moe_z_loss %.4f", o->moe_stats[L + 2] / o->moe_stats[L + 3]);
+}
+
+/* The routing options' metrics: dropped slots per layer, the aux and z losses (their means, without coefficients). */
+static void moe_metrics(const trainer *t, const step_out *o, FILE *f) {
+  int64_t L = o->moe_sn - 4;
+  if (o->moe_sn <= 0) return;
+  const double *st = o->moe_stats;
+  if (t->mcfg.moe_capacity_factor > 0) {
+    fprintf(f, ", \"moe_dropped\": [");
+    for (int64_t l = 0; l < L; l++) fprintf(f, "%s%.0f", l ? ", " : "", st[l]);
+    fprintf(f, "]");
+  }
+  if (st[L + 1] > 0) fprintf(f, ", \"moe_aux_loss\": %.9g", st[L] / st[L + 1]);
+  if (t->mcfg.moe_z_loss_coef > 0 && st[L + 3] > 0) fprintf(f, ", \"moe_z_loss\": %.9g", st[L + 2] / st[L + 3]);
+}
+
 int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt, double flops_tok) {
   int64_t *stages = NULL; /* --pp > 1: every stage's figures (a collective over the PP communicator) */
   int rc = t->par.pplan ? sl_trainer_pp_gather(t, &stages) : SL_OK;
@@ -136,6 +165,7 @@ int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt
               (long long)o->moe_load[i], i == o->moe_n - 1 ? "]" : "");
     fprintf(t->report.metrics, "], \"moe_max_over_mean\": %.4f", moe_imbalance(o->moe_load, o->moe_n, E));
   }
+  moe_metrics(t, o, t->report.metrics);
   if (o->ev.samples)
     fprintf(t->report.metrics, ", \"eval_loss\": %s, \"eval_ppl\": %s", sl_guard_json(jl, o->ev.loss),
             sl_guard_json(jr, o->ev.ppl));

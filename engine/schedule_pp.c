@@ -879,12 +879,18 @@ int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int ran
       return sl_fail(SL_EINPUT, "--pp-virtual and --pp-layout need --pp P >= 2 (found --pp %lld)", (long long)c->pp);
     return SL_OK;
   }
-  if (mc->moe_experts && mc->output_router_logits && mc->router_aux_loss_coef > 0)
+  if (mc->moe_experts && mc->output_router_logits && mc->router_aux_loss_coef > 0 &&
+      mc->moe_balance == SL_MOE_BALANCE_AUX)
     return sl_fail(SL_EINPUT,
                    "--pp %lld: %s's load-balancing loss (output_router_logits true) needs every layer's routing on "
                    "one rank; across pipeline stages it is not implemented (set output_router_logits false or "
-                   "router_aux_loss_coef 0, or drop --pp)",
+                   "router_aux_loss_coef 0, pass --moe-balance none or bias, or drop --pp)",
                    (long long)c->pp, mc->arch_name);
+  if (mc->moe_experts && mc->moe_z_loss_coef > 0)
+    return sl_fail(SL_EINPUT,
+                   "--pp %lld with --moe-z-loss-coef %g: the z-loss joins the loss on the head's stage only; across "
+                   "pipeline stages it is not implemented (drop --moe-z-loss-coef or --pp)",
+                   (long long)c->pp, mc->moe_z_loss_coef);
   /* one reduction at the step's last backward: it must cover every unit of
    * the rank (one chunk), and the tied weight's head part is sent per
    * micro-batch from a buffer zeroed for it */

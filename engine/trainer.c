@@ -347,20 +347,44 @@ static int setup_backend(trainer *t, sl_hosts *hosts) {
   return SL_OK;
 }
 
-/* Setup step 3: the model config (--model's config.json, or the built-in tiny Llama). */
+/* The --moe-* routing options into the model config (docs/models.md), or
+ * the refusal naming the flag. */
+static int moe_options(const sl_train_cfg *c, sl_model_config *mc) {
+  static const char *const names[] = {"aux", "bias", "none"};
+  int bal = -1;
+  for (int i = 0; i < 3; i++)
+    if (!strcmp(c->moe_balance, names[i])) bal = i;
+  if (bal < 0) return sl_fail(SL_EINPUT, "--moe-balance must be aux, bias or none, found '%s'", c->moe_balance);
+  const char *set = c->moe_capacity_factor > 0 ? "--moe-capacity-factor"
+                    : c->moe_z_loss_coef > 0   ? "--moe-z-loss-coef"
+                    : bal                      ? "--moe-balance"
+                                               : NULL;
+  if (!mc->moe_experts && set)
+    return sl_fail(SL_EINPUT, "%s: %s has no experts (a mixture-of-experts option; Mixtral, Qwen3-MoE)", set,
+                   mc->arch_name);
+  mc->moe_capacity_factor = c->moe_capacity_factor;
+  mc->moe_z_loss_coef = c->moe_z_loss_coef;
+  mc->moe_balance = bal;
+  mc->moe_bias_rate = c->moe_bias_rate;
+  return SL_OK;
+}
+
+/* Setup step 3: the model config (--model's config.json, or the built-in tiny Llama) with the --moe-* options. */
 static int setup_model_config(trainer *t) {
   const sl_train_cfg *c = &t->cfg;
+  int rc;
   if (t->dry) {
     t->mcfg = *t->dry;
-    return SL_OK;
+    return moe_options(c, &t->mcfg);
   }
   if (c->model[0]) {
     char p[SL_PATH_MAX + 32];
     snprintf(p, sizeof p, "%s/config.json", c->model);
-    return sl_hfconfig_load(p, &t->mcfg);
-  }
-  return sl_hfconfig_parse("built-in configs/tiny-llama/config.json", sl_builtin_model_config,
+    rc = sl_hfconfig_load(p, &t->mcfg);
+  } else
+    rc = sl_hfconfig_parse("built-in configs/tiny-llama/config.json", sl_builtin_model_config,
                            sl_builtin_model_config_len, &t->mcfg);
+  return rc ? rc : moe_options(c, &t->mcfg);
 }
 
 /* Setup step 4: the data (--data, or the built-in corpus rank 0 writes), the held-out stream, the
@@ -698,13 +722,28 @@ static int moe_load_step(trainer *t, step_out *o) {
   return rc;
 }
 
+/* The routing options' figures of the step (sl_model_moe_stats) summed over
+ * every rank; then --moe-balance bias's update from the step's load. */
+static int moe_stats_step(trainer *t, step_out *o) {
+  int64_t n = t->m->cfg.moe_experts ? t->m->cfg.num_hidden_layers + 4 : 0; /* sl_model_moe_stats's length */
+  if (!n) return SL_OK;
+  if (!o->moe_stats && !(o->moe_stats = malloc(sizeof *o->moe_stats * (size_t)n)))
+    return sl_fail(SL_ENOMEM, "out of memory");
+  sl_model_moe_stats(t->m, o->moe_stats);
+  if (sl_comm_allreduce_sync(t->world, o->moe_stats, n, SL_F64) != SL_COMM_OK)
+    return sl_fail(SL_ECOMM, "expert statistics all-reduce: %s", sl_comm_last_error());
+  o->moe_sn = n;
+  return t->mcfg.moe_balance == SL_MOE_BALANCE_BIAS ? sl_model_moe_bias_step(t->m, o->moe_load) : SL_OK;
+}
+
 static int train_step(trainer *t, int64_t s, step_out *o) {
   sl_train_cfg *c = &t->cfg;
   double loss_local = 0;
   int rc;
   sl_model_moe_load(t->m, NULL); /* the counters restart: this step's training forwards only */
+  sl_model_moe_stats(t->m, NULL);
   if ((rc = sl_trainer_fwd_bwd(t, (int)c->grad_accum, NULL, NULL, &loss_local))) return rc;
-  if ((rc = moe_load_step(t, o))) return rc;
+  if ((rc = moe_load_step(t, o)) || (rc = moe_stats_step(t, o))) return rc;
   double loss_sum = 0;
   loss_local = sl_guard_fault(t->world, s, loss_local); /* tests only (SL_FAULT_NONFINITE) */
   if ((rc = sum_across(t, loss_local, &loss_sum))) return rc;
@@ -744,6 +783,7 @@ static sl_ckpt_state ckpt_state(trainer *t, int64_t step) {
                       .stage_writer =
                           t->par.pmesh->group[SL_GROUP_DP].coord == 0 && t->par.pmesh->axis[SL_AXIS_TP].coord == 0,
                       .ep = t->par.ep.comm};
+  st.moe_bias = sl_model_moe_bias(t->m, &st.n_moe_bias);
   return st;
 }
 
@@ -821,7 +861,8 @@ static int resume(trainer *t) {
   t->data.next_sample = st.next_sample;
   t->cfg.seed = (int64_t)st.rng_seed; /* the data order continues as written */
   sl_sampler_set_seed(t->data.smp, st.rng_seed);
-  rc = ck_unstage(t, 1); /* into backend memory / the NVMe files */
+  rc = sl_model_moe_bias_step(t->m, NULL); /* the restored expert bias to the backend */
+  if (!rc) rc = ck_unstage(t, 1);          /* into backend memory / the NVMe files */
   for (int u = 0; u < t->m->nunits && !rc; u++) {
     if (!t->state.opt[u]) continue; /* another pipeline stage's unit */
     const float *mv = opt_master(t, u, &rc);
@@ -952,10 +993,12 @@ static double run_banner(trainer *t) {
 static void run_progress(const trainer *t, int64_t s, const step_out *o, double dt, double flops_tok, int tty) {
   const sl_train_cfg *c = &t->cfg;
   double tps = (double)t->data.G * c->seq_len / dt;
+  char moe[96];
+  sl_trainer_moe_note(t, o, moe, sizeof moe);
   if (tty) {
-    printf("\rstep %lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %.0f tok/s  MFU %.1f%%   ", (long long)(s + 1),
+    printf("\rstep %lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %.0f tok/s  MFU %.1f%%%s   ", (long long)(s + 1),
            (long long)c->steps, o->loss, o->lr, o->grad_norm, tps,
-           100.0 * flops_tok * tps / (t->report.peak_flops * t->wsize));
+           100.0 * flops_tok * tps / (t->report.peak_flops * t->wsize), moe);
     if (o->ev.samples) printf("\n  eval loss %.4f  ppl %.2f\n", o->ev.loss, o->ev.ppl);
     fflush(stdout);
   } else if (o->ev.samples) {
@@ -964,8 +1007,8 @@ static void run_progress(const trainer *t, int64_t s, const step_out *o, double 
             "eval_ppl %.3f",
             (long long)(s + 1), (long long)c->steps, o->loss, o->lr, o->grad_norm, tps, o->ev.loss, o->ev.ppl);
   } else if ((c->log_every > 0 && (s + 1) % c->log_every == 0) || s == 0 || s + 1 == c->steps) {
-    sl_log0(SL_LOG_INFO, "step %lld/%lld loss %.4f lr %.3e grad_norm %.4f tokens/s %.0f", (long long)(s + 1),
-            (long long)c->steps, o->loss, o->lr, o->grad_norm, tps);
+    sl_log0(SL_LOG_INFO, "step %lld/%lld loss %.4f lr %.3e grad_norm %.4f tokens/s %.0f%s", (long long)(s + 1),
+            (long long)c->steps, o->loss, o->lr, o->grad_norm, tps, moe);
   }
 }
 
@@ -1055,6 +1098,7 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   if (t.rank == 0 && c->steps > t.start_step) run_report(&t, wall, first_loss, o.loss, ppsvg);
 done:
   free(o.moe_load);
+  free(o.moe_stats);
   sl_trainer_free(&t);
   return rc;
 }

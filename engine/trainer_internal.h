@@ -98,6 +98,8 @@ typedef struct {
   int64_t tokens;    /* targets that counted in the loss */
   int64_t *moe_load; /* (moe_n) a mixture of experts' tokens per expert per layer in the step, all ranks */
   int64_t moe_n;     /* 0: a dense model */
+  double *moe_stats; /* (moe_sn) sl_model_moe_stats of the step summed over every rank: drops per layer, aux, z */
+  int64_t moe_sn;    /* L + 4; 0: a dense model */
 } step_out;
 
 /* optim 0: no optimizer state (shardlm eval). */
@@ -115,6 +117,8 @@ void sl_trainer_free(trainer *t);
  * losses. */
 int sl_trainer_fwd_bwd(trainer *t, int nk, sl_fwd_hook hook, void *hook_user, double *loss_sum);
 /* Rank 0: the metrics line of step s (0-based). */
+/* " moe_dropped N moe_z_loss Z" for the step's log line when those options are on (else ""). */
+void sl_trainer_moe_note(const trainer *t, const step_out *o, char *buf, size_t cap);
 int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt, double flops_tok);
 /* --pp > 1 (engine/report_pp.c): every stage's figures since the last line,
  * gathered over the PP communicator (collective: every rank calls it);

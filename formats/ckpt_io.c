@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,6 +339,24 @@ int sl_ckio_file_dump(const sl_ckio_file *f, char **text) {
   return *text ? SL_OK : sl_fail(SL_ENOMEM, "checkpoint: out of memory");
 }
 
+/* "moe_expert_bias" (optional): an array of at most 2^24 finite numbers. */
+static int parse_moe_bias(const char *path, json_t *b, sl_ckio_manifest *m) {
+  if (!b) return SL_OK;
+  size_t n = json_is_array(b) ? json_array_size(b) : 0;
+  if (!n || n > (1u << 24))
+    return sl_fail(SL_EINPUT, "%s: \"moe_expert_bias\" must be an array of 1 to 2^24 numbers", path);
+  if (!(m->moe_bias = malloc(n * sizeof *m->moe_bias))) return sl_fail(SL_ENOMEM, "out of memory");
+  m->n_moe_bias = (int64_t)n;
+  for (size_t i = 0; i < n; i++) {
+    json_t *v = json_array_get(b, i);
+    double x = json_number_value(v);
+    if (!json_is_number(v) || !isfinite(x))
+      return sl_fail(SL_EINPUT, "%s: \"moe_expert_bias\"[%zu] must be a finite number", path, i);
+    m->moe_bias[i] = (float)x;
+  }
+  return SL_OK;
+}
+
 int sl_ckio_manifest_dump(const sl_ckio_manifest *m, char **text) {
   char hex[24];
   json_t *o = json_object();
@@ -359,6 +378,11 @@ int sl_ckio_manifest_dump(const sl_ckio_manifest *m, char **text) {
   if (m->model_config) {
     json_object_set_new(o, "model_config", json_string(m->model_config));
     json_object_set_new(o, "model_hash", json_string(m->model_hash));
+  }
+  if (m->moe_bias) {
+    json_t *b = json_array();
+    for (int64_t i = 0; i < m->n_moe_bias; i++) json_array_append_new(b, json_real((double)m->moe_bias[i]));
+    json_object_set_new(o, "moe_expert_bias", b);
   }
   json_t *us = json_array();
   for (int u = 0; u < m->nunits; u++) {
@@ -404,6 +428,7 @@ void sl_ckio_manifest_free(sl_ckio_manifest *m) {
   free(m->files);
   free(m->config);
   free(m->model_config);
+  free(m->moe_bias);
   memset(m, 0, sizeof *m);
 }
 
@@ -636,6 +661,7 @@ int sl_ckio_manifest_parse(const char *path, const char *text, size_t len, sl_ck
   }
   const char *mh = json_string_value(json_object_get(o, "model_hash"));
   snprintf(m->model_hash, sizeof m->model_hash, "%s", mh ? mh : "");
+  if ((rc = parse_moe_bias(path, json_object_get(o, "moe_expert_bias"), m))) goto done;
   json_t *us = json_object_get(o, "units"), *fs = json_object_get(o, "files");
   if (!json_is_array(us) || json_array_size(us) < 1 || json_array_size(us) > 100000 || !json_is_array(fs) ||
       json_array_size(fs) < 1 || json_array_size(fs) > 100000) {

@@ -84,6 +84,8 @@ typedef struct {
   sl_ckio_unit *units;
   int nfiles;
   sl_ckio_file *files;
+  float *moe_bias;    /* (n_moe_bias) a mixture of experts' expert bias (--moe-balance bias); NULL: none */
+  int64_t n_moe_bias; /* its L * E values */
 } sl_ckio_manifest;
 
 /* Parses and validates manifest JSON text (len bytes, need not be

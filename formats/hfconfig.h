@@ -81,6 +81,11 @@ typedef struct {
   int moe_norm_topk;           /* renormalise the k routing weights to sum 1 (Mixtral: always; Qwen3-MoE: norm_topk_prob) */
   double router_aux_loss_coef; /* kept and written back; the aux loss runs only with output_router_logits */
   int output_router_logits;    /* transformers adds the load-balancing loss only then (refused: not implemented) */
+  /* the engine's routing options (the trainer's --moe-* flags; never read from or written to config.json) */
+  double moe_capacity_factor; /* Megatron-Core's capacity factor (0: dropless) */
+  double moe_z_loss_coef;     /* the router z-loss's coefficient (0: none) */
+  int moe_balance;            /* SL_MOE_BALANCE_AUX (0) | _BIAS | _NONE */
+  double moe_bias_rate;       /* _BIAS: the expert bias's update rate */
   /* Gemma 2 / Gemma 3 text (models/llama.c's Gemma options, docs/models.md) */
   int gemma;                      /* (1 + w) norms, four per layer, embeddings * sqrt(H), tanh-GELU GeGLU */
   double attn_logit_softcapping;  /* 0 = none (also for null) */
@@ -105,6 +110,7 @@ typedef struct {
   int mixer_rms;                   /* Falcon-Mamba (FalconMambaForCausalLM): weightless RMSNorm of dt, B, C */
   double mixer_rms_eps;            /* its eps (mixer_rms_eps, default 1e-6) */
 } sl_model_config;
+enum { SL_MOE_BALANCE_AUX = 0, SL_MOE_BALANCE_BIAS = 1, SL_MOE_BALANCE_NONE = 2 };
 
 const char *sl_arch_name(sl_arch a); /* "llama", "mistral", "qwen2", "qwen3", "mamba", "gemma2", "gemma3_text" */
 

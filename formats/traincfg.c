@@ -114,6 +114,17 @@ static const key_t_ KEYS[] = {
     B("pp-dry-run", pp_dry_run, "false",
       "with --pp P > 1: print the run's pipeline schedule (per-rank timeline, bubble, layout), write "
       "OUT_DIR/pipeline.svg (unless --plot false) and exit without training"),
+    D("moe-capacity-factor", moe_capacity_factor, "0",
+      "mixture of experts: each expert takes at most ceil(tokens x k / experts x F) slots of a micro-batch, the rest "
+      "dropped by routing weight (Megatron-Core's rule; 0: dropless)"),
+    D("moe-z-loss-coef", moe_z_loss_coef, "0",
+      "mixture of experts: the router z-loss (ST-MoE), coef x mean of logsumexp(router logits)^2, summed over the "
+      "layers as Megatron-Core attaches it (0: none)"),
+    S("moe-balance", moe_balance, "aux",
+      "mixture of experts: aux (the load-balancing loss when config.json asks: output_router_logits) | bias "
+      "(DeepSeek-V3 aux-loss-free expert bias, selection only) | none"),
+    D("moe-bias-rate", moe_bias_rate, "1e-3",
+      "--moe-balance bias: bias += rate x sign(mean load - load) after each step (torchtitan's load_balance_coeff)"),
 };
 #define NKEYS (int)(sizeof KEYS / sizeof KEYS[0])
 
@@ -139,7 +150,7 @@ static const struct {
     {"peak-tflops", 0, INF, 0, 1},   {"log-every", 0, I64MAX, 0, 0}, {"eval-every", 0, I64MAX, 0, 0},
     {"eval-samples", 0, 1e12, 0, 0}, {"max-skips", 1, 1e9, 0, 0},    {"eod-id", -1, 2147483647, 0, 0},
     {"tp", 1, 4096, 0, 0},           {"pp", 1, 1024, 0, 0},          {"pp-virtual", 1, 64, 0, 0},
-    {"ep", 1, 4096, 0, 0},
+    {"ep", 1, 4096, 0, 0}, {"moe-capacity-factor", 0, INF, 0, 1}, {"moe-z-loss-coef", 0, INF, 0, 1}, {"moe-bias-rate", 0, INF, 0, 1},
 };
 #define NRANGES (int)(sizeof RANGES / sizeof RANGES[0])
 

@@ -71,6 +71,11 @@ typedef struct {
   int64_t pp_virtual;   /* interleaved: chunks per rank V */
   char pp_layout[256];  /* decoder layers per virtual stage "5,4,4,5" (empty: balanced) */
   int pp_dry_run;       /* print the schedule, write pipeline.svg, do not train (engine/report_pp.c) */
+  /* mixture of experts: routing and balance (models/llama_moe.c, docs/models.md) */
+  double moe_capacity_factor; /* Megatron-Core's capacity factor (0: dropless) */
+  double moe_z_loss_coef;     /* router z-loss coefficient (0: none) */
+  char moe_balance[8];        /* aux | bias | none */
+  double moe_bias_rate;       /* --moe-balance bias: the expert bias's update rate */
 } sl_train_cfg;
 
 void sl_train_cfg_defaults(sl_train_cfg *c);

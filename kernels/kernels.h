@@ -273,25 +273,35 @@ typedef struct sl_ops {
   void (*lmhead_vp_bwd)(sl_kctx *, float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
                         const float *lse, float scale, int64_t N, int64_t C, int64_t v0, int64_t Vl, int64_t Vvalid,
                         float softcap);
-  /* ---- mixture of experts (dropless token-choice top-k routing) ---------
+  /* ---- mixture of experts (token-choice top-k routing) ------------------
    * N tokens, E experts, k choices a token; slot s = t*k + j is token t's
    * j-th choice. The permuted buffer holds one row per slot, grouped by
    * expert (expert e's rows [offs[e], offs[e+1]), tokens ascending within
    * a group), so each expert's MLP is one GEMM over its group (a group may
-   * be empty). All fp32, also under bf16 compute (they move or weight rows).
-   * moe_route_fwd: probs (N, E) = softmax(logits (N, E)) in fp32; sel (N, k)
-   * int32 the experts of the k largest probabilities, descending (a tie goes
-   * to the lower expert); wts (N, k) their probabilities, divided by their
-   * sum when norm; offs (E+1), perm (N*k): permuted row r holds slot
-   * perm[r]; pos (N*k) its inverse (pos[perm[r]] = r). */
+   * be empty); the slots a capacity dropped follow, grouped the same way
+   * (expert e's dropped rows [offs[E+e], offs[E+e+1]); offs[2E] = N*k).
+   * All fp32, also under bf16 compute (they move or weight rows).
+   * moe_route_fwd: probs (N, E) = softmax(logits (N, E)) in fp32; lse (N,
+   * NULL: not written) its logsumexp; sel (N, k) int32 the experts of the k
+   * largest probs + bias (bias (E) or NULL: none; the selection only, as
+   * DeepSeek-V3's aux-loss-free balancing), descending (a tie goes to the
+   * lower expert); wts (N, k) their probabilities, divided by their sum
+   * when norm. cap > 0: each expert keeps the cap slots of largest wts (a
+   * tie: the earlier token; Megatron-Core's "probs" drop policy), the
+   * others are dropped: sel = -1 - e, wts = 0 (not renormalised); cap 0:
+   * dropless. offs (2E+1), perm (N*k): permuted row r holds slot perm[r];
+   * pos (N*k) its inverse (pos[perm[r]] = r). */
   void (*moe_route_fwd)(sl_kctx *, float *probs, int32_t *sel, float *wts, int32_t *offs, int32_t *perm, int32_t *pos,
-                        const float *logits, int64_t N, int64_t E, int64_t k, int norm);
+                        float *lse, const float *logits, const float *bias, int64_t N, int64_t E, int64_t k, int norm,
+                        int64_t cap);
   /* dlogits (N, E) += the gradient of the logits given dwts (N, k), the
-   * gradient of wts (through the renormalisation when norm), and gp (E, or
-   * NULL: none), a gradient of every token's probs row (the load-balancing
-   * loss's), through the softmax. */
+   * gradient of wts (through the renormalisation when norm; a dropped
+   * slot's dwts is 0), gp (E, or NULL: none), a gradient of every token's
+   * probs row (the load-balancing loss's), through the softmax, and zg *
+   * lse[t] on token t's logsumexp (the router z-loss's; lse NULL: none). */
   void (*moe_route_bwd)(sl_kctx *, float *dlogits, const float *dwts, const float *probs, const int32_t *sel,
-                        const float *wts, const float *gp, int64_t N, int64_t E, int64_t k, int norm);
+                        const float *wts, const float *gp, const float *lse, float zg, int64_t N, int64_t E, int64_t k,
+                        int norm);
   /* xp (N*k, C): permuted row pos[s] = x row s / k. */
   void (*moe_permute_fwd)(sl_kctx *, float *xp, const float *x, const int32_t *pos, int64_t N, int64_t k, int64_t C);
   /* dx (N, C) += sum over j of dxp row pos[t*k + j] (in j order). */

@@ -7,21 +7,31 @@
 #define SL_KERNELS_MOE_ROWS_H
 #include <stdint.h>
 
-/* Softmax of lg (E) into p; the k largest into sel / w (descending; a tie
- * goes to the lower expert), renormalised to sum 1 when norm. */
-SL_MOE_FN void sl_moe_route_row(float *p, int32_t *sel, float *w, const float *lg, int64_t E, int64_t k, int norm) {
+/* The expert of a choice: sel holds e, or -1 - e when the capacity dropped the slot. */
+SL_MOE_FN int32_t sl_moe_expert(int32_t s) { return s < 0 ? -1 - s : s; }
+/* The slot's group in the permuted buffer: e (kept), E + e (dropped). */
+SL_MOE_FN int64_t sl_moe_key(int32_t s, int64_t E) { return s < 0 ? E - 1 - s : s; }
+
+/* Softmax of lg (E) into p (and its logsumexp into *lse unless NULL); the k
+ * largest p_e + bias_e (bias NULL: p_e) into sel (descending; a tie goes to
+ * the lower expert), their p into w, renormalised to sum 1 when norm. */
+SL_MOE_FN void sl_moe_route_row(float *p, int32_t *sel, float *w, float *lse, const float *lg, const float *bias,
+                                int64_t E, int64_t k, int norm) {
   float mx = lg[0];
   for (int64_t e = 1; e < E; e++) mx = lg[e] > mx ? lg[e] : mx;
   float sum = 0;
   for (int64_t e = 0; e < E; e++) sum += p[e] = expf(lg[e] - mx);
   for (int64_t e = 0; e < E; e++) p[e] /= sum;
+  if (lse) *lse = mx + logf(sum);
   float ws = 0;
   for (int64_t j = 0; j < k; j++) {
     int32_t best = -1;
+    float bs = 0;
     for (int64_t e = 0; e < E; e++) {
       int taken = 0;
       for (int64_t i = 0; i < j; i++) taken |= sel[i] == (int32_t)e;
-      if (!taken && (best < 0 || p[e] > p[best])) best = (int32_t)e;
+      float sc = bias ? p[e] + bias[e] : p[e];
+      if (!taken && (best < 0 || sc > bs)) best = (int32_t)e, bs = sc;
     }
     sel[j] = best;
     ws += w[j] = p[best];
@@ -30,21 +40,39 @@ SL_MOE_FN void sl_moe_route_row(float *p, int32_t *sel, float *w, const float *l
     for (int64_t j = 0; j < k; j++) w[j] /= ws;
 }
 
+/* Permuted row r's rank in its expert group [g0, g1) (rows ascending by
+ * token): the rows of larger weight, or of equal weight and an earlier
+ * token, before it. The capacity keeps the rows of rank < capacity. */
+SL_MOE_FN int64_t sl_moe_rank(const float *wts, const int32_t *perm, int64_t g0, int64_t g1, int64_t r) {
+  float w = wts[perm[r]];
+  int64_t n = 0;
+  for (int64_t q = g0; q < g1; q++) {
+    float v = wts[perm[q]];
+    n += v > w || (v == w && q < r);
+  }
+  return n;
+}
+
 /* dl (E) += the gradient of the logits given dw (k), the gradient of the
  * weights w: through the renormalisation when norm (dp_j = (dw_j - sum_m
- * dw_m w_m) / sum_m p_sel_m), plus gp (E, NULL: none) on every
- * probability, then the softmax (dl_e = p_e (dp_e - sum_f p_f dp_f)).
- * k <= 64. */
+ * dw_m w_m) / sum_m p_sel_m; a dropped slot's p stays in the sum, its dw
+ * and w are 0), plus gp (E, NULL: none) on every probability, then the
+ * softmax (dl_e = p_e (dp_e - sum_f p_f dp_f)), plus zg * lse * p_e (the
+ * z-loss's gradient through the logsumexp; zg 0: none). k <= 64. */
 SL_MOE_FN void sl_moe_route_bwd_row(float *dl, const float *dw, const float *p, const int32_t *sel, const float *w,
-                                    const float *gp, int64_t E, int64_t k, int norm) {
+                                    const float *gp, float zl, int64_t E, int64_t k, int norm) {
   float dp[64], ws = 0, dot = 0, pdp = 0;
+  int32_t ex[64];
+  for (int64_t j = 0; j < k; j++) ex[j] = sl_moe_expert(sel[j]);
   if (gp)
     for (int64_t e = 0; e < E; e++) pdp += p[e] * gp[e];
-  for (int64_t j = 0; j < k; j++) ws += p[sel[j]];
+  for (int64_t j = 0; j < k; j++) ws += p[ex[j]];
   for (int64_t j = 0; j < k; j++) dot += dw[j] * w[j];
   for (int64_t j = 0; j < k; j++) dp[j] = norm ? (dw[j] - dot) / ws : dw[j];
-  for (int64_t j = 0; j < k; j++) pdp += p[sel[j]] * dp[j];
+  for (int64_t j = 0; j < k; j++) pdp += p[ex[j]] * dp[j];
   for (int64_t e = 0; e < E; e++) dl[e] += p[e] * ((gp ? gp[e] : 0.0f) - pdp);
-  for (int64_t j = 0; j < k; j++) dl[sel[j]] += p[sel[j]] * dp[j];
+  for (int64_t j = 0; j < k; j++) dl[ex[j]] += p[ex[j]] * dp[j];
+  if (zl != 0.0f)
+    for (int64_t e = 0; e < E; e++) dl[e] += zl * p[e];
 }
 #endif

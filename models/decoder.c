@@ -117,6 +117,22 @@ int64_t sl_model_moe_load(sl_model *m, int64_t *out) {
   return d && d->kind->moe_load ? d->kind->moe_load(m, out) : 0;
 }
 
+int64_t sl_model_moe_stats(sl_model *m, double *out) {
+  const sl_decoder *d = sl_dec(m);
+  return d && d->kind->moe_stats ? d->kind->moe_stats(m, out) : 0;
+}
+
+float *sl_model_moe_bias(sl_model *m, int64_t *n) {
+  const sl_decoder *d = sl_dec(m);
+  *n = 0;
+  return d && d->kind->moe_bias ? d->kind->moe_bias(m, n) : NULL;
+}
+
+int sl_model_moe_bias_step(sl_model *m, const int64_t *load) {
+  const sl_decoder *d = sl_dec(m);
+  return d && d->kind->moe_bias_step ? d->kind->moe_bias_step(m, load) : SL_OK;
+}
+
 static void dec_destroy(sl_model *m) {
   sl_decoder *d = m->priv;
   if (!d) return;

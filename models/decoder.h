@@ -75,7 +75,10 @@ typedef struct {
   int64_t (*flops_per_token)(const sl_model *m, int64_t T);                  /* the whole model's */
   int (*init_custom)(sl_model *m, int u, int ti, float *dst, uint64_t seed); /* NULL: none */
   void (*destroy)(sl_model *m); /* frees what d->blk holds (NULL: nothing); the skeleton frees d->blk */
-  int64_t (*moe_load)(sl_model *m, int64_t *out); /* sl_model_moe_load (NULL: a dense kind) */
+  int64_t (*moe_load)(sl_model *m, int64_t *out);         /* sl_model_moe_load (NULL: a dense kind) */
+  int64_t (*moe_stats)(sl_model *m, double *out);         /* sl_model_moe_stats (NULL: a dense kind) */
+  int (*moe_bias_step)(sl_model *m, const int64_t *load); /* sl_model_moe_bias_step (NULL: a dense kind) */
+  float *(*moe_bias)(sl_model *m, int64_t *n);            /* sl_model_moe_bias (NULL: a dense kind) */
   /* After the micro-batch's last block, before the head: the kind's own
    * term of the loss (added to m->loss_sum; its gradient kept for the
    * blocks' backward), e.g. MoE's load-balancing loss. NULL: none. */

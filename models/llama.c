@@ -56,6 +56,7 @@ static void llama_destroy(sl_model *m) {
   free(p->acnt);
   free(p->aprob);
   free(p->hprob);
+  sl_llama_moe_free(m, p);
   if (p->gp) m->ops->free(m->k, p->gp);
   if (p->inv_freq) m->ops->free(m->k, p->inv_freq);
   if (p->inv_freq_local) m->ops->free(m->k, p->inv_freq_local);
@@ -524,7 +525,7 @@ static int llama_init(sl_model *m, sl_decoder *d) {
     p->k = c->moe_topk;
     p->norm_topk = c->moe_norm_topk;
     p->I = c->moe_intermediate;
-    if (!(p->hoffs = calloc((size_t)(p->E + 1), sizeof *p->hoffs)) ||
+    if (!(p->hoffs = calloc((size_t)(2 * p->E + 1), sizeof *p->hoffs)) ||
         !(p->load = calloc((size_t)(d->L * p->E), sizeof *p->load)) ||
         !(p->ecnt = calloc((size_t)(2 * p->E + 2 * m->ep_size), sizeof *p->ecnt)))
       return sl_fail(SL_ENOMEM, "out of memory");
@@ -575,6 +576,9 @@ const sl_block_kind sl_llama_block = {
     .flops_per_token = llama_flops,
     .destroy = llama_destroy,
     .moe_load = sl_llama_moe_load,
+    .moe_stats = sl_llama_moe_stats,
+    .moe_bias_step = sl_llama_moe_bias_step,
+    .moe_bias = sl_llama_moe_bias,
     .loss_term = sl_llama_moe_loss_term,
     .has_companions = sl_llama_moe_has_experts,
     .companion_spec = sl_llama_moe_experts_spec,

@@ -23,7 +23,8 @@ typedef struct {
   /* mixture of experts (p->E > 0; else NULL): kernels/kernels.h's moe_* ops */
   float *logits, *probs; /* (N, E) the router's logits and fp32 softmax */
   float *wts;            /* (N, k) routing weights */
-  int32_t *sel, *perm, *pos, *offs; /* (N, k), (N*k), (N*k), (E+1) the choices and the expert grouping */
+  int32_t *sel, *perm, *pos, *offs; /* (N, k), (N*k), (N*k), (2E+1) the choices and the expert grouping */
+  float *zlse;                      /* (N) the router logits' logsumexp (the z-loss's; NULL without it) */
   float *xp, *yp;        /* (N*k, C) the permuted ln2 rows and the experts' outputs */
   float *xr, *yr;        /* (EP*N*k, C) under EP: the rows received for this rank's experts and their outputs
                             (at EP = 1: xp and yp) */
@@ -58,12 +59,14 @@ typedef struct {
   int norm_topk;   /* renormalise the k routing weights */
   int ep;          /* EP ranks (m->ep_size): this rank holds E/ep experts */
   int misroute;    /* SL_FAULT_EP_MISROUTE (a test's negative control) */
-  int32_t *hoffs;  /* (E+1) host: a layer's expert groups (the balanced split under the counting backend) */
+  int32_t *hoffs;  /* (2E+1) host: a layer's expert groups, then its dropped slots' (the balanced split, nothing
+                      dropped, under the counting backend) */
   int64_t *load;   /* (L, E) host: tokens each expert received since sl_model_moe_load */
   float aux_coef;  /* the load-balancing loss's coefficient (router_aux_loss_coef with output_router_logits; 0: none) */
   double *acnt, *aprob; /* (E) host: the micro-batch's slots and probability sums per expert over its layers */
   float *hprob;         /* (N, E) host: a layer's probabilities, read back for aprob */
   float *gp;            /* (E) backend: the aux loss's gradient of every probability (moe_route_bwd) */
+  struct sl_moe_route *rt; /* the routing options' state (models/llama_moe.c; NULL without a backend) */
   float eps;
   float *inv_freq;  /* (hd/2) backend memory: the RoPE frequencies (models/rope.h), B > 0 */
   float *inv_freq_local; /* (hd/2) Gemma 3's sliding layers' (rope_local_base_freq), else NULL */
@@ -131,6 +134,10 @@ int sl_llama_moe_fwd(sl_model *m, llama_priv *p, int l, layer_acts *a, const blo
 int64_t sl_llama_moe_load(sl_model *m, int64_t *out);
 int sl_llama_moe_loss_term(sl_model *m);
 int sl_llama_moe_init(sl_model *m, llama_priv *p);
+void sl_llama_moe_free(sl_model *m, llama_priv *p);
+int64_t sl_llama_moe_stats(sl_model *m, double *out);
+int sl_llama_moe_bias_step(sl_model *m, const int64_t *load);
+float *sl_llama_moe_bias(sl_model *m, int64_t *n);
 int sl_llama_moe_bwd(sl_model *m, llama_priv *p, int l, const layer_acts *a, const blockw *w, const blockw *g,
                      const float *dout, float *dln);
 int sl_llama_moe_alloc_layer(sl_model *m, llama_priv *p, layer_acts *a);

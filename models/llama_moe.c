@@ -3,12 +3,15 @@
  *
  * From ln2 (N, C): router logits = ln2 @ Wr^T (E, C, no bias); fp32 softmax
  * over the E experts; the top k; their probabilities renormalised to sum 1
- * when p->norm_topk. Dropless: every token goes to its k experts. The
- * N*k slots are permuted into expert groups (kernels' moe_route_fwd /
+ * when p->norm_topk. Dropless by default: every token goes to its k
+ * experts; the routing options (--moe-capacity-factor, --moe-z-loss-coef,
+ * --moe-balance; "routing options" below) add a capacity, the router
+ * z-loss and the expert bias. The N*k slots are permuted into expert
+ * groups, the dropped ones after them (kernels' moe_route_fwd /
  * moe_permute_fwd), each expert's SwiGLU MLP runs as one GEMM per weight
  * over its group (an empty group runs nothing), and the rows come back
  * weighted (moe_combine_fwd). The expert grouping is read back to the host
- * (E+1 offsets a layer) to size the GEMMs; under the counting backend
+ * (2E+1 offsets a layer) to size the GEMMs; under the counting backend
  * (which moves no data) the host keeps the balanced split, so the engine
  * check counts a balanced routing.
  *
@@ -27,6 +30,7 @@
  * then the layer's experts unit (a companion, unit L + 2 + l): for each
  * expert e experts.e.w1 (I, C), w3 (I, C), w2 (C, I): w1|w3 is the packed
  * gate|up of the dense MLP. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,11 +39,18 @@
 #include "base/env.h"
 #include "models/llama_internal.h"
 
-/* The expert groups of layer a into p->hoffs. */
+/* The expert groups of layer a into p->hoffs (2E+1: then the dropped slots' groups). */
 static void moe_groups(sl_model *m, llama_priv *p, const layer_acts *a) {
-  for (int64_t e = 0; e <= p->E; e++) p->hoffs[e] = (int32_t)(p->N * p->k * e / p->E);
-  m->ops->download(m->k, p->hoffs, a->offs, (size_t)(p->E + 1) * sizeof(int32_t));
+  for (int64_t e = 0; e <= 2 * p->E; e++) p->hoffs[e] = (int32_t)(p->N * p->k * (e < p->E ? e : p->E) / p->E);
+  m->ops->download(m->k, p->hoffs, a->offs, (size_t)(2 * p->E + 1) * sizeof(int32_t));
 }
+
+/* Expert e's slots of the layer before the capacity: kept + dropped. */
+static int64_t routed(const llama_priv *p, int64_t e) {
+  return p->hoffs[e + 1] - p->hoffs[e] + p->hoffs[p->E + e + 1] - p->hoffs[p->E + e];
+}
+
+static int route_init(sl_model *m, llama_priv *p); /* the routing options (below) */
 
 static const float *expert_w(const llama_priv *p, const float *wgu0, int64_t e) { return wgu0 + e * 3 * p->I * p->C; }
 
@@ -138,7 +149,9 @@ int64_t sl_llama_moe_load(sl_model *m, int64_t *out) {
  * probabilities (read back, (N, E) a layer) during the forward. */
 int sl_llama_moe_init(sl_model *m, llama_priv *p) {
   const sl_model_config *c = &m->cfg;
-  p->aux_coef = c->output_router_logits ? (float)c->router_aux_loss_coef : 0.0f;
+  int rc = route_init(m, p);
+  if (rc) return rc;
+  p->aux_coef = c->output_router_logits && c->moe_balance == SL_MOE_BALANCE_AUX ? (float)c->router_aux_loss_coef : 0.0f;
   p->ep = m->ep_size;
   p->misroute = m->ep_size > 1 && sl_env_bool("SL_FAULT_EP_MISROUTE");
   if (!p->aux_coef || !m->ops) return SL_OK;
@@ -149,15 +162,150 @@ int sl_llama_moe_init(sl_model *m, llama_priv *p) {
 }
 
 static void aux_accumulate(sl_model *m, llama_priv *p, const layer_acts *a) {
-  for (int64_t e = 0; e < p->E; e++) p->acnt[e] += p->hoffs[e + 1] - p->hoffs[e];
+  for (int64_t e = 0; e < p->E; e++) p->acnt[e] += routed(p, e); /* f_e: the selection before the capacity */
   m->ops->download(m->k, p->hprob, a->probs, (size_t)(p->N * p->E) * 4);
   for (int64_t t = 0; t < p->N; t++)
     for (int64_t e = 0; e < p->E; e++) p->aprob[e] += p->hprob[t * p->E + e];
 }
 
+/* ---- routing options ------------------------------------------------------
+ * --moe-capacity-factor F (Megatron-Core's apply_router_token_dropping,
+ * drop policy "probs", no padding): each expert keeps at most cap =
+ * ceil(N*k / E * F) of the micro-batch's slots, those of largest routing
+ * weight (a tie: the earlier token); a dropped slot's weight becomes 0, the
+ * kept weights are not renormalised again, the token keeps its residual
+ * and its other choices. --moe-z-loss-coef c (Megatron-Core's z_loss_func,
+ * attached to each layer's logits): each layer adds c * mean_t lse_t^2 to
+ * the loss (lse_t = logsumexp of token t's router logits), so the loss
+ * gets c times the sum over the layers; metrics report the layers' mean
+ * of mean_t lse^2 without c (as Megatron's tracker logs z_loss). The
+ * micro-batch adds c * N * that sum to the token-loss sum, like the aux
+ * loss; its gradient is 2 c lse_t p_te * loss_scale on logit (t, e).
+ * --moe-balance bias (torchtitan's expert_bias, DeepSeek-V3): a bias (L, E)
+ * added to the probabilities for the top-k selection only; after each step
+ * bias += r * sign(mean load - load) minus its mean over the experts, from
+ * the step's tokens per expert over every rank. */
+struct sl_moe_route {
+  int64_t cap;         /* slots an expert keeps of a micro-batch (0: dropless) */
+  float zcoef;         /* the z-loss's coefficient (0: none) */
+  float *hbias, *bias; /* (L, E) host / backend: the expert bias (--moe-balance bias; else NULL) */
+  float *hlse;         /* (N) host: a layer's logsumexp, read back for the z-loss */
+  double zmb;          /* the micro-batch's sum over its layers of mean_t lse^2 */
+  double st[4];        /* since sl_model_moe_stats: aux sum, aux micro-batches, z sum, z (micro-batch, layer)s */
+  double *dropped;     /* (L) slots dropped since sl_model_moe_stats */
+};
+
+static int route_init(sl_model *m, llama_priv *p) {
+  const sl_model_config *c = &m->cfg;
+  int64_t L = sl_dec(m)->L, E = p->E;
+  if (!m->ops) return SL_OK;
+  struct sl_moe_route *rt = p->rt = calloc(1, sizeof *rt);
+  if (!rt || !(rt->dropped = calloc((size_t)L, sizeof *rt->dropped))) return sl_fail(SL_ENOMEM, "out of memory");
+  if (c->moe_capacity_factor > 0) { /* Megatron's get_capacity(num_tokens = N*k, E, F); N or more drops nothing */
+    double cap = ceil(((double)(p->N * p->k) / (double)E) * c->moe_capacity_factor);
+    rt->cap = cap < (double)p->N ? (int64_t)cap : p->N;
+  }
+  rt->zcoef = (float)c->moe_z_loss_coef;
+  if (rt->zcoef && !(rt->hlse = calloc((size_t)p->N, sizeof *rt->hlse))) return sl_fail(SL_ENOMEM, "out of memory");
+  if (c->moe_balance != SL_MOE_BALANCE_BIAS) return SL_OK;
+  if (!(rt->hbias = calloc((size_t)(L * E), sizeof *rt->hbias)) ||
+      !(rt->bias = m->ops->alloc(m->k, (size_t)(L * E) * sizeof(float))))
+    return sl_fail(SL_ENOMEM, "out of memory");
+  m->ops->upload(m->k, rt->bias, rt->hbias, (size_t)(L * E) * sizeof(float));
+  return SL_OK;
+}
+
+void sl_llama_moe_free(sl_model *m, llama_priv *p) {
+  struct sl_moe_route *rt = p->rt;
+  if (!rt) return;
+  if (rt->bias) m->ops->free(m->k, rt->bias);
+  free(rt->hbias), free(rt->hlse), free(rt->dropped), free(rt);
+  p->rt = NULL;
+}
+
+static void route_fwd(sl_model *m, llama_priv *p, int l, layer_acts *a) {
+  const struct sl_moe_route *rt = p->rt;
+  m->ops->moe_route_fwd(m->k, a->probs, a->sel, a->wts, a->offs, a->perm, a->pos, rt && rt->zcoef ? a->zlse : NULL,
+                        a->logits, rt && rt->bias ? rt->bias + l * p->E : NULL, p->N, p->E, p->k, p->norm_topk,
+                        rt ? rt->cap : 0);
+}
+
+/* After the grouping: the dropped rows of yp are zeroed (the combine weights
+ * them by 0, their backward reads them); in a training forward (count) the
+ * load, the drops, the aux loss's sums and the z-loss of layer l. */
+static void route_count(sl_model *m, llama_priv *p, int l, layer_acts *a, int count) {
+  struct sl_moe_route *rt = p->rt;
+  int64_t E = p->E, R = p->N * p->k, kept = p->hoffs[E];
+  if (kept < R) m->ops->zero(m->k, a->yp + kept * p->C, (size_t)((R - kept) * p->C) * sizeof(float));
+  if (!count) return;
+  for (int64_t e = 0; e < E; e++) p->load[l * E + e] += routed(p, e);
+  if (p->acnt) aux_accumulate(m, p, a);
+  if (!rt) return;
+  rt->dropped[l] += (double)(R - kept);
+  if (!rt->zcoef) return;
+  m->ops->download(m->k, rt->hlse, a->zlse, (size_t)p->N * sizeof(float));
+  double z = 0;
+  for (int64_t t = 0; t < p->N; t++) z += (double)rt->hlse[t] * (double)rt->hlse[t];
+  rt->zmb += z / (double)p->N;
+  rt->st[2] += z / (double)p->N, rt->st[3] += 1;
+}
+
+static int route_loss_term(sl_model *m, llama_priv *p) {
+  struct sl_moe_route *rt = p->rt;
+  if (!rt || !rt->zcoef) return SL_OK;
+  m->loss_sum += (double)rt->zcoef * rt->zmb * (double)p->N;
+  rt->zmb = 0;
+  return SL_OK;
+}
+
+int64_t sl_llama_moe_stats(sl_model *m, double *out) {
+  llama_priv *p = sl_dec(m)->blk;
+  struct sl_moe_route *rt = p->rt;
+  int64_t L = sl_dec(m)->L;
+  if (!p->E) return 0;
+  for (int64_t i = 0; i < L; i++) {
+    if (out) out[i] = rt ? rt->dropped[i] : 0;
+    if (rt) rt->dropped[i] = 0;
+  }
+  for (int i = 0; i < 4; i++) {
+    if (out) out[L + i] = rt ? rt->st[i] : 0;
+    if (rt) rt->st[i] = 0;
+  }
+  return L + 4;
+}
+
+float *sl_llama_moe_bias(sl_model *m, int64_t *n) {
+  const llama_priv *p = sl_dec(m)->blk;
+  *n = p->E && p->rt && p->rt->hbias ? sl_dec(m)->L * p->E : 0;
+  return *n ? p->rt->hbias : NULL;
+}
+
+/* torchtitan's _update_expert_bias in fp32: delta = r * sign(mean - load), minus its mean. */
+int sl_llama_moe_bias_step(sl_model *m, const int64_t *load) {
+  llama_priv *p = sl_dec(m)->blk;
+  struct sl_moe_route *rt = p->rt;
+  int64_t L = sl_dec(m)->L, E = p->E;
+  if (!p->E || !rt || !rt->hbias) return SL_OK;
+  float rate = (float)m->cfg.moe_bias_rate, d[1024]; /* E <= 1024 (the config checks) */
+  for (int64_t l = 0; load && l < L; l++) {
+    float mean = 0, dm = 0;
+    for (int64_t e = 0; e < E; e++) mean += (float)load[l * E + e];
+    mean /= (float)E;
+    for (int64_t e = 0; e < E; e++) {
+      float x = mean - (float)load[l * E + e];
+      dm += d[e] = rate * (float)((x > 0) - (x < 0));
+    }
+    dm /= (float)E;
+    for (int64_t e = 0; e < E; e++) rt->hbias[l * E + e] += d[e] - dm;
+  }
+  m->ops->upload(m->k, rt->bias, rt->hbias, (size_t)(L * E) * sizeof(float));
+  return SL_OK;
+}
+
 int sl_llama_moe_loss_term(sl_model *m) {
   llama_priv *p = sl_dec(m)->blk;
-  if (!p->E || !p->aux_coef || !p->acnt) return SL_OK;
+  if (!p->E) return SL_OK;
+  if (!p->aux_coef || !p->acnt) return route_loss_term(m, p);
   double rows = (double)sl_dec(m)->L * (double)p->N, aux = 0;
   float g[1024]; /* E <= 1024 (the config checks) */
   for (int64_t e = 0; e < p->E; e++) {
@@ -168,7 +316,8 @@ int sl_llama_moe_loss_term(sl_model *m) {
   }
   m->loss_sum += (double)p->aux_coef * (double)p->E * aux * (double)p->N;
   m->ops->upload(m->k, p->gp, g, (size_t)p->E * 4);
-  return SL_OK;
+  if (p->rt) p->rt->st[0] += (double)p->E * aux, p->rt->st[1] += 1;
+  return route_loss_term(m, p);
 }
 
 /* Block l's sparse MLP from a->ln2; out (N, C) = the combined experts'
@@ -179,11 +328,10 @@ int sl_llama_moe_fwd(sl_model *m, llama_priv *p, int l, layer_acts *a, const blo
   sl_kctx *k = m->k;
   int64_t N = p->N, C = p->C, E = p->E;
   o->linear_fwd(k, a->logits, a->ln2, w->wr, NULL, N, C, E);
-  o->moe_route_fwd(k, a->probs, a->sel, a->wts, a->offs, a->perm, a->pos, a->logits, N, E, p->k, p->norm_topk);
+  route_fwd(m, p, l, a);
   o->moe_permute_fwd(k, a->xp, a->ln2, a->pos, N, p->k, C);
   moe_groups(m, p, a);
-  for (int64_t e = 0; out && e < E; e++) p->load[l * E + e] += p->hoffs[e + 1] - p->hoffs[e];
-  if (out && p->acnt) aux_accumulate(m, p, a);
+  route_count(m, p, l, a, out != NULL);
   const float *we;
   int rc = experts_of(m, l, &we, NULL);
   if (!rc) rc = ep_plan(m, p);
@@ -212,12 +360,15 @@ int sl_llama_moe_bwd(sl_model *m, llama_priv *p, int l, const layer_acts *a, con
   if (!rc) rc = ep_plan(m, p); /* the counts again: the forward's are not kept per layer */
   if (!rc) rc = ep_move(m, p, p->dyp, p->dyr, 1);
   if (rc) return rc;
+  o->zero(k, p->dxp, (size_t)(R * C) * 4); /* the dropped slots' rows (after offs[E]) stay zero */
   experts_bwd(m, p, a, we, ge);
   if ((rc = ep_move(m, p, p->dxr, p->dxp, -1))) return rc;
   o->zero(k, dln, (size_t)(N * C) * 4);
   o->moe_permute_bwd(k, dln, p->dxp, a->pos, N, p->k, C);
   o->zero(k, p->dlogits, (size_t)(N * E) * 4);
-  o->moe_route_bwd(k, p->dlogits, p->dwts, a->probs, a->sel, a->wts, p->aux_coef ? p->gp : NULL, N, E, p->k,
+  const struct sl_moe_route *rt = p->rt;
+  o->moe_route_bwd(k, p->dlogits, p->dwts, a->probs, a->sel, a->wts, p->aux_coef ? p->gp : NULL,
+                   rt && rt->zcoef ? a->zlse : NULL, rt ? 2.0f * rt->zcoef * m->loss_scale : 0.0f, N, E, p->k,
                    p->norm_topk);
   o->linear_bwd(k, dln, (float *)g->wr, NULL, p->dlogits, a->ln2, w->wr, N, C, E);
   return SL_OK;
@@ -230,13 +381,14 @@ int sl_llama_moe_alloc_layer(sl_model *m, llama_priv *p, layer_acts *a) {
       !(a->wts = sl_model_buf(m, R, SL_ARENA_ACTS)) || !(a->sel = (int32_t *)sl_model_buf(m, R, SL_ARENA_ACTS)) ||
       !(a->perm = (int32_t *)sl_model_buf(m, R, SL_ARENA_ACTS)) ||
       !(a->pos = (int32_t *)sl_model_buf(m, R, SL_ARENA_ACTS)) ||
-      !(a->offs = (int32_t *)sl_model_buf(m, E + 1, SL_ARENA_ACTS)) ||
+      !(a->offs = (int32_t *)sl_model_buf(m, 2 * E + 1, SL_ARENA_ACTS)) ||
       !(a->xp = sl_model_buf(m, R * p->C, SL_ARENA_ACTS)) || !(a->yp = sl_model_buf(m, R * p->C, SL_ARENA_ACTS)))
     return SL_ENOMEM;
   a->xr = a->xp, a->yr = a->yp;
   if (m->ep_size > 1 && (!(a->xr = sl_model_buf(m, m->ep_size * R * p->C, SL_ARENA_ACTS)) ||
                          !(a->yr = sl_model_buf(m, m->ep_size * R * p->C, SL_ARENA_ACTS))))
     return SL_ENOMEM;
+  if (p->rt && p->rt->zcoef && !(a->zlse = sl_model_buf(m, N, SL_ARENA_ACTS))) return SL_ENOMEM;
   return SL_OK;
 }
 

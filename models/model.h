@@ -305,6 +305,19 @@ int64_t sl_model_num_params(const sl_model *m); /* real parameters */
  * out when out != NULL; the counters restart). Returns L*E, 0 for a dense
  * model. Recomputation (activation checkpointing) does not count. */
 int64_t sl_model_moe_load(sl_model *m, int64_t *out);
+/* The routing options' figures since the last call, out (L + 4) unless
+ * NULL (the counters restart): the slots the capacity dropped per layer,
+ * then the aux loss's sum (E sum_e f_e P_e, without its coefficient) and
+ * the micro-batches it ran in, the z-loss's sum (mean_t lse^2) and the
+ * (micro-batch, layer) pairs it ran in. Returns L + 4, 0 for a dense model. */
+int64_t sl_model_moe_stats(sl_model *m, double *out);
+/* --moe-balance bias: the expert bias after a step from load (L, E), the
+ * step's tokens per expert over every rank (sl_model_moe_load summed);
+ * load NULL: only copies the host bias (sl_model_moe_bias) to the backend. */
+int sl_model_moe_bias_step(sl_model *m, const int64_t *load);
+/* The host copy of the expert bias ((L, E) into *n = L*E; NULL, *n = 0:
+ * none): training state, the checkpoint's to save and restore. */
+float *sl_model_moe_bias(sl_model *m, int64_t *n);
 int64_t sl_model_max_unit_numel(const sl_model *m);
 
 /* For model files: n floats of zeroed backend memory counted in arena

@@ -181,13 +181,16 @@ static void c_swiglu_bwd(sl_kctx *k, float *dgu, const float *dout, const float 
 /* the MoE ops: the router's softmax and top-k (about 5 E + k E a token), the
  * row moves (no FLOPs), the combine's multiply-add (2 k C a token) */
 static void c_moe_route_fwd(sl_kctx *k, float *probs, int32_t *sel, float *wts, int32_t *offs, int32_t *perm,
-                            int32_t *pos, const float *logits, int64_t N, int64_t E, int64_t kk, int norm) {
-  (void)probs, (void)sel, (void)wts, (void)offs, (void)perm, (void)pos, (void)logits, (void)norm;
+                            int32_t *pos, float *lse, const float *logits, const float *bias, int64_t N, int64_t E,
+                            int64_t kk, int norm, int64_t cap) {
+  (void)probs, (void)sel, (void)wts, (void)offs, (void)perm, (void)pos, (void)lse, (void)logits, (void)bias, (void)norm;
+  (void)cap; /* the capacity's ranks and the z-loss: not counted (the planner's closed forms have no term for them) */
   add(k, D(N) * D(E) * (5 + D(kk)), 0);
 }
 static void c_moe_route_bwd(sl_kctx *k, float *dlogits, const float *dwts, const float *probs, const int32_t *sel,
-                            const float *wts, const float *gp, int64_t N, int64_t E, int64_t kk, int norm) {
-  (void)dlogits, (void)dwts, (void)probs, (void)sel, (void)wts, (void)gp, (void)norm;
+                            const float *wts, const float *gp, const float *lse, float zg, int64_t N, int64_t E,
+                            int64_t kk, int norm) {
+  (void)dlogits, (void)dwts, (void)probs, (void)sel, (void)wts, (void)gp, (void)lse, (void)zg, (void)norm;
   add(k, D(N) * (2 * D(E) + 6 * D(kk)), 0);
 }
 static void c_moe_permute_fwd(sl_kctx *k, float *xp, const float *x, const int32_t *pos, int64_t N, int64_t kk,

@@ -1,6 +1,6 @@
 /* kernels/cuda/moe.cu — the mixture-of-experts ops (kernels/kernels.h): a
  * thread per token for the router's softmax / top-k and its backward (the
- * CPU twin's loops, kernels/cpu/moe.c), a thread per expert for the
+ * CPU twin's loops, kernels/cpu/moe.c; the capacity's rank, a thread per slot), a thread per group for the
  * grouping (each walks the slots in order: deterministic, tokens ascending
  * in its group, no atomics) after one thread's prefix sum of the counts,
  * grid-stride loops for the row moves. 64-bit indexing. */
@@ -13,56 +13,86 @@
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 #define NT 256
 
-static __global__ void route_kernel(float *probs, int32_t *sel, float *wts, const float *logits, int64_t N, int64_t E,
-                                    int64_t k, int norm) {
-  GRID_STRIDE(t, N) sl_moe_route_row(probs + t * E, sel + t * k, wts + t * k, logits + t * E, E, k, norm);
+static __global__ void route_kernel(float *probs, int32_t *sel, float *wts, float *lse, const float *logits,
+                                    const float *bias, int64_t N, int64_t E, int64_t k, int norm) {
+  GRID_STRIDE(t, N)
+  sl_moe_route_row(probs + t * E, sel + t * k, wts + t * k, lse ? lse + t : NULL, logits + t * E, bias, E, k, norm);
 }
-static __global__ void count_kernel(int32_t *offs, const int32_t *sel, int64_t S, int64_t E) {
-  GRID_STRIDE(e, E) {
+/* The slots' groups (sl_moe_key, G of them): counts, prefix sum, then a thread per group walks the slots in order. */
+static __global__ void count_kernel(int32_t *offs, const int32_t *sel, int64_t S, int64_t E, int64_t G) {
+  GRID_STRIDE(g, G) {
     int32_t n = 0;
-    for (int64_t s = 0; s < S; s++) n += sel[s] == (int32_t)e;
-    offs[e + 1] = n;
+    for (int64_t s = 0; s < S; s++) n += sl_moe_key(sel[s], E) == g;
+    offs[g + 1] = n;
   }
 }
-static __global__ void prefix_kernel(int32_t *offs, int64_t E) {
+static __global__ void prefix_kernel(int32_t *offs, int64_t G) {
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     offs[0] = 0;
-    for (int64_t e = 0; e < E; e++) offs[e + 1] += offs[e];
+    for (int64_t g = 0; g < G; g++) offs[g + 1] += offs[g];
   }
 }
 static __global__ void group_kernel(int32_t *perm, int32_t *pos, const int32_t *offs, const int32_t *sel, int64_t S,
-                                    int64_t E) {
-  GRID_STRIDE(e, E) {
-    int32_t r = offs[e];
+                                    int64_t E, int64_t G) {
+  GRID_STRIDE(g, G) {
+    int32_t r = offs[g];
     for (int64_t s = 0; s < S; s++)
-      if (sel[s] == (int32_t)e) {
+      if (sl_moe_key(sel[s], E) == g) {
         perm[r] = (int32_t)s;
         pos[s] = r++;
       }
   }
 }
+static void group_slots(sl_kctx *ctx, int32_t *offs, int32_t *perm, int32_t *pos, const int32_t *sel, int64_t S,
+                        int64_t E, int64_t G) {
+  count_kernel<<<sl_cuda_blocks(G, 64), 64, 0, ctx->stream>>>(offs, sel, S, E, G);
+  prefix_kernel<<<1, 1, 0, ctx->stream>>>(offs, G);
+  group_kernel<<<sl_cuda_blocks(G, 64), 64, 0, ctx->stream>>>(perm, pos, offs, sel, S, E, G);
+}
+/* The capacity (the CPU's drop_slots): a thread per permuted row of the dropless grouping, then per slot. */
+static __global__ void drop_kernel(int32_t *sel, const float *wts, const int32_t *offs, const int32_t *perm, int64_t S,
+                                   int64_t cap) {
+  GRID_STRIDE(r, S) {
+    int64_t e = 0;
+    while (offs[e + 1] <= r) e++;
+    if (sl_moe_rank(wts, perm, offs[e], offs[e + 1], r) >= cap) sel[perm[r]] = (int32_t)(-1 - e);
+  }
+}
+static __global__ void drop_wts_kernel(float *wts, const int32_t *sel, int64_t S) {
+  GRID_STRIDE(s, S) if (sel[s] < 0) wts[s] = 0.0f;
+}
 void sl_cuda_moe_route_fwd(sl_kctx *ctx, float *probs, int32_t *sel, float *wts, int32_t *offs, int32_t *perm,
-                           int32_t *pos, const float *logits, int64_t N, int64_t E, int64_t k, int norm) {
+                           int32_t *pos, float *lse, const float *logits, const float *bias, int64_t N, int64_t E,
+                           int64_t k, int norm, int64_t cap) {
   SL_CUDA_BEGIN(ctx);
-  SL_CUDA_REQUIRE(ctx, N >= 0 && E >= 1 && k >= 1 && k <= E);
-  if (N > 0) route_kernel<<<sl_cuda_blocks(N, 128), 128, 0, ctx->stream>>>(probs, sel, wts, logits, N, E, k, norm);
-  count_kernel<<<sl_cuda_blocks(E, 64), 64, 0, ctx->stream>>>(offs, sel, N * k, E);
-  prefix_kernel<<<1, 1, 0, ctx->stream>>>(offs, E);
-  group_kernel<<<sl_cuda_blocks(E, 64), 64, 0, ctx->stream>>>(perm, pos, offs, sel, N * k, E);
+  SL_CUDA_REQUIRE(ctx, N >= 0 && E >= 1 && k >= 1 && k <= E && cap >= 0);
+  int64_t S = N * k;
+  if (N > 0)
+    route_kernel<<<sl_cuda_blocks(N, 128), 128, 0, ctx->stream>>>(probs, sel, wts, lse, logits, bias, N, E, k, norm);
+  if (cap > 0 && cap < N && S > 0) {
+    group_slots(ctx, offs, perm, pos, sel, S, E, E);
+    drop_kernel<<<sl_cuda_blocks(S, 128), 128, 0, ctx->stream>>>(sel, wts, offs, perm, S, cap);
+    drop_wts_kernel<<<sl_cuda_blocks(S, NT), NT, 0, ctx->stream>>>(wts, sel, S);
+  }
+  group_slots(ctx, offs, perm, pos, sel, S, E, 2 * E);
   CUDA_LAUNCH_CHECK(ctx);
 }
 
 static __global__ void route_bwd_kernel(float *dlogits, const float *dwts, const float *probs, const int32_t *sel,
-                                        const float *wts, const float *gp, int64_t N, int64_t E, int64_t k, int norm) {
+                                        const float *wts, const float *gp, const float *lse, float zg, int64_t N,
+                                        int64_t E, int64_t k, int norm) {
   GRID_STRIDE(t, N)
-  sl_moe_route_bwd_row(dlogits + t * E, dwts + t * k, probs + t * E, sel + t * k, wts + t * k, gp, E, k, norm);
+  sl_moe_route_bwd_row(dlogits + t * E, dwts + t * k, probs + t * E, sel + t * k, wts + t * k, gp,
+                       lse ? zg * lse[t] : 0.0f, E, k, norm);
 }
 void sl_cuda_moe_route_bwd(sl_kctx *ctx, float *dlogits, const float *dwts, const float *probs, const int32_t *sel,
-                           const float *wts, const float *gp, int64_t N, int64_t E, int64_t k, int norm) {
+                           const float *wts, const float *gp, const float *lse, float zg, int64_t N, int64_t E,
+                           int64_t k, int norm) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, N >= 0 && E >= 1 && k >= 1 && k <= 64);
   if (N == 0) return;
-  route_bwd_kernel<<<sl_cuda_blocks(N, 128), 128, 0, ctx->stream>>>(dlogits, dwts, probs, sel, wts, gp, N, E, k, norm);
+  route_bwd_kernel<<<sl_cuda_blocks(N, 128), 128, 0, ctx->stream>>>(dlogits, dwts, probs, sel, wts, gp, lse, zg, N, E,
+                                                                    k, norm);
   CUDA_LAUNCH_CHECK(ctx);
 }
 

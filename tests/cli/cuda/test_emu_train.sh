@@ -57,6 +57,10 @@ for m in mistral mamba falcon qwen3 mixtral gemma3; do
   run cpu_$m 1 "$B" $m --backend cpu --zero 0
   run emu_$m 1 "$E" $m --backend cuda --zero 0 && check emu_$m cpu_$m --rtol 1e-4 --loss-only
 done
+# Mixtral with the routing options (capacity drops, the z-loss, the expert bias; docs/models.md)
+MOE_OPTS="--moe-capacity-factor 1.0 --moe-z-loss-coef 0.05 --moe-balance bias --moe-bias-rate 0.02"
+run cpu_moeopts 1 "$B" mixtral --backend cpu --zero 0 $MOE_OPTS
+run emu_moeopts 1 "$E" mixtral --backend cuda --zero 0 $MOE_OPTS && check emu_moeopts cpu_moeopts --rtol 1e-4 --loss-only
 run cpub_qwen3 1 "$B" qwen3 --backend cpu --zero 0 --compute-dtype bf16
 run emub_qwen3 1 "$E" qwen3 --backend cuda --zero 0 --compute-dtype bf16 && check emub_qwen3 cpub_qwen3 --rtol 1e-3 --loss-only
 # 2 ranks over the NCCL stand-in: ZeRO-1 and ZeRO-3 against the CPU backend

@@ -16,7 +16,8 @@
 # of the uninterrupted run; a saved model reloads and saves byte-identically
 # at EP 2. Negative control: SL_FAULT_EP_MISROUTE=1 (each rank runs the rows
 # it receives through the wrong local expert) fails the comparison.
-# EP 2 x PP 2 (1f1b, gpipe bit-identical to it, interleaved) within 1e-5.
+# EP 2 x PP 2 (1f1b, gpipe bit-identical to it, interleaved) and EP 2 with
+# --moe-capacity-factor 1.0, the z-loss and bias balancing within 1e-5.
 # Refused by name: --ep not dividing the experts or the shard group, a dense
 # model, --tp.
 source "${SL_SRC:?}/tests/lib/run.sh" mpi_ep mpi numpy
@@ -60,6 +61,10 @@ for a in mixtral_aux qwen3moe; do
   run $a base 1 3 4 --zero 0
   run $a ep2 4 3 1 --zero 3 --ep 2 && check $a ep2 base --rtol 1e-5
 done
+# the routing options (a capacity that drops slots, the z-loss, bias balancing) under EP 2
+RT="--moe-capacity-factor 1.0 --moe-z-loss-coef 0.01 --moe-balance bias --moe-bias-rate 0.01"
+run mixtral rbase 1 3 4 --zero 0 $RT
+run mixtral rep2 4 3 1 --zero 3 --ep 2 $RT && check mixtral rep2 rbase --rtol 1e-5
 # negative control: the wrong local expert for the rows received
 SL_FAULT_EP_MISROUTE=1 run mixtral mis 4 3 1 --zero 3 --ep 2 &&
   if $CMP "$W/mixtral-mis" "$W/mixtral-base" --rtol 1e-5 > "$W/mis.txt"; then bad "misrouted experts pass"; cat "$W/mis.txt"

@@ -97,6 +97,10 @@ $MPI -np 2 "$B" train --model "$W/mixtral_aux" --data "$W/data" --steps 1 --seq-
 rc_is "Mixtral aux loss --pp 2 refused" $? 2 "$W/mixtral-refused.log" "load-balancing loss (output_router_logits true)"
 # Mixtral: PP 2 (1f1b) bit-identical; zb1p and --tp 2 refused by name
 run mixtral pp21f1b 2 3 4 --pp 2 --pp-schedule 1f1b && check mixtral pp21f1b base --exact
+# with a capacity and the expert bias (each stage's drops; the bias from every stage's loads): PP 2 bit-identical
+MO="--moe-capacity-factor 1.0 --moe-balance bias --moe-bias-rate 0.02"
+run mixtral obase 1 3 4 --zero 0 $MO
+run mixtral opp2 2 3 4 --pp 2 --pp-schedule 1f1b $MO && check mixtral opp2 obase --exact
 for f in "--pp 2 --pp-schedule zb1p" "--tp 2"; do
   $MPI -np 2 "$B" train --model "$W/mixtral" --data "$W/data" --steps 1 --seq-len 16 --micro-batch 2 --grad-accum 2 --threads 1 \
     --summary false --plot false --out-dir "$W/mixtral-refused" $f > "$W/mixtral-refused.log" 2>&1

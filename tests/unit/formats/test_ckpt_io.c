@@ -113,11 +113,16 @@ int main(int argc, char **argv) {
     CHECK(!rc, "writer %d: %s", r, sl_errmsg());
     m.files[r] = w.meta;
   }
+  static const float bias[3] = {0.1f, -1e-7f, 0.015f}; /* a MoE expert bias: floats back bit for bit */
+  m.moe_bias = malloc(sizeof bias);
+  memcpy(m.moe_bias, bias, sizeof bias);
+  m.n_moe_bias = 3;
   CHECK(sl_ckio_write_manifest(dir, &m) == SL_OK, "write manifest: %s", sl_errmsg());
   sl_ckio_manifest m2;
   CHECK(sl_ckio_manifest_load(dir, &m2) == SL_OK, "load manifest: %s", sl_errmsg());
   CHECK(m2.step == 5 && m2.next_sample == 77 && m2.seed == m.seed && m2.nfiles == 3 && !strcmp(m2.config, m.config),
         "manifest round trip");
+  CHECK(m2.n_moe_bias == 3 && m2.moe_bias && !memcmp(m2.moe_bias, bias, sizeof bias), "expert bias round trip");
   for (int i = 0; i < 3; i++) CHECK(sl_ckio_verify_file(dir, &m2, i) == SL_OK, "verify %d: %s", i, sl_errmsg());
   float got[1001];
   int64_t ranges[][2] = {{0, 1001}, {3, 4}, {300, 700}, {333, 335}, {1000, 1001}, {640, 672}};
@@ -155,6 +160,15 @@ int main(int argc, char **argv) {
   sl_ckio_manifest_dump(&m2, &text);
   CHECK(sl_ckio_manifest_parse("x", text, strlen(text), &bad) == SL_EINPUT, "frame past end");
   free(text);
+  {
+    const char *bad_bias = "{\"format\": \"shardlm-checkpoint\", \"version\": 1, \"step\": 1, \"next_sample\": 0, "
+                           "\"world_size\": 1, \"zero\": 0, \"shard_group\": 1, \"replica_size\": 1, \"align\": 1, "
+                           "\"rng_seed\": null, \"compression\": \"none\", \"moe_expert_bias\": [0.5, \"x\"]}";
+    CHECK(sl_ckio_manifest_parse("x", bad_bias, strlen(bad_bias), &bad) == SL_EINPUT &&
+              strstr(sl_errmsg(), "moe_expert_bias"),
+          "a non-number expert bias: %s", sl_errmsg());
+    sl_ckio_manifest_free(&bad);
+  }
   sl_ckio_manifest_free(&m2);
   sl_ckio_manifest_free(&m);
   sl_ckio_rmtree(dir);

@@ -362,31 +362,36 @@ static void check_i32(const char *name, const int32_t *h, const int32_t *d, int6
   report(name, n, (double)bad, (double)bad, 0, st == SL_OK && !bad);
   free(g);
 }
-/* The MoE ops: routing (one expert idle: an empty group), grouping, rows, combine, and the backwards. */
-static void test_moe(int64_t N, int64_t E, int64_t k, int64_t C, int norm) {
+/* The MoE ops: routing (one expert idle: an empty group; with the expert
+ * bias, a capacity of cap slots (0: dropless), the logsumexp), grouping,
+ * rows, combine, and the backwards (+ the aux and z-loss gradients). */
+static void test_moe(int64_t N, int64_t E, int64_t k, int64_t C, int norm, int64_t cap, int with_bias) {
   buf lg = mk(N * E, -3, 3), probs = mk0(N * E), wts = mk0(N * k), dl = mk(N * E, -1, 1), dw = mk(N * k, -1, 1);
+  buf lse = mk0(N), bias = mk(E, -0.3f, 0.3f);
   for (int64_t t = 0; t < N; t++) lg.h[t * E + E - 1] = -40.0f;
   if (sl_cuda_upload(gc, lg.d, lg.h, (size_t)lg.n * 4)) nfail++;
-  int32_t *hs = (int32_t *)xmalloc((size_t)(N * k) * 4 * 3 + (size_t)(E + 1) * 4), *hp = hs + N * k, *hq = hp + N * k,
-          *ho = hq + N * k;
-  int32_t *ds = (int32_t *)sl_cuda_malloc(gc, (size_t)(N * k) * 4 * 3 + (size_t)(E + 1) * 4), *dp = ds + N * k,
-          *dq = dp + N * k, *dof = dq + N * k;
-  cpu->moe_route_fwd(cc, probs.h, hs, wts.h, ho, hp, hq, lg.h, N, E, k, norm);
-  gpu->moe_route_fwd(gc, probs.d, ds, wts.d, dof, dp, dq, lg.d, N, E, k, norm);
+  size_t ib = (size_t)(N * k) * 4 * 3 + (size_t)(2 * E + 1) * 4;
+  int32_t *hs = (int32_t *)xmalloc(ib), *hp = hs + N * k, *hq = hp + N * k, *ho = hq + N * k;
+  int32_t *ds = (int32_t *)sl_cuda_malloc(gc, ib), *dp = ds + N * k, *dq = dp + N * k, *dof = dq + N * k;
+  cpu->moe_route_fwd(cc, probs.h, hs, wts.h, ho, hp, hq, lse.h, lg.h, with_bias ? bias.h : NULL, N, E, k, norm, cap);
+  gpu->moe_route_fwd(gc, probs.d, ds, wts.d, dof, dp, dq, lse.d, lg.d, with_bias ? bias.d : NULL, N, E, k, norm, cap);
+  printf("  moe routing N %lld E %lld k %lld norm %d cap %lld bias %d: %d slots dropped\n", (long long)N, (long long)E,
+         (long long)k, norm, (long long)cap, with_bias, (int)(N * k - ho[E]));
   check("moe_route_fwd probs", &probs, 1e-5);
-  check("moe_route_fwd wts", &wts, 1e-5);
-  check_i32("moe_route_fwd sel", hs, ds, N * k);
-  check_i32("moe_route_fwd offs (idle expert)", ho, dof, E + 1);
+  check("moe_route_fwd lse", &lse, 1e-5);
+  check("moe_route_fwd wts (dropped: 0)", &wts, 1e-5);
+  check_i32("moe_route_fwd sel (dropped: -1 - e)", hs, ds, N * k);
+  check_i32("moe_route_fwd offs (idle expert; the dropped groups)", ho, dof, 2 * E + 1);
   check_i32("moe_route_fwd perm", hp, dp, N * k);
   check_i32("moe_route_fwd pos", hq, dq, N * k);
-  cpu->moe_route_bwd(cc, dl.h, dw.h, probs.h, hs, wts.h, NULL, N, E, k, norm);
-  gpu->moe_route_bwd(gc, dl.d, dw.d, probs.d, ds, wts.d, NULL, N, E, k, norm);
+  cpu->moe_route_bwd(cc, dl.h, dw.h, probs.h, hs, wts.h, NULL, NULL, 0.0f, N, E, k, norm);
+  gpu->moe_route_bwd(gc, dl.d, dw.d, probs.d, ds, wts.d, NULL, NULL, 0.0f, N, E, k, norm);
   check("moe_route_bwd", &dl, 1e-5);
-  buf gp = mk(E, -1, 1); /* the aux loss's gradient on every probability */
-  cpu->moe_route_bwd(cc, dl.h, dw.h, probs.h, hs, wts.h, gp.h, N, E, k, norm);
-  gpu->moe_route_bwd(gc, dl.d, dw.d, probs.d, ds, wts.d, gp.d, N, E, k, norm);
-  check("moe_route_bwd + gp", &dl, 1e-5);
-  freeb(&gp);
+  buf gp = mk(E, -1, 1); /* the aux loss's gradient on every probability, the z-loss's on the logsumexp */
+  cpu->moe_route_bwd(cc, dl.h, dw.h, probs.h, hs, wts.h, gp.h, lse.h, 0.3f, N, E, k, norm);
+  gpu->moe_route_bwd(gc, dl.d, dw.d, probs.d, ds, wts.d, gp.d, lse.d, 0.3f, N, E, k, norm);
+  check("moe_route_bwd + gp + z", &dl, 1e-5);
+  freeb(&gp), freeb(&lse), freeb(&bias);
   buf x = mk(N * C, -1, 1), xp = mk0(N * k * C), dxp = mk(N * k * C, -1, 1), dx = mk(N * C, -1, 1);
   cpu->moe_permute_fwd(cc, xp.h, x.h, hq, N, k, C);
   gpu->moe_permute_fwd(gc, xp.d, x.d, dq, N, k, C);
@@ -809,8 +814,10 @@ int main(void) {
   test_doc(32, 0, 0.0f);
   test_doc(64, 20, 0.4f); /* softcap inside documents and a window */
   test_pointwise();
-  test_moe(37, 6, 2, 24, 1);
-  test_moe(9, 4, 3, 8, 0);
+  test_moe(37, 6, 2, 24, 1, 0, 0);
+  test_moe(9, 4, 3, 8, 0, 0, 0);
+  test_moe(37, 6, 2, 24, 1, 8, 1); /* a capacity of 8 slots (of 74 over 5 live experts) and the expert bias */
+  test_moe(9, 4, 3, 8, 0, 5, 0);
   test_lmhead(0.0f);
   test_lmhead(1.0f);                         /* Gemma 2's final-logit softcap (logits spread ~1) */
   test_vocab_parallel(29, 48, 301, 4, 0.0f); /* 301 = 4 x 76 - 3: padding in the last slice */

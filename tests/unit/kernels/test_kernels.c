@@ -996,9 +996,10 @@ static void test_elementwise(const sl_ops *ops, sl_kctx *ctx) {
 /* ---- mixture of experts: routing, permutation, combine ---------------------- */
 typedef struct {
   double *lg, *R, *yp, *wts, *Ry, *gp; /* gp (E): a gradient on every probability (NULL: none) */
-  const int32_t *sel, *pos;
+  const int32_t *sel, *pos;            /* sel: e, or -1 - e for a slot the capacity dropped (weight 0) */
   int64_t N, E, k, C;
   int norm;
+  double zg; /* + zg/2 * lse^2 a token (the z-loss's shape; 0: none) */
 } moe_st;
 /* The k weights of token t from logits in double with the selection fixed
  * (a small perturbation does not change a top-k without near ties). */
@@ -1006,7 +1007,7 @@ static void moe_w_ref(double *w, const double *lg, const int32_t *sel, int64_t E
   double mx = lg[0], sum = 0, ws = 0;
   for (int64_t e = 1; e < E; e++) mx = fmax(mx, lg[e]);
   for (int64_t e = 0; e < E; e++) sum += exp(lg[e] - mx);
-  for (int64_t j = 0; j < k; j++) ws += w[j] = exp(lg[sel[j]] - mx) / sum;
+  for (int64_t j = 0; j < k; j++) ws += w[j] = exp(lg[sel[j] < 0 ? -1 - sel[j] : sel[j]] - mx) / sum;
   for (int64_t j = 0; norm && j < k; j++) w[j] /= ws;
 }
 static double moe_route_L(void *p) {
@@ -1014,12 +1015,13 @@ static double moe_route_L(void *p) {
   double L = 0, w[64];
   for (int64_t t = 0; t < s->N; t++) {
     moe_w_ref(w, s->lg + t * s->E, s->sel + t * s->k, s->E, s->k, s->norm);
-    for (int64_t j = 0; j < s->k; j++) L += w[j] * s->R[t * s->k + j];
+    for (int64_t j = 0; j < s->k; j++) L += s->sel[t * s->k + j] < 0 ? 0 : w[j] * s->R[t * s->k + j];
     const double *lg = s->lg + t * s->E;
     double mx = lg[0], sum = 0;
     for (int64_t e = 1; e < s->E; e++) mx = fmax(mx, lg[e]);
     for (int64_t e = 0; e < s->E; e++) sum += exp(lg[e] - mx);
     for (int64_t e = 0; s->gp && e < s->E; e++) L += s->gp[e] * exp(lg[e] - mx) / sum;
+    L += 0.5 * s->zg * (mx + log(sum)) * (mx + log(sum));
   }
   return L;
 }
@@ -1037,9 +1039,10 @@ static double moe_comb_L(void *p) {
  * below, a zero-token group), grouping; route_bwd by finite differences. */
 static void test_moe_route(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t E, int64_t k, int norm, int with_gp) {
   float *lg = fvec(N * E, 3.0f), *probs = malloc(N * E * 4), *wts = malloc(N * k * 4), *R = fvec(N * k, 1.0f);
-  int32_t *sel = malloc(N * k * 4), *perm = malloc(N * k * 4), *pos = malloc(N * k * 4), *offs = malloc((E + 1) * 4);
+  int32_t *sel = malloc(N * k * 4), *perm = malloc(N * k * 4), *pos = malloc(N * k * 4),
+          *offs = malloc((2 * E + 1) * 4);
   for (int64_t t = 0; t < N; t++) lg[t * E + E - 1] = -40.0f;
-  ops->moe_route_fwd(ctx, probs, sel, wts, offs, perm, pos, lg, N, E, k, norm);
+  ops->moe_route_fwd(ctx, probs, sel, wts, offs, perm, pos, NULL, lg, NULL, N, E, k, norm, 0);
   double perr = 0, werr = 0, w[64], *lgd = to_d(lg, N * E);
   int64_t bad = 0;
   for (int64_t t = 0; t < N; t++) {
@@ -1065,10 +1068,10 @@ static void test_moe_route(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t E
   report(nm, fmax(perr, werr), 1e-6);
   report("moe_route_fwd top-k order, groups, inverse, idle expert (mismatches)", (double)bad, 0);
   float *gp = with_gp ? fvec(E, 1.0f) : NULL; /* the load-balancing loss's gradient on every probability */
-  moe_st s = {lgd, to_d(R, N * k), NULL, NULL, NULL, gp ? to_d(gp, E) : NULL, sel, pos, N, E, k, 0, norm};
+  moe_st s = {lgd, to_d(R, N * k), NULL, NULL, NULL, gp ? to_d(gp, E) : NULL, sel, pos, N, E, k, 0, norm, 0};
   float *sv, *pg = prefill(N * E, &sv), *g = zeros(N * E);
-  ops->moe_route_bwd(ctx, g, R, probs, sel, wts, gp, N, E, k, norm);
-  ops->moe_route_bwd(ctx, pg, R, probs, sel, wts, gp, N, E, k, norm);
+  ops->moe_route_bwd(ctx, g, R, probs, sel, wts, gp, NULL, 0.0f, N, E, k, norm);
+  ops->moe_route_bwd(ctx, pg, R, probs, sel, wts, gp, NULL, 0.0f, N, E, k, norm);
   adds_check("moe_route_bwd", pg, sv, g, N * E);
   snprintf(nm, sizeof nm, "moe_route_bwd (%s%s)", norm ? "renormalised" : "softmax weights", gp ? ", + gp" : "");
   fd_check(nm, s.lg, g, N * E, moe_route_L, &s, 300, 1e-5);
@@ -1076,11 +1079,88 @@ static void test_moe_route(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t E
   free(lg), free(probs), free(wts), free(R), free(sel), free(perm), free(pos), free(offs), free(sv), free(pg);
   free(g), free(s.lg), free(s.R);
 }
+/* Hand-computed routing: the expert bias moves the selection, not the
+ * weights; a capacity keeps an expert's largest weights (ties: earlier). */
+static void test_moe_hand(const sl_ops *ops, sl_kctx *ctx) {
+  float lg[16] = {logf(0.4f), logf(0.3f), logf(0.2f), logf(0.1f)}, bias[4] = {0, 0, 0.25f, 0}, p[16], w[8], lse[4];
+  int32_t sel[8], perm[8], pos[8], offs[9];
+  ops->moe_route_fwd(ctx, p, sel, w, offs, perm, pos, lse, lg, NULL, 1, 4, 2, 1, 0);
+  double bad = sel[0] != 0 || sel[1] != 1 || fabs(w[0] - 0.4 / 0.7) > 1e-6 || fabs(lse[0]) > 1e-6;
+  ops->moe_route_fwd(ctx, p, sel, w, offs, perm, pos, NULL, lg, bias, 1, 4, 2, 1, 0); /* 0.2 + 0.25 > 0.4 */
+  bad += sel[0] != 2 || sel[1] != 0 || fabs(w[0] - 0.2 / 0.6) > 1e-6 || fabs(w[1] - 0.4 / 0.6) > 1e-6;
+  report("moe_route_fwd hand case: bias [0, 0, .25, 0] selects experts 2, 0 with weights .2/.6, .4/.6", bad, 0);
+  /* 4 tokens, 2 experts, k 1, all to expert 0 with p .9 .6 .8 .7: capacity ceil(4/2 * 1.0) = 2 keeps tokens 0, 2 */
+  const float q[4] = {0.9f, 0.6f, 0.8f, 0.7f};
+  for (int t = 0; t < 4; t++) lg[2 * t] = logf(q[t]), lg[2 * t + 1] = logf(1 - q[t]);
+  ops->moe_route_fwd(ctx, p, sel, w, offs, perm, pos, NULL, lg, NULL, 4, 2, 1, 0, 2);
+  static const int32_t want_sel[4] = {0, -1, 0, -1}, want_offs[5] = {0, 2, 2, 4, 4}, want_perm[4] = {0, 2, 1, 3};
+  bad = memcmp(sel, want_sel, 16) || memcmp(offs, want_offs, 20) || memcmp(perm, want_perm, 16) || w[1] != 0 ||
+        w[3] != 0 || fabs(w[0] - 0.9) > 1e-6 || fabs(w[2] - 0.8) > 1e-6;
+  ops->moe_route_fwd(ctx, p, sel, w, offs, perm, pos, NULL, lg, NULL, 4, 2, 1, 1, 2); /* renormalised: all 1, a tie */
+  bad += sel[0] != 0 || sel[1] != 0 || sel[2] != -1 || sel[3] != -1;
+  report("moe_route_fwd hand case: capacity 2 drops tokens 1, 3 (by weight), or 2, 3 (a tie: by token)", bad, 0);
+}
+
+/* The routing options on random logits: the bias's selection, the
+ * capacity against a sort per expert, the groups (kept, then dropped),
+ * the logsumexp; the backward with drops, gp and zg by finite differences. */
+static void test_moe_opts(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t E, int64_t k, int norm, int64_t cap) {
+  float *lg = fvec(N * E, 3.0f), *bias = fvec(E, 0.2f), *probs = malloc(N * E * 4), *wts = malloc(N * k * 4);
+  float *lse = malloc(N * 4), *R = fvec(N * k, 1.0f), *gp = fvec(E, 1.0f);
+  int32_t *sel = malloc(N * k * 4), *perm = malloc(N * k * 4), *pos = malloc(N * k * 4),
+          *offs = malloc((2 * E + 1) * 4), *ex = malloc(N * k * 4);
+  ops->moe_route_fwd(ctx, probs, sel, wts, offs, perm, pos, lse, lg, bias, N, E, k, norm, cap);
+  double lerr = 0, bad = 0;
+  for (int64_t t = 0; t < N; t++) {
+    double mx = -1e30, sum = 0;
+    for (int64_t e = 0; e < E; e++) mx = fmax(mx, lg[t * E + e]);
+    for (int64_t e = 0; e < E; e++) sum += exp(lg[t * E + e] - mx);
+    lerr = fmax(lerr, fabs(lse[t] - (mx + log(sum))));
+    for (int64_t j = 0; j < k; j++) { /* the j-th choice: exactly j scores p + bias above it */
+      int32_t e = ex[t * k + j] = sel[t * k + j] < 0 ? -1 - sel[t * k + j] : sel[t * k + j];
+      int64_t above = 0;
+      for (int64_t f = 0; f < E; f++) above += probs[t * E + f] + bias[f] > probs[t * E + e] + bias[e];
+      bad += above != j;
+    }
+  }
+  float *wp = malloc(N * k * 4); /* the weights before the capacity, as the kernel computes them */
+  for (int64_t t = 0; t < N; t++) {
+    float ws = 0;
+    for (int64_t j = 0; j < k; j++) ws += wp[t * k + j] = probs[t * E + ex[t * k + j]];
+    for (int64_t j = 0; norm && j < k; j++) wp[t * k + j] /= ws;
+  }
+  int64_t dropped = 0;
+  for (int64_t s = 0; s < N * k; s++) { /* kept iff fewer than cap slots of its expert rank before it */
+    int64_t rank = 0;
+    for (int64_t q = 0; q < N * k; q++) rank += ex[q] == ex[s] && (wp[q] > wp[s] || (wp[q] == wp[s] && q < s));
+    bad += (sel[s] < 0) != (rank >= cap) || (sel[s] < 0 && wts[s] != 0);
+    dropped += sel[s] < 0;
+  }
+  for (int64_t g = 0; g < 2 * E; g++)
+    for (int64_t r = offs[g]; r < offs[g + 1]; r++)
+      bad += (g < E ? sel[perm[r]] != g : sel[perm[r]] != -1 - (g - E)) || pos[perm[r]] != r ||
+             (r > offs[g] && perm[r] <= perm[r - 1]);
+  bad += offs[0] != 0 || offs[2 * E] != N * k || offs[E] != N * k - dropped || dropped == 0;
+  char nm[128];
+  snprintf(nm, sizeof nm, "moe_route_fwd bias, capacity %lld (%lld of %lld dropped), groups (mismatches)",
+           (long long)cap, (long long)dropped, (long long)(N * k));
+  report(nm, bad, 0);
+  report("moe_route_fwd logsumexp vs double", lerr, 1e-5);
+  for (int64_t s = 0; s < N * k; s++) R[s] = sel[s] < 0 ? 0.0f : R[s]; /* a dropped slot's dwts (the combine's) */
+  moe_st st = {to_d(lg, N * E), to_d(R, N * k), NULL, NULL, NULL, to_d(gp, E), sel, pos, N, E, k, 0, norm, 0.7};
+  float *g = zeros(N * E);
+  ops->moe_route_bwd(ctx, g, R, probs, sel, wts, gp, lse, 0.7f, N, E, k, norm);
+  snprintf(nm, sizeof nm, "moe_route_bwd with drops, gp and the z-loss (norm %d)", norm);
+  fd_check(nm, st.lg, g, N * E, moe_route_L, &st, 300, 1e-5);
+  free(lg), free(bias), free(probs), free(wts), free(lse), free(R), free(gp), free(sel), free(perm), free(pos);
+  free(offs), free(ex), free(wp), free(g), free(st.lg), free(st.R), free(st.gp);
+}
 /* permute / combine on a given grouping: forwards exact or vs double, backwards by finite differences. */
 static void test_moe_rows(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t E, int64_t k, int64_t C) {
   float *lg = fvec(N * E, 3.0f), *probs = malloc(N * E * 4), *wts = malloc(N * k * 4);
-  int32_t *sel = malloc(N * k * 4), *perm = malloc(N * k * 4), *pos = malloc(N * k * 4), *offs = malloc((E + 1) * 4);
-  ops->moe_route_fwd(ctx, probs, sel, wts, offs, perm, pos, lg, N, E, k, 1);
+  int32_t *sel = malloc(N * k * 4), *perm = malloc(N * k * 4), *pos = malloc(N * k * 4),
+          *offs = malloc((2 * E + 1) * 4);
+  ops->moe_route_fwd(ctx, probs, sel, wts, offs, perm, pos, NULL, lg, NULL, N, E, k, 1, 0);
   float *x = fvec(N * C, 1.0f), *xp = malloc(N * k * C * 4), *dxp = fvec(N * k * C, 1.0f), *dx = zeros(N * C);
   ops->moe_permute_fwd(ctx, xp, x, pos, N, k, C);
   int64_t bad = 0;
@@ -1097,7 +1177,7 @@ static void test_moe_rows(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t E,
   report("moe_permute_bwd = sum of a token's k rows", e1, 1e-6);
   float *yp = fvec(N * k * C, 1.0f), *out = malloc(N * C * 4), *Ry = fvec(N * C, 1.0f);
   ops->moe_combine_fwd(ctx, out, yp, wts, pos, N, k, C);
-  moe_st s = {NULL, NULL, to_d(yp, N * k * C), to_d(wts, N * k), to_d(Ry, N * C), NULL, sel, pos, N, E, k, C, 1};
+  moe_st s = {NULL, NULL, to_d(yp, N * k * C), to_d(wts, N * k), to_d(Ry, N * C), NULL, sel, pos, N, E, k, C, 1, 0};
   double e2 = 0;
   for (int64_t t = 0; t < N; t++)
     for (int64_t c = 0; c < C; c++) {
@@ -1171,6 +1251,9 @@ int main(void) {
   test_moe_route(ops, c1, 23, 5, 3, 0, 1);
   test_moe_rows(ops, c2, 37, 6, 2, 24);
   test_moe_rows(ops, c1, 9, 4, 1, 8);
+  test_moe_hand(ops, c1);
+  test_moe_opts(ops, c2, 37, 6, 2, 1, 10); /* 74 slots, 12.3 an expert */
+  test_moe_opts(ops, c1, 23, 5, 3, 0, 12);
   test_ce(ops, c2, 37, 16, 300, 150, 150, 0.0f);
   test_ce(ops, c2, 1100, 4, 2100, 24, 16, 0.0f);  /* 2 row x 3 vocab tiles */
   test_vocab_embedding(ops, c2, 300, 24, 211, 4); /* V % T != 0 */
