@@ -53,6 +53,7 @@ static void llama_destroy(sl_model *m) {
   free(p->hoffs);
   free(p->load);
   free(p->acnt);
+  free(p->lwin);
   free(p->aprob);
   free(p->hprob);
   if (p->gp) m->ops->free(m->k, p->gp);
@@ -60,12 +61,10 @@ static void llama_destroy(sl_model *m) {
   if (p->inv_freq_local) m->ops->free(m->k, p->inv_freq_local);
 }
 
-/* Layer l's attention window: Mistral's on every layer, Gemma 2's on the
- * even ones, Gemma 3's on layers l with (l + 1) % sliding_window_pattern != 0
- * (transformers' layer_types defaults), 0: full causal. */
-int64_t sl_llama_layer_window(const llama_priv *p, int l) {
-  return p->window_every && (l + 1) % p->window_every == 0 ? 0 : p->window;
-}
+/* Layer l's attention window (0: full causal), the config's per-layer type
+ * (sl_cfg_layer_window: Mistral's window on every layer, Gemma's pattern,
+ * Qwen2 / Qwen3's max_window_layers or layer_types). */
+int64_t sl_llama_layer_window(const llama_priv *p, int l) { return p->lwin[l]; }
 
 /* Layer l's RoPE table: Gemma 3's sliding layers use rope_local_base_freq's. */
 const float *sl_llama_layer_freq(const llama_priv *p, int l) {
@@ -515,8 +514,8 @@ static int llama_init(sl_model *m, sl_decoder *d) {
   p->db = c->mlp_bias ? p->C : 0;
   p->A = p->nh * p->hd;
   p->I = c->intermediate_size / T;
-  p->window = c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_MIXTRAL || c->gemma ? c->sliding_window : 0;
-  p->window_every = c->window_every;
+  if (!(p->lwin = calloc((size_t)d->L, sizeof *p->lwin))) return sl_fail(SL_ENOMEM, "out of memory");
+  for (int64_t l = 0; l < d->L; l++) p->lwin[l] = sl_cfg_layer_window(c, l);
   p->gemma = c->gemma;
   p->softcap = (float)c->attn_logit_softcapping;
   if ((p->E = c->moe_experts)) {

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Model families (issues 24, 25): `shardlm plan` takes the published Qwen2.5, Mixtral and Qwen3-MoE
 # configs (tests/fixtures/hf-configs, transcribed) with their exact
-# parameter counts (q/k/v biases included); use_sliding_window / use_mrope
-# true are refused naming the file and the field; a tiny Qwen2 trains 2
+# parameter counts (q/k/v biases included); use_mrope true, a zero
+# sliding_window under use_sliding_window and a bad layer_types entry are
+# refused naming the file and the field; a tiny Qwen2 trains 2
 # steps and saves a config.json transformers loads as Qwen2 with the q/k/v
 # biases in its weights. Against PyTorch: tests/ref/test_torch_qwen2.sh.
 # Qwen3 the same way (the five published Qwen3 configs' exact counts with
-# the q/k norms and head_dim 128; use_sliding_window and a sliding
-# layer_types entry refused; a tiny Qwen3 trains, saves q_norm / k_norm,
+# the q/k norms and head_dim 128; a sliding layer_types entry without a
+# window refused; a tiny Qwen3 trains, saves q_norm / k_norm,
 # and its checkpoint converts --to-hf alike); Llama's attention_bias /
 # mlp_bias accepted with their counts. Against PyTorch:
 # tests/ref/test_torch_qwen3.sh.
@@ -57,11 +58,13 @@ refuse() { # name json-members needle [model prefix]
   rc_is "refused: $1" $? 2 "$W/$1.log" "$3"
   grep -qF "$W/$1/config.json" "$W/$1.log" || bad "$1: the message does not name the file"
 }
-refuse sliding '"use_sliding_window": true, "sliding_window": 8' "field 'use_sliding_window' = true is not supported"
+refuse sliding '"use_sliding_window": true, "sliding_window": 0' \
+  "field 'sliding_window' must be positive or null with use_sliding_window, found 0"
 refuse mrope '"use_mrope": true' "field 'use_mrope' = true is not supported"
-refuse q3sliding '"use_sliding_window": true, "sliding_window": 8' "field 'use_sliding_window' = true is not supported" "$Q3"
+refuse q2types '"use_sliding_window": true, "layer_types": ["full_attention", "chunked_attention"]' \
+  "field 'layer_types'[1] = \"chunked_attention\" is not supported"
 refuse q3types '"layer_types": ["full_attention", "sliding_attention"]' \
-  "field 'layer_types'[1] = \"sliding_attention\" is not supported" "$Q3"
+  "field 'layer_types'[1] is \"sliding_attention\" but no window is set" "$Q3"
 refuse q3typenum '"layer_types": [1, 2]' "field 'layer_types'[0] must be a string, found an integer" "$Q3"
 # Llama's attention_bias / mlp_bias: every bias counted (2 layers: q/k/v 32+16+16, o 32; gate/up 64+64, down 32)
 tiny_model "$W/lb" llama '"num_hidden_layers": 2, "attention_bias": true, "mlp_bias": true'
@@ -200,6 +203,7 @@ refuse topk '"num_experts_per_tok": 5' "field 'num_experts_per_tok' must be in [
 Q3M='"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_hidden_layers": 2, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16'
 refuse q3mstep '"decoder_sparse_step": 2' "field 'decoder_sparse_step' = 2 is not supported" "$Q3M"
 refuse q3mdense '"mlp_only_layers": [0]' "field 'mlp_only_layers' is not supported unless empty" "$Q3M"
+refuse q3mwin '"use_sliding_window": true' "field 'use_sliding_window' = true is not supported" "$Q3M"
 # a tiny Mixtral (the published config's fields that change nothing accepted) trains and saves
 tiny_model "$W/mx" llama "$X, \"num_experts_per_tok\": 2, \"router_aux_loss_coef\": 0.02, \"output_router_logits\": false, \"router_jitter_noise\": 0.0, \"sliding_window\": null, \"attention_dropout\": 0.0, \"torch_dtype\": \"bfloat16\", \"use_cache\": true"
 "$B" train --model "$W/mx" --data "$W/data" --steps 2 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
