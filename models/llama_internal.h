@@ -68,6 +68,8 @@ typedef struct {
   int sp;           /* sequence parallelism (rows n = N/T of the stream per rank) */
   int gemma;        /* Gemma 2: (1 + w) norms, post-attention / post-feedforward norms, GeGLU */
   float softcap;    /* attention-logit softcap (Gemma 2), 0: none */
+  int plus_one;     /* Gemma: the norms multiply by 1 + w (0 under SL_TEST_GEMMA_OFF=plus_one) */
+  int no_post;      /* SL_TEST_GEMMA_OFF=post_norms: Gemma's post norms are the identity (a test hook) */
   float *w1;        /* (4C + qkn) Gemma: the (1 + w) weights of the block's four norms, then
                        Gemma 3's q/k norms' (workspace) */
   float *dpost;     /* (N, C) Gemma: a post-norm's input gradient (workspace) */
