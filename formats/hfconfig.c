@@ -401,6 +401,14 @@ static int want_full_attention(const char *p, json_t *o) {
   return SL_OK;
 }
 
+/* No layer slides: the config is use_sliding_window false's (rank texts, --save). */
+static int qwen_no_window(sl_model_config *c) {
+  int any = 0;
+  for (int64_t i = 0; i < c->num_hidden_layers; i++) any |= c->layer_sliding[i];
+  if (!any) c->sliding_window = 0;
+  return SL_OK;
+}
+
 /* Qwen2 / Qwen3's per-layer attention type, as transformers'
  * configuration_qwen2.py / configuration_qwen3.py (Qwen2Config.__init__):
  * sliding_window is kept only with use_sliding_window (default 4096; null:
@@ -421,13 +429,14 @@ static int qwen_layer_types(const char *p, json_t *o, sl_model_config *c) {
   if (use && !(sw && json_is_null(sw))) {
     if ((rc = get_int(p, o, "sliding_window", 0, 4096, &c->sliding_window))) return rc;
     if (c->sliding_window <= 0)
-      return sl_fail(SL_EINPUT, "%s: field 'sliding_window' must be positive or null with use_sliding_window, found %lld",
-                     p, (long long)c->sliding_window);
+      return sl_fail(SL_EINPUT,
+                     "%s: field 'sliding_window' must be positive or null with use_sliding_window, found %lld", p,
+                     (long long)c->sliding_window);
   }
   if (L < 1 || L > SL_CFG_MAX_LAYERS) return SL_OK; /* sl_hfconfig_validate names num_hidden_layers */
   if (!lt || json_is_null(lt)) {
     for (int64_t i = 0; i < L; i++) c->layer_sliding[i] = c->sliding_window > 0 && i >= c->max_window_layers;
-    return SL_OK;
+    return qwen_no_window(c);
   }
   if (!json_is_array(lt) || (int64_t)json_array_size(lt) != L)
     return sl_fail(SL_EINPUT, "%s: field 'layer_types' must be a list of num_hidden_layers = %lld strings", p,
@@ -435,7 +444,8 @@ static int qwen_layer_types(const char *p, json_t *o, sl_model_config *c) {
   for (int64_t i = 0; i < L; i++) {
     json_t *e = json_array_get(lt, (size_t)i);
     const char *t = json_is_string(e) ? json_string_value(e) : NULL;
-    if (!t) return sl_fail(SL_EINPUT, "%s: field 'layer_types'[%lld] must be a string, found %s", p, (long long)i, jtype(e));
+    if (!t)
+      return sl_fail(SL_EINPUT, "%s: field 'layer_types'[%lld] must be a string, found %s", p, (long long)i, jtype(e));
     if (strcmp(t, "sliding_attention") && strcmp(t, "full_attention"))
       return sl_fail(SL_EINPUT,
                      "%s: field 'layer_types'[%lld] = \"%s\" is not supported (expected \"full_attention\" or "
@@ -448,7 +458,7 @@ static int qwen_layer_types(const char *p, json_t *o, sl_model_config *c) {
                      "is false or sliding_window null; transformers has no window to apply)",
                      p, (long long)i);
   }
-  return SL_OK;
+  return qwen_no_window(c);
 }
 
 /* Mistral's window on every layer, Gemma's on the layers i with

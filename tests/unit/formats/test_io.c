@@ -567,25 +567,31 @@ static int windows_are(const sl_model_config *c, const int64_t *want, int n) {
 
 static void test_layer_types(void) {
   sl_model_config c, b;
-#define Q2 "{\"architectures\": [\"Qwen2ForCausalLM\"], \"hidden_size\": 32, \"intermediate_size\": 64, " \
-           "\"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"vocab_size\": 100, "
+#define Q2                                                                                                             \
+  "{\"architectures\": [\"Qwen2ForCausalLM\"], \"hidden_size\": 32, \"intermediate_size\": 64, "                       \
+  "\"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"vocab_size\": 100, "
   const struct {
     const char *json, *what;
     int64_t want[3];
   } cases[] = {
       {"{\"model_type\": \"mistral\", \"hidden_size\": 32, \"intermediate_size\": 64, \"num_hidden_layers\": 3, "
        "\"num_attention_heads\": 4, \"vocab_size\": 100, \"sliding_window\": 16}",
-       "mistral: every layer", {16, 16, 16}},
+       "mistral: every layer",
+       {16, 16, 16}},
       {Q2 "\"use_sliding_window\": true, \"sliding_window\": 8, \"max_window_layers\": 1}", "qwen2: i >= 1", {0, 8, 8}},
       {Q2 "\"use_sliding_window\": false, \"sliding_window\": 8, \"max_window_layers\": 1}", "qwen2: off", {0, 0, 0}},
-      {Q2 "\"use_sliding_window\": true, \"sliding_window\": null, \"max_window_layers\": 0}", "qwen2: null", {0, 0, 0}},
+      {Q2 "\"use_sliding_window\": true, \"sliding_window\": null, \"max_window_layers\": 0}",
+       "qwen2: null",
+       {0, 0, 0}},
       {Q2 "\"use_sliding_window\": true, \"max_window_layers\": 2}", "qwen2: default 4096", {0, 0, 4096}},
       {Q2 "\"use_sliding_window\": true, \"sliding_window\": 8, \"max_window_layers\": 0, \"layer_types\": "
           "[\"sliding_attention\", \"full_attention\", \"sliding_attention\"]}",
-       "qwen2: layer_types over max_window_layers", {8, 0, 8}},
+       "qwen2: layer_types over max_window_layers",
+       {8, 0, 8}},
       {"{\"architectures\": [\"Gemma2ForCausalLM\"], \"hidden_size\": 32, \"intermediate_size\": 64, "
        "\"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"vocab_size\": 100, \"sliding_window\": 4}",
-       "gemma2: even layers", {4, 0, 4}},
+       "gemma2: even layers",
+       {4, 0, 4}},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int rc = cfg(cases[i].json, &c);
@@ -600,6 +606,8 @@ static void test_layer_types(void) {
   rc = rc ? rc : sl_hfconfig_load(p, &b);
   check(rc == 0 && windows_are(&b, cases[5].want, 3) && b.sliding_window == 8,
         "layer windows: a windowed qwen2 saves and loads back");
+  rc = cfg(Q2 "\"use_sliding_window\": true, \"sliding_window\": 8, \"max_window_layers\": 3}", &c);
+  check(rc == 0 && c.sliding_window == 0, "layer windows: qwen2 with no layer >= max_window_layers keeps no window");
 #undef Q2
 }
 
