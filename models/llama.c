@@ -506,8 +506,8 @@ static int gemma_test_off(sl_decoder *d, llama_priv *p) {
   else if (!strcmp(v, "post_norms")) p->no_post = 1;
   else if (!strcmp(v, "plus_one")) d->plus_one = p->plus_one = 0;
   else
-    return sl_fail(SL_EINPUT, "environment variable SL_TEST_GEMMA_OFF = '%s' (expected embed_scale, post_norms or "
-                   "plus_one)", v);
+    return sl_fail(SL_EINPUT,
+                   "environment variable SL_TEST_GEMMA_OFF = '%s' (expected embed_scale, post_norms or plus_one)", v);
   sl_log(SL_LOG_WARN, "SL_TEST_GEMMA_OFF=%s: Gemma without that feature (a test hook)", v);
   return SL_OK;
 }
@@ -574,7 +574,7 @@ static void llama_caps(const sl_model_config *c, sl_model_caps *out) {
                          .recurrent = 0,
                          .zb_split = !c->moe_experts, /* the MoE MLP has no split backward yet */
                          .zb_split_accum = !c->moe_experts,
-                         .bf16 = !c->gemma, /* Gemma 2 / 3 have no bf16 mirror yet */
+                         .bf16 = 1, /* Gemma 2 / 3 too: tests/ref/bf16_ref.py mirrors their ops */
                          .tp_width = c->num_attention_heads};
 }
 
