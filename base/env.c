@@ -47,6 +47,8 @@ static const sl_env_row g_env[] = {
      "1: under --ep each rank runs the rows it receives through its experts in reverse order (a negative control)"},
     {"SL_FAULT_NONFINITE", STR, NULL, 1, "S1[,S2...]: the loss of those steps (1-based) is NaN"},
     {"SL_FAULT_NONFINITE_RANK", INT, NULL, 1, "with SL_FAULT_NONFINITE: only on this rank; unset: every rank"},
+    {"SL_TEST_GEMMA_OFF", STR, NULL, 1,
+     "embed_scale, post_norms or plus_one: Gemma without that feature (negative controls); unset: none"},
 };
 enum { NENV = sizeof g_env / sizeof g_env[0] };
 

@@ -73,6 +73,13 @@ int sl_model_canonical(const sl_model_config *c, int with_init, char *buf, size_
     if (m < 0 || (size_t)(n + m) >= cap) return SL_EINTERNAL;
     n += m;
   }
+  if ((c->arch == SL_ARCH_QWEN2 || c->arch == SL_ARCH_QWEN3) && c->sliding_window > 0) { /* only then, as above */
+    if ((size_t)n + 24 + (size_t)c->num_hidden_layers >= cap) return SL_EINTERNAL;
+    n += snprintf(buf + n, cap - (size_t)n, "model.layer_types=");
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) buf[n++] = sl_cfg_layer_window(c, l) > 0 ? 'S' : 'F';
+    buf[n++] = '\n';
+    buf[n] = 0;
+  }
   if (c->mixer_rms) { /* Falcon-Mamba only: Mamba texts (and checkpoints) stay as they were */
     int m = snprintf(buf + n, cap - (size_t)n, "model.mixer_rms=%d\nmodel.mixer_rms_eps=%.17g\n", c->mixer_rms,
                      c->mixer_rms_eps);

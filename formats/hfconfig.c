@@ -22,7 +22,7 @@
  * 16384, intermediate 53248, 128 heads): they keep the engine check's own
  * cost bounded (it walks every layer) and the size products far from
  * overflow. */
-#define CFG_MAX_LAYERS 1024
+#define CFG_MAX_LAYERS SL_CFG_MAX_LAYERS
 #define CFG_MAX_HIDDEN ((int64_t)1 << 17)
 #define CFG_MAX_INTER ((int64_t)1 << 20)
 #define CFG_MAX_HEADS 4096
@@ -382,8 +382,8 @@ static int parse_moe(const char *p, json_t *o, sl_model_config *c) {
   return SL_OK;
 }
 
-/* layer_types (Qwen3, newer configs): accepted when every layer is
- * "full_attention", refused naming the field otherwise. */
+/* layer_types (Qwen3-MoE): accepted when every layer is "full_attention",
+ * refused naming the field otherwise. */
 static int want_full_attention(const char *p, json_t *o) {
   json_t *lt = json_object_get(o, "layer_types");
   if (!lt || json_is_null(lt)) return SL_OK;
@@ -395,10 +395,81 @@ static int want_full_attention(const char *p, json_t *o) {
     if (strcmp(json_string_value(e), "full_attention"))
       return sl_fail(SL_EINPUT,
                      "%s: field 'layer_types'[%zu] = \"%s\" is not supported (expected \"full_attention\": "
-                     "per-layer sliding windows are not implemented)",
+                     "sliding windows are not implemented for Qwen3-MoE)",
                      p, i, json_string_value(e));
   }
   return SL_OK;
+}
+
+/* No layer slides: the config is use_sliding_window false's (rank texts, --save). */
+static int qwen_no_window(sl_model_config *c) {
+  int any = 0;
+  for (int64_t i = 0; i < c->num_hidden_layers; i++) any |= c->layer_sliding[i];
+  if (!any) c->sliding_window = 0;
+  return SL_OK;
+}
+
+/* Qwen2 / Qwen3's per-layer attention type, as transformers'
+ * configuration_qwen2.py / configuration_qwen3.py (Qwen2Config.__init__):
+ * sliding_window is kept only with use_sliding_window (default 4096; null:
+ * none); layer_types, when absent, is "sliding_attention" on the layers
+ * i >= max_window_layers (default 28) while a window is kept and
+ * "full_attention" elsewhere; modeling_qwen2.py's Qwen2Attention gives
+ * sliding_window to the layers whose type is "sliding_attention". A sliding
+ * entry without a window is refused (transformers'
+ * create_sliding_window_causal_mask has none to apply). */
+static int qwen_layer_types(const char *p, json_t *o, sl_model_config *c) {
+  int use = 0, rc;
+  int64_t L = c->num_hidden_layers;
+  json_t *sw = json_object_get(o, "sliding_window"), *lt = json_object_get(o, "layer_types");
+  if ((rc = get_bool(p, o, "use_sliding_window", 0, &use)) ||
+      (rc = get_int(p, o, "max_window_layers", 0, 28, &c->max_window_layers)))
+    return rc;
+  c->sliding_window = 0;
+  if (use && !(sw && json_is_null(sw))) {
+    if ((rc = get_int(p, o, "sliding_window", 0, 4096, &c->sliding_window))) return rc;
+    if (c->sliding_window <= 0)
+      return sl_fail(SL_EINPUT,
+                     "%s: field 'sliding_window' must be positive or null with use_sliding_window, found %lld", p,
+                     (long long)c->sliding_window);
+  }
+  if (L < 1 || L > SL_CFG_MAX_LAYERS) return SL_OK; /* sl_hfconfig_validate names num_hidden_layers */
+  if (!lt || json_is_null(lt)) {
+    for (int64_t i = 0; i < L; i++) c->layer_sliding[i] = c->sliding_window > 0 && i >= c->max_window_layers;
+    return qwen_no_window(c);
+  }
+  if (!json_is_array(lt) || (int64_t)json_array_size(lt) != L)
+    return sl_fail(SL_EINPUT, "%s: field 'layer_types' must be a list of num_hidden_layers = %lld strings", p,
+                   (long long)L);
+  for (int64_t i = 0; i < L; i++) {
+    json_t *e = json_array_get(lt, (size_t)i);
+    const char *t = json_is_string(e) ? json_string_value(e) : NULL;
+    if (!t)
+      return sl_fail(SL_EINPUT, "%s: field 'layer_types'[%lld] must be a string, found %s", p, (long long)i, jtype(e));
+    if (strcmp(t, "sliding_attention") && strcmp(t, "full_attention"))
+      return sl_fail(SL_EINPUT,
+                     "%s: field 'layer_types'[%lld] = \"%s\" is not supported (expected \"full_attention\" or "
+                     "\"sliding_attention\")",
+                     p, (long long)i, t);
+    c->layer_sliding[i] = !strcmp(t, "sliding_attention");
+    if (c->layer_sliding[i] && c->sliding_window <= 0)
+      return sl_fail(SL_EINPUT,
+                     "%s: field 'layer_types'[%lld] is \"sliding_attention\" but no window is set (use_sliding_window "
+                     "is false or sliding_window null; transformers has no window to apply)",
+                     p, (long long)i);
+  }
+  return qwen_no_window(c);
+}
+
+/* Mistral's window on every layer, Gemma's on the layers i with
+ * (i + 1) % window_every != 0 (window_every 0: every layer). */
+static void window_pattern(sl_model_config *c) {
+  for (int64_t i = 0; i < c->num_hidden_layers && i < SL_CFG_MAX_LAYERS; i++)
+    c->layer_sliding[i] = c->sliding_window > 0 && !(c->window_every && (i + 1) % c->window_every == 0);
+}
+
+int64_t sl_cfg_layer_window(const sl_model_config *c, int64_t l) {
+  return l >= 0 && l < SL_CFG_MAX_LAYERS && c->layer_sliding[l] ? c->sliding_window : 0;
 }
 
 /* The Llama block's options by architecture (transformers' modeling_llama.py,
@@ -409,8 +480,10 @@ static int want_full_attention(const char *p, json_t *o) {
 static int parse_block_options(const char *p, json_t *o, sl_model_config *c) {
   int rc, ab = 0;
   if (c->gemma) return SL_OK; /* attention_bias checked in parse_gemma; no MLP bias field */
-  if (c->arch == SL_ARCH_QWEN2 || c->arch == SL_ARCH_QWEN3 || c->arch == SL_ARCH_QWEN3_MOE) {
-    if ((rc = want_false(p, o, "use_sliding_window", "per-layer sliding windows are not implemented"))) return rc;
+  if (c->arch == SL_ARCH_QWEN3_MOE) {
+    if ((rc = want_false(p, o, "use_sliding_window", "sliding windows are not implemented for Qwen3-MoE"))) return rc;
+  } else if ((c->arch == SL_ARCH_QWEN2 || c->arch == SL_ARCH_QWEN3) && (rc = qwen_layer_types(p, o, c))) {
+    return rc;
   }
   if (c->arch == SL_ARCH_QWEN2) {
     c->qkv_bias = 1;
@@ -426,7 +499,7 @@ static int parse_block_options(const char *p, json_t *o, sl_model_config *c) {
   c->qkv_bias = c->o_bias = ab;
   if (c->arch == SL_ARCH_QWEN3 || c->arch == SL_ARCH_QWEN3_MOE) {
     c->qk_norm = 1;
-    return want_full_attention(p, o);
+    return c->arch == SL_ARCH_QWEN3_MOE ? want_full_attention(p, o) : SL_OK;
   }
   return get_bool(p, o, "mlp_bias", 0, &c->mlp_bias); /* Llama */
 }
@@ -553,6 +626,7 @@ static int parse_attn(const char *p, json_t *o, sl_model_config *c) {
     return rc;
   if ((rc = parse_block_options(p, o, c))) return rc;
   if (mistral && (rc = get_int(p, o, "sliding_window", 0, 0, &c->sliding_window))) return rc;
+  if (mistral || gemma) window_pattern(c);
   if ((c->arch == SL_ARCH_MIXTRAL || c->arch == SL_ARCH_QWEN3_MOE) && (rc = parse_moe(p, o, c))) return rc;
   if ((rc = want_pos_emb(p, o))) return rc;
   if ((rc = parse_rope_scaling(p, o, c))) return rc;
@@ -955,6 +1029,22 @@ static json_t *rope_scaling_json(const sl_model_config *c) {
   return rs;
 }
 
+/* Qwen2 / Qwen3's window fields: use_sliding_window false when no layer
+ * slides (as before), else the window, max_window_layers and layer_types
+ * (transformers then takes the list as it is). */
+static void qwen_window_json(json_t *o, const sl_model_config *c) {
+  int any = 0;
+  for (int64_t i = 0; i < c->num_hidden_layers; i++) any |= sl_cfg_layer_window(c, i) > 0;
+  json_object_set_new(o, "use_sliding_window", json_boolean(any));
+  if (!any) return;
+  json_t *lt = json_array();
+  for (int64_t i = 0; i < c->num_hidden_layers; i++)
+    json_array_append_new(lt, json_string(c->layer_sliding[i] ? "sliding_attention" : "full_attention"));
+  json_object_set_new(o, "sliding_window", json_integer((json_int_t)c->sliding_window));
+  json_object_set_new(o, "max_window_layers", json_integer((json_int_t)c->max_window_layers));
+  json_object_set_new(o, "layer_types", lt);
+}
+
 int sl_hfconfig_save(const char *path, const sl_model_config *c) {
   int rc = sl_hfconfig_validate(path, c);
   if (rc) return rc;
@@ -995,11 +1085,11 @@ int sl_hfconfig_save(const char *path, const sl_model_config *c) {
         SETB("output_router_logits", c->output_router_logits);
       }
     } else if (c->arch == SL_ARCH_QWEN2) { /* q/k/v biases are Qwen2's own; no field says so */
-      SETB("use_sliding_window", 0);
+      qwen_window_json(o, c);
       SETB("use_mrope", 0);
     } else if (c->arch == SL_ARCH_QWEN3 || c->arch == SL_ARCH_QWEN3_MOE) { /* q/k norms are Qwen3's own */
       SETB("attention_bias", c->o_bias);
-      SETB("use_sliding_window", 0);
+      qwen_window_json(o, c);
       if (c->arch == SL_ARCH_QWEN3_MOE) { /* every layer sparse */
         SETI("num_experts", c->moe_experts);
         SETI("num_experts_per_tok", c->moe_topk);

@@ -46,6 +46,7 @@ typedef struct {
 const char *sl_rope_type_name(sl_rope_type t); /* "default", "linear", "llama3", "yarn" */
 
 #define SL_MAX_EOS 8 /* eos_token_id entries kept */
+#define SL_CFG_MAX_LAYERS 1024 /* num_hidden_layers' bound (sl_hfconfig_validate) */
 
 typedef struct {
   sl_arch arch;
@@ -69,7 +70,8 @@ typedef struct {
   double rms_norm_eps;          /* default 1e-6 */
   double rope_theta;            /* default 10000 */
   sl_rope_scaling rope_scaling; /* default: none */
-  int64_t sliding_window;       /* Mistral; 0 = none (also for null); Qwen2: 0 (use_sliding_window false) */
+  int64_t sliding_window;       /* the window of a sliding layer (layer_sliding); 0 = none (also for null;
+                                   Qwen2 / Qwen3: 0 unless use_sliding_window) */
   int qkv_bias;                 /* q/k/v projections have a bias (Qwen2; Llama/Qwen3 attention_bias) */
   int o_bias;                   /* o_proj has a bias (Llama/Qwen3 attention_bias; never Qwen2) */
   int mlp_bias;                 /* gate/up/down projections have a bias (Llama mlp_bias) */
@@ -94,6 +96,12 @@ typedef struct {
   int window_every;               /* 0: sliding_window on every layer; k: on layers i with (i+1) % k != 0
                                      (Gemma 2: 2; Gemma 3: sliding_window_pattern, 6) */
   double rope_local_base_freq;    /* Gemma 3: the sliding layers' RoPE base (no rope_scaling); 0: none */
+  /* per-layer attention type (transformers' layer_types): 1 = "sliding_attention" (keys within
+     sliding_window), 0 = "full_attention". Mistral / Mixtral: every layer when sliding_window > 0;
+     Gemma: window_every's pattern or layer_types; Qwen2 / Qwen3: use_sliding_window with layers
+     i >= max_window_layers, or layer_types. Read through sl_cfg_layer_window. */
+  unsigned char layer_sliding[SL_CFG_MAX_LAYERS];
+  int64_t max_window_layers; /* Qwen2 / Qwen3: kept for the saved config.json (default 28) */
   /* Mamba */
   int64_t state_size;                                                    /* N (d_state), default 16 */
   int64_t expand;                                                        /* default 2 */
@@ -111,6 +119,9 @@ typedef struct {
   double mixer_rms_eps;            /* its eps (mixer_rms_eps, default 1e-6) */
 } sl_model_config;
 enum { SL_MOE_BALANCE_AUX = 0, SL_MOE_BALANCE_BIAS = 1, SL_MOE_BALANCE_NONE = 2 };
+
+/* Layer l's attention window: sliding_window on a sliding layer, else 0 (full causal). */
+int64_t sl_cfg_layer_window(const sl_model_config *c, int64_t l);
 
 const char *sl_arch_name(sl_arch a); /* "llama", "mistral", "qwen2", "qwen3", "mamba", "gemma2", "gemma3_text" */
 

@@ -123,10 +123,7 @@ static void llama_step(sl_gen *g, int32_t tok) {
   for (int64_t l = 0; l < g->L; l++) {
     int u = (int)l + 1;
     float *kr = g->kc[l] + p * KV, *vr = g->vc[l] + p * KV;
-    /* Mistral's window on every layer, Gemma's on layers l with (l + 1) % window_every != 0 */
-    int64_t win = c->arch == SL_ARCH_MISTRAL || (pl && (c->window_every == 0 || (l + 1) % c->window_every))
-                      ? c->sliding_window
-                      : 0;
+    int64_t win = sl_cfg_layer_window(c, l); /* the layer's type: Mistral, Gemma, Qwen2 / Qwen3 */
     int64_t lo = win > 0 && p - win + 1 > 0 ? p - win + 1 : 0; /* query p sees keys lo..p */
     rmsnorm_p(g->h, g->x, tens(g, u, "input_layernorm.weight"), C, eps, pl);
     /* the biases: Qwen2's, Llama's / Qwen3's attention_bias and Llama's mlp_bias (NULL when the block has none) */

@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "base/env.h"
 #include "models/llama_internal.h"
 #include "models/rope.h"
 #include "models/vocab_parallel.h"
@@ -54,6 +55,7 @@ static void llama_destroy(sl_model *m) {
   free(p->load);
   free(p->ecnt);
   free(p->acnt);
+  free(p->lwin);
   free(p->aprob);
   free(p->hprob);
   sl_llama_moe_free(m, p);
@@ -62,12 +64,10 @@ static void llama_destroy(sl_model *m) {
   if (p->inv_freq_local) m->ops->free(m->k, p->inv_freq_local);
 }
 
-/* Layer l's attention window: Mistral's on every layer, Gemma 2's on the
- * even ones, Gemma 3's on layers l with (l + 1) % sliding_window_pattern != 0
- * (transformers' layer_types defaults), 0: full causal. */
-int64_t sl_llama_layer_window(const llama_priv *p, int l) {
-  return p->window_every && (l + 1) % p->window_every == 0 ? 0 : p->window;
-}
+/* Layer l's attention window (0: full causal), the config's per-layer type
+ * (sl_cfg_layer_window: Mistral's window on every layer, Gemma's pattern,
+ * Qwen2 / Qwen3's max_window_layers or layer_types). */
+int64_t sl_llama_layer_window(const llama_priv *p, int l) { return p->lwin[l]; }
 
 /* Layer l's RoPE table: Gemma 3's sliding layers use rope_local_base_freq's. */
 const float *sl_llama_layer_freq(const llama_priv *p, int l) {
@@ -82,17 +82,19 @@ static void block_attn_core(sl_model *m, llama_priv *p, layer_acts *a, int l) {
 /* The weight a norm multiplies by: w itself, or Gemma's 1 + w (computed into
  * slot `slot` of the block's w1 workspace; its gradient is w's). */
 const float *sl_llama_norm_w(sl_model *m, const llama_priv *p, const float *w, int slot) {
-  if (!p->gemma) return w;
+  if (!p->plus_one) return w;
   float *o = p->w1 + slot * p->C;
   m->ops->copy(m->k, o, w, (size_t)p->C * 4);
   m->ops->scale_add(m->k, o, 1.0f, 1.0f, p->C);
   return o;
 }
 
-/* Gemma's sandwich: out = res + norm(y) with y's statistics kept (rstd). */
+/* Gemma's sandwich: out = res + norm(y) with y's statistics kept (rstd);
+ * out = res + y when SL_TEST_GEMMA_OFF=post_norms (p->no_post). */
 static void post_norm(sl_model *m, const llama_priv *p, float *out, float *rstd, const float *y, const float *w,
                       int slot, const float *res) {
-  m->ops->rmsnorm_fwd(m->k, out, rstd, y, sl_llama_norm_w(m, p, w, slot), p->n, p->C, p->C, p->eps);
+  if (p->no_post) m->ops->copy(m->k, out, y, (size_t)(p->n * p->C) * 4);
+  else m->ops->rmsnorm_fwd(m->k, out, rstd, y, sl_llama_norm_w(m, p, w, slot), p->n, p->C, p->C, p->eps);
   if (res) m->ops->add_inplace(m->k, out, res, p->n * p->C);
 }
 
@@ -114,7 +116,7 @@ static void qk_norm_fwd(sl_model *m, const llama_priv *p, layer_acts *a, const b
 /* The q/k norms' weights (q's hd, then k's): w->qn itself, or Gemma 3's
  * 1 + w (into w1 after the block norms' four slots; its gradient is w's). */
 const float *sl_llama_qk_norm_w(sl_model *m, const llama_priv *p, const blockw *w) {
-  if (!p->gemma) return w->qn;
+  if (!p->plus_one) return w->qn;
   float *o = p->w1 + 4 * p->C;
   m->ops->copy(m->k, o, w->qn, (size_t)p->qkn * 4);
   m->ops->scale_add(m->k, o, 1.0f, 1.0f, p->qkn);
@@ -251,9 +253,10 @@ static int kv_grad_sum(sl_model *m, llama_priv *p, const blockw *g) {
 static const float *post_norm_bwd(sl_model *m, llama_priv *p, float *gw, const float *y, const float *w, int slot,
                                   const float *rstd) {
   sl_decoder *d = sl_dec(m);
+  float *dw = sl_dec_norm_dw(m, gw, p->gnorm + slot * p->C);
   m->ops->zero(m->k, p->dpost, (size_t)(p->n * p->C) * 4);
-  m->ops->rmsnorm_bwd(m->k, p->dpost, sl_dec_norm_dw(m, gw, p->gnorm + slot * p->C), d->dres, y,
-                      sl_llama_norm_w(m, p, w, slot), rstd, p->n, p->C, p->C);
+  if (p->no_post) m->ops->add_inplace(m->k, p->dpost, d->dres, p->n * p->C); /* the identity's gradient */
+  else m->ops->rmsnorm_bwd(m->k, p->dpost, dw, d->dres, y, sl_llama_norm_w(m, p, w, slot), rstd, p->n, p->C, p->C);
   if (!p->sp) return p->dpost;
   return sl_dec_sp_gather(m, p->dpost, d->dln) ? NULL : d->dln;
 }
@@ -493,6 +496,24 @@ static int llama_prepare(sl_model *m) {
   return p->inv_freq && (p->inv_freq_local || !(m->cfg.rope_local_base_freq > 0)) ? SL_OK : SL_ENOMEM;
 }
 
+/* SL_TEST_GEMMA_OFF (base/env.c, a test hook): Gemma without one of its
+ * features, for the negative controls of tests/ref/gemma2_checks.py:
+ * embed_scale (embeddings not times sqrt(hidden)), post_norms (the
+ * post-attention / post-feedforward norms are the identity) or plus_one
+ * (every norm multiplies by w, not 1 + w). */
+static int gemma_test_off(sl_decoder *d, llama_priv *p) {
+  const char *v = sl_env_str("SL_TEST_GEMMA_OFF");
+  if (!v || !*v) return SL_OK;
+  if (!strcmp(v, "embed_scale")) d->embed_scale = 0;
+  else if (!strcmp(v, "post_norms")) p->no_post = 1;
+  else if (!strcmp(v, "plus_one")) d->plus_one = p->plus_one = 0;
+  else
+    return sl_fail(SL_EINPUT,
+                   "environment variable SL_TEST_GEMMA_OFF = '%s' (expected embed_scale, post_norms or plus_one)", v);
+  sl_log(SL_LOG_WARN, "SL_TEST_GEMMA_OFF=%s: Gemma without that feature (a test hook)", v);
+  return SL_OK;
+}
+
 static int llama_init(sl_model *m, sl_decoder *d) {
   const sl_model_config *c = &m->cfg;
   llama_priv *p = calloc(1, sizeof *p);
@@ -517,8 +538,8 @@ static int llama_init(sl_model *m, sl_decoder *d) {
   p->db = c->mlp_bias ? p->C : 0;
   p->A = p->nh * p->hd;
   p->I = c->intermediate_size / T;
-  p->window = c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_MIXTRAL || c->gemma ? c->sliding_window : 0;
-  p->window_every = c->window_every;
+  if (!(p->lwin = calloc((size_t)d->L, sizeof *p->lwin))) return sl_fail(SL_ENOMEM, "out of memory");
+  for (int64_t l = 0; l < d->L; l++) p->lwin[l] = sl_cfg_layer_window(c, l);
   p->gemma = c->gemma;
   p->softcap = (float)c->attn_logit_softcapping;
   if ((p->E = c->moe_experts)) {
@@ -541,9 +562,11 @@ static int llama_init(sl_model *m, sl_decoder *d) {
   d->norm_name = "model.norm.weight";
   d->head_init = SL_INIT_NORMAL;
   if (c->gemma) { /* the skeleton's Gemma options: (1 + w) final norm, scaled embeddings, final-logit softcap */
-    d->plus_one = 1;
+    d->plus_one = p->plus_one = 1;
+    p->no_post = 0;
     d->embed_scale = (float)sqrt((double)c->hidden_size);
     d->final_softcap = (float)c->final_logit_softcapping;
+    return gemma_test_off(d, p);
   }
   return SL_OK;
 }
@@ -554,7 +577,7 @@ static void llama_caps(const sl_model_config *c, sl_model_caps *out) {
                          .recurrent = 0,
                          .zb_split = !c->moe_experts, /* the MoE MLP has no split backward yet */
                          .zb_split_accum = !c->moe_experts,
-                         .bf16 = !c->gemma, /* Gemma 2 / 3 have no bf16 mirror yet */
+                         .bf16 = 1, /* Gemma 2 / 3 too: tests/ref/bf16_ref.py mirrors their ops */
                          .tp_width = c->num_attention_heads};
 }
 

@@ -48,7 +48,8 @@ typedef struct {
 /* The block kind's state (sl_dec(m)->blk); the skeleton's (the residual
  * stream, activation sets, head, dres, dln, xl) is models/decoder.h's. */
 typedef struct {
-  int64_t N, C, nh, nkv, hd, Q, A, I, window; /* nh, nkv, Q, A, I: this TP rank's */
+  int64_t N, C, nh, nkv, hd, Q, A, I;         /* nh, nkv, Q, A, I: this TP rank's */
+  int64_t *lwin;                              /* (L) host: each layer's attention window, 0: full causal */
   int64_t kvrep, kvslot, kvgroups;            /* k/v slice shared by kvrep TP ranks; its index of kvgroups */
   int64_t qb;                                 /* q|k|v bias floats after Wqkv: Q (qkv_bias), else 0 */
   int64_t ob, qkn, mb; /* floats of o_proj's bias (C or 0), the q/k norms (2*hd or 0), gate|up's bias (2I or 0) */
@@ -74,7 +75,8 @@ typedef struct {
   int sp;           /* sequence parallelism (rows n = N/T of the stream per rank) */
   int gemma;        /* Gemma 2: (1 + w) norms, post-attention / post-feedforward norms, GeGLU */
   float softcap;    /* attention-logit softcap (Gemma 2), 0: none */
-  int window_every; /* 0: window on every layer; 2: on layers l with (l + 1) % 2 != 0 (Gemma 2) */
+  int plus_one;     /* Gemma: the norms multiply by 1 + w (0 under SL_TEST_GEMMA_OFF=plus_one) */
+  int no_post;      /* SL_TEST_GEMMA_OFF=post_norms: Gemma's post norms are the identity (a test hook) */
   float *w1;        /* (4C + qkn) Gemma: the (1 + w) weights of the block's four norms, then
                        Gemma 3's q/k norms' (workspace) */
   float *dpost;     /* (N, C) Gemma: a post-norm's input gradient (workspace) */

@@ -81,7 +81,8 @@ static int post_norm_input(sl_model *m, llama_priv *p, float *keep, float *dout,
   size_t nc = (size_t)(p->n * p->C) * 4;
   m->ops->copy(m->k, keep, d->dres, nc);
   m->ops->zero(m->k, p->dpost, nc);
-  m->ops->rmsnorm_bwd(m->k, p->dpost, NULL, d->dres, y, sl_llama_norm_w(m, p, w, slot), rstd, p->n, p->C, p->C);
+  if (p->no_post) m->ops->add_inplace(m->k, p->dpost, d->dres, p->n * p->C); /* SL_TEST_GEMMA_OFF: the identity */
+  else m->ops->rmsnorm_bwd(m->k, p->dpost, NULL, d->dres, y, sl_llama_norm_w(m, p, w, slot), rstd, p->n, p->C, p->C);
   if (p->sp) return sl_dec_sp_gather(m, p->dpost, dout);
   m->ops->copy(m->k, dout, p->dpost, nc);
   return SL_OK;
@@ -153,16 +154,16 @@ int sl_llama_bwd_weight(sl_model *m, int l, const float *flat, float *grads, con
   blockw w = block_views(p, flat), g = block_views(p, grads);
   block_stash s = stash_views(p, stash);
   int64_t n2 = (p->gemma ? 2 : 1) * C; /* ln2's slot of gnorm (Gemma: ln1, lnpa, ln2, lnpf) */
-  if (p->gemma)
-    o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.lnpf, p->gnorm + 3 * C), s.dpf, a->mo,
-                   sl_llama_norm_w(m, p, w.lnpf, 3), a->rstd4, p->n, C, C);
+  float *dpf = p->gemma ? sl_dec_norm_dw(m, (float *)g.lnpf, p->gnorm + 3 * C) : NULL;
+  if (p->gemma && !p->no_post)
+    o->rmsnorm_bwd(k, NULL, dpf, s.dpf, a->mo, sl_llama_norm_w(m, p, w.lnpf, 3), a->rstd4, p->n, C, C);
   o->linear_bwd(k, NULL, (float *)g.wd, (float *)g.bd, s.dmlp, a->h, w.wd, N, p->I, C);
   o->linear_bwd(k, NULL, (float *)g.wgu, (float *)g.bgu, s.dgu, a->ln2, w.wgu, N, C, 2 * p->I);
   o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.ln2, p->gnorm + n2), s.dln2, a->xmid,
                  sl_llama_norm_w(m, p, w.ln2, 2), a->rstd2, p->n, C, C);
-  if (p->gemma)
-    o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.lnpa, p->gnorm + C), s.dpa, a->ao,
-                   sl_llama_norm_w(m, p, w.lnpa, 1), a->rstd3, p->n, C, C);
+  float *dpa = p->gemma ? sl_dec_norm_dw(m, (float *)g.lnpa, p->gnorm + C) : NULL;
+  if (p->gemma && !p->no_post)
+    o->rmsnorm_bwd(k, NULL, dpa, s.dpa, a->ao, sl_llama_norm_w(m, p, w.lnpa, 1), a->rstd3, p->n, C, C);
   o->linear_bwd(k, NULL, (float *)g.wo, (float *)g.bo, s.datt, a->att, w.wo, N, p->A, C);
   if (p->qkn && (rc = sl_llama_qk_norm_bwd_weight(m, a, &w, &g, s.dqn))) return rc;
   if (p->kvrep > 1) sl_llama_kv_grad_begin(m, &g);

@@ -1,4 +1,4 @@
-"""PyTorch reference of bf16 compute (docs/bf16.md) for Llama and Mamba (and Falcon-Mamba).
+"""PyTorch reference of bf16 compute (docs/bf16.md) for Llama (Qwen3, Gemma 2 / 3) and Mamba (and Falcon-Mamba).
 
 Owns: the forwards of llama_ref.LlamaForCausalLM's and
 mamba_ref.MambaForCausalLM's parameters with the bf16 rounding points
@@ -57,56 +57,93 @@ def rw(p):
 
 
 class _Attention(torch.autograd.Function):
-    """Causal softmax attention on (B, H, T, hd) q, k, v in fp32. Backward
-    uses the stored output in D = rowsum(dO * R(O)) (R: the rounding of the
-    output, identity in the fp32 model)."""
+    """Causal softmax attention on (B, H, T, hd) q, k, v in fp32, scores
+    times scale (None: hd^-0.5) and, with cap > 0, softcapped cap *
+    tanh(s / cap) before the mask (Gemma 2). Backward uses the stored output
+    in D = rowsum(dO * R(O)) (R: the rounding of the output, identity in the
+    fp32 model)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, mask, R):
-        scale = 1.0 / math.sqrt(q.shape[-1])
+    def forward(ctx, q, k, v, mask, R, scale=None, cap=0.0):
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
         s = (q @ k.transpose(-1, -2)) * scale
+        t = torch.tanh(s / cap) if cap else torch.zeros(0)
+        if cap:
+            s = t * cap
         p = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1)
         o = p @ v
-        ctx.save_for_backward(q, k, v, p, R(o))
-        ctx.scale = scale
+        ctx.save_for_backward(q, k, v, p, R(o), t)
+        ctx.scale, ctx.cap = scale, cap
         return o
 
     @staticmethod
     def backward(ctx, do):
-        q, k, v, p, o_r = ctx.saved_tensors
+        q, k, v, p, o_r, t = ctx.saved_tensors
         dv = p.transpose(-1, -2) @ do
         dp = do @ v.transpose(-1, -2)
         d = (do * o_r).sum(-1, keepdim=True)
         ds = p * (dp - d)
+        if ctx.cap:  # through cap * tanh(s / cap)
+            ds = ds * (1.0 - t * t)
         dq = (ds @ k) * ctx.scale
         dk = (ds.transpose(-1, -2) @ q) * ctx.scale
-        return dq, dk, dv, None, None
+        return dq, dk, dv, None, None, None, None
 
 
 def _ident(x):
     return x
 
 
+def cos_sin(T, hd, theta, c=None):
+    """llama_ref.rope_cos_sin's tables with cos / sin of the fp32 angles
+    taken in double and rounded to fp32, as the engine's CPU table
+    (kernels/cpu/basic.c rope_table): torch's fp32 cos differs by an ulp at
+    some angles, and under bf16 such a difference flips roundings (measured:
+    6e-8 in the table of rope_local_base_freq 100 became 7.8e-4 logits L2)."""
+    if c is None:
+        inv, af = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd)), 1.0
+    else:
+        inv, af = L.rope_inv_freq(c)
+    emb = torch.outer(torch.arange(T, dtype=torch.int64).float(), inv)
+    emb = torch.cat((emb, emb), dim=-1).double()
+    cos, sin = emb.cos().float(), emb.sin().float()
+    return (cos * af, sin * af) if af != 1.0 else (cos, sin)
+
+
 def forward(m, idx, bf16=True):
     """Logits (B, T, V) of llama_ref model m with the bf16 rounding points
-    (bf16=False: the same code with every rounding off, the fp32 model)."""
+    (bf16=False: the same code with every rounding off, the fp32 model).
+    Gemma 2 / 3 (c.gemma): norms times 1 + w (w gathered in bf16, the sum in
+    fp32), embeddings times sqrt(hidden) in fp32 (the stream stays fp32), the
+    post-attention / post-feedforward norms' outputs rounded when stored
+    with a straight-through gradient (they are added into the fp32 stream,
+    whose gradient reaches their backward unrounded), tanh-GELU GeGLU, the
+    scores' scale and softcap in fp32, per-layer windows and Gemma 3's local
+    RoPE, the final softcap in fp32 on the rounded logits."""
     R, RW = (r, rw) if bf16 else (_ident, _ident)
+    c = m.config
 
     def rmsnorm(x, w, eps):
-        return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)) * RW(w)
+        return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)) * (1.0 + RW(w) if c.gemma else RW(w))
 
     def linear(x, w):  # bf16 operands, fp32 accumulation, output stored in bf16
         return R(RW(x) @ RW(w).t())
 
-    c = m.config
     B, T = idx.shape
     nh, nkv, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
-    cos, sin = L.rope_cos_sin(T, hd, c.rope_theta)
-    cos, sin = cos[None, None], sin[None, None]
-    mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+    tables = {False: cos_sin(T, hd, c.rope_theta, c if c.gemma else None),
+              True: cos_sin(T, hd, c.rope_local_theta)}  # True: Gemma 3's local layers
+    act = (lambda v: F.gelu(v, approximate="tanh")) if c.gemma else F.silu
     x = F.embedding(idx, RW(m.model.embed_tokens.weight))  # fp32 residual stream
+    if c.gemma:
+        x = x * math.sqrt(c.hidden_size)
     for layer in m.model.layers:
         a = layer.self_attn
+        cos, sin = (t[None, None] for t in tables[bool(c.gemma and layer.local)])
+        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+        win = c.sliding_window if c.mistral else a.window  # Mistral's on every layer, else the layer's
+        if win > 0:
+            mask = mask | torch.ones(T, T, dtype=torch.bool).tril(-win)
         h = R(rmsnorm(x, layer.input_layernorm.weight, c.rms_norm_eps))
         q = linear(h, a.q_proj.weight).view(B, T, nh, hd)
         k = linear(h, a.k_proj.weight).view(B, T, nkv, hd)
@@ -118,16 +155,20 @@ def forward(m, idx, bf16=True):
         q = R(q * cos + L.rotate_half(q) * sin)
         k = R(k * cos + L.rotate_half(k) * sin)
         rep = nh // nkv
-        att = _Attention.apply(q, k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1), mask, R)
+        att = _Attention.apply(q, k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1), mask, R,
+                               c.attn_scale if c.gemma else None, c.attn_softcap)
         att = R(att.transpose(1, 2).reshape(B, T, nh * hd))
-        x = x + linear(att, a.o_proj.weight)
-        h = R(rmsnorm(x, layer.post_attention_layernorm.weight, c.rms_norm_eps))
+        y = linear(att, a.o_proj.weight)
+        x = x + (RW(rmsnorm(y, layer.post_attention_layernorm.weight, c.rms_norm_eps)) if c.gemma else y)
+        ln2 = layer.pre_feedforward_layernorm if c.gemma else layer.post_attention_layernorm
+        h = R(rmsnorm(x, ln2.weight, c.rms_norm_eps))
         mlp = layer.mlp
         g = linear(h, mlp.gate_proj.weight)
         u = linear(h, mlp.up_proj.weight)
-        x = x + linear(R(F.silu(g) * u), mlp.down_proj.weight)
+        y = linear(R(act(g) * u), mlp.down_proj.weight)
+        x = x + (RW(rmsnorm(y, layer.post_feedforward_layernorm.weight, c.rms_norm_eps)) if c.gemma else y)
     x = R(rmsnorm(x, m.model.norm.weight, c.rms_norm_eps))
-    return linear(x, m.head_weight())
+    return L.softcap(linear(x, m.head_weight()), c.final_softcap)
 
 
 class _Fan3(torch.autograd.Function):

@@ -220,6 +220,17 @@ def config_read(model_dir):
         return json.load(f)
 
 
+def model_variant(src, dst, **cfg_edits):
+    """A copy of HF model dir src (config.json + model.safetensors) in dst
+    with config.json fields replaced; returns dst."""
+    c = config_read(src)
+    c.update(cfg_edits)
+    config_write(dst, c)
+    st_write(os.path.join(dst, "model.safetensors"), st_read(os.path.join(src, "model.safetensors")),
+             metadata={"format": "pt"})
+    return dst
+
+
 def read_metrics(path):
     """JSONL metrics -> list of dicts sorted by step."""
     rows = []

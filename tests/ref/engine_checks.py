@@ -56,8 +56,8 @@ def rel_err(a, b):
     return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30)) if b.size else 0.0
 
 
-def run_engine(exe, args, log_path, timeout=300):
-    """Run the CLI; return (ok, message)."""
+def run_engine(exe, args, log_path, timeout=300, env=None):
+    """Run the CLI (env: variables added to the environment); return (ok, message)."""
     cmd = [exe] + [str(a) for a in args]
     t0 = time.time()
     with open(log_path, "w") as log:
@@ -66,7 +66,8 @@ def run_engine(exe, args, log_path, timeout=300):
         try:
             # cwd: the engine writes run artefacts (runs/latest/...) relative to it
             r = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout,
-                               cwd=os.path.dirname(os.path.abspath(log_path)))
+                               cwd=os.path.dirname(os.path.abspath(log_path)),
+                               env=dict(os.environ, **env) if env else None)
         except subprocess.TimeoutExpired:
             return False, f"timed out after {timeout}s: {' '.join(cmd)}"
         except OSError as e:

@@ -14,14 +14,16 @@ Checks (one line each, then "N passed, M failed"):
     grad_norm, final weights; the saved config is Gemma 2;
   - negative controls, each > 10x the bound from the reference: the engine
     without the attention softcap, without the final softcap, without the
-    window (config edits); the reference without the embedding scale,
-    without the post-attention / post-feedforward norms, with w instead of
-    1 + w (reference edits: the engine has no switch for those).
+    window (config edits); the engine without the embedding scale, without
+    the post-attention / post-feedforward norms, with w instead of 1 + w
+    (the test hook SL_TEST_GEMMA_OFF=embed_scale|post_norms|plus_one, one
+    dump each against the same reference dump), each of which equals the
+    reference without that feature (logits, loss); a bad value of the hook
+    exits 2 naming it.
 """
 import os
 import sys
 
-import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -40,23 +42,12 @@ def gemma_cfg(**over):
     return L.make_config(**d)
 
 
-def engine_dump(ck, exe, w, mdir, data, tag, mode="none"):
+def engine_dump(ck, exe, w, mdir, data, tag, mode="none", env=None):
     out = os.path.join(w, f"dump_{tag}_{mode}.safetensors")
-    ok, msg = E.run_engine(exe, E.dump_args(mdir, data, out, mode), out + ".log")
+    ok, msg = E.run_engine(exe, E.dump_args(mdir, data, out, mode), out + ".log", env=env)
     if not ok:
         ck(f"dump {tag} --activation-checkpoint {mode}", False, msg)
     return out if ok else None
-
-
-def variant(src, dst, **cfg_edits):
-    """A copy of model dir src with config.json fields replaced."""
-    os.makedirs(dst, exist_ok=True)
-    c = common.config_read(src)
-    c.update(cfg_edits)
-    common.config_write(dst, c)
-    common.st_write(os.path.join(dst, "model.safetensors"), common.st_read(os.path.join(src, "model.safetensors")),
-                    metadata={"format": "pt"})
-    return dst
 
 
 def dump_checks(ck, exe, w, mdir, data, tag, ref, names):
@@ -77,6 +68,20 @@ def miss(ck, label, eng_logits, ref_logits):
     ck(f"negative control: {label}", err > 10 * E.DUMP_TOL, f"logits rel {err:.2e} (bound {E.DUMP_TOL:g})")
 
 
+def ref_without(mdir, off):
+    """The reference on mdir's weights without one feature (the hook's)."""
+    r = L.load_hf(mdir)
+    r.config.no_embed_scale = off == "embed_scale"
+    for layer in r.model.layers:
+        if off == "post_norms":
+            layer.post_attention_layernorm = torch.nn.Identity()
+            layer.post_feedforward_layernorm = torch.nn.Identity()
+    for mod in r.modules():
+        if off == "plus_one" and isinstance(mod, L.RMSNorm):
+            mod.plus_one = False
+    return r
+
+
 def main():
     ck, exe, w, data = E.start()
     stream = E.make_data(data)
@@ -89,7 +94,7 @@ def main():
        sum(n.endswith("layernorm.weight") for n in names) == 12 and cfg.layer_windows == [WINDOW, 0, WINDOW],
        str(cfg.layer_windows))
     ref = L.dump(ref_m, stream, E.B, E.T)
-    dumps = dump_checks(ck, exe, w, mdir, data, "gemma2", ref, names)
+    dump_checks(ck, exe, w, mdir, data, "gemma2", ref, names)
 
     c = E.train_check(ck, exe, w, mdir, data, stream, "Gemma2ForCausalLM", "gemma2")  # 10 AdamW steps
     if c is not None:
@@ -102,25 +107,28 @@ def main():
     for tag, edits in (("without the attention softcap", dict(attn_logit_softcapping=None)),
                        ("without the final-logit softcap", dict(final_logit_softcapping=None)),
                        ("without the window", dict(sliding_window=4 * E.T))):
-        vdir = variant(mdir, os.path.join(w, "ctl_" + tag.split()[-2]), **edits)
+        vdir = common.model_variant(mdir, os.path.join(w, "ctl_" + tag.split()[-2]), **edits)
         out = engine_dump(ck, exe, w, vdir, data, tag.split()[-2])
         if out:
             miss(ck, f"the engine {tag} misses the reference", common.st_read(out)["logits"], ref["logits"])
-    # ... and the reference without one (the engine has no switch for these)
-    eng = common.st_read(dumps["none"])["logits"] if dumps["none"] else None
-    for tag in ("embedding scale", "post norms", "1 + w"):
-        r = L.load_hf(mdir)
-        if tag == "embedding scale":
-            r.config.no_embed_scale = True
-        for layer in r.model.layers:
-            if tag == "post norms":
-                layer.post_attention_layernorm = torch.nn.Identity()
-                layer.post_feedforward_layernorm = torch.nn.Identity()
-        for mod in r.modules():
-            if tag == "1 + w" and isinstance(mod, L.RMSNorm):
-                mod.plus_one = False
-        if eng is not None:
-            miss(ck, f"the reference without the {tag} misses the engine", eng, L.dump(r, stream, E.B, E.T)["logits"])
+    # ... and without the embedding scale, the sandwich norms, the 1 + w (the engine's test hook)
+    for off, tag in (("embed_scale", "embedding scale"), ("post_norms", "post norms"), ("plus_one", "1 + w")):
+        out = engine_dump(ck, exe, w, mdir, data, "off_" + off, env={"SL_TEST_GEMMA_OFF": off})
+        if out:
+            eng = common.st_read(out)
+            miss(ck, f"the engine without the {tag} (SL_TEST_GEMMA_OFF={off}) misses the reference",
+                 eng["logits"], ref["logits"])
+            # the hook removes that feature and nothing else: the reference without it agrees
+            r = L.dump(ref_without(mdir, off), stream, E.B, E.T)
+            err = max(E.rel_err(eng["logits"].reshape(r["logits"].shape), r["logits"]),
+                      E.rel_err(eng["loss"].reshape(r["loss"].shape), r["loss"]))
+            ck(f"SL_TEST_GEMMA_OFF={off} = the reference without the {tag}: logits, loss (2e-5 rel)",
+               err <= E.DUMP_TOL, f"rel {err:.2e}")
+    out = os.path.join(w, "dump_off_bad.safetensors")
+    ok, msg = E.run_engine(exe, E.dump_args(mdir, data, out, "none"), out + ".log", env={"SL_TEST_GEMMA_OFF": "x"})
+    log = open(out + ".log").read()
+    ck("SL_TEST_GEMMA_OFF=x: exit 2 naming the variable", "exit 2:" in msg and "SL_TEST_GEMMA_OFF = 'x'" in log,
+       msg[:300])
     print(f"{ck.passed} passed, {ck.failed} failed")
     return 1 if ck.failed else 0
 

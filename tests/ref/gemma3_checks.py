@@ -69,7 +69,7 @@ def main():
                        ("with sliding_window_pattern 2", dict(sliding_window_pattern=2)),
                        ("without rope_scaling", dict(rope_scaling=None))):
         key = tag.split()[-1].replace("=", "").replace("_", "") or "x"
-        vdir = G2.variant(mdir, os.path.join(w, "ctl_" + key), **edits)
+        vdir = common.model_variant(mdir, os.path.join(w, "ctl_" + key), **edits)
         out = G2.engine_dump(ck, exe, w, vdir, data, "ctl_" + key)
         if out:
             G2.miss(ck, f"the engine {tag} misses the reference", common.st_read(out)["logits"], ref["logits"])

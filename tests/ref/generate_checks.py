@@ -6,7 +6,8 @@ so it is an independent oracle of the engine's K/V cache and recurrent state.
 Checks (one line each, then "N passed, M failed"):
   1. greedy, 32 new tokens, token for token: Llama (GQA, untied), Llama
      (tied), Mistral with sliding_window 5 (shorter than the 40-token
-     sequence), Qwen2 (q/k/v biases), Gemma 2 (window on even layers, both
+     sequence), Qwen2 (q/k/v biases), Qwen2 with use_sliding_window (window 5
+     on layer 1 >= max_window_layers 1, layer 0 full), Gemma 2 (window on even layers, both
      softcaps, (1 + w) sandwich norms, scaled embeddings, GeGLU; its
      attention softcap changes the continuation), Gemma 3 ((1 + w) q/k
      norms, sliding layers on rope_local_base_freq, the global one with
@@ -74,6 +75,9 @@ def main():
         "llama yarn": L.init_model(L.make_config(vocab=VOCAB, head_dim=16, max_position_embeddings=512,
                                                  rope_scaling={"rope_type": "yarn", "factor": 4.0}), seed=15, std=0.3),
         "qwen2": L.init_model(L.make_config(vocab=VOCAB, family="qwen2"), seed=16, std=0.3),
+        # Qwen2's per-layer window: layer 1 (>= max_window_layers) slides, layer 0 is full
+        "qwen2 window 5": L.init_model(L.make_config(vocab=VOCAB, family="qwen2", use_sliding_window=True,
+                                                     sliding_window=5, max_window_layers=1), seed=19, std=0.3),
         "falcon mamba": M.init_model(M.make_config(vocab=VOCAB, tied=False, falcon=True), seed=17, std=0.3),
         # Gemma 2: (1 + w) and sandwich norms, scaled embeddings, GeGLU, both softcaps, a window on even layers
         "gemma2": L.init_model(L.make_config(vocab=VOCAB, family="gemma2", layers=3, tied=True, head_dim=16,
@@ -115,6 +119,11 @@ def main():
     mw.config.sliding_window = 5
     ck("mistral: the window changes the greedy continuation (check not vacuous)",
        full != greedy_ref(mw, PROMPT, NEW))
+    qw = models["qwen2 window 5"]
+    with_win = greedy_ref(qw, PROMPT, NEW)
+    qw.model.layers[1].self_attn.window = 0
+    ck("qwen2: the window of layer 1 changes the greedy continuation (check not vacuous)",
+       with_win != greedy_ref(qw, PROMPT, NEW))
     # the attention softcap must matter for the Gemma 2 check (the final one is monotonic: greedy ignores it)
     gm = models["gemma2"]
     with_cap = greedy_ref(gm, PROMPT, NEW)

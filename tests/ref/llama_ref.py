@@ -116,9 +116,11 @@ class LlamaConfig:
         self.rope_local_theta = float(d.get("rope_local_base_freq", 10000.0))
         sw = d.get("sliding_window") if (self.mistral or self.mixtral or self.gemma) else None
         self.sliding_window = int(sw) if sw is not None else 0
-        # Qwen2 / Qwen3: a window only with use_sliding_window, on the
-        # layers i >= max_window_layers (transformers' layer_types default)
-        # or where layer_types says "sliding_attention".
+        # Qwen2 / Qwen3 (transformers' Qwen2Config / Qwen3Config.__init__):
+        # sliding_window kept only with use_sliding_window; layer_types, when
+        # absent, "sliding_attention" on the layers i >= max_window_layers
+        # (default 28) while a window is kept; the attention of a
+        # "sliding_attention" layer gets the window (Qwen2Attention).
         self.layer_windows = [self.sliding_window] * self.num_hidden_layers
         self.layer_local = [False] * self.num_hidden_layers  # Gemma 3: local RoPE
         if self.gemma:
@@ -131,12 +133,12 @@ class LlamaConfig:
         if self.qwen2 or self.qwen3:
             use = bool(d.get("use_sliding_window", False))
             w = int(d["sliding_window"]) if use and d.get("sliding_window") is not None else 0
+            mwl = int(d.get("max_window_layers", 28))
             types = d.get("layer_types") or [
-                "sliding_attention" if use and i >= int(d.get("max_window_layers", 0)) else "full_attention"
-                for i in range(self.num_hidden_layers)]
+                "sliding_attention" if w and i >= mwl else "full_attention" for i in range(self.num_hidden_layers)]
             self.layer_windows = [w if t == "sliding_attention" else 0 for t in types]
-            self.use_sliding_window, self.max_window_layers = use, int(d.get("max_window_layers", 0))
-            self.window_value = d.get("sliding_window")
+            self.use_sliding_window, self.max_window_layers = use, mwl
+            self.window_value, self.qwen_layer_types = d.get("sliding_window"), d.get("layer_types")
 
     def to_dict(self):
         if self.gemma:
@@ -153,6 +155,8 @@ class LlamaConfig:
             d.update(architectures=[arch], model_type=name,
                      use_sliding_window=self.use_sliding_window, max_window_layers=self.max_window_layers,
                      sliding_window=self.window_value)
+            if self.qwen_layer_types is not None:
+                d["layer_types"] = list(self.qwen_layer_types)
             if self.qwen3:
                 d["attention_bias"] = self.qkv_bias
             if self.qwen3_moe:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The parity contract across ranks for the other architectures (Mistral with
-# a sliding window and GQA; Qwen2 with q/k/v biases; Mamba v1 with tied
+# a sliding window and GQA; Qwen2 with q/k/v biases and a per-layer window
+# (layer 1 slides: max_window_layers 1, window 6 < seq-len 16); Mamba v1 with tied
 # embeddings, and untied with biases): world sizes 1, 2, 3 with ZeRO 0 and 3 train the same model as one
 # process (per-step losses and final parameters to 1e-5 relative, through
 # tests/lib/compare.py), and at a fixed world size ZeRO 0 and 3 are
@@ -26,7 +27,8 @@
 # RoPE base, layer 1 global with linear rope_scaling) the same way.
 source "${SL_SRC:?}/tests/lib/run.sh" mpi_parity_arch mpi numpy
 tiny_model "$W/mistral" mistral '"hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2'
-tiny_model "$W/qwen2" llama '"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "num_hidden_layers": 2'
+tiny_model "$W/qwen2" llama '"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "num_hidden_layers": 2,
+ "use_sliding_window": true, "sliding_window": 6, "max_window_layers": 1'
 tiny_model "$W/mamba" mamba '"num_hidden_layers": 2'
 tiny_model "$W/mixtral" llama '"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_hidden_layers": 2,
  "intermediate_size": 24, "num_local_experts": 4, "num_experts_per_tok": 2'

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Model families (issues 24, 25): `shardlm plan` takes the published Qwen2.5, Mixtral and Qwen3-MoE
 # configs (tests/fixtures/hf-configs, transcribed) with their exact
-# parameter counts (q/k/v biases included); use_sliding_window / use_mrope
-# true are refused naming the file and the field; a tiny Qwen2 trains 2
+# parameter counts (q/k/v biases included); use_mrope true, a zero
+# sliding_window under use_sliding_window and a bad layer_types entry are
+# refused naming the file and the field; a tiny Qwen2 trains 2
 # steps and saves a config.json transformers loads as Qwen2 with the q/k/v
 # biases in its weights. Against PyTorch: tests/ref/test_torch_qwen2.sh.
 # Qwen3 the same way (the five published Qwen3 configs' exact counts with
-# the q/k norms and head_dim 128; use_sliding_window and a sliding
-# layer_types entry refused; a tiny Qwen3 trains, saves q_norm / k_norm,
+# the q/k norms and head_dim 128; a sliding layer_types entry without a
+# window refused; a tiny Qwen3 trains, saves q_norm / k_norm,
 # and its checkpoint converts --to-hf alike); Llama's attention_bias /
 # mlp_bias accepted with their counts. Against PyTorch:
 # tests/ref/test_torch_qwen3.sh.
@@ -22,7 +23,8 @@
 # layer, tied embeddings), gemma-3-1b-pt likewise (and the q/k norms); a
 # multimodal Gemma 3 config is refused by name, naming the file, and so are
 # Gemma 3's attention softcap, bidirectional attention, a non-periodic
-# layer_types, YaRN rope_scaling and bf16 compute. Against PyTorch:
+# layer_types and YaRN rope_scaling; both train 2 steps under bf16
+# compute. Against PyTorch:
 # tests/ref/test_torch_gemma2.sh, tests/ref/test_torch_gemma3.sh.
 source "${SL_SRC:?}/tests/lib/run.sh" hf_families
 F=$SL_SRC/tests/fixtures/hf-configs
@@ -57,11 +59,13 @@ refuse() { # name json-members needle [model prefix]
   rc_is "refused: $1" $? 2 "$W/$1.log" "$3"
   grep -qF "$W/$1/config.json" "$W/$1.log" || bad "$1: the message does not name the file"
 }
-refuse sliding '"use_sliding_window": true, "sliding_window": 8' "field 'use_sliding_window' = true is not supported"
+refuse sliding '"use_sliding_window": true, "sliding_window": 0' \
+  "field 'sliding_window' must be positive or null with use_sliding_window, found 0"
 refuse mrope '"use_mrope": true' "field 'use_mrope' = true is not supported"
-refuse q3sliding '"use_sliding_window": true, "sliding_window": 8' "field 'use_sliding_window' = true is not supported" "$Q3"
+refuse q2types '"use_sliding_window": true, "layer_types": ["full_attention", "chunked_attention"]' \
+  "field 'layer_types'[1] = \"chunked_attention\" is not supported"
 refuse q3types '"layer_types": ["full_attention", "sliding_attention"]' \
-  "field 'layer_types'[1] = \"sliding_attention\" is not supported" "$Q3"
+  "field 'layer_types'[1] is \"sliding_attention\" but no window is set" "$Q3"
 refuse q3typenum '"layer_types": [1, 2]' "field 'layer_types'[0] must be a string, found an integer" "$Q3"
 # Llama's attention_bias / mlp_bias: every bias counted (2 layers: q/k/v 32+16+16, o 32; gate/up 64+64, down 32)
 tiny_model "$W/lb" llama '"num_hidden_layers": 2, "attention_bias": true, "mlp_bias": true'
@@ -138,15 +142,14 @@ for l in range(2):
 assert not any(n.endswith(".bias") for n in names) and "lm_head.weight" not in names, sorted(names)
 P
 done
-# Gemma 2 under bf16 compute: refused until a bf16 reference checks it
+# Gemma 2 and 3 under bf16 compute train (tests/ref/test_torch_bf16.sh checks them against the bf16 mirror)
 tiny_model "$W/g2" tied '"architectures": ["Gemma2ForCausalLM"], "num_hidden_layers": 2, "head_dim": 8'
-"$B" train --model "$W/g2" --data "$W/data" --steps 1 --seq-len 16 --micro-batch 2 --threads 1 --compute-dtype bf16 \
-  --summary false --plot false --out-dir "$W/g2run" > "$W/g2.log" 2>&1
-rc_is "refused: Gemma 2 --compute-dtype bf16" $? 2 "$W/g2.log" "--compute-dtype bf16: not supported for Gemma2ForCausalLM"
 tiny_model "$W/g3" tied "$G3"
-"$B" train --model "$W/g3" --data "$W/data" --steps 1 --seq-len 16 --micro-batch 2 --threads 1 --compute-dtype bf16 \
-  --summary false --plot false --out-dir "$W/g3run" > "$W/g3.log" 2>&1
-rc_is "refused: Gemma 3 --compute-dtype bf16" $? 2 "$W/g3.log" "--compute-dtype bf16: not supported for Gemma3ForCausalLM"
+for g in g2 g3; do
+  "$B" train --model "$W/$g" --data "$W/data" --steps 2 --seq-len 16 --micro-batch 2 --threads 1 --compute-dtype bf16 \
+    --summary false --plot false --out-dir "$W/${g}run" > "$W/$g.log" 2>&1
+  rc_is "$g --compute-dtype bf16 trains" $? 0 "$W/$g.log" "trained 2 steps"
+done
 # the biases train: the same model as Llama (no biases) gives another loss
 tiny_model "$W/l2" llama '"num_hidden_layers": 2'
 train2 l2
@@ -200,6 +203,7 @@ refuse topk '"num_experts_per_tok": 5' "field 'num_experts_per_tok' must be in [
 Q3M='"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_hidden_layers": 2, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16'
 refuse q3mstep '"decoder_sparse_step": 2' "field 'decoder_sparse_step' = 2 is not supported" "$Q3M"
 refuse q3mdense '"mlp_only_layers": [0]' "field 'mlp_only_layers' is not supported unless empty" "$Q3M"
+refuse q3mwin '"use_sliding_window": true' "field 'use_sliding_window' = true is not supported" "$Q3M"
 # a tiny Mixtral (the published config's fields that change nothing accepted) trains and saves
 tiny_model "$W/mx" llama "$X, \"num_experts_per_tok\": 2, \"router_aux_loss_coef\": 0.02, \"output_router_logits\": false, \"router_jitter_noise\": 0.0, \"sliding_window\": null, \"attention_dropout\": 0.0, \"torch_dtype\": \"bfloat16\", \"use_cache\": true"
 "$B" train --model "$W/mx" --data "$W/data" --steps 2 --seq-len 32 --micro-batch 2 --threads 1 --summary false \

@@ -557,6 +557,60 @@ static uint8_t *mk_idx(int dtype, int64_t ns, const int32_t *sizes, const int64_
   return b;
 }
 
+/* The per-layer attention type (sl_cfg_layer_window) from each rule, and a
+ * windowed Qwen2 through save and load. */
+static int windows_are(const sl_model_config *c, const int64_t *want, int n) {
+  for (int l = 0; l < n; l++)
+    if (sl_cfg_layer_window(c, l) != want[l]) return 0;
+  return c->num_hidden_layers == n;
+}
+
+static void test_layer_types(void) {
+  sl_model_config c, b;
+#define Q2                                                                                                             \
+  "{\"architectures\": [\"Qwen2ForCausalLM\"], \"hidden_size\": 32, \"intermediate_size\": 64, "                       \
+  "\"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"vocab_size\": 100, "
+  const struct {
+    const char *json, *what;
+    int64_t want[3];
+  } cases[] = {
+      {"{\"model_type\": \"mistral\", \"hidden_size\": 32, \"intermediate_size\": 64, \"num_hidden_layers\": 3, "
+       "\"num_attention_heads\": 4, \"vocab_size\": 100, \"sliding_window\": 16}",
+       "mistral: every layer",
+       {16, 16, 16}},
+      {Q2 "\"use_sliding_window\": true, \"sliding_window\": 8, \"max_window_layers\": 1}", "qwen2: i >= 1", {0, 8, 8}},
+      {Q2 "\"use_sliding_window\": false, \"sliding_window\": 8, \"max_window_layers\": 1}", "qwen2: off", {0, 0, 0}},
+      {Q2 "\"use_sliding_window\": true, \"sliding_window\": null, \"max_window_layers\": 0}",
+       "qwen2: null",
+       {0, 0, 0}},
+      {Q2 "\"use_sliding_window\": true, \"max_window_layers\": 2}", "qwen2: default 4096", {0, 0, 4096}},
+      {Q2 "\"use_sliding_window\": true, \"sliding_window\": 8, \"max_window_layers\": 0, \"layer_types\": "
+          "[\"sliding_attention\", \"full_attention\", \"sliding_attention\"]}",
+       "qwen2: layer_types over max_window_layers",
+       {8, 0, 8}},
+      {"{\"architectures\": [\"Gemma2ForCausalLM\"], \"hidden_size\": 32, \"intermediate_size\": 64, "
+       "\"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"vocab_size\": 100, \"sliding_window\": 4}",
+       "gemma2: even layers",
+       {4, 0, 4}},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int rc = cfg(cases[i].json, &c);
+    char what[160];
+    snprintf(what, sizeof what, "layer windows: %s", cases[i].what);
+    check(rc == 0 && windows_are(&c, cases[i].want, 3), what);
+  }
+  char p[512];
+  snprintf(p, sizeof p, "%s/qwen2_win.json", g_dir);
+  int rc = cfg(cases[5].json, &c);
+  rc = rc ? rc : sl_hfconfig_save(p, &c);
+  rc = rc ? rc : sl_hfconfig_load(p, &b);
+  check(rc == 0 && windows_are(&b, cases[5].want, 3) && b.sliding_window == 8,
+        "layer windows: a windowed qwen2 saves and loads back");
+  rc = cfg(Q2 "\"use_sliding_window\": true, \"sliding_window\": 8, \"max_window_layers\": 3}", &c);
+  check(rc == 0 && c.sliding_window == 0, "layer windows: qwen2 with no layer >= max_window_layers keeps no window");
+#undef Q2
+}
+
 static void test_idx_bad(void) {
   int32_t sizes[3] = {3, 0, 2};
   int64_t ptrs[3] = {0, 6, 6}, doc[3] = {0, 2, 3};
@@ -877,6 +931,7 @@ int main(void) {
   test_f16_bf16();
   test_st_write();
   test_config();
+  test_layer_types();
   test_idx_bad();
   test_dataset();
   test_prepare();

@@ -677,6 +677,56 @@ static void check_b16(const char *name, const buf *b) {
   check(name, b, TOL_B16);
 }
 
+/* bf16 compute: rope + attention (GQA), with the window, softcap and RoPE base given
+ * (Gemma's local layers: a window, cap > 0, a small base). */
+static void bf16_attention(int64_t window, float cap, float base) {
+  int64_t B = 2, T = 33, nh = 4, nkv = 2, hd = 64, nq = B * T * (nh + 2 * nkv) * hd, no = B * T * nh * hd;
+  buf qkv = mk(nq, -1, 1), att = mk0(no), lse = mk0(B * nh * T), datt = mk(no, -1, 1), dqkv = mk0(nq);
+  buf inv = mk_inv(hd, base);
+  float sc = 1.0f / sqrtf((float)hd);
+  cpu->rope_fwd(cc, qkv.h, B, T, nh, nkv, hd, inv.h, NULL);
+  gpu->rope_fwd(gc, qkv.d, B, T, nh, nkv, hd, inv.d, NULL);
+  check_b16("bf16c rope_fwd", &qkv);
+  if (sl_cuda_upload(gc, qkv.d, qkv.h, (size_t)nq * 4)) nfail++;
+  cpu->attention_fwd(cc, att.h, lse.h, qkv.h, B, T, nh, nkv, hd, window, sc, NULL, cap);
+  gpu->attention_fwd(gc, att.d, lse.d, qkv.d, B, T, nh, nkv, hd, window, sc, NULL, cap);
+  check_b16("bf16c attention_fwd out", &att);
+  check("bf16c attention_fwd lse (fp32)", &lse, 1e-4);
+  if (sl_cuda_upload(gc, att.d, att.h, (size_t)no * 4) || sl_cuda_upload(gc, lse.d, lse.h, (size_t)(B * nh * T) * 4))
+    nfail++;
+  for (int64_t i = 0; i < no; i++) datt.h[i] = sl_bf16_to_f32_scalar(sl_f32_to_bf16_scalar(datt.h[i]));
+  if (sl_cuda_upload(gc, datt.d, datt.h, (size_t)no * 4)) nfail++;
+  cpu->attention_bwd(cc, dqkv.h, datt.h, qkv.h, att.h, lse.h, B, T, nh, nkv, hd, window, sc, NULL, cap);
+  gpu->attention_bwd(gc, dqkv.d, datt.d, qkv.d, att.d, lse.d, B, T, nh, nkv, hd, window, sc, NULL, cap);
+  check_b16("bf16c attention_bwd dqkv", &dqkv);
+  if (sl_cuda_upload(gc, dqkv.d, dqkv.h, (size_t)nq * 4)) nfail++;
+  cpu->rope_bwd(cc, dqkv.h, B, T, nh, nkv, hd, inv.h, NULL);
+  gpu->rope_bwd(gc, dqkv.d, B, T, nh, nkv, hd, inv.d, NULL);
+  check_b16("bf16c rope_bwd", &dqkv);
+  freeb(&inv);
+  freeb(&qkv), freeb(&att), freeb(&lse), freeb(&datt), freeb(&dqkv);
+}
+
+/* bf16 compute: the LM head (cap > 0: Gemma 2's final softcap, on the rounded logits). */
+static void bf16_lmhead(int64_t N, int64_t C, float cap) {
+  /* logits, dlogits, dx rounded; losses, lse, dw fp32 */
+  int64_t V = 301;
+  int32_t *td, *tg = mk_tok(N, (int32_t)V, 1, &td);
+  buf hx = mk(N * C, -1, 1), hw = mk(V * C, -0.5f, 0.5f), loss = mk0(N), hl = mk0(N);
+  buf hdx = mk0(N * C), hdw = mk(V * C, -1, 1);
+  cpu->lmhead_ce_fwd(cc, loss.h, hl.h, hx.h, hw.h, tg, N, C, V, cap);
+  gpu->lmhead_ce_fwd(gc, loss.d, hl.d, hx.d, hw.d, td, N, C, V, cap);
+  check("bf16c lmhead_ce_fwd losses", &loss, TOL_B16);
+  check("bf16c lmhead_ce_fwd lse", &hl, TOL_B16);
+  if (sl_cuda_upload(gc, hl.d, hl.h, (size_t)N * 4)) nfail++;
+  cpu->lmhead_ce_bwd(cc, hdx.h, hdw.h, hx.h, hw.h, tg, hl.h, 1.0f / (float)N, N, C, V, cap);
+  gpu->lmhead_ce_bwd(gc, hdx.d, hdw.d, hx.d, hw.d, td, hl.d, 1.0f / (float)N, N, C, V, cap);
+  check_b16("bf16c lmhead_ce_bwd dx", &hdx);
+  check("bf16c lmhead_ce_bwd dw (fp32)", &hdw, TOL_B16);
+  free(tg), sl_cuda_free(gc, td);
+  freeb(&hx), freeb(&hw), freeb(&loss), freeb(&hl), freeb(&hdx), freeb(&hdw);
+}
+
 static void test_bf16_compute(void) {
   if (cpu->ctx_set_compute(cc, SL_COMPUTE_BF16) || gpu->ctx_set_compute(gc, SL_COMPUTE_BF16)) {
     report("ctx_set_compute bf16", 0, 0, 0, 0, 0);
@@ -727,49 +777,10 @@ static void test_bf16_compute(void) {
     free(pad), free(g);
     freeb(&xs), freeb(&ws), freeb(&os), freeb(&rss);
   }
-  /* rope + attention (GQA) */
-  int64_t B = 2, T = 33, nh = 4, nkv = 2, hd = 64, nq = B * T * (nh + 2 * nkv) * hd, no = B * T * nh * hd;
-  buf qkv = mk(nq, -1, 1), att = mk0(no), lse = mk0(B * nh * T), datt = mk(no, -1, 1), dqkv = mk0(nq);
-  buf inv = mk_inv(hd, 10000.0f);
-  cpu->rope_fwd(cc, qkv.h, B, T, nh, nkv, hd, inv.h, NULL);
-  gpu->rope_fwd(gc, qkv.d, B, T, nh, nkv, hd, inv.d, NULL);
-  check_b16("bf16c rope_fwd", &qkv);
-  if (sl_cuda_upload(gc, qkv.d, qkv.h, (size_t)nq * 4)) nfail++;
-  cpu->attention_fwd(cc, att.h, lse.h, qkv.h, B, T, nh, nkv, hd, 0, 1.0f / sqrtf((float)hd), NULL, 0.0f);
-  gpu->attention_fwd(gc, att.d, lse.d, qkv.d, B, T, nh, nkv, hd, 0, 1.0f / sqrtf((float)hd), NULL, 0.0f);
-  check_b16("bf16c attention_fwd out", &att);
-  check("bf16c attention_fwd lse (fp32)", &lse, 1e-4);
-  if (sl_cuda_upload(gc, att.d, att.h, (size_t)no * 4) || sl_cuda_upload(gc, lse.d, lse.h, (size_t)(B * nh * T) * 4))
-    nfail++;
-  for (int64_t i = 0; i < no; i++) datt.h[i] = sl_bf16_to_f32_scalar(sl_f32_to_bf16_scalar(datt.h[i]));
-  if (sl_cuda_upload(gc, datt.d, datt.h, (size_t)no * 4)) nfail++;
-  cpu->attention_bwd(cc, dqkv.h, datt.h, qkv.h, att.h, lse.h, B, T, nh, nkv, hd, 0, 1.0f / sqrtf((float)hd), NULL,
-                     0.0f);
-  gpu->attention_bwd(gc, dqkv.d, datt.d, qkv.d, att.d, lse.d, B, T, nh, nkv, hd, 0, 1.0f / sqrtf((float)hd), NULL,
-                     0.0f);
-  check_b16("bf16c attention_bwd dqkv", &dqkv);
-  if (sl_cuda_upload(gc, dqkv.d, dqkv.h, (size_t)nq * 4)) nfail++;
-  cpu->rope_bwd(cc, dqkv.h, B, T, nh, nkv, hd, inv.h, NULL);
-  gpu->rope_bwd(gc, dqkv.d, B, T, nh, nkv, hd, inv.d, NULL);
-  check_b16("bf16c rope_bwd", &dqkv);
-  freeb(&inv);
-  freeb(&qkv), freeb(&att), freeb(&lse), freeb(&datt), freeb(&dqkv);
-  /* LM head: logits, dlogits, dx rounded; losses, lse, dw fp32 */
-  int64_t V = 301;
-  int32_t *td, *tg = mk_tok(N, (int32_t)V, 1, &td);
-  buf hx = mk(N * C, -1, 1), hw = mk(V * C, -0.5f, 0.5f), loss = mk0(N), hl = mk0(N);
-  buf hdx = mk0(N * C), hdw = mk(V * C, -1, 1);
-  cpu->lmhead_ce_fwd(cc, loss.h, hl.h, hx.h, hw.h, tg, N, C, V, 0.0f);
-  gpu->lmhead_ce_fwd(gc, loss.d, hl.d, hx.d, hw.d, td, N, C, V, 0.0f);
-  check("bf16c lmhead_ce_fwd losses", &loss, TOL_B16);
-  check("bf16c lmhead_ce_fwd lse", &hl, TOL_B16);
-  if (sl_cuda_upload(gc, hl.d, hl.h, (size_t)N * 4)) nfail++;
-  cpu->lmhead_ce_bwd(cc, hdx.h, hdw.h, hx.h, hw.h, tg, hl.h, 1.0f / (float)N, N, C, V, 0.0f);
-  gpu->lmhead_ce_bwd(gc, hdx.d, hdw.d, hx.d, hw.d, td, hl.d, 1.0f / (float)N, N, C, V, 0.0f);
-  check_b16("bf16c lmhead_ce_bwd dx", &hdx);
-  check("bf16c lmhead_ce_bwd dw (fp32)", &hdw, TOL_B16);
-  free(tg), sl_cuda_free(gc, td);
-  freeb(&hx), freeb(&hw), freeb(&loss), freeb(&hl), freeb(&hdx), freeb(&hdw);
+  bf16_attention(0, 0.0f, 10000.0f);
+  bf16_attention(9, 0.5f, 100.0f); /* Gemma: a window, the attention softcap, a local RoPE base */
+  bf16_lmhead(N, C, 0.0f);
+  bf16_lmhead(N, C, 0.8f); /* Gemma 2's final softcap */
   /* the element-wise, conv1d and scan tests again, in bf16 compute */
   g_b16 = 1;
   test_pointwise();
