@@ -1,7 +1,8 @@
 /* tools/plot.c — metrics JSONL -> self-contained SVG, written atomically:
  * panels against step for the training loss (with the held-out loss when the
  * file has eval_loss), tokens/s, and, when present, the learning rate, the
- * gradient norm and the peak bytes of each memory arena.
+ * gradient norm, a mixture of experts' load imbalance, router losses and
+ * dropped slots, and the peak bytes of each memory arena.
  */
 #define _GNU_SOURCE
 #include "tools/plot.h"
@@ -23,8 +24,12 @@
 
 /* columns of the metrics: step, then the plotted values (NaN when a line
  * lacks one) */
-enum { C_STEP, C_LOSS, C_TPS, C_LR, C_GN, C_EVAL, C_ARENA, NCOL = C_ARENA + SL_ARENA_COUNT };
-static const char *const KEY[C_ARENA] = {"step", "loss", "tokens_per_s", "lr", "grad_norm", "eval_loss"};
+enum { C_STEP, C_LOSS, C_TPS, C_LR, C_GN, C_EVAL, C_MOE_LOAD, C_MOE_AUX, C_MOE_Z, C_MOE_DROP, C_ARENA,
+       NCOL = C_ARENA + SL_ARENA_COUNT };
+/* the mixture of experts' (absent for a dense model): the worst layer's max / mean load, the router losses,
+ * the step's dropped slots (moe_dropped: a number per layer, summed here) */
+static const char *const KEY[C_ARENA] = {"step",      "loss",           "tokens_per_s", "lr",         "grad_norm",
+                                         "eval_loss", "moe_max_over_mean", "moe_aux_loss", "moe_z_loss", NULL};
 
 typedef struct {
   double *v[NCOL]; /* (n) per column */
@@ -53,7 +58,13 @@ static double num_or_nan(json_t *o, const char *key) {
 
 /* One metrics line; 0 when it lacks a numeric step, loss or tokens_per_s. */
 static int parse_row(json_t *o, double *row) {
-  for (int c = 0; c < C_ARENA; c++) row[c] = num_or_nan(o, KEY[c]);
+  for (int c = 0; c < C_ARENA; c++) row[c] = KEY[c] ? num_or_nan(o, KEY[c]) : NAN;
+  json_t *dr = o ? json_object_get(o, "moe_dropped") : NULL, *x;
+  size_t i;
+  if (json_is_array(dr)) {
+    row[C_MOE_DROP] = 0;
+    json_array_foreach(dr, i, x) row[C_MOE_DROP] += json_is_number(x) ? json_number_value(x) : 0;
+  }
   json_t *ap = o ? json_object_get(o, "arena_peak") : NULL;
   for (int a = 0; a < SL_ARENA_COUNT; a++) row[C_ARENA + a] = num_or_nan(ap, sl_arena_name((sl_arena)a)) / (1 << 20);
   return isfinite(row[C_STEP]) && !isnan(row[C_LOSS]) && !isnan(row[C_TPS]);
@@ -216,7 +227,11 @@ static void write_panels(FILE *out, const series *s, const char *jsonl_path, dou
       mem_cols[nmem] = C_ARENA + a;
       mem_names[nmem++] = sl_arena_name((sl_arena)a);
     }
-  int np = 2 + any_finite(s, C_LR) + any_finite(s, C_GN) + (nmem > 0);
+  int moe_cols[2] = {C_MOE_AUX, C_MOE_Z}, load_col = C_MOE_LOAD, drop_col = C_MOE_DROP;
+  const char *moe_names[2] = {"load-balancing loss", "router z-loss"};
+  int has_load = any_finite(s, C_MOE_LOAD), has_rl = any_finite(s, C_MOE_AUX) || any_finite(s, C_MOE_Z);
+  int has_drop = any_finite(s, C_MOE_DROP);
+  int np = 2 + any_finite(s, C_LR) + any_finite(s, C_GN) + (nmem > 0) + has_load + has_rl + has_drop;
   const int PH = 250, GAP = 70, H = 50 + np * (PH + GAP);
   fprintf(out,
           "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
@@ -242,6 +257,9 @@ static void write_panels(FILE *out, const series *s, const char *jsonl_path, dou
   NEXT(&tps_col, 1, NULL, "tokens/s");
   if (any_finite(s, C_LR)) NEXT(&lr_col, 1, NULL, "learning rate");
   if (any_finite(s, C_GN)) NEXT(&gn_col, 1, NULL, "gradient norm");
+  if (has_load) NEXT(&load_col, 1, NULL, "expert load: the worst layer's max / mean tokens (1 = balanced)");
+  if (has_rl) NEXT(moe_cols, 2, moe_names, "router losses (moe_aux_loss, moe_z_loss)");
+  if (has_drop) NEXT(&drop_col, 1, NULL, "slots dropped by the expert capacity (all layers)");
   if (nmem) NEXT(mem_cols, nmem, mem_names, "peak memory per arena (MiB)");
 #undef NEXT
 }

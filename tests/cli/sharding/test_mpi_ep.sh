@@ -65,6 +65,11 @@ done
 RT="--moe-capacity-factor 1.0 --moe-z-loss-coef 0.01 --moe-balance bias --moe-bias-rate 0.01"
 run mixtral rbase 1 3 4 --zero 0 $RT
 run mixtral rep2 4 3 1 --zero 3 --ep 2 $RT && check mixtral rep2 rbase --rtol 1e-5
+# the plot draws the MoE panels the metrics have: load, router losses, dropped slots (none without a capacity)
+"$B" plot "$W/mixtral-rep2/metrics.jsonl" "$W/rep2.svg" > /dev/null 2>&1 && "$B" plot "$W/mixtral-base/metrics.jsonl" \
+  "$W/base.svg" > /dev/null 2>&1 && grep -q "expert load" "$W/rep2.svg" && grep -q "router z-loss" "$W/rep2.svg" &&
+  grep -q "slots dropped" "$W/rep2.svg" && grep -q "expert load" "$W/base.svg" && ! grep -q "slots dropped" "$W/base.svg" &&
+  ok "plot: the MoE panels where the metrics have them" || bad "plot: the MoE panels"
 # negative control: the wrong local expert for the rows received
 SL_FAULT_EP_MISROUTE=1 run mixtral mis 4 3 1 --zero 3 --ep 2 &&
   if $CMP "$W/mixtral-mis" "$W/mixtral-base" --rtol 1e-5 > "$W/mis.txt"; then bad "misrouted experts pass"; cat "$W/mis.txt"
