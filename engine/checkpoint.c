@@ -20,6 +20,7 @@
 #include "base/base.h"
 #include "base/env.h"
 #include "engine/agree.h"
+#include "engine/expert_par.h"
 #include "engine/tensor_par.h"
 #include "formats/ckpt_io.h"
 #include "formats/safetensors.h"
@@ -411,13 +412,7 @@ static int dump_loaded(const char *path, sl_ckpt_state *st) {
     for (int k = 0; k < 3 && !rc; k++) {
       float *whole = all + k * P + off;
       rc = sl_fsdp_gather_view(st->f, u, src[k][u], whole + m->units[u].hold_lo);
-      if (!rc && m->units[u].expert && st->ep && sl_comm_size(st->ep) > 1) { /* the EP ranks' parts, in place */
-        sl_comm_req *r = NULL;
-        if (sl_comm_allgather(st->ep, whole + m->units[u].hold_lo, whole, m->units[u].hold_n, SL_F32, &r) !=
-                SL_COMM_OK ||
-            sl_comm_wait(r) != SL_COMM_OK)
-          rc = sl_fail(SL_ECOMM, "checkpoint dump: %s", sl_comm_last_error());
-      }
+      if (!rc) rc = sl_epar_gather_part(st->ep, &m->units[u], whole); /* the EP ranks' parts, in place */
     }
     off += m->units[u].numel;
   }

@@ -11,7 +11,6 @@ int sl_epar_check(const sl_train_cfg *c, const sl_model_config *mc, int device) 
   const char *no = NULL;
   if (!mc->moe_experts) no = "the model has no experts (a dense architecture)";
   else if (mc->moe_experts % c->ep) no = "it does not divide the number of experts";
-  else if (c->tp > 1) no = "--tp with --ep is not implemented yet (expert tensors are not TP-split)";
   else if (device) no = "the device backends have no expert exchange yet (run --backend cpu)";
   if (!no) return SL_OK;
   return sl_fail(SL_EINPUT, "--ep %lld: %s (%s, %lld experts)", (long long)c->ep, no, mc->arch_name,
@@ -40,12 +39,16 @@ void sl_epar_add_stats(const sl_epar *ep, sl_comm_stats *s) {
   s->bytes[SL_COLL_ALLTOALL] += x.bytes[SL_COLL_ALLTOALL];
 }
 
-int sl_epar_gather_unit(const sl_epar *ep, const sl_model *m, int u, float *flat) {
-  const sl_unit_spec *us = &m->units[u];
-  if (ep->E <= 1 || !us->expert) return SL_OK;
-  sl_comm_req *r = NULL; /* in place: this rank's run is block ep_rank of the whole */
-  if (sl_comm_allgather(ep->comm, flat + us->hold_lo, flat, us->hold_n, SL_F32, &r) != SL_COMM_OK ||
+int sl_epar_gather_part(sl_comm *ep, const sl_unit_spec *us, float *unit) {
+  if (!us->expert || !ep || sl_comm_size(ep) <= 1) return SL_OK;
+  sl_comm_req *r = NULL; /* in place: this rank's run is block ep_rank of the unit */
+  if (sl_comm_allgather(ep, unit + us->hold_lo, unit, us->hold_n, SL_F32, &r) != SL_COMM_OK ||
       sl_comm_wait(r) != SL_COMM_OK)
-    return sl_fail(SL_ECOMM, "expert parallel: gathering unit %d (%s): %s", u, us->kind, sl_comm_last_error());
+    return sl_fail(SL_ECOMM, "expert parallel: gathering a unit of %s: %s", us->kind, sl_comm_last_error());
   return SL_OK;
+}
+
+int sl_epar_gather_unit(const sl_epar *ep, const sl_model *m, int u, float *flat) {
+  if (ep->E <= 1) return SL_OK;
+  return sl_epar_gather_part(ep->comm, &m->units[u], flat + m->tp_rank * m->units[u].numel);
 }

@@ -34,8 +34,12 @@ int sl_epar_init(sl_epar *ep, const sl_par_mesh *mesh, const sl_ops *ops, sl_kct
 sl_ep_group sl_epar_hooks(sl_epar *ep);
 /* flat (unit u's whole numel): this rank's part at flat + hold_lo in, the
  * whole unit out on every EP rank (an all-gather in place). Collective over
- * the ep axis for an EP-split unit; nothing otherwise. */
+ * the ep axis for an EP-split unit; nothing otherwise. At T > 1 flat holds
+ * every TP rank's unit, rank after rank (this one's at tp_rank numel). */
 int sl_epar_gather_unit(const sl_epar *ep, const sl_model *m, int u, float *flat);
+/* The same over the communicator ep for one TP rank's unit (its numel at
+ * unit; this rank's part at unit + hold_lo in): checkpoints use it. */
+int sl_epar_gather_part(sl_comm *ep, const sl_unit_spec *us, float *unit);
 /* Adds the ep axis's all-to-all traffic (the token exchange; the save's
  * gathers are not counted) to *s, the shard group's figures the summary, the
  * metrics' comm_bytes and the engine check report. */

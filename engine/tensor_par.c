@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "engine/expert_par.h"
 #include "models/tp.h"
 #include "shard/tp.h"
 
@@ -169,7 +170,8 @@ int sl_tpar_ckpt_write(const sl_ckpt_state *st, sl_ckio_writer *wr, const char *
     int64_t n = m->units[u].numel, nw = sl_model_unit_whole_numel(m, u);
     if (st->owns && !st->owns[u]) continue; /* another stage's (every rank of this stage skips it) */
     for (int k = 0; k < 3; k++) {           /* every rank takes part in both gathers, in the same order */
-      int crc = gather_staged(st, u, fields[k][u], flats + m->tp_rank * n);
+      int crc = gather_staged(st, u, fields[k][u], flats + m->tp_rank * n + m->units[u].hold_lo);
+      if (!crc) crc = sl_epar_gather_part(st->ep, &m->units[u], flats + m->tp_rank * n); /* EP-split experts */
       if (!crc && sl_comm_allgather_sync(st->tp, flats + m->tp_rank * n, flats, n, SL_F32) != SL_COMM_OK)
         crc = sl_fail(SL_ECOMM, "checkpoint: gathering unit %d over the tensor-parallel group: %s", u,
                       sl_comm_last_error());
@@ -198,7 +200,7 @@ int sl_tpar_ckpt_read(const char *dir, const sl_ckio_manifest *man, const sl_ckp
   if (!rc) {
     sl_model_unit_from_whole(m, u, whole, flat);
     memset(dst, 0, (size_t)v.count * 4);
-    if (v.valid > 0) memcpy(dst, flat + v.offset, (size_t)v.valid * 4);
+    if (v.valid > 0) memcpy(dst, flat + m->units[u].hold_lo + v.offset, (size_t)v.valid * 4); /* EP: this rank's part */
   }
   sl_free(whole);
   sl_free(flat);

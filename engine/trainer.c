@@ -700,8 +700,9 @@ static int optimizer_step(trainer *t, int64_t s, double lr, float coef) {
 }
 
 /* A mixture of experts' tokens per expert per layer in this step's
- * forwards, summed over every rank (a rank counts only the blocks it
- * computes, and MoE runs at --tp 1: the sum counts each token once). */
+ * forwards, summed over the ranks of one TP coordinate (the loss's: a rank
+ * counts only the blocks it computes, and a TP group's ranks route the same
+ * tokens, so the sum counts each token once). */
 static int moe_load_step(trainer *t, step_out *o) {
   int64_t n = t->m->cfg.moe_experts * t->m->cfg.num_hidden_layers;
   if (!n) return SL_OK;
@@ -713,7 +714,7 @@ static int moe_load_step(trainer *t, step_out *o) {
   }
   sl_model_moe_load(t->m, o->moe_load);
   for (int64_t i = 0; i < n; i++) sum[i] = (double)o->moe_load[i];
-  int rc = sl_comm_allreduce_sync(t->world, sum, n, SL_F64) == SL_COMM_OK
+  int rc = sl_comm_allreduce_sync(t->par.tp.loss, sum, n, SL_F64) == SL_COMM_OK
                ? SL_OK
                : sl_fail(SL_ECOMM, "expert load all-reduce: %s", sl_comm_last_error());
   for (int64_t i = 0; i < n; i++) o->moe_load[i] = (int64_t)sum[i];
@@ -722,15 +723,15 @@ static int moe_load_step(trainer *t, step_out *o) {
   return rc;
 }
 
-/* The routing options' figures of the step (sl_model_moe_stats) summed over
- * every rank; then --moe-balance bias's update from the step's load. */
+/* The routing options' figures of the step (sl_model_moe_stats) summed as
+ * the load is; then --moe-balance bias's update from the step's load. */
 static int moe_stats_step(trainer *t, step_out *o) {
   int64_t n = t->m->cfg.moe_experts ? t->m->cfg.num_hidden_layers + 4 : 0; /* sl_model_moe_stats's length */
   if (!n) return SL_OK;
   if (!o->moe_stats && !(o->moe_stats = malloc(sizeof *o->moe_stats * (size_t)n)))
     return sl_fail(SL_ENOMEM, "out of memory");
   sl_model_moe_stats(t->m, o->moe_stats);
-  if (sl_comm_allreduce_sync(t->world, o->moe_stats, n, SL_F64) != SL_COMM_OK)
+  if (sl_comm_allreduce_sync(t->par.tp.loss, o->moe_stats, n, SL_F64) != SL_COMM_OK)
     return sl_fail(SL_ECOMM, "expert statistics all-reduce: %s", sl_comm_last_error());
   o->moe_sn = n;
   return t->mcfg.moe_balance == SL_MOE_BALANCE_BIAS ? sl_model_moe_bias_step(t->m, o->moe_load) : SL_OK;

@@ -179,9 +179,11 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   if (p->gemma) post_norm(m, p, a->xmid, a->rstd3, ao, w.lnpa, 1, x);
   else o->add_inplace(k, a->xmid, x, n * C);
   if ((rc = sl_dec_norm_gathered(m, a->ln2, a->rstd2, a->xmid, sl_llama_norm_w(m, p, w.ln2, 2), p->eps))) return rc;
-  if (p->E) { /* the sparse MLP (models/llama_moe.c); no TP, so no sp */
-    if ((rc = sl_llama_moe_fwd(m, p, l, a, &w, out))) return rc;
-    if (out) o->add_inplace(k, out, a->xmid, n * C);
+  if (p->E) { /* the sparse MLP (models/llama_moe.c): its experts' partial sums under TP, as the dense MLP's */
+    if ((rc = sl_llama_moe_fwd(m, p, l, a, &w, out ? (p->sp ? dln : out) : NULL))) return rc;
+    if (!out) return SL_OK;
+    if ((rc = sl_dec_row_parallel_sum(m, dln, out))) return rc;
+    o->add_inplace(k, out, a->xmid, n * C);
     return SL_OK;
   }
   o->linear_fwd(k, a->gu, a->ln2, w.wgu, w.bgu, N, C, 2 * p->I);
@@ -344,7 +346,9 @@ static int64_t llama_flops(const sl_model *m, int64_t T) {
    * model's (every TP rank's slices together). */
   int64_t nh = c->num_attention_heads, Q = (nh + 2 * c->num_key_value_heads) * p->hd, A = nh * p->hd;
   int64_t per_layer = p->C * Q + A * p->C + 3 * p->C * c->intermediate_size;
-  if (p->E) per_layer = p->C * Q + A * p->C + p->E * p->C + p->k * 3 * p->C * p->I; /* the router, k active experts */
+  if (p->E)
+    per_layer =
+        p->C * Q + A * p->C + p->E * p->C + p->k * 3 * p->C * c->moe_intermediate; /* the router, k active experts */
   int64_t Nmm = d->L * per_layer + d->V * p->C;
   return 6 * Nmm + 12 * d->L * nh * p->hd * T;
 }
@@ -364,8 +368,9 @@ static const char *tp_misfit(const sl_model_config *c, int64_t T, char *why, siz
              (long long)T, (long long)nkv);
   else if (I % T)
     snprintf(why, cap, "intermediate_size %lld is not divisible by --tp %lld", (long long)I, (long long)T);
-  else if (c->moe_experts && T > 1)
-    snprintf(why, cap, "--tp %lld: tensor parallelism of a mixture of experts is not implemented", (long long)T);
+  else if (c->moe_experts && c->moe_intermediate % T)
+    snprintf(why, cap, "the experts' intermediate size %lld is not divisible by --tp %lld",
+             (long long)c->moe_intermediate, (long long)T);
   else return NULL;
   return why;
 }
@@ -545,7 +550,7 @@ static int llama_init(sl_model *m, sl_decoder *d) {
   if ((p->E = c->moe_experts)) {
     p->k = c->moe_topk;
     p->norm_topk = c->moe_norm_topk;
-    p->I = c->moe_intermediate;
+    p->I = c->moe_intermediate / T; /* each expert's gate|up column-split, down row-split, as the dense MLP */
     if (!(p->hoffs = calloc((size_t)(2 * p->E + 1), sizeof *p->hoffs)) ||
         !(p->load = calloc((size_t)(d->L * p->E), sizeof *p->load)) ||
         !(p->ecnt = calloc((size_t)(2 * p->E + 2 * m->ep_size), sizeof *p->ecnt)))

@@ -353,10 +353,12 @@ int sl_llama_moe_bwd(sl_model *m, llama_priv *p, int l, const layer_acts *a, con
   o->zero(k, p->dyp, (size_t)(R * C) * 4);
   o->zero(k, p->dwts, (size_t)R * 4);
   o->moe_combine_bwd(k, p->dyp, p->dwts, dout, a->yp, a->wts, a->pos, N, p->k, C);
+  int rc = sl_dec_tp_sum(m, p->dwts, R); /* under TP yp is each rank's partial sum: so is dwts */
+  if (rc) return rc;
   moe_groups(m, p, a);
   const float *we;
   float *ge;
-  int rc = experts_of(m, l, &we, &ge);
+  rc = experts_of(m, l, &we, &ge);
   if (!rc) rc = ep_plan(m, p); /* the counts again: the forward's are not kept per layer */
   if (!rc) rc = ep_move(m, p, p->dyp, p->dyr, 1);
   if (rc) return rc;
@@ -370,7 +372,8 @@ int sl_llama_moe_bwd(sl_model *m, llama_priv *p, int l, const layer_acts *a, con
   o->moe_route_bwd(k, p->dlogits, p->dwts, a->probs, a->sel, a->wts, p->aux_coef ? p->gp : NULL,
                    rt && rt->zcoef ? a->zlse : NULL, rt ? 2.0f * rt->zcoef * m->loss_scale : 0.0f, N, E, p->k,
                    p->norm_topk);
-  o->linear_bwd(k, dln, (float *)g->wr, NULL, p->dlogits, a->ln2, w->wr, N, C, E);
+  /* the router is replicated: every TP rank has its whole gradient, and one adds its part of dln before the sum */
+  o->linear_bwd(k, m->tp_rank == 0 ? dln : NULL, (float *)g->wr, NULL, p->dlogits, a->ln2, w->wr, N, C, E);
   return SL_OK;
 }
 
@@ -409,7 +412,7 @@ int sl_llama_moe_alloc_scratch(sl_model *m, llama_priv *p) {
 /* Layer l's router and experts (after post_attention_layernorm). */
 int sl_llama_moe_spec(sl_model *m, sl_unit_spec *b, int64_t l, float std) {
   const llama_priv *p = sl_dec(m)->blk;
-  int64_t C = p->C, I = p->I;
+  int64_t C = p->C, I = m->cfg.moe_intermediate, T = m->tp_size;
   char nm[SL_TENSOR_NAME_MAX];
   int rc;
   /* Mixtral: block_sparse_moe.{gate, experts.e.w1|w3|w2}; Qwen3-MoE: mlp.{gate, experts.e.gate_proj|up_proj|down_proj} */
@@ -424,7 +427,8 @@ int sl_llama_moe_spec(sl_model *m, sl_unit_spec *b, int64_t l, float std) {
     for (int i = 0; i < 3; i++) {
       snprintf(nm, sizeof nm, "model.layers.%lld.%s.experts.%lld.%s.weight", (long long)l, blk, (long long)e,
                names[q3][i]);
-      if ((rc = sl_unit_add_split(m, b, nm, 2, i < 2 ? I : C, i < 2 ? C : I, 1, SL_INIT_NORMAL, std, SL_SPLIT_NONE, 1)))
+      if ((rc = sl_unit_add_split(m, b, nm, 2, i < 2 ? I : C, i < 2 ? C : I, 1, SL_INIT_NORMAL, std,
+                                  i < 2 ? SL_SPLIT_COL : SL_SPLIT_ROW, T)))
         return rc;
     }
   /* this rank's experts: a contiguous run of the unit (expert e at e * 3 I C) */
