@@ -436,9 +436,14 @@ static int setup_model(trainer *t, int ac) {
   sl_train_cfg *c = &t->cfg;
   int rc;
   const sl_par_mesh *pm = t->par.pmesh;
-  const sl_model_layout lay = {pm->axis[SL_AXIS_TP].coord, (int)c->tp, c->sequence_parallel,
-                               t->par.pplan ? t->par.pplan->local : NULL, t->par.pplan ? t->par.pplan->nunits : 0,
-                               pm->axis[SL_AXIS_EP].coord, pm->axis[SL_AXIS_EP].size};
+  const sl_model_layout lay = {pm->axis[SL_AXIS_TP].coord,
+                               (int)c->tp,
+                               c->sequence_parallel,
+                               t->par.pplan ? t->par.pplan->local : NULL,
+                               t->par.pplan ? t->par.pplan->nunits : 0,
+                               pm->axis[SL_AXIS_EP].coord,
+                               pm->axis[SL_AXIS_EP].size,
+                               sl_train_cfg_compute_bf16(c, t->dev) && !sl_env_bool("SL_ACT_FP32")};
   if ((rc = sl_model_create_layout(&t->mcfg, t->ops, t->k, c->micro_batch, c->seq_len, (sl_actckpt)ac, &lay, &t->m)))
     return rc;
   if ((rc = sl_epar_init(&t->par.ep, pm, t->ops, t->k))) return rc;

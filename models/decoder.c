@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "base/env.h"
 
 /* ---- the residual stream's TP collectives ------------------------------------ */
 int sl_dec_tp_sum(sl_model *m, float *buf, int64_t n) {
@@ -61,6 +62,80 @@ int sl_dec_tp_check(const sl_model *m, const char *(*misfit)(const sl_model_conf
   return sl_fail(SL_EINPUT, "%s: %s; valid --tp values for this model: %s", m->cfg.arch_name, why, ok);
 }
 
+/* ---- bf16 activation storage ---------------------------------------------------- */
+int sl_buf_recs_add(struct sl_buf_recs *rs, float *p, int64_t n, int bf16) {
+  if (rs->n == rs->cap) {
+    int nc = rs->cap ? 2 * rs->cap : 32;
+    sl_buf_rec *r = realloc(rs->r, sizeof *r * (size_t)nc);
+    if (!r) return SL_ENOMEM;
+    rs->r = r, rs->cap = nc;
+  }
+  rs->r[rs->n++] = (sl_buf_rec){p, n, bf16};
+  return SL_OK;
+}
+
+/* Layer l's kept tensors of the selected set: into its packed copy (dir 1,
+ * after its forward) or back into the live buffers (dir -1). A bf16 buffer
+ * takes n halves, any other its 4-byte words (at an even half). */
+static void act_pack(sl_model *m, int64_t l, int dir) {
+  const sl_decoder *d = sl_dec(m);
+  if (!d->live_la) return;
+  uint16_t *h = (uint16_t *)d->packs[(int64_t)m->act * d->L + l];
+  int64_t o = 0;
+  for (int i = 0; i < d->live.n; i++) {
+    const sl_buf_rec *r = &d->live.r[i];
+    if (r->bf16 && dir > 0) m->ops->f32_to_bf16(m->k, h + o, r->p, r->n);
+    else if (r->bf16) m->ops->bf16_to_f32(m->k, r->p, h + o, r->n);
+    if (r->bf16) {
+      o += r->n;
+      continue;
+    }
+    o += o & 1;
+    if (dir > 0) m->ops->copy(m->k, h + o, r->p, (size_t)r->n * 4);
+    else m->ops->copy(m->k, r->p, h + o, (size_t)r->n * 4);
+    o += 2 * r->n;
+  }
+}
+
+/* The first local layer's alloc_layer, recorded: its buffers become the live ones when some are bf16. */
+static int alloc_live(sl_model *m, void *la) {
+  sl_decoder *d = sl_dec(m);
+  m->rec = &d->live;
+  int rc = d->kind->alloc_layer(m, la, 0, d->shared);
+  m->rec = NULL;
+  if (rc) return rc;
+  int64_t o = 0, any = 0, all = sl_env_bool("SL_FAULT_ACT_BF16"); /* a negative control: every buffer, lossy */
+  for (int i = 0; i < d->live.n; i++) {
+    sl_buf_rec *r = &d->live.r[i];
+    r->bf16 |= all;
+    any |= r->bf16;
+    o += r->bf16 ? r->n : (o & 1) + 2 * r->n;
+  }
+  d->live_off = !any;
+  if (!any) return SL_OK;
+  d->pack_floats = (o + 1) / 2;
+  if (!(d->live_la = malloc(d->kind->layer_size))) return sl_fail(SL_ENOMEM, "out of memory");
+  memcpy(d->live_la, la, d->kind->layer_size);
+  return SL_OK;
+}
+
+/* Layer l's kept buffers in set `set`: its own, or under bf16 storage the live ones and a packed copy. */
+static int alloc_kept(sl_model *m, int set, int64_t l, void *la) {
+  sl_decoder *d = sl_dec(m);
+  if (!m->act_bf16 || d->live_off) return d->kind->alloc_layer(m, la, 0, d->shared);
+  if (!d->live_la) {
+    int rc = alloc_live(m, la);
+    if (rc || d->live_off) return rc;
+  } else memcpy(la, d->live_la, d->kind->layer_size);
+  if (set >= d->npack_sets) {
+    float **pk = realloc(d->packs, sizeof *pk * (size_t)((set + 1) * d->L));
+    if (!pk) return sl_fail(SL_ENOMEM, "out of memory");
+    memset(pk + d->npack_sets * d->L, 0, sizeof *pk * (size_t)((set + 1 - d->npack_sets) * d->L));
+    d->packs = pk, d->npack_sets = set + 1;
+  }
+  return (d->packs[(int64_t)set * d->L + l] = sl_model_buf(m, d->pack_floats, SL_ARENA_ACTS)) ? SL_OK : SL_ENOMEM;
+}
+
 /* ---- units --------------------------------------------------------------------- */
 static int dec_fwd(sl_model *m, int u, const float *flat) {
   sl_decoder *d = sl_dec(m);
@@ -72,7 +147,11 @@ static int dec_fwd(sl_model *m, int u, const float *flat) {
     if (!rc && d->embed_scale > 0) m->ops->scale_add(m->k, d->stream[0], d->embed_scale, 0.0f, d->n * d->C);
     return rc;
   }
-  if (u <= d->L) return d->kind->fwd(m, u - 1, flat, d->stream[u - 1], sl_dec_layer(m, u - 1), d->stream[u]);
+  if (u <= d->L) {
+    int rc = d->kind->fwd(m, u - 1, flat, d->stream[u - 1], sl_dec_layer(m, u - 1), d->stream[u]);
+    if (!rc) act_pack(m, u - 1, 1);
+    return rc;
+  }
   int rc = d->kind->loss_term ? d->kind->loss_term(m) : SL_OK;
   if (rc) return rc;
   if (d->vp) return sl_lm_head_vp_fwd(m, d->hv, flat, d->stream[d->L]);
@@ -94,6 +173,7 @@ static int dec_bwd(sl_model *m, int u, const float *flat, float *grads) {
   if (u == d->L + 1) return sl_lm_head_vp_bwd(m, d->hv, flat, grads, d->stream[d->L], d->dres, d->dln);
   if (u == 0 && d->embed_scale > 0) m->ops->scale_add(m->k, d->dres, d->embed_scale, 0.0f, d->n * d->C);
   if (u == 0) return embedding_bwd(m, grads, d->dres);
+  act_pack(m, u - 1, -1);
   int rc = d->kind->recompute(m, u - 1, flat);
   return rc ? rc : d->kind->bwd(m, u - 1, flat, grads);
 }
@@ -140,6 +220,9 @@ static void dec_destroy(sl_model *m) {
   free(d->blk);
   sl_act_sets_free(d->sets, d->nsets);
   free(d->shared);
+  free(d->live.r);
+  free(d->live_la);
+  free(d->packs);
   free(d->hvp);
   free(d);
   m->priv = NULL;
@@ -161,7 +244,7 @@ static int dec_alloc_acts(sl_model *m, int set) {
   for (int64_t l = 0; l < d->L; l++) {
     void *la = (char *)a->layers + (size_t)l * kd->layer_size;
     if (m->ac == SL_AC_FULL) memcpy(la, d->shared, kd->layer_size);
-    else if (sl_model_is_local(m, (int)l + 1) && kd->alloc_layer(m, la, 0, d->shared)) return SL_ENOMEM;
+    else if (sl_model_is_local(m, (int)l + 1) && alloc_kept(m, set, l, la)) return SL_ENOMEM;
   }
   if (!sl_model_is_local(m, (int)d->L + 1)) return SL_OK; /* the head is another pipeline stage's */
   if (!d->vp) {
@@ -212,6 +295,7 @@ static int dec_bwd_input(sl_model *m, int u, const float *flat, float *stash, fl
   if (u == d->L + 1 && d->vp) /* models/lmhead_split.c */
     return sl_lm_head_vp_bwd_input(m, d->hv, flat, d->stream[d->L], d->dres, d->dln, stash, tied);
   if (u == d->L + 1) return sl_lm_head_bwd_input(m, &d->head, flat, d->stream[d->L], d->dres, d->dln, stash, tied);
+  act_pack(m, u - 1, -1);
   int rc = d->kind->recompute(m, u - 1, flat);
   return rc ? rc : d->kind->bwd_input(m, u - 1, flat, stash);
 }
@@ -221,7 +305,8 @@ static int dec_bwd_weight(sl_model *m, int u, const float *flat, float *grads, c
   if (u == 0) return embedding_bwd(m, grads, stash);
   if (u == d->L + 1 && d->vp) return sl_lm_head_vp_bwd_weight(m, d->hv, flat, grads, d->stream[d->L], stash);
   if (u == d->L + 1) return sl_lm_head_bwd_weight(m, &d->head, flat, grads, d->stream[d->L], stash);
-  /* again: what the input half recomputed lives in shared buffers, since overwritten */
+  /* again: what the input half recomputed lives in shared buffers, since overwritten (and so may the live ones) */
+  act_pack(m, u - 1, -1);
   int rc = d->kind->recompute(m, u - 1, flat);
   return rc ? rc : d->kind->bwd_weight(m, u - 1, flat, grads, stash);
 }

@@ -29,6 +29,20 @@
 
 typedef struct sl_decoder sl_decoder;
 
+/* bf16 activation storage (m->act_bf16): the acts buffers one alloc_layer
+ * call allocates (sl_model_buf records them while m->rec is set), each
+ * with whether its values are bf16 (sl_model_buf_bf16). */
+typedef struct {
+  float *p;
+  int64_t n;
+  int bf16;
+} sl_buf_rec;
+struct sl_buf_recs {
+  sl_buf_rec *r;
+  int n, cap;
+};
+int sl_buf_recs_add(struct sl_buf_recs *rs, float *p, int64_t n, int bf16);
+
 typedef struct {
   const char *unit_kind; /* the blocks' sl_unit_spec kind, e.g. "llama_block" */
   size_t layer_size;     /* bytes of the per-layer struct of kept activations */
@@ -112,6 +126,17 @@ struct sl_decoder {
   sl_act_set *sets;   /* (nsets) one per micro-batch in flight (models/model.h) */
   int nsets;
   void *shared; /* what checkpointing recomputes, shared by every layer and set (kind->alloc_layer; NULL: none) */
+  /* bf16 activation storage (m->act_bf16, when the kind keeps bf16-valued
+   * buffers): every layer's kept tensors live in one layer's buffers (live,
+   * the first local layer's, recorded), and each (set, layer) keeps a
+   * packed copy (bf16 where the buffer's values are, else the bits), made
+   * after the block's forward and unpacked before its recompute / backward */
+  struct sl_buf_recs live;
+  void *live_la;       /* the live layer struct (NULL: storage in fp32) */
+  int live_off;        /* decided: the kind keeps nothing in bf16 */
+  int64_t pack_floats; /* one layer's packed copy */
+  float **packs;       /* (npack_sets * L) each local layer's packed copy per set */
+  int npack_sets;
   /* backward scratch (workspace), shared by every unit */
   float *dres; /* (N, C) gradient of the residual stream (n rows used) */
   float *dln;  /* (N, C) */

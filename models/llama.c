@@ -385,27 +385,28 @@ static int llama_alloc_layer(sl_model *m, void *layer, int recomputed, const voi
   int64_t kk = p->E ? p->k * m->ep_size : 1; /* MoE: the MLP's rows are the N*k slots (under EP: the rows received, at most EP x) */
   int attn = recomputed || m->ac == SL_AC_NONE, rest = !recomputed || m->ac == SL_AC_FULL;
   if (attn) {
-    if (!(a->att = sl_model_buf(m, N * p->A, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->att = sl_model_buf_bf16(m, N * p->A, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->lse = sl_model_buf(m, N * p->nh, SL_ARENA_ACTS))) return SL_ENOMEM;
   } else {
     a->att = ((const layer_acts *)shared)->att;
     a->lse = ((const layer_acts *)shared)->lse;
   }
   if (rest) {
-    if (!(a->ln1 = sl_model_buf(m, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->ln1 = sl_model_buf_bf16(m, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->rstd1 = sl_model_buf(m, n, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->qkv = sl_model_buf(m, N * p->Q, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->qkv = sl_model_buf_bf16(m, N * p->Q, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->xmid = sl_model_buf(m, n * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->ln2 = sl_model_buf(m, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->ln2 = sl_model_buf_bf16(m, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->rstd2 = sl_model_buf(m, n, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->gu = sl_model_buf(m, N * kk * 2 * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->h = sl_model_buf(m, N * kk * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->gu = sl_model_buf_bf16(m, N * kk * 2 * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->h = sl_model_buf_bf16(m, N * kk * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (p->E && sl_llama_moe_alloc_layer(m, p, a)) return SL_ENOMEM;
-    if (p->qkn && !(a->qkr = sl_model_buf(m, N * p->Q, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (p->qkn && !(a->qkr = sl_model_buf_bf16(m, N * p->Q, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (p->qkn && !(a->qkrs = sl_model_buf(m, N * (p->nh + p->nkv), SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (p->gemma &&
-        (!(a->ao = sl_model_buf(m, n * p->C, SL_ARENA_ACTS)) || !(a->rstd3 = sl_model_buf(m, n, SL_ARENA_ACTS)) ||
-         !(a->mo = sl_model_buf(m, n * p->C, SL_ARENA_ACTS)) || !(a->rstd4 = sl_model_buf(m, n, SL_ARENA_ACTS))))
+    /* Gemma's ao, mo: GEMM outputs, bf16 unless a TP sum (of bf16 parts) */
+    float *(*ao_buf)(sl_model *, int64_t, sl_arena) = m->tp_size == 1 ? sl_model_buf_bf16 : sl_model_buf;
+    if (p->gemma && (!(a->ao = ao_buf(m, n * p->C, SL_ARENA_ACTS)) || !(a->rstd3 = sl_model_buf(m, n, SL_ARENA_ACTS)) ||
+                     !(a->mo = ao_buf(m, n * p->C, SL_ARENA_ACTS)) || !(a->rstd4 = sl_model_buf(m, n, SL_ARENA_ACTS))))
       return SL_ENOMEM;
   }
   return SL_OK;

@@ -380,16 +380,18 @@ int sl_llama_moe_bwd(sl_model *m, llama_priv *p, int l, const layer_acts *a, con
 /* A layer's MoE buffers (after the dense ones: gu and h are sized for N*k rows by the caller). */
 int sl_llama_moe_alloc_layer(sl_model *m, llama_priv *p, layer_acts *a) {
   int64_t N = p->N, E = p->E, R = N * p->k;
-  if (!(a->logits = sl_model_buf(m, N * E, SL_ARENA_ACTS)) || !(a->probs = sl_model_buf(m, N * E, SL_ARENA_ACTS)) ||
-      !(a->wts = sl_model_buf(m, R, SL_ARENA_ACTS)) || !(a->sel = (int32_t *)sl_model_buf(m, R, SL_ARENA_ACTS)) ||
+  if (!(a->logits = sl_model_buf_bf16(m, N * E, SL_ARENA_ACTS)) ||
+      !(a->probs = sl_model_buf(m, N * E, SL_ARENA_ACTS)) || !(a->wts = sl_model_buf(m, R, SL_ARENA_ACTS)) ||
+      !(a->sel = (int32_t *)sl_model_buf(m, R, SL_ARENA_ACTS)) ||
       !(a->perm = (int32_t *)sl_model_buf(m, R, SL_ARENA_ACTS)) ||
       !(a->pos = (int32_t *)sl_model_buf(m, R, SL_ARENA_ACTS)) ||
       !(a->offs = (int32_t *)sl_model_buf(m, 2 * E + 1, SL_ARENA_ACTS)) ||
-      !(a->xp = sl_model_buf(m, R * p->C, SL_ARENA_ACTS)) || !(a->yp = sl_model_buf(m, R * p->C, SL_ARENA_ACTS)))
+      !(a->xp = sl_model_buf_bf16(m, R * p->C, SL_ARENA_ACTS)) ||
+      !(a->yp = sl_model_buf_bf16(m, R * p->C, SL_ARENA_ACTS)))
     return SL_ENOMEM;
   a->xr = a->xp, a->yr = a->yp;
-  if (m->ep_size > 1 && (!(a->xr = sl_model_buf(m, m->ep_size * R * p->C, SL_ARENA_ACTS)) ||
-                         !(a->yr = sl_model_buf(m, m->ep_size * R * p->C, SL_ARENA_ACTS))))
+  if (m->ep_size > 1 && (!(a->xr = sl_model_buf_bf16(m, m->ep_size * R * p->C, SL_ARENA_ACTS)) ||
+                         !(a->yr = sl_model_buf_bf16(m, m->ep_size * R * p->C, SL_ARENA_ACTS))))
     return SL_ENOMEM;
   if (p->rt && p->rt->zcoef && !(a->zlse = sl_model_buf(m, N, SL_ARENA_ACTS))) return SL_ENOMEM;
   return SL_OK;

@@ -133,7 +133,7 @@ int sl_model_boundary(sl_model *m, int u, float **act, float **grad, int64_t *n)
 
 int sl_model_create_full(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T, sl_actckpt ac,
                          int tp_rank, int tp_size, int sp, const unsigned char *local, int nlocal, sl_model **out) {
-  const sl_model_layout lay = {tp_rank, tp_size, sp, local, nlocal, 0, 1};
+  const sl_model_layout lay = {tp_rank, tp_size, sp, local, nlocal, 0, 1, 0};
   return sl_model_create_layout(cfg, ops, k, B, T, ac, &lay, out);
 }
 
@@ -180,6 +180,7 @@ int sl_model_create_layout(const sl_model_config *cfg, const sl_ops *ops, sl_kct
   m->sp = sp;
   m->ep_rank = lay->ep_rank;
   m->ep_size = lay->ep_size;
+  m->act_bf16 = lay->act_bf16;
   m->access.tp = sl_tp_single();
   m->access.ep = (sl_ep_group){.rank = 0, .size = 1};
   const sl_block_kind *kind = arch_kind(cfg);
@@ -233,7 +234,11 @@ int sl_model_use_acts(sl_model *m, int set) {
   return SL_OK;
 }
 
-float *sl_model_buf(sl_model *m, int64_t n, sl_arena arena) {
+static float *model_buf(sl_model *m, int64_t n, sl_arena arena, int bf16);
+float *sl_model_buf(sl_model *m, int64_t n, sl_arena arena) { return model_buf(m, n, arena, 0); }
+float *sl_model_buf_bf16(sl_model *m, int64_t n, sl_arena arena) { return model_buf(m, n, arena, 1); }
+
+static float *model_buf(sl_model *m, int64_t n, sl_arena arena, int bf16) {
   if (m->nbufs == m->capbufs) {
     int nc = m->capbufs ? m->capbufs * 2 : 64;
     void **nb = realloc(m->bufs, sizeof(void *) * (size_t)nc);
@@ -247,6 +252,7 @@ float *sl_model_buf(sl_model *m, int64_t n, sl_arena arena) {
   sl_mem_add(arena, n * 4);
   m->buf_bytes[arena == SL_ARENA_ACTS ? 0 : 1] += n * 4;
   if (arena == SL_ARENA_ACTS) m->act_bytes += n * 4;
+  if (m->rec && arena == SL_ARENA_ACTS && sl_buf_recs_add(m->rec, x, n, bf16)) return NULL;
   return x;
 }
 

@@ -186,6 +186,10 @@ struct sl_model {
   void **bufs;
   int nbufs, capbufs;
   int64_t buf_bytes[2]; /* acts, workspace */
+  /* bf16 activation storage (sl_model_layout act_bf16; models/decoder.c):
+   * while rec is set, sl_model_buf records the acts buffers it allocates */
+  int act_bf16;
+  struct sl_buf_recs *rec;
   /* (B*T) backend memory or NULL: position in its sample where each token's
    * document starts (--doc-attention-mask: attention stays inside documents,
    * RoPE positions restart at each document); set by the trainer per batch */
@@ -234,6 +238,10 @@ typedef struct {
   const unsigned char *local; /* num_hidden_layers + 2 flags (the companion units follow their owners), or NULL */
   int nlocal;
   int ep_rank, ep_size;
+  /* 1 (under --compute-dtype bf16): a block's kept activations whose values
+   * are bf16 (sl_model_buf_bf16) are stored in bf16 between its forward and
+   * its backward (models/decoder.c); 0: fp32 */
+  int act_bf16;
 } sl_model_layout;
 int sl_model_create_layout(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
                            sl_actckpt ac, const sl_model_layout *lay, sl_model **out);
@@ -323,6 +331,12 @@ int64_t sl_model_max_unit_numel(const sl_model *m);
 /* For model files: n floats of zeroed backend memory counted in arena
  * (SL_ARENA_ACTS or SL_ARENA_WORKSPACE), freed with the model. */
 float *sl_model_buf(sl_model *m, int64_t n, sl_arena arena);
+/* The same for a kept activation whose values are bf16 under bf16 compute
+ * (the output of an op kernels/bf16.c rounds, or rows moved from one): with
+ * m->act_bf16 the decoder keeps it packed in bf16 between the block's
+ * forward and backward (lossless: a test checks the bits). Only for a
+ * buffer no op writes unrounded (not a TP sum, not fp32 statistics). */
+float *sl_model_buf_bf16(sl_model *m, int64_t n, sl_arena arena);
 
 /* The last unit every language model shares: final RMSNorm (C) then, when
  * untied, lm_head (V, C) in its flat buffer; the fused chunked LM head +

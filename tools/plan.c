@@ -221,6 +221,7 @@ typedef struct {
   int as_json, check, top, have_tflops, have_eff;
   sl_plan_run r; /* --engine-check's run */
   const char *pd, *rd;
+  int pd_given;    /* --param-dtype given (else bf16 under --compute-dtype bf16, as train) */
   sl_train_cfg tc; /* the flags that are train's, parsed by its table (formats/traincfg.c) */
 } plan_args;
 
@@ -309,7 +310,7 @@ static int check_flag(plan_args *p, int argc, char **argv, int *i, int *mine) {
   else if (!strcmp(a, "--tp")) TRAIN(tp, r->tp);
   else if (!strcmp(a, "--sequence-parallel")) r->sequence_parallel = 1;
   else if (!strcmp(a, "--pp") || !strcmp(a, "--ep") || !strcmp(a, "--pp-virtual") || !strcmp(a, "--pp-schedule") ||
-           !strcmp(a, "--pp-layout")) {
+           !strcmp(a, "--pp-layout") || !strcmp(a, "--compute-dtype")) {
     const char *s_ = VAL();
     if (s_) rc = sl_train_cfg_set(&p->tc, a + 2, s_); /* train's names and ranges, read from p->tc */
   } else if (!strcmp(a, "--zero")) TRAIN(zero, r->zero);
@@ -320,8 +321,10 @@ static int check_flag(plan_args *p, int argc, char **argv, int *i, int *mine) {
   else if (!strcmp(a, "--prefetch-mb")) TRAIN(prefetch_mb << 20, r->prefetch_bytes);
   else if (!strcmp(a, "--no-sync-accum")) r->sync_accum = 0;
   else if (!strcmp(a, "--no-reshard")) r->reshard_after_forward = 0;
-  else if (!strcmp(a, "--param-dtype")) TRAIN(param_dtype, p->pd);
-  else if (!strcmp(a, "--reduce-dtype")) TRAIN(reduce_dtype, p->rd);
+  else if (!strcmp(a, "--param-dtype")) {
+    TRAIN(param_dtype, p->pd);
+    p->pd_given = 1;
+  } else if (!strcmp(a, "--reduce-dtype")) TRAIN(reduce_dtype, p->rd);
   else if (!strcmp(a, "--activation-checkpoint")) {
     const char *s = NULL;
     TRAIN(activation_checkpoint, s);
@@ -366,7 +369,7 @@ static int parse_plan(int argc, char **argv, plan_args *p) {
 /* --engine-check: the engine-exact prediction of one run (the engine's dry run). */
 static int run_check(plan_args *p, const sl_model_config *mc) {
   sl_plan_run r = p->r, base = p->r;
-  const char *pd = p->pd, *rd = p->rd;
+  const char *pd = !p->pd_given && !strcmp(p->tc.compute_dtype, "bf16") ? "bf16" : p->pd, *rd = p->rd;
   int rc = SL_OK;
   sl_plan_run_engine(&r, pd, rd);
   r.world = base.world;

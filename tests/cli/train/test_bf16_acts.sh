@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# bf16 activation storage (docs/bf16.md): under --compute-dtype bf16 a
+# block's kept activations whose values are bf16 (what kernels/bf16.c
+# rounds) are packed in bf16 between its forward and its backward
+# (models/decoder.c), the rest (residual, statistics, indices) kept as
+# bits. Lossless, so each run equals the same run with SL_ACT_FP32=1 bit for
+# bit (losses, grad norms, weights): Llama (ZeRO-3, selective checkpointing,
+# PP 2 1f1b and zb1p, TP 2 with sequence parallelism), Qwen3 (q/k norms),
+# Gemma 2 (post-norms; at TP 2 their inputs are TP sums, kept fp32),
+# Mixtral at EP 2, Mamba (keeps nothing in bf16: the same arena). Each
+# bf16 run's acts arena is below its fp32 twin's, and `plan --engine-check
+# --compute-dtype bf16` predicts the run's arenas exactly. Negative
+# control: SL_FAULT_ACT_BF16=1 (every kept buffer packed, the fp32 residual
+# and statistics too) is not bit-identical. ~25 s on 2 cores.
+source "${SL_SRC:?}/tests/lib/run.sh" bf16_acts mpi numpy
+tiny_model "$W/llama" llama '"num_hidden_layers": 4'
+tiny_model "$W/qwen3" llama '"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 3,
+ "head_dim": 12'
+tiny_model "$W/gemma2" tied '"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "num_hidden_layers": 4,
+ "head_dim": 8, "sliding_window": 6, "attn_logit_softcapping": 2.0, "final_logit_softcapping": 3.0,
+ "query_pre_attn_scalar": 8, "hidden_activation": "gelu_pytorch_tanh"'
+tiny_model "$W/mixtral" llama '"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_hidden_layers": 3,
+ "intermediate_size": 24, "num_local_experts": 4, "num_experts_per_tok": 2'
+tiny_model "$W/mamba" mamba '"num_hidden_layers": 2'
+tiny_data "$W/data"
+run() { # model name world micro accum [flags...]
+  local arch=$1 name=$2 np=$3 mb=$4 ga=$5; shift 5
+  $MPI -np "$np" "$B" train --model "$W/$arch" --data "$W/data" --data-order sequential --steps 4 --seq-len 16 \
+    --lr 1e-3 --warmup 2 --clip 0.5 --weight-decay 0.1 --threads 1 --summary false --plot false --log-every 100 \
+    --micro-batch "$mb" --grad-accum "$ga" --compute-dtype bf16 --out-dir "$W/$arch-$name" \
+    --save "$W/$arch-$name/model" "$@" > "$W/$arch-$name.log" 2>&1 ||
+    { bad "run $arch $name (exit $?)"; grep -h "shardlm:" "$W/$arch-$name.log" | head -3; return 1; }
+}
+acts() { "$PY" -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['arena_peak']['acts'])" "$1/metrics.jsonl"; }
+# model name world micro accum [flags]: the bf16-stored run against its fp32-stored twin
+pair() {
+  local arch=$1 name=$2
+  shift 2
+  SL_ACT_FP32=1 run "$arch" "${name}_f" "$@" && run "$arch" "$name" "$@" || return
+  local a b
+  a=$(acts "$W/$arch-$name") b=$(acts "$W/$arch-${name}_f")
+  if ! $CMP "$W/$arch-$name" "$W/$arch-${name}_f" --exact > "$W/cmp.txt"; then bad "$arch $name: not bit-identical"; cat "$W/cmp.txt"
+  elif [ "$arch" = mamba ] && [ "$a" = "$b" ]; then ok "$arch $name: bit-identical, nothing packed (acts $a bytes)"
+  elif [ "$arch" != mamba ] && [ "$a" -lt "$b" ]; then ok "$arch $name: bit-identical; acts $a of $b bytes"
+  else bad "$arch $name: acts $a bytes (fp32 storage $b)"; fi
+}
+pair llama z3 2 2 2 --zero 3
+pair llama sel 2 2 2 --zero 3 --activation-checkpoint selective
+pair llama pp 2 2 4 --pp 2
+pair llama zb 2 2 4 --pp 2 --pp-schedule zb1p
+pair llama tp 2 4 2 --tp 2 --sequence-parallel
+pair qwen3 z1 1 2 2
+pair gemma2 z1 1 2 2
+pair gemma2 tp 2 2 2 --tp 2
+pair mixtral ep 2 2 2 --ep 2 --zero 3
+pair mamba z1 1 2 2
+# the engine check predicts the bf16-stored run's arenas exactly
+if "$B" plan --engine-check --json --model "$W/llama" --world 2 --zero 3 --micro-batch 2 --seq-len 16 --grad-accum 2 \
+  --compute-dtype bf16 > "$W/plan.json" 2> "$W/plan.log" &&
+  "$PY" - "$W/plan.json" "$W/llama-z3/metrics.jsonl" << 'P'; then
+import json, sys
+p, s = json.load(open(sys.argv[1])), json.loads(open(sys.argv[2]).readline())
+bad = [(a, s["arena_peak"][a], p["arena_peak"][a]) for a in ("acts", "workspace", "gather", "grads", "params")
+       if s["arena_peak"][a] != p["arena_peak"][a]]
+print("  differ:", bad) if bad else None
+sys.exit(1 if bad else 0)
+P
+  ok "plan --engine-check --compute-dtype bf16 predicts the run's arenas"
+else bad "plan --engine-check --compute-dtype bf16 vs the run"; tail -3 "$W/plan.log"; fi
+# negative control: packing the fp32 residual and statistics too is lossy
+SL_FAULT_ACT_BF16=1 run llama lossy 2 2 2 --zero 3 &&
+  if $CMP "$W/llama-lossy" "$W/llama-z3_f" --exact > "$W/cmp.txt"; then bad "negative control: lossy packing passes"
+  else ok "negative control: packing every buffer is not bit-identical ($(head -c 90 "$W/cmp.txt"))"; fi
+finish
