@@ -373,12 +373,13 @@ static int parse_moe(const char *p, json_t *o, sl_model_config *c) {
     return sl_fail(SL_EINPUT, "%s: field '%s' must be in [1, %d], found %lld", p, ne, CFG_MAX_EXPERTS,
                    (long long)c->moe_experts);
   if (c->moe_topk < 1 || c->moe_topk > c->moe_experts || c->moe_topk > 64)
-    return sl_fail(SL_EINPUT,
-                   "%s: field 'num_experts_per_tok' must be in [1, min(64, %s = %lld)], found %lld", p, ne,
+    return sl_fail(SL_EINPUT, "%s: field 'num_experts_per_tok' must be in [1, min(64, %s = %lld)], found %lld", p, ne,
                    (long long)c->moe_experts, (long long)c->moe_topk);
   if (jitter != 0)
-    return sl_fail(SL_EINPUT, "%s: field 'router_jitter_noise' = %g is not supported (expected 0: router jitter is not "
-                   "implemented)", p, jitter);
+    return sl_fail(SL_EINPUT,
+                   "%s: field 'router_jitter_noise' = %g is not supported (expected 0: router jitter is not "
+                   "implemented)",
+                   p, jitter);
   return SL_OK;
 }
 
@@ -787,9 +788,9 @@ int sl_hfconfig_validate(const char *p, const sl_model_config *c) {
     return rc;
   if (c->max_position_embeddings < 0 || c->max_position_embeddings > CFG_MAX_POS) /* 0: unset */
     return posl(p, "max_position_embeddings", c->max_position_embeddings, CFG_MAX_POS);
-  if (c->arch == SL_ARCH_LLAMA || c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_QWEN2 ||
-      c->arch == SL_ARCH_QWEN3 || c->arch == SL_ARCH_MIXTRAL || c->arch == SL_ARCH_QWEN3_MOE ||
-      c->arch == SL_ARCH_GEMMA2 || c->arch == SL_ARCH_GEMMA3) {
+  if (c->arch == SL_ARCH_LLAMA || c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_QWEN2 || c->arch == SL_ARCH_QWEN3 ||
+      c->arch == SL_ARCH_MIXTRAL || c->arch == SL_ARCH_QWEN3_MOE || c->arch == SL_ARCH_GEMMA2 ||
+      c->arch == SL_ARCH_GEMMA3) {
     if ((rc = posl(p, "intermediate_size", c->intermediate_size, CFG_MAX_INTER)) ||
         (rc = posl(p, "num_attention_heads", c->num_attention_heads, CFG_MAX_HEADS)) ||
         (rc = posl(p, "num_key_value_heads", c->num_key_value_heads, CFG_MAX_HEADS)) ||
@@ -1045,18 +1046,96 @@ static void qwen_window_json(json_t *o, const sl_model_config *c) {
   json_object_set_new(o, "layer_types", lt);
 }
 
+#define SETI(k, v) json_object_set_new(o, k, json_integer((json_int_t)(v)))
+#define SETR(k, v) json_object_set_new(o, k, json_real(v))
+#define SETB(k, v) json_object_set_new(o, k, json_boolean(v))
+#define SETS(k, v) json_object_set_new(o, k, json_string(v))
+/* config.json members of an attention model (after num_hidden_layers), in transformers' order */
+static void attn_fields_json(json_t *o, const sl_model_config *c) {
+  SETI("intermediate_size", c->intermediate_size);
+  SETI("num_attention_heads", c->num_attention_heads);
+  SETI("num_key_value_heads", c->num_key_value_heads);
+  SETI("head_dim", c->head_dim);
+  SETS("hidden_act", c->gemma ? "gelu_pytorch_tanh" : "silu");
+  SETR("rms_norm_eps", c->rms_norm_eps);
+  SETR("rope_theta", c->rope_theta);
+  json_object_set_new(o, "rope_scaling", rope_scaling_json(c));
+  SETI("max_position_embeddings", c->max_position_embeddings > 0 ? c->max_position_embeddings : 2048);
+  if (c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_MIXTRAL) {
+    if (c->sliding_window > 0) SETI("sliding_window", c->sliding_window);
+    else json_object_set_new(o, "sliding_window", json_null());
+    if (c->arch == SL_ARCH_MIXTRAL) {
+      SETI("num_local_experts", c->moe_experts);
+      SETI("num_experts_per_tok", c->moe_topk);
+      SETR("router_aux_loss_coef", c->router_aux_loss_coef);
+      SETR("router_jitter_noise", 0.0);
+      SETB("output_router_logits", c->output_router_logits);
+    }
+  } else if (c->arch == SL_ARCH_QWEN2) { /* q/k/v biases are Qwen2's own; no field says so */
+    qwen_window_json(o, c);
+    SETB("use_mrope", 0);
+  } else if (c->arch == SL_ARCH_QWEN3 || c->arch == SL_ARCH_QWEN3_MOE) { /* q/k norms are Qwen3's own */
+    SETB("attention_bias", c->o_bias);
+    qwen_window_json(o, c);
+    if (c->arch == SL_ARCH_QWEN3_MOE) { /* every layer sparse */
+      SETI("num_experts", c->moe_experts);
+      SETI("num_experts_per_tok", c->moe_topk);
+      SETI("moe_intermediate_size", c->moe_intermediate);
+      SETB("norm_topk_prob", c->moe_norm_topk);
+      SETI("decoder_sparse_step", 1);
+      json_object_set_new(o, "mlp_only_layers", json_array());
+      SETR("router_aux_loss_coef", c->router_aux_loss_coef);
+      SETB("output_router_logits", c->output_router_logits);
+    }
+  } else if (c->gemma) {
+    SETS("hidden_activation", "gelu_pytorch_tanh");
+    if (c->arch == SL_ARCH_GEMMA3) {
+      SETI("sliding_window_pattern", c->window_every ? c->window_every : c->num_hidden_layers + 1); /* 0: all */
+      SETR("rope_local_base_freq", c->rope_local_base_freq);
+    }
+    SETI("sliding_window", c->sliding_window);
+    SETR("query_pre_attn_scalar", c->query_pre_attn_scalar);
+    if (c->attn_logit_softcapping > 0) SETR("attn_logit_softcapping", c->attn_logit_softcapping);
+    else json_object_set_new(o, "attn_logit_softcapping", json_null());
+    if (c->final_logit_softcapping > 0) SETR("final_logit_softcapping", c->final_logit_softcapping);
+    else json_object_set_new(o, "final_logit_softcapping", json_null());
+    SETB("attention_bias", 0);
+  } else {
+    SETB("attention_bias", c->o_bias);
+    SETB("mlp_bias", c->mlp_bias);
+  }
+  SETR("attention_dropout", 0.0);
+}
+
+/* config.json members of a Mamba model (after num_hidden_layers) */
+static void mamba_fields_json(json_t *o, const sl_model_config *c) {
+  SETI("intermediate_size", c->intermediate_size);
+  SETI("state_size", c->state_size);
+  SETI("expand", c->expand);
+  SETI("conv_kernel", c->conv_kernel);
+  SETI("time_step_rank", c->time_step_rank);
+  SETR("layer_norm_epsilon", c->layer_norm_epsilon);
+  SETB("use_bias", c->use_bias);
+  SETB("use_conv_bias", c->use_conv_bias);
+  SETB("residual_in_fp32", c->residual_in_fp32);
+  SETS("hidden_act", "silu");
+  SETR("time_step_min", c->time_step_min);
+  SETR("time_step_max", c->time_step_max);
+  SETR("time_step_floor", c->time_step_floor);
+  SETR("time_step_scale", c->time_step_scale);
+  SETS("time_step_init_scheme", "random");
+  if (c->mixer_rms) SETR("mixer_rms_eps", c->mixer_rms_eps);
+}
+
 int sl_hfconfig_save(const char *path, const sl_model_config *c) {
   int rc = sl_hfconfig_validate(path, c);
   if (rc) return rc;
   json_t *o = json_object();
   if (!o) return sl_fail(SL_ENOMEM, "out of memory");
-#define SETI(k, v) json_object_set_new(o, k, json_integer((json_int_t)(v)))
-#define SETR(k, v) json_object_set_new(o, k, json_real(v))
-#define SETB(k, v) json_object_set_new(o, k, json_boolean(v))
-#define SETS(k, v) json_object_set_new(o, k, json_string(v))
   const char *cls = "MambaForCausalLM", *type = sl_arch_name(c->arch);
   for (size_t i = 0; i < sizeof k_arch / sizeof k_arch[0]; i++)
-    if (k_arch[i].arch == c->arch && falcon_row((int)i) == (c->mixer_rms != 0)) cls = k_arch[i].cls, type = k_arch[i].type;
+    if (k_arch[i].arch == c->arch && falcon_row((int)i) == (c->mixer_rms != 0))
+      cls = k_arch[i].cls, type = k_arch[i].type;
   json_t *arr = json_array();
   json_array_append_new(arr, json_string(cls));
   json_object_set_new(o, "architectures", arr);
@@ -1064,78 +1143,8 @@ int sl_hfconfig_save(const char *path, const sl_model_config *c) {
   SETI("vocab_size", c->vocab_size);
   SETI("hidden_size", c->hidden_size);
   SETI("num_hidden_layers", c->num_hidden_layers);
-  if (c->arch != SL_ARCH_MAMBA) {
-    SETI("intermediate_size", c->intermediate_size);
-    SETI("num_attention_heads", c->num_attention_heads);
-    SETI("num_key_value_heads", c->num_key_value_heads);
-    SETI("head_dim", c->head_dim);
-    SETS("hidden_act", c->gemma ? "gelu_pytorch_tanh" : "silu");
-    SETR("rms_norm_eps", c->rms_norm_eps);
-    SETR("rope_theta", c->rope_theta);
-    json_object_set_new(o, "rope_scaling", rope_scaling_json(c));
-    SETI("max_position_embeddings", c->max_position_embeddings > 0 ? c->max_position_embeddings : 2048);
-    if (c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_MIXTRAL) {
-      if (c->sliding_window > 0) SETI("sliding_window", c->sliding_window);
-      else json_object_set_new(o, "sliding_window", json_null());
-      if (c->arch == SL_ARCH_MIXTRAL) {
-        SETI("num_local_experts", c->moe_experts);
-        SETI("num_experts_per_tok", c->moe_topk);
-        SETR("router_aux_loss_coef", c->router_aux_loss_coef);
-        SETR("router_jitter_noise", 0.0);
-        SETB("output_router_logits", c->output_router_logits);
-      }
-    } else if (c->arch == SL_ARCH_QWEN2) { /* q/k/v biases are Qwen2's own; no field says so */
-      qwen_window_json(o, c);
-      SETB("use_mrope", 0);
-    } else if (c->arch == SL_ARCH_QWEN3 || c->arch == SL_ARCH_QWEN3_MOE) { /* q/k norms are Qwen3's own */
-      SETB("attention_bias", c->o_bias);
-      qwen_window_json(o, c);
-      if (c->arch == SL_ARCH_QWEN3_MOE) { /* every layer sparse */
-        SETI("num_experts", c->moe_experts);
-        SETI("num_experts_per_tok", c->moe_topk);
-        SETI("moe_intermediate_size", c->moe_intermediate);
-        SETB("norm_topk_prob", c->moe_norm_topk);
-        SETI("decoder_sparse_step", 1);
-        json_object_set_new(o, "mlp_only_layers", json_array());
-        SETR("router_aux_loss_coef", c->router_aux_loss_coef);
-        SETB("output_router_logits", c->output_router_logits);
-      }
-    } else if (c->gemma) {
-      SETS("hidden_activation", "gelu_pytorch_tanh");
-      if (c->arch == SL_ARCH_GEMMA3) {
-        SETI("sliding_window_pattern", c->window_every ? c->window_every : c->num_hidden_layers + 1); /* 0: all */
-        SETR("rope_local_base_freq", c->rope_local_base_freq);
-      }
-      SETI("sliding_window", c->sliding_window);
-      SETR("query_pre_attn_scalar", c->query_pre_attn_scalar);
-      if (c->attn_logit_softcapping > 0) SETR("attn_logit_softcapping", c->attn_logit_softcapping);
-      else json_object_set_new(o, "attn_logit_softcapping", json_null());
-      if (c->final_logit_softcapping > 0) SETR("final_logit_softcapping", c->final_logit_softcapping);
-      else json_object_set_new(o, "final_logit_softcapping", json_null());
-      SETB("attention_bias", 0);
-    } else {
-      SETB("attention_bias", c->o_bias);
-      SETB("mlp_bias", c->mlp_bias);
-    }
-    SETR("attention_dropout", 0.0);
-  } else {
-    SETI("intermediate_size", c->intermediate_size);
-    SETI("state_size", c->state_size);
-    SETI("expand", c->expand);
-    SETI("conv_kernel", c->conv_kernel);
-    SETI("time_step_rank", c->time_step_rank);
-    SETR("layer_norm_epsilon", c->layer_norm_epsilon);
-    SETB("use_bias", c->use_bias);
-    SETB("use_conv_bias", c->use_conv_bias);
-    SETB("residual_in_fp32", c->residual_in_fp32);
-    SETS("hidden_act", "silu");
-    SETR("time_step_min", c->time_step_min);
-    SETR("time_step_max", c->time_step_max);
-    SETR("time_step_floor", c->time_step_floor);
-    SETR("time_step_scale", c->time_step_scale);
-    SETS("time_step_init_scheme", "random");
-    if (c->mixer_rms) SETR("mixer_rms_eps", c->mixer_rms_eps);
-  }
+  if (c->arch != SL_ARCH_MAMBA) attn_fields_json(o, c);
+  else mamba_fields_json(o, c);
   SETR("initializer_range", c->initializer_range);
   SETB("tie_word_embeddings", c->tie_word_embeddings);
   if (c->bos_token_id >= 0) SETI("bos_token_id", c->bos_token_id);
@@ -1148,10 +1157,6 @@ int sl_hfconfig_save(const char *path, const sl_model_config *c) {
   }
   SETB("use_cache", 1);
   SETS("torch_dtype", "float32");
-#undef SETI
-#undef SETR
-#undef SETB
-#undef SETS
   char *text = json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
   json_decref(o);
   if (!text) return sl_fail(SL_ENOMEM, "out of memory writing %s", path);
@@ -1163,3 +1168,7 @@ int sl_hfconfig_save(const char *path, const sl_model_config *c) {
   free(t2);
   return rc;
 }
+#undef SETI
+#undef SETR
+#undef SETB
+#undef SETS
