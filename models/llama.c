@@ -382,7 +382,8 @@ static int llama_alloc_layer(sl_model *m, void *layer, int recomputed, const voi
   llama_priv *p = sl_dec(m)->blk;
   layer_acts *a = layer;
   int64_t N = p->N, n = p->n; /* n: the stream's rows on this rank (N/T under sp) */
-  int64_t kk = p->E ? p->k * m->ep_size : 1; /* MoE: the MLP's rows are the N*k slots (under EP: the rows received, at most EP x) */
+  int64_t Nm =
+      p->E ? sl_llama_moe_rows(m, p) : N; /* MoE: the experts' rows (the N*k slots; under EP the rows received) */
   int attn = recomputed || m->ac == SL_AC_NONE, rest = !recomputed || m->ac == SL_AC_FULL;
   if (attn) {
     if (!(a->att = sl_model_buf_bf16(m, N * p->A, SL_ARENA_ACTS))) return SL_ENOMEM;
@@ -398,8 +399,8 @@ static int llama_alloc_layer(sl_model *m, void *layer, int recomputed, const voi
     if (!(a->xmid = sl_model_buf(m, n * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->ln2 = sl_model_buf_bf16(m, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->rstd2 = sl_model_buf(m, n, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->gu = sl_model_buf_bf16(m, N * kk * 2 * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->h = sl_model_buf_bf16(m, N * kk * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->gu = sl_model_buf_bf16(m, Nm * 2 * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->h = sl_model_buf_bf16(m, Nm * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (p->E && sl_llama_moe_alloc_layer(m, p, a)) return SL_ENOMEM;
     if (p->qkn && !(a->qkr = sl_model_buf_bf16(m, N * p->Q, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (p->qkn && !(a->qkrs = sl_model_buf(m, N * (p->nh + p->nkv), SL_ARENA_ACTS))) return SL_ENOMEM;
@@ -415,10 +416,10 @@ static int llama_alloc_layer(sl_model *m, void *layer, int recomputed, const voi
 static int llama_alloc_scratch(sl_model *m) {
   llama_priv *p = sl_dec(m)->blk;
   int64_t N = p->N, C = p->C;
-  int64_t kk = p->E ? p->k * m->ep_size : 1;
+  int64_t Nm = p->E ? sl_llama_moe_rows(m, p) : N;
   if (p->E && sl_llama_moe_alloc_scratch(m, p)) return SL_ENOMEM;
-  if (!(p->dh = sl_model_buf(m, N * kk * p->I, SL_ARENA_WORKSPACE)) ||
-      !(p->dgu = sl_model_buf(m, N * kk * 2 * p->I, SL_ARENA_WORKSPACE)) ||
+  if (!(p->dh = sl_model_buf(m, Nm * p->I, SL_ARENA_WORKSPACE)) ||
+      !(p->dgu = sl_model_buf(m, Nm * 2 * p->I, SL_ARENA_WORKSPACE)) ||
       !(p->datt = sl_model_buf(m, N * p->A, SL_ARENA_WORKSPACE)) ||
       !(p->dqkv = sl_model_buf(m, N * p->Q, SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;

@@ -142,6 +142,10 @@ int sl_llama_moe_bias_step(sl_model *m, const int64_t *load);
 float *sl_llama_moe_bias(sl_model *m, int64_t *n);
 int sl_llama_moe_bwd(sl_model *m, llama_priv *p, int l, const layer_acts *a, const blockw *w, const blockw *g,
                      const float *dout, float *dln);
+/* Rows of the experts' buffers (received rows, gate|up, h, outputs, their
+ * gradients): N k at EP 1; under EP the most a rank can receive, EP N k, or
+ * E cap with a capacity (each EP rank sends an expert at most cap rows). */
+int64_t sl_llama_moe_rows(const sl_model *m, const llama_priv *p);
 int sl_llama_moe_alloc_layer(sl_model *m, llama_priv *p, layer_acts *a);
 int sl_llama_moe_alloc_scratch(sl_model *m, llama_priv *p);
 int sl_llama_moe_spec(sl_model *m, sl_unit_spec *b, int64_t l, float std);

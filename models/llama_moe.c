@@ -23,8 +23,9 @@
  * of rows every rank sent it (one call per rank and expert; no per-token
  * loop), and the outputs go back the same way before the combine. The
  * backward sends the outputs' gradients and brings the inputs' back. The
- * received rows are held for the worst case (every token of every EP rank
- * choosing this rank's experts: EP N k rows).
+ * received rows are held for the worst case (sl_llama_moe_rows: every token
+ * of every EP rank choosing this rank's experts, EP N k rows; with a
+ * capacity, E cap).
  *
  * Tensors after ln2: block_sparse_moe.gate.weight (E, C) (the block unit),
  * then the layer's experts unit (a companion, unit L + 2 + l): for each
@@ -39,9 +40,21 @@
 #include "base/env.h"
 #include "models/llama_internal.h"
 
-/* The expert groups of layer a into p->hoffs (2E+1: then the dropped slots' groups). */
+static int64_t capacity(const llama_priv *p); /* the routing options' (below) */
+
+/* The expert groups of layer a into p->hoffs (2E+1: then the dropped slots'
+ * groups). What the host holds before the download stays under the
+ * counting backend: a balanced routing, each expert's share cut at the
+ * capacity. */
 static void moe_groups(sl_model *m, llama_priv *p, const layer_acts *a) {
-  for (int64_t e = 0; e <= 2 * p->E; e++) p->hoffs[e] = (int32_t)(p->N * p->k * (e < p->E ? e : p->E) / p->E);
+  int64_t R = p->N * p->k, E = p->E, cap = capacity(p), kept = 0;
+  for (int64_t e = 0; e < E; e++) kept += R * (e + 1) / E - R * e / E < cap ? R * (e + 1) / E - R * e / E : cap;
+  p->hoffs[0] = 0, p->hoffs[E] = (int32_t)kept;
+  for (int64_t e = 0; e < E; e++) {
+    int64_t share = R * (e + 1) / E - R * e / E, k = share < cap ? share : cap;
+    p->hoffs[e + 1] = p->hoffs[e] + (int32_t)k;
+    p->hoffs[E + e + 1] = p->hoffs[E + e] + (int32_t)(share - k);
+  }
   m->ops->download(m->k, p->hoffs, a->offs, (size_t)(2 * p->E + 1) * sizeof(int32_t));
 }
 
@@ -73,10 +86,15 @@ static int ep_plan(sl_model *m, llama_priv *p) {
   for (int64_t i = 0; i < EP * El; i++) sc[i] = p->hoffs[i + 1] - p->hoffs[i];
   int rc = EP > 1 ? m->access.ep.counts(m->access.ep.user, sc, rcv, El) : SL_OK;
   if (EP == 1) memcpy(rcv, sc, (size_t)El * sizeof *sc);
+  int64_t got = 0;
   for (int64_t q = 0; q < EP; q++) {
     srow[q] = rrow[q] = 0;
     for (int64_t j = 0; j < El; j++) srow[q] += sc[q * El + j], rrow[q] += rcv[q * El + j];
+    got += rrow[q];
   }
+  if (!rc && got > sl_llama_moe_rows(m, p))
+    rc = sl_fail(SL_EINTERNAL, "expert parallel: %lld rows received, the buffers hold %lld", (long long)got,
+                 (long long)sl_llama_moe_rows(m, p));
   return rc;
 }
 
@@ -194,6 +212,16 @@ struct sl_moe_route {
   double st[4];        /* since sl_model_moe_stats: aux sum, aux micro-batches, z sum, z (micro-batch, layer)s */
   double *dropped;     /* (L) slots dropped since sl_model_moe_stats */
 };
+
+/* Slots an expert keeps of a micro-batch: the capacity, or all N k (dropless). */
+static int64_t capacity(const llama_priv *p) { return p->rt && p->rt->cap ? p->rt->cap : p->N * p->k; }
+
+int64_t sl_llama_moe_rows(const sl_model *m, const llama_priv *p) {
+  int64_t R = p->N * p->k, worst = m->ep_size * R;
+  if (m->ep_size == 1) return R;
+  int64_t capped = p->rt && p->rt->cap ? p->E * p->rt->cap : worst; /* each EP rank sends an expert <= cap rows */
+  return capped < worst ? capped : worst;
+}
 
 static int route_init(sl_model *m, llama_priv *p) {
   const sl_model_config *c = &m->cfg;
@@ -390,8 +418,9 @@ int sl_llama_moe_alloc_layer(sl_model *m, llama_priv *p, layer_acts *a) {
       !(a->yp = sl_model_buf_bf16(m, R * p->C, SL_ARENA_ACTS)))
     return SL_ENOMEM;
   a->xr = a->xp, a->yr = a->yp;
-  if (m->ep_size > 1 && (!(a->xr = sl_model_buf_bf16(m, m->ep_size * R * p->C, SL_ARENA_ACTS)) ||
-                         !(a->yr = sl_model_buf_bf16(m, m->ep_size * R * p->C, SL_ARENA_ACTS))))
+  int64_t Rr = sl_llama_moe_rows(m, p);
+  if (m->ep_size > 1 && (!(a->xr = sl_model_buf_bf16(m, Rr * p->C, SL_ARENA_ACTS)) ||
+                         !(a->yr = sl_model_buf_bf16(m, Rr * p->C, SL_ARENA_ACTS))))
     return SL_ENOMEM;
   if (p->rt && p->rt->zcoef && !(a->zlse = sl_model_buf(m, N, SL_ARENA_ACTS))) return SL_ENOMEM;
   return SL_OK;
@@ -405,8 +434,8 @@ int sl_llama_moe_alloc_scratch(sl_model *m, llama_priv *p) {
       !(p->dlogits = sl_model_buf(m, p->N * p->E, SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
   p->dyr = p->dyp, p->dxr = p->dxp;
-  if (m->ep_size > 1 && (!(p->dyr = sl_model_buf(m, m->ep_size * R * p->C, SL_ARENA_WORKSPACE)) ||
-                         !(p->dxr = sl_model_buf(m, m->ep_size * R * p->C, SL_ARENA_WORKSPACE))))
+  if (m->ep_size > 1 && (!(p->dyr = sl_model_buf(m, sl_llama_moe_rows(m, p) * p->C, SL_ARENA_WORKSPACE)) ||
+                         !(p->dxr = sl_model_buf(m, sl_llama_moe_rows(m, p) * p->C, SL_ARENA_WORKSPACE))))
     return SL_ENOMEM;
   return SL_OK;
 }
