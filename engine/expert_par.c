@@ -37,6 +37,7 @@ void sl_epar_add_stats(const sl_epar *ep, sl_comm_stats *s) {
   sl_comm_get_stats(ep->comm, &x);
   s->calls[SL_COLL_ALLTOALL] += x.calls[SL_COLL_ALLTOALL];
   s->bytes[SL_COLL_ALLTOALL] += x.bytes[SL_COLL_ALLTOALL];
+  s->alltoall_ns += x.alltoall_ns;
 }
 
 int sl_epar_gather_part(sl_comm *ep, const sl_unit_spec *us, float *unit) {

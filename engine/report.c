@@ -19,8 +19,8 @@ static int64_t a2a_bytes(const int64_t *v) {
 }
 
 void sl_trainer_summary(trainer *t, double wall) {
-  enum { NV0 = SL_ARENA_COUNT + 2 * SL_COLL_NKINDS + 2, CAP = NV0 + 3 };
-  int tp = t->cfg.tp > 1, NV = NV0 + (tp ? 3 : 0); /* the TP axis's bytes per kind at T > 1 */
+  enum { NV0 = SL_ARENA_COUNT + 2 * SL_COLL_NKINDS + 2, CAP = NV0 + 4 };
+  int tp = t->cfg.tp > 1, NV = NV0 + (tp ? 3 : 0) + 1; /* the TP axis's bytes per kind at T > 1, the a2a ns */
   int64_t mine[CAP], *all = calloc((size_t)t->wsize, sizeof mine);
   if (!all) return;
   sl_mem_stats ms;
@@ -37,6 +37,7 @@ void sl_trainer_summary(trainer *t, double wall) {
   sl_comm_stats ts;
   if (tp) sl_tpar_stats(&t->par.tp, &ts);
   for (int kk = 0; tp && kk < 3; kk++) mine[i++] = (int64_t)ts.bytes[TP_KINDS[kk]];
+  mine[i++] = (int64_t)sh.alltoall_ns;
   if (sl_comm_allgather_sync(t->world, mine, all, NV, SL_I64) == SL_COMM_OK && t->rank == 0) {
     printf("\nper-rank summary (%d rank%s, ZeRO-%lld, %.1f s):\n", t->wsize, t->wsize > 1 ? "s" : "",
            (long long)t->cfg.zero, wall);
@@ -55,7 +56,9 @@ void sl_trainer_summary(trainer *t, double wall) {
              r, v[SL_ARENA_PARAMS] * mb, v[SL_ARENA_GRADS] * mb, v[SL_ARENA_OPTIM] * mb, v[SL_ARENA_GATHER] * mb,
              v[SL_ARENA_ACTS] * mb, v[SL_ARENA_WORKSPACE] * mb, w[1] * mb, ag * mb, rs * mb, ar * mb, w[0] * 1e-9,
              100.0 * w[0] * 1e-9 / (wall > 0 ? wall : 1));
-      if (a2a_any) printf("       all-to-all %.2fM\n", a2a_bytes(v) * mb);
+      if (a2a_any)
+        printf("       all-to-all %.2fM, %.2f s inside its calls (%.1f%%)\n", a2a_bytes(v) * mb, v[NV - 1] * 1e-9,
+               100.0 * v[NV - 1] * 1e-9 / (wall > 0 ? wall : 1));
       if (tp)
         printf("       tp axis (T = %lld): all-gather %.2fM reduce-scatter %.2fM all-reduce %.2fM\n",
                (long long)t->cfg.tp, v[NV0] * mb, v[NV0 + 1] * mb, v[NV0 + 2] * mb);
@@ -166,6 +169,10 @@ int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt
     fprintf(t->report.metrics, "], \"moe_max_over_mean\": %.4f", moe_imbalance(o->moe_load, o->moe_n, E));
   }
   moe_metrics(t, o, t->report.metrics);
+  if (t->cfg.ep > 1) { /* this rank's wall time inside the all-to-all calls (issue + wait) during the step */
+    fprintf(t->report.metrics, ", \"alltoall_s\": %.6f", (double)(sh.alltoall_ns - t->report.prev_a2a) * 1e-9);
+    t->report.prev_a2a = sh.alltoall_ns;
+  }
   if (o->ev.samples)
     fprintf(t->report.metrics, ", \"eval_loss\": %s, \"eval_ppl\": %s", sl_guard_json(jl, o->ev.loss),
             sl_guard_json(jr, o->ev.ppl));

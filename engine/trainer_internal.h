@@ -59,6 +59,7 @@ typedef struct {
   char metrics_path[SL_PATH_MAX + 64];
   FILE *metrics;
   uint64_t prev_bytes, prev_wait;   /* comm counters at the last metrics line */
+  uint64_t prev_a2a;                /* --ep > 1: ns inside the all-to-alls at the last metrics line */
   uint64_t prev_tp[SL_COLL_NKINDS]; /* TP comm bytes per kind at the last metrics line */
   uint64_t prev_pp[3];              /* --pp > 1: DP bytes sent, PP bytes sent / received at the last metrics line */
 } trainer_report;

@@ -422,6 +422,7 @@ int sl_comm_alltoallv(sl_comm *c, const void *send, const int64_t *scount, const
                       const int64_t *rcount, const int64_t *rdispl, sl_dtype dt, sl_comm_req **req) {
   const int64_t *const a[4] = {scount, sdispl, rcount, rdispl};
   int64_t ns = 0;
+  uint64_t t0 = now_ns();
   if (req) *req = NULL;
   int rc = check_alltoallv(c, send, a, recv, dt, &ns);
   int64_t *all = rc ? NULL : malloc(4 * (size_t)c->size * sizeof(int64_t));
@@ -430,6 +431,9 @@ int sl_comm_alltoallv(sl_comm *c, const void *send, const int64_t *scount, const
   sl_comm_op op = {.kind = SL_COLL_ALLTOALL, .send = send, .recv = recv, .count = ns, .dt = dt, .a2a = all};
   rc = submit(c, &op, req);
   free(all);
+  pthread_mutex_lock(&c->mu);
+  c->stats.alltoall_ns += now_ns() - t0;
+  pthread_mutex_unlock(&c->mu);
   return rc;
 }
 
@@ -453,7 +457,9 @@ int sl_comm_wait(sl_comm_req *r) {
   uint64_t t0 = now_ns();
   pthread_mutex_lock(&c->mu);
   while (!r->done) pthread_cond_wait(&c->cv_done, &c->mu);
-  c->stats.wait_ns += now_ns() - t0;
+  uint64_t dt = now_ns() - t0;
+  c->stats.wait_ns += dt;
+  if (r->op.kind == SL_COLL_ALLTOALL) c->stats.alltoall_ns += dt;
   pthread_mutex_unlock(&c->mu);
   int st = r->status;
   if (st != SL_COMM_OK) comm_fail("%s", r->err);

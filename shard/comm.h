@@ -52,11 +52,14 @@ typedef struct sl_comm_req sl_comm_req; /* opaque: one in-flight operation */
  * bytes[SL_COLL_RECV] is the one inbound figure: the messages this rank
  * received (so the sent total is the sum over every other kind).
  * For n == 1 every operation moves 0 bytes (a send to self included). wait_ns is the time callers spent
- * blocked in sl_comm_wait. */
+ * blocked in sl_comm_wait. alltoall_ns is the wall time callers spent
+ * inside sl_comm_alltoallv and in sl_comm_wait on its requests (a part of
+ * wait_ns besides the issue). */
 typedef struct {
   uint64_t calls[SL_COLL_NKINDS];
   uint64_t bytes[SL_COLL_NKINDS];
   uint64_t wait_ns;
+  uint64_t alltoall_ns;
 } sl_comm_stats;
 
 /* Status codes: 0 ok, negative on error (message via sl_comm_last_error). */

@@ -466,7 +466,11 @@ static int nccl_wait(sl_comm_req *r) {
     pthread_mutex_lock(&c->mu);
     if (!r->done) poll_locked(c, r);
     int d = r->done;
-    if (d) c->stats.wait_ns += sl_comm_now_ns() - t0;
+    if (d) {
+      uint64_t dt = sl_comm_now_ns() - t0;
+      c->stats.wait_ns += dt;
+      if (r->op.kind == SL_COLL_ALLTOALL) c->stats.alltoall_ns += dt;
+    }
     pthread_mutex_unlock(&c->mu);
     if (d) break;
     backoff(&spins);

@@ -345,6 +345,7 @@ static void add_stats(sl_comm_stats *a, const sl_comm_stats *b) {
     a->bytes[k] += b->bytes[k];
   }
   a->wait_ns += b->wait_ns;
+  a->alltoall_ns += b->alltoall_ns;
 }
 
 /* The shard (which 0) or replica (1) traffic of every group, each communicator counted once. */

@@ -6,6 +6,7 @@
  *   zero   ZeRO-0 vs ZeRO-3 at world size 2: step time, time blocked on
  *          communication, bytes moved, peak bytes per arena
  *   adam | nvme   see tools/bench_offload.c
+ *   moe    see tools/bench_moe.c; pipeline see tools/bench_pipeline.c
  */
 #define _GNU_SOURCE
 #include <jansson.h>
@@ -32,7 +33,7 @@ typedef struct {
   char out_dir[1024]; /* bench gpu: where its run directory goes ("" = runs/bench-gpu) */
 } bench_cfg;
 
-static const char *self_exe(void) {
+const char *sl_bench_self_exe(void) {
   static char buf[4096];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
   if (n <= 0) return "shardlm";
@@ -40,11 +41,15 @@ static const char *self_exe(void) {
   return buf;
 }
 
-static int write_model(const bench_cfg *b, const char *dir) {
+FILE *sl_bench_config_file(const char *dir) {
   char p[4200];
   mkdir(dir, 0755);
   snprintf(p, sizeof p, "%s/config.json", dir);
-  FILE *f = fopen(p, "w");
+  return fopen(p, "w");
+}
+
+static int write_model(const bench_cfg *b, const char *dir) {
+  FILE *f = sl_bench_config_file(dir);
   if (!f) return -1;
   fprintf(f,
           "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": %d, \"intermediate_size\": %d,\n"
@@ -55,15 +60,15 @@ static int write_model(const bench_cfg *b, const char *dir) {
   return 0;
 }
 
-static int write_data(const bench_cfg *b, const char *prefix) {
+int sl_bench_write_data(const char *prefix, int vocab) {
   sl_dataset_builder *db;
-  if (sl_dataset_builder_create(prefix, b->vocab <= 65535 ? 8 : 4, &db)) return -1;
+  if (sl_dataset_builder_create(prefix, vocab <= 65535 ? 8 : 4, &db)) return -1;
   int32_t doc[4096];
   uint64_t s = 12345;
   for (int d = 0; d < 64; d++) {
     for (int i = 0; i < 4096; i++) {
       s = s * 6364136223846793005ull + 1442695040888963407ull;
-      doc[i] = (int32_t)((s >> 33) % (uint64_t)b->vocab);
+      doc[i] = (int32_t)((s >> 33) % (uint64_t)vocab);
     }
     if (sl_dataset_builder_add_document(db, doc, 4096)) return -1;
   }
@@ -71,7 +76,7 @@ static int write_data(const bench_cfg *b, const char *prefix) {
 }
 
 /* mean of key over metrics lines after the first `skip` */
-static double metric_mean(const char *path, const char *key, int skip, int *n_out) {
+double sl_bench_metric_mean(const char *path, const char *key, int skip, int *n_out) {
   FILE *f = fopen(path, "r");
   if (!f) return 0;
   char line[8192];
@@ -147,7 +152,7 @@ static int bench_train(bench_cfg *b) {
   snprintf(model, sizeof model, "%s/model", dir);
   snprintf(data, sizeof data, "%s/data", dir);
   snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
-  if (write_model(b, model) || write_data(b, data)) {
+  if (write_model(b, model) || sl_bench_write_data(data, b->vocab)) {
     fprintf(stderr, "shardlm bench: cannot write the benchmark inputs in %s: %s\n", dir, sl_errmsg());
     return 1;
   }
@@ -158,14 +163,15 @@ static int bench_train(bench_cfg *b) {
            "OMP_NUM_THREADS=%d '%s' train --model %s --data %s --steps %d --micro-batch %d --seq-len %d "
            "--threads %d --zero 0 --summary false --plot false --log-every 1000 --metrics %s --out-dir %s > "
            "%s/train.log 2>&1",
-           b->threads, self_exe(), model, data, steps, b->batch, b->seq, b->threads, metrics, dir, dir);
+           b->threads, sl_bench_self_exe(), model, data, steps, b->batch, b->seq, b->threads, metrics, dir, dir);
   int rc = system(cmd);
   if (rc != 0) {
     fprintf(stderr, "shardlm bench: the shardlm run failed; see %s/train.log\n", dir);
     return 1;
   }
   int n = 0;
-  double tps = metric_mean(metrics, "tokens_per_s", 2, &n), mfu = metric_mean(metrics, "mfu", 2, NULL);
+  double tps = sl_bench_metric_mean(metrics, "tokens_per_s", 2, &n),
+         mfu = sl_bench_metric_mean(metrics, "mfu", 2, NULL);
   printf("shardlm  (CPU backend): %8.0f tokens/s  MFU %5.1f%% of the measured GEMM peak  (mean of %d steps after 2 "
          "warmup)\n",
          tps, 100 * mfu, n);
@@ -207,7 +213,7 @@ static int bench_zero(bench_cfg *b) {
   char model[4200], data[4200];
   snprintf(model, sizeof model, "%s/model", dir);
   snprintf(data, sizeof data, "%s/data", dir);
-  if (write_model(b, model) || write_data(b, data)) return 1;
+  if (write_model(b, model) || sl_bench_write_data(data, b->vocab)) return 1;
   printf("model: Llama hidden %d, %d layers, vocab %d; world size 2, batch %d x %d per rank, %d thread(s) per rank\n",
          b->hidden, b->layers, b->vocab, b->batch, b->seq, b->threads);
   printf("%-7s %10s %12s %10s %12s | peak MiB: %8s %8s %8s %8s %8s\n", "stage", "step (s)", "blocked (s)", "blocked %",
@@ -219,14 +225,15 @@ static int bench_zero(bench_cfg *b) {
              "mpirun %s --oversubscribe --bind-to none -np 2 '%s' train --model %s --data %s --steps %d "
              "--micro-batch %d --seq-len %d --threads %d --zero %d --prefetch 1 --summary false --plot false "
              "--log-every 1000 --metrics %s --out-dir %s > %s/train-z%d.log 2>&1",
-             getuid() == 0 ? "--allow-run-as-root" : "", self_exe(), model, data, b->steps + 2, b->batch, b->seq,
-             b->threads, z, metrics, dir, dir, z);
+             getuid() == 0 ? "--allow-run-as-root" : "", sl_bench_self_exe(), model, data, b->steps + 2, b->batch,
+             b->seq, b->threads, z, metrics, dir, dir, z);
     if (system(cmd) != 0) {
       fprintf(stderr, "shardlm bench: run failed, see %s/train-z%d.log\n", dir, z);
       return 1;
     }
-    double st = metric_mean(metrics, "step_time_s", 2, NULL), wt = metric_mean(metrics, "comm_wait_s", 2, NULL);
-    double by = metric_mean(metrics, "comm_bytes", 2, NULL);
+    double st = sl_bench_metric_mean(metrics, "step_time_s", 2, NULL),
+           wt = sl_bench_metric_mean(metrics, "comm_wait_s", 2, NULL);
+    double by = sl_bench_metric_mean(metrics, "comm_bytes", 2, NULL);
     double mb = 1.0 / (1 << 20);
     printf("ZeRO-%d  %10.4f %12.4f %9.1f%% %12.2f | %17.2f %8.2f %8.2f %8.2f %8.2f\n", z, st, wt, 100 * wt / st,
            by * mb, metric_last_arena(metrics, "params") * mb, metric_last_arena(metrics, "grads") * mb,
@@ -281,20 +288,21 @@ static int bench_mamba(bench_cfg *b) {
           H, L, S, E, K, V);
   fclose(f);
   b->vocab = V;
-  if (write_data(b, data)) return 1;
+  if (sl_bench_write_data(data, b->vocab)) return 1;
   printf("model: Mamba hidden %d, %d layers, state %d, expand %d, vocab %d (tied); batch %d x %d; %d threads\n", H, L,
          S, E, V, b->batch, b->seq, b->threads);
   snprintf(cmd, sizeof cmd,
            "OMP_NUM_THREADS=%d '%s' train --model %s --data %s --steps %d --micro-batch %d --seq-len %d "
            "--threads %d --zero 0 --summary false --plot false --log-every 1000 --metrics %s --out-dir %s > "
            "%s/train.log 2>&1",
-           b->threads, self_exe(), model, data, b->steps + 2, b->batch, b->seq, b->threads, metrics, dir, dir);
+           b->threads, sl_bench_self_exe(), model, data, b->steps + 2, b->batch, b->seq, b->threads, metrics, dir, dir);
   if (system(cmd) != 0) {
     fprintf(stderr, "shardlm bench: the shardlm run failed; see %s/train.log\n", dir);
     return 1;
   }
   int n = 0;
-  double tps = metric_mean(metrics, "tokens_per_s", 2, &n), step = metric_mean(metrics, "step_time_s", 2, NULL);
+  double tps = sl_bench_metric_mean(metrics, "tokens_per_s", 2, &n),
+         step = sl_bench_metric_mean(metrics, "step_time_s", 2, NULL);
   /* the scan kernels alone, at the model's shapes, same threads */
   const sl_ops *ops = sl_ops_cpu();
   sl_kctx *k = ops->ctx_create(b->threads);
@@ -360,7 +368,7 @@ static int bench_gpu(bench_cfg *b) {
   snprintf(model, sizeof model, "%s/model", dir);
   snprintf(data, sizeof data, "%s/data", dir);
   snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
-  if (write_model(b, model) || write_data(b, data)) return 1;
+  if (write_model(b, model) || sl_bench_write_data(data, b->vocab)) return 1;
   remove(metrics);
   printf("model: Llama hidden %d, %d layers, %d/%d heads, intermediate %d, vocab %d; batch %d x %d; CUDA backend, "
          "%s GEMMs\n",
@@ -369,7 +377,8 @@ static int bench_gpu(bench_cfg *b) {
            "'%s' train --backend cuda --model %s --data %s --steps %d --micro-batch %d --seq-len %d --zero 3 "
            "--activation-checkpoint selective --peak-tflops %g --summary true --plot false --log-every 1000 "
            "--compute-dtype %s --metrics %s --out-dir %s > %s/train.log 2>&1",
-           self_exe(), model, data, b->steps + 2, b->batch, b->seq, peak, is_bf16 ? "bf16" : "fp32", metrics, dir, dir);
+           sl_bench_self_exe(), model, data, b->steps + 2, b->batch, b->seq, peak, is_bf16 ? "bf16" : "fp32", metrics,
+           dir, dir);
   if (system(cmd) != 0) {
     fprintf(stderr, "shardlm bench gpu: the run failed; its log is %s/train.log, which ends:\n", dir);
     snprintf(cmd, sizeof cmd, "tail -n 20 '%s/train.log' >&2", dir);
@@ -377,7 +386,8 @@ static int bench_gpu(bench_cfg *b) {
     return 1;
   }
   int n = 0;
-  double tps = metric_mean(metrics, "tokens_per_s", 2, &n), mfu = metric_mean(metrics, "mfu", 2, NULL);
+  double tps = sl_bench_metric_mean(metrics, "tokens_per_s", 2, &n),
+         mfu = sl_bench_metric_mean(metrics, "mfu", 2, NULL);
   printf("shardlm (CUDA backend): %.0f tokens/s, MFU %.1f%% of %.0f TFLOPS (%s peak; %.1f%% of the 989 TFLOPS "
          "bf16 peak) (mean of %d steps after 2 warmup); peak bytes %lld; run in %s\n",
          tps, 100 * mfu, peak, prec, 100 * mfu * peak / 989.0, n, (long long)metric_last_arena(metrics, "total"), dir);
@@ -429,7 +439,7 @@ static int bench_comm(int argc, char **argv) {
     args[k++] = "--oversubscribe";
     args[k++] = "-np";
     args[k++] = "2";
-    args[k++] = (char *)self_exe();
+    args[k++] = (char *)sl_bench_self_exe();
     args[k++] = "bench";
     for (int i = 0; i < argc; i++) args[k++] = argv[i];
     fflush(stdout);
@@ -474,8 +484,10 @@ static int bench_comm(int argc, char **argv) {
 
 int sl_tool_bench(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-    fprintf(stderr, "usage: shardlm bench train|zero|mamba|gpu|gemm|comm|pipeline|adam|nvme|tokenizer [flags]\n"
-                    "  pipeline: the pipeline schedules over real send/recv (shardlm bench pipeline --help)\n  "
+    fprintf(stderr, "usage: shardlm bench train|zero|mamba|gpu|gemm|comm|pipeline|moe|adam|nvme|tokenizer [flags]\n"
+                    "  pipeline: the pipeline schedules over real send/recv (shardlm bench pipeline --help)\n"
+                    "  moe: MoE vs dense tokens/s, grouped vs dense GEMM, the all-to-all's share at EP 2 and 4\n"
+                    "       (shardlm bench moe --help)\n  "
                     "gemm/comm: --out FILE.json merges the figure for shardlm plan --measured\n"
                     "  train/zero flags: --hidden --layers --heads --kv-heads --intermediate --vocab --batch --seq\n"
                     "                    --steps --threads --src SOURCE_DIR (for tools/bench_torch.py)\n"
@@ -495,6 +507,7 @@ int sl_tool_bench(int argc, char **argv) {
   if (!strcmp(argv[1], "gemm")) return bench_gemm(argc - 1, argv + 1);
   if (!strcmp(argv[1], "comm")) return bench_comm(argc - 1, argv + 1);
   if (!strcmp(argv[1], "pipeline")) return sl_bench_pipeline_main(argc - 1, argv + 1); /* tools/bench_pipeline.c */
+  if (!strcmp(argv[1], "moe")) return sl_tool_bench_moe(argc - 1, argv + 1);
   /* the ~20M-parameter Llama of the issue: hidden 384, 6 layers, GQA 6/2, vocab 8192 */
   bench_cfg b = {384, 6, 6, 2, 1024, 8192, 8, 256, 5, 2, 1, ".", ""};
   if (!strcmp(argv[1], "zero")) {

@@ -4,6 +4,8 @@
 #ifndef SL_TOOLS_H
 #define SL_TOOLS_H
 
+#include <stdio.h>
+
 int sl_tool_bench(int argc, char **argv);                  /* tools/bench.c */
 int sl_tool_plan(int argc, char **argv);                   /* tools/plan.c */
 int sl_tool_pp_schedule(int argc, char **argv);            /* tools/pp_schedule.c */
@@ -16,5 +18,15 @@ int sl_tool_eval(int argc, char **argv);                   /* tools/eval_cmd.c (
 int sl_tool_generate(int argc, char **argv);               /* tools/generate_cmd.c */
 int sl_under_launcher(void);                               /* tools/main.c: started by mpirun / Slurm */
 int sl_supervise(int argc, char **argv, int max_restarts); /* tools/supervise.c */
+int sl_tool_bench_moe(int argc, char **argv);              /* tools/bench_moe.c: bench moe */
+
+/* tools/bench.c, shared by the bench files: this executable's path; a
+ * dataset of 64 random documents of 4096 tokens below vocab at prefix; the
+ * mean of a metrics.jsonl key over the lines after the first skip (n_out:
+ * how many had it); dir (made if absent)/config.json opened for writing. */
+const char *sl_bench_self_exe(void);
+FILE *sl_bench_config_file(const char *dir);
+int sl_bench_write_data(const char *prefix, int vocab);
+double sl_bench_metric_mean(const char *path, const char *key, int skip, int *n_out);
 
 #endif

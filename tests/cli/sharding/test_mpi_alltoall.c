@@ -5,7 +5,8 @@
  * knows what it must receive from every rank. Blocks sit at displacements
  * in another order than the ranks', with sentinel gaps that must stay.
  * Checks the bytes counted (stats.bytes[SL_COLL_ALLTOALL] = the elements
- * sent to the other ranks x the dtype size) and the counting backend (bytes
+ * sent to the other ranks x the dtype size), that the time inside the call
+ * and its wait is (stats.alltoall_ns grows) and the counting backend (bytes
  * counted, nothing moved; counts answers rcount := scount).
  *
  *   test_mpi_alltoall           host buffers over the world (self or MPI) and a counting comm
@@ -93,6 +94,12 @@ static uint64_t a2a_bytes(sl_comm *c) {
   return st.bytes[SL_COLL_ALLTOALL];
 }
 
+static uint64_t a2a_ns(sl_comm *c) {
+  sl_comm_stats st;
+  sl_comm_get_stats(c, &st);
+  return st.alltoall_ns;
+}
+
 /* One all-to-all of pattern k on c (rank me of n): the send blocks in
  * descending rank order with one sentinel between, the receive blocks
  * ascending with two; moved = 0 (counting comm): recv must keep its
@@ -114,7 +121,7 @@ static void t_case(sl_comm *c, const mem *m, int k, sl_dtype dt, int moved) {
   void *ds = m_alloc(m, (size_t)so * es), *dr = m_alloc(m, (size_t)ro * es);
   m_put(m, ds, hs, (size_t)so * es);
   m_put(m, dr, hr, (size_t)ro * es);
-  uint64_t b0 = a2a_bytes(c);
+  uint64_t b0 = a2a_bytes(c), ns0 = a2a_ns(c);
   sl_comm_req *q;
   OK(sl_comm_alltoallv(c, ds, sc, sd, dr, rc, rd, dt, &q));
   for (int i = 0; i < 4 * n; i++) a[i] = i % 2 ? -7 : (int64_t)INT_MAX; /* the request holds its own copy */
@@ -132,6 +139,8 @@ static void t_case(sl_comm *c, const mem *m, int k, sl_dtype dt, int moved) {
   uint64_t got = a2a_bytes(c) - b0;
   CHECK(got == want, "alltoall pattern %d %s on %s: %llu bytes counted, want %llu", k, sl_dtype_name(dt),
         sl_comm_backend(c), (unsigned long long)got, (unsigned long long)want);
+  CHECK(a2a_ns(c) > ns0, "alltoall pattern %d %s on %s: the time inside the call and its wait is counted", k,
+        sl_dtype_name(dt), sl_comm_backend(c));
   m_free(m, ds);
   m_free(m, dr);
   free(hs);
