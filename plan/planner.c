@@ -941,13 +941,22 @@ static int fastest(const sl_plan_cand *c, int n, int kind) {
   return best;
 }
 
+/* A full-sharding candidate's communication seconds: its gathers, reductions and all-reduces, and under EP its
+ * all-to-alls (0 otherwise, so a dense model's figure is the sum it always was). */
+static double fsdp_comm_s(const sl_plan_cand *x) {
+  double s = x->comm_s[0] + x->comm_s[1] + x->comm_s[2];
+  return x->comm_s[SL_PLAN_A2A] > 0 ? s + x->comm_s[SL_PLAN_A2A] : s;
+}
+
 /* " ... communication-bound here: X s of communication per step against Y s of compute (links)." */
 static size_t comm_bound(char *buf, size_t cap, const sl_plan_cand *x, const char *who) {
+  char a2a[64] = ""; /* dense models: nothing */
+  if (x->comm_s[SL_PLAN_A2A] > 0)
+    snprintf(a2a, sizeof a2a, "; %.2f s of it the experts' all-to-alls", x->comm_s[SL_PLAN_A2A]);
   return (size_t)snprintf(
       buf, cap,
-      " %s is communication-bound here: %.2f s of communication per step against %.2f s of compute (%s links).", who,
-      x->comm_s[0] + x->comm_s[1] + x->comm_s[2], x->compute_s + x->recompute_s,
-      x->shard_inter ? "inter-node" : "intra-node");
+      " %s is communication-bound here: %.2f s of communication per step against %.2f s of compute (%s links%s).", who,
+      fsdp_comm_s(x), x->compute_s + x->recompute_s, x->shard_inter ? "inter-node" : "intra-node", a2a);
 }
 
 /* None fits: what the smallest candidate would need (GPU memory, host memory per node) and its largest arena. */
@@ -1011,7 +1020,7 @@ int sl_plan_recommend(const sl_plan_cand *c, int n, const sl_plan_cluster *cl, c
       o += (size_t)snprintf(buf + o, cap - o,
                             "; full sharding fits without offload and hides its gathers behind compute (%.2f s of %.2f "
                             "s communication exposed).",
-                            x->exposed_s, x->comm_s[0] + x->comm_s[1] + x->comm_s[2]);
+                            x->exposed_s, fsdp_comm_s(x));
     else if (x->offload_optim)
       o += (size_t)snprintf(buf + o, cap - o,
                             "; the %.1f GB optimizer state goes to %s; the parameters stay on the GPU.",

@@ -10,7 +10,8 @@
 # CLI: `plan --engine-check --ep E` prints the counted all-to-all bytes (JSON
 # comm_by_kind.alltoall, a text line) equal to the closed form the helper
 # printed, a dense model's output has neither, and `plan` on the published
-# configs lists EP 2 / 4 / 8 layouts. About 10 s on 2 cores.
+# configs lists EP 2 / 4 / 8 layouts, and on two nodes of 4 GPUs recommends
+# EP 4 (its all-to-alls inside a node). About 10 s on 2 cores.
 source "${SL_SRC:?}/tests/lib/run.sh" plan_ep
 HELP="$SL_BUILD/tests/test_plan_ep"
 [ -x "$HELP" ] || skip "$HELP not built"
@@ -53,7 +54,15 @@ for m in Mixtral-8x7B-v0.1 Qwen3-30B-A3B-Base; do
   "$B" plan --model "$F/$m" --gpus 8 --gpu-mem 80G --seq-len 4096 --global-batch 4M --top 0 > "$W/$m.txt" 2>&1
   rc_is "plan $m" $? 0 "$W/$m.txt" "EPn: expert parallelism"
   eps=$(grep -oE "^ +[0-9]+ (yes|no |ref) +EP[0-9]+" "$W/$m.txt" | awk '{print $3}' | sort -u | tr '\n' ' ')
-  [ "$eps" = "EP2 EP4 EP8 " ] && ok "$m: the search lists $eps layouts ($(grep -c ' EP[0-9]' "$W/$m.txt") rows)" ||
+  [ "$eps" = "EP2 EP4 EP8 " ] && ok "$m: the search lists ${eps% } layouts ($(grep -c ' EP[0-9]' "$W/$m.txt") rows)" ||
     bad "$m: EP layouts listed: '$eps'"
 done
+# 4 GPUs a node, 180 GB: EP 4 (its all-to-alls inside a node) is the pick, its command has --ep 4, and while train
+# refuses --ep on a device backend the output says so in the engine's words
+"$B" plan --model "$F/Mixtral-8x7B-v0.1" --gpus 8 --gpus-per-node 4 --gpu-mem 180G --seq-len 4096 --global-batch 4M \
+  --no-tp-pp > "$W/pick.txt" 2>&1
+grep -q "shardlm train .* --ep 4 --zero 2" "$W/pick.txt" &&
+  { ! grep -q "on a GPU today" "$W/pick.txt" || grep -q "on a GPU today: --ep 4: the device backends" "$W/pick.txt"; } &&
+  ok "Mixtral-8x7B, 2 nodes of 4: $(grep -o 'Recommended: [^.]*' "$W/pick.txt")" ||
+  { bad "Mixtral-8x7B, 2 nodes of 4: no EP 4 pick"; tail -4 "$W/pick.txt"; }
 finish
