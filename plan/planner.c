@@ -15,6 +15,7 @@
 
 #include "base/env.h"
 #include "engine/dryrun.h"
+#include "engine/expert_par.h"
 #include "engine/schedule_pp.h"
 #include "kernels/count/ops_count.h"
 #include "offload/offload.h"
@@ -23,7 +24,7 @@
 /* A candidate's engine run: the search's key (N ranks; the figures depend on nothing else). No padding: compared
  * with memcmp. */
 typedef struct {
-  int N, zero, S, ac, sync, e, tp, sp, pp, zero_pad; /* zero_pad: 0 */
+  int N, zero, S, ac, sync, e, tp, sp, pp, ep;
   int64_t b, T, A;
 } dry_key;
 
@@ -45,23 +46,29 @@ int sl_plan_model_init(const sl_model_config *cfg, sl_plan_model *out) {
   sl_model *sm = out->spec;
   out->nunits = sl_model_head_unit(sm) + 1; /* a companion (a MoE layer's experts) counts with its block */
   out->numel = calloc((size_t)sm->nunits, sizeof(int64_t));
+  out->enumel = calloc((size_t)sm->nunits, sizeof(int64_t));
   out->pinned = calloc((size_t)sm->nunits, sizeof(int));
-  if (!out->numel || !out->pinned || !out->dry) {
+  if (!out->numel || !out->enumel || !out->pinned || !out->dry) {
     sl_plan_model_free(out);
     return sl_fail(SL_ENOMEM, "planner: out of memory");
   }
   for (int u = 0; u < sm->nunits; u++) {
     out->numel[sl_model_unit_owner(sm, u)] += sm->units[u].numel;
+    if (sm->units[u].expert) out->enumel[sl_model_unit_owner(sm, u)] += sm->units[u].numel;
     out->pinned[u] = sm->pinned[u];
     out->nparams += sm->units[u].numel;
   }
   out->nactive = out->nparams;
   if (cfg->moe_experts) /* each layer runs k of its E experts (gate | up | down: 3 C I each) */
-    out->nactive -= cfg->num_hidden_layers * (cfg->moe_experts - cfg->moe_topk) * 3 * cfg->hidden_size *
-                    cfg->moe_intermediate;
+    out->nactive -=
+        cfg->num_hidden_layers * (cfg->moe_experts - cfg->moe_topk) * 3 * cfg->hidden_size * cfg->moe_intermediate;
   /* shapes for the search's closed forms (activations, TP/PP splits) */
   out->L = cfg->num_hidden_layers;
   out->C = cfg->hidden_size;
+  if ((out->E = cfg->moe_experts)) { /* every decoder layer sparse (formats/hfconfig.c refuses dense ones among them) */
+    out->k = cfg->moe_topk;
+    out->nmoe = out->L;
+  }
   out->V = cfg->vocab_size;
   if (out->caps.recurrent) {
     out->D = cfg->intermediate_size > 0 ? cfg->intermediate_size : cfg->expand * cfg->hidden_size;
@@ -82,6 +89,7 @@ int sl_plan_model_init(const sl_model_config *cfg, sl_plan_model *out) {
 void sl_plan_model_free(sl_plan_model *m) {
   if (!m) return;
   free(m->numel);
+  free(m->enumel);
   free(m->pinned);
   sl_model_destroy(m->spec);
   if (m->dry) {
@@ -140,6 +148,7 @@ void sl_plan_run_engine(sl_plan_run *r, const char *param_dtype, const char *red
   r->param_bytes = param_dtype && !strcmp(param_dtype, "bf16") ? 2 : 4;
   r->reduce_bytes = reduce_dtype && !strcmp(reduce_dtype, "bf16") ? 2 : 4;
   r->tp = 1;
+  r->ep = 1;
 }
 
 void sl_plan_run_train_cfg(const sl_plan_run *r, sl_train_cfg *c) {
@@ -153,6 +162,7 @@ void sl_plan_run_train_cfg(const sl_plan_run *r, sl_train_cfg *c) {
   c->no_sync_accum = !r->sync_accum;
   c->reshard_after_forward = r->reshard_after_forward;
   c->tp = r->tp > 1 ? r->tp : 1;
+  c->ep = r->ep > 1 ? r->ep : 1;
   c->sequence_parallel = r->sequence_parallel;
   if (r->pp > 1) { /* else c's pipeline settings kept (plan --engine-check --pp sets them as train parses them) */
     c->pp = r->pp;
@@ -182,6 +192,7 @@ static void key_cfg(const dry_key *k, sl_train_cfg *c) {
   r.tp = k->tp;
   r.sequence_parallel = k->sp;
   r.pp = k->pp;
+  r.ep = k->ep;
   sl_train_cfg_defaults(c);
   sl_plan_run_train_cfg(&r, c);
 }
@@ -360,7 +371,7 @@ static dry_key run_key(const sl_plan_run *r) {
                tp,
                r->sequence_parallel,
                pp,
-               0,
+               r->ep > 1 ? r->ep : 1,
                r->micro_batch,
                r->seq_len,
                r->grad_accum};
@@ -377,6 +388,56 @@ int sl_plan_engine_stage_figures(const sl_plan_model *m, const sl_plan_run *r, i
   if (k.pp < 2 || stage < 0 || stage >= k.pp)
     return sl_fail(SL_EINPUT, "planner: stage %d of --pp %d (a pipeline needs P >= 2)", stage, k.pp);
   return pp_figures(m, &k, stage, out);
+}
+
+/* ---- expert parallelism ---------------------------------------------------------- */
+#define EP(x) ((x)->ep > 1 ? (x)->ep : 1)
+
+int sl_plan_ep_allowed(const sl_plan_model *m, int t, int S, int ep, int device) {
+  if (ep <= 1) return 1;
+  if (S < 1 || S % ep) {
+    sl_fail(SL_EINPUT, "--ep %d must divide the ranks a tensor is sharded over (%d)", ep, S);
+    return 0;
+  }
+  sl_train_cfg c;
+  sl_train_cfg_defaults(&c);
+  c.ep = ep;
+  c.tp = t;
+  return sl_epar_check(&c, &m->spec->cfg, device) == SL_OK; /* the engine's own refusals, --tp's among them */
+}
+
+double sl_plan_ep_alltoall_bytes(const sl_plan_model *m, const sl_plan_run *r, int64_t layers) {
+  int64_t ep = EP(r);
+  if (ep == 1 || !m->E) return 0;
+  int64_t rows = r->micro_batch * r->seq_len * m->k, away = rows - rows / ep; /* rank 0 keeps its experts' rows */
+  double pass = 2.0 * (double)away * (double)m->C * 4.0 + (double)((ep - 1) * (m->E / ep)) * 8.0;
+  int passes = r->ac == SL_AC_FULL ? 3 : 2; /* forward, backward; full checkpointing recomputes the forward's */
+  return pass * passes * (double)layers * (double)r->grad_accum;
+}
+
+/* Unit u's slices as fsdp holds them (shard/shardmath.h, aligned to 16): its dense tensors over the shard group S;
+ * its experts (the 1/ep run of the MoE layer's companion unit this rank holds) over the S/ep ranks holding the same
+ * experts (all zero when it has none). */
+static void unit_slices(const sl_plan_model *m, int u, int S, int ep, sl_slice *dense, sl_slice *expert) {
+  memset(expert, 0, sizeof *expert);
+  sl_shard_slice(m->numel[u] - m->enumel[u], S, 16, 0, dense);
+  if (m->enumel[u]) sl_shard_slice(m->enumel[u] / ep, S / ep, 16, 0, expert);
+}
+
+void sl_plan_ep_states(const sl_plan_model *m, int S, int ep, int zero, int param_bytes, double dense[3],
+                       double expert[3]) {
+  if (ep < 1) ep = 1;
+  for (int i = 0; i < 3; i++) dense[i] = expert[i] = 0;
+  for (int u = 0; u < m->nunits; u++) {
+    sl_slice sl[2];
+    unit_slices(m, u, S, ep, &sl[0], &sl[1]);
+    for (int i = 0; i < 2; i++) {
+      double *o = i ? expert : dense, whole = (double)sl[i].padded;
+      o[0] += (double)param_bytes * (zero == 3 ? (double)sl[i].shard : whole);
+      o[1] += 4.0 * (zero >= 2 ? (double)sl[i].shard : whole);
+      o[2] += 12.0 * (zero >= 1 ? (double)sl[i].shard : whole);
+    }
+  }
 }
 
 /* ---- sizes --------------------------------------------------------------------- */
@@ -461,12 +522,14 @@ static void gpt_acts(const sl_plan_model *m, const sl_plan_cluster *c, const sl_
 static void opt_views(const sl_plan_model *m, const sl_plan_cand *x, double *sum, double *max, double *shards) {
   *sum = *max = *shards = 0;
   for (int u = 0; u < m->nunits; u++) {
-    sl_slice sl;
-    sl_shard_slice(m->numel[u], x->shard_group, 16, 0, &sl);
-    double v = (double)(x->zero == 0 ? sl.padded : sl.shard);
-    *sum += v;
-    if (v > *max) *max = v;
-    *shards += (double)sl.shard;
+    sl_slice sl[2]; /* the unit's dense part, its experts (a fsdp unit of their own) */
+    unit_slices(m, u, x->shard_group, EP(x), &sl[0], &sl[1]);
+    for (int i = 0; i < 2; i++) {
+      double v = (double)(x->zero == 0 ? sl[i].padded : sl[i].shard);
+      *sum += v;
+      if (v > *max) *max = v;
+      *shards += (double)sl[i].shard;
+    }
   }
 }
 
@@ -493,13 +556,15 @@ static void offload_tier(const sl_plan_model *m, sl_plan_cand *x, double maxview
     int64_t budget = (tc.offload_budget_mb << 20) / m->nunits;
     double tiles = 0, file = 0;
     for (int u = 0; u < m->nunits; u++) {
-      sl_slice sl;
-      sl_shard_slice(m->numel[u], x->shard_group, 16, 0, &sl);
-      int64_t n = x->zero == 0 ? sl.padded : sl.shard;
-      int64_t tile = sl_optstate_nvme_tile(n, budget > 0 ? budget : 3 * 48 << 20);
-      double tb = tile > 0 ? (double)sl_offload_tile_bytes(tile) : 0;
-      tiles += 3.0 * tb;
-      file += tile > 0 ? (double)((n + tile - 1) / tile) * tb : 0;
+      sl_slice sl[2];
+      unit_slices(m, u, x->shard_group, EP(x), &sl[0], &sl[1]);
+      for (int i = 0; i < 2; i++) {
+        int64_t n = x->zero == 0 ? sl[i].padded : sl[i].shard;
+        int64_t tile = n > 0 ? sl_optstate_nvme_tile(n, budget > 0 ? budget : 3 * 48 << 20) : 0;
+        double tb = tile > 0 ? (double)sl_offload_tile_bytes(tile) : 0;
+        tiles += 3.0 * tb;
+        file += tile > 0 ? (double)((n + tile - 1) / tile) * tb : 0;
+      }
     }
     x->mem[SL_ARENA_HOST_OPTIM] = tiles;
     *nvme = file;
@@ -511,8 +576,8 @@ static void offload_tier(const sl_plan_model *m, sl_plan_cand *x, double maxview
 static int engine_memory(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x, sl_plan_figures *pm) {
   int N = c->gpus, G = c->gpus_per_node > 0 ? c->gpus_per_node : N;
   /* the engine defaults, the search's dtype for gathers and reductions */
-  dry_key k = {N,     x->zero, x->shard_group, (int)x->ac, x->sync_accum, c->dtype_bytes, x->tp, 0,
-               x->pp, 0,       x->micro_batch, c->seq_len, x->grad_accum};
+  dry_key k = {N, x->zero, x->shard_group, (int)x->ac,     x->sync_accum, c->dtype_bytes, x->tp,
+               0, x->pp,   EP(x),          x->micro_batch, c->seq_len,    x->grad_accum};
   int rc = key_figures(m, &k, pm);
   if (rc) return rc;
   for (int a = 0; a < SL_ARENA_COUNT; a++) x->mem[a] = (double)pm->peak[a];
@@ -557,17 +622,18 @@ static int engine_time(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan
   int N = c->gpus, G = c->gpus_per_node > 0 ? c->gpus_per_node : N, per_node = N < G ? N : G;
   int S = x->shard_group, R = N / S, e = c->dtype_bytes, U = m->nunits;
   int64_t T = c->seq_len, A = x->grad_accum;
-  double rate = c->tflops * 1e12 * c->efficiency, tok = (double)(x->micro_batch * T), comp = 0, recomp = 0;
+  double rate = c->tflops * 1e12 * c->efficiency, tok = (double)(x->micro_batch * T), comp = 0, recomp = 0, once = 0;
   double *w = calloc((size_t)U * 5, sizeof(double));
   if (!w) return sl_fail(SL_ENOMEM, "planner: out of memory");
   double *ag = w, *rs = w + U, *ar = w + 2 * U, *tf = w + 3 * U, *tb = w + 4 * U;
   for (int u = 0; u < U; u++) {
-    sl_slice sl;
-    sl_shard_slice(m->numel[u], S, 16, 0, &sl);
-    double sh = (double)sl.shard;
-    ag[u] = x->zero == 3 ? (S - 1) * sh * e / bws : 0;
-    rs[u] = (S - 1) * sh * e / bws;
-    ar[u] = R > 1 ? 2.0 * (R - 1) * ceil(sh / R) * e / bwr : 0;
+    sl_slice sl, xs; /* the dense part over S; its experts over the S/ep ranks holding them (EP 1: over S too) */
+    unit_slices(m, u, S, EP(x), &sl, &xs);
+    double sh = (double)sl.shard, xh = (double)xs.shard, on = (double)(S - 1) * sh + (double)(S / EP(x) - 1) * xh;
+    once += on; /* ZeRO-0/1/2's gathers once per step, experts over their group (EP > 1 below) */
+    ag[u] = x->zero == 3 ? on * e / bws : 0;
+    rs[u] = on * e / bws;
+    ar[u] = R > 1 ? 2.0 * (R - 1) * (ceil(sh / R) + ceil(xh / R)) * e / bwr : 0;
     tf[u] = tok * unit_fwd_flops(m, u, T) / rate;
     double rc_ = tok * unit_recompute_flops(m, u, T, x->ac) / rate;
     tb[u] = 2.0 * tf[u] + rc_;
@@ -581,8 +647,9 @@ static int engine_time(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan
   double exposed = (double)nsync * expo_sync + (double)(A - nsync) * expo_nosync, view, maxview, sumshard;
   opt_views(m, x, &view, &maxview, &sumshard);
   /* once per step: ZeRO-0 gradient gather, ZeRO-1/2 parameter gather (exposed) */
-  if (x->zero == 0) exposed += (S - 1) * view / S * e / bws;
-  if (x->zero == 1 || x->zero == 2) exposed += (S - 1) * sumshard * e / bws;
+  if (EP(x) > 1 && x->zero <= 2) exposed += once * e / bws;
+  else if (x->zero == 0) exposed += (S - 1) * view / S * e / bws;
+  else if (x->zero == 1 || x->zero == 2) exposed += (S - 1) * sumshard * e / bws;
   /* optimizer: on the GPU, or the CPU AdamW with the gradients down and the parameters up over PCIe */
   double opt = view * (24.0 + 2.0 * e) / (c->hbm_bw * 1e9);
   if (x->offload_optim) opt = view / (c->cpu_adam / per_node) + view * 2.0 * e / (c->pcie_bw * 1e9);
@@ -596,11 +663,36 @@ static int engine_time(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan
   return SL_OK;
 }
 
+/* rc of the engine's dry run of candidate x: a refusal (train would refuse the layout with the same message; e.g. a
+ * TP all-reduce or an expert all-to-all over 2^31 elements) makes it not runnable, its sizes unknown (0). */
+static int refused(int rc, sl_plan_cand *x, sl_plan_figures *pm) {
+  if (rc != SL_EINPUT && rc != SL_ECOMM) return rc;
+  x->needs_mode = 1;
+  x->fits = 0;
+  memset(x->mem, 0, sizeof x->mem);
+  memset(pm, 0, sizeof *pm);
+  x->gpu_total = x->host_per_gpu = x->nvme_per_gpu = 0;
+  sl_clear_error();
+  return SL_OK;
+}
+
+/* The expert all-to-alls of candidate x: the engine's bytes (its dry run's count; sl_plan_ep_alltoall_bytes is their
+ * closed form), over the EP group's links (ep ranks TP apart: one node when their span tp x ep fits one and divides
+ * G), all exposed (the engine waits for each exchange before the experts run). Returns the seconds. */
+static double a2a_time(const sl_plan_cluster *c, const sl_plan_figures *pm, sl_plan_cand *x) {
+  int G = c->gpus_per_node > 0 ? c->gpus_per_node : c->gpus, span = x->tp * EP(x);
+  double bw = (span <= G && G % span == 0 ? c->intra_bw : c->inter_bw) * 1e9;
+  x->comm_bytes[SL_PLAN_A2A] = (double)pm->comm[SL_COLL_ALLTOALL];
+  x->comm_s[SL_PLAN_A2A] = x->comm_bytes[SL_PLAN_A2A] / bw;
+  return x->comm_s[SL_PLAN_A2A];
+}
+
 static int eval_engine(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x) {
   int N = c->gpus, G = c->gpus_per_node > 0 ? c->gpus_per_node : N;
   int S = x->shard_group, R = N / S;
   sl_plan_figures pm; /* the engine's own: its dry run */
   int rc = engine_memory(m, c, x, &pm);
+  if (EP(x) > 1) rc = refused(rc, x, &pm); /* an all-to-all over 2^31 elements (dense layouts: none refused) */
   if (rc) return rc;
   /* communication: the engine's bytes, over the links the groups take */
   x->shard_inter = !(S <= G && G % S == 0);
@@ -615,7 +707,9 @@ static int eval_engine(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan
   x->comm_s[SL_PLAN_RS] = x->comm_bytes[SL_PLAN_RS] / bws;
   x->comm_s[SL_PLAN_AR] = x->comm_bytes[SL_PLAN_AR] / bwr;
   x->comm_s[SL_PLAN_P2P] = 0;
-  return engine_time(m, c, x, bws, bwr);
+  rc = engine_time(m, c, x, bws, bwr);
+  x->exposed_s += a2a_time(c, &pm, x);
+  return rc;
 }
 
 /* A TP, PP or TP x PP candidate: the engine's memory and bytes (its dry run; each stage's under PP), the closed-form
@@ -625,16 +719,7 @@ static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_c
   int d = N / (t * p), e = c->dtype_bytes, z3 = x->zero == 3;
   int64_t T = c->seq_len, A = x->grad_accum;
   sl_plan_figures pm;
-  int rc = engine_memory(m, c, x, &pm);
-  if (rc == SL_EINPUT || rc == SL_ECOMM) { /* the engine refuses this layout (train would, with the same message;
-                                             e.g. a TP all-reduce over 2^31 elements): not runnable, sizes unknown */
-    x->needs_mode = 1;
-    x->fits = 0;
-    memset(x->mem, 0, sizeof x->mem);
-    memset(&pm, 0, sizeof pm);
-    x->gpu_total = x->host_per_gpu = x->nvme_per_gpu = 0;
-    rc = SL_OK;
-  }
+  int rc = refused(engine_memory(m, c, x, &pm), x, &pm);
   if (rc) return rc;
   /* time */
   double rate = c->tflops * 1e12 * c->efficiency;
@@ -671,6 +756,7 @@ static int eval_tppp(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_c
   else
     x->exposed_s = x->comm_s[SL_PLAN_AR] + x->comm_s[SL_PLAN_P2P] + fmax(0, x->comm_s[SL_PLAN_RS] - last_bwd) +
                    x->comm_s[SL_PLAN_AG];
+  x->exposed_s += a2a_time(c, &pm, x); /* EP x PP: the stage's exchanges */
   x->optim_s = x->mem[SL_ARENA_OPTIM] / 12.0 * (24.0 + 2.0 * e) / (c->hbm_bw * 1e9); /* 12 bytes per view element */
   x->offload_s = 0;
   return SL_OK;
@@ -701,6 +787,70 @@ static int cand_cmp(const void *a, const void *b) {
   return x->gpu_total < y->gpu_total ? -1 : x->gpu_total > y->gpu_total;
 }
 
+/* A group of candidates: one layout (TP t, PP p, ZeRO, shard group S, optimizer tier oo, EP ep) at every
+ * checkpointing mode and micro-batch b dividing `per`, the samples per data-parallel replica per step. */
+typedef struct {
+  int t, p, zero, S, oo, ep;
+  int64_t per;
+} cand_layout;
+
+/* Appends and evaluates layout l's candidates to *v (*cnt of *cap, grown as needed; freed on an error). */
+static int add_layout(const sl_plan_model *m, const sl_plan_cluster *c, const cand_layout *l, sl_plan_cand **v,
+                      int *cnt, int *cap) {
+  for (int ac = 0; ac <= 2; ac++)
+    for (int64_t b = 1; b <= l->per; b *= 2) {
+      if (l->per % b) continue;
+      /* 1F1B needs m >= P micro-batches; more than 8 P buys a bubble under 1/9 of the
+       * step for m times the per-micro-batch overheads (--pp's executor: --grad-accum) */
+      if (l->p > 1 && (l->per / b < l->p || l->per / b > 8 * l->p)) continue;
+      if (*cnt == *cap) {
+        sl_plan_cand *nv = realloc(*v, sizeof *nv * (size_t)(2 * *cap));
+        if (!nv) return sl_fail(SL_ENOMEM, "planner: out of memory");
+        *v = nv;
+        *cap *= 2;
+      }
+      sl_plan_cand *x = &(*v)[*cnt];
+      memset(x, 0, sizeof *x);
+      x->zero = l->zero;
+      x->shard_group = l->S;
+      x->tp = l->t;
+      x->pp = l->p;
+      x->ep = l->ep;
+      x->offload_optim = l->oo;
+      x->ac = (sl_actckpt)ac;
+      x->micro_batch = b;
+      x->grad_accum = l->per / b;
+      /* ZeRO-0/1 hold full gradients anyway: reduce once per step */
+      x->sync_accum = !(l->zero <= 1 && x->grad_accum > 1);
+      /* --pp with tied embeddings reduces per micro-batch (engine/schedule_pp.c) */
+      if (l->p > 1 && m->pinned[0]) x->sync_accum = 1;
+      int rc = sl_plan_eval(m, c, x);
+      if (rc) return rc;
+      ++*cnt;
+    }
+  return SL_OK;
+}
+
+/* Every EP degree of layout l (a mixture of experts: those the engine takes, sl_plan_ep_allowed; else EP 1) and
+ * optimizer tier into *v. */
+static int add_tiers_ep(const sl_plan_model *m, const sl_plan_cluster *c, cand_layout l, int engine, sl_plan_cand **v,
+                        int *cnt, int *cap) {
+  int rc = SL_OK;
+  for (l.ep = 1; l.ep <= l.S && !rc; l.ep++) {
+    if (l.ep > 1 && (!m->E || m->E % l.ep)) continue;
+    if (l.ep > 1 && !sl_plan_ep_allowed(m, l.t, l.S, l.ep, 0)) {
+      sl_clear_error(); /* the engine's reason for not taking this degree */
+      continue;
+    }
+    for (l.oo = 0; l.oo <= 2 && !rc; l.oo++) {
+      if (l.oo && (!engine || c->host_mem <= 0)) continue;
+      if (l.oo == SL_PLAN_OFF_NVME && !c->nvme) continue;
+      rc = add_layout(m, c, &l, v, cnt, cap);
+    }
+  }
+  return rc;
+}
+
 int sl_plan_search(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand **out, int *n) {
   *out = NULL;
   *n = 0;
@@ -710,72 +860,37 @@ int sl_plan_search(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_can
                    "plan: need --gpus >= 1 and --global-batch >= --seq-len (found %d GPUs, %lld and %lld tokens)", N,
                    (long long)c->global_batch, (long long)c->seq_len);
   int64_t samples = c->global_batch / c->seq_len;
-  int cap = 1024, cnt = 0;
+  int cap = 1024, cnt = 0, rc = SL_OK;
   sl_plan_cand *v = malloc(sizeof *v * (size_t)cap);
   if (!v) return sl_fail(SL_ENOMEM, "planner: out of memory");
   int tps[] = {1, 2, 4, 8, 16};
-  for (int ti = 0; ti < 5; ti++) {
+  for (int ti = 0; ti < 5 && !rc; ti++) {
     int t = tps[ti];
     if (t > G || N % t) continue;
     if (t > 1 && (!c->allow_tp_pp || m->C / t < 1024 || m->caps.tp_width % t)) continue;
-    for (int p = 1; p <= N / t; p++) {
+    for (int p = 1; p <= N / t && !rc; p++) {
       if ((N / t) % p || m->L % p) continue;
       if (p > 1 && (!c->allow_tp_pp || m->caps.recurrent)) continue;
       int d = N / (t * p), engine = t == 1 && p == 1;
       int64_t per = samples / d; /* samples per data-parallel replica per step */
       if (per < 1) continue;
-      for (int zero = 0; zero <= 3; zero++) {
+      for (int zero = 0; zero <= 3 && !rc; zero++) {
         /* TP/PP: the distributed optimizer; TP alone also ZeRO-3 over DP (--tp T --zero 3) */
         if (!engine && zero != 1 && !(p == 1 && zero == 3)) continue;
-        for (int S = 1; S <= d; S++) {
+        for (int S = 1; S <= d && !rc; S++) {
           if (d % S) continue;
           if (!engine && S != d) continue;
           if (engine && zero == 0 && S != N) continue;
           if (engine && zero > 0 && S == 1 && N > 1) continue;
-          for (int oo = 0; oo <= 2; oo++) {
-            if (oo && (!engine || c->host_mem <= 0)) continue;
-            if (oo == SL_PLAN_OFF_NVME && !c->nvme) continue;
-            for (int ac = 0; ac <= 2; ac++) {
-              for (int64_t b = 1; b <= per; b *= 2) {
-                if (per % b) continue;
-                /* 1F1B needs m >= P micro-batches; more than 8 P buys a bubble under 1/9 of the
-                   * step for m times the per-micro-batch overheads (--pp's executor: --grad-accum) */
-                if (p > 1 && (per / b < p || per / b > 8 * p)) continue;
-                if (cnt == cap) {
-                  cap *= 2;
-                  sl_plan_cand *nv = realloc(v, sizeof *v * (size_t)cap);
-                  if (!nv) {
-                    free(v);
-                    return sl_fail(SL_ENOMEM, "planner: out of memory");
-                  }
-                  v = nv;
-                }
-                sl_plan_cand *x = &v[cnt];
-                memset(x, 0, sizeof *x);
-                x->zero = zero;
-                x->shard_group = S;
-                x->tp = t;
-                x->pp = p;
-                x->offload_optim = oo;
-                x->ac = (sl_actckpt)ac;
-                x->micro_batch = b;
-                x->grad_accum = per / b;
-                /* ZeRO-0/1 hold full gradients anyway: reduce once per step */
-                x->sync_accum = !(zero <= 1 && x->grad_accum > 1);
-                /* --pp with tied embeddings reduces per micro-batch (engine/schedule_pp.c) */
-                if (p > 1 && m->pinned[0]) x->sync_accum = 1;
-                int rc = sl_plan_eval(m, c, x);
-                if (rc) {
-                  free(v);
-                  return rc;
-                }
-                cnt++;
-              }
-            }
-          }
+          cand_layout l = {t, p, zero, S, 0, 1, per};
+          rc = add_tiers_ep(m, c, l, engine, &v, &cnt, &cap);
         }
       }
     }
+  }
+  if (rc) {
+    free(v);
+    return rc;
   }
   qsort(v, (size_t)cnt, sizeof *v, cand_cmp);
   *out = v;
@@ -803,6 +918,8 @@ void sl_plan_describe(const sl_plan_cand *x, char *buf, size_t cap) {
     snprintf(buf, cap, "ZeRO-%d, shard group %d, offload optimizer %s, ckpt %s, micro-batch %lld x %lld%s", x->zero,
              x->shard_group, off_name(x->offload_optim), ac_name(x->ac), (long long)x->micro_batch,
              (long long)x->grad_accum, x->sync_accum ? "" : " (--no-sync-accum)");
+  size_t o = strlen(buf);
+  if (EP(x) > 1 && o < cap) snprintf(buf + o, cap - o, ", EP %d", x->ep);
 }
 
 /* rank among near-equals: no offload first, then less recompute, then headroom */
@@ -824,13 +941,22 @@ static int fastest(const sl_plan_cand *c, int n, int kind) {
   return best;
 }
 
+/* A full-sharding candidate's communication seconds: its gathers, reductions and all-reduces, and under EP its
+ * all-to-alls (0 otherwise, so a dense model's figure is the sum it always was). */
+static double fsdp_comm_s(const sl_plan_cand *x) {
+  double s = x->comm_s[0] + x->comm_s[1] + x->comm_s[2];
+  return x->comm_s[SL_PLAN_A2A] > 0 ? s + x->comm_s[SL_PLAN_A2A] : s;
+}
+
 /* " ... communication-bound here: X s of communication per step against Y s of compute (links)." */
 static size_t comm_bound(char *buf, size_t cap, const sl_plan_cand *x, const char *who) {
+  char a2a[64] = ""; /* dense models: nothing */
+  if (x->comm_s[SL_PLAN_A2A] > 0)
+    snprintf(a2a, sizeof a2a, "; %.2f s of it the experts' all-to-alls", x->comm_s[SL_PLAN_A2A]);
   return (size_t)snprintf(
       buf, cap,
-      " %s is communication-bound here: %.2f s of communication per step against %.2f s of compute (%s links).", who,
-      x->comm_s[0] + x->comm_s[1] + x->comm_s[2], x->compute_s + x->recompute_s,
-      x->shard_inter ? "inter-node" : "intra-node");
+      " %s is communication-bound here: %.2f s of communication per step against %.2f s of compute (%s links%s).", who,
+      fsdp_comm_s(x), x->compute_s + x->recompute_s, x->shard_inter ? "inter-node" : "intra-node", a2a);
 }
 
 /* None fits: what the smallest candidate would need (GPU memory, host memory per node) and its largest arena. */
@@ -894,7 +1020,7 @@ int sl_plan_recommend(const sl_plan_cand *c, int n, const sl_plan_cluster *cl, c
       o += (size_t)snprintf(buf + o, cap - o,
                             "; full sharding fits without offload and hides its gathers behind compute (%.2f s of %.2f "
                             "s communication exposed).",
-                            x->exposed_s, x->comm_s[0] + x->comm_s[1] + x->comm_s[2]);
+                            x->exposed_s, fsdp_comm_s(x));
     else if (x->offload_optim)
       o += (size_t)snprintf(buf + o, cap - o,
                             "; the %.1f GB optimizer state goes to %s; the parameters stay on the GPU.",

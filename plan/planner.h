@@ -42,12 +42,14 @@ typedef struct sl_plan_dry_memo sl_plan_dry_memo; /* sl_plan_engine_figures' ans
 typedef struct {
   sl_model_caps caps; /* what the architecture supports (models/model.h) */
   int nunits;
-  int64_t *numel;                        /* (nunits) elements of each unit's flat buffer */
+  int64_t *numel;                        /* (nunits) elements of each unit's flat buffer (its experts included) */
+  int64_t *enumel;                       /* (nunits) of which experts (a MoE layer's companion unit) */
   int *pinned;                           /* (nunits) tied weights held from forward to backward */
   int64_t nparams;                       /* sum of numel */
   int64_t nactive;                       /* a token's: nparams less the E - k experts it skips a layer (MoE) */
   int64_t L, C, nh, nkv, hd, I, V, Q, A; /* Llama/Mistral shapes (Q = (nh+2nkv)hd, A = nh hd) */
   int64_t D, S, K, R;                    /* Mamba: d_inner, d_state, d_conv, dt_rank */
+  int64_t E, k, nmoe;                    /* mixture of experts: experts, top-k, MoE layers (0 0 0: dense) */
   sl_model *spec;                        /* the engine's model, specs only (sl_model_create_specs): unit sizes, FLOPs */
   struct sl_plan_dry_memo *dry;          /* the engine's figures asked so far (sl_plan_engine_figures) */
 } sl_plan_model;
@@ -81,12 +83,13 @@ typedef struct {
   int tp;                    /* --tp */
   int sequence_parallel;     /* --sequence-parallel */
   int pp;                    /* --pp (> 1: --pp-schedule 1f1b, one chunk per rank, train's balanced layout) */
+  int ep;                    /* --ep (expert parallelism; 1: none) */
 } sl_plan_run;
 
 /* Engine defaults: fp32, prefetch 1, reshard, sync.
  * param_dtype / reduce_dtype names "fp32" | "bf16" (NULL: fp32). */
 void sl_plan_run_engine(sl_plan_run *r, const char *param_dtype, const char *reduce_dtype);
-/* The train settings of run r (ZeRO, sizes, prefetch, sync, reshard, TP,
+/* The train settings of run r (ZeRO, sizes, prefetch, sync, reshard, TP, EP,
  * dtype and checkpointing names; at r->pp > 1 --pp r->pp with 1f1b) into c,
  * the rest of c kept: what the engine's dry run (engine/dryrun.h) takes. */
 void sl_plan_run_train_cfg(const sl_plan_run *r, sl_train_cfg *c);
@@ -122,6 +125,25 @@ int sl_plan_engine_figures(const sl_plan_model *m, const sl_plan_run *r, sl_plan
  * remembered; the test of the scaling compares them with the stage's dry run of the whole model). */
 int sl_plan_engine_stage_figures(const sl_plan_model *m, const sl_plan_run *r, int stage, sl_plan_figures *out);
 
+/* ---- expert parallelism: closed forms (docs/planner.md, "Expert parallelism") ---- */
+/* Whether the engine takes --ep ep for a layout of TP t and shard group S (ranks a dense tensor is sharded over):
+ * the mesh's rule (ep divides S) and engine/expert_par.c's own check (sl_epar_check: the model's experts, --tp),
+ * for the CPU backend (device = 0) or a device one (1). 0: refused, the reason in sl_errmsg(). */
+int sl_plan_ep_allowed(const sl_plan_model *m, int t, int S, int ep, int device);
+/* Bytes one rank sends per step in the expert-parallel all-to-alls of run r (r->ep > 1; 0 otherwise) over `layers`
+ * MoE layers, under the balanced routing the engine check counts (models/llama_moe.c): per layer, micro-batch and
+ * pass (forward; backward; full checkpointing's recomputed forward) the counts (E/ep int64 to each of the ep - 1
+ * peers) and two exchanges of rows of hidden_size fp32 (dispatch and combine), of the N k rows (N = micro_batch x
+ * seq_len) those for the other ranks' experts: N k - floor(N k / ep); what a rank sends itself is not counted. */
+double sl_plan_ep_alltoall_bytes(const sl_plan_model *m, const sl_plan_run *r, int64_t layers);
+/* Per-rank bytes of the parameter, gradient and optimizer-state arenas when a step starts (shard/shardmath.h's
+ * slices, aligned to 16): dense tensors sharded over S, each experts unit's 1/ep run (this rank's experts) over the
+ * S/ep ranks holding the same experts. params: param_bytes per element of the shard (ZeRO-3) or of the whole held
+ * unit; grads: 4 per element of the shard (ZeRO-2/3) or the held unit; optim: 12 (fp32 master, m, v) per element of
+ * the optimizer view (ZeRO-0: the held unit). dense[3] and expert[3]: params, grads, optim. */
+void sl_plan_ep_states(const sl_plan_model *m, int S, int ep, int zero, int param_bytes, double dense[3],
+                       double expert[3]);
+
 /* Field-guide closed forms for GPT-style models: parameters of l layers of
  * width h, vocabulary V, s learned positions: 12 l h^2 + 13 l h + (V + s) h. */
 double sl_plan_gpt_params(double l, double h, double V, double s);
@@ -154,11 +176,12 @@ typedef struct {
 void sl_plan_cluster_defaults(sl_plan_cluster *c);
 
 enum { SL_PLAN_OFF_NONE = 0, SL_PLAN_OFF_CPU = 1, SL_PLAN_OFF_NVME = 2 };
-enum { SL_PLAN_AG = 0, SL_PLAN_RS, SL_PLAN_AR, SL_PLAN_P2P, SL_PLAN_NCOMM };
+enum { SL_PLAN_AG = 0, SL_PLAN_RS, SL_PLAN_AR, SL_PLAN_P2P, SL_PLAN_A2A, SL_PLAN_NCOMM }; /* A2A: expert all-to-all */
 
 typedef struct {
   /* configuration */
   int zero, shard_group, tp, pp;
+  int ep;            /* expert parallelism (1: none; MoE models only) */
   int offload_optim; /* SL_PLAN_OFF_* (--offload-params is not searched: the engine does not move parameters yet) */
   sl_actckpt ac;
   int64_t micro_batch, grad_accum; /* per GPU; grad_accum = micro-batches per step */

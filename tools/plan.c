@@ -22,7 +22,7 @@ static void plan_usage(FILE *f) {
              "                    [--measured FILE.json] [--dtype bf16|fp32] [--act-model engine|gpt]\n"
              "                    [--margin F] [--no-tp-pp] [--top K] [--json]\n"
              "       shardlm plan --engine-check --model DIR --world N [--tp T [--sequence-parallel]] --zero Z\n"
-             "                    --micro-batch B --seq-len T\n"
+             "                    --micro-batch B --seq-len T [--ep E]\n"
              "                    --grad-accum A [--activation-checkpoint none|selective|full] [--shard-group S]\n"
              "                    [--param-dtype fp32|bf16] [--reduce-dtype fp32|bf16] [--prefetch K]\n"
              "                    [--prefetch-mb M] [--no-sync-accum] [--no-reshard] [--json]\n"
@@ -81,6 +81,7 @@ static void train_command(const sl_plan_cand *x, const char *model, const sl_pla
   } while (0)
   if (x->tp > 1) ADD(" --tp %d", x->tp);
   if (x->pp > 1) ADD(" --pp %d --pp-schedule 1f1b", x->pp);
+  if (x->ep > 1) ADD(" --ep %d", x->ep);
   ADD(" --zero %d", x->zero);
   if (x->tp == 1 && x->pp == 1 && x->shard_group != c->gpus) ADD(" --shard-group %d", x->shard_group);
   ADD(" --micro-batch %lld --grad-accum %lld", (long long)x->micro_batch, (long long)x->grad_accum);
@@ -126,9 +127,10 @@ static json_t *cand_json(const sl_plan_cand *x, const char *model, const sl_plan
   json_object_set_new(o, "host_bytes_per_gpu", json_real(x->host_per_gpu));
   json_object_set_new(o, "nvme_bytes_per_gpu", json_real(x->nvme_per_gpu));
   json_object_set_new(o, "fits", json_boolean(x->fits));
-  const char *kn[] = {"allgather", "reduce_scatter", "allreduce", "p2p"};
+  const char *kn[] = {"allgather", "reduce_scatter", "allreduce", "p2p", "alltoall"};
   json_t *cb = json_object(), *cs = json_object();
-  for (int k = 0; k < SL_PLAN_NCOMM; k++) {
+  if (x->ep > 1) json_object_set_new(o, "ep", json_integer(x->ep)); /* absent at EP 1, as before EP was searched */
+  for (int k = 0; k < SL_PLAN_NCOMM - (x->ep <= 1); k++) {
     json_object_set_new(cb, kn[k], json_real(x->comm_bytes[k]));
     json_object_set_new(cs, kn[k], json_real(x->comm_s[k]));
   }
@@ -151,6 +153,13 @@ static json_t *cand_json(const sl_plan_cand *x, const char *model, const sl_plan
 /* The collective kinds tensor parallelism uses (engine/report.c's order). */
 static const sl_coll_kind TP_KINDS[3] = {SL_COLL_ALLGATHER, SL_COLL_REDUCE_SCATTER, SL_COLL_ALLREDUCE};
 
+/* A mixture of experts' all-to-all bytes (the expert exchange), text: on their own line (dense models print none). */
+static void print_alltoall(const sl_model_config *mc, const sl_train_cfg *tc, const sl_dry_result *pm) {
+  if (!mc->moe_experts) return;
+  printf("  all-to-all bytes per step %llu (EP %lld: the tokens' dispatch and combine, forward and backward)\n",
+         (unsigned long long)pm->comm[SL_COLL_ALLTOALL], (long long)tc->ep);
+}
+
 static int engine_check(const sl_model_config *mc, const sl_train_cfg *tc, int world, int as_json) {
   sl_dry_result pm, info; /* one result: the arena and comm figures, and the counts */
   int rc = sl_train_dry_run(tc, mc, world, 0, &pm);
@@ -163,6 +172,8 @@ static int engine_check(const sl_model_config *mc, const sl_train_cfg *tc, int w
       json_object_set_new(ap, sl_arena_name((sl_arena)a), json_integer(pm.peak[a]));
     for (int k = 0; k < SL_COLL_NKINDS && k < 6; k++)
       json_object_set_new(cm, kn[k], json_integer((json_int_t)pm.comm[k]));
+    if (mc->moe_experts) /* dense models: the keys they had */
+      json_object_set_new(cm, "alltoall", json_integer((json_int_t)pm.comm[SL_COLL_ALLTOALL]));
     json_object_set_new(o, "arena_peak", ap);
     json_object_set_new(o, "peak_bytes", json_integer(pm.total_peak));
     json_object_set_new(o, "comm_bytes", json_integer((json_int_t)pm.comm_total));
@@ -195,6 +206,7 @@ static int engine_check(const sl_model_config *mc, const sl_train_cfg *tc, int w
     printf("  comm bytes per step %llu (all-gather %llu, reduce-scatter %llu, all-reduce %llu)\n",
            (unsigned long long)pm.comm_total, (unsigned long long)pm.comm[SL_COLL_ALLGATHER],
            (unsigned long long)pm.comm[SL_COLL_REDUCE_SCATTER], (unsigned long long)pm.comm[SL_COLL_ALLREDUCE]);
+    print_alltoall(mc, tc, &pm);
     if (info.tp > 1)
       printf("  TP axis bytes per step: all-gather %llu, reduce-scatter %llu, all-reduce %llu\n",
              (unsigned long long)info.tp_comm[SL_COLL_ALLGATHER],
@@ -386,6 +398,7 @@ static int run_check(plan_args *p, const sl_model_config *mc) {
   r.gpt_acts = base.gpt_acts;
   r.tp = base.tp;
   r.sequence_parallel = base.sequence_parallel;
+  r.ep = (int)p->tc.ep; /* as train parsed it */
   if ((pd && strcmp(pd, "fp32") && strcmp(pd, "bf16")) || (rd && strcmp(rd, "fp32") && strcmp(rd, "bf16")))
     rc = sl_fail(SL_EINPUT, "plan: --param-dtype / --reduce-dtype must be fp32 or bf16");
   if (!rc && r.gpt_acts)
@@ -426,18 +439,19 @@ static void print_search_json(const plan_args *p, const sl_plan_model *m, const 
 
 /* One candidate's row of the table (rank i + 1). */
 static void print_cand_row(const sl_plan_cand *x, int i, int pick) {
-  char cfg[64];
+  char cfg[80];
+  size_t o = x->ep > 1 ? (size_t)snprintf(cfg, sizeof cfg, "EP%d ", x->ep) : 0; /* expert parallelism first */
   if (x->pp > 1 && x->tp > 1)
-    snprintf(cfg, sizeof cfg, "TP%dPP%dDP%d Z%d %s %lldx%lld", x->tp, x->pp, x->shard_group, x->zero, ac_str(x->ac),
-             (long long)x->micro_batch, (long long)x->grad_accum);
+    snprintf(cfg + o, sizeof cfg - o, "TP%dPP%dDP%d Z%d %s %lldx%lld", x->tp, x->pp, x->shard_group, x->zero,
+             ac_str(x->ac), (long long)x->micro_batch, (long long)x->grad_accum);
   else if (x->pp > 1)
-    snprintf(cfg, sizeof cfg, "PP%dDP%d Z%d %s %lldx%lld", x->pp, x->shard_group, x->zero, ac_str(x->ac),
+    snprintf(cfg + o, sizeof cfg - o, "PP%dDP%d Z%d %s %lldx%lld", x->pp, x->shard_group, x->zero, ac_str(x->ac),
              (long long)x->micro_batch, (long long)x->grad_accum);
   else if (x->tp > 1)
-    snprintf(cfg, sizeof cfg, "TP%dDP%d Z%d %s %lldx%lld", x->tp, x->shard_group, x->zero, ac_str(x->ac),
+    snprintf(cfg + o, sizeof cfg - o, "TP%dDP%d Z%d %s %lldx%lld", x->tp, x->shard_group, x->zero, ac_str(x->ac),
              (long long)x->micro_batch, (long long)x->grad_accum);
   else
-    snprintf(cfg, sizeof cfg, "Z%d S%d o:%s %s %lldx%lld", x->zero, x->shard_group, off_str(x->offload_optim),
+    snprintf(cfg + o, sizeof cfg - o, "Z%d S%d o:%s %s %lldx%lld", x->zero, x->shard_group, off_str(x->offload_optim),
              ac_str(x->ac), (long long)x->micro_batch, (long long)x->grad_accum);
   double cb = 0, cs = 0;
   for (int k = 0; k < SL_PLAN_NCOMM; k++) {
@@ -473,6 +487,8 @@ static void print_search_text(const plan_args *p, const sl_plan_model *m, const 
   printf("(%d candidates; o: optimizer offload; no parameter offload: --offload-params does not move parameters yet;\n"
          " GPU GB and comm GB: the engine's dry run, of every pipeline stage under PP; ref: the engine refuses it)\n",
          n);
+  if (m->E)
+    printf(" EPn: expert parallelism --ep n (a mixture of experts); comm GB and expo s include its all-to-alls\n");
   if (pick >= shown) {
     char d[512];
     sl_plan_describe(&v[pick], d, sizeof d);
@@ -484,6 +500,8 @@ static void print_search_text(const plan_args *p, const sl_plan_model *m, const 
     train_command(&v[pick], p->model, c, cmd, sizeof cmd);
     printf("run it:\n  %s\n", cmd);
     if (v[pick].pp > 1) printf("  (train --pp-dry-run prints the schedule and its bubble first)\n");
+    if (v[pick].ep > 1 && !sl_plan_ep_allowed(m, v[pick].tp, v[pick].shard_group, v[pick].ep, 1))
+      printf("  (on a GPU today: %s)\n", sl_errmsg()); /* the engine's device rule (engine/expert_par.c) */
   }
 }
 

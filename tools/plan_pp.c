@@ -20,7 +20,7 @@ static int64_t held_bytes(const sl_dry_result *pm) {
   return held;
 }
 
-static json_t *stage_json(const sl_dry_result *pm) {
+static json_t *stage_json(const sl_dry_result *pm, int moe) {
   json_t *o = json_object(), *ap = json_object();
   for (int a = 0; a < SL_ARENA_COUNT; a++)
     json_object_set_new(ap, sl_arena_name((sl_arena)a), json_integer(pm->peak[a]));
@@ -36,6 +36,8 @@ static json_t *stage_json(const sl_dry_result *pm) {
   json_object_set_new(o, "in_flight", json_integer(pm->nsets));
   json_object_set_new(o, "units", json_integer(pm->ncomputed));
   json_object_set_new(o, "params", json_integer(pm->nparams));
+  if (moe) /* a mixture of experts' exchange (dense models: the keys they had) */
+    json_object_set_new(o, "alltoall_bytes", json_integer((json_int_t)pm->comm[SL_COLL_ALLTOALL]));
   if (pm->tp > 1) {
     json_t *tb = json_object();
     for (int k = 0; k < 3; k++)
@@ -61,7 +63,7 @@ int sl_plan_pp_check(const sl_model_config *mc, const sl_train_cfg *tc, int worl
     if (s == 0)
       for (int v = 0; v < pm.nstages; v++) json_array_append_new(lay, json_integer(pm.layers[v]));
     if (as_json) {
-      json_array_append_new(arr, stage_json(&pm));
+      json_array_append_new(arr, stage_json(&pm, mc->moe_experts > 0));
       continue;
     }
     if (s == 0)
@@ -77,6 +79,7 @@ int sl_plan_pp_check(const sl_model_config *mc, const sl_train_cfg *tc, int worl
     printf("  DP comm bytes per step %llu; PP: %llu sends (%llu bytes), %llu receives (%llu bytes)\n",
            (unsigned long long)pm.comm_total, (unsigned long long)pm.sends, (unsigned long long)pm.send_bytes,
            (unsigned long long)pm.recvs, (unsigned long long)pm.recv_bytes);
+    if (mc->moe_experts) printf("  all-to-all bytes per step %llu\n", (unsigned long long)pm.comm[SL_COLL_ALLTOALL]);
     if (pm.tp > 1)
       printf("  TP axis bytes per step: all-gather %llu, reduce-scatter %llu, all-reduce %llu\n",
              (unsigned long long)pm.tp_comm[SL_COLL_ALLGATHER], (unsigned long long)pm.tp_comm[SL_COLL_REDUCE_SCATTER],
