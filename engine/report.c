@@ -39,7 +39,7 @@ void sl_trainer_summary(trainer *t, double wall) {
   if (tp) sl_tpar_stats(&t->par.tp, &ts);
   for (int kk = 0; tp && kk < 3; kk++) mine[i++] = (int64_t)ts.bytes[TP_KINDS[kk]];
   mine[i++] = (int64_t)sh.alltoall_ns;
-  mine[i++] = (int64_t)(sh.stream_waits + rp.stream_waits);
+  mine[i++] = (int64_t)(sh.stream_waits + rp.stream_waits + (tp ? ts.stream_waits : 0));
   if (sl_comm_allgather_sync(t->world, mine, all, NV, SL_I64) == SL_COMM_OK && t->rank == 0) {
     printf("\nper-rank summary (%d rank%s, ZeRO-%lld, %.1f s):\n", t->wsize, t->wsize > 1 ? "s" : "",
            (long long)t->cfg.zero, wall);
