@@ -19,8 +19,9 @@ static int64_t a2a_bytes(const int64_t *v) {
 }
 
 void sl_trainer_summary(trainer *t, double wall) {
-  enum { NV0 = SL_ARENA_COUNT + 2 * SL_COLL_NKINDS + 2, CAP = NV0 + 4 };
-  int tp = t->cfg.tp > 1, NV = NV0 + (tp ? 3 : 0) + 1; /* the TP axis's bytes per kind at T > 1, the a2a ns */
+  enum { NV0 = SL_ARENA_COUNT + 2 * SL_COLL_NKINDS + 2, CAP = NV0 + 5 };
+  /* the TP axis's bytes per kind at T > 1, the a2a ns, the device-side waits */
+  int tp = t->cfg.tp > 1, NV = NV0 + (tp ? 3 : 0) + 2;
   int64_t mine[CAP], *all = calloc((size_t)t->wsize, sizeof mine);
   if (!all) return;
   sl_mem_stats ms;
@@ -38,13 +39,16 @@ void sl_trainer_summary(trainer *t, double wall) {
   if (tp) sl_tpar_stats(&t->par.tp, &ts);
   for (int kk = 0; tp && kk < 3; kk++) mine[i++] = (int64_t)ts.bytes[TP_KINDS[kk]];
   mine[i++] = (int64_t)sh.alltoall_ns;
+  mine[i++] = (int64_t)(sh.stream_waits + rp.stream_waits + (tp ? ts.stream_waits : 0));
   if (sl_comm_allgather_sync(t->world, mine, all, NV, SL_I64) == SL_COMM_OK && t->rank == 0) {
     printf("\nper-rank summary (%d rank%s, ZeRO-%lld, %.1f s):\n", t->wsize, t->wsize > 1 ? "s" : "",
            (long long)t->cfg.zero, wall);
     printf("  rank |   params    grads    optim   gather     acts workspace |    total | "
            "all-gather reduce-scat  all-reduce | blocked on comm\n");
     int64_t a2a_any = 0; /* the all-to-all (expert parallelism) gets its own line, only when some rank sent any */
+    int64_t dwaits = 0;  /* the device-side waits line (NCCL), only when some rank made any */
     for (int r = 0; r < t->wsize; r++) a2a_any |= a2a_bytes(all + (size_t)r * NV);
+    for (int r = 0; r < t->wsize; r++) dwaits |= all[(size_t)r * NV + NV - 1];
     for (int r = 0; r < t->wsize; r++) {
       int64_t *v = all + (size_t)r * NV, *w = v + NV0 - 2; /* wait_ns, then the total */
       double mb = 1.0 / (1 << 20);
@@ -57,8 +61,11 @@ void sl_trainer_summary(trainer *t, double wall) {
              v[SL_ARENA_ACTS] * mb, v[SL_ARENA_WORKSPACE] * mb, w[1] * mb, ag * mb, rs * mb, ar * mb, w[0] * 1e-9,
              100.0 * w[0] * 1e-9 / (wall > 0 ? wall : 1));
       if (a2a_any)
-        printf("       all-to-all %.2fM, %.2f s inside its calls (%.1f%%)\n", a2a_bytes(v) * mb, v[NV - 1] * 1e-9,
-               100.0 * v[NV - 1] * 1e-9 / (wall > 0 ? wall : 1));
+        printf("       all-to-all %.2fM, %.2f s inside its calls (%.1f%%)\n", a2a_bytes(v) * mb, v[NV - 2] * 1e-9,
+               100.0 * v[NV - 2] * 1e-9 / (wall > 0 ? wall : 1));
+      if (dwaits)
+        printf("       device-side waits %lld (comm -> compute ordered on the device, not in blocked on comm)\n",
+               (long long)v[NV - 1]);
       if (tp)
         printf("       tp axis (T = %lld): all-gather %.2fM reduce-scatter %.2fM all-reduce %.2fM\n",
                (long long)t->cfg.tp, v[NV0] * mb, v[NV0 + 1] * mb, v[NV0 + 2] * mb);

@@ -70,6 +70,7 @@ void sl_tpar_stats(const sl_tpar *tp, sl_comm_stats *out) {
     out->bytes[k] += d.bytes[k];
   }
   out->wait_ns += d.wait_ns;
+  out->stream_waits += d.stream_waits;
 }
 
 /* ---- the gradient norm ------------------------------------------------------ */

@@ -467,6 +467,12 @@ int sl_comm_wait(sl_comm_req *r) {
   return st;
 }
 
+int sl_comm_wait_stream(sl_comm_req *r, void *stream) {
+  if (!r) return comm_fail("sl_comm_wait_stream: request is NULL");
+  if (r->c->vt->wait_stream) return r->c->vt->wait_stream(r, stream);
+  return sl_comm_wait(r);
+}
+
 int sl_comm_test(sl_comm_req *r) {
   if (!r) return 0;
   if (r->c->vt->test) return r->c->vt->test(r);

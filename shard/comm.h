@@ -51,15 +51,18 @@ typedef struct sl_comm_req sl_comm_req; /* opaque: one in-flight operation */
  * stays local).
  * bytes[SL_COLL_RECV] is the one inbound figure: the messages this rank
  * received (so the sent total is the sum over every other kind).
- * For n == 1 every operation moves 0 bytes (a send to self included). wait_ns is the time callers spent
- * blocked in sl_comm_wait. alltoall_ns is the wall time callers spent
+ * For n == 1 every operation moves 0 bytes (a send to self included). wait_ns is the host time callers
+ * spent blocked in sl_comm_wait (and in sl_comm_wait_stream where that is a host wait); a wait handed
+ * to the device adds only its issue, not the stream's stall. alltoall_ns is the wall time callers spent
  * inside sl_comm_alltoallv and in sl_comm_wait on its requests (a part of
- * wait_ns besides the issue). */
+ * wait_ns besides the issue). stream_waits counts the requests sl_comm_wait_stream handed to the
+ * device (NCCL; 0 on host backends). */
 typedef struct {
   uint64_t calls[SL_COLL_NKINDS];
   uint64_t bytes[SL_COLL_NKINDS];
   uint64_t wait_ns;
   uint64_t alltoall_ns;
+  uint64_t stream_waits;
 } sl_comm_stats;
 
 /* Status codes: 0 ok, negative on error (message via sl_comm_last_error). */
@@ -192,6 +195,15 @@ int sl_comm_alltoallv(sl_comm *c, const void *send, const int64_t *scount, const
 
 /* Blocks until req completes, then frees it. */
 int sl_comm_wait(sl_comm_req *req);
+/* The device-side form: orders the work queued on `stream` afterwards (a cudaStream_t; NULL = the
+ * legacy default stream) after req, and gives req up. NCCL: the stream waits on req's completion
+ * event (cudaStreamWaitEvent) and the call returns at once; the communicator's poller frees req when
+ * it completes, and if it fails the communicator is broken: its next call fails naming the failed
+ * operation (a failure found after the last call is printed at destroy). Only the stream is
+ * ordered: the host and other streams must reach req's buffers through that stream's work (a
+ * collective issued later on the same or another NCCL comm waits for the compute stream at issue;
+ * a host read goes through a copy on it). Host backends (MPI, self, local, count): sl_comm_wait. */
+int sl_comm_wait_stream(sl_comm_req *req, void *stream);
 /* 1 if complete (req still valid until waited), 0 if not. */
 int sl_comm_test(sl_comm_req *req);
 

@@ -53,6 +53,7 @@ struct sl_comm_req {
   uint64_t start_ns;        /* when the progress engine started it (watchdog) */
   struct sl_comm_req *next; /* FIFO link while queued */
   void *be;                 /* backend per-request state (NCCL: completion cudaEvent_t) */
+  int detached;             /* guarded by c->mu: given up by sl_comm_wait_stream; the backend frees it */
 };
 
 typedef struct sl_comm_vt {
@@ -64,6 +65,7 @@ typedef struct sl_comm_vt {
   int (*issue)(sl_comm *c, sl_comm_req *r);
   int (*wait)(sl_comm_req *r); /* sl_comm_wait: complete, account, free r */
   int (*test)(sl_comm_req *r); /* sl_comm_test */
+  int (*wait_stream)(sl_comm_req *r, void *stream); /* sl_comm_wait_stream; NULL: sl_comm_wait */
   void (*abort)(sl_comm *c);   /* watchdog, before MPI_Abort: abort transport */
 } sl_comm_vt;
 

@@ -19,6 +19,11 @@
  *  - sl_comm_wait polls the request's event (cudaEventQuery, with back-off)
  *    until complete; sl_comm_test queries it once. Neither blocks inside a
  *    CUDA call, so a failure seen by the poller ends every waiter.
+ *  - sl_comm_wait_stream makes the caller's stream wait on the event
+ *    (cudaStreamWaitEvent) and marks the request detached: whoever retires
+ *    it (the poller, or a waiter retiring the FIFO through a later request)
+ *    frees it; a detached failure is kept in `failed` and named by the next
+ *    call on the comm (issue, wait), or printed at destroy.
  *  - the poller keeps c->running = the oldest incomplete collective, stamped
  *    when it became the oldest, so the process-wide watchdog of comm_mpi.c
  *    serves NCCL comms too; when it fires it calls nccl_abort
@@ -83,6 +88,8 @@ typedef struct {
   pthread_mutex_t issue_mu; /* serialises issuing (NCCL calls, seq order) */
   pthread_t poller;
   int quit;    /* guarded by c->mu: poller drains, then exits */
+  char failed[512]; /* guarded by c->mu: the first failure of a detached request ("" none) */
+  int failed_told;  /* guarded by c->mu: `failed` was named by a later call */
   int aborted; /* atomic: ncclCommAbort done, nc is gone */
 } nccl_be;
 
@@ -90,12 +97,14 @@ static void nccl_destroy(sl_comm *c);
 static int nccl_issue(sl_comm *c, sl_comm_req *r);
 static int nccl_wait(sl_comm_req *r);
 static int nccl_test(sl_comm_req *r);
+static int nccl_wait_stream(sl_comm_req *r, void *stream);
 static void nccl_abort(sl_comm *c);
 static const sl_comm_vt nccl_vt = {.name = "nccl",
                                    .destroy = nccl_destroy,
                                    .issue = nccl_issue,
                                    .wait = nccl_wait,
                                    .test = nccl_test,
+                                   .wait_stream = nccl_wait_stream,
                                    .abort = nccl_abort};
 
 static ncclDataType_t nccl_type(sl_dtype t) {
@@ -132,11 +141,20 @@ static void update_running_locked(sl_comm *c) {
   }
 }
 
+/* Frees a request: its completion event, then itself. */
+static void req_free(sl_comm_req *r) {
+  if (r->be) cudaEventDestroy((cudaEvent_t)r->be);
+  free(r);
+}
+
 /* Retires the FIFO up to and including r (which must be in it) with the
- * given status. c->mu held. */
+ * given status; detached requests are freed (a failure kept in b->failed).
+ * c->mu held. */
 static void complete_through_locked(sl_comm *c, sl_comm_req *r, int status, const char *msg) {
+  nccl_be *b = c->be;
   while (c->head) {
     sl_comm_req *h = c->head;
+    int last = h == r;
     c->head = h->next;
     if (!c->head) c->tail = NULL;
     h->next = NULL;
@@ -146,18 +164,24 @@ static void complete_through_locked(sl_comm *c, sl_comm_req *r, int status, cons
       c->broken = 1;
     }
     h->done = 1;
-    if (h == r) break;
+    if (h->detached) {
+      if (status != SL_COMM_OK && !b->failed[0]) snprintf(b->failed, sizeof b->failed, "%s", msg);
+      req_free(h);
+    }
+    if (last) break;
   }
   update_running_locked(c);
   pthread_cond_broadcast(&c->cv_done);
 }
 
 /* Queries the event of r (incomplete, in the FIFO); retires what finished.
+ * 1 when r was retired (a detached r is then freed: do not touch it), else 0.
  * c->mu held. */
-static void poll_locked(sl_comm *c, sl_comm_req *r) {
+static int poll_locked(sl_comm *c, sl_comm_req *r) {
   cudaError_t q = cudaEventQuery((cudaEvent_t)r->be);
   if (q == cudaSuccess) {
     complete_through_locked(c, r, SL_COMM_OK, "");
+    return 1;
   } else if (q != cudaErrorNotReady) {
     char msg[512];
     (void)cudaGetLastError();
@@ -165,7 +189,9 @@ static void poll_locked(sl_comm *c, sl_comm_req *r) {
              sl_coll_name((sl_coll_kind)r->op.kind), (unsigned long long)r->op.seq, (long long)r->op.count,
              sl_dtype_name(r->op.dt), c->name, c->size, cudaGetErrorString(q));
     complete_through_locked(c, c->tail, SL_COMM_ERR, msg);
+    return 1;
   }
+  return 0;
 }
 
 /* Aborts the NCCL communicator once (kernels of it return). */
@@ -188,9 +214,7 @@ static void *poller_main(void *arg) {
       pthread_mutex_unlock(&c->mu);
       return NULL;
     }
-    sl_comm_req *h = c->head;
-    poll_locked(c, h);
-    int progressed = h->done;
+    int progressed = poll_locked(c, c->head);
     pthread_mutex_unlock(&c->mu);
     if (progressed) {
       spins = 0;
@@ -411,14 +435,19 @@ static int nccl_issue(sl_comm *c, sl_comm_req *r) {
                              sl_coll_name((sl_coll_kind)op->kind), c->name, op->peer);
   cudaGetDevice(&prev);
   pthread_mutex_lock(&b->issue_mu);
+  char why[520] = "";
   pthread_mutex_lock(&c->mu);
   int broken = c->broken || __atomic_load_n(&b->aborted, __ATOMIC_SEQ_CST);
+  if (broken && b->failed[0]) {
+    snprintf(why, sizeof why, ": %s", b->failed);
+    b->failed_told = 1;
+  }
   pthread_mutex_unlock(&c->mu);
   if (broken) {
     pthread_mutex_unlock(&b->issue_mu);
-    return sl_comm_set_error("%s (%lld x %s) on comm %s (nccl) not run: the communicator failed earlier",
-                             sl_coll_name((sl_coll_kind)op->kind), (long long)op->count, sl_dtype_name(op->dt),
-                             c->name);
+    return sl_comm_set_error("%s (%lld x %s) on comm %s (nccl) not run: the communicator failed earlier%s",
+                             sl_coll_name((sl_coll_kind)op->kind), (long long)op->count, sl_dtype_name(op->dt), c->name,
+                             why);
   }
   if (prev != b->dev) CU(cudaSetDevice(b->dev));
   CU(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
@@ -458,6 +487,29 @@ fail:
 
 /* ---- completion -------------------------------------------------------------- */
 
+/* The waiting thread's own query of r's (complete) event: free on a device, and under the emulator
+ * what tells this thread's clock that r completed (the poller may have retired it). */
+static void observe(sl_comm_req *r) {
+  if (r->be && r->status == SL_COMM_OK && cudaEventQuery((cudaEvent_t)r->be) != cudaSuccess) (void)cudaGetLastError();
+}
+
+/* Ends the wait on a retired r: its status (an error message set), then frees it. host: the host
+ * waited (observe the event); 0: the stream did, and only its work may rely on r. */
+static int finish(sl_comm_req *r, int host) {
+  sl_comm *c = r->c;
+  nccl_be *b = c->be;
+  int st = r->status;
+  if (host) observe(r);
+  if (st != SL_COMM_OK) {
+    sl_comm_set_error("%s", r->err);
+    pthread_mutex_lock(&c->mu);
+    if (b->failed[0]) b->failed_told = 1;
+    pthread_mutex_unlock(&c->mu);
+  }
+  req_free(r);
+  return st;
+}
+
 static int nccl_wait(sl_comm_req *r) {
   sl_comm *c = r->c;
   uint64_t t0 = sl_comm_now_ns();
@@ -475,11 +527,36 @@ static int nccl_wait(sl_comm_req *r) {
     if (d) break;
     backoff(&spins);
   }
-  int st = r->status;
-  if (st != SL_COMM_OK) sl_comm_set_error("%s", r->err);
-  if (r->be) cudaEventDestroy((cudaEvent_t)r->be);
-  free(r);
-  return st;
+  return finish(r, 1);
+}
+
+/* The stream waits on r's completion event on the device; r is detached (freed by whoever retires
+ * it) unless it is already complete. A failed cudaStreamWaitEvent falls back to a host wait and
+ * reports the failure. */
+static int nccl_wait_stream(sl_comm_req *r, void *stream) {
+  sl_comm *c = r->c;
+  nccl_be *b = c->be;
+  int prev = -1;
+  cudaGetDevice(&prev);
+  if (prev != b->dev) cudaSetDevice(b->dev);
+  cudaError_t e = r->be ? cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)r->be, 0) : cudaSuccess;
+  if (prev >= 0 && prev != b->dev) cudaSetDevice(prev);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    char what[200];
+    snprintf(what, sizeof what, "%s #%llu on comm %s (nccl)", sl_coll_name((sl_coll_kind)r->op.kind),
+             (unsigned long long)r->op.seq, c->name);
+    int st = nccl_wait(r);
+    return st != SL_COMM_OK ? st
+                            : sl_comm_set_error("%s: cudaStreamWaitEvent failed (%s); waited on the host instead", what,
+                                                cudaGetErrorString(e));
+  }
+  pthread_mutex_lock(&c->mu);
+  c->stats.stream_waits++;
+  int done = r->done;
+  if (!done) r->detached = 1;
+  pthread_mutex_unlock(&c->mu);
+  return done ? finish(r, 0) : SL_COMM_OK;
 }
 
 static int nccl_test(sl_comm_req *r) {
@@ -488,6 +565,7 @@ static int nccl_test(sl_comm_req *r) {
   if (!r->done) poll_locked(c, r);
   int d = r->done;
   pthread_mutex_unlock(&c->mu);
+  if (d) observe(r);
   return d;
 }
 
@@ -579,6 +657,9 @@ static void nccl_destroy(sl_comm *c) {
   pthread_mutex_unlock(&c->mu);
   pthread_join(b->poller, NULL); /* drains the in-flight FIFO first */
   sl_comm_unregister(c);
+  if (b->failed[0] && !b->failed_told)
+    fprintf(stderr, "shardlm: %s (the device waited for it; no later call on comm %s reported it)\n", b->failed,
+            c->name);
   int prev = -1;
   cudaGetDevice(&prev);
   if (prev != b->dev) cudaSetDevice(b->dev);

@@ -136,10 +136,16 @@ struct sl_fsdp {
   int view_rc; /* a failed wait in sl_fsdp_view (it returns no status), reported by the next call */
 };
 
+/* Completes *r, a comm -> compute dependency: on a device backend ordered on the device
+ * (sl_comm_wait_stream on the compute stream: the host goes on). Sound because every later
+ * use of the request's buffers is either work on the compute stream or a collective issued later,
+ * which waits for the compute stream at issue (comm_nccl.c); the host reaches device memory only
+ * through the op table's copies on that stream, and frees through it (sync first). On the host:
+ * sl_comm_wait. f->wait_ns: the host time inside the call. */
 static int wait_req(sl_fsdp *f, sl_comm_req **r) {
   if (!*r) return SL_OK;
   uint64_t t0 = sl_now_ns();
-  int rc = sl_comm_wait(*r);
+  int rc = f->ops->is_device() ? sl_comm_wait_stream(*r, f->ops->stream(f->kctx)) : sl_comm_wait(*r);
   f->wait_ns += sl_now_ns() - t0;
   *r = NULL;
   if (rc != SL_COMM_OK) return sl_fail(SL_ECOMM, "fsdp: %s", sl_comm_last_error());
@@ -346,6 +352,7 @@ static void add_stats(sl_comm_stats *a, const sl_comm_stats *b) {
   }
   a->wait_ns += b->wait_ns;
   a->alltoall_ns += b->alltoall_ns;
+  a->stream_waits += b->stream_waits;
 }
 
 /* The shard (which 0) or replica (1) traffic of every group, each communicator counted once. */
@@ -723,9 +730,20 @@ int sl_fsdp_end_micro(sl_fsdp *f) {
   return SL_OK;
 }
 
+/* ZeRO-0 on a device: a kernel reading the reduced shard runs after the gradient all-gather, which
+ * writes the buffer around the shard in place (the race detector sees a kernel's pointer to the end
+ * of its allocation), not beside it. The host backends keep the overlap. */
+static void after_view(sl_fsdp *f, unit_t *U) {
+  if (f->cfg.zero != 0 || !f->ops->is_device()) return;
+  int rc = wait_req(f, &U->view_req);
+  if (rc && !f->view_rc) f->view_rc = rc;
+}
+
 void sl_fsdp_unit_sumsq(sl_fsdp *f, double *per_unit) {
-  for (int u = 0; u < f->nunits; u++)
+  for (int u = 0; u < f->nunits; u++) {
+    after_view(f, &f->units[u]);
     per_unit[u] = f->units[u].sl.numel ? f->ops->sumsq(f->kctx, f->units[u].acc, f->units[u].sl.shard) : 0.0;
+  }
 }
 
 /* The sum of one double per rank of group gi's shard group, in rank order,
@@ -841,7 +859,8 @@ int sl_fsdp_gather_view(sl_fsdp *f, int u, const float *view_values, float *full
 
 /* Adds unit u's counted ranges' sums of squares (this rank's shard) to *acc. */
 static void unit_part(sl_fsdp *f, int u, sl_fsdp_counted_fn counted, void *ctx, double *acc) {
-  const unit_t *U = &f->units[u];
+  unit_t *U = &f->units[u];
+  after_view(f, U);
   int64_t lo, hi, s0 = U->sl.offset, s1 = U->sl.offset + U->sl.shard;
   for (int i = 0; counted(ctx, u, i, &lo, &hi); i++) {
     if (lo < s0) lo = s0;

@@ -77,9 +77,18 @@ void sl_tp_devgroup_free(sl_tp_devgroup *d) {
   memset(d, 0, sizeof *d);
 }
 
+/* Completes a collective on device buffers: the compute stream waits for it on the device
+ * (sl_comm_wait_stream); the model reaches the buffers only through kernels on that stream, the op
+ * table's copies on it and collectives issued later (which wait for it at issue). */
+static int dev_done(sl_tp_devgroup *d, int issued, sl_comm_req **req, const char *what) {
+  if (issued != SL_COMM_OK || sl_comm_wait_stream(*req, d->ops->stream(d->k)) != SL_COMM_OK) return comm_fail(what);
+  return SL_OK;
+}
+
 static int dev_allreduce(void *user, float *buf, int64_t n, sl_tp_op op) {
   sl_tp_devgroup *d = user;
-  if (op == SL_TP_SUM) return tp_allreduce(d->dev, buf, n, op);
+  sl_comm_req *q = NULL;
+  if (op == SL_TP_SUM) return dev_done(d, sl_comm_allreduce(d->dev, buf, n, SL_F32, &q), &q, "all-reduce");
   float *h = sl_alloc((size_t)n * 4, "tensor-parallel max staging");
   if (!h) return SL_ENOMEM;
   d->ops->download(d->k, h, buf, (size_t)n * 4); /* returns once h is filled (kernels.h) */
@@ -90,11 +99,15 @@ static int dev_allreduce(void *user, float *buf, int64_t n, sl_tp_op op) {
 }
 
 static int dev_allgather(void *user, const float *in, float *out, int64_t n) {
-  return tp_allgather(((sl_tp_devgroup *)user)->dev, in, out, n);
+  sl_tp_devgroup *d = user;
+  sl_comm_req *q = NULL;
+  return dev_done(d, sl_comm_allgather(d->dev, in, out, n, SL_F32, &q), &q, "all-gather");
 }
 
 static int dev_reducescatter(void *user, const float *in, float *out, int64_t n) {
-  return tp_reducescatter(((sl_tp_devgroup *)user)->dev, in, out, n);
+  sl_tp_devgroup *d = user;
+  sl_comm_req *q = NULL;
+  return dev_done(d, sl_comm_reduce_scatter(d->dev, in, out, n, SL_F32, &q), &q, "reduce-scatter");
 }
 
 sl_tp_group sl_tp_group_over_device(sl_tp_devgroup *d) {

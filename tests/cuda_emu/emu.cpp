@@ -472,7 +472,6 @@ struct Hist {
 StreamObj g_legacy{kStreamMagic, 0, true, {}, {}, nullptr};
 std::vector<StreamObj *> g_streams{&g_legacy};
 int g_next_id = 1;
-std::vector<uint64_t> g_host;
 std::vector<Hist> g_hist;
 cudaError_t g_async = cudaSuccess; /* a queued kernel failed: the next sync says so */
 /* Held by every call that touches memory, streams or events: shard/comm_nccl.c's
@@ -480,6 +479,21 @@ cudaError_t g_async = cudaSuccess; /* a queued kernel failed: the next sync says
  * main thread queues work. */
 std::recursive_mutex g_mu;
 #define SL_EMU_LOCK std::lock_guard<std::recursive_mutex> sl_emu_lock_(sl_emu::g_mu)
+/* The host's clock is per thread: a synchronisation orders only what the same thread queues
+ * later. comm_nccl.c's poller queries events; with one host clock its queries would order the
+ * main thread's kernels after the collectives and hide a missing event wait. */
+struct HostClock {
+  std::vector<uint64_t> vc;
+  bool queues = false; /* listed in g_queuers: it queued work */
+  ~HostClock();
+};
+std::vector<HostClock *> g_queuers; /* prune's floor: the threads that queue work */
+thread_local HostClock t_host;
+HostClock::~HostClock() {
+  if (!queues) return;
+  SL_EMU_LOCK;
+  g_queuers.erase(std::remove(g_queuers.begin(), g_queuers.end(), this), g_queuers.end());
+}
 
 uint64_t at(const std::vector<uint64_t> &v, int i) { return (size_t)i < v.size() ? v[(size_t)i] : 0; }
 void merge(std::vector<uint64_t> &d, const std::vector<uint64_t> &s) {
@@ -670,10 +684,13 @@ template <class F> void drain(F done) {
 void drain_stream(StreamObj *S) {
   drain([S] { return S->q.empty(); });
 }
-/* Drops what every op to come happens after: covered by the host's clock and by
- * the host clock every queued op was enqueued with. */
+/* Drops what every op to come happens after: covered by the clock of every thread
+ * that queues work and by the host clock every queued op was enqueued with. */
 void prune() {
-  std::vector<uint64_t> floor = g_host;
+  if (g_queuers.empty()) return;
+  std::vector<uint64_t> floor = g_queuers[0]->vc;
+  for (const HostClock *h : g_queuers)
+    for (size_t i = 0; i < floor.size(); i++) floor[i] = std::min(floor[i], at(h->vc, (int)i));
   for (const StreamObj *S : g_streams)
     for (const Op &op : S->q)
       for (size_t i = 0; i < floor.size(); i++) floor[i] = std::min(floor[i], at(op.host, (int)i));
@@ -682,10 +699,10 @@ void prune() {
     if (h.clock > at(floor, h.stream)) g_hist[k++] = h;
   g_hist.resize(k);
 }
-/* The host saw r complete: whatever it queues later happens after r. */
+/* This thread saw r complete: whatever it queues later happens after r. */
 void host_knows(const RecP &r) {
   if (!r) return;
-  merge(g_host, r->vc);
+  merge(t_host.vc, r->vc);
   prune();
 }
 cudaError_t synced() {
@@ -700,7 +717,11 @@ RecP push(StreamObj *S, Op op) {
   } else if (S->blocking && g_legacy.last) {
     op.deps.push_back(g_legacy.last);
   }
-  op.host = g_host;
+  if (!t_host.queues) {
+    t_host.queues = true;
+    g_queuers.push_back(&t_host);
+  }
+  op.host = t_host.vc;
   op.rec = std::make_shared<Rec>();
   RecP r = op.rec;
   S->last = r;
@@ -959,10 +980,19 @@ static sl_emu::Timer *timer(cudaEvent_t e) {
   sl_emu::Timer *t = (sl_emu::Timer *)e;
   return t && t->magic == sl_emu::kEventMagic ? t : nullptr;
 }
+/* SL_EMU_PLANT=no-stream-wait: waits of blocking streams (the compute stream; comm streams are
+ * non-blocking) are dropped, a planted missing wait for the race detector's negative control */
+static bool plant_no_stream_wait(cudaStream_t s) {
+  static const bool on = [] {
+    const char *v = getenv("SL_EMU_PLANT");
+    return v && !strcmp(v, "no-stream-wait");
+  }();
+  return on && sl_emu::stream_of(s)->blocking;
+}
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
   SL_EMU_LOCK;
   if (bad_stream(s) || !timer(e)) return set_error(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent");
-  if (!timer(e)->rec) return cudaSuccess; /* never recorded: nothing to wait for */
+  if (!timer(e)->rec || plant_no_stream_wait(s)) return cudaSuccess; /* never recorded: nothing to wait for */
   sl_emu::push(sl_emu::stream_of(s), {"cudaStreamWaitEvent", "", 0, {}, nullptr, {timer(e)->rec}, {}, nullptr});
   return cudaSuccess;
 }

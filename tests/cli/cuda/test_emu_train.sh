@@ -11,7 +11,10 @@
 # NCCL stand-in (tests/cuda_emu/nccl.cpp): ZeRO-1 and ZeRO-3 at 2 ranks and
 # hybrid sharding (4 ranks, shard groups of 2) against the CPU backend at the
 # same layout; bf16 gathers and reductions at 2 ranks. Streams run deferred
-# with the race detector on; one run repeats under another SL_EMU_SEED.
+# with the race detector on; one run repeats under another SL_EMU_SEED. fsdp's
+# comm -> compute waits are device-side (sl_comm_wait_stream): the summary
+# counts them, and with the emulator dropping the compute stream's event
+# waits (SL_EMU_PLANT=no-stream-wait) the run aborts with a race report.
 source "${SL_SRC:?}/tests/lib/run.sh" emu_train mpi numpy
 E=$SL_BUILD/shardlm_emu
 [ -x "$E" ] || skip "$E is not built (no C++ compiler)"
@@ -66,8 +69,20 @@ run emub_qwen3 1 "$E" qwen3 --backend cuda --zero 0 --compute-dtype bf16 && chec
 # 2 ranks over the NCCL stand-in: ZeRO-1 and ZeRO-3 against the CPU backend
 # at the same layout, ZeRO-3 = ZeRO-0 on the device; hybrid sharding at 4
 # ranks (shard groups of 2: the device comms of both groups)
-run c2z3 2 "$B" llama --backend cpu --zero 3
-for z in 0 1 3; do run e2z$z 2 "$E" llama --backend cuda --zero $z; done
+run c2z3 2 "$B" llama --backend cpu --zero 3 --summary true
+for z in 0 1; do run e2z$z 2 "$E" llama --backend cuda --zero $z; done
+run e2z3 2 "$E" llama --backend cuda --zero 3 --summary true
+# the device-side waits: counted on every rank of the device run, no such line on the CPU
+n=$(grep -cE "device-side waits [1-9][0-9]* " "$W/e2z3.log")
+if [ "$n" = 2 ] && ! grep -q "device-side waits" "$W/c2z3.log"; then ok "device-side waits on both ranks, none on the CPU"
+else bad "device-side waits: $n rank lines (want 2)"; grep -E "device-side|blocked" "$W/e2z3.log" "$W/c2z3.log"; fi
+grep -m 1 "device-side waits" "$W/e2z3.log" | sed 's/^/     /'
+# negative control: the compute stream's event waits dropped, a gathered buffer is read unordered
+SL_EMU_PLANT=no-stream-wait $MPI -np 2 "$E" train $A --model "$W/llama" --out-dir "$W/plant" --backend cuda --zero 3 \
+  > "$W/plant.log" 2>&1
+if [ $? -ne 0 ] && grep -q "cuda-emu: race on device bytes .*nccl" "$W/plant.log"; then ok "planted missing wait: race"
+else bad "planted missing wait not reported"; tail -5 "$W/plant.log"; fi
+grep -m 1 -o "cuda-emu: race on device bytes .\{0,160\}" "$W/plant.log" | sed 's/^/     /'
 check e2z1 c2z3 --rtol 1e-4 --loss-only
 check e2z3 c2z3 --rtol 1e-4 --loss-only
 check e2z3 e2z0 --exact

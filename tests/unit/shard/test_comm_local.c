@@ -6,7 +6,8 @@
  * broadcast / barrier call it never, an all-to-all copies its one block
  * from and to the displacements, send/recv is refused, a split is a
  * local comm with the same copy, a failing copy fails the collective with
- * its message, byte counters stay 0 while calls are counted. */
+ * its message, byte counters stay 0 while calls are counted, and
+ * sl_comm_wait_stream is sl_comm_wait there (no device-side wait counted). */
 #include <stdio.h>
 #include <string.h>
 
@@ -65,12 +66,16 @@ int main(void) {
         "alltoall: one copy of its block, at the displacements");
   check(sl_comm_send(c, a, 7, SL_F32, 0, 1, &q) != SL_COMM_OK && strstr(sl_comm_last_error(), "not supported"),
         "send refused");
+  for (int i = 0; i < 7; i++) b[i] = -1;
+  check(sl_comm_allgather(c, a, b, 7, SL_F32, &q) == SL_COMM_OK && sl_comm_wait_stream(q, NULL) == SL_COMM_OK &&
+            !memcmp(a, b, sizeof a) && sl_comm_wait_stream(NULL, NULL) != SL_COMM_OK,
+        "wait_stream: completes like wait; a NULL request refused");
   sl_comm_stats st;
   sl_comm_get_stats(c, &st);
   uint64_t bytes = 0;
   for (int k = 0; k < SL_COLL_NKINDS; k++) bytes += st.bytes[k];
-  check(st.calls[SL_COLL_ALLGATHER] == 2 && st.calls[SL_COLL_REDUCE_SCATTER] == 2 && bytes == 0,
-        "counters: calls counted, 0 bytes on the wire");
+  check(st.calls[SL_COLL_ALLGATHER] == 3 && st.calls[SL_COLL_REDUCE_SCATTER] == 2 && bytes == 0 && !st.stream_waits,
+        "counters: calls counted, 0 bytes on the wire, no device-side waits");
   check(sl_comm_split(c, 0, 0, &s) == SL_COMM_OK && s && sl_comm_size(s) == 1, "split");
   if (s) {
     r.fail = 1;
