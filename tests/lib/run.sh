@@ -29,6 +29,13 @@
 #                        tiny_model "$W/m" llama '"num_hidden_layers": 1'
 #   tiny_data DIR [BYTES]  `shardlm prepare` of the repository's corpus (its
 #                        first BYTES) into DIR
+#   arch_run ARCH NAME WORLD MICRO ACCUM [FLAGS]  the parity tests' run:
+#                        `shardlm train` of $W/ARCH on $W/data (ARCH_STEPS
+#                        steps, default 6; sequential order, seq 16, lr 1e-3,
+#                        clip 0.5, 1 thread) into $W/ARCH-NAME, saved to
+#                        $W/ARCH-NAME/model; a failure counts and shows the log
+#   arch_check ARCH A B [COMPARE FLAGS]  $CMP of $W/ARCH-A against $W/ARCH-B,
+#                        counted
 set -u
 SL_NAME=$1
 shift
@@ -46,6 +53,25 @@ fail=0
 ok() { pass=$((pass + 1)); echo "ok   $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL $*"; }
 skip() { echo "skipped: $*"; exit 77; }
+arch_run() {
+  local arch=$1 name=$2 np=$3 mb=$4 ga=$5
+  shift 5
+  $MPI -np "$np" "$B" train --model "$W/$arch" --data "$W/data" --data-order sequential \
+    --steps "${ARCH_STEPS:-6}" --seq-len 16 --lr 1e-3 --warmup 3 --clip 0.5 --weight-decay 0.1 --threads 1 \
+    --summary false --plot false --log-every 100 --micro-batch "$mb" --grad-accum "$ga" \
+    --out-dir "$W/$arch-$name" --save "$W/$arch-$name/model" "$@" > "$W/$arch-$name.log" 2>&1
+  local rc=$?
+  if [ $rc -ne 0 ]; then
+    bad "run $arch $name (exit $rc)"
+    tail -5 "$W/$arch-$name.log"
+    return 1
+  fi
+}
+arch_check() {
+  local arch=$1 a=$2 b=$3
+  shift 3
+  if $CMP "$W/$arch-$a" "$W/$arch-$b" "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+}
 finish() {
   echo "$pass passed, $fail failed"
   [ "$fail" -eq 0 ]

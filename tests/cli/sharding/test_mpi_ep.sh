@@ -39,21 +39,8 @@ tiny_model "$W/qwen3moe" llama '"architectures": ["Qwen3MoeForCausalLM"], "model
  "head_dim": 12, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "norm_topk_prob": true'
 tiny_model "$W/llama" llama '"num_hidden_layers": 2'
 tiny_data "$W/data"
-run() { # arch name world micro accum [flags...]
-  local arch=$1 name=$2 np=$3 mb=$4 ga=$5; shift 5
-  $MPI -np "$np" "$B" train --model "$W/$arch" --data "$W/data" --data-order sequential \
-     --steps 6 --seq-len 16 --lr 1e-3 --warmup 3 --clip 0.5 --weight-decay 0.1 --threads 1 \
-     --summary false --plot false --log-every 100 --micro-batch "$mb" --grad-accum "$ga" \
-     --out-dir "$W/$arch-$name" --save "$W/$arch-$name/model" "$@" > "$W/$arch-$name.log" 2>&1
-  local rc=$?
-  if [ $rc -ne 0 ]; then
-    bad "run $arch $name (exit $rc)"; tail -5 "$W/$arch-$name.log"; return 1
-  fi
-}
-check() { # arch a b [compare flags]
-  local arch=$1 a=$2 b=$3; shift 3
-  if $CMP "$W/$arch-$a" "$W/$arch-$b" "$@"; then pass=$((pass+1)); else fail=$((fail+1)); fi
-}
+run() { arch_run "$@"; }     # arch name world micro accum [flags...] (tests/lib/run.sh)
+check() { arch_check "$@"; } # arch a b [compare flags]
 run mixtral base 1 3 4 --zero 0
 run mixtral ep1 4 3 1 --zero 3 && check mixtral ep1 base --rtol 1e-5 --wtol 1e-5
 for e in 2 4; do run mixtral ep$e 4 3 1 --zero 3 --ep $e && check mixtral ep$e base --rtol 1e-5 --wtol 1e-5; done

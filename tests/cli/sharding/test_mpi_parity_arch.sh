@@ -50,21 +50,9 @@ tiny_model "$W/mamba_ub" mamba '"num_hidden_layers": 2, "conv_kernel": 3, "time_
 tiny_model "$W/falcon" mamba '"architectures": ["FalconMambaForCausalLM"], "model_type": "falcon_mamba",
  "num_hidden_layers": 2, "tie_word_embeddings": false, "mixer_rms_eps": 1e-5'
 tiny_data "$W/data"
-run() { # arch name world micro accum [flags...]
-  local arch=$1 name=$2 np=$3 mb=$4 ga=$5; shift 5
-  $MPI -np "$np" "$B" train --model "$W/$arch" --data "$W/data" --data-order sequential \
-     --steps 12 --seq-len 16 --lr 1e-3 --warmup 3 --clip 0.5 --weight-decay 0.1 --threads 1 \
-     --summary false --plot false --log-every 100 --micro-batch "$mb" --grad-accum "$ga" \
-     --out-dir "$W/$arch-$name" --save "$W/$arch-$name/model" "$@" > "$W/$arch-$name.log" 2>&1
-  local rc=$?
-  if [ $rc -ne 0 ]; then
-    bad "run $arch $name (exit $rc)"; tail -5 "$W/$arch-$name.log"; return 1
-  fi
-}
-check() { # arch a b [compare flags]
-  local arch=$1 a=$2 b=$3; shift 3
-  if $CMP "$W/$arch-$a" "$W/$arch-$b" "$@"; then pass=$((pass+1)); else fail=$((fail+1)); fi
-}
+ARCH_STEPS=12
+run() { arch_run "$@"; }     # arch name world micro accum [flags...] (tests/lib/run.sh)
+check() { arch_check "$@"; } # arch a b [compare flags]
 # Qwen2's k_proj biases: their gradient is nearly zero (exactly zero without RoPE: softmax ignores
 # a constant per query), so AdamW's normalised step carries their summation-order noise. Their relative L2
 # between layouts measured up to 4.4e-05 (DP 2 and 3, TP 2 and 4; 3 steps; SkylakeX, Haswell at 1
