@@ -261,7 +261,8 @@ void sl_trainer_free(trainer *t) {
 }
 
 /* --doc-attention-mask: models that declare it (sl_model_caps doc_mask); resolves --eod-id.
- * Also --compute-dtype bf16: models that declare it (sl_model_caps bf16). */
+ * Also --compute-dtype bf16: models that declare it (sl_model_caps bf16),
+ * and --residual-dtype bf16 (bf16 compute, sl_model_caps bf16_stream). */
 static int doc_mask_check(trainer *t) {
   sl_train_cfg *c = &t->cfg;
   sl_model_caps caps;
@@ -269,6 +270,12 @@ static int doc_mask_check(trainer *t) {
   if (rc) return rc;
   if (sl_train_cfg_compute_bf16(c, t->dev) && !caps.bf16)
     return sl_fail(SL_EINPUT, "--compute-dtype bf16: not supported for %s yet (no bf16 reference checks it); use fp32",
+                   t->mcfg.arch_name);
+  if (!strcmp(c->residual_dtype, "bf16") && !sl_train_cfg_compute_bf16(c, t->dev))
+    return sl_fail(SL_EINPUT, "--residual-dtype bf16 needs --compute-dtype bf16 (found %s)", c->compute_dtype);
+  if (!strcmp(c->residual_dtype, "bf16") && !caps.bf16_stream)
+    return sl_fail(SL_EINPUT,
+                   "--residual-dtype bf16: %s keeps its residual stream in fp32 (residual_in_fp32); use auto or fp32",
                    t->mcfg.arch_name);
   if (!c->doc_attention_mask) return SL_OK;
   if (!caps.doc_mask)
@@ -443,7 +450,8 @@ static int setup_model(trainer *t, int ac) {
                                t->par.pplan ? t->par.pplan->nunits : 0,
                                pm->axis[SL_AXIS_EP].coord,
                                pm->axis[SL_AXIS_EP].size,
-                               sl_train_cfg_compute_bf16(c, t->dev) && !sl_env_bool("SL_ACT_FP32")};
+                               sl_train_cfg_compute_bf16(c, t->dev) && !sl_env_bool("SL_ACT_FP32"),
+                               sl_train_cfg_residual_bf16(c, t->dev)};
   if ((rc = sl_model_create_layout(&t->mcfg, t->ops, t->k, c->micro_batch, c->seq_len, (sl_actckpt)ac, &lay, &t->m)))
     return rc;
   if ((rc = sl_epar_init(&t->par.ep, pm, t->ops, t->k))) return rc;

@@ -98,6 +98,10 @@ static const key_t_ KEYS[] = {
     S("compute-dtype", compute_dtype, "auto",
       "fp32 | bf16 (GEMM operands, activations and their gradients rounded to bf16, fp32 accumulation; implies "
       "--param-dtype bf16 unless given) | auto (fp32 for now; docs/bf16.md)"),
+    S("residual-dtype", residual_dtype, "auto",
+      "the residual stream (block inputs and sums) under bf16 compute: bf16 (rounded and stored in bf16, as a "
+      "bf16 model in PyTorch) | fp32 (Megatron's --fp32-residual-connection) | auto (the compute dtype; Mamba: "
+      "fp32, its residual_in_fp32)"),
     I("tp", tp, "1",
       "tensor-parallel degree T (Megatron; every architecture): T consecutive ranks share each layer; data parallel over "
       "world / T"),
@@ -313,6 +317,8 @@ int sl_train_cfg_parse_args(sl_train_cfg *c, int argc, char **argv) {
     return sl_fail(SL_EINPUT, "--resume needs --ckpt-dir DIR (the directory whose newest checkpoint to continue)");
   if (strcmp(c->compute_dtype, "auto") && strcmp(c->compute_dtype, "fp32") && strcmp(c->compute_dtype, "bf16"))
     return sl_fail(SL_EINPUT, "--compute-dtype must be fp32, bf16 or auto, found '%s'", c->compute_dtype);
+  if (strcmp(c->residual_dtype, "auto") && strcmp(c->residual_dtype, "fp32") && strcmp(c->residual_dtype, "bf16"))
+    return sl_fail(SL_EINPUT, "--residual-dtype must be fp32, bf16 or auto, found '%s'", c->residual_dtype);
   if (!strcmp(c->compute_dtype, "bf16") && !c->param_dtype_given) /* a bf16 engine gathers bf16 weights */
     snprintf(c->param_dtype, sizeof c->param_dtype, "bf16");
   return SL_OK;
@@ -323,6 +329,10 @@ int sl_train_cfg_set(sl_train_cfg *c, const char *name, const char *value) {
   if (!k) return sl_fail(SL_EINTERNAL, "--%s is not a setting of shardlm train", name);
   if (!value) return sl_fail(SL_EINPUT, "flag --%s needs a value", name);
   return set_key(c, k, value, "command line");
+}
+
+int sl_train_cfg_residual_bf16(const sl_train_cfg *c, int device) {
+  return sl_train_cfg_compute_bf16(c, device) && strcmp(c->residual_dtype, "fp32");
 }
 
 int sl_train_cfg_compute_bf16(const sl_train_cfg *c, int device) {

@@ -61,6 +61,7 @@ typedef struct {
   int skip_memory_check;  /* start even when the predicted peak does not fit */
   int allow_long_context; /* --seq-len may exceed max_position_embeddings */
   char compute_dtype[8];  /* fp32 | bf16 | auto (docs/bf16.md) */
+  char residual_dtype[8]; /* fp32 | bf16 | auto (docs/bf16.md "The residual stream") */
   int param_dtype_given;  /* --param-dtype set by a flag or --config (not a key) */
   int64_t tp;             /* tensor-parallel degree T (1: none) */
   int sequence_parallel;  /* --sequence-parallel: with tp > 1, norms and residual on N/T tokens per rank */
@@ -93,6 +94,10 @@ int sl_train_cfg_set(sl_train_cfg *c, const char *name, const char *value);
 /* 1 when the run computes in bf16 (--compute-dtype, `auto` resolved for a
  * device backend or the CPU); the trainer sets its kernel context so. */
 int sl_train_cfg_compute_bf16(const sl_train_cfg *c, int device);
+/* 1 when it computes in bf16 and --residual-dtype is not fp32: the models
+ * that follow it (sl_block_kind bf16_acts) round and store the residual
+ * stream in bf16 (sl_model_layout res_bf16). */
+int sl_train_cfg_residual_bf16(const sl_train_cfg *c, int device);
 /* Prints every key with its default and help. */
 void sl_train_cfg_usage(FILE *f);
 /* A canonical text of the settings that must agree across ranks. */

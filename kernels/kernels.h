@@ -149,6 +149,9 @@ typedef struct sl_ops {
   /* bf16 (uint16_t, round to nearest even) <-> fp32 */
   void (*f32_to_bf16)(sl_kctx *, uint16_t *out, const float *in, int64_t n);
   void (*bf16_to_f32)(sl_kctx *, float *out, const uint16_t *in, int64_t n);
+  /* x rounded to bf16 in place (nearest even; what f32_to_bf16 then
+   * bf16_to_f32 gives): a bf16 residual stream (models/decoder.h) */
+  void (*round_bf16)(sl_kctx *, float *x, int64_t n);
 
   /* ---- Mamba (v1) ------------------------------------------------------
    * D = d_inner channels, S = state size, K = conv kernel width.
@@ -336,14 +339,15 @@ enum { SL_COMPUTE_FP32 = 0, SL_COMPUTE_BF16 = 1 }; /* ctx_set_compute values */
   X(ctx_scratch_bytes)                                                                                                 \
   X(embedding_fwd)                                                                                                     \
   X(embedding_bwd)                                                                                                     \
-  X(rmsnorm_fwd) X(rmsnorm_bwd) X(linear_fwd) X(linear_bwd) X(rope_fwd) X(rope_bwd) X(attention_fwd) X(attention_bwd)  \
-      X(swiglu_fwd) X(swiglu_bwd) X(geglu_fwd) X(geglu_bwd) X(add_inplace) X(scale_add) X(softcap) X(lmhead_ce_fwd)    \
-          X(lmhead_ce_bwd) X(adamw) X(sumsq) X(f32_to_bf16) X(bf16_to_f32) X(conv1d_fwd) X(conv1d_bwd) X(silu_fwd)     \
+  X(rmsnorm_fwd)                                                                                                       \
+  X(rmsnorm_bwd) X(linear_fwd) X(linear_bwd) X(rope_fwd) X(rope_bwd) X(attention_fwd) X(attention_bwd) X(swiglu_fwd)   \
+      X(swiglu_bwd) X(geglu_fwd) X(geglu_bwd) X(add_inplace) X(scale_add) X(softcap) X(lmhead_ce_fwd) X(lmhead_ce_bwd) \
+          X(adamw) X(sumsq) X(f32_to_bf16) X(bf16_to_f32) X(round_bf16) X(conv1d_fwd) X(conv1d_bwd) X(silu_fwd)        \
               X(silu_bwd) X(gate_fwd) X(gate_bwd) X(scan_fwd) X(scan_bwd) X(alloc) X(free) X(zero) X(copy) X(upload)   \
                   X(download) X(sum) X(sync) X(is_device) X(stream) X(mem_info) X(vocab_embedding_fwd)                 \
                       X(vocab_embedding_bwd) X(lmhead_vp_fwd) X(lmhead_vp_rescale) X(lmhead_vp_loss) X(lmhead_vp_bwd)  \
-                          X(moe_route_fwd) X(moe_route_bwd) X(moe_permute_fwd) X(moe_permute_bwd)   \
-                              X(moe_combine_fwd) X(moe_combine_bwd) X(ctx_set_compute)
+                          X(moe_route_fwd) X(moe_route_bwd) X(moe_permute_fwd) X(moe_permute_bwd) X(moe_combine_fwd)   \
+                              X(moe_combine_bwd) X(ctx_set_compute)
 #define SL_OPS_COUNT_ONE_(f) +1
 enum { SL_OPS_COUNT = 0 SL_OPS_LIST(SL_OPS_COUNT_ONE_) }; /* op fields of sl_ops */
 

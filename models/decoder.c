@@ -122,7 +122,7 @@ static int alloc_live(sl_model *m, void *la) {
 /* Layer l's kept buffers in set `set`: its own, or under bf16 storage the live ones and a packed copy. */
 static int alloc_kept(sl_model *m, int set, int64_t l, void *la) {
   sl_decoder *d = sl_dec(m);
-  if (!m->act_bf16 || d->live_off) return d->kind->alloc_layer(m, la, 0, d->shared);
+  if (!m->act_bf16 || d->live_off || !m->caps.bf16_stream) return d->kind->alloc_layer(m, la, 0, d->shared);
   if (!d->live_la) {
     int rc = alloc_live(m, la);
     if (rc || d->live_off) return rc;
@@ -136,6 +136,57 @@ static int alloc_kept(sl_model *m, int set, int64_t l, void *la) {
   return (d->packs[(int64_t)set * d->L + l] = sl_model_buf(m, d->pack_floats, SL_ARENA_ACTS)) ? SL_OK : SL_ENOMEM;
 }
 
+/* The streams of a bf16 residual under bf16 storage (d->slive_of, before set 0's streams). */
+static int stream_live(sl_model *m) {
+  sl_decoder *d = sl_dec(m);
+  if (!m->act_bf16 || !m->res_bf16 || d->slive_of) return SL_OK;
+  if (!(d->slive_of = calloc((size_t)(d->L + 1), sizeof *d->slive_of))) return sl_fail(SL_ENOMEM, "out of memory");
+  for (int64_t s = 0; s < d->L; s++) {
+    if (!sl_model_is_local(m, (int)s) || !sl_model_is_local(m, (int)s + 1)) continue; /* a boundary: per set */
+    float **b = &d->slive[s & 1];
+    if (!*b && !(*b = sl_model_buf(m, d->n * d->C, SL_ARENA_WORKSPACE))) return SL_ENOMEM;
+    d->slive_of[s] = *b;
+  }
+  return SL_OK;
+}
+
+/* Set `set`'s packed copies of the streams that live in slive. */
+static int stream_packs(sl_model *m, int set) {
+  sl_decoder *d = sl_dec(m);
+  if (!d->slive_of) return SL_OK;
+  int64_t S = d->L + 1;
+  float **pk = realloc(d->spk, sizeof *pk * (size_t)((set + 1) * S));
+  if (!pk) return sl_fail(SL_ENOMEM, "out of memory");
+  memset(pk + set * S, 0, sizeof *pk * (size_t)S);
+  d->spk = pk, d->nspk_sets = set + 1;
+  for (int64_t s = 0; s < S; s++)
+    if (d->slive_of[s] && !(pk[set * S + s] = sl_model_buf(m, (d->n * d->C + 1) / 2, SL_ARENA_ACTS))) return SL_ENOMEM;
+  return SL_OK;
+}
+
+/* Stream s of the selected set into its packed copy (dir 1) or back into
+ * its live buffer (dir -1); nothing for a stream kept per set. */
+static void stream_pack(sl_model *m, int64_t s, int dir) {
+  const sl_decoder *d = sl_dec(m);
+  if (!d->slive_of || !d->slive_of[s]) return;
+  uint16_t *h = (uint16_t *)d->spk[(int64_t)m->act * (d->L + 1) + s];
+  if (dir > 0) m->ops->f32_to_bf16(m->k, h, d->slive_of[s], d->n * d->C);
+  else m->ops->bf16_to_f32(m->k, d->slive_of[s], h, d->n * d->C);
+}
+
+/* A unit's output into the stream: rounded to bf16 under a bf16 residual, packed when it lives in slive. */
+static void stream_out(sl_model *m, int64_t s) {
+  sl_decoder *d = sl_dec(m);
+  if (m->res_bf16) m->ops->round_bf16(m->k, d->stream[s], d->n * d->C);
+  stream_pack(m, s, 1);
+}
+
+/* Before block l's recompute / backward (or a half of it): its kept tensors and its input. */
+static void block_unpack(sl_model *m, int64_t l) {
+  act_pack(m, l, -1);
+  stream_pack(m, l, -1);
+}
+
 /* ---- units --------------------------------------------------------------------- */
 static int dec_fwd(sl_model *m, int u, const float *flat) {
   sl_decoder *d = sl_dec(m);
@@ -145,11 +196,13 @@ static int dec_fwd(sl_model *m, int u, const float *flat) {
     if (d->vp) rc = sl_vp_embedding_fwd(m, &d->vs, d->stream[0], flat, d->N, d->C, d->sp ? d->dln : NULL);
     else m->ops->embedding_fwd(m->k, d->stream[0], m->tokens, flat, d->N, d->C);
     if (!rc && d->embed_scale > 0) m->ops->scale_add(m->k, d->stream[0], d->embed_scale, 0.0f, d->n * d->C);
+    if (!rc) stream_out(m, 0);
     return rc;
   }
   if (u <= d->L) {
     int rc = d->kind->fwd(m, u - 1, flat, d->stream[u - 1], sl_dec_layer(m, u - 1), d->stream[u]);
     if (!rc) act_pack(m, u - 1, 1);
+    if (!rc) stream_out(m, u);
     return rc;
   }
   int rc = d->kind->loss_term ? d->kind->loss_term(m) : SL_OK;
@@ -173,7 +226,7 @@ static int dec_bwd(sl_model *m, int u, const float *flat, float *grads) {
   if (u == d->L + 1) return sl_lm_head_vp_bwd(m, d->hv, flat, grads, d->stream[d->L], d->dres, d->dln);
   if (u == 0 && d->embed_scale > 0) m->ops->scale_add(m->k, d->dres, d->embed_scale, 0.0f, d->n * d->C);
   if (u == 0) return embedding_bwd(m, grads, d->dres);
-  act_pack(m, u - 1, -1);
+  block_unpack(m, u - 1);
   int rc = d->kind->recompute(m, u - 1, flat);
   return rc ? rc : d->kind->bwd(m, u - 1, flat, grads);
 }
@@ -223,6 +276,8 @@ static void dec_destroy(sl_model *m) {
   free(d->live.r);
   free(d->live_la);
   free(d->packs);
+  free(d->slive_of);
+  free(d->spk);
   free(d->hvp);
   free(d);
   m->priv = NULL;
@@ -235,8 +290,10 @@ static void dec_destroy(sl_model *m) {
 static int dec_alloc_acts(sl_model *m, int set) {
   sl_decoder *d = sl_dec(m);
   const sl_block_kind *kd = d->kind;
-  sl_act_set *a = sl_act_set_new(m, &d->sets, &d->nsets, set, d->L, d->C, kd->layer_size);
-  if (!a) return sl_fail(SL_ENOMEM, "out of memory");
+  int rc = stream_live(m);
+  if (rc) return rc;
+  sl_act_set *a = sl_act_set_new(m, &d->sets, &d->nsets, set, d->L, d->C, kd->layer_size, d->slive_of);
+  if (!a || stream_packs(m, set)) return sl_fail(SL_ENOMEM, "out of memory");
   if (set == 0 && m->ac != SL_AC_NONE) {
     if (!(d->shared = calloc(1, kd->layer_size))) return sl_fail(SL_ENOMEM, "out of memory");
     if (kd->alloc_layer(m, d->shared, 1, NULL)) return SL_ENOMEM;
@@ -253,8 +310,8 @@ static int dec_alloc_acts(sl_model *m, int set) {
     a->head.w1 = d->w1;
     return SL_OK;
   }
-  int rc = sl_lm_head_vp_set_init(m, &d->hvp, &d->hv, d->nsets, set, &a->head, &d->vs, d->C, d->eps, d->tied,
-                                  (int)d->L + 1, d->sp);
+  rc = sl_lm_head_vp_set_init(m, &d->hvp, &d->hv, d->nsets, set, &a->head, &d->vs, d->C, d->eps, d->tied, (int)d->L + 1,
+                              d->sp);
   if (!rc) { /* the loss-parallel head's own copy */
     d->hvp[set].h.softcap = a->head.softcap = d->final_softcap;
     d->hvp[set].h.w1 = a->head.w1 = d->w1;
@@ -295,7 +352,7 @@ static int dec_bwd_input(sl_model *m, int u, const float *flat, float *stash, fl
   if (u == d->L + 1 && d->vp) /* models/lmhead_split.c */
     return sl_lm_head_vp_bwd_input(m, d->hv, flat, d->stream[d->L], d->dres, d->dln, stash, tied);
   if (u == d->L + 1) return sl_lm_head_bwd_input(m, &d->head, flat, d->stream[d->L], d->dres, d->dln, stash, tied);
-  act_pack(m, u - 1, -1);
+  block_unpack(m, u - 1);
   int rc = d->kind->recompute(m, u - 1, flat);
   return rc ? rc : d->kind->bwd_input(m, u - 1, flat, stash);
 }
@@ -306,7 +363,7 @@ static int dec_bwd_weight(sl_model *m, int u, const float *flat, float *grads, c
   if (u == d->L + 1 && d->vp) return sl_lm_head_vp_bwd_weight(m, d->hv, flat, grads, d->stream[d->L], stash);
   if (u == d->L + 1) return sl_lm_head_bwd_weight(m, &d->head, flat, grads, d->stream[d->L], stash);
   /* again: what the input half recomputed lives in shared buffers, since overwritten (and so may the live ones) */
-  act_pack(m, u - 1, -1);
+  block_unpack(m, u - 1);
   int rc = d->kind->recompute(m, u - 1, flat);
   return rc ? rc : d->kind->bwd_weight(m, u - 1, flat, grads, stash);
 }
@@ -393,6 +450,7 @@ int sl_decoder_create(sl_model *m, const sl_block_kind *kind) {
   m->priv = d;
   d->vt = dec_vt;
   kind->caps(c, &m->caps);
+  m->res_bf16 &= m->caps.bf16_stream;        /* Mamba: fp32 (its residual_in_fp32) */
   if (!kind->bwd_input || !m->caps.zb_split) /* no split (for this config) */
     d->vt.stash_numel = NULL, d->vt.bwd_input = NULL, d->vt.bwd_weight = NULL;
   m->vt = &d->vt;

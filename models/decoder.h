@@ -137,6 +137,15 @@ struct sl_decoder {
   int64_t pack_floats; /* one layer's packed copy */
   float **packs;       /* (npack_sets * L) each local layer's packed copy per set */
   int npack_sets;
+  /* a bf16 residual stream (m->res_bf16) under bf16 storage: stream[s]
+   * between two local units (s < L) lives in slive[s & 1] (workspace,
+   * shared by every set) and each set keeps it packed in bf16 (spk), made
+   * after unit s's forward and unpacked before block s's recompute /
+   * backward; stream[L] and a pipeline boundary's stay per set, fp32 */
+  float *slive[2];
+  float **slive_of; /* (L+1) slive[s & 1] for a packed stream s, else NULL (NULL: none packed) */
+  float **spk;      /* (nspk_sets * (L+1)) set's packed stream s */
+  int nspk_sets;
   /* backward scratch (workspace), shared by every unit */
   float *dres; /* (N, C) gradient of the residual stream (n rows used) */
   float *dln;  /* (N, C) */

@@ -178,6 +178,7 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   if ((rc = sl_dec_row_parallel_sum(m, dln, ao))) return rc;
   if (p->gemma) post_norm(m, p, a->xmid, a->rstd3, ao, w.lnpa, 1, x);
   else o->add_inplace(k, a->xmid, x, n * C);
+  if (m->res_bf16) o->round_bf16(k, a->xmid, n * C); /* a bf16 residual stream (the block output: models/decoder.c) */
   if ((rc = sl_dec_norm_gathered(m, a->ln2, a->rstd2, a->xmid, sl_llama_norm_w(m, p, w.ln2, 2), p->eps))) return rc;
   if (p->E) { /* the sparse MLP (models/llama_moe.c): its experts' partial sums under TP, as the dense MLP's */
     if ((rc = sl_llama_moe_fwd(m, p, l, a, &w, out ? (p->sp ? dln : out) : NULL))) return rc;
@@ -396,7 +397,7 @@ static int llama_alloc_layer(sl_model *m, void *layer, int recomputed, const voi
     if (!(a->ln1 = sl_model_buf_bf16(m, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->rstd1 = sl_model_buf(m, n, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->qkv = sl_model_buf_bf16(m, N * p->Q, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->xmid = sl_model_buf(m, n * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->xmid = (m->res_bf16 ? sl_model_buf_bf16 : sl_model_buf)(m, n * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->ln2 = sl_model_buf_bf16(m, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->rstd2 = sl_model_buf(m, n, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->gu = sl_model_buf_bf16(m, Nm * 2 * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
@@ -585,6 +586,7 @@ static void llama_caps(const sl_model_config *c, sl_model_caps *out) {
                          .zb_split = !c->moe_experts, /* the MoE MLP has no split backward yet */
                          .zb_split_accum = !c->moe_experts,
                          .bf16 = 1, /* Gemma 2 / 3 too: tests/ref/bf16_ref.py mirrors their ops */
+                         .bf16_stream = 1,
                          .tp_width = c->num_attention_heads};
 }
 

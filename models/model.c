@@ -133,7 +133,7 @@ int sl_model_boundary(sl_model *m, int u, float **act, float **grad, int64_t *n)
 
 int sl_model_create_full(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T, sl_actckpt ac,
                          int tp_rank, int tp_size, int sp, const unsigned char *local, int nlocal, sl_model **out) {
-  const sl_model_layout lay = {tp_rank, tp_size, sp, local, nlocal, 0, 1, 0};
+  const sl_model_layout lay = {tp_rank, tp_size, sp, local, nlocal, 0, 1, 0, 0};
   return sl_model_create_layout(cfg, ops, k, B, T, ac, &lay, out);
 }
 
@@ -181,6 +181,7 @@ int sl_model_create_layout(const sl_model_config *cfg, const sl_ops *ops, sl_kct
   m->ep_rank = lay->ep_rank;
   m->ep_size = lay->ep_size;
   m->act_bf16 = lay->act_bf16;
+  m->res_bf16 = lay->res_bf16; /* and the kind's caps.bf16_stream: sl_decoder_create */
   m->access.tp = sl_tp_single();
   m->access.ep = (sl_ep_group){.rank = 0, .size = 1};
   const sl_block_kind *kind = arch_kind(cfg);
@@ -238,6 +239,8 @@ static float *model_buf(sl_model *m, int64_t n, sl_arena arena, int bf16);
 float *sl_model_buf(sl_model *m, int64_t n, sl_arena arena) { return model_buf(m, n, arena, 0); }
 float *sl_model_buf_bf16(sl_model *m, int64_t n, sl_arena arena) { return model_buf(m, n, arena, 1); }
 
+/* The live layer of bf16 storage (m->rec set, models/decoder.c) is the
+ * working set of the block being computed, not kept: workspace. */
 static float *model_buf(sl_model *m, int64_t n, sl_arena arena, int bf16) {
   if (m->nbufs == m->capbufs) {
     int nc = m->capbufs ? m->capbufs * 2 : 64;
@@ -249,10 +252,13 @@ static float *model_buf(sl_model *m, int64_t n, sl_arena arena, int bf16) {
   float *x = m->ops->alloc(m->k, (size_t)n * 4);
   if (!x) return NULL;
   m->bufs[m->nbufs++] = x;
+  if (m->rec && arena == SL_ARENA_ACTS) {
+    if (sl_buf_recs_add(m->rec, x, n, bf16)) return NULL;
+    arena = SL_ARENA_WORKSPACE;
+  }
   sl_mem_add(arena, n * 4);
   m->buf_bytes[arena == SL_ARENA_ACTS ? 0 : 1] += n * 4;
   if (arena == SL_ARENA_ACTS) m->act_bytes += n * 4;
-  if (m->rec && arena == SL_ARENA_ACTS && sl_buf_recs_add(m->rec, x, n, bf16)) return NULL;
   return x;
 }
 
@@ -309,10 +315,11 @@ int sl_lm_head_spec_split(sl_model *m, const char *norm_name, int64_t C, int64_t
   return SL_OK;
 }
 
-float **sl_model_stream(sl_model *m, int64_t L, int64_t C) {
+float **sl_model_stream(sl_model *m, int64_t L, int64_t C, float *const *live) {
   float **s = calloc((size_t)(L + 1), sizeof(float *));
   if (!s) return NULL;
   for (int64_t l = 0; l <= L; l++) {
+    if (live && (s[l] = live[l])) continue;
     /* stream[l] is unit l's output and unit l+1's input: not kept when
      * neither is computed here (another pipeline stage's) */
     if (m->local && !m->local[l] && !m->local[l + 1]) continue;
@@ -324,15 +331,15 @@ float **sl_model_stream(sl_model *m, int64_t L, int64_t C) {
   return s;
 }
 
-sl_act_set *sl_act_set_new(sl_model *m, sl_act_set **sets, int *nsets, int set, int64_t L, int64_t C,
-                           size_t layer_size) {
+sl_act_set *sl_act_set_new(sl_model *m, sl_act_set **sets, int *nsets, int set, int64_t L, int64_t C, size_t layer_size,
+                           float *const *live) {
   sl_act_set *ns = realloc(*sets, sizeof *ns * (size_t)(set + 1));
   if (!ns) return NULL;
   *sets = ns;
   *nsets = set + 1;
   sl_act_set *a = &ns[set];
   memset(a, 0, sizeof *a);
-  a->stream = sl_model_stream(m, L, C);
+  a->stream = sl_model_stream(m, L, C, live);
   a->layers = calloc((size_t)L, layer_size);
   return a->stream && a->layers ? a : NULL;
 }

@@ -91,6 +91,8 @@ typedef struct {
   int zb_split;       /* the split backward (vt bwd_input / bwd_weight) for --pp-schedule zb1p */
   int zb_split_accum; /* ... also under --no-sync-accum (the weight half adds the bits the unsplit backward adds) */
   int bf16;           /* --compute-dtype bf16, checked against the bf16 mirror (tests/ref/bf16_checks.py) */
+  int bf16_stream;    /* --residual-dtype bf16 (sl_model_layout res_bf16): the residual stream rounded to bf16 where
+                         the block sums are made, and stored in bf16 (models/decoder.h) */
   int64_t tp_width;   /* what --tp must divide in the planner's search: attention heads, or d_inner */
 } sl_model_caps;
 /* The capabilities of cfg's architecture; SL_EINPUT for an unknown one. */
@@ -189,6 +191,7 @@ struct sl_model {
   /* bf16 activation storage (sl_model_layout act_bf16; models/decoder.c):
    * while rec is set, sl_model_buf records the acts buffers it allocates */
   int act_bf16;
+  int res_bf16; /* sl_model_layout res_bf16 and caps.bf16_stream */
   struct sl_buf_recs *rec;
   /* (B*T) backend memory or NULL: position in its sample where each token's
    * document starts (--doc-attention-mask: attention stays inside documents,
@@ -242,6 +245,11 @@ typedef struct {
    * are bf16 (sl_model_buf_bf16) are stored in bf16 between its forward and
    * its backward (models/decoder.c); 0: fp32 */
   int act_bf16;
+  /* 1 (--residual-dtype bf16, and the architecture's caps.bf16_stream): the
+   * residual stream is rounded to bf16 (round_bf16) after the embedding and
+   * after each residual add, as a bf16 model's; with act_bf16 too the
+   * stream between two local units is kept packed in bf16 */
+  int res_bf16;
 } sl_model_layout;
 int sl_model_create_layout(const sl_model_config *cfg, const sl_ops *ops, sl_kctx *k, int64_t B, int64_t T,
                            sl_actckpt ac, const sl_model_layout *lay, sl_model **out);
@@ -364,8 +372,10 @@ int sl_lm_head_spec_split(sl_model *m, const char *norm_name, int64_t C, int64_t
                           float std, sl_split split);
 /* The residual stream: L+1 buffers of (B*T, C), input of each block and of
  * the head (sl_model_buf); NULL when out of memory. On a pipeline stage
- * (m->local) stream[l] is NULL unless unit l or l+1 is computed here. */
-float **sl_model_stream(sl_model *m, int64_t L, int64_t C);
+ * (m->local) stream[l] is NULL unless unit l or l+1 is computed here.
+ * live (L+1 entries, or NULL): stream[l] = live[l] where that is not NULL
+ * (a buffer the architecture shares between sets: models/decoder.c). */
+float **sl_model_stream(sl_model *m, int64_t L, int64_t C, float *const *live);
 /* One activation set of an architecture with a residual stream: what one
  * micro-batch keeps from its forward to its backward. */
 typedef struct {
@@ -376,8 +386,8 @@ typedef struct {
 /* Grows *sets to set+1 entries (*nsets = set+1) and gives set `set` its
  * stream (sl_model_stream) and L zeroed per-layer structs of layer_size
  * bytes; the caller fills those and the head. NULL when out of memory. */
-sl_act_set *sl_act_set_new(sl_model *m, sl_act_set **sets, int *nsets, int set, int64_t L, int64_t C,
-                           size_t layer_size);
+sl_act_set *sl_act_set_new(sl_model *m, sl_act_set **sets, int *nsets, int set, int64_t L, int64_t C, size_t layer_size,
+                           float *const *live);
 void sl_act_sets_free(sl_act_set *sets, int nsets); /* host arrays only (buffers go with the model) */
 /* Allocates the head's activations (sl_model_buf). */
 int sl_lm_head_init(sl_model *m, sl_lm_head *h, int64_t C, int64_t V, float eps, int tied, int unit);

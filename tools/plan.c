@@ -26,6 +26,7 @@ static void plan_usage(FILE *f) {
              "                    --grad-accum A [--activation-checkpoint none|selective|full] [--shard-group S]\n"
              "                    [--param-dtype fp32|bf16] [--reduce-dtype fp32|bf16] [--prefetch K]\n"
              "                    [--prefetch-mb M] [--no-sync-accum] [--no-reshard] [--json]\n"
+             "                    [--compute-dtype fp32|bf16|auto] [--residual-dtype fp32|bf16|auto]\n"
              "                    [--pp P [--pp-schedule gpipe|1f1b|interleaved] [--pp-virtual V] [--pp-layout L]]\n"
              "                    (--pp: every stage's figures; --world = TP x DP x PP ranks)\n"
              "sizes take K/M/G/T (decimal) or KiB/MiB/GiB/TiB; --host-mem is per node.\n"
@@ -322,7 +323,7 @@ static int check_flag(plan_args *p, int argc, char **argv, int *i, int *mine) {
   else if (!strcmp(a, "--tp")) TRAIN(tp, r->tp);
   else if (!strcmp(a, "--sequence-parallel")) r->sequence_parallel = 1;
   else if (!strcmp(a, "--pp") || !strcmp(a, "--ep") || !strcmp(a, "--pp-virtual") || !strcmp(a, "--pp-schedule") ||
-           !strcmp(a, "--pp-layout") || !strcmp(a, "--compute-dtype")) {
+           !strcmp(a, "--pp-layout") || !strcmp(a, "--compute-dtype") || !strcmp(a, "--residual-dtype")) {
     const char *s_ = VAL();
     if (s_) rc = sl_train_cfg_set(&p->tc, a + 2, s_); /* train's names and ranges, read from p->tc */
   } else if (!strcmp(a, "--zero")) TRAIN(zero, r->zero);

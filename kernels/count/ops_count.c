@@ -362,6 +362,10 @@ static void c_bf16_to_f32(sl_kctx *k, float *out, const uint16_t *in, int64_t n)
   (void)in;
   add(k, D(n), 0);
 }
+static void c_round_bf16(sl_kctx *k, float *x, int64_t n) {
+  (void)x;
+  add(k, 2 * D(n), 0);
+}
 static void c_conv1d_fwd(sl_kctx *k, float *out, const float *x, int64_t ldx, const float *w, const float *bias,
                          int64_t B, int64_t T, int64_t D_, int64_t K) {
   (void)out;
@@ -634,6 +638,7 @@ static const sl_ops g_count_ops = {
     .sumsq = c_sumsq,
     .f32_to_bf16 = c_f32_to_bf16,
     .bf16_to_f32 = c_bf16_to_f32,
+    .round_bf16 = c_round_bf16,
     .conv1d_fwd = c_conv1d_fwd,
     .conv1d_bwd = c_conv1d_bwd,
     .silu_fwd = c_silu_fwd,

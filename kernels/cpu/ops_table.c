@@ -34,6 +34,7 @@ static const sl_ops g_cpu_fp32 = {
     .sumsq = sl_cpu_sumsq,
     .f32_to_bf16 = sl_cpu_f32_to_bf16,
     .bf16_to_f32 = sl_cpu_bf16_to_f32,
+    .round_bf16 = sl_cpu_round_bf16,
     .conv1d_fwd = sl_cpu_conv1d_fwd,
     .conv1d_bwd = sl_cpu_conv1d_bwd,
     .silu_fwd = sl_cpu_silu_fwd,

@@ -221,6 +221,7 @@ static sl_ops make_cuda_fp32() {
   o.sumsq = sl_cuda_sumsq;
   o.f32_to_bf16 = sl_cuda_f32_to_bf16;
   o.bf16_to_f32 = sl_cuda_bf16_to_f32;
+  o.round_bf16 = sl_cuda_round_bf16;
   o.conv1d_fwd = sl_cuda_conv1d_fwd;
   o.conv1d_bwd = sl_cuda_conv1d_bwd;
   o.silu_fwd = sl_cuda_silu_fwd;

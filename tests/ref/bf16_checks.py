@@ -17,6 +17,10 @@ Falcon-Mamba (untied; its dt/B/C norms' outputs stored in bf16):
      least 5x the engine-vs-reference error for the logits and the largest
      gradients, and the engine's own bf16-vs-fp32 difference of the logits
      is within 0.5x..2x of the reference's;
+     the Llama family's residual stream rounded to bf16 (--residual-dtype
+     auto); for the untied Llama also --residual-dtype fp32 against the
+     reference's fp32 stream, and the two references must differ by >= 5x
+     the engine's logits error;
   4. the engine's bf16 logits are bf16-valued (low 16 bits zero), its fp32
      logits are not (not for Gemma 2, whose final softcap is fp32); bf16 dumps with activation checkpointing selective and
      full are bit-identical to none;
@@ -53,6 +57,27 @@ def l2_err(a, b):
 def dump_args(model, data, out, dtype):
     return ["dump", "--model", model, "--data", data, "--data-order", "sequential",
             "--micro-batch", B, "--seq-len", T, "--out", out, "--compute-dtype", dtype]
+
+
+def residual_fp32_check(ck, exe, m, mdir, data, stream, w, ref_bf):
+    """--residual-dtype fp32 (the stream unrounded) against the reference's fp32 stream, with the same bounds;
+    the stream's rounding must matter: the two references differ by >= GAP x the engine's error."""
+    ref = BR.dump(m, stream, B, T, bf16=True, residual_bf16=False)
+    out = os.path.join(w, "dump_untied_bf16_res32.safetensors")
+    ok, msg = E.run_engine(exe, dump_args(mdir, data, out, "bf16") + ["--residual-dtype", "fp32"], out + ".log")
+    if not ck("[untied] shardlm dump --compute-dtype bf16 --residual-dtype fp32", ok, msg):
+        return
+    t = common.st_read(out)
+    eng = {k: t[k].reshape(ref[k].shape) for k in ref if k in t}
+    l2 = {k: l2_err(eng[k], ref[k]) if k in eng else float("inf") for k in ref}
+    mx = {k: E.rel_err(eng[k], ref[k]) if k in eng else float("inf") for k in ref}
+    wl = max(l2, key=l2.get)
+    ck(f"[untied] --residual-dtype fp32 vs PyTorch bf16 with an fp32 stream: L2 rel <= {L2_TOL:g}, "
+       f"max rel <= {MAX_TOL:g}", all(l2[k] <= L2_TOL and mx[k] <= MAX_TOL for k in ref),
+       f"worst L2 {wl} {l2[wl]:.2e}")
+    gap = l2_err(ref["logits"], ref_bf["logits"])
+    ck(f"[untied] the stream's rounding matters: references differ by >= {GAP:g}x the engine's logits error",
+       gap >= GAP * max(l2["logits"], 1e-12), f"references {gap:.2e}, engine vs reference {l2['logits']:.2e}")
 
 
 def main():
@@ -147,6 +172,8 @@ def main():
         ck(f"[{tag}] engine bf16-vs-fp32 logits difference within 0.5x..2x of PyTorch's",
            0.5 * gap["logits"] <= eg <= 2.0 * gap["logits"],
            f"engine {eg:.2e}, PyTorch {gap['logits']:.2e}; loss fp32 {ef['loss'][0]:.7f} bf16 {eb['loss'][0]:.7f}")
+        if tag == "untied":
+            residual_fp32_check(ck, exe, m, mdir, data, stream, w, ref_bf)
         low = lambda x: int((np.ascontiguousarray(x, dtype=np.float32).view(np.uint32) & 0xFFFF).astype(bool).sum())
         if getattr(m.config, "final_softcap", 0):  # Gemma 2: the fp32 cap of bf16 logits is not bf16-valued
             continue

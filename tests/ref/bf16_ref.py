@@ -14,7 +14,14 @@ Written from the rounding-point table of docs/bf16.md, not from the engine:
     operand cast to bf16; the rounding is straight-through in backward, so
     parameter gradients stay fp32 (fp32 master weights, fp32 grad buffers);
   - GEMMs, attention, norms and the cross-entropy compute in fp32 on those
-    values; the residual stream x and its gradient stay fp32;
+    values;
+  - the residual stream of the Llama family (residual_bf16, the default,
+    as `--residual-dtype auto`): x rounded to bf16 after the embedding (and
+    Gemma's scale) and after each residual add, as a bf16 model's
+    hidden_states are; straight-through, so its gradient stays fp32 (the
+    engine's residual gradient buffer). residual_bf16=False (`--residual-dtype
+    fp32`, Megatron's --fp32-residual-connection) and Mamba (its
+    residual_in_fp32): x stays fp32;
   - attention's backward uses the stored (bf16) output O in
     D = rowsum(dO * O), as a FlashAttention-style kernel does (custom
     autograd function below); plain autograd would use the unrounded O;
@@ -110,17 +117,18 @@ def cos_sin(T, hd, theta, c=None):
     return (cos * af, sin * af) if af != 1.0 else (cos, sin)
 
 
-def forward(m, idx, bf16=True):
+def forward(m, idx, bf16=True, residual_bf16=True):
     """Logits (B, T, V) of llama_ref model m with the bf16 rounding points
     (bf16=False: the same code with every rounding off, the fp32 model).
     Gemma 2 / 3 (c.gemma): norms times 1 + w (w gathered in bf16, the sum in
-    fp32), embeddings times sqrt(hidden) in fp32 (the stream stays fp32), the
+    fp32), embeddings times sqrt(hidden) in fp32 (then the stream's rounding), the
     post-attention / post-feedforward norms' outputs rounded when stored
     with a straight-through gradient (they are added into the fp32 stream,
     whose gradient reaches their backward unrounded), tanh-GELU GeGLU, the
     scores' scale and softcap in fp32, per-layer windows and Gemma 3's local
     RoPE, the final softcap in fp32 on the rounded logits."""
     R, RW = (r, rw) if bf16 else (_ident, _ident)
+    RS = rw if bf16 and residual_bf16 else _ident  # the residual stream's rounding
     c = m.config
 
     def rmsnorm(x, w, eps):
@@ -134,9 +142,10 @@ def forward(m, idx, bf16=True):
     tables = {False: cos_sin(T, hd, c.rope_theta, c if c.gemma else None),
               True: cos_sin(T, hd, c.rope_local_theta)}  # True: Gemma 3's local layers
     act = (lambda v: F.gelu(v, approximate="tanh")) if c.gemma else F.silu
-    x = F.embedding(idx, RW(m.model.embed_tokens.weight))  # fp32 residual stream
+    x = F.embedding(idx, RW(m.model.embed_tokens.weight))
     if c.gemma:
         x = x * math.sqrt(c.hidden_size)
+    x = RS(x)
     for layer in m.model.layers:
         a = layer.self_attn
         cos, sin = (t[None, None] for t in tables[bool(c.gemma and layer.local)])
@@ -159,14 +168,14 @@ def forward(m, idx, bf16=True):
                                c.attn_scale if c.gemma else None, c.attn_softcap)
         att = R(att.transpose(1, 2).reshape(B, T, nh * hd))
         y = linear(att, a.o_proj.weight)
-        x = x + (RW(rmsnorm(y, layer.post_attention_layernorm.weight, c.rms_norm_eps)) if c.gemma else y)
+        x = RS(x + (RW(rmsnorm(y, layer.post_attention_layernorm.weight, c.rms_norm_eps)) if c.gemma else y))
         ln2 = layer.pre_feedforward_layernorm if c.gemma else layer.post_attention_layernorm
         h = R(rmsnorm(x, ln2.weight, c.rms_norm_eps))
         mlp = layer.mlp
         g = linear(h, mlp.gate_proj.weight)
         u = linear(h, mlp.up_proj.weight)
         y = linear(R(act(g) * u), mlp.down_proj.weight)
-        x = x + (RW(rmsnorm(y, layer.post_feedforward_layernorm.weight, c.rms_norm_eps)) if c.gemma else y)
+        x = RS(x + (RW(rmsnorm(y, layer.post_feedforward_layernorm.weight, c.rms_norm_eps)) if c.gemma else y))
     x = R(rmsnorm(x, m.model.norm.weight, c.rms_norm_eps))
     return L.softcap(linear(x, m.head_weight()), c.final_softcap)
 
@@ -226,11 +235,14 @@ def mamba_forward(m, idx, bf16=True):
     return linear(x, m.head_weight())
 
 
-def dump(m, stream, B, T, bf16=True):
+def dump(m, stream, B, T, bf16=True, residual_bf16=True):
     """Like llama_ref.dump, through forward() / mamba_forward() above."""
     m.zero_grad(set_to_none=True)
     x, y = L.batch(stream, 0, B, T)
-    logits = (mamba_forward if isinstance(m, M.MambaForCausalLM) else forward)(m, x, bf16)
+    if isinstance(m, M.MambaForCausalLM):
+        logits = mamba_forward(m, x, bf16)
+    else:
+        logits = forward(m, x, bf16, residual_bf16)
     loss = L.loss_fn(logits, y)
     loss.backward()
     out = {"logits": logits.detach().reshape(B * T, -1).numpy().copy(),

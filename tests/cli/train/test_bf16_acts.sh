@@ -3,15 +3,17 @@
 # block's kept activations whose values are bf16 (what kernels/bf16.c
 # rounds) are packed in bf16 between its forward and its backward
 # (models/decoder.c), the rest (residual, statistics, indices) kept as
-# bits. Lossless, so each run equals the same run with SL_ACT_FP32=1 bit for
+# bits; the Llama family's residual stream is rounded to bf16 and stored so
+# too (--residual-dtype auto). Lossless, so each run equals the same run with SL_ACT_FP32=1 bit for
 # bit (losses, grad norms, weights): Llama (ZeRO-3, selective checkpointing,
 # PP 2 1f1b and zb1p, TP 2 with sequence parallelism), Qwen3 (q/k norms),
 # Gemma 2 (post-norms; at TP 2 their inputs are TP sums, kept fp32),
 # Mixtral at EP 2, Mamba (keeps nothing in bf16: the same arena). Each
 # bf16 run's acts arena is below its fp32 twin's, and `plan --engine-check
 # --compute-dtype bf16` predicts the run's arenas exactly. Negative
-# control: SL_FAULT_ACT_BF16=1 (every kept buffer packed, the fp32 residual
-# and statistics too) is not bit-identical. ~25 s on 2 cores.
+# control: SL_FAULT_ACT_BF16=1 (every kept buffer packed, the fp32
+# statistics too) is not bit-identical. Then the acts arena's halving (below)
+# and --residual-dtype's refusals. ~16 s on 2 cores.
 source "${SL_SRC:?}/tests/lib/run.sh" bf16_acts mpi numpy
 tiny_model "$W/llama" llama '"num_hidden_layers": 4'
 tiny_model "$W/qwen3" llama '"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 3,
@@ -49,6 +51,7 @@ pair llama sel 2 2 2 --zero 3 --activation-checkpoint selective
 pair llama pp 2 2 4 --pp 2
 pair llama zb 2 2 4 --pp 2 --pp-schedule zb1p
 pair llama tp 2 4 2 --tp 2 --sequence-parallel
+pair llama r32 2 2 2 --zero 3 --residual-dtype fp32
 pair qwen3 z1 1 2 2
 pair gemma2 z1 1 2 2
 pair gemma2 tp 2 2 2 --tp 2
@@ -67,6 +70,51 @@ sys.exit(1 if bad else 0)
 P
   ok "plan --engine-check --compute-dtype bf16 predicts the run's arenas"
 else bad "plan --engine-check --compute-dtype bf16 vs the run"; tail -3 "$W/plan.log"; fi
+# the acts arena halves: in the metrics of a real run (8 layers, hidden 256,
+# 1 step; fp32 vs bf16 compute) and in the engine check at Llama-3.1-8B's
+# shape (none and selective checkpointing). What stays fp32 (norm and
+# softmax statistics, the head's input stream[L] and its norm) is 1% of the
+# fp32 arena at the small shape (measured 0.509), 0.3% at 8B (0.502, 0.503):
+# bounds 0.52 and 0.505. (--residual-dtype fp32, the stream and xmid kept
+# fp32, measured 0.561 at 8B.)
+tiny_model "$W/mid" llama '"num_hidden_layers": 8, "hidden_size": 256, "intermediate_size": 688'
+half() { # label fp32-bytes bf16-bytes bound
+  local r
+  r=$("$PY" -c "import sys; a, b, t = map(float, sys.argv[1:]); print('%.4f %s' % (b / a, 'ok' if b / a <= t else 'BAD'))" "$2" "$3" "$4")
+  case $r in *ok) ok "$1: acts bf16 / fp32 = ${r% *} (<= $4; $3 of $2 bytes)" ;; *) bad "$1: acts bf16 / fp32 = $r (bound $4)" ;; esac
+}
+for d in fp32 bf16; do
+  "$B" train --model "$W/mid" --data "$W/data" --data-order sequential --steps 1 --seq-len 256 --micro-batch 1 \
+    --threads 1 --summary false --plot false --compute-dtype $d --out-dir "$W/mid-$d" > "$W/mid-$d.log" 2>&1 ||
+    bad "run mid $d"
+done
+half "8 layers, hidden 256, the run's metrics" "$(acts "$W/mid-fp32")" "$(acts "$W/mid-bf16")" 0.52
+P8="--engine-check --json --model $SL_SRC/tests/fixtures/hf-configs/Llama-3.1-8B --world 8 --zero 3 --micro-batch 1
+  --seq-len 4096"
+for ac in none selective; do
+  for d in fp32 bf16; do
+    "$B" plan $P8 --activation-checkpoint $ac --compute-dtype $d > "$W/p8-$ac-$d.json" 2> "$W/p8.log" || bad "plan 8B $d $ac"
+  done
+  half "Llama-3.1-8B, --activation-checkpoint $ac, the engine check" \
+    "$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['arena_peak']['acts'])" "$W/p8-$ac-fp32.json")" \
+    "$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['arena_peak']['acts'])" "$W/p8-$ac-bf16.json")" 0.505
+done
+# and the bound can fail: an fp32 residual stream (--residual-dtype fp32)
+"$B" plan $P8 --compute-dtype bf16 --residual-dtype fp32 > "$W/p8-r32.json" 2> "$W/p8.log" || bad "plan 8B fp32 residual"
+r=$("$PY" -c "import json,sys; a, b = (json.load(open(f))['arena_peak']['acts'] for f in sys.argv[1:]); print('%.3f' % (b / a))" \
+  "$W/p8-none-fp32.json" "$W/p8-r32.json")
+case $r in 0.50[0-5]*) bad "--residual-dtype fp32: acts ratio $r within the bound" ;; *) ok "--residual-dtype fp32: acts ratio $r, over the bound" ;; esac
+# --residual-dtype's refusals: a value it does not know, bf16 without bf16 compute, bf16 for Mamba
+refuse() { # name needle [flags...]
+  local n=$1 needle=$2 rc=0
+  shift 2
+  "$B" train --data "$W/data" --steps 1 --seq-len 16 --threads 1 --out-dir "$W/r-$n" "$@" > "$W/r-$n.log" 2>&1 || rc=$?
+  rc_is "refused: $n" "$rc" 2 "$W/r-$n.log" "$needle"
+}
+refuse fp16 "--residual-dtype must be fp32, bf16 or auto, found 'fp16'" --model "$W/llama" --residual-dtype fp16
+refuse fp32compute "--residual-dtype bf16 needs --compute-dtype bf16" --model "$W/llama" --residual-dtype bf16 \
+  --compute-dtype fp32
+refuse mamba "keeps its residual stream in fp32" --model "$W/mamba" --residual-dtype bf16 --compute-dtype bf16
 # negative control: packing the fp32 residual and statistics too is lossy
 SL_FAULT_ACT_BF16=1 run llama lossy 2 2 2 --zero 3 &&
   if $CMP "$W/llama-lossy" "$W/llama-z3_f" --exact > "$W/cmp.txt"; then bad "negative control: lossy packing passes"
