@@ -10,7 +10,8 @@
 # there); under mpirun the ranks run the real shard/comm_nccl.c over the
 # NCCL stand-in (tests/cuda_emu/nccl.cpp): ZeRO-1 and ZeRO-3 at 2 ranks and
 # hybrid sharding (4 ranks, shard groups of 2) against the CPU backend at the
-# same layout; bf16 gathers and reductions at 2 ranks. Streams run deferred
+# same layout; bf16 gathers and reductions, and bf16 compute against the CPU
+# mirror, at 2 ranks. Streams run deferred
 # with the race detector on; one run repeats under another SL_EMU_SEED. fsdp's
 # comm -> compute waits are device-side (sl_comm_wait_stream): the summary
 # counts them, and with the emulator dropping the compute stream's event
@@ -93,6 +94,9 @@ SL_EMU_SEED=2 run e2z3s 2 "$E" llama --backend cuda --zero 3 && check e2z3s e2z3
 # bf16 gathers and reductions (ncclBfloat16 sums, rounded per step as the MPI backend's)
 run c2b 2 "$B" llama --backend cpu --zero 3 --param-dtype bf16 --reduce-dtype bf16
 run e2b 2 "$E" llama --backend cuda --zero 3 --param-dtype bf16 --reduce-dtype bf16 && check e2b c2b --rtol 1e-4 --loss-only
+# bf16 compute at 2 ranks (ZeRO-3; bf16 activation storage and residual stream): the device against the CPU mirror
+run c2bc 2 "$B" llama --backend cpu --zero 3 --compute-dtype bf16
+run e2bc 2 "$E" llama --backend cuda --zero 3 --compute-dtype bf16 && check e2bc c2bc --rtol 1e-3 --loss-only
 # --offload-params on a device backend would leave the shards in device memory: refused by name
 "$E" train $A --model "$W/llama" --out-dir "$W/op" --backend cuda --zero 3 --offload-params cpu > "$W/op.log" 2>&1
 rc_is "--offload-params cpu on --backend cuda refused" $? 2 "$W/op.log" "--offload-params cpu on a device backend is not implemented"
