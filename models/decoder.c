@@ -122,7 +122,7 @@ static int alloc_live(sl_model *m, void *la) {
 /* Layer l's kept buffers in set `set`: its own, or under bf16 storage the live ones and a packed copy. */
 static int alloc_kept(sl_model *m, int set, int64_t l, void *la) {
   sl_decoder *d = sl_dec(m);
-  if (!m->act_bf16 || d->live_off || !m->caps.bf16_stream) return d->kind->alloc_layer(m, la, 0, d->shared);
+  if (!m->act_bf16 || d->live_off || !m->caps.bf16_acts) return d->kind->alloc_layer(m, la, 0, d->shared);
   if (!d->live_la) {
     int rc = alloc_live(m, la);
     if (rc || d->live_off) return rc;

@@ -587,6 +587,7 @@ static void llama_caps(const sl_model_config *c, sl_model_caps *out) {
                          .zb_split_accum = !c->moe_experts,
                          .bf16 = 1, /* Gemma 2 / 3 too: tests/ref/bf16_ref.py mirrors their ops */
                          .bf16_stream = 1,
+                         .bf16_acts = 1,
                          .tp_width = c->num_attention_heads};
 }
 

@@ -296,24 +296,27 @@ static int mamba_alloc_layer(sl_model *m, void *layer, int recomputed, const voi
   mlayer_acts *a = layer;
   int64_t N = p->N, H = p->H, D = p->D, B = m->B;
   int big = !recomputed || m->ac == SL_AC_FULL, cheap = recomputed || m->ac == SL_AC_NONE;
+  /* bf16-valued under bf16 compute (docs/bf16.md): every GEMM, norm, conv,
+   * SiLU, scan and gate output; x_proj's (dtr) only at TP 1 (a TP sum after) */
+  float *(*bf)(sl_model *, int64_t, sl_arena) = sl_model_buf_bf16;
+  float *(*dtr_buf)(sl_model *, int64_t, sl_arena) = m->tp_size == 1 ? sl_model_buf_bf16 : sl_model_buf;
   if (big) {
-    if (!(a->ln = sl_model_buf(m, N * H, SL_ARENA_ACTS)) || !(a->rstd = sl_model_buf(m, p->n, SL_ARENA_ACTS)) ||
-        !(a->xz = sl_model_buf(m, N * 2 * D, SL_ARENA_ACTS)) || !(a->xcp = sl_model_buf(m, N * D, SL_ARENA_ACTS)) ||
-        !(a->dtr = sl_model_buf(m, N * (p->R + 2 * p->S), SL_ARENA_ACTS)) ||
-        !(a->y = sl_model_buf(m, N * D, SL_ARENA_ACTS)) ||
+    if (!(a->ln = bf(m, N * H, SL_ARENA_ACTS)) || !(a->rstd = sl_model_buf(m, p->n, SL_ARENA_ACTS)) ||
+        !(a->xz = bf(m, N * 2 * D, SL_ARENA_ACTS)) || !(a->xcp = bf(m, N * D, SL_ARENA_ACTS)) ||
+        !(a->dtr = dtr_buf(m, N * (p->R + 2 * p->S), SL_ARENA_ACTS)) || !(a->y = bf(m, N * D, SL_ARENA_ACTS)) ||
         !(a->ckpt = sl_model_buf(m, B * p->nch * D * p->S, SL_ARENA_ACTS)))
       return SL_ENOMEM;
     a->bc = a->dtr + N * p->R;
     if (p->mrms) {
-      if (!(a->dtn = sl_model_buf(m, N * (p->R + 2 * p->S), SL_ARENA_ACTS)) ||
+      if (!(a->dtn = bf(m, N * (p->R + 2 * p->S), SL_ARENA_ACTS)) ||
           !(a->nrstd = sl_model_buf(m, 3 * N, SL_ARENA_ACTS)))
         return SL_ENOMEM;
       a->bcn = a->dtn + N * p->R;
     }
   }
   if (cheap) {
-    if (!(a->u = sl_model_buf(m, N * D, SL_ARENA_ACTS)) || !(a->dtv = sl_model_buf(m, N * D, SL_ARENA_ACTS)) ||
-        !(a->g = sl_model_buf(m, N * D, SL_ARENA_ACTS)))
+    if (!(a->u = bf(m, N * D, SL_ARENA_ACTS)) || !(a->dtv = bf(m, N * D, SL_ARENA_ACTS)) ||
+        !(a->g = bf(m, N * D, SL_ARENA_ACTS)))
       return SL_ENOMEM;
   } else {
     const mlayer_acts *sh = shared;
@@ -428,6 +431,7 @@ static void mamba_caps(const sl_model_config *c, sl_model_caps *out) {
                          .zb_split = 1,
                          .zb_split_accum = 0,
                          .bf16 = 1,
+                         .bf16_acts = 1,
                          .tp_width = c->intermediate_size > 0 ? c->intermediate_size : c->expand * c->hidden_size};
 }
 

@@ -91,6 +91,8 @@ typedef struct {
   int zb_split;       /* the split backward (vt bwd_input / bwd_weight) for --pp-schedule zb1p */
   int zb_split_accum; /* ... also under --no-sync-accum (the weight half adds the bits the unsplit backward adds) */
   int bf16;           /* --compute-dtype bf16, checked against the bf16 mirror (tests/ref/bf16_checks.py) */
+  int bf16_acts;      /* its blocks keep bf16-valued activations (sl_model_buf_bf16), stored packed in bf16 under bf16
+                         compute (sl_model_layout act_bf16; the live layer counts as workspace) */
   int bf16_stream;    /* --residual-dtype bf16 (sl_model_layout res_bf16): the residual stream rounded to bf16 where
                          the block sums are made, and stored in bf16 (models/decoder.h) */
   int64_t tp_width;   /* what --tp must divide in the planner's search: attention heads, or d_inner */
