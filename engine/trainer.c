@@ -344,13 +344,19 @@ static int setup_backend(trainer *t, sl_hosts *hosts) {
   if (threads < 1) threads = 1;
   t->k = t->ops->ctx_create(threads);
   if (!t->k) return sl_fail(SL_ENOMEM, "cannot create the compute context");
-  if ((rc = t->ops->ctx_set_compute(t->k, sl_train_cfg_compute_bf16(c, t->dev) ? SL_COMPUTE_BF16 : SL_COMPUTE_FP32)))
+  /* the autos for this backend (a dry run: the device when --backend cuda names it) */
+  int auto_dtype = !strcmp(c->compute_dtype, "auto");
+  if ((rc = sl_train_cfg_resolve(c, t->dry ? !strcmp(c->backend, "cuda") : t->dev))) return rc;
+  int bf16 = sl_train_cfg_compute_bf16(c, t->dev), tf32 = sl_train_cfg_tf32(c);
+  if ((rc = t->ops->ctx_set_compute(t->k, (bf16 ? SL_COMPUTE_BF16 : SL_COMPUTE_FP32) | (tf32 ? SL_COMPUTE_TF32 : 0))))
     return rc;
-  if (sl_train_cfg_compute_bf16(c, t->dev) && !t->dry) /* said once, by the run */
+  if (bf16 && !t->dry) /* said once, by the run */
     sl_log0(SL_LOG_INFO,
-            "compute bf16: GEMM operands, activations and their gradients rounded to bf16, fp32 "
-            "accumulation; params %s, reduce %s (docs/bf16.md)",
-            c->param_dtype, c->reduce_dtype);
+            "compute bf16%s: GEMM operands, activations and their gradients rounded to bf16, fp32 "
+            "accumulation; params %s, reduce %s%s (docs/bf16.md)",
+            auto_dtype ? " (--compute-dtype auto on a device)" : "", c->param_dtype, c->reduce_dtype,
+            tf32 ? "; TF32 for the GEMMs left in fp32" : "");
+  else if (tf32 && !t->dry) sl_log0(SL_LOG_INFO, "compute fp32 with TF32 GEMMs (--tf32 true; docs/bf16.md)");
   return SL_OK;
 }
 

@@ -84,7 +84,8 @@ static const key_t_ KEYS[] = {
       "the second"),
     I("eval-every", eval_every, "0", "held-out loss every N steps and at the last step (0: off)"),
     I("eval-samples", eval_samples, "0",
-      "held-out windows per evaluation, in sequential order, at most the held-out stream's whole windows (0: every whole window)"),
+      "held-out windows per evaluation, in sequential order, at most the held-out stream's whole windows (0: every "
+      "whole window)"),
     S("on-nonfinite", on_nonfinite, "stop",
       "a NaN/inf loss or gradient norm: stop (exit 4) | skip (drop the step's update)"),
     I("max-skips", max_skips, "3", "--on-nonfinite skip: consecutive skipped steps that stop the run (exit 4)"),
@@ -97,13 +98,17 @@ static const key_t_ KEYS[] = {
     B("allow-long-context", allow_long_context, "false", "allow --seq-len above the model's max_position_embeddings"),
     S("compute-dtype", compute_dtype, "auto",
       "fp32 | bf16 (GEMM operands, activations and their gradients rounded to bf16, fp32 accumulation; implies "
-      "--param-dtype bf16 unless given) | auto (fp32 for now; docs/bf16.md)"),
+      "--param-dtype bf16 unless given) | auto (bf16 on a device backend, fp32 on the CPU; docs/bf16.md)"),
+    S("tf32", tf32, "auto",
+      "fp32 GEMMs on TF32 tensor cores (device backends): true | false | auto (on under bf16 compute, for the GEMMs "
+      "it leaves in fp32; off under --compute-dtype fp32)"),
     S("residual-dtype", residual_dtype, "auto",
       "the residual stream (block inputs and sums) under bf16 compute: bf16 (rounded and stored in bf16, as a "
       "bf16 model in PyTorch) | fp32 (Megatron's --fp32-residual-connection) | auto (the compute dtype; Mamba: "
       "fp32, its residual_in_fp32)"),
     I("tp", tp, "1",
-      "tensor-parallel degree T (Megatron; every architecture): T consecutive ranks share each layer; data parallel over "
+      "tensor-parallel degree T (Megatron; every architecture): T consecutive ranks share each layer; data parallel "
+      "over "
       "world / T"),
     B("sequence-parallel", sequence_parallel, "false",
       "with --tp T > 1: norms and the residual stream on (micro-batch x seq-len) / T tokens per rank, reduce-scatter / "
@@ -319,10 +324,29 @@ int sl_train_cfg_parse_args(sl_train_cfg *c, int argc, char **argv) {
     return sl_fail(SL_EINPUT, "--compute-dtype must be fp32, bf16 or auto, found '%s'", c->compute_dtype);
   if (strcmp(c->residual_dtype, "auto") && strcmp(c->residual_dtype, "fp32") && strcmp(c->residual_dtype, "bf16"))
     return sl_fail(SL_EINPUT, "--residual-dtype must be fp32, bf16 or auto, found '%s'", c->residual_dtype);
+  if (strcmp(c->tf32, "auto") && strcmp(c->tf32, "true") && strcmp(c->tf32, "false"))
+    return sl_fail(SL_EINPUT, "--tf32 must be true, false or auto, found '%s'", c->tf32);
   if (!strcmp(c->compute_dtype, "bf16") && !c->param_dtype_given) /* a bf16 engine gathers bf16 weights */
     snprintf(c->param_dtype, sizeof c->param_dtype, "bf16");
   return SL_OK;
 }
+
+int sl_train_cfg_resolve(sl_train_cfg *c, int device) {
+  if (!strcmp(c->tf32, "true") && !device)
+    return sl_fail(SL_EINPUT,
+                   "--tf32 true: TF32 is a tensor-core GEMM mode of the device backends; --backend %s "
+                   "computes fp32 exactly (use --backend cuda, or --tf32 auto)",
+                   c->backend);
+  if (!strcmp(c->compute_dtype, "auto")) {
+    snprintf(c->compute_dtype, sizeof c->compute_dtype, "%s", device ? "bf16" : "fp32");
+    if (device && !c->param_dtype_given) snprintf(c->param_dtype, sizeof c->param_dtype, "bf16");
+  }
+  if (!strcmp(c->tf32, "auto"))
+    snprintf(c->tf32, sizeof c->tf32, "%s", device && !strcmp(c->compute_dtype, "bf16") ? "true" : "false");
+  return SL_OK;
+}
+
+int sl_train_cfg_tf32(const sl_train_cfg *c) { return !strcmp(c->tf32, "true"); }
 
 int sl_train_cfg_set(sl_train_cfg *c, const char *name, const char *value) {
   const key_t_ *k = find_key(name);
@@ -336,8 +360,7 @@ int sl_train_cfg_residual_bf16(const sl_train_cfg *c, int device) {
 }
 
 int sl_train_cfg_compute_bf16(const sl_train_cfg *c, int device) {
-  (void)device; /* auto: fp32 on every backend until bf16 has run on a GPU (docs/bf16.md) */
-  return !strcmp(c->compute_dtype, "bf16");
+  return !strcmp(c->compute_dtype, "bf16") || (device && !strcmp(c->compute_dtype, "auto"));
 }
 
 void sl_train_cfg_usage(FILE *f) {

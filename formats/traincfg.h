@@ -62,6 +62,7 @@ typedef struct {
   int allow_long_context; /* --seq-len may exceed max_position_embeddings */
   char compute_dtype[8];  /* fp32 | bf16 | auto (docs/bf16.md) */
   char residual_dtype[8]; /* fp32 | bf16 | auto (docs/bf16.md "The residual stream") */
+  char tf32[8];           /* auto | true | false: fp32 GEMMs on TF32 tensor cores (device backends) */
   int param_dtype_given;  /* --param-dtype set by a flag or --config (not a key) */
   int64_t tp;             /* tensor-parallel degree T (1: none) */
   int sequence_parallel;  /* --sequence-parallel: with tp > 1, norms and residual on N/T tokens per rank */
@@ -91,9 +92,16 @@ int sl_train_cfg_parse_args(sl_train_cfg *c, int argc, char **argv);
  * everywhere ("command line: --tp must be in [1, 4096], found '0'"). A name
  * that is not a setting: SL_EINTERNAL. */
 int sl_train_cfg_set(sl_train_cfg *c, const char *name, const char *value);
-/* 1 when the run computes in bf16 (--compute-dtype, `auto` resolved for a
- * device backend or the CPU); the trainer sets its kernel context so. */
+/* 1 when the run computes in bf16 (--compute-dtype; `auto`: bf16 on a
+ * device backend, fp32 on the CPU); the trainer sets its kernel context so. */
 int sl_train_cfg_compute_bf16(const sl_train_cfg *c, int device);
+/* Resolves the `auto`s for a run on a device backend (device 1) or the CPU:
+ * --compute-dtype (and with bf16 --param-dtype bf16 unless given) and
+ * --tf32 (auto: on for a device run's fp32 GEMMs under bf16 compute).
+ * --tf32 true on the CPU: SL_EINPUT naming the flag. */
+int sl_train_cfg_resolve(sl_train_cfg *c, int device);
+/* 1 when the resolved settings put fp32 GEMMs on TF32 tensor cores. */
+int sl_train_cfg_tf32(const sl_train_cfg *c);
 /* 1 when it computes in bf16 and --residual-dtype is not fp32: the models
  * that follow it (sl_block_kind bf16_acts) round and store the residual
  * stream in bf16 (sl_model_layout res_bf16). */

@@ -20,10 +20,17 @@ static void rnd(sl_kctx *ctx, const sl_bf16_state *s, float *x, int64_t n) { rnd
 #define QKV_N(B, T, nh, nkv, hd) ((B) * (T) * ((nh) + 2 * (nkv)) * (hd))
 
 static int set_compute(sl_kctx *ctx, int compute) {
-  if (!ctx || (compute != SL_COMPUTE_FP32 && compute != SL_COMPUTE_BF16))
-    return sl_fail(SL_EINPUT, "kernels: compute dtype must be SL_COMPUTE_FP32 (0) or SL_COMPUTE_BF16 (1), found %d%s",
+  int dt = compute & ~SL_COMPUTE_TF32;
+  if (!ctx || (dt != SL_COMPUTE_FP32 && dt != SL_COMPUTE_BF16))
+    return sl_fail(SL_EINPUT,
+                   "kernels: compute dtype must be SL_COMPUTE_FP32 (0) or SL_COMPUTE_BF16 (1), optionally | "
+                   "SL_COMPUTE_TF32, found %d%s",
                    compute, ctx ? "" : " (and no context)");
-  ((sl_bf16_state *)(void *)ctx)->on = compute == SL_COMPUTE_BF16;
+  sl_bf16_state *s = (sl_bf16_state *)(void *)ctx;
+  if ((compute & SL_COMPUTE_TF32) && !s->impl->tf32)
+    return sl_fail(SL_EINPUT, "kernels: TF32 GEMMs need a backend with tensor cores (this one computes fp32 exactly)");
+  s->on = dt == SL_COMPUTE_BF16;
+  s->tf32 = (compute & SL_COMPUTE_TF32) != 0;
   return SL_OK;
 }
 

@@ -48,17 +48,22 @@ typedef struct sl_bf16_impl {
   void (*attention_bwd)(sl_kctx *, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                         int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t window, float scale,
                         const int32_t *seg, float softcap);
+  /* 1: the backend's fp32 GEMMs have a TF32 tensor-core mode, which they
+   * take when sl_bf16_state tf32 is set (ctx_set_compute SL_COMPUTE_TF32);
+   * 0: the layer refuses SL_COMPUTE_TF32. */
+  int tf32;
 } sl_bf16_impl;
 
 /* The first member of the context struct of a backend that uses the layer. */
 typedef struct sl_bf16_state {
   const sl_bf16_impl *impl;
-  int on; /* compute dtype is SL_COMPUTE_BF16 */
+  int on;   /* compute dtype is SL_COMPUTE_BF16 */
+  int tf32; /* SL_COMPUTE_TF32 was set: fp32 GEMMs on TF32 tensor cores */
 } sl_bf16_state;
 
 /* The state a new context starts with: fp32 compute. */
 static inline sl_bf16_state sl_bf16_state_init(const sl_bf16_impl *impl) {
-  sl_bf16_state s = {impl, 0};
+  sl_bf16_state s = {impl, 0, 0};
   return s;
 }
 

@@ -325,11 +325,15 @@ typedef struct sl_ops {
    * attention accumulate in fp32. Stays fp32: rstd, lse, losses, the scan's
    * state checkpoints, weight gradients, the residual stream and its
    * gradient (embedding_fwd, add_inplace, rmsnorm_bwd's dinp), and every
-   * optimizer / memory op. SL_OK, or SL_EINPUT for another value. */
+   * optimizer / memory op. Either may be OR-ed with SL_COMPUTE_TF32: the
+   * GEMMs that stay fp32 run on TF32 tensor cores (10-bit mantissa
+   * products, fp32 accumulation); only a backend with tensor cores takes
+   * it (cuda), the host backends refuse it. SL_OK, or SL_EINPUT for
+   * another value. */
   int (*ctx_set_compute)(sl_kctx *, int compute);
 } sl_ops;
 
-enum { SL_COMPUTE_FP32 = 0, SL_COMPUTE_BF16 = 1 }; /* ctx_set_compute values */
+enum { SL_COMPUTE_FP32 = 0, SL_COMPUTE_BF16 = 1, SL_COMPUTE_TF32 = 2 }; /* ctx_set_compute values (TF32: a flag) */
 
 /* Every op field of sl_ops, in struct order (what sl_ops_check and the
  * size check below walk). A new op is added to the struct AND here. */

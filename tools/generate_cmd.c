@@ -1,6 +1,7 @@
 /* tools/generate_cmd.c — `shardlm generate`: sample a continuation of a
  * prompt from an HF model directory (models/generate.c: KV cache / recurrent
- * state, CPU, one process). Without a tokenizer the model is byte-level:
+ * state, CPU, one process; --backend cuda is refused by name). Without a
+ * tokenizer the model is byte-level:
  * prompt bytes in, bytes out (end-of-document 256 stops). --prompt-ids and
  * --print-ids work on token ids directly (tests). */
 #include <errno.h>
@@ -18,7 +19,7 @@
 static const char *USAGE =
     "usage: shardlm generate --model HF_DIR (--prompt TEXT | --prompt-ids 1,2,3) [--tokenizer DIR]\n"
     "       [--max-new-tokens N (64)] [--temperature X (1.0; 0: greedy)] [--top-p P (1.0)] [--seed S (1234)]\n"
-    "       [--print-ids]\n";
+    "       [--print-ids] [--backend cpu|auto (the CPU; cuda: refused, no device path yet)]\n";
 
 /* ---- text <-> ids through the tokenizer (data/tokenizer.h) ---------------- */
 typedef struct {
@@ -95,6 +96,15 @@ static int num(const char *flag, const char *v, double lo, double hi, double *ou
   return SL_OK;
 }
 
+/* --backend: generate runs on the CPU (models/generate.c); a device is refused by name */
+static int backend_check(const char *v) {
+  if (!strcmp(v, "cpu") || !strcmp(v, "auto")) return SL_OK;
+  if (!strcmp(v, "cuda"))
+    return sl_fail(SL_EINPUT, "--backend cuda: generate has no device path yet (models/generate.c runs on the "
+                              "CPU); use --backend cpu or auto");
+  return sl_fail(SL_EINPUT, "--backend must be cpu, cuda or auto, found '%s'", v);
+}
+
 int sl_tool_generate(int argc, char **argv) {
   const char *model = NULL, *tokenizer = NULL, *prompt = NULL, *prompt_ids = NULL;
   double max_new = 64, temp = 1.0, top_p = 1.0, seed = 1234;
@@ -122,6 +132,7 @@ int sl_tool_generate(int argc, char **argv) {
     else if (!strcmp(a, "--temperature")) rc = num(a, v, 0, 1e6, &temp);
     else if (!strcmp(a, "--top-p")) rc = num(a, v, 1e-9, 1, &top_p);
     else if (!strcmp(a, "--seed")) rc = num(a, v, 0, 9007199254740992.0, &seed);
+    else if (!strcmp(a, "--backend")) rc = backend_check(v);
     else rc = sl_fail(SL_EINPUT, "unknown flag '%s'", a);
   }
   if (!rc && (!model || !prompt == !prompt_ids))

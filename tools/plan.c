@@ -27,6 +27,7 @@ static void plan_usage(FILE *f) {
              "                    [--param-dtype fp32|bf16] [--reduce-dtype fp32|bf16] [--prefetch K]\n"
              "                    [--prefetch-mb M] [--no-sync-accum] [--no-reshard] [--json]\n"
              "                    [--compute-dtype fp32|bf16|auto] [--residual-dtype fp32|bf16|auto]\n"
+             "                    [--backend cpu|cuda|auto (the run predicted: auto dtypes resolve for it)]\n"
              "                    [--pp P [--pp-schedule gpipe|1f1b|interleaved] [--pp-virtual V] [--pp-layout L]]\n"
              "                    (--pp: every stage's figures; --world = TP x DP x PP ranks)\n"
              "sizes take K/M/G/T (decimal) or KiB/MiB/GiB/TiB; --host-mem is per node.\n"
@@ -323,7 +324,8 @@ static int check_flag(plan_args *p, int argc, char **argv, int *i, int *mine) {
   else if (!strcmp(a, "--tp")) TRAIN(tp, r->tp);
   else if (!strcmp(a, "--sequence-parallel")) r->sequence_parallel = 1;
   else if (!strcmp(a, "--pp") || !strcmp(a, "--ep") || !strcmp(a, "--pp-virtual") || !strcmp(a, "--pp-schedule") ||
-           !strcmp(a, "--pp-layout") || !strcmp(a, "--compute-dtype") || !strcmp(a, "--residual-dtype")) {
+           !strcmp(a, "--pp-layout") || !strcmp(a, "--compute-dtype") || !strcmp(a, "--residual-dtype") ||
+           !strcmp(a, "--backend")) {
     const char *s_ = VAL();
     if (s_) rc = sl_train_cfg_set(&p->tc, a + 2, s_); /* train's names and ranges, read from p->tc */
   } else if (!strcmp(a, "--zero")) TRAIN(zero, r->zero);
@@ -382,7 +384,8 @@ static int parse_plan(int argc, char **argv, plan_args *p) {
 /* --engine-check: the engine-exact prediction of one run (the engine's dry run). */
 static int run_check(plan_args *p, const sl_model_config *mc) {
   sl_plan_run r = p->r, base = p->r;
-  const char *pd = !p->pd_given && !strcmp(p->tc.compute_dtype, "bf16") ? "bf16" : p->pd, *rd = p->rd;
+  int bf16 = sl_train_cfg_compute_bf16(&p->tc, !strcmp(p->tc.backend, "cuda")); /* auto: bf16 on a device */
+  const char *pd = !p->pd_given && bf16 ? "bf16" : p->pd, *rd = p->rd;
   int rc = SL_OK;
   sl_plan_run_engine(&r, pd, rd);
   r.world = base.world;

@@ -328,9 +328,9 @@ static void c_lmhead_vp_bwd(sl_kctx *k, float *dx, float *dw, const float *x, co
 /* bf16 compute changes no count: FLOPs and bytes are the same ops' */
 static int c_ctx_set_compute(sl_kctx *k, int compute) {
   (void)k;
-  return compute == SL_COMPUTE_FP32 || compute == SL_COMPUTE_BF16
-             ? SL_OK
-             : sl_fail(SL_EINPUT, "unknown compute dtype %d", compute);
+  int dt = compute & ~SL_COMPUTE_TF32; /* TF32 changes no count either */
+  return dt == SL_COMPUTE_FP32 || dt == SL_COMPUTE_BF16 ? SL_OK
+                                                        : sl_fail(SL_EINPUT, "unknown compute dtype %d", compute);
 }
 static void c_adamw(sl_kctx *k, float *p, float *m, float *v, const float *g, int64_t n, float lr, float b1, float b2,
                     float eps, float wd, int64_t step, float grad_scale) {

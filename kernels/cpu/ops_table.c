@@ -74,7 +74,8 @@ const sl_bf16_impl sl_cpu_bf16_impl = {&g_cpu_fp32,
                                        sl_cpu_bf16_lmhead_ce_fwd,
                                        sl_cpu_bf16_lmhead_ce_bwd,
                                        NULL, /* attention: the fp32 op (the oracle) */
-                                       NULL};
+                                       NULL,
+                                       0}; /* no TF32 mode: fp32 GEMMs are exact */
 
 static sl_ops g_cpu_ops;
 static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT;

@@ -168,7 +168,7 @@ int sl_cuda_memset0(sl_kctx *ctx, void *dst, size_t bytes) {
   return ctx->status;
 }
 void *sl_cuda_stream(sl_kctx *ctx) { return ctx ? (void *)ctx->stream : NULL; }
-int sl_cuda_tf32_enabled(const sl_kctx *ctx) { return ctx ? ctx->tf32 : 0; }
+int sl_cuda_tf32_enabled(const sl_kctx *ctx) { return ctx ? ctx->tf32 || ctx->bf.tf32 : 0; }
 
 /* ---- deterministic second pass of column reductions ----------------------- */
 static __global__ void colsum_partials_kernel(float *dst, const float *part, int64_t P, int64_t ncols) {
@@ -263,7 +263,8 @@ static const sl_bf16_impl g_cuda_bf16 = {&g_cuda_fp32,
                                          sl_cuda_bf16_lmhead_ce_fwd,
                                          sl_cuda_bf16_lmhead_ce_bwd,
                                          sl_cuda_attention_fwd_tc,
-                                         sl_cuda_attention_bwd_tc};
+                                         sl_cuda_attention_bwd_tc,
+                                         1};
 static const sl_ops g_cuda_ops = sl_bf16_ops(&g_cuda_fp32);
 static const sl_bf16_impl *cuda_bf16_impl(void) { return &g_cuda_bf16; }
 

@@ -35,7 +35,7 @@ int sl_cuda_upload(sl_kctx *ctx, void *dst_dev, const void *src_host, size_t byt
 int sl_cuda_download(sl_kctx *ctx, void *dst_host, const void *src_dev, size_t bytes);
 int sl_cuda_memset0(sl_kctx *ctx, void *dst_dev, size_t bytes);
 void *sl_cuda_stream(sl_kctx *ctx);           /* the context's cudaStream_t */
-int sl_cuda_tf32_enabled(const sl_kctx *ctx); /* 1 when SL_CUDA_TF32=1 */
+int sl_cuda_tf32_enabled(const sl_kctx *ctx); /* 1 when SL_CUDA_TF32=1 or SL_COMPUTE_TF32 is set */
 
 /* x[0..n) rounded to bf16 (nearest even) in place: the bf16 compute
  * wrappers' rounding, bit-identical to sl_f32_to_bf16_scalar (no op of the

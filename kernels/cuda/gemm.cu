@@ -74,7 +74,8 @@ int sl_cuda_gemm(sl_kctx *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, 
     }
     return sl_cuda_fail(ctx, SL_EINPUT, "gemm: k = 0 with beta %g unsupported", beta);
   }
-  cublasComputeType_t ct = (ab == CUDA_R_32F && ctx->tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  cublasComputeType_t ct =
+      (ab == CUDA_R_32F && sl_cuda_tf32_enabled(ctx)) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   uint32_t al_a = ptr_align(A), al_b = ptr_align(B), al_d = ptr_align(D);
   sl_gemm_plan *pl = NULL;
   for (int i = 0; i < ctx->nplans && !pl; i++) {

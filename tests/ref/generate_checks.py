@@ -18,8 +18,10 @@ Checks (one line each, then "N passed, M failed"):
      differs across seeds;
   3. a byte-level model generates from a text prompt (bytes out);
   4. bad input: prompt longer than max_position_embeddings, --tokenizer (not
-     in this build), a prompt id outside the vocabulary, --max-new-tokens -1:
-     exit 2 with a message; generation stops at the context.
+     in this build), a prompt id outside the vocabulary, --max-new-tokens -1,
+     --backend cuda (no device path yet) or an unknown backend: exit 2 with
+     a message; generation stops at the context. --backend cpu and auto
+     give the default's ids.
 """
 import argparse
 import json
@@ -193,6 +195,15 @@ def main():
        and r_txt[1].rstrip("\n") == "hello world 123" + dec.rstrip("\n"),
        f"ids {r_ids[1].strip()} / {r_tok[1].strip()}; text {r_txt[1]!r} vs detok {dec!r}; {r_tok[2][-200:]}")
 
+    # --backend cpu and auto (the CPU: generate has no device path) give the default's ids
+    gcmd = [exe, "generate", "--model", dirs["llama"], "--prompt-ids", ids_arg, "--temperature", 0,
+            "--max-new-tokens", NEW, "--print-ids"]
+    base = run(gcmd, W)
+    for be in ("cpu", "auto"):
+        r = run(gcmd + ["--backend", be], W)
+        ck(f"--backend {be}: the default's ids", base[0] == 0 and r[0] == 0 and r[1] == base[1],
+           f"exit {r[0]}: {r[1].strip()[:80]} vs {base[1].strip()[:80]}; {r[2].strip()[-160:]}")
+
     # 4. bad input and the context limit
     set_config(dirs["llama"], max_position_embeddings=16)
     long_ids = ",".join(str(i % VOCAB) for i in range(17))
@@ -206,7 +217,11 @@ def main():
               "vocabulary"),
              ("--max-new-tokens -1", ["--model", dirs["llama"], "--prompt-ids", "1", "--max-new-tokens", -1],
               "--max-new-tokens"),
-             ("text prompt on a non-byte model", ["--model", dirs["llama"], "--prompt", "hi"], "byte-level")]
+             ("text prompt on a non-byte model", ["--model", dirs["llama"], "--prompt", "hi"], "byte-level"),
+             ("--backend cuda (no device path)", ["--model", dirs["llama"], "--prompt-ids", "1", "--backend", "cuda"],
+              "generate has no device path yet"),
+             ("--backend tpu", ["--model", dirs["llama"], "--prompt-ids", "1", "--backend", "tpu"],
+              "--backend must be cpu, cuda or auto, found 'tpu'")]
     for label, args, want in cases:
         rc, out, err = run([exe, "generate"] + args, W)
         ck(f"bad input: {label}: exit 2", rc == 2 and want in err, f"exit {rc}: {err.strip()[:160]}")

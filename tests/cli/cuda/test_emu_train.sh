@@ -5,7 +5,9 @@
 # emulated trainer"). The tolerances of test_cuda_train.sh: fp32 losses within
 # 1e-4 relative; --compute-dtype bf16 against the CPU mirror within 1e-3
 # (Llama, Qwen3); Mistral, Mamba, Qwen3 and Gemma 3 in fp32 too;
-# ZeRO-3 against ZeRO-0 bit for bit on the device path. World 1 uses the
+# ZeRO-3 against ZeRO-0 bit for bit on the device path; --compute-dtype auto
+# = bf16 on a device; --tf32 true changes the fp32 GEMMs within 1e-4 and is
+# refused on the CPU. World 1 uses the
 # one-rank device comms (device copies: the ZeRO-3 check is near-trivial
 # there); under mpirun the ranks run the real shard/comm_nccl.c over the
 # NCCL stand-in (tests/cuda_emu/nccl.cpp): ZeRO-1 and ZeRO-3 at 2 ranks and
@@ -24,9 +26,11 @@ E=$SL_BUILD/shardlm_emu
 export ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1
 tiny_model "$W/llama" llama '"num_hidden_layers": 2'
 tiny_data "$W/data"
-# --peak-tflops: no 1024^3 GEMM on the reference cuBLASLt at start-up (minutes)
+# --peak-tflops: no 1024^3 GEMM on the reference cuBLASLt at start-up (minutes);
+# --compute-dtype fp32: the fp32 cases (auto is bf16 on a device; a later
+# flag of a run overrides it)
 A="--data $W/data --data-order sequential --steps 3 --micro-batch 2 --seq-len 16 --threads 1 --summary false --plot false
-  --peak-tflops 1"
+  --peak-tflops 1 --compute-dtype fp32"
 run() { # name np binary model [flags...]
   local n=$1 np=$2 bin=$3 m=$4
   shift 4
@@ -44,6 +48,17 @@ run emu0 1 "$E" llama --backend cuda --zero 0 && check emu0 cpu --rtol 1e-4 --lo
 run emu3 1 "$E" llama --backend cuda --zero 3 && check emu3 emu0 --exact
 run cpub 1 "$B" llama --backend cpu --zero 0 --compute-dtype bf16
 run emub 1 "$E" llama --backend cuda --zero 0 --compute-dtype bf16 && check emub cpub --rtol 1e-3 --loss-only
+# --compute-dtype auto on a device is bf16 (the same run as emub, which --tf32 auto also puts on TF32), said so
+run emua 1 "$E" llama --backend cuda --zero 0 --compute-dtype auto && check emua emub --exact &&
+  { grep -q "compute bf16 (--compute-dtype auto on a device)" "$W/emua.log" && ok "auto = bf16 on a device, said" ||
+    bad "emua.log does not say that auto resolved to bf16"; }
+# --tf32 true under fp32 compute: TF32 GEMMs (the emulator rounds their operands to 10 mantissa bits), near
+# the CPU's fp32 (1e-4: measured 2.7e-6 on losses near 5.5) and not equal to the strict fp32 run
+run emut 1 "$E" llama --backend cuda --zero 0 --tf32 true && check emut cpu --rtol 1e-4 --loss-only &&
+  { ! $CMP "$W/emut" "$W/emu0" --exact > /dev/null 2>&1 && ok "--tf32 true changes the fp32 GEMMs" ||
+    bad "--tf32 true ran the same as strict fp32"; }
+"$B" train $A --model "$W/llama" --out-dir "$W/tf32cpu" --backend cpu --tf32 true > "$W/tf32cpu.log" 2>&1
+rc_is "--tf32 true on --backend cpu refused" $? 2 "$W/tf32cpu.log" "TF32 is a tensor-core GEMM mode"
 # Mistral (sliding window), Mamba (conv + selective scan), Falcon-Mamba (the weightless dt/B/C norms),
 # Qwen3 (q/k norms: a strided rmsnorm per head; q/k/v/o biases), Qwen3 also in bf16 against the CPU mirror,
 # and Mixtral (the MoE ops, grouped GEMMs)

@@ -13,8 +13,9 @@
 # bf16 run's acts arena is below its fp32 twin's, and `plan --engine-check
 # --compute-dtype bf16` predicts the run's arenas exactly. Negative
 # control: SL_FAULT_ACT_BF16=1 (every kept buffer packed, the fp32
-# statistics too) is not bit-identical. Then the acts arena's halving (below)
-# and --residual-dtype's refusals. ~16 s on 2 cores.
+# statistics too) is not bit-identical. Then the acts arena's halving (below),
+# --compute-dtype auto in the engine check (bf16 for --backend cuda, fp32 for
+# cpu) and --residual-dtype's refusals. ~16 s on 2 cores.
 source "${SL_SRC:?}/tests/lib/run.sh" bf16_acts mpi numpy
 tiny_model "$W/llama" llama '"num_hidden_layers": 4'
 tiny_model "$W/qwen3" llama '"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 3,
@@ -102,6 +103,15 @@ for ac in none selective; do
     "$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['arena_peak']['acts'])" "$W/p8-$ac-fp32.json")" \
     "$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['arena_peak']['acts'])" "$W/p8-$ac-bf16.json")" 0.505
 done
+# --compute-dtype auto (the default) in the engine check: bf16 for --backend cuda, fp32 for --backend cpu
+for be in cuda:bf16 cpu:fp32; do
+  "$B" plan $P8 --activation-checkpoint none --backend ${be%:*} > "$W/p8-auto-${be%:*}.json" 2> "$W/p8.log" ||
+    bad "plan 8B auto --backend ${be%:*}"
+  if "$PY" -c "import json,sys; a, b = (json.load(open(f))['arena_peak'] for f in sys.argv[1:]); sys.exit(a != b)" \
+    "$W/p8-auto-${be%:*}.json" "$W/p8-none-${be#*:}.json"; then
+    ok "plan --engine-check --backend ${be%:*}: auto predicts the ${be#*:} run's arenas"
+  else bad "plan --engine-check --backend ${be%:*}: auto is not the ${be#*:} run"; fi
+done
 # and the bound can fail: an fp32 residual stream (--residual-dtype fp32)
 "$B" plan $P8 --compute-dtype bf16 --residual-dtype fp32 > "$W/p8-r32.json" 2> "$W/p8.log" || bad "plan 8B fp32 residual"
 r=$("$PY" -c "import json,sys; a, b = (json.load(open(f))['arena_peak']['acts'] for f in sys.argv[1:]); print('%.3f' % (b / a))" \
@@ -117,6 +127,7 @@ refuse() { # name needle [flags...]
 refuse fp16 "--residual-dtype must be fp32, bf16 or auto, found 'fp16'" --model "$W/llama" --residual-dtype fp16
 refuse fp32compute "--residual-dtype bf16 needs --compute-dtype bf16" --model "$W/llama" --residual-dtype bf16 \
   --compute-dtype fp32
+refuse tf32 "--tf32 must be true, false or auto, found 'yes'" --model "$W/llama" --tf32 yes
 refuse mamba "keeps its residual stream in fp32" --model "$W/mamba" --residual-dtype bf16 --compute-dtype bf16
 # negative control: packing the fp32 residual and statistics too is lossy
 SL_FAULT_ACT_BF16=1 run llama lossy 2 2 2 --zero 3 &&
