@@ -251,12 +251,11 @@ static float *dev_fill(const sl_ops *ops, sl_kctx *k, int64_t n, float scale) {
   enum { CH = 1 << 18 };
   if (!p || scale == 0.0f) return p;
   float *h = malloc(CH * 4);
-  if (!p || !h) {
-    free(h);
-    if (p) ops->free(k, p);
+  if (!h) {
+    ops->free(k, p);
     return NULL;
   }
-  for (int i = 0; i < CH; i++) h[i] = scale * ((float)((i * 7919) % 2001) / 1000.0f - 1.0f);
+  for (int64_t i = 0; i < CH; i++) h[i] = scale * ((float)((i * 7919) % 2001) / 1000.0f - 1.0f);
   for (int64_t o = 0; o < n; o += CH) ops->upload(k, p + o, h, (size_t)(n - o < CH ? n - o : CH) * 4);
   free(h);
   return p;
@@ -288,7 +287,7 @@ static double time_op(const sl_ops *o, sl_kctx *k, kshape *s, void (*once)(const
   return dt > 0 ? flops * REPS / dt * 1e-12 : -1;
 }
 
-/* attention and GEMM TFLOP/s on the run's shapes (-1 with a message on failure) */
+/* attention and GEMM TFLOP/s on the run's shapes; 1 with a message on failure */
 static int time_kernels(const gpu_cfg *c, const precision *p, int seq, double *attn, double *gemm) {
   const sl_ops *o = sl_backend_get("cuda");
   sl_kctx *k = o ? o->ctx_create(c->threads) : NULL;
@@ -297,15 +296,8 @@ static int time_kernels(const gpu_cfg *c, const precision *p, int seq, double *a
     if (k) o->ctx_destroy(k);
     return 1;
   }
-  kshape s = {c->batch,
-              seq,
-              c->heads,
-              c->kv_heads,
-              c->hidden / c->heads,
-              (int64_t)c->batch * seq,
-              c->hidden,
-              2 * (int64_t)c->inter,
-              {0}};
+  kshape s = {.B = c->batch, .T = seq, .nh = c->heads, .nkv = c->kv_heads, .hd = c->hidden / c->heads};
+  s.N = s.B * s.T, s.C = c->hidden, s.OC = 2 * (int64_t)c->inter; /* the fused gate|up projection */
   int64_t W = (s.nh + 2 * s.nkv) * s.hd, A = s.nh * s.hd;
   int64_t na[5] = {s.N * W, s.N * A, s.B * s.nh * s.T, s.N * A, s.N * W}, ng[3] = {s.N * s.C, s.OC * s.C, s.N * s.OC};
   int rc = 0;
@@ -313,7 +305,10 @@ static int time_kernels(const gpu_cfg *c, const precision *p, int seq, double *a
   /* FlashAttention's count: forward 4 B H S^2 hd, halved for causal; forward + backward 3.5 x forward */
   double fa = 3.5 * (4.0 * s.B * s.nh * (double)s.T * s.T * s.hd / 2);
   *attn = rc ? -1 : time_op(o, k, &s, attn_once, fa);
-  for (int i = 0; i < 5; i++) o->free(k, s.x[i]), s.x[i] = NULL;
+  for (int i = 0; i < 5; i++) {
+    o->free(k, s.x[i]);
+    s.x[i] = NULL;
+  }
   for (int i = 0; i < 3 && !rc; i++) rc = !(s.x[i] = dev_fill(o, k, ng[i], i == 2 ? 0.0f : 0.5f));
   *gemm = rc ? -1 : time_op(o, k, &s, gemm_once, 2.0 * s.N * s.C * s.OC);
   for (int i = 0; i < 3; i++) o->free(k, s.x[i]);
