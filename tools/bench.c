@@ -7,6 +7,7 @@
  *          communication, bytes moved, peak bytes per arena
  *   adam | nvme   see tools/bench_offload.c
  *   moe    see tools/bench_moe.c; pipeline see tools/bench_pipeline.c
+ *   gpu    see tools/bench_gpu.c
  */
 #define _GNU_SOURCE
 #include <jansson.h>
@@ -18,7 +19,6 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "base/env.h"
 #include "formats/dataset.h"
 #include "kernels/kernels.h"
 #include "shard/comm.h"
@@ -29,8 +29,7 @@ int sl_bench_pipeline_main(int argc, char **argv);                      /* tools
 
 typedef struct {
   int hidden, layers, heads, kv_heads, inter, vocab, batch, seq, steps, threads, world;
-  char src[1024];     /* source tree (for tools/bench_torch.py) */
-  char out_dir[1024]; /* bench gpu: where its run directory goes ("" = runs/bench-gpu) */
+  char src[1024]; /* source tree (for tools/bench_torch.py) */
 } bench_cfg;
 
 const char *sl_bench_self_exe(void) {
@@ -48,16 +47,20 @@ FILE *sl_bench_config_file(const char *dir) {
   return fopen(p, "w");
 }
 
-static int write_model(const bench_cfg *b, const char *dir) {
+int sl_bench_write_llama(const char *dir, int hidden, int inter, int heads, int kv_heads, int layers, int vocab) {
   FILE *f = sl_bench_config_file(dir);
   if (!f) return -1;
   fprintf(f,
           "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": %d, \"intermediate_size\": %d,\n"
           " \"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"num_hidden_layers\": %d,\n"
           " \"vocab_size\": %d, \"rms_norm_eps\": 1e-5, \"tie_word_embeddings\": false}\n",
-          b->hidden, b->inter, b->heads, b->kv_heads, b->layers, b->vocab);
+          hidden, inter, heads, kv_heads, layers, vocab);
   fclose(f);
   return 0;
+}
+
+static int write_model(const bench_cfg *b, const char *dir) {
+  return sl_bench_write_llama(dir, b->hidden, b->inter, b->heads, b->kv_heads, b->layers, b->vocab);
 }
 
 int sl_bench_write_data(const char *prefix, int vocab) {
@@ -109,7 +112,6 @@ static int64_t metric_last_arena(const char *path, const char *arena) {
   if (o) {
     json_t *a = json_object_get(o, "arena_peak");
     if (a) v = (int64_t)json_number_value(json_object_get(a, arena));
-    if (!strcmp(arena, "total")) v = (int64_t)json_number_value(json_object_get(o, "peak_bytes"));
     json_decref(o);
   }
   return v;
@@ -131,9 +133,6 @@ static int parse(bench_cfg *b, int argc, char **argv) {
     else if (!strcmp(a, "--threads")) dst = &b->threads;
     else if (!strcmp(a, "--src") && i + 1 < argc) {
       snprintf(b->src, sizeof b->src, "%s", argv[++i]);
-      continue;
-    } else if (!strcmp(a, "--out-dir") && i + 1 < argc) {
-      snprintf(b->out_dir, sizeof b->out_dir, "%s", argv[++i]);
       continue;
     }
     if (!dst || i + 1 >= argc) {
@@ -343,60 +342,6 @@ static int bench_mamba(bench_cfg *b) {
   return 0;
 }
 
-/* A Llama-2-7B-shaped stack (hidden 4096, 32 heads, intermediate 11008,
- * vocab 32000, seq 4096) with --layers layers on the CUDA backend: tokens/s
- * and MFU. Precision: bf16 compute by default (--compute-dtype bf16: cuBLASLt
- * bf16 GEMMs with fp32 accumulation; attention still fp32 CUDA-core kernels
- * on bf16-valued inputs, docs/bf16.md), MFU against the 989 TFLOPS dense bf16
- * peak; SL_CUDA_TF32=1 runs fp32 compute with TF32 GEMMs (494 TFLOPS) and
- * SL_BENCH_COMPUTE=fp32 strict fp32 (67 TFLOPS) (H100/H200 SXM datasheet,
- * dense). The run directory (model, data, metrics, train.log) is kept under
- * --out-dir (default runs/bench-gpu), and a failed run's log tail is
- * printed. */
-static int bench_gpu(bench_cfg *b) {
-  char dir[1100], model[4200], data[4200], metrics[4200], cmd[16384];
-  snprintf(dir, sizeof dir, "%s", b->out_dir[0] ? b->out_dir : "runs/bench-gpu");
-  if (sl_mkdirs(dir) != SL_OK) {
-    fprintf(stderr, "shardlm bench gpu: %s\n", sl_errmsg());
-    return 2;
-  }
-  const char *bc = sl_env_str("SL_BENCH_COMPUTE");
-  int is_tf32 = sl_env_int("SL_CUDA_TF32") != 0, is_bf16 = !is_tf32 && !(bc && !strcmp(bc, "fp32"));
-  double peak = is_bf16 ? 989.0 : is_tf32 ? 494.0 : 67.0;
-  const char *prec = is_bf16 ? "bf16 tensor-core" : is_tf32 ? "TF32 tensor-core" : "fp32 CUDA-core";
-  const char *pname = is_bf16 ? "bf16" : is_tf32 ? "tf32" : "fp32";
-  snprintf(model, sizeof model, "%s/model", dir);
-  snprintf(data, sizeof data, "%s/data", dir);
-  snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
-  if (write_model(b, model) || sl_bench_write_data(data, b->vocab)) return 1;
-  remove(metrics);
-  printf("model: Llama hidden %d, %d layers, %d/%d heads, intermediate %d, vocab %d; batch %d x %d; CUDA backend, "
-         "%s GEMMs\n",
-         b->hidden, b->layers, b->heads, b->kv_heads, b->inter, b->vocab, b->batch, b->seq, pname);
-  snprintf(cmd, sizeof cmd,
-           "'%s' train --backend cuda --model %s --data %s --steps %d --micro-batch %d --seq-len %d --zero 3 "
-           "--activation-checkpoint selective --peak-tflops %g --summary true --plot false --log-every 1000 "
-           "--compute-dtype %s --metrics %s --out-dir %s > %s/train.log 2>&1",
-           sl_bench_self_exe(), model, data, b->steps + 2, b->batch, b->seq, peak, is_bf16 ? "bf16" : "fp32", metrics,
-           dir, dir);
-  if (system(cmd) != 0) {
-    fprintf(stderr, "shardlm bench gpu: the run failed; its log is %s/train.log, which ends:\n", dir);
-    snprintf(cmd, sizeof cmd, "tail -n 20 '%s/train.log' >&2", dir);
-    if (system(cmd) != 0) fprintf(stderr, "(cannot read it)\n");
-    return 1;
-  }
-  int n = 0;
-  double tps = sl_bench_metric_mean(metrics, "tokens_per_s", 2, &n),
-         mfu = sl_bench_metric_mean(metrics, "mfu", 2, NULL);
-  printf("shardlm (CUDA backend): %.0f tokens/s, MFU %.1f%% of %.0f TFLOPS (%s peak; %.1f%% of the 989 TFLOPS "
-         "bf16 peak) (mean of %d steps after 2 warmup); peak bytes %lld; run in %s\n",
-         tps, 100 * mfu, peak, prec, 100 * mfu * peak / 989.0, n, (long long)metric_last_arena(metrics, "total"), dir);
-  printf("{\"bench\": \"gpu\", \"tokens_per_s\": %.1f, \"mfu\": %.4f, \"peak_tflops\": %.0f, \"precision\": \"%s\", "
-         "\"mfu_vs_bf16_989\": %.4f}\n",
-         tps, mfu, peak, pname, mfu * peak / 989.0);
-  return 0;
-}
-
 /* GEMM rate of the CPU backend (what MFU and the planner divide by). */
 static int bench_gemm(int argc, char **argv) {
   const sl_ops *ops = sl_ops_cpu();
@@ -484,16 +429,16 @@ static int bench_comm(int argc, char **argv) {
 
 int sl_tool_bench(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-    fprintf(stderr, "usage: shardlm bench train|zero|mamba|gpu|gemm|comm|pipeline|moe|adam|nvme|tokenizer [flags]\n"
-                    "  pipeline: the pipeline schedules over real send/recv (shardlm bench pipeline --help)\n"
-                    "  moe: MoE vs dense tokens/s, grouped vs dense GEMM, the all-to-all's share at EP 2 and 4\n"
-                    "       (shardlm bench moe --help)\n  "
-                    "gemm/comm: --out FILE.json merges the figure for shardlm plan --measured\n"
-                    "  train/zero flags: --hidden --layers --heads --kv-heads --intermediate --vocab --batch --seq\n"
-                    "                    --steps --threads --src SOURCE_DIR (for tools/bench_torch.py)\n"
-                    "  gpu: a Llama-2-7B-shaped stack on --backend cuda (--layers, --batch, --seq, --steps,\n"
-                    "       --out-dir DIR: run directory, default runs/bench-gpu); bf16 compute, MFU against\n"
-                    "       989 TFLOPS; SL_CUDA_TF32=1: TF32 (494), SL_BENCH_COMPUTE=fp32: fp32 (67)\n");
+    fprintf(stderr,
+            "usage: shardlm bench train|zero|mamba|gpu|gemm|comm|pipeline|moe|adam|nvme|tokenizer [flags]\n"
+            "  pipeline: the pipeline schedules over real send/recv (shardlm bench pipeline --help)\n"
+            "  moe: MoE vs dense tokens/s, grouped vs dense GEMM, the all-to-all's share at EP 2 and 4\n"
+            "       (shardlm bench moe --help)\n  "
+            "gemm/comm: --out FILE.json merges the figure for shardlm plan --measured\n"
+            "  train/zero flags: --hidden --layers --heads --kv-heads --intermediate --vocab --batch --seq\n"
+            "                    --steps --threads --src SOURCE_DIR (for tools/bench_torch.py)\n"
+            "  gpu: a Llama-2-7B-shaped stack on --backend cuda per sequence length (--seqs 1024,4096):\n"
+            "       MFU, attention and GEMM TFLOP/s, exposed comm, peak vs predicted (shardlm bench gpu --help)\n");
     return argc < 2 ? 2 : 0;
   }
   if (!strcmp(argv[1], "adam") || !strcmp(argv[1], "nvme")) {
@@ -508,8 +453,9 @@ int sl_tool_bench(int argc, char **argv) {
   if (!strcmp(argv[1], "comm")) return bench_comm(argc - 1, argv + 1);
   if (!strcmp(argv[1], "pipeline")) return sl_bench_pipeline_main(argc - 1, argv + 1); /* tools/bench_pipeline.c */
   if (!strcmp(argv[1], "moe")) return sl_tool_bench_moe(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "gpu")) return sl_bench_gpu_main(argc - 1, argv + 1); /* tools/bench_gpu.c */
   /* the ~20M-parameter Llama of the issue: hidden 384, 6 layers, GQA 6/2, vocab 8192 */
-  bench_cfg b = {384, 6, 6, 2, 1024, 8192, 8, 256, 5, 2, 1, ".", ""};
+  bench_cfg b = {384, 6, 6, 2, 1024, 8192, 8, 256, 5, 2, 1, "."};
   if (!strcmp(argv[1], "zero")) {
     b.threads = 1;
     b.steps = 8;
@@ -518,11 +464,6 @@ int sl_tool_bench(int argc, char **argv) {
   if (!strcmp(argv[1], "train")) return bench_train(&b);
   if (!strcmp(argv[1], "zero")) return bench_zero(&b);
   if (!strcmp(argv[1], "mamba")) return bench_mamba(&b);
-  if (!strcmp(argv[1], "gpu")) {
-    bench_cfg g = {4096, 4, 32, 32, 11008, 32000, 1, 4096, 5, 0, 1, ".", ""};
-    if (parse(&g, argc - 1, argv + 1)) return 2;
-    return bench_gpu(&g);
-  }
   fprintf(stderr, "shardlm bench: unknown benchmark '%s'\n", argv[1]);
   return 2;
 }

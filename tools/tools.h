@@ -19,14 +19,17 @@ int sl_tool_generate(int argc, char **argv);               /* tools/generate_cmd
 int sl_under_launcher(void);                               /* tools/main.c: started by mpirun / Slurm */
 int sl_supervise(int argc, char **argv, int max_restarts); /* tools/supervise.c */
 int sl_tool_bench_moe(int argc, char **argv);              /* tools/bench_moe.c: bench moe */
+int sl_bench_gpu_main(int argc, char **argv);              /* tools/bench_gpu.c: bench gpu */
 
 /* tools/bench.c, shared by the bench files: this executable's path; a
  * dataset of 64 random documents of 4096 tokens below vocab at prefix; the
  * mean of a metrics.jsonl key over the lines after the first skip (n_out:
- * how many had it); dir (made if absent)/config.json opened for writing. */
+ * how many had it); dir (made if absent)/config.json opened for writing;
+ * dir/config.json of an untied Llama of those sizes (0 or -1). */
 const char *sl_bench_self_exe(void);
 FILE *sl_bench_config_file(const char *dir);
 int sl_bench_write_data(const char *prefix, int vocab);
 double sl_bench_metric_mean(const char *path, const char *key, int skip, int *n_out);
+int sl_bench_write_llama(const char *dir, int hidden, int inter, int heads, int kv_heads, int layers, int vocab);
 
 #endif
