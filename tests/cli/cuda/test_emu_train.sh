@@ -11,7 +11,8 @@
 # one-rank device comms (device copies: the ZeRO-3 check is near-trivial
 # there); under mpirun the ranks run the real shard/comm_nccl.c over the
 # NCCL stand-in (tests/cuda_emu/nccl.cpp): ZeRO-1 and ZeRO-3 at 2 ranks and
-# hybrid sharding (4 ranks, shard groups of 2) against the CPU backend at the
+# ZeRO-1 and ZeRO-3 at 4 ranks (ZeRO-1 = ZeRO-3 bit for bit), hybrid
+# sharding (4 ranks, shard groups of 2) against the CPU backend at the
 # same layout; bf16 gathers and reductions, and bf16 compute against the CPU
 # mirror, at 2 ranks. Streams run deferred
 # with the race detector on; one run repeats under another SL_EMU_SEED. fsdp's
@@ -117,4 +118,8 @@ run e2bc 2 "$E" llama --backend cuda --zero 3 --compute-dtype bf16 && check e2bc
 rc_is "--offload-params cpu on --backend cuda refused" $? 2 "$W/op.log" "--offload-params cpu on a device backend is not implemented"
 run c4h 4 "$B" llama --backend cpu --zero 3 --shard-group 2
 run e4h 4 "$E" llama --backend cuda --zero 3 --shard-group 2 && check e4h c4h --rtol 1e-4 --loss-only
+# 4 ranks, one shard group: ZeRO-3 against the CPU, ZeRO-1 = ZeRO-3 bit for bit
+run c4z3 4 "$B" llama --backend cpu --zero 3
+run e4z3 4 "$E" llama --backend cuda --zero 3 && check e4z3 c4z3 --rtol 1e-4 --loss-only
+run e4z1 4 "$E" llama --backend cuda --zero 1 && check e4z1 e4z3 --exact
 finish
