@@ -113,8 +113,8 @@ static sl_kctx *cuda_ctx_create(int threads) {
   if (e == cudaSuccess)
     what = "cudaMalloc(sumsq partials)",
     e = sl_cuda_dmalloc(c, (void **)&c->sumsq_part, SL_CUDA_SUMSQ_BLOCKS * sizeof(double));
-  if (e == cudaSuccess) c->dev.allocs++;
   if (e == cudaSuccess) what = "cudaMallocHost(sumsq)", e = cudaMallocHost((void **)&c->sumsq_host, sizeof(double));
+  if (e == cudaSuccess) c->dev.allocs++; /* the pinned one, counted like sl_cuda_dmalloc's */
   if (e != cudaSuccess) {
     sl_fail(SL_EINTERNAL, "cuda: ctx_create: %s failed: %s", what, cudaGetErrorString(e));
     ctx_free(c);
