@@ -180,6 +180,13 @@ int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt
     fprintf(t->report.metrics, ", \"alltoall_s\": %.6f", (double)(sh.alltoall_ns - t->report.prev_a2a) * 1e-9);
     t->report.prev_a2a = sh.alltoall_ns;
   }
+  sl_dev_stats d, *p = &t->report.prev_dev; /* the backend's host-side costs since the last line */
+  t->ops->dev_stats(t->k, &d);
+  fprintf(t->report.metrics,
+          ", \"dev\": {\"allocs\": %lld, \"frees\": %lld, \"syncs\": %lld, \"downloads\": %lld, \"uploads\": %lld}",
+          (long long)(d.allocs - p->allocs), (long long)(d.frees - p->frees), (long long)(d.syncs - p->syncs),
+          (long long)(d.downloads - p->downloads), (long long)(d.uploads - p->uploads));
+  *p = d;
   if (o->ev.samples)
     fprintf(t->report.metrics, ", \"eval_loss\": %s, \"eval_ppl\": %s", sl_guard_json(jl, o->ev.loss),
             sl_guard_json(jr, o->ev.ppl));

@@ -76,7 +76,12 @@ static int single_forward(sl_schedule *s, const sl_step_ctx *c, sl_step_result *
 /* Every layout without a pipeline: one process, DP, hybrid sharding, TP
  * (with or without SP); priv: the TP group or NULL. */
 static int single_grad_sumsq(sl_schedule *s, const sl_step_ctx *c, double *ss) {
+  if (c->sumsq_slots) return sl_tpar_grad_sumsq_of(c->f, s->priv, c->sumsq_slots, ss);
   return sl_tpar_grad_sumsq(c->f, c->m, s->priv, ss);
+}
+
+static void single_queue_sumsq(sl_schedule *s, const sl_step_ctx *c, int slot0) {
+  sl_tpar_queue_sumsq(c->f, c->m, s->priv, slot0);
 }
 
 static const sl_schedule_vt single_vt = {
@@ -85,6 +90,7 @@ static const sl_schedule_vt single_vt = {
     .run_step = single_run_step,
     .forward = single_forward,
     .grad_sumsq = single_grad_sumsq,
+    .queue_sumsq = single_queue_sumsq,
     .destroy = NULL,
 };
 

@@ -89,6 +89,10 @@ typedef struct {
   int (*load)(void *user, int k);
   sl_fwd_hook after_fwd; /* optional */
   void *hook_user;
+  /* After queue_sumsq and the fetch: this rank's slots from queue_sumsq's
+   * slot0 on, on the host; grad_sumsq finishes from them (NULL: it
+   * computes the sums itself). */
+  const double *sumsq_slots;
 } sl_step_ctx;
 
 typedef struct {
@@ -112,6 +116,12 @@ typedef struct {
   /* The global sum of squares of the step's gradients, the same on every
    * rank (after run_step). */
   int (*grad_sumsq)(sl_schedule *s, const sl_step_ctx *c, double *ss);
+  /* Optional (NULL: grad_sumsq computes and downloads its sums itself):
+   * queues this rank's sums of squares into the backend's scalar slots
+   * slot0 .. slot0 + m->nunits - 1 (ops scalar_acc; no wait, no comm), for
+   * grad_sumsq to finish from c->sumsq_slots once they are fetched: the
+   * step's one download (engine/trainer.c). */
+  void (*queue_sumsq)(sl_schedule *s, const sl_step_ctx *c, int slot0);
   void (*destroy)(sl_schedule *s); /* the priv state (may be NULL) */
 } sl_schedule_vt;
 

@@ -68,6 +68,14 @@ void sl_tpar_stats(const sl_tpar *tp, sl_comm_stats *out);
  * (sl_fsdp_grad_sumsq_part), then over tp in rank order. Collective over
  * the shard group and tp. */
 int sl_tpar_grad_sumsq(sl_fsdp *f, const sl_model *m, sl_comm *tp, double *out);
+/* Its two halves with one download between them: the sums of squares
+ * queued into the backend's scalar slots from slot0 on (sl_fsdp_queue_sumsq:
+ * at T = 1 one slot per unit, under TP the one running sum in slot0), no
+ * wait, no comm; then, from those slots fetched to the host (slots[0] =
+ * slot0's), the same sums over the shard group and tp. Bit for bit
+ * sl_tpar_grad_sumsq. */
+void sl_tpar_queue_sumsq(sl_fsdp *f, const sl_model *m, sl_comm *tp, int slot0);
+int sl_tpar_grad_sumsq_of(sl_fsdp *f, sl_comm *tp, const double *slots, double *out);
 /* This rank's sum of squares per unit (no comm): sl_fsdp_unit_sumsq at
  * m->tp_size 1, the counted tensors only above (the pipeline gathers these
  * over its stages). */

@@ -245,6 +245,7 @@ void sl_trainer_free(trainer *t) {
   if ((t->dev || t->nsets > 1) && t->data.dtgt) t->ops->free(t->k, t->data.dtgt);
   if ((t->dev || t->nsets > 1) && t->data.dseg) t->ops->free(t->k, t->data.dseg);
   sl_schedule_destroy(t->sched);
+  free(t->scal);
   sl_pp_plan_free(t->par.pplan);
   sl_fsdp_destroy(t->f);
   sl_tpar_free(&t->par.tp);
@@ -587,7 +588,10 @@ static int setup_schedule(trainer *t) {
   t->data.dseg = t->data.seg;
   if (own && t->data.seg && !(t->data.dseg = t->ops->alloc(t->k, sets_bytes))) return SL_ENOMEM;
   t->data.G = c->micro_batch * c->grad_accum * t->par.dp_size;
-  return SL_OK;
+  if (!t->sched->vt->queue_sumsq) return SL_OK; /* the schedule downloads its own sums */
+  t->nscal = (int)c->grad_accum + t->m->nunits;
+  if (!(t->scal = calloc((size_t)t->nscal, sizeof(double)))) return sl_fail(SL_ENOMEM, "out of memory");
+  return t->ops->scalars_reserve(t->k, t->nscal);
 }
 
 static int setup_all(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim, const sl_model_config *dry) {
@@ -617,6 +621,7 @@ int sl_trainer_setup_dry(trainer *t, const sl_train_cfg *cfg, sl_comm *world, co
 static int step_load(void *user, int k) {
   trainer *t = user;
   sl_train_cfg *c = &t->cfg;
+  sl_model_set_loss_slot(t->m, t->loss_slots ? k : -1);
   if (t->dry) { /* the zero batch: only sizes count */
     set_batch(t, 1.0f);
     return SL_OK;
@@ -756,20 +761,39 @@ static int moe_stats_step(trainer *t, step_out *o) {
   return t->mcfg.moe_balance == SL_MOE_BALANCE_BIAS ? sl_model_moe_bias_step(t->m, o->moe_load) : SL_OK;
 }
 
+/* The step's one download: this rank's sums of squares queued after the
+ * losses, every slot fetched at once; *loss_local := the micro-batches'
+ * losses summed in order (what the schedule's loss_sum adds up). */
+static int fetch_scalars(trainer *t, sl_step_ctx *sc, double *loss_local) {
+  int K = (int)t->cfg.grad_accum;
+  t->sched->vt->queue_sumsq(t->sched, sc, K);
+  int rc = t->ops->scalars_fetch(t->k, t->scal, t->nscal);
+  if (rc) return rc;
+  double l = 0;
+  for (int k = 0; k < K; k++) l += t->scal[k];
+  *loss_local = l;
+  sc->sumsq_slots = t->scal + K;
+  return SL_OK;
+}
+
 static int train_step(trainer *t, int64_t s, step_out *o) {
   sl_train_cfg *c = &t->cfg;
   double loss_local = 0;
   int rc;
   sl_model_moe_load(t->m, NULL); /* the counters restart: this step's training forwards only */
   sl_model_moe_stats(t->m, NULL);
-  if ((rc = sl_trainer_fwd_bwd(t, (int)c->grad_accum, NULL, NULL, &loss_local))) return rc;
-  if ((rc = moe_load_step(t, o)) || (rc = moe_stats_step(t, o))) return rc;
+  t->loss_slots = t->nscal > 0; /* the losses into slots 0..grad_accum-1 */
+  rc = sl_trainer_fwd_bwd(t, (int)c->grad_accum, NULL, NULL, &loss_local);
+  t->loss_slots = 0;
+  sl_model_set_loss_slot(t->m, -1);
+  if (rc || (rc = moe_load_step(t, o)) || (rc = moe_stats_step(t, o))) return rc;
+  sl_step_ctx sc = step_ctx(t, (int)c->grad_accum);
+  if (t->nscal && (rc = fetch_scalars(t, &sc, &loss_local))) return rc;
   double loss_sum = 0;
   loss_local = sl_guard_fault(t->world, s, loss_local); /* tests only (SL_FAULT_NONFINITE) */
   if ((rc = sum_across(t, loss_local, &loss_sum))) return rc;
   o->loss = t->data.count > 0 ? loss_sum / (double)t->data.count : 0.0;
   o->tokens = t->data.count;
-  sl_step_ctx sc = step_ctx(t, (int)c->grad_accum);
   int apply = 1; /* the schedule's norm for every layout; a non-finite step's update is dropped (engine/guard.h) */
   if ((rc = sl_schedule_check_step(t->sched, &sc, &t->guard, t->world, s, o->loss, &o->grad_norm, &apply))) return rc;
   float coef = 1.0f;
@@ -1099,6 +1123,7 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   double t_start = sl_now_s(), first_loss = 0;
   sl_mem_reset_peaks();
   sl_fsdp_reset_comm_stats(t.f);
+  t.ops->dev_stats(t.k, &t.report.prev_dev); /* the metrics' dev counters: the steps' own, not the set-up's */
   int stop_sig = 0;
   for (int64_t s = t.start_step; s < c->steps && !stop_sig; s++) {
     double t0 = sl_now_s();

@@ -62,6 +62,7 @@ typedef struct {
   uint64_t prev_a2a;                /* --ep > 1: ns inside the all-to-alls at the last metrics line */
   uint64_t prev_tp[SL_COLL_NKINDS]; /* TP comm bytes per kind at the last metrics line */
   uint64_t prev_pp[3];              /* --pp > 1: DP bytes sent, PP bytes sent / received at the last metrics line */
+  sl_dev_stats prev_dev;            /* the backend's counters (ops dev_stats) at the last metrics line */
 } trainer_report;
 
 typedef struct {
@@ -89,6 +90,11 @@ typedef struct {
   /* setup_schedule */
   sl_schedule *sched;    /* the order of a step's forwards and backwards (engine/schedule.h) */
   int64_t nsets;         /* activation sets: tok/tgt/seg hold one batch per set */
+  /* the step's scalar slots (the schedule's queue_sumsq; nscal 0: none):
+   * micro-batch k's loss in slot k, this rank's sums of squares from slot
+   * grad_accum on; scal: their host copy, fetched once per step */
+  int nscal, loss_slots; /* loss_slots 1: the loader points the model's loss at slot k */
+  double *scal;
   trainer_report report; /* sl_train_run and engine/report.c */
 } trainer;
 

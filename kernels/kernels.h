@@ -31,6 +31,15 @@ extern "C" {
 
 typedef struct sl_kctx sl_kctx; /* backend context: threads, scratch, stream */
 
+/* A device context's host-side costs (ops dev_stats), cumulative counts. */
+typedef struct {
+  int64_t allocs;    /* device / pinned host allocations (cudaMalloc, cudaMallocHost) */
+  int64_t frees;     /* cudaFree, cudaFreeHost */
+  int64_t syncs;     /* host waits for the stream or device (cudaStreamSynchronize, cudaDeviceSynchronize) */
+  int64_t downloads; /* device -> host copies the host waits for (each also one sync) */
+  int64_t uploads;   /* host -> device copies the host waits for (each also one sync) */
+} sl_dev_stats;
+
 typedef struct sl_ops {
   const char *name; /* "cpu" or "cuda" */
 
@@ -234,6 +243,27 @@ typedef struct sl_ops {
    * the context's device); NULL where the backend's memory is host memory. */
   int (*mem_info)(sl_kctx *, size_t *free_bytes, size_t *total_bytes);
 
+  /* ---- device scalars (docs/cuda.md, "Per-step syncs and allocations") ----
+   * The context owns an array of double slots in backend memory: reductions
+   * are added into a slot in stream order and one fetch brings every slot to
+   * the host, so a step downloads its loss and gradient norms once. */
+  /* Sizes the array to at least n slots, all 0 (allocates: call at start-up,
+   * not per step). SL_OK, SL_EINPUT (n < 0), SL_ENOMEM. */
+  int (*scalars_reserve)(sl_kctx *, int n);
+  /* slot += sum of x[i] (square 0) or of x[i]^2 (square 1) over n
+   * elements, the double that sum / sumsq return, added in issue order (the
+   * same bits as adding their results on the host). CPU: at once; CUDA:
+   * queued on the stream, no wait. slot in [0, reserved). */
+  void (*scalar_acc)(sl_kctx *, int slot, const float *x, int64_t n, int square);
+  /* slot += v, in the same order (a host-side term of a sum) */
+  void (*scalar_add)(sl_kctx *, int slot, double v);
+  /* host[0..n) = slots 0..n-1, then those slots = 0. CUDA: one
+   * device->host copy and one stream wait. SL_OK or the context's status. */
+  int (*scalars_fetch)(sl_kctx *, double *host, int n);
+  /* What the context has done that costs the host (cumulative since
+   * ctx_create; all 0 on the CPU and counting backends). */
+  void (*dev_stats)(sl_kctx *, sl_dev_stats *out);
+
   /* ---- vocabulary parallelism (tensor parallel over the vocabulary) -----
    * A rank holds rows [v0, v0 + Vl) of the (padded) vocabulary: wte / w are
    * its (Vl, C) slice. Token ids and targets stay global ids. The head ops
@@ -344,14 +374,17 @@ enum { SL_COMPUTE_FP32 = 0, SL_COMPUTE_BF16 = 1, SL_COMPUTE_TF32 = 2 }; /* ctx_s
   X(embedding_fwd)                                                                                                     \
   X(embedding_bwd)                                                                                                     \
   X(rmsnorm_fwd)                                                                                                       \
-  X(rmsnorm_bwd) X(linear_fwd) X(linear_bwd) X(rope_fwd) X(rope_bwd) X(attention_fwd) X(attention_bwd) X(swiglu_fwd)   \
-      X(swiglu_bwd) X(geglu_fwd) X(geglu_bwd) X(add_inplace) X(scale_add) X(softcap) X(lmhead_ce_fwd) X(lmhead_ce_bwd) \
-          X(adamw) X(sumsq) X(f32_to_bf16) X(bf16_to_f32) X(round_bf16) X(conv1d_fwd) X(conv1d_bwd) X(silu_fwd)        \
-              X(silu_bwd) X(gate_fwd) X(gate_bwd) X(scan_fwd) X(scan_bwd) X(alloc) X(free) X(zero) X(copy) X(upload)   \
-                  X(download) X(sum) X(sync) X(is_device) X(stream) X(mem_info) X(vocab_embedding_fwd)                 \
-                      X(vocab_embedding_bwd) X(lmhead_vp_fwd) X(lmhead_vp_rescale) X(lmhead_vp_loss) X(lmhead_vp_bwd)  \
-                          X(moe_route_fwd) X(moe_route_bwd) X(moe_permute_fwd) X(moe_permute_bwd) X(moe_combine_fwd)   \
-                              X(moe_combine_bwd) X(ctx_set_compute)
+  X(rmsnorm_bwd)                                                                                                       \
+  X(linear_fwd)                                                                                                        \
+  X(linear_bwd) X(rope_fwd) X(rope_bwd) X(attention_fwd) X(attention_bwd) X(swiglu_fwd) X(swiglu_bwd) X(geglu_fwd)     \
+      X(geglu_bwd) X(add_inplace) X(scale_add) X(softcap) X(lmhead_ce_fwd) X(lmhead_ce_bwd) X(adamw) X(sumsq)          \
+          X(f32_to_bf16) X(bf16_to_f32) X(round_bf16) X(conv1d_fwd) X(conv1d_bwd) X(silu_fwd) X(silu_bwd) X(gate_fwd)  \
+              X(gate_bwd) X(scan_fwd) X(scan_bwd) X(alloc) X(free) X(zero) X(copy) X(upload) X(download) X(sum)        \
+                  X(sync) X(is_device) X(stream) X(mem_info) X(scalars_reserve) X(scalar_acc) X(scalar_add)            \
+                      X(scalars_fetch) X(dev_stats) X(vocab_embedding_fwd) X(vocab_embedding_bwd) X(lmhead_vp_fwd)     \
+                          X(lmhead_vp_rescale) X(lmhead_vp_loss) X(lmhead_vp_bwd) X(moe_route_fwd) X(moe_route_bwd)    \
+                              X(moe_permute_fwd) X(moe_permute_bwd) X(moe_combine_fwd) X(moe_combine_bwd)              \
+                                  X(ctx_set_compute)
 #define SL_OPS_COUNT_ONE_(f) +1
 enum { SL_OPS_COUNT = 0 SL_OPS_LIST(SL_OPS_COUNT_ONE_) }; /* op fields of sl_ops */
 

@@ -281,7 +281,7 @@ static void route_count(sl_model *m, llama_priv *p, int l, layer_acts *a, int co
 static int route_loss_term(sl_model *m, llama_priv *p) {
   struct sl_moe_route *rt = p->rt;
   if (!rt || !rt->zcoef) return SL_OK;
-  m->loss_sum += (double)rt->zcoef * rt->zmb * (double)p->N;
+  sl_model_loss_add_value(m, (double)rt->zcoef * rt->zmb * (double)p->N);
   rt->zmb = 0;
   return SL_OK;
 }
@@ -342,7 +342,7 @@ int sl_llama_moe_loss_term(sl_model *m) {
                    (double)m->loss_scale);
     p->acnt[e] = p->aprob[e] = 0;
   }
-  m->loss_sum += (double)p->aux_coef * (double)p->E * aux * (double)p->N;
+  sl_model_loss_add_value(m, (double)p->aux_coef * (double)p->E * aux * (double)p->N);
   m->ops->upload(m->k, p->gp, g, (size_t)p->E * 4);
   if (p->rt) p->rt->st[0] += (double)p->E * aux, p->rt->st[1] += 1;
   return route_loss_term(m, p);

@@ -284,6 +284,21 @@ void sl_model_set_batch(sl_model *m, const int32_t *tokens, const int32_t *targe
   m->loss_sum = 0.0;
 }
 
+void sl_model_set_loss_slot(sl_model *m, int slot) {
+  m->loss_dev = slot >= 0;
+  m->loss_slot = slot;
+}
+
+void sl_model_loss_add(sl_model *m, const float *losses, int64_t n) {
+  if (m->loss_dev) m->ops->scalar_acc(m->k, m->loss_slot, losses, n, 0);
+  else m->loss_sum += m->ops->sum(m->k, losses, n);
+}
+
+void sl_model_loss_add_value(sl_model *m, double v) {
+  if (m->loss_dev) m->ops->scalar_add(m->k, m->loss_slot, v);
+  else m->loss_sum += v;
+}
+
 int64_t sl_model_num_params(const sl_model *m) {
   int64_t n = 0;
   for (int u = 0; u < m->nunits; u++) n += m->units[u].numel;
@@ -388,7 +403,7 @@ int sl_lm_head_fwd(sl_model *m, sl_lm_head *h, const float *flat, const float *x
   if (rc) return rc;
   m->ops->rmsnorm_fwd(m->k, h->lnf, h->rstdf, x, sl_lm_head_norm_w(m, h, flat), h->N, h->C, h->C, h->eps);
   m->ops->lmhead_ce_fwd(m->k, h->losses, h->lse, h->lnf, W, m->targets, h->N, h->C, h->V, h->softcap);
-  m->loss_sum += m->ops->sum(m->k, h->losses, h->N);
+  sl_model_loss_add(m, h->losses, h->N);
   return SL_OK;
 }
 

@@ -184,6 +184,10 @@ struct sl_model {
   const int32_t *targets; /* (B*T), -1 = ignore */
   float loss_scale;       /* gradient of each token's loss, 1/(G*T) */
   double loss_sum;        /* sum of token losses of the micro-batch */
+  /* loss_dev 1: the losses are added into the backend's scalar slot
+   * loss_slot instead (ops scalar_acc / scalar_add, in the same order;
+   * loss_sum stays 0): the trainer fetches them once per step */
+  int loss_dev, loss_slot;
   int64_t act_bytes;      /* activation bytes held (acts arena) */
   void *priv;             /* architecture state */
   /* backend buffers of the architecture, freed by sl_model_destroy */
@@ -293,6 +297,13 @@ int sl_model_use_acts(sl_model *m, int set);
 /* Sets the micro-batch of the selected activation set (pointers must stay
  * valid through its backward). */
 void sl_model_set_batch(sl_model *m, const int32_t *tokens, const int32_t *targets, float loss_scale);
+/* The batch's losses go to the backend's scalar slot `slot` (>= 0, reserved
+ * with ops scalars_reserve), or to m->loss_sum (slot < 0, the default). */
+void sl_model_set_loss_slot(sl_model *m, int slot);
+/* Adds the sum of losses[0..n) (backend memory) / the host value v to the
+ * batch's loss: loss_sum or the slot (sl_model_set_loss_slot). */
+void sl_model_loss_add(sl_model *m, const float *losses, int64_t n);
+void sl_model_loss_add_value(sl_model *m, double v);
 
 /* Full fp32 flat parameters of unit u (this TP rank's slices): from the
  * weight set, reading only the slice of each tensor (NULL: init from seed,

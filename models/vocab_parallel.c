@@ -143,7 +143,7 @@ int sl_lm_head_vp_fwd(sl_model *m, sl_lm_head_vp *hv, const float *flat, const f
   o->lmhead_vp_rescale(m->k, hv->st, hv->lmax, hv->gmax, N);
   if ((rc = tp_allreduce(m, hv->st, 2 * N, SL_TP_SUM))) return rc;
   o->lmhead_vp_loss(m->k, h->losses, h->lse, hv->st, hv->gmax, m->targets, N);
-  m->loss_sum += o->sum(m->k, h->losses, N);
+  sl_model_loss_add(m, h->losses, N);
   return SL_OK;
 }
 

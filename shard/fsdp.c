@@ -857,27 +857,42 @@ int sl_fsdp_gather_view(sl_fsdp *f, int u, const float *view_values, float *full
   return rc;
 }
 
-/* Adds unit u's counted ranges' sums of squares (this rank's shard) to *acc. */
-static void unit_part(sl_fsdp *f, int u, sl_fsdp_counted_fn counted, void *ctx, double *acc) {
+/* Adds unit u's counted ranges' sums of squares (this rank's shard) to *acc,
+ * or queues them into scalar slot `slot` (>= 0). */
+static void unit_part(sl_fsdp *f, int u, sl_fsdp_counted_fn counted, void *ctx, double *acc, int slot) {
   unit_t *U = &f->units[u];
   after_view(f, U);
   int64_t lo, hi, s0 = U->sl.offset, s1 = U->sl.offset + U->sl.shard;
   for (int i = 0; counted(ctx, u, i, &lo, &hi); i++) {
     if (lo < s0) lo = s0;
     if (hi > s1) hi = s1;
-    if (hi > lo) *acc += f->ops->sumsq(f->kctx, U->acc + (lo - s0), hi - lo);
+    if (hi <= lo) continue;
+    if (slot >= 0) f->ops->scalar_acc(f->kctx, slot, U->acc + (lo - s0), hi - lo, 1);
+    else *acc += f->ops->sumsq(f->kctx, U->acc + (lo - s0), hi - lo);
   }
 }
 
 int sl_fsdp_grad_sumsq_part(sl_fsdp *f, sl_fsdp_counted_fn counted, void *ctx, double *out) {
   double mine = 0.0;
-  for (int u = 0; u < f->nunits; u++) unit_part(f, u, counted, ctx, &mine);
+  for (int u = 0; u < f->nunits; u++) unit_part(f, u, counted, ctx, &mine, -1);
   return sl_fsdp_shard_sum(f, mine, out);
 }
 
 void sl_fsdp_unit_sumsq_part(sl_fsdp *f, sl_fsdp_counted_fn counted, void *ctx, double *per_unit) {
   for (int u = 0; u < f->nunits; u++) {
     per_unit[u] = 0.0;
-    unit_part(f, u, counted, ctx, &per_unit[u]);
+    unit_part(f, u, counted, ctx, &per_unit[u], -1);
+  }
+}
+
+void sl_fsdp_queue_sumsq(sl_fsdp *f, sl_fsdp_counted_fn counted, void *ctx, int slot0, int per_unit) {
+  for (int u = 0; u < f->nunits; u++) {
+    int slot = slot0 + (per_unit ? u : 0);
+    if (counted) {
+      unit_part(f, u, counted, ctx, NULL, slot);
+      continue;
+    }
+    after_view(f, &f->units[u]);
+    if (f->units[u].sl.numel) f->ops->scalar_acc(f->kctx, slot, f->units[u].acc, f->units[u].sl.shard, 1);
   }
 }

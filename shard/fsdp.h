@@ -149,6 +149,13 @@ int sl_fsdp_group_sums(sl_fsdp *f, const double *per_unit, double *out);
 /* sl_fsdp_unit_sumsq of the counted ranges only (no comm): tensor x
  * pipeline parallelism adds the per-unit sums of the stages in unit order. */
 void sl_fsdp_unit_sumsq_part(sl_fsdp *f, sl_fsdp_counted_fn counted, void *ctx, double *per_unit);
+/* sl_fsdp_unit_sumsq (counted NULL) or its counted ranges queued into the
+ * backend's scalar slots instead (ops scalar_acc: the same additions in the
+ * same order, no wait, no comm): unit u's into slot slot0 + u (per_unit 1),
+ * or every unit's into slot0 (per_unit 0: sl_fsdp_grad_sumsq_part's sum).
+ * The caller fetches the slots (ops scalars_fetch), then sl_fsdp_group_sums
+ * or sl_fsdp_shard_sum. */
+void sl_fsdp_queue_sumsq(sl_fsdp *f, sl_fsdp_counted_fn counted, void *ctx, int slot0, int per_unit);
 /* Hands back the updated fp32 values of unit u's optimizer view. */
 int sl_fsdp_set_view(sl_fsdp *f, int u, const float *values);
 int sl_fsdp_finish_step(sl_fsdp *f);

@@ -591,6 +591,31 @@ static int c_sync(sl_kctx *k) {
   (void)k;
   return SL_OK;
 }
+/* The scalar slots: the FLOPs of the sum / sumsq they replace; every slot
+ * reads 0, like sum and sumsq. */
+static int c_scalars_reserve(sl_kctx *k, int n) {
+  (void)k;
+  return n < 0 ? sl_fail(SL_EINPUT, "kernels/count: scalars_reserve: %d slots; expected >= 0", n) : SL_OK;
+}
+static void c_scalar_acc(sl_kctx *k, int slot, const float *x, int64_t n, int square) {
+  (void)slot;
+  (void)x;
+  add(k, (square ? 2 : 1) * D(n), 0);
+}
+static void c_scalar_add(sl_kctx *k, int slot, double v) {
+  (void)k;
+  (void)slot;
+  (void)v;
+}
+static int c_scalars_fetch(sl_kctx *k, double *host, int n) {
+  (void)k;
+  for (int i = 0; i < n; i++) host[i] = 0.0;
+  return SL_OK;
+}
+static void c_dev_stats(sl_kctx *k, sl_dev_stats *out) {
+  (void)k;
+  memset(out, 0, sizeof *out);
+}
 static int c_is_device(void) { return 0; } /* host-side comms: the counting communicator */
 static void *c_stream(sl_kctx *k) {
   (void)k;
@@ -658,6 +683,11 @@ static const sl_ops g_count_ops = {
     .is_device = c_is_device,
     .stream = c_stream,
     .mem_info = NULL, /* address space, not a device: nothing to report */
+    .scalars_reserve = c_scalars_reserve,
+    .scalar_acc = c_scalar_acc,
+    .scalar_add = c_scalar_add,
+    .scalars_fetch = c_scalars_fetch,
+    .dev_stats = c_dev_stats,
 };
 
 const sl_ops *sl_ops_count(void) { return &g_count_ops; }

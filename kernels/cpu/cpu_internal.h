@@ -23,6 +23,8 @@ struct sl_kctx {
   int64_t rope_T, rope_hd; /* shape the cache was built for (0 = none) */
   float *stage[3];         /* bf16-rounded copies of GEMM operands (bf16.c) */
   size_t stage_cap[3];     /* floats allocated in stage[i] */
+  double *scal;            /* the scalar slots (nscal; memops.c) */
+  int nscal;
 };
 
 /* Hot row kernels get an AVX2+FMA clone picked at load time (ifunc); the

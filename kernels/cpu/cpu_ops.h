@@ -100,6 +100,11 @@ double sl_cpu_sum(sl_kctx *ctx, const float *x, int64_t n);
 int sl_cpu_sync(sl_kctx *ctx);
 int sl_cpu_is_device(void);
 void *sl_cpu_stream(sl_kctx *ctx);
+int sl_cpu_scalars_reserve(sl_kctx *ctx, int n);
+void sl_cpu_scalar_acc(sl_kctx *ctx, int slot, const float *x, int64_t n, int square);
+void sl_cpu_scalar_add(sl_kctx *ctx, int slot, double v);
+int sl_cpu_scalars_fetch(sl_kctx *ctx, double *host, int n);
+void sl_cpu_dev_stats(sl_kctx *ctx, sl_dev_stats *out);
 
 /* bf16 compute (kernels/cpu/bf16.c): what the CPU gives the bf16 layer
  * (kernels/bf16.h): the GEMMs on bf16-rounded operand copies */

@@ -36,6 +36,7 @@ void sl_cpu_ctx_destroy(sl_kctx *ctx) {
   free(ctx->scratch);
   free(ctx->rope_tab);
   for (int i = 0; i < 3; i++) free(ctx->stage[i]);
+  free(ctx->scal);
   free(ctx);
 }
 

@@ -18,11 +18,11 @@ static void *stage(sl_kctx *ctx, size_t bytes, const char *op) {
   if (bytes <= ctx->stage_bytes) return ctx->stage;
   size_t want = bytes + bytes / 4;
   want = (want + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
-  cudaError_t e = cudaStreamSynchronize(ctx->stream);
-  if (e == cudaSuccess && ctx->stage) e = cudaFree(ctx->stage);
+  cudaError_t e = sl_cuda_wait(ctx);
+  if (e == cudaSuccess && ctx->stage) e = sl_cuda_dfree(ctx, ctx->stage);
   ctx->stage = NULL;
   ctx->stage_bytes = 0;
-  if (e == cudaSuccess) e = cudaMalloc(&ctx->stage, want);
+  if (e == cudaSuccess) e = sl_cuda_dmalloc(ctx, &ctx->stage, want);
   if (e != cudaSuccess) {
     ctx->stage = NULL;
     sl_cuda_fail(ctx, e == cudaErrorMemoryAllocation ? SL_ENOMEM : SL_EINTERNAL,

@@ -34,6 +34,9 @@ struct sl_kctx {
   int nplans, next_evict;
   void *stage; /* bf16 copies of GEMM operands (stage_bytes), per op (bf16.cu) */
   size_t stage_bytes;
+  double *scal; /* (nscal) the scalar slots (memops.cu) */
+  int nscal;
+  sl_dev_stats dev; /* every allocation, free and host wait below, counted (ops dev_stats) */
 };
 
 #define SL_CUDA_SUMSQ_BLOCKS 256
@@ -41,6 +44,29 @@ struct sl_kctx {
 
 /* Records the first error of the context (and sl_fail's message). */
 int sl_cuda_fail(sl_kctx *ctx, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* The context's calls that cost the host, counted in ctx->dev: every
+ * cudaMalloc / cudaFree / cudaMallocHost / cudaFreeHost and stream wait of
+ * the backend goes through these (docs/cuda.md, "Per-step syncs and
+ * allocations"). */
+static inline cudaError_t sl_cuda_wait(sl_kctx *ctx) {
+  ctx->dev.syncs++;
+  return cudaStreamSynchronize(ctx->stream);
+}
+static inline cudaError_t sl_cuda_dmalloc(sl_kctx *ctx, void **p, size_t bytes) {
+  ctx->dev.allocs++;
+  return cudaMalloc(p, bytes);
+}
+static inline cudaError_t sl_cuda_dfree(sl_kctx *ctx, void *p) {
+  ctx->dev.frees++;
+  return cudaFree(p);
+}
+
+/* Queues dst = (add ? dst : 0) + the sum of x[i] (square 0) or x[i]^2
+ * (square 1) over n > 0 elements, in double: two passes, a fixed grid
+ * (SL_CUDA_SUMSQ_BLOCKS x 256) and a fixed order, so bit-reproducible and
+ * independent of the SM count. Uses ctx->sumsq_part (free between ops). */
+void sl_cuda_reduce_to(sl_kctx *ctx, double *dst, const float *x, int64_t n, int square, int add);
 
 /* Scratch of at least `bytes` bytes, valid until the next op on the context.
  * Grows (after synchronising the stream) only when a call needs more than

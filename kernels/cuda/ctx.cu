@@ -44,7 +44,7 @@ void sl_cuda_clear_status(sl_kctx *ctx) {
 }
 int sl_cuda_sync(sl_kctx *ctx) {
   if (!ctx) return SL_EINPUT;
-  cudaError_t e = cudaStreamSynchronize(ctx->stream);
+  cudaError_t e = sl_cuda_wait(ctx);
   if (e != cudaSuccess) sl_cuda_fail(ctx, SL_EINTERNAL, "sl_cuda_sync: stream failed: %s", cudaGetErrorString(e));
   return ctx->status;
 }
@@ -53,11 +53,11 @@ void *sl_cuda_scratch(sl_kctx *ctx, size_t bytes, const char *op) {
   if (bytes <= ctx->ws_bytes) return ctx->ws;
   size_t want = bytes + bytes / 4; /* headroom against many small regrowths */
   want = (want + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
-  cudaError_t e = cudaStreamSynchronize(ctx->stream);
-  if (e == cudaSuccess && ctx->ws) e = cudaFree(ctx->ws);
+  cudaError_t e = sl_cuda_wait(ctx);
+  if (e == cudaSuccess && ctx->ws) e = sl_cuda_dfree(ctx, ctx->ws);
   ctx->ws = NULL;
   ctx->ws_bytes = 0;
-  if (e == cudaSuccess) e = cudaMalloc(&ctx->ws, want);
+  if (e == cudaSuccess) e = sl_cuda_dmalloc(ctx, &ctx->ws, want);
   if (e != cudaSuccess) {
     ctx->ws = NULL;
     sl_cuda_fail(ctx, e == cudaErrorMemoryAllocation ? SL_ENOMEM : SL_EINTERNAL, "%s: scratch of %zu bytes: %s", op,
@@ -77,6 +77,7 @@ static void ctx_free(sl_kctx *c) {
   if (c->sumsq_dev) cudaFree(c->sumsq_dev);
   if (c->sumsq_part) cudaFree(c->sumsq_part);
   if (c->sumsq_host) cudaFreeHost(c->sumsq_host);
+  if (c->scal) cudaFree(c->scal);
   sl_cuda_gemm_plans_free(c);
   if (c->lt) cublasLtDestroy(c->lt);
   if (c->stream) cudaStreamDestroy(c->stream);
@@ -106,12 +107,14 @@ static sl_kctx *cuda_ctx_create(int threads) {
   if (e == cudaSuccess) what = "cudaGetDevice", e = cudaGetDevice(&c->device);
   cublasStatus_t be = CUBLAS_STATUS_SUCCESS;
   if (e == cudaSuccess) what = "cudaStreamCreate", e = cudaStreamCreate(&c->stream);
-  if (e == cudaSuccess) what = "cudaMalloc(cuBLASLt workspace)", e = cudaMalloc(&c->lt_ws, SL_CUDA_LT_WS_BYTES);
+  if (e == cudaSuccess) what = "cudaMalloc(cuBLASLt workspace)", e = sl_cuda_dmalloc(c, &c->lt_ws, SL_CUDA_LT_WS_BYTES);
   if (e == cudaSuccess) c->lt_ws_bytes = SL_CUDA_LT_WS_BYTES;
-  if (e == cudaSuccess) what = "cudaMalloc(sumsq)", e = cudaMalloc((void **)&c->sumsq_dev, sizeof(double));
+  if (e == cudaSuccess) what = "cudaMalloc(sumsq)", e = sl_cuda_dmalloc(c, (void **)&c->sumsq_dev, sizeof(double));
   if (e == cudaSuccess)
-    what = "cudaMalloc(sumsq partials)", e = cudaMalloc((void **)&c->sumsq_part, SL_CUDA_SUMSQ_BLOCKS * sizeof(double));
+    what = "cudaMalloc(sumsq partials)",
+    e = sl_cuda_dmalloc(c, (void **)&c->sumsq_part, SL_CUDA_SUMSQ_BLOCKS * sizeof(double));
   if (e == cudaSuccess) what = "cudaMallocHost(sumsq)", e = cudaMallocHost((void **)&c->sumsq_host, sizeof(double));
+  if (e == cudaSuccess) c->dev.allocs++; /* the pinned one, counted like sl_cuda_dmalloc's */
   if (e != cudaSuccess) {
     sl_fail(SL_EINTERNAL, "cuda: ctx_create: %s failed: %s", what, cudaGetErrorString(e));
     ctx_free(c);
@@ -132,15 +135,15 @@ static void cuda_ctx_destroy(sl_kctx *ctx) {
 }
 
 /* Device bytes the context holds beyond the caller's tensors: the op
- * scratch high-water (+ the bf16 operand stage) plus the fixed cuBLASLt workspace and sumsq buffers. */
+ * scratch high-water (+ the bf16 operand stage) plus the fixed cuBLASLt workspace, sumsq buffers and scalar slots. */
 static size_t cuda_ctx_scratch_bytes(const sl_kctx *ctx) {
   if (!ctx) return 0;
-  return ctx->ws_bytes + ctx->stage_bytes + ctx->lt_ws_bytes + (SL_CUDA_SUMSQ_BLOCKS + 1) * sizeof(double);
+  return ctx->ws_bytes + ctx->stage_bytes + ctx->lt_ws_bytes + (SL_CUDA_SUMSQ_BLOCKS + 1 + ctx->nscal) * sizeof(double);
 }
 
 void *sl_cuda_malloc(sl_kctx *ctx, size_t bytes) {
   void *p = NULL;
-  cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+  cudaError_t e = ctx ? sl_cuda_dmalloc(ctx, &p, bytes ? bytes : 1) : cudaMalloc(&p, bytes ? bytes : 1);
   if (e != cudaSuccess) {
     sl_cuda_fail(ctx, SL_ENOMEM, "sl_cuda_malloc(%zu bytes): %s", bytes, cudaGetErrorString(e));
     return NULL;
@@ -149,17 +152,23 @@ void *sl_cuda_malloc(sl_kctx *ctx, size_t bytes) {
 }
 void sl_cuda_free(sl_kctx *ctx, void *p) {
   if (!p) return;
-  if (ctx) cudaStreamSynchronize(ctx->stream);
-  cudaFree(p);
+  if (!ctx) {
+    cudaFree(p);
+    return;
+  }
+  (void)sl_cuda_wait(ctx);
+  (void)sl_cuda_dfree(ctx, p);
 }
 int sl_cuda_upload(sl_kctx *ctx, void *dst, const void *src, size_t bytes) {
   SL_CUDA_BEGIN(ctx, ctx ? ctx->status : SL_EINPUT);
   CUDA_CHECK(ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream), ctx->status);
+  ctx->dev.uploads++;
   return sl_cuda_sync(ctx);
 }
 int sl_cuda_download(sl_kctx *ctx, void *dst, const void *src, size_t bytes) {
   SL_CUDA_BEGIN(ctx, ctx ? ctx->status : SL_EINPUT);
   CUDA_CHECK(ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream), ctx->status);
+  ctx->dev.downloads++;
   return sl_cuda_sync(ctx);
 }
 int sl_cuda_memset0(sl_kctx *ctx, void *dst, size_t bytes) {
@@ -241,6 +250,11 @@ static sl_ops make_cuda_fp32() {
   o.is_device = sl_cuda_mem_is_device;
   o.stream = sl_cuda_stream;
   o.mem_info = sl_cuda_mem_info;
+  o.scalars_reserve = sl_cuda_scalars_reserve;
+  o.scalar_acc = sl_cuda_scalar_acc;
+  o.scalar_add = sl_cuda_scalar_add;
+  o.scalars_fetch = sl_cuda_scalars_fetch;
+  o.dev_stats = sl_cuda_dev_stats;
   o.vocab_embedding_fwd = sl_cuda_vocab_embedding_fwd;
   o.vocab_embedding_bwd = sl_cuda_vocab_embedding_bwd;
   o.lmhead_vp_fwd = sl_cuda_lmhead_vp_fwd;

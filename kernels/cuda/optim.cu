@@ -1,11 +1,12 @@
 /* kernels/cuda/optim.cu — AdamW (PyTorch single-tensor semantics, bias
- * corrections computed in double on the host) and sumsq: a two-pass
- * reduction with a fixed grid (SL_CUDA_SUMSQ_BLOCKS x 256 threads) and fixed
- * summation order, accumulated in double, so the result is bit-reproducible
- * run to run and independent of the device's SM count. */
+ * corrections computed in double on the host) and sumsq: memops.cu's
+ * two-pass reduction with a fixed grid (SL_CUDA_SUMSQ_BLOCKS x 256 threads)
+ * and fixed summation order, accumulated in double, so the result is
+ * bit-reproducible run to run and independent of the device's SM count. */
 #include <math.h>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/memops.cuh"
 #include "kernels/cuda/optim.cuh"
 
 static __global__ void adamw_kernel(float *p, float *m, float *v, const float *g, int64_t n, float lr, float b1,
@@ -36,33 +37,5 @@ void sl_cuda_adamw(sl_kctx *ctx, float *p, float *m, float *v, const float *g, i
   CUDA_LAUNCH_CHECK(ctx);
 }
 
-/* Pass 1: block b sums elements b*256+tid, stepping by the whole grid. */
-static __global__ void sumsq_pass1(double *part, const float *x, int64_t n) {
-  __shared__ double sh[33];
-  double acc = 0.0;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    double xi = (double)x[i];
-    acc += xi * xi;
-  }
-  acc = sl_block_sum(acc, sh);
-  if (threadIdx.x == 0) part[blockIdx.x] = acc;
-}
-/* Pass 2: one block of SL_CUDA_SUMSQ_BLOCKS threads. */
-static __global__ void sumsq_pass2(double *out, const double *part) {
-  __shared__ double sh[33];
-  double v = sl_block_sum(part[threadIdx.x], sh);
-  if (threadIdx.x == 0) *out = v;
-}
-
-double sl_cuda_sumsq(sl_kctx *ctx, const float *x, int64_t n) {
-  SL_CUDA_BEGIN(ctx, NAN);
-  if (n <= 0) return 0.0;
-  sumsq_pass1<<<SL_CUDA_SUMSQ_BLOCKS, 256, 0, ctx->stream>>>(ctx->sumsq_part, x, n);
-  CUDA_LAUNCH_CHECK(ctx, NAN);
-  sumsq_pass2<<<1, SL_CUDA_SUMSQ_BLOCKS, 0, ctx->stream>>>(ctx->sumsq_dev, ctx->sumsq_part);
-  CUDA_LAUNCH_CHECK(ctx, NAN);
-  CUDA_CHECK(ctx, cudaMemcpyAsync(ctx->sumsq_host, ctx->sumsq_dev, sizeof(double), cudaMemcpyDeviceToHost, ctx->stream),
-             NAN);
-  CUDA_CHECK(ctx, cudaStreamSynchronize(ctx->stream), NAN);
-  return *ctx->sumsq_host;
-}
+/* The reduction is memops.cu's (sl_cuda_reduce_to), shared with sum. */
+double sl_cuda_sumsq(sl_kctx *ctx, const float *x, int64_t n) { return sl_cuda_reduce_host(ctx, x, n, 1, "sumsq"); }

@@ -36,6 +36,11 @@
 #                        $W/ARCH-NAME/model; a failure counts and shows the log
 #   arch_check ARCH A B [COMPARE FLAGS]  $CMP of $W/ARCH-A against $W/ARCH-B,
 #                        counted
+#   emu_need             E := build/shardlm_emu (the emulated CUDA backend;
+#                        skips when not built), ASan without leak reports
+#   emu_run NAME NP BIN [FLAGS]  `BIN train $A FLAGS` on NP ranks (mpirun
+#                        when NP > 1) into $W/NAME; a failure counts and shows the log
+#   emu_check A B [COMPARE FLAGS]  $CMP of $W/A against $W/B, counted
 set -u
 SL_NAME=$1
 shift
@@ -71,6 +76,23 @@ arch_check() {
   local arch=$1 a=$2 b=$3
   shift 3
   if $CMP "$W/$arch-$a" "$W/$arch-$b" "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+}
+emu_need() {
+  E=$SL_BUILD/shardlm_emu
+  [ -x "$E" ] || skip "$E is not built (no C++ compiler)"
+  # Open MPI's allocations at exit are not ours: no leak report
+  export ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1
+}
+emu_run() {
+  local n=$1 np=$2 bin=$3
+  shift 3
+  local launch=()
+  [ "$np" -gt 1 ] && launch=($MPI -np "$np")
+  "${launch[@]}" "$bin" train $A --out-dir "$W/$n" "$@" > "$W/$n.log" 2>&1 ||
+    { bad "run $n"; grep -m 3 -iE "shardlm:|error|race" "$W/$n.log"; tail -5 "$W/$n.log"; return 1; }
+}
+emu_check() {
+  if $CMP "$W/$1" "$W/$2" "${@:3}" > "$W/cmp.log" 2>&1; then ok "$1 vs $2 ${*:3}"; else bad "$1 vs $2 ${*:3}"; cat "$W/cmp.log"; fi
 }
 finish() {
   echo "$pass passed, $fail failed"

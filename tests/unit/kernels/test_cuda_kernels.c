@@ -522,6 +522,51 @@ static void test_optim(void) {
   freeb(&p), freeb(&m), freeb(&v), freeb(&g), freeb(&x), freeb(&y);
 }
 
+/* The scalar slots: scalar_acc adds exactly the double sum / sumsq return
+ * (bit for bit, on both backends), scalar_add a host term, one fetch
+ * returns every slot and zeroes them; the counters see one download and one
+ * wait for it, none for the queued ops, and an allocation for the reserve. */
+static void test_scalars(void) {
+  int64_t n = 70001;
+  buf x = mk(n, -2, 2);
+  const sl_ops *be[2] = {cpu, gpu};
+  sl_kctx *kc[2] = {cc, gc};
+  const float *px[2] = {x.h, x.d};
+  for (int i = 0; i < 2; i++) {
+    sl_dev_stats s0, s1, s2;
+    be[i]->dev_stats(kc[i], &s0);
+    int rc = be[i]->scalars_reserve(kc[i], 3);
+    be[i]->dev_stats(kc[i], &s1);
+    double want0 = 0.0, want1 = 0.0, got[3] = {-1, -1, -1}, again[3] = {-1, -1, -1};
+    want0 += be[i]->sum(kc[i], px[i], n);
+    want0 += 0.25;
+    want0 += be[i]->sum(kc[i], px[i], 5);
+    want1 += be[i]->sumsq(kc[i], px[i], n);
+    be[i]->scalar_acc(kc[i], 0, px[i], n, 0);
+    be[i]->scalar_add(kc[i], 0, 0.25);
+    be[i]->scalar_acc(kc[i], 0, px[i], 5, 0);
+    be[i]->scalar_acc(kc[i], 1, px[i], n, 1);
+    be[i]->dev_stats(kc[i], &s2);
+    int queued = s2.syncs == s1.syncs + 3 && s2.downloads == s1.downloads + 3; /* the three sum / sumsq only */
+    if (!rc) rc = be[i]->scalars_fetch(kc[i], got, 3);
+    sl_dev_stats s3;
+    be[i]->dev_stats(kc[i], &s3);
+    if (!rc) rc = be[i]->scalars_fetch(kc[i], again, 3);
+    int ok = !rc && got[0] == want0 && got[1] == want1 && got[2] == 0.0 && again[0] == 0.0 && again[1] == 0.0;
+    if (i == 1)
+      ok = ok && queued && s1.allocs == s0.allocs + 1 && s3.downloads == s2.downloads + 1 && s3.syncs == s2.syncs + 1 &&
+           s3.allocs == s2.allocs && s3.frees == s2.frees;
+    else ok = ok && s3.syncs == 0 && s3.allocs == 0 && s3.downloads == 0;
+    report(i ? "scalars cuda (bit-exact, 1 wait)" : "scalars cpu (bit-exact, 0s)", n, fabs(got[0] - want0), 0, 0, ok);
+  }
+  /* a fetch past the reserved slots is refused with the counts */
+  double big[4];
+  int rc = gpu->scalars_fetch(gc, big, 4);
+  report("scalars_fetch past the reserve", 4, 0, 0, 0, rc == SL_EINPUT && strstr(sl_cuda_last_error(gc), "3 reserved"));
+  sl_cuda_clear_status(gc);
+  freeb(&x);
+}
+
 static void test_conv1d(void) {
   int64_t B = 2, T = 23, D = 24, K = 4, ldx = 40;
   buf x = mk(B * T * ldx, -1, 1), w = mk(D * K, -1, 1), bias = mk(D, -1, 1), out = mk0(B * T * D);
@@ -835,6 +880,7 @@ int main(void) {
   test_vocab_parallel(29, 48, 301, 4, 1.0f); /* with the final-logit softcap */
   test_vocab_parallel(11, 16, 5, 4, 0.0f);   /* the last slice is padding only */
   test_optim();
+  test_scalars();
   test_conv1d();
   test_scan(2, 37, 150, 16, 8);
   test_scan(1, 29, 40, 5, 64); /* chunk > T, S < 16 */
