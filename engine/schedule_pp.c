@@ -642,6 +642,14 @@ static int wait_sends(pp_state *st, int64_t before, int mb) {
 
 static int is_compute(const sl_pp_op *o) { return o->kind == SL_PP_F || o->kind == SL_PP_B || o->kind == SL_PP_W; }
 
+/* After the step's backward: the last rank's copy of the tied embedding's
+ * gradient takes rank 0's reduced one (the sum), before the norm reads it. */
+static int tied_sum(pp_state *st, const sl_step_ctx *c) {
+  if (!tied_pp(st) || !(first_rank(st) || last_rank(st))) return SL_OK;
+  sl_fsdp_view_t v = sl_fsdp_view(c->f, 0);
+  return xfer(st, c, first_rank(st), v.grads, v.count, first_rank(st) ? st->pl->P - 1 : 0, TAG_TIED_SUM, -1);
+}
+
 static int pp_run_step(sl_schedule *s, const sl_step_ctx *c, sl_step_result *out) {
   pp_state *st = s->priv;
   const sl_pp_plan *pl = st->pl;
@@ -700,6 +708,7 @@ static int pp_run_step(sl_schedule *s, const sl_step_ctx *c, sl_step_result *out
     st->xfer[d][1] += after.bytes[kinds[d]] - before.bytes[kinds[d]];
   }
   st->steps++;
+  if (!rc && !rc2) rc2 = tied_sum(st, c);
   return rc ? rc : rc2;
 }
 
@@ -728,19 +737,21 @@ static int pp_forward(sl_schedule *s, const sl_step_ctx *c, sl_step_result *out)
   return rc;
 }
 
+/* The unit sums of squares into the slots (the step's one download, engine/trainer.c) */
+static void pp_queue_sumsq(sl_schedule *s, const sl_step_ctx *c, int slot0) {
+  (void)s;
+  sl_tpar_queue_unit_sumsq(c->f, c->m, slot0);
+}
+
 static int pp_grad_sumsq(sl_schedule *s, const sl_step_ctx *c, double *ss) {
   pp_state *st = s->priv;
   const sl_pp_plan *pl = st->pl;
   int U = pl->nunits, P = pl->P, rc = SL_OK;
-  if (tied_pp(st) && (first_rank(st) || last_rank(st))) { /* the last rank's copy takes rank 0's sum */
-    sl_fsdp_view_t v = sl_fsdp_view(c->f, 0);
-    rc = xfer(st, c, first_rank(st), v.grads, v.count, first_rank(st) ? P - 1 : 0, TAG_TIED_SUM, -1);
-    if (rc) return rc;
-  }
   double *mine = calloc((size_t)U, sizeof(double)), *all = calloc((size_t)U * (size_t)P, sizeof(double));
   if (!mine || !all) rc = sl_fail(SL_ENOMEM, "out of memory");
   if (!rc) {
-    sl_tpar_unit_sumsq(c->f, c->m, mine); /* under TP: each tensor once over the TP group */
+    if (c->sumsq_slots) memcpy(mine, c->sumsq_slots, (size_t)U * sizeof(double)); /* queued: pp_queue_sumsq */
+    else sl_tpar_unit_sumsq(c->f, c->m, mine); /* under TP: each tensor once over the TP group */
     if (sl_comm_allgather_sync(st->pp, mine, all, U, SL_F64) != SL_COMM_OK)
       rc = sl_fail(SL_ECOMM, "pipeline gradient norm all-gather: %s", sl_comm_last_error());
   }
@@ -812,6 +823,7 @@ static const sl_schedule_vt pp_vt = {
     .run_step = pp_run_step,
     .forward = pp_forward,
     .grad_sumsq = pp_grad_sumsq,
+    .queue_sumsq = pp_queue_sumsq,
     .destroy = pp_destroy,
 };
 

@@ -115,6 +115,10 @@ void sl_tpar_unit_sumsq(sl_fsdp *f, const sl_model *m, double *per_unit) {
   else sl_fsdp_unit_sumsq(f, per_unit);
 }
 
+void sl_tpar_queue_unit_sumsq(sl_fsdp *f, const sl_model *m, int slot0) {
+  sl_fsdp_queue_sumsq(f, m->tp_size > 1 ? counted : NULL, (void *)m, slot0, 1);
+}
+
 int sl_tpar_sum(sl_comm *tp, double mine, double *out) {
   int T = tp ? sl_comm_size(tp) : 1;
   if (T <= 1) {

@@ -80,6 +80,9 @@ int sl_tpar_grad_sumsq_of(sl_fsdp *f, sl_comm *tp, const double *slots, double *
  * m->tp_size 1, the counted tensors only above (the pipeline gathers these
  * over its stages). */
 void sl_tpar_unit_sumsq(sl_fsdp *f, const sl_model *m, double *per_unit);
+/* The same sums queued into the backend's scalar slots slot0 + u (ops
+ * scalar_acc; no wait, no comm): fetched, bit for bit sl_tpar_unit_sumsq. */
+void sl_tpar_queue_unit_sumsq(sl_fsdp *f, const sl_model *m, int slot0);
 /* *out := the sum over the ranks of tp of their `mine`, in rank order (the
  * same double on every rank); tp NULL or of one rank: mine. Collective. */
 int sl_tpar_sum(sl_comm *tp, double mine, double *out);

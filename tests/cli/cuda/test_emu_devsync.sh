@@ -10,10 +10,12 @@
 # ZeRO-3, grad-accum 2 (a loss slot per micro-batch), TP 2 (the one running
 # sum of the counted tensors; the loss-parallel head's max all-reduce is
 # staged through the host: one more download and upload a micro-batch),
-# bf16 compute (the operand stage grows in step 1 only). The losses and norms stay the CPU backend's (1e-4 relative, the
-# emulated trainer's tolerance: docs/cuda.md, "The emulated trainer").
-# Negative control: the pipeline schedule still downloads a sum per
-# micro-batch and per unit (documented), and the same check fails on it.
+# bf16 compute (the operand stage grows in step 1 only), PP 2 (the first
+# stage: the staged boundary, one round trip a micro-batch, on top). The
+# losses and norms stay the CPU backend's (1e-4 relative, the emulated
+# trainer's tolerance: docs/cuda.md, "The emulated trainer").
+# Negative control: a mixture of experts still downloads its routing
+# statistics per layer (documented), and the same check fails on it.
 source "${SL_SRC:?}/tests/lib/run.sh" emu_devsync mpi numpy
 emu_need
 tiny_model "$W/llama" llama '"num_hidden_layers": 2'
@@ -60,6 +62,13 @@ emu_run e2 2 "$E" --backend cuda --zero 3 && counters e2 1 0 && emu_check e2 c2 
 emu_run c2t 2 "$B" --backend cpu --tp 2 --zero 3
 emu_run e2t 2 "$E" --backend cuda --tp 2 --zero 3 && counters e2t 1 1 && emu_check e2t c2t --rtol 1e-4 --loss-only
 emu_run e1b 1 "$E" --backend cuda --zero 3 --compute-dtype bf16 && counters e1b 1 0
-# the negative control: under --pp the schedule sums on the host (a download per micro-batch and per unit)
-emu_run e2p 2 "$E" --backend cuda --zero 1 --pp 2 --grad-accum 2 --micro-batch 1 && counters e2p 2 0 fail
+# PP 2 (rank 0, the first stage): the same one download, plus the staged boundary (an activation sent, a
+# gradient received: one round trip a micro-batch)
+emu_run c2p 2 "$B" --backend cpu --zero 1 --pp 2 --grad-accum 2 --micro-batch 1
+emu_run e2p 2 "$E" --backend cuda --zero 1 --pp 2 --grad-accum 2 --micro-batch 1 && counters e2p 2 1 &&
+  emu_check e2p c2p --rtol 1e-4 --loss-only
+# the negative control: a mixture of experts still downloads its routing statistics per layer (documented)
+tiny_model "$W/mixtral" llama '"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_hidden_layers": 2,
+ "intermediate_size": 24, "num_local_experts": 4, "num_experts_per_tok": 2'
+emu_run e1m 1 "$E" --backend cuda --zero 3 --model "$W/mixtral" && counters e1m 1 0 fail
 finish
