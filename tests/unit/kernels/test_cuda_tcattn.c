@@ -7,7 +7,7 @@
  * dV += P^T dO; dS before dQ += dS K and dK += dS^T Q. Compared by
  * rel = max|kernel - ref| / max|ref| per output.
  * Tolerances (the worst case measured on the emulator, tests/cuda_emu, x >= 10):
- * forward out 1e-2 (measured 8.6e-4: the kernel rounds P against the running
+ * forward out 2e-2 (measured 1.14e-3, hd 128 with documents: the kernel rounds P against the running
  * maximum of its key tile, the reference against the final one, so a P may
  * differ by one bf16 ulp), lse 1e-5 (measured 1.2e-7), dq / dk / dv 1e-4
  * (measured 1.3e-6; on a GPU the tensor cores' fp32 accumulation order adds
@@ -34,7 +34,7 @@ int main(void) {
 #else
 #include "kernels/cuda/cuda_backend.h"
 
-#define TOL_OUT 1e-2
+#define TOL_OUT 2e-2
 #define TOL_LSE 1e-5
 #define TOL_GRAD 1e-4
 
