@@ -138,7 +138,8 @@ static void check_support(void) {
   CHECK(rc == SL_EINPUT && strstr(sl_errmsg(), "'cpu' does not support 2 op(s)") &&
             strstr(sl_errmsg(), "linear_bwd, scan_fwd") && !strstr(sl_errmsg(), "mem_info"),
         "missing ops named: rc %d '%s'", rc, sl_errmsg());
-  CHECK(sl_ops_optional("mem_info") && !sl_ops_optional("adamw") && SL_OPS_COUNT == 64, "optional ops, count (%d)", (int)SL_OPS_COUNT);
+  CHECK(sl_ops_optional("mem_info") && !sl_ops_optional("adamw") && SL_OPS_COUNT == 64, "optional ops, count (%d)",
+        (int)SL_OPS_COUNT);
 }
 
 int main(void) {
