@@ -13,25 +13,18 @@
 # issue's; measured 1.9e-5 and 5.6e-6 absolute on losses near 5.7). The
 # metrics' tp_bytes (the device twin counted, sl_tpar_stats) equal the CPU's.
 source "${SL_SRC:?}/tests/lib/run.sh" emu_par mpi numpy
-E=$SL_BUILD/shardlm_emu
-[ -x "$E" ] || skip "$E is not built (no C++ compiler)"
-export ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1
+emu_need # E: build/shardlm_emu (tests/lib/run.sh)
 tiny_model "$W/llama" llama '"num_hidden_layers": 2'
 tiny_model "$W/tied" tied '"num_hidden_layers": 2'
 tiny_data "$W/data"
 A="--data $W/data --data-order sequential --micro-batch 2 --seq-len 16 --threads 1 --summary false --plot false
   --peak-tflops 1 --zero 1 --compute-dtype fp32"
-run() { # name np binary model [flags...] (2 steps unless flags say otherwise)
+run() { # name np binary model [flags...] (2 steps unless flags say otherwise): emu_run with the model
   local n=$1 np=$2 bin=$3 m=$4
   shift 4
-  local launch=()
-  [ "$np" -gt 1 ] && launch=($MPI -np "$np")
-  "${launch[@]}" "$bin" train $A --steps 2 --model "$W/$m" --out-dir "$W/$n" "$@" > "$W/$n.log" 2>&1 ||
-    { bad "run $n"; grep -m 3 -iE "shardlm:|error|race" "$W/$n.log"; tail -5 "$W/$n.log"; return 1; }
+  emu_run "$n" "$np" "$bin" --steps 2 --model "$W/$m" "$@"
 }
-check() { # a b compare-flags...
-  if $CMP "$W/$1" "$W/$2" "${@:3}" > "$W/cmp.log" 2>&1; then ok "$1 vs $2 ${*:3}"; else bad "$1 vs $2 ${*:3}"; cat "$W/cmp.log"; fi
-}
+check() { emu_check "$@"; } # a b compare-flags...
 fails() { # a b compare-flags...: the negative control
   if $CMP "$W/$1" "$W/$2" "${@:3}" > "$W/cmp.log" 2>&1; then bad "$1 vs $2 ${*:3} passed (should fail)"; else ok "$1 vs $2 ${*:3} fails"; fi
 }

@@ -20,11 +20,7 @@
 # counts them, and with the emulator dropping the compute stream's event
 # waits (SL_EMU_PLANT=no-stream-wait) the run aborts with a race report.
 source "${SL_SRC:?}/tests/lib/run.sh" emu_train mpi numpy
-E=$SL_BUILD/shardlm_emu
-[ -x "$E" ] || skip "$E is not built (no C++ compiler)"
-# the emulated backend runs under ASan when the compiler has it: no leak
-# report at exit (Open MPI's allocations are not ours)
-export ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1
+emu_need # E: build/shardlm_emu (tests/lib/run.sh)
 tiny_model "$W/llama" llama '"num_hidden_layers": 2'
 tiny_data "$W/data"
 # --peak-tflops: no 1024^3 GEMM on the reference cuBLASLt at start-up (minutes);
@@ -32,17 +28,12 @@ tiny_data "$W/data"
 # flag of a run overrides it)
 A="--data $W/data --data-order sequential --steps 3 --micro-batch 2 --seq-len 16 --threads 1 --summary false --plot false
   --peak-tflops 1 --compute-dtype fp32"
-run() { # name np binary model [flags...]
+run() { # name np binary model [flags...]: emu_run with the model, saved
   local n=$1 np=$2 bin=$3 m=$4
   shift 4
-  local launch=()
-  [ "$np" -gt 1 ] && launch=($MPI -np "$np")
-  "${launch[@]}" "$bin" train $A --model "$W/$m" --out-dir "$W/$n" --save "$W/$n/model" "$@" > "$W/$n.log" 2>&1 ||
-    { bad "run $n"; grep -m 3 -iE "shardlm:|error|race" "$W/$n.log"; tail -5 "$W/$n.log"; return 1; }
+  emu_run "$n" "$np" "$bin" --model "$W/$m" --save "$W/$n/model" "$@"
 }
-check() { # a b compare-flags...
-  if $CMP "$W/$1" "$W/$2" "${@:3}" > "$W/cmp.log" 2>&1; then ok "$1 vs $2 ${*:3}"; else bad "$1 vs $2 ${*:3}"; cat "$W/cmp.log"; fi
-}
+check() { emu_check "$@"; } # a b compare-flags...
 # world 1: fp32, ZeRO-3 = ZeRO-0, bf16 compute against the CPU mirror
 run cpu 1 "$B" llama --backend cpu --zero 0
 run emu0 1 "$E" llama --backend cuda --zero 0 && check emu0 cpu --rtol 1e-4 --loss-only
