@@ -76,8 +76,7 @@ static int single_forward(sl_schedule *s, const sl_step_ctx *c, sl_step_result *
 /* Every layout without a pipeline: one process, DP, hybrid sharding, TP
  * (with or without SP); priv: the TP group or NULL. */
 static int single_grad_sumsq(sl_schedule *s, const sl_step_ctx *c, double *ss) {
-  if (c->sumsq_slots) return sl_tpar_grad_sumsq_of(c->f, s->priv, c->sumsq_slots, ss);
-  return sl_tpar_grad_sumsq(c->f, c->m, s->priv, ss);
+  return sl_tpar_grad_sumsq_of(c->f, s->priv, c->sumsq_slots, ss);
 }
 
 static void single_queue_sumsq(sl_schedule *s, const sl_step_ctx *c, int slot0) {

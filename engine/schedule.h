@@ -24,9 +24,10 @@
  *
  * "single" (no pipeline; schedule.c): for each micro-batch k of the step:
  * select set 0, load(k), begin_micro, forward units 0..U-1, backward units
- * U-1..0, end_micro. The sum of squares is the runtime's
- * (sl_fsdp_grad_sumsq), under TP each tensor counted once over the TP group
- * (engine/tensor_par.h, sl_tpar_grad_sumsq). Evaluation (engine/eval.c)
+ * U-1..0, end_micro. The sum of squares is the runtime's per-unit sums
+ * (sl_fsdp_queue_sumsq, fetched with the loss in the step's one download),
+ * under TP each tensor counted once over the TP group (engine/tensor_par.h,
+ * sl_tpar_queue_sumsq / sl_tpar_grad_sumsq_of). Evaluation (engine/eval.c)
  * runs `forward`; the reference dump (engine/dump.c) runs `run_step` with
  * an after_fwd hook.
  *
@@ -90,8 +91,7 @@ typedef struct {
   sl_fwd_hook after_fwd; /* optional */
   void *hook_user;
   /* After queue_sumsq and the fetch: this rank's slots from queue_sumsq's
-   * slot0 on, on the host; grad_sumsq finishes from them (NULL: it
-   * computes the sums itself). */
+   * slot0 on, on the host; grad_sumsq finishes from them. */
   const double *sumsq_slots;
 } sl_step_ctx;
 
@@ -114,10 +114,9 @@ typedef struct {
    * reduction; each micro-batch ends with sl_fsdp_end_forward. */
   int (*forward)(sl_schedule *s, const sl_step_ctx *c, sl_step_result *out);
   /* The global sum of squares of the step's gradients, the same on every
-   * rank (after run_step). */
+   * rank (after run_step, queue_sumsq and the fetch: c->sumsq_slots). */
   int (*grad_sumsq)(sl_schedule *s, const sl_step_ctx *c, double *ss);
-  /* Optional (NULL: grad_sumsq computes and downloads its sums itself):
-   * queues this rank's sums of squares into the backend's scalar slots
+  /* Queues this rank's sums of squares into the backend's scalar slots
    * slot0 .. slot0 + m->nunits - 1 (ops scalar_acc; no wait, no comm), for
    * grad_sumsq to finish from c->sumsq_slots once they are fetched: the
    * step's one download (engine/trainer.c). */

@@ -750,8 +750,7 @@ static int pp_grad_sumsq(sl_schedule *s, const sl_step_ctx *c, double *ss) {
   double *mine = calloc((size_t)U, sizeof(double)), *all = calloc((size_t)U * (size_t)P, sizeof(double));
   if (!mine || !all) rc = sl_fail(SL_ENOMEM, "out of memory");
   if (!rc) {
-    if (c->sumsq_slots) memcpy(mine, c->sumsq_slots, (size_t)U * sizeof(double)); /* queued: pp_queue_sumsq */
-    else sl_tpar_unit_sumsq(c->f, c->m, mine); /* under TP: each tensor once over the TP group */
+    memcpy(mine, c->sumsq_slots, (size_t)U * sizeof(double)); /* pp_queue_sumsq's; under TP each tensor once */
     if (sl_comm_allgather_sync(st->pp, mine, all, U, SL_F64) != SL_COMM_OK)
       rc = sl_fail(SL_ECOMM, "pipeline gradient norm all-gather: %s", sl_comm_last_error());
   }

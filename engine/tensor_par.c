@@ -91,13 +91,6 @@ static int counted(void *model, int u, int i, int64_t *lo, int64_t *hi) {
   return 0;
 }
 
-int sl_tpar_grad_sumsq(sl_fsdp *f, const sl_model *m, sl_comm *tp, double *out) {
-  if (!tp || sl_comm_size(tp) <= 1) return sl_fsdp_grad_sumsq(f, out);
-  double mine = 0.0;
-  int rc = sl_fsdp_grad_sumsq_part(f, counted, (void *)m, &mine);
-  return rc ? rc : sl_tpar_sum(tp, mine, out);
-}
-
 void sl_tpar_queue_sumsq(sl_fsdp *f, const sl_model *m, sl_comm *tp, int slot0) {
   if (!tp || sl_comm_size(tp) <= 1) sl_fsdp_queue_sumsq(f, NULL, NULL, slot0, 1);
   else sl_fsdp_queue_sumsq(f, counted, (void *)m, slot0, 0);
@@ -108,11 +101,6 @@ int sl_tpar_grad_sumsq_of(sl_fsdp *f, sl_comm *tp, const double *slots, double *
   double mine = 0.0;
   int rc = sl_fsdp_shard_sum(f, slots[0], &mine);
   return rc ? rc : sl_tpar_sum(tp, mine, out);
-}
-
-void sl_tpar_unit_sumsq(sl_fsdp *f, const sl_model *m, double *per_unit) {
-  if (m->tp_size > 1) sl_fsdp_unit_sumsq_part(f, counted, (void *)m, per_unit);
-  else sl_fsdp_unit_sumsq(f, per_unit);
 }
 
 void sl_tpar_queue_unit_sumsq(sl_fsdp *f, const sl_model *m, int slot0) {

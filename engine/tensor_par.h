@@ -61,27 +61,21 @@ sl_tp_group sl_tpar_hooks(sl_tpar *tp);
 void sl_tpar_stats(const sl_tpar *tp, sl_comm_stats *out);
 
 /* ---- the gradient norm (the schedules') ---- */
-/* The global sum of squares of a step without pipeline: at T = 1 (tp NULL
- * or of one rank) the runtime's (sl_fsdp_grad_sumsq: per-unit sums added
- * in unit order, then the shard group); under TP this rank's counted
- * tensors in one running sum over the units, then the shard group
- * (sl_fsdp_grad_sumsq_part), then over tp in rank order. Collective over
- * the shard group and tp. */
-int sl_tpar_grad_sumsq(sl_fsdp *f, const sl_model *m, sl_comm *tp, double *out);
-/* Its two halves with one download between them: the sums of squares
- * queued into the backend's scalar slots from slot0 on (sl_fsdp_queue_sumsq:
- * at T = 1 one slot per unit, under TP the one running sum in slot0), no
- * wait, no comm; then, from those slots fetched to the host (slots[0] =
- * slot0's), the same sums over the shard group and tp. Bit for bit
- * sl_tpar_grad_sumsq. */
+/* The global sum of squares of a step without pipeline, in two halves with
+ * the step's one download between them: the sums of squares queued into
+ * the backend's scalar slots from slot0 on (sl_fsdp_queue_sumsq: at T = 1
+ * one slot per unit, under TP this rank's counted tensors in one running
+ * sum in slot0), no wait, no comm; then, from those slots fetched to the
+ * host (slots[0] = slot0's), the per-unit sums in unit order over the
+ * shard group (sl_fsdp_group_sums), or under TP the running sum over the
+ * shard group and then over tp in rank order. Collective over the shard
+ * group and tp. */
 void sl_tpar_queue_sumsq(sl_fsdp *f, const sl_model *m, sl_comm *tp, int slot0);
 int sl_tpar_grad_sumsq_of(sl_fsdp *f, sl_comm *tp, const double *slots, double *out);
-/* This rank's sum of squares per unit (no comm): sl_fsdp_unit_sumsq at
- * m->tp_size 1, the counted tensors only above (the pipeline gathers these
- * over its stages). */
-void sl_tpar_unit_sumsq(sl_fsdp *f, const sl_model *m, double *per_unit);
-/* The same sums queued into the backend's scalar slots slot0 + u (ops
- * scalar_acc; no wait, no comm): fetched, bit for bit sl_tpar_unit_sumsq. */
+/* This rank's sum of squares per unit (every element at m->tp_size 1, the
+ * counted tensors only above) queued into the backend's scalar slots
+ * slot0 + u (ops scalar_acc; no wait, no comm): the pipeline gathers them
+ * over its stages once fetched. */
 void sl_tpar_queue_unit_sumsq(sl_fsdp *f, const sl_model *m, int slot0);
 /* *out := the sum over the ranks of tp of their `mine`, in rank order (the
  * same double on every rank); tp NULL or of one rank: mine. Collective. */

@@ -588,7 +588,6 @@ static int setup_schedule(trainer *t) {
   t->data.dseg = t->data.seg;
   if (own && t->data.seg && !(t->data.dseg = t->ops->alloc(t->k, sets_bytes))) return SL_ENOMEM;
   t->data.G = c->micro_batch * c->grad_accum * t->par.dp_size;
-  if (!t->sched->vt->queue_sumsq) return SL_OK; /* the schedule downloads its own sums */
   t->nscal = (int)c->grad_accum + t->m->nunits;
   if (!(t->scal = calloc((size_t)t->nscal, sizeof(double)))) return sl_fail(SL_ENOMEM, "out of memory");
   return t->ops->scalars_reserve(t->k, t->nscal);
@@ -782,13 +781,13 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
   int rc;
   sl_model_moe_load(t->m, NULL); /* the counters restart: this step's training forwards only */
   sl_model_moe_stats(t->m, NULL);
-  t->loss_slots = t->nscal > 0; /* the losses into slots 0..grad_accum-1 */
+  t->loss_slots = 1; /* the losses into slots 0..grad_accum-1 */
   rc = sl_trainer_fwd_bwd(t, (int)c->grad_accum, NULL, NULL, &loss_local);
   t->loss_slots = 0;
   sl_model_set_loss_slot(t->m, -1);
   if (rc || (rc = moe_load_step(t, o)) || (rc = moe_stats_step(t, o))) return rc;
   sl_step_ctx sc = step_ctx(t, (int)c->grad_accum);
-  if (t->nscal && (rc = fetch_scalars(t, &sc, &loss_local))) return rc;
+  if ((rc = fetch_scalars(t, &sc, &loss_local))) return rc;
   double loss_sum = 0;
   loss_local = sl_guard_fault(t->world, s, loss_local); /* tests only (SL_FAULT_NONFINITE) */
   if ((rc = sum_across(t, loss_local, &loss_sum))) return rc;

@@ -90,7 +90,7 @@ typedef struct {
   /* setup_schedule */
   sl_schedule *sched;    /* the order of a step's forwards and backwards (engine/schedule.h) */
   int64_t nsets;         /* activation sets: tok/tgt/seg hold one batch per set */
-  /* the step's scalar slots (the schedule's queue_sumsq; nscal 0: none):
+  /* the step's scalar slots (the schedule's queue_sumsq):
    * micro-batch k's loss in slot k, this rank's sums of squares from slot
    * grad_accum on; scal: their host copy, fetched once per step */
   int nscal, loss_slots; /* loss_slots 1: the loader points the model's loss at slot k */

@@ -739,13 +739,6 @@ static void after_view(sl_fsdp *f, unit_t *U) {
   if (rc && !f->view_rc) f->view_rc = rc;
 }
 
-void sl_fsdp_unit_sumsq(sl_fsdp *f, double *per_unit) {
-  for (int u = 0; u < f->nunits; u++) {
-    after_view(f, &f->units[u]);
-    per_unit[u] = f->units[u].sl.numel ? f->ops->sumsq(f->kctx, f->units[u].acc, f->units[u].sl.shard) : 0.0;
-  }
-}
-
 /* The sum of one double per rank of group gi's shard group, in rank order,
  * then (a group spread over EP) over the spread ranks in rank order. */
 static int group_sum(sl_fsdp *f, int gi, double mine, double *out) {
@@ -769,15 +762,6 @@ static int group_sum(sl_fsdp *f, int gi, double mine, double *out) {
 }
 
 /* Groups sharing group 0's communicators are summed with it (one sum, in unit order). */
-int sl_fsdp_grad_sumsq(sl_fsdp *f, double *out) {
-  double *uss = calloc((size_t)f->nunits, sizeof(double));
-  if (!uss) return SL_ENOMEM;
-  sl_fsdp_unit_sumsq(f, uss);
-  int rc = sl_fsdp_group_sums(f, uss, out);
-  free(uss);
-  return rc;
-}
-
 int sl_fsdp_group_sums(sl_fsdp *f, const double *per_unit, double *out) {
   double mine[SL_FSDP_MAX_GROUPS] = {0}, t = 0.0;
   for (int u = 0; u < f->nunits; u++) mine[f->grp[f->units[u].g].shared ? 0 : f->units[u].g] += per_unit[u];
@@ -857,31 +841,15 @@ int sl_fsdp_gather_view(sl_fsdp *f, int u, const float *view_values, float *full
   return rc;
 }
 
-/* Adds unit u's counted ranges' sums of squares (this rank's shard) to *acc,
- * or queues them into scalar slot `slot` (>= 0). */
-static void unit_part(sl_fsdp *f, int u, sl_fsdp_counted_fn counted, void *ctx, double *acc, int slot) {
+/* Queues unit u's counted ranges' sums of squares (this rank's shard) into scalar slot `slot`. */
+static void unit_part(sl_fsdp *f, int u, sl_fsdp_counted_fn counted, void *ctx, int slot) {
   unit_t *U = &f->units[u];
   after_view(f, U);
   int64_t lo, hi, s0 = U->sl.offset, s1 = U->sl.offset + U->sl.shard;
   for (int i = 0; counted(ctx, u, i, &lo, &hi); i++) {
     if (lo < s0) lo = s0;
     if (hi > s1) hi = s1;
-    if (hi <= lo) continue;
-    if (slot >= 0) f->ops->scalar_acc(f->kctx, slot, U->acc + (lo - s0), hi - lo, 1);
-    else *acc += f->ops->sumsq(f->kctx, U->acc + (lo - s0), hi - lo);
-  }
-}
-
-int sl_fsdp_grad_sumsq_part(sl_fsdp *f, sl_fsdp_counted_fn counted, void *ctx, double *out) {
-  double mine = 0.0;
-  for (int u = 0; u < f->nunits; u++) unit_part(f, u, counted, ctx, &mine, -1);
-  return sl_fsdp_shard_sum(f, mine, out);
-}
-
-void sl_fsdp_unit_sumsq_part(sl_fsdp *f, sl_fsdp_counted_fn counted, void *ctx, double *per_unit) {
-  for (int u = 0; u < f->nunits; u++) {
-    per_unit[u] = 0.0;
-    unit_part(f, u, counted, ctx, &per_unit[u], -1);
+    if (hi > lo) f->ops->scalar_acc(f->kctx, slot, U->acc + (lo - s0), hi - lo, 1);
   }
 }
 
@@ -889,7 +857,7 @@ void sl_fsdp_queue_sumsq(sl_fsdp *f, sl_fsdp_counted_fn counted, void *ctx, int 
   for (int u = 0; u < f->nunits; u++) {
     int slot = slot0 + (per_unit ? u : 0);
     if (counted) {
-      unit_part(f, u, counted, ctx, NULL, slot);
+      unit_part(f, u, counted, ctx, slot);
       continue;
     }
     after_view(f, &f->units[u]);

@@ -16,7 +16,7 @@
  *     for u = 0..U-1:   sl_fsdp_fwd_acquire(f, u, &p) ... compute ... sl_fsdp_fwd_release(f, u)
  *     for u = U-1..0:   sl_fsdp_bwd_acquire(f, u, &p, &g) ... compute ... sl_fsdp_bwd_release(f, u)
  *     sl_fsdp_end_micro(f)
- *   sl_fsdp_grad_sumsq(f, &ss)                    (global, deterministic)
+ *   sl_fsdp_queue_sumsq, the slots fetched, sl_fsdp_group_sums (global, deterministic)
  *   for each unit: sl_fsdp_view(f, u) -> grads; caller updates its master
  *     then sl_fsdp_set_view(f, u, master)        (refreshes parameters)
  *   sl_fsdp_finish_step(f)                        (completes param gathers)
@@ -125,20 +125,18 @@ int sl_fsdp_end_forward(sl_fsdp *f);
  * instead of once per micro-batch. */
 int sl_fsdp_hold_params(sl_fsdp *f, int on);
 
-/* Global sum of squares of the reduced gradients (over the optimizer
- * views of the shard group, padding is zero), summed in rank order in
- * double: identical on every rank and for every stage. */
-int sl_fsdp_grad_sumsq(sl_fsdp *f, double *out);
-/* The same over part of each unit: the elements [lo, hi) of unit u's flat
- * buffer for every i = 0, 1, ... for which counted(ctx, u, i, &lo, &hi)
- * returns 1 (disjoint ranges; it returns 0 after the last). Tensor
- * parallelism counts a tensor several TP ranks hold on one of them. */
+/* The gradient norm, in two halves: this rank's sums of squares of the
+ * reduced gradients (its optimizer views; padding is zero) queued into the
+ * backend's scalar slots (sl_fsdp_queue_sumsq, below), and after the
+ * caller's fetch their sums over the ranks in rank order in double
+ * (sl_fsdp_group_sums / sl_fsdp_shard_sum): identical on every rank and for
+ * every stage. counted (optional) picks part of each unit: the elements
+ * [lo, hi) of unit u's flat buffer for every i = 0, 1, ... for which
+ * counted(ctx, u, i, &lo, &hi) returns 1 (disjoint ranges; it returns 0
+ * after the last). Tensor parallelism counts a tensor several TP ranks
+ * hold on one of them. */
 typedef int (*sl_fsdp_counted_fn)(void *ctx, int u, int i, int64_t *lo, int64_t *hi);
-int sl_fsdp_grad_sumsq_part(sl_fsdp *f, sl_fsdp_counted_fn counted, void *ctx, double *out);
-/* Its two halves: this rank's sum of squares per unit (no comm; 0 for a
- * unit created with numel 0), and the sum of one double per rank of the
- * shard group in rank order (collective). */
-void sl_fsdp_unit_sumsq(sl_fsdp *f, double *per_unit);
+/* The sum of one double per rank of the shard group in rank order (collective). */
 int sl_fsdp_shard_sum(sl_fsdp *f, double mine, double *out);
 /* The global sum of per_unit[u] (one double per unit, the same on every
  * rank of a unit's shard group but for its own part): each group's units
@@ -146,13 +144,10 @@ int sl_fsdp_shard_sum(sl_fsdp *f, double mine, double *out);
  * ranks), groups in order (collective over every group). With one group
  * it is sl_fsdp_shard_sum of the units' sum. */
 int sl_fsdp_group_sums(sl_fsdp *f, const double *per_unit, double *out);
-/* sl_fsdp_unit_sumsq of the counted ranges only (no comm): tensor x
- * pipeline parallelism adds the per-unit sums of the stages in unit order. */
-void sl_fsdp_unit_sumsq_part(sl_fsdp *f, sl_fsdp_counted_fn counted, void *ctx, double *per_unit);
-/* sl_fsdp_unit_sumsq (counted NULL) or its counted ranges queued into the
- * backend's scalar slots instead (ops scalar_acc: the same additions in the
- * same order, no wait, no comm): unit u's into slot slot0 + u (per_unit 1),
- * or every unit's into slot0 (per_unit 0: sl_fsdp_grad_sumsq_part's sum).
+/* Each unit's sum of squares (every element, counted NULL; 0 for a unit
+ * created with numel 0) or of its counted ranges, queued into the backend's
+ * scalar slots (ops scalar_acc: no wait, no comm): unit u's into slot
+ * slot0 + u (per_unit 1), or every unit's into slot0 (per_unit 0).
  * The caller fetches the slots (ops scalars_fetch), then sl_fsdp_group_sums
  * or sl_fsdp_shard_sum. */
 void sl_fsdp_queue_sumsq(sl_fsdp *f, sl_fsdp_counted_fn counted, void *ctx, int slot0, int per_unit);
