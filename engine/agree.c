@@ -46,66 +46,34 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
   }
 }
 
+/* Fields that only shape a random initialisation (transformers' and
+ * state-spaces' names): left out of a checkpoint's text, whose weights are
+ * already initialised. A field missing here is compared, never skipped. */
+static int init_only(const char *key, size_t len) {
+  static const char *const k[] = {"initializer_range", "time_step_min",           "time_step_max",
+                                  "time_step_floor",   "time_step_scale",         "time_step_init_scheme",
+                                  "ssm_cfg.dt_min",    "ssm_cfg.dt_max",          "ssm_cfg.dt_init_floor",
+                                  "ssm_cfg.dt_scale",  "rescale_prenorm_residual"};
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+    if (strlen(k[i]) == len && !memcmp(k[i], key, len)) return 1;
+  return 0;
+}
+
 int sl_model_canonical(const sl_model_config *c, int with_init, char *buf, size_t cap) {
-  int n =
-      snprintf(buf, cap,
-               "model.arch=%s\nmodel.hidden_size=%lld\nmodel.intermediate_size=%lld\nmodel.num_hidden_layers=%lld\n"
-               "model.vocab_size=%lld\nmodel.tie_word_embeddings=%d\nmodel.num_attention_heads=%lld\n"
-               "model.num_key_value_heads=%lld\nmodel.head_dim=%lld\nmodel.rms_norm_eps=%.17g\nmodel.rope_theta=%.17g\n"
-               "model.sliding_window=%lld\nmodel.state_size=%lld\nmodel.expand=%lld\nmodel.conv_kernel=%lld\n"
-               "model.time_step_rank=%lld\nmodel.layer_norm_epsilon=%.17g\nmodel.use_bias=%d\nmodel.use_conv_bias=%d\n"
-               "model.residual_in_fp32=%d\nmodel.pad_vocab_size_multiple=%lld\n",
-               sl_arch_name(c->arch), (long long)c->hidden_size, (long long)c->intermediate_size,
-               (long long)c->num_hidden_layers, (long long)c->vocab_size, c->tie_word_embeddings,
-               (long long)c->num_attention_heads, (long long)c->num_key_value_heads, (long long)c->head_dim,
-               c->rms_norm_eps, c->rope_theta, (long long)c->sliding_window, (long long)c->state_size,
-               (long long)c->expand, (long long)c->conv_kernel, (long long)c->time_step_rank, c->layer_norm_epsilon,
-               c->use_bias, c->use_conv_bias, c->residual_in_fp32, (long long)c->pad_vocab_size_multiple);
+  /* the family, then every config.json field the reader looked at (c->fields,
+   * formats/hfconfig.c: complete by construction), "model." before each */
+  int n = snprintf(buf, cap, "model.arch=%s\n%s", sl_arch_name(c->arch), SL_MODEL_CANON_TAG);
   if (n < 0 || (size_t)n >= cap) return SL_EINTERNAL;
-  /* each only when set, as rope_scaling below: bias-free texts (and checkpoints) stay as they were */
-  const struct {
-    const char *key;
-    int on;
-  } opt[] = {{"qkv_bias", c->qkv_bias}, {"o_bias", c->o_bias}, {"mlp_bias", c->mlp_bias}, {"qk_norm", c->qk_norm}};
-  for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++) {
-    if (!opt[i].on) continue;
-    int m = snprintf(buf + n, cap - (size_t)n, "model.%s=%d\n", opt[i].key, opt[i].on);
-    if (m < 0 || (size_t)(n + m) >= cap) return SL_EINTERNAL;
-    n += m;
-  }
-  if ((c->arch == SL_ARCH_QWEN2 || c->arch == SL_ARCH_QWEN3) && c->sliding_window > 0) { /* only then, as above */
-    if ((size_t)n + 24 + (size_t)c->num_hidden_layers >= cap) return SL_EINTERNAL;
-    n += snprintf(buf + n, cap - (size_t)n, "model.layer_types=");
-    for (int64_t l = 0; l < c->num_hidden_layers; l++) buf[n++] = sl_cfg_layer_window(c, l) > 0 ? 'S' : 'F';
-    buf[n++] = '\n';
-    buf[n] = 0;
-  }
-  if (c->mixer_rms) { /* Falcon-Mamba only: Mamba texts (and checkpoints) stay as they were */
-    int m = snprintf(buf + n, cap - (size_t)n, "model.mixer_rms=%d\nmodel.mixer_rms_eps=%.17g\n", c->mixer_rms,
-                     c->mixer_rms_eps);
-    if (m < 0 || (size_t)(n + m) >= cap) return SL_EINTERNAL;
-    n += m;
-  }
-  const sl_rope_scaling *r = &c->rope_scaling;
-  if (r->type != SL_ROPE_DEFAULT) { /* only then: plain-RoPE texts (and checkpoints) stay as they were */
-    int m =
-        snprintf(buf + n, cap - (size_t)n,
-                 "model.rope_scaling=%s\nmodel.rope_scaling.factor=%.17g\nmodel.rope_scaling.low_freq_factor=%.17g\n"
-                 "model.rope_scaling.high_freq_factor=%.17g\nmodel.rope_scaling.original_max_position_embeddings=%lld\n"
-                 "model.rope_scaling.beta_fast=%.17g\nmodel.rope_scaling.beta_slow=%.17g\n"
-                 "model.rope_scaling.truncate=%d\n",
-                 sl_rope_type_name(r->type), r->factor, r->low_freq_factor, r->high_freq_factor,
-                 (long long)r->original_max_position_embeddings, r->beta_fast, r->beta_slow, r->truncate);
-    if (m < 0 || (size_t)(n + m) >= cap) return SL_EINTERNAL;
-    n += m;
-  }
-  if (with_init) {
-    int m = snprintf(buf + n, cap - (size_t)n,
-                     "model.initializer_range=%.17g\nmodel.time_step_min=%.17g\nmodel.time_step_max=%.17g\n"
-                     "model.time_step_floor=%.17g\nmodel.time_step_scale=%.17g\nmodel.ssm_original_format=%d\n",
-                     c->initializer_range, c->time_step_min, c->time_step_max, c->time_step_floor, c->time_step_scale,
-                     c->ssm_original_format);
-    if (m < 0 || (size_t)(n + m) >= cap) return SL_EINTERNAL;
+  for (const char *l = c->fields; *l;) {
+    const char *e = strchr(l, '\n');
+    size_t len = e ? (size_t)(e - l) : strlen(l);
+    const char *eq = memchr(l, '=', len);
+    if (with_init || !eq || !init_only(l, (size_t)(eq - l))) {
+      int m = snprintf(buf + n, cap - (size_t)n, "model.%.*s\n", (int)len, l);
+      if (m < 0 || (size_t)(n + m) >= cap) return SL_EINTERNAL;
+      n += m;
+    }
+    l += len + (e ? 1 : 0);
   }
   return SL_OK;
 }
@@ -149,6 +117,19 @@ int sl_canon_diff(const char *a, const char *b, char *key, size_t kcap, char *va
   return 0;
 }
 
+/* The value of key (a "model.NAME" line) in text, or NULL. */
+static const char *text_value(const char *text, const char *key, size_t klen, size_t *vlen) {
+  for (const char *l = text; *l;) {
+    size_t len = line_len(l);
+    if (len > klen && !memcmp(l, key, klen) && l[klen] == '=') {
+      *vlen = len - klen - 1;
+      return l + klen + 1;
+    }
+    l += len + (l[len] ? 1 : 0);
+  }
+  return NULL;
+}
+
 int sl_check_ckpt_model(const char *dir, const char *recorded, const sl_model_config *mc) {
   if (!recorded) {
     sl_log0(SL_LOG_WARN,
@@ -157,13 +138,40 @@ int sl_check_ckpt_model(const char *dir, const char *recorded, const sl_model_co
             dir);
     return SL_OK;
   }
-  char now[4096], key[256], was[512], is[512];
+  char now[SL_MODEL_CANON_MAX], key[256], was[512], is[512];
   if (sl_model_canonical(mc, 0, now, sizeof now)) return sl_fail(SL_EINTERNAL, "model config text too long");
-  if (!sl_canon_diff(recorded, now, key, sizeof key, was, is, sizeof was)) return SL_OK;
-  return sl_fail(SL_EINPUT,
-                 "%s/manifest.json: the checkpoint was written for a different model: %s is %s there but %s in "
-                 "this model's config.json (refusing: same tensor shapes do not mean the same computation)",
-                 dir, key, was[0] ? was : "(absent)", is[0] ? is : "(absent)");
+  if (strstr(recorded, SL_MODEL_CANON_TAG)) { /* every field the model reads, on both sides */
+    if (!sl_canon_diff(recorded, now, key, sizeof key, was, is, sizeof was)) return SL_OK;
+    return sl_fail(SL_EINPUT,
+                   "%s/manifest.json: the checkpoint was written for a different model: %s is %s there but %s in "
+                   "this model's config.json (refusing: same tensor shapes do not mean the same computation)",
+                   dir, key, was[0] ? was : "(absent)", is[0] ? is : "(absent)");
+  }
+  /* an older checkpoint's hand-listed fields: those it has are compared, the
+   * others cannot be */
+  int unchecked = 0;
+  for (const char *l = now; *l;) {
+    size_t len = line_len(l), vlen = 0;
+    const char *eq = memchr(l, '=', len);
+    size_t klen = eq ? (size_t)(eq - l) : len;
+    const char *v = text_value(recorded, l, klen, &vlen);
+    if (!v) {
+      unchecked += strncmp(l, SL_MODEL_CANON_TAG, klen) != 0;
+    } else if (vlen != len - klen - 1 || memcmp(v, eq + 1, vlen)) {
+      return sl_fail(SL_EINPUT,
+                     "%s/manifest.json: the checkpoint was written for a different model: %.*s is %.*s there but "
+                     "%.*s in this model's config.json (refusing: same tensor shapes do not mean the same "
+                     "computation)",
+                     dir, (int)klen, l, (int)vlen, v, (int)(len - klen - 1), eq + 1);
+    }
+    l += len + (l[len] ? 1 : 0);
+  }
+  if (unchecked)
+    sl_log0(SL_LOG_WARN,
+            "%s/manifest.json was written by an older shardlm that recorded fewer model fields: %d field(s) of "
+            "config.json could not be checked against the checkpoint",
+            dir, unchecked);
+  return SL_OK;
 }
 
 static int weight_file(const struct dirent *e) {
@@ -214,7 +222,7 @@ static void data_files(sbuf *b, const char *spec) {
 int sl_check_agreement(sl_comm *world, const sl_train_cfg *cfg, const sl_model_config *mcfg, int64_t data_tokens) {
   int rank = sl_comm_rank(world), W = sl_comm_size(world), rc = SL_OK;
   sbuf b = {0};
-  char mtext[4096], tcfg[16384];
+  char mtext[SL_MODEL_CANON_MAX], tcfg[16384];
   if (sl_model_canonical(mcfg, 1, mtext, sizeof mtext) || sl_train_cfg_canonical(cfg, tcfg, sizeof tcfg))
     return sl_fail(SL_EINTERNAL, "configuration check: canonical text too long");
   sb_printf(&b, "%s", mtext);

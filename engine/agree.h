@@ -17,11 +17,15 @@
 extern "C" {
 #endif
 
-/* Every field of the parsed model config that changes the computation, as
- * "model.NAME=VALUE" lines. with_init: also the fields used only to
- * initialise weights (initializer_range, Mamba dt init), which do not matter
- * once weights are loaded from a checkpoint. Returns SL_EINTERNAL when cap
- * is too small. */
+/* The parsed model config as "model.NAME=VALUE" lines: model.arch, the
+ * SL_MODEL_CANON_TAG line, then every config.json field the reader looked at
+ * (sl_model_config.fields, recorded by formats/hfconfig.c's one accessor, so
+ * a field a new family reads is here without a line written for it).
+ * with_init: also the fields used only to initialise weights
+ * (initializer_range, Mamba dt init), which do not matter once weights are
+ * loaded from a checkpoint. Returns SL_EINTERNAL when cap is too small. */
+#define SL_MODEL_CANON_TAG "model.text=fields-read\n" /* absent from older checkpoints' hand-listed texts */
+#define SL_MODEL_CANON_MAX 8192                        /* a buffer that always holds the text */
 int sl_model_canonical(const sl_model_config *c, int with_init, char *buf, size_t cap);
 
 /* 64-bit FNV-1a of a text. */
@@ -33,9 +37,11 @@ int sl_canon_diff(const char *a, const char *b, char *key, size_t kcap, char *va
 
 /* A checkpoint's recorded model config (recorded: sl_model_canonical text
  * with_init 0; NULL for manifests older than the field) against mc, field by
- * field: SL_EINPUT naming the first field that changes the computation. NULL
- * passes with a warning (only tensor shapes can be checked then). dir names
- * the checkpoint in messages. */
+ * field: SL_EINPUT naming the first field that differs. NULL passes with a
+ * warning (only tensor shapes can be checked then); a text without
+ * SL_MODEL_CANON_TAG (an older shardlm's hand list) is compared on the
+ * fields it has, with a warning counting the others. dir names the
+ * checkpoint in messages. */
 int sl_check_ckpt_model(const char *dir, const char *recorded, const sl_model_config *mc);
 
 /* Start-up agreement: hashes the model config, the vocabulary size, the

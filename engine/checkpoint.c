@@ -140,7 +140,8 @@ static int build_manifest(const sl_ckpt_state *st, sl_ckio_manifest *man) {
   man->config = calloc(1, CAP);
   if (!man->config) return sl_fail(SL_ENOMEM, "out of memory");
   if (st->cfg) sl_train_cfg_canonical(st->cfg, man->config, CAP);
-  if (!(man->model_config = calloc(1, 4096)) || sl_model_canonical(&m->cfg, 0, man->model_config, 4096))
+  if (!(man->model_config = calloc(1, SL_MODEL_CANON_MAX)) ||
+      sl_model_canonical(&m->cfg, 0, man->model_config, SL_MODEL_CANON_MAX))
     return sl_fail(SL_ENOMEM, "checkpoint: model config text");
   snprintf(man->model_hash, sizeof man->model_hash, "%016" PRIx64, sl_canon_hash(man->model_config));
   man->nunits = m->nunits;

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,12 +62,271 @@ static const char *jtype(const json_t *v) {
   }
 }
 
+/* ---- transformers' defaults, per model type -------------------------------
+ * The value transformers gives a field that config.json leaves out, read from
+ * each family's configuration class (transformers' models/<type>/
+ * configuration_<type>.py: the __init__ / dataclass defaults and what
+ * __post_init__ derives), for every field this reader takes a default for.
+ * One column per family, in k_arch's row order. NA: the family does not read
+ * the field; NONE: None there (no token id, no window, no softcap);
+ * HEADS: num_key_value_heads None -> num_attention_heads; HDIV: head_dim None
+ * -> hidden_size / num_attention_heads; EXPANDH: expand * hidden_size;
+ * AUTO: time_step_rank "auto" -> ceil(hidden_size / 16). tests/cli/train/
+ * test_config_defaults.sh checks every column against its own transcription
+ * of the same classes. */
+#define NA NAN
+#define NONE (-1.0)
+#define HEADS (-2.0)
+#define HDIV (-3.0)
+#define EXPANDH (-4.0)
+#define AUTO (-5.0)
+/* the families: config.json's architectures[0] or model_type; the row is the defaults' column */
+static const struct {
+  const char *cls, *type;
+  sl_arch arch;
+} k_arch[] = {
+    {"LlamaForCausalLM", "llama", SL_ARCH_LLAMA},
+    {"MistralForCausalLM", "mistral", SL_ARCH_MISTRAL},
+    {"MambaForCausalLM", "mamba", SL_ARCH_MAMBA},
+    {"Qwen2ForCausalLM", "qwen2", SL_ARCH_QWEN2},
+    {"Qwen3ForCausalLM", "qwen3", SL_ARCH_QWEN3},
+    {"FalconMambaForCausalLM", "falcon_mamba", SL_ARCH_MAMBA}, /* with mixer_rms */
+    {"MixtralForCausalLM", "mixtral", SL_ARCH_MIXTRAL},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", SL_ARCH_QWEN3_MOE},
+    {"Gemma2ForCausalLM", "gemma2", SL_ARCH_GEMMA2},
+    {"Gemma3ForCausalLM", "gemma3_text", SL_ARCH_GEMMA3},
+};
+#define NFAM ((int)(sizeof k_arch / sizeof k_arch[0]))
+// clang-format off
+static const struct {
+  const char *key;
+  double v[10];
+} k_defaults[] = {
+    /*                         llama    mistral  mamba    qwen2    qwen3    falcon_m mixtral  qwen3moe gemma2   gemma3_text */
+    {"vocab_size",            {32000,   32000,   50280,   151936,  151936,  50280,   32000,   151936,  256000,  262208}},
+    {"hidden_size",           {4096,    4096,    768,     4096,    4096,    768,     4096,    2048,    2304,    2304}},
+    {"intermediate_size",     {11008,   14336,   EXPANDH, 22016,   22016,   EXPANDH, 14336,   6144,    9216,    9216}},
+    {"num_hidden_layers",     {32,      32,      32,      32,      32,      32,      32,      24,      26,      26}},
+    {"num_attention_heads",   {32,      32,      NA,      32,      32,      NA,      32,      32,      8,       8}},
+    {"num_key_value_heads",   {HEADS,   8,       NA,      32,      32,      NA,      8,       4,       4,       4}},
+    {"head_dim",              {HDIV,    HDIV,    NA,      HDIV,    128,     NA,      HDIV,    HDIV,    256,     256}},
+    {"max_position_embeddings",{2048,   131072,  0,       32768,   32768,   0,       131072,  32768,   8192,    131072}},
+    {"rms_norm_eps",          {1e-6,    1e-6,    NA,      1e-6,    1e-6,    NA,      1e-5,    1e-6,    1e-6,    1e-6}},
+    {"rope_theta",            {1e4,     1e4,     NA,      1e4,     1e4,     NA,      1e6,     1e4,     1e4,     1e6}},
+    {"initializer_range",     {0.02,    0.02,    0.1,     0.02,    0.02,    0.1,     0.02,    0.02,    0.02,    0.02}},
+    {"tie_word_embeddings",   {0,       0,       1,       0,       0,       1,       0,       0,       1,       1}},
+    {"bos_token_id",          {1,       1,       0,       NONE,    NONE,    0,       1,       NONE,    2,       2}},
+    {"eos_token_id",          {2,       2,       0,       NONE,    NONE,    0,       2,       NONE,    1,       1}},
+    {"sliding_window",        {NA,      4096,    NA,      4096,    4096,    NA,      NONE,    NA,      4096,    4096}},
+    {"use_sliding_window",    {NA,      NA,      NA,      0,       0,       NA,      NA,      0,       NA,      NA}},
+    {"max_window_layers",     {NA,      NA,      NA,      28,      28,      NA,      NA,      NA,      NA,      NA}},
+    {"attention_bias",        {0,       0,       NA,      NA,      0,       NA,      0,       0,       0,       0}},
+    {"mlp_bias",              {0,       0,       NA,      NA,      NA,      NA,      0,       NA,      NA,      NA}},
+    {"num_local_experts",     {NA,      NA,      NA,      NA,      NA,      NA,      8,       NA,      NA,      NA}},
+    {"num_experts",           {NA,      NA,      NA,      NA,      NA,      NA,      NA,      128,     NA,      NA}},
+    {"num_experts_per_tok",   {NA,      NA,      NA,      NA,      NA,      NA,      2,       8,       NA,      NA}},
+    {"moe_intermediate_size", {NA,      NA,      NA,      NA,      NA,      NA,      NA,      768,     NA,      NA}},
+    {"norm_topk_prob",        {NA,      NA,      NA,      NA,      NA,      NA,      NA,      0,       NA,      NA}},
+    {"decoder_sparse_step",   {NA,      NA,      NA,      NA,      NA,      NA,      NA,      1,       NA,      NA}},
+    {"router_aux_loss_coef",  {NA,      NA,      NA,      NA,      NA,      NA,      0.001,   0.001,   NA,      NA}},
+    {"router_jitter_noise",   {NA,      NA,      NA,      NA,      NA,      NA,      0,       NA,      NA,      NA}},
+    {"output_router_logits",  {NA,      NA,      NA,      NA,      NA,      NA,      0,       0,       NA,      NA}},
+    {"query_pre_attn_scalar", {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      256,     256}},
+    {"attn_logit_softcapping",{NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      50.0,    NONE}},
+    {"final_logit_softcapping",{NA,     NA,      NA,      NA,      NA,      NA,      NA,      NA,      30.0,    NONE}},
+    {"rope_local_base_freq",  {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      1e4}},
+    {"sliding_window_pattern",{NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      6}},
+    {"state_size",            {NA,      NA,      16,      NA,      NA,      16,      NA,      NA,      NA,      NA}},
+    {"expand",                {NA,      NA,      2,       NA,      NA,      2,       NA,      NA,      NA,      NA}},
+    {"conv_kernel",           {NA,      NA,      4,       NA,      NA,      4,       NA,      NA,      NA,      NA}},
+    {"time_step_rank",        {NA,      NA,      AUTO,    NA,      NA,      AUTO,    NA,      NA,      NA,      NA}},
+    {"layer_norm_epsilon",    {NA,      NA,      1e-5,    NA,      NA,      1e-5,    NA,      NA,      NA,      NA}},
+    {"use_bias",              {NA,      NA,      0,       NA,      NA,      0,       NA,      NA,      NA,      NA}},
+    {"use_conv_bias",         {NA,      NA,      1,       NA,      NA,      1,       NA,      NA,      NA,      NA}},
+    {"residual_in_fp32",      {NA,      NA,      1,       NA,      NA,      1,       NA,      NA,      NA,      NA}},
+    {"time_step_min",         {NA,      NA,      0.001,   NA,      NA,      0.001,   NA,      NA,      NA,      NA}},
+    {"time_step_max",         {NA,      NA,      0.1,     NA,      NA,      0.1,     NA,      NA,      NA,      NA}},
+    {"time_step_floor",       {NA,      NA,      1e-4,    NA,      NA,      1e-4,    NA,      NA,      NA,      NA}},
+    {"time_step_scale",       {NA,      NA,      1.0,     NA,      NA,      1.0,     NA,      NA,      NA,      NA}},
+    {"mixer_rms_eps",         {NA,      NA,      NA,      NA,      NA,      1e-6,    NA,      NA,      NA,      NA}},
+};
+// clang-format on
+
+/* The default of key for c's family (c->arch_name's model type): SL_EINTERNAL
+ * naming both when the table has none (a reader that takes a default the
+ * table does not list: add the row). */
+_Static_assert(sizeof k_arch / sizeof k_arch[0] == 10, "k_defaults has a column per k_arch row");
+static int def_of(const sl_model_config *c, const char *key, double *out) {
+  int col = -1;
+  for (int i = 0; i < NFAM; i++)
+    if (!strcmp(c->arch_name, k_arch[i].cls)) col = i;
+  for (size_t r = 0; col >= 0 && r < sizeof k_defaults / sizeof k_defaults[0]; r++)
+    if (!strcmp(k_defaults[r].key, key) && !isnan(k_defaults[r].v[col])) {
+      *out = k_defaults[r].v[col];
+      return SL_OK;
+    }
+  return sl_fail(SL_EINTERNAL,
+                 "no transformers default for field '%s' of model type '%s' (formats/hfconfig.c k_defaults)", key,
+                 col >= 0 ? k_arch[col].type : c->arch_name);
+}
+
+/* ---- the record of every field read (sl_model_config.fields) ---------------
+ * Every read of a config.json member goes through jget, which records the key
+ * and its value; the typed readers below then overwrite the value with the one
+ * resolved after defaults. Nothing else in this file reads the JSON tree, so
+ * the record names every field the model depends on (the agreement texts of
+ * engine/agree.c are built from it). */
+typedef struct {
+  sl_model_config *c;
+  size_t n;     /* bytes used in c->fields */
+  int overflow; /* a line did not fit */
+  struct {
+    const json_t *obj;
+    char name[64];
+  } objs[8]; /* nested objects read so far, by the key that named them ("rope_scaling") */
+  int nobj;
+} fields_rec;
+static _Thread_local fields_rec *g_rec;
+
+/* key as recorded: "rope_scaling.factor" for a member of a nested object */
+static void rec_key(const json_t *o, const char *key, char *out, size_t cap) {
+  const char *pre = "";
+  for (int i = 0; g_rec && i < g_rec->nobj; i++)
+    if (g_rec->objs[i].obj == o) pre = g_rec->objs[i].name;
+  snprintf(out, cap, "%s%s%s", pre, *pre ? "." : "", key);
+}
+
+/* Removes key's line; 1 if there was one. */
+static int rec_del(const char *key) {
+  fields_rec *r = g_rec;
+  if (!r) return 0;
+  char *f = r->c->fields;
+  size_t kl = strlen(key);
+  for (char *l = f; *l;) {
+    char *e = strchr(l, '\n');
+    size_t ll = e ? (size_t)(e - l) + 1 : strlen(l);
+    if (!strncmp(l, key, kl) && l[kl] == '=') {
+      memmove(l, l + ll, strlen(l + ll) + 1);
+      r->n -= ll;
+      return 1;
+    }
+    l += ll;
+  }
+  return 0;
+}
+
+/* key's line := key=val (an earlier line of the key is replaced) */
+static void rec_put(const char *key, const char *val) {
+  fields_rec *r = g_rec;
+  if (!r) return;
+  char *f = r->c->fields;
+  size_t kl = strlen(key);
+  rec_del(key);
+  size_t need = kl + strlen(val) + 2;
+  if (r->n + need + 1 > sizeof r->c->fields) {
+    r->overflow = 1;
+    return;
+  }
+  snprintf(f + r->n, sizeof r->c->fields - r->n, "%s=%s\n", key, val);
+  r->n += need;
+}
+
+static void rec_fmt(const json_t *o, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void rec_fmt(const json_t *o, const char *key, const char *fmt, ...) {
+  if (!g_rec) return;
+  char k[128], v[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(v, sizeof v, fmt, ap);
+  va_end(ap);
+  rec_key(o, key, k, sizeof k);
+  rec_put(k, v);
+}
+
+/* json_object_get, recorded unless the key has a line already (a typed
+ * reader's resolved value): "absent", "object" (its members are recorded as
+ * they are read), or the compact JSON text (a long one as its length and
+ * FNV-1a hash). The readers replace these raw values with resolved ones
+ * (what the model does with the field), so that two spellings of the same
+ * model (absent vs the default, null vs absent, a re-saved config.json) give
+ * the same record; a raw value left over only makes the check stricter. */
+static json_t *jget(json_t *o, const char *key) {
+  json_t *v = json_is_object(o) ? json_object_get(o, key) : NULL;
+  if (!g_rec) return v;
+  char k[128];
+  rec_key(o, key, k, sizeof k);
+  for (const char *l = g_rec->c->fields; *l;) { /* already resolved: keep */
+    size_t kl = strlen(k), ll = strcspn(l, "\n");
+    if (ll > kl && !strncmp(l, k, kl) && l[kl] == '=') {
+      if (json_is_object(v) && g_rec->nobj < (int)(sizeof g_rec->objs / sizeof g_rec->objs[0])) {
+        g_rec->objs[g_rec->nobj].obj = v;
+        snprintf(g_rec->objs[g_rec->nobj++].name, sizeof g_rec->objs[0].name, "%s", k);
+      }
+      return v;
+    }
+    l += ll + (l[ll] ? 1 : 0);
+  }
+  if (!v) {
+    rec_put(k, "absent");
+  } else if (json_is_object(v)) {
+    rec_put(k, "object");
+    if (g_rec->nobj < (int)(sizeof g_rec->objs / sizeof g_rec->objs[0])) {
+      g_rec->objs[g_rec->nobj].obj = v;
+      snprintf(g_rec->objs[g_rec->nobj++].name, sizeof g_rec->objs[0].name, "%s", k);
+    } else {
+      g_rec->overflow = 1;
+    }
+  } else {
+    char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+    if (!t) {
+      g_rec->overflow = 1;
+      return v;
+    }
+    if (strlen(t) > 160) {
+      uint64_t h = 0xcbf29ce484222325ull;
+      for (const unsigned char *q = (const unsigned char *)t; *q; q++) h = (h ^ *q) * 0x100000001b3ull;
+      char b[64];
+      snprintf(b, sizeof b, "%zu bytes, fnv1a %016llx", strlen(t), (unsigned long long)h);
+      rec_put(k, b);
+    } else {
+      rec_put(k, t);
+    }
+    free(t);
+  }
+  return v;
+}
+
+static int line_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* sorts c->fields' lines (the record's order is the reading code's, which
+ * may change; the text must not) */
+static int rec_finish(const char *p, sl_model_config *c, int overflow) {
+  if (overflow)
+    return sl_fail(SL_EINTERNAL, "%s: the record of the fields read exceeds %d bytes (SL_CFG_FIELDS_MAX)", p,
+                   SL_CFG_FIELDS_MAX);
+  char *lines[512], copy[SL_CFG_FIELDS_MAX];
+  int n = 0;
+  memcpy(copy, c->fields, sizeof copy);
+  for (char *l = copy; *l && n < 512;) {
+    char *e = strchr(l, '\n');
+    if (!e) break;
+    *e = 0;
+    lines[n++] = l;
+    l = e + 1;
+  }
+  qsort(lines, (size_t)n, sizeof lines[0], line_cmp);
+  size_t o = 0;
+  for (int i = 0; i < n; i++) o += (size_t)snprintf(c->fields + o, sizeof c->fields - o, "%s\n", lines[i]);
+  return SL_OK;
+}
+
 /* Field readers: absent or null -> default (or "missing" when required). */
 static int get_int(const char *path, json_t *o, const char *key, int required, int64_t def, int64_t *out) {
-  json_t *v = json_object_get(o, key);
+  json_t *v = jget(o, key);
   if (!v || json_is_null(v)) {
     if (required) return sl_fail(SL_EINPUT, "%s: missing required field '%s' (an integer)", path, key);
     *out = def;
+    rec_fmt(o, key, "%lld", (long long)def);
     return SL_OK;
   }
   /* every size of a real model fits far inside 2^31; bounding here keeps
@@ -84,31 +344,53 @@ static int get_int(const char *path, json_t *o, const char *key, int required, i
     return sl_fail(SL_EINPUT, "%s: field '%s' is %lld, outside the supported range (|x| < 2^31)", path, key,
                    (long long)x);
   *out = x;
+  rec_fmt(o, key, "%lld", (long long)x);
   return SL_OK;
 }
 
 static int get_num(const char *path, json_t *o, const char *key, double def, double *out) {
-  json_t *v = json_object_get(o, key);
+  json_t *v = jget(o, key);
   if (!v || json_is_null(v)) {
     *out = def;
+    rec_fmt(o, key, "%.17g", def);
     return SL_OK;
   }
   if (!json_is_number(v)) return sl_fail(SL_EINPUT, "%s: field '%s' must be a number, found %s", path, key, jtype(v));
   *out = json_number_value(v);
   if (!isfinite(*out)) return sl_fail(SL_EINPUT, "%s: field '%s' must be finite", path, key);
+  rec_fmt(o, key, "%.17g", *out);
   return SL_OK;
 }
 
 static int get_bool(const char *path, json_t *o, const char *key, int def, int *out) {
-  json_t *v = json_object_get(o, key);
+  json_t *v = jget(o, key);
   if (!v || json_is_null(v)) {
     *out = def;
+    rec_fmt(o, key, "%d", def);
     return SL_OK;
   }
   if (!json_is_boolean(v))
     return sl_fail(SL_EINPUT, "%s: field '%s' must be true or false, found %s", path, key, jtype(v));
   *out = json_is_true(v);
+  rec_fmt(o, key, "%d", *out);
   return SL_OK;
+}
+
+/* The typed readers with the family's transformers default (k_defaults). */
+static int dget_int(const char *p, json_t *o, const sl_model_config *c, const char *key, int64_t *out) {
+  double d = 0;
+  int rc = def_of(c, key, &d);
+  return rc ? rc : get_int(p, o, key, 0, (int64_t)d, out);
+}
+static int dget_num(const char *p, json_t *o, const sl_model_config *c, const char *key, double *out) {
+  double d = 0;
+  int rc = def_of(c, key, &d);
+  return rc ? rc : get_num(p, o, key, d, out);
+}
+static int dget_bool(const char *p, json_t *o, const sl_model_config *c, const char *key, int *out) {
+  double d = 0;
+  int rc = def_of(c, key, &d);
+  return rc ? rc : get_bool(p, o, key, d != 0, out);
 }
 
 static int want_false(const char *path, json_t *o, const char *key, const char *why) {
@@ -120,20 +402,25 @@ static int want_false(const char *path, json_t *o, const char *key, const char *
 }
 
 static int want_act(const char *path, json_t *o, const char *key) {
-  json_t *v = json_object_get(o, key);
-  if (!v || json_is_null(v)) return SL_OK;
+  json_t *v = jget(o, key);
+  if (!v || json_is_null(v)) {
+    rec_fmt(o, key, "silu");
+    return SL_OK;
+  }
   if (!json_is_string(v)) return sl_fail(SL_EINPUT, "%s: field '%s' must be a string, found %s", path, key, jtype(v));
   const char *s = json_string_value(v);
   if (strcmp(s, "silu") && strcmp(s, "swish"))
     return sl_fail(SL_EINPUT, "%s: field '%s' = '%s' is not supported (expected \"silu\")", path, key, s);
+  rec_fmt(o, key, "silu"); /* absent, "silu" and "swish" are one */
   return SL_OK;
 }
 
 /* "auto" or an integer. */
 static int get_dt_rank(const char *path, json_t *o, const char *key, int64_t hidden, int64_t *out) {
-  json_t *v = json_object_get(o, key);
+  json_t *v = jget(o, key);
   if (!v || json_is_null(v) || (json_is_string(v) && !strcmp(json_string_value(v), "auto"))) {
     *out = (hidden + 15) / 16;
+    rec_fmt(o, key, "%lld", (long long)*out);
     return SL_OK;
   }
   if (json_is_string(v))
@@ -144,13 +431,31 @@ static int get_dt_rank(const char *path, json_t *o, const char *key, int64_t hid
 
 static int want_pos_emb(const char *p, json_t *o);
 
+/* bos_token_id: absent -> the family's default, null -> none (-1). */
+static int get_bos(const char *p, json_t *o, sl_model_config *c) {
+  json_t *v = jget(o, "bos_token_id");
+  if (v && json_is_null(v)) {
+    c->bos_token_id = -1;
+    rec_fmt(o, "bos_token_id", "-1");
+    return SL_OK;
+  }
+  return dget_int(p, o, c, "bos_token_id", &c->bos_token_id);
+}
+
 /* eos_token_id: an integer, or a list of integers (Llama 3.1 / 3.3 Instruct:
  * [128001, 128008, 128009]); eos_token_id keeps the first. */
 static int get_eos(const char *p, json_t *o, sl_model_config *c) {
-  json_t *v = json_object_get(o, "eos_token_id");
+  json_t *v = jget(o, "eos_token_id");
+  double d = NONE;
   c->n_eos = 0;
   c->eos_token_id = -1;
-  if (!v || json_is_null(v)) return SL_OK;
+  if (!v || json_is_null(v)) { /* absent: the family's default; null: none */
+    int rc = v ? SL_OK : def_of(c, "eos_token_id", &d);
+    if (rc) return rc;
+    if (d >= 0) c->eos_token_ids[c->n_eos++] = c->eos_token_id = (int64_t)d;
+    rec_fmt(o, "eos_token_id", "%lld", (long long)c->eos_token_id);
+    return SL_OK;
+  }
   if (!json_is_array(v)) {
     int rc = get_int(p, o, "eos_token_id", 0, -1, &c->eos_token_id);
     if (!rc && c->eos_token_id >= 0) c->eos_token_ids[c->n_eos++] = c->eos_token_id;
@@ -167,6 +472,10 @@ static int get_eos(const char *p, json_t *o, sl_model_config *c) {
     c->eos_token_ids[c->n_eos++] = (int64_t)json_integer_value(e);
   }
   c->eos_token_id = c->eos_token_ids[0];
+  char l[SL_MAX_EOS * 24] = "";
+  for (int i = 0, m = 0; i < c->n_eos; i++)
+    m += snprintf(l + m, sizeof l - (size_t)m, "%s%lld", i ? "," : "", (long long)c->eos_token_ids[i]);
+  rec_fmt(o, "eos_token_id", "%s", l);
   return SL_OK;
 }
 
@@ -182,16 +491,18 @@ const char *sl_rope_type_name(sl_rope_type t) {
 /* A number of rope_scaling (messages name it rope_scaling.KEY): required, or
  * absent/null -> def. */
 static int rs_num(const char *p, json_t *rs, const char *key, int required, double def, double *out) {
-  json_t *v = json_object_get(rs, key);
+  json_t *v = jget(rs, key);
   if (!v || json_is_null(v)) {
     if (required) return sl_fail(SL_EINPUT, "%s: missing required field 'rope_scaling.%s' (a number)", p, key);
     *out = def;
+    rec_fmt(rs, key, "%.17g", def);
     return SL_OK;
   }
   if (!json_is_number(v))
     return sl_fail(SL_EINPUT, "%s: field 'rope_scaling.%s' must be a number, found %s", p, key, jtype(v));
   *out = json_number_value(v);
   if (!isfinite(*out)) return sl_fail(SL_EINPUT, "%s: field 'rope_scaling.%s' must be finite", p, key);
+  rec_fmt(rs, key, "%.17g", *out);
   return SL_OK;
 }
 
@@ -219,16 +530,16 @@ static double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0
 /* rope_scaling: null/absent, or an object with rope_type (or the older
  * "type"): default, linear, llama3, yarn (transformers' semantics,
  * docs/formats.md). */
-static int parse_rope_scaling(const char *p, json_t *o, sl_model_config *c) {
+static int parse_rope_scaling_fields(const char *p, json_t *o, sl_model_config *c) {
   sl_rope_scaling *r = &c->rope_scaling;
   memset(r, 0, sizeof *r);
-  json_t *rs = json_object_get(o, "rope_scaling");
+  json_t *rs = jget(o, "rope_scaling");
   if (!rs || json_is_null(rs)) return SL_OK;
   if (!json_is_object(rs))
     return sl_fail(SL_EINPUT, "%s: field 'rope_scaling' must be an object or null, found %s", p, jtype(rs));
   const char *key = "rope_type";
-  json_t *t = json_object_get(rs, key);
-  if (!t || json_is_null(t)) t = json_object_get(rs, key = "type");
+  json_t *t = jget(rs, key);
+  if (!t || json_is_null(t)) t = jget(rs, key = "type");
   if (!t || json_is_null(t))
     return sl_fail(SL_EINPUT, "%s: missing required field 'rope_scaling.rope_type' (a string)", p);
   if (!json_is_string(t))
@@ -266,9 +577,9 @@ static int parse_rope_scaling(const char *p, json_t *o, sl_model_config *c) {
   if (!strcmp(ty, "yarn")) {
     r->type = SL_ROPE_YARN;
     int64_t mp = c->max_position_embeddings;
-    json_t *orig = json_object_get(rs, "original_max_position_embeddings");
+    json_t *orig = jget(rs, "original_max_position_embeddings");
     int has_orig = orig && !json_is_null(orig);
-    json_t *tr = json_object_get(rs, "truncate");
+    json_t *tr = jget(rs, "truncate");
     double af = 0;
     if ((rc = rs_num(p, rs, "factor", 1, 0, &r->factor)) || (rc = rs_pos(p, "factor", r->factor)) ||
         (rc = rs_num(p, rs, "beta_fast", 0, 32, &r->beta_fast)) ||
@@ -287,7 +598,7 @@ static int parse_rope_scaling(const char *p, json_t *o, sl_model_config *c) {
     /* transformers: an original_max_position_embeddings in rope_scaling sets
      * factor = max_position_embeddings / original (DeepSeek-V3's form) */
     if (has_orig) r->factor = (double)mp / (double)r->original_max_position_embeddings;
-    json_t *afv = json_object_get(rs, "attention_factor");
+    json_t *afv = jget(rs, "attention_factor");
     r->attention_factor_given = afv && !json_is_null(afv);
     if (r->attention_factor_given) r->attention_factor = af;
     else if (r->mscale != 0 && r->mscale_all_dim != 0)
@@ -298,6 +609,39 @@ static int parse_rope_scaling(const char *p, json_t *o, sl_model_config *c) {
   return sl_fail(SL_EINPUT,
                  "%s: field 'rope_scaling.%s' = \"%s\" is not supported (supported: default, linear, llama3, yarn)", p,
                  key, ty);
+}
+
+/* rope_scaling, recorded as what the RoPE code uses: the rule's name
+ * (absent, null and "default" are one), the spelling of its type key
+ * dropped, and YaRN's derived factor and attention factor (mscale folded in)
+ * resolved, as --save writes them. */
+static int parse_rope_scaling(const char *p, json_t *o, sl_model_config *c) {
+  int rc = parse_rope_scaling_fields(p, o, c);
+  if (rc || !g_rec) return rc;
+  const sl_rope_scaling *r = &c->rope_scaling;
+  rec_del("rope_scaling.type");
+  rec_del("rope_scaling.rope_type");
+  rec_fmt(o, "rope_scaling", "%s", sl_rope_type_name(r->type));
+  if (r->type == SL_ROPE_DEFAULT) {
+    while (g_rec->c->fields[0] && strstr(g_rec->c->fields, "rope_scaling.")) { /* fields of an unused rule */
+      const char *l = strstr(g_rec->c->fields, "rope_scaling.");
+      char k[128];
+      snprintf(k, sizeof k, "%.*s", (int)strcspn(l, "="), l);
+      rec_del(k);
+    }
+  } else if (r->type == SL_ROPE_YARN) {
+    rec_del("rope_scaling.mscale");
+    rec_del("rope_scaling.mscale_all_dim");
+    rec_put("rope_scaling.truncate", r->truncate ? "1" : "0");
+    char v[64];
+    snprintf(v, sizeof v, "%.17g", r->factor);
+    rec_put("rope_scaling.factor", v);
+    snprintf(v, sizeof v, "%.17g", r->attention_factor);
+    rec_put("rope_scaling.attention_factor", v);
+    snprintf(v, sizeof v, "%lld", (long long)r->original_max_position_embeddings);
+    rec_put("rope_scaling.original_max_position_embeddings", v);
+  }
+  return SL_OK;
 }
 
 static void set_defaults(sl_model_config *c) {
@@ -325,21 +669,21 @@ static void set_defaults(sl_model_config *c) {
  * sparse ones are refused naming the field. */
 static int qwen3_moe_layers(const char *p, json_t *o, sl_model_config *c) {
   int64_t step;
-  int rc = get_int(p, o, "decoder_sparse_step", 0, 1, &step);
+  int rc = dget_int(p, o, c, "decoder_sparse_step", &step);
   if (rc) return rc;
   if (step != 1)
     return sl_fail(SL_EINPUT,
                    "%s: field 'decoder_sparse_step' = %lld is not supported (expected 1: dense layers among the "
                    "sparse ones are not implemented)",
                    p, (long long)step);
-  json_t *dl = json_object_get(o, "mlp_only_layers");
+  json_t *dl = jget(o, "mlp_only_layers");
   if (dl && !json_is_null(dl) && (!json_is_array(dl) || json_array_size(dl)))
     return sl_fail(SL_EINPUT,
                    "%s: field 'mlp_only_layers' is not supported unless empty (dense layers among the sparse ones "
                    "are not implemented)",
                    p);
-  if ((rc = get_int(p, o, "moe_intermediate_size", 0, 768, &c->moe_intermediate)) ||
-      (rc = get_bool(p, o, "norm_topk_prob", 0, &c->moe_norm_topk)))
+  if ((rc = dget_int(p, o, c, "moe_intermediate_size", &c->moe_intermediate)) ||
+      (rc = dget_bool(p, o, c, "norm_topk_prob", &c->moe_norm_topk)))
     return rc;
   if (c->moe_intermediate < 1 || c->moe_intermediate > CFG_MAX_INTER)
     return sl_fail(SL_EINPUT, "%s: field 'moe_intermediate_size' must be in [1, %lld], found %lld", p,
@@ -358,11 +702,10 @@ static int parse_moe(const char *p, json_t *o, sl_model_config *c) {
   int rc, q3 = c->arch == SL_ARCH_QWEN3_MOE;
   double jitter = 0;
   const char *ne = q3 ? "num_experts" : "num_local_experts";
-  if ((rc = get_int(p, o, ne, 0, q3 ? 128 : 8, &c->moe_experts)) ||
-      (rc = get_int(p, o, "num_experts_per_tok", 0, q3 ? 8 : 2, &c->moe_topk)) ||
-      (rc = get_num(p, o, "router_aux_loss_coef", 0.001, &c->router_aux_loss_coef)) ||
-      (!q3 && (rc = get_num(p, o, "router_jitter_noise", 0.0, &jitter))) ||
-      (rc = get_bool(p, o, "output_router_logits", 0, &c->output_router_logits)))
+  if ((rc = dget_int(p, o, c, ne, &c->moe_experts)) || (rc = dget_int(p, o, c, "num_experts_per_tok", &c->moe_topk)) ||
+      (rc = dget_num(p, o, c, "router_aux_loss_coef", &c->router_aux_loss_coef)) ||
+      (!q3 && (rc = dget_num(p, o, c, "router_jitter_noise", &jitter))) ||
+      (rc = dget_bool(p, o, c, "output_router_logits", &c->output_router_logits)))
     return rc;
   if (!(c->router_aux_loss_coef >= 0))
     return sl_fail(SL_EINPUT, "%s: field 'router_aux_loss_coef' must be >= 0, found %g", p, c->router_aux_loss_coef);
@@ -386,7 +729,7 @@ static int parse_moe(const char *p, json_t *o, sl_model_config *c) {
 /* layer_types (Qwen3-MoE): accepted when every layer is "full_attention",
  * refused naming the field otherwise. */
 static int want_full_attention(const char *p, json_t *o) {
-  json_t *lt = json_object_get(o, "layer_types");
+  json_t *lt = jget(o, "layer_types");
   if (!lt || json_is_null(lt)) return SL_OK;
   if (!json_is_array(lt)) return sl_fail(SL_EINPUT, "%s: field 'layer_types' must be a list, found %s", p, jtype(lt));
   for (size_t i = 0; i < json_array_size(lt); i++) {
@@ -422,13 +765,13 @@ static int qwen_no_window(sl_model_config *c) {
 static int qwen_layer_types(const char *p, json_t *o, sl_model_config *c) {
   int use = 0, rc;
   int64_t L = c->num_hidden_layers;
-  json_t *sw = json_object_get(o, "sliding_window"), *lt = json_object_get(o, "layer_types");
-  if ((rc = get_bool(p, o, "use_sliding_window", 0, &use)) ||
-      (rc = get_int(p, o, "max_window_layers", 0, 28, &c->max_window_layers)))
+  json_t *sw = jget(o, "sliding_window"), *lt = jget(o, "layer_types");
+  if ((rc = dget_bool(p, o, c, "use_sliding_window", &use)) ||
+      (rc = dget_int(p, o, c, "max_window_layers", &c->max_window_layers)))
     return rc;
   c->sliding_window = 0;
   if (use && !(sw && json_is_null(sw))) {
-    if ((rc = get_int(p, o, "sliding_window", 0, 4096, &c->sliding_window))) return rc;
+    if ((rc = dget_int(p, o, c, "sliding_window", &c->sliding_window))) return rc;
     if (c->sliding_window <= 0)
       return sl_fail(SL_EINPUT,
                      "%s: field 'sliding_window' must be positive or null with use_sliding_window, found %lld", p,
@@ -496,20 +839,21 @@ static int parse_block_options(const char *p, json_t *o, sl_model_config *c) {
       return rc;
     return SL_OK;
   }
-  if ((rc = get_bool(p, o, "attention_bias", 0, &ab))) return rc;
+  if ((rc = dget_bool(p, o, c, "attention_bias", &ab))) return rc;
   c->qkv_bias = c->o_bias = ab;
   if (c->arch == SL_ARCH_QWEN3 || c->arch == SL_ARCH_QWEN3_MOE) {
     c->qk_norm = 1;
     return c->arch == SL_ARCH_QWEN3_MOE ? want_full_attention(p, o) : SL_OK;
   }
-  return get_bool(p, o, "mlp_bias", 0, &c->mlp_bias); /* Llama */
+  return dget_bool(p, o, c, "mlp_bias", &c->mlp_bias); /* Llama */
 }
 
 /* A softcap: absent -> def (0: none), null -> 0 (none), else a positive number. */
 static int get_cap(const char *p, json_t *o, const char *key, double def, double *out) {
-  json_t *v = json_object_get(o, key);
+  json_t *v = jget(o, key);
   if (!v || json_is_null(v)) {
     *out = v ? 0 : def;
+    rec_fmt(o, key, "%.17g", *out);
     return SL_OK;
   }
   int rc = get_num(p, o, key, def, out);
@@ -523,7 +867,7 @@ static int get_cap(const char *p, json_t *o, const char *key, double def, double
  * is full: a window on every layer), which must match `pattern` when that
  * is not -1. Sets c->window_every. */
 static int gemma_layer_types(const char *p, json_t *o, sl_model_config *c, int64_t pattern) {
-  json_t *lt = json_object_get(o, "layer_types");
+  json_t *lt = jget(o, "layer_types");
   if (!lt || json_is_null(lt)) return SL_OK;
   if (!json_is_array(lt) || (int64_t)json_array_size(lt) != c->num_hidden_layers)
     return sl_fail(SL_EINPUT, "%s: field 'layer_types' must be an array of num_hidden_layers = %lld strings", p,
@@ -562,25 +906,26 @@ static int parse_gemma(const char *p, json_t *o, sl_model_config *c) {
   c->gemma = 1;
   c->qk_norm = g3;
   c->window_every = 2;
-  json_t *ha = json_object_get(o, "hidden_activation");
+  json_t *ha = jget(o, "hidden_activation");
   const char *key = ha && !json_is_null(ha) ? "hidden_activation" : "hidden_act";
-  json_t *v = json_object_get(o, key);
+  json_t *v = jget(o, key);
   if (v && !json_is_null(v) && !(json_is_string(v) && !strcmp(json_string_value(v), "gelu_pytorch_tanh")))
     return sl_fail(SL_EINPUT, "%s: field '%s' must be \"gelu_pytorch_tanh\" (Gemma's GeGLU)", p, key);
-  if ((rc = get_cap(p, o, "attn_logit_softcapping", g3 ? 0 : 50.0, &c->attn_logit_softcapping)) ||
-      (rc = get_cap(p, o, "final_logit_softcapping", g3 ? 0 : 30.0, &c->final_logit_softcapping)) ||
-      (rc = get_num(p, o, "query_pre_attn_scalar", 256.0, &c->query_pre_attn_scalar)) ||
-      (rc = get_int(p, o, "sliding_window", 0, 4096, &c->sliding_window)) ||
+  double cap_a = 0, cap_f = 0;
+  if ((rc = def_of(c, "attn_logit_softcapping", &cap_a)) || (rc = def_of(c, "final_logit_softcapping", &cap_f)) ||
+      (rc = get_cap(p, o, "attn_logit_softcapping", cap_a == NONE ? 0 : cap_a, &c->attn_logit_softcapping)) ||
+      (rc = get_cap(p, o, "final_logit_softcapping", cap_f == NONE ? 0 : cap_f, &c->final_logit_softcapping)) ||
+      (rc = dget_num(p, o, c, "query_pre_attn_scalar", &c->query_pre_attn_scalar)) ||
+      (rc = dget_int(p, o, c, "sliding_window", &c->sliding_window)) ||
       (rc = want_false(p, o, "attention_bias", "q/k/v/o projections have no bias here")))
     return rc;
   if (!(c->query_pre_attn_scalar > 0))
     return sl_fail(SL_EINPUT, "%s: field 'query_pre_attn_scalar' must be positive, found %g", p,
                    c->query_pre_attn_scalar);
   if (g3) {
-    json_t *sp = json_object_get(o, "sliding_window_pattern");
-    if ((rc = get_num(p, o, "rope_theta", 1000000.0, &c->rope_theta)) ||
-        (rc = get_num(p, o, "rope_local_base_freq", 10000.0, &c->rope_local_base_freq)) ||
-        (rc = get_int(p, o, "sliding_window_pattern", 0, 6, &pat)) ||
+    json_t *sp = jget(o, "sliding_window_pattern");
+    if ((rc = dget_num(p, o, c, "rope_local_base_freq", &c->rope_local_base_freq)) ||
+        (rc = dget_int(p, o, c, "sliding_window_pattern", &pat)) ||
         (rc = want_false(p, o, "use_bidirectional_attention", "bidirectional attention is not implemented")))
       return rc;
     if (c->attn_logit_softcapping > 0)
@@ -600,33 +945,51 @@ static int parse_gemma(const char *p, json_t *o, sl_model_config *c) {
   return gemma_layer_types(p, o, c, pat);
 }
 
+/* Mistral / Mixtral's sliding_window: absent -> the family's default
+ * (MistralConfig 4096, MixtralConfig None), null -> none. */
+static int get_window(const char *p, json_t *o, sl_model_config *c) {
+  double d = 0;
+  int rc = def_of(c, "sliding_window", &d);
+  json_t *v = jget(o, "sliding_window");
+  if (rc) return rc;
+  if (v && json_is_null(v)) {
+    c->sliding_window = 0;
+    rec_fmt(o, "sliding_window", "0");
+    return SL_OK;
+  }
+  rc = get_int(p, o, "sliding_window", 0, d == NONE ? 0 : (int64_t)d, &c->sliding_window);
+  return rc;
+}
+
 static int parse_attn(const char *p, json_t *o, sl_model_config *c) {
   int rc;
-  int mistral = c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_MIXTRAL,
-      qwen = c->arch == SL_ARCH_QWEN2 || c->arch == SL_ARCH_QWEN3 || c->arch == SL_ARCH_QWEN3_MOE,
-      gemma2 = c->arch == SL_ARCH_GEMMA2, gemma3 = c->arch == SL_ARCH_GEMMA3, gemma = gemma2 || gemma3;
-  if ((rc = get_int(p, o, "hidden_size", 1, 0, &c->hidden_size)) ||
-      (rc = get_int(p, o, "intermediate_size", 1, 0, &c->intermediate_size)) ||
-      (rc = get_int(p, o, "num_hidden_layers", 1, 0, &c->num_hidden_layers)) ||
-      (rc = get_int(p, o, "num_attention_heads", 1, 0, &c->num_attention_heads)) ||
-      (rc = get_int(p, o, "vocab_size", 1, 0, &c->vocab_size)) ||
-      (rc = get_int(p, o, "num_key_value_heads", 0, c->num_attention_heads, &c->num_key_value_heads)) ||
-      (rc = get_int(p, o, "max_position_embeddings", 0,
-                    mistral  ? 131072
-                    : qwen   ? 32768
-                    : gemma2 ? 8192
-                    : gemma3 ? 131072
-                             : 2048,
-                    &c->max_position_embeddings)) ||
-      (rc = get_num(p, o, "rms_norm_eps", 1e-6, &c->rms_norm_eps)) ||
-      (rc = get_num(p, o, "rope_theta", 10000.0, &c->rope_theta)) ||
-      (rc = get_num(p, o, "initializer_range", 0.02, &c->initializer_range)) ||
-      (rc = get_bool(p, o, "tie_word_embeddings", gemma, &c->tie_word_embeddings)) ||
-      (rc = get_int(p, o, "bos_token_id", 0, -1, &c->bos_token_id)) || (rc = get_eos(p, o, c)) ||
+  int mistral = c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_MIXTRAL, gemma2 = c->arch == SL_ARCH_GEMMA2,
+      gemma3 = c->arch == SL_ARCH_GEMMA3, gemma = gemma2 || gemma3;
+  int64_t kv = 0;
+  if ((rc = dget_int(p, o, c, "hidden_size", &c->hidden_size)) ||
+      (rc = dget_int(p, o, c, "intermediate_size", &c->intermediate_size)) ||
+      (rc = dget_int(p, o, c, "num_hidden_layers", &c->num_hidden_layers)) ||
+      (rc = dget_int(p, o, c, "num_attention_heads", &c->num_attention_heads)) ||
+      (rc = dget_int(p, o, c, "vocab_size", &c->vocab_size)) || (rc = dget_int(p, o, c, "num_key_value_heads", &kv)) ||
+      (rc = dget_int(p, o, c, "max_position_embeddings", &c->max_position_embeddings)) ||
+      (rc = dget_num(p, o, c, "rms_norm_eps", &c->rms_norm_eps)) ||
+      (rc = dget_num(p, o, c, "rope_theta", &c->rope_theta)) ||
+      (rc = dget_num(p, o, c, "initializer_range", &c->initializer_range)) ||
+      (rc = dget_bool(p, o, c, "tie_word_embeddings", &c->tie_word_embeddings)) ||
+      (rc = get_bos(p, o, c)) || (rc = get_eos(p, o, c)) ||
       (rc = gemma ? parse_gemma(p, o, c) : want_act(p, o, "hidden_act")))
     return rc;
+  c->num_key_value_heads = kv == (int64_t)HEADS ? c->num_attention_heads : kv; /* Llama: None -> heads */
+  json_t *kvv = jget(o, "num_key_value_heads");
+  if ((!kvv || json_is_null(kvv)) && c->num_attention_heads > 0 && c->num_key_value_heads > 0 &&
+      c->num_attention_heads % c->num_key_value_heads != 0)
+    return sl_fail(SL_EINPUT,
+                   "%s: field 'num_key_value_heads' is absent, and transformers' default for model type '%s' (%lld) "
+                   "does not divide num_attention_heads = %lld: write num_key_value_heads into config.json",
+                   p, sl_arch_name(c->arch), (long long)c->num_key_value_heads, (long long)c->num_attention_heads);
+  rec_fmt(o, "num_key_value_heads", "%lld", (long long)c->num_key_value_heads);
   if ((rc = parse_block_options(p, o, c))) return rc;
-  if (mistral && (rc = get_int(p, o, "sliding_window", 0, 0, &c->sliding_window))) return rc;
+  if (mistral && (rc = get_window(p, o, c))) return rc;
   if (mistral || gemma) window_pattern(c);
   if ((c->arch == SL_ARCH_MIXTRAL || c->arch == SL_ARCH_QWEN3_MOE) && (rc = parse_moe(p, o, c))) return rc;
   if ((rc = want_pos_emb(p, o))) return rc;
@@ -639,45 +1002,49 @@ static int parse_attn(const char *p, json_t *o, sl_model_config *c) {
   if (c->num_attention_heads <= 0)
     return sl_fail(SL_EINPUT, "%s: field 'num_attention_heads' must be positive, found %lld", p,
                    (long long)c->num_attention_heads);
-  json_t *hd = json_object_get(o, "head_dim");
-  if ((!hd || json_is_null(hd)) && c->arch == SL_ARCH_QWEN3) {
-    c->head_dim = 128; /* Qwen3Config's default, not hidden_size / num_attention_heads */
-  } else if (gemma && (!hd || json_is_null(hd))) {
-    c->head_dim = 256; /* Gemma2Config's and Gemma3TextConfig's default */
-  } else if (!hd || json_is_null(hd)) {
+#ifdef SL_CFG_TEST_FIELD /* tests/unit/formats/test_cfg_fields.c: a field a new family might read */
+  double made_up = 0;
+  if ((rc = get_num(p, o, "made_up_field", 0.25, &made_up))) return rc;
+#endif
+  if ((rc = dget_int(p, o, c, "head_dim", &c->head_dim))) return rc;
+  if (c->head_dim == (int64_t)HDIV) { /* None: hidden_size / num_attention_heads (Qwen3: 128; Gemma: 256) */
     if (c->hidden_size % c->num_attention_heads != 0)
       return sl_fail(SL_EINPUT,
                      "%s: num_attention_heads = %lld does not divide hidden_size = %lld (and no "
                      "head_dim is given)",
                      p, (long long)c->num_attention_heads, (long long)c->hidden_size);
     c->head_dim = c->hidden_size / c->num_attention_heads;
-  } else if ((rc = get_int(p, o, "head_dim", 1, 0, &c->head_dim))) {
-    return rc;
+    rec_fmt(o, "head_dim", "%lld", (long long)c->head_dim);
   }
   return SL_OK;
 }
 
 static int parse_mamba_hf(const char *p, json_t *o, sl_model_config *c) {
   int rc;
-  if ((rc = get_int(p, o, "hidden_size", 1, 0, &c->hidden_size)) ||
-      (rc = get_int(p, o, "num_hidden_layers", 1, 0, &c->num_hidden_layers)) ||
-      (rc = get_int(p, o, "vocab_size", 1, 0, &c->vocab_size)) ||
-      (rc = get_int(p, o, "state_size", 0, 16, &c->state_size)) || (rc = get_int(p, o, "expand", 0, 2, &c->expand)) ||
-      (rc = get_int(p, o, "conv_kernel", 0, 4, &c->conv_kernel)) ||
-      (rc = get_int(p, o, "intermediate_size", 0, c->expand * c->hidden_size, &c->intermediate_size)) ||
+  int64_t inter_def = 0;
+  double d = 0;
+  if ((rc = dget_int(p, o, c, "hidden_size", &c->hidden_size)) ||
+      (rc = dget_int(p, o, c, "num_hidden_layers", &c->num_hidden_layers)) ||
+      (rc = dget_int(p, o, c, "vocab_size", &c->vocab_size)) ||
+      (rc = dget_int(p, o, c, "state_size", &c->state_size)) || (rc = dget_int(p, o, c, "expand", &c->expand)) ||
+      (rc = dget_int(p, o, c, "conv_kernel", &c->conv_kernel)) || (rc = def_of(c, "intermediate_size", &d)) ||
+      (rc = def_of(c, "time_step_rank", &d)))
+    return rc;
+  inter_def = c->expand * c->hidden_size; /* k_defaults: EXPANDH; time_step_rank AUTO (get_dt_rank) */
+  if ((rc = get_int(p, o, "intermediate_size", 0, inter_def, &c->intermediate_size)) ||
       (rc = get_dt_rank(p, o, "time_step_rank", c->hidden_size, &c->time_step_rank)) ||
-      (rc = get_num(p, o, "layer_norm_epsilon", 1e-5, &c->layer_norm_epsilon)) ||
-      (rc = get_bool(p, o, "use_bias", 0, &c->use_bias)) ||
-      (rc = get_bool(p, o, "use_conv_bias", 1, &c->use_conv_bias)) ||
-      (rc = get_bool(p, o, "residual_in_fp32", 1, &c->residual_in_fp32)) ||
-      (rc = get_bool(p, o, "tie_word_embeddings", 1, &c->tie_word_embeddings)) ||
-      (rc = get_num(p, o, "initializer_range", 0.1, &c->initializer_range)) ||
-      (rc = get_num(p, o, "time_step_min", 0.001, &c->time_step_min)) ||
-      (rc = get_num(p, o, "time_step_max", 0.1, &c->time_step_max)) ||
-      (rc = get_num(p, o, "time_step_floor", 1e-4, &c->time_step_floor)) ||
-      (rc = get_num(p, o, "time_step_scale", 1.0, &c->time_step_scale)) ||
-      (rc = get_int(p, o, "max_position_embeddings", 0, 0, &c->max_position_embeddings)) ||
-      (rc = get_int(p, o, "bos_token_id", 0, -1, &c->bos_token_id)) || (rc = get_eos(p, o, c)) ||
+      (rc = dget_num(p, o, c, "layer_norm_epsilon", &c->layer_norm_epsilon)) ||
+      (rc = dget_bool(p, o, c, "use_bias", &c->use_bias)) ||
+      (rc = dget_bool(p, o, c, "use_conv_bias", &c->use_conv_bias)) ||
+      (rc = dget_bool(p, o, c, "residual_in_fp32", &c->residual_in_fp32)) ||
+      (rc = dget_bool(p, o, c, "tie_word_embeddings", &c->tie_word_embeddings)) ||
+      (rc = dget_num(p, o, c, "initializer_range", &c->initializer_range)) ||
+      (rc = dget_num(p, o, c, "time_step_min", &c->time_step_min)) ||
+      (rc = dget_num(p, o, c, "time_step_max", &c->time_step_max)) ||
+      (rc = dget_num(p, o, c, "time_step_floor", &c->time_step_floor)) ||
+      (rc = dget_num(p, o, c, "time_step_scale", &c->time_step_scale)) ||
+      (rc = dget_int(p, o, c, "max_position_embeddings", &c->max_position_embeddings)) ||
+      (rc = get_bos(p, o, c)) || (rc = get_eos(p, o, c)) ||
       (rc = want_act(p, o, "hidden_act")) || (rc = want_pos_emb(p, o)))
     return rc;
   /* Falcon-Mamba (transformers' modeling_falcon_mamba.py): the same mixer with
@@ -685,7 +1052,7 @@ static int parse_mamba_hf(const char *p, json_t *o, sl_model_config *c) {
    * use_falcon_mambapy and use_associative_scan pick an implementation of the
    * same scan (accepted, like time_step_init_scheme and rescale_prenorm_residual,
    * which only shape HF's own init). */
-  if (c->mixer_rms && (rc = get_num(p, o, "mixer_rms_eps", 1e-6, &c->mixer_rms_eps))) return rc;
+  if (c->mixer_rms && (rc = dget_num(p, o, c, "mixer_rms_eps", &c->mixer_rms_eps))) return rc;
   return SL_OK;
 }
 
@@ -694,15 +1061,21 @@ static int parse_mamba_ss(const char *p, json_t *o, sl_model_config *c) {
   int rc, rms = 1;
   int64_t d_inter = 0;
   c->ssm_original_format = 1;
-  json_t *ssm = json_object_get(o, "ssm_cfg"), *empty = json_object();
+  json_t *ssm = jget(o, "ssm_cfg"), *empty = json_object();
   if (!empty) return sl_fail(SL_ENOMEM, "out of memory");
   if (ssm && !json_is_null(ssm) && !json_is_object(ssm)) {
     json_decref(empty);
     return sl_fail(SL_EINPUT, "%s: field 'ssm_cfg' must be an object, found %s", p, jtype(ssm));
   }
-  if (!ssm || json_is_null(ssm)) ssm = empty;
-  json_t *layer = json_object_get(ssm, "layer");
-  json_t *attn = json_object_get(o, "attn_layer_idx");
+  if (!ssm || json_is_null(ssm)) { /* its fields take their defaults, recorded as ssm_cfg.KEY */
+    ssm = empty;
+    if (g_rec && g_rec->nobj < (int)(sizeof g_rec->objs / sizeof g_rec->objs[0])) {
+      g_rec->objs[g_rec->nobj].obj = empty;
+      snprintf(g_rec->objs[g_rec->nobj++].name, sizeof g_rec->objs[0].name, "ssm_cfg");
+    }
+  }
+  json_t *layer = jget(ssm, "layer");
+  json_t *attn = jget(o, "attn_layer_idx");
   rc = get_int(p, o, "d_model", 1, 0, &c->hidden_size);
   if (!rc) rc = get_int(p, o, "n_layer", 1, 0, &c->num_hidden_layers);
   if (!rc) rc = get_int(p, o, "vocab_size", 1, 0, &c->vocab_size);
@@ -761,7 +1134,7 @@ static int pos(const char *p, const char *key, int64_t v) { return posl(p, key, 
 
 /* max_position_embeddings when the file gives it: positive, plausible. */
 static int want_pos_emb(const char *p, json_t *o) {
-  json_t *v = json_object_get(o, "max_position_embeddings");
+  json_t *v = jget(o, "max_position_embeddings");
   int64_t x = 0;
   if (!v || json_is_null(v)) return SL_OK;
   int rc = get_int(p, o, "max_position_embeddings", 1, 0, &x);
@@ -832,21 +1205,6 @@ int sl_hfconfig_validate(const char *p, const sl_model_config *c) {
   return SL_OK;
 }
 
-static const struct {
-  const char *cls, *type;
-  sl_arch arch;
-} k_arch[] = {
-    {"LlamaForCausalLM", "llama", SL_ARCH_LLAMA},
-    {"MistralForCausalLM", "mistral", SL_ARCH_MISTRAL},
-    {"MambaForCausalLM", "mamba", SL_ARCH_MAMBA},
-    {"Qwen2ForCausalLM", "qwen2", SL_ARCH_QWEN2},
-    {"Qwen3ForCausalLM", "qwen3", SL_ARCH_QWEN3},
-    {"FalconMambaForCausalLM", "falcon_mamba", SL_ARCH_MAMBA}, /* with mixer_rms */
-    {"MixtralForCausalLM", "mixtral", SL_ARCH_MIXTRAL},
-    {"Qwen3MoeForCausalLM", "qwen3_moe", SL_ARCH_QWEN3_MOE},
-    {"Gemma2ForCausalLM", "gemma2", SL_ARCH_GEMMA2},
-    {"Gemma3ForCausalLM", "gemma3_text", SL_ARCH_GEMMA3},
-};
 /* the FalconMambaForCausalLM row (SL_ARCH_MAMBA with mixer_rms) */
 static int falcon_row(int i) { return i >= 0 && !strcmp(k_arch[i].cls, "FalconMambaForCausalLM"); }
 
@@ -870,10 +1228,49 @@ static const char *gemma_refusal(const char *a) {
   return NULL;
 }
 
+/* The record's fields whose spellings vary for one model, replaced by what
+ * the reader made of them: the family (architectures / model_type), the
+ * per-layer windows (layer_types, sliding_window_pattern, max_window_layers,
+ * use_sliding_window and a window no layer uses), the fields accepted only
+ * in their one supported form. --save writes these differently from the
+ * published files, and a resumed run must accept its own saved config.json. */
+static void rec_resolve(sl_model_config *c, int row) {
+  if (!g_rec) return;
+  static const char *const drop[] = {"architectures", "model_type", "layer_types", "sliding_window_pattern",
+                                     "max_window_layers", "use_sliding_window", "mlp_only_layers", "hidden_act",
+                                     "hidden_activation", "ssm_cfg.layer", "attn_layer_idx", "sliding_window"};
+  for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++) rec_del(drop[i]);
+  rec_put("family", k_arch[row].cls);
+  if (c->arch == SL_ARCH_MAMBA) {
+    rec_put("hidden_act", "silu");
+    return;
+  }
+  rec_put("hidden_act", c->gemma ? "gelu_pytorch_tanh" : "silu");
+  int64_t L = c->num_hidden_layers < SL_CFG_MAX_LAYERS ? c->num_hidden_layers : SL_CFG_MAX_LAYERS;
+  char pat[SL_CFG_MAX_LAYERS + 1];
+  int any = 0;
+  for (int64_t l = 0; l < L; l++) any |= (pat[l] = sl_cfg_layer_window(c, l) > 0 ? 'S' : 'F') == 'S';
+  pat[L > 0 ? L : 0] = 0;
+  char v[64];
+  snprintf(v, sizeof v, "%lld", any ? (long long)c->sliding_window : 0LL);
+  rec_put("sliding_window", v);
+  if (!any) return;
+  if (strlen(pat) <= 160) {
+    rec_put("layer_types", pat);
+  } else {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *q = pat; *q; q++) h = (h ^ (unsigned char)*q) * 0x100000001b3ull;
+    snprintf(v, sizeof v, "%zu layers, fnv1a %016llx", strlen(pat), (unsigned long long)h);
+    rec_put("layer_types", v);
+  }
+}
+
 int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_config *c) {
   int rc = SL_OK, row = -1;
   if (!p) p = "<memory>";
   set_defaults(c);
+  fields_rec rec = {.c = c};
+  g_rec = &rec;
   json_error_t je;
   json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
   if (!o) return sl_fail(SL_EINPUT, "%s: malformed JSON (line %d, column %d): %s", p, je.line, je.column, je.text);
@@ -881,7 +1278,7 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
     rc = sl_fail(SL_EINPUT, "%s: expected a JSON object, found %s", p, jtype(o));
     goto done;
   }
-  json_t *archs = json_object_get(o, "architectures"), *mt = json_object_get(o, "model_type");
+  json_t *archs = jget(o, "architectures"), *mt = jget(o, "model_type");
   if (archs && !json_is_null(archs)) {
     if (!json_is_array(archs) || json_array_size(archs) == 0 || !json_is_string(json_array_get(archs, 0))) {
       rc = sl_fail(SL_EINPUT, "%s: field 'architectures' must be a non-empty array of strings", p);
@@ -922,7 +1319,7 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
                    p, a);
       goto done;
     }
-  } else if (json_object_get(o, "d_model") && json_object_get(o, "n_layer")) {
+  } else if (jget(o, "d_model") && jget(o, "n_layer")) {
     c->arch = SL_ARCH_MAMBA;
     c->ssm_original_format = 1;
   } else {
@@ -940,8 +1337,11 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
   if (c->arch == SL_ARCH_MAMBA) rc = c->ssm_original_format ? parse_mamba_ss(p, o, c) : parse_mamba_hf(p, o, c);
   else rc = parse_attn(p, o, c);
   if (!rc) rc = sl_hfconfig_validate(p, c);
+  if (!rc) rec_resolve(c, row);
 done:
+  g_rec = NULL;
   json_decref(o);
+  if (!rc) rc = rec_finish(p, c, rec.overflow);
   return rc;
 }
 
@@ -1147,13 +1547,17 @@ int sl_hfconfig_save(const char *path, const sl_model_config *c) {
   else mamba_fields_json(o, c);
   SETR("initializer_range", c->initializer_range);
   SETB("tie_word_embeddings", c->tie_word_embeddings);
+  /* token ids: null for none (an absent one would read as the family's default) */
   if (c->bos_token_id >= 0) SETI("bos_token_id", c->bos_token_id);
+  else json_object_set_new(o, "bos_token_id", json_null());
   if (c->n_eos > 1) {
     json_t *ea = json_array();
     for (int i = 0; i < c->n_eos; i++) json_array_append_new(ea, json_integer((json_int_t)c->eos_token_ids[i]));
     json_object_set_new(o, "eos_token_id", ea);
   } else if (c->eos_token_id >= 0) {
     SETI("eos_token_id", c->eos_token_id);
+  } else {
+    json_object_set_new(o, "eos_token_id", json_null());
   }
   SETB("use_cache", 1);
   SETS("torch_dtype", "float32");

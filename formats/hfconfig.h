@@ -47,6 +47,7 @@ const char *sl_rope_type_name(sl_rope_type t); /* "default", "linear", "llama3",
 
 #define SL_MAX_EOS 8 /* eos_token_id entries kept */
 #define SL_CFG_MAX_LAYERS 1024 /* num_hidden_layers' bound (sl_hfconfig_validate) */
+#define SL_CFG_FIELDS_MAX 4096 /* sl_model_config.fields' capacity */
 
 typedef struct {
   sl_arch arch;
@@ -117,6 +118,14 @@ typedef struct {
   int64_t pad_vocab_size_multiple; /* state-spaces only (1 otherwise) */
   int mixer_rms;                   /* Falcon-Mamba (FalconMambaForCausalLM): weightless RMSNorm of dt, B, C */
   double mixer_rms_eps;            /* its eps (mixer_rms_eps, default 1e-6) */
+  /* Every config.json field the reader looked at, as sorted "key=value\n" lines: numbers and
+     booleans after defaults ("rms_norm_eps=1.0000000000000001e-05", "tie_word_embeddings=0"),
+     anything else as compact JSON or "absent" (long lists as a hash); nested objects' fields as
+     "rope_scaling.factor=...". The model half of the rank agreement and checkpoint texts
+     (engine/agree.c): complete by construction, since every read of config.json goes through one
+     accessor (formats/hfconfig.c, jget) that records it; a field a new family reads is in the text
+     without a line written for it. */
+  char fields[SL_CFG_FIELDS_MAX];
 } sl_model_config;
 enum { SL_MOE_BALANCE_AUX = 0, SL_MOE_BALANCE_BIAS = 1, SL_MOE_BALANCE_NONE = 2 };
 

@@ -150,7 +150,8 @@ static int fill_manifest(const char *hf, const sl_model *m, sl_ckio_writer *wr, 
   char cfgtext[4400];
   snprintf(cfgtext, sizeof cfgtext, "converted-from=%s\n", hf);
   man->config = strdup(cfgtext);
-  if ((man->model_config = calloc(1, 4096)) && sl_model_canonical(&m->cfg, 0, man->model_config, 4096))
+  if ((man->model_config = calloc(1, SL_MODEL_CANON_MAX)) &&
+      sl_model_canonical(&m->cfg, 0, man->model_config, SL_MODEL_CANON_MAX))
     rc = SL_EINTERNAL;
   if (man->model_config)
     snprintf(man->model_hash, sizeof man->model_hash, "%016llx", (unsigned long long)sl_canon_hash(man->model_config));

@@ -185,7 +185,7 @@ train2 fm0
 changes_run fm fm0 "the dt/B/C norms"
 "$B" train --model "$W/fm0" --data "$W/data" --steps 4 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
   --plot false --out-dir "$W/fm0res" --ckpt-dir "$W/fmck" --resume > "$W/fm0res.log" 2>&1
-rc_is "refused: resuming the Falcon-Mamba checkpoint as plain Mamba" $? 2 "$W/fm0res.log" "model.mixer_rms is 1 there"
+rc_is "refused: resuming the Falcon-Mamba checkpoint as plain Mamba" $? 2 "$W/fm0res.log" "model.family is FalconMambaForCausalLM there"
 
 # Mixtral (mixture of experts): the published 8x7B config's exact counts, total and active a token
 "$B" plan --model "$F/Mixtral-8x7B-v0.1" > "$W/plan-mixtral.log" 2>&1
