@@ -296,7 +296,14 @@ static json_t *jget(json_t *o, const char *key) {
   return v;
 }
 
-static int line_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+/* by key (the text before '='), so "rope_scaling" sorts before "rope_scaling.factor" */
+static int line_cmp(const void *a, const void *b) {
+  const char *x = *(char *const *)a, *y = *(char *const *)b;
+  size_t kx = strcspn(x, "="), ky = strcspn(y, "=");
+  int c = strncmp(x, y, kx < ky ? kx : ky);
+  if (c) return c;
+  return kx != ky ? (kx < ky ? -1 : 1) : strcmp(x, y);
+}
 
 /* sorts c->fields' lines (the record's order is the reading code's, which
  * may change; the text must not) */

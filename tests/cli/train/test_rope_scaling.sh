@@ -52,5 +52,5 @@ a=$(grep -o 'loss [0-9.]* -> [0-9.]*' "$W/l3.log") b=$(grep -o 'loss [0-9.]* -> 
 rc_is "train llama3-scaled with a checkpoint" $? 0 "$W/ck.log"
 "$B" train --model "$W/l3off" --data "$W/data" --steps 4 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
   --plot false --out-dir "$W/ck2" --ckpt-dir "$W/ck/ckpt" --resume > "$W/ck2.log" 2>&1
-rc_is "resume without the rope_scaling refused" $? 2 "$W/ck2.log" "model.rope_scaling is llama3 there but (absent)"
+rc_is "resume without the rope_scaling refused" $? 2 "$W/ck2.log" "model.rope_scaling is llama3 there but default"
 finish
