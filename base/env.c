@@ -23,6 +23,9 @@ static const sl_env_row g_env[] = {
     {"SL_LOCAL_RANK", INT, NULL, 0, "the local rank with SL_RANK; unset: the rank"},
     {"SL_INIT_METHOD", STR, NULL, 0,
      "fs:PATH or tcp:HOST:PORT: how rank 0 hands out the NCCL id; unset: tcp:$MASTER_ADDR:$MASTER_PORT"},
+    {"SL_JOB_SECRET", STR, NULL, 0,
+     "at least 16 characters, the same on every rank: the key the NCCL rendezvous proves; unset: a 0600 key file "
+     "(fs: PATH.key; tcp: $HOME/.shardlm/boot-key)"},
     {"SL_CUDA_DEVICE", INT, NULL, 0,
      "the CUDA ordinal of this rank; unset: the local rank (training), else the current device"},
     {"SL_CUDA_TF32", INT, "0", 0, "1: fp32 GEMMs on TF32 tensor cores (CUDA backend, bench gpu)"},
@@ -69,6 +72,8 @@ static const struct {
     {"RANK, WORLD_SIZE, LOCAL_RANK, SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID", "NCCL bootstrap",
      "rank, world size and local rank when SL_RANK is unset"},
     {"MASTER_ADDR, MASTER_PORT", "NCCL bootstrap", "the rendezvous when SL_INIT_METHOD is unset"},
+    {"HOME, SLURM_JOB_ID, TORCHELASTIC_RUN_ID", "NCCL bootstrap",
+     "tcp without SL_JOB_SECRET: the per-user key $HOME/.shardlm/boot-key, keyed to the launcher's job id"},
     {"CUDA_DEVICE_ORDER", "CUDA backend",
      "set to PCI_BUS_ID unless set: the order the placement maps GPUs to cores by"},
     {"CUDA_VISIBLE_DEVICES", "placement", "numeric list: maps the ordinal to the physical GPU whose cores are used"},
