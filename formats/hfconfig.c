@@ -629,12 +629,16 @@ static int parse_rope_scaling(const char *p, json_t *o, sl_model_config *c) {
   rec_del("rope_scaling.type");
   rec_del("rope_scaling.rope_type");
   rec_fmt(o, "rope_scaling", "%s", sl_rope_type_name(r->type));
-  if (r->type == SL_ROPE_DEFAULT) {
-    while (g_rec->c->fields[0] && strstr(g_rec->c->fields, "rope_scaling.")) { /* fields of an unused rule */
-      const char *l = strstr(g_rec->c->fields, "rope_scaling.");
-      char k[128];
-      snprintf(k, sizeof k, "%.*s", (int)strcspn(l, "="), l);
-      rec_del(k);
+  if (r->type == SL_ROPE_DEFAULT) { /* the fields of a rule not used: the lines whose key starts rope_scaling. */
+    char *f = g_rec->c->fields;
+    for (char *l = f; *l;) {
+      size_t ll = strcspn(l, "\n") + (l[strcspn(l, "\n")] ? 1 : 0);
+      if (!strncmp(l, "rope_scaling.", 13)) {
+        memmove(l, l + ll, strlen(l + ll) + 1);
+        g_rec->n -= ll;
+      } else {
+        l += ll;
+      }
     }
   } else if (r->type == SL_ROPE_YARN) {
     rec_del("rope_scaling.mscale");
