@@ -70,11 +70,10 @@ int sl_chat_setup(const char *t, const char *const *roles, int nroles, sl_chat *
                    .qwen = p->qwen,
                    .default_system = p->default_system};
   }
-  const char *cc = strstr(t, "{content}");
-  if (!cc || strstr(cc + 9, "{content}"))
+  if (!strstr(t, "{content}"))
     return sl_fail(SL_EINPUT,
-                   "--chat-template must be a preset (chatml, qwen2.5, qwen3, gemma, llama3) or contain {content} "
-                   "exactly once, found '%s'",
+                   "--chat-template must be a preset (chatml, qwen2.5, qwen3, gemma, llama3) or contain {content}, "
+                   "found '%s'",
                    t);
   if (nroles + (p && p->from) > SL_CHAT_MAXROLES)
     return sl_fail(SL_EINPUT, "--chat-role: at most %d role names", SL_CHAT_MAXROLES - 1);
@@ -113,20 +112,28 @@ static const char *map_role(const sl_chat *c, const char *role) {
   return role;
 }
 
-/* The template head with every "{role}" replaced by role. */
-static char *render_head(const char *head, const char *role) {
-  size_t cap = strlen(head) + 1, rl = strlen(role);
-  for (const char *p = head; (p = strstr(p, "{role}")); p += 6) cap += rl;
+/* A part of the template (head or tail) with every "{role}" replaced by
+ * role and every "{content}" by body[0..nb), in one pass (what is
+ * substituted is not scanned again). *n: its length. */
+static char *render_part(const char *t, const char *role, const char *body, size_t nb, size_t *n) {
+  size_t cap = strlen(t) + 1, rl = strlen(role);
+  for (const char *p = t; (p = strstr(p, "{role}")); p += 6) cap += rl;
+  for (const char *p = t; (p = strstr(p, "{content}")); p += 9) cap += nb;
   char *o = malloc(cap), *w = o;
   if (!o) return NULL;
-  for (const char *p = head; *p;) {
+  for (const char *p = t; *p;) {
     if (!strncmp(p, "{role}", 6)) {
       memcpy(w, role, rl);
       w += rl;
       p += 6;
+    } else if (!strncmp(p, "{content}", 9)) {
+      if (nb) memcpy(w, body, nb);
+      w += nb;
+      p += 9;
     } else *w++ = *p++;
   }
   *w = 0;
+  *n = (size_t)(w - o);
   return o;
 }
 
@@ -224,7 +231,59 @@ static int qwen3_reasoning(json_t *m, const char **s, size_t *n, const char **r,
   return 1;
 }
 
-/* Checks every message: an object with string "role" and "content", and what the preset refuses. */
+/* Content given as a list of parts (Hugging Face's multimodal message
+ * format): the text parts joined in order, as the families' templates render
+ * a text-only list (Gemma 3 trims each part; a Gemma system message keeps
+ * only its first part there, so one of several parts is refused), replacing
+ * the list in m. Any other part (image, audio, ...) is refused by its type. */
+static int join_parts(const sl_chat *c, json_t *m, size_t i, int gemma_system, char *err, size_t errcap) {
+  json_t *x = json_object_get(m, "content"), *q;
+  size_t k, len = 0;
+  json_array_foreach(x, k, q) {
+    json_t *ty = json_object_get(q, "type"), *tx = json_object_get(q, "text");
+    if (!json_is_object(q) || !json_is_string(ty)) {
+      snprintf(err, errcap, "messages[%zu].content[%zu]: a content part must be an object with a string \"type\"", i,
+               k);
+      return SL_EINPUT;
+    }
+    if (strcmp(json_string_value(ty), "text")) {
+      snprintf(err, errcap,
+               "messages[%zu].content[%zu]: a part of type \"%s\" is not supported: prepare renders text only "
+               "({\"type\": \"text\", \"text\": ...} parts)",
+               i, k, json_string_value(ty));
+      return SL_EINPUT;
+    }
+    if (!json_is_string(tx)) {
+      snprintf(err, errcap, "messages[%zu].content[%zu]: a \"text\" part needs a string \"text\"", i, k);
+      return SL_EINPUT;
+    }
+    len += json_string_length(tx);
+  }
+  if (gemma_system && json_array_size(x) > 1) {
+    snprintf(err, errcap,
+             "messages[%zu]: --chat-template gemma: a system message given as %zu parts (Gemma 3's template "
+             "renders only the first): give it as one string or one part",
+             i, json_array_size(x));
+    return SL_EINPUT;
+  }
+  char *buf = malloc(len + 1), *w = buf;
+  if (!buf) return SL_ENOMEM;
+  json_array_foreach(x, k, q) {
+    json_t *tx = json_object_get(q, "text");
+    const char *t = json_string_value(tx);
+    size_t n = json_string_length(tx);
+    if (c->gemma && !gemma_system) t = py_strip(t, &n); /* {{ item['text'] | trim }} */
+    if (n) memcpy(w, t, n);
+    w += n;
+  }
+  json_t *joined = json_stringn(buf, (size_t)(w - buf));
+  free(buf);
+  if (!joined || json_object_set_new(m, "content", joined)) return SL_ENOMEM;
+  return SL_OK;
+}
+
+/* Checks every message: an object with string "role" and "content" (a list
+ * of text parts is joined into one string), and what the preset refuses. */
 static int check_messages(const sl_chat *c, json_t *msgs, char *err, size_t errcap) {
   if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
     snprintf(err, errcap, "key \"messages\" must be a non-empty array of {\"role\", \"content\"} objects");
@@ -234,13 +293,17 @@ static int check_messages(const sl_chat *c, json_t *msgs, char *err, size_t errc
   json_t *m;
   json_array_foreach(msgs, i, m) {
     json_t *r = json_object_get(m, "role"), *x = json_object_get(m, "content");
-    if (!json_is_object(m) || !json_is_string(r) || !json_is_string(x)) {
+    if (!json_is_object(m) || !json_is_string(r) || !(json_is_string(x) || json_is_array(x))) {
       snprintf(err, errcap, "messages[%zu]: %s", i,
                !json_is_object(m)   ? "is not an object"
                : !json_is_string(r) ? "\"role\" is missing or not a string"
-                                    : "\"content\" is missing or not a string");
+                                    : "\"content\" is missing or neither a string nor a list of text parts");
       return SL_EINPUT;
     }
+    int rc = json_is_array(x)
+                 ? join_parts(c, m, i, c->gemma && i == 0 && !strcmp(json_string_value(r), "system"), err, errcap)
+                 : SL_OK;
+    if (rc) return rc;
     if (refuse_message(c, m, i, json_string_value(r), err, errcap)) return SL_EINPUT;
   }
   return SL_OK;
@@ -248,7 +311,8 @@ static int check_messages(const sl_chat *c, json_t *msgs, char *err, size_t errc
 
 int sl_chat_render(const sl_chat *c, json_t *msgs, sl_chat_piece *p, int cap, int *np, char *err, size_t errcap) {
   *np = 0;
-  if (check_messages(c, msgs, err, errcap)) return SL_EINPUT;
+  int rc = check_messages(c, msgs, err, errcap);
+  if (rc) return rc;
   size_t nm = json_array_size(msgs), first = 0, nsys = 0;
   const char *r0 = json_string_value(json_object_get(json_array_get(msgs, 0), "role")), *sys = NULL;
   if (c->default_system && strcmp(r0, "system") &&
@@ -283,22 +347,27 @@ int sl_chat_render(const sl_chat *c, json_t *msgs, sl_chat_piece *p, int cap, in
       pre = "<think>\n", npre = 8, post = "\n</think>\n\n";
     }
     if (!npre) nr = 0;
-    char *h = render_head(c->head, map_role(c, role));
-    if (!h) return SL_ENOMEM;
-    size_t nh = strlen(h), nt = strlen(c->tail), npost = strlen(post), len = nh + npre + nr + npost + n + nt;
-    char *o = malloc(len + 1), *w = o;
-    if (!o) {
-      free(h);
-      return SL_ENOMEM;
-    }
-    memcpy(w, h, nh), w += nh;
+    /* o = head + body + tail, body = pre + r + post + content; {role} and {content} rendered in head and tail */
+    size_t npost = strlen(post), nb = npre + nr + npost + n, nh = 0, nt = 0;
+    char *body = malloc(nb + 1), *w = body;
+    if (!body) return SL_ENOMEM;
     memcpy(w, pre, npre), w += npre;
     memcpy(w, r, nr), w += nr;
     memcpy(w, post, npost), w += npost;
-    memcpy(w, s, n), w += n;
-    memcpy(w, c->tail, nt + 1);
+    if (n) memcpy(w, s, n);
+    const char *rn = map_role(c, role);
+    char *h = render_part(c->head, rn, body, nb, &nh), *t = render_part(c->tail, rn, body, nb, &nt);
+    char *o = h && t ? malloc(nh + nb + nt + 1) : NULL;
+    if (o) {
+      memcpy(o, h, nh);
+      memcpy(o + nh, body, nb);
+      memcpy(o + nh + nb, t, nt + 1);
+    }
     free(h);
-    if (piece(p, cap, np, o, len, asst, o, err, errcap)) return SL_EINPUT;
+    free(t);
+    free(body);
+    if (!o) return SL_ENOMEM;
+    if (piece(p, cap, np, o, nh + nb + nt, asst, o, err, errcap)) return SL_EINPUT;
     p[*np - 1].nhead = nh; /* the head never counts */
   }
   return SL_OK;

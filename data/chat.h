@@ -1,7 +1,8 @@
 /* data/chat.h — `prepare --format messages`: a row's messages rendered as
  * the pieces to encode (text + loss-mask byte), by a per-message template
- * "...{role}...{content}..." or a named preset of a family's published
- * chat template (chatml, qwen2.5, qwen3, gemma, llama3; docs/formats.md). */
+ * holding {content} and {role} (each any number of times, anywhere) or a
+ * named preset of a family's published chat template (chatml, qwen2.5,
+ * qwen3, gemma, llama3; docs/formats.md). */
 #ifndef SL_DATA_CHAT_H
 #define SL_DATA_CHAT_H
 
@@ -11,7 +12,8 @@
 #define SL_CHAT_MAXROLES 8
 
 typedef struct {
-  char *head, *tail;          /* the template split at {content}; escapes (\n \t \\) applied */
+  char *head, *tail;          /* the template split at its first {content}; escapes (\n \t \\) applied; every
+                               * {role} of both and every later {content} (in tail) is rendered */
   const char *preset;         /* its name, NULL for a literal template */
   int trim;                   /* content | trim (Python str.strip), as Gemma's and Llama 3's templates */
   int bos;                    /* the template starts with bos_token */

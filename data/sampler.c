@@ -36,6 +36,7 @@ struct sl_sampler {
   int64_t count[SL_BLEND_MAX];
   int32_t *row;    /* (T+1) one sample */
   uint8_t *keep;   /* (T) its loss mask */
+  uint8_t *first;  /* (T) its document starts */
   uint8_t *ring_d; /* (RING) dataset of sample q at q % RING */
   int64_t *ring_c; /* (RING) its local index */
 };
@@ -83,6 +84,7 @@ void sl_sampler_close(sl_sampler *s) {
   }
   free(s->row);
   free(s->keep);
+  free(s->first);
   free(s->ring_d);
   free(s->ring_c);
   free(s);
@@ -93,7 +95,8 @@ int sl_sampler_open(const char *spec, int64_t T, const char *order, uint64_t see
   sl_sampler *s = calloc(1, sizeof *s);
   char *buf = strdup(spec);
   int rc = SL_OK;
-  if (!s || !buf || !(s->row = malloc(sizeof(int32_t) * (size_t)(T + 1))) || !(s->keep = malloc((size_t)T))) {
+  if (!s || !buf || !(s->row = malloc(sizeof(int32_t) * (size_t)(T + 1))) || !(s->keep = malloc((size_t)T)) ||
+      !(s->first = malloc((size_t)T))) {
     free(buf);
     sl_sampler_close(s);
     return sl_fail(SL_ENOMEM, "out of memory");
@@ -219,11 +222,17 @@ static void blend_pick(sl_sampler *s, int64_t j, int *d, int64_t *c) {
   *c = s->ring_c[j % RING];
 }
 
+/* Sample j: its dataset and first stream position. */
+static void locate_sample(sl_sampler *s, int64_t j, int *d, int64_t *start) {
+  int64_t c;
+  blend_pick(s, j, d, &c);
+  *start = window_start(s, *d, c);
+}
+
 int sl_sampler_read(sl_sampler *s, int64_t j, int32_t *row, uint8_t *keep, int *dataset) {
   int d;
-  int64_t c;
-  blend_pick(s, j, &d, &c);
-  int64_t start = window_start(s, d, c);
+  int64_t start;
+  locate_sample(s, j, &d, &start);
   int rc = sl_dataset_tokens(s->src[d].ds, start, s->T + 1, row);
   if (rc) return rc;
   if (keep) {
@@ -255,19 +264,34 @@ int sl_sampler_count(sl_sampler *s, int64_t first, int64_t n, int64_t *count) {
   return SL_OK;
 }
 
-int sl_sampler_batch(sl_sampler *s, int64_t first, int64_t B, int32_t eod, int32_t *tok, int32_t *tgt, int32_t *seg) {
+int sl_sampler_batch(sl_sampler *s, int64_t first, int64_t B, int32_t *tok, int32_t *tgt, int32_t *seg) {
   int64_t T = s->T;
   for (int64_t b = 0; b < B; b++) {
+    int d;
+    int64_t pos;
+    locate_sample(s, first + b, &d, &pos);
     int rc = sl_sampler_read(s, first + b, s->row, s->keep, NULL);
+    if (!rc && seg) rc = sl_dataset_doc_starts(s->src[d].ds, pos, T, s->first);
     if (rc) return rc;
     int32_t start = 0;
     for (int64_t i = 0; i < T; i++) {
       tok[b * T + i] = s->row[i];
       tgt[b * T + i] = s->keep[i] ? s->row[i + 1] : -1;
       if (!seg) continue;
-      if (i > 0 && s->row[i - 1] == eod) start = (int32_t)i; /* the token after an EOD starts a document */
+      if (s->first[i]) start = (int32_t)i; /* a document of the .idx starts here (the sample's first token too) */
       seg[b * T + i] = start;
     }
+  }
+  return SL_OK;
+}
+
+int sl_sampler_count_inside(sl_sampler *s, int64_t id, int64_t *count) {
+  *count = 0;
+  for (int i = 0; i < s->n; i++) {
+    int64_t k = 0;
+    int rc = sl_dataset_count_inside(s->src[i].ds, id, &k);
+    if (rc) return rc;
+    *count += k;
   }
   return SL_OK;
 }

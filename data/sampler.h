@@ -49,9 +49,13 @@ int sl_sampler_count(sl_sampler *s, int64_t first, int64_t n, int64_t *count);
 /* The micro-batch of samples first..first+B-1: tok, tgt (B*T) inputs and
  * targets, tgt = -1 where the loss mask drops the target. seg (B*T) or
  * NULL: for each token, the position in its sample where its document
- * starts (a document ends after token eod; positions restart there).
+ * starts. The documents are those of the dataset's .idx document index
+ * (sl_dataset_doc_starts); a sample's first token starts one.
  */
-int sl_sampler_batch(sl_sampler *s, int64_t first, int64_t B, int32_t eod, int32_t *tok, int32_t *tgt, int32_t *seg);
+int sl_sampler_batch(sl_sampler *s, int64_t first, int64_t B, int32_t *tok, int32_t *tgt, int32_t *seg);
+/* Occurrences of token id inside the documents of every dataset (not as a
+ * document's last token; whole datasets, whatever --split). O(tokens). */
+int sl_sampler_count_inside(sl_sampler *s, int64_t id, int64_t *count);
 
 /* Restricts a one-dataset sampler to tokens [lo, hi) of its dataset's
  * stream (--split): windows, wrapping and the loss mask follow the range. */

@@ -81,8 +81,7 @@ static int eval_load(void *user, sl_sampler *smp, const int64_t *samples, int64_
   for (int64_t b = 0; b < B; b++) {
     int32_t *seg = t->data.seg ? t->data.seg + b * T : NULL;
     if (samples[b] >= 0) {
-      int rc =
-          sl_sampler_batch(smp, samples[b], 1, (int32_t)t->cfg.eod_id, t->data.tok + b * T, t->data.tgt + b * T, seg);
+      int rc = sl_sampler_batch(smp, samples[b], 1, t->data.tok + b * T, t->data.tgt + b * T, seg);
       if (rc) return rc;
     } else {
       for (int64_t i = 0; i < T; i++) {
@@ -261,7 +260,7 @@ void sl_trainer_free(trainer *t) {
   sl_rundir_release(&t->lock_fd);
 }
 
-/* --doc-attention-mask: models that declare it (sl_model_caps doc_mask); resolves --eod-id.
+/* --doc-attention-mask: models that declare it (sl_model_caps doc_mask); --eod-id inside documents is reported.
  * Also --compute-dtype bf16: models that declare it (sl_model_caps bf16),
  * and --residual-dtype bf16 (bf16 compute, sl_model_caps bf16_stream). */
 static int doc_mask_check(trainer *t) {
@@ -284,15 +283,25 @@ static int doc_mask_check(trainer *t) {
                    "--doc-attention-mask: not supported for %s (it has no attention; its "
                    "recurrent state would carry across documents); train without it",
                    t->mcfg.arch_name);
-  if (c->eod_id < 0 && t->mcfg.vocab_size > 512)
-    return sl_fail(SL_EINPUT,
-                   "--doc-attention-mask needs --eod-id (the tokenizer's end-of-document id): the "
-                   "default 256 is the byte tokenizer's and the model's vocabulary has %lld tokens",
-                   (long long)t->mcfg.vocab_size);
-  if (c->eod_id < 0) c->eod_id = SL_BYTE_EOD;
   if (c->eod_id >= t->mcfg.vocab_size)
     return sl_fail(SL_EINPUT, "--eod-id %lld is outside the vocabulary [0, %lld)", (long long)c->eod_id,
                    (long long)t->mcfg.vocab_size);
+  /* the documents are the .idx's (sl_sampler_batch); an end-of-document id inside them is only reported */
+  int64_t eod = c->eod_id >= 0 ? c->eod_id : t->mcfg.vocab_size <= 512 ? SL_BYTE_EOD : -1;
+  if (t->dry || t->rank != 0 || eod < 0 || eod >= t->mcfg.vocab_size) return SL_OK;
+  sl_sampler *ev = c->eval_data[0] && t->data.ev ? sl_eval_data_sampler(t->data.ev) : NULL;
+  for (int k = 0; k < 2; k++) {
+    sl_sampler *smp = k ? ev : t->data.smp;
+    const char *name = k ? c->eval_data : c->data[0] ? c->data : "the built-in corpus";
+    int64_t n = 0;
+    if (smp && (rc = sl_sampler_count_inside(smp, eod, &n))) return rc;
+    if (n > 0)
+      sl_log0(SL_LOG_WARN,
+              "--eod-id %lld occurs %lld times inside documents of %s (not as a document's last token): "
+              "--doc-attention-mask takes the documents of the .idx document index, so these do not end a "
+              "document (docs/data.md)",
+              (long long)eod, (long long)n, name);
+  }
   return SL_OK;
 }
 
@@ -629,9 +638,7 @@ static int step_load(void *user, int k) {
       t->data.next_sample + (int64_t)t->par.dp_rank * (c->grad_accum * c->micro_batch) + (int64_t)k * c->micro_batch;
   /* the loss is a mean over the step's counted targets: every rank counts them from the data */
   int rc = k == 0 ? sl_sampler_count(t->data.smp, t->data.next_sample, t->data.G, &t->data.count) : SL_OK;
-  if (!rc)
-    rc =
-        sl_sampler_batch(t->data.smp, first, c->micro_batch, (int32_t)c->eod_id, t->data.tok, t->data.tgt, t->data.seg);
+  if (!rc) rc = sl_sampler_batch(t->data.smp, first, c->micro_batch, t->data.tok, t->data.tgt, t->data.seg);
   if (rc) return rc;
   set_batch(t, t->data.count > 0 ? (float)(1.0 / (double)t->data.count) : 0.0f); /* no target: zero gradient */
   return SL_OK;

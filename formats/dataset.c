@@ -338,6 +338,61 @@ int64_t sl_dataset_doc_offset(const sl_dataset *ds, int64_t d) {
   return acc;
 }
 
+/* The document holding stream position pos (0 <= pos < total): the last d
+ * with sl_dataset_doc_offset(d) <= pos (nd >= 1 documents). */
+static int64_t doc_holding(const sl_dataset *ds, int64_t nd, int64_t pos) {
+  int64_t lo = 0, hi = nd - 1;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo + 1) / 2;
+    if (sl_dataset_doc_offset(ds, mid) <= pos) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+int sl_dataset_doc_starts(const sl_dataset *ds, int64_t start, int64_t n, uint8_t *first) {
+  int64_t len = sl_dataset_num_tokens(ds), base = ds->rlen ? ds->rlo : 0, nd = ds->info.num_doc_idx - 1;
+  if (start < 0 || n < 0 || len <= 0)
+    return sl_fail(SL_EINTERNAL, "%s: document starts of an invalid window (start %lld, count %lld, %lld tokens)",
+                   ds->idx_path, (long long)start, (long long)n, (long long)len);
+  if (n) memset(first, 0, (size_t)n);
+  for (int64_t i = 0; i < n;) {
+    int64_t p = (start + i) % len, pos = base + p, next = base + len; /* the wrap point ends the last document */
+    int is_start = p == 0;
+    if (nd > 0) {
+      int64_t d = doc_holding(ds, nd, pos), e = sl_dataset_doc_offset(ds, d + 1);
+      is_start |= sl_dataset_doc_offset(ds, d) == pos;
+      if (e < next) next = e;
+    }
+    first[i] = (uint8_t)is_start;
+    i += next - pos; /* > 0: next is past pos */
+  }
+  return SL_OK;
+}
+
+int sl_dataset_count_inside(const sl_dataset *ds, int64_t id, int64_t *count) {
+  *count = 0;
+  int32_t buf[4096];
+  for (int64_t d = 0; d < ds->info.num_doc_idx - 1; d++) {
+    int64_t s0 = rd_i64(ds->info.doc_idx, d), s1 = rd_i64(ds->info.doc_idx, d + 1), last = -1;
+    for (int64_t i = s1; i-- > s0;) /* the document's last sequence that holds a token */
+      if (rd_i32(ds->info.sizes, i) > 0) {
+        last = i;
+        break;
+      }
+    for (int64_t i = s0; i <= last; i++) {
+      int64_t sz = rd_i32(ds->info.sizes, i);
+      for (int64_t o = 0; o < sz; o += 4096) {
+        int64_t m = sz - o < 4096 ? sz - o : 4096;
+        int rc = seq_copy(ds, i, o, m, buf, -1);
+        if (rc) return rc;
+        for (int64_t k = 0; k < m; k++) *count += buf[k] == id && !(i == last && o + k == sz - 1);
+      }
+    }
+  }
+  return SL_OK;
+}
+
 int sl_dataset_set_range(sl_dataset *ds, int64_t lo, int64_t hi) {
   if (lo < 0 || hi > ds->info.total_tokens || hi <= lo)
     return sl_fail(SL_EINPUT, "%s: token range [%lld, %lld) is empty or outside the %lld tokens of the dataset",

@@ -68,6 +68,15 @@ int sl_dataset_tokens(const sl_dataset *ds, int64_t start, int64_t n, int32_t *d
 
 /* Tokens of the stream before document d (0..num_docs; num_docs: all). */
 int64_t sl_dataset_doc_offset(const sl_dataset *ds, int64_t d);
+/* The documents of the stream window [start, start + n) (positions as
+ * sl_dataset_tokens: modulo the stream, inside a range): first[i] = 1 where
+ * the token at start + i begins a document of the index's document list
+ * (doc_idx), or is the stream's position 0 (the first token of the range,
+ * which also follows the wrap); else 0. O(documents in the window x log). */
+int sl_dataset_doc_starts(const sl_dataset *ds, int64_t start, int64_t n, uint8_t *first);
+/* Occurrences of token id inside documents: anywhere but as a document's
+ * last token (the whole dataset, whatever the range). O(tokens). */
+int sl_dataset_count_inside(const sl_dataset *ds, int64_t id, int64_t *count);
 /* Restricts the stream to tokens [lo, hi) of the whole stream (a --split
  * range): sl_dataset_num_tokens and sl_dataset_tokens (position 0 = lo,
  * wrapping inside the range) see only that part. */

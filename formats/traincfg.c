@@ -90,9 +90,10 @@ static const key_t_ KEYS[] = {
       "a NaN/inf loss or gradient norm: stop (exit 4) | skip (drop the step's update)"),
     I("max-skips", max_skips, "3", "--on-nonfinite skip: consecutive skipped steps that stop the run (exit 4)"),
     B("doc-attention-mask", doc_attention_mask, "false",
-      "packed samples: no attention across documents, positions restart per document (Llama)"),
+      "packed samples: no attention across documents (the .idx's), positions restart per document (Llama)"),
     I("eod-id", eod_id, "-1",
-      "token that ends a document for --doc-attention-mask (-1: 256, the byte tokenizer's, for vocab <= 512)"),
+      "end-of-document id, checked only: --doc-attention-mask warns when it occurs inside documents (-1: 256 for "
+      "vocab <= 512)"),
     B("skip-memory-check", skip_memory_check, "false",
       "start even when the predicted peak memory exceeds what is available"),
     B("allow-long-context", allow_long_context, "false", "allow --seq-len above the model's max_position_embeddings"),

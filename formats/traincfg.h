@@ -57,7 +57,7 @@ typedef struct {
   char on_nonfinite[8];   /* stop | skip */
   int64_t max_skips;      /* consecutive skips that stop the run */
   int doc_attention_mask; /* attend within documents only, positions per document */
-  int64_t eod_id;         /* end-of-document token (-1: byte-level 256) */
+  int64_t eod_id;         /* end-of-document token, only checked against the documents (-1: byte-level 256) */
   int skip_memory_check;  /* start even when the predicted peak does not fit */
   int allow_long_context; /* --seq-len may exceed max_position_embeddings */
   char compute_dtype[8];  /* fp32 | bf16 | auto (docs/bf16.md) */

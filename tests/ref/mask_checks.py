@@ -6,8 +6,9 @@ Data: packed documents of a tiny vocabulary, each ending with the EOD token
 of 0s then a "completion" of 1s, as fine-tuning data has). The reference is
 llama_ref with ignore_index=-100 targets, a block-diagonal causal mask and
 positions restarting per document (Megatron's reset_attention_mask /
-reset_position_ids with the EOD token), loss = mean over the unmasked
-targets of the whole global batch.
+reset_position_ids; the documents are the .idx's, which here also end with
+the EOD token), loss = mean over the unmasked targets of the whole global
+batch.
 Checks (one line each, then "N passed, M failed"):
   1. dump (masks + documents, and masks only; Mamba with masks; Gemma 2 with
      masks + documents: softcaps and its window inside documents) vs PyTorch:
@@ -40,6 +41,9 @@ HP = E.HP
 MPI = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
 
 
+DOC_STARTS = set()  # stream positions where a document of the .idx starts
+
+
 def make_data(prefix):
     """Documents of 1..60 tokens ending in EOD; mask 0 on a prompt part."""
     rng = np.random.RandomState(99)
@@ -51,6 +55,7 @@ def make_data(prefix):
         p = rng.randint(0, n)  # prompt length: tokens whose prediction does not count
         mask.append(np.concatenate([np.zeros(p), np.ones(n - p)]))
     common.idx_write(prefix, docs, dtype=np.uint16)
+    DOC_STARTS.update(np.concatenate([[0], np.cumsum(lengths)[:-1]]).tolist())
     m = np.concatenate(mask).astype(np.uint8)
     write_lmask(prefix, m)
     return common.token_stream(prefix), m
@@ -67,7 +72,7 @@ def batch(stream, mask, first, count, docs):
         y = np.where(mask[idx[1:]] == 1, row[1:], -100)
         seg, start = np.zeros(T, dtype=np.int64), 0
         for i in range(T):
-            if i > 0 and row[i - 1] == EOD:
+            if i > 0 and idx[i] in DOC_STARTS:  # the .idx's documents (each also ends with EOD here)
                 start = i
             seg[i] = start
         xs.append(row[:-1])

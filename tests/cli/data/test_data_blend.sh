@@ -11,8 +11,9 @@
 #    (losses and final weights);
 #  - a step whose targets are all masked has loss 0, grad_norm 0;
 #  - bad blends, bad .lmask files (magic, token count, size, byte values),
-#    --doc-attention-mask on Mamba or without --eod-id on a large
-#    vocabulary: exit 2 with a message naming the file / flag.
+#    --doc-attention-mask on Mamba, --eod-id outside the vocabulary: exit 2
+#    with a message naming the file / flag; a large vocabulary without
+#    --eod-id trains (the documents are the .idx's).
 source "${SL_SRC:?}/tests/lib/run.sh" data_blend numpy mpi
 tiny_model "$W/llama" llama '"num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 1'
 tiny_model "$W/big" llama '"num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 1, "vocab_size": 600'
@@ -110,6 +111,8 @@ refuse "blend with a non-numeric weight" "--data" --data "x $W/A 1 $W/B"
 refuse "blend with a missing prefix" "$W/nope.idx" --data "0.5 $W/A 0.5 $W/nope"
 for k in magic count short byte; do refuse ".lmask bad $k" "$W/bad_$k.lmask" --data "$W/bad_$k"; done
 refuse "--doc-attention-mask on Mamba" "--doc-attention-mask" --model "$W/mamba" --data "$W/A" --doc-attention-mask true
-refuse "--doc-attention-mask, vocab 600, no --eod-id" "--eod-id" --model "$W/big" --data "$W/A" --doc-attention-mask true
 refuse "--eod-id outside the vocabulary" "--eod-id" --data "$W/A" --doc-attention-mask true --eod-id 300
+# the documents come from the .idx: a large vocabulary needs no --eod-id
+train big --model "$W/big" --data "$W/A" --doc-attention-mask true --steps 1 && ok "--doc-attention-mask, vocab 600, no --eod-id: runs" ||
+  bad "--doc-attention-mask without --eod-id on vocab 600: $(tail -2 "$W/big.log")"
 finish

@@ -2,7 +2,8 @@
  * writer, sharded dirs, F16/BF16 conversion against hand-computed values),
  * config.json (parse, defaults, bad inputs, save/load), Megatron indexed
  * datasets (hand-built .idx bytes, bad inputs, builder round trip, the
- * wrapping token stream against a reference), prepare (byte tokenizer) and
+ * wrapping token stream against a reference, document starts of windows),
+ * prepare (byte tokenizer) and
  * the metrics SVG plot. Prints one line per check, then "N passed, M failed".
  */
 #define _GNU_SOURCE
@@ -769,6 +770,54 @@ static void test_dataset(void) {
                "dataset builder: float dtype refused");
 }
 
+/* Document starts of stream windows (--doc-attention-mask) against the
+ * document list: documents of several sequences, an empty sequence, an empty
+ * document, --split ranges starting inside a document, wrapping; and the
+ * count of a token inside documents (not as a document's last token). */
+static void test_doc_starts(void) {
+  /* documents: seqs {0,1} = 3 tokens, {2} = 2, {} (empty), {3,4,5} = 5, {6} = 5: starts at 0, 3, 5, 10 */
+  int32_t sizes[7] = {3, 0, 2, 4, 0, 1, 5};
+  int64_t ptrs[7], doc[6] = {0, 2, 3, 3, 6, 7}, acc = 0;
+  for (int i = 0; i < 7; i++) ptrs[i] = 2 * acc, acc += sizes[i];
+  /* token 9: last of document 0 (2), first of 1 (3), end of a sequence inside 3 (8), last of 3 (9) and 4 (14) */
+  uint16_t bin[15] = {1, 1, 9, 9, 1, 1, 1, 1, 9, 9, 1, 1, 1, 1, 9};
+  size_t len;
+  uint8_t *g = mk_idx(SL_IDX_UINT16, 7, sizes, ptrs, 6, doc, &len);
+  write_bytes(path("docs.idx"), g, len);
+  write_bytes(path("docs.bin"), bin, sizeof bin);
+  free(g);
+  sl_dataset *ds;
+  int rc = sl_dataset_open(path("docs"), &ds);
+  check(rc == 0 && sl_dataset_num_docs(ds) == 5 && sl_dataset_num_tokens(ds) == 15,
+        "doc starts: hand-built index of 5 documents (one empty) over 7 sequences opens");
+  if (rc) return;
+  static const int is_start[15] = {1, 0, 0, 1, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0};
+  static const int64_t ranges[4][2] = {{0, 15}, {3, 12}, {4, 15}, {6, 7}};
+  int ok = 1;
+  for (int r = 0; r < 4; r++) {
+    int64_t lo = ranges[r][0], hi = ranges[r][1], L = hi - lo;
+    if (r) ok &= sl_dataset_set_range(ds, lo, hi) == 0;
+    for (int64_t s = 0; s < 40; s++)
+      for (int64_t n = 0; n <= 33; n++) {
+        uint8_t got[34];
+        memset(got, 7, sizeof got);
+        ok &= sl_dataset_doc_starts(ds, s, n, got) == 0 && got[n] == 7;
+        for (int64_t k = 0; k < n; k++) {
+          int64_t p = (s + k) % L;
+          ok &= got[k] == (p == 0 || is_start[lo + p]);
+        }
+      }
+  }
+  check(ok, "doc starts: every window (start < 40, n <= 33) of the whole stream and of 3 ranges (one starting inside "
+            "a document, one of a single token) as the document list says, position 0 of the range included");
+  int64_t inside = -1;
+  rc = sl_dataset_count_inside(ds, 9, &inside);
+  check(rc == 0 && inside == 2, "count inside: token 9 inside documents twice (not as a document's last token)");
+  rc = sl_dataset_count_inside(ds, 5, &inside);
+  check(rc == 0 && inside == 0, "count inside: an absent token 0 times");
+  sl_dataset_close(ds);
+}
+
 static void test_prepare(void) {
   const char *text = "hello\nworld\n\n\nfoo\r\n\r\nbar";
   char pre[512];
@@ -939,6 +988,7 @@ int main(void) {
   test_layer_types();
   test_idx_bad();
   test_dataset();
+  test_doc_starts();
   test_prepare();
   test_plot();
   test_mutations();
