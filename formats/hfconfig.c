@@ -495,26 +495,29 @@ const char *sl_rope_type_name(sl_rope_type t) {
   }
 }
 
+/* The name messages give the rope object (rope_scaling, or transformers 5's rope_parameters). */
+static _Thread_local const char *g_rs = "rope_scaling";
+
 /* A number of rope_scaling (messages name it rope_scaling.KEY): required, or
  * absent/null -> def. */
 static int rs_num(const char *p, json_t *rs, const char *key, int required, double def, double *out) {
   json_t *v = jget(rs, key);
   if (!v || json_is_null(v)) {
-    if (required) return sl_fail(SL_EINPUT, "%s: missing required field 'rope_scaling.%s' (a number)", p, key);
+    if (required) return sl_fail(SL_EINPUT, "%s: missing required field '%s.%s' (a number)", p, g_rs, key);
     *out = def;
     rec_fmt(rs, key, "%.17g", def);
     return SL_OK;
   }
   if (!json_is_number(v))
-    return sl_fail(SL_EINPUT, "%s: field 'rope_scaling.%s' must be a number, found %s", p, key, jtype(v));
+    return sl_fail(SL_EINPUT, "%s: field '%s.%s' must be a number, found %s", p, g_rs, key, jtype(v));
   *out = json_number_value(v);
-  if (!isfinite(*out)) return sl_fail(SL_EINPUT, "%s: field 'rope_scaling.%s' must be finite", p, key);
+  if (!isfinite(*out)) return sl_fail(SL_EINPUT, "%s: field '%s.%s' must be finite", p, g_rs, key);
   rec_fmt(rs, key, "%.17g", *out);
   return SL_OK;
 }
 
 static int rs_pos(const char *p, const char *key, double v) {
-  if (!(v > 0)) return sl_fail(SL_EINPUT, "%s: field 'rope_scaling.%s' must be positive, found %g", p, key, v);
+  if (!(v > 0)) return sl_fail(SL_EINPUT, "%s: field '%s.%s' must be positive, found %g", p, g_rs, key, v);
   return SL_OK;
 }
 
@@ -524,9 +527,9 @@ static int rs_orig(const char *p, json_t *rs, int required, int64_t def, int64_t
   if (rc) return rc;
   if (d != floor(d) || !(d > 0) || d > (double)CFG_MAX_POS)
     return sl_fail(SL_EINPUT,
-                   "%s: field 'rope_scaling.original_max_position_embeddings' must be a positive integer "
+                   "%s: field '%s.original_max_position_embeddings' must be a positive integer "
                    "up to %lld, found %g",
-                   p, (long long)CFG_MAX_POS, d);
+                   p, g_rs, (long long)CFG_MAX_POS, d);
   *out = (int64_t)d;
   return SL_OK;
 }
@@ -537,29 +540,27 @@ static double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0
 /* rope_scaling: null/absent, or an object with rope_type (or the older
  * "type"): default, linear, llama3, yarn (transformers' semantics,
  * docs/formats.md). */
-static int parse_rope_scaling_fields(const char *p, json_t *o, sl_model_config *c) {
+static int parse_rope_scaling_fields(const char *p, json_t *rs, sl_model_config *c) {
   sl_rope_scaling *r = &c->rope_scaling;
   memset(r, 0, sizeof *r);
-  json_t *rs = jget(o, "rope_scaling");
   if (!rs || json_is_null(rs)) return SL_OK;
   if (!json_is_object(rs))
-    return sl_fail(SL_EINPUT, "%s: field 'rope_scaling' must be an object or null, found %s", p, jtype(rs));
+    return sl_fail(SL_EINPUT, "%s: field '%s' must be an object or null, found %s", p, g_rs, jtype(rs));
   const char *key = "rope_type";
   json_t *t = jget(rs, key);
   if (!t || json_is_null(t)) t = jget(rs, key = "type");
-  if (!t || json_is_null(t))
-    return sl_fail(SL_EINPUT, "%s: missing required field 'rope_scaling.rope_type' (a string)", p);
+  if (!t || json_is_null(t)) return sl_fail(SL_EINPUT, "%s: missing required field '%s.rope_type' (a string)", p, g_rs);
   if (!json_is_string(t))
-    return sl_fail(SL_EINPUT, "%s: field 'rope_scaling.%s' must be a string, found %s", p, key, jtype(t));
+    return sl_fail(SL_EINPUT, "%s: field '%s.%s' must be a string, found %s", p, g_rs, key, jtype(t));
   const char *ty = json_string_value(t);
   int rc;
   if (!strcmp(ty, "default")) return SL_OK;
   if (!strcmp(ty, "dynamic"))
     return sl_fail(SL_EINPUT,
-                   "%s: field 'rope_scaling.%s' = \"dynamic\" is not supported: dynamic NTK scaling changes the "
+                   "%s: field '%s.%s' = \"dynamic\" is not supported: dynamic NTK scaling changes the "
                    "frequencies with the sequence length at inference, and training uses fixed frequencies "
                    "(supported: default, linear, llama3, yarn)",
-                   p, key);
+                   p, g_rs, key);
   if (!strcmp(ty, "linear")) {
     r->type = SL_ROPE_LINEAR;
     if ((rc = rs_num(p, rs, "factor", 1, 0, &r->factor)) || (rc = rs_pos(p, "factor", r->factor))) return rc;
@@ -576,9 +577,9 @@ static int parse_rope_scaling_fields(const char *p, json_t *o, sl_model_config *
       return rc;
     if (!(r->high_freq_factor > r->low_freq_factor))
       return sl_fail(SL_EINPUT,
-                     "%s: field 'rope_scaling.high_freq_factor' = %g must be greater than "
-                     "'rope_scaling.low_freq_factor' = %g",
-                     p, r->high_freq_factor, r->low_freq_factor);
+                     "%s: field '%s.high_freq_factor' = %g must be greater than "
+                     "'%s.low_freq_factor' = %g",
+                     p, g_rs, r->high_freq_factor, g_rs, r->low_freq_factor);
     return SL_OK;
   }
   if (!strcmp(ty, "yarn")) {
@@ -596,7 +597,7 @@ static int parse_rope_scaling_fields(const char *p, json_t *o, sl_model_config *
         (rc = rs_orig(p, rs, 0, mp, &r->original_max_position_embeddings)))
       return rc;
     if (tr && !json_is_null(tr) && !json_is_boolean(tr))
-      return sl_fail(SL_EINPUT, "%s: field 'rope_scaling.truncate' must be true or false, found %s", p, jtype(tr));
+      return sl_fail(SL_EINPUT, "%s: field '%s.truncate' must be true or false, found %s", p, g_rs, jtype(tr));
     r->truncate = !(tr && json_is_false(tr));
     /* transformers: beta_fast = get("beta_fast") or 32 (a 0 reads as unset) */
     if (r->beta_fast == 0) r->beta_fast = 32;
@@ -613,45 +614,115 @@ static int parse_rope_scaling_fields(const char *p, json_t *o, sl_model_config *
     else r->attention_factor = yarn_mscale(r->factor, 1.0);
     return SL_OK;
   }
-  return sl_fail(SL_EINPUT,
-                 "%s: field 'rope_scaling.%s' = \"%s\" is not supported (supported: default, linear, llama3, yarn)", p,
-                 key, ty);
+  return sl_fail(SL_EINPUT, "%s: field '%s.%s' = \"%s\" is not supported (supported: default, linear, llama3, yarn)", p,
+                 g_rs, key, ty);
 }
 
-/* rope_scaling, recorded as what the RoPE code uses: the rule's name
- * (absent, null and "default" are one), the spelling of its type key
- * dropped, and YaRN's derived factor and attention factor (mscale folded in)
- * resolved, as --save writes them. */
-static int parse_rope_scaling(const char *p, json_t *o, sl_model_config *c) {
-  int rc = parse_rope_scaling_fields(p, o, c);
-  if (rc || !g_rec) return rc;
-  const sl_rope_scaling *r = &c->rope_scaling;
-  rec_del("rope_scaling.type");
-  rec_del("rope_scaling.rope_type");
-  rec_fmt(o, "rope_scaling", "%s", sl_rope_type_name(r->type));
-  if (r->type == SL_ROPE_DEFAULT) { /* the fields of a rule not used: the lines whose key starts rope_scaling. */
-    char *f = g_rec->c->fields;
-    for (char *l = f; *l;) {
-      size_t ll = strcspn(l, "\n") + (l[strcspn(l, "\n")] ? 1 : 0);
-      if (!strncmp(l, "rope_scaling.", 13)) {
-        memmove(l, l + ll, strlen(l + ll) + 1);
-        g_rec->n -= ll;
-      } else {
-        l += ll;
+/* A rope theta inside rope_parameters (transformers 5): it must agree with
+ * the top-level field when config.json has both. */
+static int rp_theta(const char *p, json_t *o, json_t *obj, const char *name, const char *top, double *out) {
+  json_t *t = jget(obj, "rope_theta");
+  if (!t || json_is_null(t)) return SL_OK;
+  if (!json_is_number(t) || !(json_number_value(t) > 0) || !isfinite(json_number_value(t)))
+    return sl_fail(SL_EINPUT, "%s: field '%s.rope_theta' must be a positive number", p, name);
+  json_t *tv = jget(o, top);
+  if (tv && !json_is_null(tv) && json_is_number(tv) && json_number_value(tv) != json_number_value(t))
+    return sl_fail(SL_EINPUT, "%s: field '%s.rope_theta' = %g and field '%s' = %g disagree", p, name,
+                   json_number_value(t), top, json_number_value(tv));
+  *out = json_number_value(t);
+  return SL_OK;
+}
+
+/* rope_scaling, or transformers 5's rope_parameters ({"rope_type", "rope_theta",
+ * the rule's fields}; Gemma 3: one per layer type, "full_attention" and
+ * "sliding_attention", the latter's theta being rope_local_base_freq). Both
+ * in one file are refused (transformers 5 reads only rope_parameters). */
+static int parse_rope(const char *p, json_t *o, sl_model_config *c) {
+  json_t *rs = jget(o, "rope_scaling"), *rp = jget(o, "rope_parameters");
+  if (!rp || json_is_null(rp)) return parse_rope_scaling_fields(p, rs, c);
+  if (!json_is_object(rp))
+    return sl_fail(SL_EINPUT, "%s: field 'rope_parameters' must be an object or null, found %s", p, jtype(rp));
+  if (rs && !json_is_null(rs))
+    return sl_fail(SL_EINPUT,
+                   "%s: fields 'rope_scaling' and 'rope_parameters' are both set (transformers 5 reads only "
+                   "rope_parameters): keep one",
+                   p);
+  json_t *full = jget(rp, "full_attention"), *slide = jget(rp, "sliding_attention"), *main = rp;
+  int rc;
+  g_rs = "rope_parameters";
+  if (full || slide) {
+    if (c->arch != SL_ARCH_GEMMA3 || !full || !json_is_object(full) || (slide && !json_is_object(slide))) {
+      g_rs = "rope_scaling";
+      return sl_fail(SL_EINPUT,
+                     "%s: field 'rope_parameters' per layer type is supported for Gemma 3 only, as an object "
+                     "'full_attention' (and 'sliding_attention' with the local layers' rope_theta)",
+                     p);
+    }
+    main = full;
+    g_rs = "rope_parameters.full_attention";
+    if (slide) {
+      json_t *st = jget(slide, "rope_type");
+      if (st && !json_is_null(st) && !(json_is_string(st) && !strcmp(json_string_value(st), "default")))
+        rc = sl_fail(SL_EINPUT,
+                     "%s: field 'rope_parameters.sliding_attention.rope_type' must be \"default\" (scaled local "
+                     "layers are not implemented)",
+                     p);
+      else
+        rc = rp_theta(p, o, slide, "rope_parameters.sliding_attention", "rope_local_base_freq",
+                      &c->rope_local_base_freq);
+      if (rc) {
+        g_rs = "rope_scaling";
+        return rc;
       }
     }
-  } else if (r->type == SL_ROPE_YARN) {
-    rec_del("rope_scaling.mscale");
-    rec_del("rope_scaling.mscale_all_dim");
-    rec_put("rope_scaling.truncate", r->truncate ? "1" : "0");
-    char v[64];
-    snprintf(v, sizeof v, "%.17g", r->factor);
-    rec_put("rope_scaling.factor", v);
-    snprintf(v, sizeof v, "%.17g", r->attention_factor);
-    rec_put("rope_scaling.attention_factor", v);
-    snprintf(v, sizeof v, "%lld", (long long)r->original_max_position_embeddings);
-    rec_put("rope_scaling.original_max_position_embeddings", v);
   }
+  rc = rp_theta(p, o, main, g_rs, "rope_theta", &c->rope_theta);
+  if (!rc) rc = parse_rope_scaling_fields(p, main, c);
+  g_rs = "rope_scaling";
+  return rc;
+}
+
+/* The rope, recorded as what the RoPE code uses (sl_rope_scaling, as --save
+ * writes it): the theta(s), the rule's name (absent, null and "default" are
+ * one) and its fields, YaRN's derived factor and attention factor (mscale
+ * folded in) resolved; whichever of rope_scaling / rope_parameters spelled it. */
+static int parse_rope_scaling(const char *p, json_t *o, sl_model_config *c) {
+  int rc = parse_rope(p, o, c);
+  if (rc || !g_rec) return rc;
+  const sl_rope_scaling *r = &c->rope_scaling;
+  char *f = g_rec->c->fields;
+  for (char *l = f; *l;) { /* the lines as spelled */
+    size_t e = strcspn(l, "\n"), ll = e + (l[e] ? 1 : 0);
+    if (!strncmp(l, "rope_scaling", 12) || !strncmp(l, "rope_parameters", 15)) {
+      memmove(l, l + ll, strlen(l + ll) + 1);
+      g_rec->n -= ll;
+    } else {
+      l += ll;
+    }
+  }
+  rec_fmt(o, "rope_theta", "%.17g", c->rope_theta);
+  if (c->arch == SL_ARCH_GEMMA3) rec_fmt(o, "rope_local_base_freq", "%.17g", c->rope_local_base_freq);
+  rec_put("rope_scaling", sl_rope_type_name(r->type));
+  char v[64];
+#define RS_NUM(k, x)                                                                                                   \
+  do {                                                                                                                 \
+    snprintf(v, sizeof v, "%.17g", (double)(x));                                                                       \
+    rec_put("rope_scaling." k, v);                                                                                     \
+  } while (0)
+  if (r->type != SL_ROPE_DEFAULT) RS_NUM("factor", r->factor);
+  if (r->type == SL_ROPE_LLAMA3) {
+    RS_NUM("low_freq_factor", r->low_freq_factor);
+    RS_NUM("high_freq_factor", r->high_freq_factor);
+  }
+  if (r->type == SL_ROPE_YARN) {
+    RS_NUM("beta_fast", r->beta_fast);
+    RS_NUM("beta_slow", r->beta_slow);
+    RS_NUM("attention_factor", r->attention_factor);
+    RS_NUM("truncate", r->truncate);
+  }
+  if (r->type == SL_ROPE_LLAMA3 || r->type == SL_ROPE_YARN)
+    RS_NUM("original_max_position_embeddings", r->original_max_position_embeddings);
+#undef RS_NUM
   return SL_OK;
 }
 
@@ -986,9 +1057,8 @@ static int parse_attn(const char *p, json_t *o, sl_model_config *c) {
       (rc = dget_num(p, o, c, "rms_norm_eps", &c->rms_norm_eps)) ||
       (rc = dget_num(p, o, c, "rope_theta", &c->rope_theta)) ||
       (rc = dget_num(p, o, c, "initializer_range", &c->initializer_range)) ||
-      (rc = dget_bool(p, o, c, "tie_word_embeddings", &c->tie_word_embeddings)) ||
-      (rc = get_bos(p, o, c)) || (rc = get_eos(p, o, c)) ||
-      (rc = gemma ? parse_gemma(p, o, c) : want_act(p, o, "hidden_act")))
+      (rc = dget_bool(p, o, c, "tie_word_embeddings", &c->tie_word_embeddings)) || (rc = get_bos(p, o, c)) ||
+      (rc = get_eos(p, o, c)) || (rc = gemma ? parse_gemma(p, o, c) : want_act(p, o, "hidden_act")))
     return rc;
   c->num_key_value_heads = kv == (int64_t)HEADS ? c->num_attention_heads : kv; /* Llama: None -> heads */
   json_t *kvv = jget(o, "num_key_value_heads");
@@ -1054,9 +1124,8 @@ static int parse_mamba_hf(const char *p, json_t *o, sl_model_config *c) {
       (rc = dget_num(p, o, c, "time_step_max", &c->time_step_max)) ||
       (rc = dget_num(p, o, c, "time_step_floor", &c->time_step_floor)) ||
       (rc = dget_num(p, o, c, "time_step_scale", &c->time_step_scale)) ||
-      (rc = dget_int(p, o, c, "max_position_embeddings", &c->max_position_embeddings)) ||
-      (rc = get_bos(p, o, c)) || (rc = get_eos(p, o, c)) ||
-      (rc = want_act(p, o, "hidden_act")) || (rc = want_pos_emb(p, o)))
+      (rc = dget_int(p, o, c, "max_position_embeddings", &c->max_position_embeddings)) || (rc = get_bos(p, o, c)) ||
+      (rc = get_eos(p, o, c)) || (rc = want_act(p, o, "hidden_act")) || (rc = want_pos_emb(p, o)))
     return rc;
   /* Falcon-Mamba (transformers' modeling_falcon_mamba.py): the same mixer with
    * a weightless RMSNorm of dt, B and C after the x_proj split. use_mambapy /
@@ -1247,9 +1316,10 @@ static const char *gemma_refusal(const char *a) {
  * published files, and a resumed run must accept its own saved config.json. */
 static void rec_resolve(sl_model_config *c, int row) {
   if (!g_rec) return;
-  static const char *const drop[] = {"architectures", "model_type", "layer_types", "sliding_window_pattern",
-                                     "max_window_layers", "use_sliding_window", "mlp_only_layers", "hidden_act",
-                                     "hidden_activation", "ssm_cfg.layer", "attn_layer_idx", "sliding_window"};
+  static const char *const drop[] = {"architectures",          "model_type",        "layer_types",
+                                     "sliding_window_pattern", "max_window_layers", "use_sliding_window",
+                                     "mlp_only_layers",        "hidden_act",        "hidden_activation",
+                                     "ssm_cfg.layer",          "attn_layer_idx",    "sliding_window"};
   for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++) rec_del(drop[i]);
   rec_put("family", k_arch[row].cls);
   if (c->arch == SL_ARCH_MAMBA) {

@@ -178,6 +178,27 @@ for arch, o in ORACLE.items():
         old = dict(o, sliding_window=N, num_key_value_heads="heads")
         check(len(compare(arch, old, saved)) == 1, "negative control: Mistral without its default window is reported")
 
+# ---- transformers 5's rope_parameters: the same model as rope_theta + rope_scaling -----------
+losses = {}
+for form, extra in (("v4", {"rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+                     "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8}}),
+                    ("v5", {"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                     "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8}})):
+    d = os.path.join(W, "rope-" + form)
+    os.makedirs(d, exist_ok=True)
+    json.dump({"architectures": ["LlamaForCausalLM"], "vocab_size": 300, "num_hidden_layers": 2, "hidden_size": 32,
+               "intermediate_size": 48, "num_attention_heads": 4, **extra}, open(d + "/config.json", "w"))
+    cmd = [B, "train", "--model", d, "--data", DATA, "--steps", "2", "--seq-len", "16", "--micro-batch", "2",
+           "--threads", "1", "--summary", "false", "--plot", "false", "--out-dir", d + "-run", "--save", d + "-saved"]
+    if INIT: cmd += INIT.split()
+    r = run(cmd)
+    losses[form] = [json.loads(l)["loss"] for l in open(d + "-run/metrics.jsonl") if '"loss"' in l] if r.returncode == 0 else None
+    if form == "v5" and r.returncode == 0:
+        saved = json.load(open(d + "-saved/config.json"))
+        check(saved["rope_theta"] == 500000.0 and saved["rope_scaling"]["rope_type"] == "llama3",
+              "rope_parameters (transformers 5): theta 5e5 and llama3 scaling reach the model")
+check(losses["v4"] is not None and losses["v4"] == losses["v5"],
+      f"rope_parameters trains bit for bit as rope_theta + rope_scaling: {losses['v4']} vs {losses['v5']}")
 print(f"{passes} passed, {fails} failed")
 sys.exit(1 if fails else 0)
 P

@@ -29,7 +29,9 @@
 
 static char g_dir[256];
 
-static int parse(const char *json, sl_model_config *c) { return sl_hfconfig_parse("t/config.json", json, strlen(json), c); }
+static int parse(const char *json, sl_model_config *c) {
+  return sl_hfconfig_parse("t/config.json", json, strlen(json), c);
+}
 
 /* the checkpoint text (with_init 0) of a config */
 static int text_of(const char *json, char *buf, size_t cap) {
@@ -92,8 +94,9 @@ static void test_saved_is_same(void) {
     int rc = parse(k_fam[i].json, &a);
     rc = rc ? rc : sl_hfconfig_save(p, &a);
     rc = rc ? rc : sl_hfconfig_load(p, &b);
-    CHECK(rc == 0 && !strcmp(a.fields, b.fields), "%s: the fields read from a config.json --save wrote equal the "
-                                                  "original's\n--- original\n%s--- saved\n%s",
+    CHECK(rc == 0 && !strcmp(a.fields, b.fields),
+          "%s: the fields read from a config.json --save wrote equal the "
+          "original's\n--- original\n%s--- saved\n%s",
           k_fam[i].name, a.fields, rc ? "" : b.fields);
   }
   /* absent = transformers' default (MixtralConfig: rope_theta 1e6, rms_norm_eps 1e-5) */
@@ -137,6 +140,47 @@ static void test_fields_differ(void) {
         diff_key(y, mod));
 }
 
+/* transformers 5 writes rope_parameters (rope_theta inside it) instead of
+ * rope_theta + rope_scaling: the same model, the same text. */
+static void test_rope_parameters(void) {
+#define LLAMA "{\"architectures\": [\"LlamaForCausalLM\"], " LL "\"num_attention_heads\": 4, "
+  const char *v4 = LLAMA "\"rope_theta\": 500000.0, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+                         "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+                         "\"original_max_position_embeddings\": 8192}}";
+  const char *v5 = LLAMA "\"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, \"factor\": 8.0, "
+                         "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+                         "\"original_max_position_embeddings\": 8192}}";
+  CHECK(!*diff_key(v4, v5), "llama3: rope_parameters (transformers 5) = rope_theta + rope_scaling (differ at '%s')",
+        diff_key(v4, v5));
+  const char *p4 = LLAMA "\"rope_theta\": 500000.0}", *p5 = LLAMA "\"rope_parameters\": {\"rope_type\": \"default\", "
+                                                                  "\"rope_theta\": 500000.0}}";
+  CHECK(!*diff_key(p4, p5), "plain: rope_parameters' rope_theta = the top-level rope_theta (differ at '%s')",
+        diff_key(p4, p5));
+  sl_model_config c;
+  CHECK(parse(p5, &c) == 0 && c.rope_theta == 500000.0, "rope_parameters.rope_theta is the model's theta (%g)",
+        c.rope_theta);
+  const char *both = LLAMA "\"rope_theta\": 10000.0, \"rope_parameters\": {\"rope_type\": \"default\", "
+                           "\"rope_theta\": 500000.0}}";
+  CHECK(parse(both, &c) == SL_EINPUT && strstr(sl_errmsg(), "disagree"), "rope_theta and rope_parameters.rope_theta "
+                                                                         "disagreeing: refused");
+  const char *g4 = "{\"architectures\": [\"Gemma3ForCausalLM\"], " LL "\"num_attention_heads\": 4, "
+                   "\"num_key_value_heads\": 2, \"head_dim\": 8, \"rope_theta\": 1000000.0, \"rope_local_base_freq\": "
+                   "10000.0, \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 8.0}}";
+  const char *g5 = "{\"architectures\": [\"Gemma3ForCausalLM\"], " LL "\"num_attention_heads\": 4, "
+                   "\"num_key_value_heads\": 2, \"head_dim\": 8, \"rope_parameters\": {\"full_attention\": "
+                   "{\"rope_type\": \"linear\", \"factor\": 8.0, \"rope_theta\": 1000000.0}, \"sliding_attention\": "
+                   "{\"rope_type\": \"default\", \"rope_theta\": 10000.0}}}";
+  CHECK(!*diff_key(g4, g5), "gemma3: rope_parameters per layer type = the transformers 4 fields (differ at '%s')",
+        diff_key(g4, g5));
+  const char *g5b = "{\"architectures\": [\"Gemma3ForCausalLM\"], " LL "\"num_attention_heads\": 4, "
+                    "\"num_key_value_heads\": 2, \"head_dim\": 8, \"rope_parameters\": {\"full_attention\": "
+                    "{\"rope_type\": \"linear\", \"factor\": 8.0, \"rope_theta\": 1000000.0}, \"sliding_attention\": "
+                    "{\"rope_type\": \"default\", \"rope_theta\": 20000.0}}}";
+  CHECK(!strcmp(diff_key(g4, g5b), "model.rope_local_base_freq"), "gemma3: the local layers' theta differs (at '%s')",
+        diff_key(g4, g5b));
+#undef LLAMA
+}
+
 /* The reader takes a field it has never taken before: the text has it. */
 static void test_made_up_field(void) {
   char t[SL_MODEL_CANON_MAX];
@@ -158,7 +202,8 @@ static void test_one_accessor(void) {
   char line[4096];
   while (f && fgets(line, sizeof line, f)) {
     calls += strstr(line, "json_object_get(") != NULL;
-    foreach += strstr(line, "json_object_foreach") != NULL || strstr(line, "json_object_iter") != NULL;
+    foreach
+      += strstr(line, "json_object_foreach") != NULL || strstr(line, "json_object_iter") != NULL;
   }
   if (f) fclose(f);
   CHECK(f && calls == 1 && foreach == 0,
@@ -170,6 +215,7 @@ int main(void) {
   if (!mkdtemp(g_dir)) return 1;
   test_saved_is_same();
   test_fields_differ();
+  test_rope_parameters();
   test_made_up_field();
   test_one_accessor();
   char cmd[300];
