@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <yaml.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -300,11 +301,125 @@ done:
   return rc;
 }
 
+/* FILE.yaml / FILE.yml: a YAML mapping of settings (libyaml), one scalar per
+ * key; anything else is JSON. */
+static int is_yaml(const char *path) {
+  size_t n = strlen(path);
+  return (n > 5 && !strcmp(path + n - 5, ".yaml")) || (n > 4 && !strcmp(path + n - 4, ".yml"));
+}
+
+int sl_train_cfg_load_yaml(sl_train_cfg *c, const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return sl_fail(SL_EINPUT, "%s: cannot open: %s", path, strerror(errno));
+  yaml_parser_t yp;
+  if (!yaml_parser_initialize(&yp)) {
+    fclose(f);
+    return sl_fail(SL_ENOMEM, "out of memory reading %s", path);
+  }
+  yaml_parser_set_input_file(&yp, f);
+  int rc = SL_OK, depth = 0, done = 0, docs = 0;
+  char key[128] = "";
+  int have_key = 0;
+  while (!rc && !done) {
+    yaml_event_t ev;
+    if (!yaml_parser_parse(&yp, &ev)) {
+      rc = sl_fail(SL_EINPUT, "%s:%zu: not valid YAML: %s", path, yp.problem_mark.line + 1,
+                   yp.problem ? yp.problem : "parse error");
+      break;
+    }
+    size_t line = ev.start_mark.line + 1;
+    switch (ev.type) {
+    case YAML_STREAM_END_EVENT: done = 1; break;
+    case YAML_DOCUMENT_START_EVENT:
+      if (++docs > 1) rc = sl_fail(SL_EINPUT, "%s:%zu: one YAML document of settings expected", path, line);
+      break;
+    case YAML_MAPPING_START_EVENT:
+      if (depth++ > 0) rc = sl_fail(SL_EINPUT, "%s:%zu: setting '%s' must be a single value, found a mapping", path,
+                                    line, have_key ? key : "?");
+      break;
+    case YAML_MAPPING_END_EVENT: depth--; break;
+    case YAML_SEQUENCE_START_EVENT:
+      rc = sl_fail(SL_EINPUT, "%s:%zu: setting '%s' must be a single value, found a list", path, line,
+                   have_key ? key : "?");
+      break;
+    case YAML_ALIAS_EVENT: rc = sl_fail(SL_EINPUT, "%s:%zu: YAML aliases are not supported here", path, line); break;
+    case YAML_SCALAR_EVENT: {
+      const char *v = (const char *)ev.data.scalar.value;
+      if (depth != 1) {
+        rc = sl_fail(SL_EINPUT, "%s:%zu: expected a mapping of settings (name: value)", path, line);
+      } else if (!have_key) {
+        snprintf(key, sizeof key, "%s", v);
+        have_key = 1;
+      } else {
+        have_key = 0;
+        if (key[0] == '_') break; /* notes, as in a run.json */
+        const key_t_ *k = find_key(key);
+        char where[SL_PATH_MAX + 32];
+        snprintf(where, sizeof where, "%s:%zu", path, line);
+        int plain = ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+        if (!k) rc = sl_fail(SL_EINPUT, "%s:%zu: unknown setting '%s' (see shardlm train --help)", path, line, key);
+        else if (plain && (!strcmp(v, "~") || !strcmp(v, "null") || !v[0]))
+          rc = sl_fail(SL_EINPUT, "%s: setting '%s' has no value", where, key);
+        else rc = set_key(c, k, v, where);
+      }
+      break;
+    }
+    default: break;
+    }
+    yaml_event_delete(&ev);
+  }
+  yaml_parser_delete(&yp);
+  fclose(f);
+  return rc;
+}
+
+int sl_train_cfg_load(sl_train_cfg *c, const char *path) {
+  return is_yaml(path) ? sl_train_cfg_load_yaml(c, path) : sl_train_cfg_load_json(c, path);
+}
+
+char *sl_train_cfg_yaml(const sl_train_cfg *c, const char *const *extra) {
+  size_t cap = 16384, n = 0;
+  char *b = malloc(cap);
+  if (!b) return NULL;
+#define OUT(...)                                                                                                         do {                                                                                                                     int w_ = snprintf(b + n, cap - n, __VA_ARGS__);                                                                        if (w_ < 0) {                                                                                                            free(b);                                                                                                               return NULL;                                                                                                         }                                                                                                                      if (n + (size_t)w_ >= cap) {                                                                                             char *q_ = realloc(b, cap = (cap + (size_t)w_) * 2);                                                                   if (!q_) {                                                                                                               free(b);                                                                                                               return NULL;                                                                                                         }                                                                                                                      b = q_;                                                                                                                w_ = snprintf(b + n, cap - n, __VA_ARGS__);                                                                          }                                                                                                                      n += (size_t)w_;                                                                                                     } while (0)
+  /* strings as JSON-quoted scalars (valid YAML: double-quoted style) */
+  json_t *s = json_string(SL_VERSION);
+  char *q = json_dumps(s, JSON_ENCODE_ANY);
+  OUT("_shardlm: %s\n", q ? q : "\"\"");
+  free(q);
+  json_decref(s);
+  for (int i = 0; extra && extra[i] && extra[i + 1]; i += 2) {
+    s = json_string(extra[i + 1]);
+    q = json_dumps(s, JSON_ENCODE_ANY);
+    OUT("%s: %s\n", extra[i], q ? q : "\"\"");
+    free(q);
+    json_decref(s);
+  }
+  for (int i = 0; i < NKEYS; i++) {
+    const key_t_ *k = &KEYS[i];
+    const char *p = (const char *)c + k->off;
+    switch (k->type) {
+    case K_INT: OUT("%s: %lld\n", k->name, (long long)*(const int64_t *)p); break;
+    case K_DBL: OUT("%s: %.17g\n", k->name, *(const double *)p); break;
+    case K_BOOL: OUT("%s: %s\n", k->name, *(const int *)p ? "true" : "false"); break;
+    case K_STR:
+      s = json_string(p);
+      q = json_dumps(s, JSON_ENCODE_ANY);
+      OUT("%s: %s\n", k->name, q ? q : "\"\"");
+      free(q);
+      json_decref(s);
+      break;
+    }
+  }
+#undef OUT
+  return b;
+}
+
 int sl_train_cfg_parse_args(sl_train_cfg *c, int argc, char **argv) {
   for (int i = 0; i < argc; i++)
     if (!strcmp(argv[i], "--config")) {
       if (i + 1 >= argc) return sl_fail(SL_EINPUT, "--config needs a file");
-      int rc = sl_train_cfg_load_json(c, argv[i + 1]);
+      int rc = sl_train_cfg_load(c, argv[i + 1]);
       if (rc) return rc;
     }
   for (int i = 0; i < argc; i++) {

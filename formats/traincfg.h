@@ -85,6 +85,15 @@ typedef struct {
 void sl_train_cfg_defaults(sl_train_cfg *c);
 /* Applies a JSON object's keys (same names as the flags, '-' or '_'). */
 int sl_train_cfg_load_json(sl_train_cfg *c, const char *path);
+/* The same from a YAML mapping of settings (FILE.yaml / FILE.yml: one
+ * scalar per key; an unknown key, a list or a mapping as a value, or a
+ * second document is refused naming FILE:LINE and the key). */
+int sl_train_cfg_load_yaml(sl_train_cfg *c, const char *path);
+/* --config FILE: YAML for .yaml / .yml, else JSON. */
+int sl_train_cfg_load(sl_train_cfg *c, const char *path);
+/* Every setting as YAML (name: value lines, strings double-quoted), with the
+ * build and the extra "_"-keys as sl_train_cfg_json; the caller frees it. */
+char *sl_train_cfg_yaml(const sl_train_cfg *c, const char *const *extra);
 /* Parses argv[i..] flags. Unknown flags are an error. --config is applied
  * first wherever it appears. */
 int sl_train_cfg_parse_args(sl_train_cfg *c, int argc, char **argv);

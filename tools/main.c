@@ -73,7 +73,7 @@ static int cmd_train(int argc, char **argv, int dump) {
   sl_train_cfg cfg;
   sl_train_cfg_defaults(&cfg);
   const char *out = NULL;
-  int demo = argc == 2;
+  int demo = argc == 2, print_cfg = 0;
   int nargs = 0;
   char **args = calloc((size_t)argc + 1, sizeof(char *));
   for (int i = 2; i < argc; i++) {
@@ -83,10 +83,15 @@ static int cmd_train(int argc, char **argv, int dump) {
       return 0;
     }
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: shardlm %s [--config FILE.json] [--name value ...]\n", dump ? "dump --out FILE" : "train");
+      printf("usage: shardlm %s [--config FILE.json|FILE.yaml] [--print-config] [--name value ...]\n",
+             dump ? "dump --out FILE" : "train");
       sl_train_cfg_usage(stdout);
       free(args);
       return 0;
+    }
+    if (!strcmp(argv[i], "--print-config")) {
+      print_cfg = 1;
+      continue;
     }
     if (dump && !strcmp(argv[i], "--out") && i + 1 < argc) {
       out = argv[++i];
@@ -103,6 +108,18 @@ static int cmd_train(int argc, char **argv, int dump) {
   if ((rc = sl_train_cfg_run_dir(&cfg))) { /* runs/NAME, or the resumed run's (rank 0's is the one written) */
     fprintf(stderr, "shardlm: %s\n", sl_errmsg());
     return exit_code(rc);
+  }
+  if (print_cfg) { /* the resolved settings, in the --config file's format (YAML or JSON) */
+    const char *cf = NULL;
+    for (int i = 2; i + 1 < argc; i++)
+      if (!strcmp(argv[i], "--config")) cf = argv[i + 1];
+    size_t cl = cf ? strlen(cf) : 0;
+    int yaml = cf && ((cl > 5 && !strcmp(cf + cl - 5, ".yaml")) || (cl > 4 && !strcmp(cf + cl - 4, ".yml")));
+    char *t = yaml ? sl_train_cfg_yaml(&cfg, NULL) : sl_train_cfg_json(&cfg, NULL);
+    if (!t) return 1;
+    printf("%s%s", t, yaml ? "" : "\n");
+    free(t);
+    return 0;
   }
   if (demo) {
     /* the README's main job: built-in model and corpus, 2 ranks, ZeRO-3 */
