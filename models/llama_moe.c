@@ -259,8 +259,9 @@ static void route_fwd(sl_model *m, llama_priv *p, int l, layer_acts *a) {
 }
 
 /* After the grouping: the dropped rows of yp are zeroed (the combine weights
- * them by 0, their backward reads them); in a training forward (count) the
- * load, the drops, the aux loss's sums and the z-loss of layer l. */
+ * them by 0, their backward reads them); in a training forward (count: not a
+ * recomputation, not an evaluation's m->fwd_only) the load, the drops, the
+ * aux loss's sums and the z-loss of layer l. */
 static void route_count(sl_model *m, llama_priv *p, int l, layer_acts *a, int count) {
   struct sl_moe_route *rt = p->rt;
   int64_t E = p->E, R = p->N * p->k, kept = p->hoffs[E];
@@ -330,9 +331,10 @@ int sl_llama_moe_bias_step(sl_model *m, const int64_t *load) {
   return SL_OK;
 }
 
+/* The router losses, training only: an evaluation's loss is the token cross-entropy (route_count counted nothing). */
 int sl_llama_moe_loss_term(sl_model *m) {
   llama_priv *p = sl_dec(m)->blk;
-  if (!p->E) return SL_OK;
+  if (!p->E || m->fwd_only) return SL_OK;
   if (!p->aux_coef || !p->acnt) return route_loss_term(m, p);
   double rows = (double)sl_dec(m)->L * (double)p->N, aux = 0;
   float g[1024]; /* E <= 1024 (the config checks) */
@@ -359,7 +361,7 @@ int sl_llama_moe_fwd(sl_model *m, llama_priv *p, int l, layer_acts *a, const blo
   route_fwd(m, p, l, a);
   o->moe_permute_fwd(k, a->xp, a->ln2, a->pos, N, p->k, C);
   moe_groups(m, p, a);
-  route_count(m, p, l, a, out != NULL);
+  route_count(m, p, l, a, out != NULL && !m->fwd_only);
   const float *we;
   int rc = experts_of(m, l, &we, NULL);
   if (!rc) rc = ep_plan(m, p);

@@ -188,6 +188,11 @@ struct sl_model {
    * loss_slot instead (ops scalar_acc / scalar_add, in the same order;
    * loss_sum stays 0): the trainer fetches them once per step */
   int loss_dev, loss_slot;
+  /* 1 while a schedule runs a forward with no backward (evaluation, engine/
+   * schedule.h sl_schedule_forward): loss_sum is then the token cross-entropy
+   * only; the training-only terms (a mixture of experts' router losses) and
+   * counters (its expert load) are left out */
+  int fwd_only;
   int64_t act_bytes;      /* activation bytes held (acts arena) */
   void *priv;             /* architecture state */
   /* backend buffers of the architecture, freed by sl_model_destroy */
