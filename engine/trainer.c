@@ -747,7 +747,8 @@ static int moe_load_step(trainer *t, step_out *o) {
 }
 
 /* The routing options' figures of the step (sl_model_moe_stats) summed as
- * the load is; then --moe-balance bias's update from the step's load. */
+ * the load is (--moe-balance bias's update follows the step's non-finite
+ * check: train_step). */
 static int moe_stats_step(trainer *t, step_out *o) {
   int64_t n = t->m->cfg.moe_experts ? t->m->cfg.num_hidden_layers + 4 : 0; /* sl_model_moe_stats's length */
   if (!n) return SL_OK;
@@ -757,7 +758,7 @@ static int moe_stats_step(trainer *t, step_out *o) {
   if (sl_comm_allreduce_sync(t->par.tp.loss, o->moe_stats, n, SL_F64) != SL_COMM_OK)
     return sl_fail(SL_ECOMM, "expert statistics all-reduce: %s", sl_comm_last_error());
   o->moe_sn = n;
-  return t->mcfg.moe_balance == SL_MOE_BALANCE_BIAS ? sl_model_moe_bias_step(t->m, o->moe_load) : SL_OK;
+  return SL_OK;
 }
 
 /* The step's one download: this rank's sums of squares queued after the
@@ -803,6 +804,8 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
   }
   o->lr = sl_lr_at(c, s);
   rc = apply ? optimizer_step(t, s, o->lr, coef) : sl_fsdp_finish_step(t->f);
+  /* the expert bias is training state: a skipped step leaves it as it was */
+  if (!rc && apply && t->mcfg.moe_balance == SL_MOE_BALANCE_BIAS) rc = sl_model_moe_bias_step(t->m, o->moe_load);
   t->data.next_sample += t->data.G;
   return rc;
 }
