@@ -372,10 +372,15 @@ static int moe_options(const sl_train_cfg *c, sl_model_config *mc) {
   const char *set = c->moe_capacity_factor > 0 ? "--moe-capacity-factor"
                     : c->moe_z_loss_coef > 0   ? "--moe-z-loss-coef"
                     : bal                      ? "--moe-balance"
+                    : c->moe_bias_rate_given   ? "--moe-bias-rate"
                                                : NULL;
   if (!mc->moe_experts && set)
     return sl_fail(SL_EINPUT, "%s: %s has no experts (a mixture-of-experts option; Mixtral, Qwen3-MoE)", set,
                    mc->arch_name);
+  if (c->moe_bias_rate_given && bal != SL_MOE_BALANCE_BIAS)
+    return sl_fail(SL_EINPUT,
+                   "--moe-bias-rate is the expert bias's update rate: it needs --moe-balance bias (found %s)",
+                   c->moe_balance);
   mc->moe_capacity_factor = c->moe_capacity_factor;
   mc->moe_z_loss_coef = c->moe_z_loss_coef;
   mc->moe_balance = bal;
@@ -522,6 +527,17 @@ static int load_unit(trainer *t, int u, sl_st_set *weights, float *flat) {
   return SL_OK;
 }
 
+/* A mixture of experts' expert bias from the weight files (e_score_correction_bias, as --save writes it). */
+static int load_moe_bias(trainer *t, const sl_st_set *weights) {
+  int found = 0, rc = sl_model_moe_bias_load(t->m, weights, &found);
+  if (!rc && found && t->mcfg.moe_balance == SL_MOE_BALANCE_NONE)
+    sl_log0(SL_LOG_WARN, "%s: the expert bias (e_score_correction_bias) is not used (--moe-balance none)", t->cfg.model);
+  else if (!rc && found)
+    sl_log0(SL_LOG_INFO, "%s: the expert bias (e_score_correction_bias) read: it shifts the top-k selection, %s",
+            t->cfg.model, t->mcfg.moe_balance == SL_MOE_BALANCE_BIAS ? "--moe-balance bias updates it" : "held fixed");
+  return rc;
+}
+
 /* Setup step 7: parameters and optimizer state, one unit at a time; bound: engine/hosts.c bound this
  * rank's threads. */
 static int setup_state(trainer *t, int bound) {
@@ -553,6 +569,7 @@ static int setup_state(trainer *t, int bound) {
   if (!t->state.opt || (!flat && !t->dry)) rc = sl_fail(SL_ENOMEM, "out of memory");
   for (int u = 0; u < U && !rc; u++)
     if (!t->par.pplan || t->par.pplan->held[u]) rc = load_unit(t, u, weights, flat); /* else another stage's unit */
+  if (!rc && weights) rc = load_moe_bias(t, weights);
   sl_free(flat);
   if (weights) sl_st_close_set(weights);
   return rc;
@@ -964,7 +981,8 @@ static int save_model(trainer *t, const char *dir, int64_t step) {
   save_seq q = {.t = t, .next = 0};
   int comm_rc = SL_OK; /* a gather that failed: the others are gone, no draining */
   if (t->rank == 0) {
-    rc = sl_model_save(t->m, dir, fill_seq, &q, 0);
+    int64_t nb;
+    rc = sl_model_save(t->m, dir, fill_seq, &q, 0, sl_model_moe_bias(t->m, &nb));
     if (rc == SL_ECOMM) comm_rc = rc;
     char keep[1024];
     snprintf(keep, sizeof keep, "%s", sl_errmsg());
