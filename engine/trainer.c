@@ -325,6 +325,10 @@ static int setup_cfg(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   return SL_OK;
 }
 
+/* Whether the run computes on a device: its backend's answer, or in a dry run (the counting backend) whether
+ * --backend cuda names one. */
+static int run_device(const trainer *t) { return t->dry ? !strcmp(t->cfg.backend, "cuda") : t->dev; }
+
 /* Setup step 2: the backend, this rank's place on its node (*hosts), the compute context. */
 static int setup_backend(trainer *t, sl_hosts *hosts) {
   sl_train_cfg *c = &t->cfg;
@@ -347,7 +351,7 @@ static int setup_backend(trainer *t, sl_hosts *hosts) {
   if (!t->k) return sl_fail(SL_ENOMEM, "cannot create the compute context");
   /* the autos for this backend (a dry run: the device when --backend cuda names it) */
   int auto_dtype = !strcmp(c->compute_dtype, "auto");
-  if ((rc = sl_train_cfg_resolve(c, t->dry ? !strcmp(c->backend, "cuda") : t->dev))) return rc;
+  if ((rc = sl_train_cfg_resolve(c, run_device(t)))) return rc;
   int bf16 = sl_train_cfg_compute_bf16(c, t->dev), tf32 = sl_train_cfg_tf32(c);
   if ((rc = t->ops->ctx_set_compute(t->k, (bf16 ? SL_COMPUTE_BF16 : SL_COMPUTE_FP32) | (tf32 ? SL_COMPUTE_TF32 : 0))))
     return rc;
@@ -441,7 +445,7 @@ static int setup_mesh(trainer *t) {
   sl_train_cfg *c = &t->cfg;
   int rc;
   if ((rc = sl_tpar_check((int)c->tp, t->wsize))) return rc;
-  if ((rc = sl_epar_check(c, &t->mcfg, t->dev))) return rc;
+  if ((rc = sl_epar_check(c, &t->mcfg, run_device(t)))) return rc; /* the engine check refuses what train does */
   sl_mesh_dims dims = {.tp = (int)c->tp, .pp = (int)c->pp, .dp_shard = (int)c->shard_group, .ep = (int)c->ep};
   if ((rc = sl_par_mesh_create(t->world, &dims, &t->par.pmesh))) return rc;
   if ((rc = sl_tpar_init(&t->par.tp, t->par.pmesh, (int)c->tp, (int)c->pp, t->ops, t->k))) return rc;
