@@ -445,11 +445,19 @@ static int dump_loaded(const char *path, sl_ckpt_state *st) {
   return rc;
 }
 
-/* The expert bias of --moe-balance bias from the manifest (none there: it stays zero, said once). */
+/* The expert bias from the manifest (none there: zero, said once; none here: the model takes the manifest's). */
 static int load_moe_bias(const char *dir, const sl_ckio_manifest *man, sl_ckpt_state *st) {
+  int64_t n = st->m->cfg.num_hidden_layers * st->m->cfg.moe_experts;
+  if (!st->moe_bias && man->moe_bias && n && man->n_moe_bias == n) { /* without --moe-balance bias */
+    int none = st->m->cfg.moe_balance == SL_MOE_BALANCE_NONE;
+    sl_log0(none ? SL_LOG_WARN : SL_LOG_INFO, "%s holds an expert bias: %s", dir,
+            none ? "not used (--moe-balance none)" : "it keeps shifting the top-k selection, held fixed");
+    return sl_model_moe_bias_set(st->m, man->moe_bias);
+  }
   if (!st->moe_bias) return SL_OK;
-  if (!man->moe_bias) {
+  if (!man->moe_bias) { /* not the --model directory's either: the checkpoint's state is the whole state */
     sl_log0(SL_LOG_WARN, "%s holds no expert bias (written without --moe-balance bias): it starts from zero", dir);
+    memset(st->moe_bias, 0, (size_t)st->n_moe_bias * sizeof *st->moe_bias);
     return SL_OK;
   }
   if (man->n_moe_bias != st->n_moe_bias)

@@ -33,8 +33,8 @@ extern "C" {
  * that range is element view.offset + i of the unit's flat buffer, whose
  * tensors are laid out by m->units[u].t[] (offset, numel, HF name, shape). */
 typedef struct {
-  const sl_model *m; /* unit specs (names, shapes, offsets) */
-  sl_fsdp *f;        /* views, shard group, slices */
+  sl_model *m; /* unit specs (names, shapes, offsets); a load sets its expert bias (below) */
+  sl_fsdp *f;  /* views, shard group, slices */
   sl_comm *world;
   const sl_train_cfg *cfg;      /* recorded in the manifest */
   float **master, **mom, **var; /* (nunits) x (view count) fp32 */
@@ -53,9 +53,11 @@ typedef struct {
   /* the expert-parallel axis (NULL or one rank: none): an EP-split unit's
    * ranges are this rank's part, hold_lo on in the unit (sl_unit_spec) */
   sl_comm *ep;
-  /* a mixture of experts' expert bias (--moe-balance bias; NULL: none), the
+  /* a mixture of experts' expert bias (sl_model_moe_bias; NULL: none), the
    * same on every rank: saved in the manifest; on load filled from a
-   * checkpoint that holds one (of the same size), else left as it is */
+   * checkpoint that holds one (of the same size), else zeroed (a warning);
+   * without one here, a checkpoint's becomes the model's
+   * (sl_model_moe_bias_set: it routes, held fixed) */
   float *moe_bias;
   int64_t n_moe_bias;
 } sl_ckpt_state;

@@ -332,6 +332,9 @@ int sl_precheck_tensors(const sl_model *m, const sl_st_set *w, const sl_model_co
     if (used || strstr(name, "rotary_emb.inv_freq")) continue;                /* RoPE buffers of older exports */
     if (mc->tie_word_embeddings && !strcmp(name, "lm_head.weight")) continue; /* the tied copy */
     long l = layer_of(name);
+    char bias[SL_TENSOR_NAME_MAX] = "";
+    if (mc->moe_experts && l >= 0 && l < mc->num_hidden_layers) sl_model_moe_bias_name(mc, l, bias, sizeof bias);
+    if (bias[0] && !strcmp(name, bias)) continue; /* the expert bias --save writes (sl_model_moe_bias_load) */
     if (l >= mc->num_hidden_layers)
       return sl_fail(SL_EINPUT,
                      "%s: tensor '%s' belongs to layer %ld, but config.json has num_hidden_layers %lld: the weight "

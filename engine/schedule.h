@@ -147,8 +147,12 @@ static inline int sl_schedule_nacts(const sl_schedule *s, int nmicro) { return s
 static inline int sl_schedule_run_step(sl_schedule *s, const sl_step_ctx *c, sl_step_result *out) {
   return s->vt->run_step(s, c, out);
 }
+/* Forward only: the model's fwd_only is set for the call (its loss_sum the token cross-entropy alone). */
 static inline int sl_schedule_forward(sl_schedule *s, const sl_step_ctx *c, sl_step_result *out) {
-  return s->vt->forward(s, c, out);
+  c->m->fwd_only = 1;
+  int rc = s->vt->forward(s, c, out);
+  c->m->fwd_only = 0;
+  return rc;
 }
 static inline int sl_schedule_grad_sumsq(sl_schedule *s, const sl_step_ctx *c, double *ss) {
   return s->vt->grad_sumsq(s, c, ss);

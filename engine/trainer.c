@@ -334,6 +334,10 @@ static int setup_cfg(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
   return SL_OK;
 }
 
+/* Whether the run computes on a device: its backend's answer, or in a dry run (the counting backend) whether
+ * --backend cuda names one. */
+static int run_device(const trainer *t) { return t->dry ? !strcmp(t->cfg.backend, "cuda") : t->dev; }
+
 /* Setup step 2: the backend, this rank's place on its node (*hosts), the compute context. */
 static int setup_backend(trainer *t, sl_hosts *hosts) {
   sl_train_cfg *c = &t->cfg;
@@ -356,7 +360,7 @@ static int setup_backend(trainer *t, sl_hosts *hosts) {
   if (!t->k) return sl_fail(SL_ENOMEM, "cannot create the compute context");
   /* the autos for this backend (a dry run: the device when --backend cuda names it) */
   int auto_dtype = !strcmp(c->compute_dtype, "auto");
-  if ((rc = sl_train_cfg_resolve(c, t->dry ? !strcmp(c->backend, "cuda") : t->dev))) return rc;
+  if ((rc = sl_train_cfg_resolve(c, run_device(t)))) return rc;
   int bf16 = sl_train_cfg_compute_bf16(c, t->dev), tf32 = sl_train_cfg_tf32(c);
   if ((rc = t->ops->ctx_set_compute(t->k, (bf16 ? SL_COMPUTE_BF16 : SL_COMPUTE_FP32) | (tf32 ? SL_COMPUTE_TF32 : 0))))
     return rc;
@@ -381,10 +385,15 @@ static int moe_options(const sl_train_cfg *c, sl_model_config *mc) {
   const char *set = c->moe_capacity_factor > 0 ? "--moe-capacity-factor"
                     : c->moe_z_loss_coef > 0   ? "--moe-z-loss-coef"
                     : bal                      ? "--moe-balance"
+                    : c->moe_bias_rate_given   ? "--moe-bias-rate"
                                                : NULL;
   if (!mc->moe_experts && set)
     return sl_fail(SL_EINPUT, "%s: %s has no experts (a mixture-of-experts option; Mixtral, Qwen3-MoE)", set,
                    mc->arch_name);
+  if (c->moe_bias_rate_given && bal != SL_MOE_BALANCE_BIAS)
+    return sl_fail(SL_EINPUT,
+                   "--moe-bias-rate is the expert bias's update rate: it needs --moe-balance bias (found %s)",
+                   c->moe_balance);
   mc->moe_capacity_factor = c->moe_capacity_factor;
   mc->moe_z_loss_coef = c->moe_z_loss_coef;
   mc->moe_balance = bal;
@@ -445,7 +454,7 @@ static int setup_mesh(trainer *t) {
   sl_train_cfg *c = &t->cfg;
   int rc;
   if ((rc = sl_tpar_check((int)c->tp, t->wsize))) return rc;
-  if ((rc = sl_epar_check(c, &t->mcfg, t->dev))) return rc;
+  if ((rc = sl_epar_check(c, &t->mcfg, run_device(t)))) return rc; /* the engine check refuses what train does */
   sl_mesh_dims dims = {.tp = (int)c->tp, .pp = (int)c->pp, .dp_shard = (int)c->shard_group, .ep = (int)c->ep};
   if ((rc = sl_par_mesh_create(t->world, &dims, &t->par.pmesh))) return rc;
   if ((rc = sl_tpar_init(&t->par.tp, t->par.pmesh, (int)c->tp, (int)c->pp, t->ops, t->k))) return rc;
@@ -531,6 +540,17 @@ static int load_unit(trainer *t, int u, sl_st_set *weights, float *flat) {
   return SL_OK;
 }
 
+/* A mixture of experts' expert bias from the weight files (e_score_correction_bias, as --save writes it). */
+static int load_moe_bias(trainer *t, const sl_st_set *weights) {
+  int found = 0, rc = sl_model_moe_bias_load(t->m, weights, &found);
+  if (!rc && found && t->mcfg.moe_balance == SL_MOE_BALANCE_NONE)
+    sl_log0(SL_LOG_WARN, "%s: the expert bias (e_score_correction_bias) is not used (--moe-balance none)", t->cfg.model);
+  else if (!rc && found)
+    sl_log0(SL_LOG_INFO, "%s: the expert bias (e_score_correction_bias) read: it shifts the top-k selection, %s",
+            t->cfg.model, t->mcfg.moe_balance == SL_MOE_BALANCE_BIAS ? "--moe-balance bias updates it" : "held fixed");
+  return rc;
+}
+
 /* Setup step 7: parameters and optimizer state, one unit at a time; bound: engine/hosts.c bound this
  * rank's threads. */
 static int setup_state(trainer *t, int bound) {
@@ -562,6 +582,7 @@ static int setup_state(trainer *t, int bound) {
   if (!t->state.opt || (!flat && !t->dry)) rc = sl_fail(SL_ENOMEM, "out of memory");
   for (int u = 0; u < U && !rc; u++)
     if (!t->par.pplan || t->par.pplan->held[u]) rc = load_unit(t, u, weights, flat); /* else another stage's unit */
+  if (!rc && weights) rc = load_moe_bias(t, weights);
   sl_free(flat);
   if (weights) sl_st_close_set(weights);
   return rc;
@@ -754,7 +775,8 @@ static int moe_load_step(trainer *t, step_out *o) {
 }
 
 /* The routing options' figures of the step (sl_model_moe_stats) summed as
- * the load is; then --moe-balance bias's update from the step's load. */
+ * the load is (--moe-balance bias's update follows the step's non-finite
+ * check: train_step). */
 static int moe_stats_step(trainer *t, step_out *o) {
   int64_t n = t->m->cfg.moe_experts ? t->m->cfg.num_hidden_layers + 4 : 0; /* sl_model_moe_stats's length */
   if (!n) return SL_OK;
@@ -764,7 +786,7 @@ static int moe_stats_step(trainer *t, step_out *o) {
   if (sl_comm_allreduce_sync(t->par.tp.loss, o->moe_stats, n, SL_F64) != SL_COMM_OK)
     return sl_fail(SL_ECOMM, "expert statistics all-reduce: %s", sl_comm_last_error());
   o->moe_sn = n;
-  return t->mcfg.moe_balance == SL_MOE_BALANCE_BIAS ? sl_model_moe_bias_step(t->m, o->moe_load) : SL_OK;
+  return SL_OK;
 }
 
 /* The step's one download: this rank's sums of squares queued after the
@@ -810,6 +832,8 @@ static int train_step(trainer *t, int64_t s, step_out *o) {
   }
   o->lr = sl_lr_at(c, s);
   rc = apply ? optimizer_step(t, s, o->lr, coef) : sl_fsdp_finish_step(t->f);
+  /* the expert bias is training state: a skipped step leaves it as it was */
+  if (!rc && apply && t->mcfg.moe_balance == SL_MOE_BALANCE_BIAS) rc = sl_model_moe_bias_step(t->m, o->moe_load);
   t->data.next_sample += t->data.G;
   return rc;
 }
@@ -968,7 +992,8 @@ static int save_model(trainer *t, const char *dir, int64_t step) {
   save_seq q = {.t = t, .next = 0};
   int comm_rc = SL_OK; /* a gather that failed: the others are gone, no draining */
   if (t->rank == 0) {
-    rc = sl_model_save(t->m, dir, fill_seq, &q, 0);
+    int64_t nb;
+    rc = sl_model_save(t->m, dir, fill_seq, &q, 0, sl_model_moe_bias(t->m, &nb));
     if (rc == SL_ECOMM) comm_rc = rc;
     char keep[1024];
     snprintf(keep, sizeof keep, "%s", sl_errmsg());

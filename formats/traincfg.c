@@ -245,6 +245,7 @@ static int set_key(sl_train_cfg *c, const key_t_ *k, const char *v, const char *
     int rc = check_range(k, x, v, where);
     if (rc) return rc;
     *(double *)p = x;
+    if (k->off == offsetof(sl_train_cfg, moe_bias_rate) && strcmp(where, "default")) c->moe_bias_rate_given = 1;
     return SL_OK;
   }
   case K_BOOL:

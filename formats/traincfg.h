@@ -80,6 +80,7 @@ typedef struct {
   double moe_z_loss_coef;     /* router z-loss coefficient (0: none) */
   char moe_balance[8];        /* aux | bias | none */
   double moe_bias_rate;       /* --moe-balance bias: the expert bias's update rate */
+  int moe_bias_rate_given;    /* --moe-bias-rate set by a flag or --config (not a key): refused without bias */
 } sl_train_cfg;
 
 void sl_train_cfg_defaults(sl_train_cfg *c);

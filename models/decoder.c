@@ -261,6 +261,25 @@ float *sl_model_moe_bias(sl_model *m, int64_t *n) {
   return d && d->kind->moe_bias ? d->kind->moe_bias(m, n) : NULL;
 }
 
+int sl_model_moe_bias_set(sl_model *m, const float *b) {
+  const sl_decoder *d = sl_dec(m);
+  if (m->cfg.moe_balance == SL_MOE_BALANCE_NONE) return SL_OK; /* no bias in this run */
+  return d && d->kind->moe_bias_set ? d->kind->moe_bias_set(m, b) : SL_OK;
+}
+
+int sl_model_moe_bias_load(sl_model *m, const sl_st_set *w, int *found) {
+  const sl_decoder *d = sl_dec(m);
+  int64_t n = m->cfg.num_hidden_layers * m->cfg.moe_experts;
+  *found = 0;
+  if (!d || !d->kind->moe_bias_set || !n) return SL_OK;
+  float *b = calloc((size_t)n, sizeof *b);
+  if (!b) return sl_fail(SL_ENOMEM, "out of memory");
+  int rc = sl_model_moe_bias_read(&m->cfg, w, b, found);
+  if (!rc && *found) rc = sl_model_moe_bias_set(m, b);
+  free(b);
+  return rc;
+}
+
 int sl_model_moe_bias_step(sl_model *m, const int64_t *load) {
   const sl_decoder *d = sl_dec(m);
   return d && d->kind->moe_bias_step ? d->kind->moe_bias_step(m, load) : SL_OK;

@@ -93,6 +93,7 @@ typedef struct {
   int64_t (*moe_stats)(sl_model *m, double *out);         /* sl_model_moe_stats (NULL: a dense kind) */
   int (*moe_bias_step)(sl_model *m, const int64_t *load); /* sl_model_moe_bias_step (NULL: a dense kind) */
   float *(*moe_bias)(sl_model *m, int64_t *n);            /* sl_model_moe_bias (NULL: a dense kind) */
+  int (*moe_bias_set)(sl_model *m, const float *b);       /* sl_model_moe_bias_set (NULL: a dense kind) */
   /* After the micro-batch's last block, before the head: the kind's own
    * term of the loss (added to m->loss_sum; its gradient kept for the
    * blocks' backward), e.g. MoE's load-balancing loss. NULL: none. */

@@ -612,6 +612,7 @@ const sl_block_kind sl_llama_block = {
     .moe_stats = sl_llama_moe_stats,
     .moe_bias_step = sl_llama_moe_bias_step,
     .moe_bias = sl_llama_moe_bias,
+    .moe_bias_set = sl_llama_moe_bias_set,
     .loss_term = sl_llama_moe_loss_term,
     .has_companions = sl_llama_moe_has_experts,
     .companion_spec = sl_llama_moe_experts_spec,

@@ -140,6 +140,7 @@ void sl_llama_moe_free(sl_model *m, llama_priv *p);
 int64_t sl_llama_moe_stats(sl_model *m, double *out);
 int sl_llama_moe_bias_step(sl_model *m, const int64_t *load);
 float *sl_llama_moe_bias(sl_model *m, int64_t *n);
+int sl_llama_moe_bias_set(sl_model *m, const float *b);
 int sl_llama_moe_bwd(sl_model *m, llama_priv *p, int l, const layer_acts *a, const blockw *w, const blockw *g,
                      const float *dout, float *dln);
 /* Rows of the experts' buffers (received rows, gate|up, h, outputs, their

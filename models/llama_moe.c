@@ -206,7 +206,7 @@ static void aux_accumulate(sl_model *m, llama_priv *p, const layer_acts *a) {
 struct sl_moe_route {
   int64_t cap;         /* slots an expert keeps of a micro-batch (0: dropless) */
   float zcoef;         /* the z-loss's coefficient (0: none) */
-  float *hbias, *bias; /* (L, E) host / backend: the expert bias (--moe-balance bias; else NULL) */
+  float *hbias, *bias; /* (L, E) host / backend: the expert bias (--moe-balance bias or the weight files'; else NULL) */
   float *hlse;         /* (N) host: a layer's logsumexp, read back for the z-loss */
   double zmb;          /* the micro-batch's sum over its layers of mean_t lse^2 */
   double st[4];        /* since sl_model_moe_stats: aux sum, aux micro-batches, z sum, z (micro-batch, layer)s */
@@ -259,8 +259,9 @@ static void route_fwd(sl_model *m, llama_priv *p, int l, layer_acts *a) {
 }
 
 /* After the grouping: the dropped rows of yp are zeroed (the combine weights
- * them by 0, their backward reads them); in a training forward (count) the
- * load, the drops, the aux loss's sums and the z-loss of layer l. */
+ * them by 0, their backward reads them); in a training forward (count: not a
+ * recomputation, not an evaluation's m->fwd_only) the load, the drops, the
+ * aux loss's sums and the z-loss of layer l. */
 static void route_count(sl_model *m, llama_priv *p, int l, layer_acts *a, int count) {
   struct sl_moe_route *rt = p->rt;
   int64_t E = p->E, R = p->N * p->k, kept = p->hoffs[E];
@@ -308,6 +309,51 @@ float *sl_llama_moe_bias(sl_model *m, int64_t *n) {
   return *n ? p->rt->hbias : NULL;
 }
 
+void sl_model_moe_bias_name(const sl_model_config *c, int64_t l, char *buf, size_t cap) {
+  snprintf(buf, cap, "model.layers.%lld.%s.gate.e_score_correction_bias", (long long)l,
+           c->arch == SL_ARCH_QWEN3_MOE ? "mlp" : "block_sparse_moe");
+}
+
+int sl_model_moe_bias_read(const sl_model_config *c, const sl_st_set *w, float *out, int *found) {
+  int64_t L = c->num_hidden_layers, E = c->moe_experts, have = 0;
+  char nm[SL_TENSOR_NAME_MAX];
+  *found = 0;
+  if (!E || !w) return SL_OK;
+  for (int64_t l = 0; l < L; l++) {
+    sl_model_moe_bias_name(c, l, nm, sizeof nm);
+    have += sl_st_find(w, nm) != NULL;
+  }
+  if (!have) return SL_OK;
+  if (have < L)
+    return sl_fail(SL_EINPUT, "%s: the weight files hold the expert bias (e_score_correction_bias) of %lld of %lld layers",
+                   sl_st_set_dir(w), (long long)have, (long long)L);
+  for (int64_t l = 0; l < L; l++) {
+    sl_model_moe_bias_name(c, l, nm, sizeof nm);
+    int rc = sl_st_read_f32(w, nm, 1, &E, out + l * E);
+    if (rc) return rc;
+    for (int64_t e = 0; e < E; e++)
+      if (!isfinite(out[l * E + e]))
+        return sl_fail(SL_EINPUT, "%s: tensor '%s' has a non-finite value at element %lld", sl_st_set_dir(w), nm,
+                       (long long)e);
+  }
+  *found = 1;
+  return SL_OK;
+}
+
+/* The model's expert bias := b (sl_model_moe_bias_set): allocated when the run has none yet. */
+int sl_llama_moe_bias_set(sl_model *m, const float *b) {
+  llama_priv *p = sl_dec(m)->blk;
+  struct sl_moe_route *rt = p->rt;
+  int64_t n = sl_dec(m)->L * p->E;
+  if (!p->E || !rt) return SL_OK; /* no compute (specs only): nothing routes */
+  if (!rt->hbias && (!(rt->hbias = calloc((size_t)n, sizeof *rt->hbias)) ||
+                     !(rt->bias = m->ops->alloc(m->k, (size_t)n * sizeof(float)))))
+    return sl_fail(SL_ENOMEM, "out of memory");
+  memcpy(rt->hbias, b, (size_t)n * sizeof *b);
+  m->ops->upload(m->k, rt->bias, rt->hbias, (size_t)n * sizeof(float));
+  return SL_OK;
+}
+
 /* torchtitan's _update_expert_bias in fp32: delta = r * sign(mean - load), minus its mean. */
 int sl_llama_moe_bias_step(sl_model *m, const int64_t *load) {
   llama_priv *p = sl_dec(m)->blk;
@@ -330,9 +376,10 @@ int sl_llama_moe_bias_step(sl_model *m, const int64_t *load) {
   return SL_OK;
 }
 
+/* The router losses, training only: an evaluation's loss is the token cross-entropy (route_count counted nothing). */
 int sl_llama_moe_loss_term(sl_model *m) {
   llama_priv *p = sl_dec(m)->blk;
-  if (!p->E) return SL_OK;
+  if (!p->E || m->fwd_only) return SL_OK;
   if (!p->aux_coef || !p->acnt) return route_loss_term(m, p);
   double rows = (double)sl_dec(m)->L * (double)p->N, aux = 0;
   float g[1024]; /* E <= 1024 (the config checks) */
@@ -359,7 +406,7 @@ int sl_llama_moe_fwd(sl_model *m, llama_priv *p, int l, layer_acts *a, const blo
   route_fwd(m, p, l, a);
   o->moe_permute_fwd(k, a->xp, a->ln2, a->pos, N, p->k, C);
   moe_groups(m, p, a);
-  route_count(m, p, l, a, out != NULL);
+  route_count(m, p, l, a, out != NULL && !m->fwd_only);
   const float *we;
   int rc = experts_of(m, l, &we, NULL);
   if (!rc) rc = ep_plan(m, p);

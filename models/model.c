@@ -530,9 +530,10 @@ typedef struct {
   const sl_model *m;
   sl_unit_fill_fn fill;
   void *ctx;
-  int *tensor_unit, *tensor_idx; /* per written tensor */
+  int *tensor_unit, *tensor_idx; /* per written tensor (unit -1: layer tensor_idx's expert bias) */
   int cached_unit;
   float *flat;
+  const float *moe_bias; /* (L, E) or NULL */
 } save_ctx;
 
 /* The whole tensor t from the T ranks' flats of its unit (unit_numel each):
@@ -592,6 +593,10 @@ void sl_model_unit_from_whole(const sl_model *m, int u, const float *whole, floa
 static int save_fill(void *vctx, int64_t index, const sl_st_wtensor *wt, float *dst) {
   save_ctx *sc = vctx;
   int u = sc->tensor_unit[index], ti = sc->tensor_idx[index];
+  if (u < 0) { /* an expert bias row */
+    memcpy(dst, sc->moe_bias + (int64_t)ti * sc->m->cfg.moe_experts, (size_t)sc->m->cfg.moe_experts * 4);
+    return SL_OK;
+  }
   if (sc->cached_unit != u) {
     int rc = sc->fill(sc->ctx, u, sc->flat);
     if (rc) return rc;
@@ -604,18 +609,28 @@ static int save_fill(void *vctx, int64_t index, const sl_st_wtensor *wt, float *
   return SL_OK;
 }
 
-int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void *ctx, int64_t max_shard_bytes) {
+/* Whether the expert bias b (L, E) is written: any value nonzero (a zero bias routes as none). */
+static int bias_layers(const sl_model *m, const float *b) {
+  int64_t L = m->cfg.num_hidden_layers, E = m->cfg.moe_experts;
+  for (int64_t i = 0; b && E > 0 && i < L * E; i++)
+    if (b[i] != 0.0f) return (int)L;
+  return 0;
+}
+
+int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void *ctx, int64_t max_shard_bytes,
+                  const float *moe_bias) {
   char tmp[4600]; /* the new directory is written beside dir, then swapped in (formats/savedir.h) */
   int rc = sl_savedir_begin(dir, tmp, sizeof tmp);
   if (rc) return rc;
-  int nt = 0;
+  int nt = 0, nb = bias_layers(m, moe_bias);
+  char(*bnames)[SL_TENSOR_NAME_MAX] = nb ? calloc((size_t)nb, sizeof *bnames) : NULL;
   for (int u = 0; u < m->nunits; u++) nt += m->units[u].ntensors;
-  sl_st_wtensor *ws = calloc((size_t)nt, sizeof *ws);
-  save_ctx sc = {.m = m, .fill = fill, .ctx = ctx, .cached_unit = -1};
-  sc.tensor_unit = calloc((size_t)nt, sizeof(int));
-  sc.tensor_idx = calloc((size_t)nt, sizeof(int));
+  sl_st_wtensor *ws = calloc((size_t)(nt + nb), sizeof *ws);
+  save_ctx sc = {.m = m, .fill = fill, .ctx = ctx, .cached_unit = -1, .moe_bias = moe_bias};
+  sc.tensor_unit = calloc((size_t)(nt + nb), sizeof(int));
+  sc.tensor_idx = calloc((size_t)(nt + nb), sizeof(int));
   sc.flat = sl_alloc((size_t)(sl_model_max_unit_numel(m) * m->tp_size) * 4, "save buffer");
-  if (!ws || !sc.tensor_unit || !sc.tensor_idx || !sc.flat) {
+  if (!ws || !sc.tensor_unit || !sc.tensor_idx || !sc.flat || (nb && !bnames)) {
     rc = sl_fail(SL_ENOMEM, "out of memory saving %s", dir);
     goto done;
   }
@@ -634,6 +649,17 @@ int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void
       sc.tensor_idx[n] = i;
       n++;
     }
+  for (int l = 0; l < nb; l++, n++) { /* DeepSeek-V3's naming: transformers' Mixtral / Qwen3-MoE have no such tensor */
+    sl_model_moe_bias_name(&m->cfg, l, bnames[l], sizeof bnames[l]);
+    ws[n] = (sl_st_wtensor){.name = bnames[l], .ndim = 1, .shape = {m->cfg.moe_experts}, .dtype = SL_ST_F32};
+    sc.tensor_unit[n] = -1;
+    sc.tensor_idx[n] = l;
+  }
+  if (nb)
+    sl_log(SL_LOG_WARN,
+           "%s: the expert bias is saved as %s and the other layers' (DeepSeek-V3's naming; shardlm reads it "
+           "back): transformers' %s has no expert bias and ignores it, so its top-k selection differs from shardlm's",
+           dir, bnames[0], m->cfg.arch_name);
   char path[4700];
   snprintf(path, sizeof path, "%s/config.json", tmp);
   rc = sl_hfconfig_save(path, &m->cfg);
@@ -645,6 +671,7 @@ done:
     rc = sl_fail_ctx(rc, "%s was not written (an existing directory there is untouched)", dir);
   }
   free(ws);
+  free(bnames);
   free(sc.tensor_unit);
   free(sc.tensor_idx);
   sl_free(sc.flat);

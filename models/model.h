@@ -188,6 +188,11 @@ struct sl_model {
    * loss_slot instead (ops scalar_acc / scalar_add, in the same order;
    * loss_sum stays 0): the trainer fetches them once per step */
   int loss_dev, loss_slot;
+  /* 1 while a schedule runs a forward with no backward (evaluation, engine/
+   * schedule.h sl_schedule_forward): loss_sum is then the token cross-entropy
+   * only; the training-only terms (a mixture of experts' router losses) and
+   * counters (its expert load) are left out */
+  int fwd_only;
   int64_t act_bytes;      /* activation bytes held (acts arena) */
   void *priv;             /* architecture state */
   /* backend buffers of the architecture, freed by sl_model_destroy */
@@ -316,7 +321,12 @@ int sl_model_unit_load(const sl_model *m, int u, const sl_st_set *weights, uint6
  * (replicated copies must agree bit for bit: SL_EINTERNAL naming the tensor
  * otherwise). Streams one unit at a time. */
 typedef int (*sl_unit_fill_fn)(void *ctx, int u, float *flat);
-int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void *ctx, int64_t max_shard_bytes);
+/* moe_bias: NULL, or a mixture of experts' expert bias (L, E)
+ * (sl_model_moe_bias), written after the units' tensors as
+ * sl_model_moe_bias_name's tensors when any value is nonzero, with a warning
+ * that transformers' model class ignores them. */
+int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void *ctx, int64_t max_shard_bytes,
+                  const float *moe_bias);
 
 /* Unit u between this rank's TP layout and the whole (T = 1) layout, where
  * tensors are whole and packed back to back in spec order (what a T = 1
@@ -347,6 +357,24 @@ int sl_model_moe_bias_step(sl_model *m, const int64_t *load);
 /* The host copy of the expert bias ((L, E) into *n = L*E; NULL, *n = 0:
  * none): training state, the checkpoint's to save and restore. */
 float *sl_model_moe_bias(sl_model *m, int64_t *n);
+/* Layer l's expert bias as HF weight files name it: DeepSeek-V3's
+ * e_score_correction_bias under the family's router, (E) fp32
+ * (model.layers.l.block_sparse_moe.gate.e_score_correction_bias for
+ * Mixtral, model.layers.l.mlp.gate.e_score_correction_bias for Qwen3-MoE). */
+void sl_model_moe_bias_name(const sl_model_config *c, int64_t l, char *buf, size_t cap);
+/* The expert bias from the weight files w when they hold it (every MoE
+ * layer's, or SL_EINPUT naming the tensor): it then takes part in the
+ * top-k selection, updated after each step only under --moe-balance bias,
+ * not taken under --moe-balance none (cfg.moe_balance: a run without a
+ * bias); *found := 1. Nothing (*found 0) when w holds none or the model has
+ * no experts. */
+int sl_model_moe_bias_load(sl_model *m, const sl_st_set *w, int *found);
+/* The same values into out (num_hidden_layers x moe_experts) without a model (shardlm convert). */
+int sl_model_moe_bias_read(const sl_model_config *c, const sl_st_set *w, float *out, int *found);
+/* The model's expert bias := b ((L, E), host; a checkpoint's): the same
+ * role as sl_model_moe_bias_load's (nothing under --moe-balance none, for a
+ * dense model or specs). */
+int sl_model_moe_bias_set(sl_model *m, const float *b);
 int64_t sl_model_max_unit_numel(const sl_model *m);
 
 /* For model files: n floats of zeroed backend memory counted in arena

@@ -121,7 +121,11 @@ static int to_hf(const char *from, const char *cfg, const char *out, int64_t max
   if (!rc) rc = sl_check_ckpt_model(dir, man.model_config, &m->cfg);
   if (!rc) {
     fill_ctx fc = {dir, &man, m, kind};
-    rc = sl_model_save(m, out, fill_from_ckpt, &fc, max_shard);
+    int64_t nb = m->cfg.moe_experts * m->cfg.num_hidden_layers;
+    if (man.moe_bias && man.n_moe_bias != nb)
+      rc = sl_fail(SL_EINPUT, "%s: the expert bias has %lld values, the model's layers x experts %lld", dir,
+                   (long long)man.n_moe_bias, (long long)nb);
+    if (!rc) rc = sl_model_save(m, out, fill_from_ckpt, &fc, max_shard, man.moe_bias);
   }
   if (!rc)
     printf("wrote %s (%s of %s, step %lld, %lld parameters)\n", out, sl_ckio_kind_names[kind], dir, (long long)man.step,
@@ -189,6 +193,18 @@ static int fill_manifest(const char *hf, const sl_model *m, sl_ckio_writer *wr, 
   return rc;
 }
 
+/* The expert bias an HF directory holds (--save's e_score_correction_bias) into the manifest: a resume restores it. */
+static int hf_moe_bias(const sl_model *m, const sl_st_set *set, sl_ckio_manifest *man) {
+  int64_t n = m->cfg.num_hidden_layers * m->cfg.moe_experts;
+  int found = 0;
+  if (!n) return SL_OK;
+  if (!(man->moe_bias = malloc((size_t)n * sizeof *man->moe_bias))) return sl_fail(SL_ENOMEM, "out of memory");
+  int rc = sl_model_moe_bias_read(&m->cfg, set, man->moe_bias, &found);
+  if (!rc && found) man->n_moe_bias = n;
+  else free(man->moe_bias), man->moe_bias = NULL;
+  return rc;
+}
+
 static int to_ckpt(const char *hf, const char *ck, int W, int Z, int S, int64_t align) {
   sl_model *m = NULL;
   sl_st_set *set = NULL;
@@ -236,6 +252,7 @@ static int to_ckpt(const char *hf, const char *ck, int W, int Z, int S, int64_t 
   }
   for (int r = 0; r < S && wr && !rc; r++) rc = sl_ckio_writer_close(&wr[r]);
   if (!rc) rc = fill_manifest(hf, m, wr, W, Z, S, align, &man);
+  if (!rc) rc = hf_moe_bias(m, set, &man);
   if (!rc) rc = sl_ckio_write_manifest(tmp, &man);
   if (!rc) rc = sl_ckio_fsync_path(tmp);
   if (!rc) rc = sl_ckio_commit(ck, tmp, 0, NULL, NULL);

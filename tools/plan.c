@@ -22,7 +22,8 @@ static void plan_usage(FILE *f) {
              "                    [--measured FILE.json] [--dtype bf16|fp32] [--act-model engine|gpt]\n"
              "                    [--margin F] [--no-tp-pp] [--top K] [--json]\n"
              "       shardlm plan --engine-check --model DIR --world N [--tp T [--sequence-parallel]] --zero Z\n"
-             "                    --micro-batch B --seq-len T [--ep E]\n"
+             "                    --micro-batch B --seq-len T [--ep E] [--moe-capacity-factor F]\n"
+             "                    [--moe-z-loss-coef C] [--moe-balance aux|bias|none [--moe-bias-rate R]]\n"
              "                    --grad-accum A [--activation-checkpoint none|selective|full] [--shard-group S]\n"
              "                    [--param-dtype fp32|bf16] [--reduce-dtype fp32|bf16] [--prefetch K]\n"
              "                    [--prefetch-mb M] [--no-sync-accum] [--no-reshard] [--json]\n"
@@ -325,7 +326,8 @@ static int check_flag(plan_args *p, int argc, char **argv, int *i, int *mine) {
   else if (!strcmp(a, "--sequence-parallel")) r->sequence_parallel = 1;
   else if (!strcmp(a, "--pp") || !strcmp(a, "--ep") || !strcmp(a, "--pp-virtual") || !strcmp(a, "--pp-schedule") ||
            !strcmp(a, "--pp-layout") || !strcmp(a, "--compute-dtype") || !strcmp(a, "--residual-dtype") ||
-           !strcmp(a, "--backend")) {
+           !strcmp(a, "--backend") || !strcmp(a, "--moe-capacity-factor") || !strcmp(a, "--moe-z-loss-coef") ||
+           !strcmp(a, "--moe-balance") || !strcmp(a, "--moe-bias-rate")) {
     const char *s_ = VAL();
     if (s_) rc = sl_train_cfg_set(&p->tc, a + 2, s_); /* train's names and ranges, read from p->tc */
   } else if (!strcmp(a, "--zero")) TRAIN(zero, r->zero);
@@ -515,6 +517,10 @@ static int run_search(plan_args *p, const sl_plan_model *m) {
   int rc = SL_OK;
   if (p->r.tp != 1 || p->tc.pp != 1)
     return sl_fail(SL_EINPUT, "plan: --tp and --pp apply to --engine-check; the search tries TP and PP degrees itself");
+  if (p->tc.moe_capacity_factor > 0 || p->tc.moe_z_loss_coef > 0 || strcmp(p->tc.moe_balance, "aux") ||
+      p->tc.moe_bias_rate_given)
+    return sl_fail(SL_EINPUT, "plan: the --moe-* routing options apply to --engine-check; the search assumes "
+                              "dropless routing");
   if (c->gpus_per_node <= 0) c->gpus_per_node = c->gpus < 8 ? c->gpus : 8;
   if (c->efficiency <= 0 || c->efficiency > 1) rc = sl_fail(SL_EINPUT, "plan: --efficiency must be in (0, 1]");
   if (!rc && (c->margin <= 0 || c->margin > 1)) rc = sl_fail(SL_EINPUT, "plan: --margin must be in (0, 1]");

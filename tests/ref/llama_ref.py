@@ -633,6 +633,8 @@ def load_hf(model_dir, dtype=torch.float32):
     extra = set(tensors) - seen
     if c.tie_word_embeddings:
         extra.discard("lm_head.weight")  # tolerated if a writer stores the tied copy
+    # shardlm's --moe-balance bias writes DeepSeek-V3's expert bias, which transformers' Mixtral / Qwen3-MoE ignore
+    extra = {n for n in extra if not n.endswith(".gate.e_score_correction_bias")}
     if extra:
         raise KeyError(f"{path}: unexpected tensors {sorted(extra)}")
     return m

@@ -22,7 +22,8 @@ Checks (one line each, then "N passed, M failed"):
     within 1e-5 relative of the reference's; negative control: the reference
     with the coefficient doubled misses (loss, router gradients).
   - bias (rate 0.02) on a skewed router: 10 steps against the reference
-    (loss, weights, loads at every step); with the router frozen (lr 1e-6,
+    (loss, weights, loads at every step), the saved e_score_correction_bias
+    tensors = the reference's final bias; with the router frozen (lr 1e-6,
     20 steps of 256 tokens) the max/mean load falls (1.67 at step 1 to 1.21
     over steps 16-20, measured); negative control: --moe-balance none stays
     near 1.58.
@@ -256,12 +257,19 @@ def case_bias(ck, exe, w, data, stream, mdir):
     E.compare_training(ck, "[bias] train", paths[0], paths[1], ref_rows, ref_m)
     per_step_equal(ck, "[bias] tokens per expert per layer equal the reference's (torchtitan's bias) at every step",
                    [r.get("moe_load") for r in rows], [s[0] for s in steps])
+    saved = common.st_read(os.path.join(paths[1], "model.safetensors"))
+    got = [np.asarray(saved.get(f"model.layers.{l}.block_sparse_moe.gate.e_score_correction_bias", [])).tolist()
+           for l in range(len(blocks(ref_m)))]
+    want = [b.bias.tolist() for b in blocks(ref_m)]
+    err = max((abs(x - y) for g, r in zip(got, want) for x, y in zip(g, r)), default=float("inf"))
+    ck("[bias] --save writes the bias as e_score_correction_bias (F32), the reference's final bias within 1e-6",
+       all(len(g) == NE for g in got) and err <= 1e-6, f"max |d| {err:.1e}; saved {got}, reference {want}")
     # the bias alone (learning rate 1e-6: the router stays as initialised), 20 steps of 256 tokens
     frozen = ["--lr", 1e-6, "--min-lr", 1e-6, "--steps", 20, "--micro-batch", 8]
     late = {}
     for bal in ("bias", "none"):
         r, _ = engine_train(ck, exe, w, f"frozen_{bal}", sk, data,
-                            ["--moe-balance", bal, "--moe-bias-rate", RATE] + frozen)
+                            ["--moe-balance", bal] + (["--moe-bias-rate", RATE] if bal == "bias" else []) + frozen)
         if r is None:
             return
         v = [imbalance(x["moe_load"]) for x in r]
