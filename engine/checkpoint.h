@@ -58,6 +58,9 @@ typedef struct {
    * checkpoint that holds one (of the same size), else left as it is */
   float *moe_bias;
   int64_t n_moe_bias;
+  /* sl_ckpt_load: a copy of the loaded manifest's training settings (its
+   * sl_train_cfg_canonical text; NULL: none recorded); the caller frees it */
+  char *loaded_config;
 } sl_ckpt_state;
 
 /* Collective over world. Writes CKPT_DIR/step-<step>, commits it, points
