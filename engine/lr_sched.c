@@ -40,7 +40,7 @@ double sl_lr_at(const sl_train_cfg *c, int64_t s) {
 }
 
 int sl_lr_sched_resume(sl_train_cfg *c, const char *written, const char *dir) {
-  if (!written) return SL_OK; /* a manifest without the config text: nothing to compare */
+  if (!written) return SL_OK;               /* a manifest without the config text: nothing to compare */
   static char nowtxt[16384], deftxt[16384]; /* a checkpoint older than these keys: the defaults (cosine) */
   sl_train_cfg d;
   sl_train_cfg_defaults(&d);
@@ -63,7 +63,8 @@ int sl_lr_sched_resume(sl_train_cfg *c, const char *written, const char *dir) {
     if (!c->lr_schedule_override)
       return sl_fail(SL_EINPUT,
                      "--%s %s: the checkpoint %s was written with --%s %s; a resumed run continues the checkpoint's "
-                     "schedule (leave --%s out), or give --lr-schedule-override to switch to this run's schedule from the checkpoint's step on",
+                     "schedule (leave --%s out), or give --lr-schedule-override to switch to this run's schedule from "
+                     "the checkpoint's step on",
                      k, now, dir, k, o, k);
     changed = 1;
   }

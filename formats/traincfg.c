@@ -46,7 +46,8 @@ static const key_t_ KEYS[] = {
       "after warmup: cosine | linear (down to --min-lr at the last step) | constant (--lr) | wsd (warmup-stable-decay: "
       "--lr until the last --lr-decay-steps, then down to --min-lr at the last step; docs/cli.md)"),
     I("lr-decay-steps", lr_decay_steps, "0", "wsd: steps of the decay phase (0: --lr-decay-frac of --steps)"),
-    D("lr-decay-frac", lr_decay_frac, "0.2", "wsd: the decay phase's fraction of --steps (rounded), when --lr-decay-steps is 0"),
+    D("lr-decay-frac", lr_decay_frac, "0.2",
+      "wsd: the decay phase's fraction of --steps (rounded), when --lr-decay-steps is 0"),
     S("lr-decay-shape", lr_decay_shape, "1-sqrt", "wsd: the decay's shape, linear | 1-sqrt (Hagele et al. 2024)"),
     B("lr-schedule-override", lr_schedule_override, "false",
       "--resume: use this run's --lr-schedule / --lr-decay-* instead of the checkpoint's (refused otherwise when they "

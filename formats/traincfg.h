@@ -23,10 +23,10 @@ typedef struct {
   /* optimizer and schedule */
   double lr, min_lr, weight_decay, beta1, beta2, eps, clip;
   int64_t warmup;
-  char lr_schedule[16];    /* cosine | wsd | linear | constant (engine/lr_sched.c) */
-  int64_t lr_decay_steps;  /* wsd: steps of the decay phase (0: --lr-decay-frac of --steps) */
-  double lr_decay_frac;    /* wsd: the decay phase's fraction of --steps */
-  char lr_decay_shape[16]; /* wsd: linear | 1-sqrt */
+  char lr_schedule[16];     /* cosine | wsd | linear | constant (engine/lr_sched.c) */
+  int64_t lr_decay_steps;   /* wsd: steps of the decay phase (0: --lr-decay-frac of --steps) */
+  double lr_decay_frac;     /* wsd: the decay phase's fraction of --steps */
+  char lr_decay_shape[16];  /* wsd: linear | 1-sqrt */
   int lr_schedule_override; /* --resume: this run's schedule replaces the checkpoint's */
   int lr_given;             /* SL_LR_GIVEN_* bits: schedule keys set by a flag or --config (not a key) */
   int64_t seed;
