@@ -4,8 +4,9 @@
 # equals the definition in docs/cli.md "Learning-rate schedules", computed
 # here in Python. The metrics write lr with 9 significant digits ("%.9g"), so
 # the check is equality of the oracle's double printed the same way: exact at
-# the precision written (the engine evaluates the same IEEE operations in the
-# same order, so the doubles agree bitwise before printing).
+# the precision written. (The engine evaluates the same IEEE operations in the
+# same order, sqrt correctly rounded, and the default build has no FMA, so the
+# doubles should agree bitwise; only the 9 written digits are observable here.)
 # Negative control: the cosine run against the linear formula must differ.
 # Bad values are refused with exit 2 naming the flag.
 source "${SL_SRC:?}/tests/lib/run.sh" lr_schedules
