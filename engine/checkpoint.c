@@ -497,6 +497,7 @@ static int try_load(const char *dir, sl_ckpt_state *st) {
     st->next_sample = man.next_sample;
     if (man.has_seed) st->rng_seed = man.seed;
     if (rank == 0) note_config(dir, man.config, st->cfg);
+    if (man.config && man.config[0] && !(st->loaded_config = strdup(man.config))) rc = SL_ENOMEM;
     sl_log0(SL_LOG_INFO, "loaded %s: step %lld, written by %d rank%s (ZeRO-%d, shard group %d), loading on %d", dir,
             (long long)man.step, man.world_size, man.world_size > 1 ? "s" : "", man.zero, man.shard_group, W);
   }

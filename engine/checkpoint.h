@@ -60,6 +60,9 @@ typedef struct {
    * (sl_model_moe_bias_set: it routes, held fixed) */
   float *moe_bias;
   int64_t n_moe_bias;
+  /* sl_ckpt_load: a copy of the loaded manifest's training settings (its
+   * sl_train_cfg_canonical text; NULL: none recorded); the caller frees it */
+  char *loaded_config;
 } sl_ckpt_state;
 
 /* Collective over world. Writes CKPT_DIR/step-<step>, commits it, points

@@ -119,6 +119,32 @@ static void moe_metrics(const trainer *t, const step_out *o, FILE *f) {
   if (t->mcfg.moe_z_loss_coef > 0 && st[L + 3] > 0) fprintf(f, ", \"moe_z_loss\": %.9g", st[L + 2] / st[L + 3]);
 }
 
+void sl_trainer_progress(trainer *t, int64_t s, double dt, double wall, double flops_tok) {
+  trainer_report *r = &t->report;
+  enum { W = SL_PROG_WIN };
+  if (r->prog_done == 0) r->prog_end[0] = 0;
+  r->prog_dt[r->prog_done % W] = dt;
+  r->prog_done++;
+  r->prog_end[r->prog_done % (W + 1)] = wall;
+  int64_t n = r->prog_done < W ? r->prog_done : W;
+  double sum = 0;
+  for (int64_t i = 0; i < n; i++) sum += r->prog_dt[i];
+  double per_step = (wall - r->prog_end[(r->prog_done - n) % (W + 1)]) / (double)n;
+  r->elapsed_s = wall;
+  r->tps_avg = sum > 0 ? (double)n * (double)t->data.G * (double)t->cfg.seq_len / sum : 0;
+  r->mfu_avg = r->peak_flops > 0 ? flops_tok * r->tps_avg / (r->peak_flops * t->wsize) : 0;
+  r->eta_s = per_step * (double)(t->cfg.steps - s - 1);
+}
+
+const char *sl_fmt_dur(char *buf, size_t cap, double s) {
+  if (!(s >= 0)) s = 0;
+  long long x = (long long)(s + 0.5);
+  if (s < 60) snprintf(buf, cap, "%.1fs", s);
+  else if (x < 3600) snprintf(buf, cap, "%lldm%02llds", x / 60, x % 60);
+  else snprintf(buf, cap, "%lldh%02lldm", x / 3600, x / 60 % 60);
+  return buf;
+}
+
 int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt, double flops_tok) {
   int64_t *stages = NULL; /* --pp > 1: every stage's figures (a collective over the PP communicator) */
   int rc = t->par.pplan ? sl_trainer_pp_gather(t, &stages) : SL_OK;
@@ -190,6 +216,7 @@ int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt
   if (o->ev.samples)
     fprintf(t->report.metrics, ", \"eval_loss\": %s, \"eval_ppl\": %s", sl_guard_json(jl, o->ev.loss),
             sl_guard_json(jr, o->ev.ppl));
-  fprintf(t->report.metrics, "}\n");
+  fprintf(t->report.metrics, ", \"elapsed_s\": %.3f, \"eta_s\": %.3f, \"tokens_per_s_avg\": %.2f, \"mfu_avg\": %.6f}\n",
+          t->report.elapsed_s, t->report.eta_s, t->report.tps_avg, t->report.mfu_avg);
   return sl_metrics_flush(t->report.metrics, t->report.metrics_path);
 }

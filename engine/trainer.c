@@ -7,7 +7,7 @@
  *   order of the step's schedule (engine/schedule.h); loss is
  *   the mean token cross-entropy over the G*T predicted tokens; gradients
  *   clipped to the global L2 norm; AdamW on this rank's optimizer view;
- *   LR: linear warmup, then cosine to min_lr at the last step.
+ *   LR: linear warmup, then --lr-schedule (engine/lr_sched.c).
  */
 #define _GNU_SOURCE
 #include "engine/trainer.h"
@@ -49,15 +49,6 @@
 static sl_plotter g_plotter; /* sl_train_set_plotter */
 
 /* ---- helpers -------------------------------------------------------------- */
-
-double sl_lr_at(const sl_train_cfg *c, int64_t s) {
-  if (c->warmup > 0 && s < c->warmup) return c->lr * (double)(s + 1) / (double)c->warmup;
-  int64_t span = c->steps - 1 - c->warmup;
-  double p = (double)(s - c->warmup) / (double)(span > 1 ? span : 1);
-  if (p < 0) p = 0;
-  if (p > 1) p = 1;
-  return c->min_lr + 0.5 * (c->lr - c->min_lr) * (1.0 + cos(M_PI * p));
-}
 
 /* The model's batch from tok/tgt/seg (moved to backend memory first). */
 static void set_batch(trainer *t, float scale) {
@@ -931,6 +922,12 @@ static int resume(trainer *t) {
     if (!rc) sl_log0(SL_LOG_INFO, "no checkpoint in %s: starting from step 0", t->cfg.ckpt_dir);
     return rc;
   }
+  rc = sl_lr_sched_resume(&t->cfg, st.loaded_config, t->cfg.ckpt_dir); /* the checkpoint's schedule continues */
+  free(st.loaded_config);
+  if (rc) {
+    (void)ck_unstage(t, 0);
+    return rc;
+  }
   t->start_step = st.step;
   t->data.next_sample = st.next_sample;
   t->cfg.seed = (int64_t)st.rng_seed; /* the data order continues as written */
@@ -1071,23 +1068,26 @@ static double run_banner(trainer *t) {
 /* Step s's progress: the terminal's line (tty), else a log line every --log-every steps. */
 static void run_progress(const trainer *t, int64_t s, const step_out *o, double dt, double flops_tok, int tty) {
   const sl_train_cfg *c = &t->cfg;
-  double tps = (double)t->data.G * c->seq_len / dt;
-  char moe[96];
+  const trainer_report *r = &t->report;
+  (void)dt;
+  (void)flops_tok;
+  char moe[96], el[32], eta[32], prog[160];
   sl_trainer_moe_note(t, o, moe, sizeof moe);
+  /* smoothed over the last SL_PROG_WIN steps (engine/report.c sl_trainer_progress) */
+  snprintf(prog, sizeof prog, "tokens/s %.0f mfu %.1f%% elapsed %s eta %s", r->tps_avg, 100.0 * r->mfu_avg,
+           sl_fmt_dur(el, sizeof el, r->elapsed_s), sl_fmt_dur(eta, sizeof eta, r->eta_s));
   if (tty) {
-    printf("\rstep %lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %.0f tok/s  MFU %.1f%%%s   ", (long long)(s + 1),
-           (long long)c->steps, o->loss, o->lr, o->grad_norm, tps,
-           100.0 * flops_tok * tps / (t->report.peak_flops * t->wsize), moe);
+    printf("\rstep %lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %.0f tok/s  MFU %.1f%%  elapsed %s  ETA %s%s   ",
+           (long long)(s + 1), (long long)c->steps, o->loss, o->lr, o->grad_norm, r->tps_avg, 100.0 * r->mfu_avg, el,
+           eta, moe);
     if (o->ev.samples) printf("\n  eval loss %.4f  ppl %.2f\n", o->ev.loss, o->ev.ppl);
     fflush(stdout);
   } else if (o->ev.samples) {
-    sl_log0(SL_LOG_INFO,
-            "step %lld/%lld loss %.4f lr %.3e grad_norm %.4f tokens/s %.0f eval_loss %.4f "
-            "eval_ppl %.3f",
-            (long long)(s + 1), (long long)c->steps, o->loss, o->lr, o->grad_norm, tps, o->ev.loss, o->ev.ppl);
+    sl_log0(SL_LOG_INFO, "step %lld/%lld loss %.4f lr %.3e grad_norm %.4f %s eval_loss %.4f eval_ppl %.3f",
+            (long long)(s + 1), (long long)c->steps, o->loss, o->lr, o->grad_norm, prog, o->ev.loss, o->ev.ppl);
   } else if ((c->log_every > 0 && (s + 1) % c->log_every == 0) || s == 0 || s + 1 == c->steps) {
-    sl_log0(SL_LOG_INFO, "step %lld/%lld loss %.4f lr %.3e grad_norm %.4f tokens/s %.0f%s", (long long)(s + 1),
-            (long long)c->steps, o->loss, o->lr, o->grad_norm, tps, moe);
+    sl_log0(SL_LOG_INFO, "step %lld/%lld loss %.4f lr %.3e grad_norm %.4f %s%s", (long long)(s + 1),
+            (long long)c->steps, o->loss, o->lr, o->grad_norm, prog, moe);
   }
 }
 
@@ -1167,6 +1167,7 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
     double dt = sl_now_s() - t0;
     sl_mem_set(SL_ARENA_SCRATCH, (int64_t)t.ops->ctx_scratch_bytes(t.k));
     if (s == t.start_step) first_loss = o.loss;
+    sl_trainer_progress(&t, s, dt, sl_now_s() - t_start, flops_tok);
     if ((rc = run_after_step(&t, s, &o, dt, flops_tok, &stop_sig))) goto done;
     run_progress(&t, s, &o, dt, flops_tok, tty);
   }

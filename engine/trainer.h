@@ -32,6 +32,13 @@ void sl_train_set_plotter(sl_plotter fn);
 
 /* The learning rate of step s (0-based) of the parity contract. */
 double sl_lr_at(const sl_train_cfg *cfg, int64_t s);
+/* The wsd decay phase's steps N (engine/lr_sched.c). */
+int64_t sl_lr_decay_steps(const sl_train_cfg *cfg);
+/* --resume: the schedule keys the checkpoint in dir was written with (its
+ * sl_train_cfg_canonical text; NULL: none recorded) continue unless given;
+ * a given one that differs is SL_EINPUT naming the flag unless
+ * --lr-schedule-override. */
+int sl_lr_sched_resume(sl_train_cfg *cfg, const char *written, const char *dir);
 
 #ifdef __cplusplus
 }

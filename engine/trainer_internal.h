@@ -53,6 +53,8 @@ typedef struct {
   float **ck[3]; /* (nunits) host arrays a checkpoint reads / fills */
 } trainer_state;
 
+#define SL_PROG_WIN 20 /* steps in the progress window: smoothed tokens/s, ETA */
+
 /* The run's reports (engine/report.c): the metrics file and the counters at its last line. */
 typedef struct {
   double peak_flops; /* per rank */
@@ -63,6 +65,11 @@ typedef struct {
   uint64_t prev_tp[SL_COLL_NKINDS]; /* TP comm bytes per kind at the last metrics line */
   uint64_t prev_pp[3];              /* --pp > 1: DP bytes sent, PP bytes sent / received at the last metrics line */
   sl_dev_stats prev_dev;            /* the backend's counters (ops dev_stats) at the last metrics line */
+  /* progress (sl_trainer_progress): a window of the last SL_PROG_WIN steps of this process */
+  double prog_dt[SL_PROG_WIN];      /* their step times */
+  double prog_end[SL_PROG_WIN + 1]; /* wall seconds at the end of each (slot j % (WIN+1) after j steps; 0: start) */
+  int64_t prog_done;                /* steps this process has trained */
+  double elapsed_s, eta_s, tps_avg, mfu_avg;
 } trainer_report;
 
 typedef struct {
@@ -117,6 +124,13 @@ int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
 int sl_trainer_setup_dry(trainer *t, const sl_train_cfg *cfg, sl_comm *world, const sl_model_config *mc);
 /* One optimizer step s (0-based) of the run, as sl_train_run takes it. */
 int sl_trainer_step(trainer *t, int64_t s, step_out *o);
+/* After step s (dt its step time, wall the seconds since the loop began):
+ * the report's elapsed_s, and over the last SL_PROG_WIN steps tps_avg
+ * (tokens / their step times), mfu_avg and eta_s (steps left x their mean
+ * wall time per step, evaluation and checkpoints included). */
+void sl_trainer_progress(trainer *t, int64_t s, double dt, double wall, double flops_tok);
+/* Seconds as "12.3s", "4m05s" or "2h03m", into buf. */
+const char *sl_fmt_dur(char *buf, size_t cap, double s);
 void sl_trainer_free(trainer *t);
 /* Forward + backward of the nk micro-batches of the step starting at
  * t->data.next_sample, through the schedule; hook (may be NULL): after each

@@ -47,8 +47,18 @@ static const key_t_ KEYS[] = {
     I("seq-len", seq_len, "128", "tokens per sample (T; a sample holds T+1 tokens)"),
     I("grad-accum", grad_accum, "1", "micro-batches per optimizer step"),
     D("lr", lr, "3e-3", "peak learning rate"),
-    D("min-lr", min_lr, "3e-4", "learning rate at the last step (cosine)"),
-    I("warmup", warmup, "10", "linear warmup steps"),
+    D("min-lr", min_lr, "3e-4", "learning rate at the last step"),
+    I("warmup", warmup, "10", "linear warmup steps (every schedule): step s < W gets lr x (s+1) / W"),
+    S("lr-schedule", lr_schedule, "cosine",
+      "after warmup: cosine | linear (down to --min-lr at the last step) | constant (--lr) | wsd (warmup-stable-decay: "
+      "--lr until the last --lr-decay-steps, then down to --min-lr at the last step; docs/cli.md)"),
+    I("lr-decay-steps", lr_decay_steps, "0", "wsd: steps of the decay phase (0: --lr-decay-frac of --steps)"),
+    D("lr-decay-frac", lr_decay_frac, "0.2",
+      "wsd: the decay phase's fraction of --steps (rounded), when --lr-decay-steps is 0"),
+    S("lr-decay-shape", lr_decay_shape, "1-sqrt", "wsd: the decay's shape, linear | 1-sqrt (Hagele et al. 2024)"),
+    B("lr-schedule-override", lr_schedule_override, "false",
+      "--resume: use this run's --lr-schedule / --lr-decay-* instead of the checkpoint's (refused otherwise when they "
+      "differ)"),
     D("weight-decay", weight_decay, "0.1", "AdamW decoupled weight decay (tensors with >= 2 dims)"),
     D("beta1", beta1, "0.9", "AdamW beta1"),
     D("beta2", beta2, "0.95", "AdamW beta2"),
@@ -170,6 +180,7 @@ static const struct {
     {"eval-samples", 0, 1e12, 0, 0}, {"max-skips", 1, 1e9, 0, 0},    {"eod-id", -1, 2147483647, 0, 0},
     {"tp", 1, 4096, 0, 0},           {"pp", 1, 1024, 0, 0},          {"pp-virtual", 1, 64, 0, 0},
     {"ep", 1, 4096, 0, 0}, {"moe-capacity-factor", 0, INF, 0, 1}, {"moe-z-loss-coef", 0, INF, 0, 1}, {"moe-bias-rate", 0, INF, 0, 1},
+    {"lr-decay-steps", 0, I64MAX, 0, 0}, {"lr-decay-frac", 0, 1, 0, 0},
 };
 #define NRANGES (int)(sizeof RANGES / sizeof RANGES[0])
 
@@ -226,8 +237,13 @@ static int parse_bool(const char *v, int *out) {
   return 0;
 }
 
+const char *const sl_lr_sched_keys[SL_LR_SCHED_NKEYS] = {"lr-schedule", "lr-decay-steps", "lr-decay-frac",
+                                                          "lr-decay-shape"};
+
 static int set_key(sl_train_cfg *c, const key_t_ *k, const char *v, const char *where) {
   char *p = (char *)c + k->off;
+  for (int i = 0; i < SL_LR_SCHED_NKEYS; i++)
+    if (!strcmp(k->name, sl_lr_sched_keys[i]) && strcmp(where, "default")) c->lr_given |= 1 << i;
   char *end = NULL;
   errno = 0;
   switch (k->type) {
@@ -452,9 +468,48 @@ int sl_train_cfg_parse_args(sl_train_cfg *c, int argc, char **argv) {
     return sl_fail(SL_EINPUT, "--residual-dtype must be fp32, bf16 or auto, found '%s'", c->residual_dtype);
   if (strcmp(c->tf32, "auto") && strcmp(c->tf32, "true") && strcmp(c->tf32, "false"))
     return sl_fail(SL_EINPUT, "--tf32 must be true, false or auto, found '%s'", c->tf32);
+  int rc = sl_train_cfg_check_lr(c);
+  if (rc) return rc;
   if (!strcmp(c->compute_dtype, "bf16") && !c->param_dtype_given) /* a bf16 engine gathers bf16 weights */
     snprintf(c->param_dtype, sizeof c->param_dtype, "bf16");
   return SL_OK;
+}
+
+int sl_train_cfg_check_lr(const sl_train_cfg *c) {
+  const char *s = c->lr_schedule;
+  if (strcmp(s, "cosine") && strcmp(s, "wsd") && strcmp(s, "linear") && strcmp(s, "constant"))
+    return sl_fail(SL_EINPUT, "--lr-schedule must be cosine, wsd, linear or constant, found '%s'", s);
+  if (strcmp(c->lr_decay_shape, "linear") && strcmp(c->lr_decay_shape, "1-sqrt"))
+    return sl_fail(SL_EINPUT, "--lr-decay-shape must be linear or 1-sqrt, found '%s'", c->lr_decay_shape);
+  if (strcmp(s, "wsd")) return SL_OK;
+  int64_t room = c->steps - c->warmup;
+  if (c->lr_decay_steps > room)
+    return sl_fail(SL_EINPUT,
+                   "--lr-decay-steps %lld: the wsd decay phase must fit in the %lld steps after --warmup %lld "
+                   "(--steps %lld)",
+                   (long long)c->lr_decay_steps, (long long)(room > 0 ? room : 0), (long long)c->warmup,
+                   (long long)c->steps);
+  if (!c->lr_decay_steps && llround(c->lr_decay_frac * (double)c->steps) > room)
+    return sl_fail(SL_EINPUT,
+                   "--lr-decay-frac %g: the wsd decay phase (%lld steps) must fit in the %lld steps after --warmup "
+                   "%lld (--steps %lld)",
+                   c->lr_decay_frac, (long long)llround(c->lr_decay_frac * (double)c->steps),
+                   (long long)(room > 0 ? room : 0), (long long)c->warmup, (long long)c->steps);
+  return SL_OK;
+}
+
+const char *sl_train_cfg_canonical_get(const char *text, const char *name, char *buf, size_t cap) {
+  size_t n = strlen(name);
+  for (const char *a = text; a && *a;) {
+    const char *e = strchr(a, '\n');
+    size_t len = e ? (size_t)(e - a) : strlen(a);
+    if (len > n && !strncmp(a, name, n) && a[n] == '=') {
+      snprintf(buf, cap, "%.*s", (int)(len - n - 1), a + n + 1);
+      return buf;
+    }
+    a = e ? e + 1 : NULL;
+  }
+  return NULL;
 }
 
 int sl_train_cfg_resolve(sl_train_cfg *c, int device) {

@@ -23,6 +23,12 @@ typedef struct {
   /* optimizer and schedule */
   double lr, min_lr, weight_decay, beta1, beta2, eps, clip;
   int64_t warmup;
+  char lr_schedule[16];     /* cosine | wsd | linear | constant (engine/lr_sched.c) */
+  int64_t lr_decay_steps;   /* wsd: steps of the decay phase (0: --lr-decay-frac of --steps) */
+  double lr_decay_frac;     /* wsd: the decay phase's fraction of --steps */
+  char lr_decay_shape[16];  /* wsd: linear | 1-sqrt */
+  int lr_schedule_override; /* --resume: this run's schedule replaces the checkpoint's */
+  int lr_given;             /* SL_LR_GIVEN_* bits: schedule keys set by a flag or --config (not a key) */
   int64_t seed;
   /* memory / compute */
   char activation_checkpoint[16]; /* none | selective | full */
@@ -82,6 +88,16 @@ typedef struct {
   double moe_bias_rate;       /* --moe-balance bias: the expert bias's update rate */
   int moe_bias_rate_given;    /* --moe-bias-rate set by a flag or --config (not a key): refused without bias */
 } sl_train_cfg;
+
+/* The schedule keys, in the order of their SL_LR_GIVEN_* bits (1 << i). */
+#define SL_LR_SCHED_NKEYS 4
+extern const char *const sl_lr_sched_keys[SL_LR_SCHED_NKEYS];
+/* The schedule's settings are consistent (names, the wsd decay phase inside
+ * the steps after warmup); else SL_EINPUT naming the flag. */
+int sl_train_cfg_check_lr(const sl_train_cfg *c);
+/* The value key `name` has in a sl_train_cfg_canonical text (NULL: absent),
+ * copied into buf. */
+const char *sl_train_cfg_canonical_get(const char *text, const char *name, char *buf, size_t cap);
 
 void sl_train_cfg_defaults(sl_train_cfg *c);
 /* Applies a JSON object's keys (same names as the flags, '-' or '_'). */
