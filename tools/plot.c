@@ -171,7 +171,9 @@ static void marker(FILE *f, int c, double x, double y, const char *color) {
 
 /* The index among a dense series' pts points of its m-th marker (series c of nc). */
 static int64_t mark_at(int64_t m, int c, int nc, int64_t pts) {
-  return (int64_t)((m + (c + 0.5) / nc) / NMARK * (double)pts);
+  int64_t nm = pts / nc < NMARK ? pts / nc : NMARK; /* fewer when the series' offsets would fall on one point */
+  if (nm < 1) nm = 1;
+  return m >= nm ? pts : (int64_t)((m + (c + 0.5) / nc) / nm * (double)pts);
 }
 
 /* One panel of lines cols[0..nc) against step; names: legend (NULL: none), drawn right of the plotting

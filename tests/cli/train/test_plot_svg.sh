@@ -72,10 +72,12 @@ else:
         m = set()
         for e in el:
             if e.get("fill") != colour and e.get("stroke") != colour or e.tag == NS + "polyline": continue
-            if e.tag == NS + "circle": m.add(round(f(e, "cx")))
-            elif e.tag == NS + "rect" and e.get("class") != "legend": m.add(round(f(e, "x") + 3))
-            elif e.tag == NS + "path": m.add(round(float(re.findall(r"[-\d.]+", e.get("d"))[0])))
-        return {x for x in m if mem[0] <= x <= mem[2]}
+            if e.tag == NS + "circle": xy = f(e, "cx"), f(e, "cy")
+            elif e.tag == NS + "rect" and e.get("class") != "legend": xy = f(e, "x") + 3, f(e, "y") + 3
+            elif e.tag == NS + "path": xy = tuple(map(float, re.findall(r"[-\d.]+", e.get("d"))[:2]))
+            else: continue
+            if inside(xy[0], xy[1], (mem[0] - 5, mem[1] - 5, mem[2] + 5, mem[3] + 5)): m.add(round(xy[0]))
+        return m
     a, b = marks(same[0][0]), marks(same[1][0])
     if not a or not b or a == b: errs.append("identical lines' markers at the same places: %s %s" % (sorted(a), sorted(b)))
 if errs: sys.exit("; ".join(errs))
