@@ -124,6 +124,9 @@ out=$("$PY" "$W/tb.py" decode "$W/flip" 2>&1) && bad "a flipped byte decoded: $o
 
 "$B" train $A --out-dir "$W/off" --tensorboard false > "$W/off.log" 2>&1 || bad "--tensorboard false run failed"
 [ -z "$(tb "$W/off")" ] && ok "--tensorboard false: no events file" || bad "--tensorboard false wrote $(tb "$W/off")"
+echo '{"tensorboard": false}' > "$W/cfg.json"
+"$B" train --config "$W/cfg.json" $A --out-dir "$W/offc" > "$W/offc.log" 2>&1 || bad "config-file run failed"
+[ -z "$(tb "$W/offc")" ] && ok "config key \"tensorboard\": false: no events file" || bad "config key: $(tb "$W/offc")"
 
 # the metrics elsewhere (--metrics): the events go to their directory
 mkdir -p "$W/m"
