@@ -9,10 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/base.h"
 #include "formats/ckpt_io.h"
+#include "formats/traincfg.h"
 
 int sl_rundir_claim(const char *ckpt_dir, int resume, int *lock_fd) {
   *lock_fd = -1;
@@ -52,4 +55,65 @@ int sl_rundir_claim(const char *ckpt_dir, int resume, int *lock_fd) {
 void sl_rundir_release(int *lock_fd) {
   if (*lock_fd >= 0) close(*lock_fd);
   *lock_fd = -1;
+}
+
+/* path := text, atomically */
+static int write_atomic(const char *path, const char *text) {
+  char tmp[SL_PATH_MAX + 32];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644), rc = SL_OK;
+  if (fd < 0) return sl_fail(SL_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+  size_t n = strlen(text), o = 0;
+  while (o < n && !rc) {
+    ssize_t w = write(fd, text + o, n - o);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) rc = sl_fail(SL_EIO, "%s: write failed: %s", tmp, strerror(errno));
+    else o += (size_t)w;
+  }
+  if (!rc && fsync(fd) != 0) rc = sl_fail(SL_EIO, "%s: fsync failed: %s", tmp, strerror(errno));
+  if (close(fd) != 0 && !rc) rc = sl_fail(SL_EIO, "%s: close failed: %s", tmp, strerror(errno));
+  if (!rc && rename(tmp, path) != 0) rc = sl_fail(SL_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+  if (rc) unlink(tmp);
+  return rc;
+}
+
+int sl_rundir_record(const sl_train_cfg *c, const char *model_hash) {
+  char started[32], path[SL_PATH_MAX + 32];
+  time_t now = time(NULL);
+  struct tm tm;
+  localtime_r(&now, &tm);
+  strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%S%z", &tm);
+  const char *extra[] = {"_model_config_hash", model_hash, "_started", started, NULL};
+  char *js = sl_train_cfg_json(c, extra);
+  if (!js) return sl_fail(SL_ENOMEM, "out of memory writing run.json");
+  snprintf(path, sizeof path, "%s/run.json", c->out_dir);
+  char *text = malloc(strlen(js) + 2);
+  int rc = text ? SL_OK : sl_fail(SL_ENOMEM, "out of memory");
+  if (text) {
+    sprintf(text, "%s\n", js);
+    rc = write_atomic(path, text);
+  }
+  free(text);
+  free(js);
+  if (rc) return rc;
+  if (c->out_dir_auto && !strncmp(c->out_dir, "runs/", 5) && !strchr(c->out_dir + 5, '/')) {
+    struct stat st;
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, "runs/.latest.%d", (int)getpid());
+    unlink(tmp);
+    if (lstat("runs/latest", &st) == 0 && !S_ISLNK(st.st_mode))
+      sl_log(SL_LOG_WARN,
+             "runs/latest is a directory (an older shardlm's default output): left as it is; this run is %s",
+             c->out_dir);
+    else if (symlink(c->out_dir + 5, tmp) != 0 || rename(tmp, "runs/latest") != 0)
+      sl_log(SL_LOG_WARN, "could not point runs/latest at %s: %s", c->out_dir, strerror(errno)), unlink(tmp);
+  }
+  if (c->ckpt_dir[0]) {
+    char abs[SL_PATH_MAX], line[SL_PATH_MAX + 2];
+    if (!realpath(c->out_dir, abs)) snprintf(abs, sizeof abs, "%s", c->out_dir);
+    snprintf(line, sizeof line, "%s\n", abs);
+    snprintf(path, sizeof path, "%s/run-dir", c->ckpt_dir);
+    rc = write_atomic(path, line);
+  }
+  return rc;
 }

@@ -5,6 +5,8 @@
 #ifndef SL_RUNDIR_H
 #define SL_RUNDIR_H
 
+#include "formats/traincfg.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -16,6 +18,15 @@ extern "C" {
  * SL_EINPUT naming the directory. */
 int sl_rundir_claim(const char *ckpt_dir, int resume, int *lock_fd);
 void sl_rundir_release(int *lock_fd);
+
+/* Rank 0, once OUT_DIR exists: writes OUT_DIR/run.json (every setting after
+ * defaults, as --config reads it back, with the build and the model's
+ * config hash), points runs/latest at OUT_DIR when the run directory was
+ * chosen by default (a symlink replaced atomically; an old runs/latest that
+ * is a real directory is left alone, with a warning), and records OUT_DIR in
+ * CKPT_DIR/run-dir so that --resume appends to this run's files. Written
+ * atomically (temporary name, fsync, rename). */
+int sl_rundir_record(const sl_train_cfg *c, const char *model_hash);
 
 #ifdef __cplusplus
 }

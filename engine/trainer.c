@@ -1011,6 +1011,10 @@ static int run_outputs(trainer *t, char *ppsvg, size_t ppsvg_size) {
   if (t->rank == 0) {
     rc = sl_mkdirs(c->out_dir);
     if (!rc && c->ckpt_dir[0]) rc = sl_rundir_claim(c->ckpt_dir, c->resume, &t->lock_fd); /* lock, no foreign run */
+    char mtext[SL_MODEL_CANON_MAX], hash[20] = "";
+    if (!rc && !sl_model_canonical(&t->mcfg, 0, mtext, sizeof mtext))
+      snprintf(hash, sizeof hash, "%016llx", (unsigned long long)sl_canon_hash(mtext));
+    if (!rc) rc = sl_rundir_record(c, hash); /* run.json, runs/latest, CKPT_DIR/run-dir */
   }
   if ((rc = rank0_agree(t, rc))) return rc;
   if (t->rank == 0 && t->par.pplan && c->plot && sl_pp_report_svg(c, t->par.pplan, ppsvg, ppsvg_size)) {
@@ -1091,6 +1095,7 @@ static void run_report(trainer *t, double wall, double first_loss, double last_l
   sl_train_cfg *c = &t->cfg;
   printf("trained %lld steps (%lld..%lld) in %.1f s: loss %.4f -> %.4f\n", (long long)(c->steps - t->start_step),
          (long long)t->start_step + 1, (long long)c->steps, wall, first_loss, last_loss);
+  printf("run:     %s (settings in run.json%s)\n", c->out_dir, c->out_dir_auto ? "; runs/latest names the newest" : "");
   printf("metrics: %s\n", t->report.metrics_path);
   if (c->plot && g_plotter) {
     char svg[SL_PATH_MAX + 64];

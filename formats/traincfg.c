@@ -7,8 +7,14 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "base/base.h"
+
+#ifndef SL_VERSION
+#define SL_VERSION "shardlm (unknown build)"
+#endif
 
 typedef enum { K_INT, K_DBL, K_STR, K_BOOL } ktype;
 typedef struct {
@@ -73,7 +79,9 @@ static const key_t_ KEYS[] = {
       "restart the job from the latest checkpoint when a rank dies (needs --ckpt-dir)"),
     S("metrics", metrics, "", "per-step metrics JSONL (default OUT_DIR/metrics.jsonl)"),
     S("save", save, "", "write the trained model here as an HF directory"),
-    S("out-dir", out_dir, "runs/latest", "directory for default outputs (metrics, plot)"),
+    S("out-dir", out_dir, "",
+      "directory for the run's outputs (metrics, plot, run.json; empty: runs/RUN_NAME, runs/latest naming the newest)"),
+    S("run-name", run_name, "", "the run directory's name under runs/ (empty: the start time YYYYmmdd-HHMMSS)"),
     D("peak-tflops", peak_tflops, "0", "peak for MFU (0: measured GEMM peak of the backend)"),
     I("log-every", log_every, "10", "log a line every N steps when not on a terminal"),
     B("summary", summary, "true", "print the per-rank summary at the end"),
@@ -272,6 +280,7 @@ int sl_train_cfg_load_json(sl_train_cfg *c, const char *path) {
   const char *key;
   json_t *val;
   json_object_foreach(root, key, val) {
+    if (key[0] == '_') continue; /* notes ("_shardlm", "_model_config_hash" of a run.json) */
     const key_t_ *k = find_key(key);
     if (!k) {
       rc = sl_fail(SL_EINPUT, "%s: unknown setting '%s' (see shardlm train --help)", path, key);
@@ -382,7 +391,8 @@ int sl_train_cfg_canonical(const sl_train_cfg *c, char *buf, int64_t cap) {
   for (int i = 0; i < NKEYS; i++) {
     const key_t_ *k = &KEYS[i];
     /* outputs and launch details may differ per rank */
-    if (!strcmp(k->name, "metrics") || !strcmp(k->name, "out-dir") || !strcmp(k->name, "save") ||
+    if (!strcmp(k->name, "metrics") || !strcmp(k->name, "out-dir") || !strcmp(k->name, "run-name") ||
+        !strcmp(k->name, "save") ||
         !strcmp(k->name, "nproc") || !strcmp(k->name, "threads") || !strcmp(k->name, "log-every") ||
         !strcmp(k->name, "summary") || !strcmp(k->name, "plot") || !strcmp(k->name, "max-restarts") ||
         !strcmp(k->name, "tensorboard"))
@@ -399,4 +409,62 @@ int sl_train_cfg_canonical(const sl_train_cfg *c, char *buf, int64_t cap) {
     n += w;
   }
   return SL_OK;
+}
+
+int sl_train_cfg_run_dir(sl_train_cfg *c) {
+  if (c->out_dir[0]) return SL_OK;
+  c->out_dir_auto = 1;
+  if (c->resume && c->ckpt_dir[0]) { /* the directory of the run that wrote the checkpoints */
+    char p[SL_PATH_MAX + 16], d[SL_PATH_MAX];
+    snprintf(p, sizeof p, "%s/run-dir", c->ckpt_dir);
+    FILE *f = fopen(p, "r");
+    if (f) {
+      int ok = fgets(d, sizeof d, f) != NULL;
+      fclose(f);
+      d[strcspn(d, "\n")] = 0;
+      if (ok && d[0]) {
+        snprintf(c->out_dir, sizeof c->out_dir, "%s", d);
+        return SL_OK;
+      }
+    }
+  }
+  char name[sizeof c->run_name];
+  if (c->run_name[0]) {
+    if (strchr(c->run_name, '/') || !strcmp(c->run_name, ".") || !strcmp(c->run_name, "..") ||
+        !strcmp(c->run_name, "latest"))
+      return sl_fail(SL_EINPUT, "--run-name '%s': expected a plain directory name (not 'latest', no '/')",
+                     c->run_name);
+    snprintf(name, sizeof name, "%s", c->run_name);
+  } else {
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(name, sizeof name, "%Y%m%d-%H%M%S", &tm);
+  }
+  snprintf(c->out_dir, sizeof c->out_dir, "runs/%s", name);
+  /* a name in use (two runs in one second, a repeated --run-name without --resume) gets a suffix */
+  struct stat st;
+  for (int k = 2; stat(c->out_dir, &st) == 0 && !c->resume && k < 1000; k++)
+    snprintf(c->out_dir, sizeof c->out_dir, "runs/%s-%d", name, k);
+  return SL_OK;
+}
+
+char *sl_train_cfg_json(const sl_train_cfg *c, const char *const *extra) {
+  json_t *o = json_object();
+  if (!o) return NULL;
+  json_object_set_new(o, "_shardlm", json_string(SL_VERSION));
+  for (int i = 0; extra && extra[i] && extra[i + 1]; i += 2) json_object_set_new(o, extra[i], json_string(extra[i + 1]));
+  for (int i = 0; i < NKEYS; i++) {
+    const key_t_ *k = &KEYS[i];
+    const char *p = (const char *)c + k->off;
+    switch (k->type) {
+    case K_INT: json_object_set_new(o, k->name, json_integer((json_int_t) * (const int64_t *)p)); break;
+    case K_DBL: json_object_set_new(o, k->name, json_real(*(const double *)p)); break;
+    case K_BOOL: json_object_set_new(o, k->name, json_boolean(*(const int *)p)); break;
+    case K_STR: json_object_set_new(o, k->name, json_string(p)); break;
+    }
+  }
+  char *t = json_dumps(o, JSON_INDENT(1) | JSON_REAL_PRECISION(17) | JSON_PRESERVE_ORDER);
+  json_decref(o);
+  return t;
 }

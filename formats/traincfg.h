@@ -44,7 +44,9 @@ typedef struct {
   /* outputs */
   char metrics[SL_PATH_MAX]; /* JSONL; default runs/<...>/metrics.jsonl when empty */
   char save[SL_PATH_MAX];    /* HF directory written at the end */
-  char out_dir[SL_PATH_MAX]; /* where default outputs go */
+  char out_dir[SL_PATH_MAX]; /* where default outputs go (empty: runs/RUN_NAME, sl_train_cfg_run_dir) */
+  char run_name[128];        /* the run directory's name under runs/ (empty: the start time) */
+  int out_dir_auto;          /* out_dir was chosen by sl_train_cfg_run_dir (runs/latest follows it; not a key) */
   double peak_tflops;        /* 0: measured GEMM peak of the backend */
   int64_t log_every;
   int summary; /* print the per-rank summary at the end */
@@ -111,6 +113,17 @@ int sl_train_cfg_residual_bf16(const sl_train_cfg *c, int device);
 void sl_train_cfg_usage(FILE *f);
 /* A canonical text of the settings that must agree across ranks. */
 int sl_train_cfg_canonical(const sl_train_cfg *c, char *buf, int64_t cap);
+/* The run's output directory when --out-dir is not given: runs/RUN_NAME
+ * (--run-name, else the local start time YYYYmmdd-HHMMSS; a name taken
+ * gets -2, -3, ...), or, resuming, the directory the checkpoint's run
+ * recorded in CKPT_DIR/run-dir, so a resumed run appends to its own files.
+ * Sets out_dir_auto. A no-op when --out-dir is set. */
+int sl_train_cfg_run_dir(sl_train_cfg *c);
+/* Every setting after defaults as a JSON object that --config reads back,
+ * with "_shardlm" (the build) and the extra "_"-keys given (--config ignores
+ * keys that start with "_"); NULL-terminated key/value string pairs. The
+ * caller frees the text. */
+char *sl_train_cfg_json(const sl_train_cfg *c, const char *const *extra);
 
 #ifdef __cplusplus
 }

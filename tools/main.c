@@ -53,6 +53,22 @@ static int srun_without_pmix(void) {
   return 1;
 }
 
+/* sl_supervise with the run directory passed on (every rank, and every
+ * restart, writes into the one this process chose). */
+static int supervise_in(int argc, char **argv, const sl_train_cfg *cfg, int restarts) {
+  char **a = calloc((size_t)argc + 3, sizeof(char *));
+  if (!a) return 1;
+  memcpy(a, argv, sizeof(char *) * (size_t)argc);
+  int n = argc;
+  if (cfg->out_dir_auto) {
+    a[n++] = "--out-dir";
+    a[n++] = (char *)cfg->out_dir;
+  }
+  int rc = sl_supervise(n, a, restarts);
+  free(a);
+  return rc;
+}
+
 static int cmd_train(int argc, char **argv, int dump) {
   sl_train_cfg cfg;
   sl_train_cfg_defaults(&cfg);
@@ -84,6 +100,10 @@ static int cmd_train(int argc, char **argv, int dump) {
     fprintf(stderr, "shardlm: %s\n", sl_errmsg());
     return exit_code(rc);
   }
+  if ((rc = sl_train_cfg_run_dir(&cfg))) { /* runs/NAME, or the resumed run's (rank 0's is the one written) */
+    fprintf(stderr, "shardlm: %s\n", sl_errmsg());
+    return exit_code(rc);
+  }
   if (demo) {
     /* the README's main job: built-in model and corpus, 2 ranks, ZeRO-3 */
     cfg.nproc = 2;
@@ -100,21 +120,23 @@ static int cmd_train(int argc, char **argv, int dump) {
       fprintf(stderr, "shardlm: --max-restarts needs --ckpt-dir\n");
       return 2;
     }
-    return sl_supervise(argc, argv, (int)cfg.max_restarts);
+    return supervise_in(argc, argv, &cfg, (int)cfg.max_restarts);
   }
   if (cfg.nproc > 1 && !sl_under_launcher()) {
     if (demo) {
       /* pass the demo's settings through explicitly */
-      char **a2 = calloc(8, sizeof(char *));
+      char **a2 = calloc(10, sizeof(char *));
       a2[0] = argv[0];
       a2[1] = "train";
       a2[2] = "--nproc";
       a2[3] = "2";
       a2[4] = "--save";
       a2[5] = cfg.save;
-      return sl_supervise(6, a2, 0);
+      a2[6] = "--out-dir";
+      a2[7] = cfg.out_dir;
+      return sl_supervise(8, a2, 0);
     }
-    return sl_supervise(argc, argv, 0); /* a local mpirun; signals reach the ranks (tools/supervise.c) */
+    return supervise_in(argc, argv, &cfg, 0); /* a local mpirun; signals reach the ranks (tools/supervise.c) */
   }
   if (srun_without_pmix()) return 2;
   if (!dump) sl_signals_install(); /* from here on SIGTERM/SIGINT mean: checkpoint and stop */
