@@ -5,10 +5,13 @@
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include "base/base.h"
 #include "engine/trainer_internal.h"
 #include "formats/metrics.h"
+#include "formats/tbevents.h"
 
 /* The collective kinds tensor parallelism uses, in the order printed. */
 static const sl_coll_kind TP_KINDS[3] = {SL_COLL_ALLGATHER, SL_COLL_REDUCE_SCATTER, SL_COLL_ALLREDUCE};
@@ -145,6 +148,47 @@ const char *sl_fmt_dur(char *buf, size_t cap, double s) {
   return buf;
 }
 
+/* The metrics line's charted figures as TensorBoard scalars (the same values; float32 there). */
+static void tb_step(trainer *t, int64_t s, const step_out *o, double tps, double mfu, double dt,
+                    const sl_mem_stats *ms) {
+  sl_tb *tb = t->report.tb;
+  if (!tb) return;
+  char tag[64];
+  sl_tb_begin(tb, s + 1);
+  sl_tb_scalar(tb, "train/loss", o->loss);
+  sl_tb_scalar(tb, "train/lr", o->lr);
+  sl_tb_scalar(tb, "train/grad_norm", o->grad_norm);
+  sl_tb_scalar(tb, "train/tokens_per_s", tps);
+  sl_tb_scalar(tb, "train/mfu", mfu);
+  sl_tb_scalar(tb, "train/step_time_s", dt);
+  sl_tb_scalar(tb, "train/skipped_steps", (double)t->guard.total);
+  sl_tb_scalar(tb, "memory/peak_bytes", (double)ms->total_peak);
+  for (int a = 0; a < SL_ARENA_COUNT; a++) {
+    snprintf(tag, sizeof tag, "memory/%s", sl_arena_name(a));
+    sl_tb_scalar(tb, tag, (double)ms->peak[a]);
+  }
+  if (o->moe_n) sl_tb_scalar(tb, "moe/max_over_mean", moe_imbalance(o->moe_load, o->moe_n, t->m->cfg.moe_experts));
+  if (o->ev.samples) {
+    sl_tb_scalar(tb, "eval/loss", o->ev.loss);
+    sl_tb_scalar(tb, "eval/ppl", o->ev.ppl);
+  }
+  sl_tb_end(tb);
+}
+
+void sl_trainer_tb_open(trainer *t) {
+  struct stat sb; /* the metrics' directory, unless they go to a device (/dev/stdout): OUT_DIR then */
+  char dir[SL_PATH_MAX + 64];
+  snprintf(dir, sizeof dir, "%s", t->report.metrics_path);
+  char *slash = strrchr(dir, '/');
+  if (stat(t->report.metrics_path, &sb) != 0 || !S_ISREG(sb.st_mode)) snprintf(dir, sizeof dir, "%s", t->cfg.out_dir);
+  else if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == dir) dir[1] = 0;
+  else *slash = 0;
+  sl_tb_open(dir, t->cfg.resume ? t->start_step + 1 : 0, &t->report.tb);
+}
+
+void sl_trainer_tb_close(trainer *t) { sl_tb_close(&t->report.tb); }
+
 int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt, double flops_tok) {
   int64_t *stages = NULL; /* --pp > 1: every stage's figures (a collective over the PP communicator) */
   int rc = t->par.pplan ? sl_trainer_pp_gather(t, &stages) : SL_OK;
@@ -218,5 +262,6 @@ int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt
             sl_guard_json(jr, o->ev.ppl));
   fprintf(t->report.metrics, ", \"elapsed_s\": %.3f, \"eta_s\": %.3f, \"tokens_per_s_avg\": %.2f, \"mfu_avg\": %.6f}\n",
           t->report.elapsed_s, t->report.eta_s, t->report.tps_avg, t->report.mfu_avg);
+  tb_step(t, s, o, tps, mfu, dt, &ms);
   return sl_metrics_flush(t->report.metrics, t->report.metrics_path);
 }

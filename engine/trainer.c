@@ -1148,6 +1148,7 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   /* resumed: the metrics keep the steps the checkpoint holds, nothing past it */
   if (t.rank == 0) rc = sl_metrics_open(t.report.metrics_path, c->resume ? t.start_step : -1, &t.report.metrics);
   if ((rc = rank0_agree(&t, rc))) goto done;
+  if (t.rank == 0 && c->tensorboard) sl_trainer_tb_open(&t);
   if (t.start_step >= c->steps && t.start_step > 0)
     sl_log0(SL_LOG_INFO,
             "nothing to train: the checkpoint in %s is at step %lld and --steps is %lld (raise --steps "
@@ -1179,6 +1180,7 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   if (c->summary) sl_trainer_summary(&t, wall);
   if (t.rank == 0 && c->steps > t.start_step) run_report(&t, wall, first_loss, o.loss, ppsvg);
 done:
+  sl_trainer_tb_close(&t);
   free(o.moe_load);
   free(o.moe_stats);
   sl_trainer_free(&t);

@@ -60,6 +60,7 @@ typedef struct {
   double peak_flops; /* per rank */
   char metrics_path[SL_PATH_MAX + 64];
   FILE *metrics;
+  struct sl_tb *tb;                 /* rank 0, --tensorboard: the events file (NULL: none) */
   uint64_t prev_bytes, prev_wait;   /* comm counters at the last metrics line */
   uint64_t prev_a2a;                /* --ep > 1: ns inside the all-to-alls at the last metrics line */
   uint64_t prev_tp[SL_COLL_NKINDS]; /* TP comm bytes per kind at the last metrics line */
@@ -141,6 +142,10 @@ int sl_trainer_fwd_bwd(trainer *t, int nk, sl_fwd_hook hook, void *hook_user, do
 /* " moe_dropped N moe_z_loss Z" for the step's log line when those options are on (else ""). */
 void sl_trainer_moe_note(const trainer *t, const step_out *o, char *buf, size_t cap);
 int sl_trainer_write_metrics(trainer *t, int64_t s, const step_out *o, double dt, double flops_tok);
+/* Rank 0, --tensorboard: opens the run's TensorBoard events file (a new one per run, resumed runs too) in the
+ * metrics file's directory (OUT_DIR when the metrics go to a device); a failure warns and the run goes on. */
+void sl_trainer_tb_open(trainer *t);
+void sl_trainer_tb_close(trainer *t);
 /* --pp > 1 (engine/report_pp.c): every stage's figures since the last line,
  * gathered over the PP communicator (collective: every rank calls it);
  * *all: P rows, freed by the caller. */

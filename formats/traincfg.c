@@ -97,6 +97,8 @@ static const key_t_ KEYS[] = {
     I("log-every", log_every, "10", "log a line every N steps when not on a terminal"),
     B("summary", summary, "true", "print the per-rank summary at the end"),
     B("plot", plot, "true", "draw OUT_DIR/metrics.svg at the end"),
+    B("tensorboard", tensorboard, "true",
+      "write TensorBoard scalars (events.out.tfevents.*) in the metrics file's directory"),
     S("eval-data", eval_data, "", "held-out dataset prefix for --eval-every (instead of --split)"),
     S("split", holdout, "",
       "train,valid,test weights over --data's documents (Megatron), e.g. 98,2,0: train on the first range, evaluate on "
@@ -563,7 +565,8 @@ int sl_train_cfg_canonical(const sl_train_cfg *c, char *buf, int64_t cap) {
     if (!strcmp(k->name, "metrics") || !strcmp(k->name, "out-dir") || !strcmp(k->name, "run-name") ||
         !strcmp(k->name, "save") ||
         !strcmp(k->name, "nproc") || !strcmp(k->name, "threads") || !strcmp(k->name, "log-every") ||
-        !strcmp(k->name, "summary") || !strcmp(k->name, "plot") || !strcmp(k->name, "max-restarts"))
+        !strcmp(k->name, "summary") || !strcmp(k->name, "plot") || !strcmp(k->name, "max-restarts") ||
+        !strcmp(k->name, "tensorboard"))
       continue;
     const char *p = (const char *)c + k->off;
     int w = 0;

@@ -57,6 +57,7 @@ typedef struct {
   int64_t log_every;
   int summary; /* print the per-rank summary at the end */
   int plot;    /* draw the metrics SVG at the end */
+  int tensorboard; /* TensorBoard scalar events next to the metrics (formats/tbevents.h) */
   /* held-out evaluation (engine/eval.c) */
   char eval_data[SL_PATH_MAX]; /* held-out dataset prefix (empty: --split or none) */
   char holdout[64];            /* --split "98,2,0": document weights over data (empty: none) */

@@ -17,19 +17,33 @@
 
 #include "base/base.h"
 
-#define W 900
+#define W 1080
 #define PLOT_X0 90
 #define PLOT_X1 870
-#define MAX_POINTS 4000 /* polyline points per panel (uniform stride beyond) */
+#define LEGEND_X0 (PLOT_X1 + 14) /* the legend: right of the plotting area, never over the data */
+#define MAX_POINTS 4000          /* polyline points per panel (uniform stride beyond) */
 
 /* columns of the metrics: step, then the plotted values (NaN when a line
  * lacks one) */
-enum { C_STEP, C_LOSS, C_TPS, C_LR, C_GN, C_EVAL, C_MOE_LOAD, C_MOE_AUX, C_MOE_Z, C_MOE_DROP, C_ARENA,
-       NCOL = C_ARENA + SL_ARENA_COUNT };
+enum {
+  C_STEP,
+  C_LOSS,
+  C_TPS,
+  C_LR,
+  C_GN,
+  C_EVAL,
+  C_MOE_LOAD,
+  C_MOE_AUX,
+  C_MOE_Z,
+  C_MOE_DROP,
+  C_ARENA,
+  NCOL = C_ARENA + SL_ARENA_COUNT
+};
 /* the mixture of experts' (absent for a dense model): the worst layer's max / mean load, the router losses,
  * the step's dropped slots (moe_dropped: a number per layer, summed here) */
-static const char *const KEY[C_ARENA] = {"step",      "loss",           "tokens_per_s", "lr",         "grad_norm",
-                                         "eval_loss", "moe_max_over_mean", "moe_aux_loss", "moe_z_loss", NULL};
+static const char *const KEY[C_ARENA] = {"step",       "loss",      "tokens_per_s",      "lr",
+                                         "grad_norm",  "eval_loss", "moe_max_over_mean", "moe_aux_loss",
+                                         "moe_z_loss", NULL};
 
 typedef struct {
   double *v[NCOL]; /* (n) per column */
@@ -114,13 +128,59 @@ static void xml_escape(FILE *f, const char *s) {
   }
 }
 
-static const char *const COLORS[] = {"#c0392b", "#27ae60", "#2471a3", "#8e44ad",
+/* Each series of a panel: its own colour, dash pattern and marker shape, so lines that coincide (or look
+ * alike in grey) can still be told apart; the markers of series c are staggered along the line. */
+static const char *const COLORS[] = {"#c0392b", "#2471a3", "#27ae60", "#8e44ad",
                                      "#d35400", "#16a085", "#7f8c8d", "#2c3e50"};
+static const char *const DASHES[] = {"", "7,3", "2,2", "9,3,2,3", "4,4", "12,3,2,3,2,3", "1,3", "6,2,6,6"};
+#define NSTYLE 8
+#define NMARK 8 /* markers per dense line */
 
-/* One panel of lines cols[0..nc) against step; names: legend (NULL: none);
- * columns with few points (held-out loss) also get markers. */
+/* The marker of series c at (x, y): circle, square, triangle, diamond, x, plus, triangle down, star-ish. */
+static void marker(FILE *f, int c, double x, double y, const char *color) {
+  switch (c % NSTYLE) {
+  case 0: fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.2\" fill=\"%s\"/>\n", x, y, color); break;
+  case 1:
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"6\" height=\"6\" fill=\"%s\"/>\n", x - 3, y - 3, color);
+    break;
+  case 2:
+    fprintf(f, "<path d=\"M%.1f %.1fL%.1f %.1fL%.1f %.1fZ\" fill=\"%s\"/>\n", x, y - 4, x + 3.5, y + 3, x - 3.5, y + 3,
+            color);
+    break;
+  case 3:
+    fprintf(f, "<path d=\"M%.1f %.1fL%.1f %.1fL%.1f %.1fL%.1f %.1fZ\" fill=\"%s\"/>\n", x, y - 4, x + 4, y, x, y + 4,
+            x - 4, y, color);
+    break;
+  case 4:
+    fprintf(f, "<path d=\"M%.1f %.1fL%.1f %.1fM%.1f %.1fL%.1f %.1f\" stroke=\"%s\" stroke-width=\"1.8\"/>\n", x - 3.5,
+            y - 3.5, x + 3.5, y + 3.5, x - 3.5, y + 3.5, x + 3.5, y - 3.5, color);
+    break;
+  case 5:
+    fprintf(f, "<path d=\"M%.1f %.1fL%.1f %.1fM%.1f %.1fL%.1f %.1f\" stroke=\"%s\" stroke-width=\"1.8\"/>\n", x - 4, y,
+            x + 4, y, x, y - 4, x, y + 4, color);
+    break;
+  case 6:
+    fprintf(f, "<path d=\"M%.1f %.1fL%.1f %.1fL%.1f %.1fZ\" fill=\"%s\"/>\n", x, y + 4, x + 3.5, y - 3, x - 3.5, y - 3,
+            color);
+    break;
+  default:
+    fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.2\" fill=\"white\" stroke=\"%s\" stroke-width=\"1.5\"/>\n", x, y,
+            color);
+  }
+}
+
+/* The index among a dense series' pts points of its m-th marker (series c of nc). */
+static int64_t mark_at(int64_t m, int c, int nc, int64_t pts) {
+  int64_t nm = pts / nc < NMARK ? pts / nc : NMARK; /* fewer when the series' offsets would fall on one point */
+  if (nm < 1) nm = 1;
+  return m >= nm ? pts : (int64_t)((m + (c + 0.5) / nc) / nm * (double)pts);
+}
+
+/* One panel of lines cols[0..nc) against step; names: legend (NULL: none), drawn right of the plotting
+ * area; from0: a size or rate, never negative: the axis starts at 0 (and a flat 0 line spans [0, 1]).
+ * Columns with few points (held-out loss) get a marker at every point, dense ones NMARK staggered markers. */
 static void panel(FILE *f, const series *s, const int *cols, int nc, const char *const *names, double y0, double y1,
-                  const char *label, double xlo, double xhi) {
+                  const char *label, double xlo, double xhi, int from0) {
   double lo = INFINITY, hi = -INFINITY;
   for (int c = 0; c < nc; c++) {
     double l, h;
@@ -130,21 +190,26 @@ static void panel(FILE *f, const series *s, const int *cols, int nc, const char 
     if (h > hi) hi = h;
   }
   if (!isfinite(lo)) range_of(s->v[cols[0]], s->n, &lo, &hi);
+  if (from0) {
+    lo = 0;
+    if (hi <= 0) hi = 1;
+  }
   double st = nice_step(hi - lo, 5);
   lo = floor(lo / st) * st;
   hi = ceil(hi / st) * st;
+  if (from0 && lo < 0) lo = 0;
   double xs = nice_step(xhi - xlo, 8);
 #define PX(x) (PLOT_X0 + ((x)-xlo) / (xhi - xlo) * (PLOT_X1 - PLOT_X0))
 #define PY(v) (y1 - ((v)-lo) / (hi - lo) * (y1 - y0))
   fprintf(f,
-          "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"none\" "
+          "<rect class=\"plot-area\" x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"none\" "
           "stroke=\"#444\"/>\n",
           PLOT_X0, y0, PLOT_X1 - PLOT_X0, y1 - y0);
   for (int k = 0; k < 40 && lo + k * st <= hi + st * 1e-6; k++) {
     double t = lo + k * st, py = PY(t);
     fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", PLOT_X0, py, PLOT_X1, py);
-    fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%.6g</text>\n", PLOT_X0 - 6, py + 4,
-            fabs(t) < st * 1e-6 ? 0.0 : t);
+    fprintf(f, "<text class=\"ytick\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%.6g</text>\n",
+            PLOT_X0 - 6, py + 4, fabs(t) < st * 1e-6 ? 0.0 : t);
   }
   for (int k = 0; k < 40 && ceil(xlo / xs) * xs + k * xs <= xhi + xs * 1e-6; k++) {
     double t = ceil(xlo / xs) * xs + k * xs, px = PX(t);
@@ -157,25 +222,43 @@ static void panel(FILE *f, const series *s, const int *cols, int nc, const char 
           22, (y0 + y1) / 2, 22, (y0 + y1) / 2, label);
   fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\">step</text>\n", (PLOT_X0 + PLOT_X1) / 2,
           y1 + 34);
+  int nshown = 0;
+  for (int c = 0; c < nc && names; c++) nshown += any_finite(s, cols[c]);
+  if (nshown) /* the legend's box, right of the plotting area */
+    fprintf(f,
+            "<rect class=\"legend\" x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"white\" stroke=\"#bbb\"/>\n",
+            LEGEND_X0, y0, W - LEGEND_X0 - 6, 8 + 16 * nshown);
   int shown = 0;
   for (int c = 0; c < nc; c++) {
     const double *y = s->v[cols[c]];
-    const char *color = COLORS[c % (int)(sizeof COLORS / sizeof COLORS[0])];
+    const char *color = COLORS[c % NSTYLE], *dash = DASHES[c % NSTYLE];
     int64_t pts = 0;
     for (int64_t i = 0; i < s->n; i++) pts += isfinite(y[i]) != 0;
     if (!pts) continue;
-    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", color);
+    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"%s%s%s points=\"", color,
+            dash[0] ? " stroke-dasharray=\"" : "", dash, dash[0] ? "\"" : "");
     int64_t stride = s->n > MAX_POINTS ? (s->n + MAX_POINTS - 1) / MAX_POINTS : 1;
     for (int64_t i = 0; i < s->n; i += stride)
       if (isfinite(y[i]) && isfinite(s->v[C_STEP][i])) fprintf(f, "%.1f,%.1f ", PX(s->v[C_STEP][i]), PY(y[i]));
     fputs("\"/>\n", f);
-    if (pts == 1 || (pts < s->n && pts <= 200)) /* sparse: the held-out loss */
-      for (int64_t i = 0; i < s->n; i++)
-        if (isfinite(y[i]))
-          fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX(s->v[C_STEP][i]), PY(y[i]), color);
+    int sparse = pts == 1 || (pts < s->n && pts <= 200); /* the held-out loss: every point */
+    if (sparse || nc > 1) /* dense: NMARK markers, series c's offset by (c + 1/2) / nc of their spacing */
+      for (int64_t i = 0, k = 0, m = 0; i < s->n; i++) {
+        if (!isfinite(y[i]) || !isfinite(s->v[C_STEP][i])) continue;
+        if (sparse || (m < NMARK && k == mark_at(m, c, nc, pts))) {
+          marker(f, c, PX(s->v[C_STEP][i]), PY(y[i]), color);
+          while (!sparse && m < NMARK && mark_at(m, c, nc, pts) <= k) m++;
+        }
+        k++;
+      }
     if (names) {
-      fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\" fill=\"%s\">%s</text>\n", PLOT_X1 - 8,
-              y0 + 14 + 13 * shown, color, names[c]);
+      double ly = y0 + 14 + 16 * shown;
+      fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"1.5\"%s%s%s/>\n",
+              LEGEND_X0 + 6, ly - 4, LEGEND_X0 + 36, ly - 4, color, dash[0] ? " stroke-dasharray=\"" : "", dash,
+              dash[0] ? "\"" : "");
+      if (sparse || nc > 1) marker(f, c, LEGEND_X0 + 21, ly - 4, color);
+      fprintf(f, "<text x=\"%d\" y=\"%.1f\" font-size=\"11\" fill=\"%s\">%s</text>\n", LEGEND_X0 + 42, ly, color,
+              names[c]);
       shown++;
     }
   }
@@ -206,7 +289,8 @@ static int read_series(FILE *in, const char *jsonl_path, series *s) {
   if (rc) return rc;
   if (ferror(in)) return sl_fail(SL_EIO, "%s: read failed", jsonl_path);
   if (s->n == 0 && nulls > 0)
-    return sl_fail(SL_EINPUT, "%s: no step had a finite loss (%lld metrics lines, every \"loss\" is null): nothing to plot",
+    return sl_fail(SL_EINPUT,
+                   "%s: no step had a finite loss (%lld metrics lines, every \"loss\" is null): nothing to plot",
                    jsonl_path, nulls);
   if (s->n == 0)
     return sl_fail(SL_EINPUT,
@@ -248,19 +332,19 @@ static void write_panels(FILE *out, const series *s, const char *jsonl_path, dou
   xml_escape(out, base);
   fprintf(out, " (%lld steps)</text>\n", (long long)s->n);
   double y = 50;
-#define NEXT(cols, nc, names, label)                                                                                   \
+#define NEXT(cols, nc, names, label, from0)                                                                            \
   do {                                                                                                                 \
-    panel(out, s, cols, nc, names, y, y + PH, label, xlo, xhi);                                                        \
+    panel(out, s, cols, nc, names, y, y + PH, label, xlo, xhi, from0);                                                 \
     y += PH + GAP;                                                                                                     \
   } while (0)
-  NEXT(loss_cols, has_eval ? 2 : 1, has_eval ? loss_names : NULL, "loss");
-  NEXT(&tps_col, 1, NULL, "tokens/s");
-  if (any_finite(s, C_LR)) NEXT(&lr_col, 1, NULL, "learning rate");
-  if (any_finite(s, C_GN)) NEXT(&gn_col, 1, NULL, "gradient norm");
-  if (has_load) NEXT(&load_col, 1, NULL, "expert load: the worst layer's max / mean tokens (1 = balanced)");
-  if (has_rl) NEXT(moe_cols, 2, moe_names, "router losses (moe_aux_loss, moe_z_loss)");
-  if (has_drop) NEXT(&drop_col, 1, NULL, "slots dropped by the expert capacity (all layers)");
-  if (nmem) NEXT(mem_cols, nmem, mem_names, "peak memory per arena (MiB)");
+  NEXT(loss_cols, has_eval ? 2 : 1, has_eval ? loss_names : NULL, "loss", 0);
+  NEXT(&tps_col, 1, NULL, "tokens/s", 1);
+  if (any_finite(s, C_LR)) NEXT(&lr_col, 1, NULL, "learning rate", 1);
+  if (any_finite(s, C_GN)) NEXT(&gn_col, 1, NULL, "gradient norm", 1);
+  if (has_load) NEXT(&load_col, 1, NULL, "expert load: the worst layer's max / mean tokens (1 = balanced)", 0);
+  if (has_rl) NEXT(moe_cols, 2, moe_names, "router losses (moe_aux_loss, moe_z_loss)", 0);
+  if (has_drop) NEXT(&drop_col, 1, NULL, "slots dropped by the expert capacity (all layers)", 1);
+  if (nmem) NEXT(mem_cols, nmem, mem_names, "peak memory per arena (MiB)", 1);
 #undef NEXT
 }
 
