@@ -263,7 +263,9 @@ static int set_key(sl_train_cfg *c, const key_t_ *k, const char *v, const char *
     int rc = check_range(k, x, v, where);
     if (rc) return rc;
     *(double *)p = x;
-    if (k->off == offsetof(sl_train_cfg, moe_bias_rate) && strcmp(where, "default")) c->moe_bias_rate_given = 1;
+    /* a rate other than the default (which has no effect without the bias: a run.json may list it) */
+    if (k->off == offsetof(sl_train_cfg, moe_bias_rate) && strcmp(where, "default"))
+      c->moe_bias_rate_given = x != strtod(k->def, NULL);
     return SL_OK;
   }
   case K_BOOL:

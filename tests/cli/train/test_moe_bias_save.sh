@@ -28,8 +28,11 @@ E="--data $W/held --seq-len 16 --micro-batch 2 --threads 1 --max-samples 5 --jso
 # 1. --moe-bias-rate is the bias's rate: refused where there is no bias
 "$B" train --model "$W/moe" $A --steps 1 --moe-bias-rate 0.01 --out-dir "$W/r1" > "$W/r1.log" 2>&1
 rc_is "--moe-bias-rate without --moe-balance bias refused" $? 2 "$W/r1.log" "--moe-bias-rate is the expert bias's update rate: it needs --moe-balance bias (found aux)"
-"$B" train --model "$W/moe" $A --steps 1 --moe-balance none --moe-bias-rate 1e-3 --out-dir "$W/r2" > "$W/r2.log" 2>&1
-rc_is "... with --moe-balance none (even at the default's value)" $? 2 "$W/r2.log" "(found none)"
+"$B" train --model "$W/moe" $A --steps 1 --moe-balance none --moe-bias-rate 0.02 --out-dir "$W/r2" > "$W/r2.log" 2>&1
+rc_is "... with --moe-balance none" $? 2 "$W/r2.log" "(found none)"
+# the default's value written out (a run.json lists every setting) changes nothing and is accepted
+"$B" train --model "$W/moe" $A --steps 1 --moe-balance none --moe-bias-rate 1e-3 --out-dir "$W/r2b" > "$W/r2b.log" 2>&1
+rc_is "--moe-bias-rate at its default's value accepted without the bias" $? 0 "$W/r2b.log" "trained 1 steps"
 echo '{"moe_bias_rate": 0.01}' > "$W/rate.json"
 "$B" train --model "$W/moe" $A --steps 1 --config "$W/rate.json" --out-dir "$W/r3" > "$W/r3.log" 2>&1
 rc_is "... from --config" $? 2 "$W/r3.log" "it needs --moe-balance bias"
