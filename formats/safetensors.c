@@ -83,9 +83,11 @@ uint16_t sl_f32_to_f16(float f) {
   uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
   uint32_t a = bits & 0x7fffffffu;
   if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu)); /* quiet NaN */
-  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds past 65504 (or inf): inf */
-  if (a < 0x38800000u) { /* below 2^-14: a subnormal (or zero), in units of 2^-24 */
-    if (a < 0x33000000u) return sign; /* at most half of 2^-24: zero */
+  /* rounds past 65504 (or inf): inf */
+  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+  /* below 2^-14: a subnormal (or zero), in units of 2^-24; at most half of 2^-24: zero */
+  if (a < 0x38800000u) {
+    if (a < 0x33000000u) return sign;
     uint32_t m = (a & 0x7fffffu) | 0x800000u, sh = 126u - (a >> 23); /* value = m x 2^(e-150), e = a >> 23 */
     uint32_t q = m >> sh, rem = m & ((1u << sh) - 1u), half = 1u << (sh - 1);
     if (rem > half || (rem == half && (q & 1u))) q++;

@@ -263,9 +263,9 @@ int sl_savedir_dtype(const char *save_dtype, const char *model_dir, sl_st_dtype 
 }
 
 int sl_savedir_copy_aux(const char *src_dir, const char *tmp) {
-  static const char *const names[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                                      "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json",
-                                      "generation_config.json"};
+  static const char *const names[] = {
+      "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
+      "merges.txt",     "added_tokens.json",     "generation_config.json"};
   struct stat sb;
   if (!src_dir || !src_dir[0] || stat(src_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return SL_OK;
   char src[PATH_CAP + 64], dst[PATH_CAP + 64];
