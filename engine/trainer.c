@@ -40,6 +40,7 @@
 #include "formats/hfconfig.h"
 #include "formats/metrics.h"
 #include "formats/safetensors.h"
+#include "formats/savedir.h"
 #include "kernels/registry.h"
 #include "models/model.h"
 #include "offload/offload.h"
@@ -990,7 +991,9 @@ static int save_model(trainer *t, const char *dir, int64_t step) {
   int comm_rc = SL_OK; /* a gather that failed: the others are gone, no draining */
   if (t->rank == 0) {
     int64_t nb;
-    rc = sl_model_save(t->m, dir, fill_seq, &q, 0, sl_model_moe_bias(t->m, &nb));
+    sl_st_dtype dt; /* --save-dtype auto: the --model directory's dtype */
+    rc = sl_savedir_dtype(t->cfg.save_dtype, t->cfg.model, &dt);
+    if (!rc) rc = sl_model_save(t->m, dir, fill_seq, &q, 0, sl_model_moe_bias(t->m, &nb), dt, t->cfg.model);
     if (rc == SL_ECOMM) comm_rc = rc;
     char keep[1024];
     snprintf(keep, sizeof keep, "%s", sl_errmsg());

@@ -1608,7 +1608,9 @@ static void mamba_fields_json(json_t *o, const sl_model_config *c) {
   if (c->mixer_rms) SETR("mixer_rms_eps", c->mixer_rms_eps);
 }
 
-int sl_hfconfig_save(const char *path, const sl_model_config *c) {
+int sl_hfconfig_save(const char *path, const sl_model_config *c) { return sl_hfconfig_save_as(path, c, "float32"); }
+
+int sl_hfconfig_save_as(const char *path, const sl_model_config *c, const char *torch_dtype) {
   int rc = sl_hfconfig_validate(path, c);
   if (rc) return rc;
   json_t *o = json_object();
@@ -1641,7 +1643,7 @@ int sl_hfconfig_save(const char *path, const sl_model_config *c) {
     json_object_set_new(o, "eos_token_id", json_null());
   }
   SETB("use_cache", 1);
-  SETS("torch_dtype", "float32");
+  SETS("torch_dtype", torch_dtype);
   char *text = json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
   json_decref(o);
   if (!text) return sl_fail(SL_ENOMEM, "out of memory writing %s", path);

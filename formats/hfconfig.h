@@ -144,6 +144,9 @@ int sl_hfconfig_validate(const char *path_for_msgs, const sl_model_config *cfg);
 /* Writes a config.json transformers 4.x loads for cfg's architecture (always
  * the HF form, also for a state-spaces input), atomically. */
 int sl_hfconfig_save(const char *path, const sl_model_config *cfg);
+/* The same with torch_dtype "float32" | "bfloat16" | "float16" (the saved
+ * weights' dtype; sl_hfconfig_save writes "float32"). */
+int sl_hfconfig_save_as(const char *path, const sl_model_config *cfg, const char *torch_dtype);
 
 #ifdef __cplusplus
 }

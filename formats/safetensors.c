@@ -77,6 +77,26 @@ uint16_t sl_f32_to_bf16(float f) {
   return (uint16_t)(bits >> 16);
 }
 
+uint16_t sl_f32_to_f16(float f) {
+  uint32_t bits;
+  memcpy(&bits, &f, 4);
+  uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
+  uint32_t a = bits & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu)); /* quiet NaN */
+  /* rounds past 65504 (or inf): inf */
+  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+  /* below 2^-14: a subnormal (or zero), in units of 2^-24; at most half of 2^-24: zero */
+  if (a < 0x38800000u) {
+    if (a < 0x33000000u) return sign;
+    uint32_t m = (a & 0x7fffffu) | 0x800000u, sh = 126u - (a >> 23); /* value = m x 2^(e-150), e = a >> 23 */
+    uint32_t q = m >> sh, rem = m & ((1u << sh) - 1u), half = 1u << (sh - 1);
+    if (rem > half || (rem == half && (q & 1u))) q++;
+    return (uint16_t)(sign | q);
+  }
+  a += 0xfffu + ((a >> 13) & 1u); /* round to nearest even at bit 13 */
+  return (uint16_t)(sign | ((a - 0x38000000u) >> 13));
+}
+
 /* ---- one file ---------------------------------------------------------------- */
 struct sl_st_file {
   char *path;
@@ -625,10 +645,12 @@ static int sb_json_string(sbuf *b, const char *s) {
   return r | sb_str(b, "\"");
 }
 
+static int64_t wt_size(sl_st_dtype d) { return d == SL_ST_BF16 || d == SL_ST_F16 ? 2 : 4; }
+
 static int64_t wt_bytes(const sl_st_wtensor *t) {
   int64_t n = 1;
   for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
-  return n * (t->dtype == SL_ST_BF16 ? 2 : 4);
+  return n * wt_size(t->dtype);
 }
 
 static int cmp_str_ptr(const void *a, const void *b) {
@@ -642,8 +664,8 @@ static int check_wtensors(const char *path, const sl_st_wtensor *ts, int64_t n, 
     const sl_st_wtensor *t = &ts[i];
     if (!t->name || !t->name[0] || !strcmp(t->name, "__metadata__"))
       return sl_fail(SL_EINPUT, "%s: tensor #%lld has an empty or reserved name", path, (long long)i);
-    if (t->dtype != SL_ST_F32 && t->dtype != SL_ST_BF16)
-      return sl_fail(SL_EINPUT, "%s: tensor '%s': can only write F32 or BF16, got %s", path, t->name,
+    if (t->dtype != SL_ST_F32 && t->dtype != SL_ST_BF16 && t->dtype != SL_ST_F16)
+      return sl_fail(SL_EINPUT, "%s: tensor '%s': can only write F32, BF16 or F16, got %s", path, t->name,
                      sl_st_dtype_name(t->dtype));
     if (t->ndim < 0 || t->ndim > SL_ST_MAX_DIMS)
       return sl_fail(SL_EINPUT, "%s: tensor '%s': %d dimensions (0..%d allowed)", path, t->name, t->ndim,
@@ -709,7 +731,7 @@ static int write_one(const char *path, const sl_st_wtensor *ts, int64_t n, int64
   uint64_t hl = h.n;
   if ((rc = sl_write_all(fd, &hl, 8, tmp)) || (rc = sl_write_all(fd, h.p, h.n, tmp))) goto done;
   for (int64_t i = 0; i < n; i++) {
-    int64_t numel = wt_bytes(&ts[i]) / (ts[i].dtype == SL_ST_BF16 ? 2 : 4);
+    int64_t numel = wt_bytes(&ts[i]) / wt_size(ts[i].dtype);
     if (numel == 0) continue;
     if ((rc = fill(ctx, index_base + i, &ts[i], buf))) {
       sl_fail_ctx(rc, "while writing tensor '%s' to %s", ts[i].name, path);
@@ -720,7 +742,10 @@ static int write_one(const char *path, const sl_st_wtensor *ts, int64_t n, int64
     } else {
       for (int64_t j = 0; j < numel; j += (int64_t)cvt_cap) {
         int64_t m = numel - j < (int64_t)cvt_cap ? numel - j : (int64_t)cvt_cap;
-        for (int64_t k = 0; k < m; k++) cvt[k] = sl_f32_to_bf16(buf[j + k]);
+        if (ts[i].dtype == SL_ST_BF16)
+          for (int64_t k = 0; k < m; k++) cvt[k] = sl_f32_to_bf16(buf[j + k]);
+        else
+          for (int64_t k = 0; k < m; k++) cvt[k] = sl_f32_to_f16(buf[j + k]);
         if ((rc = sl_write_all(fd, cvt, (size_t)m * 2, tmp))) goto done;
       }
     }

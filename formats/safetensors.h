@@ -112,7 +112,7 @@ typedef struct {
   const char *name;
   int ndim;                      /* 0..SL_ST_MAX_DIMS */
   int64_t shape[SL_ST_MAX_DIMS]; /* (ndim) */
-  sl_st_dtype dtype;             /* SL_ST_F32 or SL_ST_BF16 */
+  sl_st_dtype dtype;             /* SL_ST_F32, SL_ST_BF16 or SL_ST_F16 */
 } sl_st_wtensor;
 
 /* Fills the fp32 values of tensor `index` (numel floats, row-major) into dst.
@@ -130,10 +130,12 @@ int sl_st_write_file(const char *path, const sl_st_wtensor *ts, int64_t n, sl_st
 int sl_st_write_dir(const char *dir, const sl_st_wtensor *ts, int64_t n, sl_st_fill_fn fill, void *ctx,
                     int64_t max_shard_bytes);
 
-/* fp16 / bf16 <-> fp32 (bf16 rounds to nearest even; NaN stays NaN). */
+/* fp16 / bf16 <-> fp32 (fp32 -> bf16 / fp16 round to nearest even; NaN
+ * stays NaN; fp16: past 65504 is inf, below 2^-14 subnormal). */
 float sl_f16_to_f32(uint16_t h);
 float sl_bf16_to_f32(uint16_t b);
 uint16_t sl_f32_to_bf16(float f);
+uint16_t sl_f32_to_f16(float f);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -208,4 +209,73 @@ fail:
 
 void sl_savedir_abort(const char *tmp) {
   if (tmp && tmp[0]) sl_ckio_rmtree(tmp);
+}
+
+const char *sl_savedir_torch_dtype(sl_st_dtype d) {
+  return d == SL_ST_BF16 ? "bfloat16" : d == SL_ST_F16 ? "float16" : "float32";
+}
+
+/* The torch_dtype (or transformers' newer dtype) of config.json p when it names a float dtype. */
+static int config_dtype(const char *p, sl_st_dtype *out) {
+  json_error_t err;
+  json_t *o = json_load_file(p, 0, &err);
+  if (!o) return SL_OK; /* the model's own load names a missing or bad config.json */
+  json_t *v = json_object_get(o, "torch_dtype");
+  if (!json_is_string(v)) v = json_object_get(o, "dtype");
+  const char *s = json_is_string(v) ? json_string_value(v) : "";
+  if (!strcmp(s, "bfloat16")) *out = SL_ST_BF16;
+  else if (!strcmp(s, "float16")) *out = SL_ST_F16;
+  json_decref(o);
+  return SL_OK;
+}
+
+int sl_savedir_dtype(const char *save_dtype, const char *model_dir, sl_st_dtype *out) {
+  *out = SL_ST_F32;
+  if (!save_dtype || !strcmp(save_dtype, "fp32")) return SL_OK;
+  if (!strcmp(save_dtype, "bf16") || !strcmp(save_dtype, "fp16")) {
+    *out = save_dtype[0] == 'b' ? SL_ST_BF16 : SL_ST_F16;
+    return SL_OK;
+  }
+  if (strcmp(save_dtype, "auto"))
+    return sl_fail(SL_EINPUT, "--save-dtype must be auto, fp32, bf16 or fp16, found '%s'", save_dtype);
+  if (!model_dir || !model_dir[0]) return SL_OK;
+  struct stat sb;
+  if (stat(model_dir, &sb) == 0 && !S_ISDIR(sb.st_mode)) return config_dtype(model_dir, out); /* a config.json */
+  sl_st_set *set = NULL;
+  int rc = sl_st_open_dir(model_dir, &set);
+  if (rc) return rc;
+  if (!set) {
+    char p[PATH_CAP + 32];
+    snprintf(p, sizeof p, "%s/config.json", model_dir);
+    return config_dtype(p, out);
+  }
+  int64_t n[3] = {0, 0, 0}; /* F32, BF16, F16 elements */
+  for (int64_t i = 0; i < sl_st_set_count(set); i++) {
+    const sl_st_tensor *t = sl_st_set_tensor(set, i);
+    if (t->dtype == SL_ST_F32) n[0] += t->numel;
+    else if (t->dtype == SL_ST_BF16) n[1] += t->numel;
+    else if (t->dtype == SL_ST_F16) n[2] += t->numel;
+  }
+  sl_st_close_set(set);
+  if (n[1] > n[0] && n[1] >= n[2]) *out = SL_ST_BF16;
+  else if (n[2] > n[0] && n[2] > n[1]) *out = SL_ST_F16;
+  return SL_OK;
+}
+
+int sl_savedir_copy_aux(const char *src_dir, const char *tmp) {
+  static const char *const names[] = {
+      "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
+      "merges.txt",     "added_tokens.json",     "generation_config.json"};
+  struct stat sb;
+  if (!src_dir || !src_dir[0] || stat(src_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return SL_OK;
+  char src[PATH_CAP + 64], dst[PATH_CAP + 64];
+  int rc = SL_OK;
+  for (size_t i = 0; i < sizeof names / sizeof names[0] && !rc; i++) {
+    snprintf(src, sizeof src, "%s/%s", src_dir, names[i]);
+    if (stat(src, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+    snprintf(dst, sizeof dst, "%s/%s", tmp, names[i]);
+    unlink(dst);
+    rc = copy_file(src, dst);
+  }
+  return rc;
 }

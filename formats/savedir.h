@@ -7,6 +7,8 @@
 
 #include <stddef.h>
 
+#include "formats/safetensors.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -24,6 +26,23 @@ int sl_savedir_begin(const char *dir, char *tmp, size_t cap);
 int sl_savedir_commit(const char *dir, const char *tmp);
 /* Removes tmp after a failed write. */
 void sl_savedir_abort(const char *tmp);
+
+/* The dtype a saved model is written in (docs/formats.md "Saved model
+ * directories"): "fp32" | "bf16" | "fp16", or "auto": the source model
+ * directory's dtype (model_dir NULL or "": fp32; a config.json file: its
+ * torch_dtype, else fp32). The source dtype is that of
+ * its weight tensors (F32 / BF16 / F16; mixed: the one holding the most
+ * elements, ties to the wider), else config.json's torch_dtype (or dtype):
+ * bfloat16 / float16 / float32, else fp32. SL_EINPUT naming what is wrong. */
+int sl_savedir_dtype(const char *save_dtype, const char *model_dir, sl_st_dtype *out);
+/* config.json's torch_dtype for d: "float32" | "bfloat16" | "float16". */
+const char *sl_savedir_torch_dtype(sl_st_dtype d);
+/* Copies the tokenizer files (tokenizer.json, tokenizer_config.json,
+ * special_tokens_map.json, tokenizer.model, vocab.json, merges.txt,
+ * added_tokens.json) and generation_config.json that src_dir holds into tmp
+ * (a directory from sl_savedir_begin, before the commit). src_dir NULL, ""
+ * or not a directory: nothing. */
+int sl_savedir_copy_aux(const char *src_dir, const char *tmp);
 
 #ifdef __cplusplus
 }

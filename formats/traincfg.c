@@ -90,6 +90,9 @@ static const key_t_ KEYS[] = {
       "restart the job from the latest checkpoint when a rank dies (needs --ckpt-dir)"),
     S("metrics", metrics, "", "per-step metrics JSONL (default OUT_DIR/metrics.jsonl)"),
     S("save", save, "", "write the trained model here as an HF directory"),
+    S("save-dtype", save_dtype, "auto",
+      "dtype of the --save weights: auto (the --model directory's: its weights', else config.json's torch_dtype, "
+      "else fp32) | fp32 | bf16 | fp16"),
     S("out-dir", out_dir, "",
       "directory for the run's outputs (metrics, plot, run.json; empty: runs/RUN_NAME, runs/latest naming the newest)"),
     S("run-name", run_name, "", "the run directory's name under runs/ (empty: the start time YYYYmmdd-HHMMSS)"),
@@ -470,6 +473,9 @@ int sl_train_cfg_parse_args(sl_train_cfg *c, int argc, char **argv) {
     return sl_fail(SL_EINPUT, "--compute-dtype must be fp32, bf16 or auto, found '%s'", c->compute_dtype);
   if (strcmp(c->residual_dtype, "auto") && strcmp(c->residual_dtype, "fp32") && strcmp(c->residual_dtype, "bf16"))
     return sl_fail(SL_EINPUT, "--residual-dtype must be fp32, bf16 or auto, found '%s'", c->residual_dtype);
+  if (strcmp(c->save_dtype, "auto") && strcmp(c->save_dtype, "fp32") && strcmp(c->save_dtype, "bf16") &&
+      strcmp(c->save_dtype, "fp16"))
+    return sl_fail(SL_EINPUT, "--save-dtype must be auto, fp32, bf16 or fp16, found '%s'", c->save_dtype);
   if (strcmp(c->tf32, "auto") && strcmp(c->tf32, "true") && strcmp(c->tf32, "false"))
     return sl_fail(SL_EINPUT, "--tf32 must be true, false or auto, found '%s'", c->tf32);
   int rc = sl_train_cfg_check_lr(c);
@@ -565,7 +571,7 @@ int sl_train_cfg_canonical(const sl_train_cfg *c, char *buf, int64_t cap) {
     const key_t_ *k = &KEYS[i];
     /* outputs and launch details may differ per rank */
     if (!strcmp(k->name, "metrics") || !strcmp(k->name, "out-dir") || !strcmp(k->name, "run-name") ||
-        !strcmp(k->name, "save") ||
+        !strcmp(k->name, "save") || !strcmp(k->name, "save-dtype") ||
         !strcmp(k->name, "nproc") || !strcmp(k->name, "threads") || !strcmp(k->name, "log-every") ||
         !strcmp(k->name, "summary") || !strcmp(k->name, "plot") || !strcmp(k->name, "max-restarts") ||
         !strcmp(k->name, "tensorboard"))

