@@ -237,3 +237,18 @@ int sl_mkdirs(const char *dir) {
     return sl_fail(SL_EIO, "%s: cannot create directory: %s", dir, strerror(errno));
   return SL_OK;
 }
+
+int sl_write_text_atomic(const char *path, const char *text) {
+  char tmp[4200];
+  if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= sizeof tmp)
+    return sl_fail(SL_EIO, "%s: path too long", path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return sl_fail(SL_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+  int rc = sl_write_all(fd, text, strlen(text), tmp);
+  if (!rc && fsync(fd) != 0) rc = sl_fail(SL_EIO, "%s: fsync failed: %s", tmp, strerror(errno));
+  if (close(fd) != 0 && !rc) rc = sl_fail(SL_EIO, "%s: close failed: %s", tmp, strerror(errno));
+  if (!rc && rename(tmp, path) != 0) rc = sl_fail(SL_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+  if (rc) unlink(tmp);
+  else sl_fsync_parent(path);
+  return rc;
+}

@@ -110,6 +110,10 @@ int sl_write_all(int fd, const void *p, size_t n, const char *path);
 void sl_fsync_parent(const char *path);
 /* mkdir -p; SL_EIO naming the directory on failure. */
 int sl_mkdirs(const char *dir);
+/* path := text, atomically: written to PATH.tmp.PID, fsynced, renamed over
+ * path, the directory fsynced; SL_EIO naming the file on failure (the
+ * temporary removed). */
+int sl_write_text_atomic(const char *path, const char *text);
 
 #ifdef __cplusplus
 }

@@ -57,25 +57,6 @@ void sl_rundir_release(int *lock_fd) {
   *lock_fd = -1;
 }
 
-/* path := text, atomically */
-static int write_atomic(const char *path, const char *text) {
-  char tmp[SL_PATH_MAX + 32];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644), rc = SL_OK;
-  if (fd < 0) return sl_fail(SL_EIO, "%s: cannot create: %s", tmp, strerror(errno));
-  size_t n = strlen(text), o = 0;
-  while (o < n && !rc) {
-    ssize_t w = write(fd, text + o, n - o);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) rc = sl_fail(SL_EIO, "%s: write failed: %s", tmp, strerror(errno));
-    else o += (size_t)w;
-  }
-  if (!rc && fsync(fd) != 0) rc = sl_fail(SL_EIO, "%s: fsync failed: %s", tmp, strerror(errno));
-  if (close(fd) != 0 && !rc) rc = sl_fail(SL_EIO, "%s: close failed: %s", tmp, strerror(errno));
-  if (!rc && rename(tmp, path) != 0) rc = sl_fail(SL_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-  if (rc) unlink(tmp);
-  return rc;
-}
 
 int sl_rundir_record(const sl_train_cfg *c, const char *model_hash) {
   char started[32], path[SL_PATH_MAX + 32];
@@ -91,7 +72,7 @@ int sl_rundir_record(const sl_train_cfg *c, const char *model_hash) {
   int rc = text ? SL_OK : sl_fail(SL_ENOMEM, "out of memory");
   if (text) {
     sprintf(text, "%s\n", js);
-    rc = write_atomic(path, text);
+    rc = sl_write_text_atomic(path, text);
   }
   free(text);
   free(js);
@@ -113,7 +94,7 @@ int sl_rundir_record(const sl_train_cfg *c, const char *model_hash) {
     if (!realpath(c->out_dir, abs)) snprintf(abs, sizeof abs, "%s", c->out_dir);
     snprintf(line, sizeof line, "%s\n", abs);
     snprintf(path, sizeof path, "%s/run-dir", c->ckpt_dir);
-    rc = write_atomic(path, line);
+    rc = sl_write_text_atomic(path, line);
   }
   return rc;
 }

@@ -1460,30 +1460,6 @@ int sl_hfconfig_load(const char *path, sl_model_config *out) {
 }
 
 /* ---- save ------------------------------------------------------------------ */
-static int write_text_atomic(const char *path, const char *text) {
-  char *tmp = NULL;
-  int rc = SL_OK;
-  if (asprintf(&tmp, "%s.tmp.%d", path, (int)getpid()) < 0) return sl_fail(SL_ENOMEM, "oom");
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    rc = sl_fail(SL_EIO, "%s: cannot create: %s", tmp, strerror(errno));
-    free(tmp);
-    return rc;
-  }
-  size_t n = strlen(text), o = 0;
-  while (o < n && !rc) {
-    ssize_t w = write(fd, text + o, n - o);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) rc = sl_fail(SL_EIO, "%s: write failed: %s", tmp, strerror(errno));
-    else o += (size_t)w;
-  }
-  if (!rc && fsync(fd) != 0) rc = sl_fail(SL_EIO, "%s: fsync failed: %s", tmp, strerror(errno));
-  if (close(fd) != 0 && !rc) rc = sl_fail(SL_EIO, "%s: close failed: %s", tmp, strerror(errno));
-  if (!rc && rename(tmp, path) != 0) rc = sl_fail(SL_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-  if (rc) unlink(tmp);
-  free(tmp);
-  return rc;
-}
 
 /* config.json's "rope_scaling" of c: null for plain RoPE, else the rule's
  * fields as transformers names them. */
@@ -1651,7 +1627,7 @@ int sl_hfconfig_save_as(const char *path, const sl_model_config *c, const char *
   if (asprintf(&t2, "%s\n", text) < 0) t2 = NULL;
   free(text);
   if (!t2) return sl_fail(SL_ENOMEM, "out of memory writing %s", path);
-  rc = write_text_atomic(path, t2);
+  rc = sl_write_text_atomic(path, t2);
   free(t2);
   return rc;
 }

@@ -823,25 +823,6 @@ static void remove_stale_shards(const char *dir, char **keep, int nkeep) {
   closedir(d);
 }
 
-static int write_text_atomic(const char *path, const char *text) {
-  char *tmp = NULL;
-  int rc = SL_OK;
-  if (asprintf(&tmp, "%s.tmp.%d", path, (int)getpid()) < 0) return sl_fail(SL_ENOMEM, "oom");
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    rc = sl_fail(SL_EIO, "%s: cannot create: %s", tmp, strerror(errno));
-    free(tmp);
-    return rc;
-  }
-  if (!(rc = sl_write_all(fd, text, strlen(text), tmp)) && fsync(fd) != 0)
-    rc = sl_fail(SL_EIO, "%s: fsync failed: %s", tmp, strerror(errno));
-  if (close(fd) != 0 && !rc) rc = sl_fail(SL_EIO, "%s: close failed: %s", tmp, strerror(errno));
-  if (!rc && rename(tmp, path) != 0) rc = sl_fail(SL_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-  if (rc) unlink(tmp);
-  else sl_fsync_parent(path);
-  free(tmp);
-  return rc;
-}
 
 int sl_st_write_dir(const char *dir, const sl_st_wtensor *ts, int64_t n, sl_st_fill_fn fill, void *ctx,
                     int64_t max_shard_bytes) {
@@ -925,7 +906,7 @@ int sl_st_write_dir(const char *dir, const sl_st_wtensor *ts, int64_t n, sl_st_f
     text = t2;
     strcpy(text + tl, "\n");
   }
-  if ((rc = write_text_atomic(index, text))) goto done;
+  if ((rc = sl_write_text_atomic(index, text))) goto done;
   unlink(single); /* an older single-file layout would shadow the index */
   remove_stale_shards(dir, names, nsh);
 done:
