@@ -57,7 +57,6 @@ void sl_rundir_release(int *lock_fd) {
   *lock_fd = -1;
 }
 
-
 int sl_rundir_record(const sl_train_cfg *c, const char *model_hash) {
   char started[32], path[SL_PATH_MAX + 32];
   time_t now = time(NULL);

@@ -500,9 +500,10 @@ static int setup_model(trainer *t, int ac) {
   /* dense tensors over "shard" (ep x dp_shard); experts over dp_shard (the ranks holding the same
    * experts), their norm summed over ep; at EP = 1 one group */
   sl_fsdp_groups g2[2] = {{pm->group[SL_GROUP_SHARD].comm, pm->axis[SL_AXIS_DP_REPLICATE].comm, NULL}};
-  g2[1] = pm->axis[SL_AXIS_EP].size > 1 ? (sl_fsdp_groups){pm->axis[SL_AXIS_DP_SHARD].comm,
-                                                            pm->axis[SL_AXIS_DP_REPLICATE].comm, pm->axis[SL_AXIS_EP].comm}
-                                        : g2[0];
+  g2[1] = pm->axis[SL_AXIS_EP].size > 1
+              ? (sl_fsdp_groups){pm->axis[SL_AXIS_DP_SHARD].comm, pm->axis[SL_AXIS_DP_REPLICATE].comm,
+                                 pm->axis[SL_AXIS_EP].comm}
+              : g2[0];
   const sl_fsdp_unit_roles ur = {t->m->pinned, roles, roles + U};
   rc = sl_fsdp_create(g2, 2, &fc, t->ops, t->k, U, numel, &ur, &t->f);
   free(numel);
@@ -536,7 +537,8 @@ static int load_unit(trainer *t, int u, sl_st_set *weights, float *flat) {
 static int load_moe_bias(trainer *t, const sl_st_set *weights) {
   int found = 0, rc = sl_model_moe_bias_load(t->m, weights, &found);
   if (!rc && found && t->mcfg.moe_balance == SL_MOE_BALANCE_NONE)
-    sl_log0(SL_LOG_WARN, "%s: the expert bias (e_score_correction_bias) is not used (--moe-balance none)", t->cfg.model);
+    sl_log0(SL_LOG_WARN, "%s: the expert bias (e_score_correction_bias) is not used (--moe-balance none)",
+            t->cfg.model);
   else if (!rc && found)
     sl_log0(SL_LOG_INFO, "%s: the expert bias (e_score_correction_bias) read: it shifts the top-k selection, %s",
             t->cfg.model, t->mcfg.moe_balance == SL_MOE_BALANCE_BIAS ? "--moe-balance bias updates it" : "held fixed");
@@ -953,7 +955,8 @@ static int fill_unit(void *ctx, int u, float *flat) {
   int rc = SL_OK;
   if (t->state.opt[u]) { /* held here */
     const float *mv = opt_master(t, u, &rc);
-    if (!rc) rc = sl_fsdp_gather_view(t->f, u, mv, flat + t->m->tp_rank * t->m->units[u].numel + t->m->units[u].hold_lo);
+    if (!rc)
+      rc = sl_fsdp_gather_view(t->f, u, mv, flat + t->m->tp_rank * t->m->units[u].numel + t->m->units[u].hold_lo);
   }
   if (!rc) rc = sl_epar_gather_unit(&t->par.ep, t->m, u, flat);
   if (!rc) rc = sl_tpar_gather_unit(&t->par.tp, t->m, u, flat);
@@ -1140,7 +1143,7 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   trainer t;
   /* pipeline.svg, next to metrics.svg */
   char ppsvg[SL_PATH_MAX + 32] = "";
-  step_out o = {0}; /* before any goto done: done frees o.moe_load */
+  step_out o = {0};     /* before any goto done: done frees o.moe_load */
   sl_signals_install(); /* a signal during setup stops the run after its first step */
   int rc = sl_trainer_setup(&t, cfg, world, 1);
   if (rc) goto done;

@@ -3,13 +3,13 @@
 
 #include <errno.h>
 #include <jansson.h>
-#include <yaml.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <yaml.h>
 
 #include "base/base.h"
 
@@ -173,19 +173,45 @@ static const struct {
   double lo, hi;
   int lo_open, hi_open;
 } RANGES[] = {
-    {"steps", 0, I64MAX, 0, 0},      {"micro-batch", 1, 1e9, 0, 0},  {"seq-len", 1, 1e9, 0, 0},
-    {"grad-accum", 1, 1e9, 0, 0},    {"lr", 0, INF, 1, 1},           {"min-lr", 0, INF, 0, 1},
-    {"warmup", 0, I64MAX, 0, 0},     {"weight-decay", 0, INF, 0, 1}, {"beta1", 0, 1, 0, 1},
-    {"beta2", 0, 1, 0, 1},           {"eps", 0, INF, 1, 1},          {"clip", 0, INF, 0, 1},
-    {"seed", 0, I64MAX, 0, 0},       {"threads", 0, 4096, 0, 0},     {"zero", 0, 3, 0, 0},
-    {"prefetch", 0, 1e6, 0, 0},      {"prefetch-mb", 0, 1e9, 0, 0},  {"shard-group", 0, 1e9, 0, 0},
-    {"nproc", 0, 1e6, 0, 0},         {"comm-timeout", 0, INF, 1, 1}, {"offload-budget-mb", 1, 1e9, 0, 0},
-    {"ckpt-every", 0, I64MAX, 0, 0}, {"keep-last", 0, 1e9, 0, 0},    {"max-restarts", 0, 1e6, 0, 0},
-    {"peak-tflops", 0, INF, 0, 1},   {"log-every", 0, I64MAX, 0, 0}, {"eval-every", 0, I64MAX, 0, 0},
-    {"eval-samples", 0, 1e12, 0, 0}, {"max-skips", 1, 1e9, 0, 0},    {"eod-id", -1, 2147483647, 0, 0},
-    {"tp", 1, 4096, 0, 0},           {"pp", 1, 1024, 0, 0},          {"pp-virtual", 1, 64, 0, 0},
-    {"ep", 1, 4096, 0, 0}, {"moe-capacity-factor", 0, INF, 0, 1}, {"moe-z-loss-coef", 0, INF, 0, 1}, {"moe-bias-rate", 0, INF, 0, 1},
-    {"lr-decay-steps", 0, I64MAX, 0, 0}, {"lr-decay-frac", 0, 1, 0, 0},
+    {"steps", 0, I64MAX, 0, 0},
+    {"micro-batch", 1, 1e9, 0, 0},
+    {"seq-len", 1, 1e9, 0, 0},
+    {"grad-accum", 1, 1e9, 0, 0},
+    {"lr", 0, INF, 1, 1},
+    {"min-lr", 0, INF, 0, 1},
+    {"warmup", 0, I64MAX, 0, 0},
+    {"weight-decay", 0, INF, 0, 1},
+    {"beta1", 0, 1, 0, 1},
+    {"beta2", 0, 1, 0, 1},
+    {"eps", 0, INF, 1, 1},
+    {"clip", 0, INF, 0, 1},
+    {"seed", 0, I64MAX, 0, 0},
+    {"threads", 0, 4096, 0, 0},
+    {"zero", 0, 3, 0, 0},
+    {"prefetch", 0, 1e6, 0, 0},
+    {"prefetch-mb", 0, 1e9, 0, 0},
+    {"shard-group", 0, 1e9, 0, 0},
+    {"nproc", 0, 1e6, 0, 0},
+    {"comm-timeout", 0, INF, 1, 1},
+    {"offload-budget-mb", 1, 1e9, 0, 0},
+    {"ckpt-every", 0, I64MAX, 0, 0},
+    {"keep-last", 0, 1e9, 0, 0},
+    {"max-restarts", 0, 1e6, 0, 0},
+    {"peak-tflops", 0, INF, 0, 1},
+    {"log-every", 0, I64MAX, 0, 0},
+    {"eval-every", 0, I64MAX, 0, 0},
+    {"eval-samples", 0, 1e12, 0, 0},
+    {"max-skips", 1, 1e9, 0, 0},
+    {"eod-id", -1, 2147483647, 0, 0},
+    {"tp", 1, 4096, 0, 0},
+    {"pp", 1, 1024, 0, 0},
+    {"pp-virtual", 1, 64, 0, 0},
+    {"ep", 1, 4096, 0, 0},
+    {"moe-capacity-factor", 0, INF, 0, 1},
+    {"moe-z-loss-coef", 0, INF, 0, 1},
+    {"moe-bias-rate", 0, INF, 0, 1},
+    {"lr-decay-steps", 0, I64MAX, 0, 0},
+    {"lr-decay-frac", 0, 1, 0, 0},
 };
 #define NRANGES (int)(sizeof RANGES / sizeof RANGES[0])
 
@@ -243,7 +269,7 @@ static int parse_bool(const char *v, int *out) {
 }
 
 const char *const sl_lr_sched_keys[SL_LR_SCHED_NKEYS] = {"lr-schedule", "lr-decay-steps", "lr-decay-frac",
-                                                          "lr-decay-shape"};
+                                                         "lr-decay-shape"};
 
 static int set_key(sl_train_cfg *c, const key_t_ *k, const char *v, const char *where) {
   char *p = (char *)c + k->off;
@@ -358,8 +384,9 @@ int sl_train_cfg_load_yaml(sl_train_cfg *c, const char *path) {
       if (++docs > 1) rc = sl_fail(SL_EINPUT, "%s:%zu: one YAML document of settings expected", path, line);
       break;
     case YAML_MAPPING_START_EVENT:
-      if (depth++ > 0) rc = sl_fail(SL_EINPUT, "%s:%zu: setting '%s' must be a single value, found a mapping", path,
-                                    line, have_key ? key : "?");
+      if (depth++ > 0)
+        rc = sl_fail(SL_EINPUT, "%s:%zu: setting '%s' must be a single value, found a mapping", path, line,
+                     have_key ? key : "?");
       break;
     case YAML_MAPPING_END_EVENT: depth--; break;
     case YAML_SEQUENCE_START_EVENT:
@@ -405,7 +432,24 @@ char *sl_train_cfg_yaml(const sl_train_cfg *c, const char *const *extra) {
   size_t cap = 16384, n = 0;
   char *b = malloc(cap);
   if (!b) return NULL;
-#define OUT(...)                                                                                                         do {                                                                                                                     int w_ = snprintf(b + n, cap - n, __VA_ARGS__);                                                                        if (w_ < 0) {                                                                                                            free(b);                                                                                                               return NULL;                                                                                                         }                                                                                                                      if (n + (size_t)w_ >= cap) {                                                                                             char *q_ = realloc(b, cap = (cap + (size_t)w_) * 2);                                                                   if (!q_) {                                                                                                               free(b);                                                                                                               return NULL;                                                                                                         }                                                                                                                      b = q_;                                                                                                                w_ = snprintf(b + n, cap - n, __VA_ARGS__);                                                                          }                                                                                                                      n += (size_t)w_;                                                                                                     } while (0)
+#define OUT(...)                                                                                                       \
+  do {                                                                                                                 \
+    int w_ = snprintf(b + n, cap - n, __VA_ARGS__);                                                                    \
+    if (w_ < 0) {                                                                                                      \
+      free(b);                                                                                                         \
+      return NULL;                                                                                                     \
+    }                                                                                                                  \
+    if (n + (size_t)w_ >= cap) {                                                                                       \
+      char *q_ = realloc(b, cap = (cap + (size_t)w_) * 2);                                                             \
+      if (!q_) {                                                                                                       \
+        free(b);                                                                                                       \
+        return NULL;                                                                                                   \
+      }                                                                                                                \
+      b = q_;                                                                                                          \
+      w_ = snprintf(b + n, cap - n, __VA_ARGS__);                                                                      \
+    }                                                                                                                  \
+    n += (size_t)w_;                                                                                                   \
+  } while (0)
   /* strings as JSON-quoted scalars (valid YAML: double-quoted style) */
   json_t *s = json_string(SL_VERSION);
   char *q = json_dumps(s, JSON_ENCODE_ANY);
@@ -571,10 +615,9 @@ int sl_train_cfg_canonical(const sl_train_cfg *c, char *buf, int64_t cap) {
     const key_t_ *k = &KEYS[i];
     /* outputs and launch details may differ per rank */
     if (!strcmp(k->name, "metrics") || !strcmp(k->name, "out-dir") || !strcmp(k->name, "run-name") ||
-        !strcmp(k->name, "save") || !strcmp(k->name, "save-dtype") ||
-        !strcmp(k->name, "nproc") || !strcmp(k->name, "threads") || !strcmp(k->name, "log-every") ||
-        !strcmp(k->name, "summary") || !strcmp(k->name, "plot") || !strcmp(k->name, "max-restarts") ||
-        !strcmp(k->name, "tensorboard"))
+        !strcmp(k->name, "save") || !strcmp(k->name, "save-dtype") || !strcmp(k->name, "nproc") ||
+        !strcmp(k->name, "threads") || !strcmp(k->name, "log-every") || !strcmp(k->name, "summary") ||
+        !strcmp(k->name, "plot") || !strcmp(k->name, "max-restarts") || !strcmp(k->name, "tensorboard"))
       continue;
     const char *p = (const char *)c + k->off;
     int w = 0;
@@ -611,8 +654,7 @@ int sl_train_cfg_run_dir(sl_train_cfg *c) {
   if (c->run_name[0]) {
     if (strchr(c->run_name, '/') || !strcmp(c->run_name, ".") || !strcmp(c->run_name, "..") ||
         !strcmp(c->run_name, "latest"))
-      return sl_fail(SL_EINPUT, "--run-name '%s': expected a plain directory name (not 'latest', no '/')",
-                     c->run_name);
+      return sl_fail(SL_EINPUT, "--run-name '%s': expected a plain directory name (not 'latest', no '/')", c->run_name);
     snprintf(name, sizeof name, "%s", c->run_name);
   } else {
     time_t now = time(NULL);
@@ -632,7 +674,8 @@ char *sl_train_cfg_json(const sl_train_cfg *c, const char *const *extra) {
   json_t *o = json_object();
   if (!o) return NULL;
   json_object_set_new(o, "_shardlm", json_string(SL_VERSION));
-  for (int i = 0; extra && extra[i] && extra[i + 1]; i += 2) json_object_set_new(o, extra[i], json_string(extra[i + 1]));
+  for (int i = 0; extra && extra[i] && extra[i + 1]; i += 2)
+    json_object_set_new(o, extra[i], json_string(extra[i + 1]));
   for (int i = 0; i < NKEYS; i++) {
     const key_t_ *k = &KEYS[i];
     const char *p = (const char *)c + k->off;
