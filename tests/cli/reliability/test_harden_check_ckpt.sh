@@ -20,15 +20,15 @@ check() { expect "$@"; }
 check "write a heads-4 checkpoint" 0 "" $RUN --model "$W/h4" --steps 2 --ckpt-dir "$W/ck"
 if grep -q '"model_hash"' "$W"/ck/step-*/manifest.json && grep -q 'model.num_attention_heads=4' "$W"/ck/step-*/manifest.json
 then ok "manifest records model_config and model_hash"; else no "manifest lacks model_config / model_hash"; fi
-check "resume with heads 8 (same shapes)" 2 "model.num_attention_heads" $RUN --model "$W/h8" --steps 3 --ckpt-dir "$W/ck" --resume
+check "resume with heads 8 (same shapes)" 2 "model.head_dim is 8 there but 4" $RUN --model "$W/h8" --steps 3 --ckpt-dir "$W/ck" --resume
 check "resume with another rope_theta" 2 "model.rope_theta" $RUN --model "$W/rope" --steps 3 --ckpt-dir "$W/ck" --resume
 check "resume with the same model" 0 "resumed from" $RUN --model "$W/h4" --steps 3 --ckpt-dir "$W/ck" --resume
-check "convert --from-ckpt with heads 8" 2 "model.num_attention_heads" "$B" convert --from-ckpt "$W/ck" --model-config "$W/h8" --to-hf "$W/hf8"
+check "convert --from-ckpt with heads 8" 2 "model.head_dim is 8 there but 4" "$B" convert --from-ckpt "$W/ck" --model-config "$W/h8" --to-hf "$W/hf8"
 [ -e "$W/hf8" ] && no "the refused convert left $W/hf8"
 check "convert --from-ckpt with the same model" 0 "wrote" "$B" convert --from-ckpt "$W/ck" --model-config "$W/h4" --to-hf "$W/hf4"
 # convert --from-hf --to-ckpt records the config too: resuming it with heads 8 is refused
 check "convert --from-hf --to-ckpt" 0 "" "$B" convert --from-hf "$W/hf4" --to-ckpt "$W/ck2"
-check "resume a converted checkpoint with heads 8" 2 "model.num_attention_heads" $RUN --model "$W/h8" --steps 1 --ckpt-dir "$W/ck2" --resume
+check "resume a converted checkpoint with heads 8" 2 "model.head_dim is 8 there but 4" $RUN --model "$W/h8" --steps 1 --ckpt-dir "$W/ck2" --resume
 # an older manifest without model_config: accepted with a warning
 cp -r "$W/ck" "$W/old"
 for m in "$W"/old/step-*/manifest.json; do
