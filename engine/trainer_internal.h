@@ -81,6 +81,7 @@ typedef struct {
   sl_kctx *k;
   int dev;              /* the backend's memory is device memory */
   sl_model_config mcfg; /* setup_model_config */
+  int init_from;        /* setup_model_config: SL_INIT_* (engine/precheck.h), where the parameters come from */
   trainer_data data;    /* setup_data; the batch buffers: setup_schedule */
   trainer_par par;      /* setup_mesh */
   /* setup_model: this rank's model and its FSDP runtime */
