@@ -196,7 +196,7 @@ common.config_write(idir, ci.to_dict())
 saved = {}
 for tag, seed in (("a", 11), ("b", 11), ("c", 12)):
     sdir = os.path.join(w, "init_" + tag)
-    if engine(["train", "--model", idir, "--data", data, "--steps", 0, "--micro-batch", B,
+    if engine(["train", "--model", idir, "--init", "random", "--data", data, "--steps", 0, "--micro-batch", B,
                "--seq-len", T, "--seed", seed, "--save", sdir], f"init_{tag}.log"):
         saved[tag] = sdir
 if {"a", "b", "c"} <= set(saved):
