@@ -206,7 +206,7 @@ refuse q3mdense '"mlp_only_layers": [0]' "field 'mlp_only_layers' is not support
 refuse q3mwin '"use_sliding_window": true' "field 'use_sliding_window' = true is not supported" "$Q3M"
 # a tiny Mixtral (the published config's fields that change nothing accepted) trains and saves
 tiny_model "$W/mx" llama "$X, \"num_experts_per_tok\": 2, \"router_aux_loss_coef\": 0.02, \"output_router_logits\": false, \"router_jitter_noise\": 0.0, \"sliding_window\": null, \"attention_dropout\": 0.0, \"torch_dtype\": \"bfloat16\", \"use_cache\": true"
-"$B" train --model "$W/mx" --data "$W/data" --steps 2 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
+"$B" train --model "$W/mx" --init random --data "$W/data" --steps 2 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
   --plot false --out-dir "$W/mxrun" --metrics "$W/mxrun/m.jsonl" --save "$W/mxrun/model" > "$W/mx.log" 2>&1
 rc_is "train tiny Mixtral 2 steps" $? 0 "$W/mx.log" "trained 2 steps"
 "$PY" - "$W/mxrun/model" "$W/mxrun/m.jsonl" "$SL_SRC/tests/ref" << 'P' && ok "saved: Mixtral config, router and expert tensors; moe_load in the metrics" || bad "saved Mixtral wrong"
