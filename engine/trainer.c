@@ -902,6 +902,7 @@ static int resume(trainer *t) {
     return rc;
   }
   t->start_step = st.step;
+  t->resumed = 1;
   t->data.next_sample = st.next_sample;
   t->cfg.seed = (int64_t)st.rng_seed; /* the data order continues as written */
   sl_sampler_set_seed(t->data.smp, st.rng_seed);
@@ -1109,7 +1110,7 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   if ((rc = run_outputs(&t, ppsvg, sizeof ppsvg))) goto done;
   double flops_tok = run_banner(&t);
   if (c->resume && c->ckpt_dir[0] && (rc = resume(&t))) goto done;
-  if ((rc = sl_precheck_init_done(c, t.init_from, t.start_step > 0))) goto done; /* the seed's line, after the resume */
+  if ((rc = sl_precheck_init_done(c, t.init_from, t.resumed))) goto done; /* the seed's line, after the resume */
   /* resumed: the metrics keep the steps the checkpoint holds, nothing past it */
   if (t.rank == 0) rc = sl_metrics_open(t.report.metrics_path, c->resume ? t.start_step : -1, &t.report.metrics);
   if ((rc = rank0_agree(&t, rc))) goto done;

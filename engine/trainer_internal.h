@@ -76,6 +76,7 @@ typedef struct {
   sl_guard guard;     /* non-finite policy (engine/guard.h) */
   int lock_fd;        /* rank 0: flock on CKPT_DIR/.lock for the run's life (-1: none) */
   int64_t start_step; /* first step to run (after a resume) */
+  int resumed;        /* a checkpoint was loaded (a converted one may be at step 0) */
   /* setup_backend: the backend and its compute context */
   const sl_ops *ops;
   sl_kctx *k;
