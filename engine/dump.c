@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "engine/precheck.h"
 #include "engine/trainer.h"
 #include "engine/trainer_internal.h"
 #include "formats/safetensors.h"
@@ -40,6 +41,7 @@ int sl_train_dump(const sl_train_cfg *cfg, sl_comm *world, const char *out_path)
   int rc = sl_trainer_setup(&t, &c2, world, 1);
   float *logits = NULL, *big = NULL;
   sl_st_wtensor *ws = NULL;
+  if (!rc) rc = sl_precheck_init_done(&t.cfg, t.init_from, 0);
   if (rc) goto done;
   if (t.wsize != 1) {
     rc = sl_fail(SL_EINPUT, "dump runs on one rank");

@@ -20,7 +20,48 @@
 #include "base/base.h"
 #include "engine/agree.h"
 #include "engine/dryrun.h"
+#include "formats/ckpt_io.h"
 #include "models/model.h"
+
+int sl_precheck_init(const sl_train_cfg *c, int *from) {
+  char other[256];
+  *from = SL_INIT_SEED;
+  if (!c->model[0] || !strcmp(c->init, "random")) return SL_OK;
+  if (sl_st_dir_has_weights(c->model, other, sizeof other)) {
+    *from = SL_INIT_WEIGHTS;
+    return SL_OK;
+  }
+  int64_t *steps = NULL;
+  int n = 0;
+  if (c->resume && c->ckpt_dir[0] && sl_ckio_list(c->ckpt_dir, &steps, &n) == SL_OK && n > 0) {
+    free(steps);
+    *from = SL_INIT_CKPT; /* the checkpoint holds the weights */
+    return SL_OK;
+  }
+  free(steps);
+  char note[320] = "";
+  if (other[0]) snprintf(note, sizeof note, "; it holds %s, which shardlm does not read", other);
+  return sl_fail(SL_EINPUT,
+                 "--model %s has no weight files (model.safetensors or model.safetensors.index.json%s)%s: "
+                 "check the directory, or pass --init random to train from a random initialisation (--seed %lld) "
+                 "on purpose",
+                 c->model, note, c->resume ? " and --resume found no checkpoint" : "", (long long)c->seed);
+}
+
+int sl_precheck_init_done(const sl_train_cfg *c, int from, int resumed) {
+  if (resumed || from == SL_INIT_WEIGHTS) return SL_OK;
+  if (from == SL_INIT_CKPT)
+    return sl_fail(SL_EINPUT, "--model %s has no weight files and --resume loaded no checkpoint from %s", c->model,
+                   c->ckpt_dir);
+  if (!c->model[0]) sl_log0(SL_LOG_INFO, "initialising the built-in model from seed %lld", (long long)c->seed);
+  else if (sl_st_dir_has_weights(c->model, NULL, 0))
+    sl_log0(SL_LOG_INFO, "--init random: initialising from seed %lld; the weights in %s are not loaded",
+            (long long)c->seed, c->model);
+  else
+    sl_log0(SL_LOG_INFO, "--init random: initialising from seed %lld (%s has no weight files)", (long long)c->seed,
+            c->model);
+  return SL_OK;
+}
 
 /* First integer of a file (-1: absent or "max"). */
 static int64_t read_num(const char *path, const char *key) {

@@ -49,6 +49,19 @@ int sl_precheck_paths(const sl_train_cfg *c);
  * sl_precheck removes files with it that a crash left behind. */
 void sl_nvme_run_prefix(const sl_train_cfg *c, char *buf, size_t cap);
 
+/* Where the run's parameters come from (--init, docs/cli.md), *from: the
+ * weights of --model, the seed (--init random, or the built-in model), or
+ * the seed as a placeholder for the checkpoint --resume found in --ckpt-dir
+ * (--model has no weights; the resume replaces every value). --init hf
+ * with a --model that has no weight files and nothing to resume: SL_EINPUT
+ * naming the directory and --init random. Local; after sl_train_cfg_resolve. */
+enum { SL_INIT_WEIGHTS, SL_INIT_SEED, SL_INIT_CKPT };
+int sl_precheck_init(const sl_train_cfg *c, int *from);
+/* After the resume decision (resumed: a checkpoint was loaded): rank 0's
+ * info line when the parameters came from the seed; SL_EINPUT when they
+ * were the placeholder of a checkpoint that was not loaded. */
+int sl_precheck_init_done(const sl_train_cfg *c, int from, int resumed);
+
 /* Tensors in the weight files the model does not use: a warning naming
  * them; one of a layer past num_hidden_layers is an error (wrong config). */
 int sl_precheck_tensors(const sl_model *m, const sl_st_set *w, const sl_model_config *mc);

@@ -408,6 +408,7 @@ static int setup_model_config(trainer *t) {
   } else
     rc = sl_hfconfig_parse("built-in configs/tiny-llama/config.json", sl_builtin_model_config,
                            sl_builtin_model_config_len, &t->mcfg);
+  if (!rc) rc = sl_precheck_init(c, &t->init_from); /* --init: weights, the seed, or a checkpoint to resume */
   return rc ? rc : moe_options(c, &t->mcfg);
 }
 
@@ -551,14 +552,14 @@ static int setup_state(trainer *t, int bound) {
   sl_train_cfg *c = &t->cfg;
   int rc;
   sl_st_set *weights = NULL;
-  if (!t->dry && c->model[0] && (rc = sl_st_open_dir(c->model, &weights))) return rc;
+  /* the seed otherwise (--init random, the built-in model, a checkpoint's placeholder): said after the resume */
+  if (!t->dry && t->init_from == SL_INIT_WEIGHTS && (rc = sl_st_open_dir(c->model, &weights))) return rc;
+  if (!t->dry && t->init_from == SL_INIT_WEIGHTS && !weights)
+    return sl_fail(SL_EINPUT, "--model %s: its weight files are gone", c->model);
   if (weights && (rc = sl_precheck_tensors(t->m, weights, &t->mcfg))) {
     sl_st_close_set(weights);
     return rc;
   }
-  if (!weights && !t->dry)
-    sl_log0(SL_LOG_INFO, "no weight files in %s: initialising from seed %lld",
-            c->model[0] ? c->model : "the built-in config", (long long)c->seed);
   if ((rc = parse_tier(c, &t->state.tier))) return rc;
   if (t->dev && strcmp(c->offload_params, "none")) /* accepted and doing nothing would be a lie about memory */
     return sl_fail(SL_EINPUT,
@@ -932,6 +933,7 @@ static int resume(trainer *t) {
     return rc;
   }
   t->start_step = st.step;
+  t->resumed = 1;
   t->data.next_sample = st.next_sample;
   t->cfg.seed = (int64_t)st.rng_seed; /* the data order continues as written */
   sl_sampler_set_seed(t->data.smp, st.rng_seed);
@@ -1151,6 +1153,7 @@ int sl_train_run(const sl_train_cfg *cfg, sl_comm *world) {
   if ((rc = run_outputs(&t, ppsvg, sizeof ppsvg))) goto done;
   double flops_tok = run_banner(&t);
   if (c->resume && c->ckpt_dir[0] && (rc = resume(&t))) goto done;
+  if ((rc = sl_precheck_init_done(c, t.init_from, t.resumed))) goto done; /* the seed's line, after the resume */
   /* resumed: the metrics keep the steps the checkpoint holds, nothing past it */
   if (t.rank == 0) rc = sl_metrics_open(t.report.metrics_path, c->resume ? t.start_step : -1, &t.report.metrics);
   if ((rc = rank0_agree(&t, rc))) goto done;

@@ -84,11 +84,13 @@ typedef struct {
   sl_guard guard;     /* non-finite policy (engine/guard.h) */
   int lock_fd;        /* rank 0: flock on CKPT_DIR/.lock for the run's life (-1: none) */
   int64_t start_step; /* first step to run (after a resume) */
+  int resumed;        /* a checkpoint was loaded (a converted one may be at step 0) */
   /* setup_backend: the backend and its compute context */
   const sl_ops *ops;
   sl_kctx *k;
   int dev;              /* the backend's memory is device memory */
   sl_model_config mcfg; /* setup_model_config */
+  int init_from;        /* setup_model_config: SL_INIT_* (engine/precheck.h), where the parameters come from */
   trainer_data data;    /* setup_data; the batch buffers: setup_schedule */
   trainer_par par;      /* setup_mesh */
   /* setup_model: this rank's model and its FSDP runtime */

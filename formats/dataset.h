@@ -27,8 +27,9 @@ enum {
   SL_IDX_UINT16 = 8,
 };
 
-#define SL_BYTE_EOD 256   /* end-of-document token of the byte tokenizer */
-#define SL_BYTE_VOCAB 257 /* smallest vocab_size a model trained on it needs */
+#define SL_BYTE_EOD 256       /* end-of-document token of the byte tokenizer */
+#define SL_BYTE_VOCAB 257     /* smallest vocab_size a model trained on it needs */
+#define SL_BYTE_VOCAB_MAX 512 /* largest vocab_size taken for a byte-level model without a tokenizer (padding) */
 
 /* A parsed .idx image; the three arrays point into the caller's buffer
  * (unaligned: read them with memcpy). */

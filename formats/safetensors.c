@@ -502,6 +502,25 @@ done:
   return rc;
 }
 
+int sl_st_dir_has_weights(const char *dir, char *other, size_t cap) {
+  if (other && cap) other[0] = 0;
+  char *single = path_join(dir, "model.safetensors"), *index = path_join(dir, "model.safetensors.index.json");
+  int has = (single && file_exists(single)) || (index && file_exists(index));
+  free(single);
+  free(index);
+  DIR *d = has || !other || !cap ? NULL : opendir(dir);
+  static const char *const ext[] = {".safetensors", ".bin", ".pt", ".pth", ".gguf"};
+  for (struct dirent *e; d && !other[0] && (e = readdir(d));) {
+    size_t n = strlen(e->d_name);
+    for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++)
+      if (n > strlen(ext[i]) && !strcmp(e->d_name + n - strlen(ext[i]), ext[i]) &&
+          (strcmp(ext[i], ".bin") || !strncmp(e->d_name, "pytorch_model", 13))) /* not training_args.bin */
+        snprintf(other, cap, "%s", e->d_name);
+  }
+  if (d) closedir(d);
+  return has;
+}
+
 int sl_st_open_dir(const char *dir, sl_st_set **out) {
   int rc = SL_OK;
   char *single = NULL, *index = NULL;

@@ -86,6 +86,11 @@ typedef struct sl_st_set sl_st_set;
  * tensors mapped to it). When DIR holds neither file this returns SL_OK with
  * *out = NULL: "no weight files", the caller initialises from a seed. */
 int sl_st_open_dir(const char *dir, sl_st_set **out);
+/* 1 when DIR holds the weight files sl_st_open_dir reads (model.safetensors
+ * or model.safetensors.index.json), without opening them; 0 otherwise, with
+ * other (cap bytes; may be NULL) set to the name of a weight-looking file it
+ * does not read (another *.safetensors, pytorch_model*.bin, *.pt, *.pth, *.gguf), or "". */
+int sl_st_dir_has_weights(const char *dir, char *other, size_t cap);
 void sl_st_close_set(sl_st_set *s);
 int64_t sl_st_set_count(const sl_st_set *s);
 /* Tensors sorted by name (i in [0, count)). */

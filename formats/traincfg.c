@@ -38,6 +38,9 @@ typedef struct {
 static const key_t_ KEYS[] = {
     S("model", model, "",
       "Hugging Face model directory (config.json [+ *.safetensors]); empty: configs/tiny-llama built in"),
+    S("init", init, "hf",
+      "hf: the weights of --model (refused when it has none, unless --resume finds a checkpoint) | random: "
+      "initialise from --seed, ignoring any weights there (the built-in model: always random)"),
     S("data", data, "",
       "Megatron dataset prefix (PREFIX.bin + PREFIX.idx [+ .lmask]) or a blend \"W1 PREFIX1 W2 PREFIX2 ...\"; empty: "
       "the built-in corpus"),
@@ -513,6 +516,8 @@ int sl_train_cfg_parse_args(sl_train_cfg *c, int argc, char **argv) {
   }
   if (c->resume && !c->ckpt_dir[0])
     return sl_fail(SL_EINPUT, "--resume needs --ckpt-dir DIR (the directory whose newest checkpoint to continue)");
+  if (strcmp(c->init, "hf") && strcmp(c->init, "random"))
+    return sl_fail(SL_EINPUT, "--init must be hf or random, found '%s'", c->init);
   if (strcmp(c->compute_dtype, "auto") && strcmp(c->compute_dtype, "fp32") && strcmp(c->compute_dtype, "bf16"))
     return sl_fail(SL_EINPUT, "--compute-dtype must be fp32, bf16 or auto, found '%s'", c->compute_dtype);
   if (strcmp(c->residual_dtype, "auto") && strcmp(c->residual_dtype, "fp32") && strcmp(c->residual_dtype, "bf16"))
@@ -578,6 +583,7 @@ int sl_train_cfg_resolve(sl_train_cfg *c, int device) {
   }
   if (!strcmp(c->tf32, "auto"))
     snprintf(c->tf32, sizeof c->tf32, "%s", device && !strcmp(c->compute_dtype, "bf16") ? "true" : "false");
+  if (!c->model[0]) snprintf(c->init, sizeof c->init, "random"); /* the built-in model has no weights */
   return SL_OK;
 }
 

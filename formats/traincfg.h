@@ -16,6 +16,7 @@ extern "C" {
 typedef struct {
   /* model and data */
   char model[SL_PATH_MAX]; /* HF directory (config.json [+ safetensors]) */
+  char init[8];            /* hf (the weights of model) | random (from seed; resolved: random without model) */
   char data[SL_PATH_MAX];  /* Megatron dataset prefix; empty: built-in corpus */
   char data_order[16];     /* "sequential" | "shuffled" */
   /* batch */
@@ -127,7 +128,8 @@ int sl_train_cfg_set(sl_train_cfg *c, const char *name, const char *value);
 int sl_train_cfg_compute_bf16(const sl_train_cfg *c, int device);
 /* Resolves the `auto`s for a run on a device backend (device 1) or the CPU:
  * --compute-dtype (and with bf16 --param-dtype bf16 unless given) and
- * --tf32 (auto: on for a device run's fp32 GEMMs under bf16 compute).
+ * --tf32 (auto: on for a device run's fp32 GEMMs under bf16 compute),
+ * --init random for the built-in model (no --model).
  * --tf32 true on the CPU: SL_EINPUT naming the flag. */
 int sl_train_cfg_resolve(sl_train_cfg *c, int device);
 /* 1 when the resolved settings put fp32 GEMMs on TF32 tensor cores. */

@@ -859,7 +859,15 @@ int sl_plan_search(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_can
     return sl_fail(SL_EINPUT,
                    "plan: need --gpus >= 1 and --global-batch >= --seq-len (found %d GPUs, %lld and %lld tokens)", N,
                    (long long)c->global_batch, (long long)c->seq_len);
+  /* Megatron's and torchtitan's rule: the global batch is met exactly (whole sequences, micro-batch x
+   * grad-accum x DP), never rounded */
   int64_t samples = c->global_batch / c->seq_len;
+  if (c->global_batch % c->seq_len)
+    return sl_fail(SL_EINPUT,
+                   "plan: --global-batch %lld tokens is not a whole number of --seq-len %lld sequences; the nearest "
+                   "are %lld (%lld sequences) and %lld (%lld)",
+                   (long long)c->global_batch, (long long)c->seq_len, (long long)(samples * c->seq_len),
+                   (long long)samples, (long long)((samples + 1) * c->seq_len), (long long)(samples + 1));
   int cap = 1024, cnt = 0, rc = SL_OK;
   sl_plan_cand *v = malloc(sizeof *v * (size_t)cap);
   if (!v) return sl_fail(SL_ENOMEM, "planner: out of memory");
@@ -872,8 +880,8 @@ int sl_plan_search(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_can
       if ((N / t) % p || m->L % p) continue;
       if (p > 1 && (!c->allow_tp_pp || m->caps.recurrent)) continue;
       int d = N / (t * p), engine = t == 1 && p == 1;
-      int64_t per = samples / d; /* samples per data-parallel replica per step */
-      if (per < 1) continue;
+      int64_t per = samples / d;            /* samples per data-parallel replica per step */
+      if (per < 1 || samples % d) continue; /* this DP degree cannot meet the global batch exactly */
       for (int zero = 0; zero <= 3 && !rc; zero++) {
         /* TP/PP: the distributed optimizer; TP alone also ZeRO-3 over DP (--tp T --zero 3) */
         if (!engine && zero != 1 && !(p == 1 && zero == 3)) continue;

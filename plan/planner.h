@@ -203,7 +203,10 @@ typedef struct {
 
 /* Evaluates one candidate (configuration fields filled) in place. */
 int sl_plan_eval(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand *x);
-/* Every candidate, ranked: fitting ones first by tokens/s; *out is malloc'd. */
+/* Every candidate, ranked: fitting ones first by tokens/s; *out is malloc'd.
+ * The global batch is met exactly: global_batch not a multiple of seq_len is
+ * SL_EINPUT (naming the nearest two), and a layout whose data-parallel degree
+ * does not divide the sequences per step is not a candidate. */
 int sl_plan_search(const sl_plan_model *m, const sl_plan_cluster *c, sl_plan_cand **out, int *n);
 /* Index of the recommended candidate (-1: none fits); writes one or two
  * sentences saying why into buf. */

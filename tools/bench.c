@@ -159,7 +159,7 @@ static int bench_train(bench_cfg *b) {
   printf("model: Llama hidden %d, %d layers, %d/%d heads, intermediate %d, vocab %d; batch %d x %d; %d threads\n",
          b->hidden, b->layers, b->heads, b->kv_heads, b->inter, b->vocab, b->batch, b->seq, b->threads);
   snprintf(cmd, sizeof cmd,
-           "OMP_NUM_THREADS=%d '%s' train --model %s --data %s --steps %d --micro-batch %d --seq-len %d "
+           "OMP_NUM_THREADS=%d '%s' train --model %s --init random --data %s --steps %d --micro-batch %d --seq-len %d "
            "--threads %d --zero 0 --summary false --plot false --log-every 1000 --metrics %s --out-dir %s > "
            "%s/train.log 2>&1",
            b->threads, sl_bench_self_exe(), model, data, steps, b->batch, b->seq, b->threads, metrics, dir, dir);
@@ -221,7 +221,7 @@ static int bench_zero(bench_cfg *b) {
     char metrics[4200], cmd[16384];
     snprintf(metrics, sizeof metrics, "%s/metrics-z%d.jsonl", dir, z);
     snprintf(cmd, sizeof cmd,
-             "mpirun %s --oversubscribe --bind-to none -np 2 '%s' train --model %s --data %s --steps %d "
+             "mpirun %s --oversubscribe --bind-to none -np 2 '%s' train --model %s --init random --data %s --steps %d "
              "--micro-batch %d --seq-len %d --threads %d --zero %d --prefetch 1 --summary false --plot false "
              "--log-every 1000 --metrics %s --out-dir %s > %s/train-z%d.log 2>&1",
              getuid() == 0 ? "--allow-run-as-root" : "", sl_bench_self_exe(), model, data, b->steps + 2, b->batch,
@@ -291,7 +291,7 @@ static int bench_mamba(bench_cfg *b) {
   printf("model: Mamba hidden %d, %d layers, state %d, expand %d, vocab %d (tied); batch %d x %d; %d threads\n", H, L,
          S, E, V, b->batch, b->seq, b->threads);
   snprintf(cmd, sizeof cmd,
-           "OMP_NUM_THREADS=%d '%s' train --model %s --data %s --steps %d --micro-batch %d --seq-len %d "
+           "OMP_NUM_THREADS=%d '%s' train --model %s --init random --data %s --steps %d --micro-batch %d --seq-len %d "
            "--threads %d --zero 0 --summary false --plot false --log-every 1000 --metrics %s --out-dir %s > "
            "%s/train.log 2>&1",
            b->threads, sl_bench_self_exe(), model, data, b->steps + 2, b->batch, b->seq, b->threads, metrics, dir, dir);

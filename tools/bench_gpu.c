@@ -182,6 +182,7 @@ static void train_flags(train_args *t, const gpu_cfg *c, const precision *p, con
                          {"--compute-dtype", p->bf16 ? "bf16" : "fp32"}};
   for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) flag(t, kv[i][0], "%s", kv[i][1]);
   flag(t, "--model", "%s/model", dir);
+  flag(t, "--init", "random"); /* a config without weights */
   flag(t, "--data", "%s/data", dir);
   flag(t, "--steps", "%d", c->steps + 2);
   flag(t, "--micro-batch", "%d", c->batch);

@@ -121,7 +121,8 @@ static int train_run(const char *dir, const char *model, const char *tag, const 
   snprintf(metrics, sizeof metrics, "%s/%s.jsonl", dir, tag);
   fflush(stdout);
   snprintf(cmd, sizeof cmd,
-           "OMP_NUM_THREADS=%d %s'%s' train --model %s/%s --data %s/data --steps %d --micro-batch %d --seq-len %d "
+           "OMP_NUM_THREADS=%d %s'%s' train --model %s/%s --init random --data %s/data --steps %d --micro-batch %d "
+           "--seq-len %d "
            "--threads %d --zero %d --ep %d --summary false --plot false --log-every 1000 --metrics %s --out-dir "
            "%s/%s > %s/%s.log 2>&1",
            th, launch, sl_bench_self_exe(), dir, model, dir, c->steps + 2, c->batch, c->seq, th, np > 1 ? 3 : 0, ep,

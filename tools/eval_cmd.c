@@ -60,6 +60,13 @@ int sl_tool_eval(int argc, char **argv) {
     fprintf(stderr, "shardlm eval: --max-samples must be an integer >= 1 (windows to evaluate)\n");
     return 2;
   }
+  if (!strcmp(cfg.init, "random")) {
+    fprintf(stderr,
+            "shardlm eval: --init random: eval measures the weights of --model %s; there is nothing to "
+            "initialise (drop the flag)\n",
+            cfg.model);
+    return 2;
+  }
   sl_st_set *w = NULL; /* a model without weights would be evaluated at its random init */
   if ((rc = sl_st_open_dir(cfg.model, &w)) || !w) {
     if (!rc) sl_fail(SL_EINPUT, "%s: no *.safetensors weights to evaluate", cfg.model);

@@ -1,13 +1,15 @@
 /* tools/generate_cmd.c — `shardlm generate`: sample a continuation of a
  * prompt from an HF model directory (models/generate.c: KV cache / recurrent
- * state, CPU, one process; --backend cuda is refused by name). Without a
- * tokenizer the model is byte-level:
- * prompt bytes in, bytes out (end-of-document 256 stops). --prompt-ids and
+ * state, CPU, one process; --backend cuda is refused by name). The
+ * tokenizer: --tokenizer, else the model directory's tokenizer.json; without
+ * one the model must be byte-level (vocab_size 257..512, or --tokenizer
+ * bytes): prompt bytes in, bytes out (end-of-document 256 stops). --prompt-ids and
  * --print-ids work on token ids directly (tests). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "data/tokenizer.h"
@@ -17,7 +19,9 @@
 #include "tools/tools.h"
 
 static const char *USAGE =
-    "usage: shardlm generate --model HF_DIR (--prompt TEXT | --prompt-ids 1,2,3) [--tokenizer DIR]\n"
+    "usage: shardlm generate --model HF_DIR (--prompt TEXT | --prompt-ids 1,2,3)\n"
+    "       [--tokenizer DIR|tokenizer.json|bytes (default: HF_DIR/tokenizer.json; without one, a byte-level\n"
+    "        model, vocab_size 257..512)]\n"
     "       [--max-new-tokens N (64)] [--temperature X (1.0; 0: greedy)] [--top-p P (1.0)] [--seed S (1234)]\n"
     "       [--print-ids] [--backend cpu|auto (the CPU; cuda: refused, no device path yet)]\n";
 
@@ -146,26 +150,43 @@ int sl_tool_generate(int argc, char **argv) {
   sl_gen *g = NULL;
   sl_tokenizer *tk = NULL;
   emitter em = {0};
-  rc = tokenizer ? sl_tokenizer_load(tokenizer, &tk) : sl_tokenizer_bytes(&tk);
+  /* no --tokenizer: the model directory's own tokenizer.json; without one, the byte-level tokenizer (implicit) */
+  char own[4200];
+  snprintf(own, sizeof own, "%s/tokenizer.json", model);
+  int given = tokenizer != NULL;
+  if (!tokenizer && access(own, R_OK) == 0) {
+    tokenizer = own;
+    fprintf(stderr, "shardlm generate: tokenizer %s (the model's; --tokenizer overrides)\n", own);
+  }
+  int bytes = !tokenizer || !strcmp(tokenizer, "bytes"), text = prompt || !print_ids;
+  rc = bytes ? sl_tokenizer_bytes(&tk) : sl_tokenizer_load(tokenizer, &tk);
   if (!rc) rc = prompt_ids ? parse_ids(prompt_ids, &ids, &n) : text_to_ids(tk, prompt, &ids, &n);
   if (!rc) rc = sl_gen_load(model, &g);
-  if (!rc && tokenizer && sl_tokenizer_vocab_size(tk) > sl_gen_vocab(g))
+  if (!rc && !bytes && sl_tokenizer_vocab_size(tk) > sl_gen_vocab(g))
     rc = sl_fail(SL_EINPUT, "%s: the tokenizer has %lld ids but %s has vocab_size %lld: they do not belong together",
                  tokenizer, (long long)sl_tokenizer_vocab_size(tk), model, (long long)sl_gen_vocab(g));
   if (!rc && prompt && n == 0) rc = sl_fail(SL_EINPUT, "--prompt: the prompt encodes to no tokens");
-  if (!rc && prompt && !tokenizer && sl_gen_vocab(g) < SL_BYTE_VOCAB)
+  if (!rc && prompt && bytes && sl_gen_vocab(g) < SL_BYTE_VOCAB)
     rc = sl_fail(SL_EINPUT,
-                 "--prompt without --tokenizer needs a byte-level model (vocab_size >= %d); %s has "
+                 "--prompt without a tokenizer needs a byte-level model (vocab_size >= %d); %s has "
                  "vocab_size %lld (use --prompt-ids)",
                  SL_BYTE_VOCAB, model, (long long)sl_gen_vocab(g));
+  /* bytes fed to (or printed from) a large vocabulary are garbage: only a byte-level model goes without one */
+  if (!rc && text && bytes && !given && sl_gen_vocab(g) > SL_BYTE_VOCAB_MAX)
+    rc = sl_fail(SL_EINPUT,
+                 "%s has no tokenizer.json and its vocab_size %lld is not byte-level (%d..%d): %s would be "
+                 "bytes. Pass --tokenizer DIR|tokenizer.json (the model's tokenizer), --tokenizer bytes if it was "
+                 "trained on shardlm's byte tokens, or --prompt-ids with --print-ids",
+                 model, (long long)sl_gen_vocab(g), SL_BYTE_VOCAB, SL_BYTE_VOCAB_MAX,
+                 prompt ? "the prompt's ids" : "the printed text");
   if (!rc && !(out = malloc(sizeof(int32_t) * (size_t)(max_new > 0 ? max_new : 1))))
     rc = sl_fail(SL_ENOMEM, "out of memory");
   if (!rc) {
     int32_t stop[SL_MAX_EOS + 2];
     int nstop = sl_gen_eos_list(g, stop, SL_MAX_EOS);
-    if (tokenizer && sl_tokenizer_eos_id(tk) >= 0) stop[nstop++] = sl_tokenizer_eos_id(tk);
-    if (prompt && !tokenizer) stop[nstop++] = SL_BYTE_EOD;
-    em = (emitter){.tk = tk, .bytes = !tokenizer};
+    if (!bytes && sl_tokenizer_eos_id(tk) >= 0) stop[nstop++] = sl_tokenizer_eos_id(tk);
+    if (prompt && bytes) stop[nstop++] = SL_BYTE_EOD;
+    em = (emitter){.tk = tk, .bytes = bytes};
     sl_gen_opts o = {.temperature = temp,
                      .top_p = top_p,
                      .seed = (uint64_t)seed,

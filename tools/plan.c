@@ -3,6 +3,7 @@
  * docs/planner.md). --engine-check prints the engine-exact prediction of
  * one CPU run (arena peaks, comm bytes per step) for tests. */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "base/base.h"
 #include "engine/dryrun.h"
 #include "formats/hfconfig.h"
+#include "formats/safetensors.h"
 #include "formats/traincfg.h"
 #include "plan/planner.h"
 #include "tools/plan_pp.h"
@@ -41,6 +43,32 @@ static int load_model(const char *path, sl_model_config *mc) {
   if (n > 5 && !strcmp(path + n - 5, ".json")) snprintf(p, sizeof p, "%s", path);
   else snprintf(p, sizeof p, "%s/config.json", path);
   return sl_hfconfig_load(p, mc);
+}
+
+/* --model as train takes it (out): a directory (a path to DIR/config.json: DIR; another .json file: the
+ * placeholder DIR, *note saying what it stands for), with --init random when the directory holds no weight
+ * files (train refuses such a directory otherwise, naming that flag). */
+static void train_model_arg(const char *path, char *out, size_t cap, char *note, size_t ncap) {
+  size_t n = strlen(path);
+  note[0] = 0;
+  if (n > 5 && !strcmp(path + n - 5, ".json")) {
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    if (strcmp(base, "config.json")) {
+      snprintf(out, cap, "DIR");
+      snprintf(note, ncap, "DIR: a model directory holding %s as its config.json (train reads DIR/config.json)", path);
+      return;
+    }
+    if (!slash) snprintf(out, cap, ".");
+    else snprintf(out, cap, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+  } else snprintf(out, cap, "%s", path);
+  if (!sl_st_dir_has_weights(out, NULL, 0)) {
+    snprintf(note, ncap,
+             "%s has no weight files: --init random trains from a random initialisation; put the "
+             "weights there (model.safetensors) and drop the flag to train from them",
+             out);
+    size_t o = strlen(out);
+    snprintf(out + o, cap - o, " --init random");
+  }
 }
 
 static int read_measured(const char *path, sl_plan_cluster *c, int *have_tflops) {
@@ -77,7 +105,7 @@ static const char *off_str(int o) { return o == 2 ? "nvme" : o == 1 ? "cpu" : "-
  * PP and TP x PP layouts run with 1F1B. */
 static void train_command(const sl_plan_cand *x, const char *model, const sl_plan_cluster *c, char *buf, size_t cap) {
   size_t o = (size_t)snprintf(buf, cap, "mpirun -np %d shardlm train --model %s --seq-len %lld", c->gpus, model,
-                              (long long)c->seq_len);
+                              (long long)c->seq_len); /* model: train_model_arg's */
 #define ADD(...)                                                                                                       \
   do {                                                                                                                 \
     if (o < cap) o += (size_t)snprintf(buf + o, cap - o, __VA_ARGS__);                                                 \
@@ -236,8 +264,9 @@ typedef struct {
   int as_json, check, top, have_tflops, have_eff;
   sl_plan_run r; /* --engine-check's run */
   const char *pd, *rd;
-  int pd_given;    /* --param-dtype given (else bf16 under --compute-dtype bf16, as train) */
-  sl_train_cfg tc; /* the flags that are train's, parsed by its table (formats/traincfg.c) */
+  int pd_given;                             /* --param-dtype given (else bf16 under --compute-dtype bf16, as train) */
+  sl_train_cfg tc;                          /* the flags that are train's, parsed by its table (formats/traincfg.c) */
+  char train_model[4200], model_note[4400]; /* --model as the printed train command takes it (train_model_arg) */
 } plan_args;
 
 #define VAL() (rc = need(*i, argc, a)) ? NULL : argv[++*i]
@@ -282,8 +311,14 @@ static int search_flag(plan_args *p, int argc, char **argv, int *i, int *mine) {
   else if (!strcmp(a, "--gpu-mem")) SIZE(c->gpu_mem);
   else if (!strcmp(a, "--host-mem")) SIZE(c->host_mem);
   else if (!strcmp(a, "--nvme")) c->nvme = 1;
-  else if (!strcmp(a, "--global-batch")) SIZE(c->global_batch);
-  else if (!strcmp(a, "--intra-bw")) POS(c->intra_bw);
+  else if (!strcmp(a, "--global-batch")) {
+    double gb = 0;
+    SIZE(gb);
+    if (!rc && (gb != (double)(int64_t)gb || gb > 9e18))
+      rc =
+          sl_fail(SL_EINPUT, "plan: --global-batch must be a whole number of tokens, found '%s' (%.17g)", argv[*i], gb);
+    else if (!rc) c->global_batch = (int64_t)gb;
+  } else if (!strcmp(a, "--intra-bw")) POS(c->intra_bw);
   else if (!strcmp(a, "--inter-bw")) POS(c->inter_bw);
   else if (!strcmp(a, "--tflops")) {
     POS(c->tflops);
@@ -433,9 +468,10 @@ static void print_search_json(const plan_args *p, const sl_plan_model *m, const 
                                 "memory_margin", c->margin, "reserve_bytes", 2.0e9, "dtype_bytes", c->dtype_bytes,
                                 "act_model", c->gpt_acts ? "gpt" : "engine"));
   json_object_set_new(o, "recommendation", json_string(why));
-  if (pick >= 0) json_object_set_new(o, "recommended", cand_json(&v[pick], p->model, c));
+  if (pick >= 0) json_object_set_new(o, "recommended", cand_json(&v[pick], p->train_model, c));
+  if (p->model_note[0]) json_object_set_new(o, "command_note", json_string(p->model_note));
   json_object_set_new(o, "candidates_total", json_integer(n));
-  for (int i = 0; i < shown; i++) json_array_append_new(arr, cand_json(&v[i], p->model, c));
+  for (int i = 0; i < shown; i++) json_array_append_new(arr, cand_json(&v[i], p->train_model, c));
   json_object_set_new(o, "candidates", arr);
   char *s = json_dumps(o, JSON_INDENT(1));
   printf("%s\n", s);
@@ -503,12 +539,57 @@ static void print_search_text(const plan_args *p, const sl_plan_model *m, const 
   printf("%s\n", why);
   if (pick >= 0 && !v[pick].needs_mode) {
     char cmd[1024];
-    train_command(&v[pick], p->model, c, cmd, sizeof cmd);
+    train_command(&v[pick], p->train_model, c, cmd, sizeof cmd);
     printf("run it:\n  %s\n", cmd);
+    if (p->model_note[0]) printf("  (%s)\n", p->model_note);
     if (v[pick].pp > 1) printf("  (train --pp-dry-run prints the schedule and its bubble first)\n");
     if (v[pick].ep > 1 && !sl_plan_ep_allowed(m, v[pick].tp, v[pick].shard_group, v[pick].ep, 1))
       printf("  (on a GPU today: %s)\n", sl_errmsg()); /* the engine's device rule (engine/expert_par.c) */
   }
+}
+
+/* The data-parallel degrees (divisors of --gpus) that do not divide the sequences per step, " 8, 16" in buf
+ * ("" when none): the search leaves their layouts out (sl_plan_search). */
+static void left_out_dp(const sl_plan_cluster *c, char *buf, size_t cap) {
+  int64_t samples = c->global_batch / c->seq_len;
+  size_t o = 0;
+  buf[0] = 0;
+  for (int d = 1; d <= c->gpus && o < cap; d++)
+    if (c->gpus % d == 0 && samples % d) o += (size_t)snprintf(buf + o, cap - o, "%s %d", o ? "," : "", d);
+}
+
+/* Nothing fits and --host-mem is 0 (the default), so optimizer offload was not searched: the search again
+ * with unbounded host memory says whether offloading would fit, and the least host memory per node it needs. */
+static void offload_hint(const sl_plan_model *m, const sl_plan_cluster *c, char *why, size_t cap) {
+  sl_plan_cluster u = *c;
+  u.host_mem = 1e30;
+  sl_plan_cand *v = NULL;
+  int n = 0, best = -1, per_node = c->gpus < c->gpus_per_node ? c->gpus : c->gpus_per_node;
+  size_t o = strlen(why);
+  if (sl_plan_search(m, &u, &v, &n)) {
+    free(v);
+    sl_clear_error();
+    return;
+  }
+  for (int i = 0; i < n; i++)
+    if (v[i].fits && !v[i].needs_mode && v[i].offload_optim && (best < 0 || v[i].host_per_gpu < v[best].host_per_gpu))
+      best = i;
+  if (best < 0)
+    snprintf(why + o, cap - o,
+             " Optimizer offload was not searched (--host-mem is 0, the default); with it no configuration fits "
+             "either%s.",
+             c->nvme ? "" : " (NVMe offload needs --nvme)");
+  else {
+    char d[512];
+    sl_plan_describe(&v[best], d, sizeof d);
+    double need = v[best].host_per_gpu * per_node / c->margin;
+    snprintf(why + o, cap - o,
+             " Optimizer offload was not searched: --host-mem is 0 (the default). With the optimizer state in host "
+             "memory it fits: %s needs %.1f GB per GPU and %.1f GB of host memory per node; pass --host-mem with the "
+             "nodes' memory (at least %.0fG) to search it.",
+             d, v[best].gpu_total / 1e9, need / 1e9, ceil(need / 1e9));
+  }
+  free(v);
 }
 
 /* The search over the cluster's configurations and its report. */
@@ -531,8 +612,27 @@ static int run_search(plan_args *p, const sl_plan_model *m) {
   int n = 0;
   if (!rc) rc = sl_plan_search(m, c, &v, &n);
   if (rc) return rc;
-  char why[2048];
+  char dps[512];
+  left_out_dp(c, dps, sizeof dps);
+  int64_t step = (int64_t)c->gpus * c->seq_len, lo = c->global_batch / step * step;
+  if (n == 0) {
+    free(v);
+    return sl_fail(SL_EINPUT,
+                   "plan: --global-batch %lld is %lld sequences of %lld, which no data-parallel degree of %d GPUs "
+                   "the search forms divides (left out: DP%s); a multiple of %lld tokens (--gpus x --seq-len), "
+                   "e.g. %lld or %lld, divides over every layout",
+                   (long long)c->global_batch, (long long)(c->global_batch / c->seq_len), (long long)c->seq_len,
+                   c->gpus, dps, (long long)step, (long long)(lo > 0 ? lo : step), (long long)(lo + step));
+  }
+  char why[4096];
   int pick = sl_plan_recommend(v, n, c, why, sizeof why);
+  if (pick < 0 && c->host_mem <= 0) offload_hint(m, c, why, sizeof why);
+  if (dps[0] && strlen(why) + 400 < sizeof why)
+    snprintf(why + strlen(why), sizeof why - strlen(why),
+             " The global batch is met exactly: %lld sequences of %lld per step, which data-parallel degree%s%s "
+             "cannot divide, so those layouts are left out (a multiple of %lld tokens takes every layout).",
+             (long long)(c->global_batch / c->seq_len), (long long)c->seq_len, strchr(dps, ',') ? "s" : "", dps,
+             (long long)step);
   int shown = p->top > 0 && p->top < n ? p->top : n;
   if (p->as_json) print_search_json(p, m, v, n, pick, why, shown);
   else print_search_text(p, m, v, n, pick, why, shown);
@@ -550,6 +650,7 @@ static int run_plan(int argc, char **argv) {
   if (p.measured && !p.have_eff) p.c.efficiency = 0.8;
   sl_model_config mc;
   if ((rc = load_model(p.model, &mc))) return rc;
+  train_model_arg(p.model, p.train_model, sizeof p.train_model, p.model_note, sizeof p.model_note);
   sl_plan_model m;
   if ((rc = sl_plan_model_init(&mc, &m))) return rc;
   rc = p.check ? run_check(&p, &mc) : run_search(&p, &m);

@@ -30,7 +30,7 @@ cat > "$W/mamba/config.json" <<'J'
  "layer_norm_epsilon": 1e-5, "tie_word_embeddings": true}
 J
 "$B" prepare --input "$SRC/configs/corpus.txt" --output "$W/data" > /dev/null || exit 1
-COMMON="--data $W/data --data-order shuffled --steps 6 --seq-len 16 --micro-batch 2 --lr 1e-3 \
+COMMON="--init random --data $W/data --data-order shuffled --steps 6 --seq-len 16 --micro-batch 2 --lr 1e-3 \
   --warmup 2 --clip 0.5 --threads 1 --summary false --plot false --log-every 100"
 fig() { # name np [flags...]
   local name=$1 np=$2; shift 2

@@ -13,8 +13,9 @@ HARDEN_CFG='"model_type": "llama", "num_attention_heads": 2, "num_key_value_head
  "num_hidden_layers": 1, "max_position_embeddings": 64, "initializer_range": 0.02'
 tiny_model "$W/model" llama "$HARDEN_CFG"
 tiny_data "$W/data" 4000
-# TRAIN: one rank; MPI2: two ranks under mpirun (empty when mpirun is missing)
-ARGS="--model $W/model --data $W/data --seq-len 16 --micro-batch 2 --threads 1 --peak-tflops 1 --warmup 2
+# TRAIN: one rank; MPI2: two ranks under mpirun (empty when mpirun is missing); --init random: $W/model has
+# no weights (a test that trains from saved weights adds --init hf after them)
+ARGS="--model $W/model --init random --data $W/data --seq-len 16 --micro-batch 2 --threads 1 --peak-tflops 1 --warmup 2
  --summary false --plot false"
 TRAIN="$CLI train $ARGS"
 MPI2=""

@@ -43,7 +43,7 @@ RUN_FLAGS="" # the sourcing test sets it
 run() { # model name world accum [flags...]
   local model=$1 name=$2 np=$3 ga=$4; shift 4
   # shellcheck disable=SC2086
-  timeout 120 $MPI -np "$np" "$B" train --model "$W/$model" --data "$W/data" --data-order sequential \
+  timeout 120 $MPI -np "$np" "$B" train --model "$W/$model" --init random --data "$W/data" --data-order sequential \
      --steps 4 --seq-len 16 --micro-batch 2 --grad-accum "$ga" --lr 1e-3 --warmup 1 --clip 0.5 --threads 1 \
      --summary false --plot false --log-every 100 --out-dir "$W/$name" --save "$W/$name/model" $RUN_FLAGS "$@" \
      > "$W/$name.log" 2>&1

@@ -17,7 +17,7 @@ counters() { # name P m schedule [V]
 metric() { /usr/bin/python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())$2)" "$W/$1/metrics.jsonl"; }
 refuse() { # name needle flags... (a later --model wins)
   local name=$1 needle=$2; shift 2
-  timeout 60 $MPI -np 2 "$B" train --model "$W/llama" --data "$W/data" --steps 1 --seq-len 16 --micro-batch 1 \
+  timeout 60 $MPI -np 2 "$B" train --model "$W/llama" --init random --data "$W/data" --steps 1 --seq-len 16 --micro-batch 1 \
     --threads 1 --out-dir "$W/$name" "$@" > "$W/$name.log" 2>&1
   local rc=$?
   if [ $rc -eq 2 ] && grep -qF -- "$needle" "$W/$name.log"; then ok "refused $name: $(grep -F -- "$needle" "$W/$name.log" | head -1 | cut -c1-160)"

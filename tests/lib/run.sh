@@ -30,7 +30,7 @@
 #   tiny_data DIR [BYTES]  `shardlm prepare` of the repository's corpus (its
 #                        first BYTES) into DIR
 #   arch_run ARCH NAME WORLD MICRO ACCUM [FLAGS]  the parity tests' run:
-#                        `shardlm train` of $W/ARCH on $W/data (ARCH_STEPS
+#                        `shardlm train` of $W/ARCH (--init random) on $W/data (ARCH_STEPS
 #                        steps, default 6; sequential order, seq 16, lr 1e-3,
 #                        clip 0.5, 1 thread) into $W/ARCH-NAME, saved to
 #                        $W/ARCH-NAME/model; a failure counts and shows the log
@@ -61,7 +61,7 @@ skip() { echo "skipped: $*"; exit 77; }
 arch_run() {
   local arch=$1 name=$2 np=$3 mb=$4 ga=$5
   shift 5
-  $MPI -np "$np" "$B" train --model "$W/$arch" --data "$W/data" --data-order sequential \
+  $MPI -np "$np" "$B" train --model "$W/$arch" --init random --data "$W/data" --data-order sequential \
     --steps "${ARCH_STEPS:-6}" --seq-len 16 --lr 1e-3 --warmup 3 --clip 0.5 --weight-decay 0.1 --threads 1 \
     --summary false --plot false --log-every 100 --micro-batch "$mb" --grad-accum "$ga" \
     --out-dir "$W/$arch-$name" --save "$W/$arch-$name/model" "$@" > "$W/$arch-$name.log" 2>&1

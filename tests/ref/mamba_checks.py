@@ -196,7 +196,7 @@ common.config_write(idir, ci.to_dict())
 saved = {}
 for tag, seed in (("a", 11), ("b", 11), ("c", 12)):
     sdir = os.path.join(w, "init_" + tag)
-    if engine(["train", "--model", idir, "--data", data, "--steps", 0, "--micro-batch", B,
+    if engine(["train", "--model", idir, "--init", "random", "--data", data, "--steps", 0, "--micro-batch", B,
                "--seq-len", T, "--seed", seed, "--save", sdir], f"init_{tag}.log"):
         saved[tag] = sdir
 if {"a", "b", "c"} <= set(saved):
@@ -239,7 +239,7 @@ if {"a", "b", "c"} <= set(saved):
     ck("[init] HF Mamba init rules (A_log, D, dt_proj, uniform fan-in bounds, embedding std)",
        not bad, f"bad: {bad}" if bad else f"{len(ta)} tensors")
     out = os.path.join(w, "dump_init.safetensors")
-    if engine(EC.dump_args(idir, data, out, "none") + ["--seed", 11], "dump_init.log"):
+    if engine(EC.dump_args(idir, data, out, "none") + ["--seed", 11, "--init", "random"], "dump_init.log"):
         mi = M.load_hf(saved["a"])
         EC.compare_dump(ck, "[init] dump of the seed-initialised model vs PyTorch on its saved weights",
                         out, M.dump(mi, stream, B, T), [n for n, _ in mi.named_parameters()])

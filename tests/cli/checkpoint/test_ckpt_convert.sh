@@ -11,7 +11,7 @@ tiny_model "$W/model" llama '"model_type": "llama", "num_attention_heads": 2, "n
 SL=$B
 RUN="$MPI -np 2 $SL train --seq-len 16 --micro-batch 2 --data-order sequential
  --threads 1 --peak-tflops 1 --zero 3 --out-dir $W/o"
-$RUN --model $W/model --steps 5 --ckpt-dir $W/trainck --save $W/hf0 --metrics $W/m0.jsonl > $W/t.log 2>&1 || { cat $W/t.log; exit 1; }
+$RUN --model $W/model --init random --steps 5 --ckpt-dir $W/trainck --save $W/hf0 --metrics $W/m0.jsonl > $W/t.log 2>&1 || { cat $W/t.log; exit 1; }
 same() { "$PY" - "$@" <<'PY'
 import json, os, struct, sys
 def tensors(d):
@@ -48,7 +48,7 @@ a=$(head -1 $W/m1.jsonl | sed 's/.*"loss": \([^,]*\),.*/\1/'); b=$(head -1 $W/m2
 [ "$a" = "$b" ] && ok "resume from converted checkpoint: step-1 loss $a == loss from --model HF dir" || bad "losses differ: $a vs $b"
 # hybrid sharding (4 ranks, shard group 2): only replica 0 writes (2 files),
 # and the exported master equals the trainer's --save
-$MPI -np 4 $SL train --model $W/model --seq-len 16 --micro-batch 1 \
+$MPI -np 4 $SL train --model $W/model --init random --seq-len 16 --micro-batch 1 \
   --data-order sequential --threads 1 --peak-tflops 1 --zero 3 --shard-group 2 --steps 3 --out-dir $W/o \
   --ckpt-dir $W/hyck --save $W/hysave --metrics $W/m3.jsonl > $W/h.log 2>&1 || { cat $W/h.log; exit 1; }
 n=$(ls $W/hyck/step-000003/*.bin | wc -l)

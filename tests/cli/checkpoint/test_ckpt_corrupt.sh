@@ -7,7 +7,7 @@
 source "${SL_SRC:?}/tests/lib/run.sh" ckpt_corrupt mpi
 tiny_model "$W/model" llama '"model_type": "llama", "num_attention_heads": 2, "num_key_value_heads": 1,
  "num_hidden_layers": 2, "vocab_size": 320, "max_position_embeddings": 64, "initializer_range": 0.02'
-RUN="$MPI -np 2 $B train --model $W/model --seq-len 16
+RUN="$MPI -np 2 $B train --model $W/model --init random --seq-len 16
  --micro-batch 2 --data-order sequential --threads 1 --peak-tflops 1 --steps 8 --zero 1 --out-dir $W/o --metrics $W/m.jsonl"
 $RUN --ckpt-dir $W/base --ckpt-every 4 --keep-last 0 > $W/base.log 2>&1 || { cat $W/base.log; exit 1; }
 S8=step-000008

@@ -11,7 +11,7 @@ MNT=""
 on_exit '[ -n "$MNT" ] && umount "$MNT"'
 tiny_model "$W/model" llama '"model_type": "llama", "num_attention_heads": 2, "num_key_value_heads": 1,
  "num_hidden_layers": 2, "vocab_size": 320, "max_position_embeddings": 64, "initializer_range": 0.02'
-RUN="$MPI -np 2 $B train --model $W/model --seq-len 16
+RUN="$MPI -np 2 $B train --model $W/model --init random --seq-len 16
  --micro-batch 2 --data-order sequential --threads 1 --peak-tflops 1 --steps 8 --zero 3 --out-dir $W/o --metrics $W/m.jsonl"
 # stage  rank-to-kill  step-expected-at-restart
 for case in "file-written 1 4" "file-fsynced 0 4" "files-agreed 1 4" "manifest-written 0 4" "tmpdir-fsynced 0 4" \

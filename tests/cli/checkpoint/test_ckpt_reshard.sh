@@ -19,7 +19,7 @@ accum() { case $1 in 1) echo "--micro-batch 2 --grad-accum 6";; 2) echo "--micro
           3) echo "--micro-batch 2 --grad-accum 2";; 4) echo "--micro-batch 3 --grad-accum 1";; esac; }
 run() { # np zero extra...
   local np=$1 z=$2; shift 2
-  $MPI -np $np $CLI train --model $W/model --seq-len 16 \
+  $MPI -np $np $CLI train --model $W/model --init random --seq-len 16 \
     $(accum $np) --data-order sequential --threads 1 --peak-tflops 1 --steps 12 --warmup 2 --zero $z "$@"
 }
 cmp_py() { "$PY" - "$@" <<'PY'

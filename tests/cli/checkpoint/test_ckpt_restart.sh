@@ -6,7 +6,7 @@
 source "${SL_SRC:?}/tests/lib/run.sh" ckpt_restart mpi
 tiny_model "$W/model" llama '"model_type": "llama", "num_attention_heads": 2, "num_key_value_heads": 1,
  "num_hidden_layers": 2, "vocab_size": 320, "max_position_embeddings": 64, "initializer_range": 0.02'
-ARGS="train --nproc 2 --model $W/model --seq-len 16 --micro-batch 2 --data-order shuffled --threads 1 --peak-tflops 1
+ARGS="train --nproc 2 --model $W/model --init random --seq-len 16 --micro-batch 2 --data-order shuffled --threads 1 --peak-tflops 1
  --steps 20 --warmup 3 --zero 3 --out-dir $W/o"
 $B $ARGS --metrics $W/a.jsonl > $W/a.log 2>&1 || { cat $W/a.log; exit 1; }
 SL_CKPT_FAULT=file-written SL_CKPT_FAULT_RANK=1 SL_CKPT_FAULT_STEP=12 SL_CKPT_FAULT_ONCE=$W/fired \

@@ -5,7 +5,7 @@
 source "${SL_SRC:?}/tests/lib/run.sh" ckpt_resume mpi
 tiny_model "$W/model" llama '"model_type": "llama", "num_attention_heads": 2, "num_key_value_heads": 1,
  "num_hidden_layers": 2, "vocab_size": 320, "max_position_embeddings": 64, "initializer_range": 0.02'
-RUN="$MPI -np 2 $B train --model $W/model --seq-len 16
+RUN="$MPI -np 2 $B train --model $W/model --init random --seq-len 16
  --micro-batch 2 --data-order shuffled --threads 1 --peak-tflops 1 --steps 20 --warmup 3"
 for Z in 1 3; do
   D="$W/z$Z"; mkdir -p "$D"

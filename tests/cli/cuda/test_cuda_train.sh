@@ -17,7 +17,7 @@ CMP="${PYTHON:-python3} $SL_SRC/tests/lib/compare.py"
 tiny_model "$W/model" llama '"hidden_size": 128, "intermediate_size": 352, "num_hidden_layers": 2,
  "vocab_size": 320, "rope_theta": null'
 tiny_data "$W/data"
-A="--model $W/model --data $W/data --data-order sequential --steps 10 --micro-batch 4 --seq-len 64 --summary false --plot false --compute-dtype fp32"
+A="--model $W/model --init random --data $W/data --data-order sequential --steps 10 --micro-batch 4 --seq-len 64 --summary false --plot false --compute-dtype fp32"
 run() { local n=$1; shift; "$B" train $A --out-dir "$W/$n" --save "$W/$n/model" "$@" > "$W/$n.log" 2>&1 || { bad "run $n"; tail -5 "$W/$n.log"; return 1; }; }
 run cpu --backend cpu --zero 0
 run gpu0 --backend cuda --zero 0

@@ -20,7 +20,7 @@ source "${SL_SRC:?}/tests/lib/run.sh" emu_devsync mpi numpy
 emu_need
 tiny_model "$W/llama" llama '"num_hidden_layers": 2'
 tiny_data "$W/data"
-A="--data $W/data --data-order sequential --steps 4 --micro-batch 2 --seq-len 16 --threads 1 --summary false
+A="--init random --data $W/data --data-order sequential --steps 4 --micro-batch 2 --seq-len 16 --threads 1 --summary false
   --plot false --peak-tflops 1 --model $W/llama --compute-dtype fp32" # fp32 unless a run says bf16 (auto: bf16 on a device)
 # counters RUN MICRO STAGED [WANT]: steps 2-4 of RUN's metrics (rank 0)
 # against the budget, STAGED round trips (a download and an upload) a

@@ -17,7 +17,7 @@ emu_need # E: build/shardlm_emu (tests/lib/run.sh)
 tiny_model "$W/llama" llama '"num_hidden_layers": 2'
 tiny_model "$W/tied" tied '"num_hidden_layers": 2'
 tiny_data "$W/data"
-A="--data $W/data --data-order sequential --micro-batch 2 --seq-len 16 --threads 1 --summary false --plot false
+A="--init random --data $W/data --data-order sequential --micro-batch 2 --seq-len 16 --threads 1 --summary false --plot false
   --peak-tflops 1 --zero 1 --compute-dtype fp32"
 run() { # name np binary model [flags...] (2 steps unless flags say otherwise): emu_run with the model
   local n=$1 np=$2 bin=$3 m=$4

@@ -26,7 +26,7 @@ tiny_data "$W/data"
 # --peak-tflops: no 1024^3 GEMM on the reference cuBLASLt at start-up (minutes);
 # --compute-dtype fp32: the fp32 cases (auto is bf16 on a device; a later
 # flag of a run overrides it)
-A="--data $W/data --data-order sequential --steps 3 --micro-batch 2 --seq-len 16 --threads 1 --summary false --plot false
+A="--init random --data $W/data --data-order sequential --steps 3 --micro-batch 2 --seq-len 16 --threads 1 --summary false --plot false
   --peak-tflops 1 --compute-dtype fp32"
 run() { # name np binary model [flags...]: emu_run with the model, saved
   local n=$1 np=$2 bin=$3 m=$4

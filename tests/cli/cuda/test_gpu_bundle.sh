@@ -54,7 +54,7 @@ if "$D/shardlm" --help > /dev/null 2>&1; then ok "bundled shardlm --help runs"; 
 tiny_model "$W/m" llama '"num_hidden_layers": 1, "rms_norm_eps": null, "rope_theta": null, "tie_word_embeddings": null'
 # (the bundled binary prepares the data, not $B: so not tiny_data)
 if env -u OMPI_COMM_WORLD_SIZE -u SL_COMM "$D/shardlm" prepare --input "$S/configs/corpus.txt" --output "$W/d" > /dev/null 2>&1 &&
-   env -u OMPI_COMM_WORLD_SIZE -u SL_COMM "$D/shardlm" train --backend cpu --model "$W/m" --data "$W/d" --steps 2 \
+   env -u OMPI_COMM_WORLD_SIZE -u SL_COMM "$D/shardlm" train --backend cpu --model "$W/m" --init random --data "$W/d" --steps 2 \
      --micro-batch 2 --seq-len 16 --threads 1 --summary false --plot false --out-dir "$W/r" > "$W/train.log" 2>&1; then
   ok "bundled shardlm trains at world size 1 (no MPI module in the bundle)"
 else bad "bundled shardlm train failed"; tail -3 "$W/train.log"; fi

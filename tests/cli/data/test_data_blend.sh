@@ -39,7 +39,7 @@ for name, lo, hi, n, m in (("A", 0, 50, 900, 1), ("B", 50, 100, 500, 0), ("Z", 0
         mm = np.ones(n); mm[417] = 2
         write_lmask(f"{w}/bad_byte", mm)
 PY
-COMMON="--model $W/llama --seq-len 16 --micro-batch 4 --threads 1 --summary false --plot false --lr 1e-3 --warmup 2"
+COMMON="--model $W/llama --init random --seq-len 16 --micro-batch 4 --threads 1 --summary false --plot false --lr 1e-3 --warmup 2"
 train() { # name [args...]: output in $W/name/, metrics $W/name/metrics.jsonl
   local n=$1; shift
   "$B" train $COMMON --out-dir "$W/$n" --save "$W/$n/model" "$@" > "$W/$n.log" 2>&1

@@ -12,7 +12,7 @@ for np in 1 2; do
   for z in 1 3; do
     for tier in none cpu nvme; do
       name=w${np}z${z}$tier
-      $MPI -np $np "$B" train --model "$W/model" --data "$W/data" --data-order sequential --steps 20 \
+      $MPI -np $np "$B" train --model "$W/model" --init random --data "$W/data" --data-order sequential --steps 20 \
         --micro-batch 2 --seq-len 16 --threads 1 --zero $z --offload-optimizer $tier --nvme-path "$W/nvme" \
         --offload-budget-mb $BUDGET_MB --summary false --plot false --out-dir "$W/$name" --save "$W/$name/model" \
         > "$W/$name.log" 2>&1 || { bad "run $name"; tail -5 "$W/$name.log"; continue; }

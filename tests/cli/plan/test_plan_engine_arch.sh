@@ -21,7 +21,7 @@ runs=()
 run() {
   local name=$1 model=$2 world=$3
   shift 3
-  timeout 120 $MPI -np "$world" "$BIN" train --model "$model" --steps 2 --threads 1 --plot false \
+  timeout 120 $MPI -np "$world" "$BIN" train --model "$model" --init random --steps 2 --threads 1 --plot false \
     --summary false --metrics "$W/$name.jsonl" --out-dir "$W/o_$name" "$@" > "$W/$name.log" 2>&1 &&
     "$BIN" plan --engine-check --json --model "$model" --world "$world" "$@" > "$W/$name.plan" 2>> "$W/$name.log" ||
     { bad "$name: train or plan failed"; tail -5 "$W/$name.log"; return; }

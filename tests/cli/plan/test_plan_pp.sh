@@ -28,7 +28,7 @@ run_case() {
   local name=$1 model=$2 world=$3 P=$4 sched=$5
   shift 5
   local m="$W/$name.jsonl" p="$W/$name.plan.json" log="$W/$name.log"
-  if ! timeout 120 $MPI -np "$world" "$BIN" train --model "$W/$model" --data "$W/data" --steps 2 \
+  if ! timeout 120 $MPI -np "$world" "$BIN" train --model "$W/$model" --init random --data "$W/data" --steps 2 \
       --threads 1 --seq-len 16 --micro-batch 2 --grad-accum 4 --pp "$P" --pp-schedule "$sched" --metrics "$m" \
       --out-dir "$W/out_$name" --plot false --summary false "$@" >"$log" 2>&1; then
     bad "$name: train failed"; tail -15 "$log"; return
@@ -144,7 +144,7 @@ else
   bad "negative control: no run or no plan"
 fi
 # --pp 1 has no "stages" (its line is unchanged)
-if timeout 60 $MPI -np 1 "$BIN" train --model "$W/llama" --data "$W/data" --steps 1 --threads 1 \
+if timeout 60 $MPI -np 1 "$BIN" train --model "$W/llama" --init random --data "$W/data" --steps 1 --threads 1 \
     --seq-len 16 --micro-batch 2 --metrics "$W/p1.jsonl" --out-dir "$W/out_p1" --plot false \
     --summary false >"$W/p1.log" 2>&1 && ! grep -q '"stages"' "$W/p1.jsonl"; then
   ok "--pp 1: no stages field"

@@ -36,7 +36,7 @@ run_case() {
   local name=$1 model=$2 world=$3
   shift 3
   local m="$W/$name.jsonl" p="$W/$name.plan.json" log="$W/$name.log"
-  if ! timeout 120 $MPI -np "$world" "$BIN" train --model "$model" --steps 2 --threads 1 \
+  if ! timeout 120 $MPI -np "$world" "$BIN" train --model "$model" --init random --steps 2 --threads 1 \
       --metrics "$m" --out-dir "$W/out_$name" --plot false --summary false "$@" >"$log" 2>&1; then
     bad "$name: train failed"; tail -15 "$log"; return
   fi

@@ -20,7 +20,7 @@ tiny_model "$W/llama" llama '"num_hidden_layers": 7'
 tiny_data "$W/data"
 run() { # name world accum [flags...]
   local name=$1 np=$2 ga=$3; shift 3
-  timeout 120 $MPI -np "$np" "$B" train --model "$W/llama" --data "$W/data" --data-order sequential \
+  timeout 120 $MPI -np "$np" "$B" train --model "$W/llama" --init random --data "$W/data" --data-order sequential \
      --steps 2 --seq-len 16 --micro-batch 2 --grad-accum "$ga" --lr 1e-3 --warmup 1 --clip 0.5 --threads 1 \
      --summary false --plot false --log-every 100 --out-dir "$W/$name" --save "$W/$name/model" "$@" \
      > "$W/$name.log" 2>&1

@@ -83,7 +83,7 @@ refuse mlessp "at least as many micro-batches as stages" --pp 2 --grad-accum 1
 refuse playout "must sum to" --pp 2 --grad-accum 2 --pp-layout 1,2
 refuse nosynctied "untied embeddings only" --model "$W/tied" --pp 2 --grad-accum 2 --no-sync-accum
 refuse zb1pmlessp "at least as many micro-batches as stages" --pp 2 --grad-accum 1 --pp-schedule zb1p
-timeout 60 $MPI -np 8 "$B" train --model "$W/llama" --data "$W/data" --steps 1 --seq-len 16 \
+timeout 60 $MPI -np 8 "$B" train --model "$W/llama" --init random --data "$W/data" --steps 1 --seq-len 16 \
   --micro-batch 1 --grad-accum 8 --threads 1 --out-dir "$W/big" --pp 8 > "$W/big.log" 2>&1
 rc=$?
 if [ $rc -eq 2 ] && grep -q "units" "$W/big.log"; then ok "refused P > units: $(grep units "$W/big.log" | head -1 | cut -c1-160)"

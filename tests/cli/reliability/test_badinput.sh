@@ -2,7 +2,7 @@
 # tests/cli/reliability/test_badinput.sh — bad input files through the CLI: every malformed
 # model directory (config.json, safetensors, sharded index) and Megatron
 # dataset made by tests/fixtures/make_bad_inputs.py must make
-#   shardlm train --model DIR --data PREFIX --steps 1 --micro-batch 1 --seq-len 8
+#   shardlm train --model DIR [--init random: DIR without weights] --data PREFIX --steps 1 --micro-batch 1 --seq-len 8
 # exit with status 2 and a message naming the bad file, never by a signal;
 # the good inputs must train (status 0). Also `shardlm prepare` on a missing
 # input exits 2, and on a small text writes exactly the byte-tokenized
@@ -37,7 +37,9 @@ while IFS='|' read -r name want model data needle; do
   [ -z "$name" ] && continue
   k=$((k + 1))
   mkdir -p "$T/run$k"
-  (cd "$T/run$k" && timeout 300 "$CLI" train --model "$model" --data "$data" --steps 1 \
+  init=(--init random) # a directory without weight files: initialised from the seed on purpose
+  [ -e "$model/model.safetensors" ] || [ -e "$model/model.safetensors.index.json" ] && init=()
+  (cd "$T/run$k" && timeout 300 "$CLI" train --model "$model" "${init[@]}" --data "$data" --steps 1 \
       --micro-batch 1 --seq-len 8) > "$T/out$k" 2>&1
   result "train: $name" $? "$want" "$T/out$k" "$needle"
 done < "$T/manifest"

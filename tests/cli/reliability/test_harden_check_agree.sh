@@ -18,7 +18,7 @@ cat > "$W/wrap.sh" <<S
 cd "$W/case/r\$OMPI_COMM_WORLD_RANK" && exec "\$@"
 S
 chmod +x "$W/wrap.sh"
-COMMON="--data $W/data --steps 2 --micro-batch 2 --seq-len 16 --threads 1 --summary false --plot false"
+COMMON="--init random --data $W/data --steps 2 --micro-batch 2 --seq-len 16 --threads 1 --summary false --plot false"
 # expect NAME RC NEEDLE [extra args...]: runs the two ranks in $W/case/r0, r1
 expect() {
   local name=$1 want=$2 needle=$3; shift 3
@@ -46,7 +46,7 @@ setup; cfg "$W/case/r0/model" 10000.0 false 8; cfg "$W/case/r1/model" 10000.0 fa
 cp "$W"/saved/*.safetensors "$W/case/r0/model/" 2>/dev/null
 expect weights_rank0_only 2 "weights."
 cp "$W"/saved/*.safetensors "$W/case/r1/model/" 2>/dev/null
-expect weights_both 0 ""
+expect weights_both 0 "" --init hf
 # a different tokenizer file per rank
 setup; cfg "$W/case/r0/model" 10000.0 false 8; cfg "$W/case/r1/model" 10000.0 false 8
 echo '{"model": {}}' > "$W/case/r0/model/tokenizer.json"; echo '{"model": {"x": 1}}' > "$W/case/r1/model/tokenizer.json"
@@ -55,7 +55,7 @@ expect tokenizer 2 "weights.tokenizer.json"
 rm -f "$W"/case/r*/model/tokenizer.json
 tiny_data "$W/case/r0/data"
 tiny_data "$W/case/r1/data" 3000
-timeout 120 $MPI -np 2 "$W/wrap.sh" "$B" train --model model --data data --steps 1 --micro-batch 2 --seq-len 16 \
+timeout 120 $MPI -np 2 "$W/wrap.sh" "$B" train --model model --init random --data data --steps 1 --micro-batch 2 --seq-len 16 \
   --threads 1 --summary false --plot false > "$W/data.log" 2>&1
 rc=$?
 if [ $rc -eq 2 ] && grep -qF "disagree on data." "$W/data.log"; then ok "dataset per rank"; else no "dataset per rank: exit $rc" "$W/data.log"; fi

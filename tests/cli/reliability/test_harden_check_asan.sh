@@ -37,12 +37,12 @@ export ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=0
 B="$W/b/shardlm"
 tiny_config "$W/m" '"rope_theta": 10000.0'
 tiny_data "$W/data" # with the sanitizer build's $B
-RUN="train --model $W/m --data $W/data --steps 3 --micro-batch 2 --seq-len 16 --threads 1 --summary false --plot false"
+RUN="train --model $W/m --init random --data $W/data --steps 3 --micro-batch 2 --seq-len 16 --threads 1 --summary false --plot false"
 expect "train on 1 rank" 0 "trained 3 steps" "$B" $RUN --out-dir "$W/o1" --ckpt-dir "$W/ck" --save "$W/hf"
 expect "resume" 0 "resumed from" "$B" $RUN --steps 4 --out-dir "$W/o1" --ckpt-dir "$W/ck" --resume
 # an odd row count and vocabulary: the LM-head row sums were once misaligned (UBSan)
 tiny_config "$W/odd" '"rope_theta": 10000.0, "vocab_size": 301'
-expect "odd rows x odd vocabulary" 0 "trained 2 steps" "$B" train --model "$W/odd" --data "$W/data" --steps 2 \
+expect "odd rows x odd vocabulary" 0 "trained 2 steps" "$B" train --model "$W/odd" --init random --data "$W/data" --steps 2 \
   --micro-batch 1 --seq-len 15 --threads 1 --summary false --plot false --out-dir "$W/o4"
 if command -v mpirun > /dev/null; then
   expect "train on 2 ranks, ZeRO-3" 0 "trained 3 steps" $MPI -np 2 "$B" $RUN --out-dir "$W/o2"

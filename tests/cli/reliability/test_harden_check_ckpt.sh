@@ -15,7 +15,7 @@ cfg "$W/h4" 4 2 8 10000.0
 cfg "$W/h8" 8 4 4 10000.0       # the same tensor shapes: q (32, 32), k/v (16, 32)
 cfg "$W/rope" 4 2 8 500000.0
 tiny_data "$W/data"
-RUN="$B train --data $W/data --micro-batch 1 --seq-len 8 --threads 1 --summary false --plot false --out-dir $W/out"
+RUN="$B train --init random --data $W/data --micro-batch 1 --seq-len 8 --threads 1 --summary false --plot false --out-dir $W/out"
 check() { expect "$@"; }
 check "write a heads-4 checkpoint" 0 "" $RUN --model "$W/h4" --steps 2 --ckpt-dir "$W/ck"
 if grep -q '"model_hash"' "$W"/ck/step-*/manifest.json && grep -q 'model.num_attention_heads=4' "$W"/ck/step-*/manifest.json

@@ -9,7 +9,7 @@ source "${SL_SRC:?}/tests/lib/run.sh" harden_check_flags
 source "$SL_SRC/tests/lib/harden_check.sh"
 tiny_config "$W/model" '"rope_theta": 10000.0'
 tiny_data "$W/data"
-COMMON="--model $W/model --data $W/data --steps 1 --micro-batch 1 --seq-len 8 --threads 1 --summary false --plot false --out-dir $W/out"
+COMMON="--model $W/model --init random --data $W/data --steps 1 --micro-batch 1 --seq-len 8 --threads 1 --summary false --plot false --out-dir $W/out"
 check() { expect "${*: -2}" "$@"; } # WANT NEEDLE CMD...: named by its last two words
 # badval FLAG VALUE: --FLAG VALUE refused with exit 2 naming the flag
 badval() { check 2 "--$1" "$B" train $COMMON "--$1" "$2"; }

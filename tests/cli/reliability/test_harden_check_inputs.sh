@@ -15,7 +15,7 @@ check() { # WANT NEEDLE TRAIN-ARGS...: a one-step training run, named by $CASE
 }
 tiny_config "$W/m" '"rope_theta": 10000.0, "max_position_embeddings": 32'
 tiny_data "$W/data"
-timeout 60 "$B" train --model "$W/m" --data "$W/data" --steps 1 --micro-batch 1 --seq-len 8 --threads 1 \
+timeout 60 "$B" train --model "$W/m" --init random --data "$W/data" --steps 1 --micro-batch 1 --seq-len 8 --threads 1 \
   --summary false --plot false --out-dir "$W/out" --save "$W/saved" > "$W/save.log" 2>&1 || { echo "FAIL save"; exit 1; }
 # add_tensors SRC DST NAME...: copies a safetensors file with extra F32 (4) tensors
 add_tensors() {
@@ -41,14 +41,14 @@ add_tensors "$W/saved/model.safetensors" "$W/layer/model.safetensors" model.laye
 CASE="control: saved weights load" check 0 "" --model "$W/saved" --seq-len 8
 CASE="extra bias: warning naming it" check 0 "model.layers.0.mlp.down_proj.bias" --model "$W/bias" --seq-len 8
 CASE="extra layer: error naming num_hidden_layers" check 2 "num_hidden_layers" --model "$W/layer" --seq-len 8
-CASE="seq-len above max_position_embeddings" check 2 "max_position_embeddings 32" --model "$W/m" --seq-len 64
-CASE="seq-len above max_position_embeddings, --allow-long-context" check 0 "" --model "$W/m" --seq-len 64 --allow-long-context
-CASE="seq-len at max_position_embeddings" check 0 "" --model "$W/m" --seq-len 32
+CASE="seq-len above max_position_embeddings" check 2 "max_position_embeddings 32" --model "$W/m" --init random --seq-len 64
+CASE="seq-len above max_position_embeddings, --allow-long-context" check 0 "" --model "$W/m" --init random --seq-len 64 --allow-long-context
+CASE="seq-len at max_position_embeddings" check 0 "" --model "$W/m" --init random --seq-len 32
 # a dataset shorter than one sample: a warning, the run trains
 printf 'tiny text\n' > "$W/short.txt"
 "$B" prepare --input "$W/short.txt" --output "$W/short" > /dev/null || exit 1
 k=$((k + 1))
-timeout 60 "$B" train --model "$W/m" --data "$W/short" --steps 1 --micro-batch 1 --seq-len 16 --threads 1 \
+timeout 60 "$B" train --model "$W/m" --init random --data "$W/short" --steps 1 --micro-batch 1 --seq-len 16 --threads 1 \
   --summary false --plot false --out-dir "$W/out" > "$W/o$k" 2>&1
 rc=$?
 if [ $rc -eq 0 ] && grep -q "fewer than one sample.*wraps" "$W/o$k"; then ok "short dataset: wrap warning"

@@ -17,7 +17,7 @@ cat > "$W/big/config.json" <<'J'
  "vocab_size": 128256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "max_position_embeddings": 8192}
 J
 tiny_data "$W/data"
-COMMON="--data $W/data --steps 1 --seq-len 16 --threads 1 --summary false --plot false --out-dir $W/out"
+COMMON="--init random --data $W/data --steps 1 --seq-len 16 --threads 1 --summary false --plot false --out-dir $W/out"
 TIME=""
 [ -x /usr/bin/time ] && TIME="/usr/bin/time -f maxrss_kb=%M"
 refused() { # NAME ARGS...: exit 2, fast, small RSS, message with the figure, limit, plan command

@@ -11,7 +11,7 @@ source "$SL_SRC/tests/lib/harden_check.sh"
 check() { expect "$@"; }
 tiny_config "$W/m" '"rope_theta": 10000.0'
 tiny_data "$W/data"
-RUN="$B train --model $W/m --data $W/data --micro-batch 1 --seq-len 8 --threads 1 --summary false --plot false"
+RUN="$B train --model $W/m --init random --data $W/data --micro-batch 1 --seq-len 8 --threads 1 --summary false --plot false"
 # resuming past --steps
 check "train 3 steps with checkpoints" 0 "" $RUN --steps 3 --ckpt-dir "$W/ck" --out-dir "$W/o1" --save "$W/hf"
 check "resume with --steps 2 < 3 done" 0 "nothing to train" $RUN --steps 2 --ckpt-dir "$W/ck" --resume --out-dir "$W/o1"

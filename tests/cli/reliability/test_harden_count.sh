@@ -11,7 +11,7 @@ source "${SL_SRC:?}/tests/lib/run.sh" harden_count
 # shellcheck source=tests/lib/harden_check.sh
 source "$SL_SRC/tests/lib/harden_check.sh"
 tiny_data "$W/data"
-COMMON="--data $W/data --steps 1 --threads 1 --summary false --plot false --out-dir $W/out"
+COMMON="--init random --data $W/data --steps 1 --threads 1 --summary false --plot false --out-dir $W/out"
 TIME=""
 [ -x /usr/bin/time ] && TIME="/usr/bin/time -f maxrss_kb=%M"
 layers() { # DIR N [HIDDEN INTER HEADS KV VOCAB]: tiny_config with N layers, the other sizes as given

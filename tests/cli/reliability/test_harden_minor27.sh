@@ -33,7 +33,7 @@ b = bytearray(open(sys.argv[1], "rb").read()); n = struct.unpack("<Q", b[:8])[0]
 o = 8 + n + h["model.layers.0.input_layernorm.weight"]["data_offsets"][0] + 4 * 3
 b[o:o + 4] = struct.pack("<f", float("nan")); open(sys.argv[1], "wb").write(b)
 P
-$CLI train ${ARGS/--model $W\/model/} --model "$W/hfnan" --steps 1 --out-dir "$W/nan" > "$W/nan.log" 2>&1
+$CLI train ${ARGS/--model $W\/model/} --model "$W/hfnan" --init hf --steps 1 --out-dir "$W/nan" > "$W/nan.log" 2>&1
 rc_is "NaN in a loaded weight" $? 2 "$W/nan.log" "tensor 'model.layers.0.input_layernorm.weight' has a non-finite value (nan) at element 3"
 # plot of a metrics file whose losses are all null: says so, no SVG
 printf '{"step": 1, "loss": null, "tokens_per_s": 10}\n{"step": 2, "loss": null, "tokens_per_s": 10}\n' > "$W/null.jsonl"

@@ -65,7 +65,7 @@ lo = h["model.layers.0.mlp.down_proj.weight"]["data_offsets"][0]
 b[8 + n + lo + 12:8 + n + lo + 16] = struct.pack("<f", float("nan"))
 open(p, "wb").write(b)
 P
-$CLI train ${ARGS/$W\/model/$W/nanmodel} --steps 3 --out-dir $W/w2 --ckpt-dir $W/w2/ck --ckpt-every 1 > $W/w2.log 2>&1
+$CLI train ${ARGS/$W\/model/$W/nanmodel} --init hf --steps 3 --out-dir $W/w2 --ckpt-dir $W/w2/ck --ckpt-every 1 > $W/w2.log 2>&1
 rc_is "NaN in the input weights refused at load (issue 27: names the tensor)" $? 2 $W/w2.log "tensor 'model.layers.0.mlp.down_proj.weight' has a non-finite value (nan) at element 3"
 check "no checkpoint written" test -z "$(ls $W/w2/ck 2>/dev/null | grep step-)"
 

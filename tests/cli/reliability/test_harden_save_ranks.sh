@@ -12,7 +12,7 @@ source "${SL_SRC:?}/tests/lib/harden.sh"
 small_fs "$W/fs" 1200 || skip "cannot mount a tmpfs (not root)"
 tiny_model "$W/m2" llama '"model_type": "llama", "num_attention_heads": 2, "num_hidden_layers": 2,
  "max_position_embeddings": 64'
-A=(train --model "$W/m2" --data "$W/data" --seq-len 16 --micro-batch 2 --grad-accum 2 --threads 1 --peak-tflops 1
+A=(train --model "$W/m2" --init random --data "$W/data" --seq-len 16 --micro-batch 2 --grad-accum 2 --threads 1 --peak-tflops 1
    --summary false --plot false --comm-timeout 60)
 sums() { (cd "$1" && md5sum $(ls | sort)); }
 "$CLI" "${A[@]}" --steps 1 --out-dir "$W/o0" --save "$W/fs/model" > "$W/first.log" 2>&1

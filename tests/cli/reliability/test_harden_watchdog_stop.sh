@@ -26,7 +26,7 @@ pid_of_rank() { # out rank
 
 case_stop() { # np victim
   local np=$1 v=$2 out="$W/out$1" log="$W/np$1.log" job t0 t1 rc victim left
-  $MPI -np $np "$B" train --model "$W/model" --data "$W/data" --steps 100000 --micro-batch 2 --seq-len 16 \
+  $MPI -np $np "$B" train --model "$W/model" --init random --data "$W/data" --steps 100000 --micro-batch 2 --seq-len 16 \
     --threads 1 --tp 2 --comm-timeout $T --plot false --summary false --out-dir "$out" > "$log" 2>&1 &
   job=$!
   for _ in $(seq 300); do [ -s "$out/metrics.jsonl" ] && break; sleep 0.2; done

@@ -7,7 +7,7 @@ source "${SL_SRC:?}/tests/lib/run.sh" mpi_fault mpi
 on_exit 'pkill -KILL -f "$W" 2>/dev/null'
 tiny_model "$W/model" llama '"hidden_size": 64, "intermediate_size": 160, "rope_theta": null'
 tiny_data "$W/data"
-ARGS="--model $W/model --data $W/data --steps 100000 --micro-batch 2 --seq-len 32 --threads 1 --zero 3 --plot false --summary false --out-dir $W/out"
+ARGS="--model $W/model --init random --data $W/data --steps 100000 --micro-batch 2 --seq-len 32 --threads 1 --zero 3 --plot false --summary false --out-dir $W/out"
 
 # the rank's pid: the shardlm process whose environment says rank 1
 pid_of_rank() {

@@ -16,7 +16,7 @@ mkdir -p "$W/model"
 cp "$SL_SRC/tests/fixtures/tiny-1layer/config.json" "$W/model/" || exit 1
 tiny_data "$W/data"
 STEPS=1000
-COMMON="--model $W/model --data $W/data --data-order shuffled --seq-len 16 --micro-batch 2 --threads 1
+COMMON="--model $W/model --init random --data $W/data --data-order shuffled --seq-len 16 --micro-batch 2 --threads 1
  --peak-tflops 1 --steps $STEPS --warmup 5 --summary false --plot false --log-every 100000"
 # waits until FILE has at least N lines (the run is mid-way), at most 60 s
 wait_lines() { for _ in $(seq 600); do [ "$( { wc -l < "$1"; } 2>/dev/null || echo 0)" -ge "$2" ] && return 0; sleep 0.1; done; return 1; }

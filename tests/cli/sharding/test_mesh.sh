@@ -7,7 +7,7 @@
 source "${SL_SRC:?}/tests/lib/run.sh" mesh mpi
 mkdir -p "$W/model"
 cp "$SL_SRC/tests/fixtures/tiny-1layer/config.json" "$W/model/" || exit 1
-ARGS="--model $W/model --seq-len 16 --micro-batch 2 --threads 1 --peak-tflops 1 --steps 5 --summary false --plot false"
+ARGS="--model $W/model --init random --seq-len 16 --micro-batch 2 --threads 1 --peak-tflops 1 --steps 5 --summary false --plot false"
 H=$(hostname)
 # $MPI binds nothing (--bind-to none); run b's later --bind-to core wins
 $MPI -np 2 "$B" train $ARGS --out-dir "$W/a" > "$W/a.log" 2>&1 || { bad "run a failed"; tail "$W/a.log"; }

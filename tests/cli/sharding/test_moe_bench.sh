@@ -44,7 +44,7 @@ EOF
 tiny_model "$W/mixtral" llama '"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_hidden_layers": 2,
  "intermediate_size": 24, "num_local_experts": 4, "num_experts_per_tok": 2'
 tiny_data "$W/data"
-TR="train --model $W/mixtral --data $W/data --steps 2 --seq-len 16 --micro-batch 2 --threads 1 --plot false"
+TR="train --model $W/mixtral --init random --data $W/data --steps 2 --seq-len 16 --micro-batch 2 --threads 1 --plot false"
 $MPI -np 4 "$B" $TR --ep 2 --out-dir "$W/ep2" > "$W/ep2.log" 2>&1 && "$B" $TR --out-dir "$W/ep1" > "$W/ep1.log" 2>&1 &&
   [ "$(grep -c '"alltoall_s": [0-9.]*[,}]' "$W/ep2/metrics.jsonl")" = 2 ] && ! grep -q alltoall_s "$W/ep1/metrics.jsonl" &&
   [ "$(grep -c 'all-to-all [0-9.]*M, [0-9.]* s inside its calls ([0-9.]*%)' "$W/ep2.log")" = 4 ] &&

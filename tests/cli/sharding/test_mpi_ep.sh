@@ -113,7 +113,7 @@ $MPI -np 4 "$B" train --model "$W/mixtral-base/model" --data "$W/data" --steps 0
   ok "HF round trip at EP 2 x TP 2: byte-identical" || { bad "HF round trip at EP 2 x TP 2"; tail -3 "$W/rttp.log"; }
 refuse() { # name world needle flags...
   local n=$1 np=$2 needle=$3 model=$4; shift 4
-  $MPI -np "$np" "$B" train --model "$W/$model" --data "$W/data" --steps 1 --seq-len 16 --micro-batch 2 --threads 1 \
+  $MPI -np "$np" "$B" train --model "$W/$model" --init random --data "$W/data" --steps 1 --seq-len 16 --micro-batch 2 --threads 1 \
     --summary false --plot false --out-dir "$W/refused" "$@" > "$W/refused.log" 2>&1
   rc_is "$n" $? 2 "$W/refused.log" "$needle"
 }

@@ -8,7 +8,7 @@ source "${SL_SRC:?}/tests/lib/run.sh" mpi_parity mpi numpy
 L48='"hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2'
 tiny_model "$W/model" llama "$L48"
 tiny_data "$W/data"
-COMMON="--model $W/model --data $W/data --data-order sequential --steps 20 --seq-len 16 --lr 1e-3 \
+COMMON="--model $W/model --init random --data $W/data --data-order sequential --steps 20 --seq-len 16 --lr 1e-3 \
   --warmup 3 --clip 0.5 --threads 1 --summary false --plot false --log-every 100"
 run() { # name world micro accum [flags...]
   local name=$1 np=$2 mb=$3 ga=$4; shift 4

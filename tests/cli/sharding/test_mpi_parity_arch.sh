@@ -82,7 +82,7 @@ run qwen3moe w2z3 2 3 2 --zero 3 && check qwen3moe w2z3 base --rtol 1e-5
 # the load-balancing loss (per micro-batch): DP 2 x 2 micro-batches of 3 = one rank's 4 of 3 (1e-5); --pp refused
 run mixtral_aux base 1 3 4 --zero 0
 run mixtral_aux w2z3 2 3 2 --zero 3 && check mixtral_aux w2z3 base --rtol 1e-5
-$MPI -np 2 "$B" train --model "$W/mixtral_aux" --data "$W/data" --steps 1 --seq-len 16 --micro-batch 2 --grad-accum 2 \
+$MPI -np 2 "$B" train --model "$W/mixtral_aux" --init random --data "$W/data" --steps 1 --seq-len 16 --micro-batch 2 --grad-accum 2 \
   --threads 1 --summary false --plot false --out-dir "$W/mixtral-refused" --pp 2 > "$W/mixtral-refused.log" 2>&1
 rc_is "Mixtral aux loss --pp 2 refused" $? 2 "$W/mixtral-refused.log" "load-balancing loss (output_router_logits true)"
 # Mixtral: PP 2 (1f1b) bit-identical; zb1p refused by name
@@ -91,7 +91,7 @@ run mixtral pp21f1b 2 3 4 --pp 2 --pp-schedule 1f1b && check mixtral pp21f1b bas
 MO="--moe-capacity-factor 1.0 --moe-balance bias --moe-bias-rate 0.02"
 run mixtral obase 1 3 4 --zero 0 $MO
 run mixtral opp2 2 3 4 --pp 2 --pp-schedule 1f1b $MO && check mixtral opp2 obase --exact
-$MPI -np 2 "$B" train --model "$W/mixtral" --data "$W/data" --steps 1 --seq-len 16 --micro-batch 2 --grad-accum 2 --threads 1 \
+$MPI -np 2 "$B" train --model "$W/mixtral" --init random --data "$W/data" --steps 1 --seq-len 16 --micro-batch 2 --grad-accum 2 --threads 1 \
   --summary false --plot false --out-dir "$W/mixtral-refused" --pp 2 --pp-schedule zb1p > "$W/mixtral-refused.log" 2>&1
 rc_is "Mixtral --pp-schedule zb1p refused" $? 2 "$W/mixtral-refused.log" "no split backward"
 # Qwen3: the q/k norm weights replicated over TP (their gradients summed), under SP too

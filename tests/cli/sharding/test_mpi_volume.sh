@@ -9,7 +9,7 @@ declare -A state
 for np in 1 2 3 4; do
   for z in 0 1 2 3; do
     out="$W/w${np}z$z"
-    if ! $MPI -np $np "$B" train --model "$W/model" --data "$W/data" --steps 2 --micro-batch 2 --seq-len 16 \
+    if ! $MPI -np $np "$B" train --model "$W/model" --init random --data "$W/data" --steps 2 --micro-batch 2 --seq-len 16 \
         --threads 1 --zero $z --summary false --plot false --out-dir "$out" > "$out.log" 2>&1; then
       bad "run world $np zero $z"; tail -5 "$out.log"; continue
     fi

@@ -26,7 +26,7 @@ tiny_model "$W/mu" mamba '"num_hidden_layers": 2, "state_size": 6, "conv_kernel"
 # byte tokens only (no end-of-document id), all below the vocabulary of 211
 # (prepare inline: tiny_data has no --no-append-eod)
 "$B" prepare --input "$SL_SRC/configs/corpus.txt" --output "$W/data" --no-append-eod > /dev/null || exit 1
-COMMON="--data $W/data --data-order sequential --steps 10 --seq-len 16 --lr 1e-3 --eps 1e-6 \
+COMMON="--init random --data $W/data --data-order sequential --steps 10 --seq-len 16 --lr 1e-3 --eps 1e-6 \
   --warmup 3 --clip 0.5 --weight-decay 0.1 --threads 1 --summary false --plot false --log-every 100"
 # train NAME MODEL WORLD MICRO ACCUM BASE [flags...]: one run (G = micro x accum x world / tp = 4, 10 steps)
 # with --save; then, unless BASE is -, its losses and weights (compare.py) and gradient norms (each
@@ -65,8 +65,8 @@ train u_tp2dp2z0 mu 4 2 1 ubase --tp 2 --zero 0
 train s_tp4u mu 4 4 1 ubase --tp 4 --zero 1 --sequence-parallel
 # from HF weights: each rank reads its rows of in_proj's x and z halves, of conv1d, dt_proj, A_log, D,
 # and its columns of x_proj and out_proj
-train ud1 ubase/model 1 4 1 - --zero 0
-train ud_tp4 ubase/model 4 4 1 ud1 --tp 4 --zero 3
+train ud1 ubase/model 1 4 1 - --zero 0 --init hf
+train ud_tp4 ubase/model 4 4 1 ud1 --tp 4 --zero 3 --init hf
 
 # The TP axis's bytes per step (metrics "tp_bytes") against the closed form from config.json.
 # Convention (shard/comm.c): an all-reduce of n elements is counted as 2*(T-1)*ceil(n/T) of them, an

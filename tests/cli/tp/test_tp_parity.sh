@@ -40,7 +40,7 @@ tiny_data "$W/data"
 # the same ASCII text without the byte tokenizer's end-of-document 256: every id < 211
 # (prepare inline: tiny_data has no --no-append-eod)
 "$B" prepare --input "$SL_SRC/configs/corpus.txt" --output "$W/data211" --no-append-eod > /dev/null || exit 1
-COMMON="--data $W/data --data-order sequential --steps 10 --seq-len 16 --lr 1e-3 --eps 1e-6 \
+COMMON="--init random --data $W/data --data-order sequential --steps 10 --seq-len 16 --lr 1e-3 --eps 1e-6 \
   --warmup 3 --clip 0.5 --threads 1 --summary false --plot false --log-every 100"
 run() { # name model world micro accum [flags...]  (G = micro x accum x world / tp = 4)
   local name=$1 model=$2 np=$3 mb=$4 ga=$5; shift 5

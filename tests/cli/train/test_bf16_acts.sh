@@ -30,7 +30,7 @@ tiny_model "$W/falcon" mamba '"num_hidden_layers": 2, "architectures": ["FalconM
 tiny_data "$W/data"
 run() { # model name world micro accum [flags...]
   local arch=$1 name=$2 np=$3 mb=$4 ga=$5; shift 5
-  $MPI -np "$np" "$B" train --model "$W/$arch" --data "$W/data" --data-order sequential --steps 4 --seq-len 16 \
+  $MPI -np "$np" "$B" train --model "$W/$arch" --init random --data "$W/data" --data-order sequential --steps 4 --seq-len 16 \
     --lr 1e-3 --warmup 2 --clip 0.5 --weight-decay 0.1 --threads 1 --summary false --plot false --log-every 100 \
     --micro-batch "$mb" --grad-accum "$ga" --compute-dtype bf16 --out-dir "$W/$arch-$name" \
     --save "$W/$arch-$name/model" "$@" > "$W/$arch-$name.log" 2>&1 ||
@@ -88,7 +88,7 @@ half() { # label fp32-bytes bf16-bytes bound
   case $r in *ok) ok "$1: acts bf16 / fp32 = ${r% *} (<= $4; $3 of $2 bytes)" ;; *) bad "$1: acts bf16 / fp32 = $r (bound $4)" ;; esac
 }
 for d in fp32 bf16; do
-  "$B" train --model "$W/mid" --data "$W/data" --data-order sequential --steps 1 --seq-len 256 --micro-batch 1 \
+  "$B" train --model "$W/mid" --init random --data "$W/data" --data-order sequential --steps 1 --seq-len 256 --micro-batch 1 \
     --threads 1 --summary false --plot false --compute-dtype $d --out-dir "$W/mid-$d" > "$W/mid-$d.log" 2>&1 ||
     bad "run mid $d"
 done
@@ -121,7 +121,7 @@ case $r in 0.50[0-5]*) bad "--residual-dtype fp32: acts ratio $r within the boun
 refuse() { # name needle [flags...]
   local n=$1 needle=$2 rc=0
   shift 2
-  "$B" train --data "$W/data" --steps 1 --seq-len 16 --threads 1 --out-dir "$W/r-$n" "$@" > "$W/r-$n.log" 2>&1 || rc=$?
+  "$B" train --init random --data "$W/data" --steps 1 --seq-len 16 --threads 1 --out-dir "$W/r-$n" "$@" > "$W/r-$n.log" 2>&1 || rc=$?
   rc_is "refused: $n" "$rc" 2 "$W/r-$n.log" "$needle"
 }
 refuse fp16 "--residual-dtype must be fp32, bf16 or auto, found 'fp16'" --model "$W/llama" --residual-dtype fp16

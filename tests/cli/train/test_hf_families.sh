@@ -41,7 +41,7 @@ done
 train2() { # NAME [ARGS]: 2 steps of the model $W/NAME, log $W/NAME.log
   local n=$1
   shift
-  "$B" train --model "$W/$n" --data "$W/data" --steps 2 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
+  "$B" train --model "$W/$n" --init random --data "$W/data" --steps 2 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
     --plot false --out-dir "$W/${n}run" "$@" > "$W/$n.log" 2>&1
 }
 changes_run() { # WITH WITHOUT WHAT: the two runs' losses differ
@@ -120,7 +120,7 @@ for l in range(2):
 P
 # a tiny Qwen3 (published fields that change nothing accepted, layer_types all full) trains, saves, converts
 tiny_model "$W/q3" llama "$Q3, \"tie_word_embeddings\": true, \"attention_bias\": false, \"use_sliding_window\": false, \"sliding_window\": null, \"max_window_layers\": 28, \"layer_types\": [\"full_attention\", \"full_attention\"], \"attention_dropout\": 0.0, \"rope_scaling\": null, \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.51.0\", \"use_cache\": true"
-"$B" train --model "$W/q3" --data "$W/data" --steps 2 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
+"$B" train --model "$W/q3" --init random --data "$W/data" --steps 2 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
   --plot false --out-dir "$W/q3run" --save "$W/q3run/model" --ckpt-dir "$W/q3ck" > "$W/q3.log" 2>&1
 rc_is "train tiny Qwen3 2 steps" $? 0 "$W/q3.log" "trained 2 steps"
 "$B" convert --from-ckpt "$W/q3ck" --model-config "$W/q3" --to-hf "$W/q3conv" > "$W/q3conv.log" 2>&1
@@ -146,7 +146,7 @@ done
 tiny_model "$W/g2" tied '"architectures": ["Gemma2ForCausalLM"], "num_hidden_layers": 2, "head_dim": 8'
 tiny_model "$W/g3" tied "$G3"
 for g in g2 g3; do
-  "$B" train --model "$W/$g" --data "$W/data" --steps 2 --seq-len 16 --micro-batch 2 --threads 1 --compute-dtype bf16 \
+  "$B" train --model "$W/$g" --init random --data "$W/data" --steps 2 --seq-len 16 --micro-batch 2 --threads 1 --compute-dtype bf16 \
     --summary false --plot false --out-dir "$W/${g}run" > "$W/$g.log" 2>&1
   rc_is "$g --compute-dtype bf16 trains" $? 0 "$W/$g.log" "trained 2 steps"
 done
@@ -183,7 +183,7 @@ P
 tiny_model "$W/fm0" mamba "$FM, \"architectures\": [\"MambaForCausalLM\"], \"model_type\": \"mamba\""
 train2 fm0
 changes_run fm fm0 "the dt/B/C norms"
-"$B" train --model "$W/fm0" --data "$W/data" --steps 4 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
+"$B" train --model "$W/fm0" --init random --data "$W/data" --steps 4 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
   --plot false --out-dir "$W/fm0res" --ckpt-dir "$W/fmck" --resume > "$W/fm0res.log" 2>&1
 rc_is "refused: resuming the Falcon-Mamba checkpoint as plain Mamba" $? 2 "$W/fm0res.log" "model.family is FalconMambaForCausalLM there"
 
@@ -206,7 +206,7 @@ refuse q3mdense '"mlp_only_layers": [0]' "field 'mlp_only_layers' is not support
 refuse q3mwin '"use_sliding_window": true' "field 'use_sliding_window' = true is not supported" "$Q3M"
 # a tiny Mixtral (the published config's fields that change nothing accepted) trains and saves
 tiny_model "$W/mx" llama "$X, \"num_experts_per_tok\": 2, \"router_aux_loss_coef\": 0.02, \"output_router_logits\": false, \"router_jitter_noise\": 0.0, \"sliding_window\": null, \"attention_dropout\": 0.0, \"torch_dtype\": \"bfloat16\", \"use_cache\": true"
-"$B" train --model "$W/mx" --data "$W/data" --steps 2 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
+"$B" train --model "$W/mx" --init random --data "$W/data" --steps 2 --seq-len 32 --micro-batch 2 --threads 1 --summary false \
   --plot false --out-dir "$W/mxrun" --metrics "$W/mxrun/m.jsonl" --save "$W/mxrun/model" > "$W/mx.log" 2>&1
 rc_is "train tiny Mixtral 2 steps" $? 0 "$W/mx.log" "trained 2 steps"
 "$PY" - "$W/mxrun/model" "$W/mxrun/m.jsonl" "$SL_SRC/tests/ref" << 'P' && ok "saved: Mixtral config, router and expert tensors; moe_load in the metrics" || bad "saved Mixtral wrong"

@@ -9,7 +9,7 @@
 source "${SL_SRC:?}/tests/lib/run.sh" nompi numpy mpi
 tiny_model "$W/model" llama '"num_hidden_layers": 1, "rope_theta": null'
 tiny_data "$W/data"
-A="--model $W/model --data $W/data --data-order sequential --steps 6 --micro-batch 2 --seq-len 16 \
+A="--model $W/model --init random --data $W/data --data-order sequential --steps 6 --micro-batch 2 --seq-len 16 \
   --threads 1 --summary false --plot false --zero 3"
 
 if ldd "$B" | grep -q 'libmpi'; then bad "ldd shardlm lists libmpi"; else ok "ldd shardlm: no libmpi"; fi

@@ -114,7 +114,7 @@ PY
 }
 
 # ---- 1. srun vs mpirun ----
-ARGS="--model $W/model --data $W/data --zero 3 --seq-len 16 --micro-batch 2 --threads 1 --peak-tflops 1
+ARGS="--model $W/model --init random --data $W/data --zero 3 --seq-len 16 --micro-batch 2 --threads 1 --peak-tflops 1
  --steps 20 --warmup 3 --summary false --plot false"
 $MPI -np 2 "$B" train $ARGS --out-dir "$W/m" --save "$W/m/model" > "$W/m.log" 2>&1 || { bad "mpirun run failed"; tail "$W/m.log"; }
 srun -n 2 --mpi=pmix "$B" train $ARGS --out-dir "$W/s" --save "$W/s/model" > "$W/s.log" 2>&1 \
@@ -131,7 +131,7 @@ srun -n 2 --mpi=none "$B" train $ARGS --out-dir "$W/n" > "$W/n.log" 2>&1; rc=$?
 
 # ---- 3. pre-emptible job: SIGTERM mid-run, requeue, resume ----
 STEPS=1500
-TARGS="--model $W/model --data $W/data --zero 3 --seq-len 16 --micro-batch 2 --threads 1 --peak-tflops 1
+TARGS="--model $W/model --init random --data $W/data --zero 3 --seq-len 16 --micro-batch 2 --threads 1 --peak-tflops 1
  --steps $STEPS --warmup 5 --data-order shuffled --summary false --plot false --log-every 100000 --ckpt-every 100000"
 $MPI -np 2 "$B" train $TARGS --out-dir "$W/ref" > "$W/ref.log" 2>&1 || { bad "reference run failed"; tail "$W/ref.log"; }
 sed -e '/--gpus-per-node/d' -e '/--cpus-per-task/d' -e 's/--ntasks-per-node=8/--ntasks-per-node=2/' \
