@@ -15,7 +15,7 @@
 source "${SL_SRC:?}/tests/lib/run.sh" ckpt_model_fields mpi
 tiny_data "$W/data" 20000
 T="--data $W/data --seq-len 16 --micro-batch 2 --threads 1 --summary false --plot false --log-every 100"
-ARCH_INIT=${SL_INIT_FLAG:-}
+ARCH_INIT="--init random"
 # model NAME JSON-MEMBERS: $W/NAME/config.json, a tiny model of that family
 model() {
   mkdir -p "$W/$1"

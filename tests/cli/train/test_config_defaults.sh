@@ -17,7 +17,7 @@
 # kv heads = heads) must report mismatches.
 source "${SL_SRC:?}/tests/lib/run.sh" config_defaults numpy
 tiny_data "$W/data" 8000
-"$PY" - "$W" "$B" "$W/data" "${SL_INIT_FLAG:-}" << 'P'
+"$PY" - "$W" "$B" "$W/data" "--init random" << 'P'
 import json, math, os, subprocess, sys
 W, B, DATA, INIT = sys.argv[1:5]
 # ---- the oracle: transformers' defaults per model type -------------------------------------

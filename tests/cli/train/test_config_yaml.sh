@@ -11,7 +11,7 @@ tiny_data "$W/data" 20000
 cd "$W" || exit 1
 FLAGS="--model $W/m --data $W/data --seq-len 16 --micro-batch 2 --steps 3 --lr 2e-3 --warmup 1 --zero 2 --threads 1
   --summary false --plot false"
-"$B" train $FLAGS ${SL_INIT_FLAG:-} --out-dir flags > flags.log 2>&1 || bad "the run with flags: $(tail -2 flags.log)"
+"$B" train $FLAGS --init random --out-dir flags > flags.log 2>&1 || bad "the run with flags: $(tail -2 flags.log)"
 cat > run.yaml << Y
 # the same settings as FLAGS, in YAML (comments allowed)
 model: $W/m
@@ -26,7 +26,7 @@ threads: 1
 summary: false
 plot: false
 Y
-[ -n "${SL_INIT_FLAG:-}" ] && echo "init: random" >> run.yaml
+echo "init: random" >> run.yaml
 "$B" train --config run.yaml --out-dir yaml > yaml.log 2>&1 || bad "the run with run.yaml: $(tail -2 yaml.log)"
 # the metrics lines without their clock readings (tokens/s, MFU, times, ETA): every other field, line for line
 loss() {

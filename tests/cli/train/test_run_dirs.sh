@@ -10,7 +10,7 @@ source "${SL_SRC:?}/tests/lib/run.sh" run_dirs
 tiny_model "$W/m" llama
 tiny_data "$W/data" 20000
 cd "$W" || exit 1
-T="--model $W/m --data $W/data --seq-len 16 --micro-batch 2 --threads 1 --summary false --plot false ${SL_INIT_FLAG:-}"
+T="--model $W/m --data $W/data --seq-len 16 --micro-batch 2 --threads 1 --summary false --plot false --init random"
 "$B" train $T --steps 4 > a.log 2>&1 || bad "first run"
 sleep 1.1
 "$B" train $T --steps 2 > b.log 2>&1 || bad "second run"
