@@ -20,7 +20,7 @@ run() { # NAME FLAGS...: a train run into $W/NAME, its log checked
   $RUN --out-dir "$W/$n" "$@" > "$W/$n.log" 2>&1 || { bad "$n: train failed"; cat "$W/$n.log"; return 1; }
 }
 # an fp32 source without weights (no torch_dtype): F32 (also the bf16 model's weights, below)
-run init --model "$W/m" --steps 1 --save "$W/init"
+run init --model "$W/m" --init random --steps 1 --save "$W/init"
 # the bf16 model: those weights as BF16 safetensors, with tokenizer files and a generation config
 mkdir -p "$W/bf"
 cp "$W/m/config.json" "$W/bf/"
@@ -46,7 +46,7 @@ rc_is "convert --to-hf of the bf16 run's checkpoint" $? 0 "$W/conv.log" "BF16"
 rc_is "convert --to-hf --save-dtype fp16" $? 0 "$W/conv16.log" "F16"
 # weightless sources: config.json's torch_dtype decides
 tiny_model "$W/mb" llama '"num_hidden_layers": 2, "torch_dtype": "bfloat16"'
-run cfgbf --model "$W/mb" --steps 1 --save "$W/cfgbf"
+run cfgbf --model "$W/mb" --init random --steps 1 --save "$W/cfgbf"
 # an fp32 source with weights stays F32
 run f32src --model "$W/init" --steps 1 --save "$W/f32src"
 

@@ -65,7 +65,7 @@ PY
 read -r L1 L2 < "$W/lens"
 T=$((L1 + L2 - 1)) # one row: conv1 then conv2 (P), conv2 then conv1 (Q)
 DOC="--doc-attention-mask true --eod-id 258"
-"$B" train --model "$W/tiny" --data "$W/p" --steps 1 --seq-len 16 --summary false --plot false \
+"$B" train --model "$W/tiny" --init random --data "$W/p" --steps 1 --seq-len 16 --summary false --plot false \
   --out-dir "$W/init" --save "$W/m" > "$W/init.log" 2>&1 || { bad "writing the model"; tail -3 "$W/init.log"; finish; }
 cp "$W/tiny/config.json" "$W/m/config.json"
 

@@ -18,7 +18,7 @@ tiny_model "$W/plain" llama "$MOE"
 tiny_data "$W/data" 20000
 tail -c 3000 "$SL_SRC/configs/corpus.txt" > "$W/held.txt"
 "$B" prepare --input "$W/held.txt" --output "$W/held" > /dev/null 2>&1 || bad "prepare the held-out set"
-A="--data $W/data --seq-len 16 --micro-batch 2 --threads 1 --summary false --plot false --steps 3 --eval-every 3
+A="--init random --data $W/data --seq-len 16 --micro-batch 2 --threads 1 --summary false --plot false --steps 3 --eval-every 3
  --eval-data $W/held --eval-samples 5"
 E="--data $W/held --seq-len 16 --micro-batch 2 --threads 1 --max-samples 5 --json"
 # eval_loss DIR: the last eval_loss of DIR/metrics.jsonl; metric DIR KEY: step 3's KEY

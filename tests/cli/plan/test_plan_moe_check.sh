@@ -16,7 +16,7 @@ tiny_data "$W/data" 20000
 F="--zero 3 --ep 2 --micro-batch 2 --seq-len 16"
 O="--moe-capacity-factor 1.0 --moe-z-loss-coef 0.01 --moe-balance bias --moe-bias-rate 0.01"
 CHECK="plan --engine-check --model $W/moe --world 2 $F"
-$MPI -np 2 "$B" train --model "$W/moe" --data "$W/data" --threads 1 --steps 1 --summary false --plot false \
+$MPI -np 2 "$B" train --model "$W/moe" --init random --data "$W/data" --threads 1 --steps 1 --summary false --plot false \
   --out-dir "$W/run" $F $O > "$W/run.log" 2>&1
 rc_is "train at --ep 2 with the routing options" $? 0 "$W/run.log"
 "$B" $CHECK $O --json > "$W/cap.json" 2> "$W/cap.err"
@@ -42,7 +42,7 @@ MSG="--ep 2: the device backends have no expert exchange yet (run --backend cpu)
 "$B" plan --engine-check --model "$W/moe" --world 2 --zero 3 --micro-batch 2 --seq-len 16 --ep 2 --backend cuda > "$W/cuda.log" 2>&1
 rc_is "--backend cuda --ep 2 refused" $? 2 "$W/cuda.log" "$MSG"
 if [ -x "$SL_BUILD/shardlm_emu" ]; then
-  ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 $MPI -np 2 "$SL_BUILD/shardlm_emu" train --model "$W/moe" \
+  ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 $MPI -np 2 "$SL_BUILD/shardlm_emu" train --model "$W/moe" --init random \
     --data "$W/data" --threads 1 --steps 1 --backend cuda $F --out-dir "$W/emu" > "$W/emu.log" 2>&1
   rc_is "... the same refusal as train on the (emulated) CUDA backend" $? 2 "$W/emu.log" "$MSG"
 else echo "(shardlm_emu not built: train's side of the CUDA refusal not run)"; fi

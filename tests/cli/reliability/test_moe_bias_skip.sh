@@ -11,7 +11,7 @@ source "${SL_SRC:?}/tests/lib/run.sh" moe_bias_skip mpi
 tiny_model "$W/moe" llama '"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_hidden_layers": 2,
  "intermediate_size": 24, "num_local_experts": 4, "num_experts_per_tok": 2'
 tiny_data "$W/data" 20000
-SL_FAULT_NONFINITE=2 SL_FAULT_NONFINITE_RANK=1 $MPI -np 2 "$B" train --model "$W/moe" --data "$W/data" --seq-len 16 \
+SL_FAULT_NONFINITE=2 SL_FAULT_NONFINITE_RANK=1 $MPI -np 2 "$B" train --model "$W/moe" --init random --data "$W/data" --seq-len 16 \
   --micro-batch 2 --threads 1 --summary false --plot false --steps 3 --moe-balance bias --moe-bias-rate 0.05 \
   --on-nonfinite skip --out-dir "$W/s" --ckpt-dir "$W/s/ck" --ckpt-every 1 --keep-last 0 > "$W/s.log" 2>&1
 rc_is "a NaN loss on rank 1 at step 2 is skipped, the run completes" $? 0 "$W/s.log" "update skipped"

@@ -9,7 +9,7 @@
 #    new schedule (their lr equals a straight cosine run's).
 source "${SL_SRC:?}/tests/lib/run.sh" lr_resume mpi
 tiny_model "$W/model" llama '"num_hidden_layers": 1'
-RUN="$MPI -np 2 $B train --model $W/model --seq-len 16 --micro-batch 1 --threads 1 --steps 12 --warmup 2
+RUN="$MPI -np 2 $B train --model $W/model --init random --seq-len 16 --micro-batch 1 --threads 1 --steps 12 --warmup 2
  --lr 1e-3 --min-lr 1e-4 --summary false --plot false --log-every 100"
 WSD="--lr-schedule wsd --lr-decay-steps 4 --lr-decay-shape 1-sqrt"
 $RUN $WSD --out-dir "$W/a" > "$W/a.log" 2>&1 || { bad "straight wsd run failed"; tail "$W/a.log"; }

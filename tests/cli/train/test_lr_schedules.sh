@@ -11,7 +11,7 @@
 # Bad values are refused with exit 2 naming the flag.
 source "${SL_SRC:?}/tests/lib/run.sh" lr_schedules
 tiny_model "$W/model" llama '"num_hidden_layers": 1'
-RUN="$B train --model $W/model --seq-len 16 --micro-batch 1 --threads 1 --steps 14 --lr 1e-3 --min-lr 1e-4
+RUN="$B train --model $W/model --init random --seq-len 16 --micro-batch 1 --threads 1 --steps 14 --lr 1e-3 --min-lr 1e-4
  --summary false --plot false --log-every 100"
 run() { # name flags...
   local n=$1; shift

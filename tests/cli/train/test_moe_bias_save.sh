@@ -26,21 +26,21 @@ A="--data $W/data --seq-len 16 --micro-batch 2 --threads 1 --summary false --plo
 E="--data $W/held --seq-len 16 --micro-batch 2 --threads 1 --max-samples 5 --json"
 
 # 1. --moe-bias-rate is the bias's rate: refused where there is no bias
-"$B" train --model "$W/moe" $A --steps 1 --moe-bias-rate 0.01 --out-dir "$W/r1" > "$W/r1.log" 2>&1
+"$B" train --model "$W/moe" $A --init random --steps 1 --moe-bias-rate 0.01 --out-dir "$W/r1" > "$W/r1.log" 2>&1
 rc_is "--moe-bias-rate without --moe-balance bias refused" $? 2 "$W/r1.log" "--moe-bias-rate is the expert bias's update rate: it needs --moe-balance bias (found aux)"
-"$B" train --model "$W/moe" $A --steps 1 --moe-balance none --moe-bias-rate 0.02 --out-dir "$W/r2" > "$W/r2.log" 2>&1
+"$B" train --model "$W/moe" $A --init random --steps 1 --moe-balance none --moe-bias-rate 0.02 --out-dir "$W/r2" > "$W/r2.log" 2>&1
 rc_is "... with --moe-balance none" $? 2 "$W/r2.log" "(found none)"
 # the default's value written out (a run.json lists every setting) changes nothing and is accepted
-"$B" train --model "$W/moe" $A --steps 1 --moe-balance none --moe-bias-rate 1e-3 --out-dir "$W/r2b" > "$W/r2b.log" 2>&1
+"$B" train --model "$W/moe" $A --init random --steps 1 --moe-balance none --moe-bias-rate 1e-3 --out-dir "$W/r2b" > "$W/r2b.log" 2>&1
 rc_is "--moe-bias-rate at its default's value accepted without the bias" $? 0 "$W/r2b.log" "trained 1 steps"
 echo '{"moe_bias_rate": 0.01}' > "$W/rate.json"
-"$B" train --model "$W/moe" $A --steps 1 --config "$W/rate.json" --out-dir "$W/r3" > "$W/r3.log" 2>&1
+"$B" train --model "$W/moe" $A --init random --steps 1 --config "$W/rate.json" --out-dir "$W/r3" > "$W/r3.log" 2>&1
 rc_is "... from --config" $? 2 "$W/r3.log" "it needs --moe-balance bias"
-"$B" train --model "$W/dense" $A --steps 1 --moe-bias-rate 0.01 --out-dir "$W/r4" > "$W/r4.log" 2>&1
+"$B" train --model "$W/dense" $A --init random --steps 1 --moe-bias-rate 0.01 --out-dir "$W/r4" > "$W/r4.log" 2>&1
 rc_is "... on a dense model" $? 2 "$W/r4.log" "--moe-bias-rate: LlamaForCausalLM has no experts"
 
 # 2. --save writes the learned bias (2 ranks; checkpoint and held-out loss at step 3)
-$MPI -np 2 "$B" train --model "$W/moe" $A --steps 3 --moe-balance bias --moe-bias-rate 0.05 --eval-every 3 \
+$MPI -np 2 "$B" train --model "$W/moe" $A --init random --init random --steps 3 --moe-balance bias --moe-bias-rate 0.05 --eval-every 3 \
   --eval-data "$W/held" --eval-samples 5 --ckpt-dir "$W/b/ck" --out-dir "$W/b" --save "$W/b/model" > "$W/b.log" 2>&1
 rc_is "2 ranks, --moe-balance bias, --save" $? 0 "$W/b.log" \
   "warn: $W/b/model: the expert bias is saved as model.layers.0.block_sparse_moe.gate.e_score_correction_bias"
@@ -114,11 +114,11 @@ rtb=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1] + "/step-00000
   ok "HF -> checkpoint (which holds the bias) -> HF is byte-identical" || bad "round trip: checkpoint bias '$rtb', files differ?"
 
 # 3. Qwen3-MoE's naming (mlp.gate); a run without the bias writes none and says nothing
-"$B" train --model "$W/q3" $A --steps 2 --moe-balance bias --moe-bias-rate 0.05 --out-dir "$W/q" --save "$W/q/model" > "$W/q.log" 2>&1
+"$B" train --model "$W/q3" $A --init random --steps 2 --moe-balance bias --moe-bias-rate 0.05 --out-dir "$W/q" --save "$W/q/model" > "$W/q.log" 2>&1
 rc_is "Qwen3-MoE with the bias" $? 0 "$W/q.log" "transformers' Qwen3MoeForCausalLM has no expert bias"
 [ "$(biases "$W/q/model/model.safetensors" | cut -d' ' -f1 | tr '\n' ' ')" = "model.layers.0.mlp.gate.e_score_correction_bias model.layers.1.mlp.gate.e_score_correction_bias " ] &&
   ok "Qwen3-MoE: model.layers.N.mlp.gate.e_score_correction_bias" || bad "Qwen3-MoE names: $(biases "$W/q/model/model.safetensors")"
-"$B" train --model "$W/moe" $A --steps 2 --out-dir "$W/n" --save "$W/n/model" > "$W/n.log" 2>&1
+"$B" train --model "$W/moe" $A --init random --steps 2 --out-dir "$W/n" --save "$W/n/model" > "$W/n.log" 2>&1
 rc_is "no --moe-balance bias" $? 0 "$W/n.log"
 [ -z "$(biases "$W/n/model/model.safetensors")" ] && ! grep -q "expert bias" "$W/n.log" &&
   ok "... no bias tensor, no warning" || bad "a run without the bias wrote one or warned"

@@ -13,7 +13,7 @@
 source "${SL_SRC:?}/tests/lib/run.sh" tensorboard
 tiny_model "$W/model" llama '"num_hidden_layers": 1'
 tiny_data "$W/data"
-A="--model $W/model --data $W/data --steps 5 --micro-batch 2 --seq-len 16 --threads 1 --summary false \
+A="--model $W/model --init random --data $W/data --steps 5 --micro-batch 2 --seq-len 16 --threads 1 --summary false \
   --plot false --split 90,10,0 --eval-every 2 --eval-samples 2"
 
 cat > "$W/tb.py" <<'P'

@@ -8,7 +8,7 @@
 # takes ~1-10 ms here, so the recomputation carries up to ~1e-3 of rounding.
 source "${SL_SRC:?}/tests/lib/run.sh" train_progress
 tiny_model "$W/model" llama '"num_hidden_layers": 1'
-$B train --model "$W/model" --seq-len 32 --micro-batch 4 --threads 1 --steps 25 --warmup 2 --summary false \
+$B train --model "$W/model" --init random --seq-len 32 --micro-batch 4 --threads 1 --steps 25 --warmup 2 --summary false \
   --plot false --log-every 5 --out-dir "$W/a" > "$W/a.log" 2>&1 || { bad "the run failed"; tail "$W/a.log"; }
 line=$(grep -E "step 10/25 loss [0-9.]+ lr [0-9.e+-]+ grad_norm [0-9.]+ tokens/s [0-9]+ mfu [0-9.]+% elapsed [0-9.]+s eta [0-9.]+s" "$W/a.log")
 [ -n "$line" ] && ok "log line: ${line#*] }" || { bad "no step line with elapsed and eta"; grep "step 10/" "$W/a.log"; }
