@@ -60,10 +60,10 @@ static int supervise_in(int argc, char **argv, const sl_train_cfg *cfg, int rest
   if (!a) return 1;
   memcpy(a, argv, sizeof(char *) * (size_t)argc);
   int n = argc;
-  if (cfg->out_dir_auto) {
-    a[n++] = "--out-dir";
-    a[n++] = (char *)cfg->out_dir;
-  }
+  if (cfg->out_dir_auto && !strncmp(cfg->out_dir, "runs/", 5) && !strchr(cfg->out_dir + 5, '/')) {
+    a[n++] = "--run-name"; /* the name chosen here; rank 0 then points runs/latest at it */
+    a[n++] = (char *)cfg->out_dir + 5;
+  } /* else --out-dir given, or a resumed run's directory, which every rank reads from CKPT_DIR/run-dir */
   int rc = sl_supervise(n, a, restarts);
   free(a);
   return rc;
@@ -149,8 +149,8 @@ static int cmd_train(int argc, char **argv, int dump) {
       a2[3] = "2";
       a2[4] = "--save";
       a2[5] = cfg.save;
-      a2[6] = "--out-dir";
-      a2[7] = cfg.out_dir;
+      a2[6] = "--run-name"; /* runs/NAME as chosen here (cfg.save is in it); rank 0 points runs/latest at it */
+      a2[7] = cfg.out_dir + 5;
       return sl_supervise(8, a2, 0);
     }
     return supervise_in(argc, argv, &cfg, 0); /* a local mpirun; signals reach the ranks (tools/supervise.c) */

@@ -6,7 +6,7 @@
 # run.json given back to --config trains the same run, and a resumed run
 # appends to its own run's metrics. Checks through the binary, in a fresh
 # working directory.
-source "${SL_SRC:?}/tests/lib/run.sh" run_dirs
+source "${SL_SRC:?}/tests/lib/run.sh" run_dirs mpi
 tiny_model "$W/m" llama
 tiny_data "$W/data" 20000
 cd "$W" || exit 1
@@ -25,6 +25,11 @@ first=$(ls -d runs/2* | head -1) second=$(ls -d runs/2* | tail -1)
   ok "runs/latest -> $(readlink runs/latest), the second run" || bad "runs/latest is $(readlink runs/latest)"
 grep -q "^run:     $second " b.log && ok "the run says where its directory is: $(grep '^run:' b.log)" ||
   bad "no 'run:' line naming $second"
+
+# a run that starts its own ranks (--nproc 2: mpirun) names its directory once, and rank 0 points runs/latest at it
+"$B" train $T --steps 1 --nproc 2 --run-name two > two.log 2>&1 || bad "--nproc 2 run: $(tail -2 two.log)"
+[ "$(readlink runs/latest)" = two ] && [ -s runs/two/metrics.jsonl ] && [ -s runs/two/run.json ] &&
+  ok "--nproc 2: runs/two with its metrics and run.json, runs/latest -> two" || bad "--nproc 2: runs/latest -> $(readlink runs/latest)"
 
 # run.json: every setting, the build and the model's hash; --config reads it back to the same run
 "$PY" - "$first/run.json" << 'P' && ok "run.json holds every setting, the build and the model's config hash" || bad "run.json"
