@@ -156,8 +156,8 @@ def main():
             root = ET.parse(svg).getroot()
             texts = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text")]
             # the held-out series: the line in its legend entry's colour, one point per evaluation
-            held = [t.get("fill") for t in root.iter("{http://www.w3.org/2000/svg}text") if t.text == "held-out loss"]
-            line = [p for p in root.iter("{http://www.w3.org/2000/svg}polyline") if held and p.get("stroke") == held[0]]
+            hcol = [t.get("fill") for t in root.iter("{http://www.w3.org/2000/svg}text") if t.text == "held-out loss"]
+            line = [p for p in root.iter("{http://www.w3.org/2000/svg}polyline") if hcol and p.get("stroke") == hcol[0]]
             marks = line[0].get("points").split() if line else []
             want = ["loss", "held-out loss", "tokens/s", "learning rate", "gradient norm",
                     "peak memory per arena (MiB)", "params", "gather"]
