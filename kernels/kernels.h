@@ -201,6 +201,35 @@ typedef struct sl_ops {
                    const float *u, const float *dt, const float *A_log, const float *Bm, const float *Cm, int64_t ldbc,
                    const float *Dp, const float *ckpt, int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk);
 
+  /* ---- Mamba-2 (the SSD recurrence) -------------------------------------
+   * H heads of P channels (x and y rows: H*P), G groups of S states (B and C
+   * rows: G*S each); head h reads group h / (H/G) (H a multiple of G). Per
+   * sample the state is 0 at t = 0 and again at every document start (seg,
+   * as rope's and attention's, or NULL: seg[b*T+t] == t > 0 starts one):
+   *   delta[t,h] = clamp(softplus(dt[t,h] + dt_bias[h]), dt_min, dt_max)
+   *   s[h,p,n]   = exp(delta * -exp(A_log[h])) * s[h,p,n] + delta * B[t,g,n] * x[t,h,p]
+   *   y[t,h,p]   = sum_n C[t,g,n] * s[h,p,n] + Dp[h] * x[t,h,p]
+   * (transformers' Mamba2Mixer: time_step_limit is (dt_min, dt_max); dt_max
+   * may be INFINITY). x rows have stride ldx, dt rows lddt, B and C rows
+   * ldbc (all in elements, from the pointer given). y (B, T, H*P) dense.
+   * ckpt (B, ceil(T/chunk), H, P, S) receives the state at the start of every
+   * chunk of `chunk` steps (before a reset at that step), so backward
+   * recomputes states chunk by chunk. */
+  void (*ssd_fwd)(sl_kctx *, float *y, float *ckpt, const float *x, int64_t ldx, const float *dt, int64_t lddt,
+                  const float *dt_bias, const float *A_log, const float *Bm, const float *Cm, int64_t ldbc,
+                  const float *Dp, const int32_t *seg, float dt_min, float dt_max, int64_t B, int64_t T, int64_t H,
+                  int64_t P, int64_t G, int64_t S, int64_t chunk);
+  /* Adds the gradients, given dy (B, T, H*P) dense: dx (stride ldx), ddt
+   * (stride lddt: the gradient of dt before the bias and softplus; 0 where
+   * the clamp bites, as torch.clamp), ddt_bias (H), dA_log (H), dBm and dCm
+   * (stride ldbc), dDp (H); the same inputs as the forward, whose ckpt it
+   * reads. Deterministic: the same bits for any thread count. */
+  void (*ssd_bwd)(sl_kctx *, float *dx, float *ddt, float *ddt_bias, float *dA_log, float *dBm, float *dCm, float *dDp,
+                  const float *dy, const float *x, int64_t ldx, const float *dt, int64_t lddt, const float *dt_bias,
+                  const float *A_log, const float *Bm, const float *Cm, int64_t ldbc, const float *Dp,
+                  const int32_t *seg, const float *ckpt, float dt_min, float dt_max, int64_t B, int64_t T, int64_t H,
+                  int64_t P, int64_t G, int64_t S, int64_t chunk);
+
   /* ---- memory ------------------------------------------------------------
    * Backend memory: plain host memory on the CPU, device memory on CUDA.
    * Sizes here are BYTES (raw memory, no element type). On CUDA every call
@@ -376,11 +405,12 @@ enum { SL_COMPUTE_FP32 = 0, SL_COMPUTE_BF16 = 1, SL_COMPUTE_TF32 = 2 }; /* ctx_s
   X(rmsnorm_fwd)                                                                                                       \
   X(rmsnorm_bwd)                                                                                                       \
   X(linear_fwd)                                                                                                        \
-  X(linear_bwd) X(rope_fwd) X(rope_bwd) X(attention_fwd) X(attention_bwd) X(swiglu_fwd) X(swiglu_bwd) X(geglu_fwd)     \
-      X(geglu_bwd) X(add_inplace) X(scale_add) X(softcap) X(lmhead_ce_fwd) X(lmhead_ce_bwd) X(adamw) X(sumsq)          \
-          X(f32_to_bf16) X(bf16_to_f32) X(round_bf16) X(conv1d_fwd) X(conv1d_bwd) X(silu_fwd) X(silu_bwd) X(gate_fwd)  \
-              X(gate_bwd) X(scan_fwd) X(scan_bwd) X(alloc) X(free) X(zero) X(copy) X(upload) X(download) X(sum)        \
-                  X(sync) X(is_device) X(stream) X(mem_info) X(scalars_reserve) X(scalar_acc) X(scalar_add)            \
+  X(linear_bwd)                                                                                                        \
+  X(rope_fwd) X(rope_bwd) X(attention_fwd) X(attention_bwd) X(swiglu_fwd) X(swiglu_bwd) X(geglu_fwd) X(geglu_bwd)      \
+      X(add_inplace) X(scale_add) X(softcap) X(lmhead_ce_fwd) X(lmhead_ce_bwd) X(adamw) X(sumsq) X(f32_to_bf16)        \
+          X(bf16_to_f32) X(round_bf16) X(conv1d_fwd) X(conv1d_bwd) X(silu_fwd) X(silu_bwd) X(gate_fwd) X(gate_bwd)     \
+              X(scan_fwd) X(scan_bwd) X(ssd_fwd) X(ssd_bwd) X(alloc) X(free) X(zero) X(copy) X(upload) X(download)     \
+                  X(sum) X(sync) X(is_device) X(stream) X(mem_info) X(scalars_reserve) X(scalar_acc) X(scalar_add)     \
                       X(scalars_fetch) X(dev_stats) X(vocab_embedding_fwd) X(vocab_embedding_bwd) X(lmhead_vp_fwd)     \
                           X(lmhead_vp_rescale) X(lmhead_vp_loss) X(lmhead_vp_bwd) X(moe_route_fwd) X(moe_route_bwd)    \
                               X(moe_permute_fwd) X(moe_permute_bwd) X(moe_combine_fwd) X(moe_combine_bwd)              \
