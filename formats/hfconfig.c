@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "formats/hfconfig.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -45,6 +46,7 @@ const char *sl_arch_name(sl_arch a) {
   case SL_ARCH_QWEN3: return "qwen3";
   case SL_ARCH_GEMMA2: return "gemma2";
   case SL_ARCH_GEMMA3: return "gemma3_text";
+  case SL_ARCH_MAMBA2: return "mamba2";
   default: return "unknown";
   }
 }
@@ -95,67 +97,71 @@ static const struct {
     {"Qwen3MoeForCausalLM", "qwen3_moe", SL_ARCH_QWEN3_MOE},
     {"Gemma2ForCausalLM", "gemma2", SL_ARCH_GEMMA2},
     {"Gemma3ForCausalLM", "gemma3_text", SL_ARCH_GEMMA3},
+    {"Mamba2ForCausalLM", "mamba2", SL_ARCH_MAMBA2},
 };
 #define NFAM ((int)(sizeof k_arch / sizeof k_arch[0]))
 // clang-format off
 static const struct {
   const char *key;
-  double v[10];
+  double v[11];
 } k_defaults[] = {
-    /*                         llama    mistral  mamba    qwen2    qwen3    falcon_m mixtral  qwen3moe gemma2   gemma3_text */
-    {"vocab_size",            {32000,   32000,   50280,   151936,  151936,  50280,   32000,   151936,  256000,  262208}},
-    {"hidden_size",           {4096,    4096,    768,     4096,    4096,    768,     4096,    2048,    2304,    2304}},
-    {"intermediate_size",     {11008,   14336,   EXPANDH, 22016,   22016,   EXPANDH, 14336,   6144,    9216,    9216}},
-    {"num_hidden_layers",     {32,      32,      32,      32,      32,      32,      32,      24,      26,      26}},
-    {"num_attention_heads",   {32,      32,      NA,      32,      32,      NA,      32,      32,      8,       8}},
-    {"num_key_value_heads",   {HEADS,   8,       NA,      32,      32,      NA,      8,       4,       4,       4}},
-    {"head_dim",              {HDIV,    HDIV,    NA,      HDIV,    128,     NA,      HDIV,    HDIV,    256,     256}},
-    {"max_position_embeddings",{2048,   131072,  0,       32768,   32768,   0,       131072,  32768,   8192,    131072}},
-    {"rms_norm_eps",          {1e-6,    1e-6,    NA,      1e-6,    1e-6,    NA,      1e-5,    1e-6,    1e-6,    1e-6}},
-    {"rope_theta",            {1e4,     1e4,     NA,      1e4,     1e4,     NA,      1e6,     1e4,     1e4,     1e6}},
-    {"initializer_range",     {0.02,    0.02,    0.1,     0.02,    0.02,    0.1,     0.02,    0.02,    0.02,    0.02}},
-    {"tie_word_embeddings",   {0,       0,       1,       0,       0,       1,       0,       0,       1,       1}},
-    {"bos_token_id",          {1,       1,       0,       NONE,    NONE,    0,       1,       NONE,    2,       2}},
-    {"eos_token_id",          {2,       2,       0,       NONE,    NONE,    0,       2,       NONE,    1,       1}},
-    {"sliding_window",        {NA,      4096,    NA,      4096,    4096,    NA,      NONE,    NA,      4096,    4096}},
-    {"use_sliding_window",    {NA,      NA,      NA,      0,       0,       NA,      NA,      0,       NA,      NA}},
-    {"max_window_layers",     {NA,      NA,      NA,      28,      28,      NA,      NA,      NA,      NA,      NA}},
-    {"attention_bias",        {0,       0,       NA,      NA,      0,       NA,      0,       0,       0,       0}},
-    {"mlp_bias",              {0,       0,       NA,      NA,      NA,      NA,      0,       NA,      NA,      NA}},
-    {"num_local_experts",     {NA,      NA,      NA,      NA,      NA,      NA,      8,       NA,      NA,      NA}},
-    {"num_experts",           {NA,      NA,      NA,      NA,      NA,      NA,      NA,      128,     NA,      NA}},
-    {"num_experts_per_tok",   {NA,      NA,      NA,      NA,      NA,      NA,      2,       8,       NA,      NA}},
-    {"moe_intermediate_size", {NA,      NA,      NA,      NA,      NA,      NA,      NA,      768,     NA,      NA}},
-    {"norm_topk_prob",        {NA,      NA,      NA,      NA,      NA,      NA,      NA,      0,       NA,      NA}},
-    {"decoder_sparse_step",   {NA,      NA,      NA,      NA,      NA,      NA,      NA,      1,       NA,      NA}},
-    {"router_aux_loss_coef",  {NA,      NA,      NA,      NA,      NA,      NA,      0.001,   0.001,   NA,      NA}},
-    {"router_jitter_noise",   {NA,      NA,      NA,      NA,      NA,      NA,      0,       NA,      NA,      NA}},
-    {"output_router_logits",  {NA,      NA,      NA,      NA,      NA,      NA,      0,       0,       NA,      NA}},
-    {"query_pre_attn_scalar", {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      256,     256}},
-    {"attn_logit_softcapping",{NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      50.0,    NONE}},
-    {"final_logit_softcapping",{NA,     NA,      NA,      NA,      NA,      NA,      NA,      NA,      30.0,    NONE}},
-    {"rope_local_base_freq",  {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      1e4}},
-    {"sliding_window_pattern",{NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      6}},
-    {"state_size",            {NA,      NA,      16,      NA,      NA,      16,      NA,      NA,      NA,      NA}},
-    {"expand",                {NA,      NA,      2,       NA,      NA,      2,       NA,      NA,      NA,      NA}},
-    {"conv_kernel",           {NA,      NA,      4,       NA,      NA,      4,       NA,      NA,      NA,      NA}},
-    {"time_step_rank",        {NA,      NA,      AUTO,    NA,      NA,      AUTO,    NA,      NA,      NA,      NA}},
-    {"layer_norm_epsilon",    {NA,      NA,      1e-5,    NA,      NA,      1e-5,    NA,      NA,      NA,      NA}},
-    {"use_bias",              {NA,      NA,      0,       NA,      NA,      0,       NA,      NA,      NA,      NA}},
-    {"use_conv_bias",         {NA,      NA,      1,       NA,      NA,      1,       NA,      NA,      NA,      NA}},
-    {"residual_in_fp32",      {NA,      NA,      1,       NA,      NA,      1,       NA,      NA,      NA,      NA}},
-    {"time_step_min",         {NA,      NA,      0.001,   NA,      NA,      0.001,   NA,      NA,      NA,      NA}},
-    {"time_step_max",         {NA,      NA,      0.1,     NA,      NA,      0.1,     NA,      NA,      NA,      NA}},
-    {"time_step_floor",       {NA,      NA,      1e-4,    NA,      NA,      1e-4,    NA,      NA,      NA,      NA}},
-    {"time_step_scale",       {NA,      NA,      1.0,     NA,      NA,      1.0,     NA,      NA,      NA,      NA}},
-    {"mixer_rms_eps",         {NA,      NA,      NA,      NA,      NA,      1e-6,    NA,      NA,      NA,      NA}},
+    /*                         llama    mistral  mamba    qwen2    qwen3    falcon_m mixtral  qwen3moe gemma2   gemma3_text mamba2 */
+    {"vocab_size",            {32000,   32000,   50280,   151936,  151936,  50280,   32000,   151936,  256000,  262208, 32768}},
+    {"hidden_size",           {4096,    4096,    768,     4096,    4096,    768,     4096,    2048,    2304,    2304, 4096}},
+    {"intermediate_size",     {11008,   14336,   EXPANDH, 22016,   22016,   EXPANDH, 14336,   6144,    9216,    9216, EXPANDH}},
+    {"num_hidden_layers",     {32,      32,      32,      32,      32,      32,      32,      24,      26,      26, 64}},
+    {"num_attention_heads",   {32,      32,      NA,      32,      32,      NA,      32,      32,      8,       8, NA}},
+    {"num_key_value_heads",   {HEADS,   8,       NA,      32,      32,      NA,      8,       4,       4,       4, NA}},
+    {"head_dim",              {HDIV,    HDIV,    NA,      HDIV,    128,     NA,      HDIV,    HDIV,    256,     256, 64}},
+    {"max_position_embeddings",{2048,   131072,  0,       32768,   32768,   0,       131072,  32768,   8192,    131072, 0}},
+    {"rms_norm_eps",          {1e-6,    1e-6,    NA,      1e-6,    1e-6,    NA,      1e-5,    1e-6,    1e-6,    1e-6, NA}},
+    {"rope_theta",            {1e4,     1e4,     NA,      1e4,     1e4,     NA,      1e6,     1e4,     1e4,     1e6, NA}},
+    {"initializer_range",     {0.02,    0.02,    0.1,     0.02,    0.02,    0.1,     0.02,    0.02,    0.02,    0.02, 0.1}},
+    {"tie_word_embeddings",   {0,       0,       1,       0,       0,       1,       0,       0,       1,       1, 0}},
+    {"bos_token_id",          {1,       1,       0,       NONE,    NONE,    0,       1,       NONE,    2,       2, 0}},
+    {"eos_token_id",          {2,       2,       0,       NONE,    NONE,    0,       2,       NONE,    1,       1, 2}},
+    {"sliding_window",        {NA,      4096,    NA,      4096,    4096,    NA,      NONE,    NA,      4096,    4096, NA}},
+    {"use_sliding_window",    {NA,      NA,      NA,      0,       0,       NA,      NA,      0,       NA,      NA, NA}},
+    {"max_window_layers",     {NA,      NA,      NA,      28,      28,      NA,      NA,      NA,      NA,      NA, NA}},
+    {"attention_bias",        {0,       0,       NA,      NA,      0,       NA,      0,       0,       0,       0, NA}},
+    {"mlp_bias",              {0,       0,       NA,      NA,      NA,      NA,      0,       NA,      NA,      NA, NA}},
+    {"num_local_experts",     {NA,      NA,      NA,      NA,      NA,      NA,      8,       NA,      NA,      NA, NA}},
+    {"num_experts",           {NA,      NA,      NA,      NA,      NA,      NA,      NA,      128,     NA,      NA, NA}},
+    {"num_experts_per_tok",   {NA,      NA,      NA,      NA,      NA,      NA,      2,       8,       NA,      NA, NA}},
+    {"moe_intermediate_size", {NA,      NA,      NA,      NA,      NA,      NA,      NA,      768,     NA,      NA, NA}},
+    {"norm_topk_prob",        {NA,      NA,      NA,      NA,      NA,      NA,      NA,      0,       NA,      NA, NA}},
+    {"decoder_sparse_step",   {NA,      NA,      NA,      NA,      NA,      NA,      NA,      1,       NA,      NA, NA}},
+    {"router_aux_loss_coef",  {NA,      NA,      NA,      NA,      NA,      NA,      0.001,   0.001,   NA,      NA, NA}},
+    {"router_jitter_noise",   {NA,      NA,      NA,      NA,      NA,      NA,      0,       NA,      NA,      NA, NA}},
+    {"output_router_logits",  {NA,      NA,      NA,      NA,      NA,      NA,      0,       0,       NA,      NA, NA}},
+    {"query_pre_attn_scalar", {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      256,     256, NA}},
+    {"attn_logit_softcapping",{NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      50.0,    NONE, NA}},
+    {"final_logit_softcapping",{NA,     NA,      NA,      NA,      NA,      NA,      NA,      NA,      30.0,    NONE, NA}},
+    {"rope_local_base_freq",  {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      1e4, NA}},
+    {"sliding_window_pattern",{NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      6, NA}},
+    {"state_size",            {NA,      NA,      16,      NA,      NA,      16,      NA,      NA,      NA,      NA, 128}},
+    {"expand",                {NA,      NA,      2,       NA,      NA,      2,       NA,      NA,      NA,      NA, 2}},
+    {"conv_kernel",           {NA,      NA,      4,       NA,      NA,      4,       NA,      NA,      NA,      NA, 4}},
+    {"time_step_rank",        {NA,      NA,      AUTO,    NA,      NA,      AUTO,    NA,      NA,      NA,      NA, NA}},
+    {"layer_norm_epsilon",    {NA,      NA,      1e-5,    NA,      NA,      1e-5,    NA,      NA,      NA,      NA, 1e-5}},
+    {"use_bias",              {NA,      NA,      0,       NA,      NA,      0,       NA,      NA,      NA,      NA, 0}},
+    {"use_conv_bias",         {NA,      NA,      1,       NA,      NA,      1,       NA,      NA,      NA,      NA, 1}},
+    {"residual_in_fp32",      {NA,      NA,      1,       NA,      NA,      1,       NA,      NA,      NA,      NA, 1}},
+    {"time_step_min",         {NA,      NA,      0.001,   NA,      NA,      0.001,   NA,      NA,      NA,      NA, 0.001}},
+    {"time_step_max",         {NA,      NA,      0.1,     NA,      NA,      0.1,     NA,      NA,      NA,      NA, 0.1}},
+    {"time_step_floor",       {NA,      NA,      1e-4,    NA,      NA,      1e-4,    NA,      NA,      NA,      NA, 1e-4}},
+    {"time_step_scale",       {NA,      NA,      1.0,     NA,      NA,      1.0,     NA,      NA,      NA,      NA, NA}},
+    {"mixer_rms_eps",         {NA,      NA,      NA,      NA,      NA,      1e-6,    NA,      NA,      NA,      NA, NA}},
+    {"num_heads",             {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      128}},
+    {"n_groups",              {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      8}},
+    {"chunk_size",            {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      256}},
 };
 // clang-format on
 
 /* The default of key for c's family (c->arch_name's model type): SL_EINTERNAL
  * naming both when the table has none (a reader that takes a default the
  * table does not list: add the row). */
-_Static_assert(sizeof k_arch / sizeof k_arch[0] == 10, "k_defaults has a column per k_arch row");
+_Static_assert(sizeof k_arch / sizeof k_arch[0] == 11, "k_defaults has a column per k_arch row");
 static int def_of(const sl_model_config *c, const char *key, double *out) {
   int col = -1;
   for (int i = 0; i < NFAM; i++)
@@ -327,6 +333,68 @@ static int rec_finish(const char *p, sl_model_config *c, int overflow) {
   return SL_OK;
 }
 
+/* ---- Python's non-finite literals ------------------------------------------
+ * config.json files written by Python's json carry the bare tokens Infinity,
+ * -Infinity and NaN (Mamba-2's "time_step_limit": [0.0, Infinity]), which
+ * Python reads back and jansson refuses. nonfinite_pass rewrites each such
+ * token outside strings into a marker string ("\u0001+Infinity", ...) that no
+ * real config holds; nonfinite_value reads a marker back as the number. A
+ * reader that wants a finite number refuses it naming the field. */
+#define NF_MARK "\001"
+static char *nonfinite_pass(const char *t, size_t n, size_t *out_n) {
+  static const struct {
+    const char *tok, *mark;
+  } k[] = {{"-Infinity", "\"\\u0001-Infinity\""}, {"Infinity", "\"\\u0001+Infinity\""}, {"NaN", "\"\\u0001NaN\""}};
+  size_t cap = n + 1, o = 0;
+  for (size_t i = 0; i < n; i++)
+    if (t[i] == 'I' || t[i] == 'N') cap += 16; /* at most one marker per such byte */
+  char *b = malloc(cap);
+  if (!b) return NULL;
+  int in_str = 0;
+  for (size_t i = 0; i < n;) {
+    char ch = t[i];
+    if (in_str) {
+      b[o++] = ch, i++;
+      if (ch == '\\' && i < n) b[o++] = t[i++];
+      else if (ch == '"') in_str = 0;
+      continue;
+    }
+    if (ch == '"') {
+      in_str = 1, b[o++] = ch, i++;
+      continue;
+    }
+    size_t j = 0;
+    for (; j < sizeof k / sizeof k[0]; j++) {
+      size_t tl = strlen(k[j].tok);
+      if (i + tl <= n && !memcmp(t + i, k[j].tok, tl) && (i + tl == n || !isalnum((unsigned char)t[i + tl]))) {
+        size_t ml = strlen(k[j].mark);
+        memcpy(b + o, k[j].mark, ml);
+        o += ml, i += tl;
+        break;
+      }
+    }
+    if (j == sizeof k / sizeof k[0]) b[o++] = ch, i++;
+  }
+  b[o] = 0;
+  *out_n = o;
+  return b;
+}
+
+/* 1 and *out when v is a number or a non-finite marker. */
+static int nonfinite_value(const json_t *v, double *out) {
+  if (json_is_number(v)) {
+    *out = json_number_value(v);
+    return 1;
+  }
+  const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+  if (!s || s[0] != NF_MARK[0]) return 0;
+  if (!strcmp(s + 1, "+Infinity")) *out = INFINITY;
+  else if (!strcmp(s + 1, "-Infinity")) *out = -INFINITY;
+  else if (!strcmp(s + 1, "NaN")) *out = NAN;
+  else return 0;
+  return 1;
+}
+
 /* Field readers: absent or null -> default (or "missing" when required). */
 static int get_int(const char *path, json_t *o, const char *key, int required, int64_t def, int64_t *out) {
   json_t *v = jget(o, key);
@@ -362,9 +430,9 @@ static int get_num(const char *path, json_t *o, const char *key, double def, dou
     rec_fmt(o, key, "%.17g", def);
     return SL_OK;
   }
-  if (!json_is_number(v)) return sl_fail(SL_EINPUT, "%s: field '%s' must be a number, found %s", path, key, jtype(v));
-  *out = json_number_value(v);
-  if (!isfinite(*out)) return sl_fail(SL_EINPUT, "%s: field '%s' must be finite", path, key);
+  if (!nonfinite_value(v, out))
+    return sl_fail(SL_EINPUT, "%s: field '%s' must be a number, found %s", path, key, jtype(v));
+  if (!isfinite(*out)) return sl_fail(SL_EINPUT, "%s: field '%s' must be finite, found %g", path, key, *out);
   rec_fmt(o, key, "%.17g", *out);
   return SL_OK;
 }
@@ -744,6 +812,8 @@ static void set_defaults(sl_model_config *c) {
   c->time_step_scale = 1.0;
   c->pad_vocab_size_multiple = 1;
   c->mixer_rms_eps = 1e-6;
+  c->dt_limit[0] = 0.0;
+  c->dt_limit[1] = INFINITY;
 }
 
 /* Qwen3-MoE's layer plan: every layer sparse (mlp_only_layers empty,
@@ -1136,6 +1206,58 @@ static int parse_mamba_hf(const char *p, json_t *o, sl_model_config *c) {
   return SL_OK;
 }
 
+/* time_step_limit: a list of two numbers (Python's json writes the default's
+ * upper bound as Infinity), lo <= hi, lo >= 0; absent or null: (0, inf). */
+static int get_dt_limit(const char *p, json_t *o, sl_model_config *c) {
+  json_t *v = jget(o, "time_step_limit");
+  c->dt_limit[0] = 0.0, c->dt_limit[1] = INFINITY;
+  if (v && !json_is_null(v)) {
+    double a = 0, b = 0;
+    if (!json_is_array(v) || json_array_size(v) != 2 || !nonfinite_value(json_array_get(v, 0), &a) ||
+        !nonfinite_value(json_array_get(v, 1), &b))
+      return sl_fail(SL_EINPUT, "%s: field 'time_step_limit' must be a list of two numbers [min, max], found %s", p,
+                     jtype(v));
+    if (!(a >= 0) || !(b >= a) || isinf(a))
+      return sl_fail(SL_EINPUT, "%s: field 'time_step_limit' = [%g, %g]: expected 0 <= min <= max, min finite", p, a,
+                     b);
+    c->dt_limit[0] = a, c->dt_limit[1] = b;
+  }
+  rec_fmt(o, "time_step_limit", "[%.17g, %.17g]", c->dt_limit[0], c->dt_limit[1]);
+  return SL_OK;
+}
+
+/* transformers' Mamba2Config (modeling_mamba2.py: Mamba2Mixer). d_inner is
+ * expand * hidden_size (the config has no intermediate_size); time_step_rank
+ * is read by nothing in Mamba-2 (no dt_proj) and rms_norm changes nothing
+ * (the mixer always applies its gated norm): both accepted. */
+static int parse_mamba2_hf(const char *p, json_t *o, sl_model_config *c) {
+  int rc;
+  int rmsn = 1;
+  if ((rc = dget_int(p, o, c, "hidden_size", &c->hidden_size)) ||
+      (rc = dget_int(p, o, c, "num_hidden_layers", &c->num_hidden_layers)) ||
+      (rc = dget_int(p, o, c, "vocab_size", &c->vocab_size)) ||
+      (rc = dget_int(p, o, c, "state_size", &c->state_size)) || (rc = dget_int(p, o, c, "expand", &c->expand)) ||
+      (rc = dget_int(p, o, c, "conv_kernel", &c->conv_kernel)) ||
+      (rc = dget_int(p, o, c, "num_heads", &c->ssm_heads)) || (rc = dget_int(p, o, c, "head_dim", &c->ssm_head_dim)) ||
+      (rc = dget_int(p, o, c, "n_groups", &c->ssm_groups)) || (rc = dget_int(p, o, c, "chunk_size", &c->ssm_chunk)) ||
+      (rc = dget_num(p, o, c, "layer_norm_epsilon", &c->layer_norm_epsilon)) ||
+      (rc = dget_bool(p, o, c, "use_bias", &c->use_bias)) ||
+      (rc = dget_bool(p, o, c, "use_conv_bias", &c->use_conv_bias)) ||
+      (rc = dget_bool(p, o, c, "residual_in_fp32", &c->residual_in_fp32)) ||
+      (rc = dget_bool(p, o, c, "tie_word_embeddings", &c->tie_word_embeddings)) ||
+      (rc = dget_num(p, o, c, "initializer_range", &c->initializer_range)) ||
+      (rc = dget_num(p, o, c, "time_step_min", &c->time_step_min)) ||
+      (rc = dget_num(p, o, c, "time_step_max", &c->time_step_max)) ||
+      (rc = dget_num(p, o, c, "time_step_floor", &c->time_step_floor)) || (rc = get_dt_limit(p, o, c)) ||
+      (rc = get_bool(p, o, "rms_norm", 1, &rmsn)) || (rc = get_bos(p, o, c)) || (rc = get_eos(p, o, c)) ||
+      (rc = want_act(p, o, "hidden_act")) || (rc = want_pos_emb(p, o)))
+    return rc;
+  c->intermediate_size = c->expand * c->hidden_size;
+  rec_fmt(o, "intermediate_size", "%lld", (long long)c->intermediate_size);
+  rec_del("time_step_rank"); /* read by nothing */
+  return SL_OK;
+}
+
 /* state-spaces/mamba config.json: d_model, n_layer, vocab_size, ssm_cfg, ... */
 static int parse_mamba_ss(const char *p, json_t *o, sl_model_config *c) {
   int rc, rms = 1;
@@ -1279,6 +1401,33 @@ int sl_hfconfig_validate(const char *p, const sl_model_config *c) {
                      "%s: time_step_min = %g and time_step_max = %g: expected 0 < min "
                      "<= max",
                      p, c->time_step_min, c->time_step_max);
+  } else if (c->arch == SL_ARCH_MAMBA2) {
+    if ((rc = posl(p, "state_size", c->state_size, CFG_MAX_STATE)) ||
+        (rc = posl(p, "expand", c->expand, CFG_MAX_EXPAND)) ||
+        (rc = posl(p, "conv_kernel", c->conv_kernel, CFG_MAX_CONV)) ||
+        (rc = posl(p, "num_heads", c->ssm_heads, CFG_MAX_INTER)) ||
+        (rc = posl(p, "head_dim", c->ssm_head_dim, CFG_MAX_INTER)) ||
+        (rc = posl(p, "n_groups", c->ssm_groups, CFG_MAX_HEADS)) ||
+        (rc = posl(p, "chunk_size", c->ssm_chunk, CFG_MAX_POS)) ||
+        (rc = posl(p, "intermediate_size", c->intermediate_size, CFG_MAX_INTER)))
+      return rc;
+    if (c->ssm_heads * c->ssm_head_dim != c->intermediate_size)
+      return sl_fail(SL_EINPUT,
+                     "%s: num_heads %lld x head_dim %lld = %lld, but the mixer's width expand x hidden_size is %lld "
+                     "(transformers' Mamba2Mixer reshapes one into the other)",
+                     p, (long long)c->ssm_heads, (long long)c->ssm_head_dim,
+                     (long long)(c->ssm_heads * c->ssm_head_dim), (long long)c->intermediate_size);
+    if (c->ssm_heads % c->ssm_groups != 0)
+      return sl_fail(SL_EINPUT, "%s: n_groups = %lld does not divide num_heads = %lld", p, (long long)c->ssm_groups,
+                     (long long)c->ssm_heads);
+    if (!(c->layer_norm_epsilon > 0))
+      return sl_fail(SL_EINPUT, "%s: field 'layer_norm_epsilon' must be positive, found %g", p, c->layer_norm_epsilon);
+    if (!(c->time_step_min > 0) || !(c->time_step_max >= c->time_step_min))
+      return sl_fail(SL_EINPUT, "%s: time_step_min = %g and time_step_max = %g: expected 0 < min <= max", p,
+                     c->time_step_min, c->time_step_max);
+    if (!(c->dt_limit[0] >= 0) || !(c->dt_limit[1] >= c->dt_limit[0]))
+      return sl_fail(SL_EINPUT, "%s: time_step_limit [%g, %g]: expected 0 <= min <= max", p, c->dt_limit[0],
+                     c->dt_limit[1]);
   } else {
     return sl_fail(SL_EINPUT, "%s: unknown architecture", p);
   }
@@ -1322,7 +1471,7 @@ static void rec_resolve(sl_model_config *c, int row) {
                                      "ssm_cfg.layer",          "attn_layer_idx",    "sliding_window"};
   for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++) rec_del(drop[i]);
   rec_put("family", k_arch[row].cls);
-  if (c->arch == SL_ARCH_MAMBA) {
+  if (c->arch == SL_ARCH_MAMBA || c->arch == SL_ARCH_MAMBA2) {
     rec_put("hidden_act", "silu");
     return;
   }
@@ -1353,7 +1502,11 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
   fields_rec rec = {.c = c};
   g_rec = &rec;
   json_error_t je;
-  json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+  size_t flen = 0;
+  char *ftext = nonfinite_pass(text, len, &flen);
+  if (!ftext) return sl_fail(SL_ENOMEM, "out of memory reading %s", p);
+  json_t *o = json_loadb(ftext, flen, JSON_REJECT_DUPLICATES, &je);
+  free(ftext);
   if (!o) return sl_fail(SL_EINPUT, "%s: malformed JSON (line %d, column %d): %s", p, je.line, je.column, je.text);
   if (!json_is_object(o)) {
     rc = sl_fail(SL_EINPUT, "%s: expected a JSON object, found %s", p, jtype(o));
@@ -1377,7 +1530,7 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
                    "%s: unknown architecture '%s' in 'architectures' (supported: "
                    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
                    "Qwen3MoeForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, MambaForCausalLM, "
-                   "FalconMambaForCausalLM)",
+                   "FalconMambaForCausalLM, Mamba2ForCausalLM)",
                    p, a);
       goto done;
     }
@@ -1396,7 +1549,7 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
     if (!c->arch) {
       rc = sl_fail(SL_EINPUT,
                    "%s: unknown architecture: model_type '%s' (supported: llama, "
-                   "mistral, qwen2, qwen3, mixtral, qwen3_moe, gemma2, gemma3_text, mamba, falcon_mamba)",
+                   "mistral, qwen2, qwen3, mixtral, qwen3_moe, gemma2, gemma3_text, mamba, falcon_mamba, mamba2)",
                    p, a);
       goto done;
     }
@@ -1416,6 +1569,7 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
   snprintf(c->arch_name, sizeof c->arch_name, "%s", k_arch[row].cls);
   c->mixer_rms = falcon_row(row);
   if (c->arch == SL_ARCH_MAMBA) rc = c->ssm_original_format ? parse_mamba_ss(p, o, c) : parse_mamba_hf(p, o, c);
+  else if (c->arch == SL_ARCH_MAMBA2) rc = parse_mamba2_hf(p, o, c);
   else rc = parse_attn(p, o, c);
   if (!rc) rc = sl_hfconfig_validate(p, c);
   if (!rc) rec_resolve(c, row);
@@ -1584,6 +1738,32 @@ static void mamba_fields_json(json_t *o, const sl_model_config *c) {
   if (c->mixer_rms) SETR("mixer_rms_eps", c->mixer_rms_eps);
 }
 
+/* config.json members of a Mamba-2 model (after num_hidden_layers); an
+ * infinite time_step_limit bound as Python writes it (sl_hfconfig_save_as
+ * turns the marker into the bare Infinity) */
+static void mamba2_fields_json(json_t *o, const sl_model_config *c) {
+  SETI("num_heads", c->ssm_heads);
+  SETI("head_dim", c->ssm_head_dim);
+  SETI("n_groups", c->ssm_groups);
+  SETI("state_size", c->state_size);
+  SETI("expand", c->expand);
+  SETI("conv_kernel", c->conv_kernel);
+  SETI("chunk_size", c->ssm_chunk);
+  SETR("layer_norm_epsilon", c->layer_norm_epsilon);
+  SETB("use_bias", c->use_bias);
+  SETB("use_conv_bias", c->use_conv_bias);
+  SETB("residual_in_fp32", c->residual_in_fp32);
+  SETB("rms_norm", 1);
+  SETS("hidden_act", "silu");
+  SETR("time_step_min", c->time_step_min);
+  SETR("time_step_max", c->time_step_max);
+  SETR("time_step_floor", c->time_step_floor);
+  json_t *lim = json_array();
+  for (int i = 0; i < 2; i++)
+    json_array_append_new(lim, isinf(c->dt_limit[i]) ? json_string(NF_MARK "+Infinity") : json_real(c->dt_limit[i]));
+  json_object_set_new(o, "time_step_limit", lim);
+}
+
 int sl_hfconfig_save(const char *path, const sl_model_config *c) { return sl_hfconfig_save_as(path, c, "float32"); }
 
 int sl_hfconfig_save_as(const char *path, const sl_model_config *c, const char *torch_dtype) {
@@ -1602,8 +1782,9 @@ int sl_hfconfig_save_as(const char *path, const sl_model_config *c, const char *
   SETI("vocab_size", c->vocab_size);
   SETI("hidden_size", c->hidden_size);
   SETI("num_hidden_layers", c->num_hidden_layers);
-  if (c->arch != SL_ARCH_MAMBA) attn_fields_json(o, c);
-  else mamba_fields_json(o, c);
+  if (c->arch == SL_ARCH_MAMBA) mamba_fields_json(o, c);
+  else if (c->arch == SL_ARCH_MAMBA2) mamba2_fields_json(o, c);
+  else attn_fields_json(o, c);
   SETR("initializer_range", c->initializer_range);
   SETB("tie_word_embeddings", c->tie_word_embeddings);
   /* token ids: null for none (an absent one would read as the family's default) */
@@ -1623,6 +1804,11 @@ int sl_hfconfig_save_as(const char *path, const sl_model_config *c, const char *
   char *text = json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
   json_decref(o);
   if (!text) return sl_fail(SL_ENOMEM, "out of memory writing %s", path);
+  static const char mark[] = "\"\\u0001+Infinity\""; /* the marker back to Python's bare Infinity */
+  for (char *q; (q = strstr(text, mark));) {
+    memcpy(q, "Infinity", 8);
+    memmove(q + 8, q + sizeof mark - 1, strlen(q + sizeof mark - 1) + 1);
+  }
   char *t2 = NULL;
   if (asprintf(&t2, "%s\n", text) < 0) t2 = NULL;
   free(text);

@@ -23,7 +23,8 @@ typedef enum {
   SL_ARCH_MIXTRAL,
   SL_ARCH_QWEN3_MOE,
   SL_ARCH_GEMMA2,
-  SL_ARCH_GEMMA3 /* Gemma3ForCausalLM (gemma3_text) */
+  SL_ARCH_GEMMA3, /* Gemma3ForCausalLM (gemma3_text) */
+  SL_ARCH_MAMBA2  /* Mamba2ForCausalLM (mamba2) */
 } sl_arch;
 
 /* config.json's rope_scaling (docs/formats.md): the rules of transformers'
@@ -45,7 +46,7 @@ typedef struct {
 
 const char *sl_rope_type_name(sl_rope_type t); /* "default", "linear", "llama3", "yarn" */
 
-#define SL_MAX_EOS 8 /* eos_token_id entries kept */
+#define SL_MAX_EOS 8           /* eos_token_id entries kept */
 #define SL_CFG_MAX_LAYERS 1024 /* num_hidden_layers' bound (sl_hfconfig_validate) */
 #define SL_CFG_FIELDS_MAX 4096 /* sl_model_config.fields' capacity */
 
@@ -78,10 +79,10 @@ typedef struct {
   int mlp_bias;                 /* gate/up/down projections have a bias (Llama mlp_bias) */
   int qk_norm;                  /* per-head RMSNorm of q and k over head_dim before RoPE (Qwen3) */
   /* mixture of experts (Mixtral; docs/models.md): 0 experts = a dense MLP */
-  int64_t moe_experts;         /* E: num_local_experts */
-  int64_t moe_topk;            /* k: num_experts_per_tok */
-  int64_t moe_intermediate;    /* an expert's MLP width (Mixtral: intermediate_size; Qwen3-MoE: moe_intermediate_size) */
-  int moe_norm_topk;           /* renormalise the k routing weights to sum 1 (Mixtral: always; Qwen3-MoE: norm_topk_prob) */
+  int64_t moe_experts;      /* E: num_local_experts */
+  int64_t moe_topk;         /* k: num_experts_per_tok */
+  int64_t moe_intermediate; /* an expert's MLP width (Mixtral: intermediate_size; Qwen3-MoE: moe_intermediate_size) */
+  int moe_norm_topk; /* renormalise the k routing weights to sum 1 (Mixtral: always; Qwen3-MoE: norm_topk_prob) */
   double router_aux_loss_coef; /* kept and written back; the aux loss runs only with output_router_logits */
   int output_router_logits;    /* transformers adds the load-balancing loss only then (refused: not implemented) */
   /* the engine's routing options (the trainer's --moe-* flags; never read from or written to config.json) */
@@ -118,6 +119,13 @@ typedef struct {
   int64_t pad_vocab_size_multiple; /* state-spaces only (1 otherwise) */
   int mixer_rms;                   /* Falcon-Mamba (FalconMambaForCausalLM): weightless RMSNorm of dt, B, C */
   double mixer_rms_eps;            /* its eps (mixer_rms_eps, default 1e-6) */
+  /* Mamba-2 (Mamba2ForCausalLM; also state_size, expand, conv_kernel, layer_norm_epsilon, use_bias,
+     use_conv_bias, residual_in_fp32 and the dt init fields above) */
+  int64_t ssm_heads;    /* num_heads (default 128); ssm_heads * ssm_head_dim = intermediate_size */
+  int64_t ssm_head_dim; /* head_dim (default 64) */
+  int64_t ssm_groups;   /* n_groups (default 8): heads share B and C by groups of ssm_heads / ssm_groups */
+  int64_t ssm_chunk;    /* chunk_size (default 256): kept and written back (the scan's own chunk is the engine's) */
+  double dt_limit[2];   /* time_step_limit (default [0, Infinity]): the clamp of softplus(dt + dt_bias) */
   /* Every config.json field the reader looked at, as sorted "key=value\n" lines: numbers and
      booleans after defaults ("rms_norm_eps=1.0000000000000001e-05", "tie_word_embeddings=0"),
      anything else as compact JSON or "absent" (long lists as a hash); nested objects' fields as
@@ -132,7 +140,8 @@ enum { SL_MOE_BALANCE_AUX = 0, SL_MOE_BALANCE_BIAS = 1, SL_MOE_BALANCE_NONE = 2 
 /* Layer l's attention window: sliding_window on a sliding layer, else 0 (full causal). */
 int64_t sl_cfg_layer_window(const sl_model_config *c, int64_t l);
 
-const char *sl_arch_name(sl_arch a); /* "llama", "mistral", "qwen2", "qwen3", "mamba", "gemma2", "gemma3_text" */
+const char *
+sl_arch_name(sl_arch a); /* "llama", "mistral", "qwen2", "qwen3", "mamba", "gemma2", "gemma3_text", "mamba2" */
 
 /* Parses and validates config.json text (len bytes, need not be 0-terminated).
  * path_for_msgs is only used in messages. This is the fuzzing entry point. */

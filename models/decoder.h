@@ -193,8 +193,9 @@ int sl_dec_norm_grad_sum(sl_model *m, float *g, float *part);
 int sl_dec_tp_check(const sl_model *m, const char *(*misfit)(const sl_model_config *, int64_t, char *, size_t),
                     int64_t max);
 
-/* The block kinds (models/llama.c, models/mamba.c). */
+/* The block kinds (models/llama.c, models/mamba.c, models/mamba2.c). */
 extern const sl_block_kind sl_llama_block;
 extern const sl_block_kind sl_mamba_block;
+extern const sl_block_kind sl_mamba2_block;
 
 #endif /* SL_MODELS_DECODER_H */

@@ -257,6 +257,8 @@ int sl_gen_load(const char *dir, sl_gen **out) {
   int rc = sl_hfconfig_load(p, &g->c);
   if (!rc && g->c.moe_experts)
     rc = sl_fail(SL_EINPUT, "%s: generate does not run a mixture of experts (%s) yet", p, g->c.arch_name);
+  if (!rc && g->c.arch == SL_ARCH_MAMBA2)
+    rc = sl_fail(SL_EINPUT, "%s: generate does not run Mamba-2 (%s) yet", p, g->c.arch_name);
   if (!rc) rc = sl_model_create_specs(&g->c, &g->m);
   if (!rc) rc = sl_st_open_dir(dir, &w);
   if (!rc && !w) rc = sl_fail(SL_EINPUT, "%s: no *.safetensors weights to generate from", dir);

@@ -100,6 +100,7 @@ static const struct {
     {SL_ARCH_GEMMA2, &sl_llama_block}, /* the Gemma options (cfg.gemma) */
     {SL_ARCH_GEMMA3, &sl_llama_block}, /* the Gemma options with q/k norms, two RoPE tables */
     {SL_ARCH_MAMBA, &sl_mamba_block},
+    {SL_ARCH_MAMBA2, &sl_mamba2_block}, /* Mamba-2 (models/mamba2.c) */
 };
 
 static const sl_block_kind *arch_kind(const sl_model_config *cfg) {

@@ -14,6 +14,7 @@
  *    resume from a re-saved directory is accepted.
  * Prints one line per failure, then "N passed, M failed". */
 #define _GNU_SOURCE
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,12 @@ static const struct {
               "\"vocab_size\": 100, \"state_size\": 8}"},
     {"falcon_mamba", "{\"model_type\": \"falcon_mamba\", \"hidden_size\": 32, \"num_hidden_layers\": 2, "
                      "\"vocab_size\": 100, \"state_size\": 8, \"mixer_rms_eps\": 1e-5}"},
+    {"mamba2", "{\"model_type\": \"mamba2\", \"hidden_size\": 32, \"num_hidden_layers\": 2, \"vocab_size\": 100, "
+               "\"state_size\": 8, \"num_heads\": 8, \"head_dim\": 8, \"n_groups\": 2, "
+               "\"time_step_limit\": [0.0, Infinity], \"time_step_rank\": \"auto\"}"},
+    {"mamba2 clamped", "{\"architectures\": [\"Mamba2ForCausalLM\"], \"hidden_size\": 32, \"num_hidden_layers\": 2, "
+                       "\"vocab_size\": 100, \"state_size\": 8, \"num_heads\": 4, \"head_dim\": 16, "
+                       "\"n_groups\": 1, \"time_step_limit\": [0.001, 0.1], \"note\": \"Infinity, NaN\"}"},
 };
 
 /* One model, two spellings: the config as given and as --save writes it. */
@@ -210,6 +217,30 @@ static void test_one_accessor(void) {
         "%s reads config.json members in one place (json_object_get calls: %d, iterations: %d)", p, calls, foreach);
 }
 
+/* Python's bare Infinity / NaN (Mamba-2's time_step_limit): read as numbers
+ * outside strings, left alone inside them, refused by a field that must be
+ * finite (naming it). */
+static void test_nonfinite(void) {
+  sl_model_config c;
+  const char *m2 = k_fam[sizeof k_fam / sizeof k_fam[0] - 2].json,
+             *m2c = k_fam[sizeof k_fam / sizeof k_fam[0] - 1].json;
+  CHECK(parse(m2, &c) == 0 && c.arch == SL_ARCH_MAMBA2 && c.dt_limit[0] == 0.0 && isinf(c.dt_limit[1]) &&
+            c.ssm_heads == 8 && c.ssm_groups == 2 && c.intermediate_size == 64,
+        "mamba2: time_step_limit [0.0, Infinity] read as (0, inf), model_type gives the family");
+  CHECK(parse(m2c, &c) == 0 && c.dt_limit[0] == 0.001 && c.dt_limit[1] == 0.1,
+        "mamba2: a finite time_step_limit, and Infinity / NaN inside a string stay a string");
+  int rc = parse("{\"architectures\": [\"Mamba2ForCausalLM\"], \"hidden_size\": 32, \"num_hidden_layers\": 2, "
+                 "\"vocab_size\": 100, \"num_heads\": 8, \"head_dim\": 8, \"layer_norm_epsilon\": NaN}",
+                 &c);
+  CHECK(rc == SL_EINPUT && strstr(sl_errmsg(), "layer_norm_epsilon") && strstr(sl_errmsg(), "finite"),
+        "a NaN where a finite number is needed is refused naming the field: %s", sl_errmsg());
+  rc = parse("{\"architectures\": [\"Mamba2ForCausalLM\"], \"hidden_size\": 32, \"num_hidden_layers\": 2, "
+             "\"vocab_size\": 100, \"num_heads\": 6, \"head_dim\": 8}",
+             &c);
+  CHECK(rc == SL_EINPUT && strstr(sl_errmsg(), "num_heads"),
+        "num_heads x head_dim other than expand x hidden_size is refused: %s", sl_errmsg());
+}
+
 int main(void) {
   snprintf(g_dir, sizeof g_dir, "/tmp/sl_cfg_fields.XXXXXX");
   if (!mkdtemp(g_dir)) return 1;
@@ -218,6 +249,7 @@ int main(void) {
   test_rope_parameters();
   test_made_up_field();
   test_one_accessor();
+  test_nonfinite();
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
   if (system(cmd)) printf("note: could not remove %s\n", g_dir);

@@ -1,0 +1,382 @@
+/* models/mamba2.c — the Mamba-2 (HF Mamba2ForCausalLM) block kind of the
+ * decoder skeleton (models/decoder.h: the embedding, the head, the residual
+ * stream, activation sets).
+ *
+ * Units: 0 = embedding (backbone.embeddings.weight); 1..L = Mamba-2 blocks;
+ * L+1 = norm_f (+ lm_head.weight, untied by default). A block's flat buffer,
+ * in this order (names backbone.layers.{l}.*), with D = num_heads x head_dim
+ * (= expand x hidden_size), G groups of S states, Cd = D + 2 G S the conv's
+ * channels and Din = 2 D + 2 G S + nh the projection's rows:
+ *   norm.weight (H) | mixer.in_proj.weight (Din, H) [| mixer.in_proj.bias (Din)] |
+ *   mixer.conv1d.weight (Cd, 1, K) [| mixer.conv1d.bias (Cd)] | mixer.dt_bias (nh) |
+ *   mixer.A_log (nh) | mixer.D (nh) | mixer.norm.weight (D) |
+ *   mixer.out_proj.weight (H, D) [| mixer.out_proj.bias (H)]
+ * The block (transformers' Mamba2Block over Mamba2Mixer.torch_forward):
+ *   ln  = RMSNorm(x)                          norm.weight, layer_norm_epsilon
+ *   zx  = ln W_in^T  = z (D) | xBC (Cd) | dt (nh)
+ *   xbc = SiLU(causal depthwise conv(xBC))     = x (D) | B (G S) | C (G S)
+ *   y   = SSD scan(x, dt, dt_bias, A_log, B, C, D)   (kernels.h ssd_fwd; head h reads group h / (nh/G))
+ *   g   = y * SiLU(z)
+ *   gn  = RMSNorm of g over each group's D/G channels, times mixer.norm.weight
+ *   out = x + gn W_out^T
+ * The gated norm is taken per group, as the original Mamba-2 (mamba_ssm's
+ * RMSNormGated with group_size = d_inner / ngroups), llama.cpp and vLLM do;
+ * transformers' Mamba2 takes it over the whole d_inner (transformers PR
+ * #40861, open). The two agree at n_groups = 1 (docs/mamba.md).
+ * Activation checkpointing: none keeps every activation; selective keeps the
+ * GEMM, conv and scan outputs (ln, zx, xc, y and the scan's chunk states)
+ * and recomputes xbc = SiLU(xc), g, gn and the gated norm's statistics;
+ * full keeps only each block's input and recomputes the block. The
+ * recomputations call the same kernels on the same inputs: bit-identical.
+ * Not yet: tensor parallelism (refused naming --tp), document masking
+ * (the conv state would cross documents), the zb1p split backward,
+ * bf16 activation storage (kept in fp32 under bf16 compute).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "models/decoder.h"
+
+#define MAMBA2_SCAN_CHUNK 64 /* the scan's state checkpoint interval (docs/mamba.md) */
+
+typedef struct {
+  float *ln;    /* (N, H) the block norm's output */
+  float *rstd;  /* (N) */
+  float *zx;    /* (N, Din) in_proj output: z | xBC | dt */
+  float *xc;    /* (N, Cd) the conv's output before SiLU */
+  float *y;     /* (N, D) the scan's output */
+  float *ckpt;  /* (B, nch, nh, P, S) the scan's states at chunk starts */
+  float *xbc;   /* (N, Cd) SiLU(xc): x | B | C (recomputed under selective) */
+  float *g;     /* (N, D) y * SiLU(z) (recomputed) */
+  float *gn;    /* (N, D) the gated norm's output (recomputed) */
+  float *grstd; /* (G, N) its statistics, group by group (recomputed) */
+} m2_acts;
+
+typedef struct {
+  int64_t norm, w_in, b_in, w_conv, b_conv, dt_bias, a_log, dp, w_gn, w_out, b_out;
+} m2_offsets;
+
+typedef struct {
+  const float *norm, *w_in, *b_in, *w_conv, *b_conv, *dt_bias, *a_log, *dp, *w_gn, *w_out, *b_out;
+} m2_w;
+
+typedef struct {
+  int64_t N, H, D, nh, P, G, S, K, Cd, Din, chunk, nch;
+  float eps;
+  float dt_lo, dt_hi;
+  int use_bias, conv_bias;
+  m2_offsets off;
+  /* backward scratch (workspace), reused by every layer, besides the skeleton's dres and dln */
+  float *dgn;  /* (N, D) out_proj's input gradient */
+  float *dg;   /* (N, D) the gated norm's input gradient */
+  float *dy;   /* (N, D) */
+  float *dxbc; /* (N, Cd) */
+  float *dxc;  /* (N, Cd) */
+  float *dzx;  /* (N, Din) */
+} m2_priv;
+
+static m2_w views(const m2_priv *p, const float *flat) {
+  const m2_offsets *o = &p->off;
+  m2_w w;
+#define V_(f) w.f = o->f >= 0 ? flat + o->f : NULL
+  V_(norm);
+  V_(w_in);
+  V_(b_in);
+  V_(w_conv);
+  V_(b_conv);
+  V_(dt_bias);
+  V_(a_log);
+  V_(dp);
+  V_(w_gn);
+  V_(w_out);
+  V_(b_out);
+#undef V_
+  return w;
+}
+
+static const char *tp_misfit(const sl_model_config *c, int64_t T, char *why, size_t cap) {
+  (void)c;
+  if (T == 1) return NULL;
+  snprintf(why, cap, "tensor parallelism of Mamba-2 blocks is not built yet");
+  return why;
+}
+
+static void zero(sl_model *m, float *x, int64_t n) { m->ops->zero(m->k, x, (size_t)n * sizeof(float)); }
+
+/* g, gn and the gated norm's statistics from y and zx (xbc = SiLU(xc) is
+ * made before the scan). */
+static void gate_norm_fwd(sl_model *m, const m2_priv *p, const m2_w *w, m2_acts *a) {
+  const sl_ops *o = m->ops;
+  int64_t N = p->N, D = p->D, Dg = p->D / p->G;
+  o->gate_fwd(m->k, a->g, a->y, a->zx, p->Din, N, D);
+  for (int64_t gi = 0; gi < p->G; gi++)
+    o->rmsnorm_fwd(m->k, a->gn + gi * Dg, a->grstd + gi * N, a->g + gi * Dg, w->w_gn + gi * Dg, N, Dg, D, p->eps);
+}
+
+static int block_forward(sl_model *m, int l, const float *flat, const float *x, void *layer, float *out) {
+  const sl_ops *o = m->ops;
+  sl_kctx *k = m->k;
+  m2_priv *p = sl_dec(m)->blk;
+  m2_acts *a = layer;
+  m2_w w = views(p, flat);
+  int64_t N = p->N, H = p->H, D = p->D, GS = p->G * p->S;
+  (void)l;
+  int rc = sl_dec_norm_gathered(m, a->ln, a->rstd, x, w.norm, p->eps);
+  if (rc) return rc;
+  o->linear_fwd(k, a->zx, a->ln, w.w_in, w.b_in, N, H, p->Din);
+  o->conv1d_fwd(k, a->xc, a->zx + D, p->Din, w.w_conv, w.b_conv, m->B, m->T, p->Cd, p->K);
+  o->silu_fwd(k, a->xbc, a->xc, N * p->Cd);
+  o->ssd_fwd(k, a->y, a->ckpt, a->xbc, p->Cd, a->zx + 2 * D + 2 * GS, p->Din, w.dt_bias, w.a_log, a->xbc + D,
+             a->xbc + D + GS, p->Cd, w.dp, NULL, p->dt_lo, p->dt_hi, m->B, m->T, p->nh, p->P, p->G, p->S, p->chunk);
+  gate_norm_fwd(m, p, &w, a);
+  if (out) {
+    o->linear_fwd(k, out, a->gn, w.w_out, w.b_out, N, D, H);
+    o->add_inplace(k, out, x, N * H);
+  }
+  return SL_OK;
+}
+
+static int m2_recompute(sl_model *m, int l, const float *flat) {
+  m2_priv *p = sl_dec(m)->blk;
+  m2_acts *a = sl_dec_layer(m, l);
+  if (m->ac == SL_AC_FULL) return block_forward(m, l, flat, sl_dec(m)->stream[l], a, NULL);
+  if (m->ac == SL_AC_SELECTIVE) {
+    m2_w w = views(p, flat);
+    m->ops->silu_fwd(m->k, a->xbc, a->xc, p->N * p->Cd);
+    gate_norm_fwd(m, p, &w, a);
+  }
+  return SL_OK;
+}
+
+/* Block l's backward (after m2_recompute): dres holds the gradient of the
+ * block output and receives that of its input. */
+static int m2_bwd(sl_model *m, int l, const float *flat, float *grads) {
+  sl_decoder *d = sl_dec(m);
+  m2_priv *p = d->blk;
+  const sl_ops *o = m->ops;
+  sl_kctx *k = m->k;
+  int64_t N = p->N, H = p->H, D = p->D, GS = p->G * p->S, Dg = p->D / p->G;
+  m2_acts *a = sl_dec_layer(m, l);
+  const float *x = d->stream[l];
+  m2_w w = views(p, flat), g = views(p, grads);
+  /* out_proj */
+  zero(m, p->dgn, N * D);
+  o->linear_bwd(k, p->dgn, (float *)g.w_out, (float *)g.b_out, d->dres, a->gn, w.w_out, N, D, H);
+  /* the gated norm, group by group */
+  zero(m, p->dg, N * D);
+  for (int64_t gi = 0; gi < p->G; gi++)
+    o->rmsnorm_bwd(k, p->dg + gi * Dg, (float *)g.w_gn + gi * Dg, p->dgn + gi * Dg, a->g + gi * Dg, w.w_gn + gi * Dg,
+                   a->grstd + gi * N, N, Dg, D);
+  /* the gate: dy, and dz into the z columns of dzx */
+  zero(m, p->dy, N * D);
+  zero(m, p->dzx, N * p->Din);
+  o->gate_bwd(k, p->dy, p->dzx, p->Din, p->dg, a->y, a->zx, N, D);
+  /* the scan: dx, dB, dC into dxbc; ddt into the dt columns of dzx */
+  zero(m, p->dxbc, N * p->Cd);
+  o->ssd_bwd(k, p->dxbc, p->dzx + 2 * D + 2 * GS, (float *)g.dt_bias, (float *)g.a_log, p->dxbc + D, p->dxbc + D + GS,
+             (float *)g.dp, p->dy, a->xbc, p->Cd, a->zx + 2 * D + 2 * GS, p->Din, w.dt_bias, w.a_log, a->xbc + D,
+             a->xbc + D + GS, p->Cd, w.dp, NULL, a->ckpt, p->dt_lo, p->dt_hi, m->B, m->T, p->nh, p->P, p->G, p->S,
+             p->chunk);
+  /* SiLU, then the conv into the xBC columns of dzx */
+  zero(m, p->dxc, N * p->Cd);
+  o->silu_bwd(k, p->dxc, p->dxbc, a->xc, N * p->Cd);
+  o->conv1d_bwd(k, p->dzx + D, p->Din, (float *)g.w_conv, (float *)g.b_conv, p->dxc, a->zx + D, p->Din, w.w_conv, m->B,
+                m->T, p->Cd, p->K);
+  /* in_proj and the block norm */
+  float *dln = d->dln;
+  zero(m, dln, N * H);
+  o->linear_bwd(k, dln, (float *)g.w_in, (float *)g.b_in, p->dzx, a->ln, w.w_in, N, H, p->Din);
+  o->rmsnorm_bwd(k, d->dres, (float *)g.norm, dln, x, w.norm, a->rstd, N, H, H);
+  return SL_OK;
+}
+
+static int64_t m2_flops(const sl_model *m, int64_t T) {
+  const sl_decoder *dc = sl_dec(m);
+  const m2_priv *p = dc->blk;
+  (void)T; /* linear in T: no attention term */
+  /* 6 x (the matmuls' parameters: in_proj, out_proj, the LM head) + the
+   * depthwise conv (2 K per channel, x3 for training) + the scan (per
+   * channel and state: the decay product, the input term and the C
+   * contraction, 5 FLOPs forward; x3 for training). Recomputation not
+   * counted. */
+  int64_t per_layer = p->Din * p->H + p->D * p->H;
+  int64_t Nmm = dc->L * per_layer + dc->V * p->H;
+  return 6 * Nmm + dc->L * (6 * p->K * p->Cd + 15 * p->D * p->S);
+}
+
+/* ---- init from seed (HF Mamba2PreTrainedModel._init_weights) --------------- */
+static double unif01(uint64_t *s) { return (double)(sl_splitmix64(s) >> 11) * (1.0 / 9007199254740992.0); }
+
+static int ends_with(const char *s, const char *suffix) {
+  size_t a = strlen(s), b = strlen(suffix);
+  return a >= b && !strcmp(s + a - b, suffix);
+}
+
+/* A_log = log(1..nh); dt_bias = softplus^-1(dt), dt log-uniform in
+ * [time_step_min, time_step_max] floored at time_step_floor; the conv and
+ * out_proj Kaiming-uniform (a = sqrt(5): +-1/sqrt(fan_in), fan_in K and D). */
+static int m2_init_custom(sl_model *m, int u, int ti, float *dst, uint64_t seed) {
+  const sl_model_config *c = &m->cfg;
+  const sl_tensor_spec *t = &m->units[u].t[ti];
+  uint64_t s = seed;
+  int64_t numel = t->full[0] * (t->ndim > 1 ? t->full[1] : 1) * (t->ndim > 2 ? t->full[2] : 1);
+  if (ends_with(t->name, "mixer.A_log")) {
+    for (int64_t h = 0; h < numel; h++) dst[h] = logf((float)(h + 1));
+    return SL_OK;
+  }
+  if (ends_with(t->name, "mixer.dt_bias")) {
+    double lo = log(c->time_step_min), hi = log(c->time_step_max);
+    for (int64_t i = 0; i < numel; i++) {
+      double dt = exp(unif01(&s) * (hi - lo) + lo);
+      if (dt < c->time_step_floor) dt = c->time_step_floor;
+      dst[i] = (float)(dt + log(-expm1(-dt)));
+    }
+    return SL_OK;
+  }
+  double bound;
+  if (ends_with(t->name, "conv1d.weight")) bound = 1.0 / sqrt((double)c->conv_kernel);
+  else if (ends_with(t->name, "out_proj.weight")) bound = 1.0 / sqrt((double)t->full[1]);
+  else return sl_fail(SL_EINPUT, "mamba2: no custom init for tensor %s", t->name);
+  for (int64_t i = 0; i < numel; i++) dst[i] = (float)((2.0 * unif01(&s) - 1.0) * bound);
+  return SL_OK;
+}
+
+static int m2_alloc_layer(sl_model *m, void *layer, int recomputed, const void *shared) {
+  m2_priv *p = sl_dec(m)->blk;
+  m2_acts *a = layer;
+  int64_t N = p->N, D = p->D;
+  int big = !recomputed || m->ac == SL_AC_FULL, cheap = recomputed || m->ac == SL_AC_NONE;
+  if (big) {
+    if (!(a->ln = sl_model_buf(m, N * p->H, SL_ARENA_ACTS)) || !(a->rstd = sl_model_buf(m, N, SL_ARENA_ACTS)) ||
+        !(a->zx = sl_model_buf(m, N * p->Din, SL_ARENA_ACTS)) || !(a->xc = sl_model_buf(m, N * p->Cd, SL_ARENA_ACTS)) ||
+        !(a->y = sl_model_buf(m, N * D, SL_ARENA_ACTS)) ||
+        !(a->ckpt = sl_model_buf(m, m->B * p->nch * D * p->S, SL_ARENA_ACTS)))
+      return SL_ENOMEM;
+  }
+  if (cheap) {
+    if (!(a->xbc = sl_model_buf(m, N * p->Cd, SL_ARENA_ACTS)) || !(a->g = sl_model_buf(m, N * D, SL_ARENA_ACTS)) ||
+        !(a->gn = sl_model_buf(m, N * D, SL_ARENA_ACTS)) || !(a->grstd = sl_model_buf(m, p->G * N, SL_ARENA_ACTS)))
+      return SL_ENOMEM;
+  } else {
+    const m2_acts *sh = shared;
+    a->xbc = sh->xbc;
+    a->g = sh->g;
+    a->gn = sh->gn;
+    a->grstd = sh->grstd;
+  }
+  return SL_OK;
+}
+
+static int m2_spec(sl_model *m, sl_unit_spec *b, int64_t l) {
+  m2_priv *p = sl_dec(m)->blk;
+  float std = sl_dec(m)->std;
+  int rc;
+  char nm[SL_TENSOR_NAME_MAX];
+  m2_offsets *o = &p->off;
+#define ADD(field, suffix, nd, d0, d1, d2, decay, init)                                                                \
+  snprintf(nm, sizeof nm, "backbone.layers.%lld.%s", (long long)l, suffix);                                            \
+  o->field = b->numel;                                                                                                 \
+  if ((rc = sl_unit_add(b, nm, nd, d0, d1, d2, decay, init, std))) return rc
+  o->b_in = o->b_conv = o->b_out = -1;
+  ADD(norm, "norm.weight", 1, p->H, 0, 0, 0, SL_INIT_ONES);
+  ADD(w_in, "mixer.in_proj.weight", 2, p->Din, p->H, 0, 1, SL_INIT_NORMAL);
+  if (p->use_bias) {
+    ADD(b_in, "mixer.in_proj.bias", 1, p->Din, 0, 0, 0, SL_INIT_ZEROS);
+  }
+  ADD(w_conv, "mixer.conv1d.weight", 3, p->Cd, 1, p->K, 1, SL_INIT_CUSTOM);
+  if (p->conv_bias) {
+    ADD(b_conv, "mixer.conv1d.bias", 1, p->Cd, 0, 0, 0, SL_INIT_ZEROS);
+  }
+  ADD(dt_bias, "mixer.dt_bias", 1, p->nh, 0, 0, 0, SL_INIT_CUSTOM);
+  ADD(a_log, "mixer.A_log", 1, p->nh, 0, 0, 0, SL_INIT_CUSTOM);
+  ADD(dp, "mixer.D", 1, p->nh, 0, 0, 0, SL_INIT_ONES);
+  ADD(w_gn, "mixer.norm.weight", 1, p->D, 0, 0, 0, SL_INIT_ONES);
+  ADD(w_out, "mixer.out_proj.weight", 2, p->H, p->D, 0, 1, SL_INIT_CUSTOM);
+  if (p->use_bias) {
+    ADD(b_out, "mixer.out_proj.bias", 1, p->H, 0, 0, 0, SL_INIT_ZEROS);
+  }
+#undef ADD
+  return SL_OK;
+}
+
+static int m2_alloc_scratch(sl_model *m) {
+  m2_priv *p = sl_dec(m)->blk;
+  int64_t N = p->N, D = p->D;
+  if (!(p->dgn = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) || !(p->dg = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
+      !(p->dy = sl_model_buf(m, N * D, SL_ARENA_WORKSPACE)) ||
+      !(p->dxbc = sl_model_buf(m, N * p->Cd, SL_ARENA_WORKSPACE)) ||
+      !(p->dxc = sl_model_buf(m, N * p->Cd, SL_ARENA_WORKSPACE)) ||
+      !(p->dzx = sl_model_buf(m, N * p->Din, SL_ARENA_WORKSPACE)))
+    return SL_ENOMEM;
+  return SL_OK;
+}
+
+static int m2_init(sl_model *m, sl_decoder *d) {
+  const sl_model_config *c = &m->cfg;
+  m2_priv *p = calloc(1, sizeof *p);
+  if (!p) return sl_fail(SL_ENOMEM, "out of memory");
+  d->blk = p;
+  int rc = sl_dec_tp_check(m, tp_misfit, 8);
+  if (rc) return rc;
+  p->N = d->N;
+  p->H = c->hidden_size;
+  p->D = c->intermediate_size;
+  p->nh = c->ssm_heads;
+  p->P = c->ssm_head_dim;
+  p->G = c->ssm_groups;
+  p->S = c->state_size;
+  p->K = c->conv_kernel;
+  if (p->H <= 0 || p->D <= 0 || p->nh <= 0 || p->P <= 0 || p->G <= 0 || p->S <= 0 || p->K <= 0 ||
+      p->nh * p->P != p->D || p->nh % p->G != 0 || d->V <= 0 || d->L <= 0)
+    return sl_fail(SL_EINPUT,
+                   "mamba2 config: hidden_size %lld, num_heads %lld x head_dim %lld = expand x hidden_size %lld, "
+                   "n_groups %lld dividing num_heads, state_size %lld, conv_kernel %lld, vocab_size %lld, "
+                   "num_hidden_layers %lld",
+                   (long long)p->H, (long long)p->nh, (long long)p->P, (long long)p->D, (long long)p->G,
+                   (long long)p->S, (long long)p->K, (long long)d->V, (long long)d->L);
+  p->Cd = p->D + 2 * p->G * p->S;
+  p->Din = p->D + p->Cd + p->nh;
+  p->eps = (float)c->layer_norm_epsilon;
+  p->dt_lo = (float)c->dt_limit[0];
+  p->dt_hi = (float)c->dt_limit[1];
+  p->use_bias = c->use_bias;
+  p->conv_bias = c->use_conv_bias;
+  p->chunk = MAMBA2_SCAN_CHUNK;
+  p->nch = m->T > 0 ? (m->T + p->chunk - 1) / p->chunk : 0;
+  d->eps = p->eps;
+  d->std = c->initializer_range > 0 ? (float)c->initializer_range : 0.1f;
+  d->embed_name = "backbone.embeddings.weight";
+  d->norm_name = "backbone.norm_f.weight";
+  d->head_init = SL_INIT_NORMAL;
+  return SL_OK;
+}
+
+static void m2_caps(const sl_model_config *c, sl_model_caps *out) {
+  *out = (sl_model_caps){.attention = 0,
+                         .doc_mask = 0,
+                         .recurrent = 1,
+                         .zb_split = 0,
+                         .zb_split_accum = 0,
+                         .bf16 = 1,
+                         .bf16_acts = 0,
+                         .tp_width = 1};
+  (void)c;
+}
+
+const sl_block_kind sl_mamba2_block = {
+    .unit_kind = "mamba2_block",
+    .layer_size = sizeof(m2_acts),
+    .caps = m2_caps,
+    .init = m2_init,
+    .spec = m2_spec,
+    .alloc_layer = m2_alloc_layer,
+    .alloc_scratch = m2_alloc_scratch,
+    .fwd = block_forward,
+    .recompute = m2_recompute,
+    .bwd = m2_bwd,
+    .flops_per_token = m2_flops,
+    .init_custom = m2_init_custom,
+};
