@@ -240,3 +240,26 @@ def read_metrics(path):
             if line:
                 rows.append(json.loads(line))
     return rows
+
+
+def load_params(m, path, tolerated=()):
+    """Copies the safetensors file's tensors into m's parameters by HF name (torch
+    only here, imported lazily: common stays numpy-only for the other oracles); every
+    parameter must be present with its shape, and no tensor but those in tolerated
+    may remain. Returns m."""
+    import torch  # noqa: PLC0415
+    tensors = st_read(path)
+    seen = set()
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if name not in tensors:
+                raise KeyError(f"{path}: missing tensor {name}")
+            a = tensors[name]
+            if tuple(a.shape) != tuple(p.shape):
+                raise ValueError(f"{path}: {name} shape {a.shape}, expected {tuple(p.shape)}")
+            p.copy_(torch.from_numpy(np.array(a, dtype=np.float32)).to(p.dtype))
+            seen.add(name)
+    extra = set(tensors) - seen - set(tolerated)
+    if extra:
+        raise KeyError(f"{path}: unexpected tensors {sorted(extra)}")
+    return m

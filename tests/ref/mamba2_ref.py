@@ -24,7 +24,6 @@ import math
 import os
 import sys
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -266,31 +265,13 @@ def init_model(c, seed=0, std=0.1, jitter=0.2):
     return m
 
 
-def save_hf(m, model_dir, dtype="F32"):
-    common.config_write(model_dir, m.config.to_dict())
-    common.st_write(os.path.join(model_dir, "model.safetensors"), MR.state_numpy(m), dtype=dtype,
-                    metadata={"format": "pt"})
+save_hf = MR.save_hf  # config.json from m.config.to_dict(), the weights by HF name
 
 
 def load_hf(model_dir, dtype=torch.float32):
     c = Mamba2Config(common.config_read(model_dir))
-    path = os.path.join(model_dir, "model.safetensors")
-    tensors = common.st_read(path)
-    m = Mamba2ForCausalLM(c).to(dtype)
-    seen = set()
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if name not in tensors:
-                raise KeyError(f"{path}: missing tensor {name}")
-            a = tensors[name]
-            if tuple(a.shape) != tuple(p.shape):
-                raise ValueError(f"{path}: {name} shape {a.shape}, expected {tuple(p.shape)}")
-            p.copy_(torch.from_numpy(np.array(a, dtype=np.float32)).to(dtype))
-            seen.add(name)
-    extra = set(tensors) - seen - ({"lm_head.weight"} if c.tie_word_embeddings else set())
-    if extra:
-        raise KeyError(f"{path}: unexpected tensors {sorted(extra)}")
-    return m
+    return common.load_params(Mamba2ForCausalLM(c).to(dtype), os.path.join(model_dir, "model.safetensors"),
+                              ("lm_head.weight",) if c.tie_word_embeddings else ())
 
 
 def selftest():
