@@ -2,7 +2,7 @@
 # tests/cli/plan/test_plan_engine_arch.sh — the engine check needs no planner code
 # per architecture: `shardlm plan --engine-check` on Mamba (the old planner
 # only estimated its activations), Falcon-Mamba (its dt/B/C norms' kept
-# activations and workspace) and Mistral (tied, sliding window)
+# activations and workspace), Mamba-2 and Mistral (tied, sliding window)
 # against what `shardlm train --metrics` measures on the CPU backend: every
 # arena of step 1 and the comm bytes of both steps must be equal (exactly;
 # the CPU kernels' scratch is not in these arenas), and peak_bytes of
@@ -14,6 +14,8 @@ BIN=$B
 export OMP_NUM_THREADS=1
 tiny_model "$W/mamba" mamba '"num_hidden_layers": 2'
 tiny_model "$W/falcon" mamba '"num_hidden_layers": 2, "architectures": ["FalconMambaForCausalLM"], "tie_word_embeddings": false'
+tiny_model "$W/mamba2" mamba '"num_hidden_layers": 2, "architectures": ["Mamba2ForCausalLM"], "num_heads": 8, "head_dim": 8,
+ "n_groups": 2, "time_step_rank": null, "tie_word_embeddings": false'
 tiny_model "$W/mistral" mistral '"hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2,
  "tie_word_embeddings": true'
 # NAME MODEL WORLD FLAGS... (the same flags for train and plan): a run and its prediction
@@ -30,6 +32,8 @@ run() {
 run mamba_z2 "$W/mamba" 2 --zero 2 --micro-batch 2 --seq-len 16 --grad-accum 2
 run mamba_z3_sel "$W/mamba" 2 --zero 3 --micro-batch 1 --seq-len 24 --activation-checkpoint selective
 run falcon_z3_sel "$W/falcon" 2 --zero 3 --micro-batch 2 --seq-len 16 --activation-checkpoint selective
+run mamba2_z3_sel "$W/mamba2" 2 --zero 3 --micro-batch 2 --seq-len 16 --activation-checkpoint selective
+run mamba2_z1_full "$W/mamba2" 2 --zero 1 --micro-batch 1 --seq-len 24 --activation-checkpoint full --grad-accum 2
 run mistral_z3 "$W/mistral" 3 --zero 3 --micro-batch 2 --seq-len 16 --grad-accum 2 --param-dtype bf16
 # one line per case: "ok NAME" or "FAIL NAME: what differs"
 while read -r verdict; do
