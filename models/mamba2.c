@@ -30,7 +30,7 @@
  * recomputations call the same kernels on the same inputs: bit-identical.
  * Not yet: tensor parallelism (refused naming --tp), document masking
  * (the conv state would cross documents), the zb1p split backward,
- * bf16 activation storage (kept in fp32 under bf16 compute).
+ * --compute-dtype bf16 (refused: no bf16 reference checks it yet).
  */
 #include <math.h>
 #include <stdio.h>
@@ -360,7 +360,7 @@ static void m2_caps(const sl_model_config *c, sl_model_caps *out) {
                          .recurrent = 1,
                          .zb_split = 0,
                          .zb_split_accum = 0,
-                         .bf16 = 1,
+                         .bf16 = 0, /* no bf16 reference checks it yet: refused by name */
                          .bf16_acts = 0,
                          .tp_width = 1};
   (void)c;
