@@ -132,5 +132,12 @@ log = open(os.path.join(w, "tp.log")).read()
 ck("[refusal] --tp 2 is refused naming Mamba-2's tensor parallelism", not ok and "--tp" in log and "Mamba-2" in log,
    log.strip().splitlines()[-1] if log.strip() else msg)
 
+ok, msg = EC.run_engine(exe, EC.dump_args(d1, data, os.path.join(w, "d_bf16.safetensors"), "none")
+                        + ["--compute-dtype", "bf16"], os.path.join(w, "bf16.log"))
+log = open(os.path.join(w, "bf16.log")).read()
+ck("[refusal] --compute-dtype bf16 is refused naming the family (no bf16 reference yet)",
+   not ok and "Mamba2ForCausalLM" in log and "--compute-dtype bf16" in log,
+   log.strip().splitlines()[-1] if log.strip() else msg)
+
 print(f"{ck.passed} passed, {ck.failed} failed")
 sys.exit(1 if ck.failed else 0)

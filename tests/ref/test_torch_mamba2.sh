@@ -14,6 +14,6 @@
 #    far from the engine (the per-group norm is the original Mamba-2's);
 #  - HF round trip (--steps 0 --save byte-identical, config.json with
 #    Python's Infinity read back), the family from model_type alone;
-#  - --tp 2 refused naming Mamba-2.
+#  - --tp 2 and --compute-dtype bf16 refused by name.
 # Needs $SL_BUILD/shardlm, mpirun and /usr/bin/python3 with torch; else exit 77.
 exec bash "$(dirname "$0")/../lib/torch_run.sh" torch_mamba2 mamba2_checks.py
