@@ -28,7 +28,9 @@
  * and recomputes xbc = SiLU(xc), g, gn and the gated norm's statistics;
  * full keeps only each block's input and recomputes the block. The
  * recomputations call the same kernels on the same inputs: bit-identical.
- * Not yet: tensor parallelism (refused naming --tp), document masking
+ * Tensor parallelism (heads and their groups over the TP ranks, +
+ * sequence parallelism): above m2_spec. Not yet: TP with n_groups not
+ * divisible by --tp (refused naming n_groups), document masking
  * (the conv state would cross documents), the zb1p split backward,
  * --compute-dtype bf16 (refused: no bf16 reference checks it yet).
  */
@@ -64,18 +66,22 @@ typedef struct {
 } m2_w;
 
 typedef struct {
-  int64_t N, H, D, nh, P, G, S, K, Cd, Din, chunk, nch;
+  int64_t N, H, D, nh, P, G, S, K, Cd, Din, chunk, nch; /* D, nh, G, Cd, Din: this TP rank's */
+  int64_t Dw;                                           /* d_inner of the whole model (= D at T = 1) */
+  int sp;                                               /* sequence parallelism */
+  int64_t n;                                            /* the stream's rows on this rank: N, or N/T under sp */
   float eps;
   float dt_lo, dt_hi;
   int use_bias, conv_bias;
   m2_offsets off;
   /* backward scratch (workspace), reused by every layer, besides the skeleton's dres and dln */
-  float *dgn;  /* (N, D) out_proj's input gradient */
-  float *dg;   /* (N, D) the gated norm's input gradient */
-  float *dy;   /* (N, D) */
-  float *dxbc; /* (N, Cd) */
-  float *dxc;  /* (N, Cd) */
-  float *dzx;  /* (N, Din) */
+  float *dgn;   /* (N, D) out_proj's input gradient */
+  float *dg;    /* (N, D) the gated norm's input gradient */
+  float *dy;    /* (N, D) */
+  float *dxbc;  /* (N, Cd) */
+  float *dxc;   /* (N, Cd) */
+  float *dzx;   /* (N, Din) */
+  float *gnorm; /* (H) under sp: the micro-batch's part of the block norm's weight gradient */
 } m2_priv;
 
 static m2_w views(const m2_priv *p, const float *flat) {
@@ -97,10 +103,13 @@ static m2_w views(const m2_priv *p, const float *flat) {
   return w;
 }
 
+/* NULL when T splits the heads and the groups, else why not. */
 static const char *tp_misfit(const sl_model_config *c, int64_t T, char *why, size_t cap) {
-  (void)c;
-  if (T == 1) return NULL;
-  snprintf(why, cap, "tensor parallelism of Mamba-2 blocks is not built yet");
+  if (c->ssm_groups % T == 0 && c->ssm_heads % T == 0) return NULL;
+  snprintf(why, cap,
+           "Mamba-2 splits its heads and their B/C groups over the TP ranks: n_groups %lld (and num_heads %lld) must "
+           "be divisible by --tp %lld (groups shared by several TP ranks are not built yet)",
+           (long long)c->ssm_groups, (long long)c->ssm_heads, (long long)T);
   return why;
 }
 
@@ -132,9 +141,11 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   o->ssd_fwd(k, a->y, a->ckpt, a->xbc, p->Cd, a->zx + 2 * D + 2 * GS, p->Din, w.dt_bias, w.a_log, a->xbc + D,
              a->xbc + D + GS, p->Cd, w.dp, NULL, p->dt_lo, p->dt_hi, m->B, m->T, p->nh, p->P, p->G, p->S, p->chunk);
   gate_norm_fwd(m, p, &w, a);
-  if (out) {
-    o->linear_fwd(k, out, a->gn, w.w_out, w.b_out, N, D, H);
-    o->add_inplace(k, out, x, N * H);
+  if (out) { /* out_proj's partial sums (row-parallel) summed over TP: reduce-scattered under sp */
+    float *dln = sl_dec(m)->dln;
+    o->linear_fwd(k, p->sp ? dln : out, a->gn, w.w_out, m->tp_rank == 0 ? w.b_out : NULL, N, D, H);
+    if ((rc = sl_dec_row_parallel_sum(m, dln, out))) return rc;
+    o->add_inplace(k, out, x, p->n * H);
   }
   return SL_OK;
 }
@@ -162,9 +173,14 @@ static int m2_bwd(sl_model *m, int l, const float *flat, float *grads) {
   m2_acts *a = sl_dec_layer(m, l);
   const float *x = d->stream[l];
   m2_w w = views(p, flat), g = views(p, grads);
-  /* out_proj */
+  int rc;
+  /* out_proj: dres is the gradient of the block output (the residual passes it to x unchanged); under sp
+   * dln holds it all-gathered until in_proj's backward overwrites it. out_proj.bias is whole on every rank
+   * and its gradient the same bits everywhere (from the whole output gradient). */
+  const float *dout = d->dres;
+  if (p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = d->dln)))) return rc;
   zero(m, p->dgn, N * D);
-  o->linear_bwd(k, p->dgn, (float *)g.w_out, (float *)g.b_out, d->dres, a->gn, w.w_out, N, D, H);
+  o->linear_bwd(k, p->dgn, (float *)g.w_out, (float *)g.b_out, dout, a->gn, w.w_out, N, D, H);
   /* the gated norm, group by group */
   zero(m, p->dg, N * D);
   for (int64_t gi = 0; gi < p->G; gi++)
@@ -189,8 +205,10 @@ static int m2_bwd(sl_model *m, int l, const float *flat, float *grads) {
   float *dln = d->dln;
   zero(m, dln, N * H);
   o->linear_bwd(k, dln, (float *)g.w_in, (float *)g.b_in, p->dzx, a->ln, w.w_in, N, H, p->Din);
-  o->rmsnorm_bwd(k, d->dres, (float *)g.norm, dln, x, w.norm, a->rstd, N, H, H);
-  return SL_OK;
+  float *dnorm = p->sp ? d->xl : dln;
+  if ((rc = sl_dec_row_parallel_sum(m, dln, dnorm))) return rc; /* Megatron's f: in_proj is column-parallel */
+  o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.norm, p->gnorm), dnorm, x, w.norm, a->rstd, p->n, H, H);
+  return sl_dec_norm_grad_sum(m, (float *)g.norm, p->gnorm);
 }
 
 static int64_t m2_flops(const sl_model *m, int64_t T) {
@@ -202,9 +220,9 @@ static int64_t m2_flops(const sl_model *m, int64_t T) {
    * channel and state: the decay product, the input term and the C
    * contraction, 5 FLOPs forward; x3 for training). Recomputation not
    * counted. */
-  int64_t per_layer = p->Din * p->H + p->D * p->H;
+  int64_t tpn = m->tp_size, per_layer = tpn * (p->Din * p->H + p->D * p->H); /* every TP rank's slices together */
   int64_t Nmm = dc->L * per_layer + dc->V * p->H;
-  return 6 * Nmm + dc->L * (6 * p->K * p->Cd + 15 * p->D * p->S);
+  return 6 * Nmm + dc->L * tpn * (6 * p->K * p->Cd + 15 * p->D * p->S);
 }
 
 /* ---- init from seed (HF Mamba2PreTrainedModel._init_weights) --------------- */
@@ -250,7 +268,7 @@ static int m2_alloc_layer(sl_model *m, void *layer, int recomputed, const void *
   int64_t N = p->N, D = p->D;
   int big = !recomputed || m->ac == SL_AC_FULL, cheap = recomputed || m->ac == SL_AC_NONE;
   if (big) {
-    if (!(a->ln = sl_model_buf(m, N * p->H, SL_ARENA_ACTS)) || !(a->rstd = sl_model_buf(m, N, SL_ARENA_ACTS)) ||
+    if (!(a->ln = sl_model_buf(m, N * p->H, SL_ARENA_ACTS)) || !(a->rstd = sl_model_buf(m, p->n, SL_ARENA_ACTS)) ||
         !(a->zx = sl_model_buf(m, N * p->Din, SL_ARENA_ACTS)) || !(a->xc = sl_model_buf(m, N * p->Cd, SL_ARENA_ACTS)) ||
         !(a->y = sl_model_buf(m, N * D, SL_ARENA_ACTS)) ||
         !(a->ckpt = sl_model_buf(m, m->B * p->nch * D * p->S, SL_ARENA_ACTS)))
@@ -270,33 +288,50 @@ static int m2_alloc_layer(sl_model *m, void *layer, int recomputed, const void *
   return SL_OK;
 }
 
+/* Tensor parallelism over T ranks splits the heads and their groups (T
+ * divides both): rank r holds heads [r nh/T, ..) and groups [r G/T, ..), so
+ * every row of in_proj's parts z | x | B | C | dt, of the conv's x | B | C
+ * channels, of dt_bias, A_log, D and the gated norm that they use
+ * (sl_unit_add_parts: each part split on its own), and the matching columns
+ * of out_proj (row-parallel). The conv, the scan, the gate and the gated
+ * norm (per group: a group's channels are on one rank) are local; out_proj's
+ * partial sums are summed (reduce-scattered under sp) and in_proj's input
+ * gradient too: one N x H collective each way, like an attention sublayer. */
 static int m2_spec(sl_model *m, sl_unit_spec *b, int64_t l) {
   m2_priv *p = sl_dec(m)->blk;
   float std = sl_dec(m)->std;
+  int64_t T = m->tp_size, Dw = p->Dw, GSw = p->G * p->S * T, nhw = p->nh * T;
+  int64_t in_parts[5] = {Dw, Dw, GSw, GSw, nhw}, conv_parts[3] = {Dw, GSw, GSw};
   int rc;
   char nm[SL_TENSOR_NAME_MAX];
   m2_offsets *o = &p->off;
-#define ADD(field, suffix, nd, d0, d1, d2, decay, init)                                                                \
+  /* split: 0 whole; 5 / 3 in_proj's / the conv's parts; 1 split over dim 0; -1 row (out_proj) */
+#define ADD(field, suffix, nd, d0, d1, d2, decay, init, split)                                                         \
   snprintf(nm, sizeof nm, "backbone.layers.%lld.%s", (long long)l, suffix);                                            \
   o->field = b->numel;                                                                                                 \
-  if ((rc = sl_unit_add(b, nm, nd, d0, d1, d2, decay, init, std))) return rc
+  rc = (split) > 1                                                                                                     \
+           ? sl_unit_add_parts(m, b, nm, nd, (split) == 5 ? in_parts : conv_parts, (split), d1, d2, decay, init, std)  \
+       : (split) == 1 ? sl_unit_add_stacked(m, b, nm, nd, d0, d1, d2, decay, init, std, 1)                             \
+       : (split) < 0  ? sl_unit_add_split(m, b, nm, nd, d0, d1, decay, init, std, SL_SPLIT_ROW, T)                     \
+                      : sl_unit_add(b, nm, nd, d0, d1, d2, decay, init, std);                                           \
+  if (rc) return rc
   o->b_in = o->b_conv = o->b_out = -1;
-  ADD(norm, "norm.weight", 1, p->H, 0, 0, 0, SL_INIT_ONES);
-  ADD(w_in, "mixer.in_proj.weight", 2, p->Din, p->H, 0, 1, SL_INIT_NORMAL);
+  ADD(norm, "norm.weight", 1, p->H, 0, 0, 0, SL_INIT_ONES, 0);
+  ADD(w_in, "mixer.in_proj.weight", 2, 0, p->H, 0, 1, SL_INIT_NORMAL, 5);
   if (p->use_bias) {
-    ADD(b_in, "mixer.in_proj.bias", 1, p->Din, 0, 0, 0, SL_INIT_ZEROS);
+    ADD(b_in, "mixer.in_proj.bias", 1, 0, 1, 1, 0, SL_INIT_ZEROS, 5);
   }
-  ADD(w_conv, "mixer.conv1d.weight", 3, p->Cd, 1, p->K, 1, SL_INIT_CUSTOM);
+  ADD(w_conv, "mixer.conv1d.weight", 3, 0, 1, p->K, 1, SL_INIT_CUSTOM, 3);
   if (p->conv_bias) {
-    ADD(b_conv, "mixer.conv1d.bias", 1, p->Cd, 0, 0, 0, SL_INIT_ZEROS);
+    ADD(b_conv, "mixer.conv1d.bias", 1, 0, 1, 1, 0, SL_INIT_ZEROS, 3);
   }
-  ADD(dt_bias, "mixer.dt_bias", 1, p->nh, 0, 0, 0, SL_INIT_CUSTOM);
-  ADD(a_log, "mixer.A_log", 1, p->nh, 0, 0, 0, SL_INIT_CUSTOM);
-  ADD(dp, "mixer.D", 1, p->nh, 0, 0, 0, SL_INIT_ONES);
-  ADD(w_gn, "mixer.norm.weight", 1, p->D, 0, 0, 0, SL_INIT_ONES);
-  ADD(w_out, "mixer.out_proj.weight", 2, p->H, p->D, 0, 1, SL_INIT_CUSTOM);
+  ADD(dt_bias, "mixer.dt_bias", 1, nhw, 0, 0, 0, SL_INIT_CUSTOM, 1);
+  ADD(a_log, "mixer.A_log", 1, nhw, 0, 0, 0, SL_INIT_CUSTOM, 1);
+  ADD(dp, "mixer.D", 1, nhw, 0, 0, 0, SL_INIT_ONES, 1);
+  ADD(w_gn, "mixer.norm.weight", 1, Dw, 0, 0, 0, SL_INIT_ONES, 1);
+  ADD(w_out, "mixer.out_proj.weight", 2, p->H, Dw, 0, 1, SL_INIT_CUSTOM, -1);
   if (p->use_bias) {
-    ADD(b_out, "mixer.out_proj.bias", 1, p->H, 0, 0, 0, SL_INIT_ZEROS);
+    ADD(b_out, "mixer.out_proj.bias", 1, p->H, 0, 0, 0, SL_INIT_ZEROS, 0);
   }
 #undef ADD
   return SL_OK;
@@ -311,6 +346,7 @@ static int m2_alloc_scratch(sl_model *m) {
       !(p->dxc = sl_model_buf(m, N * p->Cd, SL_ARENA_WORKSPACE)) ||
       !(p->dzx = sl_model_buf(m, N * p->Din, SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
+  if (p->sp && !(p->gnorm = sl_model_buf(m, p->H, SL_ARENA_WORKSPACE))) return SL_ENOMEM;
   return SL_OK;
 }
 
@@ -319,14 +355,18 @@ static int m2_init(sl_model *m, sl_decoder *d) {
   m2_priv *p = calloc(1, sizeof *p);
   if (!p) return sl_fail(SL_ENOMEM, "out of memory");
   d->blk = p;
-  int rc = sl_dec_tp_check(m, tp_misfit, 8);
+  int64_t T = m->tp_size;
+  int rc = c->ssm_groups <= 0 || c->ssm_heads <= 0 ? SL_OK : sl_dec_tp_check(m, tp_misfit, c->ssm_groups);
   if (rc) return rc;
   p->N = d->N;
+  p->sp = d->sp;
+  p->n = d->n;
   p->H = c->hidden_size;
-  p->D = c->intermediate_size;
-  p->nh = c->ssm_heads;
+  p->Dw = c->intermediate_size;
+  p->D = c->intermediate_size / T;
+  p->nh = c->ssm_heads / T;
   p->P = c->ssm_head_dim;
-  p->G = c->ssm_groups;
+  p->G = c->ssm_groups / T;
   p->S = c->state_size;
   p->K = c->conv_kernel;
   if (p->H <= 0 || p->D <= 0 || p->nh <= 0 || p->P <= 0 || p->G <= 0 || p->S <= 0 || p->K <= 0 ||
@@ -362,8 +402,7 @@ static void m2_caps(const sl_model_config *c, sl_model_caps *out) {
                          .zb_split_accum = 0,
                          .bf16 = 0, /* no bf16 reference checks it yet: refused by name */
                          .bf16_acts = 0,
-                         .tp_width = 1};
-  (void)c;
+                         .tp_width = c->ssm_groups > 0 ? c->ssm_groups : 1};
 }
 
 const sl_block_kind sl_mamba2_block = {

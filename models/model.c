@@ -83,6 +83,25 @@ int sl_unit_add_stacked(const sl_model *m, sl_unit_spec *u, const char *name, in
   t->full[0] = d0;
   t->tp_off = m->tp_rank * (d0 / (stacks * T));
   t->tp_stack = (int)stacks;
+  for (int s = 0; s < stacks && s < SL_TP_PARTS_MAX; s++) t->tp_part[s] = d0 / stacks;
+  return SL_OK;
+}
+
+int sl_unit_add_parts(const sl_model *m, sl_unit_spec *u, const char *name, int ndim, const int64_t *parts,
+                      int nparts, int64_t d1, int64_t d2, int decay, sl_init_kind init, float std) {
+  int64_t T = m->tp_size, d0 = 0;
+  if (nparts < 1 || nparts > SL_TP_PARTS_MAX)
+    return sl_fail(SL_EINTERNAL, "tensor %s: %d stacked parts (1..%d)", name, nparts, SL_TP_PARTS_MAX);
+  for (int s = 0; s < nparts; s++) d0 += parts[s];
+  int rc = sl_unit_add(u, name, ndim, T > 1 ? d0 / T : d0, d1, d2, decay, init, std);
+  if (rc || T == 1) return rc;
+  sl_tensor_spec *t = &u->t[u->ntensors - 1];
+  t->split = SL_SPLIT_COL;
+  t->split_dim = 0;
+  t->full[0] = d0;
+  t->tp_off = m->tp_rank * (parts[0] / T);
+  t->tp_stack = nparts;
+  for (int s = 0; s < nparts; s++) t->tp_part[s] = parts[s];
   return SL_OK;
 }
 
@@ -461,8 +480,9 @@ static void init_normal(float *dst, int64_t n, float std, uint64_t seed) {
 
 /* Copies this rank's slice [off, off + len) along t->split_dim between the
  * whole tensor (shape t->full) and the slice (shape t->shape), both
- * row-major: to_whole 0 whole -> slice, 1 slice -> whole. A stacked dim
- * (tp_stack parts) copies [off, off + len / tp_stack) of every part. */
+ * row-major: to_whole 0 whole -> slice, 1 slice -> whole. A stacked dim 0
+ * (tp_stack parts of tp_part[s] each) copies the slot's run of every part,
+ * the slot being off / (tp_part[0] / T) (tp_off's definition). */
 /* Indices of the slice at off along the split dim that lie inside the whole
  * tensor (fewer than the slice's extent where a padded vocabulary ends). */
 static int64_t slice_valid(const sl_tensor_spec *t, int64_t off) {
@@ -472,8 +492,18 @@ static int64_t slice_valid(const sl_tensor_spec *t, int64_t off) {
 
 static void slice_copy(const sl_tensor_spec *t, int64_t off, float *whole, float *slice, int to_whole) {
   int dim = t->split_dim;
-  int64_t outer = t->tp_stack, inner = 1, len = t->shape[dim] / t->tp_stack, fdim = t->full[dim] / t->tp_stack,
-          valid = slice_valid(t, off); /* a stacked dim: tp_stack parts of fdim (whole) / len (slice) indices */
+  if (t->tp_stack > 1) { /* dim 0 stacks parts of their own extents: the slot's run of each, packed */
+    int64_t inner = t->full[1] * t->full[2], T = t->full[0] / t->shape[0], slot = off / (t->tp_part[0] / T);
+    for (int64_t s = 0, w0 = 0, l0 = 0; s < t->tp_stack; s++) {
+      int64_t len = t->tp_part[s] / T;
+      float *w = whole + (w0 + slot * len) * inner, *p = slice + l0 * inner;
+      if (to_whole) memcpy(w, p, (size_t)(len * inner) * 4);
+      else memcpy(p, w, (size_t)(len * inner) * 4);
+      w0 += t->tp_part[s], l0 += len;
+    }
+    return;
+  }
+  int64_t outer = 1, inner = 1, len = t->shape[dim], fdim = t->full[dim], valid = slice_valid(t, off);
   for (int d = 0; d < dim; d++) outer *= t->full[d];
   for (int d = dim + 1; d < t->ndim; d++) inner *= t->full[d];
   for (int64_t o = 0; o < outer && valid > 0; o++) {
@@ -509,11 +539,16 @@ int sl_model_unit_load(const sl_model *m, int u, const sl_st_set *weights, uint6
     } else if (weights) {
       /* padding rows of a vocabulary slice stay as the caller zeroed them; a stacked dim (0) is
        * read part by part */
-      int64_t part = t->full[0] / t->tp_stack, len = t->numel / t->tp_stack;
       rc = SL_OK;
-      for (int s = 0; s < t->tp_stack && !rc; s++)
-        rc = sl_st_read_f32_box(weights, t->name, t->ndim, t->full, t->split_dim, s * part + t->tp_off,
-                                slice_valid(t, t->tp_off), dst + s * len);
+      if (t->tp_stack == 1) {
+        rc = sl_st_read_f32_box(weights, t->name, t->ndim, t->full, t->split_dim, t->tp_off, slice_valid(t, t->tp_off),
+                                dst);
+      } else {
+        int64_t inner = t->full[1] * t->full[2], T = t->full[0] / t->shape[0], slot = t->tp_off / (t->tp_part[0] / T);
+        for (int64_t s = 0, w0 = 0, l0 = 0; s < t->tp_stack && !rc; w0 += t->tp_part[s], l0 += t->tp_part[s] / T, s++)
+          rc = sl_st_read_f32_box(weights, t->name, t->ndim, t->full, 0, w0 + slot * (t->tp_part[s] / T),
+                                  t->tp_part[s] / T, dst + l0 * inner);
+      }
     } else { /* the slice of the whole tensor's init */
       int64_t n = t->full[0] * t->full[1] * t->full[2];
       float *whole = sl_alloc((size_t)n * 4, "tensor init");
@@ -546,7 +581,8 @@ static int assemble(const sl_model *m, const sl_tensor_spec *t, const float *fla
     const float *mine = flats + (int64_t)r * unit_numel + t->offset;
     int first = r % t->tp_replicas == 0;
     if (first && t->split != SL_SPLIT_NONE) {
-      int64_t off = (int64_t)(r / t->tp_replicas) * (t->shape[t->split_dim] / t->tp_stack);
+      int64_t run = t->tp_stack > 1 ? t->tp_part[0] / (t->full[0] / t->shape[0]) : t->shape[t->split_dim];
+      int64_t off = (int64_t)(r / t->tp_replicas) * run;
       slice_copy(t, off, dst, (float *)mine, 1);
     } else if (first) {
       memcpy(dst, mine, (size_t)t->numel * 4);

@@ -36,6 +36,7 @@ typedef enum { SL_INIT_NORMAL = 0, SL_INIT_ONES, SL_INIT_ZEROS, SL_INIT_CUSTOM }
 
 #define SL_TENSOR_NAME_MAX 128
 
+#define SL_TP_PARTS_MAX 6 /* stacked parts of one tensor (sl_tensor_spec tp_part) */
 typedef struct {
   char name[SL_TENSOR_NAME_MAX]; /* HF name, e.g. model.layers.3.mlp.up_proj.weight */
   int ndim;                      /* 1..3 */
@@ -53,6 +54,10 @@ typedef struct {
   int tp_replicas; /* TP ranks holding this same slice: 1 unique, T whole, T/nkv for GQA k/v */
   int tp_stack;    /* split_dim (0) stacks tp_stack equal parts, each sliced at tp_off within its
                                     part and packed part after part (Mamba's in_proj: x | z); 1: a plain slice */
+  int64_t tp_part[SL_TP_PARTS_MAX]; /* tp_stack > 1: each part's whole extent along dim 0 (sl_unit_add_parts:
+                                       Mamba-2's in_proj z | x | B | C | dt); rank r's slice of part s is the
+                                       s-th (tp_part[s] / T)-long run at slot r / tp_replicas, and tp_off is
+                                       that slot times part 0's run */
 } sl_tensor_spec;
 
 typedef struct {
@@ -481,6 +486,11 @@ int sl_unit_add_split(const sl_model *m, sl_unit_spec *u, const char *name, int 
  * T = 1 the same as sl_unit_add. */
 int sl_unit_add_stacked(const sl_model *m, sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t d1,
                         int64_t d2, int decay, sl_init_kind init, float std, int64_t stacks);
+/* The same with parts of different extents: parts[0..nparts) (nparts <=
+ * SL_TP_PARTS_MAX) stacked along dim 0, each split over the TP group (T
+ * divides each; the caller checked), packed part after part. */
+int sl_unit_add_parts(const sl_model *m, sl_unit_spec *u, const char *name, int ndim, const int64_t *parts,
+                      int nparts, int64_t d1, int64_t d2, int decay, sl_init_kind init, float std);
 void sl_unit_free(sl_unit_spec *u);
 
 #ifdef __cplusplus

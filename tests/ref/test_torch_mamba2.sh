@@ -8,12 +8,13 @@
 #    no conv bias, a time_step_limit that clamps at both ends): logits, loss
 #    and every gradient to 2e-5 relative (engine_checks DUMP_TOL); checkpointing none/selective/full
 #    bit-identical; 10 AdamW steps (loss 1e-4 abs, lr, grad_norm, final
-#    weights) at 1 rank, 2 ranks ZeRO-3, --pp 2 (1f1b), ZeRO-3 with the CPU
+#    weights) at 1 rank, 2 ranks ZeRO-3, --tp 2 with and without sequence
+#    parallelism, --pp 2 (1f1b), ZeRO-3 with the CPU
 #    optimizer, and under full checkpointing;
 #  - negative control: transformers' whole-width gated norm at n_groups 2 is
 #    far from the engine (the per-group norm is the original Mamba-2's);
 #  - HF round trip (--steps 0 --save byte-identical, config.json with
 #    Python's Infinity read back), the family from model_type alone;
-#  - --tp 2 and --compute-dtype bf16 refused by name.
+#  - --tp 2 with n_groups 1 and --compute-dtype bf16 refused by name.
 # Needs $SL_BUILD/shardlm, mpirun and /usr/bin/python3 with torch; else exit 77.
 exec bash "$(dirname "$0")/../lib/torch_run.sh" torch_mamba2 mamba2_checks.py
