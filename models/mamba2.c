@@ -31,7 +31,7 @@
  * Tensor parallelism (heads and their groups over the TP ranks, +
  * sequence parallelism): above m2_spec. Not yet: TP with n_groups not
  * divisible by --tp (refused naming n_groups), document masking
- * (the conv state would cross documents), the zb1p split backward,
+ * (the conv state would cross documents),
  * --compute-dtype bf16 (refused: no bf16 reference checks it yet).
  */
 #include <math.h>
@@ -162,52 +162,133 @@ static int m2_recompute(sl_model *m, int l, const float *flat) {
   return SL_OK;
 }
 
+/* ---- backward, whole or split (zb1p) --------------------------------------------
+ * The split backward's input half (B) runs the same kernels as the whole
+ * backward with every weight-gradient output NULL and keeps, per
+ * micro-batch and unit, what the weight half (W) needs: the output
+ * gradients of out_proj, the gated norm, the conv and in_proj, and the
+ * block norm's input gradient (this rank's rows); the scan's parameter
+ * gradients (dt_bias, A_log, D) come out of ssd_bwd with its input
+ * gradients, so B writes them into a zeroed part of the stash and W adds
+ * them (0 + x = x: the runtime zeroes the gradient buffer per micro-batch;
+ * the executor refuses --no-sync-accum for this kind, zb_split_accum 0). */
+typedef struct {
+  float *dout, *dgn, *dxc, *dzx, *dln, *ddtb, *dalog, *ddp;
+} m2_stash;
+
+static m2_stash stash_views(const m2_priv *p, const float *st) {
+  m2_stash b;
+  b.dout = (float *)st;
+  b.dgn = b.dout + p->N * p->H;
+  b.dxc = b.dgn + p->N * p->D;
+  b.dzx = b.dxc + p->N * p->Cd;
+  b.dln = b.dzx + p->N * p->Din;
+  b.ddtb = b.dln + p->n * p->H;
+  b.dalog = b.ddtb + p->nh;
+  b.ddp = b.dalog + p->nh;
+  return b;
+}
+
+static int64_t m2_stash_numel(const sl_model *m) {
+  const m2_priv *p = sl_dec(m)->blk;
+  return p->N * (p->H + p->D + p->Cd + p->Din) + p->n * p->H + 3 * p->nh;
+}
+
+static void copy(sl_model *m, float *dst, const float *src, int64_t n) {
+  m->ops->copy(m->k, dst, src, (size_t)n * sizeof(float));
+}
+
 /* Block l's backward (after m2_recompute): dres holds the gradient of the
- * block output and receives that of its input. */
-static int m2_bwd(sl_model *m, int l, const float *flat, float *grads) {
+ * block output and receives that of its input. g: the weight gradients to
+ * add into (the whole backward), or NULL with st the stash (B). */
+static int bwd_pass(sl_model *m, int l, const float *flat, const m2_w *g, const m2_stash *st) {
   sl_decoder *d = sl_dec(m);
   m2_priv *p = d->blk;
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
   int64_t N = p->N, H = p->H, D = p->D, GS = p->G * p->S, Dg = p->D / p->G;
   m2_acts *a = sl_dec_layer(m, l);
-  const float *x = d->stream[l];
-  m2_w w = views(p, flat), g = views(p, grads);
-  int rc;
+  m2_w w = views(p, flat);
+#define G_(f) (g ? (float *)g->f : NULL)
+  int rc = SL_OK;
   /* out_proj: dres is the gradient of the block output (the residual passes it to x unchanged); under sp
-   * dln holds it all-gathered until in_proj's backward overwrites it. out_proj.bias is whole on every rank
-   * and its gradient the same bits everywhere (from the whole output gradient). */
-  const float *dout = d->dres;
-  if (p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = d->dln)))) return rc;
+   * it is all-gathered (into dln, which in_proj's backward overwrites later, or into the stash). out_proj.bias
+   * is whole on every rank and its gradient the same bits everywhere (from the whole output gradient). */
+  const float *dout = st ? st->dout : d->dres;
+  if (p->sp) rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = st ? st->dout : d->dln));
+  else if (st) copy(m, st->dout, d->dres, N * H);
+  if (rc) return rc;
   zero(m, p->dgn, N * D);
-  o->linear_bwd(k, p->dgn, (float *)g.w_out, (float *)g.b_out, dout, a->gn, w.w_out, N, D, H);
+  o->linear_bwd(k, p->dgn, G_(w_out), G_(b_out), dout, a->gn, w.w_out, N, D, H);
+  if (st) copy(m, st->dgn, p->dgn, N * D);
   /* the gated norm, group by group */
   zero(m, p->dg, N * D);
   for (int64_t gi = 0; gi < p->G; gi++)
-    o->rmsnorm_bwd(k, p->dg + gi * Dg, (float *)g.w_gn + gi * Dg, p->dgn + gi * Dg, a->g + gi * Dg, w.w_gn + gi * Dg,
-                   a->grstd + gi * N, N, Dg, D);
+    o->rmsnorm_bwd(k, p->dg + gi * Dg, g ? (float *)g->w_gn + gi * Dg : NULL, p->dgn + gi * Dg, a->g + gi * Dg,
+                   w.w_gn + gi * Dg, a->grstd + gi * N, N, Dg, D);
   /* the gate: dy, and dz into the z columns of dzx */
   zero(m, p->dy, N * D);
   zero(m, p->dzx, N * p->Din);
   o->gate_bwd(k, p->dy, p->dzx, p->Din, p->dg, a->y, a->zx, N, D);
-  /* the scan: dx, dB, dC into dxbc; ddt into the dt columns of dzx */
+  /* the scan: dx, dB, dC into dxbc; ddt into the dt columns of dzx; its parameter gradients */
   zero(m, p->dxbc, N * p->Cd);
-  o->ssd_bwd(k, p->dxbc, p->dzx + 2 * D + 2 * GS, (float *)g.dt_bias, (float *)g.a_log, p->dxbc + D, p->dxbc + D + GS,
-             (float *)g.dp, p->dy, a->xbc, p->Cd, a->zx + 2 * D + 2 * GS, p->Din, w.dt_bias, w.a_log, a->xbc + D,
-             a->xbc + D + GS, p->Cd, w.dp, NULL, a->ckpt, p->dt_lo, p->dt_hi, m->B, m->T, p->nh, p->P, p->G, p->S,
-             p->chunk);
+  if (st) zero(m, st->ddtb, 3 * p->nh);
+  o->ssd_bwd(k, p->dxbc, p->dzx + 2 * D + 2 * GS, st ? st->ddtb : G_(dt_bias), st ? st->dalog : G_(a_log), p->dxbc + D,
+             p->dxbc + D + GS, st ? st->ddp : G_(dp), p->dy, a->xbc, p->Cd, a->zx + 2 * D + 2 * GS, p->Din, w.dt_bias,
+             w.a_log, a->xbc + D, a->xbc + D + GS, p->Cd, w.dp, NULL, a->ckpt, p->dt_lo, p->dt_hi, m->B, m->T, p->nh,
+             p->P, p->G, p->S, p->chunk);
   /* SiLU, then the conv into the xBC columns of dzx */
   zero(m, p->dxc, N * p->Cd);
   o->silu_bwd(k, p->dxc, p->dxbc, a->xc, N * p->Cd);
-  o->conv1d_bwd(k, p->dzx + D, p->Din, (float *)g.w_conv, (float *)g.b_conv, p->dxc, a->zx + D, p->Din, w.w_conv, m->B,
-                m->T, p->Cd, p->K);
+  if (st) copy(m, st->dxc, p->dxc, N * p->Cd);
+  o->conv1d_bwd(k, p->dzx + D, p->Din, G_(w_conv), G_(b_conv), p->dxc, a->zx + D, p->Din, w.w_conv, m->B, m->T, p->Cd,
+                p->K);
+  if (st) copy(m, st->dzx, p->dzx, N * p->Din);
   /* in_proj and the block norm */
   float *dln = d->dln;
   zero(m, dln, N * H);
-  o->linear_bwd(k, dln, (float *)g.w_in, (float *)g.b_in, p->dzx, a->ln, w.w_in, N, H, p->Din);
+  o->linear_bwd(k, dln, G_(w_in), G_(b_in), p->dzx, a->ln, w.w_in, N, H, p->Din);
   float *dnorm = p->sp ? d->xl : dln;
   if ((rc = sl_dec_row_parallel_sum(m, dln, dnorm))) return rc; /* Megatron's f: in_proj is column-parallel */
-  o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.norm, p->gnorm), dnorm, x, w.norm, a->rstd, p->n, H, H);
+  if (st) copy(m, st->dln, dnorm, p->n * H);
+  o->rmsnorm_bwd(k, d->dres, g ? sl_dec_norm_dw(m, (float *)g->norm, p->gnorm) : NULL, dnorm, d->stream[l], w.norm,
+                 a->rstd, p->n, H, H);
+#undef G_
+  return g ? sl_dec_norm_grad_sum(m, (float *)g->norm, p->gnorm) : SL_OK;
+}
+
+static int m2_bwd(sl_model *m, int l, const float *flat, float *grads) {
+  m2_w g = views(sl_dec(m)->blk, grads);
+  return bwd_pass(m, l, flat, &g, NULL);
+}
+
+static int m2_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
+  m2_stash st = stash_views(sl_dec(m)->blk, stash);
+  return bwd_pass(m, l, flat, NULL, &st);
+}
+
+/* W: the weight-gradient calls of the whole backward on B's stash. */
+static int m2_bwd_weight(sl_model *m, int l, const float *flat, float *grads, const float *stash) {
+  sl_decoder *d = sl_dec(m);
+  m2_priv *p = d->blk;
+  const sl_ops *o = m->ops;
+  sl_kctx *k = m->k;
+  int64_t N = p->N, H = p->H, D = p->D, Dg = p->D / p->G;
+  m2_acts *a = sl_dec_layer(m, l);
+  m2_w w = views(p, flat), g = views(p, grads);
+  m2_stash st = stash_views(p, stash);
+  o->linear_bwd(k, NULL, (float *)g.w_out, (float *)g.b_out, st.dout, a->gn, w.w_out, N, D, H);
+  for (int64_t gi = 0; gi < p->G; gi++)
+    o->rmsnorm_bwd(k, NULL, (float *)g.w_gn + gi * Dg, st.dgn + gi * Dg, a->g + gi * Dg, w.w_gn + gi * Dg,
+                   a->grstd + gi * N, N, Dg, D);
+  o->add_inplace(k, (float *)g.dt_bias, st.ddtb, p->nh);
+  o->add_inplace(k, (float *)g.a_log, st.dalog, p->nh);
+  o->add_inplace(k, (float *)g.dp, st.ddp, p->nh);
+  o->conv1d_bwd(k, NULL, p->Din, (float *)g.w_conv, (float *)g.b_conv, st.dxc, a->zx + D, p->Din, w.w_conv, m->B, m->T,
+                p->Cd, p->K);
+  o->linear_bwd(k, NULL, (float *)g.w_in, (float *)g.b_in, st.dzx, a->ln, w.w_in, N, H, p->Din);
+  o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.norm, p->gnorm), st.dln, d->stream[l], w.norm, a->rstd, p->n, H,
+                 H);
   return sl_dec_norm_grad_sum(m, (float *)g.norm, p->gnorm);
 }
 
@@ -398,7 +479,7 @@ static void m2_caps(const sl_model_config *c, sl_model_caps *out) {
   *out = (sl_model_caps){.attention = 0,
                          .doc_mask = 0,
                          .recurrent = 1,
-                         .zb_split = 0,
+                         .zb_split = 1,
                          .zb_split_accum = 0,
                          .bf16 = 0, /* no bf16 reference checks it yet: refused by name */
                          .bf16_acts = 0,
@@ -416,6 +497,9 @@ const sl_block_kind sl_mamba2_block = {
     .fwd = block_forward,
     .recompute = m2_recompute,
     .bwd = m2_bwd,
+    .stash_numel = m2_stash_numel,
+    .bwd_input = m2_bwd_input,
+    .bwd_weight = m2_bwd_weight,
     .flops_per_token = m2_flops,
     .init_custom = m2_init_custom,
 };

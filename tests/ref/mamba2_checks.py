@@ -70,6 +70,7 @@ d1, dumps1 = suite("g2", c1, 7, [("1 rank", (), []),
                                   ("2 ranks --tp 2", MPI, ["--tp", 2]),
                                   ("2 ranks --tp 2 --sequence-parallel", MPI, ["--tp", 2, "--sequence-parallel"]),
                                   ("2 ranks --pp 2 (1f1b)", MPI, ["--pp", 2, "--pp-schedule", "1f1b"]),
+                                  ("2 ranks --pp 2 (zb1p)", MPI, ["--pp", 2, "--pp-schedule", "zb1p"]),
                                   ("2 ranks ZeRO-3 CPU offload", MPI, ["--zero", 3, "--offload-optimizer", "cpu"]),
                                   ("1 rank --activation-checkpoint full", (), ["--activation-checkpoint", "full"])])
 c2 = M.make_config(hidden=32, layers=3, state=6, expand=2, conv=3, heads=4, groups=1, vocab=EC.VOCAB, chunk=8,

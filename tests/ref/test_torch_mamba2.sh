@@ -9,7 +9,7 @@
 #    and every gradient to 2e-5 relative (engine_checks DUMP_TOL); checkpointing none/selective/full
 #    bit-identical; 10 AdamW steps (loss 1e-4 abs, lr, grad_norm, final
 #    weights) at 1 rank, 2 ranks ZeRO-3, --tp 2 with and without sequence
-#    parallelism, --pp 2 (1f1b), ZeRO-3 with the CPU
+#    parallelism, --pp 2 (1f1b and zb1p), ZeRO-3 with the CPU
 #    optimizer, and under full checkpointing;
 #  - negative control: transformers' whole-width gated norm at n_groups 2 is
 #    far from the engine (the per-group norm is the original Mamba-2's);

@@ -8,12 +8,12 @@
  * the unsplit backward's bit for bit, for Llama (untied), Mistral (tied:
  * the head's part of unit 0's gradient comes out of its input half, as the
  * executor sends it to rank 0), Mamba tied and untied with biases,
- * Falcon-Mamba (the dt/B/C norms), under
+ * Falcon-Mamba (the dt/B/C norms), Mamba-2 (biases, two groups), under
  * every activation-checkpoint mode, with 1 and 2 threads. Tensor
  * parallelism: the same at TP 2 (one thread per TP rank, each with its own
  * model slice and a fake TP group, tests/lib/fake_tp.h), with and without
  * sequence parallelism, for Llama with one KV head (its k/v slice replicated
- * over both ranks), Mistral (tied), Mamba tied and untied, Falcon-Mamba: the split runs
+ * over both ranks), Mistral (tied), Mamba tied and untied, Falcon-Mamba, Mamba-2: the split runs
  * the unsplit backward's collectives (input-gradient ones in B, weight-
  * gradient ones in W) and every rank's gradients equal its unsplit ones bit
  * for bit. One process, CPU backend, no FSDP (the executor's part:
@@ -40,6 +40,11 @@ static const char *FALCON = /* Falcon-Mamba: the dt/B/C norms' backward runs in 
     "{\"architectures\": [\"FalconMambaForCausalLM\"], \"hidden_size\": 32, \"num_hidden_layers\": 2,"
     " \"state_size\": 8, \"expand\": 2, \"conv_kernel\": 4, \"time_step_rank\": 4, \"vocab_size\": 300,"
     " \"layer_norm_epsilon\": 1e-5, \"mixer_rms_eps\": 1e-5, \"tie_word_embeddings\": false}";
+
+static const char *MAMBA2 = /* Mamba-2: two groups, biases, the scan's parameter gradients through the stash */
+    "{\"architectures\": [\"Mamba2ForCausalLM\"], \"hidden_size\": 32, \"num_hidden_layers\": 2,"
+    " \"state_size\": 8, \"expand\": 2, \"conv_kernel\": 4, \"num_heads\": 8, \"head_dim\": 8, \"n_groups\": 2,"
+    " \"vocab_size\": 300, \"use_bias\": true, \"tie_word_embeddings\": false}";
 
 static const char *LLAMA_KV1 =
     "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 32, \"intermediate_size\": 48,"
@@ -217,6 +222,7 @@ int main(void) {
       check_model("qwen3-bias", QWEN3_B, modes[i], th, 1, 0);
       check_model("llama-bias", LLAMA_B, modes[i], th, 1, 0);
       check_model("falcon-mamba", FALCON, modes[i], th, 1, 0);
+      check_model("mamba2", MAMBA2, modes[i], th, 1, 0);
     }
   for (int sp = 0; sp <= 1; sp++) /* TP 2, one kernel thread per rank */
     for (int i = 0; i < 3; i++) {
@@ -227,6 +233,7 @@ int main(void) {
       check_model("qwen3-bias", QWEN3_B, modes[i], 1, 2, sp);
       check_model("llama-bias", LLAMA_B, modes[i], 1, 2, sp);
       check_model("falcon-mamba", FALCON, modes[i], 1, 2, sp);
+      check_model("mamba2", MAMBA2, modes[i], 1, 2, sp);
     }
   return CHECK_SUMMARY();
 }
