@@ -54,8 +54,8 @@ void sl_cpu_moe_permute_bwd(sl_kctx *ctx, float *dx, const float *dxp, const int
                             int64_t C);
 void sl_cpu_moe_combine_fwd(sl_kctx *ctx, float *out, const float *yp, const float *wts, const int32_t *pos, int64_t N,
                             int64_t k, int64_t C);
-void sl_cpu_moe_combine_bwd(sl_kctx *ctx, float *dyp, float *dwts, const float *dout, const float *yp,
-                            const float *wts, const int32_t *pos, int64_t N, int64_t k, int64_t C);
+void sl_cpu_moe_combine_bwd(sl_kctx *ctx, float *dyp, float *dwts, const float *dout, const float *yp, const float *wts,
+                            const int32_t *pos, int64_t N, int64_t k, int64_t C);
 void sl_cpu_f32_to_bf16(sl_kctx *ctx, uint16_t *out, const float *in, int64_t n);
 void sl_cpu_bf16_to_f32(sl_kctx *ctx, float *out, const uint16_t *in, int64_t n);
 void sl_cpu_conv1d_fwd(sl_kctx *ctx, float *out, const float *x, int64_t ldx, const float *w, const float *bias,
@@ -74,6 +74,16 @@ void sl_cpu_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float *
                      const float *dy, const float *u, const float *dt, const float *A_log, const float *Bm,
                      const float *Cm, int64_t ldbc, const float *Dp, const float *ckpt, int64_t B, int64_t T, int64_t D,
                      int64_t S, int64_t chunk);
+/* Mamba-2's SSD scan (kernels/cpu/mamba2.c) */
+void sl_cpu_ssd_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *x, int64_t ldx, const float *dt, int64_t lddt,
+                    const float *dt_bias, const float *A_log, const float *Bm, const float *Cm, int64_t ldbc,
+                    const float *Dp, const int32_t *seg, float dt_min, float dt_max, int64_t B, int64_t T, int64_t H,
+                    int64_t P, int64_t G, int64_t S, int64_t chunk);
+void sl_cpu_ssd_bwd(sl_kctx *ctx, float *dx, float *ddt, float *ddt_bias, float *dA_log, float *dBm, float *dCm,
+                    float *dDp, const float *dy, const float *x, int64_t ldx, const float *dt, int64_t lddt,
+                    const float *dt_bias, const float *A_log, const float *Bm, const float *Cm, int64_t ldbc,
+                    const float *Dp, const int32_t *seg, const float *ckpt, float dt_min, float dt_max, int64_t B,
+                    int64_t T, int64_t H, int64_t P, int64_t G, int64_t S, int64_t chunk);
 
 /* vocabulary parallelism (kernels/cpu/vocab_parallel.c) */
 void sl_cpu_vocab_embedding_fwd(sl_kctx *ctx, float *out, const int32_t *tok, const float *wte, int64_t N, int64_t C,

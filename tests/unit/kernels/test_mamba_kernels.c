@@ -4,7 +4,11 @@
  * backward against central finite differences of those references for every
  * input element, "adds into" semantics and untouched stride gaps, bitwise
  * identical gradients for every checkpoint chunk size, and run-to-run
- * determinism. Prints one line per check and "N passed, M failed". */
+ * determinism. The same for the Mamba-2 SSD scan (kernels/cpu/mamba2.c):
+ * document resets, the dt clamp, strided x / dt / B|C, G = 1 and G > 1,
+ * the same bits under 1, 2 and 3 threads, and negative controls (the
+ * reference without the resets or the clamp must fail the tolerance).
+ * Prints one line per check and "N passed, M failed". */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -448,6 +452,281 @@ static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int fd) {
   free(hs);
 }
 
+/* ---- Mamba-2 SSD scan -------------------------------------------------------- */
+
+/* The double reference straight from kernels.h's formula: a sequential
+ * recurrence per (b, h, p, n) keeping every state. x, dt, bm, cm point at
+ * the first element of their (strided) windows. */
+typedef struct {
+  int64_t B, T, H, P, G, S, ldx, lddt, ldbc;
+  double *x, *dt, *dtb, *Al, *bm, *cm, *Dp;
+  const int32_t *seg; /* NULL: no document starts */
+  double lo, hi;      /* the clamp on delta */
+  const double *R;    /* (B, T, H*P) loss weights */
+} ssd_st;
+
+/* y (B, T, H*P); hs (B, T, H, P, S): the state after each step, or NULL */
+static void ssd_ref(const ssd_st *s, double *y, double *hs) {
+  const int64_t T = s->T, H = s->H, P = s->P, S = s->S, HP = H * P;
+  double *st = malloc((size_t)(P * S) * sizeof(double));
+  for (int64_t b = 0; b < s->B; b++)
+    for (int64_t h = 0; h < H; h++) {
+      const int64_t g = h / (H / s->G);
+      const double A = -exp(s->Al[h]);
+      for (int64_t t = 0; t < T; t++) {
+        const int64_t r = b * T + t;
+        if (t == 0 || (s->seg && s->seg[r] == t))
+          for (int64_t j = 0; j < P * S; j++) st[j] = 0;
+        double delta = softplus_d(s->dt[r * s->lddt + h] + s->dtb[h]);
+        delta = delta < s->lo ? s->lo : delta > s->hi ? s->hi : delta;
+        const double *Bt = s->bm + r * s->ldbc + g * S, *Ct = s->cm + r * s->ldbc + g * S;
+        for (int64_t p = 0; p < P; p++) {
+          const double xv = s->x[r * s->ldx + h * P + p];
+          double acc = 0;
+          for (int64_t n = 0; n < S; n++) {
+            double *v = st + p * S + n;
+            *v = exp(delta * A) * *v + delta * Bt[n] * xv;
+            acc += Ct[n] * *v;
+            if (hs) hs[(r * H + h) * P * S + p * S + n] = *v;
+          }
+          y[r * HP + h * P + p] = acc + s->Dp[h] * xv;
+        }
+      }
+    }
+  free(st);
+}
+static double ssd_loss(void *p) {
+  ssd_st *s = p;
+  int64_t n = s->B * s->T * s->H * s->P;
+  double *y = malloc((size_t)n * sizeof(double)), L = 0;
+  ssd_ref(s, y, NULL);
+  for (int64_t i = 0; i < n; i++) L += y[i] * s->R[i];
+  free(y);
+  return L;
+}
+
+/* the kernel's inputs: x, dt, B|C each in rows wider than the data (at
+ * column ox, odt, ob; C at ob + G*S), and the starting gradients */
+typedef struct {
+  int64_t B, T, H, P, G, S, ldx, ox, lddt, odt, ldbc, ob;
+  float *x, *dt, *dtb, *Al, *bc, *Dp, *dy, lo, hi;
+  int32_t *seg;
+  float *g0x, *g0dt, *g0dtb, *g0A, *g0bc, *g0D;
+} ssd_in;
+typedef struct {
+  float *y, *ck, *dx, *ddt, *dtb, *dA, *dbc, *dD;
+} ssd_out;
+
+static void run_ssd(ssd_out *o, const ssd_in *in, int64_t chunk) {
+  const int64_t B = in->B, T = in->T, H = in->H, P = in->P, G = in->G, S = in->S, N = B * T;
+  const int64_t NC = (T + chunk - 1) / chunk, bo = in->ob, co = in->ob + G * S;
+  o->y = fbuf(N * H * P, 0, 0);
+  o->ck = fbuf(B * NC * H * P * S, 0, 0);
+  o->dx = fcopy(in->g0x, N * in->ldx);
+  o->ddt = fcopy(in->g0dt, N * in->lddt);
+  o->dtb = fcopy(in->g0dtb, H);
+  o->dA = fcopy(in->g0A, H);
+  o->dbc = fcopy(in->g0bc, N * in->ldbc);
+  o->dD = fcopy(in->g0D, H);
+  sl_cpu_ssd_fwd(NULL, o->y, o->ck, in->x + in->ox, in->ldx, in->dt + in->odt, in->lddt, in->dtb, in->Al, in->bc + bo,
+                 in->bc + co, in->ldbc, in->Dp, in->seg, in->lo, in->hi, B, T, H, P, G, S, chunk);
+  sl_cpu_ssd_bwd(NULL, o->dx + in->ox, o->ddt + in->odt, o->dtb, o->dA, o->dbc + bo, o->dbc + co, o->dD, in->dy,
+                 in->x + in->ox, in->ldx, in->dt + in->odt, in->lddt, in->dtb, in->Al, in->bc + bo, in->bc + co,
+                 in->ldbc, in->Dp, in->seg, o->ck, in->lo, in->hi, B, T, H, P, G, S, chunk);
+}
+static void free_ssd(ssd_out *o) {
+  free(o->y), free(o->ck), free(o->dx), free(o->ddt), free(o->dtb), free(o->dA), free(o->dbc), free(o->dD);
+}
+/* every output bit for bit (the checkpoints only when the chunk is the same) */
+static int same_ssd(const ssd_out *a, const ssd_out *b, const ssd_in *in, int with_ck) {
+  const int64_t N = in->B * in->T, H = in->H;
+  const int64_t nck = in->B * ((in->T + 2) / 3) * H * in->P * in->S; /* chunk 3's */
+  return !memcmp(a->y, b->y, (size_t)(N * H * in->P) * 4) && !memcmp(a->dx, b->dx, (size_t)(N * in->ldx) * 4) &&
+         !memcmp(a->ddt, b->ddt, (size_t)(N * in->lddt) * 4) && !memcmp(a->dtb, b->dtb, (size_t)H * 4) &&
+         !memcmp(a->dA, b->dA, (size_t)H * 4) && !memcmp(a->dbc, b->dbc, (size_t)(N * in->ldbc) * 4) &&
+         !memcmp(a->dD, b->dD, (size_t)H * 4) && (!with_ck || !memcmp(a->ck, b->ck, (size_t)nck * 4));
+}
+/* the columns outside [off, off + cols) of every row kept their values */
+static int gaps_kept(const float *after, const float *before, int64_t rows, int64_t ld, int64_t off, int64_t cols) {
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < ld; c++)
+      if ((c < off || c >= off + cols) && after[r * ld + c] != before[r * ld + c]) return 0;
+  return 1;
+}
+
+/* B, T, H, P, G, S: sizes; seg: document starts (NULL: none); lo, hi: the
+ * clamp; fd: run the finite-difference checks. */
+static void test_ssd(int64_t B, int64_t T, int64_t H, int64_t P, int64_t G, int64_t S, const int32_t *seg, float lo,
+                     float hi, int fd) {
+  char name[160];
+  ssd_in in = {.B = B,
+               .T = T,
+               .H = H,
+               .P = P,
+               .G = G,
+               .S = S,
+               .ldx = H * P + 3,
+               .ox = 1,
+               .lddt = H + 2,
+               .odt = 2,
+               .ldbc = 2 * G * S + 4,
+               .ob = 3};
+  const int64_t N = B * T, HP = H * P, ny = N * HP;
+  in.x = fbuf(N * in.ldx, -1.5f, 1.5f);
+  in.dt = fbuf(N * in.lddt, -4.0f, 2.0f);
+  in.dtb = fbuf(H, -0.5f, 0.5f);
+  in.Al = fbuf(H, -1.0f, 1.5f);
+  in.bc = fbuf(N * in.ldbc, -1, 1);
+  in.Dp = fbuf(H, -1, 1);
+  in.dy = fbuf(ny, -1, 1);
+  in.seg = (int32_t *)seg;
+  in.lo = lo;
+  in.hi = hi;
+  if (!isfinite(hi)) { /* softplus's threshold branch (dt + bias > 20) */
+    in.dt[in.odt] = 22.0f;
+    in.dt[(N - 1) * in.lddt + in.odt + H - 1] = 21.5f;
+  }
+  /* no softplus value within 1e-3 of a clamp bound: the finite differences
+   * (h = 1e-5) must not straddle a kink */
+  int bites_lo = 0, bites_hi = 0;
+  for (int64_t r = 0; r < N; r++)
+    for (int64_t h = 0; h < H; h++) {
+      float *v = in.dt + r * in.lddt + in.odt + h;
+      while (fabs(softplus_d((double)*v + in.dtb[h]) - lo) < 1e-3 ||
+             fabs(softplus_d((double)*v + in.dtb[h]) - hi) < 1e-3)
+        *v += 3e-3f;
+      double sp = softplus_d((double)*v + in.dtb[h]);
+      bites_lo += sp < lo;
+      bites_hi += sp > hi;
+    }
+  in.g0x = fbuf(N * in.ldx, -1, 1);
+  in.g0dt = fbuf(N * in.lddt, -1, 1);
+  in.g0dtb = fbuf(H, -1, 1);
+  in.g0A = fbuf(H, -1, 1);
+  in.g0bc = fbuf(N * in.ldbc, -1, 1);
+  in.g0D = fbuf(H, -1, 1);
+  ssd_st st = {B,
+               T,
+               H,
+               P,
+               G,
+               S,
+               in.ldx,
+               in.lddt,
+               in.ldbc,
+               dcopy(in.x + in.ox, N * in.ldx - in.ox),
+               dcopy(in.dt + in.odt, N * in.lddt - in.odt),
+               dcopy(in.dtb, H),
+               dcopy(in.Al, H),
+               dcopy(in.bc + in.ob, N * in.ldbc - in.ob),
+               NULL,
+               dcopy(in.Dp, H),
+               seg,
+               lo,
+               hi,
+               dcopy(in.dy, ny)};
+  st.cm = st.bm + G * S;
+  double *yref = malloc((size_t)ny * sizeof(double)), *hs = malloc((size_t)(ny * S) * sizeof(double));
+  ssd_ref(&st, yref, hs);
+
+  const int64_t chunks[4] = {1, 3, T, T + 5};
+  ssd_out o[4];
+  for (int c = 0; c < 4; c++) run_ssd(&o[c], &in, chunks[c]);
+  snprintf(name, sizeof name, "ssd_fwd y vs sequential ref B%lld T%lld H%lld P%lld G%lld S%lld", (long long)B,
+           (long long)T, (long long)H, (long long)P, (long long)G, (long long)S);
+  cmp_fwd(name, o[1].y, yref, ny, 2e-5);
+  {
+    /* checkpoints: the reference state after step c*3 - 1 (before a reset at c*3) */
+    const int64_t NC = (T + 2) / 3;
+    double e = 0, m = 1.0;
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t c = 0; c < NC; c++)
+        for (int64_t j = 0; j < H * P * S; j++) {
+          double r = c == 0 ? 0.0 : hs[(b * T + c * 3 - 1) * H * P * S + j];
+          e = fmax(e, fabs(o[1].ck[(b * NC + c) * H * P * S + j] - r));
+          m = fmax(m, fabs(r));
+        }
+    check(e <= 2e-5 * m, "ssd_fwd ckpt = reference state at chunk starts (chunk 3)", e / m, 2e-5);
+  }
+  int same = 1;
+  for (int c = 1; c < 4; c++) same &= same_ssd(&o[0], &o[c], &in, 0);
+  snprintf(name, sizeof name, "ssd chunk 1/3/T/T+5 bitwise identical (T=%lld)", (long long)T);
+  check(same, name, 0, 0);
+  {
+    /* the contract: the same bits for any thread count (and run to run) */
+    const int nt = omp_get_max_threads();
+    int ok = 1;
+    for (int th = 1; th <= 3; th++) {
+      omp_set_num_threads(th);
+      ssd_out again;
+      run_ssd(&again, &in, 3);
+      ok &= same_ssd(&o[1], &again, &in, 1);
+      free_ssd(&again);
+    }
+    omp_set_num_threads(nt);
+    snprintf(name, sizeof name, "ssd 1, 2, 3 threads vs %d: every output bitwise", nt);
+    check(ok, name, 0, 0);
+  }
+  {
+    /* negative controls: the same reference without the resets, and
+     * without the clamp, must be far off (these inputs exercise both) */
+    ssd_st nr = st;
+    double *yn = malloc((size_t)ny * sizeof(double));
+    if (seg) {
+      nr.seg = NULL;
+      ssd_ref(&nr, yn, NULL);
+      double e = 0, m = 1;
+      for (int64_t i = 0; i < ny; i++) e = fmax(e, fabs(o[1].y[i] - yn[i])), m = fmax(m, fabs(yn[i]));
+      check(e / m > 1e3 * 2e-5, "ssd negative control: ignoring the resets is caught", e / m, 1e3 * 2e-5);
+    }
+    if (bites_lo + bites_hi) {
+      nr = st;
+      nr.lo = 0.0;
+      nr.hi = INFINITY;
+      ssd_ref(&nr, yn, NULL);
+      double e = 0, m = 1;
+      for (int64_t i = 0; i < ny; i++) e = fmax(e, fabs(o[1].y[i] - yn[i])), m = fmax(m, fabs(yn[i]));
+      snprintf(name, sizeof name, "ssd negative control: no clamp is caught (%d below, %d above)", bites_lo, bites_hi);
+      check(e / m > 1e3 * 2e-5, name, e / m, 1e3 * 2e-5);
+    }
+    free(yn);
+  }
+  if (fd) {
+    ssd_out *a = &o[2];
+    const int64_t bo = in.ob, co = in.ob + G * S;
+    fd_check("ssd_bwd dx FD (ldx > H*P)", ssd_loss, &st, st.x, N, HP, in.ldx, a->dx + in.ox, in.g0x + in.ox, 0);
+    fd_check(isfinite(hi) ? "ssd_bwd ddt FD (lddt > H, clamp bites)" : "ssd_bwd ddt FD (lddt > H, dt > 20)", ssd_loss,
+             &st, st.dt, N, H, in.lddt, a->ddt + in.odt, in.g0dt + in.odt, 0);
+    fd_check("ssd_bwd ddt_bias FD", ssd_loss, &st, st.dtb, 1, H, H, a->dtb, in.g0dtb, 1);
+    fd_check("ssd_bwd dA_log FD", ssd_loss, &st, st.Al, 1, H, H, a->dA, in.g0A, 1);
+    fd_check("ssd_bwd dDp FD", ssd_loss, &st, st.Dp, 1, H, H, a->dD, in.g0D, 1);
+    fd_check("ssd_bwd dBm FD (ldbc > 2GS)", ssd_loss, &st, st.bm, N, G * S, in.ldbc, a->dbc + bo, in.g0bc + bo, 0);
+    fd_check("ssd_bwd dCm FD (ldbc > 2GS)", ssd_loss, &st, st.cm, N, G * S, in.ldbc, a->dbc + co, in.g0bc + co, 0);
+    int gaps = gaps_kept(a->dx, in.g0x, N, in.ldx, in.ox, HP) && gaps_kept(a->ddt, in.g0dt, N, in.lddt, in.odt, H) &&
+               gaps_kept(a->dbc, in.g0bc, N, in.ldbc, bo, 2 * G * S);
+    check(gaps, "ssd_bwd leaves the gaps of dx, ddt, dB|dC rows untouched", 0, 0);
+  }
+  for (int c = 0; c < 4; c++) free_ssd(&o[c]);
+  free(in.x), free(in.dt), free(in.dtb), free(in.Al), free(in.bc), free(in.Dp), free(in.dy);
+  free(in.g0x), free(in.g0dt), free(in.g0dtb), free(in.g0A), free(in.g0bc), free(in.g0D);
+  free(st.x), free(st.dt), free(st.dtb), free(st.Al), free(st.bm), free(st.Dp), free((void *)st.R);
+  free(yref), free(hs);
+}
+
+/* seg (B*T): documents of sample b start at the listed positions */
+static int32_t *mk_seg(int64_t B, int64_t T, const int64_t *starts, int64_t nstarts, int64_t per_b) {
+  int32_t *s = malloc((size_t)(B * T) * sizeof(int32_t));
+  for (int64_t b = 0; b < B; b++) {
+    int64_t cur = 0;
+    for (int64_t t = 0; t < T; t++) {
+      for (int64_t k = 0; k < per_b && b * per_b + k < nstarts; k++)
+        if (starts[b * per_b + k] == t) cur = t;
+      s[b * T + t] = (int32_t)cur;
+    }
+  }
+  return s;
+}
+
 int main(void) {
   test_conv(1);
   test_conv(0);
@@ -455,6 +734,18 @@ int main(void) {
   test_scan(2, 7, 3, 4, 1);    /* T not a multiple of 3; D < / > threads */
   test_scan(1, 10, 1, 5, 1);   /* one channel: idle threads still reduce */
   test_scan(3, 50, 37, 16, 0); /* realistic S: vectorised path, many chunks */
+  {
+    /* Mamba-2: sample 0 has documents at 0, 4 (mid-chunk for chunk 3) and
+     * 9 (one step), sample 1 at 0 and 6 (a chunk start: the checkpoint is
+     * the state before the reset) */
+    const int64_t st2[6] = {0, 4, 9, 0, 6, 6}, st3[6] = {0, 17, 30, 0, 1, 45};
+    int32_t *seg2 = mk_seg(2, 11, st2, 6, 3), *seg3 = mk_seg(2, 50, st3, 6, 3);
+    test_ssd(2, 11, 4, 5, 2, 3, seg2, 0.25f, 2.0f, 1);    /* G > 1, resets, the clamp bites at both ends */
+    test_ssd(1, 10, 3, 7, 1, 5, NULL, 0.0f, INFINITY, 1); /* G = 1, HF's default limit, dt > 20 */
+    test_ssd(2, 50, 6, 16, 3, 16, seg3, 0.01f, 8.0f, 0);  /* vectorised sizes, many chunks */
+    free(seg2);
+    free(seg3);
+  }
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;
 }
