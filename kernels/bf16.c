@@ -207,6 +207,31 @@ static void scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float *
   rnd_rows(ctx, s, dCm, B * T, S, ldbc);
 }
 
+static void ssd_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *x, int64_t ldx, const float *dt, int64_t lddt,
+                    const float *dt_bias, const float *A_log, const float *Bm, const float *Cm, int64_t ldbc,
+                    const float *Dp, const int32_t *seg, float dt_min, float dt_max, int64_t B, int64_t T, int64_t H,
+                    int64_t P, int64_t G, int64_t S, int64_t chunk) {
+  const sl_bf16_state *s = st(ctx, "ssd_fwd");
+  if (!s) return;
+  F(s)->ssd_fwd(ctx, y, ckpt, x, ldx, dt, lddt, dt_bias, A_log, Bm, Cm, ldbc, Dp, seg, dt_min, dt_max, B, T, H, P, G, S,
+                chunk);
+  rnd(ctx, s, y, B * T * H * P); /* ckpt: fp32 state */
+}
+static void ssd_bwd(sl_kctx *ctx, float *dx, float *ddt, float *ddt_bias, float *dA_log, float *dBm, float *dCm,
+                    float *dDp, const float *dy, const float *x, int64_t ldx, const float *dt, int64_t lddt,
+                    const float *dt_bias, const float *A_log, const float *Bm, const float *Cm, int64_t ldbc,
+                    const float *Dp, const int32_t *seg, const float *ckpt, float dt_min, float dt_max, int64_t B,
+                    int64_t T, int64_t H, int64_t P, int64_t G, int64_t S, int64_t chunk) {
+  const sl_bf16_state *s = st(ctx, "ssd_bwd");
+  if (!s) return;
+  F(s)->ssd_bwd(ctx, dx, ddt, ddt_bias, dA_log, dBm, dCm, dDp, dy, x, ldx, dt, lddt, dt_bias, A_log, Bm, Cm, ldbc, Dp,
+                seg, ckpt, dt_min, dt_max, B, T, H, P, G, S, chunk);
+  rnd_rows(ctx, s, dx, B * T, H * P, ldx); /* ddt_bias, dA_log, dDp: fp32 weight gradients */
+  rnd_rows(ctx, s, ddt, B * T, H, lddt);
+  rnd_rows(ctx, s, dBm, B * T, G * S, ldbc);
+  rnd_rows(ctx, s, dCm, B * T, G * S, ldbc);
+}
+
 sl_ops sl_bf16_ops(const sl_ops *fp32) {
   sl_ops o = *fp32;
   o.ctx_set_compute = set_compute;
@@ -231,5 +256,7 @@ sl_ops sl_bf16_ops(const sl_ops *fp32) {
   o.gate_bwd = gate_bwd;
   o.scan_fwd = scan_fwd;
   o.scan_bwd = scan_bwd;
+  o.ssd_fwd = ssd_fwd;
+  o.ssd_bwd = ssd_bwd;
   return o;
 }

@@ -208,8 +208,8 @@ static void c_moe_combine_fwd(sl_kctx *k, float *out, const float *yp, const flo
   (void)out, (void)yp, (void)wts, (void)pos;
   add(k, 2 * D(N) * D(kk) * D(C), 0);
 }
-static void c_moe_combine_bwd(sl_kctx *k, float *dyp, float *dwts, const float *dout, const float *yp,
-                              const float *wts, const int32_t *pos, int64_t N, int64_t kk, int64_t C) {
+static void c_moe_combine_bwd(sl_kctx *k, float *dyp, float *dwts, const float *dout, const float *yp, const float *wts,
+                              const int32_t *pos, int64_t N, int64_t kk, int64_t C) {
   (void)dyp, (void)dwts, (void)dout, (void)yp, (void)wts, (void)pos;
   add(k, 4 * D(N) * D(kk) * D(C), 0);
 }
@@ -453,6 +453,32 @@ static void c_scan_bwd(sl_kctx *k, float *du, float *ddt, float *dA_log, float *
   add(k, 27 * D(B) * D(T) * D(D_) * D(S), 0); /* states recomputed from the checkpoints, then the gradients */
 }
 
+/* Mamba-2's SSD scan, per (b, t, h, p): forward 5S + 3 (the state update
+ * decay * s + B * dx, 3 per state; y's C . s, 2 per state; dx = delta * x,
+ * D * x and its add); backward 16S + 9 (the recomputed update, 3 per state;
+ * the adjoint's dL/ds, dC, dB, the B . dL/ds and s . dL/ds sums and the
+ * carried decay, 13 per state; dx, the x . (B . dL/ds) and dy . x sums) plus
+ * 2S per (b, t, h) for the sum of dB / dC over the heads of a group. The
+ * per-(t, h) softplus / exp are left out (P * S times fewer). docs/mamba.md. */
+static void c_ssd_fwd(sl_kctx *k, float *y, float *ckpt, const float *x, int64_t ldx, const float *dt, int64_t lddt,
+                      const float *dt_bias, const float *A_log, const float *Bm, const float *Cm, int64_t ldbc,
+                      const float *Dp, const int32_t *seg, float dt_min, float dt_max, int64_t B, int64_t T, int64_t H,
+                      int64_t P, int64_t G, int64_t S, int64_t chunk) {
+  (void)y, (void)ckpt, (void)x, (void)ldx, (void)dt, (void)lddt, (void)dt_bias, (void)A_log, (void)Bm, (void)Cm;
+  (void)ldbc, (void)Dp, (void)seg, (void)dt_min, (void)dt_max, (void)G, (void)chunk;
+  add(k, D(B) * D(T) * D(H) * D(P) * (5 * D(S) + 3), 0);
+}
+static void c_ssd_bwd(sl_kctx *k, float *dx, float *ddt, float *ddt_bias, float *dA_log, float *dBm, float *dCm,
+                      float *dDp, const float *dy, const float *x, int64_t ldx, const float *dt, int64_t lddt,
+                      const float *dt_bias, const float *A_log, const float *Bm, const float *Cm, int64_t ldbc,
+                      const float *Dp, const int32_t *seg, const float *ckpt, float dt_min, float dt_max, int64_t B,
+                      int64_t T, int64_t H, int64_t P, int64_t G, int64_t S, int64_t chunk) {
+  (void)dx, (void)ddt, (void)ddt_bias, (void)dA_log, (void)dBm, (void)dCm, (void)dDp, (void)dy, (void)x, (void)ldx;
+  (void)dt, (void)lddt, (void)dt_bias, (void)A_log, (void)Bm, (void)Cm, (void)ldbc, (void)Dp, (void)seg, (void)ckpt;
+  (void)dt_min, (void)dt_max, (void)G, (void)chunk;
+  add(k, D(B) * D(T) * D(H) * (D(P) * (16 * D(S) + 9) + 2 * D(S)), 0);
+}
+
 /* ---- memory: address space only ------------------------------------------- */
 static void count_bytes(sl_kctx *k, int64_t bytes) {
   k->st.calls++;
@@ -672,6 +698,8 @@ static const sl_ops g_count_ops = {
     .gate_bwd = c_gate_bwd,
     .scan_fwd = c_scan_fwd,
     .scan_bwd = c_scan_bwd,
+    .ssd_fwd = c_ssd_fwd,
+    .ssd_bwd = c_ssd_bwd,
     .alloc = c_alloc,
     .free = c_free,
     .zero = c_zero,

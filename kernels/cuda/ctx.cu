@@ -14,6 +14,7 @@
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/lmhead_ce.cuh"
 #include "kernels/cuda/mamba.cuh"
+#include "kernels/cuda/mamba2.cuh"
 #include "kernels/cuda/memops.cuh"
 #include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/optim.cuh"
@@ -239,6 +240,8 @@ static sl_ops make_cuda_fp32() {
   o.gate_bwd = sl_cuda_gate_bwd;
   o.scan_fwd = sl_cuda_scan_fwd;
   o.scan_bwd = sl_cuda_scan_bwd;
+  o.ssd_fwd = sl_cuda_ssd_fwd;
+  o.ssd_bwd = sl_cuda_ssd_bwd;
   o.alloc = sl_cuda_mem_alloc;
   o.free = sl_cuda_mem_free;
   o.zero = sl_cuda_mem_zero;

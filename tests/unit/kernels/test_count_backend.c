@@ -59,6 +59,13 @@ static void test_ops(void) {
   sl_count_stats st;
   sl_count_get(k, &st);
   CHECK(st.matmul_flops == 2.0 * 7 * 11 * 13 * 3, "GEMM FLOPs %g want %g", st.matmul_flops, 6.0 * 7 * 11 * 13);
+  /* Mamba-2's SSD scan (B 2, T 5, H 4, P 3, G 2, S 7): docs/mamba.md's count, no matmul FLOPs */
+  double f0 = st.flops;
+  o->ssd_fwd(k, y, y, x, 12, x, 4, x, x, x, x, 28, x, NULL, 0.0f, INFINITY, 2, 5, 4, 3, 2, 7, 2);
+  o->ssd_bwd(k, x, x, x, x, x, x, x, y, x, 12, x, 4, x, x, x, x, 28, x, NULL, y, 0.0f, INFINITY, 2, 5, 4, 3, 2, 7, 2);
+  sl_count_get(k, &st);
+  const double want = 2.0 * 5 * 4 * 3 * (5 * 7 + 3) + 2.0 * 5 * 4 * (3 * (16 * 7 + 9) + 2 * 7);
+  CHECK(st.flops - f0 == want && st.matmul_flops == 2.0 * 7 * 11 * 13 * 3, "ssd FLOPs %g want %g", st.flops - f0, want);
   long r0 = rss_kb();
   size_t big = (size_t)64 << 30;
   float *h = o->alloc(k, big);

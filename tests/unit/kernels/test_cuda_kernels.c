@@ -6,7 +6,7 @@
  * they ADD. Exits 77 (skip) when built without CUDA or no device exists.
  * Also built as test_cuda_emu against the CPU emulation of the CUDA backend
  * (tests/cuda_emu, docs/cuda.md "Emulated kernel tests").
- * Tolerances: element-wise fp32 1e-5; reductions, GEMMs, attention, scan 1e-4
+ * Tolerances: element-wise fp32 1e-5; reductions, GEMMs, attention, scan, ssd 1e-4
  * (5e-3 for GEMM-based ops when SL_CUDA_TF32=1); bf16 casts exact; bf16
  * variants 1e-2 (attention output stored in bf16) or 1e-4 (fp32 outputs of
  * bf16-exact products); bf16 compute (ctx_set_compute) one bf16 ulp of the
@@ -614,6 +614,57 @@ static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk)
   freeb(&du), freeb(&ddt), freeb(&dAl), freeb(&dbc), freeb(&dDp);
 }
 
+/* Mamba-2's SSD scan: x, dt and B|C each inside rows wider than the data
+ * (slices of one in_proj / conv output row), the dt clamp biting, and with
+ * `docs` two documents per sample, one starting mid-chunk. */
+static void test_ssd(int64_t B, int64_t T, int64_t H, int64_t P, int64_t G, int64_t S, int64_t chunk, int docs) {
+  char name[96];
+  const int64_t HP = H * P, ldx = HP + 7, lddt = H + 3, ldbc = 2 * G * S + 5, nck = (T + chunk - 1) / chunk;
+  const int64_t N = B * T, ox = 2, odt = 1;
+  const float lo = 0.05f, hi = 3.0f; /* softplus of [-4, 3] spans [0.018, 3.05] */
+  int32_t *seg = NULL, *segd = NULL;
+  if (docs) {
+    seg = (int32_t *)xmalloc((size_t)N * 4);
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t t = 0; t < T; t++) seg[b * T + t] = (int32_t)(t < T / 2 + b ? 0 : T / 2 + b);
+    segd = (int32_t *)dev_copy(seg, (size_t)N * 4);
+  }
+  buf x = mk(N * ldx, -1, 1), dt = mk(N * lddt, -4, 3), dtb = mk(H, -0.5f, 0.5f), Al = mk(H, -1, 1.5f);
+  buf bc = mk(N * ldbc, -1, 1), Dp = mk(H, -1, 1), y = mk0(N * HP), ck = mk0(B * nck * HP * S);
+  buf dy = mk(N * HP, -1, 1), dx = mk(N * ldx, -1, 1), ddt = mk(N * lddt, -1, 1), ddtb = mk(H, -1, 1);
+  buf dAl = mk(H, -1, 1), dbc = mk(N * ldbc, -1, 1), dDp = mk(H, -1, 1);
+  const float *bo = bc.h, *co = bc.h + G * S, *bod = bc.d, *cod = bc.d + G * S;
+  cpu->ssd_fwd(cc, y.h, ck.h, x.h + ox, ldx, dt.h + odt, lddt, dtb.h, Al.h, bo, co, ldbc, Dp.h, seg, lo, hi, B, T, H, P,
+               G, S, chunk);
+  gpu->ssd_fwd(gc, y.d, ck.d, x.d + ox, ldx, dt.d + odt, lddt, dtb.d, Al.d, bod, cod, ldbc, Dp.d, segd, lo, hi, B, T, H,
+               P, G, S, chunk);
+  snprintf(name, sizeof name, "ssd_fwd G%lld S%lld ck%lld%s y", (long long)G, (long long)S, (long long)chunk,
+           docs ? " docs" : "");
+  check_r(name, &y, 1e-4);
+  snprintf(name, sizeof name, "ssd_fwd G%lld S%lld ck%lld ckpt", (long long)G, (long long)S, (long long)chunk);
+  check(name, &ck, 1e-4);
+  if (sl_cuda_upload(gc, ck.d, ck.h, (size_t)ck.n * 4)) nfail++;
+  cpu->ssd_bwd(cc, dx.h + ox, ddt.h + odt, ddtb.h, dAl.h, dbc.h, dbc.h + G * S, dDp.h, dy.h, x.h + ox, ldx, dt.h + odt,
+               lddt, dtb.h, Al.h, bo, co, ldbc, Dp.h, seg, ck.h, lo, hi, B, T, H, P, G, S, chunk);
+  gpu->ssd_bwd(gc, dx.d + ox, ddt.d + odt, ddtb.d, dAl.d, dbc.d, dbc.d + G * S, dDp.d, dy.d, x.d + ox, ldx, dt.d + odt,
+               lddt, dtb.d, Al.d, bod, cod, ldbc, Dp.d, segd, ck.d, lo, hi, B, T, H, P, G, S, chunk);
+  snprintf(name, sizeof name, "ssd_bwd G%lld S%lld dx", (long long)G, (long long)S);
+  check(name, &dx, TOL_R(1e-4));
+  snprintf(name, sizeof name, "ssd_bwd G%lld S%lld ddt", (long long)G, (long long)S);
+  check(name, &ddt, TOL_R(1e-4));
+  snprintf(name, sizeof name, "ssd_bwd G%lld S%lld ddt_bias", (long long)G, (long long)S);
+  check(name, &ddtb, 1e-4);
+  snprintf(name, sizeof name, "ssd_bwd G%lld S%lld dA_log", (long long)G, (long long)S);
+  check(name, &dAl, 1e-4);
+  snprintf(name, sizeof name, "ssd_bwd G%lld S%lld dBm+dCm", (long long)G, (long long)S);
+  check(name, &dbc, TOL_R(1e-4));
+  snprintf(name, sizeof name, "ssd_bwd G%lld S%lld dDp", (long long)G, (long long)S);
+  check(name, &dDp, 1e-4);
+  freeb(&x), freeb(&dt), freeb(&dtb), freeb(&Al), freeb(&bc), freeb(&Dp), freeb(&y), freeb(&ck), freeb(&dy);
+  freeb(&dx), freeb(&ddt), freeb(&ddtb), freeb(&dAl), freeb(&dbc), freeb(&dDp);
+  if (docs) free(seg), sl_cuda_free(gc, segd);
+}
+
 /* The vocabulary-parallel ops on every slice of a vocabulary padded to a
  * multiple of T (padding rows NaN: a read of one shows), each op against its
  * CPU twin on the same inputs. */
@@ -831,6 +882,7 @@ static void test_bf16_compute(void) {
   test_pointwise();
   test_conv1d();
   test_scan(2, 37, 150, 16, 8);
+  test_ssd(2, 29, 4, 37, 2, 16, 8, 1);
   g_b16 = 0;
   cpu->ctx_set_compute(cc, SL_COMPUTE_FP32);
   gpu->ctx_set_compute(gc, SL_COMPUTE_FP32);
@@ -885,6 +937,9 @@ int main(void) {
   test_scan(2, 37, 150, 16, 8);
   test_scan(1, 29, 40, 5, 64); /* chunk > T, S < 16 */
   test_scan(2, 20, 33, 24, 3);
+  test_ssd(2, 29, 4, 37, 2, 16, 8, 1);  /* G > 1, P and T odd, documents */
+  test_ssd(1, 23, 3, 5, 1, 7, 64, 0);   /* G = 1, chunk > T, one warp */
+  test_ssd(2, 20, 2, 70, 2, 100, 3, 1); /* S = 100 (SMAX 128), P over 2 warps */
   test_bf16_compute();
   test_errors_and_scratch();
   printf("cuda scratch high-water: %zu bytes\n", gpu->ctx_scratch_bytes(gc));

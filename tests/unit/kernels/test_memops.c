@@ -133,12 +133,13 @@ static void check_support(void) {
   sl_ops t = *sl_ops_cpu();
   t.linear_bwd = NULL;
   t.scan_fwd = NULL;
+  t.ssd_bwd = NULL;
   t.mem_info = NULL;
   int rc = sl_ops_check(&t);
-  CHECK(rc == SL_EINPUT && strstr(sl_errmsg(), "'cpu' does not support 2 op(s)") &&
-            strstr(sl_errmsg(), "linear_bwd, scan_fwd") && !strstr(sl_errmsg(), "mem_info"),
+  CHECK(rc == SL_EINPUT && strstr(sl_errmsg(), "'cpu' does not support 3 op(s)") &&
+            strstr(sl_errmsg(), "linear_bwd, scan_fwd, ssd_bwd") && !strstr(sl_errmsg(), "mem_info"),
         "missing ops named: rc %d '%s'", rc, sl_errmsg());
-  CHECK(sl_ops_optional("mem_info") && !sl_ops_optional("adamw") && SL_OPS_COUNT == 64, "optional ops, count (%d)",
+  CHECK(sl_ops_optional("mem_info") && !sl_ops_optional("adamw") && SL_OPS_COUNT == 66, "optional ops, count (%d)",
         (int)SL_OPS_COUNT);
 }
 
