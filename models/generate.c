@@ -3,8 +3,8 @@
  * Owns the per-token forward of each architecture written against the
  * model's unit specs (tensor names, shapes and offsets in each unit's flat
  * buffer, as the trainer and converter see them), the caches (Llama/Mistral:
- * K and V of every past position per layer; Mamba: the last conv_kernel
- * inputs of the causal conv and the (D, S) SSM state per layer) and the
+ * K and V of every past position per layer; Mamba and Mamba-2: the last
+ * conv_kernel inputs of the causal conv and the (D, S) SSM state per layer) and the
  * sampler. Plain loops, accumulations in double: inference of small models
  * and a test oracle's twin, not a serving engine.
  */
@@ -34,7 +34,8 @@ struct sl_gen {
   float *inv_freq_local;    /* (hd/2) Gemma 3's sliding layers (rope_local_base_freq), else NULL */
   /* Mamba */
   int64_t D, S, R, K;
-  float **conv, **ssm; /* (L) x (D, K) last K conv inputs; (D, S) state */
+  int64_t Cw;          /* Mamba-2: the conv's channels, x | B | C (Mamba: D) */
+  float **conv, **ssm; /* (L) x (Cw, K) last K conv inputs; (D, S) state */
   /* scratch */
   float *x, *h, *a, *b, *c2, *q, *att, *logits, *probs;
   int64_t *order;
@@ -75,6 +76,8 @@ static float silu(float v) { return v / (1.0f + expf(-v)); }
 static float gelu_tanh(float v) { return 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))); }
 static float softcap(float v, double cap) { return cap > 0 ? (float)(cap * tanh(v / cap)) : v; }
 
+static int recurrent(const sl_gen *g) { return g->c.arch == SL_ARCH_MAMBA || g->c.arch == SL_ARCH_MAMBA2; }
+
 static const float *head_weight(const sl_gen *g) {
   if (g->c.tie_word_embeddings) return g->flat[0];
   return tens(g, (int)g->L + 1, "lm_head.weight");
@@ -83,7 +86,7 @@ static const float *head_weight(const sl_gen *g) {
 static void head(sl_gen *g) {
   const sl_unit_spec *hu = &g->m->units[g->L + 1];
   rmsnorm_p(g->h, g->x, g->flat[g->L + 1] + hu->t[0].offset, g->C,
-            g->c.arch == SL_ARCH_MAMBA ? g->c.layer_norm_epsilon : g->c.rms_norm_eps, g->c.gemma);
+            recurrent(g) ? g->c.layer_norm_epsilon : g->c.rms_norm_eps, g->c.gemma);
   matvec(g->logits, head_weight(g), g->h, g->V, g->C, NULL);
   for (int64_t v = 0; g->c.final_logit_softcapping > 0 && v < g->V; v++)
     g->logits[v] = softcap(g->logits[v], g->c.final_logit_softcapping);
@@ -211,6 +214,52 @@ static void mamba_step(sl_gen *g, int32_t tok) {
   head(g);
 }
 
+/* ---- Mamba-2: one step of the recurrence (transformers' Mamba2Mixer with a cache; the gated norm per
+ * group, as models/mamba2.c) ------------------------------------------------------------------------------- */
+static void mamba2_step(sl_gen *g, int32_t tok) {
+  const sl_model_config *c = &g->c;
+  int64_t C = g->C, D = g->D, S = g->S, K = g->K, nh = c->ssm_heads, P = c->ssm_head_dim, G = c->ssm_groups;
+  int64_t GS = G * S, Cd = D + 2 * GS, Din = D + Cd + nh, Dg = D / G;
+  memcpy(g->x, g->flat[0] + (int64_t)tok * C, (size_t)C * 4);
+  for (int64_t l = 0; l < g->L; l++) {
+    int u = (int)l + 1;
+    rmsnorm(g->h, g->x, tens(g, u, ".norm.weight"), C, c->layer_norm_epsilon); /* the block's (first in the unit) */
+    float *zx = g->a, *xbc = g->b, *y = g->att, *cs = g->conv[l], *hs = g->ssm[l];
+    matvec(zx, tens(g, u, "in_proj.weight"), g->h, Din, C, tens(g, u, "in_proj.bias"));
+    const float *wc = tens(g, u, "conv1d.weight"), *bc = tens(g, u, "conv1d.bias");
+    for (int64_t d = 0; d < Cd; d++) { /* causal conv over the last K inputs of x | B | C */
+      memmove(cs + d * K, cs + d * K + 1, (size_t)(K - 1) * 4);
+      cs[d * K + K - 1] = zx[D + d];
+      double s = bc ? bc[d] : 0.0;
+      for (int64_t k = 0; k < K; k++) s += (double)wc[d * K + k] * cs[d * K + k];
+      xbc[d] = silu((float)s);
+    }
+    const float *alog = tens(g, u, "A_log"), *dp = tens(g, u, "mixer.D"), *dtb = tens(g, u, "dt_bias");
+    for (int64_t h = 0; h < nh; h++) {
+      float v = zx[2 * D + 2 * GS + h] + dtb[h];
+      float delta = v > 20.0f ? v : log1pf(expf(v)); /* softplus, threshold 20 */
+      delta = delta < (float)c->dt_limit[0] ? (float)c->dt_limit[0] : delta;
+      delta = delta > (float)c->dt_limit[1] ? (float)c->dt_limit[1] : delta;
+      float a = expf(delta * -expf(alog[h]));
+      const float *Bm = xbc + D + (h / (nh / G)) * S, *Cm = Bm + GS;
+      for (int64_t p = 0; p < P; p++) {
+        float xv = xbc[h * P + p], *st = hs + (h * P + p) * S;
+        double acc = 0;
+        for (int64_t s = 0; s < S; s++) {
+          st[s] = a * st[s] + delta * Bm[s] * xv;
+          acc += (double)st[s] * Cm[s];
+        }
+        y[h * P + p] = ((float)acc + dp[h] * xv) * silu(zx[h * P + p]); /* gated by SiLU(z) */
+      }
+    }
+    const float *wn = tens(g, u, "mixer.norm.weight");
+    for (int64_t gi = 0; gi < G; gi++) rmsnorm(y + gi * Dg, y + gi * Dg, wn + gi * Dg, Dg, c->layer_norm_epsilon);
+    matvec(g->h, tens(g, u, "out_proj.weight"), y, C, D, tens(g, u, "out_proj.bias"));
+    for (int64_t i = 0; i < C; i++) g->x[i] += g->h[i];
+  }
+  head(g);
+}
+
 /* ---- load / free ------------------------------------------------------------------ */
 void sl_gen_free(sl_gen *g) {
   if (!g) return;
@@ -257,8 +306,6 @@ int sl_gen_load(const char *dir, sl_gen **out) {
   int rc = sl_hfconfig_load(p, &g->c);
   if (!rc && g->c.moe_experts)
     rc = sl_fail(SL_EINPUT, "%s: generate does not run a mixture of experts (%s) yet", p, g->c.arch_name);
-  if (!rc && g->c.arch == SL_ARCH_MAMBA2)
-    rc = sl_fail(SL_EINPUT, "%s: generate does not run Mamba-2 (%s) yet", p, g->c.arch_name);
   if (!rc) rc = sl_model_create_specs(&g->c, &g->m);
   if (!rc) rc = sl_st_open_dir(dir, &w);
   if (!rc && !w) rc = sl_fail(SL_EINPUT, "%s: no *.safetensors weights to generate from", dir);
@@ -282,12 +329,25 @@ int sl_gen_load(const char *dir, sl_gen **out) {
     g->S = c->state_size;
     g->R = c->time_step_rank;
     g->K = c->conv_kernel;
+    g->Cw = g->D;
     wide = 2 * g->D + g->R + 2 * g->S;
     g->conv = calloc((size_t)g->L, sizeof(float *));
     g->ssm = calloc((size_t)g->L, sizeof(float *));
     rc = g->conv && g->ssm ? SL_OK : SL_ENOMEM;
     for (int64_t l = 0; !rc && l < g->L; l++)
       if (!(g->conv[l] = calloc((size_t)(g->D * g->K), 4)) || !(g->ssm[l] = calloc((size_t)(g->D * g->S), 4)))
+        rc = SL_ENOMEM;
+  } else if (c->arch == SL_ARCH_MAMBA2) { /* conv: the last K inputs of x | B | C; state: (D, S) */
+    g->D = c->intermediate_size;
+    g->S = c->state_size;
+    g->K = c->conv_kernel;
+    g->Cw = g->D + 2 * c->ssm_groups * g->S;
+    wide = g->D + g->Cw + c->ssm_heads;
+    g->conv = calloc((size_t)g->L, sizeof(float *));
+    g->ssm = calloc((size_t)g->L, sizeof(float *));
+    rc = g->conv && g->ssm ? SL_OK : SL_ENOMEM;
+    for (int64_t l = 0; !rc && l < g->L; l++)
+      if (!(g->conv[l] = calloc((size_t)(g->Cw * g->K), 4)) || !(g->ssm[l] = calloc((size_t)(g->D * g->S), 4)))
         rc = SL_ENOMEM;
   } else {
     g->nh = c->num_attention_heads;
@@ -327,7 +387,7 @@ int sl_gen_load(const char *dir, sl_gen **out) {
 }
 
 int64_t sl_gen_vocab(const sl_gen *g) { return g->V; }
-int64_t sl_gen_context(const sl_gen *g) { return g->c.arch == SL_ARCH_MAMBA ? 0 : g->c.max_position_embeddings; }
+int64_t sl_gen_context(const sl_gen *g) { return recurrent(g) ? 0 : g->c.max_position_embeddings; }
 int32_t sl_gen_eos(const sl_gen *g) { return (int32_t)g->c.eos_token_id; }
 int sl_gen_eos_list(const sl_gen *g, int32_t *out, int cap) {
   int n = 0;
@@ -338,9 +398,9 @@ int sl_gen_eos_list(const sl_gen *g, int32_t *out, int cap) {
 /* Resets the caches for a sequence of up to n positions. */
 static int reset(sl_gen *g, int64_t n) {
   g->pos = 0;
-  if (g->c.arch == SL_ARCH_MAMBA) {
+  if (recurrent(g)) {
     for (int64_t l = 0; l < g->L; l++) {
-      memset(g->conv[l], 0, (size_t)(g->D * g->K) * 4);
+      memset(g->conv[l], 0, (size_t)(g->Cw * g->K) * 4);
       memset(g->ssm[l], 0, (size_t)(g->D * g->S) * 4);
     }
     return SL_OK;
@@ -363,6 +423,7 @@ static int reset(sl_gen *g, int64_t n) {
 
 static void step(sl_gen *g, int32_t tok) {
   if (g->c.arch == SL_ARCH_MAMBA) mamba_step(g, tok);
+  else if (g->c.arch == SL_ARCH_MAMBA2) mamba2_step(g, tok);
   else llama_step(g, tok);
   g->pos++;
 }

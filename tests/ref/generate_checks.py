@@ -13,7 +13,9 @@ Checks (one line each, then "N passed, M failed"):
      norms, sliding layers on rope_local_base_freq, the global one with
      linear rope_scaling; the local base changes the continuation), Mamba
      (recurrent conv + SSM state), Falcon-Mamba (the dt/B/C norms; a control:
-     without them the continuation differs);
+     without them the continuation differs), Mamba-2 (two groups, a clamping
+     time_step_limit; a control: transformers' whole-width gated norm gives
+     another continuation);
   2. sampling (temperature 0.8, top-p 0.9) is reproducible for a seed and
      differs across seeds;
   3. a byte-level model generates from a text prompt (bytes out);
@@ -35,6 +37,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import llama_ref as L  # noqa: E402
+import mamba2_ref as M2  # noqa: E402
 import mamba_ref as M  # noqa: E402
 from eval_checks import Checker, run  # noqa: E402
 
@@ -81,6 +84,8 @@ def main():
         "qwen2 window 5": L.init_model(L.make_config(vocab=VOCAB, family="qwen2", use_sliding_window=True,
                                                      sliding_window=5, max_window_layers=1), seed=19, std=0.3),
         "falcon mamba": M.init_model(M.make_config(vocab=VOCAB, tied=False, falcon=True), seed=17, std=0.3),
+        # Mamba-2: two groups (the per-group gated norm), a time_step_limit that clamps, biases
+        "mamba2": M2.init_model(M2.make_config(vocab=VOCAB, heads=8, groups=2, limit=(0.002, 0.08)), seed=20, std=0.3),
         # Gemma 2: (1 + w) and sandwich norms, scaled embeddings, GeGLU, both softcaps, a window on even layers
         "gemma2": L.init_model(L.make_config(vocab=VOCAB, family="gemma2", layers=3, tied=True, head_dim=16,
                                              sliding_window=5, attn_logit_softcapping=1.0, final_logit_softcapping=3.0,
@@ -97,8 +102,9 @@ def main():
     for name, m in models.items():
         d = os.path.join(W, name.replace(" ", "_"))
         os.makedirs(d)
-        (M if "mamba" in name else L).save_hf(m, d)
+        (M2 if name.startswith("mamba2") else M if "mamba" in name else L).save_hf(m, d)
         dirs[name] = d
+    set_config(dirs["mamba2"], eos_token_id=None)  # Mamba2Config's default eos 2 would end the greedy run early
     ids_arg = ",".join(map(str, PROMPT))
 
     # 1. greedy vs full recompute
@@ -154,6 +160,12 @@ def main():
     ck("falcon mamba: the dt/B/C norms change the greedy continuation (check not vacuous)",
        greedy_ref(mf, PROMPT, NEW) != greedy_ref(M.load_hf(dirs["falcon mamba"]), PROMPT, NEW))
     mf.config.falcon = True
+
+    # the per-group gated norm must matter for the Mamba-2 check (transformers' whole-width norm differs)
+    m2w = M2.Mamba2ForCausalLM(models["mamba2"].config, norm_groups=1)
+    m2w.load_state_dict(models["mamba2"].state_dict())
+    ck("mamba2: the per-group gated norm changes the greedy continuation (check not vacuous)",
+       greedy_ref(m2w, PROMPT, NEW) != greedy_ref(models["mamba2"], PROMPT, NEW))
 
     # 2. sampling: reproducible per seed
     def sample(seed):
