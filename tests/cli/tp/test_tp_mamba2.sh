@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Mamba-2 under tensor parallelism (--tp T: heads and their B/C groups over
+# the TP ranks; models/mamba2.c above m2_spec, docs/models.md) against one
+# process: TP 2 and 4, DP 1 and 2, ZeRO 0/1/3, grad accumulation, selective
+# and full checkpointing, sequence parallelism on and off, untied with
+# use_bias and no conv bias (in_proj's five parts and the conv's three split
+# part by part, the replicated out_proj bias added once), an odd vocabulary
+# (211: the vocabulary-parallel embedding and head pad it): per-step losses,
+# gradient norms and the exported weights (--save assembles the parts into
+# whole HF tensors) within 1e-5 relative over 10 steps. Every --save at T > 1
+# also checks that the TP ranks' copies of the replicated tensors are the
+# same bits. Also: loading HF weights by slices, a checkpoint saved at TP 2 x
+# DP 2 resumed at TP 4 x DP 1 and at TP 1 (its continued losses and final
+# weights equal the uninterrupted run's), the planner's engine check against
+# an SP run, and the refusal of a T that does not divide n_groups.
+# --eps 1e-6: as tests/cli/tp/test_tp_mamba.sh.
+source "${SL_SRC:?}/tests/lib/run.sh" tp_mamba2 mpi numpy
+tiny_model "$W/m" mamba '"num_hidden_layers": 2, "vocab_size": 211, "architectures": ["Mamba2ForCausalLM"],
+ "num_heads": 8, "head_dim": 8, "n_groups": 4, "state_size": 6, "conv_kernel": 3, "time_step_rank": null,
+ "use_bias": true, "use_conv_bias": false, "tie_word_embeddings": false, "time_step_limit": [0.001, 0.08]'
+"$B" prepare --input "$SL_SRC/configs/corpus.txt" --output "$W/data" --no-append-eod > /dev/null || exit 1
+COMMON="--init random --data $W/data --data-order sequential --steps 10 --seq-len 16 --lr 1e-3 --eps 1e-6 \
+  --warmup 3 --clip 0.5 --weight-decay 0.1 --threads 1 --summary false --plot false --log-every 100"
+# train NAME MODEL WORLD MICRO ACCUM BASE [flags...]: one run (G = micro x accum x world / tp = 4, 10 steps)
+# with --save; then, unless BASE is -, its losses and weights (compare.py) and gradient norms against run
+# BASE's, 1e-5 relative. Counts a pass or a failure either way.
+train() {
+  local name=$1 model=$2 np=$3 mb=$4 ga=$5 base=$6
+  shift 6
+  if ! $MPI -np "$np" "$B" train $COMMON --model "$W/$model" --micro-batch "$mb" --grad-accum "$ga" \
+    --out-dir "$W/$name" --save "$W/$name/model" "$@" > "$W/$name.log" 2>&1; then
+    bad "run $name"
+    tail -5 "$W/$name.log"
+    return 1
+  fi
+  [ "$base" = - ] && return 0
+  if $CMP "$W/$name" "$W/$base" --rtol 1e-5 && "$PY" - "$W/$name/metrics.jsonl" "$W/$base/metrics.jsonl" << 'P'; then
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+d = max(abs(x["grad_norm"] - y["grad_norm"]) / y["grad_norm"] for x, y in zip(a, b))
+print(f"     grad_norm: worst relative diff {d:.3g}")
+sys.exit(0 if len(a) == len(b) == 10 and d <= 1e-5 else 1)
+P
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    return 1
+  fi
+}
+train base m 1 4 1 - --zero 0
+train tp2 m 2 4 1 base --tp 2 --zero 0
+train tp4 m 4 4 1 base --tp 4 --zero 3
+train tp2sel m 2 2 2 base --tp 2 --zero 3 --activation-checkpoint selective
+train tp2full m 2 2 2 base --tp 2 --zero 1 --activation-checkpoint full
+train sp2dp2 m 4 1 2 base --tp 2 --zero 3 --sequence-parallel
+train sp4 m 4 4 1 base --tp 4 --zero 1 --sequence-parallel --activation-checkpoint full
+# from HF weights: each rank reads its rows of every part of in_proj and the conv, its heads' dt_bias,
+# A_log, D, its channels of the gated norm and its columns of out_proj
+train hf1 base/model 1 4 1 - --zero 0 --init hf
+train hf_tp4 base/model 4 4 1 hf1 --tp 4 --zero 3 --init hf
+
+# the planner's engine check predicts an SP run's TP bytes and arena peaks exactly (the kernels' scratch aside)
+"$B" plan --engine-check --model "$W/m" --world 4 --micro-batch 1 --grad-accum 2 --seq-len 16 --tp 2 \
+  --sequence-parallel --zero 3 --json > "$W/sp.plan" 2> "$W/sp.plan.err" &&
+  "$PY" - "$W/sp.plan" "$W/sp2dp2/metrics.jsonl" << 'P'
+import json, sys
+p, m = json.load(open(sys.argv[1])), [json.loads(l) for l in open(sys.argv[2])]
+strip = lambda d: {k: v for k, v in d.items() if k != "scratch"}
+ok = all(x["tp_bytes"] == p["tp_bytes"] for x in m) and strip(m[-1]["arena_peak"]) == strip(p["arena_peak"])
+print(f"{'OK  ' if ok else 'FAIL'} plan --engine-check vs the SP run: tp_bytes {p['tp_bytes']}")
+sys.exit(0 if ok else 1)
+P
+[ $? = 0 ] && pass=$((pass + 1)) || bad "plan --engine-check under SP"
+
+# Checkpoints hold whole tensors (the parts assembled): saved at TP 2 x DP 2 (ZeRO-3), resumed from step 5
+# at TP 4 x DP 1 and at TP 1; the continued losses and the final weights match the uninterrupted run.
+train ck_full m 4 2 1 base --tp 2 --zero 3 --ckpt-dir "$W/ck" --ckpt-every 5 --keep-last 0
+rm -rf "$W/ck/step-000010" "$W/ck/latest"
+mkdir -p "$W/ck_tail" && ln -s "$W/ck_full/model" "$W/ck_tail/model"
+"$PY" -c 'import json, sys; [print(l, end="") for l in open(sys.argv[1]) if json.loads(l)["step"] > 5]' \
+  "$W/ck_full/metrics.jsonl" > "$W/ck_tail/metrics.jsonl"
+for lay in "ck_tp4 4 4 --tp 4 --zero 0" "ck_tp1 1 4 --zero 1"; do
+  set -- $lay
+  n=$1 np=$2 mb=$3
+  shift 3
+  cp -r "$W/ck" "$W/ck_$n"
+  if train "$n" m "$np" "$mb" 1 - "$@" --ckpt-dir "$W/ck_$n" --resume && grep -q "resumed from .* at step 5" "$W/$n.log" &&
+    [ "$(grep -c '"step": ' "$W/$n/metrics.jsonl")" = 5 ] && $CMP "$W/$n" "$W/ck_tail" --rtol 1e-5; then
+    pass=$((pass + 1))
+  else
+    bad "resume $n"
+  fi
+done
+
+# refusal: T not dividing n_groups (exit 2, naming it and the valid --tp values)
+$MPI -np 3 "$B" train $COMMON --model "$W/m" --micro-batch 1 --tp 3 --out-dir "$W/refuse" > "$W/refuse.log" 2>&1
+rc=$?
+needle="n_groups 4 (and num_heads 8) must be divisible by --tp 3"
+if [ $rc -eq 2 ] && grep -qF -- "$needle" "$W/refuse.log" && grep -qF "valid --tp values for this model: 1, 2, 4" "$W/refuse.log"; then
+  ok "refusal: $(grep -F -- "$needle" "$W/refuse.log" | head -1 | sed 's/^\[rank [0-9]*\] //')"
+else
+  bad "refusal (exit $rc, wanted 2 and '$needle')"
+  tail -3 "$W/refuse.log"
+fi
+finish
