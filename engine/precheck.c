@@ -140,6 +140,8 @@ static int memory_check(const sl_train_cfg *c, const sl_model_config *mc, int wo
                      : sl_train_dry_run(&dc, mc, world, 0, &m); /* one step of this engine's code, counted */
   if (rc) return rc;
   int64_t max_unit = m.max_unit;
+  /* the run's global batch in tokens, for the plan command suggested below: the data-parallel ranks' share */
+  int dp = world / (dc.tp * dc.pp) > 0 ? world / (dc.tp * dc.pp) : 1;
   /* host bytes of this rank: every arena on the CPU backend (optimizer state
    * on NVMe excepted), the offloaded optimizer state with a device backend;
    * plus the unit load buffer used while the weights are read */
@@ -164,7 +166,7 @@ static int memory_check(const sl_train_cfg *c, const sl_model_config *mc, int wo
                      ((cpu || nvme) ? 0 : m.peak[SL_ARENA_OPTIM]) * gib, m.peak[SL_ARENA_GATHER] * gib,
                      m.peak[SL_ARENA_ACTS] * gib, m.peak[SL_ARENA_WORKSPACE] * gib, dfree * gib, dtotal * gib,
                      c->model[0] ? c->model : "configs/tiny-llama", world, dtotal / 1e6, (long long)c->seq_len,
-                     (double)c->micro_batch * (double)c->grad_accum * world * (double)c->seq_len);
+                     (double)c->micro_batch * (double)c->grad_accum * dp * (double)c->seq_len);
   } else if (dev) {
     sl_log0(SL_LOG_WARN, "memory check: the %s backend does not report its free memory; device memory not checked",
             ops->name);
@@ -191,7 +193,7 @@ static int memory_check(const sl_train_cfg *c, const sl_model_config *mc, int wo
                  need * gib, m.peak[SL_ARENA_PARAMS] * gib, m.peak[SL_ARENA_GRADS] * gib, m.peak[SL_ARENA_OPTIM] * gib,
                  m.peak[SL_ARENA_GATHER] * gib, m.peak[SL_ARENA_ACTS] * gib, m.peak[SL_ARENA_WORKSPACE] * gib,
                  per * gib, why, nl, nl > 1 ? "s" : "", model, world, per / 1e6 > 1 ? per / 1e6 : 1,
-                 (long long)c->seq_len, (double)c->micro_batch * (double)c->grad_accum * world * (double)c->seq_len);
+                 (long long)c->seq_len, (double)c->micro_batch * (double)c->grad_accum * dp * (double)c->seq_len);
 }
 
 /* An output path: the directory (or a file's directory, parent = 1) exists

@@ -60,6 +60,10 @@ if command -v mpirun > /dev/null; then
   if [ $rc -eq 2 ] && python3 -c "import sys; n,p=float('$need'),float('$peak'); sys.exit(0 if p <= n <= 1.1*p else 1)" 2>/dev/null; then
     ok "--pp 2: refused with the fullest stage's $need GiB (engine check per stage: $peak GiB)"
   else no "--pp 2: exit $rc, figure '$need' GiB vs the fullest stage's '$peak' GiB" "$W/pp.log"; fi
+  # the suggested plan's --global-batch is the run's: micro-batch 1 x accumulation 2 x 1 data-parallel rank
+  # (2 ranks, both pipeline stages) x 16 tokens = 32 (it counted the pipeline ranks as data-parallel: 64)
+  if grep -qF -- "--global-batch 32 " "$W/pp.log"; then ok "--pp 2: the suggested --global-batch counts DP ranks only"
+  else no "--pp 2: suggested --global-batch is not 32 tokens" "$W/pp.log"; fi
 fi
 # a run that fits trains
 if timeout 120 "$B" train $COMMON --model "$W/tiny" --micro-batch 2 > "$W/fit.log" 2>&1; then ok "fitting run trains"
