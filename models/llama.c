@@ -10,7 +10,7 @@
  *   not Qwen2] | [q_norm (hd) k_norm (hd): Qwen3] | ln2 (C) | Wgate (I, C) Wup (I, C) |
  *   [bgate (I) bup (I): mlp_bias] | Wdown (C, I) | [bdown (C): mlp_bias]
  * A row-parallel projection's bias (bo, bdown) is whole on every TP rank;
- * rank 0 adds it to its partial sum (sl_llama_row_bias), so the sum holds it
+ * rank 0 adds it to its partial sum (models/linear.h SL_LIN_ROW), so the sum holds it
  * once, and every rank takes its gradient from the whole output gradient.
  * Tensor parallelism over T ranks (Megatron, m->access.tp): heads split by T,
  * so a rank's block holds its nh/T query heads' rows of Wq, its k/v heads'
@@ -109,8 +109,8 @@ static void qk_norm_fwd(sl_model *m, const llama_priv *p, layer_acts *a, const b
   const float *qw = sl_llama_qk_norm_w(m, p, w);
   m->ops->copy(m->k, a->qkr, a->qkv, (size_t)(N * p->Q) * 4);
   for (int64_t h = 0; h < p->nh + p->nkv; h++)
-    m->ops->rmsnorm_fwd(m->k, a->qkv + h * hd, a->qkrs + h * N, a->qkr + h * hd, h < p->nh ? qw : qw + hd, N, hd,
-                        p->Q, p->eps);
+    m->ops->rmsnorm_fwd(m->k, a->qkv + h * hd, a->qkrs + h * N, a->qkr + h * hd, h < p->nh ? qw : qw + hd, N, hd, p->Q,
+                        p->eps);
 }
 
 /* The q/k norms' weights (q's hd, then k's): w->qn itself, or Gemma 3's
@@ -169,12 +169,12 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   int64_t N = p->N, C = p->C, n = p->n;
   int rc = sl_dec_norm_gathered(m, a->ln1, a->rstd1, x, sl_llama_norm_w(m, p, w.ln1, 0), p->eps);
   if (rc) return rc;
-  o->linear_fwd(k, a->qkv, a->ln1, w.wqkv, w.bqkv, N, C, p->Q);
+  sl_lin_fwd(m, &p->lqkv, a->qkv, a->ln1, w.wqkv, w.bqkv, N);
   if (p->qkn) qk_norm_fwd(m, p, a, &w);
   o->rope_fwd(k, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, sl_llama_layer_freq(p, l), m->seg);
   block_attn_core(m, p, a, l);
   float *ao = p->gemma ? a->ao : a->xmid; /* Gemma: xmid = x + norm(ao) */
-  o->linear_fwd(k, p->sp ? dln : ao, a->att, w.wo, sl_llama_row_bias(m, w.bo), N, p->A, C);
+  sl_lin_fwd(m, &p->lo, p->sp ? dln : ao, a->att, w.wo, w.bo, N);
   if ((rc = sl_dec_row_parallel_sum(m, dln, ao))) return rc;
   if (p->gemma) post_norm(m, p, a->xmid, a->rstd3, ao, w.lnpa, 1, x);
   else o->add_inplace(k, a->xmid, x, n * C);
@@ -187,16 +187,16 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
     o->add_inplace(k, out, a->xmid, n * C);
     return SL_OK;
   }
-  o->linear_fwd(k, a->gu, a->ln2, w.wgu, w.bgu, N, C, 2 * p->I);
+  sl_lin_fwd(m, &p->lgu, a->gu, a->ln2, w.wgu, w.bgu, N);
   (p->gemma ? o->geglu_fwd : o->swiglu_fwd)(k, a->h, a->gu, N, p->I);
   if (p->gemma) { /* out = xmid + norm(mo); recomputation keeps mo and its statistics for backward */
-    o->linear_fwd(k, p->sp ? dln : a->mo, a->h, w.wd, sl_llama_row_bias(m, w.bd), N, p->I, C);
+    sl_lin_fwd(m, &p->ldown, p->sp ? dln : a->mo, a->h, w.wd, w.bd, N);
     if ((rc = sl_dec_row_parallel_sum(m, dln, a->mo))) return rc;
     post_norm(m, p, out ? out : dln, a->rstd4, a->mo, w.lnpf, 3, out ? a->xmid : NULL);
     return SL_OK;
   }
   if (out) {
-    o->linear_fwd(k, p->sp ? dln : out, a->h, w.wd, sl_llama_row_bias(m, w.bd), N, p->I, C);
+    sl_lin_fwd(m, &p->ldown, p->sp ? dln : out, a->h, w.wd, w.bd, N);
     if ((rc = sl_dec_row_parallel_sum(m, dln, out))) return rc;
     o->add_inplace(k, out, a->xmid, n * C);
   }
@@ -287,11 +287,11 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
     if ((rc = sl_llama_moe_bwd(m, p, l, a, &w, &g, dout, dln))) return rc;
   } else {
     m->ops->zero(m->k, p->dh, (size_t)(N * p->I) * 4);
-    o->linear_bwd(k, p->dh, (float *)g.wd, (float *)g.bd, dout, a->h, w.wd, N, p->I, C);
+    sl_lin_bwd(m, &p->ldown, p->dh, (float *)g.wd, (float *)g.bd, dout, a->h, w.wd, N);
     m->ops->zero(m->k, p->dgu, (size_t)(N * 2 * p->I) * 4);
     (p->gemma ? o->geglu_bwd : o->swiglu_bwd)(k, p->dgu, p->dh, a->gu, N, p->I);
     m->ops->zero(m->k, dln, (size_t)(N * C) * 4);
-    o->linear_bwd(k, dln, (float *)g.wgu, (float *)g.bgu, p->dgu, a->ln2, w.wgu, N, C, 2 * p->I);
+    sl_lin_bwd(m, &p->lgu, dln, (float *)g.wgu, (float *)g.bgu, p->dgu, a->ln2, w.wgu, N);
   }
   if ((rc = sl_dec_row_parallel_sum(m, dln, dn))) return rc;
   o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.ln2, p->gnorm + (p->gemma ? 2 : 1) * C), dn, a->xmid,
@@ -300,7 +300,7 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
   if (p->gemma && !(dout = post_norm_bwd(m, p, (float *)g.lnpa, a->ao, w.lnpa, 1, a->rstd3))) return SL_ECOMM;
   else if (!p->gemma && p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
   m->ops->zero(m->k, p->datt, (size_t)(N * p->A) * 4);
-  o->linear_bwd(k, p->datt, (float *)g.wo, (float *)g.bo, dout, a->att, w.wo, N, p->A, C);
+  sl_lin_bwd(m, &p->lo, p->datt, (float *)g.wo, (float *)g.bo, dout, a->att, w.wo, N);
   m->ops->zero(m->k, p->dqkv, (size_t)(N * p->Q) * 4);
   o->attention_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd,
                    sl_llama_layer_window(p, l), p->scale, m->seg, p->softcap);
@@ -311,7 +311,7 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
   }
   m->ops->zero(m->k, dln, (size_t)(N * C) * 4);
   if (p->kvrep > 1) kv_grad_begin(m, p, &g);
-  o->linear_bwd(k, dln, (float *)g.wqkv, (float *)g.bqkv, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
+  sl_lin_bwd(m, &p->lqkv, dln, (float *)g.wqkv, (float *)g.bqkv, p->dqkv, a->ln1, w.wqkv, N);
   if ((rc = sl_dec_row_parallel_sum(m, dln, dn))) return rc;
   if (p->kvrep > 1 && (rc = kv_grad_sum(m, p, &g))) return rc;
   o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.ln1, p->gnorm), dn, x, sl_llama_norm_w(m, p, w.ln1, 0),
@@ -428,10 +428,10 @@ static int llama_alloc_scratch(sl_model *m) {
   if (p->gemma && (!(p->w1 = sl_model_buf(m, 4 * C + p->qkn, SL_ARENA_WORKSPACE)) ||
                    !(p->dpost = sl_model_buf(m, N * C, SL_ARENA_WORKSPACE))))
     return SL_ENOMEM;
-  if (p->qkn && (!(p->dqn = sl_model_buf(m, N * p->Q, SL_ARENA_WORKSPACE)) ||
-                 !(p->zhd = sl_model_buf(m, p->hd, SL_ARENA_WORKSPACE)) ||
-                 !(p->rjunk = sl_model_buf(m, N, SL_ARENA_WORKSPACE)) ||
-                 (m->tp_size > 1 && !(p->gqk = sl_model_buf(m, 2 * p->hd, SL_ARENA_WORKSPACE)))))
+  if (p->qkn &&
+      (!(p->dqn = sl_model_buf(m, N * p->Q, SL_ARENA_WORKSPACE)) ||
+       !(p->zhd = sl_model_buf(m, p->hd, SL_ARENA_WORKSPACE)) || !(p->rjunk = sl_model_buf(m, N, SL_ARENA_WORKSPACE)) ||
+       (m->tp_size > 1 && !(p->gqk = sl_model_buf(m, 2 * p->hd, SL_ARENA_WORKSPACE)))))
     return SL_ENOMEM;
   if (p->kvrep > 1 && !(p->kvsum = sl_model_buf(m, (p->kvgroups + 1) * (2 * p->nkv * p->hd * C + kv_bias_numel(p)),
                                                 SL_ARENA_WORKSPACE)))
@@ -463,8 +463,10 @@ static int llama_spec(sl_model *m, sl_unit_spec *b, int64_t l) {
     ADD("self_attn.v_proj.bias", 1, nkv * p->hd, 0, 0, SL_INIT_ZEROS, SL_SPLIT_COL, nkv_parts);
   }
   ADD("self_attn.o_proj.weight", 2, C, nh * p->hd, 1, SL_INIT_NORMAL, SL_SPLIT_ROW, T);
-  /* a row-parallel projection's bias is whole on every rank (added once: sl_llama_row_bias) */
-  if (c->o_bias) { ADD("self_attn.o_proj.bias", 1, C, 0, 0, SL_INIT_ZEROS, SL_SPLIT_NONE, 1); }
+  /* a row-parallel projection's bias is whole on every rank (added once: SL_LIN_ROW) */
+  if (c->o_bias) {
+    ADD("self_attn.o_proj.bias", 1, C, 0, 0, SL_INIT_ZEROS, SL_SPLIT_NONE, 1);
+  }
   if (c->qk_norm) { /* replicated over TP; their gradients summed over it */
     ADD("self_attn.q_norm.weight", 1, p->hd, 0, 0, ni, SL_SPLIT_NONE, 1);
     ADD("self_attn.k_norm.weight", 1, p->hd, 0, 0, ni, SL_SPLIT_NONE, 1);
@@ -481,7 +483,9 @@ static int llama_spec(sl_model *m, sl_unit_spec *b, int64_t l) {
     ADD("mlp.up_proj.bias", 1, I, 0, 0, SL_INIT_ZEROS, SL_SPLIT_COL, T);
   }
   ADD("mlp.down_proj.weight", 2, C, I, 1, SL_INIT_NORMAL, SL_SPLIT_ROW, T);
-  if (c->mlp_bias) { ADD("mlp.down_proj.bias", 1, C, 0, 0, SL_INIT_ZEROS, SL_SPLIT_NONE, 1); }
+  if (c->mlp_bias) {
+    ADD("mlp.down_proj.bias", 1, C, 0, 0, SL_INIT_ZEROS, SL_SPLIT_NONE, 1);
+  }
   if (c->gemma) {
     ADD("post_feedforward_layernorm.weight", 1, C, 0, 0, ni, SL_SPLIT_NONE, 1);
   }
@@ -559,6 +563,25 @@ static int llama_init(sl_model *m, sl_decoder *d) {
         !(p->ecnt = calloc((size_t)(2 * p->E + 2 * m->ep_size), sizeof *p->ecnt)))
       return sl_fail(SL_ENOMEM, "out of memory");
     if ((rc = sl_llama_moe_init(m, p))) return rc;
+  }
+  /* the projections: q | k | v and gate | up stacked (one GEMM each); o_proj and down_proj row-parallel */
+  p->lqkv = sl_lin_one("qkv", NULL, p->C, p->Q, SL_LIN_COL);
+  sl_lin_module(&p->lqkv, "self_attn.q_proj", p->nh * p->hd);
+  sl_lin_module(&p->lqkv, "self_attn.k_proj", p->nkv * p->hd);
+  sl_lin_module(&p->lqkv, "self_attn.v_proj", p->nkv * p->hd);
+  p->lo = sl_lin_one("o_proj", "self_attn.o_proj", p->A, p->C, SL_LIN_ROW);
+  if (p->E) { /* Mixtral: block_sparse_moe.{gate, experts.e.w1|w3|w2}; Qwen3-MoE: mlp.{gate, experts.e.*_proj} */
+    int q3 = c->arch == SL_ARCH_QWEN3_MOE;
+    p->lrouter = sl_lin_one("router", q3 ? "mlp.gate" : "block_sparse_moe.gate", p->C, p->E, SL_LIN_REPLICATED);
+    p->legu = sl_lin_one("experts.gate_up", NULL, p->C, 2 * p->I, SL_LIN_COL);
+    sl_lin_module(&p->legu, q3 ? "experts.gate_proj" : "experts.w1", p->I);
+    sl_lin_module(&p->legu, q3 ? "experts.up_proj" : "experts.w3", p->I);
+    p->ledown = sl_lin_one("experts.down", q3 ? "experts.down_proj" : "experts.w2", p->I, p->C, SL_LIN_ROW);
+  } else {
+    p->lgu = sl_lin_one("gate_up", NULL, p->C, 2 * p->I, SL_LIN_COL);
+    sl_lin_module(&p->lgu, "mlp.gate_proj", p->I);
+    sl_lin_module(&p->lgu, "mlp.up_proj", p->I);
+    p->ldown = sl_lin_one("down_proj", "mlp.down_proj", p->I, p->C, SL_LIN_ROW);
   }
   p->scale = c->query_pre_attn_scalar > 0 ? (float)(1.0 / sqrt(c->query_pre_attn_scalar)) : sl_rope_score_scale(c);
   p->eps = (float)c->rms_norm_eps;

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "models/decoder.h"
+#include "models/linear.h"
 
 typedef struct {
   float *ln1;   /* (N, C) */
@@ -95,6 +96,9 @@ typedef struct {
   float *gqk;   /* (2, hd) qk_norm under TP: the micro-batch's part of the q/k norms' weight gradient */
   float *zhd;   /* (hd) qk_norm: zeros (a norm of weight 0 zeroes the q/k heads of dqkv) */
   float *rjunk; /* (N) qk_norm: that zeroing norm's discarded rstd */
+  /* the projections (models/linear.h): q|k|v, o_proj, gate|up, down_proj; MoE: the router, an expert's
+   * gate|up and down (Mixtral's w1|w3 and w2) */
+  sl_lin lqkv, lo, lgu, ldown, lrouter, legu, ledown;
 } llama_priv;
 
 /* parameter views of a block's flat buffer */
@@ -152,9 +156,6 @@ int sl_llama_moe_alloc_scratch(sl_model *m, llama_priv *p);
 int sl_llama_moe_spec(sl_model *m, sl_unit_spec *b, int64_t l, float std);
 int sl_llama_moe_has_experts(const sl_model *m);
 int sl_llama_moe_experts_spec(sl_model *m, sl_unit_spec *u, int64_t l);
-/* A row-parallel projection's bias (o_proj, down_proj) as this TP rank adds
- * it to its partial sum: rank 0's only, so the reduction adds it once. */
-static inline const float *sl_llama_row_bias(const sl_model *m, const float *b) { return m->tp_rank ? NULL : b; }
 /* Qwen3's q/k norms (models/llama.c). Forward: a->qkr keeps q|k|v, the
  * q/k heads of a->qkv are normalised. Input half: dqkv (after RoPE's
  * backward) is copied to dy (N, Q) and becomes the gradient before the

@@ -81,8 +81,7 @@ static int experts_of(sl_model *m, int l, const float **w, float **g) {
  * from access.ep counts), then rows per rank sent and received. At EP = 1
  * the received rows are the sent ones. */
 static int ep_plan(sl_model *m, llama_priv *p) {
-  int64_t EP = m->ep_size, El = p->E / EP, *sc = p->ecnt, *rcv = sc + EP * El, *srow = rcv + EP * El,
-          *rrow = srow + EP;
+  int64_t EP = m->ep_size, El = p->E / EP, *sc = p->ecnt, *rcv = sc + EP * El, *srow = rcv + EP * El, *rrow = srow + EP;
   for (int64_t i = 0; i < EP * El; i++) sc[i] = p->hoffs[i + 1] - p->hoffs[i];
   int rc = EP > 1 ? m->access.ep.counts(m->access.ep.user, sc, rcv, El) : SL_OK;
   if (EP == 1) memcpy(rcv, sc, (size_t)El * sizeof *sc);
@@ -106,9 +105,9 @@ static int ep_move(sl_model *m, llama_priv *p, const float *send, float *recv, i
 }
 
 /* Calls fn for each run of received rows of one local expert: (first row, rows, local expert). */
-#define FOR_RUNS(p, EP, r0, n, j)                                                                                    \
-  for (int64_t q_ = 0, r0 = 0, El_ = (p)->E / (EP); q_ < (EP); q_++)                                                 \
-    for (int64_t j = 0, n; j < El_ && ((n = (p)->ecnt[(EP) * El_ + q_ * El_ + j]), 1); r0 += n, j++)                 \
+#define FOR_RUNS(p, EP, r0, n, j)                                                                                      \
+  for (int64_t q_ = 0, r0 = 0, El_ = (p)->E / (EP); q_ < (EP); q_++)                                                   \
+    for (int64_t j = 0, n; j < El_ && ((n = (p)->ecnt[(EP)*El_ + q_ * El_ + j]), 1); r0 += n, j++)                     \
       if (n > 0)
 
 /* The local expert the j-th run of a peer's rows is for (SL_FAULT_EP_MISROUTE: the wrong one). */
@@ -119,11 +118,12 @@ static void experts_fwd(sl_model *m, llama_priv *p, layer_acts *a, const float *
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
   int64_t C = p->C, I = p->I, EP = m->ep_size, R = 0;
-  FOR_RUNS(p, EP, r0, n, j) o->linear_fwd(k, a->gu + r0 * 2 * I, a->xr + r0 * C, expert_w(p, we, lj(p, j)), NULL, n, C, 2 * I);
+  FOR_RUNS(p, EP, r0, n, j)
+  sl_lin_fwd(m, &p->legu, a->gu + r0 * 2 * I, a->xr + r0 * C, expert_w(p, we, lj(p, j)), NULL, n);
   for (int64_t q = 0; q < EP; q++) R += p->ecnt[2 * EP * (p->E / EP) + EP + q];
   o->swiglu_fwd(k, a->h, a->gu, R, I);
   FOR_RUNS(p, EP, r0, n, j)
-  o->linear_fwd(k, a->yr + r0 * C, a->h + r0 * I, expert_w(p, we, lj(p, j)) + 2 * I * C, NULL, n, I, C);
+  sl_lin_fwd(m, &p->ledown, a->yr + r0 * C, a->h + r0 * I, expert_w(p, we, lj(p, j)) + 2 * I * C, NULL, n);
 }
 
 /* Their backward: dyr (the outputs' gradients) into dxr; weight gradients add into ge. */
@@ -134,14 +134,14 @@ static void experts_bwd(sl_model *m, llama_priv *p, const layer_acts *a, const f
   for (int64_t q = 0; q < EP; q++) R += p->ecnt[2 * EP * (p->E / EP) + EP + q];
   o->zero(k, p->dh, (size_t)(R * I) * 4);
   FOR_RUNS(p, EP, r0, n, j)
-  o->linear_bwd(k, p->dh + r0 * I, (float *)expert_w(p, ge, lj(p, j)) + 2 * I * C, NULL, p->dyr + r0 * C, a->h + r0 * I,
-                expert_w(p, we, lj(p, j)) + 2 * I * C, n, I, C);
+  sl_lin_bwd(m, &p->ledown, p->dh + r0 * I, (float *)expert_w(p, ge, lj(p, j)) + 2 * I * C, NULL, p->dyr + r0 * C,
+             a->h + r0 * I, expert_w(p, we, lj(p, j)) + 2 * I * C, n);
   o->zero(k, p->dgu, (size_t)(R * 2 * I) * 4);
   o->swiglu_bwd(k, p->dgu, p->dh, a->gu, R, I);
   o->zero(k, p->dxr, (size_t)(R * C) * 4);
   FOR_RUNS(p, EP, r0, n, j)
-  o->linear_bwd(k, p->dxr + r0 * C, (float *)expert_w(p, ge, lj(p, j)), NULL, p->dgu + r0 * 2 * I, a->xr + r0 * C,
-                expert_w(p, we, lj(p, j)), n, C, 2 * I);
+  sl_lin_bwd(m, &p->legu, p->dxr + r0 * C, (float *)expert_w(p, ge, lj(p, j)), NULL, p->dgu + r0 * 2 * I,
+             a->xr + r0 * C, expert_w(p, we, lj(p, j)), n);
 }
 
 int64_t sl_llama_moe_load(sl_model *m, int64_t *out) {
@@ -325,7 +325,8 @@ int sl_model_moe_bias_read(const sl_model_config *c, const sl_st_set *w, float *
   }
   if (!have) return SL_OK;
   if (have < L)
-    return sl_fail(SL_EINPUT, "%s: the weight files hold the expert bias (e_score_correction_bias) of %lld of %lld layers",
+    return sl_fail(SL_EINPUT,
+                   "%s: the weight files hold the expert bias (e_score_correction_bias) of %lld of %lld layers",
                    sl_st_set_dir(w), (long long)have, (long long)L);
   for (int64_t l = 0; l < L; l++) {
     sl_model_moe_bias_name(c, l, nm, sizeof nm);
@@ -401,8 +402,8 @@ int sl_llama_moe_loss_term(sl_model *m) {
 int sl_llama_moe_fwd(sl_model *m, llama_priv *p, int l, layer_acts *a, const blockw *w, float *out) {
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
-  int64_t N = p->N, C = p->C, E = p->E;
-  o->linear_fwd(k, a->logits, a->ln2, w->wr, NULL, N, C, E);
+  int64_t N = p->N, C = p->C;
+  sl_lin_fwd(m, &p->lrouter, a->logits, a->ln2, w->wr, NULL, N);
   route_fwd(m, p, l, a);
   o->moe_permute_fwd(k, a->xp, a->ln2, a->pos, N, p->k, C);
   moe_groups(m, p, a);
@@ -448,7 +449,7 @@ int sl_llama_moe_bwd(sl_model *m, llama_priv *p, int l, const layer_acts *a, con
                    rt && rt->zcoef ? a->zlse : NULL, rt ? 2.0f * rt->zcoef * m->loss_scale : 0.0f, N, E, p->k,
                    p->norm_topk);
   /* the router is replicated: every TP rank has its whole gradient, and one adds its part of dln before the sum */
-  o->linear_bwd(k, m->tp_rank == 0 ? dln : NULL, (float *)g->wr, NULL, p->dlogits, a->ln2, w->wr, N, C, E);
+  sl_lin_bwd(m, &p->lrouter, dln, (float *)g->wr, NULL, p->dlogits, a->ln2, w->wr, N);
   return SL_OK;
 }
 

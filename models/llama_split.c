@@ -109,12 +109,12 @@ int sl_llama_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
   else o->copy(k, s.dmlp, d->dres, nc);
   if (rc) return rc;
   o->zero(k, p->dh, (size_t)(N * p->I) * 4);
-  o->linear_bwd(k, p->dh, NULL, NULL, s.dmlp, a->h, w.wd, N, p->I, C);
+  sl_lin_bwd(m, &p->ldown, p->dh, NULL, NULL, s.dmlp, a->h, w.wd, N);
   o->zero(k, p->dgu, (size_t)(N * 2 * p->I) * 4);
   (p->gemma ? o->geglu_bwd : o->swiglu_bwd)(k, p->dgu, p->dh, a->gu, N, p->I);
   o->copy(k, s.dgu, p->dgu, (size_t)(N * 2 * p->I) * 4);
   o->zero(k, dln, (size_t)(N * C) * 4);
-  o->linear_bwd(k, dln, NULL, NULL, p->dgu, a->ln2, w.wgu, N, C, 2 * p->I);
+  sl_lin_bwd(m, &p->lgu, dln, NULL, NULL, p->dgu, a->ln2, w.wgu, N);
   if ((rc = sl_dec_row_parallel_sum(m, dln, dn))) return rc;
   o->copy(k, s.dln2, dn, nc);
   o->rmsnorm_bwd(k, d->dres, NULL, dn, a->xmid, sl_llama_norm_w(m, p, w.ln2, 2), a->rstd2, n, C, C);
@@ -124,7 +124,7 @@ int sl_llama_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
   else o->copy(k, s.datt, d->dres, nc);
   if (rc) return rc;
   o->zero(k, p->datt, (size_t)(N * p->A) * 4);
-  o->linear_bwd(k, p->datt, NULL, NULL, s.datt, a->att, w.wo, N, p->A, C);
+  sl_lin_bwd(m, &p->lo, p->datt, NULL, NULL, s.datt, a->att, w.wo, N);
   o->zero(k, p->dqkv, (size_t)(N * p->Q) * 4);
   o->attention_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd,
                    sl_llama_layer_window(p, l), p->scale, m->seg, p->softcap);
@@ -132,7 +132,7 @@ int sl_llama_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
   if (p->qkn) sl_llama_qk_norm_bwd_input(m, a, &w, s.dqn);
   o->copy(k, s.dqkv, p->dqkv, (size_t)(N * p->Q) * 4);
   o->zero(k, dln, (size_t)(N * C) * 4);
-  o->linear_bwd(k, dln, NULL, NULL, p->dqkv, a->ln1, w.wqkv, N, C, p->Q);
+  sl_lin_bwd(m, &p->lqkv, dln, NULL, NULL, p->dqkv, a->ln1, w.wqkv, N);
   if ((rc = sl_dec_row_parallel_sum(m, dln, dn))) return rc;
   o->copy(k, s.dln1, dn, nc);
   o->rmsnorm_bwd(k, d->dres, NULL, dn, d->stream[l], sl_llama_norm_w(m, p, w.ln1, 0), a->rstd1, n, C, C);
@@ -157,17 +157,17 @@ int sl_llama_bwd_weight(sl_model *m, int l, const float *flat, float *grads, con
   float *dpf = p->gemma ? sl_dec_norm_dw(m, (float *)g.lnpf, p->gnorm + 3 * C) : NULL;
   if (p->gemma && !p->no_post)
     o->rmsnorm_bwd(k, NULL, dpf, s.dpf, a->mo, sl_llama_norm_w(m, p, w.lnpf, 3), a->rstd4, p->n, C, C);
-  o->linear_bwd(k, NULL, (float *)g.wd, (float *)g.bd, s.dmlp, a->h, w.wd, N, p->I, C);
-  o->linear_bwd(k, NULL, (float *)g.wgu, (float *)g.bgu, s.dgu, a->ln2, w.wgu, N, C, 2 * p->I);
+  sl_lin_bwd(m, &p->ldown, NULL, (float *)g.wd, (float *)g.bd, s.dmlp, a->h, w.wd, N);
+  sl_lin_bwd(m, &p->lgu, NULL, (float *)g.wgu, (float *)g.bgu, s.dgu, a->ln2, w.wgu, N);
   o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.ln2, p->gnorm + n2), s.dln2, a->xmid,
                  sl_llama_norm_w(m, p, w.ln2, 2), a->rstd2, p->n, C, C);
   float *dpa = p->gemma ? sl_dec_norm_dw(m, (float *)g.lnpa, p->gnorm + C) : NULL;
   if (p->gemma && !p->no_post)
     o->rmsnorm_bwd(k, NULL, dpa, s.dpa, a->ao, sl_llama_norm_w(m, p, w.lnpa, 1), a->rstd3, p->n, C, C);
-  o->linear_bwd(k, NULL, (float *)g.wo, (float *)g.bo, s.datt, a->att, w.wo, N, p->A, C);
+  sl_lin_bwd(m, &p->lo, NULL, (float *)g.wo, (float *)g.bo, s.datt, a->att, w.wo, N);
   if (p->qkn && (rc = sl_llama_qk_norm_bwd_weight(m, a, &w, &g, s.dqn))) return rc;
   if (p->kvrep > 1) sl_llama_kv_grad_begin(m, &g);
-  o->linear_bwd(k, NULL, (float *)g.wqkv, (float *)g.bqkv, s.dqkv, a->ln1, w.wqkv, N, C, p->Q);
+  sl_lin_bwd(m, &p->lqkv, NULL, (float *)g.wqkv, (float *)g.bqkv, s.dqkv, a->ln1, w.wqkv, N);
   if (p->kvrep > 1 && (rc = sl_llama_kv_grad_sum(m, &g))) return rc;
   o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.ln1, p->gnorm), s.dln1, d->stream[l],
                  sl_llama_norm_w(m, p, w.ln1, 0), a->rstd1, p->n, C, C);

@@ -103,19 +103,19 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   (void)l;
   int rc = sl_dec_norm_gathered(m, a->ln, a->rstd, x, w.norm, p->eps);
   if (rc) return rc;
-  o->linear_fwd(k, a->xz, a->ln, w.w_in, w.b_in, N, H, 2 * D);
+  sl_lin_fwd(m, &p->lin, a->xz, a->ln, w.w_in, w.b_in, N);
   o->conv1d_fwd(k, a->xcp, a->xz, 2 * D, w.w_conv, w.b_conv, m->B, m->T, D, p->K);
   o->silu_fwd(k, a->u, a->xcp, N * D);
-  o->linear_fwd(k, a->dtr, a->u, w.w_x, NULL, N, D, R);
-  o->linear_fwd(k, a->bc, a->u, w.w_x + R * D, NULL, N, D, 2 * S);
+  sl_lin_fwd(m, &p->lxdt, a->dtr, a->u, w.w_x, NULL, N);
+  sl_lin_fwd(m, &p->lxbc, a->bc, a->u, w.w_x + R * D, NULL, N);
   if ((rc = sl_dec_tp_sum(m, a->dtr, N * (R + 2 * S)))) return rc; /* #1: dtr | bc, one buffer */
   sl_mamba_mixer_norm_fwd(m, a);
   const float *bc = mamba_bc_in(p, a);
-  o->linear_fwd(k, a->dtv, mamba_dt_in(p, a), w.w_dt, w.b_dt, N, R, D);
+  sl_lin_fwd(m, &p->ldt, a->dtv, mamba_dt_in(p, a), w.w_dt, w.b_dt, N);
   o->scan_fwd(k, a->y, a->ckpt, a->u, a->dtv, w.a_log, bc, bc + S, 2 * S, w.dp, m->B, m->T, D, S, p->chunk);
   o->gate_fwd(k, a->g, a->y, a->xz + D, 2 * D, N, D);
   if (out) {
-    o->linear_fwd(k, p->sp ? dln : out, a->g, w.w_out, m->tp_rank == 0 ? w.b_out : NULL, N, D, H);
+    sl_lin_fwd(m, &p->lout, p->sp ? dln : out, a->g, w.w_out, w.b_out, N);
     if ((rc = sl_dec_row_parallel_sum(m, dln, out))) return rc; /* #2 */
     o->add_inplace(k, out, x, p->n * H);
   }
@@ -154,7 +154,7 @@ static void block_recompute_cheap(sl_model *m, mamba_priv *p, const float *flat,
   mblockw w = block_views(p, flat);
   int64_t N = p->N, D = p->D;
   o->silu_fwd(m->k, a->u, a->xcp, N * D);
-  o->linear_fwd(m->k, a->dtv, mamba_dt_in(p, a), w.w_dt, w.b_dt, N, p->R, D);
+  sl_lin_fwd(m, &p->ldt, a->dtv, mamba_dt_in(p, a), w.w_dt, w.b_dt, N);
   o->gate_fwd(m->k, a->g, a->y, a->xz + D, 2 * D, N, D);
 }
 
@@ -181,7 +181,7 @@ static int mamba_bwd(sl_model *m, int l, const float *flat, float *grads) {
   if (p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
   float *dg = p->dgx;
   zero(m, dg, N * D);
-  o->linear_bwd(k, dg, (float *)g.w_out, (float *)g.b_out, dout, a->g, w.w_out, N, D, H);
+  sl_lin_bwd(m, &p->lout, dg, (float *)g.w_out, (float *)g.b_out, dout, a->g, w.w_out, N);
   /* gate: dy, and dz into the z half of dxz */
   zero(m, p->dy, N * D);
   zero(m, p->dxz, N * 2 * D);
@@ -191,16 +191,16 @@ static int mamba_bwd(sl_model *m, int l, const float *flat, float *grads) {
   zero(m, p->ddtv, N * D);
   zero(m, p->dbc, N * 2 * S);
   const float *bc = mamba_bc_in(p, a);
-  o->scan_bwd(k, p->du, p->ddtv, (float *)g.a_log, p->dbc, p->dbc + S, (float *)g.dp, p->dy, a->u, a->dtv, w.a_log,
-              bc, bc + S, 2 * S, w.dp, a->ckpt, m->B, m->T, D, S, p->chunk);
+  o->scan_bwd(k, p->du, p->ddtv, (float *)g.a_log, p->dbc, p->dbc + S, (float *)g.dp, p->dy, a->u, a->dtv, w.a_log, bc,
+              bc + S, 2 * S, w.dp, a->ckpt, m->B, m->T, D, S, p->chunk);
   /* dt_proj */
   zero(m, p->ddtr, N * R);
-  o->linear_bwd(k, p->ddtr, (float *)g.w_dt, (float *)g.b_dt, p->ddtv, mamba_dt_in(p, a), w.w_dt, N, R, D);
+  sl_lin_bwd(m, &p->ldt, p->ddtr, (float *)g.w_dt, (float *)g.b_dt, p->ddtv, mamba_dt_in(p, a), w.w_dt, N);
   if ((rc = sl_dec_tp_sum(m, p->ddtr, N * (R + 2 * S)))) return rc; /* #3: ddtr | dbc, one buffer */
-  const float *dxp = sl_mamba_mixer_norm_bwd(m, a); /* x_proj's output gradient */
+  const float *dxp = sl_mamba_mixer_norm_bwd(m, a);                 /* x_proj's output gradient */
   /* x_proj, both row blocks add into du */
-  o->linear_bwd(k, p->du, (float *)g.w_x, NULL, dxp, a->u, w.w_x, N, D, R);
-  o->linear_bwd(k, p->du, (float *)g.w_x + R * D, NULL, dxp + N * R, a->u, w.w_x + R * D, N, D, 2 * S);
+  sl_lin_bwd(m, &p->lxdt, p->du, (float *)g.w_x, NULL, dxp, a->u, w.w_x, N);
+  sl_lin_bwd(m, &p->lxbc, p->du, (float *)g.w_x + R * D, NULL, dxp + N * R, a->u, w.w_x + R * D, N);
   /* SiLU after the conv; dg is dead after gate_bwd: reuse it as dxcp */
   float *dxcp = p->dgx;
   zero(m, dxcp, N * D);
@@ -210,7 +210,7 @@ static int mamba_bwd(sl_model *m, int l, const float *flat, float *grads) {
                 p->K);
   /* in_proj and the norm */
   zero(m, dln, N * H);
-  o->linear_bwd(k, dln, (float *)g.w_in, (float *)g.b_in, p->dxz, a->ln, w.w_in, N, H, 2 * D);
+  sl_lin_bwd(m, &p->lin, dln, (float *)g.w_in, (float *)g.b_in, p->dxz, a->ln, w.w_in, N);
   float *dnorm = p->sp ? d->xl : dln;
   if ((rc = sl_dec_row_parallel_sum(m, dln, dnorm))) return rc; /* #4 */
   o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.norm, p->gnorm), dnorm, x, w.norm, a->rstd, p->n, H, H);
@@ -413,6 +413,11 @@ static int mamba_init(sl_model *m, sl_decoder *d) {
                    "num_hidden_layers %lld must all be positive",
                    (long long)p->H, (long long)p->Dw, (long long)p->S, (long long)p->R, (long long)p->K,
                    (long long)d->V, (long long)d->L);
+  p->lin = sl_lin_one("in_proj", "mixer.in_proj", p->H, 2 * p->D, SL_LIN_COL);
+  p->lxdt = sl_lin_one("x_proj.dt", "mixer.x_proj", p->D, p->R, SL_LIN_ROW);     /* x_proj's rows 0..R-1 */
+  p->lxbc = sl_lin_one("x_proj.bc", "mixer.x_proj", p->D, 2 * p->S, SL_LIN_ROW); /* and its rows R.. (B | C) */
+  p->ldt = sl_lin_one("dt_proj", "mixer.dt_proj", p->R, p->D, SL_LIN_COL);
+  p->lout = sl_lin_one("out_proj", "mixer.out_proj", p->D, p->H, SL_LIN_ROW);
   d->eps = p->eps;
   d->std = c->initializer_range > 0 ? (float)c->initializer_range : 0.1f;
   d->embed_name = c->ssm_original_format ? "backbone.embedding.weight" : "backbone.embeddings.weight";

@@ -41,6 +41,7 @@
 
 #include "base/base.h"
 #include "models/decoder.h"
+#include "models/linear.h"
 
 #define MAMBA2_SCAN_CHUNK 64 /* the scan's state checkpoint interval (docs/mamba.md) */
 
@@ -75,13 +76,14 @@ typedef struct {
   int use_bias, conv_bias;
   m2_offsets off;
   /* backward scratch (workspace), reused by every layer, besides the skeleton's dres and dln */
-  float *dgn;   /* (N, D) out_proj's input gradient */
-  float *dg;    /* (N, D) the gated norm's input gradient */
-  float *dy;    /* (N, D) */
-  float *dxbc;  /* (N, Cd) */
-  float *dxc;   /* (N, Cd) */
-  float *dzx;   /* (N, Din) */
-  float *gnorm; /* (H) under sp: the micro-batch's part of the block norm's weight gradient */
+  float *dgn;       /* (N, D) out_proj's input gradient */
+  float *dg;        /* (N, D) the gated norm's input gradient */
+  float *dy;        /* (N, D) */
+  float *dxbc;      /* (N, Cd) */
+  float *dxc;       /* (N, Cd) */
+  float *dzx;       /* (N, Din) */
+  float *gnorm;     /* (H) under sp: the micro-batch's part of the block norm's weight gradient */
+  sl_lin lin, lout; /* the projections (models/linear.h): in_proj (z | x | B | C | dt), out_proj */
 } m2_priv;
 
 static m2_w views(const m2_priv *p, const float *flat) {
@@ -135,7 +137,7 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   (void)l;
   int rc = sl_dec_norm_gathered(m, a->ln, a->rstd, x, w.norm, p->eps);
   if (rc) return rc;
-  o->linear_fwd(k, a->zx, a->ln, w.w_in, w.b_in, N, H, p->Din);
+  sl_lin_fwd(m, &p->lin, a->zx, a->ln, w.w_in, w.b_in, N);
   o->conv1d_fwd(k, a->xc, a->zx + D, p->Din, w.w_conv, w.b_conv, m->B, m->T, p->Cd, p->K);
   o->silu_fwd(k, a->xbc, a->xc, N * p->Cd);
   o->ssd_fwd(k, a->y, a->ckpt, a->xbc, p->Cd, a->zx + 2 * D + 2 * GS, p->Din, w.dt_bias, w.a_log, a->xbc + D,
@@ -143,7 +145,7 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   gate_norm_fwd(m, p, &w, a);
   if (out) { /* out_proj's partial sums (row-parallel) summed over TP: reduce-scattered under sp */
     float *dln = sl_dec(m)->dln;
-    o->linear_fwd(k, p->sp ? dln : out, a->gn, w.w_out, m->tp_rank == 0 ? w.b_out : NULL, N, D, H);
+    sl_lin_fwd(m, &p->lout, p->sp ? dln : out, a->gn, w.w_out, w.b_out, N);
     if ((rc = sl_dec_row_parallel_sum(m, dln, out))) return rc;
     o->add_inplace(k, out, x, p->n * H);
   }
@@ -219,7 +221,7 @@ static int bwd_pass(sl_model *m, int l, const float *flat, const m2_w *g, const 
   else if (st) copy(m, st->dout, d->dres, N * H);
   if (rc) return rc;
   zero(m, p->dgn, N * D);
-  o->linear_bwd(k, p->dgn, G_(w_out), G_(b_out), dout, a->gn, w.w_out, N, D, H);
+  sl_lin_bwd(m, &p->lout, p->dgn, G_(w_out), G_(b_out), dout, a->gn, w.w_out, N);
   if (st) copy(m, st->dgn, p->dgn, N * D);
   /* the gated norm, group by group */
   zero(m, p->dg, N * D);
@@ -247,7 +249,7 @@ static int bwd_pass(sl_model *m, int l, const float *flat, const m2_w *g, const 
   /* in_proj and the block norm */
   float *dln = d->dln;
   zero(m, dln, N * H);
-  o->linear_bwd(k, dln, G_(w_in), G_(b_in), p->dzx, a->ln, w.w_in, N, H, p->Din);
+  sl_lin_bwd(m, &p->lin, dln, G_(w_in), G_(b_in), p->dzx, a->ln, w.w_in, N);
   float *dnorm = p->sp ? d->xl : dln;
   if ((rc = sl_dec_row_parallel_sum(m, dln, dnorm))) return rc; /* Megatron's f: in_proj is column-parallel */
   if (st) copy(m, st->dln, dnorm, p->n * H);
@@ -277,7 +279,7 @@ static int m2_bwd_weight(sl_model *m, int l, const float *flat, float *grads, co
   m2_acts *a = sl_dec_layer(m, l);
   m2_w w = views(p, flat), g = views(p, grads);
   m2_stash st = stash_views(p, stash);
-  o->linear_bwd(k, NULL, (float *)g.w_out, (float *)g.b_out, st.dout, a->gn, w.w_out, N, D, H);
+  sl_lin_bwd(m, &p->lout, NULL, (float *)g.w_out, (float *)g.b_out, st.dout, a->gn, w.w_out, N);
   for (int64_t gi = 0; gi < p->G; gi++)
     o->rmsnorm_bwd(k, NULL, (float *)g.w_gn + gi * Dg, st.dgn + gi * Dg, a->g + gi * Dg, w.w_gn + gi * Dg,
                    a->grstd + gi * N, N, Dg, D);
@@ -286,7 +288,7 @@ static int m2_bwd_weight(sl_model *m, int l, const float *flat, float *grads, co
   o->add_inplace(k, (float *)g.dp, st.ddp, p->nh);
   o->conv1d_bwd(k, NULL, p->Din, (float *)g.w_conv, (float *)g.b_conv, st.dxc, a->zx + D, p->Din, w.w_conv, m->B, m->T,
                 p->Cd, p->K);
-  o->linear_bwd(k, NULL, (float *)g.w_in, (float *)g.b_in, st.dzx, a->ln, w.w_in, N, H, p->Din);
+  sl_lin_bwd(m, &p->lin, NULL, (float *)g.w_in, (float *)g.b_in, st.dzx, a->ln, w.w_in, N);
   o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.norm, p->gnorm), st.dln, d->stream[l], w.norm, a->rstd, p->n, H,
                  H);
   return sl_dec_norm_grad_sum(m, (float *)g.norm, p->gnorm);
@@ -465,6 +467,8 @@ static int m2_init(sl_model *m, sl_decoder *d) {
   p->dt_hi = (float)c->dt_limit[1];
   p->use_bias = c->use_bias;
   p->conv_bias = c->use_conv_bias;
+  p->lin = sl_lin_one("in_proj", "mixer.in_proj", p->H, p->Din, SL_LIN_COL);
+  p->lout = sl_lin_one("out_proj", "mixer.out_proj", p->D, p->H, SL_LIN_ROW);
   p->chunk = MAMBA2_SCAN_CHUNK;
   p->nch = m->T > 0 ? (m->T + p->chunk - 1) / p->chunk : 0;
   d->eps = p->eps;

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "models/decoder.h"
+#include "models/linear.h"
 
 #define MAMBA_SCAN_CHUNK 64 /* scan state checkpoint interval (docs/mamba.md) */
 
@@ -57,6 +58,9 @@ typedef struct {
   float *dbc;   /* (N, 2S); = ddtr + N*R (one buffer: one TP all-reduce) */
   float *gnorm; /* (H) under sp: the micro-batch's part of the norm's weight gradient */
   float *dxp;   /* (N, R + 2S) under mrms: x_proj's output gradient (ddtr | dbc are the normed values') */
+  /* the projections (models/linear.h): in_proj (x | z), x_proj's dt rows and its B | C rows (two GEMMs),
+   * dt_proj, out_proj */
+  sl_lin lin, lxdt, lxbc, ldt, lout;
 } mamba_priv;
 
 /* parameter views of a block's flat buffer (NULL for absent biases) */

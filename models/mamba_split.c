@@ -83,7 +83,7 @@ int sl_mamba_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
   if (rc) return rc;
   float *dg = p->dgx;
   zero(m, dg, N * D);
-  o->linear_bwd(k, dg, NULL, NULL, s.dout, a->g, w.w_out, N, D, H);
+  sl_lin_bwd(m, &p->lout, dg, NULL, NULL, s.dout, a->g, w.w_out, N);
   zero(m, p->dy, N * D);
   zero(m, p->dxz, N * 2 * D);
   o->gate_bwd(k, p->dy, p->dxz + D, 2 * D, dg, a->y, a->xz + D, N, D);
@@ -97,13 +97,13 @@ int sl_mamba_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
               w.dp, a->ckpt, m->B, m->T, D, S, p->chunk);
   copy(m, s.ddtv, p->ddtv, N * D);
   zero(m, p->ddtr, N * R);
-  o->linear_bwd(k, p->ddtr, NULL, NULL, p->ddtv, mamba_dt_in(p, a), w.w_dt, N, R, D);
+  sl_lin_bwd(m, &p->ldt, p->ddtr, NULL, NULL, p->ddtv, mamba_dt_in(p, a), w.w_dt, N);
   if ((rc = sl_dec_tp_sum(m, p->ddtr, N * (R + 2 * S)))) return rc; /* ddtr | dbc, one buffer */
   const float *dxp = sl_mamba_mixer_norm_bwd(m, a); /* x_proj's output gradient (Falcon-Mamba: through the norms) */
   copy(m, s.ddtr, dxp, N * R);
   copy(m, s.dbc, dxp + N * R, N * 2 * S);
-  o->linear_bwd(k, p->du, NULL, NULL, dxp, a->u, w.w_x, N, D, R);
-  o->linear_bwd(k, p->du, NULL, NULL, dxp + N * R, a->u, w.w_x + R * D, N, D, 2 * S);
+  sl_lin_bwd(m, &p->lxdt, p->du, NULL, NULL, dxp, a->u, w.w_x, N);
+  sl_lin_bwd(m, &p->lxbc, p->du, NULL, NULL, dxp + N * R, a->u, w.w_x + R * D, N);
   float *dxcp = p->dgx;
   zero(m, dxcp, N * D);
   o->silu_bwd(k, dxcp, p->du, a->xcp, N * D);
@@ -111,7 +111,7 @@ int sl_mamba_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
   o->conv1d_bwd(k, p->dxz, 2 * D, NULL, NULL, dxcp, a->xz, 2 * D, w.w_conv, m->B, m->T, D, p->K);
   copy(m, s.dxz, p->dxz, N * 2 * D);
   zero(m, dln, N * H);
-  o->linear_bwd(k, dln, NULL, NULL, p->dxz, a->ln, w.w_in, N, H, 2 * D);
+  sl_lin_bwd(m, &p->lin, dln, NULL, NULL, p->dxz, a->ln, w.w_in, N);
   float *dnorm = p->sp ? d->xl : dln; /* summed over TP: this rank's rows */
   if ((rc = sl_dec_row_parallel_sum(m, dln, dnorm))) return rc;
   copy(m, s.dln, dnorm, p->n * H);
@@ -128,15 +128,15 @@ int sl_mamba_bwd_weight(sl_model *m, int l, const float *flat, float *grads, con
   mlayer_acts *a = mamba_layer(m, l);
   mblockw w = block_views(p, flat), g = block_views(p, grads);
   mstash s = stash_views(p, stash);
-  o->linear_bwd(k, NULL, (float *)g.w_out, (float *)g.b_out, s.dout, a->g, w.w_out, N, D, H);
+  sl_lin_bwd(m, &p->lout, NULL, (float *)g.w_out, (float *)g.b_out, s.dout, a->g, w.w_out, N);
   o->add_inplace(k, (float *)g.a_log, s.dalog, D * S);
   o->add_inplace(k, (float *)g.dp, s.ddp, D);
-  o->linear_bwd(k, NULL, (float *)g.w_dt, (float *)g.b_dt, s.ddtv, mamba_dt_in(p, a), w.w_dt, N, R, D);
-  o->linear_bwd(k, NULL, (float *)g.w_x, NULL, s.ddtr, a->u, w.w_x, N, D, R);
-  o->linear_bwd(k, NULL, (float *)g.w_x + R * D, NULL, s.dbc, a->u, w.w_x + R * D, N, D, 2 * S);
+  sl_lin_bwd(m, &p->ldt, NULL, (float *)g.w_dt, (float *)g.b_dt, s.ddtv, mamba_dt_in(p, a), w.w_dt, N);
+  sl_lin_bwd(m, &p->lxdt, NULL, (float *)g.w_x, NULL, s.ddtr, a->u, w.w_x, N);
+  sl_lin_bwd(m, &p->lxbc, NULL, (float *)g.w_x + R * D, NULL, s.dbc, a->u, w.w_x + R * D, N);
   o->conv1d_bwd(k, NULL, 2 * D, (float *)g.w_conv, (float *)g.b_conv, s.dxcp, a->xz, 2 * D, w.w_conv, m->B, m->T, D,
                 p->K);
-  o->linear_bwd(k, NULL, (float *)g.w_in, (float *)g.b_in, s.dxz, a->ln, w.w_in, N, H, 2 * D);
+  sl_lin_bwd(m, &p->lin, NULL, (float *)g.w_in, (float *)g.b_in, s.dxz, a->ln, w.w_in, N);
   o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.norm, p->gnorm), s.dln, d->stream[l], w.norm, a->rstd, p->n, H,
                  H);
   return sl_dec_norm_grad_sum(m, (float *)g.norm, p->gnorm);

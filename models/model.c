@@ -12,6 +12,7 @@
 #include "base/base.h"
 #include "formats/savedir.h"
 #include "models/decoder.h"
+#include "models/linear.h"
 #include <errno.h>
 #include <sys/stat.h>
 
@@ -447,7 +448,8 @@ int sl_lm_head_logits(sl_model *m, sl_lm_head *h, float *out) {
   int rc = m->access.params(m->access.user, h->tied ? 0 : h->unit, &W);
   if (rc) return rc;
   if (!h->tied) W += h->C;
-  m->ops->linear_fwd(m->k, out, h->lnf, W, NULL, h->N, h->C, h->V);
+  sl_lin head = sl_lin_one("lm_head", "lm_head", h->C, h->V, SL_LIN_COL);
+  sl_lin_fwd(m, &head, out, h->lnf, W, NULL, h->N);
   if (h->softcap > 0) m->ops->softcap(m->k, out, h->softcap, h->N * h->V); /* the logits the loss sees */
   return SL_OK;
 }

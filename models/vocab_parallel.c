@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "models/vocab_parallel.h"
+#include "models/linear.h"
 
 #include "base/base.h"
 
@@ -181,7 +182,8 @@ int sl_lm_head_vp_logits(sl_model *m, sl_lm_head_vp *hv, float *out) {
   if (!h->tied) W += h->C;
   int64_t N = h->N, n = N * vs->Vl;
   if (vs->T == 1) {
-    m->ops->linear_fwd(m->k, out, h->lnf, W, NULL, N, h->C, vs->V);
+    sl_lin head = sl_lin_one("lm_head", "lm_head", h->C, vs->V, SL_LIN_COL);
+    sl_lin_fwd(m, &head, out, h->lnf, W, NULL, N);
     if (h->softcap > 0) m->ops->softcap(m->k, out, h->softcap, N * vs->V);
     return SL_OK;
   }
@@ -194,7 +196,8 @@ int sl_lm_head_vp_logits(sl_model *m, sl_lm_head_vp *hv, float *out) {
         sl_fail(SL_ENOMEM, "loss-parallel LM head logits: out of memory for %lld floats", (long long)(n * (vs->T + 1)));
     goto done;
   }
-  if (vs->valid) m->ops->linear_fwd(m->k, loc, h->lnf, W, NULL, N, h->C, vs->valid);
+  sl_lin head = sl_lin_one("lm_head", "lm_head", h->C, vs->valid, SL_LIN_COL); /* this rank's valid rows */
+  if (vs->valid) sl_lin_fwd(m, &head, loc, h->lnf, W, NULL, N);
   if ((rc = g->allgather(g->user, loc, all, n))) goto done;
   for (int r = 0; r < vs->T; r++) {
     sl_vocab_split s;
