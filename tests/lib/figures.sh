@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Prints the figures a restructuring must keep bit for bit: per-step loss,
 # grad norm, held-out loss, bytes moved and per-arena peaks of a set of runs
-# (ZeRO 0-3, hybrid sharding, offload, checkpointing, bf16, Mistral, Mamba;
-# TP, SP, PP, TP x PP, zb1p), the sha256 of
+# (ZeRO 0-3, hybrid sharding, offload, checkpointing, bf16, Mistral, Mamba,
+# Qwen3, Gemma 3, Mixtral, Mamba-2; TP, SP, PP, TP x PP, zb1p), the sha256 of
 # each saved model, and the planner's engine-check output. Run it before and
 # after a change and diff the two outputs:
 #   SL_BUILD=build bash tests/lib/figures.sh > before.txt
@@ -83,6 +83,35 @@ fig t2p2 8 --model "$W/llama4" --tp 2 --pp 2 --grad-accum 2 --zero 1 $HO --ckpt-
 fig t2p2sp 4 --model "$W/tied4" --tp 2 --pp 2 --sequence-parallel --grad-accum 4 --zero 3
 fig t2p2zb 4 --model "$W/mamba4" --tp 2 --pp 2 --sequence-parallel --pp-schedule zb1p --grad-accum 4
 fig hs4 4 --model "$W/llama4" --zero 3 --shard-group 2 $HO
+# the other block variants: Qwen3 (q/k norms, biases), Gemma 3 (sandwich norms, GeGLU, two RoPE tables),
+# Mixtral (the sparse MLP; EP), Mamba-2 (the SSD scan; TP + SP, zb1p)
+mkdir -p "$W/qwen3" "$W/gemma3" "$W/mixtral" "$W/mamba2"
+cat > "$W/qwen3/config.json" <<'J'
+{"architectures": ["Qwen3ForCausalLM"], "hidden_size": 48, "intermediate_size": 80, "num_attention_heads": 4,
+ "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 2, "vocab_size": 300, "attention_bias": true,
+ "tie_word_embeddings": false}
+J
+cat > "$W/gemma3/config.json" <<'J'
+{"architectures": ["Gemma3ForCausalLM"], "hidden_size": 48, "intermediate_size": 80, "num_attention_heads": 4,
+ "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 3, "vocab_size": 300, "sliding_window": 6,
+ "sliding_window_pattern": 2, "rope_local_base_freq": 100.0, "query_pre_attn_scalar": 16}
+J
+cat > "$W/mixtral/config.json" <<'J'
+{"architectures": ["MixtralForCausalLM"], "hidden_size": 48, "intermediate_size": 40, "num_attention_heads": 4,
+ "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 300, "num_local_experts": 4,
+ "num_experts_per_tok": 2, "tie_word_embeddings": false}
+J
+cat > "$W/mamba2/config.json" <<'J'
+{"architectures": ["Mamba2ForCausalLM"], "hidden_size": 32, "num_hidden_layers": 4, "num_heads": 8, "head_dim": 8,
+ "n_groups": 2, "state_size": 8, "conv_kernel": 4, "vocab_size": 300, "use_bias": true,
+ "time_step_limit": [0.001, 0.08]}
+J
+fig q2z3 2 --model "$W/qwen3" --zero 3
+fig g2t2 2 --model "$W/gemma3" --tp 2 --sequence-parallel --zero 1
+fig x2ep 2 --model "$W/mixtral" --ep 2 --zero 3
+fig x2z3 2 --model "$W/mixtral" --zero 3 --activation-checkpoint selective
+fig mm2z3 2 --model "$W/mamba2" --zero 3 --activation-checkpoint full
+fig mm2tp 4 --model "$W/mamba2" --tp 2 --pp 2 --sequence-parallel --pp-schedule zb1p --grad-accum 4
 for z in 0 1 2 3; do
   echo "plan z$z: $("$B" plan --engine-check --model "$W/llama" --world 2 --zero $z --micro-batch 2 --seq-len 16 --json 2>&1 | sha256sum | cut -c1-16)"
 done
