@@ -481,7 +481,7 @@ static void m2_caps(const sl_model_config *c, sl_model_caps *out) {
                          .recurrent = 1,
                          .zb_split = 1,
                          .zb_split_accum = 0,
-                         .bf16 = 0, /* no bf16 reference checks it yet: refused by name */
+                         .bf16 = 1, /* tests/ref/bf16_ref.py mirrors its ops (test_torch_bf16) */
                          .bf16_acts = 0,
                          .tp_width = c->ssm_groups > 0 ? c->ssm_groups : 1};
 }
