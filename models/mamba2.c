@@ -31,8 +31,8 @@
  * Tensor parallelism (heads and their groups over the TP ranks, +
  * sequence parallelism): above m2_spec. Not yet: TP with n_groups not
  * divisible by --tp (refused naming n_groups), document masking
- * (the conv state would cross documents),
- * --compute-dtype bf16 (refused: no bf16 reference checks it yet).
+ * (the conv state would cross documents). bf16 compute: the ops' bf16
+ * layer; activations kept in fp32 buffers (bf16-valued where rounded).
  */
 #include <math.h>
 #include <stdio.h>
@@ -485,7 +485,7 @@ static void m2_caps(const sl_model_config *c, sl_model_caps *out) {
                          .recurrent = 1,
                          .zb_split = 1,
                          .zb_split_accum = 0,
-                         .bf16 = 0, /* no bf16 reference checks it yet: refused by name */
+                         .bf16 = 1, /* tests/ref/bf16_ref.py mirrors its ops (test_torch_bf16) */
                          .bf16_acts = 0,
                          .tp_width = c->ssm_groups > 0 ? c->ssm_groups : 1};
 }

@@ -1,7 +1,8 @@
-"""PyTorch reference of bf16 compute (docs/bf16.md) for Llama (Qwen3, Gemma 2 / 3) and Mamba (and Falcon-Mamba).
+"""PyTorch reference of bf16 compute (docs/bf16.md) for Llama (Qwen3, Gemma 2 / 3), Mamba (and Falcon-Mamba)
+and Mamba-2.
 
-Owns: the forwards of llama_ref.LlamaForCausalLM's and
-mamba_ref.MambaForCausalLM's parameters with the bf16 rounding points
+Owns: the forwards of llama_ref.LlamaForCausalLM's,
+mamba_ref.MambaForCausalLM's and mamba2_ref.Mamba2ForCausalLM's parameters with the bf16 rounding points
 written out as explicit casts, and their dump (logits, loss, parameter
 gradients of the mean loss of samples 0..B-1).
 
@@ -28,7 +29,14 @@ Written from the rounding-point table of docs/bf16.md, not from the engine:
   - a gradient buffer that several ops add into is rounded after each
     addition, in the engine's order (Mamba's du: scan, then the dt rows of
     x_proj, then its B/C rows; _Fan3 below); autograd would sum the three
-    in fp32 and round once.
+    in fp32 and round once;
+  - Mamba-2 (mamba2_forward): every gradient buffer of its backward
+    (models/mamba2.c) is written by one op per column range (dzx: the
+    gate's dz, the conv's dx, the scan's ddt; dxbc: the scan's dx, dB, dC),
+    so autograd's single rounding of each is the engine's; the gate's
+    output g is stored in bf16 but its gradient is the gated norm's
+    rmsnorm_bwd input gradient, fp32 (docs/bf16.md's table), so g's
+    rounding is straight-through.
 """
 import math
 import os
@@ -40,6 +48,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama_ref as L  # noqa: E402
+import mamba2_ref as M2  # noqa: E402
 import mamba_ref as M  # noqa: E402
 
 
@@ -235,12 +244,70 @@ def mamba_forward(m, idx, bf16=True):
     return linear(x, m.head_weight())
 
 
+def mamba2_forward(m, idx, bf16=True):
+    """Logits (B, T, V) of mamba2_ref model m with the bf16 rounding points of
+    models/mamba2.c's ops (kernels/bf16.c): the block norm's, in_proj's, the
+    conv's, SiLU's, the scan's y, the gate's and the gated norm's outputs
+    stored in bf16 (R); every parameter as gathered in bf16 (RW); the
+    residual stream fp32 (no bf16_stream cap: residual_in_fp32). The scan is
+    mamba2_ref's sequential recurrence in fp32 on the rounded x, B, C and
+    the rounded dt columns of in_proj's output (the engine's ssd_fwd/bwd
+    compute in fp32 and round only y and the input gradients dx, ddt, dB,
+    dC; ddt_bias, dA_log, dD fp32). Gradients: each R's backward rounds the
+    gradient of the tensor it stores, which for in_proj's output is the one
+    buffer dzx holding the gate's dz, the conv's dx and the scan's ddt in
+    disjoint columns, and for SiLU's output dxbc (the scan's dx | dB | dC,
+    dB and dC summed over a group's heads in fp32 before the rounding).
+    The gate's output g: rounded when stored (gate_fwd) but its gradient dg
+    is rmsnorm_bwd's input gradient, which the engine keeps in fp32 and
+    gate_bwd multiplies unrounded: straight-through (RW)."""
+    R, RW = (r, rw) if bf16 else (_ident, _ident)
+    c = m.config
+    B, T = idx.shape
+    D, S, K, nh, G, P = (c.intermediate_size, c.state_size, c.conv_kernel, c.num_heads, c.n_groups,
+                         c.head_dim)
+    Cd, GS, eps = D + 2 * G * S, G * S, c.layer_norm_epsilon
+
+    def rmsnorm(x, w):
+        return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)) * RW(w)
+
+    def linear(x, w, b=None):
+        y = RW(x) @ RW(w).t()
+        return R(y + RW(b) if b is not None else y)
+
+    x = F.embedding(idx, RW(m.backbone.embeddings.weight))  # fp32 residual stream
+    for layer in m.backbone.layers:
+        mx = layer.mixer
+        ln = R(rmsnorm(x, layer.norm.weight))
+        zx = linear(ln, mx.in_proj.weight, mx.in_proj.bias)
+        z, xbc, dtr = zx[..., :D], zx[..., D:D + Cd], zx[..., D + Cd:]
+        cb = RW(mx.conv1d.bias) if mx.conv1d.bias is not None else None
+        xc = R(F.conv1d(xbc.transpose(1, 2), RW(mx.conv1d.weight), cb, padding=K - 1, groups=Cd)[..., :T]
+               .transpose(1, 2))
+        xbc = R(F.silu(xc))
+        xs, Bm, Cm = xbc[..., :D], xbc[..., D:D + GS], xbc[..., D + GS:]
+        dt = torch.clamp(F.softplus(dtr + RW(mx.dt_bias)), c.time_step_limit[0], c.time_step_limit[1])
+        rep = nh // G
+        Bm = Bm.reshape(B, T, G, S).repeat_interleave(rep, dim=2)
+        Cm = Cm.reshape(B, T, G, S).repeat_interleave(rep, dim=2)
+        y = R(M2.ssd_sequential(xs.reshape(B, T, nh, P), dt, -torch.exp(RW(mx.A_log)), Bm, Cm, RW(mx.D))
+              .reshape(B, T, D))
+        g = RW(y * F.silu(z))  # stored in bf16, its gradient fp32 (above)
+        gn = R(rmsnorm(g.reshape(B, T, G, D // G), mx.norm.weight.reshape(G, D // G)).reshape(B, T, D))
+        x = x + linear(gn, mx.out_proj.weight, mx.out_proj.bias)
+    x = R(rmsnorm(x, m.backbone.norm_f.weight))
+    w = m.backbone.embeddings.weight if c.tie_word_embeddings else m.lm_head.weight
+    return linear(x, w)
+
+
 def dump(m, stream, B, T, bf16=True, residual_bf16=True):
-    """Like llama_ref.dump, through forward() / mamba_forward() above."""
+    """Like llama_ref.dump, through forward() / mamba_forward() / mamba2_forward() above."""
     m.zero_grad(set_to_none=True)
     x, y = L.batch(stream, 0, B, T)
     if isinstance(m, M.MambaForCausalLM):
         logits = mamba_forward(m, x, bf16)
+    elif isinstance(m, M2.Mamba2ForCausalLM):
+        logits = mamba2_forward(m, x, bf16)
     else:
         logits = forward(m, x, bf16, residual_bf16)
     loss = L.loss_fn(logits, y)

@@ -15,6 +15,7 @@
 #    far from the engine (the per-group norm is the original Mamba-2's);
 #  - HF round trip (--steps 0 --save byte-identical, config.json with
 #    Python's Infinity read back), the family from model_type alone;
-#  - --tp 2 with n_groups 1 and --compute-dtype bf16 refused by name.
+#  - --tp 2 with n_groups 1 refused by name (--compute-dtype bf16 is checked
+#    by tests/ref/test_torch_bf16.sh).
 # Needs $SL_BUILD/shardlm, mpirun and /usr/bin/python3 with torch; else exit 77.
 exec bash "$(dirname "$0")/../lib/torch_run.sh" torch_mamba2 mamba2_checks.py
