@@ -111,6 +111,52 @@ static void rope(const sl_gen *g, const float *inv_freq, float *v, int64_t nhead
   }
 }
 
+/* A mixture of experts' MLP of layer l (unit u) on the normed g->h into g->h (transformers'
+ * MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock): the router's softmax over the experts, the top k
+ * (ties to the lower index, as torch.topk on distinct values), renormalised to sum 1 when
+ * norm_topk_prob (Mixtral always), the weighted sum of those experts' SwiGLU MLPs. The expert bias
+ * of --moe-balance bias (e_score_correction_bias) is not read, as transformers' classes do not. */
+static void moe_mlp(sl_gen *g, int64_t l, int u) {
+  const sl_model_config *c = &g->c;
+  int64_t C = g->C, E = c->moe_experts, k = c->moe_topk, I = c->moe_intermediate;
+  int q3 = c->arch == SL_ARCH_QWEN3_MOE, ue = -1;
+  for (int i = 0; i < g->m->nunits && ue < 0; i++)
+    if (g->m->units[i].layer == l && !strcmp(g->m->units[i].kind, "experts")) ue = i;
+  float *logit = g->q, *acc = g->att, *hn = g->c2;
+  memcpy(hn, g->h, (size_t)C * 4);
+  matvec(logit, tens(g, u, ".gate.weight"), hn, E, C, NULL);
+  double mx = -INFINITY, sum = 0, wsum = 0, w[64];
+  int64_t sel[64];
+  for (int64_t e = 0; e < E; e++) mx = logit[e] > mx ? logit[e] : mx;
+  for (int64_t e = 0; e < E; e++) sum += exp((double)logit[e] - mx);
+  for (int64_t j = 0; j < k && j < 64; j++) { /* the j-th largest probability */
+    int64_t best = -1;
+    for (int64_t e = 0; e < E; e++) {
+      int taken = 0;
+      for (int64_t t = 0; t < j; t++) taken |= sel[t] == e;
+      if (!taken && (best < 0 || logit[e] > logit[best])) best = e;
+    }
+    sel[j] = best;
+    w[j] = exp((double)logit[best] - mx) / sum;
+    wsum += w[j];
+  }
+  memset(acc, 0, (size_t)C * 4);
+  char nm[96];
+  for (int64_t j = 0; j < k && j < 64; j++) {
+    double wj = c->moe_norm_topk ? w[j] / wsum : w[j];
+    const char *n1 = q3 ? "gate_proj" : "w1", *n3 = q3 ? "up_proj" : "w3", *n2 = q3 ? "down_proj" : "w2";
+    snprintf(nm, sizeof nm, "experts.%lld.%s.weight", (long long)sel[j], n1);
+    matvec(g->a, tens(g, ue, nm), hn, I, C, NULL);
+    snprintf(nm, sizeof nm, "experts.%lld.%s.weight", (long long)sel[j], n3);
+    matvec(g->b, tens(g, ue, nm), hn, I, C, NULL);
+    for (int64_t i = 0; i < I; i++) g->a[i] = silu(g->a[i]) * g->b[i];
+    snprintf(nm, sizeof nm, "experts.%lld.%s.weight", (long long)sel[j], n2);
+    matvec(g->h, tens(g, ue, nm), g->a, C, I, NULL);
+    for (int64_t i = 0; i < C; i++) acc[i] += (float)(wj * g->h[i]);
+  }
+  memcpy(g->h, acc, (size_t)C * 4);
+}
+
 static void llama_step(sl_gen *g, int32_t tok) {
   int64_t C = g->C, hd = g->hd, nh = g->nh, nkv = g->nkv, KV = nkv * hd, p = g->pos;
   const sl_model_config *c = &g->c;
@@ -165,6 +211,11 @@ static void llama_step(sl_gen *g, int32_t tok) {
     residual_add(g, u, "post_attention_layernorm.weight", g->h);
     rmsnorm_p(g->h, g->x, tens(g, u, pl ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"), C,
               eps, pl);
+    if (c->moe_experts) {
+      moe_mlp(g, l, u);
+      for (int64_t i = 0; i < C; i++) g->x[i] += g->h[i];
+      continue;
+    }
     matvec(g->a, tens(g, u, "gate_proj.weight"), g->h, I, C, tens(g, u, "gate_proj.bias"));
     matvec(g->b, tens(g, u, "up_proj.weight"), g->h, I, C, tens(g, u, "up_proj.bias"));
     for (int64_t i = 0; i < I; i++) g->a[i] = (pl ? gelu_tanh(g->a[i]) : silu(g->a[i])) * g->b[i];
@@ -304,8 +355,9 @@ int sl_gen_load(const char *dir, sl_gen **out) {
   snprintf(p, sizeof p, "%s/config.json", dir);
   sl_st_set *w = NULL;
   int rc = sl_hfconfig_load(p, &g->c);
-  if (!rc && g->c.moe_experts)
-    rc = sl_fail(SL_EINPUT, "%s: generate does not run a mixture of experts (%s) yet", p, g->c.arch_name);
+  if (!rc && g->c.moe_experts && g->c.moe_topk > 64)
+    rc = sl_fail(SL_EINPUT, "%s: generate takes at most 64 experts per token (num_experts_per_tok %lld)", p,
+                 (long long)g->c.moe_topk);
   if (!rc) rc = sl_model_create_specs(&g->c, &g->m);
   if (!rc) rc = sl_st_open_dir(dir, &w);
   if (!rc && !w) rc = sl_fail(SL_EINPUT, "%s: no *.safetensors weights to generate from", dir);
@@ -353,7 +405,7 @@ int sl_gen_load(const char *dir, sl_gen **out) {
     g->nh = c->num_attention_heads;
     g->nkv = c->num_key_value_heads;
     g->hd = c->head_dim;
-    wide = c->intermediate_size + g->nh * g->hd + g->C;
+    wide = c->intermediate_size + g->nh * g->hd + g->C + c->moe_intermediate + c->moe_experts;
     g->inv_freq = malloc(sizeof(float) * (size_t)(g->hd / 2));
     g->kc = calloc((size_t)g->L, sizeof(float *));
     g->vc = calloc((size_t)g->L, sizeof(float *));

@@ -15,7 +15,7 @@ Checks (one line each, then "N passed, M failed"):
      (recurrent conv + SSM state), Falcon-Mamba (the dt/B/C norms; a control:
      without them the continuation differs), Mamba-2 (two groups, a clamping
      time_step_limit; a control: transformers' whole-width gated norm gives
-     another continuation);
+     another continuation), Mixtral and Qwen3-MoE (the router's top k, renormalised or not);
   2. sampling (temperature 0.8, top-p 0.9) is reproducible for a seed and
      differs across seeds;
   3. a byte-level model generates from a text prompt (bytes out);
@@ -84,6 +84,12 @@ def main():
         "qwen2 window 5": L.init_model(L.make_config(vocab=VOCAB, family="qwen2", use_sliding_window=True,
                                                      sliding_window=5, max_window_layers=1), seed=19, std=0.3),
         "falcon mamba": M.init_model(M.make_config(vocab=VOCAB, tied=False, falcon=True), seed=17, std=0.3),
+        # mixtures of experts: Mixtral (top 2 of 4, renormalised) and Qwen3-MoE without norm_topk_prob
+        "mixtral": L.init_model(L.make_config(vocab=VOCAB, intermediate=32, family="mixtral", num_local_experts=4,
+                                              num_experts_per_tok=2), seed=21, std=0.3),
+        "qwen3 moe": L.init_model(L.make_config(vocab=VOCAB, family="qwen3_moe", head_dim=16, num_experts=4,
+                                                num_experts_per_tok=2, moe_intermediate_size=24,
+                                                norm_topk_prob=False), seed=22, std=0.3),
         # Mamba-2: two groups (the per-group gated norm), a time_step_limit that clamps, biases
         "mamba2": M2.init_model(M2.make_config(vocab=VOCAB, heads=8, groups=2, limit=(0.002, 0.08)), seed=20, std=0.3),
         # Gemma 2: (1 + w) and sandwich norms, scaled embeddings, GeGLU, both softcaps, a window on even layers
