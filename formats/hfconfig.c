@@ -1258,25 +1258,25 @@ static int parse_mamba2_hf(const char *p, json_t *o, sl_model_config *c) {
   return SL_OK;
 }
 
-/* state-spaces/mamba config.json: d_model, n_layer, vocab_size, ssm_cfg, ... */
-static int parse_mamba_ss(const char *p, json_t *o, sl_model_config *c) {
+/* state-spaces/mamba config.json (mamba_ssm's MambaConfig): d_model, n_layer, vocab_size,
+ * pad_vocab_size_multiple, tie_embeddings, ssm_cfg {layer: "Mamba1" | "Mamba2", ...}. The fields both
+ * layers share; *ssm is ssm_cfg (an empty object, owned by *empty, when absent: its fields take their
+ * defaults, recorded as ssm_cfg.KEY). */
+static int ss_common(const char *p, json_t *o, sl_model_config *c, json_t **ssm, json_t **empty) {
   int rc, rms = 1;
   int64_t d_inter = 0;
   c->ssm_original_format = 1;
-  json_t *ssm = jget(o, "ssm_cfg"), *empty = json_object();
-  if (!empty) return sl_fail(SL_ENOMEM, "out of memory");
-  if (ssm && !json_is_null(ssm) && !json_is_object(ssm)) {
-    json_decref(empty);
-    return sl_fail(SL_EINPUT, "%s: field 'ssm_cfg' must be an object, found %s", p, jtype(ssm));
-  }
-  if (!ssm || json_is_null(ssm)) { /* its fields take their defaults, recorded as ssm_cfg.KEY */
-    ssm = empty;
+  *ssm = jget(o, "ssm_cfg");
+  if (!(*empty = json_object())) return sl_fail(SL_ENOMEM, "out of memory");
+  if (*ssm && !json_is_null(*ssm) && !json_is_object(*ssm))
+    return sl_fail(SL_EINPUT, "%s: field 'ssm_cfg' must be an object, found %s", p, jtype(*ssm));
+  if (!*ssm || json_is_null(*ssm)) {
+    *ssm = *empty;
     if (g_rec && g_rec->nobj < (int)(sizeof g_rec->objs / sizeof g_rec->objs[0])) {
-      g_rec->objs[g_rec->nobj].obj = empty;
+      g_rec->objs[g_rec->nobj].obj = *empty;
       snprintf(g_rec->objs[g_rec->nobj++].name, sizeof g_rec->objs[0].name, "ssm_cfg");
     }
   }
-  json_t *layer = jget(ssm, "layer");
   json_t *attn = jget(o, "attn_layer_idx");
   rc = get_int(p, o, "d_model", 1, 0, &c->hidden_size);
   if (!rc) rc = get_int(p, o, "n_layer", 1, 0, &c->num_hidden_layers);
@@ -1286,6 +1286,36 @@ static int parse_mamba_ss(const char *p, json_t *o, sl_model_config *c) {
   if (!rc) rc = get_bool(p, o, "rms_norm", 1, &rms);
   if (!rc) rc = get_bool(p, o, "residual_in_fp32", 1, &c->residual_in_fp32);
   if (!rc) rc = get_int(p, o, "d_intermediate", 0, 0, &d_inter);
+  if (!rc && !rms) rc = sl_fail(SL_EINPUT, "%s: field 'rms_norm' = false (LayerNorm) is not supported", p);
+  if (!rc && d_inter != 0)
+    rc = sl_fail(SL_EINPUT, "%s: field 'd_intermediate' = %lld (MLP blocks) is not supported, expected 0", p,
+                 (long long)d_inter);
+  if (!rc && attn && !(json_is_array(attn) && json_array_size(attn) == 0) && !json_is_null(attn))
+    rc = sl_fail(SL_EINPUT, "%s: field 'attn_layer_idx' (hybrid attention) is not supported", p);
+  if (rc) return rc;
+  if (c->pad_vocab_size_multiple <= 0 || c->pad_vocab_size_multiple > CFG_MAX_DIM)
+    return sl_fail(SL_EINPUT, "%s: field 'pad_vocab_size_multiple' must be positive, found %lld", p,
+                   (long long)c->pad_vocab_size_multiple);
+  if (c->vocab_size > 0 && c->vocab_size <= CFG_MAX_DIM) {
+    int64_t m = c->pad_vocab_size_multiple;
+    c->vocab_size = (c->vocab_size + m - 1) / m * m;
+  }
+  c->layer_norm_epsilon = 1e-5;
+  c->initializer_range = 0.02;
+  return SL_OK;
+}
+
+/* ssm_cfg.layer: absent (Mamba1) or the expected one. */
+static int ss_layer(const char *p, json_t *ssm, const char *want) {
+  json_t *layer = jget(ssm, "layer");
+  if (!layer && !strcmp(want, "Mamba1")) return SL_OK;
+  if (layer && json_is_string(layer) && !strcmp(json_string_value(layer), want)) return SL_OK;
+  return sl_fail(SL_EINPUT, "%s: field 'ssm_cfg.layer' must be \"Mamba1\" or \"Mamba2\"", p);
+}
+
+static int parse_mamba_ss(const char *p, json_t *o, sl_model_config *c) {
+  json_t *ssm = NULL, *empty = NULL;
+  int rc = ss_common(p, o, c, &ssm, &empty);
   if (!rc) rc = get_int(p, ssm, "d_state", 0, 16, &c->state_size);
   if (!rc) rc = get_int(p, ssm, "d_conv", 0, 4, &c->conv_kernel);
   if (!rc) rc = get_int(p, ssm, "expand", 0, 2, &c->expand);
@@ -1296,32 +1326,62 @@ static int parse_mamba_ss(const char *p, json_t *o, sl_model_config *c) {
   if (!rc) rc = get_num(p, ssm, "dt_max", 0.1, &c->time_step_max);
   if (!rc) rc = get_num(p, ssm, "dt_init_floor", 1e-4, &c->time_step_floor);
   if (!rc) rc = get_num(p, ssm, "dt_scale", 1.0, &c->time_step_scale);
-  if (!rc && !rms) rc = sl_fail(SL_EINPUT, "%s: field 'rms_norm' = false (LayerNorm) is not supported", p);
-  if (!rc && d_inter != 0)
-    rc = sl_fail(SL_EINPUT,
-                 "%s: field 'd_intermediate' = %lld (MLP blocks) is not supported, "
-                 "expected 0",
-                 p, (long long)d_inter);
-  if (!rc && attn && !(json_is_array(attn) && json_array_size(attn) == 0) && !json_is_null(attn))
-    rc = sl_fail(SL_EINPUT, "%s: field 'attn_layer_idx' (hybrid attention) is not supported", p);
-  if (!rc && layer && !(json_is_string(layer) && !strcmp(json_string_value(layer), "Mamba1")))
-    rc = sl_fail(SL_EINPUT,
-                 "%s: field 'ssm_cfg.layer' must be \"Mamba1\" (Mamba2 is not "
-                 "supported)",
-                 p);
+  if (!rc) rc = ss_layer(p, ssm, "Mamba1");
   json_decref(empty);
   if (rc) return rc;
-  if (c->pad_vocab_size_multiple <= 0 || c->pad_vocab_size_multiple > CFG_MAX_DIM)
-    return sl_fail(SL_EINPUT, "%s: field 'pad_vocab_size_multiple' must be positive, found %lld", p,
-                   (long long)c->pad_vocab_size_multiple);
-  if (c->vocab_size > 0 && c->vocab_size <= CFG_MAX_DIM) {
-    int64_t m = c->pad_vocab_size_multiple;
-    c->vocab_size = (c->vocab_size + m - 1) / m * m;
-  }
   if (c->expand > 0 && c->expand <= CFG_MAX_DIM && c->hidden_size > 0 && c->hidden_size <= CFG_MAX_DIM)
     c->intermediate_size = c->expand * c->hidden_size;
-  c->layer_norm_epsilon = 1e-5;
-  c->initializer_range = 0.02;
+  return SL_OK;
+}
+
+/* mamba_ssm's Mamba2 layer (ssm_cfg.layer "Mamba2"): d_state (128), d_conv, expand, headdim (64),
+ * ngroups (1), chunk_size (256), bias, conv_bias, dt_min / dt_max / dt_init_floor, dt_limit; the gated
+ * norm after the gate (norm_before_gate false) and a per-head D (D_has_hdim false), the only forms
+ * transformers' Mamba2 has, are required; d_ssm, when given, must be the whole d_inner. */
+static int parse_mamba2_ss(const char *p, json_t *o, sl_model_config *c) {
+  json_t *ssm = NULL, *empty = NULL;
+  int before = 0, dhd = 0, rmsg = 1;
+  int64_t d_ssm = -1;
+  int rc = ss_common(p, o, c, &ssm, &empty);
+  if (!rc) rc = get_int(p, ssm, "d_state", 0, 128, &c->state_size);
+  if (!rc) rc = get_int(p, ssm, "d_conv", 0, 4, &c->conv_kernel);
+  if (!rc) rc = get_int(p, ssm, "expand", 0, 2, &c->expand);
+  if (!rc) rc = get_int(p, ssm, "headdim", 0, 64, &c->ssm_head_dim);
+  if (!rc) rc = get_int(p, ssm, "ngroups", 0, 1, &c->ssm_groups);
+  if (!rc) rc = get_int(p, ssm, "chunk_size", 0, 256, &c->ssm_chunk);
+  if (!rc) rc = get_int(p, ssm, "d_ssm", 0, -1, &d_ssm);
+  if (!rc) rc = get_bool(p, ssm, "conv_bias", 1, &c->use_conv_bias);
+  if (!rc) rc = get_bool(p, ssm, "bias", 0, &c->use_bias);
+  if (!rc) rc = get_bool(p, ssm, "rmsnorm", 1, &rmsg);
+  if (!rc) rc = get_bool(p, ssm, "norm_before_gate", 0, &before);
+  if (!rc) rc = get_bool(p, ssm, "D_has_hdim", 0, &dhd);
+  if (!rc) rc = get_num(p, ssm, "dt_min", 0.001, &c->time_step_min);
+  if (!rc) rc = get_num(p, ssm, "dt_max", 0.1, &c->time_step_max);
+  if (!rc) rc = get_num(p, ssm, "dt_init_floor", 1e-4, &c->time_step_floor);
+  if (!rc) rc = ss_layer(p, ssm, "Mamba2");
+  if (!rc) { /* dt_limit: ssm_cfg's, as time_step_limit */
+    json_t *lim = jget(ssm, "dt_limit");
+    double a = 0, b = 0;
+    c->dt_limit[0] = 0.0, c->dt_limit[1] = INFINITY;
+    if (lim && !json_is_null(lim)) {
+      if (!json_is_array(lim) || json_array_size(lim) != 2 || !nonfinite_value(json_array_get(lim, 0), &a) ||
+          !nonfinite_value(json_array_get(lim, 1), &b))
+        rc = sl_fail(SL_EINPUT, "%s: field 'ssm_cfg.dt_limit' must be a list of two numbers, found %s", p, jtype(lim));
+      else c->dt_limit[0] = a, c->dt_limit[1] = b;
+    }
+    rec_fmt(ssm, "dt_limit", "[%.17g, %.17g]", c->dt_limit[0], c->dt_limit[1]);
+  }
+  json_decref(empty);
+  if (rc) return rc;
+  if (!rmsg) return sl_fail(SL_EINPUT, "%s: field 'ssm_cfg.rmsnorm' = false (no gated norm) is not supported", p);
+  if (before) return sl_fail(SL_EINPUT, "%s: field 'ssm_cfg.norm_before_gate' = true is not supported", p);
+  if (dhd) return sl_fail(SL_EINPUT, "%s: field 'ssm_cfg.D_has_hdim' = true is not supported", p);
+  if (c->expand > 0 && c->expand <= CFG_MAX_DIM && c->hidden_size > 0 && c->hidden_size <= CFG_MAX_DIM)
+    c->intermediate_size = c->expand * c->hidden_size;
+  if (d_ssm >= 0 && d_ssm != c->intermediate_size)
+    return sl_fail(SL_EINPUT, "%s: field 'ssm_cfg.d_ssm' = %lld: only d_ssm = expand x d_model (%lld) is supported", p,
+                   (long long)d_ssm, (long long)c->intermediate_size);
+  c->ssm_heads = c->ssm_head_dim > 0 ? c->intermediate_size / c->ssm_head_dim : 0;
   return SL_OK;
 }
 
@@ -1402,13 +1462,13 @@ int sl_hfconfig_validate(const char *p, const sl_model_config *c) {
                      "<= max",
                      p, c->time_step_min, c->time_step_max);
   } else if (c->arch == SL_ARCH_MAMBA2) {
-    if ((rc = posl(p, "state_size", c->state_size, CFG_MAX_STATE)) ||
-        (rc = posl(p, "expand", c->expand, CFG_MAX_EXPAND)) ||
-        (rc = posl(p, "conv_kernel", c->conv_kernel, CFG_MAX_CONV)) ||
-        (rc = posl(p, "num_heads", c->ssm_heads, CFG_MAX_INTER)) ||
-        (rc = posl(p, "head_dim", c->ssm_head_dim, CFG_MAX_INTER)) ||
-        (rc = posl(p, "n_groups", c->ssm_groups, CFG_MAX_HEADS)) ||
-        (rc = posl(p, "chunk_size", c->ssm_chunk, CFG_MAX_POS)) ||
+    if ((rc = posl(p, ss ? "ssm_cfg.d_state" : "state_size", c->state_size, CFG_MAX_STATE)) ||
+        (rc = posl(p, ss ? "ssm_cfg.expand" : "expand", c->expand, CFG_MAX_EXPAND)) ||
+        (rc = posl(p, ss ? "ssm_cfg.d_conv" : "conv_kernel", c->conv_kernel, CFG_MAX_CONV)) ||
+        (rc = posl(p, ss ? "ssm_cfg.headdim" : "head_dim", c->ssm_head_dim, CFG_MAX_INTER)) ||
+        (rc = posl(p, ss ? "d_inner / ssm_cfg.headdim" : "num_heads", c->ssm_heads, CFG_MAX_INTER)) ||
+        (rc = posl(p, ss ? "ssm_cfg.ngroups" : "n_groups", c->ssm_groups, CFG_MAX_HEADS)) ||
+        (rc = posl(p, ss ? "ssm_cfg.chunk_size" : "chunk_size", c->ssm_chunk, CFG_MAX_POS)) ||
         (rc = posl(p, "intermediate_size", c->intermediate_size, CFG_MAX_INTER)))
       return rc;
     if (c->ssm_heads * c->ssm_head_dim != c->intermediate_size)
@@ -1554,7 +1614,8 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
       goto done;
     }
   } else if (jget(o, "d_model") && jget(o, "n_layer")) {
-    c->arch = SL_ARCH_MAMBA;
+    json_t *ssm = jget(o, "ssm_cfg"), *layer = json_is_object(ssm) ? jget(ssm, "layer") : NULL;
+    c->arch = json_is_string(layer) && !strcmp(json_string_value(layer), "Mamba2") ? SL_ARCH_MAMBA2 : SL_ARCH_MAMBA;
     c->ssm_original_format = 1;
   } else {
     rc = sl_fail(SL_EINPUT,
@@ -1569,7 +1630,7 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
   snprintf(c->arch_name, sizeof c->arch_name, "%s", k_arch[row].cls);
   c->mixer_rms = falcon_row(row);
   if (c->arch == SL_ARCH_MAMBA) rc = c->ssm_original_format ? parse_mamba_ss(p, o, c) : parse_mamba_hf(p, o, c);
-  else if (c->arch == SL_ARCH_MAMBA2) rc = parse_mamba2_hf(p, o, c);
+  else if (c->arch == SL_ARCH_MAMBA2) rc = c->ssm_original_format ? parse_mamba2_ss(p, o, c) : parse_mamba2_hf(p, o, c);
   else rc = parse_attn(p, o, c);
   if (!rc) rc = sl_hfconfig_validate(p, c);
   if (!rc) rec_resolve(c, row);

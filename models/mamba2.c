@@ -473,7 +473,7 @@ static int m2_init(sl_model *m, sl_decoder *d) {
   p->nch = m->T > 0 ? (m->T + p->chunk - 1) / p->chunk : 0;
   d->eps = p->eps;
   d->std = c->initializer_range > 0 ? (float)c->initializer_range : 0.1f;
-  d->embed_name = "backbone.embeddings.weight";
+  d->embed_name = c->ssm_original_format ? "backbone.embedding.weight" : "backbone.embeddings.weight";
   d->norm_name = "backbone.norm_f.weight";
   d->head_init = SL_INIT_NORMAL;
   return SL_OK;
