@@ -69,6 +69,12 @@ ORACLE = {
      use_conv_bias=True, initializer_range=0.1, residual_in_fp32=True, time_step_rank="auto", time_step_scale=1.0,
      time_step_min=0.001, time_step_max=0.1, time_step_floor=1e-4, tie_word_embeddings=True, mixer_rms_eps=1e-6,
      intermediate_size="expand*hidden"),
+ # transformers' Mamba2Config: no intermediate_size field (the mixer takes expand * hidden_size)
+ "Mamba2ForCausalLM": dict(vocab_size=32768, hidden_size=4096, state_size=128, num_hidden_layers=64, num_heads=128,
+     head_dim=64, n_groups=8, chunk_size=256, layer_norm_epsilon=1e-5, bos_token_id=0, eos_token_id=2, expand=2,
+     conv_kernel=4, use_bias=False, use_conv_bias=True, initializer_range=0.1, residual_in_fp32=True,
+     time_step_min=0.001, time_step_max=0.1, time_step_floor=1e-4, time_step_limit=[0.0, float("inf")],
+     tie_word_embeddings=False),
 }
 
 def resolve(cfg, key):
@@ -84,6 +90,10 @@ def params(arch, o):
     c = {k: resolve(o, k) for k in o}
     V, H, L = c["vocab_size"], c["hidden_size"], c["num_hidden_layers"]
     emb = V * H * (1 if c["tie_word_embeddings"] else 2)
+    if arch == "Mamba2ForCausalLM":   # in_proj (z | x | B | C | dt), conv (x | B | C) + bias, dt_bias, A_log, D,
+        D, GS, nh, K = c["expand"] * H, c["n_groups"] * c["state_size"], c["num_heads"], c["conv_kernel"]
+        layer = H + H * (2 * D + 2 * GS + nh) + (D + 2 * GS) * (K + 1) + 3 * nh + D + D * H   # gated norm, out_proj
+        return emb + L * layer + H
     if "Mamba" in arch:
         I, N, K, R = c["intermediate_size"], c["state_size"], c["conv_kernel"], c["time_step_rank"]
         layer = H * 2 * I + I * K + I + I * (R + 2 * N) + R * I + I + I * N + I + I * H + H
@@ -134,6 +144,7 @@ TINY = {
  "Gemma3ForCausalLM": dict(hidden_size=32, num_attention_heads=4),
  "MambaForCausalLM": dict(hidden_size=32),
  "FalconMambaForCausalLM": dict(hidden_size=32),
+ "Mamba2ForCausalLM": dict(hidden_size=32, num_heads=8, head_dim=8, n_groups=2, state_size=8),
 }
 SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
          "num_experts", "moe_intermediate_size")
