@@ -8,7 +8,17 @@
  * to ckpt (B, nck, H, P, S). Backward walks chunks in reverse: it recomputes
  * the chunk's states from ckpt into scratch (the states before each step,
  * (B, H, chunk, S, P), coalesced over p), then steps back through the chunk
- * carrying ds[] (cut to 0 at a document start). Sums over threads are
+ * carrying ds[] (cut to 0 at a document start). The recompute runs over the
+ * chunk once per pass of RT states (8 at SMAX 16, 16 at SMAX 64, 32 at
+ * SMAX 32 and 128), so only RT states are live beside ds[]: that keeps
+ * the backward free of register spills up to S = 128 (before, ds[] and the
+ * whole recomputed row were live together: 612 B spilled per thread at
+ * SMAX 128 on sm_90). A channel's states are independent, so the passes
+ * change no value; forward and recompute both step a state with ssd_next
+ * (explicit fma / mul intrinsics), so the recomputed states are the
+ * forward's bit for bit (test_cuda_kernels: every gradient at chunk k equals
+ * chunk 1's, which reads every state from the forward). Every summation
+ * order below is as it was before the passes. Sums over threads are
  * deterministic (no atomics):
  *  - per step, dB / dC (over p) and ddelta (over p and n): a warp
  *    xor-shuffle reduction plus a fixed-order sum over the block's warps;
@@ -37,6 +47,13 @@ __device__ __forceinline__ float ssd_ddelta(float v, float lo, float hi) {
 }
 __device__ __forceinline__ bool ssd_reset(const int32_t *seg, int64_t bt, int t) {
   return t == 0 || (seg && seg[bt] == t);
+}
+
+/* One step of one state: a s + B dx (a reset drops s). Rounding pinned by the
+ * intrinsics (no contraction choice left to the compiler): the forward and
+ * the backward's recompute both call it, so their states agree bit for bit. */
+__device__ __forceinline__ float ssd_next(float s, float decay, float Bn, float dx, bool rs) {
+  return __fmaf_rn(Bn, dx, rs ? 0.0f : __fmul_rn(decay, s));
 }
 
 /* ---- forward --------------------------------------------------------------------- */
@@ -69,7 +86,7 @@ static __global__ void __launch_bounds__(SSD_PMAX)
 #pragma unroll
     for (int n = 0; n < SMAX; n++) {
       if (n < S) {
-        s[n] = (rs ? 0.0f : decay * s[n]) + Bt[n] * dx;
+        s[n] = ssd_next(s[n], decay, Bt[n], dx, rs);
         acc += Ct[n] * s[n];
       }
     }
@@ -105,7 +122,12 @@ static __global__ void __launch_bounds__(SSD_PMAX)
   const bool act = p < P; /* inactive lanes still join the block reductions */
   const int g = h / (H / G), nck = (T + chunk - 1) / chunk, R = 2 * S + 1;
   const float A = -expf(A_log[h]), Dh = Dp[h], bias = dt_bias[h];
-  float ds[SMAX], sv[SMAX];
+  /* states per recompute pass, picked from ptxas -v (8 / 16 / 32 tried) as
+   * the largest with no spills on sm_80 and sm_90: at SMAX 64, 32 makes
+   * ptxas aim at 128 registers and spill 180 B; at SMAX 16 on sm_80, 16
+   * spills 12 B (docs/cuda.md, "Mamba-2 SSD scan: registers") */
+  constexpr int RT = SMAX == 16 ? 8 : SMAX == 64 ? 16 : 32;
+  float ds[SMAX];
 #pragma unroll
   for (int n = 0; n < SMAX; n++) ds[n] = 0.0f;
   float accA = 0.0f, accD = 0.0f, accT = 0.0f; /* dA (before the chain rule through A_log), dDp, ddt_bias */
@@ -113,22 +135,28 @@ static __global__ void __launch_bounds__(SSD_PMAX)
   for (int c = nck - 1; c >= 0; c--) {
     const int t0 = c * chunk, t1 = min(T, t0 + chunk);
     float *hsb = hs + ((int64_t)b * H + h) * chunk * S * P + p; /* (chunk, S, P) */
+    /* recompute in passes of RT states (the states of a channel are
+     * independent), so that only RT of them are live beside ds[] */
     if (act) {
       const float *cp = ckpt + ((((int64_t)b * nck + c) * H + h) * P + p) * S;
+#pragma unroll 1
+      for (int n0 = 0; n0 < S; n0 += RT) {
+        float sv[RT];
 #pragma unroll
-      for (int n = 0; n < SMAX; n++) sv[n] = n < S ? cp[n] : 0.0f;
-      for (int t = t0; t < t1; t++) {
-        const int64_t bt = (int64_t)b * T + t;
-        const float delta = ssd_delta(dt[bt * lddt + h] + bias, lo, hi);
-        const float decay = expf(delta * A), dxv = delta * x[bt * ldx + (int64_t)h * P + p];
-        const bool rs = ssd_reset(seg, bt, t);
-        const float *Bt = Bm + bt * ldbc + (int64_t)g * S;
-        float *row = hsb + (int64_t)(t - t0) * S * P;
+        for (int k = 0; k < RT; k++) sv[k] = n0 + k < S ? cp[n0 + k] : 0.0f;
+        for (int t = t0; t < t1; t++) {
+          const int64_t bt = (int64_t)b * T + t;
+          const float delta = ssd_delta(dt[bt * lddt + h] + bias, lo, hi);
+          const float decay = expf(delta * A), dxv = delta * x[bt * ldx + (int64_t)h * P + p];
+          const bool rs = ssd_reset(seg, bt, t);
+          const float *Bt = Bm + bt * ldbc + (int64_t)g * S + n0;
+          float *row = hsb + ((int64_t)(t - t0) * S + n0) * P;
 #pragma unroll
-        for (int n = 0; n < SMAX; n++) {
-          if (n < S) {
-            row[(int64_t)n * P] = sv[n]; /* the state before step t (before a reset) */
-            sv[n] = (rs ? 0.0f : decay * sv[n]) + Bt[n] * dxv;
+          for (int k = 0; k < RT; k++) {
+            if (n0 + k < S) {
+              row[(int64_t)k * P] = sv[k]; /* the state before step t (before a reset) */
+              sv[k] = ssd_next(sv[k], decay, Bt[k], dxv, rs);
+            }
           }
         }
       }

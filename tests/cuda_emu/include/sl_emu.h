@@ -229,6 +229,8 @@ static inline long long __double_as_longlong(double d) { return sl_emu_bits<long
 static inline double __longlong_as_double(long long i) { return sl_emu_bits<double>(i); }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline float __fdividef(float a, float b) { return a / b; }
+static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); } /* one rounding, as the device */
+static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
 template <class T> static inline T __ldg(const T *p) { return *p; }
 

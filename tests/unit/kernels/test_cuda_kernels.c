@@ -644,6 +644,12 @@ static void test_ssd(int64_t B, int64_t T, int64_t H, int64_t P, int64_t G, int6
   snprintf(name, sizeof name, "ssd_fwd G%lld S%lld ck%lld ckpt", (long long)G, (long long)S, (long long)chunk);
   check(name, &ck, 1e-4);
   if (sl_cuda_upload(gc, ck.d, ck.h, (size_t)ck.n * 4)) nfail++;
+  buf *gr[6] = {&dx, &ddt, &ddtb, &dAl, &dbc, &dDp};
+  float *g0[6]; /* the gradients' start values, for the chunk-1 run below */
+  for (int i = 0; i < 6; i++) {
+    g0[i] = (float *)xmalloc((size_t)gr[i]->n * 4);
+    memcpy(g0[i], gr[i]->h, (size_t)gr[i]->n * 4);
+  }
   cpu->ssd_bwd(cc, dx.h + ox, ddt.h + odt, ddtb.h, dAl.h, dbc.h, dbc.h + G * S, dDp.h, dy.h, x.h + ox, ldx, dt.h + odt,
                lddt, dtb.h, Al.h, bo, co, ldbc, Dp.h, seg, ck.h, lo, hi, B, T, H, P, G, S, chunk);
   gpu->ssd_bwd(gc, dx.d + ox, ddt.d + odt, ddtb.d, dAl.d, dbc.d, dbc.d + G * S, dDp.d, dy.d, x.d + ox, ldx, dt.d + odt,
@@ -660,6 +666,37 @@ static void test_ssd(int64_t B, int64_t T, int64_t H, int64_t P, int64_t G, int6
   check(name, &dbc, TOL_R(1e-4));
   snprintf(name, sizeof name, "ssd_bwd G%lld S%lld dDp", (long long)G, (long long)S);
   check(name, &dDp, 1e-4);
+  if (chunk > 1) {
+    /* the device's own forward and backward at `chunk` and at chunk 1 (the
+     * checks above ran on the CPU's ckpt): chunk 1 reads every state from the
+     * forward's ckpt (no recompute) and no summation order depends on the
+     * chunk, so the gradients are the same bits exactly when the recomputed
+     * states are the forward's */
+    float *g1[2][6];
+    for (int r = 0; r < 2; r++) {
+      const int64_t ckr = r ? 1 : chunk;
+      buf y1 = mk0(N * HP), ck1 = mk0(B * ((T + ckr - 1) / ckr) * HP * S);
+      for (int i = 0; i < 6; i++) g1[r][i] = (float *)dev_copy(g0[i], (size_t)gr[i]->n * 4);
+      gpu->ssd_fwd(gc, y1.d, ck1.d, x.d + ox, ldx, dt.d + odt, lddt, dtb.d, Al.d, bod, cod, ldbc, Dp.d, segd, lo, hi,
+                   B, T, H, P, G, S, ckr);
+      gpu->ssd_bwd(gc, g1[r][0] + ox, g1[r][1] + odt, g1[r][2], g1[r][3], g1[r][4], g1[r][4] + G * S, g1[r][5], dy.d,
+                   x.d + ox, ldx, dt.d + odt, lddt, dtb.d, Al.d, bod, cod, ldbc, Dp.d, segd, ck1.d, lo, hi, B, T, H, P,
+                   G, S, ckr);
+      freeb(&y1), freeb(&ck1);
+    }
+    int same = 1;
+    for (int i = 0; i < 6; i++) {
+      float *a = (float *)xmalloc((size_t)gr[i]->n * 8), *c = a + gr[i]->n;
+      if (sl_cuda_download(gc, a, g1[0][i], (size_t)gr[i]->n * 4) ||
+          sl_cuda_download(gc, c, g1[1][i], (size_t)gr[i]->n * 4) || memcmp(a, c, (size_t)gr[i]->n * 4))
+        same = 0;
+      free(a);
+      sl_cuda_free(gc, g1[0][i]), sl_cuda_free(gc, g1[1][i]);
+    }
+    snprintf(name, sizeof name, "ssd_bwd S%lld ck%lld = ck1 (bits)", (long long)S, (long long)chunk);
+    report(name, N * HP, 0, 0, 0, same);
+  }
+  for (int i = 0; i < 6; i++) free(g0[i]);
   freeb(&x), freeb(&dt), freeb(&dtb), freeb(&Al), freeb(&bc), freeb(&Dp), freeb(&y), freeb(&ck), freeb(&dy);
   freeb(&dx), freeb(&ddt), freeb(&ddtb), freeb(&dAl), freeb(&dbc), freeb(&dDp);
   if (docs) free(seg), sl_cuda_free(gc, segd);
@@ -940,6 +977,12 @@ int main(void) {
   test_ssd(2, 29, 4, 37, 2, 16, 8, 1);  /* G > 1, P and T odd, documents */
   test_ssd(1, 23, 3, 5, 1, 7, 64, 0);   /* G = 1, chunk > T, one warp */
   test_ssd(2, 20, 2, 70, 2, 100, 3, 1); /* S = 100 (SMAX 128), P over 2 warps */
+  /* the state sizes of Mamba-Codestral / Nemotron-H / Granite 4.0-H; S not a
+   * multiple of the backward's recompute pass (8 / 16 / 32 states at SMAX
+   * 16 / 64 / 128: S = 7, 50, 100) */
+  test_ssd(1, 13, 2, 64, 1, 128, 5, 1);  /* S = 128, P = 64 */
+  test_ssd(1, 9, 2, 128, 2, 128, 4, 0);  /* S = 128, P = 128 */
+  test_ssd(2, 11, 2, 33, 1, 50, 4, 1);   /* S = 50 (SMAX 64) */
   test_bf16_compute();
   test_errors_and_scratch();
   printf("cuda scratch high-water: %zu bytes\n", gpu->ctx_scratch_bytes(gc));
