@@ -104,7 +104,7 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   int rc = sl_dec_norm_gathered(m, a->ln, a->rstd, x, w.norm, p->eps);
   if (rc) return rc;
   o->linear_fwd(k, a->xz, a->ln, w.w_in, w.b_in, N, H, 2 * D);
-  o->conv1d_fwd(k, a->xcp, a->xz, 2 * D, w.w_conv, w.b_conv, m->B, m->T, D, p->K);
+  o->conv1d_fwd(k, a->xcp, a->xz, 2 * D, w.w_conv, w.b_conv, m->B, m->T, D, p->K, NULL);
   o->silu_fwd(k, a->u, a->xcp, N * D);
   o->linear_fwd(k, a->dtr, a->u, w.w_x, NULL, N, D, R);
   o->linear_fwd(k, a->bc, a->u, w.w_x + R * D, NULL, N, D, 2 * S);
@@ -112,7 +112,7 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   sl_mamba_mixer_norm_fwd(m, a);
   const float *bc = mamba_bc_in(p, a);
   o->linear_fwd(k, a->dtv, mamba_dt_in(p, a), w.w_dt, w.b_dt, N, R, D);
-  o->scan_fwd(k, a->y, a->ckpt, a->u, a->dtv, w.a_log, bc, bc + S, 2 * S, w.dp, m->B, m->T, D, S, p->chunk);
+  o->scan_fwd(k, a->y, a->ckpt, a->u, a->dtv, w.a_log, bc, bc + S, 2 * S, w.dp, NULL, m->B, m->T, D, S, p->chunk);
   o->gate_fwd(k, a->g, a->y, a->xz + D, 2 * D, N, D);
   if (out) {
     o->linear_fwd(k, p->sp ? dln : out, a->g, w.w_out, m->tp_rank == 0 ? w.b_out : NULL, N, D, H);
@@ -191,8 +191,8 @@ static int mamba_bwd(sl_model *m, int l, const float *flat, float *grads) {
   zero(m, p->ddtv, N * D);
   zero(m, p->dbc, N * 2 * S);
   const float *bc = mamba_bc_in(p, a);
-  o->scan_bwd(k, p->du, p->ddtv, (float *)g.a_log, p->dbc, p->dbc + S, (float *)g.dp, p->dy, a->u, a->dtv, w.a_log,
-              bc, bc + S, 2 * S, w.dp, a->ckpt, m->B, m->T, D, S, p->chunk);
+  o->scan_bwd(k, p->du, p->ddtv, (float *)g.a_log, p->dbc, p->dbc + S, (float *)g.dp, p->dy, a->u, a->dtv, w.a_log, bc,
+              bc + S, 2 * S, w.dp, NULL, a->ckpt, m->B, m->T, D, S, p->chunk);
   /* dt_proj */
   zero(m, p->ddtr, N * R);
   o->linear_bwd(k, p->ddtr, (float *)g.w_dt, (float *)g.b_dt, p->ddtv, mamba_dt_in(p, a), w.w_dt, N, R, D);
@@ -207,7 +207,7 @@ static int mamba_bwd(sl_model *m, int l, const float *flat, float *grads) {
   o->silu_bwd(k, dxcp, p->du, a->xcp, N * D);
   /* conv1d into the x half of dxz */
   o->conv1d_bwd(k, p->dxz, 2 * D, (float *)g.w_conv, (float *)g.b_conv, dxcp, a->xz, 2 * D, w.w_conv, m->B, m->T, D,
-                p->K);
+                p->K, NULL);
   /* in_proj and the norm */
   zero(m, dln, N * H);
   o->linear_bwd(k, dln, (float *)g.w_in, (float *)g.b_in, p->dxz, a->ln, w.w_in, N, H, 2 * D);

@@ -136,7 +136,7 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   int rc = sl_dec_norm_gathered(m, a->ln, a->rstd, x, w.norm, p->eps);
   if (rc) return rc;
   o->linear_fwd(k, a->zx, a->ln, w.w_in, w.b_in, N, H, p->Din);
-  o->conv1d_fwd(k, a->xc, a->zx + D, p->Din, w.w_conv, w.b_conv, m->B, m->T, p->Cd, p->K);
+  o->conv1d_fwd(k, a->xc, a->zx + D, p->Din, w.w_conv, w.b_conv, m->B, m->T, p->Cd, p->K, NULL);
   o->silu_fwd(k, a->xbc, a->xc, N * p->Cd);
   o->ssd_fwd(k, a->y, a->ckpt, a->xbc, p->Cd, a->zx + 2 * D + 2 * GS, p->Din, w.dt_bias, w.a_log, a->xbc + D,
              a->xbc + D + GS, p->Cd, w.dp, NULL, p->dt_lo, p->dt_hi, m->B, m->T, p->nh, p->P, p->G, p->S, p->chunk);
@@ -242,7 +242,7 @@ static int bwd_pass(sl_model *m, int l, const float *flat, const m2_w *g, const 
   o->silu_bwd(k, p->dxc, p->dxbc, a->xc, N * p->Cd);
   if (st) copy(m, st->dxc, p->dxc, N * p->Cd);
   o->conv1d_bwd(k, p->dzx + D, p->Din, G_(w_conv), G_(b_conv), p->dxc, a->zx + D, p->Din, w.w_conv, m->B, m->T, p->Cd,
-                p->K);
+                p->K, NULL);
   if (st) copy(m, st->dzx, p->dzx, N * p->Din);
   /* in_proj and the block norm */
   float *dln = d->dln;
@@ -285,7 +285,7 @@ static int m2_bwd_weight(sl_model *m, int l, const float *flat, float *grads, co
   o->add_inplace(k, (float *)g.a_log, st.dalog, p->nh);
   o->add_inplace(k, (float *)g.dp, st.ddp, p->nh);
   o->conv1d_bwd(k, NULL, p->Din, (float *)g.w_conv, (float *)g.b_conv, st.dxc, a->zx + D, p->Din, w.w_conv, m->B, m->T,
-                p->Cd, p->K);
+                p->Cd, p->K, NULL);
   o->linear_bwd(k, NULL, (float *)g.w_in, (float *)g.b_in, st.dzx, a->ln, w.w_in, N, H, p->Din);
   o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.norm, p->gnorm), st.dln, d->stream[l], w.norm, a->rstd, p->n, H,
                  H);
