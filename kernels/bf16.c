@@ -147,17 +147,17 @@ static void lmhead_ce_bwd(sl_kctx *ctx, float *dx, float *dw, const float *x, co
 
 /* ---- Mamba ---------------------------------------------------------------- */
 static void conv1d_fwd(sl_kctx *ctx, float *out, const float *x, int64_t ldx, const float *w, const float *bias,
-                       int64_t B, int64_t T, int64_t D, int64_t K) {
+                       int64_t B, int64_t T, int64_t D, int64_t K, const int32_t *seg) {
   const sl_bf16_state *s = st(ctx, "conv1d_fwd");
   if (!s) return;
-  F(s)->conv1d_fwd(ctx, out, x, ldx, w, bias, B, T, D, K);
+  F(s)->conv1d_fwd(ctx, out, x, ldx, w, bias, B, T, D, K, seg);
   rnd(ctx, s, out, B * T * D);
 }
 static void conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *dbias, const float *dout, const float *x,
-                       int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D, int64_t K) {
+                       int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D, int64_t K, const int32_t *seg) {
   const sl_bf16_state *s = st(ctx, "conv1d_bwd");
   if (!s) return;
-  F(s)->conv1d_bwd(ctx, dx, ldx, dw, dbias, dout, x, ldx_in, w, B, T, D, K);
+  F(s)->conv1d_bwd(ctx, dx, ldx, dw, dbias, dout, x, ldx_in, w, B, T, D, K, seg);
   rnd_rows(ctx, s, dx, B * T, D, ldx); /* dw, dbias: fp32 */
 }
 static void silu_fwd(sl_kctx *ctx, float *out, const float *x, int64_t n) {
@@ -187,20 +187,20 @@ static void gate_bwd(sl_kctx *ctx, float *dy, float *dz, int64_t ldz, const floa
   rnd_rows(ctx, s, dz, N, D, ldz);
 }
 static void scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u, const float *dt, const float *A_log,
-                     const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, int64_t B, int64_t T, int64_t D,
-                     int64_t S, int64_t chunk) {
+                     const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, const int32_t *seg, int64_t B,
+                     int64_t T, int64_t D, int64_t S, int64_t chunk) {
   const sl_bf16_state *s = st(ctx, "scan_fwd");
   if (!s) return;
-  F(s)->scan_fwd(ctx, y, ckpt, u, dt, A_log, Bm, Cm, ldbc, Dp, B, T, D, S, chunk);
+  F(s)->scan_fwd(ctx, y, ckpt, u, dt, A_log, Bm, Cm, ldbc, Dp, seg, B, T, D, S, chunk);
   rnd(ctx, s, y, B * T * D); /* ckpt: fp32 state */
 }
 static void scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float *dBm, float *dCm, float *dDp,
                      const float *dy, const float *u, const float *dt, const float *A_log, const float *Bm,
-                     const float *Cm, int64_t ldbc, const float *Dp, const float *ckpt, int64_t B, int64_t T, int64_t D,
-                     int64_t S, int64_t chunk) {
+                     const float *Cm, int64_t ldbc, const float *Dp, const int32_t *seg, const float *ckpt, int64_t B,
+                     int64_t T, int64_t D, int64_t S, int64_t chunk) {
   const sl_bf16_state *s = st(ctx, "scan_bwd");
   if (!s) return;
-  F(s)->scan_bwd(ctx, du, ddt, dA_log, dBm, dCm, dDp, dy, u, dt, A_log, Bm, Cm, ldbc, Dp, ckpt, B, T, D, S, chunk);
+  F(s)->scan_bwd(ctx, du, ddt, dA_log, dBm, dCm, dDp, dy, u, dt, A_log, Bm, Cm, ldbc, Dp, seg, ckpt, B, T, D, S, chunk);
   rnd(ctx, s, du, B * T * D); /* dA_log, dDp: fp32 weight gradients */
   rnd(ctx, s, ddt, B * T * D);
   rnd_rows(ctx, s, dBm, B * T, S, ldbc);

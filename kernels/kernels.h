@@ -165,15 +165,24 @@ typedef struct sl_ops {
   /* ---- Mamba (v1) ------------------------------------------------------
    * D = d_inner channels, S = state size, K = conv kernel width.
    * Inputs that are column slices of a wider row take a row stride (ld*),
-   * in elements; outputs are dense (row stride = their width). */
+   * in elements; outputs are dense (row stride = their width).
+   * Document resets (packed samples): the seg argument of conv1d and scan is
+   * rope's and attention's (above; NULL: one document per sample). With it a
+   * packed row computes what its documents would, each run on its own. */
   /* Depthwise causal conv over time, per sample:
-   * out[b,t,d] = bias[d] + sum_k w[d,k] * x[b, t-(K-1)+k, d] (zero before t=0);
-   * x rows have stride ldx; w (D, K); bias (D) or NULL. out (B, T, D). */
+   * out[b,t,d] = bias[d] + sum_k w[d,k] * x[b, t-(K-1)+k, d] over the k with
+   * t-(K-1)+k >= lo, lo = seg[b*T+t] (0 with seg NULL): the inputs before t's
+   * document start count as zero; x rows have stride ldx; w (D, K); bias (D)
+   * or NULL. out (B, T, D). */
   void (*conv1d_fwd)(sl_kctx *, float *out, const float *x, int64_t ldx, const float *w, const float *bias, int64_t B,
-                     int64_t T, int64_t D, int64_t K);
-  /* dx (rows of stride ldx) += ..., dw (D, K) += ..., dbias (D) += ... (NULL ok) */
+                     int64_t T, int64_t D, int64_t K, const int32_t *seg);
+  /* The adjoint, the same seg: dx (rows of stride ldx) += ..., dw (D, K) +=
+   * ..., dbias (D) += ... (NULL ok); no gradient crosses a document start.
+   * CPU: with seg, dw and dbias add each document's sums on their own, in
+   * order (sample, time): the bits of its documents run one after another
+   * (B = 1) into the same dw, dbias. */
   void (*conv1d_bwd)(sl_kctx *, float *dx, int64_t ldx, float *dw, float *dbias, const float *dout, const float *x,
-                     int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D, int64_t K);
+                     int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D, int64_t K, const int32_t *seg);
   /* out[i] = silu(x[i]) ; dx[i] += dout[i] * silu'(x[i]) */
   void (*silu_fwd)(sl_kctx *, float *out, const float *x, int64_t n);
   void (*silu_bwd)(sl_kctx *, float *dx, const float *dout, const float *x, int64_t n);
@@ -182,7 +191,9 @@ typedef struct sl_ops {
   /* dy += dout*silu(z) ; dz (stride ldz) += dout*y*silu'(z) */
   void (*gate_bwd)(sl_kctx *, float *dy, float *dz, int64_t ldz, const float *dout, const float *y, const float *z,
                    int64_t N, int64_t D);
-  /* Selective scan with softplus on dt, per sample (state starts at 0):
+  /* Selective scan with softplus on dt, per sample; the state is 0 at t = 0
+   * and again at every document start (seg, above; NULL: none; seg[b*T+t]
+   * == t > 0 starts one), as ssd_fwd's:
    *   delta[t,d] = softplus(dt[t,d])        (dt already includes dt_proj bias)
    *   A[d,s]     = -exp(A_log[d,s])
    *   h[d,s]     = exp(delta*A[d,s]) * h[d,s] + delta * Bm[t,s] * u[t,d]
@@ -190,16 +201,22 @@ typedef struct sl_ops {
    * u, dt: (B, T, D) dense; Bm, Cm: (B, T, S) with row stride ldbc;
    * A_log (D, S); Dp (D). y (B, T, D).
    * ckpt (B, ceil(T/chunk), D, S) receives the state at the start of every
-   * chunk of `chunk` steps (chunk >= 1) so backward can recompute states
-   * chunk by chunk instead of storing all T of them. */
+   * chunk of `chunk` steps (chunk >= 1; before a reset at that step) so
+   * backward can recompute states chunk by chunk instead of storing all T
+   * of them. */
   void (*scan_fwd)(sl_kctx *, float *y, float *ckpt, const float *u, const float *dt, const float *A_log,
-                   const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, int64_t B, int64_t T, int64_t D,
-                   int64_t S, int64_t chunk);
+                   const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, const int32_t *seg, int64_t B,
+                   int64_t T, int64_t D, int64_t S, int64_t chunk);
   /* Adds gradients into du, ddt (B,T,D), dA_log (D,S), dBm, dCm (stride
-   * ldbc), dDp (D), given dy; recomputes states from ckpt. */
+   * ldbc), dDp (D), given dy; recomputes states from ckpt; the same seg as
+   * the forward (no gradient crosses a document start). CPU: with seg,
+   * dA_log and dDp add each document's sums on their own, in the order the
+   * backward visits them (samples in order, a sample's documents last to
+   * first): the bits of its documents run one after another (B = 1). */
   void (*scan_bwd)(sl_kctx *, float *du, float *ddt, float *dA_log, float *dBm, float *dCm, float *dDp, const float *dy,
                    const float *u, const float *dt, const float *A_log, const float *Bm, const float *Cm, int64_t ldbc,
-                   const float *Dp, const float *ckpt, int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk);
+                   const float *Dp, const int32_t *seg, const float *ckpt, int64_t B, int64_t T, int64_t D, int64_t S,
+                   int64_t chunk);
 
   /* ---- Mamba-2 (the SSD recurrence) -------------------------------------
    * H heads of P channels (x and y rows: H*P), G groups of S states (B and C

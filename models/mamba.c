@@ -104,7 +104,7 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   int rc = sl_dec_norm_gathered(m, a->ln, a->rstd, x, w.norm, p->eps);
   if (rc) return rc;
   sl_lin_fwd(m, &p->lin, a->xz, a->ln, w.w_in, w.b_in, N);
-  o->conv1d_fwd(k, a->xcp, a->xz, 2 * D, w.w_conv, w.b_conv, m->B, m->T, D, p->K);
+  o->conv1d_fwd(k, a->xcp, a->xz, 2 * D, w.w_conv, w.b_conv, m->B, m->T, D, p->K, m->seg);
   o->silu_fwd(k, a->u, a->xcp, N * D);
   sl_lin_fwd(m, &p->lxdt, a->dtr, a->u, w.w_x, NULL, N);
   sl_lin_fwd(m, &p->lxbc, a->bc, a->u, w.w_x + R * D, NULL, N);
@@ -112,7 +112,7 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   sl_mamba_mixer_norm_fwd(m, a);
   const float *bc = mamba_bc_in(p, a);
   sl_lin_fwd(m, &p->ldt, a->dtv, mamba_dt_in(p, a), w.w_dt, w.b_dt, N);
-  o->scan_fwd(k, a->y, a->ckpt, a->u, a->dtv, w.a_log, bc, bc + S, 2 * S, w.dp, m->B, m->T, D, S, p->chunk);
+  o->scan_fwd(k, a->y, a->ckpt, a->u, a->dtv, w.a_log, bc, bc + S, 2 * S, w.dp, m->seg, m->B, m->T, D, S, p->chunk);
   o->gate_fwd(k, a->g, a->y, a->xz + D, 2 * D, N, D);
   if (out) {
     sl_lin_fwd(m, &p->lout, p->sp ? dln : out, a->g, w.w_out, w.b_out, N);
@@ -192,7 +192,7 @@ static int mamba_bwd(sl_model *m, int l, const float *flat, float *grads) {
   zero(m, p->dbc, N * 2 * S);
   const float *bc = mamba_bc_in(p, a);
   o->scan_bwd(k, p->du, p->ddtv, (float *)g.a_log, p->dbc, p->dbc + S, (float *)g.dp, p->dy, a->u, a->dtv, w.a_log, bc,
-              bc + S, 2 * S, w.dp, a->ckpt, m->B, m->T, D, S, p->chunk);
+              bc + S, 2 * S, w.dp, m->seg, a->ckpt, m->B, m->T, D, S, p->chunk);
   /* dt_proj */
   zero(m, p->ddtr, N * R);
   sl_lin_bwd(m, &p->ldt, p->ddtr, (float *)g.w_dt, (float *)g.b_dt, p->ddtv, mamba_dt_in(p, a), w.w_dt, N);
@@ -207,7 +207,7 @@ static int mamba_bwd(sl_model *m, int l, const float *flat, float *grads) {
   o->silu_bwd(k, dxcp, p->du, a->xcp, N * D);
   /* conv1d into the x half of dxz */
   o->conv1d_bwd(k, p->dxz, 2 * D, (float *)g.w_conv, (float *)g.b_conv, dxcp, a->xz, 2 * D, w.w_conv, m->B, m->T, D,
-                p->K);
+                p->K, m->seg);
   /* in_proj and the norm */
   zero(m, dln, N * H);
   sl_lin_bwd(m, &p->lin, dln, (float *)g.w_in, (float *)g.b_in, p->dxz, a->ln, w.w_in, N);
@@ -426,12 +426,13 @@ static int mamba_init(sl_model *m, sl_decoder *d) {
   return SL_OK;
 }
 
-/* No attention: the doc mask would not stop the recurrent state carrying
- * across documents. The scan's parameter gradients come out of the input
- * half (models/mamba_split.c), so the split is not for --no-sync-accum. */
+/* Document masking: the conv and the scan restart at each document start
+ * (kernels.h seg), so a packed row trains as its documents run separately.
+ * The scan's parameter gradients come out of the input half
+ * (models/mamba_split.c), so the split is not for --no-sync-accum. */
 static void mamba_caps(const sl_model_config *c, sl_model_caps *out) {
   *out = (sl_model_caps){.attention = 0,
-                         .doc_mask = 0,
+                         .doc_mask = 1, /* the conv and the scan restart at each document (m->seg) */
                          .recurrent = 1,
                          .zb_split = 1,
                          .zb_split_accum = 0,

@@ -30,8 +30,8 @@
  * recomputations call the same kernels on the same inputs: bit-identical.
  * Tensor parallelism (heads and their groups over the TP ranks, +
  * sequence parallelism): above m2_spec. Not yet: TP with n_groups not
- * divisible by --tp (refused naming n_groups), document masking
- * (the conv state would cross documents). bf16 compute: the ops' bf16
+ * divisible by --tp (refused naming n_groups). Document masking: the conv
+ * and the scan restart at each document (m->seg). bf16 compute: the ops' bf16
  * layer; activations kept in fp32 buffers (bf16-valued where rounded).
  */
 #include <math.h>
@@ -138,10 +138,10 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   int rc = sl_dec_norm_gathered(m, a->ln, a->rstd, x, w.norm, p->eps);
   if (rc) return rc;
   sl_lin_fwd(m, &p->lin, a->zx, a->ln, w.w_in, w.b_in, N);
-  o->conv1d_fwd(k, a->xc, a->zx + D, p->Din, w.w_conv, w.b_conv, m->B, m->T, p->Cd, p->K);
+  o->conv1d_fwd(k, a->xc, a->zx + D, p->Din, w.w_conv, w.b_conv, m->B, m->T, p->Cd, p->K, m->seg);
   o->silu_fwd(k, a->xbc, a->xc, N * p->Cd);
   o->ssd_fwd(k, a->y, a->ckpt, a->xbc, p->Cd, a->zx + 2 * D + 2 * GS, p->Din, w.dt_bias, w.a_log, a->xbc + D,
-             a->xbc + D + GS, p->Cd, w.dp, NULL, p->dt_lo, p->dt_hi, m->B, m->T, p->nh, p->P, p->G, p->S, p->chunk);
+             a->xbc + D + GS, p->Cd, w.dp, m->seg, p->dt_lo, p->dt_hi, m->B, m->T, p->nh, p->P, p->G, p->S, p->chunk);
   gate_norm_fwd(m, p, &w, a);
   if (out) { /* out_proj's partial sums (row-parallel) summed over TP: reduce-scattered under sp */
     float *dln = sl_dec(m)->dln;
@@ -237,14 +237,14 @@ static int bwd_pass(sl_model *m, int l, const float *flat, const m2_w *g, const 
   if (st) zero(m, st->ddtb, 3 * p->nh);
   o->ssd_bwd(k, p->dxbc, p->dzx + 2 * D + 2 * GS, st ? st->ddtb : G_(dt_bias), st ? st->dalog : G_(a_log), p->dxbc + D,
              p->dxbc + D + GS, st ? st->ddp : G_(dp), p->dy, a->xbc, p->Cd, a->zx + 2 * D + 2 * GS, p->Din, w.dt_bias,
-             w.a_log, a->xbc + D, a->xbc + D + GS, p->Cd, w.dp, NULL, a->ckpt, p->dt_lo, p->dt_hi, m->B, m->T, p->nh,
+             w.a_log, a->xbc + D, a->xbc + D + GS, p->Cd, w.dp, m->seg, a->ckpt, p->dt_lo, p->dt_hi, m->B, m->T, p->nh,
              p->P, p->G, p->S, p->chunk);
   /* SiLU, then the conv into the xBC columns of dzx */
   zero(m, p->dxc, N * p->Cd);
   o->silu_bwd(k, p->dxc, p->dxbc, a->xc, N * p->Cd);
   if (st) copy(m, st->dxc, p->dxc, N * p->Cd);
   o->conv1d_bwd(k, p->dzx + D, p->Din, G_(w_conv), G_(b_conv), p->dxc, a->zx + D, p->Din, w.w_conv, m->B, m->T, p->Cd,
-                p->K);
+                p->K, m->seg);
   if (st) copy(m, st->dzx, p->dzx, N * p->Din);
   /* in_proj and the block norm */
   float *dln = d->dln;
@@ -287,7 +287,7 @@ static int m2_bwd_weight(sl_model *m, int l, const float *flat, float *grads, co
   o->add_inplace(k, (float *)g.a_log, st.dalog, p->nh);
   o->add_inplace(k, (float *)g.dp, st.ddp, p->nh);
   o->conv1d_bwd(k, NULL, p->Din, (float *)g.w_conv, (float *)g.b_conv, st.dxc, a->zx + D, p->Din, w.w_conv, m->B, m->T,
-                p->Cd, p->K);
+                p->Cd, p->K, m->seg);
   sl_lin_bwd(m, &p->lin, NULL, (float *)g.w_in, (float *)g.b_in, st.dzx, a->ln, w.w_in, N);
   o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.norm, p->gnorm), st.dln, d->stream[l], w.norm, a->rstd, p->n, H,
                  H);
@@ -481,7 +481,7 @@ static int m2_init(sl_model *m, sl_decoder *d) {
 
 static void m2_caps(const sl_model_config *c, sl_model_caps *out) {
   *out = (sl_model_caps){.attention = 0,
-                         .doc_mask = 0,
+                         .doc_mask = 1, /* the conv and the scan restart at each document (m->seg) */
                          .recurrent = 1,
                          .zb_split = 1,
                          .zb_split_accum = 0,

@@ -94,7 +94,7 @@ int sl_mamba_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
   zero(m, s.ddp, D);
   const float *bc = mamba_bc_in(p, a);
   o->scan_bwd(k, p->du, p->ddtv, s.dalog, p->dbc, p->dbc + S, s.ddp, p->dy, a->u, a->dtv, w.a_log, bc, bc + S, 2 * S,
-              w.dp, a->ckpt, m->B, m->T, D, S, p->chunk);
+              w.dp, m->seg, a->ckpt, m->B, m->T, D, S, p->chunk);
   copy(m, s.ddtv, p->ddtv, N * D);
   zero(m, p->ddtr, N * R);
   sl_lin_bwd(m, &p->ldt, p->ddtr, NULL, NULL, p->ddtv, mamba_dt_in(p, a), w.w_dt, N);
@@ -108,7 +108,7 @@ int sl_mamba_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
   zero(m, dxcp, N * D);
   o->silu_bwd(k, dxcp, p->du, a->xcp, N * D);
   copy(m, s.dxcp, dxcp, N * D);
-  o->conv1d_bwd(k, p->dxz, 2 * D, NULL, NULL, dxcp, a->xz, 2 * D, w.w_conv, m->B, m->T, D, p->K);
+  o->conv1d_bwd(k, p->dxz, 2 * D, NULL, NULL, dxcp, a->xz, 2 * D, w.w_conv, m->B, m->T, D, p->K, m->seg);
   copy(m, s.dxz, p->dxz, N * 2 * D);
   zero(m, dln, N * H);
   sl_lin_bwd(m, &p->lin, dln, NULL, NULL, p->dxz, a->ln, w.w_in, N);
@@ -135,7 +135,7 @@ int sl_mamba_bwd_weight(sl_model *m, int l, const float *flat, float *grads, con
   sl_lin_bwd(m, &p->lxdt, NULL, (float *)g.w_x, NULL, s.ddtr, a->u, w.w_x, N);
   sl_lin_bwd(m, &p->lxbc, NULL, (float *)g.w_x + R * D, NULL, s.dbc, a->u, w.w_x + R * D, N);
   o->conv1d_bwd(k, NULL, 2 * D, (float *)g.w_conv, (float *)g.b_conv, s.dxcp, a->xz, 2 * D, w.w_conv, m->B, m->T, D,
-                p->K);
+                p->K, m->seg);
   sl_lin_bwd(m, &p->lin, NULL, (float *)g.w_in, (float *)g.b_in, s.dxz, a->ln, w.w_in, N);
   o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.norm, p->gnorm), s.dln, d->stream[l], w.norm, a->rstd, p->n, H,
                  H);

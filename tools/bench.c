@@ -323,9 +323,10 @@ static int bench_mamba(bench_cfg *b) {
   double tf = 1e30, tb = 1e30;
   for (int rep = 0; rep < 3; rep++) {
     double t0 = sl_now_s();
-    ops->scan_fwd(k, y, ck, u, dt, al, bc, bc + S, 2 * S, dp, B, T, D, S, chunk);
+    ops->scan_fwd(k, y, ck, u, dt, al, bc, bc + S, 2 * S, dp, NULL, B, T, D, S, chunk);
     double t1 = sl_now_s();
-    ops->scan_bwd(k, du, ddt, dal, dbc, dbc + S, ddp, dy, u, dt, al, bc, bc + S, 2 * S, dp, ck, B, T, D, S, chunk);
+    ops->scan_bwd(k, du, ddt, dal, dbc, dbc + S, ddp, dy, u, dt, al, bc, bc + S, 2 * S, dp, NULL, ck, B, T, D, S,
+                  chunk);
     double t2 = sl_now_s();
     if (t1 - t0 < tf) tf = t1 - t0;
     if (t2 - t1 < tb) tb = t2 - t1;

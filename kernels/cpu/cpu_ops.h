@@ -59,21 +59,21 @@ void sl_cpu_moe_combine_bwd(sl_kctx *ctx, float *dyp, float *dwts, const float *
 void sl_cpu_f32_to_bf16(sl_kctx *ctx, uint16_t *out, const float *in, int64_t n);
 void sl_cpu_bf16_to_f32(sl_kctx *ctx, float *out, const uint16_t *in, int64_t n);
 void sl_cpu_conv1d_fwd(sl_kctx *ctx, float *out, const float *x, int64_t ldx, const float *w, const float *bias,
-                       int64_t B, int64_t T, int64_t D, int64_t K);
+                       int64_t B, int64_t T, int64_t D, int64_t K, const int32_t *seg);
 void sl_cpu_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *dbias, const float *dout, const float *x,
-                       int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D, int64_t K);
+                       int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D, int64_t K, const int32_t *seg);
 void sl_cpu_silu_fwd(sl_kctx *ctx, float *out, const float *x, int64_t n);
 void sl_cpu_silu_bwd(sl_kctx *ctx, float *dx, const float *dout, const float *x, int64_t n);
 void sl_cpu_gate_fwd(sl_kctx *ctx, float *out, const float *y, const float *z, int64_t ldz, int64_t N, int64_t D);
 void sl_cpu_gate_bwd(sl_kctx *ctx, float *dy, float *dz, int64_t ldz, const float *dout, const float *y, const float *z,
                      int64_t N, int64_t D);
 void sl_cpu_scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u, const float *dt, const float *A_log,
-                     const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, int64_t B, int64_t T, int64_t D,
-                     int64_t S, int64_t chunk);
+                     const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, const int32_t *seg, int64_t B,
+                     int64_t T, int64_t D, int64_t S, int64_t chunk);
 void sl_cpu_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float *dBm, float *dCm, float *dDp,
                      const float *dy, const float *u, const float *dt, const float *A_log, const float *Bm,
-                     const float *Cm, int64_t ldbc, const float *Dp, const float *ckpt, int64_t B, int64_t T, int64_t D,
-                     int64_t S, int64_t chunk);
+                     const float *Cm, int64_t ldbc, const float *Dp, const int32_t *seg, const float *ckpt, int64_t B,
+                     int64_t T, int64_t D, int64_t S, int64_t chunk);
 /* Mamba-2's SSD scan (kernels/cpu/mamba2.c) */
 void sl_cpu_ssd_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *x, int64_t ldx, const float *dt, int64_t lddt,
                     const float *dt_bias, const float *A_log, const float *Bm, const float *Cm, int64_t ldbc,

@@ -24,15 +24,16 @@
 /* ---- conv1d ------------------------------------------------------------------ */
 
 void sl_cpu_conv1d_fwd(sl_kctx *ctx, float *out, const float *x, int64_t ldx, const float *w, const float *bias,
-                       int64_t B, int64_t T, int64_t D, int64_t K) {
+                       int64_t B, int64_t T, int64_t D, int64_t K, const int32_t *seg) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; b++)
     for (int64_t t = 0; t < T; t++) {
       float *o = out + (b * T + t) * D;
+      const int64_t lo = seg ? seg[b * T + t] : 0; /* t's document starts here: earlier inputs count as 0 */
       for (int64_t d = 0; d < D; d++) o[d] = bias ? bias[d] : 0.0f;
       for (int64_t k = 0; k < K; k++) {
         int64_t tt = t - (K - 1) + k;
-        if (tt < 0) continue;
+        if (tt < lo) continue;
         const float *xr = x + (b * T + tt) * ldx;
         for (int64_t d = 0; d < D; d++) o[d] += w[d * K + k] * xr[d];
       }
@@ -41,9 +42,21 @@ void sl_cpu_conv1d_fwd(sl_kctx *ctx, float *out, const float *x, int64_t ldx, co
 
 #define SL_CONV_CB 32 /* channels per dw / dbias block */
 
+/* dbias, dw (NULL: skipped) += the block's double sums, rounded; the sums = 0 */
+static void conv_flush_(float *dw, float *dbias, double *accw, double *accb, int64_t d0, int64_t d1, int64_t K) {
+  for (int64_t d = d0; d < d1; d++) {
+    if (dbias) dbias[d] += (float)accb[d - d0];
+    if (dw)
+      for (int64_t k = 0; k < K; k++) dw[d * K + k] += (float)accw[(d - d0) * K + k];
+    accb[d - d0] = 0.0;
+    for (int64_t k = 0; k < K; k++) accw[(d - d0) * K + k] = 0.0;
+  }
+}
+
 void sl_cpu_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *dbias, const float *dout, const float *x,
-                       int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D, int64_t K) {
-  /* dx[b,t',d] += sum_k w[d,k] * dout[b, t'+(K-1)-k, d] (t'+(K-1)-k < T) */
+                       int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D, int64_t K, const int32_t *seg) {
+  /* dx[b,t',d] += sum_k w[d,k] * dout[b, t'+(K-1)-k, d] (t'+(K-1)-k < T, and
+   * in t''s document: seg[to] <= t') */
   if (dx) {
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t b = 0; b < B; b++)
@@ -51,7 +64,7 @@ void sl_cpu_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *d
         float *dr = dx + (b * T + t) * ldx;
         for (int64_t k = 0; k < K; k++) {
           int64_t to = t + (K - 1) - k;
-          if (to >= T) continue;
+          if (to >= T || (seg && seg[b * T + to] > t)) continue;
           const float *gr = dout + (b * T + to) * D;
           for (int64_t d = 0; d < D; d++) dr[d] += w[d * K + k] * gr[d];
         }
@@ -59,7 +72,9 @@ void sl_cpu_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *d
   }
   if (!dw && !dbias) return;
   /* dw[d,k] += sum_{b,t} dout[b,t,d] * x[b,t-(K-1)+k,d] ; dbias[d] += sum dout.
-   * One thread owns a block of channels; sums in double, fixed order. */
+   * One thread owns a block of channels; sums in double, fixed order. With
+   * seg, the sums of each document (of the output t) are added on their own,
+   * in document order: the bits of the documents run one by one. */
   int64_t nblk = (D + SL_CONV_CB - 1) / SL_CONV_CB;
 #pragma omp parallel for schedule(static)
   for (int64_t blk = 0; blk < nblk; blk++) {
@@ -70,20 +85,18 @@ void sl_cpu_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *d
     memset(accw, 0, sizeof accw);
     for (int64_t b = 0; b < B; b++)
       for (int64_t t = 0; t < T; t++) {
+        const int64_t lo = seg ? seg[b * T + t] : 0;
+        if (seg && lo == t && (b > 0 || t > 0)) conv_flush_(dw, dbias, accw, accb, d0, d1, K); /* a new document */
         const float *gr = dout + (b * T + t) * D;
         for (int64_t d = d0; d < d1; d++) accb[d - d0] += gr[d];
         for (int64_t k = 0; k < K; k++) {
           int64_t tt = t - (K - 1) + k;
-          if (tt < 0) continue;
+          if (tt < lo) continue;
           const float *xr = x + (b * T + tt) * ldx_in;
           for (int64_t d = d0; d < d1; d++) accw[(d - d0) * K + k] += (double)gr[d] * (double)xr[d];
         }
       }
-    for (int64_t d = d0; d < d1; d++) {
-      if (dbias) dbias[d] += (float)accb[d - d0];
-      if (dw)
-        for (int64_t k = 0; k < K; k++) dw[d * K + k] += (float)accw[(d - d0) * K + k];
-    }
+    conv_flush_(dw, dbias, accw, accb, d0, d1, K);
   }
 }
 
@@ -141,10 +154,15 @@ __attribute__((noinline)) static void scan_step_(float *hout, const float *hin, 
 }
 
 static inline int64_t nchunks_(int64_t T, int64_t chunk) { return T > 0 ? (T + chunk - 1) / chunk : 0; }
+/* a document starts at t > 0 (the state is reset to 0 before step t; at
+ * t = 0 it is 0 already) */
+static inline int reset_(const int32_t *seg, int64_t b, int64_t T, int64_t t) {
+  return seg && t > 0 && seg[b * T + t] == t;
+}
 
 void sl_cpu_scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u, const float *dt, const float *A_log,
-                     const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, int64_t B, int64_t T, int64_t D,
-                     int64_t S, int64_t chunk) {
+                     const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, const int32_t *seg, int64_t B,
+                     int64_t T, int64_t D, int64_t S, int64_t chunk) {
   if (chunk < 1) chunk = 1;
   if (B <= 0 || T <= 0 || D <= 0 || S <= 0) return;
   const int64_t NC = nchunks_(T, chunk);
@@ -155,11 +173,12 @@ void sl_cpu_scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u, const 
       const int64_t d0 = blk * SL_SCAN_DB;
       const int64_t nd = D - d0 < SL_SCAN_DB ? D - d0 : SL_SCAN_DB;
       /* VLAs of SL_SCAN_DB * S floats: S is the (small) state size */
-      float A[SL_SCAN_DB * S], h0[SL_SCAN_DB * S], h1[SL_SCAN_DB * S];
+      float A[SL_SCAN_DB * S], h0[SL_SCAN_DB * S], h1[SL_SCAN_DB * S], z[SL_SCAN_DB * S];
       float *h = h0, *hn = h1; /* (nd, S) states before / after step t */
       for (int64_t j = 0; j < nd * S; j++) {
         A[j] = -expf(A_log[d0 * S + j]);
         h[j] = 0.0f;
+        z[j] = 0.0f; /* the state a document starts from */
       }
       for (int64_t c = 0; c < NC; c++) {
         for (int64_t j = 0; j < nd; j++)
@@ -167,11 +186,12 @@ void sl_cpu_scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u, const 
         const int64_t t1 = (c + 1) * chunk < T ? (c + 1) * chunk : T;
         for (int64_t t = c * chunk; t < t1; t++) {
           const float *Bt = Bm + (b * T + t) * ldbc, *Ct = Cm + (b * T + t) * ldbc;
+          const float *hi = reset_(seg, b, T, t) ? z : h;
           for (int64_t j = 0; j < nd; j++) {
             const int64_t i = (b * T + t) * D + d0 + j;
             const float delta = softplusf_(dt[i]), ut = u[i];
             float *hj = hn + j * S;
-            scan_step_(hj, h + j * S, A + j * S, delta, Bt, delta * ut, S);
+            scan_step_(hj, hi + j * S, A + j * S, delta, Bt, delta * ut, S);
             float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
             for (int64_t s = 0; s < S; s++) acc += Ct[s] * hj[s];
@@ -185,10 +205,25 @@ void sl_cpu_scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u, const 
     }
 }
 
+/* dDp, dA_log += the channel block's sums of one document (or sample); the
+ * sums and the carried dL/dh g = 0 */
+static void scan_flush_(float *dA_log, float *dDp, float *dAacc, float *dDacc, float *g, const float *A, int64_t d0,
+                        int64_t nd, int64_t S) {
+  for (int64_t j = 0; j < nd; j++) {
+    dDp[d0 + j] += dDacc[j];
+    dDacc[j] = 0.0f;
+    for (int64_t s = 0; s < S; s++) {
+      dA_log[(d0 + j) * S + s] += dAacc[j * S + s] * A[j * S + s];
+      dAacc[j * S + s] = 0.0f;
+      g[j * S + s] = 0.0f;
+    }
+  }
+}
+
 void sl_cpu_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float *dBm, float *dCm, float *dDp,
                      const float *dy, const float *u, const float *dt, const float *A_log, const float *Bm,
-                     const float *Cm, int64_t ldbc, const float *Dp, const float *ckpt, int64_t B, int64_t T, int64_t D,
-                     int64_t S, int64_t chunk) {
+                     const float *Cm, int64_t ldbc, const float *Dp, const int32_t *seg, const float *ckpt, int64_t B,
+                     int64_t T, int64_t D, int64_t S, int64_t chunk) {
   if (chunk < 1) chunk = 1;
   if (B <= 0 || T <= 0 || D <= 0 || S <= 0) return;
   const int64_t NC = nchunks_(T, chunk);
@@ -216,8 +251,9 @@ void sl_cpu_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float *
     float *hb = scratch + (size_t)tid * per; /* (Lc, nd, S) states of one chunk */
     float *dBl = hb + hsz;                   /* (T, S) this thread's dBm[b] */
     float *dCl = dBl + T * S;                /* (T, S) this thread's dCm[b] */
-    float A[SL_SCAN_DB * S], g[SL_SCAN_DB * S], dAacc[SL_SCAN_DB * S], dAt[S];
+    float A[SL_SCAN_DB * S], g[SL_SCAN_DB * S], dAacc[SL_SCAN_DB * S], dAt[S], z[SL_SCAN_DB * S];
     float dDacc[SL_SCAN_DB];
+    for (int64_t j = 0; j < SL_SCAN_DB * S; j++) z[j] = 0.0f; /* the state a document starts from */
     for (int64_t b = 0; b < B; b++) {
       memset(dBl, 0, (size_t)(2 * T * S) * sizeof(float));
 #pragma omp for schedule(static)
@@ -237,7 +273,7 @@ void sl_cpu_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float *
           for (int64_t t = t0; t < t1; t++) {
             const float *Bt = Bm + (b * T + t) * ldbc;
             float *ho = hb + (t - t0) * nd * S;
-            const float *hi = t == t0 ? hc : ho - nd * S;
+            const float *hi = reset_(seg, b, T, t) ? z : t == t0 ? hc : ho - nd * S;
             for (int64_t j = 0; j < nd; j++) {
               const int64_t i = (b * T + t) * D + d0 + j;
               const float delta = softplusf_(dt[i]);
@@ -248,7 +284,8 @@ void sl_cpu_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float *
           for (int64_t t = t1 - 1; t >= t0; t--) {
             const float *Bt = Bm + (b * T + t) * ldbc, *Ct = Cm + (b * T + t) * ldbc;
             const float *ht = hb + (t - t0) * nd * S;
-            const float *hpt = t == t0 ? hc : ht - nd * S;
+            const int rs = reset_(seg, b, T, t);
+            const float *hpt = rs ? z : t == t0 ? hc : ht - nd * S; /* the state step t decayed */
             float *dBt = dBl + t * S, *dCt = dCl + t * S;
             for (int64_t j = 0; j < nd; j++) {
               const int64_t i = (b * T + t) * D + d0 + j;
@@ -274,12 +311,11 @@ void sl_cpu_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float *
               du[i] += dut;
               ddt[i] += ddel * dsoftplusf_(dt[i]);
             }
+            if (rs) /* a document starts: no gradient flows into the one before; its sums are added on their own */
+              scan_flush_(dA_log, dDp, dAacc, dDacc, g, A, d0, nd, S);
           }
         }
-        for (int64_t j = 0; j < nd; j++) {
-          dDp[d0 + j] += dDacc[j];
-          for (int64_t s = 0; s < S; s++) dA_log[(d0 + j) * S + s] += dAacc[j * S + s] * A[j * S + s];
-        }
+        scan_flush_(dA_log, dDp, dAacc, dDacc, g, A, d0, nd, S);
       } /* implicit barrier: every thread's partials for sample b are final */
 #pragma omp for schedule(static)
       for (int64_t idx = 0; idx < T * S; idx++) {

@@ -16,7 +16,11 @@
  *    ordered sum over the nblk channel blocks;
  *  - dA_log, dDp (sum over b): per-thread totals (B, D, S) and (B, D) ->
  *    ordered sum over b.
- * Scratch for backward: 4 * (B*chunk*S*D + B*nblk*T*2S + B*D*(S+1)) bytes. */
+ * Scratch for backward: 4 * (B*chunk*S*D + B*nblk*T*2S + B*D*(S+1)) bytes.
+ * Document resets (seg, kernels.h): the conv skips the taps before t's
+ * document start (forward, dx and dw alike); the scan zeroes its state before
+ * a document's first step (the recompute stores that 0 as the state the step
+ * decays) and cuts the carried dh there. */
 #include <math.h>
 
 #include "kernels/cuda/common.cuh"
@@ -27,28 +31,29 @@
 
 /* ---- conv1d ------------------------------------------------------------------ */
 static __global__ void conv1d_fwd_kernel(float *out, const float *x, int64_t ldx, const float *w, const float *bias,
-                                         int64_t B, int64_t T, int64_t D, int64_t K) {
+                                         int64_t B, int64_t T, int64_t D, int64_t K, const int32_t *seg) {
   int64_t n = B * T * D;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t d = i % D, bt = i / D, t = bt % T, b = bt / T;
+    const int64_t lo = seg ? seg[bt] : 0; /* t's document start */
     float acc = bias ? bias[d] : 0.0f;
     for (int64_t k = 0; k < K; k++) {
       int64_t ts = t - (K - 1) + k;
-      if (ts >= 0) acc += w[d * K + k] * x[(b * T + ts) * ldx + d];
+      if (ts >= lo) acc += w[d * K + k] * x[(b * T + ts) * ldx + d];
     }
     out[i] = acc;
   }
 }
 
 static __global__ void conv1d_bwd_dx_kernel(float *dx, int64_t ldx, const float *dout, const float *w, int64_t B,
-                                            int64_t T, int64_t D, int64_t K) {
+                                            int64_t T, int64_t D, int64_t K, const int32_t *seg) {
   int64_t n = B * T * D;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t d = i % D, bs = i / D, s = bs % T, b = bs / T;
     float acc = 0.0f;
     for (int64_t k = 0; k < K; k++) {
       int64_t t = s + (K - 1) - k; /* the output that read x[s] through tap k */
-      if (t < T) acc += w[d * K + k] * dout[(b * T + t) * D + d];
+      if (t < T && !(seg && seg[b * T + t] > s)) acc += w[d * K + k] * dout[(b * T + t) * D + d];
     }
     dx[(b * T + s) * ldx + d] += acc;
   }
@@ -57,7 +62,7 @@ static __global__ void conv1d_bwd_dx_kernel(float *dx, int64_t ldx, const float 
 /* part[p][d*(K+1) + k] = sum over rows of group p of dout * x-tap (k < K),
  * part[p][d*(K+1) + K] = sum of dout. */
 static __global__ void conv1d_bwd_dw_pass1(float *part, const float *dout, const float *x, int64_t ldx, int64_t B,
-                                           int64_t T, int64_t D, int64_t K) {
+                                           int64_t T, int64_t D, int64_t K, const int32_t *seg) {
   int64_t d = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   int64_t p = blockIdx.y;
   if (d >= D) return;
@@ -72,7 +77,7 @@ static __global__ void conv1d_bwd_dw_pass1(float *part, const float *dout, const
         s += g;
       } else {
         int64_t ts = t - (K - 1) + k;
-        if (ts >= 0) s += g * x[(b * T + ts) * ldx + d];
+        if (ts >= (seg ? seg[r] : 0)) s += g * x[(b * T + ts) * ldx + d];
       }
     }
     dst[k] = s;
@@ -94,24 +99,25 @@ static __global__ void conv1d_bwd_dw_pass2(float *dw, float *dbias, const float 
 }
 
 void sl_cuda_conv1d_fwd(sl_kctx *ctx, float *out, const float *x, int64_t ldx, const float *w, const float *bias,
-                        int64_t B, int64_t T, int64_t D, int64_t K) {
+                        int64_t B, int64_t T, int64_t D, int64_t K, const int32_t *seg) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && D >= 0 && K >= 1 && ldx >= D);
   int64_t n = B * T * D;
   if (n == 0) return;
-  conv1d_fwd_kernel<<<sl_cuda_blocks(n, 256), 256, 0, ctx->stream>>>(out, x, ldx, w, bias, B, T, D, K);
+  conv1d_fwd_kernel<<<sl_cuda_blocks(n, 256), 256, 0, ctx->stream>>>(out, x, ldx, w, bias, B, T, D, K, seg);
   CUDA_LAUNCH_CHECK(ctx);
 }
 
 void sl_cuda_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *dbias, const float *dout,
-                        const float *x, int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D, int64_t K) {
+                        const float *x, int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D, int64_t K,
+                        const int32_t *seg) {
   SL_CUDA_BEGIN(ctx);
   SL_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && D >= 0 && K >= 1 && ldx_in >= D);
   SL_CUDA_REQUIRE(ctx, !dx || ldx >= D);
   int64_t n = B * T * D;
   if (n == 0) return;
   if (dx) {
-    conv1d_bwd_dx_kernel<<<sl_cuda_blocks(n, 256), 256, 0, ctx->stream>>>(dx, ldx, dout, w, B, T, D, K);
+    conv1d_bwd_dx_kernel<<<sl_cuda_blocks(n, 256), 256, 0, ctx->stream>>>(dx, ldx, dout, w, B, T, D, K, seg);
     CUDA_LAUNCH_CHECK(ctx);
   }
   if (dw || dbias) {
@@ -120,7 +126,7 @@ void sl_cuda_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *
     float *part = (float *)sl_cuda_scratch(ctx, (size_t)(P * D * (K + 1)) * sizeof(float), "conv1d_bwd");
     if (!part) return;
     dim3 grid((unsigned)((D + 127) / 128), (unsigned)P);
-    conv1d_bwd_dw_pass1<<<grid, 128, 0, ctx->stream>>>(part, dout, x, ldx_in, B, T, D, K);
+    conv1d_bwd_dw_pass1<<<grid, 128, 0, ctx->stream>>>(part, dout, x, ldx_in, B, T, D, K, seg);
     CUDA_LAUNCH_CHECK(ctx);
     conv1d_bwd_dw_pass2<<<sl_cuda_blocks(D * (K + 1), 256), 256, 0, ctx->stream>>>(dw, dbias, part, P, D, K);
     CUDA_LAUNCH_CHECK(ctx);
@@ -128,10 +134,16 @@ void sl_cuda_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *
 }
 
 /* ---- selective scan: forward --------------------------------------------------- */
+/* a document starts at t > 0: the state is reset to 0 before step t */
+__device__ __forceinline__ bool scan_reset(const int32_t *seg, int64_t bt, int t) {
+  return seg && t > 0 && seg[bt] == t;
+}
+
 template <int SMAX>
 static __global__ void __launch_bounds__(SCAN_NT)
     scan_fwd_kernel(float *y, float *ckpt, const float *u, const float *dt, const float *A_log, const float *Bm,
-                    const float *Cm, int64_t ldbc, const float *Dp, int T, int D, int S, int chunk) {
+                    const float *Cm, int64_t ldbc, const float *Dp, const int32_t *seg, int T, int D, int S,
+                    int chunk) {
   const int d = blockIdx.x * SCAN_NT + threadIdx.x, b = blockIdx.y;
   if (d >= D) return; /* no block-wide synchronisation below */
   const int nck = (T + chunk - 1) / chunk;
@@ -152,6 +164,10 @@ static __global__ void __launch_bounds__(SCAN_NT)
     const int64_t bt = (int64_t)b * T + t;
     const float dl = sl_dev_softplus(dt[bt * D + d]), uu = u[bt * D + d];
     const float *Bt = Bm + bt * ldbc, *Ct = Cm + bt * ldbc;
+    if (scan_reset(seg, bt, t)) {
+#pragma unroll
+      for (int s = 0; s < SMAX; s++) h[s] = 0.0f; /* a document starts: the state it starts from */
+    }
     float acc = 0.0f;
 #pragma unroll
     for (int s = 0; s < SMAX; s++) {
@@ -169,7 +185,7 @@ template <int SMAX>
 static __global__ void __launch_bounds__(SCAN_NT)
     scan_bwd_kernel(float *du, float *ddt, float *hs, float *pBC, float *pA, float *pD, const float *dy, const float *u,
                     const float *dt, const float *A_log, const float *Bm, const float *Cm, int64_t ldbc,
-                    const float *Dp, const float *ckpt, int T, int D, int S, int chunk) {
+                    const float *Dp, const int32_t *seg, const float *ckpt, int T, int D, int S, int chunk) {
   constexpr int NW = SCAN_NT / 32;
   __shared__ float red[2][NW][2 * SMAX];
   const int blk = blockIdx.x, nblk = gridDim.x, b = blockIdx.y;
@@ -198,10 +214,14 @@ static __global__ void __launch_bounds__(SCAN_NT)
         const float dl = sl_dev_softplus(dt[bt * D + d]), uu = u[bt * D + d];
         const float *Bt = Bm + bt * ldbc;
         float *hrow = hs + (((int64_t)b * chunk + (t - t0)) * S) * D + d;
+        if (scan_reset(seg, bt, t)) {
+#pragma unroll
+          for (int s = 0; s < SMAX; s++) h[s] = 0.0f;
+        }
 #pragma unroll
         for (int s = 0; s < SMAX; s++) {
           if (s < S) {
-            hrow[(int64_t)s * D] = h[s]; /* state before step t */
+            hrow[(int64_t)s * D] = h[s]; /* the state step t decays (0 at a document start) */
             h[s] = expf(dl * A[s]) * h[s] + dl * Bt[s] * uu;
           }
         }
@@ -218,6 +238,7 @@ static __global__ void __launch_bounds__(SCAN_NT)
       }
       const float *Bt = Bm + bt * ldbc, *Ct = Cm + bt * ldbc;
       const float *hrow = hs + (((int64_t)b * chunk + (t - t0)) * S) * D + d;
+      const bool rs = scan_reset(seg, bt, t);
       dD += gy * uu;
       float du_acc = Dd * gy, ddl = 0.0f;
       float dBc[SMAX], dCc[SMAX];
@@ -236,7 +257,7 @@ static __global__ void __launch_bounds__(SCAN_NT)
           du_acc += dh[s] * dl * Bs;
           ddl += dh[s] * (A[s] * a * hp + Bs * uu);
           dA[s] += dh[s] * dl * a * hp;
-          dh[s] *= a; /* carry to h_{t-1} */
+          dh[s] = rs ? 0.0f : dh[s] * a; /* carry to h_{t-1}; cut at a document start */
         }
       }
       if (act) {
@@ -328,8 +349,8 @@ static int scan_check(sl_kctx *ctx, int64_t B, int64_t T, int64_t D, int64_t S, 
   } while (0)
 
 void sl_cuda_scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u, const float *dt, const float *A_log,
-                      const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, int64_t B, int64_t T, int64_t D,
-                      int64_t S, int64_t chunk) {
+                      const float *Bm, const float *Cm, int64_t ldbc, const float *Dp, const int32_t *seg, int64_t B,
+                      int64_t T, int64_t D, int64_t S, int64_t chunk) {
   SL_CUDA_BEGIN(ctx);
   if (scan_check(ctx, B, T, D, S, chunk, ldbc)) return;
   if (B == 0 || T == 0 || D == 0) return;
@@ -338,7 +359,7 @@ void sl_cuda_scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u, const
   dim3 grid((unsigned)((D + SCAN_NT - 1) / SCAN_NT), (unsigned)B);
 #define FWD(SM)                                                                                                        \
   scan_fwd_kernel<SM>                                                                                                  \
-      <<<grid, SCAN_NT, 0, ctx->stream>>>(y, ckpt, u, dt, A_log, Bm, Cm, ldbc, Dp, (int)T, (int)D, (int)S, ck)
+      <<<grid, SCAN_NT, 0, ctx->stream>>>(y, ckpt, u, dt, A_log, Bm, Cm, ldbc, Dp, seg, (int)T, (int)D, (int)S, ck)
   SCAN_DISPATCH(S, FWD);
 #undef FWD
   CUDA_LAUNCH_CHECK(ctx);
@@ -346,8 +367,8 @@ void sl_cuda_scan_fwd(sl_kctx *ctx, float *y, float *ckpt, const float *u, const
 
 void sl_cuda_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float *dBm, float *dCm, float *dDp,
                       const float *dy, const float *u, const float *dt, const float *A_log, const float *Bm,
-                      const float *Cm, int64_t ldbc, const float *Dp, const float *ckpt, int64_t B, int64_t T,
-                      int64_t D, int64_t S, int64_t chunk) {
+                      const float *Cm, int64_t ldbc, const float *Dp, const int32_t *seg, const float *ckpt, int64_t B,
+                      int64_t T, int64_t D, int64_t S, int64_t chunk) {
   SL_CUDA_BEGIN(ctx);
   if (scan_check(ctx, B, T, D, S, chunk, ldbc)) return;
   if (B == 0 || T == 0 || D == 0) return;
@@ -364,7 +385,7 @@ void sl_cuda_scan_bwd(sl_kctx *ctx, float *du, float *ddt, float *dA_log, float 
   dim3 grid((unsigned)nblk, (unsigned)B);
 #define BWD(SM)                                                                                                        \
   scan_bwd_kernel<SM><<<grid, SCAN_NT, 0, ctx->stream>>>(du, ddt, hs, pBC, pA, pD, dy, u, dt, A_log, Bm, Cm, ldbc, Dp, \
-                                                         ckpt, (int)T, (int)D, (int)S, ck)
+                                                         seg, ckpt, (int)T, (int)D, (int)S, ck)
   SCAN_DISPATCH(S, BWD);
 #undef BWD
   CUDA_LAUNCH_CHECK(ctx);

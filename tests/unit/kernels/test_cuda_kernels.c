@@ -567,39 +567,58 @@ static void test_scalars(void) {
   freeb(&x);
 }
 
-static void test_conv1d(void) {
-  int64_t B = 2, T = 23, D = 24, K = 4, ldx = 40;
-  buf x = mk(B * T * ldx, -1, 1), w = mk(D * K, -1, 1), bias = mk(D, -1, 1), out = mk0(B * T * D);
-  buf dout = mk(B * T * D, -1, 1), dx = mk(B * T * ldx, -1, 1), dw = mk(D * K, -1, 1), db = mk(D, -1, 1);
-  cpu->conv1d_fwd(cc, out.h, x.h + 3, ldx, w.h, bias.h, B, T, D, K);
-  gpu->conv1d_fwd(gc, out.d, x.d + 3, ldx, w.d, bias.d, B, T, D, K);
-  check_r("conv1d_fwd", &out, 1e-5);
-  cpu->conv1d_bwd(cc, dx.h + 3, ldx, dw.h, db.h, dout.h, x.h + 3, ldx, w.h, B, T, D, K);
-  gpu->conv1d_bwd(gc, dx.d + 3, ldx, dw.d, db.d, dout.d, x.d + 3, ldx, w.d, B, T, D, K);
-  check("conv1d_bwd dx", &dx, TOL_R(1e-5));
-  check("conv1d_bwd dw", &dw, 1e-5);
-  check("conv1d_bwd dbias", &db, 1e-5);
-  freeb(&x), freeb(&w), freeb(&bias), freeb(&out), freeb(&dout), freeb(&dx), freeb(&dw), freeb(&db);
+/* seg (host, *dev: device copy) of B samples of T steps: documents start at
+ * 0, s1 + b and s2 (s2 <= s1 + b: none) */
+static int32_t *mk_docs(int64_t B, int64_t T, int64_t s1, int64_t s2, int32_t **dev) {
+  int32_t *seg = (int32_t *)xmalloc((size_t)(B * T) * 4);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t t = 0; t < T; t++) seg[b * T + t] = (int32_t)(s2 > s1 + b && t >= s2 ? s2 : t >= s1 + b ? s1 + b : 0);
+  *dev = (int32_t *)dev_copy(seg, (size_t)(B * T) * 4);
+  return seg;
 }
 
-static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk) {
+/* docs: three documents in sample 0 (0, 9, 11: the second shorter than K),
+ * two in sample 1 (0, 10) */
+static void test_conv1d(int docs) {
+  int64_t B = 2, T = 23, D = 24, K = 4, ldx = 40;
+  int32_t *seg = NULL, *segd = NULL;
+  if (docs) seg = mk_docs(B, T, 9, 11, &segd);
+  buf x = mk(B * T * ldx, -1, 1), w = mk(D * K, -1, 1), bias = mk(D, -1, 1), out = mk0(B * T * D);
+  buf dout = mk(B * T * D, -1, 1), dx = mk(B * T * ldx, -1, 1), dw = mk(D * K, -1, 1), db = mk(D, -1, 1);
+  cpu->conv1d_fwd(cc, out.h, x.h + 3, ldx, w.h, bias.h, B, T, D, K, seg);
+  gpu->conv1d_fwd(gc, out.d, x.d + 3, ldx, w.d, bias.d, B, T, D, K, segd);
+  check_r(docs ? "conv1d_fwd docs" : "conv1d_fwd", &out, 1e-5);
+  cpu->conv1d_bwd(cc, dx.h + 3, ldx, dw.h, db.h, dout.h, x.h + 3, ldx, w.h, B, T, D, K, seg);
+  gpu->conv1d_bwd(gc, dx.d + 3, ldx, dw.d, db.d, dout.d, x.d + 3, ldx, w.d, B, T, D, K, segd);
+  check(docs ? "conv1d_bwd docs dx" : "conv1d_bwd dx", &dx, TOL_R(1e-5));
+  check(docs ? "conv1d_bwd docs dw" : "conv1d_bwd dw", &dw, 1e-5);
+  check(docs ? "conv1d_bwd docs dbias" : "conv1d_bwd dbias", &db, 1e-5);
+  freeb(&x), freeb(&w), freeb(&bias), freeb(&out), freeb(&dout), freeb(&dx), freeb(&dw), freeb(&db);
+  if (docs) free(seg), sl_cuda_free(gc, segd);
+}
+
+/* docs: documents start at T/3 + b (mid-chunk for these sizes) and at the
+ * chunk start after 2T/3 (when chunk < T) */
+static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk, int docs) {
   char name[96];
   int64_t ldbc = 2 * S + 5, nck = (T + chunk - 1) / chunk;
+  int32_t *seg = NULL, *segd = NULL;
+  if (docs) seg = mk_docs(B, T, T / 3, (2 * T / 3 + chunk - 1) / chunk * chunk, &segd);
   buf u = mk(B * T * D, -1, 1), dt = mk(B * T * D, -3, 1), Al = mk(D * S, -1, 1.5f);
   buf bc = mk(B * T * ldbc, -1, 1), Dp = mk(D, -1, 1), y = mk0(B * T * D), ck = mk0(B * nck * D * S);
   buf dy = mk(B * T * D, -1, 1), du = mk(B * T * D, -1, 1), ddt = mk(B * T * D, -1, 1);
   buf dAl = mk(D * S, -1, 1), dbc = mk(B * T * ldbc, -1, 1), dDp = mk(D, -1, 1);
-  cpu->scan_fwd(cc, y.h, ck.h, u.h, dt.h, Al.h, bc.h, bc.h + S, ldbc, Dp.h, B, T, D, S, chunk);
-  gpu->scan_fwd(gc, y.d, ck.d, u.d, dt.d, Al.d, bc.d, bc.d + S, ldbc, Dp.d, B, T, D, S, chunk);
-  snprintf(name, sizeof name, "scan_fwd S%lld ck%lld y", (long long)S, (long long)chunk);
+  cpu->scan_fwd(cc, y.h, ck.h, u.h, dt.h, Al.h, bc.h, bc.h + S, ldbc, Dp.h, seg, B, T, D, S, chunk);
+  gpu->scan_fwd(gc, y.d, ck.d, u.d, dt.d, Al.d, bc.d, bc.d + S, ldbc, Dp.d, segd, B, T, D, S, chunk);
+  snprintf(name, sizeof name, "scan_fwd S%lld ck%lld%s y", (long long)S, (long long)chunk, docs ? " docs" : "");
   check_r(name, &y, 1e-4);
   snprintf(name, sizeof name, "scan_fwd S%lld ck%lld ckpt", (long long)S, (long long)chunk);
   check(name, &ck, 1e-4);
   if (sl_cuda_upload(gc, ck.d, ck.h, (size_t)ck.n * 4)) nfail++;
-  cpu->scan_bwd(cc, du.h, ddt.h, dAl.h, dbc.h, dbc.h + S, dDp.h, dy.h, u.h, dt.h, Al.h, bc.h, bc.h + S, ldbc, Dp.h,
+  cpu->scan_bwd(cc, du.h, ddt.h, dAl.h, dbc.h, dbc.h + S, dDp.h, dy.h, u.h, dt.h, Al.h, bc.h, bc.h + S, ldbc, Dp.h, seg,
                 ck.h, B, T, D, S, chunk);
   gpu->scan_bwd(gc, du.d, ddt.d, dAl.d, dbc.d, dbc.d + S, dDp.d, dy.d, u.d, dt.d, Al.d, bc.d, bc.d + S, ldbc, Dp.d,
-                ck.d, B, T, D, S, chunk);
+                segd, ck.d, B, T, D, S, chunk);
   snprintf(name, sizeof name, "scan_bwd S%lld du", (long long)S);
   check_r(name, &du, 1e-4);
   snprintf(name, sizeof name, "scan_bwd S%lld ddt", (long long)S);
@@ -612,6 +631,81 @@ static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk)
   check(name, &dDp, 1e-4);
   freeb(&u), freeb(&dt), freeb(&Al), freeb(&bc), freeb(&Dp), freeb(&y), freeb(&ck), freeb(&dy);
   freeb(&du), freeb(&ddt), freeb(&dAl), freeb(&dbc), freeb(&dDp);
+  if (docs) free(seg), sl_cuda_free(gc, segd);
+}
+
+/* device buffers a and b: bit for bit (tol 0) or within rel = max|a - b| /
+ * max|a| <= tol */
+static void check_dd(const char *name, const float *a_d, const float *b_d, int64_t n, double tol) {
+  float *a = (float *)xmalloc((size_t)n * 4), *b = (float *)xmalloc((size_t)n * 4);
+  int st = sl_cuda_download(gc, a, a_d, (size_t)n * 4) | sl_cuda_download(gc, b, b_d, (size_t)n * 4);
+  double maxabs = 0, ref = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double e = fabs((double)a[i] - (double)b[i]);
+    if (e > maxabs || isnan(e)) maxabs = isnan(e) ? INFINITY : e;
+    if (fabs(a[i]) > ref) ref = fabs(a[i]);
+  }
+  double rel = maxabs / (ref > 1e-30 ? ref : 1e-30);
+  report(name, n, maxabs, rel, tol, st == SL_OK && (tol > 0 ? rel <= tol : !memcmp(a, b, (size_t)n * 4)));
+  free(a), free(b);
+}
+
+/* The resets' key property on the device: a packed row gives what its
+ * documents give run one by one (B = 1, seg NULL): the per-position outputs
+ * bit for bit, the weight gradients (summed in another order here) within
+ * the tolerance. The documents of test_conv1d / test_scan. */
+static void test_docs_split(void) {
+  int64_t B = 2, T = 37, D = 150, K = 4, S = 16, chunk = 8, ldbc = 2 * S + 3, N = B * T, nck = (T + chunk - 1) / chunk;
+  int32_t *segd, *segc = mk_docs(B, T, 9, 11, &segd), *segsd, *segs = mk_docs(B, T, 12, 24, &segsd);
+  buf x = mk(N * D, -1, 1), w = mk(D * K, -1, 1), bias = mk(D, -1, 1), dout = mk(N * D, -1, 1);
+  buf op = mk0(N * D), dxp = mk0(N * D), dwp = mk0(D * K), dbp = mk0(D);
+  buf os = mk0(N * D), dxs = mk0(N * D), dws = mk0(D * K), dbs = mk0(D);
+  gpu->conv1d_fwd(gc, op.d, x.d, D, w.d, bias.d, B, T, D, K, segd);
+  gpu->conv1d_bwd(gc, dxp.d, D, dwp.d, dbp.d, dout.d, x.d, D, w.d, B, T, D, K, segd);
+  /* the scan: u = x, dy = dout (any values do) */
+  buf dt = mk(N * D, -3, 1), Al = mk(D * S, -1, 1.5f), bc = mk(N * ldbc, -1, 1), Dp = mk(D, -1, 1);
+  buf y = mk0(N * D), ck = mk0(B * nck * D * S), du = mk0(N * D), ddt = mk0(N * D), dA = mk0(D * S);
+  buf dbc = mk0(N * ldbc), dD = mk0(D);
+  buf ys = mk0(N * D), cks = mk0(nck * D * S), dus = mk0(N * D), ddts = mk0(N * D), dAs = mk0(D * S);
+  buf dbcs = mk0(N * ldbc), dDs = mk0(D);
+  gpu->scan_fwd(gc, y.d, ck.d, x.d, dt.d, Al.d, bc.d, bc.d + S, ldbc, Dp.d, segsd, B, T, D, S, chunk);
+  gpu->scan_bwd(gc, du.d, ddt.d, dA.d, dbc.d, dbc.d + S, dD.d, dout.d, x.d, dt.d, Al.d, bc.d, bc.d + S, ldbc, Dp.d,
+                segsd, ck.d, B, T, D, S, chunk);
+  for (int pass = 0; pass < 2; pass++) {
+    const int32_t *seg = pass ? segs : segc;
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t t0 = 0; t0 < T;) {
+        int64_t t1 = t0 + 1;
+        while (t1 < T && seg[b * T + t1] == seg[b * T + t0]) t1++;
+        const int64_t L = t1 - t0, r = b * T + t0;
+        if (!pass) {
+          gpu->conv1d_fwd(gc, os.d + r * D, x.d + r * D, D, w.d, bias.d, 1, L, D, K, NULL);
+          gpu->conv1d_bwd(gc, dxs.d + r * D, D, dws.d, dbs.d, dout.d + r * D, x.d + r * D, D, w.d, 1, L, D, K, NULL);
+        } else {
+          const float *Bm = bc.d + r * ldbc;
+          gpu->scan_fwd(gc, ys.d + r * D, cks.d, x.d + r * D, dt.d + r * D, Al.d, Bm, Bm + S, ldbc, Dp.d, NULL, 1, L, D,
+                        S, chunk);
+          gpu->scan_bwd(gc, dus.d + r * D, ddts.d + r * D, dAs.d, dbcs.d + r * ldbc, dbcs.d + r * ldbc + S, dDs.d,
+                        dout.d + r * D, x.d + r * D, dt.d + r * D, Al.d, Bm, Bm + S, ldbc, Dp.d, NULL, cks.d, 1, L, D,
+                        S, chunk);
+        }
+        t0 = t1;
+      }
+  }
+  check_dd("conv1d packed = docs: out (bitwise)", op.d, os.d, N * D, 0);
+  check_dd("conv1d packed = docs: dx (bitwise)", dxp.d, dxs.d, N * D, 0);
+  check_dd("conv1d packed = docs: dw", dwp.d, dws.d, D * K, 1e-5);
+  check_dd("conv1d packed = docs: dbias", dbp.d, dbs.d, D, 1e-5);
+  check_dd("scan packed = docs: y (bitwise)", y.d, ys.d, N * D, 0);
+  check_dd("scan packed = docs: du (bitwise)", du.d, dus.d, N * D, 0);
+  check_dd("scan packed = docs: ddt (bitwise)", ddt.d, ddts.d, N * D, 0);
+  check_dd("scan packed = docs: dBm+dCm (bitwise)", dbc.d, dbcs.d, N * ldbc, 0);
+  check_dd("scan packed = docs: dA_log", dA.d, dAs.d, D * S, 1e-4);
+  check_dd("scan packed = docs: dDp", dD.d, dDs.d, D, 1e-4);
+  buf *all[] = {&x,  &w, &bias, &dout, &op,  &dxp, &dwp, &dbp, &os, &dxs, &dws, &dbs,  &dt,  &Al,   &bc,
+                &Dp, &y, &ck,   &du,   &ddt, &dA,  &dbc, &dD,  &ys, &cks, &dus, &ddts, &dAs, &dbcs, &dDs};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) freeb(all[i]);
+  free(segc), free(segs), sl_cuda_free(gc, segd), sl_cuda_free(gc, segsd);
 }
 
 /* Mamba-2's SSD scan: x, dt and B|C each inside rows wider than the data
@@ -781,7 +875,7 @@ static void test_errors_and_scratch(void) {
   sl_cuda_clear_status(gc);
   freeb(&q), freeb(&o), freeb(&l);
   size_t s0 = gpu->ctx_scratch_bytes(gc);
-  test_scan(2, 37, 150, 16, 8); /* same shapes as before: no growth expected */
+  test_scan(2, 37, 150, 16, 8, 0); /* same shapes as before: no growth expected */
   size_t s1 = gpu->ctx_scratch_bytes(gc);
   report("scratch stable after warm-up", (int64_t)s1, (double)s1 - (double)s0, 0, 0, s1 == s0);
 }
@@ -917,8 +1011,8 @@ static void test_bf16_compute(void) {
   /* the element-wise, conv1d and scan tests again, in bf16 compute */
   g_b16 = 1;
   test_pointwise();
-  test_conv1d();
-  test_scan(2, 37, 150, 16, 8);
+  test_conv1d(0);
+  test_scan(2, 37, 150, 16, 8, 0);
   test_ssd(2, 29, 4, 37, 2, 16, 8, 1);
   g_b16 = 0;
   cpu->ctx_set_compute(cc, SL_COMPUTE_FP32);
@@ -970,10 +1064,10 @@ int main(void) {
   test_vocab_parallel(11, 16, 5, 4, 0.0f);   /* the last slice is padding only */
   test_optim();
   test_scalars();
-  test_conv1d();
-  test_scan(2, 37, 150, 16, 8);
-  test_scan(1, 29, 40, 5, 64); /* chunk > T, S < 16 */
-  test_scan(2, 20, 33, 24, 3);
+  test_conv1d(0);
+  test_scan(2, 37, 150, 16, 8, 0);
+  test_scan(1, 29, 40, 5, 64, 0); /* chunk > T, S < 16 */
+  test_scan(2, 20, 33, 24, 3, 0);
   test_ssd(2, 29, 4, 37, 2, 16, 8, 1);  /* G > 1, P and T odd, documents */
   test_ssd(1, 23, 3, 5, 1, 7, 64, 0);   /* G = 1, chunk > T, one warp */
   test_ssd(2, 20, 2, 70, 2, 100, 3, 1); /* S = 100 (SMAX 128), P over 2 warps */
@@ -985,6 +1079,23 @@ int main(void) {
   test_ssd(2, 11, 2, 33, 1, 50, 4, 1);   /* S = 50 (SMAX 64) */
   test_bf16_compute();
   test_errors_and_scratch();
+  /* Mamba (v1) document resets (last: the inputs of the tests above stay
+   * what they were), fp32 then bf16 compute */
+  test_conv1d(1);
+  test_scan(2, 37, 150, 16, 8, 1); /* documents at 12 / 13 (mid-chunk) and 24 (a chunk start) */
+  test_scan(1, 29, 40, 5, 64, 1);  /* a document at 9 */
+  test_scan(2, 20, 33, 24, 3, 1);  /* documents at 6 (a chunk start) / 7 and 15 */
+  test_docs_split();
+  if (!cpu->ctx_set_compute(cc, SL_COMPUTE_BF16) && !gpu->ctx_set_compute(gc, SL_COMPUTE_BF16)) {
+    g_b16 = 1;
+    test_conv1d(1);
+    test_scan(2, 37, 150, 16, 8, 1);
+    g_b16 = 0;
+  } else {
+    report("ctx_set_compute(SL_COMPUTE_BF16)", 0, 0, 0, 0, 0);
+  }
+  cpu->ctx_set_compute(cc, SL_COMPUTE_FP32);
+  gpu->ctx_set_compute(gc, SL_COMPUTE_FP32);
   printf("cuda scratch high-water: %zu bytes\n", gpu->ctx_scratch_bytes(gc));
   gpu->ctx_destroy(gc);
   cpu->ctx_destroy(cc);

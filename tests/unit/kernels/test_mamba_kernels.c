@@ -8,6 +8,9 @@
  * document resets, the dt clamp, strided x / dt / B|C, G = 1 and G > 1,
  * the same bits under 1, 2 and 3 threads, and negative controls (the
  * reference without the resets or the clamp must fail the tolerance).
+ * Document resets of the conv and the scan (seg): the references restart at
+ * every document start, a packed row gives the bits of its documents run
+ * one by one (forward and every gradient), and the row without seg misses.
  * Prints one line per check and "N passed, M failed". */
 #include <math.h>
 #include <omp.h>
@@ -121,6 +124,7 @@ typedef struct {
   int64_t B, T, D, K, ldx;
   double *x, *w, *bias; /* x (B,T,ldx) ; w (D,K) ; bias (D) or NULL */
   const double *R;      /* (B,T,D) loss weights */
+  const int32_t *seg;   /* document starts (B*T) or NULL */
 } conv_st;
 
 static void conv_ref(const conv_st *s, double *out) {
@@ -130,7 +134,7 @@ static void conv_ref(const conv_st *s, double *out) {
         double a = s->bias ? s->bias[d] : 0.0;
         for (int64_t k = 0; k < s->K; k++) {
           int64_t tt = t - (s->K - 1) + k;
-          if (tt >= 0) a += s->w[d * s->K + k] * s->x[(b * s->T + tt) * s->ldx + d];
+          if (tt >= (s->seg ? s->seg[b * s->T + t] : 0)) a += s->w[d * s->K + k] * s->x[(b * s->T + tt) * s->ldx + d];
         }
         out[(b * s->T + t) * s->D + d] = a;
       }
@@ -145,21 +149,34 @@ static double conv_loss(void *p) {
   return L;
 }
 
-static void test_conv(int with_bias) {
-  const int64_t B = 2, T = 7, D = 5, K = 4, ldx = 2 * D + 1, lddx = 2 * D;
+/* B, T: sizes (D = 5, K = 4); seg: document starts (NULL: none) */
+static void test_conv(int with_bias, int64_t B, int64_t T, const int32_t *seg) {
+  const int64_t D = 5, K = 4, ldx = 2 * D + 1, lddx = 2 * D;
   const int64_t N = B * T;
+  char name[160];
   float *x = fbuf(N * ldx, -1, 1), *w = fbuf(D * K, -1, 1), *bias = fbuf(D, -1, 1);
   float *R = fbuf(N * D, -1, 1), *out = fbuf(N * D, 0, 0);
   conv_st st = {
-      B, T, D, K, ldx, dcopy(x, N * ldx), dcopy(w, D * K), with_bias ? dcopy(bias, D) : NULL, dcopy(R, N * D)};
+      B, T, D, K, ldx, dcopy(x, N * ldx), dcopy(w, D * K), with_bias ? dcopy(bias, D) : NULL, dcopy(R, N * D), seg};
   double *ref = malloc((size_t)(N * D) * sizeof(double));
   conv_ref(&st, ref);
-  sl_cpu_conv1d_fwd(NULL, out, x, ldx, w, with_bias ? bias : NULL, B, T, D, K);
-  cmp_fwd(with_bias ? "conv1d_fwd vs direct (bias, ldx>D)" : "conv1d_fwd vs direct (no bias)", out, ref, N * D, 1e-6);
+  sl_cpu_conv1d_fwd(NULL, out, x, ldx, w, with_bias ? bias : NULL, B, T, D, K, seg);
+  snprintf(name, sizeof name, "conv1d_fwd vs direct (%s, ldx>D%s)", with_bias ? "bias" : "no bias",
+           seg ? ", documents" : "");
+  cmp_fwd(name, out, ref, N * D, 1e-6);
+  if (seg) { /* negative control: the reference without the resets */
+    conv_st nr = st;
+    nr.seg = NULL;
+    double *rn = malloc((size_t)(N * D) * sizeof(double)), e = 0, m = 1;
+    conv_ref(&nr, rn);
+    for (int64_t i = 0; i < N * D; i++) e = fmax(e, fabs(out[i] - rn[i])), m = fmax(m, fabs(rn[i]));
+    control(e / m > 1e3 * 1e-6, "conv1d negative control: ignoring the resets is caught", e / m, 1e3 * 1e-6);
+    free(rn);
+  }
   /* backward into pre-filled grads (checks "adds into") */
   float *dx0 = fbuf(N * lddx, -1, 1), *dw0 = fbuf(D * K, -1, 1), *db0 = fbuf(D, -1, 1);
   float *dx = fcopy(dx0, N * lddx), *dw = fcopy(dw0, D * K), *db = fcopy(db0, D);
-  sl_cpu_conv1d_bwd(NULL, dx, lddx, dw, with_bias ? db : NULL, R, x, ldx, w, B, T, D, K);
+  sl_cpu_conv1d_bwd(NULL, dx, lddx, dw, with_bias ? db : NULL, R, x, ldx, w, B, T, D, K, seg);
   /* dx has row stride lddx while x has ldx: map the FD (on x's layout) onto dx's */
   float *dxa = fcopy(x, N * ldx), *dxb = fcopy(x, N * ldx);
   for (int64_t r = 0; r < N; r++)
@@ -171,10 +188,12 @@ static void test_conv(int with_bias) {
   for (int64_t r = 0; r < N; r++)
     for (int64_t c = D; c < lddx; c++) gap_ok &= dx[r * lddx + c] == dx0[r * lddx + c];
   check(gap_ok, "conv1d_bwd leaves dx stride gap untouched", 0, 0);
-  fd_check(with_bias ? "conv1d_bwd dx FD (bias)" : "conv1d_bwd dx FD (no bias)", conv_loss, &st, st.x, N, D, ldx, dxa,
-           dxb, 1);
-  fd_check("conv1d_bwd dw FD", conv_loss, &st, st.w, D, K, K, dw, dw0, 1);
-  if (with_bias) fd_check("conv1d_bwd dbias FD", conv_loss, &st, st.bias, 1, D, D, db, db0, 1);
+  snprintf(name, sizeof name, "conv1d_bwd dx FD (%s%s)", with_bias ? "bias" : "no bias", seg ? ", documents" : "");
+  fd_check(name, conv_loss, &st, st.x, N, D, ldx, dxa, dxb, 1);
+  fd_check(seg ? "conv1d_bwd dw FD (documents)" : "conv1d_bwd dw FD", conv_loss, &st, st.w, D, K, K, dw, dw0, 1);
+  if (with_bias)
+    fd_check(seg ? "conv1d_bwd dbias FD (documents)" : "conv1d_bwd dbias FD", conv_loss, &st, st.bias, 1, D, D, db, db0,
+             1);
   else {
     int same = memcmp(db, db0, (size_t)D * sizeof(float)) == 0;
     check(same, "conv1d_bwd dbias NULL skipped", 0, 0);
@@ -197,6 +216,53 @@ static void test_conv(int with_bias) {
   free(st.w);
   free(st.bias);
   free((void *)st.R);
+}
+
+/* the end of the document of sample b that starts at t0 (seg: document starts) */
+static int64_t doc_end(const int32_t *seg, int64_t b, int64_t T, int64_t t0) {
+  int64_t e = t0 + 1;
+  while (e < T && seg[b * T + e] == seg[b * T + t0]) e++;
+  return e;
+}
+
+/* The key property of the resets: a packed row (seg) gives, bit for bit,
+ * what its documents give run one by one (B = 1, T = the document's length,
+ * seg NULL), with dw and dbias added into in document order; and without seg
+ * the row differs by far more than any tolerance. */
+static void test_conv_docs(int64_t B, int64_t T, const int32_t *seg) {
+  const int64_t D = 37, K = 4, ldx = D + 3, lddx = D + 1, N = B * T; /* D: two dw blocks of channels */
+  char name[160];
+  float *x = fbuf(N * ldx, -1, 1), *w = fbuf(D * K, -1, 1), *bias = fbuf(D, -1, 1), *dout = fbuf(N * D, -1, 1);
+  float *dx0 = fbuf(N * lddx, -1, 1), *dw0 = fbuf(D * K, -1, 1), *db0 = fbuf(D, -1, 1);
+  float *op = fbuf(N * D, 0, 0), *dxp = fcopy(dx0, N * lddx), *dwp = fcopy(dw0, D * K), *dbp = fcopy(db0, D);
+  float *os = fbuf(N * D, 0, 0), *dxs = fcopy(dx0, N * lddx), *dws = fcopy(dw0, D * K), *dbs = fcopy(db0, D);
+  float *on = fbuf(N * D, 0, 0), *dxn = fcopy(dx0, N * lddx);
+  sl_cpu_conv1d_fwd(NULL, op, x, ldx, w, bias, B, T, D, K, seg);
+  sl_cpu_conv1d_bwd(NULL, dxp, lddx, dwp, dbp, dout, x, ldx, w, B, T, D, K, seg);
+  int ndoc = 0, shortest = (int)T;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t t0 = 0; t0 < T; t0 = doc_end(seg, b, T, t0)) {
+      const int64_t L = doc_end(seg, b, T, t0) - t0, r = b * T + t0;
+      sl_cpu_conv1d_fwd(NULL, os + r * D, x + r * ldx, ldx, w, bias, 1, L, D, K, NULL);
+      sl_cpu_conv1d_bwd(NULL, dxs + r * lddx, lddx, dws, dbs, dout + r * D, x + r * ldx, ldx, w, 1, L, D, K, NULL);
+      ndoc++;
+      if (L < shortest) shortest = (int)L;
+    }
+  int same = !memcmp(op, os, (size_t)(N * D) * 4) && !memcmp(dxp, dxs, (size_t)(N * lddx) * 4) &&
+             !memcmp(dwp, dws, (size_t)(D * K) * 4) && !memcmp(dbp, dbs, (size_t)D * 4);
+  snprintf(name, sizeof name, "conv1d packed = %d documents one by one (shortest %d < K): out, dx, dw, dbias bitwise",
+           ndoc, shortest);
+  check(same, name, 0, 0);
+  /* negative control: the packed row without seg */
+  sl_cpu_conv1d_fwd(NULL, on, x, ldx, w, bias, B, T, D, K, NULL);
+  sl_cpu_conv1d_bwd(NULL, dxn, lddx, NULL, NULL, dout, x, ldx, w, B, T, D, K, NULL);
+  double eo = 0, ed = 0, m = 1;
+  for (int64_t i = 0; i < N * D; i++) eo = fmax(eo, fabs(on[i] - op[i])), m = fmax(m, fabs(op[i]));
+  for (int64_t i = 0; i < N * lddx; i++) ed = fmax(ed, fabs(dxn[i] - dxp[i]));
+  control(eo / m > 1e3 * 1e-6 && ed / m > 1e3 * 1e-6, "conv1d negative control: the row without seg (out, dx)",
+          fmin(eo, ed) / m, 1e3 * 1e-6);
+  free(x), free(w), free(bias), free(dout), free(dx0), free(dw0), free(db0);
+  free(op), free(dxp), free(dwp), free(dbp), free(os), free(dxs), free(dws), free(dbs), free(on), free(dxn);
 }
 
 /* ---- silu and gate ----------------------------------------------------------- */
@@ -271,6 +337,7 @@ typedef struct {
   double *u, *dt, *A_log, *bc, *Dp; /* bc (B,T,ldbc): Bm at column off, Cm at off+S */
   int64_t off;
   const double *R;
+  const int32_t *seg; /* document starts (B*T) or NULL */
 } scan_st;
 
 /* Sequential scan keeping all states hs (B,T,D,S) (NULL: not kept). */
@@ -282,6 +349,8 @@ static void scan_ref(const scan_st *s, double *y, double *hs) {
       for (int64_t k = 0; k < S; k++) h[k] = 0;
       for (int64_t t = 0; t < T; t++) {
         int64_t i = (b * T + t) * D + d;
+        if (s->seg && s->seg[b * T + t] == t)
+          for (int64_t k = 0; k < S; k++) h[k] = 0; /* a document starts */
         const double *Bt = s->bc + (b * T + t) * s->ldbc + s->off, *Ct = Bt + S;
         double delta = softplus_d(s->dt[i]), acc = 0;
         for (int64_t k = 0; k < S; k++) {
@@ -312,7 +381,7 @@ typedef struct {
 static void run_scan(scan_out *o, int64_t chunk, const float *u, const float *dt, const float *A_log, const float *bc,
                      int64_t off, int64_t ldbc, const float *Dp, const float *dy, const float *g0_bc, const float *g0_u,
                      const float *g0_dt, const float *g0_A, const float *g0_Dp, int64_t B, int64_t T, int64_t D,
-                     int64_t S) {
+                     int64_t S, const int32_t *seg) {
   int64_t NC = (T + chunk - 1) / chunk, n = B * T * D;
   o->y = fbuf(n, 0, 0);
   o->ckpt = fbuf(B * NC * D * S, 0, 0);
@@ -321,9 +390,9 @@ static void run_scan(scan_out *o, int64_t chunk, const float *u, const float *dt
   o->dA = fcopy(g0_A, D * S);
   o->dbc = fcopy(g0_bc, B * T * ldbc);
   o->dDp = fcopy(g0_Dp, D);
-  sl_cpu_scan_fwd(NULL, o->y, o->ckpt, u, dt, A_log, bc + off, bc + off + S, ldbc, Dp, B, T, D, S, chunk);
+  sl_cpu_scan_fwd(NULL, o->y, o->ckpt, u, dt, A_log, bc + off, bc + off + S, ldbc, Dp, seg, B, T, D, S, chunk);
   sl_cpu_scan_bwd(NULL, o->du, o->ddt, o->dA, o->dbc + off, o->dbc + off + S, o->dDp, dy, u, dt, A_log, bc + off,
-                  bc + off + S, ldbc, Dp, o->ckpt, B, T, D, S, chunk);
+                  bc + off + S, ldbc, Dp, seg, o->ckpt, B, T, D, S, chunk);
 }
 static void free_scan(scan_out *o) {
   free(o->y);
@@ -341,8 +410,9 @@ static int same_scan(const scan_out *a, const scan_out *b, int64_t B, int64_t T,
          !memcmp(a->dbc, b->dbc, (size_t)(B * T * ldbc) * 4) && !memcmp(a->dDp, b->dDp, (size_t)D * 4);
 }
 
-/* B,T,D,S: sizes; fd: also run the finite-difference checks. */
-static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int fd) {
+/* B,T,D,S: sizes; fd: also run the finite-difference checks; seg: document
+ * starts (NULL: none). */
+static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int fd, const int32_t *seg) {
   const int64_t R_ = 3, off = R_, ldbc = R_ + 2 * S + 1; /* x_proj row: dt(R) | B | C | pad */
   const int64_t n = B * T * D;
   char name[160];
@@ -367,7 +437,8 @@ static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int fd) {
                 dcopy(bc, B * T * ldbc),
                 dcopy(Dp, D),
                 off,
-                dcopy(dy, n)};
+                dcopy(dy, n),
+                seg};
   double *yref = malloc((size_t)n * sizeof(double));
   double *hs = malloc((size_t)(n * S) * sizeof(double));
   scan_ref(&st, yref, hs);
@@ -375,12 +446,22 @@ static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int fd) {
   const int64_t chunks[4] = {1, 3, T, T + 5};
   scan_out o[4];
   for (int c = 0; c < 4; c++)
-    run_scan(&o[c], chunks[c], u, dt, A_log, bc, off, ldbc, Dp, dy, g0_bc, g0_u, g0_dt, g0_A, g0_Dp, B, T, D, S);
+    run_scan(&o[c], chunks[c], u, dt, A_log, bc, off, ldbc, Dp, dy, g0_bc, g0_u, g0_dt, g0_A, g0_Dp, B, T, D, S, seg);
 
-  snprintf(name, sizeof name, "scan_fwd y vs sequential ref B%lld T%lld D%lld S%lld", (long long)B, (long long)T,
-           (long long)D, (long long)S);
+  snprintf(name, sizeof name, "scan_fwd y vs sequential ref B%lld T%lld D%lld S%lld%s", (long long)B, (long long)T,
+           (long long)D, (long long)S, seg ? " docs" : "");
   cmp_fwd(name, o[1].y, yref, n, 2e-5);
-  /* checkpoints equal the reference states at every chunk start */
+  if (seg) { /* negative control: the reference without the resets */
+    scan_st nr = st;
+    nr.seg = NULL;
+    double *yn = malloc((size_t)n * sizeof(double)), e = 0, m = 1;
+    scan_ref(&nr, yn, NULL);
+    for (int64_t i = 0; i < n; i++) e = fmax(e, fabs(o[1].y[i] - yn[i])), m = fmax(m, fabs(yn[i]));
+    control(e / m > 1e3 * 2e-5, "scan negative control: ignoring the resets is caught", e / m, 1e3 * 2e-5);
+    free(yn);
+  }
+  /* checkpoints equal the reference states at every chunk start (before a
+   * reset at that step) */
   {
     const int64_t ck = chunks[1], NC = (T + ck - 1) / ck;
     double e = 0, m = 1.0;
@@ -400,7 +481,7 @@ static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int fd) {
   check(same, name, 0, 0);
   {
     scan_out again;
-    run_scan(&again, 3, u, dt, A_log, bc, off, ldbc, Dp, dy, g0_bc, g0_u, g0_dt, g0_A, g0_Dp, B, T, D, S);
+    run_scan(&again, 3, u, dt, A_log, bc, off, ldbc, Dp, dy, g0_bc, g0_u, g0_dt, g0_A, g0_Dp, B, T, D, S, seg);
     check(same_scan(&o[1], &again, B, T, D, S, ldbc), "scan run-to-run bitwise deterministic", 0, 0);
     free_scan(&again);
   }
@@ -409,7 +490,7 @@ static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int fd) {
     int nt = omp_get_max_threads();
     omp_set_num_threads(1);
     scan_out one;
-    run_scan(&one, 3, u, dt, A_log, bc, off, ldbc, Dp, dy, g0_bc, g0_u, g0_dt, g0_A, g0_Dp, B, T, D, S);
+    run_scan(&one, 3, u, dt, A_log, bc, off, ldbc, Dp, dy, g0_bc, g0_u, g0_dt, g0_A, g0_Dp, B, T, D, S, seg);
     omp_set_num_threads(nt);
     double e = 0, m = 1;
     for (int64_t i = 0; i < B * T * ldbc; i++) {
@@ -423,21 +504,23 @@ static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int fd) {
   }
   if (fd) {
     scan_out *a = &o[2]; /* chunk T+... all identical anyway; use chunk = T */
-    fd_check("scan_bwd du FD", scan_loss, &st, st.u, B * T, D, D, a->du, g0_u, 1);
-    fd_check("scan_bwd ddt FD (incl. dt > 20)", scan_loss, &st, st.dt, B * T, D, D, a->ddt, g0_dt, 1);
-    fd_check("scan_bwd dA_log FD", scan_loss, &st, st.A_log, D, S, S, a->dA, g0_A, 1);
-    fd_check("scan_bwd dDp FD", scan_loss, &st, st.Dp, 1, D, D, a->dDp, g0_Dp, 1);
+#define SCAN_NM(what) (snprintf(name, sizeof name, "%s%s", what, seg ? " docs" : ""), name)
+    fd_check(SCAN_NM("scan_bwd du FD"), scan_loss, &st, st.u, B * T, D, D, a->du, g0_u, 1);
+    fd_check(SCAN_NM("scan_bwd ddt FD (incl. dt > 20)"), scan_loss, &st, st.dt, B * T, D, D, a->ddt, g0_dt, 1);
+    fd_check(SCAN_NM("scan_bwd dA_log FD"), scan_loss, &st, st.A_log, D, S, S, a->dA, g0_A, 1);
+    fd_check(SCAN_NM("scan_bwd dDp FD"), scan_loss, &st, st.Dp, 1, D, D, a->dDp, g0_Dp, 1);
     /* dBm and dCm share the x_proj-like rows; check each window, the gap
      * columns (dt part and pad) must stay untouched */
     double *pbc = st.bc + off;
-    fd_check("scan_bwd dBm FD (ldbc > S)", scan_loss, &st, pbc, B * T, S, ldbc, a->dbc + off, g0_bc + off, 0);
-    fd_check("scan_bwd dCm FD (ldbc > S)", scan_loss, &st, pbc + S, B * T, S, ldbc, a->dbc + off + S, g0_bc + off + S,
-             0);
+    fd_check(SCAN_NM("scan_bwd dBm FD (ldbc > S)"), scan_loss, &st, pbc, B * T, S, ldbc, a->dbc + off, g0_bc + off, 0);
+    fd_check(SCAN_NM("scan_bwd dCm FD (ldbc > S)"), scan_loss, &st, pbc + S, B * T, S, ldbc, a->dbc + off + S,
+             g0_bc + off + S, 0);
     int gap_ok = 1;
     for (int64_t r = 0; r < B * T; r++)
       for (int64_t c = 0; c < ldbc; c++)
         if (c < off || c >= off + 2 * S) gap_ok &= a->dbc[r * ldbc + c] == g0_bc[r * ldbc + c];
     check(gap_ok, "scan_bwd leaves x_proj dt/pad columns untouched", 0, 0);
+#undef SCAN_NM
   }
   for (int c = 0; c < 4; c++) free_scan(&o[c]);
   free(u);
@@ -459,6 +542,62 @@ static void test_scan(int64_t B, int64_t T, int64_t D, int64_t S, int fd) {
   free((void *)st.R);
   free(yref);
   free(hs);
+}
+
+/* The key property for the scan: a packed row (seg) gives the bits of its
+ * documents run one by one (B = 1, seg NULL, their own checkpoints), dA_log
+ * and dDp added into in the order the backward visits the documents
+ * (samples in order, a sample's documents last to first); without seg the
+ * row differs by far more than any tolerance. */
+static void test_scan_docs(int64_t B, int64_t T, int64_t D, int64_t S, int64_t chunk, const int32_t *seg) {
+  const int64_t off = 2, ldbc = 2 * S + 3, n = B * T * D;
+  char name[200];
+  float *u = fbuf(n, -1.5f, 1.5f), *dt = fbuf(n, -4.0f, 1.5f), *A_log = fbuf(D * S, -1.0f, 1.5f);
+  float *bc = fbuf(B * T * ldbc, -1, 1), *Dp = fbuf(D, -1, 1), *dy = fbuf(n, -1, 1);
+  float *g0_u = fbuf(n, -1, 1), *g0_dt = fbuf(n, -1, 1), *g0_A = fbuf(D * S, -1, 1);
+  float *g0_bc = fbuf(B * T * ldbc, -1, 1), *g0_Dp = fbuf(D, -1, 1);
+  scan_out p, q, nos;
+  run_scan(&p, chunk, u, dt, A_log, bc, off, ldbc, Dp, dy, g0_bc, g0_u, g0_dt, g0_A, g0_Dp, B, T, D, S, seg);
+  run_scan(&nos, chunk, u, dt, A_log, bc, off, ldbc, Dp, dy, g0_bc, g0_u, g0_dt, g0_A, g0_Dp, B, T, D, S, NULL);
+  q.y = fbuf(n, 0, 0);
+  q.ckpt = NULL;
+  q.du = fcopy(g0_u, n), q.ddt = fcopy(g0_dt, n), q.dA = fcopy(g0_A, D * S);
+  q.dbc = fcopy(g0_bc, B * T * ldbc), q.dDp = fcopy(g0_Dp, D);
+  int ndoc = 0, mid = 0, edge = 0;
+  for (int64_t b = 0; b < B; b++) {
+    int64_t starts[64], ns = 0;
+    for (int64_t t0 = 0; t0 < T && ns < 64; t0 = doc_end(seg, b, T, t0)) starts[ns++] = t0;
+    for (int64_t k = ns - 1; k >= 0; k--) { /* last to first: the backward's order */
+      const int64_t t0 = starts[k], L = doc_end(seg, b, T, t0) - t0, r = b * T + t0;
+      float *ck = fbuf(((L + chunk - 1) / chunk) * D * S, 0, 0);
+      const float *Bm = bc + r * ldbc + off;
+      sl_cpu_scan_fwd(NULL, q.y + r * D, ck, u + r * D, dt + r * D, A_log, Bm, Bm + S, ldbc, Dp, NULL, 1, L, D, S,
+                      chunk);
+      sl_cpu_scan_bwd(NULL, q.du + r * D, q.ddt + r * D, q.dA, q.dbc + r * ldbc + off, q.dbc + r * ldbc + off + S,
+                      q.dDp, dy + r * D, u + r * D, dt + r * D, A_log, Bm, Bm + S, ldbc, Dp, NULL, ck, 1, L, D, S,
+                      chunk);
+      free(ck);
+      ndoc++;
+      if (t0 > 0 && t0 % chunk) mid++;
+      else if (t0 > 0) edge++;
+    }
+  }
+  snprintf(name, sizeof name,
+           "scan packed = %d documents one by one (chunk %lld: %d starts mid-chunk, %d at a chunk start): every "
+           "output bitwise",
+           ndoc, (long long)chunk, mid, edge);
+  check(same_scan(&p, &q, B, T, D, S, ldbc) && mid > 0 && edge > 0, name, 0, 0);
+  double ey = 0, eu = 0, m = 1;
+  for (int64_t i = 0; i < n; i++) {
+    ey = fmax(ey, fabs(nos.y[i] - p.y[i]));
+    eu = fmax(eu, fabs(nos.du[i] - p.du[i]));
+    m = fmax(m, fabs(p.y[i]));
+  }
+  control(ey / m > 1e3 * 2e-5 && eu / m > 1e3 * 2e-5, "scan negative control: the row without seg (y, du)",
+          fmin(ey, eu) / m, 1e3 * 2e-5);
+  free_scan(&p), free_scan(&q), free_scan(&nos);
+  free(u), free(dt), free(A_log), free(bc), free(Dp), free(dy);
+  free(g0_u), free(g0_dt), free(g0_A), free(g0_bc), free(g0_Dp);
 }
 
 /* ---- Mamba-2 SSD scan -------------------------------------------------------- */
@@ -737,12 +876,12 @@ static int32_t *mk_seg(int64_t B, int64_t T, const int64_t *starts, int64_t nsta
 }
 
 int main(void) {
-  test_conv(1);
-  test_conv(0);
+  test_conv(1, 2, 7, NULL);
+  test_conv(0, 2, 7, NULL);
   test_silu_gate();
-  test_scan(2, 7, 3, 4, 1);    /* T not a multiple of 3; D < / > threads */
-  test_scan(1, 10, 1, 5, 1);   /* one channel: idle threads still reduce */
-  test_scan(3, 50, 37, 16, 0); /* realistic S: vectorised path, many chunks */
+  test_scan(2, 7, 3, 4, 1, NULL);    /* T not a multiple of 3; D < / > threads */
+  test_scan(1, 10, 1, 5, 1, NULL);   /* one channel: idle threads still reduce */
+  test_scan(3, 50, 37, 16, 0, NULL); /* realistic S: vectorised path, many chunks */
   {
     /* Mamba-2: sample 0 has documents at 0, 4 (mid-chunk for chunk 3) and
      * 9 (one step), sample 1 at 0 and 6 (a chunk start: the checkpoint is
@@ -754,6 +893,25 @@ int main(void) {
     test_ssd(2, 50, 6, 16, 3, 16, seg3, 0.01f, 8.0f, 0);  /* vectorised sizes, many chunks */
     free(seg2);
     free(seg3);
+  }
+  {
+    /* Mamba (v1) resets. The conv (K = 4): sample 0 has documents at 0, 5
+     * (two steps: shorter than K) and 7, sample 1 at 0 and 6. The scan
+     * (chunk 3 in the checks): sample 0 at 0, 4 (mid-chunk) and 9 (a chunk
+     * start: the checkpoint is the state before the reset), sample 1 at 0
+     * and 7 (mid-chunk); at 50 steps also a one-step document (sample 1's
+     * first) and starts at a chunk start for chunk 3 and 8 (24). */
+    const int64_t sc[6] = {0, 5, 7, 0, 6, 6}, ss[6] = {0, 4, 9, 0, 7, 7}, sl[9] = {0, 17, 30, 0, 1, 45, 0, 24, 24};
+    int32_t *segc = mk_seg(2, 12, sc, 6, 3), *segs = mk_seg(2, 13, ss, 6, 3), *segl = mk_seg(3, 50, sl, 9, 3);
+    test_conv(1, 2, 12, segc);
+    test_conv(0, 2, 12, segc);
+    test_conv_docs(2, 12, segc);
+    test_scan(2, 13, 3, 4, 1, segs);
+    test_scan(3, 50, 37, 16, 0, segl);
+    test_scan_docs(2, 13, 3, 4, 3, segs);
+    test_scan_docs(3, 50, 37, 16, 3, segl); /* several channel blocks and threads; documents of 1 step */
+    test_scan_docs(3, 50, 37, 16, 8, segl);
+    free(segc), free(segs), free(segl);
   }
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;
