@@ -5,6 +5,7 @@ import json
 import os
 import sys
 
+import numpy as np
 import torch
 
 import common  # noqa: E402
@@ -128,7 +129,84 @@ if engine(EC.dump_args(mt, data, out, "none"), "dump_mt.log") and dumps1.get("no
     eq, det = EC.tensors_bit_equal(out, dumps1["none"])
     ck("[config] no 'architectures': the family from model_type 'mamba2' (dump bit-identical)", eq, det)
 
-# ---- 4. refusal by name -------------------------------------------------------------------------------
+# ---- 3b. a state-spaces (mamba_ssm) Mamba-2 checkpoint: d_model / n_layer / ssm_cfg {layer: Mamba2, ...},
+# the vocabulary padded to pad_vocab_size_multiple, backbone.embedding.weight and a stored tied lm_head copy
+VP = (EC.VOCAB + 7) // 8 * 8
+css = M.make_config(hidden=32, layers=2, state=8, expand=2, conv=4, heads=8, groups=2, vocab=VP, tied=True)
+ref_ss = M.init_model(css, seed=9)
+ss_dir = os.path.join(w, "model_ss")
+os.makedirs(ss_dir, exist_ok=True)
+with open(os.path.join(ss_dir, "config.json"), "w") as f:
+    json.dump({"d_model": 32, "n_layer": 2, "vocab_size": EC.VOCAB, "pad_vocab_size_multiple": 8,
+               "tie_embeddings": True, "rms_norm": True, "residual_in_fp32": True, "d_intermediate": 0,
+               "attn_layer_idx": [], "ssm_cfg": {"layer": "Mamba2", "d_state": 8, "d_conv": 4, "expand": 2,
+                                                 "headdim": 8, "ngroups": 2}}, f)
+sd = {("backbone.embedding.weight" if n == "backbone.embeddings.weight" else n): a
+      for n, a in M.MR.state_numpy(ref_ss).items()}
+sd["lm_head.weight"] = sd["backbone.embedding.weight"].copy()  # mamba_ssm stores the tied copy
+common.st_write(os.path.join(ss_dir, "model.safetensors"), sd)
+ref = {("grad.backbone.embedding.weight" if k == "grad.backbone.embeddings.weight" else k): v
+       for k, v in M.dump(ref_ss, stream, B, T).items()}
+out = os.path.join(w, "dump_ss.safetensors")
+if engine(EC.dump_args(ss_dir, data, out, "none"), "dump_ss.log"):
+    e = common.st_read(out)
+    ck(f"[state-spaces] vocab {EC.VOCAB} padded to {VP} (logits width)", e["logits"].shape[-1] == VP,
+       f"logits {list(e['logits'].shape)}")
+    EC.compare_dump(ck, "[state-spaces] Mamba2 layer: dump vs PyTorch (backbone.embedding.weight)", out, ref,
+                    [n[5:] for n in ref if n.startswith("grad.")])
+rt = os.path.join(w, "rt_ss")
+if engine(["train", "--model", ss_dir, "--data", data, "--steps", 0, "--micro-batch", B, "--seq-len", T, "--save", rt],
+          "rt_ss.log"):
+    try:
+        back = M.load_hf(rt)
+        same = all(torch.equal(p, q) for p, q in zip(back.parameters(), ref_ss.parameters()))
+        ck("[state-spaces] --save writes the HF Mamba2ForCausalLM form (the same tensors)", same, "")
+    except Exception as ex:  # noqa: BLE001
+        ck("[state-spaces] --save writes the HF Mamba2ForCausalLM form", False, str(ex))
+
+# ---- 4. packed documents: --doc-attention-mask restarts the conv and the scan at each document ----------
+DOC_STARTS = np.cumsum([0, 37, 5, 120, 1, 64, 200, 88, 150])[:-1]  # EC.make_data's documents
+
+
+def docs_dump(m, stream, reset=True):
+    """The engine's dump with document masking, by running each document piece of a row on its own (a
+    recurrent model restarted at a document start); reset False: the whole row (the negative control)."""
+    m.zero_grad(set_to_none=True)
+    x, y = M.L.batch(stream, 0, B, T)
+    rows = []
+    for r in range(B):
+        cut = [0] + [int(d - r * T) for d in DOC_STARTS if reset and 0 < d - r * T < T] + [T]
+        rows.append(torch.cat([m(x[r:r + 1, a:b]) for a, b in zip(cut, cut[1:])], dim=1))
+    logits = torch.cat(rows, 0)
+    loss = M.loss_fn(logits, y)
+    loss.backward()
+    out = {"logits": logits.detach().reshape(B * T, -1).numpy().copy(), "loss": np.array([loss.item()], np.float32)}
+    for n, p in m.named_parameters():
+        out["grad." + n] = p.grad.detach().numpy().copy()
+    return out
+
+
+d_m1 = os.path.join(w, "model_mamba1")  # Mamba (v1) restarts its conv and scan the same way
+M.MR.save_hf(M.MR.init_model(M.MR.make_config(hidden=32, layers=2, state=8, vocab=EC.VOCAB), seed=5, std=0.1,
+                             jitter=0.1), d_m1)
+for tag, mdir, load in (("g2", d1, M.load_hf), ("g1-tied-bias-limit", d2, M.load_hf), ("mamba1", d_m1, M.MR.load_hf)):
+    mm = load(mdir)
+    ref, ref_cont = docs_dump(mm, stream), docs_dump(mm, stream, reset=False)
+    out = os.path.join(w, f"dump_docs_{tag}.safetensors")
+    if engine(EC.dump_args(mdir, data, out, "none") + ["--doc-attention-mask", "true"], f"dump_docs_{tag}.log"):
+        EC.compare_dump(ck, f"[{tag}] --doc-attention-mask: a packed row = its documents run separately (logits, "
+                        f"loss, all grads, {EC.DUMP_TOL:g} rel)", out, ref, [n for n, _ in mm.named_parameters()])
+        e = common.st_read(out)
+        err = EC.rel_err(e["logits"].reshape(ref_cont["logits"].shape), ref_cont["logits"])
+        ck(f"[{tag}] negative control: the row run without resets differs from the engine's",
+           err > 100 * EC.DUMP_TOL, f"logits rel {err:.2e}")
+        for mode in ("selective", "full"):
+            o2 = os.path.join(w, f"dump_docs_{tag}_{mode}.safetensors")
+            if engine(EC.dump_args(mdir, data, o2, mode) + ["--doc-attention-mask", "true"], f"docs_{tag}_{mode}.log"):
+                eq, det = EC.tensors_bit_equal(out, o2)
+                ck(f"[{tag}] --doc-attention-mask dump bit-identical none vs {mode}", eq, det)
+
+# ---- 5. refusals by name ------------------------------------------------------------------------------
 ok, msg = EC.run_engine("mpirun", MPI[1:] + [exe] + EC.train_args(d2, data, os.path.join(w, "m_tp.jsonl"),
                         os.path.join(w, "s_tp"), "none") + ["--tp", 2], os.path.join(w, "tp.log"))
 log = open(os.path.join(w, "tp.log")).read()

@@ -15,6 +15,12 @@
 #    far from the engine (the per-group norm is the original Mamba-2's);
 #  - HF round trip (--steps 0 --save byte-identical, config.json with
 #    Python's Infinity read back), the family from model_type alone;
+#  - a state-spaces (mamba_ssm) Mamba2 config and checkpoint: dump vs
+#    PyTorch, the padded vocabulary, --save to the HF form;
+#  - --doc-attention-mask: a packed row of several documents equals each
+#    document run on its own (logits, loss, every gradient), for Mamba-2
+#    and Mamba (v1); checkpointing modes bit-identical; a negative control
+#    (the row run without resets) far off;
 #  - --tp 2 with n_groups 1 refused by name (--compute-dtype bf16 is checked
 #    by tests/ref/test_torch_bf16.sh).
 # Needs $SL_BUILD/shardlm, mpirun and /usr/bin/python3 with torch; else exit 77.

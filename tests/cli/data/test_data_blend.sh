@@ -11,7 +11,7 @@
 #    (losses and final weights);
 #  - a step whose targets are all masked has loss 0, grad_norm 0;
 #  - bad blends, bad .lmask files (magic, token count, size, byte values),
-#    --doc-attention-mask on Mamba, --eod-id outside the vocabulary: exit 2
+#    --eod-id outside the vocabulary: exit 2 (Mamba with --doc-attention-mask runs)
 #    with a message naming the file / flag; a large vocabulary without
 #    --eod-id trains (the documents are the .idx's).
 source "${SL_SRC:?}/tests/lib/run.sh" data_blend numpy mpi
@@ -110,7 +110,10 @@ refuse "blend with a negative weight" "--data" --data "-1 $W/A 2 $W/B"
 refuse "blend with a non-numeric weight" "--data" --data "x $W/A 1 $W/B"
 refuse "blend with a missing prefix" "$W/nope.idx" --data "0.5 $W/A 0.5 $W/nope"
 for k in magic count short byte; do refuse ".lmask bad $k" "$W/bad_$k.lmask" --data "$W/bad_$k"; done
-refuse "--doc-attention-mask on Mamba" "--doc-attention-mask" --model "$W/mamba" --data "$W/A" --doc-attention-mask true
+# Mamba restarts its conv and scan at each document (tests/ref/mamba2_checks.py: a packed row = its documents)
+train mambadoc --model "$W/mamba" --data "$W/A" --doc-attention-mask true --steps 1 &&
+  ok "--doc-attention-mask on Mamba: runs (its state restarts per document)" ||
+  bad "--doc-attention-mask on Mamba: $(tail -2 "$W/mambadoc.log")"
 refuse "--eod-id outside the vocabulary" "--eod-id" --data "$W/A" --doc-attention-mask true --eod-id 300
 # the documents come from the .idx: a large vocabulary needs no --eod-id
 train big --model "$W/big" --data "$W/A" --doc-attention-mask true --steps 1 && ok "--doc-attention-mask, vocab 600, no --eod-id: runs" ||
