@@ -1170,20 +1170,14 @@ static int parse_attn(const char *p, json_t *o, sl_model_config *c) {
   return SL_OK;
 }
 
-static int parse_mamba_hf(const char *p, json_t *o, sl_model_config *c) {
+/* The fields Mamba and Mamba-2 (HF) share, with the family's transformers defaults. */
+static int ssm_common_hf(const char *p, json_t *o, sl_model_config *c) {
   int rc;
-  int64_t inter_def = 0;
-  double d = 0;
   if ((rc = dget_int(p, o, c, "hidden_size", &c->hidden_size)) ||
       (rc = dget_int(p, o, c, "num_hidden_layers", &c->num_hidden_layers)) ||
       (rc = dget_int(p, o, c, "vocab_size", &c->vocab_size)) ||
       (rc = dget_int(p, o, c, "state_size", &c->state_size)) || (rc = dget_int(p, o, c, "expand", &c->expand)) ||
-      (rc = dget_int(p, o, c, "conv_kernel", &c->conv_kernel)) || (rc = def_of(c, "intermediate_size", &d)) ||
-      (rc = def_of(c, "time_step_rank", &d)))
-    return rc;
-  inter_def = c->expand * c->hidden_size; /* k_defaults: EXPANDH; time_step_rank AUTO (get_dt_rank) */
-  if ((rc = get_int(p, o, "intermediate_size", 0, inter_def, &c->intermediate_size)) ||
-      (rc = get_dt_rank(p, o, "time_step_rank", c->hidden_size, &c->time_step_rank)) ||
+      (rc = dget_int(p, o, c, "conv_kernel", &c->conv_kernel)) ||
       (rc = dget_num(p, o, c, "layer_norm_epsilon", &c->layer_norm_epsilon)) ||
       (rc = dget_bool(p, o, c, "use_bias", &c->use_bias)) ||
       (rc = dget_bool(p, o, c, "use_conv_bias", &c->use_conv_bias)) ||
@@ -1193,9 +1187,22 @@ static int parse_mamba_hf(const char *p, json_t *o, sl_model_config *c) {
       (rc = dget_num(p, o, c, "time_step_min", &c->time_step_min)) ||
       (rc = dget_num(p, o, c, "time_step_max", &c->time_step_max)) ||
       (rc = dget_num(p, o, c, "time_step_floor", &c->time_step_floor)) ||
-      (rc = dget_num(p, o, c, "time_step_scale", &c->time_step_scale)) ||
       (rc = dget_int(p, o, c, "max_position_embeddings", &c->max_position_embeddings)) || (rc = get_bos(p, o, c)) ||
       (rc = get_eos(p, o, c)) || (rc = want_act(p, o, "hidden_act")) || (rc = want_pos_emb(p, o)))
+    return rc;
+  return SL_OK;
+}
+
+static int parse_mamba_hf(const char *p, json_t *o, sl_model_config *c) {
+  int rc;
+  double d = 0;
+  if ((rc = ssm_common_hf(p, o, c)) || (rc = def_of(c, "intermediate_size", &d)) ||
+      (rc = def_of(c, "time_step_rank", &d)))
+    return rc;
+  int64_t inter_def = c->expand * c->hidden_size; /* k_defaults: EXPANDH; time_step_rank AUTO (get_dt_rank) */
+  if ((rc = get_int(p, o, "intermediate_size", 0, inter_def, &c->intermediate_size)) ||
+      (rc = get_dt_rank(p, o, "time_step_rank", c->hidden_size, &c->time_step_rank)) ||
+      (rc = dget_num(p, o, c, "time_step_scale", &c->time_step_scale)))
     return rc;
   /* Falcon-Mamba (transformers' modeling_falcon_mamba.py): the same mixer with
    * a weightless RMSNorm of dt, B and C after the x_proj split. use_mambapy /
@@ -1233,28 +1240,13 @@ static int get_dt_limit(const char *p, json_t *o, sl_model_config *c) {
 static int parse_mamba2_hf(const char *p, json_t *o, sl_model_config *c) {
   int rc;
   int rmsn = 1;
-  if ((rc = dget_int(p, o, c, "hidden_size", &c->hidden_size)) ||
-      (rc = dget_int(p, o, c, "num_hidden_layers", &c->num_hidden_layers)) ||
-      (rc = dget_int(p, o, c, "vocab_size", &c->vocab_size)) ||
-      (rc = dget_int(p, o, c, "state_size", &c->state_size)) || (rc = dget_int(p, o, c, "expand", &c->expand)) ||
-      (rc = dget_int(p, o, c, "conv_kernel", &c->conv_kernel)) ||
-      (rc = dget_int(p, o, c, "num_heads", &c->ssm_heads)) || (rc = dget_int(p, o, c, "head_dim", &c->ssm_head_dim)) ||
-      (rc = dget_int(p, o, c, "n_groups", &c->ssm_groups)) || (rc = dget_int(p, o, c, "chunk_size", &c->ssm_chunk)) ||
-      (rc = dget_num(p, o, c, "layer_norm_epsilon", &c->layer_norm_epsilon)) ||
-      (rc = dget_bool(p, o, c, "use_bias", &c->use_bias)) ||
-      (rc = dget_bool(p, o, c, "use_conv_bias", &c->use_conv_bias)) ||
-      (rc = dget_bool(p, o, c, "residual_in_fp32", &c->residual_in_fp32)) ||
-      (rc = dget_bool(p, o, c, "tie_word_embeddings", &c->tie_word_embeddings)) ||
-      (rc = dget_num(p, o, c, "initializer_range", &c->initializer_range)) ||
-      (rc = dget_num(p, o, c, "time_step_min", &c->time_step_min)) ||
-      (rc = dget_num(p, o, c, "time_step_max", &c->time_step_max)) ||
-      (rc = dget_num(p, o, c, "time_step_floor", &c->time_step_floor)) || (rc = get_dt_limit(p, o, c)) ||
-      (rc = get_bool(p, o, "rms_norm", 1, &rmsn)) || (rc = get_bos(p, o, c)) || (rc = get_eos(p, o, c)) ||
-      (rc = want_act(p, o, "hidden_act")) || (rc = want_pos_emb(p, o)))
+  if ((rc = ssm_common_hf(p, o, c)) || (rc = dget_int(p, o, c, "num_heads", &c->ssm_heads)) ||
+      (rc = dget_int(p, o, c, "head_dim", &c->ssm_head_dim)) || (rc = dget_int(p, o, c, "n_groups", &c->ssm_groups)) ||
+      (rc = dget_int(p, o, c, "chunk_size", &c->ssm_chunk)) || (rc = get_dt_limit(p, o, c)) ||
+      (rc = get_bool(p, o, "rms_norm", 1, &rmsn)))
     return rc;
   c->intermediate_size = c->expand * c->hidden_size;
   rec_fmt(o, "intermediate_size", "%lld", (long long)c->intermediate_size);
-  rec_del("time_step_rank"); /* read by nothing */
   return SL_OK;
 }
 

@@ -513,8 +513,16 @@ static void test_config(void) {
                    "\"vocab_size\": 257, \"time_step_rank\": \"big\"}",
                    &c),
                "cfg/config.json", "time_step_rank", "config: mamba bad time_step_rank");
-  expect_input(cfg("{\"d_model\": 64, \"n_layer\": 2, \"vocab_size\": 10, \"ssm_cfg\": {\"layer\": \"Mamba2\"}}", &c),
-               "cfg/config.json", "Mamba2", "config: state-spaces Mamba2 refused");
+  expect_input(cfg("{\"d_model\": 64, \"n_layer\": 2, \"vocab_size\": 10, \"ssm_cfg\": {\"layer\": \"Mamba3\"}}", &c),
+               "cfg/config.json", "ssm_cfg.layer", "config: state-spaces layer other than Mamba1 / Mamba2 refused");
+  check(cfg("{\"d_model\": 64, \"n_layer\": 2, \"vocab_size\": 10, \"ssm_cfg\": {\"layer\": \"Mamba2\"}}", &c) == 0 &&
+            c.arch == SL_ARCH_MAMBA2 && c.ssm_original_format && c.vocab_size == 16 && c.ssm_head_dim == 64 &&
+            c.ssm_heads == 2 && c.ssm_groups == 1 && c.state_size == 128,
+        "config: state-spaces Mamba2 (mamba_ssm defaults: headdim 64, ngroups 1, d_state 128; vocab padded to 8)");
+  expect_input(cfg("{\"d_model\": 64, \"n_layer\": 2, \"vocab_size\": 10, \"ssm_cfg\": {\"layer\": \"Mamba2\", "
+                   "\"norm_before_gate\": true}}",
+                   &c),
+               "cfg/config.json", "norm_before_gate", "config: state-spaces Mamba2 norm_before_gate refused");
   expect_input(sl_hfconfig_load(path("no/config.json"), &c), "no/config.json", "cannot open", "config: missing file");
 
   /* save -> load round trips */
