@@ -160,18 +160,23 @@ static void conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *d
   F(s)->conv1d_bwd(ctx, dx, ldx, dw, dbias, dout, x, ldx_in, w, B, T, D, K, seg);
   rnd_rows(ctx, s, dx, B * T, D, ldx); /* dw, dbias: fp32 */
 }
-static void silu_fwd(sl_kctx *ctx, float *out, const float *x, int64_t n) {
-  const sl_bf16_state *s = st(ctx, "silu_fwd");
-  if (!s) return;
-  F(s)->silu_fwd(ctx, out, x, n);
-  rnd(ctx, s, out, n);
-}
-static void silu_bwd(sl_kctx *ctx, float *dx, const float *dout, const float *x, int64_t n) {
-  const sl_bf16_state *s = st(ctx, "silu_bwd");
-  if (!s) return;
-  F(s)->silu_bwd(ctx, dx, dout, x, n);
-  rnd(ctx, s, dx, n);
-}
+/* The two wrappers of an element-wise activation NAME (silu, relu2): out
+ * and dx (n) rounded. */
+#define ACT_WRAPPERS(NAME)                                                                                             \
+  static void NAME##_fwd(sl_kctx *ctx, float *out, const float *x, int64_t n) {                                        \
+    const sl_bf16_state *s = st(ctx, #NAME "_fwd");                                                                    \
+    if (!s) return;                                                                                                    \
+    F(s)->NAME##_fwd(ctx, out, x, n);                                                                                  \
+    rnd(ctx, s, out, n);                                                                                               \
+  }                                                                                                                    \
+  static void NAME##_bwd(sl_kctx *ctx, float *dx, const float *dout, const float *x, int64_t n) {                      \
+    const sl_bf16_state *s = st(ctx, #NAME "_bwd");                                                                    \
+    if (!s) return;                                                                                                    \
+    F(s)->NAME##_bwd(ctx, dx, dout, x, n);                                                                             \
+    rnd(ctx, s, dx, n);                                                                                                \
+  }
+ACT_WRAPPERS(silu)
+ACT_WRAPPERS(relu2)
 static void gate_fwd(sl_kctx *ctx, float *out, const float *y, const float *z, int64_t ldz, int64_t N, int64_t D) {
   const sl_bf16_state *s = st(ctx, "gate_fwd");
   if (!s) return;
@@ -252,6 +257,8 @@ sl_ops sl_bf16_ops(const sl_ops *fp32) {
   o.conv1d_bwd = conv1d_bwd;
   o.silu_fwd = silu_fwd;
   o.silu_bwd = silu_bwd;
+  o.relu2_fwd = relu2_fwd;
+  o.relu2_bwd = relu2_bwd;
   o.gate_fwd = gate_fwd;
   o.gate_bwd = gate_bwd;
   o.scan_fwd = scan_fwd;

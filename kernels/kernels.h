@@ -186,6 +186,11 @@ typedef struct sl_ops {
   /* out[i] = silu(x[i]) ; dx[i] += dout[i] * silu'(x[i]) */
   void (*silu_fwd)(sl_kctx *, float *out, const float *x, int64_t n);
   void (*silu_bwd)(sl_kctx *, float *dx, const float *dout, const float *x, int64_t n);
+  /* Squared ReLU (Nemotron-H's MLP, HF ACT2FN["relu2"]), r = relu(x):
+   * out[i] = r*r ; dx[i] += dout[i] * 2r (one fmaf: every backend gives the
+   * same bits). x < 0 gives 0 (x = 0 too: gradient 0), NaN stays NaN. */
+  void (*relu2_fwd)(sl_kctx *, float *out, const float *x, int64_t n);
+  void (*relu2_bwd)(sl_kctx *, float *dx, const float *dout, const float *x, int64_t n);
   /* Gate: out (N, D) = y (N, D) * silu(z) where z rows have stride ldz. */
   void (*gate_fwd)(sl_kctx *, float *out, const float *y, const float *z, int64_t ldz, int64_t N, int64_t D);
   /* dy += dout*silu(z) ; dz (stride ldz) += dout*y*silu'(z) */
@@ -396,9 +401,9 @@ typedef struct sl_ops {
    * SL_COMPUTE_BF16: the ops round what a bf16 engine stores in bf16 to
    * bf16-valued fp32 (round to nearest even): GEMM operands (linear, LM
    * head), and the activations and activation gradients the ops write
-   * (rmsnorm/linear/rope/attention/swiglu/conv1d/silu/gate/scan outputs,
-   * logits, dlogits, and dinp/dqkv/dgu/... of the backwards); GEMMs and
-   * attention accumulate in fp32. Stays fp32: rstd, lse, losses, the scan's
+   * (rmsnorm/linear/rope/attention/swiglu/conv1d/silu/relu2/gate/scan
+   * outputs, logits, dlogits, and dinp/dqkv/dgu/... of the backwards); GEMMs
+   * and attention accumulate in fp32. Stays fp32: rstd, lse, losses, the scan's
    * state checkpoints, weight gradients, the residual stream and its
    * gradient (embedding_fwd, add_inplace, rmsnorm_bwd's dinp), and every
    * optimizer / memory op. Either may be OR-ed with SL_COMPUTE_TF32: the
@@ -423,15 +428,16 @@ enum { SL_COMPUTE_FP32 = 0, SL_COMPUTE_BF16 = 1, SL_COMPUTE_TF32 = 2 }; /* ctx_s
   X(rmsnorm_bwd)                                                                                                       \
   X(linear_fwd)                                                                                                        \
   X(linear_bwd)                                                                                                        \
-  X(rope_fwd) X(rope_bwd) X(attention_fwd) X(attention_bwd) X(swiglu_fwd) X(swiglu_bwd) X(geglu_fwd) X(geglu_bwd)      \
-      X(add_inplace) X(scale_add) X(softcap) X(lmhead_ce_fwd) X(lmhead_ce_bwd) X(adamw) X(sumsq) X(f32_to_bf16)        \
-          X(bf16_to_f32) X(round_bf16) X(conv1d_fwd) X(conv1d_bwd) X(silu_fwd) X(silu_bwd) X(gate_fwd) X(gate_bwd)     \
-              X(scan_fwd) X(scan_bwd) X(ssd_fwd) X(ssd_bwd) X(alloc) X(free) X(zero) X(copy) X(upload) X(download)     \
-                  X(sum) X(sync) X(is_device) X(stream) X(mem_info) X(scalars_reserve) X(scalar_acc) X(scalar_add)     \
-                      X(scalars_fetch) X(dev_stats) X(vocab_embedding_fwd) X(vocab_embedding_bwd) X(lmhead_vp_fwd)     \
-                          X(lmhead_vp_rescale) X(lmhead_vp_loss) X(lmhead_vp_bwd) X(moe_route_fwd) X(moe_route_bwd)    \
-                              X(moe_permute_fwd) X(moe_permute_bwd) X(moe_combine_fwd) X(moe_combine_bwd)              \
-                                  X(ctx_set_compute)
+  X(rope_fwd)                                                                                                          \
+  X(rope_bwd) X(attention_fwd) X(attention_bwd) X(swiglu_fwd) X(swiglu_bwd) X(geglu_fwd) X(geglu_bwd) X(add_inplace)   \
+      X(scale_add) X(softcap) X(lmhead_ce_fwd) X(lmhead_ce_bwd) X(adamw) X(sumsq) X(f32_to_bf16) X(bf16_to_f32)        \
+          X(round_bf16) X(conv1d_fwd) X(conv1d_bwd) X(silu_fwd) X(silu_bwd) X(relu2_fwd) X(relu2_bwd) X(gate_fwd)      \
+              X(gate_bwd) X(scan_fwd) X(scan_bwd) X(ssd_fwd) X(ssd_bwd) X(alloc) X(free) X(zero) X(copy) X(upload)     \
+                  X(download) X(sum) X(sync) X(is_device) X(stream) X(mem_info) X(scalars_reserve) X(scalar_acc)       \
+                      X(scalar_add) X(scalars_fetch) X(dev_stats) X(vocab_embedding_fwd) X(vocab_embedding_bwd)        \
+                          X(lmhead_vp_fwd) X(lmhead_vp_rescale) X(lmhead_vp_loss) X(lmhead_vp_bwd) X(moe_route_fwd)    \
+                              X(moe_route_bwd) X(moe_permute_fwd) X(moe_permute_bwd) X(moe_combine_fwd)                \
+                                  X(moe_combine_bwd) X(ctx_set_compute)
 #define SL_OPS_COUNT_ONE_(f) +1
 enum { SL_OPS_COUNT = 0 SL_OPS_LIST(SL_OPS_COUNT_ONE_) }; /* op fields of sl_ops */
 

@@ -401,6 +401,18 @@ static void c_silu_bwd(sl_kctx *k, float *dx, const float *dout, const float *x,
   (void)x;
   add(k, 6 * D(n), 0);
 }
+/* relu2: the select and the square; backward the select, the doubling and the fma (2) */
+static void c_relu2_fwd(sl_kctx *k, float *out, const float *x, int64_t n) {
+  (void)out;
+  (void)x;
+  add(k, 2 * D(n), 0);
+}
+static void c_relu2_bwd(sl_kctx *k, float *dx, const float *dout, const float *x, int64_t n) {
+  (void)dx;
+  (void)dout;
+  (void)x;
+  add(k, 4 * D(n), 0);
+}
 static void c_gate_fwd(sl_kctx *k, float *out, const float *y, const float *z, int64_t ldz, int64_t N, int64_t D_) {
   (void)out;
   (void)y;
@@ -699,6 +711,8 @@ static const sl_ops g_count_ops = {
     .conv1d_bwd = c_conv1d_bwd,
     .silu_fwd = c_silu_fwd,
     .silu_bwd = c_silu_bwd,
+    .relu2_fwd = c_relu2_fwd,
+    .relu2_bwd = c_relu2_bwd,
     .gate_fwd = c_gate_fwd,
     .gate_bwd = c_gate_bwd,
     .scan_fwd = c_scan_fwd,

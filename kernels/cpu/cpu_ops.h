@@ -64,6 +64,8 @@ void sl_cpu_conv1d_bwd(sl_kctx *ctx, float *dx, int64_t ldx, float *dw, float *d
                        int64_t ldx_in, const float *w, int64_t B, int64_t T, int64_t D, int64_t K, const int32_t *seg);
 void sl_cpu_silu_fwd(sl_kctx *ctx, float *out, const float *x, int64_t n);
 void sl_cpu_silu_bwd(sl_kctx *ctx, float *dx, const float *dout, const float *x, int64_t n);
+void sl_cpu_relu2_fwd(sl_kctx *ctx, float *out, const float *x, int64_t n);
+void sl_cpu_relu2_bwd(sl_kctx *ctx, float *dx, const float *dout, const float *x, int64_t n);
 void sl_cpu_gate_fwd(sl_kctx *ctx, float *out, const float *y, const float *z, int64_t ldz, int64_t N, int64_t D);
 void sl_cpu_gate_bwd(sl_kctx *ctx, float *dy, float *dz, int64_t ldz, const float *dout, const float *y, const float *z,
                      int64_t N, int64_t D);

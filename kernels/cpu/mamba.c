@@ -1,7 +1,9 @@
 /* kernels/cpu/mamba.c — CPU kernels of the Mamba (v1) block: causal depthwise
  * conv1d, SiLU, the SiLU(z) gate and the selective scan with chunked state
  * checkpoints (forward stores the state at the start of every chunk; backward
- * recomputes one chunk of states at a time from its checkpoint).
+ * recomputes one chunk of states at a time from its checkpoint). Also the
+ * squared ReLU (relu2) of Nemotron-H's MLP, an element-wise activation kept
+ * beside SiLU.
  *
  * Parallelism: conv over (b, t) rows for outputs and over channel blocks for
  * dw / dbias; scan over (b, d) in forward and over d (per sample) in backward,
@@ -133,6 +135,25 @@ void sl_cpu_gate_bwd(sl_kctx *ctx, float *dy, float *dz, int64_t ldz, const floa
       if (dy) dy[i * D + d] += g * zv * s;
       if (dz) dz[i * ldz + d] += g * y[i * D + d] * s * (1.0f + zv * (1.0f - s));
     }
+}
+
+/* ---- squared ReLU (Nemotron-H's MLP) ----------------------------------------- */
+
+/* relu(x) = x < 0 ? 0 : x: NaN stays NaN (as torch.relu), -0 stays -0 (its
+ * square is +0). The backward's one fmaf is the CUDA twin's: the same bits. */
+static inline float reluf_(float x) { return x < 0.0f ? 0.0f : x; }
+
+void sl_cpu_relu2_fwd(sl_kctx *ctx, float *out, const float *x, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) {
+    float r = reluf_(x[i]);
+    out[i] = r * r;
+  }
+}
+
+void sl_cpu_relu2_bwd(sl_kctx *ctx, float *dx, const float *dout, const float *x, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) dx[i] = fmaf(dout[i], 2.0f * reluf_(x[i]), dx[i]);
 }
 
 /* ---- selective scan ---------------------------------------------------------- */

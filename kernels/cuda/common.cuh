@@ -117,6 +117,8 @@ static inline size_t sl_cuda_align(size_t bytes) { return (bytes + 255) & ~(size
 /* ---- device helpers ----------------------------------------------------------- */
 __device__ __forceinline__ float sl_dev_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float sl_dev_silu(float x) { return x / (1.0f + expf(-x)); }
+/* relu with NaN kept NaN (torch.relu's), kernels/cpu/mamba.c's reluf_ */
+__device__ __forceinline__ float sl_dev_relu(float x) { return x < 0.0f ? 0.0f : x; }
 __device__ __forceinline__ float sl_dev_dsilu(float x) {
   float s = sl_dev_sigmoid(x);
   return s * (1.0f + x * (1.0f - s));

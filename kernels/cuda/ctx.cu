@@ -236,6 +236,8 @@ static sl_ops make_cuda_fp32() {
   o.conv1d_bwd = sl_cuda_conv1d_bwd;
   o.silu_fwd = sl_cuda_silu_fwd;
   o.silu_bwd = sl_cuda_silu_bwd;
+  o.relu2_fwd = sl_cuda_relu2_fwd;
+  o.relu2_bwd = sl_cuda_relu2_bwd;
   o.gate_fwd = sl_cuda_gate_fwd;
   o.gate_bwd = sl_cuda_gate_bwd;
   o.scan_fwd = sl_cuda_scan_fwd;

@@ -1,6 +1,6 @@
 /* kernels/cuda/elementwise.cu — element-wise and gather/scatter kernels:
  * embedding (deterministic column-serial scatter for backward), swiglu, add,
- * bf16 casts and in-place rounding, silu, gate, bias broadcast. Grid-stride loops, 256
+ * bf16 casts and in-place rounding, silu, gate, relu2, bias broadcast. Grid-stride loops, 256
  * threads per block, 64-bit indexing. */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/elementwise.cuh"
@@ -210,5 +210,31 @@ void sl_cuda_gate_bwd(sl_kctx *ctx, float *dy, float *dz, int64_t ldz, const flo
   SL_CUDA_REQUIRE(ctx, N >= 0 && D >= 0 && ldz >= D);
   if (N * D == 0) return;
   gate_bwd_kernel<<<sl_cuda_blocks(N * D, NT), NT, 0, ctx->stream>>>(dy, dz, ldz, dout, y, z, N, D);
+  CUDA_LAUNCH_CHECK(ctx);
+}
+
+/* ---- relu2: squared ReLU (Nemotron-H's MLP) ------------------------------------- */
+/* kernels/cpu/mamba.c's twin: one product forward, one fmaf backward, the same bits */
+static __global__ void relu2_fwd_kernel(float *out, const float *x, int64_t n) {
+  GRID_STRIDE(i, n) {
+    float r = sl_dev_relu(x[i]);
+    out[i] = r * r;
+  }
+}
+static __global__ void relu2_bwd_kernel(float *dx, const float *dout, const float *x, int64_t n) {
+  GRID_STRIDE(i, n) dx[i] = fmaf(dout[i], 2.0f * sl_dev_relu(x[i]), dx[i]);
+}
+void sl_cuda_relu2_fwd(sl_kctx *ctx, float *out, const float *x, int64_t n) {
+  SL_CUDA_BEGIN(ctx);
+  SL_CUDA_REQUIRE(ctx, n >= 0);
+  if (n == 0) return;
+  relu2_fwd_kernel<<<sl_cuda_blocks(n, NT), NT, 0, ctx->stream>>>(out, x, n);
+  CUDA_LAUNCH_CHECK(ctx);
+}
+void sl_cuda_relu2_bwd(sl_kctx *ctx, float *dx, const float *dout, const float *x, int64_t n) {
+  SL_CUDA_BEGIN(ctx);
+  SL_CUDA_REQUIRE(ctx, n >= 0);
+  if (n == 0) return;
+  relu2_bwd_kernel<<<sl_cuda_blocks(n, NT), NT, 0, ctx->stream>>>(dx, dout, x, n);
   CUDA_LAUNCH_CHECK(ctx);
 }

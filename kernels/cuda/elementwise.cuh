@@ -1,5 +1,5 @@
 /* kernels/cuda/elementwise.cuh — host launchers of the element-wise and
- * gather/scatter ops: embedding, swiglu, add, bf16 casts, silu, gate, and the
+ * gather/scatter ops: embedding, swiglu, add, bf16 casts, silu, relu2, gate, and the
  * in-place bf16 rounding the bf16 compute wrappers use.
  * Signatures are the op table's (kernels/kernels.h); pointers are device. */
 #ifndef SL_CUDA_ELEMENTWISE_CUH
@@ -22,6 +22,8 @@ void sl_cuda_bf16_to_f32(sl_kctx *ctx, float *out, const uint16_t *in, int64_t n
 void sl_cuda_round_bf16(sl_kctx *ctx, float *x, int64_t n);
 void sl_cuda_silu_fwd(sl_kctx *ctx, float *out, const float *x, int64_t n);
 void sl_cuda_silu_bwd(sl_kctx *ctx, float *dx, const float *dout, const float *x, int64_t n);
+void sl_cuda_relu2_fwd(sl_kctx *ctx, float *out, const float *x, int64_t n);
+void sl_cuda_relu2_bwd(sl_kctx *ctx, float *dx, const float *dout, const float *x, int64_t n);
 void sl_cuda_gate_fwd(sl_kctx *ctx, float *out, const float *y, const float *z, int64_t ldz, int64_t N, int64_t D);
 void sl_cuda_gate_bwd(sl_kctx *ctx, float *dy, float *dz, int64_t ldz, const float *dout, const float *y,
                       const float *z, int64_t N, int64_t D);

@@ -7,7 +7,7 @@
  * Also built as test_cuda_emu against the CPU emulation of the CUDA backend
  * (tests/cuda_emu, docs/cuda.md "Emulated kernel tests").
  * Tolerances: element-wise fp32 1e-5; reductions, GEMMs, attention, scan, ssd 1e-4
- * (5e-3 for GEMM-based ops when SL_CUDA_TF32=1); bf16 casts exact; bf16
+ * (5e-3 for GEMM-based ops when SL_CUDA_TF32=1); bf16 casts and relu2 exact; bf16
  * variants 1e-2 (attention output stored in bf16) or 1e-4 (fp32 outputs of
  * bf16-exact products); bf16 compute (ctx_set_compute) one bf16 ulp of the
  * largest value, plus a check that every bf16-stored output is bf16-valued. */
@@ -444,6 +444,17 @@ static void test_pointwise(void) {
   cpu->silu_bwd(cc, dx.h, x.h, xs.h, n);
   gpu->silu_bwd(gc, dx.d, x.d, xs.d, n);
   check_r("silu_bwd", &dx, 1e-5);
+  /* relu2: exact (one product; the backward one fmaf on both sides); x holds
+   * zeros of both signs and negatives (gradient 0), dx starts non-zero (+=) */
+  buf xr = mk(n, -4, 4), r2 = mk0(n), dr = mk(n, -1, 1);
+  for (int64_t i = 0; i < n; i += 97) xr.h[i] = i % 2 ? 0.0f : -0.0f;
+  if (sl_cuda_upload(gc, xr.d, xr.h, (size_t)n * 4)) exit(1);
+  cpu->relu2_fwd(cc, r2.h, xr.h, n);
+  gpu->relu2_fwd(gc, r2.d, xr.d, n);
+  check_r("relu2_fwd", &r2, 0);
+  cpu->relu2_bwd(cc, dr.h, x.h, xr.h, n);
+  gpu->relu2_bwd(gc, dr.d, x.d, xr.d, n);
+  check_r("relu2_bwd", &dr, 0);
   /* gate: z is a column slice of a wider row (ldz = 2D) */
   int64_t D = 50, ldz = 2 * D;
   buf yy = mk(N * D, -1, 1), z = mk(N * ldz, -4, 4), go = mk0(N * D), gg = mk(N * D, -1, 1);
@@ -456,7 +467,8 @@ static void test_pointwise(void) {
   check_r("gate_bwd dy", &dy, 1e-5);
   check("gate_bwd dz", &dz, TOL_R(1e-5));
   freeb(&gu), freeb(&out), freeb(&dout), freeb(&dgu), freeb(&y), freeb(&x), freeb(&s), freeb(&dx);
-  freeb(&xs), freeb(&yy), freeb(&z), freeb(&go), freeb(&gg), freeb(&dy), freeb(&dz);
+  freeb(&xs), freeb(&yy), freeb(&z), freeb(&go), freeb(&gg), freeb(&dy), freeb(&dz), freeb(&xr), freeb(&r2);
+  freeb(&dr);
 }
 
 static void test_lmhead(float cap) {

@@ -11,6 +11,9 @@
  * Document resets of the conv and the scan (seg): the references restart at
  * every document start, a packed row gives the bits of its documents run
  * one by one (forward and every gradient), and the row without seg misses.
+ * Nemotron-H's squared ReLU (relu2, beside SiLU in kernels/cpu/mamba.c):
+ * forward and backward bit for bit against fp64 (x = +-0 and x < 0
+ * included), finite differences, NaN, and two wrong derivatives as controls.
  * Prints one line per check and "N passed, M failed". */
 #include <math.h>
 #include <omp.h>
@@ -66,6 +69,8 @@ static double *dcopy(const float *x, int64_t n) {
 static double sig_d(double x) { return 1.0 / (1.0 + exp(-x)); }
 static double silu_d(double x) { return x * sig_d(x); }
 static double softplus_d(double x) { return x > 20.0 ? x : log1p(exp(x)); }
+static double relu_d(double x) { return x < 0.0 ? 0.0 : x; }
+static double relu2_d(double x) { return relu_d(x) * relu_d(x); }
 
 /* Compare a float tensor against a double reference: max |a-r| <= tol*max(1,max|r|). */
 static void cmp_fwd(const char *what, const float *a, const double *r, int64_t n, double tol) {
@@ -83,8 +88,8 @@ static void cmp_fwd(const char *what, const float *a, const double *r, int64_t n
  * (stride gaps) must be unchanged. loss() evaluates the double reference with param as
  * perturbed. */
 typedef double (*loss_fn)(void *st);
-static void fd_check(const char *what, loss_fn loss, void *st, double *param, int64_t rows, int64_t cols, int64_t ld,
-                     const float *g_after, const float *g_before, int check_gaps) {
+static double fd_rel(loss_fn loss, void *st, double *param, int64_t rows, int64_t cols, int64_t ld,
+                     const float *g_after, const float *g_before, int check_gaps, double *maxg_out, int *gaps_out) {
   const double h = 1e-5;
   double maxerr = 0, maxg = 0;
   int gaps_ok = 1;
@@ -112,7 +117,15 @@ static void fd_check(const char *what, loss_fn loss, void *st, double *param, in
       maxerr = fmax(maxerr, fabs(an - num[i]));
     }
   free(num);
-  double rel = maxerr / fmax(maxg, 1e-3);
+  *maxg_out = maxg;
+  *gaps_out = gaps_ok;
+  return maxerr / fmax(maxg, 1e-3);
+}
+static void fd_check(const char *what, loss_fn loss, void *st, double *param, int64_t rows, int64_t cols, int64_t ld,
+                     const float *g_after, const float *g_before, int check_gaps) {
+  double maxg;
+  int gaps_ok;
+  double rel = fd_rel(loss, st, param, rows, cols, ld, g_after, g_before, check_gaps, &maxg, &gaps_ok);
   char name[160];
   snprintf(name, sizeof name, "%s (max|g|=%.2e%s)", what, maxg, gaps_ok ? "" : ", GAP WRITTEN");
   check(rel <= 2e-5 && gaps_ok && maxg > 0, name, rel, 2e-5);
@@ -271,14 +284,16 @@ typedef struct {
   int64_t N, D, ldz;
   double *x, *y, *z;
   const double *R;
-  int gate; /* 0: silu over x (N*D), 1: y * silu(z) */
+  int op; /* 0: silu over x (N*D), 1: y * silu(z), 2: relu2 over x */
 } ew_st;
 static double ew_loss(void *p) {
   ew_st *s = p;
   double L = 0;
   for (int64_t i = 0; i < s->N; i++)
     for (int64_t d = 0; d < s->D; d++) {
-      double o = s->gate ? s->y[i * s->D + d] * silu_d(s->z[i * s->ldz + d]) : silu_d(s->x[i * s->D + d]);
+      double o = s->op == 1   ? s->y[i * s->D + d] * silu_d(s->z[i * s->ldz + d])
+                 : s->op == 2 ? relu2_d(s->x[i * s->D + d])
+                              : silu_d(s->x[i * s->D + d]);
       L += o * s->R[i * s->D + d];
     }
   return L;
@@ -328,6 +343,84 @@ static void test_silu_gate(void) {
   free((void *)st.R);
   free(gs.y);
   free(gs.z);
+}
+
+/* ---- relu2 (Nemotron-H's squared-ReLU MLP) ------------------------------------ */
+
+/* a + b rounded once to fp32 (to nearest even): TwoSum gives the sum exactly
+ * as s + e; (float)s is that rounding unless s is a tie of two floats that e
+ * breaks */
+static float add_rn_f32(double a, double b) {
+  double s = a + b, bb = s - a, e = (a - (s - bb)) + (b - bb);
+  float f = (float)s;
+  if (e != 0.0 && (double)f != s) {
+    float g = nextafterf(f, s > (double)f ? INFINITY : -INFINITY); /* the float on s's other side */
+    if (s == 0.5 * ((double)f + (double)g) && (e > 0.0) == (g > f)) f = g;
+  }
+  return f;
+}
+
+/* Bitwise, since each output is one rounding of an exact value:
+ * forward: x*x of a float is exact in double (48 of 53 bits), so
+ * (float)relu(x)^2 is the correctly rounded square, as the fp32 product r*r
+ * is; backward from dx = 0: the fmaf rounds dout*2r (exact in double) once;
+ * backward into a random dx (the += semantics): the fmaf rounds dx0 +
+ * dout*2r once, add_rn_f32's reference, and where x <= 0 dx keeps its bits.
+ * Then central differences of the double loss, NaN, and two wrong
+ * derivatives that the same finite-difference check must reject. */
+static void test_relu2(void) {
+  const int64_t N = 9, D = 6, n = N * D;
+  float *x = fbuf(n, -6, 6), *R = fbuf(n, -1, 1), *out = fbuf(n, 0, 0);
+  /* exact zeros of both signs, tiny (the square underflows to 0 or to a
+   * subnormal), +-10 */
+  const float special[] = {0.0f, -0.0f, -10.0f, 10.0f, 1e-7f, -1e-7f, 1e-30f, 1e-20f, -3.0f};
+  for (int i = 0; i < 9; i++) x[i * 5] = special[i];
+  ew_st st = {N, D, D, dcopy(x, n), NULL, NULL, dcopy(R, n), 2};
+
+  sl_cpu_relu2_fwd(NULL, out, x, n);
+  int64_t bad = 0, nonpos = 0;
+  for (int64_t i = 0; i < n; i++) {
+    bad += out[i] != (float)relu2_d(x[i]) || signbit(out[i]);
+    nonpos += x[i] <= 0.0f;
+  }
+  check(bad == 0 && nonpos >= 12, "relu2_fwd bitwise vs (float)relu(x)^2 in fp64", (double)bad, 0);
+
+  float *dz = fbuf(n, 0, 0);
+  sl_cpu_relu2_bwd(NULL, dz, R, x, n);
+  bad = 0;
+  for (int64_t i = 0; i < n; i++) bad += dz[i] != (float)(2.0 * relu_d(x[i]) * (double)R[i]);
+  check(bad == 0, "relu2_bwd from 0 bitwise vs 2 relu(x) dout (fp64)", (double)bad, 0);
+
+  float *dx0 = fbuf(n, -1, 1), *dx = fcopy(dx0, n);
+  sl_cpu_relu2_bwd(NULL, dx, R, x, n);
+  bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    bad += dx[i] != add_rn_f32(dx0[i], 2.0 * relu_d(x[i]) * (double)R[i]);
+    bad += x[i] <= 0.0f && memcmp(&dx[i], &dx0[i], sizeof(float)) != 0;
+  }
+  check(bad == 0, "relu2_bwd += bitwise vs dx0 + 2 relu(x) dout", (double)bad, 0);
+  fd_check("relu2_bwd dx FD (incl. 0, -0, +-10)", ew_loss, &st, st.x, N, D, D, dx, dx0, 1);
+
+  float nan_x = NAN, nan_o = 0.0f, nan_d = 0.0f, one = 1.0f;
+  sl_cpu_relu2_fwd(NULL, &nan_o, &nan_x, 1);
+  sl_cpu_relu2_bwd(NULL, &nan_d, &one, &nan_x, 1);
+  check(isnan(nan_o) && isnan(nan_d), "relu2 keeps NaN (fwd, bwd), as torch.relu", 0, 0);
+
+  /* negative controls: the FD check on 2x dout (no relu mask: a gradient
+   * where x < 0) and on relu(x) dout (the factor 2 lost) must miss its bound
+   * 1000 times over */
+  float *zero = fbuf(n, 0, 0), *wrong = fbuf(n, 0, 0);
+  for (int pass = 0; pass < 2; pass++) {
+    for (int64_t i = 0; i < n; i++) wrong[i] = (pass ? (float)relu_d(x[i]) : 2.0f * x[i]) * R[i];
+    double maxg;
+    int gaps;
+    double rel = fd_rel(ew_loss, &st, st.x, N, D, D, wrong, zero, 0, &maxg, &gaps);
+    control(rel > 1e3 * 2e-5,
+            pass ? "relu2_bwd negative control: relu(x) dout, no 2"
+                 : "relu2_bwd negative control: 2x dout, no relu mask",
+            rel, 1e3 * 2e-5);
+  }
+  free(x), free(R), free(out), free(dz), free(dx0), free(dx), free(zero), free(wrong), free(st.x), free((void *)st.R);
 }
 
 /* ---- selective scan ------------------------------------------------------------- */
@@ -879,6 +972,7 @@ int main(void) {
   test_conv(1, 2, 7, NULL);
   test_conv(0, 2, 7, NULL);
   test_silu_gate();
+  test_relu2();
   test_scan(2, 7, 3, 4, 1, NULL);    /* T not a multiple of 3; D < / > threads */
   test_scan(1, 10, 1, 5, 1, NULL);   /* one channel: idle threads still reduce */
   test_scan(3, 50, 37, 16, 0, NULL); /* realistic S: vectorised path, many chunks */
