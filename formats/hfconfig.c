@@ -47,6 +47,7 @@ const char *sl_arch_name(sl_arch a) {
   case SL_ARCH_GEMMA2: return "gemma2";
   case SL_ARCH_GEMMA3: return "gemma3_text";
   case SL_ARCH_MAMBA2: return "mamba2";
+  case SL_ARCH_NEMOTRON_H: return "nemotron_h";
   default: return "unknown";
   }
 }
@@ -98,70 +99,74 @@ static const struct {
     {"Gemma2ForCausalLM", "gemma2", SL_ARCH_GEMMA2},
     {"Gemma3ForCausalLM", "gemma3_text", SL_ARCH_GEMMA3},
     {"Mamba2ForCausalLM", "mamba2", SL_ARCH_MAMBA2},
+    {"NemotronHForCausalLM", "nemotron_h", SL_ARCH_NEMOTRON_H},
 };
 #define NFAM ((int)(sizeof k_arch / sizeof k_arch[0]))
 // clang-format off
 static const struct {
   const char *key;
-  double v[11];
+  double v[12];
 } k_defaults[] = {
-    /*                         llama    mistral  mamba    qwen2    qwen3    falcon_m mixtral  qwen3moe gemma2   gemma3_text mamba2 */
-    {"vocab_size",            {32000,   32000,   50280,   151936,  151936,  50280,   32000,   151936,  256000,  262208, 32768}},
-    {"hidden_size",           {4096,    4096,    768,     4096,    4096,    768,     4096,    2048,    2304,    2304, 4096}},
-    {"intermediate_size",     {11008,   14336,   EXPANDH, 22016,   22016,   EXPANDH, 14336,   6144,    9216,    9216, EXPANDH}},
-    {"num_hidden_layers",     {32,      32,      32,      32,      32,      32,      32,      24,      26,      26, 64}},
-    {"num_attention_heads",   {32,      32,      NA,      32,      32,      NA,      32,      32,      8,       8, NA}},
-    {"num_key_value_heads",   {HEADS,   8,       NA,      32,      32,      NA,      8,       4,       4,       4, NA}},
-    {"head_dim",              {HDIV,    HDIV,    NA,      HDIV,    128,     NA,      HDIV,    HDIV,    256,     256, 64}},
-    {"max_position_embeddings",{2048,   131072,  0,       32768,   32768,   0,       131072,  32768,   8192,    131072, 0}},
-    {"rms_norm_eps",          {1e-6,    1e-6,    NA,      1e-6,    1e-6,    NA,      1e-5,    1e-6,    1e-6,    1e-6, NA}},
-    {"rope_theta",            {1e4,     1e4,     NA,      1e4,     1e4,     NA,      1e6,     1e4,     1e4,     1e6, NA}},
-    {"initializer_range",     {0.02,    0.02,    0.1,     0.02,    0.02,    0.1,     0.02,    0.02,    0.02,    0.02, 0.1}},
-    {"tie_word_embeddings",   {0,       0,       1,       0,       0,       1,       0,       0,       1,       1, 0}},
-    {"bos_token_id",          {1,       1,       0,       NONE,    NONE,    0,       1,       NONE,    2,       2, 0}},
-    {"eos_token_id",          {2,       2,       0,       NONE,    NONE,    0,       2,       NONE,    1,       1, 2}},
-    {"sliding_window",        {NA,      4096,    NA,      4096,    4096,    NA,      NONE,    NA,      4096,    4096, NA}},
-    {"use_sliding_window",    {NA,      NA,      NA,      0,       0,       NA,      NA,      0,       NA,      NA, NA}},
-    {"max_window_layers",     {NA,      NA,      NA,      28,      28,      NA,      NA,      NA,      NA,      NA, NA}},
-    {"attention_bias",        {0,       0,       NA,      NA,      0,       NA,      0,       0,       0,       0, NA}},
-    {"mlp_bias",              {0,       0,       NA,      NA,      NA,      NA,      0,       NA,      NA,      NA, NA}},
-    {"num_local_experts",     {NA,      NA,      NA,      NA,      NA,      NA,      8,       NA,      NA,      NA, NA}},
-    {"num_experts",           {NA,      NA,      NA,      NA,      NA,      NA,      NA,      128,     NA,      NA, NA}},
-    {"num_experts_per_tok",   {NA,      NA,      NA,      NA,      NA,      NA,      2,       8,       NA,      NA, NA}},
-    {"moe_intermediate_size", {NA,      NA,      NA,      NA,      NA,      NA,      NA,      768,     NA,      NA, NA}},
-    {"norm_topk_prob",        {NA,      NA,      NA,      NA,      NA,      NA,      NA,      0,       NA,      NA, NA}},
-    {"decoder_sparse_step",   {NA,      NA,      NA,      NA,      NA,      NA,      NA,      1,       NA,      NA, NA}},
-    {"router_aux_loss_coef",  {NA,      NA,      NA,      NA,      NA,      NA,      0.001,   0.001,   NA,      NA, NA}},
-    {"router_jitter_noise",   {NA,      NA,      NA,      NA,      NA,      NA,      0,       NA,      NA,      NA, NA}},
-    {"output_router_logits",  {NA,      NA,      NA,      NA,      NA,      NA,      0,       0,       NA,      NA, NA}},
-    {"query_pre_attn_scalar", {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      256,     256, NA}},
-    {"attn_logit_softcapping",{NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      50.0,    NONE, NA}},
-    {"final_logit_softcapping",{NA,     NA,      NA,      NA,      NA,      NA,      NA,      NA,      30.0,    NONE, NA}},
-    {"rope_local_base_freq",  {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      1e4, NA}},
-    {"sliding_window_pattern",{NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      6, NA}},
-    {"state_size",            {NA,      NA,      16,      NA,      NA,      16,      NA,      NA,      NA,      NA, 128}},
-    {"expand",                {NA,      NA,      2,       NA,      NA,      2,       NA,      NA,      NA,      NA, 2}},
-    {"conv_kernel",           {NA,      NA,      4,       NA,      NA,      4,       NA,      NA,      NA,      NA, 4}},
-    {"time_step_rank",        {NA,      NA,      AUTO,    NA,      NA,      AUTO,    NA,      NA,      NA,      NA, NA}},
-    {"layer_norm_epsilon",    {NA,      NA,      1e-5,    NA,      NA,      1e-5,    NA,      NA,      NA,      NA, 1e-5}},
-    {"use_bias",              {NA,      NA,      0,       NA,      NA,      0,       NA,      NA,      NA,      NA, 0}},
-    {"use_conv_bias",         {NA,      NA,      1,       NA,      NA,      1,       NA,      NA,      NA,      NA, 1}},
-    {"residual_in_fp32",      {NA,      NA,      1,       NA,      NA,      1,       NA,      NA,      NA,      NA, 1}},
-    {"time_step_min",         {NA,      NA,      0.001,   NA,      NA,      0.001,   NA,      NA,      NA,      NA, 0.001}},
-    {"time_step_max",         {NA,      NA,      0.1,     NA,      NA,      0.1,     NA,      NA,      NA,      NA, 0.1}},
-    {"time_step_floor",       {NA,      NA,      1e-4,    NA,      NA,      1e-4,    NA,      NA,      NA,      NA, 1e-4}},
-    {"time_step_scale",       {NA,      NA,      1.0,     NA,      NA,      1.0,     NA,      NA,      NA,      NA, NA}},
-    {"mixer_rms_eps",         {NA,      NA,      NA,      NA,      NA,      1e-6,    NA,      NA,      NA,      NA, NA}},
-    {"num_heads",             {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      128}},
-    {"n_groups",              {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      8}},
-    {"chunk_size",            {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      256}},
+    /*                         llama    mistral  mamba    qwen2    qwen3    falcon_m mixtral  qwen3moe gemma2   gemma3_text mamba2 nemotron_h */
+    {"vocab_size",            {32000,   32000,   50280,   151936,  151936,  50280,   32000,   151936,  256000,  262208, 32768, 131072}},
+    {"hidden_size",           {4096,    4096,    768,     4096,    4096,    768,     4096,    2048,    2304,    2304, 4096, 4096}},
+    {"intermediate_size",     {11008,   14336,   EXPANDH, 22016,   22016,   EXPANDH, 14336,   6144,    9216,    9216, EXPANDH, 21504}},
+    {"num_hidden_layers",     {32,      32,      32,      32,      32,      32,      32,      24,      26,      26, 64, NA}},
+    {"num_attention_heads",   {32,      32,      NA,      32,      32,      NA,      32,      32,      8,       8, NA, 32}},
+    {"num_key_value_heads",   {HEADS,   8,       NA,      32,      32,      NA,      8,       4,       4,       4, NA, 8}},
+    {"head_dim",              {HDIV,    HDIV,    NA,      HDIV,    128,     NA,      HDIV,    HDIV,    256,     256, 64, 128}},
+    {"max_position_embeddings",{2048,   131072,  0,       32768,   32768,   0,       131072,  32768,   8192,    131072, 0, 4096}},
+    {"rms_norm_eps",          {1e-6,    1e-6,    NA,      1e-6,    1e-6,    NA,      1e-5,    1e-6,    1e-6,    1e-6, NA, NA}},
+    {"rope_theta",            {1e4,     1e4,     NA,      1e4,     1e4,     NA,      1e6,     1e4,     1e4,     1e6, NA, NA}},
+    {"initializer_range",     {0.02,    0.02,    0.1,     0.02,    0.02,    0.1,     0.02,    0.02,    0.02,    0.02, 0.1, 0.02}},
+    {"tie_word_embeddings",   {0,       0,       1,       0,       0,       1,       0,       0,       1,       1, 0, 0}},
+    {"bos_token_id",          {1,       1,       0,       NONE,    NONE,    0,       1,       NONE,    2,       2, 0, 1}},
+    {"eos_token_id",          {2,       2,       0,       NONE,    NONE,    0,       2,       NONE,    1,       1, 2, 2}},
+    {"sliding_window",        {NA,      4096,    NA,      4096,    4096,    NA,      NONE,    NA,      4096,    4096, NA, NONE}},
+    {"use_sliding_window",    {NA,      NA,      NA,      0,       0,       NA,      NA,      0,       NA,      NA, NA, NA}},
+    {"max_window_layers",     {NA,      NA,      NA,      28,      28,      NA,      NA,      NA,      NA,      NA, NA, NA}},
+    {"attention_bias",        {0,       0,       NA,      NA,      0,       NA,      0,       0,       0,       0, NA, 0}},
+    {"mlp_bias",              {0,       0,       NA,      NA,      NA,      NA,      0,       NA,      NA,      NA, NA, 0}},
+    {"num_local_experts",     {NA,      NA,      NA,      NA,      NA,      NA,      8,       NA,      NA,      NA, NA, NA}},
+    {"num_experts",           {NA,      NA,      NA,      NA,      NA,      NA,      NA,      128,     NA,      NA, NA, NA}},
+    {"num_experts_per_tok",   {NA,      NA,      NA,      NA,      NA,      NA,      2,       8,       NA,      NA, NA, NA}},
+    {"moe_intermediate_size", {NA,      NA,      NA,      NA,      NA,      NA,      NA,      768,     NA,      NA, NA, NA}},
+    {"norm_topk_prob",        {NA,      NA,      NA,      NA,      NA,      NA,      NA,      0,       NA,      NA, NA, NA}},
+    {"decoder_sparse_step",   {NA,      NA,      NA,      NA,      NA,      NA,      NA,      1,       NA,      NA, NA, NA}},
+    {"router_aux_loss_coef",  {NA,      NA,      NA,      NA,      NA,      NA,      0.001,   0.001,   NA,      NA, NA, NA}},
+    {"router_jitter_noise",   {NA,      NA,      NA,      NA,      NA,      NA,      0,       NA,      NA,      NA, NA, NA}},
+    {"output_router_logits",  {NA,      NA,      NA,      NA,      NA,      NA,      0,       0,       NA,      NA, NA, NA}},
+    {"query_pre_attn_scalar", {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      256,     256, NA, NA}},
+    {"attn_logit_softcapping",{NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      50.0,    NONE, NA, NA}},
+    {"final_logit_softcapping",{NA,     NA,      NA,      NA,      NA,      NA,      NA,      NA,      30.0,    NONE, NA, NA}},
+    {"rope_local_base_freq",  {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      1e4, NA, NA}},
+    {"sliding_window_pattern",{NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      6, NA, NA}},
+    {"state_size",            {NA,      NA,      16,      NA,      NA,      16,      NA,      NA,      NA,      NA, 128, NA}},
+    {"expand",                {NA,      NA,      2,       NA,      NA,      2,       NA,      NA,      NA,      NA, 2, 2}},
+    {"conv_kernel",           {NA,      NA,      4,       NA,      NA,      4,       NA,      NA,      NA,      NA, 4, 4}},
+    {"time_step_rank",        {NA,      NA,      AUTO,    NA,      NA,      AUTO,    NA,      NA,      NA,      NA, NA, NA}},
+    {"layer_norm_epsilon",    {NA,      NA,      1e-5,    NA,      NA,      1e-5,    NA,      NA,      NA,      NA, 1e-5, 1e-5}},
+    {"use_bias",              {NA,      NA,      0,       NA,      NA,      0,       NA,      NA,      NA,      NA, 0, 0}},
+    {"use_conv_bias",         {NA,      NA,      1,       NA,      NA,      1,       NA,      NA,      NA,      NA, 1, 1}},
+    {"residual_in_fp32",      {NA,      NA,      1,       NA,      NA,      1,       NA,      NA,      NA,      NA, 1, 0}},
+    {"time_step_min",         {NA,      NA,      0.001,   NA,      NA,      0.001,   NA,      NA,      NA,      NA, 0.001, 0.001}},
+    {"time_step_max",         {NA,      NA,      0.1,     NA,      NA,      0.1,     NA,      NA,      NA,      NA, 0.1, 0.1}},
+    {"time_step_floor",       {NA,      NA,      1e-4,    NA,      NA,      1e-4,    NA,      NA,      NA,      NA, 1e-4, 1e-4}},
+    {"time_step_scale",       {NA,      NA,      1.0,     NA,      NA,      1.0,     NA,      NA,      NA,      NA, NA, NA}},
+    {"mixer_rms_eps",         {NA,      NA,      NA,      NA,      NA,      1e-6,    NA,      NA,      NA,      NA, NA, NA}},
+    {"num_heads",             {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      128, NA}},
+    {"n_groups",              {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      8, 8}},
+    {"chunk_size",            {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      256, 128}},
+    {"ssm_state_size",        {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 128}},
+    {"mamba_num_heads",       {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 128}},
+    {"mamba_head_dim",        {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 64}},
 };
 // clang-format on
 
 /* The default of key for c's family (c->arch_name's model type): SL_EINTERNAL
  * naming both when the table has none (a reader that takes a default the
  * table does not list: add the row). */
-_Static_assert(sizeof k_arch / sizeof k_arch[0] == 11, "k_defaults has a column per k_arch row");
+_Static_assert(sizeof k_arch / sizeof k_arch[0] == 12, "k_defaults has a column per k_arch row");
 static int def_of(const sl_model_config *c, const char *key, double *out) {
   int col = -1;
   for (int i = 0; i < NFAM; i++)
@@ -1250,6 +1255,150 @@ static int parse_mamba2_hf(const char *p, json_t *o, sl_model_config *c) {
   return SL_OK;
 }
 
+/* key, or transformers' legacy spelling old when only that is present
+ * (NemotronHConfig's __post_init__: mamba_n_groups -> n_groups, ...). */
+static const char *legacy_key(json_t *o, const char *key, const char *old) {
+  json_t *v = jget(o, key);
+  return (!v || json_is_null(v)) && old && jget(o, old) ? old : key;
+}
+static int lget_int(const char *p, json_t *o, const sl_model_config *c, const char *key, const char *old, int64_t *out) {
+  double d = 0;
+  const char *k = legacy_key(o, key, old);
+  int rc = def_of(c, key, &d);
+  if (!rc) rc = get_int(p, o, k, 0, (int64_t)d, out);
+  if (!rc && k != key) rec_fmt(o, key, "%lld", (long long)*out), rec_del(k);
+  return rc;
+}
+static int lget_num(const char *p, json_t *o, const sl_model_config *c, const char *key, const char *old, double *out) {
+  double d = 0;
+  const char *k = legacy_key(o, key, old);
+  int rc = def_of(c, key, &d);
+  if (!rc) rc = get_num(p, o, k, d, out);
+  if (!rc && k != key) rec_fmt(o, key, "%.17g", *out), rec_del(k);
+  return rc;
+}
+
+/* A string field that must be `want` (absent: the default, which is). */
+static int want_str(const char *p, json_t *o, const char *key, const char *want) {
+  json_t *v = jget(o, key);
+  if (v && !json_is_null(v) && (!json_is_string(v) || strcmp(json_string_value(v), want)))
+    return sl_fail(SL_EINPUT, "%s: field '%s' = %s is not supported (expected \"%s\")", p, key,
+                   json_is_string(v) ? json_string_value(v) : jtype(v), want);
+  rec_fmt(o, key, "%s", want);
+  return SL_OK;
+}
+
+/* Nemotron-H's layers: hybrid_override_pattern ("M-M*-...", Megatron-Core's
+ * letters) or layers_block_type / layer_types (transformers 5's names:
+ * mamba | linear_attention, attention | full_attention, mlp, moe) into
+ * c->layer_pattern; num_hidden_layers is the pattern's length (transformers
+ * warns about another value and takes the pattern's: so does this reader). */
+static int nemotron_layers(const char *p, json_t *o, sl_model_config *c) {
+  json_t *pat = jget(o, "hybrid_override_pattern"), *lt = jget(o, "layers_block_type");
+  const char *field = "layers_block_type";
+  if (!lt || json_is_null(lt)) lt = jget(o, "layer_types"), field = "layer_types";
+  size_t n = 0;
+  if (lt && !json_is_null(lt)) {
+    if (!json_is_array(lt)) return sl_fail(SL_EINPUT, "%s: field '%s' must be a list of strings, found %s", p, field, jtype(lt));
+    static const struct { const char *name; char ch; } k[] = {
+        {"mamba", 'M'}, {"linear_attention", 'M'}, {"attention", '*'}, {"full_attention", '*'}, {"mlp", '-'}, {"moe", 'E'}};
+    for (n = 0; n < json_array_size(lt) && n < SL_CFG_MAX_LAYERS; n++) {
+      json_t *e = json_array_get(lt, n);
+      char ch = 0;
+      for (size_t i = 0; json_is_string(e) && i < sizeof k / sizeof k[0]; i++)
+        if (!strcmp(json_string_value(e), k[i].name)) ch = k[i].ch;
+      if (!ch)
+        return sl_fail(SL_EINPUT, "%s: field '%s'[%zu] = %s (expected mamba, attention, mlp or moe)", p, field, n,
+                       json_is_string(e) ? json_string_value(e) : jtype(e));
+      c->layer_pattern[n] = ch;
+    }
+  } else if (pat && !json_is_null(pat)) {
+    if (!json_is_string(pat))
+      return sl_fail(SL_EINPUT, "%s: field 'hybrid_override_pattern' must be a string, found %s", p, jtype(pat));
+    const char *q = json_string_value(pat);
+    for (n = 0; q[n] && n < SL_CFG_MAX_LAYERS; n++) {
+      if (!strchr("M*-E", q[n]))
+        return sl_fail(SL_EINPUT, "%s: field 'hybrid_override_pattern' has '%c' at layer %zu (expected M, *, - or E)",
+                       p, q[n], n);
+      c->layer_pattern[n] = q[n];
+    }
+  } else {
+    return sl_fail(SL_EINPUT, "%s: Nemotron-H needs 'hybrid_override_pattern' (or 'layers_block_type'): each layer's kind", p);
+  }
+  c->layer_pattern[n] = 0;
+  if (n == 0 || n >= SL_CFG_MAX_LAYERS)
+    return sl_fail(SL_EINPUT, "%s: the layer pattern has %zu layers (expected 1 to %d)", p, n, SL_CFG_MAX_LAYERS - 1);
+  const char *e = strchr(c->layer_pattern, 'E');
+  if (e)
+    return sl_fail(SL_EINPUT,
+                   "%s: layer %d is a mixture-of-experts layer ('E' / moe): Nemotron-H's MoE layers are not "
+                   "supported yet (its M, * and - layers are)",
+                   p, (int)(e - c->layer_pattern));
+  int64_t given = -1;
+  int rc = get_int(p, o, "num_hidden_layers", 0, -1, &given);
+  if (rc) return rc;
+  if (given >= 0 && given != (int64_t)n)
+    sl_log(SL_LOG_WARN, "%s: num_hidden_layers %lld differs from the layer pattern's %zu layers: the pattern's is used, "
+           "as transformers does", p, (long long)given, n);
+  c->num_hidden_layers = (int64_t)n;
+  rec_put("hybrid_override_pattern", c->layer_pattern);
+  rec_fmt(o, "num_hidden_layers", "%zu", n);
+  rec_del("layers_block_type"), rec_del("layer_types");
+  return SL_OK;
+}
+
+/* transformers' NemotronHConfig (modeling_nemotron_h.py): a residual stream of
+ * layers norm -> mixer -> residual, the mixer Mamba-2 (M: its width
+ * mamba_num_heads x mamba_head_dim, the gated norm per group), attention
+ * without position embeddings (*) or a squared-ReLU MLP (-). */
+static int parse_nemotron_h(const char *p, json_t *o, sl_model_config *c) {
+  int rc, bias = 0;
+  int64_t hd = 0;
+  if ((rc = nemotron_layers(p, o, c)) || (rc = dget_int(p, o, c, "hidden_size", &c->hidden_size)) ||
+      (rc = dget_int(p, o, c, "intermediate_size", &c->intermediate_size)) ||
+      (rc = dget_int(p, o, c, "vocab_size", &c->vocab_size)) ||
+      (rc = dget_int(p, o, c, "num_attention_heads", &c->num_attention_heads)) ||
+      (rc = dget_int(p, o, c, "num_key_value_heads", &c->num_key_value_heads)) ||
+      (rc = lget_int(p, o, c, "head_dim", "attention_head_dim", &hd)) ||
+      (rc = dget_int(p, o, c, "max_position_embeddings", &c->max_position_embeddings)) ||
+      (rc = dget_num(p, o, c, "initializer_range", &c->initializer_range)) ||
+      (rc = dget_bool(p, o, c, "tie_word_embeddings", &c->tie_word_embeddings)) || (rc = get_bos(p, o, c)) ||
+      (rc = get_eos(p, o, c)) || (rc = dget_bool(p, o, c, "attention_bias", &bias)) ||
+      (rc = dget_bool(p, o, c, "mlp_bias", &c->mlp_bias)) ||
+      (rc = dget_num(p, o, c, "layer_norm_epsilon", &c->layer_norm_epsilon)) ||
+      (rc = dget_bool(p, o, c, "use_bias", &c->use_bias)) ||
+      (rc = dget_bool(p, o, c, "residual_in_fp32", &c->residual_in_fp32)) ||
+      (rc = lget_int(p, o, c, "ssm_state_size", NULL, &c->state_size)) ||
+      (rc = lget_int(p, o, c, "mamba_num_heads", NULL, &c->ssm_heads)) ||
+      (rc = lget_int(p, o, c, "mamba_head_dim", NULL, &c->ssm_head_dim)) ||
+      (rc = lget_int(p, o, c, "n_groups", "mamba_n_groups", &c->ssm_groups)) ||
+      (rc = lget_int(p, o, c, "conv_kernel", "mamba_d_conv", &c->conv_kernel)) ||
+      (rc = lget_int(p, o, c, "expand", "mamba_expand", &c->expand)) ||
+      (rc = lget_int(p, o, c, "chunk_size", "mamba_chunk_size", &c->ssm_chunk)) ||
+      (rc = lget_num(p, o, c, "time_step_min", "mamba_dt_min", &c->time_step_min)) ||
+      (rc = lget_num(p, o, c, "time_step_max", "mamba_dt_max", &c->time_step_max)) ||
+      (rc = lget_num(p, o, c, "time_step_floor", "mamba_dt_init_floor", &c->time_step_floor)) ||
+      (rc = get_dt_limit(p, o, c)) || (rc = want_str(p, o, "mlp_hidden_act", "relu2")) ||
+      (rc = want_act(p, o, "mamba_hidden_act")))
+    return rc;
+  int cb = 1;
+  const char *cbk = legacy_key(o, "use_conv_bias", "mamba_conv_bias");
+  if ((rc = get_bool(p, o, cbk, 1, &cb))) return rc;
+  c->use_conv_bias = cb;
+  if (cbk[0] == 'm') rec_fmt(o, "use_conv_bias", "%d", cb), rec_del(cbk);
+  json_t *sw = jget(o, "sliding_window");
+  if (sw && !json_is_null(sw))
+    return sl_fail(SL_EINPUT, "%s: field 'sliding_window' = %s: Nemotron-H's attention is full causal here (expected null)",
+                   p, jtype(sw));
+  c->head_dim = hd;
+  c->qkv_bias = c->o_bias = bias; /* JambaAttention: attention_bias on q, k, v and o */
+  c->rms_norm_eps = c->layer_norm_epsilon; /* the block norms' (NemotronHRMSNorm) and the final norm's */
+  c->rope_theta = 1e4; /* no RoPE: the table the attention kind builds is never read */
+  c->mlp_relu2 = 1;
+  c->no_rope = 1;
+  return SL_OK;
+}
+
 /* state-spaces/mamba config.json (mamba_ssm's MambaConfig): d_model, n_layer, vocab_size,
  * pad_vocab_size_multiple, tie_embeddings, ssm_cfg {layer: "Mamba1" | "Mamba2", ...}. The fields both
  * layers share; *ssm is ssm_cfg (an empty object, owned by *empty, when absent: its fields take their
@@ -1480,6 +1629,33 @@ int sl_hfconfig_validate(const char *p, const sl_model_config *c) {
     if (!(c->dt_limit[0] >= 0) || !(c->dt_limit[1] >= c->dt_limit[0]))
       return sl_fail(SL_EINPUT, "%s: time_step_limit [%g, %g]: expected 0 <= min <= max", p, c->dt_limit[0],
                      c->dt_limit[1]);
+  } else if (c->arch == SL_ARCH_NEMOTRON_H) {
+    if ((rc = posl(p, "intermediate_size", c->intermediate_size, CFG_MAX_INTER)) ||
+        (rc = posl(p, "num_attention_heads", c->num_attention_heads, CFG_MAX_HEADS)) ||
+        (rc = posl(p, "num_key_value_heads", c->num_key_value_heads, CFG_MAX_HEADS)) ||
+        (rc = posl(p, "head_dim", c->head_dim, CFG_MAX_HEAD_DIM)) ||
+        (rc = posl(p, "ssm_state_size", c->state_size, CFG_MAX_STATE)) ||
+        (rc = posl(p, "conv_kernel", c->conv_kernel, CFG_MAX_CONV)) ||
+        (rc = posl(p, "mamba_head_dim", c->ssm_head_dim, CFG_MAX_INTER)) ||
+        (rc = posl(p, "mamba_num_heads", c->ssm_heads, CFG_MAX_INTER)) ||
+        (rc = posl(p, "n_groups", c->ssm_groups, CFG_MAX_HEADS)) ||
+        (rc = posl(p, "chunk_size", c->ssm_chunk, CFG_MAX_POS)) ||
+        (rc = posl(p, "mamba_num_heads x mamba_head_dim", c->ssm_heads * c->ssm_head_dim, CFG_MAX_INTER)))
+      return rc;
+    if (c->num_attention_heads % c->num_key_value_heads != 0)
+      return sl_fail(SL_EINPUT, "%s: num_key_value_heads = %lld does not divide num_attention_heads = %lld", p,
+                     (long long)c->num_key_value_heads, (long long)c->num_attention_heads);
+    if (c->ssm_heads % c->ssm_groups != 0)
+      return sl_fail(SL_EINPUT, "%s: n_groups = %lld does not divide mamba_num_heads = %lld", p,
+                     (long long)c->ssm_groups, (long long)c->ssm_heads);
+    if (!(c->layer_norm_epsilon > 0))
+      return sl_fail(SL_EINPUT, "%s: field 'layer_norm_epsilon' must be positive, found %g", p, c->layer_norm_epsilon);
+    if (!(c->time_step_min > 0) || !(c->time_step_max >= c->time_step_min))
+      return sl_fail(SL_EINPUT, "%s: time_step_min = %g and time_step_max = %g: expected 0 < min <= max", p,
+                     c->time_step_min, c->time_step_max);
+    if ((int64_t)strlen(c->layer_pattern) != c->num_hidden_layers)
+      return sl_fail(SL_EINPUT, "%s: the layer pattern '%s' has %zu layers, num_hidden_layers is %lld", p,
+                     c->layer_pattern, strlen(c->layer_pattern), (long long)c->num_hidden_layers);
   } else {
     return sl_fail(SL_EINPUT, "%s: unknown architecture", p);
   }
@@ -1523,7 +1699,7 @@ static void rec_resolve(sl_model_config *c, int row) {
                                      "ssm_cfg.layer",          "attn_layer_idx",    "sliding_window"};
   for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++) rec_del(drop[i]);
   rec_put("family", k_arch[row].cls);
-  if (c->arch == SL_ARCH_MAMBA || c->arch == SL_ARCH_MAMBA2) {
+  if (c->arch == SL_ARCH_MAMBA || c->arch == SL_ARCH_MAMBA2 || c->arch == SL_ARCH_NEMOTRON_H) {
     rec_put("hidden_act", "silu");
     return;
   }
@@ -1582,7 +1758,7 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
                    "%s: unknown architecture '%s' in 'architectures' (supported: "
                    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
                    "Qwen3MoeForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, MambaForCausalLM, "
-                   "FalconMambaForCausalLM, Mamba2ForCausalLM)",
+                   "FalconMambaForCausalLM, Mamba2ForCausalLM, NemotronHForCausalLM)",
                    p, a);
       goto done;
     }
@@ -1601,7 +1777,7 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
     if (!c->arch) {
       rc = sl_fail(SL_EINPUT,
                    "%s: unknown architecture: model_type '%s' (supported: llama, "
-                   "mistral, qwen2, qwen3, mixtral, qwen3_moe, gemma2, gemma3_text, mamba, falcon_mamba, mamba2)",
+                   "mistral, qwen2, qwen3, mixtral, qwen3_moe, gemma2, gemma3_text, mamba, falcon_mamba, mamba2, nemotron_h)",
                    p, a);
       goto done;
     }
@@ -1623,6 +1799,7 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
   c->mixer_rms = falcon_row(row);
   if (c->arch == SL_ARCH_MAMBA) rc = c->ssm_original_format ? parse_mamba_ss(p, o, c) : parse_mamba_hf(p, o, c);
   else if (c->arch == SL_ARCH_MAMBA2) rc = c->ssm_original_format ? parse_mamba2_ss(p, o, c) : parse_mamba2_hf(p, o, c);
+  else if (c->arch == SL_ARCH_NEMOTRON_H) rc = parse_nemotron_h(p, o, c);
   else rc = parse_attn(p, o, c);
   if (!rc) rc = sl_hfconfig_validate(p, c);
   if (!rc) rec_resolve(c, row);
@@ -1819,6 +1996,37 @@ static void mamba2_fields_json(json_t *o, const sl_model_config *c) {
 
 int sl_hfconfig_save(const char *path, const sl_model_config *c) { return sl_hfconfig_save_as(path, c, "float32"); }
 
+static void nemotron_h_fields_json(json_t *o, const sl_model_config *c) {
+  SETS("hybrid_override_pattern", c->layer_pattern);
+  SETI("intermediate_size", c->intermediate_size);
+  SETI("num_attention_heads", c->num_attention_heads);
+  SETI("num_key_value_heads", c->num_key_value_heads);
+  SETI("head_dim", c->head_dim);
+  SETB("attention_bias", c->o_bias);
+  SETB("mlp_bias", c->mlp_bias);
+  SETS("mlp_hidden_act", "relu2");
+  json_object_set_new(o, "sliding_window", json_null());
+  SETI("max_position_embeddings", c->max_position_embeddings > 0 ? c->max_position_embeddings : 4096);
+  SETI("mamba_num_heads", c->ssm_heads);
+  SETI("mamba_head_dim", c->ssm_head_dim);
+  SETI("n_groups", c->ssm_groups);
+  SETI("ssm_state_size", c->state_size);
+  SETI("expand", c->expand);
+  SETI("conv_kernel", c->conv_kernel);
+  SETI("chunk_size", c->ssm_chunk);
+  SETS("mamba_hidden_act", "silu");
+  SETR("layer_norm_epsilon", c->layer_norm_epsilon);
+  SETB("use_bias", c->use_bias);
+  SETB("use_conv_bias", c->use_conv_bias);
+  SETB("residual_in_fp32", c->residual_in_fp32);
+  SETR("time_step_min", c->time_step_min);
+  SETR("time_step_max", c->time_step_max);
+  SETR("time_step_floor", c->time_step_floor);
+  json_t *lim = json_array();
+  for (int i = 0; i < 2; i++)
+    json_array_append_new(lim, isinf(c->dt_limit[i]) ? json_string(NF_MARK "+Infinity") : json_real(c->dt_limit[i]));
+  json_object_set_new(o, "time_step_limit", lim);
+}
 int sl_hfconfig_save_as(const char *path, const sl_model_config *c, const char *torch_dtype) {
   int rc = sl_hfconfig_validate(path, c);
   if (rc) return rc;
@@ -1837,6 +2045,7 @@ int sl_hfconfig_save_as(const char *path, const sl_model_config *c, const char *
   SETI("num_hidden_layers", c->num_hidden_layers);
   if (c->arch == SL_ARCH_MAMBA) mamba_fields_json(o, c);
   else if (c->arch == SL_ARCH_MAMBA2) mamba2_fields_json(o, c);
+  else if (c->arch == SL_ARCH_NEMOTRON_H) nemotron_h_fields_json(o, c);
   else attn_fields_json(o, c);
   SETR("initializer_range", c->initializer_range);
   SETB("tie_word_embeddings", c->tie_word_embeddings);

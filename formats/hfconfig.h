@@ -24,7 +24,8 @@ typedef enum {
   SL_ARCH_QWEN3_MOE,
   SL_ARCH_GEMMA2,
   SL_ARCH_GEMMA3, /* Gemma3ForCausalLM (gemma3_text) */
-  SL_ARCH_MAMBA2  /* Mamba2ForCausalLM (mamba2) */
+  SL_ARCH_MAMBA2, /* Mamba2ForCausalLM (mamba2) */
+  SL_ARCH_NEMOTRON_H /* NemotronHForCausalLM (nemotron_h): Mamba-2, attention and MLP layers */
 } sl_arch;
 
 /* config.json's rope_scaling (docs/formats.md): the rules of transformers'
@@ -126,6 +127,11 @@ typedef struct {
   int64_t ssm_groups;   /* n_groups (default 8): heads share B and C by groups of ssm_heads / ssm_groups */
   int64_t ssm_chunk;    /* chunk_size (default 256): kept and written back (the scan's own chunk is the engine's) */
   double dt_limit[2];   /* time_step_limit (default [0, Infinity]): the clamp of softplus(dt + dt_bias) */
+  /* hybrids (Nemotron-H): each layer's kind as Megatron-Core's --hybrid-layer-pattern letters, 'M' Mamba-2,
+     '*' attention, '-' MLP ('E' MoE: refused for now); "" for a family with one kind of layer */
+  char layer_pattern[SL_CFG_MAX_LAYERS + 1];
+  int mlp_relu2; /* the MLP is up_proj -> relu(x)^2 -> down_proj, no gate (Nemotron-H's mlp_hidden_act relu2) */
+  int no_rope;   /* attention without position embeddings (Nemotron-H) */
   /* Every config.json field the reader looked at, as sorted "key=value\n" lines: numbers and
      booleans after defaults ("rms_norm_eps=1.0000000000000001e-05", "tie_word_embeddings=0"),
      anything else as compact JSON or "absent" (long lists as a hash); nested objects' fields as

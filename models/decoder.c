@@ -79,11 +79,12 @@ int sl_buf_recs_add(struct sl_buf_recs *rs, float *p, int64_t n, int bf16) {
  * takes n halves, any other its 4-byte words (at an even half). */
 static void act_pack(sl_model *m, int64_t l, int dir) {
   const sl_decoder *d = sl_dec(m);
-  if (!d->live_la) return;
+  int kk = d->lk ? d->lk[l] : 0;
+  if (!d->live_la[kk]) return;
   uint16_t *h = (uint16_t *)d->packs[(int64_t)m->act * d->L + l];
   int64_t o = 0;
-  for (int i = 0; i < d->live.n; i++) {
-    const sl_buf_rec *r = &d->live.r[i];
+  for (int i = 0; i < d->live[kk].n; i++) {
+    const sl_buf_rec *r = &d->live[kk].r[i];
     if (r->bf16 && dir > 0) m->ops->f32_to_bf16(m->k, h + o, r->p, r->n);
     else if (r->bf16) m->ops->bf16_to_f32(m->k, r->p, h + o, r->n);
     if (r->bf16) {
@@ -97,43 +98,47 @@ static void act_pack(sl_model *m, int64_t l, int dir) {
   }
 }
 
-/* The first local layer's alloc_layer, recorded: its buffers become the live ones when some are bf16. */
-static int alloc_live(sl_model *m, void *la) {
+/* The kind's first local layer's alloc_layer (the union of its layers'
+ * buffers: l = -1), recorded: its buffers become the kind's live ones when
+ * some are bf16. */
+static int alloc_live(sl_model *m, int kk, void *la) {
   sl_decoder *d = sl_dec(m);
-  m->rec = &d->live;
-  int rc = d->kind->alloc_layer(m, la, 0, d->shared);
+  m->rec = &d->live[kk];
+  int rc = d->kind->alloc_layer(m, -1, la, 0, d->shared[kk]);
   m->rec = NULL;
   if (rc) return rc;
   int64_t o = 0, any = 0, all = sl_env_bool("SL_FAULT_ACT_BF16"); /* a negative control: every buffer, lossy */
-  for (int i = 0; i < d->live.n; i++) {
-    sl_buf_rec *r = &d->live.r[i];
+  for (int i = 0; i < d->live[kk].n; i++) {
+    sl_buf_rec *r = &d->live[kk].r[i];
     r->bf16 |= all;
     any |= r->bf16;
     o += r->bf16 ? r->n : (o & 1) + 2 * r->n;
   }
-  d->live_off = !any;
+  d->live_off[kk] = !any;
   if (!any) return SL_OK;
-  d->pack_floats = (o + 1) / 2;
-  if (!(d->live_la = malloc(d->kind->layer_size))) return sl_fail(SL_ENOMEM, "out of memory");
-  memcpy(d->live_la, la, d->kind->layer_size);
+  d->pack_floats[kk] = (o + 1) / 2;
+  if (!(d->live_la[kk] = malloc(d->layer_size))) return sl_fail(SL_ENOMEM, "out of memory");
+  memcpy(d->live_la[kk], la, d->layer_size);
   return SL_OK;
 }
 
-/* Layer l's kept buffers in set `set`: its own, or under bf16 storage the live ones and a packed copy. */
+/* Layer l's kept buffers in set `set`: its own, or under bf16 storage its
+ * kind's live ones and a packed copy (layer l's kind selected). */
 static int alloc_kept(sl_model *m, int set, int64_t l, void *la) {
   sl_decoder *d = sl_dec(m);
-  if (!m->act_bf16 || d->live_off || !m->caps.bf16_acts) return d->kind->alloc_layer(m, la, 0, d->shared);
-  if (!d->live_la) {
-    int rc = alloc_live(m, la);
-    if (rc || d->live_off) return rc;
-  } else memcpy(la, d->live_la, d->kind->layer_size);
+  int kk = d->lk ? d->lk[l] : 0;
+  if (!m->act_bf16 || d->live_off[kk] || !m->caps.bf16_acts) return d->kind->alloc_layer(m, l, la, 0, d->shared[kk]);
+  if (!d->live_la[kk]) {
+    int rc = alloc_live(m, kk, la);
+    if (rc || d->live_off[kk]) return rc;
+  } else memcpy(la, d->live_la[kk], d->layer_size);
   if (set >= d->npack_sets) {
     float **pk = realloc(d->packs, sizeof *pk * (size_t)((set + 1) * d->L));
     if (!pk) return sl_fail(SL_ENOMEM, "out of memory");
     memset(pk + d->npack_sets * d->L, 0, sizeof *pk * (size_t)((set + 1 - d->npack_sets) * d->L));
     d->packs = pk, d->npack_sets = set + 1;
   }
-  return (d->packs[(int64_t)set * d->L + l] = sl_model_buf(m, d->pack_floats, SL_ARENA_ACTS)) ? SL_OK : SL_ENOMEM;
+  return (d->packs[(int64_t)set * d->L + l] = sl_model_buf(m, d->pack_floats[kk], SL_ARENA_ACTS)) ? SL_OK : SL_ENOMEM;
 }
 
 /* The streams of a bf16 residual under bf16 storage (d->slive_of, before set 0's streams). */
@@ -200,12 +205,14 @@ static int dec_fwd(sl_model *m, int u, const float *flat) {
     return rc;
   }
   if (u <= d->L) {
-    int rc = d->kind->fwd(m, u - 1, flat, d->stream[u - 1], sl_dec_layer(m, u - 1), d->stream[u]);
+    int rc = sl_dec_use(d, u - 1)->fwd(m, u - 1, flat, d->stream[u - 1], sl_dec_layer(m, u - 1), d->stream[u]);
     if (!rc) act_pack(m, u - 1, 1);
     if (!rc) stream_out(m, u);
     return rc;
   }
-  int rc = d->kind->loss_term ? d->kind->loss_term(m) : SL_OK;
+  int rc = SL_OK;
+  for (int kk = 0; kk < d->nkinds && !rc; kk++)
+    if (sl_dec_use_kind(d, kk)->loss_term) rc = d->kind->loss_term(m);
   if (rc) return rc;
   if (d->vp) return sl_lm_head_vp_fwd(m, d->hv, flat, d->stream[d->L]);
   return sl_lm_head_fwd(m, &d->head, flat, d->stream[d->L]);
@@ -227,7 +234,7 @@ static int dec_bwd(sl_model *m, int u, const float *flat, float *grads) {
   if (u == 0 && d->embed_scale > 0) m->ops->scale_add(m->k, d->dres, d->embed_scale, 0.0f, d->n * d->C);
   if (u == 0) return embedding_bwd(m, grads, d->dres);
   block_unpack(m, u - 1);
-  int rc = d->kind->recompute(m, u - 1, flat);
+  int rc = sl_dec_use(d, u - 1)->recompute(m, u - 1, flat);
   return rc ? rc : d->kind->bwd(m, u - 1, flat, grads);
 }
 
@@ -238,40 +245,58 @@ static int dec_logits(sl_model *m, float *out) {
 }
 
 static int dec_init_custom(sl_model *m, int u, int ti, float *dst, uint64_t seed) {
-  const sl_decoder *d = sl_dec(m);
+  sl_decoder *d = sl_dec(m);
+  int l = m->units[u].layer;
+  if (l >= 0 && l < d->L) sl_dec_use(d, l);
+  else sl_dec_use_kind(d, 0);
   if (!d->kind->init_custom) return sl_fail(SL_EINPUT, "no custom init for tensor %s", m->units[u].t[ti].name);
   return d->kind->init_custom(m, u, ti, dst, seed);
 }
 
-static int64_t dec_flops(const sl_model *m, int64_t T) { return sl_dec(m)->kind->flops_per_token(m, T); }
+/* One kind: its whole-model figure; several: each layer's, plus the head's 6 V C. */
+static int64_t dec_flops(const sl_model *m, int64_t T) {
+  sl_decoder *d = sl_dec(m);
+  if (d->nkinds == 1) return sl_dec_use_kind(d, 0)->flops_per_token(m, T);
+  int64_t f = 6 * d->V * d->C;
+  for (int64_t l = 0; l < d->L; l++) f += sl_dec_use(d, l)->layer_flops(m, l, T);
+  return f;
+}
+
+/* The kind of a model's MoE hooks: the first with one (NULL: a dense model). */
+static const sl_block_kind *moe_kind(sl_model *m, size_t off) {
+  sl_decoder *d = sl_dec(m);
+  for (int kk = 0; d && kk < d->nkinds; kk++)
+    if (*(void *const *)((const char *)d->kinds[kk] + off)) return sl_dec_use_kind(d, kk);
+  return NULL;
+}
+#define MOE_KIND(m, fn) moe_kind(m, offsetof(sl_block_kind, fn))
 
 int64_t sl_model_moe_load(sl_model *m, int64_t *out) {
-  const sl_decoder *d = sl_dec(m);
-  return d && d->kind->moe_load ? d->kind->moe_load(m, out) : 0;
+  const sl_block_kind *kd = MOE_KIND(m, moe_load);
+  return kd ? kd->moe_load(m, out) : 0;
 }
 
 int64_t sl_model_moe_stats(sl_model *m, double *out) {
-  const sl_decoder *d = sl_dec(m);
-  return d && d->kind->moe_stats ? d->kind->moe_stats(m, out) : 0;
+  const sl_block_kind *kd = MOE_KIND(m, moe_stats);
+  return kd ? kd->moe_stats(m, out) : 0;
 }
 
 float *sl_model_moe_bias(sl_model *m, int64_t *n) {
-  const sl_decoder *d = sl_dec(m);
+  const sl_block_kind *kd = MOE_KIND(m, moe_bias);
   *n = 0;
-  return d && d->kind->moe_bias ? d->kind->moe_bias(m, n) : NULL;
+  return kd ? kd->moe_bias(m, n) : NULL;
 }
 
 int sl_model_moe_bias_set(sl_model *m, const float *b) {
-  const sl_decoder *d = sl_dec(m);
   if (m->cfg.moe_balance == SL_MOE_BALANCE_NONE) return SL_OK; /* no bias in this run */
-  return d && d->kind->moe_bias_set ? d->kind->moe_bias_set(m, b) : SL_OK;
+  const sl_block_kind *kd = MOE_KIND(m, moe_bias_set);
+  return kd ? kd->moe_bias_set(m, b) : SL_OK;
 }
 
 int sl_model_moe_bias_load(sl_model *m, const sl_st_set *w, int *found) {
-  const sl_decoder *d = sl_dec(m);
   int64_t n = m->cfg.num_hidden_layers * m->cfg.moe_experts;
   *found = 0;
-  if (!d || !d->kind->moe_bias_set || !n) return SL_OK;
+  if (!MOE_KIND(m, moe_bias_set) || !n) return SL_OK;
   float *b = calloc((size_t)n, sizeof *b);
   if (!b) return sl_fail(SL_ENOMEM, "out of memory");
   int rc = sl_model_moe_bias_read(&m->cfg, w, b, found);
@@ -281,19 +306,22 @@ int sl_model_moe_bias_load(sl_model *m, const sl_st_set *w, int *found) {
 }
 
 int sl_model_moe_bias_step(sl_model *m, const int64_t *load) {
-  const sl_decoder *d = sl_dec(m);
-  return d && d->kind->moe_bias_step ? d->kind->moe_bias_step(m, load) : SL_OK;
+  const sl_block_kind *kd = MOE_KIND(m, moe_bias_step);
+  return kd ? kd->moe_bias_step(m, load) : SL_OK;
 }
 
 static void dec_destroy(sl_model *m) {
   sl_decoder *d = m->priv;
   if (!d) return;
-  if (d->blk && d->kind->destroy) d->kind->destroy(m);
-  free(d->blk);
+  for (int kk = 0; kk < d->nkinds; kk++) {
+    if (d->blks[kk] && sl_dec_use_kind(d, kk)->destroy) d->kind->destroy(m);
+    free(d->blks[kk]);
+    free(d->shared[kk]);
+    free(d->live[kk].r);
+    free(d->live_la[kk]);
+  }
+  free(d->lk);
   sl_act_sets_free(d->sets, d->nsets);
-  free(d->shared);
-  free(d->live.r);
-  free(d->live_la);
   free(d->packs);
   free(d->slive_of);
   free(d->spk);
@@ -306,21 +334,32 @@ static void dec_destroy(sl_model *m) {
 /* ---- activation sets and the pipeline boundary ---------------------------------- */
 /* Set `set`: the residual stream, each block's kept tensors (the recomputed
  * ones are d->shared, allocated with set 0) and the head's. */
+/* Whether a local layer is of kind kk (its recomputed buffers are then needed on this rank). */
+static int kind_local(const sl_model *m, const sl_decoder *d, int kk) {
+  for (int64_t l = 0; l < d->L; l++)
+    if ((d->lk ? d->lk[l] : 0) == kk && sl_model_is_local(m, (int)l + 1)) return 1;
+  return 0;
+}
+
 static int dec_alloc_acts(sl_model *m, int set) {
   sl_decoder *d = sl_dec(m);
-  const sl_block_kind *kd = d->kind;
   int rc = stream_live(m);
   if (rc) return rc;
-  sl_act_set *a = sl_act_set_new(m, &d->sets, &d->nsets, set, d->L, d->C, kd->layer_size, d->slive_of);
+  sl_act_set *a = sl_act_set_new(m, &d->sets, &d->nsets, set, d->L, d->C, d->layer_size, d->slive_of);
   if (!a || stream_packs(m, set)) return sl_fail(SL_ENOMEM, "out of memory");
-  if (set == 0 && m->ac != SL_AC_NONE) {
-    if (!(d->shared = calloc(1, kd->layer_size))) return sl_fail(SL_ENOMEM, "out of memory");
-    if (kd->alloc_layer(m, d->shared, 1, NULL)) return SL_ENOMEM;
+  for (int kk = 0; set == 0 && m->ac != SL_AC_NONE && kk < d->nkinds; kk++) {
+    if (d->nkinds > 1 && !kind_local(m, d, kk)) continue; /* one kind: allocated as before, whatever is local */
+    if (!(d->shared[kk] = calloc(1, d->layer_size))) return sl_fail(SL_ENOMEM, "out of memory");
+    if (sl_dec_use_kind(d, kk)->alloc_layer(m, -1, d->shared[kk], 1, NULL)) return SL_ENOMEM;
   }
   for (int64_t l = 0; l < d->L; l++) {
-    void *la = (char *)a->layers + (size_t)l * kd->layer_size;
-    if (m->ac == SL_AC_FULL) memcpy(la, d->shared, kd->layer_size);
-    else if (sl_model_is_local(m, (int)l + 1) && alloc_kept(m, set, l, la)) return SL_ENOMEM;
+    void *la = (char *)a->layers + (size_t)l * d->layer_size;
+    int kk = d->lk ? d->lk[l] : 0;
+    sl_dec_use(d, l);
+    if (m->ac == SL_AC_FULL) {
+      if (d->shared[kk]) memcpy(la, d->shared[kk], d->layer_size);
+    } else if (sl_model_is_local(m, (int)l + 1) && alloc_kept(m, set, l, la))
+      return SL_ENOMEM;
   }
   if (!sl_model_is_local(m, (int)d->L + 1)) return SL_OK; /* the head is another pipeline stage's */
   if (!d->vp) {
@@ -358,7 +397,7 @@ static int dec_boundary(sl_model *m, int u, float **act, float **grad, int64_t *
 static int64_t dec_stash_numel(const sl_model *m, int u) {
   const sl_decoder *d = sl_dec(m);
   if (u == 0 || u == d->L + 1) return d->N * d->C;
-  return d->kind->stash_numel(m);
+  return sl_dec_use((sl_decoder *)d, u - 1)->stash_numel(m);
 }
 
 static int dec_bwd_input(sl_model *m, int u, const float *flat, float *stash, float *tied) {
@@ -372,7 +411,7 @@ static int dec_bwd_input(sl_model *m, int u, const float *flat, float *stash, fl
     return sl_lm_head_vp_bwd_input(m, d->hv, flat, d->stream[d->L], d->dres, d->dln, stash, tied);
   if (u == d->L + 1) return sl_lm_head_bwd_input(m, &d->head, flat, d->stream[d->L], d->dres, d->dln, stash, tied);
   block_unpack(m, u - 1);
-  int rc = d->kind->recompute(m, u - 1, flat);
+  int rc = sl_dec_use(d, u - 1)->recompute(m, u - 1, flat);
   return rc ? rc : d->kind->bwd_input(m, u - 1, flat, stash);
 }
 
@@ -383,7 +422,7 @@ static int dec_bwd_weight(sl_model *m, int u, const float *flat, float *grads, c
   if (u == d->L + 1) return sl_lm_head_bwd_weight(m, &d->head, flat, grads, d->stream[d->L], stash);
   /* again: what the input half recomputed lives in shared buffers, since overwritten (and so may the live ones) */
   block_unpack(m, u - 1);
-  int rc = d->kind->recompute(m, u - 1, flat);
+  int rc = sl_dec_use(d, u - 1)->recompute(m, u - 1, flat);
   return rc ? rc : d->kind->bwd_weight(m, u - 1, flat, grads, stash);
 }
 
@@ -414,14 +453,17 @@ static int companion_specs(sl_model *m, sl_decoder *d) {
   for (int64_t l = 0; l < d->L && !rc; l++) {
     sl_unit_spec *b = &m->units[d->L + 2 + l];
     b->layer = (int)l;
-    rc = d->kind->companion_spec(m, b, l);
+    rc = sl_dec_use(d, l)->companion_spec(m, b, l);
   }
   return rc;
 }
 
 static int dec_specs(sl_model *m, sl_decoder *d) {
   int64_t T = m->tp_size;
-  int comp = d->kind->has_companions && d->kind->has_companions(m);
+  int comp = 0;
+  for (int kk = 0; kk < d->nkinds; kk++)
+    comp |= sl_dec_use_kind(d, kk)->has_companions && d->kind->has_companions(m);
+  if (comp && d->nkinds > 1) return sl_fail(SL_EINPUT, "%s: experts in a model of several layer kinds are not supported yet", m->cfg.arch_name);
   m->nunits = (int)(d->L + 2 + (comp ? d->L : 0));
   m->units = calloc((size_t)m->nunits, sizeof(sl_unit_spec));
   m->pinned = calloc((size_t)m->nunits, sizeof(int));
@@ -433,7 +475,7 @@ static int dec_specs(sl_model *m, sl_decoder *d) {
   int rc = sl_unit_add_split(m, e, d->embed_name, 2, d->V, d->C, 1, SL_INIT_NORMAL, d->std, SL_SPLIT_VOCAB, T);
   for (int64_t l = 0; l < d->L && !rc; l++) {
     sl_unit_spec *b = &m->units[1 + l];
-    snprintf(b->kind, sizeof b->kind, "%s", d->kind->unit_kind);
+    snprintf(b->kind, sizeof b->kind, "%s", sl_dec_use(d, l)->unit_kind);
     b->layer = (int)l;
     rc = d->kind->spec(m, b, l);
   }
@@ -450,7 +492,9 @@ static int dec_specs(sl_model *m, sl_decoder *d) {
 /* Activations: set 0, then the backward scratch every set shares. */
 int sl_decoder_buffers(sl_model *m) {
   sl_decoder *d = sl_dec(m);
-  int rc = d->kind->prepare ? d->kind->prepare(m) : SL_OK;
+  int rc = SL_OK;
+  for (int kk = 0; kk < d->nkinds && !rc; kk++)
+    if (sl_dec_use_kind(d, kk)->prepare) rc = d->kind->prepare(m);
   if (!rc && d->plus_one && !(d->w1 = sl_model_buf(m, d->C, SL_ARENA_WORKSPACE))) rc = SL_ENOMEM;
   if (!rc) rc = dec_alloc_acts(m, 0);
   if (rc) return rc;
@@ -459,21 +503,55 @@ int sl_decoder_buffers(sl_model *m) {
       !(d->dln = sl_model_buf(m, d->N * d->C, SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
   if (d->sp && !(d->xl = sl_model_buf(m, d->n * d->C, SL_ARENA_WORKSPACE))) return SL_ENOMEM;
-  return d->kind->alloc_scratch(m);
+  for (int kk = 0; kk < d->nkinds && !rc; kk++) rc = sl_dec_use_kind(d, kk)->alloc_scratch(m);
+  return rc;
 }
 
-int sl_decoder_create(sl_model *m, const sl_block_kind *kind) {
+/* What a model of several kinds supports: what all of them support (its
+ * attention and recurrent state if any kind has one; --tp must divide each
+ * kind's width). */
+void sl_dec_caps_merge(sl_model_caps *acc, const sl_model_caps *k, int first) {
+  if (first) {
+    *acc = *k;
+    return;
+  }
+  acc->attention |= k->attention;
+  acc->recurrent |= k->recurrent;
+  acc->doc_mask &= k->doc_mask;
+  acc->zb_split &= k->zb_split;
+  acc->zb_split_accum &= k->zb_split_accum;
+  acc->bf16 &= k->bf16;
+  acc->bf16_acts |= k->bf16_acts; /* per kind: a kind without bf16 buffers packs nothing (live_off) */
+  acc->bf16_stream &= k->bf16_stream;
+  int64_t a = acc->tp_width, b = k->tp_width;
+  while (b) { /* the gcd: a --tp dividing it divides both */
+    int64_t t = a % b;
+    a = b, b = t;
+  }
+  acc->tp_width = a;
+}
+
+int sl_decoder_create(sl_model *m, const sl_block_kind *const *kinds, int nk, const unsigned char *lk) {
   const sl_model_config *c = &m->cfg;
   sl_decoder *d = calloc(1, sizeof *d);
   if (!d) return sl_fail(SL_ENOMEM, "out of memory");
   m->priv = d;
   d->vt = dec_vt;
-  kind->caps(c, &m->caps);
-  m->res_bf16 &= m->caps.bf16_stream;        /* Mamba: fp32 (its residual_in_fp32) */
-  if (!kind->bwd_input || !m->caps.zb_split) /* no split (for this config) */
+  if (nk < 1 || nk > SL_DEC_MAX_KINDS) return sl_fail(SL_EINTERNAL, "decoder: %d block kinds", nk);
+  int split = 1;
+  for (int kk = 0; kk < nk; kk++) {
+    sl_model_caps kc;
+    kinds[kk]->caps(c, &kc);
+    sl_dec_caps_merge(&m->caps, &kc, kk == 0);
+    split &= kinds[kk]->bwd_input != NULL;
+    d->kinds[kk] = kinds[kk];
+    if (kinds[kk]->layer_size > d->layer_size) d->layer_size = kinds[kk]->layer_size;
+  }
+  d->nkinds = nk;
+  m->res_bf16 &= m->caps.bf16_stream; /* Mamba: fp32 (its residual_in_fp32) */
+  if (!split || !m->caps.zb_split)    /* no split (for this config) */
     d->vt.stash_numel = NULL, d->vt.bwd_input = NULL, d->vt.bwd_weight = NULL;
   m->vt = &d->vt;
-  d->kind = kind;
   int64_t T = m->tp_size;
   d->N = m->B * m->T;
   d->C = c->hidden_size;
@@ -483,7 +561,16 @@ int sl_decoder_create(sl_model *m, const sl_block_kind *kind) {
   d->vp = T > 1;
   d->sp = m->sp;
   d->n = d->sp ? d->N / T : d->N;
-  int rc = kind->init(m, d);
+  if (lk && !(d->lk = malloc((size_t)(d->L > 0 ? d->L : 1)))) return sl_fail(SL_ENOMEM, "out of memory");
+  if (lk) memcpy(d->lk, lk, (size_t)d->L);
+  int rc = SL_OK;
+  for (int kk = 0; kk < nk && !rc; kk++) { /* each kind's state, selected as d->blk from now on */
+    d->kind = kinds[kk];
+    d->blk = NULL;
+    rc = kinds[kk]->init(m, d);
+    d->blks[kk] = d->blk;
+  }
+  if (!rc) sl_dec_use_kind(d, 0);
   if (!rc && d->vp) rc = sl_vocab_split_make(d->V, (int)T, m->tp_rank, &d->vs);
   return rc ? rc : dec_specs(m, d);
 }

@@ -68,8 +68,10 @@ typedef struct {
    * every layer and set (allocated once with set 0 when m->ac != none;
    * under full checkpointing every layer of every set is this struct);
    * recomputed 0: the kept buffers of a layer computed here, the recomputed
-   * ones taken from *shared (NULL when m->ac is none). */
-  int (*alloc_layer)(sl_model *m, void *layer, int recomputed, const void *shared);
+   * ones taken from *shared (NULL when m->ac is none). l: the layer, or -1
+   * for buffers any layer of the kind may use (shared, the live layer of
+   * bf16 storage): a kind whose layers differ allocates the union there. */
+  int (*alloc_layer)(sl_model *m, int64_t l, void *layer, int recomputed, const void *shared);
   /* The block's backward scratch (workspace), after the skeleton's. */
   int (*alloc_scratch)(sl_model *m);
   /* Block l from x (the stream's rows) into layer; the block output into
@@ -87,6 +89,10 @@ typedef struct {
   int (*bwd_input)(sl_model *m, int l, const float *flat, float *stash);
   int (*bwd_weight)(sl_model *m, int l, const float *flat, float *grads, const float *stash);
   int64_t (*flops_per_token)(const sl_model *m, int64_t T);                  /* the whole model's */
+  /* Layer l's FLOPs per token (the convention of flops_per_token, every TP
+   * rank's slices together): what a model of several kinds adds up, with
+   * the head's 6 V C. */
+  int64_t (*layer_flops)(const sl_model *m, int64_t l, int64_t T);
   int (*init_custom)(sl_model *m, int u, int ti, float *dst, uint64_t seed); /* NULL: none */
   void (*destroy)(sl_model *m); /* frees what d->blk holds (NULL: nothing); the skeleton frees d->blk */
   int64_t (*moe_load)(sl_model *m, int64_t *out);         /* sl_model_moe_load (NULL: a dense kind) */
@@ -100,10 +106,21 @@ typedef struct {
   int (*loss_term)(sl_model *m);
 } sl_block_kind;
 
+#define SL_DEC_MAX_KINDS 4 /* block kinds one model mixes (Nemotron-H: Mamba-2 and Llama's sub-layers) */
+
 struct sl_decoder {
-  const sl_block_kind *kind;
+  /* The layers' kinds: kinds[lk[l]] runs layer l, with its state blks[k]
+   * (each kind's init, spec, buffers and compute see theirs as d->blk: the
+   * skeleton selects it before every call, sl_dec_use). One kind: lk all 0,
+   * the single-kind decoder of every family before the hybrids. */
+  const sl_block_kind *kinds[SL_DEC_MAX_KINDS];
+  void *blks[SL_DEC_MAX_KINDS];
+  int nkinds;
+  unsigned char *lk;  /* (L) */
+  size_t layer_size;  /* the largest kind's layer struct: the stride of la */
+  const sl_block_kind *kind; /* the selected kind (sl_dec_use) */
   sl_model_vt vt;                     /* m->vt: the skeleton's, without the split entries when the kind has none */
-  void *blk;                          /* the block kind's state */
+  void *blk;                          /* the selected kind's state (blks[k]) */
   int64_t N, C, V, L;                 /* tokens of a micro-batch, hidden size, vocabulary, blocks */
   int64_t n;                          /* token rows of the residual stream on this rank: N, or N/T under sp */
   float eps;                          /* the final norm's */
@@ -126,16 +143,17 @@ struct sl_decoder {
   sl_lm_head_vp *hvp; /* (nsets) the loss-parallel head of each set (vp) */
   sl_act_set *sets;   /* (nsets) one per micro-batch in flight (models/model.h) */
   int nsets;
-  void *shared; /* what checkpointing recomputes, shared by every layer and set (kind->alloc_layer; NULL: none) */
+  void *shared[SL_DEC_MAX_KINDS]; /* each kind's buffers checkpointing recomputes, shared by its layers and every set
+                                     (kind->alloc_layer; NULL: none) */
   /* bf16 activation storage (m->act_bf16, when the kind keeps bf16-valued
    * buffers): every layer's kept tensors live in one layer's buffers (live,
    * the first local layer's, recorded), and each (set, layer) keeps a
    * packed copy (bf16 where the buffer's values are, else the bits), made
    * after the block's forward and unpacked before its recompute / backward */
-  struct sl_buf_recs live;
-  void *live_la;       /* the live layer struct (NULL: storage in fp32) */
-  int live_off;        /* decided: the kind keeps nothing in bf16 */
-  int64_t pack_floats; /* one layer's packed copy */
+  struct sl_buf_recs live[SL_DEC_MAX_KINDS]; /* per kind: the union layer's buffers (alloc_layer l = -1) */
+  void *live_la[SL_DEC_MAX_KINDS];       /* the live layer struct (NULL: storage in fp32) */
+  int live_off[SL_DEC_MAX_KINDS];        /* decided: the kind keeps nothing in bf16 */
+  int64_t pack_floats[SL_DEC_MAX_KINDS]; /* one layer's packed copy */
   float **packs;       /* (npack_sets * L) each local layer's packed copy per set */
   int npack_sets;
   /* a bf16 residual stream (m->res_bf16) under bf16 storage: stream[s]
@@ -157,13 +175,25 @@ static inline sl_decoder *sl_dec(const sl_model *m) { return (sl_decoder *)m->pr
 /* Layer l's activation struct in the selected set. */
 static inline void *sl_dec_layer(const sl_model *m, int l) {
   const sl_decoder *d = sl_dec(m);
-  return (char *)d->la + (size_t)l * d->kind->layer_size;
+  return (char *)d->la + (size_t)l * d->layer_size;
+}
+/* Selects layer l's kind (d->kind, d->blk) and returns it. */
+static inline const sl_block_kind *sl_dec_use(sl_decoder *d, int64_t l) {
+  int k = d->lk ? d->lk[l] : 0;
+  d->blk = d->blks[k];
+  return d->kind = d->kinds[k];
+}
+/* Selects kind k. */
+static inline const sl_block_kind *sl_dec_use_kind(sl_decoder *d, int k) {
+  d->blk = d->blks[k];
+  return d->kind = d->kinds[k];
 }
 
 /* Builds m's unit specs (m->cfg, shapes, TP and EP ranks set) as the
- * skeleton over kind; sl_decoder_buffers then allocates its activations and
- * scratch (B > 0). */
-int sl_decoder_create(sl_model *m, const sl_block_kind *kind);
+ * skeleton over layers of the kinds kinds[0..nk-1], layer l of kinds[lk[l]]
+ * (lk NULL: every layer kinds[0]); sl_decoder_buffers then allocates its
+ * activations and scratch (B > 0). */
+int sl_decoder_create(sl_model *m, const sl_block_kind *const *kinds, int nk, const unsigned char *lk);
 int sl_decoder_buffers(sl_model *m);
 /* Unit index of block l's companion (-1: none). */
 int sl_dec_companion(const sl_model *m, int64_t l);
@@ -192,6 +222,9 @@ int sl_dec_norm_grad_sum(sl_model *m, float *g, float *part);
  * misfit(cfg, m->tp_size) gives a reason, trying T = 1..max; else SL_OK. */
 int sl_dec_tp_check(const sl_model *m, const char *(*misfit)(const sl_model_config *, int64_t, char *, size_t),
                     int64_t max);
+
+/* acc = what every kind of a model supports, kind by kind (first: acc = k). */
+void sl_dec_caps_merge(sl_model_caps *acc, const sl_model_caps *k, int first);
 
 /* The block kinds (models/llama.c, models/mamba.c, models/mamba2.c). */
 extern const sl_block_kind sl_llama_block;

@@ -77,6 +77,8 @@ static float gelu_tanh(float v) { return 0.5f * v * (1.0f + tanhf(0.797884560802
 static float softcap(float v, double cap) { return cap > 0 ? (float)(cap * tanh(v / cap)) : v; }
 
 static int recurrent(const sl_gen *g) { return g->c.arch == SL_ARCH_MAMBA || g->c.arch == SL_ARCH_MAMBA2; }
+/* A model of attention layers and recurrent ones (Nemotron-H): both caches. */
+static int hybrid(const sl_gen *g) { return g->c.arch == SL_ARCH_NEMOTRON_H; }
 
 static const float *head_weight(const sl_gen *g) {
   if (g->c.tie_word_embeddings) return g->flat[0];
@@ -86,7 +88,7 @@ static const float *head_weight(const sl_gen *g) {
 static void head(sl_gen *g) {
   const sl_unit_spec *hu = &g->m->units[g->L + 1];
   rmsnorm_p(g->h, g->x, g->flat[g->L + 1] + hu->t[0].offset, g->C,
-            recurrent(g) ? g->c.layer_norm_epsilon : g->c.rms_norm_eps, g->c.gemma);
+            recurrent(g) || hybrid(g) ? g->c.layer_norm_epsilon : g->c.rms_norm_eps, g->c.gemma);
   matvec(g->logits, head_weight(g), g->h, g->V, g->C, NULL);
   for (int64_t v = 0; g->c.final_logit_softcapping > 0 && v < g->V; v++)
     g->logits[v] = softcap(g->logits[v], g->c.final_logit_softcapping);
@@ -267,12 +269,11 @@ static void mamba_step(sl_gen *g, int32_t tok) {
 
 /* ---- Mamba-2: one step of the recurrence (transformers' Mamba2Mixer with a cache; the gated norm per
  * group, as models/mamba2.c) ------------------------------------------------------------------------------- */
-static void mamba2_step(sl_gen *g, int32_t tok) {
+static void mamba2_layer(sl_gen *g, int64_t l) {
   const sl_model_config *c = &g->c;
   int64_t C = g->C, D = g->D, S = g->S, K = g->K, nh = c->ssm_heads, P = c->ssm_head_dim, G = c->ssm_groups;
   int64_t GS = G * S, Cd = D + 2 * GS, Din = D + Cd + nh, Dg = D / G;
-  memcpy(g->x, g->flat[0] + (int64_t)tok * C, (size_t)C * 4);
-  for (int64_t l = 0; l < g->L; l++) {
+  {
     int u = (int)l + 1;
     rmsnorm(g->h, g->x, tens(g, u, ".norm.weight"), C, c->layer_norm_epsilon); /* the block's (first in the unit) */
     float *zx = g->a, *xbc = g->b, *y = g->att, *cs = g->conv[l], *hs = g->ssm[l];
@@ -306,6 +307,58 @@ static void mamba2_step(sl_gen *g, int32_t tok) {
     const float *wn = tens(g, u, "mixer.norm.weight");
     for (int64_t gi = 0; gi < G; gi++) rmsnorm(y + gi * Dg, y + gi * Dg, wn + gi * Dg, Dg, c->layer_norm_epsilon);
     matvec(g->h, tens(g, u, "out_proj.weight"), y, C, D, tens(g, u, "out_proj.bias"));
+    for (int64_t i = 0; i < C; i++) g->x[i] += g->h[i];
+  }
+}
+
+static void mamba2_step(sl_gen *g, int32_t tok) {
+  memcpy(g->x, g->flat[0] + (int64_t)tok * g->C, (size_t)g->C * 4);
+  for (int64_t l = 0; l < g->L; l++) mamba2_layer(g, l);
+  head(g);
+}
+
+/* ---- Nemotron-H: each layer norm -> one mixer -> residual: Mamba-2 (M), attention without RoPE (*), the
+ * squared-ReLU MLP (-) ------------------------------------------------------------------------------------ */
+static void nemotron_h_step(sl_gen *g, int32_t tok) {
+  const sl_model_config *c = &g->c;
+  int64_t C = g->C, hd = g->hd, nh = g->nh, nkv = g->nkv, KV = nkv * hd, p = g->pos, I = c->intermediate_size;
+  double eps = c->layer_norm_epsilon;
+  memcpy(g->x, g->flat[0] + (int64_t)tok * C, (size_t)C * 4);
+  for (int64_t l = 0; l < g->L; l++) {
+    int u = (int)l + 1;
+    if (c->layer_pattern[l] == 'M') {
+      mamba2_layer(g, l);
+      continue;
+    }
+    rmsnorm(g->h, g->x, tens(g, u, ".norm.weight"), C, eps);
+    if (c->layer_pattern[l] == '-') {
+      matvec(g->a, tens(g, u, "up_proj.weight"), g->h, I, C, tens(g, u, "up_proj.bias"));
+      for (int64_t i = 0; i < I; i++) g->a[i] = g->a[i] > 0 ? g->a[i] * g->a[i] : 0.0f;
+      matvec(g->h, tens(g, u, "down_proj.weight"), g->a, C, I, tens(g, u, "down_proj.bias"));
+    } else {
+      float *kr = g->kc[l] + p * KV, *vr = g->vc[l] + p * KV;
+      matvec(g->q, tens(g, u, "q_proj.weight"), g->h, nh * hd, C, tens(g, u, "q_proj.bias"));
+      matvec(kr, tens(g, u, "k_proj.weight"), g->h, KV, C, tens(g, u, "k_proj.bias"));
+      matvec(vr, tens(g, u, "v_proj.weight"), g->h, KV, C, tens(g, u, "v_proj.bias"));
+      for (int64_t h = 0; h < nh; h++) {
+        const float *q = g->q + h * hd;
+        int64_t kvh = h / (nh / nkv);
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j <= p; j++) {
+          double s = 0;
+          for (int64_t i = 0; i < hd; i++) s += (double)q[i] * g->kc[l][j * KV + kvh * hd + i];
+          g->probs[j] = (float)(s / sqrt((double)hd));
+          if (g->probs[j] > mx) mx = g->probs[j];
+        }
+        for (int64_t j = 0; j <= p; j++) sum += exp(g->probs[j] - mx);
+        for (int64_t i = 0; i < hd; i++) {
+          double acc = 0;
+          for (int64_t j = 0; j <= p; j++) acc += exp(g->probs[j] - mx) / sum * g->vc[l][j * KV + kvh * hd + i];
+          g->att[h * hd + i] = (float)acc;
+        }
+      }
+      matvec(g->h, tens(g, u, "o_proj.weight"), g->att, C, nh * hd, tens(g, u, "o_proj.bias"));
+    }
     for (int64_t i = 0; i < C; i++) g->x[i] += g->h[i];
   }
   head(g);
@@ -389,8 +442,9 @@ int sl_gen_load(const char *dir, sl_gen **out) {
     for (int64_t l = 0; !rc && l < g->L; l++)
       if (!(g->conv[l] = calloc((size_t)(g->D * g->K), 4)) || !(g->ssm[l] = calloc((size_t)(g->D * g->S), 4)))
         rc = SL_ENOMEM;
-  } else if (c->arch == SL_ARCH_MAMBA2) { /* conv: the last K inputs of x | B | C; state: (D, S) */
-    g->D = c->intermediate_size;
+  }
+  if (c->arch == SL_ARCH_MAMBA2 || hybrid(g)) { /* conv: the last K inputs of x | B | C; state: (D, S) */
+    g->D = c->ssm_heads * c->ssm_head_dim; /* Mamba2: = intermediate_size (expand x hidden) */
     g->S = c->state_size;
     g->K = c->conv_kernel;
     g->Cw = g->D + 2 * c->ssm_groups * g->S;
@@ -401,11 +455,13 @@ int sl_gen_load(const char *dir, sl_gen **out) {
     for (int64_t l = 0; !rc && l < g->L; l++)
       if (!(g->conv[l] = calloc((size_t)(g->Cw * g->K), 4)) || !(g->ssm[l] = calloc((size_t)(g->D * g->S), 4)))
         rc = SL_ENOMEM;
-  } else {
+  }
+  if (!rc && c->arch != SL_ARCH_MAMBA && c->arch != SL_ARCH_MAMBA2) {
     g->nh = c->num_attention_heads;
     g->nkv = c->num_key_value_heads;
     g->hd = c->head_dim;
-    wide = c->intermediate_size + g->nh * g->hd + g->C + c->moe_intermediate + c->moe_experts;
+    int64_t aw = c->intermediate_size + g->nh * g->hd + g->C + c->moe_intermediate + c->moe_experts;
+    wide = aw > wide ? aw : wide;
     g->inv_freq = malloc(sizeof(float) * (size_t)(g->hd / 2));
     g->kc = calloc((size_t)g->L, sizeof(float *));
     g->vc = calloc((size_t)g->L, sizeof(float *));
@@ -450,12 +506,12 @@ int sl_gen_eos_list(const sl_gen *g, int32_t *out, int cap) {
 /* Resets the caches for a sequence of up to n positions. */
 static int reset(sl_gen *g, int64_t n) {
   g->pos = 0;
-  if (recurrent(g)) {
+  if (recurrent(g) || hybrid(g)) {
     for (int64_t l = 0; l < g->L; l++) {
       memset(g->conv[l], 0, (size_t)(g->Cw * g->K) * 4);
       memset(g->ssm[l], 0, (size_t)(g->D * g->S) * 4);
     }
-    return SL_OK;
+    if (recurrent(g)) return SL_OK;
   }
   int64_t KV = g->nkv * g->hd;
   if (n > g->cap) {
@@ -476,6 +532,7 @@ static int reset(sl_gen *g, int64_t n) {
 static void step(sl_gen *g, int32_t tok) {
   if (g->c.arch == SL_ARCH_MAMBA) mamba_step(g, tok);
   else if (g->c.arch == SL_ARCH_MAMBA2) mamba2_step(g, tok);
+  else if (hybrid(g)) nemotron_h_step(g, tok);
   else llama_step(g, tok);
   g->pos++;
 }

@@ -56,6 +56,7 @@ static void llama_destroy(sl_model *m) {
   free(p->ecnt);
   free(p->acnt);
   free(p->lwin);
+  free(p->parts);
   free(p->aprob);
   free(p->hprob);
   sl_llama_moe_free(m, p);
@@ -165,30 +166,39 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   llama_priv *p = sl_dec(m)->blk;
   float *dln = sl_dec(m)->dln;
   layer_acts *a = layer;
-  blockw w = block_views(p, flat);
+  blockw w = block_views(p, flat, l);
   int64_t N = p->N, C = p->C, n = p->n;
-  int rc = sl_dec_norm_gathered(m, a->ln1, a->rstd1, x, sl_llama_norm_w(m, p, w.ln1, 0), p->eps);
-  if (rc) return rc;
-  sl_lin_fwd(m, &p->lqkv, a->qkv, a->ln1, w.wqkv, w.bqkv, N);
-  if (p->qkn) qk_norm_fwd(m, p, a, &w);
-  o->rope_fwd(k, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, sl_llama_layer_freq(p, l), m->seg);
-  block_attn_core(m, p, a, l);
-  float *ao = p->gemma ? a->ao : a->xmid; /* Gemma: xmid = x + norm(ao) */
-  sl_lin_fwd(m, &p->lo, p->sp ? dln : ao, a->att, w.wo, w.bo, N);
-  if ((rc = sl_dec_row_parallel_sum(m, dln, ao))) return rc;
-  if (p->gemma) post_norm(m, p, a->xmid, a->rstd3, ao, w.lnpa, 1, x);
-  else o->add_inplace(k, a->xmid, x, n * C);
-  if (m->res_bf16) o->round_bf16(k, a->xmid, n * C); /* a bf16 residual stream (the block output: models/decoder.c) */
-  if ((rc = sl_dec_norm_gathered(m, a->ln2, a->rstd2, a->xmid, sl_llama_norm_w(m, p, w.ln2, 2), p->eps))) return rc;
+  int parts = llama_parts(p, l), rc;
+  const float *xm = x; /* the MLP's input: xmid after the attention, x without it */
+  if (parts & LP_ATTN) {
+    if ((rc = sl_dec_norm_gathered(m, a->ln1, a->rstd1, x, sl_llama_norm_w(m, p, w.ln1, 0), p->eps))) return rc;
+    sl_lin_fwd(m, &p->lqkv, a->qkv, a->ln1, w.wqkv, w.bqkv, N);
+    if (p->qkn) qk_norm_fwd(m, p, a, &w);
+    if (!p->no_rope) o->rope_fwd(k, a->qkv, m->B, m->T, p->nh, p->nkv, p->hd, sl_llama_layer_freq(p, l), m->seg);
+    block_attn_core(m, p, a, l);
+    float *ao = p->gemma ? a->ao : a->xmid; /* Gemma: xmid = x + norm(ao) */
+    sl_lin_fwd(m, &p->lo, p->sp ? dln : ao, a->att, w.wo, w.bo, N);
+    if ((rc = sl_dec_row_parallel_sum(m, dln, ao))) return rc;
+    if (p->gemma) post_norm(m, p, a->xmid, a->rstd3, ao, w.lnpa, 1, x);
+    else o->add_inplace(k, a->xmid, x, n * C);
+    if (m->res_bf16) o->round_bf16(k, a->xmid, n * C); /* a bf16 residual stream (the block output: models/decoder.c) */
+    xm = a->xmid;
+    if (!(parts & LP_MLP)) { /* an attention layer alone (Nemotron-H '*') */
+      if (out) o->copy(k, out, a->xmid, (size_t)(n * C) * 4);
+      return SL_OK;
+    }
+  }
+  if ((rc = sl_dec_norm_gathered(m, a->ln2, a->rstd2, xm, sl_llama_norm_w(m, p, w.ln2, 2), p->eps))) return rc;
   if (p->E) { /* the sparse MLP (models/llama_moe.c): its experts' partial sums under TP, as the dense MLP's */
     if ((rc = sl_llama_moe_fwd(m, p, l, a, &w, out ? (p->sp ? dln : out) : NULL))) return rc;
     if (!out) return SL_OK;
     if ((rc = sl_dec_row_parallel_sum(m, dln, out))) return rc;
-    o->add_inplace(k, out, a->xmid, n * C);
+    o->add_inplace(k, out, xm, n * C);
     return SL_OK;
   }
   sl_lin_fwd(m, &p->lgu, a->gu, a->ln2, w.wgu, w.bgu, N);
-  (p->gemma ? o->geglu_fwd : o->swiglu_fwd)(k, a->h, a->gu, N, p->I);
+  if (p->relu2) o->relu2_fwd(k, a->h, a->gu, N * p->I);
+  else (p->gemma ? o->geglu_fwd : o->swiglu_fwd)(k, a->h, a->gu, N, p->I);
   if (p->gemma) { /* out = xmid + norm(mo); recomputation keeps mo and its statistics for backward */
     sl_lin_fwd(m, &p->ldown, p->sp ? dln : a->mo, a->h, w.wd, w.bd, N);
     if ((rc = sl_dec_row_parallel_sum(m, dln, a->mo))) return rc;
@@ -198,7 +208,7 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   if (out) {
     sl_lin_fwd(m, &p->ldown, p->sp ? dln : out, a->h, w.wd, w.bd, N);
     if ((rc = sl_dec_row_parallel_sum(m, dln, out))) return rc;
-    o->add_inplace(k, out, a->xmid, n * C);
+    o->add_inplace(k, out, xm, n * C);
   }
   return SL_OK;
 }
@@ -275,11 +285,13 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
   int rc = SL_OK;
   layer_acts *a = llama_layer(m, l);
   const float *x = d->stream[l];
-  blockw w = block_views(p, flat);
-  blockw g = block_views(p, grads);
+  blockw w = block_views(p, flat, l);
+  blockw g = block_views(p, grads, l);
   int64_t n = p->n;
+  int parts = llama_parts(p, l);
   float *dln = d->dln, *dn = p->sp ? d->xl : d->dln; /* dn: a norm's output gradient, this rank's rows */
   const float *dout = d->dres;                       /* the gradient of the block output, all-gathered under sp */
+  if (!(parts & LP_MLP)) goto attention;
   /* MLP (under sp dln holds the gathered gradient until the GEMM that overwrites it) */
   if (p->gemma && !(dout = post_norm_bwd(m, p, (float *)g.lnpf, a->mo, w.lnpf, 3, a->rstd4))) return SL_ECOMM;
   else if (!p->gemma && p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
@@ -288,15 +300,17 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
   } else {
     m->ops->zero(m->k, p->dh, (size_t)(N * p->I) * 4);
     sl_lin_bwd(m, &p->ldown, p->dh, (float *)g.wd, (float *)g.bd, dout, a->h, w.wd, N);
-    m->ops->zero(m->k, p->dgu, (size_t)(N * 2 * p->I) * 4);
-    (p->gemma ? o->geglu_bwd : o->swiglu_bwd)(k, p->dgu, p->dh, a->gu, N, p->I);
+    m->ops->zero(m->k, p->dgu, (size_t)(N * p->gw * p->I) * 4);
+    if (p->relu2) o->relu2_bwd(k, p->dgu, p->dh, a->gu, N * p->I);
+    else (p->gemma ? o->geglu_bwd : o->swiglu_bwd)(k, p->dgu, p->dh, a->gu, N, p->I);
     m->ops->zero(m->k, dln, (size_t)(N * C) * 4);
     sl_lin_bwd(m, &p->lgu, dln, (float *)g.wgu, (float *)g.bgu, p->dgu, a->ln2, w.wgu, N);
   }
   if ((rc = sl_dec_row_parallel_sum(m, dln, dn))) return rc;
-  o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.ln2, p->gnorm + (p->gemma ? 2 : 1) * C), dn, a->xmid,
-                 sl_llama_norm_w(m, p, w.ln2, 2), a->rstd2, n, C, C);
-  /* attention */
+  o->rmsnorm_bwd(k, d->dres, sl_dec_norm_dw(m, (float *)g.ln2, p->gnorm + (p->gemma ? 2 : 1) * C), dn,
+                 parts & LP_ATTN ? a->xmid : x, sl_llama_norm_w(m, p, w.ln2, 2), a->rstd2, n, C, C);
+  if (!(parts & LP_ATTN)) return sl_dec_norm_grad_sum(m, (float *)g.ln2, p->gnorm + C);
+attention:
   if (p->gemma && !(dout = post_norm_bwd(m, p, (float *)g.lnpa, a->ao, w.lnpa, 1, a->rstd3))) return SL_ECOMM;
   else if (!p->gemma && p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
   m->ops->zero(m->k, p->datt, (size_t)(N * p->A) * 4);
@@ -304,7 +318,7 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
   m->ops->zero(m->k, p->dqkv, (size_t)(N * p->Q) * 4);
   o->attention_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd,
                    sl_llama_layer_window(p, l), p->scale, m->seg, p->softcap);
-  o->rope_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, sl_llama_layer_freq(p, l), m->seg);
+  if (!p->no_rope) o->rope_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, sl_llama_layer_freq(p, l), m->seg);
   if (p->qkn) {
     sl_llama_qk_norm_bwd_input(m, a, &w, p->dqn);
     if ((rc = sl_llama_qk_norm_bwd_weight(m, a, &w, &g, p->dqn))) return rc;
@@ -320,6 +334,7 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
   if (p->gemma && ((rc = sl_dec_norm_grad_sum(m, (float *)g.lnpa, p->gnorm + 1 * C)) ||
                    (rc = sl_dec_norm_grad_sum(m, (float *)g.lnpf, p->gnorm + 3 * C))))
     return rc;
+  if (!(parts & LP_MLP)) return SL_OK;
   return sl_dec_norm_grad_sum(m, (float *)g.ln2, p->gnorm + (p->gemma ? 2 : 1) * C);
 }
 
@@ -333,8 +348,18 @@ static int llama_recompute(sl_model *m, int l, const float *flat) {
   llama_priv *p = sl_dec(m)->blk;
   layer_acts *a = llama_layer(m, l);
   if (m->ac == SL_AC_FULL) return block_forward(m, l, flat, sl_dec(m)->stream[l], a, NULL);
-  if (m->ac == SL_AC_SELECTIVE) block_attn_core(m, p, a, l);
+  if (m->ac == SL_AC_SELECTIVE && llama_parts(p, l) & LP_ATTN) block_attn_core(m, p, a, l);
   return SL_OK;
+}
+
+/* Layer l's (a hybrid's layer of some parts: models/decoder.c sums them). */
+static int64_t llama_layer_flops(const sl_model *m, int64_t l, int64_t T) {
+  const llama_priv *p = sl_dec(m)->blk;
+  const sl_model_config *c = &m->cfg;
+  int parts = llama_parts(p, l);
+  int64_t nh = c->num_attention_heads, Q = (nh + 2 * c->num_key_value_heads) * p->hd, A = nh * p->hd;
+  int64_t attn = parts & LP_ATTN ? 6 * (p->C * Q + A * p->C) + 12 * nh * p->hd * T : 0;
+  return attn + (parts & LP_MLP ? 6 * (p->gw + 1) * p->C * c->intermediate_size : 0);
 }
 
 static int64_t llama_flops(const sl_model *m, int64_t T) {
@@ -379,29 +404,35 @@ static const char *tp_misfit(const sl_model_config *c, int64_t T, char *why, siz
 /* recomputed: what checkpointing recomputes (selective: att, lse; full:
  * all); else a layer's kept tensors (none: all; selective: all but att, lse,
  * which are shared's). */
-static int llama_alloc_layer(sl_model *m, void *layer, int recomputed, const void *shared) {
+static int llama_alloc_layer(sl_model *m, int64_t l, void *layer, int recomputed, const void *shared) {
   llama_priv *p = sl_dec(m)->blk;
   layer_acts *a = layer;
   int64_t N = p->N, n = p->n; /* n: the stream's rows on this rank (N/T under sp) */
   int64_t Nm =
       p->E ? sl_llama_moe_rows(m, p) : N; /* MoE: the experts' rows (the N*k slots; under EP the rows received) */
+  int parts = llama_parts(p, l), at = parts & LP_ATTN, ml = parts & LP_MLP;
   int attn = recomputed || m->ac == SL_AC_NONE, rest = !recomputed || m->ac == SL_AC_FULL;
-  if (attn) {
+  if (!at) { /* an MLP layer alone: no attention tensors (selective's shared pair never read) */
+  } else if (attn) {
     if (!(a->att = sl_model_buf_bf16(m, N * p->A, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->lse = sl_model_buf(m, N * p->nh, SL_ARENA_ACTS))) return SL_ENOMEM;
   } else {
     a->att = ((const layer_acts *)shared)->att;
     a->lse = ((const layer_acts *)shared)->lse;
   }
-  if (rest) {
+  if (rest && at) {
     if (!(a->ln1 = sl_model_buf_bf16(m, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->rstd1 = sl_model_buf(m, n, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->qkv = sl_model_buf_bf16(m, N * p->Q, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->xmid = (m->res_bf16 ? sl_model_buf_bf16 : sl_model_buf)(m, n * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
+  }
+  if (rest && ml) {
     if (!(a->ln2 = sl_model_buf_bf16(m, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->rstd2 = sl_model_buf(m, n, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->gu = sl_model_buf_bf16(m, Nm * 2 * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->gu = sl_model_buf_bf16(m, Nm * p->gw * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->h = sl_model_buf_bf16(m, Nm * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
+  }
+  if (rest) {
     if (p->E && sl_llama_moe_alloc_layer(m, p, a)) return SL_ENOMEM;
     if (p->qkn && !(a->qkr = sl_model_buf_bf16(m, N * p->Q, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (p->qkn && !(a->qkrs = sl_model_buf(m, N * (p->nh + p->nkv), SL_ARENA_ACTS))) return SL_ENOMEM;
@@ -420,7 +451,7 @@ static int llama_alloc_scratch(sl_model *m) {
   int64_t Nm = p->E ? sl_llama_moe_rows(m, p) : N;
   if (p->E && sl_llama_moe_alloc_scratch(m, p)) return SL_ENOMEM;
   if (!(p->dh = sl_model_buf(m, Nm * p->I, SL_ARENA_WORKSPACE)) ||
-      !(p->dgu = sl_model_buf(m, Nm * 2 * p->I, SL_ARENA_WORKSPACE)) ||
+      !(p->dgu = sl_model_buf(m, Nm * p->gw * p->I, SL_ARENA_WORKSPACE)) ||
       !(p->datt = sl_model_buf(m, N * p->A, SL_ARENA_WORKSPACE)) ||
       !(p->dqkv = sl_model_buf(m, N * p->Q, SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
@@ -449,47 +480,60 @@ static int llama_spec(sl_model *m, sl_unit_spec *b, int64_t l) {
   int rc;
   char nm[SL_TENSOR_NAME_MAX];
   int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, I = c->intermediate_size;
+  /* a hybrid's layer of one part (Nemotron-H): its norm "norm", its module "mixer" */
+  int lp = llama_parts(p, l), one = lp != LP_BOTH;
+  const char *at = one ? "mixer" : "self_attn", *ml = one ? "mixer" : "mlp";
+  char sfx[SL_TENSOR_NAME_MAX];
 #define ADD(suffix, nd, d0, d1, decay, init, split, parts)                                                             \
-  snprintf(nm, sizeof nm, "model.layers.%lld.%s", (long long)l, suffix);                                               \
+  snprintf(nm, sizeof nm, "%s.%lld.%s", p->pre, (long long)l, suffix);                                                 \
   if ((rc = sl_unit_add_split(m, b, nm, nd, d0, d1, decay, init, std, split, parts))) return rc
+#define MOD(mod, rest) (snprintf(sfx, sizeof sfx, "%s.%s", mod, rest), sfx)
   sl_init_kind ni = c->gemma ? SL_INIT_ZEROS : SL_INIT_ONES; /* Gemma's norms multiply by 1 + w */
-  ADD("input_layernorm.weight", 1, C, 0, 0, ni, SL_SPLIT_NONE, 1);
-  ADD("self_attn.q_proj.weight", 2, nh * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
-  ADD("self_attn.k_proj.weight", 2, nkv * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, nkv_parts);
-  ADD("self_attn.v_proj.weight", 2, nkv * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, nkv_parts);
+  if (!(lp & LP_ATTN)) goto mlp;
+  ADD(one ? "norm.weight" : "input_layernorm.weight", 1, C, 0, 0, ni, SL_SPLIT_NONE, 1);
+  ADD(MOD(at, "q_proj.weight"), 2, nh * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
+  ADD(MOD(at, "k_proj.weight"), 2, nkv * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, nkv_parts);
+  ADD(MOD(at, "v_proj.weight"), 2, nkv * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, nkv_parts);
   if (c->qkv_bias) { /* split with their weights' rows; zero-initialised and not decayed, as transformers does */
-    ADD("self_attn.q_proj.bias", 1, nh * p->hd, 0, 0, SL_INIT_ZEROS, SL_SPLIT_COL, T);
-    ADD("self_attn.k_proj.bias", 1, nkv * p->hd, 0, 0, SL_INIT_ZEROS, SL_SPLIT_COL, nkv_parts);
-    ADD("self_attn.v_proj.bias", 1, nkv * p->hd, 0, 0, SL_INIT_ZEROS, SL_SPLIT_COL, nkv_parts);
+    ADD(MOD(at, "q_proj.bias"), 1, nh * p->hd, 0, 0, SL_INIT_ZEROS, SL_SPLIT_COL, T);
+    ADD(MOD(at, "k_proj.bias"), 1, nkv * p->hd, 0, 0, SL_INIT_ZEROS, SL_SPLIT_COL, nkv_parts);
+    ADD(MOD(at, "v_proj.bias"), 1, nkv * p->hd, 0, 0, SL_INIT_ZEROS, SL_SPLIT_COL, nkv_parts);
   }
-  ADD("self_attn.o_proj.weight", 2, C, nh * p->hd, 1, SL_INIT_NORMAL, SL_SPLIT_ROW, T);
+  ADD(MOD(at, "o_proj.weight"), 2, C, nh * p->hd, 1, SL_INIT_NORMAL, SL_SPLIT_ROW, T);
   /* a row-parallel projection's bias is whole on every rank (added once: SL_LIN_ROW) */
   if (c->o_bias) {
-    ADD("self_attn.o_proj.bias", 1, C, 0, 0, SL_INIT_ZEROS, SL_SPLIT_NONE, 1);
+    ADD(MOD(at, "o_proj.bias"), 1, C, 0, 0, SL_INIT_ZEROS, SL_SPLIT_NONE, 1);
   }
   if (c->qk_norm) { /* replicated over TP; their gradients summed over it */
     ADD("self_attn.q_norm.weight", 1, p->hd, 0, 0, ni, SL_SPLIT_NONE, 1);
     ADD("self_attn.k_norm.weight", 1, p->hd, 0, 0, ni, SL_SPLIT_NONE, 1);
   }
-  ADD("post_attention_layernorm.weight", 1, C, 0, 0, ni, SL_SPLIT_NONE, 1);
+mlp:
+  if (!(lp & LP_MLP)) return SL_OK;
+  ADD(one ? "norm.weight" : "post_attention_layernorm.weight", 1, C, 0, 0, ni, SL_SPLIT_NONE, 1);
   if (c->gemma) {
     ADD("pre_feedforward_layernorm.weight", 1, C, 0, 0, ni, SL_SPLIT_NONE, 1);
   }
   if (p->E) return sl_llama_moe_spec(m, b, l, std);
-  ADD("mlp.gate_proj.weight", 2, I, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
-  ADD("mlp.up_proj.weight", 2, I, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
-  if (c->mlp_bias) {
-    ADD("mlp.gate_proj.bias", 1, I, 0, 0, SL_INIT_ZEROS, SL_SPLIT_COL, T);
-    ADD("mlp.up_proj.bias", 1, I, 0, 0, SL_INIT_ZEROS, SL_SPLIT_COL, T);
+  if (!p->relu2) {
+    ADD(MOD(ml, "gate_proj.weight"), 2, I, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
   }
-  ADD("mlp.down_proj.weight", 2, C, I, 1, SL_INIT_NORMAL, SL_SPLIT_ROW, T);
+  ADD(MOD(ml, "up_proj.weight"), 2, I, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
+  if (c->mlp_bias && !p->relu2) {
+    ADD(MOD(ml, "gate_proj.bias"), 1, I, 0, 0, SL_INIT_ZEROS, SL_SPLIT_COL, T);
+  }
   if (c->mlp_bias) {
-    ADD("mlp.down_proj.bias", 1, C, 0, 0, SL_INIT_ZEROS, SL_SPLIT_NONE, 1);
+    ADD(MOD(ml, "up_proj.bias"), 1, I, 0, 0, SL_INIT_ZEROS, SL_SPLIT_COL, T);
+  }
+  ADD(MOD(ml, "down_proj.weight"), 2, C, I, 1, SL_INIT_NORMAL, SL_SPLIT_ROW, T);
+  if (c->mlp_bias) {
+    ADD(MOD(ml, "down_proj.bias"), 1, C, 0, 0, SL_INIT_ZEROS, SL_SPLIT_NONE, 1);
   }
   if (c->gemma) {
     ADD("post_feedforward_layernorm.weight", 1, C, 0, 0, ni, SL_SPLIT_NONE, 1);
   }
 #undef ADD
+#undef MOD
   return SL_OK;
 }
 
@@ -546,12 +590,20 @@ static int llama_init(sl_model *m, sl_decoder *d) {
   p->qb = c->qkv_bias ? p->Q : 0;
   p->ob = c->o_bias ? p->C : 0;
   p->qkn = c->qk_norm ? 2 * c->head_dim : 0;
-  p->mb = c->mlp_bias ? 2 * (c->intermediate_size / T) : 0;
+  p->relu2 = c->mlp_relu2;
+  p->gw = p->relu2 ? 1 : 2;
+  p->no_rope = c->no_rope;
+  p->mb = c->mlp_bias ? p->gw * (c->intermediate_size / T) : 0;
   p->db = c->mlp_bias ? p->C : 0;
   p->A = p->nh * p->hd;
   p->I = c->intermediate_size / T;
   if (!(p->lwin = calloc((size_t)d->L, sizeof *p->lwin))) return sl_fail(SL_ENOMEM, "out of memory");
   for (int64_t l = 0; l < d->L; l++) p->lwin[l] = sl_cfg_layer_window(c, l);
+  int hybrid = c->layer_pattern[0] != 0; /* Nemotron-H: '*' and '-' layers are this kind's, one part each */
+  if (hybrid && !(p->parts = calloc((size_t)d->L, 1))) return sl_fail(SL_ENOMEM, "out of memory");
+  for (int64_t l = 0; hybrid && l < d->L; l++)
+    p->parts[l] = c->layer_pattern[l] == '*' ? LP_ATTN : c->layer_pattern[l] == '-' ? LP_MLP : 0;
+  p->pre = hybrid ? "backbone.layers" : "model.layers";
   p->gemma = c->gemma;
   p->softcap = (float)c->attn_logit_softcapping;
   if ((p->E = c->moe_experts)) {
@@ -566,10 +618,10 @@ static int llama_init(sl_model *m, sl_decoder *d) {
   }
   /* the projections: q | k | v and gate | up stacked (one GEMM each); o_proj and down_proj row-parallel */
   p->lqkv = sl_lin_one("qkv", NULL, p->C, p->Q, SL_LIN_COL);
-  sl_lin_module(&p->lqkv, "self_attn.q_proj", p->nh * p->hd);
-  sl_lin_module(&p->lqkv, "self_attn.k_proj", p->nkv * p->hd);
-  sl_lin_module(&p->lqkv, "self_attn.v_proj", p->nkv * p->hd);
-  p->lo = sl_lin_one("o_proj", "self_attn.o_proj", p->A, p->C, SL_LIN_ROW);
+  sl_lin_module(&p->lqkv, hybrid ? "mixer.q_proj" : "self_attn.q_proj", p->nh * p->hd);
+  sl_lin_module(&p->lqkv, hybrid ? "mixer.k_proj" : "self_attn.k_proj", p->nkv * p->hd);
+  sl_lin_module(&p->lqkv, hybrid ? "mixer.v_proj" : "self_attn.v_proj", p->nkv * p->hd);
+  p->lo = sl_lin_one("o_proj", hybrid ? "mixer.o_proj" : "self_attn.o_proj", p->A, p->C, SL_LIN_ROW);
   if (p->E) { /* Mixtral: block_sparse_moe.{gate, experts.e.w1|w3|w2}; Qwen3-MoE: mlp.{gate, experts.e.*_proj} */
     int q3 = c->arch == SL_ARCH_QWEN3_MOE;
     p->lrouter = sl_lin_one("router", q3 ? "mlp.gate" : "block_sparse_moe.gate", p->C, p->E, SL_LIN_REPLICATED);
@@ -577,6 +629,9 @@ static int llama_init(sl_model *m, sl_decoder *d) {
     sl_lin_module(&p->legu, q3 ? "experts.gate_proj" : "experts.w1", p->I);
     sl_lin_module(&p->legu, q3 ? "experts.up_proj" : "experts.w3", p->I);
     p->ledown = sl_lin_one("experts.down", q3 ? "experts.down_proj" : "experts.w2", p->I, p->C, SL_LIN_ROW);
+  } else if (p->relu2) { /* Nemotron-H: up_proj alone */
+    p->lgu = sl_lin_one("up_proj", hybrid ? "mixer.up_proj" : "mlp.up_proj", p->C, p->I, SL_LIN_COL);
+    p->ldown = sl_lin_one("down_proj", hybrid ? "mixer.down_proj" : "mlp.down_proj", p->I, p->C, SL_LIN_ROW);
   } else {
     p->lgu = sl_lin_one("gate_up", NULL, p->C, 2 * p->I, SL_LIN_COL);
     sl_lin_module(&p->lgu, "mlp.gate_proj", p->I);
@@ -589,8 +644,8 @@ static int llama_init(sl_model *m, sl_decoder *d) {
   p->n = d->n;
   d->eps = p->eps;
   d->std = c->initializer_range > 0 ? (float)c->initializer_range : 0.02f;
-  d->embed_name = "model.embed_tokens.weight";
-  d->norm_name = "model.norm.weight";
+  d->embed_name = hybrid ? "backbone.embeddings.weight" : "model.embed_tokens.weight";
+  d->norm_name = hybrid ? "backbone.norm_f.weight" : "model.norm.weight";
   d->head_init = SL_INIT_NORMAL;
   if (c->gemma) { /* the skeleton's Gemma options: (1 + w) final norm, scaled embeddings, final-logit softcap */
     d->plus_one = p->plus_one = 1;
@@ -630,6 +685,7 @@ const sl_block_kind sl_llama_block = {
     .bwd_input = sl_llama_bwd_input,
     .bwd_weight = sl_llama_bwd_weight,
     .flops_per_token = llama_flops,
+    .layer_flops = llama_layer_flops,
     .destroy = llama_destroy,
     .moe_load = sl_llama_moe_load,
     .moe_stats = sl_llama_moe_stats,

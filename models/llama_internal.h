@@ -99,6 +99,12 @@ typedef struct {
   /* the projections (models/linear.h): q|k|v, o_proj, gate|up, down_proj; MoE: the router, an expert's
    * gate|up and down (Mixtral's w1|w3 and w2) */
   sl_lin lqkv, lo, lgu, ldown, lrouter, legu, ledown;
+  /* hybrids: each layer's parts (LP_*, (L) host; NULL: both on every layer), the MLP's activation */
+  unsigned char *parts;
+  int relu2;   /* up_proj -> relu^2 -> down_proj (Nemotron-H), no gate */
+  int64_t gw;  /* the rows of gate|up per MLP channel: 2, or 1 (relu2: up alone) */
+  int no_rope; /* attention without RoPE (Nemotron-H) */
+  const char *pre; /* the layers' tensor prefix ("model.layers", "backbone.layers") */
 } llama_priv;
 
 /* parameter views of a block's flat buffer */
@@ -108,24 +114,39 @@ typedef struct {
   const float *lnpa, *lnpf; /* Gemma's post-attention and post-feedforward norms, else NULL */
 } blockw;
 
-static inline blockw block_views(const llama_priv *p, const float *flat) {
-  blockw w;
+/* A layer's parts (p->parts): attention and MLP sub-layers, each norm -> mixer -> residual. Every family's layers
+ * have both but a hybrid's (Nemotron-H: '*' attention alone, '-' MLP alone; models/model.c). */
+enum { LP_ATTN = 1, LP_MLP = 2, LP_BOTH = 3 };
+/* Layer l's parts (l < 0: the union, for buffers any layer may use). */
+static inline int llama_parts(const llama_priv *p, int64_t l) { return l < 0 || !p->parts ? LP_BOTH : p->parts[l]; }
+
+static inline blockw block_views(const llama_priv *p, const float *flat, int64_t l) {
+  blockw w = {0};
   int64_t C = p->C;
-  w.ln1 = flat;
-  w.wqkv = w.ln1 + C;
-  w.bqkv = p->qb ? w.wqkv + p->Q * C : NULL;
-  w.wo = w.wqkv + p->Q * C + p->qb;
-  w.bo = p->ob ? w.wo + C * p->A : NULL;
-  w.qn = p->qkn ? w.wo + C * p->A + p->ob : NULL;
-  w.kn = p->qkn ? w.qn + p->hd : NULL;
-  w.lnpa = p->gemma ? w.wo + C * p->A + p->ob + p->qkn : NULL; /* Gemma: ln2 is pre_feedforward_layernorm */
-  w.ln2 = w.wo + C * p->A + p->ob + p->qkn + (p->gemma ? C : 0);
-  w.wr = p->E ? w.ln2 + C : NULL;
-  w.wgu = w.ln2 + C + p->E * C;
-  w.bgu = p->mb ? w.wgu + 2 * p->I * C : NULL;
-  w.wd = w.wgu + 2 * p->I * C + p->mb;
-  w.bd = p->db ? w.wd + C * p->I : NULL;
-  w.lnpf = p->gemma ? w.wd + C * p->I + p->db : NULL;
+  int parts = llama_parts(p, l);
+  const float *q = flat;
+  if (parts & LP_ATTN) {
+    w.ln1 = q;
+    w.wqkv = q += C;
+    w.bqkv = p->qb ? q + p->Q * C : NULL;
+    w.wo = q += p->Q * C + p->qb;
+    w.bo = p->ob ? q + C * p->A : NULL;
+    q += C * p->A + p->ob;
+    w.qn = p->qkn ? q : NULL;
+    w.kn = p->qkn ? q + p->hd : NULL;
+    q += p->qkn;
+    w.lnpa = p->gemma ? q : NULL; /* Gemma: ln2 is pre_feedforward_layernorm */
+    q += p->gemma ? C : 0;
+  }
+  if (parts & LP_MLP) {
+    w.ln2 = q;
+    w.wr = p->E ? q + C : NULL;
+    w.wgu = q += C + p->E * C;
+    w.bgu = p->mb ? q + p->gw * p->I * C : NULL;
+    w.wd = q += p->gw * p->I * C + p->mb;
+    w.bd = p->db ? q + C * p->I : NULL;
+    w.lnpf = p->gemma ? q + C * p->I + p->db : NULL;
+  }
   return w;
 }
 

@@ -51,7 +51,7 @@
 
 int64_t sl_llama_stash_numel(const sl_model *m) {
   const llama_priv *p = sl_dec(m)->blk;
-  return p->N * ((p->gemma ? 6 : 4) * p->C + 2 * p->I + p->Q + (p->qkn ? p->Q : 0));
+  return p->N * ((p->gemma ? 6 : 4) * p->C + p->gw * p->I + p->Q + (p->qkn ? p->Q : 0));
 }
 
 typedef struct {
@@ -63,7 +63,7 @@ static block_stash stash_views(const llama_priv *p, const float *s) {
   int64_t N = p->N, C = p->C;
   b.dmlp = (float *)s;
   b.dgu = b.dmlp + N * C;
-  b.dln2 = b.dgu + N * 2 * p->I;
+  b.dln2 = b.dgu + N * p->gw * p->I;
   b.datt = b.dln2 + N * C;
   b.dqkv = b.datt + N * C;
   b.dln1 = b.dqkv + N * p->Q;
@@ -100,9 +100,11 @@ int sl_llama_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
   size_t nc = (size_t)(n * C) * 4;
   int rc = SL_OK;
   layer_acts *a = llama_layer(m, l);
-  blockw w = block_views(p, flat);
+  blockw w = block_views(p, flat, l);
   block_stash s = stash_views(p, stash);
+  int parts = llama_parts(p, l);
   float *dln = d->dln, *dn = p->sp ? d->xl : d->dln; /* a norm's output gradient, summed over TP: this rank's rows */
+  if (!(parts & LP_MLP)) goto attention;
   /* MLP */
   if (p->gemma) rc = post_norm_input(m, p, s.dpf, s.dmlp, a->mo, w.lnpf, 3, a->rstd4);
   else if (p->sp) rc = sl_dec_sp_gather(m, d->dres, s.dmlp);
@@ -110,15 +112,18 @@ int sl_llama_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
   if (rc) return rc;
   o->zero(k, p->dh, (size_t)(N * p->I) * 4);
   sl_lin_bwd(m, &p->ldown, p->dh, NULL, NULL, s.dmlp, a->h, w.wd, N);
-  o->zero(k, p->dgu, (size_t)(N * 2 * p->I) * 4);
-  (p->gemma ? o->geglu_bwd : o->swiglu_bwd)(k, p->dgu, p->dh, a->gu, N, p->I);
-  o->copy(k, s.dgu, p->dgu, (size_t)(N * 2 * p->I) * 4);
+  o->zero(k, p->dgu, (size_t)(N * p->gw * p->I) * 4);
+  if (p->relu2) o->relu2_bwd(k, p->dgu, p->dh, a->gu, N * p->I);
+  else (p->gemma ? o->geglu_bwd : o->swiglu_bwd)(k, p->dgu, p->dh, a->gu, N, p->I);
+  o->copy(k, s.dgu, p->dgu, (size_t)(N * p->gw * p->I) * 4);
   o->zero(k, dln, (size_t)(N * C) * 4);
   sl_lin_bwd(m, &p->lgu, dln, NULL, NULL, p->dgu, a->ln2, w.wgu, N);
   if ((rc = sl_dec_row_parallel_sum(m, dln, dn))) return rc;
   o->copy(k, s.dln2, dn, nc);
-  o->rmsnorm_bwd(k, d->dres, NULL, dn, a->xmid, sl_llama_norm_w(m, p, w.ln2, 2), a->rstd2, n, C, C);
-  /* attention */
+  o->rmsnorm_bwd(k, d->dres, NULL, dn, parts & LP_ATTN ? a->xmid : d->stream[l], sl_llama_norm_w(m, p, w.ln2, 2),
+                 a->rstd2, n, C, C);
+  if (!(parts & LP_ATTN)) return SL_OK;
+attention:
   if (p->gemma) rc = post_norm_input(m, p, s.dpa, s.datt, a->ao, w.lnpa, 1, a->rstd3);
   else if (p->sp) rc = sl_dec_sp_gather(m, d->dres, s.datt);
   else o->copy(k, s.datt, d->dres, nc);
@@ -128,7 +133,7 @@ int sl_llama_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
   o->zero(k, p->dqkv, (size_t)(N * p->Q) * 4);
   o->attention_bwd(k, p->dqkv, p->datt, a->qkv, a->att, a->lse, m->B, m->T, p->nh, p->nkv, p->hd,
                    sl_llama_layer_window(p, l), p->scale, m->seg, p->softcap);
-  o->rope_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, sl_llama_layer_freq(p, l), m->seg);
+  if (!p->no_rope) o->rope_bwd(k, p->dqkv, m->B, m->T, p->nh, p->nkv, p->hd, sl_llama_layer_freq(p, l), m->seg);
   if (p->qkn) sl_llama_qk_norm_bwd_input(m, a, &w, s.dqn);
   o->copy(k, s.dqkv, p->dqkv, (size_t)(N * p->Q) * 4);
   o->zero(k, dln, (size_t)(N * C) * 4);
@@ -151,16 +156,20 @@ int sl_llama_bwd_weight(sl_model *m, int l, const float *flat, float *grads, con
   int64_t N = p->N, C = p->C;
   int rc;
   layer_acts *a = llama_layer(m, l);
-  blockw w = block_views(p, flat), g = block_views(p, grads);
+  blockw w = block_views(p, flat, l), g = block_views(p, grads, l);
   block_stash s = stash_views(p, stash);
+  int parts = llama_parts(p, l);
   int64_t n2 = (p->gemma ? 2 : 1) * C; /* ln2's slot of gnorm (Gemma: ln1, lnpa, ln2, lnpf) */
+  if (!(parts & LP_MLP)) goto attention;
   float *dpf = p->gemma ? sl_dec_norm_dw(m, (float *)g.lnpf, p->gnorm + 3 * C) : NULL;
   if (p->gemma && !p->no_post)
     o->rmsnorm_bwd(k, NULL, dpf, s.dpf, a->mo, sl_llama_norm_w(m, p, w.lnpf, 3), a->rstd4, p->n, C, C);
   sl_lin_bwd(m, &p->ldown, NULL, (float *)g.wd, (float *)g.bd, s.dmlp, a->h, w.wd, N);
   sl_lin_bwd(m, &p->lgu, NULL, (float *)g.wgu, (float *)g.bgu, s.dgu, a->ln2, w.wgu, N);
-  o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.ln2, p->gnorm + n2), s.dln2, a->xmid,
-                 sl_llama_norm_w(m, p, w.ln2, 2), a->rstd2, p->n, C, C);
+  o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.ln2, p->gnorm + n2), s.dln2,
+                 parts & LP_ATTN ? a->xmid : d->stream[l], sl_llama_norm_w(m, p, w.ln2, 2), a->rstd2, p->n, C, C);
+  if (!(parts & LP_ATTN)) return sl_dec_norm_grad_sum(m, (float *)g.ln2, p->gnorm + n2);
+attention:;
   float *dpa = p->gemma ? sl_dec_norm_dw(m, (float *)g.lnpa, p->gnorm + C) : NULL;
   if (p->gemma && !p->no_post)
     o->rmsnorm_bwd(k, NULL, dpa, s.dpa, a->ao, sl_llama_norm_w(m, p, w.lnpa, 1), a->rstd3, p->n, C, C);
@@ -175,5 +184,6 @@ int sl_llama_bwd_weight(sl_model *m, int l, const float *flat, float *grads, con
   if (p->gemma && ((rc = sl_dec_norm_grad_sum(m, (float *)g.lnpa, p->gnorm + C)) ||
                    (rc = sl_dec_norm_grad_sum(m, (float *)g.lnpf, p->gnorm + 3 * C))))
     return rc;
+  if (!(parts & LP_MLP)) return SL_OK;
   return sl_dec_norm_grad_sum(m, (float *)g.ln2, p->gnorm + n2);
 }

@@ -291,7 +291,8 @@ static int mamba_init_custom(sl_model *m, int u, int ti, float *dst, uint64_t se
 /* recomputed: what checkpointing recomputes (selective: u, dtv, g, the
  * cheap ones; full: all); else a layer's kept tensors (none: all;
  * selective: the big ones, u, dtv and g being shared's). */
-static int mamba_alloc_layer(sl_model *m, void *layer, int recomputed, const void *shared) {
+static int mamba_alloc_layer(sl_model *m, int64_t l, void *layer, int recomputed, const void *shared) {
+  (void)l; /* every layer alike */
   mamba_priv *p = sl_dec(m)->blk;
   mlayer_acts *a = layer;
   int64_t N = p->N, H = p->H, D = p->D, B = m->B;

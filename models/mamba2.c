@@ -294,6 +294,14 @@ static int m2_bwd_weight(sl_model *m, int l, const float *flat, float *grads, co
   return sl_dec_norm_grad_sum(m, (float *)g.norm, p->gnorm);
 }
 
+/* One layer's (a hybrid's: models/decoder.c sums them), as m2_flops counts it. */
+static int64_t m2_layer_flops(const sl_model *m, int64_t l, int64_t T) {
+  const m2_priv *p = sl_dec(m)->blk;
+  (void)l, (void)T;
+  int64_t tpn = m->tp_size;
+  return 6 * tpn * (p->Din * p->H + p->D * p->H) + tpn * (6 * p->K * p->Cd + 15 * p->D * p->S);
+}
+
 static int64_t m2_flops(const sl_model *m, int64_t T) {
   const sl_decoder *dc = sl_dec(m);
   const m2_priv *p = dc->blk;
@@ -345,7 +353,8 @@ static int m2_init_custom(sl_model *m, int u, int ti, float *dst, uint64_t seed)
   return SL_OK;
 }
 
-static int m2_alloc_layer(sl_model *m, void *layer, int recomputed, const void *shared) {
+static int m2_alloc_layer(sl_model *m, int64_t l, void *layer, int recomputed, const void *shared) {
+  (void)l; /* every layer alike */
   m2_priv *p = sl_dec(m)->blk;
   m2_acts *a = layer;
   int64_t N = p->N, D = p->D;
@@ -445,8 +454,8 @@ static int m2_init(sl_model *m, sl_decoder *d) {
   p->sp = d->sp;
   p->n = d->n;
   p->H = c->hidden_size;
-  p->Dw = c->intermediate_size;
-  p->D = c->intermediate_size / T;
+  p->Dw = c->ssm_heads * c->ssm_head_dim; /* Mamba2: = expand x hidden_size (checked); Nemotron-H: its own */
+  p->D = p->Dw / T;
   p->nh = c->ssm_heads / T;
   p->P = c->ssm_head_dim;
   p->G = c->ssm_groups / T;
@@ -455,7 +464,7 @@ static int m2_init(sl_model *m, sl_decoder *d) {
   if (p->H <= 0 || p->D <= 0 || p->nh <= 0 || p->P <= 0 || p->G <= 0 || p->S <= 0 || p->K <= 0 ||
       p->nh * p->P != p->D || p->nh % p->G != 0 || d->V <= 0 || d->L <= 0)
     return sl_fail(SL_EINPUT,
-                   "mamba2 config: hidden_size %lld, num_heads %lld x head_dim %lld = expand x hidden_size %lld, "
+                   "mamba2 config: hidden_size %lld, num_heads %lld x head_dim %lld = d_inner %lld, "
                    "n_groups %lld dividing num_heads, state_size %lld, conv_kernel %lld, vocab_size %lld, "
                    "num_hidden_layers %lld",
                    (long long)p->H, (long long)p->nh, (long long)p->P, (long long)p->D, (long long)p->G,
@@ -505,5 +514,6 @@ const sl_block_kind sl_mamba2_block = {
     .bwd_input = m2_bwd_input,
     .bwd_weight = m2_bwd_weight,
     .flops_per_token = m2_flops,
+    .layer_flops = m2_layer_flops,
     .init_custom = m2_init_custom,
 };

@@ -106,35 +106,61 @@ int sl_unit_add_parts(const sl_model *m, sl_unit_spec *u, const char *name, int 
   return SL_OK;
 }
 
-/* ---- the registry: each architecture's block kind on the decoder skeleton ---- */
+/* ---- the registry: each architecture's block kinds on the decoder skeleton ---- */
 static const struct {
   sl_arch arch;
-  const sl_block_kind *kind;
+  const sl_block_kind *kind;  /* every layer's, or a hybrid's layers that are not other's */
+  const sl_block_kind *other; /* a hybrid's second kind (NULL: none) */
+  const char *other_layers;   /* the letters of cfg.layer_pattern that are other's layers */
 } arch_kinds[] = {
-    {SL_ARCH_LLAMA, &sl_llama_block},
-    {SL_ARCH_MISTRAL, &sl_llama_block},
-    {SL_ARCH_QWEN2, &sl_llama_block}, /* Llama with q/k/v biases (cfg.qkv_bias) */
-    {SL_ARCH_QWEN3, &sl_llama_block}, /* Llama with q/k norms (cfg.qk_norm), attention_bias */
-    {SL_ARCH_MIXTRAL, &sl_llama_block},   /* Llama attention, a sparse MLP of experts (cfg.moe_experts) */
-    {SL_ARCH_QWEN3_MOE, &sl_llama_block}, /* Qwen3's attention, the sparse MLP (norm_topk_prob) */
-    {SL_ARCH_GEMMA2, &sl_llama_block}, /* the Gemma options (cfg.gemma) */
-    {SL_ARCH_GEMMA3, &sl_llama_block}, /* the Gemma options with q/k norms, two RoPE tables */
-    {SL_ARCH_MAMBA, &sl_mamba_block},
-    {SL_ARCH_MAMBA2, &sl_mamba2_block}, /* Mamba-2 (models/mamba2.c) */
+    {SL_ARCH_LLAMA, &sl_llama_block, NULL, NULL},
+    {SL_ARCH_MISTRAL, &sl_llama_block, NULL, NULL},
+    {SL_ARCH_QWEN2, &sl_llama_block, NULL, NULL}, /* Llama with q/k/v biases (cfg.qkv_bias) */
+    {SL_ARCH_QWEN3, &sl_llama_block, NULL, NULL}, /* Llama with q/k norms (cfg.qk_norm), attention_bias */
+    {SL_ARCH_MIXTRAL, &sl_llama_block, NULL, NULL},   /* Llama attention, a sparse MLP of experts (cfg.moe_experts) */
+    {SL_ARCH_QWEN3_MOE, &sl_llama_block, NULL, NULL}, /* Qwen3's attention, the sparse MLP (norm_topk_prob) */
+    {SL_ARCH_GEMMA2, &sl_llama_block, NULL, NULL}, /* the Gemma options (cfg.gemma) */
+    {SL_ARCH_GEMMA3, &sl_llama_block, NULL, NULL}, /* the Gemma options with q/k norms, two RoPE tables */
+    {SL_ARCH_MAMBA, &sl_mamba_block, NULL, NULL},
+    {SL_ARCH_MAMBA2, &sl_mamba2_block, NULL, NULL}, /* Mamba-2 (models/mamba2.c) */
+    /* Nemotron-H: '*' (attention) and '-' (MLP) layers are Llama's sub-layers alone (models/llama.c: a
+       layer's parts), 'M' layers Mamba-2's */
+    {SL_ARCH_NEMOTRON_H, &sl_llama_block, &sl_mamba2_block, "M"},
 };
 
-static const sl_block_kind *arch_kind(const sl_model_config *cfg) {
-  for (size_t i = 0; i < sizeof arch_kinds / sizeof arch_kinds[0]; i++)
-    if (arch_kinds[i].arch == cfg->arch) return arch_kinds[i].kind;
-  return NULL;
+/* cfg's kinds (kinds[0..*nk-1]) and each layer's index among them (lk, L
+ * entries; NULL: a single kind needs none); SL_EINPUT for an unknown
+ * architecture. Only the kinds some layer uses. */
+static int arch_layout(const sl_model_config *cfg, const sl_block_kind **kinds, int *nk, unsigned char *lk) {
+  for (size_t i = 0; i < sizeof arch_kinds / sizeof arch_kinds[0]; i++) {
+    if (arch_kinds[i].arch != cfg->arch) continue;
+    *nk = 0;
+    int which[2] = {-1, -1};
+    for (int64_t l = 0; l < cfg->num_hidden_layers || (l == 0 && !arch_kinds[i].other); l++) {
+      int o = arch_kinds[i].other && l < cfg->num_hidden_layers && cfg->layer_pattern[l] &&
+              strchr(arch_kinds[i].other_layers, cfg->layer_pattern[l]);
+      if (which[o] < 0) {
+        which[o] = (*nk)++;
+        kinds[which[o]] = o ? arch_kinds[i].other : arch_kinds[i].kind;
+      }
+      if (lk && l < cfg->num_hidden_layers) lk[l] = (unsigned char)which[o];
+    }
+    return SL_OK;
+  }
+  return sl_fail(SL_EINPUT, "unsupported architecture '%s'", cfg->arch_name);
 }
 
 int sl_model_caps_of(const sl_model_config *cfg, sl_model_caps *out) {
-  const sl_block_kind *kind = arch_kind(cfg);
+  const sl_block_kind *kinds[SL_DEC_MAX_KINDS];
+  int nk = 0;
   memset(out, 0, sizeof *out);
-  if (!kind) return sl_fail(SL_EINPUT, "unsupported architecture '%s'", cfg->arch_name);
-  kind->caps(cfg, out);
-  return SL_OK;
+  int rc = arch_layout(cfg, kinds, &nk, NULL);
+  for (int k = 0; k < nk && !rc; k++) {
+    sl_model_caps kc;
+    kinds[k]->caps(cfg, &kc);
+    sl_dec_caps_merge(out, &kc, k == 0);
+  }
+  return rc;
 }
 
 int sl_model_create_specs(const sl_model_config *cfg, sl_model **out) {
@@ -205,9 +231,15 @@ int sl_model_create_layout(const sl_model_config *cfg, const sl_ops *ops, sl_kct
   m->res_bf16 = lay->res_bf16; /* and the kind's caps.bf16_stream: sl_decoder_create */
   m->access.tp = sl_tp_single();
   m->access.ep = (sl_ep_group){.rank = 0, .size = 1};
-  const sl_block_kind *kind = arch_kind(cfg);
+  const sl_block_kind *kinds[SL_DEC_MAX_KINDS];
+  int nk = 0;
+  unsigned char lk[SL_CFG_MAX_LAYERS];
   /* the unit specs first (the stage flags cover the companion units too), then the activations */
-  int rc = kind ? sl_decoder_create(m, kind) : sl_fail(SL_EINPUT, "unsupported architecture '%s'", cfg->arch_name);
+  int rc = cfg->num_hidden_layers > SL_CFG_MAX_LAYERS
+               ? sl_fail(SL_EINPUT, "num_hidden_layers %lld is over %d", (long long)cfg->num_hidden_layers,
+                         SL_CFG_MAX_LAYERS)
+               : arch_layout(cfg, kinds, &nk, lk);
+  if (!rc) rc = sl_decoder_create(m, kinds, nk, nk > 1 ? lk : NULL);
   if (!rc && local) rc = copy_local(m, local, nlocal);
   if (!rc && B > 0) rc = sl_decoder_buffers(m);
   if (!rc && B > 0) { /* set 0, allocated by the constructor */

@@ -70,8 +70,10 @@ int sl_plan_model_init(const sl_model_config *cfg, sl_plan_model *out) {
     out->nmoe = out->L;
   }
   out->V = cfg->vocab_size;
-  if (out->caps.recurrent) {
-    out->D = cfg->intermediate_size > 0 ? cfg->intermediate_size : cfg->expand * cfg->hidden_size;
+  if (out->caps.recurrent) { /* Mamba-2 and the hybrids: the mixer's width is heads x head_dim */
+    out->D = cfg->ssm_heads > 0 ? cfg->ssm_heads * cfg->ssm_head_dim
+             : cfg->intermediate_size > 0 ? cfg->intermediate_size
+                                          : cfg->expand * cfg->hidden_size;
     out->S = cfg->state_size;
     out->K = cfg->conv_kernel;
     out->R = cfg->time_step_rank;
