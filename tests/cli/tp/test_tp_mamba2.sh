@@ -13,11 +13,21 @@
 # DP 2 resumed at TP 4 x DP 1 and at TP 1 (its continued losses and final
 # weights equal the uninterrupted run's), the planner's engine check against
 # an SP run, and the refusal of a T that does not divide n_groups.
+# The same suite runs on Nemotron-H (M * M - layers: the Mamba-2 mixer
+# beside attention without RoPE, GQA 4 heads / 2 KV heads, so TP 4 shares a
+# K/V slice, and the squared-ReLU MLP with mlp_bias; no attention_bias: without
+# RoPE the key bias gets no gradient but rounding, on which Adam drifts): the
+# decoder's layers of two kinds under every layout above.
 # --eps 1e-6: as tests/cli/tp/test_tp_mamba.sh.
 source "${SL_SRC:?}/tests/lib/run.sh" tp_mamba2 mpi numpy
 tiny_model "$W/m" mamba '"num_hidden_layers": 2, "vocab_size": 211, "architectures": ["Mamba2ForCausalLM"],
  "num_heads": 8, "head_dim": 8, "n_groups": 4, "state_size": 6, "conv_kernel": 3, "time_step_rank": null,
  "use_bias": true, "use_conv_bias": false, "tie_word_embeddings": false, "time_step_limit": [0.001, 0.08]'
+tiny_model "$W/nh" mamba '"num_hidden_layers": 4, "vocab_size": 211, "architectures": ["NemotronHForCausalLM"],
+ "hybrid_override_pattern": "M*M-", "intermediate_size": 40, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "head_dim": 8, "mamba_num_heads": 8, "mamba_head_dim": 8, "n_groups": 4, "ssm_state_size": 6, "state_size": null,
+ "expand": null, "conv_kernel": 3, "time_step_rank": null, "use_bias": true, "use_conv_bias": false,
+ "mlp_bias": true, "tie_word_embeddings": false, "time_step_limit": [0.001, 0.08]'
 "$B" prepare --input "$SL_SRC/configs/corpus.txt" --output "$W/data" --no-append-eod > /dev/null || exit 1
 COMMON="--init random --data $W/data --data-order sequential --steps 10 --seq-len 16 --lr 1e-3 --eps 1e-6 \
   --warmup 3 --clip 0.5 --weight-decay 0.1 --threads 1 --summary false --plot false --log-every 100"
@@ -47,22 +57,23 @@ P
     return 1
   fi
 }
-train base m 1 4 1 - --zero 0
-train tp2 m 2 4 1 base --tp 2 --zero 0
-train tp4 m 4 4 1 base --tp 4 --zero 3
-train tp2sel m 2 2 2 base --tp 2 --zero 3 --activation-checkpoint selective
-train tp2full m 2 2 2 base --tp 2 --zero 1 --activation-checkpoint full
-train sp2dp2 m 4 1 2 base --tp 2 --zero 3 --sequence-parallel
-train sp4 m 4 4 1 base --tp 4 --zero 1 --sequence-parallel --activation-checkpoint full
-# from HF weights: each rank reads its rows of every part of in_proj and the conv, its heads' dt_bias,
-# A_log, D, its channels of the gated norm and its columns of out_proj
-train hf1 base/model 1 4 1 - --zero 0 --init hf
-train hf_tp4 base/model 4 4 1 hf1 --tp 4 --zero 3 --init hf
+for M in m nh; do # Mamba-2, then Nemotron-H
+  train ${M}_base $M 1 4 1 - --zero 0
+  train ${M}_tp2 $M 2 4 1 ${M}_base --tp 2 --zero 0
+  train ${M}_tp4 $M 4 4 1 ${M}_base --tp 4 --zero 3
+  train ${M}_tp2sel $M 2 2 2 ${M}_base --tp 2 --zero 3 --activation-checkpoint selective
+  train ${M}_tp2full $M 2 2 2 ${M}_base --tp 2 --zero 1 --activation-checkpoint full
+  train ${M}_sp2dp2 $M 4 1 2 ${M}_base --tp 2 --zero 3 --sequence-parallel
+  train ${M}_sp4 $M 4 4 1 ${M}_base --tp 4 --zero 1 --sequence-parallel --activation-checkpoint full
+  # from HF weights: each rank reads its rows of every part of in_proj and the conv, its heads' dt_bias,
+  # A_log, D, its channels of the gated norm and its columns of out_proj
+  train ${M}_hf1 ${M}_base/model 1 4 1 - --zero 0 --init hf
+  train ${M}_hf_tp4 ${M}_base/model 4 4 1 ${M}_hf1 --tp 4 --zero 3 --init hf
 
-# the planner's engine check predicts an SP run's TP bytes and arena peaks exactly (the kernels' scratch aside)
-"$B" plan --engine-check --model "$W/m" --world 4 --micro-batch 1 --grad-accum 2 --seq-len 16 --tp 2 \
-  --sequence-parallel --zero 3 --json > "$W/sp.plan" 2> "$W/sp.plan.err" &&
-  "$PY" - "$W/sp.plan" "$W/sp2dp2/metrics.jsonl" << 'P'
+  # the planner's engine check predicts an SP run's TP bytes and arena peaks exactly (the kernels' scratch aside)
+  "$B" plan --engine-check --model "$W/$M" --world 4 --micro-batch 1 --grad-accum 2 --seq-len 16 --tp 2 \
+    --sequence-parallel --zero 3 --json > "$W/${M}_sp.plan" 2> "$W/${M}_sp.plan.err" &&
+    "$PY" - "$W/${M}_sp.plan" "$W/${M}_sp2dp2/metrics.jsonl" << 'P'
 import json, sys
 p, m = json.load(open(sys.argv[1])), [json.loads(l) for l in open(sys.argv[2])]
 strip = lambda d: {k: v for k, v in d.items() if k != "scratch"}
@@ -70,36 +81,37 @@ ok = all(x["tp_bytes"] == p["tp_bytes"] for x in m) and strip(m[-1]["arena_peak"
 print(f"{'OK  ' if ok else 'FAIL'} plan --engine-check vs the SP run: tp_bytes {p['tp_bytes']}")
 sys.exit(0 if ok else 1)
 P
-[ $? = 0 ] && pass=$((pass + 1)) || bad "plan --engine-check under SP"
+  [ $? = 0 ] && pass=$((pass + 1)) || bad "$M: plan --engine-check under SP"
 
-# Checkpoints hold whole tensors (the parts assembled): saved at TP 2 x DP 2 (ZeRO-3), resumed from step 5
-# at TP 4 x DP 1 and at TP 1; the continued losses and the final weights match the uninterrupted run.
-train ck_full m 4 2 1 base --tp 2 --zero 3 --ckpt-dir "$W/ck" --ckpt-every 5 --keep-last 0
-rm -rf "$W/ck/step-000010" "$W/ck/latest"
-mkdir -p "$W/ck_tail" && ln -s "$W/ck_full/model" "$W/ck_tail/model"
-"$PY" -c 'import json, sys; [print(l, end="") for l in open(sys.argv[1]) if json.loads(l)["step"] > 5]' \
-  "$W/ck_full/metrics.jsonl" > "$W/ck_tail/metrics.jsonl"
-for lay in "ck_tp4 4 4 --tp 4 --zero 0" "ck_tp1 1 4 --zero 1"; do
-  set -- $lay
-  n=$1 np=$2 mb=$3
-  shift 3
-  cp -r "$W/ck" "$W/ck_$n"
-  if train "$n" m "$np" "$mb" 1 - "$@" --ckpt-dir "$W/ck_$n" --resume && grep -q "resumed from .* at step 5" "$W/$n.log" &&
-    [ "$(grep -c '"step": ' "$W/$n/metrics.jsonl")" = 5 ] && $CMP "$W/$n" "$W/ck_tail" --rtol 1e-5; then
-    pass=$((pass + 1))
+  # Checkpoints hold whole tensors (the parts assembled): saved at TP 2 x DP 2 (ZeRO-3), resumed from step 5
+  # at TP 4 x DP 1 and at TP 1; the continued losses and the final weights match the uninterrupted run.
+  train ${M}_ck_full $M 4 2 1 ${M}_base --tp 2 --zero 3 --ckpt-dir "$W/${M}_ck" --ckpt-every 5 --keep-last 0
+  rm -rf "$W/${M}_ck/step-000010" "$W/${M}_ck/latest"
+  mkdir -p "$W/${M}_ck_tail" && ln -s "$W/${M}_ck_full/model" "$W/${M}_ck_tail/model"
+  "$PY" -c 'import json, sys; [print(l, end="") for l in open(sys.argv[1]) if json.loads(l)["step"] > 5]' \
+    "$W/${M}_ck_full/metrics.jsonl" > "$W/${M}_ck_tail/metrics.jsonl"
+  for lay in "${M}_ck_tp4 4 4 --tp 4 --zero 0" "${M}_ck_tp1 1 4 --zero 1"; do
+    set -- $lay
+    n=$1 np=$2 mb=$3
+    shift 3
+    cp -r "$W/${M}_ck" "$W/ck_$n"
+    if train "$n" $M "$np" "$mb" 1 - "$@" --ckpt-dir "$W/ck_$n" --resume && grep -q "resumed from .* at step 5" "$W/$n.log" &&
+      [ "$(grep -c '"step": ' "$W/$n/metrics.jsonl")" = 5 ] && $CMP "$W/$n" "$W/${M}_ck_tail" --rtol 1e-5; then
+      pass=$((pass + 1))
+    else
+      bad "resume $n"
+    fi
+  done
+
+  # refusal: T not dividing n_groups (exit 2, naming it and the valid --tp values)
+  $MPI -np 3 "$B" train $COMMON --model "$W/$M" --micro-batch 1 --tp 3 --out-dir "$W/${M}_refuse" > "$W/${M}_refuse.log" 2>&1
+  rc=$?
+  needle="n_groups 4 (and num_heads 8) must be divisible by --tp 3"
+  if [ $rc -eq 2 ] && grep -qF -- "$needle" "$W/${M}_refuse.log" && grep -qF "valid --tp values for this model: 1, 2, 4" "$W/${M}_refuse.log"; then
+    ok "refusal: $(grep -F -- "$needle" "$W/${M}_refuse.log" | head -1 | sed 's/^\[rank [0-9]*\] //')"
   else
-    bad "resume $n"
+    bad "refusal (exit $rc, wanted 2 and '$needle')"
+    tail -3 "$W/${M}_refuse.log"
   fi
 done
-
-# refusal: T not dividing n_groups (exit 2, naming it and the valid --tp values)
-$MPI -np 3 "$B" train $COMMON --model "$W/m" --micro-batch 1 --tp 3 --out-dir "$W/refuse" > "$W/refuse.log" 2>&1
-rc=$?
-needle="n_groups 4 (and num_heads 8) must be divisible by --tp 3"
-if [ $rc -eq 2 ] && grep -qF -- "$needle" "$W/refuse.log" && grep -qF "valid --tp values for this model: 1, 2, 4" "$W/refuse.log"; then
-  ok "refusal: $(grep -F -- "$needle" "$W/refuse.log" | head -1 | sed 's/^\[rank [0-9]*\] //')"
-else
-  bad "refusal (exit $rc, wanted 2 and '$needle')"
-  tail -3 "$W/refuse.log"
-fi
 finish
