@@ -19,6 +19,8 @@
 # its dt/B/C norms change the run (vs the same config as plain Mamba), and
 # its checkpoint does not resume as plain Mamba.
 # Against PyTorch: tests/ref/test_torch_falcon_mamba.sh.
+# Nemotron-H: the published Nemotron-H-8B-Base-8K config's count (derived by
+# hand from its tensor shapes). Against PyTorch: tests/ref/test_torch_nemotron_h.sh.
 # The published Gemma 2 configs plan with their exact counts (four norms a
 # layer, tied embeddings), gemma-3-1b-pt likewise (and the q/k norms); a
 # multimodal Gemma 3 config is refused by name, naming the file, and so are
@@ -154,6 +156,11 @@ done
 tiny_model "$W/l2" llama '"num_hidden_layers": 2'
 train2 l2
 changes_run q2 l2 "the q/k/v biases"
+
+# ---- Nemotron-H: the published 8B config (attention_head_dim, the 52-layer pattern, Python's Infinity), its count
+# derived by hand from the tensor shapes (tests/fixtures/hf-configs/README.md)
+"$B" plan --model "$F/Nemotron-H-8B-Base-8K" > "$W/plan-nemotron.log" 2>&1
+rc_is "plan Nemotron-H-8B-Base-8K" $? 0 "$W/plan-nemotron.log" "model: 8100852736 parameters"
 
 # ---- Falcon-Mamba
 "$B" plan --model "$F/falcon-mamba-7b" > "$W/plan-falcon.log" 2>&1
