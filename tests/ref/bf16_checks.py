@@ -148,8 +148,8 @@ def main():
               ("mamba2-g1-tied", M2, m2_g1_tied()),
               # Nemotron-H: "M*M-" (two groups, GQA attention without RoPE, relu2 MLP; untied) and "M-*" (one
               # group, tied, every bias, MQA, a time_step_limit clamping at both ends): nemotron_h_ref's configs.
-              # Seed 16 meets one bf16 tie (the MLP's norm, an ulp apart: docs/bf16.md), 1.7e-3 of the 2e-3 L2
-              ("nemotron-h", NH, NH.init_model(NH.config_hybrid(VOCAB), seed=16, std=0.1, jitter=0.1)),
+              # Seed 18: seed 16 met one bf16 tie (the MLP's norm, an ulp apart: docs/bf16.md), 1.7e-3 of the 2e-3 L2
+              ("nemotron-h", NH, NH.init_model(NH.config_hybrid(VOCAB), seed=18, std=0.1, jitter=0.1)),
               ("nemotron-h-tied-bias", NH, NH.init_model(NH.config_tied_bias(VOCAB), seed=17, std=0.1,
                                                          jitter=0.1))]
     for tag, mod, m0 in models:
