@@ -4,7 +4,8 @@
 # build/shardlm --backend cpu, tiny shapes, few steps (docs/cuda.md, "The
 # emulated trainer"). The tolerances of test_cuda_train.sh: fp32 losses within
 # 1e-4 relative; --compute-dtype bf16 against the CPU mirror within 1e-3
-# (Llama, Qwen3); Mistral, Mamba, Mamba-2, Qwen3 and Gemma 3 in fp32 too;
+# (Llama, Qwen3); Mistral, Mamba, Mamba-2, Nemotron-H (its weights too),
+# Qwen3 and Gemma 3 in fp32 too;
 # ZeRO-3 against ZeRO-0 bit for bit on the device path; --compute-dtype auto
 # = bf16 on a device; --tf32 true changes the fp32 GEMMs within 1e-4 and is
 # refused on the CPU. World 1 uses the
@@ -60,6 +61,11 @@ tiny_model "$W/falcon" mamba '"num_hidden_layers": 2, "architectures": ["FalconM
 # Mamba-2 (the SSD scan op, strided x | B | C and dt, two groups, the per-group gated norm)
 tiny_model "$W/mamba2" mamba '"num_hidden_layers": 2, "architectures": ["Mamba2ForCausalLM"], "model_type": "mamba2",
  "num_heads": 8, "head_dim": 8, "n_groups": 2, "time_step_rank": null, "tie_word_embeddings": false'
+# Nemotron-H (M*M-: Mamba-2 mixers, attention without RoPE, the squared-ReLU MLP's relu2 op; two block kinds)
+tiny_model "$W/nemotron_h" mamba '"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
+ "hybrid_override_pattern": "M*M-", "num_hidden_layers": null, "intermediate_size": 48, "num_attention_heads": 4,
+ "num_key_value_heads": 2, "head_dim": 8, "mamba_num_heads": 8, "mamba_head_dim": 8, "n_groups": 2,
+ "ssm_state_size": 8, "state_size": null, "expand": null, "time_step_rank": null, "tie_word_embeddings": false'
 tiny_model "$W/qwen3" llama '"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 2,
  "head_dim": 12, "attention_bias": true'
 tiny_model "$W/mixtral" llama '"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_hidden_layers": 2,
@@ -67,10 +73,13 @@ tiny_model "$W/mixtral" llama '"architectures": ["MixtralForCausalLM"], "model_t
 # Gemma 3 (geglu, scale_add's 1 + w, (1 + w) q/k norms, the local RoPE table on layers 0, 2)
 tiny_model "$W/gemma3" tied '"architectures": ["Gemma3ForCausalLM"], "num_hidden_layers": 3, "head_dim": 8,
  "sliding_window": 6, "sliding_window_pattern": 2, "rope_local_base_freq": 100.0, "query_pre_attn_scalar": 8'
-for m in mistral mamba falcon mamba2 qwen3 mixtral gemma3; do
+for m in mistral mamba falcon mamba2 nemotron_h qwen3 mixtral gemma3; do
   run cpu_$m 1 "$B" $m --backend cpu --zero 0
   run emu_$m 1 "$E" $m --backend cuda --zero 0 && check emu_$m cpu_$m --rtol 1e-4 --loss-only
 done
+# Nemotron-H's weights too (relative L2 within 1e-4; measured 7.2e-7): over 3 steps a wrong squared-ReLU
+# backward (relu2_bwd's 2x dropped) moves the losses by 5e-6 only, its weights by 6e-3
+[ -d "$W/emu_nemotron_h/model" ] && check emu_nemotron_h cpu_nemotron_h --rtol 1e-4
 # Mixtral with the routing options (capacity drops, the z-loss, the expert bias; docs/models.md)
 MOE_OPTS="--moe-capacity-factor 1.0 --moe-z-loss-coef 0.05 --moe-balance bias --moe-bias-rate 0.02"
 run cpu_moeopts 1 "$B" mixtral --backend cpu --zero 0 $MOE_OPTS

@@ -2,12 +2,14 @@
 # tests/cli/plan/test_plan_engine_arch.sh — the engine check needs no planner code
 # per architecture: `shardlm plan --engine-check` on Mamba (the old planner
 # only estimated its activations), Falcon-Mamba (its dt/B/C norms' kept
-# activations and workspace), Mamba-2 and Mistral (tied, sliding window)
+# activations and workspace), Mamba-2, Nemotron-H (Mamba-2, attention and
+# MLP layers: two block kinds) and Mistral (tied, sliding window)
 # against what `shardlm train --metrics` measures on the CPU backend: every
 # arena of step 1 and the comm bytes of both steps must be equal (exactly;
 # the CPU kernels' scratch is not in these arenas), and peak_bytes of
 # step 1 too (from step 2 on a run's peak adds the CPU kernels' scratch);
-# and a negative control.
+# and negative controls (another sequence length; another Nemotron-H layer
+# pattern).
 # Env: SL_BUILD (CLI at $SL_BUILD/shardlm), SL_SRC (source root).
 source "${SL_SRC:?}/tests/lib/run.sh" plan_engine_arch mpi
 BIN=$B
@@ -16,6 +18,10 @@ tiny_model "$W/mamba" mamba '"num_hidden_layers": 2'
 tiny_model "$W/falcon" mamba '"num_hidden_layers": 2, "architectures": ["FalconMambaForCausalLM"], "tie_word_embeddings": false'
 tiny_model "$W/mamba2" mamba '"num_hidden_layers": 2, "architectures": ["Mamba2ForCausalLM"], "num_heads": 8, "head_dim": 8,
  "n_groups": 2, "time_step_rank": null, "tie_word_embeddings": false'
+tiny_model "$W/nemotron_h" mamba '"architectures": ["NemotronHForCausalLM"], "hybrid_override_pattern": "M*M-",
+ "num_hidden_layers": null, "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+ "mamba_num_heads": 8, "mamba_head_dim": 8, "n_groups": 2, "ssm_state_size": 8, "state_size": null, "expand": null,
+ "time_step_rank": null, "tie_word_embeddings": false'
 tiny_model "$W/mistral" mistral '"hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2,
  "tie_word_embeddings": true'
 # NAME MODEL WORLD FLAGS... (the same flags for train and plan): a run and its prediction
@@ -34,6 +40,8 @@ run mamba_z3_sel "$W/mamba" 2 --zero 3 --micro-batch 1 --seq-len 24 --activation
 run falcon_z3_sel "$W/falcon" 2 --zero 3 --micro-batch 2 --seq-len 16 --activation-checkpoint selective
 run mamba2_z3_sel "$W/mamba2" 2 --zero 3 --micro-batch 2 --seq-len 16 --activation-checkpoint selective
 run mamba2_z1_full "$W/mamba2" 2 --zero 1 --micro-batch 1 --seq-len 24 --activation-checkpoint full --grad-accum 2
+run nemotron_h_z3_sel "$W/nemotron_h" 2 --zero 3 --micro-batch 2 --seq-len 16 --activation-checkpoint selective
+run nemotron_h_z1_full "$W/nemotron_h" 2 --zero 1 --micro-batch 1 --seq-len 24 --activation-checkpoint full --grad-accum 2
 run mistral_z3 "$W/mistral" 3 --zero 3 --micro-batch 2 --seq-len 16 --grad-accum 2 --param-dtype bf16
 # one line per case: "ok NAME" or "FAIL NAME: what differs"
 while read -r verdict; do
@@ -61,5 +69,17 @@ if [ -f "$W/mamba_z2.jsonl" ] && "$BIN" plan --engine-check --model "$W/mamba" -
   ok "negative control (seq-len 24 predicts other activations than the seq-len 16 run)"
 else
   bad "negative control: a seq-len 24 prediction matches the seq-len 16 run"
+fi
+# the layer kinds: M**- (attention where M*M- has its second Mamba-2 layer) must predict other activations than
+# the M*M- run
+mkdir -p "$W/nemotron_h_attn"
+sed 's/"M\*M-"/"M**-"/' "$W/nemotron_h/config.json" > "$W/nemotron_h_attn/config.json"
+if [ -f "$W/nemotron_h_z3_sel.jsonl" ] && grep -q '"M\*\*-"' "$W/nemotron_h_attn/config.json" &&
+    "$BIN" plan --engine-check --model "$W/nemotron_h_attn" --world 2 --zero 3 --micro-batch 2 --seq-len 16 \
+      --activation-checkpoint selective --json > "$W/neg_nh.plan" 2>/dev/null &&
+    "$PY" -c "import json,sys; a=json.loads(open(sys.argv[1]).readline()); b=json.load(open(sys.argv[2])); sys.exit(0 if a['arena_peak']['acts'] != b['arena_peak']['acts'] else 1)" "$W/nemotron_h_z3_sel.jsonl" "$W/neg_nh.plan"; then
+  ok "negative control (Nemotron-H M**- predicts other activations than the M*M- run)"
+else
+  bad "negative control: a Nemotron-H M**- prediction matches the M*M- run"
 fi
 finish

@@ -7,7 +7,10 @@
 # the engine's table (formats/hfconfig.c k_defaults). Two checks per family:
 #  - sizes: `shardlm plan` of a config.json with nothing but the family's
 #    name reports the parameter count of transformers' default model,
-#    computed here from the oracle's sizes;
+#    computed here from the oracle's sizes (Nemotron-H: transformers'
+#    default layers ME*- hold a MoE layer, which the reader refuses: its
+#    bare config is refused asking for the layer pattern, ME*- given is
+#    refused naming the MoE layer, and the sizes are checked with M*- given);
 #  - every other field: a tiny model of the family that gives only its sizes
 #    (and the fields a tiny shape needs) is trained one step and saved; the
 #    saved config.json (every field the engine resolved) holds the oracle's
@@ -75,7 +78,28 @@ ORACLE = {
      conv_kernel=4, use_bias=False, use_conv_bias=True, initializer_range=0.1, residual_in_fp32=True,
      time_step_min=0.001, time_step_max=0.1, time_step_floor=1e-4, time_step_limit=[0.0, float("inf")],
      tie_word_embeddings=False),
+ # transformers' NemotronHConfig (a dataclass; __post_init__: layers_block_type defaults to
+ # ["linear_attention", "moe", "full_attention", "mlp"] = "ME*-", num_key_value_heads None -> heads). Not
+ # transcribed: the MoE layer's fields (n_routed_experts, moe_*, ...; its 'E' layers are refused), the MTP
+ # layers', and what training here does not read (use_cache, dropouts, cache dtypes, use_mamba_kernels,
+ # num_logits_to_keep, pad_token_id, rescale_prenorm_residual, mamba_proj_bias: the mixer's biases are use_bias)
+ "NemotronHForCausalLM": dict(vocab_size=131072, hidden_size=4096, hybrid_override_pattern="ME*-",
+     tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, num_attention_heads=32, num_key_value_heads=8,
+     head_dim=128, max_position_embeddings=4096, attention_bias=False, sliding_window=N, intermediate_size=21504,
+     mlp_hidden_act="relu2", mlp_bias=False, ssm_state_size=128, mamba_num_heads=128, mamba_head_dim=64,
+     mamba_hidden_act="silu", n_groups=8, conv_kernel=4, expand=2, time_step_min=0.001, time_step_max=0.1,
+     time_step_limit=[0.0, float("inf")], time_step_floor=1e-4, use_conv_bias=True, chunk_size=128, use_bias=False,
+     initializer_range=0.02, layer_norm_epsilon=1e-5, residual_in_fp32=False),
 }
+# Nemotron-H's default layers have an 'E' (MoE) layer, which the reader refuses: its bare config is refused
+# (the reader asks for the layer pattern), the default pattern given (both spellings) is refused naming the
+# MoE layer, and the sizes are checked with the default pattern less its 'E' layers given
+REFUSED = {"NemotronHForCausalLM": [({}, "hybrid_override_pattern"),
+                                    ({"hybrid_override_pattern": "ME*-"},
+                                     "layer 1 is a mixture-of-experts layer ('E' / moe)"),
+                                    ({"layers_block_type": ["linear_attention", "moe", "full_attention", "mlp"]},
+                                     "layer 1 is a mixture-of-experts layer ('E' / moe)")]}
+GIVEN = {"NemotronHForCausalLM": dict(hybrid_override_pattern="ME*-".replace("E", ""))}
 
 def resolve(cfg, key):
     v = cfg[key]
@@ -88,8 +112,18 @@ def resolve(cfg, key):
 def params(arch, o):
     """transformers' parameter count of the default model (no vocabulary padding)."""
     c = {k: resolve(o, k) for k in o}
-    V, H, L = c["vocab_size"], c["hidden_size"], c["num_hidden_layers"]
+    V, H, L = c["vocab_size"], c["hidden_size"], c.get("num_hidden_layers")  # Nemotron-H: its pattern's length
     emb = V * H * (1 if c["tie_word_embeddings"] else 2)
+    if arch == "NemotronHForCausalLM":  # per layer its norm and one mixer: M (Mamba-2 of mamba_num_heads x
+        # mamba_head_dim channels: in_proj z | x | B | C | dt, conv + bias, dt_bias, A_log, D, gated norm,
+        # out_proj), * (q, k, v, o without RoPE) or - (up, down: squared ReLU, no gate)
+        D, GS, nh, K = c["mamba_num_heads"] * c["mamba_head_dim"], c["n_groups"] * c["ssm_state_size"], \
+            c["mamba_num_heads"], c["conv_kernel"]
+        ah, kv, hd, I = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["intermediate_size"]
+        kind = {"M": H * (2 * D + 2 * GS + nh) + (D + 2 * GS) * (K + 1) + 3 * nh + D + D * H,
+                "*": H * ah * hd + 2 * H * kv * hd + ah * hd * H,
+                "-": 2 * H * I}
+        return emb + sum(H + kind[t] for t in c["hybrid_override_pattern"]) + H
     if arch == "Mamba2ForCausalLM":   # in_proj (z | x | B | C | dt), conv (x | B | C) + bias, dt_bias, A_log, D,
         D, GS, nh, K = c["expand"] * H, c["n_groups"] * c["state_size"], c["num_heads"], c["conv_kernel"]
         layer = H + H * (2 * D + 2 * GS + nh) + (D + 2 * GS) * (K + 1) + 3 * nh + D + D * H   # gated norm, out_proj
@@ -124,12 +158,23 @@ for arch, o in ORACLE.items():
     os.makedirs(d, exist_ok=True)
     json.dump({"architectures": [arch]}, open(d + "/config.json", "w"))
     r = run([B, "plan", "--model", d])
+    for given, needle in REFUSED.get(arch, []):
+        json.dump({"architectures": [arch], **given}, open(d + "/config.json", "w"))
+        r = run([B, "plan", "--model", d])
+        out = (r.stdout + r.stderr).replace(d + "/", "")
+        check(r.returncode == 2 and needle in out and " parameters" not in r.stdout,
+              f"{arch} {json.dumps(given)}: refused naming {needle!r} (exit {r.returncode}): {out.strip()[-160:]}")
+    if arch in GIVEN:
+        json.dump({"architectures": [arch], **GIVEN[arch]}, open(d + "/config.json", "w"))
+        o = dict(o, **GIVEN[arch])
+        r = run([B, "plan", "--model", d])
     got = None
     for line in r.stdout.splitlines():
         if line.startswith("model: ") and " parameters" in line:
             got = int(line.split()[1])
     want = params(arch, o)
-    check(got == want, f"{arch}: transformers' default model has {want:,} parameters; plan says {got}")
+    check(got == want, f"{arch}: transformers' default model{' given ' + str(GIVEN[arch]) if arch in GIVEN else ''} "
+          f"has {want:,} parameters; plan says {got}")
 
 # ---- every other field: a tiny model, trained one step and saved --------------------------
 # the sizes a tiny model needs (heads chosen so the family's default kv heads divide them)
@@ -145,6 +190,9 @@ TINY = {
  "MambaForCausalLM": dict(hidden_size=32),
  "FalconMambaForCausalLM": dict(hidden_size=32),
  "Mamba2ForCausalLM": dict(hidden_size=32, num_heads=8, head_dim=8, n_groups=2, state_size=8),
+ # 8 heads: the default 8 kv heads divide them; the layers: the pattern's (no num_hidden_layers)
+ "NemotronHForCausalLM": dict(hidden_size=32, hybrid_override_pattern="M*M-", num_attention_heads=8, head_dim=8,
+     mamba_num_heads=8, mamba_head_dim=8, n_groups=2, ssm_state_size=8),
 }
 SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
          "num_experts", "moe_intermediate_size")
@@ -170,6 +218,7 @@ for arch, o in ORACLE.items():
     d = os.path.join(W, "tiny-" + arch)
     os.makedirs(d, exist_ok=True)
     cfg = {"architectures": [arch], "vocab_size": 300, "num_hidden_layers": 2, **TINY[arch]}
+    if "hybrid_override_pattern" in cfg: del cfg["num_hidden_layers"]
     if "intermediate_size" in o and o["intermediate_size"] != "expand*hidden": cfg["intermediate_size"] = 48
     json.dump(cfg, open(d + "/config.json", "w"))
     cmd = [B, "train", "--model", d, "--data", DATA, "--steps", "1", "--seq-len", "8", "--micro-batch", "1",
@@ -188,6 +237,11 @@ for arch, o in ORACLE.items():
     if arch == "MistralForCausalLM":
         old = dict(o, sliding_window=N, num_key_value_heads="heads")
         check(len(compare(arch, old, saved)) == 1, "negative control: Mistral without its default window is reported")
+    if arch == "NemotronHForCausalLM":   # Mamba2Config's values where NemotronHConfig has its own
+        old = dict(o, chunk_size=256, residual_in_fp32=True, initializer_range=0.1, bos_token_id=0)
+        check(len(compare(arch, old, saved)) == 4,
+              "negative control: Nemotron-H with Mamba-2's chunk_size, residual_in_fp32, initializer_range, "
+              "bos_token_id is reported")
 
 # ---- transformers 5's rope_parameters: the same model as rope_theta + rope_scaling -----------
 losses = {}

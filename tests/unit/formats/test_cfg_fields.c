@@ -11,7 +11,9 @@
  *    two configs disagree, naming the field;
  *  - one model spelled two ways (absent vs transformers' default, a
  *    config.json as --save writes it) gives one text, for every family, so a
- *    resume from a re-saved directory is accepted.
+ *    resume from a re-saved directory is accepted; Nemotron-H's legacy
+ *    field names (mamba_n_groups, mamba_d_conv, attention_head_dim,
+ *    layers_block_type, ...) give the text of the modern ones.
  * Prints one line per failure, then "N passed, M failed". */
 #define _GNU_SOURCE
 #include <math.h>
@@ -52,6 +54,10 @@ static const char *diff_key(const char *a, const char *b) {
 }
 
 #define LL "\"hidden_size\": 32, \"intermediate_size\": 64, \"num_hidden_layers\": 4, \"vocab_size\": 100, "
+/* Nemotron-H's fields but the ones transformers renamed (the layer kinds, head_dim, n_groups, conv_kernel, ...) */
+#define NEMOTRON_H                                                                                                     \
+  "{\"architectures\": [\"NemotronHForCausalLM\"], " LL "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, "     \
+  "\"mamba_num_heads\": 8, \"mamba_head_dim\": 8, \"ssm_state_size\": 8, \"use_conv_bias\": false, "
 static const struct {
   const char *name, *json;
 } k_fam[] = {
@@ -80,6 +86,12 @@ static const struct {
     {"llama3 yarn", "{\"model_type\": \"llama\", " LL "\"num_attention_heads\": 4, \"max_position_embeddings\": 4096, "
                     "\"eos_token_id\": [5, 6], \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0, "
                     "\"mscale\": 0.707, \"mscale_all_dim\": 1.0, \"original_max_position_embeddings\": 1024}}"},
+    /* every field with a legacy spelling given: a config.json without one (chunk_size, expand, time_step_min,
+       ...) re-saved gives another text (the reader records the legacy name's absence: legacy_key's jget) */
+    {"nemotron_h",
+     NEMOTRON_H "\"hybrid_override_pattern\": \"M*M-\", \"head_dim\": 8, \"n_groups\": 2, "
+                "\"conv_kernel\": 4, \"chunk_size\": 16, \"expand\": 2, \"time_step_min\": 0.002, "
+                "\"time_step_max\": 0.2, \"time_step_floor\": 0.0002, \"time_step_limit\": [0.0, Infinity]}"},
     {"mamba", "{\"architectures\": [\"MambaForCausalLM\"], \"hidden_size\": 32, \"num_hidden_layers\": 2, "
               "\"vocab_size\": 100, \"state_size\": 8}"},
     {"falcon_mamba", "{\"model_type\": \"falcon_mamba\", \"hidden_size\": 32, \"num_hidden_layers\": 2, "
@@ -111,6 +123,42 @@ static void test_saved_is_same(void) {
                                   "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_local_experts\": 4, "
                                   "\"rope_theta\": 1000000.0, \"rms_norm_eps\": 1e-05}"),
         "mixtral: absent rope_theta / rms_norm_eps = MixtralConfig's 1e6 / 1e-5 in the text");
+}
+
+/* Nemotron-H's legacy spellings (NemotronHConfig.__post_init__ renames mamba_n_groups, mamba_d_conv, mamba_chunk_size,
+ * mamba_conv_bias, mamba_dt_*; older configs say attention_head_dim; layers_block_type / layer_types, with the old
+ * or transformers 5's kind names, instead of hybrid_override_pattern): the same model, the same text. */
+static void test_nemotron_legacy(void) {
+  const char *modern = NEMOTRON_H "\"hybrid_override_pattern\": \"M*M-\", \"head_dim\": 8, \"n_groups\": 2, "
+                                  "\"conv_kernel\": 4, \"chunk_size\": 16, \"expand\": 2, \"time_step_min\": 0.002, "
+                                  "\"time_step_max\": 0.2, \"time_step_floor\": 0.0002}";
+  static const struct {
+    const char *name, *json;
+  } k[] = {
+      {"mamba_n_groups, mamba_d_conv, attention_head_dim, layers_block_type (mamba / attention / mlp)",
+       "{\"architectures\": [\"NemotronHForCausalLM\"], " LL "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+       "\"mamba_num_heads\": 8, \"mamba_head_dim\": 8, \"ssm_state_size\": 8, \"mamba_conv_bias\": false, "
+       "\"layers_block_type\": [\"mamba\", \"attention\", \"mamba\", \"mlp\"], \"attention_head_dim\": 8, "
+       "\"mamba_n_groups\": 2, \"mamba_d_conv\": 4, \"mamba_chunk_size\": 16, \"mamba_expand\": 2, "
+       "\"mamba_dt_min\": 0.002, \"mamba_dt_max\": 0.2, \"mamba_dt_init_floor\": 0.0002}"},
+      {"layer_types (linear_attention / full_attention / mlp)",
+       NEMOTRON_H "\"layer_types\": [\"linear_attention\", \"full_attention\", \"linear_attention\", \"mlp\"], "
+                  "\"head_dim\": 8, \"n_groups\": 2, \"conv_kernel\": 4, \"chunk_size\": 16, \"expand\": 2, "
+                  "\"time_step_min\": 0.002, \"time_step_max\": 0.2, \"time_step_floor\": 0.0002}"},
+  };
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+    const char *d = diff_key(modern, k[i].json);
+    CHECK(!*d, "nemotron_h: %s = the modern names (the texts differ at '%s')", k[i].name, d);
+  }
+  /* the control: one layer kind changed in the legacy list is another model (the texts differ at the pattern) */
+  const char *other =
+      "{\"architectures\": [\"NemotronHForCausalLM\"], " LL "\"num_attention_heads\": 4, "
+      "\"num_key_value_heads\": 2, \"mamba_num_heads\": 8, \"mamba_head_dim\": 8, \"ssm_state_size\": 8, "
+      "\"mamba_conv_bias\": false, \"layers_block_type\": [\"mamba\", \"mlp\", \"mamba\", \"mlp\"], "
+      "\"attention_head_dim\": 8, \"mamba_n_groups\": 2, \"mamba_d_conv\": 4, \"mamba_chunk_size\": 16, "
+      "\"mamba_expand\": 2, \"mamba_dt_min\": 0.002, \"mamba_dt_max\": 0.2, \"mamba_dt_init_floor\": 0.0002}";
+  CHECK(!strcmp(diff_key(modern, other), "model.hybrid_override_pattern"),
+        "nemotron_h: another layer list is another model (the texts differ at '%s')", diff_key(modern, other));
 }
 
 /* Every field the old hand list missed now tells two models apart. */
@@ -246,6 +294,7 @@ int main(void) {
   if (!mkdtemp(g_dir)) return 1;
   test_saved_is_same();
   test_fields_differ();
+  test_nemotron_legacy();
   test_rope_parameters();
   test_made_up_field();
   test_one_accessor();

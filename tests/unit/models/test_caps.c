@@ -5,7 +5,12 @@
  * --no-sync-accum too, --tp divides their heads; Mamba and Mamba-2 are
  * recurrent, have no attention, restart their state at documents, split
  * their backward but not under --no-sync-accum, --tp divides d_inner
- * (Mamba) or n_groups (Mamba-2). A built model carries the same
+ * (Mamba) or n_groups (Mamba-2). Nemotron-H (Mamba-2, attention and MLP
+ * layers in one model) has the merge of both kinds' caps
+ * (models/decoder.c sl_dec_caps_merge): it attends and is recurrent, splits
+ * its backward but not under --no-sync-accum, --tp divides both its
+ * attention heads and its n_groups (their gcd); a pattern of Mamba-2 layers
+ * only has Mamba-2's caps. A built model carries the same
  * caps, and its split entries exist exactly when zb_split says so; an
  * unknown architecture is refused naming it.
  */
@@ -39,6 +44,44 @@ static void one(const char *label, const char *json, int attention, int64_t tp_w
   sl_model_destroy(m);
 }
 
+/* A model of several block kinds (Nemotron-H): every field of its caps as the merge of its kinds' gives it (Llama's:
+ * attention, doc masks, split also under --no-sync-accum, bf16 compute, acts and stream, --tp divides the heads;
+ * Mamba-2's: recurrent, doc masks, split but not under --no-sync-accum, bf16 compute, fp32 acts and stream, --tp
+ * divides n_groups); the built model carries the same caps and its split entries. */
+static void merged(const char *label, const char *json, int attention, int64_t tp_width) {
+  sl_model_config cfg;
+  sl_model_caps c;
+  sl_model *m = NULL;
+  if (sl_hfconfig_parse(label, json, strlen(json), &cfg)) {
+    CHECK(0, "%s: config parses: %s", label, sl_errmsg());
+    return;
+  }
+  CHECK(sl_model_caps_of(&cfg, &c) == SL_OK, "%s: caps from the config", label);
+  const sl_model_caps want = {.attention = attention,
+                              .doc_mask = 1,
+                              .recurrent = 1,
+                              .zb_split = 1,
+                              .zb_split_accum = 0,
+                              .bf16 = 1,
+                              .bf16_acts = attention, /* a kind with bf16 buffers packs them */
+                              .bf16_stream = 0,
+                              .tp_width = tp_width};
+  CHECK(c.attention == want.attention && c.doc_mask == want.doc_mask && c.recurrent == want.recurrent,
+        "%s: attention %d recurrent %d doc_mask %d (want %d 1 1)", label, c.attention, c.recurrent, c.doc_mask,
+        attention);
+  CHECK(c.zb_split == want.zb_split && c.zb_split_accum == want.zb_split_accum,
+        "%s: zb1p split %d, with --no-sync-accum %d (want 1, 0)", label, c.zb_split, c.zb_split_accum);
+  CHECK(c.bf16 == want.bf16 && c.bf16_acts == want.bf16_acts && c.bf16_stream == want.bf16_stream,
+        "%s: bf16 %d acts %d stream %d (want 1 %d 0)", label, c.bf16, c.bf16_acts, c.bf16_stream, attention);
+  CHECK(c.tp_width == tp_width, "%s: --tp divides %lld (found %lld)", label, (long long)tp_width,
+        (long long)c.tp_width);
+  CHECK(sl_model_create_specs(&cfg, &m) == SL_OK, "%s: specs", label);
+  if (!m) return;
+  CHECK(!memcmp(&m->caps, &c, sizeof c), "%s: the model's caps are the config's", label);
+  CHECK(m->vt->bwd_input && m->vt->bwd_weight && m->vt->stash_numel, "%s: split entries", label);
+  sl_model_destroy(m);
+}
+
 int main(void) {
   one("llama", LLAMA, 1, 4);
   one("mistral", MISTRAL, 1, 4);
@@ -47,6 +90,18 @@ int main(void) {
       "{\"architectures\": [\"Mamba2ForCausalLM\"], \"hidden_size\": 32, \"num_hidden_layers\": 2, \"num_heads\": 8, "
       "\"head_dim\": 8, \"n_groups\": 4, \"state_size\": 8, \"vocab_size\": 300}",
       0, 4);
+  /* Nemotron-H: the merge of the Llama kind's caps (attention, 6 heads) and Mamba-2's (recurrent, 4 groups) */
+  const char *nh = "{\"architectures\": [\"NemotronHForCausalLM\"], \"hidden_size\": 32, \"intermediate_size\": 48, "
+                   "\"hybrid_override_pattern\": \"M*M-\", \"num_attention_heads\": 6, \"num_key_value_heads\": 2, "
+                   "\"head_dim\": 8, \"mamba_num_heads\": 8, \"mamba_head_dim\": 8, \"n_groups\": 4, "
+                   "\"ssm_state_size\": 8, \"vocab_size\": 300}";
+  merged("nemotron-h", nh, 1, 2);
+  /* Mamba-2 layers only: one block kind, Mamba-2's caps (--tp divides n_groups, 4) */
+  const char *nhm = "{\"architectures\": [\"NemotronHForCausalLM\"], \"hidden_size\": 32, \"intermediate_size\": 48, "
+                    "\"hybrid_override_pattern\": \"MM\", \"num_attention_heads\": 6, \"num_key_value_heads\": 2, "
+                    "\"head_dim\": 8, \"mamba_num_heads\": 8, \"mamba_head_dim\": 8, \"n_groups\": 4, "
+                    "\"ssm_state_size\": 8, \"vocab_size\": 300}";
+  merged("nemotron-h MM", nhm, 0, 4);
   sl_model_config cfg;
   sl_model_caps c;
   sl_hfconfig_parse("llama", LLAMA, strlen(LLAMA), &cfg);

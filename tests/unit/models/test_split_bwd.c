@@ -8,12 +8,14 @@
  * the unsplit backward's bit for bit, for Llama (untied), Mistral (tied:
  * the head's part of unit 0's gradient comes out of its input half, as the
  * executor sends it to rank 0), Mamba tied and untied with biases,
- * Falcon-Mamba (the dt/B/C norms), Mamba-2 (biases, two groups), under
+ * Falcon-Mamba (the dt/B/C norms), Mamba-2 (biases, two groups), Nemotron-H
+ * (M*M-: Mamba-2, attention without RoPE and squared-ReLU MLP layers, every
+ * bias, two groups), under
  * every activation-checkpoint mode, with 1 and 2 threads. Tensor
  * parallelism: the same at TP 2 (one thread per TP rank, each with its own
  * model slice and a fake TP group, tests/lib/fake_tp.h), with and without
  * sequence parallelism, for Llama with one KV head (its k/v slice replicated
- * over both ranks), Mistral (tied), Mamba tied and untied, Falcon-Mamba, Mamba-2: the split runs
+ * over both ranks), Mistral (tied), Mamba tied and untied, Falcon-Mamba, Mamba-2, Nemotron-H: the split runs
  * the unsplit backward's collectives (input-gradient ones in B, weight-
  * gradient ones in W) and every rank's gradients equal its unsplit ones bit
  * for bit. One process, CPU backend, no FSDP (the executor's part:
@@ -45,6 +47,15 @@ static const char *MAMBA2 = /* Mamba-2: two groups, biases, the scan's parameter
     "{\"architectures\": [\"Mamba2ForCausalLM\"], \"hidden_size\": 32, \"num_hidden_layers\": 2,"
     " \"state_size\": 8, \"expand\": 2, \"conv_kernel\": 4, \"num_heads\": 8, \"head_dim\": 8, \"n_groups\": 2,"
     " \"vocab_size\": 300, \"use_bias\": true, \"tie_word_embeddings\": false}";
+
+/* Nemotron-H: all three layer kinds (Mamba-2 M, attention without RoPE *, squared-ReLU MLP -) in one
+ * model of two block kinds, with every bias (use_bias, attention_bias, mlp_bias) and two groups */
+static const char *NEMOTRON_H =
+    "{\"architectures\": [\"NemotronHForCausalLM\"], \"hidden_size\": 32, \"intermediate_size\": 48,"
+    " \"hybrid_override_pattern\": \"M*M-\", \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 8,"
+    " \"mamba_num_heads\": 8, \"mamba_head_dim\": 8, \"n_groups\": 2, \"ssm_state_size\": 8, \"conv_kernel\": 4,"
+    " \"vocab_size\": 300, \"layer_norm_epsilon\": 1e-5, \"use_bias\": true, \"attention_bias\": true,"
+    " \"mlp_bias\": true, \"tie_word_embeddings\": false}";
 
 static const char *LLAMA_KV1 =
     "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 32, \"intermediate_size\": 48,"
@@ -223,6 +234,7 @@ int main(void) {
       check_model("llama-bias", LLAMA_B, modes[i], th, 1, 0);
       check_model("falcon-mamba", FALCON, modes[i], th, 1, 0);
       check_model("mamba2", MAMBA2, modes[i], th, 1, 0);
+      check_model("nemotron-h", NEMOTRON_H, modes[i], th, 1, 0);
     }
   for (int sp = 0; sp <= 1; sp++) /* TP 2, one kernel thread per rank */
     for (int i = 0; i < 3; i++) {
@@ -234,6 +246,7 @@ int main(void) {
       check_model("llama-bias", LLAMA_B, modes[i], 1, 2, sp);
       check_model("falcon-mamba", FALCON, modes[i], 1, 2, sp);
       check_model("mamba2", MAMBA2, modes[i], 1, 2, sp);
+      check_model("nemotron-h", NEMOTRON_H, modes[i], 1, 2, sp);
     }
   return CHECK_SUMMARY();
 }
