@@ -48,6 +48,7 @@ const char *sl_arch_name(sl_arch a) {
   case SL_ARCH_GEMMA3: return "gemma3_text";
   case SL_ARCH_MAMBA2: return "mamba2";
   case SL_ARCH_NEMOTRON_H: return "nemotron_h";
+  case SL_ARCH_GRANITE_H: return "granitemoehybrid";
   default: return "unknown";
   }
 }
@@ -100,73 +101,87 @@ static const struct {
     {"Gemma3ForCausalLM", "gemma3_text", SL_ARCH_GEMMA3},
     {"Mamba2ForCausalLM", "mamba2", SL_ARCH_MAMBA2},
     {"NemotronHForCausalLM", "nemotron_h", SL_ARCH_NEMOTRON_H},
+    {"GraniteMoeHybridForCausalLM", "granitemoehybrid", SL_ARCH_GRANITE_H},
 };
 #define NFAM ((int)(sizeof k_arch / sizeof k_arch[0]))
 // clang-format off
 static const struct {
   const char *key;
-  double v[12];
+  double v[13];
 } k_defaults[] = {
-    /*                         llama    mistral  mamba    qwen2    qwen3    falcon_m mixtral  qwen3moe gemma2   gemma3_text mamba2 nemotron_h */
-    {"vocab_size",            {32000,   32000,   50280,   151936,  151936,  50280,   32000,   151936,  256000,  262208, 32768, 131072}},
-    {"hidden_size",           {4096,    4096,    768,     4096,    4096,    768,     4096,    2048,    2304,    2304, 4096, 4096}},
-    {"intermediate_size",     {11008,   14336,   EXPANDH, 22016,   22016,   EXPANDH, 14336,   6144,    9216,    9216, EXPANDH, 21504}},
-    {"num_hidden_layers",     {32,      32,      32,      32,      32,      32,      32,      24,      26,      26, 64, NA}},
-    {"num_attention_heads",   {32,      32,      NA,      32,      32,      NA,      32,      32,      8,       8, NA, 32}},
-    {"num_key_value_heads",   {HEADS,   8,       NA,      32,      32,      NA,      8,       4,       4,       4, NA, 8}},
-    {"head_dim",              {HDIV,    HDIV,    NA,      HDIV,    128,     NA,      HDIV,    HDIV,    256,     256, 64, 128}},
-    {"max_position_embeddings",{2048,   131072,  0,       32768,   32768,   0,       131072,  32768,   8192,    131072, 0, 4096}},
-    {"rms_norm_eps",          {1e-6,    1e-6,    NA,      1e-6,    1e-6,    NA,      1e-5,    1e-6,    1e-6,    1e-6, NA, NA}},
-    {"rope_theta",            {1e4,     1e4,     NA,      1e4,     1e4,     NA,      1e6,     1e4,     1e4,     1e6, NA, NA}},
-    {"initializer_range",     {0.02,    0.02,    0.1,     0.02,    0.02,    0.1,     0.02,    0.02,    0.02,    0.02, 0.1, 0.02}},
-    {"tie_word_embeddings",   {0,       0,       1,       0,       0,       1,       0,       0,       1,       1, 0, 0}},
-    {"bos_token_id",          {1,       1,       0,       NONE,    NONE,    0,       1,       NONE,    2,       2, 0, 1}},
-    {"eos_token_id",          {2,       2,       0,       NONE,    NONE,    0,       2,       NONE,    1,       1, 2, 2}},
-    {"sliding_window",        {NA,      4096,    NA,      4096,    4096,    NA,      NONE,    NA,      4096,    4096, NA, NONE}},
-    {"use_sliding_window",    {NA,      NA,      NA,      0,       0,       NA,      NA,      0,       NA,      NA, NA, NA}},
-    {"max_window_layers",     {NA,      NA,      NA,      28,      28,      NA,      NA,      NA,      NA,      NA, NA, NA}},
-    {"attention_bias",        {0,       0,       NA,      NA,      0,       NA,      0,       0,       0,       0, NA, 0}},
-    {"mlp_bias",              {0,       0,       NA,      NA,      NA,      NA,      0,       NA,      NA,      NA, NA, 0}},
-    {"num_local_experts",     {NA,      NA,      NA,      NA,      NA,      NA,      8,       NA,      NA,      NA, NA, NA}},
-    {"num_experts",           {NA,      NA,      NA,      NA,      NA,      NA,      NA,      128,     NA,      NA, NA, NA}},
-    {"num_experts_per_tok",   {NA,      NA,      NA,      NA,      NA,      NA,      2,       8,       NA,      NA, NA, NA}},
-    {"moe_intermediate_size", {NA,      NA,      NA,      NA,      NA,      NA,      NA,      768,     NA,      NA, NA, NA}},
-    {"norm_topk_prob",        {NA,      NA,      NA,      NA,      NA,      NA,      NA,      0,       NA,      NA, NA, NA}},
-    {"decoder_sparse_step",   {NA,      NA,      NA,      NA,      NA,      NA,      NA,      1,       NA,      NA, NA, NA}},
-    {"router_aux_loss_coef",  {NA,      NA,      NA,      NA,      NA,      NA,      0.001,   0.001,   NA,      NA, NA, NA}},
-    {"router_jitter_noise",   {NA,      NA,      NA,      NA,      NA,      NA,      0,       NA,      NA,      NA, NA, NA}},
-    {"output_router_logits",  {NA,      NA,      NA,      NA,      NA,      NA,      0,       0,       NA,      NA, NA, NA}},
-    {"query_pre_attn_scalar", {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      256,     256, NA, NA}},
-    {"attn_logit_softcapping",{NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      50.0,    NONE, NA, NA}},
-    {"final_logit_softcapping",{NA,     NA,      NA,      NA,      NA,      NA,      NA,      NA,      30.0,    NONE, NA, NA}},
-    {"rope_local_base_freq",  {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      1e4, NA, NA}},
-    {"sliding_window_pattern",{NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      6, NA, NA}},
-    {"state_size",            {NA,      NA,      16,      NA,      NA,      16,      NA,      NA,      NA,      NA, 128, NA}},
-    {"expand",                {NA,      NA,      2,       NA,      NA,      2,       NA,      NA,      NA,      NA, 2, 2}},
-    {"conv_kernel",           {NA,      NA,      4,       NA,      NA,      4,       NA,      NA,      NA,      NA, 4, 4}},
-    {"time_step_rank",        {NA,      NA,      AUTO,    NA,      NA,      AUTO,    NA,      NA,      NA,      NA, NA, NA}},
-    {"layer_norm_epsilon",    {NA,      NA,      1e-5,    NA,      NA,      1e-5,    NA,      NA,      NA,      NA, 1e-5, 1e-5}},
-    {"use_bias",              {NA,      NA,      0,       NA,      NA,      0,       NA,      NA,      NA,      NA, 0, 0}},
-    {"use_conv_bias",         {NA,      NA,      1,       NA,      NA,      1,       NA,      NA,      NA,      NA, 1, 1}},
-    {"residual_in_fp32",      {NA,      NA,      1,       NA,      NA,      1,       NA,      NA,      NA,      NA, 1, 0}},
-    {"time_step_min",         {NA,      NA,      0.001,   NA,      NA,      0.001,   NA,      NA,      NA,      NA, 0.001, 0.001}},
-    {"time_step_max",         {NA,      NA,      0.1,     NA,      NA,      0.1,     NA,      NA,      NA,      NA, 0.1, 0.1}},
-    {"time_step_floor",       {NA,      NA,      1e-4,    NA,      NA,      1e-4,    NA,      NA,      NA,      NA, 1e-4, 1e-4}},
-    {"time_step_scale",       {NA,      NA,      1.0,     NA,      NA,      1.0,     NA,      NA,      NA,      NA, NA, NA}},
-    {"mixer_rms_eps",         {NA,      NA,      NA,      NA,      NA,      1e-6,    NA,      NA,      NA,      NA, NA, NA}},
-    {"num_heads",             {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      128, NA}},
-    {"n_groups",              {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      8, 8}},
-    {"chunk_size",            {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      256, 128}},
-    {"ssm_state_size",        {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 128}},
-    {"mamba_num_heads",       {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 128}},
-    {"mamba_head_dim",        {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 64}},
+    /*                         llama    mistral  mamba    qwen2    qwen3    falcon_m mixtral  qwen3moe gemma2   gemma3_text mamba2 nemotron_h granitemoehybrid */
+    {"vocab_size",            {32000,   32000,   50280,   151936,  151936,  50280,   32000,   151936,  256000,  262208, 32768, 131072, 32000}},
+    {"hidden_size",           {4096,    4096,    768,     4096,    4096,    768,     4096,    2048,    2304,    2304, 4096, 4096, 4096}},
+    {"intermediate_size",     {11008,   14336,   EXPANDH, 22016,   22016,   EXPANDH, 14336,   6144,    9216,    9216, EXPANDH, 21504, NA}},
+    {"num_hidden_layers",     {32,      32,      32,      32,      32,      32,      32,      24,      26,      26, 64, NA, 32}},
+    {"num_attention_heads",   {32,      32,      NA,      32,      32,      NA,      32,      32,      8,       8, NA, 32, 32}},
+    {"num_key_value_heads",   {HEADS,   8,       NA,      32,      32,      NA,      8,       4,       4,       4, NA, 8, HEADS}},
+    {"head_dim",              {HDIV,    HDIV,    NA,      HDIV,    128,     NA,      HDIV,    HDIV,    256,     256, 64, 128, HDIV}},
+    {"max_position_embeddings",{2048,   131072,  0,       32768,   32768,   0,       131072,  32768,   8192,    131072, 0, 4096, 2048}},
+    {"rms_norm_eps",          {1e-6,    1e-6,    NA,      1e-6,    1e-6,    NA,      1e-5,    1e-6,    1e-6,    1e-6, NA, NA, 1e-6}},
+    {"rope_theta",            {1e4,     1e4,     NA,      1e4,     1e4,     NA,      1e6,     1e4,     1e4,     1e6, NA, NA, NA}},
+    {"initializer_range",     {0.02,    0.02,    0.1,     0.02,    0.02,    0.1,     0.02,    0.02,    0.02,    0.02, 0.1, 0.02, 0.02}},
+    {"tie_word_embeddings",   {0,       0,       1,       0,       0,       1,       0,       0,       1,       1, 0, 0, 0}},
+    {"bos_token_id",          {1,       1,       0,       NONE,    NONE,    0,       1,       NONE,    2,       2, 0, 1, 1}},
+    {"eos_token_id",          {2,       2,       0,       NONE,    NONE,    0,       2,       NONE,    1,       1, 2, 2, 2}},
+    {"sliding_window",        {NA,      4096,    NA,      4096,    4096,    NA,      NONE,    NA,      4096,    4096, NA, NONE, NA}},
+    {"use_sliding_window",    {NA,      NA,      NA,      0,       0,       NA,      NA,      0,       NA,      NA, NA, NA, NA}},
+    {"max_window_layers",     {NA,      NA,      NA,      28,      28,      NA,      NA,      NA,      NA,      NA, NA, NA, NA}},
+    {"attention_bias",        {0,       0,       NA,      NA,      0,       NA,      0,       0,       0,       0, NA, 0, 0}},
+    {"mlp_bias",              {0,       0,       NA,      NA,      NA,      NA,      0,       NA,      NA,      NA, NA, 0, NA}},
+    {"num_local_experts",     {NA,      NA,      NA,      NA,      NA,      NA,      8,       NA,      NA,      NA, NA, NA, 8}},
+    {"num_experts",           {NA,      NA,      NA,      NA,      NA,      NA,      NA,      128,     NA,      NA, NA, NA, NA}},
+    {"num_experts_per_tok",   {NA,      NA,      NA,      NA,      NA,      NA,      2,       8,       NA,      NA, NA, NA, 2}},
+    {"moe_intermediate_size", {NA,      NA,      NA,      NA,      NA,      NA,      NA,      768,     NA,      NA, NA, NA, NA}},
+    {"norm_topk_prob",        {NA,      NA,      NA,      NA,      NA,      NA,      NA,      0,       NA,      NA, NA, NA, NA}},
+    {"decoder_sparse_step",   {NA,      NA,      NA,      NA,      NA,      NA,      NA,      1,       NA,      NA, NA, NA, NA}},
+    {"router_aux_loss_coef",  {NA,      NA,      NA,      NA,      NA,      NA,      0.001,   0.001,   NA,      NA, NA, NA, 0.001}},
+    {"router_jitter_noise",   {NA,      NA,      NA,      NA,      NA,      NA,      0,       NA,      NA,      NA, NA, NA, NA}},
+    {"output_router_logits",  {NA,      NA,      NA,      NA,      NA,      NA,      0,       0,       NA,      NA, NA, NA, 0}},
+    {"query_pre_attn_scalar", {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      256,     256, NA, NA, NA}},
+    {"attn_logit_softcapping",{NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      50.0,    NONE, NA, NA, NA}},
+    {"final_logit_softcapping",{NA,     NA,      NA,      NA,      NA,      NA,      NA,      NA,      30.0,    NONE, NA, NA, NA}},
+    {"rope_local_base_freq",  {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      1e4, NA, NA, NA}},
+    {"sliding_window_pattern",{NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      6, NA, NA, NA}},
+    {"state_size",            {NA,      NA,      16,      NA,      NA,      16,      NA,      NA,      NA,      NA, 128, NA, NA}},
+    {"expand",                {NA,      NA,      2,       NA,      NA,      2,       NA,      NA,      NA,      NA, 2, 2, NA}},
+    {"conv_kernel",           {NA,      NA,      4,       NA,      NA,      4,       NA,      NA,      NA,      NA, 4, 4, NA}},
+    {"time_step_rank",        {NA,      NA,      AUTO,    NA,      NA,      AUTO,    NA,      NA,      NA,      NA, NA, NA, NA}},
+    {"layer_norm_epsilon",    {NA,      NA,      1e-5,    NA,      NA,      1e-5,    NA,      NA,      NA,      NA, 1e-5, 1e-5, NA}},
+    {"use_bias",              {NA,      NA,      0,       NA,      NA,      0,       NA,      NA,      NA,      NA, 0, 0, NA}},
+    {"use_conv_bias",         {NA,      NA,      1,       NA,      NA,      1,       NA,      NA,      NA,      NA, 1, 1, NA}},
+    {"residual_in_fp32",      {NA,      NA,      1,       NA,      NA,      1,       NA,      NA,      NA,      NA, 1, 0, NA}},
+    {"time_step_min",         {NA,      NA,      0.001,   NA,      NA,      0.001,   NA,      NA,      NA,      NA, 0.001, 0.001, NA}},
+    {"time_step_max",         {NA,      NA,      0.1,     NA,      NA,      0.1,     NA,      NA,      NA,      NA, 0.1, 0.1, NA}},
+    {"time_step_floor",       {NA,      NA,      1e-4,    NA,      NA,      1e-4,    NA,      NA,      NA,      NA, 1e-4, 1e-4, NA}},
+    {"time_step_scale",       {NA,      NA,      1.0,     NA,      NA,      1.0,     NA,      NA,      NA,      NA, NA, NA, NA}},
+    {"mixer_rms_eps",         {NA,      NA,      NA,      NA,      NA,      1e-6,    NA,      NA,      NA,      NA, NA, NA, NA}},
+    {"num_heads",             {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      128, NA, NA}},
+    {"n_groups",              {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      8, 8, NA}},
+    {"chunk_size",            {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      256, 128, NA}},
+    {"ssm_state_size",        {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 128, NA}},
+    {"mamba_num_heads",       {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 128, NA}},
+    {"mamba_head_dim",        {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 64, NA}},
+    {"shared_intermediate_size", {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1024}},
+    {"embedding_multiplier",    {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1}},
+    {"logits_scaling",          {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1}},
+    {"residual_multiplier",     {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1}},
+    {"attention_multiplier",    {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1}},
+    {"mamba_n_heads",           {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 128}},
+    {"mamba_n_groups",          {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1}},
+    {"mamba_d_state",           {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 256}},
+    {"mamba_d_conv",            {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 4}},
+    {"mamba_expand",            {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 2}},
+    {"mamba_chunk_size",        {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 256}},
+    {"mamba_conv_bias",         {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1}},
+    {"mamba_proj_bias",         {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 0}},
 };
 // clang-format on
 
 /* The default of key for c's family (c->arch_name's model type): SL_EINTERNAL
  * naming both when the table has none (a reader that takes a default the
  * table does not list: add the row). */
-_Static_assert(sizeof k_arch / sizeof k_arch[0] == 12, "k_defaults has a column per k_arch row");
+_Static_assert(sizeof k_arch / sizeof k_arch[0] == 13, "k_defaults has a column per k_arch row");
 static int def_of(const sl_model_config *c, const char *key, double *out) {
   int col = -1;
   for (int i = 0; i < NFAM; i++)
@@ -1399,6 +1414,111 @@ static int parse_nemotron_h(const char *p, json_t *o, sl_model_config *c) {
   return SL_OK;
 }
 
+/* A multiplier field: a positive number (the family's default when absent). */
+static int get_mult(const char *p, json_t *o, const sl_model_config *c, const char *key, double *out) {
+  int rc = dget_num(p, o, c, key, out);
+  if (!rc && !(*out > 0)) return sl_fail(SL_EINPUT, "%s: field '%s' must be positive, found %g", p, key, *out);
+  return rc;
+}
+
+/* transformers' GraniteMoeHybridConfig (modeling_granitemoehybrid.py), dense
+ * (num_local_experts 0: Granite 4.0-H Micro): each HF layer is a mixer
+ * sub-layer (BambaMixer, i.e. Mamba-2, or attention without RoPE, scaled by
+ * attention_multiplier) and the shared MLP (SwiGLU, input_linear packs
+ * gate | up), each output times residual_multiplier before its residual add;
+ * the embeddings times embedding_multiplier, the logits divided by
+ * logits_scaling. The decoder runs the sub-layers as layers of their own
+ * (layer_div 2). */
+static int parse_granite_h(const char *p, json_t *o, sl_model_config *c) {
+  int rc, bias = 0;
+  int64_t n = 0, kv = 0, experts = 0;
+  if ((rc = dget_int(p, o, c, "num_hidden_layers", &n)) || (rc = dget_int(p, o, c, "hidden_size", &c->hidden_size)) ||
+      (rc = dget_int(p, o, c, "vocab_size", &c->vocab_size)) ||
+      (rc = dget_int(p, o, c, "num_attention_heads", &c->num_attention_heads)) ||
+      (rc = dget_int(p, o, c, "num_key_value_heads", &kv)) ||
+      (rc = dget_int(p, o, c, "max_position_embeddings", &c->max_position_embeddings)) ||
+      (rc = dget_num(p, o, c, "rms_norm_eps", &c->rms_norm_eps)) ||
+      (rc = dget_num(p, o, c, "initializer_range", &c->initializer_range)) ||
+      (rc = dget_bool(p, o, c, "tie_word_embeddings", &c->tie_word_embeddings)) || (rc = get_bos(p, o, c)) ||
+      (rc = get_eos(p, o, c)) || (rc = dget_bool(p, o, c, "attention_bias", &bias)) ||
+      (rc = dget_int(p, o, c, "num_local_experts", &experts)) ||
+      (rc = dget_int(p, o, c, "shared_intermediate_size", &c->intermediate_size)) ||
+      (rc = get_mult(p, o, c, "embedding_multiplier", &c->embedding_mult)) ||
+      (rc = get_mult(p, o, c, "logits_scaling", &c->logits_scaling)) ||
+      (rc = get_mult(p, o, c, "residual_multiplier", &c->residual_mult)) ||
+      (rc = get_mult(p, o, c, "attention_multiplier", &c->attention_mult)) ||
+      (rc = dget_int(p, o, c, "mamba_n_heads", &c->ssm_heads)) ||
+      (rc = dget_int(p, o, c, "mamba_n_groups", &c->ssm_groups)) ||
+      (rc = dget_int(p, o, c, "mamba_d_state", &c->state_size)) ||
+      (rc = dget_int(p, o, c, "mamba_d_conv", &c->conv_kernel)) ||
+      (rc = dget_int(p, o, c, "mamba_expand", &c->expand)) ||
+      (rc = dget_int(p, o, c, "mamba_chunk_size", &c->ssm_chunk)) ||
+      (rc = dget_bool(p, o, c, "mamba_conv_bias", &c->use_conv_bias)) ||
+      (rc = dget_bool(p, o, c, "mamba_proj_bias", &c->use_bias)) || (rc = want_act(p, o, "hidden_act")))
+    return rc;
+  if (experts > 0)
+    return sl_fail(SL_EINPUT,
+                   "%s: field 'num_local_experts' = %lld: Granite 4.0-H's mixture-of-experts layers are not supported "
+                   "yet (the dense Granite 4.0-H, num_local_experts 0, is)",
+                   p, (long long)experts);
+  json_t *pe = jget(o, "position_embedding_type");
+  if (pe && !json_is_null(pe) && !(json_is_string(pe) && !strcmp(json_string_value(pe), "nope")))
+    return sl_fail(SL_EINPUT,
+                   "%s: field 'position_embedding_type' = %s is not supported (expected null or \"nope\": Granite "
+                   "4.0-H's attention has no position embeddings)",
+                   p, json_is_string(pe) ? json_string_value(pe) : jtype(pe));
+  rec_put("position_embedding_type", "nope");
+  c->num_key_value_heads = kv == (int64_t)HEADS ? c->num_attention_heads : kv;
+  rec_fmt(o, "num_key_value_heads", "%lld", (long long)c->num_key_value_heads);
+  if (c->num_attention_heads <= 0 || c->hidden_size % c->num_attention_heads)
+    return sl_fail(SL_EINPUT, "%s: num_attention_heads = %lld must divide hidden_size = %lld", p,
+                   (long long)c->num_attention_heads, (long long)c->hidden_size);
+  c->head_dim = c->hidden_size / c->num_attention_heads; /* GraniteMoeSharedAttention's */
+  json_t *dh = jget(o, "mamba_d_head");
+  int64_t Dm = c->expand * c->hidden_size;
+  if (!dh || json_is_null(dh) || (json_is_string(dh) && !strcmp(json_string_value(dh), "auto"))) {
+    if (c->ssm_heads <= 0 || Dm % c->ssm_heads)
+      return sl_fail(SL_EINPUT, "%s: mamba_n_heads = %lld must divide mamba_expand x hidden_size = %lld", p,
+                     (long long)c->ssm_heads, (long long)Dm);
+    c->ssm_head_dim = Dm / c->ssm_heads;
+    rec_fmt(o, "mamba_d_head", "%lld", (long long)c->ssm_head_dim);
+  } else if ((rc = get_int(p, o, "mamba_d_head", 1, 0, &c->ssm_head_dim))) {
+    return rc;
+  }
+  if (c->ssm_head_dim * c->ssm_heads != Dm)
+    return sl_fail(SL_EINPUT,
+                   "%s: mamba_n_heads %lld x mamba_d_head %lld = %lld, but mamba_expand x hidden_size is %lld "
+                   "(transformers refuses this config too)",
+                   p, (long long)c->ssm_heads, (long long)c->ssm_head_dim, (long long)(c->ssm_heads * c->ssm_head_dim),
+                   (long long)Dm);
+  if (n <= 0 || 2 * n >= SL_CFG_MAX_LAYERS)
+    return sl_fail(SL_EINPUT, "%s: num_hidden_layers = %lld (expected 1 to %d for a hybrid of two sub-layers a layer)",
+                   p, (long long)n, SL_CFG_MAX_LAYERS / 2 - 1);
+  json_t *lt = jget(o, "layer_types");
+  if (lt && !json_is_null(lt) && (!json_is_array(lt) || (int64_t)json_array_size(lt) != n))
+    return sl_fail(SL_EINPUT, "%s: field 'layer_types' must be a list of num_hidden_layers = %lld strings, found %s", p,
+                   (long long)n, json_is_array(lt) ? "a list of another length" : jtype(lt));
+  for (int64_t i = 0; i < n; i++) { /* absent: every layer Mamba (transformers' layers_block_type) */
+    json_t *e = lt && !json_is_null(lt) ? json_array_get(lt, (size_t)i) : NULL;
+    const char *t = e ? (json_is_string(e) ? json_string_value(e) : "") : "mamba";
+    if (strcmp(t, "mamba") && strcmp(t, "attention"))
+      return sl_fail(SL_EINPUT, "%s: field 'layer_types'[%lld] = %s (expected \"mamba\" or \"attention\")", p,
+                     (long long)i, json_is_string(e) ? json_string_value(e) : jtype(e));
+    c->layer_pattern[2 * i] = t[0] == 'm' ? 'M' : '*';
+    c->layer_pattern[2 * i + 1] = '-';
+  }
+  c->layer_pattern[2 * n] = 0;
+  rec_put("layer_types", c->layer_pattern);
+  c->hf_layers = n;
+  c->layer_div = 2;
+  c->num_hidden_layers = 2 * n; /* the decoder's layers: two sub-layers each */
+  c->qkv_bias = c->o_bias = bias;
+  c->layer_norm_epsilon = c->rms_norm_eps; /* BambaMixer's gated norm takes rms_norm_eps */
+  c->rope_theta = 1e4;                     /* no RoPE: the table the attention kind builds is never read */
+  c->no_rope = 1;
+  return SL_OK;
+}
+
 /* state-spaces/mamba config.json (mamba_ssm's MambaConfig): d_model, n_layer, vocab_size,
  * pad_vocab_size_multiple, tie_embeddings, ssm_cfg {layer: "Mamba1" | "Mamba2", ...}. The fields both
  * layers share; *ssm is ssm_cfg (an empty object, owned by *empty, when absent: its fields take their
@@ -1629,8 +1749,9 @@ int sl_hfconfig_validate(const char *p, const sl_model_config *c) {
     if (!(c->dt_limit[0] >= 0) || !(c->dt_limit[1] >= c->dt_limit[0]))
       return sl_fail(SL_EINPUT, "%s: time_step_limit [%g, %g]: expected 0 <= min <= max", p, c->dt_limit[0],
                      c->dt_limit[1]);
-  } else if (c->arch == SL_ARCH_NEMOTRON_H) {
-    if ((rc = posl(p, "intermediate_size", c->intermediate_size, CFG_MAX_INTER)) ||
+  } else if (c->arch == SL_ARCH_NEMOTRON_H || c->arch == SL_ARCH_GRANITE_H) {
+    if ((rc = posl(p, c->arch == SL_ARCH_GRANITE_H ? "shared_intermediate_size" : "intermediate_size",
+                   c->intermediate_size, CFG_MAX_INTER)) ||
         (rc = posl(p, "num_attention_heads", c->num_attention_heads, CFG_MAX_HEADS)) ||
         (rc = posl(p, "num_key_value_heads", c->num_key_value_heads, CFG_MAX_HEADS)) ||
         (rc = posl(p, "head_dim", c->head_dim, CFG_MAX_HEAD_DIM)) ||
@@ -1699,7 +1820,8 @@ static void rec_resolve(sl_model_config *c, int row) {
                                      "ssm_cfg.layer",          "attn_layer_idx",    "sliding_window"};
   for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++) rec_del(drop[i]);
   rec_put("family", k_arch[row].cls);
-  if (c->arch == SL_ARCH_MAMBA || c->arch == SL_ARCH_MAMBA2 || c->arch == SL_ARCH_NEMOTRON_H) {
+  if (c->arch == SL_ARCH_MAMBA || c->arch == SL_ARCH_MAMBA2 || c->arch == SL_ARCH_NEMOTRON_H ||
+      c->arch == SL_ARCH_GRANITE_H) {
     rec_put("hidden_act", "silu");
     return;
   }
@@ -1758,7 +1880,7 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
                    "%s: unknown architecture '%s' in 'architectures' (supported: "
                    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
                    "Qwen3MoeForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, MambaForCausalLM, "
-                   "FalconMambaForCausalLM, Mamba2ForCausalLM, NemotronHForCausalLM)",
+                   "FalconMambaForCausalLM, Mamba2ForCausalLM, NemotronHForCausalLM, GraniteMoeHybridForCausalLM)",
                    p, a);
       goto done;
     }
@@ -1777,7 +1899,8 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
     if (!c->arch) {
       rc = sl_fail(SL_EINPUT,
                    "%s: unknown architecture: model_type '%s' (supported: llama, "
-                   "mistral, qwen2, qwen3, mixtral, qwen3_moe, gemma2, gemma3_text, mamba, falcon_mamba, mamba2, nemotron_h)",
+                   "mistral, qwen2, qwen3, mixtral, qwen3_moe, gemma2, gemma3_text, mamba, falcon_mamba, mamba2, nemotron_h, "
+                   "granitemoehybrid)",
                    p, a);
       goto done;
     }
@@ -1800,6 +1923,7 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
   if (c->arch == SL_ARCH_MAMBA) rc = c->ssm_original_format ? parse_mamba_ss(p, o, c) : parse_mamba_hf(p, o, c);
   else if (c->arch == SL_ARCH_MAMBA2) rc = c->ssm_original_format ? parse_mamba2_ss(p, o, c) : parse_mamba2_hf(p, o, c);
   else if (c->arch == SL_ARCH_NEMOTRON_H) rc = parse_nemotron_h(p, o, c);
+  else if (c->arch == SL_ARCH_GRANITE_H) rc = parse_granite_h(p, o, c);
   else rc = parse_attn(p, o, c);
   if (!rc) rc = sl_hfconfig_validate(p, c);
   if (!rc) rec_resolve(c, row);
@@ -2027,6 +2151,35 @@ static void nemotron_h_fields_json(json_t *o, const sl_model_config *c) {
     json_array_append_new(lim, isinf(c->dt_limit[i]) ? json_string(NF_MARK "+Infinity") : json_real(c->dt_limit[i]));
   json_object_set_new(o, "time_step_limit", lim);
 }
+static void granite_h_fields_json(json_t *o, const sl_model_config *c) {
+  SETI("num_hidden_layers", c->hf_layers);
+  json_t *lt = json_array();
+  for (int64_t i = 0; i < c->hf_layers; i++)
+    json_array_append_new(lt, json_string(c->layer_pattern[2 * i] == 'M' ? "mamba" : "attention"));
+  json_object_set_new(o, "layer_types", lt);
+  SETI("num_attention_heads", c->num_attention_heads);
+  SETI("num_key_value_heads", c->num_key_value_heads);
+  SETB("attention_bias", c->o_bias);
+  SETI("shared_intermediate_size", c->intermediate_size);
+  SETI("num_local_experts", 0);
+  SETS("position_embedding_type", "nope");
+  SETS("hidden_act", "silu");
+  SETR("rms_norm_eps", c->rms_norm_eps);
+  SETI("max_position_embeddings", c->max_position_embeddings > 0 ? c->max_position_embeddings : 2048);
+  SETR("embedding_multiplier", c->embedding_mult);
+  SETR("logits_scaling", c->logits_scaling);
+  SETR("residual_multiplier", c->residual_mult);
+  SETR("attention_multiplier", c->attention_mult);
+  SETI("mamba_n_heads", c->ssm_heads);
+  SETI("mamba_d_head", c->ssm_head_dim);
+  SETI("mamba_n_groups", c->ssm_groups);
+  SETI("mamba_d_state", c->state_size);
+  SETI("mamba_d_conv", c->conv_kernel);
+  SETI("mamba_expand", c->expand);
+  SETI("mamba_chunk_size", c->ssm_chunk);
+  SETB("mamba_conv_bias", c->use_conv_bias);
+  SETB("mamba_proj_bias", c->use_bias);
+}
 int sl_hfconfig_save_as(const char *path, const sl_model_config *c, const char *torch_dtype) {
   int rc = sl_hfconfig_validate(path, c);
   if (rc) return rc;
@@ -2046,6 +2199,7 @@ int sl_hfconfig_save_as(const char *path, const sl_model_config *c, const char *
   if (c->arch == SL_ARCH_MAMBA) mamba_fields_json(o, c);
   else if (c->arch == SL_ARCH_MAMBA2) mamba2_fields_json(o, c);
   else if (c->arch == SL_ARCH_NEMOTRON_H) nemotron_h_fields_json(o, c);
+  else if (c->arch == SL_ARCH_GRANITE_H) granite_h_fields_json(o, c);
   else attn_fields_json(o, c);
   SETR("initializer_range", c->initializer_range);
   SETB("tie_word_embeddings", c->tie_word_embeddings);

@@ -25,7 +25,8 @@ typedef enum {
   SL_ARCH_GEMMA2,
   SL_ARCH_GEMMA3, /* Gemma3ForCausalLM (gemma3_text) */
   SL_ARCH_MAMBA2, /* Mamba2ForCausalLM (mamba2) */
-  SL_ARCH_NEMOTRON_H /* NemotronHForCausalLM (nemotron_h): Mamba-2, attention and MLP layers */
+  SL_ARCH_NEMOTRON_H, /* NemotronHForCausalLM (nemotron_h): Mamba-2, attention and MLP layers */
+  SL_ARCH_GRANITE_H   /* GraniteMoeHybridForCausalLM (granitemoehybrid): Granite 4.0-H, dense */
 } sl_arch;
 
 /* config.json's rope_scaling (docs/formats.md): the rules of transformers'
@@ -131,7 +132,16 @@ typedef struct {
      '*' attention, '-' MLP ('E' MoE: refused for now); "" for a family with one kind of layer */
   char layer_pattern[SL_CFG_MAX_LAYERS + 1];
   int mlp_relu2; /* the MLP is up_proj -> relu(x)^2 -> down_proj, no gate (Nemotron-H's mlp_hidden_act relu2) */
-  int no_rope;   /* attention without position embeddings (Nemotron-H) */
+  int no_rope;   /* attention without position embeddings (Nemotron-H, Granite 4.0-H's "nope") */
+  /* Granite 4.0-H: each HF layer is two decoder layers (layer_div 2: a mixer sub-layer, Mamba-2 or attention,
+     then an MLP sub-layer), so num_hidden_layers and layer_pattern count the decoder's and hf_layers the
+     file's; its muP multipliers (0 or 1: none) */
+  int layer_div;        /* decoder layers per HF layer (0: 1) */
+  int64_t hf_layers;    /* config.json's num_hidden_layers when layer_div > 1 */
+  double residual_mult; /* residual_multiplier: each sub-layer's output times it before the residual add */
+  double embedding_mult; /* embedding_multiplier */
+  double attention_mult; /* attention_multiplier: the attention scores' scale (instead of head_dim^-0.5) */
+  double logits_scaling; /* the logits divided by it */
   /* Every config.json field the reader looked at, as sorted "key=value\n" lines: numbers and
      booleans after defaults ("rms_norm_eps=1.0000000000000001e-05", "tie_word_embeddings=0"),
      anything else as compact JSON or "absent" (long lists as a hash); nested objects' fields as

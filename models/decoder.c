@@ -366,6 +366,7 @@ static int dec_alloc_acts(sl_model *m, int set) {
     if (sl_lm_head_init(m, &a->head, d->C, d->V, d->eps, d->tied, (int)d->L + 1)) return SL_ENOMEM;
     a->head.softcap = d->final_softcap;
     a->head.w1 = d->w1;
+    a->head.lscale = d->logit_div > 0 ? 1.0f / d->logit_div : 0.0f;
     return SL_OK;
   }
   rc = sl_lm_head_vp_set_init(m, &d->hvp, &d->hv, d->nsets, set, &a->head, &d->vs, d->C, d->eps, d->tied, (int)d->L + 1,
@@ -373,6 +374,7 @@ static int dec_alloc_acts(sl_model *m, int set) {
   if (!rc) { /* the loss-parallel head's own copy */
     d->hvp[set].h.softcap = a->head.softcap = d->final_softcap;
     d->hvp[set].h.w1 = a->head.w1 = d->w1;
+    d->hvp[set].h.lscale = a->head.lscale = d->logit_div > 0 ? 1.0f / d->logit_div : 0.0f;
   }
   return rc;
 }

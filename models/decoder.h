@@ -133,6 +133,7 @@ struct sl_decoder {
    * by embed_scale (its gradient likewise), the logits are softcapped */
   int plus_one;
   float embed_scale, final_softcap;
+  float logit_div; /* Granite: the logits divided by logits_scaling (0: none; the head's lscale 1 / it) */
   float *w1; /* (C) workspace: the final norm's 1 + w (plus_one) */
   sl_vocab_split vs;
   /* the selected activation set's views (sets[m->act]) */

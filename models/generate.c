@@ -78,7 +78,7 @@ static float softcap(float v, double cap) { return cap > 0 ? (float)(cap * tanh(
 
 static int recurrent(const sl_gen *g) { return g->c.arch == SL_ARCH_MAMBA || g->c.arch == SL_ARCH_MAMBA2; }
 /* A model of attention layers and recurrent ones (Nemotron-H): both caches. */
-static int hybrid(const sl_gen *g) { return g->c.arch == SL_ARCH_NEMOTRON_H; }
+static int hybrid(const sl_gen *g) { return g->c.arch == SL_ARCH_NEMOTRON_H || g->c.arch == SL_ARCH_GRANITE_H; }
 
 static const float *head_weight(const sl_gen *g) {
   if (g->c.tie_word_embeddings) return g->flat[0];
@@ -275,7 +275,8 @@ static void mamba2_layer(sl_gen *g, int64_t l) {
   int64_t GS = G * S, Cd = D + 2 * GS, Din = D + Cd + nh, Dg = D / G;
   {
     int u = (int)l + 1;
-    rmsnorm(g->h, g->x, tens(g, u, ".norm.weight"), C, c->layer_norm_epsilon); /* the block's (first in the unit) */
+    const sl_unit_spec *us = &g->m->units[u];
+    rmsnorm(g->h, g->x, g->flat[u] + us->t[0].offset, C, c->layer_norm_epsilon); /* the block's (first in the unit) */
     float *zx = g->a, *xbc = g->b, *y = g->att, *cs = g->conv[l], *hs = g->ssm[l];
     matvec(zx, tens(g, u, "in_proj.weight"), g->h, Din, C, tens(g, u, "in_proj.bias"));
     const float *wc = tens(g, u, "conv1d.weight"), *bc = tens(g, u, "conv1d.bias");
@@ -286,7 +287,7 @@ static void mamba2_layer(sl_gen *g, int64_t l) {
       for (int64_t k = 0; k < K; k++) s += (double)wc[d * K + k] * cs[d * K + k];
       xbc[d] = silu((float)s);
     }
-    const float *alog = tens(g, u, "A_log"), *dp = tens(g, u, "mixer.D"), *dtb = tens(g, u, "dt_bias");
+    const float *alog = tens(g, u, "A_log"), *dp = tens(g, u, ".D"), *dtb = tens(g, u, "dt_bias");
     for (int64_t h = 0; h < nh; h++) {
       float v = zx[2 * D + 2 * GS + h] + dtb[h];
       float delta = v > 20.0f ? v : log1pf(expf(v)); /* softplus, threshold 20 */
@@ -304,10 +305,11 @@ static void mamba2_layer(sl_gen *g, int64_t l) {
         y[h * P + p] = ((float)acc + dp[h] * xv) * silu(zx[h * P + p]); /* gated by SiLU(z) */
       }
     }
-    const float *wn = tens(g, u, "mixer.norm.weight");
+    const float *wn = tens(g, u, c->arch == SL_ARCH_GRANITE_H ? "mamba.norm.weight" : "mixer.norm.weight");
     for (int64_t gi = 0; gi < G; gi++) rmsnorm(y + gi * Dg, y + gi * Dg, wn + gi * Dg, Dg, c->layer_norm_epsilon);
     matvec(g->h, tens(g, u, "out_proj.weight"), y, C, D, tens(g, u, "out_proj.bias"));
-    for (int64_t i = 0; i < C; i++) g->x[i] += g->h[i];
+    float rm = c->residual_mult > 0 ? (float)c->residual_mult : 1.0f; /* Granite's residual_multiplier */
+    for (int64_t i = 0; i < C; i++) g->x[i] += rm == 1.0f ? g->h[i] : g->h[i] * rm;
   }
 }
 
@@ -317,21 +319,32 @@ static void mamba2_step(sl_gen *g, int32_t tok) {
   head(g);
 }
 
-/* ---- Nemotron-H: each layer norm -> one mixer -> residual: Mamba-2 (M), attention without RoPE (*), the
- * squared-ReLU MLP (-) ------------------------------------------------------------------------------------ */
-static void nemotron_h_step(sl_gen *g, int32_t tok) {
+/* ---- the hybrids, layer by layer of the decoder: norm -> one mixer -> residual: Mamba-2 (M), attention
+ * without RoPE (*), the MLP (-: Nemotron-H's squared ReLU, Granite 4.0-H's SwiGLU shared_mlp); Granite's
+ * multipliers (embeddings, residuals, attention scores, logits) -------------------------------------------- */
+static void hybrid_step(sl_gen *g, int32_t tok) {
   const sl_model_config *c = &g->c;
   int64_t C = g->C, hd = g->hd, nh = g->nh, nkv = g->nkv, KV = nkv * hd, p = g->pos, I = c->intermediate_size;
   double eps = c->layer_norm_epsilon;
+  int granite = c->arch == SL_ARCH_GRANITE_H;
+  float rm = c->residual_mult > 0 ? (float)c->residual_mult : 1.0f;
+  double sc = granite && c->attention_mult > 0 ? c->attention_mult : 1.0 / sqrt((double)hd);
   memcpy(g->x, g->flat[0] + (int64_t)tok * C, (size_t)C * 4);
+  for (int64_t i = 0; granite && c->embedding_mult > 0 && i < C; i++) g->x[i] *= (float)c->embedding_mult;
   for (int64_t l = 0; l < g->L; l++) {
     int u = (int)l + 1;
     if (c->layer_pattern[l] == 'M') {
       mamba2_layer(g, l);
       continue;
     }
-    rmsnorm(g->h, g->x, tens(g, u, ".norm.weight"), C, eps);
-    if (c->layer_pattern[l] == '-') {
+    rmsnorm(g->h, g->x, g->flat[u] + g->m->units[u].t[0].offset, C, eps); /* the sub-layer's norm: first */
+    if (c->layer_pattern[l] == '-' && granite) { /* input_linear: gate | up rows */
+      const float *wi = tens(g, u, "input_linear.weight");
+      matvec(g->a, wi, g->h, I, C, NULL);
+      matvec(g->b, wi + I * C, g->h, I, C, NULL);
+      for (int64_t i = 0; i < I; i++) g->a[i] = silu(g->a[i]) * g->b[i];
+      matvec(g->h, tens(g, u, "output_linear.weight"), g->a, C, I, NULL);
+    } else if (c->layer_pattern[l] == '-') {
       matvec(g->a, tens(g, u, "up_proj.weight"), g->h, I, C, tens(g, u, "up_proj.bias"));
       for (int64_t i = 0; i < I; i++) g->a[i] = g->a[i] > 0 ? g->a[i] * g->a[i] : 0.0f;
       matvec(g->h, tens(g, u, "down_proj.weight"), g->a, C, I, tens(g, u, "down_proj.bias"));
@@ -347,7 +360,7 @@ static void nemotron_h_step(sl_gen *g, int32_t tok) {
         for (int64_t j = 0; j <= p; j++) {
           double s = 0;
           for (int64_t i = 0; i < hd; i++) s += (double)q[i] * g->kc[l][j * KV + kvh * hd + i];
-          g->probs[j] = (float)(s / sqrt((double)hd));
+          g->probs[j] = (float)(s * sc);
           if (g->probs[j] > mx) mx = g->probs[j];
         }
         for (int64_t j = 0; j <= p; j++) sum += exp(g->probs[j] - mx);
@@ -359,9 +372,10 @@ static void nemotron_h_step(sl_gen *g, int32_t tok) {
       }
       matvec(g->h, tens(g, u, "o_proj.weight"), g->att, C, nh * hd, tens(g, u, "o_proj.bias"));
     }
-    for (int64_t i = 0; i < C; i++) g->x[i] += g->h[i];
+    for (int64_t i = 0; i < C; i++) g->x[i] += rm == 1.0f ? g->h[i] : g->h[i] * rm;
   }
   head(g);
+  for (int64_t v = 0; granite && c->logits_scaling > 0 && v < g->V; v++) g->logits[v] /= (float)c->logits_scaling;
 }
 
 /* ---- load / free ------------------------------------------------------------------ */
@@ -532,7 +546,7 @@ static int reset(sl_gen *g, int64_t n) {
 static void step(sl_gen *g, int32_t tok) {
   if (g->c.arch == SL_ARCH_MAMBA) mamba_step(g, tok);
   else if (g->c.arch == SL_ARCH_MAMBA2) mamba2_step(g, tok);
-  else if (hybrid(g)) nemotron_h_step(g, tok);
+  else if (hybrid(g)) hybrid_step(g, tok);
   else llama_step(g, tok);
   g->pos++;
 }

@@ -179,6 +179,7 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
     float *ao = p->gemma ? a->ao : a->xmid; /* Gemma: xmid = x + norm(ao) */
     sl_lin_fwd(m, &p->lo, p->sp ? dln : ao, a->att, w.wo, w.bo, N);
     if ((rc = sl_dec_row_parallel_sum(m, dln, ao))) return rc;
+    if (p->rmult != 1.0f) o->scale_add(k, ao, p->rmult, 0.0f, n * C); /* Granite's residual_multiplier */
     if (p->gemma) post_norm(m, p, a->xmid, a->rstd3, ao, w.lnpa, 1, x);
     else o->add_inplace(k, a->xmid, x, n * C);
     if (m->res_bf16) o->round_bf16(k, a->xmid, n * C); /* a bf16 residual stream (the block output: models/decoder.c) */
@@ -193,6 +194,7 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
     if ((rc = sl_llama_moe_fwd(m, p, l, a, &w, out ? (p->sp ? dln : out) : NULL))) return rc;
     if (!out) return SL_OK;
     if ((rc = sl_dec_row_parallel_sum(m, dln, out))) return rc;
+    if (p->rmult != 1.0f) o->scale_add(k, out, p->rmult, 0.0f, n * C);
     o->add_inplace(k, out, xm, n * C);
     return SL_OK;
   }
@@ -208,9 +210,21 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   if (out) {
     sl_lin_fwd(m, &p->ldown, p->sp ? dln : out, a->h, w.wd, w.bd, N);
     if ((rc = sl_dec_row_parallel_sum(m, dln, out))) return rc;
+    if (p->rmult != 1.0f) o->scale_add(k, out, p->rmult, 0.0f, n * C);
     o->add_inplace(k, out, xm, n * C);
   }
   return SL_OK;
+}
+
+/* The gradient a part's last projection takes, dout (the block output's, all-gathered under sp), times the
+ * residual multiplier (Granite): scaled in place when it is dln's gather, else copied into dln first. */
+const float *sl_llama_rmult_grad(sl_model *m, const llama_priv *p, const float *dout) {
+  if (p->rmult == 1.0f) return dout;
+  float *dln = sl_dec(m)->dln;
+  int64_t rows = p->sp ? p->N : p->n;
+  if (dout != dln) m->ops->copy(m->k, dln, dout, (size_t)(rows * p->C) * 4);
+  m->ops->scale_add(m->k, dln, p->rmult, 0.0f, rows * p->C);
+  return dln;
 }
 
 /* A k/v slice several TP ranks hold (nkv < T): each computed its gradient
@@ -295,6 +309,7 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
   /* MLP (under sp dln holds the gathered gradient until the GEMM that overwrites it) */
   if (p->gemma && !(dout = post_norm_bwd(m, p, (float *)g.lnpf, a->mo, w.lnpf, 3, a->rstd4))) return SL_ECOMM;
   else if (!p->gemma && p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
+  dout = sl_llama_rmult_grad(m, p, dout);
   if (p->E) {
     if ((rc = sl_llama_moe_bwd(m, p, l, a, &w, &g, dout, dln))) return rc;
   } else {
@@ -313,6 +328,7 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
 attention:
   if (p->gemma && !(dout = post_norm_bwd(m, p, (float *)g.lnpa, a->ao, w.lnpa, 1, a->rstd3))) return SL_ECOMM;
   else if (!p->gemma && p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
+  dout = sl_llama_rmult_grad(m, p, dout);
   m->ops->zero(m->k, p->datt, (size_t)(N * p->A) * 4);
   sl_lin_bwd(m, &p->lo, p->datt, (float *)g.wo, (float *)g.bo, dout, a->att, w.wo, N);
   m->ops->zero(m->k, p->dqkv, (size_t)(N * p->Q) * 4);
@@ -480,17 +496,18 @@ static int llama_spec(sl_model *m, sl_unit_spec *b, int64_t l) {
   int rc;
   char nm[SL_TENSOR_NAME_MAX];
   int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, I = c->intermediate_size;
-  /* a hybrid's layer of one part (Nemotron-H): its norm "norm", its module "mixer" */
-  int lp = llama_parts(p, l), one = lp != LP_BOTH;
-  const char *at = one ? "mixer" : "self_attn", *ml = one ? "mixer" : "mlp";
+  /* the family's names (llama_init): a hybrid's layer of one part (Nemotron-H: norm, mixer.*; Granite 4.0-H:
+   * HF layer l / 2's input_layernorm, self_attn.* or post_attention_layernorm, shared_mlp.*) */
+  int lp = llama_parts(p, l);
+  const char *at = p->m_att, *ml = p->m_mlp;
   char sfx[SL_TENSOR_NAME_MAX];
 #define ADD(suffix, nd, d0, d1, decay, init, split, parts)                                                             \
-  snprintf(nm, sizeof nm, "%s.%lld.%s", p->pre, (long long)l, suffix);                                                 \
+  snprintf(nm, sizeof nm, "%s.%lld.%s", p->pre, (long long)(l / p->div), suffix);                                      \
   if ((rc = sl_unit_add_split(m, b, nm, nd, d0, d1, decay, init, std, split, parts))) return rc
 #define MOD(mod, rest) (snprintf(sfx, sizeof sfx, "%s.%s", mod, rest), sfx)
   sl_init_kind ni = c->gemma ? SL_INIT_ZEROS : SL_INIT_ONES; /* Gemma's norms multiply by 1 + w */
   if (!(lp & LP_ATTN)) goto mlp;
-  ADD(one ? "norm.weight" : "input_layernorm.weight", 1, C, 0, 0, ni, SL_SPLIT_NONE, 1);
+  ADD(p->n_ln1, 1, C, 0, 0, ni, SL_SPLIT_NONE, 1);
   ADD(MOD(at, "q_proj.weight"), 2, nh * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
   ADD(MOD(at, "k_proj.weight"), 2, nkv * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, nkv_parts);
   ADD(MOD(at, "v_proj.weight"), 2, nkv * p->hd, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, nkv_parts);
@@ -510,11 +527,17 @@ static int llama_spec(sl_model *m, sl_unit_spec *b, int64_t l) {
   }
 mlp:
   if (!(lp & LP_MLP)) return SL_OK;
-  ADD(one ? "norm.weight" : "post_attention_layernorm.weight", 1, C, 0, 0, ni, SL_SPLIT_NONE, 1);
+  ADD(p->n_ln2, 1, C, 0, 0, ni, SL_SPLIT_NONE, 1);
   if (c->gemma) {
     ADD("pre_feedforward_layernorm.weight", 1, C, 0, 0, ni, SL_SPLIT_NONE, 1);
   }
   if (p->E) return sl_llama_moe_spec(m, b, l, std);
+  if (p->packed_gu) { /* one HF tensor of two stacked parts (gate | up rows), each column-split */
+    snprintf(nm, sizeof nm, "%s.%lld.%s", p->pre, (long long)(l / p->div), MOD(ml, "input_linear.weight"));
+    if ((rc = sl_unit_add_stacked(m, b, nm, 2, 2 * I, C, 0, 1, SL_INIT_NORMAL, std, 2))) return rc;
+    ADD(MOD(ml, "output_linear.weight"), 2, C, I, 1, SL_INIT_NORMAL, SL_SPLIT_ROW, T);
+    return SL_OK;
+  }
   if (!p->relu2) {
     ADD(MOD(ml, "gate_proj.weight"), 2, I, C, 1, SL_INIT_NORMAL, SL_SPLIT_COL, T);
   }
@@ -599,11 +622,19 @@ static int llama_init(sl_model *m, sl_decoder *d) {
   p->I = c->intermediate_size / T;
   if (!(p->lwin = calloc((size_t)d->L, sizeof *p->lwin))) return sl_fail(SL_ENOMEM, "out of memory");
   for (int64_t l = 0; l < d->L; l++) p->lwin[l] = sl_cfg_layer_window(c, l);
-  int hybrid = c->layer_pattern[0] != 0; /* Nemotron-H: '*' and '-' layers are this kind's, one part each */
+  int hybrid = c->layer_pattern[0] != 0; /* the hybrids: '*' and '-' layers are this kind's, one part each */
+  int granite = c->arch == SL_ARCH_GRANITE_H, nemo = hybrid && !granite;
   if (hybrid && !(p->parts = calloc((size_t)d->L, 1))) return sl_fail(SL_ENOMEM, "out of memory");
   for (int64_t l = 0; hybrid && l < d->L; l++)
     p->parts[l] = c->layer_pattern[l] == '*' ? LP_ATTN : c->layer_pattern[l] == '-' ? LP_MLP : 0;
-  p->pre = hybrid ? "backbone.layers" : "model.layers";
+  p->pre = nemo ? "backbone.layers" : "model.layers";
+  p->div = c->layer_div > 1 ? c->layer_div : 1;
+  p->n_ln1 = nemo ? "norm.weight" : "input_layernorm.weight";
+  p->n_ln2 = nemo ? "norm.weight" : "post_attention_layernorm.weight";
+  p->m_att = nemo ? "mixer" : "self_attn";
+  p->m_mlp = nemo ? "mixer" : granite ? "shared_mlp" : "mlp";
+  p->packed_gu = granite;
+  p->rmult = c->residual_mult > 0 ? (float)c->residual_mult : 1.0f;
   p->gemma = c->gemma;
   p->softcap = (float)c->attn_logit_softcapping;
   if ((p->E = c->moe_experts)) {
@@ -618,10 +649,10 @@ static int llama_init(sl_model *m, sl_decoder *d) {
   }
   /* the projections: q | k | v and gate | up stacked (one GEMM each); o_proj and down_proj row-parallel */
   p->lqkv = sl_lin_one("qkv", NULL, p->C, p->Q, SL_LIN_COL);
-  sl_lin_module(&p->lqkv, hybrid ? "mixer.q_proj" : "self_attn.q_proj", p->nh * p->hd);
-  sl_lin_module(&p->lqkv, hybrid ? "mixer.k_proj" : "self_attn.k_proj", p->nkv * p->hd);
-  sl_lin_module(&p->lqkv, hybrid ? "mixer.v_proj" : "self_attn.v_proj", p->nkv * p->hd);
-  p->lo = sl_lin_one("o_proj", hybrid ? "mixer.o_proj" : "self_attn.o_proj", p->A, p->C, SL_LIN_ROW);
+  sl_lin_module(&p->lqkv, nemo ? "mixer.q_proj" : "self_attn.q_proj", p->nh * p->hd);
+  sl_lin_module(&p->lqkv, nemo ? "mixer.k_proj" : "self_attn.k_proj", p->nkv * p->hd);
+  sl_lin_module(&p->lqkv, nemo ? "mixer.v_proj" : "self_attn.v_proj", p->nkv * p->hd);
+  p->lo = sl_lin_one("o_proj", nemo ? "mixer.o_proj" : "self_attn.o_proj", p->A, p->C, SL_LIN_ROW);
   if (p->E) { /* Mixtral: block_sparse_moe.{gate, experts.e.w1|w3|w2}; Qwen3-MoE: mlp.{gate, experts.e.*_proj} */
     int q3 = c->arch == SL_ARCH_QWEN3_MOE;
     p->lrouter = sl_lin_one("router", q3 ? "mlp.gate" : "block_sparse_moe.gate", p->C, p->E, SL_LIN_REPLICATED);
@@ -630,8 +661,11 @@ static int llama_init(sl_model *m, sl_decoder *d) {
     sl_lin_module(&p->legu, q3 ? "experts.up_proj" : "experts.w3", p->I);
     p->ledown = sl_lin_one("experts.down", q3 ? "experts.down_proj" : "experts.w2", p->I, p->C, SL_LIN_ROW);
   } else if (p->relu2) { /* Nemotron-H: up_proj alone */
-    p->lgu = sl_lin_one("up_proj", hybrid ? "mixer.up_proj" : "mlp.up_proj", p->C, p->I, SL_LIN_COL);
-    p->ldown = sl_lin_one("down_proj", hybrid ? "mixer.down_proj" : "mlp.down_proj", p->I, p->C, SL_LIN_ROW);
+    p->lgu = sl_lin_one("up_proj", nemo ? "mixer.up_proj" : "mlp.up_proj", p->C, p->I, SL_LIN_COL);
+    p->ldown = sl_lin_one("down_proj", nemo ? "mixer.down_proj" : "mlp.down_proj", p->I, p->C, SL_LIN_ROW);
+  } else if (granite) { /* shared_mlp.input_linear (gate | up rows), output_linear */
+    p->lgu = sl_lin_one("gate_up", "shared_mlp.input_linear", p->C, 2 * p->I, SL_LIN_COL);
+    p->ldown = sl_lin_one("down_proj", "shared_mlp.output_linear", p->I, p->C, SL_LIN_ROW);
   } else {
     p->lgu = sl_lin_one("gate_up", NULL, p->C, 2 * p->I, SL_LIN_COL);
     sl_lin_module(&p->lgu, "mlp.gate_proj", p->I);
@@ -639,13 +673,16 @@ static int llama_init(sl_model *m, sl_decoder *d) {
     p->ldown = sl_lin_one("down_proj", "mlp.down_proj", p->I, p->C, SL_LIN_ROW);
   }
   p->scale = c->query_pre_attn_scalar > 0 ? (float)(1.0 / sqrt(c->query_pre_attn_scalar)) : sl_rope_score_scale(c);
+  if (c->attention_mult > 0 && c->arch == SL_ARCH_GRANITE_H) p->scale = (float)c->attention_mult; /* muP */
   p->eps = (float)c->rms_norm_eps;
   p->sp = d->sp;
   p->n = d->n;
   d->eps = p->eps;
   d->std = c->initializer_range > 0 ? (float)c->initializer_range : 0.02f;
-  d->embed_name = hybrid ? "backbone.embeddings.weight" : "model.embed_tokens.weight";
-  d->norm_name = hybrid ? "backbone.norm_f.weight" : "model.norm.weight";
+  d->embed_name = nemo ? "backbone.embeddings.weight" : "model.embed_tokens.weight";
+  d->norm_name = nemo ? "backbone.norm_f.weight" : "model.norm.weight";
+  if (c->embedding_mult > 0 && c->embedding_mult != 1) d->embed_scale = (float)c->embedding_mult; /* Granite */
+  if (c->logits_scaling > 0 && c->logits_scaling != 1) d->logit_div = (float)c->logits_scaling;
   d->head_init = SL_INIT_NORMAL;
   if (c->gemma) { /* the skeleton's Gemma options: (1 + w) final norm, scaled embeddings, final-logit softcap */
     d->plus_one = p->plus_one = 1;

@@ -105,6 +105,11 @@ typedef struct {
   int64_t gw;  /* the rows of gate|up per MLP channel: 2, or 1 (relu2: up alone) */
   int no_rope; /* attention without RoPE (Nemotron-H) */
   const char *pre; /* the layers' tensor prefix ("model.layers", "backbone.layers") */
+  int64_t div;     /* decoder layers per HF layer (Granite 4.0-H: 2; names take layer l / div) */
+  const char *n_ln1, *n_ln2; /* the norms of an attention part and of an MLP part ("input_layernorm.weight", ...) */
+  const char *m_att, *m_mlp; /* their modules ("self_attn", "mlp"; Nemotron-H "mixer"; Granite's "shared_mlp") */
+  int packed_gu;   /* gate | up stored as one HF tensor <m_mlp>.input_linear, down as output_linear (Granite) */
+  float rmult;     /* a part's output times this before its residual add (Granite's residual_multiplier; 1: none) */
 } llama_priv;
 
 /* parameter views of a block's flat buffer */
@@ -191,6 +196,8 @@ const float *sl_llama_layer_freq(const llama_priv *p, int l);
 const float *sl_llama_qk_norm_w(sl_model *m, const llama_priv *p, const blockw *w);
 /* The weight a norm multiplies by: w, or Gemma's 1 + w in slot `slot` of p->w1. */
 const float *sl_llama_norm_w(sl_model *m, const llama_priv *p, const float *w, int slot);
+/* dout times p->rmult (Granite's residual multiplier; dout itself when 1), in d->dln (models/llama.c). */
+const float *sl_llama_rmult_grad(sl_model *m, const llama_priv *p, const float *dout);
 /* The split backward's block halves (models/llama_split.c): sl_block_kind's. */
 int64_t sl_llama_stash_numel(const sl_model *m);
 int sl_llama_bwd_input(sl_model *m, int l, const float *flat, float *stash);

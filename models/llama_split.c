@@ -110,6 +110,7 @@ int sl_llama_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
   else if (p->sp) rc = sl_dec_sp_gather(m, d->dres, s.dmlp);
   else o->copy(k, s.dmlp, d->dres, nc);
   if (rc) return rc;
+  if (p->rmult != 1.0f) o->scale_add(k, s.dmlp, p->rmult, 0.0f, (p->sp ? N : n) * C); /* Granite */
   o->zero(k, p->dh, (size_t)(N * p->I) * 4);
   sl_lin_bwd(m, &p->ldown, p->dh, NULL, NULL, s.dmlp, a->h, w.wd, N);
   o->zero(k, p->dgu, (size_t)(N * p->gw * p->I) * 4);
@@ -128,6 +129,7 @@ attention:
   else if (p->sp) rc = sl_dec_sp_gather(m, d->dres, s.datt);
   else o->copy(k, s.datt, d->dres, nc);
   if (rc) return rc;
+  if (p->rmult != 1.0f) o->scale_add(k, s.datt, p->rmult, 0.0f, (p->sp ? N : n) * C);
   o->zero(k, p->datt, (size_t)(N * p->A) * 4);
   sl_lin_bwd(m, &p->lo, p->datt, NULL, NULL, s.datt, a->att, w.wo, N);
   o->zero(k, p->dqkv, (size_t)(N * p->Q) * 4);

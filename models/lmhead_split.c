@@ -34,6 +34,7 @@ int sl_lm_head_bwd_input(sl_model *m, sl_lm_head *h, const float *flat, const fl
   m->ops->zero(m->k, dln, bytes);
   m->ops->lmhead_ce_bwd(m->k, dln, h->tied ? tied : NULL, h->lnf, W, m->targets, h->lse, m->loss_scale, h->N, h->C,
                         h->V, h->softcap);
+  sl_lm_head_lscale(m, h, dln, h->N);
   m->ops->rmsnorm_bwd(m->k, dres, NULL, dln, x, sl_lm_head_norm_w(m, h, flat), h->rstdf, h->N, h->C, h->C);
   m->ops->copy(m->k, stash, dln, bytes);
   return SL_OK;
@@ -67,6 +68,7 @@ int sl_lm_head_vp_bwd_input(sl_model *m, sl_lm_head_vp *hv, const float *flat, c
                         vs->v0, vs->Vl, vs->valid, h->softcap);
   rc = hv->sp ? g->reducescatter(g->user, dln, dn, n * h->C) : g->allreduce(g->user, dln, h->N * h->C, SL_TP_SUM);
   if (rc) return rc;
+  sl_lm_head_lscale(m, h, dn, n);
   m->ops->rmsnorm_bwd(m->k, dres, NULL, dn, x, sl_lm_head_norm_w(m, h, flat), h->rstdf, n, h->C, h->C);
   m->ops->copy(m->k, stash, dn, (size_t)(n * h->C) * 4);
   return SL_OK;

@@ -84,6 +84,11 @@ typedef struct {
   float *dzx;       /* (N, Din) */
   float *gnorm;     /* (H) under sp: the micro-batch's part of the block norm's weight gradient */
   sl_lin lin, lout; /* the projections (models/linear.h): in_proj (z | x | B | C | dt), out_proj */
+  /* the family's names: Mamba2 / Nemotron-H backbone.layers.{l}.norm, .mixer.*; Granite 4.0-H
+   * model.layers.{l / 2}.input_layernorm, .mamba.* (a decoder layer is half an HF layer) */
+  const char *pre, *n_norm, *mod;
+  int64_t div;
+  float rmult; /* the output times this before the residual add (Granite's residual_multiplier; 1: none) */
 } m2_priv;
 
 static m2_w views(const m2_priv *p, const float *flat) {
@@ -147,6 +152,7 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
     float *dln = sl_dec(m)->dln;
     sl_lin_fwd(m, &p->lout, p->sp ? dln : out, a->gn, w.w_out, w.b_out, N);
     if ((rc = sl_dec_row_parallel_sum(m, dln, out))) return rc;
+    if (p->rmult != 1.0f) o->scale_add(k, out, p->rmult, 0.0f, p->n * H);
     o->add_inplace(k, out, x, p->n * H);
   }
   return SL_OK;
@@ -220,6 +226,10 @@ static int bwd_pass(sl_model *m, int l, const float *flat, const m2_w *g, const 
   if (p->sp) rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = st ? st->dout : d->dln));
   else if (st) copy(m, st->dout, d->dres, N * H);
   if (rc) return rc;
+  if (p->rmult != 1.0f) { /* Granite's residual multiplier: out_proj's output gradient is rmult dres */
+    if (dout == d->dres) copy(m, d->dln, d->dres, N * H), dout = d->dln; /* dln: free until in_proj's backward */
+    o->scale_add(k, (float *)dout, p->rmult, 0.0f, N * H);
+  }
   zero(m, p->dgn, N * D);
   sl_lin_bwd(m, &p->lout, p->dgn, G_(w_out), G_(b_out), dout, a->gn, w.w_out, N);
   if (st) copy(m, st->dgn, p->dgn, N * D);
@@ -332,11 +342,11 @@ static int m2_init_custom(sl_model *m, int u, int ti, float *dst, uint64_t seed)
   const sl_tensor_spec *t = &m->units[u].t[ti];
   uint64_t s = seed;
   int64_t numel = t->full[0] * (t->ndim > 1 ? t->full[1] : 1) * (t->ndim > 2 ? t->full[2] : 1);
-  if (ends_with(t->name, "mixer.A_log")) {
+  if (ends_with(t->name, ".A_log")) {
     for (int64_t h = 0; h < numel; h++) dst[h] = logf((float)(h + 1));
     return SL_OK;
   }
-  if (ends_with(t->name, "mixer.dt_bias")) {
+  if (ends_with(t->name, ".dt_bias")) {
     double lo = log(c->time_step_min), hi = log(c->time_step_max);
     for (int64_t i = 0; i < numel; i++) {
       double dt = exp(unif01(&s) * (hi - lo) + lo);
@@ -399,7 +409,7 @@ static int m2_spec(sl_model *m, sl_unit_spec *b, int64_t l) {
   m2_offsets *o = &p->off;
   /* split: 0 whole; 5 / 3 in_proj's / the conv's parts; 1 split over dim 0; -1 row (out_proj) */
 #define ADD(field, suffix, nd, d0, d1, d2, decay, init, split)                                                         \
-  snprintf(nm, sizeof nm, "backbone.layers.%lld.%s", (long long)l, suffix);                                            \
+  snprintf(nm, sizeof nm, "%s.%lld.%s.%s", p->pre, (long long)(l / p->div), p->mod, suffix);                           \
   o->field = b->numel;                                                                                                 \
   rc = (split) > 1                                                                                                     \
            ? sl_unit_add_parts(m, b, nm, nd, (split) == 5 ? in_parts : conv_parts, (split), d1, d2, decay, init, std)  \
@@ -408,22 +418,24 @@ static int m2_spec(sl_model *m, sl_unit_spec *b, int64_t l) {
                       : sl_unit_add(b, nm, nd, d0, d1, d2, decay, init, std);                                           \
   if (rc) return rc
   o->b_in = o->b_conv = o->b_out = -1;
-  ADD(norm, "norm.weight", 1, p->H, 0, 0, 0, SL_INIT_ONES, 0);
-  ADD(w_in, "mixer.in_proj.weight", 2, 0, p->H, 0, 1, SL_INIT_NORMAL, 5);
+  o->norm = b->numel; /* the block norm: outside the mixer's module */
+  snprintf(nm, sizeof nm, "%s.%lld.%s", p->pre, (long long)(l / p->div), p->n_norm);
+  if ((rc = sl_unit_add(b, nm, 1, p->H, 0, 0, 0, SL_INIT_ONES, std))) return rc;
+  ADD(w_in, "in_proj.weight", 2, 0, p->H, 0, 1, SL_INIT_NORMAL, 5);
   if (p->use_bias) {
-    ADD(b_in, "mixer.in_proj.bias", 1, 0, 1, 1, 0, SL_INIT_ZEROS, 5);
+    ADD(b_in, "in_proj.bias", 1, 0, 1, 1, 0, SL_INIT_ZEROS, 5);
   }
-  ADD(w_conv, "mixer.conv1d.weight", 3, 0, 1, p->K, 1, SL_INIT_CUSTOM, 3);
+  ADD(w_conv, "conv1d.weight", 3, 0, 1, p->K, 1, SL_INIT_CUSTOM, 3);
   if (p->conv_bias) {
-    ADD(b_conv, "mixer.conv1d.bias", 1, 0, 1, 1, 0, SL_INIT_ZEROS, 3);
+    ADD(b_conv, "conv1d.bias", 1, 0, 1, 1, 0, SL_INIT_ZEROS, 3);
   }
-  ADD(dt_bias, "mixer.dt_bias", 1, nhw, 0, 0, 0, SL_INIT_CUSTOM, 1);
-  ADD(a_log, "mixer.A_log", 1, nhw, 0, 0, 0, SL_INIT_CUSTOM, 1);
-  ADD(dp, "mixer.D", 1, nhw, 0, 0, 0, SL_INIT_ONES, 1);
-  ADD(w_gn, "mixer.norm.weight", 1, Dw, 0, 0, 0, SL_INIT_ONES, 1);
-  ADD(w_out, "mixer.out_proj.weight", 2, p->H, Dw, 0, 1, SL_INIT_CUSTOM, -1);
+  ADD(dt_bias, "dt_bias", 1, nhw, 0, 0, 0, SL_INIT_CUSTOM, 1);
+  ADD(a_log, "A_log", 1, nhw, 0, 0, 0, SL_INIT_CUSTOM, 1);
+  ADD(dp, "D", 1, nhw, 0, 0, 0, SL_INIT_ONES, 1);
+  ADD(w_gn, "norm.weight", 1, Dw, 0, 0, 0, SL_INIT_ONES, 1);
+  ADD(w_out, "out_proj.weight", 2, p->H, Dw, 0, 1, SL_INIT_CUSTOM, -1);
   if (p->use_bias) {
-    ADD(b_out, "mixer.out_proj.bias", 1, p->H, 0, 0, 0, SL_INIT_ZEROS, 0);
+    ADD(b_out, "out_proj.bias", 1, p->H, 0, 0, 0, SL_INIT_ZEROS, 0);
   }
 #undef ADD
   return SL_OK;
@@ -476,14 +488,22 @@ static int m2_init(sl_model *m, sl_decoder *d) {
   p->dt_hi = (float)c->dt_limit[1];
   p->use_bias = c->use_bias;
   p->conv_bias = c->use_conv_bias;
-  p->lin = sl_lin_one("in_proj", "mixer.in_proj", p->H, p->Din, SL_LIN_COL);
-  p->lout = sl_lin_one("out_proj", "mixer.out_proj", p->D, p->H, SL_LIN_ROW);
+  int granite = c->arch == SL_ARCH_GRANITE_H;
+  p->pre = granite ? "model.layers" : "backbone.layers";
+  p->n_norm = granite ? "input_layernorm.weight" : "norm.weight";
+  p->mod = granite ? "mamba" : "mixer";
+  p->div = c->layer_div > 1 ? c->layer_div : 1;
+  p->rmult = c->residual_mult > 0 ? (float)c->residual_mult : 1.0f;
+  p->lin = sl_lin_one("in_proj", granite ? "mamba.in_proj" : "mixer.in_proj", p->H, p->Din, SL_LIN_COL);
+  p->lout = sl_lin_one("out_proj", granite ? "mamba.out_proj" : "mixer.out_proj", p->D, p->H, SL_LIN_ROW);
   p->chunk = MAMBA2_SCAN_CHUNK;
   p->nch = m->T > 0 ? (m->T + p->chunk - 1) / p->chunk : 0;
   d->eps = p->eps;
   d->std = c->initializer_range > 0 ? (float)c->initializer_range : 0.1f;
-  d->embed_name = c->ssm_original_format ? "backbone.embedding.weight" : "backbone.embeddings.weight";
-  d->norm_name = "backbone.norm_f.weight";
+  d->embed_name = granite                  ? "model.embed_tokens.weight"
+                  : c->ssm_original_format ? "backbone.embedding.weight"
+                                           : "backbone.embeddings.weight";
+  d->norm_name = granite ? "model.norm.weight" : "backbone.norm_f.weight";
   d->head_init = SL_INIT_NORMAL;
   return SL_OK;
 }

@@ -126,6 +126,8 @@ static const struct {
     /* Nemotron-H: '*' (attention) and '-' (MLP) layers are Llama's sub-layers alone (models/llama.c: a
        layer's parts), 'M' layers Mamba-2's */
     {SL_ARCH_NEMOTRON_H, &sl_llama_block, &sl_mamba2_block, "M"},
+    /* Granite 4.0-H: each HF layer two decoder layers, a mixer ('M' Mamba-2 or '*' attention) and '-' its MLP */
+    {SL_ARCH_GRANITE_H, &sl_llama_block, &sl_mamba2_block, "M"},
 };
 
 /* cfg's kinds (kinds[0..*nk-1]) and each layer's index among them (lk, L
@@ -429,6 +431,7 @@ int sl_lm_head_init(sl_model *m, sl_lm_head *h, int64_t C, int64_t V, float eps,
   h->unit = unit;
   h->softcap = 0.0f; /* Gemma's options: the caller sets them after init */
   h->w1 = NULL;
+  h->lscale = 0.0f;
   if (!(h->lnf = sl_model_buf(m, h->N * C, SL_ARENA_ACTS)) || !(h->rstdf = sl_model_buf(m, h->N, SL_ARENA_ACTS)) ||
       !(h->lse = sl_model_buf(m, h->N, SL_ARENA_ACTS)) || !(h->losses = sl_model_buf(m, h->N, SL_ARENA_ACTS)))
     return SL_ENOMEM;
@@ -443,6 +446,10 @@ static int head_weight(sl_model *m, const sl_lm_head *h, const float *flat, cons
   return m->access.params(m->access.user, 0, W);
 }
 
+void sl_lm_head_lscale(sl_model *m, const sl_lm_head *h, float *v, int64_t rows) {
+  if (h->lscale > 0) m->ops->scale_add(m->k, v, h->lscale, 0.0f, rows * h->C);
+}
+
 const float *sl_lm_head_norm_w(sl_model *m, const sl_lm_head *h, const float *flat) {
   if (!h->w1) return flat;
   m->ops->copy(m->k, h->w1, flat, (size_t)h->C * 4);
@@ -455,6 +462,7 @@ int sl_lm_head_fwd(sl_model *m, sl_lm_head *h, const float *flat, const float *x
   int rc = head_weight(m, h, flat, &W);
   if (rc) return rc;
   m->ops->rmsnorm_fwd(m->k, h->lnf, h->rstdf, x, sl_lm_head_norm_w(m, h, flat), h->N, h->C, h->C, h->eps);
+  sl_lm_head_lscale(m, h, h->lnf, h->N);
   m->ops->lmhead_ce_fwd(m->k, h->losses, h->lse, h->lnf, W, m->targets, h->N, h->C, h->V, h->softcap);
   sl_model_loss_add(m, h->losses, h->N);
   return SL_OK;
@@ -471,6 +479,7 @@ int sl_lm_head_bwd(sl_model *m, sl_lm_head *h, const float *flat, float *grads, 
   m->ops->zero(m->k, dres, bytes);
   m->ops->zero(m->k, dln, bytes);
   m->ops->lmhead_ce_bwd(m->k, dln, dW, h->lnf, W, m->targets, h->lse, m->loss_scale, h->N, h->C, h->V, h->softcap);
+  sl_lm_head_lscale(m, h, dln, h->N);
   m->ops->rmsnorm_bwd(m->k, dres, grads, dln, x, sl_lm_head_norm_w(m, h, flat), h->rstdf, h->N, h->C, h->C);
   return SL_OK;
 }

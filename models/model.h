@@ -411,6 +411,8 @@ typedef struct {
   float *losses;  /* (N) */
   float softcap;  /* final-logit softcap (Gemma 2), 0: none (sl_lm_head_init: 0; the decoder sets it) */
   float *w1;      /* (C) workspace for the norm's 1 + w (Gemma), NULL: the norm multiplies by w */
+  float lscale;   /* the logits times this (Granite: 1 / logits_scaling), 0: none; applied to the normed rows the
+                     head GEMM reads (lnf) and to their gradient (sl_lm_head_lscale) */
 } sl_lm_head;
 /* Declares the head unit's tensors (norm_name (C), then lm_head.weight (V, C)
  * when untied; tied: pins unit 0, whose weight the head reads); SL_ENOMEM
@@ -448,6 +450,8 @@ int sl_lm_head_fwd(sl_model *m, sl_lm_head *h, const float *flat, const float *x
 int sl_lm_head_bwd(sl_model *m, sl_lm_head *h, const float *flat, float *grads, const float *x, float *dres,
                    float *dln);
 int sl_lm_head_logits(sl_model *m, sl_lm_head *h, float *out);
+/* rows x C of v times h->lscale (nothing when 0): the head's normed input, forward, and its gradient. */
+void sl_lm_head_lscale(sl_model *m, const sl_lm_head *h, float *v, int64_t rows);
 /* The final norm's weight: flat's first C floats, or 1 + them (Gemma: h->w1). */
 const float *sl_lm_head_norm_w(sl_model *m, const sl_lm_head *h, const float *flat);
 /* sl_lm_head_bwd split for zero-bubble schedules (models/lmhead_split.c):

@@ -138,6 +138,7 @@ int sl_lm_head_vp_fwd(sl_model *m, sl_lm_head_vp *hv, const float *flat, const f
   int64_t N = h->N, n = hv->sp ? N / vs->T : N;
   o->rmsnorm_fwd(m->k, hv->sp ? hv->xl : h->lnf, h->rstdf, x, sl_lm_head_norm_w(m, h, flat), n, h->C, h->C, h->eps);
   if (hv->sp && (rc = m->access.tp.allgather(m->access.tp.user, hv->xl, h->lnf, n * h->C))) return rc;
+  sl_lm_head_lscale(m, h, h->lnf, N);
   o->lmhead_vp_fwd(m->k, hv->lmax, hv->st, h->lnf, W, m->targets, N, h->C, vs->v0, vs->Vl, vs->valid, h->softcap);
   o->copy(m->k, hv->gmax, hv->lmax, (size_t)N * sizeof(float));
   if ((rc = tp_allreduce(m, hv->gmax, N, SL_TP_MAX))) return rc;
@@ -166,6 +167,7 @@ int sl_lm_head_vp_bwd(sl_model *m, sl_lm_head_vp *hv, const float *flat, float *
   if (hv->sp) rc = m->access.tp.reducescatter(m->access.tp.user, dln, hv->xl, n * h->C);
   else rc = tp_allreduce(m, dln, h->N * h->C, SL_TP_SUM);
   if (rc) return rc;
+  sl_lm_head_lscale(m, h, hv->sp ? hv->xl : dln, n);
   float *dw = hv->sp ? sl_sp_norm_dw(m, hv->gw, h->C) : grads;
   m->ops->rmsnorm_bwd(m->k, dres, dw, hv->sp ? hv->xl : dln, x, sl_lm_head_norm_w(m, h, flat), h->rstdf, n, h->C, h->C);
   return hv->sp ? sl_sp_norm_dw_sum(m, grads, hv->gw, h->C) : SL_OK;

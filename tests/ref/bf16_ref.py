@@ -1,8 +1,9 @@
-"""PyTorch reference of bf16 compute (docs/bf16.md) for Llama (Qwen3, Gemma 2 / 3), Mamba (and Falcon-Mamba)
-and Mamba-2.
+"""PyTorch reference of bf16 compute (docs/bf16.md) for Llama (Qwen3, Gemma 2 / 3), Mamba (and Falcon-Mamba),
+Mamba-2 and Nemotron-H.
 
 Owns: the forwards of llama_ref.LlamaForCausalLM's,
-mamba_ref.MambaForCausalLM's and mamba2_ref.Mamba2ForCausalLM's parameters with the bf16 rounding points
+mamba_ref.MambaForCausalLM's, mamba2_ref.Mamba2ForCausalLM's and
+nemotron_h_ref.NemotronHForCausalLM's parameters with the bf16 rounding points
 written out as explicit casts, and their dump (logits, loss, parameter
 gradients of the mean loss of samples 0..B-1).
 
@@ -36,7 +37,11 @@ Written from the rounding-point table of docs/bf16.md, not from the engine:
     so autograd's single rounding of each is the engine's; the gate's
     output g is stored in bf16 but its gradient is the gated norm's
     rmsnorm_bwd input gradient, fp32 (docs/bf16.md's table), so g's
-    rounding is straight-through.
+    rounding is straight-through;
+  - Nemotron-H (nemotron_h_forward): its layers are those pieces, each
+    x + mixer(R(rmsnorm(x))) on an fp32 stream: 'M' Mamba-2's mixer
+    (_m2_mixer), '*' the Llama attention without RoPE, '-' up_proj ->
+    relu2 (output R) -> down_proj.
 """
 import math
 import os
@@ -50,6 +55,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama_ref as L  # noqa: E402
 import mamba2_ref as M2  # noqa: E402
 import mamba_ref as M  # noqa: E402
+import nemotron_h_ref as NH  # noqa: E402
 
 
 def r(x):
@@ -244,6 +250,39 @@ def mamba_forward(m, idx, bf16=True):
     return linear(x, m.head_weight())
 
 
+def _m2_mixer(mx, ln, R, RW):
+    """The output (B, T, H) of a Mamba-2 mixer mx (mamba2_ref.Mamba2Mixer; its config mx.c) on the rounded
+    block-norm output ln, with mamba2_forward's rounding points (below)."""
+    c = mx.c
+    B, T = ln.shape[:2]
+    D, S, K, nh, G, P = (c.intermediate_size, c.state_size, c.conv_kernel, c.num_heads, c.n_groups,
+                         c.head_dim)
+    Cd, GS, eps = D + 2 * G * S, G * S, c.layer_norm_epsilon
+
+    def linear(x, w, b=None):
+        y = RW(x) @ RW(w).t()
+        return R(y + RW(b) if b is not None else y)
+
+    zx = linear(ln, mx.in_proj.weight, mx.in_proj.bias)
+    z, xbc, dtr = zx[..., :D], zx[..., D:D + Cd], zx[..., D + Cd:]
+    cb = RW(mx.conv1d.bias) if mx.conv1d.bias is not None else None
+    xc = R(F.conv1d(xbc.transpose(1, 2), RW(mx.conv1d.weight), cb, padding=K - 1, groups=Cd)[..., :T]
+           .transpose(1, 2))
+    xbc = R(F.silu(xc))
+    xs, Bm, Cm = xbc[..., :D], xbc[..., D:D + GS], xbc[..., D + GS:]
+    dt = torch.clamp(F.softplus(dtr + RW(mx.dt_bias)), c.time_step_limit[0], c.time_step_limit[1])
+    rep = nh // G
+    Bm = Bm.reshape(B, T, G, S).repeat_interleave(rep, dim=2)
+    Cm = Cm.reshape(B, T, G, S).repeat_interleave(rep, dim=2)
+    y = R(M2.ssd_sequential(xs.reshape(B, T, nh, P), dt, -torch.exp(RW(mx.A_log)), Bm, Cm, RW(mx.D))
+          .reshape(B, T, D))
+    g = RW(y * F.silu(z))  # stored in bf16, its gradient fp32 (mamba2_forward)
+    w = mx.norm.weight.reshape(G, D // G)
+    gg = g.reshape(B, T, G, D // G)
+    gn = R(((gg * torch.rsqrt(gg.pow(2).mean(-1, keepdim=True) + eps)) * RW(w)).reshape(B, T, D))
+    return linear(gn, mx.out_proj.weight, mx.out_proj.bias)
+
+
 def mamba2_forward(m, idx, bf16=True):
     """Logits (B, T, V) of mamba2_ref model m with the bf16 rounding points of
     models/mamba2.c's ops (kernels/bf16.c): the block norm's, in_proj's, the
@@ -260,13 +299,46 @@ def mamba2_forward(m, idx, bf16=True):
     dB and dC summed over a group's heads in fp32 before the rounding).
     The gate's output g: rounded when stored (gate_fwd) but its gradient dg
     is rmsnorm_bwd's input gradient, which the engine keeps in fp32 and
-    gate_bwd multiplies unrounded: straight-through (RW)."""
+    gate_bwd multiplies unrounded: straight-through (RW). The mixer is
+    _m2_mixer (shared with nemotron_h_forward)."""
+    R, RW = (r, rw) if bf16 else (_ident, _ident)
+    c = m.config
+    eps = c.layer_norm_epsilon
+
+    def rmsnorm(x, w):
+        return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)) * RW(w)
+
+    def linear(x, w):
+        return R(RW(x) @ RW(w).t())
+
+    x = F.embedding(idx, RW(m.backbone.embeddings.weight))  # fp32 residual stream
+    for layer in m.backbone.layers:
+        x = x + _m2_mixer(layer.mixer, R(rmsnorm(x, layer.norm.weight)), R, RW)
+    x = R(rmsnorm(x, m.backbone.norm_f.weight))
+    w = m.backbone.embeddings.weight if c.tie_word_embeddings else m.lm_head.weight
+    return linear(x, w)
+
+
+def nemotron_h_forward(m, idx, bf16=True, skip=()):
+    """Logits (B, T, V) of nemotron_h_ref model m with the bf16 rounding points of the engine's two block
+    kinds (models/decoder.c selects one per layer): every layer is x + mixer(R(rmsnorm(x))) on an fp32
+    residual stream (a hybrid with a Mamba-2 layer: the mamba2 kind has no bf16_stream cap, so the
+    skeleton's stream and llama.c's xmid stay fp32 and unrounded);
+      'M'  _m2_mixer, mamba2_forward's layer;
+      '*'  the Llama attention sub-layer with no RoPE (models/llama.c block_forward, LP_ATTN alone:
+           ln1 R, q / k / v = the qkv GEMM's output R (biases: attention_bias), attention on it
+           (out R, the custom backward's D from the stored O), o_proj R, xmid = x + y in fp32, copied
+           to the block output);
+      '-'  the Llama MLP sub-layer (LP_MLP alone: ln2 = R(rmsnorm(x)) of the block input itself,
+           up_proj R, relu2_fwd R (kernels/bf16.c ACT_WRAPPERS: out R, its backward's dx R), down_proj
+           R, added to x in fp32);
+    then norm_f R and the head's logits R. skip: names of rounding points left out, for the negative
+    control only ("relu2": relu2's output and its gradient unrounded)."""
     R, RW = (r, rw) if bf16 else (_ident, _ident)
     c = m.config
     B, T = idx.shape
-    D, S, K, nh, G, P = (c.intermediate_size, c.state_size, c.conv_kernel, c.num_heads, c.n_groups,
-                         c.head_dim)
-    Cd, GS, eps = D + 2 * G * S, G * S, c.layer_norm_epsilon
+    nh, nkv, hd, eps = c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.layer_norm_epsilon
+    mask = torch.ones(T, T, dtype=torch.bool).triu(1)
 
     def rmsnorm(x, w):
         return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)) * RW(w)
@@ -277,37 +349,39 @@ def mamba2_forward(m, idx, bf16=True):
 
     x = F.embedding(idx, RW(m.backbone.embeddings.weight))  # fp32 residual stream
     for layer in m.backbone.layers:
+        h = R(rmsnorm(x, layer.norm.weight))
         mx = layer.mixer
-        ln = R(rmsnorm(x, layer.norm.weight))
-        zx = linear(ln, mx.in_proj.weight, mx.in_proj.bias)
-        z, xbc, dtr = zx[..., :D], zx[..., D:D + Cd], zx[..., D + Cd:]
-        cb = RW(mx.conv1d.bias) if mx.conv1d.bias is not None else None
-        xc = R(F.conv1d(xbc.transpose(1, 2), RW(mx.conv1d.weight), cb, padding=K - 1, groups=Cd)[..., :T]
-               .transpose(1, 2))
-        xbc = R(F.silu(xc))
-        xs, Bm, Cm = xbc[..., :D], xbc[..., D:D + GS], xbc[..., D + GS:]
-        dt = torch.clamp(F.softplus(dtr + RW(mx.dt_bias)), c.time_step_limit[0], c.time_step_limit[1])
-        rep = nh // G
-        Bm = Bm.reshape(B, T, G, S).repeat_interleave(rep, dim=2)
-        Cm = Cm.reshape(B, T, G, S).repeat_interleave(rep, dim=2)
-        y = R(M2.ssd_sequential(xs.reshape(B, T, nh, P), dt, -torch.exp(RW(mx.A_log)), Bm, Cm, RW(mx.D))
-              .reshape(B, T, D))
-        g = RW(y * F.silu(z))  # stored in bf16, its gradient fp32 (above)
-        gn = R(rmsnorm(g.reshape(B, T, G, D // G), mx.norm.weight.reshape(G, D // G)).reshape(B, T, D))
-        x = x + linear(gn, mx.out_proj.weight, mx.out_proj.bias)
+        if layer.kind == "mamba":
+            y = _m2_mixer(mx, h, R, RW)
+        elif layer.kind == "attention":
+            q = linear(h, mx.q_proj.weight, mx.q_proj.bias).view(B, T, nh, hd).transpose(1, 2)
+            k = linear(h, mx.k_proj.weight, mx.k_proj.bias).view(B, T, nkv, hd).transpose(1, 2)
+            v = linear(h, mx.v_proj.weight, mx.v_proj.bias).view(B, T, nkv, hd).transpose(1, 2)
+            rep = nh // nkv
+            att = _Attention.apply(q, k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1), mask, R)
+            att = R(att.transpose(1, 2).reshape(B, T, nh * hd))
+            y = linear(att, mx.o_proj.weight, mx.o_proj.bias)
+        else:
+            u = linear(h, mx.up_proj.weight, mx.up_proj.bias)
+            a = torch.square(F.relu(u))
+            y = linear(a if "relu2" in skip else R(a), mx.down_proj.weight, mx.down_proj.bias)
+        x = x + y
     x = R(rmsnorm(x, m.backbone.norm_f.weight))
     w = m.backbone.embeddings.weight if c.tie_word_embeddings else m.lm_head.weight
     return linear(x, w)
 
 
-def dump(m, stream, B, T, bf16=True, residual_bf16=True):
-    """Like llama_ref.dump, through forward() / mamba_forward() / mamba2_forward() above."""
+def dump(m, stream, B, T, bf16=True, residual_bf16=True, skip=()):
+    """Like llama_ref.dump, through forward() / mamba_forward() / mamba2_forward() /
+    nemotron_h_forward() above (skip: nemotron_h_forward's)."""
     m.zero_grad(set_to_none=True)
     x, y = L.batch(stream, 0, B, T)
     if isinstance(m, M.MambaForCausalLM):
         logits = mamba_forward(m, x, bf16)
     elif isinstance(m, M2.Mamba2ForCausalLM):
         logits = mamba2_forward(m, x, bf16)
+    elif isinstance(m, NH.NemotronHForCausalLM):
+        logits = nemotron_h_forward(m, x, bf16, skip)
     else:
         logits = forward(m, x, bf16, residual_bf16)
     loss = L.loss_fn(logits, y)

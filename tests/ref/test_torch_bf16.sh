@@ -2,8 +2,8 @@
 # bf16 compute: shardlm dump --compute-dtype bf16 (the CPU mirror of the GPU's
 # rounding points) vs a PyTorch bf16 reference with explicit casts
 # (tests/ref/bf16_checks.py, docs/bf16.md) for tiny Llama (untied, tied),
-# Qwen3, Gemma 2, Gemma 3, Mamba, Falcon-Mamba and Mamba-2 (2 groups untied;
-# 1 group tied with biases) models, plus 6 bf16 training steps (Llama,
-# Mamba-2). Skips (77) without
+# Qwen3, Gemma 2, Gemma 3, Mamba, Falcon-Mamba, Mamba-2 (2 groups untied;
+# 1 group tied with biases) and Nemotron-H ("M*M-" untied; "M-*" tied with
+# biases) models, plus 6 bf16 training steps (Llama, Mamba-2, Nemotron-H). Skips (77) without
 # $SL_BUILD/shardlm or /usr/bin/python3 with torch; SL_KEEP=1 keeps the work dir.
 exec bash "$(dirname "$0")/../lib/torch_run.sh" torch_bf16 bf16_checks.py
