@@ -59,7 +59,7 @@ MULTIPLIERS = ("embedding_multiplier", "residual_multiplier", "logits_scaling", 
 
 class GraniteHConfig:
     """The GraniteMoeHybridForCausalLM config.json fields the engine reads (transformers'
-    defaults), dense layers only."""
+    defaults), dense layers only (intermediate_size, the experts' width, is not read)."""
 
     def __init__(self, d):
         d = dict(d)
@@ -86,7 +86,6 @@ class GraniteHConfig:
             raise ValueError(f"hidden_act {act!r}: only 'silu' (the shared MLP's and the Mamba conv's) is here")
         self.vocab_size = int(d.get("vocab_size", 32000))
         self.hidden_size = int(d.get("hidden_size", 4096))
-        self.intermediate_size = int(d.get("intermediate_size", 11008))  # the experts' (unused, dense)
         self.shared_intermediate_size = int(d.get("shared_intermediate_size", 1024))
         self.num_attention_heads = int(d.get("num_attention_heads", 32))
         kv = d.get("num_key_value_heads")
@@ -141,7 +140,7 @@ class GraniteHConfig:
         d = {
             "architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid",
             "vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
-            "intermediate_size": self.intermediate_size, "shared_intermediate_size": self.shared_intermediate_size,
+            "shared_intermediate_size": self.shared_intermediate_size,
             "num_hidden_layers": self.num_hidden_layers, "layer_types": list(self.layer_types),
             "num_attention_heads": self.num_attention_heads, "num_key_value_heads": self.num_key_value_heads,
             "attention_bias": self.attention_bias, "attention_dropout": 0.0,
@@ -155,9 +154,11 @@ class GraniteHConfig:
             "mamba_chunk_size": self.mamba_chunk_size, "mamba_conv_bias": self.mamba_conv_bias,
             "mamba_proj_bias": self.mamba_proj_bias, "tie_word_embeddings": self.tie_word_embeddings,
             "initializer_range": self.initializer_range, "max_position_embeddings": self.max_position_embeddings,
-            "pad_token_id": self.pad_token_id, "bos_token_id": self.bos_token_id, "eos_token_id": self.eos_token_id,
+            "bos_token_id": self.bos_token_id, "eos_token_id": self.eos_token_id,
             "normalization_function": "rmsnorm", "torch_dtype": "float32",
         }
+        if self.pad_token_id is not None:  # transformers' default None (shardlm's saved configs carry none)
+            d["pad_token_id"] = self.pad_token_id
         if self.time_step_limit != (0.0, float("inf")):
             d["time_step_limit"] = list(self.time_step_limit)
         return d
@@ -171,12 +172,12 @@ def make_config(layer_types=("mamba", "attention", "mamba"), hidden=32, vocab=97
     (attention_bias, mamba_proj_bias, mamba_conv_bias, rms_norm_eps, ...)."""
     d = dict(layer_types=list(layer_types), num_hidden_layers=len(layer_types), hidden_size=hidden,
              vocab_size=vocab, num_attention_heads=heads, num_key_value_heads=kv_heads,
-             shared_intermediate_size=shared_intermediate, intermediate_size=2 * shared_intermediate,
+             shared_intermediate_size=shared_intermediate,
              mamba_n_heads=mamba_heads, mamba_d_head=mamba_head_dim, mamba_n_groups=groups, mamba_d_state=state,
              mamba_d_conv=conv, mamba_chunk_size=chunk, mamba_expand=expand, tie_word_embeddings=tied,
              embedding_multiplier=embedding_multiplier, residual_multiplier=residual_multiplier,
              attention_multiplier=attention_multiplier, logits_scaling=logits_scaling, num_local_experts=0,
-             position_embedding_type="nope", pad_token_id=0)
+             position_embedding_type="nope")
     d.update(extra)
     return GraniteHConfig(d)
 
