@@ -123,7 +123,7 @@ int sl_pp_plan_create(const sl_pp_plan_cfg *c, sl_pp_plan **out) {
      * (value, gradient, Adam m and v), as shardlm pp-schedule weighs them */
     double attn = c->no_attention ? 0 : 12.0 * (double)c->heads_x_dim * (double)c->T;
     for (int l = 0; l < c->L; l++) {
-      lf[l] = 6.0 * (double)c->numel[l + 1] + attn;
+      lf[l] = c->lflops ? c->lflops[l] : 6.0 * (double)c->numel[l + 1] + attn;
       lb[l] = 16.0 * (double)c->numel[l + 1];
     }
     sl_pp_costs pc = {.L = c->L,
@@ -919,7 +919,9 @@ int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int ran
   int rc = sl_model_create_specs(mc, &sm);
   if (rc) return rc;
   int64_t *numel = calloc((size_t)sm->nunits, sizeof(int64_t));
-  if (!numel) rc = sl_fail(SL_ENOMEM, "out of memory");
+  double *lflops = calloc((size_t)mc->num_hidden_layers + 1, sizeof(double));
+  if (!numel || !lflops) rc = sl_fail(SL_ENOMEM, "out of memory");
+  int hybrid = !rc && sl_model_layer_flops(sm, c->seq_len, lflops); /* Mamba-2, attention, MLP layers differ */
   for (int u = 0; !rc && u < sm->nunits; u++) /* a companion counts with its block (the stage balance) */
     numel[u < mc->num_hidden_layers + 2 ? u : sm->units[u].companion_of] += sm->units[u].numel;
   sl_pp_plan_cfg pc = {.kind = c->pp_schedule,
@@ -932,6 +934,7 @@ int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int ran
                        .tied = mc->tie_word_embeddings,
                        .no_attention = !sm->caps.attention,
                        .numel = numel,
+                       .lflops = hybrid ? lflops : NULL,
                        .hidden = mc->hidden_size,
                        .heads_x_dim = mc->num_attention_heads * mc->head_dim,
                        .B = c->micro_batch,
@@ -958,6 +961,7 @@ int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int ran
             (long long)p->sched.makespan);
   }
   free(numel);
+  free(lflops);
   sl_model_destroy(sm);
   return rc;
 }

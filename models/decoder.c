@@ -262,6 +262,13 @@ static int64_t dec_flops(const sl_model *m, int64_t T) {
   return f;
 }
 
+int sl_model_layer_flops(sl_model *m, int64_t T, double *out) {
+  sl_decoder *d = sl_dec(m);
+  if (!d || d->nkinds == 1) return 0;
+  for (int64_t l = 0; l < d->L; l++) out[l] = (double)sl_dec_use(d, l)->layer_flops(m, l, T);
+  return 1;
+}
+
 /* The kind of a model's MoE hooks: the first with one (NULL: a dense model). */
 static const sl_block_kind *moe_kind(sl_model *m, size_t off) {
   sl_decoder *d = sl_dec(m);

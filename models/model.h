@@ -349,6 +349,9 @@ int sl_model_unit_to_whole(const sl_model *m, int u, const float *flats, float *
 void sl_model_unit_from_whole(const sl_model *m, int u, const float *whole, float *flat);
 
 int64_t sl_model_num_params(const sl_model *m); /* real parameters */
+/* A model of several layer kinds (the hybrids): each decoder layer's training FLOPs per token at sequence
+ * length T into out (L entries) and 1; 0 (out untouched) for a model of one kind, whose layers cost alike. */
+int sl_model_layer_flops(sl_model *m, int64_t T, double *out);
 /* A mixture of experts' routing (models/llama_moe.c): the tokens each expert
  * of each block received in the forwards since the last call ((L, E) into
  * out when out != NULL; the counters restart). Returns L*E, 0 for a dense
