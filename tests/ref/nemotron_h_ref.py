@@ -240,6 +240,14 @@ class NemotronHModel(nn.Module):
         self.norm_f = M2.RMSNorm(c.hidden_size, c.layer_norm_epsilon)
 
 
+def rotation(T, head_dim, rope_theta, dtype):
+    """(cos, sin) of T positions for llama_ref's Attention: the identity rotation (q * 1 +
+    rotate_half(q) * 0 == q: no RoPE) when rope_theta is None, else RoPE of that theta."""
+    if rope_theta is None:
+        return torch.ones(T, head_dim, dtype=dtype), torch.zeros(T, head_dim, dtype=dtype)
+    return L.rope_cos_sin(T, head_dim, rope_theta, dtype)
+
+
 class NemotronHForCausalLM(nn.Module):
     """named_parameters() yields exactly the published checkpoint names.
 
@@ -256,12 +264,7 @@ class NemotronHForCausalLM(nn.Module):
 
     def forward(self, idx, scan=M2.ssd_chunked):
         c = self.config
-        T = idx.shape[1]
-        dt = self.backbone.norm_f.weight.dtype
-        if self.rope_theta is None:  # the identity rotation: q * 1 + rotate_half(q) * 0 == q
-            cos, sin = torch.ones(T, c.head_dim, dtype=dt), torch.zeros(T, c.head_dim, dtype=dt)
-        else:
-            cos, sin = L.rope_cos_sin(T, c.head_dim, self.rope_theta, dt)
+        cos, sin = rotation(idx.shape[1], c.head_dim, self.rope_theta, self.backbone.norm_f.weight.dtype)
         x = self.backbone.embeddings(idx)
         for layer in self.backbone.layers:
             x = layer(x, cos, sin, scan)
@@ -281,13 +284,15 @@ train = MR.train
 save_hf = MR.save_hf  # config.json from m.config.to_dict(), the weights by HF name
 
 
-def init_model(c, seed=0, std=0.1, jitter=0.2):
+def init_model(c, seed=0, std=0.1, jitter=0.2, model=None):
     """N(0, std) for the embeddings and every matrix, conv uniform(+-1/sqrt(K)); transformers'
     Mamba init for the rest: dt_bias = softplus^-1(dt), dt log-uniform in [time_step_min,
     time_step_max] floored at time_step_floor, A_log = log(1..nh), D = 1, norms 1; jitter > 0
-    perturbs A_log, D, the norms and the biases (so tests do not see symmetric values)."""
+    perturbs A_log, D, the norms and the biases (so tests do not see symmetric values).
+    model: another family's module to fill the same way (granite_h_ref: c then needs
+    conv_kernel and time_step_min / max / floor); default a NemotronHForCausalLM of c."""
     g = torch.Generator().manual_seed(seed)
-    m = NemotronHForCausalLM(c)
+    m = NemotronHForCausalLM(c) if model is None else model
 
     def rnd(shape):
         return torch.randn(shape, generator=g)

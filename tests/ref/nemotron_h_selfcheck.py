@@ -108,44 +108,50 @@ def check_fp64(ck):
            errs[worst] < 1e-5, f"worst {worst} {errs[worst]:.1e}; logits {errs['logits']:.1e}{extra}")
 
 
+def fd_worst(m, x, y, probes):
+    """Central differences with h 1e-5 on an fp64 model m (truncation ~h^2, rounding ~1e-16 * loss / h
+    ~ 1e-11): per probed tensor (names of m) its largest-gradient element and a random one; returns
+    (worst |fd - autograd| / max(|autograd|, 1e-4), what it was, how many scalars)."""
+
+    def loss():
+        lg = m(x)
+        return F.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1))
+
+    m.zero_grad(set_to_none=True)
+    loss().backward()
+    params = dict(m.named_parameters())
+    worst, wname, n = 0.0, "", 0
+    g = torch.Generator().manual_seed(11)
+    for name in probes:
+        p = params[name]
+        for i in (int(p.grad.abs().argmax()), int(torch.randint(0, p.numel(), (1,), generator=g))):
+            ag = float(p.grad.reshape(-1)[i])
+            h = 1e-5
+            with torch.no_grad():
+                flat = p.view(-1)
+                old = float(flat[i])
+                flat[i] = old + h
+                lp = float(loss())
+                flat[i] = old - h
+                lm = float(loss())
+                flat[i] = old
+            fd = (lp - lm) / (2 * h)
+            e = abs(fd - ag) / max(abs(ag), 1e-4)
+            n += 1
+            if e >= worst:
+                worst, wname = e, f"{name}[{i}] autograd {ag:.9e} fd {fd:.9e}"
+    return worst, wname, n
+
+
 def check_fd(ck):
-    """Central differences with h 1e-5 (truncation ~h^2, rounding ~1e-16 * loss / h ~ 1e-11): per probed
-    tensor its largest-gradient element and a random one; error |fd - autograd| / max(|autograd|, 1e-4)."""
     for tag, c in (("M*M-", N.config_hybrid(VOCAB)), ("M-* tied bias limit", N.config_tied_bias(VOCAB))):
         m = N.init_model(c, seed=5).double()
         x, y = batch(3)
-
-        def loss():
-            lg = m(x)
-            return F.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1))
-
-        m.zero_grad(set_to_none=True)
-        loss().backward()
-        probes = [n for n in dict(m.named_parameters()) if any(s in n for s in (
+        probes = [n for n, _ in m.named_parameters() if any(s in n for s in (
             "layers.0.mixer.A_log", "layers.0.mixer.dt_bias", "layers.0.mixer.D", "layers.0.mixer.conv1d.weight",
             "layers.0.mixer.in_proj.weight", "layers.0.mixer.norm.weight", "q_proj.weight", "k_proj.weight",
             "v_proj.bias", "up_proj.weight", "down_proj.bias", "layers.1.norm.weight", "embeddings.weight"))]
-        params = dict(m.named_parameters())
-        worst, wname, n = 0.0, "", 0
-        g = torch.Generator().manual_seed(11)
-        for name in probes:
-            p = params[name]
-            for i in (int(p.grad.abs().argmax()), int(torch.randint(0, p.numel(), (1,), generator=g))):
-                ag = float(p.grad.reshape(-1)[i])
-                h = 1e-5
-                with torch.no_grad():
-                    flat = p.view(-1)
-                    old = float(flat[i])
-                    flat[i] = old + h
-                    lp = float(loss())
-                    flat[i] = old - h
-                    lm = float(loss())
-                    flat[i] = old
-                fd = (lp - lm) / (2 * h)
-                e = abs(fd - ag) / max(abs(ag), 1e-4)
-                n += 1
-                if e >= worst:
-                    worst, wname = e, f"{name}[{i}] autograd {ag:.9e} fd {fd:.9e}"
+        worst, wname, n = fd_worst(m, x, y, probes)
         ck(f"[c] {tag}: autograd vs central differences (fp64, {n} scalars of {len(probes)} tensors, < 1e-6)",
            worst < 1e-6, f"worst {worst:.1e} ({wname})")
 
