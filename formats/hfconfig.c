@@ -1274,7 +1274,10 @@ static int parse_mamba2_hf(const char *p, json_t *o, sl_model_config *c) {
  * (NemotronHConfig's __post_init__: mamba_n_groups -> n_groups, ...). */
 static const char *legacy_key(json_t *o, const char *key, const char *old) {
   json_t *v = jget(o, key);
-  return (!v || json_is_null(v)) && old && jget(o, old) ? old : key;
+  if ((v && !json_is_null(v)) || !old) return key;
+  if (jget(o, old)) return old; /* its line becomes key's (lget_*) */
+  rec_del(old);                 /* absent: the old spelling leaves no line, so a re-saved file reads the same */
+  return key;
 }
 static int lget_int(const char *p, json_t *o, const sl_model_config *c, const char *key, const char *old, int64_t *out) {
   double d = 0;

@@ -695,7 +695,7 @@ static int llama_init(sl_model *m, sl_decoder *d) {
 }
 
 static void llama_caps(const sl_model_config *c, sl_model_caps *out) {
-  *out = (sl_model_caps){.attention = 1,
+  *out = (sl_model_caps){.attention = !c->layer_pattern[0] || strchr(c->layer_pattern, '*') != NULL, /* a hybrid's */
                          .doc_mask = 1,
                          .recurrent = 0,
                          .zb_split = !c->moe_experts, /* the MoE MLP has no split backward yet */

@@ -77,7 +77,13 @@ int sl_plan_model_init(const sl_model_config *cfg, sl_plan_model *out) {
     out->S = cfg->state_size;
     out->K = cfg->conv_kernel;
     out->R = cfg->time_step_rank;
-  } else {
+  }
+  out->La = out->L;
+  if (cfg->layer_pattern[0]) { /* a hybrid: only its '*' layers attend */
+    out->La = 0;
+    for (const char *q = cfg->layer_pattern; *q; q++) out->La += *q == '*';
+  }
+  if (!out->caps.recurrent || out->caps.attention) { /* attention shapes: every attending model, hybrids too */
     out->nh = cfg->num_attention_heads;
     out->nkv = cfg->num_key_value_heads;
     out->hd = cfg->head_dim;
@@ -110,7 +116,7 @@ double sl_plan_flops_per_token(const sl_plan_model *m, int64_t T) {
  * the part selective checkpointing recomputes (closed form, no causal
  * halving as in flops_per_token). */
 static double attn_core_flops(const sl_plan_model *m, int64_t T) {
-  return !m->caps.attention ? 0.0 : 4.0 * (double)m->L * (double)(m->nh * m->hd) * (double)T;
+  return !m->caps.attention ? 0.0 : 4.0 * (double)m->La * (double)(m->nh * m->hd) * (double)T;
 }
 
 /* Forward FLOPs per token of every block together: a third of the model's

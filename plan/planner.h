@@ -48,6 +48,7 @@ typedef struct {
   int64_t nparams;                       /* sum of numel */
   int64_t nactive;                       /* a token's: nparams less the E - k experts it skips a layer (MoE) */
   int64_t L, C, nh, nkv, hd, I, V, Q, A; /* Llama/Mistral shapes (Q = (nh+2nkv)hd, A = nh hd) */
+  int64_t La;                            /* the layers that attend (a hybrid's '*' ones; else L) */
   int64_t D, S, K, R;                    /* Mamba: d_inner, d_state, d_conv, dt_rank */
   int64_t E, k, nmoe;                    /* mixture of experts: experts, top-k, MoE layers (0 0 0: dense) */
   sl_model *spec;                        /* the engine's model, specs only (sl_model_create_specs): unit sizes, FLOPs */

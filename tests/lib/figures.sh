@@ -2,7 +2,7 @@
 # Prints the figures a restructuring must keep bit for bit: per-step loss,
 # grad norm, held-out loss, bytes moved and per-arena peaks of a set of runs
 # (ZeRO 0-3, hybrid sharding, offload, checkpointing, bf16, Mistral, Mamba,
-# Qwen3, Gemma 3, Mixtral, Mamba-2; TP, SP, PP, TP x PP, zb1p), the sha256 of
+# Qwen3, Gemma 3, Mixtral, Mamba-2, Nemotron-H, Granite 4.0-H; TP, SP, PP, TP x PP, zb1p), the sha256 of
 # each saved model, and the planner's engine-check output. Run it before and
 # after a change and diff the two outputs:
 #   SL_BUILD=build bash tests/lib/figures.sh > before.txt
@@ -112,6 +112,25 @@ fig x2ep 2 --model "$W/mixtral" --ep 2 --zero 3
 fig x2z3 2 --model "$W/mixtral" --zero 3 --activation-checkpoint selective
 fig mm2z3 2 --model "$W/mamba2" --zero 3 --activation-checkpoint full
 fig mm2tp 4 --model "$W/mamba2" --tp 2 --pp 2 --sequence-parallel --pp-schedule zb1p --grad-accum 4
+# the hybrids: decoder layers of two kinds (Nemotron-H M * M -: TP + SP, PP zb1p; Granite 4.0-H: its multipliers,
+# two sub-layers an HF layer)
+mkdir -p "$W/nemotron" "$W/granite"
+cat > "$W/nemotron/config.json" <<'J'
+{"architectures": ["NemotronHForCausalLM"], "hidden_size": 32, "intermediate_size": 48, "hybrid_override_pattern": "M*M-",
+ "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "mamba_num_heads": 8, "mamba_head_dim": 8,
+ "n_groups": 2, "ssm_state_size": 8, "conv_kernel": 4, "vocab_size": 300, "mlp_bias": true}
+J
+cat > "$W/granite/config.json" <<'J'
+{"architectures": ["GraniteMoeHybridForCausalLM"], "hidden_size": 32, "num_hidden_layers": 3,
+ "layer_types": ["mamba", "attention", "mamba"], "num_attention_heads": 4, "num_key_value_heads": 2,
+ "shared_intermediate_size": 48, "num_local_experts": 0, "mamba_n_heads": 8, "mamba_d_state": 8, "vocab_size": 300,
+ "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "attention_multiplier": 0.0625, "logits_scaling": 4.0,
+ "tie_word_embeddings": true}
+J
+fig nhz3 2 --model "$W/nemotron" --zero 3 --activation-checkpoint selective
+fig nhtp 4 --model "$W/nemotron" --tp 2 --pp 2 --sequence-parallel --pp-schedule zb1p --grad-accum 4
+fig grz3 2 --model "$W/granite" --zero 3 --activation-checkpoint full
+fig grpp 2 --model "$W/granite" --pp 2 --pp-schedule zb1p --grad-accum 2
 for z in 0 1 2 3; do
   echo "plan z$z: $("$B" plan --engine-check --model "$W/llama" --world 2 --zero $z --micro-batch 2 --seq-len 16 --json 2>&1 | sha256sum | cut -c1-16)"
 done

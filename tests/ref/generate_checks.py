@@ -18,7 +18,9 @@ Checks (one line each, then "N passed, M failed"):
      another continuation), Mixtral and Qwen3-MoE (the router's top k, renormalised or not),
      Nemotron-H (M * M - layers: a Mamba-2 state and a K/V cache side by
      side, attention without RoPE, the squared-ReLU MLP; a control: with
-     RoPE the continuation differs);
+     RoPE the continuation differs), Granite 4.0-H (mamba / attention
+     layers, each with the shared SwiGLU MLP, its four multipliers; a
+     control: without residual_multiplier the continuation differs);
   2. sampling (temperature 0.8, top-p 0.9) is reproducible for a seed and
      differs across seeds;
   3. a byte-level model generates from a text prompt (bytes out);
@@ -42,6 +44,7 @@ import common  # noqa: E402
 import llama_ref as L  # noqa: E402
 import mamba2_ref as M2  # noqa: E402
 import mamba_ref as M  # noqa: E402
+import granite_h_ref as GH  # noqa: E402
 import nemotron_h_ref as NH  # noqa: E402
 from eval_checks import Checker, run  # noqa: E402
 
@@ -109,13 +112,15 @@ def main():
                                seed=18, std=0.1, norm_jitter=0.1),  # scalar 4: sharp scores, so RoPE matters
         # Nemotron-H: Mamba-2 (two groups, a clamping time_step_limit), attention without RoPE, relu^2 MLP
         "nemotron h": NH.init_model(NH.make_config("M*M-", vocab=VOCAB, limit=(0.002, 0.08)), seed=23, std=0.3),
+        # Granite 4.0-H: a Mamba-2 and an attention layer, each followed by the shared MLP; muP multipliers
+        "granite h": GH.init_model(GH.make_config(("mamba", "attention", "mamba"), vocab=VOCAB), seed=24, std=0.3),
     }
     dirs = {}
     for name, m in models.items():
         d = os.path.join(W, name.replace(" ", "_"))
         os.makedirs(d)
-        (NH if name.startswith("nemotron") else M2 if name.startswith("mamba2") else M if "mamba" in name
-         else L).save_hf(m, d)
+        (NH if name.startswith("nemotron") else GH if name.startswith("granite") else M2 if name.startswith("mamba2")
+         else M if "mamba" in name else L).save_hf(m, d)
         dirs[name] = d
     set_config(dirs["mamba2"], eos_token_id=None)  # Mamba2Config's default eos 2 would end the greedy run early
     ids_arg = ",".join(map(str, PROMPT))
@@ -183,6 +188,9 @@ def main():
     nhr = NH.load_hf(dirs["nemotron h"], rope_theta=10000.0)
     ck("nemotron h: RoPE in its attention layer changes the greedy continuation (check not vacuous)",
        greedy_ref(nhr, PROMPT, NEW) != greedy_ref(models["nemotron h"], PROMPT, NEW))
+    ghr = GH.load_hf(dirs["granite h"], ignore=("residual_multiplier",))
+    ck("granite h: residual_multiplier changes the greedy continuation (check not vacuous)",
+       greedy_ref(ghr, PROMPT, NEW) != greedy_ref(models["granite h"], PROMPT, NEW))
 
     # 2. sampling: reproducible per seed
     def sample(seed):

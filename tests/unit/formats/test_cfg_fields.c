@@ -86,12 +86,20 @@ static const struct {
     {"llama3 yarn", "{\"model_type\": \"llama\", " LL "\"num_attention_heads\": 4, \"max_position_embeddings\": 4096, "
                     "\"eos_token_id\": [5, 6], \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0, "
                     "\"mscale\": 0.707, \"mscale_all_dim\": 1.0, \"original_max_position_embeddings\": 1024}}"},
-    /* every field with a legacy spelling given: a config.json without one (chunk_size, expand, time_step_min,
-       ...) re-saved gives another text (the reader records the legacy name's absence: legacy_key's jget) */
+    /* every field with a legacy spelling given, and none of them (an absent legacy name leaves no line: a
+       config.json without chunk_size, expand, time_step_min ... re-saved reads the same) */
     {"nemotron_h",
      NEMOTRON_H "\"hybrid_override_pattern\": \"M*M-\", \"head_dim\": 8, \"n_groups\": 2, "
                 "\"conv_kernel\": 4, \"chunk_size\": 16, \"expand\": 2, \"time_step_min\": 0.002, "
                 "\"time_step_max\": 0.2, \"time_step_floor\": 0.0002, \"time_step_limit\": [0.0, Infinity]}"},
+    {"nemotron_h bare", NEMOTRON_H "\"hybrid_override_pattern\": \"M*M-\", \"head_dim\": 8, \"n_groups\": 2}"},
+    /* Granite 4.0-H: two decoder layers an HF layer, its multipliers */
+    {"granitemoehybrid",
+     "{\"architectures\": [\"GraniteMoeHybridForCausalLM\"], \"hidden_size\": 32, \"num_hidden_layers\": 3, "
+     "\"vocab_size\": 100, \"layer_types\": [\"mamba\", \"attention\", \"mamba\"], \"num_attention_heads\": 4, "
+     "\"num_key_value_heads\": 2, \"shared_intermediate_size\": 48, \"num_local_experts\": 0, "
+     "\"mamba_n_heads\": 8, \"mamba_d_state\": 8, \"embedding_multiplier\": 12, \"residual_multiplier\": 0.22, "
+     "\"attention_multiplier\": 0.0625, \"logits_scaling\": 4, \"tie_word_embeddings\": true}"},
     {"mamba", "{\"architectures\": [\"MambaForCausalLM\"], \"hidden_size\": 32, \"num_hidden_layers\": 2, "
               "\"vocab_size\": 100, \"state_size\": 8}"},
     {"falcon_mamba", "{\"model_type\": \"falcon_mamba\", \"hidden_size\": 32, \"num_hidden_layers\": 2, "
