@@ -1235,23 +1235,24 @@ static int parse_mamba_hf(const char *p, json_t *o, sl_model_config *c) {
 
 /* time_step_limit: a list of two numbers (Python's json writes the default's
  * upper bound as Infinity), lo <= hi, lo >= 0; absent or null: (0, inf). */
-static int get_dt_limit(const char *p, json_t *o, sl_model_config *c) {
-  json_t *v = jget(o, "time_step_limit");
+static int get_dt_limit_as(const char *p, json_t *o, sl_model_config *c, const char *key) {
+  json_t *v = jget(o, key);
   c->dt_limit[0] = 0.0, c->dt_limit[1] = INFINITY;
   if (v && !json_is_null(v)) {
     double a = 0, b = 0;
     if (!json_is_array(v) || json_array_size(v) != 2 || !nonfinite_value(json_array_get(v, 0), &a) ||
         !nonfinite_value(json_array_get(v, 1), &b))
-      return sl_fail(SL_EINPUT, "%s: field 'time_step_limit' must be a list of two numbers [min, max], found %s", p,
+      return sl_fail(SL_EINPUT, "%s: field '%s' must be a list of two numbers [min, max], found %s", p, key,
                      jtype(v));
     if (!(a >= 0) || !(b >= a) || isinf(a))
-      return sl_fail(SL_EINPUT, "%s: field 'time_step_limit' = [%g, %g]: expected 0 <= min <= max, min finite", p, a,
-                     b);
+      return sl_fail(SL_EINPUT, "%s: field '%s' = [%g, %g]: expected 0 <= min <= max, min finite", p, key, a, b);
     c->dt_limit[0] = a, c->dt_limit[1] = b;
   }
   rec_fmt(o, "time_step_limit", "[%.17g, %.17g]", c->dt_limit[0], c->dt_limit[1]);
+  if (strcmp(key, "time_step_limit")) rec_del(key); /* a legacy spelling: recorded as the modern one */
   return SL_OK;
 }
+static int get_dt_limit(const char *p, json_t *o, sl_model_config *c) { return get_dt_limit_as(p, o, c, "time_step_limit"); }
 
 /* transformers' Mamba2Config (modeling_mamba2.py: Mamba2Mixer). d_inner is
  * expand * hidden_size (the config has no intermediate_size); time_step_rank
@@ -1396,7 +1397,8 @@ static int parse_nemotron_h(const char *p, json_t *o, sl_model_config *c) {
       (rc = lget_num(p, o, c, "time_step_min", "mamba_dt_min", &c->time_step_min)) ||
       (rc = lget_num(p, o, c, "time_step_max", "mamba_dt_max", &c->time_step_max)) ||
       (rc = lget_num(p, o, c, "time_step_floor", "mamba_dt_init_floor", &c->time_step_floor)) ||
-      (rc = get_dt_limit(p, o, c)) || (rc = want_str(p, o, "mlp_hidden_act", "relu2")) ||
+      (rc = get_dt_limit_as(p, o, c, legacy_key(o, "time_step_limit", "mamba_dt_limit"))) ||
+      (rc = want_str(p, o, "mlp_hidden_act", "relu2")) ||
       (rc = want_act(p, o, "mamba_hidden_act")))
     return rc;
   int cb = 1;
