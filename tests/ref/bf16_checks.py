@@ -10,9 +10,11 @@ Falcon-Mamba (untied; its dt/B/C norms' outputs stored in bf16), a tiny
 Mamba-2 (8 heads in 2 groups, untied; and 1 group, tied, with in/out_proj
 biases and no conv bias) and a tiny Nemotron-H (nemotron_h_ref's two
 configs: "M*M-", 2 groups, GQA, untied; "M-*", 1 group, tied, every bias,
-MQA, a clamping time_step_limit):
+MQA, a clamping time_step_limit) and a tiny Granite 4.0-H (granite_h_ref's
+config_hybrid with residual_multiplier 0.7: every multiplier, 1 group, GQA
+without RoPE, the SwiGLU shared MLP, untied):
   1. the reference's fp32 path (bf16_ref, rounding off) equals llama_ref's /
-     mamba_ref's / mamba2_ref's / nemotron_h_ref's model (5e-6; Nemotron-H's
+     mamba_ref's / mamba2_ref's / nemotron_h_ref's / granite_h_ref's model (5e-6; Nemotron-H's
      key-bias gradients, analytically zero without RoPE, against the
      model's largest gradient): the bf16 reference is the same network;
   2. engine bf16 dump vs reference bf16: logits, loss, every parameter
@@ -29,7 +31,8 @@ MQA, a clamping time_step_limit):
      reference's fp32 stream, and the two references must differ by >= 5x
      the engine's logits error; for Nemotron-H the reference without relu2's
      rounding point (down_proj's input gradient left fp32) must miss the
-     engine by > 4e-3 L2 on some tensor;
+     engine by > 4e-3 L2 on some tensor, and for Granite 4.0-H the reference
+     rounding after each multiplier's scale_add likewise;
   4. the engine's bf16 logits are bf16-valued (low 16 bits zero), its fp32
      logits are not (not for Gemma 2, whose final softcap is fp32); bf16 dumps with activation checkpointing selective and
      full are bit-identical to none;
@@ -52,6 +55,7 @@ import engine_checks as E  # noqa: E402
 import llama_ref as L  # noqa: E402
 import mamba2_ref as M2  # noqa: E402
 import mamba_ref as M  # noqa: E402
+import granite_h_ref as GH  # noqa: E402
 import nemotron_h_ref as NH  # noqa: E402
 
 B, T, VOCAB = 3, 16, 97
@@ -99,15 +103,32 @@ def m2_g1_tied():
     return M2.init_model(c, seed=10, std=0.1, jitter=0.1)
 
 
-def relu2_control(ck, tag, m, stream, eb, zero):
-    """Nemotron-H's negative control: the reference without relu2's rounding point (its output h stored in fp32:
-    in forward a no-op, since the down_proj GEMM rounds its operand; in backward down_proj's input gradient dh
-    left fp32) must miss the engine by more than 2x the L2 bound on some tensor, the full reference passing
-    (above): the comparison sees one rounding point of the MLP's backward."""
-    ref = BR.dump(m, stream, B, T, bf16=True, skip=("relu2",))
+def granite_h_hybrid():
+    """Granite 4.0-H: granite_h_ref's config_hybrid (mamba / attention / mamba, one group, GQA without RoPE,
+    the SwiGLU shared MLP, untied) with residual_multiplier 0.7 (its 0.5 scales bf16 values exactly)."""
+    c = GH.config_hybrid(VOCAB)
+    c.residual_multiplier = 0.7
+    return GH.init_model(c, seed=19, std=0.1, jitter=0.1)
+
+
+# the negative controls: a reference with one rounding point changed must miss the engine
+CONTROLS = {NH: ("relu2", "the reference without relu2's rounding"),
+            GH: ("scale_add", "the reference rounding after each multiplier's scale_add")}
+
+
+def rounding_control(ck, tag, mod, m, stream, eb, zero):
+    """The hybrids' negative control: the reference with one rounding point changed must miss the engine by
+    more than 2x the L2 bound on some tensor, the full reference passing (above). Nemotron-H: relu2's output h
+    stored in fp32 (in forward a no-op, since the down_proj GEMM rounds its operand; in backward down_proj's
+    input gradient dh left fp32): the comparison sees one rounding point of the MLP's backward. Granite 4.0-H:
+    scale_add rounding its output (the residual and embedding multipliers' products stored in bf16, the head's
+    input gradient rounded after the 1 / logits_scaling scale, not before): it sees where the multipliers sit
+    relative to the rounding points."""
+    what, desc = CONTROLS[mod]
+    ref = BR.dump(m, stream, B, T, bf16=True, skip=(what,))
     l2 = {k: l2_err(eb[k], ref[k]) for k in ref if k not in zero}
     wl = max(l2, key=l2.get)
-    ck(f"[{tag}] negative control: the reference without relu2's rounding misses the engine by > {2 * L2_TOL:g} L2",
+    ck(f"[{tag}] negative control: {desc} misses the engine by > {2 * L2_TOL:g} L2",
        l2[wl] > 2 * L2_TOL, f"worst {wl} {l2[wl]:.2e}; {sum(v > L2_TOL for v in l2.values())} of {len(l2)} "
        f"tensors over {L2_TOL:g}")
 
@@ -151,7 +172,8 @@ def main():
               # Seed 18: seed 16 met one bf16 tie (the MLP's norm, an ulp apart: docs/bf16.md), 1.7e-3 of the 2e-3 L2
               ("nemotron-h", NH, NH.init_model(NH.config_hybrid(VOCAB), seed=18, std=0.1, jitter=0.1)),
               ("nemotron-h-tied-bias", NH, NH.init_model(NH.config_tied_bias(VOCAB), seed=17, std=0.1,
-                                                         jitter=0.1))]
+                                                         jitter=0.1)),
+              ("granite-h", GH, granite_h_hybrid())]
     for tag, mod, m0 in models:
         mdir = os.path.join(w, "model_" + tag)
         mod.save_hf(m0, mdir)
@@ -161,7 +183,7 @@ def main():
         plain = mod.dump(m, stream, B, T)
         # Nemotron-H's key-bias gradients are analytically zero without RoPE (nemotron_h_ref.ZERO_GRAD): rounding
         # residue, compared against the model's largest gradient, not their own size
-        zero = [k for k in ref_bf if mod is NH and k.endswith(NH.ZERO_GRAD)]
+        zero = [k for k in ref_bf if mod in (NH, GH) and k.endswith(NH.ZERO_GRAD)]
         top = max(float(np.abs(v).max()) for k, v in ref_bf.items() if k.startswith("grad."))
         e = max(E.rel_err(ref_fp[k], plain[k]) if k not in zero
                 else float(np.abs(ref_fp[k] - plain[k]).max()) / top for k in plain)
@@ -169,7 +191,7 @@ def main():
         # bf16_ref's double-precision cos / sin tables vs llama_ref's fp32 ones): bound the dump's 2e-5
         # Mamba-2: bf16_ref's sequential scan vs mamba2_ref's chunked one, measured up to 1.6e-6
         # Nemotron-H: its Mamba-2 layers' sequential vs chunked scan, as Mamba-2's
-        tol, seen = ((2e-5, "1.3e-6") if mod is L else (5e-6, "1.6e-6") if mod in (M2, NH) else (5e-6, "8.1e-7"))
+        tol, seen = ((2e-5, "1.3e-6") if mod is L else (5e-6, "1.6e-6") if mod in (M2, NH, GH) else (5e-6, "8.1e-7"))
         ck(f"[{tag}] reference fp32 path = {mod.__name__} model ({tol:g}; measured {seen})", e <= tol,
            f"worst rel {e:.2e}")
 
@@ -230,8 +252,8 @@ def main():
            f"engine {eg:.2e}, PyTorch {gap['logits']:.2e}; loss fp32 {ef['loss'][0]:.7f} bf16 {eb['loss'][0]:.7f}")
         if tag == "untied":
             residual_fp32_check(ck, exe, m, mdir, data, stream, w, ref_bf)
-        if mod is NH:
-            relu2_control(ck, tag, m, stream, eb, zero)
+        if mod in CONTROLS:
+            rounding_control(ck, tag, mod, m, stream, eb, zero)
         low = lambda x: int((np.ascontiguousarray(x, dtype=np.float32).view(np.uint32) & 0xFFFF).astype(bool).sum())
         if getattr(m.config, "final_softcap", 0):  # Gemma 2: the fp32 cap of bf16 logits is not bf16-valued
             continue

@@ -1,9 +1,9 @@
 """PyTorch reference of bf16 compute (docs/bf16.md) for Llama (Qwen3, Gemma 2 / 3), Mamba (and Falcon-Mamba),
-Mamba-2 and Nemotron-H.
+Mamba-2, Nemotron-H and Granite 4.0-H.
 
 Owns: the forwards of llama_ref.LlamaForCausalLM's,
-mamba_ref.MambaForCausalLM's, mamba2_ref.Mamba2ForCausalLM's and
-nemotron_h_ref.NemotronHForCausalLM's parameters with the bf16 rounding points
+mamba_ref.MambaForCausalLM's, mamba2_ref.Mamba2ForCausalLM's,
+nemotron_h_ref.NemotronHForCausalLM's and granite_h_ref.GraniteHForCausalLM's parameters with the bf16 rounding points
 written out as explicit casts, and their dump (logits, loss, parameter
 gradients of the mean loss of samples 0..B-1).
 
@@ -42,6 +42,9 @@ Written from the rounding-point table of docs/bf16.md, not from the engine:
     x + mixer(R(rmsnorm(x))) on an fp32 stream: 'M' Mamba-2's mixer
     (_m2_mixer), '*' the Llama attention without RoPE, '-' up_proj ->
     relu2 (output R) -> down_proj.
+  - Granite 4.0-H (granite_h_forward): Nemotron-H's pieces ('-' the SwiGLU
+    MLP) with the multipliers in fp32 where the engine's scale_add applies
+    them (scale_add does not round): see granite_h_forward.
 """
 import math
 import os
@@ -55,6 +58,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama_ref as L  # noqa: E402
 import mamba2_ref as M2  # noqa: E402
 import mamba_ref as M  # noqa: E402
+import granite_h_ref as GH  # noqa: E402
 import nemotron_h_ref as NH  # noqa: E402
 
 
@@ -371,9 +375,74 @@ def nemotron_h_forward(m, idx, bf16=True, skip=()):
     return linear(x, w)
 
 
+def granite_h_forward(m, idx, bf16=True, skip=()):
+    """Logits (B, T, V) of granite_h_ref model m with the bf16 rounding points of the engine: each HF layer
+    is two decoder layers on an fp32 residual stream (the mamba2 kind has no bf16_stream cap), a mixer
+    sub-layer ('M' _m2_mixer, or '*' nemotron_h_forward's attention without RoPE, its scores times
+    attention_multiplier in fp32) then '-' the shared SwiGLU MLP (ln2 R, input_linear [g | u] R,
+    swiglu_fwd R (its backward's dgu R), output_linear R). The multipliers are the engine's scale_add, which
+    does not round (docs/bf16.md's table):
+      residual_multiplier: a sub-layer's rounded output (the row-parallel sum of its last GEMM) times rm in
+        fp32, added to the stream in fp32; its backward scales dres in fp32 and the GEMM rounds that
+        operand (the output's R here rounds rm * dres: the same value);
+      embedding_multiplier: the embedding rows times it in fp32 (its gradient likewise);
+      logits_scaling: norm_f's output is stored R (rmsnorm_fwd), then times 1 / logits_scaling in fp32
+        (sl_lm_head_lscale), which the head GEMM rounds as its operand; in backward the head's dx is
+        rounded (lmhead_ce_bwd) before the 1 / logits_scaling scale and rmsnorm_bwd takes the product in
+        fp32: so norm_f's output rounds straight-through (RW) and the scaled rows are r(), whose backward
+        rounds dx before the scale.
+    skip, the negative control only: "scale_add" rounds each multiplier's output as if scale_add were a
+    bf16-wrapped op (r() after the residual and embedding scales; on the head the scaled gradient rounded
+    after the scale, R(rmsnorm) * lscale then the GEMM's operand rounding)."""
+    R, RW = (r, rw) if bf16 else (_ident, _ident)
+    RS = R if "scale_add" in skip else _ident
+    c = m.config
+    B, T = idx.shape
+    nh, nkv, hd, eps = c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.rms_norm_eps
+    mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+    f32 = lambda v: torch.tensor(float(v), dtype=torch.float32)  # the engine's (float) multipliers
+    rm, ls = f32(m.model.layers[0].rm), f32(1.0) / f32(m.logits_scaling)
+
+    def rmsnorm(x, w):
+        return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)) * RW(w)
+
+    def linear(x, w, b=None):
+        y = RW(x) @ RW(w).t()
+        return R(y + RW(b) if b is not None else y)
+
+    x = RS(F.embedding(idx, RW(m.model.embed_tokens.weight)) * f32(m.embedding_multiplier))  # fp32 stream
+    for layer in m.model.layers:
+        h = R(rmsnorm(x, layer.input_layernorm.weight))
+        if layer.kind == "mamba":
+            y = _m2_mixer(layer.mamba, h, R, RW)
+        else:
+            a = layer.self_attn
+            q = linear(h, a.q_proj.weight, a.q_proj.bias).view(B, T, nh, hd).transpose(1, 2)
+            k = linear(h, a.k_proj.weight, a.k_proj.bias).view(B, T, nkv, hd).transpose(1, 2)
+            v = linear(h, a.v_proj.weight, a.v_proj.bias).view(B, T, nkv, hd).transpose(1, 2)
+            rep = nh // nkv
+            att = _Attention.apply(q, k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1), mask, R,
+                                   a.c.attn_scale)
+            att = R(att.transpose(1, 2).reshape(B, T, nh * hd))
+            y = linear(att, a.o_proj.weight, a.o_proj.bias)
+        x = x + RS(y * rm)
+        h = R(rmsnorm(x, layer.post_attention_layernorm.weight))
+        mlp = layer.shared_mlp
+        gu = linear(h, mlp.input_linear.weight)
+        g, u = gu.chunk(2, dim=-1)
+        y = linear(R(F.silu(g) * u), mlp.output_linear.weight)
+        x = x + RS(y * rm)
+    w = m.model.embed_tokens.weight if c.tie_word_embeddings else m.lm_head.weight
+    if "scale_add" in skip:
+        xh = R(rmsnorm(x, m.model.norm.weight)) * ls
+    else:
+        xh = (r if bf16 else _ident)(RW(rmsnorm(x, m.model.norm.weight)) * ls)
+    return linear(xh, w)
+
+
 def dump(m, stream, B, T, bf16=True, residual_bf16=True, skip=()):
     """Like llama_ref.dump, through forward() / mamba_forward() / mamba2_forward() /
-    nemotron_h_forward() above (skip: nemotron_h_forward's)."""
+    nemotron_h_forward() / granite_h_forward() above (skip: theirs)."""
     m.zero_grad(set_to_none=True)
     x, y = L.batch(stream, 0, B, T)
     if isinstance(m, M.MambaForCausalLM):
@@ -382,6 +451,8 @@ def dump(m, stream, B, T, bf16=True, residual_bf16=True, skip=()):
         logits = mamba2_forward(m, x, bf16)
     elif isinstance(m, NH.NemotronHForCausalLM):
         logits = nemotron_h_forward(m, x, bf16, skip)
+    elif isinstance(m, GH.GraniteHForCausalLM):
+        logits = granite_h_forward(m, x, bf16, skip)
     else:
         logits = forward(m, x, bf16, residual_bf16)
     loss = L.loss_fn(logits, y)

@@ -3,7 +3,8 @@
 # rounding points) vs a PyTorch bf16 reference with explicit casts
 # (tests/ref/bf16_checks.py, docs/bf16.md) for tiny Llama (untied, tied),
 # Qwen3, Gemma 2, Gemma 3, Mamba, Falcon-Mamba, Mamba-2 (2 groups untied;
-# 1 group tied with biases) and Nemotron-H ("M*M-" untied; "M-*" tied with
-# biases) models, plus 6 bf16 training steps (Llama, Mamba-2, Nemotron-H). Skips (77) without
+# 1 group tied with biases), Nemotron-H ("M*M-" untied; "M-*" tied with
+# biases) and Granite 4.0-H (config_hybrid, residual_multiplier 0.7) models,
+# plus 6 bf16 training steps (Llama, Mamba-2, Nemotron-H). Skips (77) without
 # $SL_BUILD/shardlm or /usr/bin/python3 with torch; SL_KEEP=1 keeps the work dir.
 exec bash "$(dirname "$0")/../lib/torch_run.sh" torch_bf16 bf16_checks.py
