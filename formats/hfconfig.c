@@ -2097,6 +2097,17 @@ static void mamba_fields_json(json_t *o, const sl_model_config *c) {
   if (c->mixer_rms) SETR("mixer_rms_eps", c->mixer_rms_eps);
 }
 
+/* Mamba-2's dt init range and time_step_limit (Python's bare Infinity, NF_MARK until written) */
+static void dt_fields_json(json_t *o, const sl_model_config *c) {
+  SETR("time_step_min", c->time_step_min);
+  SETR("time_step_max", c->time_step_max);
+  SETR("time_step_floor", c->time_step_floor);
+  json_t *lim = json_array();
+  for (int i = 0; i < 2; i++)
+    json_array_append_new(lim, isinf(c->dt_limit[i]) ? json_string(NF_MARK "+Infinity") : json_real(c->dt_limit[i]));
+  json_object_set_new(o, "time_step_limit", lim);
+}
+
 /* config.json members of a Mamba-2 model (after num_hidden_layers); an
  * infinite time_step_limit bound as Python writes it (sl_hfconfig_save_as
  * turns the marker into the bare Infinity) */
@@ -2114,13 +2125,7 @@ static void mamba2_fields_json(json_t *o, const sl_model_config *c) {
   SETB("residual_in_fp32", c->residual_in_fp32);
   SETB("rms_norm", 1);
   SETS("hidden_act", "silu");
-  SETR("time_step_min", c->time_step_min);
-  SETR("time_step_max", c->time_step_max);
-  SETR("time_step_floor", c->time_step_floor);
-  json_t *lim = json_array();
-  for (int i = 0; i < 2; i++)
-    json_array_append_new(lim, isinf(c->dt_limit[i]) ? json_string(NF_MARK "+Infinity") : json_real(c->dt_limit[i]));
-  json_object_set_new(o, "time_step_limit", lim);
+  dt_fields_json(o, c);
 }
 
 int sl_hfconfig_save(const char *path, const sl_model_config *c) { return sl_hfconfig_save_as(path, c, "float32"); }
@@ -2148,13 +2153,7 @@ static void nemotron_h_fields_json(json_t *o, const sl_model_config *c) {
   SETB("use_bias", c->use_bias);
   SETB("use_conv_bias", c->use_conv_bias);
   SETB("residual_in_fp32", c->residual_in_fp32);
-  SETR("time_step_min", c->time_step_min);
-  SETR("time_step_max", c->time_step_max);
-  SETR("time_step_floor", c->time_step_floor);
-  json_t *lim = json_array();
-  for (int i = 0; i < 2; i++)
-    json_array_append_new(lim, isinf(c->dt_limit[i]) ? json_string(NF_MARK "+Infinity") : json_real(c->dt_limit[i]));
-  json_object_set_new(o, "time_step_limit", lim);
+  dt_fields_json(o, c);
 }
 static void granite_h_fields_json(json_t *o, const sl_model_config *c) {
   SETI("num_hidden_layers", c->hf_layers);
