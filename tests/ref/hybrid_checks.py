@@ -26,7 +26,15 @@ LAYOUTS = [("1 rank", (), []),
            ("2 ranks ZeRO-3 CPU offload", MPI, ["--zero", 3, "--offload-optimizer", "cpu"]),
            ("1 rank --activation-checkpoint full", (), ["--activation-checkpoint", "full"])]
 LAYOUTS_SHORT = [LAYOUTS[0], LAYOUTS[4]]
+# the layouts of a model with MoE layers: every one and expert parallelism (2 data-parallel ranks, the experts
+# split over them; docs/moe.md)
+LAYOUTS_EP = LAYOUTS + [("2 ranks --ep 2", MPI, ["--ep", 2])]
 DOC_STARTS = np.cumsum([0, 37, 5, 120, 1, 64, 200, 88, 150])[:-1]  # EC.make_data's documents
+
+
+def data_parallel(pre, extra):
+    """A layout over 2 ranks that are data-parallel (ZeRO, EP: neither --tp nor --pp)."""
+    return bool(pre) and not any(a in ("--tp", "--pp") for a in extra)
 
 
 class Harness:
@@ -104,7 +112,7 @@ class Harness:
         for name, pre, extra in layouts:
             met, save = os.path.join(w, f"metrics_{tag}_{name}.jsonl"), os.path.join(w, f"saved_{tag}_{name}")
             args = EC.train_args(mdir, self.data, met, save, "none")
-            if "ZeRO" in name:  # 2 data-parallel ranks: half the accumulation keeps the global batch and data order
+            if data_parallel(pre, extra):  # 2 data-parallel ranks: half the accumulation keeps the global batch
                 args[args.index("--grad-accum") + 1] = EC.ACCUM // 2
             if self.engine(args + extra, f"train_{tag}_{name}.log", pre):
                 EC.compare_training(self.ck, f"[{tag}] train {name}", met, save, rows, m)

@@ -15,7 +15,20 @@ whose mixer is chosen per layer by hybrid_override_pattern, one character a laye
        head size `head_dim` (Nemotron-H-8B's published configs: `attention_head_dim`).
        llama_ref's Attention with the identity rotation (cos 1, sin 0).
   '-'  MLP (NemotronMLP): down_proj(relu(up_proj(x))^2), bias mlp_bias.
-  'E'  MoE: not in this reference (refused by name).
+  'E'  MoE (NemotronHMoE, its router DeepseekV3TopkRouter and route_tokens_to_experts): the
+       router gate.weight (E, C), logits = x.float() @ W.float().T (no bias); scores =
+       sigmoid(logits); choice scores = scores + gate.e_score_correction_bias (a persistent
+       buffer, E floats: saved and loaded, never trained here); with n_group > 1 the
+       group-limited selection (a group's score the sum of its top-2 choice scores, the best
+       topk_group groups kept, the other groups' choice scores set to 0); the top
+       num_experts_per_tok choice scores pick the experts; their weights are the gathered
+       sigmoid scores (no bias), divided by (their sum + 1e-20) when norm_topk_prob, times
+       routed_scaling_factor; out = sum_j w_j expert_j(x) + shared_experts(x), every expert
+       down_proj(relu(up_proj x)^2) of moe_intermediate_size without bias
+       (mixer.experts.{e}.up_proj / down_proj, as the published checkpoints name them), the
+       shared expert of moe_shared_expert_intermediate_size with bias mlp_bias. The gradient
+       flows through the gathered scores and the normalisation, not through the selection.
+       moe_latent_size (the latent MoE) is refused.
 then norm_f and lm_head (untied unless tie_word_embeddings). residual_in_fp32 is a no-op in
 fp32. Tensor names are the published checkpoints' (backbone.embeddings.weight,
 backbone.layers.{i}.norm.weight, backbone.layers.{i}.mixer.*, backbone.norm_f.weight,
@@ -77,8 +90,6 @@ class NemotronHConfig:
         bad = sorted(set(self.pattern) - set(KINDS))
         if bad:
             raise ValueError(f"hybrid_override_pattern {self.pattern!r}: unknown layer kinds {bad}")
-        if "E" in self.pattern:
-            raise NotImplementedError("hybrid_override_pattern: 'E' (MoE) layers are not in this reference")
         self.num_hidden_layers = int(d.get("num_hidden_layers", len(self.pattern)))
         if self.num_hidden_layers != len(self.pattern):
             raise ValueError(f"num_hidden_layers {self.num_hidden_layers} != len(hybrid_override_pattern) "
@@ -118,6 +129,29 @@ class NemotronHConfig:
         for key, want in (("mlp_hidden_act", "relu2"), ("mamba_hidden_act", "silu")):
             if d.get(key, want) != want:
                 raise ValueError(f"{key} {d[key]!r}: only {want!r} is in this reference")
+        # the MoE fields (transformers' NemotronHConfig defaults; written always, read by 'E' layers)
+        self.n_routed_experts = int(d.get("n_routed_experts", 8))
+        self.num_experts_per_tok = int(d.get("num_experts_per_tok", 2))
+        self.moe_intermediate_size = int(d.get("moe_intermediate_size", 7688))
+        self.moe_shared_expert_intermediate_size = int(d.get("moe_shared_expert_intermediate_size", 7688))
+        self.routed_scaling_factor = float(d.get("routed_scaling_factor", 1.0))
+        self.n_group = int(d.get("n_group", 1))
+        self.topk_group = int(d.get("topk_group", 1))
+        self.norm_topk_prob = bool(d.get("norm_topk_prob", True))
+        self.n_shared_experts = int(d.get("n_shared_experts", 1))  # not used by the model; kept
+        if d.get("moe_latent_size") is not None:
+            raise NotImplementedError(f"moe_latent_size {d['moe_latent_size']!r}: the latent MoE is not in this "
+                                      "reference (null only)")
+        if "E" in self.pattern:
+            ne, g = self.n_routed_experts, self.n_group
+            if not (1 <= self.num_experts_per_tok <= ne):
+                raise ValueError(f"num_experts_per_tok {self.num_experts_per_tok} not in [1, n_routed_experts {ne}]")
+            if g < 1 or ne % g or not (1 <= self.topk_group <= g):
+                raise ValueError(f"n_group {g} / topk_group {self.topk_group} / n_routed_experts {ne}: n_group must "
+                                 "divide the experts and 1 <= topk_group <= n_group")
+            if g > 1 and (ne // g < 2 or self.num_experts_per_tok > self.topk_group * (ne // g)):
+                raise ValueError(f"n_group {g}: each group needs >= 2 experts and the kept groups >= "
+                                 f"num_experts_per_tok {self.num_experts_per_tok} experts")
         if "M" in self.pattern:
             assert self.mamba_num_heads % self.n_groups == 0
             assert (self.mamba_num_heads * self.mamba_head_dim) % self.n_groups == 0
@@ -147,6 +181,12 @@ class NemotronHConfig:
             "mlp_hidden_act": "relu2", "mamba_hidden_act": "silu",
             "max_position_embeddings": self.max_position_embeddings, "pad_token_id": self.pad_token_id,
             "bos_token_id": self.bos_token_id, "eos_token_id": self.eos_token_id, "torch_dtype": "float32",
+            "n_routed_experts": self.n_routed_experts, "num_experts_per_tok": self.num_experts_per_tok,
+            "moe_intermediate_size": self.moe_intermediate_size,
+            "moe_shared_expert_intermediate_size": self.moe_shared_expert_intermediate_size,
+            "routed_scaling_factor": self.routed_scaling_factor, "n_group": self.n_group,
+            "topk_group": self.topk_group, "norm_topk_prob": self.norm_topk_prob,
+            "n_shared_experts": self.n_shared_experts, "moe_latent_size": None,
         }
 
 
@@ -168,6 +208,17 @@ def config_hybrid(vocab=97):
     GQA attention 4 heads / 2 kv heads of head_dim 16 (!= hidden / heads), untied, conv bias."""
     return make_config("M*M-", hidden=32, vocab=vocab, heads=4, kv_heads=2, head_dim=16, intermediate=48,
                        mamba_heads=6, mamba_head_dim=8, groups=2, state=8, conv=4, chunk=16)
+
+
+def config_moe(vocab=97, pattern="M*EME"):
+    """The MoE checks' config: "M*EME" (two 'E' layers between Mamba-2 and attention), 4 routed
+    experts top-2 of width 24, the shared expert of width 40 (!= 24: the two widths are not
+    swapped unseen), routed_scaling_factor 2.5, norm_topk_prob, n_group 1."""
+    return make_config(pattern, hidden=32, vocab=vocab, heads=4, kv_heads=2, head_dim=16, intermediate=48,
+                       mamba_heads=6, mamba_head_dim=8, groups=2, state=8, conv=4, chunk=16,
+                       n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
+                       moe_shared_expert_intermediate_size=40, routed_scaling_factor=2.5, norm_topk_prob=True,
+                       n_group=1, topk_group=1)
 
 
 def config_tied_bias(vocab=97):
@@ -200,17 +251,96 @@ def attention_view(c):
 class MLP(nn.Module):
     """NemotronMLP: down_proj(relu2(up_proj(x))), relu2 = ReLUSquaredActivation."""
 
-    def __init__(self, c):
+    def __init__(self, c, width=None):
         super().__init__()
-        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=c.mlp_bias)
-        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=c.mlp_bias)
+        width = c.intermediate_size if width is None else width  # the MoE's shared expert: its own width
+        self.up_proj = nn.Linear(c.hidden_size, width, bias=c.mlp_bias)
+        self.down_proj = nn.Linear(width, c.hidden_size, bias=c.mlp_bias)
 
     def forward(self, x):
         return self.down_proj(torch.square(F.relu(self.up_proj(x))))
 
 
+class Expert(nn.Module):
+    """A routed expert (one slice of transformers' NemotronHExperts): down_proj(relu(up_proj x)^2),
+    no bias, width moe_intermediate_size."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.up_proj = nn.Linear(c.hidden_size, c.moe_intermediate_size, bias=False)
+        self.down_proj = nn.Linear(c.moe_intermediate_size, c.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(torch.square(F.relu(self.up_proj(x))))
+
+
+class TopkRouter(nn.Module):
+    """DeepseekV3TopkRouter: weight (E, C), the persistent buffer e_score_correction_bias (E, fp32);
+    forward: the router logits x.float() @ W.float().T (an fp64 model stays fp64: the oracle's own
+    checks)."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(c.n_routed_experts, c.hidden_size))
+        self.register_buffer("e_score_correction_bias", torch.zeros(c.n_routed_experts))
+
+    def forward(self, h):
+        dt = torch.promote_types(h.dtype, torch.float32)
+        return F.linear(h.to(dt), self.weight.to(dt))
+
+
+def route(logits, bias, top_k, n_group, topk_group, norm_topk_prob, scaling, score="sigmoid"):
+    """route_tokens_to_experts (NemotronHMoE = DeepseekV3MoE's) on router logits (N, E): returns
+    (indices (N, k), weights (N, k), choice scores (N, E) after the group mask). score "softmax":
+    the negative control's scores (a softmax over the experts instead of the sigmoid)."""
+    scores = logits.sigmoid() if score == "sigmoid" else torch.softmax(logits, dim=-1)
+    choice = scores + bias.to(scores.dtype)
+    n, ne = choice.shape
+    if n_group > 1:  # group-limited: a group's score = the sum of its top-2 choice scores
+        group_scores = choice.view(n, n_group, ne // n_group).topk(2, dim=-1)[0].sum(dim=-1)
+        group_idx = torch.topk(group_scores, k=topk_group, dim=-1, sorted=False)[1]
+        group_mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1)
+        score_mask = group_mask.unsqueeze(-1).expand(n, n_group, ne // n_group).reshape(n, ne)
+        choice = choice.masked_fill(~score_mask.bool(), 0.0)
+    idx = torch.topk(choice, k=top_k, dim=-1, sorted=False)[1]
+    w = scores.gather(1, idx)
+    if norm_topk_prob:
+        w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
+    return idx, w * scaling, choice
+
+
+class MoE(nn.Module):
+    """NemotronHMoE: experts (routed, mixer.experts.{e}), gate (the router), shared_experts; out =
+    sum_j w_j expert_j(x) + shared_experts(x). Keeps the last forward's selected experts (N, k) and
+    choice scores (N, E, detached). moe_score / moe_scale / moe_bias: negative-control variants
+    ("softmax" scores; routed_scaling_factor ignored; e_score_correction_bias ignored)."""
+
+    def __init__(self, c, moe_score="sigmoid", moe_scale=True, moe_bias=True):
+        super().__init__()
+        self.c, self.score, self.scale, self.use_bias = c, moe_score, moe_scale, moe_bias
+        self.experts = nn.ModuleList([Expert(c) for _ in range(c.n_routed_experts)])
+        self.gate = TopkRouter(c)
+        self.shared_experts = MLP(c, c.moe_shared_expert_intermediate_size)
+
+    def forward(self, x):
+        c = self.c
+        shape = x.shape
+        h = x.reshape(-1, shape[-1])
+        bias = self.gate.e_score_correction_bias
+        idx, w, choice = route(self.gate(h), bias if self.use_bias else torch.zeros_like(bias), c.num_experts_per_tok,
+                               c.n_group, c.topk_group, c.norm_topk_prob,
+                               c.routed_scaling_factor if self.scale else 1.0, self.score)
+        out = torch.zeros_like(h)
+        for e, expert in enumerate(self.experts):
+            tok, slot = torch.where(idx == e)
+            if tok.numel():
+                out = out.index_add(0, tok, (expert(h[tok]) * w[tok, slot, None]).to(h.dtype))
+        self.selected, self.choice = idx.detach(), choice.detach()
+        return (out + self.shared_experts(h)).reshape(shape)
+
+
 class Block(nn.Module):
-    def __init__(self, c, kind, norm_groups=None):
+    def __init__(self, c, kind, norm_groups=None, moe_variant=None):
         super().__init__()
         self.kind = KINDS[kind]
         self.norm = M2.RMSNorm(c.hidden_size, c.layer_norm_epsilon)
@@ -218,6 +348,8 @@ class Block(nn.Module):
             self.mixer = M2.Mamba2Mixer(mamba_view(c), norm_groups)
         elif kind == "*":
             self.mixer = L.Attention(attention_view(c))
+        elif kind == "E":
+            self.mixer = MoE(c, **(moe_variant or {}))
         else:
             self.mixer = MLP(c)
 
@@ -233,10 +365,10 @@ class Block(nn.Module):
 
 
 class NemotronHModel(nn.Module):
-    def __init__(self, c, norm_groups=None):
+    def __init__(self, c, norm_groups=None, moe_variant=None):
         super().__init__()
         self.embeddings = nn.Embedding(c.vocab_size, c.hidden_size)
-        self.layers = nn.ModuleList([Block(c, k, norm_groups) for k in c.pattern])
+        self.layers = nn.ModuleList([Block(c, k, norm_groups, moe_variant) for k in c.pattern])
         self.norm_f = M2.RMSNorm(c.hidden_size, c.layer_norm_epsilon)
 
 
@@ -252,13 +384,16 @@ class NemotronHForCausalLM(nn.Module):
     """named_parameters() yields exactly the published checkpoint names.
 
     Variants for negative controls only: norm_groups 1 (transformers' Mamba2's whole-width gated
-    norm), rope_theta (a rotary embedding in the attention layers, which Nemotron-H has not)."""
+    norm), rope_theta (a rotary embedding in the attention layers, which Nemotron-H has not),
+    moe_variant: MoE's moe_score "softmax" (the router's scores a softmax, not the sigmoid),
+    moe_scale False (routed_scaling_factor ignored), moe_bias False (e_score_correction_bias
+    ignored)."""
 
-    def __init__(self, c, norm_groups=None, rope_theta=None):
+    def __init__(self, c, norm_groups=None, rope_theta=None, **moe_variant):
         super().__init__()
         self.config = c
         self.rope_theta = rope_theta
-        self.backbone = NemotronHModel(c, norm_groups)
+        self.backbone = NemotronHModel(c, norm_groups, moe_variant)
         if not c.tie_word_embeddings:
             self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
 
@@ -278,17 +413,35 @@ class NemotronHForCausalLM(nn.Module):
 # so comparisons take these against the model's largest gradient, not their own size.
 ZERO_GRAD = ("k_proj.bias",)
 
+# The persistent buffers a checkpoint carries besides the parameters (the MoE router's bias):
+# saved and loaded by name, never trained or dumped (no gradient).
+BUFFERS = (".gate.e_score_correction_bias",)
 loss_fn = L.loss_fn
 dump = MR.dump
 train = MR.train
-save_hf = MR.save_hf  # config.json from m.config.to_dict(), the weights by HF name
 
 
-def init_model(c, seed=0, std=0.1, jitter=0.2, model=None):
-    """N(0, std) for the embeddings and every matrix, conv uniform(+-1/sqrt(K)); transformers'
-    Mamba init for the rest: dt_bias = softplus^-1(dt), dt log-uniform in [time_step_min,
-    time_step_max] floored at time_step_floor, A_log = log(1..nh), D = 1, norms 1; jitter > 0
-    perturbs A_log, D, the norms and the biases (so tests do not see symmetric values).
+def state_numpy(m):
+    """The tensors of a checkpoint by HF name: every parameter, then the persistent buffers (BUFFERS)."""
+    out = {n: p.detach().cpu().float().numpy().copy() for n, p in m.named_parameters()}
+    out.update({n: b.detach().cpu().float().numpy().copy() for n, b in m.named_buffers() if n.endswith(BUFFERS)})
+    return out
+
+
+def save_hf(m, model_dir, dtype="F32"):
+    """config.json from m.config.to_dict(), the weights (and the router biases) by HF name."""
+    common.config_write(model_dir, m.config.to_dict())
+    common.st_write(os.path.join(model_dir, "model.safetensors"), state_numpy(m), dtype=dtype,
+                    metadata={"format": "pt"})
+
+
+def init_model(c, seed=0, std=0.1, jitter=0.2, model=None, bias_jitter=0.05):
+    """N(0, std) for the embeddings and every matrix (the MoE router and experts included), conv
+    uniform(+-1/sqrt(K)); transformers' Mamba init for the rest: dt_bias = softplus^-1(dt), dt
+    log-uniform in [time_step_min, time_step_max] floored at time_step_floor, A_log = log(1..nh),
+    D = 1, norms 1; jitter > 0 perturbs A_log, D, the norms and the biases (so tests do not see
+    symmetric values); the MoE routers' e_score_correction_bias N(0, bias_jitter) (nonzero, so
+    that it is seen used; transformers' init is 0).
     model: another family's module to fill the same way (granite_h_ref: c then needs
     conv_kernel and time_step_min / max / floor); default a NemotronHForCausalLM of c."""
     g = torch.Generator().manual_seed(seed)
@@ -313,16 +466,31 @@ def init_model(c, seed=0, std=0.1, jitter=0.2, model=None):
                 p.copy_(rnd(p.shape) * std)
             else:  # the biases (use_bias, mlp_bias, attention_bias, conv1d's is above)
                 p.copy_(jitter * 0.5 * rnd(p.shape))
+        for name, b in m.named_buffers():  # after the parameters: the dense configs' draws are unchanged
+            if name.endswith(".gate.e_score_correction_bias"):  # nonzero, small beside the scores' spread
+                b.copy_(bias_jitter * rnd(b.shape))
     return m
 
 
 def load_hf(model_dir, dtype=torch.float32, **variant):
     """Load an HF Nemotron-H dir (one model.safetensors): every parameter present with its
-    shape, no unknown tensor (a stored tied lm_head tolerated). variant: norm_groups / rope_theta."""
+    shape, no unknown tensor (a stored tied lm_head tolerated); the MoE routers' biases (BUFFERS)
+    present with their shape too. variant: norm_groups / rope_theta / moe_score / moe_scale / moe_bias."""
     c = NemotronHConfig(common.config_read(model_dir))
-    return common.load_params(NemotronHForCausalLM(c, **variant).to(dtype),
-                              os.path.join(model_dir, "model.safetensors"),
-                              ("lm_head.weight",) if c.tie_word_embeddings else ())
+    path = os.path.join(model_dir, "model.safetensors")
+    m = NemotronHForCausalLM(c, **variant).to(dtype)
+    bufs = {n: b for n, b in m.named_buffers() if n.endswith(BUFFERS)}
+    common.load_params(m, path, tuple(bufs) + (("lm_head.weight",) if c.tie_word_embeddings else ()))
+    if bufs:
+        tensors = common.st_read(path)
+        with torch.no_grad():
+            for n, b in bufs.items():
+                if n not in tensors:
+                    raise KeyError(f"{path}: missing tensor {n}")
+                if tuple(tensors[n].shape) != tuple(b.shape):
+                    raise ValueError(f"{path}: {n} shape {tensors[n].shape}, expected {tuple(b.shape)}")
+                b.copy_(torch.from_numpy(tensors[n].astype("float32")).to(b.dtype))
+    return m
 
 
 def greedy(m, prompt, n):

@@ -1,6 +1,6 @@
 """Self-checks of the Nemotron-H oracle (tests/ref/nemotron_h_ref.py), without shardlm.
 
-Run: /usr/bin/python3 tests/ref/nemotron_h_selfcheck.py   (not wired into ctest; ~10 s)
+Run: /usr/bin/python3 tests/ref/nemotron_h_selfcheck.py   (not wired into ctest; ~30 s)
 One line per check, then "N passed, M failed":
   a. an all-'M' pattern equals mamba2_ref's Mamba2ForCausalLM on the same tensors (the
      names are the same; n_groups 1 and 2): logits and every gradient, fp32;
@@ -13,7 +13,15 @@ One line per check, then "N passed, M failed":
   f. the gated norm vs Zamba2RMSNormGated's formula (group_size = d_inner / n_groups), and
      transformers' whole-width Mamba2 norm far from it at n_groups 2;
   g. config.json: save/load round trip, attention_head_dim and layers_block_type accepted,
-     'E' refused by name.
+     an 'E' model's round trip (the router biases included, the MoE fields written),
+     moe_latent_size refused by name;
+  h. the 'E' (MoE) layer in fp64 against a token-by-token loop written from
+     route_tokens_to_experts (sigmoid, + e_score_correction_bias, sort, the k best, the
+     gathered sigmoid scores normalised and scaled, the experts' sum plus the shared
+     expert): the checks' config (n_group 1) and a group-limited one (8 experts in 2
+     groups, topk_group 1, no renormalisation, mlp_bias); its gradients (router, routed
+     and shared experts, input) by central differences; the bias changes the choice of
+     some tokens (the config uses it). The MoE model is also in b and c.
 """
 import math
 import os
@@ -93,7 +101,8 @@ def scale_rel(a, b, grads):
 
 
 def check_fp64(ck):
-    for tag, c in (("M*M-", N.config_hybrid(VOCAB)), ("M-* tied bias limit", N.config_tied_bias(VOCAB))):
+    for tag, c in (("M*M-", N.config_hybrid(VOCAB)), ("M-* tied bias limit", N.config_tied_bias(VOCAB)),
+                   ("M*EME moe", N.config_moe(VOCAB))):
         m32 = N.init_model(c, seed=7)
         m64 = N.init_model(c, seed=7).double()
         x, y = batch(2)
@@ -144,13 +153,15 @@ def fd_worst(m, x, y, probes):
 
 
 def check_fd(ck):
-    for tag, c in (("M*M-", N.config_hybrid(VOCAB)), ("M-* tied bias limit", N.config_tied_bias(VOCAB))):
+    for tag, c in (("M*M-", N.config_hybrid(VOCAB)), ("M-* tied bias limit", N.config_tied_bias(VOCAB)),
+                   ("M*EME moe", N.config_moe(VOCAB))):
         m = N.init_model(c, seed=5).double()
         x, y = batch(3)
         probes = [n for n, _ in m.named_parameters() if any(s in n for s in (
             "layers.0.mixer.A_log", "layers.0.mixer.dt_bias", "layers.0.mixer.D", "layers.0.mixer.conv1d.weight",
             "layers.0.mixer.in_proj.weight", "layers.0.mixer.norm.weight", "q_proj.weight", "k_proj.weight",
-            "v_proj.bias", "up_proj.weight", "down_proj.bias", "layers.1.norm.weight", "embeddings.weight"))]
+            "v_proj.bias", "up_proj.weight", "down_proj.bias", "layers.1.norm.weight", "embeddings.weight",
+            "mixer.gate.weight", "experts.1.down_proj.weight", "shared_experts.down_proj.weight"))]
         worst, wname, n = fd_worst(m, x, y, probes)
         ck(f"[c] {tag}: autograd vs central differences (fp64, {n} scalars of {len(probes)} tensors, < 1e-6)",
            worst < 1e-6, f"worst {worst:.1e} ({wname})")
@@ -236,11 +247,153 @@ def check_config(ck):
         ca = N.NemotronHConfig(alias)
         ck("[g] attention_head_dim and layers_block_type read as head_dim / the pattern",
            ca.to_dict() == c.to_dict(), "")
+    with tempfile.TemporaryDirectory() as d:
+        c = N.config_moe(VOCAB)
+        m = N.init_model(c, seed=4)
+        N.save_hf(m, d)
+        back = N.load_hf(d)
+        st = common.st_read(os.path.join(d, "model.safetensors"))
+        bias = [n for n in st if n.endswith("e_score_correction_bias")]
+        same = all(torch.equal(p, q) for p, q in zip(m.state_dict().values(), back.state_dict().values()))
+        nz = all(float(np.abs(st[n]).min()) > 0 for n in bias)
+        ck("[g] 'E' model: save_hf / load_hf round trip (parameters and the routers' e_score_correction_bias, "
+           "nonzero)", same and len(bias) == c.pattern.count("E") and nz and back.config.to_dict() == c.to_dict(),
+           f"{len(st)} tensors, biases {bias}")
+        raw = common.config_read(d)
+        want = dict(n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
+                    moe_shared_expert_intermediate_size=40, routed_scaling_factor=2.5, n_group=1, topk_group=1,
+                    norm_topk_prob=True, n_shared_experts=1, moe_latent_size=None)
+        bad = {k: raw.get(k, "absent") for k, v in want.items() if raw.get(k, "absent") != v}
+        ck("[g] config.json: the MoE fields written", not bad, str(bad) if bad else ", ".join(want))
+        dense = N.config_hybrid(VOCAB).to_dict()
+        ck("[g] a dense config writes them too (transformers' defaults)", all(k in dense for k in want),
+           f"n_routed_experts {dense.get('n_routed_experts')}, "
+           f"moe_intermediate_size {dense.get('moe_intermediate_size')}")
         try:
-            N.NemotronHConfig(dict(raw, hybrid_override_pattern="M-E", num_hidden_layers=3))
-            ck("[g] an 'E' (MoE) layer is refused by name", False, "accepted")
+            N.NemotronHConfig(dict(raw, moe_latent_size=16))
+            ck("[g] moe_latent_size (the latent MoE) is refused by name", False, "accepted")
         except NotImplementedError as ex:
-            ck("[g] an 'E' (MoE) layer is refused by name", "MoE" in str(ex), str(ex))
+            ck("[g] moe_latent_size (the latent MoE) is refused by name", "moe_latent_size" in str(ex), str(ex))
+
+
+def moe_loop(moe, x):
+    """NemotronHMoE token by token, written out from route_tokens_to_experts (fp64 in, fp64 out):
+    per token: logits = W x, s = sigmoid, choice = s + bias; with n_group > 1 the groups ranked by
+    the sum of their two best choice scores, the topk_group best kept, the rest 0; the experts
+    sorted by choice (index breaks ties), the k first; weights s (no bias) / (sum + 1e-20) when
+    norm_topk_prob, times routed_scaling_factor; sum_j w_j down(relu(up x)^2) + the shared MLP."""
+    c = moe.c
+    W, bias = moe.gate.weight.detach(), moe.gate.e_score_correction_bias
+    ne, g = c.n_routed_experts, c.n_group
+    per = ne // g
+
+    def lin(mod, v):
+        return mod.weight.detach() @ v + (mod.bias.detach() if mod.bias is not None else 0)
+
+    def mlp(mod, v):
+        return lin(mod.down_proj, torch.clamp(lin(mod.up_proj, v), min=0) ** 2)
+
+    out, picks = [], []
+    for v in x.reshape(-1, x.shape[-1]):
+        s = [1 / (1 + math.exp(-float(W[e] @ v))) for e in range(ne)]
+        ch = [s[e] + float(bias[e]) for e in range(ne)]
+        if g > 1:
+            gs = [sum(sorted(ch[j * per:(j + 1) * per], reverse=True)[:2]) for j in range(g)]
+            keep = sorted(range(g), key=lambda j: (-gs[j], j))[:c.topk_group]
+            ch = [ch[e] if e // per in keep else 0.0 for e in range(ne)]
+        sel = sorted(range(ne), key=lambda e: (-ch[e], e))[:c.num_experts_per_tok]
+        w = [s[e] for e in sel]
+        if c.norm_topk_prob:
+            tot = sum(w) + 1e-20
+            w = [wi / tot for wi in w]
+        w = [wi * c.routed_scaling_factor for wi in w]
+        y = mlp(moe.shared_experts, v)
+        for wi, e in zip(w, sel):
+            y = y + wi * mlp(moe.experts[e], v)
+        out.append(y)
+        picks.append(sorted(sel))
+    return torch.stack(out).reshape(x.shape), picks
+
+
+def moe_configs():
+    """(tag, config): the checks' (4 experts top-2, norm, scale 2.5) and a group-limited one."""
+    return (("4 experts top-2, n_group 1", N.config_moe(VOCAB)),
+            ("8 experts top-3, n_group 2 topk_group 1, no norm, mlp_bias",
+             N.make_config("E", hidden=16, vocab=VOCAB, n_routed_experts=8, num_experts_per_tok=3,
+                           moe_intermediate_size=12, moe_shared_expert_intermediate_size=20, routed_scaling_factor=1.7,
+                           n_group=2, topk_group=1, norm_topk_prob=False, mlp_bias=True)))
+
+
+def check_moe(ck):
+    for tag, c in moe_configs():
+        m = N.init_model(c, seed=6).double()
+        i = c.pattern.index("E")
+        moe = m.backbone.layers[i].mixer
+        x = torch.randn(3, 9, c.hidden_size, dtype=torch.float64, generator=torch.Generator().manual_seed(8))
+        y = moe(x)
+        ref, picks = moe_loop(moe, x)
+        same = [sorted(r) for r in moe.selected.tolist()] == picks
+        e = rel(y.detach(), ref)
+        groups = ""
+        if c.n_group > 1:  # every token's experts lie in one group (topk_group 1)
+            per = c.n_routed_experts // c.n_group
+            one = all(len({e_ // per for e_ in p}) == 1 for p in picks)
+            used = sorted({p[0] // per for p in picks})
+            groups = f"; every token in one group: {one}, groups used {used}"
+            same = same and one and len(used) > 1
+        ck(f"[h] {tag}: MoE layer vs the token-by-token loop (fp64, 27 tokens; < 1e-13), same experts", e < 1e-13
+           and same, f"{e:.1e}; selections equal: {same}{groups}")
+        # gradients: loss = sum(out * R) by central differences (fp64)
+        r = torch.randn(x.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
+        xp = x.clone().requires_grad_(True)
+
+        def loss():
+            return (moe(xp) * r).sum()
+        moe.zero_grad(set_to_none=True)
+        loss().backward()
+        params = dict(moe.named_parameters())
+        params["input"] = xp
+        worst, wname, n = 0.0, "", 0
+        gsel = torch.Generator().manual_seed(12)
+        for name in ("gate.weight", "experts.0.up_proj.weight", "experts.1.down_proj.weight",
+                     f"experts.{c.n_routed_experts - 1}.up_proj.weight", "shared_experts.up_proj.weight",
+                     "shared_experts.down_proj.weight", "input") + (("shared_experts.up_proj.bias",) if c.mlp_bias
+                                                                    else ()):
+            p = params[name]
+            for k in (int(p.grad.abs().argmax()), int(torch.randint(0, p.numel(), (1,), generator=gsel))):
+                ag, h = float(p.grad.reshape(-1)[k]), 1e-6
+                with torch.no_grad():
+                    flat = p.view(-1)
+                    old = float(flat[k])
+                    flat[k] = old + h
+                    lp = float(loss())
+                    flat[k] = old - h
+                    lm = float(loss())
+                    flat[k] = old
+                fd = (lp - lm) / (2 * h)
+                err = abs(fd - ag) / max(abs(ag), 1e-4)
+                n += 1
+                if err >= worst:
+                    worst, wname = err, f"{name}[{k}] autograd {ag:.9e} fd {fd:.9e}"
+        ck(f"[h] {tag}: gradients (router, routed and shared experts, input) vs central differences (fp64, {n} "
+           "scalars, < 1e-7)", worst < 1e-7, f"worst {worst:.1e} ({wname})")
+    # the bias is used: zeroed, some tokens choose other experts (the checks' config and init)
+    c = N.config_moe(VOCAB)
+    m = N.init_model(c, seed=6)
+    x, _ = batch(5)
+    with torch.no_grad():
+        m(x)
+        before = [sorted(r) for b in m.backbone.layers if b.kind == "moe" for r in b.mixer.selected.tolist()]
+        bias = [float(b.mixer.gate.e_score_correction_bias.abs().max()) for b in m.backbone.layers if b.kind == "moe"]
+        for b in m.backbone.layers:
+            if b.kind == "moe":
+                b.mixer.gate.e_score_correction_bias.zero_()
+        m(x)
+        after = [sorted(r) for b in m.backbone.layers if b.kind == "moe" for r in b.mixer.selected.tolist()]
+    diff = sum(a != b for a, b in zip(before, after))
+    ck("[h] e_score_correction_bias changes the choice of some tokens (init_model's N(0, 0.05) bias)", diff > 0,
+       f"{diff} of {len(before)} token-layers choose differently without it (max|bias| per layer "
+       + ", ".join(f"{v:.3f}" for v in bias) + ")")
 
 
 def main():
@@ -254,6 +407,7 @@ def main():
     check_attention(ck)
     check_gated_norm(ck)
     check_config(ck)
+    check_moe(ck)
     print(f"{ck.passed} passed, {ck.failed} failed")
     return 1 if ck.failed else 0
 
