@@ -31,6 +31,10 @@ extern "C" {
 
 typedef struct sl_kctx sl_kctx; /* backend context: threads, scratch, stream */
 
+/* moe_route_fwd / moe_route_bwd's mode bits (0: softmax scores, weights not renormalised). */
+#define SL_MOE_NORM 1    /* the k weights divided by their sum (Mixtral, Qwen-MoE's norm_topk_prob) */
+#define SL_MOE_SIGMOID 2 /* sigmoid scores instead of the softmax (DeepSeek-V3, Nemotron-H) */
+
 /* A device context's host-side costs (ops dev_stats), cumulative counts. */
 typedef struct {
   int64_t allocs;    /* device / pinned host allocations (cudaMalloc, cudaMallocHost) */
@@ -365,27 +369,37 @@ typedef struct sl_ops {
    * be empty); the slots a capacity dropped follow, grouped the same way
    * (expert e's dropped rows [offs[E+e], offs[E+e+1]); offs[2E] = N*k).
    * All fp32, also under bf16 compute (they move or weight rows).
-   * moe_route_fwd: probs (N, E) = softmax(logits (N, E)) in fp32; lse (N,
-   * NULL: not written) its logsumexp; sel (N, k) int32 the experts of the k
-   * largest probs + bias (bias (E) or NULL: none; the selection only, as
+   * moe_route_fwd: probs (N, E) = the scores of logits (N, E) in fp32:
+   * softmax, or with SL_MOE_SIGMOID in mode 1 / (1 + exp(-logit)) each
+   * (transformers' DeepseekV3TopkRouter); lse (N, NULL: not written) the
+   * softmax's logsumexp (must be NULL in sigmoid mode: the router z-loss is
+   * defined through the softmax; the CUDA backend refuses it, the CPU
+   * leaves it unwritten); sel (N, k) int32 the experts of the k largest
+   * probs + bias (bias (E) or NULL: none; the selection only, as
    * DeepSeek-V3's aux-loss-free balancing), descending (a tie goes to the
-   * lower expert); wts (N, k) their probabilities, divided by their sum
-   * when norm. cap > 0: each expert keeps the cap slots of largest wts (a
-   * tie: the earlier token; Megatron-Core's "probs" drop policy), the
-   * others are dropped: sel = -1 - e, wts = 0 (not renormalised); cap 0:
-   * dropless. offs (2E+1), perm (N*k): permuted row r holds slot perm[r];
-   * pos (N*k) its inverse (pos[perm[r]] = r). */
+   * lower expert); wts (N, k) their probabilities (without the bias),
+   * divided by their sum with SL_MOE_NORM (sigmoid: by their sum + 1e-20,
+   * as DeepseekV3MoE.route_tokens_to_experts), then times scale (the routed
+   * scaling factor; > 0, 1.0f leaves the weights bit for bit). cap > 0:
+   * each expert keeps the cap slots of largest wts (a tie: the earlier
+   * token; Megatron-Core's "probs" drop policy), the others are dropped:
+   * sel = -1 - e, wts = 0 (not renormalised); cap 0: dropless. offs
+   * (2E+1), perm (N*k): permuted row r holds slot perm[r]; pos (N*k) its
+   * inverse (pos[perm[r]] = r). */
   void (*moe_route_fwd)(sl_kctx *, float *probs, int32_t *sel, float *wts, int32_t *offs, int32_t *perm, int32_t *pos,
-                        float *lse, const float *logits, const float *bias, int64_t N, int64_t E, int64_t k, int norm,
-                        int64_t cap);
+                        float *lse, const float *logits, const float *bias, int64_t N, int64_t E, int64_t k, int mode,
+                        float scale, int64_t cap);
   /* dlogits (N, E) += the gradient of the logits given dwts (N, k), the
-   * gradient of wts (through the renormalisation when norm; a dropped
-   * slot's dwts is 0), gp (E, or NULL: none), a gradient of every token's
-   * probs row (the load-balancing loss's), through the softmax, and zg *
-   * lse[t] on token t's logsumexp (the router z-loss's; lse NULL: none). */
+   * gradient of wts (the forward's, mode and scale the same: through the
+   * scale and, with SL_MOE_NORM, the renormalisation; a dropped slot's
+   * dwts is 0), gp (E, or NULL: none), a gradient of every token's probs
+   * row (the load-balancing loss's), through the softmax or the sigmoid,
+   * and zg * lse[t] on token t's logsumexp (the router z-loss's; lse NULL:
+   * none; sigmoid mode: lse NULL and zg 0, the CUDA backend refuses
+   * others). k <= 64. */
   void (*moe_route_bwd)(sl_kctx *, float *dlogits, const float *dwts, const float *probs, const int32_t *sel,
                         const float *wts, const float *gp, const float *lse, float zg, int64_t N, int64_t E, int64_t k,
-                        int norm);
+                        int mode, float scale);
   /* xp (N*k, C): permuted row pos[s] = x row s / k. */
   void (*moe_permute_fwd)(sl_kctx *, float *xp, const float *x, const int32_t *pos, int64_t N, int64_t k, int64_t C);
   /* dx (N, C) += sum over j of dxp row pos[t*k + j] (in j order). */

@@ -254,8 +254,8 @@ void sl_llama_moe_free(sl_model *m, llama_priv *p) {
 static void route_fwd(sl_model *m, llama_priv *p, int l, layer_acts *a) {
   const struct sl_moe_route *rt = p->rt;
   m->ops->moe_route_fwd(m->k, a->probs, a->sel, a->wts, a->offs, a->perm, a->pos, rt && rt->zcoef ? a->zlse : NULL,
-                        a->logits, rt && rt->bias ? rt->bias + l * p->E : NULL, p->N, p->E, p->k, p->norm_topk,
-                        rt ? rt->cap : 0);
+                        a->logits, rt && rt->bias ? rt->bias + l * p->E : NULL, p->N, p->E, p->k,
+                        p->norm_topk ? SL_MOE_NORM : 0, 1.0f, rt ? rt->cap : 0);
 }
 
 /* After the grouping: the dropped rows of yp are zeroed (the combine weights
@@ -447,7 +447,7 @@ int sl_llama_moe_bwd(sl_model *m, llama_priv *p, int l, const layer_acts *a, con
   const struct sl_moe_route *rt = p->rt;
   o->moe_route_bwd(k, p->dlogits, p->dwts, a->probs, a->sel, a->wts, p->aux_coef ? p->gp : NULL,
                    rt && rt->zcoef ? a->zlse : NULL, rt ? 2.0f * rt->zcoef * m->loss_scale : 0.0f, N, E, p->k,
-                   p->norm_topk);
+                   p->norm_topk ? SL_MOE_NORM : 0, 1.0f);
   /* the router is replicated: every TP rank has its whole gradient, and one adds its part of dln before the sum */
   sl_lin_bwd(m, &p->lrouter, dln, (float *)g->wr, NULL, p->dlogits, a->ln2, w->wr, N);
   return SL_OK;

@@ -178,20 +178,24 @@ static void c_swiglu_bwd(sl_kctx *k, float *dgu, const float *dout, const float 
   (void)gu;
   add(k, 10 * D(N) * D(H), 0);
 }
-/* the MoE ops: the router's softmax and top-k (about 5 E + k E a token), the
- * row moves (no FLOPs), the combine's multiply-add (2 k C a token) */
+/* the MoE ops: the router's scores and top-k (about 5 E + k E a token: the
+ * softmax's exp, sum, divide, or the sigmoid's negate, exp, add, divide), the
+ * routed scaling (k a token), the row moves (no FLOPs), the combine's
+ * multiply-add (2 k C a token) */
 static void c_moe_route_fwd(sl_kctx *k, float *probs, int32_t *sel, float *wts, int32_t *offs, int32_t *perm,
                             int32_t *pos, float *lse, const float *logits, const float *bias, int64_t N, int64_t E,
-                            int64_t kk, int norm, int64_t cap) {
-  (void)probs, (void)sel, (void)wts, (void)offs, (void)perm, (void)pos, (void)lse, (void)logits, (void)bias, (void)norm;
+                            int64_t kk, int mode, float scale, int64_t cap) {
+  (void)probs, (void)sel, (void)wts, (void)offs, (void)perm, (void)pos, (void)lse, (void)logits, (void)bias, (void)mode;
   (void)cap; /* the capacity's ranks and the z-loss: not counted (the planner's closed forms have no term for them) */
-  add(k, D(N) * D(E) * (5 + D(kk)), 0);
+  add(k, D(N) * D(E) * (5 + D(kk)) + (scale != 1.0f ? D(N) * D(kk) : 0), 0);
 }
+/* its backward: about 2 E + 6 k a token (the softmax's, or the sigmoid's p (1 - p) g: 3 E), + k for the scale */
 static void c_moe_route_bwd(sl_kctx *k, float *dlogits, const float *dwts, const float *probs, const int32_t *sel,
                             const float *wts, const float *gp, const float *lse, float zg, int64_t N, int64_t E,
-                            int64_t kk, int norm) {
-  (void)dlogits, (void)dwts, (void)probs, (void)sel, (void)wts, (void)gp, (void)lse, (void)zg, (void)norm;
-  add(k, D(N) * (2 * D(E) + 6 * D(kk)), 0);
+                            int64_t kk, int mode, float scale) {
+  (void)dlogits, (void)dwts, (void)probs, (void)sel, (void)wts, (void)gp, (void)lse, (void)zg;
+  double per_tok = (mode & SL_MOE_SIGMOID ? 3 * D(E) : 2 * D(E)) + 6 * D(kk) + (scale != 1.0f ? D(kk) : 0);
+  add(k, D(N) * per_tok, 0);
 }
 static void c_moe_permute_fwd(sl_kctx *k, float *xp, const float *x, const int32_t *pos, int64_t N, int64_t kk,
                               int64_t C) {

@@ -44,10 +44,10 @@ void sl_cpu_adamw(sl_kctx *ctx, float *p, float *m, float *v, const float *g, in
 double sl_cpu_sumsq(sl_kctx *ctx, const float *x, int64_t n);
 void sl_cpu_moe_route_fwd(sl_kctx *ctx, float *probs, int32_t *sel, float *wts, int32_t *offs, int32_t *perm,
                           int32_t *pos, float *lse, const float *logits, const float *bias, int64_t N, int64_t E,
-                          int64_t k, int norm, int64_t cap);
+                          int64_t k, int mode, float scale, int64_t cap);
 void sl_cpu_moe_route_bwd(sl_kctx *ctx, float *dlogits, const float *dwts, const float *probs, const int32_t *sel,
                           const float *wts, const float *gp, const float *lse, float zg, int64_t N, int64_t E,
-                          int64_t k, int norm);
+                          int64_t k, int mode, float scale);
 void sl_cpu_moe_permute_fwd(sl_kctx *ctx, float *xp, const float *x, const int32_t *pos, int64_t N, int64_t k,
                             int64_t C);
 void sl_cpu_moe_permute_bwd(sl_kctx *ctx, float *dx, const float *dxp, const int32_t *pos, int64_t N, int64_t k,

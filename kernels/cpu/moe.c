@@ -1,10 +1,11 @@
 /* kernels/cpu/moe.c — the CPU backend's mixture-of-experts ops
- * (kernels/kernels.h): the router's softmax and top-k with the expert
+ * (kernels/kernels.h): the router's scores and top-k with the expert
  * grouping of the slots, the permutation of token rows into expert groups,
  * and the weighted combine back. The experts' GEMMs are linear_fwd /
  * linear_bwd over each group (the caller's grouped GEMM). fp32, the
  * transformers semantics of MixtralSparseMoeBlock (softmax in fp32, topk,
- * renormalised weights; Megatron-Core's capacity). OpenMP over tokens; the
+ * renormalised weights) or DeepseekV3MoE (sigmoid scores, the routed
+ * scaling factor); Megatron-Core's capacity. OpenMP over tokens; the
  * grouping is one serial counting sort (deterministic). */
 #include <math.h>
 #include <string.h>
@@ -49,10 +50,11 @@ static void drop_slots(sl_kctx *ctx, int32_t *sel, float *wts, const int32_t *of
 
 void sl_cpu_moe_route_fwd(sl_kctx *ctx, float *probs, int32_t *sel, float *wts, int32_t *offs, int32_t *perm,
                           int32_t *pos, float *lse, const float *logits, const float *bias, int64_t N, int64_t E,
-                          int64_t k, int norm, int64_t cap) {
+                          int64_t k, int mode, float scale, int64_t cap) {
 #pragma omp parallel for num_threads(nthr(ctx, N *E)) schedule(static)
   for (int64_t t = 0; t < N; t++)
-    sl_moe_route_row(probs + t * E, sel + t * k, wts + t * k, lse ? lse + t : NULL, logits + t * E, bias, E, k, norm);
+    sl_moe_route_row(probs + t * E, sel + t * k, wts + t * k, lse ? lse + t : NULL, logits + t * E, bias, E, k, mode,
+                     scale);
   if (cap > 0 && cap < N) { /* an expert takes at most N slots (one a token): cap >= N drops nothing */
     group_slots(offs, perm, pos, sel, N * k, E, E);
     drop_slots(ctx, sel, wts, offs, perm, N * k, E, cap);
@@ -62,11 +64,11 @@ void sl_cpu_moe_route_fwd(sl_kctx *ctx, float *probs, int32_t *sel, float *wts, 
 
 void sl_cpu_moe_route_bwd(sl_kctx *ctx, float *dlogits, const float *dwts, const float *probs, const int32_t *sel,
                           const float *wts, const float *gp, const float *lse, float zg, int64_t N, int64_t E,
-                          int64_t k, int norm) {
+                          int64_t k, int mode, float scale) {
 #pragma omp parallel for num_threads(nthr(ctx, N *E)) schedule(static)
   for (int64_t t = 0; t < N; t++)
     sl_moe_route_bwd_row(dlogits + t * E, dwts + t * k, probs + t * E, sel + t * k, wts + t * k, gp,
-                         lse ? zg * lse[t] : 0.0f, E, k, norm);
+                         lse ? zg * lse[t] : 0.0f, E, k, mode, scale);
 }
 
 void sl_cpu_moe_permute_fwd(sl_kctx *ctx, float *xp, const float *x, const int32_t *pos, int64_t N, int64_t k,

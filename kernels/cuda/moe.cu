@@ -1,5 +1,5 @@
 /* kernels/cuda/moe.cu — the mixture-of-experts ops (kernels/kernels.h): a
- * thread per token for the router's softmax / top-k and its backward (the
+ * thread per token for the router's scores (softmax or sigmoid) / top-k and its backward (the
  * CPU twin's loops, kernels/cpu/moe.c; the capacity's rank, a thread per slot), a thread per group for the
  * grouping (each walks the slots in order: deterministic, tokens ascending
  * in its group, no atomics) after one thread's prefix sum of the counts,
@@ -14,9 +14,10 @@
 #define NT 256
 
 static __global__ void route_kernel(float *probs, int32_t *sel, float *wts, float *lse, const float *logits,
-                                    const float *bias, int64_t N, int64_t E, int64_t k, int norm) {
+                                    const float *bias, int64_t N, int64_t E, int64_t k, int mode, float scale) {
   GRID_STRIDE(t, N)
-  sl_moe_route_row(probs + t * E, sel + t * k, wts + t * k, lse ? lse + t : NULL, logits + t * E, bias, E, k, norm);
+  sl_moe_route_row(probs + t * E, sel + t * k, wts + t * k, lse ? lse + t : NULL, logits + t * E, bias, E, k, mode,
+                   scale);
 }
 /* The slots' groups (sl_moe_key, G of them): counts, prefix sum, then a thread per group walks the slots in order. */
 static __global__ void count_kernel(int32_t *offs, const int32_t *sel, int64_t S, int64_t E, int64_t G) {
@@ -63,12 +64,13 @@ static __global__ void drop_wts_kernel(float *wts, const int32_t *sel, int64_t S
 }
 void sl_cuda_moe_route_fwd(sl_kctx *ctx, float *probs, int32_t *sel, float *wts, int32_t *offs, int32_t *perm,
                            int32_t *pos, float *lse, const float *logits, const float *bias, int64_t N, int64_t E,
-                           int64_t k, int norm, int64_t cap) {
+                           int64_t k, int mode, float scale, int64_t cap) {
   SL_CUDA_BEGIN(ctx);
-  SL_CUDA_REQUIRE(ctx, N >= 0 && E >= 1 && k >= 1 && k <= E && cap >= 0);
+  SL_CUDA_REQUIRE(ctx, N >= 0 && E >= 1 && k >= 1 && k <= E && cap >= 0 && !((mode & SL_MOE_SIGMOID) && lse));
   int64_t S = N * k;
   if (N > 0)
-    route_kernel<<<sl_cuda_blocks(N, 128), 128, 0, ctx->stream>>>(probs, sel, wts, lse, logits, bias, N, E, k, norm);
+    route_kernel<<<sl_cuda_blocks(N, 128), 128, 0, ctx->stream>>>(probs, sel, wts, lse, logits, bias, N, E, k, mode,
+                                                                  scale);
   if (cap > 0 && cap < N && S > 0) {
     group_slots(ctx, offs, perm, pos, sel, S, E, E);
     drop_kernel<<<sl_cuda_blocks(S, 128), 128, 0, ctx->stream>>>(sel, wts, offs, perm, S, cap);
@@ -80,19 +82,19 @@ void sl_cuda_moe_route_fwd(sl_kctx *ctx, float *probs, int32_t *sel, float *wts,
 
 static __global__ void route_bwd_kernel(float *dlogits, const float *dwts, const float *probs, const int32_t *sel,
                                         const float *wts, const float *gp, const float *lse, float zg, int64_t N,
-                                        int64_t E, int64_t k, int norm) {
+                                        int64_t E, int64_t k, int mode, float scale) {
   GRID_STRIDE(t, N)
   sl_moe_route_bwd_row(dlogits + t * E, dwts + t * k, probs + t * E, sel + t * k, wts + t * k, gp,
-                       lse ? zg * lse[t] : 0.0f, E, k, norm);
+                       lse ? zg * lse[t] : 0.0f, E, k, mode, scale);
 }
 void sl_cuda_moe_route_bwd(sl_kctx *ctx, float *dlogits, const float *dwts, const float *probs, const int32_t *sel,
                            const float *wts, const float *gp, const float *lse, float zg, int64_t N, int64_t E,
-                           int64_t k, int norm) {
+                           int64_t k, int mode, float scale) {
   SL_CUDA_BEGIN(ctx);
-  SL_CUDA_REQUIRE(ctx, N >= 0 && E >= 1 && k >= 1 && k <= 64);
+  SL_CUDA_REQUIRE(ctx, N >= 0 && E >= 1 && k >= 1 && k <= 64 && !((mode & SL_MOE_SIGMOID) && (lse || zg != 0.0f)));
   if (N == 0) return;
   route_bwd_kernel<<<sl_cuda_blocks(N, 128), 128, 0, ctx->stream>>>(dlogits, dwts, probs, sel, wts, gp, lse, zg, N, E,
-                                                                    k, norm);
+                                                                    k, mode, scale);
   CUDA_LAUNCH_CHECK(ctx);
 }
 

@@ -363,9 +363,12 @@ static void check_i32(const char *name, const int32_t *h, const int32_t *d, int6
   free(g);
 }
 /* The MoE ops: routing (one expert idle: an empty group; with the expert
- * bias, a capacity of cap slots (0: dropless), the logsumexp), grouping,
- * rows, combine, and the backwards (+ the aux and z-loss gradients). */
-static void test_moe(int64_t N, int64_t E, int64_t k, int64_t C, int norm, int64_t cap, int with_bias) {
+ * bias, a capacity of cap slots (0: dropless), the logsumexp; mode
+ * SL_MOE_NORM | SL_MOE_SIGMOID, the routed scaling factor), grouping, rows,
+ * combine, and the backwards (+ the aux and z-loss gradients; sigmoid
+ * mode: the aux loss's only, it has no logsumexp). */
+static void test_moe(int64_t N, int64_t E, int64_t k, int64_t C, int mode, float scale, int64_t cap, int with_bias) {
+  int sig = mode & SL_MOE_SIGMOID;
   buf lg = mk(N * E, -3, 3), probs = mk0(N * E), wts = mk0(N * k), dl = mk(N * E, -1, 1), dw = mk(N * k, -1, 1);
   buf lse = mk0(N), bias = mk(E, -0.3f, 0.3f);
   for (int64_t t = 0; t < N; t++) lg.h[t * E + E - 1] = -40.0f;
@@ -373,24 +376,28 @@ static void test_moe(int64_t N, int64_t E, int64_t k, int64_t C, int norm, int64
   size_t ib = (size_t)(N * k) * 4 * 3 + (size_t)(2 * E + 1) * 4;
   int32_t *hs = (int32_t *)xmalloc(ib), *hp = hs + N * k, *hq = hp + N * k, *ho = hq + N * k;
   int32_t *ds = (int32_t *)sl_cuda_malloc(gc, ib), *dp = ds + N * k, *dq = dp + N * k, *dof = dq + N * k;
-  cpu->moe_route_fwd(cc, probs.h, hs, wts.h, ho, hp, hq, lse.h, lg.h, with_bias ? bias.h : NULL, N, E, k, norm, cap);
-  gpu->moe_route_fwd(gc, probs.d, ds, wts.d, dof, dp, dq, lse.d, lg.d, with_bias ? bias.d : NULL, N, E, k, norm, cap);
-  printf("  moe routing N %lld E %lld k %lld norm %d cap %lld bias %d: %d slots dropped\n", (long long)N, (long long)E,
-         (long long)k, norm, (long long)cap, with_bias, (int)(N * k - ho[E]));
+  cpu->moe_route_fwd(cc, probs.h, hs, wts.h, ho, hp, hq, sig ? NULL : lse.h, lg.h, with_bias ? bias.h : NULL, N, E, k,
+                     mode, scale, cap);
+  gpu->moe_route_fwd(gc, probs.d, ds, wts.d, dof, dp, dq, sig ? NULL : lse.d, lg.d, with_bias ? bias.d : NULL, N, E, k,
+                     mode, scale, cap);
+  printf("  moe routing N %lld E %lld k %lld mode %d scale %g cap %lld bias %d: %d slots dropped\n", (long long)N,
+         (long long)E, (long long)k, mode, (double)scale, (long long)cap, with_bias, (int)(N * k - ho[E]));
   check("moe_route_fwd probs", &probs, 1e-5);
-  check("moe_route_fwd lse", &lse, 1e-5);
+  if (!sig) check("moe_route_fwd lse", &lse, 1e-5);
   check("moe_route_fwd wts (dropped: 0)", &wts, 1e-5);
   check_i32("moe_route_fwd sel (dropped: -1 - e)", hs, ds, N * k);
   check_i32("moe_route_fwd offs (idle expert; the dropped groups)", ho, dof, 2 * E + 1);
   check_i32("moe_route_fwd perm", hp, dp, N * k);
   check_i32("moe_route_fwd pos", hq, dq, N * k);
-  cpu->moe_route_bwd(cc, dl.h, dw.h, probs.h, hs, wts.h, NULL, NULL, 0.0f, N, E, k, norm);
-  gpu->moe_route_bwd(gc, dl.d, dw.d, probs.d, ds, wts.d, NULL, NULL, 0.0f, N, E, k, norm);
+  cpu->moe_route_bwd(cc, dl.h, dw.h, probs.h, hs, wts.h, NULL, NULL, 0.0f, N, E, k, mode, scale);
+  gpu->moe_route_bwd(gc, dl.d, dw.d, probs.d, ds, wts.d, NULL, NULL, 0.0f, N, E, k, mode, scale);
   check("moe_route_bwd", &dl, 1e-5);
   buf gp = mk(E, -1, 1); /* the aux loss's gradient on every probability, the z-loss's on the logsumexp */
-  cpu->moe_route_bwd(cc, dl.h, dw.h, probs.h, hs, wts.h, gp.h, lse.h, 0.3f, N, E, k, norm);
-  gpu->moe_route_bwd(gc, dl.d, dw.d, probs.d, ds, wts.d, gp.d, lse.d, 0.3f, N, E, k, norm);
-  check("moe_route_bwd + gp + z", &dl, 1e-5);
+  cpu->moe_route_bwd(cc, dl.h, dw.h, probs.h, hs, wts.h, gp.h, sig ? NULL : lse.h, sig ? 0.0f : 0.3f, N, E, k, mode,
+                     scale);
+  gpu->moe_route_bwd(gc, dl.d, dw.d, probs.d, ds, wts.d, gp.d, sig ? NULL : lse.d, sig ? 0.0f : 0.3f, N, E, k, mode,
+                     scale);
+  check(sig ? "moe_route_bwd + gp" : "moe_route_bwd + gp + z", &dl, 1e-5);
   freeb(&gp), freeb(&lse), freeb(&bias);
   buf x = mk(N * C, -1, 1), xp = mk0(N * k * C), dxp = mk(N * k * C, -1, 1), dx = mk(N * C, -1, 1);
   cpu->moe_permute_fwd(cc, xp.h, x.h, hq, N, k, C);
@@ -1065,10 +1072,10 @@ int main(void) {
   test_doc(32, 0, 0.0f);
   test_doc(64, 20, 0.4f); /* softcap inside documents and a window */
   test_pointwise();
-  test_moe(37, 6, 2, 24, 1, 0, 0);
-  test_moe(9, 4, 3, 8, 0, 0, 0);
-  test_moe(37, 6, 2, 24, 1, 8, 1); /* a capacity of 8 slots (of 74 over 5 live experts) and the expert bias */
-  test_moe(9, 4, 3, 8, 0, 5, 0);
+  test_moe(37, 6, 2, 24, SL_MOE_NORM, 1.0f, 0, 0);
+  test_moe(9, 4, 3, 8, 0, 1.0f, 0, 0);
+  test_moe(37, 6, 2, 24, SL_MOE_NORM, 1.0f, 8, 1); /* a capacity of 8 slots (of 74 over 5 live experts), the bias */
+  test_moe(9, 4, 3, 8, 0, 1.0f, 5, 0);
   test_lmhead(0.0f);
   test_lmhead(1.0f);                         /* Gemma 2's final-logit softcap (logits spread ~1) */
   test_vocab_parallel(29, 48, 301, 4, 0.0f); /* 301 = 4 x 76 - 3: padding in the last slice */
@@ -1098,6 +1105,12 @@ int main(void) {
   test_scan(1, 29, 40, 5, 64, 1);  /* a document at 9 */
   test_scan(2, 20, 33, 24, 3, 1);  /* documents at 6 (a chunk start) / 7 and 15 */
   test_docs_split();
+  /* the router's scaling factor and DeepSeek-V3 / Nemotron-H's sigmoid scores (last, as above) */
+  test_moe(37, 6, 2, 24, SL_MOE_NORM, 2.5f, 8, 1);
+  test_moe(37, 6, 2, 24, SL_MOE_SIGMOID | SL_MOE_NORM, 2.5f, 0, 1);
+  test_moe(37, 8, 3, 24, SL_MOE_SIGMOID | SL_MOE_NORM, 2.5f, 8, 1);
+  test_moe(9, 4, 3, 8, SL_MOE_SIGMOID, 1.0f, 5, 0);
+  test_moe(9, 4, 3, 8, SL_MOE_SIGMOID, 2.5f, 0, 1);
   if (!cpu->ctx_set_compute(cc, SL_COMPUTE_BF16) && !gpu->ctx_set_compute(gc, SL_COMPUTE_BF16)) {
     g_b16 = 1;
     test_conv1d(1);

@@ -998,30 +998,44 @@ typedef struct {
   double *lg, *R, *yp, *wts, *Ry, *gp; /* gp (E): a gradient on every probability (NULL: none) */
   const int32_t *sel, *pos;            /* sel: e, or -1 - e for a slot the capacity dropped (weight 0) */
   int64_t N, E, k, C;
-  int norm;
-  double zg; /* + zg/2 * lse^2 a token (the z-loss's shape; 0: none) */
+  int mode;     /* SL_MOE_NORM | SL_MOE_SIGMOID */
+  double zg;    /* + zg/2 * lse^2 a token (the z-loss's shape; 0: none; softmax only) */
+  double scale; /* the routed scaling factor */
 } moe_st;
-/* The k weights of token t from logits in double with the selection fixed
- * (a small perturbation does not change a top-k without near ties). */
-static void moe_w_ref(double *w, const double *lg, const int32_t *sel, int64_t E, int64_t k, int norm) {
-  double mx = lg[0], sum = 0, ws = 0;
+/* A token's scores in double: the softmax (and *lse), or the sigmoid (SL_MOE_SIGMOID). */
+static void moe_p_ref(double *p, double *lse, const double *lg, int64_t E, int mode) {
+  if (mode & SL_MOE_SIGMOID) {
+    for (int64_t e = 0; e < E; e++) p[e] = 1.0 / (1.0 + exp(-lg[e]));
+    *lse = 0;
+    return;
+  }
+  double mx = lg[0], sum = 0;
   for (int64_t e = 1; e < E; e++) mx = fmax(mx, lg[e]);
   for (int64_t e = 0; e < E; e++) sum += exp(lg[e] - mx);
-  for (int64_t j = 0; j < k; j++) ws += w[j] = exp(lg[sel[j] < 0 ? -1 - sel[j] : sel[j]] - mx) / sum;
-  for (int64_t j = 0; norm && j < k; j++) w[j] /= ws;
+  for (int64_t e = 0; e < E; e++) p[e] = exp(lg[e] - mx) / sum;
+  *lse = mx + log(sum);
+}
+/* The k weights of token t from logits in double with the selection fixed
+ * (a small perturbation does not change a top-k without near ties):
+ * renormalised with SL_MOE_NORM (sigmoid: by the sum + 1e-20, as the op),
+ * times scale. */
+static void moe_w_ref(double *w, const double *lg, const int32_t *sel, int64_t E, int64_t k, int mode, double scale) {
+  double p[64], lse, ws = 0;
+  moe_p_ref(p, &lse, lg, E, mode);
+  for (int64_t j = 0; j < k; j++) ws += w[j] = p[sel[j] < 0 ? -1 - sel[j] : sel[j]];
+  if (mode & SL_MOE_SIGMOID) ws += 1e-20;
+  for (int64_t j = 0; (mode & SL_MOE_NORM) && j < k; j++) w[j] /= ws;
+  for (int64_t j = 0; j < k; j++) w[j] *= scale;
 }
 static double moe_route_L(void *p) {
   moe_st *s = p;
-  double L = 0, w[64];
+  double L = 0, w[64], pr[64], lse;
   for (int64_t t = 0; t < s->N; t++) {
-    moe_w_ref(w, s->lg + t * s->E, s->sel + t * s->k, s->E, s->k, s->norm);
+    moe_w_ref(w, s->lg + t * s->E, s->sel + t * s->k, s->E, s->k, s->mode, s->scale);
     for (int64_t j = 0; j < s->k; j++) L += s->sel[t * s->k + j] < 0 ? 0 : w[j] * s->R[t * s->k + j];
-    const double *lg = s->lg + t * s->E;
-    double mx = lg[0], sum = 0;
-    for (int64_t e = 1; e < s->E; e++) mx = fmax(mx, lg[e]);
-    for (int64_t e = 0; e < s->E; e++) sum += exp(lg[e] - mx);
-    for (int64_t e = 0; s->gp && e < s->E; e++) L += s->gp[e] * exp(lg[e] - mx) / sum;
-    L += 0.5 * s->zg * (mx + log(sum)) * (mx + log(sum));
+    moe_p_ref(pr, &lse, s->lg + t * s->E, s->E, s->mode);
+    for (int64_t e = 0; s->gp && e < s->E; e++) L += s->gp[e] * pr[e];
+    L += 0.5 * s->zg * lse * lse;
   }
   return L;
 }
@@ -1035,47 +1049,56 @@ static double moe_comb_L(void *p) {
         L += s->wts[t * s->k + j] * s->yp[(int64_t)s->pos[t * s->k + j] * s->C + c] * s->Ry[t * s->C + c];
   return L;
 }
-/* route_fwd's softmax, top-k (an idle expert: the last one's logits are far
- * below, a zero-token group), grouping; route_bwd by finite differences. */
-static void test_moe_route(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t E, int64_t k, int norm, int with_gp) {
+/* route_fwd's scores (the softmax, or the sigmoid with SL_MOE_SIGMOID),
+ * top-k (an idle expert: the last one's logits are far below, a zero-token
+ * group; with the expert bias, its bias too), the weights (renormalised
+ * with SL_MOE_NORM, times scale), grouping; route_bwd by finite
+ * differences (with gp: the aux loss's gradient on every probability). */
+static void test_moe_route(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t E, int64_t k, int mode, float scale,
+                           int with_gp, int with_bias) {
   float *lg = fvec(N * E, 3.0f), *probs = malloc(N * E * 4), *wts = malloc(N * k * 4), *R = fvec(N * k, 1.0f);
+  float *bias = with_bias ? fvec(E, 0.2f) : NULL;
   int32_t *sel = malloc(N * k * 4), *perm = malloc(N * k * 4), *pos = malloc(N * k * 4),
           *offs = malloc((2 * E + 1) * 4);
   for (int64_t t = 0; t < N; t++) lg[t * E + E - 1] = -40.0f;
-  ops->moe_route_fwd(ctx, probs, sel, wts, offs, perm, pos, NULL, lg, NULL, N, E, k, norm, 0);
-  double perr = 0, werr = 0, w[64], *lgd = to_d(lg, N * E);
+  if (bias) bias[E - 1] = -1.0f; /* sigmoid: p_{E-1} ~ 4e-18, every other p + bias > 0.04 - 0.2 > -1 */
+  ops->moe_route_fwd(ctx, probs, sel, wts, offs, perm, pos, NULL, lg, bias, N, E, k, mode, scale, 0);
+  double perr = 0, werr = 0, w[64], pr[64], lse, *lgd = to_d(lg, N * E);
   int64_t bad = 0;
   for (int64_t t = 0; t < N; t++) {
-    double mx = -1e30, sum = 0;
-    for (int64_t e = 0; e < E; e++) mx = fmax(mx, lg[t * E + e]);
-    for (int64_t e = 0; e < E; e++) sum += exp(lg[t * E + e] - mx);
-    for (int64_t e = 0; e < E; e++) perr = fmax(perr, fabs(probs[t * E + e] - exp(lg[t * E + e] - mx) / sum));
-    for (int64_t j = 0; j < k; j++) /* the j-th choice: exactly j logits above it */
+    moe_p_ref(pr, &lse, lgd + t * E, E, mode);
+    for (int64_t e = 0; e < E; e++) perr = fmax(perr, fabs(probs[t * E + e] - pr[e]));
+    for (int64_t j = 0; j < k; j++) /* the j-th choice: exactly j logits (with a bias: scores p + bias) above it */
       for (int64_t e = 0, above = 0; e < E; e++, above = 0) {
         if (e != sel[t * k + j]) continue;
-        for (int64_t f = 0; f < E; f++) above += lg[t * E + f] > lg[t * E + e];
+        for (int64_t f = 0; f < E; f++)
+          above += bias ? probs[t * E + f] + bias[f] > probs[t * E + e] + bias[e] : lg[t * E + f] > lg[t * E + e];
         bad += above != j;
       }
-    moe_w_ref(w, lgd + t * E, sel + t * k, E, k, norm);
-    for (int64_t j = 0; j < k; j++) werr = fmax(werr, fabs(wts[t * k + j] - w[j]));
+    moe_w_ref(w, lgd + t * E, sel + t * k, E, k, mode, scale);
+    for (int64_t j = 0; j < k; j++) werr = fmax(werr, fabs(wts[t * k + j] - w[j]) / scale);
   }
   for (int64_t e = 0; e < E; e++)
     for (int64_t r = offs[e]; r < offs[e + 1]; r++)
       bad += sel[perm[r]] != e || pos[perm[r]] != r || (r > offs[e] && perm[r] <= perm[r - 1]);
   bad += offs[0] != 0 || offs[E] != N * k || offs[E - 1] != offs[E]; /* the idle expert's group is empty */
-  char nm[96];
-  snprintf(nm, sizeof nm, "moe_route_fwd probs/weights vs double (norm %d)", norm);
+  char nm[128], opt[64];
+  snprintf(opt, sizeof opt, "%s%s, scale %g%s", mode & SL_MOE_SIGMOID ? "sigmoid" : "softmax",
+           mode & SL_MOE_NORM ? " renormalised" : "", (double)scale, bias ? ", bias" : "");
+  /* probs <= 1 and weights / scale <= 1: a few fp32 roundings (~6e-8 each) of values below 1 */
+  snprintf(nm, sizeof nm, "moe_route_fwd probs, weights/scale vs double (%s)", opt);
   report(nm, fmax(perr, werr), 1e-6);
-  report("moe_route_fwd top-k order, groups, inverse, idle expert (mismatches)", (double)bad, 0);
+  snprintf(nm, sizeof nm, "moe_route_fwd top-k order, groups, inverse, idle expert (%s; mismatches)", opt);
+  report(nm, (double)bad, 0);
   float *gp = with_gp ? fvec(E, 1.0f) : NULL; /* the load-balancing loss's gradient on every probability */
-  moe_st s = {lgd, to_d(R, N * k), NULL, NULL, NULL, gp ? to_d(gp, E) : NULL, sel, pos, N, E, k, 0, norm, 0};
+  moe_st s = {lgd, to_d(R, N * k), NULL, NULL, NULL, gp ? to_d(gp, E) : NULL, sel, pos, N, E, k, 0, mode, 0, scale};
   float *sv, *pg = prefill(N * E, &sv), *g = zeros(N * E);
-  ops->moe_route_bwd(ctx, g, R, probs, sel, wts, gp, NULL, 0.0f, N, E, k, norm);
-  ops->moe_route_bwd(ctx, pg, R, probs, sel, wts, gp, NULL, 0.0f, N, E, k, norm);
+  ops->moe_route_bwd(ctx, g, R, probs, sel, wts, gp, NULL, 0.0f, N, E, k, mode, scale);
+  ops->moe_route_bwd(ctx, pg, R, probs, sel, wts, gp, NULL, 0.0f, N, E, k, mode, scale);
   adds_check("moe_route_bwd", pg, sv, g, N * E);
-  snprintf(nm, sizeof nm, "moe_route_bwd (%s%s)", norm ? "renormalised" : "softmax weights", gp ? ", + gp" : "");
+  snprintf(nm, sizeof nm, "moe_route_bwd (%s%s)", opt, gp ? ", + gp" : "");
   fd_check(nm, s.lg, g, N * E, moe_route_L, &s, 300, 1e-5);
-  free(gp), free(s.gp);
+  free(gp), free(s.gp), free(bias);
   free(lg), free(probs), free(wts), free(R), free(sel), free(perm), free(pos), free(offs), free(sv), free(pg);
   free(g), free(s.lg), free(s.R);
 }
@@ -1084,38 +1107,41 @@ static void test_moe_route(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t E
 static void test_moe_hand(const sl_ops *ops, sl_kctx *ctx) {
   float lg[16] = {logf(0.4f), logf(0.3f), logf(0.2f), logf(0.1f)}, bias[4] = {0, 0, 0.25f, 0}, p[16], w[8], lse[4];
   int32_t sel[8], perm[8], pos[8], offs[9];
-  ops->moe_route_fwd(ctx, p, sel, w, offs, perm, pos, lse, lg, NULL, 1, 4, 2, 1, 0);
+  ops->moe_route_fwd(ctx, p, sel, w, offs, perm, pos, lse, lg, NULL, 1, 4, 2, SL_MOE_NORM, 1.0f, 0);
   double bad = sel[0] != 0 || sel[1] != 1 || fabs(w[0] - 0.4 / 0.7) > 1e-6 || fabs(lse[0]) > 1e-6;
-  ops->moe_route_fwd(ctx, p, sel, w, offs, perm, pos, NULL, lg, bias, 1, 4, 2, 1, 0); /* 0.2 + 0.25 > 0.4 */
+  ops->moe_route_fwd(ctx, p, sel, w, offs, perm, pos, NULL, lg, bias, 1, 4, 2, SL_MOE_NORM, 1.0f, 0); /* .45 > .4 */
   bad += sel[0] != 2 || sel[1] != 0 || fabs(w[0] - 0.2 / 0.6) > 1e-6 || fabs(w[1] - 0.4 / 0.6) > 1e-6;
   report("moe_route_fwd hand case: bias [0, 0, .25, 0] selects experts 2, 0 with weights .2/.6, .4/.6", bad, 0);
   /* 4 tokens, 2 experts, k 1, all to expert 0 with p .9 .6 .8 .7: capacity ceil(4/2 * 1.0) = 2 keeps tokens 0, 2 */
   const float q[4] = {0.9f, 0.6f, 0.8f, 0.7f};
   for (int t = 0; t < 4; t++) lg[2 * t] = logf(q[t]), lg[2 * t + 1] = logf(1 - q[t]);
-  ops->moe_route_fwd(ctx, p, sel, w, offs, perm, pos, NULL, lg, NULL, 4, 2, 1, 0, 2);
+  ops->moe_route_fwd(ctx, p, sel, w, offs, perm, pos, NULL, lg, NULL, 4, 2, 1, 0, 1.0f, 2);
   static const int32_t want_sel[4] = {0, -1, 0, -1}, want_offs[5] = {0, 2, 2, 4, 4}, want_perm[4] = {0, 2, 1, 3};
   bad = memcmp(sel, want_sel, 16) || memcmp(offs, want_offs, 20) || memcmp(perm, want_perm, 16) || w[1] != 0 ||
         w[3] != 0 || fabs(w[0] - 0.9) > 1e-6 || fabs(w[2] - 0.8) > 1e-6;
-  ops->moe_route_fwd(ctx, p, sel, w, offs, perm, pos, NULL, lg, NULL, 4, 2, 1, 1, 2); /* renormalised: all 1, a tie */
+  ops->moe_route_fwd(ctx, p, sel, w, offs, perm, pos, NULL, lg, NULL, 4, 2, 1, SL_MOE_NORM, 1.0f, 2); /* all 1: a tie */
   bad += sel[0] != 0 || sel[1] != 0 || sel[2] != -1 || sel[3] != -1;
   report("moe_route_fwd hand case: capacity 2 drops tokens 1, 3 (by weight), or 2, 3 (a tie: by token)", bad, 0);
 }
 
 /* The routing options on random logits: the bias's selection, the
- * capacity against a sort per expert, the groups (kept, then dropped),
- * the logsumexp; the backward with drops, gp and zg by finite differences. */
-static void test_moe_opts(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t E, int64_t k, int norm, int64_t cap) {
+ * capacity (on the scaled weights) against a sort per expert, the groups
+ * (kept, then dropped), the logsumexp; the backward with drops, gp and zg
+ * (softmax only: sigmoid mode has no logsumexp) by finite differences. */
+static void test_moe_opts(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t E, int64_t k, int mode, float scale,
+                          int64_t cap) {
+  int norm = mode & SL_MOE_NORM, sig = mode & SL_MOE_SIGMOID;
   float *lg = fvec(N * E, 3.0f), *bias = fvec(E, 0.2f), *probs = malloc(N * E * 4), *wts = malloc(N * k * 4);
   float *lse = malloc(N * 4), *R = fvec(N * k, 1.0f), *gp = fvec(E, 1.0f);
   int32_t *sel = malloc(N * k * 4), *perm = malloc(N * k * 4), *pos = malloc(N * k * 4),
           *offs = malloc((2 * E + 1) * 4), *ex = malloc(N * k * 4);
-  ops->moe_route_fwd(ctx, probs, sel, wts, offs, perm, pos, lse, lg, bias, N, E, k, norm, cap);
+  ops->moe_route_fwd(ctx, probs, sel, wts, offs, perm, pos, sig ? NULL : lse, lg, bias, N, E, k, mode, scale, cap);
   double lerr = 0, bad = 0;
   for (int64_t t = 0; t < N; t++) {
     double mx = -1e30, sum = 0;
     for (int64_t e = 0; e < E; e++) mx = fmax(mx, lg[t * E + e]);
     for (int64_t e = 0; e < E; e++) sum += exp(lg[t * E + e] - mx);
-    lerr = fmax(lerr, fabs(lse[t] - (mx + log(sum))));
+    lerr = sig ? 0 : fmax(lerr, fabs(lse[t] - (mx + log(sum))));
     for (int64_t j = 0; j < k; j++) { /* the j-th choice: exactly j scores p + bias above it */
       int32_t e = ex[t * k + j] = sel[t * k + j] < 0 ? -1 - sel[t * k + j] : sel[t * k + j];
       int64_t above = 0;
@@ -1127,7 +1153,9 @@ static void test_moe_opts(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t E,
   for (int64_t t = 0; t < N; t++) {
     float ws = 0;
     for (int64_t j = 0; j < k; j++) ws += wp[t * k + j] = probs[t * E + ex[t * k + j]];
+    if (sig) ws += 1e-20f;
     for (int64_t j = 0; norm && j < k; j++) wp[t * k + j] /= ws;
+    for (int64_t j = 0; j < k; j++) wp[t * k + j] *= scale;
   }
   int64_t dropped = 0;
   for (int64_t s = 0; s < N * k; s++) { /* kept iff fewer than cap slots of its expert rank before it */
@@ -1141,16 +1169,20 @@ static void test_moe_opts(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t E,
       bad += (g < E ? sel[perm[r]] != g : sel[perm[r]] != -1 - (g - E)) || pos[perm[r]] != r ||
              (r > offs[g] && perm[r] <= perm[r - 1]);
   bad += offs[0] != 0 || offs[2 * E] != N * k || offs[E] != N * k - dropped || dropped == 0;
-  char nm[128];
-  snprintf(nm, sizeof nm, "moe_route_fwd bias, capacity %lld (%lld of %lld dropped), groups (mismatches)",
-           (long long)cap, (long long)dropped, (long long)(N * k));
+  char nm[160], opt[48] = "";
+  if (sig || scale != 1.0f) snprintf(opt, sizeof opt, ", %s scale %g", sig ? "sigmoid" : "softmax", (double)scale);
+  snprintf(nm, sizeof nm, "moe_route_fwd bias, capacity %lld (%lld of %lld dropped), groups%s (mismatches)",
+           (long long)cap, (long long)dropped, (long long)(N * k), opt);
   report(nm, bad, 0);
-  report("moe_route_fwd logsumexp vs double", lerr, 1e-5);
+  if (!sig) report("moe_route_fwd logsumexp vs double", lerr, 1e-5);
   for (int64_t s = 0; s < N * k; s++) R[s] = sel[s] < 0 ? 0.0f : R[s]; /* a dropped slot's dwts (the combine's) */
-  moe_st st = {to_d(lg, N * E), to_d(R, N * k), NULL, NULL, NULL, to_d(gp, E), sel, pos, N, E, k, 0, norm, 0.7};
+  /* sigmoid mode: no z-loss (no logsumexp) */
+  double zg = sig ? 0 : 0.7;
+  moe_st st = {to_d(lg, N * E), to_d(R, N * k), NULL, NULL, NULL, to_d(gp, E), sel, pos, N, E, k, 0, mode, zg, scale};
   float *g = zeros(N * E);
-  ops->moe_route_bwd(ctx, g, R, probs, sel, wts, gp, lse, 0.7f, N, E, k, norm);
-  snprintf(nm, sizeof nm, "moe_route_bwd with drops, gp and the z-loss (norm %d)", norm);
+  ops->moe_route_bwd(ctx, g, R, probs, sel, wts, gp, sig ? NULL : lse, (float)zg, N, E, k, mode, scale);
+  snprintf(nm, sizeof nm, "moe_route_bwd with drops, gp%s (norm %d%s)", sig ? "" : " and the z-loss", norm ? 1 : 0,
+           opt);
   fd_check(nm, st.lg, g, N * E, moe_route_L, &st, 300, 1e-5);
   free(lg), free(bias), free(probs), free(wts), free(lse), free(R), free(gp), free(sel), free(perm), free(pos);
   free(offs), free(ex), free(wp), free(g), free(st.lg), free(st.R), free(st.gp);
@@ -1160,7 +1192,7 @@ static void test_moe_rows(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t E,
   float *lg = fvec(N * E, 3.0f), *probs = malloc(N * E * 4), *wts = malloc(N * k * 4);
   int32_t *sel = malloc(N * k * 4), *perm = malloc(N * k * 4), *pos = malloc(N * k * 4),
           *offs = malloc((2 * E + 1) * 4);
-  ops->moe_route_fwd(ctx, probs, sel, wts, offs, perm, pos, NULL, lg, NULL, N, E, k, 1, 0);
+  ops->moe_route_fwd(ctx, probs, sel, wts, offs, perm, pos, NULL, lg, NULL, N, E, k, SL_MOE_NORM, 1.0f, 0);
   float *x = fvec(N * C, 1.0f), *xp = malloc(N * k * C * 4), *dxp = fvec(N * k * C, 1.0f), *dx = zeros(N * C);
   ops->moe_permute_fwd(ctx, xp, x, pos, N, k, C);
   int64_t bad = 0;
@@ -1177,7 +1209,7 @@ static void test_moe_rows(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t E,
   report("moe_permute_bwd = sum of a token's k rows", e1, 1e-6);
   float *yp = fvec(N * k * C, 1.0f), *out = malloc(N * C * 4), *Ry = fvec(N * C, 1.0f);
   ops->moe_combine_fwd(ctx, out, yp, wts, pos, N, k, C);
-  moe_st s = {NULL, NULL, to_d(yp, N * k * C), to_d(wts, N * k), to_d(Ry, N * C), NULL, sel, pos, N, E, k, C, 1, 0};
+  moe_st s = {NULL, NULL, to_d(yp, N * k * C), to_d(wts, N * k), to_d(Ry, N * C), NULL, sel, pos, N, E, k, C, 0, 0, 1};
   double e2 = 0;
   for (int64_t t = 0; t < N; t++)
     for (int64_t c = 0; c < C; c++) {
@@ -1245,15 +1277,16 @@ int main(void) {
   }
   test_glu(ops, c2, 41, 96, 0);
   test_glu(ops, c2, 41, 96, 1);
-  test_moe_route(ops, c2, 37, 6, 2, 1, 0);
-  test_moe_route(ops, c1, 23, 5, 3, 0, 0);
-  test_moe_route(ops, c2, 37, 6, 2, 1, 1); /* + the aux loss's gradient on every probability */
-  test_moe_route(ops, c1, 23, 5, 3, 0, 1);
+  test_moe_route(ops, c2, 37, 6, 2, SL_MOE_NORM, 1.0f, 0, 0);
+  test_moe_route(ops, c1, 23, 5, 3, 0, 1.0f, 0, 0);
+  test_moe_route(ops, c2, 37, 6, 2, SL_MOE_NORM, 1.0f, 1, 0); /* + the aux loss's gradient on every probability */
+  test_moe_route(ops, c1, 23, 5, 3, 0, 1.0f, 1, 0);
+
   test_moe_rows(ops, c2, 37, 6, 2, 24);
   test_moe_rows(ops, c1, 9, 4, 1, 8);
   test_moe_hand(ops, c1);
-  test_moe_opts(ops, c2, 37, 6, 2, 1, 10); /* 74 slots, 12.3 an expert */
-  test_moe_opts(ops, c1, 23, 5, 3, 0, 12);
+  test_moe_opts(ops, c2, 37, 6, 2, SL_MOE_NORM, 1.0f, 10); /* 74 slots, 12.3 an expert */
+  test_moe_opts(ops, c1, 23, 5, 3, 0, 1.0f, 12);
   test_ce(ops, c2, 37, 16, 300, 150, 150, 0.0f);
   test_ce(ops, c2, 1100, 4, 2100, 24, 16, 0.0f);  /* 2 row x 3 vocab tiles */
   test_vocab_embedding(ops, c2, 300, 24, 211, 4); /* V % T != 0 */
@@ -1268,6 +1301,19 @@ int main(void) {
   test_lmhead_vp(ops, c2, 37, 16, 211, 2, 100, 100, 1.5f);
   test_lmhead_vp(ops, c1, 23, 8, 5, 4, 60, 40, 1.5f);
   test_elementwise(ops, c2);
+  /* The router's scaling factor and DeepSeek-V3 / Nemotron-H's sigmoid scores (after the
+   * others, so that their random inputs stay as before): softmax with a scale; sigmoid with and
+   * without the renormalisation, the expert bias, scale 2.5, gp; the capacity on scaled weights. */
+  test_moe_route(ops, c2, 37, 6, 2, SL_MOE_NORM, 2.5f, 1, 1);
+  test_moe_route(ops, c1, 23, 5, 3, 0, 0.75f, 0, 0);
+  test_moe_route(ops, c2, 37, 6, 2, SL_MOE_SIGMOID | SL_MOE_NORM, 1.0f, 0, 0);
+  test_moe_route(ops, c1, 23, 5, 3, SL_MOE_SIGMOID, 1.0f, 0, 0);
+  test_moe_route(ops, c2, 37, 8, 3, SL_MOE_SIGMOID | SL_MOE_NORM, 2.5f, 1, 1);
+  test_moe_route(ops, c1, 23, 6, 2, SL_MOE_SIGMOID, 2.5f, 1, 1);
+  test_moe_route(ops, c2, 41, 7, 4, SL_MOE_SIGMOID | SL_MOE_NORM, 2.5f, 0, 1);
+  test_moe_opts(ops, c2, 37, 6, 2, SL_MOE_SIGMOID | SL_MOE_NORM, 2.5f, 10);
+  test_moe_opts(ops, c1, 23, 5, 3, SL_MOE_SIGMOID, 2.5f, 12);
+  test_moe_opts(ops, c2, 37, 6, 2, SL_MOE_NORM, 2.5f, 10);
   size_t sb = ops->ctx_scratch_bytes(c2);
   report("ctx_scratch_bytes > 0 after use (reported as err = !ok)", sb > 0 ? 0.0 : 1.0, 0);
   ops->ctx_destroy(c2);
