@@ -140,14 +140,14 @@ int sl_pp_plan_create(const sl_pp_plan_cfg *c, sl_pp_plan **out) {
     p->first[v] = v == 0 ? 0 : at;
     at += p->layers[v];
   }
-  p->first[S] = c->L + 2; /* the companions (units L + 2 + l) follow their layers' blocks */
+  p->first[S] = c->L + 2; /* the companions (units L + 2 + j) follow their layers' blocks */
   for (int v = 0; v < S; v++)
     for (int u = p->first[v]; u < p->first[v + 1]; u++) {
       p->owner[u] = v % p->P;
       if (v % p->P == p->rank) p->local[u] = p->held[u] = 1;
     }
   for (int u = c->L + 2; u < U; u++) {
-    int o = u - (c->L + 2) + 1;
+    int o = c->comp_of[u - (c->L + 2)];
     p->owner[u] = p->owner[o], p->local[u] = p->local[o], p->held[u] = p->held[o];
   }
   if (p->tied && p->rank == p->P - 1) p->held[0] = 1;
@@ -942,9 +942,10 @@ int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int ran
                        .sp_tp = c->sequence_parallel ? c->tp : 1,
                        .tp_slices = c->sequence_parallel ? 1 : c->tp,
                        .ncomp = sm->nunits - ((int)mc->num_hidden_layers + 2)};
-  if (!rc && pc.ncomp != 0 && pc.ncomp != pc.L)
-    rc = sl_fail(SL_EINTERNAL, "pipeline: %s has %d units, expected layers + 2 (+ a companion per layer)",
-                 mc->arch_name, sm->nunits);
+  int *comp_of = !rc && pc.ncomp > 0 ? calloc((size_t)pc.ncomp, sizeof(int)) : NULL;
+  if (!rc && pc.ncomp > 0 && !comp_of) rc = sl_fail(SL_ENOMEM, "out of memory");
+  for (int j = 0; !rc && j < pc.ncomp; j++) comp_of[j] = sm->units[pc.L + 2 + j].companion_of;
+  pc.comp_of = comp_of;
   if (!rc) rc = sl_pp_plan_create(&pc, out);
   if (!rc) { /* what the run does, once */
     const sl_pp_plan *p = *out;
@@ -962,6 +963,7 @@ int sl_pp_plan_for_run(const sl_train_cfg *c, const sl_model_config *mc, int ran
   }
   free(numel);
   free(lflops);
+  free(comp_of);
   sl_model_destroy(sm);
   return rc;
 }

@@ -49,7 +49,8 @@ typedef struct {
   const int64_t *numel;              /* (L+2) parameters per unit (a block's with its companion's) */
   const double *lflops;              /* (L) a model of several layer kinds: each layer's FLOPs per token, the
                                         balance's weights (NULL: 6 x its parameters + attention's 12 h T) */
-  int ncomp;                         /* companion units after the head (0, or L: unit L + 2 + l rides with block l) */
+  int ncomp;                         /* companion units after the head (unit L + 2 + j rides with unit comp_of[j]) */
+  const int *comp_of;                /* (ncomp) the block unit each companion rides with */
   int64_t hidden, heads_x_dim, B, T; /* C, nh*hd, micro-batch shape */
   int64_t sp_tp;                     /* sequence parallelism over T ranks: a transfer is the rank's 1/T of the
                                         token rows (0 or 1: all rows) */

@@ -382,6 +382,11 @@ static int moe_options(const sl_train_cfg *c, sl_model_config *mc) {
   if (!mc->moe_experts && set)
     return sl_fail(SL_EINPUT, "%s: %s has no experts (a mixture-of-experts option; Mixtral, Qwen3-MoE)", set,
                    mc->arch_name);
+  if (mc->moe_sigmoid && c->moe_z_loss_coef > 0)
+    return sl_fail(SL_EINPUT,
+                   "--moe-z-loss-coef: %s's router scores are sigmoids; the router z-loss is defined through the "
+                   "softmax (not supported with a sigmoid router)",
+                   mc->arch_name);
   if (c->moe_bias_rate_given && bal != SL_MOE_BALANCE_BIAS)
     return sl_fail(SL_EINPUT,
                    "--moe-bias-rate is the expert bias's update rate: it needs --moe-balance bias (found %s)",
@@ -537,7 +542,7 @@ static int load_unit(trainer *t, int u, sl_st_set *weights, float *flat) {
 /* A mixture of experts' expert bias from the weight files (e_score_correction_bias, as --save writes it). */
 static int load_moe_bias(trainer *t, const sl_st_set *weights) {
   int found = 0, rc = sl_model_moe_bias_load(t->m, weights, &found);
-  if (!rc && found && t->mcfg.moe_balance == SL_MOE_BALANCE_NONE)
+  if (!rc && found && t->mcfg.moe_balance == SL_MOE_BALANCE_NONE && !t->mcfg.moe_sigmoid)
     sl_log0(SL_LOG_WARN, "%s: the expert bias (e_score_correction_bias) is not used (--moe-balance none)",
             t->cfg.model);
   else if (!rc && found)

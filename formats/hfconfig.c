@@ -131,9 +131,15 @@ static const struct {
     {"mlp_bias",              {0,       0,       NA,      NA,      NA,      NA,      0,       NA,      NA,      NA, NA, 0, NA}},
     {"num_local_experts",     {NA,      NA,      NA,      NA,      NA,      NA,      8,       NA,      NA,      NA, NA, NA, 8}},
     {"num_experts",           {NA,      NA,      NA,      NA,      NA,      NA,      NA,      128,     NA,      NA, NA, NA, NA}},
-    {"num_experts_per_tok",   {NA,      NA,      NA,      NA,      NA,      NA,      2,       8,       NA,      NA, NA, NA, 2}},
-    {"moe_intermediate_size", {NA,      NA,      NA,      NA,      NA,      NA,      NA,      768,     NA,      NA, NA, NA, NA}},
-    {"norm_topk_prob",        {NA,      NA,      NA,      NA,      NA,      NA,      NA,      0,       NA,      NA, NA, NA, NA}},
+    {"num_experts_per_tok",   {NA,      NA,      NA,      NA,      NA,      NA,      2,       8,       NA,      NA, NA, 2, 2}},
+    {"moe_intermediate_size", {NA,      NA,      NA,      NA,      NA,      NA,      NA,      768,     NA,      NA, NA, 7688, NA}},
+    {"norm_topk_prob",        {NA,      NA,      NA,      NA,      NA,      NA,      NA,      0,       NA,      NA, NA, 1, NA}},
+    {"n_routed_experts",      {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 8, NA}},
+    {"n_shared_experts",      {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1, NA}},
+    {"moe_shared_expert_intermediate_size", {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 7688, NA}},
+    {"routed_scaling_factor", {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1.0, NA}},
+    {"n_group",               {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1, NA}},
+    {"topk_group",            {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1, NA}},
     {"decoder_sparse_step",   {NA,      NA,      NA,      NA,      NA,      NA,      NA,      1,       NA,      NA, NA, NA, NA}},
     {"router_aux_loss_coef",  {NA,      NA,      NA,      NA,      NA,      NA,      0.001,   0.001,   NA,      NA, NA, NA, 0.001}},
     {"router_jitter_noise",   {NA,      NA,      NA,      NA,      NA,      NA,      0,       NA,      NA,      NA, NA, NA, NA}},
@@ -984,6 +990,16 @@ static void window_pattern(sl_model_config *c) {
     c->layer_sliding[i] = c->sliding_window > 0 && !(c->window_every && (i + 1) % c->window_every == 0);
 }
 
+int sl_cfg_moe_layer(const sl_model_config *c, int64_t l) {
+  return c->moe_experts > 0 && (!c->layer_pattern[0] || c->layer_pattern[l] == 'E');
+}
+
+int64_t sl_cfg_moe_layers(const sl_model_config *c) {
+  int64_t n = 0;
+  for (int64_t l = 0; l < c->num_hidden_layers; l++) n += sl_cfg_moe_layer(c, l);
+  return n;
+}
+
 int64_t sl_cfg_layer_window(const sl_model_config *c, int64_t l) {
   return l >= 0 && l < SL_CFG_MAX_LAYERS && c->layer_sliding[l] ? c->sliding_window : 0;
 }
@@ -1347,12 +1363,6 @@ static int nemotron_layers(const char *p, json_t *o, sl_model_config *c) {
   c->layer_pattern[n] = 0;
   if (n == 0 || n >= SL_CFG_MAX_LAYERS)
     return sl_fail(SL_EINPUT, "%s: the layer pattern has %zu layers (expected 1 to %d)", p, n, SL_CFG_MAX_LAYERS - 1);
-  const char *e = strchr(c->layer_pattern, 'E');
-  if (e)
-    return sl_fail(SL_EINPUT,
-                   "%s: layer %d is a mixture-of-experts layer ('E' / moe): Nemotron-H's MoE layers are not "
-                   "supported yet (its M, * and - layers are)",
-                   p, (int)(e - c->layer_pattern));
   int64_t given = -1;
   int rc = get_int(p, o, "num_hidden_layers", 0, -1, &given);
   if (rc) return rc;
@@ -1363,6 +1373,60 @@ static int nemotron_layers(const char *p, json_t *o, sl_model_config *c) {
   rec_put("hybrid_override_pattern", c->layer_pattern);
   rec_fmt(o, "num_hidden_layers", "%zu", n);
   rec_del("layers_block_type"), rec_del("layer_types");
+  return SL_OK;
+}
+
+/* Nemotron-H's MoE layers ('E'; transformers' NemotronHMoE, Nemotron 3 Nano):
+ * DeepSeek-V3's router (DeepseekV3TopkRouter: sigmoid scores, the expert
+ * bias e_score_correction_bias for the choice only, the chosen scores
+ * renormalised with norm_topk_prob, times routed_scaling_factor) over
+ * n_routed_experts non-gated squared-ReLU experts of moe_intermediate_size,
+ * plus one shared expert of moe_shared_expert_intermediate_size. Read only
+ * when the pattern has an 'E' (a dense config's fields stay as they were).
+ * Refused by name: group-limited routing (topk_group < n_group), the latent
+ * MoE (moe_latent_size), a shared-expert count other than 1. */
+static int nemotron_moe(const char *p, json_t *o, sl_model_config *c) {
+  int64_t ng = 1, tg = 1, ns = 1;
+  int rc;
+  if ((rc = dget_int(p, o, c, "n_routed_experts", &c->moe_experts)) ||
+      (rc = dget_int(p, o, c, "num_experts_per_tok", &c->moe_topk)) ||
+      (rc = dget_int(p, o, c, "moe_intermediate_size", &c->moe_intermediate)) ||
+      (rc = dget_int(p, o, c, "moe_shared_expert_intermediate_size", &c->moe_shared_intermediate)) ||
+      (rc = dget_int(p, o, c, "n_shared_experts", &ns)) ||
+      (rc = dget_num(p, o, c, "routed_scaling_factor", &c->moe_routed_scale)) ||
+      (rc = dget_bool(p, o, c, "norm_topk_prob", &c->moe_norm_topk)) || (rc = dget_int(p, o, c, "n_group", &ng)) ||
+      (rc = dget_int(p, o, c, "topk_group", &tg)))
+    return rc;
+  json_t *lat = jget(o, "moe_latent_size");
+  if (lat && !json_is_null(lat))
+    return sl_fail(SL_EINPUT, "%s: field 'moe_latent_size' = %s: the latent MoE is not supported (expected null)", p,
+                   jtype(lat));
+  rec_put("moe_latent_size", "null");
+  if (c->moe_experts < 1 || c->moe_experts > CFG_MAX_EXPERTS)
+    return sl_fail(SL_EINPUT, "%s: field 'n_routed_experts' must be in [1, %d], found %lld", p, CFG_MAX_EXPERTS,
+                   (long long)c->moe_experts);
+  if (c->moe_topk < 1 || c->moe_topk > c->moe_experts || c->moe_topk > 64)
+    return sl_fail(SL_EINPUT, "%s: field 'num_experts_per_tok' must be in [1, min(64, n_routed_experts = %lld)], found %lld",
+                   p, (long long)c->moe_experts, (long long)c->moe_topk);
+  if (c->moe_intermediate < 1 || c->moe_intermediate > CFG_MAX_INTER)
+    return sl_fail(SL_EINPUT, "%s: field 'moe_intermediate_size' must be in [1, %lld], found %lld", p,
+                   (long long)CFG_MAX_INTER, (long long)c->moe_intermediate);
+  if (c->moe_shared_intermediate < 1 || c->moe_shared_intermediate > CFG_MAX_INTER)
+    return sl_fail(SL_EINPUT, "%s: field 'moe_shared_expert_intermediate_size' must be in [1, %lld], found %lld", p,
+                   (long long)CFG_MAX_INTER, (long long)c->moe_shared_intermediate);
+  if (ns != 1)
+    return sl_fail(SL_EINPUT, "%s: field 'n_shared_experts' = %lld is not supported (expected 1: transformers builds one "
+                   "shared expert)", p, (long long)ns);
+  if (!(c->moe_routed_scale > 0) || !isfinite(c->moe_routed_scale))
+    return sl_fail(SL_EINPUT, "%s: field 'routed_scaling_factor' must be positive, found %g", p, c->moe_routed_scale);
+  if (ng < 1 || c->moe_experts % ng || tg < 1 || tg > ng)
+    return sl_fail(SL_EINPUT, "%s: fields 'n_group' = %lld, 'topk_group' = %lld: n_group must divide n_routed_experts "
+                   "(%lld) and 1 <= topk_group <= n_group", p, (long long)ng, (long long)tg, (long long)c->moe_experts);
+  if (tg < ng)
+    return sl_fail(SL_EINPUT, "%s: 'topk_group' = %lld < 'n_group' = %lld: group-limited routing is not supported "
+                   "(expected topk_group = n_group)", p, (long long)tg, (long long)ng);
+  c->moe_sigmoid = 1;
+  c->router_aux_loss_coef = 0; /* NemotronHMoE adds no load-balancing loss */
   return SL_OK;
 }
 
@@ -1416,7 +1480,7 @@ static int parse_nemotron_h(const char *p, json_t *o, sl_model_config *c) {
   c->rope_theta = 1e4; /* no RoPE: the table the attention kind builds is never read */
   c->mlp_relu2 = 1;
   c->no_rope = 1;
-  return SL_OK;
+  return strchr(c->layer_pattern, 'E') ? nemotron_moe(p, o, c) : SL_OK;
 }
 
 /* A multiplier field: a positive number (the family's default when absent). */
@@ -2154,6 +2218,16 @@ static void nemotron_h_fields_json(json_t *o, const sl_model_config *c) {
   SETB("use_conv_bias", c->use_conv_bias);
   SETB("residual_in_fp32", c->residual_in_fp32);
   dt_fields_json(o, c);
+  if (!c->moe_experts) return;
+  SETI("n_routed_experts", c->moe_experts);
+  SETI("num_experts_per_tok", c->moe_topk);
+  SETI("moe_intermediate_size", c->moe_intermediate);
+  SETI("moe_shared_expert_intermediate_size", c->moe_shared_intermediate);
+  SETI("n_shared_experts", 1);
+  SETR("routed_scaling_factor", c->moe_routed_scale);
+  SETB("norm_topk_prob", c->moe_norm_topk);
+  SETI("n_group", 1);
+  SETI("topk_group", 1);
 }
 static void granite_h_fields_json(json_t *o, const sl_model_config *c) {
   SETI("num_hidden_layers", c->hf_layers);

@@ -85,6 +85,11 @@ typedef struct {
   int64_t moe_topk;         /* k: num_experts_per_tok */
   int64_t moe_intermediate; /* an expert's MLP width (Mixtral: intermediate_size; Qwen3-MoE: moe_intermediate_size) */
   int moe_norm_topk; /* renormalise the k routing weights to sum 1 (Mixtral: always; Qwen3-MoE: norm_topk_prob) */
+  /* Nemotron-H's MoE layers ('E': transformers' NemotronHMoE, DeepSeek-V3's router): sigmoid scores, the routed
+     weights times routed_scaling_factor, a shared expert beside the routed ones; the others: 0, 0, 0 */
+  int moe_sigmoid;                 /* the router's scores are sigmoid(logits), not their softmax */
+  double moe_routed_scale;         /* routed_scaling_factor (0: 1) */
+  int64_t moe_shared_intermediate; /* moe_shared_expert_intermediate_size: the shared expert's width (0: none) */
   double router_aux_loss_coef; /* kept and written back; the aux loss runs only with output_router_logits */
   int output_router_logits;    /* transformers adds the load-balancing loss only then (refused: not implemented) */
   /* the engine's routing options (the trainer's --moe-* flags; never read from or written to config.json) */
@@ -129,7 +134,7 @@ typedef struct {
   int64_t ssm_chunk;    /* chunk_size (default 256): kept and written back (the scan's own chunk is the engine's) */
   double dt_limit[2];   /* time_step_limit (default [0, Infinity]): the clamp of softplus(dt + dt_bias) */
   /* hybrids (Nemotron-H): each layer's kind as Megatron-Core's --hybrid-layer-pattern letters, 'M' Mamba-2,
-     '*' attention, '-' MLP ('E' MoE: refused for now); "" for a family with one kind of layer */
+     '*' attention, '-' MLP, 'E' MoE; "" for a family with one kind of layer */
   char layer_pattern[SL_CFG_MAX_LAYERS + 1];
   int mlp_relu2; /* the MLP is up_proj -> relu(x)^2 -> down_proj, no gate (Nemotron-H's mlp_hidden_act relu2) */
   int no_rope;   /* attention without position embeddings (Nemotron-H, Granite 4.0-H's "nope") */
@@ -152,6 +157,12 @@ typedef struct {
   char fields[SL_CFG_FIELDS_MAX];
 } sl_model_config;
 enum { SL_MOE_BALANCE_AUX = 0, SL_MOE_BALANCE_BIAS = 1, SL_MOE_BALANCE_NONE = 2 };
+
+/* Whether decoder layer l's feed-forward is a mixture of experts: every layer of Mixtral / Qwen3-MoE, a
+   hybrid's 'E' layers (Nemotron-H); 0 for a dense model. */
+int sl_cfg_moe_layer(const sl_model_config *c, int64_t l);
+/* Its count over the decoder's layers. */
+int64_t sl_cfg_moe_layers(const sl_model_config *c);
 
 /* Layer l's attention window: sliding_window on a sliding layer, else 0 (full causal). */
 int64_t sl_cfg_layer_window(const sl_model_config *c, int64_t l);

@@ -295,7 +295,8 @@ float *sl_model_moe_bias(sl_model *m, int64_t *n) {
 }
 
 int sl_model_moe_bias_set(sl_model *m, const float *b) {
-  if (m->cfg.moe_balance == SL_MOE_BALANCE_NONE) return SL_OK; /* no bias in this run */
+  if (m->cfg.moe_balance == SL_MOE_BALANCE_NONE && !m->cfg.moe_sigmoid) return SL_OK; /* no bias in this run
+                                                                                    (Nemotron-H's is the model's) */
   const sl_block_kind *kd = MOE_KIND(m, moe_bias_set);
   return kd ? kd->moe_bias_set(m, b) : SL_OK;
 }
@@ -453,14 +454,22 @@ static const sl_model_vt dec_vt = {
 /* ---- construction ------------------------------------------------------------------ */
 int sl_dec_companion(const sl_model *m, int64_t l) {
   const sl_decoder *d = sl_dec(m);
-  int u = (int)(d->L + 2 + l);
-  return u < m->nunits && m->units[u].companion_of == 1 + l ? u : -1;
+  for (int u = (int)d->L + 2; u < m->nunits; u++)
+    if (m->units[u].companion_of == 1 + l) return u;
+  return -1;
+}
+
+/* Whether layer l has a companion unit (its kind's has_companions). */
+static int has_companion(sl_decoder *d, const sl_model *m, int64_t l) {
+  const sl_block_kind *k = sl_dec_use(d, l);
+  return k->has_companions && k->has_companions(m, l);
 }
 
 static int companion_specs(sl_model *m, sl_decoder *d) {
   int rc = SL_OK;
-  for (int64_t l = 0; l < d->L && !rc; l++) {
-    sl_unit_spec *b = &m->units[d->L + 2 + l];
+  for (int u = (int)d->L + 2; u < m->nunits && !rc; u++) {
+    int64_t l = m->units[u].companion_of - 1;
+    sl_unit_spec *b = &m->units[u];
     b->layer = (int)l;
     rc = sl_dec_use(d, l)->companion_spec(m, b, l);
   }
@@ -470,14 +479,14 @@ static int companion_specs(sl_model *m, sl_decoder *d) {
 static int dec_specs(sl_model *m, sl_decoder *d) {
   int64_t T = m->tp_size;
   int comp = 0;
-  for (int kk = 0; kk < d->nkinds; kk++)
-    comp |= sl_dec_use_kind(d, kk)->has_companions && d->kind->has_companions(m);
-  if (comp && d->nkinds > 1) return sl_fail(SL_EINPUT, "%s: experts in a model of several layer kinds are not supported yet", m->cfg.arch_name);
-  m->nunits = (int)(d->L + 2 + (comp ? d->L : 0));
+  for (int64_t l = 0; l < d->L; l++) comp += has_companion(d, m, l);
+  m->nunits = (int)(d->L + 2 + comp);
   m->units = calloc((size_t)m->nunits, sizeof(sl_unit_spec));
   m->pinned = calloc((size_t)m->nunits, sizeof(int));
   if (!m->units || !m->pinned) return sl_fail(SL_ENOMEM, "out of memory");
-  for (int u = 0; u < m->nunits; u++) m->units[u].companion_of = u > d->L + 1 ? (int)(u - d->L - 1) : -1;
+  for (int u = 0; u < m->nunits; u++) m->units[u].companion_of = -1;
+  for (int64_t l = 0, u = d->L + 2; l < d->L; l++) /* the companions in layer order */
+    if (has_companion(d, m, l)) m->units[u++].companion_of = (int)(1 + l);
   sl_unit_spec *e = &m->units[0];
   snprintf(e->kind, sizeof e->kind, "embedding");
   e->layer = -1;

@@ -55,11 +55,12 @@ typedef struct {
   /* Appends block l's tensors to u (its kind and layer are set). */
   int (*spec)(sl_model *m, sl_unit_spec *u, int64_t l);
   /* Block l's companion unit (the MoE layer's experts, read by the block's
-   * compute through m->access; placed after the head: unit L + 2 + l),
+   * compute through m->access; placed after the head, in layer order: the
+   * companions of the layers that have one are units L + 2, L + 3, ...),
    * appended to u, its kind, layer and companion_of set; NULL or
-   * has_companions 0: none. It may split the unit over the EP ranks
+   * has_companions(m, l) 0: none. It may split the unit over the EP ranks
    * (hold_lo, hold_n, expert). */
-  int (*has_companions)(const sl_model *m);
+  int (*has_companions)(const sl_model *m, int64_t l);
   int (*companion_spec)(sl_model *m, sl_unit_spec *u, int64_t l);
   /* With activations (B > 0), before set 0: backend tables (NULL: none). */
   int (*prepare)(sl_model *m);

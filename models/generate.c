@@ -32,6 +32,7 @@ struct sl_gen {
   float **kc, **vc;         /* (L) x (cap, nkv*hd) */
   float *inv_freq;          /* (hd/2) */
   float *inv_freq_local;    /* (hd/2) Gemma 3's sliding layers (rope_local_base_freq), else NULL */
+  float *ebias;             /* (L, E) Nemotron-H's expert bias (e_score_correction_bias; zeros when absent) */
   /* Mamba */
   int64_t D, S, R, K;
   int64_t Cw;          /* Mamba-2: the conv's channels, x | B | C (Mamba: D) */
@@ -153,6 +154,51 @@ static void moe_mlp(sl_gen *g, int64_t l, int u) {
     matvec(g->b, tens(g, ue, nm), hn, I, C, NULL);
     for (int64_t i = 0; i < I; i++) g->a[i] = silu(g->a[i]) * g->b[i];
     snprintf(nm, sizeof nm, "experts.%lld.%s.weight", (long long)sel[j], n2);
+    matvec(g->h, tens(g, ue, nm), g->a, C, I, NULL);
+    for (int64_t i = 0; i < C; i++) acc[i] += (float)(wj * g->h[i]);
+  }
+  memcpy(g->h, acc, (size_t)C * 4);
+}
+
+/* Nemotron-H's MoE layer l (unit u) on the normed g->h into g->h (transformers' NemotronHMoE, DeepSeek-V3's
+ * router): sigmoid scores of the router's logits; the k largest score + e_score_correction_bias (ties to the
+ * lower index); their scores (without the bias) divided by their sum (+ 1e-20) when norm_topk_prob, times
+ * routed_scaling_factor; the weighted sum of those experts' squared-ReLU MLPs, plus the shared expert's. */
+static void nemotron_moe(sl_gen *g, int64_t l, int u) {
+  const sl_model_config *c = &g->c;
+  int64_t C = g->C, E = c->moe_experts, k = c->moe_topk, I = c->moe_intermediate, Is = c->moe_shared_intermediate;
+  int ue = -1;
+  for (int i = 0; i < g->m->nunits && ue < 0; i++)
+    if (g->m->units[i].layer == l && !strcmp(g->m->units[i].kind, "experts")) ue = i;
+  float *sc = g->q, *acc = g->att, *hn = g->c2;
+  memcpy(hn, g->h, (size_t)C * 4);
+  matvec(sc, tens(g, u, ".gate.weight"), hn, E, C, NULL);
+  for (int64_t e = 0; e < E; e++) sc[e] = 1.0f / (1.0f + expf(-sc[e]));
+  const float *bias = g->ebias + l * E;
+  double w[64], wsum = 0;
+  int64_t sel[64];
+  for (int64_t j = 0; j < k && j < 64; j++) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < E; e++) {
+      int taken = 0;
+      for (int64_t t = 0; t < j; t++) taken |= sel[t] == e;
+      if (!taken && (best < 0 || sc[e] + bias[e] > sc[best] + bias[best])) best = e;
+    }
+    sel[j] = best;
+    wsum += w[j] = sc[best];
+  }
+  double rs = c->moe_routed_scale > 0 ? c->moe_routed_scale : 1.0;
+  char nm[96];
+  /* the shared expert first, into acc */
+  matvec(g->a, tens(g, u, "shared_experts.up_proj.weight"), hn, Is, C, tens(g, u, "shared_experts.up_proj.bias"));
+  for (int64_t i = 0; i < Is; i++) g->a[i] = g->a[i] > 0 ? g->a[i] * g->a[i] : 0.0f;
+  matvec(acc, tens(g, u, "shared_experts.down_proj.weight"), g->a, C, Is, tens(g, u, "shared_experts.down_proj.bias"));
+  for (int64_t j = 0; j < k && j < 64; j++) {
+    double wj = (c->moe_norm_topk ? w[j] / (wsum + 1e-20) : w[j]) * rs;
+    snprintf(nm, sizeof nm, "experts.%lld.up_proj.weight", (long long)sel[j]);
+    matvec(g->a, tens(g, ue, nm), hn, I, C, NULL);
+    for (int64_t i = 0; i < I; i++) g->a[i] = g->a[i] > 0 ? g->a[i] * g->a[i] : 0.0f;
+    snprintf(nm, sizeof nm, "experts.%lld.down_proj.weight", (long long)sel[j]);
     matvec(g->h, tens(g, ue, nm), g->a, C, I, NULL);
     for (int64_t i = 0; i < C; i++) acc[i] += (float)(wj * g->h[i]);
   }
@@ -344,6 +390,8 @@ static void hybrid_step(sl_gen *g, int32_t tok) {
       matvec(g->b, wi + I * C, g->h, I, C, NULL);
       for (int64_t i = 0; i < I; i++) g->a[i] = silu(g->a[i]) * g->b[i];
       matvec(g->h, tens(g, u, "output_linear.weight"), g->a, C, I, NULL);
+    } else if (c->layer_pattern[l] == 'E') {
+      nemotron_moe(g, l, u);
     } else if (c->layer_pattern[l] == '-') {
       matvec(g->a, tens(g, u, "up_proj.weight"), g->h, I, C, tens(g, u, "up_proj.bias"));
       for (int64_t i = 0; i < I; i++) g->a[i] = g->a[i] > 0 ? g->a[i] * g->a[i] : 0.0f;
@@ -400,6 +448,7 @@ void sl_gen_free(sl_gen *g) {
   free(g->flat);
   free(g->inv_freq);
   free(g->inv_freq_local);
+  free(g->ebias);
   free(g->x);
   free(g->h);
   free(g->a);
@@ -432,6 +481,12 @@ int sl_gen_load(const char *dir, sl_gen **out) {
   for (int u = 0; !rc && u < g->m->nunits; u++) {
     if (!(g->flat[u] = sl_alloc((size_t)g->m->units[u].numel * 4, "generate weights"))) rc = SL_ENOMEM;
     else rc = sl_model_unit_load(g->m, u, w, 0, g->flat[u]);
+  }
+  if (!rc && g->c.moe_sigmoid) { /* Nemotron-H: the expert bias is the model's (zeros when the files have none) */
+    int found = 0;
+    if (!(g->ebias = calloc((size_t)(g->c.num_hidden_layers * g->c.moe_experts), sizeof(float))))
+      rc = sl_fail(SL_ENOMEM, "out of memory");
+    else rc = sl_model_moe_bias_read(&g->c, w, g->ebias, &found);
   }
   if (w) sl_st_close_set(w);
   if (rc) {
@@ -474,7 +529,8 @@ int sl_gen_load(const char *dir, sl_gen **out) {
     g->nh = c->num_attention_heads;
     g->nkv = c->num_key_value_heads;
     g->hd = c->head_dim;
-    int64_t aw = c->intermediate_size + g->nh * g->hd + g->C + c->moe_intermediate + c->moe_experts;
+    int64_t aw = c->intermediate_size + g->nh * g->hd + g->C + c->moe_intermediate + c->moe_experts +
+                 c->moe_shared_intermediate;
     wide = aw > wide ? aw : wide;
     g->inv_freq = malloc(sizeof(float) * (size_t)(g->hd / 2));
     g->kc = calloc((size_t)g->L, sizeof(float *));

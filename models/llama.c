@@ -57,6 +57,7 @@ static void llama_destroy(sl_model *m) {
   free(p->acnt);
   free(p->lwin);
   free(p->parts);
+  free(p->moel);
   free(p->aprob);
   free(p->hprob);
   sl_llama_moe_free(m, p);
@@ -190,8 +191,18 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
     }
   }
   if ((rc = sl_dec_norm_gathered(m, a->ln2, a->rstd2, xm, sl_llama_norm_w(m, p, w.ln2, 2), p->eps))) return rc;
-  if (p->E) { /* the sparse MLP (models/llama_moe.c): its experts' partial sums under TP, as the dense MLP's */
-    if ((rc = sl_llama_moe_fwd(m, p, l, a, &w, out ? (p->sp ? dln : out) : NULL))) return rc;
+  if (llama_moe_at(p, l)) { /* the sparse MLP (models/llama_moe.c): its experts' partial sums under TP, as the dense MLP's */
+    float *y = out ? (p->sp ? dln : out) : NULL;
+    if ((rc = sl_llama_moe_fwd(m, p, l, a, &w, y))) return rc;
+    if (p->Is) { /* the shared expert (Nemotron-H) on the same input, added to the routed experts' output */
+      sl_lin_fwd(m, &p->lsgu, a->sgu, a->ln2, w.wgu, w.bgu, N);
+      if (p->relu2) o->relu2_fwd(k, a->sh, a->sgu, N * p->Is);
+      else o->swiglu_fwd(k, a->sh, a->sgu, N, p->Is);
+      if (y) {
+        sl_lin_fwd(m, &p->lsdown, p->sy, a->sh, w.wd, w.bd, N);
+        o->add_inplace(k, y, p->sy, N * C);
+      }
+    }
     if (!out) return SL_OK;
     if ((rc = sl_dec_row_parallel_sum(m, dln, out))) return rc;
     if (p->rmult != 1.0f) o->scale_add(k, out, p->rmult, 0.0f, n * C);
@@ -310,8 +321,17 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
   if (p->gemma && !(dout = post_norm_bwd(m, p, (float *)g.lnpf, a->mo, w.lnpf, 3, a->rstd4))) return SL_ECOMM;
   else if (!p->gemma && p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
   dout = sl_llama_rmult_grad(m, p, dout);
-  if (p->E) {
+  if (llama_moe_at(p, l)) {
+    int64_t Is = p->Is;
+    if (Is) { /* the shared expert's output half first: under sp dout is dln, which the sparse MLP's backward reuses */
+      m->ops->zero(m->k, p->dh, (size_t)(N * Is) * 4);
+      sl_lin_bwd(m, &p->lsdown, p->dh, (float *)g.wd, (float *)g.bd, dout, a->sh, w.wd, N);
+      m->ops->zero(m->k, p->dsgu, (size_t)(N * p->gw * Is) * 4);
+      if (p->relu2) o->relu2_bwd(k, p->dsgu, p->dh, a->sgu, N * Is);
+      else o->swiglu_bwd(k, p->dsgu, p->dh, a->sgu, N, Is);
+    }
     if ((rc = sl_llama_moe_bwd(m, p, l, a, &w, &g, dout, dln))) return rc;
+    if (Is) sl_lin_bwd(m, &p->lsgu, dln, (float *)g.wgu, (float *)g.bgu, p->dsgu, a->ln2, w.wgu, N);
   } else {
     m->ops->zero(m->k, p->dh, (size_t)(N * p->I) * 4);
     sl_lin_bwd(m, &p->ldown, p->dh, (float *)g.wd, (float *)g.bd, dout, a->h, w.wd, N);
@@ -375,7 +395,10 @@ static int64_t llama_layer_flops(const sl_model *m, int64_t l, int64_t T) {
   int parts = llama_parts(p, l);
   int64_t nh = c->num_attention_heads, Q = (nh + 2 * c->num_key_value_heads) * p->hd, A = nh * p->hd;
   int64_t attn = parts & LP_ATTN ? 6 * (p->C * Q + A * p->C) + 12 * nh * p->hd * T : 0;
-  return attn + (parts & LP_MLP ? 6 * (p->gw + 1) * p->C * c->intermediate_size : 0);
+  if (!(parts & LP_MLP)) return attn;
+  if (!llama_moe_at(p, l)) return attn + 6 * (p->gw + 1) * p->C * c->intermediate_size;
+  /* the router, k active experts, the shared expert */
+  return attn + 6 * (p->E * p->C + (p->gw + 1) * p->C * (p->k * c->moe_intermediate + c->moe_shared_intermediate));
 }
 
 static int64_t llama_flops(const sl_model *m, int64_t T) {
@@ -386,6 +409,11 @@ static int64_t llama_flops(const sl_model *m, int64_t T) {
    * (blocks + LM head, the embedding lookup excluded), attention counted
    * without the causal halving. Recomputation not counted. The whole
    * model's (every TP rank's slices together). */
+  if (p->parts) { /* a hybrid of this kind's layers alone (Nemotron-H without 'M'): each layer's parts */
+    int64_t f = 6 * d->V * p->C;
+    for (int64_t l = 0; l < d->L; l++) f += llama_layer_flops(m, l, T);
+    return f;
+  }
   int64_t nh = c->num_attention_heads, Q = (nh + 2 * c->num_key_value_heads) * p->hd, A = nh * p->hd;
   int64_t per_layer = p->C * Q + A * p->C + 3 * p->C * c->intermediate_size;
   if (p->E)
@@ -410,6 +438,9 @@ static const char *tp_misfit(const sl_model_config *c, int64_t T, char *why, siz
              (long long)T, (long long)nkv);
   else if (I % T)
     snprintf(why, cap, "intermediate_size %lld is not divisible by --tp %lld", (long long)I, (long long)T);
+  else if (c->moe_shared_intermediate % T)
+    snprintf(why, cap, "the shared expert's intermediate size %lld is not divisible by --tp %lld",
+             (long long)c->moe_shared_intermediate, (long long)T);
   else if (c->moe_experts && c->moe_intermediate % T)
     snprintf(why, cap, "the experts' intermediate size %lld is not divisible by --tp %lld",
              (long long)c->moe_intermediate, (long long)T);
@@ -424,8 +455,10 @@ static int llama_alloc_layer(sl_model *m, int64_t l, void *layer, int recomputed
   llama_priv *p = sl_dec(m)->blk;
   layer_acts *a = layer;
   int64_t N = p->N, n = p->n; /* n: the stream's rows on this rank (N/T under sp) */
-  int64_t Nm =
-      p->E ? sl_llama_moe_rows(m, p) : N; /* MoE: the experts' rows (the N*k slots; under EP the rows received) */
+  /* gate|up and h: a MoE layer's experts' rows (the N*k slots; under EP the rows received), a dense MLP's N */
+  int moe = llama_moe_at(p, l), dense = l < 0 ? p->dense_ffn : !moe;
+  int64_t ffn = moe ? sl_llama_moe_rows(m, p) * p->Ie : 0;
+  if (dense && N * p->I > ffn) ffn = N * p->I;
   int parts = llama_parts(p, l), at = parts & LP_ATTN, ml = parts & LP_MLP;
   int attn = recomputed || m->ac == SL_AC_NONE, rest = !recomputed || m->ac == SL_AC_FULL;
   if (!at) { /* an MLP layer alone: no attention tensors (selective's shared pair never read) */
@@ -445,11 +478,14 @@ static int llama_alloc_layer(sl_model *m, int64_t l, void *layer, int recomputed
   if (rest && ml) {
     if (!(a->ln2 = sl_model_buf_bf16(m, N * p->C, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (!(a->rstd2 = sl_model_buf(m, n, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->gu = sl_model_buf_bf16(m, Nm * p->gw * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
-    if (!(a->h = sl_model_buf_bf16(m, Nm * p->I, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->gu = sl_model_buf_bf16(m, ffn * p->gw, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (!(a->h = sl_model_buf_bf16(m, ffn, SL_ARENA_ACTS))) return SL_ENOMEM;
+    if (moe && p->Is && (!(a->sgu = sl_model_buf_bf16(m, N * p->gw * p->Is, SL_ARENA_ACTS)) ||
+                         !(a->sh = sl_model_buf_bf16(m, N * p->Is, SL_ARENA_ACTS))))
+      return SL_ENOMEM;
   }
   if (rest) {
-    if (p->E && sl_llama_moe_alloc_layer(m, p, a)) return SL_ENOMEM;
+    if (moe && sl_llama_moe_alloc_layer(m, p, a)) return SL_ENOMEM;
     if (p->qkn && !(a->qkr = sl_model_buf_bf16(m, N * p->Q, SL_ARENA_ACTS))) return SL_ENOMEM;
     if (p->qkn && !(a->qkrs = sl_model_buf(m, N * (p->nh + p->nkv), SL_ARENA_ACTS))) return SL_ENOMEM;
     /* Gemma's ao, mo: GEMM outputs, bf16 unless a TP sum (of bf16 parts) */
@@ -464,10 +500,15 @@ static int llama_alloc_layer(sl_model *m, int64_t l, void *layer, int recomputed
 static int llama_alloc_scratch(sl_model *m) {
   llama_priv *p = sl_dec(m)->blk;
   int64_t N = p->N, C = p->C;
-  int64_t Nm = p->E ? sl_llama_moe_rows(m, p) : N;
+  int64_t ffn = p->E ? sl_llama_moe_rows(m, p) * p->Ie : 0; /* the widest MLP's rows x width */
+  if (p->dense_ffn && N * p->I > ffn) ffn = N * p->I;
+  if (N * p->Is > ffn) ffn = N * p->Is;
   if (p->E && sl_llama_moe_alloc_scratch(m, p)) return SL_ENOMEM;
-  if (!(p->dh = sl_model_buf(m, Nm * p->I, SL_ARENA_WORKSPACE)) ||
-      !(p->dgu = sl_model_buf(m, Nm * p->gw * p->I, SL_ARENA_WORKSPACE)) ||
+  if (p->Is && (!(p->dsgu = sl_model_buf(m, N * p->gw * p->Is, SL_ARENA_WORKSPACE)) ||
+                !(p->sy = sl_model_buf(m, N * C, SL_ARENA_WORKSPACE))))
+    return SL_ENOMEM;
+  if (!(p->dh = sl_model_buf(m, ffn, SL_ARENA_WORKSPACE)) ||
+      !(p->dgu = sl_model_buf(m, ffn * p->gw, SL_ARENA_WORKSPACE)) ||
       !(p->datt = sl_model_buf(m, N * p->A, SL_ARENA_WORKSPACE)) ||
       !(p->dqkv = sl_model_buf(m, N * p->Q, SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
@@ -531,7 +572,10 @@ mlp:
   if (c->gemma) {
     ADD("pre_feedforward_layernorm.weight", 1, C, 0, 0, ni, SL_SPLIT_NONE, 1);
   }
-  if (p->E) return sl_llama_moe_spec(m, b, l, std);
+  if (llama_moe_at(p, l)) {
+    if ((rc = sl_llama_moe_spec(m, b, l, std)) || !p->Is) return rc;
+    ml = "mixer.shared_experts", I = c->moe_shared_intermediate; /* the shared expert: a dense MLP of its width */
+  }
   if (p->packed_gu) { /* one HF tensor of two stacked parts (gate | up rows), each column-split */
     snprintf(nm, sizeof nm, "%s.%lld.%s", p->pre, (long long)(l / p->div), MOD(ml, "input_linear.weight"));
     if ((rc = sl_unit_add_stacked(m, b, nm, 2, 2 * I, C, 0, 1, SL_INIT_NORMAL, std, 2))) return rc;
@@ -616,6 +660,7 @@ static int llama_init(sl_model *m, sl_decoder *d) {
   p->relu2 = c->mlp_relu2;
   p->gw = p->relu2 ? 1 : 2;
   p->no_rope = c->no_rope;
+  p->mbias = c->mlp_bias;
   p->mb = c->mlp_bias ? p->gw * (c->intermediate_size / T) : 0;
   p->db = c->mlp_bias ? p->C : 0;
   p->A = p->nh * p->hd;
@@ -626,7 +671,7 @@ static int llama_init(sl_model *m, sl_decoder *d) {
   int granite = c->arch == SL_ARCH_GRANITE_H, nemo = hybrid && !granite;
   if (hybrid && !(p->parts = calloc((size_t)d->L, 1))) return sl_fail(SL_ENOMEM, "out of memory");
   for (int64_t l = 0; hybrid && l < d->L; l++)
-    p->parts[l] = c->layer_pattern[l] == '*' ? LP_ATTN : c->layer_pattern[l] == '-' ? LP_MLP : 0;
+    p->parts[l] = c->layer_pattern[l] == '*' ? LP_ATTN : strchr("-E", c->layer_pattern[l]) ? LP_MLP : 0;
   p->pre = nemo ? "backbone.layers" : "model.layers";
   p->div = c->layer_div > 1 ? c->layer_div : 1;
   p->n_ln1 = nemo ? "norm.weight" : "input_layernorm.weight";
@@ -637,10 +682,22 @@ static int llama_init(sl_model *m, sl_decoder *d) {
   p->rmult = c->residual_mult > 0 ? (float)c->residual_mult : 1.0f;
   p->gemma = c->gemma;
   p->softcap = (float)c->attn_logit_softcapping;
+  p->dense_ffn = !c->moe_experts;
   if ((p->E = c->moe_experts)) {
     p->k = c->moe_topk;
     p->norm_topk = c->moe_norm_topk;
-    p->I = c->moe_intermediate / T; /* each expert's gate|up column-split, down row-split, as the dense MLP */
+    p->moe_mode = c->moe_norm_topk ? SL_MOE_NORM : 0;
+    p->moe_mode |= c->moe_sigmoid ? SL_MOE_SIGMOID : 0;
+    p->rscale = c->moe_routed_scale > 0 ? (float)c->moe_routed_scale : 1.0f;
+    p->Ie = c->moe_intermediate / T; /* each expert's gate|up column-split, down row-split, as the dense MLP */
+    p->Is = c->moe_shared_intermediate / T;
+    if (hybrid) { /* a hybrid's 'E' layers are sparse, its '-' layers dense */
+      if (!(p->moel = calloc((size_t)d->L, 1))) return sl_fail(SL_ENOMEM, "out of memory");
+      for (int64_t l = 0; l < d->L; l++) {
+        p->moel[l] = (unsigned char)sl_cfg_moe_layer(c, l);
+        p->dense_ffn |= !p->moel[l] && (p->parts[l] & LP_MLP);
+      }
+    }
     if (!(p->hoffs = calloc((size_t)(2 * p->E + 1), sizeof *p->hoffs)) ||
         !(p->load = calloc((size_t)(d->L * p->E), sizeof *p->load)) ||
         !(p->ecnt = calloc((size_t)(2 * p->E + 2 * m->ep_size), sizeof *p->ecnt)))
@@ -653,13 +710,24 @@ static int llama_init(sl_model *m, sl_decoder *d) {
   sl_lin_module(&p->lqkv, nemo ? "mixer.k_proj" : "self_attn.k_proj", p->nkv * p->hd);
   sl_lin_module(&p->lqkv, nemo ? "mixer.v_proj" : "self_attn.v_proj", p->nkv * p->hd);
   p->lo = sl_lin_one("o_proj", nemo ? "mixer.o_proj" : "self_attn.o_proj", p->A, p->C, SL_LIN_ROW);
-  if (p->E) { /* Mixtral: block_sparse_moe.{gate, experts.e.w1|w3|w2}; Qwen3-MoE: mlp.{gate, experts.e.*_proj} */
+  if (p->E) { /* Mixtral: block_sparse_moe.{gate, experts.e.w1|w3|w2}; Qwen3-MoE: mlp.{gate, experts.e.*_proj};
+                Nemotron-H: mixer.{gate, experts.e.up_proj|down_proj, shared_experts.up_proj|down_proj} */
     int q3 = c->arch == SL_ARCH_QWEN3_MOE;
-    p->lrouter = sl_lin_one("router", q3 ? "mlp.gate" : "block_sparse_moe.gate", p->C, p->E, SL_LIN_REPLICATED);
-    p->legu = sl_lin_one("experts.gate_up", NULL, p->C, 2 * p->I, SL_LIN_COL);
-    sl_lin_module(&p->legu, q3 ? "experts.gate_proj" : "experts.w1", p->I);
-    sl_lin_module(&p->legu, q3 ? "experts.up_proj" : "experts.w3", p->I);
-    p->ledown = sl_lin_one("experts.down", q3 ? "experts.down_proj" : "experts.w2", p->I, p->C, SL_LIN_ROW);
+    p->lrouter = sl_lin_one("router", nemo ? "mixer.gate" : q3 ? "mlp.gate" : "block_sparse_moe.gate", p->C, p->E,
+                            SL_LIN_REPLICATED);
+    if (p->relu2) {
+      p->legu = sl_lin_one("experts.up", "experts.up_proj", p->C, p->Ie, SL_LIN_COL);
+      p->ledown = sl_lin_one("experts.down", "experts.down_proj", p->Ie, p->C, SL_LIN_ROW);
+      p->lsgu = sl_lin_one("shared.up", "mixer.shared_experts.up_proj", p->C, p->Is, SL_LIN_COL);
+      p->lsdown = sl_lin_one("shared.down", "mixer.shared_experts.down_proj", p->Is, p->C, SL_LIN_ROW);
+    } else {
+      p->legu = sl_lin_one("experts.gate_up", NULL, p->C, 2 * p->Ie, SL_LIN_COL);
+      sl_lin_module(&p->legu, q3 ? "experts.gate_proj" : "experts.w1", p->Ie);
+      sl_lin_module(&p->legu, q3 ? "experts.up_proj" : "experts.w3", p->Ie);
+      p->ledown = sl_lin_one("experts.down", q3 ? "experts.down_proj" : "experts.w2", p->Ie, p->C, SL_LIN_ROW);
+    }
+  }
+  if (p->E && !p->dense_ffn) {
   } else if (p->relu2) { /* Nemotron-H: up_proj alone */
     p->lgu = sl_lin_one("up_proj", nemo ? "mixer.up_proj" : "mlp.up_proj", p->C, p->I, SL_LIN_COL);
     p->ldown = sl_lin_one("down_proj", nemo ? "mixer.down_proj" : "mlp.down_proj", p->I, p->C, SL_LIN_ROW);
@@ -698,8 +766,8 @@ static void llama_caps(const sl_model_config *c, sl_model_caps *out) {
   *out = (sl_model_caps){.attention = !c->layer_pattern[0] || strchr(c->layer_pattern, '*') != NULL, /* a hybrid's */
                          .doc_mask = 1,
                          .recurrent = 0,
-                         .zb_split = !c->moe_experts, /* the MoE MLP has no split backward yet */
-                         .zb_split_accum = !c->moe_experts,
+                         .zb_split = 1, /* models/llama_split.c, the MoE MLP's halves models/llama_moe.c */
+                         .zb_split_accum = 1,
                          .bf16 = 1, /* Gemma 2 / 3 too: tests/ref/bf16_ref.py mirrors their ops */
                          .bf16_stream = 1,
                          .bf16_acts = 1,

@@ -29,6 +29,7 @@ typedef struct {
   float *xp, *yp;        /* (N*k, C) the permuted ln2 rows and the experts' outputs */
   float *xr, *yr;        /* (EP*N*k, C) under EP: the rows received for this rank's experts and their outputs
                             (at EP = 1: xp and yp) */
+  float *sgu, *sh;       /* (N, gw Is), (N, Is) the shared expert's up (gate|up) and activation (Nemotron-H) */
   float *qkr;   /* (N, Q) q|k|v before the q/k norms (Qwen3's qk_norm; NULL without) */
   float *qkrs;  /* (nh + nkv, N) the q/k norms' rstd, head by head (qk_norm) */
   /* Gemma's sandwich norms (NULL otherwise): the Wo and Wdown outputs
@@ -57,8 +58,14 @@ typedef struct {
   int64_t db;          /* floats of down_proj's bias (C or 0) */
   float *kvsum; /* (kvgroups + 1, 2*nkv*hd*C [+ 2*nkv*hd: k/v biases]) replicated k/v gradient exchange,
                    then the slice's earlier micro-batches' sum (kvrep > 1; kv_grad_begin) */
-  int64_t E, k;    /* mixture of experts: E experts (0: the dense MLP), k chosen a token; I is an expert's width */
+  int64_t E, k;    /* mixture of experts: E experts (0: the dense MLP), k chosen a token */
+  int64_t Ie, Is;  /* this rank's width of an expert and of the shared expert (0: none; Nemotron-H) */
+  unsigned char *moel; /* (L) host: which layers are sparse (NULL: every layer when E > 0) */
+  int dense_ffn;   /* some layer has the dense MLP */
   int norm_topk;   /* renormalise the k routing weights */
+  int moe_mode;    /* the router's kernels/kernels.h mode: SL_MOE_NORM, SL_MOE_SIGMOID */
+  float rscale;    /* the routed weights' scale (routed_scaling_factor; 1: none) */
+  int mbias;       /* the MLPs have biases (mlp_bias) */
   int ep;          /* EP ranks (m->ep_size): this rank holds E/ep experts */
   int misroute;    /* SL_FAULT_EP_MISROUTE (a test's negative control) */
   int32_t *hoffs;  /* (2E+1) host: a layer's expert groups, then its dropped slots' (the balanced split, nothing
@@ -85,6 +92,8 @@ typedef struct {
   /* backward scratch (workspace), besides the skeleton's dres, dln, xl */
   float *dh;    /* (N, I) */
   float *dgu;   /* (N, 2I) */
+  float *dsgu;  /* (N, gw Is) the shared expert's gate|up gradient; sy (N, C) its output (a MoE layer's forward) */
+  float *sy;
   float *datt;  /* (N, A) */
   float *dqkv;  /* (N, Q) */
   float *gnorm; /* (2, C) under sp: the micro-batch's part of ln1's, ln2's weight gradient */
@@ -98,7 +107,7 @@ typedef struct {
   float *rjunk; /* (N) qk_norm: that zeroing norm's discarded rstd */
   /* the projections (models/linear.h): q|k|v, o_proj, gate|up, down_proj; MoE: the router, an expert's
    * gate|up and down (Mixtral's w1|w3 and w2) */
-  sl_lin lqkv, lo, lgu, ldown, lrouter, legu, ledown;
+  sl_lin lqkv, lo, lgu, ldown, lrouter, legu, ledown, lsgu, lsdown; /* ..., the shared expert's */
   /* hybrids: each layer's parts (LP_*, (L) host; NULL: both on every layer), the MLP's activation */
   unsigned char *parts;
   int relu2;   /* up_proj -> relu^2 -> down_proj (Nemotron-H), no gate */
@@ -124,6 +133,10 @@ typedef struct {
 enum { LP_ATTN = 1, LP_MLP = 2, LP_BOTH = 3 };
 /* Layer l's parts (l < 0: the union, for buffers any layer may use). */
 static inline int llama_parts(const llama_priv *p, int64_t l) { return l < 0 || !p->parts ? LP_BOTH : p->parts[l]; }
+/* Whether layer l's MLP part is the mixture of experts (l < 0: any layer's). */
+static inline int llama_moe_at(const llama_priv *p, int64_t l) { return p->E && (l < 0 || !p->moel || p->moel[l]); }
+/* The width of layer l's dense MLP: the dense one's, or a MoE layer's shared expert's (0: none). */
+static inline int64_t llama_ffn_width(const llama_priv *p, int64_t l) { return llama_moe_at(p, l) ? p->Is : p->I; }
 
 static inline blockw block_views(const llama_priv *p, const float *flat, int64_t l) {
   blockw w = {0};
@@ -143,14 +156,16 @@ static inline blockw block_views(const llama_priv *p, const float *flat, int64_t
     w.lnpa = p->gemma ? q : NULL; /* Gemma: ln2 is pre_feedforward_layernorm */
     q += p->gemma ? C : 0;
   }
-  if (parts & LP_MLP) {
+  if (parts & LP_MLP) { /* a MoE layer: the router, then its shared expert (if any) as the dense MLP's views */
+    int moe = llama_moe_at(p, l);
+    int64_t I = llama_ffn_width(p, l), mb = p->mbias && I ? p->gw * I : 0, db = I ? p->db : 0;
     w.ln2 = q;
-    w.wr = p->E ? q + C : NULL;
-    w.wgu = q += C + p->E * C;
-    w.bgu = p->mb ? q + p->gw * p->I * C : NULL;
-    w.wd = q += p->gw * p->I * C + p->mb;
-    w.bd = p->db ? q + C * p->I : NULL;
-    w.lnpf = p->gemma ? q + C * p->I + p->db : NULL;
+    w.wr = moe ? q + C : NULL;
+    w.wgu = q += C + (moe ? p->E * C : 0);
+    w.bgu = mb ? q + p->gw * I * C : NULL;
+    w.wd = q += p->gw * I * C + mb;
+    w.bd = db ? q + C * I : NULL;
+    w.lnpf = p->gemma ? q + C * I + db : NULL;
   }
   return w;
 }
@@ -173,6 +188,13 @@ float *sl_llama_moe_bias(sl_model *m, int64_t *n);
 int sl_llama_moe_bias_set(sl_model *m, const float *b);
 int sl_llama_moe_bwd(sl_model *m, llama_priv *p, int l, const layer_acts *a, const blockw *w, const blockw *g,
                      const float *dout, float *dln);
+/* Its split halves (models/llama_split.c): the input half keeps in stash (sl_llama_moe_stash_numel floats)
+ * what the weight half's dW GEMMs read, which then add the bits sl_llama_moe_bwd adds. */
+int64_t sl_llama_moe_stash_numel(const sl_model *m, const llama_priv *p);
+int sl_llama_moe_bwd_input(sl_model *m, llama_priv *p, int l, const layer_acts *a, const blockw *w,
+                           const float *dout, float *dln, float *stash);
+int sl_llama_moe_bwd_weight(sl_model *m, llama_priv *p, int l, const layer_acts *a, const blockw *w, const blockw *g,
+                            const float *stash);
 /* Rows of the experts' buffers (received rows, gate|up, h, outputs, their
  * gradients): N k at EP 1; under EP the most a rank can receive, EP N k, or
  * E cap with a capacity (each EP rank sends an expert at most cap rows). */
@@ -180,7 +202,7 @@ int64_t sl_llama_moe_rows(const sl_model *m, const llama_priv *p);
 int sl_llama_moe_alloc_layer(sl_model *m, llama_priv *p, layer_acts *a);
 int sl_llama_moe_alloc_scratch(sl_model *m, llama_priv *p);
 int sl_llama_moe_spec(sl_model *m, sl_unit_spec *b, int64_t l, float std);
-int sl_llama_moe_has_experts(const sl_model *m);
+int sl_llama_moe_has_experts(const sl_model *m, int64_t l);
 int sl_llama_moe_experts_spec(sl_model *m, sl_unit_spec *u, int64_t l);
 /* Qwen3's q/k norms (models/llama.c). Forward: a->qkr keeps q|k|v, the
  * q/k heads of a->qkv are normalised. Input half: dqkv (after RoPE's

@@ -65,7 +65,10 @@ static int64_t routed(const llama_priv *p, int64_t e) {
 
 static int route_init(sl_model *m, llama_priv *p); /* the routing options (below) */
 
-static const float *expert_w(const llama_priv *p, const float *wgu0, int64_t e) { return wgu0 + e * 3 * p->I * p->C; }
+/* Expert e's gate|up (up alone when relu2) then its down, (gw + 1) Ie C floats an expert. */
+static const float *expert_w(const llama_priv *p, const float *wgu0, int64_t e) {
+  return wgu0 + e * (p->gw + 1) * p->Ie * p->C;
+}
 
 /* Layer l's experts (this rank's part of its companion unit): parameters, and the gradient buffer when g. */
 static int experts_of(sl_model *m, int l, const float **w, float **g) {
@@ -113,35 +116,50 @@ static int ep_move(sl_model *m, llama_priv *p, const float *send, float *recv, i
 /* The local expert the j-th run of a peer's rows is for (SL_FAULT_EP_MISROUTE: the wrong one). */
 static int64_t lj(const llama_priv *p, int64_t j) { return p->misroute ? p->E / p->ep - 1 - j : j; }
 
-/* The local experts' SwiGLU MLPs on the received rows a->xr into a->yr. */
+/* The local experts' MLPs (SwiGLU; Nemotron-H: relu^2 of up) on the received rows a->xr into a->yr. */
 static void experts_fwd(sl_model *m, llama_priv *p, layer_acts *a, const float *we) {
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
-  int64_t C = p->C, I = p->I, EP = m->ep_size, R = 0;
+  int64_t C = p->C, I = p->Ie, G = p->gw, EP = m->ep_size, R = 0;
   FOR_RUNS(p, EP, r0, n, j)
-  sl_lin_fwd(m, &p->legu, a->gu + r0 * 2 * I, a->xr + r0 * C, expert_w(p, we, lj(p, j)), NULL, n);
+  sl_lin_fwd(m, &p->legu, a->gu + r0 * G * I, a->xr + r0 * C, expert_w(p, we, lj(p, j)), NULL, n);
   for (int64_t q = 0; q < EP; q++) R += p->ecnt[2 * EP * (p->E / EP) + EP + q];
-  o->swiglu_fwd(k, a->h, a->gu, R, I);
+  if (p->relu2) o->relu2_fwd(k, a->h, a->gu, R * I);
+  else o->swiglu_fwd(k, a->h, a->gu, R, I);
   FOR_RUNS(p, EP, r0, n, j)
-  sl_lin_fwd(m, &p->ledown, a->yr + r0 * C, a->h + r0 * I, expert_w(p, we, lj(p, j)) + 2 * I * C, NULL, n);
+  sl_lin_fwd(m, &p->ledown, a->yr + r0 * C, a->h + r0 * I, expert_w(p, we, lj(p, j)) + G * I * C, NULL, n);
 }
 
-/* Their backward: dyr (the outputs' gradients) into dxr; weight gradients add into ge. */
+/* Their backward: dyr (the outputs' gradients) into dxr; weight gradients add into ge (NULL: none, the split
+ * backward's input half; its weight half runs experts_bwd_weight on the kept dyr and dgu). */
 static void experts_bwd(sl_model *m, llama_priv *p, const layer_acts *a, const float *we, float *ge) {
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
-  int64_t C = p->C, I = p->I, EP = m->ep_size, R = 0;
+  int64_t C = p->C, I = p->Ie, G = p->gw, EP = m->ep_size, R = 0;
   for (int64_t q = 0; q < EP; q++) R += p->ecnt[2 * EP * (p->E / EP) + EP + q];
   o->zero(k, p->dh, (size_t)(R * I) * 4);
   FOR_RUNS(p, EP, r0, n, j)
-  sl_lin_bwd(m, &p->ledown, p->dh + r0 * I, (float *)expert_w(p, ge, lj(p, j)) + 2 * I * C, NULL, p->dyr + r0 * C,
-             a->h + r0 * I, expert_w(p, we, lj(p, j)) + 2 * I * C, n);
-  o->zero(k, p->dgu, (size_t)(R * 2 * I) * 4);
-  o->swiglu_bwd(k, p->dgu, p->dh, a->gu, R, I);
+  sl_lin_bwd(m, &p->ledown, p->dh + r0 * I, ge ? (float *)expert_w(p, ge, lj(p, j)) + G * I * C : NULL, NULL,
+             p->dyr + r0 * C, a->h + r0 * I, expert_w(p, we, lj(p, j)) + G * I * C, n);
+  o->zero(k, p->dgu, (size_t)(R * G * I) * 4);
+  if (p->relu2) o->relu2_bwd(k, p->dgu, p->dh, a->gu, R * I);
+  else o->swiglu_bwd(k, p->dgu, p->dh, a->gu, R, I);
   o->zero(k, p->dxr, (size_t)(R * C) * 4);
   FOR_RUNS(p, EP, r0, n, j)
-  sl_lin_bwd(m, &p->legu, p->dxr + r0 * C, (float *)expert_w(p, ge, lj(p, j)), NULL, p->dgu + r0 * 2 * I,
+  sl_lin_bwd(m, &p->legu, p->dxr + r0 * C, ge ? (float *)expert_w(p, ge, lj(p, j)) : NULL, NULL, p->dgu + r0 * G * I,
              a->xr + r0 * C, expert_w(p, we, lj(p, j)), n);
+}
+
+/* The weight half of experts_bwd: the same dW calls, in the same order, from the input half's dyr and dgu. */
+static void experts_bwd_weight(sl_model *m, llama_priv *p, const layer_acts *a, const float *we, float *ge,
+                               const float *dyr, const float *dgu) {
+  int64_t C = p->C, I = p->Ie, G = p->gw, EP = m->ep_size;
+  FOR_RUNS(p, EP, r0, n, j)
+  sl_lin_bwd(m, &p->ledown, NULL, (float *)expert_w(p, ge, lj(p, j)) + G * I * C, NULL, dyr + r0 * C,
+             a->h + r0 * I, expert_w(p, we, lj(p, j)) + G * I * C, n);
+  FOR_RUNS(p, EP, r0, n, j)
+  sl_lin_bwd(m, &p->legu, NULL, (float *)expert_w(p, ge, lj(p, j)), NULL, dgu + r0 * G * I, a->xr + r0 * C,
+             expert_w(p, we, lj(p, j)), n);
 }
 
 int64_t sl_llama_moe_load(sl_model *m, int64_t *out) {
@@ -235,7 +253,7 @@ static int route_init(sl_model *m, llama_priv *p) {
   }
   rt->zcoef = (float)c->moe_z_loss_coef;
   if (rt->zcoef && !(rt->hlse = calloc((size_t)p->N, sizeof *rt->hlse))) return sl_fail(SL_ENOMEM, "out of memory");
-  if (c->moe_balance != SL_MOE_BALANCE_BIAS) return SL_OK;
+  if (c->moe_balance != SL_MOE_BALANCE_BIAS && !c->moe_sigmoid) return SL_OK; /* Nemotron-H: the model's own */
   if (!(rt->hbias = calloc((size_t)(L * E), sizeof *rt->hbias)) ||
       !(rt->bias = m->ops->alloc(m->k, (size_t)(L * E) * sizeof(float))))
     return sl_fail(SL_ENOMEM, "out of memory");
@@ -254,8 +272,8 @@ void sl_llama_moe_free(sl_model *m, llama_priv *p) {
 static void route_fwd(sl_model *m, llama_priv *p, int l, layer_acts *a) {
   const struct sl_moe_route *rt = p->rt;
   m->ops->moe_route_fwd(m->k, a->probs, a->sel, a->wts, a->offs, a->perm, a->pos, rt && rt->zcoef ? a->zlse : NULL,
-                        a->logits, rt && rt->bias ? rt->bias + l * p->E : NULL, p->N, p->E, p->k,
-                        p->norm_topk ? SL_MOE_NORM : 0, 1.0f, rt ? rt->cap : 0);
+                        a->logits, rt && rt->bias ? rt->bias + l * p->E : NULL, p->N, p->E, p->k, p->moe_mode,
+                        p->rscale, rt ? rt->cap : 0);
 }
 
 /* After the grouping: the dropped rows of yp are zeroed (the combine weights
@@ -310,25 +328,30 @@ float *sl_llama_moe_bias(sl_model *m, int64_t *n) {
 }
 
 void sl_model_moe_bias_name(const sl_model_config *c, int64_t l, char *buf, size_t cap) {
+  if (c->arch == SL_ARCH_NEMOTRON_H) {
+    snprintf(buf, cap, "backbone.layers.%lld.mixer.gate.e_score_correction_bias", (long long)l);
+    return;
+  }
   snprintf(buf, cap, "model.layers.%lld.%s.gate.e_score_correction_bias", (long long)l,
            c->arch == SL_ARCH_QWEN3_MOE ? "mlp" : "block_sparse_moe");
 }
 
 int sl_model_moe_bias_read(const sl_model_config *c, const sl_st_set *w, float *out, int *found) {
-  int64_t L = c->num_hidden_layers, E = c->moe_experts, have = 0;
+  int64_t L = c->num_hidden_layers, E = c->moe_experts, have = 0, nl = sl_cfg_moe_layers(c);
   char nm[SL_TENSOR_NAME_MAX];
   *found = 0;
   if (!E || !w) return SL_OK;
   for (int64_t l = 0; l < L; l++) {
     sl_model_moe_bias_name(c, l, nm, sizeof nm);
-    have += sl_st_find(w, nm) != NULL;
+    have += sl_cfg_moe_layer(c, l) && sl_st_find(w, nm) != NULL;
   }
   if (!have) return SL_OK;
-  if (have < L)
+  if (have < nl)
     return sl_fail(SL_EINPUT,
-                   "%s: the weight files hold the expert bias (e_score_correction_bias) of %lld of %lld layers",
-                   sl_st_set_dir(w), (long long)have, (long long)L);
+                   "%s: the weight files hold the expert bias (e_score_correction_bias) of %lld of %lld MoE layers",
+                   sl_st_set_dir(w), (long long)have, (long long)nl);
   for (int64_t l = 0; l < L; l++) {
+    if (!sl_cfg_moe_layer(c, l)) continue;
     sl_model_moe_bias_name(c, l, nm, sizeof nm);
     int rc = sl_st_read_f32(w, nm, 1, &E, out + l * E);
     if (rc) return rc;
@@ -382,12 +405,11 @@ int sl_llama_moe_loss_term(sl_model *m) {
   llama_priv *p = sl_dec(m)->blk;
   if (!p->E || m->fwd_only) return SL_OK;
   if (!p->aux_coef || !p->acnt) return route_loss_term(m, p);
-  double rows = (double)sl_dec(m)->L * (double)p->N, aux = 0;
+  double nl = (double)sl_cfg_moe_layers(&m->cfg), rows = nl * (double)p->N, aux = 0; /* the sparse layers' rows */
   float g[1024]; /* E <= 1024 (the config checks) */
   for (int64_t e = 0; e < p->E; e++) {
     aux += (p->acnt[e] / rows) * (p->aprob[e] / rows);
-    g[e] = (float)((double)p->aux_coef * (double)p->E * (p->acnt[e] / rows) / (double)sl_dec(m)->L *
-                   (double)m->loss_scale);
+    g[e] = (float)((double)p->aux_coef * (double)p->E * (p->acnt[e] / rows) / nl * (double)m->loss_scale);
     p->acnt[e] = p->aprob[e] = 0;
   }
   sl_model_loss_add_value(m, (double)p->aux_coef * (double)p->E * aux * (double)p->N);
@@ -419,10 +441,33 @@ int sl_llama_moe_fwd(sl_model *m, llama_priv *p, int l, layer_acts *a, const blo
   return SL_OK;
 }
 
+/* The split backward's stash of a MoE layer (models/llama_split.c): the received rows' output gradients dyr
+ * (Rr, C), their gate|up gradients dgu (Rr, gw Ie), the router logits' gradient (N, E), and the rows each
+ * (EP peer, local expert) sent (EP El, as floats: exact below 2^24), Rr = sl_llama_moe_rows. */
+int64_t sl_llama_moe_stash_numel(const sl_model *m, const llama_priv *p) {
+  int64_t Rr = sl_llama_moe_rows(m, p);
+  return Rr * p->C + Rr * p->gw * p->Ie + p->N * p->E + p->E;
+}
+
+typedef struct {
+  float *dyr, *dgu, *dlogits, *cnt;
+} moe_stash;
+
+static moe_stash moe_stash_views(const sl_model *m, const llama_priv *p, const float *s) {
+  int64_t Rr = sl_llama_moe_rows(m, p);
+  moe_stash v = {.dyr = (float *)s};
+  v.dgu = v.dyr + Rr * p->C;
+  v.dlogits = v.dgu + Rr * p->gw * p->Ie;
+  v.cnt = v.dlogits + p->N * p->E;
+  return v;
+}
+
 /* dln (N, C) = the gradient of ln2 given dout (N, C), the gradient of the
- * sparse MLP's output; the weight gradients add into g. */
-int sl_llama_moe_bwd(sl_model *m, llama_priv *p, int l, const layer_acts *a, const blockw *w, const blockw *g,
-                     const float *dout, float *dln) {
+ * sparse MLP's output; the weight gradients add into g, or (stash not NULL:
+ * the split backward's input half) are left to sl_llama_moe_bwd_weight with
+ * what they need kept in stash. */
+static int moe_bwd(sl_model *m, llama_priv *p, int l, const layer_acts *a, const blockw *w, const blockw *g,
+                   const float *dout, float *dln, float *stash) {
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
   int64_t N = p->N, C = p->C, E = p->E, R = N * p->k;
@@ -433,13 +478,13 @@ int sl_llama_moe_bwd(sl_model *m, llama_priv *p, int l, const layer_acts *a, con
   if (rc) return rc;
   moe_groups(m, p, a);
   const float *we;
-  float *ge;
-  rc = experts_of(m, l, &we, &ge);
+  float *ge = NULL;
+  rc = experts_of(m, l, &we, stash ? NULL : &ge);
   if (!rc) rc = ep_plan(m, p); /* the counts again: the forward's are not kept per layer */
   if (!rc) rc = ep_move(m, p, p->dyp, p->dyr, 1);
   if (rc) return rc;
   o->zero(k, p->dxp, (size_t)(R * C) * 4); /* the dropped slots' rows (after offs[E]) stay zero */
-  experts_bwd(m, p, a, we, ge);
+  experts_bwd(m, p, a, we, stash ? NULL : ge);
   if ((rc = ep_move(m, p, p->dxr, p->dxp, -1))) return rc;
   o->zero(k, dln, (size_t)(N * C) * 4);
   o->moe_permute_bwd(k, dln, p->dxp, a->pos, N, p->k, C);
@@ -447,9 +492,49 @@ int sl_llama_moe_bwd(sl_model *m, llama_priv *p, int l, const layer_acts *a, con
   const struct sl_moe_route *rt = p->rt;
   o->moe_route_bwd(k, p->dlogits, p->dwts, a->probs, a->sel, a->wts, p->aux_coef ? p->gp : NULL,
                    rt && rt->zcoef ? a->zlse : NULL, rt ? 2.0f * rt->zcoef * m->loss_scale : 0.0f, N, E, p->k,
-                   p->norm_topk ? SL_MOE_NORM : 0, 1.0f);
+                   p->moe_mode, p->rscale);
   /* the router is replicated: every TP rank has its whole gradient, and one adds its part of dln before the sum */
-  sl_lin_bwd(m, &p->lrouter, dln, (float *)g->wr, NULL, p->dlogits, a->ln2, w->wr, N);
+  sl_lin_bwd(m, &p->lrouter, dln, stash ? NULL : (float *)g->wr, NULL, p->dlogits, a->ln2, w->wr, N);
+  if (!stash) return SL_OK;
+  moe_stash v = moe_stash_views(m, p, stash);
+  int64_t Rr = sl_llama_moe_rows(m, p), EP = m->ep_size, El = E / EP;
+  o->copy(k, v.dyr, p->dyr, (size_t)(Rr * C) * 4);
+  o->copy(k, v.dgu, p->dgu, (size_t)(Rr * p->gw * p->Ie) * 4);
+  o->copy(k, v.dlogits, p->dlogits, (size_t)(N * E) * 4);
+  float cnt[1024]; /* E <= 1024 (the config checks) */
+  for (int64_t i = 0; i < EP * El; i++) cnt[i] = (float)p->ecnt[EP * El + i];
+  o->upload(k, v.cnt, cnt, (size_t)(EP * El) * 4);
+  return SL_OK;
+}
+
+int sl_llama_moe_bwd(sl_model *m, llama_priv *p, int l, const layer_acts *a, const blockw *w, const blockw *g,
+                     const float *dout, float *dln) {
+  return moe_bwd(m, p, l, a, w, g, dout, dln, NULL);
+}
+
+int sl_llama_moe_bwd_input(sl_model *m, llama_priv *p, int l, const layer_acts *a, const blockw *w,
+                           const float *dout, float *dln, float *stash) {
+  return moe_bwd(m, p, l, a, w, NULL, dout, dln, stash);
+}
+
+/* The weight half: the experts' and the router's weight gradients from the stash (the input half's exchange
+ * plan read back: the rows each peer sent each local expert). */
+int sl_llama_moe_bwd_weight(sl_model *m, llama_priv *p, int l, const layer_acts *a, const blockw *w, const blockw *g,
+                            const float *stash) {
+  moe_stash v = moe_stash_views(m, p, stash);
+  int64_t EP = m->ep_size, El = p->E / EP, *rcv = p->ecnt + EP * El, *rrow = p->ecnt + 2 * EP * El + EP;
+  float cnt[1024];
+  m->ops->download(m->k, cnt, v.cnt, (size_t)(EP * El) * 4);
+  for (int64_t q = 0; q < EP; q++) {
+    rrow[q] = 0;
+    for (int64_t j = 0; j < El; j++) rrow[q] += rcv[q * El + j] = (int64_t)cnt[q * El + j];
+  }
+  const float *we;
+  float *ge;
+  int rc = experts_of(m, l, &we, &ge);
+  if (rc) return rc;
+  experts_bwd_weight(m, p, a, we, ge, v.dyr, v.dgu);
+  sl_lin_bwd(m, &p->lrouter, NULL, (float *)g->wr, NULL, v.dlogits, a->ln2, w->wr, p->N);
   return SL_OK;
 }
 
@@ -488,29 +573,34 @@ int sl_llama_moe_alloc_scratch(sl_model *m, llama_priv *p) {
   return SL_OK;
 }
 
-/* Layer l's router and experts (after post_attention_layernorm). */
+/* Layer l's router and experts (after post_attention_layernorm; Nemotron-H: after the block's norm). */
 int sl_llama_moe_spec(sl_model *m, sl_unit_spec *b, int64_t l, float std) {
   const llama_priv *p = sl_dec(m)->blk;
-  int64_t C = p->C, I = m->cfg.moe_intermediate, T = m->tp_size;
+  int64_t C = p->C, I = m->cfg.moe_intermediate, T = m->tp_size, G = p->gw;
   char nm[SL_TENSOR_NAME_MAX];
   int rc;
-  /* Mixtral: block_sparse_moe.{gate, experts.e.w1|w3|w2}; Qwen3-MoE: mlp.{gate, experts.e.gate_proj|up_proj|down_proj} */
-  int q3 = m->cfg.arch == SL_ARCH_QWEN3_MOE;
-  static const char *const names[2][3] = {{"w1", "w3", "w2"}, {"gate_proj", "up_proj", "down_proj"}};
-  const char *blk = q3 ? "mlp" : "block_sparse_moe";
+  /* Mixtral: model.layers.l.block_sparse_moe.{gate, experts.e.w1|w3|w2}; Qwen3-MoE: model.layers.l.mlp.{gate,
+   * experts.e.gate_proj|up_proj|down_proj}; Nemotron-H: backbone.layers.l.mixer.{gate, experts.e.up_proj|down_proj} */
+  int fam = m->cfg.arch == SL_ARCH_NEMOTRON_H ? 2 : m->cfg.arch == SL_ARCH_QWEN3_MOE;
+  static const char *const names[3][3] = {
+      {"w1", "w3", "w2"}, {"gate_proj", "up_proj", "down_proj"}, {"up_proj", "down_proj", NULL}};
+  static const char *const blks[3] = {"model.layers.%lld.block_sparse_moe", "model.layers.%lld.mlp",
+                                      "backbone.layers.%lld.mixer"};
+  char blk[96];
+  snprintf(blk, sizeof blk, blks[fam], (long long)l);
   if (b->companion_of < 0) {
-    snprintf(nm, sizeof nm, "model.layers.%lld.%s.gate.weight", (long long)l, blk);
+    snprintf(nm, sizeof nm, "%s.gate.weight", blk);
     return sl_unit_add_split(m, b, nm, 2, p->E, C, 1, SL_INIT_NORMAL, std, SL_SPLIT_NONE, 1);
   }
   for (int64_t e = 0; e < p->E; e++)
-    for (int i = 0; i < 3; i++) {
-      snprintf(nm, sizeof nm, "model.layers.%lld.%s.experts.%lld.%s.weight", (long long)l, blk, (long long)e,
-               names[q3][i]);
-      if ((rc = sl_unit_add_split(m, b, nm, 2, i < 2 ? I : C, i < 2 ? C : I, 1, SL_INIT_NORMAL, std,
-                                  i < 2 ? SL_SPLIT_COL : SL_SPLIT_ROW, T)))
+    for (int i = 0; i < G + 1; i++) { /* gate|up rows column-split, down row-split */
+      int down = i == G;
+      snprintf(nm, sizeof nm, "%s.experts.%lld.%s.weight", blk, (long long)e, names[fam][i]);
+      if ((rc = sl_unit_add_split(m, b, nm, 2, down ? C : I, down ? I : C, 1, SL_INIT_NORMAL, std,
+                                  down ? SL_SPLIT_ROW : SL_SPLIT_COL, T)))
         return rc;
     }
-  /* this rank's experts: a contiguous run of the unit (expert e at e * 3 I C) */
+  /* this rank's experts: a contiguous run of the unit (expert e at e * (G + 1) I C) */
   int64_t per = b->numel / m->ep_size;
   b->hold_lo = m->ep_rank * per;
   b->hold_n = per;
@@ -518,7 +608,9 @@ int sl_llama_moe_spec(sl_model *m, sl_unit_spec *b, int64_t l, float std) {
   return SL_OK;
 }
 
-int sl_llama_moe_has_experts(const sl_model *m) { return ((const llama_priv *)sl_dec(m)->blk)->E > 0; }
+int sl_llama_moe_has_experts(const sl_model *m, int64_t l) {
+  return llama_moe_at((const llama_priv *)sl_dec(m)->blk, l);
+}
 
 /* Layer l's experts unit (the companion of its block): every expert's tensors, this rank holding its own. */
 int sl_llama_moe_experts_spec(sl_model *m, sl_unit_spec *u, int64_t l) {

@@ -17,7 +17,10 @@
  *
  * Stash of a block, floats, in this order (N tokens of the micro-batch):
  *   dmlp (N, C) gradient of the block output (dout of Wdown)
- *   dgu  (N, 2I) gradient of gate|up (dout of Wgate|Wup)
+ *   dgu  (N, 2I) gradient of gate|up (dout of Wgate|Wup); a mixture of
+ *        experts' layer: its own stash there (models/llama_moe.c
+ *        sl_llama_moe_stash_numel), then the shared expert's gate|up
+ *        gradient (N, gw Is); the region is the larger of the two
  *   dln2 (N, C) gradient of the second norm's output
  *   datt (N, C) gradient of the attention's residual (dout of Wo)
  *   dqkv (N, Q) gradient of q|k|v after RoPE's backward (dout of Wqkv)
@@ -49,21 +52,28 @@
 #include "base/base.h"
 #include "models/llama_internal.h"
 
+/* The dgu region: the dense MLP's gate|up gradient, or a MoE layer's stash and its shared expert's. */
+static int64_t ffn_stash(const sl_model *m, const llama_priv *p) {
+  int64_t dense = p->dense_ffn ? p->N * p->gw * p->I : 0;
+  int64_t moe = p->E ? sl_llama_moe_stash_numel(m, p) + p->N * p->gw * p->Is : 0;
+  return dense > moe ? dense : moe;
+}
+
 int64_t sl_llama_stash_numel(const sl_model *m) {
   const llama_priv *p = sl_dec(m)->blk;
-  return p->N * ((p->gemma ? 6 : 4) * p->C + p->gw * p->I + p->Q + (p->qkn ? p->Q : 0));
+  return p->N * ((p->gemma ? 5 : 3) * p->C + p->Q + (p->qkn ? p->Q : 0)) + p->N * p->C + ffn_stash(m, p);
 }
 
 typedef struct {
   float *dmlp, *dgu, *dln2, *datt, *dqkv, *dln1, *dqn, *dpf, *dpa;
 } block_stash;
 
-static block_stash stash_views(const llama_priv *p, const float *s) {
+static block_stash stash_views(const sl_model *m, const llama_priv *p, const float *s) {
   block_stash b;
   int64_t N = p->N, C = p->C;
   b.dmlp = (float *)s;
   b.dgu = b.dmlp + N * C;
-  b.dln2 = b.dgu + N * p->gw * p->I;
+  b.dln2 = b.dgu + ffn_stash(m, p);
   b.datt = b.dln2 + N * C;
   b.dqkv = b.datt + N * C;
   b.dln1 = b.dqkv + N * p->Q;
@@ -94,14 +104,12 @@ int sl_llama_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
   llama_priv *p = d->blk;
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
-  if (p->E) /* the engine refuses zb1p for it first (sl_model_caps zb_split) */
-    return sl_fail(SL_EINPUT, "%s: the mixture of experts has no split backward", m->cfg.arch_name);
   int64_t N = p->N, C = p->C, n = p->n;
   size_t nc = (size_t)(n * C) * 4;
   int rc = SL_OK;
   layer_acts *a = llama_layer(m, l);
   blockw w = block_views(p, flat, l);
-  block_stash s = stash_views(p, stash);
+  block_stash s = stash_views(m, p, stash);
   int parts = llama_parts(p, l);
   float *dln = d->dln, *dn = p->sp ? d->xl : d->dln; /* a norm's output gradient, summed over TP: this rank's rows */
   if (!(parts & LP_MLP)) goto attention;
@@ -111,6 +119,20 @@ int sl_llama_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
   else o->copy(k, s.dmlp, d->dres, nc);
   if (rc) return rc;
   if (p->rmult != 1.0f) o->scale_add(k, s.dmlp, p->rmult, 0.0f, (p->sp ? N : n) * C); /* Granite */
+  if (llama_moe_at(p, l)) { /* the shared expert's input half, then the sparse MLP's (models/llama_moe.c) */
+    int64_t Is = p->Is;
+    float *dsgu = s.dgu + sl_llama_moe_stash_numel(m, p);
+    if (Is) {
+      o->zero(k, p->dh, (size_t)(N * Is) * 4);
+      sl_lin_bwd(m, &p->lsdown, p->dh, NULL, NULL, s.dmlp, a->sh, w.wd, N);
+      o->zero(k, dsgu, (size_t)(N * p->gw * Is) * 4);
+      if (p->relu2) o->relu2_bwd(k, dsgu, p->dh, a->sgu, N * Is);
+      else o->swiglu_bwd(k, dsgu, p->dh, a->sgu, N, Is);
+    }
+    if ((rc = sl_llama_moe_bwd_input(m, p, l, a, &w, s.dmlp, dln, s.dgu))) return rc;
+    if (Is) sl_lin_bwd(m, &p->lsgu, dln, NULL, NULL, dsgu, a->ln2, w.wgu, N);
+    goto mlp_norm;
+  }
   o->zero(k, p->dh, (size_t)(N * p->I) * 4);
   sl_lin_bwd(m, &p->ldown, p->dh, NULL, NULL, s.dmlp, a->h, w.wd, N);
   o->zero(k, p->dgu, (size_t)(N * p->gw * p->I) * 4);
@@ -119,6 +141,7 @@ int sl_llama_bwd_input(sl_model *m, int l, const float *flat, float *stash) {
   o->copy(k, s.dgu, p->dgu, (size_t)(N * p->gw * p->I) * 4);
   o->zero(k, dln, (size_t)(N * C) * 4);
   sl_lin_bwd(m, &p->lgu, dln, NULL, NULL, p->dgu, a->ln2, w.wgu, N);
+mlp_norm:
   if ((rc = sl_dec_row_parallel_sum(m, dln, dn))) return rc;
   o->copy(k, s.dln2, dn, nc);
   o->rmsnorm_bwd(k, d->dres, NULL, dn, parts & LP_ATTN ? a->xmid : d->stream[l], sl_llama_norm_w(m, p, w.ln2, 2),
@@ -153,21 +176,28 @@ int sl_llama_bwd_weight(sl_model *m, int l, const float *flat, float *grads, con
   llama_priv *p = d->blk;
   const sl_ops *o = m->ops;
   sl_kctx *k = m->k;
-  if (p->E) /* the engine refuses zb1p for it first (sl_model_caps zb_split) */
-    return sl_fail(SL_EINPUT, "%s: the mixture of experts has no split backward", m->cfg.arch_name);
   int64_t N = p->N, C = p->C;
   int rc;
   layer_acts *a = llama_layer(m, l);
   blockw w = block_views(p, flat, l), g = block_views(p, grads, l);
-  block_stash s = stash_views(p, stash);
+  block_stash s = stash_views(m, p, stash);
   int parts = llama_parts(p, l);
   int64_t n2 = (p->gemma ? 2 : 1) * C; /* ln2's slot of gnorm (Gemma: ln1, lnpa, ln2, lnpf) */
   if (!(parts & LP_MLP)) goto attention;
   float *dpf = p->gemma ? sl_dec_norm_dw(m, (float *)g.lnpf, p->gnorm + 3 * C) : NULL;
   if (p->gemma && !p->no_post)
     o->rmsnorm_bwd(k, NULL, dpf, s.dpf, a->mo, sl_llama_norm_w(m, p, w.lnpf, 3), a->rstd4, p->n, C, C);
-  sl_lin_bwd(m, &p->ldown, NULL, (float *)g.wd, (float *)g.bd, s.dmlp, a->h, w.wd, N);
-  sl_lin_bwd(m, &p->lgu, NULL, (float *)g.wgu, (float *)g.bgu, s.dgu, a->ln2, w.wgu, N);
+  if (llama_moe_at(p, l)) { /* the shared expert's weight half, then the sparse MLP's */
+    if (p->Is) {
+      sl_lin_bwd(m, &p->lsdown, NULL, (float *)g.wd, (float *)g.bd, s.dmlp, a->sh, w.wd, N);
+      sl_lin_bwd(m, &p->lsgu, NULL, (float *)g.wgu, (float *)g.bgu, s.dgu + sl_llama_moe_stash_numel(m, p), a->ln2,
+                 w.wgu, N);
+    }
+    if ((rc = sl_llama_moe_bwd_weight(m, p, l, a, &w, &g, s.dgu))) return rc;
+  } else {
+    sl_lin_bwd(m, &p->ldown, NULL, (float *)g.wd, (float *)g.bd, s.dmlp, a->h, w.wd, N);
+    sl_lin_bwd(m, &p->lgu, NULL, (float *)g.wgu, (float *)g.bgu, s.dgu, a->ln2, w.wgu, N);
+  }
   o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.ln2, p->gnorm + n2), s.dln2,
                  parts & LP_ATTN ? a->xmid : d->stream[l], sl_llama_norm_w(m, p, w.ln2, 2), a->rstd2, p->n, C, C);
   if (!(parts & LP_ATTN)) return sl_dec_norm_grad_sum(m, (float *)g.ln2, p->gnorm + n2);

@@ -673,8 +673,10 @@ void sl_model_unit_from_whole(const sl_model *m, int u, const float *whole, floa
 static int save_fill(void *vctx, int64_t index, const sl_st_wtensor *wt, float *dst) {
   save_ctx *sc = vctx;
   int u = sc->tensor_unit[index], ti = sc->tensor_idx[index];
-  if (u < 0) { /* an expert bias row */
-    memcpy(dst, sc->moe_bias + (int64_t)ti * sc->m->cfg.moe_experts, (size_t)sc->m->cfg.moe_experts * 4);
+  if (u < 0) { /* an expert bias row (none held: zeros, Nemotron-H's initial bias) */
+    if (sc->moe_bias)
+      memcpy(dst, sc->moe_bias + (int64_t)ti * sc->m->cfg.moe_experts, (size_t)sc->m->cfg.moe_experts * 4);
+    else memset(dst, 0, (size_t)sc->m->cfg.moe_experts * 4);
     return SL_OK;
   }
   if (sc->cached_unit != u) {
@@ -689,12 +691,15 @@ static int save_fill(void *vctx, int64_t index, const sl_st_wtensor *wt, float *
   return SL_OK;
 }
 
-/* Whether the expert bias b (L, E) is written: any value nonzero (a zero bias routes as none). */
-static int bias_layers(const sl_model *m, const float *b) {
+/* The MoE layers whose expert bias b (L, E) is written (into which, nb of them): every one when any value is
+ * nonzero (a zero bias routes as none), or always for a family whose checkpoints hold it (Nemotron-H). */
+static int bias_layers(const sl_model *m, const float *b, int *which) {
   int64_t L = m->cfg.num_hidden_layers, E = m->cfg.moe_experts;
-  for (int64_t i = 0; b && E > 0 && i < L * E; i++)
-    if (b[i] != 0.0f) return (int)L;
-  return 0;
+  int any = m->cfg.moe_experts > 0 && m->cfg.moe_sigmoid, nb = 0;
+  for (int64_t i = 0; b && E > 0 && i < L * E && !any; i++) any = b[i] != 0.0f;
+  for (int64_t l = 0; any && l < L; l++)
+    if (sl_cfg_moe_layer(&m->cfg, l)) which[nb++] = (int)l;
+  return nb;
 }
 
 int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void *ctx, int64_t max_shard_bytes,
@@ -702,7 +707,7 @@ int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void
   char tmp[4600]; /* the new directory is written beside dir, then swapped in (formats/savedir.h) */
   int rc = sl_savedir_begin(dir, tmp, sizeof tmp);
   if (rc) return rc;
-  int nt = 0, nb = bias_layers(m, moe_bias);
+  int nt = 0, *bl = calloc((size_t)m->cfg.num_hidden_layers + 1, sizeof *bl), nb = bl ? bias_layers(m, moe_bias, bl) : 0;
   char(*bnames)[SL_TENSOR_NAME_MAX] = nb ? calloc((size_t)nb, sizeof *bnames) : NULL;
   for (int u = 0; u < m->nunits; u++) nt += m->units[u].ntensors;
   sl_st_wtensor *ws = calloc((size_t)(nt + nb), sizeof *ws);
@@ -710,7 +715,7 @@ int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void
   sc.tensor_unit = calloc((size_t)(nt + nb), sizeof(int));
   sc.tensor_idx = calloc((size_t)(nt + nb), sizeof(int));
   sc.flat = sl_alloc((size_t)(sl_model_max_unit_numel(m) * m->tp_size) * 4, "save buffer");
-  if (!ws || !sc.tensor_unit || !sc.tensor_idx || !sc.flat || (nb && !bnames)) {
+  if (!ws || !bl || !sc.tensor_unit || !sc.tensor_idx || !sc.flat || (nb && !bnames)) {
     rc = sl_fail(SL_ENOMEM, "out of memory saving %s", dir);
     goto done;
   }
@@ -729,13 +734,13 @@ int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void
       sc.tensor_idx[n] = i;
       n++;
     }
-  for (int l = 0; l < nb; l++, n++) { /* DeepSeek-V3's naming: transformers' Mixtral / Qwen3-MoE have no such tensor */
-    sl_model_moe_bias_name(&m->cfg, l, bnames[l], sizeof bnames[l]);
-    ws[n] = (sl_st_wtensor){.name = bnames[l], .ndim = 1, .shape = {m->cfg.moe_experts}, .dtype = SL_ST_F32};
+  for (int j = 0; j < nb; j++, n++) { /* DeepSeek-V3's naming: transformers' Mixtral / Qwen3-MoE have no such tensor */
+    sl_model_moe_bias_name(&m->cfg, bl[j], bnames[j], sizeof bnames[j]);
+    ws[n] = (sl_st_wtensor){.name = bnames[j], .ndim = 1, .shape = {m->cfg.moe_experts}, .dtype = SL_ST_F32};
     sc.tensor_unit[n] = -1;
-    sc.tensor_idx[n] = l;
+    sc.tensor_idx[n] = bl[j];
   }
-  if (nb)
+  if (nb && !m->cfg.moe_sigmoid)
     sl_log(SL_LOG_WARN,
            "%s: the expert bias is saved as %s and the other layers' (DeepSeek-V3's naming; shardlm reads it "
            "back): transformers' %s has no expert bias and ignores it, so its top-k selection differs from shardlm's",
@@ -752,6 +757,7 @@ done:
     rc = sl_fail_ctx(rc, "%s was not written (an existing directory there is untouched)", dir);
   }
   free(ws);
+  free(bl);
   free(bnames);
   free(sc.tensor_unit);
   free(sc.tensor_idx);

@@ -59,15 +59,15 @@ int sl_plan_model_init(const sl_model_config *cfg, sl_plan_model *out) {
     out->nparams += sm->units[u].numel;
   }
   out->nactive = out->nparams;
-  if (cfg->moe_experts) /* each layer runs k of its E experts (gate | up | down: 3 C I each) */
-    out->nactive -=
-        cfg->num_hidden_layers * (cfg->moe_experts - cfg->moe_topk) * 3 * cfg->hidden_size * cfg->moe_intermediate;
+  if (cfg->moe_experts) /* each MoE layer runs k of its E experts (gate | up | down: 3 C I each; relu2: up | down) */
+    out->nactive -= sl_cfg_moe_layers(cfg) * (cfg->moe_experts - cfg->moe_topk) * (cfg->mlp_relu2 ? 2 : 3) *
+                    cfg->hidden_size * cfg->moe_intermediate;
   /* shapes for the search's closed forms (activations, TP/PP splits) */
   out->L = cfg->num_hidden_layers;
   out->C = cfg->hidden_size;
-  if ((out->E = cfg->moe_experts)) { /* every decoder layer sparse (formats/hfconfig.c refuses dense ones among them) */
+  if ((out->E = cfg->moe_experts)) { /* the sparse layers: every one, or a hybrid's 'E' layers */
     out->k = cfg->moe_topk;
-    out->nmoe = out->L;
+    out->nmoe = sl_cfg_moe_layers(cfg);
   }
   out->V = cfg->vocab_size;
   if (out->caps.recurrent) { /* Mamba-2 and the hybrids: the mixer's width is heads x head_dim */

@@ -100,9 +100,13 @@ N.save_hf(N.init_model(c3, seed=TIED_SEED), tied_dir)
 tgap, twhere = smallest_gap(moe_trace(tied_dir), K)
 ck(f"[moe] negative control: the guard catches seed {TIED_SEED}'s near-tie", tgap < GAP_MIN, f"{tgap:.3g} ({twhere})")
 met = os.path.join(H.w, "metrics_moe_1 rank.jsonl")
-if os.path.exists(met):  # the engine's moe_load (tokens per expert of each MoE layer, a step) = the reference's
+if os.path.exists(met):  # the engine's moe_load (a row per decoder layer: its E layers' tokens per expert) = the ref's
     rows = [r for r in HC.common.read_metrics(met) if "step" in r]
-    eng = [r.get("moe_load") for r in rows]
+    eng = [[x for x, kind in zip(r.get("moe_load") or [], c3.pattern) if kind == "E"] for r in rows]
+    dense_zero = all(all(v == 0 for x, kind in zip(r.get("moe_load") or [], c3.pattern) if kind != "E" for v in x)
+                     for r in rows)
+    ck("[moe] train 1 rank: moe_load has a row per decoder layer, zeros for the layers without experts",
+       rows and all(len(r.get("moe_load") or []) == len(c3.pattern) for r in rows) and dense_zero, "")
     want = [loads(fw, NE) for fw in rec32[1:]]
     bad = next((i + 1 for i, (a, b) in enumerate(zip(eng, want)) if a != b), None)
     ck("[moe] train 1 rank: tokens per expert per MoE layer (moe_load) equal the reference's selections at every "

@@ -80,8 +80,8 @@ ORACLE = {
      tie_word_embeddings=False),
  # transformers' NemotronHConfig (a dataclass; __post_init__: layers_block_type defaults to
  # ["linear_attention", "moe", "full_attention", "mlp"] = "ME*-", num_key_value_heads None -> heads). Not
- # transcribed: the MoE layer's fields (n_routed_experts, moe_*, ...; its 'E' layers are refused), the MTP
- # layers', and what training here does not read (use_cache, dropouts, cache dtypes, use_mamba_kernels,
+ # transcribed: moe_latent_size (None; a latent MoE is refused), moe_shared_expert_overlap (an execution hint),
+ # the MTP layers', and what training here does not read (use_cache, dropouts, cache dtypes, use_mamba_kernels,
  # num_logits_to_keep, pad_token_id, rescale_prenorm_residual, mamba_proj_bias: the mixer's biases are use_bias)
  "NemotronHForCausalLM": dict(vocab_size=131072, hidden_size=4096, hybrid_override_pattern="ME*-",
      tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, num_attention_heads=32, num_key_value_heads=8,
@@ -89,17 +89,14 @@ ORACLE = {
      mlp_hidden_act="relu2", mlp_bias=False, ssm_state_size=128, mamba_num_heads=128, mamba_head_dim=64,
      mamba_hidden_act="silu", n_groups=8, conv_kernel=4, expand=2, time_step_min=0.001, time_step_max=0.1,
      time_step_limit=[0.0, float("inf")], time_step_floor=1e-4, use_conv_bias=True, chunk_size=128, use_bias=False,
-     initializer_range=0.02, layer_norm_epsilon=1e-5, residual_in_fp32=False),
+     initializer_range=0.02, layer_norm_epsilon=1e-5, residual_in_fp32=False, n_routed_experts=8,
+     num_experts_per_tok=2, moe_intermediate_size=7688, moe_shared_expert_intermediate_size=7688,
+     routed_scaling_factor=1.0, n_group=1, topk_group=1, norm_topk_prob=True, n_shared_experts=1),
 }
-# Nemotron-H's default layers have an 'E' (MoE) layer, which the reader refuses: its bare config is refused
-# (the reader asks for the layer pattern), the default pattern given (both spellings) is refused naming the
-# MoE layer, and the sizes are checked with the default pattern less its 'E' layers given
-REFUSED = {"NemotronHForCausalLM": [({}, "hybrid_override_pattern"),
-                                    ({"hybrid_override_pattern": "ME*-"},
-                                     "layer 1 is a mixture-of-experts layer ('E' / moe)"),
-                                    ({"layers_block_type": ["linear_attention", "moe", "full_attention", "mlp"]},
-                                     "layer 1 is a mixture-of-experts layer ('E' / moe)")]}
-GIVEN = {"NemotronHForCausalLM": dict(hybrid_override_pattern="ME*-".replace("E", ""))}
+# Nemotron-H: its bare config is refused (the reader asks for the layer pattern, which transformers defaults);
+# the sizes are checked with the default pattern given
+REFUSED = {"NemotronHForCausalLM": [({}, "hybrid_override_pattern")]}
+GIVEN = {"NemotronHForCausalLM": dict(hybrid_override_pattern="ME*-")}
 
 def resolve(cfg, key):
     v = cfg[key]
@@ -120,9 +117,13 @@ def params(arch, o):
         D, GS, nh, K = c["mamba_num_heads"] * c["mamba_head_dim"], c["n_groups"] * c["ssm_state_size"], \
             c["mamba_num_heads"], c["conv_kernel"]
         ah, kv, hd, I = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["intermediate_size"]
+        E, Ie, Is = c["n_routed_experts"], c["moe_intermediate_size"], c["moe_shared_expert_intermediate_size"]
         kind = {"M": H * (2 * D + 2 * GS + nh) + (D + 2 * GS) * (K + 1) + 3 * nh + D + D * H,
                 "*": H * ah * hd + 2 * H * kv * hd + ah * hd * H,
-                "-": 2 * H * I}
+                "-": 2 * H * I,
+                # E: the router (E, H), E experts' up | down, the shared expert's (the router's
+                # e_score_correction_bias is a buffer, not a parameter)
+                "E": E * H + E * 2 * H * Ie + 2 * H * Is}
         return emb + sum(H + kind[t] for t in c["hybrid_override_pattern"]) + H
     if arch == "Mamba2ForCausalLM":   # in_proj (z | x | B | C | dt), conv (x | B | C) + bias, dt_bias, A_log, D,
         D, GS, nh, K = c["expand"] * H, c["n_groups"] * c["state_size"], c["num_heads"], c["conv_kernel"]
@@ -191,7 +192,7 @@ TINY = {
  "FalconMambaForCausalLM": dict(hidden_size=32),
  "Mamba2ForCausalLM": dict(hidden_size=32, num_heads=8, head_dim=8, n_groups=2, state_size=8),
  # 8 heads: the default 8 kv heads divide them; the layers: the pattern's (no num_hidden_layers)
- "NemotronHForCausalLM": dict(hidden_size=32, hybrid_override_pattern="M*M-", num_attention_heads=8, head_dim=8,
+ "NemotronHForCausalLM": dict(hidden_size=32, hybrid_override_pattern="M*E-", num_attention_heads=8, head_dim=8,
      mamba_num_heads=8, mamba_head_dim=8, n_groups=2, ssm_state_size=8),
 }
 SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",

@@ -161,6 +161,12 @@ changes_run q2 l2 "the q/k/v biases"
 # derived by hand from the tensor shapes (tests/fixtures/hf-configs/README.md)
 "$B" plan --model "$F/Nemotron-H-8B-Base-8K" > "$W/plan-nemotron.log" 2>&1
 rc_is "plan Nemotron-H-8B-Base-8K" $? 0 "$W/plan-nemotron.log" "model: 8100852736 parameters"
+# Nemotron 3 Nano 30B-A3B (the 'E' layers: 128 routed relu^2 experts, top 6, a shared expert), its count derived
+# by hand likewise (the parameters; the 23 routers' e_score_correction_bias buffers, 2,944 floats, are not)
+"$B" plan --model "$F/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16" > "$W/plan-nano.log" 2>&1
+rc_is "plan NVIDIA-Nemotron-3-Nano-30B-A3B-BF16" $? 0 "$W/plan-nano.log" "model: 31577937344 parameters"
+grep -q "mixture of experts: 3580073408 parameters active a token" "$W/plan-nano.log"
+rc_is "plan NVIDIA-Nemotron-3-Nano-30B-A3B-BF16: active parameters (6 of 128 experts)" $? 0 "$W/plan-nano.log"
 
 # ---- Falcon-Mamba
 "$B" plan --model "$F/falcon-mamba-7b" > "$W/plan-falcon.log" 2>&1
