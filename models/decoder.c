@@ -407,11 +407,13 @@ static int dec_boundary(sl_model *m, int u, float **act, float **grad, int64_t *
 static int64_t dec_stash_numel(const sl_model *m, int u) {
   const sl_decoder *d = sl_dec(m);
   if (u == 0 || u == d->L + 1) return d->N * d->C;
+  if (u > d->L + 1) return 0; /* a companion: its gradients come from the unit it rides with */
   return sl_dec_use((sl_decoder *)d, u - 1)->stash_numel(m);
 }
 
 static int dec_bwd_input(sl_model *m, int u, const float *flat, float *stash, float *tied) {
   sl_decoder *d = sl_dec(m);
+  if (u > d->L + 1) return SL_OK; /* a companion */
   if (u == 0) {
     m->ops->copy(m->k, stash, d->dres, (size_t)(d->n * d->C) * 4);
     if (d->embed_scale > 0) m->ops->scale_add(m->k, stash, d->embed_scale, 0.0f, d->n * d->C);
@@ -427,6 +429,7 @@ static int dec_bwd_input(sl_model *m, int u, const float *flat, float *stash, fl
 
 static int dec_bwd_weight(sl_model *m, int u, const float *flat, float *grads, const float *stash) {
   sl_decoder *d = sl_dec(m);
+  if (u > d->L + 1) return SL_OK; /* a companion */
   if (u == 0) return embedding_bwd(m, grads, stash);
   if (u == d->L + 1 && d->vp) return sl_lm_head_vp_bwd_weight(m, d->hv, flat, grads, d->stream[d->L], stash);
   if (u == d->L + 1) return sl_lm_head_bwd_weight(m, &d->head, flat, grads, d->stream[d->L], stash);

@@ -4,8 +4,8 @@
 # build/shardlm --backend cpu, tiny shapes, few steps (docs/cuda.md, "The
 # emulated trainer"). The tolerances of test_cuda_train.sh: fp32 losses within
 # 1e-4 relative; --compute-dtype bf16 against the CPU mirror within 1e-3
-# (Llama, Qwen3); Mistral, Mamba, Mamba-2, Nemotron-H, Granite 4.0-H (the last three
-# their weights too),
+# (Llama, Qwen3); Mistral, Mamba, Mamba-2, Nemotron-H (dense, and with MoE layers),
+# Granite 4.0-H (the last four their weights too),
 # Qwen3 and Gemma 3 in fp32 too;
 # ZeRO-3 against ZeRO-0 bit for bit on the device path; --compute-dtype auto
 # = bf16 on a device; --tf32 true changes the fp32 GEMMs within 1e-4 and is
@@ -73,6 +73,14 @@ tiny_model "$W/granite_h" mamba '"architectures": ["GraniteMoeHybridForCausalLM"
  "shared_intermediate_size": 48, "num_local_experts": 0, "mamba_n_heads": 8, "mamba_d_state": 8, "state_size": null,
  "expand": null, "conv_kernel": null, "time_step_rank": null, "layer_norm_epsilon": null, "embedding_multiplier": 12.0,
  "residual_multiplier": 0.22, "attention_multiplier": 0.0625, "logits_scaling": 4.0'
+# Nemotron-H with 'E' layers (M*E-E: the sigmoid router with routed_scaling_factor, relu^2 experts, the shared
+# expert beside them; the router's sigmoid mode of moe_route_fwd / _bwd on the device)
+tiny_model "$W/nemotron_moe" mamba '"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
+ "hybrid_override_pattern": "M*E-E", "num_hidden_layers": null, "intermediate_size": 48, "num_attention_heads": 4,
+ "num_key_value_heads": 2, "head_dim": 8, "mamba_num_heads": 8, "mamba_head_dim": 8, "n_groups": 2,
+ "ssm_state_size": 8, "state_size": null, "expand": null, "time_step_rank": null, "tie_word_embeddings": false,
+ "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+ "moe_shared_expert_intermediate_size": 40, "routed_scaling_factor": 2.5'
 tiny_model "$W/qwen3" llama '"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 2,
  "head_dim": 12, "attention_bias": true'
 tiny_model "$W/mixtral" llama '"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_hidden_layers": 2,
@@ -80,13 +88,13 @@ tiny_model "$W/mixtral" llama '"architectures": ["MixtralForCausalLM"], "model_t
 # Gemma 3 (geglu, scale_add's 1 + w, (1 + w) q/k norms, the local RoPE table on layers 0, 2)
 tiny_model "$W/gemma3" tied '"architectures": ["Gemma3ForCausalLM"], "num_hidden_layers": 3, "head_dim": 8,
  "sliding_window": 6, "sliding_window_pattern": 2, "rope_local_base_freq": 100.0, "query_pre_attn_scalar": 8'
-for m in mistral mamba falcon mamba2 nemotron_h granite_h qwen3 mixtral gemma3; do
+for m in mistral mamba falcon mamba2 nemotron_h nemotron_moe granite_h qwen3 mixtral gemma3; do
   run cpu_$m 1 "$B" $m --backend cpu --zero 0
   run emu_$m 1 "$E" $m --backend cuda --zero 0 && check emu_$m cpu_$m --rtol 1e-4 --loss-only
 done
 # the weights too for the Mamba-2 mixer's families (relative L2 within 1e-4; Nemotron-H measured 7.2e-7): over 3
 # steps a wrong backward can hide in the losses (relu2_bwd's 2x dropped moves them by 5e-6 only, the weights by 6e-3)
-for m in mamba2 nemotron_h granite_h; do
+for m in mamba2 nemotron_h nemotron_moe granite_h; do
   [ -d "$W/emu_$m/model" ] && check emu_$m cpu_$m --rtol 1e-4
 done
 # Mixtral with the routing options (capacity drops, the z-loss, the expert bias; docs/models.md)

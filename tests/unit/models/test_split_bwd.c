@@ -10,12 +10,13 @@
  * executor sends it to rank 0), Mamba tied and untied with biases,
  * Falcon-Mamba (the dt/B/C norms), Mamba-2 (biases, two groups), Nemotron-H
  * (M*M-: Mamba-2, attention without RoPE and squared-ReLU MLP layers, every
- * bias, two groups), under
+ * bias, two groups; M*E-E: its MoE layers, the sparse MLP's split with the
+ * shared expert), Mixtral (every layer sparse), under
  * every activation-checkpoint mode, with 1 and 2 threads. Tensor
  * parallelism: the same at TP 2 (one thread per TP rank, each with its own
  * model slice and a fake TP group, tests/lib/fake_tp.h), with and without
  * sequence parallelism, for Llama with one KV head (its k/v slice replicated
- * over both ranks), Mistral (tied), Mamba tied and untied, Falcon-Mamba, Mamba-2, Nemotron-H: the split runs
+ * over both ranks), Mistral (tied), Mamba tied and untied, Falcon-Mamba, Mamba-2, Nemotron-H (both), Mixtral: the split runs
  * the unsplit backward's collectives (input-gradient ones in B, weight-
  * gradient ones in W) and every rank's gradients equal its unsplit ones bit
  * for bit. One process, CPU backend, no FSDP (the executor's part:
@@ -57,6 +58,22 @@ static const char *NEMOTRON_H =
     " \"vocab_size\": 300, \"layer_norm_epsilon\": 1e-5, \"use_bias\": true, \"attention_bias\": true,"
     " \"mlp_bias\": true, \"tie_word_embeddings\": false}";
 
+/* Nemotron-H with MoE layers (M*E-E): the sparse MLP's split (the router's and the experts' dW in W from the
+ * stash's received-row gradients and exchange plan), the shared expert beside it, relu^2 experts, mlp_bias */
+static const char *NEMOTRON_MOE =
+    "{\"architectures\": [\"NemotronHForCausalLM\"], \"hidden_size\": 32, \"intermediate_size\": 48,"
+    " \"hybrid_override_pattern\": \"M*E-E\", \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 8,"
+    " \"mamba_num_heads\": 8, \"mamba_head_dim\": 8, \"n_groups\": 2, \"ssm_state_size\": 8, \"conv_kernel\": 4,"
+    " \"vocab_size\": 300, \"layer_norm_epsilon\": 1e-5, \"mlp_bias\": true, \"tie_word_embeddings\": false,"
+    " \"n_routed_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 24,"
+    " \"moe_shared_expert_intermediate_size\": 40, \"routed_scaling_factor\": 2.5}";
+
+/* Mixtral (4 experts, top 2, SwiGLU experts, every layer sparse) */
+static const char *MIXTRAL =
+    "{\"architectures\": [\"MixtralForCausalLM\"], \"hidden_size\": 32, \"intermediate_size\": 24,"
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 2, \"vocab_size\": 300,"
+    " \"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"rms_norm_eps\": 1e-5, \"tie_word_embeddings\": false}";
+
 static const char *LLAMA_KV1 =
     "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 32, \"intermediate_size\": 48,"
     " \"num_attention_heads\": 4, \"num_key_value_heads\": 1, \"num_hidden_layers\": 2, \"vocab_size\": 300,"
@@ -74,7 +91,7 @@ static const char *LLAMA_B =
     " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 2, \"vocab_size\": 300,"
     " \"rms_norm_eps\": 1e-5, \"attention_bias\": true, \"mlp_bias\": true, \"tie_word_embeddings\": false}";
 
-enum { B = 2, T = 8, NMB = 2, MAXU = 8 };
+enum { B = 2, T = 8, NMB = 2, MAXU = 12 };
 
 /* One TP rank's run of a case (the whole case at T = 1); its results are
  * checked by the main thread. */
@@ -169,6 +186,7 @@ static void *run_rank(void *arg) {
   for (int mb = 0; mb < NMB && !rc; mb++) {
     rc = sl_model_use_acts(m, mb);
     if (tied) memcpy(got[mb][0], tbuf[mb], (size_t)head_n * 4); /* the head's part first, as rank 0 does */
+    w.grads = got[mb]; /* a MoE layer's weight half adds its experts' gradients into its companion unit's */
     for (int u = U - 1; u >= 0 && !rc; u--) rc = m->vt->bwd_weight(m, u, w.params[u], got[mb][u], stash[mb][u]);
   }
   j->rc = rc;
@@ -235,6 +253,8 @@ int main(void) {
       check_model("falcon-mamba", FALCON, modes[i], th, 1, 0);
       check_model("mamba2", MAMBA2, modes[i], th, 1, 0);
       check_model("nemotron-h", NEMOTRON_H, modes[i], th, 1, 0);
+      check_model("nemotron-h-moe", NEMOTRON_MOE, modes[i], th, 1, 0);
+      check_model("mixtral", MIXTRAL, modes[i], th, 1, 0);
     }
   for (int sp = 0; sp <= 1; sp++) /* TP 2, one kernel thread per rank */
     for (int i = 0; i < 3; i++) {
@@ -247,6 +267,8 @@ int main(void) {
       check_model("falcon-mamba", FALCON, modes[i], 1, 2, sp);
       check_model("mamba2", MAMBA2, modes[i], 1, 2, sp);
       check_model("nemotron-h", NEMOTRON_H, modes[i], 1, 2, sp);
+      check_model("nemotron-h-moe", NEMOTRON_MOE, modes[i], 1, 2, sp);
+      check_model("mixtral", MIXTRAL, modes[i], 1, 2, sp);
     }
   return CHECK_SUMMARY();
 }
