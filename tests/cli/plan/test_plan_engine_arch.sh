@@ -3,7 +3,7 @@
 # per architecture: `shardlm plan --engine-check` on Mamba (the old planner
 # only estimated its activations), Falcon-Mamba (its dt/B/C norms' kept
 # activations and workspace), Mamba-2, Nemotron-H (Mamba-2, attention and
-# MLP layers: two block kinds) and Mistral (tied, sliding window)
+# MLP layers: two block kinds; and with MoE layers, M*E-E) and Mistral (tied, sliding window)
 # against what `shardlm train --metrics` measures on the CPU backend: every
 # arena of step 1 and the comm bytes of both steps must be equal (exactly;
 # the CPU kernels' scratch is not in these arenas), and peak_bytes of
@@ -22,6 +22,12 @@ tiny_model "$W/nemotron_h" mamba '"architectures": ["NemotronHForCausalLM"], "hy
  "num_hidden_layers": null, "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
  "mamba_num_heads": 8, "mamba_head_dim": 8, "n_groups": 2, "ssm_state_size": 8, "state_size": null, "expand": null,
  "time_step_rank": null, "tie_word_embeddings": false'
+# Nemotron-H with MoE layers (M*E-E: the experts' companion units of the E layers only, the shared expert)
+tiny_model "$W/nemotron_moe" mamba '"architectures": ["NemotronHForCausalLM"], "hybrid_override_pattern": "M*E-E",
+ "num_hidden_layers": null, "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+ "mamba_num_heads": 8, "mamba_head_dim": 8, "n_groups": 2, "ssm_state_size": 8, "state_size": null, "expand": null,
+ "time_step_rank": null, "tie_word_embeddings": false, "n_routed_experts": 4, "num_experts_per_tok": 2,
+ "moe_intermediate_size": 24, "moe_shared_expert_intermediate_size": 40, "routed_scaling_factor": 2.5'
 tiny_model "$W/mistral" mistral '"hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2,
  "tie_word_embeddings": true'
 # NAME MODEL WORLD FLAGS... (the same flags for train and plan): a run and its prediction
@@ -42,6 +48,8 @@ run mamba2_z3_sel "$W/mamba2" 2 --zero 3 --micro-batch 2 --seq-len 16 --activati
 run mamba2_z1_full "$W/mamba2" 2 --zero 1 --micro-batch 1 --seq-len 24 --activation-checkpoint full --grad-accum 2
 run nemotron_h_z3_sel "$W/nemotron_h" 2 --zero 3 --micro-batch 2 --seq-len 16 --activation-checkpoint selective
 run nemotron_h_z1_full "$W/nemotron_h" 2 --zero 1 --micro-batch 1 --seq-len 24 --activation-checkpoint full --grad-accum 2
+run nemotron_moe_z3_sel "$W/nemotron_moe" 2 --zero 3 --micro-batch 2 --seq-len 16 --activation-checkpoint selective
+run nemotron_moe_z1_full "$W/nemotron_moe" 2 --zero 1 --micro-batch 1 --seq-len 24 --activation-checkpoint full --grad-accum 2
 run mistral_z3 "$W/mistral" 3 --zero 3 --micro-batch 2 --seq-len 16 --grad-accum 2 --param-dtype bf16
 # one line per case: "ok NAME" or "FAIL NAME: what differs"
 while read -r verdict; do
