@@ -25,7 +25,9 @@
 # Tensor parallelism (each expert's w1|w3 column-split, w2 row-split, the
 # router replicated; docs/moe.md): MoE at TP 2, EP 2 x TP 2 (with sequence
 # parallelism, full checkpointing, the routing options, Qwen3-MoE, the aux
-# loss), EP 4 x TP 2 and EP 2 x TP 2 x PP 2 at world 8, all within 1e-5 of
+# loss), EP 4 x TP 2 and EP 2 x TP 2 x PP 2 at world 8; Nemotron-H with MoE
+# layers at EP 2, EP 2 x TP 2 with SP, EP 2 x PP 2 zb1p and bias balancing at
+# EP 2 (1e-5, the bias runs 2e-5); all within 1e-5 of
 # one process (measured: losses 3.6e-09, weights 5.5e-07); a checkpoint
 # written at EP 2 x TP 2 resumes at EP 1 x TP 2 and at EP 4 x TP 1.
 # Refused by name: --ep not dividing the experts or the shard group, a dense
@@ -37,6 +39,13 @@ tiny_model "$W/mixtral_aux" llama '"architectures": ["MixtralForCausalLM"], "mod
  "output_router_logits": true, "router_aux_loss_coef": 0.5'
 tiny_model "$W/qwen3moe" llama '"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_hidden_layers": 2,
  "head_dim": 12, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "norm_topk_prob": true'
+# Nemotron-H with MoE layers (M*E-E: the sigmoid router, relu^2 experts, the shared expert; a dense '-' layer)
+tiny_model "$W/nemotron_moe" mamba '"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
+ "hybrid_override_pattern": "M*E-E", "num_hidden_layers": null, "intermediate_size": 48, "num_attention_heads": 4,
+ "num_key_value_heads": 2, "head_dim": 8, "mamba_num_heads": 8, "mamba_head_dim": 8, "n_groups": 2,
+ "ssm_state_size": 8, "state_size": null, "expand": null, "time_step_rank": null, "tie_word_embeddings": false,
+ "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+ "moe_shared_expert_intermediate_size": 40, "routed_scaling_factor": 2.5'
 tiny_model "$W/llama" llama '"num_hidden_layers": 2'
 tiny_data "$W/data"
 run() { arch_run "$@"; }     # arch name world micro accum [flags...] (tests/lib/run.sh)
@@ -80,6 +89,15 @@ run mixtral ep4tp2 8 3 1 --zero 3 --ep 4 --tp 2 && check mixtral ep4tp2 base --r
 run mixtral ep2tp2pp2 8 3 2 --zero 3 --ep 2 --tp 2 --pp 2 && check mixtral ep2tp2pp2 base --rtol 1e-5 --wtol 1e-5
 run mixtral rtp 4 3 2 --zero 3 --ep 2 --tp 2 $RT && check mixtral rtp rbase --rtol 1e-5 --wtol 2e-5
 for a in mixtral_aux qwen3moe; do run $a ep2tp2 4 3 2 --zero 3 --ep 2 --tp 2 --sequence-parallel && check $a ep2tp2 base --rtol 1e-5 --wtol 1e-5; done
+# Nemotron-H with MoE layers among dense ones (companions of its E layers only): EP 2, EP 2 x TP 2 with SP,
+# EP 2 x PP 2 under zb1p (the sparse MLP's split backward, its exchange plan stashed), bias balancing at EP 2
+run nemotron_moe base 1 3 4 --zero 0
+run nemotron_moe ep2 4 3 1 --zero 3 --ep 2 && check nemotron_moe ep2 base --rtol 1e-5 --wtol 1e-5
+run nemotron_moe ep2tp2 4 3 2 --zero 3 --ep 2 --tp 2 --sequence-parallel && check nemotron_moe ep2tp2 base --rtol 1e-5 --wtol 1e-5
+run nemotron_moe ep2zb 4 3 2 --zero 3 --ep 2 --pp 2 --pp-schedule zb1p && check nemotron_moe ep2zb base --rtol 1e-5 --wtol 1e-5
+NB="--moe-balance bias --moe-bias-rate 0.01"
+run nemotron_moe bbase 1 3 4 --zero 0 $NB
+run nemotron_moe bep2 4 3 1 --zero 3 --ep 2 $NB && check nemotron_moe bep2 bbase --rtol 1e-5 --wtol 2e-5
 # negative control: the wrong local expert for the rows received
 SL_FAULT_EP_MISROUTE=1 run mixtral mis 4 3 1 --zero 3 --ep 2 &&
   if $CMP "$W/mixtral-mis" "$W/mixtral-base" --rtol 1e-5 --wtol 1e-5 > "$W/mis.txt"; then bad "misrouted experts pass"; cat "$W/mis.txt"
