@@ -27,7 +27,8 @@
 # parallelism, full checkpointing, the routing options, Qwen3-MoE, the aux
 # loss), EP 4 x TP 2 and EP 2 x TP 2 x PP 2 at world 8; Nemotron-H with MoE
 # layers at EP 2, EP 2 x TP 2 with SP, EP 2 x PP 2 zb1p and bias balancing at
-# EP 2 (1e-5, the bias runs 2e-5); all within 1e-5 of
+# EP 2 (1e-5, the bias runs 2e-5; the bias in the step-3 manifest, the run
+# resumed from it at EP 1 within 2e-5 of the uninterrupted EP 2 run); all within 1e-5 of
 # one process (measured: losses 3.6e-09, weights 5.5e-07); a checkpoint
 # written at EP 2 x TP 2 resumes at EP 1 x TP 2 and at EP 4 x TP 1.
 # Refused by name: --ep not dividing the experts or the shard group, a dense
@@ -98,6 +99,17 @@ run nemotron_moe ep2zb 4 3 2 --zero 3 --ep 2 --pp 2 --pp-schedule zb1p && check 
 NB="--moe-balance bias --moe-bias-rate 0.01"
 run nemotron_moe bbase 1 3 4 --zero 0 $NB
 run nemotron_moe bep2 4 3 1 --zero 3 --ep 2 $NB && check nemotron_moe bep2 bbase --rtol 1e-5 --wtol 2e-5
+if $CMP "$W/nemotron_moe-bbase" "$W/nemotron_moe-base" --rtol 1e-5 --wtol 1e-5 > "$W/nb.txt"; then
+  bad "Nemotron-H: bias balancing does not change the run (the resume check below would be vacuous)"
+else ok "Nemotron-H: bias balancing changes the run ($(cut -c1-60 "$W/nb.txt"))"; fi
+# its expert bias (the model's e_score_correction_bias, updated) is checkpointed: EP 2 at step 3 resumed at EP 1
+run nemotron_moe bck 4 3 1 --zero 3 --ep 2 $NB --steps 3 --ckpt-dir "$W/nck" --ckpt-every 3
+run nemotron_moe bres 2 3 2 --zero 3 $NB --ckpt-dir "$W/nck" --resume &&
+  grep -q "resumed from .* at step 3" "$W/nemotron_moe-bres.log" && check nemotron_moe bres bep2 --rtol 1e-5 --wtol 2e-5 --tail
+# ... the manifest holds it: layers x experts, nonzero in the E layers (2, 4 of M*E-E), zero in the others
+"$PY" -c "import json,sys,glob; b=json.load(open(glob.glob(sys.argv[1]+'/step-*/manifest.json')[0]))['moe_expert_bias']; rows=[b[4*l:4*l+4] for l in range(5)]; sys.exit(0 if len(b)==20 and all(any(rows[l]) for l in (2,4)) and not any(v for l in (0,1,3) for v in rows[l]) else 1)" "$W/nck" &&
+  ok "Nemotron-H: the step-3 manifest holds the updated expert bias (E layers only)" ||
+  bad "Nemotron-H: the step-3 manifest's expert bias ($(grep -o '"moe_expert_bias"[^]]*' "$W"/nck/step-*/manifest.json | cut -c1-120))"
 # negative control: the wrong local expert for the rows received
 SL_FAULT_EP_MISROUTE=1 run mixtral mis 4 3 1 --zero 3 --ep 2 &&
   if $CMP "$W/mixtral-mis" "$W/mixtral-base" --rtol 1e-5 --wtol 1e-5 > "$W/mis.txt"; then bad "misrouted experts pass"; cat "$W/mis.txt"
