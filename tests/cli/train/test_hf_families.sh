@@ -19,8 +19,11 @@
 # its dt/B/C norms change the run (vs the same config as plain Mamba), and
 # its checkpoint does not resume as plain Mamba.
 # Against PyTorch: tests/ref/test_torch_falcon_mamba.sh.
-# Nemotron-H: the published Nemotron-H-8B-Base-8K config's count (derived by
-# hand from its tensor shapes). Against PyTorch: tests/ref/test_torch_nemotron_h.sh.
+# Nemotron-H: the published Nemotron-H-8B-Base-8K and Nemotron 3 Nano 30B-A3B
+# configs' counts (derived by hand from their tensor shapes); its E layers'
+# unbuilt options (latent MoE, group-limited routing, two shared experts, a
+# non-positive routed_scaling_factor, the z-loss) refused by name. Against
+# PyTorch: tests/ref/test_torch_nemotron_h.sh.
 # The published Gemma 2 configs plan with their exact counts (four norms a
 # layer, tied embeddings), gemma-3-1b-pt likewise (and the q/k norms); a
 # multimodal Gemma 3 config is refused by name, naming the file, and so are
@@ -167,6 +170,22 @@ rc_is "plan Nemotron-H-8B-Base-8K" $? 0 "$W/plan-nemotron.log" "model: 810085273
 rc_is "plan NVIDIA-Nemotron-3-Nano-30B-A3B-BF16" $? 0 "$W/plan-nano.log" "model: 31577937344 parameters"
 grep -q "mixture of experts: 3580073408 parameters active a token" "$W/plan-nano.log"
 rc_is "plan NVIDIA-Nemotron-3-Nano-30B-A3B-BF16: active parameters (6 of 128 experts)" $? 0 "$W/plan-nano.log"
+# what its MoE layers do not build yet is refused by name, naming the field (exit 2)
+NE='"architectures": ["NemotronHForCausalLM"], "hybrid_override_pattern": "M*E", "num_hidden_layers": null,
+ "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "mamba_num_heads": 8, "mamba_head_dim": 8,
+ "n_groups": 2, "ssm_state_size": 8, "state_size": null, "expand": null, "time_step_rank": null,
+ "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "moe_shared_expert_intermediate_size": 24'
+for c in 'moe_latent: "moe_latent_size": 16|moe_latent_size' 'groups: "n_group": 2, "topk_group": 1|topk_group' \
+  'shared: "n_shared_experts": 2|n_shared_experts' 'scale: "routed_scaling_factor": 0|routed_scaling_factor'; do
+  n=${c%%:*} rest=${c#*: } field=${c##*|}
+  tiny_model "$W/ne-$n" mamba "$NE, ${rest%|*}"
+  "$B" plan --model "$W/ne-$n" > "$W/ne-$n.log" 2>&1
+  rc_is "Nemotron-H E layers: $field refused" $? 2 "$W/ne-$n.log" "'$field'"
+done
+tiny_model "$W/ne-ok" mamba "$NE"
+"$B" train --model "$W/ne-ok" --init random --steps 1 --seq-len 8 --micro-batch 1 --threads 1 --summary false \
+  --plot false --out-dir "$W/ne-z" --moe-z-loss-coef 0.01 > "$W/ne-z.log" 2>&1
+rc_is "Nemotron-H E layers: --moe-z-loss-coef refused (a sigmoid router)" $? 2 "$W/ne-z.log" "--moe-z-loss-coef"
 
 # ---- Falcon-Mamba
 "$B" plan --model "$F/falcon-mamba-7b" > "$W/plan-falcon.log" 2>&1
