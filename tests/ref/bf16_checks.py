@@ -12,7 +12,11 @@ biases and no conv bias) and a tiny Nemotron-H (nemotron_h_ref's two
 configs: "M*M-", 2 groups, GQA, untied; "M-*", 1 group, tied, every bias,
 MQA, a clamping time_step_limit) and a tiny Granite 4.0-H (granite_h_ref's
 config_hybrid with residual_multiplier 0.7: every multiplier, 1 group, GQA
-without RoPE, the SwiGLU shared MLP, untied):
+without RoPE, the SwiGLU shared MLP, untied), and two mixtures of experts: a
+tiny Mixtral (hidden 64, 2 layers, 4 SwiGLU experts top-2, softmax router)
+and Nemotron-H's config_moe ("M*EME": sigmoid router with
+e_score_correction_bias, routed_scaling_factor 2.5, relu2 experts, the
+shared expert):
   1. the reference's fp32 path (bf16_ref, rounding off) equals llama_ref's /
      mamba_ref's / mamba2_ref's / nemotron_h_ref's / granite_h_ref's model (5e-6; Nemotron-H's
      key-bias gradients, analytically zero without RoPE, against the
@@ -32,7 +36,11 @@ without RoPE, the SwiGLU shared MLP, untied):
      the engine's logits error; for Nemotron-H the reference without relu2's
      rounding point (down_proj's input gradient left fp32) must miss the
      engine by > 4e-3 L2 on some tensor, and for Granite 4.0-H the reference
-     rounding after each multiplier's scale_add likewise;
+     rounding after each multiplier's scale_add likewise, for Mixtral the
+     reference with fp32 router logits, for Nemotron-H's MoE the reference
+     rounding ln2's gradient once; the MoE rows' routing has a margin: no
+     token's top-k set changes when one router logit moves by < 4 bf16 ulps
+     (MOE_SEEDS);
   4. the engine's bf16 logits are bf16-valued (low 16 bits zero), its fp32
      logits are not (not for Gemma 2, whose final softcap is fp32); bf16 dumps with activation checkpointing selective and
      full are bit-identical to none;
@@ -111,20 +119,49 @@ def granite_h_hybrid():
     return GH.init_model(c, seed=19, std=0.1, jitter=0.1)
 
 
-# the negative controls: a reference with one rounding point changed must miss the engine
-CONTROLS = {NH: ("relu2", "the reference without relu2's rounding"),
-            GH: ("scale_add", "the reference rounding after each multiplier's scale_add")}
+def mixtral():
+    """Mixtral: hidden 64, 2 layers, 4 experts top-2 of width 32 (moe_checks' shape), untied."""
+    return L.init_model(L.make_config(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=32, vocab=VOCAB,
+                                      family="mixtral", num_local_experts=4, num_experts_per_tok=2),
+                        seed=MOE_SEEDS["mixtral"], std=0.08, norm_jitter=0.1)
 
 
-def rounding_control(ck, tag, mod, m, stream, eb, zero):
+# The MoE rows' seeds: the top-k choice is discontinuous, so a token whose choice is decided by less than the
+# difference of one rounding flip upstream would route differently in the engine and the reference. Measured
+# as moe_margin (bf16_ref): the fewest bf16 ulps one router logit must move to change some token's top-k set
+# (the logits are bf16 values, equal on both sides unless an upstream rounding flips, which moves a logit by
+# one ulp). Over seeds 20..39 the smallest margin of the two MoE layers was 1 ulp at 4 of 20 Mixtral seeds and
+# 9 of 20 Nemotron-H ones, at most 14 (Mixtral) / 10 (Nemotron-H). These seeds: Mixtral 17 and 14 ulps,
+# Nemotron-H 10 and 7. The routing margin is not the only tie: seeds also meet the dense layers' kind (a value a
+# fp32 ulp from a bf16 midpoint, docs/bf16.md), e.g. Nemotron-H seed 29 (a block norm's output, token 16:
+# logits off by one ulp, 2.4e-3 L2), seeds 20 and 45 (1.7e-3, 2.2e-3), Mixtral 28 (1.0e-3) and 34 (logits off by
+# one ulp at one token; not traced further); these seeds have none: at most 4.0e-6 (Mixtral) and 3.0e-7 (Nemotron-H) L2 at
+# every OpenBLAS core type (SkylakeX, Haswell, Sandybridge, Zen) with 1 and 2 threads.
+MOE_SEEDS = {"mixtral": 37, "nemotron-h-moe": 44}
+MARGIN_MIN = 4
+
+# the negative controls (tag: the reference's skip, what it means): a reference with one rounding point changed
+# must miss the engine
+CONTROLS = {"nemotron-h": ("relu2", "the reference without relu2's rounding"),
+            "nemotron-h-tied-bias": ("relu2", "the reference without relu2's rounding"),
+            "granite-h": ("scale_add", "the reference rounding after each multiplier's scale_add"),
+            "mixtral": ("router", "the reference with fp32 router logits (and their gradient)"),
+            "nemotron-h-moe": ("fan", "the reference rounding ln2's gradient once (not after each of its three "
+                                      "adds)")}
+
+
+def rounding_control(ck, tag, m, stream, eb, zero):
     """The hybrids' negative control: the reference with one rounding point changed must miss the engine by
     more than 2x the L2 bound on some tensor, the full reference passing (above). Nemotron-H: relu2's output h
     stored in fp32 (in forward a no-op, since the down_proj GEMM rounds its operand; in backward down_proj's
     input gradient dh left fp32): the comparison sees one rounding point of the MLP's backward. Granite 4.0-H:
     scale_add rounding its output (the residual and embedding multipliers' products stored in bf16, the head's
     input gradient rounded after the 1 / logits_scaling scale, not before): it sees where the multipliers sit
-    relative to the rounding points."""
-    what, desc = CONTROLS[mod]
+    relative to the rounding points. Mixtral: the router's logits not rounded (the routing weights from fp32
+    logits, dlogits an fp32 GEMM operand): the MoE's own rounding point. Nemotron-H's MoE: ln2's gradient summed
+    over the experts' rows, the router and the shared expert in fp32 and rounded once, as plain autograd would,
+    not after the router's and again after the shared expert's linear_bwd."""
+    what, desc = CONTROLS[tag]
     ref = BR.dump(m, stream, B, T, bf16=True, skip=(what,))
     l2 = {k: l2_err(eb[k], ref[k]) for k in ref if k not in zero}
     wl = max(l2, key=l2.get)
@@ -173,13 +210,23 @@ def main():
               ("nemotron-h", NH, NH.init_model(NH.config_hybrid(VOCAB), seed=18, std=0.1, jitter=0.1)),
               ("nemotron-h-tied-bias", NH, NH.init_model(NH.config_tied_bias(VOCAB), seed=17, std=0.1,
                                                          jitter=0.1)),
-              ("granite-h", GH, granite_h_hybrid())]
+              ("granite-h", GH, granite_h_hybrid()),
+              # the mixtures of experts (moe_mlp): Mixtral, and Nemotron-H's config_moe ("M*EME": sigmoid router
+              # with e_score_correction_bias, routed_scaling_factor 2.5, relu2 experts, the shared expert)
+              ("mixtral", L, mixtral()),
+              ("nemotron-h-moe", NH, NH.init_model(NH.config_moe(VOCAB), seed=MOE_SEEDS["nemotron-h-moe"], std=0.1,
+                                                   jitter=0.1))]
     for tag, mod, m0 in models:
         mdir = os.path.join(w, "model_" + tag)
         mod.save_hf(m0, mdir)
         m = mod.load_hf(mdir)
-        ref_bf = BR.dump(m, stream, B, T, bf16=True)
+        trace = []
+        ref_bf = BR.dump(m, stream, B, T, bf16=True, trace=trace)
         ref_fp = BR.dump(m, stream, B, T, bf16=False)
+        if trace:  # no near-tie at the top-k boundary (MOE_SEEDS)
+            mg = [BR.moe_margin(lg, bias, k, score) for lg, bias, k, score in trace]
+            ck(f"[{tag}] routing margin: no token's top-k set changes with one router logit moved by < "
+               f"{MARGIN_MIN} bf16 ulps", min(mg) >= MARGIN_MIN, f"margins of the MoE layers {mg} ulps")
         plain = mod.dump(m, stream, B, T)
         # Nemotron-H's key-bias gradients are analytically zero without RoPE (nemotron_h_ref.ZERO_GRAD): rounding
         # residue, compared against the model's largest gradient, not their own size
@@ -252,8 +299,8 @@ def main():
            f"engine {eg:.2e}, PyTorch {gap['logits']:.2e}; loss fp32 {ef['loss'][0]:.7f} bf16 {eb['loss'][0]:.7f}")
         if tag == "untied":
             residual_fp32_check(ck, exe, m, mdir, data, stream, w, ref_bf)
-        if mod in CONTROLS:
-            rounding_control(ck, tag, mod, m, stream, eb, zero)
+        if tag in CONTROLS:
+            rounding_control(ck, tag, m, stream, eb, zero)
         low = lambda x: int((np.ascontiguousarray(x, dtype=np.float32).view(np.uint32) & 0xFFFF).astype(bool).sum())
         if getattr(m.config, "final_softcap", 0):  # Gemma 2: the fp32 cap of bf16 logits is not bf16-valued
             continue

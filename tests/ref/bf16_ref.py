@@ -45,6 +45,13 @@ Written from the rounding-point table of docs/bf16.md, not from the engine:
   - Granite 4.0-H (granite_h_forward): Nemotron-H's pieces ('-' the SwiGLU
     MLP) with the multipliers in fp32 where the engine's scale_add applies
     them (scale_add does not round): see granite_h_forward.
+  - the mixtures of experts (moe_mlp: Mixtral's sparse MLP in forward(),
+    Nemotron-H's 'E' layers in nemotron_h_forward), written from the engine
+    (models/llama_moe.c, llama.c's shared expert, kernels/kernels.h's moe_*
+    ops, fp32 under bf16 compute): the router's logits rounded (a linear_fwd
+    into a bf16 buffer), the routing, the weights and the combine in fp32,
+    the experts as the dense MLP's pieces on their rows; ln2's gradient
+    rounded after each op that adds into it (_FanMoE).
 """
 import math
 import os
@@ -136,7 +143,118 @@ def cos_sin(T, hd, theta, c=None):
     return (cos * af, sin * af) if af != 1.0 else (cos, sin)
 
 
-def forward(m, idx, bf16=True, residual_bf16=True):
+class _FanMoE(torch.autograd.Function):
+    """The sparse MLP's readers of its input ln2 (N, C): h -> (h, h, h) for the experts' permuted rows, the router
+    and the shared expert. Backward in the engine's order (models/llama_moe.c moe_bwd, then llama.c's shared
+    expert): dln = the experts' rows' gradients summed in fp32 (moe_permute_bwd), the router's linear_bwd adds
+    its part and rounds (R(dln + dlogits @ Wr)), the shared expert's linear_bwd adds its part and rounds again.
+    Autograd would sum the three in fp32 and round once. R: the rounding or the identity; fan_once: that single
+    rounding (the negative control)."""
+
+    @staticmethod
+    def forward(ctx, h, R, once):
+        ctx.R, ctx.once = R, once
+        return h.clone(), h.clone(), h.clone()
+
+    @staticmethod
+    def backward(ctx, ge, gr, gs):
+        R = ctx.R
+        return (R(ge + gr + gs) if ctx.once else R(R(ge + gr) + gs)), None, None
+
+
+def _bf16_step(x, m):
+    """x (bf16-valued fp32) moved by m bf16 ulps (m may be negative), through the ordered bit pattern."""
+    b = (x.contiguous().view(torch.int32) >> 16).to(torch.int64)
+    o = torch.where(b >= 0, b, -32768 - b) + m  # the order of the bf16 values as integers
+    b = torch.where(o >= 0, o, -32768 - o)
+    return (b << 16).to(torch.int32).view(torch.float32)
+
+
+def moe_margin(lg, bias, k, score):
+    """The routing's margin in bf16 ulps: the smallest m > 0 such that moving one router logit of some token by
+    m bf16 ulps (up or down) changes that token's top-k set (lg (N, E) the rounded logits, bias (E) or None;
+    score "softmax" or "sigmoid"), capped at 64. The engine's and the reference's logits are the same bf16
+    values unless a rounding upstream flips, which moves a logit by one ulp: a margin of a few ulps keeps the
+    two choices equal."""
+    N, E = lg.shape
+
+    def topk_set(lv):
+        p = torch.sigmoid(lv) if score == "sigmoid" else torch.softmax(lv, -1)
+        ch = p + bias if bias is not None else p
+        sel = torch.sort(ch, dim=-1, descending=True, stable=True).indices[:, :k]
+        return torch.zeros(N, E, dtype=torch.bool).scatter_(1, sel, True)
+
+    base = topk_set(lg)
+    for m in range(1, 65):
+        for e in range(E):
+            for sgn in (1, -1):
+                lv = lg.clone()
+                lv[:, e] = _bf16_step(lg[:, e], sgn * m)
+                if not torch.equal(topk_set(lv), base):
+                    return m
+    return 64
+
+
+def moe_mlp(h, router_w, experts, act, R, RW, k, score, norm, scale=1.0, bias=None, shared=None, skip=(),
+            trace=None):
+    """The sparse MLP (models/llama_moe.c) on the rounded norm output h (B, T, C), with the engine's rounding
+    points under bf16 compute (R / RW as the callers'):
+      - the router GEMM's output, the logits, stored R (linear_fwd; the logits buffer is bf16); its backward
+        rounds dlogits as the GEMM operand (linear_bwd); the scores (softmax or sigmoid), the top-k selection,
+        the weights (renormalised when norm, + 1e-20 in sigmoid mode, times scale) and their backward in fp32
+        (moe_route_fwd / bwd: fp32 also under bf16 compute), from the rounded logits;
+      - the top-k on the scores (+ bias: Nemotron-H's e_score_correction_bias, fp32) of the rounded logits,
+        a tie to the lower expert (a stable sort), detached;
+      - each expert on its rows (tokens ascending): gate|up = R(x @ W^T) as one GEMM (experts: (w_gu, w_down),
+        w_gu the packed gate|up rows, or up alone for relu2), act R (swiglu / relu2: out R, dgu R), down R;
+        its permuted input rows r(): the expert's linear_bwd rounds each slot's input gradient dxr;
+      - the combine out = sum_j w_j y_j in fp32 (moe_combine_fwd; k = 2: one order), its backward w_j dout in
+        fp32 (rounded by the down GEMM as its operand) and dw_j = dout . y_j in fp32;
+      - shared (Nemotron-H; (up_w, up_b, down_w, down_b)): up R, relu2 R, down R, added to out in fp32;
+      - ln2's gradient: _FanMoE (the router's and the shared expert's linear_bwd each round after adding).
+    skip (negative controls only): "fan" ln2's gradient rounded once (plain autograd); "router" the logits
+    fp32 (not rounded, nor their gradient); "combine" the combine's output stored R (as if moe_combine were a
+    rounding op: its gradient rounded too). trace: a list to append (rounded logits, bias, k, score) to."""
+    Bsz, T, C = h.shape
+    N = Bsz * T
+    hx, hr, hs = _FanMoE.apply(h.reshape(N, C), R, "fan" in skip)
+    lin = (lambda x, w: RW(x) @ RW(w).t()) if "router" in skip else (lambda x, w: R(RW(x) @ RW(w).t()))
+    lg = lin(hr, router_w)
+    p = torch.sigmoid(lg) if score == "sigmoid" else torch.softmax(lg, dim=-1)
+    ch = (p + bias) if bias is not None else p
+    sel = torch.sort(ch.detach(), dim=-1, descending=True, stable=True).indices[:, :k]
+    w = p.gather(1, sel)
+    if norm:
+        w = w / (w.sum(-1, keepdim=True) + (1e-20 if score == "sigmoid" else 0.0))
+    if scale != 1.0:
+        w = w * torch.tensor(scale, dtype=torch.float32)
+    if trace is not None:
+        trace.append((lg.detach().clone(), bias, k, score))
+    out = torch.zeros(N, C)
+    for e, (wgu, wd) in enumerate(experts):
+        tok, slot = torch.where(sel == e)
+        if not tok.numel():
+            continue
+        gu = R(RW(R(hx[tok])) @ RW(wgu).t())
+        if act == "relu2":
+            a = R(torch.square(F.relu(gu)))
+        else:
+            g, u = gu.chunk(2, dim=-1)
+            a = R(F.silu(g) * u)
+        y = R(RW(a) @ RW(wd).t())
+        out = out.index_add(0, tok, y * w[tok, slot, None])
+    if "combine" in skip:
+        out = R(out)
+    if shared is not None:
+        uw, ub, dw, db = shared
+        su = RW(hs) @ RW(uw).t()
+        su = R(su + RW(ub) if ub is not None else su)
+        sy = RW(R(torch.square(F.relu(su)))) @ RW(dw).t()
+        out = out + R(sy + RW(db) if db is not None else sy)
+    return out.reshape(Bsz, T, C)
+
+
+def forward(m, idx, bf16=True, residual_bf16=True, skip=(), trace=None):
     """Logits (B, T, V) of llama_ref model m with the bf16 rounding points
     (bf16=False: the same code with every rounding off, the fp32 model).
     Gemma 2 / 3 (c.gemma): norms times 1 + w (w gathered in bf16, the sum in
@@ -145,7 +263,9 @@ def forward(m, idx, bf16=True, residual_bf16=True):
     with a straight-through gradient (they are added into the fp32 stream,
     whose gradient reaches their backward unrounded), tanh-GELU GeGLU, the
     scores' scale and softcap in fp32, per-layer windows and Gemma 3's local
-    RoPE, the final softcap in fp32 on the rounded logits."""
+    RoPE, the final softcap in fp32 on the rounded logits. Mixtral (c.num_experts): the sparse MLP is
+    moe_mlp on the rounded ln2 (softmax scores, renormalised top-k, SwiGLU experts), its fp32 output added to
+    the stream, which is then rounded; skip / trace: moe_mlp's."""
     R, RW = (r, rw) if bf16 else (_ident, _ident)
     RS = rw if bf16 and residual_bf16 else _ident  # the residual stream's rounding
     c = m.config
@@ -190,6 +310,14 @@ def forward(m, idx, bf16=True, residual_bf16=True):
         x = RS(x + (RW(rmsnorm(y, layer.post_attention_layernorm.weight, c.rms_norm_eps)) if c.gemma else y))
         ln2 = layer.pre_feedforward_layernorm if c.gemma else layer.post_attention_layernorm
         h = R(rmsnorm(x, ln2.weight, c.rms_norm_eps))
+        if c.num_experts:  # Mixtral's block_sparse_moe (Qwen3-MoE's mlp: the same block, not checked here)
+            blk = layer.block_sparse_moe if c.mixtral else layer.mlp
+            ex = [(torch.cat([e.w1.weight, e.w3.weight]), e.w2.weight) if c.mixtral else
+                  (torch.cat([e.gate_proj.weight, e.up_proj.weight]), e.down_proj.weight) for e in blk.experts]
+            y = moe_mlp(h, blk.gate.weight, ex, "swiglu", R, RW, c.top_k, "softmax", c.norm_topk_prob, skip=skip,
+                        trace=trace)
+            x = RS(x + y)
+            continue
         mlp = layer.mlp
         g = linear(h, mlp.gate_proj.weight)
         u = linear(h, mlp.up_proj.weight)
@@ -323,7 +451,7 @@ def mamba2_forward(m, idx, bf16=True):
     return linear(x, w)
 
 
-def nemotron_h_forward(m, idx, bf16=True, skip=()):
+def nemotron_h_forward(m, idx, bf16=True, skip=(), trace=None):
     """Logits (B, T, V) of nemotron_h_ref model m with the bf16 rounding points of the engine's two block
     kinds (models/decoder.c selects one per layer): every layer is x + mixer(R(rmsnorm(x))) on an fp32
     residual stream (a hybrid with a Mamba-2 layer: the mamba2 kind has no bf16_stream cap, so the
@@ -336,8 +464,11 @@ def nemotron_h_forward(m, idx, bf16=True, skip=()):
       '-'  the Llama MLP sub-layer (LP_MLP alone: ln2 = R(rmsnorm(x)) of the block input itself,
            up_proj R, relu2_fwd R (kernels/bf16.c ACT_WRAPPERS: out R, its backward's dx R), down_proj
            R, added to x in fp32);
+      'E'  the MoE (the Llama MLP sub-layer with the sparse MLP, LP_MLP alone): moe_mlp on ln2 with the
+           sigmoid scores, e_score_correction_bias in the selection, routed_scaling_factor, relu2 experts and
+           the shared expert, the sum added to x in fp32;
     then norm_f R and the head's logits R. skip: names of rounding points left out, for the negative
-    control only ("relu2": relu2's output and its gradient unrounded)."""
+    control only ("relu2": relu2's output and its gradient unrounded; moe_mlp's); trace: moe_mlp's."""
     R, RW = (r, rw) if bf16 else (_ident, _ident)
     c = m.config
     B, T = idx.shape
@@ -365,6 +496,13 @@ def nemotron_h_forward(m, idx, bf16=True, skip=()):
             att = _Attention.apply(q, k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1), mask, R)
             att = R(att.transpose(1, 2).reshape(B, T, nh * hd))
             y = linear(att, mx.o_proj.weight, mx.o_proj.bias)
+        elif layer.kind == "moe":
+            assert c.n_group == 1 or c.topk_group == c.n_group, "the group-limited top-k is not mirrored"
+            sh = mx.shared_experts
+            y = moe_mlp(h, mx.gate.weight, [(e.up_proj.weight, e.down_proj.weight) for e in mx.experts], "relu2",
+                        R, RW, c.num_experts_per_tok, "sigmoid", c.norm_topk_prob, c.routed_scaling_factor,
+                        mx.gate.e_score_correction_bias, (sh.up_proj.weight, sh.up_proj.bias, sh.down_proj.weight,
+                                                          sh.down_proj.bias), skip, trace)
         else:
             u = linear(h, mx.up_proj.weight, mx.up_proj.bias)
             a = torch.square(F.relu(u))
@@ -440,9 +578,9 @@ def granite_h_forward(m, idx, bf16=True, skip=()):
     return linear(xh, w)
 
 
-def dump(m, stream, B, T, bf16=True, residual_bf16=True, skip=()):
+def dump(m, stream, B, T, bf16=True, residual_bf16=True, skip=(), trace=None):
     """Like llama_ref.dump, through forward() / mamba_forward() / mamba2_forward() /
-    nemotron_h_forward() / granite_h_forward() above (skip: theirs)."""
+    nemotron_h_forward() / granite_h_forward() above (skip, trace: theirs)."""
     m.zero_grad(set_to_none=True)
     x, y = L.batch(stream, 0, B, T)
     if isinstance(m, M.MambaForCausalLM):
@@ -450,11 +588,11 @@ def dump(m, stream, B, T, bf16=True, residual_bf16=True, skip=()):
     elif isinstance(m, M2.Mamba2ForCausalLM):
         logits = mamba2_forward(m, x, bf16)
     elif isinstance(m, NH.NemotronHForCausalLM):
-        logits = nemotron_h_forward(m, x, bf16, skip)
+        logits = nemotron_h_forward(m, x, bf16, skip, trace)
     elif isinstance(m, GH.GraniteHForCausalLM):
         logits = granite_h_forward(m, x, bf16, skip)
     else:
-        logits = forward(m, x, bf16, residual_bf16)
+        logits = forward(m, x, bf16, residual_bf16, skip, trace)
     loss = L.loss_fn(logits, y)
     loss.backward()
     out = {"logits": logits.detach().reshape(B * T, -1).numpy().copy(),
