@@ -52,6 +52,9 @@ static const sl_env_row g_env[] = {
      "1: under --compute-dtype bf16 keep the activations in fp32 (the check that bf16 storage is lossless)"},
     {"SL_FAULT_ACT_BF16", BOOL, NULL, 1,
      "1: bf16 activation storage packs every kept buffer in bf16, fp32 statistics too (a negative control)"},
+    {"SL_FAULT_M2_NORM_LOCAL", BOOL, NULL, 1,
+     "1: Mamba-2's gated norm takes a group's statistics from this TP rank's channels alone when the group spans "
+     "several ranks (n_groups < --tp; a negative control)"},
     {"SL_FAULT_NONFINITE", STR, NULL, 1, "S1[,S2...]: the loss of those steps (1-based) is NaN"},
     {"SL_FAULT_NONFINITE_RANK", INT, NULL, 1, "with SL_FAULT_NONFINITE: only on this rank; unset: every rank"},
     {"SL_TEST_GEMMA_OFF", STR, NULL, 1,

@@ -82,6 +82,21 @@ static int counted(void *model, int u, int i, int64_t *lo, int64_t *hi) {
   for (int k = 0; k < us->ntensors; k++) {
     const sl_tensor_spec *ts = &us->t[k];
     if (m->tp_rank % ts->tp_replicas) continue; /* held by several TP ranks: counted on the first */
+    int shared = 0;
+    for (int s = 0; s < ts->tp_stack && ts->tp_stack > 1; s++) shared |= ts->tp_part_rep[s] > 1;
+    if (shared) { /* stacked parts, some held by several ranks (sl_unit_add_parts' reps): part by part */
+      int64_t inner = ts->full[1] * ts->full[2], lo0 = ts->offset;
+      for (int s = 0; s < ts->tp_stack; s++) {
+        int64_t n = ts->tp_part[s] / (ts->tp_size / ts->tp_part_rep[s]) * inner;
+        if (m->tp_rank % ts->tp_part_rep[s] == 0 && i-- == 0) {
+          *lo = lo0;
+          *hi = lo0 + n;
+          return 1;
+        }
+        lo0 += n;
+      }
+      continue;
+    }
     if (i-- == 0) {
       *lo = ts->offset;
       *hi = ts->offset + ts->numel;

@@ -42,6 +42,14 @@ static void rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp,
   rnd_rows(ctx, s, out, N, C, ld); /* rstd stays fp32 */
 }
 
+static void rmsnorm_fwd_sum(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w, const float *sums,
+                            int64_t N, int64_t C, int64_t ld, int64_t Cw, float eps) {
+  const sl_bf16_state *s = st(ctx, "rmsnorm_fwd_sum");
+  if (!s) return;
+  F(s)->rmsnorm_fwd_sum(ctx, out, rstd, inp, w, sums, N, C, ld, Cw, eps);
+  rnd_rows(ctx, s, out, N, C, ld); /* as rmsnorm_fwd */
+}
+
 static void linear_fwd(sl_kctx *ctx, float *out, const float *inp, const float *w, const float *b, int64_t N,
                        int64_t IC, int64_t OC) {
   const sl_bf16_state *s = st(ctx, "linear_fwd");
@@ -241,6 +249,7 @@ sl_ops sl_bf16_ops(const sl_ops *fp32) {
   sl_ops o = *fp32;
   o.ctx_set_compute = set_compute;
   o.rmsnorm_fwd = rmsnorm_fwd;
+  o.rmsnorm_fwd_sum = rmsnorm_fwd_sum;
   o.linear_fwd = linear_fwd;
   o.linear_bwd = linear_bwd;
   o.rope_fwd = rope_fwd;

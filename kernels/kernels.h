@@ -69,6 +69,23 @@ typedef struct sl_ops {
                       int64_t ld, float eps);
   void (*rmsnorm_bwd)(sl_kctx *, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                       const float *rstd, int64_t N, int64_t C, int64_t ld);
+  /* RMSNorm over rows split across ranks (Mamba-2's gated norm when a group's
+   * channels span several TP ranks): each rank holds C of a row's Cw
+   * elements. rmsnorm_rowsum: out[i] = sum_j (w ? w[j] a[i,j] : a[i,j]) b[i,j]
+   * over this rank's C (double accumulation; a = b = inp, w NULL: the sum of
+   * squares; a = dout, b = inp, w: backward's dot), which the caller sums
+   * over the ranks sharing the row. rmsnorm_fwd_sum: rstd[i] =
+   * 1 / sqrt(sums[i] / Cw + eps) and out = w * (inp * rstd) (w NULL: 1).
+   * rmsnorm_bwd_sum: dinp += rstd w dout - inp rstd^3 dots[i] / Cw, dots the
+   * summed rmsnorm_rowsum(dout, inp, w); dw: rmsnorm_bwd with dinp NULL.
+   * Rows at stride ld as rmsnorm_fwd. At one rank (C = Cw, the sums its own)
+   * these are rmsnorm_fwd / _bwd's arithmetic. */
+  void (*rmsnorm_rowsum)(sl_kctx *, float *out, const float *a, const float *b, const float *w, int64_t N, int64_t C,
+                         int64_t ld);
+  void (*rmsnorm_fwd_sum)(sl_kctx *, float *out, float *rstd, const float *inp, const float *w, const float *sums,
+                          int64_t N, int64_t C, int64_t ld, int64_t Cw, float eps);
+  void (*rmsnorm_bwd_sum)(sl_kctx *, float *dinp, const float *dout, const float *inp, const float *w,
+                          const float *rstd, const float *dots, int64_t N, int64_t C, int64_t ld, int64_t Cw);
 
   /* out (N, OC) = inp (N, IC) @ w (OC, IC)^T (+ b (OC) if b != NULL) */
   void (*linear_fwd)(sl_kctx *, float *out, const float *inp, const float *w, const float *b, int64_t N, int64_t IC,
@@ -440,6 +457,7 @@ enum { SL_COMPUTE_FP32 = 0, SL_COMPUTE_BF16 = 1, SL_COMPUTE_TF32 = 2 }; /* ctx_s
   X(embedding_bwd)                                                                                                     \
   X(rmsnorm_fwd)                                                                                                       \
   X(rmsnorm_bwd)                                                                                                       \
+  X(rmsnorm_rowsum) X(rmsnorm_fwd_sum) X(rmsnorm_bwd_sum)                                                              \
   X(linear_fwd)                                                                                                        \
   X(linear_bwd)                                                                                                        \
   X(rope_fwd)                                                                                                          \

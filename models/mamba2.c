@@ -28,9 +28,9 @@
  * and recomputes xbc = SiLU(xc), g, gn and the gated norm's statistics;
  * full keeps only each block's input and recomputes the block. The
  * recomputations call the same kernels on the same inputs: bit-identical.
- * Tensor parallelism (heads and their groups over the TP ranks, +
- * sequence parallelism): above m2_spec. Not yet: TP with n_groups not
- * divisible by --tp (refused naming n_groups). Document masking: the conv
+ * Tensor parallelism (heads and their groups over the TP ranks, a group
+ * shared by several ranks when n_groups < --tp, + sequence parallelism):
+ * above m2_spec. Document masking: the conv
  * and the scan restart at each document (m->seg). bf16 compute: the ops' bf16
  * layer; activations kept in fp32 buffers (bf16-valued where rounded).
  */
@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "base/env.h"
 #include "models/decoder.h"
 #include "models/linear.h"
 
@@ -69,6 +70,13 @@ typedef struct {
 typedef struct {
   int64_t N, H, D, nh, P, G, S, K, Cd, Din, chunk, nch; /* D, nh, G, Cd, Din: this TP rank's */
   int64_t Dw;                                           /* d_inner of the whole model (= D at T = 1) */
+  int64_t Gw;                                           /* n_groups of the whole model */
+  int64_t grep;  /* TP ranks sharing one group (T / n_groups when n_groups < T; else 1): its B / C replicated */
+  int64_t gslot; /* grep > 1: the group this rank holds (rank / grep) */
+  int64_t nrep;  /* grep > 1: the floats of one rank's replicated gradient regions (rep_grad_begin) */
+  float *gsum;   /* grep > 1: (Gw, N) the gated norm's per-group sums, summed over TP */
+  float *repsum; /* grep > 1: (Gw + 1) nrep: the replicated gradients' slots and the kept earlier sum */
+  int fault_local; /* SL_FAULT_M2_NORM_LOCAL: the norm's sums not summed over TP (a negative control) */
   int sp;                                               /* sequence parallelism */
   int64_t n;                                            /* the stream's rows on this rank: N, or N/T under sp */
   float eps;
@@ -110,26 +118,97 @@ static m2_w views(const m2_priv *p, const float *flat) {
   return w;
 }
 
-/* NULL when T splits the heads and the groups, else why not. */
+/* NULL when T splits the heads and the groups (or each group over T / n_groups ranks), else why not. */
 static const char *tp_misfit(const sl_model_config *c, int64_t T, char *why, size_t cap) {
-  if (c->ssm_groups % T == 0 && c->ssm_heads % T == 0) return NULL;
-  snprintf(why, cap,
-           "Mamba-2 splits its heads and their B/C groups over the TP ranks: n_groups %lld (and num_heads %lld) must "
-           "be divisible by --tp %lld (groups shared by several TP ranks are not built yet)",
-           (long long)c->ssm_groups, (long long)c->ssm_heads, (long long)T);
+  int64_t G = c->ssm_groups, nh = c->ssm_heads;
+  if (nh % T == 0 && (G % T == 0 || T % G == 0)) return NULL;
+  const char *pre = "Mamba-2 splits its heads over the TP ranks, each rank holding its heads' B/C group (a group "
+                    "shared by --tp / n_groups ranks when n_groups < --tp)";
+  if (nh % T)
+    snprintf(why, cap, "%s: num_heads %lld is not divisible by --tp %lld (n_groups %lld)", pre, (long long)nh,
+             (long long)T, (long long)G);
+  else
+    snprintf(why, cap, "%s: n_groups %lld is neither divisible by --tp %lld nor divides it", pre, (long long)G,
+             (long long)T);
   return why;
+}
+
+/* grep > 1: the B and C rows of in_proj (and its bias) and channels of the
+ * conv (and its bias) are replicated over the grep ranks holding the group;
+ * each computed their gradient from its own heads, the sum over those ranks
+ * is theirs. As llama.c's kv_grad_begin / kv_grad_sum: the regions'
+ * earlier sum (--no-sync-accum) is moved aside and they are zeroed before
+ * the weight gradients; after them each rank's regions go into its group's
+ * slot of a zeroed (Gw slots) buffer, summed over TP, read back, the
+ * earlier sum added. */
+typedef struct {
+  float *p;
+  int64_t n;
+} m2_region;
+
+static int rep_regions(const m2_priv *p, const m2_w *g, m2_region r[4]) {
+  int64_t D = p->D, S2 = 2 * p->S, H = p->H, n = 0;
+  r[n++] = (m2_region){(float *)g->w_in + 2 * D * H, S2 * H};
+  if (g->b_in) r[n++] = (m2_region){(float *)g->b_in + 2 * D, S2};
+  r[n++] = (m2_region){(float *)g->w_conv + D * p->K, S2 * p->K};
+  if (g->b_conv) r[n++] = (m2_region){(float *)g->b_conv + D, S2};
+  return (int)n;
+}
+
+static void rep_grad_begin(sl_model *m, const m2_priv *p, const m2_w *g) {
+  m2_region r[4];
+  float *kept = p->repsum + p->Gw * p->nrep;
+  for (int i = 0, n = rep_regions(p, g, r); i < n; kept += r[i].n, i++) {
+    m->ops->copy(m->k, kept, r[i].p, (size_t)r[i].n * 4);
+    m->ops->zero(m->k, r[i].p, (size_t)r[i].n * 4);
+  }
+}
+
+static int rep_grad_sum(sl_model *m, const m2_priv *p, const m2_w *g) {
+  m2_region r[4];
+  int n = rep_regions(p, g, r);
+  float *slot = p->repsum + p->gslot * p->nrep, *kept = p->repsum + p->Gw * p->nrep;
+  m->ops->zero(m->k, p->repsum, (size_t)(p->Gw * p->nrep) * 4);
+  for (int i = 0, o = 0; i < n; o += (int)r[i].n, i++) m->ops->copy(m->k, slot + o, r[i].p, (size_t)r[i].n * 4);
+  int rc = sl_dec_tp_sum(m, p->repsum, p->Gw * p->nrep);
+  if (rc) return rc;
+  for (int i = 0; i < n; slot += r[i].n, kept += r[i].n, i++) {
+    m->ops->copy(m->k, r[i].p, slot, (size_t)r[i].n * 4);
+    m->ops->add_inplace(m->k, r[i].p, kept, r[i].n);
+  }
+  return SL_OK;
+}
+
+/* grep > 1: this rank's (N) partial sums of the gated norm's group, in its
+ * group's row of gsum (zeroed), summed over TP: the group's sums. */
+static const float *group_sums(sl_model *m, const m2_priv *p, const float *a, const float *b, const float *w,
+                               int *rc) {
+  float *mine = p->gsum + p->gslot * p->N;
+  m->ops->zero(m->k, p->gsum, (size_t)(p->Gw * p->N) * 4);
+  m->ops->rmsnorm_rowsum(m->k, mine, a, b, w, p->N, p->D, p->D);
+  *rc = p->fault_local ? SL_OK : sl_dec_tp_sum(m, p->gsum, p->Gw * p->N);
+  return mine;
 }
 
 static void zero(sl_model *m, float *x, int64_t n) { m->ops->zero(m->k, x, (size_t)n * sizeof(float)); }
 
 /* g, gn and the gated norm's statistics from y and zx (xbc = SiLU(xc) is
- * made before the scan). */
-static void gate_norm_fwd(sl_model *m, const m2_priv *p, const m2_w *w, m2_acts *a) {
+ * made before the scan). A group spread over grep > 1 ranks (this rank's D
+ * channels of its Dw / Gw): its sums of squares summed over them. */
+static int gate_norm_fwd(sl_model *m, const m2_priv *p, const m2_w *w, m2_acts *a) {
   const sl_ops *o = m->ops;
   int64_t N = p->N, D = p->D, Dg = p->D / p->G;
   o->gate_fwd(m->k, a->g, a->y, a->zx, p->Din, N, D);
+  if (p->grep > 1) {
+    int rc;
+    const float *ss = group_sums(m, p, a->g, a->g, NULL, &rc);
+    if (rc) return rc;
+    o->rmsnorm_fwd_sum(m->k, a->gn, a->grstd, a->g, w->w_gn, ss, N, D, D, p->Dw / p->Gw, p->eps);
+    return SL_OK;
+  }
   for (int64_t gi = 0; gi < p->G; gi++)
     o->rmsnorm_fwd(m->k, a->gn + gi * Dg, a->grstd + gi * N, a->g + gi * Dg, w->w_gn + gi * Dg, N, Dg, D, p->eps);
+  return SL_OK;
 }
 
 static int block_forward(sl_model *m, int l, const float *flat, const float *x, void *layer, float *out) {
@@ -147,7 +226,7 @@ static int block_forward(sl_model *m, int l, const float *flat, const float *x, 
   o->silu_fwd(k, a->xbc, a->xc, N * p->Cd);
   o->ssd_fwd(k, a->y, a->ckpt, a->xbc, p->Cd, a->zx + 2 * D + 2 * GS, p->Din, w.dt_bias, w.a_log, a->xbc + D,
              a->xbc + D + GS, p->Cd, w.dp, m->seg, p->dt_lo, p->dt_hi, m->B, m->T, p->nh, p->P, p->G, p->S, p->chunk);
-  gate_norm_fwd(m, p, &w, a);
+  if ((rc = gate_norm_fwd(m, p, &w, a))) return rc;
   if (out) { /* out_proj's partial sums (row-parallel) summed over TP: reduce-scattered under sp */
     float *dln = sl_dec(m)->dln;
     sl_lin_fwd(m, &p->lout, p->sp ? dln : out, a->gn, w.w_out, w.b_out, N);
@@ -165,7 +244,7 @@ static int m2_recompute(sl_model *m, int l, const float *flat) {
   if (m->ac == SL_AC_SELECTIVE) {
     m2_w w = views(p, flat);
     m->ops->silu_fwd(m->k, a->xbc, a->xc, p->N * p->Cd);
-    gate_norm_fwd(m, p, &w, a);
+    return gate_norm_fwd(m, p, &w, a);
   }
   return SL_OK;
 }
@@ -233,9 +312,16 @@ static int bwd_pass(sl_model *m, int l, const float *flat, const m2_w *g, const 
   zero(m, p->dgn, N * D);
   sl_lin_bwd(m, &p->lout, p->dgn, G_(w_out), G_(b_out), dout, a->gn, w.w_out, N);
   if (st) copy(m, st->dgn, p->dgn, N * D);
-  /* the gated norm, group by group */
+  if (g && p->grep > 1) rep_grad_begin(m, p, g);
+  /* the gated norm, group by group (a group spread over grep ranks: backward's dot product summed over them) */
   zero(m, p->dg, N * D);
-  for (int64_t gi = 0; gi < p->G; gi++)
+  if (p->grep > 1) {
+    const float *dots = group_sums(m, p, p->dgn, a->g, w.w_gn, &rc);
+    if (rc) return rc;
+    o->rmsnorm_bwd_sum(k, p->dg, p->dgn, a->g, w.w_gn, a->grstd, dots, N, D, D, p->Dw / p->Gw);
+    if (g) o->rmsnorm_bwd(k, NULL, (float *)g->w_gn, p->dgn, a->g, w.w_gn, a->grstd, N, D, D);
+  } else
+    for (int64_t gi = 0; gi < p->G; gi++)
     o->rmsnorm_bwd(k, p->dg + gi * Dg, g ? (float *)g->w_gn + gi * Dg : NULL, p->dgn + gi * Dg, a->g + gi * Dg,
                    w.w_gn + gi * Dg, a->grstd + gi * N, N, Dg, D);
   /* the gate: dy, and dz into the z columns of dzx */
@@ -262,6 +348,7 @@ static int bwd_pass(sl_model *m, int l, const float *flat, const m2_w *g, const 
   sl_lin_bwd(m, &p->lin, dln, G_(w_in), G_(b_in), p->dzx, a->ln, w.w_in, N);
   float *dnorm = p->sp ? d->xl : dln;
   if ((rc = sl_dec_row_parallel_sum(m, dln, dnorm))) return rc; /* Megatron's f: in_proj is column-parallel */
+  if (g && p->grep > 1 && (rc = rep_grad_sum(m, p, g))) return rc;
   if (st) copy(m, st->dln, dnorm, p->n * H);
   o->rmsnorm_bwd(k, d->dres, g ? sl_dec_norm_dw(m, (float *)g->norm, p->gnorm) : NULL, dnorm, d->stream[l], w.norm,
                  a->rstd, p->n, H, H);
@@ -289,6 +376,8 @@ static int m2_bwd_weight(sl_model *m, int l, const float *flat, float *grads, co
   m2_acts *a = sl_dec_layer(m, l);
   m2_w w = views(p, flat), g = views(p, grads);
   m2_stash st = stash_views(p, stash);
+  int rc;
+  if (p->grep > 1) rep_grad_begin(m, p, &g);
   sl_lin_bwd(m, &p->lout, NULL, (float *)g.w_out, (float *)g.b_out, st.dout, a->gn, w.w_out, N);
   for (int64_t gi = 0; gi < p->G; gi++)
     o->rmsnorm_bwd(k, NULL, (float *)g.w_gn + gi * Dg, st.dgn + gi * Dg, a->g + gi * Dg, w.w_gn + gi * Dg,
@@ -299,6 +388,7 @@ static int m2_bwd_weight(sl_model *m, int l, const float *flat, float *grads, co
   o->conv1d_bwd(k, NULL, p->Din, (float *)g.w_conv, (float *)g.b_conv, st.dxc, a->zx + D, p->Din, w.w_conv, m->B, m->T,
                 p->Cd, p->K, m->seg);
   sl_lin_bwd(m, &p->lin, NULL, (float *)g.w_in, (float *)g.b_in, st.dzx, a->ln, w.w_in, N);
+  if (p->grep > 1 && (rc = rep_grad_sum(m, p, &g))) return rc;
   o->rmsnorm_bwd(k, NULL, sl_dec_norm_dw(m, (float *)g.norm, p->gnorm), st.dln, d->stream[l], w.norm, a->rstd, p->n, H,
                  H);
   return sl_dec_norm_grad_sum(m, (float *)g.norm, p->gnorm);
@@ -308,8 +398,8 @@ static int m2_bwd_weight(sl_model *m, int l, const float *flat, float *grads, co
 static int64_t m2_layer_flops(const sl_model *m, int64_t l, int64_t T) {
   const m2_priv *p = sl_dec(m)->blk;
   (void)l, (void)T;
-  int64_t tpn = m->tp_size;
-  return 6 * tpn * (p->Din * p->H + p->D * p->H) + tpn * (6 * p->K * p->Cd + 15 * p->D * p->S);
+  int64_t GSw = p->Gw * p->S, Dinw = 2 * p->Dw + 2 * GSw + p->nh * m->tp_size, Cdw = p->Dw + 2 * GSw;
+  return 6 * (Dinw * p->H + p->Dw * p->H) + 6 * p->K * Cdw + 15 * p->Dw * p->S; /* the whole model's */
 }
 
 static int64_t m2_flops(const sl_model *m, int64_t T) {
@@ -321,9 +411,10 @@ static int64_t m2_flops(const sl_model *m, int64_t T) {
    * channel and state: the decay product, the input term and the C
    * contraction, 5 FLOPs forward; x3 for training). Recomputation not
    * counted. */
-  int64_t tpn = m->tp_size, per_layer = tpn * (p->Din * p->H + p->D * p->H); /* every TP rank's slices together */
+  int64_t GSw = p->Gw * p->S, Dinw = 2 * p->Dw + 2 * GSw + p->nh * m->tp_size, Cdw = p->Dw + 2 * GSw;
+  int64_t per_layer = Dinw * p->H + p->Dw * p->H; /* the whole model's (B / C once where TP ranks share them) */
   int64_t Nmm = dc->L * per_layer + dc->V * p->H;
-  return 6 * Nmm + dc->L * tpn * (6 * p->K * p->Cd + 15 * p->D * p->S);
+  return 6 * Nmm + dc->L * (6 * p->K * Cdw + 15 * p->Dw * p->S);
 }
 
 /* ---- init from seed (HF Mamba2PreTrainedModel._init_weights) --------------- */
@@ -398,12 +489,18 @@ static int m2_alloc_layer(sl_model *m, int64_t l, void *layer, int recomputed, c
  * of out_proj (row-parallel). The conv, the scan, the gate and the gated
  * norm (per group: a group's channels are on one rank) are local; out_proj's
  * partial sums are summed (reduce-scattered under sp) and in_proj's input
- * gradient too: one N x H collective each way, like an attention sublayer. */
+ * gradient too: one N x H collective each way, like an attention sublayer.
+ * n_groups < T (T a multiple of it): rank r holds its nh/T heads and group
+ * r / grep, whose B and C rows of in_proj and channels of the conv are
+ * replicated over its grep = T / n_groups ranks (sl_unit_add_parts' reps;
+ * gradients summed over them: rep_grad_sum), and the gated norm's group
+ * spans those ranks: its sums summed over TP (group_sums). */
 static int m2_spec(sl_model *m, sl_unit_spec *b, int64_t l) {
   m2_priv *p = sl_dec(m)->blk;
   float std = sl_dec(m)->std;
-  int64_t T = m->tp_size, Dw = p->Dw, GSw = p->G * p->S * T, nhw = p->nh * T;
+  int64_t T = m->tp_size, Dw = p->Dw, GSw = p->Gw * p->S, nhw = p->nh * T;
   int64_t in_parts[5] = {Dw, Dw, GSw, GSw, nhw}, conv_parts[3] = {Dw, GSw, GSw};
+  int R = (int)p->grep, in_reps[5] = {1, 1, R, R, 1}, conv_reps[3] = {1, R, R}; /* B, C: grep copies */
   int rc;
   char nm[SL_TENSOR_NAME_MAX];
   m2_offsets *o = &p->off;
@@ -412,7 +509,8 @@ static int m2_spec(sl_model *m, sl_unit_spec *b, int64_t l) {
   snprintf(nm, sizeof nm, "%s.%lld.%s.%s", p->pre, (long long)(l / p->div), p->mod, suffix);                           \
   o->field = b->numel;                                                                                                 \
   rc = (split) > 1                                                                                                     \
-           ? sl_unit_add_parts(m, b, nm, nd, (split) == 5 ? in_parts : conv_parts, (split), d1, d2, decay, init, std)  \
+           ? sl_unit_add_parts(m, b, nm, nd, (split) == 5 ? in_parts : conv_parts, (split) == 5 ? in_reps : conv_reps, \
+                               (split), d1, d2, decay, init, std)                                                      \
        : (split) == 1 ? sl_unit_add_stacked(m, b, nm, nd, d0, d1, d2, decay, init, std, 1)                             \
        : (split) < 0  ? sl_unit_add_split(m, b, nm, nd, d0, d1, decay, init, std, SL_SPLIT_ROW, T)                     \
                       : sl_unit_add(b, nm, nd, d0, d1, d2, decay, init, std);                                           \
@@ -451,6 +549,9 @@ static int m2_alloc_scratch(sl_model *m) {
       !(p->dzx = sl_model_buf(m, N * p->Din, SL_ARENA_WORKSPACE)))
     return SL_ENOMEM;
   if (p->sp && !(p->gnorm = sl_model_buf(m, p->H, SL_ARENA_WORKSPACE))) return SL_ENOMEM;
+  if (p->grep > 1 && (!(p->gsum = sl_model_buf(m, p->Gw * N, SL_ARENA_WORKSPACE)) ||
+                      !(p->repsum = sl_model_buf(m, (p->Gw + 1) * p->nrep, SL_ARENA_WORKSPACE))))
+    return SL_ENOMEM;
   return SL_OK;
 }
 
@@ -460,7 +561,7 @@ static int m2_init(sl_model *m, sl_decoder *d) {
   if (!p) return sl_fail(SL_ENOMEM, "out of memory");
   d->blk = p;
   int64_t T = m->tp_size;
-  int rc = c->ssm_groups <= 0 || c->ssm_heads <= 0 ? SL_OK : sl_dec_tp_check(m, tp_misfit, c->ssm_groups);
+  int rc = c->ssm_groups <= 0 || c->ssm_heads <= 0 ? SL_OK : sl_dec_tp_check(m, tp_misfit, c->ssm_heads);
   if (rc) return rc;
   p->N = d->N;
   p->sp = d->sp;
@@ -470,7 +571,10 @@ static int m2_init(sl_model *m, sl_decoder *d) {
   p->D = p->Dw / T;
   p->nh = c->ssm_heads / T;
   p->P = c->ssm_head_dim;
-  p->G = c->ssm_groups / T;
+  p->Gw = c->ssm_groups;
+  p->grep = p->Gw > 0 && p->Gw < T ? T / p->Gw : 1; /* tp_misfit: T a multiple of n_groups */
+  p->G = p->grep > 1 ? 1 : p->Gw / T;
+  p->gslot = m->tp_rank / p->grep;
   p->S = c->state_size;
   p->K = c->conv_kernel;
   if (p->H <= 0 || p->D <= 0 || p->nh <= 0 || p->P <= 0 || p->G <= 0 || p->S <= 0 || p->K <= 0 ||
@@ -482,6 +586,8 @@ static int m2_init(sl_model *m, sl_decoder *d) {
                    (long long)p->H, (long long)p->nh, (long long)p->P, (long long)p->D, (long long)p->G,
                    (long long)p->S, (long long)p->K, (long long)d->V, (long long)d->L);
   p->Cd = p->D + 2 * p->G * p->S;
+  p->nrep = 2 * p->S * (p->H + p->K + (c->use_bias != 0) + (c->use_conv_bias != 0));
+  p->fault_local = p->grep > 1 && sl_env_bool("SL_FAULT_M2_NORM_LOCAL");
   p->Din = p->D + p->Cd + p->nh;
   p->eps = (float)c->layer_norm_epsilon;
   p->dt_lo = (float)c->dt_limit[0];

@@ -84,17 +84,25 @@ int sl_unit_add_stacked(const sl_model *m, sl_unit_spec *u, const char *name, in
   t->full[0] = d0;
   t->tp_off = m->tp_rank * (d0 / (stacks * T));
   t->tp_stack = (int)stacks;
-  for (int s = 0; s < stacks && s < SL_TP_PARTS_MAX; s++) t->tp_part[s] = d0 / stacks;
+  t->tp_size = (int)T;
+  for (int s = 0; s < stacks && s < SL_TP_PARTS_MAX; s++) t->tp_part[s] = d0 / stacks, t->tp_part_rep[s] = 1;
   return SL_OK;
 }
 
 int sl_unit_add_parts(const sl_model *m, sl_unit_spec *u, const char *name, int ndim, const int64_t *parts,
-                      int nparts, int64_t d1, int64_t d2, int decay, sl_init_kind init, float std) {
-  int64_t T = m->tp_size, d0 = 0;
+                      const int *reps, int nparts, int64_t d1, int64_t d2, int decay, sl_init_kind init, float std) {
+  int64_t T = m->tp_size, d0 = 0, local = 0;
   if (nparts < 1 || nparts > SL_TP_PARTS_MAX)
-    return sl_fail(SL_EINTERNAL, "tensor %s: %d stacked parts (1..%d)", name, nparts, SL_TP_PARTS_MAX);
-  for (int s = 0; s < nparts; s++) d0 += parts[s];
-  int rc = sl_unit_add(u, name, ndim, T > 1 ? d0 / T : d0, d1, d2, decay, init, std);
+    return sl_fail(SL_EINPUT, "tensor %s: %d stacked parts (1..%d)", name, nparts, SL_TP_PARTS_MAX);
+  for (int s = 0; s < nparts; s++) {
+    int rep = reps ? reps[s] : 1;
+    if (rep < 1 || T % rep || (s == 0 && rep != 1) || parts[s] % (T / rep))
+      return sl_fail(SL_EINTERNAL, "tensor %s: part %d (%lld rows) cannot be split over %lld TP ranks in %d copies",
+                     name, s, (long long)parts[s], (long long)T, rep);
+    d0 += parts[s];
+    local += parts[s] / (T / rep);
+  }
+  int rc = sl_unit_add(u, name, ndim, T > 1 ? local : d0, d1, d2, decay, init, std);
   if (rc || T == 1) return rc;
   sl_tensor_spec *t = &u->t[u->ntensors - 1];
   t->split = SL_SPLIT_COL;
@@ -102,7 +110,8 @@ int sl_unit_add_parts(const sl_model *m, sl_unit_spec *u, const char *name, int 
   t->full[0] = d0;
   t->tp_off = m->tp_rank * (parts[0] / T);
   t->tp_stack = nparts;
-  for (int s = 0; s < nparts; s++) t->tp_part[s] = parts[s];
+  t->tp_size = (int)T;
+  for (int s = 0; s < nparts; s++) t->tp_part[s] = parts[s], t->tp_part_rep[s] = reps ? reps[s] : 1;
   return SL_OK;
 }
 
@@ -533,12 +542,15 @@ static int64_t slice_valid(const sl_tensor_spec *t, int64_t off) {
   return n < 0 ? 0 : n < len ? n : len;
 }
 
+/* A stacked tensor's part s: the rows of one rank's run of it. */
+static int64_t part_run(const sl_tensor_spec *t, int s) { return t->tp_part[s] / (t->tp_size / t->tp_part_rep[s]); }
+
 static void slice_copy(const sl_tensor_spec *t, int64_t off, float *whole, float *slice, int to_whole) {
   int dim = t->split_dim;
-  if (t->tp_stack > 1) { /* dim 0 stacks parts of their own extents: the slot's run of each, packed */
-    int64_t inner = t->full[1] * t->full[2], T = t->full[0] / t->shape[0], slot = off / (t->tp_part[0] / T);
+  if (t->tp_stack > 1) { /* dim 0 stacks parts of their own extents: the rank's run of each, packed */
+    int64_t inner = t->full[1] * t->full[2], T = t->tp_size, rank = off / (t->tp_part[0] / T);
     for (int64_t s = 0, w0 = 0, l0 = 0; s < t->tp_stack; s++) {
-      int64_t len = t->tp_part[s] / T;
+      int64_t len = part_run(t, (int)s), slot = rank / t->tp_part_rep[s];
       float *w = whole + (w0 + slot * len) * inner, *p = slice + l0 * inner;
       if (to_whole) memcpy(w, p, (size_t)(len * inner) * 4);
       else memcpy(p, w, (size_t)(len * inner) * 4);
@@ -587,10 +599,11 @@ int sl_model_unit_load(const sl_model *m, int u, const sl_st_set *weights, uint6
         rc = sl_st_read_f32_box(weights, t->name, t->ndim, t->full, t->split_dim, t->tp_off, slice_valid(t, t->tp_off),
                                 dst);
       } else {
-        int64_t inner = t->full[1] * t->full[2], T = t->full[0] / t->shape[0], slot = t->tp_off / (t->tp_part[0] / T);
-        for (int64_t s = 0, w0 = 0, l0 = 0; s < t->tp_stack && !rc; w0 += t->tp_part[s], l0 += t->tp_part[s] / T, s++)
-          rc = sl_st_read_f32_box(weights, t->name, t->ndim, t->full, 0, w0 + slot * (t->tp_part[s] / T),
-                                  t->tp_part[s] / T, dst + l0 * inner);
+        int64_t inner = t->full[1] * t->full[2], rank = m->tp_rank;
+        for (int64_t s = 0, w0 = 0, l0 = 0; s < t->tp_stack && !rc; w0 += t->tp_part[s], l0 += part_run(t, (int)s), s++)
+          rc = sl_st_read_f32_box(weights, t->name, t->ndim, t->full, 0,
+                                  w0 + rank / t->tp_part_rep[s] * part_run(t, (int)s), part_run(t, (int)s),
+                                  dst + l0 * inner);
       }
     } else { /* the slice of the whole tensor's init */
       int64_t n = t->full[0] * t->full[1] * t->full[2];
@@ -623,7 +636,20 @@ static int assemble(const sl_model *m, const sl_tensor_spec *t, const float *fla
   for (int r = 0; r < T; r++) {
     const float *mine = flats + (int64_t)r * unit_numel + t->offset;
     int first = r % t->tp_replicas == 0;
-    if (first && t->split != SL_SPLIT_NONE) {
+    if (t->tp_stack > 1) { /* part by part: each run from the first rank holding it, the others' checked */
+      int64_t inner = t->full[1] * t->full[2];
+      for (int s = 0, w0 = 0, l0 = 0; s < t->tp_stack; w0 += (int)t->tp_part[s], l0 += (int)part_run(t, s), s++) {
+        int rep = t->tp_part_rep[s], r0 = r - r % rep;
+        int64_t len = part_run(t, s) * inner;
+        const float *run = mine + l0 * inner;
+        if (r == r0) memcpy(dst + (w0 + (r / rep) * part_run(t, s)) * inner, run, (size_t)len * 4);
+        else if (memcmp(run, flats + (int64_t)r0 * unit_numel + t->offset + l0 * inner, (size_t)len * 4))
+          return sl_fail(SL_EINTERNAL,
+                         "tensor '%s': the copies TP ranks %d and %d hold of its part %d differ (replicated "
+                         "weights drifted apart)",
+                         t->name, r0, r, s);
+      }
+    } else if (first && t->split != SL_SPLIT_NONE) {
       int64_t run = t->tp_stack > 1 ? t->tp_part[0] / (t->full[0] / t->shape[0]) : t->shape[t->split_dim];
       int64_t off = (int64_t)(r / t->tp_replicas) * run;
       slice_copy(t, off, dst, (float *)mine, 1);

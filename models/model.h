@@ -58,6 +58,10 @@ typedef struct {
                                        Mamba-2's in_proj z | x | B | C | dt); rank r's slice of part s is the
                                        s-th (tp_part[s] / T)-long run at slot r / tp_replicas, and tp_off is
                                        that slot times part 0's run */
+  int tp_part_rep[SL_TP_PARTS_MAX]; /* tp_stack > 1: the TP ranks holding the same run of part s (1: the part is
+                                       split over all T; R > 1: over T / R, rank r holding run r / R, as the
+                                       B and C rows of Mamba-2's in_proj when n_groups < T) */
+  int tp_size;                      /* tp_stack > 1: T */
 } sl_tensor_spec;
 
 typedef struct {
@@ -495,9 +499,13 @@ int sl_unit_add_stacked(const sl_model *m, sl_unit_spec *u, const char *name, in
                         int64_t d2, int decay, sl_init_kind init, float std, int64_t stacks);
 /* The same with parts of different extents: parts[0..nparts) (nparts <=
  * SL_TP_PARTS_MAX) stacked along dim 0, each split over the TP group (T
- * divides each; the caller checked), packed part after part. */
+ * divides each; the caller checked), packed part after part. reps (NULL:
+ * all 1): part s split over T / reps[s] slots instead, each held by
+ * reps[s] ranks (rank r: slot r / reps[s]; its gradient the caller's to
+ * sum over them), counted once by the gradient norm and assembled from the
+ * slot's first rank (the others' copies checked to be the same bits). */
 int sl_unit_add_parts(const sl_model *m, sl_unit_spec *u, const char *name, int ndim, const int64_t *parts,
-                      int nparts, int64_t d1, int64_t d2, int decay, sl_init_kind init, float std);
+                      const int *reps, int nparts, int64_t d1, int64_t d2, int decay, sl_init_kind init, float std);
 void sl_unit_free(sl_unit_spec *u);
 
 #ifdef __cplusplus

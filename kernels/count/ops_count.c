@@ -117,6 +117,21 @@ static void c_rmsnorm_bwd(sl_kctx *k, float *dinp, float *dw, const float *dout,
   (void)rstd;
   add(k, 8 * D(N) * D(C), 0);
 }
+static void c_rmsnorm_rowsum(sl_kctx *k, float *out, const float *a, const float *b, const float *w, int64_t N,
+                             int64_t C, int64_t ld) {
+  (void)out, (void)a, (void)b, (void)w, (void)ld;
+  add(k, 2 * D(N) * D(C), 0);
+}
+static void c_rmsnorm_fwd_sum(sl_kctx *k, float *out, float *rstd, const float *inp, const float *w, const float *sums,
+                              int64_t N, int64_t C, int64_t ld, int64_t Cw, float eps) {
+  (void)out, (void)rstd, (void)inp, (void)w, (void)sums, (void)ld, (void)Cw, (void)eps;
+  add(k, 2 * D(N) * D(C), 0);
+}
+static void c_rmsnorm_bwd_sum(sl_kctx *k, float *dinp, const float *dout, const float *inp, const float *w,
+                              const float *rstd, const float *dots, int64_t N, int64_t C, int64_t ld, int64_t Cw) {
+  (void)dinp, (void)dout, (void)inp, (void)w, (void)rstd, (void)dots, (void)ld, (void)Cw;
+  add(k, 4 * D(N) * D(C), 0);
+}
 static void c_linear_fwd(sl_kctx *k, float *out, const float *inp, const float *w, const float *b, int64_t N,
                          int64_t IC, int64_t OC) {
   (void)out;
@@ -678,6 +693,9 @@ static const sl_ops g_count_ops = {
     .embedding_bwd = c_embedding_bwd,
     .rmsnorm_fwd = c_rmsnorm_fwd,
     .rmsnorm_bwd = c_rmsnorm_bwd,
+    .rmsnorm_rowsum = c_rmsnorm_rowsum,
+    .rmsnorm_fwd_sum = c_rmsnorm_fwd_sum,
+    .rmsnorm_bwd_sum = c_rmsnorm_bwd_sum,
     .linear_fwd = c_linear_fwd,
     .linear_bwd = c_linear_bwd,
     .rope_fwd = c_rope_fwd,

@@ -116,6 +116,48 @@ void sl_cpu_rmsnorm_bwd(sl_kctx *ctx, float *dinp, float *dw, const float *dout,
   }
 }
 
+/* The split-row RMSNorm (kernels.h rmsnorm_rowsum): rms_fwd_row's and
+ * rms_bwd_row's arithmetic with the row's sums given. */
+void sl_cpu_rmsnorm_rowsum(sl_kctx *ctx, float *out, const float *a, const float *b, const float *w, int64_t N,
+                           int64_t C, int64_t ld) {
+#pragma omp parallel for num_threads(nthr(ctx, N *C)) schedule(static)
+  for (int64_t i = 0; i < N; i++) {
+    const float *x = a + i * ld, *y = b + i * ld;
+    double s = 0.0;
+    if (w)
+      for (int64_t j = 0; j < C; j++) s += (double)(w[j] * x[j]) * (double)y[j];
+    else
+      for (int64_t j = 0; j < C; j++) s += (double)x[j] * (double)y[j];
+    out[i] = (float)s;
+  }
+}
+
+void sl_cpu_rmsnorm_fwd_sum(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w, const float *sums,
+                            int64_t N, int64_t C, int64_t ld, int64_t Cw, float eps) {
+#pragma omp parallel for num_threads(nthr(ctx, N *C)) schedule(static)
+  for (int64_t i = 0; i < N; i++) {
+    const float *x = inp + i * ld;
+    float *o = out + i * ld;
+    float r = 1.0f / sqrtf((float)((double)sums[i] / (double)Cw) + eps);
+    rstd[i] = r;
+    if (w)
+      for (int64_t j = 0; j < C; j++) o[j] = w[j] * (x[j] * r);
+    else
+      for (int64_t j = 0; j < C; j++) o[j] = x[j] * r;
+  }
+}
+
+void sl_cpu_rmsnorm_bwd_sum(sl_kctx *ctx, float *dinp, const float *dout, const float *inp, const float *w,
+                            const float *rstd, const float *dots, int64_t N, int64_t C, int64_t ld, int64_t Cw) {
+#pragma omp parallel for num_threads(nthr(ctx, N *C)) schedule(static)
+  for (int64_t i = 0; i < N; i++) {
+    const float *x = inp + i * ld, *dy = dout + i * ld;
+    float *dx = dinp + i * ld, r = rstd[i];
+    float c = (float)((double)r * r * r * (double)dots[i] / (double)Cw);
+    for (int64_t j = 0; j < C; j++) dx[j] += r * ((w ? w[j] : 1.0f) * dy[j]) - c * x[j];
+  }
+}
+
 /* ---- RoPE ---------------------------------------------------------------- */
 
 /* (T, hd/2) pairs of (cos, sin) as torch computes them in fp32:

@@ -15,6 +15,12 @@ void sl_cpu_rmsnorm_fwd(sl_kctx *ctx, float *out, float *rstd, const float *inp,
                         int64_t ld, float eps);
 void sl_cpu_rmsnorm_bwd(sl_kctx *ctx, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                         const float *rstd, int64_t N, int64_t C, int64_t ld);
+void sl_cpu_rmsnorm_rowsum(sl_kctx *ctx, float *out, const float *a, const float *b, const float *w, int64_t N,
+                           int64_t C, int64_t ld);
+void sl_cpu_rmsnorm_fwd_sum(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w, const float *sums,
+                            int64_t N, int64_t C, int64_t ld, int64_t Cw, float eps);
+void sl_cpu_rmsnorm_bwd_sum(sl_kctx *ctx, float *dinp, const float *dout, const float *inp, const float *w,
+                            const float *rstd, const float *dots, int64_t N, int64_t C, int64_t ld, int64_t Cw);
 void sl_cpu_linear_fwd(sl_kctx *ctx, float *out, const float *inp, const float *w, const float *b, int64_t N,
                        int64_t IC, int64_t OC);
 void sl_cpu_linear_bwd(sl_kctx *ctx, float *dinp, float *dw, float *db, const float *dout, const float *inp,

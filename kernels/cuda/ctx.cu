@@ -212,6 +212,9 @@ static sl_ops make_cuda_fp32() {
   o.embedding_bwd = sl_cuda_embedding_bwd;
   o.rmsnorm_fwd = sl_cuda_rmsnorm_fwd;
   o.rmsnorm_bwd = sl_cuda_rmsnorm_bwd;
+  o.rmsnorm_rowsum = sl_cuda_rmsnorm_rowsum;
+  o.rmsnorm_fwd_sum = sl_cuda_rmsnorm_fwd_sum;
+  o.rmsnorm_bwd_sum = sl_cuda_rmsnorm_bwd_sum;
   o.linear_fwd = sl_cuda_linear_fwd;
   o.linear_bwd = sl_cuda_linear_bwd;
   o.rope_fwd = sl_cuda_rope_fwd;

@@ -76,3 +76,59 @@ void sl_cuda_rmsnorm_bwd(sl_kctx *ctx, float *dinp, float *dw, const float *dout
     sl_cuda_colsum_partials(ctx, dw, part, P, C);
   }
 }
+
+/* ---- the split-row RMSNorm (kernels.h rmsnorm_rowsum): one block per row ---- */
+static __global__ void rowsum_kernel(float *out, const float *a, const float *b, const float *w, int64_t C,
+                                     int64_t ld) {
+  __shared__ float sh[33];
+  int64_t r = blockIdx.x;
+  const float *x = a + r * ld, *y = b + r * ld;
+  float s = 0.0f;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) s += (w ? w[c] * x[c] : x[c]) * y[c];
+  s = sl_block_sum(s, sh);
+  if (threadIdx.x == 0) out[r] = s;
+}
+
+static __global__ void fwd_sum_kernel(float *out, float *rstd, const float *inp, const float *w, const float *sums,
+                                      int64_t C, int64_t ld, int64_t Cw, float eps) {
+  int64_t r = blockIdx.x;
+  const float *x = inp + r * ld;
+  float rs = 1.0f / sqrtf(sums[r] / (float)Cw + eps);
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) out[r * ld + c] = w ? x[c] * rs * w[c] : x[c] * rs;
+  if (threadIdx.x == 0) rstd[r] = rs;
+}
+
+static __global__ void bwd_sum_kernel(float *dinp, const float *dout, const float *inp, const float *w,
+                                      const float *rstd, const float *dots, int64_t C, int64_t ld, int64_t Cw) {
+  int64_t r = blockIdx.x;
+  const float *x = inp + r * ld, *g = dout + r * ld;
+  float rs = rstd[r], k = dots[r] * rs * rs * rs / (float)Cw;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dinp[r * ld + c] += rs * (w ? w[c] : 1.0f) * g[c] - x[c] * k;
+}
+
+void sl_cuda_rmsnorm_rowsum(sl_kctx *ctx, float *out, const float *a, const float *b, const float *w, int64_t N,
+                            int64_t C, int64_t ld) {
+  SL_CUDA_BEGIN(ctx);
+  SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && ld >= C && N <= 0x7fffffffLL);
+  if (N == 0) return;
+  rowsum_kernel<<<(unsigned)N, RT, 0, ctx->stream>>>(out, a, b, w, C, ld);
+  CUDA_LAUNCH_CHECK(ctx);
+}
+
+void sl_cuda_rmsnorm_fwd_sum(sl_kctx *ctx, float *out, float *rstd, const float *inp, const float *w, const float *sums,
+                             int64_t N, int64_t C, int64_t ld, int64_t Cw, float eps) {
+  SL_CUDA_BEGIN(ctx);
+  SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && ld >= C && Cw >= C && N <= 0x7fffffffLL);
+  if (N == 0) return;
+  fwd_sum_kernel<<<(unsigned)N, RT, 0, ctx->stream>>>(out, rstd, inp, w, sums, C, ld, Cw, eps);
+  CUDA_LAUNCH_CHECK(ctx);
+}
+
+void sl_cuda_rmsnorm_bwd_sum(sl_kctx *ctx, float *dinp, const float *dout, const float *inp, const float *w,
+                             const float *rstd, const float *dots, int64_t N, int64_t C, int64_t ld, int64_t Cw) {
+  SL_CUDA_BEGIN(ctx);
+  SL_CUDA_REQUIRE(ctx, N >= 0 && C > 0 && ld >= C && Cw >= C && N <= 0x7fffffffLL);
+  if (N == 0) return;
+  bwd_sum_kernel<<<(unsigned)N, RT, 0, ctx->stream>>>(dinp, dout, inp, w, rstd, dots, C, ld, Cw);
+  CUDA_LAUNCH_CHECK(ctx);
+}

@@ -77,7 +77,10 @@ d1, dumps1 = suite("g2", c1, 7, [("1 rank", (), []),
 c2 = M.make_config(hidden=32, layers=3, state=6, expand=2, conv=3, heads=4, groups=1, vocab=EC.VOCAB, chunk=8,
                    tied=True, limit=(0.002, 0.06))
 c2.use_bias, c2.use_conv_bias = True, False
-d2, _ = suite("g1-tied-bias-limit", c2, 8, [("1 rank", (), [])])
+d2, _ = suite("g1-tied-bias-limit", c2, 8, [("1 rank", (), []),  # n_groups 1 < --tp 2: the group shared by the ranks
+                                            ("2 ranks --tp 2", MPI, ["--tp", 2]),
+                                            ("2 ranks --tp 2 --sequence-parallel", MPI,
+                                             ["--tp", 2, "--sequence-parallel"])])
 with torch.no_grad():  # the clamp bites: some softplus(dt + dt_bias) outside [0.002, 0.06] in the first batch
     mm = M.load_hf(d2)
     x, _ = M.L.batch(stream, 0, B, T)
@@ -207,11 +210,14 @@ for tag, mdir, load in (("g2", d1, M.load_hf), ("g1-tied-bias-limit", d2, M.load
                 ck(f"[{tag}] --doc-attention-mask dump bit-identical none vs {mode}", eq, det)
 
 # ---- 5. refusals by name ------------------------------------------------------------------------------
-ok, msg = EC.run_engine("mpirun", MPI[1:] + [exe] + EC.train_args(d2, data, os.path.join(w, "m_tp.jsonl"),
-                        os.path.join(w, "s_tp"), "none") + ["--tp", 2], os.path.join(w, "tp.log"))
+MPI3 = MPI[:-1] + ["3"]  # --tp 3: does not divide num_heads 4
+ok, msg = EC.run_engine("mpirun", MPI3[1:] + [exe] + EC.train_args(d2, data, os.path.join(w, "m_tp.jsonl"),
+                        os.path.join(w, "s_tp"), "none") + ["--tp", 3], os.path.join(w, "tp.log"))
 log = open(os.path.join(w, "tp.log")).read()
-ck("[refusal] --tp 2 of a model with n_groups 1 is refused naming n_groups and the valid --tp",
-   not ok and "n_groups 1" in log and "--tp" in log, next((ln for ln in log.splitlines() if "n_groups" in ln), msg))
+ck("[refusal] --tp 3 of a model with num_heads 4 is refused naming num_heads, n_groups and the valid --tp",
+   not ok and "num_heads 4 is not divisible by --tp 3 (n_groups 1)" in log
+   and "valid --tp values for this model: 1, 2, 4" in log,
+   next((ln for ln in log.splitlines() if "n_groups" in ln), msg))
 
 print(f"{ck.passed} passed, {ck.failed} failed")
 sys.exit(1 if ck.failed else 0)

@@ -15,11 +15,11 @@
 #    gradient to 2e-5 relative (the key biases' gradients, analytically zero
 #    without RoPE, to 2e-5 of the largest gradient); checkpointing
 #    none/selective/full bit-identical; 10 AdamW steps (loss 1e-4 abs, lr,
-#    grad_norm, final weights) at 1 rank, 2 ranks ZeRO-3, --pp 2 (1f1b and
-#    zb1p), ZeRO-3 with the CPU optimizer and under full checkpointing (the
-#    first); 1 rank and --pp 2 (the second); --tp 2 with and without sequence
-#    parallelism refused naming n_groups (one Mamba group, as every Granite
-#    4.0-H: groups shared by several TP ranks are not built);
+#    grad_norm, final weights) at 1 rank, 2 ranks ZeRO-3, --tp 2 with and
+#    without sequence parallelism (one Mamba group, as every Granite 4.0-H,
+#    shared by both TP ranks), --pp 2 (1f1b and zb1p), ZeRO-3 with the CPU
+#    optimizer and under full checkpointing (the first); 1 rank and --pp 2
+#    (the second);
 #  - negative controls: the reference without residual_multiplier, without
 #    logits_scaling (both configs), and with RoPE, far from the engine;
 #  - HF round trip (--steps 0 --save byte-identical, config.json read back); the

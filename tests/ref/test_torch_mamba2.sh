@@ -21,7 +21,8 @@
 #    document run on its own (logits, loss, every gradient), for Mamba-2
 #    and Mamba (v1); checkpointing modes bit-identical; a negative control
 #    (the row run without resets) far off;
-#  - --tp 2 with n_groups 1 refused by name (--compute-dtype bf16 is checked
-#    by tests/ref/test_torch_bf16.sh).
+#  - n_groups 1 at --tp 2 with and without sequence parallelism (the group
+#    shared by both ranks); --tp 3 (not dividing num_heads 4) refused by
+#    name (--compute-dtype bf16 is checked by tests/ref/test_torch_bf16.sh).
 # Needs $SL_BUILD/shardlm, mpirun and /usr/bin/python3 with torch; else exit 77.
 exec bash "$(dirname "$0")/../lib/torch_run.sh" torch_mamba2 mamba2_checks.py

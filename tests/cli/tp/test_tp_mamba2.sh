@@ -18,11 +18,38 @@
 # K/V slice, and the squared-ReLU MLP with mlp_bias; no attention_bias: without
 # RoPE the key bias gets no gradient but rounding, on which Adam drifts): the
 # decoder's layers of two kinds under every layout above.
+# Groups shared by TP ranks (n_groups < --tp: each group's B/C rows of in_proj
+# and conv channels replicated over the --tp / n_groups ranks holding its
+# heads, their gradients summed over those ranks; the gated norm's per-group
+# sums of squares and backward dot products summed over them): Mamba-2 and
+# Nemotron-H at n_groups 1 (conv bias on; in_proj's bias only at n_groups 2:
+# at n_groups 1 Adam's noise on its small gradients measured 8e-6 against
+# the 5e-5 bound, under 10x) at TP 2 with and without SP, with
+# full checkpointing, with --no-sync-accum (against one process with it),
+# at TP 4 under SP, from HF weights read by slices, and Mamba-2 at n_groups
+# 2 under TP 4 (two groups, two ranks each), same 1e-5 bounds. Negative
+# control: SL_FAULT_M2_NORM_LOCAL=1 (each rank normalises by its own
+# channels' statistics) must fail the comparison. Refusals: num_heads not
+# divisible by --tp, n_groups neither dividing nor divisible by it.
 # --eps 1e-6: as tests/cli/tp/test_tp_mamba.sh.
 source "${SL_SRC:?}/tests/lib/run.sh" tp_mamba2 mpi numpy
 tiny_model "$W/m" mamba '"num_hidden_layers": 2, "vocab_size": 211, "architectures": ["Mamba2ForCausalLM"],
  "num_heads": 8, "head_dim": 8, "n_groups": 4, "state_size": 6, "conv_kernel": 3, "time_step_rank": null,
  "use_bias": true, "use_conv_bias": false, "tie_word_embeddings": false, "time_step_limit": [0.001, 0.08]'
+for g in 1 2; do
+  tiny_model "$W/g$g" mamba '"num_hidden_layers": 2, "vocab_size": 211, "architectures": ["Mamba2ForCausalLM"],
+ "num_heads": 8, "head_dim": 8, "n_groups": '$g', "state_size": 6, "conv_kernel": 3, "time_step_rank": null,
+ "use_bias": '$([ $g = 2 ] && echo true || echo false)', "use_conv_bias": true, "tie_word_embeddings": false,
+ "time_step_limit": [0.001, 0.08]'
+done
+tiny_model "$W/nh1" mamba '"num_hidden_layers": 4, "vocab_size": 211, "architectures": ["NemotronHForCausalLM"],
+ "hybrid_override_pattern": "M*M-", "intermediate_size": 40, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "head_dim": 8, "mamba_num_heads": 8, "mamba_head_dim": 8, "n_groups": 1, "ssm_state_size": 6, "state_size": null,
+ "expand": null, "conv_kernel": 3, "time_step_rank": null, "use_bias": false, "use_conv_bias": true,
+ "mlp_bias": true, "tie_word_embeddings": false, "time_step_limit": [0.001, 0.08]'
+tiny_model "$W/g3" mamba '"num_hidden_layers": 1, "vocab_size": 211, "architectures": ["Mamba2ForCausalLM"],
+ "num_heads": 6, "head_dim": 8, "n_groups": 3, "state_size": 6, "conv_kernel": 3, "time_step_rank": null,
+ "expand": 2, "hidden_size": 24'
 tiny_model "$W/nh" mamba '"num_hidden_layers": 4, "vocab_size": 211, "architectures": ["NemotronHForCausalLM"],
  "hybrid_override_pattern": "M*M-", "intermediate_size": 40, "num_attention_heads": 4, "num_key_value_heads": 2,
  "head_dim": 8, "mamba_num_heads": 8, "mamba_head_dim": 8, "n_groups": 4, "ssm_state_size": 6, "state_size": null,
@@ -106,12 +133,51 @@ P
   # refusal: T not dividing n_groups (exit 2, naming it and the valid --tp values)
   $MPI -np 3 "$B" train $COMMON --model "$W/$M" --micro-batch 1 --tp 3 --out-dir "$W/${M}_refuse" > "$W/${M}_refuse.log" 2>&1
   rc=$?
-  needle="n_groups 4 (and num_heads 8) must be divisible by --tp 3"
-  if [ $rc -eq 2 ] && grep -qF -- "$needle" "$W/${M}_refuse.log" && grep -qF "valid --tp values for this model: 1, 2, 4" "$W/${M}_refuse.log"; then
+  needle="num_heads 8 is not divisible by --tp 3 (n_groups 4)"
+  if [ $rc -eq 2 ] && grep -qF -- "$needle" "$W/${M}_refuse.log" && grep -qF "valid --tp values for this model: 1, 2, 4, 8" "$W/${M}_refuse.log"; then
     ok "refusal: $(grep -F -- "$needle" "$W/${M}_refuse.log" | head -1 | sed 's/^\[rank [0-9]*\] //')"
   else
     bad "refusal (exit $rc, wanted 2 and '$needle')"
     tail -3 "$W/${M}_refuse.log"
+  fi
+done
+
+# n_groups < --tp: a group's B/C replicated over the ranks holding its heads, the gated norm's sums summed over them
+for M in g1 nh1; do
+  train ${M}_base $M 1 4 1 - --zero 0
+  train ${M}_tp2 $M 2 4 1 ${M}_base --tp 2 --zero 0
+  train ${M}_tp2sp $M 2 4 1 ${M}_base --tp 2 --zero 1 --sequence-parallel
+  train ${M}_tp2full $M 2 2 2 ${M}_base --tp 2 --zero 3 --activation-checkpoint full
+  train ${M}_tp2spfull $M 2 2 2 ${M}_base --tp 2 --zero 1 --sequence-parallel --activation-checkpoint full
+  train ${M}_sp4 $M 4 4 1 ${M}_base --tp 4 --zero 3 --sequence-parallel
+  train ${M}_hf1 ${M}_base/model 1 4 1 - --zero 0 --init hf
+  train ${M}_hf_tp2 ${M}_base/model 2 4 1 ${M}_hf1 --tp 2 --zero 0 --init hf
+  # --no-sync-accum: the replicated gradients' TP sum takes only the micro-batch's part
+  train ${M}_nbase $M 1 2 2 - --zero 0 --no-sync-accum
+  train ${M}_ns2 $M 2 2 2 ${M}_nbase --tp 2 --zero 0 --no-sync-accum --sequence-parallel
+  # negative control: each rank's statistics of its own channels only
+  if SL_FAULT_M2_NORM_LOCAL=1 $MPI -np 2 "$B" train $COMMON --model "$W/$M" --micro-batch 4 --grad-accum 1 --tp 2 \
+    --zero 0 --out-dir "$W/${M}_fault" --save "$W/${M}_fault/model" > "$W/${M}_fault.log" 2>&1 &&
+    ! $CMP "$W/${M}_fault" "$W/${M}_base" --rtol 1e-5 > "$W/${M}_fault.cmp" 2>&1; then
+    ok "negative control $M: the gated norm without its TP sum differs: $(grep -o 'worst loss diff [^,]*' "$W/${M}_fault.cmp")"
+  else
+    bad "negative control $M (SL_FAULT_M2_NORM_LOCAL=1 should fail the comparison)"
+  fi
+done
+train g2_base g2 1 4 1 - --zero 0
+train g2_tp4 g2 4 4 1 g2_base --tp 4 --zero 1
+# refusals naming the fields: num_heads 8 / --tp 3; n_groups 3 and --tp 2 (num_heads 6 divisible)
+for lay in "g1 3 num_heads 8 is not divisible by --tp 3 (n_groups 1)" "g3 2 n_groups 3 is neither divisible by --tp 2 nor divides it"; do
+  set -- $lay
+  M=$1 np=$2
+  shift 2
+  $MPI -np $np "$B" train $COMMON --model "$W/$M" --micro-batch 1 --tp $np --out-dir "$W/${M}_ref$np" > "$W/${M}_ref$np.log" 2>&1
+  rc=$?
+  if [ $rc -eq 2 ] && grep -qF -- "$*" "$W/${M}_ref$np.log"; then
+    ok "refusal: $(grep -F -- "$*" "$W/${M}_ref$np.log" | head -1 | sed 's/^\[rank [0-9]*\] //')"
+  else
+    bad "refusal $M --tp $np (exit $rc, wanted 2 and '$*')"
+    tail -3 "$W/${M}_ref$np.log"
   fi
 done
 finish

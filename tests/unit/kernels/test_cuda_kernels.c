@@ -196,6 +196,29 @@ static void test_rmsnorm_weightless(void) {
   freeb(&x), freeb(&out), freeb(&rstd), freeb(&dout), freeb(&dx);
 }
 
+/* the split-row RMSNorm ops (Mamba-2's gated norm shared by TP ranks): one
+ * 64-wide part of 200-wide rows, the sums given as the TP sum leaves them */
+static void test_rmsnorm_sum(void) {
+  int64_t N = 70, C = 64, ld = 200, Cw = 128;
+  buf x = mk(N * ld, -2, 2), w = mk(C, 0.5f, 1.5f), out = mk(N * ld, -1, 1), rstd = mk0(N), ss = mk0(N);
+  buf dout = mk(N * ld, -1, 1), dx = mk(N * ld, -1, 1), dots = mk0(N), sums = mk(N, 20, 60), dsum = mk(N, -5, 5);
+  cpu->rmsnorm_rowsum(cc, ss.h, x.h, x.h, NULL, N, C, ld);
+  gpu->rmsnorm_rowsum(gc, ss.d, x.d, x.d, NULL, N, C, ld);
+  check("rmsnorm_rowsum (sum of squares)", &ss, 1e-5);
+  cpu->rmsnorm_rowsum(cc, dots.h, dout.h, x.h, w.h, N, C, ld);
+  gpu->rmsnorm_rowsum(gc, dots.d, dout.d, x.d, w.d, N, C, ld);
+  check("rmsnorm_rowsum (weighted dot)", &dots, 1e-5);
+  cpu->rmsnorm_fwd_sum(cc, out.h, rstd.h, x.h, w.h, sums.h, N, C, ld, Cw, 1e-5f);
+  gpu->rmsnorm_fwd_sum(gc, out.d, rstd.d, x.d, w.d, sums.d, N, C, ld, Cw, 1e-5f);
+  check("rmsnorm_fwd_sum out", &out, 1e-5);
+  check("rmsnorm_fwd_sum rstd", &rstd, 1e-5);
+  cpu->rmsnorm_bwd_sum(cc, dx.h, dout.h, x.h, w.h, rstd.h, dsum.h, N, C, ld, Cw);
+  gpu->rmsnorm_bwd_sum(gc, dx.d, dout.d, x.d, w.d, rstd.d, dsum.d, N, C, ld, Cw);
+  check("rmsnorm_bwd_sum dinp", &dx, 1e-4);
+  freeb(&x), freeb(&w), freeb(&out), freeb(&rstd), freeb(&ss), freeb(&dout), freeb(&dx), freeb(&dots);
+  freeb(&sums), freeb(&dsum);
+}
+
 static void test_linear(void) {
   int64_t N = 37, IC = 65, OC = 47;
   buf x = mk(N * IC, -1, 1), w = mk(OC * IC, -0.5f, 0.5f), b = mk(OC, -1, 1), out = mk0(N * OC);
@@ -1056,6 +1079,7 @@ int main(void) {
   test_rmsnorm();
   test_rmsnorm_strided();
   test_rmsnorm_weightless();
+  test_rmsnorm_sum();
   test_linear();
   test_rope();
   test_attention(2, 67, 4, 2, 64, 0, 0.0f);

@@ -208,6 +208,56 @@ static void test_rmsnorm(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C) 
   free(s.o);
 }
 
+/* The split-row RMSNorm (rmsnorm_rowsum, rmsnorm_fwd_sum, rmsnorm_bwd_sum:
+ * Mamba-2's gated norm when a group spans P TP ranks): each row's C
+ * channels in P parts of C / P (rows at stride C, as one rank's slice is a
+ * column block), the parts' sums added as the TP sum does, against the
+ * whole-row rmsnorm_fwd / _bwd (the same arithmetic except the sums' float
+ * rounding: a few ulps); P = 1 too. Negative control: each part normalised
+ * by its own sums (what a missing TP sum gives) is far off. */
+static void test_rmsnorm_split(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t C, int64_t P) {
+  float eps = 1e-5f;
+  int64_t c = C / P;
+  float *x = fvec(N * C, 2.0f), *w = fvec(C, 1.5f), *R = fvec(N * C, 1.0f);
+  float *out = zeros(N * C), *rstd = zeros(N), *dx = zeros(N * C), *dw = zeros(C);
+  float *po = zeros(N * C), *prs = zeros(N), *pdx = zeros(N * C), *pdw = zeros(C), *lo = zeros(N * C);
+  float *ss = zeros(N), *dots = zeros(N), *part = zeros(N), *lrs = zeros(N);
+  ops->rmsnorm_fwd(ctx, out, rstd, x, w, N, C, C, eps);
+  ops->rmsnorm_bwd(ctx, dx, dw, R, x, w, rstd, N, C, C);
+  for (int64_t q = 0; q < P; q++) {
+    ops->rmsnorm_rowsum(ctx, part, x + q * c, x + q * c, NULL, N, c, C);
+    for (int64_t i = 0; i < N; i++) ss[i] += part[i];
+    ops->rmsnorm_fwd_sum(ctx, lo + q * c, lrs, x + q * c, w + q * c, part, N, c, C, C, eps); /* the control */
+  }
+  for (int64_t q = 0; q < P; q++) ops->rmsnorm_fwd_sum(ctx, po + q * c, prs, x + q * c, w + q * c, ss, N, c, C, C, eps);
+  for (int64_t q = 0; q < P; q++) {
+    ops->rmsnorm_rowsum(ctx, part, R + q * c, x + q * c, w + q * c, N, c, C);
+    for (int64_t i = 0; i < N; i++) dots[i] += part[i];
+  }
+  for (int64_t q = 0; q < P; q++) {
+    ops->rmsnorm_bwd_sum(ctx, pdx + q * c, R + q * c, x + q * c, w + q * c, prs, dots, N, c, C, C);
+    ops->rmsnorm_bwd(ctx, NULL, pdw + q * c, R + q * c, x + q * c, w + q * c, prs, N, c, C);
+  }
+  double *d_out = to_d(out, N * C), *d_rs = to_d(rstd, N), *d_dx = to_d(dx, N * C), *d_dw = to_d(dw, C);
+  char nm[128];
+  snprintf(nm, sizeof nm, "rmsnorm split in %lld: out vs whole row", (long long)P);
+  report(nm, rel_err(po, d_out, N * C, 1e-3), 2e-6);
+  snprintf(nm, sizeof nm, "rmsnorm split in %lld: rstd vs whole row", (long long)P);
+  report(nm, rel_err(prs, d_rs, N, 1e-3), 2e-6);
+  snprintf(nm, sizeof nm, "rmsnorm split in %lld: dinp vs whole row", (long long)P);
+  report(nm, rel_err(pdx, d_dx, N * C, 1e-3), 2e-6);
+  snprintf(nm, sizeof nm, "rmsnorm split in %lld: dw vs whole row", (long long)P);
+  report(nm, rel_err(pdw, d_dw, C, 1e-3), 2e-6);
+  if (P > 1) {
+    double e = rel_err(lo, d_out, N * C, 1e-3);
+    snprintf(nm, sizeof nm, "rmsnorm split in %lld: control, parts' own sums (must be > 1e-2)", (long long)P);
+    report(nm, e > 1e-2 ? 0.0 : 1.0 - e, 0.0);
+    printf("     (the control's error: %.3e)\n", e);
+  }
+  free(x), free(w), free(R), free(out), free(rstd), free(dx), free(dw), free(po), free(prs), free(pdx), free(pdw);
+  free(lo), free(ss), free(dots), free(part), free(lrs), free(d_out), free(d_rs), free(d_dx), free(d_dw);
+}
+
 /* rmsnorm over rows at a stride ld > C (rows inside a wider buffer, as a
  * per-head norm reads one head of each packed qkv row): the same bits as the
  * packed (N, C) op on the gathered rows; the elements between rows are
@@ -1246,6 +1296,9 @@ int main(void) {
   test_linear_big(ops, c2, 40, 301, 700); /* wide: split along N */
   test_linear_big(ops, c2, 700, 301, 40); /* tall: split along M */
   test_rmsnorm_strided(ops, c2, 37, 64, 80);
+  test_rmsnorm_split(ops, c2, 37, 64, 2);
+  test_rmsnorm_split(ops, c1, 9, 48, 4);
+  test_rmsnorm_split(ops, c2, 11, 40, 1);
   test_rmsnorm_strided(ops, c1, 40, 8, 48); /* 8-wide heads of a 48-wide row */
   test_rmsnorm_weightless(ops, c2, 37, 8, 16); /* Falcon-Mamba's B (S = 8) in a B | C row */
   test_rmsnorm_weightless(ops, c1, 9, 5, 5);   /* its dt, packed (R = 5) */

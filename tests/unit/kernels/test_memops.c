@@ -139,7 +139,7 @@ static void check_support(void) {
   CHECK(rc == SL_EINPUT && strstr(sl_errmsg(), "'cpu' does not support 3 op(s)") &&
             strstr(sl_errmsg(), "linear_bwd, scan_fwd, ssd_bwd") && !strstr(sl_errmsg(), "mem_info"),
         "missing ops named: rc %d '%s'", rc, sl_errmsg());
-  CHECK(sl_ops_optional("mem_info") && !sl_ops_optional("adamw") && SL_OPS_COUNT == 68, "optional ops, count (%d)",
+  CHECK(sl_ops_optional("mem_info") && !sl_ops_optional("adamw") && SL_OPS_COUNT == 71, "optional ops, count (%d)",
         (int)SL_OPS_COUNT);
 }
 
