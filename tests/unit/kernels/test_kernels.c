@@ -1135,9 +1135,10 @@ static void test_moe_route(const sl_ops *ops, sl_kctx *ctx, int64_t N, int64_t E
   char nm[128], opt[64];
   snprintf(opt, sizeof opt, "%s%s, scale %g%s", mode & SL_MOE_SIGMOID ? "sigmoid" : "softmax",
            mode & SL_MOE_NORM ? " renormalised" : "", (double)scale, bias ? ", bias" : "");
-  /* probs <= 1 and weights / scale <= 1: a few fp32 roundings (~6e-8 each) of values below 1 */
+  /* probs <= 1 and weights / scale <= 1: a few fp32 roundings (~6e-8 each) of values below 1; measured at most
+   * 1.14e-7 (softmax renormalised, Haswell at 1 thread) over four core types at 1 and 2 threads: 2e-6 is 17x */
   snprintf(nm, sizeof nm, "moe_route_fwd probs, weights/scale vs double (%s)", opt);
-  report(nm, fmax(perr, werr), 1e-6);
+  report(nm, fmax(perr, werr), 2e-6);
   snprintf(nm, sizeof nm, "moe_route_fwd top-k order, groups, inverse, idle expert (%s; mismatches)", opt);
   report(nm, (double)bad, 0);
   float *gp = with_gp ? fvec(E, 1.0f) : NULL; /* the load-balancing loss's gradient on every probability */
@@ -1296,9 +1297,6 @@ int main(void) {
   test_linear_big(ops, c2, 40, 301, 700); /* wide: split along N */
   test_linear_big(ops, c2, 700, 301, 40); /* tall: split along M */
   test_rmsnorm_strided(ops, c2, 37, 64, 80);
-  test_rmsnorm_split(ops, c2, 37, 64, 2);
-  test_rmsnorm_split(ops, c1, 9, 48, 4);
-  test_rmsnorm_split(ops, c2, 11, 40, 1);
   test_rmsnorm_strided(ops, c1, 40, 8, 48); /* 8-wide heads of a 48-wide row */
   test_rmsnorm_weightless(ops, c2, 37, 8, 16); /* Falcon-Mamba's B (S = 8) in a B | C row */
   test_rmsnorm_weightless(ops, c1, 9, 5, 5);   /* its dt, packed (R = 5) */
@@ -1367,6 +1365,10 @@ int main(void) {
   test_moe_opts(ops, c2, 37, 6, 2, SL_MOE_SIGMOID | SL_MOE_NORM, 2.5f, 10);
   test_moe_opts(ops, c1, 23, 5, 3, SL_MOE_SIGMOID, 2.5f, 12);
   test_moe_opts(ops, c2, 37, 6, 2, SL_MOE_NORM, 2.5f, 10);
+  /* Mamba-2's gated norm split over TP ranks (last: the earlier cases keep their random inputs) */
+  test_rmsnorm_split(ops, c2, 37, 64, 2);
+  test_rmsnorm_split(ops, c1, 9, 48, 4);
+  test_rmsnorm_split(ops, c2, 11, 40, 1);
   size_t sb = ops->ctx_scratch_bytes(c2);
   report("ctx_scratch_bytes > 0 after use (reported as err = !ok)", sb > 0 ? 0.0 : 1.0, 0);
   ops->ctx_destroy(c2);
