@@ -140,6 +140,15 @@ kinds = {
     "mamba": {"architectures": ["MambaForCausalLM"], "hidden_size": 32, "num_hidden_layers": 3,
               "state_size": 8, "expand": 2, "conv_kernel": 4, "time_step_rank": 4, "vocab_size": 300,
               "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True},
+    # Nemotron-H with MoE layers (M*E-E: Mamba-2, attention, the sigmoid-routed relu^2 experts with the shared
+    # expert, a dense MLP)
+    "nemotron_moe": {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "hidden_size": 32,
+                     "vocab_size": 300, "layer_norm_epsilon": 1e-5, "tie_word_embeddings": False, "conv_kernel": 4,
+                     "hybrid_override_pattern": "M*E-E", "intermediate_size": 48, "num_attention_heads": 4,
+                     "num_key_value_heads": 2, "head_dim": 8, "mamba_num_heads": 8, "mamba_head_dim": 8,
+                     "n_groups": 2, "ssm_state_size": 8, "n_routed_experts": 4, "num_experts_per_tok": 2,
+                     "moe_intermediate_size": 24, "moe_shared_expert_intermediate_size": 40,
+                     "routed_scaling_factor": 2.5},
 }
 c = dict(kinds[sys.argv[2]])
 for k, v in json.loads("{" + sys.argv[3] + "}").items():

@@ -75,12 +75,7 @@ tiny_model "$W/granite_h" mamba '"architectures": ["GraniteMoeHybridForCausalLM"
  "residual_multiplier": 0.22, "attention_multiplier": 0.0625, "logits_scaling": 4.0'
 # Nemotron-H with 'E' layers (M*E-E: the sigmoid router with routed_scaling_factor, relu^2 experts, the shared
 # expert beside them; the router's sigmoid mode of moe_route_fwd / _bwd on the device)
-tiny_model "$W/nemotron_moe" mamba '"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
- "hybrid_override_pattern": "M*E-E", "num_hidden_layers": null, "intermediate_size": 48, "num_attention_heads": 4,
- "num_key_value_heads": 2, "head_dim": 8, "mamba_num_heads": 8, "mamba_head_dim": 8, "n_groups": 2,
- "ssm_state_size": 8, "state_size": null, "expand": null, "time_step_rank": null, "tie_word_embeddings": false,
- "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
- "moe_shared_expert_intermediate_size": 40, "routed_scaling_factor": 2.5'
+tiny_model "$W/nemotron_moe" nemotron_moe
 tiny_model "$W/qwen3" llama '"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 2,
  "head_dim": 12, "attention_bias": true'
 tiny_model "$W/mixtral" llama '"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_hidden_layers": 2,

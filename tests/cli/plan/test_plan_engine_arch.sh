@@ -23,11 +23,7 @@ tiny_model "$W/nemotron_h" mamba '"architectures": ["NemotronHForCausalLM"], "hy
  "mamba_num_heads": 8, "mamba_head_dim": 8, "n_groups": 2, "ssm_state_size": 8, "state_size": null, "expand": null,
  "time_step_rank": null, "tie_word_embeddings": false'
 # Nemotron-H with MoE layers (M*E-E: the experts' companion units of the E layers only, the shared expert)
-tiny_model "$W/nemotron_moe" mamba '"architectures": ["NemotronHForCausalLM"], "hybrid_override_pattern": "M*E-E",
- "num_hidden_layers": null, "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
- "mamba_num_heads": 8, "mamba_head_dim": 8, "n_groups": 2, "ssm_state_size": 8, "state_size": null, "expand": null,
- "time_step_rank": null, "tie_word_embeddings": false, "n_routed_experts": 4, "num_experts_per_tok": 2,
- "moe_intermediate_size": 24, "moe_shared_expert_intermediate_size": 40, "routed_scaling_factor": 2.5'
+tiny_model "$W/nemotron_moe" nemotron_moe
 tiny_model "$W/mistral" mistral '"hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2,
  "tie_word_embeddings": true'
 # NAME MODEL WORLD FLAGS... (the same flags for train and plan): a run and its prediction

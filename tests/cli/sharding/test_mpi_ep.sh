@@ -41,12 +41,7 @@ tiny_model "$W/mixtral_aux" llama '"architectures": ["MixtralForCausalLM"], "mod
 tiny_model "$W/qwen3moe" llama '"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_hidden_layers": 2,
  "head_dim": 12, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "norm_topk_prob": true'
 # Nemotron-H with MoE layers (M*E-E: the sigmoid router, relu^2 experts, the shared expert; a dense '-' layer)
-tiny_model "$W/nemotron_moe" mamba '"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
- "hybrid_override_pattern": "M*E-E", "num_hidden_layers": null, "intermediate_size": 48, "num_attention_heads": 4,
- "num_key_value_heads": 2, "head_dim": 8, "mamba_num_heads": 8, "mamba_head_dim": 8, "n_groups": 2,
- "ssm_state_size": 8, "state_size": null, "expand": null, "time_step_rank": null, "tie_word_embeddings": false,
- "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
- "moe_shared_expert_intermediate_size": 40, "routed_scaling_factor": 2.5'
+tiny_model "$W/nemotron_moe" nemotron_moe
 tiny_model "$W/llama" llama '"num_hidden_layers": 2'
 tiny_data "$W/data"
 run() { arch_run "$@"; }     # arch name world micro accum [flags...] (tests/lib/run.sh)
