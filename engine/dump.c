@@ -85,21 +85,40 @@ int sl_train_dump(const sl_train_cfg *cfg, sl_comm *world, const char *out_path)
   ws[1] = (sl_st_wtensor){.name = "loss", .ndim = 1, .shape = {1}, .dtype = SL_ST_F32};
   int n = 2;
   int64_t off = 0;
-  for (int u = 0; u < U && !rc; u++) {
+  float *ubuf = sl_alloc((size_t)(sl_model_max_unit_numel(t.m) + 1) * 4, "gradients");
+  int *idx = calloc((size_t)t.m->cfg.moe_experts + 1, sizeof *idx);
+  if (!ubuf || !idx) rc = SL_ENOMEM;
+  for (int u = 0; u < U && !rc; u++) { /* in HF tensor order: a fused tensor's slabs one after the other */
+    const sl_unit_spec *us = &t.m->units[u];
     sl_fsdp_view_t v = sl_fsdp_view(t.f, u);
-    rc = sl_fsdp_gather_view(t.f, u, v.grads, big + off);
-    for (int i = 0; i < t.m->units[u].ntensors; i++) {
-      const sl_tensor_spec *ts = &t.m->units[u].t[i];
+    rc = sl_fsdp_gather_view(t.f, u, v.grads, ubuf);
+    for (int i = 0; i < us->ntensors && !rc; i++) {
+      const sl_tensor_spec *ts = &us->t[i];
+      char hf[SL_TENSOR_NAME_MAX];
+      if (ts->slabs && ts->slab) continue;
+      if (ts->slabs && ts->slabs > t.m->cfg.moe_experts) rc = sl_fail(SL_EINTERNAL, "%s: too many slabs", ts->name);
+      if (rc || (ts->slabs && (rc = sl_unit_slab_members(us, i, idx)))) break;
       names[n] = malloc(SL_TENSOR_NAME_MAX + 8);
-      snprintf(names[n], SL_TENSOR_NAME_MAX + 8, "grad.%s", ts->name);
+      if (!names[n]) {
+        rc = SL_ENOMEM;
+        break;
+      }
+      snprintf(names[n], SL_TENSOR_NAME_MAX + 8, "grad.%s", sl_tensor_hf_name(ts, hf, sizeof hf));
       ws[n].name = names[n];
-      ws[n].ndim = ts->ndim;
-      for (int d = 0; d < ts->ndim; d++) ws[n].shape[d] = ts->shape[d];
+      ws[n].ndim = ts->ndim + (ts->slabs > 0);
+      if (ts->slabs) ws[n].shape[0] = ts->slabs;
+      for (int d = 0; d < ts->ndim; d++) ws[n].shape[d + (ts->slabs > 0)] = ts->shape[d];
       ws[n].dtype = SL_ST_F32;
       n++;
+      for (int64_t j = 0; j < (ts->slabs ? ts->slabs : 1); j++) {
+        const sl_tensor_spec *tj = ts->slabs ? &us->t[idx[j]] : ts;
+        memcpy(big + off, ubuf + tj->offset, (size_t)tj->numel * 4);
+        off += tj->numel;
+      }
     }
-    off += t.m->units[u].numel;
   }
+  sl_free(ubuf);
+  free(idx);
   if (!rc) {
     /* one contiguous source: logits | loss | grads in tensor order */
     float *all = sl_alloc((size_t)(N * V + 1 + total) * 4, "dump");

@@ -371,18 +371,22 @@ int sl_precheck_tensors(const sl_model *m, const sl_st_set *w, const sl_model_co
     const char *name = sl_st_set_tensor(w, i)->name;
     int used = 0;
     for (int u = 0; u < m->nunits && !used; u++)
-      for (int k = 0; k < m->units[u].ntensors && !used; k++) used = !strcmp(m->units[u].t[k].name, name);
+      for (int k = 0; k < m->units[u].ntensors && !used; k++) {
+        char hf[SL_TENSOR_NAME_MAX];
+        used = !strcmp(sl_tensor_hf_name(&m->units[u].t[k], hf, sizeof hf), name);
+      }
     if (used || strstr(name, "rotary_emb.inv_freq")) continue;                /* RoPE buffers of older exports */
     if (mc->tie_word_embeddings && !strcmp(name, "lm_head.weight")) continue; /* the tied copy */
-    long l = layer_of(name);
+    long l = layer_of(name), div = mc->layer_div > 1 ? (long)mc->layer_div : 1; /* HF layers of div sub-layers */
+    long hl = (long)(mc->num_hidden_layers / div);
     char bias[SL_TENSOR_NAME_MAX] = "";
-    if (mc->moe_experts && l >= 0 && l < mc->num_hidden_layers) sl_model_moe_bias_name(mc, l, bias, sizeof bias);
+    if (mc->moe_experts && l >= 0 && l < hl) sl_model_moe_bias_name(mc, l * div + div - 1, bias, sizeof bias);
     if (bias[0] && !strcmp(name, bias)) continue; /* the expert bias --save writes (sl_model_moe_bias_load) */
-    if (l >= mc->num_hidden_layers)
+    if (l >= hl)
       return sl_fail(SL_EINPUT,
-                     "%s: tensor '%s' belongs to layer %ld, but config.json has num_hidden_layers %lld: the weight "
+                     "%s: tensor '%s' belongs to layer %ld, but config.json has num_hidden_layers %ld: the weight "
                      "files hold more layers than the config (a wrong config.json?)",
-                     sl_st_set_dir(w), name, l, (long long)mc->num_hidden_layers);
+                     sl_st_set_dir(w), name, l, hl);
     if (extra++ < 4 && ln + 8 < sizeof list)
       ln += (size_t)snprintf(list + ln, sizeof list - ln, "%s'%s'", ln ? ", " : "", name);
   }

@@ -112,7 +112,7 @@ static const struct {
     /*                         llama    mistral  mamba    qwen2    qwen3    falcon_m mixtral  qwen3moe gemma2   gemma3_text mamba2 nemotron_h granitemoehybrid */
     {"vocab_size",            {32000,   32000,   50280,   151936,  151936,  50280,   32000,   151936,  256000,  262208, 32768, 131072, 32000}},
     {"hidden_size",           {4096,    4096,    768,     4096,    4096,    768,     4096,    2048,    2304,    2304, 4096, 4096, 4096}},
-    {"intermediate_size",     {11008,   14336,   EXPANDH, 22016,   22016,   EXPANDH, 14336,   6144,    9216,    9216, EXPANDH, 21504, NA}},
+    {"intermediate_size",     {11008,   14336,   EXPANDH, 22016,   22016,   EXPANDH, 14336,   6144,    9216,    9216, EXPANDH, 21504, 11008}},
     {"num_hidden_layers",     {32,      32,      32,      32,      32,      32,      32,      24,      26,      26, 64, NA, 32}},
     {"num_attention_heads",   {32,      32,      NA,      32,      32,      NA,      32,      32,      8,       8, NA, 32, 32}},
     {"num_key_value_heads",   {HEADS,   8,       NA,      32,      32,      NA,      8,       4,       4,       4, NA, 8, HEADS}},
@@ -1490,6 +1490,35 @@ static int get_mult(const char *p, json_t *o, const sl_model_config *c, const ch
   return rc;
 }
 
+/* Granite 4.0-H's experts (GraniteMoeHybridMoE = GraniteMoeMoE): every MLP
+ * sub-layer adds to its shared MLP (shared_intermediate_size) num_local_experts
+ * SwiGLU experts of intermediate_size, num_experts_per_tok of them a token;
+ * the router (block_sparse_moe.router.layer) takes the top k logits and a
+ * softmax over them (= the softmax over all, renormalised over the k: the
+ * sparse MLP's norm_topk_prob). Its load-balancing loss, added by transformers
+ * only with output_router_logits, is Mixtral's. */
+static int granite_moe(const char *p, json_t *o, sl_model_config *c, int64_t experts) {
+  int rc;
+  if ((rc = dget_int(p, o, c, "num_experts_per_tok", &c->moe_topk)) ||
+      (rc = dget_int(p, o, c, "intermediate_size", &c->moe_intermediate)) ||
+      (rc = dget_num(p, o, c, "router_aux_loss_coef", &c->router_aux_loss_coef)) ||
+      (rc = dget_bool(p, o, c, "output_router_logits", &c->output_router_logits)))
+    return rc;
+  c->moe_experts = experts;
+  if (c->moe_topk < 1 || c->moe_topk > experts || c->moe_topk > 64)
+    return sl_fail(SL_EINPUT, "%s: field 'num_experts_per_tok' must be in [1, min(64, num_local_experts = %lld)], found %lld",
+                   p, (long long)experts, (long long)c->moe_topk);
+  if (c->moe_intermediate < 1 || c->moe_intermediate > CFG_MAX_INTER)
+    return sl_fail(SL_EINPUT, "%s: field 'intermediate_size' (the experts' width) must be in [1, %lld], found %lld", p,
+                   (long long)CFG_MAX_INTER, (long long)c->moe_intermediate);
+  if (!(c->router_aux_loss_coef >= 0))
+    return sl_fail(SL_EINPUT, "%s: field 'router_aux_loss_coef' must be >= 0, found %g", p, c->router_aux_loss_coef);
+  c->moe_norm_topk = 1;
+  c->moe_shared_intermediate = c->intermediate_size; /* the shared MLP, beside the experts */
+  c->moe_fused = 1; /* input_linear (E, 2I, C), output_linear (E, C, I): one tensor each for all experts */
+  return SL_OK;
+}
+
 /* transformers' GraniteMoeHybridConfig (modeling_granitemoehybrid.py), dense
  * (num_local_experts 0: Granite 4.0-H Micro): each HF layer is a mixer
  * sub-layer (BambaMixer, i.e. Mamba-2, or attention without RoPE, scaled by
@@ -1525,11 +1554,10 @@ static int parse_granite_h(const char *p, json_t *o, sl_model_config *c) {
       (rc = dget_bool(p, o, c, "mamba_conv_bias", &c->use_conv_bias)) ||
       (rc = dget_bool(p, o, c, "mamba_proj_bias", &c->use_bias)) || (rc = want_act(p, o, "hidden_act")))
     return rc;
-  if (experts > 0)
-    return sl_fail(SL_EINPUT,
-                   "%s: field 'num_local_experts' = %lld: Granite 4.0-H's mixture-of-experts layers are not supported "
-                   "yet (the dense Granite 4.0-H, num_local_experts 0, is)",
-                   p, (long long)experts);
+  if (experts < 0 || experts > CFG_MAX_EXPERTS)
+    return sl_fail(SL_EINPUT, "%s: field 'num_local_experts' must be in [0, %d], found %lld", p, CFG_MAX_EXPERTS,
+                   (long long)experts);
+  if (experts > 0 && (rc = granite_moe(p, o, c, experts))) return rc;
   json_t *pe = jget(o, "position_embedding_type");
   if (pe && !json_is_null(pe) && !(json_is_string(pe) && !strcmp(json_string_value(pe), "nope")))
     return sl_fail(SL_EINPUT,
@@ -1574,7 +1602,7 @@ static int parse_granite_h(const char *p, json_t *o, sl_model_config *c) {
       return sl_fail(SL_EINPUT, "%s: field 'layer_types'[%lld] = %s (expected \"mamba\" or \"attention\")", p,
                      (long long)i, json_is_string(e) ? json_string_value(e) : jtype(e));
     c->layer_pattern[2 * i] = t[0] == 'm' ? 'M' : '*';
-    c->layer_pattern[2 * i + 1] = '-';
+    c->layer_pattern[2 * i + 1] = experts > 0 ? 'E' : '-'; /* the MLP sub-layer: shared MLP (+ experts) */
   }
   c->layer_pattern[2 * n] = 0;
   rec_put("layer_types", c->layer_pattern);
@@ -2239,7 +2267,13 @@ static void granite_h_fields_json(json_t *o, const sl_model_config *c) {
   SETI("num_key_value_heads", c->num_key_value_heads);
   SETB("attention_bias", c->o_bias);
   SETI("shared_intermediate_size", c->intermediate_size);
-  SETI("num_local_experts", 0);
+  SETI("num_local_experts", c->moe_experts);
+  if (c->moe_experts) {
+    SETI("num_experts_per_tok", c->moe_topk);
+    SETI("intermediate_size", c->moe_intermediate);
+    SETR("router_aux_loss_coef", c->router_aux_loss_coef);
+    SETB("output_router_logits", c->output_router_logits);
+  }
   SETS("position_embedding_type", "nope");
   SETS("hidden_act", "silu");
   SETR("rms_norm_eps", c->rms_norm_eps);

@@ -26,7 +26,7 @@ typedef enum {
   SL_ARCH_GEMMA3, /* Gemma3ForCausalLM (gemma3_text) */
   SL_ARCH_MAMBA2, /* Mamba2ForCausalLM (mamba2) */
   SL_ARCH_NEMOTRON_H, /* NemotronHForCausalLM (nemotron_h): Mamba-2, attention and MLP layers */
-  SL_ARCH_GRANITE_H   /* GraniteMoeHybridForCausalLM (granitemoehybrid): Granite 4.0-H, dense */
+  SL_ARCH_GRANITE_H   /* GraniteMoeHybridForCausalLM (granitemoehybrid): Granite 4.0-H, dense or with experts */
 } sl_arch;
 
 /* config.json's rope_scaling (docs/formats.md): the rules of transformers'
@@ -88,6 +88,9 @@ typedef struct {
   /* Nemotron-H's MoE layers ('E': transformers' NemotronHMoE, DeepSeek-V3's router): sigmoid scores, the routed
      weights times routed_scaling_factor, a shared expert beside the routed ones; the others: 0, 0, 0 */
   int moe_sigmoid;                 /* the router's scores are sigmoid(logits), not their softmax */
+  int moe_fused;                   /* the experts' weights are fused HF tensors, one per projection holding every
+                                      expert (Granite 4.0-H: block_sparse_moe.input_linear (E, 2I, C) gate | up,
+                                      output_linear (E, C, I)), not one tensor per expert and projection */
   double moe_routed_scale;         /* routed_scaling_factor (0: 1) */
   int64_t moe_shared_intermediate; /* moe_shared_expert_intermediate_size: the shared expert's width (0: none) */
   double router_aux_loss_coef; /* kept and written back; the aux loss runs only with output_router_logits */

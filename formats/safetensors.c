@@ -617,6 +617,31 @@ int sl_st_read_f32_box(const sl_st_set *s, const char *name, int ndim, const int
   return rc;
 }
 
+int sl_st_read_f32_slab(const sl_st_set *s, const char *name, int64_t slabs, int64_t slab, int ndim,
+                        const int64_t *shape, int dim, int64_t off, int64_t len, float *dst) {
+  int64_t fs[SL_ST_MAX_DIMS], numel = 1;
+  if (ndim + 1 > SL_ST_MAX_DIMS || slab < 0 || slab >= slabs)
+    return sl_fail(SL_EINTERNAL, "%s: tensor '%s': slab %lld of %lld (%d dims) is outside it", s->dir, name,
+                   (long long)slab, (long long)slabs, ndim);
+  fs[0] = slabs;
+  for (int d = 0; d < ndim; d++) fs[d + 1] = shape[d], numel *= shape[d];
+  int rc = sl_st_read_f32_slice(s, name, ndim + 1, fs, 0, 0, dst); /* presence and the fused shape */
+  if (rc) return rc;
+  const sl_st_tensor *t = sl_st_find(s, name);
+  int64_t base = slab * numel;
+  if (dim < 0) return sl_st_tensor_to_f32(t, base, numel, dst);
+  if (len == 0) return SL_OK;
+  if (dim >= ndim || off < 0 || len < 0 || off + len > shape[dim])
+    return sl_fail(SL_EINTERNAL, "%s: tensor '%s': slice [%lld, %lld) of dim %d is outside slab %lld", s->dir, name,
+                   (long long)off, (long long)(off + len), dim, (long long)slab);
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < dim; d++) outer *= shape[d];
+  for (int d = dim + 1; d < ndim; d++) inner *= shape[d];
+  for (int64_t o = 0; o < outer && !rc; o++)
+    rc = sl_st_tensor_to_f32(t, base + (o * shape[dim] + off) * inner, len * inner, dst + o * len * inner);
+  return rc;
+}
+
 int sl_st_read_f32(const sl_st_set *s, const char *name, int ndim, const int64_t *shape, float *dst) {
   int64_t numel = 1;
   for (int i = 0; i < ndim; i++) numel *= shape[i];

@@ -111,6 +111,11 @@ int sl_st_read_f32_slice(const sl_st_set *s, const char *name, int ndim, const i
  * (a tensor-parallel rank's slice; dst holds the slice row-major). */
 int sl_st_read_f32_box(const sl_st_set *s, const char *name, int ndim, const int64_t *shape, int dim, int64_t off,
                        int64_t len, float *dst);
+/* The same reads on slab `slab` of a fused tensor whose shape is (slabs, shape[0..ndim)) (Granite 4.0-H's
+ * experts: (E, rows, cols)): the slab is the tensor read, whole when dim < 0, else its box [off, off + len)
+ * along dim (the shape message names the fused shape). */
+int sl_st_read_f32_slab(const sl_st_set *s, const char *name, int64_t slabs, int64_t slab, int ndim,
+                        const int64_t *shape, int dim, int64_t off, int64_t len, float *dst);
 
 /* ---- writer ---------------------------------------------------------------- */
 typedef struct {

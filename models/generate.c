@@ -93,12 +93,22 @@ static void head(sl_gen *g) {
   matvec(g->logits, head_weight(g), g->h, g->V, g->C, NULL);
   for (int64_t v = 0; g->c.final_logit_softcapping > 0 && v < g->V; v++)
     g->logits[v] = softcap(g->logits[v], g->c.final_logit_softcapping);
+  for (int64_t v = 0; g->c.logits_scaling > 0 && g->c.logits_scaling != 1 && v < g->V; v++)
+    g->logits[v] /= (float)g->c.logits_scaling; /* Granite's muP: logits divided by logits_scaling */
 }
 
-/* x += norm(y) with the layer's post norm `name` (Gemma), else x += y */
+/* The muP multipliers (Granite's; 1 where the config has none): residual updates, embeddings. */
+static float res_mult(const sl_gen *g) { return g->c.residual_mult > 0 ? (float)g->c.residual_mult : 1.0f; }
+static void embed_scale(sl_gen *g) {
+  for (int64_t i = 0; g->c.embedding_mult > 0 && g->c.embedding_mult != 1 && i < g->C; i++)
+    g->x[i] *= (float)g->c.embedding_mult;
+}
+
+/* x += norm(y) with the layer's post norm `name` (Gemma), else x += y (times the residual multiplier) */
 static void residual_add(sl_gen *g, int u, const char *name, float *y) {
+  float rm = res_mult(g);
   if (g->c.gemma) rmsnorm_p(y, y, tens(g, u, name), g->C, g->c.rms_norm_eps, 1);
-  for (int64_t i = 0; i < g->C; i++) g->x[i] += y[i];
+  for (int64_t i = 0; i < g->C; i++) g->x[i] += rm == 1.0f ? y[i] : y[i] * rm;
 }
 
 /* ---- Llama / Mistral / Qwen2 / Qwen3 / Gemma 2 / 3: one position through the K/V cache ---------------------- */
@@ -114,6 +124,28 @@ static void rope(const sl_gen *g, const float *inv_freq, float *v, int64_t nhead
   }
 }
 
+/* Layer l's experts unit (the block's companion). */
+static int experts_unit(const sl_gen *g, int64_t l) {
+  for (int i = 0; i < g->m->nunits; i++)
+    if (g->m->units[i].layer == l && !strcmp(g->m->units[i].kind, "experts")) return i;
+  return -1;
+}
+
+/* sel[0..k) (k <= 64): the experts of the k largest score[e] + bias[e] (bias NULL: none), in order, ties to
+ * the lower index (as torch.topk on distinct values). */
+static void topk(const float *score, const float *bias, int64_t E, int64_t k, int64_t *sel) {
+  for (int64_t j = 0; j < k && j < 64; j++) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < E; e++) {
+      int taken = 0;
+      for (int64_t t = 0; t < j; t++) taken |= sel[t] == e;
+      if (!taken && (best < 0 || score[e] + (bias ? bias[e] : 0.0f) > score[best] + (bias ? bias[best] : 0.0f)))
+        best = e;
+    }
+    sel[j] = best;
+  }
+}
+
 /* A mixture of experts' MLP of layer l (unit u) on the normed g->h into g->h (transformers'
  * MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock): the router's softmax over the experts, the top k
  * (ties to the lower index, as torch.topk on distinct values), renormalised to sum 1 when
@@ -122,9 +154,7 @@ static void rope(const sl_gen *g, const float *inv_freq, float *v, int64_t nhead
 static void moe_mlp(sl_gen *g, int64_t l, int u) {
   const sl_model_config *c = &g->c;
   int64_t C = g->C, E = c->moe_experts, k = c->moe_topk, I = c->moe_intermediate;
-  int q3 = c->arch == SL_ARCH_QWEN3_MOE, ue = -1;
-  for (int i = 0; i < g->m->nunits && ue < 0; i++)
-    if (g->m->units[i].layer == l && !strcmp(g->m->units[i].kind, "experts")) ue = i;
+  int q3 = c->arch == SL_ARCH_QWEN3_MOE, ue = experts_unit(g, l);
   float *logit = g->q, *acc = g->att, *hn = g->c2;
   memcpy(hn, g->h, (size_t)C * 4);
   matvec(logit, tens(g, u, ".gate.weight"), hn, E, C, NULL);
@@ -132,17 +162,8 @@ static void moe_mlp(sl_gen *g, int64_t l, int u) {
   int64_t sel[64];
   for (int64_t e = 0; e < E; e++) mx = logit[e] > mx ? logit[e] : mx;
   for (int64_t e = 0; e < E; e++) sum += exp((double)logit[e] - mx);
-  for (int64_t j = 0; j < k && j < 64; j++) { /* the j-th largest probability */
-    int64_t best = -1;
-    for (int64_t e = 0; e < E; e++) {
-      int taken = 0;
-      for (int64_t t = 0; t < j; t++) taken |= sel[t] == e;
-      if (!taken && (best < 0 || logit[e] > logit[best])) best = e;
-    }
-    sel[j] = best;
-    w[j] = exp((double)logit[best] - mx) / sum;
-    wsum += w[j];
-  }
+  topk(logit, NULL, E, k, sel); /* the k largest probabilities */
+  for (int64_t j = 0; j < k && j < 64; j++) wsum += w[j] = exp((double)logit[sel[j]] - mx) / sum;
   memset(acc, 0, (size_t)C * 4);
   char nm[96];
   for (int64_t j = 0; j < k && j < 64; j++) {
@@ -167,9 +188,7 @@ static void moe_mlp(sl_gen *g, int64_t l, int u) {
 static void nemotron_moe(sl_gen *g, int64_t l, int u) {
   const sl_model_config *c = &g->c;
   int64_t C = g->C, E = c->moe_experts, k = c->moe_topk, I = c->moe_intermediate, Is = c->moe_shared_intermediate;
-  int ue = -1;
-  for (int i = 0; i < g->m->nunits && ue < 0; i++)
-    if (g->m->units[i].layer == l && !strcmp(g->m->units[i].kind, "experts")) ue = i;
+  int ue = experts_unit(g, l);
   float *sc = g->q, *acc = g->att, *hn = g->c2;
   memcpy(hn, g->h, (size_t)C * 4);
   matvec(sc, tens(g, u, ".gate.weight"), hn, E, C, NULL);
@@ -177,16 +196,8 @@ static void nemotron_moe(sl_gen *g, int64_t l, int u) {
   const float *bias = g->ebias + l * E;
   double w[64], wsum = 0;
   int64_t sel[64];
-  for (int64_t j = 0; j < k && j < 64; j++) {
-    int64_t best = -1;
-    for (int64_t e = 0; e < E; e++) {
-      int taken = 0;
-      for (int64_t t = 0; t < j; t++) taken |= sel[t] == e;
-      if (!taken && (best < 0 || sc[e] + bias[e] > sc[best] + bias[best])) best = e;
-    }
-    sel[j] = best;
-    wsum += w[j] = sc[best];
-  }
+  topk(sc, bias, E, k, sel);
+  for (int64_t j = 0; j < k && j < 64; j++) wsum += w[j] = sc[sel[j]];
   double rs = c->moe_routed_scale > 0 ? c->moe_routed_scale : 1.0;
   char nm[96];
   /* the shared expert first, into acc */
@@ -205,14 +216,50 @@ static void nemotron_moe(sl_gen *g, int64_t l, int u) {
   memcpy(g->h, acc, (size_t)C * 4);
 }
 
+/* Granite 4.0-H's MLP half of layer l with experts (unit u) on the normed g->h into g->h (transformers'
+ * GraniteMoeHybridMoE plus its shared MLP): the router's top k logits (ties to the lower index) and a softmax
+ * over them; the weighted sum of those experts' SwiGLU MLPs (slab e of the fused input_linear (gate | up rows)
+ * and output_linear), plus the shared MLP's. */
+static void granite_moe(sl_gen *g, int64_t l, int u) {
+  const sl_model_config *c = &g->c;
+  int64_t C = g->C, E = c->moe_experts, k = c->moe_topk, I = c->moe_intermediate, Is = c->moe_shared_intermediate;
+  int ue = experts_unit(g, l);
+  float *logit = g->q, *acc = g->att, *hn = g->c2;
+  memcpy(hn, g->h, (size_t)C * 4);
+  matvec(logit, tens(g, u, "router.layer.weight"), hn, E, C, NULL);
+  double w[64], wsum = 0;
+  int64_t sel[64];
+  topk(logit, NULL, E, k, sel);
+  for (int64_t j = 0; j < k && j < 64; j++) wsum += w[j] = exp((double)logit[sel[j]] - logit[sel[0]]);
+  const float *wi = tens(g, u, "shared_mlp.input_linear.weight"); /* the shared MLP first, into acc */
+  matvec(g->a, wi, hn, Is, C, NULL);
+  matvec(g->b, wi + Is * C, hn, Is, C, NULL);
+  for (int64_t i = 0; i < Is; i++) g->a[i] = silu(g->a[i]) * g->b[i];
+  matvec(acc, tens(g, u, "shared_mlp.output_linear.weight"), g->a, C, Is, NULL);
+  char nm[96];
+  for (int64_t j = 0; j < k && j < 64; j++) {
+    snprintf(nm, sizeof nm, "input_linear.weight[%lld]", (long long)sel[j]);
+    wi = tens(g, ue, nm);
+    matvec(g->a, wi, hn, I, C, NULL);
+    matvec(g->b, wi + I * C, hn, I, C, NULL);
+    for (int64_t i = 0; i < I; i++) g->a[i] = silu(g->a[i]) * g->b[i];
+    snprintf(nm, sizeof nm, "output_linear.weight[%lld]", (long long)sel[j]);
+    matvec(g->h, tens(g, ue, nm), g->a, C, I, NULL);
+    for (int64_t i = 0; i < C; i++) acc[i] += (float)(w[j] / wsum * g->h[i]);
+  }
+  memcpy(g->h, acc, (size_t)C * 4);
+}
+
 static void llama_step(sl_gen *g, int32_t tok) {
   int64_t C = g->C, hd = g->hd, nh = g->nh, nkv = g->nkv, KV = nkv * hd, p = g->pos;
   const sl_model_config *c = &g->c;
   int64_t I = c->intermediate_size, rep = nh / nkv;
   double eps = c->rms_norm_eps, sf = sl_rope_score_factor(c);      /* YaRN: attention_factor^2 */
-  double sc = c->gemma ? 1.0 / sqrt(c->query_pre_attn_scalar) : 0; /* Gemma's score scale */
+  double sc = c->gemma ? sf / sqrt(c->query_pre_attn_scalar) : 0; /* Gemma's score scale (times YaRN's factor) */
   int pl = c->gemma;
+  if (c->attention_mult > 0) sc = c->attention_mult * sf; /* Granite's muP score scale (times YaRN's factor) */
   memcpy(g->x, g->flat[0] + (int64_t)tok * C, (size_t)C * 4);
+  embed_scale(g);
   if (pl) { /* Gemma: embeddings times sqrt(hidden) */
     float es = (float)sqrt((double)C);
     for (int64_t i = 0; i < C; i++) g->x[i] *= es;
@@ -243,7 +290,7 @@ static void llama_step(sl_gen *g, int32_t tok) {
         const float *k = g->kc[l] + j * KV + kvh * hd;
         double s = 0;
         for (int64_t i = 0; i < hd; i++) s += (double)q[i] * k[i];
-        double sv = pl ? s * sc : sf == 1.0 ? s / sqrt((double)hd) : s / sqrt((double)hd) * sf;
+        double sv = sc > 0 ? s * sc : sf == 1.0 ? s / sqrt((double)hd) : s / sqrt((double)hd) * sf;
         g->probs[j] = softcap((float)sv, c->attn_logit_softcapping);
         if (g->probs[j] > mx) mx = g->probs[j];
       }
@@ -261,7 +308,7 @@ static void llama_step(sl_gen *g, int32_t tok) {
               eps, pl);
     if (c->moe_experts) {
       moe_mlp(g, l, u);
-      for (int64_t i = 0; i < C; i++) g->x[i] += g->h[i];
+      residual_add(g, u, "post_feedforward_layernorm.weight", g->h); /* (no MoE Gemma: x += h) */
       continue;
     }
     matvec(g->a, tens(g, u, "gate_proj.weight"), g->h, I, C, tens(g, u, "gate_proj.bias"));
@@ -373,10 +420,10 @@ static void hybrid_step(sl_gen *g, int32_t tok) {
   int64_t C = g->C, hd = g->hd, nh = g->nh, nkv = g->nkv, KV = nkv * hd, p = g->pos, I = c->intermediate_size;
   double eps = c->layer_norm_epsilon;
   int granite = c->arch == SL_ARCH_GRANITE_H;
-  float rm = c->residual_mult > 0 ? (float)c->residual_mult : 1.0f;
-  double sc = granite && c->attention_mult > 0 ? c->attention_mult : 1.0 / sqrt((double)hd);
+  float rm = res_mult(g);
+  double sc = c->attention_mult > 0 ? c->attention_mult : 1.0 / sqrt((double)hd);
   memcpy(g->x, g->flat[0] + (int64_t)tok * C, (size_t)C * 4);
-  for (int64_t i = 0; granite && c->embedding_mult > 0 && i < C; i++) g->x[i] *= (float)c->embedding_mult;
+  embed_scale(g);
   for (int64_t l = 0; l < g->L; l++) {
     int u = (int)l + 1;
     if (c->layer_pattern[l] == 'M') {
@@ -391,7 +438,8 @@ static void hybrid_step(sl_gen *g, int32_t tok) {
       for (int64_t i = 0; i < I; i++) g->a[i] = silu(g->a[i]) * g->b[i];
       matvec(g->h, tens(g, u, "output_linear.weight"), g->a, C, I, NULL);
     } else if (c->layer_pattern[l] == 'E') {
-      nemotron_moe(g, l, u);
+      if (granite) granite_moe(g, l, u);
+      else nemotron_moe(g, l, u);
     } else if (c->layer_pattern[l] == '-') {
       matvec(g->a, tens(g, u, "up_proj.weight"), g->h, I, C, tens(g, u, "up_proj.bias"));
       for (int64_t i = 0; i < I; i++) g->a[i] = g->a[i] > 0 ? g->a[i] * g->a[i] : 0.0f;
@@ -423,7 +471,6 @@ static void hybrid_step(sl_gen *g, int32_t tok) {
     for (int64_t i = 0; i < C; i++) g->x[i] += rm == 1.0f ? g->h[i] : g->h[i] * rm;
   }
   head(g);
-  for (int64_t v = 0; granite && c->logits_scaling > 0 && v < g->V; v++) g->logits[v] /= (float)c->logits_scaling;
 }
 
 /* ---- load / free ------------------------------------------------------------------ */

@@ -346,6 +346,7 @@ static int llama_bwd(sl_model *m, int l, const float *flat, float *grads) {
                  parts & LP_ATTN ? a->xmid : x, sl_llama_norm_w(m, p, w.ln2, 2), a->rstd2, n, C, C);
   if (!(parts & LP_ATTN)) return sl_dec_norm_grad_sum(m, (float *)g.ln2, p->gnorm + C);
 attention:
+  dout = d->dres; /* the attention part's output gradient (the MLP part's dout may be dln, spent by now) */
   if (p->gemma && !(dout = post_norm_bwd(m, p, (float *)g.lnpa, a->ao, w.lnpa, 1, a->rstd3))) return SL_ECOMM;
   else if (!p->gemma && p->sp && (rc = sl_dec_sp_gather(m, d->dres, (float *)(dout = dln)))) return rc;
   dout = sl_llama_rmult_grad(m, p, dout);
@@ -574,7 +575,8 @@ mlp:
   }
   if (llama_moe_at(p, l)) {
     if ((rc = sl_llama_moe_spec(m, b, l, std)) || !p->Is) return rc;
-    ml = "mixer.shared_experts", I = c->moe_shared_intermediate; /* the shared expert: a dense MLP of its width */
+    if (!p->packed_gu) ml = "mixer.shared_experts"; /* Granite 4.0-H's is its shared_mlp */
+    I = c->moe_shared_intermediate;                 /* the shared expert: a dense MLP of its width */
   }
   if (p->packed_gu) { /* one HF tensor of two stacked parts (gate | up rows), each column-split */
     snprintf(nm, sizeof nm, "%s.%lld.%s", p->pre, (long long)(l / p->div), MOD(ml, "input_linear.weight"));
@@ -713,9 +715,18 @@ static int llama_init(sl_model *m, sl_decoder *d) {
   if (p->E) { /* Mixtral: block_sparse_moe.{gate, experts.e.w1|w3|w2}; Qwen3-MoE: mlp.{gate, experts.e.*_proj};
                 Nemotron-H: mixer.{gate, experts.e.up_proj|down_proj, shared_experts.up_proj|down_proj} */
     int q3 = c->arch == SL_ARCH_QWEN3_MOE;
-    p->lrouter = sl_lin_one("router", nemo ? "mixer.gate" : q3 ? "mlp.gate" : "block_sparse_moe.gate", p->C, p->E,
-                            SL_LIN_REPLICATED);
-    if (p->relu2) {
+    p->lrouter = sl_lin_one("router",
+                            nemo      ? "mixer.gate"
+                            : q3      ? "mlp.gate"
+                            : granite ? "block_sparse_moe.router.layer"
+                                      : "block_sparse_moe.gate",
+                            p->C, p->E, SL_LIN_REPLICATED);
+    if (granite) { /* Granite 4.0-H: fused experts (gate | up rows), the shared MLP beside them */
+      p->legu = sl_lin_one("experts.gate_up", "block_sparse_moe.input_linear", p->C, 2 * p->Ie, SL_LIN_COL);
+      p->ledown = sl_lin_one("experts.down", "block_sparse_moe.output_linear", p->Ie, p->C, SL_LIN_ROW);
+      p->lsgu = sl_lin_one("shared.gate_up", "shared_mlp.input_linear", p->C, 2 * p->Is, SL_LIN_COL);
+      p->lsdown = sl_lin_one("shared.down", "shared_mlp.output_linear", p->Is, p->C, SL_LIN_ROW);
+    } else if (p->relu2) {
       p->legu = sl_lin_one("experts.up", "experts.up_proj", p->C, p->Ie, SL_LIN_COL);
       p->ledown = sl_lin_one("experts.down", "experts.down_proj", p->Ie, p->C, SL_LIN_ROW);
       p->lsgu = sl_lin_one("shared.up", "mixer.shared_experts.up_proj", p->C, p->Is, SL_LIN_COL);
@@ -740,8 +751,11 @@ static int llama_init(sl_model *m, sl_decoder *d) {
     sl_lin_module(&p->lgu, "mlp.up_proj", p->I);
     p->ldown = sl_lin_one("down_proj", "mlp.down_proj", p->I, p->C, SL_LIN_ROW);
   }
-  p->scale = c->query_pre_attn_scalar > 0 ? (float)(1.0 / sqrt(c->query_pre_attn_scalar)) : sl_rope_score_scale(c);
-  if (c->attention_mult > 0 && c->arch == SL_ARCH_GRANITE_H) p->scale = (float)c->attention_mult; /* muP */
+  p->scale = c->query_pre_attn_scalar > 0 ? (float)(sl_rope_score_factor(c) / sqrt(c->query_pre_attn_scalar))
+                                          : sl_rope_score_scale(c); /* YaRN's attention_factor^2 in each */
+  if (c->attention_mult > 0) /* Granite's muP (only its readers set it), times YaRN's attention_factor^2 as the
+                               rotary tables of transformers carry it */
+    p->scale = (float)(c->attention_mult * sl_rope_score_factor(c));
   p->eps = (float)c->rms_norm_eps;
   p->sp = d->sp;
   p->n = d->n;

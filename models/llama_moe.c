@@ -332,6 +332,11 @@ void sl_model_moe_bias_name(const sl_model_config *c, int64_t l, char *buf, size
     snprintf(buf, cap, "backbone.layers.%lld.mixer.gate.e_score_correction_bias", (long long)l);
     return;
   }
+  if (c->moe_fused) { /* Granite 4.0-H: decoder layer l is HF layer l / 2's MLP half */
+    snprintf(buf, cap, "model.layers.%lld.block_sparse_moe.router.e_score_correction_bias",
+             (long long)(l / (c->layer_div > 1 ? c->layer_div : 1)));
+    return;
+  }
   snprintf(buf, cap, "model.layers.%lld.%s.gate.e_score_correction_bias", (long long)l,
            c->arch == SL_ARCH_QWEN3_MOE ? "mlp" : "block_sparse_moe");
 }
@@ -587,12 +592,21 @@ int sl_llama_moe_spec(sl_model *m, sl_unit_spec *b, int64_t l, float std) {
   static const char *const blks[3] = {"model.layers.%lld.block_sparse_moe", "model.layers.%lld.mlp",
                                       "backbone.layers.%lld.mixer"};
   char blk[96];
-  snprintf(blk, sizeof blk, blks[fam], (long long)l);
+  /* Granite 4.0-H (HF layer l / 2): model.layers.i.block_sparse_moe.{router.layer, input_linear, output_linear} */
+  snprintf(blk, sizeof blk, blks[fam], (long long)(l / p->div));
   if (b->companion_of < 0) {
-    snprintf(nm, sizeof nm, "%s.gate.weight", blk);
+    snprintf(nm, sizeof nm, "%s.%s.weight", blk, m->cfg.moe_fused ? "router.layer" : "gate");
     return sl_unit_add_split(m, b, nm, 2, p->E, C, 1, SL_INIT_NORMAL, std, SL_SPLIT_NONE, 1);
   }
-  for (int64_t e = 0; e < p->E; e++)
+  for (int64_t e = 0; e < p->E && m->cfg.moe_fused; e++) { /* slab e of input_linear (gate | up) and output_linear */
+    snprintf(nm, sizeof nm, "%s.input_linear.weight[%lld]", blk, (long long)e);
+    if ((rc = sl_unit_add_stacked(m, b, nm, 2, 2 * I, C, 0, 1, SL_INIT_NORMAL, std, 2))) return rc;
+    sl_unit_slab(b, e, p->E);
+    snprintf(nm, sizeof nm, "%s.output_linear.weight[%lld]", blk, (long long)e);
+    if ((rc = sl_unit_add_split(m, b, nm, 2, C, I, 1, SL_INIT_NORMAL, std, SL_SPLIT_ROW, T))) return rc;
+    sl_unit_slab(b, e, p->E);
+  }
+  for (int64_t e = 0; e < p->E && !m->cfg.moe_fused; e++)
     for (int i = 0; i < G + 1; i++) { /* gate|up rows column-split, down row-split */
       int down = i == G;
       snprintf(nm, sizeof nm, "%s.experts.%lld.%s.weight", blk, (long long)e, names[fam][i]);

@@ -46,6 +46,38 @@ int sl_unit_add(sl_unit_spec *u, const char *name, int ndim, int64_t d0, int64_t
   return SL_OK;
 }
 
+void sl_unit_slab(sl_unit_spec *u, int64_t slab, int64_t slabs) {
+  sl_tensor_spec *t = &u->t[u->ntensors - 1];
+  t->slab = slab;
+  t->slabs = slabs;
+}
+
+const char *sl_tensor_hf_name(const sl_tensor_spec *t, char *buf, size_t cap) {
+  const char *br = t->slabs ? strrchr(t->name, '[') : NULL;
+  snprintf(buf, cap, "%.*s", br ? (int)(br - t->name) : (int)strlen(t->name), t->name);
+  return buf;
+}
+
+int sl_unit_slab_members(const sl_unit_spec *u, int i, int *idx) {
+  const sl_tensor_spec *t0 = &u->t[i];
+  char a[SL_TENSOR_NAME_MAX], b[SL_TENSOR_NAME_MAX];
+  sl_tensor_hf_name(t0, a, sizeof a);
+  for (int64_t s = 0; s < t0->slabs; s++) idx[s] = -1;
+  for (int k = 0; k < u->ntensors; k++) {
+    const sl_tensor_spec *t = &u->t[k];
+    if (t->slabs != t0->slabs || strcmp(sl_tensor_hf_name(t, b, sizeof b), a)) continue;
+    if (t->slab < 0 || t->slab >= t0->slabs || idx[t->slab] >= 0)
+      return sl_fail(SL_EINTERNAL, "unit %s: fused tensor '%s': slab %lld out of range or repeated", u->kind, a,
+                     (long long)t->slab);
+    idx[t->slab] = k;
+  }
+  for (int64_t s = 0; s < t0->slabs; s++)
+    if (idx[s] < 0)
+      return sl_fail(SL_EINTERNAL, "unit %s: fused tensor '%s': slab %lld of %lld missing", u->kind, a, (long long)s,
+                     (long long)t0->slabs);
+  return SL_OK;
+}
+
 void sl_unit_free(sl_unit_spec *u) {
   free(u->t);
   u->t = NULL;
@@ -582,6 +614,18 @@ static int init_tensor(const sl_model *m, int u, int i, const sl_tensor_spec *t,
   return SL_OK;
 }
 
+/* Reads the box [off, off + len) along dim (dim < 0: all) of t's HF tensor (its slab, for a fused one's). */
+static int read_box(const sl_st_set *w, const sl_tensor_spec *t, const int64_t *shape, int dim, int64_t off,
+                    int64_t len, float *dst) {
+  if (t->slabs) {
+    char hf[SL_TENSOR_NAME_MAX];
+    return sl_st_read_f32_slab(w, sl_tensor_hf_name(t, hf, sizeof hf), t->slabs, t->slab, t->ndim, shape, dim, off,
+                               len, dst);
+  }
+  if (dim < 0) return sl_st_read_f32(w, t->name, t->ndim, shape, dst);
+  return sl_st_read_f32_box(w, t->name, t->ndim, shape, dim, off, len, dst);
+}
+
 int sl_model_unit_load(const sl_model *m, int u, const sl_st_set *weights, uint64_t seed, float *flat) {
   const sl_unit_spec *us = &m->units[u];
   for (int i = 0; i < us->ntensors; i++) {
@@ -589,21 +633,18 @@ int sl_model_unit_load(const sl_model *m, int u, const sl_st_set *weights, uint6
     float *dst = flat + t->offset;
     int rc;
     if (t->split == SL_SPLIT_NONE) {
-      rc = weights ? sl_st_read_f32(weights, t->name, t->ndim, t->shape, dst)
-                   : init_tensor(m, u, i, t, t->numel, dst, seed);
+      rc = weights ? read_box(weights, t, t->shape, -1, 0, 0, dst) : init_tensor(m, u, i, t, t->numel, dst, seed);
     } else if (weights) {
       /* padding rows of a vocabulary slice stay as the caller zeroed them; a stacked dim (0) is
        * read part by part */
       rc = SL_OK;
       if (t->tp_stack == 1) {
-        rc = sl_st_read_f32_box(weights, t->name, t->ndim, t->full, t->split_dim, t->tp_off, slice_valid(t, t->tp_off),
-                                dst);
+        rc = read_box(weights, t, t->full, t->split_dim, t->tp_off, slice_valid(t, t->tp_off), dst);
       } else {
         int64_t inner = t->full[1] * t->full[2], rank = m->tp_rank;
         for (int64_t s = 0, w0 = 0, l0 = 0; s < t->tp_stack && !rc; w0 += t->tp_part[s], l0 += part_run(t, (int)s), s++)
-          rc = sl_st_read_f32_box(weights, t->name, t->ndim, t->full, 0,
-                                  w0 + rank / t->tp_part_rep[s] * part_run(t, (int)s), part_run(t, (int)s),
-                                  dst + l0 * inner);
+          rc = read_box(weights, t, t->full, 0, w0 + rank / t->tp_part_rep[s] * part_run(t, (int)s),
+                        part_run(t, (int)s), dst + l0 * inner);
       }
     } else { /* the slice of the whole tensor's init */
       int64_t n = t->full[0] * t->full[1] * t->full[2];
@@ -710,11 +751,24 @@ static int save_fill(void *vctx, int64_t index, const sl_st_wtensor *wt, float *
     if (rc) return rc;
     sc->cached_unit = u;
   }
-  const sl_tensor_spec *t = &sc->m->units[u].t[ti];
+  const sl_unit_spec *us = &sc->m->units[u];
+  const sl_tensor_spec *t = &us->t[ti];
+  int one = ti, *idx = &one, rc = SL_OK;
+  int64_t n = 1;
   (void)wt;
-  if (sc->m->tp_size > 1) return assemble(sc->m, t, sc->flat, sc->m->units[u].numel, dst);
-  memcpy(dst, sc->flat + t->offset, (size_t)t->numel * 4);
-  return SL_OK;
+  if (t->slabs) { /* a fused tensor: its slabs one after the other */
+    if (!(idx = malloc((size_t)t->slabs * sizeof *idx))) return sl_fail(SL_ENOMEM, "out of memory");
+    rc = sl_unit_slab_members(us, ti, idx);
+    n = t->slabs;
+  }
+  for (int64_t j = 0; j < n && !rc; j++) {
+    const sl_tensor_spec *tj = &us->t[idx[j]];
+    float *d = dst + j * tj->full[0] * tj->full[1] * tj->full[2];
+    if (sc->m->tp_size > 1) rc = assemble(sc->m, tj, sc->flat, us->numel, d);
+    else memcpy(d, sc->flat + tj->offset, (size_t)tj->numel * 4);
+  }
+  if (idx != &one) free(idx);
+  return rc;
 }
 
 /* The MoE layers whose expert bias b (L, E) is written (into which, nb of them): every one when any value is
@@ -741,7 +795,8 @@ int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void
   sc.tensor_unit = calloc((size_t)(nt + nb), sizeof(int));
   sc.tensor_idx = calloc((size_t)(nt + nb), sizeof(int));
   sc.flat = sl_alloc((size_t)(sl_model_max_unit_numel(m) * m->tp_size) * 4, "save buffer");
-  if (!ws || !bl || !sc.tensor_unit || !sc.tensor_idx || !sc.flat || (nb && !bnames)) {
+  char(*hfn)[SL_TENSOR_NAME_MAX] = calloc((size_t)(nt + nb + 1), sizeof *hfn); /* fused tensors' names */
+  if (!ws || !bl || !sc.tensor_unit || !sc.tensor_idx || !sc.flat || !hfn || (nb && !bnames)) {
     rc = sl_fail(SL_ENOMEM, "out of memory saving %s", dir);
     goto done;
   }
@@ -749,12 +804,15 @@ int sl_model_save(const sl_model *m, const char *dir, sl_unit_fill_fn fill, void
   for (int u = 0; u < m->nunits; u++)
     for (int i = 0; i < m->units[u].ntensors; i++) {
       const sl_tensor_spec *t = &m->units[u].t[i];
+      if (t->slabs && t->slab) continue; /* a fused tensor is written at its slab 0 */
       /* a state-spaces checkpoint is written back in the HF form its config.json has */
       ws[n].name = (m->cfg.ssm_original_format && !strcmp(t->name, "backbone.embedding.weight"))
                        ? "backbone.embeddings.weight"
                        : t->name;
-      ws[n].ndim = t->ndim;
-      for (int d = 0; d < t->ndim; d++) ws[n].shape[d] = t->full[d];
+      if (t->slabs) ws[n].name = sl_tensor_hf_name(t, hfn[n], sizeof hfn[n]);
+      ws[n].ndim = t->ndim + (t->slabs > 0);
+      if (t->slabs) ws[n].shape[0] = t->slabs;
+      for (int d = 0; d < t->ndim; d++) ws[n].shape[d + (t->slabs > 0)] = t->full[d];
       ws[n].dtype = dtype;
       sc.tensor_unit[n] = u;
       sc.tensor_idx[n] = i;
@@ -783,6 +841,7 @@ done:
     rc = sl_fail_ctx(rc, "%s was not written (an existing directory there is untouched)", dir);
   }
   free(ws);
+  free(hfn);
   free(bl);
   free(bnames);
   free(sc.tensor_unit);

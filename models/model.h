@@ -62,6 +62,10 @@ typedef struct {
                                        split over all T; R > 1: over T / R, rank r holding run r / R, as the
                                        B and C rows of Mamba-2's in_proj when n_groups < T) */
   int tp_size;                      /* tp_stack > 1: T */
+  /* a slab of a fused HF tensor (Granite 4.0-H's, Qwen3.5-MoE's experts: (E, rows, cols) holding every expert): the
+   * HF tensor is `name` up to its '[' and has shape (slabs, full...); this tensor is its index `slab` (name ends
+   * "[slab]"). slabs 0: the tensor is an HF tensor of its own. Set by sl_unit_slab. */
+  int64_t slab, slabs;
 } sl_tensor_spec;
 
 typedef struct {
@@ -506,6 +510,14 @@ int sl_unit_add_stacked(const sl_model *m, sl_unit_spec *u, const char *name, in
  * slot's first rank (the others' copies checked to be the same bits). */
 int sl_unit_add_parts(const sl_model *m, sl_unit_spec *u, const char *name, int ndim, const int64_t *parts,
                       const int *reps, int nparts, int64_t d1, int64_t d2, int decay, sl_init_kind init, float std);
+/* Makes the unit's last tensor, added as NAME[slab], slab `slab` of the fused HF tensor NAME of `slabs` slabs
+ * (sl_tensor_spec slab): loaded from and saved into that tensor's index `slab` along a leading dimension. */
+void sl_unit_slab(sl_unit_spec *u, int64_t slab, int64_t slabs);
+/* The HF tensor name of t into buf: t->name, or for a slab its fused tensor's (the name without "[slab]"). */
+const char *sl_tensor_hf_name(const sl_tensor_spec *t, char *buf, size_t cap);
+/* The unit's tensor indices of the slabs of the fused tensor whose slab 0 is tensor i, in slab order, into
+ * idx[0..t->slabs) (SL_EINTERNAL naming it when one is missing or repeated). */
+int sl_unit_slab_members(const sl_unit_spec *u, int i, int *idx);
 void sl_unit_free(sl_unit_spec *u);
 
 #ifdef __cplusplus

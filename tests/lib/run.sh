@@ -149,6 +149,16 @@ kinds = {
                      "n_groups": 2, "ssm_state_size": 8, "n_routed_experts": 4, "num_experts_per_tok": 2,
                      "moe_intermediate_size": 24, "moe_shared_expert_intermediate_size": 40,
                      "routed_scaling_factor": 2.5},
+    # Granite 4.0-H with experts (mamba / attention / mamba, each HF layer's MLP half the shared SwiGLU MLP plus 4
+    # fused SwiGLU experts top-2), the muP multipliers != 1
+    "granite_moe": {"architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid",
+                    "hidden_size": 32, "vocab_size": 300, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+                    "layer_types": ["mamba", "attention", "mamba"], "num_hidden_layers": 3,
+                    "num_attention_heads": 4, "num_key_value_heads": 2, "shared_intermediate_size": 40,
+                    "intermediate_size": 24, "num_local_experts": 4, "num_experts_per_tok": 2,
+                    "position_embedding_type": "nope", "mamba_n_heads": 8, "mamba_d_head": 8, "mamba_n_groups": 1,
+                    "mamba_d_state": 8, "mamba_chunk_size": 8, "embedding_multiplier": 3.0,
+                    "residual_multiplier": 0.5, "attention_multiplier": 0.2, "logits_scaling": 2.5},
 }
 c = dict(kinds[sys.argv[2]])
 for k, v in json.loads("{" + sys.argv[3] + "}").items():

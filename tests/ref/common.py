@@ -263,3 +263,18 @@ def load_params(m, path, tolerated=()):
     if extra:
         raise KeyError(f"{path}: unexpected tensors {sorted(extra)}")
     return m
+
+
+def central_diff(p, k, loss, h=1e-6):
+    """(loss() at p's flat element k + h minus at k - h) / 2h, p restored: a finite-difference check's
+    reading (torch tensors; no gradient recorded)."""
+    import torch  # noqa: PLC0415
+    with torch.no_grad():
+        flat = p.view(-1)
+        old = float(flat[k])
+        flat[k] = old + h
+        lp = float(loss())
+        flat[k] = old - h
+        lm = float(loss())
+        flat[k] = old
+    return (lp - lm) / (2 * h)

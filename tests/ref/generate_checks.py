@@ -125,6 +125,11 @@ def main():
     models["nemotron h moe"] = NH.init_model(NH.make_config(
         "M*EME", vocab=VOCAB, limit=(0.002, 0.08), n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
         moe_shared_expert_intermediate_size=40, routed_scaling_factor=2.5), seed=25, std=0.3)
+    # ---- Granite 4.0-H with experts (config_moe: each MLP half the shared MLP of width 40 plus 4 fused SwiGLU
+    # experts top-2 of width 24, the router's top-2 logits softmaxed). Seed 26: the smallest gap between the 2nd
+    # and 3rd router logits along the 40 positions is 6.3e-3, the smallest top-1 logit gap of the 32 greedy picks
+    # 3.6e-2 (no near-tie)
+    models["granite h moe"] = GH.init_model(GH.config_moe(vocab=VOCAB), seed=26, std=0.3)
     dirs = {}
     for name, m in models.items():
         d = os.path.join(W, name.replace(" ", "_"))
@@ -133,6 +138,7 @@ def main():
          else M if "mamba" in name else L).save_hf(m, d)
         dirs[name] = d
     set_config(dirs["mamba2"], eos_token_id=None)  # Mamba2Config's default eos 2 would end the greedy run early
+    set_config(dirs["granite h moe"], eos_token_id=None)  # so would Granite's (token 2 is its 26th pick here)
     ids_arg = ",".join(map(str, PROMPT))
 
     # 1. greedy vs full recompute
@@ -204,6 +210,12 @@ def main():
         ck(f"nemotron h moe: {what} changes the greedy continuation (check not vacuous)",
            greedy_ref(NH.load_hf(dirs["nemotron h moe"], **variant), PROMPT, NEW)
            != greedy_ref(models["nemotron h moe"], PROMPT, NEW))
+    for what, variant in (("the experts' renormalised top-2 weights (all-4 softmax weights instead)",
+                           dict(moe_renorm=False)),
+                          ("the shared MLP beside the experts", dict(moe_shared=False))):
+        ck(f"granite h moe: {what} changes the greedy continuation (check not vacuous)",
+           greedy_ref(GH.load_hf(dirs["granite h moe"], **variant), PROMPT, NEW)
+           != greedy_ref(models["granite h moe"], PROMPT, NEW))
     ghr = GH.load_hf(dirs["granite h"], ignore=("residual_multiplier",))
     ck("granite h: residual_multiplier changes the greedy continuation (check not vacuous)",
        greedy_ref(ghr, PROMPT, NEW) != greedy_ref(models["granite h"], PROMPT, NEW))

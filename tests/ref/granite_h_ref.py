@@ -1,12 +1,18 @@
 """Plain-PyTorch Granite 4.0-H oracle (HF GraniteMoeHybridForCausalLM, model_type
-"granitemoehybrid"), dense variant only (num_local_experts 0), for the shardlm parity contract.
+"granitemoehybrid"): the dense variant (num_local_experts 0: Granite 4.0-H Micro) and the
+mixture-of-experts one (num_local_experts > 0: Granite 4.0-H Tiny / Small), for the shardlm parity
+contract.
 
 Written from transformers' models/granitemoehybrid (modular_granitemoehybrid.py,
 configuration_granitemoehybrid.py), models/granitemoeshared (the attention, the shared MLP) and
 models/bamba (BambaMixer.torch_forward, BambaRMSNormGated). A stack of decoder layers, each
     h = mixer(input_layernorm(x));          x = x + h * residual_multiplier
-    h = shared_mlp(post_attention_layernorm(x)); x = x + h * residual_multiplier
-(RMSNorms of eps rms_norm_eps) whose mixer is chosen per layer by layer_types[i]:
+    y = post_attention_layernorm(x)
+    h = shared_mlp(y)                       (num_local_experts 0)
+    h = block_sparse_moe(y) + shared_mlp(y) (num_local_experts > 0: every layer, mamba or attention)
+    x = x + h * residual_multiplier
+(GraniteMoeHybridDecoderLayer.forward, its has_experts branch; RMSNorms of eps rms_norm_eps) whose
+mixer is chosen per layer by layer_types[i]:
   "mamba"      BambaMixer: d_inner = mamba_expand * hidden_size (= mamba_n_heads * mamba_d_head,
                which the config requires; mamba_d_head "auto" is their quotient), in_proj ->
                [z | xBC | dt] (bias mamba_proj_bias, also on out_proj), causal depthwise conv1d
@@ -25,15 +31,30 @@ models/bamba (BambaMixer.torch_forward, BambaRMSNormGated). A stack of decoder l
                None / "nope"; "rope" is refused here). llama_ref's Attention with the identity
                rotation and its explicit score scale (the Gemma path, softcap off).
 shared_mlp (GraniteMoeHybridMLP): output_linear(silu(g) * u), [g | u] = input_linear(x) chunked
-in two (g first), no biases. Embeddings are multiplied by embedding_multiplier, and the logits
-lm_head(norm(x)) divided by logits_scaling; lm_head tied to model.embed_tokens unless
-tie_word_embeddings is false (transformers' default; Granite 4.0-H ties).
+in two (g first), no biases, width shared_intermediate_size. Embeddings are multiplied by
+embedding_multiplier, and the logits lm_head(norm(x)) divided by logits_scaling; lm_head tied to
+model.embed_tokens unless tie_word_embeddings is false (transformers' default; Granite 4.0-H ties).
 
-MoE layers (num_local_experts > 0, transformers' default 8, so a config.json must name 0) are not
-in this reference and are refused by name. Tensor names are transformers' (model.embed_tokens.weight,
-model.layers.{i}.input_layernorm.weight, model.layers.{i}.mamba.* or .self_attn.{q,k,v,o}_proj.*,
-model.layers.{i}.post_attention_layernorm.weight, model.layers.{i}.shared_mlp.{input,output}_linear.weight,
-model.norm.weight, lm_head.weight when untied).
+block_sparse_moe (GraniteMoeHybridMoE = GraniteMoeSharedMoE = GraniteMoeMoE; its router
+GraniteMoeHybridTopKGating, its experts two GraniteMoeHybridParallelExperts): E = num_local_experts
+experts of width I = intermediate_size, k = num_experts_per_tok; per token y (of C = hidden_size):
+    logits = router.layer(y).float()                 (router.layer.weight (E, C), no bias)
+    the k largest logits (logits.topk(k)), their weights softmax over those k logits
+    (= softmax over all E renormalised over the k: the engine's order, the same numbers)
+    out = sum_j w_j * output_linear[e_j] @ (silu(g) * u),  [g | u] = (input_linear[e_j] @ y).chunk(2)
+with input_linear.weight (E, 2I, C) (gate rows first), output_linear.weight (E, C, I), no biases
+(GraniteMoeHybridParallelExperts.forward: F.linear(inputs of expert i, weight[i])). transformers
+sorts the (token, slot) pairs by expert and index_adds the weighted outputs; here a loop over the
+experts does the same sums. The gradient flows through the k softmax weights, not through the
+selection. The load-balancing loss (load_balancing_loss_func, added by GraniteMoeHybridForCausalLM
+only when output_router_logits) is not in this reference: output_router_logits true with a nonzero
+router_aux_loss_coef is refused; router_aux_loss_coef (default 0.001) is carried, unused.
+transformers' default num_local_experts is 8, so a dense config.json must name 0.
+
+Tensor names are transformers' (model.embed_tokens.weight, model.layers.{i}.input_layernorm.weight,
+model.layers.{i}.mamba.* or .self_attn.{q,k,v,o}_proj.*, model.layers.{i}.post_attention_layernorm.weight,
+model.layers.{i}.block_sparse_moe.{input_linear,output_linear,router.layer}.weight (MoE only),
+model.layers.{i}.shared_mlp.{input,output}_linear.weight, model.norm.weight, lm_head.weight when untied).
 
 The data order, LR schedule, loss, dump, init and the training loop are the other oracles'
 (mamba_ref's / llama_ref's / nemotron_h_ref's: one definition for every architecture).
@@ -59,7 +80,9 @@ MULTIPLIERS = ("embedding_multiplier", "residual_multiplier", "logits_scaling", 
 
 class GraniteHConfig:
     """The GraniteMoeHybridForCausalLM config.json fields the engine reads (transformers'
-    defaults), dense layers only (intermediate_size, the experts' width, is not read)."""
+    defaults: configuration_granitemoehybrid.py). The MoE fields (num_experts_per_tok,
+    intermediate_size, router_aux_loss_coef, output_router_logits) are read and written only when
+    num_local_experts > 0; a dense config writes num_local_experts 0, num_experts_per_tok 0."""
 
     def __init__(self, d):
         d = dict(d)
@@ -72,18 +95,31 @@ class GraniteHConfig:
         if len(self.layer_types) != self.num_hidden_layers:
             raise ValueError(f"num_hidden_layers {self.num_hidden_layers} != len(layer_types) "
                              f"{len(self.layer_types)}")
-        self.num_local_experts = int(d.get("num_local_experts", 8))
-        if self.num_local_experts != 0:
-            raise NotImplementedError(f"num_local_experts {self.num_local_experts}: MoE layers (block_sparse_moe) "
-                                      "are not in this reference (the dense Granite 4.0-H names 0; "
-                                      "transformers' default is 8)")
+        self.num_local_experts = int(d.get("num_local_experts", 8))  # transformers' default: MoE
+        if self.num_local_experts < 0:
+            raise ValueError(f"num_local_experts {self.num_local_experts} < 0")
+        moe = self.num_local_experts > 0
+        self.num_experts_per_tok = int(d.get("num_experts_per_tok", 2)) if moe else 0
+        self.intermediate_size = int(d.get("intermediate_size", 11008)) if moe else 0
+        self.router_aux_loss_coef = float(d.get("router_aux_loss_coef", 0.001)) if moe else 0.0
+        self.output_router_logits = bool(d.get("output_router_logits", False)) if moe else False
+        if moe:
+            if not 1 <= self.num_experts_per_tok <= self.num_local_experts:
+                raise ValueError(f"num_experts_per_tok {self.num_experts_per_tok} not in [1, num_local_experts "
+                                 f"{self.num_local_experts}]")
+            if self.intermediate_size < 1:
+                raise ValueError(f"intermediate_size {self.intermediate_size}: the experts' width must be >= 1")
+            if self.output_router_logits and self.router_aux_loss_coef != 0:
+                raise NotImplementedError(f"output_router_logits true (router_aux_loss_coef "
+                                          f"{self.router_aux_loss_coef:g}): the load-balancing loss is not in this "
+                                          "reference")
         self.position_embedding_type = d.get("position_embedding_type")
         if self.position_embedding_type == "rope":
             raise NotImplementedError("position_embedding_type 'rope': only the NoPE attention of Granite 4.0-H "
                                       "(None / 'nope') is in this reference")
         act = d.get("hidden_act", "silu")
         if act != "silu":
-            raise ValueError(f"hidden_act {act!r}: only 'silu' (the shared MLP's and the Mamba conv's) is here")
+            raise ValueError(f"hidden_act {act!r}: only 'silu' (the MLPs' and the Mamba conv's) is here")
         self.vocab_size = int(d.get("vocab_size", 32000))
         self.hidden_size = int(d.get("hidden_size", 4096))
         self.shared_intermediate_size = int(d.get("shared_intermediate_size", 1024))
@@ -161,6 +197,10 @@ class GraniteHConfig:
             d["pad_token_id"] = self.pad_token_id
         if self.time_step_limit != (0.0, float("inf")):
             d["time_step_limit"] = list(self.time_step_limit)
+        if self.num_local_experts:
+            d.update(num_local_experts=self.num_local_experts, num_experts_per_tok=self.num_experts_per_tok,
+                     intermediate_size=self.intermediate_size, router_aux_loss_coef=self.router_aux_loss_coef,
+                     output_router_logits=self.output_router_logits)
         return d
 
 
@@ -188,6 +228,18 @@ def config_hybrid(vocab=97):
     rms_norm_eps 1e-6, chunk 8 (two chunks of the checks' 16 tokens)."""
     return make_config(("mamba", "attention", "mamba"), hidden=32, vocab=vocab, heads=4, kv_heads=2,
                        shared_intermediate=48, mamba_heads=8, mamba_head_dim=8, groups=1, state=8, conv=4, chunk=8)
+
+
+def config_moe(vocab=97):
+    """The MoE checks' config: mamba / attention / mamba as config_hybrid, every layer with
+    block_sparse_moe: 4 experts top-2 of width 24 beside the shared MLP of width 40 (!= 24: the
+    two are not swapped unseen), router_aux_loss_coef at transformers' 0.001 with
+    output_router_logits false (carried, unused), other multipliers than config_hybrid's."""
+    return make_config(("mamba", "attention", "mamba"), hidden=32, vocab=vocab, heads=4, kv_heads=2,
+                       shared_intermediate=40, mamba_heads=8, mamba_head_dim=8, groups=1, state=8, conv=4, chunk=8,
+                       embedding_multiplier=2.5, residual_multiplier=0.6, attention_multiplier=0.25,
+                       logits_scaling=2.0, num_local_experts=4, num_experts_per_tok=2, intermediate_size=24,
+                       router_aux_loss_coef=0.001, output_router_logits=False)
 
 
 def config_tied_bias(vocab=97):
@@ -233,30 +285,102 @@ class SharedMLP(nn.Module):
         return self.output_linear(F.silu(g) * u)
 
 
-class DecoderLayer(nn.Module):
-    def __init__(self, c, kind, rm, attn_scale):
+class ExpertWeights(nn.Module):
+    """GraniteMoeHybridParallelExperts' storage: weight (E, out, in); expert e is F.linear(., weight[e])."""
+
+    def __init__(self, experts, n_in, n_out):
         super().__init__()
-        self.kind, self.rm = kind, rm
+        self.weight = nn.Parameter(torch.empty(experts, n_out, n_in))
+
+
+class Router(nn.Module):
+    """GraniteMoeHybridTopKGating's parameter: layer = Linear(C, E, bias=False)."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.layer = nn.Linear(c.hidden_size, c.num_local_experts, bias=False)
+
+    def forward(self, h):
+        """The router logits (N, E) in fp32 (layer(h).float(); an fp64 model stays fp64: the
+        oracle's own checks)."""
+        dt = torch.promote_types(h.dtype, torch.float32)
+        return F.linear(h.to(dt), self.layer.weight.to(dt))
+
+
+# the MoE's negative-control variants (GraniteHForCausalLM keywords) and their defaults (the model)
+MOE_VARIANTS = {"moe_renorm": True, "moe_shared": True, "moe_swap": False}
+
+
+class MoE(nn.Module):
+    """GraniteMoeHybridMoE: input_linear, output_linear (ExpertWeights), router (see the module
+    docstring). Keeps the last forward's selected experts (N, k) and router logits (N, E) detached:
+    `selected`, `choice` (the numbers whose order picks the experts). Variants for negative controls
+    only: renorm False (the weights the softmax over all E experts gathered at the k, not
+    renormalised: Mixtral without the renormalisation, Qwen3-MoE's norm_topk_prob false), swap
+    True (the gate / up halves of input_linear swapped: silu on the second half)."""
+
+    def __init__(self, c, renorm=True, swap=False):
+        super().__init__()
+        self.c, self.renorm, self.swap = c, renorm, swap
+        E, C, I = c.num_local_experts, c.hidden_size, c.intermediate_size
+        self.input_linear = ExpertWeights(E, C, 2 * I)
+        self.output_linear = ExpertWeights(E, I, C)
+        self.router = Router(c)
+
+    def forward(self, x):
+        shape = x.shape
+        h = x.reshape(-1, shape[-1])
+        logits = self.router(h)
+        top, idx = logits.topk(self.c.num_experts_per_tok, dim=-1)
+        if self.renorm:
+            w = torch.softmax(top, dim=-1)
+        else:
+            w = torch.softmax(logits, dim=-1).gather(1, idx)
+        w = w.to(h.dtype)
+        out = torch.zeros_like(h)
+        for e in range(self.c.num_local_experts):
+            tok, slot = torch.where(idx == e)
+            if tok.numel():
+                g, u = F.linear(h[tok], self.input_linear.weight[e]).chunk(2, dim=-1)
+                if self.swap:
+                    g, u = u, g
+                y = F.linear(F.silu(g) * u, self.output_linear.weight[e])
+                out = out.index_add(0, tok, y * w[tok, slot, None])
+        self.selected, self.choice = idx.detach(), logits.detach()
+        return out.reshape(shape)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, c, kind, rm, attn_scale, moe_renorm=True, moe_shared=True, moe_swap=False):
+        super().__init__()
+        self.kind, self.rm, self.moe_shared = kind, rm, moe_shared
         self.input_layernorm = M2.RMSNorm(c.hidden_size, c.rms_norm_eps)
         if kind == "mamba":
             self.mamba = M2.Mamba2Mixer(mamba_view(c), norm_groups=1)  # BambaRMSNormGated: whole width
         else:
             self.self_attn = L.Attention(attention_view(c, attn_scale))
         self.post_attention_layernorm = M2.RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.block_sparse_moe = MoE(c, moe_renorm, moe_swap) if c.num_local_experts else None
         self.shared_mlp = SharedMLP(c)
 
     def forward(self, x, cos, sin, scan=M2.ssd_chunked):
         h = self.input_layernorm(x)
         h = self.mamba(h, scan) if self.kind == "mamba" else self.self_attn(h, cos, sin)
         x = x + h * self.rm
-        return x + self.shared_mlp(self.post_attention_layernorm(x)) * self.rm
+        y = self.post_attention_layernorm(x)
+        if self.block_sparse_moe is None:
+            return x + self.shared_mlp(y) * self.rm
+        # the negative control without the shared MLP keeps it in the graph times 0, so that its
+        # gradients are zeros, not None (dump reads every parameter's gradient)
+        shared = self.shared_mlp(y) * (1.0 if self.moe_shared else 0.0)
+        return x + (self.block_sparse_moe(y) + shared) * self.rm
 
 
 class GraniteHModel(nn.Module):
-    def __init__(self, c, rm, attn_scale):
+    def __init__(self, c, rm, attn_scale, moe_variant):
         super().__init__()
         self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
-        self.layers = nn.ModuleList([DecoderLayer(c, k, rm, attn_scale) for k in c.layer_types])
+        self.layers = nn.ModuleList([DecoderLayer(c, k, rm, attn_scale, **moe_variant) for k in c.layer_types])
         self.norm = M2.RMSNorm(c.hidden_size, c.rms_norm_eps)
 
 
@@ -265,20 +389,29 @@ class GraniteHForCausalLM(nn.Module):
 
     Variants for negative controls only: ignore (names from MULTIPLIERS taken as 1; an ignored
     attention_multiplier falls back to llama's head_dim^-0.5), rope_theta (a rotary embedding in
-    the attention layers, which Granite 4.0-H has not)."""
+    the attention layers, which Granite 4.0-H has not), and the MoE's (MOE_VARIANTS): moe_renorm
+    False (the k weights from the softmax over all experts, not renormalised), moe_shared False
+    (the shared MLP left out of the MoE layers), moe_swap True (input_linear's gate / up halves
+    swapped)."""
 
-    def __init__(self, c, ignore=(), rope_theta=None):
+    def __init__(self, c, ignore=(), rope_theta=None, **moe_variant):
         super().__init__()
         bad = sorted(set(ignore) - set(MULTIPLIERS))
         if bad:
             raise ValueError(f"ignore: unknown multipliers {bad}")
+        bad = sorted(set(moe_variant) - set(MOE_VARIANTS))
+        if bad:
+            raise ValueError(f"unknown variants {bad} (MoE: {sorted(MOE_VARIANTS)})")
+        if moe_variant and not c.num_local_experts:
+            raise ValueError(f"{sorted(moe_variant)}: a MoE variant of a dense model (num_local_experts 0)")
         self.config = c
         self.rope_theta = rope_theta
         mult = {k: (1.0 if k in ignore else getattr(c, k)) for k in MULTIPLIERS}
         if "attention_multiplier" in ignore:
             mult["attention_multiplier"] = c.head_dim ** -0.5
         self.embedding_multiplier, self.logits_scaling = mult["embedding_multiplier"], mult["logits_scaling"]
-        self.model = GraniteHModel(c, mult["residual_multiplier"], mult["attention_multiplier"])
+        self.model = GraniteHModel(c, mult["residual_multiplier"], mult["attention_multiplier"],
+                                   dict(MOE_VARIANTS, **moe_variant))
         if not c.tie_word_embeddings:
             self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
 
@@ -300,12 +433,14 @@ ZERO_GRAD = N.ZERO_GRAD
 loss_fn = N.loss_fn
 dump = N.dump
 train = N.train
-save_hf = N.save_hf  # config.json from m.config.to_dict(), the weights by HF name
+save_hf = N.save_hf  # config.json from m.config.to_dict(), the weights by HF name (3-D expert tensors as they are)
 greedy = N.greedy
 
 
 def init_model(c, seed=0, std=0.2, jitter=0.2):
-    """nemotron_h_ref's init on a Granite model: N(0, std) for the embeddings and every matrix (std 0.2:
+    """nemotron_h_ref's init on a Granite model: N(0, std) for the embeddings and every matrix, the
+    MoE's router and 3-D expert tensors included (transformers' _init_weights: normal_ on
+    GraniteMoeHybridParallelExperts too; std 0.2, not initializer_range:
     the multipliers shrink the logits, and the checks' 10 steps want gradient clipping active), conv
     uniform(+-1/sqrt(K)), dt_bias = softplus^-1(dt) with dt log-uniform in BambaConfig's [0.001,
     0.1], A_log = log(1..nh), D = 1, norms 1, jitter on A_log, D, the norms and the biases."""
@@ -314,7 +449,8 @@ def init_model(c, seed=0, std=0.2, jitter=0.2):
 
 def load_hf(model_dir, dtype=torch.float32, **variant):
     """Load an HF Granite 4.0-H dir (one model.safetensors): every parameter present with its
-    shape, no unknown tensor (a stored tied lm_head tolerated). variant: ignore / rope_theta."""
+    shape (the 3-D expert tensors included), no unknown tensor (a stored tied lm_head tolerated).
+    variant: ignore / rope_theta / moe_renorm / moe_shared / moe_swap."""
     c = GraniteHConfig(common.config_read(model_dir))
     return common.load_params(GraniteHForCausalLM(c, **variant).to(dtype),
                               os.path.join(model_dir, "model.safetensors"),

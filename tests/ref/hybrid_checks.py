@@ -84,6 +84,23 @@ class Harness:
                 f"max|grad| {worst:.1e}; PyTorch fp32 "
                 + f"{max(float(np.abs(ref['grad.' + n]).max()) for n in zero):.1e}")
 
+    def moe_trace(self, mdir, blocks, dtype=torch.float32, **variant):
+        """The reference's dump forward and 10 steps (whole batches) on mdir in dtype: per forward, per MoE
+        layer (blocks(model): its MoE modules, each keeping its last forward's choice scores `choice` (N, E)
+        and selected experts `selected` (N, k)), (choice, selected)."""
+        m = self.R.load_hf(mdir, dtype, **variant)
+        rec, orig = [], m.forward
+
+        def fwd(*a, **k):
+            out = orig(*a, **k)
+            rec.append([(b.choice.clone(), b.selected.clone()) for b in blocks(m)])
+            return out
+        m.forward = fwd
+        self.R.dump(m, self.stream, B, T)
+        self.R.train(m, self.stream, STEPS, B, T, EC.ACCUM, HP["lr"], HP["min_lr"], HP["warmup"], HP["wd"], HP["b1"],
+                     HP["b2"], HP["eps"], HP["clip"])
+        return rec
+
     def compare_dump(self, label, path, ref, m):
         rel_names, zero = self.split_names(m)
         EC.compare_dump(self.ck, label, path, ref, rel_names)
@@ -210,3 +227,16 @@ class Harness:
     def finish(self):
         print(f"{self.ck.passed} passed, {self.ck.failed} failed")
         sys.exit(1 if self.ck.failed else 0)
+
+
+def smallest_gap(rec, k, layer="MoE layer"):
+    """(the smallest k-th minus (k+1)-th choice score of a moe_trace, where: forward 0 the dump, then step s,
+    `layer` and its index among the traced MoE layers)."""
+    return min((float((r[:, k - 1] - r[:, k]).min()), f"{'dump' if f == 0 else f'step {f}'} {layer} {la}")
+               for f, fw in enumerate(rec) for la, (ch, _) in enumerate(fw)
+               for r in (torch.sort(ch, dim=-1, descending=True).values,))
+
+
+def loads(fw, ne):
+    """Tokens per expert per traced MoE layer of one forward of a moe_trace."""
+    return [np.bincount(sel.reshape(-1).numpy(), minlength=ne).tolist() for _, sel in fw]

@@ -2,7 +2,6 @@
 run by tests/lib/torch_run.sh: --shardlm EXE --work DIR. The shared pieces: hybrid_checks.py."""
 import os
 
-import numpy as np
 import torch
 
 import hybrid_checks as HC  # noqa: E402
@@ -28,34 +27,6 @@ def moe_blocks(m):
     return [layer.mixer for layer in m.backbone.layers if layer.kind == "moe"]
 
 
-def moe_trace(mdir, dtype=torch.float32):
-    """The reference's dump forward and 10 steps (whole batches) on mdir in dtype: per forward, per MoE layer,
-    (the choice scores (N, E), the selected experts (N, k))."""
-    m = N.load_hf(mdir, dtype)
-    rec, orig = [], m.forward
-
-    def fwd(*a, **k):
-        out = orig(*a, **k)
-        rec.append([(b.choice.clone(), b.selected.clone()) for b in moe_blocks(m)])
-        return out
-    m.forward = fwd
-    N.dump(m, H.stream, HC.B, HC.T)
-    N.train(m, H.stream, HC.STEPS, HC.B, HC.T, EC.ACCUM, HC.HP["lr"], HC.HP["min_lr"], HC.HP["warmup"], HC.HP["wd"],
-            HC.HP["b1"], HC.HP["b2"], HC.HP["eps"], HC.HP["clip"])
-    return rec
-
-
-def smallest_gap(rec, k):
-    """(the smallest k-th minus (k+1)-th choice score, where: forward 0 the dump, then step s)."""
-    return min((float((r[:, k - 1] - r[:, k]).min()), f"{'dump' if f == 0 else f'step {f}'} MoE layer {la}")
-               for f, fw in enumerate(rec) for la, (ch, _) in enumerate(fw)
-               for r in (torch.sort(ch, dim=-1, descending=True).values,))
-
-
-def loads(fw, ne):
-    """Tokens per expert per MoE layer of one forward."""
-    return [np.bincount(sel.reshape(-1).numpy(), minlength=ne).tolist() for _, sel in fw]
-
 # ---- 1. hybrid: "M*M-" (two groups, GQA, untied); tied-bias-limit: "M-*" (one group, tied, every bias, a
 # time_step_limit that clamps) -----------------------------------------------------------------------------
 c1 = N.config_hybrid(HC.EC.VOCAB)
@@ -78,8 +49,8 @@ with torch.no_grad():  # the clamp bites: some softplus(dt + dt_bias) outside [0
 c3 = N.config_moe(HC.EC.VOCAB)
 d3, dumps3, _ = H.suite("moe", c3, MOE_SEED, HC.LAYOUTS_EP)
 K, NE = c3.num_experts_per_tok, c3.n_routed_experts
-rec32, rec64 = moe_trace(d3), moe_trace(d3, torch.float64)
-ld = loads(rec32[0], NE)
+rec32, rec64 = H.moe_trace(d3, moe_blocks), H.moe_trace(d3, moe_blocks, torch.float64)
+ld = HC.loads(rec32[0], NE)
 ck("[moe] reference routing (dump batch): uneven loads", all(max(r) > min(r) for r in ld), f"tokens per expert {ld}")
 with torch.no_grad():  # the bias is used: the reference without it picks other experts for some tokens
     mm = N.load_hf(d3, moe_bias=False)
@@ -90,14 +61,14 @@ ck("[moe] e_score_correction_bias changes the choice (dump batch)", nb > 0,
    f"{nb} of {HC.B * HC.T * len(ld)} token-layers choose other experts without it")
 noise = max(float((a[0].double() - b[0]).abs().max()) for f32, f64 in zip(rec32, rec64) for a, b in zip(f32, f64))
 same = all(torch.equal(a[1], b[1]) for f32, f64 in zip(rec32, rec64) for a, b in zip(f32, f64))
-gap, where = smallest_gap(rec32, K)
+gap, where = HC.smallest_gap(rec32, K, "MoE layer")
 bound = max(GAP_MIN, 20 * noise)
 ck(f"[moe] no near-tie at the top-k boundary along the dump and 10 steps: smallest gap of choice scores >= "
    f"max({GAP_MIN:g}, 20 x fp32-vs-fp64)", gap >= bound and same,
    f"{gap:.3g} ({where}); fp32 vs fp64 choice scores {noise:.1e}, selections equal {same}; bound {bound:.2g}")
 tied_dir = os.path.join(H.w, "model_moe_tied")
 N.save_hf(N.init_model(c3, seed=TIED_SEED), tied_dir)
-tgap, twhere = smallest_gap(moe_trace(tied_dir), K)
+tgap, twhere = HC.smallest_gap(H.moe_trace(tied_dir, moe_blocks), K, "MoE layer")
 ck(f"[moe] negative control: the guard catches seed {TIED_SEED}'s near-tie", tgap < GAP_MIN, f"{tgap:.3g} ({twhere})")
 met = os.path.join(H.w, "metrics_moe_1 rank.jsonl")
 if os.path.exists(met):  # the engine's moe_load (a row per decoder layer: its E layers' tokens per expert) = the ref's
@@ -107,7 +78,7 @@ if os.path.exists(met):  # the engine's moe_load (a row per decoder layer: its E
                      for r in rows)
     ck("[moe] train 1 rank: moe_load has a row per decoder layer, zeros for the layers without experts",
        rows and all(len(r.get("moe_load") or []) == len(c3.pattern) for r in rows) and dense_zero, "")
-    want = [loads(fw, NE) for fw in rec32[1:]]
+    want = [HC.loads(fw, NE) for fw in rec32[1:]]
     bad = next((i + 1 for i, (a, b) in enumerate(zip(eng, want)) if a != b), None)
     ck("[moe] train 1 rank: tokens per expert per MoE layer (moe_load) equal the reference's selections at every "
        "step", len(eng) == HC.STEPS and bad is None,

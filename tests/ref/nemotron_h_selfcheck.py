@@ -361,16 +361,8 @@ def check_moe(ck):
                                                                     else ()):
             p = params[name]
             for k in (int(p.grad.abs().argmax()), int(torch.randint(0, p.numel(), (1,), generator=gsel))):
-                ag, h = float(p.grad.reshape(-1)[k]), 1e-6
-                with torch.no_grad():
-                    flat = p.view(-1)
-                    old = float(flat[k])
-                    flat[k] = old + h
-                    lp = float(loss())
-                    flat[k] = old - h
-                    lm = float(loss())
-                    flat[k] = old
-                fd = (lp - lm) / (2 * h)
+                ag = float(p.grad.reshape(-1)[k])
+                fd = common.central_diff(p, k, loss)
                 err = abs(fd - ag) / max(abs(ag), 1e-4)
                 n += 1
                 if err >= worst:

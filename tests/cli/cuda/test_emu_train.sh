@@ -76,6 +76,8 @@ tiny_model "$W/granite_h" mamba '"architectures": ["GraniteMoeHybridForCausalLM"
 # Nemotron-H with 'E' layers (M*E-E: the sigmoid router with routed_scaling_factor, relu^2 experts, the shared
 # expert beside them; the router's sigmoid mode of moe_route_fwd / _bwd on the device)
 tiny_model "$W/nemotron_moe" nemotron_moe
+# Granite 4.0-H with experts (the fused experts' slabs, the shared MLP beside them)
+tiny_model "$W/granite_moe" granite_moe
 tiny_model "$W/qwen3" llama '"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 2,
  "head_dim": 12, "attention_bias": true'
 tiny_model "$W/mixtral" llama '"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_hidden_layers": 2,
@@ -83,13 +85,13 @@ tiny_model "$W/mixtral" llama '"architectures": ["MixtralForCausalLM"], "model_t
 # Gemma 3 (geglu, scale_add's 1 + w, (1 + w) q/k norms, the local RoPE table on layers 0, 2)
 tiny_model "$W/gemma3" tied '"architectures": ["Gemma3ForCausalLM"], "num_hidden_layers": 3, "head_dim": 8,
  "sliding_window": 6, "sliding_window_pattern": 2, "rope_local_base_freq": 100.0, "query_pre_attn_scalar": 8'
-for m in mistral mamba falcon mamba2 nemotron_h nemotron_moe granite_h qwen3 mixtral gemma3; do
+for m in mistral mamba falcon mamba2 nemotron_h nemotron_moe granite_h granite_moe qwen3 mixtral gemma3; do
   run cpu_$m 1 "$B" $m --backend cpu --zero 0
   run emu_$m 1 "$E" $m --backend cuda --zero 0 && check emu_$m cpu_$m --rtol 1e-4 --loss-only
 done
 # the weights too for the Mamba-2 mixer's families (relative L2 within 1e-4; Nemotron-H measured 7.2e-7): over 3
 # steps a wrong backward can hide in the losses (relu2_bwd's 2x dropped moves them by 5e-6 only, the weights by 6e-3)
-for m in mamba2 nemotron_h nemotron_moe granite_h; do
+for m in mamba2 nemotron_h nemotron_moe granite_h granite_moe; do
   [ -d "$W/emu_$m/model" ] && check emu_$m cpu_$m --rtol 1e-4
 done
 # Mixtral with the routing options (capacity drops, the z-loss, the expert bias; docs/models.md)

@@ -24,6 +24,8 @@ tiny_model "$W/nemotron_h" mamba '"architectures": ["NemotronHForCausalLM"], "hy
  "time_step_rank": null, "tie_word_embeddings": false'
 # Nemotron-H with MoE layers (M*E-E: the experts' companion units of the E layers only, the shared expert)
 tiny_model "$W/nemotron_moe" nemotron_moe
+# Granite 4.0-H with experts (fused experts' slabs, the shared MLP in the block unit)
+tiny_model "$W/granite_moe" granite_moe
 tiny_model "$W/mistral" mistral '"hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2,
  "tie_word_embeddings": true'
 # NAME MODEL WORLD FLAGS... (the same flags for train and plan): a run and its prediction
@@ -46,6 +48,7 @@ run nemotron_h_z3_sel "$W/nemotron_h" 2 --zero 3 --micro-batch 2 --seq-len 16 --
 run nemotron_h_z1_full "$W/nemotron_h" 2 --zero 1 --micro-batch 1 --seq-len 24 --activation-checkpoint full --grad-accum 2
 run nemotron_moe_z3_sel "$W/nemotron_moe" 2 --zero 3 --micro-batch 2 --seq-len 16 --activation-checkpoint selective
 run nemotron_moe_z1_full "$W/nemotron_moe" 2 --zero 1 --micro-batch 1 --seq-len 24 --activation-checkpoint full --grad-accum 2
+run granite_moe_z3_sel "$W/granite_moe" 2 --zero 3 --micro-batch 2 --seq-len 16 --activation-checkpoint selective
 run mistral_z3 "$W/mistral" 3 --zero 3 --micro-batch 2 --seq-len 16 --grad-accum 2 --param-dtype bf16
 # one line per case: "ok NAME" or "FAIL NAME: what differs"
 while read -r verdict; do

@@ -42,6 +42,8 @@ tiny_model "$W/qwen3moe" llama '"architectures": ["Qwen3MoeForCausalLM"], "model
  "head_dim": 12, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "norm_topk_prob": true'
 # Nemotron-H with MoE layers (M*E-E: the sigmoid router, relu^2 experts, the shared expert; a dense '-' layer)
 tiny_model "$W/nemotron_moe" nemotron_moe
+# Granite 4.0-H with experts (each expert a slab of the fused input_linear / output_linear, the shared MLP beside)
+tiny_model "$W/granite_moe" granite_moe
 tiny_model "$W/llama" llama '"num_hidden_layers": 2'
 tiny_data "$W/data"
 run() { arch_run "$@"; }     # arch name world micro accum [flags...] (tests/lib/run.sh)
@@ -105,6 +107,16 @@ run nemotron_moe bres 2 3 2 --zero 3 $NB --ckpt-dir "$W/nck" --resume &&
 "$PY" -c "import json,sys,glob; b=json.load(open(glob.glob(sys.argv[1]+'/step-*/manifest.json')[0]))['moe_expert_bias']; rows=[b[4*l:4*l+4] for l in range(5)]; sys.exit(0 if len(b)==20 and all(any(rows[l]) for l in (2,4)) and not any(v for l in (0,1,3) for v in rows[l]) else 1)" "$W/nck" &&
   ok "Nemotron-H: the step-3 manifest holds the updated expert bias (E layers only)" ||
   bad "Nemotron-H: the step-3 manifest's expert bias ($(grep -o '"moe_expert_bias"[^]]*' "$W"/nck/step-*/manifest.json | cut -c1-120))"
+# Granite 4.0-H with experts (this rank's slabs of each fused tensor): EP 2, EP 2 x TP 2 with SP (a slab's gate | up
+# halves column-split), EP 2 x PP 2 under zb1p; a checkpoint at EP 2 x TP 2 (step 3) resumed at EP 1 x TP 2; the
+# saved directory equal to the one process's (the slabs reassembled in expert order)
+run granite_moe base 1 3 4 --zero 0
+run granite_moe ep2 4 3 1 --zero 3 --ep 2 && check granite_moe ep2 base --rtol 1e-5 --wtol 1e-5
+run granite_moe ep2tp2 4 3 2 --zero 3 --ep 2 --tp 2 --sequence-parallel && check granite_moe ep2tp2 base --rtol 1e-5 --wtol 1e-5
+run granite_moe ep2zb 4 3 2 --zero 3 --ep 2 --pp 2 --pp-schedule zb1p && check granite_moe ep2zb base --rtol 1e-5 --wtol 1e-5
+run granite_moe gck 4 3 2 --zero 3 --ep 2 --tp 2 --steps 3 --ckpt-dir "$W/gck" --ckpt-every 3
+run granite_moe gres 2 3 4 --zero 3 --tp 2 --ckpt-dir "$W/gck" --resume &&
+  grep -q "resumed from .* at step 3" "$W/granite_moe-gres.log" && check granite_moe gres base --rtol 1e-5 --wtol 1e-5 --tail
 # negative control: the wrong local expert for the rows received
 SL_FAULT_EP_MISROUTE=1 run mixtral mis 4 3 1 --zero 3 --ep 2 &&
   if $CMP "$W/mixtral-mis" "$W/mixtral-base" --rtol 1e-5 --wtol 1e-5 > "$W/mis.txt"; then bad "misrouted experts pass"; cat "$W/mis.txt"

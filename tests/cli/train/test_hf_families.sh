@@ -187,6 +187,26 @@ tiny_model "$W/ne-ok" mamba "$NE"
   --plot false --out-dir "$W/ne-z" --moe-z-loss-coef 0.01 > "$W/ne-z.log" 2>&1
 rc_is "Nemotron-H E layers: --moe-z-loss-coef refused (a sigmoid router)" $? 2 "$W/ne-z.log" "--moe-z-loss-coef"
 
+# ---- Mamba-2: state-spaces/mamba2-2.7b (mamba_ssm's config: ssm_cfg layer Mamba2, the vocabulary padded to a
+# multiple of 16), its count derived by hand from the tensor shapes (tests/fixtures/hf-configs/README.md)
+"$B" plan --model "$F/mamba2-2.7b" > "$W/plan-mamba2.log" 2>&1
+rc_is "plan mamba2-2.7b" $? 0 "$W/plan-mamba2.log" "model: 2702599680 parameters"
+
+# ---- Granite 4.0-H Tiny (7B-A1B: 64 fused SwiGLU experts top 6 beside each layer's shared MLP), its counts derived
+# by hand from the tensor shapes (tests/fixtures/hf-configs/README.md)
+"$B" plan --model "$F/granite-4.0-h-tiny" > "$W/plan-granite-tiny.log" 2>&1
+rc_is "plan granite-4.0-h-tiny" $? 0 "$W/plan-granite-tiny.log" "model: 6939037248 parameters"
+grep -q "mixture of experts: 1465470528 parameters active a token" "$W/plan-granite-tiny.log"
+rc_is "plan granite-4.0-h-tiny: active parameters (6 of 64 experts)" $? 0 "$W/plan-granite-tiny.log"
+# its experts' fields checked by name (exit 2)
+for c in 'topk: "num_experts_per_tok": 5|num_experts_per_tok' 'width: "intermediate_size": 0|intermediate_size' \
+  'aux: "router_aux_loss_coef": -1|router_aux_loss_coef' 'count: "num_local_experts": -2|num_local_experts'; do
+  n=${c%%:*} rest=${c#*: } field=${c##*|}
+  tiny_model "$W/gm-$n" granite_moe "${rest%|*}"
+  "$B" plan --model "$W/gm-$n" > "$W/gm-$n.log" 2>&1
+  rc_is "Granite 4.0-H experts: bad $field refused" $? 2 "$W/gm-$n.log" "'$field'"
+done
+
 # ---- Falcon-Mamba
 "$B" plan --model "$F/falcon-mamba-7b" > "$W/plan-falcon.log" 2>&1
 rc_is "plan falcon-mamba-7b" $? 0 "$W/plan-falcon.log" "model: 7272665088 parameters"
