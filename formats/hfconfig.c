@@ -49,6 +49,7 @@ const char *sl_arch_name(sl_arch a) {
   case SL_ARCH_MAMBA2: return "mamba2";
   case SL_ARCH_NEMOTRON_H: return "nemotron_h";
   case SL_ARCH_GRANITE_H: return "granitemoehybrid";
+  case SL_ARCH_GRANITE: return "granite";
   default: return "unknown";
   }
 }
@@ -102,92 +103,93 @@ static const struct {
     {"Mamba2ForCausalLM", "mamba2", SL_ARCH_MAMBA2},
     {"NemotronHForCausalLM", "nemotron_h", SL_ARCH_NEMOTRON_H},
     {"GraniteMoeHybridForCausalLM", "granitemoehybrid", SL_ARCH_GRANITE_H},
+    {"GraniteForCausalLM", "granite", SL_ARCH_GRANITE},
 };
 #define NFAM ((int)(sizeof k_arch / sizeof k_arch[0]))
 // clang-format off
 static const struct {
   const char *key;
-  double v[13];
+  double v[14];
 } k_defaults[] = {
-    /*                         llama    mistral  mamba    qwen2    qwen3    falcon_m mixtral  qwen3moe gemma2   gemma3_text mamba2 nemotron_h granitemoehybrid */
-    {"vocab_size",            {32000,   32000,   50280,   151936,  151936,  50280,   32000,   151936,  256000,  262208, 32768, 131072, 32000}},
-    {"hidden_size",           {4096,    4096,    768,     4096,    4096,    768,     4096,    2048,    2304,    2304, 4096, 4096, 4096}},
-    {"intermediate_size",     {11008,   14336,   EXPANDH, 22016,   22016,   EXPANDH, 14336,   6144,    9216,    9216, EXPANDH, 21504, 11008}},
-    {"num_hidden_layers",     {32,      32,      32,      32,      32,      32,      32,      24,      26,      26, 64, NA, 32}},
-    {"num_attention_heads",   {32,      32,      NA,      32,      32,      NA,      32,      32,      8,       8, NA, 32, 32}},
-    {"num_key_value_heads",   {HEADS,   8,       NA,      32,      32,      NA,      8,       4,       4,       4, NA, 8, HEADS}},
-    {"head_dim",              {HDIV,    HDIV,    NA,      HDIV,    128,     NA,      HDIV,    HDIV,    256,     256, 64, 128, HDIV}},
-    {"max_position_embeddings",{2048,   131072,  0,       32768,   32768,   0,       131072,  32768,   8192,    131072, 0, 4096, 2048}},
-    {"rms_norm_eps",          {1e-6,    1e-6,    NA,      1e-6,    1e-6,    NA,      1e-5,    1e-6,    1e-6,    1e-6, NA, NA, 1e-6}},
-    {"rope_theta",            {1e4,     1e4,     NA,      1e4,     1e4,     NA,      1e6,     1e4,     1e4,     1e6, NA, NA, NA}},
-    {"initializer_range",     {0.02,    0.02,    0.1,     0.02,    0.02,    0.1,     0.02,    0.02,    0.02,    0.02, 0.1, 0.02, 0.02}},
-    {"tie_word_embeddings",   {0,       0,       1,       0,       0,       1,       0,       0,       1,       1, 0, 0, 0}},
-    {"bos_token_id",          {1,       1,       0,       NONE,    NONE,    0,       1,       NONE,    2,       2, 0, 1, 1}},
-    {"eos_token_id",          {2,       2,       0,       NONE,    NONE,    0,       2,       NONE,    1,       1, 2, 2, 2}},
-    {"sliding_window",        {NA,      4096,    NA,      4096,    4096,    NA,      NONE,    NA,      4096,    4096, NA, NONE, NA}},
-    {"use_sliding_window",    {NA,      NA,      NA,      0,       0,       NA,      NA,      0,       NA,      NA, NA, NA, NA}},
-    {"max_window_layers",     {NA,      NA,      NA,      28,      28,      NA,      NA,      NA,      NA,      NA, NA, NA, NA}},
-    {"attention_bias",        {0,       0,       NA,      NA,      0,       NA,      0,       0,       0,       0, NA, 0, 0}},
-    {"mlp_bias",              {0,       0,       NA,      NA,      NA,      NA,      0,       NA,      NA,      NA, NA, 0, NA}},
-    {"num_local_experts",     {NA,      NA,      NA,      NA,      NA,      NA,      8,       NA,      NA,      NA, NA, NA, 8}},
-    {"num_experts",           {NA,      NA,      NA,      NA,      NA,      NA,      NA,      128,     NA,      NA, NA, NA, NA}},
-    {"num_experts_per_tok",   {NA,      NA,      NA,      NA,      NA,      NA,      2,       8,       NA,      NA, NA, 2, 2}},
-    {"moe_intermediate_size", {NA,      NA,      NA,      NA,      NA,      NA,      NA,      768,     NA,      NA, NA, 7688, NA}},
-    {"norm_topk_prob",        {NA,      NA,      NA,      NA,      NA,      NA,      NA,      0,       NA,      NA, NA, 1, NA}},
-    {"n_routed_experts",      {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 8, NA}},
-    {"n_shared_experts",      {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1, NA}},
-    {"moe_shared_expert_intermediate_size", {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 7688, NA}},
-    {"routed_scaling_factor", {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1.0, NA}},
-    {"n_group",               {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1, NA}},
-    {"topk_group",            {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1, NA}},
-    {"decoder_sparse_step",   {NA,      NA,      NA,      NA,      NA,      NA,      NA,      1,       NA,      NA, NA, NA, NA}},
-    {"router_aux_loss_coef",  {NA,      NA,      NA,      NA,      NA,      NA,      0.001,   0.001,   NA,      NA, NA, NA, 0.001}},
-    {"router_jitter_noise",   {NA,      NA,      NA,      NA,      NA,      NA,      0,       NA,      NA,      NA, NA, NA, NA}},
-    {"output_router_logits",  {NA,      NA,      NA,      NA,      NA,      NA,      0,       0,       NA,      NA, NA, NA, 0}},
-    {"query_pre_attn_scalar", {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      256,     256, NA, NA, NA}},
-    {"attn_logit_softcapping",{NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      50.0,    NONE, NA, NA, NA}},
-    {"final_logit_softcapping",{NA,     NA,      NA,      NA,      NA,      NA,      NA,      NA,      30.0,    NONE, NA, NA, NA}},
-    {"rope_local_base_freq",  {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      1e4, NA, NA, NA}},
-    {"sliding_window_pattern",{NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      6, NA, NA, NA}},
-    {"state_size",            {NA,      NA,      16,      NA,      NA,      16,      NA,      NA,      NA,      NA, 128, NA, NA}},
-    {"expand",                {NA,      NA,      2,       NA,      NA,      2,       NA,      NA,      NA,      NA, 2, 2, NA}},
-    {"conv_kernel",           {NA,      NA,      4,       NA,      NA,      4,       NA,      NA,      NA,      NA, 4, 4, NA}},
-    {"time_step_rank",        {NA,      NA,      AUTO,    NA,      NA,      AUTO,    NA,      NA,      NA,      NA, NA, NA, NA}},
-    {"layer_norm_epsilon",    {NA,      NA,      1e-5,    NA,      NA,      1e-5,    NA,      NA,      NA,      NA, 1e-5, 1e-5, NA}},
-    {"use_bias",              {NA,      NA,      0,       NA,      NA,      0,       NA,      NA,      NA,      NA, 0, 0, NA}},
-    {"use_conv_bias",         {NA,      NA,      1,       NA,      NA,      1,       NA,      NA,      NA,      NA, 1, 1, NA}},
-    {"residual_in_fp32",      {NA,      NA,      1,       NA,      NA,      1,       NA,      NA,      NA,      NA, 1, 0, NA}},
-    {"time_step_min",         {NA,      NA,      0.001,   NA,      NA,      0.001,   NA,      NA,      NA,      NA, 0.001, 0.001, NA}},
-    {"time_step_max",         {NA,      NA,      0.1,     NA,      NA,      0.1,     NA,      NA,      NA,      NA, 0.1, 0.1, NA}},
-    {"time_step_floor",       {NA,      NA,      1e-4,    NA,      NA,      1e-4,    NA,      NA,      NA,      NA, 1e-4, 1e-4, NA}},
-    {"time_step_scale",       {NA,      NA,      1.0,     NA,      NA,      1.0,     NA,      NA,      NA,      NA, NA, NA, NA}},
-    {"mixer_rms_eps",         {NA,      NA,      NA,      NA,      NA,      1e-6,    NA,      NA,      NA,      NA, NA, NA, NA}},
-    {"num_heads",             {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      128, NA, NA}},
-    {"n_groups",              {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      8, 8, NA}},
-    {"chunk_size",            {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      256, 128, NA}},
-    {"ssm_state_size",        {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 128, NA}},
-    {"mamba_num_heads",       {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 128, NA}},
-    {"mamba_head_dim",        {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 64, NA}},
-    {"shared_intermediate_size", {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1024}},
-    {"embedding_multiplier",    {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1}},
-    {"logits_scaling",          {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1}},
-    {"residual_multiplier",     {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1}},
-    {"attention_multiplier",    {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1}},
-    {"mamba_n_heads",           {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 128}},
-    {"mamba_n_groups",          {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1}},
-    {"mamba_d_state",           {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 256}},
-    {"mamba_d_conv",            {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 4}},
-    {"mamba_expand",            {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 2}},
-    {"mamba_chunk_size",        {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 256}},
-    {"mamba_conv_bias",         {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1}},
-    {"mamba_proj_bias",         {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 0}},
+    /*                         llama    mistral  mamba    qwen2    qwen3    falcon_m mixtral  qwen3moe gemma2   gemma3_text mamba2 nemotron_h granitemoehybrid granite */
+    {"vocab_size",            {32000,   32000,   50280,   151936,  151936,  50280,   32000,   151936,  256000,  262208, 32768, 131072, 32000, 32000}},
+    {"hidden_size",           {4096,    4096,    768,     4096,    4096,    768,     4096,    2048,    2304,    2304, 4096, 4096, 4096, 4096}},
+    {"intermediate_size",     {11008,   14336,   EXPANDH, 22016,   22016,   EXPANDH, 14336,   6144,    9216,    9216, EXPANDH, 21504, 11008, 11008}},
+    {"num_hidden_layers",     {32,      32,      32,      32,      32,      32,      32,      24,      26,      26, 64, NA, 32, 32}},
+    {"num_attention_heads",   {32,      32,      NA,      32,      32,      NA,      32,      32,      8,       8, NA, 32, 32, 32}},
+    {"num_key_value_heads",   {HEADS,   8,       NA,      32,      32,      NA,      8,       4,       4,       4, NA, 8, HEADS, HEADS}},
+    {"head_dim",              {HDIV,    HDIV,    NA,      HDIV,    128,     NA,      HDIV,    HDIV,    256,     256, 64, 128, HDIV, HDIV}},
+    {"max_position_embeddings",{2048,   131072,  0,       32768,   32768,   0,       131072,  32768,   8192,    131072, 0, 4096, 2048, 2048}},
+    {"rms_norm_eps",          {1e-6,    1e-6,    NA,      1e-6,    1e-6,    NA,      1e-5,    1e-6,    1e-6,    1e-6, NA, NA, 1e-6, 1e-6}},
+    {"rope_theta",            {1e4,     1e4,     NA,      1e4,     1e4,     NA,      1e6,     1e4,     1e4,     1e6, NA, NA, NA, 1e4}},
+    {"initializer_range",     {0.02,    0.02,    0.1,     0.02,    0.02,    0.1,     0.02,    0.02,    0.02,    0.02, 0.1, 0.02, 0.02, 0.02}},
+    {"tie_word_embeddings",   {0,       0,       1,       0,       0,       1,       0,       0,       1,       1, 0, 0, 0, 0}},
+    {"bos_token_id",          {1,       1,       0,       NONE,    NONE,    0,       1,       NONE,    2,       2, 0, 1, 1, 1}},
+    {"eos_token_id",          {2,       2,       0,       NONE,    NONE,    0,       2,       NONE,    1,       1, 2, 2, 2, 2}},
+    {"sliding_window",        {NA,      4096,    NA,      4096,    4096,    NA,      NONE,    NA,      4096,    4096, NA, NONE, NA, NA}},
+    {"use_sliding_window",    {NA,      NA,      NA,      0,       0,       NA,      NA,      0,       NA,      NA, NA, NA, NA, NA}},
+    {"max_window_layers",     {NA,      NA,      NA,      28,      28,      NA,      NA,      NA,      NA,      NA, NA, NA, NA, NA}},
+    {"attention_bias",        {0,       0,       NA,      NA,      0,       NA,      0,       0,       0,       0, NA, 0, 0, 0}},
+    {"mlp_bias",              {0,       0,       NA,      NA,      NA,      NA,      0,       NA,      NA,      NA, NA, 0, NA, 0}},
+    {"num_local_experts",     {NA,      NA,      NA,      NA,      NA,      NA,      8,       NA,      NA,      NA, NA, NA, 8, NA}},
+    {"num_experts",           {NA,      NA,      NA,      NA,      NA,      NA,      NA,      128,     NA,      NA, NA, NA, NA, NA}},
+    {"num_experts_per_tok",   {NA,      NA,      NA,      NA,      NA,      NA,      2,       8,       NA,      NA, NA, 2, 2, NA}},
+    {"moe_intermediate_size", {NA,      NA,      NA,      NA,      NA,      NA,      NA,      768,     NA,      NA, NA, 7688, NA, NA}},
+    {"norm_topk_prob",        {NA,      NA,      NA,      NA,      NA,      NA,      NA,      0,       NA,      NA, NA, 1, NA, NA}},
+    {"n_routed_experts",      {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 8, NA, NA}},
+    {"n_shared_experts",      {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1, NA, NA}},
+    {"moe_shared_expert_intermediate_size", {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 7688, NA, NA}},
+    {"routed_scaling_factor", {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1.0, NA, NA}},
+    {"n_group",               {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1, NA, NA}},
+    {"topk_group",            {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1, NA, NA}},
+    {"decoder_sparse_step",   {NA,      NA,      NA,      NA,      NA,      NA,      NA,      1,       NA,      NA, NA, NA, NA, NA}},
+    {"router_aux_loss_coef",  {NA,      NA,      NA,      NA,      NA,      NA,      0.001,   0.001,   NA,      NA, NA, NA, 0.001, NA}},
+    {"router_jitter_noise",   {NA,      NA,      NA,      NA,      NA,      NA,      0,       NA,      NA,      NA, NA, NA, NA, NA}},
+    {"output_router_logits",  {NA,      NA,      NA,      NA,      NA,      NA,      0,       0,       NA,      NA, NA, NA, 0, NA}},
+    {"query_pre_attn_scalar", {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      256,     256, NA, NA, NA, NA}},
+    {"attn_logit_softcapping",{NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      50.0,    NONE, NA, NA, NA, NA}},
+    {"final_logit_softcapping",{NA,     NA,      NA,      NA,      NA,      NA,      NA,      NA,      30.0,    NONE, NA, NA, NA, NA}},
+    {"rope_local_base_freq",  {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      1e4, NA, NA, NA, NA}},
+    {"sliding_window_pattern",{NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      6, NA, NA, NA, NA}},
+    {"state_size",            {NA,      NA,      16,      NA,      NA,      16,      NA,      NA,      NA,      NA, 128, NA, NA, NA}},
+    {"expand",                {NA,      NA,      2,       NA,      NA,      2,       NA,      NA,      NA,      NA, 2, 2, NA, NA}},
+    {"conv_kernel",           {NA,      NA,      4,       NA,      NA,      4,       NA,      NA,      NA,      NA, 4, 4, NA, NA}},
+    {"time_step_rank",        {NA,      NA,      AUTO,    NA,      NA,      AUTO,    NA,      NA,      NA,      NA, NA, NA, NA, NA}},
+    {"layer_norm_epsilon",    {NA,      NA,      1e-5,    NA,      NA,      1e-5,    NA,      NA,      NA,      NA, 1e-5, 1e-5, NA, NA}},
+    {"use_bias",              {NA,      NA,      0,       NA,      NA,      0,       NA,      NA,      NA,      NA, 0, 0, NA, NA}},
+    {"use_conv_bias",         {NA,      NA,      1,       NA,      NA,      1,       NA,      NA,      NA,      NA, 1, 1, NA, NA}},
+    {"residual_in_fp32",      {NA,      NA,      1,       NA,      NA,      1,       NA,      NA,      NA,      NA, 1, 0, NA, NA}},
+    {"time_step_min",         {NA,      NA,      0.001,   NA,      NA,      0.001,   NA,      NA,      NA,      NA, 0.001, 0.001, NA, NA}},
+    {"time_step_max",         {NA,      NA,      0.1,     NA,      NA,      0.1,     NA,      NA,      NA,      NA, 0.1, 0.1, NA, NA}},
+    {"time_step_floor",       {NA,      NA,      1e-4,    NA,      NA,      1e-4,    NA,      NA,      NA,      NA, 1e-4, 1e-4, NA, NA}},
+    {"time_step_scale",       {NA,      NA,      1.0,     NA,      NA,      1.0,     NA,      NA,      NA,      NA, NA, NA, NA, NA}},
+    {"mixer_rms_eps",         {NA,      NA,      NA,      NA,      NA,      1e-6,    NA,      NA,      NA,      NA, NA, NA, NA, NA}},
+    {"num_heads",             {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      128, NA, NA, NA}},
+    {"n_groups",              {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      8, 8, NA, NA}},
+    {"chunk_size",            {NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      NA,      256, 128, NA, NA}},
+    {"ssm_state_size",        {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 128, NA, NA}},
+    {"mamba_num_heads",       {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 128, NA, NA}},
+    {"mamba_head_dim",        {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 64, NA, NA}},
+    {"shared_intermediate_size", {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1024, NA}},
+    {"embedding_multiplier",    {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1, 1}},
+    {"logits_scaling",          {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1, 1}},
+    {"residual_multiplier",     {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1, 1}},
+    {"attention_multiplier",    {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1, 1}},
+    {"mamba_n_heads",           {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 128, NA}},
+    {"mamba_n_groups",          {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1, NA}},
+    {"mamba_d_state",           {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 256, NA}},
+    {"mamba_d_conv",            {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 4, NA}},
+    {"mamba_expand",            {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 2, NA}},
+    {"mamba_chunk_size",        {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 256, NA}},
+    {"mamba_conv_bias",         {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 1, NA}},
+    {"mamba_proj_bias",         {NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, NA, 0, NA}},
 };
 // clang-format on
 
 /* The default of key for c's family (c->arch_name's model type): SL_EINTERNAL
  * naming both when the table has none (a reader that takes a default the
  * table does not list: add the row). */
-_Static_assert(sizeof k_arch / sizeof k_arch[0] == 13, "k_defaults has a column per k_arch row");
+_Static_assert(sizeof k_arch / sizeof k_arch[0] == 14, "k_defaults has a column per k_arch row");
 static int def_of(const sl_model_config *c, const char *key, double *out) {
   int col = -1;
   for (int i = 0; i < NFAM; i++)
@@ -1490,6 +1492,19 @@ static int get_mult(const char *p, json_t *o, const sl_model_config *c, const ch
   return rc;
 }
 
+/* transformers' GraniteConfig (modeling_granite.py): Llama's layers with the muP multipliers: embeddings times
+ * embedding_multiplier, attention scores times attention_multiplier (the scale, not head_dim^-0.5), each residual
+ * update times residual_multiplier, the logits divided by logits_scaling. */
+static int granite_mults(const char *p, json_t *o, sl_model_config *c) {
+  int rc;
+  if ((rc = get_mult(p, o, c, "embedding_multiplier", &c->embedding_mult)) ||
+      (rc = get_mult(p, o, c, "logits_scaling", &c->logits_scaling)) ||
+      (rc = get_mult(p, o, c, "residual_multiplier", &c->residual_mult)) ||
+      (rc = get_mult(p, o, c, "attention_multiplier", &c->attention_mult)))
+    return rc;
+  return SL_OK;
+}
+
 /* Granite 4.0-H's experts (GraniteMoeHybridMoE = GraniteMoeMoE): every MLP
  * sub-layer adds to its shared MLP (shared_intermediate_size) num_local_experts
  * SwiGLU experts of intermediate_size, num_experts_per_tok of them a token;
@@ -1783,7 +1798,7 @@ int sl_hfconfig_validate(const char *p, const sl_model_config *c) {
     return posl(p, "max_position_embeddings", c->max_position_embeddings, CFG_MAX_POS);
   if (c->arch == SL_ARCH_LLAMA || c->arch == SL_ARCH_MISTRAL || c->arch == SL_ARCH_QWEN2 || c->arch == SL_ARCH_QWEN3 ||
       c->arch == SL_ARCH_MIXTRAL || c->arch == SL_ARCH_QWEN3_MOE || c->arch == SL_ARCH_GEMMA2 ||
-      c->arch == SL_ARCH_GEMMA3) {
+      c->arch == SL_ARCH_GEMMA3 || c->arch == SL_ARCH_GRANITE) {
     if ((rc = posl(p, "intermediate_size", c->intermediate_size, CFG_MAX_INTER)) ||
         (rc = posl(p, "num_attention_heads", c->num_attention_heads, CFG_MAX_HEADS)) ||
         (rc = posl(p, "num_key_value_heads", c->num_key_value_heads, CFG_MAX_HEADS)) ||
@@ -2022,6 +2037,7 @@ int sl_hfconfig_parse(const char *p, const char *text, size_t len, sl_model_conf
   else if (c->arch == SL_ARCH_NEMOTRON_H) rc = parse_nemotron_h(p, o, c);
   else if (c->arch == SL_ARCH_GRANITE_H) rc = parse_granite_h(p, o, c);
   else rc = parse_attn(p, o, c);
+  if (!rc && c->arch == SL_ARCH_GRANITE) rc = granite_mults(p, o, c); /* Llama's layers with the muP multipliers */
   if (!rc) rc = sl_hfconfig_validate(p, c);
   if (!rc) rec_resolve(c, row);
 done:
@@ -2165,6 +2181,12 @@ static void attn_fields_json(json_t *o, const sl_model_config *c) {
   } else {
     SETB("attention_bias", c->o_bias);
     SETB("mlp_bias", c->mlp_bias);
+  }
+  if (c->arch == SL_ARCH_GRANITE) {
+    SETR("embedding_multiplier", c->embedding_mult);
+    SETR("logits_scaling", c->logits_scaling);
+    SETR("residual_multiplier", c->residual_mult);
+    SETR("attention_multiplier", c->attention_mult);
   }
   SETR("attention_dropout", 0.0);
 }

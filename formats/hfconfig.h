@@ -26,7 +26,8 @@ typedef enum {
   SL_ARCH_GEMMA3, /* Gemma3ForCausalLM (gemma3_text) */
   SL_ARCH_MAMBA2, /* Mamba2ForCausalLM (mamba2) */
   SL_ARCH_NEMOTRON_H, /* NemotronHForCausalLM (nemotron_h): Mamba-2, attention and MLP layers */
-  SL_ARCH_GRANITE_H   /* GraniteMoeHybridForCausalLM (granitemoehybrid): Granite 4.0-H, dense or with experts */
+  SL_ARCH_GRANITE_H,  /* GraniteMoeHybridForCausalLM (granitemoehybrid): Granite 4.0-H, dense or with experts */
+  SL_ARCH_GRANITE     /* GraniteForCausalLM (granite): Granite 3.x, Llama's layers with the muP multipliers */
 } sl_arch;
 
 /* config.json's rope_scaling (docs/formats.md): the rules of transformers'

@@ -157,6 +157,7 @@ static const struct {
     {SL_ARCH_LLAMA, &sl_llama_block, NULL, NULL},
     {SL_ARCH_MISTRAL, &sl_llama_block, NULL, NULL},
     {SL_ARCH_QWEN2, &sl_llama_block, NULL, NULL}, /* Llama with q/k/v biases (cfg.qkv_bias) */
+    {SL_ARCH_GRANITE, &sl_llama_block, NULL, NULL}, /* Llama with the muP multipliers (cfg.embedding_mult, ...) */
     {SL_ARCH_QWEN3, &sl_llama_block, NULL, NULL}, /* Llama with q/k norms (cfg.qk_norm), attention_bias */
     {SL_ARCH_MIXTRAL, &sl_llama_block, NULL, NULL},   /* Llama attention, a sparse MLP of experts (cfg.moe_experts) */
     {SL_ARCH_QWEN3_MOE, &sl_llama_block, NULL, NULL}, /* Qwen3's attention, the sparse MLP (norm_topk_prob) */

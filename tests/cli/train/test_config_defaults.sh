@@ -31,6 +31,13 @@ ORACLE = {
      num_attention_heads=32, num_key_value_heads="heads", head_dim="hidden/heads", max_position_embeddings=2048,
      rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
      attention_bias=False, mlp_bias=False),
+ # transformers' GraniteConfig: LlamaConfig's fields and defaults (no head_dim field: hidden / heads), the four muP
+ # multipliers 1.0
+ "GraniteForCausalLM": dict(base, vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+     num_attention_heads=32, num_key_value_heads="heads", head_dim="hidden/heads", max_position_embeddings=2048,
+     rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+     attention_bias=False, mlp_bias=False, embedding_multiplier=1.0, logits_scaling=1.0, residual_multiplier=1.0,
+     attention_multiplier=1.0),
  "MistralForCausalLM": dict(base, vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
      num_attention_heads=32, num_key_value_heads=8, head_dim="hidden/heads", max_position_embeddings=4096 * 32,
      rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
@@ -181,6 +188,7 @@ for arch, o in ORACLE.items():
 # the sizes a tiny model needs (heads chosen so the family's default kv heads divide them)
 TINY = {
  "LlamaForCausalLM": dict(hidden_size=32, num_attention_heads=4),
+ "GraniteForCausalLM": dict(hidden_size=32, num_attention_heads=4),
  "MistralForCausalLM": dict(hidden_size=32, num_attention_heads=8),
  "MixtralForCausalLM": dict(hidden_size=32, num_attention_heads=8),
  "Qwen2ForCausalLM": dict(hidden_size=64, num_attention_heads=32),
