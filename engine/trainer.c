@@ -301,7 +301,8 @@ static int doc_mask_check(trainer *t) {
 static int setup_cfg(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim, const sl_model_config *dry,
                      int *ac) {
   memset(t, 0, sizeof *t);
-  t->optim = optim;
+  t->optim = optim > 0;
+  t->nodata = optim < 0;
   t->dry = dry;
   t->cfg = *cfg;
   t->world = world;
@@ -318,7 +319,7 @@ static int setup_cfg(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
                    (long long)c->steps, (long long)c->micro_batch, (long long)c->seq_len, (long long)c->grad_accum);
   if (strcmp(c->data_order, "sequential") && strcmp(c->data_order, "shuffled"))
     return sl_fail(SL_EINPUT, "--data-order must be sequential or shuffled, found '%s'", c->data_order);
-  if (!dry && (rc = sl_precheck_paths(c))) return rc; /* a dry run writes nothing */
+  if (!dry && !t->nodata && (rc = sl_precheck_paths(c))) return rc; /* a dry run or a session writes nothing */
   *ac = sl_actckpt_from_name(c->activation_checkpoint);
   if (*ac < 0)
     return sl_fail(SL_EINPUT, "--activation-checkpoint must be none, selective or full, found '%s'",
@@ -422,7 +423,7 @@ static int setup_model_config(trainer *t) {
 static int setup_data(trainer *t) {
   sl_train_cfg *c = &t->cfg;
   int rc = SL_OK;
-  if (t->dry) return doc_mask_check(t); /* no data: the step's batch stays zero */
+  if (t->dry || t->nodata) return doc_mask_check(t); /* no data: the step's batch stays zero, or is the caller's */
   char prefix[SL_PATH_MAX + 64];
   snprintf(prefix, sizeof prefix, "%s", c->data);
   if (!c->data[0]) {
@@ -638,6 +639,10 @@ static int setup_all(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int op
 
 int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim) {
   return setup_all(t, cfg, world, optim, NULL);
+}
+
+int sl_trainer_setup_forward(trainer *t, const sl_train_cfg *cfg, sl_comm *world) {
+  return setup_all(t, cfg, world, -1, NULL);
 }
 
 int sl_trainer_setup_dry(trainer *t, const sl_train_cfg *cfg, sl_comm *world, const sl_model_config *mc) {

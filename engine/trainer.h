@@ -25,6 +25,14 @@ int sl_train_dump(const sl_train_cfg *cfg, sl_comm *world, const char *out_path)
  * stage, offload) without optimizer state. Collective. */
 int sl_train_eval(const sl_train_cfg *cfg, sl_comm *world, int64_t K, sl_eval_result *res);
 
+/* A forward session (engine/fwd_session.c): cfg->model on cfg->backend in one process, one sequence of up
+ * to T positions through the training forward (no optimizer state, no data, nothing written). logits: the V
+ * logits at position len - 1 of seq[0..len), on the host. */
+typedef struct sl_fwd_session sl_fwd_session;
+int sl_fwd_session_open(const sl_train_cfg *cfg, sl_comm *world, int64_t T, sl_fwd_session **out);
+int sl_fwd_session_logits(sl_fwd_session *s, const int32_t *seq, int64_t len, float *logits);
+void sl_fwd_session_close(sl_fwd_session *s);
+
 /* Draws metrics JSONL -> SVG at the end of a run with --plot (rank 0). The
  * drawing lives in tools/ (above the engine); the command line sets it. */
 typedef int (*sl_plotter)(const char *metrics_jsonl, const char *svg_path);

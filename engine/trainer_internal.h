@@ -81,6 +81,7 @@ typedef struct {
   sl_comm *world;
   int rank, wsize;
   int optim;          /* 0: no optimizer state (shardlm eval) */
+  int nodata;         /* a forward session (engine/fwd_session.c): the caller's batch, no data, no files */
   sl_guard guard;     /* non-finite policy (engine/guard.h) */
   int lock_fd;        /* rank 0: flock on CKPT_DIR/.lock for the run's life (-1: none) */
   int64_t start_step; /* first step to run (after a resume) */
@@ -121,6 +122,9 @@ typedef struct {
 
 /* optim 0: no optimizer state (shardlm eval). */
 int sl_trainer_setup(trainer *t, const sl_train_cfg *cfg, sl_comm *world, int optim);
+/* A forward session's setup (engine/fwd_session.c): no optimizer state, no data (the caller sets each batch),
+ * nothing written. */
+int sl_trainer_setup_forward(trainer *t, const sl_train_cfg *cfg, sl_comm *world);
 /* The dry run's setup (engine/dryrun.c): the same steps on the counting op
  * table and world (a counting communicator), model config mc, no data files
  * (a zero batch), no weights, no start-up checks, no node placement. */

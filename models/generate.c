@@ -611,6 +611,25 @@ int sl_gen_load(const char *dir, sl_gen **out) {
   return SL_OK;
 }
 
+int sl_gen_load_config(const char *dir, sl_gen **out) {
+  *out = NULL;
+  sl_gen *g = calloc(1, sizeof *g);
+  if (!g) return sl_fail(SL_ENOMEM, "out of memory");
+  char p[4096];
+  snprintf(p, sizeof p, "%s/config.json", dir);
+  int rc = sl_hfconfig_load(p, &g->c);
+  g->V = g->c.vocab_size;
+  if (!rc && (!(g->logits = calloc((size_t)g->V + 16, 4)) || !(g->b = calloc((size_t)g->V + 16, 4)) ||
+              !(g->order = calloc((size_t)g->V, sizeof(int64_t)))))
+    rc = sl_fail(SL_ENOMEM, "out of memory");
+  if (rc) {
+    sl_gen_free(g);
+    return rc;
+  }
+  *out = g;
+  return SL_OK;
+}
+
 int64_t sl_gen_vocab(const sl_gen *g) { return g->V; }
 int64_t sl_gen_context(const sl_gen *g) { return recurrent(g) ? 0 : g->c.max_position_embeddings; }
 int32_t sl_gen_eos(const sl_gen *g) { return (int32_t)g->c.eos_token_id; }
@@ -698,6 +717,30 @@ static int32_t sample(sl_gen *g, const sl_gen_opts *o, uint64_t *rng) {
   return (int32_t)g->order[keep - 1];
 }
 
+/* sl_generate's loop with the logits of o->forward over the sequence so far (no cache). */
+static int generate_fwd(sl_gen *g, const int32_t *prompt, int64_t n, int64_t total, const sl_gen_opts *o,
+                        int32_t *out, int64_t *nout) {
+  int32_t *seq = malloc((size_t)total * sizeof *seq);
+  if (!seq) return sl_fail(SL_ENOMEM, "out of memory");
+  memcpy(seq, prompt, (size_t)n * sizeof *seq);
+  uint64_t rng = o->seed;
+  int rc = SL_OK;
+  for (int64_t len = n; len < total && !rc; len++) {
+    if ((rc = o->forward(o->forward_user, seq, len, g->logits))) break;
+    for (int64_t v = 0; v < g->V && !rc; v++)
+      if (!isfinite(g->logits[v])) rc = sl_fail(SL_EINTERNAL, "non-finite logit at position %lld", (long long)len - 1);
+    if (rc) break;
+    int32_t t = sample(g, o, &rng);
+    out[(*nout)++] = seq[len] = t;
+    if (o->emit) o->emit(o->user, t);
+    int stop = 0;
+    for (int i = 0; i < o->nstop; i++) stop |= t == o->stop[i];
+    if (stop) break;
+  }
+  free(seq);
+  return rc;
+}
+
 int sl_generate(sl_gen *g, const int32_t *prompt, int64_t n, const sl_gen_opts *o, int32_t *out, int64_t *nout) {
   *nout = 0;
   int64_t ctx = sl_gen_context(g);
@@ -714,6 +757,7 @@ int sl_generate(sl_gen *g, const int32_t *prompt, int64_t n, const sl_gen_opts *
   /* the sequence (prompt + new tokens) stays within the context, as HF's max_length */
   int64_t total = n + (o->max_new > 0 ? o->max_new : 0);
   if (ctx > 0 && total > ctx) total = ctx;
+  if (o->forward) return generate_fwd(g, prompt, n, total, o, out, nout);
   int rc = reset(g, total);
   if (rc) return sl_fail(SL_ENOMEM, "out of memory for the cache of %lld positions", (long long)total);
   for (int64_t i = 0; i < n; i++) step(g, prompt[i]);

@@ -18,6 +18,8 @@ typedef struct sl_gen sl_gen;
 
 /* Loads an HF directory (config.json + *.safetensors; weights required). */
 int sl_gen_load(const char *model_dir, sl_gen **out);
+/* Loads its config.json only (vocabulary, context, end ids): for sl_generate with o->forward. */
+int sl_gen_load_config(const char *model_dir, sl_gen **out);
 void sl_gen_free(sl_gen *g);
 int64_t sl_gen_vocab(const sl_gen *g);
 int64_t sl_gen_context(const sl_gen *g); /* max positions (0: no limit, Mamba) */
@@ -35,6 +37,11 @@ typedef struct {
   /* called with each new token as it is produced (may be NULL) */
   void (*emit)(void *user, int32_t id);
   void *user;
+  /* NULL: the cache's own step (sl_gen_load's weights). Else the logits (vocab) of the token after
+   * seq[0..len) from another forward (`generate --decode forward`: the engine's training forward of the
+   * window on any backend, engine/trainer.h sl_fwd_session); SL_OK or a status that ends generation. */
+  int (*forward)(void *user, const int32_t *seq, int64_t len, float *logits);
+  void *forward_user;
 } sl_gen_opts;
 
 /* Feeds the prompt (n >= 1 ids, each < vocab; n <= context) and generates up

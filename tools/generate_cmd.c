@@ -1,6 +1,8 @@
 /* tools/generate_cmd.c — `shardlm generate`: sample a continuation of a
- * prompt from an HF model directory (models/generate.c: KV cache / recurrent
- * state, CPU, one process; --backend cuda is refused by name). The
+ * prompt from an HF model directory, one process: `--decode cache`
+ * (models/generate.c: KV cache / recurrent state, the CPU) or `--decode
+ * forward` (engine/fwd_session.c: each token from one training forward of the
+ * window so far, any backend; the default on a device). The
  * tokenizer: --tokenizer, else the model directory's tokenizer.json; without
  * one the model must be byte-level (vocab_size 257..512, or --tokenizer
  * bytes): prompt bytes in, bytes out (end-of-document 256 stops). --prompt-ids and
@@ -12,10 +14,14 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/env.h"
 #include "data/tokenizer.h"
+#include "engine/trainer.h"
 #include "formats/dataset.h"
 #include "formats/hfconfig.h"
+#include "kernels/registry.h"
 #include "models/generate.h"
+#include "shard/comm.h"
 #include "tools/tools.h"
 
 static const char *USAGE =
@@ -23,7 +29,10 @@ static const char *USAGE =
     "       [--tokenizer DIR|tokenizer.json|bytes (default: HF_DIR/tokenizer.json; without one, a byte-level\n"
     "        model, vocab_size 257..512)]\n"
     "       [--max-new-tokens N (64)] [--temperature X (1.0; 0: greedy)] [--top-p P (1.0)] [--seed S (1234)]\n"
-    "       [--print-ids] [--backend cpu|auto (the CPU; cuda: refused, no device path yet)]\n";
+    "       [--print-ids] [--backend cpu|cuda|auto (cpu; auto: cuda when usable)] [--decode cache|forward (cache on\n"
+    "        the CPU, forward on a device)] [--compute-dtype fp32|bf16|auto (auto; --decode forward)] [--threads N]\n"
+    "  --decode cache: the K/V cache and recurrent states, one token a step (the CPU); forward: each new token\n"
+    "  from one training forward of the window so far (every family, any backend; O(window) per token)\n";
 
 /* ---- text <-> ids through the tokenizer (data/tokenizer.h) ---------------- */
 typedef struct {
@@ -100,19 +109,26 @@ static int num(const char *flag, const char *v, double lo, double hi, double *ou
   return SL_OK;
 }
 
-/* --backend: generate runs on the CPU (models/generate.c); a device is refused by name */
-static int backend_check(const char *v) {
-  if (!strcmp(v, "cpu") || !strcmp(v, "auto")) return SL_OK;
-  if (!strcmp(v, "cuda"))
-    return sl_fail(SL_EINPUT, "--backend cuda: generate has no device path yet (models/generate.c runs on the "
-                              "CPU); use --backend cpu or auto");
-  return sl_fail(SL_EINPUT, "--backend must be cpu, cuda or auto, found '%s'", v);
+static int one_of(const char *flag, const char *v, const char *a, const char *b, const char *c) {
+  if (!strcmp(v, a) || !strcmp(v, b) || (c && !strcmp(v, c))) return SL_OK;
+  if (!c) return sl_fail(SL_EINPUT, "%s must be %s or %s, found '%s'", flag, a, b, v);
+  return sl_fail(SL_EINPUT, "%s must be %s, %s or %s, found '%s'", flag, a, b, c, v);
+}
+
+/* --decode forward: the engine's forward session (engine/trainer.h) as sl_generate's logits */
+typedef struct {
+  sl_fwd_session *s;
+} fwd_user;
+static int fwd_logits(void *user, const int32_t *seq, int64_t len, float *logits) {
+  return sl_fwd_session_logits(((fwd_user *)user)->s, seq, len, logits);
 }
 
 int sl_tool_generate(int argc, char **argv) {
   const char *model = NULL, *tokenizer = NULL, *prompt = NULL, *prompt_ids = NULL;
   double max_new = 64, temp = 1.0, top_p = 1.0, seed = 1234;
   int print_ids = 0, rc = SL_OK;
+  const char *backend = "cpu", *decode = NULL, *dtype = "auto";
+  double threads = 0;
   for (int i = 1; i < argc && !rc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -136,11 +152,25 @@ int sl_tool_generate(int argc, char **argv) {
     else if (!strcmp(a, "--temperature")) rc = num(a, v, 0, 1e6, &temp);
     else if (!strcmp(a, "--top-p")) rc = num(a, v, 1e-9, 1, &top_p);
     else if (!strcmp(a, "--seed")) rc = num(a, v, 0, 9007199254740992.0, &seed);
-    else if (!strcmp(a, "--backend")) rc = backend_check(v);
+    else if (!strcmp(a, "--backend")) rc = one_of(a, backend = v, "cpu", "cuda", "auto");
+    else if (!strcmp(a, "--decode")) rc = one_of(a, decode = v, "cache", "forward", NULL);
+    else if (!strcmp(a, "--compute-dtype")) rc = one_of(a, dtype = v, "fp32", "bf16", "auto");
+    else if (!strcmp(a, "--threads")) rc = num(a, v, 0, 4096, &threads);
     else rc = sl_fail(SL_EINPUT, "unknown flag '%s'", a);
   }
   if (!rc && (!model || !prompt == !prompt_ids))
     rc = sl_fail(SL_EINPUT, "--model and one of --prompt TEXT / --prompt-ids IDS are required");
+  /* the cache runs on the CPU; a device (--backend cuda, or auto's when one is usable) decodes by forward */
+  if (!rc && !strcmp(backend, "auto")) {
+    sl_backend_prepare();
+    const sl_ops *ops = sl_backend_pick("auto", 1, "--backend");
+    backend = ops && ops->is_device() ? "cuda" : "cpu";
+  }
+  if (!rc && !decode) decode = strcmp(backend, "cpu") ? "forward" : "cache";
+  int fwd = decode && !strcmp(decode, "forward");
+  if (!rc && !fwd && strcmp(backend, "cpu"))
+    rc = sl_fail(SL_EINPUT, "--decode cache runs on the CPU (models/generate.c); --backend %s needs --decode forward",
+                 backend);
   if (rc) {
     fprintf(stderr, "shardlm generate: %s\n%s", sl_errmsg(), USAGE);
     return 2;
@@ -161,7 +191,7 @@ int sl_tool_generate(int argc, char **argv) {
   int bytes = !tokenizer || !strcmp(tokenizer, "bytes"), text = prompt || !print_ids;
   rc = bytes ? sl_tokenizer_bytes(&tk) : sl_tokenizer_load(tokenizer, &tk);
   if (!rc) rc = prompt_ids ? parse_ids(prompt_ids, &ids, &n) : text_to_ids(tk, prompt, &ids, &n);
-  if (!rc) rc = sl_gen_load(model, &g);
+  if (!rc) rc = fwd ? sl_gen_load_config(model, &g) : sl_gen_load(model, &g);
   if (!rc && !bytes && sl_tokenizer_vocab_size(tk) > sl_gen_vocab(g))
     rc = sl_fail(SL_EINPUT, "%s: the tokenizer has %lld ids but %s has vocab_size %lld: they do not belong together",
                  tokenizer, (long long)sl_tokenizer_vocab_size(tk), model, (long long)sl_gen_vocab(g));
@@ -181,6 +211,22 @@ int sl_tool_generate(int argc, char **argv) {
                  prompt ? "the prompt's ids" : "the printed text");
   if (!rc && !(out = malloc(sizeof(int32_t) * (size_t)(max_new > 0 ? max_new : 1))))
     rc = sl_fail(SL_ENOMEM, "out of memory");
+  sl_comm *world = NULL;
+  fwd_user fu = {0};
+  if (!rc && fwd) { /* the window: the prompt and the new tokens, within the model's context */
+    int64_t T = n + (int64_t)max_new, ctx = sl_gen_context(g);
+    if (ctx > 0 && T > ctx) T = ctx;
+    sl_train_cfg cfg;
+    sl_train_cfg_defaults(&cfg);
+    snprintf(cfg.model, sizeof cfg.model, "%s", model);
+    snprintf(cfg.backend, sizeof cfg.backend, "%s", backend);
+    snprintf(cfg.compute_dtype, sizeof cfg.compute_dtype, "%s", dtype);
+    cfg.threads = (int64_t)threads;
+    if (!sl_env_set("SL_LOG")) sl_log_set_level(SL_LOG_WARN); /* the session's start-up lines would mix with the text */
+    if (sl_comm_world_init(&argc, &argv, cfg.comm_timeout, &world) != SL_COMM_OK)
+      rc = sl_fail(SL_ECOMM, "cannot start communication: %s", sl_comm_last_error());
+    if (!rc) rc = sl_fwd_session_open(&cfg, world, T > n ? T : n, &fu.s);
+  }
   if (!rc) {
     int32_t stop[SL_MAX_EOS + 2];
     int nstop = sl_gen_eos_list(g, stop, SL_MAX_EOS);
@@ -194,7 +240,9 @@ int sl_tool_generate(int argc, char **argv) {
                      .stop = stop,
                      .nstop = nstop,
                      .emit = print_ids ? NULL : emit_text,
-                     .user = &em};
+                     .user = &em,
+                     .forward = fwd ? fwd_logits : NULL,
+                     .forward_user = &fu};
     if (!print_ids && prompt) fputs(prompt, stdout);
     rc = sl_generate(g, ids, n, &o, out, &nout);
     if (!rc && print_ids) {
@@ -209,6 +257,11 @@ int sl_tool_generate(int argc, char **argv) {
   free(ids);
   free(out);
   free(em.gen);
+  sl_fwd_session_close(fu.s);
+  if (world) {
+    sl_comm_destroy(world);
+    sl_comm_world_finalize();
+  }
   sl_gen_free(g);
   sl_tokenizer_free(tk);
   return rc == SL_OK ? 0 : rc == SL_EINPUT ? 2 : 1;

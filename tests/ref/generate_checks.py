@@ -21,17 +21,27 @@ Checks (one line each, then "N passed, M failed"):
      RoPE the continuation differs), Nemotron-H with MoE layers (M * E M E:
      the sigmoid router with its e_score_correction_bias, the shared expert;
      controls: without the bias, and with softmax scores, the continuation
-     differs; the engine refuses generate for MoE yet), Granite 4.0-H (mamba / attention
+     differs), Granite 4.0-H (mamba / attention
      layers, each with the shared SwiGLU MLP, its four multipliers; a
-     control: without residual_multiplier the continuation differs);
+     control: without residual_multiplier the continuation differs), and
+     with experts (the shared MLP and 4 experts top-2; controls: without
+     the renormalisation, without the shared MLP);
   2. sampling (temperature 0.8, top-p 0.9) is reproducible for a seed and
      differs across seeds;
   3. a byte-level model generates from a text prompt (bytes out);
   4. bad input: prompt longer than max_position_embeddings, --tokenizer (not
      in this build), a prompt id outside the vocabulary, --max-new-tokens -1,
-     --backend cuda (no device path yet) or an unknown backend: exit 2 with
-     a message; generation stops at the context. --backend cpu and auto
-     give the default's ids.
+     --decode cache with --backend cuda, an unknown --decode or backend:
+     exit 2 with a message; generation stops at the context. --backend cpu
+     and auto (the CPU here) give the default's ids.
+  1b. --decode forward (each token from one training forward of the window,
+     engine/fwd_session.c), fp32 on the CPU: every model of 1 gives the
+     reference's ids;
+  1c. with build/shardlm_emu (the CUDA backend emulated on the CPU):
+     --backend cuda (--decode forward, fp32) gives the reference's first 16
+     ids for a model of each kind (Llama with YaRN, Qwen2's window, Gemma 3,
+     Mamba, Falcon-Mamba, Mamba-2, Mixtral, Qwen3-MoE, Nemotron-H and
+     Granite 4.0-H with experts).
 """
 import argparse
 import json
@@ -142,8 +152,9 @@ def main():
     ids_arg = ",".join(map(str, PROMPT))
 
     # 1. greedy vs full recompute
+    refs = {}
     for name, m in models.items():
-        ref = greedy_ref(m, PROMPT, NEW)
+        ref = refs[name] = greedy_ref(m, PROMPT, NEW)
         rc, out, err = run([exe, "generate", "--model", dirs[name], "--prompt-ids", ids_arg, "--temperature", 0,
                             "--max-new-tokens", NEW, "--print-ids"], W)
         if rc != 0:
@@ -153,6 +164,31 @@ def main():
         first = next((i for i, (x, y) in enumerate(zip(got, ref)) if x != y), None)
         ck(f"greedy {name}: {NEW} tokens = PyTorch full recompute", got == ref,
            "identical" if got == ref else f"first difference at token {first}: {got} vs {ref}")
+
+    # 1b. --decode forward (engine/fwd_session.c: each new token from one training forward of the window so far,
+    # the sub-layers the training runs), fp32 on the CPU: the reference's ids, every family
+    for name in models:
+        rc, out, err = run([exe, "generate", "--model", dirs[name], "--prompt-ids", ids_arg, "--temperature", 0,
+                            "--max-new-tokens", NEW, "--print-ids", "--decode", "forward", "--compute-dtype", "fp32"], W)
+        got = [int(x) for x in out.strip().split(",")] if rc == 0 else None
+        ck(f"greedy {name} --decode forward (the training forward): {NEW} tokens = PyTorch full recompute",
+           got == refs[name], "identical" if got == refs[name] else f"exit {rc}: {got} vs {refs[name]}; {err[-200:]}")
+    # 1c. the emulated device (build/shardlm_emu, tests/cuda_emu: the CUDA kernels on the CPU) generates with
+    # --backend cuda (--decode forward, fp32): a model of each kind, 16 tokens = the CPU cache's
+    emu = os.path.join(os.path.dirname(exe), "shardlm_emu")
+    if os.path.exists(emu):
+        env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:allocator_may_return_null=1")
+        for name in ("llama yarn", "qwen2 window 5", "gemma3", "mamba", "falcon mamba", "mamba2", "mixtral",
+                     "qwen3 moe", "nemotron h moe", "granite h moe"):
+            r = subprocess.run([emu, "generate", "--model", dirs[name], "--prompt-ids", ids_arg, "--temperature", "0",
+                                "--max-new-tokens", "16", "--print-ids", "--backend", "cuda", "--compute-dtype",
+                                "fp32"], capture_output=True, text=True, cwd=W, env=env)
+            got = [int(x) for x in r.stdout.strip().split(",")] if r.returncode == 0 else None
+            ck(f"greedy {name} on the emulated device (--backend cuda): 16 tokens = the CPU's", got == refs[name][:16],
+               "identical" if got == refs[name][:16] else
+               f"exit {r.returncode}: {got} vs {refs[name][:16]}; {r.stderr[-200:]}")
+    else:
+        print(f"(no {emu}: the emulated device's generate is not checked in this build)")
 
     # the window must matter for this model and prompt, or the Mistral check is vacuous
     mw = models["mistral window 5"]
@@ -283,8 +319,10 @@ def main():
              ("--max-new-tokens -1", ["--model", dirs["llama"], "--prompt-ids", "1", "--max-new-tokens", -1],
               "--max-new-tokens"),
              ("text prompt on a non-byte model", ["--model", dirs["llama"], "--prompt", "hi"], "byte-level"),
-             ("--backend cuda (no device path)", ["--model", dirs["llama"], "--prompt-ids", "1", "--backend", "cuda"],
-              "generate has no device path yet"),
+             ("--decode cache on a device", ["--model", dirs["llama"], "--prompt-ids", "1", "--backend", "cuda",
+              "--decode", "cache"], "--decode cache runs on the CPU"),
+             ("--decode beam", ["--model", dirs["llama"], "--prompt-ids", "1", "--decode", "beam"],
+              "--decode must be cache or forward, found 'beam'"),
              ("--backend tpu", ["--model", dirs["llama"], "--prompt-ids", "1", "--backend", "tpu"],
               "--backend must be cpu, cuda or auto, found 'tpu'")]
     for label, args, want in cases:
