@@ -614,6 +614,19 @@ static int m2_init(sl_model *m, sl_decoder *d) {
   return SL_OK;
 }
 
+/* What --tp must divide for tp_misfit to accept it, over the planner's powers of two: the heads when n_groups is a
+ * power of two (a power of two T either divides it or is a multiple of it: split or shared groups), else what the
+ * heads and n_groups have in common (T must divide the groups; none of them is shared by T / n_groups ranks). */
+static int64_t m2_tp_width(const sl_model_config *c) {
+  int64_t G = c->ssm_groups > 0 ? c->ssm_groups : 1, nh = c->ssm_heads > 0 ? c->ssm_heads : 1, a = nh, b = G;
+  if (!(G & (G - 1))) return nh;
+  while (b) {
+    int64_t t = a % b;
+    a = b, b = t;
+  }
+  return a;
+}
+
 static void m2_caps(const sl_model_config *c, sl_model_caps *out) {
   *out = (sl_model_caps){.attention = 0,
                          .doc_mask = 1, /* the conv and the scan restart at each document (m->seg) */
@@ -622,7 +635,7 @@ static void m2_caps(const sl_model_config *c, sl_model_caps *out) {
                          .zb_split_accum = 0,
                          .bf16 = 1, /* tests/ref/bf16_ref.py mirrors its ops (test_torch_bf16) */
                          .bf16_acts = 0,
-                         .tp_width = c->ssm_groups > 0 ? c->ssm_groups : 1};
+                         .tp_width = m2_tp_width(c)};
 }
 
 const sl_block_kind sl_mamba2_block = {

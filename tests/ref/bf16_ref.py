@@ -1,9 +1,10 @@
 """PyTorch reference of bf16 compute (docs/bf16.md) for Llama (Qwen3, Gemma 2 / 3), Mamba (and Falcon-Mamba),
-Mamba-2, Nemotron-H and Granite 4.0-H.
+Mamba-2, Nemotron-H, Granite 4.0-H (dense and MoE) and Granite 3.
 
 Owns: the forwards of llama_ref.LlamaForCausalLM's,
 mamba_ref.MambaForCausalLM's, mamba2_ref.Mamba2ForCausalLM's,
-nemotron_h_ref.NemotronHForCausalLM's and granite_h_ref.GraniteHForCausalLM's parameters with the bf16 rounding points
+nemotron_h_ref.NemotronHForCausalLM's, granite_h_ref.GraniteHForCausalLM's and
+granite_ref.GraniteForCausalLM's parameters with the bf16 rounding points
 written out as explicit casts, and their dump (logits, loss, parameter
 gradients of the mean loss of samples 0..B-1).
 
@@ -43,10 +44,15 @@ Written from the rounding-point table of docs/bf16.md, not from the engine:
     (_m2_mixer), '*' the Llama attention without RoPE, '-' up_proj ->
     relu2 (output R) -> down_proj.
   - Granite 4.0-H (granite_h_forward): Nemotron-H's pieces ('-' the SwiGLU
-    MLP) with the multipliers in fp32 where the engine's scale_add applies
-    them (scale_add does not round): see granite_h_forward.
+    MLP; config_moe's 'E': moe_mlp with softmax routing, SwiGLU experts and
+    the shared MLP as the shared expert) with the multipliers in fp32 where
+    the engine's scale_add applies them (scale_add does not round): see
+    granite_h_forward.
+  - Granite 3 (granite_forward): the Llama layers (forward()'s points, the
+    bf16 residual stream) with the multipliers placed as Granite 4.0-H's.
   - the mixtures of experts (moe_mlp: Mixtral's sparse MLP in forward(),
-    Nemotron-H's 'E' layers in nemotron_h_forward), written from the engine
+    Nemotron-H's 'E' layers in nemotron_h_forward, Granite 4.0-H's MLP
+    sub-layers in granite_h_forward), written from the engine
     (models/llama_moe.c, llama.c's shared expert, kernels/kernels.h's moe_*
     ops, fp32 under bf16 compute): the router's logits rounded (a linear_fwd
     into a bf16 buffer), the routing, the weights and the combine in fp32,
@@ -66,6 +72,7 @@ import llama_ref as L  # noqa: E402
 import mamba2_ref as M2  # noqa: E402
 import mamba_ref as M  # noqa: E402
 import granite_h_ref as GH  # noqa: E402
+import granite_ref as G  # noqa: E402
 import nemotron_h_ref as NH  # noqa: E402
 
 
@@ -196,7 +203,7 @@ def moe_margin(lg, bias, k, score):
 
 
 def moe_mlp(h, router_w, experts, act, R, RW, k, score, norm, scale=1.0, bias=None, shared=None, skip=(),
-            trace=None):
+            trace=None, shared_act="relu2"):
     """The sparse MLP (models/llama_moe.c) on the rounded norm output h (B, T, C), with the engine's rounding
     points under bf16 compute (R / RW as the callers'):
       - the router GEMM's output, the logits, stored R (linear_fwd; the logits buffer is bf16); its backward
@@ -210,11 +217,16 @@ def moe_mlp(h, router_w, experts, act, R, RW, k, score, norm, scale=1.0, bias=No
         its permuted input rows r(): the expert's linear_bwd rounds each slot's input gradient dxr;
       - the combine out = sum_j w_j y_j in fp32 (moe_combine_fwd; k = 2: one order), its backward w_j dout in
         fp32 (rounded by the down GEMM as its operand) and dw_j = dout . y_j in fp32;
-      - shared (Nemotron-H; (up_w, up_b, down_w, down_b)): up R, relu2 R, down R, added to out in fp32;
+      - shared ((up_w, up_b, down_w, down_b); llama.c: after the routed experts in forward, its down and
+        activation backward before theirs, its up GEMM's after the router's: _FanMoE): Nemotron-H's (shared_act
+        "relu2") up R, relu2 R, down R; Granite 4.0-H's shared_mlp (shared_act "swiglu": up_w its input_linear,
+        the gate | up rows, one GEMM) gate|up R, swiglu R (its backward's dgu R), down R; added to out in fp32;
       - ln2's gradient: _FanMoE (the router's and the shared expert's linear_bwd each round after adding).
     skip (negative controls only): "fan" ln2's gradient rounded once (plain autograd); "router" the logits
     fp32 (not rounded, nor their gradient); "combine" the combine's output stored R (as if moe_combine were a
-    rounding op: its gradient rounded too). trace: a list to append (rounded logits, bias, k, score) to."""
+    rounding op: its gradient rounded too); "shared_swiglu" the shared expert's swiglu output unrounded (in
+    forward a no-op, the down GEMM rounds its operand; in backward that GEMM's input gradient left fp32).
+    trace: a list to append (rounded logits, bias, k, score) to."""
     Bsz, T, C = h.shape
     N = Bsz * T
     hx, hr, hs = _FanMoE.apply(h.reshape(N, C), R, "fan" in skip)
@@ -249,7 +261,12 @@ def moe_mlp(h, router_w, experts, act, R, RW, k, score, norm, scale=1.0, bias=No
         uw, ub, dw, db = shared
         su = RW(hs) @ RW(uw).t()
         su = R(su + RW(ub) if ub is not None else su)
-        sy = RW(R(torch.square(F.relu(su)))) @ RW(dw).t()
+        if shared_act == "relu2":
+            sa = R(torch.square(F.relu(su)))
+        else:
+            sg, sv = su.chunk(2, dim=-1)
+            sa = F.silu(sg) * sv if "shared_swiglu" in skip else R(F.silu(sg) * sv)
+        sy = RW(sa) @ RW(dw).t()
         out = out + R(sy + RW(db) if db is not None else sy)
     return out.reshape(Bsz, T, C)
 
@@ -513,25 +530,30 @@ def nemotron_h_forward(m, idx, bf16=True, skip=(), trace=None):
     return linear(x, w)
 
 
-def granite_h_forward(m, idx, bf16=True, skip=()):
+def granite_h_forward(m, idx, bf16=True, skip=(), trace=None):
     """Logits (B, T, V) of granite_h_ref model m with the bf16 rounding points of the engine: each HF layer
     is two decoder layers on an fp32 residual stream (the mamba2 kind has no bf16_stream cap), a mixer
     sub-layer ('M' _m2_mixer, or '*' nemotron_h_forward's attention without RoPE, its scores times
     attention_multiplier in fp32) then '-' the shared SwiGLU MLP (ln2 R, input_linear [g | u] R,
-    swiglu_fwd R (its backward's dgu R), output_linear R). The multipliers are the engine's scale_add, which
-    does not round (docs/bf16.md's table):
-      residual_multiplier: a sub-layer's rounded output (the row-parallel sum of its last GEMM) times rm in
-        fp32, added to the stream in fp32; its backward scales dres in fp32 and the GEMM rounds that
-        operand (the output's R here rounds rm * dres: the same value);
+    swiglu_fwd R (its backward's dgu R), output_linear R) or, with block_sparse_moe (config_moe: every MLP
+    sub-layer 'E', the Llama kind's sparse MLP, models/llama_moe.c), moe_mlp on ln2: the router's logits R,
+    the softmax over all E renormalised over the top k in fp32 (transformers' softmax over the k largest
+    logits: the same numbers), SwiGLU experts (input_linear[e]'s gate | up rows, output_linear[e]) and the
+    shared MLP as its shared expert (swiglu), their fp32 sum the sub-layer's output. The multipliers are the
+    engine's scale_add, which does not round (docs/bf16.md's table):
+      residual_multiplier: a sub-layer's rounded output (the row-parallel sum of its last GEMM; the MoE's
+        fp32 sum) times rm in fp32, added to the stream in fp32; its backward scales dres in fp32 and the
+        GEMM rounds that operand (the output's R here rounds rm * dres: the same value; the MoE's combine
+        and shared expert take rm * dres unrounded, sl_llama_rmult_grad);
       embedding_multiplier: the embedding rows times it in fp32 (its gradient likewise);
       logits_scaling: norm_f's output is stored R (rmsnorm_fwd), then times 1 / logits_scaling in fp32
         (sl_lm_head_lscale), which the head GEMM rounds as its operand; in backward the head's dx is
         rounded (lmhead_ce_bwd) before the 1 / logits_scaling scale and rmsnorm_bwd takes the product in
         fp32: so norm_f's output rounds straight-through (RW) and the scaled rows are r(), whose backward
         rounds dx before the scale.
-    skip, the negative control only: "scale_add" rounds each multiplier's output as if scale_add were a
+    skip, the negative controls only: "scale_add" rounds each multiplier's output as if scale_add were a
     bf16-wrapped op (r() after the residual and embedding scales; on the head the scaled gradient rounded
-    after the scale, R(rmsnorm) * lscale then the GEMM's operand rounding)."""
+    after the scale, R(rmsnorm) * lscale then the GEMM's operand rounding); moe_mlp's. trace: moe_mlp's."""
     R, RW = (r, rw) if bf16 else (_ident, _ident)
     RS = R if "scale_add" in skip else _ident
     c = m.config
@@ -565,10 +587,17 @@ def granite_h_forward(m, idx, bf16=True, skip=()):
             y = linear(att, a.o_proj.weight, a.o_proj.bias)
         x = x + RS(y * rm)
         h = R(rmsnorm(x, layer.post_attention_layernorm.weight))
-        mlp = layer.shared_mlp
-        gu = linear(h, mlp.input_linear.weight)
-        g, u = gu.chunk(2, dim=-1)
-        y = linear(R(F.silu(g) * u), mlp.output_linear.weight)
+        mlp, moe = layer.shared_mlp, layer.block_sparse_moe
+        if moe is not None:  # the MoE (config_moe): the sparse MLP with the shared MLP as its shared expert
+            y = moe_mlp(h, moe.router.layer.weight,
+                        [(moe.input_linear.weight[e], moe.output_linear.weight[e]) for e in range(c.num_local_experts)],
+                        "swiglu", R, RW, c.num_experts_per_tok, "softmax", True,
+                        shared=(mlp.input_linear.weight, None, mlp.output_linear.weight, None), skip=skip, trace=trace,
+                        shared_act="swiglu")
+        else:
+            gu = linear(h, mlp.input_linear.weight)
+            g, u = gu.chunk(2, dim=-1)
+            y = linear(R(F.silu(g) * u), mlp.output_linear.weight)
         x = x + RS(y * rm)
     w = m.model.embed_tokens.weight if c.tie_word_embeddings else m.lm_head.weight
     if "scale_add" in skip:
@@ -578,9 +607,65 @@ def granite_h_forward(m, idx, bf16=True, skip=()):
     return linear(xh, w)
 
 
+def granite_forward(m, idx, bf16=True, residual_bf16=True, skip=()):
+    """Logits (B, T, V) of granite_ref model m (Granite 3.x: Llama's layers with the four muP multipliers,
+    RoPE) with the bf16 rounding points of the engine's Llama kind (forward()'s: ln1 R, q / k / v R, RoPE R,
+    attention R (its scores times attention_multiplier in fp32, the engine's p->scale), o_proj R, ln2 R,
+    gate / up R, swiglu R, down R, the residual stream rounded straight-through (RS) after the embedding and
+    after each residual add) and the multipliers placed as granite_h_forward places them, in fp32 where the
+    engine's scale_add applies them: the embedding rows times embedding_multiplier, then the stream's
+    rounding; a sub-layer's rounded output times residual_multiplier (llama.c block_forward: scale_add on
+    o_proj's / down_proj's output before the residual add), added to the stream, then rounded (xmid, the
+    block output); norm's output R times 1 / logits_scaling, which the head GEMM rounds as its operand, its
+    gradient rounded (lmhead_ce_bwd) before the scale. biases: attention_bias / mlp_bias as the GEMMs' fp32
+    bias. skip: "scale_add" (the negative control) rounds after each multiplier as granite_h_forward's."""
+    R, RW = (r, rw) if bf16 else (_ident, _ident)
+    RS = rw if bf16 and residual_bf16 else _ident
+    RM = R if "scale_add" in skip else _ident
+    c = m.config
+    B, T = idx.shape
+    nh, nkv, hd, eps = c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.rms_norm_eps
+    assert c.rope_scaling is None, "rope_scaling: not mirrored here (cos_sin's default inverse frequencies)"
+    mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+    cos, sin = (t[None, None] for t in cos_sin(T, hd, c.rope_theta))
+    f32 = lambda v: torch.tensor(float(v), dtype=torch.float32)  # the engine's (float) multipliers
+    rm, ls = f32(m.model.layers[0].rm), f32(1.0) / f32(m.logits_scaling)
+
+    def rmsnorm(x, w):
+        return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)) * RW(w)
+
+    def linear(x, lin):
+        y = RW(x) @ RW(lin.weight).t()
+        return R(y + RW(lin.bias) if lin.bias is not None else y)
+
+    x = RS(RM(F.embedding(idx, RW(m.model.embed_tokens.weight)) * f32(m.embedding_multiplier)))
+    for layer in m.model.layers:
+        a = layer.self_attn
+        h = R(rmsnorm(x, layer.input_layernorm.weight))
+        q = linear(h, a.q_proj).view(B, T, nh, hd).transpose(1, 2)
+        k = linear(h, a.k_proj).view(B, T, nkv, hd).transpose(1, 2)
+        v = linear(h, a.v_proj).view(B, T, nkv, hd).transpose(1, 2)
+        q = R(q * cos + L.rotate_half(q) * sin)
+        k = R(k * cos + L.rotate_half(k) * sin)
+        rep = nh // nkv
+        att = _Attention.apply(q, k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1), mask, R,
+                               a.c.attn_scale)
+        att = R(att.transpose(1, 2).reshape(B, T, nh * hd))
+        x = RS(x + RM(linear(att, a.o_proj) * rm))
+        h = R(rmsnorm(x, layer.post_attention_layernorm.weight))
+        mlp = layer.mlp
+        y = linear(R(F.silu(linear(h, mlp.gate_proj)) * linear(h, mlp.up_proj)), mlp.down_proj)
+        x = RS(x + RM(y * rm))
+    if "scale_add" in skip:
+        xh = R(rmsnorm(x, m.model.norm.weight)) * ls
+    else:
+        xh = (r if bf16 else _ident)(RW(rmsnorm(x, m.model.norm.weight)) * ls)
+    return R(RW(xh) @ RW(m.head_weight()).t())
+
+
 def dump(m, stream, B, T, bf16=True, residual_bf16=True, skip=(), trace=None):
     """Like llama_ref.dump, through forward() / mamba_forward() / mamba2_forward() /
-    nemotron_h_forward() / granite_h_forward() above (skip, trace: theirs)."""
+    nemotron_h_forward() / granite_h_forward() / granite_forward() above (skip, trace: theirs)."""
     m.zero_grad(set_to_none=True)
     x, y = L.batch(stream, 0, B, T)
     if isinstance(m, M.MambaForCausalLM):
@@ -590,7 +675,9 @@ def dump(m, stream, B, T, bf16=True, residual_bf16=True, skip=(), trace=None):
     elif isinstance(m, NH.NemotronHForCausalLM):
         logits = nemotron_h_forward(m, x, bf16, skip, trace)
     elif isinstance(m, GH.GraniteHForCausalLM):
-        logits = granite_h_forward(m, x, bf16, skip)
+        logits = granite_h_forward(m, x, bf16, skip, trace)
+    elif isinstance(m, G.GraniteForCausalLM):
+        logits = granite_forward(m, x, bf16, residual_bf16, skip)
     else:
         logits = forward(m, x, bf16, residual_bf16, skip, trace)
     loss = L.loss_fn(logits, y)

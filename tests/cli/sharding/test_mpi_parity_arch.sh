@@ -24,7 +24,9 @@
 # Gemma 2 (sandwich (1 + w) norms, softcaps, a window on even layers): DP 2 ZeRO 3 with CPU
 # optimizer offload at 1e-5, PP 2 1f1b and zb1p bit-identical, DP 2 x TP 2
 # with SP at 1e-5. Gemma 3 ((1 + w) q/k norms, layer 0 sliding on the local
-# RoPE base, layer 1 global with linear rope_scaling) the same way.
+# RoPE base, layer 1 global with linear rope_scaling) the same way. Granite 4.0-H dense and Granite 3 (the muP
+# multipliers): DP 2 x TP 2 with SP and ZeRO-3 with CPU optimizer offload at 1e-5, PP 2 1f1b and zb1p
+# bit-identical.
 source "${SL_SRC:?}/tests/lib/run.sh" mpi_parity_arch mpi numpy
 tiny_model "$W/mistral" mistral '"hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2'
 tiny_model "$W/qwen2" llama '"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "num_hidden_layers": 2,
@@ -51,6 +53,9 @@ tiny_model "$W/falcon" mamba '"architectures": ["FalconMambaForCausalLM"], "mode
  "num_hidden_layers": 2, "tie_word_embeddings": false, "mixer_rms_eps": 1e-5'
 tiny_data "$W/data"
 ARCH_STEPS=12
+tiny_model "$W/granite_h" granite_moe '"num_local_experts": 0, "num_experts_per_tok": null, "intermediate_size": null'
+tiny_model "$W/granite3" llama '"architectures": ["GraniteForCausalLM"], "model_type": "granite", "num_hidden_layers": 2,
+ "embedding_multiplier": 3.0, "residual_multiplier": 0.5, "attention_multiplier": 0.2, "logits_scaling": 2.5'
 run() { arch_run "$@"; }     # arch name world micro accum [flags...] (tests/lib/run.sh)
 check() { arch_check "$@"; } # arch a b [compare flags]
 # Qwen2's k_proj biases: their gradient is nearly zero (exactly zero without RoPE: softmax ignores
@@ -127,4 +132,13 @@ run falcon w2z3 2 3 2 --zero 3 && check falcon w2z3 base --rtol 1e-5
 run falcon dp2tp2sp 4 3 2 --tp 2 --sequence-parallel --zero 3 && check falcon dp2tp2sp base --rtol 1e-5
 for s in 1f1b zb1p; do run falcon pp2$s 2 3 4 --pp 2 --pp-schedule $s && check falcon pp2$s base --exact; done
 run falcon w2z3off 2 3 2 --zero 3 --offload-optimizer cpu && check falcon w2z3off w2z3 --exact
+# Granite 4.0-H dense (a mixer and the shared MLP a decoder layer each, the multipliers) and Granite 3 (Llama's
+# attention and MLP in one layer, residual_multiplier on both: the attention part's backward takes its own output
+# gradient): DP 2 x TP 2 with SP, ZeRO-3 with the optimizer on the CPU (1e-5), PP 2 1f1b and zb1p (bit-identical)
+for arch in granite_h granite3; do
+  run $arch base 1 3 4 --zero 0
+  run $arch w2z3off 2 3 2 --zero 3 --offload-optimizer cpu && check $arch w2z3off base --rtol 1e-5
+  run $arch dp2tp2sp 4 3 2 --tp 2 --sequence-parallel --zero 3 && check $arch dp2tp2sp base --rtol 1e-5
+  for s in 1f1b zb1p; do run $arch pp2$s 2 3 4 --pp 2 --pp-schedule $s && check $arch pp2$s base --exact; done
+done
 finish

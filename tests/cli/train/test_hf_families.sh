@@ -191,6 +191,14 @@ rc_is "Nemotron-H E layers: --moe-z-loss-coef refused (a sigmoid router)" $? 2 "
 # multiple of 16), its count derived by hand from the tensor shapes (tests/fixtures/hf-configs/README.md)
 "$B" plan --model "$F/mamba2-2.7b" > "$W/plan-mamba2.log" 2>&1
 rc_is "plan mamba2-2.7b" $? 0 "$W/plan-mamba2.log" "model: 2702599680 parameters"
+# its one B/C group is shared by the TP ranks: the search offers --tp 2 (2560 / 2 >= 1024 channels a rank; it
+# offered no TP while it asked --tp to divide n_groups), and the engine check builds that layout
+"$B" plan --model "$F/mamba2-2.7b" --gpus 8 --top 1000 --json > "$W/plan-mamba2.json" 2> "$W/plan-mamba2-tp.log"
+"$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))["candidates"]; sys.exit(0 if any(x["tp"] == 2 for x in c) else 1)' \
+  "$W/plan-mamba2.json" > /dev/null 2>&1
+rc_is "plan mamba2-2.7b: the search offers --tp 2 (n_groups 1, shared)" $? 0 "$W/plan-mamba2-tp.log"
+"$B" plan --engine-check --model "$F/mamba2-2.7b" --world 2 --tp 2 --zero 3 --seq-len 512 > "$W/plan-mamba2-ec.log" 2>&1
+rc_is "plan --engine-check mamba2-2.7b --tp 2" $? 0 "$W/plan-mamba2-ec.log" "TP axis bytes per step"
 
 # ---- Granite 4.0-H Tiny (7B-A1B: 64 fused SwiGLU experts top 6 beside each layer's shared MLP), its counts derived
 # by hand from the tensor shapes (tests/fixtures/hf-configs/README.md)
