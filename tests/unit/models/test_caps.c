@@ -5,11 +5,13 @@
  * --no-sync-accum too, --tp divides their heads; Mamba and Mamba-2 are
  * recurrent, have no attention, restart their state at documents, split
  * their backward but not under --no-sync-accum, --tp divides d_inner
- * (Mamba) or n_groups (Mamba-2). Nemotron-H (Mamba-2, attention and MLP
+ * (Mamba) or, for Mamba-2, its heads (n_groups a power of two: a group is
+ * split or shared by the TP ranks) or their gcd with n_groups (another
+ * count). Nemotron-H (Mamba-2, attention and MLP
  * layers in one model) has the merge of both kinds' caps
  * (models/decoder.c sl_dec_caps_merge): it attends and is recurrent, splits
- * its backward but not under --no-sync-accum, --tp divides both its
- * attention heads and its n_groups (their gcd); a pattern of Mamba-2 layers
+ * its backward but not under --no-sync-accum, --tp divides both kinds'
+ * widths (their gcd); a pattern of Mamba-2 layers
  * only has Mamba-2's caps. A built model carries the same
  * caps, and its split entries exist exactly when zb_split says so; an
  * unknown architecture is refused naming it.
@@ -47,7 +49,7 @@ static void one(const char *label, const char *json, int attention, int64_t tp_w
 /* A model of several block kinds (Nemotron-H): every field of its caps as the merge of its kinds' gives it (Llama's:
  * attention, doc masks, split also under --no-sync-accum, bf16 compute, acts and stream, --tp divides the heads;
  * Mamba-2's: recurrent, doc masks, split but not under --no-sync-accum, bf16 compute, fp32 acts and stream, --tp
- * divides n_groups); the built model carries the same caps and its split entries. */
+ * divides the heads (n_groups a power of two)); the built model carries the same caps and its split entries. */
 static void merged(const char *label, const char *json, int attention, int64_t tp_width) {
   sl_model_config cfg;
   sl_model_caps c;
@@ -86,22 +88,28 @@ int main(void) {
   one("llama", LLAMA, 1, 4);
   one("mistral", MISTRAL, 1, 4);
   one("mamba", MAMBA, 0, 64);
-  one("mamba2", /* --tp must divide n_groups */
-      "{\"architectures\": [\"Mamba2ForCausalLM\"], \"hidden_size\": 32, \"num_hidden_layers\": 2, \"num_heads\": 8, "
+  /* Mamba-2: a power-of-two --tp must divide the heads (n_groups 4, a power of two: T 2 and 4 split the groups, T 8
+   * shares each over 2 ranks) */
+  one("mamba2", "{\"architectures\": [\"Mamba2ForCausalLM\"], \"hidden_size\": 32, \"num_hidden_layers\": 2, \"num_heads\": 8, "
       "\"head_dim\": 8, \"n_groups\": 4, \"state_size\": 8, \"vocab_size\": 300}",
-      0, 4);
-  /* Nemotron-H: the merge of the Llama kind's caps (attention, 6 heads) and Mamba-2's (recurrent, 4 groups) */
+      0, 8);
+  /* n_groups 6 of 12 heads: T 2 splits the groups, T 4 neither divides 6 nor is a multiple of it (tp_misfit): 6 */
+  one("mamba2 g6", "{\"architectures\": [\"Mamba2ForCausalLM\"], \"hidden_size\": 48, \"num_hidden_layers\": 2, "
+      "\"num_heads\": 12, \"head_dim\": 8, \"n_groups\": 6, \"state_size\": 8, \"vocab_size\": 300}",
+      0, 6);
+  /* Nemotron-H: the merge of the Llama kind's caps (attention, 6 heads) and Mamba-2's (recurrent, 8 heads in 4
+   * groups): gcd(6, 8) */
   const char *nh = "{\"architectures\": [\"NemotronHForCausalLM\"], \"hidden_size\": 32, \"intermediate_size\": 48, "
                    "\"hybrid_override_pattern\": \"M*M-\", \"num_attention_heads\": 6, \"num_key_value_heads\": 2, "
                    "\"head_dim\": 8, \"mamba_num_heads\": 8, \"mamba_head_dim\": 8, \"n_groups\": 4, "
                    "\"ssm_state_size\": 8, \"vocab_size\": 300}";
   merged("nemotron-h", nh, 1, 2);
-  /* Mamba-2 layers only: one block kind, Mamba-2's caps (--tp divides n_groups, 4) */
+  /* Mamba-2 layers only: one block kind, Mamba-2's caps (--tp divides its 8 heads) */
   const char *nhm = "{\"architectures\": [\"NemotronHForCausalLM\"], \"hidden_size\": 32, \"intermediate_size\": 48, "
                     "\"hybrid_override_pattern\": \"MM\", \"num_attention_heads\": 6, \"num_key_value_heads\": 2, "
                     "\"head_dim\": 8, \"mamba_num_heads\": 8, \"mamba_head_dim\": 8, \"n_groups\": 4, "
                     "\"ssm_state_size\": 8, \"vocab_size\": 300}";
-  merged("nemotron-h MM", nhm, 0, 4);
+  merged("nemotron-h MM", nhm, 0, 8);
   sl_model_config cfg;
   sl_model_caps c;
   sl_hfconfig_parse("llama", LLAMA, strlen(LLAMA), &cfg);
